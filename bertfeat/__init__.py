@@ -1,0 +1,19 @@
+"""bertfeat: offline BERT sentence features in pure NumPy."""
+
+__version__ = "0.1.0"
+
+from .errors import BertfeatError  # noqa: E402
+
+__all__ = ["Encoder", "PCA", "BertfeatError", "__version__"]
+
+
+def __getattr__(name):  # lazy: `import bertfeat` stays cheap for the CLI
+    if name == "Encoder":
+        from .encoder import Encoder
+
+        return Encoder
+    if name == "PCA":
+        from .pca import PCA
+
+        return PCA
+    raise AttributeError(name)

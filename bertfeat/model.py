@@ -1,0 +1,161 @@
+"""The BERT forward pass in NumPy, float32 throughout.
+
+Shapes:  B batch, T tokens, H hidden, nh heads, hs head size (H = nh * hs),
+         F intermediate, V vocab, N = B * T token rows.
+
+Every linear layer is a 2-D GEMM on (N, H) rows with a weight stored (in, out) at load
+time (see weights.py), Q/K/V fused into one (H, 3H) product.  BERT is post-LayerNorm:
+
+    e = LN(word + position + token_type)
+    h = LN(x + Attn(x))
+    y = LN(h + FFN(h)),     FFN(h) = act(h W_up + b_up) W_down + b_down
+    pooled = tanh(h_CLS W_p + b_p)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .weights import BertWeights, LayerWeights
+
+MASK_NEG = np.float32(np.finfo(np.float32).min)  # additive mask for padded keys, as transformers uses
+_SQRT_HALF = np.float32(0.7071067811865476)
+
+
+# --------------------------------------------------------------------------- activations
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf for float32 arrays: Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7 (float32 eps is 1.2e-7).
+
+    erf(|x|) = 1 - (a1 t + a2 t^2 + a3 t^3 + a4 t^4 + a5 t^5) exp(-x^2),  t = 1 / (1 + p |x|)
+    """
+    x = np.asarray(x, dtype=np.float32)
+    a = np.abs(x)
+    t = np.float32(1.0) / (np.float32(1.0) + np.float32(0.3275911) * a)
+    poly = t * (np.float32(0.254829592) + t * (np.float32(-0.284496736) + t * (np.float32(1.421413741)
+           + t * (np.float32(-1.453152027) + t * np.float32(1.061405429)))))
+    y = np.float32(1.0) - poly * np.exp(-a * a)
+    return np.copysign(y, x)
+
+
+def gelu_erf(x: np.ndarray) -> np.ndarray:
+    """Exact GELU, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)): hidden_act 'gelu'."""
+    return np.float32(0.5) * x * (np.float32(1.0) + erf(x * _SQRT_HALF))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """tanh GELU: hidden_act 'gelu_new' / 'gelu_pytorch_tanh' / 'gelu_fast'."""
+    inner = np.float32(0.7978845608028654) * (x + np.float32(0.044715) * (x * x * x))
+    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.float32(0.0))
+
+
+ACTIVATIONS = {"gelu": gelu_erf, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gelu_tanh, "gelu_fast": gelu_tanh, "relu": relu}
+
+
+# --------------------------------------------------------------------------- building blocks
+def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """LayerNorm over the last axis (biased variance, as torch)."""
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = np.mean(xc * xc, axis=-1, keepdims=True)
+    return xc / np.sqrt(var + np.float32(eps)) * g + b
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
+    """(B, T) ids -> (B*T, H) LayerNorm(word + position + token type)."""
+    B, T = input_ids.shape
+    x = w.word[input_ids] + w.position[:T][None, :, :] + w.token_type[token_type_ids]  # (B, T, H)
+    return layer_norm(x.reshape(B * T, -1), w.emb_ln_g, w.emb_ln_b, w.config.layer_norm_eps)  # (N, H)
+
+
+def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
+              want_probs: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """Multi-head self-attention on (N, H) rows; mask_add (B, 1, 1, T) is 0 for tokens, MASK_NEG for padding."""
+    N, H = x.shape
+    hs = H // nh
+    qkv = x @ lw.qkv_w + lw.qkv_b  # (N, 3H)
+    qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
+    q, k, v = (np.ascontiguousarray(a) for a in qkv)
+    scores = q @ k.transpose(0, 1, 3, 2)  # (B, nh, T, T)
+    scores *= np.float32(1.0 / np.sqrt(hs))
+    scores += mask_add
+    probs = softmax(scores)
+    ctx = probs @ v  # (B, nh, T, hs)
+    ctx = ctx.transpose(0, 2, 1, 3).reshape(N, H)  # (N, H)
+    out = ctx @ lw.o_w + lw.o_b
+    return out, (probs if want_probs else None)
+
+
+def encoder_layer(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
+                  act, eps: float, want_probs: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """One post-LN transformer layer on (N, H) rows."""
+    a, probs = attention(x, lw, mask_add, B, T, nh, want_probs)
+    h = layer_norm(x + a, lw.ln1_g, lw.ln1_b, eps)
+    f = act(h @ lw.up_w + lw.up_b) @ lw.down_w + lw.down_b  # (N, F) -> (N, H)
+    return layer_norm(h + f, lw.ln2_g, lw.ln2_b, eps), probs
+
+
+def additive_mask(attention_mask: np.ndarray) -> np.ndarray:
+    """(B, T) 1/0 mask -> (B, 1, 1, T) additive mask over keys."""
+    B, T = attention_mask.shape
+    return np.where(attention_mask.astype(bool), np.float32(0.0), MASK_NEG).reshape(B, 1, 1, T)
+
+
+@dataclass
+class ForwardOutput:
+    hidden: dict[int, np.ndarray]  # hidden-state index (0 = embeddings, L = last layer) -> (B, T, H)
+    attentions: list[np.ndarray] = field(default_factory=list)  # per layer (B, nh, T, T)
+
+
+def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray,
+                 keep: tuple[int, ...] | None = None, output_attentions: bool = False) -> ForwardOutput:
+    """Run the encoder and return the hidden states listed in ``keep`` (indices 0..L, default the last).
+
+    Stops after the deepest layer that ``keep`` needs (unless attentions are requested).
+    """
+    c = w.config
+    L = c.num_hidden_layers
+    keep = (L,) if keep is None else tuple(keep)
+    B, T = input_ids.shape
+    if T > c.max_position_embeddings:
+        raise ValueError(f"sequence length {T} exceeds max_position_embeddings {c.max_position_embeddings}")
+    last = L if output_attentions else max(keep)
+    act = ACTIVATIONS[c.hidden_act]
+    mask_add = additive_mask(attention_mask)
+    out = ForwardOutput(hidden={})
+
+    x = embed(w, input_ids, token_type_ids)  # (N, H)
+    if 0 in keep:
+        out.hidden[0] = x.reshape(B, T, -1)
+    for i in range(last):
+        x, probs = encoder_layer(x, w.layers[i], mask_add, B, T, c.num_attention_heads, act, c.layer_norm_eps,
+                                 output_attentions)
+        if output_attentions:
+            out.attentions.append(probs)
+        if i + 1 in keep:
+            out.hidden[i + 1] = x.reshape(B, T, -1)  # (B, T, H)
+    return out
+
+
+def pooler(w: BertWeights, h_cls: np.ndarray) -> np.ndarray:
+    """(B, H) last-layer [CLS] -> tanh(h W + b)."""
+    return np.tanh(h_cls @ w.pooler_w + w.pooler_b)
+
+
+def mlm_logits(w: BertWeights, h: np.ndarray) -> np.ndarray:
+    """(M, H) last hidden states -> (M, V) masked-LM logits: dense, act, LayerNorm, tied decoder, bias."""
+    m = w.mlm
+    t = ACTIVATIONS[w.config.hidden_act](h @ m["dense_w"] + m["dense_b"])
+    t = layer_norm(t, m["ln_g"], m["ln_b"], w.config.layer_norm_eps)
+    return t @ m["decoder_w"].T + m["bias"]

@@ -1,0 +1,255 @@
+"""Weight loading, in one place.
+
+Reads safetensors once (one file, or shards listed in model.safetensors.index.json),
+maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
+to (in, out) so the forward pass does ``x @ W``, and checks every key and shape.
+
+Name variants accepted for each tensor:
+  * with or without the ``bert.`` prefix (BertModel vs BertFor* checkpoints);
+  * legacy LayerNorm names ``gamma`` / ``beta`` for ``weight`` / ``bias``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .config import BertConfig
+from .errors import WeightsError
+
+# One table: our name -> (checkpoint name, expected shape as a function of the config).
+# {i} is the layer index.  "T" marks linear weights stored (out, in) that we transpose.
+_EMB = {
+    "word": ("embeddings.word_embeddings.weight", lambda c: (c.vocab_size, c.hidden_size)),
+    "position": ("embeddings.position_embeddings.weight", lambda c: (c.max_position_embeddings, c.hidden_size)),
+    "token_type": ("embeddings.token_type_embeddings.weight", lambda c: (c.type_vocab_size, c.hidden_size)),
+    "ln_g": ("embeddings.LayerNorm.weight", lambda c: (c.hidden_size,)),
+    "ln_b": ("embeddings.LayerNorm.bias", lambda c: (c.hidden_size,)),
+}
+_LAYER = {
+    "q_w": ("encoder.layer.{i}.attention.self.query.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "q_b": ("encoder.layer.{i}.attention.self.query.bias", lambda c: (c.hidden_size,)),
+    "k_w": ("encoder.layer.{i}.attention.self.key.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "k_b": ("encoder.layer.{i}.attention.self.key.bias", lambda c: (c.hidden_size,)),
+    "v_w": ("encoder.layer.{i}.attention.self.value.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "v_b": ("encoder.layer.{i}.attention.self.value.bias", lambda c: (c.hidden_size,)),
+    "o_w": ("encoder.layer.{i}.attention.output.dense.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "o_b": ("encoder.layer.{i}.attention.output.dense.bias", lambda c: (c.hidden_size,)),
+    "ln1_g": ("encoder.layer.{i}.attention.output.LayerNorm.weight", lambda c: (c.hidden_size,)),
+    "ln1_b": ("encoder.layer.{i}.attention.output.LayerNorm.bias", lambda c: (c.hidden_size,)),
+    "up_w": ("encoder.layer.{i}.intermediate.dense.weight", lambda c: (c.intermediate_size, c.hidden_size)),
+    "up_b": ("encoder.layer.{i}.intermediate.dense.bias", lambda c: (c.intermediate_size,)),
+    "down_w": ("encoder.layer.{i}.output.dense.weight", lambda c: (c.hidden_size, c.intermediate_size)),
+    "down_b": ("encoder.layer.{i}.output.dense.bias", lambda c: (c.hidden_size,)),
+    "ln2_g": ("encoder.layer.{i}.output.LayerNorm.weight", lambda c: (c.hidden_size,)),
+    "ln2_b": ("encoder.layer.{i}.output.LayerNorm.bias", lambda c: (c.hidden_size,)),
+}
+_POOLER = {
+    "w": ("pooler.dense.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "b": ("pooler.dense.bias", lambda c: (c.hidden_size,)),
+}
+# Masked-language-model head (BertForMaskedLM / BertForPreTraining); never under "bert.".
+_MLM = {
+    "dense_w": ("cls.predictions.transform.dense.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "dense_b": ("cls.predictions.transform.dense.bias", lambda c: (c.hidden_size,)),
+    "ln_g": ("cls.predictions.transform.LayerNorm.weight", lambda c: (c.hidden_size,)),
+    "ln_b": ("cls.predictions.transform.LayerNorm.bias", lambda c: (c.hidden_size,)),
+    "bias": ("cls.predictions.bias", lambda c: (c.vocab_size,)),
+}
+_MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hidden_size))
+
+
+@dataclass
+class LayerWeights:
+    qkv_w: np.ndarray  # (H, 3H): [Wq | Wk | Wv], transposed
+    qkv_b: np.ndarray  # (3H,)
+    o_w: np.ndarray  # (H, H)
+    o_b: np.ndarray
+    ln1_g: np.ndarray
+    ln1_b: np.ndarray
+    up_w: np.ndarray  # (H, F)
+    up_b: np.ndarray  # (F,)
+    down_w: np.ndarray  # (F, H)
+    down_b: np.ndarray
+    ln2_g: np.ndarray
+    ln2_b: np.ndarray
+
+
+@dataclass
+class BertWeights:
+    config: BertConfig
+    word: np.ndarray  # (V, H)
+    position: np.ndarray  # (P, H)
+    token_type: np.ndarray  # (TV, H)
+    emb_ln_g: np.ndarray
+    emb_ln_b: np.ndarray
+    layers: list[LayerWeights]
+    pooler_w: np.ndarray | None = None  # (H, H) transposed
+    pooler_b: np.ndarray | None = None
+    mlm: dict | None = None  # dense_w (H,H) transposed, dense_b, ln_g, ln_b, bias (V,)
+    files: list[Path] = field(default_factory=list)
+    missing_pooler_reason: str | None = None
+
+    @property
+    def n_params(self) -> int:
+        arrays = [self.word, self.position, self.token_type, self.emb_ln_g, self.emb_ln_b]
+        for lw in self.layers:
+            arrays += list(vars(lw).values())
+        if self.pooler_w is not None:
+            arrays += [self.pooler_w, self.pooler_b]
+        return int(sum(a.size for a in arrays))
+
+    def nbytes(self) -> int:
+        total = sum(a.nbytes for a in (self.word, self.position, self.token_type))
+        for lw in self.layers:
+            total += sum(a.nbytes for a in vars(lw).values())
+        return total
+
+
+def checkpoint_files(model_dir: Path) -> list[Path]:
+    """The safetensors files of a model directory: one file, or the shards of an index."""
+    single = model_dir / "model.safetensors"
+    index = model_dir / "model.safetensors.index.json"
+    if single.is_file():
+        return [single]
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (KeyError, json.JSONDecodeError) as e:
+            raise WeightsError(f"{index} is not a valid safetensors index ({e})", "restore it from the checkpoint") from None
+        files = [model_dir / f for f in dict.fromkeys(weight_map.values())]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise WeightsError(
+                f"{model_dir}: shard(s) {', '.join(missing)} listed in {index.name} are missing",
+                "copy every model-*.safetensors shard into the model directory",
+            )
+        return files
+    others = sorted(model_dir.glob("*.safetensors"))
+    if others:
+        return others
+    hint = " (found pytorch_model.bin: convert it to safetensors, e.g. with transformers' save_pretrained(safe_serialization=True))" if (model_dir / "pytorch_model.bin").exists() else ""
+    raise WeightsError(
+        f"{model_dir} has no model.safetensors{hint}",
+        "a model directory needs model.safetensors or sharded model-*.safetensors with model.safetensors.index.json",
+    )
+
+
+def read_tensors(files: list[Path]) -> dict[str, np.ndarray]:
+    """Every tensor of the checkpoint, read once, with canonical names.
+
+    Canonical: no ``bert.`` prefix, LayerNorm ``gamma``/``beta`` renamed ``weight``/``bias``.
+    """
+    from safetensors import safe_open
+
+    out: dict[str, np.ndarray] = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="np") as st:
+                for key in st.keys():
+                    name = canonical_name(key)
+                    if name in out:
+                        raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
+                    out[name] = st.get_tensor(key)
+        except WeightsError:
+            raise
+        except Exception as e:  # safetensors raises its own error types for corrupt files
+            raise WeightsError(f"{f} could not be read as safetensors ({e})", "re-download or re-save the checkpoint") from None
+    return out
+
+
+def canonical_name(key: str) -> str:
+    if key.startswith("bert."):
+        key = key[len("bert."):]
+    if key.endswith(".gamma"):
+        key = key[: -len(".gamma")] + ".weight"
+    elif key.endswith(".beta"):
+        key = key[: -len(".beta")] + ".bias"
+    return key
+
+
+def _take(tensors: dict, name: str, shape: tuple, where: Path) -> np.ndarray:
+    if name not in tensors:
+        raise WeightsError(
+            f"{where}: tensor '{name}' is missing (expected shape {shape})",
+            "the checkpoint does not match config.json; use the config.json that came with these weights",
+        )
+    t = tensors[name]
+    if tuple(t.shape) != tuple(shape):
+        raise WeightsError(
+            f"{where}: tensor '{name}' has shape {tuple(t.shape)}, expected {tuple(shape)} from config.json",
+            "the checkpoint does not match config.json; use the config.json that came with these weights",
+        )
+    if t.dtype.kind != "f":
+        raise WeightsError(f"{where}: tensor '{name}' has dtype {t.dtype}, expected floating point", "re-save the checkpoint in float32")
+    return np.ascontiguousarray(t, dtype=np.float32)
+
+
+def load_weights(model_dir: str | Path, config: BertConfig) -> BertWeights:
+    """Load, map, check, fuse and transpose every tensor of a BERT checkpoint."""
+    model_dir = Path(model_dir)
+    files = checkpoint_files(model_dir)
+    tensors = read_tensors(files)
+    where = files[0] if len(files) == 1 else model_dir
+    c = config
+
+    emb = {k: _take(tensors, n, s(c), where) for k, (n, s) in _EMB.items()}
+    layers = []
+    for i in range(c.num_hidden_layers):
+        t = {k: _take(tensors, n.format(i=i), s(c), where) for k, (n, s) in _LAYER.items()}
+        layers.append(
+            LayerWeights(
+                qkv_w=np.ascontiguousarray(np.concatenate([t["q_w"].T, t["k_w"].T, t["v_w"].T], axis=1)),  # (H, 3H)
+                qkv_b=np.concatenate([t["q_b"], t["k_b"], t["v_b"]]),
+                o_w=np.ascontiguousarray(t["o_w"].T),
+                o_b=t["o_b"],
+                ln1_g=t["ln1_g"],
+                ln1_b=t["ln1_b"],
+                up_w=np.ascontiguousarray(t["up_w"].T),  # (H, F)
+                up_b=t["up_b"],
+                down_w=np.ascontiguousarray(t["down_w"].T),  # (F, H)
+                down_b=t["down_b"],
+                ln2_g=t["ln2_g"],
+                ln2_b=t["ln2_b"],
+            )
+        )
+    extra = f"encoder.layer.{c.num_hidden_layers}.attention.self.query.weight"
+    if extra in tensors:
+        raise WeightsError(
+            f"{where}: the checkpoint has more layers than num_hidden_layers={c.num_hidden_layers} in config.json",
+            "use the config.json that came with these weights",
+        )
+
+    w = BertWeights(
+        config=c, word=emb["word"], position=emb["position"], token_type=emb["token_type"],
+        emb_ln_g=emb["ln_g"], emb_ln_b=emb["ln_b"], layers=layers, files=files,
+    )
+    if all(n in tensors for n, _ in _POOLER.values()):
+        p = {k: _take(tensors, n, s(c), where) for k, (n, s) in _POOLER.items()}
+        w.pooler_w, w.pooler_b = np.ascontiguousarray(p["w"].T), p["b"]
+    else:
+        w.missing_pooler_reason = f"{where} has no pooler weights (pooler.dense.weight / pooler.dense.bias)"
+    if all(n in tensors for n, _ in _MLM.values()):
+        m = {k: _take(tensors, n, s(c), where) for k, (n, s) in _MLM.items()}
+        m["dense_w"] = np.ascontiguousarray(m["dense_w"].T)
+        if _MLM_DECODER[0] in tensors:  # usually tied to the word embeddings; check if stored
+            dec = _take(tensors, _MLM_DECODER[0], _MLM_DECODER[1](c), where)
+            m["decoder_w"] = dec
+        else:
+            m["decoder_w"] = w.word
+        w.mlm = m
+    return w
+
+
+def weights_sha256(files: list[Path]) -> str:
+    """sha256 over the checkpoint file(s) in order: the weights' identity for provenance."""
+    h = hashlib.sha256()
+    for f in files:
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 22):
+                h.update(chunk)
+    return h.hexdigest()
