@@ -109,10 +109,10 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
             "tokenizer.json or vocab.txt)",
         )
     looked.append(f"local directory {path}")
-    looks_like_path = name.startswith((".", "/", "~")) or os.sep in name.rstrip("/").split("/", 1)[-1]
+    looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
 
-    candidates = _candidate_ids(name)
-    for cache in hf_cache_dirs():
+    candidates = [] if looks_like_path else _candidate_ids(name)
+    for cache in hf_cache_dirs() if candidates else []:
         for repo_id in candidates:
             snap = _snapshot_in_cache(cache, repo_id)
             if snap is not None:
