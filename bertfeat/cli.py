@@ -68,6 +68,72 @@ def info(
     out_console.print(t)
 
 
+@app.command()
+def extract(
+    input: str = typer.Argument(..., help="CSV, TSV, Parquet (file, glob or directory) or JSONL; '-' for standard input."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file (default: INPUT.features.parquet beside the input)."),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the text (default: text/sentence/content/review, else the only string column)."),
+    pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Second text of a sentence pair (token type ids 1)."),
+    id_column: Optional[str] = typer.Option(None, "--id-column", help="Column copied to the output as the row id (default: the 0-based row number)."),
+    input_format: Optional[str] = typer.Option(None, "--input-format", help="csv, tsv, parquet or jsonl (default: from the extension)."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of CSV/TSV/JSONL input, e.g. latin-1."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
+    pooling: Optional[str] = typer.Option(None, "--pooling", "-p", help="pooled, cls, mean or max (default: the model's, else mean)."),
+    layers: Optional[str] = typer.Option(None, "--layers", help="Hidden layers to pool: -1 (last), -2, '-4,-3,-2,-1', '-4:' (0 = embeddings)."),
+    layer_agg: str = typer.Option("mean", "--layer-agg", help="Combine several layers by mean or concat."),
+    normalize: bool = typer.Option(False, "--normalize", help="L2-normalize each vector."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens per text (default: the model's max_seq_length, else its max positions)."),
+    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="Token budget per batch (padded rows x length)."),
+    long_text: str = typer.Option("truncate", "--long-text", help="truncate, chunk-mean, chunk-max or error."),
+    stride: Optional[int] = typer.Option(None, "--stride", help="Tokens shared by neighbouring windows with --long-text chunk-* (default 32)."),
+    pca: Optional[str] = typer.Option(None, "--pca", help="Reduce with PCA: a number of components (100) or a variance fraction (0.95)."),
+    format: Optional[str] = typer.Option(None, "--format", help="parquet (default), npy or csv."),
+    wide: bool = typer.Option(False, "--wide", help="Parquet: one float column per dimension (f0..fN) instead of an embedding list."),
+    on_bad_row: str = typer.Option("error", "--on-bad-row", help="error: stop at the first bad row; skip: write it to OUTPUT.rejects.csv and go on."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last completed chunk."),
+    chunk_rows: int = typer.Option(2048, "--chunk-rows", help="Rows per chunk (the unit of resume)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Cores for the matrix products (default: all)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
+):
+    """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
+    from .pipeline import ExtractOptions, extract as run_extract
+    from .progress import make_progress
+
+    if chunk_rows < 1:
+        raise BertfeatError(f"--chunk-rows {chunk_rows} is out of range", "give 1 or more")
+    opts = ExtractOptions(
+        input=input, output=str(output) if output else None, text_column=text_column, pair_column=pair_column,
+        id_column=id_column, input_format=input_format, encoding=encoding, model=model, pooling=pooling, layers=layers,
+        layer_agg=layer_agg, normalize=normalize, max_length=max_length, max_batch_tokens=max_batch_tokens,
+        long_text=long_text, stride=stride, pca=pca, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
+        chunk_rows=chunk_rows, threads=threads,
+    )
+    summary = run_extract(opts, make_progress(err_console, quiet))
+    if not quiet:
+        render_summary(summary)
+
+
+def render_summary(s) -> None:
+    """The closing summary of an extract run, on stderr."""
+    pct_dropped = 100.0 * s.tokens_dropped / s.tokens if s.tokens else 0.0
+    lines = [
+        f"rows read       {s.rows_read:,}",
+        f"rows written    {s.rows_written:,}",
+        f"rows rejected   {s.rows_rejected:,}",
+        f"rows truncated  {s.rows_truncated:,} ({s.tokens_dropped:,} tokens dropped, {pct_dropped:.2f}% of tokens)",
+        f"rows chunked    {s.rows_chunked:,}",
+        f"tokens          {s.tokens:,}",
+        f"elapsed         {s.elapsed:,.1f} s",
+        f"throughput      {s.rows_per_s:,.1f} rows/s, {s.tokens_per_s:,.0f} tokens/s",
+        f"model           {s.model} (pooling {s.pooling}, dim {s.dim})",
+    ]
+    if s.chunks_resumed:
+        lines.append(f"resumed         {s.chunks_resumed} chunk(s) from the interrupted run")
+    for k, v in s.outputs.items():
+        lines.append(f"{k:<15} {v}")
+    err_console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+
+
 def _register_optional():
     """Sub-commands that live in their own modules."""
     try:

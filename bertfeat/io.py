@@ -1,0 +1,361 @@
+"""Reading input rows: CSV, TSV, Parquet (a file, a glob or a directory) and JSONL, or stdin.
+
+Everything streams: CSV through pyarrow's streaming reader, Parquet through ``iter_batches``,
+JSONL line by line. Readers yield ``RawBatch`` objects holding *undecoded* values and their
+0-based data-row numbers (header excluded), so that validation (pipeline.validate_rows) can
+reject a bad row with its exact row number and reason instead of failing the whole file.
+Malformed CSV lines (wrong number of fields) are yielded as pre-rejected rows in their place.
+"""
+
+from __future__ import annotations
+
+import glob as globmod
+import io
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from .errors import InputError
+
+FORMATS = ("csv", "tsv", "parquet", "jsonl")
+TEXT_COLUMN_NAMES = ("text", "sentence", "content", "review")
+_EXT = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
+        ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+
+
+@dataclass
+class RawBatch:
+    """A run of consecutive input rows, values not yet validated."""
+
+    rows: list[int]  # 0-based data-row numbers
+    texts: list  # bytes | str | None | other, per row
+    pairs: list | None
+    ids: list | None
+    pre_rejected: dict[int, str] = field(default_factory=dict)  # row -> reason (malformed line, bad JSON)
+    bytes_read: int = 0  # bytes consumed so far (for progress on CSV/JSONL)
+
+
+def detect_format(path: str, input_format: str | None) -> str:
+    if input_format:
+        if input_format not in FORMATS:
+            raise InputError(f"unknown input format '{input_format}'", f"choose one of {', '.join(FORMATS)}")
+        return input_format
+    if path == "-":
+        raise InputError("reading standard input needs --input-format", "add --input-format csv|tsv|jsonl")
+    p = Path(path)
+    if p.is_dir():
+        return "parquet"
+    suffixes = [s.lower() for s in p.suffixes]
+    if suffixes and suffixes[-1] in (".gz", ".bz2", ".zst"):
+        suffixes = suffixes[:-1]
+    fmt = _EXT.get(suffixes[-1]) if suffixes else None
+    if fmt is None:
+        raise InputError(f"{path}: cannot tell the format from the extension", "add --input-format csv|tsv|parquet|jsonl")
+    return fmt
+
+
+def expand_paths(path: str, fmt: str) -> list[Path]:
+    """A file, a glob, or a directory of Parquet files -> the files, sorted (one dataset)."""
+    if path == "-":
+        return []
+    if any(ch in path for ch in "*?["):
+        files = sorted(Path(p) for p in globmod.glob(path, recursive=True) if Path(p).is_file())
+        if not files:
+            raise InputError(f"{path}: the pattern matches no file", "check the glob pattern (quote it so the shell does not expand it)")
+        return files
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*.parquet") if f.is_file() and not f.name.startswith((".", "_")))
+        if not files:
+            raise InputError(f"{path}: the directory holds no .parquet file", "point at a Parquet file, a directory of them, or a glob")
+        return files
+    if not p.exists():
+        raise InputError(f"{path}: no such file", "check the path")
+    if not os.access(p, os.R_OK):
+        raise InputError(f"{path}: the file is not readable", "check its permissions")
+    return [p]
+
+
+class _CountingReader(io.RawIOBase):
+    """Wraps a binary file and counts the bytes read (progress for CSV)."""
+
+    def __init__(self, fh):
+        self._fh = fh
+        self.count = 0
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = self._fh.readinto(b)
+        self.count += n or 0
+        return n
+
+    def close(self):
+        self._fh.close()
+        super().close()
+
+
+class Source:
+    """An input dataset: its columns, size for progress, and a stream of RawBatches."""
+
+    def __init__(self, path: str, fmt: str | None = None, text_column: str | None = None, pair_column: str | None = None,
+                 id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192):
+        self.path = path
+        self.fmt = detect_format(path, fmt)
+        self.files = expand_paths(path, self.fmt)
+        if self.fmt != "parquet" and len(self.files) > 1:
+            raise InputError(f"{path}: a glob of {self.fmt.upper()} files is not supported", "concatenate them, or convert to Parquet")
+        self.encoding = encoding
+        self.batch_rows = batch_rows
+        self.total_rows: int | None = None
+        self.total_bytes: int | None = sum(f.stat().st_size for f in self.files) if self.files else None
+        self.columns = self._columns()
+        self.text_column = self._pick_text_column(text_column)
+        for opt, col in (("--pair-column", pair_column), ("--id-column", id_column)):
+            if col is not None and col not in self.columns:
+                raise InputError(f"{self.name}: {opt} '{col}' is not a column", f"columns are: {', '.join(self.columns)}")
+        self.pair_column = pair_column
+        self.id_column = id_column
+
+    @property
+    def name(self) -> str:
+        return "<stdin>" if self.path == "-" else self.path
+
+    # ------------------------------------------------------------------ schema
+    def _columns(self) -> list[str]:
+        if self.fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            self._pq_schema = None
+            total = 0
+            for f in self.files:
+                try:
+                    meta = pq.ParquetFile(f)
+                except Exception as e:
+                    raise InputError(f"{f}: not a readable Parquet file ({e})", "check the file is Parquet and complete") from None
+                if self._pq_schema is None:
+                    self._pq_schema = meta.schema_arrow
+                total += meta.metadata.num_rows
+            self.total_rows = total
+            return list(self._pq_schema.names)
+        if self.path == "-":
+            self._stdin = sys.stdin.buffer
+            self._head = self._stdin.read(1 << 16)
+            head = self._head
+        else:
+            with open(self.files[0], "rb") as fh:
+                head = fh.read(1 << 16)
+        if self.fmt == "jsonl":
+            return self._jsonl_columns(head)
+        try:
+            first = head.split(b"\n", 1)[0].rstrip(b"\r").decode(self.encoding)
+        except UnicodeDecodeError as e:
+            raise InputError(f"{self.name} row header: invalid {self.encoding} at byte {e.start}", "pass --encoding (e.g. latin-1)") from None
+        import csv
+
+        delim = "\t" if self.fmt == "tsv" else ","
+        cols = next(csv.reader([first], delimiter=delim), [])
+        if not cols or not any(c.strip() for c in cols):
+            raise InputError(f"{self.name}: the file is empty or has no header line", "the first line must name the columns")
+        return cols
+
+    def _jsonl_columns(self, head: bytes) -> list[str]:
+        cols: dict[str, None] = {}
+        for line in head.split(b"\n")[:50]:
+            try:
+                obj = json.loads(line.decode(self.encoding))
+            except Exception:
+                continue
+            if isinstance(obj, dict):
+                cols.update(dict.fromkeys(obj))
+        return list(cols)
+
+    def _string_columns(self) -> list[str]:
+        if self.fmt == "parquet":
+            return [f.name for f in self._pq_schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+        return list(self.columns)  # CSV/JSONL: everything may be text
+
+    def _pick_text_column(self, text_column: str | None) -> str:
+        if text_column is not None:
+            if text_column not in self.columns:
+                raise InputError(f"{self.name}: --text-column '{text_column}' is not a column", f"columns are: {', '.join(self.columns)}")
+            return text_column
+        lower = {c.lower(): c for c in self.columns}
+        for name in TEXT_COLUMN_NAMES:
+            if name in lower:
+                return lower[name]
+        strings = self._string_columns()
+        if len(strings) == 1:
+            return strings[0]
+        raise InputError(
+            f"{self.name}: cannot tell which column holds the text (columns: {', '.join(self.columns) or 'none'})",
+            "pass --text-column NAME",
+        )
+
+    # ------------------------------------------------------------------ reading
+    def identity(self) -> dict:
+        """What identifies the input for --resume: paths, sizes, modification times."""
+        return {"path": self.path, "format": self.fmt,
+                "files": [{"path": str(f.resolve()), "size": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in self.files]}
+
+    def batches(self):
+        """Yield RawBatch objects in input order."""
+        if self.fmt == "parquet":
+            yield from self._parquet_batches()
+        elif self.fmt == "jsonl":
+            yield from self._jsonl_batches()
+        else:
+            yield from self._csv_batches()
+
+    def _wanted(self) -> list[str]:
+        return [c for c in dict.fromkeys([self.text_column, self.pair_column, self.id_column]) if c]
+
+    def _parquet_batches(self):
+        import pyarrow.parquet as pq
+
+        for col in (self.text_column, self.pair_column):
+            if col:
+                t = self._pq_schema.field(col).type
+                if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+                    raise InputError(f"{self.name}: column '{col}' has type {t}, not text", "choose a string column with --text-column/--pair-column")
+        row = 0
+        for f in self.files:
+            pf = pq.ParquetFile(f)
+            if pf.schema_arrow.names != self._pq_schema.names:
+                raise InputError(f"{f}: its columns differ from {self.files[0]}", "a Parquet dataset needs the same columns in every file")
+            for b in pf.iter_batches(batch_size=self.batch_rows, columns=self._wanted()):
+                n = b.num_rows
+                yield RawBatch(
+                    rows=list(range(row, row + n)),
+                    texts=b.column(self.text_column).to_pylist(),
+                    pairs=b.column(self.pair_column).to_pylist() if self.pair_column else None,
+                    ids=b.column(self.id_column).to_pylist() if self.id_column else None,
+                )
+                row += n
+
+    def _open_binary(self):
+        if self.path == "-":
+            return io.BufferedReader(_Prefixed(self._head, self._stdin))
+        return open(self.files[0], "rb")
+
+    def _csv_batches(self):
+        import pyarrow.csv as pcsv
+
+        skipped: dict[int, str] = {}
+
+        def on_invalid(row) -> str:
+            # row.number counts records from 1 including the header line
+            n = (row.number - 2) if row.number is not None else -1
+            skipped[n] = f"malformed line: expected {row.expected_columns} fields, found {row.actual_columns}"
+            return "skip"
+
+        raw = self._open_binary()
+        counter = _CountingReader(raw)
+        stream = io.BufferedReader(counter, buffer_size=1 << 20)
+        try:
+            reader = pcsv.open_csv(
+                stream,
+                read_options=pcsv.ReadOptions(use_threads=False, block_size=1 << 22, encoding=self.encoding),
+                parse_options=pcsv.ParseOptions(delimiter="\t" if self.fmt == "tsv" else ",", newlines_in_values=True,
+                                                invalid_row_handler=on_invalid,
+                                                quote_char=False if self.fmt == "tsv" else '"'),
+                convert_options=pcsv.ConvertOptions(
+                    include_columns=self._wanted(),
+                    column_types={c: pa.binary() for c in self._wanted()},
+                    strings_can_be_null=False, quoted_strings_can_be_null=False),
+            )
+        except pa.ArrowInvalid as e:
+            raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({e})", "check the file format and --input-format/--encoding") from None
+        row = 0
+        it = iter(reader)
+        while True:
+            try:
+                b = next(it)
+            except StopIteration:
+                break
+            except pa.ArrowInvalid as e:
+                raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({e})",
+                                 "fix the line, or pass --encoding if the file is not UTF-8") from None
+            n = b.num_rows
+            rows, pre = [], {}
+            texts = b.column(self.text_column).to_pylist()
+            pairs = b.column(self.pair_column).to_pylist() if self.pair_column else None
+            ids = b.column(self.id_column).to_pylist() if self.id_column else None
+            # interleave the skipped malformed lines in their row positions
+            out_t, out_p, out_i = [], [] if pairs is not None else None, [] if ids is not None else None
+            k = 0
+            while k < n:
+                if row in skipped:
+                    pre[row] = skipped.pop(row)
+                    rows.append(row); out_t.append(None)
+                    if out_p is not None: out_p.append(None)
+                    if out_i is not None: out_i.append(None)
+                else:
+                    rows.append(row); out_t.append(texts[k])
+                    if out_p is not None: out_p.append(pairs[k])
+                    if out_i is not None: out_i.append(ids[k])
+                    k += 1
+                row += 1
+            yield RawBatch(rows, out_t, out_p, out_i, pre, counter.count)
+        if skipped:  # malformed lines after the last good row
+            rest = sorted(skipped)
+            yield RawBatch(rest, [None] * len(rest), [None] * len(rest) if self.pair_column else None,
+                           [None] * len(rest) if self.id_column else None, dict(skipped), counter.count)
+        stream.close()
+
+    def _jsonl_batches(self):
+        fh = self._open_binary()
+        consumed = 0
+        rows, texts, pairs, ids, pre = [], [], [], [], {}
+        try:
+            for row, line in enumerate(fh):
+                consumed += len(line)
+                rows.append(row)
+                text = pair = ident = None
+                try:
+                    obj = json.loads(line.decode(self.encoding))
+                    if not isinstance(obj, dict):
+                        raise ValueError("a line must hold a JSON object")
+                    text = obj.get(self.text_column)
+                    pair = obj.get(self.pair_column) if self.pair_column else None
+                    ident = obj.get(self.id_column) if self.id_column else None
+                    if self.text_column not in obj:
+                        pre[row] = f"no field '{self.text_column}'"
+                except UnicodeDecodeError as e:
+                    pre[row] = f"invalid {self.encoding} at byte {e.start} of the line"
+                except ValueError as e:
+                    pre[row] = f"invalid JSON ({e})"
+                texts.append(text); pairs.append(pair); ids.append(ident)
+                if len(rows) >= self.batch_rows:
+                    yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, consumed)
+                    rows, texts, pairs, ids, pre = [], [], [], [], {}
+            if rows:
+                yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, consumed)
+        finally:
+            fh.close()
+
+
+class _Prefixed(io.RawIOBase):
+    """stdin with the bytes already peeked at put back in front."""
+
+    def __init__(self, head: bytes, rest):
+        self._head = head
+        self._rest = rest
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        if self._head:
+            n = min(len(b), len(self._head))
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read(len(b))
+        b[: len(data)] = data
+        return len(data)

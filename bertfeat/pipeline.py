@@ -1,0 +1,588 @@
+"""`bertfeat extract`: input rows -> validated chunks -> features -> output files.
+
+The unit of work is a *chunk*: ``chunk_rows`` consecutive input rows (by 0-based data-row
+number). One function, ``encode_chunk``, turns a chunk into an Arrow table of features; the
+local engine below and the Dask engine (dask_engine.py) both call it.
+
+Local engine: a background thread reads, validates and tokenizes chunk k+1 while the model
+encodes chunk k. Each finished chunk is written atomically as a part file under
+``OUTPUT.partial/`` with a manifest of the settings, so ``--resume`` after Ctrl-C or kill -9
+continues from the last completed chunk. At the end the parts are streamed into the output
+(temporary file, then rename) and the partial directory is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shlex
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import __version__
+from .encoder import Encoder, FeatureSpec, LongTextError
+from .errors import BertfeatError, InputError, ResumeError
+from .io import RawBatch, Source
+
+OUTPUT_FORMATS = ("parquet", "npy", "csv")
+BAD_ROW_POLICIES = ("error", "skip")
+DEFAULT_CHUNK_ROWS = 2048
+
+
+# --------------------------------------------------------------------------- validation
+def _decode(value, what: str, encoding: str = "utf-8") -> tuple[str | None, str | None]:
+    """A raw cell -> (text, None) or (None, reason it is rejected)."""
+    if value is None:
+        return None, f"null {what}"
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError as e:
+            return None, f"invalid UTF-8 in the {what} at byte {e.start} (pass --encoding if the file is not UTF-8)"
+    if isinstance(value, float) and value != value:
+        return None, f"null {what} (NaN)"
+    if not isinstance(value, str):
+        return None, f"non-string {what} ({type(value).__name__} {value!r:.40})"
+    if not value:
+        return None, f"empty {what}"
+    if not value.strip():
+        return None, f"whitespace-only {what}"
+    return value, None
+
+
+def _id_value(v):
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", errors="replace")
+    return v
+
+
+@dataclass
+class Chunk:
+    """Validated rows of one chunk, ready to tokenize."""
+
+    index: int
+    rows: list[int]  # accepted 0-based data-row numbers
+    texts: list[str]
+    pairs: list[str] | None
+    ids: list | None
+    rejects: list[dict]  # {"row", "id", "reason"}
+    n_read: int  # input rows in the chunk, accepted or not
+    bytes_read: int = 0
+
+
+def validate_batch(b: RawBatch, chunk_index: int) -> Chunk:
+    """Split raw rows into accepted texts and rejects (row, id, reason)."""
+    rows, texts, pairs, ids, rejects = [], [], [] if b.pairs is not None else None, [] if b.ids is not None else None, []
+    for k, row in enumerate(b.rows):
+        ident = _id_value(b.ids[k]) if b.ids is not None else None
+        reason = b.pre_rejected.get(row)
+        text = pair = None
+        if reason is None:
+            text, reason = _decode(b.texts[k], "text")
+        if reason is None and b.pairs is not None:
+            pair, reason = _decode(b.pairs[k], "pair text")
+        if reason is None and b.ids is not None and ident is None:
+            reason = "null id"
+        if reason is not None:
+            rejects.append({"row": row, "id": ident, "reason": reason})
+            continue
+        rows.append(row); texts.append(text)
+        if pairs is not None: pairs.append(pair)
+        if ids is not None: ids.append(ident)
+    return Chunk(chunk_index, rows, texts, pairs, ids, rejects, len(b.rows), b.bytes_read)
+
+
+def iter_chunks(source: Source, chunk_rows: int):
+    """Re-cut the reader's batches into chunks of exactly chunk_rows input rows (the last may be short)."""
+    buf: list[RawBatch] = []
+    have = 0
+    index = 0
+
+    def cut(batches: list[RawBatch], n: int) -> tuple[RawBatch, list[RawBatch]]:
+        rows, texts, pairs, ids, pre = [], [], [], [], {}
+        rest = []
+        for b in batches:
+            take = min(n - len(rows), len(b.rows))
+            if take <= 0:
+                rest.append(b); continue
+            rows += b.rows[:take]; texts += b.texts[:take]
+            if b.pairs is not None: pairs += b.pairs[:take]
+            if b.ids is not None: ids += b.ids[:take]
+            pre.update({r: v for r, v in b.pre_rejected.items() if r in set(b.rows[:take])})
+            if take < len(b.rows):
+                rest.append(RawBatch(b.rows[take:], b.texts[take:], None if b.pairs is None else b.pairs[take:],
+                                     None if b.ids is None else b.ids[take:],
+                                     {r: v for r, v in b.pre_rejected.items() if r in set(b.rows[take:])}, b.bytes_read))
+        last = batches[-1]
+        return RawBatch(rows, texts, pairs if last.pairs is not None else None, ids if last.ids is not None else None,
+                        pre, last.bytes_read), rest
+
+    for b in source.batches():
+        buf.append(b)
+        have += len(b.rows)
+        while have >= chunk_rows:
+            raw, buf = cut(buf, chunk_rows)
+            have -= len(raw.rows)
+            yield index, raw
+            index += 1
+    if have:
+        raw, buf = cut(buf, have)
+        yield index, raw
+
+
+# --------------------------------------------------------------------------- one chunk
+@dataclass
+class PreparedChunk:
+    chunk: Chunk
+    prepared: object  # encoder.Prepared or None when the chunk has no accepted row
+
+
+def prepare_chunk(encoder: Encoder, spec: FeatureSpec, chunk: Chunk, source_name: str, on_bad_row: str) -> PreparedChunk:
+    """Tokenize a chunk; under --long-text error an over-long row is a bad row."""
+    if on_bad_row == "error" and chunk.rejects:
+        r = chunk.rejects[0]
+        raise InputError(f"{source_name} row {r['row']}: {r['reason']}",
+                         "fix the row, or pass --on-bad-row skip to write it to the rejects file and go on")
+    while chunk.rows:
+        try:
+            return PreparedChunk(chunk, encoder.prepare(chunk.texts, chunk.pairs, spec))
+        except LongTextError as e:
+            bad = set(e.rows.tolist())
+            first = min(bad)
+            tok = encoder.tokenizer.encode([chunk.texts[i] for i in sorted(bad)],
+                                           None if chunk.pairs is None else [chunk.pairs[i] for i in sorted(bad)], spec.max_length)
+            reasons = {i: f"{int(n)} tokens, more than max length {spec.max_length} (--long-text error)" for i, n in zip(sorted(bad), tok.n_tokens)}
+            if on_bad_row == "error":
+                raise InputError(f"{source_name} row {chunk.rows[first]}: {reasons[first]}",
+                                 "use --long-text truncate/chunk-mean/chunk-max, or --on-bad-row skip") from None
+            keep = [i for i in range(len(chunk.rows)) if i not in bad]
+            chunk.rejects += [{"row": chunk.rows[i], "id": None if chunk.ids is None else chunk.ids[i], "reason": reasons[i]}
+                              for i in sorted(bad)]
+            chunk.rejects.sort(key=lambda r: r["row"])
+            chunk.rows = [chunk.rows[i] for i in keep]
+            chunk.texts = [chunk.texts[i] for i in keep]
+            if chunk.pairs is not None: chunk.pairs = [chunk.pairs[i] for i in keep]
+            if chunk.ids is not None: chunk.ids = [chunk.ids[i] for i in keep]
+    return PreparedChunk(chunk, None)
+
+
+def chunk_table(encoder: Encoder, spec: FeatureSpec, pc: PreparedChunk, id_name: str) -> pa.Table:
+    """Run the model on a prepared chunk -> Arrow table: id, embedding, n_tokens, truncated, n_chunks."""
+    chunk, prep = pc.chunk, pc.prepared
+    D = encoder.output_dim(spec)
+    if prep is None:
+        X = np.zeros((0, D), dtype=np.float32)
+        n_tok, trunc, n_ch = np.zeros(0, np.int32), np.zeros(0, bool), np.zeros(0, np.int32)
+    else:
+        X = encoder.run(prep, spec)
+        n_tok, trunc, n_ch = prep.n_tokens.astype(np.int32), prep.truncated, prep.n_chunks.astype(np.int32)
+    ids = pa.array(chunk.rows, pa.int64()) if chunk.ids is None else pa.array(chunk.ids)
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1), pa.float32()), D)
+    return pa.table({id_name: ids, "embedding": emb, "n_tokens": pa.array(n_tok), "truncated": pa.array(trunc),
+                     "n_chunks": pa.array(n_ch)})
+
+
+def encode_chunk(encoder: Encoder, spec: FeatureSpec, chunk: Chunk, source_name: str, on_bad_row: str,
+                 id_name: str) -> tuple[pa.Table, list[dict]]:
+    """One chunk end to end (the function the Dask engine calls): -> (features table, rejects)."""
+    pc = prepare_chunk(encoder, spec, chunk, source_name, on_bad_row)
+    return chunk_table(encoder, spec, pc, id_name), pc.chunk.rejects
+
+
+# --------------------------------------------------------------------------- options & summary
+@dataclass
+class ExtractOptions:
+    input: str
+    output: str | None = None
+    text_column: str | None = None
+    pair_column: str | None = None
+    id_column: str | None = None
+    input_format: str | None = None
+    encoding: str = "utf-8"
+    model: str | None = None
+    pooling: str | None = None
+    layers: str | None = None
+    layer_agg: str = "mean"
+    normalize: bool = False
+    max_length: int | None = None
+    max_batch_tokens: int | None = None
+    long_text: str = "truncate"
+    stride: int | None = None
+    pca: str | None = None  # "100" or "0.95"
+    format: str | None = None
+    wide: bool = False
+    on_bad_row: str = "error"
+    resume: bool = False
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    threads: int | None = None
+    command: str | None = None
+
+
+@dataclass
+class ExtractSummary:
+    rows_read: int = 0
+    rows_written: int = 0
+    rows_rejected: int = 0
+    rows_truncated: int = 0
+    rows_chunked: int = 0
+    tokens: int = 0  # tokens of accepted rows before truncation
+    tokens_dropped: int = 0
+    elapsed: float = 0.0
+    chunks_resumed: int = 0
+    outputs: dict = field(default_factory=dict)
+    dim: int = 0
+    pooling: str = ""
+    model: str = ""
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows_written / self.elapsed if self.elapsed else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.elapsed if self.elapsed else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in vars(self).items()}
+        d["outputs"] = {k: str(v) for k, v in self.outputs.items()}
+        d["rows_per_s"] = round(self.rows_per_s, 2)
+        d["tokens_per_s"] = round(self.tokens_per_s, 2)
+        return d
+
+
+class NullProgress:
+    """Progress sink interface: the CLI passes a rich or a plain-log implementation."""
+
+    def start(self, total_rows: int | None, total_bytes: int | None): ...
+    def advance(self, rows: int, tokens: int, bytes_read: int): ...
+    def note(self, message: str): ...
+    def stop(self): ...
+
+
+# --------------------------------------------------------------------------- output paths
+def default_output(input_path: str, fmt: str) -> Path:
+    if input_path == "-":
+        raise InputError("reading standard input needs -o OUTPUT", "add -o features.parquet")
+    p = Path(input_path.rstrip("/"))
+    if any(ch in input_path for ch in "*?["):
+        p = Path(str(p.parent).split("*")[0].rstrip("/") or ".") / "dataset"
+    stem = p.name
+    for suf in (".gz", ".bz2", ".zst", ".csv", ".tsv", ".tab", ".parquet", ".pq", ".jsonl", ".ndjson", ".json"):
+        if stem.lower().endswith(suf):
+            stem = stem[: -len(suf)]
+    return p.parent / f"{stem}.features.{fmt}"
+
+
+def output_format(output: Path | None, fmt: str | None) -> str:
+    if fmt:
+        if fmt not in OUTPUT_FORMATS:
+            raise BertfeatError(f"unknown output format '{fmt}'", f"choose one of {', '.join(OUTPUT_FORMATS)}")
+        return fmt
+    if output is not None and output.suffix.lower().lstrip(".") in OUTPUT_FORMATS:
+        return output.suffix.lower().lstrip(".")
+    return "parquet"
+
+
+def parse_pca(value: str | None):
+    if value is None or value == "":
+        return None
+    try:
+        x = float(value)
+    except ValueError:
+        raise BertfeatError(f"--pca '{value}' is not a number", "give a number of components (100) or a variance fraction (0.95)") from None
+    if x >= 1:
+        if x != int(x):
+            raise BertfeatError(f"--pca {value}: a number of components must be whole", "e.g. --pca 100")
+        return int(x)
+    if not 0 < x < 1:
+        raise BertfeatError(f"--pca {value} is out of range", "give a whole number >= 1 or a fraction in (0, 1)")
+    return x
+
+
+# --------------------------------------------------------------------------- resume state
+class PartStore:
+    """OUTPUT.partial/: a manifest plus one atomically written Parquet part per finished chunk."""
+
+    def __init__(self, output: Path):
+        self.dir = output.with_name(output.name + ".partial")
+        self.manifest_path = self.dir / "manifest.json"
+
+    def part_path(self, index: int) -> Path:
+        return self.dir / f"part-{index:06d}.parquet"
+
+    def open(self, manifest: dict, resume: bool) -> set[int]:
+        """Start or continue: returns the indices of chunks already done."""
+        if self.dir.exists() and resume and self.manifest_path.is_file():
+            old = json.loads(self.manifest_path.read_text())
+            diffs = [f"{k}: {old.get(k)!r} -> {manifest.get(k)!r}" for k in manifest if old.get(k) != manifest.get(k)]
+            if diffs:
+                raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
+                                  "rerun without --resume to start over, or use the original settings")
+            return {int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet")}
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True)
+        _atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
+        return set()
+
+    def write_part(self, index: int, table: pa.Table, rejects: list[dict], n_read: int):
+        meta = {b"bertfeat_part": json.dumps({"rejects": rejects, "n_read": n_read}, default=str).encode()}
+        table = table.replace_schema_metadata(meta)
+        path = self.part_path(index)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        pq.write_table(table, tmp)
+        _fsync_file(tmp)
+        os.replace(tmp, path)
+
+    def read_part(self, index: int) -> tuple[pa.Table, list[dict], int]:
+        t = pq.read_table(self.part_path(index))
+        meta = json.loads(t.schema.metadata[b"bertfeat_part"])
+        return t.replace_schema_metadata(None), meta["rejects"], meta["n_read"]
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _fsync_file(path: Path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write_text(path: Path, text: str):
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_rejects(path: Path, rejects: list[dict]):
+    """OUTPUT.rejects.csv: row, id, reason (written atomically)."""
+    import csv
+    import io as _io
+
+    buf = _io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["row", "id", "reason"])
+    for r in rejects:
+        w.writerow([r["row"], "" if r["id"] is None else r["id"], r["reason"]])
+    _atomic_write_text(path, buf.getvalue())
+
+
+# --------------------------------------------------------------------------- the job
+def _reader_thread(source: Source, opts: ExtractOptions, encoder: Encoder, spec: FeatureSpec, done: set[int],
+                   q: queue.Queue, stop: threading.Event):
+    """Read, validate and tokenize ahead of the model; completed chunks pass through untokenized."""
+    try:
+        for index, raw in iter_chunks(source, opts.chunk_rows):
+            if stop.is_set():
+                return
+            if index in done:
+                q.put(("done", index, raw.bytes_read, len(raw.rows)))
+                continue
+            chunk = validate_batch(raw, index)
+            pc = prepare_chunk(encoder, spec, chunk, source.name, opts.on_bad_row)
+            while not stop.is_set():
+                try:
+                    q.put(("chunk", pc), timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+        q.put(("end",))
+    except BaseException as e:  # hand every failure to the main thread
+        q.put(("error", e))
+
+
+def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder: Encoder | None = None) -> ExtractSummary:
+    """Run the whole job; returns the summary. Raises BertfeatError on bad input or settings."""
+    progress = progress or NullProgress()
+    t0 = time.perf_counter()
+    if opts.on_bad_row not in BAD_ROW_POLICIES:
+        raise BertfeatError(f"unknown --on-bad-row '{opts.on_bad_row}'", "choose error or skip")
+    n_components = parse_pca(opts.pca)
+    source = Source(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding)
+    out_path = Path(opts.output) if opts.output else None
+    fmt = output_format(out_path, opts.format)
+    out_path = out_path or default_output(opts.input, fmt)
+    if opts.resume and opts.input == "-":
+        raise BertfeatError("--resume cannot continue a run that read standard input", "write the input to a file first")
+    if opts.threads:
+        from .threads import set_threads
+
+        set_threads(opts.threads)
+
+    encoder = encoder or Encoder(opts.model, **({"max_batch_tokens": opts.max_batch_tokens} if opts.max_batch_tokens else {}))
+    if opts.max_batch_tokens:
+        encoder.max_batch_tokens = int(opts.max_batch_tokens)
+    spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride)
+    id_name = opts.id_column or "row"
+    if id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
+        raise BertfeatError(f"--id-column '{id_name}' clashes with an output column", "rename the id column")
+    fingerprint = encoder.fingerprint(spec)
+    manifest = {
+        "bertfeat_version": __version__, "fingerprint": fingerprint, "input": source.identity(),
+        "text_column": source.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
+        "encoding": opts.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows,
+        "pca": opts.pca, "format": fmt, "wide": opts.wide,
+    }
+    store = PartStore(out_path)
+    done = store.open(manifest, opts.resume)
+    summary = ExtractSummary(chunks_resumed=len(done), pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
+    if done:
+        progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")
+
+    progress.start(source.total_rows, source.total_bytes)
+    q: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    th = threading.Thread(target=_reader_thread, args=(source, opts, encoder, spec, done, q, stop), daemon=True,
+                          name="bertfeat-reader")
+    th.start()
+    order: list[int] = []
+    try:
+        while True:
+            item = q.get()
+            if item[0] == "end":
+                break
+            if item[0] == "error":
+                raise item[1]
+            if item[0] == "done":
+                _, index, bytes_read, n = item
+                order.append(index)
+                progress.advance(n, 0, bytes_read)
+                continue
+            pc: PreparedChunk = item[1]
+            table = chunk_table(encoder, spec, pc, id_name)
+            store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read)
+            order.append(pc.chunk.index)
+            tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
+            progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
+    except BertfeatError:
+        stop.set()
+        store.remove()  # bad input: leave nothing behind
+        raise
+    finally:
+        stop.set()
+        progress.stop()
+
+    summary.outputs = finalize(store, sorted(order), out_path, fmt, opts, encoder, spec, fingerprint, source, summary,
+                               n_components, id_name)
+    summary.elapsed = time.perf_counter() - t0
+    return summary
+
+
+def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: Source, opts: ExtractOptions,
+               summary: ExtractSummary) -> dict:
+    return {
+        "bertfeat_version": __version__,
+        "model": encoder.model_id,
+        "model_source": encoder.location.source,
+        "weights_sha256": encoder.weights_sha256,
+        "fingerprint": fingerprint,
+        "pooling": spec.pooling,
+        "layers": list(spec.layers),
+        "layer_agg": spec.layer_agg,
+        "normalize": spec.normalize,
+        "max_length": spec.max_length,
+        "long_text": spec.long_text,
+        "stride": spec.stride if spec.long_text.startswith("chunk") else None,
+        "input": source.path,
+        "input_format": source.fmt,
+        "text_column": source.text_column,
+        "pair_column": source.pair_column,
+        "id_column": source.id_column,
+        "command": opts.command or " ".join(shlex.quote(a) for a in sys.argv),
+        "rows": {"read": summary.rows_read, "written": summary.rows_written, "rejected": summary.rows_rejected,
+                 "truncated": summary.rows_truncated, "chunked": summary.rows_chunked},
+        "tokens": {"total": summary.tokens, "dropped": summary.tokens_dropped},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "pca": None,
+    }
+
+
+def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts: ExtractOptions, encoder: Encoder,
+             spec: FeatureSpec, fingerprint: dict, source: Source, summary: ExtractSummary, n_components, id_name: str) -> dict:
+    """Stream the parts into the output file(s) (and the PCA), then remove the partial directory."""
+    from .features import FeatureWriter
+
+    rejects: list[dict] = []
+    for i in order:  # counts first: they go into the provenance
+        t, rj, n_read = store.read_part(i)
+        rejects += rj
+        summary.rows_read += n_read
+        summary.rows_written += t.num_rows
+        n_tok = t.column("n_tokens").to_numpy()
+        trunc = t.column("truncated").to_numpy(zero_copy_only=False)
+        summary.rows_truncated += int(trunc.sum())
+        summary.rows_chunked += int((t.column("n_chunks").to_numpy() > 1).sum())
+        summary.tokens += int(n_tok.sum())
+        summary.tokens_dropped += int(np.maximum(n_tok[trunc] - spec.max_length, 0).sum())
+    summary.rows_rejected = len(rejects)
+    meta = provenance(encoder, spec, fingerprint, source, opts, summary)
+    outputs: dict[str, Path] = {}
+
+    pca = None
+    if n_components is not None:
+        from .pca import PCA
+
+        if summary.rows_written < 2:
+            raise BertfeatError(f"--pca needs at least 2 feature rows, this run has {summary.rows_written}", "drop --pca or add rows")
+        pca = PCA(n_components=n_components, solver="covariance")
+        for i in order:
+            t, _, _ = store.read_part(i)
+            if t.num_rows:
+                pca.partial_fit(_matrix(t))
+        stem = out_path.with_suffix("")
+        pca_path = stem.with_name(stem.name + ".pca.npz")
+        pca.save(pca_path, fingerprint=fingerprint)
+        from .report import write_pca_report
+
+        report_paths = write_pca_report(pca, stem.with_name(stem.name + ".pca"), source=fingerprint)
+        outputs["pca_model"] = pca_path
+        outputs.update({f"pca_report_{k}": v for k, v in report_paths.items()})
+        meta["pca"] = {"n_components": int(pca.n_components_), "model_file": pca_path.name,
+                       "explained_variance": float(np.sum(pca.explained_variance_ratio_))}
+
+    dim = pca.n_components_ if pca is not None else encoder.output_dim(spec)
+    id_type = pa.int64() if opts.id_column is None else pa.string()
+    if order:
+        id_type = pq.read_schema(store.part_path(order[0])).field(id_name).type
+        if pa.types.is_null(id_type):
+            id_type = pa.string()
+    writer = FeatureWriter(out_path, fmt=fmt, dim=int(dim), id_name=id_name,
+                           id_type=id_type, metadata=meta, wide=opts.wide,
+                           extra_columns={"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()})
+    with writer:
+        for i in order:
+            t, _, _ = store.read_part(i)
+            X = _matrix(t)
+            if pca is not None and len(X):
+                X = pca.transform(X).astype(np.float32)
+            writer.write(t.column(id_name).to_pylist(), X,
+                         {"n_tokens": t.column("n_tokens").to_numpy(), "truncated": t.column("truncated").to_numpy(zero_copy_only=False),
+                          "n_chunks": t.column("n_chunks").to_numpy()})
+        outputs["features"] = writer.close()
+    rejects_path = out_path.with_name(out_path.name + ".rejects.csv")
+    if rejects:
+        write_rejects(rejects_path, rejects)
+        outputs["rejects"] = rejects_path
+    elif rejects_path.exists():
+        rejects_path.unlink()
+    store.remove()
+    return outputs
+
+
+def _matrix(t: pa.Table) -> np.ndarray:
+    """The embedding column of a part -> (m, D) float32."""
+    col = t.column("embedding").combine_chunks()
+    D = col.type.list_size
+    return col.values.to_numpy(zero_copy_only=False).reshape(-1, D)
