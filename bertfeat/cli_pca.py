@@ -1,0 +1,117 @@
+"""``bertfeat pca fit|transform`` and ``bertfeat report``: thin Typer wrappers.
+
+The logic lives in ``bertfeat.reduce`` (files), ``bertfeat.pca`` (the estimator) and
+``bertfeat.report``. Errors are raised as ``BertfeatError``; the main CLI turns them into
+``Error: <what> - <fix>`` on stderr and exit code 1. The main ``cli.py`` registers::
+
+    app.add_typer(pca_app, name="pca")
+    app.command("report")(report_command)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from .errors import BertfeatError
+from .pca import PCA, SOLVERS
+from .reduce import fit_pca_file, reduce_features_file
+from .report import build_pca_report, render_pca_report, write_pca_report
+
+__all__ = ["pca_app", "fit_command", "transform_command", "report_command", "parse_n_components"]
+
+pca_app = typer.Typer(
+    help="Fit a PCA on a features file, apply it to features, and report its explained variance.",
+    no_args_is_help=True,
+)
+
+
+def parse_n_components(text: str | None) -> int | float | None:
+    """``"100"`` -> 100, ``"0.95"`` -> 0.95, ``"all"``/None -> None (keep every component)."""
+    if text is None or text.strip().lower() in ("", "all", "none"):
+        return None
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise BertfeatError(
+            f"--n-components {text!r} is not a number",
+            "pass a whole number of components (e.g. 100) or a fraction of variance in (0, 1) (e.g. 0.95)",
+        ) from None
+
+
+def _prefix_for(model_path: Path) -> Path:
+    """``pca.npz`` -> ``pca`` (report files go beside the model)."""
+    return model_path.with_suffix("") if model_path.suffix == ".npz" else model_path
+
+
+def _err() -> Console:
+    return Console(stderr=True)
+
+
+@pca_app.command("fit")
+def fit_command(
+    features: Annotated[Path, typer.Argument(help="Feature file (.parquet, .npy or .csv) from `bertfeat extract`.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Model file to write (.npz).")],
+    n_components: Annotated[
+        Optional[str],
+        typer.Option("-n", "--n-components", help="Components to keep: a number (100), a variance fraction (0.95), or 'all'."),
+    ] = None,
+    solver: Annotated[
+        str,
+        typer.Option(help=f"One of {', '.join(SOLVERS)}. auto/covariance stream the file; svd/randomized load it into memory."),
+    ] = "auto",
+    whiten: Annotated[bool, typer.Option("--whiten", help="Scale outputs to unit variance.")] = False,
+    batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="Rows read per chunk.")] = 65536,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the report table.")] = False,
+) -> None:
+    """Fit a PCA on FEATURES (streaming), write the model and its report beside it."""
+    pca = fit_pca_file(features, parse_n_components(n_components), solver=solver, whiten=whiten, batch_rows=batch_rows)
+    pca.save(out, pca.fingerprint_)
+    source = dict(pca.source_) | {"model_file": str(out)}
+    paths = write_pca_report(pca, _prefix_for(out), source=source)
+    if not quiet:
+        render_pca_report(build_pca_report(pca, source), Console())
+        _err().print(f"wrote {out}, {', '.join(str(p) for p in paths.values())}")
+
+
+@pca_app.command("transform")
+def transform_command(
+    features: Annotated[Path, typer.Argument(help="Feature file to reduce.")],
+    pca_path: Annotated[Path, typer.Option("--pca", help="Model file from `bertfeat pca fit`.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Reduced feature file to write.")],
+    fmt: Annotated[
+        Optional[str], typer.Option("--format", help="parquet, npy or csv (default: from the output suffix).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Transform even if the features come from a different source.")] = False,
+    batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="Rows read per chunk.")] = 65536,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
+) -> None:
+    """Reduce FEATURES with a saved PCA (streaming); ids, extras and metadata are kept."""
+    pca = PCA.load(pca_path)
+    path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows)
+    if not quiet:
+        _err().print(f"wrote {path} ({pca.n_components_} components)")
+
+
+def report_command(
+    pca_path: Annotated[Path, typer.Argument(help="Model file from `bertfeat pca fit`.")],
+    out_prefix: Annotated[
+        Optional[Path], typer.Option("-o", "--out", help="Prefix of the report files (default: the model path without .npz).")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the report table.")] = False,
+) -> None:
+    """Write the explained-variance report (JSON, Markdown, PNG) of a saved PCA model."""
+    pca = PCA.load(pca_path)
+    source = dict(getattr(pca, "source_", None) or {}) | {"model_file": str(pca_path), "fingerprint": pca.fingerprint_}
+    paths = write_pca_report(pca, out_prefix or _prefix_for(pca_path), source=source)
+    if not quiet:
+        render_pca_report(build_pca_report(pca, source), Console())
+        _err().print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -1,0 +1,791 @@
+"""Principal component analysis in NumPy: exact, streaming, mergeable, saved without pickle.
+
+Shape legend (used in every docstring and comment below)::
+
+    n  rows (samples)            d  features (columns of X)
+    k  kept components           r  rank bound = min(n, d)
+    l  k + oversamples (randomized solver only)
+
+What is computed
+----------------
+``PCA`` follows scikit-learn's estimator conventions (``fit`` returns ``self``; fitted
+attributes end in ``_``) and its numbers: ``explained_variance_`` uses ddof=1, a float
+``n_components`` in (0, 1) keeps the smallest k whose cumulative ratio exceeds it, and
+signs follow scikit-learn >= 1.5 (the largest-|loading| entry of each component is
+positive). Results match ``sklearn.decomposition.PCA(svd_solver="full")``.
+
+Solvers
+-------
+``svd``         ``numpy.linalg.svd`` of the centred (n, d) data, in float64.
+``covariance``  float64 sufficient statistics (n, a shift vector, the sum of shifted
+                rows (d,) and the shifted scatter matrix (d, d)), then ``eigh`` of the
+                (d, d) covariance. Memory is O(d^2), independent of n; this is what
+                ``partial_fit`` and ``merge`` use.
+``randomized``  Halko et al. randomized SVD with power iterations (``random_state``),
+                for very wide in-memory data. Only the top k variances are known.
+``auto``        ``covariance`` when the data are tall (n >= d) and d <= 4096, otherwise
+                ``svd`` when it is small or most components are wanted, else
+                ``randomized``.
+
+Streaming
+---------
+``partial_fit`` only accumulates statistics (one float64 ``syrk`` per block of
+``BLOCK_ROWS`` rows). The decomposition runs lazily, the first time a fitted
+attribute is read after new data arrived (or on ``finalize()``); for d = 768 that is
+one 768 x 768 ``eigh``, well under a second. Shifting every row by the first chunk's
+mean keeps the accumulation exact for data far from the origin (mean 1e4, variance 1).
+
+Model files
+-----------
+``save`` writes an ``.npz`` (float64 arrays plus one JSON string with settings, scalars
+and the feature fingerprint) atomically; ``PCA.load`` reads it with
+``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import numbers
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import BertfeatError
+
+__all__ = ["PCA", "NotFittedError", "MODEL_FORMAT", "MODEL_FORMAT_VERSION", "BLOCK_ROWS"]
+
+SOLVERS = ("auto", "svd", "covariance", "randomized")
+MODEL_FORMAT = "bertfeat-pca"
+MODEL_FORMAT_VERSION = 1
+#: Rows per float64 block inside ``partial_fit`` (bounds the temporary copy to ~50 MB at d=768).
+BLOCK_ROWS = 8192
+#: ``auto`` uses the covariance solver up to this many features (a d x d float64 matrix).
+AUTO_COVARIANCE_MAX_FEATURES = 4096
+
+
+class NotFittedError(BertfeatError, AttributeError):
+    """A fitted attribute was read before ``fit``/``partial_fit``/``load``.
+
+    Also an ``AttributeError``, so ``hasattr(pca, "components_")`` is simply False.
+    """
+
+
+# ----------------------------------------------------------------------------------------
+# small pure helpers
+# ----------------------------------------------------------------------------------------
+
+
+def _as_2d_float(X: Any) -> np.ndarray:
+    """Return X as a 2-D float32 or float64 array (other numeric types become float64)."""
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise BertfeatError(
+            f"expected a 2-D array (n_samples, n_features), got shape {X.shape}",
+            "pass a matrix with one row per sample; reshape a single sample with X.reshape(1, -1)",
+        )
+    if X.dtype not in (np.float32, np.float64):
+        if not (np.issubdtype(X.dtype, np.number) or X.dtype == np.bool_) or np.iscomplexobj(X):
+            raise BertfeatError(
+                f"expected real numbers, got an array of dtype {X.dtype}",
+                "pass a float32 or float64 feature matrix",
+            )
+        X = X.astype(np.float64)
+    return X
+
+
+def _nonfinite_error(X: np.ndarray, row_offset: int, action: str) -> BertfeatError:
+    """Build the NaN/inf error, naming the first bad row and column (0-based)."""
+    bad = ~np.isfinite(X)
+    count = int(bad.sum())
+    if count == 0:
+        return BertfeatError(
+            "features are too large: the statistics overflowed to inf",
+            f"rescale the features before {action}",
+        )
+    row, col = (int(i) for i in np.argwhere(bad)[0])
+    return BertfeatError(
+        f"features contain NaN or inf: {count} value(s), first at row {row + row_offset}, "
+        f"column {col} ({X[row, col]})",
+        f"remove or repair those rows before {action}",
+    )
+
+
+def _check_n_components_spec(spec: Any) -> None:
+    """Validate the *type* of n_components (range checks need n and d)."""
+    if spec is None:
+        return
+    if isinstance(spec, bool) or not isinstance(spec, numbers.Real):
+        raise BertfeatError(
+            f"n_components={spec!r} is not a number",
+            "pass a whole number of components (e.g. 100), a fraction in (0, 1) (e.g. 0.95), or None",
+        )
+    if isinstance(spec, numbers.Integral):
+        if spec < 1:
+            raise BertfeatError(
+                f"n_components={spec} is not positive",
+                "pass a whole number of components >= 1 (e.g. 100) or a fraction in (0, 1) (e.g. 0.95)",
+            )
+        return
+    if not 0.0 < float(spec) < 1.0:
+        raise BertfeatError(
+            f"n_components={spec!r} is outside (0, 1): a float n_components is the fraction of variance to keep",
+            "pass a fraction strictly between 0 and 1 (e.g. 0.95) or a whole number of components (e.g. 100)",
+        )
+
+
+def _check_max_components(spec: Any, n: int, d: int) -> None:
+    """Raise if an integer n_components exceeds min(n, d)."""
+    if isinstance(spec, numbers.Integral) and not isinstance(spec, bool) and spec > min(n, d):
+        raise BertfeatError(
+            f"n_components={spec} is larger than min(n_samples, n_features) = min({n}, {d}) = {min(n, d)}",
+            f"choose n_components <= {min(n, d)}, or a fraction such as 0.95 to keep 95% of the variance",
+        )
+
+
+def _n_components_from_spec(spec: Any, ratio: np.ndarray, r: int) -> int:
+    """Number of components k for spec (None | int | fraction), given the ratio spectrum."""
+    if spec is None:
+        return r
+    if isinstance(spec, numbers.Integral):
+        return int(spec)
+    cumsum = np.cumsum(ratio)
+    k = int(np.searchsorted(cumsum, float(spec), side="right")) + 1
+    return min(k, r)
+
+
+def _components_needed(ratio: np.ndarray, fraction: float) -> int | None:
+    """Smallest k whose cumulative ratio exceeds ``fraction`` (the k ``n_components=fraction`` picks).
+
+    None when the known part of the spectrum never exceeds it (randomized solver).
+    """
+    cumsum = np.cumsum(ratio)
+    k = int(np.searchsorted(cumsum, fraction, side="right")) + 1
+    return k if k <= len(ratio) else None
+
+
+def flip_signs(Vt: np.ndarray) -> np.ndarray:
+    """scikit-learn >= 1.5 sign rule: make the largest-|loading| entry of each row (k, d) positive."""
+    idx = np.argmax(np.abs(Vt), axis=1)
+    signs = np.sign(Vt[np.arange(Vt.shape[0]), idx])
+    signs[signs == 0] = 1.0
+    return Vt * signs[:, None]
+
+
+def choose_solver(solver: str, n: int, d: int, spec: Any) -> str:
+    """Resolve ``auto`` to a concrete solver for an (n, d) matrix and n_components ``spec``."""
+    if solver != "auto":
+        return solver
+    if n >= d and d <= AUTO_COVARIANCE_MAX_FEATURES:
+        return "covariance"
+    r = min(n, d)
+    if r <= 1000 or not isinstance(spec, numbers.Integral) or spec >= 0.8 * r:
+        return "svd"
+    return "randomized"
+
+
+def randomized_svd(
+    A: np.ndarray, k: int, rng: np.random.Generator, n_oversamples: int = 10, n_iter: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k singular values (k,) and right singular vectors (k, d) of A (n, d) by Halko et al.
+
+    A range finder with ``l = k + n_oversamples`` Gaussian probes and ``n_iter`` QR-normalised
+    power iterations (7 when k < 0.1 r, else 4, as scikit-learn does).
+    """
+    n, d = A.shape
+    r = min(n, d)
+    if n_iter is None:
+        n_iter = 7 if k < 0.1 * r else 4
+    l_ = min(k + n_oversamples, r)
+    Q, _ = np.linalg.qr(A @ rng.standard_normal((d, l_)))  # (n, l)
+    for _ in range(n_iter):
+        Z, _ = np.linalg.qr(A.T @ Q)  # (d, l)
+        Q, _ = np.linalg.qr(A @ Z)  # (n, l)
+    B = Q.T @ A  # (l, d)
+    _, S, Vt = np.linalg.svd(B, full_matrices=False)
+    return S[:k], Vt[:k]
+
+
+@contextlib.contextmanager
+def _atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temp path beside ``path``; move it into place on success, delete it on failure."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def _fmt_value(v: Any) -> str:
+    return "<missing>" if v is _MISSING else json.dumps(v, default=_json_default, sort_keys=True)
+
+
+_MISSING = object()
+
+
+def fingerprint_differences(expected: Mapping | None, actual: Mapping | None) -> list[tuple[str, Any, Any]]:
+    """(key, expected value, actual value) for every key whose value differs (missing counts)."""
+    expected, actual = dict(expected or {}), dict(actual or {})
+    diffs = []
+    for key in sorted(set(expected) | set(actual)):
+        a, b = expected.get(key, _MISSING), actual.get(key, _MISSING)
+        if a is _MISSING or b is _MISSING or _fmt_value(a) != _fmt_value(b):
+            diffs.append((key, a, b))
+    return diffs
+
+
+# ----------------------------------------------------------------------------------------
+# fitted state
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Stats:
+    """Float64 sufficient statistics of the rows seen so far (shifted by ``shift``)."""
+
+    n: int
+    shift: np.ndarray  # (d,)  first chunk's mean
+    sum: np.ndarray  # (d,)  sum of (x - shift)
+    sq: np.ndarray  # (d, d) sum of (x - shift)^T (x - shift)
+
+    def mean(self) -> np.ndarray:
+        return self.shift + self.sum / self.n
+
+    def scatter(self) -> np.ndarray:
+        """Centred scatter matrix (d, d): sum of (x - mean)^T (x - mean)."""
+        return self.sq - np.outer(self.sum, self.sum) / self.n
+
+    def copy(self) -> _Stats:
+        return _Stats(self.n, self.shift.copy(), self.sum.copy(), self.sq.copy())
+
+
+@dataclass
+class _Result:
+    """The decomposition: every array float64."""
+
+    mean: np.ndarray  # (d,)
+    components: np.ndarray  # (k, d)
+    spectrum: np.ndarray  # (r,) all variances for exact solvers, (k,) for randomized
+    total_variance: float
+    n_samples: int
+    n_components: int
+    noise_variance: float
+    solver: str
+
+
+def _result_from_spectrum(
+    mean: np.ndarray, Vt: np.ndarray, spectrum: np.ndarray, n: int, d: int, spec: Any, solver: str
+) -> _Result:
+    """Pick k from the full spectrum (r,) and its sign-flipped eigenvectors Vt (r, d)."""
+    r = min(n, d)
+    total = float(spectrum.sum())
+    ratio = spectrum / total if total > 0 else np.zeros_like(spectrum)
+    k = _n_components_from_spec(spec, ratio, r)
+    noise = float(spectrum[k:r].mean()) if k < r else 0.0
+    return _Result(mean, np.ascontiguousarray(Vt[:k]), spectrum, total, n, k, noise, solver)
+
+
+def _decompose_stats(stats: _Stats, spec: Any) -> _Result:
+    """Covariance solver: eigh of the (d, d) covariance built from float64 statistics."""
+    n, d = stats.n, stats.shift.shape[0]
+    C = stats.scatter() / (n - 1)
+    C = (C + C.T) * 0.5
+    w, V = np.linalg.eigh(C)  # ascending
+    r = min(n, d)
+    w = np.clip(w[::-1][:r], 0.0, None)
+    Vt = flip_signs(np.ascontiguousarray(V[:, ::-1][:, :r].T))
+    return _result_from_spectrum(stats.mean(), Vt, w, n, d, spec, "covariance")
+
+
+# ----------------------------------------------------------------------------------------
+# the estimator
+# ----------------------------------------------------------------------------------------
+
+
+class PCA:
+    """Principal component analysis with exact streaming fits (see the module docstring).
+
+    Parameters
+    ----------
+    n_components : None, int or float in (0, 1)
+        None keeps all r = min(n, d) components; an int keeps that many; a fraction keeps
+        the smallest k whose cumulative explained-variance ratio exceeds it.
+    solver : "auto", "svd", "covariance" or "randomized"
+        How ``fit`` decomposes in-memory data. ``partial_fit`` always accumulates
+        covariance statistics, and their decomposition is always ``eigh``.
+    whiten : bool
+        Scale transformed outputs to unit variance (divide by sqrt(explained_variance_)).
+    random_state : None, int or numpy Generator
+        Seed of the randomized solver.
+
+    Fitted attributes (float64 whatever the input dtype; ``transform`` output follows the input)
+    ----------------------------------------------------------------------------------------
+    components_ (k, d), explained_variance_ (k,), explained_variance_ratio_ (k,),
+    singular_values_ (k,), mean_ (d,), n_samples_, n_features_in_, n_components_,
+    noise_variance_, plus ``all_explained_variance_`` (r,) (the whole spectrum; only the
+    top k for ``randomized``), ``total_variance_``, ``fit_solver_`` and ``fingerprint_``
+    (the feature source, set by the file helpers or ``load``; None otherwise).
+    """
+
+    def __init__(
+        self,
+        n_components: int | float | None = None,
+        solver: str = "auto",
+        whiten: bool = False,
+        random_state: int | np.random.Generator | None = None,
+    ):
+        self.n_components = n_components
+        self.solver = solver
+        self.whiten = whiten
+        self.random_state = random_state
+        self.fingerprint_: dict | None = None
+        self._reset()
+
+    # -- scikit-learn style plumbing -------------------------------------------------------
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """Constructor parameters (scikit-learn convention)."""
+        return {
+            "n_components": self.n_components,
+            "solver": self.solver,
+            "whiten": self.whiten,
+            "random_state": self.random_state,
+        }
+
+    def set_params(self, **params: Any) -> PCA:
+        """Set constructor parameters; returns self."""
+        for key, value in params.items():
+            if key not in self.get_params():
+                raise BertfeatError(f"unknown PCA parameter {key!r}", f"use one of {sorted(self.get_params())}")
+            setattr(self, key, value)
+        self._stale = self._stats is not None
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"PCA({args})"
+
+    def _reset(self) -> None:
+        self._stats: _Stats | None = None
+        self._result_: _Result | None = None
+        self._d: int | None = None
+        self._stale = False
+
+    def _check_params(self) -> None:
+        if self.solver not in SOLVERS:
+            raise BertfeatError(f"unknown solver {self.solver!r}", f"use one of: {', '.join(SOLVERS)}")
+        _check_n_components_spec(self.n_components)
+
+    # -- fitting ---------------------------------------------------------------------------
+
+    def fit(self, X: Any, y: Any = None) -> PCA:
+        """Fit on all rows of X (n, d) at once; returns self. Forgets earlier partial fits."""
+        self._check_params()
+        X = _as_2d_float(X)
+        n, d = X.shape
+        if n < 2:
+            raise BertfeatError(f"PCA needs at least 2 rows to fit, got {n}", "fit on the features of at least 2 texts")
+        _check_max_components(self.n_components, n, d)
+        solver = choose_solver(self.solver, n, d, self.n_components)
+        self._reset()
+        if solver == "covariance":
+            self.partial_fit(X)
+            return self.finalize()
+        col_sum = X.sum(axis=0, dtype=np.float64)
+        if not np.isfinite(col_sum).all():
+            raise _nonfinite_error(X, 0, "fitting")
+        mean = col_sum / n
+        Xc = np.subtract(X, mean, dtype=np.float64)  # (n, d) centred copy
+        if solver == "svd":
+            _, S, Vt = np.linalg.svd(Xc, full_matrices=False)  # S (r,), Vt (r, d)
+            spectrum = S**2 / (n - 1)
+            self._result_ = _result_from_spectrum(mean, flip_signs(Vt), spectrum, n, d, self.n_components, "svd")
+        else:
+            self._result_ = self._fit_randomized(Xc, mean)
+        self._d = d
+        return self
+
+    def _fit_randomized(self, Xc: np.ndarray, mean: np.ndarray) -> _Result:
+        n, d = Xc.shape
+        r = min(n, d)
+        if self.n_components is not None and not isinstance(self.n_components, numbers.Integral):
+            raise BertfeatError(
+                "a fractional n_components needs the whole spectrum, which the randomized solver does not compute",
+                "use solver='covariance' or 'svd', or pass a whole number of components",
+            )
+        k = r if self.n_components is None else int(self.n_components)
+        rng = np.random.default_rng(self.random_state)
+        S, Vt = randomized_svd(Xc, k, rng)
+        spectrum = S**2 / (n - 1)
+        total = float(np.einsum("ij,ij->", Xc, Xc)) / (n - 1)
+        noise = (total - float(spectrum.sum())) / (r - k) if k < r else 0.0
+        return _Result(mean, flip_signs(Vt), spectrum, total, n, k, noise, "randomized")
+
+    def partial_fit(self, X: Any, y: Any = None) -> PCA:
+        """Accumulate float64 statistics of another chunk X (m, d); returns self.
+
+        Cheap: no decomposition happens here (it runs when a fitted attribute is read).
+        Memory is O(d^2 + BLOCK_ROWS * d) whatever the number of rows.
+        """
+        self._check_params()
+        X = _as_2d_float(X)
+        m, d = X.shape
+        if self._stats is None and self._result_ is not None:
+            raise BertfeatError(
+                f"this PCA was fitted in one pass with solver={self._result_.solver!r} and keeps no statistics to update",
+                "start a new PCA for partial_fit, or fit with solver='covariance'",
+            )
+        if self._d is not None and d != self._d:
+            raise BertfeatError(
+                f"X has {d} features but earlier chunks had {self._d}",
+                "pass chunks of the same feature matrix (same model, pooling and layers)",
+            )
+        if isinstance(self.n_components, numbers.Integral) and self.n_components > d:
+            raise BertfeatError(
+                f"n_components={self.n_components} is larger than n_features = {d}",
+                f"choose n_components <= {d}, or a fraction such as 0.95 to keep 95% of the variance",
+            )
+        if m == 0:
+            return self
+        st = self._stats
+        if st is None:
+            shift = X[:BLOCK_ROWS].mean(axis=0, dtype=np.float64)  # (d,) first chunk's mean
+            if not np.isfinite(shift).all():
+                raise _nonfinite_error(X[:BLOCK_ROWS], 0, "fitting")
+            st = _Stats(0, shift, np.zeros(d), np.zeros((d, d)))
+        chunk_sum, chunk_sq = np.zeros(d), np.zeros((d, d))
+        for start in range(0, m, BLOCK_ROWS):
+            block = X[start : start + BLOCK_ROWS]
+            Xs = np.subtract(block, st.shift, dtype=np.float64)  # (b, d)
+            s = Xs.sum(axis=0)
+            if not np.isfinite(s).all():
+                raise _nonfinite_error(block, st.n + start, "fitting")
+            chunk_sq += Xs.T @ Xs  # symmetric rank-b update (BLAS syrk)
+            chunk_sum += s
+        # commit only whole chunks, so a bad chunk leaves the statistics untouched
+        st.sq += chunk_sq
+        st.sum += chunk_sum
+        st.n += m
+        self._stats, self._d, self._stale = st, d, True
+        return self
+
+    def finalize(self) -> PCA:
+        """Decompose the accumulated statistics now (normally done lazily); returns self."""
+        if self._stale:
+            st = self._stats
+            assert st is not None
+            if st.n < 2:
+                raise BertfeatError(f"PCA needs at least 2 rows to fit, got {st.n}", "fit on the features of at least 2 texts")
+            _check_max_components(self.n_components, st.n, st.shift.shape[0])
+            self._result_ = _decompose_stats(st, self.n_components)
+            self._stale = False
+        return self
+
+    def merge(self, other: PCA) -> PCA:
+        """A new PCA (with self's parameters) fitted on the rows of both partial fits.
+
+        Chan et al.'s pairwise update of (n, mean, scatter), re-expressed around self's
+        shift; exact in float64 and order-independent up to rounding. Neither input changes.
+        """
+        if not isinstance(other, PCA):
+            raise BertfeatError(f"can only merge a PCA with a PCA, got {type(other).__name__}", "pass a PCA")
+        for est in (self, other):
+            if est._stats is None and est._result_ is not None:
+                raise BertfeatError(
+                    "merge needs the statistics of partial_fit, but one PCA was fitted in one pass "
+                    f"with solver={est._result_.solver!r} (or loaded without statistics)",
+                    "use partial_fit (or fit with solver='covariance') on every worker, and save with include_stats=True",
+                )
+        merged = PCA(**self.get_params())
+        merged.fingerprint_ = self.fingerprint_
+        a, b = self._stats, other._stats
+        if a is None or b is None:
+            src = a if a is not None else b
+            if src is not None:
+                merged._stats, merged._d, merged._stale = src.copy(), src.shift.shape[0], True
+            return merged
+        if a.shift.shape != b.shift.shape:
+            raise BertfeatError(
+                f"cannot merge PCAs fitted on {a.shift.shape[0]} and {b.shift.shape[0]} features",
+                "merge partial fits of the same kind of features",
+            )
+        n = a.n + b.n
+        mean_a, mean_b = a.mean(), b.mean()
+        delta = mean_b - mean_a
+        mean = mean_a + delta * (b.n / n)
+        scatter = a.scatter() + b.scatter() + np.outer(delta, delta) * (a.n * b.n / n)
+        s = (mean - a.shift) * n
+        merged._stats = _Stats(n, a.shift.copy(), s, scatter + np.outer(s, s) / n)
+        merged._d, merged._stale = a.shift.shape[0], True
+        return merged
+
+    # -- fitted attributes (lazy) ------------------------------------------------------------
+
+    def _result(self) -> _Result:
+        if self._stale:
+            self.finalize()
+        if self._result_ is None:
+            raise NotFittedError(
+                "this PCA is not fitted yet",
+                "call fit(X) or partial_fit(X) first, or load a saved model with PCA.load(path)",
+            )
+        return self._result_
+
+    @property
+    def components_(self) -> np.ndarray:
+        """(k, d) principal axes, sorted by decreasing explained variance."""
+        return self._result().components
+
+    @property
+    def explained_variance_(self) -> np.ndarray:
+        """(k,) variance along each component, ddof=1."""
+        r = self._result()
+        return r.spectrum[: r.n_components]
+
+    @property
+    def explained_variance_ratio_(self) -> np.ndarray:
+        """(k,) fraction of the total variance along each component."""
+        r = self._result()
+        return r.spectrum[: r.n_components] / r.total_variance
+
+    @property
+    def singular_values_(self) -> np.ndarray:
+        """(k,) singular values of the centred data, sqrt(variance * (n - 1))."""
+        r = self._result()
+        return np.sqrt(r.spectrum[: r.n_components] * (r.n_samples - 1))
+
+    @property
+    def mean_(self) -> np.ndarray:
+        """(d,) per-feature mean of the training rows."""
+        return self._result().mean
+
+    @property
+    def n_components_(self) -> int:
+        """k, the number of kept components."""
+        return self._result().n_components
+
+    @property
+    def noise_variance_(self) -> float:
+        """Mean variance of the discarded components (0 when k = r), as scikit-learn."""
+        return self._result().noise_variance
+
+    @property
+    def all_explained_variance_(self) -> np.ndarray:
+        """(r,) variance of every component (only the top k for the randomized solver)."""
+        return self._result().spectrum
+
+    @property
+    def total_variance_(self) -> float:
+        """Sum of the variances of all features (ddof=1)."""
+        return self._result().total_variance
+
+    @property
+    def fit_solver_(self) -> str:
+        """The solver that produced the fit: svd, covariance or randomized."""
+        return self._result().solver
+
+    @property
+    def n_samples_(self) -> int:
+        """Number of training rows."""
+        if self._stats is not None:
+            return self._stats.n
+        return self._result().n_samples
+
+    @property
+    def n_features_in_(self) -> int:
+        """d, the number of input features."""
+        if self._d is None:
+            self._result()
+        return int(self._d)  # type: ignore[arg-type]
+
+    @property
+    def has_stats(self) -> bool:
+        """True when partial_fit/merge statistics are available (so more rows can be added)."""
+        return self._stats is not None
+
+    # -- transforming ----------------------------------------------------------------------
+
+    def _check_transform_input(self, X: Any) -> np.ndarray:
+        X = _as_2d_float(X)
+        d = self.n_features_in_
+        if X.shape[1] != d:
+            raise BertfeatError(
+                f"X has {X.shape[1]} features but this PCA was fitted on {d} features",
+                "transform features from the same model, pooling and layers the PCA was fitted on",
+            )
+        return X
+
+    def _whiten_scale(self, dtype: np.dtype) -> np.ndarray:
+        scale = np.sqrt(self.explained_variance_).astype(dtype)
+        eps = np.finfo(dtype).eps
+        return np.where(scale < eps, eps, scale)
+
+    def transform(self, X: Any, row_offset: int = 0) -> np.ndarray:
+        """Project X (n, d) on the components: (n, k), same float dtype as X.
+
+        ``row_offset`` only shifts the row numbers quoted in a NaN/inf error (for streams).
+        """
+        r = self._result()
+        X = self._check_transform_input(X)
+        dt = X.dtype
+        Y = (X - r.mean.astype(dt)) @ r.components.astype(dt).T  # (n, k)
+        if self.whiten:
+            Y /= self._whiten_scale(dt)
+        if not np.isfinite(Y).all():  # NaN/inf in X always reaches Y; checking Y is cheaper
+            raise _nonfinite_error(X, row_offset, "transforming")
+        return Y
+
+    def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
+        """fit(X) then transform(X)."""
+        return self.fit(X).transform(X)
+
+    def inverse_transform(self, Y: Any) -> np.ndarray:
+        """Map Y (n, k) back to feature space (n, d), same float dtype as Y."""
+        r = self._result()
+        Y = _as_2d_float(Y)
+        if Y.shape[1] != r.n_components:
+            raise BertfeatError(
+                f"Y has {Y.shape[1]} columns but this PCA has {r.n_components} components",
+                "pass the output of transform() of this PCA",
+            )
+        dt = Y.dtype
+        comps = r.components.astype(dt)
+        if self.whiten:
+            comps = comps * np.sqrt(self.explained_variance_).astype(dt)[:, None]
+        return Y @ comps + r.mean.astype(dt)
+
+    # -- fingerprint -------------------------------------------------------------------------
+
+    def check_fingerprint(self, other_fp: Mapping | None, force: bool = False) -> list[tuple[str, Any, Any]]:
+        """Refuse features whose source fingerprint differs from the one this PCA was fitted on.
+
+        Returns the differences (key, model value, features value) - empty when they match,
+        or when either side has no fingerprint (nothing to compare). Raises BertfeatError
+        naming every differing key with both values, unless ``force``.
+        """
+        if not self.fingerprint_ or not other_fp:
+            return []
+        diffs = fingerprint_differences(self.fingerprint_, other_fp)
+        if diffs and not force:
+            parts = "; ".join(f"{key}: model {_fmt_value(a)} vs features {_fmt_value(b)}" for key, a, b in diffs)
+            raise BertfeatError(
+                f"the features come from a different source than the PCA was fitted on ({parts})",
+                "transform features extracted with the same model and settings, or pass --force (force=True) to transform anyway",
+            )
+        return diffs
+
+    # -- model file --------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike, fingerprint: Mapping | None = None, *, include_stats: bool = False) -> Path:
+        """Write the fitted model to ``path`` (.npz, no pickle) atomically; returns the path.
+
+        ``fingerprint`` (default: ``self.fingerprint_``) describes the features it was fitted
+        on. ``include_stats`` also stores the float64 statistics (a d x d matrix) so a loaded
+        model can keep taking ``partial_fit``/``merge``.
+        """
+        r = self._result()
+        path = Path(path)
+        fp = dict(fingerprint) if fingerprint is not None else self.fingerprint_
+        from . import __version__
+
+        meta = {
+            "format": MODEL_FORMAT,
+            "format_version": MODEL_FORMAT_VERSION,
+            "bertfeat_version": __version__,
+            "params": self.get_params() | {"random_state": _jsonable_seed(self.random_state)},
+            "n_samples": r.n_samples,
+            "n_features": self.n_features_in_,
+            "n_components": r.n_components,
+            "noise_variance": r.noise_variance,
+            "total_variance": r.total_variance,
+            "fit_solver": r.solver,
+            "fingerprint": fp,
+            "source": getattr(self, "source_", None),
+        }
+        arrays = {
+            "mean": r.mean,
+            "components": r.components,
+            "spectrum": r.spectrum,
+        }
+        if include_stats and self._stats is not None:
+            arrays |= {"stats_shift": self._stats.shift, "stats_sum": self._stats.sum, "stats_sq": self._stats.sq}
+            meta["stats_n"] = self._stats.n
+        arrays["meta"] = np.array(json.dumps(meta, default=_json_default, sort_keys=True))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+        self.fingerprint_ = fp
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> PCA:
+        """Read a model written by ``save`` (``np.load(allow_pickle=False)``)."""
+        path = Path(path)
+        if not path.is_file():
+            raise BertfeatError(f"PCA model file not found: {path}", "check the path, or fit one with `bertfeat pca fit`")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                arrays = {key: z[key] for key in z.files}
+            meta = json.loads(str(arrays.pop("meta")))
+        except (OSError, ValueError, KeyError) as e:
+            raise BertfeatError(
+                f"{path} is not a bertfeat PCA model ({e})", "pass a .npz written by `bertfeat pca fit` or PCA.save"
+            ) from None
+        if meta.get("format") != MODEL_FORMAT:
+            raise BertfeatError(f"{path} is not a bertfeat PCA model", "pass a .npz written by `bertfeat pca fit` or PCA.save")
+        if meta.get("format_version", 0) > MODEL_FORMAT_VERSION:
+            raise BertfeatError(
+                f"{path} uses model format version {meta['format_version']}, newer than this bertfeat supports ({MODEL_FORMAT_VERSION})",
+                "upgrade bertfeat",
+            )
+        pca = cls(**meta["params"])
+        pca._result_ = _Result(
+            mean=arrays["mean"],
+            components=arrays["components"],
+            spectrum=arrays["spectrum"],
+            total_variance=float(meta["total_variance"]),
+            n_samples=int(meta["n_samples"]),
+            n_components=int(meta["n_components"]),
+            noise_variance=float(meta["noise_variance"]),
+            solver=meta["fit_solver"],
+        )
+        pca._d = int(meta["n_features"])
+        if "stats_sq" in arrays:
+            pca._stats = _Stats(int(meta["stats_n"]), arrays["stats_shift"], arrays["stats_sum"], arrays["stats_sq"])
+        pca.fingerprint_ = meta.get("fingerprint")
+        if meta.get("source") is not None:
+            pca.source_ = meta["source"]
+        pca.source_path_ = path
+        return pca
+
+    # -- summary -----------------------------------------------------------------------------
+
+    def components_needed(self, fraction: float) -> int | None:
+        """Smallest k whose cumulative ratio exceeds ``fraction`` (None if unknown)."""
+        r = self._result()
+        return _components_needed(r.spectrum / r.total_variance, fraction)
+
+
+def _jsonable_seed(seed: Any) -> Any:
+    """random_state as JSON: ints stay, generators are not reproducible from a file (None)."""
+    return int(seed) if isinstance(seed, numbers.Integral) else None

@@ -1,0 +1,165 @@
+"""File-level PCA: fit on a feature file, reduce a feature file. Shared by ``bertfeat pca`` and ``extract --pca``.
+
+Both stream: ``fit_pca_file`` feeds chunks to ``PCA.partial_fit`` (memory O(d^2), not
+O(n d)) and ``reduce_features_file`` transforms chunk by chunk into a ``FeatureWriter``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import BertfeatError
+from .features import FeatureWriter, feature_fingerprint, feature_format, open_features, read_features
+from .pca import AUTO_COVARIANCE_MAX_FEATURES, PCA
+
+__all__ = ["fit_pca_file", "reduce_features_file", "pca_metadata_entry", "file_sha256"]
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fit_pca_file(
+    path: str | os.PathLike,
+    n_components: int | float | None = None,
+    solver: str = "auto",
+    whiten: bool = False,
+    *,
+    batch_rows: int = 65536,
+    random_state: int | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> PCA:
+    """Fit a PCA on a feature file and return it, with ``fingerprint_`` and ``source_`` set.
+
+    ``auto`` and ``covariance`` stream the file through ``partial_fit`` (exact; memory does
+    not grow with rows). ``svd`` and ``randomized`` need the whole matrix, so they read it
+    into memory; so does ``auto`` when d > 4096 (a d x d matrix would be too large).
+    ``on_batch(rows_so_far)`` is called after each chunk (progress).
+    """
+    src = open_features(path)
+    pca = PCA(n_components=n_components, solver=solver, whiten=whiten, random_state=random_state)
+    pca._check_params()
+    in_memory = solver in ("svd", "randomized") or (solver == "auto" and src.dim > AUTO_COVARIANCE_MAX_FEATURES)
+    if in_memory:
+        _, X, _ = read_features(path)
+        pca.fit(X)
+        if on_batch:
+            on_batch(X.shape[0])
+    else:
+        seen = 0
+        for _, X, _ in src.batches(batch_rows):
+            pca.partial_fit(X)
+            seen += X.shape[0]
+            if on_batch:
+                on_batch(seen)
+        if seen == 0:
+            raise BertfeatError(f"PCA needs at least 2 rows to fit, got 0 in {src.path}", "fit on a feature file with rows")
+        pca.finalize()
+    pca.fingerprint_ = src.fingerprint
+    pca.source_ = {
+        "features": str(src.path),
+        "format": src.fmt,
+        "rows": pca.n_samples_,
+        "model": src.meta.get("model") or src.meta.get("model_id"),
+        "fingerprint": src.fingerprint,
+    }
+    return pca
+
+
+def pca_metadata_entry(pca: PCA, model_path: str | os.PathLike | None = None, forced: list | None = None) -> dict:
+    """The ``pca`` entry recorded in a reduced feature file's metadata."""
+    model_path = model_path or getattr(pca, "source_path_", None)
+    entry: dict[str, Any] = {
+        "n_components": pca.n_components_,
+        "n_features_in": pca.n_features_in_,
+        "n_samples": pca.n_samples_,
+        "whiten": bool(pca.whiten),
+        "solver": pca.fit_solver_,
+        "variance_kept": float(np.sum(pca.explained_variance_ratio_)),
+        "fingerprint": pca.fingerprint_,
+    }
+    if model_path is not None and Path(model_path).is_file():
+        entry["model_path"] = str(model_path)
+        entry["model_sha256"] = file_sha256(model_path)
+    if forced:
+        entry["forced_fingerprint_mismatch"] = [key for key, _, _ in forced]
+    return entry
+
+
+def reduce_features_file(
+    src_path: str | os.PathLike,
+    dst_path: str | os.PathLike,
+    pca: PCA,
+    fmt: str | None = None,
+    force: bool = False,
+    *,
+    batch_rows: int = 65536,
+    on_batch: Callable[[int], None] | None = None,
+) -> Path:
+    """Transform a feature file with a fitted PCA into a new feature file (streaming, atomic).
+
+    The output keeps the ids, the extra columns and the metadata of the source, and adds a
+    ``pca`` entry. Features from a different source (fingerprint) are refused unless
+    ``force``; a width mismatch is always refused. ``fmt`` defaults to dst's suffix.
+    Returns the output path.
+    """
+    src = open_features(src_path)
+    d = pca.n_features_in_
+    if src.dim != d:
+        raise BertfeatError(
+            f"{src.path} has {src.dim} features per row but the PCA was fitted on {d}",
+            "transform features from the same model, pooling and layers the PCA was fitted on",
+        )
+    diffs = pca.check_fingerprint(feature_fingerprint(src.meta), force=force)
+    meta = {k: v for k, v in src.meta.items() if k not in ("layout", "rows")}
+    meta["pca"] = pca_metadata_entry(pca, forced=diffs)
+    dst = Path(dst_path)
+    fmt = feature_format(dst, fmt)
+    writer: FeatureWriter | None = None
+    seen = 0
+    try:
+        for ids, X, extras in src.batches(batch_rows):
+            if writer is None:
+                writer = _open_writer(dst, fmt, pca.n_components_, src, meta, ids, extras)
+            Y = pca.transform(X, row_offset=seen).astype(np.float32, copy=False)
+            writer.write(ids, Y, extras)
+            seen += X.shape[0]
+            if on_batch:
+                on_batch(seen)
+        if writer is None:
+            writer = _open_writer(dst, fmt, pca.n_components_, src, meta, None, {})
+        return writer.close({"rows": seen})
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+
+
+def _open_writer(dst: Path, fmt: str, k: int, src, meta: dict, ids: Any, extras: dict) -> FeatureWriter:
+    """A writer with the source's id and extra columns; unknown types are taken from the first chunk."""
+    id_type = src.id_type
+    if id_type is None:
+        id_type = pa.int64() if ids is None or isinstance(ids, np.ndarray) else pa.string()
+    types = {name: (t if t is not None else (extras[name].type if name in extras else pa.string())) for name, t in src.extra_columns.items()}
+    return FeatureWriter(
+        dst,
+        fmt,
+        dim=k,
+        id_name=src.id_name or "row",
+        id_type=id_type,
+        metadata=meta,
+        wide=src.wide if fmt == "parquet" else False,
+        extra_columns=types,
+    )

@@ -1,0 +1,222 @@
+"""The explained-variance report of a fitted PCA: JSON, Markdown, a PNG figure and a rich table.
+
+Numbers (shape legend: n rows, d features, r = min(n, d), k kept components):
+
+* ``thresholds``: for 80/90/95/99 %, the smallest k whose cumulative ratio exceeds the
+  fraction - exactly the k that ``n_components=0.95`` would pick (None if the known part
+  of the spectrum never gets there, as with the randomized solver).
+* ``reconstruction.mse_per_sample``: mean over the training rows of ||x - x_hat||^2 when
+  keeping k components = (sum of the discarded variances) * (n - 1) / n;
+  ``mse_per_feature`` is that divided by d; ``relative`` = discarded / total variance.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .features import atomic_output
+from .pca import PCA
+
+__all__ = ["THRESHOLDS", "FIGSIZE", "DPI", "build_pca_report", "write_pca_report", "render_pca_report", "report_paths"]
+
+THRESHOLDS = (0.80, 0.90, 0.95, 0.99)
+FIGSIZE = (12.0, 4.5)  # inches; at DPI 100 the PNG is 1200 x 450 px
+DPI = 100
+REPORT_KIND = "bertfeat-pca-report"
+
+
+def _components_needed(cumulative: np.ndarray, fraction: float) -> int | None:
+    k = int(np.searchsorted(cumulative, fraction, side="right")) + 1
+    return k if k <= len(cumulative) else None
+
+
+def build_pca_report(pca: PCA, source: dict | None = None) -> dict:
+    """A JSON-able dict describing a fitted PCA's spectrum (see the module docstring)."""
+    from . import __version__
+
+    spectrum = np.asarray(pca.all_explained_variance_, dtype=np.float64)  # (r,) or (k,)
+    total = float(pca.total_variance_)
+    n, d, k = int(pca.n_samples_), int(pca.n_features_in_), int(pca.n_components_)
+    ratio = spectrum / total if total > 0 else np.zeros_like(spectrum)
+    cumulative = np.cumsum(ratio)
+    complete = len(spectrum) >= min(n, d)
+    discarded = float(spectrum[k:].sum()) if complete else max(total - float(spectrum[:k].sum()), 0.0)
+    mse = discarded * (n - 1) / n
+    if source is None:
+        source = dict(getattr(pca, "source_", None) or {})
+        source.setdefault("fingerprint", pca.fingerprint_)
+    return {
+        "kind": REPORT_KIND,
+        "bertfeat_version": __version__,
+        "n_samples": n,
+        "n_features": d,
+        "n_components": k,
+        "n_components_requested": pca.n_components,
+        "solver": pca.fit_solver_,
+        "whiten": bool(pca.whiten),
+        "total_variance": total,
+        "variance_kept": float(cumulative[k - 1]) if k else 0.0,
+        "noise_variance": float(pca.noise_variance_),
+        "reconstruction": {
+            "mse_per_sample": mse,
+            "mse_per_feature": mse / d,
+            "relative": discarded / total if total > 0 else 0.0,
+        },
+        "thresholds": [{"fraction": t, "components": _components_needed(cumulative, t)} for t in THRESHOLDS],
+        "spectrum_complete": complete,
+        "components": {
+            "explained_variance": spectrum.tolist(),
+            "explained_variance_ratio": ratio.tolist(),
+            "cumulative_ratio": cumulative.tolist(),
+        },
+        "source": source,
+    }
+
+
+def report_paths(out_prefix: str | os.PathLike) -> dict[str, Path]:
+    """``<prefix>.report.json``, ``.report.md`` and ``.report.png``."""
+    prefix = str(out_prefix)
+    return {"json": Path(f"{prefix}.report.json"), "markdown": Path(f"{prefix}.report.md"), "png": Path(f"{prefix}.report.png")}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.2f} %"
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, (np.ndarray,)):
+        return o.tolist()
+    return str(o)
+
+
+def render_markdown(report: dict, png_name: str | None = None) -> str:
+    """The Markdown report: summary, threshold table, source, first components, figure link."""
+    rec = report["reconstruction"]
+    lines = ["# PCA report", ""]
+    if png_name:
+        lines += [f"![Scree plot and cumulative explained variance]({png_name})", ""]
+    lines += [
+        "| | |",
+        "|---|---|",
+        f"| rows (n_samples) | {report['n_samples']:,} |",
+        f"| features (n_features) | {report['n_features']:,} |",
+        f"| components kept (k) | {report['n_components']:,} |",
+        f"| variance kept by k | {_pct(report['variance_kept'])} |",
+        f"| mean reconstruction error per row (sum of squares) | {rec['mse_per_sample']:.6g} |",
+        f"| mean reconstruction error per feature | {rec['mse_per_feature']:.6g} |",
+        f"| variance discarded | {_pct(rec['relative'])} |",
+        f"| total variance | {report['total_variance']:.6g} |",
+        f"| solver | {report['solver']} |",
+        f"| whiten | {'yes' if report['whiten'] else 'no'} |",
+        "",
+        "## Components needed per variance threshold",
+        "",
+        "| variance explained | components |",
+        "|---:|---:|",
+    ]
+    for t in report["thresholds"]:
+        lines.append(f"| {100 * t['fraction']:.0f} % | {t['components'] if t['components'] is not None else 'not reached'} |")
+    source = report.get("source") or {}
+    if source:
+        lines += ["", "## Feature source", "", "| key | value |", "|---|---|"]
+        flat = dict(source)
+        fp = flat.pop("fingerprint", None)
+        for key, value in list(flat.items()) + [(f"fingerprint.{k}", v) for k, v in (fp or {}).items()]:
+            if value is None:
+                continue
+            text = value if isinstance(value, str) else json.dumps(value, default=_json_default)
+            cell = str(text).replace("|", r"\|")
+            lines.append(f"| {key} | {cell} |")
+    comps = report["components"]
+    m = min(20, len(comps["explained_variance"]))
+    lines += ["", f"## First {m} components", "", "| # | explained variance | ratio | cumulative |", "|---:|---:|---:|---:|"]
+    for i in range(m):
+        lines.append(
+            f"| {i + 1} | {comps['explained_variance'][i]:.6g} | {_pct(comps['explained_variance_ratio'][i])} "
+            f"| {_pct(comps['cumulative_ratio'][i])} |"
+        )
+    lines += ["", "All components are listed in the JSON report.", ""]
+    return "\n".join(lines)
+
+
+def _draw(report: dict, path: Path) -> None:
+    """Scree (log variance per component) and cumulative ratio with thresholds and k; exactly 1200 x 450 px."""
+    from matplotlib.figure import Figure  # object API: no pyplot, no global backend switch
+
+    comps = report["components"]
+    var = np.asarray(comps["explained_variance"], dtype=float)
+    cum = np.asarray(comps["cumulative_ratio"], dtype=float)
+    x = np.arange(1, len(var) + 1)
+    k = report["n_components"]
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    ax1, ax2 = fig.subplots(1, 2)
+    positive = var > 0
+    ax1.plot(x[positive], var[positive], marker=".", markersize=3, linewidth=1)
+    ax1.set_yscale("log")
+    ax1.axvline(k, color="tab:red", linestyle="--", linewidth=1, label=f"k = {k}")
+    ax1.set_title("Scree: variance per component")
+    ax1.set_xlabel("component")
+    ax1.set_ylabel("explained variance (log)")
+    ax1.legend(loc="upper right")
+    ax2.plot(x, cum, linewidth=1.5, color="tab:blue")
+    for t in report["thresholds"]:
+        kt = t["components"]
+        ax2.axhline(t["fraction"], color="grey", linestyle=":", linewidth=0.8)
+        if kt is not None:
+            ax2.plot([kt], [cum[kt - 1]], marker="o", color="tab:green", markersize=5)
+            ax2.annotate(f"{100 * t['fraction']:.0f}%: {kt}", (kt, cum[kt - 1]), textcoords="offset points", xytext=(6, -12), fontsize=8)
+    if k:
+        ax2.axvline(k, color="tab:red", linestyle="--", linewidth=1)
+        ax2.plot([k], [cum[k - 1]], marker="D", color="tab:red", markersize=6, label=f"k = {k}: {_pct(cum[k - 1])}")
+        ax2.legend(loc="lower right")
+    ax2.set_ylim(0, 1.02)
+    ax2.set_title("Cumulative explained variance")
+    ax2.set_xlabel("components")
+    ax2.set_ylabel("fraction of variance")
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.9, wspace=0.22)
+    fig.savefig(path, format="png", dpi=DPI)  # no bbox_inches: the size stays fixed
+
+
+def write_pca_report(pca: PCA, out_prefix: str | os.PathLike, source: dict | None = None) -> dict[str, Path]:
+    """Write ``<prefix>.report.{json,md,png}`` atomically; returns their paths by kind."""
+    report = build_pca_report(pca, source)
+    paths = report_paths(out_prefix)
+    paths["json"].parent.mkdir(parents=True, exist_ok=True)
+    report["files"] = {kind: p.name for kind, p in paths.items()}
+    with atomic_output(paths["png"]) as tmp:
+        _draw(report, tmp)
+    with atomic_output(paths["markdown"]) as tmp:
+        tmp.write_text(render_markdown(report, paths["png"].name), encoding="utf-8")
+    with atomic_output(paths["json"]) as tmp:
+        tmp.write_text(json.dumps(report, indent=2, default=_json_default) + "\n", encoding="utf-8")
+    return paths
+
+
+def render_pca_report(report: dict, console: Any) -> None:
+    """Print the summary and the threshold table with rich."""
+    from rich.table import Table
+
+    rec = report["reconstruction"]
+    summary = Table(title="PCA", show_header=False)
+    summary.add_column("")
+    summary.add_column("", justify="right")
+    summary.add_row("rows", f"{report['n_samples']:,}")
+    summary.add_row("features", f"{report['n_features']:,}")
+    summary.add_row("components kept (k)", f"{report['n_components']:,}")
+    summary.add_row("variance kept", _pct(report["variance_kept"]))
+    summary.add_row("reconstruction MSE / row", f"{rec['mse_per_sample']:.4g}")
+    summary.add_row("solver", str(report["solver"]))
+    console.print(summary)
+    table = Table(title="Components needed")
+    table.add_column("variance explained", justify="right")
+    table.add_column("components", justify="right")
+    for t in report["thresholds"]:
+        table.add_row(f"{100 * t['fraction']:.0f} %", str(t["components"]) if t["components"] is not None else "not reached")
+    console.print(table)
