@@ -26,6 +26,7 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 out_console = Console()
 
+_ARGV: list[str] | None = None  # the arguments main() was called with (for the provenance's command line)
 MODEL_HELP = "Model: a local directory, a hub id in the Hugging Face cache, or all-MiniLM-L6-v2 (default)."
 
 
@@ -94,6 +95,10 @@ def extract(
     chunk_rows: int = typer.Option(2048, "--chunk-rows", help="Rows per chunk (the unit of resume)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Cores for the matrix products (default: all)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
+    engine: str = typer.Option("local", "--engine", help="local (this process) or dask (a Dask cluster; output is a directory of part files)."),
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="--engine dask: the scheduler, tcp://HOST:8786 (default: a local cluster)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: local worker processes (default: one per core)."),
+    blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition, e.g. 64MiB, or none (one per file / row group)."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
     from .pipeline import ExtractOptions, extract as run_extract
@@ -106,11 +111,28 @@ def extract(
         id_column=id_column, input_format=input_format, encoding=encoding, model=model, pooling=pooling, layers=layers,
         layer_agg=layer_agg, normalize=normalize, max_length=max_length, max_batch_tokens=max_batch_tokens,
         long_text=long_text, stride=stride, pca=pca, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
-        chunk_rows=chunk_rows, threads=threads,
+        chunk_rows=chunk_rows, threads=threads, command=_command_line(),
     )
-    summary = run_extract(opts, make_progress(err_console, quiet))
+    if engine == "dask":
+        from .dask_engine import DaskOptions, extract_dask
+
+        summary = extract_dask(opts, DaskOptions(scheduler, workers, blocksize), make_progress(err_console, quiet, "extract (dask)"))
+    elif engine != "local":
+        raise BertfeatError(f"unknown --engine '{engine}'", "choose local or dask")
+    elif scheduler or workers:
+        raise BertfeatError("--scheduler and --workers need --engine dask", "add --engine dask")
+    else:
+        summary = run_extract(opts, make_progress(err_console, quiet))
     if not quiet:
         render_summary(summary)
+
+
+def _command_line() -> str:
+    """The command as the user typed it (for the provenance): argv given to main(), else sys.argv."""
+    import shlex
+
+    argv = _ARGV if _ARGV is not None else sys.argv[1:]
+    return "bertfeat " + shlex.join(argv)
 
 
 def render_summary(s) -> None:
@@ -136,6 +158,9 @@ def render_summary(s) -> None:
 
 def _register_optional():
     """Sub-commands that live in their own modules."""
+    from .cli_inspect import register as register_inspect
+
+    register_inspect(app)  # tokens, attention, fill-mask
     try:
         from .cli_pca import pca_app, report_command
     except ImportError:  # pragma: no cover - during development
@@ -149,6 +174,8 @@ _register_optional()
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app, turning library errors into one-line messages."""
+    global _ARGV
+    _ARGV = list(argv) if argv is not None else None
     try:
         app(args=argv, standalone_mode=False, prog_name="bertfeat")
     except BertfeatError as e:

@@ -9,6 +9,7 @@ Malformed CSV lines (wrong number of fields) are yielded as pre-rejected rows in
 
 from __future__ import annotations
 
+import codecs
 import glob as globmod
 import io
 import json
@@ -25,6 +26,22 @@ FORMATS = ("csv", "tsv", "parquet", "jsonl")
 TEXT_COLUMN_NAMES = ("text", "sentence", "content", "review")
 _EXT = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
         ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+_COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+HEAD_BYTES = 1 << 20  # bytes read up front to find the columns
+
+
+def normalize_encoding(encoding: str) -> str:
+    """A codec name -> its canonical name ('utf-8' for every UTF-8 spelling); unknown names are an error."""
+    try:
+        name = codecs.lookup(encoding).name
+    except (LookupError, TypeError, ValueError):
+        raise InputError(f"unknown encoding '{encoding}'", "pass a Python codec name such as utf-8, latin-1 or cp1252") from None
+    return "utf-8" if name in ("utf-8", "utf-8-sig") else name
+
+
+def compression_of(path: Path) -> str | None:
+    """gzip/bz2/zstd from a .gz/.bz2/.zst suffix, else None."""
+    return _COMPRESSION.get(path.suffix.lower())
 
 
 @dataclass
@@ -107,20 +124,31 @@ class Source:
                  id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192):
         self.path = path
         self.fmt = detect_format(path, fmt)
+        self.encoding = normalize_encoding(encoding)
         self.files = expand_paths(path, self.fmt)
         if self.fmt != "parquet" and len(self.files) > 1:
             raise InputError(f"{path}: a glob of {self.fmt.upper()} files is not supported", "concatenate them, or convert to Parquet")
-        self.encoding = encoding
+        self.compression = compression_of(self.files[0]) if self.files and self.fmt != "parquet" else None
         self.batch_rows = batch_rows
         self.total_rows: int | None = None
+        # progress by bytes counts the bytes read from disk, compressed or not
         self.total_bytes: int | None = sum(f.stat().st_size for f in self.files) if self.files else None
+        self._head: bytes | None = None
+        self._json_types: dict[str, set] = {}
         self.columns = self._columns()
         self.text_column = self._pick_text_column(text_column)
         for opt, col in (("--pair-column", pair_column), ("--id-column", id_column)):
             if col is not None and col not in self.columns:
-                raise InputError(f"{self.name}: {opt} '{col}' is not a column", f"columns are: {', '.join(self.columns)}")
+                raise InputError(f"{self.name}: {opt} '{col}' is not a column", f"columns are: {_listing(self.columns)}")
         self.pair_column = pair_column
         self.id_column = id_column
+        if self.fmt == "parquet":
+            for opt, col in (("--text-column", self.text_column), ("--pair-column", pair_column)):
+                if col:
+                    t = self._pq_schema.field(col).type
+                    if not _is_textual(t):
+                        raise InputError(f"{self.name}: column '{col}' has type {t}, not text",
+                                         f"choose a string column with {opt} (string columns: {_listing(self._string_columns())})")
 
     @property
     def name(self) -> str:
@@ -145,45 +173,75 @@ class Source:
             return list(self._pq_schema.names)
         if self.path == "-":
             self._stdin = sys.stdin.buffer
-            self._head = self._stdin.read(1 << 16)
-            head = self._head
+            head = self._head = self._stdin.read(HEAD_BYTES)
         else:
-            with open(self.files[0], "rb") as fh:
-                head = fh.read(1 << 16)
+            with self._open_binary()[0] as fh:
+                try:
+                    head = fh.read(HEAD_BYTES)
+                except (OSError, EOFError, ValueError, pa.ArrowException) as e:
+                    raise InputError(f"{self.name}: cannot read the file ({e})", "check the file is complete and its compression") from None
         if self.fmt == "jsonl":
             return self._jsonl_columns(head)
-        try:
-            first = head.split(b"\n", 1)[0].rstrip(b"\r").decode(self.encoding)
-        except UnicodeDecodeError as e:
-            raise InputError(f"{self.name} row header: invalid {self.encoding} at byte {e.start}", "pass --encoding (e.g. latin-1)") from None
-        import csv
+        return self._csv_columns(head)
 
-        delim = "\t" if self.fmt == "tsv" else ","
-        cols = next(csv.reader([first], delimiter=delim), [])
-        if not cols or not any(c.strip() for c in cols):
-            raise InputError(f"{self.name}: the file is empty or has no header line", "the first line must name the columns")
+    def _parse_options(self, handler=None):
+        import pyarrow.csv as pcsv
+
+        return pcsv.ParseOptions(delimiter="\t" if self.fmt == "tsv" else ",", newlines_in_values=self.fmt != "tsv",
+                                 invalid_row_handler=handler, quote_char=False if self.fmt == "tsv" else '"')
+
+    def _csv_columns(self, head: bytes) -> list[str]:
+        """The header as pyarrow parses it (so the names always match the streaming reader's)."""
+        import pyarrow.csv as pcsv
+
+        if not head.strip():
+            raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
+        try:
+            reader = pcsv.open_csv(io.BytesIO(head), read_options=pcsv.ReadOptions(use_threads=False, block_size=len(head) + 1,
+                                                                                   encoding=self.encoding),
+                                   parse_options=self._parse_options(lambda row: "skip"))
+            cols = list(reader.schema.names)
+        except UnicodeDecodeError as e:
+            raise InputError(f"{self.name} header line: invalid {self.encoding} at byte {e.start}",
+                             "pass --encoding with the file's encoding (e.g. --encoding latin-1)") from None
+        except (pa.ArrowException, ValueError) as e:
+            raise InputError(f"{self.name}: cannot read the header line as {self.fmt.upper()} ({e})",
+                             "the first line must name the columns; check --input-format and --encoding") from None
+        if self.encoding == "utf-8":
+            for c in cols:
+                try:
+                    c.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InputError(f"{self.name} header line: invalid utf-8", "pass --encoding with the file's encoding (e.g. --encoding latin-1)") from None
+        if not any(c.strip() for c in cols):
+            raise InputError(f"{self.name}: the header line names no column", "the first line must name the columns")
         return cols
 
     def _jsonl_columns(self, head: bytes) -> list[str]:
-        cols: dict[str, None] = {}
-        for line in head.split(b"\n")[:50]:
+        lines = head.split(b"\n")
+        if len(head) == HEAD_BYTES and len(lines) > 1:
+            lines = lines[:-1]  # the last line may be cut
+        for line in lines[:1000]:
             try:
                 obj = json.loads(line.decode(self.encoding))
-            except Exception:
+            except (ValueError, UnicodeDecodeError):
                 continue
             if isinstance(obj, dict):
-                cols.update(dict.fromkeys(obj))
-        return list(cols)
+                for k, v in obj.items():
+                    self._json_types.setdefault(k, set()).add(type(v).__name__)
+        return list(self._json_types)
 
     def _string_columns(self) -> list[str]:
         if self.fmt == "parquet":
             return [f.name for f in self._pq_schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-        return list(self.columns)  # CSV/JSONL: everything may be text
+        if self.fmt == "jsonl":
+            return [c for c, types in self._json_types.items() if "str" in types]
+        return list(self.columns)  # CSV: everything may be text
 
     def _pick_text_column(self, text_column: str | None) -> str:
         if text_column is not None:
             if text_column not in self.columns:
-                raise InputError(f"{self.name}: --text-column '{text_column}' is not a column", f"columns are: {', '.join(self.columns)}")
+                raise InputError(f"{self.name}: --text-column '{text_column}' is not a column", f"columns are: {_listing(self.columns)}")
             return text_column
         lower = {c.lower(): c for c in self.columns}
         for name in TEXT_COLUMN_NAMES:
@@ -193,7 +251,7 @@ class Source:
         if len(strings) == 1:
             return strings[0]
         raise InputError(
-            f"{self.name}: cannot tell which column holds the text (columns: {', '.join(self.columns) or 'none'})",
+            f"{self.name}: cannot tell which column holds the text (columns: {_listing(self.columns)})",
             "pass --text-column NAME",
         )
 
@@ -218,30 +276,38 @@ class Source:
     def _parquet_batches(self):
         import pyarrow.parquet as pq
 
-        for col in (self.text_column, self.pair_column):
-            if col:
-                t = self._pq_schema.field(col).type
-                if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-                    raise InputError(f"{self.name}: column '{col}' has type {t}, not text", "choose a string column with --text-column/--pair-column")
         row = 0
         for f in self.files:
-            pf = pq.ParquetFile(f)
-            if pf.schema_arrow.names != self._pq_schema.names:
-                raise InputError(f"{f}: its columns differ from {self.files[0]}", "a Parquet dataset needs the same columns in every file")
-            for b in pf.iter_batches(batch_size=self.batch_rows, columns=self._wanted()):
-                n = b.num_rows
-                yield RawBatch(
-                    rows=list(range(row, row + n)),
-                    texts=b.column(self.text_column).to_pylist(),
-                    pairs=b.column(self.pair_column).to_pylist() if self.pair_column else None,
-                    ids=b.column(self.id_column).to_pylist() if self.id_column else None,
-                )
-                row += n
+            try:
+                pf = pq.ParquetFile(f)
+                if pf.schema_arrow.names != self._pq_schema.names:
+                    raise InputError(f"{f}: its columns differ from {self.files[0]}", "a Parquet dataset needs the same columns in every file")
+                for b in pf.iter_batches(batch_size=self.batch_rows, columns=self._wanted()):
+                    n = b.num_rows
+                    yield RawBatch(
+                        rows=list(range(row, row + n)),
+                        texts=b.column(self.text_column).to_pylist(),
+                        pairs=b.column(self.pair_column).to_pylist() if self.pair_column else None,
+                        ids=b.column(self.id_column).to_pylist() if self.id_column else None,
+                    )
+                    row += n
+            except (pa.ArrowException, OSError) as e:
+                raise InputError(f"{f} near row {row}: cannot read the Parquet file ({e})", "check the file is Parquet and complete") from None
 
     def _open_binary(self):
+        """(binary stream of the decompressed input, counter of the bytes read from disk)."""
         if self.path == "-":
-            return io.BufferedReader(_Prefixed(self._head, self._stdin))
-        return open(self.files[0], "rb")
+            counter = _CountingReader(_Prefixed(self._head or b"", self._stdin))
+            return io.BufferedReader(counter), counter
+        try:
+            raw = open(self.files[0], "rb", buffering=0)
+        except OSError as e:
+            raise InputError(f"{self.name}: cannot open the file ({e.strerror or e})", "check the path and its permissions") from None
+        counter = _CountingReader(raw)
+        if self.compression is None:
+            return io.BufferedReader(counter, buffer_size=1 << 20), counter
+        native = pa.CompressedInputStream(pa.PythonFile(io.BufferedReader(counter, buffer_size=1 << 20), mode="r"), self.compression)
+        return io.BufferedReader(_NativeRaw(native), buffer_size=1 << 20), counter
 
     def _csv_batches(self):
         import pyarrow.csv as pcsv
@@ -249,95 +315,144 @@ class Source:
         skipped: dict[int, str] = {}
 
         def on_invalid(row) -> str:
-            # row.number counts records from 1 including the header line
+            # row.number counts records (blank lines excluded) from 1, the header included
             n = (row.number - 2) if row.number is not None else -1
             skipped[n] = f"malformed line: expected {row.expected_columns} fields, found {row.actual_columns}"
             return "skip"
 
-        raw = self._open_binary()
-        counter = _CountingReader(raw)
-        stream = io.BufferedReader(counter, buffer_size=1 << 20)
+        stream, counter = self._open_binary()
+        wanted = self._wanted()
         try:
             reader = pcsv.open_csv(
                 stream,
                 read_options=pcsv.ReadOptions(use_threads=False, block_size=1 << 22, encoding=self.encoding),
-                parse_options=pcsv.ParseOptions(delimiter="\t" if self.fmt == "tsv" else ",", newlines_in_values=True,
-                                                invalid_row_handler=on_invalid,
-                                                quote_char=False if self.fmt == "tsv" else '"'),
+                parse_options=self._parse_options(on_invalid),
                 convert_options=pcsv.ConvertOptions(
-                    include_columns=self._wanted(),
-                    column_types={c: pa.binary() for c in self._wanted()},
+                    include_columns=wanted,
+                    column_types={c: pa.binary() for c in wanted},
                     strings_can_be_null=False, quoted_strings_can_be_null=False),
             )
-        except pa.ArrowInvalid as e:
-            raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({e})", "check the file format and --input-format/--encoding") from None
+        except (pa.ArrowException, OSError, EOFError, ValueError) as e:
+            stream.close()
+            raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({_short(e)})",
+                             "check the file format, --input-format and --encoding") from None
         row = 0
         it = iter(reader)
-        while True:
-            try:
-                b = next(it)
-            except StopIteration:
-                break
-            except pa.ArrowInvalid as e:
-                raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({e})",
-                                 "fix the line, or pass --encoding if the file is not UTF-8") from None
-            n = b.num_rows
-            rows, pre = [], {}
-            texts = b.column(self.text_column).to_pylist()
-            pairs = b.column(self.pair_column).to_pylist() if self.pair_column else None
-            ids = b.column(self.id_column).to_pylist() if self.id_column else None
-            # interleave the skipped malformed lines in their row positions
-            out_t, out_p, out_i = [], [] if pairs is not None else None, [] if ids is not None else None
-            k = 0
-            while k < n:
-                if row in skipped:
-                    pre[row] = skipped.pop(row)
-                    rows.append(row); out_t.append(None)
-                    if out_p is not None: out_p.append(None)
-                    if out_i is not None: out_i.append(None)
-                else:
-                    rows.append(row); out_t.append(texts[k])
-                    if out_p is not None: out_p.append(pairs[k])
-                    if out_i is not None: out_i.append(ids[k])
-                    k += 1
-                row += 1
-            yield RawBatch(rows, out_t, out_p, out_i, pre, counter.count)
-        if skipped:  # malformed lines after the last good row
-            rest = sorted(skipped)
-            yield RawBatch(rest, [None] * len(rest), [None] * len(rest) if self.pair_column else None,
-                           [None] * len(rest) if self.id_column else None, dict(skipped), counter.count)
-        stream.close()
+        try:
+            while True:
+                try:
+                    b = next(it)
+                except StopIteration:
+                    break
+                except UnicodeDecodeError as e:
+                    raise InputError(f"{self.name} near row {row}: invalid {self.encoding} ({_short(e)})",
+                                     "pass --encoding with the file's encoding (e.g. --encoding latin-1)") from None
+                except (pa.ArrowException, OSError, EOFError, ValueError) as e:
+                    raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({_short(e)})",
+                                     "fix the line, or pass --encoding if the file is not UTF-8") from None
+                n = b.num_rows
+                rows, pre = [], {}
+                texts = b.column(self.text_column).to_pylist()
+                pairs = b.column(self.pair_column).to_pylist() if self.pair_column else None
+                ids = b.column(self.id_column).to_pylist() if self.id_column else None
+                # interleave the skipped malformed lines in their row positions
+                out_t, out_p, out_i = [], [] if pairs is not None else None, [] if ids is not None else None
+                k = 0
+                while k < n:
+                    if row in skipped:
+                        pre[row] = skipped.pop(row)
+                        rows.append(row); out_t.append(None)
+                        if out_p is not None: out_p.append(None)
+                        if out_i is not None: out_i.append(None)
+                    else:
+                        rows.append(row); out_t.append(texts[k])
+                        if out_p is not None: out_p.append(pairs[k])
+                        if out_i is not None: out_i.append(ids[k])
+                        k += 1
+                    row += 1
+                yield RawBatch(rows, out_t, out_p, out_i, pre, counter.count)
+            if skipped:  # malformed lines after the last good row
+                rest = sorted(skipped)
+                if rest[0] != row or rest != list(range(row, row + len(rest))):
+                    raise InputError(f"{self.name}: malformed lines at rows {rest[:5]} could not be placed",
+                                     "fix the lines with the wrong number of fields")
+                yield RawBatch(rest, [None] * len(rest), [None] * len(rest) if self.pair_column else None,
+                               [None] * len(rest) if self.id_column else None, dict(skipped), counter.count)
+        finally:
+            stream.close()
 
     def _jsonl_batches(self):
-        fh = self._open_binary()
-        consumed = 0
+        fh, counter = self._open_binary()
         rows, texts, pairs, ids, pre = [], [], [], [], {}
+        row = 0
+        id_kind = None  # the type of the first id: every id must be of the same kind (int or str)
         try:
-            for row, line in enumerate(fh):
-                consumed += len(line)
+            while True:
+                try:
+                    line = fh.readline()
+                except (OSError, EOFError, ValueError, pa.ArrowException) as e:
+                    raise InputError(f"{self.name} near row {row}: cannot read the file ({_short(e)})",
+                                     "check the file is complete and its compression") from None
+                if not line:
+                    break
+                if not line.strip():
+                    continue  # blank lines are not rows
                 rows.append(row)
                 text = pair = ident = None
                 try:
                     obj = json.loads(line.decode(self.encoding))
                     if not isinstance(obj, dict):
-                        raise ValueError("a line must hold a JSON object")
+                        raise ValueError(f"a line must hold a JSON object, not {_json_kind(obj)}")
                     text = obj.get(self.text_column)
                     pair = obj.get(self.pair_column) if self.pair_column else None
                     ident = obj.get(self.id_column) if self.id_column else None
                     if self.text_column not in obj:
                         pre[row] = f"no field '{self.text_column}'"
+                    elif self.pair_column and self.pair_column not in obj:
+                        pre[row] = f"no field '{self.pair_column}'"
+                    elif ident is not None:
+                        kind = "integer" if isinstance(ident, int) and not isinstance(ident, bool) else \
+                            "string" if isinstance(ident, str) else None
+                        if kind is None:
+                            pre[row] = f"id {json.dumps(ident)[:40]} is {_json_kind(ident)}, not a string or an integer"
+                        elif id_kind is None:
+                            id_kind = kind
+                        elif kind != id_kind:
+                            pre[row] = f"id {json.dumps(ident)[:40]} is {'an' if kind == 'integer' else 'a'} {kind}, but the ids before it are {id_kind}s"
                 except UnicodeDecodeError as e:
                     pre[row] = f"invalid {self.encoding} at byte {e.start} of the line"
                 except ValueError as e:
                     pre[row] = f"invalid JSON ({e})"
+                if row in pre:
+                    ident = ident if isinstance(ident, (int, str)) else None
                 texts.append(text); pairs.append(pair); ids.append(ident)
+                row += 1
                 if len(rows) >= self.batch_rows:
-                    yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, consumed)
+                    yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, counter.count)
                     rows, texts, pairs, ids, pre = [], [], [], [], {}
             if rows:
-                yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, consumed)
+                yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, counter.count)
         finally:
             fh.close()
+
+
+def _listing(cols: list[str]) -> str:
+    return ", ".join(repr(c) if (not c or c != c.strip() or "," in c) else c for c in cols) or "none"
+
+
+def _is_textual(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def _json_kind(v) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+            type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _short(e: BaseException) -> str:
+    """An exception's message on one line, not too long."""
+    text = " ".join(str(e).split())
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 class _Prefixed(io.RawIOBase):
@@ -359,3 +474,22 @@ class _Prefixed(io.RawIOBase):
         data = self._rest.read(len(b))
         b[: len(data)] = data
         return len(data)
+
+
+class _NativeRaw(io.RawIOBase):
+    """A pyarrow input stream (e.g. decompressing) as a Python raw binary stream."""
+
+    def __init__(self, native):
+        self._native = native
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        data = self._native.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self):
+        self._native.close()
+        super().close()

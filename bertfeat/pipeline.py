@@ -47,16 +47,34 @@ def _decode(value, what: str, encoding: str = "utf-8") -> tuple[str | None, str 
         try:
             value = bytes(value).decode("utf-8")
         except UnicodeDecodeError as e:
-            return None, f"invalid UTF-8 in the {what} at byte {e.start} (pass --encoding if the file is not UTF-8)"
+            return None, f"invalid UTF-8 at byte {e.start} of the {what}"
     if isinstance(value, float) and value != value:
         return None, f"null {what} (NaN)"
     if not isinstance(value, str):
-        return None, f"non-string {what} ({type(value).__name__} {value!r:.40})"
+        return None, f"non-string {what} ({_kind(value)} {value!r:.40})"
     if not value:
         return None, f"empty {what}"
     if not value.strip():
         return None, f"whitespace-only {what}"
     return value, None
+
+
+def _kind(v) -> str:
+    return {bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}.get(type(v), type(v).__name__)
+
+
+def fix_for(reason: str) -> str:
+    """How to fix a bad row, by its reason."""
+    skip = "or pass --on-bad-row skip to write it to the rejects file and go on"
+    if reason.startswith("invalid UTF-8") or reason.startswith("invalid ") and " at byte " in reason:
+        return f"pass --encoding with the file's encoding (e.g. --encoding latin-1), {skip}"
+    if reason.startswith("malformed line"):
+        return f"fix the line (quote fields that hold the delimiter), {skip}"
+    if reason.startswith("invalid JSON"):
+        return f"fix the line (one JSON object per line), {skip}"
+    if "(--long-text error)" in reason:
+        return "use --long-text truncate/chunk-mean/chunk-max or a larger --max-length, or --on-bad-row skip"
+    return f"fix the row, {skip}"
 
 
 def _id_value(v):
@@ -147,32 +165,40 @@ class PreparedChunk:
 
 
 def prepare_chunk(encoder: Encoder, spec: FeatureSpec, chunk: Chunk, source_name: str, on_bad_row: str) -> PreparedChunk:
-    """Tokenize a chunk; under --long-text error an over-long row is a bad row."""
-    if on_bad_row == "error" and chunk.rejects:
-        r = chunk.rejects[0]
-        raise InputError(f"{source_name} row {r['row']}: {r['reason']}",
-                         "fix the row, or pass --on-bad-row skip to write it to the rejects file and go on")
+    """Tokenize a chunk; under --long-text error an over-long row is a bad row.
+
+    Under ``--on-bad-row error`` the first bad row of the chunk (lowest row number, whatever
+    its reason) raises ``FILE row N: reason - fix``.
+    """
+    if on_bad_row == "error" and chunk.rejects and spec.long_text != "error":
+        _raise_bad_row(source_name, chunk.rejects[0])
+    prepared = None
     while chunk.rows:
         try:
-            return PreparedChunk(chunk, encoder.prepare(chunk.texts, chunk.pairs, spec))
+            prepared = encoder.prepare(chunk.texts, chunk.pairs, spec)
+            break
         except LongTextError as e:
-            bad = set(e.rows.tolist())
-            first = min(bad)
-            tok = encoder.tokenizer.encode([chunk.texts[i] for i in sorted(bad)],
-                                           None if chunk.pairs is None else [chunk.pairs[i] for i in sorted(bad)], spec.max_length)
-            reasons = {i: f"{int(n)} tokens, more than max length {spec.max_length} (--long-text error)" for i, n in zip(sorted(bad), tok.n_tokens)}
-            if on_bad_row == "error":
-                raise InputError(f"{source_name} row {chunk.rows[first]}: {reasons[first]}",
-                                 "use --long-text truncate/chunk-mean/chunk-max, or --on-bad-row skip") from None
-            keep = [i for i in range(len(chunk.rows)) if i not in bad]
-            chunk.rejects += [{"row": chunk.rows[i], "id": None if chunk.ids is None else chunk.ids[i], "reason": reasons[i]}
-                              for i in sorted(bad)]
+            bad = sorted(set(e.rows.tolist()))
+            tok = encoder.tokenizer.encode([chunk.texts[i] for i in bad],
+                                           None if chunk.pairs is None else [chunk.pairs[i] for i in bad], spec.max_length)
+            chunk.rejects += [{"row": chunk.rows[i], "id": None if chunk.ids is None else chunk.ids[i],
+                               "reason": f"{int(n)} tokens, more than max length {spec.max_length} (--long-text error)"}
+                              for i, n in zip(bad, tok.n_tokens)]
             chunk.rejects.sort(key=lambda r: r["row"])
+            if on_bad_row == "error":
+                break
+            keep = [i for i in range(len(chunk.rows)) if i not in set(bad)]
             chunk.rows = [chunk.rows[i] for i in keep]
             chunk.texts = [chunk.texts[i] for i in keep]
             if chunk.pairs is not None: chunk.pairs = [chunk.pairs[i] for i in keep]
             if chunk.ids is not None: chunk.ids = [chunk.ids[i] for i in keep]
-    return PreparedChunk(chunk, None)
+    if on_bad_row == "error" and chunk.rejects:
+        _raise_bad_row(source_name, chunk.rejects[0])
+    return PreparedChunk(chunk, prepared if chunk.rows else None)
+
+
+def _raise_bad_row(source_name: str, r: dict):
+    raise InputError(f"{source_name} row {r['row']}: {r['reason']}", fix_for(r["reason"]))
 
 
 def chunk_table(encoder: Encoder, spec: FeatureSpec, pc: PreparedChunk, id_name: str) -> pa.Table:
@@ -274,12 +300,23 @@ def default_output(input_path: str, fmt: str) -> Path:
         raise InputError("reading standard input needs -o OUTPUT", "add -o features.parquet")
     p = Path(input_path.rstrip("/"))
     if any(ch in input_path for ch in "*?["):
-        p = Path(str(p.parent).split("*")[0].rstrip("/") or ".") / "dataset"
+        # a glob: name the output after the directory above the first wildcard, beside that directory
+        parts = list(_until_glob(Path(input_path).parts))
+        p = Path(*parts) if parts else Path("dataset")
+        if not p.name:
+            p = Path("dataset")
     stem = p.name
     for suf in (".gz", ".bz2", ".zst", ".csv", ".tsv", ".tab", ".parquet", ".pq", ".jsonl", ".ndjson", ".json"):
         if stem.lower().endswith(suf):
             stem = stem[: -len(suf)]
     return p.parent / f"{stem}.features.{fmt}"
+
+
+def _until_glob(parts):
+    for part in parts:
+        if any(ch in part for ch in "*?["):
+            return
+        yield part
 
 
 def output_format(output: Path | None, fmt: str | None) -> str:
@@ -322,8 +359,11 @@ class PartStore:
     def open(self, manifest: dict, resume: bool) -> set[int]:
         """Start or continue: returns the indices of chunks already done."""
         if self.dir.exists() and resume and self.manifest_path.is_file():
-            old = json.loads(self.manifest_path.read_text())
-            diffs = [f"{k}: {old.get(k)!r} -> {manifest.get(k)!r}" for k in manifest if old.get(k) != manifest.get(k)]
+            try:
+                old = json.loads(self.manifest_path.read_text())
+            except (OSError, ValueError):
+                old = {}
+            diffs = manifest_differences(old, manifest)
             if diffs:
                 raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
                                   "rerun without --resume to start over, or use the original settings")
@@ -350,6 +390,46 @@ class PartStore:
 
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights_sha256": "model weights sha256",
+           "layers": "layers", "layer_agg": "layer aggregation", "normalize": "normalize", "max_length": "max length",
+           "long_text": "long text", "stride": "stride", "pooling": "pooling", "text_column": "text column",
+           "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "on_bad_row": "on bad row",
+           "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide"}
+
+
+def manifest_differences(old: dict, new: dict) -> list[str]:
+    """What differs between the manifest of the interrupted run and this run's, in words."""
+    out = []
+    for k in new:
+        a, b = old.get(k), new.get(k)
+        if a == b:
+            continue
+        if k == "input":
+            out += _input_differences(a or {}, b or {})
+        else:
+            out.append(f"{_LABELS.get(k, k)}: {a!r} -> {b!r}")
+    return out
+
+
+def _input_differences(a: dict, b: dict) -> list[str]:
+    if a.get("path") != b.get("path") or a.get("format") != b.get("format"):
+        return [f"input: {a.get('path')!r} -> {b.get('path')!r}"]
+    fa = {f["path"]: f for f in a.get("files", [])}
+    fb = {f["path"]: f for f in b.get("files", [])}
+    out = []
+    for path in sorted(set(fa) | set(fb)):
+        x, y = fa.get(path), fb.get(path)
+        if x is None:
+            out.append(f"input file added: {path}")
+        elif y is None:
+            out.append(f"input file removed: {path}")
+        elif x["size"] != y["size"]:
+            out.append(f"input file changed: {path} (size {x['size']} -> {y['size']} bytes)")
+        elif x["mtime_ns"] != y["mtime_ns"]:
+            out.append(f"input file changed: {path} (modified since the interrupted run)")
+    return out or ["input changed"]
 
 
 def _fsync_file(path: Path):
@@ -414,6 +494,12 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     out_path = Path(opts.output) if opts.output else None
     fmt = output_format(out_path, opts.format)
     out_path = out_path or default_output(opts.input, fmt)
+    if out_path.is_dir():
+        raise BertfeatError(f"the output {out_path} is a directory", "pass -o with a file name, e.g. -o features.parquet")
+    if opts.input != "-" and any(out_path.resolve() == f.resolve() for f in source.files):
+        raise BertfeatError(f"the output {out_path} is the input file", "pass -o with another file name")
+    if opts.wide and fmt == "npy":
+        raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
     if opts.resume and opts.input == "-":
         raise BertfeatError("--resume cannot continue a run that read standard input", "write the input to a file first")
     if opts.threads:
@@ -425,18 +511,24 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     if opts.max_batch_tokens:
         encoder.max_batch_tokens = int(opts.max_batch_tokens)
     spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride)
+    if isinstance(n_components, int) and n_components > encoder.output_dim(spec):
+        raise BertfeatError(f"--pca {n_components} is more components than the {encoder.output_dim(spec)} feature dimensions",
+                            f"choose --pca {encoder.output_dim(spec)} or fewer, or a variance fraction such as 0.95")
     id_name = opts.id_column or "row"
     if id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
         raise BertfeatError(f"--id-column '{id_name}' clashes with an output column", "rename the id column")
     fingerprint = encoder.fingerprint(spec)
     manifest = {
-        "bertfeat_version": __version__, "fingerprint": fingerprint, "input": source.identity(),
+        "bertfeat_version": __version__, **fingerprint, "input": source.identity(),
         "text_column": source.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
-        "encoding": opts.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows,
+        "encoding": source.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows,
         "pca": opts.pca, "format": fmt, "wide": opts.wide,
     }
     store = PartStore(out_path)
-    done = store.open(manifest, opts.resume)
+    try:
+        done = store.open(manifest, opts.resume)
+    except OSError as e:
+        raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})", "check the output directory exists and is writable, or pass -o") from None
     summary = ExtractSummary(chunks_resumed=len(done), pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
     if done:
         progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")
@@ -474,8 +566,15 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         stop.set()
         progress.stop()
 
-    summary.outputs = finalize(store, sorted(order), out_path, fmt, opts, encoder, spec, fingerprint, source, summary,
-                               n_components, id_name)
+    try:
+        summary.outputs = finalize(store, sorted(order), out_path, fmt, opts, encoder, spec, fingerprint, source, summary,
+                                   n_components, id_name)
+    except BertfeatError:
+        store.remove()  # e.g. --pca does not fit the data: a rerun with other settings starts over anyway
+        raise
+    except OSError as e:  # disk full, permissions: the parts stay, so --resume only redoes the writing
+        raise BertfeatError(f"cannot write the output {out_path} ({e.strerror or e})",
+                            "free disk space or fix the permissions, then rerun with --resume") from None
     summary.elapsed = time.perf_counter() - t0
     return summary
 

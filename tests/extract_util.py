@@ -1,0 +1,122 @@
+"""Helpers for the `bertfeat extract` tests (not a test module).
+
+Every test drives the real command line, ``bertfeat.cli.main([...])`` in-process (or a
+subprocess where a real process matters: stdin, SIGKILL), and reads the output back with
+pyarrow / numpy.
+"""
+
+from __future__ import annotations
+
+import atexit
+import csv
+import functools
+import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bertfeat.cli import main
+from bertfeat.encoder import Encoder
+
+TOL = 1e-6
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_model() -> Path:
+    """A small random-weight BERT (hidden 32, 2 layers, uncased vocab, max length 128), made once per process."""
+    from ckpt import cached_checkpoint
+
+    root = Path(tempfile.mkdtemp(prefix="bertfeat-tiny-"))
+    atexit.register(shutil.rmtree, root, True)
+    return cached_checkpoint(root, hidden=32, layers=2, heads=2, max_position=128, seed=7)
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_encoder() -> Encoder:
+    return Encoder(tiny_model())
+
+
+@functools.lru_cache(maxsize=None)
+def minilm() -> Encoder:
+    """The default model, all-MiniLM-L6-v2 (what `bertfeat extract` uses without --model)."""
+    return Encoder()
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    """`bertfeat ARGS` in-process -> (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    rc = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def write_csv(path: Path, header: list[str], rows: list[list], delimiter: str = ",") -> Path:
+    """A CSV/TSV file written by Python's csv module (quotes where needed)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, delimiter=delimiter, lineterminator="\n",
+                   quoting=csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE, escapechar=None)
+    w.writerow(header)
+    w.writerows(rows)
+    path.write_text(buf.getvalue(), encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, objs: list) -> Path:
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs), encoding="utf-8")
+    return path
+
+
+def read_table(path: Path) -> pa.Table:
+    return pq.read_table(path)
+
+
+def embeddings(t: pa.Table) -> np.ndarray:
+    col = t.column("embedding").combine_chunks()
+    return col.values.to_numpy(zero_copy_only=False).reshape(len(t), col.type.list_size)
+
+
+def metadata(path: Path) -> dict:
+    """The provenance of a Parquet output (schema metadata key 'bertfeat')."""
+    return json.loads(pq.read_schema(path).metadata[b"bertfeat"])
+
+
+def assert_close(X: np.ndarray, Y: np.ndarray, tol: float = TOL):
+    assert X.shape == Y.shape, (X.shape, Y.shape)
+    assert X.dtype == np.float32
+    err = float(np.max(np.abs(X.astype(np.float64) - Y.astype(np.float64)))) if X.size else 0.0
+    assert err <= tol, f"max abs difference {err:.3g} > {tol}"
+
+
+def no_leftovers(out: Path) -> list[str]:
+    """Files the run left beside `out` that look like output (the output, its partial dir, temporaries)."""
+    return sorted(p.name for p in out.parent.iterdir()
+                  if p.name.startswith(out.name) or p.name.startswith("." + out.name))
+
+
+def summary_line(err: str, key: str) -> str:
+    """The closing summary line starting with `key` (e.g. 'rows rejected')."""
+    for line in err.splitlines():
+        if line.startswith(key + " ") or line == key:
+            return " ".join(line.split())
+    raise AssertionError(f"no summary line {key!r} in:\n{err}")
+
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A second sentence, with a comma.",
+    'She said "hello" and left.',
+    "Multi-line\ntext in one cell",
+    "Ünïcödé façade naïve café — ok",
+    "short",
+    "What is the capital of France?",
+    "Numbers like 3.14 and 42 are text too.",
+    "   leading and trailing spaces   ",
+    "tab\tinside",
+    "emoji 🙂 and 中文字符",
+    "The last one.",
+]
