@@ -1,0 +1,431 @@
+"""bertfeat.pca.PCA: parity with scikit-learn, streaming, merging, model files, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bertfeat.errors import BertfeatError
+from bertfeat.pca import PCA, NotFittedError, choose_solver
+
+SKLEARN_VERSION = "1.9.1"  # parity (signs, ddof, fraction rule) is pinned to this release
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    """The test machine is small and shared: oversubscribed BLAS threads make LAPACK ~100x slower."""
+    try:
+        import sklearn.decomposition  # noqa: F401  (load scipy's BLAS before limiting it)
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def sk():
+    """scikit-learn, pinned: skip (with the reason) on any other version."""
+    sklearn = pytest.importorskip("sklearn", reason="scikit-learn is a test-only dependency")
+    if sklearn.__version__ != SKLEARN_VERSION:
+        pytest.skip(f"parity is pinned to scikit-learn {SKLEARN_VERSION}, found {sklearn.__version__}")
+    from sklearn.decomposition import PCA as SkPCA
+
+    return SkPCA
+
+
+def known_spectrum(n=1500, d=40, decay=0.8, offset=0.0, seed=0, dtype=np.float64):
+    """Rows with covariance Q diag(decay**i) Q^T (a known, well-separated spectrum) around `offset`."""
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    X = (rng.standard_normal((n, d)) * np.sqrt(decay ** np.arange(d))) @ Q.T + offset
+    return X.astype(dtype)
+
+
+@pytest.fixture(scope="module")
+def real_features(minilm_dir, real_sentences):
+    """all-MiniLM-L6-v2 features (400, 384) float32 of real sentences, by bertfeat's own encoder."""
+    try:
+        from bertfeat import Encoder
+    except ImportError:  # the encoder is not there yet: same model through sentence-transformers
+        st = pytest.importorskip("sentence_transformers")
+        return st.SentenceTransformer(str(minilm_dir), device="cpu").encode(real_sentences)
+    return Encoder(str(minilm_dir)).encode(real_sentences)
+
+
+def assert_parity(ours, theirs, X, comp_tol, transform_atol=None, k=None):
+    """Attributes and transform equal. transform_atol None (float32): what the component
+    difference implies, max_i ||ours_i - theirs_i||_2 * max row norm, plus float32 rounding."""
+    k = k or theirs.n_components_
+    assert ours.n_components_ == theirs.n_components_
+    np.testing.assert_allclose(ours.components_[:k], theirs.components_[:k], rtol=0, atol=comp_tol)
+    np.testing.assert_allclose(ours.explained_variance_ratio_, theirs.explained_variance_ratio_, rtol=0, atol=1e-7)
+    rtol = 1e-5 if X.dtype == np.float32 else 1e-9
+    top = theirs.explained_variance_[0]
+    np.testing.assert_allclose(ours.explained_variance_[:k], theirs.explained_variance_[:k], rtol=rtol, atol=rtol * 1e-3 * top)
+    np.testing.assert_allclose(ours.singular_values_[:k], theirs.singular_values_[:k], rtol=rtol)
+    # scikit-learn averages float32 input in float32; ours is float64
+    np.testing.assert_allclose(ours.mean_, theirs.mean_, rtol=1e-5 if X.dtype == np.float32 else 0, atol=1e-6 if X.dtype == np.float32 else 1e-12)
+    np.testing.assert_allclose(ours.noise_variance_, theirs.noise_variance_, rtol=1e-4 if X.dtype == np.float32 else 1e-9, atol=1e-12)
+    assert ours.n_samples_ == theirs.n_samples_ and ours.n_features_in_ == theirs.n_features_in_
+    Y, Ys = ours.transform(X), theirs.transform(X)
+    assert Y.dtype == X.dtype
+    if transform_atol is None:
+        comp_err = np.linalg.norm(ours.components_[:k] - theirs.components_[:k], axis=1).max()
+        transform_atol = (comp_err + 1e-6) * row_norm(X)
+    np.testing.assert_allclose(Y[:, :k], Ys[:, :k], rtol=0, atol=transform_atol)
+
+
+# -- parity with scikit-learn PCA(svd_solver="full") -------------------------------------------
+
+
+@pytest.mark.parametrize("solver", ["svd", "covariance", "auto"])
+def test_parity_float64_known_spectrum(sk, solver):
+    X = known_spectrum(offset=3.0)
+    ours = PCA(10, solver=solver).fit(X)
+    assert_parity(ours, sk(10, svd_solver="full").fit(X), X, comp_tol=1e-9, transform_atol=1e-9)
+    # the known spectrum is recovered (sample noise aside)
+    assert ours.explained_variance_[0] == pytest.approx(1.0, rel=0.15)
+
+
+def row_norm(X) -> float:
+    return float(np.linalg.norm(X - X.mean(0), axis=1).max())
+
+
+@pytest.mark.parametrize("solver", ["svd", "covariance"])
+def test_parity_float32_known_spectrum(sk, solver):
+    X = known_spectrum(d=64, decay=0.9, offset=0.5, dtype=np.float32)
+    ours = PCA(16, solver=solver).fit(X)
+    # scikit-learn's float32 transform carries its float32 component error times the row norm
+    assert_parity(ours, sk(16, svd_solver="full").fit(X), X, comp_tol=1e-5)
+    # ours is computed in float64 and only rounded at the end: close to the float64 answer
+    exact = sk(16, svd_solver="full").fit(X.astype(np.float64))
+    np.testing.assert_allclose(ours.components_, exact.components_, atol=1e-9)
+    np.testing.assert_allclose(ours.transform(X), exact.transform(X.astype(np.float64)), atol=1e-6 * row_norm(X))
+
+
+def test_parity_whiten(sk):
+    X = known_spectrum(offset=1.0)
+    ours, theirs = PCA(8, whiten=True).fit(X), sk(8, svd_solver="full", whiten=True).fit(X)
+    assert_parity(ours, theirs, X, comp_tol=1e-9, transform_atol=1e-9)
+    Y = ours.transform(X)
+    np.testing.assert_allclose(Y.var(axis=0, ddof=1), 1.0, atol=1e-9)  # whitened: unit variance
+    np.testing.assert_allclose(ours.inverse_transform(Y), theirs.inverse_transform(Y), atol=1e-9)
+
+
+@pytest.mark.parametrize("fraction", [0.5, 0.9, 0.95, 0.99])
+def test_parity_fractional_n_components(sk, fraction):
+    X = known_spectrum()
+    ours, theirs = PCA(fraction).fit(X), sk(fraction, svd_solver="full").fit(X)
+    assert ours.n_components_ == theirs.n_components_
+    assert_parity(ours, theirs, X, comp_tol=1e-9, transform_atol=1e-9)
+    # the rule: the smallest k whose cumulative ratio exceeds the fraction
+    assert ours.explained_variance_ratio_.sum() > fraction
+    assert ours.explained_variance_ratio_[:-1].sum() <= fraction
+
+
+def test_parity_wide_data_n_smaller_than_d(sk):
+    X = known_spectrum(n=30, d=50, decay=0.9)
+    for solver in ("svd", "covariance"):
+        ours = PCA(solver=solver).fit(X)
+        theirs = sk(svd_solver="full").fit(X)
+        assert ours.n_components_ == 30
+        # rank 29 after centring: the 30th direction is arbitrary, compare the determined ones
+        assert_parity(ours, theirs, X, comp_tol=1e-9, transform_atol=1e-9, k=29)
+
+
+def test_parity_real_minilm_features(sk, real_features):
+    X32 = np.asarray(real_features, dtype=np.float32)
+    assert X32.shape == (400, 384)
+    # float64: every determined component (the spectrum has a few exactly-null directions)
+    X64 = X32.astype(np.float64)
+    theirs64 = sk(svd_solver="full").fit(X64)
+    ours64 = PCA().fit(X64)
+    assert ours64.fit_solver_ == "covariance"
+    rank = int((theirs64.explained_variance_ > 1e-12 * theirs64.explained_variance_[0]).sum())
+    assert rank >= 370
+    assert_parity(ours64, theirs64, X64, comp_tol=1e-9, transform_atol=1e-9, k=rank)
+    # float32: scikit-learn works in float32; its rounding stays under 1e-5 for the top 32
+    # components (further down the eigen-gaps shrink and its own float32 error grows)
+    ours32, theirs32 = PCA(32).fit(X32), sk(32, svd_solver="full").fit(X32)
+    assert_parity(ours32, theirs32, X32, comp_tol=1e-5)
+    np.testing.assert_allclose(ours32.transform(X32), theirs64.transform(X64)[:, :32], atol=1e-6 * row_norm(X32))
+    # our float32 fit is computed in float64: it equals scikit-learn's float64 fit
+    np.testing.assert_allclose(ours32.components_, theirs64.components_[:32], atol=1e-9)
+    # and streaming the real features in chunks gives the same model
+    stream = PCA(32)
+    for chunk in np.array_split(X32, 7):
+        stream.partial_fit(chunk)
+    np.testing.assert_allclose(stream.components_, ours32.components_, atol=1e-9)
+
+
+def test_sign_rule_largest_loading_positive():
+    X = known_spectrum(d=20)
+    for solver in ("svd", "covariance"):
+        C = PCA(solver=solver).fit(X).components_
+        assert (C[np.arange(len(C)), np.abs(C).argmax(axis=1)] > 0).all()
+
+
+# -- streaming and merging ---------------------------------------------------------------------
+
+
+def test_partial_fit_ten_chunks_equals_fit():
+    X = known_spectrum(n=3000, d=30, offset=2.0)
+    full = PCA(12, solver="svd").fit(X)
+    stream = PCA(12)
+    for chunk in np.array_split(X, 10):
+        stream.partial_fit(chunk)
+    assert stream.n_samples_ == 3000
+    for name in ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_"):
+        np.testing.assert_allclose(getattr(stream, name), getattr(full, name), rtol=0, atol=1e-8, err_msg=name)
+    assert stream.noise_variance_ == pytest.approx(full.noise_variance_, abs=1e-8)
+    np.testing.assert_allclose(stream.transform(X), full.transform(X), atol=1e-8)
+
+
+def test_merge_of_three_partial_fits_equals_one_fit():
+    X = known_spectrum(n=2400, d=25)
+    parts = [X[:300], X[300:1500], X[1500:]]
+    workers = [PCA(10).partial_fit(p + 0.0) for p in parts]
+    merged = workers[0].merge(workers[1]).merge(workers[2])
+    full = PCA(10, solver="svd").fit(X)
+    assert merged.n_samples_ == 2400
+    np.testing.assert_allclose(merged.components_, full.components_, atol=1e-8)
+    np.testing.assert_allclose(merged.explained_variance_, full.explained_variance_, atol=1e-8)
+    np.testing.assert_allclose(merged.mean_, full.mean_, atol=1e-8)
+    # merge leaves its inputs alone, and order does not matter
+    assert workers[0].n_samples_ == 300
+    other_order = workers[2].merge(workers[0]).merge(workers[1])
+    np.testing.assert_allclose(other_order.components_, full.components_, atol=1e-8)
+
+
+def test_large_offset_keeps_accuracy():
+    # mean 1e4, standard deviations 1e-2 .. 1e-3: a naive sum of X^T X loses everything here
+    rng = np.random.default_rng(1)
+    d = 20
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    X = (rng.standard_normal((4000, d)) * np.geomspace(1e-2, 1e-3, d)) @ Q.T + 1e4
+    exact = PCA(8, solver="svd").fit(X)
+    stream = PCA(8)
+    for chunk in np.array_split(X, 10):
+        stream.partial_fit(chunk)
+    merged = PCA(8).partial_fit(X[:1000]).merge(PCA(8).partial_fit(X[1000:] - 0.0))
+    for est in (stream, merged, PCA(8, solver="covariance").fit(X)):
+        np.testing.assert_allclose(est.components_, exact.components_, atol=1e-8)
+        np.testing.assert_allclose(est.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-8)
+        np.testing.assert_allclose(est.explained_variance_, exact.explained_variance_, rtol=1e-8)
+        np.testing.assert_allclose(est.mean_, exact.mean_, rtol=0, atol=1e-9)
+
+
+def test_partial_fit_is_lazy_and_bad_chunk_leaves_state_untouched():
+    X = known_spectrum(n=500, d=10)
+    pca = PCA(3).partial_fit(X[:250])
+    assert pca._result_ is None  # nothing decomposed yet
+    before = pca.components_.copy()
+    bad = X[250:].copy()
+    bad[7, 4] = np.nan
+    with pytest.raises(BertfeatError):
+        pca.partial_fit(bad)
+    assert pca.n_samples_ == 250
+    np.testing.assert_array_equal(pca.components_, before)
+
+
+def test_randomized_matches_exact_top_components():
+    X = known_spectrum(n=600, d=150, decay=0.9)
+    exact = PCA(20, solver="svd").fit(X)
+    rand = PCA(20, solver="randomized", random_state=0).fit(X)
+    assert rand.fit_solver_ == "randomized"
+    np.testing.assert_allclose(rand.components_, exact.components_, atol=1e-3)
+    np.testing.assert_allclose(rand.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-3)
+    assert rand.noise_variance_ == pytest.approx(exact.noise_variance_, rel=1e-3)
+    # seeded: reproducible
+    again = PCA(20, solver="randomized", random_state=0).fit(X)
+    np.testing.assert_array_equal(again.components_, rand.components_)
+
+
+def test_choose_solver_policy():
+    assert choose_solver("auto", 100_000, 768, 100) == "covariance"
+    assert choose_solver("auto", 300, 200, 10) == "covariance"
+    assert choose_solver("auto", 50, 200, 10) == "svd"
+    assert choose_solver("auto", 5_000, 20_000, 100) == "randomized"
+    assert choose_solver("auto", 5_000, 20_000, 0.9) == "svd"
+    assert choose_solver("svd", 100_000, 768, 100) == "svd"
+
+
+def test_dtypes_and_fit_transform():
+    X = known_spectrum(n=200, d=12)
+    assert PCA(3).fit(X.astype(np.float32)).transform(X.astype(np.float32)).dtype == np.float32
+    ints = np.round(X * 10).astype(np.int64)
+    Y = PCA(3).fit_transform(ints)
+    assert Y.dtype == np.float64 and Y.shape == (200, 3)
+    np.testing.assert_allclose(Y, PCA(3).fit(ints).transform(ints))
+    full = PCA().fit(X)
+    assert full.n_components_ == 12 and full.noise_variance_ == 0.0
+    np.testing.assert_allclose(full.inverse_transform(full.transform(X)), X, atol=1e-10)
+
+
+# -- model file and fingerprint ------------------------------------------------------------------
+
+FP = {"model_id": "sentence-transformers/all-MiniLM-L6-v2", "weights_sha256": "ab12", "pooling": "mean", "layers": [-1], "normalize": False}
+
+
+@pytest.mark.parametrize("whiten", [False, True])
+def test_save_load_transform_round_trip_is_exact(tmp_path, whiten):
+    X = known_spectrum(n=800, d=30)
+    pca = PCA(0.9, whiten=whiten).fit(X)
+    path = pca.save(tmp_path / "pca.npz", fingerprint=FP)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pca.npz"]  # no temp file left
+    with np.load(path, allow_pickle=False) as z:  # no pickle inside
+        meta = json.loads(str(z["meta"]))
+    assert meta["format"] == "bertfeat-pca" and meta["fingerprint"] == FP and meta["params"]["whiten"] is whiten
+    loaded = PCA.load(path)
+    for name in ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_", "all_explained_variance_"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(pca, name), err_msg=name)
+    for name in ("n_components_", "n_samples_", "n_features_in_", "noise_variance_", "total_variance_", "whiten", "n_components"):
+        assert getattr(loaded, name) == getattr(pca, name), name
+    for dtype in (np.float32, np.float64):
+        Xd = X.astype(dtype)
+        np.testing.assert_array_equal(loaded.transform(Xd), pca.transform(Xd))
+    np.testing.assert_array_equal(loaded.inverse_transform(pca.transform(X)), pca.inverse_transform(pca.transform(X)))
+    assert loaded.fingerprint_ == FP
+
+
+def test_saved_statistics_keep_streaming(tmp_path):
+    X = known_spectrum(n=1000, d=15)
+    first = PCA(5).partial_fit(X[:600])
+    first.save(tmp_path / "part.npz", include_stats=True)
+    resumed = PCA.load(tmp_path / "part.npz").partial_fit(X[600:])
+    np.testing.assert_allclose(resumed.components_, PCA(5, solver="svd").fit(X).components_, atol=1e-9)
+
+
+def test_fingerprint_refused_unless_forced():
+    pca = PCA(2).fit(known_spectrum(n=50, d=5))
+    pca.fingerprint_ = dict(FP)
+    assert pca.check_fingerprint(dict(FP)) == []
+    other = FP | {"pooling": "cls", "weights_sha256": "ff00"}
+    with pytest.raises(BertfeatError) as e:
+        pca.check_fingerprint(other)
+    assert e.value.what == (
+        'the features come from a different source than the PCA was fitted on '
+        '(pooling: model "mean" vs features "cls"; weights_sha256: model "ab12" vs features "ff00")'
+    )
+    assert e.value.fix == (
+        "transform features extracted with the same model and settings, or pass --force (force=True) to transform anyway"
+    )
+    missing = {k: v for k, v in FP.items() if k != "normalize"}
+    with pytest.raises(BertfeatError, match=r"normalize: model false vs features <missing>"):
+        pca.check_fingerprint(missing)
+    assert [d[0] for d in pca.check_fingerprint(other, force=True)] == ["pooling", "weights_sha256"]
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(BertfeatError) as e:
+        PCA.load(tmp_path / "nope.npz")
+    assert e.value.message == f"PCA model file not found: {tmp_path / 'nope.npz'} - check the path, or fit one with `bertfeat pca fit`"
+    np.savez(tmp_path / "other.npz", a=np.zeros(3))
+    with pytest.raises(BertfeatError, match="is not a bertfeat PCA model"):
+        PCA.load(tmp_path / "other.npz")
+
+
+# -- bad input: every message, exactly ------------------------------------------------------------
+
+
+def _message(fn) -> str:
+    with pytest.raises(BertfeatError) as e:
+        fn()
+    return e.value.message
+
+
+def test_error_n_components_too_large():
+    X = known_spectrum(n=30, d=8)
+    assert _message(lambda: PCA(9).fit(X)) == (
+        "n_components=9 is larger than min(n_samples, n_features) = min(30, 8) = 8 - "
+        "choose n_components <= 8, or a fraction such as 0.95 to keep 95% of the variance"
+    )
+    assert _message(lambda: PCA(6).fit(X[:5])) == (
+        "n_components=6 is larger than min(n_samples, n_features) = min(5, 8) = 5 - "
+        "choose n_components <= 5, or a fraction such as 0.95 to keep 95% of the variance"
+    )
+    # streaming: too many for the width at once, too many for the rows when decomposing
+    assert _message(lambda: PCA(9).partial_fit(X)) == (
+        "n_components=9 is larger than n_features = 8 - choose n_components <= 8, or a fraction such as 0.95 to keep 95% of the variance"
+    )
+    assert "min(4, 8) = 4" in _message(lambda: PCA(6).partial_fit(X[:4]).components_)
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.0, 1.5, -0.2])
+def test_error_fraction_outside_unit_interval(bad):
+    assert _message(lambda: PCA(bad).fit(known_spectrum(n=20, d=4))) == (
+        f"n_components={bad!r} is outside (0, 1): a float n_components is the fraction of variance to keep - "
+        "pass a fraction strictly between 0 and 1 (e.g. 0.95) or a whole number of components (e.g. 100)"
+    )
+
+
+def test_error_other_bad_params():
+    X = known_spectrum(n=20, d=4)
+    assert _message(lambda: PCA(0).fit(X)) == (
+        "n_components=0 is not positive - pass a whole number of components >= 1 (e.g. 100) or a fraction in (0, 1) (e.g. 0.95)"
+    )
+    assert _message(lambda: PCA(2, solver="arpack").fit(X)) == "unknown solver 'arpack' - use one of: auto, svd, covariance, randomized"
+    assert _message(lambda: PCA(0.5, solver="randomized").fit(X)).startswith("a fractional n_components needs the whole spectrum")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("solver", ["svd", "covariance", "randomized"])
+def test_error_nan_or_inf_names_row_and_column(value, solver):
+    X = known_spectrum(n=50, d=6)
+    X[17, 4] = value
+    X[30, 1] = value
+    assert _message(lambda: PCA(2, solver=solver).fit(X)) == (
+        f"features contain NaN or inf: 2 value(s), first at row 17, column 4 ({value}) - remove or repair those rows before fitting"
+    )
+
+
+def test_error_nan_in_later_chunk_counts_global_rows():
+    X = known_spectrum(n=100, d=6)
+    pca = PCA(2).partial_fit(X[:60])
+    bad = X[60:].copy()
+    bad[5, 2] = np.nan
+    assert _message(lambda: pca.partial_fit(bad)) == (
+        "features contain NaN or inf: 1 value(s), first at row 65, column 2 (nan) - remove or repair those rows before fitting"
+    )
+    good = pca.partial_fit(X[60:])
+    bad_t = X[:10].astype(np.float32)
+    bad_t[3, 0] = np.inf
+    assert _message(lambda: good.transform(bad_t, row_offset=1000)) == (
+        "features contain NaN or inf: 1 value(s), first at row 1003, column 0 (inf) - remove or repair those rows before transforming"
+    )
+
+
+def test_error_fewer_than_two_rows():
+    X = known_spectrum(n=5, d=3)
+    msg = "PCA needs at least 2 rows to fit, got 1 - fit on the features of at least 2 texts"
+    assert _message(lambda: PCA(1).fit(X[:1])) == msg
+    assert _message(lambda: PCA(1).partial_fit(X[:1]).components_) == msg
+
+
+def test_error_dimension_mismatch_and_shape():
+    pca = PCA(2).fit(known_spectrum(n=30, d=6))
+    assert _message(lambda: pca.transform(np.zeros((3, 7)))) == (
+        "X has 7 features but this PCA was fitted on 6 features - "
+        "transform features from the same model, pooling and layers the PCA was fitted on"
+    )
+    assert _message(lambda: pca.transform(np.zeros(6))) == (
+        "expected a 2-D array (n_samples, n_features), got shape (6,) - "
+        "pass a matrix with one row per sample; reshape a single sample with X.reshape(1, -1)"
+    )
+    assert _message(lambda: PCA(2).partial_fit(np.zeros((4, 6))).partial_fit(np.zeros((4, 5)))) == (
+        "X has 5 features but earlier chunks had 6 - pass chunks of the same feature matrix (same model, pooling and layers)"
+    )
+
+
+def test_error_transform_before_fit():
+    pca = PCA(2)
+    assert _message(lambda: pca.transform(np.zeros((2, 3)))) == (
+        "this PCA is not fitted yet - call fit(X) or partial_fit(X) first, or load a saved model with PCA.load(path)"
+    )
+    assert not hasattr(pca, "components_")  # NotFittedError is also an AttributeError
+    with pytest.raises(NotFittedError):
+        pca.save("never.npz")
