@@ -1,0 +1,248 @@
+"""bertfeat.features: feature files (Parquet / .npy / .csv), streaming and atomic."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bertfeat.errors import BertfeatError
+from bertfeat.features import (
+    FeatureWriter,
+    feature_fingerprint,
+    ids_sidecar_path,
+    iter_features,
+    open_features,
+    provenance_path,
+    read_feature_metadata,
+    read_features,
+)
+
+N, D = 1000, 12
+META = {
+    "version": "0.1.0",
+    "model": "all-MiniLM-L6-v2",
+    "fingerprint": {"model_id": "m", "weights_sha256": "ab", "pooling": "mean", "layers": [-1], "normalize": True},
+    "pooling": "mean",
+}
+EXTRAS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()}
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((N, D)).astype(np.float32) * np.float32(3.7)
+    ids = [f"doc-{i:04d}" for i in range(N)]
+    extras = {
+        "n_tokens": np.arange(N, dtype=np.int32) % 97,
+        "truncated": np.arange(N) % 3 == 0,
+        "n_chunks": np.ones(N, dtype=np.int32),
+    }
+    return ids, X, extras
+
+
+def write_chunks(path, ids, X, extras, chunk=128, **kw):
+    kw = {"dim": D, "id_name": "doc_id", "id_type": pa.string(), "metadata": META, "extra_columns": EXTRAS} | kw
+    with FeatureWriter(path, **kw) as w:
+        for i in range(0, len(X), chunk):
+            w.write(ids[i : i + chunk], X[i : i + chunk], {k: v[i : i + chunk] for k, v in extras.items()})
+            assert not path.exists()  # nothing at the destination before close
+    return path
+
+
+CASES = [("out.parquet", {}), ("wide.parquet", {"wide": True}), ("out.npy", {}), ("out.csv", {})]
+
+
+@pytest.mark.parametrize("name,kw", CASES)
+def test_round_trip(tmp_path, data, name, kw):
+    ids, X, extras = data
+    path = write_chunks(tmp_path / name, ids, X, extras, **kw)
+    got_ids, got_X, meta = read_features(path)
+    assert got_X.dtype == np.float32 and got_X.shape == (N, D)
+    np.testing.assert_array_equal(got_X, X)  # exact, CSV included
+    assert got_ids == ids
+    assert meta["rows"] == N and meta["model"] == "all-MiniLM-L6-v2" and meta["fingerprint"] == META["fingerprint"]
+    assert meta["layout"]["id_column"] == "doc_id" and meta["layout"]["dim"] == D
+    assert read_feature_metadata(path) == meta
+    # extras come back with their types and values, in order, when streamed in odd chunks
+    seen = 0
+    for chunk_ids, chunk_X, chunk_extras in iter_features(path, batch_rows=333, with_extras=True):
+        assert len(chunk_ids) == chunk_X.shape[0] <= 333
+        for col, typ in EXTRAS.items():
+            assert chunk_extras[col].type == typ
+            np.testing.assert_array_equal(chunk_extras[col].to_numpy(zero_copy_only=False), extras[col][seen : seen + len(chunk_ids)])
+        seen += len(chunk_ids)
+    assert seen == N
+    # no temporary files are left behind
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_parquet_layout_and_metadata(tmp_path, data):
+    ids, X, extras = data
+    path = write_chunks(tmp_path / "f.parquet", ids, X, extras)
+    schema = pq.read_schema(path)
+    assert schema.names == ["doc_id", "embedding", "n_tokens", "truncated", "n_chunks"]
+    assert schema.field("embedding").type == pa.list_(pa.float32(), D)
+    assert schema.field("doc_id").type == pa.string()
+    # the schema metadata itself carries the final row count (not the placeholder written at open)
+    meta = json.loads(schema.metadata[b"bertfeat"])
+    assert meta["rows"] == N and meta["layout"]["rows"] == N
+    table = pq.read_table(path)
+    np.testing.assert_array_equal(np.stack(table.column("embedding").to_pylist()).astype(np.float32), X)
+
+
+def test_parquet_wide_columns(tmp_path, data):
+    ids, X, extras = data
+    path = write_chunks(tmp_path / "w.parquet", ids, X, extras, wide=True)
+    schema = pq.read_schema(path)
+    assert schema.names == ["doc_id", *[f"f{j}" for j in range(D)], "n_tokens", "truncated", "n_chunks"]
+    assert all(schema.field(f"f{j}").type == pa.float32() for j in range(D))
+
+
+def test_parquet_row_groups_are_bounded(tmp_path, data):
+    ids, X, extras = data
+    path = write_chunks(tmp_path / "rg.parquet", ids, X, extras, chunk=7, row_group_rows=300)
+    md = pq.ParquetFile(path).metadata
+    assert [md.row_group(i).num_rows for i in range(md.num_row_groups)] == [300, 300, 300, 100]
+
+
+def test_npy_layout(tmp_path, data):
+    ids, X, extras = data
+    path = write_chunks(tmp_path / "f.npy", ids, X, extras)
+    arr = np.load(path)  # a plain .npy: NumPy reads it without bertfeat
+    assert arr.dtype == np.float32 and arr.shape == (N, D)
+    np.testing.assert_array_equal(arr, X)
+    assert ids_sidecar_path(path).name == "f.ids.csv" and provenance_path(path).name == "f.npy.json"
+    with open(ids_sidecar_path(path), newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["doc_id", "n_tokens", "truncated", "n_chunks"]
+    assert rows[1] == ["doc-0000", "0", "true", "1"] and len(rows) == N + 1
+    assert json.loads(provenance_path(path).read_text())["rows"] == N
+
+
+def test_csv_layout(tmp_path, data):
+    ids, X, extras = data
+    path = write_chunks(tmp_path / "f.csv", ids, X, extras)
+    with open(path, newline="") as f:
+        header = next(csv.reader(f))
+    assert header == ["doc_id", "n_tokens", "truncated", "n_chunks", *[f"f{j}" for j in range(D)]]
+    assert json.loads(provenance_path(path).read_text())["layout"]["format"] == "csv"
+
+
+def test_default_row_ids_and_metadata_update(tmp_path):
+    X = np.arange(20, dtype=np.float32).reshape(10, 2)
+    with FeatureWriter(tmp_path / "r.parquet", dim=2, metadata={"rows": None, "model": "x"}) as w:
+        w.write(None, X[:4])
+        w.write(None, X[4:])
+        path = w.close({"rows": {"read": 11, "written": 10}, "pca": {"n_components": 2}})
+    ids, got, meta = read_features(path)
+    np.testing.assert_array_equal(ids, np.arange(10))
+    assert ids.dtype == np.int64
+    assert meta["rows"] == {"read": 11, "written": 10} and meta["pca"] == {"n_components": 2}
+    assert meta["layout"]["rows"] == 10 and meta["layout"]["id_column"] == "row"
+
+
+@pytest.mark.parametrize("name", ["x.parquet", "x.npy", "x.csv"])
+def test_exception_inside_context_leaves_nothing(tmp_path, name):
+    path = tmp_path / name
+    with pytest.raises(RuntimeError):
+        with FeatureWriter(path, dim=3) as w:
+            w.write(None, np.ones((5, 3)))
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_abort_keeps_an_existing_file(tmp_path):
+    path = tmp_path / "keep.parquet"
+    with FeatureWriter(path, dim=2) as w:
+        w.write(None, np.zeros((3, 2)))
+    before = path.read_bytes()
+    w = FeatureWriter(path, dim=2)
+    w.write(None, np.ones((8, 2)))
+    assert path.read_bytes() == before  # until close, the old file is untouched
+    w.abort()
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.parquet"]
+
+
+def test_writer_copies_caller_buffers(tmp_path):
+    buf = np.zeros((4, 3), dtype=np.float32)
+    with FeatureWriter(tmp_path / "b.parquet", dim=3) as w:
+        for i in range(3):
+            buf[:] = i
+            w.write(None, buf)  # the caller reuses its buffer; buffered rows must not change
+    _, X, _ = read_features(tmp_path / "b.parquet")
+    np.testing.assert_array_equal(X[:, 0], np.repeat([0, 1, 2], 4))
+
+
+def test_streaming_reads_parquet_in_batches(tmp_path, data):
+    ids, X, extras = data
+    path = write_chunks(tmp_path / "s.parquet", ids, X, extras, row_group_rows=100)
+    sizes = [x.shape[0] for _, x in iter_features(path, batch_rows=64)]
+    assert max(sizes) <= 64 and sum(sizes) == N and len(sizes) >= N // 64
+
+
+def test_foreign_parquet_without_metadata(tmp_path):
+    X = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    pq.write_table(pa.table({"key": ["a", "b", "c", "d", "e"], **{f"f{j}": X[:, j] for j in range(4)}, "label": [1, 0, 1, 0, 1]}), tmp_path / "foreign.parquet")
+    src = open_features(tmp_path / "foreign.parquet")
+    assert (src.id_name, src.dim, src.wide, list(src.extra_columns)) == ("key", 4, True, ["label"])
+    ids, got, meta = read_features(tmp_path / "foreign.parquet")
+    assert ids == ["a", "b", "c", "d", "e"] and meta == {}
+    np.testing.assert_array_equal(got, X)
+
+
+def test_npy_without_sidecar_uses_row_numbers(tmp_path):
+    X = np.arange(12, dtype=np.float64).reshape(4, 3)
+    np.save(tmp_path / "plain.npy", X)
+    ids, got, meta = read_features(tmp_path / "plain.npy")
+    np.testing.assert_array_equal(ids, np.arange(4))
+    assert got.dtype == np.float32 and meta == {}
+
+
+def test_feature_fingerprint():
+    assert feature_fingerprint(META) == META["fingerprint"]
+    assert feature_fingerprint({"model_id": "m", "pooling": "cls", "other": 1}) == {"model_id": "m", "pooling": "cls"}
+    assert feature_fingerprint({}) is None
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+def _message(fn) -> str:
+    with pytest.raises(BertfeatError) as e:
+        fn()
+    return e.value.message
+
+
+def test_error_missing_file(tmp_path):
+    path = tmp_path / "nope.parquet"
+    expected = f"feature file not found: {path} - check the path, or write it with `bertfeat extract`"
+    assert _message(lambda: read_features(path)) == expected
+    assert _message(lambda: read_feature_metadata(path)) == expected
+    assert _message(lambda: list(iter_features(path))) == expected
+
+
+def test_error_no_feature_columns(tmp_path):
+    pq.write_table(pa.table({"id": [1, 2], "text": ["a", "b"]}), tmp_path / "t.parquet")
+    assert _message(lambda: read_features(tmp_path / "t.parquet")) == (
+        f"{tmp_path / 't.parquet'} has no feature columns: expected 'embedding' or f0..f{{d-1}}, found ['id', 'text'] - "
+        "pass a feature file written by `bertfeat extract`"
+    )
+
+
+def test_error_bad_chunks(tmp_path):
+    w = FeatureWriter(tmp_path / "e.parquet", dim=4, extra_columns={"n_tokens": pa.int32()})
+    assert _message(lambda: w.write(None, np.zeros((2, 3)))) == "feature chunk has shape (2, 3), expected (rows, 4) - pass a 2-D array with 4 columns"
+    assert _message(lambda: w.write([1, 2, 3], np.zeros((2, 4)))) == "column 'row' has 3 values for 2 feature rows - pass one value per row"
+    assert _message(lambda: w.write(None, np.zeros((2, 4)), {"oops": [1, 2]})) == (
+        "extra column(s) ['oops'] were not declared - list them in extra_columns= when creating the FeatureWriter"
+    )
+    w.abort()
+    assert list(tmp_path.iterdir()) == []
+    assert _message(lambda: FeatureWriter(tmp_path / "z.parquet", dim=0)) == "FeatureWriter needs the feature width dim >= 1, got 0 - pass dim=d"
+    assert _message(lambda: FeatureWriter(tmp_path / "z.parquet", fmt="hdf5", dim=2)) == "unknown feature format 'hdf5' - use one of: parquet, npy, csv"
