@@ -1,0 +1,107 @@
+"""bertfeat.report: the numbers of the explained-variance report, its files and its table."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from bertfeat.pca import PCA
+from bertfeat.report import build_pca_report, render_pca_report, write_pca_report
+
+SOURCE = {"features": "train.parquet", "fingerprint": {"model_id": "m", "pooling": "mean", "layers": [-1]}}
+
+
+@pytest.fixture(scope="module")
+def X():
+    rng = np.random.default_rng(3)
+    d = 30
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    return (rng.standard_normal((2000, d)) * np.sqrt(0.75 ** np.arange(d))) @ Q.T + 5.0
+
+
+@pytest.fixture(scope="module")
+def fitted(X):
+    return PCA(6).fit(X)
+
+
+def independent_spectrum(X):
+    """Eigenvalues of the ddof=1 covariance, straight from NumPy, descending."""
+    return np.sort(np.linalg.eigvalsh(np.cov(X, rowvar=False)))[::-1]
+
+
+def test_report_numbers_match_an_independent_computation(X, fitted):
+    report = build_pca_report(fitted, SOURCE)
+    ev = independent_spectrum(X)
+    ratio = ev / ev.sum()
+    cum = np.cumsum(ratio)
+    assert (report["n_samples"], report["n_features"], report["n_components"]) == (2000, 30, 6)
+    np.testing.assert_allclose(report["components"]["explained_variance"], ev, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(report["components"]["explained_variance_ratio"], ratio, atol=1e-12)
+    np.testing.assert_allclose(report["components"]["cumulative_ratio"], cum, atol=1e-12)
+    assert report["variance_kept"] == pytest.approx(cum[5], abs=1e-12)
+    assert report["total_variance"] == pytest.approx(np.var(X, axis=0, ddof=1).sum(), rel=1e-12)
+    # thresholds by a plain loop: the first k whose cumulative ratio exceeds t
+    for entry in report["thresholds"]:
+        expected = next(i + 1 for i, c in enumerate(cum) if c > entry["fraction"])
+        assert entry["components"] == expected
+    assert [t["fraction"] for t in report["thresholds"]] == [0.8, 0.9, 0.95, 0.99]
+    assert [t["components"] for t in report["thresholds"]] == [6, 8, 11, 16]  # for this spectrum, pinned
+    assert report["source"] == SOURCE and report["spectrum_complete"] is True
+
+
+def test_reconstruction_error_equals_actual_reconstruction(X, fitted):
+    report = build_pca_report(fitted)
+    X_hat = fitted.inverse_transform(fitted.transform(X))
+    actual = np.mean(np.sum((X - X_hat) ** 2, axis=1))  # mean over rows of the squared error
+    rec = report["reconstruction"]
+    assert rec["mse_per_sample"] == pytest.approx(actual, rel=1e-9)
+    assert rec["mse_per_feature"] == pytest.approx(np.mean((X - X_hat) ** 2), rel=1e-9)
+    assert rec["relative"] == pytest.approx(1 - report["variance_kept"], abs=1e-12)
+
+
+def test_write_report_files_read_back(tmp_path, X, fitted):
+    paths = write_pca_report(fitted, tmp_path / "sub" / "pca", source=SOURCE)
+    assert {k: p.name for k, p in paths.items()} == {"json": "pca.report.json", "markdown": "pca.report.md", "png": "pca.report.png"}
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["pca.report.json", "pca.report.md", "pca.report.png"]
+    back = json.loads(paths["json"].read_text())
+    ev = independent_spectrum(X)
+    np.testing.assert_allclose(back["components"]["explained_variance"], ev, rtol=1e-9, atol=1e-15)
+    assert back["variance_kept"] == pytest.approx(np.cumsum(ev)[5] / ev.sum(), abs=1e-12)
+    assert back["thresholds"][2] == {"fraction": 0.95, "components": 11}
+    assert back["n_samples"] == 2000 and back["n_components"] == 6 and back["source"] == SOURCE
+
+    md = paths["markdown"].read_text()
+    assert "![Scree plot and cumulative explained variance](pca.report.png)" in md
+    assert "| 90 % | 8 |" in md and "| 95 % | 11 |" in md and "| 99 % | 16 |" in md
+    assert f"| variance kept by k | {100 * back['variance_kept']:.2f} % |" in md
+    assert "| fingerprint.model_id | m |" in md
+
+    import matplotlib.image as mpimg
+
+    img = mpimg.imread(paths["png"])
+    assert img.shape[:2] == (450, 1200)  # 12 x 4.5 in at 100 dpi
+    assert img[..., :3].std() > 0.05  # something was drawn
+
+
+def test_report_for_randomized_partial_spectrum(tmp_path, X):
+    pca = PCA(5, solver="randomized", random_state=0).fit(X)
+    report = build_pca_report(pca)
+    assert report["spectrum_complete"] is False and len(report["components"]["explained_variance"]) == 5
+    assert [t["components"] for t in report["thresholds"]] == [None, None, None, None]  # 5 components reach ~77 %
+    X_hat = pca.inverse_transform(pca.transform(X))
+    assert report["reconstruction"]["mse_per_sample"] == pytest.approx(np.mean(np.sum((X - X_hat) ** 2, axis=1)), rel=1e-6)
+    paths = write_pca_report(pca, tmp_path / "r")
+    assert "| 80 % | not reached |" in paths["markdown"].read_text()
+
+
+def test_render_rich_table(fitted):
+    console = Console(record=True, width=100)
+    render_pca_report(build_pca_report(fitted, SOURCE), console)
+    text = console.export_text()
+    assert "2,000" in text and "components kept (k)" in text
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in text.splitlines() if line.count("│") == 3}
+    assert rows["variance kept"] == f"{100 * fitted.explained_variance_ratio_.sum():.2f} %"
+    assert [rows[f"{p} %"] for p in (80, 90, 95, 99)] == ["6", "8", "11", "16"]
