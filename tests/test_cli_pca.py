@@ -1,0 +1,176 @@
+"""`bertfeat pca fit|transform`, `bertfeat report`, and the file-level functions behind them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from bertfeat.errors import BertfeatError
+from bertfeat.features import FeatureWriter, read_features
+from bertfeat.pca import PCA
+from bertfeat.reduce import fit_pca_file, reduce_features_file
+
+FP = {"model_id": "sentence-transformers/all-MiniLM-L6-v2", "weights_sha256": "53aa", "pooling": "mean", "layers": [-1], "normalize": False}
+N, D = 3000, 24
+
+
+def _run_main(argv):
+    """Run the real entry point when it registers our commands, else a local app built the same way."""
+    try:
+        from bertfeat.cli import app, main
+    except ImportError:  # pragma: no cover - cli.py not there yet
+        app = main = None
+    names = {getattr(g, "name", None) for g in getattr(app, "registered_groups", [])} if app else set()
+    if main is not None and "pca" in names:
+        return main(argv)
+    import typer
+
+    from bertfeat.cli_pca import pca_app, report_command
+
+    local = typer.Typer()
+    local.add_typer(pca_app, name="pca")
+    local.command("report")(report_command)
+    try:
+        local(args=argv, standalone_mode=False)
+    except BertfeatError as e:
+        import sys
+
+        print(f"Error: {e.message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@pytest.fixture(scope="module")
+def X():
+    rng = np.random.default_rng(7)
+    Q, _ = np.linalg.qr(rng.standard_normal((D, D)))
+    return ((rng.standard_normal((N, D)) * np.sqrt(0.8 ** np.arange(D))) @ Q.T + 0.3).astype(np.float32)
+
+
+@pytest.fixture()
+def features(tmp_path, X):
+    """A Parquet feature file with string ids, extras and a fingerprint, like `bertfeat extract` writes."""
+    path = tmp_path / "train.parquet"
+    extras = {"n_tokens": pa.int32(), "truncated": pa.bool_()}
+    with FeatureWriter(path, dim=D, id_name="sid", id_type=pa.string(), metadata={"model": "all-MiniLM-L6-v2", "fingerprint": FP}, extra_columns=extras) as w:
+        for i in range(0, N, 500):
+            rows = np.arange(i, min(i + 500, N))
+            w.write([f"s{r}" for r in rows], X[rows], {"n_tokens": rows % 50, "truncated": rows % 7 == 0})
+    return path
+
+
+def test_fit_command_streams_and_writes_model_and_report(tmp_path, features, X, capsys):
+    out = tmp_path / "models" / "pca.npz"
+    code = _run_main(["pca", "fit", str(features), "-n", "0.9", "-o", str(out), "--batch-rows", "700"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Components needed" in captured.out and "95 %" in captured.out
+    assert sorted(p.name for p in out.parent.iterdir()) == ["pca.npz", "pca.report.json", "pca.report.md", "pca.report.png"]
+    model = PCA.load(out)
+    exact = PCA(0.9, solver="svd").fit(X.astype(np.float64))
+    assert model.n_components_ == exact.n_components_
+    np.testing.assert_allclose(model.components_, exact.components_, atol=1e-9)
+    np.testing.assert_allclose(model.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-12)
+    assert model.fingerprint_ == FP and model.n_samples_ == N
+    report = json.loads((out.parent / "pca.report.json").read_text())
+    assert report["n_components"] == exact.n_components_ and report["source"]["features"] == str(features)
+    assert report["source"]["fingerprint"] == FP
+
+
+def test_fit_pca_file_feeds_bounded_chunks(features, monkeypatch):
+    sizes = []
+    original = PCA.partial_fit
+
+    def spy(self, X, y=None):
+        sizes.append(len(X))
+        return original(self, X)
+
+    monkeypatch.setattr(PCA, "partial_fit", spy)
+    pca = fit_pca_file(features, 5, batch_rows=400)
+    assert max(sizes) <= 400 and sum(sizes) == N  # memory is bounded by the batch, not the file
+    assert pca.n_components_ == 5 and pca.source_["rows"] == N
+
+
+def test_transform_command_keeps_ids_extras_and_metadata(tmp_path, features, X, capsys):
+    model = tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "8", "-o", str(model), "--quiet"]) == 0
+    assert capsys.readouterr().out == ""
+    for name in ("reduced.parquet", "reduced.npy", "reduced.csv"):
+        out = tmp_path / name
+        assert _run_main(["pca", "transform", str(features), "--pca", str(model), "-o", str(out), "--batch-rows", "999"]) == 0
+        ids, Y, meta = read_features(out)
+        pca = PCA.load(model)
+        assert Y.shape == (N, 8) and Y.dtype == np.float32
+        np.testing.assert_allclose(Y, pca.transform(X), rtol=0, atol=1e-5)
+        assert ids[:2] == ["s0", "s1"] and len(ids) == N
+        assert meta["fingerprint"] == FP and meta["model"] == "all-MiniLM-L6-v2" and meta["rows"] == N
+        assert meta["pca"]["n_components"] == 8 and meta["pca"]["n_features_in"] == D
+        assert meta["pca"]["model_path"] == str(model) and len(meta["pca"]["model_sha256"]) == 64
+        assert meta["layout"]["extra_columns"] == {"n_tokens": "int32", "truncated": "bool"}
+
+
+def test_transform_refuses_other_features_unless_forced(tmp_path, features, X, capsys):
+    model = tmp_path / "pca.npz"
+    fit_pca_file(features, 4).save(model)
+    other = tmp_path / "cls.parquet"
+    with FeatureWriter(other, dim=D, metadata={"fingerprint": FP | {"pooling": "cls"}}) as w:
+        w.write(None, X[:100])
+    out = tmp_path / "r.parquet"
+    assert _run_main(["pca", "transform", str(other), "--pca", str(model), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        'Error: the features come from a different source than the PCA was fitted on (pooling: model "mean" vs features "cls") - '
+        "transform features extracted with the same model and settings, or pass --force (force=True) to transform anyway"
+    )
+    assert not out.exists()
+    assert _run_main(["pca", "transform", str(other), "--pca", str(model), "-o", str(out), "--force"]) == 0
+    _, Y, meta = read_features(out)
+    assert Y.shape == (100, 4) and meta["pca"]["forced_fingerprint_mismatch"] == ["pooling"]
+
+
+def test_reduce_refuses_other_width(tmp_path, features):
+    pca = fit_pca_file(features, 3)
+    narrow = tmp_path / "narrow.npy"
+    with FeatureWriter(narrow, dim=D - 1, metadata={"fingerprint": FP}) as w:
+        w.write(None, np.zeros((5, D - 1)))
+    with pytest.raises(BertfeatError) as e:
+        reduce_features_file(narrow, tmp_path / "o.parquet", pca)
+    assert e.value.message == (
+        f"{narrow} has {D - 1} features per row but the PCA was fitted on {D} - "
+        "transform features from the same model, pooling and layers the PCA was fitted on"
+    )
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_report_command_rerenders_saved_model(tmp_path, features, capsys):
+    model = tmp_path / "pca.npz"
+    fit_pca_file(features, 0.95).save(model)
+    assert _run_main(["report", str(model), "-o", str(tmp_path / "again")]) == 0
+    assert "Components needed" in capsys.readouterr().out
+    report = json.loads((tmp_path / "again.report.json").read_text())
+    assert report["n_components"] == PCA.load(model).n_components_
+    assert report["source"]["model_file"] == str(model) and report["source"]["features"] == str(features)
+    assert (tmp_path / "again.report.png").stat().st_size > 10_000
+
+
+def test_cli_errors_become_one_line(tmp_path, features, capsys):
+    assert _run_main(["pca", "fit", str(features), "-n", "lots", "-o", str(tmp_path / "p.npz")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "Error: --n-components 'lots' is not a number - "
+        "pass a whole number of components (e.g. 100) or a fraction of variance in (0, 1) (e.g. 0.95)"
+    )
+    assert _run_main(["pca", "fit", str(features), "-n", "1.5", "-o", str(tmp_path / "p.npz")]) == 1
+    assert "n_components=1.5 is outside (0, 1)" in capsys.readouterr().err
+    assert _run_main(["pca", "fit", str(features), "-n", "25", "-o", str(tmp_path / "p.npz")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"Error: n_components=25 is larger than n_features = {D} - "
+        f"choose n_components <= {D}, or a fraction such as 0.95 to keep 95% of the variance"
+    )
+    assert _run_main(["report", str(tmp_path / "missing.npz")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"Error: PCA model file not found: {tmp_path / 'missing.npz'} - check the path, or fit one with `bertfeat pca fit`"
+    )
+    assert not (tmp_path / "p.npz").exists()
