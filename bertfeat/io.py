@@ -85,6 +85,8 @@ def expand_paths(path: str, fmt: str) -> list[Path]:
             raise InputError(f"{path}: the pattern matches no file", "check the glob pattern (quote it so the shell does not expand it)")
         return files
     p = Path(path)
+    if p.is_dir() and fmt != "parquet":
+        raise InputError(f"{path}: is a directory", f"pass a {fmt.upper()} file (a directory works for Parquet only)")
     if p.is_dir():
         files = sorted(f for f in p.rglob("*.parquet") if f.is_file() and not f.name.startswith((".", "_")))
         if not files:
@@ -202,7 +204,12 @@ class Source:
                                    parse_options=self._parse_options(lambda row: "skip"))
             cols = list(reader.schema.names)
         except UnicodeDecodeError as e:
-            raise InputError(f"{self.name} header line: invalid {self.encoding} at byte {e.start}",
+            try:  # the offset in the file: the header comes first, so the first undecodable byte is the header's
+                head.decode(self.encoding)
+                at = e.start
+            except UnicodeDecodeError as whole:
+                at = whole.start
+            raise InputError(f"{self.name} header line: invalid {self.encoding} at byte {at}",
                              "pass --encoding with the file's encoding (e.g. --encoding latin-1)") from None
         except (pa.ArrowException, ValueError) as e:
             raise InputError(f"{self.name}: cannot read the header line as {self.fmt.upper()} ({e})",
@@ -317,7 +324,8 @@ class Source:
         def on_invalid(row) -> str:
             # row.number counts records (blank lines excluded) from 1, the header included
             n = (row.number - 2) if row.number is not None else -1
-            skipped[n] = f"malformed line: expected {row.expected_columns} fields, found {row.actual_columns}"
+            text = row.text if len(row.text) <= 40 else row.text[:37] + "..."
+            skipped[n] = f"malformed line: expected {row.expected_columns} fields, found {row.actual_columns} ({json.dumps(text, ensure_ascii=False)})"
             return "skip"
 
         stream, counter = self._open_binary()
@@ -400,7 +408,7 @@ class Source:
                 rows.append(row)
                 text = pair = ident = None
                 try:
-                    obj = json.loads(line.decode(self.encoding))
+                    obj = json.loads(line.decode(self.encoding).strip())
                     if not isinstance(obj, dict):
                         raise ValueError(f"a line must hold a JSON object, not {_json_kind(obj)}")
                     text = obj.get(self.text_column)
@@ -421,6 +429,11 @@ class Source:
                             pre[row] = f"id {json.dumps(ident)[:40]} is {'an' if kind == 'integer' else 'a'} {kind}, but the ids before it are {id_kind}s"
                 except UnicodeDecodeError as e:
                     pre[row] = f"invalid {self.encoding} at byte {e.start} of the line"
+                    if self.id_column:  # the id, for the rejects file, if the rest of the line is readable
+                        try:
+                            ident = json.loads(line.decode(self.encoding, errors="replace")).get(self.id_column)
+                        except (ValueError, AttributeError):
+                            ident = None
                 except ValueError as e:
                     pre[row] = f"invalid JSON ({e})"
                 if row in pre:

@@ -1,0 +1,355 @@
+"""Bad input to `bertfeat extract`: exact messages, exit codes, nothing left behind under
+--on-bad-row error; the rejects file, the counts and aligned good rows under --on-bad-row skip.
+
+Rows are 0-based data-row numbers (header excluded), the same numbers as the output's `row` column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from extract_util import (assert_close, embeddings, metadata, no_leftovers, read_table, run, summary_line,
+                          tiny_encoder, tiny_model, write_csv, write_jsonl)
+
+SKIP_FIX = "fix the row, or pass --on-bad-row skip to write it to the rejects file and go on"
+ENC_FIX = ("pass --encoding with the file's encoding (e.g. --encoding latin-1), "
+           "or pass --on-bad-row skip to write it to the rejects file and go on")
+
+
+def extract(capsys, src, out, *extra):
+    return run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--chunk-rows", 2, *extra)
+
+
+def rejects(path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+def assert_failed_cleanly(rc, err, out, message):
+    """Exit 1, exactly this one-line error at the end of stderr, and nothing at or beside the output path."""
+    assert rc == 1
+    assert err.splitlines()[-1] == message
+    assert "Traceback" not in err
+    assert no_leftovers(out) == []
+
+
+# ------------------------------------------------------------------------------------------ files and columns
+def test_missing_file(tmp_path, capsys):
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, tmp_path / "nope.csv", out)
+    assert (rc, err) == (1, f"Error: {tmp_path / 'nope.csv'}: no such file - check the path\n")
+    assert no_leftovers(out) == []
+
+
+def test_unreadable_file(tmp_path, capsys, monkeypatch):
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"]])
+    out = tmp_path / "o.parquet"
+    if os.geteuid() != 0:  # a real permission error (root reads everything)
+        src.chmod(0)
+    else:
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: False if str(p) == str(src) else real(p, mode, *a, **k))
+    rc, _, err = extract(capsys, src, out)
+    assert (rc, err) == (1, f"Error: {src}: the file is not readable - check its permissions\n")
+    assert no_leftovers(out) == []
+
+
+def test_a_directory_given_as_csv(tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    rc, _, err = extract(capsys, tmp_path / "d", tmp_path / "o.parquet", "--input-format", "csv")
+    assert (rc, err) == (1, f"Error: {tmp_path / 'd'}: is a directory - pass a CSV file (a directory works for Parquet only)\n")
+    rc, _, err = extract(capsys, tmp_path / "d", tmp_path / "o.parquet")
+    assert (rc, err) == (1, f"Error: {tmp_path / 'd'}: the directory holds no .parquet file - "
+                            "point at a Parquet file, a directory of them, or a glob\n")
+
+
+def test_unknown_extension(tmp_path, capsys):
+    (tmp_path / "c.txt").write_text("text\na\n")
+    rc, _, err = extract(capsys, tmp_path / "c.txt", tmp_path / "o.parquet")
+    assert (rc, err) == (1, f"Error: {tmp_path / 'c.txt'}: cannot tell the format from the extension - "
+                            "add --input-format csv|tsv|parquet|jsonl\n")
+
+
+def test_unknown_column_lists_the_columns(tmp_path, capsys):
+    src = write_csv(tmp_path / "c.csv", ["id", "body", "label"], [["1", "a", "x"]])
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--text-column", "text")
+    assert (rc, err) == (1, f"Error: {src}: --text-column 'text' is not a column - columns are: id, body, label\n")
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--text-column", "body", "--id-column", "key")
+    assert (rc, err) == (1, f"Error: {src}: --id-column 'key' is not a column - columns are: id, body, label\n")
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--text-column", "body", "--pair-column", "hyp")
+    assert (rc, err) == (1, f"Error: {src}: --pair-column 'hyp' is not a column - columns are: id, body, label\n")
+
+
+def test_no_text_column_identifiable(tmp_path, capsys):
+    src = write_csv(tmp_path / "c.csv", ["id", "body", "label"], [["1", "a", "x"]])
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    assert (rc, err) == (1, f"Error: {src}: cannot tell which column holds the text (columns: id, body, label) - "
+                            "pass --text-column NAME\n")
+    # JSONL: only string-valued fields count, so {"n": 1, "body": "x"} has one candidate and works
+    j = write_jsonl(tmp_path / "j.jsonl", [{"n": 1, "body": "hello"}, {"n": 2, "body": "world"}])
+    rc, _, err = extract(capsys, j, tmp_path / "j.parquet")
+    assert rc == 0, err
+    assert metadata(tmp_path / "j.parquet")["text_column"] == "body"
+
+
+def test_empty_file(tmp_path, capsys):
+    (tmp_path / "c.csv").write_bytes(b"")
+    rc, _, err = extract(capsys, tmp_path / "c.csv", tmp_path / "o.parquet")
+    assert (rc, err) == (1, f"Error: {tmp_path / 'c.csv'}: the file is empty - the first line must name the columns\n")
+
+
+def test_unknown_encoding(tmp_path, capsys):
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"]])
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--encoding", "klingon")
+    assert (rc, err) == (1, "Error: unknown encoding 'klingon' - pass a Python codec name such as utf-8, latin-1 or cp1252\n")
+
+
+def test_parquet_non_string_text_column(tmp_path, capsys):
+    """A whole non-string column is refused up front (every row would be bad)."""
+    pq.write_table(pa.table({"n": [1, 2], "text2": ["a", "b"]}), tmp_path / "d.parquet")
+    rc, _, err = extract(capsys, tmp_path / "d.parquet", tmp_path / "o.parquet", "--text-column", "n")
+    assert (rc, err) == (1, f"Error: {tmp_path / 'd.parquet'}: column 'n' has type int64, not text - "
+                            "choose a string column with --text-column (string columns: text2)\n")
+    assert no_leftovers(tmp_path / "o.parquet") == []
+
+
+# ------------------------------------------------------------------------------------------ bad rows, one by one
+CSV_CASES = {
+    "empty": (b"id,text\na,hello\nb,\nc,fine\n", "row 1: empty text", SKIP_FIX),
+    "quoted-empty": (b'id,text\na,hello\nb,""\nc,fine\n', "row 1: empty text", SKIP_FIX),
+    "whitespace": (b"id,text\na,hello\nb,fine\nc, \t \n", "row 2: whitespace-only text", SKIP_FIX),
+    "malformed": (b"id,text\na,hello\nb,x,y\nc,fine\n", 'row 1: malformed line: expected 2 fields, found 3 ("b,x,y")',
+                  "fix the line (quote fields that hold the delimiter), or pass --on-bad-row skip to write it to the "
+                  "rejects file and go on"),
+    "too-few": (b"id,text\na,hello\nb,fine\nc\n", 'row 2: malformed line: expected 2 fields, found 1 ("c")',
+                "fix the line (quote fields that hold the delimiter), or pass --on-bad-row skip to write it to the "
+                "rejects file and go on"),
+    "utf8": (b"id,text\na,hello\nb,caf\xe9 au lait\nc,fine\n", "row 1: invalid UTF-8 at byte 3 of the text", ENC_FIX),
+}
+
+
+@pytest.mark.parametrize("case", list(CSV_CASES))
+def test_csv_bad_row_error(tmp_path, capsys, case):
+    data, what, fix = CSV_CASES[case]
+    src = tmp_path / "c.csv"
+    src.write_bytes(data)
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id")
+    assert_failed_cleanly(rc, err, out, f"Error: {src} {what} - {fix}")
+
+
+JSONL_CASES = {
+    "null": (b'{"text": "ok"}\n{"text": null}\n', "row 1: null text"),
+    "number": (b'{"text": "ok"}\n{"text": 42}\n', "row 1: non-string text (number 42)"),
+    "object": (b'{"text": "ok"}\n{"text": {"a": 1}}\n', "row 1: non-string text (object {'a': 1})"),
+    "missing": (b'{"text": "ok"}\n{"body": "x"}\n', "row 1: no field 'text'"),
+    "bad-json": (b'{"text": "ok"}\n{"text": "x"\n', "row 1: invalid JSON (Expecting ',' delimiter: line 1 column 13 (char 12))"),
+    "not-object": (b'{"text": "ok"}\n["x"]\n', "row 1: invalid JSON (a line must hold a JSON object, not an array)"),
+    "empty": (b'{"text": "ok"}\n\n{"text": ""}\n', "row 1: empty text"),  # blank lines are not rows
+}
+
+
+@pytest.mark.parametrize("case", list(JSONL_CASES))
+def test_jsonl_bad_row_error(tmp_path, capsys, case):
+    data, what = JSONL_CASES[case]
+    src = tmp_path / "j.jsonl"
+    src.write_bytes(data)
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--text-column", "text")
+    fix = "fix the line (one JSON object per line), or pass --on-bad-row skip to write it to the rejects file and go on" \
+        if "invalid JSON" in what else SKIP_FIX
+    assert_failed_cleanly(rc, err, out, f"Error: {src} {what} - {fix}")
+
+
+def test_parquet_null_text_and_null_id(tmp_path, capsys):
+    pq.write_table(pa.table({"id": pa.array([1, 2, None, 4]), "text": pa.array(["a", None, "c", "d"])}), tmp_path / "d.parquet")
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, tmp_path / "d.parquet", out, "--id-column", "id")
+    assert_failed_cleanly(rc, err, out, f"Error: {tmp_path / 'd.parquet'} row 1: null text - {SKIP_FIX}")
+    rc, _, err = extract(capsys, tmp_path / "d.parquet", out, "--id-column", "id", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert rejects(tmp_path / "o.parquet.rejects.csv") == [["row", "id", "reason"], ["1", "2", "null text"], ["2", "", "null id"]]
+    t = read_table(out)
+    assert t.column("id").to_pylist() == [1, 4]
+    assert_close(embeddings(t), tiny_encoder().encode(["a", "d"]))
+
+
+def test_first_bad_row_is_reported_whatever_its_kind(tmp_path, capsys):
+    """Under --long-text error a too-long row 1 comes before an empty row 2 in the same chunk."""
+    src = write_csv(tmp_path / "c.csv", ["text"], [["ok"], ["word " * 200], [""], ["fine"]])
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--long-text", "error")
+    assert_failed_cleanly(rc, err, out, f"Error: {src} row 1: 202 tokens, more than max length 128 (--long-text error) - "
+                                        "use --long-text truncate/chunk-mean/chunk-max or a larger --max-length, or --on-bad-row skip")
+
+
+def test_bad_row_in_a_late_chunk_removes_the_finished_parts(tmp_path, capsys):
+    rows = [[f"r{i}", f"sentence {i}"] for i in range(9)] + [["r9", " "]]
+    src = write_csv(tmp_path / "c.csv", ["id", "text"], rows)
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id")  # 4 chunks are encoded and stored first
+    assert_failed_cleanly(rc, err, out, f"Error: {src} row 9: whitespace-only text - {SKIP_FIX}")
+
+
+def test_latin1_file_needs_and_accepts_encoding(tmp_path, capsys):
+    texts = ["café crème", "naïve façade", "über straße", "plain"]
+    src = tmp_path / "l.csv"
+    src.write_bytes(("text\n" + "".join(t + "\n" for t in texts)).encode("latin-1"))
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out)
+    assert_failed_cleanly(rc, err, out, f"Error: {src} row 0: invalid UTF-8 at byte 3 of the text - {ENC_FIX}")
+    rc, _, err = extract(capsys, src, out, "--encoding", "latin-1")
+    assert rc == 0, err
+    assert_close(embeddings(read_table(out)), tiny_encoder().encode(texts))
+    assert metadata(out)["rows"]["written"] == 4
+
+
+def test_latin1_header_needs_encoding(tmp_path, capsys):
+    src = tmp_path / "l.csv"
+    src.write_bytes("id,tèxt\n1,a\n".encode("latin-1"))
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    assert (rc, err) == (1, f"Error: {src} header line: invalid utf-8 at byte 4 - "
+                            "pass --encoding with the file's encoding (e.g. --encoding latin-1)\n")
+
+
+# ------------------------------------------------------------------------------------------ skip: rejects + alignment
+def test_csv_skip_writes_rejects_and_keeps_good_rows_aligned(tmp_path, capsys):
+    data = (b"id,text\n"
+            b"a,first good\n"
+            b"b,\n"
+            b'c,"second, good"\n'
+            b"d,   \n"
+            b"e,x,y\n"
+            b'f,"multi\nline good"\n'
+            b"g,caf\xe9\n"
+            b"\n"  # a blank line is not a row
+            b"h,last good\n"
+            b"i,1,2,3\n")
+    src = tmp_path / "c.csv"
+    src.write_bytes(data)
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--on-bad-row", "skip")
+    assert rc == 0, err
+    assert rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason"],
+        ["1", "b", "empty text"],
+        ["3", "d", "whitespace-only text"],
+        ["4", "", 'malformed line: expected 2 fields, found 3 ("e,x,y")'],
+        ["6", "g", "invalid UTF-8 at byte 3 of the text"],
+        ["8", "", 'malformed line: expected 2 fields, found 4 ("i,1,2,3")'],
+    ]
+    t = read_table(out)
+    assert t.column("id").to_pylist() == ["a", "c", "f", "h"]
+    good = ["first good", "second, good", "multi\nline good", "last good"]
+    assert_close(embeddings(t), tiny_encoder().encode(good))
+    assert metadata(out)["rows"] == {"read": 9, "written": 4, "rejected": 5, "truncated": 0, "chunked": 0}
+    assert summary_line(err, "rows read") == "rows read 9"
+    assert summary_line(err, "rows written") == "rows written 4"
+    assert summary_line(err, "rows rejected") == "rows rejected 5"
+    assert summary_line(err, "rejects") == f"rejects {tmp_path / 'o.parquet.rejects.csv'}"
+
+
+def test_csv_skip_row_numbers_without_id_column(tmp_path, capsys):
+    """Default ids are the row numbers: the output's `row` and the rejects' `row` never collide and cover every row."""
+    src = tmp_path / "c.csv"
+    src.write_bytes(b"text\none\n\nthree\n \n\"five\"\n")
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    # pyarrow skips the blank line; the whitespace row is row 2
+    assert rejects(tmp_path / "o.parquet.rejects.csv") == [["row", "id", "reason"], ["2", "", "whitespace-only text"]]
+    t = read_table(out)
+    assert t.column("row").to_pylist() == [0, 1, 3]
+    assert_close(embeddings(t), tiny_encoder().encode(["one", "three", "five"]))
+
+
+def test_jsonl_skip(tmp_path, capsys):
+    src = tmp_path / "j.jsonl"
+    src.write_bytes(b'{"id": 1, "text": "ok"}\n'
+                    b'{"id": 2, "text": null}\n'
+                    b'{"id": 3, "text": 42}\n'
+                    b'{"id": 4, "text": "a"\n'
+                    b'[1, 2]\n'
+                    b'{"id": 6}\n'
+                    b'\n'
+                    b'{"id": "7", "text": "string id"}\n'
+                    b'{"id": 8.5, "text": "float id"}\n'
+                    b'{"id": 9, "text": "caf\xe9"}\n'
+                    b'{"id": 10, "text": "end"}\n')
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--on-bad-row", "skip")
+    assert rc == 0, err
+    assert rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason"],
+        ["1", "2", "null text"],
+        ["2", "3", "non-string text (number 42)"],
+        ["3", "", "invalid JSON (Expecting ',' delimiter: line 1 column 22 (char 21))"],
+        ["4", "", "invalid JSON (a line must hold a JSON object, not an array)"],
+        ["5", "6", "no field 'text'"],
+        ["6", "7", 'id "7" is a string, but the ids before it are integers'],
+        ["7", "", "id 8.5 is a number, not a string or an integer"],
+        ["8", "9", "invalid utf-8 at byte 22 of the line"],
+    ]
+    t = read_table(out)
+    assert t.column("id").to_pylist() == [1, 10]
+    assert_close(embeddings(t), tiny_encoder().encode(["ok", "end"]))
+    assert summary_line(err, "rows rejected") == "rows rejected 8"
+
+
+def test_pair_column_bad_pairs(tmp_path, capsys):
+    src = write_csv(tmp_path / "p.csv", ["a", "b"], [["x", "y"], ["x", ""], ["z", "w"]])
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--text-column", "a", "--pair-column", "b")
+    assert_failed_cleanly(rc, err, out, f"Error: {src} row 1: empty pair text - {SKIP_FIX}")
+    rc, _, err = extract(capsys, src, out, "--text-column", "a", "--pair-column", "b", "--on-bad-row", "skip", "-q")
+    assert rc == 0
+    t = read_table(out)
+    assert t.column("row").to_pylist() == [0, 2]
+    assert_close(embeddings(t), tiny_encoder().encode(["x", "z"], ["y", "w"]))
+
+
+def test_all_rows_rejected_gives_an_empty_output(tmp_path, capsys):
+    src = write_csv(tmp_path / "c.csv", ["text"], [[""], [" "]])
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--on-bad-row", "skip")
+    assert rc == 0, err
+    assert read_table(out).num_rows == 0
+    assert len(rejects(tmp_path / "o.parquet.rejects.csv")) == 3
+
+
+def test_a_clean_rerun_removes_a_stale_rejects_file(tmp_path, capsys):
+    src = tmp_path / "c.csv"
+    src.write_bytes(b"text\na\n\"\"\n")
+    out = tmp_path / "o.parquet"
+    assert extract(capsys, src, out, "--on-bad-row", "skip")[0] == 0
+    assert (tmp_path / "o.parquet.rejects.csv").exists()
+    src.write_bytes(b"text\na\nb\n")
+    assert extract(capsys, src, out, "--on-bad-row", "skip")[0] == 0
+    assert not (tmp_path / "o.parquet.rejects.csv").exists()
+
+
+def test_bad_option_values(tmp_path, capsys):
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"]])
+    out = tmp_path / "o.parquet"
+    cases = [
+        (["--on-bad-row", "ignore"], "Error: unknown --on-bad-row 'ignore' - choose error or skip"),
+        (["--long-text", "cut"], "Error: unknown long-text mode 'cut' - choose one of truncate, chunk-mean, chunk-max, error"),
+        (["--pooling", "sum"], "Error: unknown pooling 'sum' - choose one of pooled, cls, mean, max"),
+        (["--max-length", "1000"], "Error: max length 1000 is out of range - choose 3..128 (the model's max_position_embeddings)"),
+        (["--format", "xlsx"], "Error: unknown output format 'xlsx' - choose one of parquet, npy, csv"),
+        (["--pca", "abc"], "Error: --pca 'abc' is not a number - give a number of components (100) or a variance fraction (0.95)"),
+        (["--chunk-rows", "0"], "Error: --chunk-rows 0 is out of range - give 1 or more"),
+        (["--format", "npy", "--wide"], "Error: --wide applies to Parquet output, not npy - drop --wide, or use --format parquet"),
+        (["--long-text", "chunk-mean", "--stride", "200"],
+         "Error: stride 200 is out of range for max length 128 - choose a stride from 0 to 125 (tokens shared by neighbouring windows)"),
+    ]
+    for extra, message in cases:
+        rc, _, err = extract(capsys, src, out, *extra)
+        assert (rc, err) == (1, message + "\n"), extra
+        assert no_leftovers(out) == [], extra
