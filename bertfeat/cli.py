@@ -177,7 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     global _ARGV
     _ARGV = list(argv) if argv is not None else None
     try:
-        app(args=argv, standalone_mode=False, prog_name="bertfeat")
+        rv = app(args=argv, standalone_mode=False, prog_name="bertfeat")
+        # non-standalone Typer turns Ctrl-C into Exit(130) and an Exit(n) into a *returned* n
+        if isinstance(rv, int) and not isinstance(rv, bool) and rv != 0:
+            if rv == 130:
+                err_console.print("Interrupted.", markup=False)
+            return rv
     except BertfeatError as e:
         err_console.print(f"Error: {e.message}", markup=False, highlight=False, soft_wrap=True)
         return e.exit_code

@@ -490,6 +490,10 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     if opts.on_bad_row not in BAD_ROW_POLICIES:
         raise BertfeatError(f"unknown --on-bad-row '{opts.on_bad_row}'", "choose error or skip")
     n_components = parse_pca(opts.pca)
+    if opts.resume and opts.input == "-":
+        raise BertfeatError("--resume cannot continue a run that read standard input", "write the input to a file first")
+    if opts.input == "-" and not opts.output:
+        default_output(opts.input, "parquet")  # raises: standard input needs -o
     source = Source(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding)
     out_path = Path(opts.output) if opts.output else None
     fmt = output_format(out_path, opts.format)
@@ -500,8 +504,6 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError(f"the output {out_path} is the input file", "pass -o with another file name")
     if opts.wide and fmt == "npy":
         raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
-    if opts.resume and opts.input == "-":
-        raise BertfeatError("--resume cannot continue a run that read standard input", "write the input to a file first")
     if opts.threads:
         from .threads import set_threads
 
@@ -561,6 +563,12 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     except BertfeatError:
         stop.set()
         store.remove()  # bad input: leave nothing behind
+        raise
+    except KeyboardInterrupt:
+        stop.set()
+        progress.stop()
+        progress.note(f"interrupted: {len(order)} chunk(s) are kept in {store.dir}; "
+                      "run the same command with --resume to continue")
         raise
     finally:
         stop.set()

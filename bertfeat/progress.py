@@ -50,6 +50,7 @@ class RichProgress:
     def stop(self):
         if self._p is not None:
             self._p.stop()
+            self._p = None
 
 
 class LogProgress:
@@ -59,11 +60,13 @@ class LogProgress:
         self.console = console
         self.every = every
         self.label = label
+        self._stopped = True  # nothing to report before start()
 
     def start(self, total_rows, total_bytes):
         self.total_rows, self.total_bytes = total_rows, total_bytes
         self.rows = self.tokens = self.bytes = 0
         self.t0 = self.last = time.perf_counter()
+        self._stopped = False
         size = f"{total_rows:,} rows" if total_rows is not None else (f"{total_bytes:,} bytes" if total_bytes else "unknown size")
         self._line(f"started ({size})")
 
@@ -93,7 +96,9 @@ class LogProgress:
         self._line(message)
 
     def stop(self):
-        self._report(time.perf_counter())
+        if not self._stopped:
+            self._stopped = True
+            self._report(time.perf_counter())
 
 
 def make_progress(console: Console, quiet: bool, label: str = "extract"):

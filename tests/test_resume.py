@@ -1,0 +1,201 @@
+"""--resume: a run killed with SIGKILL (or stopped by Ctrl-C) part-way continues from its last
+completed chunk and ends with the output an uninterrupted run writes; a resume with other
+settings or a changed input is refused with a message that says what differs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+import bertfeat.progress
+from bertfeat.pipeline import NullProgress
+from extract_util import metadata, no_leftovers, read_table, run, summary_line, tiny_model, write_csv
+
+WORDS = ("river mountain bread cheese rain snow code maths ship bird music art train car cat dog "
+         "garden window letter market winter summer city village forest ocean").split()
+
+# Fields that may differ between a resumed and an uninterrupted run: when, and the command typed.
+VOLATILE = ("created", "command")
+
+
+def corpus(path, n):
+    rows = [[f"id{i:05d}", f"{WORDS[i % 25]} number {i} goes to the {WORDS[(7 * i) % 25]} with a {WORDS[(3 * i) % 25]}"]
+            for i in range(n)]
+    return write_csv(path, ["id", "text"], rows)
+
+
+def parts(out):
+    return sorted((out.parent / (out.name + ".partial")).glob("part-*.parquet"))
+
+
+def assert_same_output(a, b):
+    ta, tb = read_table(a), read_table(b)
+    assert ta.schema.remove_metadata() == tb.schema.remove_metadata()
+    assert ta.equals(tb)  # every value, bit for bit
+    ma, mb = metadata(a), metadata(b)
+    assert {k: v for k, v in ma.items() if k not in VOLATILE} == {k: v for k, v in mb.items() if k not in VOLATILE}
+
+
+class Interrupt(NullProgress):
+    """A progress sink that presses Ctrl-C after `after` chunks."""
+
+    def __init__(self, after):
+        self.after, self.n = after, 0
+
+    def advance(self, rows, tokens, bytes_read):
+        self.n += 1
+        if self.n == self.after:
+            raise KeyboardInterrupt
+
+
+def interrupted_run(capsys, monkeypatch, src, out, *extra, after=2):
+    monkeypatch.setattr(bertfeat.progress, "make_progress", lambda *a, **k: Interrupt(after))
+    rc, _, err = run(capsys, "extract", src, "-o", out, *extra)
+    monkeypatch.undo()
+    assert (rc, err.splitlines()[-1]) == (130, "Interrupted."), err
+    assert not out.exists()
+    assert len(parts(out)) == after
+    return rc
+
+
+def test_sigkill_then_resume_gives_the_uninterrupted_output(tmp_path, capsys):
+    src = corpus(tmp_path / "c.csv", 600)
+    out = tmp_path / "run" / "f.parquet"
+    out.parent.mkdir()
+    args = ["--id-column", "id", "--chunk-rows", "25", "--threads", "1"]
+    p = subprocess.Popen(["bertfeat", "extract", str(src), "-o", str(out), *args], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while len(parts(out)) < 3:
+            assert p.poll() is None, f"the run ended before it could be killed: {p.stderr.read().decode()}"
+            assert time.monotonic() < deadline, "no part files appeared"
+            time.sleep(0.005)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.stderr.close()
+    assert p.returncode == -signal.SIGKILL
+    assert not out.exists()  # nothing at the output path, not even a temporary that could be taken for it
+    assert [x for x in os.listdir(out.parent) if x.startswith("f.parquet") and x != "f.parquet.partial"] == []
+    done = len(parts(out))
+    assert 3 <= done < 24
+
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+    assert summary_line(err, "resumed") == f"resumed {done} chunk(s) from the interrupted run"
+    assert no_leftovers(out) == ["f.parquet"]  # the partial directory is gone
+
+    full = tmp_path / "full" / "f.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", full, *args)
+    assert rc == 0, err
+    assert "resumed" not in err
+    assert_same_output(out, full)
+    t = read_table(out)
+    assert t.column("id").to_pylist() == [f"id{i:05d}" for i in range(600)]
+    assert metadata(out)["rows"]["written"] == 600
+
+
+def test_ctrl_c_then_resume_with_rejects(tmp_path, capsys, monkeypatch):
+    """Rejects of finished chunks survive the interruption: the rejects file is the uninterrupted one too."""
+    rows = [[f"r{i}", "" if i % 4 == 1 else f"text {i}"] for i in range(14)]
+    src = write_csv(tmp_path / "c.csv", ["id", "text"], rows)
+    out = tmp_path / "a" / "o.parquet"
+    args = ["--model", tiny_model(), "--id-column", "id", "--chunk-rows", 3, "--on-bad-row", "skip"]
+    interrupted_run(capsys, monkeypatch, src, out, *args, after=2)
+    assert not (tmp_path / "a" / "o.parquet.rejects.csv").exists()
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+    assert summary_line(err, "resumed") == "resumed 2 chunk(s) from the interrupted run"
+    full = tmp_path / "b" / "o.parquet"
+    assert run(capsys, "extract", src, "-o", full, *args)[0] == 0
+    assert_same_output(out, full)
+    assert (tmp_path / "a" / "o.parquet.rejects.csv").read_text() == (tmp_path / "b" / "o.parquet.rejects.csv").read_text()
+    assert summary_line(err, "rows rejected") == "rows rejected 4"
+
+
+@pytest.mark.parametrize("change, differs", [
+    (["--pooling", "cls"], "pooling: 'mean' -> 'cls'"),
+    (["--max-length", "64"], "max length: 128 -> 64"),
+    (["--layers=-2"], "layers: [2] -> [1]"),
+    (["--normalize"], "normalize: False -> True"),
+    (["--pooling", "max", "--max-length", "32"], "pooling: 'mean' -> 'max'; max length: 128 -> 32"),
+    (["--chunk-rows", "5"], "chunk rows: 3 -> 5"),
+])
+def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, change, differs):
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, *change, "--resume")
+    assert (rc, err) == (1, f"Error: cannot resume: the settings or the input differ from the interrupted run ({differs}) - "
+                            "rerun without --resume to start over, or use the original settings\n")
+    assert not out.exists() and len(parts(out)) == 2  # refused, nothing touched: the right settings still resume
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+    assert summary_line(err, "resumed") == "resumed 2 chunk(s) from the interrupted run"
+
+
+def test_resume_with_another_model_is_refused(tmp_path, capsys, monkeypatch):
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    interrupted_run(capsys, monkeypatch, src, out, "--model", tiny_model(), "--chunk-rows", 3, "--max-length", 64)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--chunk-rows", 3, "--max-length", 64, "--resume")
+    assert rc == 1
+    assert err.startswith(f"Error: cannot resume: the settings or the input differ from the interrupted run (model: '{tiny_model()}' -> "
+                          "'sentence-transformers/all-MiniLM-L6-v2'; model weights sha256: '")
+
+
+def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    size = src.stat().st_size
+    with open(src, "a") as f:
+        f.write("id99999,one more row\n")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
+                            f"(input file changed: {src.resolve()} (size {size} -> {src.stat().st_size} bytes)) - "
+                            "rerun without --resume to start over, or use the original settings\n")
+    st = src.stat()
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    interrupted_run(capsys, monkeypatch, src, out, *args)  # a fresh run (no --resume) starts over
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
+                            f"(input file changed: {src.resolve()} (modified since the interrupted run)) - "
+                            "rerun without --resume to start over, or use the original settings\n")
+
+
+def test_resume_without_an_interrupted_run_starts_from_scratch(tmp_path, capsys):
+    src = corpus(tmp_path / "c.csv", 5)
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--resume")
+    assert rc == 0, err
+    assert "resumed" not in err
+    assert pq.read_table(out).num_rows == 5
+
+
+def test_a_run_without_resume_starts_over(tmp_path, capsys, monkeypatch):
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--pooling", "cls")  # other settings, no --resume: fine
+    assert rc == 0, err
+    assert "resumed" not in err
+    assert no_leftovers(out) == ["o.parquet"]
+    assert metadata(out)["pooling"] == "cls"
+
+
+def test_stdin_cannot_be_resumed(tmp_path, capsys):
+    rc, _, err = run(capsys, "extract", "-", "--input-format", "csv", "-o", tmp_path / "o.parquet", "--resume")
+    assert (rc, err) == (1, "Error: --resume cannot continue a run that read standard input - write the input to a file first\n")
