@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from .config import BertConfig
 from .hub import resolve_model
 
@@ -27,3 +29,277 @@ def model_info(model: str | None = None) -> dict:
         "tokenizer": enc.tokenizer.source,
         "config": enc.config.to_dict(),
     }
+
+
+# --------------------------------------------------------------------------- shared
+def _encoder(model, max_length: int | None = None, encoder=None):
+    """The given Encoder, or one loaded for ``model`` (its max length checked)."""
+    if encoder is not None:
+        return encoder
+    from .encoder import Encoder
+
+    return Encoder(model, max_length=max_length)
+
+
+def _max_length(enc, max_length: int | None) -> int:
+    return enc._check_max_length(max_length) if max_length else enc.max_length
+
+
+def atomic_write(path: str | Path, write) -> Path:
+    """Call ``write(fh)`` on a temporary file beside ``path``, then move it into place (os.replace)."""
+    import os
+    import tempfile
+
+    from .errors import BertfeatError
+
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise BertfeatError(f"cannot write {path}: directory {parent} does not exist", "create it, or choose another path")
+    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# --------------------------------------------------------------------------- tokens
+def tokenize_text(text: str, pair: str | None = None, model: str | None = None, max_length: int | None = None,
+                  *, encoder=None) -> dict:
+    """How ``text`` (and ``pair``) is cut into wordpieces: one JSON-ready dict.
+
+    Keys: model, text, pair, max_length, n_tokens (after truncation), n_tokens_full (before),
+    truncated, tokens, input_ids, token_type_ids, attention_mask (the last four per position,
+    special tokens included, as transformers' tokenizer returns them).
+    """
+    enc = _encoder(model, max_length, encoder)
+    ml = _max_length(enc, max_length)
+    e, truncated, n_full = enc.tokenizer.tokens(text, pair, ml)
+    return {
+        "model": enc.model_id,
+        "text": text,
+        "pair": pair,
+        "max_length": ml,
+        "n_tokens": len(e.ids),
+        "n_tokens_full": int(n_full),
+        "truncated": bool(truncated),
+        "tokens": list(e.tokens),
+        "input_ids": [int(i) for i in e.ids],
+        "token_type_ids": [int(i) for i in e.type_ids],
+        "attention_mask": [int(i) for i in e.attention_mask],
+    }
+
+
+# --------------------------------------------------------------------------- attention
+def attention_maps(text: str, pair: str | None = None, model: str | None = None, max_length: int | None = None,
+                   *, encoder=None) -> tuple[list[str], np.ndarray]:
+    """Attention probabilities of every layer and head: (tokens, float32 array (layers, heads, T, T)).
+
+    ``a[l, h, q, k]`` is how much query token q attends to key token k in layer l (0-based), head h;
+    each row sums to 1. Long texts are truncated to the max length (see ``tokenize_text``).
+    """
+    from .model import bert_forward
+
+    enc = _encoder(model, max_length, encoder)
+    e, _, _ = enc.tokenizer.tokens(text, pair, _max_length(enc, max_length))
+    ids = np.asarray([e.ids], dtype=np.int64)
+    types = np.asarray([e.type_ids], dtype=np.int64)
+    mask = np.ones_like(ids)
+    out = bert_forward(enc.weights, ids, types, mask, keep=(), output_attentions=True)
+    return list(e.tokens), np.stack([a[0] for a in out.attentions]).astype(np.float32, copy=False)
+
+
+def check_layer_head(n_layers: int, n_heads: int, layer: int, head: int | None) -> tuple[int, int | None]:
+    """Python-style indices (negative from the end) -> 0-based (layer, head); clear errors when out of range."""
+    from .errors import BertfeatError
+
+    if not -n_layers <= layer < n_layers:
+        raise BertfeatError(f"layer {layer} is out of range",
+                            f"the model has {n_layers} layers: choose 0..{n_layers - 1}, or -{n_layers}..-1 from the end")
+    if head is not None and not -n_heads <= head < n_heads:
+        raise BertfeatError(f"head {head} is out of range",
+                            f"the model has {n_heads} heads per layer: choose 0..{n_heads - 1}, or -{n_heads}..-1 from the end")
+    return layer % n_layers, (None if head is None else head % n_heads)
+
+
+PLOT_DPI = 100
+SINGLE_INCHES = 8  # one head: 800 x 800 px
+GRID_CELL_INCHES = 4  # all heads: 400 x 400 px per head
+GRID_COLS = 4
+
+
+def figure_pixels(n_maps: int) -> tuple[int, int]:
+    """(width, height) in pixels of the PNG for one map (n_maps 1) or a grid of n_maps heads."""
+    if n_maps == 1:
+        return SINGLE_INCHES * PLOT_DPI, SINGLE_INCHES * PLOT_DPI
+    cols = min(GRID_COLS, n_maps)
+    rows = -(-n_maps // cols)
+    return cols * GRID_CELL_INCHES * PLOT_DPI, rows * GRID_CELL_INCHES * PLOT_DPI
+
+
+_CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Source Han Sans SC", "WenQuanYi Zen Hei", "WenQuanYi Micro Hei",
+              "Droid Sans Fallback", "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "Arial Unicode MS")
+
+
+def plot_attention(tokens: list[str], attn: np.ndarray, path: str | Path, layer: int, head: int | None = None,
+                   title: str | None = None) -> Path:
+    """Heatmap(s) of ``attn`` (layers, heads, T, T) at ``layer``: one ``head``, or all heads in a grid (head None).
+
+    Rows are queries, columns keys, tokens on both axes; colour scale 0..max of the maps shown.
+    The figure size is fixed (see ``figure_pixels``); the PNG is written atomically. Chinese and other
+    wordpieces use an installed CJK font when there is one (else they show as boxes, without warnings).
+    """
+    import warnings
+
+    import matplotlib
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    family = ["DejaVu Sans"] + [f for f in _CJK_FONTS if f in installed]
+    with matplotlib.rc_context({"font.family": family}), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from")
+        return _plot_attention(tokens, attn, path, layer, head, title)
+
+
+def _plot_attention(tokens, attn, path, layer, head, title) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    L, nh, T, _ = attn.shape
+    layer, head = check_layer_head(L, nh, layer, head)
+    heads = list(range(nh)) if head is None else [head]
+    maps = attn[layer, heads]
+    w, h = figure_pixels(len(heads))
+    fig = Figure(figsize=(w / PLOT_DPI, h / PLOT_DPI), dpi=PLOT_DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    cols = 1 if len(heads) == 1 else min(GRID_COLS, len(heads))
+    rows = -(-len(heads) // cols)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    vmax = float(maps.max()) if maps.size else 1.0
+    step = max(1, -(-T // 64))  # label at most ~64 tokens per axis
+    ticks = list(range(0, T, step))
+    labels = [tokens[i] for i in ticks]
+    size = max(3.0, min(10.0, (240.0 if len(heads) == 1 else 120.0) / max(len(ticks), 1)))
+    im = None
+    for n, ax in enumerate(axes.flat):
+        if n >= len(heads):
+            ax.set_axis_off()
+            continue
+        im = ax.imshow(maps[n], cmap="viridis", vmin=0.0, vmax=vmax, interpolation="nearest", aspect="equal")
+        if len(heads) > 1 or not title:
+            ax.set_title(f"layer {layer}, head {heads[n]}", fontsize=10 if len(heads) == 1 else 8)
+        ax.set_xticks(ticks)
+        ax.set_yticks(ticks)
+        r, c = divmod(n, cols)
+        ax.set_xticklabels(labels if r == rows - 1 or n + cols >= len(heads) else [], rotation=90, fontsize=size)
+        ax.set_yticklabels(labels if c == 0 else [], fontsize=size)
+        if len(heads) == 1:
+            ax.set_xlabel("key (attended to)")
+            ax.set_ylabel("query (attending)")
+    if im is not None:
+        fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8 if len(heads) == 1 else 0.6, label="attention probability")
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=PLOT_DPI))
+
+
+def save_attention_npy(attn: np.ndarray, path: str | Path) -> Path:
+    """The raw (layers, heads, T, T) float32 array as .npy, written atomically."""
+    return atomic_write(path, lambda fh: np.save(fh, np.asarray(attn, dtype=np.float32)))
+
+
+def write_attention(text: str, output: str | Path, pair: str | None = None, model: str | None = None, layer: int = -1,
+                    head: int | None = 0, save_npy: str | Path | None = None, max_length: int | None = None,
+                    *, encoder=None) -> dict:
+    """Attention heatmap PNG of one layer (one head, or every head with head None), and optionally the raw .npy.
+
+    Layer and head are checked before the model runs. Returns what was written (for the CLI).
+    """
+    from .errors import BertfeatError
+
+    for p, ext, opt in ((output, ".png", "-o"), (save_npy, ".npy", "--save-npy")):
+        if p is not None and Path(p).suffix.lower() != ext:
+            raise BertfeatError(f"{opt} {p} does not end in {ext}", f"give {opt} a file name ending in {ext}")
+    enc = _encoder(model, max_length, encoder)
+    c = enc.config
+    layer_i, head_i = check_layer_head(c.num_hidden_layers, c.num_attention_heads, layer, head)
+    tokens, attn = attention_maps(text, pair, max_length=max_length, encoder=enc)
+    what = f"head {head_i}" if head_i is not None else f"all {c.num_attention_heads} heads"
+    png = plot_attention(tokens, attn, output, layer_i, head_i, title=f"{enc.model_id}: layer {layer_i}, {what}")
+    npy = save_attention_npy(attn, save_npy) if save_npy is not None else None
+    return {
+        "model": enc.model_id,
+        "layer": layer_i,
+        "heads": list(range(c.num_attention_heads)) if head_i is None else [head_i],
+        "n_tokens": len(tokens),
+        "png": str(png),
+        "png_pixels": list(figure_pixels(c.num_attention_heads if head_i is None else 1)),
+        "npy": None if npy is None else str(npy),
+        "npy_shape": list(attn.shape),
+    }
+
+
+# --------------------------------------------------------------------------- fill-mask
+def require_mlm_head(enc) -> None:
+    from .errors import BertfeatError
+
+    if enc.weights.mlm is None:
+        raise BertfeatError(f"{enc.model_id} has no masked-language-model head (cls.predictions.*)",
+                            "use a checkpoint saved with its MLM head, e.g. bert-base-uncased")
+
+
+def masked_lm_logits(text: str, pair: str | None = None, model: str | None = None, *, encoder=None,
+                     positions: str = "mask") -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Masked-LM logits of one text: (tokens, positions (M,), float32 logits (M, vocab)).
+
+    ``positions`` "mask": the rows of the [MASK] tokens (an error if there is none); "all": every position.
+    """
+    from .errors import BertfeatError
+    from .model import bert_forward, mlm_logits
+
+    enc = _encoder(model, None, encoder)
+    require_mlm_head(enc)
+    tok = enc.tokenizer
+    if tok.mask_id is None:
+        raise BertfeatError(f"{enc.model_id}: the vocabulary has no {tok.mask_token} token", "use a BERT checkpoint with [MASK] in its vocabulary")
+    e, truncated, n_full = tok.tokens(text, pair, enc.max_length)
+    ids = np.asarray([e.ids], dtype=np.int64)
+    if truncated:
+        raise BertfeatError(f"the text has {n_full} tokens, more than the max length {enc.max_length}",
+                            f"shorten the text around {tok.mask_token}")
+    if positions == "mask":
+        pos = np.flatnonzero(ids[0] == tok.mask_id)
+        if pos.size == 0:
+            raise BertfeatError(f"the text has no {tok.mask_token} token",
+                                f"put {tok.mask_token} where a word should be predicted, e.g. \"The capital of France is {tok.mask_token}.\"")
+    else:
+        pos = np.arange(ids.shape[1])
+    L = enc.config.num_hidden_layers
+    fwd = bert_forward(enc.weights, ids, np.asarray([e.type_ids], dtype=np.int64), np.ones_like(ids), keep=(L,))
+    return list(e.tokens), pos, mlm_logits(enc.weights, fwd.hidden[L][0, pos])
+
+
+def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | None = None, *, encoder=None) -> list[list[dict]]:
+    """The ``top_k`` most likely tokens for each [MASK] of ``text``, in order of the masks.
+
+    Each mask gets a list of {"token", "id", "score"}, best first; score is the probability
+    (softmax of the logits over the vocabulary). Several masks are predicted independently in one pass.
+    """
+    from .errors import BertfeatError
+    from .model import softmax
+
+    enc = _encoder(model, None, encoder)
+    V = enc.config.vocab_size
+    if not 1 <= int(top_k) <= V:
+        raise BertfeatError(f"top-k {top_k} is out of range", f"choose 1..{V} (the vocabulary size)")
+    _, _, logits = masked_lm_logits(text, pair, encoder=enc)
+    probs = softmax(logits.astype(np.float64))
+    out = []
+    for p, lg in zip(probs, logits):
+        best = np.argsort(-lg, kind="stable")[:top_k]
+        out.append([{"token": enc.tokenizer.id_to_token(i), "id": int(i), "score": float(p[i])} for i in best])
+    return out

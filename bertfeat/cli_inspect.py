@@ -1,0 +1,122 @@
+"""``bertfeat tokens``, ``bertfeat attention`` and ``bertfeat fill-mask``: thin Typer wrappers.
+
+Each validates its options, calls one function of ``bertfeat.inspect`` and renders the result
+with rich. Errors are ``BertfeatError``; ``cli.main`` prints them as ``Error: what - fix``, exit 1.
+``cli._register_optional`` calls ``register(app)``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from .errors import BertfeatError
+
+MODEL_HELP = "Model: a local directory, a hub id in the Hugging Face cache, or all-MiniLM-L6-v2 (default)."
+
+
+def _consoles():
+    from .cli import err_console, out_console
+
+    return out_console, err_console
+
+
+def _text(s) -> "object":
+    from rich.text import Text
+
+    return Text(str(s))  # never rich markup: wordpieces like [CLS] or [unused0] must print as they are
+
+
+def tokens_command(
+    text: str = typer.Argument(..., help="The text to tokenize."),
+    pair: Optional[str] = typer.Option(None, "--pair", help="Second text of a sentence pair (token type id 1)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens (default: the model's max_seq_length, else its max positions)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+):
+    """Show how a text is cut into wordpieces: ids, token type ids, attention mask, truncation."""
+    from .inspect import tokenize_text
+
+    d = tokenize_text(text, pair, model, max_length)
+    if json_out:
+        typer.echo(json.dumps(d, ensure_ascii=False, indent=2))
+        return
+    from rich.table import Table
+
+    out, _ = _consoles()
+    t = Table(title=_text(f"bertfeat tokens: {d['model']}"))
+    for col in ("position", "wordpiece", "id", "token type id", "attention mask"):
+        t.add_column(col, justify="left" if col == "wordpiece" else "right")
+    for i, (tok, tid, tt, m) in enumerate(zip(d["tokens"], d["input_ids"], d["token_type_ids"], d["attention_mask"])):
+        t.add_row(str(i), _text(tok), str(tid), str(tt), str(m))
+    out.print(t)
+    if d["truncated"]:
+        line = f"truncated: {d['n_tokens_full']} tokens cut to {d['n_tokens']} (max length {d['max_length']})"
+    else:
+        line = f"not truncated: {d['n_tokens']} tokens (max length {d['max_length']})"
+    out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def attention_command(
+    text: str = typer.Argument(..., help="The text whose attention to plot."),
+    output: str = typer.Option(..., "-o", "--output", help="PNG file to write."),
+    pair: Optional[str] = typer.Option(None, "--pair", help="Second text of a sentence pair (token type id 1)."),
+    layer: int = typer.Option(-1, "--layer", help="Layer, 0-based; negative counts from the end (-1 = last)."),
+    head: Optional[int] = typer.Option(None, "--head", help="One head, 0-based (default 0); negative counts from the end."),
+    all_heads: bool = typer.Option(False, "--all-heads", help="A grid of every head of the layer."),
+    save_npy: Optional[str] = typer.Option(None, "--save-npy", help="Also write the raw (layers, heads, T, T) float32 array as .npy."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens (default: the model's max_seq_length, else its max positions)."),
+):
+    """Plot attention probabilities as heatmaps with the tokens on both axes."""
+    from .inspect import write_attention
+
+    if head is not None and all_heads:
+        raise BertfeatError("--head and --all-heads exclude each other", "give --head N for one head, or --all-heads for the grid")
+    r = write_attention(text, output, pair, model, layer, None if all_heads else (0 if head is None else head),
+                        save_npy, max_length)
+    out, _ = _consoles()
+    heads = f"head {r['heads'][0]}" if len(r["heads"]) == 1 else f"{len(r['heads'])} heads"
+    w, h = r["png_pixels"]
+    out.print(f"wrote {r['png']} (layer {r['layer']}, {heads}, {r['n_tokens']} tokens, {w}x{h} px)", markup=False, highlight=False, soft_wrap=True)
+    if r["npy"]:
+        shape = " x ".join(str(n) for n in r["npy_shape"])
+        out.print(f"wrote {r['npy']} (float32, layers x heads x T x T = {shape})", markup=False, highlight=False, soft_wrap=True)
+
+
+def fill_mask_command(
+    text: str = typer.Argument(..., help='Text with one or more [MASK] tokens, e.g. "The capital of France is [MASK]."'),
+    top_k: int = typer.Option(5, "--top-k", "-k", help="Predictions per [MASK]."),
+    pair: Optional[str] = typer.Option(None, "--pair", help="Second text of a sentence pair (token type id 1)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON (a list per [MASK] of token, id, score) instead of tables."),
+):
+    """Predict the tokens behind [MASK] with the model's masked-language-model head."""
+    from .inspect import fill_mask
+
+    if top_k < 1:
+        raise BertfeatError(f"--top-k {top_k} is out of range", "give 1 or more")
+    preds = fill_mask(text, top_k, model, pair)
+    if json_out:
+        typer.echo(json.dumps(preds, ensure_ascii=False, indent=2))
+        return
+    from rich.table import Table
+
+    out, _ = _consoles()
+    for n, cands in enumerate(preds, 1):
+        t = Table(title=_text(f"[MASK] {n} of {len(preds)}"))
+        t.add_column("rank", justify="right")
+        t.add_column("token")
+        t.add_column("id", justify="right")
+        t.add_column("probability", justify="right")
+        for rank, c in enumerate(cands, 1):
+            t.add_row(str(rank), _text(c["token"]), str(c["id"]), f"{c['score']:.4f}")
+        out.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tokens")(tokens_command)
+    app.command("attention")(attention_command)
+    app.command("fill-mask")(fill_mask_command)
