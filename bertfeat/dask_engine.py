@@ -1,0 +1,861 @@
+"""`bertfeat extract --engine dask`: the same extract, scheduled by Dask across worker processes or machines.
+
+Design (docs/dask.md has the user's side):
+
+Partitions
+    The input is cut into partitions on the client, before anything runs. Parquet: consecutive
+    row groups of a file, grouped until they hold ``blocksize`` uncompressed bytes of the wanted
+    columns (a row group is never split); the row counts come from the footers, so nothing is
+    read to count. CSV/TSV/JSONL: byte ranges of ``blocksize`` aligned on line ends, exactly as
+    ``dask.bytes.read_bytes`` cuts them (``fsspec.utils.read_block``); a first pass over the
+    cluster counts each block's rows. Files are taken in the local engine's order (sorted paths),
+    so partition i's rows are global rows ``first_row[i] .. first_row[i] + n[i] - 1`` and the
+    ``row`` column holds the same 0-based row numbers as the local output.
+    Paths go through fsspec: ``s3://``, ``gs://``, ``hdfs://`` work when the filesystem package
+    is installed on the client and the workers.
+
+    Why not ``dask.dataframe.read_parquet``/``read_csv``: read_parquet orders files by natural
+    sort (p2 before p10), which renumbers rows against the local engine, and read_csv parses
+    with pandas, which rejects a whole partition for one malformed line or invalid byte where
+    the local engine rejects that one row. Each block is parsed here by ``io.Source``'s own
+    CSV/JSONL reader instead, so every bad row is handled as in the local engine.
+
+Work
+    One task per partition (``client.submit``): read the partition -> ``pipeline.validate_batch``
+    -> ``pipeline.encode_chunk`` (per ``chunk_rows`` rows) -> a part file. The model lives in a
+    per-process cache (``worker_encoder``), loaded once per worker process by a WorkerPlugin and
+    reused by every task; the weights' sha256 is checked against the client's.
+
+Output
+    ``OUTPUT`` is a directory: ``part-00000.parquet`` ... one per partition, each with the local
+    output's schema and provenance (plus ``engine`` and ``part`` = index, first row, counts,
+    rejects), and ``_bertfeat.json`` with the run's provenance and totals. While running, it is
+    ``OUTPUT.partial/`` (with ``_manifest.json``); a task writes its part atomically (temporary
+    name, then rename), so a recomputed task overwrites its own file and never duplicates rows.
+    At the end the directory is renamed to ``OUTPUT``. Rejects go to ``OUTPUT.rejects.csv`` and
+    the PCA model and report beside OUTPUT, at the same paths as the local engine's.
+
+Resume
+    ``--resume`` reopens ``OUTPUT.partial/``, refuses different settings, and skips partitions
+    whose part file is there and carries this run's key.
+
+PCA
+    Pass 1 writes full-width parts to ``OUTPUT.partial/_full/`` and each task returns its PCA
+    streaming statistics (``PCA.partial_fit``); the client merges them (``PCA.merge``), fits,
+    saves the model and the report, then pass 2 (cheap, always rerun on resume) transforms each
+    full part into its reduced part.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import __version__
+from .errors import BertfeatError, InputError, ResumeError
+from .io import Source, detect_format, normalize_encoding
+from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, NullProgress, RawBatch, default_output,
+                       encode_chunk, parse_pca, provenance, validate_batch, write_rejects, _atomic_write_text, _matrix)
+
+try:  # the engine module imports without Dask; extract_dask says how to install it
+    from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
+except ImportError:  # pragma: no cover - exercised by the "dask missing" test through sys.modules
+    _WorkerPluginBase = object
+
+DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition: ~80k short sentences, a few minutes on one core
+EXTRA_COLUMNS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()}
+MANIFEST = "_manifest.json"
+PROVENANCE = "_bertfeat.json"
+FULL_DIR = "_full"
+INSTALL_HINT = 'pip install "bertfeat[dask]"'
+#: test-only fault injection: a file whose content is a partition index; the first task to encode
+#: that partition claims (renames) the file and kills its own worker process mid-write.
+CRASH_ENV = "BERTFEAT_DASK_TEST_CRASH"
+
+
+@dataclass
+class DaskOptions:
+    scheduler: str | None = None  # tcp://HOST:8786; None: a LocalCluster on this machine
+    workers: int | None = None  # LocalCluster worker processes (default: one per core)
+    blocksize: int | str | None = DEFAULT_BLOCKSIZE  # bytes per partition; 0/None/"none": one per file (text) / row group (parquet)
+
+
+def require_dask():
+    """Raise the install hint when Dask's distributed scheduler is missing."""
+    try:
+        import dask  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError as e:
+        raise BertfeatError(f"--engine dask needs Dask, but {e.name or 'dask'} is not installed", INSTALL_HINT) from None
+    if _WorkerPluginBase is object:  # imported while distributed was missing
+        raise BertfeatError("--engine dask needs Dask, but distributed could not be imported", INSTALL_HINT)
+
+
+def parse_blocksize(value) -> int | None:
+    """'8MiB', '64MB', '1000000', 0, None, 'none' -> bytes (None: no splitting)."""
+    if value is None or value == 0 or (isinstance(value, str) and value.strip().lower() in ("", "0", "none", "file")):
+        return None
+    if isinstance(value, int):
+        n = value
+    else:
+        from dask.utils import parse_bytes
+
+        try:
+            n = int(parse_bytes(value))
+        except (ValueError, TypeError):
+            raise BertfeatError(f"--blocksize '{value}' is not a size", "give bytes, e.g. 8MiB, 64MB or none") from None
+    if n < 1:
+        raise BertfeatError(f"--blocksize {value} is out of range", "give a positive size, e.g. 8MiB, or none")
+    return n
+
+
+# --------------------------------------------------------------------------- input
+def _is_url(path: str) -> bool:
+    return "://" in path
+
+
+class FsspecSource(Source):
+    """``io.Source`` for an fsspec URL (s3://, gs://, hdfs://, file://): the same column rules, read through fsspec."""
+
+    def __init__(self, path: str, fmt: str | None = None, text_column: str | None = None, pair_column: str | None = None,
+                 id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192):
+        import fsspec
+        from fsspec.utils import infer_compression
+
+        self.path = path
+        self.fmt = detect_format(path, fmt)
+        self.encoding = normalize_encoding(encoding)
+        try:
+            fs, _, paths = fsspec.core.get_fs_token_paths(path)
+        except (ImportError, ValueError) as e:
+            raise InputError(f"{path}: cannot open this URL ({e})", "install the fsspec filesystem for it (e.g. s3fs, gcsfs)") from None
+        if len(paths) == 1 and fs.isdir(paths[0]):
+            paths = [p for p in fs.find(paths[0]) if p.endswith((".parquet", ".pq"))
+                     and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
+        paths = sorted(p for p in paths if fs.isfile(p))
+        if not paths:
+            raise InputError(f"{path}: no such file (or the pattern matches none)", "check the URL")
+        if self.fmt != "parquet" and len(paths) > 1:
+            raise InputError(f"{path}: a glob of {self.fmt.upper()} files is not supported", "concatenate them, or convert to Parquet")
+        self.fs, self.files = fs, paths
+        self.compression = infer_compression(paths[0]) if self.fmt != "parquet" else None
+        self.batch_rows = batch_rows
+        self.total_rows = None
+        self.total_bytes = sum(fs.size(p) for p in paths)
+        self._head = None
+        self._json_types = {}
+        self.columns = self._columns()
+        self.text_column = self._pick_text_column(text_column)
+        for opt, col in (("--pair-column", pair_column), ("--id-column", id_column)):
+            if col is not None and col not in self.columns:
+                raise InputError(f"{self.name}: {opt} '{col}' is not a column", f"columns are: {', '.join(self.columns)}")
+        self.pair_column = pair_column
+        self.id_column = id_column
+
+    def _columns(self) -> list[str]:
+        if self.fmt != "parquet":
+            return super()._columns()  # reads the head through _open_binary below
+        total, self._pq_schema = 0, None
+        for p in self.files:
+            with self.fs.open(p, "rb") as fh:
+                md = pq.ParquetFile(fh)
+                self._pq_schema = self._pq_schema or md.schema_arrow
+                total += md.metadata.num_rows
+        self.total_rows = total
+        return list(self._pq_schema.names)
+
+    def _open_binary(self):
+        fh = self.fs.open(self.files[0], "rb", compression=self.compression)
+        return fh, _Count(0)
+
+    def identity(self) -> dict:
+        files = []
+        for p in self.files:
+            info = self.fs.info(p)
+            stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("etag") or info.get("updated")
+            files.append({"path": self.fs.unstrip_protocol(p), "size": info.get("size"), "stamp": str(stamp)})
+        return {"path": self.path, "format": self.fmt, "files": files}
+
+
+@dataclass
+class _Count:
+    count: int
+
+
+class _BlockSource(Source):
+    """The local engine's CSV/TSV/JSONL reader over one in-memory block (a partition of a file)."""
+
+    KEEP = ("path", "fmt", "encoding", "text_column", "pair_column", "id_column", "columns", "batch_rows", "_json_types")
+
+    def __init__(self, attrs: dict, data: bytes):  # no Source.__init__: the client checked the input already
+        self.__dict__.update(attrs)
+        self.compression = None
+        self._head = None
+        self._data = data
+
+    def _open_binary(self):
+        return io.BytesIO(self._data), _Count(len(self._data))
+
+
+def _source_attrs(src: Source) -> dict:
+    return {k: getattr(src, k, None) for k in _BlockSource.KEEP} | {"_json_types": getattr(src, "_json_types", {})}
+
+
+def _filesystem(src: Source):
+    """(fsspec filesystem, file paths as it names them) for a local Source or an FsspecSource."""
+    if isinstance(src, FsspecSource):
+        return src.fs, list(src.files)
+    import fsspec
+
+    return fsspec.filesystem("file"), [str(Path(f).resolve()) for f in src.files]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A slice of the input. Parquet: row groups of a file. Text: a byte range (None: the whole file)."""
+
+    index: int
+    file: str
+    row_groups: tuple[int, ...] | None = None
+    offset: int = 0
+    length: int | None = None
+    header: bytes | None = None  # CSV/TSV: the file's header line, put in front of blocks after the first
+    compression: str | None = None
+    n_rows: int | None = None  # known up front for Parquet
+
+
+def plan_partitions(src: Source, fs, files: list[str], blocksize: int | None) -> list[Partition]:
+    """Cut the input into partitions in the local engine's row order."""
+    parts: list[Partition] = []
+    if src.fmt == "parquet":
+        wanted = set(src._wanted())
+        names0 = None
+        for f in files:
+            try:
+                with fs.open(f, "rb") as fh:
+                    pf = pq.ParquetFile(fh)
+                    md, names = pf.metadata, pf.schema_arrow.names
+            except (pa.ArrowException, OSError) as e:
+                raise InputError(f"{f}: not a readable Parquet file ({e})", "check the file is Parquet and complete") from None
+            names0 = names0 or names
+            if names != names0:
+                raise InputError(f"{f}: its columns differ from {files[0]}", "a Parquet dataset needs the same columns in every file")
+            group, rows, size = [], 0, 0
+            for g in range(md.num_row_groups):
+                rg = md.row_group(g)
+                group.append(g)
+                rows += rg.num_rows
+                size += sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
+                            if rg.column(j).path_in_schema.split(".")[0] in wanted)
+                if blocksize and size >= blocksize:
+                    parts.append(Partition(len(parts), f, tuple(group), n_rows=rows))
+                    group, rows, size = [], 0, 0
+            if group or md.num_row_groups == 0:
+                parts.append(Partition(len(parts), f, tuple(group), n_rows=rows))
+        return parts
+    from fsspec.utils import infer_compression
+
+    for f in files:
+        comp = infer_compression(f)
+        header = None
+        if src.fmt in ("csv", "tsv"):
+            with fs.open(f, "rb", compression=comp) as fh:
+                header = fh.readline()
+        size = fs.size(f)
+        if comp or not blocksize or size <= blocksize:
+            parts.append(Partition(len(parts), f, header=header, compression=comp))
+            continue
+        for off in range(0, size, blocksize):
+            parts.append(Partition(len(parts), f, offset=off, length=blocksize, header=header))
+    return parts
+
+
+def read_partition(part: Partition, fs, attrs: dict, first_row: int) -> RawBatch:
+    """A partition -> one RawBatch with global row numbers, read as the local engine reads it."""
+    wanted = [c for c in dict.fromkeys([attrs["text_column"], attrs["pair_column"], attrs["id_column"]]) if c]
+    name = attrs["path"]
+    if attrs["fmt"] == "parquet":
+        try:
+            with fs.open(part.file, "rb") as fh:
+                t = pq.ParquetFile(fh).read_row_groups(list(part.row_groups), columns=wanted) if part.row_groups else None
+        except (pa.ArrowException, OSError) as e:
+            raise InputError(f"{part.file} near row {first_row}: cannot read the Parquet file ({e})",
+                             "check the file is Parquet and complete") from None
+        n = 0 if t is None else t.num_rows
+
+        def col(c):
+            return None if c is None else ([] if t is None else t.column(c).to_pylist())
+
+        return RawBatch(list(range(first_row, first_row + n)), col(attrs["text_column"]), col(attrs["pair_column"]),
+                        col(attrs["id_column"]))
+    from fsspec.utils import read_block
+
+    try:
+        with fs.open(part.file, "rb", compression=part.compression) as fh:
+            data = fh.read() if part.length is None else read_block(fh, part.offset, part.length, delimiter=b"\n")
+    except OSError as e:
+        raise InputError(f"{name}: cannot read {part.file} at byte {part.offset} ({e})", "check the file is complete") from None
+    if part.header is not None and part.offset > 0:
+        if not data.strip():
+            data = b""
+        data = part.header + data
+    if not data.strip():
+        return RawBatch([], [], [] if attrs["pair_column"] else None, [] if attrs["id_column"] else None)
+    batches = list(_BlockSource(attrs, data).batches())
+    rows, texts = [], []
+    pairs = [] if attrs["pair_column"] else None
+    ids = [] if attrs["id_column"] else None
+    pre = {}
+    for b in batches:
+        rows += [first_row + r for r in b.rows]
+        texts += b.texts
+        if pairs is not None: pairs += b.pairs
+        if ids is not None: ids += b.ids
+        pre.update({first_row + r: v for r, v in b.pre_rejected.items()})
+    return RawBatch(rows, texts, pairs, ids, pre)
+
+
+def count_partition(part: Partition, fs, attrs: dict) -> int:
+    """Rows in a partition (pass 0 for CSV/TSV/JSONL; Parquet counts come from the footers)."""
+    if part.n_rows is not None:
+        return part.n_rows
+    return len(read_partition(part, fs, attrs, 0).rows)
+
+
+# --------------------------------------------------------------------------- worker side
+_ENCODERS: dict = {}
+_ENCODER_LOCK = threading.Lock()
+
+
+def worker_encoder(location, model_name: str | None, max_batch_tokens: int | None, weights_sha256: str):
+    """This process's Encoder for (model, batch budget): loaded once, reused by every task."""
+    key = (str(location.path), max_batch_tokens)
+    enc = _ENCODERS.get(key)
+    if enc is not None:
+        return enc
+    with _ENCODER_LOCK:
+        enc = _ENCODERS.get(key)
+        if enc is not None:
+            return enc
+        from .encoder import Encoder
+        from .hub import resolve_model
+        import socket
+
+        host = socket.gethostname()
+        kw = {"max_batch_tokens": int(max_batch_tokens)} if max_batch_tokens else {}
+        try:
+            loc = location if (Path(location.path) / "config.json").is_file() else resolve_model(model_name)
+            enc = Encoder(location=loc, **kw)
+        except BertfeatError as e:
+            raise BertfeatError(f"worker on {host}: cannot load the model at {location.path} ({e.what})",
+                                "the model directory must be at the same path on every worker (or in each worker's Hugging Face cache)") from None
+        if enc.weights_sha256 != weights_sha256:
+            raise BertfeatError(f"worker on {host}: the weights at {enc.location.path} differ from the client's "
+                                f"(sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
+                                "put the same model files on every node")
+        _ENCODERS[key] = enc
+        return enc
+
+
+class EncoderPlugin(_WorkerPluginBase):
+    """Registered with the client: sets the worker's BLAS threads and loads the model once, up front."""
+
+    name = "bertfeat-encoder"
+
+    def __init__(self, location, model_name, max_batch_tokens, weights_sha256, threads: int | None):
+        self.location, self.model_name, self.max_batch_tokens = location, model_name, max_batch_tokens
+        self.weights_sha256, self.threads = weights_sha256, threads
+
+    def setup(self, worker):
+        if self.threads:
+            from .threads import set_threads
+
+            set_threads(self.threads)
+        try:  # warm the cache; a failure is raised again, with its message, by the first task
+            worker_encoder(self.location, self.model_name, self.max_batch_tokens, self.weights_sha256)
+        except BertfeatError:
+            pass
+
+
+@dataclass
+class TaskContext:
+    """Everything a partition task needs, sent with each task (small)."""
+
+    fs: object
+    attrs: dict
+    location: object
+    model_name: str | None
+    max_batch_tokens: int | None
+    weights_sha256: str
+    spec: object
+    on_bad_row: str
+    id_name: str
+    id_type: pa.DataType
+    chunk_rows: int
+    dim: int
+    meta: dict  # the provenance every part carries (counts are per part)
+    run_key: str
+    out_dir: str
+    wide: bool
+    n_components: object = None  # --pca: parts go to _full/ and tasks return statistics
+    width: int = 5
+
+
+def part_name(index: int, width: int = 5) -> str:
+    return f"part-{index:0{width}d}.parquet"
+
+
+def _maybe_crash(index: int, writer):
+    """Test-only: die like a killed worker, half-way through writing this partition's file."""
+    trigger = os.environ.get(CRASH_ENV)
+    if not trigger or not os.path.exists(trigger):
+        return
+    try:
+        if int(Path(trigger).read_text().strip()) != index:
+            return
+        os.rename(trigger, trigger + ".fired")  # claim it: only the first attempt dies
+    except (OSError, ValueError):
+        return
+    writer._flush()  # something on disk under the temporary name
+    os._exit(17)
+
+
+def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
+    from .features import FeatureWriter
+
+    return FeatureWriter(path, fmt="parquet", dim=dim, id_name=ctx.id_name, id_type=ctx.id_type, metadata=meta,
+                         wide=wide, extra_columns=EXTRA_COLUMNS, row_group_rows=max(1024, ctx.chunk_rows))
+
+
+def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
+    """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
+    enc = worker_encoder(ctx.location, ctx.model_name, ctx.max_batch_tokens, ctx.weights_sha256)
+    raw = read_partition(part, ctx.fs, ctx.attrs, first_row)
+    out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.n_components is not None else "")
+    path = out_dir / part_name(part.index, ctx.width)
+    stats = {"index": part.index, "first_row": first_row, "rows_read": len(raw.rows), "rows_written": 0, "rows_truncated": 0,
+             "rows_chunked": 0, "tokens": 0, "tokens_dropped": 0, "rejects": [], "run": ctx.run_key}
+    pca = None
+    if ctx.n_components is not None:
+        from .pca import PCA
+
+        pca = PCA(n_components=ctx.n_components, solver="covariance")
+    if not (Path(ctx.out_dir) / MANIFEST).is_file():
+        return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
+    writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and pca is None)
+    try:
+        for start in range(0, max(len(raw.rows), 1), ctx.chunk_rows):
+            sl = slice(start, start + ctx.chunk_rows)
+            rows = raw.rows[sl]
+            pre = {r: raw.pre_rejected[r] for r in rows if r in raw.pre_rejected} if raw.pre_rejected else {}
+            sub = RawBatch(rows, raw.texts[sl], None if raw.pairs is None else raw.pairs[sl],
+                           None if raw.ids is None else raw.ids[sl], pre)
+            chunk = validate_batch(sub, part.index)
+            table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.attrs["path"], ctx.on_bad_row, ctx.id_name)
+            stats["rejects"] += rejects
+            if not table.num_rows:
+                continue
+            X = _matrix(table)
+            n_tok = table.column("n_tokens").to_numpy()
+            trunc = table.column("truncated").to_numpy(zero_copy_only=False)
+            n_ch = table.column("n_chunks").to_numpy()
+            stats["rows_written"] += table.num_rows
+            stats["rows_truncated"] += int(trunc.sum())
+            stats["rows_chunked"] += int((n_ch > 1).sum())
+            stats["tokens"] += int(n_tok.sum())
+            stats["tokens_dropped"] += int(np.maximum(n_tok[trunc] - ctx.spec.max_length, 0).sum())
+            if pca is not None:
+                pca.partial_fit(X)
+            writer.write(table.column(ctx.id_name), X, {"n_tokens": n_tok, "truncated": trunc, "n_chunks": n_ch})
+            _maybe_crash(part.index, writer)
+        if not (Path(ctx.out_dir) / MANIFEST).is_file():
+            writer.abort()
+            return {"cancelled": True}
+        writer.close(_part_meta(ctx.meta, stats))
+    except BaseException:
+        writer.abort()
+        raise
+    stats["pca"] = pca
+    return stats
+
+
+def _part_meta(meta: dict, stats: dict) -> dict:
+    """The part's provenance: the run's, with this part's counts and where it sits in the input."""
+    part = {k: v for k, v in stats.items() if k != "pca"}
+    return {"rows": {"read": stats["rows_read"], "written": stats["rows_written"], "rejected": len(stats["rejects"]),
+                     "truncated": stats["rows_truncated"], "chunked": stats["rows_chunked"]},
+            "tokens": {"total": stats["tokens"], "dropped": stats["tokens_dropped"]},
+            "part": json.loads(json.dumps(part, default=str))}
+
+
+def read_part_stats(path: Path) -> dict | None:
+    """The ``part`` entry of a finished part file (None when it is not a complete bertfeat part)."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        return json.loads(meta[b"bertfeat"])["part"]
+    except (OSError, KeyError, ValueError, pa.ArrowException):
+        return None
+
+
+def partition_statistics(path: str, n_components) -> object:
+    """Task (--pca, resumed partition): the PCA statistics of a full-width part already on disk."""
+    from .pca import PCA
+
+    pca = PCA(n_components=n_components, solver="covariance")
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=8192, columns=["embedding"]):
+        if batch.num_rows:
+            pca.partial_fit(_matrix(pa.Table.from_batches([batch])))
+    return pca
+
+
+def reduce_partition(index: int, ctx: TaskContext, pca, meta: dict) -> int:
+    """Task (--pca pass 2): full-width part -> reduced part with the run's provenance; returns its rows."""
+    src = Path(ctx.out_dir) / FULL_DIR / part_name(index, ctx.width)
+    t = pq.read_table(src)
+    part = json.loads(t.schema.metadata[b"bertfeat"])
+    X = _matrix(t)
+    if len(X):
+        X = pca.transform(X).astype(np.float32)
+    w = _writer(Path(ctx.out_dir) / part_name(index, ctx.width), int(pca.n_components_), ctx, meta, ctx.wide)
+    with w:
+        w.write(t.column(ctx.id_name), X.reshape(len(X), int(pca.n_components_)),
+                {k: t.column(k).combine_chunks() for k in EXTRA_COLUMNS})
+        w.close({k: part[k] for k in ("rows", "tokens", "part")})
+    return t.num_rows
+
+
+# --------------------------------------------------------------------------- client side
+def _id_type(src: Source, id_column: str | None) -> pa.DataType:
+    """The id column's Arrow type as the local engine writes it (pa.array of the Python values)."""
+    if id_column is None:
+        return pa.int64()
+    if src.fmt == "parquet":
+        t = src._pq_schema.field(id_column).type
+        if pa.types.is_integer(t):
+            return pa.int64()
+        if pa.types.is_floating(t):
+            return pa.float64()
+        if pa.types.is_boolean(t):
+            return pa.bool_()
+        if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return pa.string()
+        return t
+    if src.fmt == "jsonl":
+        kinds = getattr(src, "_json_types", {}).get(id_column, set())
+        return pa.int64() if kinds and kinds <= {"int", "NoneType"} else pa.string()
+    return pa.string()  # CSV/TSV ids are text
+
+
+def _open_client(dopts: DaskOptions, threads: int | None):
+    """(client, cluster or None, BLAS threads per worker)."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    if dopts.scheduler:
+        if dopts.workers:
+            raise BertfeatError("--workers starts a local cluster; it cannot be combined with --scheduler",
+                                "start the workers with `dask worker SCHEDULER` on each machine, or drop --scheduler")
+        try:
+            client = Client(dopts.scheduler, timeout=30)
+        except (OSError, TimeoutError) as e:
+            raise BertfeatError(f"cannot reach the Dask scheduler at {dopts.scheduler} ({e})",
+                                "start it with `dask scheduler` and the workers with `dask worker tcp://HOST:8786`") from None
+        return client, None, threads
+    from .threads import default_threads
+
+    n = int(dopts.workers or default_threads())
+    if n < 1:
+        raise BertfeatError(f"--workers {n} is out of range", "give 1 or more")
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=logging.ERROR)
+    return Client(cluster), cluster, threads or max(1, default_threads() // n)
+
+
+def _results(client, futures: dict, on_result):
+    """Gather futures as they finish; a task's error becomes the run's error."""
+    from distributed import as_completed
+    from distributed.client import FutureCancelledError
+
+    try:
+        from distributed.scheduler import KilledWorker
+    except ImportError:  # pragma: no cover
+        KilledWorker = ()  # type: ignore
+    for fut in as_completed(list(futures)):
+        key = futures[fut]
+        try:
+            res = fut.result()
+        except KilledWorker as e:
+            raise BertfeatError(f"partition {key}: its task killed the workers that ran it ({e})",
+                                "a worker probably ran out of memory: lower --blocksize or --max-batch-tokens, or add memory") from None
+        except FutureCancelledError:
+            raise BertfeatError(f"partition {key}: the task was cancelled (the cluster went away?)", "rerun with --resume") from None
+        on_result(key, res)
+        fut.release()
+
+
+def _check_output(out: Path):
+    if out.is_dir() and any(out.iterdir()) and not (out / PROVENANCE).is_file():
+        raise BertfeatError(f"{out} is a directory that bertfeat did not write", "choose another -o OUTPUT")
+
+
+def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progress: NullProgress | None = None,
+                 client=None) -> ExtractSummary:
+    """Run ``extract`` on a Dask cluster (``client`` given, or per ``dopts``); returns the same summary."""
+    require_dask()
+    dopts = dopts or DaskOptions()
+    progress = progress or NullProgress()
+    t0 = time.perf_counter()
+    if opts.on_bad_row not in BAD_ROW_POLICIES:
+        raise BertfeatError(f"unknown --on-bad-row '{opts.on_bad_row}'", "choose error or skip")
+    if opts.input == "-":
+        raise BertfeatError("--engine dask cannot read standard input", "write the input to a file (Parquet is best), or use --engine local")
+    if (opts.format or "parquet") != "parquet" or (opts.output and Path(opts.output).suffix.lower() in (".npy", ".csv")):
+        raise BertfeatError("--engine dask writes a Parquet dataset (a directory of part files)",
+                            "drop --format/-o .npy/.csv, or use --engine local")
+    n_components = parse_pca(opts.pca)
+    blocksize = parse_blocksize(dopts.blocksize)
+
+    src_cls = FsspecSource if _is_url(opts.input) else Source
+    src = src_cls(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding)
+    if opts.output:
+        out = Path(opts.output)
+    elif _is_url(opts.input):
+        raise BertfeatError("a URL input needs -o OUTPUT", "give -o with a directory every worker can write (a shared filesystem)")
+    else:
+        out = default_output(opts.input, "parquet")
+    out = out.resolve()
+    _check_output(out)
+    partial = out.with_name(out.name + ".partial")
+    fs, files = _filesystem(src)
+
+    from .encoder import Encoder
+
+    encoder = Encoder(opts.model, **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {}))
+    spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride)
+    id_name = opts.id_column or "row"
+    if id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
+        raise BertfeatError(f"--id-column '{id_name}' clashes with an output column", "rename the id column")
+    fingerprint = encoder.fingerprint(spec)
+    parts = plan_partitions(src, fs, files, blocksize)
+    width = max(5, len(str(len(parts) - 1)))
+    manifest = {
+        "bertfeat_version": __version__, "engine": "dask", "fingerprint": fingerprint, "input": src.identity(),
+        "text_column": src.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
+        "encoding": src.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows, "pca": opts.pca,
+        "wide": opts.wide, "blocksize": blocksize, "partitions": len(parts),
+    }
+    counts = _open_partial(partial, manifest, opts.resume)
+    summary = ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
+
+    own_client = client is None
+    cluster = None
+    threads = opts.threads
+    futures: dict = {}
+    tag = uuid.uuid4().hex[:8]  # task keys unique to this run
+    started = False
+    try:
+        if own_client:
+            client, cluster, threads = _open_client(dopts, opts.threads)
+        elif dopts.workers or dopts.scheduler:
+            pass  # a caller-supplied client wins
+        client.register_plugin(EncoderPlugin(encoder.location, opts.model, opts.max_batch_tokens, encoder.weights_sha256,
+                                             threads), name=EncoderPlugin.name)
+        attrs = _source_attrs(src)
+        attrs["path"] = src.name
+
+        # pass 0: rows per partition (Parquet: from the footers)
+        if counts is None:
+            counts = [p.n_rows for p in parts]
+            todo = [p for p in parts if p.n_rows is None]
+            if todo:
+                progress.note(f"counting the rows of {len(todo)} partition(s) on the cluster")
+                futures = {client.submit(count_partition, p, fs, attrs, key=f"bertfeat-count-{p.index}-{tag}",
+                                         pure=False): p.index for p in todo}
+                _results(client, futures, lambda i, n: counts.__setitem__(i, n))
+                futures = {}
+            manifest["partition_rows"] = counts
+            _atomic_write_text(partial / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        first = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
+        run_key = _run_key(manifest)
+
+        meta = provenance(encoder, spec, fingerprint, src, opts, ExtractSummary())
+        meta["engine"] = "dask"
+        ctx = TaskContext(fs=fs, attrs=attrs, location=encoder.location, model_name=opts.model,
+                          max_batch_tokens=opts.max_batch_tokens, weights_sha256=encoder.weights_sha256, spec=spec,
+                          on_bad_row=opts.on_bad_row, id_name=id_name, id_type=_id_type(src, opts.id_column),
+                          chunk_rows=opts.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
+                          out_dir=str(partial), wide=opts.wide, n_components=n_components, width=width)
+
+        # pass 1: encode (skipping finished partitions)
+        stage = partial / FULL_DIR if n_components is not None else partial
+        stage.mkdir(exist_ok=True)
+        done: dict[int, dict] = {}
+        for p in parts:
+            st = read_part_stats(stage / part_name(p.index, width))
+            if st is not None and st.get("run") == run_key:
+                done[p.index] = st
+        summary.chunks_resumed = len(done)
+        if done:
+            progress.note(f"resuming: {len(done)} of {len(parts)} partition(s) already done in {partial}")
+        progress.start(sum(counts), None)
+        started = True
+        for st in done.values():
+            progress.advance(st["rows_read"], 0, 0)
+        results: dict[int, dict] = dict(done)
+        merged = None
+        if n_components is not None:
+            from .pca import PCA
+
+            merged = PCA(n_components=n_components, solver="covariance")
+
+        def on_encoded(i, st):
+            nonlocal merged
+            if st.get("cancelled"):
+                raise BertfeatError(f"partition {i}: {partial} vanished while the run was going on", "rerun the command")
+            pca = st.pop("pca", None)
+            if pca is not None:
+                merged = merged.merge(pca)
+            results[i] = st
+            progress.advance(st["rows_read"], st["tokens"], 0)
+
+        futures = {client.submit(encode_partition, p, first[p.index], ctx, key=f"bertfeat-encode-{p.index}-{tag}",
+                                 pure=False): p.index for p in parts if p.index not in done}
+        if n_components is not None:  # statistics of the resumed partitions, from their files
+            futures.update({client.submit(partition_statistics, str(stage / part_name(i, width)), n_components,
+                                          key=f"bertfeat-stats-{i}-{tag}", pure=False): -1 - i for i in done})
+
+        def on_any(i, res):
+            nonlocal merged
+            if i < 0:
+                merged = merged.merge(res)
+            else:
+                on_encoded(i, res)
+
+        _results(client, futures, on_any)
+        futures = {}
+
+        for i in sorted(results):
+            st = results[i]
+            summary.rows_read += st["rows_read"]
+            summary.rows_written += st["rows_written"]
+            summary.rows_rejected += len(st["rejects"])
+            summary.rows_truncated += st["rows_truncated"]
+            summary.rows_chunked += st["rows_chunked"]
+            summary.tokens += st["tokens"]
+            summary.tokens_dropped += st["tokens_dropped"]
+        final_meta = provenance(encoder, spec, fingerprint, src, opts, summary)
+        final_meta["engine"] = "dask"
+        final_meta["partitions"] = len(parts)
+        outputs: dict = {}
+
+        if n_components is not None:  # fit on the client, then pass 2 on the cluster
+            if summary.rows_written < 2:
+                raise BertfeatError(f"--pca needs at least 2 feature rows, this run has {summary.rows_written}", "drop --pca or add rows")
+            pca = merged
+            pca.finalize()
+            outputs.update(_write_pca(pca, out, fingerprint))
+            final_meta["pca"] = meta["pca"] = {"n_components": int(pca.n_components_), "model_file": outputs["pca_model"].name,
+                                                "explained_variance": float(np.sum(pca.explained_variance_ratio_))}
+            progress.note(f"PCA: {pca.n_components_} components; writing the reduced features")
+            pca_f = client.scatter(pca, broadcast=True)
+            futures = {client.submit(reduce_partition, p.index, ctx, pca_f, meta, key=f"bertfeat-reduce-{p.index}-{tag}",
+                                     pure=False): p.index for p in parts}
+            _results(client, futures, lambda i, n: None)
+            futures = {}
+            shutil.rmtree(partial / FULL_DIR, ignore_errors=True)
+
+        rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
+        rejects_path = out.with_name(out.name + ".rejects.csv")
+        if rejects:
+            write_rejects(rejects_path, rejects)
+            outputs["rejects"] = rejects_path
+        elif rejects_path.exists():
+            rejects_path.unlink()
+        _finish(partial, out, final_meta)
+        summary.outputs = {"features": out, **outputs}
+    except InputError:
+        _cancel(client, futures)
+        shutil.rmtree(partial, ignore_errors=True)  # bad input: leave nothing behind, like the local engine
+        raise
+    except BaseException:  # Ctrl-C, lost scheduler or workers: keep the finished parts for --resume
+        _cancel(client, futures)
+        raise
+    finally:
+        if started:
+            progress.stop()
+        if own_client and client is not None:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    summary.elapsed = time.perf_counter() - t0
+    return summary
+
+
+def _cancel(client, futures):
+    if client is not None and futures:
+        try:
+            client.cancel(list(futures))
+        except Exception:  # pragma: no cover - the client may already be gone
+            pass
+
+
+def _run_key(manifest: dict) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | None:
+    """Start or continue OUTPUT.partial/; returns the partition row counts when a resumed run knows them."""
+    mpath = partial / MANIFEST
+    if resume and mpath.is_file():
+        old = json.loads(mpath.read_text())
+        diffs = [f"{k}: {old.get(k)!r} -> {manifest.get(k)!r}" for k in manifest
+                 if json.dumps(old.get(k), sort_keys=True, default=str) != json.dumps(manifest.get(k), sort_keys=True, default=str)]
+        if diffs:
+            raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
+                              "rerun without --resume to start over, or use the original settings")
+        if old.get("partition_rows") is not None:
+            manifest["partition_rows"] = old["partition_rows"]
+            return list(old["partition_rows"])
+        return None
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    _atomic_write_text(mpath, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    return None
+
+
+def _write_pca(pca, out: Path, fingerprint: dict) -> dict:
+    """The PCA model file and report, at the local engine's paths (beside OUTPUT)."""
+    from .report import write_pca_report
+
+    stem = out.with_suffix("")
+    pca_path = stem.with_name(stem.name + ".pca.npz")
+    pca.save(pca_path, fingerprint=fingerprint)
+    report_paths = write_pca_report(pca, stem.with_name(stem.name + ".pca"), source=fingerprint)
+    return {"pca_model": pca_path, **{f"pca_report_{k}": v for k, v in report_paths.items()}}
+
+
+def _finish(partial: Path, out: Path, meta: dict):
+    """Tidy OUTPUT.partial/ (manifest, stray temporary files) and move it to OUTPUT."""
+    for p in partial.iterdir():
+        if p.name.startswith(".") or p.name == MANIFEST:
+            p.unlink() if p.is_file() else shutil.rmtree(p, ignore_errors=True)
+    _atomic_write_text(partial / PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    if out.is_dir():
+        shutil.rmtree(out)
+    elif out.exists():
+        out.unlink()
+    os.replace(partial, out)

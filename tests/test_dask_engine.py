@@ -1,0 +1,287 @@
+"""`bertfeat extract --engine dask` on a LocalCluster of 2 worker processes (loopback only).
+
+One cluster for the module; the real all-MiniLM-L6-v2; a few hundred real sentences in 4
+partitions. The Dask output must equal the local engine's row for row, the PCA must equal the
+local PCA, a worker killed mid-run must not lose or duplicate a row, and --resume must recompute
+only the partitions that are missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("distributed")
+
+from bertfeat.cli import main  # noqa: E402
+from bertfeat.dask_engine import CRASH_ENV, DaskOptions, extract_dask, require_dask  # noqa: E402
+from bertfeat.errors import BertfeatError, ResumeError  # noqa: E402
+from bertfeat.pipeline import ExtractOptions, NullProgress, extract  # noqa: E402
+
+N_ROWS = 200
+N_PARTS = 4
+TOL = 1e-6
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def crash_trigger(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("crash") / "partition"
+
+
+@pytest.fixture(scope="module")
+def client(crash_trigger):
+    from distributed import Client, LocalCluster
+
+    old = os.environ.get(CRASH_ENV)
+    os.environ[CRASH_ENV] = str(crash_trigger)  # inherited by the worker processes (the hook fires only when the file exists)
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=logging.ERROR)
+    c = Client(cluster)
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+        if old is None:
+            os.environ.pop(CRASH_ENV, None)
+        else:
+            os.environ[CRASH_ENV] = old
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, real_sentences) -> Path:
+    """A Parquet dataset: 4 files of 50 real sentences (one partition each)."""
+    d = tmp_path_factory.mktemp("data") / "corpus"
+    d.mkdir()
+    texts = real_sentences[:N_ROWS]
+    per = N_ROWS // N_PARTS
+    for k in range(N_PARTS):
+        pq.write_table(pa.table({"text": texts[k * per:(k + 1) * per]}), d / f"part{k}.parquet")
+    return d
+
+
+# The local reference runs as each worker does: one BLAS thread (the local engine's own output moves by
+# ~1e-6 between 1 and 2 BLAS threads), and chunks of the partitions' 50 rows, so that every row meets
+# the same batch neighbours and the features are the same to the bit. test_csv_... covers chunks that
+# do not line up with the partitions.
+LOCAL = dict(threads=1, chunk_rows=N_ROWS // N_PARTS)
+
+
+@pytest.fixture(scope="module")
+def local_out(tmp_path_factory, data) -> Path:
+    out = tmp_path_factory.mktemp("local") / "features.parquet"
+    extract(ExtractOptions(input=str(data), output=str(out), **LOCAL))
+    return out
+
+
+def _opts(data, out, **kw) -> ExtractOptions:
+    return ExtractOptions(input=str(data), output=str(out), **kw)
+
+
+def _embeddings(t: pa.Table) -> np.ndarray:
+    col = t.column("embedding").combine_chunks()
+    return col.values.to_numpy(zero_copy_only=False).reshape(len(col), col.type.list_size)
+
+
+def _read_dataset(out: Path) -> pa.Table:
+    """The part files in partition order, concatenated (rows stay in input order)."""
+    parts = sorted(out.glob("part-*.parquet"))
+    return pa.concat_tables([pq.read_table(p).replace_schema_metadata(None) for p in parts])
+
+
+def _meta(path: Path) -> dict:
+    return json.loads(pq.read_schema(path).metadata[b"bertfeat"])
+
+
+def _wait_idle(client, timeout=60.0):
+    """Until no worker runs a task (cancelled tasks run to their end)."""
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        busy = client.run(lambda dask_worker: len(dask_worker.state.executing))
+        if not any(busy.values()):
+            return
+        time.sleep(0.1)
+    raise AssertionError("workers still busy")
+
+
+def _assert_same_features(dask_out: Path, local_out: Path, id_name="row"):
+    a = pq.read_table(local_out)
+    b = _read_dataset(dask_out)
+    assert b.column_names == a.column_names
+    assert b.schema == a.schema.remove_metadata()
+    assert b.column(id_name).to_pylist() == a.column(id_name).to_pylist()  # row for row, in input order
+    for c in ("n_tokens", "truncated", "n_chunks"):
+        assert b.column(c).to_pylist() == a.column(c).to_pylist()
+    assert np.abs(_embeddings(a) - _embeddings(b)).max() <= TOL
+
+
+# --------------------------------------------------------------------------- equality with the local engine
+def test_parquet_features_equal_local(client, data, local_out, tmp_path):
+    out = tmp_path / "dask.features.parquet"
+    s = extract_dask(_opts(data, out), DaskOptions(blocksize=None), client=client)
+    parts = sorted(p.name for p in out.iterdir())
+    assert parts == ["_bertfeat.json"] + [f"part-{i:05d}.parquet" for i in range(N_PARTS)]
+    _assert_same_features(out, local_out)
+    # pyarrow reads the directory as one dataset (side files start with "_")
+    assert pq.read_table(out).num_rows == N_ROWS
+    # the same provenance as the local output, per part, plus where the part sits in the input
+    lm = _meta(local_out)
+    for i in range(N_PARTS):
+        pm = _meta(out / f"part-{i:05d}.parquet")
+        for k in ("bertfeat_version", "model", "weights_sha256", "fingerprint", "pooling", "layers", "normalize",
+                  "max_length", "input", "input_format", "text_column", "pca"):
+            assert pm[k] == lm[k], k
+        assert pm["engine"] == "dask"
+        assert pm["part"]["index"] == i and pm["part"]["first_row"] == i * N_ROWS // N_PARTS
+        assert pm["rows"]["written"] == N_ROWS // N_PARTS
+    run = json.loads((out / "_bertfeat.json").read_text())
+    assert run["rows"] == lm["rows"] and run["tokens"] == lm["tokens"]
+    assert (s.rows_read, s.rows_written, s.rows_rejected, s.tokens) == (N_ROWS, N_ROWS, 0, lm["tokens"]["total"])
+    assert not out.with_name(out.name + ".partial").exists()
+
+
+def test_csv_blocks_with_bad_rows_equal_local(client, real_sentences, tmp_path):
+    """Byte-range partitions of a CSV (a row-count pass, then encode) with bad rows under --on-bad-row skip."""
+    texts = real_sentences[200:320]
+    lines = [b"id,text"]
+    for i, t in enumerate(texts):
+        if i == 7:
+            lines.append(b"r7,")  # empty text
+        elif i == 40:
+            lines.append(b'r40,"caf\xe9 au lait"')  # invalid UTF-8
+        elif i == 77:
+            lines.append(b"r77,one,two")  # malformed line
+        else:
+            lines.append(f"r{i},".encode() + ('"' + t.replace('"', '""') + '"').encode())
+    src = tmp_path / "in.csv"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    kw = dict(id_column="id", on_bad_row="skip")
+    local = tmp_path / "local.parquet"
+    extract(ExtractOptions(input=str(src), output=str(local), threads=1, **kw))  # chunks differ from the blocks
+    out = tmp_path / "dask.parquet"
+    s = extract_dask(ExtractOptions(input=str(src), output=str(out), **kw), DaskOptions(blocksize=1024), client=client)
+    assert len(list(out.glob("part-*.parquet"))) >= 4
+    _assert_same_features(out, local, id_name="id")
+    rej = out.with_name(out.name + ".rejects.csv")
+    assert rej.read_text() == local.with_name(local.name + ".rejects.csv").read_text()
+    assert [r["row"] for r in csv.DictReader(rej.open())] == ["7", "40", "77"]
+    assert s.rows_rejected == 3 and s.rows_read == len(texts)
+
+
+# --------------------------------------------------------------------------- PCA
+def test_pca_equals_local(client, data, tmp_path):
+    from bertfeat.pca import PCA
+
+    local = tmp_path / "local" / "f.parquet"
+    extract(_opts(data, local, pca="8", **LOCAL))
+    out = tmp_path / "dask" / "f.parquet"
+    s = extract_dask(_opts(data, out, pca="8"), DaskOptions(blocksize=None), client=client)
+    lp, dp = PCA.load(local.with_name("f.pca.npz")), PCA.load(out.with_name("f.pca.npz"))
+    assert dp.n_components_ == lp.n_components_ == 8
+    np.testing.assert_allclose(dp.components_, lp.components_, atol=1e-8, rtol=0)
+    np.testing.assert_allclose(dp.explained_variance_, lp.explained_variance_, rtol=1e-8)
+    np.testing.assert_allclose(dp.mean_, lp.mean_, atol=1e-8, rtol=0)
+    # reduced features, the report beside the output, no full-width leftovers
+    a, b = pq.read_table(local), _read_dataset(out)
+    assert b.schema == a.schema.remove_metadata() and b.column("row").to_pylist() == list(range(N_ROWS))
+    assert np.abs(_embeddings(a) - _embeddings(b)).max() <= TOL
+    for suffix in (".pca.report.json", ".pca.report.md", ".pca.report.png"):
+        assert out.with_name("f" + suffix).is_file()
+    assert _meta(out / "part-00000.parquet")["pca"]["n_components"] == 8
+    assert not (out / "_full").exists()
+    assert s.outputs["pca_model"] == out.with_name("f.pca.npz")
+
+
+# --------------------------------------------------------------------------- faults
+def test_worker_killed_mid_run(client, data, local_out, crash_trigger, tmp_path):
+    crash_trigger.write_text("2")  # the first task to encode partition 2 kills its worker half-way through its file
+    out = tmp_path / "dask.parquet"
+    extract_dask(_opts(data, out), DaskOptions(blocksize=None), client=client)
+    assert not crash_trigger.exists() and Path(str(crash_trigger) + ".fired").exists(), "the worker was not killed"
+    rows = _read_dataset(out).column("row").to_pylist()
+    assert sorted(rows) == list(range(N_ROWS)) and len(set(rows)) == N_ROWS  # every row exactly once
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary file of the dead attempt
+    _assert_same_features(out, local_out)
+    _wait_idle(client)
+    assert len(client.scheduler_info()["workers"]) == 2  # the nanny restarted it
+
+
+class _InterruptAfterFirst(NullProgress):
+    """Ctrl-C on the client as soon as one partition is encoded."""
+
+    def advance(self, rows, tokens, bytes_read):
+        if tokens:
+            raise KeyboardInterrupt
+
+
+def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_path):
+    out = tmp_path / "dask.parquet"
+    partial = out.with_name(out.name + ".partial")
+    with pytest.raises(KeyboardInterrupt):
+        extract_dask(_opts(data, out), DaskOptions(blocksize=None), _InterruptAfterFirst(), client=client)
+    _wait_idle(client)
+    done = sorted(partial.glob("part-*.parquet"))
+    assert 1 <= len(done) <= N_PARTS and not out.exists()
+    if len(done) == N_PARTS:  # the others finished after the interrupt: make one missing
+        done.pop().unlink()
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in done}
+
+    with pytest.raises(ResumeError, match="pooling"):  # other settings are refused, and the parts kept
+        extract_dask(_opts(data, out, pooling="cls", resume=True), DaskOptions(blocksize=None), client=client)
+    assert {p.name for p in partial.glob("part-*.parquet")} == set(before)
+
+    s = extract_dask(_opts(data, out, resume=True), DaskOptions(blocksize=None), client=client)
+    assert s.chunks_resumed == len(before)
+    after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("part-*.parquet")}
+    assert len(after) == N_PARTS
+    assert {k: after[k] for k in before} == before  # finished partitions were not rewritten
+    _assert_same_features(out, local_out)
+    assert s.rows_read == N_ROWS and s.rows_written == N_ROWS
+
+
+# --------------------------------------------------------------------------- the command line
+def test_cli_with_scheduler_address(client, data, tmp_path, capsys):
+    out = tmp_path / "cli.parquet"
+    rc = main(["extract", str(data), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address,
+               "--blocksize", "none"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "rows written    200" in err and f"features        {out}" in err
+    assert len(list(out.glob("part-*.parquet"))) == N_PARTS
+
+
+def test_cli_bad_row_error_leaves_nothing(client, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("text\nfine\n   \nalso fine\n")
+    out = tmp_path / "o.parquet"
+    rc = main(["extract", str(src), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert f"Error: {src} row 1: whitespace-only text" in err
+    assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+
+
+def test_cli_options_need_dask_engine(capsys, tmp_path):
+    assert main(["extract", str(tmp_path / "x.csv"), "--workers", "2"]) == 1
+    assert "--scheduler and --workers need --engine dask" in capsys.readouterr().err
+
+
+def test_missing_dask_says_how_to_install(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(BertfeatError, match=r'pip install "bertfeat\[dask\]"'):
+        require_dask()
+    src = tmp_path / "in.csv"
+    src.write_text("text\nhello\n")
+    assert main(["extract", str(src), "--engine", "dask"]) == 1
+    assert 'Error: --engine dask needs Dask, but distributed is not installed - pip install "bertfeat[dask]"' in capsys.readouterr().err
