@@ -19,6 +19,7 @@ from .config import BertConfig
 from .errors import BertfeatError
 from .hub import ModelLocation, resolve_model
 from .model import bert_forward, pooler
+from .threads import default_threads
 from .pooling import LAYER_AGGS, POOLINGS, TOKEN_POOLS, combine_layers, l2_normalize, parse_layers
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, load_weights, weights_sha256
@@ -117,7 +118,8 @@ class Encoder:
     """
 
     def __init__(self, model: str | Path | None = None, *, max_length: int | None = None,
-                 max_batch_tokens: int = DEFAULT_BATCH_TOKENS, location: ModelLocation | None = None):
+                 max_batch_tokens: int = DEFAULT_BATCH_TOKENS, threads: int | None = None,
+                 location: ModelLocation | None = None):
         self.location = location or resolve_model(model)
         d = self.location.path
         self.config = BertConfig.from_file(d / "config.json")
@@ -129,6 +131,7 @@ class Encoder:
         self.tokenizer = BertTokenizer.from_dir(d, self.config.max_position_embeddings)
         self.default_pooling, self.pooling_source = default_pooling(d)
         self.max_batch_tokens = int(max_batch_tokens)
+        self.threads = int(threads) if threads else default_threads()
         self._sha256: str | None = None
 
     # ------------------------------------------------------------------ identity
@@ -224,10 +227,15 @@ class Encoder:
         D = self.output_dim(spec)
         win = np.empty((len(prep.ids), D), dtype=np.float32)
         lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
-        for batch in token_budget_batches(lengths, self.max_batch_tokens):
+        batches = token_budget_batches(lengths, self.max_batch_tokens)
+
+        def one(batch: np.ndarray) -> np.ndarray:
             input_ids, types, mask = pad_batch([prep.ids[i] for i in batch], [prep.type_ids[i] for i in batch],
                                                self.tokenizer.pad_id)
-            win[batch] = self.pool_batch(input_ids, types, mask, spec)
+            return self.pool_batch(input_ids, types, mask, spec)
+
+        for batch, pooled in zip(batches, parallel_map(one, batches, self.threads)):
+            win[batch] = pooled
         if len(prep.ids) == prep.n_rows:  # one window per row, in row order
             out = win
         else:
@@ -263,6 +271,25 @@ class Encoder:
         if return_info:
             return EncodeResult(X, prep.n_tokens, prep.truncated, prep.n_chunks)
         return X
+
+
+def parallel_map(fn, items: list, threads: int) -> list:
+    """fn over items, in order, with BLAS held to one thread per call.
+
+    With threads > 1, batches run side by side in threads: NumPy releases the GIL in BLAS and
+    ufuncs, so the element-wise work (GELU, LayerNorm, softmax), not only the GEMMs, uses every
+    core. One BLAS thread per batch also makes a row's result independent of how many batches
+    (or threads) there are.
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        if threads <= 1 or len(items) <= 1:
+            return [fn(x) for x in items]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads, thread_name_prefix="bertfeat") as ex:
+            return list(ex.map(fn, items))
 
 
 class LongTextError(BertfeatError):

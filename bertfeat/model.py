@@ -57,15 +57,73 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.copysign(np.where(a < _ERF_SPLIT, small, large), x)
 
 
+def _erfc_half(a: np.ndarray, t: np.ndarray) -> None:
+    """In place: a (>= 0) -> 0.5 * erfc(a / sqrt 2), fractional error < 1.2e-7; t is scratch of a's shape.
+
+    Numerical Recipes' Chebyshev fit: erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2).
+    """
+    np.multiply(a, np.float32(0.5) * _SQRT_HALF, out=t)
+    t += np.float32(1.0)
+    np.reciprocal(t, out=t)  # t = 1 / (1 + z/2), z = a / sqrt 2
+    np.multiply(a, a, out=a)
+    a *= np.float32(-0.5)  # a = -z^2
+    a += _ERFC_CHEB[0]
+    q = np.multiply(t, _ERFC_CHEB[-1])  # Horner on P(t) - c0, accumulated into q
+    for c in _ERFC_CHEB[-2:0:-1]:
+        q += c
+        q *= t
+    a += q
+    np.exp(a, out=a)
+    a *= t
+    a *= np.float32(0.5)
+
+
+def gelu_erf_(u: np.ndarray) -> np.ndarray:
+    """In place: u -> u * Phi(u), the exact (erf) GELU of hidden_act 'gelu'; returns u.
+
+    Phi(u) = 0.5 erfc(|u| / sqrt 2) for u < 0, and 1 minus that for u >= 0, so the negative tail keeps
+    full relative precision. Works row block by row block in cache (see ffn).
+    """
+    p = np.abs(u)
+    t = np.empty_like(u)
+    _erfc_half(p, t)  # p = Phi(-|u|)
+    np.subtract(np.float32(0.5), p, out=t)
+    np.copysign(t, u, out=t)
+    t += np.float32(0.5)  # t = Phi(u)
+    u *= t
+    return u
+
+
+def gelu_tanh_(u: np.ndarray) -> np.ndarray:
+    """In place: tanh GELU (hidden_act 'gelu_new' / 'gelu_pytorch_tanh' / 'gelu_fast'); returns u."""
+    t = np.multiply(u, u)
+    t *= np.float32(0.044715)
+    t += np.float32(1.0)
+    t *= u
+    t *= np.float32(0.7978845608028654)
+    np.tanh(t, out=t)
+    t += np.float32(1.0)
+    t *= np.float32(0.5)
+    u *= t
+    return u
+
+
+def relu_(u: np.ndarray) -> np.ndarray:
+    return np.maximum(u, np.float32(0.0), out=u)
+
+
+ACTIVATIONS_INPLACE = {"gelu": gelu_erf_, "gelu_new": gelu_tanh_, "gelu_pytorch_tanh": gelu_tanh_,
+                       "gelu_fast": gelu_tanh_, "relu": relu_}
+
+
 def gelu_erf(x: np.ndarray) -> np.ndarray:
-    """Exact GELU, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)): hidden_act 'gelu'."""
-    return np.float32(0.5) * x * (np.float32(1.0) + erf(x * _SQRT_HALF))
+    """Exact GELU, x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))."""
+    return gelu_erf_(np.array(x, dtype=np.float32))
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """tanh GELU: hidden_act 'gelu_new' / 'gelu_pytorch_tanh' / 'gelu_fast'."""
-    inner = np.float32(0.7978845608028654) * (x + np.float32(0.044715) * (x * x * x))
-    return np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))
+    """tanh GELU."""
+    return gelu_tanh_(np.array(x, dtype=np.float32))
 
 
 def relu(x: np.ndarray) -> np.ndarray:
@@ -76,25 +134,52 @@ ACTIVATIONS = {"gelu": gelu_erf, "gelu_new": gelu_tanh, "gelu_pytorch_tanh": gel
 
 
 # --------------------------------------------------------------------------- building blocks
+def layer_norm_(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    """In place LayerNorm over the last axis of (N, H) rows (biased variance, as torch); returns x."""
+    x -= x.mean(axis=-1, keepdims=True)
+    var = np.einsum("ij,ij->i", x, x)  # (N,) sum of squares, no temporary
+    var *= np.float32(1.0 / x.shape[-1])
+    var += np.float32(eps)
+    np.sqrt(var, out=var)
+    np.reciprocal(var, out=var)
+    x *= var[:, None]
+    x *= g
+    x += b
+    return x
+
+
 def layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
-    """LayerNorm over the last axis (biased variance, as torch)."""
-    mu = x.mean(axis=-1, keepdims=True)
-    xc = x - mu
-    var = np.mean(xc * xc, axis=-1, keepdims=True)
-    return xc / np.sqrt(var + np.float32(eps)) * g + b
+    """LayerNorm over the last axis (a copy)."""
+    shape = x.shape
+    return layer_norm_(np.array(x, dtype=np.float32).reshape(-1, shape[-1]), g, b, eps).reshape(shape)
+
+
+def softmax_(x: np.ndarray) -> np.ndarray:
+    """In place softmax over the last axis; returns x."""
+    x -= x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    x *= np.reciprocal(x.sum(axis=-1, keepdims=True))
+    return x
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis."""
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    return softmax_(np.array(x, dtype=np.float32))
+
+
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """(N, in) @ (in, out) + b as one 2-D GEMM and an in-place bias add."""
+    y = np.matmul(x, w, out=out)
+    y += b
+    return y
 
 
 def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray) -> np.ndarray:
     """(B, T) ids -> (B*T, H) LayerNorm(word + position + token type)."""
     B, T = input_ids.shape
-    x = w.word[input_ids] + w.position[:T][None, :, :] + w.token_type[token_type_ids]  # (B, T, H)
-    return layer_norm(x.reshape(B * T, -1), w.emb_ln_g, w.emb_ln_b, w.config.layer_norm_eps)  # (N, H)
+    x = w.word[input_ids]  # (B, T, H), a fresh array
+    x += w.position[:T][None, :, :]
+    x += w.token_type[token_type_ids]
+    return layer_norm_(x.reshape(B * T, -1), w.emb_ln_g, w.emb_ln_b, w.config.layer_norm_eps)  # (N, H)
 
 
 def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
@@ -102,26 +187,51 @@ def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: 
     """Multi-head self-attention on (N, H) rows; mask_add (B, 1, 1, T) is 0 for tokens, MASK_NEG for padding."""
     N, H = x.shape
     hs = H // nh
-    qkv = x @ lw.qkv_w + lw.qkv_b  # (N, 3H)
+    qkv = linear(x, lw.qkv_w, lw.qkv_b)  # (N, 3H)
     qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
-    q, k, v = (np.ascontiguousarray(a) for a in qkv)
-    scores = q @ k.transpose(0, 1, 3, 2)  # (B, nh, T, T)
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    scores = np.matmul(q, k.transpose(0, 1, 3, 2))  # (B, nh, T, T)
     scores *= np.float32(1.0 / np.sqrt(hs))
     scores += mask_add
-    probs = softmax(scores)
-    ctx = probs @ v  # (B, nh, T, hs)
-    ctx = ctx.transpose(0, 2, 1, 3).reshape(N, H)  # (N, H)
-    out = ctx @ lw.o_w + lw.o_b
-    return out, (probs if want_probs else None)
+    probs = softmax_(scores)
+    ctx = np.matmul(probs, v)  # (B, nh, T, hs)
+    ctx = ctx.transpose(0, 2, 1, 3).reshape(N, H)  # (N, H), one copy
+    return linear(ctx, lw.o_w, lw.o_b), (probs if want_probs else None)
+
+
+def ffn(h: np.ndarray, lw: LayerWeights, act_, block: int) -> np.ndarray:
+    """act(h W_up + b_up) W_down + b_down on (N, H) rows, ``block`` rows at a time.
+
+    Blocking keeps the (block, F) intermediate in cache, so the element-wise activation runs at
+    cache speed rather than memory speed; each row's arithmetic is the same whatever the block.
+    """
+    N, H = h.shape
+    F = lw.up_w.shape[1]
+    out = np.empty((N, H), dtype=np.float32)
+    buf = np.empty((min(block, N), F), dtype=np.float32)
+    for s in range(0, N, block):
+        hb = h[s:s + block]
+        u = buf[: hb.shape[0]]
+        act_(linear(hb, lw.up_w, lw.up_b, out=u))  # (m, F)
+        np.matmul(u, lw.down_w, out=out[s:s + block])  # (m, H)
+    out += lw.down_b
+    return out
+
+
+def ffn_block_rows(F: int) -> int:
+    """Rows per FFN block: about 256 KiB of intermediate activations (fits a core's L2)."""
+    return int(max(16, min(512, (1 << 16) // F)))
 
 
 def encoder_layer(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
-                  act, eps: float, want_probs: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
-    """One post-LN transformer layer on (N, H) rows."""
+                  act_, eps: float, want_probs: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+    """One post-LN transformer layer on (N, H) rows: h = LN(x + Attn(x)), y = LN(h + FFN(h))."""
     a, probs = attention(x, lw, mask_add, B, T, nh, want_probs)
-    h = layer_norm(x + a, lw.ln1_g, lw.ln1_b, eps)
-    f = act(h @ lw.up_w + lw.up_b) @ lw.down_w + lw.down_b  # (N, F) -> (N, H)
-    return layer_norm(h + f, lw.ln2_g, lw.ln2_b, eps), probs
+    a += x
+    h = layer_norm_(a, lw.ln1_g, lw.ln1_b, eps)
+    f = ffn(h, lw, act_, ffn_block_rows(lw.up_w.shape[1]))
+    f += h
+    return layer_norm_(f, lw.ln2_g, lw.ln2_b, eps), probs
 
 
 def additive_mask(attention_mask: np.ndarray) -> np.ndarray:
@@ -149,7 +259,7 @@ def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarr
     if T > c.max_position_embeddings:
         raise ValueError(f"sequence length {T} exceeds max_position_embeddings {c.max_position_embeddings}")
     last = L if output_attentions else max(keep)
-    act = ACTIVATIONS[c.hidden_act]
+    act_ = ACTIVATIONS_INPLACE[c.hidden_act]
     mask_add = additive_mask(attention_mask)
     out = ForwardOutput(hidden={})
 
@@ -157,7 +267,7 @@ def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarr
     if 0 in keep:
         out.hidden[0] = x.reshape(B, T, -1)
     for i in range(last):
-        x, probs = encoder_layer(x, w.layers[i], mask_add, B, T, c.num_attention_heads, act, c.layer_norm_eps,
+        x, probs = encoder_layer(x, w.layers[i], mask_add, B, T, c.num_attention_heads, act_, c.layer_norm_eps,
                                  output_attentions)
         if output_attentions:
             out.attentions.append(probs)
@@ -174,6 +284,6 @@ def pooler(w: BertWeights, h_cls: np.ndarray) -> np.ndarray:
 def mlm_logits(w: BertWeights, h: np.ndarray) -> np.ndarray:
     """(M, H) last hidden states -> (M, V) masked-LM logits: dense, act, LayerNorm, tied decoder, bias."""
     m = w.mlm
-    t = ACTIVATIONS[w.config.hidden_act](h @ m["dense_w"] + m["dense_b"])
-    t = layer_norm(t, m["ln_g"], m["ln_b"], w.config.layer_norm_eps)
+    t = ACTIVATIONS_INPLACE[w.config.hidden_act](linear(h, m["dense_w"], m["dense_b"]))
+    t = layer_norm_(t, m["ln_g"], m["ln_b"], w.config.layer_norm_eps)
     return t @ m["decoder_w"].T + m["bias"]
