@@ -1,0 +1,327 @@
+"""bertfeat.inspect against transformers: tokens, attention probabilities, masked-LM logits and fill-mask.
+
+References are independent of bertfeat: transformers' BertTokenizerFast for tokens, BertModel with
+``attn_implementation="eager"`` / ``output_attentions=True`` for attention, and BertForMaskedLM for the
+MLM head (random-weight checkpoints from tests/ckpt.py, rebuilt from their seed, not from our loader).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from ckpt import make_checkpoint, reference_model  # noqa: E402
+
+from bertfeat.encoder import Encoder  # noqa: E402
+from bertfeat.errors import BertfeatError  # noqa: E402
+from bertfeat.inspect import (  # noqa: E402
+    attention_maps, check_layer_head, figure_pixels, fill_mask, masked_lm_logits, plot_attention,
+    save_attention_npy, tokenize_text, write_attention,
+)
+from bertfeat.model import bert_forward  # noqa: E402
+from bertfeat.tokenize import pad_batch  # noqa: E402
+
+ATOL_ATTN = 1e-5
+ATOL_LOGITS = 1e-4
+
+EN = "The quick brown fox jumps over the unaffable dog, doesn't it?"
+EN_PAIR = "Naïve café owners re-open at 9:30 a.m."
+ZH = "一个戴着硬帽子的人在跳舞。北京是中国的首都"
+ZH_PAIR = "他说：“今天天气很好！”"
+BATCH_EN = ["Hi.", EN, "A man is playing a flute.", EN + " " + EN_PAIR, ""]
+BATCH_ZH = ["你好", ZH, "一个男人在弹吉他。", ZH_PAIR]
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory):
+    base = tmp_path_factory.mktemp("inspect_ckpts")
+    return {
+        "base": make_checkpoint(base / "base", hidden_act="gelu_new", seed=1),
+        "mlm_uncased": make_checkpoint(base / "mlm_uncased", mlm_head=True, seed=2),
+        "mlm_chinese": make_checkpoint(base / "mlm_chinese", vocab="chinese", mlm_head=True, store_decoder=True,
+                                       hidden_act="relu", seed=3),
+    }
+
+
+@pytest.fixture(scope="module")
+def encoders(ckpts, minilm_dir):
+    out = {k: Encoder(d) for k, d in ckpts.items()}
+    out["minilm"] = Encoder(minilm_dir)
+    return out
+
+
+@pytest.fixture(scope="module")
+def references(ckpts, minilm_dir):
+    from transformers import BertModel
+
+    out = {k: reference_model(d) for k, d in ckpts.items()}
+    out["minilm"] = BertModel.from_pretrained(str(minilm_dir), attn_implementation="eager").eval()
+    return out
+
+
+def torch_attentions(ref, ids, types, mask) -> list[np.ndarray]:
+    bert = ref.bert if hasattr(ref, "bert") else ref
+    with torch.no_grad():
+        out = bert(input_ids=torch.as_tensor(ids, dtype=torch.long), token_type_ids=torch.as_tensor(types, dtype=torch.long),
+                   attention_mask=torch.as_tensor(mask, dtype=torch.long), output_attentions=True)
+    return [a.numpy() for a in out.attentions]
+
+
+def torch_mlm_logits(ref, ids, types) -> np.ndarray:
+    with torch.no_grad():
+        out = ref(input_ids=torch.as_tensor(ids, dtype=torch.long), token_type_ids=torch.as_tensor(types, dtype=torch.long),
+                  attention_mask=torch.ones(ids.shape, dtype=torch.long))
+    return out.logits.numpy()
+
+
+def hf_tokenizer(d):
+    from transformers import BertTokenizerFast
+
+    return BertTokenizerFast.from_pretrained(str(d))
+
+
+def expected_tokens(d, model_id, text, pair, max_length) -> dict:
+    """What `tokenize_text` / `bertfeat tokens --json` must return, from transformers alone."""
+    tok = hf_tokenizer(d)
+    full = tok(text, pair)
+    cut = tok(text, pair, truncation=True, max_length=max_length)
+    return {
+        "model": model_id, "text": text, "pair": pair, "max_length": max_length,
+        "n_tokens": len(cut["input_ids"]), "n_tokens_full": len(full["input_ids"]),
+        "truncated": len(full["input_ids"]) > max_length,
+        "tokens": tok.convert_ids_to_tokens(cut["input_ids"]),
+        "input_ids": cut["input_ids"], "token_type_ids": cut["token_type_ids"], "attention_mask": cut["attention_mask"],
+    }
+
+
+# --------------------------------------------------------------------------- tokens
+TOKEN_CASES = [
+    ("minilm", EN, None, None), ("minilm", EN, EN_PAIR, None), ("minilm", ZH, None, None),
+    ("minilm", EN, EN_PAIR, 12),  # pair truncated longest-first
+    ("mlm_uncased", EN, EN_PAIR, None), ("mlm_uncased", EN, None, 7),
+    ("mlm_chinese", ZH, None, None), ("mlm_chinese", ZH, ZH_PAIR, None), ("mlm_chinese", ZH + ZH, ZH_PAIR, 16),
+    ("mlm_chinese", "Hello 世界 [MASK]!", None, None),
+]
+
+
+@pytest.mark.parametrize("name,text,pair,max_length", TOKEN_CASES)
+def test_tokens_match_transformers(name, text, pair, max_length, encoders, ckpts, minilm_dir):
+    enc = encoders[name]
+    d = minilm_dir if name == "minilm" else ckpts[name]
+    got = tokenize_text(text, pair, max_length=max_length, encoder=enc)
+    want = expected_tokens(d, enc.model_id, text, pair, max_length or enc.max_length)
+    assert got == want
+    assert json.loads(json.dumps(got)) == want  # JSON-ready
+
+
+def test_tokens_default_max_length_and_truncation_flag(encoders):
+    enc = encoders["minilm"]  # sentence_bert_config.json max_seq_length 256
+    d = tokenize_text("word " * 300, encoder=enc)
+    assert d["max_length"] == 256 and d["truncated"] and d["n_tokens"] == 256 and d["n_tokens_full"] == 302
+    assert d["tokens"][0] == "[CLS]" and d["tokens"][-1] == "[SEP]"
+    d = tokenize_text("word " * 10, encoder=enc)
+    assert not d["truncated"] and d["n_tokens"] == d["n_tokens_full"] == 12
+
+
+def test_tokens_bad_max_length(encoders):
+    with pytest.raises(BertfeatError, match=r"^max length 2 is out of range - choose 3\.\.512"):
+        tokenize_text("hi", max_length=2, encoder=encoders["minilm"])
+
+
+# --------------------------------------------------------------------------- attention
+@pytest.mark.parametrize("name", ["minilm", "base", "mlm_chinese"])
+@pytest.mark.parametrize("pair", [False, True])
+def test_attention_maps_match_transformers(name, pair, encoders, references):
+    enc, ref = encoders[name], references[name]
+    text, second = (ZH, ZH_PAIR) if name == "mlm_chinese" else (EN, EN_PAIR)
+    second = second if pair else None
+    tokens, attn = attention_maps(text, second, encoder=enc)
+    c = enc.config
+    e = tokenize_text(text, second, encoder=enc)
+    T = len(e["input_ids"])
+    assert tokens == e["tokens"]
+    assert attn.dtype == np.float32 and attn.shape == (c.num_hidden_layers, c.num_attention_heads, T, T)
+    want = np.stack([a[0] for a in torch_attentions(ref, np.array([e["input_ids"]]), np.array([e["token_type_ids"]]),
+                                                    np.ones((1, T)))])
+    assert np.abs(attn - want).max() < ATOL_ATTN
+    assert np.abs(attn.sum(-1) - 1).max() < 1e-5
+    assert attn.std() > 0.01  # neither uniform nor degenerate: the comparison means something
+
+
+@pytest.mark.parametrize("name", ["minilm", "base", "mlm_chinese"])
+@pytest.mark.parametrize("pairs", [False, True])
+def test_attention_padded_batch_matches_transformers(name, pairs, encoders, references, real_sentences):
+    enc, ref = encoders[name], references[name]
+    texts = BATCH_ZH if name == "mlm_chinese" else BATCH_EN + real_sentences[:1]
+    second = list(reversed(texts)) if pairs else None
+    t = enc.tokenizer.encode(texts, second, enc.max_length)
+    ids, types, mask = pad_batch(t.ids, t.type_ids, enc.tokenizer.pad_id)
+    assert mask.min() == 0  # really padded
+    got = bert_forward(enc.weights, ids, types, mask, output_attentions=True).attentions
+    want = torch_attentions(ref, ids, types, mask)
+    assert len(got) == len(want) == enc.config.num_hidden_layers
+    # Rows of real query tokens, every key column (padded keys included: exactly 0 in both). Padded *query*
+    # rows are left out: they are never used, and there torch's own float32 error reaches 2e-5 (vs float64;
+    # ours stays below 4e-6) on all-MiniLM-L6-v2, because nothing keeps their hidden states well scaled.
+    real_q = np.broadcast_to(mask[:, None, :, None] == 1, got[0].shape)
+    pad_k = np.broadcast_to(mask[:, None, None, :] == 0, got[0].shape)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        assert np.abs(g - w)[real_q].max() < ATOL_ATTN
+        assert np.all(g[pad_k] == 0) and np.all(w[pad_k] == 0)  # padded keys get nothing
+    # a row's attention does not depend on its batch neighbours
+    one = attention_maps(texts[1], None if second is None else second[1], encoder=enc)[1]
+    n = int(mask[1].sum())
+    assert np.abs(np.stack(got)[:, 1, :, :n, :n] - one).max() < 1e-5
+
+
+def test_attentions_only_kept_when_requested(encoders):
+    enc = encoders["base"]
+    ids, types, mask = pad_batch([np.array([101, 7592, 102])], [np.zeros(3, np.int32)])
+    out = bert_forward(enc.weights, ids, types, mask)
+    assert out.attentions == []
+    out = bert_forward(enc.weights, ids, types, mask, keep=(1,))
+    assert out.attentions == [] and list(out.hidden) == [1]
+    out = bert_forward(enc.weights, ids, types, mask, keep=(1,), output_attentions=True)
+    assert len(out.attentions) == enc.config.num_hidden_layers
+
+
+def test_check_layer_head():
+    assert check_layer_head(6, 12, -1, None) == (5, None)
+    assert check_layer_head(6, 12, 0, -12) == (0, 0)
+    assert check_layer_head(6, 12, -6, 11) == (0, 11)
+    with pytest.raises(BertfeatError) as e:
+        check_layer_head(6, 12, 6, 0)
+    assert e.value.message == "layer 6 is out of range - the model has 6 layers: choose 0..5, or -6..-1 from the end"
+    with pytest.raises(BertfeatError, match="^layer -7 is out of range"):
+        check_layer_head(6, 12, -7, 0)
+    with pytest.raises(BertfeatError) as e:
+        check_layer_head(6, 12, 0, 12)
+    assert e.value.message == "head 12 is out of range - the model has 12 heads per layer: choose 0..11, or -12..-1 from the end"
+
+
+def png_size(path) -> tuple[int, int]:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        im.verify()
+    with Image.open(path) as im:
+        assert im.format == "PNG"
+        return im.size
+
+
+def test_plot_attention_sizes_and_atomic_write(tmp_path, encoders):
+    tokens, attn = attention_maps(EN, EN_PAIR, encoder=encoders["base"])  # 2 layers, 4 heads
+    assert figure_pixels(1) == (800, 800) and figure_pixels(4) == (1600, 400) and figure_pixels(12) == (1600, 1200)
+    p = plot_attention(tokens, attn, tmp_path / "one.png", layer=-1, head=2, title="t")
+    assert png_size(p) == (800, 800)
+    p = plot_attention(tokens, attn, tmp_path / "grid.png", layer=0, head=None)
+    assert png_size(p) == (1600, 400)
+    p.write_bytes(b"old")  # replaced, not appended to
+    plot_attention(tokens, attn, p, layer=0, head=None)
+    assert png_size(p) == (1600, 400)
+    npy = save_attention_npy(attn, tmp_path / "a.npy")
+    back = np.load(npy)
+    assert back.dtype == np.float32 and np.array_equal(back, attn)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["a.npy", "grid.png", "one.png"]  # no temp files left
+    with pytest.raises(BertfeatError, match="^layer 2 is out of range"):
+        plot_attention(tokens, attn, tmp_path / "x.png", layer=2)
+    with pytest.raises(BertfeatError, match="^cannot write .*: directory .* does not exist - create it"):
+        plot_attention(tokens, attn, tmp_path / "nope" / "x.png", layer=0)
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_attention_chinese_tokens_no_warnings(tmp_path, encoders, recwarn):
+    tokens, attn = attention_maps(ZH, encoder=encoders["mlm_chinese"])
+    assert png_size(plot_attention(tokens, attn, tmp_path / "zh.png", layer=-1, head=0)) == (800, 800)
+    assert not [w for w in recwarn if "Glyph" in str(w.message)]
+
+
+def test_write_attention_validates_before_running(tmp_path, encoders):
+    enc = encoders["base"]
+    with pytest.raises(BertfeatError) as e:
+        write_attention(EN, tmp_path / "a.png", layer=5, encoder=enc)
+    assert e.value.message == "layer 5 is out of range - the model has 2 layers: choose 0..1, or -2..-1 from the end"
+    with pytest.raises(BertfeatError) as e:
+        write_attention(EN, tmp_path / "a.pdf", encoder=enc)
+    assert e.value.message == f"-o {tmp_path / 'a.pdf'} does not end in .png - give -o a file name ending in .png"
+    with pytest.raises(BertfeatError, match=r"^--save-npy .*a\.txt does not end in \.npy"):
+        write_attention(EN, tmp_path / "a.png", save_npy=tmp_path / "a.txt", encoder=enc)
+    assert list(tmp_path.iterdir()) == []
+    r = write_attention(EN, tmp_path / "a.png", layer=-2, head=None, save_npy=tmp_path / "a.npy", encoder=enc)
+    assert r["layer"] == 0 and r["heads"] == [0, 1, 2, 3] and r["png_pixels"] == [1600, 400]
+    assert png_size(tmp_path / "a.png") == (1600, 400)
+    assert np.array_equal(np.load(tmp_path / "a.npy"), attention_maps(EN, encoder=enc)[1])
+
+
+# --------------------------------------------------------------------------- masked LM
+MLM_CASES = [
+    ("mlm_uncased", "The capital of France is [MASK].", None),
+    ("mlm_uncased", "[MASK] quick brown [MASK] jumps over the [MASK] dog.", "And then it [MASK] away."),
+    ("mlm_chinese", "北京是中国的[MASK]都。", None),
+    ("mlm_chinese", "一个戴着[MASK]帽子的人在[MASK][MASK]。", ZH_PAIR),
+]
+
+
+@pytest.mark.parametrize("name,text,pair", MLM_CASES)
+def test_mlm_logits_match_bert_for_masked_lm(name, text, pair, encoders, references):
+    enc, ref = encoders[name], references[name]
+    assert type(ref).__name__ == "BertForMaskedLM" and enc.weights.mlm is not None
+    e = tokenize_text(text, pair, encoder=enc)
+    ids, types = np.array([e["input_ids"]]), np.array([e["token_type_ids"]])
+    want = torch_mlm_logits(ref, ids, types)[0]  # (T, V)
+    assert want.shape == (len(e["input_ids"]), enc.config.vocab_size)
+    tokens, pos, logits = masked_lm_logits(text, pair, encoder=enc, positions="all")
+    assert tokens == e["tokens"] and logits.shape == want.shape
+    assert np.abs(logits - want).max() < ATOL_LOGITS
+    tokens, pos, logits = masked_lm_logits(text, pair, encoder=enc)
+    mask_id = enc.tokenizer.mask_id
+    assert list(pos) == [i for i, t in enumerate(e["input_ids"]) if t == mask_id] and len(pos) == text.count("[MASK]") + (pair or "").count("[MASK]")
+    assert np.abs(logits - want[pos]).max() < ATOL_LOGITS
+
+
+@pytest.mark.parametrize("name,text,pair", MLM_CASES)
+def test_fill_mask_top_k_matches_bert_for_masked_lm(name, text, pair, encoders, references):
+    enc, ref = encoders[name], references[name]
+    e = tokenize_text(text, pair, encoder=enc)
+    want = torch.as_tensor(torch_mlm_logits(ref, np.array([e["input_ids"]]), np.array([e["token_type_ids"]]))[0])
+    pos = [i for i, t in enumerate(e["input_ids"]) if t == enc.tokenizer.mask_id]
+    got = fill_mask(text, top_k=5, pair=pair, encoder=enc)
+    assert len(got) == len(pos)
+    hf = hf_tokenizer(enc.location.path)
+    for preds, p in zip(got, pos):
+        probs = torch.softmax(want[p].double(), dim=-1)
+        top = torch.topk(want[p], 5)
+        assert [c["id"] for c in preds] == top.indices.tolist()
+        assert [c["token"] for c in preds] == hf.convert_ids_to_tokens(top.indices.tolist())
+        assert np.allclose([c["score"] for c in preds], probs[top.indices].numpy(), atol=1e-5, rtol=0)
+        assert all(a["score"] >= b["score"] for a, b in zip(preds, preds[1:]))
+        assert all(isinstance(c["score"], float) and 0 < c["score"] < 1 for c in preds)
+
+
+def test_fill_mask_errors(encoders):
+    enc = encoders["minilm"]
+    with pytest.raises(BertfeatError) as e:
+        fill_mask("The capital of France is [MASK].", encoder=enc)
+    assert e.value.message == (f"{enc.model_id} has no masked-language-model head (cls.predictions.*)"
+                               " - use a checkpoint saved with its MLM head, e.g. bert-base-uncased")
+    with pytest.raises(BertfeatError, match="has no masked-language-model head"):
+        fill_mask("a [MASK]", encoder=encoders["base"])
+    enc = encoders["mlm_uncased"]
+    with pytest.raises(BertfeatError) as e:
+        fill_mask("The capital of France is Paris.", encoder=enc)
+    assert e.value.message == 'the text has no [MASK] token - put [MASK] where a word should be predicted, e.g. "The capital of France is [MASK]."'
+    with pytest.raises(BertfeatError, match="no \\[MASK\\] token"):
+        fill_mask("lower-case [mask] is just text", encoder=enc)
+    with pytest.raises(BertfeatError) as e:
+        fill_mask("[MASK]", top_k=0, encoder=enc)
+    assert e.value.message == "top-k 0 is out of range - choose 1..30522 (the vocabulary size)"
+    with pytest.raises(BertfeatError, match=r"^the text has 602 tokens, more than the max length 512 - shorten"):
+        fill_mask("word " * 300 + "[MASK] " + "word " * 299, encoder=enc)
+    assert len(fill_mask("[MASK]", top_k=30522, encoder=enc)[0]) == 30522
