@@ -194,10 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         err_console.print("Aborted.", markup=False)
         return 1
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
+    except Exception as e:  # usage errors: click's, or typer's own copy of click's exception classes
+        if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             return e.exit_code
         raise

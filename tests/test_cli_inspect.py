@@ -168,8 +168,6 @@ def test_attention_output_errors(capsys, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="cli.main catches click.ClickException, but typer 0.29 raises its vendored "
-                                       "typer._click exceptions: usage errors end in a traceback (reported to the lead)")
 def test_attention_output_is_required(capsys):
     rc, out, err = run(capsys, "attention", "hello")  # a usage error: exit code 2, click's message
     assert rc == 2 and "'-o'" in err
