@@ -1,0 +1,27 @@
+"""The benchmark corpus: about 4,000 real sentences from ../shared/data (SST-2, TREC, STSb), fixed order."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("BERTFEAT_SHARED", ROOT.parent / "shared")) / "data"
+
+
+def build_corpus(n: int = 4000) -> list[str]:
+    """Interleave SST-2 train, TREC train and STSb sentences so lengths are mixed in file order."""
+    sst = [l.split(" ", 1)[1] for l in (SHARED / "sst2" / "stsa.binary.train").read_text(encoding="utf-8").splitlines() if l.strip()]
+    trec = [l.split(" ", 1)[1] for l in (SHARED / "trec" / "TREC.train").read_text(encoding="latin-1").splitlines() if l.strip()]
+    sts = []
+    for line in (SHARED / "stsb" / "sts-dev.csv").read_text(encoding="utf-8").splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 7:
+            sts += [parts[5], parts[6]]
+    out, i = [], 0
+    while len(out) < n:
+        for src in (sst, trec, sts):
+            if i < len(src) and len(out) < n:
+                out.append(src[i])
+        i += 1
+    return out
