@@ -261,7 +261,7 @@ class _Stats:
     """Float64 sufficient statistics of the rows seen so far (shifted by ``shift``)."""
 
     n: int
-    shift: np.ndarray  # (d,)  first chunk's mean
+    shift: np.ndarray  # (d,)  mean of the first chunk's first BLOCK_ROWS rows
     sum: np.ndarray  # (d,)  sum of (x - shift)
     sq: np.ndarray  # (d, d) sum of (x - shift)^T (x - shift)
 
@@ -466,7 +466,7 @@ class PCA:
             return self
         st = self._stats
         if st is None:
-            shift = X[:BLOCK_ROWS].mean(axis=0, dtype=np.float64)  # (d,) first chunk's mean
+            shift = X[:BLOCK_ROWS].mean(axis=0, dtype=np.float64)  # (d,) mean of the first rows ever seen
             if not np.isfinite(shift).all():
                 raise _nonfinite_error(X[:BLOCK_ROWS], 0, "fitting")
             st = _Stats(0, shift, np.zeros(d), np.zeros((d, d)))

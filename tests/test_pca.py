@@ -199,6 +199,13 @@ def test_merge_of_three_partial_fits_equals_one_fit():
     assert workers[0].n_samples_ == 300
     other_order = workers[2].merge(workers[0]).merge(workers[1])
     np.testing.assert_allclose(other_order.components_, full.components_, atol=1e-8)
+    # Dask workers ship partial fits between processes: they pickle with their statistics
+    import pickle
+
+    shipped = [pickle.loads(pickle.dumps(w)) for w in workers]
+    np.testing.assert_array_equal(shipped[0].merge(shipped[1]).merge(shipped[2]).components_, merged.components_)
+    # an empty PCA is the identity of merge
+    np.testing.assert_array_equal(PCA(10).merge(merged).components_, merged.components_)
 
 
 def test_large_offset_keeps_accuracy():
