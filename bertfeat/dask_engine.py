@@ -339,11 +339,17 @@ _ENCODERS: dict = {}
 _ENCODER_LOCK = threading.Lock()
 
 
-def worker_encoder(location, model_name: str | None, max_batch_tokens: int | None, weights_sha256: str):
-    """This process's Encoder for (model, batch budget): loaded once, reused by every task."""
+def worker_encoder(location, model_name: str | None, max_batch_tokens: int | None, weights_sha256: str,
+                   threads: int | None = None):
+    """This process's Encoder for (model, batch budget): loaded once, reused by every task.
+
+    ``threads``: batches encoded side by side (Encoder.threads; BLAS stays at one thread per batch).
+    """
     key = (str(location.path), max_batch_tokens)
     enc = _ENCODERS.get(key)
     if enc is not None:
+        if threads:
+            enc.threads = int(threads)
         return enc
     with _ENCODER_LOCK:
         enc = _ENCODERS.get(key)
@@ -355,6 +361,8 @@ def worker_encoder(location, model_name: str | None, max_batch_tokens: int | Non
 
         host = socket.gethostname()
         kw = {"max_batch_tokens": int(max_batch_tokens)} if max_batch_tokens else {}
+        if threads:
+            kw["threads"] = int(threads)
         try:
             loc = location if (Path(location.path) / "config.json").is_file() else resolve_model(model_name)
             enc = Encoder(location=loc, **kw)
@@ -370,7 +378,7 @@ def worker_encoder(location, model_name: str | None, max_batch_tokens: int | Non
 
 
 class EncoderPlugin(_WorkerPluginBase):
-    """Registered with the client: sets the worker's BLAS threads and loads the model once, up front."""
+    """Registered with the client: loads the model once per worker process, up front."""
 
     name = "bertfeat-encoder"
 
@@ -379,12 +387,8 @@ class EncoderPlugin(_WorkerPluginBase):
         self.weights_sha256, self.threads = weights_sha256, threads
 
     def setup(self, worker):
-        if self.threads:
-            from .threads import set_threads
-
-            set_threads(self.threads)
         try:  # warm the cache; a failure is raised again, with its message, by the first task
-            worker_encoder(self.location, self.model_name, self.max_batch_tokens, self.weights_sha256)
+            worker_encoder(self.location, self.model_name, self.max_batch_tokens, self.weights_sha256, self.threads)
         except BertfeatError:
             pass
 
@@ -399,6 +403,7 @@ class TaskContext:
     model_name: str | None
     max_batch_tokens: int | None
     weights_sha256: str
+    threads: int | None
     spec: object
     on_bad_row: str
     id_name: str
@@ -441,7 +446,7 @@ def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
 
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
-    enc = worker_encoder(ctx.location, ctx.model_name, ctx.max_batch_tokens, ctx.weights_sha256)
+    enc = worker_encoder(ctx.location, ctx.model_name, ctx.max_batch_tokens, ctx.weights_sha256, ctx.threads)
     raw = read_partition(part, ctx.fs, ctx.attrs, first_row)
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.n_components is not None else "")
     path = out_dir / part_name(part.index, ctx.width)
@@ -559,7 +564,7 @@ def _id_type(src: Source, id_column: str | None) -> pa.DataType:
 
 
 def _open_client(dopts: DaskOptions, threads: int | None):
-    """(client, cluster or None, BLAS threads per worker)."""
+    """(client, the LocalCluster we started or None)."""
     import logging
 
     from distributed import Client, LocalCluster
@@ -573,7 +578,7 @@ def _open_client(dopts: DaskOptions, threads: int | None):
         except (OSError, TimeoutError) as e:
             raise BertfeatError(f"cannot reach the Dask scheduler at {dopts.scheduler} ({e})",
                                 "start it with `dask scheduler` and the workers with `dask worker tcp://HOST:8786`") from None
-        return client, None, threads
+        return client, None
     from .threads import default_threads
 
     n = int(dopts.workers or default_threads())
@@ -581,7 +586,29 @@ def _open_client(dopts: DaskOptions, threads: int | None):
         raise BertfeatError(f"--workers {n} is out of range", "give 1 or more")
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
                            silence_logs=logging.ERROR)
-    return Client(cluster), cluster, threads or max(1, default_threads() // n)
+    return Client(cluster), cluster
+
+
+def worker_threads(client, address: str = "", timeout: float = 120.0) -> int:
+    """Encoder threads per task: a host's cores shared by the task slots (worker processes x --nthreads) on it.
+
+    The smallest share over the hosts, so no host is oversubscribed; waits for a first worker.
+    """
+    from .threads import default_threads
+
+    if not client.scheduler_info(n_workers=-1)["workers"]:
+        try:
+            client.wait_for_workers(1, timeout=timeout)
+        except TimeoutError:
+            raise BertfeatError(f"no Dask worker joined the scheduler {address} in {timeout:.0f} s",
+                                f"start workers with `dask worker {address or 'tcp://HOST:8786'}` on each machine") from None
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    cores = client.run(default_threads)
+    slots: dict[str, int] = {}
+    for addr, w in workers.items():
+        slots[w.get("host", addr)] = slots.get(w.get("host", addr), 0) + int(w.get("nthreads", 1) or 1)
+    shares = [cores[a] // slots[w.get("host", a)] for a, w in workers.items() if a in cores]
+    return max(1, min(shares)) if shares else 1
 
 
 def _results(client, futures: dict, on_result):
@@ -625,6 +652,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     if (opts.format or "parquet") != "parquet" or (opts.output and Path(opts.output).suffix.lower() in (".npy", ".csv")):
         raise BertfeatError("--engine dask writes a Parquet dataset (a directory of part files)",
                             "drop --format/-o .npy/.csv, or use --engine local")
+    if opts.threads is not None and opts.threads < 1:
+        raise BertfeatError(f"--threads {opts.threads} is out of range", "give 1 or more (default: a host's cores / its task slots)")
     n_components = parse_pca(opts.pca)
     blocksize = parse_blocksize(dopts.blocksize)
 
@@ -645,6 +674,9 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
 
     encoder = Encoder(opts.model, **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {}))
     spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride)
+    if isinstance(n_components, int) and n_components > encoder.output_dim(spec):
+        raise BertfeatError(f"--pca {n_components} is more components than the {encoder.output_dim(spec)} feature dimensions",
+                            f"choose --pca {encoder.output_dim(spec)} or fewer, or a variance fraction such as 0.95")
     id_name = opts.id_column or "row"
     if id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
         raise BertfeatError(f"--id-column '{id_name}' clashes with an output column", "rename the id column")
@@ -662,15 +694,13 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
 
     own_client = client is None
     cluster = None
-    threads = opts.threads
     futures: dict = {}
     tag = uuid.uuid4().hex[:8]  # task keys unique to this run
     started = False
     try:
         if own_client:
-            client, cluster, threads = _open_client(dopts, opts.threads)
-        elif dopts.workers or dopts.scheduler:
-            pass  # a caller-supplied client wins
+            client, cluster = _open_client(dopts, opts.threads)
+        threads = opts.threads or worker_threads(client, dopts.scheduler or "")
         client.register_plugin(EncoderPlugin(encoder.location, opts.model, opts.max_batch_tokens, encoder.weights_sha256,
                                              threads), name=EncoderPlugin.name)
         attrs = _source_attrs(src)
@@ -694,7 +724,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         meta = provenance(encoder, spec, fingerprint, src, opts, ExtractSummary())
         meta["engine"] = "dask"
         ctx = TaskContext(fs=fs, attrs=attrs, location=encoder.location, model_name=opts.model,
-                          max_batch_tokens=opts.max_batch_tokens, weights_sha256=encoder.weights_sha256, spec=spec,
+                          max_batch_tokens=opts.max_batch_tokens, weights_sha256=encoder.weights_sha256, threads=threads,
+                          spec=spec,
                           on_bad_row=opts.on_bad_row, id_name=id_name, id_type=_id_type(src, opts.id_column),
                           chunk_rows=opts.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
                           out_dir=str(partial), wide=opts.wide, n_components=n_components, width=width)
