@@ -79,6 +79,7 @@ EXTRA_COLUMNS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa
 MANIFEST = "_manifest.json"
 PROVENANCE = "_bertfeat.json"
 FULL_DIR = "_full"
+PCA_FILE = "_pca.npz"
 INSTALL_HINT = 'pip install "bertfeat[dask]"'
 #: test-only fault injection: a file whose content is a partition index; the first task to encode
 #: that partition claims (renames) the file and kills its own worker process mid-write.
@@ -525,8 +526,23 @@ def partition_statistics(path: str, n_components) -> object:
     return pca
 
 
-def reduce_partition(index: int, ctx: TaskContext, pca, meta: dict) -> int:
+_PCAS: dict = {}
+
+
+def _load_pca(path: str):
+    """The fitted PCA the client saved in OUTPUT.partial/ (a file, not scattered data: it survives lost workers)."""
+    from .pca import PCA
+
+    key = (path, os.stat(path).st_mtime_ns)
+    if key not in _PCAS:
+        _PCAS.clear()
+        _PCAS[key] = PCA.load(path)
+    return _PCAS[key]
+
+
+def reduce_partition(index: int, ctx: TaskContext, pca_path: str, meta: dict) -> int:
     """Task (--pca pass 2): full-width part -> reduced part with the run's provenance; returns its rows."""
+    pca = _load_pca(pca_path)
     src = Path(ctx.out_dir) / FULL_DIR / part_name(index, ctx.width)
     t = pq.read_table(src)
     part = json.loads(t.schema.metadata[b"bertfeat"])
@@ -801,12 +817,13 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
             final_meta["pca"] = meta["pca"] = {"n_components": int(pca.n_components_), "model_file": outputs["pca_model"].name,
                                                 "explained_variance": float(np.sum(pca.explained_variance_ratio_))}
             progress.note(f"PCA: {pca.n_components_} components; writing the reduced features")
-            pca_f = client.scatter(pca, broadcast=True)
-            futures = {client.submit(reduce_partition, p.index, ctx, pca_f, meta, key=f"bertfeat-reduce-{p.index}-{tag}",
+            pca_path = pca.save(partial / PCA_FILE, fingerprint=fingerprint)
+            futures = {client.submit(reduce_partition, p.index, ctx, str(pca_path), meta, key=f"bertfeat-reduce-{p.index}-{tag}",
                                      pure=False): p.index for p in parts}
             _results(client, futures, lambda i, n: None)
             futures = {}
             shutil.rmtree(partial / FULL_DIR, ignore_errors=True)
+            pca_path.unlink()
 
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
         rejects_path = out.with_name(out.name + ".rejects.csv")
