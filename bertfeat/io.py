@@ -10,10 +10,12 @@ Malformed CSV lines (wrong number of fields) are yielded as pre-rejected rows in
 from __future__ import annotations
 
 import codecs
+import contextlib
 import glob as globmod
 import io
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,34 +194,38 @@ class Source:
         return pcsv.ParseOptions(delimiter="\t" if self.fmt == "tsv" else ",", newlines_in_values=self.fmt != "tsv",
                                  invalid_row_handler=handler, quote_char=False if self.fmt == "tsv" else '"')
 
-    def _csv_columns(self, head: bytes) -> list[str]:
-        """The header as pyarrow parses it (so the names always match the streaming reader's)."""
+    def _header_names(self, data: bytes) -> list[str]:
         import pyarrow.csv as pcsv
 
+        with _quiet_row_handler_errors():
+            reader = pcsv.open_csv(io.BytesIO(data), read_options=pcsv.ReadOptions(use_threads=False, block_size=len(data) + 1,
+                                                                                   encoding=self.encoding),
+                                   parse_options=self._parse_options(_skip_row))
+        return list(reader.schema.names)
+
+    def _csv_columns(self, head: bytes) -> list[str]:
+        """The header as pyarrow parses it (so the names always match the streaming reader's)."""
         if not head.strip():
             raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
         try:
-            reader = pcsv.open_csv(io.BytesIO(head), read_options=pcsv.ReadOptions(use_threads=False, block_size=len(head) + 1,
-                                                                                   encoding=self.encoding),
-                                   parse_options=self._parse_options(lambda row: "skip"))
-            cols = list(reader.schema.names)
-        except UnicodeDecodeError as e:
-            try:  # the offset in the file: the header comes first, so the first undecodable byte is the header's
-                head.decode(self.encoding)
-                at = e.start
-            except UnicodeDecodeError as whole:
-                at = whole.start
-            raise InputError(f"{self.name} header line: invalid {self.encoding} at byte {at}",
-                             "pass --encoding with the file's encoding (e.g. --encoding latin-1)") from None
-        except (pa.ArrowException, ValueError) as e:
-            raise InputError(f"{self.name}: cannot read the header line as {self.fmt.upper()} ({e})",
-                             "the first line must name the columns; check --input-format and --encoding") from None
-        if self.encoding == "utf-8":
-            for c in cols:
-                try:
-                    c.encode("utf-8")
-                except UnicodeEncodeError:
-                    raise InputError(f"{self.name} header line: invalid utf-8", "pass --encoding with the file's encoding (e.g. --encoding latin-1)") from None
+            cols = self._header_names(head)
+        except (pa.ArrowException, ValueError):
+            # the data rows of the head may be what fails (a malformed line with invalid bytes): the header line alone
+            start = len(head) - len(head.lstrip(b"\r\n"))
+            end = head.find(b"\n", start)
+            try:
+                cols = self._header_names(head if end < 0 else head[:end + 1])
+            except UnicodeDecodeError as e:
+                try:  # the offset in the file: the header comes first, so the first undecodable byte is the header's
+                    head.decode(self.encoding)
+                    at = e.start
+                except UnicodeDecodeError as whole:
+                    at = whole.start
+                raise InputError(f"{self.name} header line: invalid {self.encoding} at byte {at}",
+                                 "pass --encoding with the file's encoding (e.g. --encoding latin-1)") from None
+            except (pa.ArrowException, ValueError) as e:
+                raise InputError(f"{self.name}: cannot read the header line as {self.fmt.upper()} ({_short(e)})",
+                                 "the first line must name the columns; check --input-format and --encoding") from None
         if not any(c.strip() for c in cols):
             raise InputError(f"{self.name}: the header line names no column", "the first line must name the columns")
         return cols
@@ -328,20 +334,24 @@ class Source:
             skipped[n] = f"malformed line: expected {row.expected_columns} fields, found {row.actual_columns} ({json.dumps(text, ensure_ascii=False)})"
             return "skip"
 
+        on_invalid._bertfeat_row_handler = True
+
         stream, counter = self._open_binary()
         wanted = self._wanted()
         try:
-            reader = pcsv.open_csv(
-                stream,
-                read_options=pcsv.ReadOptions(use_threads=False, block_size=1 << 22, encoding=self.encoding),
-                parse_options=self._parse_options(on_invalid),
-                convert_options=pcsv.ConvertOptions(
-                    include_columns=wanted,
-                    column_types={c: pa.binary() for c in wanted},
-                    strings_can_be_null=False, quoted_strings_can_be_null=False),
-            )
+            with _quiet_row_handler_errors():
+                reader = pcsv.open_csv(
+                    stream,
+                    read_options=pcsv.ReadOptions(use_threads=False, block_size=1 << 22, encoding=self.encoding),
+                    parse_options=self._parse_options(on_invalid),
+                    convert_options=pcsv.ConvertOptions(
+                        include_columns=wanted,
+                        column_types={c: pa.binary() for c in wanted},
+                        strings_can_be_null=False, quoted_strings_can_be_null=False),
+                )
         except (pa.ArrowException, OSError, EOFError, ValueError) as e:
             stream.close()
+            self._raise_unskippable(e)
             raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({_short(e)})",
                              "check the file format, --input-format and --encoding") from None
         row = 0
@@ -349,13 +359,15 @@ class Source:
         try:
             while True:
                 try:
-                    b = next(it)
+                    with _quiet_row_handler_errors():
+                        b = next(it)
                 except StopIteration:
                     break
                 except UnicodeDecodeError as e:
                     raise InputError(f"{self.name} near row {row}: invalid {self.encoding} ({_short(e)})",
                                      "pass --encoding with the file's encoding (e.g. --encoding latin-1)") from None
                 except (pa.ArrowException, OSError, EOFError, ValueError) as e:
+                    self._raise_unskippable(e)
                     raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({_short(e)})",
                                      "fix the line, or pass --encoding if the file is not UTF-8") from None
                 n = b.num_rows
@@ -388,6 +400,14 @@ class Source:
                                [None] * len(rest) if self.id_column else None, dict(skipped), counter.count)
         finally:
             stream.close()
+
+    def _raise_unskippable(self, e: BaseException):
+        """pyarrow cannot hand a malformed line that is not valid UTF-8 to the skip handler: name the row."""
+        m = re.search(r"Row #(\d+): Expected (\d+) columns, got (\d+)", str(e))
+        if m:
+            raise InputError(f"{self.name} row {int(m.group(1)) - 2}: malformed line: expected {m.group(2)} fields, "
+                             f"found {m.group(3)}, and it is not valid {self.encoding}, so it cannot be skipped",
+                             "fix the line, or pass --encoding with the file's encoding") from None
 
     def _jsonl_batches(self):
         fh, counter = self._open_binary()
@@ -447,6 +467,32 @@ class Source:
                 yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, counter.count)
         finally:
             fh.close()
+
+
+def _skip_row(row) -> str:
+    return "skip"
+
+
+_skip_row._bertfeat_row_handler = True
+
+
+@contextlib.contextmanager
+def _quiet_row_handler_errors():
+    """pyarrow decodes a malformed line as UTF-8 before it calls the invalid-row handler; when that fails it
+    prints "Exception ignored ..." with a traceback on stderr and then raises ArrowInvalid (handled by the
+    caller). Keep that traceback off the user's terminal; every other unraisable goes to the previous hook."""
+    previous = sys.unraisablehook
+
+    def hook(u):
+        if isinstance(u.exc_value, UnicodeDecodeError) and getattr(u.object, "_bertfeat_row_handler", False):
+            return
+        previous(u)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def _listing(cols: list[str]) -> str:

@@ -134,6 +134,20 @@ CSV_CASES = {
 }
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_malformed_line_with_invalid_utf8_cannot_be_skipped(tmp_path, capsys):
+    """pyarrow cannot pass such a line to the skip handler: a clean error that names the row, even under skip."""
+    src = tmp_path / "c.csv"
+    src.write_bytes(b"id,text\na,hello\nb,\xff,x\nc,fine\n")
+    out = tmp_path / "o.parquet"
+    for policy in ("error", "skip"):
+        rc, _, err = extract(capsys, src, out, "--on-bad-row", policy)
+        assert_failed_cleanly(rc, err, out, f"Error: {src} row 1: malformed line: expected 2 fields, found 3, and it is not "
+                                            "valid utf-8, so it cannot be skipped - fix the line, or pass --encoding with "
+                                            "the file's encoding")
+        assert err.startswith("bertfeat extract: started") or err.startswith("Error:"), err
+
+
 @pytest.mark.parametrize("case", list(CSV_CASES))
 def test_csv_bad_row_error(tmp_path, capsys, case):
     data, what, fix = CSV_CASES[case]

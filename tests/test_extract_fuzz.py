@@ -1,0 +1,135 @@
+"""Property tests: whatever the input, `bertfeat extract` ends with exit 0 and a correct output, or
+exit 1 and one clean `Error:` line (and nothing left behind) - never a traceback.
+
+Runs in-process through ``bertfeat.cli.main`` with the small random-weight model of tests/ckpt.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from extract_util import assert_close, embeddings, metadata, no_leftovers, read_table, run, tiny_encoder, tiny_model
+
+SETTINGS = settings(max_examples=int(os.environ.get("BERTFEAT_FUZZ_EXAMPLES", 40)), deadline=None,
+                    derandomize=not os.environ.get("BERTFEAT_FUZZ_EXAMPLES"),
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+# pyarrow reports some handler failures as "Exception ignored ..." tracebacks on stderr: those are failures too
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+
+PIECES = [b"a", b"hello", b" ", b",", b'"', b"\n", b"\r", b"\r\n", b"\t", b"\xff", b"\xc3\xa9", b"\xe9", b"\xc3",
+          b"x y", b"\x00", b"{}", b"id", b"text", b"\xef\xbb\xbf", b"\\"]
+HEADERS = [b"id,text\n", b"text\n", b"text,id\r\n", b'"text"\n', b"a,b\n", b"", b"text,text\n", b"\xef\xbb\xbftext\n"]
+
+
+def _rejects(path):
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def check_clean_failure(rc, err, out):
+    assert rc == 1, err
+    assert "Traceback" not in err
+    assert err.startswith("Error: ") and err.endswith("\n") and err.count("\n") == 1, err
+    assert " - " in err  # what went wrong - how to fix it
+    assert no_leftovers(out) == []
+
+
+@SETTINGS
+@given(header=st.sampled_from(HEADERS), body=st.lists(st.sampled_from(PIECES), max_size=40).map(b"".join),
+       policy=st.sampled_from(["error", "skip"]), chunk=st.integers(1, 4))
+def test_random_csv_bytes(tmp_path_factory, capsys, header, body, policy, chunk):
+    d = tmp_path_factory.mktemp("fuzz")
+    src, out = d / "in.csv", d / "o.parquet"
+    src.write_bytes(header + body)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--chunk-rows", chunk,
+                     "--on-bad-row", policy, "-q")
+    if rc != 0:
+        check_clean_failure(rc, err, out)
+        return
+    assert err == ""
+    t, meta = read_table(out), metadata(out)
+    rejects = _rejects(d / "o.parquet.rejects.csv")
+    if policy == "error":
+        assert rejects == []
+    rows = t.column("row").to_pylist()
+    rejected = [int(r["row"]) for r in rejects]
+    # every row is written or rejected, once, in order
+    assert rows == sorted(rows) and rejected == sorted(rejected)
+    assert sorted(rows + rejected) == list(range(meta["rows"]["read"]))
+    assert (meta["rows"]["written"], meta["rows"]["rejected"]) == (len(rows), len(rejected))
+    # the text of each row, read independently: pyarrow drops malformed lines, the others keep their order
+    malformed = {int(r["row"]) for r in rejects if r["reason"].startswith("malformed line")}
+    table = pcsv.read_csv(src, read_options=pcsv.ReadOptions(use_threads=False),
+                          parse_options=pcsv.ParseOptions(newlines_in_values=True, invalid_row_handler=lambda r: "skip"),
+                          convert_options=pcsv.ConvertOptions(column_types={meta["text_column"]: pa.binary()},
+                                                              include_columns=[meta["text_column"]],
+                                                              strings_can_be_null=False, quoted_strings_can_be_null=False))
+    cells = table.column(0).to_pylist()
+    well_formed = [r for r in range(meta["rows"]["read"]) if r not in malformed]
+    assert len(cells) == len(well_formed)
+    text_of = dict(zip(well_formed, cells))
+    for r in rejects:
+        if int(r["row"]) in malformed:
+            continue
+        raw = text_of[int(r["row"])]
+        try:
+            s = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            assert r["reason"].startswith("invalid UTF-8 at byte "), r
+            continue
+        assert r["reason"] == ("empty text" if s == "" else "whitespace-only text"), (r, s)
+    texts = [text_of[r].decode("utf-8") for r in rows]
+    assert all(s.strip() for s in texts)
+    assert_close(embeddings(t), tiny_encoder().encode(texts) if texts else np.zeros((0, 32), np.float32))
+
+
+TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=25)
+
+
+@SETTINGS
+@given(texts=st.lists(st.one_of(TEXT, st.sampled_from(["", " ", "\t\n", "ok"])), min_size=1, max_size=10),
+       fmt=st.sampled_from(["csv", "jsonl", "parquet"]), policy=st.sampled_from(["error", "skip"]),
+       chunk=st.integers(1, 4))
+def test_random_text(tmp_path_factory, capsys, texts, fmt, policy, chunk):
+    d = tmp_path_factory.mktemp("fuzz")
+    src, out = d / f"in.{fmt}", d / "o.parquet"
+    ids = [f"id-{i}" for i in range(len(texts))]
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf)  # \r\n line ends, so fields holding \r or \n are quoted
+        w.writerow(["id", "text"])
+        w.writerows(zip(ids, texts))
+        src.write_text(buf.getvalue(), encoding="utf-8", newline="")
+    elif fmt == "jsonl":
+        src.write_text("".join(json.dumps({"id": i, "text": s}) + "\n" for i, s in zip(ids, texts)), encoding="utf-8")
+    else:
+        pq.write_table(pa.table({"id": ids, "text": texts}), src)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id",
+                     "--chunk-rows", chunk, "--on-bad-row", policy, "-q")
+    bad = {i: ("empty text" if s == "" else "whitespace-only text") for i, s in enumerate(texts) if not s.strip()}
+    if policy == "error" and bad:
+        first = min(bad)
+        check_clean_failure(rc, err, out)
+        assert err == (f"Error: {src} row {first}: {bad[first]} - fix the row, or pass --on-bad-row skip to write it to "
+                       "the rejects file and go on\n")
+        return
+    assert (rc, err) == (0, "")
+    t = read_table(out)
+    good = [i for i in range(len(texts)) if i not in bad]
+    assert t.column("id").to_pylist() == [ids[i] for i in good]
+    assert_close(embeddings(t), tiny_encoder().encode([texts[i] for i in good]) if good else np.zeros((0, 32), np.float32))
+    assert [(int(r["row"]), r["id"], r["reason"]) for r in _rejects(d / "o.parquet.rejects.csv")] == \
+        [(i, ids[i], bad[i]) for i in sorted(bad)]
