@@ -124,6 +124,8 @@ class _CountingReader(io.RawIOBase):
 class Source:
     """An input dataset: its columns, size for progress, and a stream of RawBatches."""
 
+    CSV_BLOCK_BYTES = 1 << 22  # pyarrow's streaming CSV reader parses this many bytes at a time
+
     def __init__(self, path: str, fmt: str | None = None, text_column: str | None = None, pair_column: str | None = None,
                  id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192):
         self.path = path
@@ -342,7 +344,7 @@ class Source:
             with _quiet_row_handler_errors():
                 reader = pcsv.open_csv(
                     stream,
-                    read_options=pcsv.ReadOptions(use_threads=False, block_size=1 << 22, encoding=self.encoding),
+                    read_options=pcsv.ReadOptions(use_threads=False, block_size=self.CSV_BLOCK_BYTES, encoding=self.encoding),
                     parse_options=self._parse_options(on_invalid),
                     convert_options=pcsv.ConvertOptions(
                         include_columns=wanted,

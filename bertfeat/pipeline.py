@@ -36,6 +36,7 @@ from .io import RawBatch, Source
 OUTPUT_FORMATS = ("parquet", "npy", "csv")
 BAD_ROW_POLICIES = ("error", "skip")
 DEFAULT_CHUNK_ROWS = 2048
+READ_AHEAD_CHUNKS = 2  # tokenized chunks waiting for the model (bounds the memory of the read-ahead)
 
 
 # --------------------------------------------------------------------------- validation
@@ -504,14 +505,13 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError(f"the output {out_path} is the input file", "pass -o with another file name")
     if opts.wide and fmt == "npy":
         raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
-    if opts.threads:
-        from .threads import set_threads
-
-        set_threads(opts.threads)
-
-    encoder = encoder or Encoder(opts.model, **({"max_batch_tokens": opts.max_batch_tokens} if opts.max_batch_tokens else {}))
+    if opts.threads is not None and opts.threads < 1:
+        raise BertfeatError(f"--threads {opts.threads} is out of range", "give 1 or more (default: all cores)")
+    encoder = encoder or Encoder(opts.model)
     if opts.max_batch_tokens:
         encoder.max_batch_tokens = int(opts.max_batch_tokens)
+    if opts.threads:
+        encoder.threads = int(opts.threads)
     spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride)
     if isinstance(n_components, int) and n_components > encoder.output_dim(spec):
         raise BertfeatError(f"--pca {n_components} is more components than the {encoder.output_dim(spec)} feature dimensions",
@@ -536,7 +536,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")
 
     progress.start(source.total_rows, source.total_bytes)
-    q: queue.Queue = queue.Queue(maxsize=2)
+    q: queue.Queue = queue.Queue(maxsize=READ_AHEAD_CHUNKS)
     stop = threading.Event()
     th = threading.Thread(target=_reader_thread, args=(source, opts, encoder, spec, done, q, stop), daemon=True,
                           name="bertfeat-reader")

@@ -17,7 +17,7 @@ class _RatesColumn(ProgressColumn):
     def render(self, task) -> Text:
         f = task.fields
         dt = max(time.perf_counter() - f["t0"], 1e-9)
-        return Text(f"{f['rows']:,} rows  {_rate(f['rows'], dt):,.0f} rows/s  {_rate(f['tokens'], dt):,.0f} tok/s", style="cyan")
+        return Text(f"{f['rows']:,} rows  {_rate(f['rows'], dt):,.0f} rows/s  {_rate(f['tokens'], dt):,.0f} tokens/s", style="cyan")
 
 
 class RichProgress:

@@ -1,0 +1,127 @@
+"""bertfeat.pipeline: the read-ahead thread, chunking, and the pieces --resume relies on."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from bertfeat import pipeline
+from bertfeat.encoder import Encoder
+from bertfeat.errors import BertfeatError
+from bertfeat.io import RawBatch
+from bertfeat.pipeline import default_output, iter_chunks, manifest_differences, parse_pca, validate_batch
+from extract_util import run, tiny_model, write_csv
+
+
+def test_tokenization_runs_in_the_reader_thread_ahead_of_the_model(tmp_path, capsys, monkeypatch):
+    """While the model works on chunk 0, the reader thread tokenizes the next chunks - and stops
+    READ_AHEAD_CHUNKS + 1 chunks ahead (the queue is bounded, so memory is too)."""
+    src = write_csv(tmp_path / "c.csv", ["text"], [[f"sentence {i}"] for i in range(40)])
+    prepared, prep_threads, run_threads = [], set(), set()
+    ahead = threading.Event()
+    real_prepare, real_run = Encoder.prepare, Encoder.run
+
+    def prepare(self, texts, pairs, spec):
+        prep_threads.add(threading.current_thread().name)
+        prepared.append(texts[0])
+        if len(prepared) == pipeline.READ_AHEAD_CHUNKS + 2:
+            ahead.set()
+        return real_prepare(self, texts, pairs, spec)
+
+    seen_at_first_run = []
+
+    def run_model(self, prep, spec):
+        run_threads.add(threading.current_thread().name)
+        if not seen_at_first_run:
+            ahead.wait(timeout=10)  # the model is "busy" on chunk 0 until the reader got ahead
+            time.sleep(0.3)  # give it time to (wrongly) go further
+            seen_at_first_run.append(len(prepared))
+        return real_run(self, prep, spec)
+
+    monkeypatch.setattr(Encoder, "prepare", prepare)
+    monkeypatch.setattr(Encoder, "run", run_model)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--chunk-rows", 2, "-q")
+    assert rc == 0, err
+    assert prep_threads == {"bertfeat-reader"}
+    assert run_threads == {threading.main_thread().name}
+    # chunk 0 in the model, READ_AHEAD_CHUNKS in the queue, one more tokenized and waiting to be queued
+    assert seen_at_first_run == [pipeline.READ_AHEAD_CHUNKS + 2]
+    assert len(prepared) == 20 and prepared == [f"sentence {2 * k}" for k in range(20)]
+
+
+def _raw(rows, pre=None):
+    return RawBatch(list(rows), [f"t{r}".encode() for r in rows], None, [f"i{r}" for r in rows], pre or {})
+
+
+class _FakeSource:
+    def __init__(self, batches):
+        self._b = batches
+
+    def batches(self):
+        yield from self._b
+
+
+@pytest.mark.parametrize("sizes", [[1] * 10, [3, 7], [10], [4, 0, 6], [9, 1]])
+@pytest.mark.parametrize("chunk_rows", [1, 3, 4, 10, 25])
+def test_iter_chunks_cuts_exact_chunks_in_order(sizes, chunk_rows):
+    batches, start = [], 0
+    for n in sizes:
+        batches.append(_raw(range(start, start + n), {r: "bad" for r in range(start, start + n) if r % 5 == 2}))
+        start += n
+    chunks = list(iter_chunks(_FakeSource(batches), chunk_rows))
+    assert [i for i, _ in chunks] == list(range(len(chunks)))
+    assert [len(c.rows) for _, c in chunks] == [min(chunk_rows, 10 - k) for k in range(0, 10, chunk_rows)]
+    assert [r for _, c in chunks for r in c.rows] == list(range(10))
+    assert [t for _, c in chunks for t in c.texts] == [f"t{r}".encode() for r in range(10)]
+    assert [i for _, c in chunks for i in c.ids] == [f"i{r}" for r in range(10)]
+    assert {r: v for _, c in chunks for r, v in c.pre_rejected.items()} == {2: "bad", 7: "bad"}
+    for _, c in chunks:
+        assert set(c.pre_rejected) <= set(c.rows)
+
+
+def test_validate_batch_reasons_and_alignment():
+    b = RawBatch([0, 1, 2, 3, 4, 5, 6, 7], [b"ok", b"", b"  \t", None, b"caf\xe9", 42, float("nan"), "fine"], None,
+                 ["a", "b", "c", "d", "e", "f", "g", None], {})
+    c = validate_batch(b, 3)
+    assert (c.index, c.rows, c.texts, c.ids, c.n_read) == (3, [0], ["ok"], ["a"], 8)
+    assert c.rejects == [
+        {"row": 1, "id": "b", "reason": "empty text"},
+        {"row": 2, "id": "c", "reason": "whitespace-only text"},
+        {"row": 3, "id": "d", "reason": "null text"},
+        {"row": 4, "id": "e", "reason": "invalid UTF-8 at byte 3 of the text"},
+        {"row": 5, "id": "f", "reason": "non-string text (number 42)"},
+        {"row": 6, "id": "g", "reason": "null text (NaN)"},
+        {"row": 7, "id": None, "reason": "null id"},
+    ]
+
+
+def test_manifest_differences_in_words():
+    base = {"pooling": "mean", "max_length": 256, "layers": [6],
+            "input": {"path": "c.csv", "format": "csv", "files": [{"path": "/d/c.csv", "size": 10, "mtime_ns": 1}]}}
+    assert manifest_differences(base, dict(base)) == []
+    assert manifest_differences(base, {**base, "pooling": "cls", "max_length": 128}) == \
+        ["pooling: 'mean' -> 'cls'", "max length: 256 -> 128"]
+    grown = {**base, "input": {**base["input"], "files": [{"path": "/d/c.csv", "size": 12, "mtime_ns": 2}]}}
+    assert manifest_differences(base, grown) == ["input file changed: /d/c.csv (size 10 -> 12 bytes)"]
+    other = {**base, "input": {"path": "d.csv", "format": "csv", "files": []}}
+    assert manifest_differences(base, other) == ["input: 'c.csv' -> 'd.csv'"]
+
+
+@pytest.mark.parametrize("inp, fmt, out", [
+    ("corpus.csv", "parquet", "corpus.features.parquet"),
+    ("data/corpus.csv.gz", "npy", "data/corpus.features.npy"),
+    ("data/", "parquet", "data.features.parquet"),
+    ("data/part-*.parquet", "parquet", "data.features.parquet"),
+    ("*.parquet", "csv", "dataset.features.csv"),
+])
+def test_default_output(inp, fmt, out):
+    assert str(default_output(inp, fmt)) == out
+
+
+def test_parse_pca():
+    assert parse_pca("100") == 100 and parse_pca("0.95") == 0.95 and parse_pca(None) is None
+    for bad in ("0", "1.5", "-3", "x"):
+        with pytest.raises(BertfeatError):
+            parse_pca(bad)

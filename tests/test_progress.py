@@ -1,0 +1,109 @@
+"""Progress on stderr: a rich bar in a terminal, plain log lines otherwise, nothing with --quiet; the closing summary."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from rich.console import Console
+
+import bertfeat.cli as cli
+from bertfeat.progress import LogProgress, RichProgress, make_progress
+from extract_util import run, summary_line, tiny_model, write_csv
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """stderr as a 140-column terminal, captured."""
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "err_console", Console(file=buf, force_terminal=True, width=140, color_system=None))
+    return buf
+
+
+def _corpus(tmp_path, n=12):
+    return write_csv(tmp_path / "c.csv", ["text"], [[f"sentence number {i}"] for i in range(n)])
+
+
+def test_rich_bar_in_a_terminal(tmp_path, capsys, terminal):
+    src = _corpus(tmp_path)
+    rc, _, _ = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--chunk-rows", 3)
+    assert rc == 0
+    text = ANSI.sub("", terminal.getvalue())
+    frames = [f for f in re.split(r"[\r\n]", text) if f.startswith("extract")]
+    last = " ".join(frames[-1].split())
+    assert re.fullmatch(r"extract ━+ 100% 12 rows [\d,]+ rows/s [\d,]+ tokens/s \d+:\d\d:\d\d eta \d+:\d\d:\d\d", last), last
+    assert "\x1b[?25l" in terminal.getvalue()  # a live display (cursor hidden while it runs), not log lines
+    assert "bertfeat extract:" not in text
+    after = text[text.index(frames[-1]) + len(frames[-1]):]
+    assert [line.split()[0:2] for line in after.strip().splitlines()][:3] == [["rows", "read"], ["rows", "written"], ["rows", "rejected"]]
+    assert summary_line(after, "rows read") == "rows read 12"
+
+
+def test_rich_bar_counts_parquet_rows(tmp_path, capsys, terminal):
+    pq.write_table(pa.table({"text": [f"s {i}" for i in range(10)]}), tmp_path / "d.parquet", row_group_size=3)
+    rc, _, _ = run(capsys, "extract", tmp_path / "d.parquet", "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--chunk-rows", 4)
+    assert rc == 0
+    text = ANSI.sub("", terminal.getvalue())
+    percents = [int(m) for m in re.findall(r"(\d+)% \d+ rows", text)]
+    assert percents[0] == 0 and percents[-1] == 100
+    assert re.findall(r"\d+% (\d+) rows", text)[-1] == "10"
+
+
+def test_plain_log_lines_when_not_a_terminal(tmp_path, capsys):
+    src = _corpus(tmp_path)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--chunk-rows", 3)
+    assert rc == 0
+    lines = err.splitlines()
+    size = src.stat().st_size
+    assert lines[0] == f"bertfeat extract: started ({size:,} bytes)"
+    assert re.fullmatch(r"bertfeat extract: 12 rows \(100\.0% of bytes\), [\d,]+ rows/s, [\d,]+ tokens/s, \d+s elapsed", lines[1]), lines[1]
+    assert lines[2].startswith("rows read ")
+    assert "\x1b" not in err and "━" not in err
+
+
+def test_periodic_log_lines():
+    buf = io.StringIO()
+    p = LogProgress(Console(file=buf, width=200), every=0.0)
+    p.start(total_rows=30, total_bytes=None)
+    for _ in range(3):
+        p.advance(10, 100, 0)
+    p.stop()
+    p.stop()  # idempotent
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == "bertfeat extract: started (30 rows)"
+    assert [re.sub(r", [\d,]+ rows/s, [\d,]+ tokens/s, \d+s elapsed$", "", x) for x in lines[1:]] == [
+        "bertfeat extract: 10 rows (33.3%)", "bertfeat extract: 20 rows (66.7%)", "bertfeat extract: 30 rows (100.0%)",
+        "bertfeat extract: 30 rows (100.0%)"]
+
+
+def test_quiet_prints_nothing(tmp_path, capsys, terminal):
+    src = _corpus(tmp_path)
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")
+    assert (rc, out, err, terminal.getvalue()) == (0, "", "", "")
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == 12
+
+
+def test_make_progress_choice():
+    assert isinstance(make_progress(Console(file=io.StringIO(), force_terminal=True), False), RichProgress)
+    assert isinstance(make_progress(Console(file=io.StringIO()), False), LogProgress)
+    assert type(make_progress(Console(file=io.StringIO(), force_terminal=True), True)).__name__ == "NullProgress"
+
+
+def test_summary_lines(tmp_path, capsys):
+    src = tmp_path / "c.csv"
+    src.write_text("id,text\na,one two three\nb,\nc,four\n")
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "--on-bad-row", "skip")
+    assert rc == 0
+    summary = [" ".join(x.split()) for x in err.splitlines() if not x.startswith("bertfeat extract:")]
+    assert summary[:6] == ["rows read 3", "rows written 2", "rows rejected 1",
+                           "rows truncated 0 (0 tokens dropped, 0.00% of tokens)", "rows chunked 0", "tokens 8"]
+    assert re.fullmatch(r"elapsed [\d.]+ s", summary[6])
+    assert re.fullmatch(r"throughput [\d,.]+ rows/s, [\d,]+ tokens/s", summary[7])
+    assert summary[8] == f"model {tiny_model()} (pooling mean, dim 32)"
+    assert summary[9:] == [f"features {out}", f"rejects {tmp_path / 'o.parquet.rejects.csv'}"]
