@@ -132,6 +132,8 @@ class Source:
         self.fmt = detect_format(path, fmt)
         self.encoding = normalize_encoding(encoding)
         self.files = expand_paths(path, self.fmt)
+        if path == "-" and self.fmt == "parquet":
+            self.files = [self._spool_stdin()]  # Parquet needs seeking: copy standard input to a temporary file
         if self.fmt != "parquet" and len(self.files) > 1:
             raise InputError(f"{path}: a glob of {self.fmt.upper()} files is not supported", "concatenate them, or convert to Parquet")
         self.compression = compression_of(self.files[0]) if self.files and self.fmt != "parquet" else None
@@ -160,6 +162,22 @@ class Source:
     def name(self) -> str:
         return "<stdin>" if self.path == "-" else self.path
 
+    def _fname(self, f: Path) -> str:
+        return self.name if self.path == "-" else str(f)
+
+    def _spool_stdin(self) -> Path:
+        import shutil
+        import tempfile
+        import weakref
+
+        fd, name = tempfile.mkstemp(prefix="bertfeat-stdin-", suffix=".parquet")
+        weakref.finalize(self, os.unlink, name)
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+        if os.path.getsize(name) == 0:
+            raise InputError("<stdin>: standard input is empty", "pipe a Parquet file into bertfeat extract -")
+        return Path(name)
+
     # ------------------------------------------------------------------ schema
     def _columns(self) -> list[str]:
         if self.fmt == "parquet":
@@ -171,7 +189,7 @@ class Source:
                 try:
                     meta = pq.ParquetFile(f)
                 except Exception as e:
-                    raise InputError(f"{f}: not a readable Parquet file ({e})", "check the file is Parquet and complete") from None
+                    raise InputError(f"{self._fname(f)}: not a readable Parquet file ({_short(e)})", "check the file is Parquet and complete") from None
                 if self._pq_schema is None:
                     self._pq_schema = meta.schema_arrow
                 total += meta.metadata.num_rows
@@ -307,7 +325,7 @@ class Source:
                     )
                     row += n
             except (pa.ArrowException, OSError) as e:
-                raise InputError(f"{f} near row {row}: cannot read the Parquet file ({e})", "check the file is Parquet and complete") from None
+                raise InputError(f"{self._fname(f)} near row {row}: cannot read the Parquet file ({_short(e)})", "check the file is Parquet and complete") from None
 
     def _open_binary(self):
         """(binary stream of the decompressed input, counter of the bytes read from disk)."""

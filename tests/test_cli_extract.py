@@ -132,12 +132,15 @@ def test_jsonl_integer_ids_keep_their_type(tmp_path, capsys):
     assert t.column("id").to_pylist() == [0, 10, 20, 30, 40]
 
 
-@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
 def test_stdin(tmp_path, fmt):
-    """`-` reads standard input (a real pipe into a real process)."""
+    """`-` reads standard input (a real pipe into a real process; Parquet is spooled to a temporary file)."""
     texts = SENTENCES[:6]
     if fmt == "csv":
         data = write_csv(tmp_path / "in.csv", ["id", "text"], list(zip(IDS, texts))).read_bytes()
+    elif fmt == "parquet":
+        pq.write_table(pa.table({"id": IDS[:6], "text": texts}), tmp_path / "in.parquet", row_group_size=4)
+        data = (tmp_path / "in.parquet").read_bytes()
     else:
         data = "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in zip(IDS, texts)).encode()
     out = tmp_path / "o.parquet"
@@ -240,6 +243,22 @@ def test_pca_writes_reduced_features_model_and_report(tmp_path, capsys):
     meta = metadata(out)
     assert meta["pca"]["n_components"] == 8 and meta["pca"]["model_file"] == "f.pca.npz"
     assert summary_line(err, "pca_model") == f"pca_model {tmp_path / 'f.pca.npz'}"
+
+
+def test_pca_variance_fraction(tmp_path, capsys):
+    from bertfeat.pca import PCA
+
+    texts = [f"{a} {b}" for a in "red green blue dark light".split() for b in "cat dog car tree sky river".split()]
+    src = write_csv(tmp_path / "c.csv", ["text"], [[t] for t in texts])
+    out = tmp_path / "f.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--pca", "0.9", "--chunk-rows", 7)
+    assert rc == 0, err
+    ratio = PCA(solver="svd").fit(tiny_encoder().encode(texts).astype(np.float64)).explained_variance_ratio_
+    k = int(np.searchsorted(np.cumsum(ratio), 0.9, side="right")) + 1
+    assert 1 < k < 32
+    assert read_table(out).schema.field("embedding").type == pa.list_(pa.float32(), k)
+    assert metadata(out)["pca"]["n_components"] == k
+    assert metadata(out)["pca"]["explained_variance"] >= 0.9
 
 
 def test_pca_more_components_than_dimensions_is_refused_up_front(tmp_path, capsys):
