@@ -251,7 +251,7 @@ class Source:
         return cols
 
     def _jsonl_columns(self, head: bytes) -> list[str]:
-        lines = head.split(b"\n")
+        lines = head.removeprefix(b"\xef\xbb\xbf").split(b"\n")
         if len(head) == HEAD_BYTES and len(lines) > 1:
             lines = lines[:-1]  # the last line may be cut
         for line in lines[:1000]:
@@ -434,6 +434,7 @@ class Source:
         rows, texts, pairs, ids, pre = [], [], [], [], {}
         row = 0
         id_kind = None  # the type of the first id: every id must be of the same kind (int or str)
+        consumed = 0
         try:
             while True:
                 try:
@@ -443,6 +444,9 @@ class Source:
                                      "check the file is complete and its compression") from None
                 if not line:
                     break
+                if consumed == 0:
+                    line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark
+                consumed += 1
                 if not line.strip():
                     continue  # blank lines are not rows
                 rows.append(row)

@@ -531,6 +531,8 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         done = store.open(manifest, opts.resume)
     except OSError as e:
         raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})", "check the output directory exists and is writable, or pass -o") from None
+    for stale in (*out_path.parent.glob(f".{out_path.name}*.tmp-*"), *out_path.parent.glob(f".{out_path.stem}.ids.csv.tmp-*")):
+        stale.unlink(missing_ok=True)  # temporaries of a run killed while it wrote the output
     summary = ExtractSummary(chunks_resumed=len(done), pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
     if done:
         progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")

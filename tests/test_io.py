@@ -154,3 +154,10 @@ def test_identity_changes_with_the_file(tmp_path):
     (tmp_path / "a.csv").write_text("text\nab\n")
     b = Source(str(tmp_path / "a.csv")).identity()
     assert a["files"][0]["size"] != b["files"][0]["size"]
+
+
+def test_jsonl_with_byte_order_mark(tmp_path):
+    (tmp_path / "a.jsonl").write_bytes(b'\xef\xbb\xbf{"id": 1, "text": "a"}\n{"id": 2, "text": "b"}\n')
+    src = Source(str(tmp_path / "a.jsonl"), id_column="id")
+    assert src.columns == ["id", "text"]
+    assert rows_of(src) == [(0, "a", 1, None), (1, "b", 2, None)]

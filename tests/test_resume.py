@@ -199,3 +199,15 @@ def test_a_run_without_resume_starts_over(tmp_path, capsys, monkeypatch):
 def test_stdin_cannot_be_resumed(tmp_path, capsys):
     rc, _, err = run(capsys, "extract", "-", "--input-format", "csv", "-o", tmp_path / "o.parquet", "--resume")
     assert (rc, err) == (1, "Error: --resume cannot continue a run that read standard input - write the input to a file first\n")
+
+
+def test_temporaries_of_a_killed_writer_are_cleaned_up(tmp_path, capsys):
+    """A run killed while it wrote the output leaves hidden .NAME.tmp-PID files; the next run removes them."""
+    src = corpus(tmp_path / "c.csv", 3)
+    stale = [tmp_path / ".o.npy.tmp-4242", tmp_path / ".o.ids.csv.tmp-4242", tmp_path / ".o.npy.json.tmp-4242"]
+    for f in stale:
+        f.write_bytes(b"half written")
+    (tmp_path / ".other.tmp-4242").write_bytes(b"not ours")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.npy", "--model", tiny_model(), "--id-column", "id")
+    assert rc == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.tmp-4242", "c.csv", "o.ids.csv", "o.npy", "o.npy.json"]
