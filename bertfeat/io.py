@@ -266,7 +266,7 @@ class Source:
 
     def _string_columns(self) -> list[str]:
         if self.fmt == "parquet":
-            return [f.name for f in self._pq_schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+            return [f.name for f in self._pq_schema if _is_string(f.type)]
         if self.fmt == "jsonl":
             return [c for c, types in self._json_types.items() if "str" in types]
         return list(self.columns)  # CSV: everything may be text
@@ -523,8 +523,21 @@ def _listing(cols: list[str]) -> str:
     return ", ".join(repr(c) if (not c or c != c.strip() or "," in c) else c for c in cols) or "none"
 
 
+def _view(t: pa.DataType, test: str) -> bool:
+    """string_view / binary_view (pyarrow >= 16)."""
+    return getattr(pa.types, test, lambda _: False)(t)
+
+
+def _is_string(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):  # e.g. a pandas categorical
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or _view(t, "is_string_view")
+
+
 def _is_textual(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return _is_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) or _view(t, "is_binary_view")
 
 
 def _json_kind(v) -> str:

@@ -663,10 +663,16 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
 
     dim = pca.n_components_ if pca is not None else encoder.output_dim(spec)
     id_type = pa.int64() if opts.id_column is None else pa.string()
-    if order:
-        id_type = pq.read_schema(store.part_path(order[0])).field(id_name).type
-        if pa.types.is_null(id_type):
-            id_type = pa.string()
+    if opts.id_column is not None and source.fmt == "parquet":
+        id_type = source._pq_schema.field(opts.id_column).type
+        if pa.types.is_dictionary(id_type):
+            id_type = id_type.value_type
+    elif opts.id_column is not None:
+        for i in order:  # the first part with an accepted row (a chunk whose rows were all rejected has no id type)
+            t = pq.read_schema(store.part_path(i)).field(id_name).type
+            if not pa.types.is_null(t):
+                id_type = t
+                break
     writer = FeatureWriter(out_path, fmt=fmt, dim=int(dim), id_name=id_name,
                            id_type=id_type, metadata=meta, wide=opts.wide,
                            extra_columns={"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()})

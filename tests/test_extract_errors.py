@@ -367,3 +367,23 @@ def test_bad_option_values(tmp_path, capsys):
         rc, _, err = extract(capsys, src, out, *extra)
         assert (rc, err) == (1, message + "\n"), extra
         assert no_leftovers(out) == [], extra
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_first_chunk_all_rejected_keeps_the_id_type(tmp_path, capsys, fmt):
+    """The id type comes from the data (or the Parquet schema), not from a first chunk that has no accepted row."""
+    if fmt == "jsonl":
+        src = write_jsonl(tmp_path / "d.jsonl", [{"id": 1, "text": ""}, {"id": 2, "text": " "}, {"id": 3, "text": "c"}])
+        typ = pa.int64()
+    else:
+        src = tmp_path / "d.parquet"
+        pq.write_table(pa.table({"id": pa.array([1, 2, 3], pa.int32()),
+                                 "text": pa.array(["", " ", "c"]).dictionary_encode()}), src)
+        typ = pa.int32()
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--on-bad-row", "skip", "--text-column", "text")
+    assert rc == 0, err
+    t = read_table(out)
+    assert t.schema.field("id").type == typ
+    assert t.column("id").to_pylist() == [3]
+    assert_close(embeddings(t), tiny_encoder().encode(["c"]))
