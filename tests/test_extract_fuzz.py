@@ -133,3 +133,37 @@ def test_random_text(tmp_path_factory, capsys, texts, fmt, policy, chunk):
     assert_close(embeddings(t), tiny_encoder().encode([texts[i] for i in good]) if good else np.zeros((0, 32), np.float32))
     assert [(int(r["row"]), r["id"], r["reason"]) for r in _rejects(d / "o.parquet.rejects.csv")] == \
         [(i, ids[i], bad[i]) for i in sorted(bad)]
+
+
+JSON_PIECES = [b'{"text": ', b'{"id": 1, "text": ', b'"a b"', b'"\\u00e9"', b'""', b'" "', b"null", b"1", b"}", b"\n", b"\r\n",
+               b"\xff", b"[", b"]", b'"', b",", b'{"id": "x", "text": "y"}\n', b'{"text": "ok"}\n', b"\xef\xbb\xbf", b" "]
+
+
+@SETTINGS
+@given(body=st.lists(st.sampled_from(JSON_PIECES), max_size=30).map(b"".join), policy=st.sampled_from(["error", "skip"]),
+       with_id=st.booleans(), chunk=st.integers(1, 3))
+def test_random_jsonl_bytes(tmp_path_factory, capsys, body, policy, with_id, chunk):
+    d = tmp_path_factory.mktemp("fuzz")
+    src, out = d / "in.jsonl", d / "o.parquet"
+    src.write_bytes(body)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--chunk-rows", chunk, "--text-column", "text",
+                     "--on-bad-row", policy, "-q", *(["--id-column", "id"] if with_id else []))
+    if rc != 0:
+        check_clean_failure(rc, err, out)
+        return
+    assert err == ""
+    t, meta = read_table(out), metadata(out)
+    rejects = _rejects(d / "o.parquet.rejects.csv")
+    assert policy == "skip" or rejects == []
+    lines = [line for line in body.removeprefix(b"\xef\xbb\xbf").split(b"\n") if line.strip()]
+    assert meta["rows"]["read"] == len(lines)
+    rejected = [int(r["row"]) for r in rejects]
+    if with_id:
+        kept = [k for k in range(len(lines)) if k not in rejected]
+        assert t.column("id").to_pylist() == [json.loads(lines[k])["id"] for k in kept]
+        rows = kept
+    else:
+        rows = t.column("row").to_pylist()
+        assert sorted(rows + rejected) == list(range(len(lines)))
+    texts = [json.loads(lines[k])["text"] for k in rows]
+    assert_close(embeddings(t), tiny_encoder().encode(texts) if texts else np.zeros((0, 32), np.float32))
