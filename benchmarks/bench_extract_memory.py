@@ -105,6 +105,7 @@ def main(argv=None) -> int:
     # start-up cost (imports, model load, one row): subtracted to get the encoding rate
     one = generate_csv(WORK / "extract_1.csv", 1)
     base = run_extract(one, WORK / "extract_1.features.parquet", extra, quiet=True)
+    (WORK / "extract_1.features.parquet").unlink(missing_ok=True)
     if base["exit"] != 0:
         print(f"the 1-row run failed (exit {base['exit']}): {base['cmd']}", file=sys.stderr)
         return 1
