@@ -1,0 +1,388 @@
+"""Random-weight BERT checkpoints in Hugging Face layout, for tests (a helper, not a test module).
+
+    from ckpt import make_checkpoint, reference_model
+
+    d = make_checkpoint(tmp_path / "m", vocab="chinese", hidden_act="relu", prefix=True, legacy_names=True)
+    enc = Encoder(d)                  # bertfeat loads it like any local model directory
+    ref = reference_model(d)          # the same weights as a torch transformers model (eval, fp32)
+
+The weights come from a transformers ``BertModel`` (or ``BertForMaskedLM`` with ``mlm_head=True``)
+built from a ``transformers.BertConfig`` and re-initialised from ``seed`` so that *every* tensor is
+informative: LayerNorm gains are 1 + N(0, 0.1), every bias and LayerNorm shift is N(0, 0.1) (none is
+left at 0 or 1, so a swapped gamma/beta or a dropped bias shows), and linear weights are
+N(0, 1/fan_in), which keeps hidden states O(1) and attention neither uniform nor one-hot.
+
+``reference_model`` rebuilds the torch model from the record written next to the weights
+(``bertfeat_test_checkpoint.json``: the transformers config and the seed), not from the saved
+tensor names, so name rewriting (``bert.`` prefix, gamma/beta, shards) is checked against an
+independent reference rather than against itself.
+
+Layout written (what ``save_pretrained`` writes, plus the rewrites asked for):
+  config.json                     transformers' BertConfig (+ ``config_overrides``)
+  model.safetensors               or model-0000k-of-0000n.safetensors + model.safetensors.index.json
+  vocab.txt + tokenizer_config.json   (tokenizer="vocab"), tokenizer.json + tokenizer_config.json
+                                  (tokenizer="json"), all of them ("both"), or none (None)
+  sentence_bert_config.json       only with ``st_max_seq_length``
+  modules.json + 1_Pooling/config.json   only with ``st_pooling``
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+# Same rule as conftest.SHARED: ../shared/data beside the repo, or $BERTFEAT_SHARED/data.
+SHARED = Path(os.environ.get("BERTFEAT_SHARED", ROOT.parent / "shared")) / "data"
+
+VOCABS = {
+    # name -> (vocab.txt, do_lower_case as the original checkpoint's tokenizer_config.json says)
+    "uncased": (SHARED / "vocab" / "bert-base-uncased" / "vocab.txt", True),
+    "chinese": (SHARED / "vocab" / "bert-base-chinese" / "vocab.txt", False),
+}
+RECORD = "bertfeat_test_checkpoint.json"
+
+
+def vocab_file(vocab: str | os.PathLike) -> Path:
+    """'uncased' / 'chinese' -> the shared bert-base-uncased / bert-base-chinese vocab.txt; a path as is."""
+    if str(vocab) in VOCABS:
+        return VOCABS[str(vocab)][0]
+    return Path(vocab)
+
+
+def _vocab_size(path: Path) -> int:
+    with open(path, encoding="utf-8") as fh:
+        return sum(1 for _ in fh)
+
+
+def make_checkpoint(
+    dir: str | os.PathLike,
+    *,
+    vocab: str | os.PathLike = "uncased",
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    intermediate: int | None = None,
+    hidden_act: str = "gelu",
+    max_position: int = 512,
+    type_vocab: int = 2,
+    layer_norm_eps: float = 1e-12,
+    prefix: bool | None = None,
+    legacy_names: bool = False,
+    sharded: bool | int = False,
+    pooler: bool = True,
+    mlm_head: bool = False,
+    store_decoder: bool = False,
+    seed: int = 0,
+    tokenizer: str | None = "vocab",
+    do_lower_case: bool | None = None,
+    st_max_seq_length: int | None = None,
+    st_pooling: str | None = None,
+    config_overrides: dict | None = None,
+) -> Path:
+    """Write a random-weight BERT checkpoint to ``dir`` (created) and return ``dir`` as a Path.
+
+    Architecture: ``hidden`` / ``layers`` / ``heads`` / ``intermediate`` (default 4 * hidden) /
+    ``hidden_act`` / ``max_position`` / ``type_vocab`` / ``layer_norm_eps``; the vocab size is the
+    real one of ``vocab`` ('uncased' 30522, 'chinese' 21128, or the line count of a vocab.txt path).
+
+    Tensor names: ``prefix`` True adds ``bert.`` to every encoder tensor, False strips it, None keeps
+    what save_pretrained writes (none for BertModel, ``bert.`` for BertForMaskedLM); the MLM head's
+    ``cls.predictions.*`` never gets the prefix. ``legacy_names`` renames every LayerNorm
+    ``weight``/``bias`` to ``gamma``/``beta``. ``sharded`` (True = 3, or a shard count) splits the
+    tensors over ``model-0000k-of-0000n.safetensors`` with ``model.safetensors.index.json``.
+
+    Heads: ``pooler`` False drops ``pooler.dense.*``; ``mlm_head`` builds BertForMaskedLM (which has
+    ``cls.predictions.transform.*`` and ``cls.predictions.bias``; its decoder is tied to the word
+    embeddings and, as in save_pretrained, not stored unless ``store_decoder``). With both
+    ``mlm_head`` and ``pooler`` the file also has ``bert.pooler.*`` as BertForPreTraining checkpoints do.
+
+    Tokenizer: 'vocab' (vocab.txt + tokenizer_config.json), 'json' (tokenizer.json saved by
+    transformers' BertTokenizer + tokenizer_config.json, no vocab.txt), 'both', or None.
+    ``do_lower_case`` defaults to the original checkpoint's (True for uncased, False for chinese).
+
+    sentence-transformers files: ``st_max_seq_length`` writes sentence_bert_config.json;
+    ``st_pooling`` ('mean' / 'cls' / 'max') writes modules.json and 1_Pooling/config.json.
+    ``config_overrides`` is merged into config.json last (e.g. {"model_type": "roberta"}).
+    """
+    import torch  # noqa: F401  (imported here so `import ckpt` stays cheap)
+    from safetensors.numpy import save_file
+
+    d = Path(dir)
+    d.mkdir(parents=True, exist_ok=True)
+    vpath = vocab_file(vocab)
+    if do_lower_case is None:
+        do_lower_case = VOCABS[str(vocab)][1] if str(vocab) in VOCABS else True
+    record = {
+        "config": {
+            "vocab_size": _vocab_size(vpath),
+            "hidden_size": hidden,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "intermediate_size": intermediate or 4 * hidden,
+            "hidden_act": hidden_act,
+            "max_position_embeddings": max_position,
+            "type_vocab_size": type_vocab,
+            "layer_norm_eps": layer_norm_eps,
+            "pad_token_id": 0,
+        },
+        "seed": seed,
+        "mlm_head": mlm_head,
+        "pooler": pooler,
+    }
+    model = _build(json.dumps(record, sort_keys=True))
+
+    # ---- config.json: what save_pretrained writes, + absolute positions spelled out as HF files do
+    cfg = model.config.to_dict()
+    cfg["architectures"] = [type(model).__name__]
+    cfg["position_embedding_type"] = "absolute"
+    cfg.update(config_overrides or {})
+    (d / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    (d / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+    # ---- tensors, renamed as asked
+    tensors = {}
+    for name, t in model.state_dict().items():
+        if name.startswith("cls.predictions.decoder.") and not (store_decoder and name.endswith("weight")):
+            continue  # tied to the word embeddings / cls.predictions.bias
+        if name.startswith("cls."):
+            out = name
+        else:
+            base = name[len("bert."):] if name.startswith("bert.") else name
+            keep_prefix = name.startswith("bert.") if prefix is None else prefix
+            out = "bert." + base if keep_prefix else base
+        if legacy_names and ".LayerNorm." in out:
+            out = out[: -len(".weight")] + ".gamma" if out.endswith(".weight") else out[: -len(".bias")] + ".beta"
+        tensors[out] = t.detach().cpu().numpy().astype(np.float32).copy()
+    for f in list(d.glob("*.safetensors")) + [d / "model.safetensors.index.json"]:
+        f.unlink(missing_ok=True)
+    if sharded:
+        n = 3 if sharded is True else int(sharded)
+        names = list(tensors)
+        per = math.ceil(len(names) / n)
+        weight_map = {}
+        for k in range(n):
+            fname = f"model-{k + 1:05d}-of-{n:05d}.safetensors"
+            part = {name: tensors[name] for name in names[k * per:(k + 1) * per]}
+            save_file(part, str(d / fname), metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(part, fname))
+        index = {"metadata": {"total_size": int(sum(a.nbytes for a in tensors.values()))}, "weight_map": weight_map}
+        (d / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    else:
+        save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+
+    # ---- tokenizer files
+    if tokenizer not in ("vocab", "json", "both", None):
+        raise ValueError(f"tokenizer must be 'vocab', 'json', 'both' or None, not {tokenizer!r}")
+    tok_cfg = {"do_lower_case": do_lower_case, "tokenizer_class": "BertTokenizer", "model_max_length": max_position}
+    for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+        (d / f).unlink(missing_ok=True)
+    if tokenizer in ("vocab", "both"):
+        shutil.copyfile(vpath, d / "vocab.txt")
+    if tokenizer in ("json", "both"):
+        (d / "tokenizer.json").write_text(tokenizer_json(vpath, do_lower_case), encoding="utf-8")
+    if tokenizer is not None:
+        (d / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2) + "\n")
+
+    # ---- sentence-transformers files
+    if st_max_seq_length is not None:
+        (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": st_max_seq_length, "do_lower_case": False}))
+    if st_pooling is not None:
+        modules = [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        ]
+        (d / "modules.json").write_text(json.dumps(modules, indent=2))
+        (d / "1_Pooling").mkdir(exist_ok=True)
+        (d / "1_Pooling" / "config.json").write_text(json.dumps({
+            "word_embedding_dimension": hidden,
+            "pooling_mode_cls_token": st_pooling == "cls",
+            "pooling_mode_mean_tokens": st_pooling == "mean",
+            "pooling_mode_max_tokens": st_pooling == "max",
+            "pooling_mode_mean_sqrt_len_tokens": False,
+        }, indent=2))
+    return d
+
+
+@lru_cache(maxsize=8)
+def tokenizer_json(vocab_path: Path, do_lower_case: bool) -> str:
+    """The tokenizer.json transformers' (fast) BertTokenizer saves for this vocab and lower-casing."""
+    from transformers import BertTokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copyfile(vocab_path, Path(tmp) / "vocab.txt")
+        (Path(tmp) / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": do_lower_case}))
+        tok = BertTokenizer.from_pretrained(tmp)
+        return tok.backend_tokenizer.to_str(pretty=True)
+
+
+def reference_model(dir: str | os.PathLike):
+    """The torch model (BertModel, or BertForMaskedLM with mlm_head) whose weights ``dir`` holds.
+
+    Rebuilt from the checkpoint's record (config + seed), eval mode, float32. Cached: treat it as
+    read-only. For BertForMaskedLM the encoder is ``ref.bert`` (with its pooler when the checkpoint has one).
+    """
+    record = json.loads((Path(dir) / RECORD).read_text())
+    return _build(json.dumps(record, sort_keys=True))
+
+
+@lru_cache(maxsize=16)
+def _build(record_json: str):
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, BertModel
+    from transformers.models.bert.modeling_bert import BertPooler
+
+    record = json.loads(record_json)
+    config = BertConfig(**record["config"], position_embedding_type="absolute")
+    config._attn_implementation = "eager"  # the textbook path; sdpa is compared on the real model
+    torch.manual_seed(record["seed"])
+    if record["mlm_head"]:
+        model = BertForMaskedLM(config)
+        if record["pooler"]:  # saved as bert.pooler.* as in BertForPreTraining checkpoints
+            model.bert.pooler = BertPooler(config)
+    else:
+        model = BertModel(config, add_pooling_layer=record["pooler"])
+    _randomize(model, record["seed"])
+    return model.eval().float()
+
+
+def _randomize(model, seed: int) -> None:
+    """Deterministic, informative values for every parameter (see the module docstring)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if name.endswith("LayerNorm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif "embeddings" in name:
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            else:  # (out, in) linear weight
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+
+
+def torch_hidden_states(ref, input_ids, token_type_ids, attention_mask):
+    """Run ``reference_model`` on NumPy (B, T) arrays -> (list of L+1 (B, T, H) arrays, pooled or None)."""
+    import torch
+
+    bert = ref.bert if hasattr(ref, "bert") else ref
+    with torch.no_grad():
+        out = bert(input_ids=torch.as_tensor(np.asarray(input_ids, dtype=np.int64)),
+                   token_type_ids=torch.as_tensor(np.asarray(token_type_ids, dtype=np.int64)),
+                   attention_mask=torch.as_tensor(np.asarray(attention_mask, dtype=np.int64)),
+                   output_hidden_states=True)
+    hidden = [h.numpy() for h in out.hidden_states]
+    pooled = out.pooler_output.numpy() if getattr(out, "pooler_output", None) is not None else None
+    return hidden, pooled
+
+
+# --------------------------------------------------------------------------- caching and torch reference runs
+_CACHE: dict[str, Path] = {}
+
+
+def cached_checkpoint(root: str | os.PathLike, **kwargs) -> Path:
+    """make_checkpoint(root / <hash of kwargs>, **kwargs), written once per process and kwargs."""
+    import hashlib
+
+    key = json.dumps([str(root), kwargs], sort_keys=True, default=str)
+    if key not in _CACHE or not (_CACHE[key] / "config.json").is_file():
+        name = hashlib.sha1(key.encode()).hexdigest()[:12]
+        _CACHE[key] = make_checkpoint(Path(root) / name, **kwargs)
+    return _CACHE[key]
+
+
+try:
+    import pytest
+
+    @pytest.fixture(scope="session")
+    def make_ckpt(tmp_path_factory):
+        """Fixture: ``make_ckpt(**kwargs)`` -> a cached make_checkpoint directory (import it into a test module)."""
+        root = tmp_path_factory.mktemp("ckpt")
+        return lambda **kwargs: cached_checkpoint(root, **kwargs)
+except ImportError:  # pragma: no cover
+    pass
+
+
+class RefRow:
+    """One row of a torch reference run: real tokens only."""
+
+    __slots__ = ("ids", "type_ids", "hidden", "pooled")
+
+    def __init__(self, ids, type_ids, hidden, pooled):
+        self.ids = ids  # (n,) int64
+        self.type_ids = type_ids  # (n,) int64
+        self.hidden = hidden  # list of L+1 (n, H) float32 arrays, index 0 = embeddings
+        self.pooled = pooled  # (H,) or None
+
+
+def hf_tokenizer(dir: str | os.PathLike):
+    """transformers' (fast) BertTokenizer from a model directory."""
+    from transformers import BertTokenizer
+
+    return BertTokenizer.from_pretrained(str(dir))
+
+
+def torch_reference_rows(model, hf_tok, texts, pairs=None, max_length=512, batch_size=32, on_batch=None):
+    """Tokenize with transformers (padding=True, truncation=True, max_length) and run ``model`` in batches
+    of ``batch_size`` rows in the given order -> list of RefRow (real tokens only).
+
+    ``on_batch(input_ids, token_type_ids, attention_mask, hidden, pooled)`` is called per padded batch
+    (NumPy arrays), so a test can run another implementation on exactly the same padded inputs.
+    """
+    rows = []
+    with torch_threads(1):
+        for s in range(0, len(texts), batch_size):
+            enc = hf_tok(list(texts[s:s + batch_size]), None if pairs is None else list(pairs[s:s + batch_size]),
+                         padding=True, truncation=True, max_length=max_length, return_tensors="np")
+            ids, types, mask = enc["input_ids"], enc["token_type_ids"], enc["attention_mask"]
+            hidden, pooled = torch_hidden_states(model, ids, types, mask)
+            if on_batch is not None:
+                on_batch(ids, types, mask, hidden, pooled)
+            for r in range(len(ids)):
+                n = int(mask[r].sum())
+                rows.append(RefRow(ids[r, :n], types[r, :n], [h[r, :n] for h in hidden],
+                                   None if pooled is None else pooled[r]))
+    return rows
+
+
+class torch_threads:
+    """Context manager: torch intra-op threads set to ``n`` and restored. One thread is the faster
+    choice on a shared 2-core machine (torch's OpenMP threads spin when cores are oversubscribed)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __enter__(self):
+        import torch
+
+        self.old = torch.get_num_threads()
+        torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.set_num_threads(self.old)
+
+
+def pool_rows(rows, pooling: str, layer: int = -1) -> np.ndarray:
+    """Pool RefRows by hand: 'pooled' (the torch pooler output), 'cls', 'mean', 'max' of hidden state ``layer``."""
+    if pooling == "pooled":
+        return np.stack([r.pooled for r in rows])
+    f = {"cls": lambda h: h[0], "mean": lambda h: h.astype(np.float64).mean(0), "max": lambda h: h.max(0)}[pooling]
+    return np.stack([f(r.hidden[layer]) for r in rows]).astype(np.float32)
+
+
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of matching rows, in float64."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))

@@ -1,0 +1,292 @@
+"""Encoder: sentence-transformers parity, batch invariance, poolings and layer selection against torch,
+max-length defaults, long-text modes, and the STSb dev score.
+
+Issue 2, "What it must show" 3, 5 and 7 (run with ``pytest -s`` to see the STSb number).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bertfeat import BertfeatError, Encoder
+from bertfeat.encoder import LongTextError
+from ckpt import (  # noqa: F401  (make_ckpt is a fixture)
+    hf_tokenizer,
+    make_ckpt,
+    pool_rows,
+    reference_model,
+    row_cosines,
+    torch_reference_rows,
+    torch_threads,
+)
+from conftest import read_sst2, read_stsb
+
+COS_TOL = 0.99999
+
+
+@pytest.fixture(scope="module")
+def enc(minilm_dir):
+    return Encoder(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def torch_minilm(minilm_dir):
+    from transformers import BertModel
+
+    return BertModel.from_pretrained(str(minilm_dir)).eval(), hf_tokenizer(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def long_text(shared_data) -> str:
+    """A real text of about 830 word pieces."""
+    sst, _ = read_sst2(shared_data / "sst2" / "stsa.binary.dev")
+    return " ".join(sst[150:190])
+
+
+def assert_close_rows(X, R, what, abs_tol=1e-4):
+    assert X.shape == R.shape, (what, X.shape, R.shape)
+    cos = row_cosines(X, R)
+    assert cos.min() >= COS_TOL, f"{what}: row {int(cos.argmin())} cosine {cos.min():.7f}"
+    scale = max(1.0, float(np.abs(R).max()))
+    assert np.abs(X - R).max() <= abs_tol * scale, f"{what}: max |diff| {np.abs(X - R).max():.2e}"
+
+
+# --------------------------------------------------------------------------- 3. sentence-transformers
+def test_sentence_transformers_parity(enc, minilm_dir, real_sentences, long_text):
+    """all-MiniLM-L6-v2 mean + normalize == SentenceTransformer.encode(normalize_embeddings=True), including
+    texts cut at the model's max_seq_length 256."""
+    from sentence_transformers import SentenceTransformer
+
+    texts = list(real_sentences) + [long_text, long_text[:1500], ""]
+    st = SentenceTransformer(str(minilm_dir), device="cpu")
+    assert st.max_seq_length == 256
+    with torch_threads(1):
+        ref = st.encode(texts, normalize_embeddings=True, batch_size=64, convert_to_numpy=True)
+    ours = enc.encode(texts, pooling="mean", normalize=True)
+    assert ours.dtype == np.float32 and ours.shape == (len(texts), 384)
+    cos = row_cosines(ours, ref)
+    print(f"\nsentence-transformers parity on {len(texts)} texts: min cosine {cos.min():.8f}")
+    assert cos.min() >= COS_TOL
+    assert np.abs(ours - ref).max() <= 1e-5
+    # the model's default pooling (1_Pooling/config.json) is mean
+    assert enc.default_pooling == "mean" and "1_Pooling" in enc.pooling_source
+    np.testing.assert_allclose(enc.encode(texts[:20], normalize=True), ours[:20], rtol=0, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- 5. invariance
+def test_vector_does_not_depend_on_batch_neighbours_or_order(enc, real_sentences, long_text):
+    rng = np.random.default_rng(0)
+    texts = list(rng.choice(real_sentences, 61, replace=False)) + [long_text, long_text[:700], "a"]
+    assert len(texts) == 64
+    lens = [len(a) for a in enc.tokenizer.encode(texts, max_length=256).ids]
+    assert min(lens) <= 4 and max(lens) == 256  # mixed lengths, one truncated
+    batch = enc.encode(texts)
+    alone = np.stack([enc.encode([t])[0] for t in texts])
+    perm = rng.permutation(64)
+    shuffled = enc.encode([texts[i] for i in perm])[np.argsort(perm)]
+    tiny = Encoder(enc.location.path, max_batch_tokens=64).encode(texts)  # many small batches
+    for name, X in (("alone", alone), ("shuffled", shuffled), ("small batches", tiny)):
+        d = np.abs(X - batch).max()
+        print(f"\ninvariance, batch of 64 vs {name}: max |diff| {d:.2e}")
+        assert d <= 1e-6, name
+    # duplicates inside one batch get identical vectors
+    dup = enc.encode([texts[5], texts[0], texts[5]])
+    assert np.abs(dup[0] - dup[2]).max() <= 1e-6 and np.abs(dup[0] - batch[5]).max() <= 1e-6
+
+
+# --------------------------------------------------------------------------- poolings and layers
+@pytest.fixture(scope="module")
+def pooling_case(real_sentences, shared_data, torch_minilm):
+    """48 mixed texts + 8 STSb pairs with torch hidden states (max_length 256, the Encoder's default)."""
+    model, tok = torch_minilm
+    texts = list(real_sentences[::9])[:48]
+    s1, s2, _ = read_stsb(shared_data / "stsb" / "sts-dev.csv")
+    pa, pb = s1[400:408], s2[400:408]
+    return texts, pa, pb, torch_reference_rows(model, tok, texts, None, 256), torch_reference_rows(model, tok, pa, pb, 256)
+
+
+@pytest.mark.parametrize("pooling", ["pooled", "cls", "mean", "max"])
+def test_every_pooling_matches_torch_pooled_by_hand(enc, pooling_case, pooling):
+    texts, pa, pb, rows, pair_rows = pooling_case
+    assert_close_rows(enc.encode(texts, pooling=pooling), pool_rows(rows, pooling), pooling)
+    assert_close_rows(enc.encode(pa, pairs=pb, pooling=pooling), pool_rows(pair_rows, pooling), f"{pooling} pairs")
+    X = enc.encode(texts, pooling=pooling, normalize=True)
+    R = pool_rows(rows, pooling)
+    assert_close_rows(X, R / np.linalg.norm(R, axis=1, keepdims=True), f"{pooling} normalized")
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls", "max"])
+def test_layer_selection_matches_torch_hidden_states(enc, pooling_case, pooling):
+    texts, _, _, rows, _ = pooling_case
+    L = enc.config.num_hidden_layers  # 6: hidden states 0..6 as transformers' hidden_states
+    per_layer = {i: pool_rows(rows, pooling, layer=i) for i in range(L + 1)}
+    cases = {
+        -1: per_layer[6],
+        -2: per_layer[5],
+        0: per_layer[0],  # the embeddings
+        "-4:": np.mean([per_layer[i] for i in (3, 4, 5, 6)], axis=0),
+        "-4,-3,-2,-1": np.mean([per_layer[i] for i in (3, 4, 5, 6)], axis=0),
+        "2:4": np.mean([per_layer[i] for i in (2, 3)], axis=0),
+        (1, 6): np.mean([per_layer[1], per_layer[6]], axis=0),
+    }
+    for layers, R in cases.items():
+        assert_close_rows(enc.encode(texts, pooling=pooling, layers=layers), R, f"{pooling} layers={layers}")
+    X = enc.encode(texts, pooling=pooling, layers="-4:", layer_agg="concat")
+    assert X.shape == (len(texts), 4 * 384)
+    assert_close_rows(X, np.concatenate([per_layer[i] for i in (3, 4, 5, 6)], axis=1), f"{pooling} -4: concat")
+    X = enc.encode(texts, pooling=pooling, layers=[-1, -2], layer_agg="concat")  # in the order given
+    assert_close_rows(X, np.concatenate([per_layer[6], per_layer[5]], axis=1), f"{pooling} [-1,-2] concat")
+    # layer 1 of 6 (a shallow model run) equals torch's hidden_states[1]
+    assert_close_rows(enc.encode(texts[:5], pooling=pooling, layers=1), per_layer[1][:5], f"{pooling} layers=1")
+
+
+def test_bad_pooling_and_layer_options_are_clear(enc):
+    for kwargs, words in (
+        (dict(pooling="avg"), ["unknown pooling 'avg'", "mean"]),
+        (dict(layers=7), ["layer 7 does not exist", "6 layers"]),
+        (dict(layers=-8), ["layer -8 does not exist"]),
+        (dict(layers="x"), ["not understood"]),
+        (dict(layers="9:"), ["selects no layer"]),
+        (dict(layer_agg="sum"), ["unknown layer aggregation"]),
+        (dict(pooling="pooled", layers=-2), ["last layer only"]),
+        (dict(long_text="drop"), ["unknown long-text mode"]),
+        (dict(max_length=513), ["out of range", "512"]),
+        (dict(max_length=2), ["out of range"]),
+    ):
+        with pytest.raises(BertfeatError) as e:
+            enc.encode(["a text"], **kwargs)
+        msg = e.value.message
+        assert "\n" not in msg and " - " in msg, msg
+        for w in words:
+            assert w in msg, (kwargs, msg)
+
+
+def test_checkpoint_without_pooler(make_ckpt, shared_data):
+    """Every pooling but 'pooled' works (and matches torch); 'pooled' says why it is unavailable."""
+    from bertfeat.cli import main  # noqa: F401
+
+    d = make_ckpt(hidden=64, heads=4, layers=2, pooler=False, seed=11)
+    enc = Encoder(d)
+    assert enc.weights.pooler_w is None
+    ref, tok = reference_model(d), hf_tokenizer(d)
+    assert ref.pooler is None
+    texts = ["A man is playing a guitar.", "Two dogs run across a snowy field.", "ok"]
+    rows = torch_reference_rows(ref, tok, texts, None, 512)
+    for p in ("cls", "mean", "max"):
+        assert_close_rows(enc.encode(texts, pooling=p), pool_rows(rows, p), p)
+    assert_close_rows(enc.encode(texts, pooling="mean", layers="-2:", layer_agg="concat"),
+                      np.concatenate([pool_rows(rows, "mean", -2), pool_rows(rows, "mean", -1)], axis=1), "concat")
+    with pytest.raises(BertfeatError) as e:
+        enc.encode(texts, pooling="pooled")
+    msg = e.value.message
+    assert msg.startswith("pooling 'pooled' is unavailable") and "no pooler weights" in msg
+    assert "pooler.dense.weight" in msg and "--pooling cls, mean or max" in msg and "\n" not in msg
+
+
+def test_default_pooling_comes_from_1_pooling_config(make_ckpt):
+    for st_pooling, expected in (("cls", "cls"), ("max", "max"), (None, "mean")):
+        d = make_ckpt(hidden=64, heads=4, layers=2, st_pooling=st_pooling, seed=12)
+        enc = Encoder(d)
+        assert enc.default_pooling == expected
+        if st_pooling is None:
+            assert enc.pooling_source.startswith("default"), enc.pooling_source
+        else:
+            assert enc.pooling_source == "1_Pooling/config.json", enc.pooling_source
+        texts = ["first text here", "second"]
+        np.testing.assert_array_equal(enc.encode(texts), enc.encode(texts, pooling=expected))
+        assert enc.spec().pooling == expected
+
+
+# --------------------------------------------------------------------------- max length
+def test_max_length_defaults(enc, make_ckpt):
+    assert enc.default_max_length == 256 and enc.max_length == 256  # sentence_bert_config.json
+    assert enc.spec().max_length == 256
+    d = make_ckpt(hidden=64, heads=4, layers=2, seed=13)  # no sentence_bert_config.json
+    assert Encoder(d).max_length == 512
+    d = make_ckpt(hidden=64, heads=4, layers=2, max_position=128, seed=13)
+    assert Encoder(d).max_length == 128
+    d = make_ckpt(hidden=64, heads=4, layers=2, max_position=128, st_max_seq_length=1000, seed=13)
+    assert Encoder(d).max_length == 128  # never past the position table
+    d = make_ckpt(hidden=64, heads=4, layers=2, st_max_seq_length=64, seed=13)
+    e = Encoder(d)
+    assert e.max_length == 64
+    assert Encoder(d, max_length=100).max_length == 100
+    with pytest.raises(BertfeatError, match="out of range"):
+        Encoder(d, max_length=600)
+
+
+def test_tokenizer_json_padding_and_truncation_do_not_leak(enc, torch_minilm):
+    """all-MiniLM-L6-v2's tokenizer.json pads and truncates to 128; a 200-token text keeps its 200 tokens,
+    and a 3-token text is not padded."""
+    import json
+
+    tj = json.loads((enc.location.path / "tokenizer.json").read_text())
+    assert tj["truncation"]["max_length"] == 128 and tj["padding"]["strategy"] == {"Fixed": 128}
+    model, tok = torch_minilm
+    text = " ".join(["word"] * 150 + ["hello world"] * 24)
+    ref_ids = tok(text)["input_ids"]
+    assert len(ref_ids) == 200
+    t = enc.tokenizer.encode([text, "hi"])
+    assert t.ids[0].tolist() == ref_ids and t.n_tokens.tolist() == [200, 3] and not t.truncated.any()
+    assert t.ids[1].tolist() == tok("hi")["input_ids"]
+    info = enc.encode([text, "hi"], return_info=True)
+    assert info.n_tokens.tolist() == [200, 3] and info.truncated.tolist() == [False, False]
+    # the vector is the mean over all 200 tokens (torch), not over the first 128
+    full = torch_reference_rows(model, tok, [text], None, 512)
+    cut = torch_reference_rows(model, tok, [text], None, 128)
+    assert row_cosines(info.features[:1], pool_rows(full, "mean")).min() >= COS_TOL
+    assert row_cosines(info.features[:1], pool_rows(cut, "mean")).min() < 0.9999
+
+
+# --------------------------------------------------------------------------- long texts
+def test_long_text_modes(enc, long_text, torch_minilm):
+    texts = ["short one", long_text, "another short text"]
+    n_long = len(enc.tokenizer.encode([long_text], max_length=256).ids[0])
+    info = enc.encode(texts, return_info=True)  # truncate (default)
+    assert info.truncated.tolist() == [False, True, False]
+    assert info.n_tokens[1] > 800 and n_long == 256
+    assert info.n_chunks.tolist() == [1, 1, 1]
+    model, tok = torch_minilm
+    assert_close_rows(info.features[1:2], pool_rows(torch_reference_rows(model, tok, [long_text], None, 256), "mean"),
+                      "truncated at 256")
+    X = enc.encode(texts, max_length=512, return_info=True)
+    assert X.truncated.tolist() == [False, True, False]
+    assert not enc.encode(texts, max_length=512, return_info=True).truncated[0]
+
+    with pytest.raises(LongTextError) as e:
+        enc.encode(texts, long_text="error")
+    assert isinstance(e.value, BertfeatError)
+    assert e.value.rows.tolist() == [1]
+    assert e.value.message.startswith(f"row 1 has {info.n_tokens[1]} tokens, more than max length 256")
+    assert "--long-text truncate" in e.value.message and "\n" not in e.value.message
+    np.testing.assert_allclose(enc.encode(texts[::2], long_text="error"), info.features[::2], rtol=0, atol=1e-6)
+
+    chunked = enc.encode(texts, long_text="chunk-mean", return_info=True)
+    width, stride = 254, 32
+    content = info.n_tokens[1] - 2
+    assert chunked.n_chunks.tolist() == [1, -(-(content - width) // (width - stride)) + 1, 1]
+    assert chunked.truncated.tolist() == [False, False, False]
+    np.testing.assert_allclose(chunked.features[::2], info.features[::2], atol=1e-6)
+    assert 0.5 < row_cosines(chunked.features[1:2], info.features[1:2])[0] < 0.99999
+    cmax = enc.encode(texts, long_text="chunk-max")
+    assert (cmax[1] >= chunked.features[1] - 1e-5).all()  # element-wise max of windows >= their mean
+    with pytest.raises(BertfeatError, match="not sentence pairs"):
+        enc.encode(texts, pairs=texts, long_text="chunk-mean")
+
+
+# --------------------------------------------------------------------------- 7. STSb
+def test_stsb_dev_spearman(enc, shared_data):
+    from scipy.stats import spearmanr
+
+    s1, s2, gold = read_stsb(shared_data / "stsb" / "sts-dev.csv")
+    assert len(gold) == 1500
+    unique = list(dict.fromkeys(s1 + s2))
+    X = enc.encode(unique, pooling="mean", normalize=True)
+    idx = {t: i for i, t in enumerate(unique)}
+    a, b = X[[idx[t] for t in s1]], X[[idx[t] for t in s2]]
+    cos = (a * b).sum(1)
+    rho = spearmanr(cos, gold).statistic * 100
+    print(f"\nSTSb dev Spearman x 100, all-MiniLM-L6-v2 mean + normalize: {rho:.2f} (published 86.72)")
+    assert rho >= 86.5
