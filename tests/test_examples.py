@@ -1,0 +1,133 @@
+"""examples/: the bundled sample, the data loaders of classify.py and sts.py, and short smoke runs.
+
+The full runs (minutes of CPU) made docs/classify.md, docs/classify.png and docs/sts.md; here the
+scripts run with --limit on a few rows, writing into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("BERTFEAT_SHARED", ROOT.parent / "shared")) / "data"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(f"examples_{name}", ROOT / "examples" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sst2_sample_is_the_documented_sample(tmp_path):
+    rows = list(csv.DictReader((ROOT / "examples" / "sst2_sample.csv").open(encoding="utf-8", newline="")))
+    assert len(rows) == 300 and list(rows[0]) == ["id", "label", "text"]
+    assert all(r["label"] in ("0", "1") and r["text"].strip() for r in rows)
+    src = SHARED / "sst2" / "stsa.binary.train"
+    if not src.is_file():
+        pytest.skip(f"{src} not found")
+    # the file is what make_sample.py writes, and each row is its line of stsa.binary.train
+    subprocess.run([sys.executable, str(ROOT / "examples" / "make_sample.py"), "--src", str(src), "-o", str(tmp_path / "s.csv")],
+                   check=True, capture_output=True)
+    assert (tmp_path / "s.csv").read_bytes() == (ROOT / "examples" / "sst2_sample.csv").read_bytes()
+    lines = src.read_text(encoding="utf-8").splitlines()
+    for r in rows[:20]:
+        assert lines[int(r["id"]) - 1] == f"{r['label']} {r['text']}"
+
+
+def test_classify_loaders():
+    if not SHARED.is_dir():
+        pytest.skip("../shared/data not found")
+    tasks = load("classify").load_tasks(SHARED)
+    sst, trec = tasks["SST-2"], tasks["TREC"]
+    assert [len(sst[s][0]) for s in ("train", "test")] == [6920, 1821]
+    assert [len(trec[s][0]) for s in ("train", "test")] == [5452, 500]
+    assert sorted(set(sst["train"][1].tolist())) == [0, 1]
+    assert sorted(set(trec["train"][1].tolist())) == ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
+    assert set(trec["test"][1].tolist()) <= set(trec["train"][1].tolist())
+    # latin-1 decoded (not skipped or mangled): some questions carry non-ASCII letters
+    assert any(any(ord(ch) > 127 for ch in t) for t in trec["train"][0])
+    assert all(not t.startswith(("ABBR:", "DESC:", "ENTY:", "HUM:", "LOC:", "NUM:")) for t in trec["train"][0])
+
+
+def test_sts_loader():
+    path = SHARED / "stsb" / "sts-dev.csv"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    s1, s2, gold = load("sts").read_stsb(path)
+    assert len(s1) == len(s2) == len(gold) == 1500
+    assert gold.min() >= 0 and gold.max() <= 5
+    assert s1[0] == "A man with a hard hat is dancing." and s2[0] == "A man wearing a hard hat is dancing."
+    # rows with extra (licence) fields still take fields 5 and 6 as the sentences
+    extra = [i for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()) if len(line.split("\t")) > 7]
+    assert extra and all("\t" not in s1[i] and "\t" not in s2[i] for i in extra)
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p
+
+
+def test_classify_smoke(tmp_path):
+    if not SHARED.is_dir():
+        pytest.skip("../shared/data not found")
+    pytest.importorskip("sklearn")
+    p = _run(["examples/classify.py", "--limit", "150", "--data", str(SHARED), "--cache", str(tmp_path / "cache"),
+              "--docs", str(tmp_path / "docs")])
+    md = (tmp_path / "docs" / "classify.md").read_text()
+    for row in ("| SST-2 | 150 / 150 |", "| TREC | 150 / 150 |"):
+        assert row in md and row in p.stdout
+    assert (tmp_path / "docs" / "classify.png").stat().st_size > 10_000
+    # the features are cached: asking again for the same texts encodes nothing
+    from bertfeat import Encoder
+
+    mod = load("classify")
+    enc = Encoder()
+    enc.encode = lambda *a, **k: pytest.fail("encoded again instead of reading the cache")
+    texts = mod.load_tasks(SHARED)["TREC"]["test"][0][:150]
+    X = mod.features(enc, texts, tmp_path / "cache", None, False)
+    assert X.shape == (150, 384) and X.dtype == np.float32
+
+
+def test_classify_pca_is_fitted_on_train_only(monkeypatch):
+    """run() fits bertfeat's PCA on the train features only and applies it to both splits."""
+    mod = load("classify")
+    rng = np.random.default_rng(0)
+    feats = {"train": rng.normal(size=(40, 24)).astype(np.float32), "test": rng.normal(size=(10, 24)).astype(np.float32)}
+    fitted, seen = [], []
+
+    class SpyPCA(mod.PCA):
+        def fit(self, X, y=None):
+            fitted.append(X.shape)
+            return super().fit(X)
+
+    monkeypatch.setattr(mod, "PCA", SpyPCA)
+    monkeypatch.setattr(mod, "features", lambda enc, texts, *a: feats[texts[0]])
+    monkeypatch.setattr(mod, "accuracy", lambda Xtr, ytr, Xte, yte: seen.append((Xtr.shape, Xte.shape)) or 50.0)
+    tasks = {"T": {"train": (["train"] * 40, np.zeros(40)), "test": (["test"] * 10, np.zeros(10))}}
+    res = mod.run(tasks, None, Path("unused"), None, False, dims=(4, 8))
+    assert fitted == [(40, 24), (40, 24)]
+    assert seen == [((40, 24), (10, 24)), ((40, 4), (10, 4)), ((40, 8), (10, 8))]
+    assert res["T"]["raw"] == 50.0 and res["T"][8] == 50.0
+
+
+def test_sts_smoke(tmp_path):
+    path = SHARED / "stsb" / "sts-dev.csv"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    pytest.importorskip("scipy")
+    p = _run(["examples/sts.py", "--limit", "60", "--data", str(path), "--cache", str(tmp_path / "cache"),
+              "--docs", str(tmp_path / "docs")])
+    md = (tmp_path / "docs" / "sts.md").read_text()
+    assert "| mean, last layer (the model's default) | `--pooling mean --layers -1 --normalize` | 384 |" in md
+    assert "| 86.72 |" in md and "--layer-agg concat --normalize` | 1536 |" in md
+    assert md.count("\n| ") == len(load("sts").CONFIGS) + 1  # header + one row per configuration
