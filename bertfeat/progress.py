@@ -66,6 +66,7 @@ class LogProgress:
         self.total_rows, self.total_bytes = total_rows, total_bytes
         self.rows = self.tokens = self.bytes = 0
         self.t0 = self.last = time.perf_counter()
+        self._reported = None
         self._stopped = False
         size = f"{total_rows:,} rows" if total_rows is not None else (f"{total_bytes:,} bytes" if total_bytes else "unknown size")
         self._line(f"started ({size})")
@@ -83,6 +84,9 @@ class LogProgress:
             self._report(now)
 
     def _report(self, now):
+        if self._reported == self.rows:  # nothing new since the last line
+            return
+        self._reported = self.rows
         dt = now - self.t0
         if self.total_rows:
             pct = f" ({100 * self.rows / self.total_rows:.1f}%)"
