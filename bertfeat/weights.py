@@ -158,6 +158,9 @@ def read_tensors(files: list[Path]) -> dict[str, np.ndarray]:
         except WeightsError:
             raise
         except Exception as e:  # safetensors raises its own error types for corrupt files
+            if "bfloat16" in str(e):  # a valid file NumPy has no dtype for: say so, not "corrupt"
+                raise WeightsError(f"{f} stores bfloat16 tensors, which NumPy cannot read",
+                                   "re-save the checkpoint in float32 (e.g. model.float().save_pretrained(dir))") from None
             raise WeightsError(f"{f} could not be read as safetensors ({e})", "re-download or re-save the checkpoint") from None
     return out
 

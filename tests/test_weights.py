@@ -1,0 +1,226 @@
+"""Checkpoint loading errors: a missing file in the model directory, a tensor of the wrong shape, a missing
+tensor, an unsupported config. Each is one line that says what is wrong and how to fix it, from the library
+(BertfeatError.message) and from the CLI (``Error: ...`` on stderr, exit code 1, no traceback).
+
+Issue 2, "What it must show" 6. Also: ``bertfeat --version`` and ``bertfeat info``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bertfeat import BertfeatError, Encoder, __version__
+from bertfeat.cli import main
+from bertfeat.errors import ConfigError, ModelNotFoundError, WeightsError
+from bertfeat.weights import canonical_name, load_weights
+from ckpt import make_checkpoint, reference_model, row_cosines
+
+
+def small(d, **kw):
+    return make_checkpoint(d, hidden=64, heads=4, layers=2, intermediate=256, **kw)
+
+
+def edit_config(d, **changes):
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(changes)
+    (d / "config.json").write_text(json.dumps(cfg))
+
+
+def rewrite_tensors(d, fn):
+    """Apply fn(dict of name -> array) to model.safetensors in place."""
+    from safetensors.numpy import load_file, save_file
+
+    t = load_file(str(d / "model.safetensors"))
+    fn(t)
+    save_file(t, str(d / "model.safetensors"))
+
+
+def _reshape(t, name, shape):
+    t[name] = np.zeros(shape, np.float32)
+
+
+def _bf16(d):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(str(d / "model.safetensors"))
+    save_file({k: v.to(torch.bfloat16) for k, v in t.items()}, str(d / "model.safetensors"))
+
+
+# (id, how to break a fresh 2-layer checkpoint in dir d, error type, the message starts with / contains)
+CASES = [
+    ("no-config", lambda d: (d / "config.json").unlink(), ModelNotFoundError,
+     ["{d} has no config.json", "point --model at a Hugging Face model directory"]),
+    ("config-not-json", lambda d: (d / "config.json").write_text("{oops"), ConfigError,
+     ["{d}/config.json is not valid JSON", "restore config.json"]),
+    ("config-not-object", lambda d: (d / "config.json").write_text("[1, 2]"), ConfigError,
+     ["{d}/config.json is not a JSON object"]),
+    ("no-weights", lambda d: (d / "model.safetensors").unlink(), WeightsError,
+     ["{d} has no model.safetensors - a model directory needs model.safetensors or sharded model-*.safetensors"]),
+    ("pytorch-bin-only", lambda d: ((d / "model.safetensors").unlink(), (d / "pytorch_model.bin").write_bytes(b"x")),
+     WeightsError, ["{d} has no model.safetensors (found pytorch_model.bin: convert it to safetensors"]),
+    ("missing-shard", lambda d: (d / "model-00002-of-00003.safetensors").unlink(), WeightsError,
+     ["{d}: shard(s) model-00002-of-00003.safetensors listed in model.safetensors.index.json are missing",
+      "copy every model-*.safetensors shard"]),
+    ("bad-index", lambda d: (d / "model.safetensors.index.json").write_text("{}"), WeightsError,
+     ["{d}/model.safetensors.index.json is not a valid safetensors index"]),
+    ("corrupt-weights", lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 64), WeightsError,
+     ["{d}/model.safetensors could not be read as safetensors", "re-download or re-save the checkpoint"]),
+    ("bfloat16-weights", _bf16, WeightsError,
+     ["{d}/model.safetensors stores bfloat16 tensors, which NumPy cannot read", "re-save the checkpoint in float32"]),
+    ("no-tokenizer", lambda d: ((d / "vocab.txt").unlink(), (d / "tokenizer_config.json").unlink()), BertfeatError,
+     ["{d} has neither tokenizer.json nor vocab.txt", "copy the model's tokenizer.json"]),
+    ("bad-tokenizer-json", lambda d: ((d / "vocab.txt").unlink(), (d / "tokenizer.json").write_text("{}")), ConfigError,
+     ["{d}/tokenizer.json could not be read"]),
+    ("wrong-shape", lambda d: rewrite_tensors(d, lambda t: _reshape(t, "encoder.layer.1.intermediate.dense.weight", (100, 64))),
+     WeightsError, ["{d}/model.safetensors: tensor 'encoder.layer.1.intermediate.dense.weight' has shape (100, 64), "
+                    "expected (256, 64) from config.json", "use the config.json that came with these weights"]),
+    ("config-mismatch", lambda d: edit_config(d, intermediate_size=512), WeightsError,
+     ["tensor 'encoder.layer.0.intermediate.dense.weight' has shape (256, 64), expected (512, 64) from config.json"]),
+    ("vocab-mismatch", lambda d: edit_config(d, vocab_size=30000), WeightsError,
+     ["tensor 'embeddings.word_embeddings.weight' has shape (30522, 64), expected (30000, 64)"]),
+    ("missing-tensor", lambda d: rewrite_tensors(d, lambda t: t.pop("encoder.layer.1.output.LayerNorm.bias")),
+     WeightsError, ["{d}/model.safetensors: tensor 'encoder.layer.1.output.LayerNorm.bias' is missing (expected shape (64,))"]),
+    ("too-many-layers", lambda d: edit_config(d, num_hidden_layers=1), WeightsError,
+     ["the checkpoint has more layers than num_hidden_layers=1 in config.json"]),
+    ("duplicate-tensor", lambda d: rewrite_tensors(d, lambda t: t.__setitem__("bert.pooler.dense.bias", t["pooler.dense.bias"])),
+     WeightsError, ["tensor 'pooler.dense.bias' appears twice"]),
+    ("integer-tensor", lambda d: rewrite_tensors(d, lambda t: t.__setitem__("pooler.dense.bias", np.zeros(64, np.int32))),
+     WeightsError, ["tensor 'pooler.dense.bias' has dtype int32, expected floating point"]),
+    ("roberta", lambda d: edit_config(d, model_type="roberta"), ConfigError,
+     ["{d}/config.json: model_type 'roberta' is not supported - bertfeat runs BERT encoders only"]),
+    ("relative-key", lambda d: edit_config(d, position_embedding_type="relative_key"), ConfigError,
+     ["position_embedding_type 'relative_key' is not supported - only absolute position embeddings are implemented"]),
+    ("relative-key-query", lambda d: edit_config(d, position_embedding_type="relative_key_query"), ConfigError,
+     ["position_embedding_type 'relative_key_query' is not supported"]),
+    ("decoder", lambda d: edit_config(d, is_decoder=True), ConfigError,
+     ["decoder models (is_decoder / add_cross_attention) are not supported - use an encoder-only BERT checkpoint"]),
+    ("cross-attention", lambda d: edit_config(d, add_cross_attention=True), ConfigError, ["are not supported"]),
+    ("unknown-act", lambda d: edit_config(d, hidden_act="swish"), ConfigError,
+     ["hidden_act 'swish' is not supported - supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu"]),
+    ("act-not-a-string", lambda d: edit_config(d, hidden_act={"x": 1}), ConfigError, ["is not supported"]),
+    ("heads-do-not-divide", lambda d: edit_config(d, num_attention_heads=5), ConfigError,
+     ["hidden_size 64 is not a multiple of num_attention_heads 5"]),
+]
+
+
+def _checkpoint_for(case_id, d):
+    if case_id in ("missing-shard", "bad-index"):
+        return small(d, sharded=3)
+    if case_id == "bad-tokenizer-json":
+        return small(d, tokenizer="both")
+    return small(d)
+
+
+@pytest.mark.parametrize("case_id,breaks,err_type,parts", CASES, ids=[c[0] for c in CASES])
+def test_broken_checkpoint_errors_are_one_clear_line(tmp_path, capsys, case_id, breaks, err_type, parts):
+    d = _checkpoint_for(case_id, tmp_path / "m")
+    breaks(d)
+    with pytest.raises(err_type) as e:
+        Encoder(d)
+    msg = e.value.message
+    assert "\n" not in msg and " - " in msg, msg  # one line: what - how to fix
+    assert e.value.what and e.value.fix
+    for p in parts:
+        assert p.format(d=d.resolve()) in msg, f"{p!r} not in {msg!r}"
+    assert main(["info", str(d)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"Error: {msg}\n", err
+
+
+# --------------------------------------------------------------------------- names and dtypes that do load
+@pytest.mark.parametrize("key,canonical", [
+    ("bert.embeddings.LayerNorm.gamma", "embeddings.LayerNorm.weight"),
+    ("bert.embeddings.LayerNorm.beta", "embeddings.LayerNorm.bias"),
+    ("encoder.layer.3.output.LayerNorm.gamma", "encoder.layer.3.output.LayerNorm.weight"),
+    ("bert.pooler.dense.weight", "pooler.dense.weight"),
+    ("cls.predictions.transform.LayerNorm.beta", "cls.predictions.transform.LayerNorm.bias"),
+    ("embeddings.word_embeddings.weight", "embeddings.word_embeddings.weight"),
+])
+def test_canonical_names(key, canonical):
+    assert canonical_name(key) == canonical
+
+
+def test_float16_checkpoint_loads_as_float32(tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    d = small(tmp_path / "m")
+    ref = Encoder(d).encode(["a sentence in float16", "another"])
+    t = load_file(str(d / "model.safetensors"))
+    save_file({k: v.to(torch.float16) for k, v in t.items()}, str(d / "model.safetensors"))
+    enc = Encoder(d)
+    assert all(a.dtype == np.float32 for a in (enc.weights.word, enc.weights.layers[0].qkv_w, enc.weights.pooler_w))
+    X = enc.encode(["a sentence in float16", "another"])
+    assert X.dtype == np.float32
+    assert row_cosines(X, ref).min() > 0.999
+
+
+def test_weights_are_fused_and_transposed_from_the_file(tmp_path):
+    """The one name table: q/k/v fused as (H, 3H) = [Wq^T | Wk^T | Wv^T], every linear stored (in, out)."""
+    from bertfeat.config import BertConfig
+
+    d = small(tmp_path / "m", prefix=True, legacy_names=True)
+    ref = reference_model(d)
+    w = load_weights(d, BertConfig.from_file(d / "config.json"))
+    att = ref.encoder.layer[1].attention
+    sd = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
+    np.testing.assert_array_equal(w.layers[1].qkv_w, np.concatenate(
+        [att.self.query.weight.detach().numpy().T, att.self.key.weight.detach().numpy().T,
+         att.self.value.weight.detach().numpy().T], axis=1))
+    np.testing.assert_array_equal(w.layers[1].up_w, sd["encoder.layer.1.intermediate.dense.weight"].T)
+    np.testing.assert_array_equal(w.layers[1].ln2_g, sd["encoder.layer.1.output.LayerNorm.weight"])
+    np.testing.assert_array_equal(w.layers[1].ln2_b, sd["encoder.layer.1.output.LayerNorm.bias"])
+    np.testing.assert_array_equal(w.emb_ln_b, sd["embeddings.LayerNorm.bias"])
+    np.testing.assert_array_equal(w.pooler_w, sd["pooler.dense.weight"].T)
+    assert w.n_params == sum(p.numel() for p in ref.parameters())
+
+
+# --------------------------------------------------------------------------- the CLI
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"bertfeat {__version__}\n"
+    r = subprocess.run([sys.executable, "-m", "bertfeat.cli", "--version"], capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout:  # no __main__ hook: use the installed console script
+        import shutil
+
+        exe = shutil.which("bertfeat")
+        assert exe, "the bertfeat console script is not installed"
+        r = subprocess.run([exe, "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == f"bertfeat {__version__}\n"
+
+
+def test_info_minilm(capsys, minilm_dir):
+    assert main(["info", str(minilm_dir), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    from safetensors import safe_open
+
+    with safe_open(str(minilm_dir / "model.safetensors"), "np") as st:
+        n = sum(int(np.prod(st.get_slice(k).get_shape())) for k in st.keys() if "position_ids" not in k)
+    assert d["parameters"] == n == 22713216
+    assert d["pooler"] == "yes" and d["mlm_head"] == "no" and d["max_length"] == 256
+    assert d["default_pooling"] == "mean (1_Pooling/config.json)" and d["tokenizer"] == "tokenizer.json"
+    assert d["config"]["hidden_size"] == 384 and d["config"]["num_hidden_layers"] == 6
+    assert d["found_in"] == "local directory" and d["weights_files"] == ["model.safetensors"]
+    assert main(["info", str(minilm_dir)]) == 0
+    table = capsys.readouterr().out
+    for word in ("parameters", "22713216", "config.hidden_act", "gelu", "1_Pooling/config.json"):
+        assert word in table
+
+
+def test_info_random_checkpoint(capsys, tmp_path):
+    d = small(tmp_path / "m", pooler=False, sharded=2, vocab="chinese", hidden_act="relu")
+    assert main(["info", str(d), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    ref = reference_model(d)
+    assert info["parameters"] == sum(p.numel() for p in ref.parameters())
+    assert info["pooler"].startswith("no (") and "no pooler weights" in info["pooler"]
+    assert info["weights_files"] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert info["max_length"] == 512 and info["default_pooling"].startswith("mean (default")
+    assert info["tokenizer"] == "vocab.txt + tokenizer_config.json"
+    assert info["config"]["vocab_size"] == 21128 and info["config"]["hidden_act"] == "relu"
