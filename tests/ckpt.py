@@ -354,6 +354,16 @@ def torch_reference_rows(model, hf_tok, texts, pairs=None, max_length=512, batch
     return rows
 
 
+def single_blas_thread():
+    """Context manager: NumPy's BLAS on one thread. In a process that has run torch, OpenBLAS's threads
+    and torch's OpenMP threads fight over the 2 cores and a direct ``bert_forward`` call gets 10-30x slower
+    (measured). ``Encoder.encode`` already runs BLAS on one thread per worker; tests that call the model
+    directly should wrap it in this (or use an autouse fixture that does)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 class torch_threads:
     """Context manager: torch intra-op threads set to ``n`` and restored. One thread is the faster
     choice on a shared 2-core machine (torch's OpenMP threads spin when cores are oversubscribed)."""

@@ -24,6 +24,7 @@ from ckpt import (  # noqa: F401  (make_ckpt is a fixture)
     pool_rows,
     reference_model,
     row_cosines,
+    single_blas_thread,
     torch_hidden_states,
     torch_reference_rows,
 )
@@ -32,6 +33,14 @@ from conftest import read_sst2, read_stsb
 HIDDEN_TOL = 1e-4
 COS_TOL = 0.99999
 ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
+
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    """See ckpt.single_blas_thread: keeps NumPy fast next to torch in this process."""
+    with single_blas_thread():
+        yield
 
 
 # --------------------------------------------------------------------------- helpers
