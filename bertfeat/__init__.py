@@ -2,6 +2,10 @@
 
 __version__ = "0.1.0"
 
+from .threads import prefer_avx512_blas  # noqa: E402  (must run before NumPy loads)
+
+prefer_avx512_blas()
+
 from .errors import BertfeatError  # noqa: E402
 
 __all__ = ["Encoder", "PCA", "BertfeatError", "__version__"]

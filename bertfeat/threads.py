@@ -1,8 +1,23 @@
-"""How many cores to use by default."""
+"""Cores and BLAS: how many threads to use, and which OpenBLAS kernel.
+
+NumPy's wheels ship OpenBLAS built with DYNAMIC_ARCH: it picks its GEMM kernels from the CPU id at
+load time. On CPUs it does not know (new AMD EPYC models, many virtual machines) it falls back to
+its Haswell (AVX2) kernels even when the CPU has AVX-512; on this project's reference machine
+that halves float32 GEMM speed (118 vs 222 GFLOP/s per core, see benchmarks/RESULTS.md).
+Some environments also pin ``OPENBLAS_CORETYPE=Haswell`` for every process (this project's
+reference machine does). ``prefer_avx512_blas`` asks OpenBLAS for its SkylakeX (AVX-512) kernels
+when the CPU has AVX-512 and the kernel in force (detected or pinned) is an older one. It only
+works before NumPy is loaded, so bertfeat calls it on import. Control it with
+``BERTFEAT_BLAS_KERNEL``: ``auto`` (default), ``keep`` (never touch OPENBLAS_CORETYPE), or an
+OpenBLAS core name to use. ``bertfeat info`` shows the kernel in use.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+
+_AVX512_FLAGS = ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")  # what SkylakeX kernels use
 
 
 def default_threads() -> int:
@@ -11,3 +26,53 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def cpu_has_avx512() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return all(f in flags for f in _AVX512_FLAGS)
+    except OSError:
+        pass
+    return False
+
+
+# OpenBLAS kernels older than AVX-512 that a pinned or mis-detected OPENBLAS_CORETYPE may name.
+_PRE_AVX512 = {"", "haswell", "zen", "sandybridge", "nehalem", "core2", "prescott", "penryn", "dunnington",
+               "atom", "barcelona", "bulldozer", "piledriver", "steamroller", "excavator", "katmai", "coppermine"}
+
+blas_kernel_note: str | None = None  # what prefer_avx512_blas did, for `bertfeat info`
+
+
+def prefer_avx512_blas() -> str | None:
+    """Choose OpenBLAS's AVX-512 kernels before NumPy loads (see the module docstring).
+
+    Returns the OPENBLAS_CORETYPE value set, or None when nothing was changed.
+    """
+    global blas_kernel_note
+    choice = os.environ.get("BERTFEAT_BLAS_KERNEL", "auto").strip()
+    if "numpy" in sys.modules or choice.lower() == "keep":
+        return None
+    before = os.environ.get("OPENBLAS_CORETYPE")
+    if choice.lower() != "auto":
+        os.environ["OPENBLAS_CORETYPE"] = choice
+    elif cpu_has_avx512() and (before or "").strip().lower() in _PRE_AVX512:
+        os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    else:
+        return None
+    new = os.environ["OPENBLAS_CORETYPE"]
+    blas_kernel_note = f"OPENBLAS_CORETYPE {before or '(unset)'} -> {new} (BERTFEAT_BLAS_KERNEL={choice})"
+    return new
+
+
+def blas_info() -> dict:
+    """The BLAS NumPy uses: library, version, kernel architecture, threads (via threadpoolctl)."""
+    from threadpoolctl import threadpool_info
+
+    for info in threadpool_info():
+        if info.get("user_api") == "blas":
+            return {k: info.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
+    return {}
