@@ -11,6 +11,8 @@ from .errors import ConfigError
 SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
 # model_type values whose checkpoints are plain BERT encoders with BERT tensor names.
 SUPPORTED_MODEL_TYPES = ("bert",)
+_POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "max_position_embeddings", "type_vocab_size")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,17 @@ class BertConfig:
                 f"supported: {', '.join(SUPPORTED_ACTS)}",
             )
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d and d[k] is not None}
+        for k in _POSITIVE_INTS:
+            v = fields.get(k, 1)
+            if isinstance(v, float) and v.is_integer():
+                fields[k] = v = int(v)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{source}: {k} must be a positive integer, not {v!r}",
+                                  "restore config.json from the checkpoint")
+        eps = fields.get("layer_norm_eps", 1e-12)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+            raise ConfigError(f"{source}: layer_norm_eps must be a small positive number, not {eps!r}",
+                              "restore config.json from the checkpoint")
         try:
             cfg = cls(**fields)
         except TypeError as e:  # pragma: no cover - dataclass field errors

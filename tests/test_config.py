@@ -28,6 +28,8 @@ def test_fields_defaults_and_extra_keys():
     assert c.num_hidden_layers == 12 and c.intermediate_size == 3072  # BERT-base defaults when absent
     assert BertConfig.from_dict({}) == BertConfig()
     assert c.to_dict()["hidden_act"] == "gelu_new"
+    c = BertConfig.from_dict({"hidden_size": 768.0, "num_hidden_layers": 2.0})  # integral floats are integers
+    assert (c.hidden_size, c.num_hidden_layers) == (768, 2) and isinstance(c.hidden_size, int)
 
 
 @pytest.mark.parametrize("act", SUPPORTED_ACTS)
@@ -46,6 +48,14 @@ def test_supported_acts(act):
     ({"hidden_act": "quick_gelu"}, ["hidden_act 'quick_gelu'"]),
     ({"hidden_act": ["gelu"]}, ["is not supported"]),
     ({"hidden_size": 100, "num_attention_heads": 12}, ["hidden_size 100 is not a multiple of num_attention_heads 12"]),
+    # malformed values: a clear error, not a TypeError / ZeroDivisionError traceback
+    ({"hidden_size": "768"}, ["hidden_size must be a positive integer, not '768'", "restore config.json"]),
+    ({"num_attention_heads": 0}, ["num_attention_heads must be a positive integer, not 0"]),
+    ({"num_hidden_layers": -1}, ["num_hidden_layers must be a positive integer"]),
+    ({"vocab_size": True}, ["vocab_size must be a positive integer, not True"]),
+    ({"intermediate_size": 3072.5}, ["intermediate_size must be a positive integer"]),
+    ({"layer_norm_eps": "1e-12"}, ["layer_norm_eps must be a small positive number"]),
+    ({"layer_norm_eps": 0}, ["layer_norm_eps must be a small positive number"]),
 ])
 def test_unsupported_configs(d, words):
     with pytest.raises(ConfigError) as e:

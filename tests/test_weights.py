@@ -104,6 +104,10 @@ CASES = [
     ("unknown-act", lambda d: edit_config(d, hidden_act="swish"), ConfigError,
      ["hidden_act 'swish' is not supported - supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu"]),
     ("act-not-a-string", lambda d: edit_config(d, hidden_act={"x": 1}), ConfigError, ["is not supported"]),
+    ("heads-zero", lambda d: edit_config(d, num_attention_heads=0), ConfigError,
+     ["num_attention_heads must be a positive integer, not 0"]),
+    ("size-as-string", lambda d: edit_config(d, hidden_size="64"), ConfigError,
+     ["hidden_size must be a positive integer, not '64'"]),
     ("heads-do-not-divide", lambda d: edit_config(d, num_attention_heads=5), ConfigError,
      ["hidden_size 64 is not a multiple of num_attention_heads 5"]),
 ]
