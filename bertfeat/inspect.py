@@ -27,8 +27,19 @@ def model_info(model: str | None = None) -> dict:
         "default_pooling": f"{enc.default_pooling} ({enc.pooling_source})",
         "max_length": enc.max_length,
         "tokenizer": enc.tokenizer.source,
+        "threads": enc.threads,
+        "blas": _blas_summary(),
         "config": enc.config.to_dict(),
     }
+
+
+def _blas_summary() -> str:
+    """NumPy's BLAS, its kernel and threads, and whether bertfeat chose the kernel (threads.py)."""
+    from . import threads
+
+    b = threads.blas_info()
+    text = f"{b.get('internal_api')} {b.get('version')} kernel {b.get('architecture')}" if b else "unknown"
+    return text + (f" ({threads.blas_kernel_note})" if threads.blas_kernel_note else "")
 
 
 # --------------------------------------------------------------------------- shared
