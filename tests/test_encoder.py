@@ -208,6 +208,20 @@ def test_default_pooling_comes_from_1_pooling_config(make_ckpt):
         assert enc.spec().pooling == expected
 
 
+def test_encode_edge_inputs(enc):
+    X = enc.encode([])
+    assert X.shape == (0, 384) and X.dtype == np.float32
+    assert enc.encode([], layers="-2:", layer_agg="concat").shape == (0, 768)
+    info = enc.encode([], return_info=True)
+    assert info.features.shape == (0, 384) and info.n_tokens.shape == (0,)
+    one = enc.encode("one text")
+    assert one.shape == (1, 384)
+    np.testing.assert_allclose(one, enc.encode(["one text"]), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(enc.encode("a", pairs="b"), enc.encode(["a"], pairs=["b"]), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="2 texts but 1 pairs"):
+        enc.encode(["a", "b"], pairs=["c"])
+
+
 # --------------------------------------------------------------------------- max length
 def test_max_length_defaults(enc, make_ckpt):
     assert enc.default_max_length == 256 and enc.max_length == 256  # sentence_bert_config.json

@@ -187,7 +187,7 @@ NAMINGS = {
     "prefix": dict(prefix=True),  # bert.embeddings..., as BertFor* checkpoints
     "legacy": dict(legacy_names=True),  # LayerNorm gamma/beta
     "legacy_prefix": dict(prefix=True, legacy_names=True),  # the original TF-converted checkpoints
-    "sharded": dict(prefix=True, sharded=3),  # model-0000k-of-00003.safetensors + index
+    "sharded": dict(prefix=True, sharded=3, tokenizer="json"),  # model-0000k-of-00003.safetensors + index; tokenizer.json
 }
 
 
