@@ -10,6 +10,7 @@ share of that ceiling bertfeat reaches, and bertfeat extract end to end vs encod
 
 from __future__ import annotations
 
+import bertfeat  # noqa: F401  first, before NumPy: it picks OpenBLAS's kernels (see bertfeat/threads.py)
 import argparse
 import datetime as dt
 import json
@@ -155,9 +156,18 @@ def export_onnx(mdir: Path) -> Path:
 
     out.parent.mkdir(parents=True, exist_ok=True)
     model = AutoModel.from_pretrained(str(mdir)).eval()
+
+    class Wrapped(torch.nn.Module):  # positional inputs -> last hidden state
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+
     ids = torch.ones((2, 16), dtype=torch.long)
     args = (ids, torch.ones_like(ids), torch.zeros_like(ids))
-    torch.onnx.export(model, args, str(out), input_names=["input_ids", "attention_mask", "token_type_ids"],
+    torch.onnx.export(Wrapped(model).eval(), args, str(out), input_names=["input_ids", "attention_mask", "token_type_ids"],
                       output_names=["last_hidden_state"], dynamo=False, opset_version=17,
                       dynamic_axes={n: {0: "batch", 1: "seq"} for n in ["input_ids", "attention_mask", "token_type_ids", "last_hidden_state"]})
     return out

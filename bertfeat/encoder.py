@@ -25,7 +25,7 @@ from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, load_weights, weights_sha256
 
 LONG_TEXT_MODES = ("truncate", "chunk-mean", "chunk-max", "error")
-DEFAULT_BATCH_TOKENS = 8192
+DEFAULT_BATCH_TOKENS = 2048
 MAX_BATCH_ROWS = 256
 
 
