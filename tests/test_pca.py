@@ -148,10 +148,19 @@ def test_parity_real_minilm_features(sk, real_features):
     rank = int((theirs64.explained_variance_ > 1e-12 * theirs64.explained_variance_[0]).sum())
     assert rank >= 370
     assert_parity(ours64, theirs64, X64, comp_tol=1e-9, transform_atol=1e-9, k=rank)
-    # float32: scikit-learn works in float32; its rounding stays under 1e-5 for the top 32
-    # components (further down the eigen-gaps shrink and its own float32 error grows)
+    # float32: scikit-learn works in float32, and its own float32 error on a component grows as the
+    # eigen-gap shrinks: components 14-15 of these features are 0.8 % apart (0.3605 vs 0.3576), and
+    # with OpenBLAS's AVX-512 kernels scikit-learn's float32 components there are 1.3e-5 away from its
+    # own float64 ones (ours are 1e-14 away). So the 1e-5 comparison covers the leading components
+    # whose gaps to both neighbours are >= 1 %; all 32 are checked against float64 at 1e-9 below.
     ours32, theirs32 = PCA(32).fit(X32), sk(32, svd_solver="full").fit(X32)
-    assert_parity(ours32, theirs32, X32, comp_tol=1e-5)
+    ev = theirs64.explained_variance_[:33]
+    next_gap = (ev[:-1] - ev[1:]) / ev[:-1]  # (32,) relative gap of component i to i + 1
+    prev_gap = np.r_[np.inf, next_gap[:-1] * ev[:-2] / ev[1:-1]]  # to i - 1
+    close = np.flatnonzero(np.minimum(next_gap, prev_gap) < 0.01)
+    well = int(close[0]) if close.size else 32
+    assert well >= 10
+    assert_parity(ours32, theirs32, X32, comp_tol=1e-5, k=well)
     np.testing.assert_allclose(ours32.transform(X32), theirs64.transform(X64)[:, :32], atol=1e-6 * row_norm(X32))
     # our float32 fit is computed in float64: it equals scikit-learn's float64 fit
     np.testing.assert_allclose(ours32.components_, theirs64.components_[:32], atol=1e-9)
