@@ -56,7 +56,7 @@ import shutil
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +66,7 @@ import pyarrow.parquet as pq
 from . import __version__
 from .errors import BertfeatError, InputError, ResumeError
 from .io import Source, detect_format, normalize_encoding
-from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, NullProgress, RawBatch, default_output,
+from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
                        encode_chunk, parse_pca, provenance, validate_batch, write_rejects, _atomic_write_text, _matrix)
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
@@ -689,14 +689,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     from .encoder import Encoder
 
     encoder = Encoder(opts.model, **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {}))
-    spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride)
-    if isinstance(n_components, int) and n_components > encoder.output_dim(spec):
-        raise BertfeatError(f"--pca {n_components} is more components than the {encoder.output_dim(spec)} feature dimensions",
-                            f"choose --pca {encoder.output_dim(spec)} or fewer, or a variance fraction such as 0.95")
-    id_name = opts.id_column or "row"
-    if id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
-        raise BertfeatError(f"--id-column '{id_name}' clashes with an output column", "rename the id column")
-    fingerprint = encoder.fingerprint(spec)
+    spec, id_name, fingerprint = feature_settings(encoder, opts, n_components)
     parts = plan_partitions(src, fs, files, blocksize)
     width = max(5, len(str(len(parts) - 1)))
     manifest = {

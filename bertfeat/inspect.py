@@ -6,8 +6,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import BertConfig
-from .hub import resolve_model
 
 
 def model_info(model: str | None = None) -> dict:

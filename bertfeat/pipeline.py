@@ -512,14 +512,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         encoder.max_batch_tokens = int(opts.max_batch_tokens)
     if opts.threads:
         encoder.threads = int(opts.threads)
-    spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride)
-    if isinstance(n_components, int) and n_components > encoder.output_dim(spec):
-        raise BertfeatError(f"--pca {n_components} is more components than the {encoder.output_dim(spec)} feature dimensions",
-                            f"choose --pca {encoder.output_dim(spec)} or fewer, or a variance fraction such as 0.95")
-    id_name = opts.id_column or "row"
-    if id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
-        raise BertfeatError(f"--id-column '{id_name}' clashes with an output column", "rename the id column")
-    fingerprint = encoder.fingerprint(spec)
+    spec, id_name, fingerprint = feature_settings(encoder, opts, n_components)
     manifest = {
         "bertfeat_version": __version__, **fingerprint, "input": source.identity(),
         "text_column": source.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
@@ -587,6 +580,18 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
                             "free disk space or fix the permissions, then rerun with --resume") from None
     summary.elapsed = time.perf_counter() - t0
     return summary
+
+
+def feature_settings(encoder: Encoder, opts: ExtractOptions, n_components) -> tuple[FeatureSpec, str, dict]:
+    """Validate the feature options of a run (both engines): -> (spec, id column name, fingerprint)."""
+    spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride)
+    if isinstance(n_components, int) and n_components > encoder.output_dim(spec):
+        raise BertfeatError(f"--pca {n_components} is more components than the {encoder.output_dim(spec)} feature dimensions",
+                            f"choose --pca {encoder.output_dim(spec)} or fewer, or a variance fraction such as 0.95")
+    id_name = opts.id_column or "row"
+    if id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
+        raise BertfeatError(f"--id-column '{id_name}' clashes with an output column", "rename the id column")
+    return spec, id_name, encoder.fingerprint(spec)
 
 
 def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: Source, opts: ExtractOptions,
