@@ -24,6 +24,7 @@ include reading the file. ``max |ratio diff|`` compares ``explained_variance_rat
 
 from __future__ import annotations
 
+import bertfeat  # noqa: F401  first, before NumPy: every method then runs on the same OpenBLAS kernels (bertfeat/threads.py)
 import argparse
 import json
 import os
