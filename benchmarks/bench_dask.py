@@ -24,6 +24,7 @@ benchmarks/DASK_RESULTS.md (or --out).
 
 from __future__ import annotations
 
+import bertfeat  # noqa: F401  first, before NumPy: it picks OpenBLAS's kernels (bertfeat/threads.py)
 import argparse
 import json
 import logging

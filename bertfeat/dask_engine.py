@@ -600,8 +600,14 @@ def _open_client(dopts: DaskOptions, threads: int | None):
     n = int(dopts.workers or default_threads())
     if n < 1:
         raise BertfeatError(f"--workers {n} is out of range", "give 1 or more")
+    # worker processes load NumPy before bertfeat: hand them this process's BLAS kernel choice
+    # (bertfeat/threads.py), or they run OpenBLAS's older kernels wherever the environment pins them
+    from .threads import blas_info
+
+    kernel = blas_info().get("architecture")
+    env = {"OPENBLAS_CORETYPE": kernel} if kernel and blas_info().get("internal_api") == "openblas" else {}
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=logging.ERROR)
+                           silence_logs=logging.ERROR, env=env)
     return Client(cluster), cluster
 
 
