@@ -67,7 +67,7 @@ from . import __version__
 from .errors import BertfeatError, InputError, ResumeError
 from .io import Source, detect_format, normalize_encoding
 from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
-                       encode_chunk, parse_pca, provenance, validate_batch, write_rejects, _atomic_write_text, _matrix)
+                       encode_chunk, parse_pca, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -825,12 +825,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
             pca_path.unlink()
 
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
-        rejects_path = out.with_name(out.name + ".rejects.csv")
-        if rejects:
-            write_rejects(rejects_path, rejects)
-            outputs["rejects"] = rejects_path
-        elif rejects_path.exists():
-            rejects_path.unlink()
+        outputs.update(publish_rejects(out, rejects))
         _finish(partial, out, final_meta)
         summary.outputs = {"features": out, **outputs}
     except InputError:

@@ -447,6 +447,17 @@ def _atomic_write_text(path: Path, text: str):
     os.replace(tmp, path)
 
 
+def publish_rejects(out_path: Path, rejects: list[dict]) -> dict:
+    """OUTPUT.rejects.csv when there are rejects (else remove a stale one): -> {"rejects": path} or {}."""
+    path = out_path.with_name(out_path.name + ".rejects.csv")
+    if rejects:
+        write_rejects(path, rejects)
+        return {"rejects": path}
+    if path.exists():
+        path.unlink()
+    return {}
+
+
 def write_rejects(path: Path, rejects: list[dict]):
     """OUTPUT.rejects.csv: row, id, reason (written atomically)."""
     import csv
@@ -691,12 +702,7 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
                          {"n_tokens": t.column("n_tokens").to_numpy(), "truncated": t.column("truncated").to_numpy(zero_copy_only=False),
                           "n_chunks": t.column("n_chunks").to_numpy()})
         outputs["features"] = writer.close()
-    rejects_path = out_path.with_name(out_path.name + ".rejects.csv")
-    if rejects:
-        write_rejects(rejects_path, rejects)
-        outputs["rejects"] = rejects_path
-    elif rejects_path.exists():
-        rejects_path.unlink()
+    outputs.update(publish_rejects(out_path, rejects))
     store.remove()
     return outputs
 
