@@ -158,12 +158,7 @@ class FsspecSource(Source):
         self._head = None
         self._json_types = {}
         self.columns = self._columns()
-        self.text_column = self._pick_text_column(text_column)
-        for opt, col in (("--pair-column", pair_column), ("--id-column", id_column)):
-            if col is not None and col not in self.columns:
-                raise InputError(f"{self.name}: {opt} '{col}' is not a column", f"columns are: {', '.join(self.columns)}")
-        self.pair_column = pair_column
-        self.id_column = id_column
+        self._select_columns(text_column, pair_column, id_column)
 
     def _columns(self) -> list[str]:
         if self.fmt != "parquet":

@@ -146,12 +146,7 @@ class Source:
         self.columns = self._columns()
         if self.total_rows is None:
             self.total_rows = self._estimate_rows()
-        self.text_column = self._pick_text_column(text_column)
-        for opt, col in (("--pair-column", pair_column), ("--id-column", id_column)):
-            if col is not None and col not in self.columns:
-                raise InputError(f"{self.name}: {opt} '{col}' is not a column", f"columns are: {_listing(self.columns)}")
-        self.pair_column = pair_column
-        self.id_column = id_column
+        self._select_columns(text_column, pair_column, id_column)
         if self.fmt == "parquet":
             for opt, col in (("--text-column", self.text_column), ("--pair-column", pair_column)):
                 if col:
@@ -159,6 +154,15 @@ class Source:
                     if not _is_textual(t):
                         raise InputError(f"{self.name}: column '{col}' has type {t}, not text",
                                          f"choose a string column with {opt} (string columns: {_listing(self._string_columns())})")
+
+    def _select_columns(self, text_column: str | None, pair_column: str | None, id_column: str | None) -> None:
+        """Choose the text column and check that the pair and id columns exist (after _columns())."""
+        self.text_column = self._pick_text_column(text_column)
+        for opt, col in (("--pair-column", pair_column), ("--id-column", id_column)):
+            if col is not None and col not in self.columns:
+                raise InputError(f"{self.name}: {opt} '{col}' is not a column", f"columns are: {_listing(self.columns)}")
+        self.pair_column = pair_column
+        self.id_column = id_column
 
     @property
     def name(self) -> str:

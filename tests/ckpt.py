@@ -396,3 +396,19 @@ def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def expected_tokens(d, model_id, text, pair, max_length) -> dict:
+    """What `tokenize_text` / `bertfeat tokens --json` must return, from transformers' BertTokenizerFast alone."""
+    from transformers import BertTokenizerFast
+
+    tok = BertTokenizerFast.from_pretrained(str(d))
+    full = tok(text, pair)
+    cut = tok(text, pair, truncation=True, max_length=max_length)
+    return {
+        "model": model_id, "text": text, "pair": pair, "max_length": max_length,
+        "n_tokens": len(cut["input_ids"]), "n_tokens_full": len(full["input_ids"]),
+        "truncated": len(full["input_ids"]) > max_length,
+        "tokens": tok.convert_ids_to_tokens(cut["input_ids"]),
+        "input_ids": cut["input_ids"], "token_type_ids": cut["token_type_ids"], "attention_mask": cut["attention_mask"],
+    }

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from ckpt import make_checkpoint, reference_model  # noqa: E402
+from ckpt import expected_tokens, make_checkpoint, reference_model  # noqa: E402
 
 from bertfeat.cli import main  # noqa: E402
 from bertfeat.inspect import attention_maps, fill_mask  # noqa: E402
@@ -35,21 +35,6 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     rc = main([str(a) for a in argv])
     out, err = capsys.readouterr()
     return rc, out, err
-
-
-def expected_tokens(d, model_id, text, pair, max_length) -> dict:
-    from transformers import BertTokenizerFast
-
-    tok = BertTokenizerFast.from_pretrained(str(d))
-    full = tok(text, pair)
-    cut = tok(text, pair, truncation=True, max_length=max_length)
-    return {
-        "model": model_id, "text": text, "pair": pair, "max_length": max_length,
-        "n_tokens": len(cut["input_ids"]), "n_tokens_full": len(full["input_ids"]),
-        "truncated": len(full["input_ids"]) > max_length,
-        "tokens": tok.convert_ids_to_tokens(cut["input_ids"]),
-        "input_ids": cut["input_ids"], "token_type_ids": cut["token_type_ids"], "attention_mask": cut["attention_mask"],
-    }
 
 
 def png_size(path) -> tuple[int, int]:

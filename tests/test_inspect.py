@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from ckpt import make_checkpoint, reference_model  # noqa: E402
+from ckpt import expected_tokens, make_checkpoint, reference_model  # noqa: E402
 
 from bertfeat.encoder import Encoder  # noqa: E402
 from bertfeat.errors import BertfeatError  # noqa: E402
@@ -84,20 +84,6 @@ def hf_tokenizer(d):
     from transformers import BertTokenizerFast
 
     return BertTokenizerFast.from_pretrained(str(d))
-
-
-def expected_tokens(d, model_id, text, pair, max_length) -> dict:
-    """What `tokenize_text` / `bertfeat tokens --json` must return, from transformers alone."""
-    tok = hf_tokenizer(d)
-    full = tok(text, pair)
-    cut = tok(text, pair, truncation=True, max_length=max_length)
-    return {
-        "model": model_id, "text": text, "pair": pair, "max_length": max_length,
-        "n_tokens": len(cut["input_ids"]), "n_tokens_full": len(full["input_ids"]),
-        "truncated": len(full["input_ids"]) > max_length,
-        "tokens": tok.convert_ids_to_tokens(cut["input_ids"]),
-        "input_ids": cut["input_ids"], "token_type_ids": cut["token_type_ids"], "attention_mask": cut["attention_mask"],
-    }
 
 
 # --------------------------------------------------------------------------- tokens
