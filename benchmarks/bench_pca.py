@@ -6,7 +6,9 @@ once, gitignored). Every method runs in its own subprocess, so each peak RSS
 (``ru_maxrss`` of that process) belongs to one method only:
 
 * ``bertfeat``        ``fit_pca_file``: streams the Parquet file through ``partial_fit``
-                      (float64 statistics, one ``eigh``); the matrix is never held in memory.
+                      (float32 block products added to float64 statistics, one ``eigh``);
+                      the matrix is never held in memory.
+* ``bertfeat-float64`` the same with ``precision="float64"`` (every product in float64).
 * ``sk-full``         ``sklearn.decomposition.PCA(svd_solver="full")`` on the in-memory matrix.
 * ``sk-cov``          ``PCA(svd_solver="covariance_eigh")``.
 * ``sk-randomized``   ``PCA(svd_solver="randomized", random_state=0)``.
@@ -39,8 +41,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "_work"
-METHODS = ("bertfeat", "sk-full", "sk-cov", "sk-randomized", "sk-ipca", "sk-full64")
-DEFAULT_METHODS = METHODS[:5]
+METHODS = ("bertfeat", "bertfeat-float64", "sk-full", "sk-cov", "sk-randomized", "sk-ipca", "sk-full64")
+DEFAULT_METHODS = METHODS[:6]
 sys.path.insert(0, str(HERE.parent))
 
 
@@ -79,13 +81,14 @@ def run_worker(method: str, path: Path, k: int, batch_rows: int, ratios_out: Pat
     from bertfeat.features import read_features
     from bertfeat.reduce import fit_pca_file
 
-    if method != "bertfeat":
+    if not method.startswith("bertfeat"):
         from sklearn.decomposition import PCA as SkPCA
         from sklearn.decomposition import IncrementalPCA
     t0 = time.perf_counter()
     load_s = 0.0
-    if method == "bertfeat":
-        pca = fit_pca_file(path, k, batch_rows=batch_rows)
+    if method.startswith("bertfeat"):
+        precision = "float64" if method == "bertfeat-float64" else "mixed"
+        pca = fit_pca_file(path, k, batch_rows=batch_rows, precision=precision)
         ratio = pca.explained_variance_ratio_
     else:
         _, X, _ = read_features(path)
@@ -129,6 +132,15 @@ def run_method(method: str, path: Path, k: int, batch_rows: int, timeout: float 
     return result
 
 
+def median_run(method: str, runs: list[dict]) -> dict:
+    """Median load and fit seconds (of the runs' totals) and the largest peak RSS; an error if any run failed."""
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        return failed[0]
+    mid = sorted(runs, key=lambda r: r["load_s"] + r["fit_s"])[len(runs) // 2]
+    return mid | {"peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "runs": [r["load_s"] + r["fit_s"] for r in runs]}
+
+
 def summarize(results: list[dict], rows: int, dim: int, k: int) -> str:
     ok = {r["method"]: r for r in results if "error" not in r}
     ours = ok.get("bertfeat")
@@ -158,11 +170,12 @@ def write_results(table: str, args, path: Path) -> Path:
 
     text = f"""# PCA benchmark
 
-`python benchmarks/bench_pca.py --rows {args.rows} --dim {args.dim} --k {args.k}` on {time.strftime("%Y-%m-%d")}:
+`python benchmarks/bench_pca.py --rows {args.rows} --dim {args.dim} --k {args.k} --repeat {args.repeat}` on {time.strftime("%Y-%m-%d")}:
 {args.rows:,} x {args.dim} float32 (synthetic, variances 1/(1+i)^1.5, Parquet `{path.name}`), k = {args.k}.
 Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, NumPy {np.__version__},
 scikit-learn {sklearn.__version__}, BLAS threads: {args.blas_threads or "default"}.
-Each method in its own process; peak RSS is that process's `ru_maxrss`.
+Each run in its own process, methods round robin, {args.repeat} runs each: times are the median run
+(load + fit), peak RSS the largest `ru_maxrss` of its runs.
 
 {table}
 
@@ -182,6 +195,7 @@ def main() -> int:
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--batch-rows", type=int, default=65536)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per method (fresh processes, round robin); the median is reported")
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated, from {','.join(METHODS)}")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per method")
     ap.add_argument("--blas-threads", type=int, default=None, help="BLAS threads per method (default: the library's)")
@@ -206,10 +220,12 @@ def main() -> int:
         print(f"generating {path} ...", file=sys.stderr, flush=True)
         generate(path, args.rows, args.dim)
         print(f"  {time.perf_counter() - t0:.1f} s, {path.stat().st_size / 1e6:.0f} MB", file=sys.stderr)
-    results = []
-    for method in methods:
-        print(f"running {method} ...", file=sys.stderr, flush=True)
-        results.append(run_method(method, path, args.k, args.batch_rows, args.timeout, args.blas_threads))
+    runs: dict[str, list[dict]] = {m: [] for m in methods}
+    for rep in range(args.repeat):  # round robin: drift over the run hits every method alike
+        for method in methods:
+            print(f"run {rep + 1}/{args.repeat}: {method} ...", file=sys.stderr, flush=True)
+            runs[method].append(run_method(method, path, args.k, args.batch_rows, args.timeout, args.blas_threads))
+    results = [median_run(method, runs[method]) for method in methods]
     table = summarize(results, args.rows, args.dim, args.k)
     print(table)
     for r in results:

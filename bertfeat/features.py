@@ -28,9 +28,11 @@ import contextlib
 import csv
 import json
 import os
+import queue
 import re
 import struct
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -493,15 +495,20 @@ class FeatureSource:
         """The feature-source fingerprint from the metadata."""
         return feature_fingerprint(self.meta)
 
-    def batches(self, batch_rows: int = 65536) -> Iterator[tuple[Any, np.ndarray, dict[str, pa.Array]]]:
-        """Yield (ids, X float32 (m, d), extras name -> Arrow array) chunks in file order."""
+    def batches(self, batch_rows: int = 65536, *, ahead: int = 0) -> Iterator[tuple[Any, np.ndarray, dict[str, pa.Array]]]:
+        """Yield (ids, X float32 (m, d), extras name -> Arrow array) chunks in file order.
+
+        ``ahead`` > 0 reads that many chunks ahead in a background thread (``read_ahead``),
+        so decoding the next chunk overlaps the caller's work on this one.
+        """
         batch_rows = max(1, int(batch_rows))
         if self.fmt == "parquet":
-            yield from self._parquet_batches(batch_rows)
+            chunks = self._parquet_batches(batch_rows)
         elif self.fmt == "npy":
-            yield from self._npy_batches(batch_rows)
+            chunks = self._npy_batches(batch_rows)
         else:
-            yield from self._csv_batches(batch_rows)
+            chunks = self._csv_batches(batch_rows)
+        yield from read_ahead(chunks, ahead) if ahead > 0 else chunks
 
     def _split(self, table: pa.Table | pa.RecordBatch, X: np.ndarray, start: int) -> tuple:
         m = X.shape[0]
@@ -525,15 +532,19 @@ class FeatureSource:
         return X
 
     def _parquet_batches(self, batch_rows: int) -> Iterator[tuple]:
+        # One row group at a time: a batch never spans two row groups, so the embedding
+        # column of each batch is one contiguous Arrow buffer and X is a zero-copy view of
+        # it (batches across a group boundary are concatenated first, twice as slow).
         pf = pq.ParquetFile(self.path)
         start = 0
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=self._columns, use_threads=True):
-            if self.wide:
-                X = self._wide_matrix(batch)
-            else:
-                X = _embedding_matrix(batch.column(EMBEDDING_COLUMN), self.dim, self.path, start)
-            yield self._split(batch, X, start)
-            start += batch.num_rows
+        for group in range(pf.num_row_groups):
+            for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=self._columns, use_threads=True):
+                if self.wide:
+                    X = self._wide_matrix(batch)
+                else:
+                    X = _embedding_matrix(batch.column(EMBEDDING_COLUMN), self.dim, self.path, start)
+                yield self._split(batch, X, start)
+                start += batch.num_rows
 
     def _npy_batches(self, batch_rows: int) -> Iterator[tuple]:
         arr = np.load(self.path, mmap_mode="r")
@@ -565,6 +576,49 @@ class FeatureSource:
         for table in _rebatch(_open_csv(self.path, types), batch_rows):
             yield self._split(table, self._wide_matrix(table), start)
             start += table.num_rows
+
+
+def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
+    """Iterate ``items`` in a background thread, at most ``depth`` items ahead of the caller.
+
+    Parquet decoding and file reads release the GIL, so they overlap the caller's NumPy
+    work. An exception raised by ``items`` reaches the caller in order; closing this
+    generator early (break, an exception in the caller) stops the thread.
+    """
+    q: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def put(item: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put(("item", item)):
+                    return
+            put(("end", None))
+        except BaseException as e:  # hand every failure to the caller
+            put(("error", e))
+
+    th = threading.Thread(target=work, daemon=True, name="bertfeat-read-ahead")
+    th.start()
+    try:
+        while True:
+            kind, value = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        th.join(timeout=5)
 
 
 def _open_csv(path: Path, types: Mapping[str, pa.DataType]) -> Iterator[pa.RecordBatch]:

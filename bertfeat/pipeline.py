@@ -661,7 +661,7 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
 
         if summary.rows_written < 2:
             raise BertfeatError(f"--pca needs at least 2 feature rows, this run has {summary.rows_written}", "drop --pca or add rows")
-        pca = PCA(n_components=n_components, solver="covariance")
+        pca = PCA(n_components=n_components, solver="covariance", precision="float64")
         for i in order:
             t, _, _ = store.read_part(i)
             if t.num_rows:

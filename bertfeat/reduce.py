@@ -37,6 +37,7 @@ def fit_pca_file(
     solver: str = "auto",
     whiten: bool = False,
     *,
+    precision: str = "mixed",
     batch_rows: int = 65536,
     random_state: int | None = None,
     on_batch: Callable[[int], None] | None = None,
@@ -49,7 +50,7 @@ def fit_pca_file(
     ``on_batch(rows_so_far)`` is called after each chunk (progress).
     """
     src = open_features(path)
-    pca = PCA(n_components=n_components, solver=solver, whiten=whiten, random_state=random_state)
+    pca = PCA(n_components=n_components, solver=solver, whiten=whiten, random_state=random_state, precision=precision)
     pca._check_params()
     in_memory = solver in ("svd", "randomized") or (solver == "auto" and src.dim > AUTO_COVARIANCE_MAX_FEATURES)
     if in_memory:
@@ -59,7 +60,7 @@ def fit_pca_file(
             on_batch(X.shape[0])
     else:
         seen = 0
-        for _, X, _ in src.batches(batch_rows):
+        for _, X, _ in src.batches(batch_rows, ahead=1):
             pca.partial_fit(X)
             seen += X.shape[0]
             if on_batch:
@@ -130,7 +131,7 @@ def reduce_features_file(
     writer: FeatureWriter | None = None
     seen = 0
     try:
-        for ids, X, extras in src.batches(batch_rows):
+        for ids, X, extras in src.batches(batch_rows, ahead=1):
             if writer is None:
                 writer = _open_writer(dst, fmt, pca.n_components_, src, meta, ids, extras)
             Y = pca.transform(X, row_offset=seen).astype(np.float32, copy=False)

@@ -72,12 +72,31 @@ def test_fit_command_streams_and_writes_model_and_report(tmp_path, features, X, 
     model = PCA.load(out)
     exact = PCA(0.9, solver="svd").fit(X.astype(np.float64))
     assert model.n_components_ == exact.n_components_
-    np.testing.assert_allclose(model.components_, exact.components_, atol=1e-9)
-    np.testing.assert_allclose(model.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-12)
+    # default precision "mixed": float32 block products, float64 totals
+    assert model.precision == "mixed"
+    np.testing.assert_allclose(model.components_, exact.components_, atol=1e-6)
+    np.testing.assert_allclose(model.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-8)
     assert model.fingerprint_ == FP and model.n_samples_ == N
     report = json.loads((out.parent / "pca.report.json").read_text())
     assert report["n_components"] == exact.n_components_ and report["source"]["features"] == str(features)
     assert report["source"]["fingerprint"] == FP
+
+
+def test_fit_command_precision_float64_is_exact(tmp_path, features, X, capsys):
+    out = tmp_path / "pca64.npz"
+    code = _run_main(["pca", "fit", str(features), "-n", "0.9", "-o", str(out), "--batch-rows", "700", "--precision", "float64", "-q"])
+    assert code == 0, capsys.readouterr().err
+    model, exact = PCA.load(out), PCA(0.9, solver="svd").fit(X.astype(np.float64))
+    assert model.precision == "float64"
+    np.testing.assert_allclose(model.components_, exact.components_, atol=1e-9)
+    np.testing.assert_allclose(model.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-12)
+
+
+def test_fit_command_rejects_unknown_precision(tmp_path, features, capsys):
+    code = _run_main(["pca", "fit", str(features), "-o", str(tmp_path / "p.npz"), "--precision", "half"])
+    err = capsys.readouterr().err
+    assert code != 0 and "Error: unknown precision 'half' - use one of: mixed, float64" in err
+    assert not (tmp_path / "p.npz").exists()
 
 
 def test_fit_pca_file_feeds_bounded_chunks(features, monkeypatch):

@@ -18,6 +18,7 @@ from bertfeat.features import (
     iter_features,
     open_features,
     provenance_path,
+    read_ahead,
     read_feature_metadata,
     read_features,
 )
@@ -184,6 +185,48 @@ def test_streaming_reads_parquet_in_batches(tmp_path, data):
     path = write_chunks(tmp_path / "s.parquet", ids, X, extras, row_group_rows=100)
     sizes = [x.shape[0] for _, x in iter_features(path, batch_rows=64)]
     assert max(sizes) <= 64 and sum(sizes) == N and len(sizes) >= N // 64
+
+
+def test_parquet_batches_stay_inside_row_groups_and_are_views(tmp_path, data):
+    ids, X, extras = data
+    path = write_chunks(tmp_path / "g.parquet", ids, X, extras, row_group_rows=300)
+    got = list(open_features(path).batches(250))
+    # row groups of 300, 300, 300, 100: batches of at most 250 that never span two groups
+    assert [x.shape[0] for _, x, _ in got] == [250, 50, 250, 50, 250, 50, 100]
+    np.testing.assert_array_equal(np.concatenate([x for _, x, _ in got]), X)
+    assert list(np.concatenate([i for i, _, _ in got])) == list(ids)
+    assert not got[0][1].flags.owndata  # X views the Arrow buffer, no copy
+
+
+def test_batches_read_ahead_match_and_close(tmp_path, data):
+    ids, X, extras = data
+    path = write_chunks(tmp_path / "a.parquet", ids, X, extras, row_group_rows=100)
+    src = open_features(path)
+    plain = [x for _, x, _ in src.batches(64)]
+    ahead = [x for _, x, _ in src.batches(64, ahead=2)]
+    assert len(plain) == len(ahead) == 20
+    for a, b in zip(plain, ahead):
+        np.testing.assert_array_equal(a, b)
+    # leaving early stops the reader thread
+    import threading
+
+    it = src.batches(64, ahead=1)
+    next(it)
+    it.close()
+    assert not [t for t in threading.enumerate() if t.name == "bertfeat-read-ahead"]
+
+
+def test_read_ahead_passes_errors_in_order():
+    def items():
+        yield 1
+        yield 2
+        raise BertfeatError("row 2 is bad", "fix it")
+
+    got = []
+    with pytest.raises(BertfeatError, match="row 2 is bad"):
+        for x in read_ahead(items(), depth=1):
+            got.append(x)
+    assert got == [1, 2]
 
 
 def test_foreign_parquet_without_metadata(tmp_path):
