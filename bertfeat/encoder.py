@@ -25,7 +25,10 @@ from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, load_weights, weights_sha256
 
 LONG_TEXT_MODES = ("truncate", "chunk-mean", "chunk-max", "error")
-DEFAULT_BATCH_TOKENS = 2048
+#: Token budget per batch (padded rows x length). With the fused kernels (kernels.py) a batch's
+#: working set in cache matters more than per-call overhead: 1,024 was 12-15 % faster than 2,048
+#: on both benchmark models (2 threads, benchmarks/RESULTS.md), and 512-1,024 about level.
+DEFAULT_BATCH_TOKENS = 1024
 MAX_BATCH_ROWS = 256
 
 

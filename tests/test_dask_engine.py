@@ -213,7 +213,8 @@ def test_worker_killed_mid_run(client, data, local_out, crash_trigger, tmp_path)
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary file of the dead attempt
     _assert_same_features(out, local_out)
     _wait_idle(client)
-    assert len(client.scheduler_info()["workers"]) == 2  # the nanny restarted it
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts it (may still be starting when the run ends)
+    assert len(client.scheduler_info()["workers"]) == 2
 
 
 class _InterruptAfterFirst(NullProgress):
