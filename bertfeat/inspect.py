@@ -27,8 +27,26 @@ def model_info(model: str | None = None) -> dict:
         "tokenizer": enc.tokenizer.source,
         "threads": enc.threads,
         "blas": _blas_summary(),
+        "kernels": _kernels_summary(),
         "config": enc.config.to_dict(),
     }
+
+
+def _kernels_summary() -> str:
+    """The element-wise backend (kernels.py): fused numba kernels, or NumPy and why."""
+    from . import kernels
+
+    name = kernels.backend()
+    if name == "numba":
+        import numba
+
+        return f"numba {numba.__version__} (fused GELU, add + LayerNorm, softmax)"
+    why = kernels.unavailable_reason()
+    if why:
+        return f"numpy (numba unavailable: {why})"
+    import os
+
+    return "numpy (BERTFEAT_KERNELS=numpy)" if os.environ.get("BERTFEAT_KERNELS") else "numpy (kernels.use('numpy'))"
 
 
 def _blas_summary() -> str:

@@ -61,9 +61,24 @@ def _compile() -> dict[str, Callable]:
     log2e, ln2_hi, ln2_lo = f32(1.4426950408889634), f32(0.693145751953125), f32(1.428606765330187e-06)
     sqrt_half, half, one, two, four = f32(0.7071067811865476), f32(0.5), f32(1.0), f32(2.0), f32(4.0)
     zero = f32(0.0)
+    two_m32, two_m60 = f32(2.0**-32), f32(2.0**-60)
     # fastmath without nnan/ninf: NaN and inf still propagate; error_model="numpy": a division
     # does not check for zero (that check would stop the loop from vectorizing)
-    jit = numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"contract", "arcp", "nsz", "afn", "reassoc"})
+    fast = {"contract", "arcp", "nsz", "afn", "reassoc"}
+    jit = numba.njit(nogil=True, cache=True, error_model="numpy", fastmath=fast)
+    inline = numba.njit(inline="always", error_model="numpy", fastmath=fast)
+
+    @inline
+    def exp_parts(y):
+        """e^y = 2^n e^r: (e^r, n) with |r| <= ln2 / 2 (Cody-Waite), e^r a degree-8 polynomial.
+
+        The caller scales by 2^n through integer shifts (no bit casts in numba, no division), so
+        every loop calling this vectorizes.
+        """
+        n = np.floor(y * log2e + half)
+        r = (y - n * ln2_hi) - n * ln2_lo
+        er = (((((((c7 * r + c6) * r + c5) * r + c4) * r + c3) * r + c2) * r + one) * r) + one
+        return er, np.int64(n)
 
     @jit
     def bias_gelu_erf_(u, b):
@@ -76,16 +91,19 @@ def _compile() -> dict[str, Callable]:
                 z = min(max(z0, -four), four)
                 s = z * z
                 t = ((((((p6 * s + p5) * s + p4) * s + p3) * s + p2) * s + p1) * s + p0) * z  # erf(z) = tanh(t)
-                y = -two * t  # GELU = x / (1 + e^y), |y| < 19
-                n = np.floor(y * log2e + half)  # e^y = 2^n e^r
-                r = (y - n * ln2_hi) - n * ln2_lo
-                er = (((((((c7 * r + c6) * r + c5) * r + c4) * r + c3) * r + c2) * r + one) * r) + one
-                k = np.int32(n)
-                p2n = f32(np.int32(1) << (k if k >= 0 else -k))  # 2^|n|, |n| <= 28
-                e = er * p2n if k >= 0 else er / p2n
+                er, n = exp_parts(-two * t)  # GELU = x / (1 + e^(-2t)), |2t| < 19 so |n| <= 28
+                e = er * (f32(np.int64(1) << (n + 32)) * two_m32)
                 # below z = -4, GELU(x) < 9e-8 falls to 0 faster than x / (1 + e^19): return 0 (NaN for -inf)
                 row[j] = x / (one + e) if z0 > -four else x * zero
         return u
+
+    @inline
+    def exp_le0(y):
+        """e^y for y <= 0 (0 below -80)."""
+        er, n = exp_parts(max(y, f32(-80.0)))  # -116 <= n <= 0
+        n1 = n >> 1  # 2^n = 2^n1 2^n2, each 2^(m + 60) 2^-60 with m + 60 in [2, 60]
+        e = er * (f32(np.int64(1) << (n1 + 60)) * two_m60) * (f32(np.int64(1) << (n - n1 + 60)) * two_m60)
+        return e if y >= f32(-80.0) else zero  # e^-80 = 1.8e-35
 
     @jit
     def bias_relu_(u, b):
@@ -117,18 +135,6 @@ def _compile() -> dict[str, Callable]:
             for j in range(H):
                 row[j] = (row[j] - mean) * inv_std * g[j] + beta[j]
         return y
-
-    @numba.njit(inline="always", error_model="numpy", fastmath={"contract", "arcp", "nsz", "afn", "reassoc"})
-    def exp_le0(y):
-        """e^y for y <= 0 (0 below -80), inline so that loops calling it vectorize."""
-        yc = max(y, f32(-80.0))
-        n = np.floor(yc * log2e + half)  # e^y = 2^n e^r, -116 <= n <= 0
-        r = (yc - n * ln2_hi) - n * ln2_lo
-        er = (((((((c7 * r + c6) * r + c5) * r + c4) * r + c3) * r + c2) * r + one) * r) + one
-        k = np.int64(-n)
-        h = k >> 1
-        e = er / (f32(np.int64(1) << h) * f32(np.int64(1) << (k - h)))  # 2^-n as two factors <= 2^58
-        return e if y >= f32(-80.0) else zero  # e^-80 = 1.8e-35
 
     @jit
     def masked_softmax_(scores, scale, mask_add):

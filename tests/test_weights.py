@@ -211,10 +211,24 @@ def test_info_minilm(capsys, minilm_dir):
     assert d["default_pooling"] == "mean (1_Pooling/config.json)" and d["tokenizer"] == "tokenizer.json"
     assert d["config"]["hidden_size"] == 384 and d["config"]["num_hidden_layers"] == 6
     assert d["found_in"] == "local directory" and d["weights_files"] == ["model.safetensors"]
+    assert d["kernels"].startswith("numba ") and "fused GELU" in d["kernels"]
     assert main(["info", str(minilm_dir)]) == 0
     table = capsys.readouterr().out
     for word in ("parameters", "22713216", "config.hidden_act", "gelu", "1_Pooling/config.json"):
         assert word in table
+
+
+def test_info_names_the_numpy_kernels_when_turned_off(capsys, minilm_dir, monkeypatch):
+    from bertfeat import kernels
+
+    monkeypatch.setenv("BERTFEAT_KERNELS", "numpy")
+    kernels.use(None)
+    try:
+        assert main(["info", str(minilm_dir), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["kernels"] == "numpy (BERTFEAT_KERNELS=numpy)"
+    finally:
+        monkeypatch.delenv("BERTFEAT_KERNELS")
+        kernels.use(None)
 
 
 def test_info_random_checkpoint(capsys, tmp_path):
