@@ -28,11 +28,9 @@ import contextlib
 import csv
 import json
 import os
-import queue
 import re
 import struct
-import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from .errors import BertfeatError
+from .threads import read_ahead
 
 __all__ = [
     "FORMATS",
@@ -576,49 +575,6 @@ class FeatureSource:
         for table in _rebatch(_open_csv(self.path, types), batch_rows):
             yield self._split(table, self._wide_matrix(table), start)
             start += table.num_rows
-
-
-def read_ahead(items: Iterable, depth: int = 1) -> Iterator:
-    """Iterate ``items`` in a background thread, at most ``depth`` items ahead of the caller.
-
-    Parquet decoding and file reads release the GIL, so they overlap the caller's NumPy
-    work. An exception raised by ``items`` reaches the caller in order; closing this
-    generator early (break, an exception in the caller) stops the thread.
-    """
-    q: queue.Queue = queue.Queue(maxsize=max(1, depth))
-    stop = threading.Event()
-
-    def put(item: tuple) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def work() -> None:
-        try:
-            for item in items:
-                if not put(("item", item)):
-                    return
-            put(("end", None))
-        except BaseException as e:  # hand every failure to the caller
-            put(("error", e))
-
-    th = threading.Thread(target=work, daemon=True, name="bertfeat-read-ahead")
-    th.start()
-    try:
-        while True:
-            kind, value = q.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
-    finally:
-        stop.set()
-        th.join(timeout=5)
 
 
 def _open_csv(path: Path, types: Mapping[str, pa.DataType]) -> Iterator[pa.RecordBatch]:

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import shlex
 import shutil
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +30,7 @@ from . import __version__
 from .encoder import Encoder, FeatureSpec, LongTextError
 from .errors import BertfeatError, InputError, ResumeError
 from .io import RawBatch, Source
+from .threads import read_ahead
 
 OUTPUT_FORMATS = ("parquet", "npy", "csv")
 BAD_ROW_POLICIES = ("error", "skip")
@@ -472,27 +471,17 @@ def write_rejects(path: Path, rejects: list[dict]):
 
 
 # --------------------------------------------------------------------------- the job
-def _reader_thread(source: Source, opts: ExtractOptions, encoder: Encoder, spec: FeatureSpec, done: set[int],
-                   q: queue.Queue, stop: threading.Event):
-    """Read, validate and tokenize ahead of the model; completed chunks pass through untokenized."""
-    try:
-        for index, raw in iter_chunks(source, opts.chunk_rows):
-            if stop.is_set():
-                return
-            if index in done:
-                q.put(("done", index, raw.bytes_read, len(raw.rows)))
-                continue
-            chunk = validate_batch(raw, index)
-            pc = prepare_chunk(encoder, spec, chunk, source.name, opts.on_bad_row)
-            while not stop.is_set():
-                try:
-                    q.put(("chunk", pc), timeout=0.2)
-                    break
-                except queue.Full:
-                    continue
-        q.put(("end",))
-    except BaseException as e:  # hand every failure to the main thread
-        q.put(("error", e))
+def _prepared_chunks(source: Source, opts: ExtractOptions, encoder: Encoder, spec: FeatureSpec, done: set[int]):
+    """Read, validate and tokenize (run ahead of the model by read_ahead); completed chunks pass through untokenized.
+
+    Yields ("done", index, bytes_read, rows) for a chunk already in the part store, else ("chunk", PreparedChunk).
+    """
+    for index, raw in iter_chunks(source, opts.chunk_rows):
+        if index in done:
+            yield ("done", index, raw.bytes_read, len(raw.rows))
+            continue
+        chunk = validate_batch(raw, index)
+        yield ("chunk", prepare_chunk(encoder, spec, chunk, source.name, opts.on_bad_row))
 
 
 def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder: Encoder | None = None) -> ExtractSummary:
@@ -542,19 +531,10 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")
 
     progress.start(source.total_rows, source.total_bytes)
-    q: queue.Queue = queue.Queue(maxsize=READ_AHEAD_CHUNKS)
-    stop = threading.Event()
-    th = threading.Thread(target=_reader_thread, args=(source, opts, encoder, spec, done, q, stop), daemon=True,
-                          name="bertfeat-reader")
-    th.start()
+    items = read_ahead(_prepared_chunks(source, opts, encoder, spec, done), READ_AHEAD_CHUNKS, name="bertfeat-reader")
     order: list[int] = []
     try:
-        while True:
-            item = q.get()
-            if item[0] == "end":
-                break
-            if item[0] == "error":
-                raise item[1]
+        for item in items:
             if item[0] == "done":
                 _, index, bytes_read, n = item
                 order.append(index)
@@ -567,17 +547,17 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
             tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
             progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
     except BertfeatError:
-        stop.set()
+        items.close()
         store.remove()  # bad input: leave nothing behind
         raise
     except KeyboardInterrupt:
-        stop.set()
+        items.close()
         progress.stop()
         progress.note(f"interrupted: {len(order)} chunk(s) are kept in {store.dir}; "
                       "run the same command with --resume to continue")
         raise
     finally:
-        stop.set()
+        items.close()
         progress.stop()
 
     try:

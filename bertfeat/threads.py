@@ -15,7 +15,10 @@ OpenBLAS core name to use. ``bertfeat info`` shows the kernel in use.
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
+from collections.abc import Iterable, Iterator
 
 _AVX512_FLAGS = ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")  # what SkylakeX kernels use
 
@@ -76,3 +79,46 @@ def blas_info() -> dict:
         if info.get("user_api") == "blas":
             return {k: info.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
     return {}
+
+
+def read_ahead(items: Iterable, depth: int = 1, name: str = "bertfeat-read-ahead") -> Iterator:
+    """Iterate ``items`` in a background thread, at most ``depth`` items ahead of the caller.
+
+    File reads, Parquet/CSV decoding and tokenization release the GIL, so they overlap the
+    caller's NumPy work. An exception raised by ``items`` reaches the caller in order; closing
+    this generator early (``close()``, or a ``break``) stops the thread at its next item.
+    """
+    q: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def put(item: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            for item in items:
+                if not put(("item", item)):
+                    return
+            put(("end", None))
+        except BaseException as e:  # hand every failure to the caller
+            put(("error", e))
+
+    th = threading.Thread(target=work, daemon=True, name=name)
+    th.start()
+    try:
+        while True:
+            kind, value = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        th.join(timeout=5)

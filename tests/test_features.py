@@ -18,10 +18,10 @@ from bertfeat.features import (
     iter_features,
     open_features,
     provenance_path,
-    read_ahead,
     read_feature_metadata,
     read_features,
 )
+from bertfeat.threads import read_ahead
 
 N, D = 1000, 12
 META = {
