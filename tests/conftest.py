@@ -64,6 +64,18 @@ def read_trec(path: Path) -> tuple[list[str], list[str]]:
     return texts, labels
 
 
+def read_stsb_zh(path: Path) -> tuple[list[str], list[str]]:
+    """Chinese STSb dev (stsb-zh-dev.csv): 'sentence1,sentence2,score' per line; lines whose
+    sentences contain a comma are skipped (the file has no quoting)."""
+    s1, s2 = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        parts = line.rsplit(",", 1)[0].split(",")
+        if len(parts) == 2:
+            s1.append(parts[0])
+            s2.append(parts[1])
+    return s1, s2
+
+
 def read_stsb(path: Path) -> tuple[list[str], list[str], list[float]]:
     """STSb dev: tab-separated, no quoting; score at 4, sentences at 5 and 6."""
     s1, s2, scores = [], [], []

@@ -28,7 +28,7 @@ from ckpt import (  # noqa: F401  (make_ckpt is a fixture)
     torch_hidden_states,
     torch_reference_rows,
 )
-from conftest import read_sst2, read_stsb
+from conftest import read_sst2, read_stsb, read_stsb_zh
 
 HIDDEN_TOL = 1e-4
 COS_TOL = 0.99999
@@ -51,13 +51,7 @@ def long_texts(shared_data, n=3, per=40) -> list[str]:
 
 
 def zh_sentences(shared_data) -> tuple[list[str], list[str]]:
-    s1, s2 = [], []
-    for line in (shared_data / "zh" / "stsb-zh-dev.csv").read_text(encoding="utf-8").splitlines():
-        parts = line.rsplit(",", 1)[0].split(",")
-        if len(parts) == 2:
-            s1.append(parts[0])
-            s2.append(parts[1])
-    return s1, s2
+    return read_stsb_zh(shared_data / "zh" / "stsb-zh-dev.csv")
 
 
 class LayerDiffs:

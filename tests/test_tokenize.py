@@ -22,7 +22,7 @@ from bertfeat.errors import BertfeatError
 from bertfeat.tokenize import BertTokenizer as Ours
 from bertfeat.tokenize import pad_batch
 from ckpt import vocab_file
-from conftest import read_stsb
+from conftest import read_stsb, read_stsb_zh
 
 # name -> (vocab, tokenizer_config.json)
 CONFIGS = {
@@ -186,13 +186,7 @@ def assert_pairs_vs_slow(ours: Ours, slow, texts, pairs, max_length, what):
 
 
 def zh_pairs(shared_data):
-    a, b = [], []
-    for line in (shared_data / "zh" / "stsb-zh-dev.csv").read_text(encoding="utf-8").splitlines():
-        parts = line.rsplit(",", 1)[0].split(",")
-        if len(parts) == 2:
-            a.append(parts[0])
-            b.append(parts[1])
-    return a, b
+    return read_stsb_zh(shared_data / "zh" / "stsb-zh-dev.csv")
 
 
 # --------------------------------------------------------------------------- the cases of the issue
