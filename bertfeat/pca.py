@@ -337,7 +337,7 @@ def _chunk_stats(X: np.ndarray, shift: np.ndarray, row_offset: int, mixed: bool 
     """
     m, d = X.shape
     shift32 = shift.astype(np.float32)
-    in_f32 = mixed and X.dtype == np.float32 and np.array_equal(shift32, shift)
+    in_f32 = mixed and np.array_equal(shift32, shift)  # the caller passes mixed only for float32 X
     buf = np.empty((min(m, BLOCK_ROWS), d), dtype=np.float32 if in_f32 else np.float64)  # (b, d) reused
     total_sum, total_sq = np.zeros(d), np.zeros((d, d))
     for start in range(0, m, BLOCK_ROWS):
