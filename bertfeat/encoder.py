@@ -10,6 +10,7 @@ attention masks padded keys exactly and pooling ignores padded positions.
 from __future__ import annotations
 
 import json
+import queue
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 from .config import BertConfig
 from .errors import BertfeatError
 from .hub import ModelLocation, resolve_model
-from .model import bert_forward, pooler
+from .model import Workspace, bert_forward, pooler
 from .threads import default_threads
 from .pooling import LAYER_AGGS, POOLINGS, TOKEN_POOLS, combine_layers, l2_normalize, parse_layers
 from .tokenize import BertTokenizer, Tokenized, pad_batch
@@ -136,6 +137,7 @@ class Encoder:
         self.max_batch_tokens = int(max_batch_tokens)
         self.threads = int(threads) if threads else default_threads()
         self._sha256: str | None = None
+        self._workspaces: queue.SimpleQueue[Workspace] = queue.SimpleQueue()  # one in use per running batch
 
     # ------------------------------------------------------------------ identity
     @property
@@ -247,12 +249,22 @@ class Encoder:
         return l2_normalize(out) if spec.normalize else out
 
     def pool_batch(self, input_ids: np.ndarray, types: np.ndarray, mask: np.ndarray, spec: FeatureSpec) -> np.ndarray:
-        """One padded batch (B, T) -> (B, D) pooled features (before normalization)."""
-        fwd = bert_forward(self.weights, input_ids, types, mask, keep=spec.layers)
-        if spec.pooling == "pooled":
-            return pooler(self.weights, fwd.hidden[self.config.num_hidden_layers][:, 0, :])
-        pool = TOKEN_POOLS[spec.pooling]
-        return combine_layers([pool(fwd.hidden[i], mask) for i in spec.layers], spec.layer_agg)
+        """One padded batch (B, T) -> (B, D) pooled features (before normalization).
+
+        Scratch memory comes from a pool of workspaces, one per batch in flight, kept across calls.
+        """
+        try:
+            ws = self._workspaces.get_nowait()
+        except queue.Empty:
+            ws = Workspace()
+        try:
+            fwd = bert_forward(self.weights, input_ids, types, mask, keep=spec.layers, ws=ws)
+            if spec.pooling == "pooled":
+                return pooler(self.weights, fwd.hidden[self.config.num_hidden_layers][:, 0, :])
+            pool = TOKEN_POOLS[spec.pooling]
+            return combine_layers([pool(fwd.hidden[i], mask) for i in spec.layers], spec.layer_agg)
+        finally:
+            self._workspaces.put(ws)
 
     # ------------------------------------------------------------------ one call
     def encode(self, texts, pairs=None, pooling: str | None = None, layers=None, layer_agg: str = "mean",

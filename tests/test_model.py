@@ -257,6 +257,27 @@ def test_random_checkpoint_values_are_not_degenerate(make_ckpt, random_corpus):
     assert float(probs.max()) > 2.0 / probs.shape[-1]  # not uniform
 
 
+def test_workspace_reuse_gives_the_same_states(make_ckpt, random_corpus):
+    """One Workspace across batches of other shapes (as Encoder's pool reuses it): every kept state
+    equals a fresh forward pass, and earlier kept layers are not overwritten by later ones."""
+    from bertfeat.model import Workspace
+
+    enc = Encoder(make_ckpt(**SHAPES["uncased"], **NAMINGS["plain"], hidden_act="gelu", seed=7))
+    texts = random_corpus["uncased"][0]
+    L = enc.config.num_hidden_layers
+    keep = (0, 1, L - 1, L)
+    ws = Workspace()
+    for rows in (texts[:12], texts[12:15], texts[:12][::-1]):
+        t = enc.tokenizer.encode(rows, None, 128)
+        ids, types, mask = pad_batch(t.ids, t.type_ids, enc.tokenizer.pad_id)
+        fresh = bert_forward(enc.weights, ids, types, mask, keep=keep)
+        reused = bert_forward(enc.weights, ids, types, mask, keep=keep, ws=ws)
+        for i in keep:
+            np.testing.assert_array_equal(reused.hidden[i], fresh.hidden[i], err_msg=f"hidden state {i}")
+        assert not np.array_equal(reused.hidden[1], reused.hidden[L])
+    assert ws.nbytes > 0
+
+
 def test_parity_tolerance_detects_small_mistakes(make_ckpt, random_corpus):
     """The 1e-4 bound is tight enough to catch a wrong GELU variant or lost token types."""
     d = make_ckpt(**SHAPES["uncased"], hidden_act="gelu", seed=7)
