@@ -1,11 +1,14 @@
 """Encode throughput, side by side: bertfeat vs transformers (naive and sorted), sentence-transformers,
 ONNX Runtime fp32, on the same ~4,000 real sentences, for all-MiniLM-L6-v2 and a random-weight
-bert-base-shaped checkpoint. Each method runs in its own subprocess (so peak RSS is its own), with a
-warm-up and the median of --repeats timed runs. Also measures the machine's sgemm GFLOP/s and the
-share of that ceiling bertfeat reaches, and bertfeat extract end to end vs encode-only.
+bert-base-shaped checkpoint. Each run is its own subprocess (so peak RSS is its own): it loads the
+model, warms up on the first --warmup sentences and times the whole corpus. Methods run round robin,
+--rounds times (each round starting one method later), so a slow spell of this machine (timings drift
+10-25 %) falls on every method rather than one; the median is reported. Also measures the machine's
+sgemm GFLOP/s and the share of that ceiling bertfeat reaches, and bertfeat extract end to end vs
+encode-only.
 
     python benchmarks/bench_encode.py                 # full run, writes benchmarks/RESULTS.md
-    python benchmarks/bench_encode.py --n 300 --repeats 1 --models minilm --no-write   # smoke test
+    python benchmarks/bench_encode.py --n 300 --rounds 1 --models minilm --no-write   # smoke test
 """
 
 from __future__ import annotations
@@ -63,50 +66,46 @@ def model_dir(name: str) -> Path:
 
 
 # --------------------------------------------------------------------------- workers (one per subprocess)
-def _timed(fn, repeats: int) -> list[float]:
-    fn()  # warm-up
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def _batches_sorted(texts, tok, batch=32):
     order = np.argsort([len(x) for x in tok(texts, add_special_tokens=True)["input_ids"]], kind="stable")
     return [[texts[i] for i in order[s:s + batch]] for s in range(0, len(texts), batch)]
 
 
-def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: int) -> dict:
+def make_runner(method: str, mdir: Path, max_length: int):
+    """Load the method's model once; return run(texts), which encodes (or extracts) texts with mean pooling."""
     if method == "bertfeat":
         from bertfeat import Encoder
 
         enc = Encoder(str(mdir), max_length=max_length)
-        times = _timed(lambda: enc.encode(texts, pooling="mean"), repeats)
-    elif method == "bertfeat-extract":
+        return lambda texts: enc.encode(texts, pooling="mean")
+    if method == "bertfeat-extract":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         from bertfeat import Encoder
         from bertfeat.pipeline import ExtractOptions, extract
 
-        src = WORK / "bench_corpus.parquet"
-        pq.write_table(pa.table({"text": texts}), src)
         enc = Encoder(str(mdir), max_length=max_length)
-        out = WORK / "bench_corpus.features.parquet"
-        opts = ExtractOptions(input=str(src), output=str(out), pooling="mean", max_length=max_length)
-        times = _timed(lambda: extract(opts, encoder=enc), repeats)
-    elif method.startswith("transformers"):
+
+        def run_extract(texts):
+            src = WORK / f"bench_corpus_{len(texts)}.parquet"
+            if not src.is_file():
+                pq.write_table(pa.table({"text": texts}), src)
+            opts = ExtractOptions(input=str(src), output=str(WORK / "bench_corpus.features.parquet"), pooling="mean",
+                                  max_length=max_length)
+            return extract(opts, encoder=enc)
+
+        return run_extract
+    if method.startswith("transformers"):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(mdir))
         model = AutoModel.from_pretrained(str(mdir)).eval()
-        batches = ([texts[s:s + 32] for s in range(0, len(texts), 32)] if method.endswith("naive")
-                   else _batches_sorted(texts, tok))
 
-        def run():
+        def run_transformers(texts):
+            batches = ([texts[s:s + 32] for s in range(0, len(texts), 32)] if method.endswith("naive")
+                       else _batches_sorted(texts, tok))
             with torch.inference_mode():
                 for b in batches:
                     enc = tok(b, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
@@ -114,14 +113,14 @@ def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: 
                     m = enc["attention_mask"].unsqueeze(-1).float()
                     (h * m).sum(1) / m.sum(1)
 
-        times = _timed(run, repeats)
-    elif method == "sentence-transformers":
+        return run_transformers
+    if method == "sentence-transformers":
         from sentence_transformers import SentenceTransformer
 
         st = SentenceTransformer(str(mdir), device="cpu")
         st.max_seq_length = max_length
-        times = _timed(lambda: st.encode(texts, batch_size=32), repeats)
-    elif method == "onnxruntime":
+        return lambda texts: st.encode(texts, batch_size=32)
+    if method == "onnxruntime":
         import onnxruntime as ort
         from transformers import AutoTokenizer
 
@@ -130,19 +129,28 @@ def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: 
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
-        batches = _batches_sorted(texts, tok)
 
-        def run():
-            for b in batches:
+        def run_ort(texts):
+            for b in _batches_sorted(texts, tok):
                 enc = tok(b, padding=True, truncation=True, max_length=max_length, return_tensors="np")
                 feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
                 h = sess.run(None, feeds)[0]
                 m = feeds["attention_mask"][..., None].astype(np.float32)
                 (h * m).sum(1) / m.sum(1)
 
-        times = _timed(run, repeats)
-    else:
-        raise SystemExit(f"unknown method {method}")
+        return run_ort
+    raise SystemExit(f"unknown method {method}")
+
+
+def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: int, warmup: int) -> dict:
+    """In its own process: load, warm up on the first ``warmup`` texts, then time ``repeats`` full runs."""
+    run = make_runner(method, mdir, max_length)
+    run(texts[:warmup])  # loads kernels, grows buffers, lets torch/ORT pick their paths
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run(texts)
+        times.append(time.perf_counter() - t0)
     return {"times": times, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -196,7 +204,10 @@ def flops_per_token(cfg: dict, mean_len: float) -> float:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=4000)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of all methods, round robin (each round starts one method later); the median is reported")
+    ap.add_argument("--repeats", type=int, default=1, help="timed runs per method and round (one process)")
+    ap.add_argument("--warmup", type=int, default=400, help="sentences encoded once before timing, in each process")
     ap.add_argument("--models", default="minilm,bert-base")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--max-length", type=int, default=256)
@@ -207,7 +218,7 @@ def main():
     WORK.mkdir(parents=True, exist_ok=True)
     texts = build_corpus(args.n)
     if args.worker:
-        res = worker(args.worker, Path(args.model_dir), texts, args.repeats, args.max_length)
+        res = worker(args.worker, Path(args.model_dir), texts, args.repeats, args.max_length, args.warmup)
         print("RESULT " + json.dumps(res))
         return
 
@@ -227,17 +238,28 @@ def main():
         ceiling = gflops * 1e9 / flops_per_token(cfg, float(lens.mean()))
         print(f"\n{name}: {len(texts)} sentences, {real_tokens} real tokens (mean {lens.mean():.1f}), "
               f"GEMM ceiling {ceiling:,.0f} tokens/s")
-        for method in args.methods.split(","):
-            if method == "onnxruntime" and name == "bert-base":
-                pass
-            cmd = [sys.executable, __file__, "--worker", method, "--model-dir", str(mdir), "--n", str(args.n),
-                   "--repeats", str(args.repeats), "--max-length", str(args.max_length)]
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
-            if p.returncode or not line:
-                print(f"  {method:<22} FAILED: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
+        methods = args.methods.split(",")
+        runs = {m: {"times": [], "peak_rss_mb": 0.0} for m in methods}
+        for rnd in range(args.rounds):
+            for method in methods[rnd % len(methods):] + methods[:rnd % len(methods)]:
+                if runs[method] is None:  # failed in an earlier round
+                    continue
+                cmd = [sys.executable, __file__, "--worker", method, "--model-dir", str(mdir), "--n", str(args.n),
+                       "--repeats", str(args.repeats), "--warmup", str(args.warmup), "--max-length", str(args.max_length)]
+                p = subprocess.run(cmd, capture_output=True, text=True)
+                line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
+                if p.returncode or not line:
+                    print(f"  {method:<22} FAILED: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
+                    runs[method] = None
+                    continue
+                r = json.loads(line[0][7:])
+                runs[method]["times"] += r["times"]
+                runs[method]["peak_rss_mb"] = max(runs[method]["peak_rss_mb"], r["peak_rss_mb"])
+                print(f"  round {rnd + 1}: {method:<22} {real_tokens / np.median(r['times']):>9,.0f} tok/s", flush=True)
+        for method in methods:
+            r = runs[method]
+            if r is None:
                 continue
-            r = json.loads(line[0][7:])
             med = float(np.median(r["times"]))
             row = {"model": name, "method": method, "median_s": med, "tokens_per_s": real_tokens / med,
                    "sentences_per_s": len(texts) / med, "peak_rss_mb": r["peak_rss_mb"], "ceiling": ceiling,
@@ -280,8 +302,9 @@ def write_results(table: str, rows: list[dict], gflops: float, args):
         pass
     text = f"""# Encode throughput, side by side
 
-Measured {dt.date.today().isoformat()} by `python benchmarks/bench_encode.py` (one subprocess per method, one warm-up,
-median of {args.repeats} runs, {args.n} real sentences from ../shared/data, max length {args.max_length}, mean pooling).
+Measured {dt.date.today().isoformat()} by `python benchmarks/bench_encode.py`: {args.n} real sentences from ../shared/data,
+max length {args.max_length}, mean pooling. Each run is its own process (load, warm-up on {args.warmup} sentences, the
+whole corpus timed {args.repeats}x); methods run round robin for {args.rounds} rounds; medians of the {args.rounds * args.repeats} runs.
 
 Machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}; NumPy sgemm {gflops:.0f} GFLOP/s.
 Versions: bertfeat {v('bertfeat')}, numpy {v('numpy')}, torch {v('torch')}, transformers {v('transformers')},
