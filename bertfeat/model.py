@@ -238,13 +238,12 @@ def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out
 
 
 def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
-              want_probs: bool = False, ws: Workspace | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+              want_probs: bool = False, *, ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
     """Multi-head self-attention on (N, H) rows; mask_add (B, 1, 1, T) is 0 for tokens, MASK_NEG for padding.
 
     Returns the output projection *without* its bias lw.o_b (encoder_layer adds it with the residual),
     in the workspace buffer "h".
     """
-    ws = ws or Workspace()
     N, H = x.shape
     hs = H // nh
     qkv = linear(x, lw.qkv_w, lw.qkv_b, out=ws.take("qkv", (N, 3 * H)))  # (N, 3H)
@@ -259,14 +258,13 @@ def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: 
     return np.matmul(rows.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), (probs if want_probs else None)
 
 
-def ffn(h: np.ndarray, lw: LayerWeights, hidden_act: str, block: int, ws: Workspace | None = None) -> np.ndarray:
+def ffn(h: np.ndarray, lw: LayerWeights, hidden_act: str, block: int, *, ws: Workspace) -> np.ndarray:
     """act(h W_up + b_up) W_down on (N, H) rows, ``block`` rows at a time; *without* the bias b_down
     (encoder_layer adds it with the residual). The result is in the workspace buffer "y".
 
     Blocking keeps the (block, F) intermediate in cache, so the element-wise activation runs at
     cache speed rather than memory speed; each row's arithmetic is the same whatever the block.
     """
-    ws = ws or Workspace()
     N, H = h.shape
     F = lw.up_w.shape[1]
     out = ws.take("y", (N, H))
@@ -294,17 +292,16 @@ def ffn_block_rows(F: int, hidden_act: str) -> int:
 
 
 def encoder_layer(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
-                  hidden_act: str, eps: float, want_probs: bool = False,
-                  ws: Workspace | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                  hidden_act: str, eps: float, want_probs: bool = False, *,
+                  ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
     """One post-LN transformer layer on (N, H) rows: h = LN(x + Attn(x)), y = LN(h + FFN(h)).
 
     The result is in the workspace buffer "y"; x may be that buffer too (it is read, as the
     residual, before the FFN writes there).
     """
-    ws = ws or Workspace()
-    a, probs = attention(x, lw, mask_add, B, T, nh, want_probs, ws)
+    a, probs = attention(x, lw, mask_add, B, T, nh, want_probs, ws=ws)
     h = add_layer_norm_(a, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps)  # x is dead from here on
-    f = ffn(h, lw, hidden_act, ffn_block_rows(lw.up_w.shape[1], hidden_act), ws)
+    f = ffn(h, lw, hidden_act, ffn_block_rows(lw.up_w.shape[1], hidden_act), ws=ws)
     return add_layer_norm_(f, lw.down_b, h, lw.ln2_g, lw.ln2_b, eps), probs
 
 
@@ -345,7 +342,7 @@ def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarr
     for i in range(last + 1):
         if i > 0:
             x, probs = encoder_layer(x, w.layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
-                                     c.layer_norm_eps, output_attentions, ws)
+                                     c.layer_norm_eps, output_attentions, ws=ws)
             if output_attentions:
                 out.attentions.append(probs)
         if i in keep:  # buffers are reused by later layers: copy all but the deepest
