@@ -38,6 +38,7 @@ INPUT_FILES = ("sst2_sample.csv", "pairs.jsonl", "messy.csv")
 SKIP = [
     (r"^make (install|test)\b", "make install sets up the machine; make test is this test suite"),
     (r"^make bench\b", "the benchmark takes many minutes"),
+    (r"^python benchmarks/bench_encode\.py\b", "a benchmark run: minutes, and it needs torch and onnxruntime"),
     (r"^make (features|classify|sts)\b", "make features: tests/test_examples_make.py; classify/sts: tests/test_examples.py"),
     (r"^pip install\b", "installs packages"),
     (r"^(hf|huggingface-cli) download\b", "needs internet access"),
