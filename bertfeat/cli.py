@@ -63,7 +63,7 @@ def info(
     for k, v in d.items():
         if k == "config":
             continue
-        t.add_row(k, str(v))
+        t.add_row(k, " -> ".join(v) if k == "embedding" else str(v))
     for k, v in d["config"].items():
         t.add_row(f"config.{k}", str(v))
     out_console.print(t)
@@ -79,11 +79,13 @@ def extract(
     input_format: Optional[str] = typer.Option(None, "--input-format", help="csv, tsv, parquet or jsonl (default: from the extension)."),
     encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of CSV/TSV/JSONL input, e.g. latin-1."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
-    pooling: Optional[str] = typer.Option(None, "--pooling", "-p", help="pooled, cls, mean or max (default: the model's, else mean)."),
+    pooling: Optional[str] = typer.Option(None, "--pooling", "-p", help="cls, mean, max, mean_sqrt_len_tokens, weightedmean, lasttoken (or several joined by +), or pooled; replaces the model's pooling and Dense modules (default: the model's own embedding)."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Hidden layers to pool: -1 (last), -2, '-4,-3,-2,-1', '-4:' (0 = embeddings)."),
     layer_agg: str = typer.Option("mean", "--layer-agg", help="Combine several layers by mean or concat."),
-    normalize: bool = typer.Option(False, "--normalize", help="L2-normalize each vector."),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens per text (default: the model's max_seq_length, else its max positions)."),
+    normalize: Optional[bool] = typer.Option(None, "--normalize/--no-normalize", help="L2-normalize each vector (default: if the model has a Normalize module)."),
+    prompt_name: Optional[str] = typer.Option(None, "--prompt-name", help="One of the model's prompts (config_sentence_transformers.json), prepended to every text (default: the model's default_prompt_name)."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="A prompt text prepended to every text, e.g. 'query: '."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens per text (default: the model's max_seq_length, else its tokenizer's model_max_length, else its max positions)."),
     max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="Token budget per batch (padded rows x length)."),
     long_text: str = typer.Option("truncate", "--long-text", help="truncate, chunk-mean, chunk-max or error."),
     stride: Optional[int] = typer.Option(None, "--stride", help="Tokens shared by neighbouring windows with --long-text chunk-* (default 32)."),
@@ -109,7 +111,7 @@ def extract(
     opts = ExtractOptions(
         input=input, output=str(output) if output else None, text_column=text_column, pair_column=pair_column,
         id_column=id_column, input_format=input_format, encoding=encoding, model=model, pooling=pooling, layers=layers,
-        layer_agg=layer_agg, normalize=normalize, max_length=max_length, max_batch_tokens=max_batch_tokens,
+        layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length, max_batch_tokens=max_batch_tokens,
         long_text=long_text, stride=stride, pca=pca, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
         chunk_rows=chunk_rows, threads=threads, command=_command_line(),
     )

@@ -9,8 +9,10 @@ from pathlib import Path
 from .errors import ConfigError
 
 SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
-# model_type values whose checkpoints are plain BERT encoders with BERT tensor names.
-SUPPORTED_MODEL_TYPES = ("bert",)
+# model_type values whose checkpoints are post-LN BERT encoders with BERT tensor names. RoBERTa and
+# XLM-RoBERTa differ only in their position ids (counted from padding_idx + 1) and a single token type.
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
+ROBERTA_TYPES = ("roberta", "xlm-roberta")
 _POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "max_position_embeddings", "type_vocab_size")
 
@@ -33,6 +35,17 @@ class BertConfig:
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    @property
+    def position_offset(self) -> int:
+        """First position id of a real token: 0 for BERT, padding_idx + 1 for RoBERTa / XLM-RoBERTa
+        (transformers' create_position_ids_from_input_ids counts positions from past padding_idx)."""
+        return self.pad_token_id + 1 if self.model_type in ROBERTA_TYPES else 0
+
+    @property
+    def max_positions(self) -> int:
+        """Longest sequence the position table can encode: 512 for BERT, and for RoBERTa's 514 rows too."""
+        return self.max_position_embeddings - self.position_offset
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -43,7 +56,7 @@ class BertConfig:
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
                 f"{source}: model_type '{model_type}' is not supported",
-                "bertfeat runs BERT encoders only (model_type 'bert'); pick a BERT checkpoint",
+                "bertfeat runs BERT-family encoders (model_type 'bert', 'roberta' or 'xlm-roberta'); pick one of those",
             )
         pos = d.get("position_embedding_type", "absolute")
         if pos != "absolute":
@@ -79,6 +92,9 @@ class BertConfig:
             cfg = cls(**fields)
         except TypeError as e:  # pragma: no cover - dataclass field errors
             raise ConfigError(f"{source}: {e}", "check the file is a BERT config.json") from None
+        if cfg.max_positions < 3:
+            raise ConfigError(f"{source}: max_position_embeddings {cfg.max_position_embeddings} leaves no room for a "
+                              f"sequence after pad_token_id {cfg.pad_token_id}", "restore config.json from the checkpoint")
         if cfg.hidden_size % cfg.num_attention_heads:
             raise ConfigError(
                 f"{source}: hidden_size {cfg.hidden_size} is not a multiple of "

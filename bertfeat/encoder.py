@@ -21,7 +21,8 @@ from .errors import BertfeatError
 from .hub import ModelLocation, resolve_model
 from .model import Workspace, bert_forward, pooler
 from .threads import default_threads
-from .pooling import LAYER_AGGS, POOLINGS, TOKEN_POOLS, combine_layers, l2_normalize, parse_layers
+from .pooling import LAYER_AGGS, combine_layers, dense, l2_normalize, parse_layers, pool_tokens, split_pooling
+from .stmodules import DenseLayer, ModelPipeline, read_pipeline
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, load_weights, weights_sha256
 
@@ -44,10 +45,15 @@ class FeatureSpec:
     max_length: int
     long_text: str = "truncate"
     stride: int = 32
+    dense: tuple[str, ...] = ()  # Dense modules of the model's pipeline applied after pooling (their folders)
+    prompt: str | None = None  # prepended to every text
+    prompt_name: str | None = None  # the model's prompt it came from, if any
+    include_prompt: bool = True  # False: the prompt's tokens are left out of the pooling (Pooling include_prompt)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["layers"] = list(self.layers)
+        d["dense"] = list(self.dense)
         return d
 
 
@@ -84,20 +90,11 @@ def _read_json(path: Path) -> dict:
 
 
 def default_pooling(model_dir: Path) -> tuple[str, str]:
-    """The sentence-transformers pooling of a model (1_Pooling/config.json), else mean: (mode, where from)."""
-    pool_dir = "1_Pooling"
-    for m in _read_json(model_dir / "modules.json") if (model_dir / "modules.json").is_file() else []:
-        if isinstance(m, dict) and str(m.get("type", "")).endswith("Pooling") and m.get("path"):
-            pool_dir = m["path"]
-    cfg = _read_json(model_dir / pool_dir / "config.json")
-    if cfg:
-        if cfg.get("pooling_mode_cls_token"):
-            return "cls", f"{pool_dir}/config.json"
-        if cfg.get("pooling_mode_max_tokens"):
-            return "max", f"{pool_dir}/config.json"
-        if cfg.get("pooling_mode_mean_tokens"):
-            return "mean", f"{pool_dir}/config.json"
-    return "mean", "default (the model has no 1_Pooling/config.json)"
+    """The pooling of a model's sentence-transformers pipeline, else mean: (mode, where from)."""
+    from .stmodules import read_pipeline
+
+    p = read_pipeline(Path(model_dir), 1, 1 << 30)  # dims unchecked: pooling only (info on an unloaded model)
+    return "+".join(p.pooling), p.pooling_source
 
 
 def token_budget_batches(lengths: np.ndarray, budget: int, max_rows: int = MAX_BATCH_ROWS) -> list[np.ndarray]:
@@ -127,13 +124,14 @@ class Encoder:
         self.location = location or resolve_model(model)
         d = self.location.path
         self.config = BertConfig.from_file(d / "config.json")
+        #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
+        self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions)
         self.weights: BertWeights = load_weights(d, self.config)
-        st_cfg = _read_json(d / "sentence_bert_config.json")
-        self.default_max_length = int(st_cfg.get("max_seq_length") or self.config.max_position_embeddings)
-        self.default_max_length = min(self.default_max_length, self.config.max_position_embeddings)
+        self.default_max_length = self.pipeline.max_seq_length
         self.max_length = self._check_max_length(max_length) if max_length else self.default_max_length
-        self.tokenizer = BertTokenizer.from_dir(d, self.config.max_position_embeddings)
-        self.default_pooling, self.pooling_source = default_pooling(d)
+        self.tokenizer = BertTokenizer.from_dir(d, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
+        self.default_pooling, self.pooling_source = "+".join(self.pipeline.pooling), self.pipeline.pooling_source
+        self._prompt_lengths: dict[str, int] = {}
         self.max_batch_tokens = int(max_batch_tokens)
         self.threads = int(threads) if threads else default_threads()
         self._sha256: str | None = None
@@ -155,17 +153,55 @@ class Encoder:
         return self.config.hidden_size
 
     def _check_max_length(self, n: int) -> int:
-        P = self.config.max_position_embeddings
+        P = self.config.max_positions
         if not 2 < int(n) <= P:
-            raise BertfeatError(f"max length {n} is out of range", f"choose 3..{P} (the model's max_position_embeddings)")
+            off = self.config.position_offset
+            raise BertfeatError(f"max length {n} is out of range", f"choose 3..{P} (the model's max_position_embeddings"
+                                + (f" {self.config.max_position_embeddings} less its position offset {off})" if off else ")"))
         return int(n)
 
-    def spec(self, pooling: str | None = None, layers=None, layer_agg: str = "mean", normalize: bool = False,
-             max_length: int | None = None, long_text: str = "truncate", stride: int | None = None) -> FeatureSpec:
-        """Validate encode options into a FeatureSpec."""
-        pooling = pooling or self.default_pooling
-        if pooling not in POOLINGS:
-            raise BertfeatError(f"unknown pooling '{pooling}'", f"choose one of {', '.join(POOLINGS)}")
+    @property
+    def prompts(self) -> dict[str, str]:
+        """The model's named prompts (config_sentence_transformers.json)."""
+        return dict(self.pipeline.prompts)
+
+    def resolve_prompt(self, prompt: str | None = None, prompt_name: str | None = None) -> tuple[str | None, str | None]:
+        """(prompt text, its name) as sentence-transformers picks it: an explicit prompt, else the named one,
+        else the model's default_prompt_name; an empty prompt is no prompt."""
+        if prompt is not None and prompt_name is not None:
+            raise BertfeatError("both a prompt and a prompt name were given", "give --prompt TEXT or --prompt-name NAME, not both")
+        if prompt is None:
+            if prompt_name is not None:
+                if prompt_name not in self.pipeline.prompts:
+                    names = ", ".join(self.pipeline.prompts) or "none"
+                    raise BertfeatError(f"the model has no prompt named '{prompt_name}' (its prompts: {names})",
+                                        "use one of those names, or give the text with --prompt")
+                prompt = self.pipeline.prompts[prompt_name]
+            elif self.pipeline.default_prompt_name is not None:
+                prompt_name = self.pipeline.default_prompt_name
+                prompt = self.pipeline.prompts.get(prompt_name, "")
+        return (prompt or None), (prompt_name if prompt else None)
+
+    def prompt_length(self, prompt: str) -> int:
+        """Tokens of the prompt at the start of a row, without the trailing special token (as sentence-transformers)."""
+        if prompt not in self._prompt_lengths:
+            ids = self.tokenizer.encode([prompt]).ids[0]
+            n = len(ids) - (1 if len(ids) and int(ids[-1]) in self.tokenizer.special_ids else 0)
+            self._prompt_lengths[prompt] = n
+        return self._prompt_lengths[prompt]
+
+    def spec(self, pooling: str | None = None, layers=None, layer_agg: str = "mean", normalize: bool | None = None,
+             max_length: int | None = None, long_text: str = "truncate", stride: int | None = None, *,
+             prompt: str | None = None, prompt_name: str | None = None) -> FeatureSpec:
+        """Validate encode options into a FeatureSpec.
+
+        With neither ``pooling`` nor ``layers`` the model's own embedding: its Pooling, Dense and Normalize
+        modules. ``pooling`` / ``layers`` ask for plain pooled encoder states instead: the model's Pooling,
+        Dense and Normalize modules are all left out. ``normalize`` True / False overrides either way
+        (None: the model's Normalize module for its own embedding, no normalization for a chosen pooling).
+        """
+        own = pooling is None and layers is None
+        pooling = "+".join(split_pooling(pooling or self.default_pooling))
         if layer_agg not in LAYER_AGGS:
             raise BertfeatError(f"unknown layer aggregation '{layer_agg}'", f"choose one of {', '.join(LAYER_AGGS)}")
         if long_text not in LONG_TEXT_MODES:
@@ -186,11 +222,40 @@ class Encoder:
         if long_text.startswith("chunk") and not 0 <= stride < max_length - 2:
             raise BertfeatError(f"stride {stride} is out of range for max length {max_length}",
                                 f"choose a stride from 0 to {max_length - 3} (tokens shared by neighbouring windows)")
-        return FeatureSpec(pooling, idx, layer_agg, bool(normalize), max_length, long_text, stride)
+        dense_paths = tuple(s.path for s in self.pipeline.dense) if own else ()
+        if normalize is None:
+            normalize = self.pipeline.normalize if own else False
+        prompt, prompt_name = self.resolve_prompt(prompt, prompt_name)
+        include_prompt = self.pipeline.include_prompt if own else True
+        if prompt and not include_prompt and long_text.startswith("chunk"):
+            raise BertfeatError("this model leaves its prompt out of the pooling (include_prompt false), which "
+                                "--long-text chunk-* cannot do (the prompt is in the first window only)",
+                                "use --long-text truncate or error with this model's prompts")
+        return FeatureSpec(pooling, idx, layer_agg, bool(normalize), max_length, long_text, stride,
+                           dense_paths, prompt, prompt_name, include_prompt)
 
     def output_dim(self, spec: FeatureSpec) -> int:
         H = self.config.hidden_size
-        return H * len(spec.layers) if spec.layer_agg == "concat" and spec.pooling != "pooled" else H
+        if spec.dense:
+            return self.pipeline.dense[-1].out_features
+        if spec.pooling == "pooled":
+            return H
+        width = H * len(spec.pooling.split("+"))
+        return width * len(spec.layers) if spec.layer_agg == "concat" else width
+
+    def describe(self, spec: FeatureSpec) -> list[str]:
+        """The pipeline a spec runs, one line per step, with where each part came from."""
+        where = self.pipeline.pooling_source if spec.dense or (spec.pooling == self.default_pooling) else "chosen"
+        out = [f"Transformer {self.config.model_type} ({self.location.source}), max length {spec.max_length}"]
+        if spec.prompt:
+            out.append(f"Prompt {spec.prompt!r}" + (f" ('{spec.prompt_name}' prompt)" if spec.prompt_name else "")
+                       + ("" if spec.include_prompt else ", left out of the pooling"))
+        out.append(f"Pooling {spec.pooling} ({where})")
+        if spec.dense:
+            out += [s.describe() + f" ({s.path})" for s in self.pipeline.dense]
+        if spec.normalize:
+            out.append("Normalize")
+        return out
 
     def fingerprint(self, spec: FeatureSpec) -> dict:
         """What identifies the features: model, weights and every setting that changes a vector."""
@@ -200,7 +265,11 @@ class Encoder:
     def prepare(self, texts: list[str], pairs: list[str] | None, spec: FeatureSpec) -> Prepared:
         """Tokenize rows and apply the long-text policy; windows for chunked rows."""
         tok = self.tokenizer
+        if spec.prompt:
+            texts = [spec.prompt + x for x in texts]
         t: Tokenized = tok.encode(list(texts), None if pairs is None else list(pairs), spec.max_length)
+        if pairs is not None:
+            self._check_pair_types(t)
         n = len(t)
         n_chunks = np.ones(n, dtype=np.int32)
         window_row = np.arange(n, dtype=np.int64)
@@ -211,6 +280,9 @@ class Encoder:
         if pairs is not None:
             raise BertfeatError("--long-text chunk-* works on single texts, not sentence pairs",
                                 "use --long-text truncate (or error) with --pair-column")
+        if tok.cls_id is None or tok.sep_id is None:
+            raise BertfeatError(f"{self.model_id}: the tokenizer has no [CLS]/<s> or [SEP]/</s> token to frame the windows "
+                                "of a long text", "use --long-text truncate or error with this model")
         ids, type_ids, rows = [], [], []
         long_rows = set(np.flatnonzero(t.truncated).tolist())
         content = dict(zip(sorted(long_rows), tok.encode_content([texts[i] for i in sorted(long_rows)])))
@@ -226,13 +298,28 @@ class Encoder:
         truncated = np.zeros(n, dtype=bool)  # chunked rows keep every token
         return Prepared(ids, type_ids, np.asarray(rows, dtype=np.int64), n, t.n_tokens, truncated, n_chunks)
 
+    def _check_pair_types(self, t: Tokenized) -> None:
+        """Sentence pairs need a second token type; RoBERTa-family models use type 0 for both texts."""
+        from .config import ROBERTA_TYPES
+
+        TV = self.config.type_vocab_size
+        if self.config.model_type in ROBERTA_TYPES:
+            for a in t.type_ids:
+                a[:] = 0  # transformers' RoBERTa / XLM-R tokenizers return no token_type_ids: all 0
+            return
+        if TV < 2 and any(a.size and int(a.max()) >= TV for a in t.type_ids):
+            raise BertfeatError(f"{self.model_id} has one token type (type_vocab_size {TV}), so it cannot mark the second "
+                                "text of a sentence pair", "embed the texts separately (drop --pair-column / pairs)")
+
     # ------------------------------------------------------------------ stage 2: model
-    def run(self, prep: Prepared, spec: FeatureSpec) -> np.ndarray:
+    def run(self, prep: Prepared, spec: FeatureSpec, max_rows: int | None = None) -> np.ndarray:
         """Windows through the model in length-sorted token-budget batches; pooled, combined per row."""
         D = self.output_dim(spec)
         win = np.empty((len(prep.ids), D), dtype=np.float32)
         lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
-        batches = token_budget_batches(lengths, self.max_batch_tokens)
+        if max_rows is not None and int(max_rows) < 1:
+            raise BertfeatError(f"batch size {max_rows} is out of range", "give a batch size of 1 or more")
+        batches = token_budget_batches(lengths, self.max_batch_tokens, int(max_rows or MAX_BATCH_ROWS))
 
         def one(batch: np.ndarray) -> np.ndarray:
             input_ids, types, mask = pad_batch([prep.ids[i] for i in batch], [prep.type_ids[i] for i in batch],
@@ -243,10 +330,20 @@ class Encoder:
             win[batch] = pooled
         if len(prep.ids) == prep.n_rows:  # one window per row, in row order
             out = win
-        else:
+        else:  # each window's embedding (before the final Normalize), combined per row
             out = combine_windows(win, prep.window_row, lengths, prep.n_rows,
                                   "max" if spec.long_text == "chunk-max" else "mean")
         return l2_normalize(out) if spec.normalize else out
+
+    def _head_steps(self, spec: FeatureSpec) -> list:
+        """The model's steps after pooling that run per window: its Dense modules (and any Normalize between
+        them); the final Normalize runs after windows are combined (spec.normalize)."""
+        if not spec.dense:
+            return []
+        steps = list(self.pipeline.steps)
+        while steps and steps[-1] == "normalize":
+            steps.pop()
+        return steps
 
     def pool_batch(self, input_ids: np.ndarray, types: np.ndarray, mask: np.ndarray, spec: FeatureSpec) -> np.ndarray:
         """One padded batch (B, T) -> (B, D) pooled features (before normalization).
@@ -261,31 +358,51 @@ class Encoder:
             fwd = bert_forward(self.weights, input_ids, types, mask, keep=spec.layers, ws=ws)
             if spec.pooling == "pooled":
                 return pooler(self.weights, fwd.hidden[self.config.num_hidden_layers][:, 0, :])
-            pool = TOKEN_POOLS[spec.pooling]
-            return combine_layers([pool(fwd.hidden[i], mask) for i in spec.layers], spec.layer_agg)
+            modes = tuple(spec.pooling.split("+"))
+            pmask = mask
+            if spec.prompt and not spec.include_prompt:  # the prompt's tokens are not pooled
+                pmask = mask.copy()
+                pmask[:, :self.prompt_length(spec.prompt)] = 0
+            x = combine_layers([pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers], spec.layer_agg)
+            for step in self._head_steps(spec):
+                x = l2_normalize(x) if step == "normalize" else dense(x, step)
+            return x
         finally:
             self._workspaces.put(ws)
 
     # ------------------------------------------------------------------ one call
     def encode(self, texts, pairs=None, pooling: str | None = None, layers=None, layer_agg: str = "mean",
-               normalize: bool = False, max_length: int | None = None, long_text: str = "truncate",
-               stride: int | None = None, return_info: bool = False):
-        """Texts (and optional pairs) -> (n, D) float32 features; with return_info an EncodeResult."""
-        if isinstance(texts, str):
+               normalize: bool | None = None, max_length: int | None = None, long_text: str = "truncate",
+               stride: int | None = None, return_info: bool = False, *, prompt: str | None = None,
+               prompt_name: str | None = None, normalize_embeddings: bool | None = None, batch_size: int | None = None):
+        """Texts (and optional pairs) -> (n, D) float32 features; with return_info an EncodeResult.
+
+        By default the model's own embedding (what ``SentenceTransformer(model).encode(texts)`` returns).
+        As in sentence-transformers, one string gives one (D,) vector; ``prompt`` / ``prompt_name`` pick a
+        prompt (else the model's default prompt applies); ``normalize_embeddings`` is ``normalize``;
+        ``batch_size`` caps the rows per batch (batches are also cut by the constructor's token budget).
+        """
+        single = isinstance(texts, str)
+        if single:
             texts = [texts]
         if isinstance(pairs, str):
             pairs = [pairs]
-        spec = self.spec(pooling, layers, layer_agg, normalize, max_length, long_text, stride)
+        if normalize_embeddings is not None:
+            if normalize is not None and bool(normalize) != bool(normalize_embeddings):
+                raise BertfeatError("normalize and normalize_embeddings disagree", "give one of them")
+            normalize = normalize_embeddings
+        spec = self.spec(pooling, layers, layer_agg, normalize, max_length, long_text, stride,
+                         prompt=prompt, prompt_name=prompt_name)
         texts = list(texts)
         if not texts:
             X = np.zeros((0, self.output_dim(spec)), dtype=np.float32)
             info = EncodeResult(X, np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int32))
             return info if return_info else X
         prep = self.prepare(texts, pairs, spec)
-        X = self.run(prep, spec)
+        X = self.run(prep, spec, max_rows=batch_size)
         if return_info:
             return EncodeResult(X, prep.n_tokens, prep.truncated, prep.n_chunks)
-        return X
+        return X[0] if single else X
 
 
 def parallel_map(fn, items: list, threads: int) -> list:

@@ -63,7 +63,7 @@ FORMATS = ("parquet", "npy", "csv")
 METADATA_KEY = "bertfeat"
 EMBEDDING_COLUMN = "embedding"
 #: Keys of a feature-source fingerprint, picked from the metadata when it has no ``fingerprint`` dict.
-FINGERPRINT_KEYS = ("model_id", "weights_sha256", "pooling", "layers", "normalize")
+FINGERPRINT_KEYS = ("model_id", "weights_sha256", "pooling", "layers", "normalize", "dense", "prompt")
 _WIDE_RE = re.compile(r"^f(\d+)$")
 #: Total size of the .npy header we reserve (magic + length + padded dict), rewritten at close.
 _NPY_HEADER_BYTES = 128

@@ -232,7 +232,8 @@ def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out
     B, T = input_ids.shape
     H = w.word.shape[1]
     x = np.take(w.word, input_ids.reshape(-1), axis=0, out=out).reshape(B, T, H)  # (B, T, H)
-    x += w.position[:T][None, :, :]
+    off = w.config.position_offset  # 0 for BERT; padding_idx + 1 for RoBERTa (real tokens only: pads are masked)
+    x += w.position[off:off + T][None, :, :]
     x += w.token_type[token_type_ids]
     return layer_norm_(x.reshape(B * T, H), w.emb_ln_g, w.emb_ln_b, w.config.layer_norm_eps)  # (N, H)
 
@@ -330,8 +331,8 @@ def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarr
     L = c.num_hidden_layers
     keep = (L,) if keep is None else tuple(keep)
     B, T = input_ids.shape
-    if T > c.max_position_embeddings:
-        raise ValueError(f"sequence length {T} exceeds max_position_embeddings {c.max_position_embeddings}")
+    if T > c.max_positions:
+        raise ValueError(f"sequence length {T} exceeds the {c.max_positions} positions of the model")
     last = L if output_attentions else max(keep)
     mask_add = additive_mask(attention_mask)
     out = ForwardOutput(hidden={})

@@ -238,7 +238,9 @@ class ExtractOptions:
     pooling: str | None = None
     layers: str | None = None
     layer_agg: str = "mean"
-    normalize: bool = False
+    normalize: bool | None = None  # None: as the model's pipeline (its Normalize module)
+    prompt: str | None = None
+    prompt_name: str | None = None
     max_length: int | None = None
     max_batch_tokens: int | None = None
     long_text: str = "truncate"
@@ -575,7 +577,8 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
 
 def feature_settings(encoder: Encoder, opts: ExtractOptions, n_components) -> tuple[FeatureSpec, str, dict]:
     """Validate the feature options of a run (both engines): -> (spec, id column name, fingerprint)."""
-    spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride)
+    spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride,
+                        prompt=opts.prompt, prompt_name=opts.prompt_name)
     if isinstance(n_components, int) and n_components > encoder.output_dim(spec):
         raise BertfeatError(f"--pca {n_components} is more components than the {encoder.output_dim(spec)} feature dimensions",
                             f"choose --pca {encoder.output_dim(spec)} or fewer, or a variance fraction such as 0.95")
@@ -597,6 +600,10 @@ def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: S
         "layers": list(spec.layers),
         "layer_agg": spec.layer_agg,
         "normalize": spec.normalize,
+        "dense": list(spec.dense),
+        "prompt": spec.prompt,
+        "prompt_name": spec.prompt_name,
+        "pipeline": encoder.describe(spec),
         "max_length": spec.max_length,
         "long_text": spec.long_text,
         "stride": spec.stride if spec.long_text.startswith("chunk") else None,

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 
-POOLINGS = ("pooled", "cls", "mean", "max")
+#: Token poolings (sentence-transformers' names); "pooled" is BERT's pooler on [CLS]. Token poolings
+#: combine with "+" ("mean+max"), concatenated in the order given, as a Pooling module's list does.
+TOKEN_POOLING_NAMES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+POOLINGS = ("pooled",) + TOKEN_POOLING_NAMES
 LAYER_AGGS = ("mean", "concat")
 
 
 def pool_cls(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """(B, T, H) -> (B, H): the [CLS] token state."""
-    return h[:, 0, :].copy()
+    """(B, T, H) -> (B, H): the first unmasked token (the [CLS] / <s>; the first token after an excluded prompt)."""
+    first = np.argmax(mask, axis=1)  # (B,) 0 for right-padded rows
+    return h[np.arange(h.shape[0]), first, :].copy()
 
 
 def pool_mean(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -23,12 +27,78 @@ def pool_mean(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return (h * m).sum(axis=1) / np.maximum(m.sum(axis=1), np.float32(1e-9))
 
 
+def pool_mean_sqrt_len(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, T, H) -> (B, H): sum over real tokens / sqrt(their count)."""
+    m = mask.astype(np.float32)[:, :, None]  # (B, T, 1)
+    return (h * m).sum(axis=1) / np.sqrt(np.maximum(m.sum(axis=1), np.float32(1e-9)))
+
+
+def pool_weightedmean(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, T, H) -> (B, H): mean weighted by position 1..T over real tokens (later tokens count more)."""
+    w = mask.astype(np.float32) * np.arange(1, h.shape[1] + 1, dtype=np.float32)[None, :]  # (B, T)
+    return np.einsum("bth,bt->bh", h, w) / np.maximum(w.sum(axis=1, keepdims=True), np.float32(1e-9))
+
+
+def pool_lasttoken(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, T, H) -> (B, H): the last real token (the [SEP] / </s> of a right-padded row); zeros if none."""
+    T = mask.shape[1]
+    m = mask.astype(bool)
+    last = T - 1 - np.argmax(m[:, ::-1], axis=1)  # (B,)
+    out = h[np.arange(h.shape[0]), last, :].copy()
+    out[~m.any(axis=1)] = 0.0
+    return out
+
+
 def pool_max(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """(B, T, H) -> (B, H): max over real tokens only."""
     return np.where(mask.astype(bool)[:, :, None], h, np.float32(-np.inf)).max(axis=1)
 
 
-TOKEN_POOLS = {"cls": pool_cls, "mean": pool_mean, "max": pool_max}
+TOKEN_POOLS = {"cls": pool_cls, "max": pool_max, "mean": pool_mean, "mean_sqrt_len_tokens": pool_mean_sqrt_len,
+               "weightedmean": pool_weightedmean, "lasttoken": pool_lasttoken}
+
+
+def split_pooling(pooling: str) -> tuple[str, ...]:
+    """'mean+max' -> ('mean', 'max'); checked against POOLINGS ('pooled' only alone)."""
+    from .errors import BertfeatError
+
+    modes = tuple(m.strip() for m in str(pooling).split("+"))
+    for m in modes:
+        if m not in POOLINGS:
+            raise BertfeatError(f"unknown pooling '{m}'", f"choose one of {', '.join(POOLINGS)}, or token poolings "
+                                "joined with '+' such as mean+max")
+    if "pooled" in modes and len(modes) > 1:
+        raise BertfeatError("pooling 'pooled' cannot be combined with others", "use it alone, or combine cls, mean, max ...")
+    return modes
+
+
+def pool_tokens(h: np.ndarray, mask: np.ndarray, modes: tuple[str, ...]) -> np.ndarray:
+    """(B, T, H) -> (B, len(modes) * H): each token pooling, concatenated in order."""
+    outs = [TOKEN_POOLS[m](h, mask) for m in modes]
+    return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=1)
+
+
+_DENSE_ACTS = {
+    "identity": lambda x: x,
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, np.float32(0.0)),
+    "sigmoid": lambda x: np.float32(1.0) / (np.float32(1.0) + np.exp(-x)),
+}
+
+
+def dense(x: np.ndarray, layer) -> np.ndarray:
+    """(B, in) -> (B, out): a sentence-transformers Dense module, act(x W + b) (+ residual)."""
+    y = x @ layer.w
+    if layer.b is not None:
+        y += layer.b
+    if layer.activation == "gelu":
+        from .model import gelu_erf
+        y = gelu_erf(y)
+    else:
+        y = _DENSE_ACTS[layer.activation](y)
+    if layer.residual:
+        y = y + (x if layer.residual_w is None else x @ layer.residual_w)
+    return y.astype(np.float32, copy=False)
 
 
 def combine_layers(per_layer: list[np.ndarray], how: str) -> np.ndarray:

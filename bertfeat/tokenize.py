@@ -95,11 +95,42 @@ def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, special_map: dict
     return tk
 
 
-class BertTokenizer:
-    """Text (and optional pair) -> Tokenized rows; holds the tokenizers.Tokenizer."""
+# Special tokens by role: the tokenizer_config.json / special_tokens_map.json entry, else the first of these
+# the vocabulary has (BERT WordPiece names, then RoBERTa / XLM-R SentencePiece names).
+_SPECIAL_NAMES = {
+    "cls": ("[CLS]", "<s>"),
+    "sep": ("[SEP]", "</s>"),
+    "pad": ("[PAD]", "<pad>"),
+    "mask": ("[MASK]", "<mask>"),
+}
 
-    def __init__(self, tokenizer, source: str, model_max_length: int):
+
+def special_tokens(vocab: dict[str, int], tok_cfg: dict, special_map: dict) -> dict[str, tuple[str | None, int | None]]:
+    """role (cls, sep, pad, mask) -> (token, id) for this vocabulary, (None, None) when it has none."""
+    out = {}
+    for role, names in _SPECIAL_NAMES.items():
+        v = tok_cfg.get(f"{role}_token") or special_map.get(f"{role}_token")
+        cand = ([v["content"] if isinstance(v, dict) else str(v)] if v else []) + list(names)
+        tok = next((t for t in cand if t in vocab), None)
+        out[role] = (tok, vocab.get(tok) if tok is not None else None)
+    return out
+
+
+class BertTokenizer:
+    """Text (and optional pair) -> Tokenized rows; holds the tokenizers.Tokenizer.
+
+    Works for BERT WordPiece and RoBERTa / XLM-R tokenizers alike: the special tokens
+    (``cls_id`` / ``sep_id`` / ``pad_id`` / ``mask_id``) are looked up by role, so windows of long
+    texts are framed as the model's own template frames a row (``[CLS] .. [SEP]`` or ``<s> .. </s>``).
+    """
+
+    def __init__(self, tokenizer, source: str, model_max_length: int, tok_cfg: dict | None = None,
+                 special_map: dict | None = None, lowercase: bool = False):
         self._tk = tokenizer
+        if lowercase:  # sentence_bert_config.json do_lower_case: lower-case before the model's own normalizer
+            from tokenizers import normalizers
+            norm = self._tk.normalizer
+            self._tk.normalizer = normalizers.Sequence([normalizers.Lowercase()] + ([norm] if norm is not None else []))
         self._tk.no_padding()
         self._tk.no_truncation()
         self._lock = threading.Lock()
@@ -107,14 +138,16 @@ class BertTokenizer:
         self.model_max_length = model_max_length
         vocab = tokenizer.get_vocab()
         self.vocab_size = tokenizer.get_vocab_size()
-        self.pad_id = vocab.get("[PAD]", 0)
-        self.cls_id = vocab.get("[CLS]")
-        self.sep_id = vocab.get("[SEP]")
-        self.mask_id = vocab.get("[MASK]")
-        self.mask_token = "[MASK]"
+        sp = special_tokens(vocab, tok_cfg or {}, special_map or {})
+        self.cls_token, self.cls_id = sp["cls"]
+        self.sep_token, self.sep_id = sp["sep"]
+        self.mask_token, self.mask_id = sp["mask"]
+        self.pad_id = sp["pad"][1] if sp["pad"][1] is not None else 0
+        self.mask_token = self.mask_token or "[MASK]"
+        self.special_ids = frozenset(i for _, i in sp.values() if i is not None)
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path, model_max_length: int) -> "BertTokenizer":
+    def from_dir(cls, model_dir: str | Path, model_max_length: int, lowercase: bool = False) -> "BertTokenizer":
         from tokenizers import Tokenizer
 
         d = Path(model_dir)
@@ -129,12 +162,18 @@ class BertTokenizer:
         elif (d / "vocab.txt").is_file():
             tk = build_wordpiece_tokenizer(d / "vocab.txt", tok_cfg, special_map)
             source = "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt"
+        elif any((d / f).is_file() for f in ("sentencepiece.bpe.model", "spiece.model", "vocab.json")):
+            raise BertfeatError(
+                f"{d} has a slow (SentencePiece / BPE) tokenizer but no tokenizer.json",
+                "convert it once where transformers is installed: "
+                "AutoTokenizer.from_pretrained(dir).save_pretrained(dir) writes tokenizer.json",
+            )
         else:
             raise BertfeatError(
                 f"{d} has neither tokenizer.json nor vocab.txt",
                 "copy the model's tokenizer.json (or vocab.txt and tokenizer_config.json) into the directory",
             )
-        return cls(tk, source, model_max_length)
+        return cls(tk, source, model_max_length, tok_cfg, special_map, lowercase)
 
     # ------------------------------------------------------------------ encoding
     def _encode_batch(self, texts: list[str], pairs: list[str] | None, max_length: int | None):

@@ -5,7 +5,8 @@ maps checkpoint names through one table, fuses Q/K/V, transposes every linear we
 to (in, out) so the forward pass does ``x @ W``, and checks every key and shape.
 
 Name variants accepted for each tensor:
-  * with or without the ``bert.`` prefix (BertModel vs BertFor* checkpoints);
+  * with or without the ``bert.`` / ``roberta.`` prefix (BertModel vs BertFor* / RobertaFor* checkpoints);
+  * RoBERTa's masked-LM head ``lm_head.*`` mapped to BERT's ``cls.predictions.*`` names;
   * legacy LayerNorm names ``gamma`` / ``beta`` for ``weight`` / ``bias``.
 """
 
@@ -150,7 +151,10 @@ def read_tensors(files: list[Path]) -> dict[str, np.ndarray]:
     for f in files:
         try:
             with safe_open(str(f), framework="np") as st:
-                for key in st.keys():
+                keys = list(st.keys())
+                for key in keys:
+                    if key == "lm_head.decoder.bias" and "lm_head.bias" in keys:
+                        continue  # RobertaLMHead stores its bias twice (tied): keep lm_head.bias
                     name = canonical_name(key)
                     if name in out:
                         raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
@@ -165,9 +169,24 @@ def read_tensors(files: list[Path]) -> dict[str, np.ndarray]:
     return out
 
 
+# RobertaLMHead -> BERT's masked-LM head names (same maths: dense, act, LayerNorm, tied decoder, bias).
+_LM_HEAD_NAMES = {
+    "lm_head.dense.": "cls.predictions.transform.dense.",
+    "lm_head.layer_norm.": "cls.predictions.transform.LayerNorm.",
+    "lm_head.decoder.weight": "cls.predictions.decoder.weight",
+    "lm_head.bias": "cls.predictions.bias",
+}
+
+
 def canonical_name(key: str) -> str:
-    if key.startswith("bert."):
-        key = key[len("bert."):]
+    for prefix in ("bert.", "roberta."):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+            break
+    for old, new in _LM_HEAD_NAMES.items():
+        if key.startswith(old):
+            key = new + key[len(old):]
+            break
     if key.endswith(".gamma"):
         key = key[: -len(".gamma")] + ".weight"
     elif key.endswith(".beta"):

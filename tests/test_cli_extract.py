@@ -49,7 +49,7 @@ def test_csv_matches_encoder_in_input_order_with_ids_and_provenance(tmp_path, ca
     assert meta["bertfeat_version"] == __version__
     assert meta["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert meta["weights_sha256"] == enc.weights_sha256 and len(enc.weights_sha256) == 64
-    assert (meta["pooling"], meta["layers"], meta["max_length"], meta["normalize"]) == ("mean", [6], 256, False)
+    assert (meta["pooling"], meta["layers"], meta["max_length"], meta["normalize"]) == ("mean", [6], 256, True)  # 2_Normalize
     assert meta["long_text"] == "truncate" and meta["pca"] is None
     assert (meta["input"], meta["input_format"], meta["text_column"], meta["id_column"]) == (str(src), "csv", "text", "id")
     assert meta["command"] == f"bertfeat extract {src} --id-column id --chunk-rows 5 --max-batch-tokens 64"

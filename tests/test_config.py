@@ -38,7 +38,7 @@ def test_supported_acts(act):
 
 
 @pytest.mark.parametrize("d,words", [
-    ({"model_type": "roberta"}, ["model_type 'roberta' is not supported", "pick a BERT checkpoint"]),
+    ({"model_type": "deberta-v2"}, ["model_type 'deberta-v2' is not supported", "'bert', 'roberta' or 'xlm-roberta'"]),
     ({"model_type": "distilbert"}, ["model_type 'distilbert'"]),
     ({"position_embedding_type": "relative_key"}, ["position_embedding_type 'relative_key'", "absolute"]),
     ({"position_embedding_type": "relative_key_query"}, ["relative_key_query"]),

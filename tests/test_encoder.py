@@ -214,10 +214,10 @@ def test_encode_edge_inputs(enc):
     assert enc.encode([], layers="-2:", layer_agg="concat").shape == (0, 768)
     info = enc.encode([], return_info=True)
     assert info.features.shape == (0, 384) and info.n_tokens.shape == (0,)
-    one = enc.encode("one text")
-    assert one.shape == (1, 384)
-    np.testing.assert_allclose(one, enc.encode(["one text"]), rtol=0, atol=1e-6)
-    np.testing.assert_allclose(enc.encode("a", pairs="b"), enc.encode(["a"], pairs=["b"]), rtol=0, atol=1e-6)
+    one = enc.encode("one text")  # one string, one vector (as SentenceTransformer.encode)
+    assert one.shape == (384,)
+    np.testing.assert_allclose(one, enc.encode(["one text"])[0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(enc.encode("a", pairs="b"), enc.encode(["a"], pairs=["b"])[0], rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="2 texts but 1 pairs"):
         enc.encode(["a", "b"], pairs=["c"])
 
@@ -267,7 +267,7 @@ def test_tokenizer_json_padding_and_truncation_do_not_leak(enc, torch_minilm):
 def test_long_text_modes(enc, long_text, torch_minilm):
     texts = ["short one", long_text, "another short text"]
     n_long = len(enc.tokenizer.encode([long_text], max_length=256).ids[0])
-    info = enc.encode(texts, return_info=True)  # truncate (default)
+    info = enc.encode(texts, pooling="mean", return_info=True)  # truncate (default); plain mean, not normalized
     assert info.truncated.tolist() == [False, True, False]
     assert info.n_tokens[1] > 800 and n_long == 256
     assert info.n_chunks.tolist() == [1, 1, 1]
@@ -284,16 +284,16 @@ def test_long_text_modes(enc, long_text, torch_minilm):
     assert e.value.rows.tolist() == [1]
     assert e.value.message.startswith(f"row 1 has {info.n_tokens[1]} tokens, more than max length 256")
     assert "--long-text truncate" in e.value.message and "\n" not in e.value.message
-    np.testing.assert_allclose(enc.encode(texts[::2], long_text="error"), info.features[::2], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(enc.encode(texts[::2], pooling="mean", long_text="error"), info.features[::2], rtol=0, atol=1e-6)
 
-    chunked = enc.encode(texts, long_text="chunk-mean", return_info=True)
+    chunked = enc.encode(texts, pooling="mean", long_text="chunk-mean", return_info=True)
     width, stride = 254, 32
     content = info.n_tokens[1] - 2
     assert chunked.n_chunks.tolist() == [1, -(-(content - width) // (width - stride)) + 1, 1]
     assert chunked.truncated.tolist() == [False, False, False]
     np.testing.assert_allclose(chunked.features[::2], info.features[::2], atol=1e-6)
     assert 0.5 < row_cosines(chunked.features[1:2], info.features[1:2])[0] < 0.99999
-    cmax = enc.encode(texts, long_text="chunk-max")
+    cmax = enc.encode(texts, pooling="mean", long_text="chunk-max")
     assert (cmax[1] >= chunked.features[1] - 1e-5).all()  # element-wise max of windows >= their mean
     with pytest.raises(BertfeatError, match="not sentence pairs"):
         enc.encode(texts, pairs=texts, long_text="chunk-mean")

@@ -1,0 +1,281 @@
+"""A sentence-transformers model folder, read as what bertfeat will run: the model's own embedding.
+
+``modules.json`` lists the modules in order; bertfeat reproduces these four and refuses any other
+with one line naming it (never skipping it):
+
+  Transformer  the encoder (config.json + safetensors); ``sentence_bert_config.json`` gives
+               ``max_seq_length`` and ``do_lower_case``
+  Pooling      ``pooling_mode`` (a mode or a list, concatenated in order) or the legacy
+               ``pooling_mode_*_token`` flags; ``include_prompt``
+  Dense        ``act(x W^T + b)`` (+ an optional residual), weights from ``model.safetensors``
+  Normalize    L2 normalization
+
+``config_sentence_transformers.json`` gives ``prompts`` and ``default_prompt_name``. A folder without
+``modules.json`` is a plain transformers checkpoint: mean pooling, nothing after it.
+
+Max length: ``max_seq_length`` from ``sentence_bert_config.json``, else ``model_max_length`` from
+``tokenizer_config.json`` (where sentence-transformers >= 5 saves it), else the position limit;
+never more than the position limit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import BertfeatError, ConfigError
+
+#: sentence-transformers' pooling modes, in its legacy concatenation order.
+ST_POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+_LEGACY_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+#: torch activation class path (as Dense/config.json names it) -> our activation name.
+DENSE_ACTIVATIONS = {
+    "torch.nn.modules.activation.Tanh": "tanh",
+    "torch.nn.modules.linear.Identity": "identity",
+    "torch.nn.modules.activation.ReLU": "relu",
+    "torch.nn.modules.activation.GELU": "gelu",
+    "torch.nn.modules.activation.Sigmoid": "sigmoid",
+}
+SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+# tokenizer_config.json's model_max_length when the tokenizer has no limit (transformers' VERY_LARGE_INTEGER)
+_NO_LIMIT = 10**12
+
+
+@dataclass(frozen=True)
+class DenseLayer:
+    """One Dense module, weights transposed to (in, out) at load."""
+
+    path: str
+    w: np.ndarray  # (in, out)
+    b: np.ndarray | None  # (out,)
+    activation: str
+    residual_w: np.ndarray | None = None  # (in, out) when use_residual and in != out
+    residual: bool = False
+
+    @property
+    def in_features(self) -> int:
+        return int(self.w.shape[0])
+
+    @property
+    def out_features(self) -> int:
+        return int(self.w.shape[1])
+
+    def describe(self) -> str:
+        return f"Dense {self.in_features}->{self.out_features} {self.activation}" + (" +residual" if self.residual else "")
+
+
+@dataclass
+class ModelPipeline:
+    """What the model folder defines around the encoder, and where each part came from."""
+
+    pooling: tuple[str, ...] = ("mean",)
+    pooling_source: str = "default (the model has no Pooling module)"
+    include_prompt: bool = True
+    steps: tuple = ()  # after pooling, in order: DenseLayer or the string "normalize"
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    max_seq_length: int | None = None
+    max_length_source: str = "the model's position limit"
+    do_lower_case: bool = False
+    modules_source: str | None = None  # "modules.json" when the folder is a sentence-transformers model
+
+    @property
+    def dense(self) -> tuple[DenseLayer, ...]:
+        return tuple(s for s in self.steps if isinstance(s, DenseLayer))
+
+    @property
+    def normalize(self) -> bool:
+        """The model's embedding ends L2-normalized."""
+        return bool(self.steps) and self.steps[-1] == "normalize"
+
+    def describe(self) -> list[str]:
+        out = [f"Pooling {'+'.join(self.pooling)} ({self.pooling_source})"]
+        for s in self.steps:
+            out.append(s.describe() + f" ({s.path})" if isinstance(s, DenseLayer) else "Normalize")
+        return out
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not valid JSON ({e})", "restore it from the model") from None
+
+
+def pooling_modes(cfg: dict, where: str) -> tuple[str, ...]:
+    """A Pooling config -> its modes, from the new ``pooling_mode`` key or the legacy flags."""
+    mode = cfg.get("pooling_mode")
+    if mode is None:
+        modes = tuple(m for k, m in _LEGACY_POOLING_KEYS.items() if cfg.get(k))
+        modes = modes or ("mean",)
+    else:
+        modes = (mode,) if isinstance(mode, str) else tuple(mode)
+    bad = [m for m in modes if m not in ST_POOLING_MODES]
+    if bad or not modes:
+        raise ConfigError(f"{where}: pooling mode {bad[0] if bad else mode!r} is not supported",
+                          f"bertfeat knows {', '.join(ST_POOLING_MODES)}")
+    return modes
+
+
+def _module_kind(entry, i: int, where: str) -> tuple[str, str]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
+        raise ConfigError(f"{where}: module {i} has no type", "restore modules.json from the model")
+    t = entry["type"]
+    kind = t.rsplit(".", 1)[-1]
+    if not t.startswith("sentence_transformers.") or kind not in SUPPORTED_MODULES:
+        raise ConfigError(
+            f"{where}: module {i} '{t}' (path '{entry.get('path', '')}') cannot be reproduced by bertfeat",
+            f"bertfeat runs {', '.join(SUPPORTED_MODULES)} modules; use --pooling to get plain pooled features of "
+            "the encoder instead of the model's embedding",
+        )
+    return kind, str(entry.get("path") or "")
+
+
+def _load_dense(d: Path, path: str, hidden: int) -> DenseLayer:
+    md = d / path
+    cfg = _read_json(md / "config.json") or {}
+    where = f"{path}/config.json"
+    for k in ("module_input_name", "module_output_name"):
+        if cfg.get(k, "sentence_embedding") != "sentence_embedding":
+            raise ConfigError(f"{where}: a Dense on '{cfg[k]}' cannot be reproduced",
+                              "bertfeat runs Dense modules on the sentence embedding only")
+    act_path = cfg.get("activation_function", "torch.nn.modules.activation.Tanh")
+    if act_path not in DENSE_ACTIVATIONS:
+        raise ConfigError(f"{where}: activation '{act_path}' is not supported",
+                          f"bertfeat knows {', '.join(DENSE_ACTIVATIONS)}")
+    st_file = md / "model.safetensors"
+    if not st_file.is_file():
+        pickled = [f.name for f in md.glob("*.bin")] + [f.name for f in md.glob("*.pt")]
+        raise BertfeatError(
+            f"{path} has no model.safetensors" + (f" (only {', '.join(pickled)}, a pickle bertfeat never loads)" if pickled else ""),
+            "re-save the model with safetensors where sentence-transformers is installed: "
+            "SentenceTransformer(dir).save(dir, safe_serialization=True)",
+        )
+    from safetensors.numpy import load_file
+
+    try:
+        t = load_file(str(st_file))
+    except Exception as e:
+        raise BertfeatError(f"{st_file} could not be read as safetensors ({e})", "re-save the model") from None
+    n_in, n_out = int(cfg.get("in_features", -1)), int(cfg.get("out_features", -1))
+    if "linear.weight" not in t:
+        raise BertfeatError(f"{st_file}: tensor 'linear.weight' is missing", "re-save the model")
+    w = t["linear.weight"]
+    if w.shape != (n_out, n_in):
+        raise BertfeatError(f"{st_file}: tensor 'linear.weight' has shape {tuple(w.shape)}, expected ({n_out}, {n_in}) "
+                            "from its config.json", "re-save the model")
+    b = None
+    if cfg.get("bias", True):
+        if "linear.bias" not in t or t["linear.bias"].shape != (n_out,):
+            raise BertfeatError(f"{st_file}: tensor 'linear.bias' is missing or not ({n_out},)", "re-save the model")
+        b = np.ascontiguousarray(t["linear.bias"], dtype=np.float32)
+    residual = bool(cfg.get("use_residual", False))
+    rw = None
+    if residual and n_in != n_out:
+        if "residual.weight" not in t or t["residual.weight"].shape != (n_out, n_in):
+            raise BertfeatError(f"{st_file}: tensor 'residual.weight' is missing or not ({n_out}, {n_in})", "re-save the model")
+        rw = np.ascontiguousarray(t["residual.weight"].T, dtype=np.float32)
+    known = {"linear.weight", "linear.bias", "residual.weight"}
+    if set(t) - known:
+        raise BertfeatError(f"{st_file}: unexpected tensors {sorted(set(t) - known)}",
+                            "this Dense module is not the sentence-transformers one bertfeat reproduces")
+    return DenseLayer(path, np.ascontiguousarray(w.T, dtype=np.float32), b, DENSE_ACTIVATIONS[act_path], rw, residual)
+
+
+def read_pipeline(d: Path, hidden_size: int, max_positions: int) -> ModelPipeline:
+    """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused)."""
+    p = ModelPipeline()
+    modules = _read_json(d / "modules.json")
+    st_cfg = _read_json(d / "sentence_bert_config.json") or {}
+    if modules is not None:
+        if not isinstance(modules, list) or not modules:
+            raise ConfigError(f"{d / 'modules.json'} is not a list of modules", "restore modules.json from the model")
+        p.modules_source = "modules.json"
+        steps: list = []
+        seen_pooling = False
+        for i, entry in enumerate(modules):
+            kind, path = _module_kind(entry, i, "modules.json")
+            if kind == "Transformer":
+                if i != 0 or path not in ("", "."):
+                    raise ConfigError(f"modules.json: the Transformer module must come first with path '' (found module {i} "
+                                      f"at '{path}')", "bertfeat runs the encoder stored at the top of the model folder")
+                task = st_cfg.get("transformer_task", "feature-extraction")
+                out = st_cfg.get("module_output_name", "token_embeddings")
+                if task != "feature-extraction" or out != "token_embeddings":
+                    raise ConfigError(f"sentence_bert_config.json: transformer_task '{task}' / output '{out}' cannot be "
+                                      "reproduced", "bertfeat runs feature-extraction encoders (token embeddings)")
+            elif i == 0:
+                raise ConfigError(f"modules.json: module 0 is {kind}, not the Transformer",
+                                  "bertfeat runs models whose first module is the Transformer")
+            elif kind == "Pooling":
+                if seen_pooling or steps:
+                    raise ConfigError(f"modules.json: Pooling module {i} comes after another Pooling, Dense or Normalize",
+                                      "bertfeat runs Transformer -> Pooling -> Dense / Normalize")
+                cfg = _read_json(d / path / "config.json")
+                if cfg is None:
+                    raise ConfigError(f"{path}/config.json is missing", "restore the Pooling module's config.json")
+                dim = cfg.get("embedding_dimension", cfg.get("word_embedding_dimension", hidden_size))
+                if dim != hidden_size:
+                    raise ConfigError(f"{path}/config.json: embedding_dimension {dim} is not the encoder's hidden size "
+                                      f"{hidden_size}", "use the Pooling config that came with this model")
+                p.pooling = pooling_modes(cfg, f"{path}/config.json")
+                p.pooling_source = f"{path}/config.json"
+                p.include_prompt = bool(cfg.get("include_prompt", True))
+                seen_pooling = True
+            elif kind == "Dense":
+                if not seen_pooling:
+                    raise ConfigError(f"modules.json: Dense module {i} comes before any Pooling",
+                                      "bertfeat runs Dense modules on the pooled sentence embedding only")
+                steps.append(_load_dense(d, path, hidden_size))
+            else:  # Normalize
+                cfg = _read_json(d / path / "config.json") if path else None
+                if cfg and cfg.get("module_input_name", "sentence_embedding") != "sentence_embedding":
+                    raise ConfigError(f"{path}/config.json: a Normalize of '{cfg['module_input_name']}' cannot be reproduced",
+                                      "bertfeat normalizes the sentence embedding only")
+                steps.append("normalize")
+        width = hidden_size * len(p.pooling)
+        for s in steps:
+            if isinstance(s, DenseLayer):
+                if s.in_features != width:
+                    raise ConfigError(f"{s.path}: in_features {s.in_features} does not match the {width} dimensions "
+                                      "before it", "use the modules that came with this model")
+                width = s.out_features
+        p.steps = tuple(steps)
+
+    cst = _read_json(d / "config_sentence_transformers.json") or {}
+    prompts = cst.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(v, (str, type(None))) for v in prompts.values()):
+        raise ConfigError("config_sentence_transformers.json: prompts must map names to texts", "restore it from the model")
+    p.prompts = {str(k): v or "" for k, v in prompts.items()}
+    p.default_prompt_name = cst.get("default_prompt_name")
+    if p.default_prompt_name is not None and p.default_prompt_name not in p.prompts:
+        raise ConfigError(f"config_sentence_transformers.json: default_prompt_name '{p.default_prompt_name}' is not one "
+                          f"of the prompts ({', '.join(p.prompts) or 'none'})", "restore it from the model")
+
+    p.do_lower_case = bool(st_cfg.get("do_lower_case", False))
+    if st_cfg.get("max_seq_length"):
+        p.max_seq_length, p.max_length_source = int(st_cfg["max_seq_length"]), "sentence_bert_config.json max_seq_length"
+    else:
+        tc = _read_json(d / "tokenizer_config.json") or {}
+        mml = tc.get("model_max_length")
+        if isinstance(mml, (int, float)) and 0 < mml < _NO_LIMIT:
+            p.max_seq_length, p.max_length_source = int(mml), "tokenizer_config.json model_max_length"
+    if p.max_seq_length is None or p.max_seq_length > max_positions:
+        if p.max_seq_length is not None:
+            p.max_length_source += f", capped at the {max_positions} positions of the model"
+        else:
+            p.max_length_source = f"the {max_positions} positions of the model"
+        p.max_seq_length = max_positions
+    return p

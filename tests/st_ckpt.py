@@ -1,0 +1,186 @@
+"""sentence-transformers model folders and RoBERTa-family checkpoints with random weights, for tests.
+
+    from st_ckpt import st_folder, roberta_checkpoint
+
+    d = st_folder(tmp / "labse", pooling="cls", dense=[(32, "tanh")], normalize=True,
+                  prompts={"query": "query: "}, default_prompt_name="query")
+    r = roberta_checkpoint(tmp / "xlmr", model_type="xlm-roberta")
+
+Every folder is written by the installed sentence-transformers (``SentenceTransformer.save``), as a
+user's fine-tuned model would be, so bertfeat is checked against the files the library really writes.
+The encoder weights come from ckpt.make_checkpoint (BERT) or a transformers RobertaModel /
+XLMRobertaModel re-initialised with ckpt._randomize (every tensor informative). RoBERTa-family
+tokenizers are trained here with ``tokenizers`` on a few real sentences (no model hub): a byte-level
+BPE for 'roberta', a SentencePiece Unigram for 'xlm-roberta', with <s> <pad> </s> <unk> <mask> at ids
+0..4 as in the released checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from ckpt import make_checkpoint
+
+_CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A man is playing a guitar on the street corner while people walk by.",
+    "Machine learning models turn sentences into vectors of numbers.",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "Le renard brun rapide saute par-dessus le chien paresseux.",
+    "El zorro marrón rápido salta sobre el perro perezoso.",
+    "Numbers like 42, 3.14 and 2026 appear in text too!",
+    "query: how do I bake bread? passage: mix flour, water, salt and yeast.",
+    "快速的棕色狐狸跳过了懒狗。",
+    "Sentence embeddings are compared with the cosine similarity.",
+] * 3
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+
+
+@lru_cache(maxsize=4)
+def _roberta_tokenizer_json(kind: str) -> str:
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    if kind == "roberta":
+        tk = Tokenizer(models.BPE(unk_token=None))
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        tk.train_from_iterator(_CORPUS, trainer)
+        tk.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True, add_prefix_space=False)
+    else:
+        tk = Tokenizer(models.Unigram())
+        tk.normalizer = normalizers.Sequence([normalizers.NFKC()])
+        tk.pre_tokenizer = pre_tokenizers.Metaspace()
+        tk.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=300, special_tokens=SPECIALS, unk_token="<unk>")
+        tk.train_from_iterator(_CORPUS, trainer)
+        tk.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+            special_tokens=[("<s>", 0), ("</s>", 2)])
+    for t in SPECIALS:
+        assert tk.token_to_id(t) == SPECIALS.index(t), t
+    from tokenizers import AddedToken
+    tk.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
+    return tk.to_str()
+
+
+def roberta_checkpoint(dir, *, model_type: str = "xlm-roberta", hidden: int = 64, layers: int = 2, heads: int = 4,
+                       max_position: int = 130, mlm_head: bool = False, seed: int = 0, prefix: bool = False) -> Path:
+    """A random-weight RoBERTa / XLM-RoBERTa checkpoint (config.json, model.safetensors, tokenizer.json)."""
+    from safetensors.numpy import save_file
+    from transformers import PreTrainedTokenizerFast
+
+    d = Path(dir)
+    d.mkdir(parents=True, exist_ok=True)
+    kind = "roberta" if model_type == "roberta" else "xlm-roberta"
+    tok = PreTrainedTokenizerFast(tokenizer_object=_tokenizer(kind), bos_token="<s>", eos_token="</s>",
+                                  cls_token="<s>", sep_token="</s>", pad_token="<pad>", unk_token="<unk>",
+                                  mask_token="<mask>", model_max_length=max_position - 2)
+    tok.model_input_names = ["input_ids", "attention_mask"]
+    tok.save_pretrained(str(d))
+    model = reference_roberta(kind, len(tok), hidden, layers, heads, max_position, mlm_head, seed)
+    cfg = model.config.to_dict()
+    cfg["architectures"] = [type(model).__name__]
+    (d / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    tensors = {}
+    for name, t in model.state_dict().items():
+        if name in ("lm_head.decoder.weight", "lm_head.decoder.bias") or name.endswith("position_ids"):
+            continue  # tied to the word embeddings / lm_head.bias, as save_pretrained leaves them out
+        base = name[len("roberta."):] if name.startswith("roberta.") else name
+        out = ("roberta." + base) if (prefix and not name.startswith("lm_head.")) else base
+        tensors[out] = t.detach().cpu().numpy().astype(np.float32).copy()
+    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+    return d
+
+
+def _tokenizer(kind: str):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(_roberta_tokenizer_json(kind))
+
+
+@lru_cache(maxsize=8)
+def reference_roberta(kind: str, vocab: int, hidden: int, layers: int, heads: int, max_position: int,
+                      mlm_head: bool, seed: int):
+    """The torch (XLM-)RoBERTa model with the checkpoint's weights (eval, fp32, eager attention)."""
+    import torch
+    from transformers import (RobertaConfig, RobertaForMaskedLM, RobertaModel, XLMRobertaConfig,
+                              XLMRobertaForMaskedLM, XLMRobertaModel)
+
+    Cfg, Model, MLM = ((RobertaConfig, RobertaModel, RobertaForMaskedLM) if kind == "roberta"
+                       else (XLMRobertaConfig, XLMRobertaModel, XLMRobertaForMaskedLM))
+    config = Cfg(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                 intermediate_size=4 * hidden, max_position_embeddings=max_position, type_vocab_size=1,
+                 pad_token_id=1, bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = MLM(config) if mlm_head else Model(config)
+    _randomize_any(model, seed)
+    if mlm_head:
+        model.tie_weights()
+    return model.eval().float()
+
+
+def _randomize_any(model, seed: int) -> None:
+    """ckpt._randomize's values for any module names: 1-D weights are LayerNorm gains (lm_head.layer_norm too)."""
+    import math
+
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            if name.endswith("weight") and p.dim() == 1:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            elif "embeddings" in name:
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            else:  # (out, in) linear weight
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+
+
+def st_folder(dir, *, base: Path | None = None, pooling="mean", include_prompt: bool = True,
+              dense: list[tuple[int, str]] = (), normalize: bool = False, prompts: dict | None = None,
+              default_prompt_name: str | None = None, max_seq_length: int | None = None, **ckpt_kwargs) -> Path:
+    """A sentence-transformers model saved by the installed library: Transformer -> Pooling -> Dense* -> Normalize.
+
+    ``base``: an existing encoder checkpoint (default: ckpt.make_checkpoint with a tokenizer.json);
+    ``pooling``: a mode or a list (concatenated); ``dense``: (out_features, activation) per Dense layer,
+    activation one of tanh, identity, relu, gelu, sigmoid.
+    """
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    d = Path(dir)
+    if base is None:
+        base = make_checkpoint(d.parent / (d.name + "_base"), tokenizer="json", **ckpt_kwargs)
+    t = Transformer(str(base), max_seq_length=max_seq_length)
+    p = Pooling(t.get_embedding_dimension(), pooling_mode=pooling, include_prompt=include_prompt)
+    mods = [t, p]
+    width = p.get_embedding_dimension()
+    acts = {"tanh": torch.nn.Tanh(), "identity": torch.nn.Identity(), "relu": torch.nn.ReLU(),
+            "gelu": torch.nn.GELU(), "sigmoid": torch.nn.Sigmoid()}
+    g = torch.Generator().manual_seed(7)
+    for out, act in dense:
+        layer = Dense(width, out, activation_function=acts[act])
+        with torch.no_grad():
+            layer.linear.weight.copy_(torch.randn(out, width, generator=g) / np.sqrt(width) * 2)
+            layer.linear.bias.copy_(torch.randn(out, generator=g) * 0.1)
+        mods.append(layer)
+        width = out
+    if normalize:
+        mods.append(Normalize())
+    m = SentenceTransformer(modules=mods, prompts=prompts, default_prompt_name=default_prompt_name, device="cpu")
+    if d.exists():
+        shutil.rmtree(d)
+    m.save(str(d))
+    return d

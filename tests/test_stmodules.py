@@ -1,0 +1,302 @@
+"""The model's own embedding: sentence-transformers folders (modules.json: Pooling, Dense, Normalize,
+prompts, max length) and RoBERTa / XLM-RoBERTa encoders, against sentence-transformers and transformers.
+
+Every folder is saved by the installed sentence-transformers with random weights (st_ckpt.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sentence_transformers", reason="the parity tests compare with sentence-transformers")
+import torch  # noqa: E402
+
+from bertfeat.cli import main  # noqa: E402
+from bertfeat.encoder import Encoder  # noqa: E402
+from bertfeat.errors import BertfeatError  # noqa: E402
+from bertfeat.model import bert_forward  # noqa: E402
+from bertfeat.tokenize import pad_batch  # noqa: E402
+from st_ckpt import reference_roberta, roberta_checkpoint, st_folder  # noqa: E402
+
+TEXTS = [
+    "A man is playing a guitar.",
+    "The quick brown fox jumps over the lazy dog, again and again, until the dog finally wakes up and runs off.",
+    "x",
+    "",
+    "Sentence embeddings are compared with the cosine similarity " * 8,  # longer than max_seq_length 32
+    "Le renard brun rapide saute par-dessus le chien paresseux.",
+]
+PROMPTS = {"query": "query: ", "passage": "passage: "}
+
+# name -> st_folder keyword arguments
+LAYOUTS = {
+    "bge_cls_normalize": dict(pooling="cls", normalize=True, prompts={"query": "Represent this sentence: "}),
+    "labse_cls_dense_tanh_normalize": dict(pooling="cls", dense=[(32, "tanh")], normalize=True, prompts=PROMPTS,
+                                           default_prompt_name="query"),
+    "mean_max_concat": dict(pooling=["mean", "max"]),
+    "weightedmean": dict(pooling="weightedmean", normalize=True),
+    "lasttoken": dict(pooling="lasttoken"),
+    "mean_sqrt_len_tokens": dict(pooling="mean_sqrt_len_tokens"),
+    "instructor_prompt_not_pooled": dict(pooling=["mean", "cls"], include_prompt=False, prompts=PROMPTS,
+                                         default_prompt_name="query"),
+    "two_dense_relu_identity": dict(pooling="max", dense=[(48, "relu"), (16, "identity")]),
+    "dense_gelu_sigmoid": dict(pooling="mean", dense=[(24, "gelu"), (24, "sigmoid")], normalize=True),
+}
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("st")
+    out = {name: st_folder(root / name, max_seq_length=32, **kw) for name, kw in LAYOUTS.items()}
+    base = roberta_checkpoint(root / "xlmr_base", model_type="xlm-roberta")
+    out["e5_xlmr_mean_normalize"] = st_folder(root / "e5_xlmr", base=base, pooling="mean", normalize=True,
+                                              prompts=PROMPTS, max_seq_length=32)
+    base = roberta_checkpoint(root / "roberta_base", model_type="roberta")
+    out["roberta_cls_dense"] = st_folder(root / "roberta_st", base=base, pooling="cls", dense=[(16, "tanh")],
+                                         max_seq_length=32)
+    return out
+
+
+def _st(path):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(path), device="cpu")
+
+
+def _st_encode(st, texts, **kw):
+    torch.set_num_threads(1)
+    return st.encode(texts, batch_size=4, convert_to_numpy=True, **kw)
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS) + ["e5_xlmr_mean_normalize", "roberta_cls_dense"])
+def test_default_output_is_sentence_transformers_encode(layouts, name):
+    """bertfeat's default output == SentenceTransformer.encode within 1e-5, with every prompt of the model."""
+    d = layouts[name]
+    st, enc = _st(d), Encoder(d)
+    modules = json.loads((d / "modules.json").read_text())
+    # every module of modules.json shows in the pipeline bertfeat runs (none skipped)
+    desc = enc.describe(enc.spec())
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+    assert [line.split()[0] for line in desc if line.split()[0] != "Prompt"] == kinds, desc
+    for prompt_name in [None] + list(enc.prompts):
+        kw = {} if prompt_name is None else {"prompt_name": prompt_name}
+        ref = _st_encode(st, TEXTS, **kw)
+        ours = enc.encode(TEXTS, **kw)
+        d_max = float(np.abs(ours - ref).max())
+        print(f"\n{name} prompt {prompt_name}: shape {ours.shape}, max |diff| {d_max:.2e}")
+        assert ours.shape == ref.shape == (len(TEXTS), st.get_embedding_dimension())
+        assert d_max <= 1e-5
+    # an explicit prompt text, and a single string gives one vector
+    np.testing.assert_allclose(enc.encode(TEXTS, prompt="search: "), _st_encode(st, TEXTS, prompt="search: "), atol=1e-5, rtol=0)
+    one = enc.encode(TEXTS[0])
+    assert one.shape == (st.get_embedding_dimension(),)
+    np.testing.assert_allclose(one, _st_encode(st, TEXTS[0]), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["labse_cls_dense_tanh_normalize", "mean_max_concat"])
+def test_cli_default_output_is_sentence_transformers_encode(layouts, name, tmp_path):
+    import pyarrow.parquet as pq
+
+    d = layouts[name]
+    texts = [t for t in TEXTS if t]  # an empty text is a bad row for extract
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "out.parquet"
+    assert main(["extract", str(src), "-m", str(d), "-o", str(out), "-q", "--prompt-name", "passage"]
+                if "labse" in name else ["extract", str(src), "-m", str(d), "-o", str(out), "-q"]) == 0
+    table = pq.read_table(out)
+    X = np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    kw = {"prompt_name": "passage"} if "labse" in name else {}
+    ref = _st_encode(_st(d), texts, **kw)
+    assert X.shape == ref.shape and np.abs(X - ref).max() <= 1e-5
+    meta = json.loads(table.schema.metadata[b"bertfeat"])
+    assert meta["dense"] == (["2_Dense"] if "labse" in name else [])
+    assert meta["prompt"] == ("passage: " if "labse" in name else None)
+    assert meta["normalize"] is ("labse" in name)
+    assert any(step.startswith("Pooling") for step in meta["pipeline"])
+
+
+def test_legacy_pooling_keys_and_real_minilm(layouts, tmp_path, minilm_dir):
+    """Old pooling_mode_*_token flags select (and concatenate, in sentence-transformers' order) the same modes."""
+    d = tmp_path / "legacy"
+    shutil.copytree(layouts["mean_max_concat"], d)
+    (d / "1_Pooling" / "config.json").write_text(json.dumps({
+        "word_embedding_dimension": 64, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True,
+        "pooling_mode_max_tokens": True, "pooling_mode_mean_sqrt_len_tokens": False}))
+    enc = Encoder(d)
+    assert enc.default_pooling == "max+mean"  # legacy order: cls, max, mean, ...
+    np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
+    # the real default model: Normalize is part of its pipeline, so the default output is unit length
+    real = Encoder(minilm_dir)
+    assert real.describe(real.spec())[-1] == "Normalize"
+    X = real.encode(TEXTS)
+    np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(X, _st_encode(_st(minilm_dir), TEXTS), atol=1e-5, rtol=0)
+
+
+def test_max_length_from_tokenizer_config(layouts):
+    """sentence-transformers 6 saves max_seq_length as tokenizer_config.json's model_max_length."""
+    d = layouts["bge_cls_normalize"]
+    assert "max_seq_length" not in json.loads((d / "sentence_bert_config.json").read_text())
+    assert json.loads((d / "tokenizer_config.json").read_text())["model_max_length"] == 32
+    enc = Encoder(d)
+    assert enc.max_length == 32 and enc.pipeline.max_length_source == "tokenizer_config.json model_max_length"
+    r = enc.encode(TEXTS, return_info=True)
+    assert r.truncated[4] and not r.truncated[0]
+
+
+def test_user_flags_override_the_pipeline(layouts):
+    """--pooling replaces the Pooling and drops the Dense modules; --no-normalize / --normalize override Normalize."""
+    d = layouts["labse_cls_dense_tanh_normalize"]
+    enc = Encoder(d)
+    own = enc.spec()
+    assert own.dense == ("2_Dense",) and own.normalize and own.prompt == "query: " and enc.output_dim(own) == 32
+    raw = enc.encode(TEXTS, pooling="mean")  # plain pooled states: no Dense, no Normalize
+    assert raw.shape == (len(TEXTS), 64) and abs(float(np.linalg.norm(raw[0])) - 1.0) > 0.01
+    X = enc.encode(TEXTS, pooling="mean", normalize=True)
+    np.testing.assert_allclose(X, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-6)
+    st = _st(d)
+    tok = _st_encode(st, TEXTS, output_value="token_embeddings")  # per-text (T_i, H) encoder outputs
+    ref = np.stack([t.numpy().mean(axis=0) for t in tok])
+    np.testing.assert_allclose(raw, ref, atol=1e-5, rtol=0)
+    unnorm = enc.encode(TEXTS, normalize=False)
+    assert unnorm.shape == (len(TEXTS), 32) and np.abs(np.linalg.norm(unnorm, axis=1) - 1).max() > 1e-3
+
+
+def test_unsupported_modules_are_refused(layouts, tmp_path, capsys):
+    d = tmp_path / "ln"
+    shutil.copytree(layouts["bge_cls_normalize"], d)
+    modules = json.loads((d / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_LayerNorm", "type": "sentence_transformers.models.LayerNorm"})
+    (d / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(BertfeatError, match="module 2 'sentence_transformers.models.LayerNorm' .* cannot be reproduced"):
+        Encoder(d)
+    src = tmp_path / "in.csv"
+    src.write_text("text\nhello\n")
+    assert main(["extract", str(src), "-m", str(d), "-o", str(tmp_path / "o.parquet"), "-q"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("Error: modules.json: module 2 'sentence_transformers.models.LayerNorm' (path '2_LayerNorm') "
+                          "cannot be reproduced by bertfeat - ") and "\n" not in err
+    assert not (tmp_path / "o.parquet").exists()
+
+    # a Dense stored only as a pickle is refused, never loaded
+    p = tmp_path / "pickled"
+    shutil.copytree(layouts["labse_cls_dense_tanh_normalize"], p)
+    (p / "2_Dense" / "model.safetensors").rename(p / "2_Dense" / "pytorch_model.bin")
+    with pytest.raises(BertfeatError, match=r"2_Dense has no model.safetensors \(only pytorch_model.bin, a pickle"):
+        Encoder(p)
+
+
+def test_unknown_prompt_name_and_both_prompts(layouts):
+    enc = Encoder(layouts["labse_cls_dense_tanh_normalize"])
+    with pytest.raises(BertfeatError, match=r"no prompt named 'doc' \(its prompts: document, passage, query\)"):
+        enc.encode(["a"], prompt_name="doc")
+    with pytest.raises(BertfeatError, match="not both"):
+        enc.encode(["a"], prompt="x: ", prompt_name="query")
+    assert enc.spec(prompt="").prompt is None  # an empty prompt overrides the default, as in sentence-transformers
+
+
+# --------------------------------------------------------------------------- RoBERTa / XLM-RoBERTa
+@pytest.mark.parametrize("model_type,prefix", [("xlm-roberta", False), ("roberta", True)])
+def test_roberta_layers_match_transformers(tmp_path, model_type, prefix):
+    d = roberta_checkpoint(tmp_path / model_type, model_type=model_type, prefix=prefix)
+    enc = Encoder(d)
+    assert enc.config.position_offset == 2 and enc.max_length == 128
+    t = enc.tokenizer.encode(TEXTS[:3] + TEXTS[5:], max_length=128)
+    assert enc.tokenizer.id_to_token(int(t.ids[0][0])) == "<s>" and enc.tokenizer.id_to_token(int(t.ids[0][-1])) == "</s>"
+    ids, types, mask = pad_batch(t.ids, t.type_ids, enc.tokenizer.pad_id)
+    assert enc.tokenizer.pad_id == 1
+    fwd = bert_forward(enc.weights, ids, types, mask, keep=tuple(range(3)))
+    ref = reference_roberta("roberta" if model_type == "roberta" else "xlm-roberta", enc.config.vocab_size, 64, 2, 4,
+                            130, False, 0)
+    with torch.no_grad():
+        o = ref(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), output_hidden_states=True)
+    for i in range(3):
+        diff = float(np.abs((fwd.hidden[i] - o.hidden_states[i].numpy()) * mask[:, :, None]).max())
+        print(f"\n{model_type} layer {i}: max |diff| {diff:.2e}")
+        assert diff <= 1e-5
+
+
+def test_roberta_pairs_and_long_text_windows(tmp_path):
+    from transformers import AutoTokenizer
+
+    d = roberta_checkpoint(tmp_path / "x", model_type="xlm-roberta")
+    enc = Encoder(d, max_length=24)
+    hf = AutoTokenizer.from_pretrained(str(d))
+    ref = reference_roberta("xlm-roberta", enc.config.vocab_size, 64, 2, 4, 130, False, 0)
+
+    def ref_mean(ids):
+        with torch.no_grad():
+            h = ref(input_ids=torch.tensor([ids])).last_hidden_state[0].numpy()
+        return h.mean(axis=0)
+
+    # pairs: <s> A </s></s> B </s>, one token type
+    a, b = "The quick brown fox.", "Le renard brun rapide."
+    hf_ids = hf(a, b)["input_ids"]
+    assert enc.tokenizer.encode([a], [b]).ids[0].tolist() == hf_ids
+    assert len(hf_ids) > 24  # so the pair is encoded with the model's own max length here, not the 24 below
+    full = Encoder(d)
+    np.testing.assert_allclose(full.encode([a], [b], pooling="mean", normalize=False)[0], ref_mean(hf_ids), atol=1e-5, rtol=0)
+    # long text in chunk mode: every window framed <s> .. </s>, the row the token-weighted mean of the windows
+    long = TEXTS[4]
+    spec = enc.spec(pooling="mean", long_text="chunk-mean", stride=4, normalize=False)
+    prep = enc.prepare([long], None, spec)
+    assert len(prep.ids) > 2
+    content = hf(long, add_special_tokens=False)["input_ids"]
+    wins = []
+    for w in prep.ids:
+        assert int(w[0]) == 0 and int(w[-1]) == 2
+        wins.append(w.tolist())
+    assert [t for t in wins[0][1:-1]] == content[:22]
+    ref_row = sum(ref_mean(w) * len(w) for w in wins) / sum(len(w) for w in wins)
+    np.testing.assert_allclose(enc.run(prep, spec)[0], ref_row, atol=1e-5, rtol=0)
+
+
+def test_roberta_fill_mask_matches_transformers(tmp_path):
+    from bertfeat.inspect import masked_lm_logits
+
+    d = roberta_checkpoint(tmp_path / "mlm", model_type="roberta", mlm_head=True)
+    enc = Encoder(d)
+    assert enc.tokenizer.mask_token == "<mask>" and enc.weights.mlm is not None
+    text = "The quick brown <mask> jumps."
+    out = masked_lm_logits(text, encoder=enc)
+    logits = out[-1] if isinstance(out, tuple) else out
+    ids = enc.tokenizer.encode([text]).ids[0]
+    ref = reference_roberta("roberta", enc.config.vocab_size, 64, 2, 4, 130, True, 0)
+    with torch.no_grad():
+        r = ref(input_ids=torch.tensor([ids.astype(np.int64)])).logits[0].numpy()
+    pos = np.flatnonzero(ids == enc.tokenizer.mask_id)
+    diff = float(np.abs(np.asarray(logits).reshape(-1, r.shape[-1])[-len(pos):] - r[pos]).max())
+    print(f"\nroberta fill-mask logits: max |diff| {diff:.2e}")
+    assert diff <= 1e-4
+
+
+def test_bert_with_xlmr_tokenizer_chunks_and_one_token_type(tmp_path, capsys):
+    """paraphrase-multilingual-MiniLM layout: a BERT encoder with an XLM-R tokenizer; and type_vocab_size 1 pairs."""
+    from ckpt import make_checkpoint
+    from st_ckpt import _roberta_tokenizer_json
+
+    x = roberta_checkpoint(tmp_path / "tok", model_type="xlm-roberta")
+    d = make_checkpoint(tmp_path / "bert_xlmr", tokenizer=None, type_vocab=1, max_position=64,
+                        config_overrides={"pad_token_id": 1})  # word rows beyond the tokenizer's are unused
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (x / f).exists():
+            shutil.copy(x / f, d / f)
+    enc = Encoder(d, max_length=16)
+    X = enc.encode([TEXTS[4]], long_text="chunk-mean", stride=4, return_info=True)
+    assert X.n_chunks[0] > 1 and np.isfinite(X.features).all()
+    # its tokenizer marks both texts of a pair with type 0, so pairs run (as in transformers)
+    assert enc.tokenizer.encode(["a"], ["b"]).type_ids[0].max() == 0 and enc.encode(["a"], ["b"]).shape == (1, 64)
+    # a WordPiece tokenizer marks the second text with type 1, which a one-type BERT cannot embed
+    one = make_checkpoint(tmp_path / "one_type", type_vocab=1, max_position=64)
+    with pytest.raises(BertfeatError, match=r"one token type \(type_vocab_size 1\)"):
+        Encoder(one).encode(["a"], ["b"])
+    src = tmp_path / "pairs.csv"
+    src.write_text("text,pair\na,b\n")
+    assert main(["extract", str(src), "-m", str(one), "--pair-column", "pair", "-o", str(tmp_path / "o.parquet"), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and "type_vocab_size 1" in err and "Traceback" not in err
