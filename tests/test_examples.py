@@ -128,6 +128,7 @@ def test_sts_smoke(tmp_path):
     p = _run(["examples/sts.py", "--limit", "60", "--data", str(path), "--cache", str(tmp_path / "cache"),
               "--docs", str(tmp_path / "docs")])
     md = (tmp_path / "docs" / "sts.md").read_text()
-    assert "| mean, last layer (the model's default) | `--pooling mean --layers -1 --normalize` | 384 |" in md
+    assert "| the model's own embedding (the default) | (none) | 384 |" in md
+    assert "| mean, last layer | `--pooling mean --layers -1 --normalize` | 384 |" in md
     assert "| 86.72 |" in md and "--layer-agg concat --normalize` | 1536 |" in md
     assert md.count("\n| ") == len(load("sts").CONFIGS) + 1  # header + one row per configuration
