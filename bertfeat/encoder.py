@@ -9,7 +9,6 @@ attention masks padded keys exactly and pooling ignores padded positions.
 
 from __future__ import annotations
 
-import json
 import queue
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -80,13 +79,6 @@ class EncodeResult:
     n_tokens: np.ndarray
     truncated: np.ndarray
     n_chunks: np.ndarray
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except json.JSONDecodeError as e:
-        raise BertfeatError(f"{path} is not valid JSON ({e})", "restore it from the checkpoint") from None
 
 
 def default_pooling(model_dir: Path) -> tuple[str, str]:
