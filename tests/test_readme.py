@@ -1,4 +1,7 @@
-"""The README's commands work: every ```bash block is split into commands and run, in order.
+"""The README's and docs/'s commands work: every ```bash block is split into commands and run, in order.
+
+Pages: README.md first, then the docs/ pages in DOC_ORDER (then any other docs/*.md), in one
+working directory, so a page may use the files an earlier page's commands made.
 
 How: the commands run one by one (``bash -o pipefail -c``, so pipes and ``VAR=value cmd`` work
 exactly as typed) in one temporary directory that holds a copy of the README's input files in
@@ -31,6 +34,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOC_ORDER = ("cli.md", "models.md", "output.md", "python.md", "sklearn.md", "inspect.md", "errors.md", "precision.md",
+             "performance.md", "dask.md", "limitations.md", "classify.md", "sts.md")
+
+
+def pages() -> list[Path]:
+    """README.md, then docs/ in DOC_ORDER, then any other docs/*.md (sorted)."""
+    docs = ROOT / "docs"
+    ordered = [docs / n for n in DOC_ORDER if (docs / n).is_file()]
+    return [README] + ordered + sorted(p for p in docs.glob("*.md") if p not in ordered)
 SAMPLE_ROWS = 70
 INPUT_FILES = ("sst2_sample.csv", "pairs.jsonl", "messy.csv")
 
@@ -52,6 +64,13 @@ EXPECTED_ERRORS = [
     (r"^bertfeat extract examples/messy\.csv --id-column id$", "Error: examples/messy.csv row 1: empty text"),
     (r"^bertfeat pca transform cls\.parquet .*-o cls\.reduced\.parquet$", "Error: the features come from a different source"),
     (r'^bertfeat fill-mask "The capital of France is \[MASK\]\."$', "has no masked-language-model head"),
+]
+
+# Commands whose shown output (the ```console block after them) is deterministic and compared line by line
+# (lines with "..." are elisions and skipped).
+OUTPUT_CHECKED = [
+    r"^cat messy\.parquet\.rejects\.csv$",
+    r'^bertfeat tokens "Unaffable cats purr\." --pair "Do they\?"$',
 ]
 
 # Commands that need weights which may not be on this machine: model name -> regex.
@@ -108,7 +127,22 @@ def strip_comment(line: str) -> str:
 
 
 def readme_commands() -> list[str]:
-    return [c for b in fenced_blocks(README.read_text(encoding="utf-8"), "bash") for c in commands(b)]
+    """Every command of every page, in page order."""
+    return [c for p in pages() for b in fenced_blocks(p.read_text(encoding="utf-8"), "bash") for c in commands(b)]
+
+
+def shown_outputs() -> list[tuple[str, str]]:
+    """(command, the ```console block right after the ```bash block that ends with it), on every page."""
+    out = []
+    for p in pages():
+        prev_cmd = None
+        kinds = re.findall(r"^```(bash|console|python|)\n(.*?)^```$", p.read_text(encoding="utf-8"), flags=re.S | re.M)
+        for lang, body in kinds:
+            if lang == "console" and prev_cmd:
+                out.append((prev_cmd, body))
+            cmds = commands(body) if lang == "bash" else []
+            prev_cmd = cmds[-1] if cmds else None
+    return out
 
 
 def classify(cmd: str) -> tuple[str, str | None]:
@@ -272,6 +306,7 @@ def test_readme_commands(workdir: Path):
     """Run the README's bash commands in order; report every failure at once."""
     t0 = time.perf_counter()
     failures, ran, timings = [], 0, []
+    shown = dict(shown_outputs())
     for cmd in readme_commands():
         kind, detail = classify(cmd)
         if kind == "skip":
@@ -293,6 +328,12 @@ def test_readme_commands(workdir: Path):
         missing = [f for f in expected_files(cmd) if not (workdir / f).exists()]
         if missing:
             failures.append(f"{cmd}\n  did not write {missing}")
+        if any(re.search(pat, cmd) for pat in OUTPUT_CHECKED):
+            got = p.stdout + p.stderr
+            wrong = [line for line in shown.get(cmd, "").splitlines() if line.strip() and "..." not in line
+                     and line.rstrip() not in got]
+            if cmd not in shown or wrong:
+                failures.append(f"{cmd}\n  output differs from the page: missing {wrong or 'the console block'}\n{got[-800:]}")
     slowest = sorted(timings, reverse=True)[:5]
     print(f"ran {ran} README commands in {time.perf_counter() - t0:.1f} s; slowest: "
           + "; ".join(f"{s:.1f} s {c[:60]}" for s, c in slowest))
@@ -303,7 +344,10 @@ def test_readme_python_blocks(workdir: Path):
     """The ```python blocks run (after the bash blocks made the files they read)."""
     if not (workdir / "examples" / "sst2_sample.features.parquet").exists():
         _run("bertfeat extract examples/sst2_sample.csv --pca 64 --quiet", workdir)
-    for block in fenced_blocks(README.read_text(encoding="utf-8"), "python"):
+    blocks = [b for page in pages() for b in fenced_blocks(page.read_text(encoding="utf-8"), "python")]
+    for block in blocks:
+        if block.startswith("# not run:"):  # e.g. needs a model that is not on this machine; the reason follows
+            continue
         p = subprocess.run([sys.executable, "-c", block], cwd=workdir, env=_env(), capture_output=True, text=True,
                            timeout=300)
         assert p.returncode == 0, f"python block failed:\n{block}\n{p.stderr[-1500:]}"
@@ -318,3 +362,35 @@ def test_readme_results_match_docs():
         for line in table:
             assert line in readme, f"README lacks this row of docs/{doc}: {line}"
     assert (ROOT / "docs" / "classify.png").is_file() and (ROOT / "docs" / "pca_report.png").is_file()
+
+
+def test_every_cli_option_is_documented():
+    """Each command and each of its options is named in docs/cli.md (or inspect.md / dask.md, where it sends them)."""
+    import typer.main
+
+    from bertfeat.cli import app
+
+    # the command reference, and the pages it sends the inspection and Dask options to
+    ref = "".join((ROOT / "docs" / n).read_text(encoding="utf-8") for n in ("cli.md", "inspect.md", "dask.md"))
+    missing = []
+
+    def walk(cmd, path):
+        if hasattr(cmd, "commands"):  # a group (typer ships its own click, so no isinstance)
+            for name, sub in cmd.commands.items():
+                walk(sub, path + [name])
+            return
+        if " ".join(path) not in ref:
+            missing.append(" ".join(path))
+        for prm in cmd.params:
+            if prm.param_type_name == "option" and not any(o in ref for o in prm.opts + prm.secondary_opts):
+                missing.append(f"{' '.join(path)} {prm.opts[0]}")
+
+    walk(typer.main.get_command(app), ["bertfeat"])
+    assert not missing, f"not in docs/cli.md: {missing}"
+
+
+def test_shown_outputs_are_attached():
+    """Every OUTPUT_CHECKED command has a console block after it on some page (so the comparison happens)."""
+    shown = dict(shown_outputs())
+    for pat in OUTPUT_CHECKED:
+        assert any(re.search(pat, c) for c in shown), pat
