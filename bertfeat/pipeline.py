@@ -653,6 +653,7 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
             t, _, _ = store.read_part(i)
             if t.num_rows:
                 pca.partial_fit(_matrix(t))
+        pca.finalize()
         stem = out_path.with_suffix("")
         pca_path = stem.with_name(stem.name + ".pca.npz")
         pca.save(pca_path, fingerprint=fingerprint)
