@@ -114,6 +114,7 @@ class Encoder:
                  max_batch_tokens: int = DEFAULT_BATCH_TOKENS, threads: int | None = None,
                  location: ModelLocation | None = None):
         self.location = location or resolve_model(model)
+        self._init_kwargs = {"max_length": max_length, "max_batch_tokens": max_batch_tokens, "threads": threads}
         d = self.location.path
         self.config = BertConfig.from_file(d / "config.json")
         #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
@@ -128,6 +129,33 @@ class Encoder:
         self.threads = int(threads) if threads else default_threads()
         self._sha256: str | None = None
         self._workspaces: queue.SimpleQueue[Workspace] = queue.SimpleQueue()  # one in use per running batch
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict:
+        """Pickle without the weights (and the locks and scratch pools that cannot be pickled): the model's
+        location, the constructor's settings and the weights' sha256. Unpickling reloads the model from that
+        location and refuses weights whose sha256 differs, so a pickled Encoder never silently changes model."""
+        return {"location": self.location, "init": dict(self._init_kwargs), "weights_sha256": self.weights_sha256}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(location=state["location"], **state["init"])
+        if self.weights_sha256 != state["weights_sha256"]:
+            raise BertfeatError(
+                f"the weights at {self.location.path} are not the ones this Encoder was saved with "
+                f"(sha256 {self.weights_sha256[:12]}... instead of {state['weights_sha256'][:12]}...)",
+                "restore the original model files there, or build a new Encoder and refit what depends on it",
+            )
+
+    def __deepcopy__(self, memo: dict) -> "Encoder":
+        """A copy shares nothing mutable with the original but the read-only weights and tokenizer."""
+        import copy
+
+        new = copy.copy(self)
+        new._workspaces = queue.SimpleQueue()
+        new._prompt_lengths = dict(self._prompt_lengths)
+        new._init_kwargs = dict(self._init_kwargs)
+        memo[id(self)] = new
+        return new
 
     # ------------------------------------------------------------------ identity
     @property
