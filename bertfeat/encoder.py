@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import gemm
 from .config import BertConfig
 from .errors import BertfeatError
 from .hub import ModelLocation, resolve_model
@@ -119,15 +120,23 @@ class Encoder:
 
     >>> enc = Encoder()                                   # all-MiniLM-L6-v2
     >>> X = enc.encode(["a sentence", "another one"])     # (2, 384) float32
+
+    ``precision="bf16"``: linear layers as bf16 GEMMs (MKL, the ``fast`` extra; see gemm.py and
+    docs/precision.md); features stay float32. Refused, with what to do, where MKL or the CPU's
+    bf16 support is missing.
     """
 
     def __init__(self, model: str | Path | None = None, *, max_length: int | None = None,
                  max_batch_tokens: int = DEFAULT_BATCH_TOKENS, threads: int | None = None,
-                 location: ModelLocation | None = None):
+                 location: ModelLocation | None = None, precision: str = "fp32"):
+        if precision not in gemm.PRECISIONS:
+            raise BertfeatError(f"unknown precision '{precision}'", f"choose one of {', '.join(gemm.PRECISIONS)}")
+        self.precision = precision
+        self.bf16_mode = gemm.require_bf16() if precision == "bf16" else None  # "amx", "avx512_bf16", "emulated"
         self.location = location or resolve_model(model)
         d = self.location.path
         self.config = BertConfig.from_file(d / "config.json")
-        self.weights: BertWeights = load_weights(d, self.config)
+        self.weights: BertWeights = load_weights(d, self.config, precision)
         st_cfg = _read_json(d / "sentence_bert_config.json")
         self.default_max_length = int(st_cfg.get("max_seq_length") or self.config.max_position_embeddings)
         self.default_max_length = min(self.default_max_length, self.config.max_position_embeddings)
@@ -194,7 +203,8 @@ class Encoder:
 
     def fingerprint(self, spec: FeatureSpec) -> dict:
         """What identifies the features: model, weights and every setting that changes a vector."""
-        return {"model_id": self.model_id, "weights_sha256": self.weights_sha256, **spec.to_dict()}
+        return {"model_id": self.model_id, "weights_sha256": self.weights_sha256, "precision": self.precision,
+                **spec.to_dict()}
 
     # ------------------------------------------------------------------ stage 1: tokenize
     def prepare(self, texts: list[str], pairs: list[str] | None, spec: FeatureSpec) -> Prepared:

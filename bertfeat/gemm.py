@@ -221,6 +221,16 @@ def describe_bf16() -> dict:
     return {"status": status, "cpu": cpu_model(), "cpu_bf16": acc or "none", "library": version or "none"}
 
 
+def provenance(precision: str, bf16_mode: str | None = None) -> dict:
+    """What multiplied the linear layers, for the provenance of a features file."""
+    if precision == "bf16":
+        return {"linear_layers": "bf16", "library": f"MKL cblas_gemm_bf16bf16f32 ({mkl_version()})",
+                "bf16": bf16_mode or bf16_acceleration() or "emulated", "cpu": cpu_model()}
+    backend = fp32_backend()
+    return {"linear_layers": "fp32", "library": f"MKL cblas_sgemm ({mkl_version()})" if backend == "mkl" else "numpy matmul",
+            "cpu": cpu_model()}
+
+
 # --------------------------------------------------------------------------- products
 def _ld(x: np.ndarray, name: str) -> int:
     """The leading dimension (row stride in elements) of a 2-D array with unit column stride."""
@@ -253,8 +263,23 @@ def _call(fn_name: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None, dt
     return out
 
 
+#: MKL computes products of fewer than 4 rows with another kernel whose sums round differently (seen
+#: with MKL 2026.2's emulated bf16 and its sgemm); padding them to this many rows keeps a row's result
+#: independent of how many rows share its GEMM.
+MIN_GEMM_ROWS = 16
+
+
 def gemm_bf16(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """out (M, N) float32 <- a (M, K) @ b (K, N), both bf16 bit patterns (uint16), rows contiguous."""
+    M = a.shape[0]
+    if 0 < M < MIN_GEMM_ROWS and a.ndim == 2:
+        pad = np.zeros((MIN_GEMM_ROWS, a.shape[1]), dtype=a.dtype)
+        pad[:M] = a
+        res = _call("cblas_gemm_bf16bf16f32", pad, b, None, np.uint16)[:M]
+        if out is None:
+            return res
+        out[...] = res
+        return out
     return _call("cblas_gemm_bf16bf16f32", a, b, out, np.uint16)
 
 

@@ -7,6 +7,10 @@ to (in, out) so the forward pass does ``x @ W``, and checks every key and shape.
 Name variants accepted for each tensor:
   * with or without the ``bert.`` prefix (BertModel vs BertFor* checkpoints);
   * legacy LayerNorm names ``gamma`` / ``beta`` for ``weight`` / ``bias``.
+
+``precision="bf16"`` stores the four linear weights of every layer (qkv_w, o_w, up_w, down_w) once,
+at load, as bf16 bit patterns (uint16, rounded to nearest even from float32: gemm.to_bf16), the
+operands of the bf16 GEMM; embeddings, LayerNorm, biases and the pooler stay float32.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 
 from .config import BertConfig
 from .errors import WeightsError
+from .gemm import PRECISIONS, to_bf16
 
 # One table: our name -> (checkpoint name, expected shape as a function of the config).
 # {i} is the layer index.  "T" marks linear weights stored (out, in) that we transpose.
@@ -65,6 +70,7 @@ _MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hid
 
 @dataclass
 class LayerWeights:
+    # the four linear weights: float32, or uint16 bf16 bit patterns when the checkpoint was loaded in bf16
     qkv_w: np.ndarray  # (H, 3H): [Wq | Wk | Wv], transposed
     qkv_b: np.ndarray  # (3H,)
     o_w: np.ndarray  # (H, H)
@@ -93,6 +99,7 @@ class BertWeights:
     mlm: dict | None = None  # dense_w (H,H) transposed, dense_b, ln_g, ln_b, bias (V,)
     files: list[Path] = field(default_factory=list)
     missing_pooler_reason: str | None = None
+    precision: str = "fp32"  # "bf16": the layers' linear weights are bf16 (uint16) for gemm.gemm_bf16
 
     @property
     def n_params(self) -> int:
@@ -192,8 +199,12 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path) -> np.ndarray:
     return np.ascontiguousarray(t, dtype=np.float32)
 
 
-def load_weights(model_dir: str | Path, config: BertConfig) -> BertWeights:
-    """Load, map, check, fuse and transpose every tensor of a BERT checkpoint."""
+def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp32") -> BertWeights:
+    """Load, map, check, fuse and transpose every tensor of a BERT checkpoint; in bf16, round the
+    layers' linear weights to bf16 (each float32 copy is dropped as soon as its layer is built)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: choose one of {PRECISIONS}")
+    linear = (lambda a: to_bf16(a)) if precision == "bf16" else (lambda a: a)  # (in, out) float32 -> storage
     model_dir = Path(model_dir)
     files = checkpoint_files(model_dir)
     tensors = read_tensors(files)
@@ -206,20 +217,23 @@ def load_weights(model_dir: str | Path, config: BertConfig) -> BertWeights:
         t = {k: _take(tensors, n.format(i=i), s(c), where) for k, (n, s) in _LAYER.items()}
         layers.append(
             LayerWeights(
-                qkv_w=np.ascontiguousarray(np.concatenate([t["q_w"].T, t["k_w"].T, t["v_w"].T], axis=1)),  # (H, 3H)
+                qkv_w=linear(np.ascontiguousarray(np.concatenate([t["q_w"].T, t["k_w"].T, t["v_w"].T], axis=1))),  # (H, 3H)
                 qkv_b=np.concatenate([t["q_b"], t["k_b"], t["v_b"]]),
-                o_w=np.ascontiguousarray(t["o_w"].T),
+                o_w=linear(np.ascontiguousarray(t["o_w"].T)),
                 o_b=t["o_b"],
                 ln1_g=t["ln1_g"],
                 ln1_b=t["ln1_b"],
-                up_w=np.ascontiguousarray(t["up_w"].T),  # (H, F)
+                up_w=linear(np.ascontiguousarray(t["up_w"].T)),  # (H, F)
                 up_b=t["up_b"],
-                down_w=np.ascontiguousarray(t["down_w"].T),  # (F, H)
+                down_w=linear(np.ascontiguousarray(t["down_w"].T)),  # (F, H)
                 down_b=t["down_b"],
                 ln2_g=t["ln2_g"],
                 ln2_b=t["ln2_b"],
             )
         )
+        if precision == "bf16":  # the checkpoint's float32 linear weights are not needed any more
+            for k in ("q_w", "k_w", "v_w", "o_w", "up_w", "down_w"):
+                tensors.pop(_LAYER[k][0].format(i=i), None)
     extra = f"encoder.layer.{c.num_hidden_layers}.attention.self.query.weight"
     if extra in tensors:
         raise WeightsError(
@@ -229,7 +243,7 @@ def load_weights(model_dir: str | Path, config: BertConfig) -> BertWeights:
 
     w = BertWeights(
         config=c, word=emb["word"], position=emb["position"], token_type=emb["token_type"],
-        emb_ln_g=emb["ln_g"], emb_ln_b=emb["ln_b"], layers=layers, files=files,
+        emb_ln_g=emb["ln_g"], emb_ln_b=emb["ln_b"], layers=layers, files=files, precision=precision,
     )
     if all(n in tensors for n, _ in _POOLER.values()):
         p = {k: _take(tensors, n, s(c), where) for k, (n, s) in _POOLER.items()}
