@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--normalize", action="store_true", help="L2-normalize the features")
     ap.add_argument("--cache", type=Path, default=ROOT / "build" / "classify", help="feature cache directory")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs", help="where classify.md and classify.png go")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bertfeat precision (bf16 needs bertfeat[fast]; see docs/precision.md)")
     ap.add_argument("--limit", type=int, default=None, help="use only the first N train and test rows (smoke test; N >= 128 for the PCA sizes)")
     args = ap.parse_args(argv)
 
@@ -213,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = load_tasks(args.data)
     if args.limit:
         tasks = {n: {s: (x[: args.limit], y[: args.limit]) for s, (x, y) in t.items()} for n, t in tasks.items()}
-    encoder = Encoder(args.model)
+    encoder = Encoder(args.model, precision=args.precision)
     results = run(tasks, encoder, args.cache, args.pooling, args.normalize)
     print(table_markdown(results))
     cmd = " ".join(["python examples/classify.py", *(argv if argv is not None else sys.argv[1:])])
