@@ -12,7 +12,7 @@ Methods: bertfeat (fp32), bertfeat-bf16 (Encoder(precision="bf16"): MKL's bf16 G
 bertfeat-mkl (fp32 with MKL's sgemm instead of OpenBLAS, BERTFEAT_GEMM=mkl), bertfeat-extract, transformers-naive,
 transformers-sorted, transformers-bf16 (weights cast with dtype=torch.bfloat16, sorted batches of 32),
 sentence-transformers, onnxruntime. By default the bf16 methods run only on a CPU with AMX or AVX512-BF16
-(elsewhere bf16 is emulated: slow, and bertfeat refuses it), bertfeat-mkl only where MKL is installed.
+(elsewhere bf16 is emulated, not accelerated, and bertfeat refuses it), bertfeat-mkl only where MKL is installed.
 
     python benchmarks/bench_encode.py                 # full run, writes benchmarks/RESULTS.md
     python benchmarks/bench_encode.py --n 300 --rounds 1 --models minilm --no-write   # smoke test

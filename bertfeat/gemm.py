@@ -11,8 +11,9 @@ the nearest bf16 (ties to even, as torch's ``.to(torch.bfloat16)``), ``from_bf16
 ``scipy-openblas`` wheels export no bf16 GEMM, which is why this needs MKL: the optional extra
 ``pip install "bertfeat[fast]"`` installs the PyPI package ``mkl`` (libmkl_rt). MKL uses AMX tiles
 (Intel Sapphire Rapids and later) or AVX512-BF16 (Intel Cooper Lake, AMD Zen 4 and later) where the
-CPU has them, and emulates bf16 with fp32 instructions elsewhere: correct, but slower than fp32,
-so ``require_bf16`` refuses an emulated run unless BERTFEAT_BF16_EMULATE=1 (the tests set it).
+CPU has them, and emulates bf16 with fp32 instructions elsewhere: correct, but with no bf16 speed-up
+(and bf16's rounding), so ``require_bf16`` refuses an emulated run unless BERTFEAT_BF16_EMULATE=1
+(the tests set it).
 
 ``sgemm(a, b, out)``: MKL's float32 GEMM, the same contract as ``np.matmul(a, b, out=out)``; the
 fp32 forward pass uses it instead of NumPy's OpenBLAS with BERTFEAT_GEMM=mkl (``use``), for
@@ -202,7 +203,7 @@ def require_bf16() -> str:
         if emulation_allowed():
             return "emulated"
         raise BertfeatError(
-            f"this CPU ({cpu_model()}) has no AMX or AVX512-BF16, so bf16 would be emulated and slower than fp32",
+            f"this CPU ({cpu_model()}) has no AMX or AVX512-BF16, so bf16 would be emulated, not accelerated",
             "use --precision fp32 here, or set BERTFEAT_BF16_EMULATE=1 to run the emulated bf16 path anyway (for testing)",
         )
     return acc
@@ -215,7 +216,7 @@ def describe_bf16() -> dict:
     if version is None:
         status = f"unavailable: MKL not installed ({FAST_HINT})"
     elif acc is None:
-        status = "emulated by MKL (no AMX or AVX512-BF16 on this CPU: slower than fp32; refused unless BERTFEAT_BF16_EMULATE=1)"
+        status = "emulated by MKL (no AMX or AVX512-BF16 on this CPU: not accelerated; refused unless BERTFEAT_BF16_EMULATE=1)"
     else:
         status = f"accelerated ({'AMX' if acc == 'amx' else 'AVX512-BF16'}, MKL)"
     return {"status": status, "cpu": cpu_model(), "cpu_bf16": acc or "none", "library": version or "none"}

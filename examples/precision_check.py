@@ -12,7 +12,7 @@ their fingerprint (which names the precision). Pass criteria (issue 13): STSb Sp
 accuracies within 0.3 points of fp32 (raw features and each PCA size). Prints a table, writes
 build/precision/precision_check.md, exits 1 if a difference is out of bounds.
 
-On a CPU without AMX or AVX512-BF16, bertfeat refuses bf16 (MKL would emulate it, slower than fp32);
+On a CPU without AMX or AVX512-BF16, bertfeat refuses bf16 (MKL would emulate it, not accelerate it);
 this script sets BERTFEAT_BF16_EMULATE=1, because the quality is the same, only the speed differs.
 """
 
