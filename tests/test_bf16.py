@@ -262,6 +262,7 @@ def _extract(tmp_path, capsys, texts, *args):
     cap = capsys.readouterr()
     assert rc == 0, cap.err
     ids, X, meta = read_features(out)
+    _extract.last = out
     return X, meta
 
 
@@ -280,6 +281,25 @@ def test_extract_precision_is_what_provenance_says(tmp_path, capsys, minilm_dir,
     np.testing.assert_array_equal(X32, by["fp32"])
     assert np.abs(X16 - X32).max() > 1e-4  # the two precisions are distinguishable, so the checks above bite
     assert row_cosines(X16, X32).min() >= MIN_COSINE
+
+
+def test_pca_and_report_on_bf16_features(tmp_path, capsys, minilm_dir, real_sentences):
+    """bertfeat pca / report work on bf16-made features; a PCA fitted on them names the precision when
+    applied to fp32-made features (a fingerprint difference, as for any other setting)."""
+    texts = real_sentences[:60]
+    _extract(tmp_path, capsys, texts, "--model", str(minilm_dir), "--precision", "bf16")
+    f16 = _extract.last
+    _extract(tmp_path, capsys, texts, "--model", str(minilm_dir))
+    f32 = _extract.last
+    pca = tmp_path / "p.npz"
+    assert main(["pca", "fit", str(f16), "-n", "4", "-o", str(pca), "--quiet"]) == 0
+    assert main(["report", str(pca), "--quiet"]) == 0
+    assert main(["pca", "transform", str(f16), "--pca", str(pca), "-o", str(tmp_path / "r16.parquet")]) == 0
+    capsys.readouterr()
+    assert main(["pca", "transform", str(f32), "--pca", str(pca), "-o", str(tmp_path / "r32.parquet")]) == 1
+    err = capsys.readouterr().err
+    print(err)
+    assert err.startswith("Error: ") and "precision" in err and err.count("\n") == 1
 
 
 def test_resume_refuses_a_change_of_precision(tmp_path, capsys, minilm_dir, real_sentences):
