@@ -202,7 +202,7 @@ def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: 
         t0 = time.perf_counter()
         X = run(texts)
         times.append(time.perf_counter() - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before reading anything back
+    peak = peak_rss_mb()  # before reading anything back
     if method == "bertfeat-extract":
         from bertfeat.features import read_features
 
@@ -210,6 +210,21 @@ def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: 
     if X is not None:  # for the min cosine vs fp32 (driver)
         np.save(features_path(mdir, method), np.asarray(X, dtype=np.float32))
     return {"times": times, "peak_rss_mb": peak}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS: VmHWM of /proc/self/status (Linux), else getrusage's ru_maxrss.
+
+    Not ru_maxrss on Linux: it survives fork + exec, so a worker would report at least the RSS its
+    parent had when it forked (the driver's, e.g. after it loaded a model).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def features_path(mdir: Path, method: str) -> Path:

@@ -1,5 +1,5 @@
 """Peak memory of an encode, fp32 vs bf16: each precision in its own process (bench_encode's worker:
-load the model, warm up, encode the corpus), peak RSS from getrusage, plus the weights' bytes in memory.
+load the model, warm up, encode the corpus), peak RSS (VmHWM), plus the weights' bytes in memory.
 
     python benchmarks/bench_precision_memory.py                   # bert-base shape, 1,500 sentences
     python benchmarks/bench_precision_memory.py --models minilm,bert-base --n 500
@@ -41,6 +41,7 @@ def main() -> int:
     bench_encode.WORK.mkdir(parents=True, exist_ok=True)
     print(f"machine: {bench_encode.machine()}")
     lines = ["| model | precision | weights in memory MB | peak RSS of the encode process MB |", "|---|---|---:|---:|"]
+    rows = []
     for name in args.models.split(","):
         mdir = bench_encode.model_dir(name)
         for method, precision in (("bertfeat", "fp32"), ("bertfeat-bf16", "bf16")):
@@ -52,8 +53,10 @@ def main() -> int:
                 print(f"{name} {precision}: FAILED {p.stderr.strip()[-500:]}")
                 continue
             rss = json.loads(res[0][7:])["peak_rss_mb"]
-            lines.append(f"| {name} | {precision} | {weights_mb(mdir, precision):,.0f} | {rss:,.0f} |")
-            print(lines[-1], flush=True)
+            rows.append((name, mdir, precision, rss))
+            print(f"{name} {precision}: peak RSS {rss:,.0f} MB", flush=True)
+    for name, mdir, precision, rss in rows:  # loads weights here only after every worker ran (see peak_rss_mb)
+        lines.append(f"| {name} | {precision} | {weights_mb(mdir, precision):,.0f} | {rss:,.0f} |")
     print("\n" + "\n".join(lines))
     return 0
 

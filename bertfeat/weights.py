@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,10 +147,18 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     )
 
 
-def read_tensors(files: list[Path]) -> dict[str, np.ndarray]:
+#: the linear weights of the encoder layers, stored in bf16 under precision="bf16" (canonical names)
+_LAYER_LINEAR = re.compile(r"encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.output\.dense"
+                           r"|intermediate\.dense|output\.dense)\.weight")
+
+
+def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint, read once, with canonical names.
 
     Canonical: no ``bert.`` prefix, LayerNorm ``gamma``/``beta`` renamed ``weight``/``bias``.
+    With a set ``bf16``: the encoder layers' floating-point linear weights are rounded to bf16 as they
+    are read (their float32 copy never outlives its own read), and their names are added to the set;
+    a bf16 load then peaks below a float32 one (see docs/precision.md).
     """
     from safetensors import safe_open
 
@@ -161,7 +170,11 @@ def read_tensors(files: list[Path]) -> dict[str, np.ndarray]:
                     name = canonical_name(key)
                     if name in out:
                         raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
-                    out[name] = st.get_tensor(key)
+                    t = st.get_tensor(key)
+                    if bf16 is not None and t.dtype.kind == "f" and _LAYER_LINEAR.fullmatch(name):
+                        t = to_bf16(t)
+                        bf16.add(name)
+                    out[name] = t
         except WeightsError:
             raise
         except Exception as e:  # safetensors raises its own error types for corrupt files
@@ -182,7 +195,7 @@ def canonical_name(key: str) -> str:
     return key
 
 
-def _take(tensors: dict, name: str, shape: tuple, where: Path) -> np.ndarray:
+def _take(tensors: dict, name: str, shape: tuple, where: Path, bf16: set[str] = frozenset()) -> np.ndarray:
     if name not in tensors:
         raise WeightsError(
             f"{where}: tensor '{name}' is missing (expected shape {shape})",
@@ -194,6 +207,8 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path) -> np.ndarray:
             f"{where}: tensor '{name}' has shape {tuple(t.shape)}, expected {tuple(shape)} from config.json",
             "the checkpoint does not match config.json; use the config.json that came with these weights",
         )
+    if name in bf16:  # rounded to bf16 by read_tensors
+        return np.ascontiguousarray(t)
     if t.dtype.kind != "f":
         raise WeightsError(f"{where}: tensor '{name}' has dtype {t.dtype}, expected floating point", "re-save the checkpoint in float32")
     return np.ascontiguousarray(t, dtype=np.float32)
@@ -204,17 +219,21 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
     layers' linear weights to bf16 (each float32 copy is dropped as soon as its layer is built)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: choose one of {PRECISIONS}")
-    linear = (lambda a: to_bf16(a)) if precision == "bf16" else (lambda a: a)  # (in, out) float32 -> storage
     model_dir = Path(model_dir)
     files = checkpoint_files(model_dir)
-    tensors = read_tensors(files)
+    bf16: set[str] = set()  # names of the tensors read_tensors rounded to bf16
+    tensors = read_tensors(files, bf16 if precision == "bf16" else None)
+
+    def linear(a: np.ndarray) -> np.ndarray:  # (in, out) -> storage: bf16 in bf16 mode (already, from read_tensors)
+        return to_bf16(a) if precision == "bf16" and a.dtype != np.uint16 else a
+
     where = files[0] if len(files) == 1 else model_dir
     c = config
 
     emb = {k: _take(tensors, n, s(c), where) for k, (n, s) in _EMB.items()}
     layers = []
     for i in range(c.num_hidden_layers):
-        t = {k: _take(tensors, n.format(i=i), s(c), where) for k, (n, s) in _LAYER.items()}
+        t = {k: _take(tensors, n.format(i=i), s(c), where, bf16) for k, (n, s) in _LAYER.items()}
         layers.append(
             LayerWeights(
                 qkv_w=linear(np.ascontiguousarray(np.concatenate([t["q_w"].T, t["k_w"].T, t["v_w"].T], axis=1))),  # (H, 3H)
@@ -231,7 +250,7 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
                 ln2_b=t["ln2_b"],
             )
         )
-        if precision == "bf16":  # the checkpoint's float32 linear weights are not needed any more
+        if precision == "bf16":  # the checkpoint's (out, in) linear weights are not needed any more
             for k in ("q_w", "k_w", "v_w", "o_w", "up_w", "down_w"):
                 tensors.pop(_LAYER[k][0].format(i=i), None)
     extra = f"encoder.layer.{c.num_hidden_layers}.attention.self.query.weight"
