@@ -270,23 +270,27 @@ def _call(fn_name: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None, dt
 MIN_GEMM_ROWS = 16
 
 
-def gemm_bf16(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """out (M, N) float32 <- a (M, K) @ b (K, N), both bf16 bit patterns (uint16), rows contiguous."""
+def _padded(fn_name: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None, dtype) -> np.ndarray:
     M = a.shape[0]
     if 0 < M < MIN_GEMM_ROWS and a.ndim == 2:
         pad = np.zeros((MIN_GEMM_ROWS, a.shape[1]), dtype=a.dtype)
         pad[:M] = a
-        res = _call("cblas_gemm_bf16bf16f32", pad, b, None, np.uint16)[:M]
+        res = _call(fn_name, pad, b, None, dtype)[:M]
         if out is None:
             return res
         out[...] = res
         return out
-    return _call("cblas_gemm_bf16bf16f32", a, b, out, np.uint16)
+    return _call(fn_name, a, b, out, dtype)
+
+
+def gemm_bf16(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """out (M, N) float32 <- a (M, K) @ b (K, N), both bf16 bit patterns (uint16), rows contiguous."""
+    return _padded("cblas_gemm_bf16bf16f32", a, b, out, np.uint16)
 
 
 def sgemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """out (M, N) float32 <- a (M, K) @ b (K, N), float32, with MKL's sgemm."""
-    return _call("cblas_sgemm", a, b, out, np.float32)
+    return _padded("cblas_sgemm", a, b, out, np.float32)
 
 
 def use(backend: str | None = None) -> str:

@@ -300,7 +300,7 @@ def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: 
         return gemm.matmul(rows16.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), (probs if want_probs else None)
     rows = ws.take("ctx_rows", (B, T, nh, hs))
     np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, T, nh, hs) = (N, H) rows
-    return np.matmul(rows.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), (probs if want_probs else None)
+    return gemm.matmul(rows.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), (probs if want_probs else None)
 
 
 def ffn(h: np.ndarray, lw: LayerWeights, hidden_act: str, block: int, *, ws: Workspace,
@@ -327,8 +327,8 @@ def ffn(h: np.ndarray, lw: LayerWeights, hidden_act: str, block: int, *, ws: Wor
     for s in range(0, N, block):
         hb = h[s:s + block]
         u = buf[: hb.shape[0]]
-        bias_act_(np.matmul(hb, lw.up_w, out=u), lw.up_b, hidden_act)  # (m, F)
-        np.matmul(u, lw.down_w, out=out[s:s + block])  # (m, H)
+        bias_act_(gemm.matmul(hb, lw.up_w, out=u), lw.up_b, hidden_act)  # (m, F)
+        gemm.matmul(u, lw.down_w, out=out[s:s + block])  # (m, H)
     return out
 
 

@@ -90,12 +90,17 @@ def test_fp32_forward_with_mkl_sgemm(minilm_dir, real_sentences, monkeypatch):
     enc = Encoder(minilm_dir)
     texts = real_sentences[:40]
     ref = enc.encode(texts)
+    calls = []
+    sgemm = gemm.sgemm
+    monkeypatch.setattr(gemm, "sgemm", lambda a, b, out=None: calls.append(b.shape) or sgemm(a, b, out))
     gemm.use("mkl")
     try:
         got = enc.encode(texts)
         assert gemm.provenance("fp32")["library"].startswith("MKL cblas_sgemm")
     finally:
         gemm.use("numpy")
+    H, F = enc.config.hidden_size, enc.config.intermediate_size
+    assert {(H, 3 * H), (H, H), (H, F), (F, H)} <= set(calls)  # every linear layer went through MKL
     print(f"fp32 MKL sgemm vs numpy: max abs diff {np.abs(got - ref).max():.2e}")
     np.testing.assert_allclose(got, ref, atol=2e-5)
 
@@ -213,6 +218,10 @@ def test_bf16_gemm_rows_do_not_depend_on_the_row_count():
     for M in (1, 2, 3, 4, 7, 16, 17, 100, 299):
         np.testing.assert_array_equal(gemm.gemm_bf16(a[:M].copy(), b), full[:M], err_msg=f"{M} rows")
         np.testing.assert_array_equal(gemm.gemm_bf16(a[1:M + 1], b), full[1:M + 1], err_msg=f"{M} rows at offset 1")
+    a32, b32 = gemm.from_bf16(a), gemm.from_bf16(b)  # the same for MKL's sgemm (BERTFEAT_GEMM=mkl)
+    full = gemm.sgemm(a32, b32)
+    for M in (1, 2, 3, 4, 7, 16, 17, 100):
+        np.testing.assert_array_equal(gemm.sgemm(a32[:M].copy(), b32), full[:M], err_msg=f"sgemm {M} rows")
 
 
 def test_bf16_rows_do_not_depend_on_the_batch(minilm_dir, real_sentences):
