@@ -101,6 +101,7 @@ def extract(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="--engine dask: the scheduler, tcp://HOST:8786 (default: a local cluster)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: local worker processes (default: one per core)."),
     blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition, e.g. 64MiB, or none (one per file / row group)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 (default) or bf16: linear layers as bf16 GEMMs (needs bertfeat[fast] and an AMX or AVX512-BF16 CPU; docs/precision.md)."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
     from .pipeline import ExtractOptions, extract as run_extract
@@ -113,7 +114,7 @@ def extract(
         id_column=id_column, input_format=input_format, encoding=encoding, model=model, pooling=pooling, layers=layers,
         layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length, max_batch_tokens=max_batch_tokens,
         long_text=long_text, stride=stride, pca=pca, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
-        chunk_rows=chunk_rows, threads=threads, command=_command_line(),
+        chunk_rows=chunk_rows, threads=threads, command=_command_line(), precision=precision,
     )
     if engine == "dask":
         from .dask_engine import DaskOptions, extract_dask

@@ -336,12 +336,12 @@ _ENCODER_LOCK = threading.Lock()
 
 
 def worker_encoder(location, model_name: str | None, max_batch_tokens: int | None, weights_sha256: str,
-                   threads: int | None = None):
+                   threads: int | None = None, precision: str = "fp32"):
     """This process's Encoder for (model, batch budget): loaded once, reused by every task.
 
     ``threads``: batches encoded side by side (Encoder.threads; BLAS stays at one thread per batch).
     """
-    key = (str(location.path), max_batch_tokens)
+    key = (str(location.path), max_batch_tokens, precision)
     enc = _ENCODERS.get(key)
     if enc is not None:
         if threads:
@@ -361,7 +361,7 @@ def worker_encoder(location, model_name: str | None, max_batch_tokens: int | Non
             kw["threads"] = int(threads)
         try:
             loc = location if (Path(location.path) / "config.json").is_file() else resolve_model(model_name)
-            enc = Encoder(location=loc, **kw)
+            enc = Encoder(location=loc, precision=precision, **kw)
         except BertfeatError as e:
             raise BertfeatError(f"worker on {host}: cannot load the model at {location.path} ({e.what})",
                                 "the model directory must be at the same path on every worker (or in each worker's Hugging Face cache)") from None
@@ -378,13 +378,14 @@ class EncoderPlugin(_WorkerPluginBase):
 
     name = "bertfeat-encoder"
 
-    def __init__(self, location, model_name, max_batch_tokens, weights_sha256, threads: int | None):
+    def __init__(self, location, model_name, max_batch_tokens, weights_sha256, threads: int | None, precision: str = "fp32"):
         self.location, self.model_name, self.max_batch_tokens = location, model_name, max_batch_tokens
-        self.weights_sha256, self.threads = weights_sha256, threads
+        self.weights_sha256, self.threads, self.precision = weights_sha256, threads, precision
 
     def setup(self, worker):
         try:  # warm the cache; a failure is raised again, with its message, by the first task
-            worker_encoder(self.location, self.model_name, self.max_batch_tokens, self.weights_sha256, self.threads)
+            worker_encoder(self.location, self.model_name, self.max_batch_tokens, self.weights_sha256, self.threads,
+                           self.precision)
         except BertfeatError:
             pass
 
@@ -412,6 +413,7 @@ class TaskContext:
     wide: bool
     n_components: object = None  # --pca: parts go to _full/ and tasks return statistics
     width: int = 5
+    precision: str = "fp32"
 
 
 def part_name(index: int, width: int = 5) -> str:
@@ -442,7 +444,7 @@ def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
 
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
-    enc = worker_encoder(ctx.location, ctx.model_name, ctx.max_batch_tokens, ctx.weights_sha256, ctx.threads)
+    enc = worker_encoder(ctx.location, ctx.model_name, ctx.max_batch_tokens, ctx.weights_sha256, ctx.threads, ctx.precision)
     raw = read_partition(part, ctx.fs, ctx.attrs, first_row)
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.n_components is not None else "")
     path = out_dir / part_name(part.index, ctx.width)
@@ -689,7 +691,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
 
     from .encoder import Encoder
 
-    encoder = Encoder(opts.model, **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {}))
+    encoder = Encoder(opts.model, precision=opts.precision,
+                      **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {}))
     spec, id_name, fingerprint = feature_settings(encoder, opts, n_components)
     parts = plan_partitions(src, fs, files, blocksize)
     width = max(5, len(str(len(parts) - 1)))
@@ -712,7 +715,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
             client, cluster = _open_client(dopts, opts.threads)
         threads = opts.threads or worker_threads(client, dopts.scheduler or "")
         client.register_plugin(EncoderPlugin(encoder.location, opts.model, opts.max_batch_tokens, encoder.weights_sha256,
-                                             threads), name=EncoderPlugin.name)
+                                             threads, opts.precision), name=EncoderPlugin.name)
         attrs = _source_attrs(src)
         attrs["path"] = src.name
 
@@ -738,7 +741,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
                           spec=spec,
                           on_bad_row=opts.on_bad_row, id_name=id_name, id_type=_id_type(src, opts.id_column),
                           chunk_rows=opts.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
-                          out_dir=str(partial), wide=opts.wide, n_components=n_components, width=width)
+                          out_dir=str(partial), wide=opts.wide, n_components=n_components, width=width,
+                          precision=opts.precision)
 
         # pass 1: encode (skipping finished partitions)
         stage = partial / FULL_DIR if n_components is not None else partial

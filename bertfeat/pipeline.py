@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__
+from . import __version__, gemm
 from .encoder import Encoder, FeatureSpec, LongTextError
 from .errors import BertfeatError, InputError, ResumeError
 from .io import RawBatch, Source
@@ -253,6 +253,7 @@ class ExtractOptions:
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     threads: int | None = None
     command: str | None = None
+    precision: str = "fp32"  # "bf16": Encoder(precision="bf16"), see docs/precision.md
 
 
 @dataclass
@@ -509,7 +510,10 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
     if opts.threads is not None and opts.threads < 1:
         raise BertfeatError(f"--threads {opts.threads} is out of range", "give 1 or more (default: all cores)")
-    encoder = encoder or Encoder(opts.model)
+    encoder = encoder or Encoder(opts.model, precision=opts.precision)
+    if encoder.precision != opts.precision:  # never a silent change of precision
+        raise BertfeatError(f"the encoder was loaded in {encoder.precision}, but precision {opts.precision} was asked for",
+                            f"load it with Encoder(..., precision={opts.precision!r})")
     if opts.max_batch_tokens:
         encoder.max_batch_tokens = int(opts.max_batch_tokens)
     if opts.threads:
@@ -596,6 +600,8 @@ def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: S
         "model_source": encoder.location.source,
         "weights_sha256": encoder.weights_sha256,
         "fingerprint": fingerprint,
+        "precision": encoder.precision,
+        "gemm": gemm.provenance(encoder.precision, encoder.bf16_mode),
         "pooling": spec.pooling,
         "layers": list(spec.layers),
         "layer_agg": spec.layer_agg,

@@ -78,7 +78,7 @@ def load_tasks(data: Path) -> dict[str, dict]:
 
 
 # --------------------------------------------------------------------------- the pipeline
-def text_classifier(model: str | None = None, memory: str | Path | None = None):
+def text_classifier(model: str | None = None, memory: str | Path | None = None, precision: str = "fp32"):
     """texts -> bertfeat features -> bertfeat PCA -> standardize -> logistic regression."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import Pipeline
@@ -86,7 +86,7 @@ def text_classifier(model: str | None = None, memory: str | Path | None = None):
 
     from bertfeat.sklearn import TextFeatures
 
-    return Pipeline([("features", TextFeatures(model)), ("pca", PCA()), ("scale", StandardScaler()),
+    return Pipeline([("features", TextFeatures(model, precision=precision)), ("pca", PCA()), ("scale", StandardScaler()),
                      ("clf", LogisticRegression(max_iter=5000))], memory=None if memory is None else str(memory))
 
 
@@ -96,13 +96,14 @@ def grid_search(pipe, grid: dict, seed: int = 0):
     return GridSearchCV(pipe, grid, cv=StratifiedKFold(5, shuffle=True, random_state=seed))
 
 
-def run(tasks: dict, model: str | None, cache: Path | None, dims=DIMS, poolings=POOLINGS, save_dir: Path | None = None) -> dict:
+def run(tasks: dict, model: str | None, cache: Path | None, dims=DIMS, poolings=POOLINGS, save_dir: Path | None = None,
+        precision: str = "fp32") -> dict:
     """-> {task: {"raw": acc, 16: acc, ..., "_best": params, "_best_acc": acc, "_predictions": [...]}}."""
     results: dict = {}
     for name, t in tasks.items():
         (tr_texts, ytr), (te_texts, yte) = t["train"], t["test"]
         print(f"{name}: {len(tr_texts):,} train / {len(te_texts):,} test, {len(set(ytr.tolist()))} classes", file=sys.stderr)
-        pipe = text_classifier(model, cache)
+        pipe = text_classifier(model, cache, precision)
         row: dict = {"_sizes": (len(ytr), len(yte))}
         for k in (None, *dims):  # one width at a time, C by cross-validation on train
             t0 = time.perf_counter()
@@ -214,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--cache", type=Path, default=ROOT / "build" / "classify", help="pipeline cache and saved models")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs", help="where classify.md and classify.png go")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bertfeat precision (bf16 needs bertfeat[fast]; see docs/precision.md)")
     ap.add_argument("--limit", type=int, default=None, help="use only the first N train and test rows (smoke test; 5-fold CV needs N >= 1.25 x the largest PCA width)")
     ap.add_argument("--dims", default=",".join(map(str, DIMS)), help="PCA widths, comma-separated (default 16,32,64,128)")
     args = ap.parse_args(argv)
@@ -223,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit:
         tasks = {n: {s: (x[: args.limit], y[: args.limit]) for s, (x, y) in t.items()} for n, t in tasks.items()}
     dims = tuple(int(k) for k in args.dims.split(","))
-    results = run(tasks, args.model, args.cache / "memory", dims=dims, save_dir=args.cache)
+    results = run(tasks, args.model, args.cache / "memory", dims=dims, save_dir=args.cache, precision=args.precision)
     print(table_markdown(results, dims))
     for name, r in results.items():
         print(f"{name}: saved {r['_model_file']}; reloaded, it says " + ", ".join(
