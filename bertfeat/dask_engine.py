@@ -67,7 +67,7 @@ from . import __version__
 from .errors import BertfeatError, InputError, ResumeError
 from .io import Source, detect_format, normalize_encoding
 from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
-                       encode_chunk, parse_pca, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
+                       encode_chunk, parse_pca, pca_n_components, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -452,7 +452,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     if ctx.n_components is not None:
         from .pca import PCA
 
-        pca = PCA(n_components=ctx.n_components, solver="covariance", precision="float64")
+        pca = PCA(n_components=pca_n_components(ctx.n_components), solver="covariance", precision="float64")
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
         return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
     writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and pca is None)
@@ -514,7 +514,7 @@ def partition_statistics(path: str, n_components) -> object:
     """Task (--pca, resumed partition): the PCA statistics of a full-width part already on disk."""
     from .pca import PCA
 
-    pca = PCA(n_components=n_components, solver="covariance", precision="float64")
+    pca = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
     for batch in pq.ParquetFile(path).iter_batches(batch_size=8192, columns=["embedding"]):
         if batch.num_rows:
             pca.partial_fit(_matrix(pa.Table.from_batches([batch])))
@@ -760,7 +760,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         if n_components is not None:
             from .pca import PCA
 
-            merged = PCA(n_components=n_components, solver="covariance", precision="float64")
+            merged = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
 
         def on_encoded(i, st):
             nonlocal merged

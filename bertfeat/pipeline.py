@@ -251,6 +251,8 @@ class ExtractOptions:
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     threads: int | None = None
     command: str | None = None
+    overwrite: bool = False  # replace existing outputs (else refused), or start over from a partial run
+    delimiter: str | None = None  # CSV field delimiter (default: from the header line)
 
 
 @dataclass
@@ -329,20 +331,22 @@ def output_format(output: Path | None, fmt: str | None) -> str:
     return "parquet"
 
 
+ALL_COMPONENTS = "all"  # --pca 1.0 / all: keep every component (PCA(n_components=None))
+
+
 def parse_pca(value: str | None):
+    """--pca: None (no PCA), a count, a fraction, or ALL_COMPONENTS; the same parser as `pca fit -n` (specs.py)."""
     if value is None or value == "":
         return None
-    try:
-        x = float(value)
-    except ValueError:
-        raise BertfeatError(f"--pca '{value}' is not a number", "give a number of components (100) or a variance fraction (0.95)") from None
-    if x >= 1:
-        if x != int(x):
-            raise BertfeatError(f"--pca {value}: a number of components must be whole", "e.g. --pca 100")
-        return int(x)
-    if not 0 < x < 1:
-        raise BertfeatError(f"--pca {value} is out of range", "give a whole number >= 1 or a fraction in (0, 1)")
-    return x
+    from .specs import parse_pca_spec
+
+    n = parse_pca_spec(value, "--pca")
+    return ALL_COMPONENTS if n is None else n
+
+
+def pca_n_components(n):
+    """parse_pca's value -> PCA's n_components (None keeps every component)."""
+    return None if n == ALL_COMPONENTS else n
 
 
 # --------------------------------------------------------------------------- resume state
@@ -503,6 +507,14 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError(f"the output {out_path} is a directory", "pass -o with a file name, e.g. -o features.parquet")
     if opts.input != "-" and any(out_path.resolve() == f.resolve() for f in source.files):
         raise BertfeatError(f"the output {out_path} is the input file", "pass -o with another file name")
+    from .safety import check_extract_outputs
+    from .specs import check_max_length, check_output_format, check_size
+
+    check_output_format(opts.output, opts.format)
+    check_max_length(opts.max_length)
+    check_size(opts.max_batch_tokens, "--max-batch-tokens", 1, None, " (tokens per batch, padded rows x length; default 1024)")
+    check_extract_outputs(out_path, fmt, n_components is not None, PartStore(out_path).dir, source.files, opts.overwrite,
+                          opts.resume)
     if opts.wide and fmt == "npy":
         raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
     if opts.threads is not None and opts.threads < 1:
@@ -550,6 +562,11 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         items.close()
         store.remove()  # bad input: leave nothing behind
         raise
+    except OSError as e:  # disk full, read-only: the finished chunks stay, --resume continues
+        items.close()
+        from .safety import os_error
+
+        raise os_error(e, resume_hint=True) from None
     except KeyboardInterrupt:
         items.close()
         progress.stop()
@@ -641,7 +658,7 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
 
         if summary.rows_written < 2:
             raise BertfeatError(f"--pca needs at least 2 feature rows, this run has {summary.rows_written}", "drop --pca or add rows")
-        pca = PCA(n_components=n_components, solver="covariance", precision="float64")
+        pca = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
         for i in order:
             t, _, _ = store.read_part(i)
             if t.num_rows:
