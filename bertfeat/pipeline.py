@@ -370,7 +370,7 @@ class PartStore:
             diffs = manifest_differences(old, manifest)
             if diffs:
                 raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
-                                  "rerun without --resume to start over, or use the original settings")
+                                  "rerun with --overwrite instead of --resume to start over, or use the original settings")
             return {int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet")}
         if self.dir.exists():
             shutil.rmtree(self.dir)
@@ -507,6 +507,10 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError(f"the output {out_path} is a directory", "pass -o with a file name, e.g. -o features.parquet")
     if opts.input != "-" and any(out_path.resolve() == f.resolve() for f in source.files):
         raise BertfeatError(f"the output {out_path} is the input file", "pass -o with another file name")
+    if opts.wide and fmt == "npy":
+        raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
+    if opts.threads is not None and opts.threads < 1:
+        raise BertfeatError(f"--threads {opts.threads} is out of range", "give 1 or more (default: all cores)")
     from .safety import check_extract_outputs
     from .specs import check_max_length, check_output_format, check_size
 
@@ -515,10 +519,6 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     check_size(opts.max_batch_tokens, "--max-batch-tokens", 1, None, " (tokens per batch, padded rows x length; default 1024)")
     check_extract_outputs(out_path, fmt, n_components is not None, PartStore(out_path).dir, source.files, opts.overwrite,
                           opts.resume)
-    if opts.wide and fmt == "npy":
-        raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
-    if opts.threads is not None and opts.threads < 1:
-        raise BertfeatError(f"--threads {opts.threads} is out of range", "give 1 or more (default: all cores)")
     encoder = encoder or Encoder(opts.model)
     if opts.max_batch_tokens:
         encoder.max_batch_tokens = int(opts.max_batch_tokens)
