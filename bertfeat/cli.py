@@ -155,6 +155,8 @@ def render_summary(s) -> None:
         f"throughput      {s.rows_per_s:,.1f} rows/s, {s.tokens_per_s:,.0f} tokens/s",
         f"model           {s.model} (pooling {s.pooling}, dim {s.dim})",
     ]
+    if getattr(s, "rows_multiline", 0):
+        lines.insert(5, f"rows multi-line {s.rows_multiline:,} (quoted fields that span lines; check them if unexpected)")
     if s.chunks_resumed:
         lines.append(f"resumed         {s.chunks_resumed} chunk(s) from the interrupted run")
     for k, v in s.outputs.items():

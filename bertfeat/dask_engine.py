@@ -193,7 +193,7 @@ class _Count:
 class _BlockSource(Source):
     """The local engine's CSV/TSV/JSONL reader over one in-memory block (a partition of a file)."""
 
-    KEEP = ("path", "fmt", "encoding", "text_column", "pair_column", "id_column", "columns", "batch_rows", "_json_types")
+    KEEP = ("path", "fmt", "encoding", "delimiter", "text_column", "pair_column", "id_column", "columns", "batch_rows", "_json_types")
 
     def __init__(self, attrs: dict, data: bytes):  # no Source.__init__: the client checked the input already
         self.__dict__.update(attrs)

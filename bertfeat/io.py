@@ -127,10 +127,15 @@ class Source:
     CSV_BLOCK_BYTES = 1 << 22  # pyarrow's streaming CSV reader parses this many bytes at a time
 
     def __init__(self, path: str, fmt: str | None = None, text_column: str | None = None, pair_column: str | None = None,
-                 id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192):
+                 id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192, delimiter: str | None = None):
+        from .csvcheck import parse_delimiter
+
         self.path = path
         self.fmt = detect_format(path, fmt)
         self.encoding = normalize_encoding(encoding)
+        self._delimiter_option = parse_delimiter(delimiter)
+        self.delimiter = self._delimiter_option or ("\t" if self.fmt == "tsv" else ",")
+        self.multiline_rows = 0  # CSV records whose quoted fields span lines (known once the file is read)
         self.files = expand_paths(path, self.fmt)
         if path == "-" and self.fmt == "parquet":
             self.files = [self._spool_stdin()]  # Parquet needs seeking: copy standard input to a temporary file
@@ -217,7 +222,8 @@ class Source:
     def _parse_options(self, handler=None):
         import pyarrow.csv as pcsv
 
-        return pcsv.ParseOptions(delimiter="\t" if self.fmt == "tsv" else ",", newlines_in_values=self.fmt != "tsv",
+        delimiter = getattr(self, "delimiter", None) or ("\t" if self.fmt == "tsv" else ",")
+        return pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=self.fmt != "tsv",
                                  invalid_row_handler=handler, quote_char=False if self.fmt == "tsv" else '"')
 
     def _header_names(self, data: bytes) -> list[str]:
@@ -233,6 +239,10 @@ class Source:
         """The header as pyarrow parses it (so the names always match the streaming reader's)."""
         if not head.strip():
             raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
+        from .csvcheck import likely_delimiters_in, name_of, sniff_delimiter
+
+        if self.fmt == "csv" and self._delimiter_option is None:
+            self.delimiter = sniff_delimiter(head)  # ';', '|' or tab when the header line has no comma
         try:
             cols = self._header_names(head)
         except (pa.ArrowException, ValueError):
@@ -254,6 +264,11 @@ class Source:
                                  "the first line must name the columns; check --input-format and --encoding") from None
         if not any(c.strip() for c in cols):
             raise InputError(f"{self.name}: the header line names no column", "the first line must name the columns")
+        likely = likely_delimiters_in(cols[0], self.delimiter) if len(cols) == 1 and self._delimiter_option is None else []
+        if likely:
+            raise InputError(f"{self.name}: the header line is one column {cols[0]!r}, which holds {name_of(likely[0])}",
+                             f"pass --delimiter {name_of(likely[0])} if that separates the columns "
+                             f"(or --delimiter {name_of(self.delimiter)} to read one column)")
         return cols
 
     def _jsonl_columns(self, head: bytes) -> list[str]:
@@ -377,6 +392,12 @@ class Source:
         on_invalid._bertfeat_row_handler = True
 
         stream, counter = self._open_binary()
+        tracker = None
+        if self.fmt == "csv" and all(ch.encode(self.encoding, "ignore") == ch.encode() for ch in ('"', "\n", self.delimiter)):
+            from .csvcheck import QuoteTracker
+
+            tracker = QuoteTracker(stream, self.delimiter)  # an unclosed quote, rows that span lines
+            stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         wanted = self._wanted()
         try:
             with _quiet_row_handler_errors():
@@ -395,6 +416,7 @@ class Source:
             raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({_short(e)})",
                              "check the file format, --input-format and --encoding") from None
         row = 0
+        pending = None  # the last batch is held back: an unclosed quote at the end of the file rejects its last row
         it = iter(reader)
         try:
             while True:
@@ -430,7 +452,15 @@ class Source:
                         if out_i is not None: out_i.append(ids[k])
                         k += 1
                     row += 1
-                yield RawBatch(rows, out_t, out_p, out_i, pre, counter.count)
+                if pending is not None:
+                    yield pending
+                pending = RawBatch(rows, out_t, out_p, out_i, pre, counter.count)
+            if tracker is not None:
+                self.multiline_rows = tracker.multiline_records
+                if tracker.unclosed:
+                    self._reject_unclosed(tracker, pending, skipped, row)
+            if pending is not None:
+                yield pending
             if skipped:  # malformed lines after the last good row
                 rest = sorted(skipped)
                 if rest[0] != row or rest != list(range(row, row + len(rest))):
@@ -440,6 +470,19 @@ class Source:
                                [None] * len(rest) if self.id_column else None, dict(skipped), counter.count)
         finally:
             stream.close()
+
+    def _reject_unclosed(self, tracker, pending: RawBatch | None, skipped: dict[int, str], next_row: int) -> None:
+        """A quoted field never closed runs to the end of the file: its row (the last one) becomes a bad row."""
+        col = self.columns[tracker.open_field] if tracker.open_field is not None and tracker.open_field < len(self.columns) else None
+        reason = (f"unclosed quote: the quoted field{f' in column {col!r}' if col is not None else ''} that opens on line "
+                  f"{tracker.open_line} is never closed, so every line after it was read into this row")
+        last = max([next_row - 1, *skipped])
+        if last in skipped or pending is None or not pending.rows:
+            skipped[last] = reason
+            return
+        k = pending.rows.index(last)
+        pending.pre_rejected[last] = reason
+        pending.texts[k] = None
 
     def _raise_unskippable(self, e: BaseException):
         """pyarrow cannot hand a malformed line that is not valid UTF-8 to the skip handler: name the row."""

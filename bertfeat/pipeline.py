@@ -68,6 +68,8 @@ def fix_for(reason: str) -> str:
     skip = "or pass --on-bad-row skip to write it to the rejects file and go on"
     if reason.startswith("invalid UTF-8") or reason.startswith("invalid ") and " at byte " in reason:
         return f"pass --encoding with the file's encoding (e.g. --encoding latin-1), {skip}"
+    if reason.startswith("unclosed quote"):
+        return f'close the quote (a quote inside a quoted field is written ""), {skip}'
     if reason.startswith("malformed line"):
         return f"fix the line (quote fields that hold the delimiter), {skip}"
     if reason.startswith("invalid JSON"):
@@ -262,6 +264,7 @@ class ExtractSummary:
     rows_rejected: int = 0
     rows_truncated: int = 0
     rows_chunked: int = 0
+    rows_multiline: int = 0  # CSV rows whose quoted fields span lines
     tokens: int = 0  # tokens of accepted rows before truncation
     tokens_dropped: int = 0
     elapsed: float = 0.0
@@ -499,7 +502,8 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError("--resume cannot continue a run that read standard input", "write the input to a file first")
     if opts.input == "-" and not opts.output:
         default_output(opts.input, "parquet")  # raises: standard input needs -o
-    source = Source(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding)
+    source = Source(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding,
+                    delimiter=opts.delimiter)
     out_path = Path(opts.output) if opts.output else None
     fmt = output_format(out_path, opts.format)
     out_path = out_path or default_output(opts.input, fmt)
@@ -576,6 +580,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     finally:
         items.close()
         progress.stop()
+    summary.rows_multiline = getattr(source, "multiline_rows", 0)
 
     try:
         summary.outputs = finalize(store, sorted(order), out_path, fmt, opts, encoder, spec, fingerprint, source, summary,
