@@ -36,9 +36,8 @@ def name_of(delimiter: str) -> str:
 
 def header_line(head: bytes) -> bytes:
     """The first non-blank line of the file (a quoted header name may not span lines)."""
-    start = len(head) - len(head.lstrip(b"\r\n"))
-    end = head.find(b"\n", start)
-    return (head[start:] if end < 0 else head[start:end]).removeprefix(b"\xef\xbb\xbf")
+    head = head.lstrip(b"\r\n")
+    return re.split(rb"[\r\n]", head, maxsplit=1)[0].removeprefix(b"\xef\xbb\xbf")  # pyarrow ends a line at \r too
 
 
 def sniff_delimiter(head: bytes) -> str:

@@ -56,7 +56,10 @@ def _decode(value, what: str, encoding: str = "utf-8") -> tuple[str | None, str 
         return None, f"empty {what}"
     if not value.strip():
         return None, f"whitespace-only {what}"
-    return value, None
+    from .textcheck import control_character_reason
+
+    reason = control_character_reason(value, what)
+    return (None, reason) if reason else (value, None)
 
 
 def _kind(v) -> str:
@@ -68,6 +71,8 @@ def fix_for(reason: str) -> str:
     skip = "or pass --on-bad-row skip to write it to the rejects file and go on"
     if reason.startswith("invalid UTF-8") or reason.startswith("invalid ") and " at byte " in reason:
         return f"pass --encoding with the file's encoding (e.g. --encoding latin-1), {skip}"
+    if reason.startswith("control character"):
+        return f"remove the control characters or replace them with spaces, {skip}"
     if reason.startswith("unclosed quote"):
         return f'close the quote (a quote inside a quoted field is written ""), {skip}'
     if reason.startswith("malformed line"):
