@@ -203,6 +203,11 @@ class Source:
                     raise InputError(f"{self._fname(f)}: not a readable Parquet file ({_short(e)})", "check the file is Parquet and complete") from None
                 if self._pq_schema is None:
                     self._pq_schema = meta.schema_arrow
+                    dup = sorted({n for n in self._pq_schema.names if self._pq_schema.names.count(n) > 1})
+                    if dup:
+                        raise InputError(f"{self._fname(f)}: the column name {dup[0]!r} appears "
+                                         f"{self._pq_schema.names.count(dup[0])} times",
+                                         "rename the columns so that every name is unique (e.g. table.rename_columns in pyarrow)")
                 total += meta.metadata.num_rows
             self.total_rows = total
             return list(self._pq_schema.names)
@@ -215,9 +220,25 @@ class Source:
                     head = fh.read(HEAD_BYTES)
                 except (OSError, EOFError, ValueError, pa.ArrowException) as e:
                     raise InputError(f"{self.name}: cannot read the file ({e})", "check the file is complete and its compression") from None
+        self._refuse_compressed(head)
         if self.fmt == "jsonl":
             return self._jsonl_columns(head)
         return self._csv_columns(head)
+
+    _MAGIC = ((b"\x1f\x8b", "gzip", ".gz", "zcat"), (b"BZh", "bzip2", ".bz2", "bzcat"), (b"\x28\xb5\x2f\xfd", "zstd", ".zst", "zstdcat"))
+
+    def _refuse_compressed(self, head: bytes) -> None:
+        """Compressed bytes where text is expected (standard input, or a file without .gz/.bz2/.zst)."""
+        if getattr(self, "compression", None) is not None:
+            return
+        for magic, kind, suffix, cat in self._MAGIC:
+            if head.startswith(magic) and (kind != "bzip2" or head[3:4].isdigit()):
+                if self.path == "-":
+                    raise InputError(f"<stdin>: the input is {kind}-compressed",
+                                     f"decompress it into the pipe (e.g. {cat} FILE | bertfeat extract - ...), "
+                                     f"or pass the file by name (its {suffix} suffix is read)")
+                raise InputError(f"{self.name}: the file is {kind}-compressed but its name does not end in {suffix}",
+                                 f"rename it to end in {suffix}, or decompress it")
 
     def _parse_options(self, handler=None):
         import pyarrow.csv as pcsv
@@ -338,12 +359,14 @@ class Source:
                     raise InputError(f"{f}: its columns differ from {self.files[0]}", "a Parquet dataset needs the same columns in every file")
                 for b in pf.iter_batches(batch_size=self.batch_rows, columns=self._wanted()):
                     n = b.num_rows
-                    yield RawBatch(
+                    rb = RawBatch(
                         rows=list(range(row, row + n)),
                         texts=b.column(self.text_column).to_pylist(),
                         pairs=b.column(self.pair_column).to_pylist() if self.pair_column else None,
                         ids=b.column(self.id_column).to_pylist() if self.id_column else None,
                     )
+                    _binary_utf8(rb)
+                    yield rb
                     row += n
             except (pa.ArrowException, OSError) as e:
                 raise InputError(f"{self._fname(f)} near row {row}: cannot read the Parquet file ({_short(e)})", "check the file is Parquet and complete") from None
@@ -554,6 +577,17 @@ class Source:
                 yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, counter.count)
         finally:
             fh.close()
+
+
+def _binary_utf8(b: RawBatch) -> None:
+    """Invalid UTF-8 in a binary Parquet column: a bad row whose reason says --encoding does not apply."""
+    for values, what in ((b.texts, "text"), (b.pairs, "pair text")):
+        for k, v in enumerate(values or ()):
+            if isinstance(v, (bytes, bytearray)) and b.rows[k] not in b.pre_rejected:
+                try:
+                    bytes(v).decode("utf-8")
+                except UnicodeDecodeError as e:
+                    b.pre_rejected[b.rows[k]] = f"invalid UTF-8 at byte {e.start} of the {what} (a binary Parquet column)"
 
 
 def _skip_row(row) -> str:

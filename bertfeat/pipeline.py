@@ -69,6 +69,8 @@ def _kind(v) -> str:
 def fix_for(reason: str) -> str:
     """How to fix a bad row, by its reason."""
     skip = "or pass --on-bad-row skip to write it to the rejects file and go on"
+    if reason.endswith("(a binary Parquet column)"):
+        return f"write the column as UTF-8 strings (decode it with its real encoding first; --encoding applies to CSV and JSONL), {skip}"
     if reason.startswith("invalid UTF-8") or reason.startswith("invalid ") and " at byte " in reason:
         return f"pass --encoding with the file's encoding (e.g. --encoding latin-1), {skip}"
     if reason.startswith("control character"):
