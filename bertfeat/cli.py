@@ -242,4 +242,16 @@ def _fail(e: BaseException, user_error, unexpected) -> int:
 
 
 def entry():  # pragma: no cover
-    sys.exit(main())
+    rc = main()
+    try:  # output still buffered for a full disk or a closed pipe (bertfeat info > /dev/full): one line, not a shutdown traceback
+        sys.stdout.flush()
+    except OSError as e:
+        from .safety import os_error
+
+        if rc == 0:
+            err_console.print(f"Error: {os_error(e, '<stdout>').message}", markup=False, highlight=False, soft_wrap=True)
+            rc = 1
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(rc)

@@ -546,6 +546,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     try:
         done = store.open(manifest, opts.resume)
     except OSError as e:
+        store.remove()
         raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})", "check the output directory exists and is writable, or pass -o") from None
     for stale in (*out_path.parent.glob(f".{out_path.name}*.tmp-*"), *out_path.parent.glob(f".{out_path.stem}.ids.csv.tmp-*")):
         stale.unlink(missing_ok=True)  # temporaries of a run killed while it wrote the output
@@ -577,7 +578,8 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         items.close()
         from .safety import os_error
 
-        raise os_error(e, resume_hint=True) from None
+        raise os_error(e, store.dir, f"free disk space, then rerun the same command with --resume "
+                                     f"({len(order)} finished chunk(s) are kept in {store.dir})") from None
     except KeyboardInterrupt:
         items.close()
         progress.stop()

@@ -32,7 +32,7 @@ class OutputError(BertfeatError):
 
 # --------------------------------------------------------------------------- exceptions -> one line
 _OS_FIX = {
-    errno.ENOSPC: ("no space left on the device", "free disk space or write elsewhere with -o, then rerun"),
+    errno.ENOSPC: ("no space left on the device", "free disk space or write elsewhere (another -o, or redirect the output), then rerun"),
     errno.EDQUOT: ("disk quota exceeded", "free space under your quota or write elsewhere with -o, then rerun"),
     errno.EROFS: ("read-only file system", "write to a writable directory (pass -o with another path)"),
     errno.EACCES: ("permission denied", "check the permissions of the file and its directory, or choose another path"),
@@ -64,15 +64,16 @@ def _one_line(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def os_error(e: OSError, resume_hint: bool = False) -> BertfeatError:
-    """An OSError -> ``PATH: what - fix`` (the errno decides the fix)."""
+def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str | None = None) -> BertfeatError:
+    """An OSError -> ``PATH: what - fix`` (the errno decides the fix; ``path`` when the error names none;
+    ``space_fix`` replaces the fix of a full disk or quota, e.g. extract's "rerun with --resume")."""
     code = _errno_of(e)
-    where = e.filename if getattr(e, "filename", None) else None
+    where = e.filename if getattr(e, "filename", None) else path
     what, fix = _OS_FIX.get(code, (None, "check the path, its permissions and the free disk space"))
     if what is None:
         what = _one_line(e.strerror or e) or type(e).__name__
-    if resume_hint and code in (errno.ENOSPC, errno.EDQUOT):
-        fix += " (extract: with --resume, the finished chunks are kept)"
+    if space_fix and code in (errno.ENOSPC, errno.EDQUOT):
+        fix = space_fix
     return OutputError(f"{where}: {what}" if where else what, fix)
 
 
