@@ -191,6 +191,18 @@ def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
     elif p.suffix.lower() == ".npy":
         if not head.startswith(b"\x93NUMPY"):
             raise BertfeatError(f"{p}: not a .npy array file", "pass a .npy written by bertfeat")
+    elif p.suffix.lower() in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(p).names
+        except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError for a foreign or cut file
+            raise BertfeatError(f"{p}: not a readable Parquet file ({_one_line(e)})",
+                                "pass a complete file (rerun the command that wrote it)") from None
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise BertfeatError(f"{p}: the column name {dup[0]!r} appears {names.count(dup[0])} times",
+                                "rename the columns so that every name is unique")
 
 
 # --------------------------------------------------------------------------- what each command writes
