@@ -262,7 +262,9 @@ class Source:
             raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
         from .csvcheck import likely_delimiters_in, name_of, sniff_delimiter
 
-        if self.fmt == "csv" and self._delimiter_option is None:
+        option = getattr(self, "_delimiter_option", None)  # subclasses (dask_engine) may skip Source.__init__
+        self.delimiter = option or getattr(self, "delimiter", None) or ("\t" if self.fmt == "tsv" else ",")
+        if self.fmt == "csv" and option is None:
             self.delimiter = sniff_delimiter(head)  # ';', '|' or tab when the header line has no comma
         try:
             cols = self._header_names(head)
@@ -285,7 +287,7 @@ class Source:
                                  "the first line must name the columns; check --input-format and --encoding") from None
         if not any(c.strip() for c in cols):
             raise InputError(f"{self.name}: the header line names no column", "the first line must name the columns")
-        likely = likely_delimiters_in(cols[0], self.delimiter) if len(cols) == 1 and self._delimiter_option is None else []
+        likely = likely_delimiters_in(cols[0], self.delimiter) if len(cols) == 1 and option is None else []
         if likely:
             raise InputError(f"{self.name}: the header line is one column {cols[0]!r}, which holds {name_of(likely[0])}",
                              f"pass --delimiter {name_of(likely[0])} if that separates the columns "
@@ -416,10 +418,11 @@ class Source:
 
         stream, counter = self._open_binary()
         tracker = None
-        if self.fmt == "csv" and all(ch.encode(self.encoding, "ignore") == ch.encode() for ch in ('"', "\n", self.delimiter)):
+        delimiter = getattr(self, "delimiter", None) or ("\t" if self.fmt == "tsv" else ",")
+        if self.fmt == "csv" and all(ch.encode(self.encoding, "ignore") == ch.encode() for ch in ('"', "\n", delimiter)):
             from .csvcheck import QuoteTracker
 
-            tracker = QuoteTracker(stream, self.delimiter)  # an unclosed quote, rows that span lines
+            tracker = QuoteTracker(stream, delimiter)  # an unclosed quote, rows that span lines
             stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         wanted = self._wanted()
         try:
