@@ -676,6 +676,12 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
 
     src_cls = FsspecSource if _is_url(opts.input) else Source
     src = src_cls(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding)
+    if opts.delimiter and src.fmt in ("csv", "tsv"):  # --delimiter: read the header again with it
+        from .csvcheck import parse_delimiter
+
+        src._delimiter_option = src.delimiter = parse_delimiter(opts.delimiter)
+        src.columns = src._columns()
+        src._select_columns(opts.text_column, opts.pair_column, opts.id_column)
     if opts.output:
         out = Path(opts.output)
     elif _is_url(opts.input):
@@ -685,6 +691,9 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     out = out.resolve()
     _check_output(out)
     partial = out.with_name(out.name + ".partial")
+    from .safety import check_dask_outputs
+
+    check_dask_outputs(out, partial, [] if _is_url(opts.input) else list(src.files), opts.overwrite, opts.resume)
     fs, files = _filesystem(src)
 
     from .encoder import Encoder
@@ -862,7 +871,7 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
                  if json.dumps(old.get(k), sort_keys=True, default=str) != json.dumps(manifest.get(k), sort_keys=True, default=str)]
         if diffs:
             raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
-                              "rerun without --resume to start over, or use the original settings")
+                              "rerun with --overwrite instead of --resume to start over, or use the original settings")
         if old.get("partition_rows") is not None:
             manifest["partition_rows"] = old["partition_rows"]
             return list(old["partition_rows"])

@@ -253,3 +253,14 @@ def check_extract_outputs(out_path: Path, fmt: str, want_pca: bool, partial_dir:
             return  # --resume continues it (and may rewrite an output its interrupted finish left); --overwrite starts over
         raise partial_run_error(partial_dir)
     check_overwrite(outs, overwrite)
+
+
+def check_dask_outputs(out: Path, partial_dir: Path, inputs: list[Path], overwrite: bool, resume: bool) -> None:
+    """`extract --engine dask` (a directory of parts): the same rules as check_extract_outputs."""
+    outs = [("output", out), ("rejects file", out.with_name(out.name + ".rejects.csv"))]
+    check_not_input(outs + [("partial directory", partial_dir)], inputs)
+    if partial_dir.is_dir() and any(partial_dir.iterdir()):
+        if resume or overwrite:
+            return
+        raise partial_run_error(partial_dir)
+    check_overwrite(outs, overwrite)
