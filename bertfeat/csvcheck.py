@@ -59,21 +59,30 @@ def _unquoted(line: bytes) -> bytes:
 
 
 class QuoteTracker(io.RawIOBase):
-    """A raw binary stream that follows CSV quoting while pyarrow reads through it (ASCII-compatible encodings)."""
+    """A raw binary stream that follows CSV quoting while pyarrow reads through it (ASCII-compatible encodings).
+
+    Records are counted as pyarrow counts them (blank lines are not records; the header is record 0), so
+    ``suspects`` maps a 0-based *data-row* number to the reason its quoted field swallowed other lines:
+    a quote that opens a field and closes lines later followed by more text (``4,"unterminated`` ... closed by
+    the opening quote of a later row), and ``unclosed`` says a quoted field ran to the end of the file.
+    """
 
     def __init__(self, raw, delimiter: str = ","):
         self._raw = raw
-        self._special = re.compile(b'["\\n' + re.escape(delimiter.encode()) + b"]")
+        self._special = re.compile(b'["\\n\\r' + re.escape(delimiter.encode()) + b"]")
         self._delim = ord(delimiter)
         self.line = 1  # physical line (1-based) of the next byte
         self.field = 0  # 0-based field index in the current record
+        self.record = 0  # record index (0 = the header), blank lines excluded
         self.in_quotes = False
         self._field_start = 0  # offset (in the stream) where the current field starts
+        self._record_start = 0
         self._offset = 0
         self._pending_quote = False  # a '"' inside quotes was the last byte of a read: close or escaped?
-        self.open_line = self.open_field = None  # where the quoted field now open started
+        self.open_line = self.open_field = self.open_record = None  # where the quoted field now open started
         self._record_multiline = False
         self.multiline_records = 0
+        self.suspects: dict[int, tuple[int, int, int]] = {}  # data row -> (open line, field, close line)
 
     def readable(self):
         return True
@@ -92,6 +101,13 @@ class QuoteTracker(io.RawIOBase):
     def unclosed(self) -> bool:
         return self.in_quotes and not self._pending_quote  # a closing quote as the very last byte closes the field
 
+    def _closed(self, next_byte: int | None) -> None:
+        """The quoted field closed; text right after a quote that closed lines later means it swallowed lines."""
+        self.in_quotes = False
+        if (next_byte is not None and next_byte not in (0x0A, 0x0D, self._delim) and self.line > self.open_line
+                and self.open_record is not None and self.open_record >= 1):
+            self.suspects.setdefault(self.open_record - 1, (self.open_line, self.open_field, self.line))
+
     def _scan(self, data: bytes) -> None:
         base, n, i = self._offset, len(data), 0
         if self._pending_quote:  # the quote that ended the last read: '""' (a quote) or the closing quote
@@ -99,7 +115,7 @@ class QuoteTracker(io.RawIOBase):
             if data[:1] == b'"':
                 i = 1
             else:
-                self.in_quotes = False
+                self._closed(data[0])
         search = self._special.search
         while (m := search(data, i)) is not None:
             j = m.start()
@@ -112,23 +128,27 @@ class QuoteTracker(io.RawIOBase):
                     elif data[j + 1] == 0x22:
                         i = j + 2
                     else:
-                        self.in_quotes = False
+                        self._closed(data[j + 1])
                 elif c == 0x0A:
                     self.line += 1
                     if not self._record_multiline:
                         self._record_multiline = True
                         self.multiline_records += 1
                 continue
+            pos = base + j
             if c == 0x22:
-                if base + j == self._field_start:  # a quote opens a quoted field only at its start
+                if pos == self._field_start:  # a quote opens a quoted field only at its start
                     self.in_quotes = True
-                    self.open_line, self.open_field = self.line, self.field
-            elif c == 0x0A:
-                self.line += 1
+                    self.open_line, self.open_field, self.open_record = self.line, self.field, self.record
+            elif c == 0x0A or c == 0x0D:  # pyarrow ends a line at \n, \r or \r\n
+                if c == 0x0A:
+                    self.line += 1
+                if pos > self._record_start:  # a blank line is not a record
+                    self.record += 1
                 self.field = 0
-                self._field_start = base + j + 1
+                self._field_start = self._record_start = pos + 1
                 self._record_multiline = False
             elif c == self._delim:
                 self.field += 1
-                self._field_start = base + j + 1
+                self._field_start = pos + 1
         self._offset = base + n

@@ -479,23 +479,41 @@ class Source:
                         k += 1
                     row += 1
                 if pending is not None:
-                    yield pending
+                    yield self._mark_suspects(pending, tracker)
                 pending = RawBatch(rows, out_t, out_p, out_i, pre, counter.count)
             if tracker is not None:
                 self.multiline_rows = tracker.multiline_records
                 if tracker.unclosed:
                     self._reject_unclosed(tracker, pending, skipped, row)
             if pending is not None:
-                yield pending
+                yield self._mark_suspects(pending, tracker)
             if skipped:  # malformed lines after the last good row
                 rest = sorted(skipped)
                 if rest[0] != row or rest != list(range(row, row + len(rest))):
                     raise InputError(f"{self.name}: malformed lines at rows {rest[:5]} could not be placed",
                                      "fix the lines with the wrong number of fields")
-                yield RawBatch(rest, [None] * len(rest), [None] * len(rest) if self.pair_column else None,
-                               [None] * len(rest) if self.id_column else None, dict(skipped), counter.count)
+                yield self._mark_suspects(RawBatch(rest, [None] * len(rest), [None] * len(rest) if self.pair_column else None,
+                                                   [None] * len(rest) if self.id_column else None, dict(skipped), counter.count),
+                                          tracker)
         finally:
             stream.close()
+
+    def _column_name(self, field: int | None) -> str:
+        return f" in column {self.columns[field]!r}" if field is not None and field < len(self.columns) else ""
+
+    def _mark_suspects(self, b: RawBatch, tracker) -> RawBatch:
+        """Rows whose quoted field closed lines later, right before more text: it swallowed the lines between."""
+        if tracker is None or not tracker.suspects:
+            return b
+        for k, row in enumerate(b.rows):
+            hit = tracker.suspects.get(row)
+            if hit is not None:
+                line, field, close = hit
+                b.pre_rejected[row] = (f"unclosed quote: the quoted field{self._column_name(field)} that opens on line {line} "
+                                       f"only ends at a quote on line {close}, so lines {line + 1} to {close} were read "
+                                       "into this row")
+                b.texts[k] = None
+        return b
 
     def _reject_unclosed(self, tracker, pending: RawBatch | None, skipped: dict[int, str], next_row: int) -> None:
         """A quoted field never closed runs to the end of the file: its row (the last one) becomes a bad row."""

@@ -119,6 +119,34 @@ def test_unclosed_quote_is_a_bad_row_not_a_silent_merge(tmp_path, capsys):
     assert digest(src) == before
 
 
+def test_unclosed_quote_closed_by_a_later_rows_quote(tmp_path, capsys):
+    """The issue's case: the open quote swallows lines until the opening quote of a later quoted field."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["id", "text"])
+    w.writerows([[i, t + (", quoted" if i % 10 == 7 else "")] for i, t in enumerate(texts(30))])
+    lines = buf.getvalue().split("\n")
+    lines[5] = '4,"unterminated quote'
+    src = tmp_path / "q.csv"
+    src.write_text("\n".join(lines), encoding="utf-8")
+    before = digest(src)
+    reason = ("unclosed quote: the quoted field in column 'text' that opens on line 6 only ends at a quote on line 9, "
+              "so lines 7 to 9 were read into this row")
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src} row 4: {reason} - close the quote (a quote inside a quoted field is written \"\"), "
+                      "or pass --on-bad-row skip to write it to the rejects file and go on")
+    assert listing(tmp_path) == ["q.csv"]
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--on-bad-row", "skip")
+    assert rc == 0, err
+    assert summary_line(err, "rows read") == "rows read 27"  # 30 rows, 3 of them inside the broken field
+    assert summary_line(err, "rows rejected") == "rows rejected 1"
+    assert (tmp_path / "o.parquet.rejects.csv").read_text() == f'row,id,reason\n4,,"{reason}"\n'
+    assert digest(src) == before
+
+
 def test_quoted_line_breaks_are_counted_in_the_summary(tmp_path, capsys):
     src = tmp_path / "m.csv"
     src.write_text('text\n"one\ntwo"\nthree\n"four\nfive\nsix"\n', encoding="utf-8")
