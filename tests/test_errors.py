@@ -406,6 +406,19 @@ def test_unexpected_errors_are_one_line_unless_debug(tmp_path, features, capsys,
     assert rc == 1 and "Traceback (most recent call last)" in err
 
 
+def test_ctrl_c_is_130_in_every_command(tmp_path, features, capsys, monkeypatch):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("bertfeat.cli_pca.fit_pca_file", interrupted)
+    rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
+    assert (rc, err) == (130, "Interrupted.\n")
+    monkeypatch.setattr("bertfeat.inspect.model_info", interrupted)
+    rc, _, err = run(capsys, "info")
+    assert (rc, err) == (130, "Interrupted.\n")
+    assert not (tmp_path / "p.npz").exists()
+
+
 # ------------------------------------------------------------------------------------------------ model lookup
 def test_unreadable_hf_cache_does_not_hide_the_packaged_model(tmp_path, capsys, monkeypatch):
     cache = tmp_path / "hub"
