@@ -78,16 +78,16 @@ settings-changed:
 $(SETTINGS): ;
 
 $(RAW): $(INPUT) $(SETTINGS) $(SETTINGS_CHANGED)
-	$(BERTFEAT) extract $(INPUT) -o $@ $(EXTRACT_FLAGS)
+	$(BERTFEAT) extract $(INPUT) -o $@ --overwrite $(EXTRACT_FLAGS)
 
 $(PCA_MODEL): $(RAW)
-	$(BERTFEAT) pca fit $< -n $(PCA) -o $@ --quiet
+	$(BERTFEAT) pca fit $< -n $(PCA) -o $@ --quiet --overwrite
 
 $(PCA_REPORT): $(PCA_MODEL)
-	$(BERTFEAT) report $< --quiet
+	$(BERTFEAT) report $< --quiet --overwrite
 
 $(REDUCED): $(RAW) $(PCA_MODEL)
-	$(BERTFEAT) pca transform $< --pca $(PCA_MODEL) -o $@
+	$(BERTFEAT) pca transform $< --pca $(PCA_MODEL) -o $@ --overwrite
 
 # Downstream examples (need the `examples` extra and ../shared/data); features are cached in build/.
 classify:

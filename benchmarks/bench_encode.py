@@ -135,8 +135,8 @@ def make_runner(method: str, mdir: Path, max_length: int):
             if not src.is_file():
                 pq.write_table(pa.table({"text": texts}), src)
             opts = ExtractOptions(input=str(src), output=str(WORK / "bench_corpus.features.parquet"), pooling="mean",
-                                  max_length=max_length)
-            extract(opts, encoder=enc)
+                                  max_length=max_length, overwrite=True)  # every round rewrites the same output
+            return extract(opts, encoder=enc)
 
         return run_extract
     if method.startswith("transformers"):

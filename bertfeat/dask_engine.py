@@ -67,7 +67,7 @@ from . import __version__
 from .errors import BertfeatError, InputError, ResumeError
 from .io import Source, detect_format, normalize_encoding
 from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
-                       encode_chunk, parse_pca, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
+                       encode_chunk, parse_pca, pca_n_components, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -193,7 +193,7 @@ class _Count:
 class _BlockSource(Source):
     """The local engine's CSV/TSV/JSONL reader over one in-memory block (a partition of a file)."""
 
-    KEEP = ("path", "fmt", "encoding", "text_column", "pair_column", "id_column", "columns", "batch_rows", "_json_types")
+    KEEP = ("path", "fmt", "encoding", "delimiter", "text_column", "pair_column", "id_column", "columns", "batch_rows", "_json_types")
 
     def __init__(self, attrs: dict, data: bytes):  # no Source.__init__: the client checked the input already
         self.__dict__.update(attrs)
@@ -454,7 +454,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     if ctx.n_components is not None:
         from .pca import PCA
 
-        pca = PCA(n_components=ctx.n_components, solver="covariance", precision="float64")
+        pca = PCA(n_components=pca_n_components(ctx.n_components), solver="covariance", precision="float64")
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
         return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
     writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and pca is None)
@@ -516,7 +516,7 @@ def partition_statistics(path: str, n_components) -> object:
     """Task (--pca, resumed partition): the PCA statistics of a full-width part already on disk."""
     from .pca import PCA
 
-    pca = PCA(n_components=n_components, solver="covariance", precision="float64")
+    pca = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
     for batch in pq.ParquetFile(path).iter_batches(batch_size=8192, columns=["embedding"]):
         if batch.num_rows:
             pca.partial_fit(_matrix(pa.Table.from_batches([batch])))
@@ -678,6 +678,12 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
 
     src_cls = FsspecSource if _is_url(opts.input) else Source
     src = src_cls(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding)
+    if opts.delimiter and src.fmt in ("csv", "tsv"):  # --delimiter: read the header again with it
+        from .csvcheck import parse_delimiter
+
+        src._delimiter_option = src.delimiter = parse_delimiter(opts.delimiter)
+        src.columns = src._columns()
+        src._select_columns(opts.text_column, opts.pair_column, opts.id_column)
     if opts.output:
         out = Path(opts.output)
     elif _is_url(opts.input):
@@ -687,6 +693,9 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     out = out.resolve()
     _check_output(out)
     partial = out.with_name(out.name + ".partial")
+    from .safety import check_dask_outputs
+
+    check_dask_outputs(out, partial, [] if _is_url(opts.input) else list(src.files), opts.overwrite, opts.resume)
     fs, files = _filesystem(src)
 
     from .encoder import Encoder
@@ -764,7 +773,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         if n_components is not None:
             from .pca import PCA
 
-            merged = PCA(n_components=n_components, solver="covariance", precision="float64")
+            merged = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
 
         def on_encoded(i, st):
             nonlocal merged
@@ -866,7 +875,7 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
                  if json.dumps(old.get(k), sort_keys=True, default=str) != json.dumps(manifest.get(k), sort_keys=True, default=str)]
         if diffs:
             raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
-                              "rerun without --resume to start over, or use the original settings")
+                              "rerun with --overwrite instead of --resume to start over, or use the original settings")
         if old.get("partition_rows") is not None:
             manifest["partition_rows"] = old["partition_rows"]
             return list(old["partition_rows"])

@@ -179,10 +179,10 @@ def test_cli_errors_become_one_line(tmp_path, features, capsys):
     assert _run_main(["pca", "fit", str(features), "-n", "lots", "-o", str(tmp_path / "p.npz")]) == 1
     assert capsys.readouterr().err.strip() == (
         "Error: --n-components 'lots' is not a number - "
-        "pass a whole number of components (e.g. 100) or a fraction of variance in (0, 1) (e.g. 0.95)"
+        "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"
     )
     assert _run_main(["pca", "fit", str(features), "-n", "1.5", "-o", str(tmp_path / "p.npz")]) == 1
-    assert "n_components=1.5 is outside (0, 1)" in capsys.readouterr().err
+    assert "Error: --n-components 1.5: a number of components must be whole" in capsys.readouterr().err
     assert _run_main(["pca", "fit", str(features), "-n", "25", "-o", str(tmp_path / "p.npz")]) == 1
     assert capsys.readouterr().err.strip() == (
         f"Error: n_components=25 is larger than n_features = {D} - "
