@@ -87,7 +87,7 @@ $(PCA_REPORT): $(PCA_MODEL)
 	$(BERTFEAT) report $< --quiet --overwrite
 
 $(REDUCED): $(RAW) $(PCA_MODEL)
-	$(BERTFEAT) pca transform $< --pca $(PCA_MODEL) -o $@ --overwrite
+	$(BERTFEAT) pca transform $< --pca-model $(PCA_MODEL) -o $@ --overwrite
 
 # Downstream examples (need the `examples` extra and ../shared/data); features are cached in build/.
 classify:

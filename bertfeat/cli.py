@@ -45,7 +45,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     _DEBUG = _DEBUG or debug
 
 
-@app.command()
+@app.command(epilog="Examples:\n\n  bertfeat info\n\n  bertfeat info /models/bge-small --json\n\n  bertfeat --version")
 def info(
     model: Optional[str] = typer.Argument(None, help=MODEL_HELP),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -73,7 +73,9 @@ def info(
     out_console.print(t)
 
 
-@app.command()
+@app.command(epilog="Examples:\n\n  bertfeat extract corpus.csv --pca 100\n\n"
+                     "  bertfeat extract reviews.parquet --text-column review --id-column id -o feats.parquet\n\n"
+                     "  bertfeat extract queries.jsonl -m /models/e5-small --prompt-name query -o q.npy")
 def extract(
     input: str = typer.Argument(..., help="CSV, TSV, Parquet (file, glob or directory) or JSONL; '-' for standard input."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file (default: INPUT.features.parquet beside the input)."),
@@ -178,7 +180,8 @@ def _register_optional():
     except ImportError:  # pragma: no cover - during development
         return
     app.add_typer(pca_app, name="pca", help="Fit a PCA on a features file, or apply one.")
-    app.command("report")(report_command)
+    app.command("report", epilog="Examples:\n\n  bertfeat report feats.pca100.npz\n\n"
+                "  bertfeat report feats.pca100.npz -o reports/pca100 --quiet")(report_command)
 
 
 _register_optional()

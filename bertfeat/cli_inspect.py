@@ -129,6 +129,10 @@ def fill_mask_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("tokens")(tokens_command)
-    app.command("attention")(attention_command)
-    app.command("fill-mask")(fill_mask_command)
+    app.command("tokens", epilog='Examples:\n\n  bertfeat tokens "Unaffable cats purr." --pair "Do they?"\n\n'
+                '  bertfeat tokens "a long text ..." --max-length 128 --json')(tokens_command)
+    app.command("attention", epilog='Examples:\n\n  bertfeat attention "The cat sat on the mat." --layer -1 --head 3 -o attn.png\n\n'
+                '  bertfeat attention "The cat sat." --pair "It did." --all-heads -o heads.png --save-npy attn.npy'
+                )(attention_command)
+    app.command("fill-mask", epilog='Examples:\n\n  bertfeat fill-mask "The capital of France is [MASK]." -m bert-base-uncased\n\n'
+                '  bertfeat fill-mask "[MASK] is the capital of [MASK]." -m bert-base-uncased --json')(fill_mask_command)

@@ -49,10 +49,12 @@ def _err() -> Console:
     return Console(stderr=True)
 
 
-@pca_app.command("fit")
+@pca_app.command("fit", epilog="Examples:\n\n  bertfeat pca fit feats.parquet -n 100 -o feats.pca100.npz\n\n"
+                 "  bertfeat pca fit feats.parquet -n 0.95 -o feats.pca95.npz --quiet\n\n"
+                 "  bertfeat pca fit feats.npy -n all -o feats.pca.npz --precision float64")
 def fit_command(
     features: Annotated[Path, typer.Argument(help="Feature file (.parquet, .npy or .csv) from `bertfeat extract`.")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Model file to write (.npz).")],
+    out: Annotated[Path, typer.Option("-o", "--output", help="Model file to write (.npz).")],
     n_components: Annotated[
         Optional[str],
         typer.Option("-n", "--n-components", help="Components to keep: a number (100), a variance fraction (0.95), or 'all'."),
@@ -86,11 +88,12 @@ def fit_command(
         _err().print(f"wrote {out}, {', '.join(str(p) for p in paths.values())}")
 
 
-@pca_app.command("transform")
+@pca_app.command("transform", epilog="Examples:\n\n  bertfeat pca transform feats.parquet --pca-model feats.pca100.npz -o reduced.parquet\n\n"
+                 "  bertfeat pca transform new.npy --pca-model feats.pca100.npz -o new.reduced.npy")
 def transform_command(
     features: Annotated[Path, typer.Argument(help="Feature file to reduce.")],
-    pca_path: Annotated[Path, typer.Option("--pca", help="Model file from `bertfeat pca fit`.")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Reduced feature file to write.")],
+    pca_path: Annotated[Path, typer.Option("--pca-model", help="Model file (.npz) from `bertfeat pca fit` or `extract --pca`.")],
+    out: Annotated[Path, typer.Option("-o", "--output", help="Reduced feature file to write.")],
     fmt: Annotated[
         Optional[str], typer.Option("--format", help="parquet, npy or csv (default: from the output suffix).")
     ] = None,
@@ -117,7 +120,7 @@ def transform_command(
 def report_command(
     pca_path: Annotated[Path, typer.Argument(help="Model file from `bertfeat pca fit`.")],
     out_prefix: Annotated[
-        Optional[Path], typer.Option("-o", "--out", help="Prefix of the report files (default: the model path without .npz).")
+        Optional[Path], typer.Option("-o", "--output", help="Prefix of the report files (default: the model path without .npz).")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the report table.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing report files (else refused).")] = False,

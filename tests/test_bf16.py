@@ -302,10 +302,10 @@ def test_pca_and_report_on_bf16_features(tmp_path, capsys, minilm_dir, real_sent
     f32 = _extract.last
     pca = tmp_path / "p.npz"
     assert main(["pca", "fit", str(f16), "-n", "4", "-o", str(pca), "--quiet"]) == 0
-    assert main(["report", str(pca), "--quiet"]) == 0
-    assert main(["pca", "transform", str(f16), "--pca", str(pca), "-o", str(tmp_path / "r16.parquet")]) == 0
+    assert main(["report", str(pca), "--quiet", "--overwrite"]) == 0  # pca fit wrote the report already
+    assert main(["pca", "transform", str(f16), "--pca-model", str(pca), "-o", str(tmp_path / "r16.parquet")]) == 0
     capsys.readouterr()
-    assert main(["pca", "transform", str(f32), "--pca", str(pca), "-o", str(tmp_path / "r32.parquet")]) == 1
+    assert main(["pca", "transform", str(f32), "--pca-model", str(pca), "-o", str(tmp_path / "r32.parquet")]) == 1
     err = capsys.readouterr().err
     print(err)
     assert err.startswith("Error: ") and "precision" in err and err.count("\n") == 1

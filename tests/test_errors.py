@@ -267,12 +267,12 @@ def test_rejects_file_would_replace_the_input_even_through_a_link(tmp_path, caps
 
 def test_pca_transform_output_is_the_input(tmp_path, features, model, capsys):
     before = digest(features, model)
-    rc, _, err = run(capsys, "pca", "transform", features, "--pca", model, "-o", features, "--overwrite")
+    rc, _, err = run(capsys, "pca", "transform", features, "--pca-model", model, "-o", features, "--overwrite")
     one_line(rc, err, f"Error: the output {features} would replace the input {features} - pass -o with another name, "
                       "or rename the input")
     link = tmp_path / "link.parquet"
     link.symlink_to(features)
-    rc, _, err = run(capsys, "pca", "transform", features, "--pca", model, "-o", link, "--overwrite")
+    rc, _, err = run(capsys, "pca", "transform", features, "--pca-model", model, "-o", link, "--overwrite")
     one_line(rc, err, f"Error: the output {link} would replace the input {features} - pass -o with another name, "
                       "or rename the input")
     assert digest(features, model) == before
@@ -299,7 +299,7 @@ def test_existing_output_needs_overwrite(tmp_path, corpus, features, model, caps
     rc, _, err = run(capsys, "report", model, "-q")
     one_line(rc, err, f"Error: {tmp_path / 'p.report.json'} already exists - pass --overwrite to replace it, or -o with another name")
     (tmp_path / "r.parquet").write_bytes(b"keep me")
-    rc, _, err = run(capsys, "pca", "transform", features, "--pca", model, "-o", tmp_path / "r.parquet", "--force")
+    rc, _, err = run(capsys, "pca", "transform", features, "--pca-model", model, "-o", tmp_path / "r.parquet", "--force")
     one_line(rc, err, f"Error: {tmp_path / 'r.parquet'} already exists - pass --overwrite to replace it, or -o with another name")
     assert (tmp_path / "r.parquet").read_bytes() == b"keep me"
 
@@ -356,7 +356,7 @@ def test_output_extension_must_match_the_format(tmp_path, corpus, features, mode
     extra = ["--format", fmt] if fmt else []
     rc, _, err = extract(capsys, corpus, out, *extra)
     one_line(rc, err, "Error: " + message.format(out=out))
-    rc, _, err = run(capsys, "pca", "transform", features, "--pca", model, "-o", out, *extra)
+    rc, _, err = run(capsys, "pca", "transform", features, "--pca-model", model, "-o", out, *extra)
     one_line(rc, err, "Error: " + message.format(out=out))
     assert not out.exists()
 
@@ -368,7 +368,7 @@ def test_truncated_empty_and_random_npz(tmp_path, features, model, capsys):
     empty.write_bytes(b"")
     rand.write_bytes(np.random.default_rng(0).bytes(3000))
     before = digest(trunc, empty, rand, features)
-    for cmd in (["report", "{m}", "-o", tmp_path / "rep"], ["pca", "transform", features, "--pca", "{m}", "-o", tmp_path / "o.parquet"]):
+    for cmd in (["report", "{m}", "-o", tmp_path / "rep"], ["pca", "transform", features, "--pca-model", "{m}", "-o", tmp_path / "o.parquet"]):
         for m, what in ((trunc, "the .npz archive is truncated or corrupt"), (empty, "the PCA model is empty (0 bytes)"),
                         (rand, "not a .npz archive")):
             rc, _, err = run(capsys, *[m if a == "{m}" else a for a in cmd])
@@ -463,7 +463,7 @@ def test_every_writing_command_with_a_failing_write(tmp_path, corpus, features, 
     commands = [
         ["extract", corpus, "-o", out / "e.parquet", "--model", tiny_model(), "-q"],
         ["pca", "fit", features, "-o", out / "q.npz", "-q"],
-        ["pca", "transform", features, "--pca", model, "-o", out / "t.parquet", "-q"],
+        ["pca", "transform", features, "--pca-model", model, "-o", out / "t.parquet", "-q"],
         ["report", model, "-o", out / "rep", "-q"],
         ["attention", "hello there", "-o", out / "a.png", "--model", tiny_model()],
     ]
