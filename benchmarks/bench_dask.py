@@ -100,10 +100,10 @@ def main(argv=None) -> int:
         write_input(texts[:8], warm, 1)
 
         def opts(out, **kw):
-            return ExtractOptions(input=str(src), output=str(work / out), command="bench_dask", **kw)
+            return ExtractOptions(input=str(src), output=str(work / out), command="bench_dask", overwrite=True, **kw)
 
         if not args.skip_local:
-            extract(ExtractOptions(input=str(warm), output=str(work / "w.parquet")))  # model files in the page cache
+            extract(ExtractOptions(input=str(warm), output=str(work / "w.parquet"), overwrite=True))  # model files in the page cache
             results.append(run_case("local (1 process, %d threads)" % cores,
                                     lambda: extract(opts("local.parquet")), args.rows))
 

@@ -1,11 +1,18 @@
 """Encode throughput, side by side: bertfeat vs transformers (naive and sorted), sentence-transformers,
-ONNX Runtime fp32, on the same ~4,000 real sentences, for all-MiniLM-L6-v2 and a random-weight
+ONNX Runtime fp32, and in bf16 bertfeat --precision bf16 vs transformers with bfloat16 weights, on the same ~4,000 real sentences, for all-MiniLM-L6-v2 and a random-weight
 bert-base-shaped checkpoint. Each run is its own subprocess (so peak RSS is its own): it loads the
 model, warms up on the first --warmup sentences and times the whole corpus. Methods run round robin,
 --rounds times (each round starting one method later), so a slow spell of this machine (timings drift
 10-25 %) falls on every method rather than one; the median is reported. Also measures the machine's
 sgemm GFLOP/s and the share of that ceiling bertfeat reaches, and bertfeat extract end to end vs
-encode-only.
+encode-only. Every method's features are kept and compared with bertfeat fp32's (min cosine over the
+corpus), and the CPU model and its bf16 flags (AMX, AVX512-BF16) are printed and written with the results.
+
+Methods: bertfeat (fp32), bertfeat-bf16 (Encoder(precision="bf16"): MKL's bf16 GEMM, the `fast` extra),
+bertfeat-mkl (fp32 with MKL's sgemm instead of OpenBLAS, BERTFEAT_GEMM=mkl), bertfeat-extract, transformers-naive,
+transformers-sorted, transformers-bf16 (weights cast with dtype=torch.bfloat16, sorted batches of 32),
+sentence-transformers, onnxruntime. By default the bf16 methods run only on a CPU with AMX or AVX512-BF16
+(elsewhere bf16 is emulated, not accelerated, and bertfeat refuses it), bertfeat-mkl only where MKL is installed.
 
     python benchmarks/bench_encode.py                 # full run, writes benchmarks/RESULTS.md
     python benchmarks/bench_encode.py --n 300 --rounds 1 --models minilm --no-write   # smoke test
@@ -34,6 +41,32 @@ sys.path.insert(0, str(HERE))
 from corpus import build_corpus  # noqa: E402
 
 METHODS = ["bertfeat", "bertfeat-extract", "transformers-naive", "transformers-sorted", "sentence-transformers", "onnxruntime"]
+BF16_METHODS = ["bertfeat-bf16", "transformers-bf16"]
+MKL_METHODS = ["bertfeat-mkl"]
+REFERENCE = "bertfeat"  # the fp32 features every method's are compared with (min cosine)
+
+
+def default_methods() -> list[str]:
+    """Every method this machine runs sensibly: bf16 only with AMX / AVX512-BF16, bertfeat-mkl only with MKL."""
+    from bertfeat import gemm
+
+    order = ["bertfeat", "bertfeat-bf16", "bertfeat-mkl", "bertfeat-extract", "transformers-naive", "transformers-sorted",
+             "transformers-bf16", "sentence-transformers", "onnxruntime"]
+    skip = set()
+    if not gemm.bf16_acceleration():
+        skip |= set(BF16_METHODS)
+    if not gemm.mkl_available():
+        skip |= {"bertfeat-bf16", *MKL_METHODS}
+    return [m for m in order if m not in skip]
+
+
+def machine() -> str:
+    """CPU model, bf16 support and flags, MKL: printed and written with every result (results differ by machine)."""
+    from bertfeat import gemm
+
+    d = gemm.describe_bf16()
+    return (f"{d['cpu']}, {os.cpu_count()} cores; bf16 flags: {', '.join(gemm.bf16_flags()) or 'none'} "
+            f"(bf16 in bertfeat: {d['status']}; MKL: {d['library']})")
 
 
 # --------------------------------------------------------------------------- models
@@ -68,16 +101,22 @@ def model_dir(name: str) -> Path:
 
 # --------------------------------------------------------------------------- workers (one per subprocess)
 def _batches_sorted(texts, tok, batch=32):
+    """Batches of 32 texts sorted by length: [(row indices, texts)]."""
     order = np.argsort([len(x) for x in tok(texts, add_special_tokens=True)["input_ids"]], kind="stable")
-    return [[texts[i] for i in order[s:s + batch]] for s in range(0, len(texts), batch)]
+    return [(order[s:s + batch], [texts[i] for i in order[s:s + batch]]) for s in range(0, len(texts), batch)]
 
 
 def make_runner(method: str, mdir: Path, max_length: int):
-    """Load the method's model once; return run(texts), which encodes (or extracts) texts with mean pooling."""
-    if method == "bertfeat":
-        from bertfeat import Encoder
+    """Load the method's model once; return run(texts), which encodes (or extracts) texts with mean pooling
+    and returns the (n, H) features in input order (extract: None; its file is read after timing)."""
+    if method in ("bertfeat", "bertfeat-bf16", "bertfeat-mkl"):
+        from bertfeat import Encoder, gemm
 
-        enc = Encoder(str(mdir), max_length=max_length)
+        if method == "bertfeat-mkl":
+            gemm.use("mkl")
+        if method == "bertfeat-bf16":  # the quality is the same emulated; --methods asks for it explicitly
+            os.environ.setdefault("BERTFEAT_BF16_EMULATE", "1")
+        enc = Encoder(str(mdir), max_length=max_length, precision="bf16" if method == "bertfeat-bf16" else "fp32")
         return lambda texts: enc.encode(texts, pooling="mean")
     if method == "bertfeat-extract":
         import pyarrow as pa
@@ -96,7 +135,7 @@ def make_runner(method: str, mdir: Path, max_length: int):
             if not src.is_file():
                 pq.write_table(pa.table({"text": texts}), src)
             opts = ExtractOptions(input=str(src), output=str(WORK / "bench_corpus.features.parquet"), pooling="mean",
-                                  max_length=max_length)
+                                  max_length=max_length, overwrite=True)  # every round rewrites the same output
             return extract(opts, encoder=enc)
 
         return run_extract
@@ -105,17 +144,20 @@ def make_runner(method: str, mdir: Path, max_length: int):
         from transformers import AutoModel, AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(str(mdir))
-        model = AutoModel.from_pretrained(str(mdir)).eval()
+        kw = {"dtype": torch.bfloat16} if method == "transformers-bf16" else {}  # every weight cast to bf16
+        model = AutoModel.from_pretrained(str(mdir), **kw).eval()
 
         def run_transformers(texts):
-            batches = ([texts[s:s + 32] for s in range(0, len(texts), 32)] if method.endswith("naive")
-                       else _batches_sorted(texts, tok))
+            batches = ([(np.arange(s, min(s + 32, len(texts))), texts[s:s + 32]) for s in range(0, len(texts), 32)]
+                       if method.endswith("naive") else _batches_sorted(texts, tok))
+            out = np.empty((len(texts), model.config.hidden_size), dtype=np.float32)
             with torch.inference_mode():
-                for b in batches:
+                for idx, b in batches:
                     enc = tok(b, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-                    h = model(**enc).last_hidden_state
+                    h = model(**enc).last_hidden_state.float()
                     m = enc["attention_mask"].unsqueeze(-1).float()
-                    (h * m).sum(1) / m.sum(1)
+                    out[idx] = ((h * m).sum(1) / m.sum(1)).numpy()
+            return out
 
         return run_transformers
     if method == "sentence-transformers":
@@ -135,12 +177,16 @@ def make_runner(method: str, mdir: Path, max_length: int):
         sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
 
         def run_ort(texts):
-            for b in _batches_sorted(texts, tok):
+            out = None
+            for idx, b in _batches_sorted(texts, tok):
                 enc = tok(b, padding=True, truncation=True, max_length=max_length, return_tensors="np")
                 feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
                 h = sess.run(None, feeds)[0]
                 m = feeds["attention_mask"][..., None].astype(np.float32)
-                (h * m).sum(1) / m.sum(1)
+                if out is None:
+                    out = np.empty((len(texts), h.shape[-1]), dtype=np.float32)
+                out[idx] = (h * m).sum(1) / m.sum(1)
+            return out
 
         return run_ort
     raise SystemExit(f"unknown method {method}")
@@ -151,11 +197,49 @@ def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: 
     run = make_runner(method, mdir, max_length)
     run(texts[:warmup])  # loads kernels, grows buffers, lets torch/ORT pick their paths
     times = []
+    X = None
     for _ in range(repeats):
         t0 = time.perf_counter()
-        run(texts)
+        X = run(texts)
         times.append(time.perf_counter() - t0)
-    return {"times": times, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    peak = peak_rss_mb()  # before reading anything back
+    if method == "bertfeat-extract":
+        from bertfeat.features import read_features
+
+        X = read_features(WORK / "bench_corpus.features.parquet")[1]
+    if X is not None:  # for the min cosine vs fp32 (driver)
+        np.save(features_path(mdir, method), np.asarray(X, dtype=np.float32))
+    return {"times": times, "peak_rss_mb": peak}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS: VmHWM of /proc/self/status (Linux), else getrusage's ru_maxrss.
+
+    Not ru_maxrss on Linux: it survives fork + exec, so a worker would report at least the RSS its
+    parent had when it forked (the driver's, e.g. after it loaded a model).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def features_path(mdir: Path, method: str) -> Path:
+    return WORK / f"features-{mdir.name}-{method}.npy"
+
+
+def min_cosine(mdir: Path, method: str, reference: str = REFERENCE) -> float | None:
+    """Smallest cosine between a method's features and the reference (fp32 bertfeat) over the corpus rows."""
+    a, b = features_path(mdir, method), features_path(mdir, reference)
+    if not (a.is_file() and b.is_file()):
+        return None
+    A, B = np.load(a).astype(np.float64), np.load(b).astype(np.float64)
+    if A.shape != B.shape:
+        return None
+    return float(((A * B).sum(1) / (np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1))).min())
 
 
 def export_onnx(mdir: Path) -> Path:
@@ -213,7 +297,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=1, help="timed runs per method and round (one process)")
     ap.add_argument("--warmup", type=int, default=400, help="sentences encoded once before timing, in each process")
     ap.add_argument("--models", default="minilm,bert-base")
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default=None, help="comma-separated (default: see the module docstring)")
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -230,6 +314,8 @@ def main():
 
     from bertfeat.tokenize import BertTokenizer
 
+    args.methods = args.methods or ",".join(default_methods())
+    print(f"machine: {machine()}")
     gflops = sgemm_gflops()
     print(f"sgemm: {gflops:.0f} GFLOP/s (NumPy BLAS, all cores)")
     rows = []
@@ -244,6 +330,8 @@ def main():
               f"GEMM ceiling {ceiling:,.0f} tokens/s")
         methods = args.methods.split(",")
         runs = {m: {"times": [], "peak_rss_mb": 0.0} for m in methods}
+        for m in methods:
+            features_path(mdir, m).unlink(missing_ok=True)  # never compare with a stale run's features
         for rnd in range(args.rounds):
             for method in methods[rnd % len(methods):] + methods[:rnd % len(methods)]:
                 if runs[method] is None:  # failed in an earlier round
@@ -267,26 +355,38 @@ def main():
             med = float(np.median(r["times"]))
             row = {"model": name, "method": method, "median_s": med, "tokens_per_s": real_tokens / med,
                    "sentences_per_s": len(texts) / med, "peak_rss_mb": r["peak_rss_mb"], "ceiling": ceiling,
-                   "times": r["times"]}
+                   "times": r["times"], "min_cosine": min_cosine(mdir, method)}
             rows.append(row)
             print(f"  {method:<22} {row['tokens_per_s']:>9,.0f} tok/s  {row['sentences_per_s']:>7,.0f} sent/s  "
-                  f"peak RSS {row['peak_rss_mb']:>6,.0f} MB  runs {', '.join(f'{t:.2f}' for t in r['times'])} s")
+                  f"peak RSS {row['peak_rss_mb']:>6,.0f} MB  min cos vs fp32 {_fmt_cos(row['min_cosine'])}  "
+                  f"runs {', '.join(f'{t:.2f}' for t in r['times'])} s")
     table = render(rows, gflops)
     print("\n" + table)
     if not args.no_write:
         write_results(table, rows, gflops, args)
 
 
+def _fmt_cos(c: float | None) -> str:
+    return "-" if c is None else f"{c:.6f}"
+
+
 def render(rows: list[dict], gflops: float) -> str:
-    out = ["| model | method | real tokens/s | sentences/s | peak RSS MB | bertfeat / this | % of GEMM ceiling |",
-           "|---|---|---:|---:|---:|---:|---:|"]
+    out = ["| model | method | real tokens/s | sentences/s | peak RSS MB | bertfeat / this | % of GEMM ceiling | min cosine vs fp32 |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
         ours = next((r for r in mine if r["method"] == "bertfeat"), None)
         for r in mine:
             ratio = f"{ours['tokens_per_s'] / r['tokens_per_s']:.2f}x" if ours else "-"
             out.append(f"| {model} | {r['method']} | {r['tokens_per_s']:,.0f} | {r['sentences_per_s']:,.0f} | "
-                       f"{r['peak_rss_mb']:,.0f} | {ratio} | {100 * r['tokens_per_s'] / r['ceiling']:.0f}% |")
+                       f"{r['peak_rss_mb']:,.0f} | {ratio} | {100 * r['tokens_per_s'] / r['ceiling']:.0f}% | "
+                       f"{_fmt_cos(r.get('min_cosine'))} |")
+    for model in dict.fromkeys(r["model"] for r in rows):  # the bf16 comparison of issue 13
+        by = {r["method"]: r for r in rows if r["model"] == model}
+        if "bertfeat-bf16" in by and "transformers-bf16" in by:
+            out.append("")
+            out.append(f"{model}: bertfeat-bf16 / transformers-bf16 = "
+                       f"{by['bertfeat-bf16']['tokens_per_s'] / by['transformers-bf16']['tokens_per_s']:.2f}x")
     return "\n".join(out)
 
 
@@ -299,23 +399,19 @@ def write_results(table: str, rows: list[dict], gflops: float, args):
         except md.PackageNotFoundError:
             return "-"
 
-    cpu = "unknown"
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except Exception:
-        pass
     text = f"""# Encode throughput, side by side
 
 Measured {dt.date.today().isoformat()} by `python benchmarks/bench_encode.py`: {args.n} real sentences from ../shared/data,
 max length {args.max_length}, mean pooling. Each run is its own process (load, warm-up on {args.warmup} sentences, the
 whole corpus timed {args.repeats}x); methods run round robin for {args.rounds} rounds; medians of the {args.rounds * args.repeats} runs.
 
-Machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}; NumPy sgemm {gflops:.0f} GFLOP/s.
+Machine: {machine()}; Python {platform.python_version()}; NumPy sgemm {gflops:.0f} GFLOP/s.
 Versions: bertfeat {v('bertfeat')}, numpy {v('numpy')}, torch {v('torch')}, transformers {v('transformers')},
 sentence-transformers {v('sentence-transformers')}, onnxruntime {v('onnxruntime')}, tokenizers {v('tokenizers')}.
 
 "bertfeat / this" is bertfeat's encode-only throughput divided by the row's; "% of GEMM ceiling" is the
-row's throughput over (sgemm FLOP/s / FLOPs per token). Timings on this machine drift 10-25 % from run to run.
+row's throughput over (sgemm FLOP/s / FLOPs per token). "min cosine vs fp32": the smallest cosine over the
+corpus between the row's mean-pooled features and bertfeat fp32's. Timings on this machine drift 10-25 % from run to run.
 
 {table}
 

@@ -69,7 +69,7 @@ def model_bytes(model: str | None) -> tuple[str, int]:
 
 def run_extract(src: Path, out: Path, args: list[str], quiet: bool) -> dict:
     """`bertfeat extract` in a child process -> wall time, peak RSS, exit code."""
-    cmd = [shutil.which("bertfeat") or "bertfeat", "extract", str(src), "-o", str(out), "--id-column", "id", *args]
+    cmd = [shutil.which("bertfeat") or "bertfeat", "extract", str(src), "-o", str(out), "--id-column", "id", "--overwrite", *args]
     if quiet:
         cmd.append("-q")
     t0 = time.perf_counter()

@@ -26,6 +26,7 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 out_console = Console()
 
+_DEBUG = False  # --debug: unexpected exceptions keep their traceback
 _ARGV: list[str] | None = None  # the arguments main() was called with (for the provenance's command line)
 MODEL_HELP = "Model: a local directory, a hub id in the Hugging Face cache, or all-MiniLM-L6-v2 (default)."
 
@@ -37,11 +38,14 @@ def _version(value: bool):
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit.")):
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+          debug: bool = typer.Option(False, "--debug", help="Show the full traceback of an unexpected error (also BERTFEAT_DEBUG=1).")):
     """Offline BERT sentence features in pure NumPy."""
+    global _DEBUG
+    _DEBUG = _DEBUG or debug
 
 
-@app.command()
+@app.command(epilog="Examples:\n\n  bertfeat info\n\n  bertfeat info /models/bge-small --json\n\n  bertfeat --version")
 def info(
     model: Optional[str] = typer.Argument(None, help=MODEL_HELP),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -69,7 +73,9 @@ def info(
     out_console.print(t)
 
 
-@app.command()
+@app.command(epilog="Examples:\n\n  bertfeat extract corpus.csv --pca 100\n\n"
+                     "  bertfeat extract reviews.parquet --text-column review --id-column id -o feats.parquet\n\n"
+                     "  bertfeat extract queries.jsonl -m /models/e5-small --prompt-name query -o q.npy")
 def extract(
     input: str = typer.Argument(..., help="CSV, TSV, Parquet (file, glob or directory) or JSONL; '-' for standard input."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file (default: INPUT.features.parquet beside the input)."),
@@ -94,6 +100,8 @@ def extract(
     wide: bool = typer.Option(False, "--wide", help="Parquet: one float column per dimension (f0..fN) instead of an embedding list."),
     on_bad_row: str = typer.Option("error", "--on-bad-row", help="error: stop at the first bad row; skip: write it to OUTPUT.rejects.csv and go on."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last completed chunk."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files (else refused), or start over instead of resuming."),
+    delimiter: Optional[str] = typer.Option(None, "--delimiter", help="CSV field delimiter: ',', ';', '|' or 'tab' (default: from the header line)."),
     chunk_rows: int = typer.Option(2048, "--chunk-rows", help="Rows per chunk (the unit of resume)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Cores for the matrix products (default: all)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
@@ -101,6 +109,7 @@ def extract(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="--engine dask: the scheduler, tcp://HOST:8786 (default: a local cluster)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: local worker processes (default: one per core)."),
     blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition, e.g. 64MiB, or none (one per file / row group)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 (default) or bf16: linear layers as bf16 GEMMs (needs bertfeat[fast] and an AMX or AVX512-BF16 CPU; docs/precision.md)."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
     from .pipeline import ExtractOptions, extract as run_extract
@@ -113,7 +122,8 @@ def extract(
         id_column=id_column, input_format=input_format, encoding=encoding, model=model, pooling=pooling, layers=layers,
         layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length, max_batch_tokens=max_batch_tokens,
         long_text=long_text, stride=stride, pca=pca, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
-        chunk_rows=chunk_rows, threads=threads, command=_command_line(),
+        chunk_rows=chunk_rows, threads=threads, command=_command_line(), precision=precision,
+        overwrite=overwrite, delimiter=delimiter,
     )
     if engine == "dask":
         from .dask_engine import DaskOptions, extract_dask
@@ -151,6 +161,8 @@ def render_summary(s) -> None:
         f"throughput      {s.rows_per_s:,.1f} rows/s, {s.tokens_per_s:,.0f} tokens/s",
         f"model           {s.model} (pooling {s.pooling}, dim {s.dim})",
     ]
+    if getattr(s, "rows_multiline", 0):
+        lines.insert(5, f"rows multi-line {s.rows_multiline:,} (quoted fields that span lines; check them if unexpected)")
     if s.chunks_resumed:
         lines.append(f"resumed         {s.chunks_resumed} chunk(s) from the interrupted run")
     for k, v in s.outputs.items():
@@ -168,16 +180,25 @@ def _register_optional():
     except ImportError:  # pragma: no cover - during development
         return
     app.add_typer(pca_app, name="pca", help="Fit a PCA on a features file, or apply one.")
-    app.command("report")(report_command)
+    app.command("report", epilog="Examples:\n\n  bertfeat report feats.pca100.npz\n\n"
+                "  bertfeat report feats.pca100.npz -o reports/pca100 --quiet")(report_command)
 
 
 _register_optional()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console-script entry point: run the app, turning library errors into one-line messages."""
-    global _ARGV
+    """Console-script entry point: run the app; every failure becomes one line ``Error: what - how to fix``.
+
+    The rule (bertfeat.safety): exit 1 on any error, 130 after Ctrl-C, never a traceback, whatever the command and
+    the cause (library errors, OS errors on read or write, truncated or foreign files). An unexpected exception (a
+    bug) is one line too, unless --debug or BERTFEAT_DEBUG=1 asks for its traceback.
+    """
+    from .safety import debug_enabled, unexpected, user_error
+
+    global _ARGV, _DEBUG
     _ARGV = list(argv) if argv is not None else None
+    _DEBUG = debug_enabled()
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="bertfeat")
         # non-standalone Typer turns Ctrl-C into Exit(130) and an Exit(n) into a *returned* n
@@ -185,24 +206,59 @@ def main(argv: list[str] | None = None) -> int:
             if rv == 130:
                 err_console.print("Interrupted.", markup=False)
             return rv
-    except BertfeatError as e:
-        err_console.print(f"Error: {e.message}", markup=False, highlight=False, soft_wrap=True)
-        return e.exit_code
     except KeyboardInterrupt:
         err_console.print("Interrupted.", markup=False)
         return 130
     except typer.Exit as e:
+        if e.exit_code == 130:
+            err_console.print("Interrupted.", markup=False)
         return e.exit_code
-    except typer.Abort:
+    except typer.Abort as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, KeyboardInterrupt):
+            err_console.print("Interrupted.", markup=False)
+            return 130
+        if cause is not None:  # click turns an EOFError (an empty or truncated file) into Abort
+            return _fail(cause, user_error, unexpected)
         err_console.print("Aborted.", markup=False)
         return 1
     except Exception as e:  # usage errors: click's, or typer's own copy of click's exception classes
-        if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
+        if not isinstance(e, BertfeatError) and callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             return e.exit_code
-        raise
+        return _fail(e, user_error, unexpected)
     return 0
 
 
+def _fail(e: BaseException, user_error, unexpected) -> int:
+    """One line on stderr for a failure; the traceback too for an unexpected one under --debug."""
+    err = user_error(e)
+    if err is not None:
+        err_console.print(f"Error: {err.message}", markup=False, highlight=False, soft_wrap=True)
+        if _DEBUG:
+            import traceback
+
+            err_console.print("".join(traceback.format_exception(e)), markup=False, highlight=False, soft_wrap=True)
+        return err.exit_code
+    if _DEBUG:
+        import traceback
+
+        err_console.print("".join(traceback.format_exception(e)), markup=False, highlight=False, soft_wrap=True)
+    err_console.print(unexpected(e), markup=False, highlight=False, soft_wrap=True)
+    return 1
+
+
 def entry():  # pragma: no cover
-    sys.exit(main())
+    rc = main()
+    try:  # output still buffered for a full disk or a closed pipe (bertfeat info > /dev/full): one line, not a shutdown traceback
+        sys.stdout.flush()
+    except OSError as e:
+        from .safety import os_error
+
+        if rc == 0:
+            err_console.print(f"Error: {os_error(e, '<stdout>').message}", markup=False, highlight=False, soft_wrap=True)
+            rc = 1
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(rc)

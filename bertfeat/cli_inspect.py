@@ -8,6 +8,7 @@ with rich. Errors are ``BertfeatError``; ``cli.main`` prints them as ``Error: wh
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -38,6 +39,9 @@ def tokens_command(
 ):
     """Show how a text is cut into wordpieces: ids, token type ids, attention mask, truncation."""
     from .inspect import tokenize_text
+    from .specs import check_max_length
+
+    check_max_length(max_length)
 
     d = tokenize_text(text, pair, model, max_length)
     if json_out:
@@ -69,12 +73,20 @@ def attention_command(
     save_npy: Optional[str] = typer.Option(None, "--save-npy", help="Also write the raw (layers, heads, T, T) float32 array as .npy."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens (default: the model's max_seq_length, else its max positions)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files (else refused)."),
 ):
     """Plot attention probabilities as heatmaps with the tokens on both axes."""
     from .inspect import write_attention
+    from .safety import check_outputs
+    from .specs import check_max_length
 
     if head is not None and all_heads:
         raise BertfeatError("--head and --all-heads exclude each other", "give --head N for one head, or --all-heads for the grid")
+    check_max_length(max_length)
+    outs = [("output", output)] + ([("--save-npy file", save_npy)] if save_npy else [])
+    if save_npy and Path(save_npy).resolve() == Path(output).resolve():
+        raise BertfeatError(f"--save-npy {save_npy} is the PNG output too", "give the two outputs different names")
+    check_outputs(outs, [], overwrite)
     r = write_attention(text, output, pair, model, layer, None if all_heads else (0 if head is None else head),
                         save_npy, max_length)
     out, _ = _consoles()
@@ -117,6 +129,10 @@ def fill_mask_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("tokens")(tokens_command)
-    app.command("attention")(attention_command)
-    app.command("fill-mask")(fill_mask_command)
+    app.command("tokens", epilog='Examples:\n\n  bertfeat tokens "Unaffable cats purr." --pair "Do they?"\n\n'
+                '  bertfeat tokens "a long text ..." --max-length 128 --json')(tokens_command)
+    app.command("attention", epilog='Examples:\n\n  bertfeat attention "The cat sat on the mat." --layer -1 --head 3 -o attn.png\n\n'
+                '  bertfeat attention "The cat sat." --pair "It did." --all-heads -o heads.png --save-npy attn.npy'
+                )(attention_command)
+    app.command("fill-mask", epilog='Examples:\n\n  bertfeat fill-mask "The capital of France is [MASK]." -m bert-base-uncased\n\n'
+                '  bertfeat fill-mask "[MASK] is the capital of [MASK]." -m bert-base-uncased --json')(fill_mask_command)

@@ -30,21 +30,14 @@ pca_app = typer.Typer(
 
 
 def parse_n_components(text: str | None) -> int | float | None:
-    """``"100"`` -> 100, ``"0.95"`` -> 0.95, ``"all"``/None -> None (keep every component)."""
-    if text is None or text.strip().lower() in ("", "all", "none"):
+    """``"100"`` -> 100, ``"0.95"`` -> 0.95, ``"1.0"``/``"all"``/None -> None (keep every component).
+
+    The same parser as ``extract --pca`` (bertfeat.specs.parse_pca_spec)."""
+    from .specs import parse_pca_spec
+
+    if text is None or text.strip().lower() in ("", "none"):
         return None
-    text = text.strip()
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        raise BertfeatError(
-            f"--n-components {text!r} is not a number",
-            "pass a whole number of components (e.g. 100) or a fraction of variance in (0, 1) (e.g. 0.95)",
-        ) from None
+    return parse_pca_spec(text, "--n-components")
 
 
 def _prefix_for(model_path: Path) -> Path:
@@ -56,10 +49,12 @@ def _err() -> Console:
     return Console(stderr=True)
 
 
-@pca_app.command("fit")
+@pca_app.command("fit", epilog="Examples:\n\n  bertfeat pca fit feats.parquet -n 100 -o feats.pca100.npz\n\n"
+                 "  bertfeat pca fit feats.parquet -n 0.95 -o feats.pca95.npz --quiet\n\n"
+                 "  bertfeat pca fit feats.npy -n all -o feats.pca.npz --precision float64")
 def fit_command(
     features: Annotated[Path, typer.Argument(help="Feature file (.parquet, .npy or .csv) from `bertfeat extract`.")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Model file to write (.npz).")],
+    out: Annotated[Path, typer.Option("-o", "--output", help="Model file to write (.npz).")],
     n_components: Annotated[
         Optional[str],
         typer.Option("-n", "--n-components", help="Components to keep: a number (100), a variance fraction (0.95), or 'all'."),
@@ -75,8 +70,13 @@ def fit_command(
     ] = "mixed",
     batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="Rows read per chunk.")] = 65536,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the report table.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing output files (else refused).")] = False,
 ) -> None:
     """Fit a PCA on FEATURES (streaming), write the model and its report beside it."""
+    from .safety import check_array_file, check_outputs, feature_file_inputs, report_outputs
+
+    check_array_file(features, "feature file")
+    check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
     pca = fit_pca_file(
         features, parse_n_components(n_components), solver=solver, whiten=whiten, precision=precision, batch_rows=batch_rows
     )
@@ -88,19 +88,29 @@ def fit_command(
         _err().print(f"wrote {out}, {', '.join(str(p) for p in paths.values())}")
 
 
-@pca_app.command("transform")
+@pca_app.command("transform", epilog="Examples:\n\n  bertfeat pca transform feats.parquet --pca-model feats.pca100.npz -o reduced.parquet\n\n"
+                 "  bertfeat pca transform new.npy --pca-model feats.pca100.npz -o new.reduced.npy")
 def transform_command(
     features: Annotated[Path, typer.Argument(help="Feature file to reduce.")],
-    pca_path: Annotated[Path, typer.Option("--pca", help="Model file from `bertfeat pca fit`.")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Reduced feature file to write.")],
+    pca_path: Annotated[Path, typer.Option("--pca-model", help="Model file (.npz) from `bertfeat pca fit` or `extract --pca`.")],
+    out: Annotated[Path, typer.Option("-o", "--output", help="Reduced feature file to write.")],
     fmt: Annotated[
         Optional[str], typer.Option("--format", help="parquet, npy or csv (default: from the output suffix).")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Transform even if the features come from a different source.")] = False,
     batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="Rows read per chunk.")] = 65536,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing output files (else refused).")] = False,
 ) -> None:
     """Reduce FEATURES with a saved PCA (streaming); ids, extras and metadata are kept."""
+    from .features import feature_format
+    from .safety import check_array_file, check_outputs, feature_file_inputs, feature_file_outputs
+    from .specs import check_output_format
+
+    check_output_format(out, fmt)
+    check_array_file(features, "feature file")
+    check_array_file(pca_path, "PCA model")
+    check_outputs(feature_file_outputs(out, feature_format(out, fmt)), feature_file_inputs(features) + [pca_path], overwrite)
     pca = PCA.load(pca_path)
     path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows)
     if not quiet:
@@ -110,11 +120,16 @@ def transform_command(
 def report_command(
     pca_path: Annotated[Path, typer.Argument(help="Model file from `bertfeat pca fit`.")],
     out_prefix: Annotated[
-        Optional[Path], typer.Option("-o", "--out", help="Prefix of the report files (default: the model path without .npz).")
+        Optional[Path], typer.Option("-o", "--output", help="Prefix of the report files (default: the model path without .npz).")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the report table.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing report files (else refused).")] = False,
 ) -> None:
     """Write the explained-variance report (JSON, Markdown, PNG) of a saved PCA model."""
+    from .safety import check_array_file, check_outputs, report_outputs
+
+    check_array_file(pca_path, "PCA model")
+    check_outputs(report_outputs(out_prefix or _prefix_for(pca_path)), [pca_path], overwrite)
     pca = PCA.load(pca_path)
     source = dict(getattr(pca, "source_", None) or {}) | {"model_file": str(pca_path), "fingerprint": pca.fingerprint_}
     paths = write_pca_report(pca, out_prefix or _prefix_for(pca_path), source=source)

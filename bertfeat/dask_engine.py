@@ -67,7 +67,7 @@ from . import __version__
 from .errors import BertfeatError, InputError, ResumeError
 from .io import Source, detect_format, normalize_encoding
 from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
-                       encode_chunk, parse_pca, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
+                       encode_chunk, parse_pca, pca_n_components, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -193,7 +193,7 @@ class _Count:
 class _BlockSource(Source):
     """The local engine's CSV/TSV/JSONL reader over one in-memory block (a partition of a file)."""
 
-    KEEP = ("path", "fmt", "encoding", "text_column", "pair_column", "id_column", "columns", "batch_rows", "_json_types")
+    KEEP = ("path", "fmt", "encoding", "delimiter", "text_column", "pair_column", "id_column", "columns", "batch_rows", "_json_types")
 
     def __init__(self, attrs: dict, data: bytes):  # no Source.__init__: the client checked the input already
         self.__dict__.update(attrs)
@@ -336,12 +336,12 @@ _ENCODER_LOCK = threading.Lock()
 
 
 def worker_encoder(location, model_name: str | None, max_batch_tokens: int | None, weights_sha256: str,
-                   threads: int | None = None):
+                   threads: int | None = None, precision: str = "fp32"):
     """This process's Encoder for (model, batch budget): loaded once, reused by every task.
 
     ``threads``: batches encoded side by side (Encoder.threads; BLAS stays at one thread per batch).
     """
-    key = (str(location.path), max_batch_tokens)
+    key = (str(location.path), max_batch_tokens, precision)
     enc = _ENCODERS.get(key)
     if enc is not None:
         if threads:
@@ -361,7 +361,7 @@ def worker_encoder(location, model_name: str | None, max_batch_tokens: int | Non
             kw["threads"] = int(threads)
         try:
             loc = location if (Path(location.path) / "config.json").is_file() else resolve_model(model_name)
-            enc = Encoder(location=loc, **kw)
+            enc = Encoder(location=loc, precision=precision, **kw)
         except BertfeatError as e:
             raise BertfeatError(f"worker on {host}: cannot load the model at {location.path} ({e.what})",
                                 "the model directory must be at the same path on every worker (or in each worker's Hugging Face cache)") from None
@@ -378,13 +378,14 @@ class EncoderPlugin(_WorkerPluginBase):
 
     name = "bertfeat-encoder"
 
-    def __init__(self, location, model_name, max_batch_tokens, weights_sha256, threads: int | None):
+    def __init__(self, location, model_name, max_batch_tokens, weights_sha256, threads: int | None, precision: str = "fp32"):
         self.location, self.model_name, self.max_batch_tokens = location, model_name, max_batch_tokens
-        self.weights_sha256, self.threads = weights_sha256, threads
+        self.weights_sha256, self.threads, self.precision = weights_sha256, threads, precision
 
     def setup(self, worker):
         try:  # warm the cache; a failure is raised again, with its message, by the first task
-            worker_encoder(self.location, self.model_name, self.max_batch_tokens, self.weights_sha256, self.threads)
+            worker_encoder(self.location, self.model_name, self.max_batch_tokens, self.weights_sha256, self.threads,
+                           self.precision)
         except BertfeatError:
             pass
 
@@ -412,6 +413,7 @@ class TaskContext:
     wide: bool
     n_components: object = None  # --pca: parts go to _full/ and tasks return statistics
     width: int = 5
+    precision: str = "fp32"
 
 
 def part_name(index: int, width: int = 5) -> str:
@@ -442,7 +444,7 @@ def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
 
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
-    enc = worker_encoder(ctx.location, ctx.model_name, ctx.max_batch_tokens, ctx.weights_sha256, ctx.threads)
+    enc = worker_encoder(ctx.location, ctx.model_name, ctx.max_batch_tokens, ctx.weights_sha256, ctx.threads, ctx.precision)
     raw = read_partition(part, ctx.fs, ctx.attrs, first_row)
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.n_components is not None else "")
     path = out_dir / part_name(part.index, ctx.width)
@@ -452,7 +454,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     if ctx.n_components is not None:
         from .pca import PCA
 
-        pca = PCA(n_components=ctx.n_components, solver="covariance", precision="float64")
+        pca = PCA(n_components=pca_n_components(ctx.n_components), solver="covariance", precision="float64")
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
         return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
     writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and pca is None)
@@ -514,7 +516,7 @@ def partition_statistics(path: str, n_components) -> object:
     """Task (--pca, resumed partition): the PCA statistics of a full-width part already on disk."""
     from .pca import PCA
 
-    pca = PCA(n_components=n_components, solver="covariance", precision="float64")
+    pca = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
     for batch in pq.ParquetFile(path).iter_batches(batch_size=8192, columns=["embedding"]):
         if batch.num_rows:
             pca.partial_fit(_matrix(pa.Table.from_batches([batch])))
@@ -676,6 +678,12 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
 
     src_cls = FsspecSource if _is_url(opts.input) else Source
     src = src_cls(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding)
+    if opts.delimiter and src.fmt in ("csv", "tsv"):  # --delimiter: read the header again with it
+        from .csvcheck import parse_delimiter
+
+        src._delimiter_option = src.delimiter = parse_delimiter(opts.delimiter)
+        src.columns = src._columns()
+        src._select_columns(opts.text_column, opts.pair_column, opts.id_column)
     if opts.output:
         out = Path(opts.output)
     elif _is_url(opts.input):
@@ -685,11 +693,15 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     out = out.resolve()
     _check_output(out)
     partial = out.with_name(out.name + ".partial")
+    from .safety import check_dask_outputs
+
+    check_dask_outputs(out, partial, [] if _is_url(opts.input) else list(src.files), opts.overwrite, opts.resume)
     fs, files = _filesystem(src)
 
     from .encoder import Encoder
 
-    encoder = Encoder(opts.model, **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {}))
+    encoder = Encoder(opts.model, precision=opts.precision,
+                      **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {}))
     spec, id_name, fingerprint = feature_settings(encoder, opts, n_components)
     parts = plan_partitions(src, fs, files, blocksize)
     width = max(5, len(str(len(parts) - 1)))
@@ -712,7 +724,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
             client, cluster = _open_client(dopts, opts.threads)
         threads = opts.threads or worker_threads(client, dopts.scheduler or "")
         client.register_plugin(EncoderPlugin(encoder.location, opts.model, opts.max_batch_tokens, encoder.weights_sha256,
-                                             threads), name=EncoderPlugin.name)
+                                             threads, opts.precision), name=EncoderPlugin.name)
         attrs = _source_attrs(src)
         attrs["path"] = src.name
 
@@ -738,7 +750,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
                           spec=spec,
                           on_bad_row=opts.on_bad_row, id_name=id_name, id_type=_id_type(src, opts.id_column),
                           chunk_rows=opts.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
-                          out_dir=str(partial), wide=opts.wide, n_components=n_components, width=width)
+                          out_dir=str(partial), wide=opts.wide, n_components=n_components, width=width,
+                          precision=opts.precision)
 
         # pass 1: encode (skipping finished partitions)
         stage = partial / FULL_DIR if n_components is not None else partial
@@ -760,7 +773,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         if n_components is not None:
             from .pca import PCA
 
-            merged = PCA(n_components=n_components, solver="covariance", precision="float64")
+            merged = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
 
         def on_encoded(i, st):
             nonlocal merged
@@ -862,7 +875,7 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
                  if json.dumps(old.get(k), sort_keys=True, default=str) != json.dumps(manifest.get(k), sort_keys=True, default=str)]
         if diffs:
             raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
-                              "rerun without --resume to start over, or use the original settings")
+                              "rerun with --overwrite instead of --resume to start over, or use the original settings")
         if old.get("partition_rows") is not None:
             manifest["partition_rows"] = old["partition_rows"]
             return list(old["partition_rows"])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import gemm
 from .config import BertConfig
 from .errors import BertfeatError
 from .hub import ModelLocation, resolve_model
@@ -108,17 +109,27 @@ class Encoder:
 
     >>> enc = Encoder()                                   # all-MiniLM-L6-v2
     >>> X = enc.encode(["a sentence", "another one"])     # (2, 384) float32
+
+    ``precision="bf16"``: linear layers as bf16 GEMMs (MKL, the ``fast`` extra; see gemm.py and
+    docs/precision.md); features stay float32. Refused, with what to do, where MKL or the CPU's
+    bf16 support is missing.
     """
 
     def __init__(self, model: str | Path | None = None, *, max_length: int | None = None,
                  max_batch_tokens: int = DEFAULT_BATCH_TOKENS, threads: int | None = None,
-                 location: ModelLocation | None = None):
+                 location: ModelLocation | None = None, precision: str = "fp32"):
+        if precision not in gemm.PRECISIONS:
+            raise BertfeatError(f"unknown precision '{precision}'", f"choose one of {', '.join(gemm.PRECISIONS)}")
+        self.precision = precision
+        self.bf16_mode = gemm.require_bf16() if precision == "bf16" else None  # "amx", "avx512_bf16", "emulated"
         self.location = location or resolve_model(model)
+        self._init_kwargs = {"max_length": max_length, "max_batch_tokens": max_batch_tokens, "threads": threads,
+                             "precision": precision}
         d = self.location.path
         self.config = BertConfig.from_file(d / "config.json")
         #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
         self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions)
-        self.weights: BertWeights = load_weights(d, self.config)
+        self.weights: BertWeights = load_weights(d, self.config, precision)
         self.default_max_length = self.pipeline.max_seq_length
         self.max_length = self._check_max_length(max_length) if max_length else self.default_max_length
         self.tokenizer = BertTokenizer.from_dir(d, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
@@ -128,6 +139,33 @@ class Encoder:
         self.threads = int(threads) if threads else default_threads()
         self._sha256: str | None = None
         self._workspaces: queue.SimpleQueue[Workspace] = queue.SimpleQueue()  # one in use per running batch
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict:
+        """Pickle without the weights (and the locks and scratch pools that cannot be pickled): the model's
+        location, the constructor's settings and the weights' sha256. Unpickling reloads the model from that
+        location and refuses weights whose sha256 differs, so a pickled Encoder never silently changes model."""
+        return {"location": self.location, "init": dict(self._init_kwargs), "weights_sha256": self.weights_sha256}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(location=state["location"], **state["init"])
+        if self.weights_sha256 != state["weights_sha256"]:
+            raise BertfeatError(
+                f"the weights at {self.location.path} are not the ones this Encoder was saved with "
+                f"(sha256 {self.weights_sha256[:12]}... instead of {state['weights_sha256'][:12]}...)",
+                "restore the original model files there, or build a new Encoder and refit what depends on it",
+            )
+
+    def __deepcopy__(self, memo: dict) -> "Encoder":
+        """A copy shares nothing mutable with the original but the read-only weights and tokenizer."""
+        import copy
+
+        new = copy.copy(self)
+        new._workspaces = queue.SimpleQueue()
+        new._prompt_lengths = dict(self._prompt_lengths)
+        new._init_kwargs = dict(self._init_kwargs)
+        memo[id(self)] = new
+        return new
 
     # ------------------------------------------------------------------ identity
     @property
@@ -251,7 +289,8 @@ class Encoder:
 
     def fingerprint(self, spec: FeatureSpec) -> dict:
         """What identifies the features: model, weights and every setting that changes a vector."""
-        return {"model_id": self.model_id, "weights_sha256": self.weights_sha256, **spec.to_dict()}
+        return {"model_id": self.model_id, "weights_sha256": self.weights_sha256, "precision": self.precision,
+                **spec.to_dict()}
 
     # ------------------------------------------------------------------ stage 1: tokenize
     def prepare(self, texts: list[str], pairs: list[str] | None, spec: FeatureSpec) -> Prepared:

@@ -7,8 +7,12 @@ Every library error carries *what* went wrong and *how to fix it*; the CLI print
 from __future__ import annotations
 
 
-class BertfeatError(Exception):
-    """An error the user can act on: ``what`` happened, ``fix`` says what to do."""
+class BertfeatError(ValueError):
+    """An error the user can act on: ``what`` happened, ``fix`` says what to do.
+
+    A ``ValueError``, so code written for scikit-learn or NumPy conventions (``except ValueError``)
+    catches bertfeat's bad-input errors too.
+    """
 
     exit_code = 1
 

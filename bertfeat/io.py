@@ -127,10 +127,15 @@ class Source:
     CSV_BLOCK_BYTES = 1 << 22  # pyarrow's streaming CSV reader parses this many bytes at a time
 
     def __init__(self, path: str, fmt: str | None = None, text_column: str | None = None, pair_column: str | None = None,
-                 id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192):
+                 id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192, delimiter: str | None = None):
+        from .csvcheck import parse_delimiter
+
         self.path = path
         self.fmt = detect_format(path, fmt)
         self.encoding = normalize_encoding(encoding)
+        self._delimiter_option = parse_delimiter(delimiter)
+        self.delimiter = self._delimiter_option or ("\t" if self.fmt == "tsv" else ",")
+        self.multiline_rows = 0  # CSV records whose quoted fields span lines (known once the file is read)
         self.files = expand_paths(path, self.fmt)
         if path == "-" and self.fmt == "parquet":
             self.files = [self._spool_stdin()]  # Parquet needs seeking: copy standard input to a temporary file
@@ -198,6 +203,11 @@ class Source:
                     raise InputError(f"{self._fname(f)}: not a readable Parquet file ({_short(e)})", "check the file is Parquet and complete") from None
                 if self._pq_schema is None:
                     self._pq_schema = meta.schema_arrow
+                    dup = sorted({n for n in self._pq_schema.names if self._pq_schema.names.count(n) > 1})
+                    if dup:
+                        raise InputError(f"{self._fname(f)}: the column name {dup[0]!r} appears "
+                                         f"{self._pq_schema.names.count(dup[0])} times",
+                                         "rename the columns so that every name is unique (e.g. table.rename_columns in pyarrow)")
                 total += meta.metadata.num_rows
             self.total_rows = total
             return list(self._pq_schema.names)
@@ -210,14 +220,31 @@ class Source:
                     head = fh.read(HEAD_BYTES)
                 except (OSError, EOFError, ValueError, pa.ArrowException) as e:
                     raise InputError(f"{self.name}: cannot read the file ({e})", "check the file is complete and its compression") from None
+        self._refuse_compressed(head)
         if self.fmt == "jsonl":
             return self._jsonl_columns(head)
         return self._csv_columns(head)
 
+    _MAGIC = ((b"\x1f\x8b", "gzip", ".gz", "zcat"), (b"BZh", "bzip2", ".bz2", "bzcat"), (b"\x28\xb5\x2f\xfd", "zstd", ".zst", "zstdcat"))
+
+    def _refuse_compressed(self, head: bytes) -> None:
+        """Compressed bytes where text is expected (standard input, or a file without .gz/.bz2/.zst)."""
+        if getattr(self, "compression", None) is not None:
+            return
+        for magic, kind, suffix, cat in self._MAGIC:
+            if head.startswith(magic) and (kind != "bzip2" or head[3:4].isdigit()):
+                if self.path == "-":
+                    raise InputError(f"<stdin>: the input is {kind}-compressed",
+                                     f"decompress it into the pipe (e.g. {cat} FILE | bertfeat extract - ...), "
+                                     f"or pass the file by name (its {suffix} suffix is read)")
+                raise InputError(f"{self.name}: the file is {kind}-compressed but its name does not end in {suffix}",
+                                 f"rename it to end in {suffix}, or decompress it")
+
     def _parse_options(self, handler=None):
         import pyarrow.csv as pcsv
 
-        return pcsv.ParseOptions(delimiter="\t" if self.fmt == "tsv" else ",", newlines_in_values=self.fmt != "tsv",
+        delimiter = getattr(self, "delimiter", None) or ("\t" if self.fmt == "tsv" else ",")
+        return pcsv.ParseOptions(delimiter=delimiter, newlines_in_values=self.fmt != "tsv",
                                  invalid_row_handler=handler, quote_char=False if self.fmt == "tsv" else '"')
 
     def _header_names(self, data: bytes) -> list[str]:
@@ -233,6 +260,12 @@ class Source:
         """The header as pyarrow parses it (so the names always match the streaming reader's)."""
         if not head.strip():
             raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
+        from .csvcheck import likely_delimiters_in, name_of, sniff_delimiter
+
+        option = getattr(self, "_delimiter_option", None)  # subclasses (dask_engine) may skip Source.__init__
+        self.delimiter = option or getattr(self, "delimiter", None) or ("\t" if self.fmt == "tsv" else ",")
+        if self.fmt == "csv" and option is None:
+            self.delimiter = sniff_delimiter(head)  # ';', '|' or tab when the header line has no comma
         try:
             cols = self._header_names(head)
         except (pa.ArrowException, ValueError):
@@ -254,6 +287,11 @@ class Source:
                                  "the first line must name the columns; check --input-format and --encoding") from None
         if not any(c.strip() for c in cols):
             raise InputError(f"{self.name}: the header line names no column", "the first line must name the columns")
+        likely = likely_delimiters_in(cols[0], self.delimiter) if len(cols) == 1 and option is None else []
+        if likely:
+            raise InputError(f"{self.name}: the header line is one column {cols[0]!r}, which holds {name_of(likely[0])}",
+                             f"pass --delimiter {name_of(likely[0])} if that separates the columns "
+                             f"(or --delimiter {name_of(self.delimiter)} to read one column)")
         return cols
 
     def _jsonl_columns(self, head: bytes) -> list[str]:
@@ -323,12 +361,14 @@ class Source:
                     raise InputError(f"{f}: its columns differ from {self.files[0]}", "a Parquet dataset needs the same columns in every file")
                 for b in pf.iter_batches(batch_size=self.batch_rows, columns=self._wanted()):
                     n = b.num_rows
-                    yield RawBatch(
+                    rb = RawBatch(
                         rows=list(range(row, row + n)),
                         texts=b.column(self.text_column).to_pylist(),
                         pairs=b.column(self.pair_column).to_pylist() if self.pair_column else None,
                         ids=b.column(self.id_column).to_pylist() if self.id_column else None,
                     )
+                    _binary_utf8(rb)
+                    yield rb
                     row += n
             except (pa.ArrowException, OSError) as e:
                 raise InputError(f"{self._fname(f)} near row {row}: cannot read the Parquet file ({_short(e)})", "check the file is Parquet and complete") from None
@@ -377,6 +417,13 @@ class Source:
         on_invalid._bertfeat_row_handler = True
 
         stream, counter = self._open_binary()
+        tracker = None
+        delimiter = getattr(self, "delimiter", None) or ("\t" if self.fmt == "tsv" else ",")
+        if self.fmt == "csv" and all(ch.encode(self.encoding, "ignore") == ch.encode() for ch in ('"', "\n", delimiter)):
+            from .csvcheck import QuoteTracker
+
+            tracker = QuoteTracker(stream, delimiter)  # an unclosed quote, rows that span lines
+            stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         wanted = self._wanted()
         try:
             with _quiet_row_handler_errors():
@@ -395,6 +442,7 @@ class Source:
             raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({_short(e)})",
                              "check the file format, --input-format and --encoding") from None
         row = 0
+        pending = None  # the last batch is held back: an unclosed quote at the end of the file rejects its last row
         it = iter(reader)
         try:
             while True:
@@ -430,16 +478,55 @@ class Source:
                         if out_i is not None: out_i.append(ids[k])
                         k += 1
                     row += 1
-                yield RawBatch(rows, out_t, out_p, out_i, pre, counter.count)
+                if pending is not None:
+                    yield self._mark_suspects(pending, tracker)
+                pending = RawBatch(rows, out_t, out_p, out_i, pre, counter.count)
+            if tracker is not None:
+                self.multiline_rows = tracker.multiline_records
+                if tracker.unclosed:
+                    self._reject_unclosed(tracker, pending, skipped, row)
+            if pending is not None:
+                yield self._mark_suspects(pending, tracker)
             if skipped:  # malformed lines after the last good row
                 rest = sorted(skipped)
                 if rest[0] != row or rest != list(range(row, row + len(rest))):
                     raise InputError(f"{self.name}: malformed lines at rows {rest[:5]} could not be placed",
                                      "fix the lines with the wrong number of fields")
-                yield RawBatch(rest, [None] * len(rest), [None] * len(rest) if self.pair_column else None,
-                               [None] * len(rest) if self.id_column else None, dict(skipped), counter.count)
+                yield self._mark_suspects(RawBatch(rest, [None] * len(rest), [None] * len(rest) if self.pair_column else None,
+                                                   [None] * len(rest) if self.id_column else None, dict(skipped), counter.count),
+                                          tracker)
         finally:
             stream.close()
+
+    def _column_name(self, field: int | None) -> str:
+        return f" in column {self.columns[field]!r}" if field is not None and field < len(self.columns) else ""
+
+    def _mark_suspects(self, b: RawBatch, tracker) -> RawBatch:
+        """Rows whose quoted field closed lines later, right before more text: it swallowed the lines between."""
+        if tracker is None or not tracker.suspects:
+            return b
+        for k, row in enumerate(b.rows):
+            hit = tracker.suspects.get(row)
+            if hit is not None:
+                line, field, close = hit
+                b.pre_rejected[row] = (f"unclosed quote: the quoted field{self._column_name(field)} that opens on line {line} "
+                                       f"only ends at a quote on line {close}, so lines {line + 1} to {close} were read "
+                                       "into this row")
+                b.texts[k] = None
+        return b
+
+    def _reject_unclosed(self, tracker, pending: RawBatch | None, skipped: dict[int, str], next_row: int) -> None:
+        """A quoted field never closed runs to the end of the file: its row (the last one) becomes a bad row."""
+        col = self.columns[tracker.open_field] if tracker.open_field is not None and tracker.open_field < len(self.columns) else None
+        reason = (f"unclosed quote: the quoted field{f' in column {col!r}' if col is not None else ''} that opens on line "
+                  f"{tracker.open_line} is never closed, so every line after it was read into this row")
+        last = max([next_row - 1, *skipped])
+        if last in skipped or pending is None or not pending.rows:
+            skipped[last] = reason
+            return
+        k = pending.rows.index(last)
+        pending.pre_rejected[last] = reason
+        pending.texts[k] = None
 
     def _raise_unskippable(self, e: BaseException):
         """pyarrow cannot hand a malformed line that is not valid UTF-8 to the skip handler: name the row."""
@@ -511,6 +598,17 @@ class Source:
                 yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, counter.count)
         finally:
             fh.close()
+
+
+def _binary_utf8(b: RawBatch) -> None:
+    """Invalid UTF-8 in a binary Parquet column: a bad row whose reason says --encoding does not apply."""
+    for values, what in ((b.texts, "text"), (b.pairs, "pair text")):
+        for k, v in enumerate(values or ()):
+            if isinstance(v, (bytes, bytearray)) and b.rows[k] not in b.pre_rejected:
+                try:
+                    bytes(v).decode("utf-8")
+                except UnicodeDecodeError as e:
+                    b.pre_rejected[b.rows[k]] = f"invalid UTF-8 at byte {e.start} of the {what} (a binary Parquet column)"
 
 
 def _skip_row(row) -> str:

@@ -28,6 +28,18 @@ The kernels:
     exp is inline as in the GELU (within 2 ulp of float32 exp). The sums run over the keys up to
     the last unmasked one, so right padding does not change a row's rounding.
 
+bf16 variants (``precision="bf16"``, see gemm.py): the activations a bf16 GEMM reads are written
+in bf16 by the kernel that makes them, not converted in a separate NumPy pass (a NumPy conversion
+of a (1024, 768) block costs a third of the GEMM it feeds). Rounding is to nearest, ties to even,
+NaN kept, as gemm.to_bf16; the bits are read back from the float32 row while it is in cache.
+
+``bias_gelu_erf_bf16_(u, b, out16)`` / ``bias_relu_bf16_(u, b, out16)``  out16 <- bf16(act(u + b));
+    u is scratch (left holding act(u + b)).
+``add_layer_norm_bf16_(y, b, r, g, beta, eps, out16)``  add_layer_norm_, and out16 <- bf16(y).
+``to_bf16_(x, out16)``  out16 <- bf16(x) for (N, H) rows (the embeddings' output).
+``ctx_rows_bf16_(ctx, out16)``  out16 (B, T, nh, hs) <- bf16(ctx (B, nh, T, hs)): the attention
+    context's transpose to token rows and its rounding in one pass.
+
 Every kernel works row by row, so a row's result does not depend on the other rows in the batch.
 """
 
@@ -164,7 +176,65 @@ def _compile() -> dict[str, Callable]:
                         row[j] = zero
         return scores
 
-    return {"gelu": bias_gelu_erf_, "relu": bias_relu_, "add_layer_norm_": add_layer_norm_, "masked_softmax_": masked_softmax_}
+    @inline
+    def rne16(w):
+        """float32 bits (uint32) -> bf16 bits, nearest even; NaN stays a (quiet) NaN."""
+        if (w & 0x7FFFFFFF) > 0x7F800000:
+            return np.uint16((w >> 16) | 0x40)
+        return np.uint16((w + 0x7FFF + ((w >> 16) & 1)) >> 16)
+
+    @inline
+    def row_bf16(bits, out):
+        for j in range(bits.shape[0]):
+            out[j] = rne16(bits[j])
+
+    @jit
+    def bias_gelu_erf_bf16_(u, b, out16):
+        bias_gelu_erf_(u, b)
+        ub = u.view(np.uint32)
+        for i in range(u.shape[0]):
+            row_bf16(ub[i], out16[i])
+        return out16
+
+    @jit
+    def bias_relu_bf16_(u, b, out16):
+        N, F = u.shape
+        ub = u.view(np.uint32)
+        for i in range(N):
+            row, bits, o = u[i], ub[i], out16[i]
+            for j in range(F):
+                row[j] = max(row[j] + b[j], zero)
+            row_bf16(bits, o)
+        return out16
+
+    @jit
+    def add_layer_norm_bf16_(y, b, r, g, beta, eps, out16):
+        add_layer_norm_(y, b, r, g, beta, eps)
+        yb = y.view(np.uint32)
+        for i in range(y.shape[0]):
+            row_bf16(yb[i], out16[i])
+        return y
+
+    @jit
+    def to_bf16_(x, out16):
+        xb = x.view(np.uint32)
+        for i in range(x.shape[0]):
+            row_bf16(xb[i], out16[i])
+        return out16
+
+    @jit
+    def ctx_rows_bf16_(ctx, out16):
+        B, nh, T, hs = ctx.shape
+        cb = ctx.view(np.uint32)
+        for bi in range(B):
+            for t in range(T):
+                for h in range(nh):
+                    row_bf16(cb[bi, h, t], out16[bi, t, h])
+        return out16
+
+    return {"gelu": bias_gelu_erf_, "relu": bias_relu_, "add_layer_norm_": add_layer_norm_, "masked_softmax_": masked_softmax_,
+            "gelu_bf16": bias_gelu_erf_bf16_, "relu_bf16": bias_relu_bf16_, "add_layer_norm_bf16_": add_layer_norm_bf16_,
+            "to_bf16_": to_bf16_, "ctx_rows_bf16_": ctx_rows_bf16_}
 
 
 def _warm(k: dict[str, Callable]) -> None:
@@ -175,6 +245,12 @@ def _warm(k: dict[str, Callable]) -> None:
     k["relu"](u, v)
     k["add_layer_norm_"](u, v, u.copy(), v, v, 1e-12)
     k["masked_softmax_"](np.zeros((1, 2, 3, 3), np.float32), np.float32(0.5), np.zeros((1, 1, 1, 3), np.float32))
+    u16 = np.zeros((2, 8), dtype=np.uint16)
+    k["gelu_bf16"](u, v, u16)
+    k["relu_bf16"](u, v, u16)
+    k["add_layer_norm_bf16_"](u, v, u.copy(), v, v, 1e-12, u16)
+    k["to_bf16_"](u, u16)
+    k["ctx_rows_bf16_"](np.zeros((1, 2, 3, 4), np.float32), np.zeros((1, 3, 2, 4), np.uint16))
 
 
 def use(backend: str | None = None) -> str:

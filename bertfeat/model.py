@@ -1,4 +1,4 @@
-"""The BERT forward pass in NumPy, float32 throughout.
+"""The BERT forward pass in NumPy: float32, or bf16 linear layers (precision="bf16").
 
 Shapes:  B batch, T tokens, H hidden, nh heads, hs head size (H = nh * hs),
          F intermediate, V vocab, N = B * T token rows.
@@ -10,6 +10,14 @@ time (see weights.py), Q/K/V fused into one (H, 3H) product.  BERT is post-Layer
     h = LN(x + Attn(x))
     y = LN(h + FFN(h)),     FFN(h) = act(h W_up + b_up) W_down + b_down
     pooled = tanh(h_CLS W_p + b_p)
+
+bf16 (weights loaded with precision="bf16", see weights.py and gemm.py): each of the four linear
+layers of a layer is a bf16 x bf16 -> float32 GEMM. Its input is a bf16 copy (uint16 bit patterns,
+names ending in 16) of the float32 activation, written by the kernel that makes that activation
+(kernels.py): the embeddings' and each layer's output LayerNorm (x16), the attention LayerNorm
+(h16), the context's transpose to token rows, the FFN's bias + GELU (only the bf16 copy is read).
+Everything else is float32 as in the fp32 path: the residual stream, LayerNorm, the attention
+scores, softmax and context (fp32 batched products), GELU, pooling and the pooler.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import kernels
+from . import gemm, kernels
 from .weights import BertWeights, LayerWeights
 
 MASK_NEG = np.float32(np.finfo(np.float32).min)  # additive mask for padded keys, as transformers uses
@@ -144,12 +152,12 @@ class Workspace:
     def __init__(self) -> None:
         self._bufs: dict[str, np.ndarray] = {}
 
-    def take(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """A float32 array of ``shape`` backed by the buffer ``name`` (its old contents are garbage)."""
+    def take(self, name: str, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
+        """A ``dtype`` (float32) array of ``shape`` backed by the buffer ``name`` (its old contents are garbage)."""
         n = math.prod(shape)
         buf = self._bufs.get(name)
-        if buf is None or buf.size < n:
-            buf = self._bufs[name] = np.empty(n + n // 4, dtype=np.float32)  # room for slightly larger batches
+        if buf is None or buf.size < n or buf.dtype != dtype:
+            buf = self._bufs[name] = np.empty(n + n // 4, dtype=dtype)  # room for slightly larger batches
         return buf[:n].reshape(shape)
 
     @property
@@ -200,8 +208,16 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return softmax_(np.array(x, dtype=np.float32))
 
 
-def bias_act_(u: np.ndarray, b: np.ndarray, hidden_act: str) -> np.ndarray:
-    """In place u (m, F) <- act(u + b); one fused pass when kernels.py has this activation."""
+def bias_act_(u: np.ndarray, b: np.ndarray, hidden_act: str, out16: np.ndarray | None = None) -> np.ndarray:
+    """In place u (m, F) <- act(u + b); one fused pass when kernels.py has this activation.
+
+    With ``out16`` (m, F) uint16: writes bf16(act(u + b)) there and returns it (u is then scratch).
+    """
+    if out16 is not None:
+        fused = kernels.get(hidden_act + "_bf16")
+        if fused is not None:
+            return fused(u, b, out16)
+        return gemm.to_bf16(bias_act_(u, b, hidden_act), out=out16)
     fused = kernels.get(hidden_act)
     if fused is not None:
         return fused(u, b)
@@ -210,8 +226,18 @@ def bias_act_(u: np.ndarray, b: np.ndarray, hidden_act: str) -> np.ndarray:
 
 
 def add_layer_norm_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarray, beta: np.ndarray,
-                    eps: float) -> np.ndarray:
-    """In place y (N, H) <- LN(y + b + r): a layer's output bias, its residual and the post-LN; returns y."""
+                    eps: float, out16: np.ndarray | None = None) -> np.ndarray:
+    """In place y (N, H) <- LN(y + b + r): a layer's output bias, its residual and the post-LN; returns y.
+
+    With ``out16`` (N, H) uint16, also writes bf16(y) there (the next bf16 GEMM's input).
+    """
+    if out16 is not None:
+        fused = kernels.get("add_layer_norm_bf16_")
+        if fused is not None:
+            return fused(y, b, r, g, beta, eps, out16)
+        add_layer_norm_(y, b, r, g, beta, eps)
+        gemm.to_bf16(y, out=out16)
+        return y
     fused = kernels.get("add_layer_norm_")
     if fused is not None:
         return fused(y, b, r, g, beta, eps)
@@ -221,10 +247,26 @@ def add_layer_norm_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarray, 
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """(N, in) @ (in, out) + b as one 2-D GEMM and an in-place bias add."""
-    y = np.matmul(x, w, out=out)
+    """(N, in) @ (in, out) + b as one 2-D GEMM (gemm.matmul: bf16 when w is) and an in-place bias add."""
+    y = gemm.matmul(x, w, out=out)
     y += b
     return y
+
+
+def to_bf16_(x: np.ndarray, out16: np.ndarray) -> np.ndarray:
+    """out16 (N, H) uint16 <- bf16(x (N, H)); fused kernel when available."""
+    fused = kernels.get("to_bf16_")
+    if fused is not None:
+        return fused(x, out16)
+    return gemm.to_bf16(x, out=out16)
+
+
+def ctx_rows_bf16_(ctx: np.ndarray, out16: np.ndarray) -> np.ndarray:
+    """out16 (B, T, nh, hs) uint16 <- bf16 of ctx (B, nh, T, hs) transposed to token rows."""
+    fused = kernels.get("ctx_rows_bf16_")
+    if fused is not None:
+        return fused(ctx, out16)
+    return gemm.to_bf16(ctx.transpose(0, 2, 1, 3), out=out16)
 
 
 def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -239,29 +281,34 @@ def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out
 
 
 def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
-              want_probs: bool = False, *, ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
+              want_probs: bool = False, *, ws: Workspace, x16: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Multi-head self-attention on (N, H) rows; mask_add (B, 1, 1, T) is 0 for tokens, MASK_NEG for padding.
 
     Returns the output projection *without* its bias lw.o_b (encoder_layer adds it with the residual),
-    in the workspace buffer "h".
+    in the workspace buffer "h". bf16 weights: ``x16`` is x in bf16, the Q/K/V GEMM's input.
     """
     N, H = x.shape
     hs = H // nh
-    qkv = linear(x, lw.qkv_w, lw.qkv_b, out=ws.take("qkv", (N, 3 * H)))  # (N, 3H)
+    qkv = linear(x if x16 is None else x16, lw.qkv_w, lw.qkv_b, out=ws.take("qkv", (N, 3 * H)))  # (N, 3H)
     qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
     q, k, v = qkv[0], qkv[1], qkv[2]
     scores = np.matmul(q, k.transpose(0, 1, 3, 2),  # (B, nh, T, T); kept per layer when returned
                        out=None if want_probs else ws.take("scores", (B, nh, T, T)))
     probs = masked_softmax_(scores, np.float32(1.0 / np.sqrt(hs)), mask_add)
     ctx = np.matmul(probs, v, out=ws.take("ctx", (B, nh, T, hs)))  # (B, nh, T, hs)
+    if x16 is not None:
+        rows16 = ctx_rows_bf16_(ctx, ws.take("ctx_rows16", (B, T, nh, hs), np.uint16))  # (B, T, nh, hs) = (N, H) rows
+        return gemm.matmul(rows16.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), (probs if want_probs else None)
     rows = ws.take("ctx_rows", (B, T, nh, hs))
     np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, T, nh, hs) = (N, H) rows
-    return np.matmul(rows.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), (probs if want_probs else None)
+    return gemm.matmul(rows.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), (probs if want_probs else None)
 
 
-def ffn(h: np.ndarray, lw: LayerWeights, hidden_act: str, block: int, *, ws: Workspace) -> np.ndarray:
+def ffn(h: np.ndarray, lw: LayerWeights, hidden_act: str, block: int, *, ws: Workspace,
+        h16: np.ndarray | None = None) -> np.ndarray:
     """act(h W_up + b_up) W_down on (N, H) rows, ``block`` rows at a time; *without* the bias b_down
     (encoder_layer adds it with the residual). The result is in the workspace buffer "y".
+    bf16 weights: ``h16`` is h in bf16; the activation is written in bf16 for the down GEMM.
 
     Blocking keeps the (block, F) intermediate in cache, so the element-wise activation runs at
     cache speed rather than memory speed; each row's arithmetic is the same whatever the block.
@@ -270,11 +317,19 @@ def ffn(h: np.ndarray, lw: LayerWeights, hidden_act: str, block: int, *, ws: Wor
     F = lw.up_w.shape[1]
     out = ws.take("y", (N, H))
     buf = ws.take("ffn_act", (min(block, N), F))
+    if h16 is not None:
+        buf16 = ws.take("ffn_act16", (min(block, N), F), np.uint16)
+        for s in range(0, N, block):
+            u = buf[: min(block, N - s)]
+            u16 = bias_act_(gemm.matmul(h16[s:s + block], lw.up_w, out=u), lw.up_b, hidden_act,
+                            out16=buf16[: u.shape[0]])  # (m, F) bf16
+            gemm.matmul(u16, lw.down_w, out=out[s:s + block])  # (m, H)
+        return out
     for s in range(0, N, block):
         hb = h[s:s + block]
         u = buf[: hb.shape[0]]
-        bias_act_(np.matmul(hb, lw.up_w, out=u), lw.up_b, hidden_act)  # (m, F)
-        np.matmul(u, lw.down_w, out=out[s:s + block])  # (m, H)
+        bias_act_(gemm.matmul(hb, lw.up_w, out=u), lw.up_b, hidden_act)  # (m, F)
+        gemm.matmul(u, lw.down_w, out=out[s:s + block])  # (m, H)
     return out
 
 
@@ -294,16 +349,18 @@ def ffn_block_rows(F: int, hidden_act: str) -> int:
 
 def encoder_layer(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
                   hidden_act: str, eps: float, want_probs: bool = False, *,
-                  ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
+                  ws: Workspace, x16: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """One post-LN transformer layer on (N, H) rows: h = LN(x + Attn(x)), y = LN(h + FFN(h)).
 
     The result is in the workspace buffer "y"; x may be that buffer too (it is read, as the
-    residual, before the FFN writes there).
+    residual, before the FFN writes there). bf16 weights: ``x16`` (N, H) uint16 holds x in bf16
+    and is overwritten with y in bf16 (the next layer's input).
     """
-    a, probs = attention(x, lw, mask_add, B, T, nh, want_probs, ws=ws)
-    h = add_layer_norm_(a, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps)  # x is dead from here on
-    f = ffn(h, lw, hidden_act, ffn_block_rows(lw.up_w.shape[1], hidden_act), ws=ws)
-    return add_layer_norm_(f, lw.down_b, h, lw.ln2_g, lw.ln2_b, eps), probs
+    a, probs = attention(x, lw, mask_add, B, T, nh, want_probs, ws=ws, x16=x16)
+    h16 = None if x16 is None else ws.take("h16", x.shape, np.uint16)
+    h = add_layer_norm_(a, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps, out16=h16)  # x is dead from here on
+    f = ffn(h, lw, hidden_act, ffn_block_rows(lw.up_w.shape[1], hidden_act), ws=ws, h16=h16)
+    return add_layer_norm_(f, lw.down_b, h, lw.ln2_g, lw.ln2_b, eps, out16=x16), probs
 
 
 def additive_mask(attention_mask: np.ndarray) -> np.ndarray:
@@ -340,10 +397,13 @@ def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarr
     ws = ws or Workspace()
     N = B * T
     x = embed(w, input_ids, token_type_ids, out=ws.take("emb", (N, c.hidden_size)))  # (N, H)
+    x16 = None
+    if w.precision == "bf16" and last > 0:
+        x16 = to_bf16_(x, ws.take("x16", (N, c.hidden_size), np.uint16))  # (N, H) bf16
     for i in range(last + 1):
         if i > 0:
             x, probs = encoder_layer(x, w.layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
-                                     c.layer_norm_eps, output_attentions, ws=ws)
+                                     c.layer_norm_eps, output_attentions, ws=ws, x16=x16)
             if output_attentions:
                 out.attentions.append(probs)
         if i in keep:  # buffers are reused by later layers: copy all but the deepest

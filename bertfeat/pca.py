@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from .errors import BertfeatError
+from .estimator import Estimator
 
 __all__ = ["PCA", "NotFittedError", "MODEL_FORMAT", "MODEL_FORMAT_VERSION", "BLOCK_ROWS"]
 
@@ -82,12 +83,24 @@ class NotFittedError(BertfeatError, AttributeError):
 
 
 def _as_2d_float(X: Any) -> np.ndarray:
-    """Return X as a 2-D float32 or float64 array (other numeric types become float64)."""
+    """Return X as a 2-D float32 or float64 array (other numeric types become float64).
+
+    Accepts NumPy arrays, pandas / polars DataFrames and anything ``np.asarray`` takes. Object
+    arrays of numbers are converted (a non-number in them raises NumPy's TypeError, as in
+    scikit-learn); sparse matrices and complex numbers are refused.
+    """
+    if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
+        raise BertfeatError("sparse input is not supported by bertfeat's PCA", "pass a dense array, e.g. X.toarray()")
     X = np.asarray(X)
+    if np.iscomplexobj(X):
+        raise BertfeatError("Complex data not supported", "pass real-valued features")
+    if X.dtype == object:
+        X = X.astype(np.float64)
     if X.ndim != 2:
         raise BertfeatError(
             f"expected a 2-D array (n_samples, n_features), got shape {X.shape}",
-            "pass a matrix with one row per sample; reshape a single sample with X.reshape(1, -1)",
+            "pass a matrix with one row per sample. Reshape your data: X.reshape(1, -1) for a single sample, "
+            "X.reshape(-1, 1) for a single feature",
         )
     if X.dtype not in (np.float32, np.float64):
         if not (np.issubdtype(X.dtype, np.number) or X.dtype == np.bool_) or np.iscomplexobj(X):
@@ -96,6 +109,8 @@ def _as_2d_float(X: Any) -> np.ndarray:
                 "pass a float32 or float64 feature matrix",
             )
         X = X.astype(np.float64)
+    if X.shape[1] == 0:
+        raise BertfeatError(f"0 feature(s) (shape={X.shape}) while a minimum of 1 is required", "pass at least one feature column")
     return X
 
 
@@ -368,7 +383,7 @@ def _decompose_stats(stats: _Stats, spec: Any) -> _Result:
 # ----------------------------------------------------------------------------------------
 
 
-class PCA:
+class PCA(Estimator):
     """Principal component analysis with exact streaming fits (see the module docstring).
 
     Parameters
@@ -396,16 +411,30 @@ class PCA:
 
     Fitted attributes (float64 whatever the input dtype; ``transform`` output follows the input)
     ----------------------------------------------------------------------------------------
+    Set at the end of ``fit``, of ``finalize`` (after ``partial_fit`` / ``merge``) and of ``load``;
+    reading one before raises ``NotFittedError`` (also an ``AttributeError`` and a ``ValueError``).
     components_ (k, d), explained_variance_ (k,), explained_variance_ratio_ (k,),
     singular_values_ (k,), mean_ (d,), n_samples_, n_features_in_, n_components_,
-    noise_variance_, plus ``all_explained_variance_`` (r,) (the whole spectrum; only the
-    top k for ``randomized``), ``total_variance_``, ``fit_solver_`` and ``fingerprint_``
-    (the feature source, set by the file helpers or ``load``; None otherwise).
+    noise_variance_, feature_names_in_ (fitted on a DataFrame with string column names only),
+    all_explained_variance_ (r,) (the whole spectrum; only the top k for ``randomized``),
+    total_variance_, fit_solver_, and the provenance of the features it was fitted on:
+    fingerprint_ (model, weights and settings that made them; None for plain arrays) and
+    source_ (the feature file and its rows; None for plain arrays), set by ``fit_pca_file``,
+    ``bertfeat pca fit`` and ``load``.
+
+    scikit-learn: a transformer for pipelines, ``clone``, grid search and
+    ``check_estimator``, with ``get_feature_names_out`` (pca0, pca1, ...) and ``set_output``,
+    without importing scikit-learn (see bertfeat/estimator.py).
     """
+
+    _FITTED = ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_",
+               "n_samples_", "n_features_in_", "n_components_", "noise_variance_", "all_explained_variance_",
+               "total_variance_", "fit_solver_", "fingerprint_", "source_", "_n_features_out")
 
     def __init__(
         self,
         n_components: int | float | None = None,
+        *,
         solver: str = "auto",
         whiten: bool = False,
         random_state: int | np.random.Generator | None = None,
@@ -416,39 +445,45 @@ class PCA:
         self.whiten = whiten
         self.random_state = random_state
         self.precision = precision
-        self.fingerprint_: dict | None = None
-        self._reset()
 
-    # -- scikit-learn style plumbing -------------------------------------------------------
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """Constructor parameters (scikit-learn convention)."""
-        return {
-            "n_components": self.n_components,
-            "solver": self.solver,
-            "whiten": self.whiten,
-            "random_state": self.random_state,
-            "precision": self.precision,
-        }
-
-    def set_params(self, **params: Any) -> PCA:
-        """Set constructor parameters; returns self."""
-        for key, value in params.items():
-            if key not in self.get_params():
-                raise BertfeatError(f"unknown PCA parameter {key!r}", f"use one of {sorted(self.get_params())}")
-            setattr(self, key, value)
-        self._stale = self._stats is not None
-        return self
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"PCA({args})"
+    def __getattr__(self, name: str):
+        # only reached when normal lookup fails: a fitted attribute before fit / after new partial_fit data
+        if name in PCA._FITTED:
+            stale = self.__dict__.get("_stats") is not None
+            raise NotFittedError(
+                f"this PCA is not fitted yet ({name} is set by fit)" if not stale else
+                f"this PCA has partial_fit statistics that are not decomposed yet ({name} is set by finalize)",
+                "call fit(X), or finalize() after partial_fit / merge, or load a saved model with PCA.load(path)",
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def _reset(self) -> None:
+        """Forget every fitted attribute and statistic (parameters stay)."""
+        for name in PCA._FITTED + ("feature_names_in_",):
+            self.__dict__.pop(name, None)
         self._stats: _Stats | None = None
         self._result_: _Result | None = None
         self._d: int | None = None
-        self._stale = False
+
+    def _set_fitted(self, r: _Result, d: int) -> None:
+        """Publish a decomposition as the fitted attributes (computed once, here)."""
+        k = r.n_components
+        self._result_ = r
+        self.components_ = r.components
+        self.explained_variance_ = r.spectrum[:k]
+        self.explained_variance_ratio_ = r.spectrum[:k] / r.total_variance if r.total_variance > 0 else np.zeros(k)
+        self.singular_values_ = np.sqrt(r.spectrum[:k] * (r.n_samples - 1))
+        self.mean_ = r.mean
+        self.n_components_ = k
+        self._n_features_out = k
+        self.noise_variance_ = r.noise_variance
+        self.all_explained_variance_ = r.spectrum
+        self.total_variance_ = r.total_variance
+        self.fit_solver_ = r.solver
+        self.n_samples_ = r.n_samples
+        self.n_features_in_ = d
+        self.__dict__.setdefault("fingerprint_", None)
+        self.__dict__.setdefault("source_", None)
 
     def _check_params(self) -> None:
         if self.solver not in SOLVERS:
@@ -460,17 +495,20 @@ class PCA:
     # -- fitting ---------------------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None) -> PCA:
-        """Fit on all rows of X (n, d) at once; returns self. Forgets earlier partial fits."""
+        """Fit on all rows of X (n, d) at once; returns self. Forgets earlier fits and partial fits."""
         self._check_params()
+        names_from = X
         X = _as_2d_float(X)
         n, d = X.shape
         if n < 2:
-            raise BertfeatError(f"PCA needs at least 2 rows to fit, got {n}", "fit on the features of at least 2 texts")
+            raise BertfeatError(f"PCA needs at least 2 samples to fit, got n_samples = {n}",
+                                "fit on the features of at least 2 texts")
         _check_max_components(self.n_components, n, d)
         solver = choose_solver(self.solver, n, d, self.n_components)
         self._reset()
+        self._check_feature_names(names_from, reset=True)
         if solver == "covariance":
-            self.partial_fit(X)
+            self._accumulate(X)
             return self.finalize()
         col_sum = X.sum(axis=0, dtype=np.float64)
         if not np.isfinite(col_sum).all():
@@ -484,6 +522,7 @@ class PCA:
         else:
             self._result_ = self._fit_randomized(Xc, mean)
         self._d = d
+        self._set_fitted(self._result_, d)
         return self
 
     def _fit_randomized(self, Xc: np.ndarray, mean: np.ndarray) -> _Result:
@@ -505,11 +544,23 @@ class PCA:
     def partial_fit(self, X: Any, y: Any = None) -> PCA:
         """Accumulate float64 statistics of another chunk X (m, d); returns self.
 
-        Cheap: no decomposition happens here (it runs when a fitted attribute is read).
-        Memory is O(d^2 + BLOCK_ROWS * d) whatever the number of rows.
+        Cheap: no decomposition happens here; ``finalize()`` computes the fitted attributes from
+        everything seen so far (until then they are unset). Memory is O(d^2 + BLOCK_ROWS * d)
+        whatever the number of rows.
         """
         self._check_params()
+        if "_stats" not in self.__dict__:
+            self._reset()
+        first = self._stats is None and self._result_ is None
+        names_from = X
         X = _as_2d_float(X)
+        self._accumulate(X)
+        if first:
+            self._check_feature_names(names_from, reset=True)
+        return self
+
+    def _accumulate(self, X: np.ndarray) -> None:
+        """Add X's rows to the float64 statistics (whole chunks only); fitted attributes become unset."""
         m, d = X.shape
         if self._stats is None and self._result_ is not None:
             raise BertfeatError(
@@ -518,7 +569,7 @@ class PCA:
             )
         if self._d is not None and d != self._d:
             raise BertfeatError(
-                f"X has {d} features but earlier chunks had {self._d}",
+                f"X has {d} features, but PCA is expecting {self._d} features as input (from the earlier chunks)",
                 "pass chunks of the same feature matrix (same model, pooling and layers)",
             )
         if isinstance(self.n_components, numbers.Integral) and self.n_components > d:
@@ -527,7 +578,7 @@ class PCA:
                 f"choose n_components <= {d}, or a fraction such as 0.95 to keep 95% of the variance",
             )
         if m == 0:
-            return self
+            return
         st = self._stats
         if st is None:
             shift = X[:BLOCK_ROWS].mean(axis=0, dtype=np.float64)  # (d,) mean of the first rows ever seen
@@ -547,19 +598,27 @@ class PCA:
         st.sq += chunk_sq
         st.sum += chunk_sum
         st.n += m
-        self._stats, self._d, self._stale = st, d, True
-        return self
+        self._stats, self._d = st, d
+        for name in PCA._FITTED:  # unset until finalize(); fingerprint_ / source_ describe the data and stay
+            if name not in ("fingerprint_", "source_"):
+                self.__dict__.pop(name, None)
+        self.n_features_in_ = d  # known from the first chunk on, as scikit-learn's partial_fit sets it
 
     def finalize(self) -> PCA:
-        """Decompose the accumulated statistics now (normally done lazily); returns self."""
-        if self._stale:
-            st = self._stats
-            assert st is not None
-            if st.n < 2:
-                raise BertfeatError(f"PCA needs at least 2 rows to fit, got {st.n}", "fit on the features of at least 2 texts")
-            _check_max_components(self.n_components, st.n, st.shift.shape[0])
-            self._result_ = _decompose_stats(st, self.n_components)
-            self._stale = False
+        """Decompose the statistics of partial_fit / merge into the fitted attributes; returns self."""
+        st = self.__dict__.get("_stats")
+        if st is None:
+            if self.__dict__.get("_result_") is None:
+                raise NotFittedError("this PCA has no data to finalize", "call partial_fit(X) first")
+            return self
+        if "components_" in self.__dict__:
+            return self  # nothing new since the last finalize
+        if st.n < 2:
+            raise BertfeatError(f"PCA needs at least 2 samples to fit, got n_samples = {st.n}",
+                                "fit on the features of at least 2 texts")
+        self._check_params()
+        _check_max_components(self.n_components, st.n, st.shift.shape[0])
+        self._set_fitted(_decompose_stats(st, self.n_components), st.shift.shape[0])
         return self
 
     def merge(self, other: PCA) -> PCA:
@@ -571,6 +630,8 @@ class PCA:
         if not isinstance(other, PCA):
             raise BertfeatError(f"can only merge a PCA with a PCA, got {type(other).__name__}", "pass a PCA")
         for est in (self, other):
+            if "_stats" not in est.__dict__:
+                est._reset()
             if est._stats is None and est._result_ is not None:
                 raise BertfeatError(
                     "merge needs the statistics of partial_fit, but one PCA was fitted in one pass "
@@ -578,12 +639,15 @@ class PCA:
                     "use partial_fit (or fit with solver='covariance') on every worker, and save with include_stats=True",
                 )
         merged = PCA(**self.get_params())
-        merged.fingerprint_ = self.fingerprint_
+        merged._reset()
+        for name in ("fingerprint_", "source_", "feature_names_in_"):
+            if name in self.__dict__:
+                merged.__dict__[name] = self.__dict__[name]
         a, b = self._stats, other._stats
         if a is None or b is None:
             src = a if a is not None else b
             if src is not None:
-                merged._stats, merged._d, merged._stale = src.copy(), src.shift.shape[0], True
+                merged._stats, merged._d = src.copy(), src.shift.shape[0]
             return merged
         if a.shift.shape != b.shift.shape:
             raise BertfeatError(
@@ -597,101 +661,30 @@ class PCA:
         scatter = a.scatter() + b.scatter() + np.outer(delta, delta) * (a.n * b.n / n)
         s = (mean - a.shift) * n
         merged._stats = _Stats(n, a.shift.copy(), s, scatter + np.outer(s, s) / n)
-        merged._d, merged._stale = a.shift.shape[0], True
+        merged._d = a.shift.shape[0]
         return merged
 
-    # -- fitted attributes (lazy) ------------------------------------------------------------
-
     def _result(self) -> _Result:
-        if self._stale:
-            self.finalize()
-        if self._result_ is None:
-            raise NotFittedError(
-                "this PCA is not fitted yet",
-                "call fit(X) or partial_fit(X) first, or load a saved model with PCA.load(path)",
-            )
+        """The fitted decomposition (raises NotFittedError before fit / finalize)."""
+        if "components_" not in self.__dict__:
+            self.__getattr__("components_")  # raises the right NotFittedError
         return self._result_
-
-    @property
-    def components_(self) -> np.ndarray:
-        """(k, d) principal axes, sorted by decreasing explained variance."""
-        return self._result().components
-
-    @property
-    def explained_variance_(self) -> np.ndarray:
-        """(k,) variance along each component, ddof=1."""
-        r = self._result()
-        return r.spectrum[: r.n_components]
-
-    @property
-    def explained_variance_ratio_(self) -> np.ndarray:
-        """(k,) fraction of the total variance along each component."""
-        r = self._result()
-        return r.spectrum[: r.n_components] / r.total_variance
-
-    @property
-    def singular_values_(self) -> np.ndarray:
-        """(k,) singular values of the centred data, sqrt(variance * (n - 1))."""
-        r = self._result()
-        return np.sqrt(r.spectrum[: r.n_components] * (r.n_samples - 1))
-
-    @property
-    def mean_(self) -> np.ndarray:
-        """(d,) per-feature mean of the training rows."""
-        return self._result().mean
-
-    @property
-    def n_components_(self) -> int:
-        """k, the number of kept components."""
-        return self._result().n_components
-
-    @property
-    def noise_variance_(self) -> float:
-        """Mean variance of the discarded components (0 when k = r), as scikit-learn."""
-        return self._result().noise_variance
-
-    @property
-    def all_explained_variance_(self) -> np.ndarray:
-        """(r,) variance of every component (only the top k for the randomized solver)."""
-        return self._result().spectrum
-
-    @property
-    def total_variance_(self) -> float:
-        """Sum of the variances of all features (ddof=1)."""
-        return self._result().total_variance
-
-    @property
-    def fit_solver_(self) -> str:
-        """The solver that produced the fit: svd, covariance or randomized."""
-        return self._result().solver
-
-    @property
-    def n_samples_(self) -> int:
-        """Number of training rows."""
-        if self._stats is not None:
-            return self._stats.n
-        return self._result().n_samples
-
-    @property
-    def n_features_in_(self) -> int:
-        """d, the number of input features."""
-        if self._d is None:
-            self._result()
-        return int(self._d)  # type: ignore[arg-type]
 
     @property
     def has_stats(self) -> bool:
         """True when partial_fit/merge statistics are available (so more rows can be added)."""
-        return self._stats is not None
+        return self.__dict__.get("_stats") is not None
 
     # -- transforming ----------------------------------------------------------------------
 
     def _check_transform_input(self, X: Any) -> np.ndarray:
-        X = _as_2d_float(X)
+        self._result()  # NotFittedError before fit / finalize
         d = self.n_features_in_
+        self._check_feature_names(X, reset=False)
+        X = _as_2d_float(X)
         if X.shape[1] != d:
             raise BertfeatError(
-                f"X has {X.shape[1]} features but this PCA was fitted on {d} features",
+                f"X has {X.shape[1]} features, but PCA is expecting {d} features as input",
                 "transform features from the same model, pooling and layers the PCA was fitted on",
             )
         return X
@@ -706,15 +699,18 @@ class PCA:
 
         ``row_offset`` only shifts the row numbers quoted in a NaN/inf error (for streams).
         """
-        r = self._result()
-        X = self._check_transform_input(X)
-        dt = X.dtype
-        Y = (X - r.mean.astype(dt)) @ r.components.astype(dt).T  # (n, k)
+        original = X
+        Xa = self._check_transform_input(X)
+        r = self._result_
+        dt = Xa.dtype
+        C = r.components.astype(dt)  # (k, d)
+        Y = Xa @ C.T  # (n, k): project first, then subtract the projected mean (no centred (n, d) copy)
+        Y -= (r.mean @ r.components.T).astype(dt)
         if self.whiten:
             Y /= self._whiten_scale(dt)
         if not np.isfinite(Y).all():  # NaN/inf in X always reaches Y; checking Y is cheaper
-            raise _nonfinite_error(X, row_offset, "transforming")
-        return Y
+            raise _nonfinite_error(Xa, row_offset, "transforming")
+        return self._wrap_output(Y, original)
 
     def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
         """fit(X) then transform(X)."""
@@ -766,7 +762,7 @@ class PCA:
         """
         r = self._result()
         path = Path(path)
-        fp = dict(fingerprint) if fingerprint is not None else self.fingerprint_
+        fp = dict(fingerprint) if fingerprint is not None else self.__dict__.get("fingerprint_")
         from . import __version__
 
         meta = {
@@ -823,7 +819,8 @@ class PCA:
                 "upgrade bertfeat",
             )
         pca = cls(**meta["params"])
-        pca._result_ = _Result(
+        pca._reset()
+        result = _Result(
             mean=arrays["mean"],
             components=arrays["components"],
             spectrum=arrays["spectrum"],
@@ -834,11 +831,11 @@ class PCA:
             solver=meta["fit_solver"],
         )
         pca._d = int(meta["n_features"])
+        pca._set_fitted(result, pca._d)
         if "stats_sq" in arrays:
             pca._stats = _Stats(int(meta["stats_n"]), arrays["stats_shift"], arrays["stats_sum"], arrays["stats_sq"])
         pca.fingerprint_ = meta.get("fingerprint")
-        if meta.get("source") is not None:
-            pca.source_ = meta["source"]
+        pca.source_ = meta.get("source")
         pca.source_path_ = path
         return pca
 

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__
+from . import __version__, gemm
 from .encoder import Encoder, FeatureSpec, LongTextError
 from .errors import BertfeatError, InputError, ResumeError
 from .io import RawBatch, Source
@@ -56,7 +56,10 @@ def _decode(value, what: str, encoding: str = "utf-8") -> tuple[str | None, str 
         return None, f"empty {what}"
     if not value.strip():
         return None, f"whitespace-only {what}"
-    return value, None
+    from .textcheck import control_character_reason
+
+    reason = control_character_reason(value, what)
+    return (None, reason) if reason else (value, None)
 
 
 def _kind(v) -> str:
@@ -66,8 +69,14 @@ def _kind(v) -> str:
 def fix_for(reason: str) -> str:
     """How to fix a bad row, by its reason."""
     skip = "or pass --on-bad-row skip to write it to the rejects file and go on"
+    if reason.endswith("(a binary Parquet column)"):
+        return f"write the column as UTF-8 strings (decode it with its real encoding first; --encoding applies to CSV and JSONL), {skip}"
     if reason.startswith("invalid UTF-8") or reason.startswith("invalid ") and " at byte " in reason:
         return f"pass --encoding with the file's encoding (e.g. --encoding latin-1), {skip}"
+    if reason.startswith("control character"):
+        return f"remove the control characters or replace them with spaces, {skip}"
+    if reason.startswith("unclosed quote"):
+        return f'close the quote (a quote inside a quoted field is written ""), {skip}'
     if reason.startswith("malformed line"):
         return f"fix the line (quote fields that hold the delimiter), {skip}"
     if reason.startswith("invalid JSON"):
@@ -253,6 +262,9 @@ class ExtractOptions:
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     threads: int | None = None
     command: str | None = None
+    precision: str = "fp32"  # "bf16": Encoder(precision="bf16"), see docs/precision.md
+    overwrite: bool = False  # replace existing outputs (else refused), or start over from a partial run
+    delimiter: str | None = None  # CSV field delimiter (default: from the header line)
 
 
 @dataclass
@@ -262,6 +274,7 @@ class ExtractSummary:
     rows_rejected: int = 0
     rows_truncated: int = 0
     rows_chunked: int = 0
+    rows_multiline: int = 0  # CSV rows whose quoted fields span lines
     tokens: int = 0  # tokens of accepted rows before truncation
     tokens_dropped: int = 0
     elapsed: float = 0.0
@@ -331,20 +344,22 @@ def output_format(output: Path | None, fmt: str | None) -> str:
     return "parquet"
 
 
+ALL_COMPONENTS = "all"  # --pca 1.0 / all: keep every component (PCA(n_components=None))
+
+
 def parse_pca(value: str | None):
+    """--pca: None (no PCA), a count, a fraction, or ALL_COMPONENTS; the same parser as `pca fit -n` (specs.py)."""
     if value is None or value == "":
         return None
-    try:
-        x = float(value)
-    except ValueError:
-        raise BertfeatError(f"--pca '{value}' is not a number", "give a number of components (100) or a variance fraction (0.95)") from None
-    if x >= 1:
-        if x != int(x):
-            raise BertfeatError(f"--pca {value}: a number of components must be whole", "e.g. --pca 100")
-        return int(x)
-    if not 0 < x < 1:
-        raise BertfeatError(f"--pca {value} is out of range", "give a whole number >= 1 or a fraction in (0, 1)")
-    return x
+    from .specs import parse_pca_spec
+
+    n = parse_pca_spec(value, "--pca")
+    return ALL_COMPONENTS if n is None else n
+
+
+def pca_n_components(n):
+    """parse_pca's value -> PCA's n_components (None keeps every component)."""
+    return None if n == ALL_COMPONENTS else n
 
 
 # --------------------------------------------------------------------------- resume state
@@ -368,7 +383,7 @@ class PartStore:
             diffs = manifest_differences(old, manifest)
             if diffs:
                 raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
-                                  "rerun without --resume to start over, or use the original settings")
+                                  "rerun with --overwrite instead of --resume to start over, or use the original settings")
             return {int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet")}
         if self.dir.exists():
             shutil.rmtree(self.dir)
@@ -497,7 +512,8 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError("--resume cannot continue a run that read standard input", "write the input to a file first")
     if opts.input == "-" and not opts.output:
         default_output(opts.input, "parquet")  # raises: standard input needs -o
-    source = Source(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding)
+    source = Source(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding,
+                    delimiter=opts.delimiter)
     out_path = Path(opts.output) if opts.output else None
     fmt = output_format(out_path, opts.format)
     out_path = out_path or default_output(opts.input, fmt)
@@ -509,7 +525,18 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
     if opts.threads is not None and opts.threads < 1:
         raise BertfeatError(f"--threads {opts.threads} is out of range", "give 1 or more (default: all cores)")
-    encoder = encoder or Encoder(opts.model)
+    from .safety import check_extract_outputs
+    from .specs import check_max_length, check_output_format, check_size
+
+    check_output_format(opts.output, opts.format)
+    check_max_length(opts.max_length)
+    check_size(opts.max_batch_tokens, "--max-batch-tokens", 1, None, " (tokens per batch, padded rows x length; default 1024)")
+    check_extract_outputs(out_path, fmt, n_components is not None, PartStore(out_path).dir, source.files, opts.overwrite,
+                          opts.resume)
+    encoder = encoder or Encoder(opts.model, precision=opts.precision)
+    if encoder.precision != opts.precision:  # never a silent change of precision
+        raise BertfeatError(f"the encoder was loaded in {encoder.precision}, but precision {opts.precision} was asked for",
+                            f"load it with Encoder(..., precision={opts.precision!r})")
     if opts.max_batch_tokens:
         encoder.max_batch_tokens = int(opts.max_batch_tokens)
     if opts.threads:
@@ -525,6 +552,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     try:
         done = store.open(manifest, opts.resume)
     except OSError as e:
+        store.remove()
         raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})", "check the output directory exists and is writable, or pass -o") from None
     for stale in (*out_path.parent.glob(f".{out_path.name}*.tmp-*"), *out_path.parent.glob(f".{out_path.stem}.ids.csv.tmp-*")):
         stale.unlink(missing_ok=True)  # temporaries of a run killed while it wrote the output
@@ -552,6 +580,12 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         items.close()
         store.remove()  # bad input: leave nothing behind
         raise
+    except OSError as e:  # disk full, read-only: the finished chunks stay, --resume continues
+        items.close()
+        from .safety import os_error
+
+        raise os_error(e, store.dir, f"free disk space, then rerun the same command with --resume "
+                                     f"({len(order)} finished chunk(s) are kept in {store.dir})") from None
     except KeyboardInterrupt:
         items.close()
         progress.stop()
@@ -561,6 +595,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     finally:
         items.close()
         progress.stop()
+    summary.rows_multiline = getattr(source, "multiline_rows", 0)
 
     try:
         summary.outputs = finalize(store, sorted(order), out_path, fmt, opts, encoder, spec, fingerprint, source, summary,
@@ -596,6 +631,8 @@ def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: S
         "model_source": encoder.location.source,
         "weights_sha256": encoder.weights_sha256,
         "fingerprint": fingerprint,
+        "precision": encoder.precision,
+        "gemm": gemm.provenance(encoder.precision, encoder.bf16_mode),
         "pooling": spec.pooling,
         "layers": list(spec.layers),
         "layer_agg": spec.layer_agg,
@@ -648,11 +685,12 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
 
         if summary.rows_written < 2:
             raise BertfeatError(f"--pca needs at least 2 feature rows, this run has {summary.rows_written}", "drop --pca or add rows")
-        pca = PCA(n_components=n_components, solver="covariance", precision="float64")
+        pca = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
         for i in order:
             t, _, _ = store.read_part(i)
             if t.num_rows:
                 pca.partial_fit(_matrix(t))
+        pca.finalize()
         stem = out_path.with_suffix("")
         pca_path = stem.with_name(stem.name + ".pca.npz")
         pca.save(pca_path, fingerprint=fingerprint)

@@ -8,12 +8,17 @@ Name variants accepted for each tensor:
   * with or without the ``bert.`` / ``roberta.`` prefix (BertModel vs BertFor* / RobertaFor* checkpoints);
   * RoBERTa's masked-LM head ``lm_head.*`` mapped to BERT's ``cls.predictions.*`` names;
   * legacy LayerNorm names ``gamma`` / ``beta`` for ``weight`` / ``bias``.
+
+``precision="bf16"`` stores the four linear weights of every layer (qkv_w, o_w, up_w, down_w) once,
+at load, as bf16 bit patterns (uint16, rounded to nearest even from float32: gemm.to_bf16), the
+operands of the bf16 GEMM; embeddings, LayerNorm, biases and the pooler stay float32.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +26,7 @@ import numpy as np
 
 from .config import BertConfig
 from .errors import WeightsError
+from .gemm import PRECISIONS, to_bf16
 
 # One table: our name -> (checkpoint name, expected shape as a function of the config).
 # {i} is the layer index.  "T" marks linear weights stored (out, in) that we transpose.
@@ -66,6 +72,7 @@ _MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hid
 
 @dataclass
 class LayerWeights:
+    # the four linear weights: float32, or uint16 bf16 bit patterns when the checkpoint was loaded in bf16
     qkv_w: np.ndarray  # (H, 3H): [Wq | Wk | Wv], transposed
     qkv_b: np.ndarray  # (3H,)
     o_w: np.ndarray  # (H, H)
@@ -94,6 +101,7 @@ class BertWeights:
     mlm: dict | None = None  # dense_w (H,H) transposed, dense_b, ln_g, ln_b, bias (V,)
     files: list[Path] = field(default_factory=list)
     missing_pooler_reason: str | None = None
+    precision: str = "fp32"  # "bf16": the layers' linear weights are bf16 (uint16) for gemm.gemm_bf16
 
     @property
     def n_params(self) -> int:
@@ -140,10 +148,18 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     )
 
 
-def read_tensors(files: list[Path]) -> dict[str, np.ndarray]:
+#: the linear weights of the encoder layers, stored in bf16 under precision="bf16" (canonical names)
+_LAYER_LINEAR = re.compile(r"encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.output\.dense"
+                           r"|intermediate\.dense|output\.dense)\.weight")
+
+
+def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint, read once, with canonical names.
 
     Canonical: no ``bert.`` prefix, LayerNorm ``gamma``/``beta`` renamed ``weight``/``bias``.
+    With a set ``bf16``: the encoder layers' floating-point linear weights are rounded to bf16 as they
+    are read (their float32 copy never outlives its own read), and their names are added to the set;
+    a bf16 load then peaks below a float32 one (see docs/precision.md).
     """
     from safetensors import safe_open
 
@@ -158,7 +174,11 @@ def read_tensors(files: list[Path]) -> dict[str, np.ndarray]:
                     name = canonical_name(key)
                     if name in out:
                         raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
-                    out[name] = st.get_tensor(key)
+                    t = st.get_tensor(key)
+                    if bf16 is not None and t.dtype.kind == "f" and _LAYER_LINEAR.fullmatch(name):
+                        t = to_bf16(t)
+                        bf16.add(name)
+                    out[name] = t
         except WeightsError:
             raise
         except Exception as e:  # safetensors raises its own error types for corrupt files
@@ -194,7 +214,7 @@ def canonical_name(key: str) -> str:
     return key
 
 
-def _take(tensors: dict, name: str, shape: tuple, where: Path) -> np.ndarray:
+def _take(tensors: dict, name: str, shape: tuple, where: Path, bf16: set[str] = frozenset()) -> np.ndarray:
     if name not in tensors:
         raise WeightsError(
             f"{where}: tensor '{name}' is missing (expected shape {shape})",
@@ -206,39 +226,52 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path) -> np.ndarray:
             f"{where}: tensor '{name}' has shape {tuple(t.shape)}, expected {tuple(shape)} from config.json",
             "the checkpoint does not match config.json; use the config.json that came with these weights",
         )
+    if name in bf16:  # rounded to bf16 by read_tensors
+        return np.ascontiguousarray(t)
     if t.dtype.kind != "f":
         raise WeightsError(f"{where}: tensor '{name}' has dtype {t.dtype}, expected floating point", "re-save the checkpoint in float32")
     return np.ascontiguousarray(t, dtype=np.float32)
 
 
-def load_weights(model_dir: str | Path, config: BertConfig) -> BertWeights:
-    """Load, map, check, fuse and transpose every tensor of a BERT checkpoint."""
+def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp32") -> BertWeights:
+    """Load, map, check, fuse and transpose every tensor of a BERT checkpoint; in bf16, round the
+    layers' linear weights to bf16 (each float32 copy is dropped as soon as its layer is built)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: choose one of {PRECISIONS}")
     model_dir = Path(model_dir)
     files = checkpoint_files(model_dir)
-    tensors = read_tensors(files)
+    bf16: set[str] = set()  # names of the tensors read_tensors rounded to bf16
+    tensors = read_tensors(files, bf16 if precision == "bf16" else None)
+
+    def linear(a: np.ndarray) -> np.ndarray:  # (in, out) -> storage: bf16 in bf16 mode (already, from read_tensors)
+        return to_bf16(a) if precision == "bf16" and a.dtype != np.uint16 else a
+
     where = files[0] if len(files) == 1 else model_dir
     c = config
 
     emb = {k: _take(tensors, n, s(c), where) for k, (n, s) in _EMB.items()}
     layers = []
     for i in range(c.num_hidden_layers):
-        t = {k: _take(tensors, n.format(i=i), s(c), where) for k, (n, s) in _LAYER.items()}
+        t = {k: _take(tensors, n.format(i=i), s(c), where, bf16) for k, (n, s) in _LAYER.items()}
         layers.append(
             LayerWeights(
-                qkv_w=np.ascontiguousarray(np.concatenate([t["q_w"].T, t["k_w"].T, t["v_w"].T], axis=1)),  # (H, 3H)
+                qkv_w=linear(np.ascontiguousarray(np.concatenate([t["q_w"].T, t["k_w"].T, t["v_w"].T], axis=1))),  # (H, 3H)
                 qkv_b=np.concatenate([t["q_b"], t["k_b"], t["v_b"]]),
-                o_w=np.ascontiguousarray(t["o_w"].T),
+                o_w=linear(np.ascontiguousarray(t["o_w"].T)),
                 o_b=t["o_b"],
                 ln1_g=t["ln1_g"],
                 ln1_b=t["ln1_b"],
-                up_w=np.ascontiguousarray(t["up_w"].T),  # (H, F)
+                up_w=linear(np.ascontiguousarray(t["up_w"].T)),  # (H, F)
                 up_b=t["up_b"],
-                down_w=np.ascontiguousarray(t["down_w"].T),  # (F, H)
+                down_w=linear(np.ascontiguousarray(t["down_w"].T)),  # (F, H)
                 down_b=t["down_b"],
                 ln2_g=t["ln2_g"],
                 ln2_b=t["ln2_b"],
             )
         )
+        if precision == "bf16":  # the checkpoint's (out, in) linear weights are not needed any more
+            for k in ("q_w", "k_w", "v_w", "o_w", "up_w", "down_w"):
+                tensors.pop(_LAYER[k][0].format(i=i), None)
     extra = f"encoder.layer.{c.num_hidden_layers}.attention.self.query.weight"
     if extra in tensors:
         raise WeightsError(
@@ -248,7 +281,7 @@ def load_weights(model_dir: str | Path, config: BertConfig) -> BertWeights:
 
     w = BertWeights(
         config=c, word=emb["word"], position=emb["position"], token_type=emb["token_type"],
-        emb_ln_g=emb["ln_g"], emb_ln_b=emb["ln_b"], layers=layers, files=files,
+        emb_ln_g=emb["ln_g"], emb_ln_b=emb["ln_b"], layers=layers, files=files, precision=precision,
     )
     if all(n in tensors for n, _ in _POOLER.values()):
         p = {k: _take(tensors, n, s(c), where) for k, (n, s) in _POOLER.items()}

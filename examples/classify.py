@@ -1,16 +1,20 @@
-"""Downstream classifier on bertfeat features: SST-2 and TREC, raw and PCA-reduced.
+"""Downstream classifier on bertfeat features: SST-2 and TREC, as plain scikit-learn pipelines.
 
     pip install -e ".[examples]"          # scikit-learn: an example dependency, not a run-time one
-    python examples/classify.py           # a few minutes of CPU the first time; reruns use the cache
+    python examples/classify.py           # minutes of CPU the first time; reruns use the cache
 
-For each task: sentence features from bertfeat's `Encoder` (default model all-MiniLM-L6-v2,
-its default mean pooling), cached in build/classify/; bertfeat's own `PCA` fitted on the
-*train* features only and applied to train and test at 16, 32, 64 and 128 dimensions; then
-scikit-learn `LogisticRegression` (features standardized, C chosen by 5-fold cross-validation
-on train) and accuracy on the test set. Prints the table, writes docs/classify.md and
-docs/classify.png.
+The pattern to copy: one scikit-learn pipeline from texts to labels,
 
-Data (../shared/data, see its README):
+    texts -> bertfeat.sklearn.TextFeatures -> bertfeat.PCA -> StandardScaler -> LogisticRegression
+
+fitted on the train split only. For the table, one GridSearchCV per PCA width (16, 32, 64, 128, and
+no PCA) chooses C by 5-fold cross-validation on train, and the test accuracy is reported. Then one
+GridSearchCV over the PCA width, the pooling (the model's own embedding, or CLS) and C picks the
+model to keep: it is saved with joblib, loaded back and asked about new sentences. The sentence
+features are cached by the pipeline's ``memory`` (build/classify/), so they are computed once per
+training fold and pooling, not once per grid point. Writes docs/classify.md and docs/classify.png.
+
+Data (``BERTFEAT_DATA``, default ../shared/data, see its README):
   SST-2  sst2/stsa.binary.{train,test}  6,920 / 1,821  `<label 0/1> <sentence>`, UTF-8
   TREC   trec/TREC.{train,test}         5,452 / 500    `COARSE:fine question`, latin-1, 6 coarse classes
 """
@@ -18,19 +22,22 @@ Data (../shared/data, see its README):
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bertfeat import PCA, Encoder
+from bertfeat import PCA
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data"
+DATA = Path(os.environ.get("BERTFEAT_DATA", ROOT.parent / "shared" / "data"))
 DIMS = (16, 32, 64, 128)
+CS = (0.01, 0.1, 1.0, 10.0)
+POOLINGS = (None, "cls")  # None: the model's own embedding (all-MiniLM-L6-v2: mean, normalized)
+NEW_SENTENCES = ["a gripping , beautifully acted film .", "a dull , lifeless mess .",
+                 "What is the capital of Peru ?", "Who wrote Hamlet ?"]
 # SBERT paper (Reimers & Gurevych 2019, arXiv:1908.10084, Table 5): frozen BERT-base-uncased mean
 # features + logistic regression. A different (larger) model, listed for orientation only.
 SBERT_BERT_BASE_MEAN = {"SST-2": 84.40, "TREC": 92.8}
@@ -70,60 +77,58 @@ def load_tasks(data: Path) -> dict[str, dict]:
     return tasks
 
 
-# --------------------------------------------------------------------------- features (cached)
-def features(encoder: Encoder, texts: list[str], cache: Path, pooling: str | None, normalize: bool) -> np.ndarray:
-    """bertfeat features of `texts`, cached as .npy keyed by model weights, settings and texts."""
-    spec = encoder.spec(pooling, normalize=normalize)
-    key = json.dumps({"fingerprint": encoder.fingerprint(spec),
-                      "texts": hashlib.sha256("\n".join(texts).encode("utf-8")).hexdigest()}, sort_keys=True)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    path = cache / f"{digest}.npy"
-    if path.is_file():
-        return np.load(path)
-    cache.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    parts = []
-    step = 1024
-    for start in range(0, len(texts), step):
-        parts.append(encoder.encode(texts[start:start + step], pooling=spec.pooling, normalize=normalize))
-        done = min(start + step, len(texts))
-        print(f"  encoded {done:,}/{len(texts):,} ({done / (time.perf_counter() - t0):.0f} rows/s)", file=sys.stderr)
-    X = np.concatenate(parts)
-    tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, X)
-    tmp.replace(path)  # atomic: an interrupted run never leaves a truncated cache entry
-    path.with_suffix(".json").write_text(key + "\n")
-    return X
-
-
-# --------------------------------------------------------------------------- classifier
-def accuracy(Xtr: np.ndarray, ytr: np.ndarray, Xte: np.ndarray, yte: np.ndarray, seed: int = 0) -> float:
-    """Standardize, logistic regression with C picked by 5-fold CV on train, accuracy on test (in %)."""
+# --------------------------------------------------------------------------- the pipeline
+def text_classifier(model: str | None = None, memory: str | Path | None = None, precision: str = "fp32"):
+    """texts -> bertfeat features -> bertfeat PCA -> standardize -> logistic regression."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import GridSearchCV, StratifiedKFold
-    from sklearn.pipeline import make_pipeline
+    from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
 
-    pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000))
-    clf = GridSearchCV(pipe, {"logisticregression__C": [0.01, 0.1, 1.0, 10.0]},
-                       cv=StratifiedKFold(5, shuffle=True, random_state=seed))
-    clf.fit(Xtr, ytr)
-    return 100.0 * float((clf.predict(Xte) == yte).mean())
+    from bertfeat.sklearn import TextFeatures
+
+    return Pipeline([("features", TextFeatures(model, precision=precision)), ("pca", PCA()), ("scale", StandardScaler()),
+                     ("clf", LogisticRegression(max_iter=5000))], memory=None if memory is None else str(memory))
 
 
-def run(tasks: dict, encoder: Encoder, cache: Path, pooling: str | None, normalize: bool, dims=DIMS) -> dict:
-    """-> {task: {"raw": acc, 16: acc, ...}, plus "_dim": raw width, "_sizes": (n_train, n_test)}."""
+def grid_search(pipe, grid: dict, seed: int = 0):
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+
+    return GridSearchCV(pipe, grid, cv=StratifiedKFold(5, shuffle=True, random_state=seed))
+
+
+def run(tasks: dict, model: str | None, cache: Path | None, dims=DIMS, poolings=POOLINGS, save_dir: Path | None = None,
+        precision: str = "fp32") -> dict:
+    """-> {task: {"raw": acc, 16: acc, ..., "_best": params, "_best_acc": acc, "_predictions": [...]}}."""
     results: dict = {}
     for name, t in tasks.items():
         (tr_texts, ytr), (te_texts, yte) = t["train"], t["test"]
         print(f"{name}: {len(tr_texts):,} train / {len(te_texts):,} test, {len(set(ytr.tolist()))} classes", file=sys.stderr)
-        Xtr = features(encoder, tr_texts, cache, pooling, normalize)
-        Xte = features(encoder, te_texts, cache, pooling, normalize)
-        row = {"raw": accuracy(Xtr, ytr, Xte, yte), "_dim": Xtr.shape[1], "_sizes": (len(ytr), len(yte))}
-        for k in dims:
-            pca = PCA(n_components=k).fit(Xtr)  # fitted on train only
-            row[k] = accuracy(pca.transform(Xtr), ytr, pca.transform(Xte), yte)
-            row[f"_var{k}"] = 100.0 * float(np.sum(pca.explained_variance_ratio_))
+        pipe = text_classifier(model, cache, precision)
+        row: dict = {"_sizes": (len(ytr), len(yte))}
+        for k in (None, *dims):  # one width at a time, C by cross-validation on train
+            t0 = time.perf_counter()
+            search = grid_search(pipe, {"pca": ["passthrough" if k is None else PCA(k)], "clf__C": list(CS)})
+            search.fit(tr_texts, ytr)
+            row["raw" if k is None else k] = 100.0 * float((search.predict(te_texts) == yte).mean())
+            if k is not None:
+                row[f"_var{k}"] = 100.0 * float(np.sum(search.best_estimator_["pca"].explained_variance_ratio_))
+            else:
+                row["_dim"] = search.best_estimator_["features"].n_features_out_
+            print(f"  {'raw' if k is None else f'PCA {k}'}: {row['raw' if k is None else k]:.2f} "
+                  f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        # the model to keep: width, pooling and C chosen together, saved, loaded back, used on new sentences
+        best = grid_search(pipe, {"pca__n_components": list(dims), "features__pooling": list(poolings), "clf__C": list(CS)})
+        best.fit(tr_texts, ytr)
+        row["_best"] = {k: v for k, v in best.best_params_.items()}
+        row["_best_acc"] = 100.0 * float((best.predict(te_texts) == yte).mean())
+        if save_dir is not None:
+            import joblib
+
+            path = save_dir / f"{name.lower().replace('-', '')}.joblib"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            joblib.dump(best.best_estimator_, path)
+            row["_predictions"] = list(joblib.load(path).predict(NEW_SENTENCES))
+            row["_model_file"] = str(path)
         results[name] = row
     return results
 
@@ -140,7 +145,14 @@ def table_markdown(results: dict, dims=DIMS) -> str:
                      + f" | {SBERT_BERT_BASE_MEAN.get(name, float('nan')):.2f} |")
     lines += ["", "Variance kept by the PCA (fitted on train): " + "; ".join(
         f"{name} " + ", ".join(f"{k}: {r[f'_var{k}']:.1f} %" for k in dims) for name, r in results.items()) + "."]
+    lines += ["", "One grid search over PCA width, pooling and C (5-fold CV on train) picks the model to keep: " + "; ".join(
+        f"{name} {_fmt_params(r['_best'])}, test accuracy {r['_best_acc']:.2f}" for name, r in results.items()) + "."]
     return "\n".join(lines)
+
+
+def _fmt_params(p: dict) -> str:
+    pooling = p.get("features__pooling") or "the model's own embedding"
+    return f"(PCA {p.get('pca__n_components')}, pooling {pooling}, C {p.get('clf__C')})"
 
 
 def plot(results: dict, path: Path, dims=DIMS) -> None:
@@ -179,45 +191,50 @@ def plot(results: dict, path: Path, dims=DIMS) -> None:
     tmp.replace(path)
 
 
-def write_docs(results: dict, docs: Path, cmd: str, model_id: str, spec) -> None:
+def write_docs(results: dict, docs: Path, cmd: str, model_id: str, dims=DIMS) -> None:
     """docs/classify.md (the table, how it was made) and docs/classify.png."""
-    md = table_markdown(results)
+    md = table_markdown(results, dims)
     docs.mkdir(parents=True, exist_ok=True)
     (docs / "classify.md").write_text(
         "# Downstream classifier: logistic regression on bertfeat features\n\n"
-        f"Made by `{cmd}` (bertfeat features of {model_id}, pooling {spec.pooling}, "
-        f"{'L2-normalized' if spec.normalize else 'not normalized'}, max length {spec.max_length}; bertfeat `PCA` "
-        "fitted on the train features only; scikit-learn `StandardScaler` + `LogisticRegression`, C in "
-        "{0.01, 0.1, 1, 10} chosen by 5-fold cross-validation on train). Test accuracy in %.\n\n"
+        f"Made by `{cmd}`: one scikit-learn pipeline per task, texts -> `bertfeat.sklearn.TextFeatures` ({model_id}, "
+        "the model's own embedding) -> bertfeat `PCA` -> `StandardScaler` -> `LogisticRegression`, fitted on the "
+        "train split only, C in {0.01, 0.1, 1, 10} chosen by 5-fold cross-validation on train. Test accuracy in %.\n\n"
         + md + "\n\n"
-        "The last column is the SBERT paper's frozen BERT-base-uncased mean-pooling features + logistic regression "
+        "The SBERT column is the paper's frozen BERT-base-uncased mean-pooling features + logistic regression "
         "(arXiv:1908.10084, Table 5): a different, larger model (768 dimensions, 110M parameters vs 22M), shown for "
         "orientation only; it is not a number this script reproduces.\n\n"
         "![accuracy vs dimensions](classify.png)\n",
         encoding="utf-8")
-    plot(results, docs / "classify.png")
+    plot(results, docs / "classify.png", dims)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Logistic regression on bertfeat features (SST-2, TREC).")
-    ap.add_argument("--data", type=Path, default=DATA, help="the shared data directory (default ../shared/data)")
+    ap = argparse.ArgumentParser(description="Logistic regression on bertfeat features (SST-2, TREC), as scikit-learn pipelines.")
+    ap.add_argument("--data", type=Path, default=DATA, help="the data directory (default $BERTFEAT_DATA or ../shared/data)")
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
-    ap.add_argument("--pooling", default=None, help="pooled, cls, mean or max (default: the model's)")
-    ap.add_argument("--normalize", action="store_true", help="L2-normalize the features")
-    ap.add_argument("--cache", type=Path, default=ROOT / "build" / "classify", help="feature cache directory")
+    ap.add_argument("--cache", type=Path, default=ROOT / "build" / "classify", help="pipeline cache and saved models")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs", help="where classify.md and classify.png go")
-    ap.add_argument("--limit", type=int, default=None, help="use only the first N train and test rows (smoke test; N >= 128 for the PCA sizes)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bertfeat precision (bf16 needs bertfeat[fast]; see docs/precision.md)")
+    ap.add_argument("--limit", type=int, default=None, help="use only the first N train and test rows (smoke test; 5-fold CV needs N >= 1.25 x the largest PCA width)")
+    ap.add_argument("--dims", default=",".join(map(str, DIMS)), help="PCA widths, comma-separated (default 16,32,64,128)")
     args = ap.parse_args(argv)
 
     t0 = time.perf_counter()
     tasks = load_tasks(args.data)
     if args.limit:
         tasks = {n: {s: (x[: args.limit], y[: args.limit]) for s, (x, y) in t.items()} for n, t in tasks.items()}
-    encoder = Encoder(args.model)
-    results = run(tasks, encoder, args.cache, args.pooling, args.normalize)
-    print(table_markdown(results))
+    dims = tuple(int(k) for k in args.dims.split(","))
+    results = run(tasks, args.model, args.cache / "memory", dims=dims, save_dir=args.cache, precision=args.precision)
+    print(table_markdown(results, dims))
+    for name, r in results.items():
+        print(f"{name}: saved {r['_model_file']}; reloaded, it says " + ", ".join(
+            f"{s!r} -> {p}" for s, p in zip(NEW_SENTENCES, r["_predictions"])), file=sys.stderr)
+    from bertfeat.hub import resolve_model
+
     cmd = " ".join(["python examples/classify.py", *(argv if argv is not None else sys.argv[1:])])
-    write_docs(results, args.docs, cmd, encoder.model_id, encoder.spec(args.pooling, normalize=args.normalize))
+    write_docs(results, args.docs, cmd, resolve_model(args.model).model_id, dims)
     print(f"wrote {args.docs / 'classify.md'} and {args.docs / 'classify.png'} in {time.perf_counter() - t0:.0f} s",
           file=sys.stderr)
     return 0

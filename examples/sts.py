@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--cache", type=Path, default=ROOT / "build" / "sts", help="feature cache directory")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs", help="where sts.md goes")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bertfeat precision (bf16 needs bertfeat[fast]; see docs/precision.md)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N pairs (smoke test)")
     args = ap.parse_args(argv)
 
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     s1, s2, gold = read_stsb(args.data)
     if args.limit:
         s1, s2, gold = s1[: args.limit], s2[: args.limit], gold[: args.limit]
-    encoder = Encoder(args.model)
+    encoder = Encoder(args.model, precision=args.precision)
     configs = [c for c in CONFIGS if c[1] != "pooled" or encoder.weights.pooler_w is not None]
     print(f"STSb dev: {len(gold):,} pairs, model {encoder.model_id}", file=sys.stderr)
     rows = evaluate(encoder, s1, s2, gold, args.cache, configs)

@@ -125,7 +125,7 @@ def test_attention_all_heads_grid(capsys, tmp_path, zh_dir):
     assert rc == 0 and err == ""
     assert "(layer 5, 12 heads, 10 tokens, 1600x1200 px)" in out
     assert png_size(png) == (1600, 1200)  # 12 heads: 4 x 3 cells of 400 px
-    rc, out, err = run(capsys, "attention", "一个戴着硬帽子的人", "--all-heads", "--layer", 0, "-o", png, "--model", zh_dir)
+    rc, out, err = run(capsys, "attention", "一个戴着硬帽子的人", "--all-heads", "--layer", 0, "-o", png, "--model", zh_dir, "--overwrite")
     assert rc == 0 and err == ""  # no missing-glyph warnings either
     assert png_size(png) == (1600, 400)  # 4 heads in one row
 

@@ -119,7 +119,7 @@ def test_transform_command_keeps_ids_extras_and_metadata(tmp_path, features, X, 
     assert capsys.readouterr().out == ""
     for name in ("reduced.parquet", "reduced.npy", "reduced.csv"):
         out = tmp_path / name
-        assert _run_main(["pca", "transform", str(features), "--pca", str(model), "-o", str(out), "--batch-rows", "999"]) == 0
+        assert _run_main(["pca", "transform", str(features), "--pca-model", str(model), "-o", str(out), "--batch-rows", "999"]) == 0
         ids, Y, meta = read_features(out)
         pca = PCA.load(model)
         assert Y.shape == (N, 8) and Y.dtype == np.float32
@@ -138,14 +138,14 @@ def test_transform_refuses_other_features_unless_forced(tmp_path, features, X, c
     with FeatureWriter(other, dim=D, metadata={"fingerprint": FP | {"pooling": "cls"}}) as w:
         w.write(None, X[:100])
     out = tmp_path / "r.parquet"
-    assert _run_main(["pca", "transform", str(other), "--pca", str(model), "-o", str(out)]) == 1
+    assert _run_main(["pca", "transform", str(other), "--pca-model", str(model), "-o", str(out)]) == 1
     err = capsys.readouterr().err
     assert err.strip() == (
         'Error: the features come from a different source than the PCA was fitted on (pooling: model "mean" vs features "cls") - '
         "transform features extracted with the same model and settings, or pass --force (force=True) to transform anyway"
     )
     assert not out.exists()
-    assert _run_main(["pca", "transform", str(other), "--pca", str(model), "-o", str(out), "--force"]) == 0
+    assert _run_main(["pca", "transform", str(other), "--pca-model", str(model), "-o", str(out), "--force"]) == 0
     _, Y, meta = read_features(out)
     assert Y.shape == (100, 4) and meta["pca"]["forced_fingerprint_mismatch"] == ["pooling"]
 
@@ -179,10 +179,10 @@ def test_cli_errors_become_one_line(tmp_path, features, capsys):
     assert _run_main(["pca", "fit", str(features), "-n", "lots", "-o", str(tmp_path / "p.npz")]) == 1
     assert capsys.readouterr().err.strip() == (
         "Error: --n-components 'lots' is not a number - "
-        "pass a whole number of components (e.g. 100) or a fraction of variance in (0, 1) (e.g. 0.95)"
+        "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"
     )
     assert _run_main(["pca", "fit", str(features), "-n", "1.5", "-o", str(tmp_path / "p.npz")]) == 1
-    assert "n_components=1.5 is outside (0, 1)" in capsys.readouterr().err
+    assert "Error: --n-components 1.5: a number of components must be whole" in capsys.readouterr().err
     assert _run_main(["pca", "fit", str(features), "-n", "25", "-o", str(tmp_path / "p.npz")]) == 1
     assert capsys.readouterr().err.strip() == (
         f"Error: n_components=25 is larger than n_features = {D} - "

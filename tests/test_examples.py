@@ -81,43 +81,40 @@ def test_classify_smoke(tmp_path):
     if not SHARED.is_dir():
         pytest.skip("../shared/data not found")
     pytest.importorskip("sklearn")
-    p = _run(["examples/classify.py", "--limit", "150", "--data", str(SHARED), "--cache", str(tmp_path / "cache"),
+    p = _run(["examples/classify.py", "--limit", "60", "--dims", "4,8", "--data", str(SHARED), "--cache", str(tmp_path / "cache"),
               "--docs", str(tmp_path / "docs")])
     md = (tmp_path / "docs" / "classify.md").read_text()
-    for row in ("| SST-2 | 150 / 150 |", "| TREC | 150 / 150 |"):
+    for row in ("| SST-2 | 60 / 60 |", "| TREC | 60 / 60 |"):
         assert row in md and row in p.stdout
+    assert "| task | train / test | raw (384) | PCA 8 | PCA 4 |" in md and "picks the model to keep: SST-2 (PCA " in md
     assert (tmp_path / "docs" / "classify.png").stat().st_size > 10_000
-    # the features are cached: asking again for the same texts encodes nothing
-    from bertfeat import Encoder
+    # the chosen pipelines were saved with joblib; loaded back they classify new sentences
+    import joblib
 
+    sst2 = joblib.load(tmp_path / "cache" / "sst2.joblib")
+    assert [type(s).__name__ for _, s in sst2.steps] == ["TextFeatures", "PCA", "StandardScaler", "LogisticRegression"]
+    assert set(sst2.predict(["a wonderful film .", "a terrible film ."]).tolist()) <= {0, 1}
+    assert "SST-2: saved" in p.stderr and "'Who wrote Hamlet ?' ->" in p.stderr
+
+
+def test_classify_pca_is_fitted_on_train_only(monkeypatch, tmp_path):
+    """run() fits bertfeat's PCA on (folds of) the train texts only, never on test rows."""
+    pytest.importorskip("sklearn")
     mod = load("classify")
-    enc = Encoder()
-    enc.encode = lambda *a, **k: pytest.fail("encoded again instead of reading the cache")
-    texts = mod.load_tasks(SHARED)["TREC"]["test"][0][:150]
-    X = mod.features(enc, texts, tmp_path / "cache", None, False)
-    assert X.shape == (150, 384) and X.dtype == np.float32
-
-
-def test_classify_pca_is_fitted_on_train_only(monkeypatch):
-    """run() fits bertfeat's PCA on the train features only and applies it to both splits."""
-    mod = load("classify")
-    rng = np.random.default_rng(0)
-    feats = {"train": rng.normal(size=(40, 24)).astype(np.float32), "test": rng.normal(size=(10, 24)).astype(np.float32)}
-    fitted, seen = [], []
+    fitted = []
 
     class SpyPCA(mod.PCA):
         def fit(self, X, y=None):
-            fitted.append(X.shape)
+            fitted.append(len(X))
             return super().fit(X)
 
     monkeypatch.setattr(mod, "PCA", SpyPCA)
-    monkeypatch.setattr(mod, "features", lambda enc, texts, *a: feats[texts[0]])
-    monkeypatch.setattr(mod, "accuracy", lambda Xtr, ytr, Xte, yte: seen.append((Xtr.shape, Xte.shape)) or 50.0)
-    tasks = {"T": {"train": (["train"] * 40, np.zeros(40)), "test": (["test"] * 10, np.zeros(10))}}
-    res = mod.run(tasks, None, Path("unused"), None, False, dims=(4, 8))
-    assert fitted == [(40, 24), (40, 24)]
-    assert seen == [((40, 24), (10, 24)), ((40, 4), (10, 4)), ((40, 8), (10, 8))]
-    assert res["T"]["raw"] == 50.0 and res["T"][8] == 50.0
+    texts = [f"sentence number {i} is {'good' if i % 2 else 'bad'}" for i in range(50)]
+    labels = np.array([i % 2 for i in range(50)])
+    tasks = {"T": {"train": (texts[:40], labels[:40]), "test": (texts[40:], labels[40:])}}
+    res = mod.run(tasks, None, None, dims=(4,), poolings=(None,))
+    assert fitted and max(fitted) == 40 and set(fitted) <= {32, 40}  # 5-fold CV folds of 32, refits on all 40
+    assert set(res["T"]) >= {"raw", 4, "_best", "_best_acc"} and res["T"]["_sizes"] == (40, 10)
 
 
 def test_sts_smoke(tmp_path):

@@ -344,7 +344,7 @@ def test_a_clean_rerun_removes_a_stale_rejects_file(tmp_path, capsys):
     assert extract(capsys, src, out, "--on-bad-row", "skip")[0] == 0
     assert (tmp_path / "o.parquet.rejects.csv").exists()
     src.write_bytes(b"text\na\nb\n")
-    assert extract(capsys, src, out, "--on-bad-row", "skip")[0] == 0
+    assert extract(capsys, src, out, "--on-bad-row", "skip", "--overwrite")[0] == 0  # an existing output needs --overwrite
     assert not (tmp_path / "o.parquet.rejects.csv").exists()
 
 
@@ -357,7 +357,8 @@ def test_bad_option_values(tmp_path, capsys):
         (["--pooling", "sum"], "Error: unknown pooling 'sum' - choose one of pooled, cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken, or token poolings joined with '+' such as mean+max"),
         (["--max-length", "1000"], "Error: max length 1000 is out of range - choose 3..128 (the model's max_position_embeddings)"),
         (["--format", "xlsx"], "Error: unknown output format 'xlsx' - choose one of parquet, npy, csv"),
-        (["--pca", "abc"], "Error: --pca 'abc' is not a number - give a number of components (100) or a variance fraction (0.95)"),
+        (["--pca", "abc"], "Error: --pca 'abc' is not a number - give a whole number of components (e.g. 100), "
+                             "a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"),
         (["--chunk-rows", "0"], "Error: --chunk-rows 0 is out of range - give 1 or more"),
         (["--format", "npy", "--wide"], "Error: --wide applies to Parquet output, not npy - drop --wide, or use --format parquet"),
         (["--long-text", "chunk-mean", "--stride", "200"],

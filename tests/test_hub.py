@@ -77,7 +77,7 @@ def test_missing_hub_model_lists_every_place_and_the_download_command(empty_cach
     assert str(empty_caches["HF_HOME"] / "hub") in msg
     assert str(empty_caches["XDG_CACHE_HOME"] / "huggingface" / "hub") in msg
     assert "models--bert-base-chinese" in msg and "models--google-bert--bert-base-chinese" in msg
-    assert "`huggingface-cli download google-bert/bert-base-chinese`" in msg
+    assert "`hf download google-bert/bert-base-chinese`" in msg
     assert "HF_HUB_CACHE" in msg and "--model /path/to/local/dir" in msg
 
 
@@ -85,7 +85,7 @@ def test_missing_org_model_and_missing_path(empty_caches):
     with pytest.raises(ModelNotFoundError) as e:
         resolve_model("some-org/some-bert")
     assert "models--some-org--some-bert" in e.value.message
-    assert "`huggingface-cli download some-org/some-bert`" in e.value.message
+    assert "`hf download some-org/some-bert`" in e.value.message
     with pytest.raises(ModelNotFoundError) as e:
         resolve_model("./models/nope")
     msg = e.value.message
@@ -116,7 +116,7 @@ def test_cli_missing_model_is_one_line(empty_caches, capsys):
     assert out == ""
     assert err.endswith("\n") and err.count("\n") == 1, err
     assert err.startswith("Error: model 'bert-base-chinese' not found; looked in: ")
-    assert "huggingface-cli download google-bert/bert-base-chinese" in err and "Traceback" not in err
+    assert "hf download google-bert/bert-base-chinese" in err and "Traceback" not in err
 
 
 # --------------------------------------------------------------------------- found

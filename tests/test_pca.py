@@ -48,11 +48,8 @@ def known_spectrum(n=1500, d=40, decay=0.8, offset=0.0, seed=0, dtype=np.float64
 @pytest.fixture(scope="module")
 def real_features(minilm_dir, real_sentences):
     """all-MiniLM-L6-v2 features (400, 384) float32 of real sentences, by bertfeat's own encoder."""
-    try:
-        from bertfeat import Encoder
-    except ImportError:  # the encoder is not there yet: same model through sentence-transformers
-        st = pytest.importorskip("sentence_transformers")
-        return st.SentenceTransformer(str(minilm_dir), device="cpu").encode(real_sentences)
+    from bertfeat import Encoder
+
     return Encoder(str(minilm_dir)).encode(real_sentences)
 
 
@@ -174,12 +171,12 @@ def test_parity_real_minilm_features(sk, real_features):
     stream = PCA(32)
     for chunk in np.array_split(X32, 7):
         stream.partial_fit(chunk)
-    np.testing.assert_allclose(stream.components_, ours32.components_, atol=1e-6)
+    np.testing.assert_allclose(stream.finalize().components_, ours32.components_, atol=1e-6)
     # float64 input takes the float64 path: chunking changes nothing beyond float64 rounding
     stream64 = PCA(32)
     for chunk in np.array_split(X64, 7):
         stream64.partial_fit(chunk)
-    np.testing.assert_allclose(stream64.components_, theirs64.components_[:32], atol=1e-9)
+    np.testing.assert_allclose(stream64.finalize().components_, theirs64.components_[:32], atol=1e-9)
 
 
 def test_sign_rule_largest_loading_positive():
@@ -198,6 +195,7 @@ def test_partial_fit_ten_chunks_equals_fit():
     stream = PCA(12)
     for chunk in np.array_split(X, 10):
         stream.partial_fit(chunk)
+    stream.finalize()
     assert stream.n_samples_ == 3000
     for name in ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_"):
         np.testing.assert_allclose(getattr(stream, name), getattr(full, name), rtol=0, atol=1e-8, err_msg=name)
@@ -209,23 +207,23 @@ def test_merge_of_three_partial_fits_equals_one_fit():
     X = known_spectrum(n=2400, d=25)
     parts = [X[:300], X[300:1500], X[1500:]]
     workers = [PCA(10).partial_fit(p + 0.0) for p in parts]
-    merged = workers[0].merge(workers[1]).merge(workers[2])
+    merged = workers[0].merge(workers[1]).merge(workers[2]).finalize()
     full = PCA(10, solver="svd").fit(X)
     assert merged.n_samples_ == 2400
     np.testing.assert_allclose(merged.components_, full.components_, atol=1e-8)
     np.testing.assert_allclose(merged.explained_variance_, full.explained_variance_, atol=1e-8)
     np.testing.assert_allclose(merged.mean_, full.mean_, atol=1e-8)
     # merge leaves its inputs alone, and order does not matter
-    assert workers[0].n_samples_ == 300
-    other_order = workers[2].merge(workers[0]).merge(workers[1])
+    assert workers[0].finalize().n_samples_ == 300
+    other_order = workers[2].merge(workers[0]).merge(workers[1]).finalize()
     np.testing.assert_allclose(other_order.components_, full.components_, atol=1e-8)
     # Dask workers ship partial fits between processes: they pickle with their statistics
     import pickle
 
     shipped = [pickle.loads(pickle.dumps(w)) for w in workers]
-    np.testing.assert_array_equal(shipped[0].merge(shipped[1]).merge(shipped[2]).components_, merged.components_)
+    np.testing.assert_array_equal(shipped[0].merge(shipped[1]).merge(shipped[2]).finalize().components_, merged.components_)
     # an empty PCA is the identity of merge
-    np.testing.assert_array_equal(PCA(10).merge(merged).components_, merged.components_)
+    np.testing.assert_array_equal(PCA(10).merge(merged).finalize().components_, merged.components_)
 
 
 def test_large_offset_keeps_accuracy():
@@ -238,7 +236,8 @@ def test_large_offset_keeps_accuracy():
     stream = PCA(8)
     for chunk in np.array_split(X, 10):
         stream.partial_fit(chunk)
-    merged = PCA(8).partial_fit(X[:1000]).merge(PCA(8).partial_fit(X[1000:] - 0.0))
+    stream.finalize()
+    merged = PCA(8).partial_fit(X[:1000]).merge(PCA(8).partial_fit(X[1000:] - 0.0)).finalize()
     for est in (stream, merged, PCA(8, solver="covariance").fit(X)):
         np.testing.assert_allclose(est.components_, exact.components_, atol=1e-8)
         np.testing.assert_allclose(est.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-8)
@@ -269,22 +268,27 @@ def test_precision_on_float32_input(offset):
     np.testing.assert_allclose(mixed.mean_, exact.mean_, rtol=1e-12)
     # float64 precision: chunking and merging change only float64 rounding
     parts = [PCA(10, precision="float64").partial_fit(c) for c in np.array_split(X32, 3)]
-    merged = parts[0].merge(parts[1]).merge(parts[2])
+    merged = parts[0].merge(parts[1]).merge(parts[2]).finalize()
     np.testing.assert_allclose(merged.components_, exact.components_, atol=1e-9)
     np.testing.assert_allclose(merged.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-12)
 
 
-def test_partial_fit_is_lazy_and_bad_chunk_leaves_state_untouched():
+def test_partial_fit_decomposes_only_on_finalize_and_bad_chunk_leaves_state_untouched():
     X = known_spectrum(n=500, d=10)
     pca = PCA(3).partial_fit(X[:250])
-    assert pca._result_ is None  # nothing decomposed yet
-    before = pca.components_.copy()
+    assert pca._result_ is None and pca.n_features_in_ == 10  # nothing decomposed yet
+    with pytest.raises(NotFittedError, match="not decomposed yet .* call fit\\(X\\), or finalize\\(\\)"):
+        pca.components_  # noqa: B018 - fitted state appears at finalize(), never lazily on a read
+    before = pca.finalize().components_.copy()
     bad = X[250:].copy()
     bad[7, 4] = np.nan
     with pytest.raises(BertfeatError):
         pca.partial_fit(bad)
-    assert pca.n_samples_ == 250
+    assert pca.n_samples_ == 250  # the finalized state is untouched by the refused chunk
     np.testing.assert_array_equal(pca.components_, before)
+    pca.partial_fit(X[250:])
+    assert not hasattr(pca, "components_")  # new data: the old decomposition is no longer the fit
+    assert pca.finalize().n_samples_ == 500
 
 
 def test_randomized_matches_exact_top_components():
@@ -349,9 +353,9 @@ def test_save_load_transform_round_trip_is_exact(tmp_path, whiten):
 
 def test_saved_statistics_keep_streaming(tmp_path):
     X = known_spectrum(n=1000, d=15)
-    first = PCA(5).partial_fit(X[:600])
+    first = PCA(5).partial_fit(X[:600]).finalize()
     first.save(tmp_path / "part.npz", include_stats=True)
-    resumed = PCA.load(tmp_path / "part.npz").partial_fit(X[600:])
+    resumed = PCA.load(tmp_path / "part.npz").partial_fit(X[600:]).finalize()
     np.testing.assert_allclose(resumed.components_, PCA(5, solver="svd").fit(X).components_, atol=1e-9)
 
 
@@ -407,7 +411,7 @@ def test_error_n_components_too_large():
     assert _message(lambda: PCA(9).partial_fit(X)) == (
         "n_components=9 is larger than n_features = 8 - choose n_components <= 8, or a fraction such as 0.95 to keep 95% of the variance"
     )
-    assert "min(4, 8) = 4" in _message(lambda: PCA(6).partial_fit(X[:4]).components_)
+    assert "min(4, 8) = 4" in _message(lambda: PCA(6).partial_fit(X[:4]).finalize())
 
 
 @pytest.mark.parametrize("bad", [0.0, 1.0, 1.5, -0.2])
@@ -447,7 +451,7 @@ def test_error_nan_in_later_chunk_counts_global_rows():
     assert _message(lambda: pca.partial_fit(bad)) == (
         "features contain NaN or inf: 1 value(s), first at row 65, column 2 (nan) - remove or repair those rows before fitting"
     )
-    good = pca.partial_fit(X[60:])
+    good = pca.partial_fit(X[60:]).finalize()
     bad_t = X[:10].astype(np.float32)
     bad_t[3, 0] = np.inf
     assert _message(lambda: good.transform(bad_t, row_offset=1000)) == (
@@ -457,30 +461,33 @@ def test_error_nan_in_later_chunk_counts_global_rows():
 
 def test_error_fewer_than_two_rows():
     X = known_spectrum(n=5, d=3)
-    msg = "PCA needs at least 2 rows to fit, got 1 - fit on the features of at least 2 texts"
+    msg = "PCA needs at least 2 samples to fit, got n_samples = 1 - fit on the features of at least 2 texts"
     assert _message(lambda: PCA(1).fit(X[:1])) == msg
-    assert _message(lambda: PCA(1).partial_fit(X[:1]).components_) == msg
+    assert _message(lambda: PCA(1).partial_fit(X[:1]).finalize()) == msg
 
 
 def test_error_dimension_mismatch_and_shape():
     pca = PCA(2).fit(known_spectrum(n=30, d=6))
     assert _message(lambda: pca.transform(np.zeros((3, 7)))) == (
-        "X has 7 features but this PCA was fitted on 6 features - "
+        "X has 7 features, but PCA is expecting 6 features as input - "
         "transform features from the same model, pooling and layers the PCA was fitted on"
     )
     assert _message(lambda: pca.transform(np.zeros(6))) == (
         "expected a 2-D array (n_samples, n_features), got shape (6,) - "
-        "pass a matrix with one row per sample; reshape a single sample with X.reshape(1, -1)"
+        "pass a matrix with one row per sample. Reshape your data: X.reshape(1, -1) for a single sample, "
+        "X.reshape(-1, 1) for a single feature"
     )
     assert _message(lambda: PCA(2).partial_fit(np.zeros((4, 6))).partial_fit(np.zeros((4, 5)))) == (
-        "X has 5 features but earlier chunks had 6 - pass chunks of the same feature matrix (same model, pooling and layers)"
+        "X has 5 features, but PCA is expecting 6 features as input (from the earlier chunks) - "
+        "pass chunks of the same feature matrix (same model, pooling and layers)"
     )
 
 
 def test_error_transform_before_fit():
     pca = PCA(2)
     assert _message(lambda: pca.transform(np.zeros((2, 3)))) == (
-        "this PCA is not fitted yet - call fit(X) or partial_fit(X) first, or load a saved model with PCA.load(path)"
+        "this PCA is not fitted yet (components_ is set by fit) - "
+        "call fit(X), or finalize() after partial_fit / merge, or load a saved model with PCA.load(path)"
     )
     assert not hasattr(pca, "components_")  # NotFittedError is also an AttributeError
     with pytest.raises(NotFittedError):

@@ -136,7 +136,7 @@ def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, ch
     interrupted_run(capsys, monkeypatch, src, out, *args)
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, *change, "--resume")
     assert (rc, err) == (1, f"Error: cannot resume: the settings or the input differ from the interrupted run ({differs}) - "
-                            "rerun without --resume to start over, or use the original settings\n")
+                            "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
     assert not out.exists() and len(parts(out)) == 2  # refused, nothing touched: the right settings still resume
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
@@ -164,15 +164,15 @@ def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
                             f"(input file changed: {src.resolve()} (size {size} -> {src.stat().st_size} bytes)) - "
-                            "rerun without --resume to start over, or use the original settings\n")
+                            "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
     st = src.stat()
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    interrupted_run(capsys, monkeypatch, src, out, *args)  # a fresh run (no --resume) starts over
+    interrupted_run(capsys, monkeypatch, src, out, *args, "--overwrite")  # a fresh run (--overwrite) starts over
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
                             f"(input file changed: {src.resolve()} (modified since the interrupted run)) - "
-                            "rerun without --resume to start over, or use the original settings\n")
+                            "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
 
 
 def test_resume_without_an_interrupted_run_starts_from_scratch(tmp_path, capsys):
@@ -189,7 +189,12 @@ def test_a_run_without_resume_starts_over(tmp_path, capsys, monkeypatch):
     out = tmp_path / "o.parquet"
     args = ["--model", tiny_model(), "--chunk-rows", 3]
     interrupted_run(capsys, monkeypatch, src, out, *args)
-    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--pooling", "cls")  # other settings, no --resume: fine
+    parts = sorted(p.name for p in (tmp_path / "o.parquet.partial").iterdir())
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--pooling", "cls")  # neither --resume nor --overwrite: refused
+    assert (rc, err) == (1, f"Error: a resumable partial run exists in {out}.partial - rerun the same command with --resume "
+                            "to continue it, or with --overwrite to start over\n")
+    assert sorted(p.name for p in (tmp_path / "o.parquet.partial").iterdir()) == parts  # the finished chunks are kept
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--pooling", "cls", "--overwrite")  # other settings: fine
     assert rc == 0, err
     assert "resumed" not in err
     assert no_leftovers(out) == ["o.parquet"]

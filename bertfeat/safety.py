@@ -1,0 +1,266 @@
+"""The failure rules every command shares: one-line errors, no output over an input, no silent overwrite.
+
+* ``user_error(exc)`` turns whatever a command raised (OS errors on read or write, a truncated or
+  empty ``.npz``/``.npy``, a corrupt model file) into a ``BertfeatError`` with *what* and *how to
+  fix*; ``None`` means an unexpected exception (a bug), which ``cli.main`` reports in one line too
+  unless ``--debug`` / ``BERTFEAT_DEBUG=1`` asks for the traceback.
+* ``check_outputs(outputs, inputs, overwrite)`` runs before a command writes anything: no output or
+  side file may be an input (compared through symbolic and hard links), and an existing output is
+  refused unless ``--overwrite``.
+* ``check_array_file(path)`` reads the first bytes of a ``.npy``/``.npz`` so that an empty,
+  truncated or foreign file is named as such (never numpy's advice to load it with pickle).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import zipfile
+from pathlib import Path
+from typing import Iterable
+
+from .errors import BertfeatError
+
+DEBUG_ENV = "BERTFEAT_DEBUG"
+BUG_FIX = f"this is a bug in bertfeat: rerun with --debug (or {DEBUG_ENV}=1) to see the traceback and report it"
+
+
+class OutputError(BertfeatError):
+    """An output would replace an input, or an existing file, or cannot be written."""
+
+
+# --------------------------------------------------------------------------- exceptions -> one line
+_OS_FIX = {
+    errno.ENOSPC: ("no space left on the device", "free disk space or write elsewhere (another -o, or redirect the output), then rerun"),
+    errno.EDQUOT: ("disk quota exceeded", "free space under your quota or write elsewhere with -o, then rerun"),
+    errno.EROFS: ("read-only file system", "write to a writable directory (pass -o with another path)"),
+    errno.EACCES: ("permission denied", "check the permissions of the file and its directory, or choose another path"),
+    errno.EPERM: ("operation not permitted", "check the permissions of the file and its directory, or choose another path"),
+    errno.ENOENT: ("no such file or directory", "check the path (does its directory exist?)"),
+    errno.ENOTDIR: ("a part of the path is not a directory", "check the path"),
+    errno.EISDIR: ("is a directory", "pass a file name, not a directory"),
+    errno.EIO: ("input/output error", "the disk or the file system failed; check the device, then rerun"),
+    errno.EMFILE: ("too many open files", "raise the limit (ulimit -n) or read fewer files at once"),
+    errno.EFBIG: ("file too large for the file system", "write to another file system with -o"),
+}
+
+
+def _errno_of(e: OSError) -> int | None:
+    if e.errno is not None:
+        return e.errno
+    m = re.search(r"\[Errno (\d+)\]|errno[ :=]+(\d+)", str(e), re.IGNORECASE)  # pyarrow's IOError text
+    if m:
+        return int(m.group(1) or m.group(2))
+    text = str(e).lower()
+    for code, (what, _) in _OS_FIX.items():
+        if what in text:
+            return code
+    return None
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str | None = None) -> BertfeatError:
+    """An OSError -> ``PATH: what - fix`` (the errno decides the fix; ``path`` when the error names none;
+    ``space_fix`` replaces the fix of a full disk or quota, e.g. extract's "rerun with --resume")."""
+    code = _errno_of(e)
+    where = e.filename if getattr(e, "filename", None) else path
+    what, fix = _OS_FIX.get(code, (None, "check the path, its permissions and the free disk space"))
+    if what is None:
+        what = _one_line(e.strerror or e) or type(e).__name__
+    if space_fix and code in (errno.ENOSPC, errno.EDQUOT):
+        fix = space_fix
+    return OutputError(f"{where}: {what}" if where else what, fix)
+
+
+def user_error(e: BaseException) -> BertfeatError | None:
+    """The exception as a one-line user error, or None when it is unexpected (a bug)."""
+    if isinstance(e, BertfeatError):
+        return e
+    if isinstance(e, zipfile.BadZipFile):
+        return BertfeatError(f"a .npz file is truncated or not a .npz archive ({_one_line(e)})",
+                             "pass a complete .npz written by bertfeat (rerun the command that wrote it)")
+    if isinstance(e, EOFError):
+        return BertfeatError(f"unexpected end of a file: it is empty or truncated ({_one_line(e) or 'EOF'})",
+                             "pass a complete file (rerun the command that wrote it)")
+    if isinstance(e, MemoryError):
+        return BertfeatError("out of memory", "lower --max-batch-tokens / --batch-rows, or use a machine with more memory")
+    if isinstance(e, OSError):
+        return os_error(e)
+    if isinstance(e, ValueError) and "allow_pickle" in str(e):
+        return BertfeatError("a .npy/.npz file is not a plain array file (it would need pickle, which bertfeat never loads)",
+                             "pass a file written by bertfeat")
+    mod = type(e).__module__ or ""
+    if mod.startswith("safetensors"):
+        return BertfeatError(f"the model weights cannot be read ({_one_line(e)})",
+                             "the model.safetensors file is empty, truncated or corrupt: copy the model again")
+    return None
+
+
+def unexpected(e: BaseException) -> str:
+    """The one line shown for an unexpected exception (the traceback needs --debug)."""
+    return f"Error: unexpected {type(e).__name__}: {_one_line(e)} - {BUG_FIX}"
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+# --------------------------------------------------------------------------- outputs vs inputs
+def _same_file(a: Path, b: Path) -> bool:
+    """a and b name the same file: the same resolved path (symbolic links), or the same inode (hard links)."""
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except (OSError, RuntimeError):
+        pass
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _inside(a: Path, d: Path) -> bool:
+    """a lies inside the directory d (e.g. an input inside an OUTPUT.partial directory)."""
+    try:
+        return d.resolve() in a.resolve().parents
+    except (OSError, RuntimeError):
+        return False
+
+
+def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path]) -> None:
+    """Refuse when an output or side file (label, path) names an input, or a directory holding one."""
+    inputs = [Path(p) for p in inputs if p is not None and str(p) != "-"]
+    for label, out in outputs:
+        out = Path(out)
+        for inp in inputs:
+            if _same_file(out, inp) or _inside(inp, out):
+                raise OutputError(f"the {label} {out} would replace the input {inp}",
+                                  "pass -o with another name, or rename the input")
+
+
+def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool) -> None:
+    """Refuse to replace an existing output unless --overwrite."""
+    if overwrite:
+        return
+    for label, out in outputs:
+        out = Path(out)
+        if out.exists() or out.is_symlink():
+            raise OutputError(f"{out} already exists", "pass --overwrite to replace it, or -o with another name")
+
+
+def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], overwrite: bool = False,
+                  existing: Iterable[tuple[str, Path]] | None = None) -> None:
+    """Both checks, before anything is written. ``existing`` (default: all outputs) are the files whose
+    existence needs --overwrite (a file a run removes when it is not needed, e.g. a stale rejects file, is not)."""
+    outputs = [(label, Path(p)) for label, p in outputs if p is not None]
+    check_not_input(outputs, inputs)
+    check_overwrite(outputs if existing is None else existing, overwrite)
+
+
+# --------------------------------------------------------------------------- .npy / .npz files
+def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
+    """An empty, truncated or non-NumPy .npy/.npz is named as such before numpy reads it."""
+    p = Path(path)
+    if not p.is_file():
+        return  # the reader says "not found" with its own fix
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise os_error(e) from None
+    if size == 0:
+        raise BertfeatError(f"{p}: the {what} is empty (0 bytes)", "pass a complete file (rerun the command that wrote it)")
+    if p.suffix.lower() == ".npz":
+        if not head.startswith(b"PK"):
+            raise BertfeatError(f"{p}: not a .npz archive", "pass a .npz written by bertfeat")
+        try:
+            with zipfile.ZipFile(p) as z:
+                bad = z.testzip()
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+            raise BertfeatError(f"{p}: the .npz archive is truncated or corrupt ({_one_line(e)})",
+                                "pass a complete file (rerun the command that wrote it)") from None
+        if bad is not None:
+            raise BertfeatError(f"{p}: the .npz archive is corrupt (member {bad} fails its checksum)",
+                                "pass a complete file (rerun the command that wrote it)")
+    elif p.suffix.lower() == ".npy":
+        if not head.startswith(b"\x93NUMPY"):
+            raise BertfeatError(f"{p}: not a .npy array file", "pass a .npy written by bertfeat")
+    elif p.suffix.lower() in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(p).names
+        except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError for a foreign or cut file
+            raise BertfeatError(f"{p}: not a readable Parquet file ({_one_line(e)})",
+                                "pass a complete file (rerun the command that wrote it)") from None
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise BertfeatError(f"{p}: the column name {dup[0]!r} appears {names.count(dup[0])} times",
+                                "rename the columns so that every name is unique")
+
+
+# --------------------------------------------------------------------------- what each command writes
+def feature_file_outputs(path: str | os.PathLike, fmt: str) -> list[tuple[str, Path]]:
+    """A feature file and its side files: the ids file of a .npy, the provenance of a .npy/.csv."""
+    from .features import ids_sidecar_path, provenance_path
+
+    path = Path(path)
+    out = [("output", path)]
+    if fmt == "npy":
+        out.append(("ids file", ids_sidecar_path(path)))
+    if fmt in ("npy", "csv"):
+        out.append(("provenance file", provenance_path(path)))
+    return out
+
+
+def report_outputs(prefix: str | os.PathLike) -> list[tuple[str, Path]]:
+    from .report import report_paths
+
+    return [("report file", p) for p in report_paths(prefix).values()]
+
+
+def feature_file_inputs(path: str | os.PathLike) -> list[Path]:
+    """A feature file read as input, with its side files (they are inputs too)."""
+    from .features import ids_sidecar_path, provenance_path
+
+    path = Path(path)
+    return [path, ids_sidecar_path(path), provenance_path(path)] if path.suffix.lower() in (".npy", ".csv") else [path]
+
+
+def partial_run_error(partial_dir: Path) -> OutputError:
+    return OutputError(f"a resumable partial run exists in {partial_dir}",
+                       "rerun the same command with --resume to continue it, or with --overwrite to start over")
+
+
+def check_extract_outputs(out_path: Path, fmt: str, want_pca: bool, partial_dir: Path, inputs: list[Path],
+                          overwrite: bool, resume: bool) -> None:
+    """Before `extract` writes anything: no output, side file or partial directory may be an input; an existing
+    output needs --overwrite; a partial run left by an interrupt needs --resume (or --overwrite to start over)."""
+    outs = feature_file_outputs(out_path, fmt) + [("rejects file", out_path.with_name(out_path.name + ".rejects.csv"))]
+    if want_pca:
+        stem = out_path.with_suffix("")
+        outs.append(("PCA model", stem.with_name(stem.name + ".pca.npz")))
+        outs += report_outputs(stem.with_name(stem.name + ".pca"))
+    check_not_input(outs + [("partial directory", partial_dir)], inputs)
+    if partial_dir.is_dir() and (partial_dir / "manifest.json").is_file():
+        if resume or overwrite:
+            return  # --resume continues it (and may rewrite an output its interrupted finish left); --overwrite starts over
+        raise partial_run_error(partial_dir)
+    check_overwrite(outs, overwrite)
+
+
+def check_dask_outputs(out: Path, partial_dir: Path, inputs: list[Path], overwrite: bool, resume: bool) -> None:
+    """`extract --engine dask` (a directory of parts): the same rules as check_extract_outputs."""
+    outs = [("output", out), ("rejects file", out.with_name(out.name + ".rejects.csv"))]
+    check_not_input(outs + [("partial directory", partial_dir)], inputs)
+    if partial_dir.is_dir() and any(partial_dir.iterdir()):
+        if resume or overwrite:
+            return
+        raise partial_run_error(partial_dir)
+    check_overwrite(outs, overwrite)

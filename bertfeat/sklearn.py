@@ -1,0 +1,158 @@
+"""bertfeat in scikit-learn pipelines: ``TextFeatures``, texts in, sentence features out.
+
+    from sklearn.pipeline import make_pipeline
+    from sklearn.linear_model import LogisticRegression
+    from bertfeat import PCA
+    from bertfeat.sklearn import TextFeatures
+
+    pipe = make_pipeline(TextFeatures(), PCA(64), LogisticRegression(max_iter=1000))
+    pipe.fit(train_texts, train_labels)
+
+Importing this module imports scikit-learn (``pip install "bertfeat[sklearn]"``); ``import bertfeat``
+does not. The constructor only stores parameters (scikit-learn's rule), so ``clone``,
+``GridSearchCV`` and ``set_params`` work as for any estimator. The model is loaded on first use, once
+per process (a module cache keyed by the model's location and load settings), never pickled: a
+pickled ``TextFeatures`` holds its parameters and the sha256 of the weights it was fitted with, and
+after unpickling (``joblib.load``, a ``cross_val_score`` worker process) it reloads the model from
+its location and refuses weights with another sha256.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+
+from .encoder import Encoder
+from .errors import BertfeatError
+
+__all__ = ["TextFeatures", "as_texts"]
+
+_CACHE: dict[tuple, Encoder] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _load_encoder(model, max_length, max_batch_tokens, threads, precision) -> Encoder:
+    """One Encoder per (model location, load settings) per process."""
+    from .hub import resolve_model
+
+    loc = resolve_model(model)
+    key = (str(loc.path), max_length, max_batch_tokens, threads, precision)
+    with _CACHE_LOCK:
+        enc = _CACHE.get(key)
+        if enc is None:
+            kw: dict[str, Any] = {"max_length": max_length, "threads": threads, "location": loc}
+            if max_batch_tokens is not None:
+                kw["max_batch_tokens"] = max_batch_tokens
+            if precision is not None:
+                kw["precision"] = precision
+            enc = _CACHE[key] = Encoder(**kw)
+        return enc
+
+
+def as_texts(X: Any) -> list[str]:
+    """A list, tuple, 1-D (or (n, 1)) NumPy array, pandas / polars Series or one-column DataFrame of strings
+    -> a list of str; anything else is a ValueError naming what is wrong."""
+    if isinstance(X, str):
+        raise BertfeatError("X is a single string", "pass a list (or array, Series, one-column DataFrame) of texts")
+    if hasattr(X, "columns") and hasattr(X, "shape"):  # pandas / polars DataFrame
+        if X.shape[1] != 1:
+            raise BertfeatError(f"X is a DataFrame with {X.shape[1]} columns", "pass the one column of texts, e.g. df['text']")
+        X = X.iloc[:, 0] if hasattr(X, "iloc") else X.to_series(0)
+    if hasattr(X, "to_list"):  # pandas / polars Series
+        values = X.to_list()
+    else:
+        arr = np.asarray(X, dtype=object)
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr[:, 0]
+        if arr.ndim != 1:
+            raise BertfeatError(f"X has shape {arr.shape}, not a list of texts", "pass a 1-D list or array of strings")
+        values = arr.tolist()
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise BertfeatError(f"X[{i}] is {type(v).__name__} {v!r:.40}, not a string",
+                                "pass texts only (fill or drop missing values first)")
+    return values
+
+
+class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Sentence features of texts with a BERT-family model (``bertfeat.Encoder``), as a scikit-learn transformer.
+
+    Parameters mirror ``bertfeat extract`` and ``Encoder.encode``: ``model`` (a directory, a hub id in the
+    Hugging Face cache, default all-MiniLM-L6-v2), ``pooling`` / ``layers`` / ``layer_agg`` / ``normalize``
+    (None: the model's own embedding), ``prompt`` / ``prompt_name``, ``max_length``, ``long_text``,
+    ``stride``, ``precision`` (None: the Encoder's default), ``threads``, ``max_batch_tokens``,
+    ``batch_size`` (a cap on rows per batch).
+
+    Fitted attributes: ``n_features_out_`` (the feature width), ``model_id_``, ``weights_sha256_``,
+    ``spec_`` (the settings that define the vectors, as in provenance).
+    """
+
+    def __init__(self, model=None, *, pooling=None, layers=None, layer_agg="mean", normalize=None, prompt=None,
+                 prompt_name=None, max_length=None, long_text="truncate", stride=None, precision=None, threads=None,
+                 max_batch_tokens=None, batch_size=None):
+        self.model = model
+        self.pooling = pooling
+        self.layers = layers
+        self.layer_agg = layer_agg
+        self.normalize = normalize
+        self.prompt = prompt
+        self.prompt_name = prompt_name
+        self.max_length = max_length
+        self.long_text = long_text
+        self.stride = stride
+        self.precision = precision
+        self.threads = threads
+        self.max_batch_tokens = max_batch_tokens
+        self.batch_size = batch_size
+
+    # -- the model, loaded lazily -------------------------------------------------------------
+    def _encoder(self) -> Encoder:
+        enc = _load_encoder(self.model, None, self.max_batch_tokens, self.threads, self.precision)
+        expected = getattr(self, "weights_sha256_", None)
+        if expected is not None and enc.weights_sha256 != expected:
+            raise BertfeatError(
+                f"the weights of {enc.model_id} at {enc.location.path} are not the ones this TextFeatures was fitted "
+                f"with (sha256 {enc.weights_sha256[:12]}... instead of {expected[:12]}...)",
+                "restore the original model files, or refit the pipeline",
+            )
+        return enc
+
+    def _spec(self, enc: Encoder):
+        return enc.spec(self.pooling, self.layers, self.layer_agg, self.normalize, self.max_length, self.long_text,
+                        self.stride, prompt=self.prompt, prompt_name=self.prompt_name)
+
+    # -- scikit-learn API ---------------------------------------------------------------------
+    def fit(self, X, y=None):
+        """Check the texts and the settings, load the model; nothing is learned from X."""
+        as_texts(X)
+        enc = self._encoder()
+        spec = self._spec(enc)
+        self.model_id_ = enc.model_id
+        self.weights_sha256_ = enc.weights_sha256
+        self.spec_ = spec.to_dict()
+        self.n_features_out_ = self._n_features_out = enc.output_dim(spec)
+        return self
+
+    def transform(self, X) -> np.ndarray:
+        """Texts -> (n, n_features_out_) float32 features."""
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, "n_features_out_")
+        texts = as_texts(X)
+        enc = self._encoder()
+        spec = self._spec(enc)
+        if spec.to_dict() != self.spec_:
+            raise BertfeatError("the parameters changed since fit", "fit again after set_params")
+        if not texts:
+            return np.zeros((0, self.n_features_out_), dtype=np.float32)
+        return enc.run(enc.prepare(texts, None, spec), spec, max_rows=self.batch_size)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.string = True
+        tags.requires_fit = True
+        return tags

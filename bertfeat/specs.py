@@ -1,0 +1,88 @@
+"""Option values shared by several commands, parsed in one place.
+
+* ``parse_pca_spec``: ``extract --pca`` and ``pca fit -n`` read the same way.
+  ``100`` = that many components; ``0.95`` = the fewest components that explain 95 % of the variance;
+  ``1.0`` or ``all`` = every component (100 % of the variance); 0, negatives, ``1.5``, nan are refused.
+* ``check_size``: ``--max-length``, ``--max-batch-tokens`` and friends: 0 is refused, never "default".
+* ``check_output_format``: an output whose extension names another format than ``--format`` is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from .errors import BertfeatError
+
+PCA_FIX = "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"
+
+# extensions of formats bertfeat may be asked to write, and the format each names
+_EXT_FORMAT = {".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".csv": "csv", ".tsv": "tsv", ".feather": "feather",
+               ".arrow": "arrow", ".ipc": "arrow", ".json": "json", ".jsonl": "jsonl", ".npz": "npz", ".h5": "hdf5",
+               ".hdf5": "hdf5", ".pkl": "pickle", ".pickle": "pickle", ".txt": "text", ".xlsx": "excel", ".orc": "orc",
+               ".avro": "avro", ".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".png": "png"}
+
+
+def parse_pca_spec(text: str | int | float | None, option: str = "--pca") -> int | float | None:
+    """``"100"`` -> 100, ``"0.95"`` -> 0.95, ``"1.0"``/``"all"`` -> None (every component)."""
+    if text is None:
+        return None
+    s = str(text).strip()
+    if s.lower() in ("all", "1.0", "1."):
+        return None
+    try:
+        return _positive_int(int(s), option)
+    except ValueError:
+        pass
+    try:
+        x = float(s)
+    except ValueError:
+        raise BertfeatError(f"{option} {s!r} is not a number", PCA_FIX) from None
+    if not math.isfinite(x) or x <= 0:
+        raise BertfeatError(f"{option} {s} is out of range", PCA_FIX)
+    if x == 1.0:
+        return None
+    if x < 1:
+        return x
+    if x != int(x):
+        raise BertfeatError(f"{option} {s}: a number of components must be whole", PCA_FIX)
+    return int(x)
+
+
+def _positive_int(n: int, option: str) -> int:
+    if n < 1:
+        raise BertfeatError(f"{option} {n} is out of range", PCA_FIX)
+    return n
+
+
+def check_size(value: int | None, option: str, minimum: int = 1, maximum: int | None = None, note: str = "") -> int | None:
+    """None passes (the default); anything else must lie in minimum..maximum (0 never means 'default')."""
+    if value is None:
+        return None
+    if value < minimum or (maximum is not None and value > maximum):
+        rng = f"{minimum}..{maximum}" if maximum is not None else f"{minimum} or more"
+        raise BertfeatError(f"{option} {value} is out of range", f"choose {rng}{note}, or leave it out for the default")
+    return value
+
+
+def check_max_length(value: int | None, option: str = "--max-length") -> int | None:
+    return check_size(value, option, 3, None, " (up to the model's max_position_embeddings, 512 for BERT and MiniLM)")
+
+
+def check_output_format(path: str | Path | None, fmt: str | None, formats=("parquet", "npy", "csv")) -> None:
+    """Refuse an output file whose extension names another format than the one written."""
+    if path is None:
+        return
+    p = Path(str(path))
+    suffix = p.suffix.lower()
+    named = _EXT_FORMAT.get(suffix)
+    if named is None:
+        return  # no extension or an unknown one: the format decides
+    written = fmt or named
+    if named != written or written not in formats:
+        if fmt:
+            what = f"the output {p} ends in {suffix}, but --format {fmt} writes {fmt.upper()}"
+        else:
+            what = f"the output {p} ends in {suffix}, a format bertfeat does not write"
+        raise BertfeatError(what, f"name the output .{written if written in formats else 'parquet'}, "
+                                  f"or choose --format to match ({', '.join(formats)})")

@@ -1,0 +1,24 @@
+"""Texts the tokenizer would change without a word.
+
+BERT's tokenizer (clean_text) drops every control character except tab, newline and carriage return:
+``"hello\\x00world"`` becomes the one word ``helloworld`` (wordpieces ``hello ##world``). Such a row is a bad
+row (an error, or a reject under --on-bad-row skip) so that nothing is merged silently.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 and C1 control characters and DEL, except tab, newline, carriage return (whitespace to the tokenizer)
+_DROPPED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def control_character_reason(text: str, what: str = "text") -> str | None:
+    """None, or why the text is refused: the first control character the tokenizer would drop, and where."""
+    m = _DROPPED.search(text)
+    if m is None:
+        return None
+    n = len(_DROPPED.findall(text))
+    more = f" (and {n - 1} more)" if n > 1 else ""
+    return (f"control character U+{ord(m.group()):04X} at character {m.start()} of the {what}{more}: "
+            "the tokenizer would drop it and join the words around it")

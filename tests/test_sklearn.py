@@ -1,0 +1,178 @@
+"""scikit-learn integration: bertfeat.PCA as an estimator (check_estimator), TextFeatures in pipelines,
+pickling without weights, and `import bertfeat` staying free of scikit-learn."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+sklearn = pytest.importorskip("sklearn", reason="the scikit-learn integration needs scikit-learn (bertfeat[sklearn])")
+
+from sklearn.base import clone  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.model_selection import GridSearchCV, cross_val_score  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+from sklearn.utils.validation import check_is_fitted  # noqa: E402
+
+from bertfeat import PCA, BertfeatError, Encoder  # noqa: E402
+from bertfeat.pca import NotFittedError  # noqa: E402
+from bertfeat.sklearn import TextFeatures, as_texts  # noqa: E402
+from ckpt import make_ckpt  # noqa: E402,F401  (a fixture)
+
+TEXTS = [f"this film is {w} and the {n} scenes {v}" for w, n, v in
+         zip(["great", "awful", "wonderful", "boring", "moving", "dull"] * 5,
+             ["opening", "final", "middle", "last", "first", "long"] * 5,
+             ["shine", "drag", "work", "fail", "soar", "sink"] * 5)]
+LABELS = np.array([0, 1] * 15)
+
+
+def test_import_bertfeat_does_not_import_sklearn():
+    code = "import sys, bertfeat; from bertfeat import PCA, Encoder; PCA(2); print('sklearn' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
+
+
+# --------------------------------------------------------------------------- PCA
+def test_pca_passes_check_estimator():
+    from sklearn.utils.estimator_checks import check_estimator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "does not inherit from BaseEstimator": on purpose, see bertfeat/estimator.py
+        results = check_estimator(PCA(), on_fail=None)
+    failed = [(r["check_name"], str(r["exception"])[:300]) for r in results if r["status"] == "failed"]
+    skipped = sorted(r["check_name"] for r in results if r["status"] == "skipped")
+    print(f"\ncheck_estimator(PCA()): {len(results)} checks, {len(failed)} failed, skipped {skipped}")
+    assert not failed
+    # the one check skipped: array API input needs SCIPY_ARRAY_API=1 set before scipy is imported
+    assert skipped in ([], ["check_array_api_input"])
+    assert len(results) >= 40
+
+
+def test_pca_estimator_conventions():
+    X = np.random.default_rng(0).normal(size=(40, 6))
+    pca = PCA()
+    assert "fingerprint_" not in vars(pca) and not hasattr(pca, "components_")
+    with pytest.raises(ValueError):  # scikit-learn's NotFittedError (a ValueError and an AttributeError)
+        check_is_fitted(pca)
+    with pytest.raises(TypeError):
+        PCA(2, "svd")  # everything after n_components is keyword-only
+    assert isinstance(BertfeatError("x"), ValueError)
+    pca.fit(X)
+    check_is_fitted(pca)
+    assert pca.fingerprint_ is None and pca.source_ is None  # documented fitted attributes, None for arrays
+    before = pca.components_.copy()
+    pca.set_params(n_components=2)  # never changes or silently refits fitted state
+    np.testing.assert_array_equal(pca.components_, before)
+    assert pca.fit(X).components_.shape == (2, 6)
+    from sklearn.decomposition import PCA as SkPCA
+
+    for n in (None, 3, 0.8):
+        ours, theirs = PCA(n).fit(X), SkPCA(n, svd_solver="full").fit(X)
+        assert ours.n_components_ == theirs.n_components_, n
+        np.testing.assert_allclose(ours.transform(X), theirs.transform(X), atol=1e-10)
+    assert list(PCA(3).fit(X).get_feature_names_out()) == ["pca0", "pca1", "pca2"]
+
+
+def test_pca_set_output_and_feature_names():
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(1).normal(size=(30, 4))
+    df = pd.DataFrame(X, columns=["a", "b", "c", "d"], index=np.arange(100, 130))
+    pca = PCA(2).set_output(transform="pandas").fit(df)
+    out = pca.transform(df)
+    assert list(out.columns) == ["pca0", "pca1"] and list(out.index) == list(df.index)
+    assert list(pca.feature_names_in_) == ["a", "b", "c", "d"]
+    with pytest.raises(ValueError, match="Feature names must be in the same order"):
+        pca.transform(df[["d", "c", "b", "a"]])
+    with sklearn.config_context(transform_output="pandas"):
+        assert isinstance(PCA(2).fit_transform(X), pd.DataFrame)
+    pl = pytest.importorskip("polars")
+    assert isinstance(PCA(2).set_output(transform="polars").fit_transform(X), pl.DataFrame)
+
+
+# --------------------------------------------------------------------------- TextFeatures
+@pytest.fixture(scope="module")
+def fitted_pipe(minilm_dir):
+    return make_pipeline(TextFeatures(str(minilm_dir)), PCA(8), LogisticRegression(max_iter=1000)).fit(TEXTS, LABELS)
+
+
+def test_text_features_equal_the_encoder(minilm_dir):
+    tf = TextFeatures(str(minilm_dir), pooling="cls", normalize=True)
+    X = tf.fit_transform(TEXTS)
+    np.testing.assert_array_equal(X, Encoder(minilm_dir).encode(TEXTS, pooling="cls", normalize=True))
+    assert tf.n_features_out_ == 384 and list(tf.get_feature_names_out()[:2]) == ["textfeatures0", "textfeatures1"]
+    assert tf.spec_["pooling"] == "cls" and len(tf.weights_sha256_) == 64
+
+
+def test_pipeline_clone_pickle_joblib_cross_val(fitted_pipe, tmp_path):
+    import joblib
+
+    pred = fitted_pipe.predict(TEXTS)
+    assert (pred == LABELS).mean() > 0.9
+    blob = pickle.dumps(fitted_pipe)
+    assert len(blob) < 200_000  # parameters and the fitted PCA / classifier: no model weights
+    np.testing.assert_array_equal(pickle.loads(blob).predict(TEXTS), pred)
+    joblib.dump(fitted_pipe, tmp_path / "pipe.joblib")
+    np.testing.assert_array_equal(joblib.load(tmp_path / "pipe.joblib").predict(["a great film", "an awful film"]),
+                                  fitted_pipe.predict(["a great film", "an awful film"]))
+    unfitted = clone(fitted_pipe)
+    assert not hasattr(unfitted[0], "n_features_out_") and not hasattr(unfitted[1], "components_")
+    one = cross_val_score(unfitted, TEXTS, LABELS, cv=3, n_jobs=1)
+    two = cross_val_score(unfitted, TEXTS, LABELS, cv=3, n_jobs=2)
+    np.testing.assert_allclose(one, two)
+
+
+def test_encoder_pickles_and_copies(minilm_dir):
+    enc = Encoder(minilm_dir)
+    again = pickle.loads(pickle.dumps(enc))
+    np.testing.assert_array_equal(again.encode(TEXTS[:3]), enc.encode(TEXTS[:3]))
+    np.testing.assert_array_equal(copy.deepcopy(enc).encode(TEXTS[:3]), enc.encode(TEXTS[:3]))
+    assert len(pickle.dumps(enc)) < 5_000
+
+
+def test_changed_weights_are_refused_after_unpickling(tmp_path, make_ckpt):
+    d = make_ckpt(hidden=32, heads=2, layers=1, seed=3)
+    local = tmp_path / "m"
+    import shutil
+
+    shutil.copytree(d, local)
+    tf = TextFeatures(str(local)).fit(TEXTS)
+    blob, enc_blob = pickle.dumps(tf), pickle.dumps(Encoder(local))
+    from bertfeat import sklearn as bsk
+
+    bsk._CACHE.clear()
+    other = make_ckpt(hidden=32, heads=2, layers=1, seed=4)
+    shutil.copy(other / "model.safetensors", local / "model.safetensors")
+    with pytest.raises(BertfeatError, match="not the ones this TextFeatures was fitted with"):
+        pickle.loads(blob).transform(TEXTS[:2])
+    with pytest.raises(BertfeatError, match="not the ones this Encoder was saved with"):
+        pickle.loads(enc_blob)
+
+
+def test_grid_search_over_pca_width_and_pooling(minilm_dir):
+    pipe = make_pipeline(TextFeatures(str(minilm_dir)), PCA(), LogisticRegression(max_iter=1000))
+    grid = GridSearchCV(pipe, {"pca__n_components": [4, 8], "textfeatures__pooling": [None, "cls"]}, cv=3).fit(TEXTS, LABELS)
+    assert grid.best_params_["pca__n_components"] in (4, 8) and len(grid.cv_results_["params"]) == 4
+
+
+def test_text_inputs_and_output_containers(minilm_dir):
+    pd = pytest.importorskip("pandas")
+    pl = pytest.importorskip("polars")
+    ref = TextFeatures(str(minilm_dir)).fit_transform(TEXTS[:4])
+    for X in (TEXTS[:4], np.array(TEXTS[:4]), np.array(TEXTS[:4])[:, None], pd.Series(TEXTS[:4]),
+              pd.DataFrame({"text": TEXTS[:4]}), pl.Series(TEXTS[:4]), pl.DataFrame({"text": TEXTS[:4]})):
+        np.testing.assert_array_equal(TextFeatures(str(minilm_dir)).fit_transform(X), ref)
+    out = TextFeatures(str(minilm_dir)).set_output(transform="pandas").fit_transform(pd.Series(TEXTS[:4], index=[7, 8, 9, 10]))
+    assert isinstance(out, pd.DataFrame) and out.shape == (4, 384) and list(out.index) == [7, 8, 9, 10]
+    assert isinstance(TextFeatures(str(minilm_dir)).set_output(transform="polars").fit_transform(TEXTS[:4]), pl.DataFrame)
+    with pytest.raises(ValueError, match=r"X\[1\] is NoneType None, not a string"):
+        as_texts(["a", None])
+    with pytest.raises(ValueError, match="a DataFrame with 2 columns"):
+        as_texts(pd.DataFrame({"a": ["x"], "b": ["y"]}))
+    with pytest.raises(ValueError, match="a single string"):
+        TextFeatures(str(minilm_dir)).fit("just one text")
