@@ -8,7 +8,7 @@ exactly as typed) in one temporary directory that holds a copy of the README's i
 ``examples/``. The README's own text is run, not a copy of it. To keep the whole test under two
 minutes on a small machine, the copy of ``examples/sst2_sample.csv`` keeps its first 70 rows
 (``--pca 64`` needs at least 64). Each command must exit 0 and the files it names (``-o``,
-``--out``, ``--save-npy``, ``extract``'s default output, the ``--pca`` / ``pca fit`` model and
+``--output``, ``--save-npy``, ``extract``'s default output, the ``--pca`` / ``pca fit`` model and
 report files, the ``.npy`` sidecars, ...) must exist afterwards. The ```python blocks run too.
 
 Not run (SKIP, each with its reason): installs, ``make`` targets (``make features`` has its own
@@ -218,13 +218,13 @@ def expected_files(cmd: str) -> list[str]:
             stem = str(Path(out).with_suffix(""))
             files += [stem + ".pca.npz"] + [f"{stem}.pca.report.{k}" for k in ("json", "md", "png")]
     elif sub == "pca" and argv[1:2] == ["fit"]:
-        out = _option(argv, "-o", "--out")
+        out = _option(argv, "-o", "--output")
         prefix = out[:-4] if out.endswith(".npz") else out
         files += [out] + [f"{prefix}.report.{k}" for k in ("json", "md", "png")]
     elif sub == "pca" and argv[1:2] == ["transform"]:
-        files.append(_option(argv, "-o", "--out"))
+        files.append(_option(argv, "-o", "--output"))
     elif sub == "report":
-        prefix = _option(argv, "-o", "--out") or _positional(argv[1:])[0][:-4]
+        prefix = _option(argv, "-o", "--output") or _positional(argv[1:])[0][:-4]
         files += [f"{prefix}.report.{k}" for k in ("json", "md", "png")]
     elif sub == "attention":
         files.append(_option(argv, "-o", "--output"))
