@@ -50,7 +50,9 @@ INPUT_FILES = ("sst2_sample.csv", "pairs.jsonl", "messy.csv")
 SKIP = [
     (r"^make (install|test)\b", "make install sets up the machine; make test is this test suite"),
     (r"^make bench\b", "the benchmark takes many minutes"),
-    (r"^python benchmarks/bench_encode\.py\b", "a benchmark run: minutes, and it needs torch and onnxruntime"),
+    (r"^python benchmarks/", "a benchmark run: minutes, each method in its own process"),
+    (r"^python -m pytest\b", "the test suite runs itself"),
+    (r"^python examples/precision_check\.py\b", "minutes of CPU: fp32 and bf16 runs of the accuracy examples"),
     (r"^make (features|classify|sts)\b", "make features: tests/test_examples_make.py; classify/sts: tests/test_examples.py"),
     (r"^pip install\b", "installs packages"),
     (r"^(hf|huggingface-cli) download\b", "needs internet access"),
@@ -72,6 +74,11 @@ OUTPUT_CHECKED = [
     r"^cat messy\.parquet\.rejects\.csv$",
     r'^bertfeat tokens "Unaffable cats purr\." --pair "Do they\?"$',
 ]
+
+# Commands that need bf16 hardware: they run, and pass if they succeed or if they fail with the one-line
+# refusal of a CPU without AMX / AVX512-BF16 (or without MKL), as on the AVX2 machines CI may run on.
+BF16_NEEDED = r"--precision bf16\b"
+BF16_REFUSALS = ("has no AMX or AVX512-BF16", "needs Intel MKL")
 
 # Commands that need weights which may not be on this machine: model name -> regex.
 MODEL_NEEDED = [
@@ -156,6 +163,8 @@ def classify(cmd: str) -> tuple[str, str | None]:
     for name, pattern in MODEL_NEEDED:
         if re.search(pattern, cmd):
             return "model", name
+    if re.search(BF16_NEEDED, cmd):
+        return "bf16", None
     return "run", None
 
 
@@ -315,6 +324,10 @@ def test_readme_commands(workdir: Path):
         p = _run(cmd, workdir)
         timings.append((time.perf_counter() - t, cmd))
         ran += 1
+        if kind == "bf16" and p.returncode == 1 and any(r in p.stderr for r in BF16_REFUSALS):
+            if "Traceback" in p.stderr or len(p.stderr.strip().splitlines()) > 1:
+                failures.append(f"{cmd}\n  the bf16 refusal is not one clean line: {p.stderr.strip()[-600:]}")
+            continue
         if kind == "error" or (kind == "model" and not _model_available(detail)):
             expected = detail if kind == "error" else "not found; looked in:"
             if p.returncode != 1 or expected not in p.stderr:
