@@ -42,9 +42,10 @@ def cpu() -> str:
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "unknown CPU")
     flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
-    fam = {k: next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith(k)), "?") for k in ("cpu family", "model\t")}
+    family, mod = (next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith(k)), "?")
+                   for k in ("cpu family", "model\t"))
     bf16 = [f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags]
-    return f"{model} (family {fam['cpu family']}, model {fam['model\t']}); flags: {', '.join(bf16) or 'none of avx2, avx512f, avx512_bf16, amx'}"
+    return f"{model} (family {family}, model {mod}); flags: {', '.join(bf16) or 'none of avx2, avx512f, avx512_bf16, amx'}"
 
 
 def run(tree: Path, args) -> dict:
