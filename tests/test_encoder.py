@@ -47,9 +47,9 @@ def torch_minilm(minilm_dir):
 
 
 @pytest.fixture(scope="module")
-def long_text(shared_data) -> str:
+def long_text(sample_data) -> str:
     """A real text of about 830 word pieces."""
-    sst, _ = read_sst2(shared_data / "sst2" / "stsa.binary.dev")
+    sst, _ = read_sst2(sample_data / "sst2" / "stsa.binary.dev")
     return " ".join(sst[150:190])
 
 
@@ -106,11 +106,11 @@ def test_vector_does_not_depend_on_batch_neighbours_or_order(enc, real_sentences
 
 # --------------------------------------------------------------------------- poolings and layers
 @pytest.fixture(scope="module")
-def pooling_case(real_sentences, shared_data, torch_minilm):
+def pooling_case(real_sentences, sample_data, torch_minilm):
     """32 mixed texts + 8 STSb pairs with torch hidden states (max_length 256, the Encoder's default)."""
     model, tok = torch_minilm
     texts = list(real_sentences[::12])[:32]
-    s1, s2, _ = read_stsb(shared_data / "stsb" / "sts-dev.csv")
+    s1, s2, _ = read_stsb(sample_data / "stsb" / "sts-dev.csv")
     pa, pb = s1[400:408], s2[400:408]
     return texts, pa, pb, torch_reference_rows(model, tok, texts, None, 256), torch_reference_rows(model, tok, pa, pb, 256)
 
@@ -172,7 +172,7 @@ def test_bad_pooling_and_layer_options_are_clear(enc):
             assert w in msg, (kwargs, msg)
 
 
-def test_checkpoint_without_pooler(make_ckpt, shared_data):
+def test_checkpoint_without_pooler(make_ckpt, sample_data):
     """Every pooling but 'pooled' works (and matches torch); 'pooled' says why it is unavailable."""
     from bertfeat.cli import main  # noqa: F401
 
@@ -300,10 +300,10 @@ def test_long_text_modes(enc, long_text, torch_minilm):
 
 
 # --------------------------------------------------------------------------- 7. STSb
-def test_stsb_dev_spearman(enc, shared_data):
-    from scipy.stats import spearmanr
+def test_stsb_dev_spearman(enc, full_data):
+    spearmanr = need("scipy.stats").spearmanr
 
-    s1, s2, gold = read_stsb(shared_data / "stsb" / "sts-dev.csv")
+    s1, s2, gold = read_stsb(full_data / "stsb" / "sts-dev.csv")
     assert len(gold) == 1500
     unique = list(dict.fromkeys(s1 + s2))
     X = enc.encode(unique, pooling="mean", normalize=True)
