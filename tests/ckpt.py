@@ -257,6 +257,18 @@ def _build(record_json: str):
     return model.eval().float()
 
 
+def record_tensors(dir: str | os.PathLike) -> dict[str, np.ndarray]:
+    """canonical_tensors of the checkpoint in ``dir``, from its record (not from its weight files)."""
+    record = json.loads((Path(dir) / RECORD).read_text())
+    return canonical_tensors(json.dumps(record, sort_keys=True))
+
+
+def n_parameters(dir: str | os.PathLike) -> int:
+    """Parameter count of the checkpoint in ``dir`` as transformers counts it (tied tensors once), from its record."""
+    record = json.loads((Path(dir) / RECORD).read_text())
+    return sum(math.prod(shape) for shape in canonical_names(record["config"], record["mlm_head"], record["pooler"]).values())
+
+
 def canonical_names(config: dict, mlm_head: bool, pooler: bool) -> dict[str, tuple[int, ...]]:
     """transformers' parameter names and shapes: BertModel's, or BertForMaskedLM's (``bert.`` prefix, the
     ``cls.predictions.*`` head with its decoder tied to the word embeddings) -> {name: shape}."""

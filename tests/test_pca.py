@@ -48,11 +48,8 @@ def known_spectrum(n=1500, d=40, decay=0.8, offset=0.0, seed=0, dtype=np.float64
 @pytest.fixture(scope="module")
 def real_features(minilm_dir, real_sentences):
     """all-MiniLM-L6-v2 features (400, 384) float32 of real sentences, by bertfeat's own encoder."""
-    try:
-        from bertfeat import Encoder
-    except ImportError:  # the encoder is not there yet: same model through sentence-transformers
-        st = pytest.importorskip("sentence_transformers")
-        return st.SentenceTransformer(str(minilm_dir), device="cpu").encode(real_sentences)
+    from bertfeat import Encoder  # an import error is a failure, never a quiet fallback to another encoder
+
     return Encoder(str(minilm_dir)).encode(real_sentences)
 
 
