@@ -216,8 +216,28 @@ def make_checkpoint(
 
 @lru_cache(maxsize=8)
 def tokenizer_json(vocab_path: Path, do_lower_case: bool) -> str:
-    """The tokenizer.json transformers' (fast) BertTokenizer saves for this vocab and lower-casing."""
-    from transformers import BertTokenizer
+    """The tokenizer.json transformers' (fast) BertTokenizer saves for this vocab and lower-casing (without
+    transformers: the same pipeline built with `tokenizers` alone, as transformers' converter builds it)."""
+    try:
+        from transformers import BertTokenizer
+    except ImportError:
+        from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+        from tokenizers.models import WordPiece
+
+        with open(vocab_path, encoding="utf-8") as fh:  # line by line as transformers' load_vocab (not splitlines)
+            vocab = {t.rstrip(): i for i, t in enumerate(fh)}
+        tk = Tokenizer(WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+        tk.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                   lowercase=do_lower_case)
+        tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        cls, sep = vocab["[CLS]"], vocab["[SEP]"]
+        tk.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
+                                                          pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+                                                          special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+        tk.decoder = decoders.WordPiece(prefix="##")
+        for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"):
+            tk.add_special_tokens([t])
+        return tk.to_str(pretty=True)
 
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copyfile(vocab_path, Path(tmp) / "vocab.txt")

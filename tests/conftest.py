@@ -21,6 +21,7 @@ from __future__ import annotations
 import bertfeat  # noqa: F401,E402  isort: skip
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,13 +33,25 @@ STRICT = os.environ.get("BERTFEAT_STRICT", "") not in ("", "0")
 GET_FULL_DATA = ("the full SST-2 / TREC / STS Benchmark files (sources in tests/data/README.md) in ../shared/data, "
                  "or set BERTFEAT_DATA to the folder that holds sst2/ trec/ stsb/")
 LIVE_MODULES = ("torch", "transformers", "sentence_transformers")
+if os.environ.get("BERTFEAT_HIDE_LIVE", "") not in ("", "0"):
+    # Run the suite as if torch / transformers / sentence-transformers were not installed (checks that the
+    # core suite needs none of them): importing one raises ImportError.
+    import importlib.abc
+
+    class _HideLive(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in LIVE_MODULES:
+                raise ImportError(f"{name} is hidden by BERTFEAT_HIDE_LIVE=1")
+            return None
+
+    sys.meta_path.insert(0, _HideLive())
 
 
 def missing(reason: str):
     """The one way a test gives up on a missing optional part: skip with ``reason`` (fail under BERTFEAT_STRICT=1)."""
     if STRICT:
         pytest.fail(f"{reason} (BERTFEAT_STRICT=1: nothing may be skipped)", pytrace=False)
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)
 
 
 def need(module: str, install: str = 'pip install -e ".[test]"'):
@@ -49,6 +62,11 @@ def need(module: str, install: str = 'pip install -e ".[test]"'):
         return importlib.import_module(module)
     except ImportError:
         missing(f"{module} is not installed - {install} (or make install)")
+
+
+def need_live(module: str):
+    """need() for a module of the live parity suite (torch / transformers / sentence-transformers)."""
+    return need(module, "make install (the live parity tests compare against it)")
 
 
 def need_full_data(*parts: str) -> Path:
@@ -62,7 +80,13 @@ def need_full_data(*parts: str) -> Path:
 def _missing_live() -> list[str]:
     import importlib.util
 
-    return [m for m in LIVE_MODULES if importlib.util.find_spec(m) is None]
+    def gone(m):
+        try:
+            return importlib.util.find_spec(m) is None
+        except (ValueError, ImportError):  # sys.modules[m] is None (hidden) or a broken install
+            return True
+
+    return [m for m in LIVE_MODULES if gone(m)]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -30,6 +30,8 @@ from ckpt import (  # noqa: F401  (make_ckpt is a fixture)
 )
 from conftest import read_sst2, read_stsb, read_stsb_zh
 
+pytestmark = pytest.mark.live  # every test here but the erf grid compares against transformers' BertModel run live
+
 HIDDEN_TOL = 1e-4
 COS_TOL = 0.99999
 ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")

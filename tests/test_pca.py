@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bertfeat.errors import BertfeatError
+from conftest import missing, need
 from bertfeat.pca import PCA, NotFittedError, choose_solver
 
 SKLEARN_VERSION = "1.9.1"  # parity (signs, ddof, fraction rule) is pinned to this release
@@ -29,9 +30,9 @@ def _one_blas_thread():
 @pytest.fixture(scope="module")
 def sk():
     """scikit-learn, pinned: skip (with the reason) on any other version."""
-    sklearn = pytest.importorskip("sklearn", reason="scikit-learn is a test-only dependency")
+    sklearn = need("sklearn")
     if sklearn.__version__ != SKLEARN_VERSION:
-        pytest.skip(f"parity is pinned to scikit-learn {SKLEARN_VERSION}, found {sklearn.__version__}")
+        missing(f"parity is pinned to scikit-learn {SKLEARN_VERSION}, found {sklearn.__version__}")
     from sklearn.decomposition import PCA as SkPCA
 
     return SkPCA

@@ -24,6 +24,8 @@ from bertfeat.tokenize import pad_batch
 from ckpt import vocab_file
 from conftest import read_stsb, read_stsb_zh
 
+pytestmark = pytest.mark.live  # every test here compares against transformers' tokenizers (golden token ids: test_golden.py)
+
 # name -> (vocab, tokenizer_config.json)
 CONFIGS = {
     "uncased": ("uncased", {"do_lower_case": True}),  # bert-base-uncased: lower-case + strip accents
@@ -367,3 +369,15 @@ def test_known_slow_fast_differences(toks, text, name, fast_tokens, slow_tokens,
     assert ours == fast == tk["ours_json"].encode([text]).ids[0].tolist()
     assert tk["fast_vocab"].convert_ids_to_tokens(fast)[1:-1] == fast_tokens
     assert tk["slow"].convert_ids_to_tokens(slow)[1:-1] == slow_tokens
+
+
+@pytest.mark.parametrize("vocab, lower", [("uncased", True), ("chinese", False), ("chinese", True)])
+def test_ckpt_tokenizer_json_without_transformers_is_what_transformers_saves(vocab, lower, monkeypatch):
+    """tests/ckpt.py writes tokenizer.json with `tokenizers` alone when transformers is absent: the same JSON."""
+    import sys
+
+    import ckpt
+
+    want = json.loads(ckpt.tokenizer_json.__wrapped__(vocab_file(vocab), lower))
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert json.loads(ckpt.tokenizer_json.__wrapped__(vocab_file(vocab), lower)) == want
