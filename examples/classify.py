@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,7 +30,7 @@ import numpy as np
 from bertfeat import PCA, Encoder
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data"
+DATA = Path(os.environ.get("BERTFEAT_DATA", ROOT.parent / "shared" / "data"))  # the full data sets
 DIMS = (16, 32, 64, 128)
 # SBERT paper (Reimers & Gurevych 2019, arXiv:1908.10084, Table 5): frozen BERT-base-uncased mean
 # features + logistic regression. A different (larger) model, listed for orientation only.
@@ -200,7 +201,7 @@ def write_docs(results: dict, docs: Path, cmd: str, model_id: str, spec) -> None
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Logistic regression on bertfeat features (SST-2, TREC).")
-    ap.add_argument("--data", type=Path, default=DATA, help="the shared data directory (default ../shared/data)")
+    ap.add_argument("--data", type=Path, default=DATA, help="the full data sets (default $BERTFEAT_DATA, else ../shared/data)")
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--pooling", default=None, help="pooled, cls, mean or max (default: the model's)")
     ap.add_argument("--normalize", action="store_true", help="L2-normalize the features")
