@@ -11,6 +11,8 @@ One policy for what a test needs beyond the repository and the base install ("op
   reason, when one of them is missing (make install installs them, so CI runs them).
 - ``BERTFEAT_STRICT=1`` (CI, where everything is installed and the data is present) turns every one of
   these skips into a failure, so nothing is skipped there silently.
+- ``BERTFEAT_HIDE_LIVE=1`` runs the suite as if torch / transformers / sentence-transformers were not
+  installed (``make test-core``): the core suite must pass so, the live tests skip.
 """
 
 from __future__ import annotations
