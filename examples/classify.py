@@ -32,7 +32,7 @@ import numpy as np
 from bertfeat import PCA
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("BERTFEAT_DATA", ROOT.parent / "shared" / "data"))
+DATA = Path(os.environ.get("BERTFEAT_DATA", ROOT.parent / "shared" / "data"))  # the full data sets
 DIMS = (16, 32, 64, 128)
 CS = (0.01, 0.1, 1.0, 10.0)
 POOLINGS = (None, "cls")  # None: the model's own embedding (all-MiniLM-L6-v2: mean, normalized)
@@ -211,7 +211,7 @@ def write_docs(results: dict, docs: Path, cmd: str, model_id: str, dims=DIMS) ->
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Logistic regression on bertfeat features (SST-2, TREC), as scikit-learn pipelines.")
-    ap.add_argument("--data", type=Path, default=DATA, help="the data directory (default $BERTFEAT_DATA or ../shared/data)")
+    ap.add_argument("--data", type=Path, default=DATA, help="the full data sets (default $BERTFEAT_DATA, else ../shared/data)")
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--cache", type=Path, default=ROOT / "build" / "classify", help="pipeline cache and saved models")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs", help="where classify.md and classify.png go")

@@ -21,7 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("distributed")
+from conftest import need  # noqa: E402
+
+need("distributed", 'pip install -e ".[dask]"')
 
 from bertfeat.cli import main  # noqa: E402
 from bertfeat.dask_engine import CRASH_ENV, DaskOptions, extract_dask, require_dask  # noqa: E402

@@ -12,8 +12,11 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from conftest import need_live  # noqa: E402
+
+pytestmark = pytest.mark.live  # every test here compares against transformers run live
+torch = need_live("torch")
+transformers = need_live("transformers")
 
 from ckpt import expected_tokens, make_checkpoint, reference_model  # noqa: E402
 
