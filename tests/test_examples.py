@@ -107,7 +107,7 @@ def test_classify_pca_is_fitted_on_train_only(monkeypatch, tmp_path):
     texts = [f"sentence number {i} is {'good' if i % 2 else 'bad'}" for i in range(50)]
     labels = np.array([i % 2 for i in range(50)])
     tasks = {"T": {"train": (texts[:40], labels[:40]), "test": (texts[40:], labels[40:])}}
-    res = mod.run(tasks, None, None, dims=(4,), poolings=(None,))
+    res = mod.run(tasks, None, dims=(4,), poolings=(None,))
     assert fitted and max(fitted) == 40 and set(fitted) <= {32, 40}  # 5-fold CV folds of 32, refits on all 40
     assert set(res["T"]) >= {"raw", 4, "_best", "_best_acc"} and res["T"]["_sizes"] == (40, 10)
 
