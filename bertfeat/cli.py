@@ -98,7 +98,7 @@ def extract(
     engine: str = typer.Option("local", "--engine", help="local (this process) or dask (a Dask cluster; output is a directory of part files)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="--engine dask: the scheduler, tcp://HOST:8786 (default: a local cluster)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: local worker processes (default: one per core)."),
-    blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition, e.g. 64MiB, or none (one per file / row group)."),
+    blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
     from .pipeline import ExtractOptions, extract as run_extract

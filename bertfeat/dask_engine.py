@@ -3,10 +3,13 @@
 Design (docs/dask.md has the user's side):
 
 Partitions
-    The input is cut into partitions on the client, before anything runs. Parquet: consecutive
-    row groups of a file, grouped until they hold ``blocksize`` uncompressed bytes of the wanted
-    columns (a row group is never split); the row counts come from the footers, so nothing is
-    read to count. CSV/TSV/JSONL: byte ranges of ``blocksize`` aligned on line ends, exactly as
+    The input is cut into partitions on the client, before anything runs, once the cluster is
+    up: PARTS_PER_THREAD partitions per worker thread of the cluster whenever the input is large
+    enough (MIN_PART_ROWS / MIN_PART_BYTES), and never more than ``blocksize`` input bytes each.
+    (Cutting by ``blocksize`` alone made any input under 8 MiB one partition, i.e. one task on one
+    worker while the others idled.) Parquet: row ranges of a file (consecutive row groups, a large
+    row group shared by several partitions), the row counts from the footers, so nothing is read
+    to count. CSV/TSV/JSONL: byte ranges aligned on line ends, exactly as
     ``dask.bytes.read_bytes`` cuts them (``fsspec.utils.read_block``); a first pass over the
     cluster counts each block's rows. Files are taken in the local engine's order (sorted paths),
     so partition i's rows are global rows ``first_row[i] .. first_row[i] + n[i] - 1`` and the
@@ -74,7 +77,10 @@ try:  # the engine module imports without Dask; extract_dask says how to install
 except ImportError:  # pragma: no cover - exercised by the "dask missing" test through sys.modules
     _WorkerPluginBase = object
 
-DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition: ~80k short sentences, a few minutes on one core
+DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition at most: ~80k short sentences, a few minutes on one core
+PARTS_PER_THREAD = 4  # partitions per worker thread (task slot) when the input is large enough
+MIN_PART_ROWS = 64  # Parquet: no smaller partitions than this for the sake of spreading (~0.3 s of one core)
+MIN_PART_BYTES = 8 << 10  # CSV/TSV/JSONL: likewise, ~100 short sentences
 EXTRA_COLUMNS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()}
 MANIFEST = "_manifest.json"
 PROVENANCE = "_bertfeat.json"
@@ -230,14 +236,23 @@ class Partition:
     header: bytes | None = None  # CSV/TSV: the file's header line, put in front of blocks after the first
     compression: str | None = None
     n_rows: int | None = None  # known up front for Parquet
+    row_offset: int = 0  # Parquet: rows of the first row group that belong to the partition before
 
 
-def plan_partitions(src: Source, fs, files: list[str], blocksize: int | None) -> list[Partition]:
-    """Cut the input into partitions in the local engine's row order."""
+def plan_partitions(src: Source, fs, files: list[str], blocksize: int | None, target: int | None = None) -> list[Partition]:
+    """Cut the input into partitions in the local engine's row order.
+
+    ``blocksize`` caps a partition's input bytes; ``target`` (the cluster's task slots x
+    PARTS_PER_THREAD) cuts smaller partitions still, so every worker thread gets a few of them,
+    but never below MIN_PART_ROWS rows (Parquet) or MIN_PART_BYTES bytes (text). Parquet
+    partitions are row ranges: a large row group is shared by several partitions. Text with
+    ``blocksize`` None: one partition per file, never cut (quoted values may hold line breaks).
+    """
     parts: list[Partition] = []
     if src.fmt == "parquet":
         wanted = set(src._wanted())
         names0 = None
+        metas = []
         for f in files:
             try:
                 with fs.open(f, "rb") as fh:
@@ -248,21 +263,37 @@ def plan_partitions(src: Source, fs, files: list[str], blocksize: int | None) ->
             names0 = names0 or names
             if names != names0:
                 raise InputError(f"{f}: its columns differ from {files[0]}", "a Parquet dataset needs the same columns in every file")
-            group, rows, size = [], 0, 0
+            metas.append((f, md))
+        total = sum(md.num_rows for _, md in metas)
+        cap = max(MIN_PART_ROWS, -(-total // target)) if target else None
+        for f, md in metas:
+            group, skip, rows, size = [], 0, 0, 0.0
             for g in range(md.num_row_groups):
                 rg = md.row_group(g)
-                group.append(g)
-                rows += rg.num_rows
-                size += sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
-                            if rg.column(j).path_in_schema.split(".")[0] in wanted)
-                if blocksize and size >= blocksize:
-                    parts.append(Partition(len(parts), f, tuple(group), n_rows=rows))
-                    group, rows, size = [], 0, 0
+                g_size = sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
+                             if rg.column(j).path_in_schema.split(".")[0] in wanted)
+                pos = 0
+                while True:
+                    take = rg.num_rows - pos if cap is None else min(rg.num_rows - pos, cap - rows)
+                    if not group:
+                        skip = pos
+                    group.append(g)
+                    rows += take
+                    size += g_size * take / max(rg.num_rows, 1)
+                    pos += take
+                    if (cap is not None and rows >= cap) or (blocksize and size >= blocksize):
+                        parts.append(Partition(len(parts), f, tuple(group), n_rows=rows, row_offset=skip))
+                        group, rows, size = [], 0, 0.0
+                    if pos >= rg.num_rows:
+                        break
             if group or md.num_row_groups == 0:
-                parts.append(Partition(len(parts), f, tuple(group), n_rows=rows))
+                parts.append(Partition(len(parts), f, tuple(group), n_rows=rows, row_offset=skip))
         return parts
     from fsspec.utils import infer_compression
 
+    if target and blocksize:  # a few partitions per task slot, under blocksize (none: a file is never cut,
+        # as a CSV with line breaks inside quoted values needs)
+        blocksize = min(blocksize, max(MIN_PART_BYTES, -(-sum(fs.size(f) for f in files) // target)))
     for f in files:
         comp = infer_compression(f)
         header = None
@@ -285,7 +316,9 @@ def read_partition(part: Partition, fs, attrs: dict, first_row: int) -> RawBatch
     if attrs["fmt"] == "parquet":
         try:
             with fs.open(part.file, "rb") as fh:
-                t = pq.ParquetFile(fh).read_row_groups(list(part.row_groups), columns=wanted) if part.row_groups else None
+                t = pq.ParquetFile(fh).read_row_groups(list(dict.fromkeys(part.row_groups)), columns=wanted) if part.row_groups else None
+            if t is not None and part.n_rows is not None:
+                t = t.slice(part.row_offset, part.n_rows)
         except (pa.ArrowException, OSError) as e:
             raise InputError(f"{part.file} near row {first_row}: cannot read the Parquet file ({e})",
                              "check the file is Parquet and complete") from None
@@ -628,6 +661,20 @@ def worker_threads(client, address: str = "", timeout: float = 120.0) -> int:
     return max(1, min(shares)) if shares else 1
 
 
+def cluster_slots(client) -> int:
+    """Task slots of the cluster: the worker threads of every worker now connected."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    return max(1, sum(int(w.get("nthreads", 1) or 1) for w in workers.values()))
+
+
+def _resumed_value(partial: Path, key: str):
+    """A value of the interrupted run's manifest (None when there is none)."""
+    try:
+        return json.loads((partial / MANIFEST).read_text()).get(key)
+    except (OSError, ValueError):
+        return None
+
+
 def _results(client, futures: dict, on_result):
     """Gather futures as they finish; a task's error becomes the run's error."""
     from distributed import as_completed
@@ -691,26 +738,31 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
 
     encoder = Encoder(opts.model, **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {}))
     spec, id_name, fingerprint = feature_settings(encoder, opts, n_components)
-    parts = plan_partitions(src, fs, files, blocksize)
-    width = max(5, len(str(len(parts) - 1)))
-    manifest = {
-        "bertfeat_version": __version__, "engine": "dask", "fingerprint": fingerprint, "input": src.identity(),
-        "text_column": src.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
-        "encoding": src.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows, "pca": opts.pca,
-        "wide": opts.wide, "blocksize": blocksize, "partitions": len(parts),
-    }
-    counts = _open_partial(partial, manifest, opts.resume)
     summary = ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
 
     own_client = client is None
     cluster = None
     futures: dict = {}
     tag = uuid.uuid4().hex[:8]  # task keys unique to this run
-    started = False
+    started = opened = False
     try:
         if own_client:
             client, cluster = _open_client(dopts, opts.threads)
         threads = opts.threads or worker_threads(client, dopts.scheduler or "")
+        # Partitions: a few per task slot of the cluster (a resumed run keeps the interrupted run's cut)
+        target = _resumed_value(partial, "split_target") if opts.resume else None
+        if target is None:
+            target = PARTS_PER_THREAD * cluster_slots(client)
+        parts = plan_partitions(src, fs, files, blocksize, target)
+        width = max(5, len(str(len(parts) - 1)))
+        manifest = {
+            "bertfeat_version": __version__, "engine": "dask", "fingerprint": fingerprint, "input": src.identity(),
+            "text_column": src.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
+            "encoding": src.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows, "pca": opts.pca,
+            "wide": opts.wide, "blocksize": blocksize, "split_target": target, "partitions": len(parts),
+        }
+        counts = _open_partial(partial, manifest, opts.resume)
+        opened = True
         client.register_plugin(EncoderPlugin(encoder.location, opts.model, opts.max_batch_tokens, encoder.weights_sha256,
                                              threads), name=EncoderPlugin.name)
         attrs = _source_attrs(src)
@@ -825,7 +877,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         summary.outputs = {"features": out, **outputs}
     except InputError:
         _cancel(client, futures)
-        shutil.rmtree(partial, ignore_errors=True)  # bad input: leave nothing behind, like the local engine
+        if opened:
+            shutil.rmtree(partial, ignore_errors=True)  # bad input: leave nothing behind, like the local engine
         raise
     except BaseException:  # Ctrl-C, lost scheduler or workers: keep the finished parts for --resume
         _cancel(client, futures)

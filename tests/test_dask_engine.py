@@ -285,3 +285,25 @@ def test_missing_dask_says_how_to_install(monkeypatch, capsys, tmp_path):
     src.write_text("text\nhello\n")
     assert main(["extract", str(src), "--engine", "dask"]) == 1
     assert 'Error: --engine dask needs Dask, but distributed is not installed - pip install "bertfeat[dask]"' in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- scaling
+def test_partitions_spread_over_workers(client, real_sentences, tmp_path):
+    """One small Parquet file (one row group, far under --blocksize 8MiB) on 2 one-thread workers: it is
+    cut into a few partitions per worker thread and both workers encode some (before: one partition,
+    so one worker did all the work while the other idled)."""
+    from distributed import get_task_stream
+
+    src = tmp_path / "one.parquet"
+    texts = real_sentences[:400]
+    pq.write_table(pa.table({"text": texts}), src)  # a single row group
+    out = tmp_path / "spread.parquet"
+    with get_task_stream(client) as ts:
+        s = extract_dask(_opts(src, out), DaskOptions(), client=client)
+    ran = {rec["key"]: rec["worker"] for rec in ts.data if str(rec["key"]).startswith("bertfeat-encode-")}
+    per_worker = {w: list(ran.values()).count(w) for w in set(ran.values())}
+    print("encode tasks per worker:", per_worker)
+    assert len(ran) >= 2 * 2, ran  # a few partitions per worker thread
+    assert len(per_worker) == 2 and min(per_worker.values()) >= 2, per_worker
+    rows = _read_dataset(out).column("row").to_pylist()
+    assert rows == list(range(len(texts))) and s.rows_written == len(texts)
