@@ -87,9 +87,6 @@ PROVENANCE = "_bertfeat.json"
 FULL_DIR = "_full"
 PCA_FILE = "_pca.npz"
 INSTALL_HINT = 'pip install "bertfeat[dask]"'
-#: test-only fault injection: a file whose content is a partition index; the first task to encode
-#: that partition claims (renames) the file and kills its own worker process mid-write.
-CRASH_ENV = "BERTFEAT_DASK_TEST_CRASH"
 
 
 @dataclass
@@ -451,21 +448,6 @@ def part_name(index: int, width: int = 5) -> str:
     return f"part-{index:0{width}d}.parquet"
 
 
-def _maybe_crash(index: int, writer):
-    """Test-only: die like a killed worker, half-way through writing this partition's file."""
-    trigger = os.environ.get(CRASH_ENV)
-    if not trigger or not os.path.exists(trigger):
-        return
-    try:
-        if int(Path(trigger).read_text().strip()) != index:
-            return
-        os.rename(trigger, trigger + ".fired")  # claim it: only the first attempt dies
-    except (OSError, ValueError):
-        return
-    writer._flush()  # something on disk under the temporary name
-    os._exit(17)
-
-
 def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
     from .features import FeatureWriter
 
@@ -513,7 +495,6 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
             if pca is not None:
                 pca.partial_fit(X)
             writer.write(table.column(ctx.id_name), X, {"n_tokens": n_tok, "truncated": trunc, "n_chunks": n_ch})
-            _maybe_crash(part.index, writer)
         if not (Path(ctx.out_dir) / MANIFEST).is_file():
             writer.abort()
             return {"cancelled": True}
