@@ -70,7 +70,7 @@ from . import __version__
 from .errors import BertfeatError, InputError, ResumeError
 from .io import Source, detect_format, normalize_encoding
 from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
-                       encode_chunk, parse_pca, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
+                       encode_chunk, parse_pca, parquet_id_type, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -572,16 +572,7 @@ def _id_type(src: Source, id_column: str | None) -> pa.DataType:
     if id_column is None:
         return pa.int64()
     if src.fmt == "parquet":
-        t = src._pq_schema.field(id_column).type
-        if pa.types.is_integer(t):
-            return pa.int64()
-        if pa.types.is_floating(t):
-            return pa.float64()
-        if pa.types.is_boolean(t):
-            return pa.bool_()
-        if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-            return pa.string()
-        return t
+        return parquet_id_type(src._pq_schema, id_column)  # the local engine's rule
     if src.fmt == "jsonl":
         kinds = getattr(src, "_json_types", {}).get(id_column, set())
         return pa.int64() if kinds and kinds <= {"int", "NoneType"} else pa.string()

@@ -660,9 +660,7 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
     dim = pca.n_components_ if pca is not None else encoder.output_dim(spec)
     id_type = pa.int64() if opts.id_column is None else pa.string()
     if opts.id_column is not None and source.fmt == "parquet":
-        id_type = source._pq_schema.field(opts.id_column).type
-        if pa.types.is_dictionary(id_type):
-            id_type = id_type.value_type
+        id_type = parquet_id_type(source._pq_schema, opts.id_column)
     elif opts.id_column is not None:
         for i in order:  # the first part with an accepted row (a chunk whose rows were all rejected has no id type)
             t = pq.read_schema(store.part_path(i)).field(id_name).type
@@ -685,6 +683,13 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
     outputs.update(publish_rejects(out_path, rejects))
     store.remove()
     return outputs
+
+
+def parquet_id_type(schema: pa.Schema, id_column: str) -> pa.DataType:
+    """The output id column's type for a Parquet input, on both engines: the input column's type
+    (int32 stays int32, binary stays binary), a dictionary column's value type."""
+    t = schema.field(id_column).type
+    return t.value_type if pa.types.is_dictionary(t) else t
 
 
 def _matrix(t: pa.Table) -> np.ndarray:

@@ -322,3 +322,29 @@ def test_partitions_spread_over_workers(client, real_sentences, tmp_path):
     assert len(per_worker) == 2 and min(per_worker.values()) >= 2, per_worker
     rows = _read_dataset(out).column("row").to_pylist()
     assert rows == list(range(len(texts))) and s.rows_written == len(texts)
+
+
+# --------------------------------------------------------------------------- id typing
+@pytest.mark.parametrize("kind", ["row", "int32", "int64", "string", "binary", "dictionary"])
+def test_id_types_same_on_both_engines(client, real_sentences, tmp_path, kind):
+    """Both engines write the same schema and id values for each Parquet id type (and for row numbers)."""
+    texts = real_sentences[:24]
+    n = len(texts)
+    ids = {"int32": pa.array(range(1000, 1000 + n), pa.int32()), "int64": pa.array(range(-n, 0), pa.int64()),
+           "string": pa.array([f"s{i}" for i in range(n)]), "binary": pa.array([b"b\x00%d" % i for i in range(n)]),
+           "dictionary": pa.array([f"d{i % 5}" for i in range(n)]).dictionary_encode()}
+    cols = {"text": texts} | ({"key": ids[kind]} if kind != "row" else {})
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table(cols), src)
+    kw = {} if kind == "row" else {"id_column": "key"}
+    local, out = tmp_path / "local.parquet", tmp_path / "dask.parquet"
+    extract(ExtractOptions(input=str(src), output=str(local), **kw))
+    extract_dask(ExtractOptions(input=str(src), output=str(out), **kw), DaskOptions(), client=client)
+    a, b = pq.read_table(local), _read_dataset(out)
+    name = "row" if kind == "row" else "key"
+    assert b.schema == a.schema.remove_metadata(), (a.schema.field(name), b.schema.field(name))
+    want = {"row": pa.int64(), "int32": pa.int32(), "int64": pa.int64(), "string": pa.string(), "binary": pa.binary(),
+            "dictionary": pa.string()}[kind]
+    assert a.schema.field(name).type == want
+    expected = list(range(n)) if kind == "row" else ids[kind].to_pylist()
+    assert a.column(name).to_pylist() == b.column(name).to_pylist() == expected
