@@ -101,28 +101,23 @@ def extract(
     blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
-    from .pipeline import ExtractOptions, extract as run_extract
+    from .job import extract as run_extract
     from .progress import make_progress
 
     if chunk_rows < 1:
         raise BertfeatError(f"--chunk-rows {chunk_rows} is out of range", "give 1 or more")
-    opts = ExtractOptions(
-        input=input, output=str(output) if output else None, text_column=text_column, pair_column=pair_column,
-        id_column=id_column, input_format=input_format, encoding=encoding, model=model, pooling=pooling, layers=layers,
+    if engine not in ("local", "dask"):
+        raise BertfeatError(f"unknown --engine '{engine}'", "choose local or dask")
+    if engine == "local" and (scheduler or workers):
+        raise BertfeatError("--scheduler and --workers need --engine dask", "add --engine dask")
+    summary = run_extract(
+        input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
+        input_format=input_format, encoding=encoding, model=model, pooling=pooling, layers=layers,
         layer_agg=layer_agg, normalize=normalize, max_length=max_length, max_batch_tokens=max_batch_tokens,
         long_text=long_text, stride=stride, pca=pca, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
-        chunk_rows=chunk_rows, threads=threads, command=_command_line(),
-    )
-    if engine == "dask":
-        from .dask_engine import DaskOptions, extract_dask
-
-        summary = extract_dask(opts, DaskOptions(scheduler, workers, blocksize), make_progress(err_console, quiet, "extract (dask)"))
-    elif engine != "local":
-        raise BertfeatError(f"unknown --engine '{engine}'", "choose local or dask")
-    elif scheduler or workers:
-        raise BertfeatError("--scheduler and --workers need --engine dask", "add --engine dask")
-    else:
-        summary = run_extract(opts, make_progress(err_console, quiet))
+        chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler, workers=workers,
+        blocksize=blocksize, command=_command_line(),
+        progress=make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     if not quiet:
         render_summary(summary)
 
