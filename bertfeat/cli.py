@@ -47,7 +47,7 @@ def info(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """Show a model's config, parameter count, default pooling and where it was found."""
-    from .inspect import model_info
+    from .inspection import model_info
 
     d = model_info(model)
     if json_out:

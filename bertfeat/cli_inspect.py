@@ -1,6 +1,6 @@
 """``bertfeat tokens``, ``bertfeat attention`` and ``bertfeat fill-mask``: thin Typer wrappers.
 
-Each validates its options, calls one function of ``bertfeat.inspect`` and renders the result
+Each validates its options, calls one function of ``bertfeat.inspection`` and renders the result
 with rich. Errors are ``BertfeatError``; ``cli.main`` prints them as ``Error: what - fix``, exit 1.
 ``cli._register_optional`` calls ``register(app)``.
 """
@@ -37,7 +37,7 @@ def tokens_command(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ):
     """Show how a text is cut into wordpieces: ids, token type ids, attention mask, truncation."""
-    from .inspect import tokenize_text
+    from .inspection import tokenize_text
 
     d = tokenize_text(text, pair, model, max_length)
     if json_out:
@@ -71,7 +71,7 @@ def attention_command(
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens (default: the model's max_seq_length, else its max positions)."),
 ):
     """Plot attention probabilities as heatmaps with the tokens on both axes."""
-    from .inspect import write_attention
+    from .inspection import write_attention
 
     if head is not None and all_heads:
         raise BertfeatError("--head and --all-heads exclude each other", "give --head N for one head, or --all-heads for the grid")
@@ -94,7 +94,7 @@ def fill_mask_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON (a list per [MASK] of token, id, score) instead of tables."),
 ):
     """Predict the tokens behind [MASK] with the model's masked-language-model head."""
-    from .inspect import fill_mask
+    from .inspection import fill_mask
 
     if top_k < 1:
         raise BertfeatError(f"--top-k {top_k} is out of range", "give 1 or more")

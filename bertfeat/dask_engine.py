@@ -68,7 +68,7 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import BertfeatError, InputError, ResumeError
-from .io import Source, detect_format, normalize_encoding
+from .readers import Source, detect_format, normalize_encoding
 from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
                        encode_chunk, parse_pca, parquet_id_type, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from . import __version__
 from .encoder import Encoder, FeatureSpec, LongTextError
 from .errors import BertfeatError, InputError, ResumeError
-from .io import RawBatch, Source
+from .readers import RawBatch, Source
 from .threads import read_ahead
 
 OUTPUT_FORMATS = ("parquet", "npy", "csv")
