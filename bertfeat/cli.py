@@ -117,6 +117,7 @@ def extract(
         long_text=long_text, stride=stride, pca=pca, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
         chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler, workers=workers,
         blocksize=blocksize, command=_command_line(),
+        encoder_options={},  # Encoder keywords from flags, one entry each (e.g. "precision": precision)
         progress=make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     if not quiet:
         render_summary(summary)

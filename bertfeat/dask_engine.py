@@ -365,13 +365,13 @@ _ENCODERS: dict = {}
 _ENCODER_LOCK = threading.Lock()
 
 
-def worker_encoder(location, model_name: str | None, max_batch_tokens: int | None, weights_sha256: str,
+def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weights_sha256: str,
                    threads: int | None = None):
-    """This process's Encoder for (model, batch budget): loaded once, reused by every task.
+    """This process's Encoder for (model, Encoder keywords): loaded once, reused by every task.
 
     ``threads``: batches encoded side by side (Encoder.threads; BLAS stays at one thread per batch).
     """
-    key = (str(location.path), max_batch_tokens)
+    key = (str(location.path), json.dumps(encoder_kwargs, sort_keys=True, default=str))
     enc = _ENCODERS.get(key)
     if enc is not None:
         if threads:
@@ -386,7 +386,7 @@ def worker_encoder(location, model_name: str | None, max_batch_tokens: int | Non
         import socket
 
         host = socket.gethostname()
-        kw = {"max_batch_tokens": int(max_batch_tokens)} if max_batch_tokens else {}
+        kw = dict(encoder_kwargs)
         if threads:
             kw["threads"] = int(threads)
         try:
@@ -408,13 +408,13 @@ class EncoderPlugin(_WorkerPluginBase):
 
     name = "bertfeat-encoder"
 
-    def __init__(self, location, model_name, max_batch_tokens, weights_sha256, threads: int | None):
-        self.location, self.model_name, self.max_batch_tokens = location, model_name, max_batch_tokens
+    def __init__(self, location, model_name, encoder_kwargs: dict, weights_sha256, threads: int | None):
+        self.location, self.model_name, self.encoder_kwargs = location, model_name, encoder_kwargs
         self.weights_sha256, self.threads = weights_sha256, threads
 
     def setup(self, worker):
         try:  # warm the cache; a failure is raised again, with its message, by the first task
-            worker_encoder(self.location, self.model_name, self.max_batch_tokens, self.weights_sha256, self.threads)
+            worker_encoder(self.location, self.model_name, self.encoder_kwargs, self.weights_sha256, self.threads)
         except BertfeatError:
             pass
 
@@ -427,7 +427,7 @@ class TaskContext:
     attrs: dict
     location: object
     model_name: str | None
-    max_batch_tokens: int | None
+    encoder_kwargs: dict  # Encoder(...) keywords (max_batch_tokens, the options the user gave)
     weights_sha256: str
     threads: int | None
     spec: object
@@ -457,7 +457,7 @@ def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
 
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
-    enc = worker_encoder(ctx.location, ctx.model_name, ctx.max_batch_tokens, ctx.weights_sha256, ctx.threads)
+    enc = worker_encoder(ctx.location, ctx.model_name, ctx.encoder_kwargs, ctx.weights_sha256, ctx.threads)
     raw = read_partition(part, ctx.fs, ctx.attrs, first_row)
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.n_components is not None else "")
     path = out_dir / part_name(part.index, ctx.width)
@@ -708,7 +708,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
 
     from .encoder import Encoder
 
-    encoder = Encoder(opts.model, **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {}))
+    encoder_kwargs = {**opts.encoder_options, **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {})}
+    encoder = Encoder(opts.model, **encoder_kwargs)
     spec, id_name, fingerprint = feature_settings(encoder, opts, n_components)
     summary = ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
 
@@ -732,10 +733,11 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
             "text_column": src.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
             "encoding": src.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows, "pca": opts.pca,
             "wide": opts.wide, "blocksize": blocksize, "split_target": target, "partitions": len(parts),
+            **({"encoder_options": opts.encoder_options} if opts.encoder_options else {}),
         }
         counts = _open_partial(partial, manifest, opts.resume)
         opened = True
-        client.register_plugin(EncoderPlugin(encoder.location, opts.model, opts.max_batch_tokens, encoder.weights_sha256,
+        client.register_plugin(EncoderPlugin(encoder.location, opts.model, encoder_kwargs, encoder.weights_sha256,
                                              threads), name=EncoderPlugin.name)
         attrs = _source_attrs(src)
         attrs["path"] = src.name
@@ -758,7 +760,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         meta = provenance(encoder, spec, fingerprint, src, opts, ExtractSummary())
         meta["engine"] = "dask"
         ctx = TaskContext(fs=fs, attrs=attrs, location=encoder.location, model_name=opts.model,
-                          max_batch_tokens=opts.max_batch_tokens, weights_sha256=encoder.weights_sha256, threads=threads,
+                          encoder_kwargs=encoder_kwargs, weights_sha256=encoder.weights_sha256, threads=threads,
                           spec=spec,
                           on_bad_row=opts.on_bad_row, id_name=id_name, id_type=_id_type(src, opts.id_column),
                           chunk_rows=opts.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,

@@ -13,7 +13,7 @@ flags first, with the flag names.
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 from .errors import BertfeatError
 from .pipeline import DEFAULT_CHUNK_ROWS, ExtractOptions, ExtractSummary
@@ -32,12 +32,13 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,
             engine: Literal["local", "dask"] = "local", scheduler: str | None = None, workers: int | None = None,
             blocksize: int | str | None = DEFAULT_BLOCKSIZE, client=None, progress=None,
-            command: str | None = None) -> ExtractSummary:
+            encoder_options: Mapping[str, Any] | None = None, command: str | None = None) -> ExtractSummary:
     """Extract sentence features of ``input`` into ``output`` (default: INPUT.features.parquet beside it).
 
     ``pca``: a number of components (64) or a variance fraction (0.95). ``engine="dask"``: on a Dask
     cluster (``scheduler`` address or ``client``; else a local cluster of ``workers`` processes), the
     output being a directory of part files; ``blocksize`` caps a partition's input bytes.
+    ``encoder_options``: further ``Encoder(...)`` keywords (e.g. ``{"precision": ...}``), on every worker too.
     ``progress``: an object with the ``NullProgress`` methods. Returns the run's ExtractSummary
     (counts, timings, ``outputs``: name -> path).
     """
@@ -55,7 +56,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
         model=None if model is None else os.fspath(model), pooling=pooling, layers=layers, layer_agg=layer_agg,
         normalize=normalize, max_length=max_length, max_batch_tokens=max_batch_tokens, long_text=long_text,
         stride=stride, pca=None if pca is None else str(pca), format=format, wide=wide, on_bad_row=on_bad_row,
-        resume=resume, chunk_rows=chunk_rows, threads=threads, command=command)
+        resume=resume, chunk_rows=chunk_rows, threads=threads, command=command,
+        encoder_options=dict(encoder_options or {}))
     if engine == "dask":
         from .dask_engine import DaskOptions, extract_dask
 

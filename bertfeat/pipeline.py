@@ -251,6 +251,7 @@ class ExtractOptions:
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     threads: int | None = None
     command: str | None = None
+    encoder_options: dict = field(default_factory=dict)  # further Encoder(...) keywords, e.g. {"precision": ...}
 
 
 @dataclass
@@ -507,7 +508,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
     if opts.threads is not None and opts.threads < 1:
         raise BertfeatError(f"--threads {opts.threads} is out of range", "give 1 or more (default: all cores)")
-    encoder = encoder or Encoder(opts.model)
+    encoder = encoder or Encoder(opts.model, **opts.encoder_options)
     if opts.max_batch_tokens:
         encoder.max_batch_tokens = int(opts.max_batch_tokens)
     if opts.threads:
@@ -518,6 +519,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         "text_column": source.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
         "encoding": source.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows,
         "pca": opts.pca, "format": fmt, "wide": opts.wide,
+        **({"encoder_options": opts.encoder_options} if opts.encoder_options else {}),
     }
     store = PartStore(out_path)
     try:

@@ -348,3 +348,21 @@ def test_id_types_same_on_both_engines(client, real_sentences, tmp_path, kind):
     assert a.schema.field(name).type == want
     expected = list(range(n)) if kind == "row" else ids[kind].to_pylist()
     assert a.column(name).to_pylist() == b.column(name).to_pylist() == expected
+
+
+def test_encoder_options_reach_every_worker(client, data, tmp_path):
+    """bertfeat.extract(..., encoder_options={...}) builds the workers' Encoders with those keywords."""
+    import bertfeat
+
+    out = tmp_path / "opts.parquet"
+    s = bertfeat.extract(data, out, engine="dask", client=client, blocksize=None, encoder_options={"max_batch_tokens": 96})
+    assert s.rows_written == N_ROWS
+
+    def budgets():
+        from bertfeat.dask_engine import _ENCODERS
+
+        return sorted(e.max_batch_tokens for e in _ENCODERS.values())
+
+    per_worker = client.run(budgets)
+    assert len(per_worker) == 2 and all(96 in b for b in per_worker.values()), per_worker
+    assert _meta(out / "part-00000.parquet") is not None
