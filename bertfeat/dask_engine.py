@@ -70,7 +70,7 @@ from . import __version__
 from .errors import BertfeatError, InputError, ResumeError
 from .readers import Source, detect_format, normalize_encoding
 from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
-                       encode_chunk, parse_pca, parquet_id_type, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
+                       encode_chunk, parse_pca, parquet_id_type, provenance, table_counts, publish_rejects, validate_batch, _atomic_write_text, _matrix)
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -487,11 +487,8 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
             n_tok = table.column("n_tokens").to_numpy()
             trunc = table.column("truncated").to_numpy(zero_copy_only=False)
             n_ch = table.column("n_chunks").to_numpy()
-            stats["rows_written"] += table.num_rows
-            stats["rows_truncated"] += int(trunc.sum())
-            stats["rows_chunked"] += int((n_ch > 1).sum())
-            stats["tokens"] += int(n_tok.sum())
-            stats["tokens_dropped"] += int(np.maximum(n_tok[trunc] - ctx.spec.max_length, 0).sum())
+            for k, v in table_counts(table, ctx.spec.max_length).items():
+                stats[k] += v
             if pca is not None:
                 pca.partial_fit(X)
             writer.write(table.column(ctx.id_name), X, {"n_tokens": n_tok, "truncated": trunc, "n_chunks": n_ch})
@@ -815,14 +812,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         futures = {}
 
         for i in sorted(results):
-            st = results[i]
-            summary.rows_read += st["rows_read"]
-            summary.rows_written += st["rows_written"]
-            summary.rows_rejected += len(st["rejects"])
-            summary.rows_truncated += st["rows_truncated"]
-            summary.rows_chunked += st["rows_chunked"]
-            summary.tokens += st["tokens"]
-            summary.tokens_dropped += st["tokens_dropped"]
+            summary.add(results[i])
+            summary.rows_rejected += len(results[i]["rejects"])
         final_meta = provenance(encoder, spec, fingerprint, src, opts, summary)
         final_meta["engine"] = "dask"
         final_meta["partitions"] = len(parts)

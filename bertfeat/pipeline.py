@@ -267,6 +267,12 @@ class ExtractSummary:
     chunks_resumed: int = 0
     outputs: dict = field(default_factory=dict)
     dim: int = 0
+
+    def add(self, counts: dict):
+        """Add a unit of work's counts (table_counts keys, plus rows_read when given)."""
+        for k in ("rows_read", *COUNT_KEYS):
+            if k in counts:
+                setattr(self, k, getattr(self, k) + int(counts[k]))
     pooling: str = ""
     model: str = ""
 
@@ -616,6 +622,18 @@ def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: S
     }
 
 
+COUNT_KEYS = ("rows_written", "rows_truncated", "rows_chunked", "tokens", "tokens_dropped")
+
+
+def table_counts(t: pa.Table, max_length: int) -> dict:
+    """A feature table's counts, on both engines: rows written, truncated and chunked, tokens and dropped tokens."""
+    n_tok = t.column("n_tokens").to_numpy()
+    trunc = t.column("truncated").to_numpy(zero_copy_only=False)
+    return {"rows_written": t.num_rows, "rows_truncated": int(trunc.sum()),
+            "rows_chunked": int((t.column("n_chunks").to_numpy() > 1).sum()), "tokens": int(n_tok.sum()),
+            "tokens_dropped": int(np.maximum(n_tok[trunc] - max_length, 0).sum())}
+
+
 def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts: ExtractOptions, encoder: Encoder,
              spec: FeatureSpec, fingerprint: dict, source: Source, summary: ExtractSummary, n_components, id_name: str) -> dict:
     """Stream the parts into the output file(s) (and the PCA), then remove the partial directory."""
@@ -626,13 +644,7 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
         t, rj, n_read = store.read_part(i)
         rejects += rj
         summary.rows_read += n_read
-        summary.rows_written += t.num_rows
-        n_tok = t.column("n_tokens").to_numpy()
-        trunc = t.column("truncated").to_numpy(zero_copy_only=False)
-        summary.rows_truncated += int(trunc.sum())
-        summary.rows_chunked += int((t.column("n_chunks").to_numpy() > 1).sum())
-        summary.tokens += int(n_tok.sum())
-        summary.tokens_dropped += int(np.maximum(n_tok[trunc] - spec.max_length, 0).sum())
+        summary.add(table_counts(t, spec.max_length))
     summary.rows_rejected = len(rejects)
     meta = provenance(encoder, spec, fingerprint, source, opts, summary)
     outputs: dict[str, Path] = {}
