@@ -107,7 +107,7 @@ def extract(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
     engine: str = typer.Option("local", "--engine", help="local (this process) or dask (a Dask cluster; output is a directory of part files)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="--engine dask: the scheduler, tcp://HOST:8786 (default: a local cluster)."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: local worker processes (default: one per core)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: N local one-thread worker processes (default: one process with a thread per core, measured fastest)."),
     blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 (default) or bf16: linear layers as bf16 GEMMs (needs bertfeat[fast] and an AMX or AVX512-BF16 CPU; docs/precision.md)."),
 ):

@@ -595,16 +595,20 @@ def _open_client(dopts: DaskOptions, threads: int | None):
         return client, None
     from .threads import default_threads
 
-    n = int(dopts.workers or default_threads())
+    # Default: one worker process with a thread per core. Measured (benchmarks/DASK_RESULTS.md, 2 cores,
+    # 6,000 rows): 1 x 2 threads ran level with the local engine (1.00x), 2 x 1 thread at 0.86x (two
+    # model copies, two processes' worth of Python overhead); --workers N asks for N one-thread processes.
+    n = int(dopts.workers or 1)
     if n < 1:
         raise BertfeatError(f"--workers {n} is out of range", "give 1 or more")
+    per_worker = 1 if dopts.workers else default_threads()
     # worker processes load NumPy before bertfeat: hand them this process's BLAS kernel choice
     # (bertfeat/threads.py), or they run OpenBLAS's older kernels wherever the environment pins them
     from .threads import blas_info
 
     kernel = blas_info().get("architecture")
     env = {"OPENBLAS_CORETYPE": kernel} if kernel and blas_info().get("internal_api") == "openblas" else {}
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+    cluster = LocalCluster(n_workers=n, threads_per_worker=per_worker, processes=True, dashboard_address=None,
                            silence_logs=logging.ERROR, env=env)
     return Client(cluster), cluster
 
