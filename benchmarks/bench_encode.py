@@ -90,7 +90,7 @@ def bert_base_dir() -> Path:
     m = BertModel(BertConfig()).eval()
     d.mkdir(parents=True, exist_ok=True)
     m.save_pretrained(d, safe_serialization=True)
-    shutil.copy(HERE.parent.parent / "shared" / "data" / "vocab" / "bert-base-uncased" / "vocab.txt", d / "vocab.txt")
+    shutil.copy(HERE.parent / "tests" / "data" / "vocab" / "bert-base-uncased" / "vocab.txt", d / "vocab.txt")
     (d / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "model_max_length": 512}))
     return d
 

@@ -8,7 +8,7 @@ prefer_avx512_blas()
 
 from .errors import BertfeatError  # noqa: E402
 
-__all__ = ["Encoder", "PCA", "BertfeatError", "__version__"]
+__all__ = ["Encoder", "PCA", "BertfeatError", "extract", "__version__"]
 
 
 def __getattr__(name):  # lazy: `import bertfeat` stays cheap for the CLI
@@ -16,6 +16,10 @@ def __getattr__(name):  # lazy: `import bertfeat` stays cheap for the CLI
         from .encoder import Encoder
 
         return Encoder
+    if name == "extract":
+        from .job import extract
+
+        return extract
     if name == "PCA":
         from .pca import PCA
 

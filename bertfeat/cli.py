@@ -51,7 +51,7 @@ def info(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ):
     """Show a model's config, parameter count, default pooling and where it was found."""
-    from .inspect import model_info
+    from .inspection import model_info
 
     d = model_info(model)
     if json_out:
@@ -107,34 +107,29 @@ def extract(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
     engine: str = typer.Option("local", "--engine", help="local (this process) or dask (a Dask cluster; output is a directory of part files)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="--engine dask: the scheduler, tcp://HOST:8786 (default: a local cluster)."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: local worker processes (default: one per core)."),
-    blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition, e.g. 64MiB, or none (one per file / row group)."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: N local one-thread worker processes (default: one process with a thread per core, measured fastest)."),
+    blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 (default) or bf16: linear layers as bf16 GEMMs (needs bertfeat[fast] and an AMX or AVX512-BF16 CPU; docs/precision.md)."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
-    from .pipeline import ExtractOptions, extract as run_extract
+    from .job import extract as run_extract
     from .progress import make_progress
 
     if chunk_rows < 1:
         raise BertfeatError(f"--chunk-rows {chunk_rows} is out of range", "give 1 or more")
-    opts = ExtractOptions(
-        input=input, output=str(output) if output else None, text_column=text_column, pair_column=pair_column,
-        id_column=id_column, input_format=input_format, encoding=encoding, model=model, pooling=pooling, layers=layers,
-        layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length, max_batch_tokens=max_batch_tokens,
-        long_text=long_text, stride=stride, pca=pca, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
-        chunk_rows=chunk_rows, threads=threads, command=_command_line(), precision=precision,
-        overwrite=overwrite, delimiter=delimiter,
-    )
-    if engine == "dask":
-        from .dask_engine import DaskOptions, extract_dask
-
-        summary = extract_dask(opts, DaskOptions(scheduler, workers, blocksize), make_progress(err_console, quiet, "extract (dask)"))
-    elif engine != "local":
+    if engine not in ("local", "dask"):
         raise BertfeatError(f"unknown --engine '{engine}'", "choose local or dask")
-    elif scheduler or workers:
+    if engine == "local" and (scheduler or workers):
         raise BertfeatError("--scheduler and --workers need --engine dask", "add --engine dask")
-    else:
-        summary = run_extract(opts, make_progress(err_console, quiet))
+    summary = run_extract(
+        input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
+        input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling, layers=layers,
+        layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length,
+        max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride, precision=precision, pca=pca,
+        format=format, wide=wide, on_bad_row=on_bad_row, resume=resume, overwrite=overwrite, chunk_rows=chunk_rows,
+        threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
+        command=_command_line(),
+        progress=make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     if not quiet:
         render_summary(summary)
 

@@ -1,6 +1,6 @@
 """``bertfeat tokens``, ``bertfeat attention`` and ``bertfeat fill-mask``: thin Typer wrappers.
 
-Each validates its options, calls one function of ``bertfeat.inspect`` and renders the result
+Each validates its options, calls one function of ``bertfeat.inspection`` and renders the result
 with rich. Errors are ``BertfeatError``; ``cli.main`` prints them as ``Error: what - fix``, exit 1.
 ``cli._register_optional`` calls ``register(app)``.
 """
@@ -38,7 +38,7 @@ def tokens_command(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ):
     """Show how a text is cut into wordpieces: ids, token type ids, attention mask, truncation."""
-    from .inspect import tokenize_text
+    from .inspection import tokenize_text
     from .specs import check_max_length
 
     check_max_length(max_length)
@@ -76,7 +76,7 @@ def attention_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files (else refused)."),
 ):
     """Plot attention probabilities as heatmaps with the tokens on both axes."""
-    from .inspect import write_attention
+    from .inspection import write_attention
     from .safety import check_outputs
     from .specs import check_max_length
 
@@ -106,7 +106,7 @@ def fill_mask_command(
     json_out: bool = typer.Option(False, "--json", help="Print JSON (a list per [MASK] of token, id, score) instead of tables."),
 ):
     """Predict the tokens behind [MASK] with the model's masked-language-model head."""
-    from .inspect import fill_mask
+    from .inspection import fill_mask
 
     if top_k < 1:
         raise BertfeatError(f"--top-k {top_k} is out of range", "give 1 or more")

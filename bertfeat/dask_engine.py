@@ -3,10 +3,13 @@
 Design (docs/dask.md has the user's side):
 
 Partitions
-    The input is cut into partitions on the client, before anything runs. Parquet: consecutive
-    row groups of a file, grouped until they hold ``blocksize`` uncompressed bytes of the wanted
-    columns (a row group is never split); the row counts come from the footers, so nothing is
-    read to count. CSV/TSV/JSONL: byte ranges of ``blocksize`` aligned on line ends, exactly as
+    The input is cut into partitions on the client, before anything runs, once the cluster is
+    up: PARTS_PER_THREAD partitions per worker thread of the cluster whenever the input is large
+    enough (MIN_PART_ROWS / MIN_PART_BYTES), and never more than ``blocksize`` input bytes each.
+    (Cutting by ``blocksize`` alone made any input under 8 MiB one partition, i.e. one task on one
+    worker while the others idled.) Parquet: row ranges of a file (consecutive row groups, a large
+    row group shared by several partitions), the row counts from the footers, so nothing is read
+    to count. CSV/TSV/JSONL: byte ranges aligned on line ends, exactly as
     ``dask.bytes.read_bytes`` cuts them (``fsspec.utils.read_block``); a first pass over the
     cluster counts each block's rows. Files are taken in the local engine's order (sorted paths),
     so partition i's rows are global rows ``first_row[i] .. first_row[i] + n[i] - 1`` and the
@@ -65,25 +68,26 @@ import pyarrow.parquet as pq
 
 from . import __version__
 from .errors import BertfeatError, InputError, ResumeError
-from .io import Source, detect_format, normalize_encoding
+from .readers import Source, detect_format, normalize_encoding
 from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
-                       encode_chunk, parse_pca, pca_n_components, provenance, publish_rejects, validate_batch, _atomic_write_text, _matrix)
+                       encode_chunk, parse_pca, parquet_id_type, pca_n_components, provenance, table_counts, publish_rejects,
+                       validate_batch, _atomic_write_text, _matrix)
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
 except ImportError:  # pragma: no cover - exercised by the "dask missing" test through sys.modules
     _WorkerPluginBase = object
 
-DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition: ~80k short sentences, a few minutes on one core
+DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition at most: ~80k short sentences, a few minutes on one core
+PARTS_PER_THREAD = 4  # partitions per worker thread (task slot) when the input is large enough
+MIN_PART_ROWS = 64  # Parquet: no smaller partitions than this for the sake of spreading (~0.3 s of one core)
+MIN_PART_BYTES = 8 << 10  # CSV/TSV/JSONL: likewise, ~100 short sentences
 EXTRA_COLUMNS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()}
 MANIFEST = "_manifest.json"
 PROVENANCE = "_bertfeat.json"
 FULL_DIR = "_full"
 PCA_FILE = "_pca.npz"
 INSTALL_HINT = 'pip install "bertfeat[dask]"'
-#: test-only fault injection: a file whose content is a partition index; the first task to encode
-#: that partition claims (renames) the file and kills its own worker process mid-write.
-CRASH_ENV = "BERTFEAT_DASK_TEST_CRASH"
 
 
 @dataclass
@@ -230,14 +234,23 @@ class Partition:
     header: bytes | None = None  # CSV/TSV: the file's header line, put in front of blocks after the first
     compression: str | None = None
     n_rows: int | None = None  # known up front for Parquet
+    row_offset: int = 0  # Parquet: rows of the first row group that belong to the partition before
 
 
-def plan_partitions(src: Source, fs, files: list[str], blocksize: int | None) -> list[Partition]:
-    """Cut the input into partitions in the local engine's row order."""
+def plan_partitions(src: Source, fs, files: list[str], blocksize: int | None, target: int | None = None) -> list[Partition]:
+    """Cut the input into partitions in the local engine's row order.
+
+    ``blocksize`` caps a partition's input bytes; ``target`` (the cluster's task slots x
+    PARTS_PER_THREAD) cuts smaller partitions still, so every worker thread gets a few of them,
+    but never below MIN_PART_ROWS rows (Parquet) or MIN_PART_BYTES bytes (text). Parquet
+    partitions are row ranges: a large row group is shared by several partitions. Text with
+    ``blocksize`` None: one partition per file, never cut (quoted values may hold line breaks).
+    """
     parts: list[Partition] = []
     if src.fmt == "parquet":
         wanted = set(src._wanted())
         names0 = None
+        metas = []
         for f in files:
             try:
                 with fs.open(f, "rb") as fh:
@@ -248,21 +261,37 @@ def plan_partitions(src: Source, fs, files: list[str], blocksize: int | None) ->
             names0 = names0 or names
             if names != names0:
                 raise InputError(f"{f}: its columns differ from {files[0]}", "a Parquet dataset needs the same columns in every file")
-            group, rows, size = [], 0, 0
+            metas.append((f, md))
+        total = sum(md.num_rows for _, md in metas)
+        cap = max(MIN_PART_ROWS, -(-total // target)) if target else None
+        for f, md in metas:
+            group, skip, rows, size = [], 0, 0, 0.0
             for g in range(md.num_row_groups):
                 rg = md.row_group(g)
-                group.append(g)
-                rows += rg.num_rows
-                size += sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
-                            if rg.column(j).path_in_schema.split(".")[0] in wanted)
-                if blocksize and size >= blocksize:
-                    parts.append(Partition(len(parts), f, tuple(group), n_rows=rows))
-                    group, rows, size = [], 0, 0
+                g_size = sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
+                             if rg.column(j).path_in_schema.split(".")[0] in wanted)
+                pos = 0
+                while True:
+                    take = rg.num_rows - pos if cap is None else min(rg.num_rows - pos, cap - rows)
+                    if not group:
+                        skip = pos
+                    group.append(g)
+                    rows += take
+                    size += g_size * take / max(rg.num_rows, 1)
+                    pos += take
+                    if (cap is not None and rows >= cap) or (blocksize and size >= blocksize):
+                        parts.append(Partition(len(parts), f, tuple(group), n_rows=rows, row_offset=skip))
+                        group, rows, size = [], 0, 0.0
+                    if pos >= rg.num_rows:
+                        break
             if group or md.num_row_groups == 0:
-                parts.append(Partition(len(parts), f, tuple(group), n_rows=rows))
+                parts.append(Partition(len(parts), f, tuple(group), n_rows=rows, row_offset=skip))
         return parts
     from fsspec.utils import infer_compression
 
+    if target and blocksize:  # a few partitions per task slot, under blocksize (none: a file is never cut,
+        # as a CSV with line breaks inside quoted values needs)
+        blocksize = min(blocksize, max(MIN_PART_BYTES, -(-sum(fs.size(f) for f in files) // target)))
     for f in files:
         comp = infer_compression(f)
         header = None
@@ -285,7 +314,9 @@ def read_partition(part: Partition, fs, attrs: dict, first_row: int) -> RawBatch
     if attrs["fmt"] == "parquet":
         try:
             with fs.open(part.file, "rb") as fh:
-                t = pq.ParquetFile(fh).read_row_groups(list(part.row_groups), columns=wanted) if part.row_groups else None
+                t = pq.ParquetFile(fh).read_row_groups(list(dict.fromkeys(part.row_groups)), columns=wanted) if part.row_groups else None
+            if t is not None and part.n_rows is not None:
+                t = t.slice(part.row_offset, part.n_rows)
         except (pa.ArrowException, OSError) as e:
             raise InputError(f"{part.file} near row {first_row}: cannot read the Parquet file ({e})",
                              "check the file is Parquet and complete") from None
@@ -335,13 +366,13 @@ _ENCODERS: dict = {}
 _ENCODER_LOCK = threading.Lock()
 
 
-def worker_encoder(location, model_name: str | None, max_batch_tokens: int | None, weights_sha256: str,
-                   threads: int | None = None, precision: str = "fp32"):
-    """This process's Encoder for (model, batch budget): loaded once, reused by every task.
+def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weights_sha256: str,
+                   threads: int | None = None):
+    """This process's Encoder for (model, Encoder keywords): loaded once, reused by every task.
 
     ``threads``: batches encoded side by side (Encoder.threads; BLAS stays at one thread per batch).
     """
-    key = (str(location.path), max_batch_tokens, precision)
+    key = (str(location.path), json.dumps(encoder_kwargs, sort_keys=True, default=str))
     enc = _ENCODERS.get(key)
     if enc is not None:
         if threads:
@@ -356,12 +387,12 @@ def worker_encoder(location, model_name: str | None, max_batch_tokens: int | Non
         import socket
 
         host = socket.gethostname()
-        kw = {"max_batch_tokens": int(max_batch_tokens)} if max_batch_tokens else {}
+        kw = dict(encoder_kwargs)
         if threads:
             kw["threads"] = int(threads)
         try:
             loc = location if (Path(location.path) / "config.json").is_file() else resolve_model(model_name)
-            enc = Encoder(location=loc, precision=precision, **kw)
+            enc = Encoder(location=loc, **kw)
         except BertfeatError as e:
             raise BertfeatError(f"worker on {host}: cannot load the model at {location.path} ({e.what})",
                                 "the model directory must be at the same path on every worker (or in each worker's Hugging Face cache)") from None
@@ -378,14 +409,13 @@ class EncoderPlugin(_WorkerPluginBase):
 
     name = "bertfeat-encoder"
 
-    def __init__(self, location, model_name, max_batch_tokens, weights_sha256, threads: int | None, precision: str = "fp32"):
-        self.location, self.model_name, self.max_batch_tokens = location, model_name, max_batch_tokens
-        self.weights_sha256, self.threads, self.precision = weights_sha256, threads, precision
+    def __init__(self, location, model_name, encoder_kwargs: dict, weights_sha256, threads: int | None):
+        self.location, self.model_name, self.encoder_kwargs = location, model_name, encoder_kwargs
+        self.weights_sha256, self.threads = weights_sha256, threads
 
     def setup(self, worker):
         try:  # warm the cache; a failure is raised again, with its message, by the first task
-            worker_encoder(self.location, self.model_name, self.max_batch_tokens, self.weights_sha256, self.threads,
-                           self.precision)
+            worker_encoder(self.location, self.model_name, self.encoder_kwargs, self.weights_sha256, self.threads)
         except BertfeatError:
             pass
 
@@ -398,7 +428,7 @@ class TaskContext:
     attrs: dict
     location: object
     model_name: str | None
-    max_batch_tokens: int | None
+    encoder_kwargs: dict  # Encoder(...) keywords (max_batch_tokens, the options the user gave)
     weights_sha256: str
     threads: int | None
     spec: object
@@ -413,26 +443,10 @@ class TaskContext:
     wide: bool
     n_components: object = None  # --pca: parts go to _full/ and tasks return statistics
     width: int = 5
-    precision: str = "fp32"
 
 
 def part_name(index: int, width: int = 5) -> str:
     return f"part-{index:0{width}d}.parquet"
-
-
-def _maybe_crash(index: int, writer):
-    """Test-only: die like a killed worker, half-way through writing this partition's file."""
-    trigger = os.environ.get(CRASH_ENV)
-    if not trigger or not os.path.exists(trigger):
-        return
-    try:
-        if int(Path(trigger).read_text().strip()) != index:
-            return
-        os.rename(trigger, trigger + ".fired")  # claim it: only the first attempt dies
-    except (OSError, ValueError):
-        return
-    writer._flush()  # something on disk under the temporary name
-    os._exit(17)
 
 
 def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
@@ -444,7 +458,7 @@ def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
 
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
-    enc = worker_encoder(ctx.location, ctx.model_name, ctx.max_batch_tokens, ctx.weights_sha256, ctx.threads, ctx.precision)
+    enc = worker_encoder(ctx.location, ctx.model_name, ctx.encoder_kwargs, ctx.weights_sha256, ctx.threads)
     raw = read_partition(part, ctx.fs, ctx.attrs, first_row)
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.n_components is not None else "")
     path = out_dir / part_name(part.index, ctx.width)
@@ -474,15 +488,11 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
             n_tok = table.column("n_tokens").to_numpy()
             trunc = table.column("truncated").to_numpy(zero_copy_only=False)
             n_ch = table.column("n_chunks").to_numpy()
-            stats["rows_written"] += table.num_rows
-            stats["rows_truncated"] += int(trunc.sum())
-            stats["rows_chunked"] += int((n_ch > 1).sum())
-            stats["tokens"] += int(n_tok.sum())
-            stats["tokens_dropped"] += int(np.maximum(n_tok[trunc] - ctx.spec.max_length, 0).sum())
+            for k, v in table_counts(table, ctx.spec.max_length).items():
+                stats[k] += v
             if pca is not None:
                 pca.partial_fit(X)
             writer.write(table.column(ctx.id_name), X, {"n_tokens": n_tok, "truncated": trunc, "n_chunks": n_ch})
-            _maybe_crash(part.index, writer)
         if not (Path(ctx.out_dir) / MANIFEST).is_file():
             writer.abort()
             return {"cancelled": True}
@@ -560,16 +570,7 @@ def _id_type(src: Source, id_column: str | None) -> pa.DataType:
     if id_column is None:
         return pa.int64()
     if src.fmt == "parquet":
-        t = src._pq_schema.field(id_column).type
-        if pa.types.is_integer(t):
-            return pa.int64()
-        if pa.types.is_floating(t):
-            return pa.float64()
-        if pa.types.is_boolean(t):
-            return pa.bool_()
-        if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
-            return pa.string()
-        return t
+        return parquet_id_type(src._pq_schema, id_column)  # the local engine's rule
     if src.fmt == "jsonl":
         kinds = getattr(src, "_json_types", {}).get(id_column, set())
         return pa.int64() if kinds and kinds <= {"int", "NoneType"} else pa.string()
@@ -594,16 +595,20 @@ def _open_client(dopts: DaskOptions, threads: int | None):
         return client, None
     from .threads import default_threads
 
-    n = int(dopts.workers or default_threads())
+    # Default: one worker process with a thread per core. Measured (benchmarks/DASK_RESULTS.md, 2 cores,
+    # 6,000 rows): 1 x 2 threads ran level with the local engine (1.00x), 2 x 1 thread at 0.86x (two
+    # model copies, two processes' worth of Python overhead); --workers N asks for N one-thread processes.
+    n = int(dopts.workers or 1)
     if n < 1:
         raise BertfeatError(f"--workers {n} is out of range", "give 1 or more")
+    per_worker = 1 if dopts.workers else default_threads()
     # worker processes load NumPy before bertfeat: hand them this process's BLAS kernel choice
     # (bertfeat/threads.py), or they run OpenBLAS's older kernels wherever the environment pins them
     from .threads import blas_info
 
     kernel = blas_info().get("architecture")
     env = {"OPENBLAS_CORETYPE": kernel} if kernel and blas_info().get("internal_api") == "openblas" else {}
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+    cluster = LocalCluster(n_workers=n, threads_per_worker=per_worker, processes=True, dashboard_address=None,
                            silence_logs=logging.ERROR, env=env)
     return Client(cluster), cluster
 
@@ -628,6 +633,20 @@ def worker_threads(client, address: str = "", timeout: float = 120.0) -> int:
         slots[w.get("host", addr)] = slots.get(w.get("host", addr), 0) + int(w.get("nthreads", 1) or 1)
     shares = [cores[a] // slots[w.get("host", a)] for a, w in workers.items() if a in cores]
     return max(1, min(shares)) if shares else 1
+
+
+def cluster_slots(client) -> int:
+    """Task slots of the cluster: the worker threads of every worker now connected."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    return max(1, sum(int(w.get("nthreads", 1) or 1) for w in workers.values()))
+
+
+def _resumed_value(partial: Path, key: str):
+    """A value of the interrupted run's manifest (None when there is none)."""
+    try:
+        return json.loads((partial / MANIFEST).read_text()).get(key)
+    except (OSError, ValueError):
+        return None
 
 
 def _results(client, futures: dict, on_result):
@@ -700,31 +719,38 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
 
     from .encoder import Encoder
 
-    encoder = Encoder(opts.model, precision=opts.precision,
-                      **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {}))
+    encoder_kwargs = {"precision": opts.precision, **opts.encoder_options,
+                      **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {})}
+    encoder = Encoder(opts.model, **encoder_kwargs)
     spec, id_name, fingerprint = feature_settings(encoder, opts, n_components)
-    parts = plan_partitions(src, fs, files, blocksize)
-    width = max(5, len(str(len(parts) - 1)))
-    manifest = {
-        "bertfeat_version": __version__, "engine": "dask", "fingerprint": fingerprint, "input": src.identity(),
-        "text_column": src.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
-        "encoding": src.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows, "pca": opts.pca,
-        "wide": opts.wide, "blocksize": blocksize, "partitions": len(parts),
-    }
-    counts = _open_partial(partial, manifest, opts.resume)
     summary = ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
 
     own_client = client is None
     cluster = None
     futures: dict = {}
     tag = uuid.uuid4().hex[:8]  # task keys unique to this run
-    started = False
+    started = opened = False
     try:
         if own_client:
             client, cluster = _open_client(dopts, opts.threads)
         threads = opts.threads or worker_threads(client, dopts.scheduler or "")
-        client.register_plugin(EncoderPlugin(encoder.location, opts.model, opts.max_batch_tokens, encoder.weights_sha256,
-                                             threads, opts.precision), name=EncoderPlugin.name)
+        # Partitions: a few per task slot of the cluster (a resumed run keeps the interrupted run's cut)
+        target = _resumed_value(partial, "split_target") if opts.resume else None
+        if target is None:
+            target = PARTS_PER_THREAD * cluster_slots(client)
+        parts = plan_partitions(src, fs, files, blocksize, target)
+        width = max(5, len(str(len(parts) - 1)))
+        manifest = {
+            "bertfeat_version": __version__, "engine": "dask", "fingerprint": fingerprint, "input": src.identity(),
+            "text_column": src.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
+            "encoding": src.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows, "pca": opts.pca,
+            "wide": opts.wide, "blocksize": blocksize, "split_target": target, "partitions": len(parts),
+            **({"encoder_options": opts.encoder_options} if opts.encoder_options else {}),
+        }
+        counts = _open_partial(partial, manifest, opts.resume)
+        opened = True
+        client.register_plugin(EncoderPlugin(encoder.location, opts.model, encoder_kwargs, encoder.weights_sha256,
+                                             threads), name=EncoderPlugin.name)
         attrs = _source_attrs(src)
         attrs["path"] = src.name
 
@@ -746,12 +772,11 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         meta = provenance(encoder, spec, fingerprint, src, opts, ExtractSummary())
         meta["engine"] = "dask"
         ctx = TaskContext(fs=fs, attrs=attrs, location=encoder.location, model_name=opts.model,
-                          max_batch_tokens=opts.max_batch_tokens, weights_sha256=encoder.weights_sha256, threads=threads,
+                          encoder_kwargs=encoder_kwargs, weights_sha256=encoder.weights_sha256, threads=threads,
                           spec=spec,
                           on_bad_row=opts.on_bad_row, id_name=id_name, id_type=_id_type(src, opts.id_column),
                           chunk_rows=opts.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
-                          out_dir=str(partial), wide=opts.wide, n_components=n_components, width=width,
-                          precision=opts.precision)
+                          out_dir=str(partial), wide=opts.wide, n_components=n_components, width=width)
 
         # pass 1: encode (skipping finished partitions)
         stage = partial / FULL_DIR if n_components is not None else partial
@@ -802,14 +827,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         futures = {}
 
         for i in sorted(results):
-            st = results[i]
-            summary.rows_read += st["rows_read"]
-            summary.rows_written += st["rows_written"]
-            summary.rows_rejected += len(st["rejects"])
-            summary.rows_truncated += st["rows_truncated"]
-            summary.rows_chunked += st["rows_chunked"]
-            summary.tokens += st["tokens"]
-            summary.tokens_dropped += st["tokens_dropped"]
+            summary.add(results[i])
+            summary.rows_rejected += len(results[i]["rejects"])
         final_meta = provenance(encoder, spec, fingerprint, src, opts, summary)
         final_meta["engine"] = "dask"
         final_meta["partitions"] = len(parts)
@@ -838,7 +857,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         summary.outputs = {"features": out, **outputs}
     except InputError:
         _cancel(client, futures)
-        shutil.rmtree(partial, ignore_errors=True)  # bad input: leave nothing behind, like the local engine
+        if opened:
+            shutil.rmtree(partial, ignore_errors=True)  # bad input: leave nothing behind, like the local engine
         raise
     except BaseException:  # Ctrl-C, lost scheduler or workers: keep the finished parts for --resume
         _cancel(client, futures)

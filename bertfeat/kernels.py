@@ -79,9 +79,13 @@ def _compile() -> dict[str, Callable]:
     fast = {"contract", "arcp", "nsz", "afn", "reassoc"}
     jit = numba.njit(nogil=True, cache=True, error_model="numpy", fastmath=fast)
     inline = numba.njit(inline="always", error_model="numpy", fastmath=fast)
+    # The two inline helpers are module globals, not closure cells: numba keys its disk cache on the closure
+    # cells, and a jitted function in a cell pickles differently in every process, so the kernels calling
+    # them were compiled again on every run (about a second) and added an entry to the cache each time.
+    global _exp_parts, _exp_le0
 
     @inline
-    def exp_parts(y):
+    def _exp_parts(y):
         """e^y = 2^n e^r: (e^r, n) with |r| <= ln2 / 2 (Cody-Waite), e^r a degree-8 polynomial.
 
         The caller scales by 2^n through integer shifts (no bit casts in numba, no division), so
@@ -103,16 +107,16 @@ def _compile() -> dict[str, Callable]:
                 z = min(max(z0, -four), four)
                 s = z * z
                 t = ((((((p6 * s + p5) * s + p4) * s + p3) * s + p2) * s + p1) * s + p0) * z  # erf(z) = tanh(t)
-                er, n = exp_parts(-two * t)  # GELU = x / (1 + e^(-2t)), |2t| < 19 so |n| <= 28
+                er, n = _exp_parts(-two * t)  # GELU = x / (1 + e^(-2t)), |2t| < 19 so |n| <= 28
                 e = er * (f32(np.int64(1) << (n + 32)) * two_m32)
                 # below z = -4, GELU(x) < 9e-8 falls to 0 faster than x / (1 + e^19): return 0 (NaN for -inf)
                 row[j] = x / (one + e) if z0 > -four else x * zero
         return u
 
     @inline
-    def exp_le0(y):
+    def _exp_le0(y):
         """e^y for y <= 0 (0 below -80)."""
-        er, n = exp_parts(max(y, f32(-80.0)))  # -116 <= n <= 0
+        er, n = _exp_parts(max(y, f32(-80.0)))  # -116 <= n <= 0
         n1 = n >> 1  # 2^n = 2^n1 2^n2, each 2^(m + 60) 2^-60 with m + 60 in [2, 60]
         e = er * (f32(np.int64(1) << (n1 + 60)) * two_m60) * (f32(np.int64(1) << (n - n1 + 60)) * two_m60)
         return e if y >= f32(-80.0) else zero  # e^-80 = 1.8e-35
@@ -166,7 +170,7 @@ def _compile() -> dict[str, Callable]:
                         top = max(top, v)
                     total = zero
                     for j in range(n):
-                        e = exp_le0(row[j] - top) if row[j] > f32(-1e37) else zero
+                        e = _exp_le0(row[j] - top) if row[j] > f32(-1e37) else zero
                         row[j] = e
                         total += e
                     inv = one / total

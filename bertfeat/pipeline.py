@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from . import __version__, gemm
 from .encoder import Encoder, FeatureSpec, LongTextError
 from .errors import BertfeatError, InputError, ResumeError
-from .io import RawBatch, Source
+from .readers import RawBatch, Source
 from .threads import read_ahead
 
 OUTPUT_FORMATS = ("parquet", "npy", "csv")
@@ -265,6 +265,7 @@ class ExtractOptions:
     precision: str = "fp32"  # "bf16": Encoder(precision="bf16"), see docs/precision.md
     overwrite: bool = False  # replace existing outputs (else refused), or start over from a partial run
     delimiter: str | None = None  # CSV field delimiter (default: from the header line)
+    encoder_options: dict = field(default_factory=dict)  # further Encoder(...) keywords
 
 
 @dataclass
@@ -281,6 +282,12 @@ class ExtractSummary:
     chunks_resumed: int = 0
     outputs: dict = field(default_factory=dict)
     dim: int = 0
+
+    def add(self, counts: dict):
+        """Add a unit of work's counts (table_counts keys, plus rows_read when given)."""
+        for k in ("rows_read", *COUNT_KEYS):
+            if k in counts:
+                setattr(self, k, getattr(self, k) + int(counts[k]))
     pooling: str = ""
     model: str = ""
 
@@ -533,7 +540,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     check_size(opts.max_batch_tokens, "--max-batch-tokens", 1, None, " (tokens per batch, padded rows x length; default 1024)")
     check_extract_outputs(out_path, fmt, n_components is not None, PartStore(out_path).dir, source.files, opts.overwrite,
                           opts.resume)
-    encoder = encoder or Encoder(opts.model, precision=opts.precision)
+    encoder = encoder or Encoder(opts.model, precision=opts.precision, **opts.encoder_options)
     if encoder.precision != opts.precision:  # never a silent change of precision
         raise BertfeatError(f"the encoder was loaded in {encoder.precision}, but precision {opts.precision} was asked for",
                             f"load it with Encoder(..., precision={opts.precision!r})")
@@ -547,6 +554,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         "text_column": source.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
         "encoding": source.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows,
         "pca": opts.pca, "format": fmt, "wide": opts.wide,
+        **({"encoder_options": opts.encoder_options} if opts.encoder_options else {}),
     }
     store = PartStore(out_path)
     try:
@@ -658,6 +666,18 @@ def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: S
     }
 
 
+COUNT_KEYS = ("rows_written", "rows_truncated", "rows_chunked", "tokens", "tokens_dropped")
+
+
+def table_counts(t: pa.Table, max_length: int) -> dict:
+    """A feature table's counts, on both engines: rows written, truncated and chunked, tokens and dropped tokens."""
+    n_tok = t.column("n_tokens").to_numpy()
+    trunc = t.column("truncated").to_numpy(zero_copy_only=False)
+    return {"rows_written": t.num_rows, "rows_truncated": int(trunc.sum()),
+            "rows_chunked": int((t.column("n_chunks").to_numpy() > 1).sum()), "tokens": int(n_tok.sum()),
+            "tokens_dropped": int(np.maximum(n_tok[trunc] - max_length, 0).sum())}
+
+
 def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts: ExtractOptions, encoder: Encoder,
              spec: FeatureSpec, fingerprint: dict, source: Source, summary: ExtractSummary, n_components, id_name: str) -> dict:
     """Stream the parts into the output file(s) (and the PCA), then remove the partial directory."""
@@ -668,13 +688,7 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
         t, rj, n_read = store.read_part(i)
         rejects += rj
         summary.rows_read += n_read
-        summary.rows_written += t.num_rows
-        n_tok = t.column("n_tokens").to_numpy()
-        trunc = t.column("truncated").to_numpy(zero_copy_only=False)
-        summary.rows_truncated += int(trunc.sum())
-        summary.rows_chunked += int((t.column("n_chunks").to_numpy() > 1).sum())
-        summary.tokens += int(n_tok.sum())
-        summary.tokens_dropped += int(np.maximum(n_tok[trunc] - spec.max_length, 0).sum())
+        summary.add(table_counts(t, spec.max_length))
     summary.rows_rejected = len(rejects)
     meta = provenance(encoder, spec, fingerprint, source, opts, summary)
     outputs: dict[str, Path] = {}
@@ -705,9 +719,7 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
     dim = pca.n_components_ if pca is not None else encoder.output_dim(spec)
     id_type = pa.int64() if opts.id_column is None else pa.string()
     if opts.id_column is not None and source.fmt == "parquet":
-        id_type = source._pq_schema.field(opts.id_column).type
-        if pa.types.is_dictionary(id_type):
-            id_type = id_type.value_type
+        id_type = parquet_id_type(source._pq_schema, opts.id_column)
     elif opts.id_column is not None:
         for i in order:  # the first part with an accepted row (a chunk whose rows were all rejected has no id type)
             t = pq.read_schema(store.part_path(i)).field(id_name).type
@@ -730,6 +742,13 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
     outputs.update(publish_rejects(out_path, rejects))
     store.remove()
     return outputs
+
+
+def parquet_id_type(schema: pa.Schema, id_column: str) -> pa.DataType:
+    """The output id column's type for a Parquet input, on both engines: the input column's type
+    (int32 stays int32, binary stays binary), a dictionary column's value type."""
+    t = schema.field(id_column).type
+    return t.value_type if pa.types.is_dictionary(t) else t
 
 
 def _matrix(t: pa.Table) -> np.ndarray:

@@ -69,6 +69,15 @@ _MLM = {
 }
 _MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hidden_size))
 
+# Nothing in a checkpoint is ignored silently (as nanoGPT's from_pretrained): a tensor the tables above do not
+# take is either allowed here, listed in BertWeights.ignored, or refused with its name.
+ALLOWED_UNUSED = {
+    "embeddings.position_ids": "a buffer (0, 1, ..., P-1) older transformers versions saved",
+    "embeddings.token_type_ids": "a buffer of zeros some transformers versions saved",
+    "cls.predictions.decoder.bias": "tied to cls.predictions.bias",
+}
+OTHER_HEADS = ("cls.seq_relationship.", "cls.predictions.", "classifier.", "qa_outputs.")  # other tasks' heads
+
 
 @dataclass
 class LayerWeights:
@@ -102,6 +111,7 @@ class BertWeights:
     files: list[Path] = field(default_factory=list)
     missing_pooler_reason: str | None = None
     precision: str = "fp32"  # "bf16": the layers' linear weights are bf16 (uint16) for gemm.gemm_bf16
+    ignored: list[str] = field(default_factory=list)  # other tasks' head tensors in the file, not used
 
     @property
     def n_params(self) -> int:
@@ -214,7 +224,10 @@ def canonical_name(key: str) -> str:
     return key
 
 
-def _take(tensors: dict, name: str, shape: tuple, where: Path, bf16: set[str] = frozenset()) -> np.ndarray:
+def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None = None,
+          bf16: set[str] = frozenset()) -> np.ndarray:
+    if used is not None:
+        used.add(name)
     if name not in tensors:
         raise WeightsError(
             f"{where}: tensor '{name}' is missing (expected shape {shape})",
@@ -248,11 +261,12 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
 
     where = files[0] if len(files) == 1 else model_dir
     c = config
+    used: set[str] = set()
 
-    emb = {k: _take(tensors, n, s(c), where) for k, (n, s) in _EMB.items()}
+    emb = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in _EMB.items()}
     layers = []
     for i in range(c.num_hidden_layers):
-        t = {k: _take(tensors, n.format(i=i), s(c), where, bf16) for k, (n, s) in _LAYER.items()}
+        t = {k: _take(tensors, n.format(i=i), s(c), where, used, bf16) for k, (n, s) in _LAYER.items()}
         layers.append(
             LayerWeights(
                 qkv_w=linear(np.ascontiguousarray(np.concatenate([t["q_w"].T, t["k_w"].T, t["v_w"].T], axis=1))),  # (H, 3H)
@@ -284,19 +298,29 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
         emb_ln_g=emb["ln_g"], emb_ln_b=emb["ln_b"], layers=layers, files=files, precision=precision,
     )
     if all(n in tensors for n, _ in _POOLER.values()):
-        p = {k: _take(tensors, n, s(c), where) for k, (n, s) in _POOLER.items()}
+        p = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in _POOLER.items()}
         w.pooler_w, w.pooler_b = np.ascontiguousarray(p["w"].T), p["b"]
     else:
         w.missing_pooler_reason = f"{where} has no pooler weights (pooler.dense.weight / pooler.dense.bias)"
     if all(n in tensors for n, _ in _MLM.values()):
-        m = {k: _take(tensors, n, s(c), where) for k, (n, s) in _MLM.items()}
+        m = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in _MLM.items()}
         m["dense_w"] = np.ascontiguousarray(m["dense_w"].T)
         if _MLM_DECODER[0] in tensors:  # usually tied to the word embeddings; check if stored
-            dec = _take(tensors, _MLM_DECODER[0], _MLM_DECODER[1](c), where)
+            dec = _take(tensors, _MLM_DECODER[0], _MLM_DECODER[1](c), where, used)
             m["decoder_w"] = dec
         else:
             m["decoder_w"] = w.word
         w.mlm = m
+    unused = [n for n in tensors if n not in used and n not in ALLOWED_UNUSED]
+    w.ignored = sorted(n for n in unused if n.startswith(OTHER_HEADS))
+    unknown = sorted(n for n in unused if not n.startswith(OTHER_HEADS))
+    if unknown:
+        shown = ", ".join(f"'{n}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise WeightsError(
+            f"{where}: {len(unknown)} tensor(s) that a BERT encoder does not use: {shown}",
+            "these weights are not a plain BERT as config.json says (another architecture, or a renamed/extra tensor); "
+            "use the config.json that came with them, or remove the extra tensors",
+        )
     return w
 
 

@@ -10,9 +10,9 @@ The pattern to copy: one scikit-learn pipeline from texts to labels,
 fitted on the train split only. For the table, one GridSearchCV per PCA width (16, 32, 64, 128, and
 no PCA) chooses C by 5-fold cross-validation on train, and the test accuracy is reported. Then one
 GridSearchCV over the PCA width, the pooling (the model's own embedding, or CLS) and C picks the
-model to keep: it is saved with joblib, loaded back and asked about new sentences. The sentence
-features are cached by the pipeline's ``memory`` (build/classify/), so they are computed once per
-training fold and pooling, not once per grid point. Writes docs/classify.md and docs/classify.png.
+model to keep: it is saved with joblib, loaded back and asked about new sentences.
+``TextFeatures(cache=True)`` keeps each text's vector in memory, so every sentence is encoded once
+per pooling, not once per fold and grid point. Writes docs/classify.md and docs/classify.png.
 
 Data (``BERTFEAT_DATA``, default ../shared/data, see its README):
   SST-2  sst2/stsa.binary.{train,test}  6,920 / 1,821  `<label 0/1> <sentence>`, UTF-8
@@ -32,7 +32,7 @@ import numpy as np
 from bertfeat import PCA
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("BERTFEAT_DATA", ROOT.parent / "shared" / "data"))
+DATA = Path(os.environ.get("BERTFEAT_DATA", ROOT.parent / "shared" / "data"))  # the full data sets
 DIMS = (16, 32, 64, 128)
 CS = (0.01, 0.1, 1.0, 10.0)
 POOLINGS = (None, "cls")  # None: the model's own embedding (all-MiniLM-L6-v2: mean, normalized)
@@ -78,7 +78,7 @@ def load_tasks(data: Path) -> dict[str, dict]:
 
 
 # --------------------------------------------------------------------------- the pipeline
-def text_classifier(model: str | None = None, memory: str | Path | None = None, precision: str = "fp32"):
+def text_classifier(model: str | None = None, precision: str = "fp32"):
     """texts -> bertfeat features -> bertfeat PCA -> standardize -> logistic regression."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import Pipeline
@@ -86,8 +86,9 @@ def text_classifier(model: str | None = None, memory: str | Path | None = None, 
 
     from bertfeat.sklearn import TextFeatures
 
-    return Pipeline([("features", TextFeatures(model, precision=precision)), ("pca", PCA()), ("scale", StandardScaler()),
-                     ("clf", LogisticRegression(max_iter=5000))], memory=None if memory is None else str(memory))
+    # cache=True: each text is encoded once per process, however many folds and grid points see it
+    return Pipeline([("features", TextFeatures(model, precision=precision, cache=True)), ("pca", PCA()),
+                     ("scale", StandardScaler()), ("clf", LogisticRegression(max_iter=5000))])
 
 
 def grid_search(pipe, grid: dict, seed: int = 0):
@@ -96,14 +97,14 @@ def grid_search(pipe, grid: dict, seed: int = 0):
     return GridSearchCV(pipe, grid, cv=StratifiedKFold(5, shuffle=True, random_state=seed))
 
 
-def run(tasks: dict, model: str | None, cache: Path | None, dims=DIMS, poolings=POOLINGS, save_dir: Path | None = None,
+def run(tasks: dict, model: str | None, dims=DIMS, poolings=POOLINGS, save_dir: Path | None = None,
         precision: str = "fp32") -> dict:
     """-> {task: {"raw": acc, 16: acc, ..., "_best": params, "_best_acc": acc, "_predictions": [...]}}."""
     results: dict = {}
     for name, t in tasks.items():
         (tr_texts, ytr), (te_texts, yte) = t["train"], t["test"]
         print(f"{name}: {len(tr_texts):,} train / {len(te_texts):,} test, {len(set(ytr.tolist()))} classes", file=sys.stderr)
-        pipe = text_classifier(model, cache, precision)
+        pipe = text_classifier(model, precision)
         row: dict = {"_sizes": (len(ytr), len(yte))}
         for k in (None, *dims):  # one width at a time, C by cross-validation on train
             t0 = time.perf_counter()
@@ -211,9 +212,9 @@ def write_docs(results: dict, docs: Path, cmd: str, model_id: str, dims=DIMS) ->
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Logistic regression on bertfeat features (SST-2, TREC), as scikit-learn pipelines.")
-    ap.add_argument("--data", type=Path, default=DATA, help="the data directory (default $BERTFEAT_DATA or ../shared/data)")
+    ap.add_argument("--data", type=Path, default=DATA, help="the full data sets (default $BERTFEAT_DATA, else ../shared/data)")
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
-    ap.add_argument("--cache", type=Path, default=ROOT / "build" / "classify", help="pipeline cache and saved models")
+    ap.add_argument("--cache", type=Path, default=ROOT / "build" / "classify", help="where the chosen models are saved (joblib)")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs", help="where classify.md and classify.png go")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                     help="bertfeat precision (bf16 needs bertfeat[fast]; see docs/precision.md)")
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit:
         tasks = {n: {s: (x[: args.limit], y[: args.limit]) for s, (x, y) in t.items()} for n, t in tasks.items()}
     dims = tuple(int(k) for k in args.dims.split(","))
-    results = run(tasks, args.model, args.cache / "memory", dims=dims, save_dir=args.cache, precision=args.precision)
+    results = run(tasks, args.model, dims=dims, save_dir=args.cache, precision=args.precision)
     print(table_markdown(results, dims))
     for name, r in results.items():
         print(f"{name}: saved {r['_model_file']}; reloaded, it says " + ", ".join(

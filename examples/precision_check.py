@@ -62,7 +62,7 @@ def check_classify(model, data: Path, cache: Path, limit: int | None) -> tuple[l
     tasks = classify.load_tasks(data)
     if limit:
         tasks = {n: {s: (x[:limit], y[:limit]) for s, (x, y) in t.items()} for n, t in tasks.items()}
-    res = {p: classify.run(tasks, model, cache / "memory", precision=p) for p in ("fp32", "bf16")}
+    res = {p: classify.run(tasks, model, precision=p) for p in ("fp32", "bf16")}
     lines = ["| task, features | fp32 accuracy % | bf16 | bf16 - fp32 |", "|---|---:|---:|---:|"]
     ok = True
     for name in res["fp32"]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ import numpy as np
 from bertfeat import Encoder
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT.parent / "shared" / "data" / "stsb" / "sts-dev.csv"
+DATA = Path(os.environ.get("BERTFEAT_DATA", ROOT.parent / "shared" / "data")) / "stsb" / "sts-dev.csv"
 # sentence-transformers/all-MiniLM-L6-v2 on STSb dev (mean pooling, normalized; cosine):
 # MTEB, embeddings-benchmark/mtebpaper results/all-MiniLM-L6-v2/STSBenchmark.json
 PUBLISHED = 86.72
@@ -111,7 +112,7 @@ def table_markdown(rows: list[dict], published: float = PUBLISHED) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Spearman x 100 of cosine similarity on STSb dev, per pooling and layer.")
-    ap.add_argument("--data", type=Path, default=DATA, help="sts-dev.csv (default ../shared/data/stsb/sts-dev.csv)")
+    ap.add_argument("--data", type=Path, default=DATA, help="sts-dev.csv (default $BERTFEAT_DATA/stsb/sts-dev.csv, else ../shared/data/stsb/sts-dev.csv)")
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--cache", type=Path, default=ROOT / "build" / "sts", help="feature cache directory")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs", help="where sts.md goes")

@@ -6,15 +6,16 @@
     enc = Encoder(d)                  # bertfeat loads it like any local model directory
     ref = reference_model(d)          # the same weights as a torch transformers model (eval, fp32)
 
-The weights come from a transformers ``BertModel`` (or ``BertForMaskedLM`` with ``mlm_head=True``)
-built from a ``transformers.BertConfig`` and re-initialised from ``seed`` so that *every* tensor is
-informative: LayerNorm gains are 1 + N(0, 0.1), every bias and LayerNorm shift is N(0, 0.1) (none is
+The weights are drawn with NumPy (``canonical_tensors``: no torch needed to make a checkpoint) under the
+tensor names transformers' ``BertModel`` (or ``BertForMaskedLM`` with ``mlm_head=True``) uses, from
+``seed``, so that *every* tensor is informative: LayerNorm gains are 1 + N(0, 0.1), every bias and LayerNorm shift is N(0, 0.1) (none is
 left at 0 or 1, so a swapped gamma/beta or a dropped bias shows), and linear weights are
 N(0, 1/fan_in), which keeps hidden states O(1) and attention neither uniform nor one-hot.
 
-``reference_model`` rebuilds the torch model from the record written next to the weights
-(``bertfeat_test_checkpoint.json``: the transformers config and the seed), not from the saved
-tensor names, so name rewriting (``bert.`` prefix, gamma/beta, shards) is checked against an
+``reference_model`` (torch, for the ``live`` parity tests only) builds transformers' model from the record
+written next to the weights (``bertfeat_test_checkpoint.json``: the config and the seed) and loads the
+canonical tensors drawn again from that record with ``load_state_dict(strict=True)`` (so a name missing
+from or extra to transformers' model fails there), not the saved file, so name rewriting (``bert.`` prefix, gamma/beta, shards) is checked against an
 independent reference rather than against itself.
 
 Layout written (what ``save_pretrained`` writes, plus the rewrites asked for):
@@ -39,13 +40,13 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-# Same rule as conftest.SHARED: ../shared/data beside the repo, or $BERTFEAT_SHARED/data.
-SHARED = Path(os.environ.get("BERTFEAT_SHARED", ROOT.parent / "shared")) / "data"
+# The vocab files are committed (tests/data/README.md says where they come from).
+TEST_DATA = ROOT / "tests" / "data"
 
 VOCABS = {
     # name -> (vocab.txt, do_lower_case as the original checkpoint's tokenizer_config.json says)
-    "uncased": (SHARED / "vocab" / "bert-base-uncased" / "vocab.txt", True),
-    "chinese": (SHARED / "vocab" / "bert-base-chinese" / "vocab.txt", False),
+    "uncased": (TEST_DATA / "vocab" / "bert-base-uncased" / "vocab.txt", True),
+    "chinese": (TEST_DATA / "vocab" / "bert-base-chinese" / "vocab.txt", False),
 }
 RECORD = "bertfeat_test_checkpoint.json"
 
@@ -112,7 +113,6 @@ def make_checkpoint(
     ``st_pooling`` ('mean' / 'cls' / 'max') writes modules.json and 1_Pooling/config.json.
     ``config_overrides`` is merged into config.json last (e.g. {"model_type": "roberta"}).
     """
-    import torch  # noqa: F401  (imported here so `import ckpt` stays cheap)
     from safetensors.numpy import save_file
 
     d = Path(dir)
@@ -137,11 +137,14 @@ def make_checkpoint(
         "mlm_head": mlm_head,
         "pooler": pooler,
     }
-    model = _build(json.dumps(record, sort_keys=True))
+    canonical = canonical_tensors(json.dumps(record, sort_keys=True))
 
-    # ---- config.json: what save_pretrained writes, + absolute positions spelled out as HF files do
-    cfg = model.config.to_dict()
-    cfg["architectures"] = [type(model).__name__]
+    # ---- config.json: the fields save_pretrained writes for a BertConfig, + absolute positions spelled out
+    cfg = {**record["config"], "model_type": "bert", "attention_probs_dropout_prob": 0.1,
+           "hidden_dropout_prob": 0.1, "initializer_range": 0.02, "use_cache": True,
+           "classifier_dropout": None, "is_decoder": False, "add_cross_attention": False,
+           "tie_word_embeddings": True, "dtype": "float32"}
+    cfg["architectures"] = ["BertForMaskedLM" if mlm_head else "BertModel"]
     cfg["position_embedding_type"] = "absolute"
     cfg.update(config_overrides or {})
     (d / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
@@ -149,7 +152,7 @@ def make_checkpoint(
 
     # ---- tensors, renamed as asked
     tensors = {}
-    for name, t in model.state_dict().items():
+    for name, t in canonical.items():
         if name.startswith("cls.predictions.decoder.") and not (store_decoder and name.endswith("weight")):
             continue  # tied to the word embeddings / cls.predictions.bias
         if name.startswith("cls."):
@@ -160,7 +163,7 @@ def make_checkpoint(
             out = "bert." + base if keep_prefix else base
         if legacy_names and ".LayerNorm." in out:
             out = out[: -len(".weight")] + ".gamma" if out.endswith(".weight") else out[: -len(".bias")] + ".beta"
-        tensors[out] = t.detach().cpu().numpy().astype(np.float32).copy()
+        tensors[out] = t
     for f in list(d.glob("*.safetensors")) + [d / "model.safetensors.index.json"]:
         f.unlink(missing_ok=True)
     if sharded:
@@ -213,8 +216,28 @@ def make_checkpoint(
 
 @lru_cache(maxsize=8)
 def tokenizer_json(vocab_path: Path, do_lower_case: bool) -> str:
-    """The tokenizer.json transformers' (fast) BertTokenizer saves for this vocab and lower-casing."""
-    from transformers import BertTokenizer
+    """The tokenizer.json transformers' (fast) BertTokenizer saves for this vocab and lower-casing (without
+    transformers: the same pipeline built with `tokenizers` alone, as transformers' converter builds it)."""
+    try:
+        from transformers import BertTokenizer
+    except ImportError:
+        from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
+        from tokenizers.models import WordPiece
+
+        with open(vocab_path, encoding="utf-8") as fh:  # line by line as transformers' load_vocab (not splitlines)
+            vocab = {t.rstrip(): i for i, t in enumerate(fh)}
+        tk = Tokenizer(WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+        tk.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                   lowercase=do_lower_case)
+        tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        cls, sep = vocab["[CLS]"], vocab["[SEP]"]
+        tk.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
+                                                          pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+                                                          special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+        tk.decoder = decoders.WordPiece(prefix="##")
+        for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"):
+            tk.add_special_tokens([t])
+        return tk.to_str(pretty=True)
 
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copyfile(vocab_path, Path(tmp) / "vocab.txt")
@@ -226,8 +249,9 @@ def tokenizer_json(vocab_path: Path, do_lower_case: bool) -> str:
 def reference_model(dir: str | os.PathLike):
     """The torch model (BertModel, or BertForMaskedLM with mlm_head) whose weights ``dir`` holds.
 
-    Rebuilt from the checkpoint's record (config + seed), eval mode, float32. Cached: treat it as
-    read-only. For BertForMaskedLM the encoder is ``ref.bert`` (with its pooler when the checkpoint has one).
+    Built from the checkpoint's record (config + seed) with the canonical tensors loaded strictly, eval
+    mode, float32. Cached: treat it as read-only. For BertForMaskedLM the encoder is ``ref.bert`` (with
+    its pooler when the checkpoint has one). Needs torch and transformers (the ``live`` suite).
     """
     record = json.loads((Path(dir) / RECORD).read_text())
     return _build(json.dumps(record, sort_keys=True))
@@ -242,32 +266,82 @@ def _build(record_json: str):
     record = json.loads(record_json)
     config = BertConfig(**record["config"], position_embedding_type="absolute")
     config._attn_implementation = "eager"  # the textbook path; sdpa is compared on the real model
-    torch.manual_seed(record["seed"])
     if record["mlm_head"]:
         model = BertForMaskedLM(config)
         if record["pooler"]:  # saved as bert.pooler.* as in BertForPreTraining checkpoints
             model.bert.pooler = BertPooler(config)
     else:
         model = BertModel(config, add_pooling_layer=record["pooler"])
-    _randomize(model, record["seed"])
+    state = {k: torch.from_numpy(v.copy()) for k, v in canonical_tensors(record_json).items()}
+    model.load_state_dict(state, strict=True)
     return model.eval().float()
 
 
-def _randomize(model, seed: int) -> None:
-    """Deterministic, informative values for every parameter (see the module docstring)."""
-    import torch
+def record_tensors(dir: str | os.PathLike) -> dict[str, np.ndarray]:
+    """canonical_tensors of the checkpoint in ``dir``, from its record (not from its weight files)."""
+    record = json.loads((Path(dir) / RECORD).read_text())
+    return canonical_tensors(json.dumps(record, sort_keys=True))
 
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            if name.endswith("LayerNorm.weight"):
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-            elif "embeddings" in name:
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            else:  # (out, in) linear weight
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+
+def n_parameters(dir: str | os.PathLike) -> int:
+    """Parameter count of the checkpoint in ``dir`` as transformers counts it (tied tensors once), from its record."""
+    record = json.loads((Path(dir) / RECORD).read_text())
+    return sum(math.prod(shape) for shape in canonical_names(record["config"], record["mlm_head"], record["pooler"]).values())
+
+
+def canonical_names(config: dict, mlm_head: bool, pooler: bool) -> dict[str, tuple[int, ...]]:
+    """transformers' parameter names and shapes: BertModel's, or BertForMaskedLM's (``bert.`` prefix, the
+    ``cls.predictions.*`` head with its decoder tied to the word embeddings) -> {name: shape}."""
+    V, H, F = config["vocab_size"], config["hidden_size"], config["intermediate_size"]
+    P, TV = config["max_position_embeddings"], config["type_vocab_size"]
+    names = {"embeddings.word_embeddings.weight": (V, H), "embeddings.position_embeddings.weight": (P, H),
+             "embeddings.token_type_embeddings.weight": (TV, H),
+             "embeddings.LayerNorm.weight": (H,), "embeddings.LayerNorm.bias": (H,)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{i}."
+        for lin, (o, n) in {"attention.self.query": (H, H), "attention.self.key": (H, H),
+                            "attention.self.value": (H, H), "attention.output.dense": (H, H),
+                            "intermediate.dense": (F, H), "output.dense": (H, F)}.items():
+            names[p + lin + ".weight"] = (o, n)  # (out, in) as torch.nn.Linear
+            names[p + lin + ".bias"] = (o,)
+        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
+            names[p + ln + ".weight"] = (H,)
+            names[p + ln + ".bias"] = (H,)
+    if pooler:
+        names["pooler.dense.weight"], names["pooler.dense.bias"] = (H, H), (H,)
+    if mlm_head:
+        names = {"bert." + k: v for k, v in names.items()}
+        names.update({"cls.predictions.bias": (V,), "cls.predictions.transform.dense.weight": (H, H),
+                      "cls.predictions.transform.dense.bias": (H,),
+                      "cls.predictions.transform.LayerNorm.weight": (H,),
+                      "cls.predictions.transform.LayerNorm.bias": (H,)})
+    return names
+
+
+@lru_cache(maxsize=16)
+def canonical_tensors(record_json: str) -> dict[str, np.ndarray]:
+    """The checkpoint's float32 tensors under transformers' names, drawn with NumPy from the record's seed
+    (see the module docstring). With the MLM head the tied ``cls.predictions.decoder.{weight,bias}`` are
+    included (as transformers' state_dict has them): the word embeddings and ``cls.predictions.bias``.
+    Cached: treat the arrays as read-only."""
+    record = json.loads(record_json)
+    rng = np.random.default_rng(record["seed"])
+    out = {}
+    for name, shape in sorted(canonical_names(record["config"], record["mlm_head"], record["pooler"]).items()):
+        z = rng.standard_normal(shape)
+        if name.endswith("LayerNorm.weight"):
+            a = 1.0 + 0.1 * z
+        elif name.endswith("bias"):
+            a = 0.1 * z
+        elif "embeddings" in name:
+            a = 0.5 * z
+        else:  # (out, in) linear weight
+            a = z / math.sqrt(shape[1])
+        out[name] = a.astype(np.float32)
+    if record["mlm_head"]:
+        out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]
+        out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
+    return out
 
 
 def torch_hidden_states(ref, input_ids, token_type_ids, attention_mask):

@@ -1,4 +1,19 @@
-"""Shared fixtures: the real all-MiniLM-L6-v2 checkpoint and real sentences from ../shared/data."""
+"""Shared fixtures: the real all-MiniLM-L6-v2 checkpoint and real sentences from tests/data.
+
+One policy for what a test needs beyond the repository and the base install ("optional parts"):
+
+- tests/data (committed: vocab files, small samples of SST-2, TREC, STSb) is always there: the core
+  suite reads only it (fixture ``sample_data``).
+- The full data sets (accuracy examples) are found through ``BERTFEAT_DATA`` (default ../shared/data);
+  fixture ``full_data`` / ``need_full_data()`` skips with a reason saying where to get them.
+- Optional libraries: ``need(module)`` skips with a reason naming the install command. Tests that compare
+  against torch / transformers / sentence-transformers live are marked ``live`` and skipped, with the
+  reason, when one of them is missing (make install installs them, so CI runs them).
+- ``BERTFEAT_STRICT=1`` (CI, where everything is installed and the data is present) turns every one of
+  these skips into a failure, so nothing is skipped there silently.
+- ``BERTFEAT_HIDE_LIVE=1`` runs the suite as if torch / transformers / sentence-transformers were not
+  installed (``make test-core``): the core suite must pass so, the live tests skip.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +23,82 @@ from __future__ import annotations
 import bertfeat  # noqa: F401,E402  isort: skip
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("BERTFEAT_SHARED", ROOT.parent / "shared")) / "data"
+TEST_DATA = ROOT / "tests" / "data"
+FULL_DATA = Path(os.environ.get("BERTFEAT_DATA", ROOT.parent / "shared" / "data"))
+STRICT = os.environ.get("BERTFEAT_STRICT", "") not in ("", "0")
+GET_FULL_DATA = ("the full SST-2 / TREC / STS Benchmark files (sources in tests/data/README.md) in ../shared/data, "
+                 "or set BERTFEAT_DATA to the folder that holds sst2/ trec/ stsb/")
+LIVE_MODULES = ("torch", "transformers", "sentence_transformers")
+if os.environ.get("BERTFEAT_HIDE_LIVE", "") not in ("", "0"):
+    # Run the suite as if torch / transformers / sentence-transformers were not installed (checks that the
+    # core suite needs none of them): importing one raises ImportError.
+    import importlib.abc
+
+    class _HideLive(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in LIVE_MODULES:
+                raise ImportError(f"{name} is hidden by BERTFEAT_HIDE_LIVE=1")
+            return None
+
+    sys.meta_path.insert(0, _HideLive())
+
+
+def missing(reason: str):
+    """The one way a test gives up on a missing optional part: skip with ``reason`` (fail under BERTFEAT_STRICT=1)."""
+    if STRICT:
+        pytest.fail(f"{reason} (BERTFEAT_STRICT=1: nothing may be skipped)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def need(module: str, install: str = 'pip install -e ".[test]"'):
+    """Import an optional library or skip: ``need("sklearn")``."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        missing(f"{module} is not installed - {install} (or make install)")
+
+
+def need_live(module: str):
+    """need() for a module of the live parity suite (torch / transformers / sentence-transformers)."""
+    return need(module, "make install (the live parity tests compare against it)")
+
+
+def need_full_data(*parts: str) -> Path:
+    """FULL_DATA / parts, or skip saying where to get it."""
+    path = FULL_DATA.joinpath(*parts)
+    if not path.exists():
+        missing(f"{path} not found - needs {GET_FULL_DATA}")
+    return path
+
+
+def _missing_live() -> list[str]:
+    import importlib.util
+
+    def gone(m):
+        try:
+            return importlib.util.find_spec(m) is None
+        except (ValueError, ImportError):  # sys.modules[m] is None (hidden) or a broken install
+            return True
+
+    return [m for m in LIVE_MODULES if gone(m)]
+
+
+def pytest_collection_modifyitems(config, items):
+    gone = _missing_live()
+    if not gone or STRICT:  # strict: let the live tests run and fail on the missing import
+        return
+    reason = f"live parity test: {', '.join(gone)} not installed - make install (or pip install torch transformers sentence-transformers)"
+    for item in items:
+        if item.get_closest_marker("live") is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def _minilm_dir() -> Path:
@@ -34,10 +119,15 @@ def minilm_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    if not SHARED.is_dir():
-        pytest.fail(f"shared data not found at {SHARED}; set BERTFEAT_SHARED to the folder that holds data/")
-    return SHARED
+def sample_data() -> Path:
+    """tests/data: the committed vocab files and samples (same layout and formats as the full data)."""
+    return TEST_DATA
+
+
+@pytest.fixture(scope="session")
+def full_data() -> Path:
+    """The full data sets (BERTFEAT_DATA, default ../shared/data), or skip saying where to get them."""
+    return need_full_data()
 
 
 def read_sst2(path: Path) -> tuple[list[str], list[int]]:
@@ -90,9 +180,9 @@ def read_stsb(path: Path) -> tuple[list[str], list[str], list[float]]:
 
 
 @pytest.fixture(scope="session")
-def real_sentences(shared_data) -> list[str]:
-    """A fixed mix of ~400 real sentences: SST-2, TREC and STSb, short and long."""
-    sst, _ = read_sst2(shared_data / "sst2" / "stsa.binary.dev")
-    trec, _ = read_trec(shared_data / "trec" / "TREC.test")
-    s1, s2, _ = read_stsb(shared_data / "stsb" / "sts-dev.csv")
+def real_sentences(sample_data) -> list[str]:
+    """A fixed mix of 400 real sentences: SST-2, TREC and STSb, short and long (from tests/data)."""
+    sst, _ = read_sst2(sample_data / "sst2" / "stsa.binary.dev")
+    trec, _ = read_trec(sample_data / "trec" / "TREC.test")
+    s1, s2, _ = read_stsb(sample_data / "stsb" / "sts-dev.csv")
     return sst[:150] + trec[:100] + s1[:75] + s2[:75]

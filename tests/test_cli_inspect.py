@@ -7,13 +7,16 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from conftest import need_live  # noqa: E402
+
+pytestmark = pytest.mark.live  # every test here compares against transformers run live
+torch = need_live("torch")
+transformers = need_live("transformers")
 
 from ckpt import expected_tokens, make_checkpoint, reference_model  # noqa: E402
 
 from bertfeat.cli import main  # noqa: E402
-from bertfeat.inspect import attention_maps, fill_mask  # noqa: E402
+from bertfeat.inspection import attention_maps, fill_mask  # noqa: E402
 
 DEFAULT_ID = "sentence-transformers/all-MiniLM-L6-v2"
 NO_HEAD = ("has no masked-language-model head (cls.predictions.*) - use a checkpoint saved with its MLM head, "

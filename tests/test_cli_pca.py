@@ -18,29 +18,11 @@ N, D = 3000, 24
 
 
 def _run_main(argv):
-    """Run the real entry point when it registers our commands, else a local app built the same way."""
-    try:
-        from bertfeat.cli import app, main
-    except ImportError:  # pragma: no cover - cli.py not there yet
-        app = main = None
-    names = {getattr(g, "name", None) for g in getattr(app, "registered_groups", [])} if app else set()
-    if main is not None and "pca" in names:
-        return main(argv)
-    import typer
+    """The real entry point (`bertfeat ARGV` in-process) -> exit code. No local stand-in app: a command
+    that is not registered in bertfeat.cli must fail here."""
+    from bertfeat.cli import main
 
-    from bertfeat.cli_pca import pca_app, report_command
-
-    local = typer.Typer()
-    local.add_typer(pca_app, name="pca")
-    local.command("report")(report_command)
-    try:
-        local(args=argv, standalone_mode=False)
-    except BertfeatError as e:
-        import sys
-
-        print(f"Error: {e.message}", file=sys.stderr)
-        return 1
-    return 0
+    return main(argv)
 
 
 @pytest.fixture(scope="module")

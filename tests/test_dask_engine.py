@@ -12,6 +12,7 @@ import csv
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -21,10 +22,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-pytest.importorskip("distributed")
+from conftest import need  # noqa: E402
+
+need("distributed", 'pip install -e ".[dask]"')
 
 from bertfeat.cli import main  # noqa: E402
-from bertfeat.dask_engine import CRASH_ENV, DaskOptions, extract_dask, require_dask  # noqa: E402
+from bertfeat.dask_engine import DaskOptions, extract_dask, require_dask  # noqa: E402
 from bertfeat.errors import BertfeatError, ResumeError  # noqa: E402
 from bertfeat.pipeline import ExtractOptions, NullProgress, extract  # noqa: E402
 
@@ -35,16 +38,9 @@ TOL = 1e-6
 
 # --------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def crash_trigger(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("crash") / "partition"
-
-
-@pytest.fixture(scope="module")
-def client(crash_trigger):
+def client():
     from distributed import Client, LocalCluster
 
-    old = os.environ.get(CRASH_ENV)
-    os.environ[CRASH_ENV] = str(crash_trigger)  # inherited by the worker processes (the hook fires only when the file exists)
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                            silence_logs=logging.ERROR)
     c = Client(cluster)
@@ -53,10 +49,6 @@ def client(crash_trigger):
     finally:
         c.close()
         cluster.close()
-        if old is None:
-            os.environ.pop(CRASH_ENV, None)
-        else:
-            os.environ[CRASH_ENV] = old
 
 
 @pytest.fixture(scope="module")
@@ -203,15 +195,40 @@ def test_pca_equals_local(client, data, tmp_path):
 
 
 # --------------------------------------------------------------------------- faults
-def test_worker_killed_mid_run(client, data, local_out, crash_trigger, tmp_path):
-    crash_trigger.write_text("2")  # the first task to encode partition 2 kills its worker half-way through its file
+class _KillBusyWorkerAfterFirst(NullProgress):
+    """As soon as one partition is encoded, SIGKILL the process of a worker that is encoding another."""
+
+    def __init__(self, client):
+        self.client, self.killed = client, None
+
+    def advance(self, rows, tokens, bytes_read):
+        if not tokens or self.killed:
+            return
+        busy = self.client.run(lambda dask_worker: (len(dask_worker.state.executing), os.getpid()))
+        for addr, (n, pid) in busy.items():
+            if n:
+                os.kill(pid, signal.SIGKILL)
+                self.killed = addr
+                return
+
+
+def test_worker_killed_mid_run(client, real_sentences, tmp_path):
+    """A worker process killed while it encodes a partition: the run finishes, every row exactly once."""
+    src = tmp_path / "one.parquet"
+    texts = real_sentences[:400]
+    pq.write_table(pa.table({"text": texts}), src)  # 7 partitions on 2 one-thread workers
+    local = tmp_path / "local.parquet"
     out = tmp_path / "dask.parquet"
-    extract_dask(_opts(data, out), DaskOptions(blocksize=None), client=client)
-    assert not crash_trigger.exists() and Path(str(crash_trigger) + ".fired").exists(), "the worker was not killed"
+    killer = _KillBusyWorkerAfterFirst(client)
+    extract_dask(_opts(src, out), DaskOptions(), killer, client=client)
+    assert killer.killed, "no worker was busy to be killed"
     rows = _read_dataset(out).column("row").to_pylist()
-    assert sorted(rows) == list(range(N_ROWS)) and len(set(rows)) == N_ROWS  # every row exactly once
+    assert rows == list(range(len(texts)))  # every row exactly once, in input order
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary file of the dead attempt
-    _assert_same_features(out, local_out)
+    extract(ExtractOptions(input=str(src), output=str(local)))
+    a, b = pq.read_table(local), _read_dataset(out)
+    assert b.schema == a.schema.remove_metadata()
+    assert np.abs(_embeddings(a) - _embeddings(b)).max() <= 1e-5  # chunks differ from partitions: padding moves ~1e-6
     _wait_idle(client)
     client.wait_for_workers(2, timeout=60)  # the nanny restarts it (may still be starting when the run ends)
     assert len(client.scheduler_info()["workers"]) == 2
@@ -285,3 +302,69 @@ def test_missing_dask_says_how_to_install(monkeypatch, capsys, tmp_path):
     src.write_text("text\nhello\n")
     assert main(["extract", str(src), "--engine", "dask"]) == 1
     assert 'Error: --engine dask needs Dask, but distributed is not installed - pip install "bertfeat[dask]"' in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- scaling
+def test_partitions_spread_over_workers(client, real_sentences, tmp_path):
+    """One small Parquet file (one row group, far under --blocksize 8MiB) on 2 one-thread workers: it is
+    cut into a few partitions per worker thread and both workers encode some (before: one partition,
+    so one worker did all the work while the other idled)."""
+    from distributed import get_task_stream
+
+    src = tmp_path / "one.parquet"
+    texts = real_sentences[:400]
+    pq.write_table(pa.table({"text": texts}), src)  # a single row group
+    out = tmp_path / "spread.parquet"
+    with get_task_stream(client) as ts:
+        s = extract_dask(_opts(src, out), DaskOptions(), client=client)
+    ran = {rec["key"]: rec["worker"] for rec in ts.data if str(rec["key"]).startswith("bertfeat-encode-")}
+    per_worker = {w: list(ran.values()).count(w) for w in set(ran.values())}
+    print("encode tasks per worker:", per_worker)
+    assert len(ran) >= 2 * 2, ran  # a few partitions per worker thread
+    assert len(per_worker) == 2 and min(per_worker.values()) >= 2, per_worker
+    rows = _read_dataset(out).column("row").to_pylist()
+    assert rows == list(range(len(texts))) and s.rows_written == len(texts)
+
+
+# --------------------------------------------------------------------------- id typing
+@pytest.mark.parametrize("kind", ["row", "int32", "int64", "string", "binary", "dictionary"])
+def test_id_types_same_on_both_engines(client, real_sentences, tmp_path, kind):
+    """Both engines write the same schema and id values for each Parquet id type (and for row numbers)."""
+    texts = real_sentences[:24]
+    n = len(texts)
+    ids = {"int32": pa.array(range(1000, 1000 + n), pa.int32()), "int64": pa.array(range(-n, 0), pa.int64()),
+           "string": pa.array([f"s{i}" for i in range(n)]), "binary": pa.array([b"b\x00%d" % i for i in range(n)]),
+           "dictionary": pa.array([f"d{i % 5}" for i in range(n)]).dictionary_encode()}
+    cols = {"text": texts} | ({"key": ids[kind]} if kind != "row" else {})
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table(cols), src)
+    kw = {} if kind == "row" else {"id_column": "key"}
+    local, out = tmp_path / "local.parquet", tmp_path / "dask.parquet"
+    extract(ExtractOptions(input=str(src), output=str(local), **kw))
+    extract_dask(ExtractOptions(input=str(src), output=str(out), **kw), DaskOptions(), client=client)
+    a, b = pq.read_table(local), _read_dataset(out)
+    name = "row" if kind == "row" else "key"
+    assert b.schema == a.schema.remove_metadata(), (a.schema.field(name), b.schema.field(name))
+    want = {"row": pa.int64(), "int32": pa.int32(), "int64": pa.int64(), "string": pa.string(), "binary": pa.binary(),
+            "dictionary": pa.string()}[kind]
+    assert a.schema.field(name).type == want
+    expected = list(range(n)) if kind == "row" else ids[kind].to_pylist()
+    assert a.column(name).to_pylist() == b.column(name).to_pylist() == expected
+
+
+def test_encoder_options_reach_every_worker(client, data, tmp_path):
+    """bertfeat.extract(..., encoder_options={...}) builds the workers' Encoders with those keywords."""
+    import bertfeat
+
+    out = tmp_path / "opts.parquet"
+    s = bertfeat.extract(data, out, engine="dask", client=client, blocksize=None, encoder_options={"max_batch_tokens": 96})
+    assert s.rows_written == N_ROWS
+
+    def budgets():
+        from bertfeat.dask_engine import _ENCODERS
+
+        return sorted(e.max_batch_tokens for e in _ENCODERS.values())
+
+    per_worker = client.run(budgets)
+    assert len(per_worker) == 2 and all(96 in b for b in per_worker.values()), per_worker
+    assert _meta(out / "part-00000.parquet") is not None

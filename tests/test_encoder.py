@@ -21,7 +21,7 @@ from ckpt import (  # noqa: F401  (make_ckpt is a fixture)
     torch_reference_rows,
     torch_threads,
 )
-from conftest import read_sst2, read_stsb
+from conftest import need, read_sst2, read_stsb
 
 COS_TOL = 0.99999
 
@@ -47,9 +47,9 @@ def torch_minilm(minilm_dir):
 
 
 @pytest.fixture(scope="module")
-def long_text(shared_data) -> str:
+def long_text(sample_data) -> str:
     """A real text of about 830 word pieces."""
-    sst, _ = read_sst2(shared_data / "sst2" / "stsa.binary.dev")
+    sst, _ = read_sst2(sample_data / "sst2" / "stsa.binary.dev")
     return " ".join(sst[150:190])
 
 
@@ -62,6 +62,7 @@ def assert_close_rows(X, R, what, abs_tol=1e-4):
 
 
 # --------------------------------------------------------------------------- 3. sentence-transformers
+@pytest.mark.live
 def test_sentence_transformers_parity(enc, minilm_dir, real_sentences, long_text):
     """all-MiniLM-L6-v2 mean + normalize == SentenceTransformer.encode(normalize_embeddings=True), including
     texts cut at the model's max_seq_length 256."""
@@ -106,15 +107,16 @@ def test_vector_does_not_depend_on_batch_neighbours_or_order(enc, real_sentences
 
 # --------------------------------------------------------------------------- poolings and layers
 @pytest.fixture(scope="module")
-def pooling_case(real_sentences, shared_data, torch_minilm):
+def pooling_case(real_sentences, sample_data, torch_minilm):
     """32 mixed texts + 8 STSb pairs with torch hidden states (max_length 256, the Encoder's default)."""
     model, tok = torch_minilm
     texts = list(real_sentences[::12])[:32]
-    s1, s2, _ = read_stsb(shared_data / "stsb" / "sts-dev.csv")
+    s1, s2, _ = read_stsb(sample_data / "stsb" / "sts-dev.csv")
     pa, pb = s1[400:408], s2[400:408]
     return texts, pa, pb, torch_reference_rows(model, tok, texts, None, 256), torch_reference_rows(model, tok, pa, pb, 256)
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("pooling", ["pooled", "cls", "mean", "max"])
 def test_every_pooling_matches_torch_pooled_by_hand(enc, pooling_case, pooling):
     texts, pa, pb, rows, pair_rows = pooling_case
@@ -126,6 +128,7 @@ def test_every_pooling_matches_torch_pooled_by_hand(enc, pooling_case, pooling):
     np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, atol=1e-6)
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("pooling", ["mean", "cls", "max"])
 def test_layer_selection_matches_torch_hidden_states(enc, pooling_case, pooling):
     texts, _, _, rows, _ = pooling_case
@@ -172,7 +175,8 @@ def test_bad_pooling_and_layer_options_are_clear(enc):
             assert w in msg, (kwargs, msg)
 
 
-def test_checkpoint_without_pooler(make_ckpt, shared_data):
+@pytest.mark.live
+def test_checkpoint_without_pooler(make_ckpt, sample_data):
     """Every pooling but 'pooled' works (and matches torch); 'pooled' says why it is unavailable."""
     from bertfeat.cli import main  # noqa: F401
 
@@ -240,6 +244,7 @@ def test_max_length_defaults(enc, make_ckpt):
         Encoder(d, max_length=600)
 
 
+@pytest.mark.live
 def test_tokenizer_json_padding_and_truncation_do_not_leak(enc, torch_minilm):
     """all-MiniLM-L6-v2's tokenizer.json pads and truncates to 128; a 200-token text keeps its 200 tokens,
     and a 3-token text is not padded."""
@@ -264,6 +269,7 @@ def test_tokenizer_json_padding_and_truncation_do_not_leak(enc, torch_minilm):
 
 
 # --------------------------------------------------------------------------- long texts
+@pytest.mark.live
 def test_long_text_modes(enc, long_text, torch_minilm):
     texts = ["short one", long_text, "another short text"]
     n_long = len(enc.tokenizer.encode([long_text], max_length=256).ids[0])
@@ -300,10 +306,10 @@ def test_long_text_modes(enc, long_text, torch_minilm):
 
 
 # --------------------------------------------------------------------------- 7. STSb
-def test_stsb_dev_spearman(enc, shared_data):
-    from scipy.stats import spearmanr
+def test_stsb_dev_spearman(enc, full_data):
+    spearmanr = need("scipy.stats").spearmanr
 
-    s1, s2, gold = read_stsb(shared_data / "stsb" / "sts-dev.csv")
+    s1, s2, gold = read_stsb(full_data / "stsb" / "sts-dev.csv")
     assert len(gold) == 1500
     unique = list(dict.fromkeys(s1 + s2))
     X = enc.encode(unique, pooling="mean", normalize=True)

@@ -1,14 +1,14 @@
 """examples/: the bundled sample, the data loaders of classify.py and sts.py, and short smoke runs.
 
 The full runs (minutes of CPU) made docs/classify.md, docs/classify.png and docs/sts.md; here the
-scripts run with --limit on a few rows, writing into a temporary directory.
+scripts run with --limit on a few rows, writing into a temporary directory. sts.py runs on the
+committed STSb sample (tests/data); the rest needs the full data sets (BERTFEAT_DATA, see conftest).
 """
 
 from __future__ import annotations
 
 import csv
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import FULL_DATA, TEST_DATA, need, need_full_data
+
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("BERTFEAT_SHARED", ROOT.parent / "shared")) / "data"
 
 
 def load(name: str):
@@ -31,9 +32,7 @@ def test_sst2_sample_is_the_documented_sample(tmp_path):
     rows = list(csv.DictReader((ROOT / "examples" / "sst2_sample.csv").open(encoding="utf-8", newline="")))
     assert len(rows) == 300 and list(rows[0]) == ["id", "label", "text"]
     assert all(r["label"] in ("0", "1") and r["text"].strip() for r in rows)
-    src = SHARED / "sst2" / "stsa.binary.train"
-    if not src.is_file():
-        pytest.skip(f"{src} not found")
+    src = need_full_data("sst2", "stsa.binary.train")
     # the file is what make_sample.py writes, and each row is its line of stsa.binary.train
     subprocess.run([sys.executable, str(ROOT / "examples" / "make_sample.py"), "--src", str(src), "-o", str(tmp_path / "s.csv")],
                    check=True, capture_output=True)
@@ -44,9 +43,8 @@ def test_sst2_sample_is_the_documented_sample(tmp_path):
 
 
 def test_classify_loaders():
-    if not SHARED.is_dir():
-        pytest.skip("../shared/data not found")
-    tasks = load("classify").load_tasks(SHARED)
+    need_full_data()
+    tasks = load("classify").load_tasks(FULL_DATA)
     sst, trec = tasks["SST-2"], tasks["TREC"]
     assert [len(sst[s][0]) for s in ("train", "test")] == [6920, 1821]
     assert [len(trec[s][0]) for s in ("train", "test")] == [5452, 500]
@@ -59,9 +57,7 @@ def test_classify_loaders():
 
 
 def test_sts_loader():
-    path = SHARED / "stsb" / "sts-dev.csv"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+    path = need_full_data("stsb", "sts-dev.csv")
     s1, s2, gold = load("sts").read_stsb(path)
     assert len(s1) == len(s2) == len(gold) == 1500
     assert gold.min() >= 0 and gold.max() <= 5
@@ -78,10 +74,9 @@ def _run(args: list[str]) -> subprocess.CompletedProcess:
 
 
 def test_classify_smoke(tmp_path):
-    if not SHARED.is_dir():
-        pytest.skip("../shared/data not found")
-    pytest.importorskip("sklearn")
-    p = _run(["examples/classify.py", "--limit", "60", "--dims", "4,8", "--data", str(SHARED), "--cache", str(tmp_path / "cache"),
+    need_full_data()
+    need("sklearn")
+    p = _run(["examples/classify.py", "--limit", "60", "--dims", "4,8", "--data", str(FULL_DATA), "--cache", str(tmp_path / "cache"),
               "--docs", str(tmp_path / "docs")])
     md = (tmp_path / "docs" / "classify.md").read_text()
     for row in ("| SST-2 | 60 / 60 |", "| TREC | 60 / 60 |"):
@@ -112,20 +107,43 @@ def test_classify_pca_is_fitted_on_train_only(monkeypatch, tmp_path):
     texts = [f"sentence number {i} is {'good' if i % 2 else 'bad'}" for i in range(50)]
     labels = np.array([i % 2 for i in range(50)])
     tasks = {"T": {"train": (texts[:40], labels[:40]), "test": (texts[40:], labels[40:])}}
-    res = mod.run(tasks, None, None, dims=(4,), poolings=(None,))
+    res = mod.run(tasks, None, dims=(4,), poolings=(None,))
     assert fitted and max(fitted) == 40 and set(fitted) <= {32, 40}  # 5-fold CV folds of 32, refits on all 40
     assert set(res["T"]) >= {"raw", 4, "_best", "_best_acc"} and res["T"]["_sizes"] == (40, 10)
 
 
 def test_sts_smoke(tmp_path):
-    path = SHARED / "stsb" / "sts-dev.csv"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    pytest.importorskip("scipy")
+    """sts.py on the first 60 pairs of the committed STSb sample: every row's Spearman is the one computed
+    here independently (bertfeat features, cosine, scipy's spearmanr), not only the published column."""
+    spearmanr = need("scipy.stats").spearmanr
+    from bertfeat import Encoder
+
+    path = TEST_DATA / "stsb" / "sts-dev.csv"
     p = _run(["examples/sts.py", "--limit", "60", "--data", str(path), "--cache", str(tmp_path / "cache"),
               "--docs", str(tmp_path / "docs")])
     md = (tmp_path / "docs" / "sts.md").read_text()
     assert "| the model's own embedding (the default) | (none) | 384 |" in md
     assert "| mean, last layer | `--pooling mean --layers -1 --normalize` | 384 |" in md
-    assert "| 86.72 |" in md and "--layer-agg concat --normalize` | 1536 |" in md
-    assert md.count("\n| ") == len(load("sts").CONFIGS) + 1  # header + one row per configuration
+    assert "--layer-agg concat --normalize` | 1536 |" in md
+    sts = load("sts")
+    assert md.count("\n| ") == len(sts.CONFIGS) + 1  # header + one row per configuration
+    table = [line.split(" | ") for line in md.splitlines() if line.startswith("| ") and not line.startswith("| features")]
+    rows = {cells[0][2:]: float(cells[3]) for cells in table}
+    assert table[0][4].strip(" |") == "86.72"  # the published number sits in the model's own embedding's row only
+    assert all(len(cells) == 5 and cells[4].strip(" |") == "" for cells in table[1:])
+    s1, s2, gold = [], [], []
+    for line in path.read_text(encoding="utf-8").splitlines()[:60]:
+        f = line.split("\t")
+        gold.append(float(f[4]))
+        s1.append(f[5])
+        s2.append(f[6])
+    enc = Encoder()
+    for label, pooling, layers, agg in sts.CONFIGS[:2] + sts.CONFIGS[-2:]:
+        a = enc.encode(s1, pooling=pooling, layers=layers, layer_agg=agg, normalize=True).astype(np.float64)
+        b = enc.encode(s2, pooling=pooling, layers=layers, layer_agg=agg, normalize=True).astype(np.float64)
+        rho = 100 * spearmanr((a * b).sum(1), gold).statistic
+        print(f"{label}: sts.py {rows[label]:.2f}, computed here {rho:.4f}")
+        assert abs(rows[label] - rho) <= 0.0051, (label, rows[label], rho)
+    assert len(set(rows.values())) > 3  # the configurations really differ
+    assert rows["the model's own embedding (the default)"] > 60  # a real model on real pairs, not noise
+    assert p.stdout.strip() and p.stdout.strip() in md  # the table printed is the table written

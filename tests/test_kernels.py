@@ -11,7 +11,9 @@ from bertfeat import kernels
 from ckpt import make_ckpt  # noqa: F401  (a fixture)
 from bertfeat.model import ACTIVATIONS_INPLACE, add_layer_norm_, additive_mask, bias_act_, layer_norm_, masked_softmax_, softmax_
 
-pytest.importorskip("numba")
+from conftest import need  # noqa: E402
+
+need("numba", "pip install numba (a base dependency)")
 
 
 @pytest.fixture()

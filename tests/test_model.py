@@ -30,6 +30,8 @@ from ckpt import (  # noqa: F401  (make_ckpt is a fixture)
 )
 from conftest import read_sst2, read_stsb, read_stsb_zh
 
+pytestmark = pytest.mark.live  # every test here but the erf grid compares against transformers' BertModel run live
+
 HIDDEN_TOL = 1e-4
 COS_TOL = 0.99999
 ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
@@ -44,14 +46,14 @@ def _one_blas_thread():
 
 
 # --------------------------------------------------------------------------- helpers
-def long_texts(shared_data, n=3, per=40) -> list[str]:
+def long_texts(sample_data, n=3, per=40) -> list[str]:
     """Real English texts far over 512 word pieces: SST-2 dev sentences joined in runs of ``per``."""
-    sst, _ = read_sst2(shared_data / "sst2" / "stsa.binary.dev")
+    sst, _ = read_sst2(sample_data / "sst2" / "stsa.binary.dev")
     return [" ".join(sst[150 + k * per: 150 + (k + 1) * per]) for k in range(n)]
 
 
-def zh_sentences(shared_data) -> tuple[list[str], list[str]]:
-    return read_stsb_zh(shared_data / "zh" / "stsb-zh-dev.csv")
+def zh_sentences(sample_data) -> tuple[list[str], list[str]]:
+    return read_stsb_zh(sample_data / "zh" / "stsb-zh-dev.csv")
 
 
 class LayerDiffs:
@@ -124,15 +126,15 @@ def minilm(minilm_dir):
 
 
 @pytest.fixture(scope="module")
-def minilm_corpus(real_sentences, shared_data, minilm):
+def minilm_corpus(real_sentences, sample_data, minilm):
     """>= 300 real single texts and 100 STSb pairs, each as (sorted, mixed): the bulk sorted by length
     (cheap torch batches), then a small mixed batch of texts over 512 tokens among short ones."""
     _, _, tok = minilm
-    longs = long_texts(shared_data)
+    longs = long_texts(sample_data)
     assert all(len(tok(t)["input_ids"]) > 600 for t in longs)
     short = sorted(real_sentences, key=len)
     singles = (short, [longs[0], short[0], longs[1], short[200], longs[2], short[-1]])
-    s1, s2, _ = read_stsb(shared_data / "stsb" / "sts-dev.csv")
+    s1, s2, _ = read_stsb(sample_data / "stsb" / "sts-dev.csv")
     order = sorted(range(200, 300), key=lambda i: len(s1[i]) + len(s2[i]))
     pairs = (([s1[i] for i in order], [s2[i] for i in order]),
              ([longs[0], s1[0], s1[1], longs[2]], [longs[1], longs[2], s2[1], s2[2]]))
@@ -186,11 +188,11 @@ NAMINGS = {
 
 
 @pytest.fixture(scope="module")
-def random_corpus(real_sentences, shared_data):
-    s1, s2, _ = read_stsb(shared_data / "stsb" / "sts-dev.csv")
-    z1, z2 = zh_sentences(shared_data)
+def random_corpus(real_sentences, sample_data):
+    s1, s2, _ = read_stsb(sample_data / "stsb" / "sts-dev.csv")
+    z1, z2 = zh_sentences(sample_data)
     assert len(z1) > 100
-    en_long = long_texts(shared_data, n=1)[0]
+    en_long = long_texts(sample_data, n=1)[0]
     zh_long = "".join(z1[300:400])
     assert len(zh_long) > 600
     return {

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bertfeat.errors import BertfeatError
+from conftest import missing, need
 from bertfeat.pca import PCA, NotFittedError, choose_solver
 
 SKLEARN_VERSION = "1.9.1"  # parity (signs, ddof, fraction rule) is pinned to this release
@@ -29,9 +30,9 @@ def _one_blas_thread():
 @pytest.fixture(scope="module")
 def sk():
     """scikit-learn, pinned: skip (with the reason) on any other version."""
-    sklearn = pytest.importorskip("sklearn", reason="scikit-learn is a test-only dependency")
+    sklearn = need("sklearn")
     if sklearn.__version__ != SKLEARN_VERSION:
-        pytest.skip(f"parity is pinned to scikit-learn {SKLEARN_VERSION}, found {sklearn.__version__}")
+        missing(f"parity is pinned to scikit-learn {SKLEARN_VERSION}, found {sklearn.__version__}")
     from sklearn.decomposition import PCA as SkPCA
 
     return SkPCA
@@ -48,7 +49,7 @@ def known_spectrum(n=1500, d=40, decay=0.8, offset=0.0, seed=0, dtype=np.float64
 @pytest.fixture(scope="module")
 def real_features(minilm_dir, real_sentences):
     """all-MiniLM-L6-v2 features (400, 384) float32 of real sentences, by bertfeat's own encoder."""
-    from bertfeat import Encoder
+    from bertfeat import Encoder  # an import error is a failure, never a quiet fallback to another encoder
 
     return Encoder(str(minilm_dir)).encode(real_sentences)
 

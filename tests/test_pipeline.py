@@ -10,7 +10,7 @@ import pytest
 from bertfeat import pipeline
 from bertfeat.encoder import Encoder
 from bertfeat.errors import BertfeatError
-from bertfeat.io import RawBatch
+from bertfeat.readers import RawBatch
 from bertfeat.pipeline import default_output, iter_chunks, manifest_differences, parse_pca, validate_batch
 from extract_util import run, tiny_model, write_csv
 
@@ -125,3 +125,41 @@ def test_parse_pca():
     for bad in ("0", "1.5", "-3", "x"):
         with pytest.raises(BertfeatError):
             parse_pca(bad)
+
+
+def test_public_extract_is_keyword_only_and_names_parameters(tmp_path):
+    """bertfeat.extract(input, output, *, ...): options by keyword only; its errors name the parameters."""
+    import inspect as _inspect
+
+    import bertfeat
+
+    sig = _inspect.signature(bertfeat.extract)
+    assert [p.name for p in sig.parameters.values() if p.kind is p.POSITIONAL_OR_KEYWORD] == ["input", "output"]
+    with pytest.raises(TypeError):
+        bertfeat.extract("in.csv", "out.parquet", None)  # text_column etc. are keyword-only
+    with pytest.raises(BertfeatError, match=r"chunk_rows=0"):
+        bertfeat.extract("in.csv", chunk_rows=0)
+    with pytest.raises(BertfeatError, match=r"engine='spark'"):
+        bertfeat.extract("in.csv", engine="spark")
+    with pytest.raises(BertfeatError, match=r"need engine='dask'"):
+        bertfeat.extract("in.csv", scheduler="tcp://x:8786")
+
+
+def test_public_extract_equals_cli(tmp_path, capsys):
+    """bertfeat.extract(...) writes what `bertfeat extract` writes (same features, same PCA)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    import bertfeat
+
+    model = tiny_model()
+    src = write_csv(tmp_path / "in.csv", ["text"], [[f"sentence number {i} about things"] for i in range(30)])
+    a, b = tmp_path / "api.parquet", tmp_path / "cli.parquet"
+    s = bertfeat.extract(src, a, model=model, pca=4)
+    rc, _, err = run(capsys, "extract", src, "-o", b, "--model", model, "--pca", "4", "-q")
+    assert rc == 0, err
+    ta, tb = pq.read_table(a), pq.read_table(b)
+    assert ta.schema.remove_metadata() == tb.schema.remove_metadata() and ta.num_rows == s.rows_written == 30
+    ea = np.array(ta.column("embedding").to_pylist())
+    assert ea.shape == (30, 4) and np.array_equal(ea, np.array(tb.column("embedding").to_pylist()))
+    assert s.outputs["pca_model"] == a.with_name("api.pca.npz") and s.outputs["pca_model"].is_file()

@@ -176,3 +176,21 @@ def test_text_inputs_and_output_containers(minilm_dir):
         as_texts(pd.DataFrame({"a": ["x"], "b": ["y"]}))
     with pytest.raises(ValueError, match="a single string"):
         TextFeatures(str(minilm_dir)).fit("just one text")
+
+
+def test_cache_encodes_each_text_once(minilm_dir, monkeypatch):
+    from bertfeat import sklearn as bsk
+
+    texts = [f"review number {i % 20} of a film" for i in range(60)]  # 60 rows, 20 distinct texts
+    tf = TextFeatures(str(minilm_dir), cache=True).fit(texts)
+    fresh = TextFeatures(str(minilm_dir)).fit_transform(texts)
+    first = tf.transform(texts[:10])
+    enc = bsk._load_encoder(str(minilm_dir), None, None, None, None)
+    seen = []
+    real_run = enc.run
+    monkeypatch.setattr(enc, "run", lambda prep, spec, max_rows=None: seen.append(prep.n_rows) or real_run(prep, spec, max_rows))
+    again = tf.transform(texts)  # 10 texts cached: only the other distinct ones are encoded, once each
+    assert len(set(texts)) == 20 and seen == [len(set(texts) - set(texts[:10]))]
+    np.testing.assert_array_equal(again[:10], first)
+    np.testing.assert_allclose(again, fresh, atol=2e-6, rtol=0)  # other batch neighbours: float32 rounding only
+    assert tf.transform(texts).shape == (60, 384) and seen == [len(set(texts) - set(texts[:10]))]  # nothing new

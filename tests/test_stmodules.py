@@ -257,7 +257,7 @@ def test_roberta_pairs_and_long_text_windows(tmp_path):
 
 
 def test_roberta_fill_mask_matches_transformers(tmp_path):
-    from bertfeat.inspect import masked_lm_logits
+    from bertfeat.inspection import masked_lm_logits
 
     d = roberta_checkpoint(tmp_path / "mlm", model_type="roberta", mlm_head=True)
     enc = Encoder(d)

@@ -24,6 +24,8 @@ from bertfeat.tokenize import pad_batch
 from ckpt import vocab_file
 from conftest import read_stsb, read_stsb_zh
 
+pytestmark = pytest.mark.live  # every test here compares against transformers' tokenizers (golden token ids: test_golden.py)
+
 # name -> (vocab, tokenizer_config.json)
 CONFIGS = {
     "uncased": ("uncased", {"do_lower_case": True}),  # bert-base-uncased: lower-case + strip accents
@@ -185,8 +187,8 @@ def assert_pairs_vs_slow(ours: Ours, slow, texts, pairs, max_length, what):
         assert differ == 0
 
 
-def zh_pairs(shared_data):
-    return read_stsb_zh(shared_data / "zh" / "stsb-zh-dev.csv")
+def zh_pairs(sample_data):
+    return read_stsb_zh(sample_data / "zh" / "stsb-zh-dev.csv")
 
 
 # --------------------------------------------------------------------------- the cases of the issue
@@ -212,8 +214,8 @@ def test_accent_options_do_what_they_say(toks):
 
 
 @pytest.mark.parametrize("name", ["chinese", "chinese_no_cjk_split"])
-def test_chinese(toks, shared_data, name):
-    a, b = zh_pairs(shared_data)
+def test_chinese(toks, sample_data, name):
+    a, b = zh_pairs(sample_data)
     assert len(a) > 200
     check_all(toks[name], a[:200] + CHINESE_EXTRA, what=f"{name} chinese")
     check_all(toks[name], a[200:260], b[200:260], what=f"{name} chinese pairs")
@@ -234,8 +236,8 @@ def test_emoji_control_characters_and_empty_strings(toks, name):
 
 @pytest.mark.parametrize("max_length", [8, 64, 512])
 @pytest.mark.parametrize("name", ["uncased", "chinese"])
-def test_very_long_inputs_are_truncated_like_transformers(toks, real_sentences, shared_data, name, max_length):
-    zh, _ = zh_pairs(shared_data)
+def test_very_long_inputs_are_truncated_like_transformers(toks, real_sentences, sample_data, name, max_length):
+    zh, _ = zh_pairs(sample_data)
     long_en = " ".join(real_sentences[:200])
     long_zh = "".join(zh[:300])
     texts = [long_en, long_zh, "word " * 3000, "😀 " * 700, "x" * 5000, long_en[:300], "short"]
@@ -247,13 +249,13 @@ def test_very_long_inputs_are_truncated_like_transformers(toks, real_sentences, 
 
 
 @pytest.mark.parametrize("max_length", [10, 16, 32, 512])
-def test_pairs_longest_first(toks, shared_data, real_sentences, max_length):
-    s1, s2, _ = read_stsb(shared_data / "stsb" / "sts-dev.csv")
+def test_pairs_longest_first(toks, sample_data, real_sentences, max_length):
+    s1, s2, _ = read_stsb(sample_data / "stsb" / "sts-dev.csv")
     # (shorter "long" texts for small max_length: tokenizers computes every overflow window of a cut pair,
     # a cross product that makes an 800-token pair cut at 10 take seconds)
     long_en = " ".join(real_sentences[:40 if max_length >= 256 else 8])
-    a = s1[500:560] + [long_en, "short", long_en, "", "x", long_en[:200]]
-    b = s2[500:560] + ["short", long_en, long_en[::-1], "", "y", "tiny"]
+    a = s1[340:400] + [long_en, "short", long_en, "", "x", long_en[:200]]
+    b = s2[340:400] + ["short", long_en, long_en[::-1], "", "y", "tiny"]
     check_all(toks["uncased"], a, b, max_length=max_length, what=f"pairs max_length={max_length}")
     t = toks["uncased"]["ours_json"].encode(a, b, max_length=max_length)
     for ids, types in zip(t.ids, t.type_ids):
@@ -261,9 +263,9 @@ def test_pairs_longest_first(toks, shared_data, real_sentences, max_length):
         assert ids[0] == 101 and ids[n0 - 1] == 102 and ids[-1] == 102 and types[-1] == 1
 
 
-def test_minilm_tokenizer_json(minilm_toks, real_sentences, shared_data):
+def test_minilm_tokenizer_json(minilm_toks, real_sentences, sample_data):
     """The real tokenizer.json of all-MiniLM-L6-v2 (with its padding/truncation at 128 ignored)."""
-    s1, s2, _ = read_stsb(shared_data / "stsb" / "sts-dev.csv")
+    s1, s2, _ = read_stsb(sample_data / "stsb" / "sts-dev.csv")
     texts = list(real_sentences) + ACCENTED + EMOJI + CONTROL + EMPTY + ENGLISH_EXTRA
     check_all(minilm_toks, texts, what="minilm")
     check_all(minilm_toks, s1[:100], s2[:100], what="minilm pairs")
@@ -367,3 +369,15 @@ def test_known_slow_fast_differences(toks, text, name, fast_tokens, slow_tokens,
     assert ours == fast == tk["ours_json"].encode([text]).ids[0].tolist()
     assert tk["fast_vocab"].convert_ids_to_tokens(fast)[1:-1] == fast_tokens
     assert tk["slow"].convert_ids_to_tokens(slow)[1:-1] == slow_tokens
+
+
+@pytest.mark.parametrize("vocab, lower", [("uncased", True), ("chinese", False), ("chinese", True)])
+def test_ckpt_tokenizer_json_without_transformers_is_what_transformers_saves(vocab, lower, monkeypatch):
+    """tests/ckpt.py writes tokenizer.json with `tokenizers` alone when transformers is absent: the same JSON."""
+    import sys
+
+    import ckpt
+
+    want = json.loads(ckpt.tokenizer_json.__wrapped__(vocab_file(vocab), lower))
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert json.loads(ckpt.tokenizer_json.__wrapped__(vocab_file(vocab), lower)) == want

@@ -18,7 +18,7 @@ from bertfeat import BertfeatError, Encoder, __version__
 from bertfeat.cli import main
 from bertfeat.errors import ConfigError, ModelNotFoundError, WeightsError
 from bertfeat.weights import canonical_name, load_weights
-from ckpt import make_checkpoint, reference_model, row_cosines
+from ckpt import make_checkpoint, n_parameters, record_tensors, row_cosines
 
 
 def small(d, **kw):
@@ -45,11 +45,20 @@ def _reshape(t, name, shape):
 
 
 def _bf16(d):
-    import torch
-    from safetensors.torch import load_file, save_file
+    """Rewrite model.safetensors in bfloat16 (no torch: bf16 is the top half of a float32, truncated)."""
+    import struct
 
-    t = load_file(str(d / "model.safetensors"))
-    save_file({k: v.to(torch.bfloat16) for k, v in t.items()}, str(d / "model.safetensors"))
+    from safetensors.numpy import load_file
+
+    header, blobs, off = {}, [], 0
+    for k, v in load_file(str(d / "model.safetensors")).items():
+        b = (np.ascontiguousarray(v, np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+        header[k] = {"dtype": "BF16", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    (d / "model.safetensors").write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 # (id, how to break a fresh 2-layer checkpoint in dir d, error type, the message starts with / contains)
@@ -151,13 +160,12 @@ def test_canonical_names(key, canonical):
 
 
 def test_float16_checkpoint_loads_as_float32(tmp_path):
-    import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.numpy import load_file, save_file
 
     d = small(tmp_path / "m")
     ref = Encoder(d).encode(["a sentence in float16", "another"])
     t = load_file(str(d / "model.safetensors"))
-    save_file({k: v.to(torch.float16) for k, v in t.items()}, str(d / "model.safetensors"))
+    save_file({k: v.astype(np.float16) for k, v in t.items()}, str(d / "model.safetensors"))
     enc = Encoder(d)
     assert all(a.dtype == np.float32 for a in (enc.weights.word, enc.weights.layers[0].qkv_w, enc.weights.pooler_w))
     X = enc.encode(["a sentence in float16", "another"])
@@ -170,19 +178,17 @@ def test_weights_are_fused_and_transposed_from_the_file(tmp_path):
     from bertfeat.config import BertConfig
 
     d = small(tmp_path / "m", prefix=True, legacy_names=True)
-    ref = reference_model(d)
     w = load_weights(d, BertConfig.from_file(d / "config.json"))
-    att = ref.encoder.layer[1].attention
-    sd = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
+    sd = record_tensors(d)  # transformers' names and (out, in) layout, drawn again from the seed, not read from the file
+    att = "encoder.layer.1.attention.self."
     np.testing.assert_array_equal(w.layers[1].qkv_w, np.concatenate(
-        [att.self.query.weight.detach().numpy().T, att.self.key.weight.detach().numpy().T,
-         att.self.value.weight.detach().numpy().T], axis=1))
+        [sd[att + "query.weight"].T, sd[att + "key.weight"].T, sd[att + "value.weight"].T], axis=1))
     np.testing.assert_array_equal(w.layers[1].up_w, sd["encoder.layer.1.intermediate.dense.weight"].T)
     np.testing.assert_array_equal(w.layers[1].ln2_g, sd["encoder.layer.1.output.LayerNorm.weight"])
     np.testing.assert_array_equal(w.layers[1].ln2_b, sd["encoder.layer.1.output.LayerNorm.bias"])
     np.testing.assert_array_equal(w.emb_ln_b, sd["embeddings.LayerNorm.bias"])
     np.testing.assert_array_equal(w.pooler_w, sd["pooler.dense.weight"].T)
-    assert w.n_params == sum(p.numel() for p in ref.parameters())
+    assert w.n_params == n_parameters(d)
 
 
 # --------------------------------------------------------------------------- the CLI
@@ -235,10 +241,55 @@ def test_info_random_checkpoint(capsys, tmp_path):
     d = small(tmp_path / "m", pooler=False, sharded=2, vocab="chinese", hidden_act="relu")
     assert main(["info", str(d), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    ref = reference_model(d)
-    assert info["parameters"] == sum(p.numel() for p in ref.parameters())
+    assert info["parameters"] == n_parameters(d)
     assert info["pooler"].startswith("no (") and "no pooler weights" in info["pooler"]
     assert info["weights_files"] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     assert info["max_length"] == 512 and info["default_pooling"].startswith("mean (default")
     assert info["tokenizer"] == "vocab.txt + tokenizer_config.json"
     assert info["config"]["vocab_size"] == 21128 and info["config"]["hidden_act"] == "relu"
+
+
+# --------------------------------------------------------------------------- unused tensors (nothing ignored silently)
+@pytest.mark.parametrize("extra, shape", [
+    ("encoder.layer.0.attention.self.rotary.weight", (8, 8)),  # an architecture we do not implement
+    ("bert.embeddings.word_embedding.weight", (16, 64)),  # a misspelt name: its real tensor is there too
+    ("pooler.dense.weight_orig", (64, 64)),
+])
+def test_unknown_tensor_is_refused_with_its_name(tmp_path, capsys, extra, shape):
+    d = small(tmp_path / "m")
+    rewrite_tensors(d, lambda t: t.update({extra: np.ones(shape, np.float32)}))
+    name = extra[len("bert."):] if extra.startswith("bert.") else extra
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.message.startswith(f"{d / 'model.safetensors'}: 1 tensor(s) that a BERT encoder does not use: '{name}' {shape} - ")
+    assert main(["info", str(d)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and f"'{name}'" in err and err.count("\n") == 1
+
+
+def test_half_a_pooler_is_refused_not_dropped(tmp_path):
+    d = small(tmp_path / "m")
+    rewrite_tensors(d, lambda t: t.pop("pooler.dense.bias"))
+    with pytest.raises(WeightsError, match=r"1 tensor\(s\) that a BERT encoder does not use: 'pooler.dense.weight' \(64, 64\)"):
+        Encoder(d)
+
+
+def test_allowed_and_other_heads_are_listed_not_refused(tmp_path):
+    """position_ids (a saved buffer) is allowed; other tasks' heads load and are listed in weights.ignored."""
+    d = small(tmp_path / "m")
+    heads = {"embeddings.position_ids": np.arange(512, dtype=np.int64)[None],
+             "cls.seq_relationship.weight": np.ones((2, 64), np.float32), "cls.seq_relationship.bias": np.zeros(2, np.float32),
+             "classifier.weight": np.ones((3, 64), np.float32)}
+    ref = Encoder(d).encode(["the same features with or without the heads"])
+    rewrite_tensors(d, lambda t: t.update(heads))
+    enc = Encoder(d)
+    assert enc.weights.ignored == ["classifier.weight", "cls.seq_relationship.bias", "cls.seq_relationship.weight"]
+    np.testing.assert_array_equal(enc.encode(["the same features with or without the heads"]), ref)
+
+
+def test_real_and_test_checkpoints_use_every_tensor(minilm_dir, tmp_path):
+    from bertfeat.config import BertConfig
+
+    assert load_weights(minilm_dir, BertConfig.from_file(minilm_dir / "config.json")).ignored == []
+    d = make_checkpoint(tmp_path / "mlm", mlm_head=True, store_decoder=True, hidden=32, heads=2, layers=1)
+    assert load_weights(d, BertConfig.from_file(d / "config.json")).ignored == []

@@ -1,4 +1,4 @@
-"""bertfeat.inspect against transformers: tokens, attention probabilities, masked-LM logits and fill-mask.
+"""bertfeat.inspection against transformers: tokens, attention probabilities, masked-LM logits and fill-mask.
 
 References are independent of bertfeat: transformers' BertTokenizerFast for tokens, BertModel with
 ``attn_implementation="eager"`` / ``output_attentions=True`` for attention, and BertForMaskedLM for the
@@ -12,14 +12,17 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from conftest import need_live  # noqa: E402
+
+pytestmark = pytest.mark.live  # every test here compares against transformers run live
+torch = need_live("torch")
+transformers = need_live("transformers")
 
 from ckpt import expected_tokens, make_checkpoint, reference_model  # noqa: E402
 
 from bertfeat.encoder import Encoder  # noqa: E402
 from bertfeat.errors import BertfeatError  # noqa: E402
-from bertfeat.inspect import (  # noqa: E402
+from bertfeat.inspection import (  # noqa: E402
     attention_maps, check_layer_head, figure_pixels, fill_mask, masked_lm_logits, plot_attention,
     save_attention_npy, tokenize_text, write_attention,
 )

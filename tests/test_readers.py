@@ -1,4 +1,4 @@
-"""bertfeat.io.Source: formats, column choice, and streaming that keeps every row in its place.
+"""bertfeat.readers.Source: formats, column choice, and streaming that keeps every row in its place.
 
 The streaming tests use tiny pyarrow blocks (a few hundred bytes) so that a small file crosses
 many block boundaries, with malformed lines before, on and after them.
@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertfeat.errors import InputError
-from bertfeat.io import Source, detect_format
+from bertfeat.readers import Source, detect_format
 
 
 def rows_of(src: Source):
