@@ -35,7 +35,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOC_ORDER = ("cli.md", "models.md", "output.md", "python.md", "sklearn.md", "inspect.md", "errors.md", "precision.md",
-             "performance.md", "dask.md", "limitations.md", "classify.md", "sts.md")
+             "performance.md", "dask.md", "testing.md", "limitations.md", "classify.md", "sts.md")
 
 
 def pages() -> list[Path]:

@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.live  # every test compares with sentence-transformers / transformers
 pytest.importorskip("sentence_transformers", reason="the parity tests compare with sentence-transformers")
 import torch  # noqa: E402
 
