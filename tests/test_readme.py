@@ -358,12 +358,17 @@ def test_readme_python_blocks(workdir: Path):
     if not (workdir / "examples" / "sst2_sample.features.parquet").exists():
         _run("bertfeat extract examples/sst2_sample.csv --pca 64 --quiet", workdir)
     blocks = [b for page in pages() for b in fenced_blocks(page.read_text(encoding="utf-8"), "python")]
+    failed = []
     for block in blocks:
         if block.startswith("# not run:"):  # e.g. needs a model that is not on this machine; the reason follows
             continue
         p = subprocess.run([sys.executable, "-c", block], cwd=workdir, env=_env(), capture_output=True, text=True,
                            timeout=300)
-        assert p.returncode == 0, f"python block failed:\n{block}\n{p.stderr[-1500:]}"
+        if p.returncode != 0 and 'precision="bf16"' in block and any(r in p.stderr for r in BF16_REFUSALS):
+            continue  # a CPU without AMX / AVX512-BF16 (or without MKL) refuses bf16 in one line, as the CLI does
+        if p.returncode != 0:  # collect them all, so one run shows every broken block
+            failed.append(f"python block failed:\n{block}\n{p.stderr[-1500:]}")
+    assert not failed, f"{len(failed)} of {len(blocks)} python blocks failed:\n\n" + "\n\n".join(failed)
 
 
 def test_readme_results_match_docs():
