@@ -313,3 +313,15 @@ def test_console_script_runs(tmp_path):
                        capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert p.returncode == 0 and p.stderr == "" and p.stdout == "", p.stderr
     assert read_table(tmp_path / "c.features.parquet").num_rows == 1
+
+
+def test_python_dash_m_runs_the_same_cli(tmp_path):
+    """`python -m bertfeat` is the bertfeat command: its help, and a failure as one `Error:` line with exit 1."""
+    ok = subprocess.run([sys.executable, "-m", "bertfeat", "--version"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert __version__ in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "bertfeat", "extract", str(tmp_path / "missing.csv")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("Error: ") and "missing.csv" in bad.stderr
+    assert "Traceback" not in bad.stderr
