@@ -212,19 +212,17 @@ def _compile() -> dict[str, Callable]:
         return out16
 
     @jit
-    def add_layer_norm_bf16_(y, b, r, g, beta, eps, out16):
-        add_layer_norm_(y, b, r, g, beta, eps)
-        yb = y.view(np.uint32)
-        for i in range(y.shape[0]):
-            row_bf16(yb[i], out16[i])
-        return y
-
-    @jit
     def to_bf16_(x, out16):
         xb = x.view(np.uint32)
         for i in range(x.shape[0]):
             row_bf16(xb[i], out16[i])
         return out16
+
+    @jit
+    def add_layer_norm_bf16_(y, b, r, g, beta, eps, out16):
+        add_layer_norm_(y, b, r, g, beta, eps)
+        to_bf16_(y, out16)
+        return y
 
     @jit
     def ctx_rows_bf16_(ctx, out16):

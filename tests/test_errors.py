@@ -304,23 +304,29 @@ def test_existing_output_needs_overwrite(tmp_path, corpus, features, model, caps
     assert (tmp_path / "r.parquet").read_bytes() == b"keep me"
 
 
-def test_rerun_after_interrupt_says_a_partial_run_exists(tmp_path, corpus, capsys, monkeypatch):
+def fail_on_write(monkeypatch, n: int, exc: BaseException):
+    """The local engine's n-th part write raises exc; returns a function that restores the real writer."""
     import bertfeat.pipeline as pipeline
 
-    out = tmp_path / "o.parquet"
     real = pipeline.PartStore.write_part
     calls = []
 
-    def interrupt(self, index, *a, **k):
+    def write_part(self, index, *a, **k):
         calls.append(index)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
+        if len(calls) == n:
+            raise exc
         return real(self, index, *a, **k)
 
-    monkeypatch.setattr(pipeline.PartStore, "write_part", interrupt)
+    monkeypatch.setattr(pipeline.PartStore, "write_part", write_part)
+    return lambda: monkeypatch.setattr(pipeline.PartStore, "write_part", real)
+
+
+def test_rerun_after_interrupt_says_a_partial_run_exists(tmp_path, corpus, capsys, monkeypatch):
+    out = tmp_path / "o.parquet"
+    restore = fail_on_write(monkeypatch, 2, KeyboardInterrupt())
     rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10")
     assert (rc, err.splitlines()[-1]) == (130, "Interrupted.")
-    monkeypatch.setattr(pipeline.PartStore, "write_part", real)
+    restore()
     parts = listing(tmp_path / "o.parquet.partial")
     rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10")
     one_line(rc, err, f"Error: a resumable partial run exists in {out}.partial - rerun the same command with --resume to "
@@ -481,24 +487,13 @@ def test_every_writing_command_with_a_failing_write(tmp_path, corpus, features, 
 
 
 def test_disk_full_while_extract_writes_a_chunk(tmp_path, corpus, capsys, monkeypatch):
-    import bertfeat.pipeline as pipeline
-
     out = tmp_path / "o.parquet"
-    real = pipeline.PartStore.write_part
-    calls = []
-
-    def full(self, index, *a, **k):
-        calls.append(index)
-        if len(calls) == 3:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, index, *a, **k)
-
-    monkeypatch.setattr(pipeline.PartStore, "write_part", full)
+    restore = fail_on_write(monkeypatch, 3, OSError(errno.ENOSPC, "No space left on device"))
     before = digest(corpus)
     rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10")
     one_line(rc, err, f"Error: {out}.partial: no space left on the device - free disk space, then rerun the same command with "
                       f"--resume (2 finished chunk(s) are kept in {out}.partial)")
-    monkeypatch.setattr(pipeline.PartStore, "write_part", real)
+    restore()
     rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10", "--resume")
     assert rc == 0, err
     assert read_table(out).num_rows == 40 and digest(corpus) == before
