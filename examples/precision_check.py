@@ -58,7 +58,7 @@ def check_sts(model, data: Path, cache: Path, all_configs: bool, limit: int | No
     return lines, ok
 
 
-def check_classify(model, data: Path, cache: Path, limit: int | None) -> tuple[list[str], bool]:
+def check_classify(model, data: Path, limit: int | None) -> tuple[list[str], bool]:
     tasks = classify.load_tasks(data)
     if limit:
         tasks = {n: {s: (x[:limit], y[:limit]) for s, (x, y) in t.items()} for n, t in tasks.items()}
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         body += lines + ["", f"STS: {'PASS' if good else 'FAIL'} (|bf16 - fp32| <= {STS_TOL})", ""]
         ok &= good
     if args.what in ("classify", "all"):
-        lines, good = check_classify(args.model, classify.DATA, ROOT / "build" / "classify", args.limit)
+        lines, good = check_classify(args.model, classify.DATA, args.limit)
         body += lines + ["", f"classify: {'PASS' if good else 'FAIL'} (|bf16 - fp32| <= {CLASSIFY_TOL} points)", ""]
         ok &= good
     text = "\n".join(head + body)
