@@ -79,10 +79,12 @@ def _compile() -> dict[str, Callable]:
     fast = {"contract", "arcp", "nsz", "afn", "reassoc"}
     jit = numba.njit(nogil=True, cache=True, error_model="numpy", fastmath=fast)
     inline = numba.njit(inline="always", error_model="numpy", fastmath=fast)
-    # The two inline helpers are module globals, not closure cells: numba keys its disk cache on the closure
-    # cells, and a jitted function in a cell pickles differently in every process, so the kernels calling
-    # them were compiled again on every run (about a second) and added an entry to the cache each time.
-    global _exp_parts, _exp_le0
+    # Every jitted function that another kernel calls is a module global, not a closure cell: numba keys its
+    # disk cache on the closure cells, and a jitted function in a cell pickles differently in every process,
+    # so the kernels calling it were compiled again on every run (2-4 s before the first batch, for the bf16
+    # kernels even under fp32, as _warm compiles them all) and added an entry to the cache each time.
+    # tests/test_kernels.py::test_a_second_process_compiles_nothing checks this.
+    global _exp_parts, _exp_le0, rne16, row_bf16, bias_gelu_erf_, add_layer_norm_, to_bf16_
 
     @inline
     def _exp_parts(y):
