@@ -55,10 +55,16 @@ def run(tree: Path, args) -> dict:
     import os
 
     env = dict(os.environ) | env
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=3600)
+    # cwd=tree: `python -c` puts the working directory first on sys.path, ahead of PYTHONPATH, so a run started
+    # in another checkout would import that checkout's bertfeat (both sides would time the same code)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=3600,
+                       cwd=tree.resolve())
     if p.returncode != 0:
         raise SystemExit(f"{tree}: {p.stderr[-2000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    res = json.loads(p.stdout.strip().splitlines()[-1])
+    if not Path(res["file"]).resolve().is_relative_to(tree.resolve()):
+        raise SystemExit(f"{tree}: the run imported {res['file']}, not this tree's bertfeat")
+    return res
 
 
 def main(argv=None) -> int:

@@ -46,10 +46,13 @@ def one_run(tree: Path, sample: Path, out: Path, cache: Path, pca: int) -> float
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    cmd = [sys.executable, "-c", "from bertfeat.cli import entry; entry()",
+    # the first line checks which bertfeat runs: `python -c` puts the working directory first on sys.path (ahead
+    # of PYTHONPATH), so the run starts in the tree itself and refuses any other tree's package
+    check = f"import bertfeat, pathlib; assert pathlib.Path(bertfeat.__file__).resolve().is_relative_to({str(tree.resolve())!r}), bertfeat.__file__"
+    cmd = [sys.executable, "-c", f"{check}\nfrom bertfeat.cli import entry; entry()",
            "extract", str(sample), "--pca", str(pca), "-o", str(out / "s.features.parquet"), "--quiet"]
     t = time.perf_counter()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tree.resolve())
     dt = time.perf_counter() - t
     if p.returncode != 0:
         raise SystemExit(f"{tree}: bertfeat extract failed ({p.returncode}):\n{p.stderr[-2000:]}")
