@@ -122,6 +122,10 @@ class Encoder:
             raise BertfeatError(f"unknown precision '{precision}'", f"choose one of {', '.join(gemm.PRECISIONS)}")
         self.precision = precision
         self.bf16_mode = gemm.require_bf16() if precision == "bf16" else None  # "amx", "avx512_bf16", "emulated"
+        if self.bf16_mode is not None:
+            from . import kernels
+
+            kernels.warm_bf16()  # their numba compile or cache load here, not in the first batch's worker threads
         self.location = location or resolve_model(model)
         self._init_kwargs = {"max_length": max_length, "max_batch_tokens": max_batch_tokens, "threads": threads,
                              "precision": precision}

@@ -241,14 +241,23 @@ def _compile() -> dict[str, Callable]:
             "to_bf16_": to_bf16_, "ctx_rows_bf16_": ctx_rows_bf16_}
 
 
+BF16_KERNELS = ("gelu_bf16", "relu_bf16", "add_layer_norm_bf16_", "to_bf16_", "ctx_rows_bf16_")
+
+
 def _warm(k: dict[str, Callable]) -> None:
-    """Compile (or load from cache) every kernel now, once, not inside a worker thread."""
+    """Compile (or load from cache) the fp32 kernels now, once, not inside a worker thread."""
     u = np.zeros((2, 8), dtype=np.float32)
     v = np.zeros(8, dtype=np.float32)
     k["gelu"](u, v)
     k["relu"](u, v)
     k["add_layer_norm_"](u, v, u.copy(), v, v, 1e-12)
     k["masked_softmax_"](np.zeros((1, 2, 3, 3), np.float32), np.float32(0.5), np.zeros((1, 1, 1, 3), np.float32))
+
+
+def _warm_bf16(k: dict[str, Callable]) -> None:
+    """The bf16 kernels likewise, only for a bf16 model (a first fp32 run does not compile them: 1.5 s here)."""
+    u = np.zeros((2, 8), dtype=np.float32)
+    v = np.zeros(8, dtype=np.float32)
     u16 = np.zeros((2, 8), dtype=np.uint16)
     k["gelu_bf16"](u, v, u16)
     k["relu_bf16"](u, v, u16)
@@ -275,8 +284,18 @@ def use(backend: str | None = None) -> str:
                 if backend == "numba":
                     raise
                 want = "numpy"
-        _state["backend"], _state["kernels"] = want, kernels
+        _state["backend"], _state["kernels"], _state["bf16_warm"] = want, kernels, False
         return want
+
+
+def warm_bf16() -> None:
+    """Compile (or load) the bf16 kernels now, in the calling thread (Encoder(precision="bf16") calls this at load)."""
+    _ensure()
+    with _lock:
+        k = _state["kernels"]
+        if k and not _state.get("bf16_warm"):
+            _warm_bf16(k)  # type: ignore[arg-type]
+            _state["bf16_warm"] = True
 
 
 def _ensure() -> None:
