@@ -66,12 +66,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__
-from .errors import BertfeatError, InputError, ResumeError
+from .errors import BertfeatError, InputError
+from .jobcore import (check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca, read_manifest,
+                      table_counts)
 from .readers import Source, detect_format, normalize_encoding
-from .pipeline import (BAD_ROW_POLICIES, ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
-                       encode_chunk, parse_pca, parquet_id_type, pca_n_components, provenance, table_counts, publish_rejects,
-                       validate_batch, _atomic_write_text, _matrix)
+from .pipeline import (ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
+                       encode_chunk, parquet_id_type, provenance, publish_rejects, validate_batch, _atomic_write_text)
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -464,11 +464,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     path = out_dir / part_name(part.index, ctx.width)
     stats = {"index": part.index, "first_row": first_row, "rows_read": len(raw.rows), "rows_written": 0, "rows_truncated": 0,
              "rows_chunked": 0, "tokens": 0, "tokens_dropped": 0, "rejects": [], "run": ctx.run_key}
-    pca = None
-    if ctx.n_components is not None:
-        from .pca import PCA
-
-        pca = PCA(n_components=pca_n_components(ctx.n_components), solver="covariance", precision="float64")
+    pca = new_pca(ctx.n_components) if ctx.n_components is not None else None
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
         return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
     writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and pca is None)
@@ -484,7 +480,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
             stats["rejects"] += rejects
             if not table.num_rows:
                 continue
-            X = _matrix(table)
+            X = feature_matrix(table)
             n_tok = table.column("n_tokens").to_numpy()
             trunc = table.column("truncated").to_numpy(zero_copy_only=False)
             n_ch = table.column("n_chunks").to_numpy()
@@ -524,12 +520,10 @@ def read_part_stats(path: Path) -> dict | None:
 
 def partition_statistics(path: str, n_components) -> object:
     """Task (--pca, resumed partition): the PCA statistics of a full-width part already on disk."""
-    from .pca import PCA
-
-    pca = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
+    pca = new_pca(n_components)
     for batch in pq.ParquetFile(path).iter_batches(batch_size=8192, columns=["embedding"]):
         if batch.num_rows:
-            pca.partial_fit(_matrix(pa.Table.from_batches([batch])))
+            pca.partial_fit(feature_matrix(pa.Table.from_batches([batch])))
     return pca
 
 
@@ -553,7 +547,7 @@ def reduce_partition(index: int, ctx: TaskContext, pca_path: str, meta: dict) ->
     src = Path(ctx.out_dir) / FULL_DIR / part_name(index, ctx.width)
     t = pq.read_table(src)
     part = json.loads(t.schema.metadata[b"bertfeat"])
-    X = _matrix(t)
+    X = feature_matrix(t)
     if len(X):
         X = pca.transform(X).astype(np.float32)
     w = _writer(Path(ctx.out_dir) / part_name(index, ctx.width), int(pca.n_components_), ctx, meta, ctx.wide)
@@ -649,8 +643,19 @@ def _resumed_value(partial: Path, key: str):
         return None
 
 
-def _results(client, futures: dict, on_result):
-    """Gather futures as they finish; a task's error becomes the run's error."""
+def _in_flight(client, futures: dict) -> int:
+    """How many of these tasks are in flight: on a worker, running or next in its queue (the scheduler's
+    view; 0 if it cannot say)."""
+    keys = {f.key for f in futures if not f.done()}
+    try:
+        return sum(1 for ks in client.processing().values() for k in ks if k in keys)
+    except Exception:  # pragma: no cover - a scheduler going away: the next result says so
+        return 0
+
+
+def _results(client, futures: dict, on_result, progress=None):
+    """Gather futures as they finish; a task's error becomes the run's error. With ``progress`` (an object
+    with a ``parts`` method), report the tasks done and in flight after each one."""
     from distributed import as_completed
     from distributed.client import FutureCancelledError
 
@@ -658,6 +663,10 @@ def _results(client, futures: dict, on_result):
         from distributed.scheduler import KilledWorker
     except ImportError:  # pragma: no cover
         KilledWorker = ()  # type: ignore
+    show = getattr(progress, "parts", None)
+    done = 0
+    if show is not None:
+        show(0, _in_flight(client, futures), len(futures))
     for fut in as_completed(list(futures)):
         key = futures[fut]
         try:
@@ -669,6 +678,9 @@ def _results(client, futures: dict, on_result):
             raise BertfeatError(f"partition {key}: the task was cancelled (the cluster went away?)", "rerun with --resume") from None
         on_result(key, res)
         fut.release()
+        if show is not None:
+            done += 1
+            show(done, _in_flight(client, futures), len(futures))
 
 
 def _check_output(out: Path):
@@ -683,16 +695,12 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     dopts = dopts or DaskOptions()
     progress = progress or NullProgress()
     t0 = time.perf_counter()
-    if opts.on_bad_row not in BAD_ROW_POLICIES:
-        raise BertfeatError(f"unknown --on-bad-row '{opts.on_bad_row}'", "choose error or skip")
+    n_components = check_job_options(opts)
     if opts.input == "-":
         raise BertfeatError("--engine dask cannot read standard input", "write the input to a file (Parquet is best), or use --engine local")
     if (opts.format or "parquet") != "parquet" or (opts.output and Path(opts.output).suffix.lower() in (".npy", ".csv")):
         raise BertfeatError("--engine dask writes a Parquet dataset (a directory of part files)",
                             "drop --format/-o .npy/.csv, or use --engine local")
-    if opts.threads is not None and opts.threads < 1:
-        raise BertfeatError(f"--threads {opts.threads} is out of range", "give 1 or more (default: a host's cores / its task slots)")
-    n_components = parse_pca(opts.pca)
     blocksize = parse_blocksize(dopts.blocksize)
 
     src_cls = FsspecSource if _is_url(opts.input) else Source
@@ -740,13 +748,8 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
             target = PARTS_PER_THREAD * cluster_slots(client)
         parts = plan_partitions(src, fs, files, blocksize, target)
         width = max(5, len(str(len(parts) - 1)))
-        manifest = {
-            "bertfeat_version": __version__, "engine": "dask", "fingerprint": fingerprint, "input": src.identity(),
-            "text_column": src.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
-            "encoding": src.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows, "pca": opts.pca,
-            "wide": opts.wide, "blocksize": blocksize, "split_target": target, "partitions": len(parts),
-            **({"encoder_options": opts.encoder_options} if opts.encoder_options else {}),
-        }
+        manifest = job_manifest(src, opts, fingerprint, engine="dask", blocksize=blocksize, split_target=target,
+                                partitions=len(parts))
         counts = _open_partial(partial, manifest, opts.resume)
         opened = True
         client.register_plugin(EncoderPlugin(encoder.location, opts.model, encoder_kwargs, encoder.weights_sha256,
@@ -794,11 +797,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         for st in done.values():
             progress.advance(st["rows_read"], 0, 0)
         results: dict[int, dict] = dict(done)
-        merged = None
-        if n_components is not None:
-            from .pca import PCA
-
-            merged = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
+        merged = new_pca(n_components) if n_components is not None else None
 
         def on_encoded(i, st):
             nonlocal merged
@@ -823,7 +822,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
             else:
                 on_encoded(i, res)
 
-        _results(client, futures, on_any)
+        _results(client, futures, on_any, progress)
         futures = {}
 
         for i in sorted(results):
@@ -835,13 +834,10 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         outputs: dict = {}
 
         if n_components is not None:  # fit on the client, then pass 2 on the cluster
-            if summary.rows_written < 2:
-                raise BertfeatError(f"--pca needs at least 2 feature rows, this run has {summary.rows_written}", "drop --pca or add rows")
             pca = merged
-            pca.finalize()
-            outputs.update(_write_pca(pca, out, fingerprint))
-            final_meta["pca"] = meta["pca"] = {"n_components": int(pca.n_components_), "model_file": outputs["pca_model"].name,
-                                                "explained_variance": float(np.sum(pca.explained_variance_ratio_))}
+            pca_outputs, final_meta["pca"] = finish_pca(pca, summary.rows_written, out, fingerprint)
+            meta["pca"] = final_meta["pca"]
+            outputs.update(pca_outputs)
             progress.note(f"PCA: {pca.n_components_} components; writing the reduced features")
             pca_path = pca.save(partial / PCA_FILE, fingerprint=fingerprint)
             futures = {client.submit(reduce_partition, p.index, ctx, str(pca_path), meta, key=f"bertfeat-reduce-{p.index}-{tag}",
@@ -890,12 +886,8 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
     """Start or continue OUTPUT.partial/; returns the partition row counts when a resumed run knows them."""
     mpath = partial / MANIFEST
     if resume and mpath.is_file():
-        old = json.loads(mpath.read_text())
-        diffs = [f"{k}: {old.get(k)!r} -> {manifest.get(k)!r}" for k in manifest
-                 if json.dumps(old.get(k), sort_keys=True, default=str) != json.dumps(manifest.get(k), sort_keys=True, default=str)]
-        if diffs:
-            raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
-                              "rerun with --overwrite instead of --resume to start over, or use the original settings")
+        old = read_manifest(mpath)
+        check_resume(old, manifest)
         if old.get("partition_rows") is not None:
             manifest["partition_rows"] = old["partition_rows"]
             return list(old["partition_rows"])
@@ -905,17 +897,6 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
     partial.mkdir(parents=True)
     _atomic_write_text(mpath, json.dumps(manifest, indent=2, sort_keys=True, default=str))
     return None
-
-
-def _write_pca(pca, out: Path, fingerprint: dict) -> dict:
-    """The PCA model file and report, at the local engine's paths (beside OUTPUT)."""
-    from .report import write_pca_report
-
-    stem = out.with_suffix("")
-    pca_path = stem.with_name(stem.name + ".pca.npz")
-    pca.save(pca_path, fingerprint=fingerprint)
-    report_paths = write_pca_report(pca, stem.with_name(stem.name + ".pca"), source=fingerprint)
-    return {"pca_model": pca_path, **{f"pca_report_{k}": v for k, v in report_paths.items()}}
 
 
 def _finish(partial: Path, out: Path, meta: dict):

@@ -7,8 +7,10 @@ local engine below and the Dask engine (dask_engine.py) both call it.
 Local engine: a background thread reads, validates and tokenizes chunk k+1 while the model
 encodes chunk k. Each finished chunk is written atomically as a part file under
 ``OUTPUT.partial/`` with a manifest of the settings, so ``--resume`` after Ctrl-C or kill -9
-continues from the last completed chunk. At the end the parts are streamed into the output
-(temporary file, then rename) and the partial directory is removed.
+continues from the last completed chunk. Each chunk's counts and PCA statistics are taken while its
+table is in memory; at the end the PCA is fitted, the parts are read back once and streamed into the
+output (temporary file, then rename) and the partial directory is removed. The rules both engines share
+(options, manifest and resume, counts, the PCA's fit and files) are in jobcore.py.
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ import pyarrow.parquet as pq
 
 from . import __version__, gemm
 from .encoder import Encoder, FeatureSpec, LongTextError
-from .errors import BertfeatError, InputError, ResumeError
+from .errors import BertfeatError, InputError
+from .jobcore import (COUNT_KEYS, check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca,
+                      read_manifest, table_counts)
 from .readers import RawBatch, Source
 from .threads import read_ahead
 
 OUTPUT_FORMATS = ("parquet", "npy", "csv")
-BAD_ROW_POLICIES = ("error", "skip")
 DEFAULT_CHUNK_ROWS = 2048
 READ_AHEAD_CHUNKS = 2  # tokenized chunks waiting for the model (bounds the memory of the read-ahead)
 
@@ -313,6 +316,7 @@ class NullProgress:
     def start(self, total_rows: int | None, total_bytes: int | None): ...
     def advance(self, rows: int, tokens: int, bytes_read: int): ...
     def note(self, message: str): ...
+    def parts(self, done: int, in_flight: int, total: int): ...  # Dask: partitions finished / on workers now / in all
     def stop(self): ...
 
 
@@ -351,24 +355,6 @@ def output_format(output: Path | None, fmt: str | None) -> str:
     return "parquet"
 
 
-ALL_COMPONENTS = "all"  # --pca 1.0 / all: keep every component (PCA(n_components=None))
-
-
-def parse_pca(value: str | None):
-    """--pca: None (no PCA), a count, a fraction, or ALL_COMPONENTS; the same parser as `pca fit -n` (specs.py)."""
-    if value is None or value == "":
-        return None
-    from .specs import parse_pca_spec
-
-    n = parse_pca_spec(value, "--pca")
-    return ALL_COMPONENTS if n is None else n
-
-
-def pca_n_components(n):
-    """parse_pca's value -> PCA's n_components (None keeps every component)."""
-    return None if n == ALL_COMPONENTS else n
-
-
 # --------------------------------------------------------------------------- resume state
 class PartStore:
     """OUTPUT.partial/: a manifest plus one atomically written Parquet part per finished chunk."""
@@ -383,14 +369,7 @@ class PartStore:
     def open(self, manifest: dict, resume: bool) -> set[int]:
         """Start or continue: returns the indices of chunks already done."""
         if self.dir.exists() and resume and self.manifest_path.is_file():
-            try:
-                old = json.loads(self.manifest_path.read_text())
-            except (OSError, ValueError):
-                old = {}
-            diffs = manifest_differences(old, manifest)
-            if diffs:
-                raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
-                                  "rerun with --overwrite instead of --resume to start over, or use the original settings")
+            check_resume(read_manifest(self.manifest_path), manifest)
             return {int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet")}
         if self.dir.exists():
             shutil.rmtree(self.dir)
@@ -414,46 +393,6 @@ class PartStore:
 
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-_LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights_sha256": "model weights sha256",
-           "layers": "layers", "layer_agg": "layer aggregation", "normalize": "normalize", "max_length": "max length",
-           "long_text": "long text", "stride": "stride", "pooling": "pooling", "text_column": "text column",
-           "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "on_bad_row": "on bad row",
-           "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide"}
-
-
-def manifest_differences(old: dict, new: dict) -> list[str]:
-    """What differs between the manifest of the interrupted run and this run's, in words."""
-    out = []
-    for k in new:
-        a, b = old.get(k), new.get(k)
-        if a == b:
-            continue
-        if k == "input":
-            out += _input_differences(a or {}, b or {})
-        else:
-            out.append(f"{_LABELS.get(k, k)}: {a!r} -> {b!r}")
-    return out
-
-
-def _input_differences(a: dict, b: dict) -> list[str]:
-    if a.get("path") != b.get("path") or a.get("format") != b.get("format"):
-        return [f"input: {a.get('path')!r} -> {b.get('path')!r}"]
-    fa = {f["path"]: f for f in a.get("files", [])}
-    fb = {f["path"]: f for f in b.get("files", [])}
-    out = []
-    for path in sorted(set(fa) | set(fb)):
-        x, y = fa.get(path), fb.get(path)
-        if x is None:
-            out.append(f"input file added: {path}")
-        elif y is None:
-            out.append(f"input file removed: {path}")
-        elif x["size"] != y["size"]:
-            out.append(f"input file changed: {path} (size {x['size']} -> {y['size']} bytes)")
-        elif x["mtime_ns"] != y["mtime_ns"]:
-            out.append(f"input file changed: {path} (modified since the interrupted run)")
-    return out or ["input changed"]
 
 
 def _fsync_file(path: Path):
@@ -512,9 +451,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     """Run the whole job; returns the summary. Raises BertfeatError on bad input or settings."""
     progress = progress or NullProgress()
     t0 = time.perf_counter()
-    if opts.on_bad_row not in BAD_ROW_POLICIES:
-        raise BertfeatError(f"unknown --on-bad-row '{opts.on_bad_row}'", "choose error or skip")
-    n_components = parse_pca(opts.pca)
+    n_components = check_job_options(opts)
     if opts.resume and opts.input == "-":
         raise BertfeatError("--resume cannot continue a run that read standard input", "write the input to a file first")
     if opts.input == "-" and not opts.output:
@@ -530,8 +467,6 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError(f"the output {out_path} is the input file", "pass -o with another file name")
     if opts.wide and fmt == "npy":
         raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
-    if opts.threads is not None and opts.threads < 1:
-        raise BertfeatError(f"--threads {opts.threads} is out of range", "give 1 or more (default: all cores)")
     from .safety import check_extract_outputs
     from .specs import check_max_length, check_output_format, check_size
 
@@ -549,13 +484,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     if opts.threads:
         encoder.threads = int(opts.threads)
     spec, id_name, fingerprint = feature_settings(encoder, opts, n_components)
-    manifest = {
-        "bertfeat_version": __version__, **fingerprint, "input": source.identity(),
-        "text_column": source.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
-        "encoding": source.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows,
-        "pca": opts.pca, "format": fmt, "wide": opts.wide,
-        **({"encoder_options": opts.encoder_options} if opts.encoder_options else {}),
-    }
+    manifest = job_manifest(source, opts, fingerprint, format=fmt)
     store = PartStore(out_path)
     try:
         done = store.open(manifest, opts.resume)
@@ -571,17 +500,28 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     progress.start(source.total_rows, source.total_bytes)
     items = read_ahead(_prepared_chunks(source, opts, encoder, spec, done), READ_AHEAD_CHUNKS, name="bertfeat-reader")
     order: list[int] = []
+    rejects: dict[int, list[dict]] = {}
+    pca = new_pca(n_components) if n_components is not None else None
+
+    def account(index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int):
+        """A finished unit's counts, rejects and PCA statistics, taken while its table is in memory."""
+        order.append(index)
+        rejects[index] = chunk_rejects
+        summary.add({"rows_read": n_read, **table_counts(table, spec.max_length)})
+        if pca is not None and table.num_rows:
+            pca.partial_fit(feature_matrix(table))
+
     try:
         for item in items:
-            if item[0] == "done":
+            if item[0] == "done":  # finished by the interrupted run: its part is read once, here
                 _, index, bytes_read, n = item
-                order.append(index)
+                account(index, *store.read_part(index))
                 progress.advance(n, 0, bytes_read)
                 continue
             pc: PreparedChunk = item[1]
             table = chunk_table(encoder, spec, pc, id_name)
             store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read)
-            order.append(pc.chunk.index)
+            account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read)
             tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
             progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
     except BertfeatError:
@@ -606,8 +546,9 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     summary.rows_multiline = getattr(source, "multiline_rows", 0)
 
     try:
+        summary.rows_rejected = sum(len(r) for r in rejects.values())
         summary.outputs = finalize(store, sorted(order), out_path, fmt, opts, encoder, spec, fingerprint, source, summary,
-                                   n_components, id_name)
+                                   pca, [r for i in sorted(rejects) for r in rejects[i]], id_name)
     except BertfeatError:
         store.remove()  # e.g. --pca does not fit the data: a rerun with other settings starts over anyway
         raise
@@ -666,55 +607,18 @@ def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: S
     }
 
 
-COUNT_KEYS = ("rows_written", "rows_truncated", "rows_chunked", "tokens", "tokens_dropped")
-
-
-def table_counts(t: pa.Table, max_length: int) -> dict:
-    """A feature table's counts, on both engines: rows written, truncated and chunked, tokens and dropped tokens."""
-    n_tok = t.column("n_tokens").to_numpy()
-    trunc = t.column("truncated").to_numpy(zero_copy_only=False)
-    return {"rows_written": t.num_rows, "rows_truncated": int(trunc.sum()),
-            "rows_chunked": int((t.column("n_chunks").to_numpy() > 1).sum()), "tokens": int(n_tok.sum()),
-            "tokens_dropped": int(np.maximum(n_tok[trunc] - max_length, 0).sum())}
-
-
 def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts: ExtractOptions, encoder: Encoder,
-             spec: FeatureSpec, fingerprint: dict, source: Source, summary: ExtractSummary, n_components, id_name: str) -> dict:
-    """Stream the parts into the output file(s) (and the PCA), then remove the partial directory."""
+             spec: FeatureSpec, fingerprint: dict, source: Source, summary: ExtractSummary, pca, rejects: list[dict],
+             id_name: str) -> dict:
+    """Fit the accumulated PCA, then stream the parts (each read once) into the output file(s); remove the
+    partial directory. The counts and the PCA statistics were taken as each part was made."""
     from .features import FeatureWriter
 
-    rejects: list[dict] = []
-    for i in order:  # counts first: they go into the provenance
-        t, rj, n_read = store.read_part(i)
-        rejects += rj
-        summary.rows_read += n_read
-        summary.add(table_counts(t, spec.max_length))
-    summary.rows_rejected = len(rejects)
     meta = provenance(encoder, spec, fingerprint, source, opts, summary)
     outputs: dict[str, Path] = {}
-
-    pca = None
-    if n_components is not None:
-        from .pca import PCA
-
-        if summary.rows_written < 2:
-            raise BertfeatError(f"--pca needs at least 2 feature rows, this run has {summary.rows_written}", "drop --pca or add rows")
-        pca = PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
-        for i in order:
-            t, _, _ = store.read_part(i)
-            if t.num_rows:
-                pca.partial_fit(_matrix(t))
-        pca.finalize()
-        stem = out_path.with_suffix("")
-        pca_path = stem.with_name(stem.name + ".pca.npz")
-        pca.save(pca_path, fingerprint=fingerprint)
-        from .report import write_pca_report
-
-        report_paths = write_pca_report(pca, stem.with_name(stem.name + ".pca"), source=fingerprint)
-        outputs["pca_model"] = pca_path
-        outputs.update({f"pca_report_{k}": v for k, v in report_paths.items()})
-        meta["pca"] = {"n_components": int(pca.n_components_), "model_file": pca_path.name,
-                       "explained_variance": float(np.sum(pca.explained_variance_ratio_))}
+    if pca is not None:
+        pca_outputs, meta["pca"] = finish_pca(pca, summary.rows_written, out_path, fingerprint)
+        outputs.update(pca_outputs)
 
     dim = pca.n_components_ if pca is not None else encoder.output_dim(spec)
     id_type = pa.int64() if opts.id_column is None else pa.string()
@@ -732,7 +636,7 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
     with writer:
         for i in order:
             t, _, _ = store.read_part(i)
-            X = _matrix(t)
+            X = feature_matrix(t)
             if pca is not None and len(X):
                 X = pca.transform(X).astype(np.float32)
             writer.write(t.column(id_name).to_pylist(), X,
@@ -749,10 +653,3 @@ def parquet_id_type(schema: pa.Schema, id_column: str) -> pa.DataType:
     (int32 stays int32, binary stays binary), a dictionary column's value type."""
     t = schema.field(id_column).type
     return t.value_type if pa.types.is_dictionary(t) else t
-
-
-def _matrix(t: pa.Table) -> np.ndarray:
-    """The embedding column of a part -> (m, D) float32."""
-    col = t.column("embedding").combine_chunks()
-    D = col.type.list_size
-    return col.values.to_numpy(zero_copy_only=False).reshape(-1, D)

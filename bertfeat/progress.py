@@ -47,6 +47,10 @@ class RichProgress:
     def note(self, message):
         self.console.print(message, markup=False, highlight=False)
 
+    def parts(self, done, in_flight, total):
+        if self._p is not None:
+            self._p.update(self._task, description=f"{self.label} {parts_text(done, in_flight, total)}")
+
     def stop(self):
         if self._p is not None:
             self._p.stop()
@@ -67,6 +71,7 @@ class LogProgress:
         self.rows = self.tokens = self.bytes = 0
         self.t0 = self.last = time.perf_counter()
         self._reported = None
+        self._parts = ""
         self._stopped = False
         size = f"{total_rows:,} rows" if total_rows is not None else (f"{total_bytes:,} bytes" if total_bytes else "unknown size")
         self._line(f"started ({size})")
@@ -94,15 +99,24 @@ class LogProgress:
             pct = f" ({100 * self.bytes / self.total_bytes:.1f}% of bytes)"
         else:
             pct = ""
-        self._line(f"{self.rows:,} rows{pct}, {_rate(self.rows, dt):,.0f} rows/s, {_rate(self.tokens, dt):,.0f} tokens/s, {dt:,.0f}s elapsed")
+        self._line(f"{self.rows:,} rows{pct}, {_rate(self.rows, dt):,.0f} rows/s, {_rate(self.tokens, dt):,.0f} tokens/s, "
+                   f"{dt:,.0f}s elapsed{self._parts}")
 
     def note(self, message):
         self._line(message)
+
+    def parts(self, done, in_flight, total):
+        self._parts = f", {parts_text(done, in_flight, total)}"
 
     def stop(self):
         if not self._stopped:
             self._stopped = True
             self._report(time.perf_counter())
+
+
+def parts_text(done: int, in_flight: int, total: int) -> str:
+    """The Dask engine's partitions: "3/16 parts done, 2 in flight" (in flight: on a worker, running or next in its queue)."""
+    return f"{done}/{total} parts done, {in_flight} in flight"
 
 
 def make_progress(console: Console, quiet: bool, label: str = "extract"):

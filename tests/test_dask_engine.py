@@ -118,9 +118,25 @@ def _assert_same_features(dask_out: Path, local_out: Path, id_name="row"):
 
 
 # --------------------------------------------------------------------------- equality with the local engine
+class _Parts(NullProgress):
+    """Records the engine's parts(done, in_flight, total) reports."""
+
+    def __init__(self):
+        self.calls = []
+
+    def parts(self, done, in_flight, total):
+        self.calls.append((done, in_flight, total))
+
+
 def test_parquet_features_equal_local(client, data, local_out, tmp_path):
     out = tmp_path / "dask.features.parquet"
-    s = extract_dask(_opts(data, out), DaskOptions(blocksize=None), client=client)
+    rec = _Parts()
+    s = extract_dask(_opts(data, out), DaskOptions(blocksize=None), rec, client=client)
+    # progress: parts done and in flight, from none done to all done with nothing in flight
+    assert [d for d, _, _ in rec.calls] == list(range(N_PARTS + 1)) and {t for _, _, t in rec.calls} == {N_PARTS}
+    assert rec.calls[-1] == (N_PARTS, 0, N_PARTS)
+    assert all(0 <= r <= N_PARTS - d for d, r, _ in rec.calls), rec.calls
+    assert max(r for _, r, _ in rec.calls) >= 1
     parts = sorted(p.name for p in out.iterdir())
     assert parts == ["_bertfeat.json"] + [f"part-{i:05d}.parquet" for i in range(N_PARTS)]
     _assert_same_features(out, local_out)
@@ -254,9 +270,16 @@ def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_
         done.pop().unlink()
     before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in done}
 
-    with pytest.raises(ResumeError, match="pooling"):  # other settings are refused, and the parts kept
+    with pytest.raises(ResumeError, match="pooling") as dask_err:  # other settings are refused, and the parts kept
         extract_dask(_opts(data, out, pooling="cls", resume=True), DaskOptions(blocksize=None), client=client)
     assert {p.name for p in partial.glob("part-*.parquet")} == set(before)
+    # the local engine refuses the same change in the same words: one resume rule (jobcore.check_resume)
+    lout = tmp_path / "local.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        extract(_opts(data, lout, chunk_rows=64), _InterruptAfterFirst())
+    with pytest.raises(ResumeError) as local_err:
+        extract(_opts(data, lout, chunk_rows=64, pooling="cls", resume=True))
+    assert str(local_err.value) == str(dask_err.value)
 
     s = extract_dask(_opts(data, out, resume=True), DaskOptions(blocksize=None), client=client)
     assert s.chunks_resumed == len(before)

@@ -11,7 +11,8 @@ from bertfeat import pipeline
 from bertfeat.encoder import Encoder
 from bertfeat.errors import BertfeatError
 from bertfeat.readers import RawBatch
-from bertfeat.pipeline import default_output, iter_chunks, manifest_differences, parse_pca, validate_batch
+from bertfeat.jobcore import manifest_differences, parse_pca
+from bertfeat.pipeline import default_output, iter_chunks, validate_batch
 from extract_util import run, tiny_model, write_csv
 
 

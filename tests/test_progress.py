@@ -81,6 +81,25 @@ def test_periodic_log_lines():
     # the closing line is not repeated when nothing moved since the last periodic line
 
 
+def test_dask_parts_in_the_lines_and_the_bar():
+    """The Dask engine's parts(done, in_flight, total): in each log line after it, and in the bar's label."""
+    buf = io.StringIO()
+    p = LogProgress(Console(file=buf, width=200), every=0.0)
+    p.start(total_rows=20, total_bytes=None)
+    p.parts(0, 2, 4)
+    p.advance(10, 100, 0)
+    p.parts(1, 2, 4)
+    p.advance(10, 100, 0)
+    lines = buf.getvalue().splitlines()
+    assert re.fullmatch(r"bertfeat extract: 10 rows \(50\.0%\), .*elapsed, 0/4 parts done, 2 in flight", lines[1]), lines[1]
+    assert lines[2].endswith("elapsed, 1/4 parts done, 2 in flight"), lines[2]
+    bar = RichProgress(Console(file=io.StringIO(), force_terminal=True), "extract")
+    bar.start(total_rows=20, total_bytes=None)
+    bar.parts(3, 1, 4)
+    assert bar._p.tasks[0].description == "extract 3/4 parts done, 1 in flight"
+    bar.stop()
+
+
 def test_quiet_prints_nothing(tmp_path, capsys, terminal):
     src = _corpus(tmp_path)
     rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")

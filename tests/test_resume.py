@@ -216,3 +216,35 @@ def test_temporaries_of_a_killed_writer_are_cleaned_up(tmp_path, capsys):
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.npy", "--model", tiny_model(), "--id-column", "id")
     assert rc == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.tmp-4242", "c.csv", "o.ids.csv", "o.npy", "o.npy.json"]
+
+
+def test_parts_are_read_back_once(tmp_path, capsys, monkeypatch):
+    """Counts and PCA statistics are taken while each chunk's table is in memory, so the output is written
+    reading every part once (it was three times: counts, PCA fit, transform); a resumed run reads each part
+    the interrupted run finished once more, for its counts and statistics. Resumed or not, the same output."""
+    import bertfeat.pipeline as pipeline
+
+    src = corpus(tmp_path / "c.csv", 40)
+    args = ["--model", tiny_model(), "--chunk-rows", 10, "--pca", 4]
+    reads: list[int] = []
+    real = pipeline.PartStore.read_part
+
+    def counting(self, index):
+        reads.append(index)
+        return real(self, index)
+
+    monkeypatch.setattr(pipeline.PartStore, "read_part", counting)
+    full = tmp_path / "full" / "o.parquet"
+    full.parent.mkdir()
+    rc, _, err = run(capsys, "extract", src, "-o", full, *args)
+    assert rc == 0, err
+    assert reads == [0, 1, 2, 3]
+
+    out = tmp_path / "o.parquet"
+    interrupted_run(capsys, monkeypatch, src, out, *args, after=2)  # (undoes the monkeypatch)
+    reads.clear()
+    monkeypatch.setattr(pipeline.PartStore, "read_part", counting)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+    assert reads == [0, 1, 0, 1, 2, 3]  # the two finished parts for their statistics, then every part for the output
+    assert_same_output(out, full)
