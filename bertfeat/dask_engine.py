@@ -67,7 +67,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import BertfeatError, InputError
-from .jobcore import (check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca, read_manifest,
+from .jobcore import (accumulate_pca, check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca, read_manifest,
                       table_counts)
 from .readers import Source, detect_format, normalize_encoding
 from .pipeline import (ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
@@ -487,7 +487,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
             for k, v in table_counts(table, ctx.spec.max_length).items():
                 stats[k] += v
             if pca is not None:
-                pca.partial_fit(X)
+                accumulate_pca(pca, X)
             writer.write(table.column(ctx.id_name), X, {"n_tokens": n_tok, "truncated": trunc, "n_chunks": n_ch})
         if not (Path(ctx.out_dir) / MANIFEST).is_file():
             writer.abort()

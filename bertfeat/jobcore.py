@@ -141,6 +141,22 @@ def new_pca(n_components):
     return PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
 
 
+_BLAS = None
+
+
+def accumulate_pca(pca, X: np.ndarray) -> None:
+    """Add a unit's features to the job's PCA statistics, with BLAS on one thread: a multi-threaded BLAS call
+    between batches leaves OpenBLAS's threads spinning (~0.1 s each time) on the cores the next batch needs
+    (measured: 2.4 % slower extract --pca, 12 chunks of 256 rows, 2 cores, before this limit)."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = ThreadpoolController()
+    with _BLAS.limit(limits=1, user_api="blas"):
+        pca.partial_fit(X)
+
+
 def finish_pca(pca, rows_written: int, out: Path, fingerprint: dict) -> tuple[dict, dict]:
     """Fit the accumulated PCA and write its model and report beside OUTPUT (OUTPUT.pca.npz,
     OUTPUT.pca.report.{json,md,png}): -> (outputs name -> path, the provenance's "pca" entry)."""

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from . import __version__, gemm
 from .encoder import Encoder, FeatureSpec, LongTextError
 from .errors import BertfeatError, InputError
-from .jobcore import (COUNT_KEYS, check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca,
+from .jobcore import (COUNT_KEYS, accumulate_pca, check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca,
                       read_manifest, table_counts)
 from .readers import RawBatch, Source
 from .threads import read_ahead
@@ -509,7 +509,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         rejects[index] = chunk_rejects
         summary.add({"rows_read": n_read, **table_counts(table, spec.max_length)})
         if pca is not None and table.num_rows:
-            pca.partial_fit(feature_matrix(table))
+            accumulate_pca(pca, feature_matrix(table))
 
     try:
         for item in items:
