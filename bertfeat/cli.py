@@ -28,6 +28,9 @@ out_console = Console()
 
 _DEBUG = False  # --debug: unexpected exceptions keep their traceback
 _ARGV: list[str] | None = None  # the arguments main() was called with (for the provenance's command line)
+# A library error names options by their Python parameters (errors.opt); shown here, each is the flag that
+# sets it: "--" + the name with dashes, or as this table spells it.
+FLAGS = {"output": "-o"}
 MODEL_HELP = "Model: a local directory, a hub id in the Hugging Face cache, or all-MiniLM-L6-v2 (default)."
 
 
@@ -229,7 +232,7 @@ def _fail(e: BaseException, user_error, unexpected) -> int:
     """One line on stderr for a failure; the traceback too for an unexpected one under --debug."""
     err = user_error(e)
     if err is not None:
-        err_console.print(f"Error: {err.message}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"Error: {err.render(FLAGS)}", markup=False, highlight=False, soft_wrap=True)
         if _DEBUG:
             import traceback
 
@@ -251,7 +254,7 @@ def entry():  # pragma: no cover
         from .safety import os_error
 
         if rc == 0:
-            err_console.print(f"Error: {os_error(e, '<stdout>').message}", markup=False, highlight=False, soft_wrap=True)
+            err_console.print(f"Error: {os_error(e, '<stdout>').render(FLAGS)}", markup=False, highlight=False, soft_wrap=True)
             rc = 1
         import os
 

@@ -2,9 +2,48 @@
 
 Every library error carries *what* went wrong and *how to fix it*; the CLI prints
 ``Error: what - how to fix`` on stderr and exits non-zero, with no traceback.
+
+An option named in a message is written ``opt("threads", 0)``: Python callers read ``threads=0``
+(the parameter of ``bertfeat.extract`` and friends), the CLI shows ``--threads 0`` (its flag). The
+message keeps the option as a marker until it is shown, so one raise serves both, across threads
+and Dask workers alike (the error pickles with its markers).
 """
 
 from __future__ import annotations
+
+import re
+
+_OPEN, _SEP, _CLOSE = "\ue000", "\ue002", "\ue001"
+_MARK = re.compile(f"{_OPEN}([^{_CLOSE}]*){_CLOSE}")
+_UNSET = object()
+
+
+def opt(name: str, value=_UNSET) -> str:
+    """An option in an error message, by its Python parameter ``name`` (and the value given, if any).
+
+    Rendered ``name=value`` (``repr`` of the value) for Python callers, ``--name-with-dashes value``
+    by the CLI (cli.FLAGS maps a parameter whose flag is spelled otherwise). ``True`` shows as the bare flag.
+    """
+    if value is _UNSET:
+        return f"{_OPEN}{name}{_CLOSE}"
+    cli = "" if value is True else str(value)
+    return f"{_OPEN}{name}{_SEP}{value!r}{_SEP}{cli}{_CLOSE}"
+
+
+def render(text: str | None, flags: dict[str, str] | None = None) -> str | None:
+    """A message with its option markers spelled out: Python style, or the CLI's with ``flags``
+    (parameter -> flag; a parameter not in it is ``--`` + its name with dashes)."""
+    if not text or _OPEN not in text:
+        return text
+
+    def one(m: re.Match) -> str:
+        name, *value = m.group(1).split(_SEP)
+        if flags is None:
+            return name if not value else f"{name}={value[0]}"
+        flag = flags.get(name) or "--" + name.replace("_", "-")
+        return flag if not value or not value[1] else f"{flag} {value[1]}"
+
+    return _MARK.sub(one, text)
 
 
 class BertfeatError(ValueError):
@@ -17,13 +56,30 @@ class BertfeatError(ValueError):
     exit_code = 1
 
     def __init__(self, what: str, fix: str | None = None):
-        self.what = what
-        self.fix = fix
+        self._what = what
+        self._fix = fix
         super().__init__(self.message)
+
+    def __reduce__(self):  # keep the option markers across pickling (Dask workers -> client)
+        return (type(self), (self._what, self._fix))
+
+    @property
+    def what(self) -> str:
+        return render(self._what)
+
+    @property
+    def fix(self) -> str | None:
+        return render(self._fix)
 
     @property
     def message(self) -> str:
-        return f"{self.what} - {self.fix}" if self.fix else self.what
+        """``what - fix``, options named as Python parameters."""
+        return self.render()
+
+    def render(self, flags: dict[str, str] | None = None) -> str:
+        """``what - fix``; with ``flags`` (the CLI's), options named as command-line flags."""
+        what, fix = render(self._what, flags), render(self._fix, flags)
+        return f"{what} - {fix}" if fix else what
 
 
 class ModelNotFoundError(BertfeatError):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .errors import BertfeatError, ResumeError
+from .errors import BertfeatError, ResumeError, opt
 
 BAD_ROW_POLICIES = ("error", "skip")
 
@@ -23,9 +23,9 @@ BAD_ROW_POLICIES = ("error", "skip")
 def check_job_options(opts) -> int | float | str | None:
     """The options both engines check the same way (before any work); returns the parsed --pca size."""
     if opts.on_bad_row not in BAD_ROW_POLICIES:
-        raise BertfeatError(f"unknown --on-bad-row '{opts.on_bad_row}'", "choose error or skip")
+        raise BertfeatError(f"unknown {opt('on_bad_row', opts.on_bad_row)}", "choose error or skip")
     if opts.threads is not None and opts.threads < 1:
-        raise BertfeatError(f"--threads {opts.threads} is out of range", "give 1 or more (default: all cores)")
+        raise BertfeatError(f"{opt('threads', opts.threads)} is out of range", "give 1 or more (default: all cores)")
     return parse_pca(opts.pca)
 
 
@@ -64,7 +64,7 @@ def check_resume(old_manifest: dict, manifest: dict) -> None:
     diffs = manifest_differences(old_manifest, manifest)
     if diffs:
         raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
-                          "rerun with --overwrite instead of --resume to start over, or use the original settings")
+                          f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over, or use the original settings")
 
 
 def read_manifest(path: Path) -> dict:
@@ -163,7 +163,7 @@ def finish_pca(pca, rows_written: int, out: Path, fingerprint: dict) -> tuple[di
     from .report import write_pca_report
 
     if rows_written < 2:
-        raise BertfeatError(f"--pca needs at least 2 feature rows, this run has {rows_written}", "drop --pca or add rows")
+        raise BertfeatError(f"{opt('pca')} needs at least 2 feature rows, this run has {rows_written}", f"drop {opt('pca')} or add rows")
     pca.finalize()
     stem = out.with_suffix("")
     pca_path = stem.with_name(stem.name + ".pca.npz")

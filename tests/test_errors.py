@@ -523,3 +523,37 @@ def test_commands_printing_to_a_full_device(args, mlm_dir):
     assert p.returncode == 1, p.stderr
     assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr, p.stderr
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("Error: ") and "no space left on the device" in p.stderr, p.stderr
+
+
+# --------------------------------------------------------------------------- options named for the caller
+def test_an_option_is_named_as_a_parameter_in_python_and_as_a_flag_on_the_cli():
+    """errors.opt: one message, ``threads=0`` for Python callers, ``--threads 0`` on the command line; the
+    markers survive pickling (a Dask worker's error reaches the client's CLI intact)."""
+    import pickle
+
+    from bertfeat.errors import BertfeatError, InputError, opt
+
+    e = InputError(f"{opt('threads', 0)} is out of range", f"give 1 or more, or pass {opt('overwrite', True)} and {opt('encoding', 'latin-1')}")
+    assert e.message == str(e) == "threads=0 is out of range - give 1 or more, or pass overwrite=True and encoding='latin-1'"
+    assert e.what == "threads=0 is out of range"
+    cli = "--threads 0 is out of range - give 1 or more, or pass --overwrite and --encoding latin-1"
+    assert e.render({}) == cli
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is InputError and back.render({}) == cli and back.message == e.message
+    assert BertfeatError(f"bad {opt('output')}").render({"output": "-o"}) == "bad -o"
+
+
+def test_extract_errors_name_the_python_parameter_and_the_cli_its_flag(tmp_path, corpus, capsys):
+    import bertfeat
+    from bertfeat.cli import main
+    from bertfeat.errors import BertfeatError
+
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(corpus, tmp_path / "o.parquet", threads=0)
+    assert e.value.message == "threads=0 is out of range - give 1 or more (default: all cores)"
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(corpus, tmp_path / "o.parquet", on_bad_row="ignore")
+    assert e.value.message == "unknown on_bad_row='ignore' - choose error or skip"
+    assert main(["extract", str(corpus), "-o", str(tmp_path / "o.parquet"), "--threads", "0"]) == 1
+    assert capsys.readouterr().err.strip() == "Error: --threads 0 is out of range - give 1 or more (default: all cores)"
+    assert not (tmp_path / "o.parquet").exists()
