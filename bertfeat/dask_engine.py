@@ -3,25 +3,23 @@
 Design (docs/dask.md has the user's side):
 
 Partitions
-    The input is cut into partitions on the client, before anything runs, once the cluster is
-    up: PARTS_PER_THREAD partitions per worker thread of the cluster whenever the input is large
-    enough (MIN_PART_ROWS / MIN_PART_BYTES), and never more than ``blocksize`` input bytes each.
+    The input's reader (readers.py, the local engine's) cuts it on the client, before anything
+    runs, once the cluster is up: PARTS_PER_THREAD partitions per worker thread of the cluster
+    whenever the input is large enough, and never more than ``blocksize`` input bytes each.
     (Cutting by ``blocksize`` alone made any input under 8 MiB one partition, i.e. one task on one
-    worker while the others idled.) Parquet: row ranges of a file (consecutive row groups, a large
-    row group shared by several partitions), the row counts from the footers, so nothing is read
-    to count. CSV/TSV/JSONL: byte ranges aligned on line ends, exactly as
-    ``dask.bytes.read_bytes`` cuts them (``fsspec.utils.read_block``); a first pass over the
-    cluster counts each block's rows. Files are taken in the local engine's order (sorted paths),
-    so partition i's rows are global rows ``first_row[i] .. first_row[i] + n[i] - 1`` and the
-    ``row`` column holds the same 0-based row numbers as the local output.
-    Paths go through fsspec: ``s3://``, ``gs://``, ``hdfs://`` work when the filesystem package
-    is installed on the client and the workers.
+    worker while the others idled.) Parquet: row ranges from the footers, nothing read. CSV/TSV/
+    JSONL: byte ranges aligned on line ends (``fsspec.utils.read_block``); a first pass over the
+    cluster counts each block's rows. Files are taken in the local engine's order, so partition
+    i's rows are global rows ``first_row[i] .. first_row[i] + n[i] - 1`` and the ``row`` column
+    holds the same 0-based row numbers as the local output. Each worker reads its partition with
+    the same reader object (pickled with the task: it holds no open file), so every bad row is
+    handled as in the local engine. Paths go through fsspec: ``s3://``, ``gs://``, ``hdfs://``
+    work when the filesystem package is installed on the client and the workers.
 
     Why not ``dask.dataframe.read_parquet``/``read_csv``: read_parquet orders files by natural
     sort (p2 before p10), which renumbers rows against the local engine, and read_csv parses
     with pandas, which rejects a whole partition for one malformed line or invalid byte where
-    the local engine rejects that one row. Each block is parsed here by ``io.Source``'s own
-    CSV/JSONL reader instead, so every bad row is handled as in the local engine.
+    the local engine rejects that one row.
 
 Work
     One task per partition (``client.submit``): read the partition -> ``pipeline.validate_batch``
@@ -52,7 +50,6 @@ PCA
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -69,9 +66,9 @@ import pyarrow.parquet as pq
 from .errors import BertfeatError, InputError
 from .jobcore import (accumulate_pca, check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca, read_manifest,
                       table_counts)
-from .readers import Source, detect_format, normalize_encoding
+from .readers import Partition, Reader, _is_url, open_input
 from .pipeline import (ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
-                       encode_chunk, parquet_id_type, provenance, publish_rejects, validate_batch, _atomic_write_text)
+                       encode_chunk, provenance, publish_rejects, validate_batch, _atomic_write_text)
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -80,8 +77,6 @@ except ImportError:  # pragma: no cover - exercised by the "dask missing" test t
 
 DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition at most: ~80k short sentences, a few minutes on one core
 PARTS_PER_THREAD = 4  # partitions per worker thread (task slot) when the input is large enough
-MIN_PART_ROWS = 64  # Parquet: no smaller partitions than this for the sake of spreading (~0.3 s of one core)
-MIN_PART_BYTES = 8 << 10  # CSV/TSV/JSONL: likewise, ~100 short sentences
 EXTRA_COLUMNS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()}
 MANIFEST = "_manifest.json"
 PROVENANCE = "_bertfeat.json"
@@ -126,239 +121,9 @@ def parse_blocksize(value) -> int | None:
     return n
 
 
-# --------------------------------------------------------------------------- input
-def _is_url(path: str) -> bool:
-    return "://" in path
-
-
-class FsspecSource(Source):
-    """``io.Source`` for an fsspec URL (s3://, gs://, hdfs://, file://): the same column rules, read through fsspec."""
-
-    def __init__(self, path: str, fmt: str | None = None, text_column: str | None = None, pair_column: str | None = None,
-                 id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192):
-        import fsspec
-        from fsspec.utils import infer_compression
-
-        self.path = path
-        self.fmt = detect_format(path, fmt)
-        self.encoding = normalize_encoding(encoding)
-        try:
-            fs, _, paths = fsspec.core.get_fs_token_paths(path)
-        except (ImportError, ValueError) as e:
-            raise InputError(f"{path}: cannot open this URL ({e})", "install the fsspec filesystem for it (e.g. s3fs, gcsfs)") from None
-        if len(paths) == 1 and fs.isdir(paths[0]):
-            paths = [p for p in fs.find(paths[0]) if p.endswith((".parquet", ".pq"))
-                     and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
-        paths = sorted(p for p in paths if fs.isfile(p))
-        if not paths:
-            raise InputError(f"{path}: no such file (or the pattern matches none)", "check the URL")
-        if self.fmt != "parquet" and len(paths) > 1:
-            raise InputError(f"{path}: a glob of {self.fmt.upper()} files is not supported", "concatenate them, or convert to Parquet")
-        self.fs, self.files = fs, paths
-        self.compression = infer_compression(paths[0]) if self.fmt != "parquet" else None
-        self.batch_rows = batch_rows
-        self.total_rows = None
-        self.total_bytes = sum(fs.size(p) for p in paths)
-        self._head = None
-        self._json_types = {}
-        self.columns = self._columns()
-        self._select_columns(text_column, pair_column, id_column)
-
-    def _columns(self) -> list[str]:
-        if self.fmt != "parquet":
-            return super()._columns()  # reads the head through _open_binary below
-        total, self._pq_schema = 0, None
-        for p in self.files:
-            with self.fs.open(p, "rb") as fh:
-                md = pq.ParquetFile(fh)
-                self._pq_schema = self._pq_schema or md.schema_arrow
-                total += md.metadata.num_rows
-        self.total_rows = total
-        return list(self._pq_schema.names)
-
-    def _open_binary(self):
-        fh = self.fs.open(self.files[0], "rb", compression=self.compression)
-        return fh, _Count(0)
-
-    def identity(self) -> dict:
-        files = []
-        for p in self.files:
-            info = self.fs.info(p)
-            stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("etag") or info.get("updated")
-            files.append({"path": self.fs.unstrip_protocol(p), "size": info.get("size"), "stamp": str(stamp)})
-        return {"path": self.path, "format": self.fmt, "files": files}
-
-
-@dataclass
-class _Count:
-    count: int
-
-
-class _BlockSource(Source):
-    """The local engine's CSV/TSV/JSONL reader over one in-memory block (a partition of a file)."""
-
-    KEEP = ("path", "fmt", "encoding", "delimiter", "text_column", "pair_column", "id_column", "columns", "batch_rows", "_json_types")
-
-    def __init__(self, attrs: dict, data: bytes):  # no Source.__init__: the client checked the input already
-        self.__dict__.update(attrs)
-        self.compression = None
-        self._head = None
-        self._data = data
-
-    def _open_binary(self):
-        return io.BytesIO(self._data), _Count(len(self._data))
-
-
-def _source_attrs(src: Source) -> dict:
-    return {k: getattr(src, k, None) for k in _BlockSource.KEEP} | {"_json_types": getattr(src, "_json_types", {})}
-
-
-def _filesystem(src: Source):
-    """(fsspec filesystem, file paths as it names them) for a local Source or an FsspecSource."""
-    if isinstance(src, FsspecSource):
-        return src.fs, list(src.files)
-    import fsspec
-
-    return fsspec.filesystem("file"), [str(Path(f).resolve()) for f in src.files]
-
-
-@dataclass(frozen=True)
-class Partition:
-    """A slice of the input. Parquet: row groups of a file. Text: a byte range (None: the whole file)."""
-
-    index: int
-    file: str
-    row_groups: tuple[int, ...] | None = None
-    offset: int = 0
-    length: int | None = None
-    header: bytes | None = None  # CSV/TSV: the file's header line, put in front of blocks after the first
-    compression: str | None = None
-    n_rows: int | None = None  # known up front for Parquet
-    row_offset: int = 0  # Parquet: rows of the first row group that belong to the partition before
-
-
-def plan_partitions(src: Source, fs, files: list[str], blocksize: int | None, target: int | None = None) -> list[Partition]:
-    """Cut the input into partitions in the local engine's row order.
-
-    ``blocksize`` caps a partition's input bytes; ``target`` (the cluster's task slots x
-    PARTS_PER_THREAD) cuts smaller partitions still, so every worker thread gets a few of them,
-    but never below MIN_PART_ROWS rows (Parquet) or MIN_PART_BYTES bytes (text). Parquet
-    partitions are row ranges: a large row group is shared by several partitions. Text with
-    ``blocksize`` None: one partition per file, never cut (quoted values may hold line breaks).
-    """
-    parts: list[Partition] = []
-    if src.fmt == "parquet":
-        wanted = set(src._wanted())
-        names0 = None
-        metas = []
-        for f in files:
-            try:
-                with fs.open(f, "rb") as fh:
-                    pf = pq.ParquetFile(fh)
-                    md, names = pf.metadata, pf.schema_arrow.names
-            except (pa.ArrowException, OSError) as e:
-                raise InputError(f"{f}: not a readable Parquet file ({e})", "check the file is Parquet and complete") from None
-            names0 = names0 or names
-            if names != names0:
-                raise InputError(f"{f}: its columns differ from {files[0]}", "a Parquet dataset needs the same columns in every file")
-            metas.append((f, md))
-        total = sum(md.num_rows for _, md in metas)
-        cap = max(MIN_PART_ROWS, -(-total // target)) if target else None
-        for f, md in metas:
-            group, skip, rows, size = [], 0, 0, 0.0
-            for g in range(md.num_row_groups):
-                rg = md.row_group(g)
-                g_size = sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
-                             if rg.column(j).path_in_schema.split(".")[0] in wanted)
-                pos = 0
-                while True:
-                    take = rg.num_rows - pos if cap is None else min(rg.num_rows - pos, cap - rows)
-                    if not group:
-                        skip = pos
-                    group.append(g)
-                    rows += take
-                    size += g_size * take / max(rg.num_rows, 1)
-                    pos += take
-                    if (cap is not None and rows >= cap) or (blocksize and size >= blocksize):
-                        parts.append(Partition(len(parts), f, tuple(group), n_rows=rows, row_offset=skip))
-                        group, rows, size = [], 0, 0.0
-                    if pos >= rg.num_rows:
-                        break
-            if group or md.num_row_groups == 0:
-                parts.append(Partition(len(parts), f, tuple(group), n_rows=rows, row_offset=skip))
-        return parts
-    from fsspec.utils import infer_compression
-
-    if target and blocksize:  # a few partitions per task slot, under blocksize (none: a file is never cut,
-        # as a CSV with line breaks inside quoted values needs)
-        blocksize = min(blocksize, max(MIN_PART_BYTES, -(-sum(fs.size(f) for f in files) // target)))
-    for f in files:
-        comp = infer_compression(f)
-        header = None
-        if src.fmt in ("csv", "tsv"):
-            with fs.open(f, "rb", compression=comp) as fh:
-                header = fh.readline()
-        size = fs.size(f)
-        if comp or not blocksize or size <= blocksize:
-            parts.append(Partition(len(parts), f, header=header, compression=comp))
-            continue
-        for off in range(0, size, blocksize):
-            parts.append(Partition(len(parts), f, offset=off, length=blocksize, header=header))
-    return parts
-
-
-def read_partition(part: Partition, fs, attrs: dict, first_row: int) -> RawBatch:
-    """A partition -> one RawBatch with global row numbers, read as the local engine reads it."""
-    wanted = [c for c in dict.fromkeys([attrs["text_column"], attrs["pair_column"], attrs["id_column"]]) if c]
-    name = attrs["path"]
-    if attrs["fmt"] == "parquet":
-        try:
-            with fs.open(part.file, "rb") as fh:
-                t = pq.ParquetFile(fh).read_row_groups(list(dict.fromkeys(part.row_groups)), columns=wanted) if part.row_groups else None
-            if t is not None and part.n_rows is not None:
-                t = t.slice(part.row_offset, part.n_rows)
-        except (pa.ArrowException, OSError) as e:
-            raise InputError(f"{part.file} near row {first_row}: cannot read the Parquet file ({e})",
-                             "check the file is Parquet and complete") from None
-        n = 0 if t is None else t.num_rows
-
-        def col(c):
-            return None if c is None else ([] if t is None else t.column(c).to_pylist())
-
-        return RawBatch(list(range(first_row, first_row + n)), col(attrs["text_column"]), col(attrs["pair_column"]),
-                        col(attrs["id_column"]))
-    from fsspec.utils import read_block
-
-    try:
-        with fs.open(part.file, "rb", compression=part.compression) as fh:
-            data = fh.read() if part.length is None else read_block(fh, part.offset, part.length, delimiter=b"\n")
-    except OSError as e:
-        raise InputError(f"{name}: cannot read {part.file} at byte {part.offset} ({e})", "check the file is complete") from None
-    if part.header is not None and part.offset > 0:
-        if not data.strip():
-            data = b""
-        data = part.header + data
-    if not data.strip():
-        return RawBatch([], [], [] if attrs["pair_column"] else None, [] if attrs["id_column"] else None)
-    batches = list(_BlockSource(attrs, data).batches())
-    rows, texts = [], []
-    pairs = [] if attrs["pair_column"] else None
-    ids = [] if attrs["id_column"] else None
-    pre = {}
-    for b in batches:
-        rows += [first_row + r for r in b.rows]
-        texts += b.texts
-        if pairs is not None: pairs += b.pairs
-        if ids is not None: ids += b.ids
-        pre.update({first_row + r: v for r, v in b.pre_rejected.items()})
-    return RawBatch(rows, texts, pairs, ids, pre)
-
-
-def count_partition(part: Partition, fs, attrs: dict) -> int:
-    """Rows in a partition (pass 0 for CSV/TSV/JSONL; Parquet counts come from the footers)."""
-    if part.n_rows is not None:
-        return part.n_rows
-    return len(read_partition(part, fs, attrs, 0).rows)
+def count_partition(reader, part: Partition) -> int:
+    """Task (pass 0, CSV/TSV/JSONL): rows in a partition; Parquet counts come from the footers."""
+    return reader.count_rows(part)
 
 
 # --------------------------------------------------------------------------- worker side
@@ -424,8 +189,7 @@ class EncoderPlugin(_WorkerPluginBase):
 class TaskContext:
     """Everything a partition task needs, sent with each task (small)."""
 
-    fs: object
-    attrs: dict
+    reader: Reader  # the client's reader of the input (no open file: it pickles as it is)
     location: object
     model_name: str | None
     encoder_kwargs: dict  # Encoder(...) keywords (max_batch_tokens, the options the user gave)
@@ -459,7 +223,7 @@ def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
     enc = worker_encoder(ctx.location, ctx.model_name, ctx.encoder_kwargs, ctx.weights_sha256, ctx.threads)
-    raw = read_partition(part, ctx.fs, ctx.attrs, first_row)
+    raw = ctx.reader.read_partition(part, first_row)
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.n_components is not None else "")
     path = out_dir / part_name(part.index, ctx.width)
     stats = {"index": part.index, "first_row": first_row, "rows_read": len(raw.rows), "rows_written": 0, "rows_truncated": 0,
@@ -476,7 +240,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
             sub = RawBatch(rows, raw.texts[sl], None if raw.pairs is None else raw.pairs[sl],
                            None if raw.ids is None else raw.ids[sl], pre)
             chunk = validate_batch(sub, part.index)
-            table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.attrs["path"], ctx.on_bad_row, ctx.id_name)
+            table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.name, ctx.on_bad_row, ctx.id_name)
             stats["rejects"] += rejects
             if not table.num_rows:
                 continue
@@ -559,18 +323,6 @@ def reduce_partition(index: int, ctx: TaskContext, pca_path: str, meta: dict) ->
 
 
 # --------------------------------------------------------------------------- client side
-def _id_type(src: Source, id_column: str | None) -> pa.DataType:
-    """The id column's Arrow type as the local engine writes it (pa.array of the Python values)."""
-    if id_column is None:
-        return pa.int64()
-    if src.fmt == "parquet":
-        return parquet_id_type(src._pq_schema, id_column)  # the local engine's rule
-    if src.fmt == "jsonl":
-        kinds = getattr(src, "_json_types", {}).get(id_column, set())
-        return pa.int64() if kinds and kinds <= {"int", "NoneType"} else pa.string()
-    return pa.string()  # CSV/TSV ids are text
-
-
 def _open_client(dopts: DaskOptions, threads: int | None):
     """(client, the LocalCluster we started or None)."""
     import logging
@@ -703,18 +455,10 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
                             "drop --format/-o .npy/.csv, or use --engine local")
     blocksize = parse_blocksize(dopts.blocksize)
 
-    src_cls = FsspecSource if _is_url(opts.input) else Source
-    src = src_cls(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding)
-    if opts.delimiter and src.fmt in ("csv", "tsv"):  # --delimiter: read the header again with it
-        from .csvcheck import parse_delimiter
-
-        src._delimiter_option = src.delimiter = parse_delimiter(opts.delimiter)
-        src.columns = src._columns()
-        src._select_columns(opts.text_column, opts.pair_column, opts.id_column)
+    src = open_input(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding,
+                     delimiter=opts.delimiter)
     if opts.output:
         out = Path(opts.output)
-    elif _is_url(opts.input):
-        raise BertfeatError("a URL input needs -o OUTPUT", "give -o with a directory every worker can write (a shared filesystem)")
     else:
         out = default_output(opts.input, "parquet")
     out = out.resolve()
@@ -723,7 +467,6 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     from .safety import check_dask_outputs
 
     check_dask_outputs(out, partial, [] if _is_url(opts.input) else list(src.files), opts.overwrite, opts.resume)
-    fs, files = _filesystem(src)
 
     from .encoder import Encoder
 
@@ -746,7 +489,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         target = _resumed_value(partial, "split_target") if opts.resume else None
         if target is None:
             target = PARTS_PER_THREAD * cluster_slots(client)
-        parts = plan_partitions(src, fs, files, blocksize, target)
+        parts = src.partitions(blocksize, target)
         width = max(5, len(str(len(parts) - 1)))
         manifest = job_manifest(src, opts, fingerprint, engine="dask", blocksize=blocksize, split_target=target,
                                 partitions=len(parts))
@@ -754,16 +497,13 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         opened = True
         client.register_plugin(EncoderPlugin(encoder.location, opts.model, encoder_kwargs, encoder.weights_sha256,
                                              threads), name=EncoderPlugin.name)
-        attrs = _source_attrs(src)
-        attrs["path"] = src.name
-
         # pass 0: rows per partition (Parquet: from the footers)
         if counts is None:
             counts = [p.n_rows for p in parts]
             todo = [p for p in parts if p.n_rows is None]
             if todo:
                 progress.note(f"counting the rows of {len(todo)} partition(s) on the cluster")
-                futures = {client.submit(count_partition, p, fs, attrs, key=f"bertfeat-count-{p.index}-{tag}",
+                futures = {client.submit(count_partition, src, p, key=f"bertfeat-count-{p.index}-{tag}",
                                          pure=False): p.index for p in todo}
                 _results(client, futures, lambda i, n: counts.__setitem__(i, n))
                 futures = {}
@@ -774,10 +514,10 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
 
         meta = provenance(encoder, spec, fingerprint, src, opts, ExtractSummary())
         meta["engine"] = "dask"
-        ctx = TaskContext(fs=fs, attrs=attrs, location=encoder.location, model_name=opts.model,
+        ctx = TaskContext(reader=src, location=encoder.location, model_name=opts.model,
                           encoder_kwargs=encoder_kwargs, weights_sha256=encoder.weights_sha256, threads=threads,
                           spec=spec,
-                          on_bad_row=opts.on_bad_row, id_name=id_name, id_type=_id_type(src, opts.id_column),
+                          on_bad_row=opts.on_bad_row, id_name=id_name, id_type=src.id_type() or pa.string(),
                           chunk_rows=opts.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
                           out_dir=str(partial), wide=opts.wide, n_components=n_components, width=width)
 

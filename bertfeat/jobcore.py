@@ -26,6 +26,8 @@ def check_job_options(opts) -> int | float | str | None:
         raise BertfeatError(f"unknown {opt('on_bad_row', opts.on_bad_row)}", "choose error or skip")
     if opts.threads is not None and opts.threads < 1:
         raise BertfeatError(f"{opt('threads', opts.threads)} is out of range", "give 1 or more (default: all cores)")
+    if "://" in opts.input and not opts.output:  # an fsspec URL (s3://, gs://, file://): no "beside the input"
+        raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT", "give the output path (with the Dask engine, a directory every worker can write)")
     return parse_pca(opts.pca)
 
 
@@ -110,7 +112,7 @@ def _input_differences(a: dict, b: dict) -> list[str]:
             out.append(f"input file removed: {path}")
         elif x["size"] != y["size"]:
             out.append(f"input file changed: {path} (size {x['size']} -> {y['size']} bytes)")
-        elif x["mtime_ns"] != y["mtime_ns"]:
+        elif (x.get("mtime_ns"), x.get("stamp")) != (y.get("mtime_ns"), y.get("stamp")):  # a URL's files carry a stamp
             out.append(f"input file changed: {path} (modified since the interrupted run)")
     return out or ["input changed"]
 

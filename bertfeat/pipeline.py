@@ -33,7 +33,7 @@ from .encoder import Encoder, FeatureSpec, LongTextError
 from .errors import BertfeatError, InputError
 from .jobcore import (COUNT_KEYS, accumulate_pca, check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca,
                       read_manifest, table_counts)
-from .readers import RawBatch, Source
+from .readers import RawBatch, Reader, open_input
 from .threads import read_ahead
 
 OUTPUT_FORMATS = ("parquet", "npy", "csv")
@@ -131,7 +131,7 @@ def validate_batch(b: RawBatch, chunk_index: int) -> Chunk:
     return Chunk(chunk_index, rows, texts, pairs, ids, rejects, len(b.rows), b.bytes_read)
 
 
-def iter_chunks(source: Source, chunk_rows: int):
+def iter_chunks(source: Reader, chunk_rows: int):
     """Re-cut the reader's batches into chunks of exactly chunk_rows input rows (the last may be short)."""
     buf: list[RawBatch] = []
     have = 0
@@ -140,6 +140,7 @@ def iter_chunks(source: Source, chunk_rows: int):
     def cut(batches: list[RawBatch], n: int) -> tuple[RawBatch, list[RawBatch]]:
         rows, texts, pairs, ids, pre = [], [], [], [], {}
         rest = []
+        end = batches[-1].bytes_read
         for b in batches:
             take = min(n - len(rows), len(b.rows))
             if take <= 0:
@@ -148,13 +149,15 @@ def iter_chunks(source: Source, chunk_rows: int):
             if b.pairs is not None: pairs += b.pairs[:take]
             if b.ids is not None: ids += b.ids[:take]
             pre.update({r: v for r, v in b.pre_rejected.items() if r in set(b.rows[:take])})
-            if take < len(b.rows):
+            end = b.bytes_read
+            if take < len(b.rows):  # the chunk ends inside this batch: its bytes pro rata (a smooth progress by bytes)
+                end = b.bytes_start + (b.bytes_read - b.bytes_start) * take // len(b.rows)
                 rest.append(RawBatch(b.rows[take:], b.texts[take:], None if b.pairs is None else b.pairs[take:],
                                      None if b.ids is None else b.ids[take:],
-                                     {r: v for r, v in b.pre_rejected.items() if r in set(b.rows[take:])}, b.bytes_read))
+                                     {r: v for r, v in b.pre_rejected.items() if r in set(b.rows[take:])}, b.bytes_read, end))
         last = batches[-1]
         return RawBatch(rows, texts, pairs if last.pairs is not None else None, ids if last.ids is not None else None,
-                        pre, last.bytes_read), rest
+                        pre, end, batches[0].bytes_start), rest
 
     for b in source.batches():
         buf.append(b)
@@ -434,7 +437,7 @@ def write_rejects(path: Path, rejects: list[dict]):
 
 
 # --------------------------------------------------------------------------- the job
-def _prepared_chunks(source: Source, opts: ExtractOptions, encoder: Encoder, spec: FeatureSpec, done: set[int]):
+def _prepared_chunks(source: Reader, opts: ExtractOptions, encoder: Encoder, spec: FeatureSpec, done: set[int]):
     """Read, validate and tokenize (run ahead of the model by read_ahead); completed chunks pass through untokenized.
 
     Yields ("done", index, bytes_read, rows) for a chunk already in the part store, else ("chunk", PreparedChunk).
@@ -456,14 +459,14 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise BertfeatError("--resume cannot continue a run that read standard input", "write the input to a file first")
     if opts.input == "-" and not opts.output:
         default_output(opts.input, "parquet")  # raises: standard input needs -o
-    source = Source(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding,
-                    delimiter=opts.delimiter)
+    source = open_input(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding,
+                        delimiter=opts.delimiter)
     out_path = Path(opts.output) if opts.output else None
     fmt = output_format(out_path, opts.format)
     out_path = out_path or default_output(opts.input, fmt)
     if out_path.is_dir():
         raise BertfeatError(f"the output {out_path} is a directory", "pass -o with a file name, e.g. -o features.parquet")
-    if opts.input != "-" and any(out_path.resolve() == f.resolve() for f in source.files):
+    if opts.input != "-" and any(out_path.resolve() == Path(f).resolve() for f in source.files):
         raise BertfeatError(f"the output {out_path} is the input file", "pass -o with another file name")
     if opts.wide and fmt == "npy":
         raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
@@ -572,7 +575,7 @@ def feature_settings(encoder: Encoder, opts: ExtractOptions, n_components) -> tu
     return spec, id_name, encoder.fingerprint(spec)
 
 
-def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: Source, opts: ExtractOptions,
+def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: Reader, opts: ExtractOptions,
                summary: ExtractSummary) -> dict:
     return {
         "bertfeat_version": __version__,
@@ -608,7 +611,7 @@ def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: S
 
 
 def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts: ExtractOptions, encoder: Encoder,
-             spec: FeatureSpec, fingerprint: dict, source: Source, summary: ExtractSummary, pca, rejects: list[dict],
+             spec: FeatureSpec, fingerprint: dict, source: Reader, summary: ExtractSummary, pca, rejects: list[dict],
              id_name: str) -> dict:
     """Fit the accumulated PCA, then stream the parts (each read once) into the output file(s); remove the
     partial directory. The counts and the PCA statistics were taken as each part was made."""
@@ -621,10 +624,9 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
         outputs.update(pca_outputs)
 
     dim = pca.n_components_ if pca is not None else encoder.output_dim(spec)
-    id_type = pa.int64() if opts.id_column is None else pa.string()
-    if opts.id_column is not None and source.fmt == "parquet":
-        id_type = parquet_id_type(source._pq_schema, opts.id_column)
-    elif opts.id_column is not None:
+    id_type = source.id_type()  # the reader's rule, as on the Dask engine
+    if id_type is None:
+        id_type = pa.string()
         for i in order:  # the first part with an accepted row (a chunk whose rows were all rejected has no id type)
             t = pq.read_schema(store.part_path(i)).field(id_name).type
             if not pa.types.is_null(t):
@@ -646,10 +648,3 @@ def finalize(store: PartStore, order: list[int], out_path: Path, fmt: str, opts:
     outputs.update(publish_rejects(out_path, rejects))
     store.remove()
     return outputs
-
-
-def parquet_id_type(schema: pa.Schema, id_column: str) -> pa.DataType:
-    """The output id column's type for a Parquet input, on both engines: the input column's type
-    (int32 stays int32, binary stays binary), a dictionary column's value type."""
-    t = schema.field(id_column).type
-    return t.value_type if pa.types.is_dictionary(t) else t

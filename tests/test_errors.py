@@ -533,7 +533,7 @@ def test_an_option_is_named_as_a_parameter_in_python_and_as_a_flag_on_the_cli():
 
     from bertfeat.errors import BertfeatError, InputError, opt
 
-    e = InputError(f"{opt('threads', 0)} is out of range", f"give 1 or more, or pass {opt('overwrite', True)} and {opt('encoding', 'latin-1')}")
+    e = InputError(f"{opt('threads', 0)} is out of range", f"give 1 or more, or pass {opt('overwrite', True)} and {opt('encoding', 'latin-1', example=True)}")
     assert e.message == str(e) == "threads=0 is out of range - give 1 or more, or pass overwrite=True and encoding='latin-1'"
     assert e.what == "threads=0 is out of range"
     cli = "--threads 0 is out of range - give 1 or more, or pass --overwrite and --encoding latin-1"
@@ -541,6 +541,8 @@ def test_an_option_is_named_as_a_parameter_in_python_and_as_a_flag_on_the_cli():
     back = pickle.loads(pickle.dumps(e))
     assert type(back) is InputError and back.render({}) == cli and back.message == e.message
     assert BertfeatError(f"bad {opt('output')}").render({"output": "-o"}) == "bad -o"
+    bad = BertfeatError(f"unknown {opt('on_bad_row', 'ignore')}")  # a value the user gave is quoted as given
+    assert (bad.message, bad.render({})) == ("unknown on_bad_row='ignore'", "unknown --on-bad-row 'ignore'")
 
 
 def test_extract_errors_name_the_python_parameter_and_the_cli_its_flag(tmp_path, corpus, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pyarrow.parquet as pq
 import pytest
 
 from bertfeat import pipeline
@@ -164,3 +165,24 @@ def test_public_extract_equals_cli(tmp_path, capsys):
     ea = np.array(ta.column("embedding").to_pylist())
     assert ea.shape == (30, 4) and np.array_equal(ea, np.array(tb.column("embedding").to_pylist()))
     assert s.outputs["pca_model"] == a.with_name("api.pca.npz") and s.outputs["pca_model"].is_file()
+
+
+def test_a_url_input_reads_through_fsspec_and_needs_an_output(tmp_path, capsys):
+    """The reader layer opens every path with fsspec: file:///abs/path.csv gives the features of the plain path;
+    a URL has no "beside the input", so it needs an output (Python: output, CLI: -o)."""
+    import bertfeat
+    from bertfeat.cli import main
+    from bertfeat.errors import BertfeatError
+
+    src = tmp_path / "a.csv"
+    src.write_text("text\nhello world\na second row\n")
+    a = bertfeat.extract(src, tmp_path / "plain.parquet")
+    b = bertfeat.extract(f"file://{src}", tmp_path / "url.parquet")
+    assert a.rows_written == b.rows_written == 2
+    ta, tb = pq.read_table(tmp_path / "plain.parquet"), pq.read_table(tmp_path / "url.parquet")
+    assert ta.column("embedding").equals(tb.column("embedding")) and ta.column("row").equals(tb.column("row"))
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(f"file://{src}")
+    assert e.value.message.startswith("a URL input needs output OUTPUT - give the output path")
+    assert main(["extract", f"file://{src}"]) == 1
+    assert capsys.readouterr().err.startswith("Error: a URL input needs -o OUTPUT - give the output path")
