@@ -533,7 +533,8 @@ class TextReader(Reader):
                 parts.append(Partition(len(parts), f, offset=off, length=blocksize, header=header))
         return parts
 
-    def read_partition(self, part: Partition, first_row: int) -> RawBatch:
+    def _block(self, part: Partition) -> bytes:
+        """A partition's bytes, the header line in front of a block that does not start the file."""
         from fsspec.utils import read_block
 
         try:
@@ -543,6 +544,21 @@ class TextReader(Reader):
             raise InputError(f"{self.name}: cannot read {part.file} at byte {part.offset} ({e})", "check the file is complete") from None
         if part.header is not None and part.offset > 0:
             data = part.header + data if data.strip() else b""
+        return data
+
+    def count_rows(self, part: Partition) -> int:
+        """Rows in a partition: its line ends counted where that is exact (no parse), else parsed as read_partition does."""
+        data = self._block(part)
+        if not data.strip():
+            return 0
+        n = self._count_lines(data) if _ascii_lines(self.encoding) else None
+        return n if n is not None else len(self.read_partition(part, 0).rows)
+
+    def _count_lines(self, data: bytes) -> int | None:
+        return None
+
+    def read_partition(self, part: Partition, first_row: int) -> RawBatch:
+        data = self._block(part)
         out = RawBatch([], [], [] if self.pair_column else None, [] if self.id_column else None)
         if not data.strip():
             return out
@@ -571,15 +587,19 @@ class CsvReader(TextReader):
         return self._csv_columns(head)
 
     def _rows_in(self, data: bytes) -> int | None:
-        """Rows of a whole (small) file: its records less the header, as the parser counts them."""
-        if b'"' in data:
-            return None  # quoted fields may hold line breaks: let the reader count
-        lines = [ln for ln in data.removeprefix(b"\xef\xbb\xbf").splitlines() if ln]
-        return max(0, len(lines) - 1)
+        """Rows of a whole (small) file, for the progress total."""
+        return self._count_lines(data) if _ascii_lines(self.encoding) else None
 
     def _block_header(self, f: str) -> bytes:
         with self.fs.open(f, "rb", compression=compression_of(f)) as fh:
             return fh.readline()
+
+    def _count_lines(self, data: bytes) -> int | None:
+        """Records of a block without quotes: its non-empty lines (pyarrow ends a line at \\n, \\r\\n or \\r and
+        skips empty ones; a malformed line is a row too), less the header. None when a quote may join lines."""
+        if b'"' in data and self.fmt == "csv":
+            return None
+        return max(0, sum(1 for ln in data.removeprefix(b"\xef\xbb\xbf").splitlines() if ln) - 1)
 
     def _parse(self, stream, counter):
         yield from self._csv_batches(stream, counter)
@@ -788,6 +808,10 @@ class JsonlReader(TextReader):
         return self._jsonl_columns(head)
 
     def _rows_in(self, data: bytes) -> int | None:
+        return self._count_lines(data) if _ascii_lines(self.encoding) else None
+
+    def _count_lines(self, data: bytes) -> int:
+        """Lines that are not blank (JSON strings hold no raw line break): the rows, as _jsonl_batches reads them."""
         return sum(1 for ln in data.removeprefix(b"\xef\xbb\xbf").split(b"\n") if ln.strip())
 
     def _string_columns(self) -> list[str]:
@@ -885,6 +909,14 @@ class JsonlReader(TextReader):
                                counter.count, start)
         finally:
             fh.close()
+
+
+def _ascii_lines(encoding: str) -> bool:
+    """Line ends, quotes and blanks are their ASCII bytes in this encoding (UTF-8, Latin-1, cp1252; not UTF-16)."""
+    try:
+        return '"\r\n \t,'.encode(encoding) == b'"\r\n \t,'
+    except (LookupError, UnicodeError):
+        return False
 
 
 def _binary_utf8(b: RawBatch) -> None:
