@@ -1,38 +1,39 @@
-"""Benchmark `extract --engine dask` against the local engine, on LocalClusters and on a real scheduler.
+"""Benchmark `extract --engine dask` against the local engine, side by side, round robin.
 
-    python benchmarks/bench_dask.py                          # 20,000 SST-2 rows; LocalCluster 1x2 and 2x1, then
-                                                             # a `dask scheduler` + 2 `dask worker --nthreads 1`
-    python benchmarks/bench_dask.py --rows 200 --out /tmp/d.md   # smoke run
-    python benchmarks/bench_dask.py --layouts 1x2,2x1,4x1 --spawn 0   # LocalClusters only (4x1: more workers than cores)
-    python benchmarks/bench_dask.py --scheduler tcp://HOST:8786 --skip-local --layouts ""   # workers you started
+    python benchmarks/bench_dask.py                               # 20,000 rows CSV; local, LocalCluster 1xCORES,
+                                                                  # CORESx1, 4x1, and a `dask scheduler` + CORES
+                                                                  # `dask worker --nthreads 1` processes; 3 rounds
+    python benchmarks/bench_dask.py --rows 600 --rounds 1 --out /tmp/d.md   # smoke run
+    python benchmarks/bench_dask.py --cases local,spawn2 --format parquet
 
 Input: the first ROWS sentences of ../shared/data/sst2/stsa.binary.train (cycled when ROWS exceeds
-the file) as one Parquet file. Model: the default all-MiniLM-L6-v2. Default extract options
-(--blocksize 8MiB): the engine cuts the input into a few partitions per worker thread. Cases,
-each on an already started cluster whose workers have loaded the model (cluster start and
-model load are timed apart):
+the file) as one CSV (default) or Parquet file. Model: the default all-MiniLM-L6-v2; default extract
+options (the engine cuts the input into a few partitions per worker thread).
 
-  local           the single-process engine, --threads = all cores (reference)
-  LocalCluster WxT  W worker processes with T threads each (--layouts, default 1xCORES and CORESx1)
-  scheduler xN    a `dask scheduler` and N `dask worker --nthreads 1` processes started here on
-                  loopback as separate commands, as on N one-core machines (--spawn N, default cores)
-  scheduler ADDR  workers you started (--scheduler)
+Cases (--cases, comma separated):
+  local     the single-process engine, all cores (the reference)
+  lcWxT     a LocalCluster of W worker processes with T threads each (lc1x2, lc2x1, lc4x1 ...)
+  spawnN    a `dask scheduler` and N `dask worker --nthreads 1` processes started here as separate
+            commands on loopback, as on N one-core machines
+  CASE:pK   a Dask case with K partitions per worker thread instead of the engine's default
 
-Every Dask output is checked against the local output: same row ids, features within 1e-5.
-Throughput is rows and tokens (real tokens, [CLS]/[SEP] included) per second of wall time.
-Per-core throughput is a case's rate / its worker threads. Results go to
-benchmarks/DASK_RESULTS.md (or --out). Do not time on a busy machine.
+Every run is its own process: it starts its cluster, warms up (model loaded in every worker, files
+in the page cache), then times one extract of the input. Rounds run every case once, each round
+starting one case later, so a slow spell of the machine falls on all cases; the table gives the
+median wall time, and "vs local" is the median over rounds of (local wall / case wall) in the
+same round. Every Dask output is checked against that round's local output: same row ids, features
+within 1e-5. Each Dask run also records how many encode tasks each worker ran and its busy seconds
+(the task stream), so a run where one worker does the work shows. The CPU model and its bf16 flags
+head the results (timings differ by machine). Do not time on a busy machine.
 """
 
 from __future__ import annotations
 
-import bertfeat  # noqa: F401  first, before NumPy: it picks OpenBLAS's kernels (bertfeat/threads.py)
 import argparse
 import json
-import logging
 import os
 import platform
-import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,7 +42,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 SHARED = Path(os.environ.get("BERTFEAT_DATA", ROOT.parent / "shared" / "data"))  # the full data sets (tests/data/README.md)
+TOL = 1e-5
 
 
 def sst2_train(n: int) -> list[str]:
@@ -50,186 +53,221 @@ def sst2_train(n: int) -> list[str]:
     return [texts[i % len(texts)] for i in range(n)]
 
 
-def write_input(texts: list[str], path: Path, parts: int) -> None:
+def write_input(texts: list[str], path: Path) -> None:
+    import pyarrow as pa
+
+    t = pa.table({"text": texts})
+    if path.suffix == ".csv":
+        import pyarrow.csv as pcsv
+
+        pcsv.write_csv(t, path)
+    else:
+        import pyarrow.parquet as pq
+
+        pq.write_table(t, path)
+
+
+def features(path: Path):
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"text": texts}), path, row_group_size=max(1, -(-len(texts) // parts)))
+    files = sorted(path.glob("part-*.parquet")) if path.is_dir() else [path]
+    t = pa.concat_tables([pq.read_table(f).replace_schema_metadata(None) for f in files])
+    col = t.column("embedding").combine_chunks()
+    return t.column("row").to_numpy(), np.asarray(col.values.to_numpy(zero_copy_only=False)).reshape(len(col), -1)
 
 
-def run_case(name, fn, rows_expected):
-    t0 = time.perf_counter()
-    s = fn()
-    wall = time.perf_counter() - t0
-    assert s.rows_written == rows_expected, (name, s.rows_written, rows_expected)
-    return {"case": name, "rows": s.rows_written, "tokens": s.tokens, "wall_s": wall,
-            "rows_per_s": s.rows_written / wall, "tokens_per_s": s.tokens / wall}
-
-
-def parse_layouts(text: str, cores: int) -> list[tuple[int, int, int | None]]:
-    """'1x2,2x1,1x1:2' -> [(workers, threads per worker, encoder threads or None = the engine's default)]."""
-    out = []
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        wt, _, enc = item.partition(":")
-        w, _, t = wt.partition("x")
-        out.append((int(w), int(t or 1), int(enc) if enc else None))
-    return out
-
-
-def start_processes(n: int, env: dict) -> tuple[str, list]:
+# --------------------------------------------------------------------------- one case, in its own process
+def start_processes(n: int) -> tuple[str, list]:
     """A `dask scheduler` and n `dask worker --nthreads 1` processes on loopback: (address, processes)."""
-    port = 20000 + os.getpid() % 20000
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     addr = f"tcp://127.0.0.1:{port}"
-    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    procs = [subprocess.Popen(["dask", "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                               "--dashboard-address", ":0"], **quiet)]
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = [subprocess.Popen(["dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", ":0"], **quiet)]
     time.sleep(2)
-    procs += [subprocess.Popen(["dask", "worker", addr, "--nthreads", "1", "--nworkers", "1", "--no-dashboard",
-                                "--memory-limit", "0"], **quiet) for _ in range(n)]
+    procs += [subprocess.Popen(["dask", "worker", addr, "--nthreads", "1", "--nworkers", "1", "--no-dashboard", "--memory-limit", "0"],
+                               **quiet) for _ in range(n)]
     return addr, procs
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=20000)
-    ap.add_argument("--layouts", default=None, help="LocalCluster layouts WxT[:E] (workers x threads per worker, "
-                    "E encoder threads per task), comma separated; default 1xCORES,CORESx1; '' for none")
-    ap.add_argument("--spawn", type=int, default=None, help="start a dask scheduler and this many `dask worker "
-                    "--nthreads 1` processes (default: cores; 0: none)")
-    ap.add_argument("--scheduler", default=None, help="also run on this scheduler's workers (started by you)")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "DASK_RESULTS.md")
-    ap.add_argument("--skip-local", action="store_true", help="do not run the single-process reference")
-    args = ap.parse_args(argv)
+def run_one(case: str, src: Path, out: Path) -> dict:
+    import bertfeat
 
-    import numpy as np
-    import pyarrow.parquet as pq
-    from distributed import Client, LocalCluster
+    case, _, per = case.partition(":p")  # lc2x1:p8 - 8 partitions per worker thread (an experiment)
+    if per:
+        import bertfeat.dask_engine
 
-    from bertfeat.dask_engine import DaskOptions, cluster_slots, extract_dask
-    from bertfeat.pipeline import ExtractOptions, extract
-    from bertfeat.threads import default_threads
+        bertfeat.dask_engine.PARTS_PER_THREAD = int(per)
 
-    cores = default_threads()
-    layouts = parse_layouts(f"1x{cores},{cores}x1" if args.layouts is None else args.layouts, cores)
-    spawn = cores if args.spawn is None else args.spawn
-    work = Path(tempfile.mkdtemp(prefix="bertfeat-bench-dask-"))
-    results, setup = [], {}
-    procs: list = []
+    warm = src.with_name("warm" + src.suffix)
+    t0 = time.perf_counter()
+    if case == "local":
+        bertfeat.extract(warm, out.with_name("warm-" + out.name), overwrite=True)  # model load, page cache
+        setup = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        s = bertfeat.extract(src, out, overwrite=True, command="bench_dask")
+        return {"wall_s": time.perf_counter() - t0, "rows": s.rows_written, "tokens": s.tokens, "setup_s": setup}
+    import logging
 
-    def features(path: Path):
-        files = sorted(path.glob("part-*.parquet")) if path.is_dir() else [path]
-        t = __import__("pyarrow").concat_tables([pq.read_table(f).replace_schema_metadata(None) for f in files])
-        col = t.column("embedding").combine_chunks()
-        return t.column("row").to_pylist(), col.values.to_numpy(zero_copy_only=False).reshape(len(col), -1)
+    from distributed import Client, LocalCluster, get_task_stream
 
+    procs, cluster = [], None
+    if case.startswith("lc"):
+        w, t = (int(x) for x in case[2:].split("x"))
+        cluster = LocalCluster(n_workers=w, threads_per_worker=t, processes=True, dashboard_address=None, silence_logs=logging.ERROR)
+        client = Client(cluster)
+    else:
+        n = int(case.removeprefix("spawn"))
+        addr, procs = start_processes(n)
+        client = Client(addr, timeout=60)
+        client.wait_for_workers(n, timeout=120)
     try:
-        texts = sst2_train(args.rows)
-        src = work / "sst2.parquet"
-        write_input(texts, src, 1)
-        warm = work / "warm.parquet"
-        write_input(texts[:8], warm, 1)
-
-        def opts(out, **kw):
-            return ExtractOptions(input=str(src), output=str(work / out), command="bench_dask", overwrite=True, **kw)
-
-        ref = None
-        if not args.skip_local:
-            extract(ExtractOptions(input=str(warm), output=str(work / "w.parquet"), overwrite=True))  # model files in the page cache
-            r = run_case(f"local (1 process, {cores} threads)", lambda: extract(opts("local.parquet")), args.rows)
-            r["slots"] = cores
-            results.append(r)
-            ref = features(work / "local.parquet")
-
-        def on_client(name, client, t_cluster, enc_threads, slots_used):
-            t0 = time.perf_counter()  # first call: the plugin loads the model in every worker
-            extract_dask(ExtractOptions(input=str(warm), output=str(work / "w.parquet"), threads=enc_threads, overwrite=True),
-                         DaskOptions(), client=client)
-            t_warm = time.perf_counter() - t0
-            setup[name] = {"cluster_start_s": t_cluster, "first_call_s": t_warm, "worker_threads": cluster_slots(client)}
-            out = f"dask{len(results)}.parquet"
-            r = run_case(name, lambda: extract_dask(opts(out, threads=enc_threads), DaskOptions(), client=client), args.rows)
-            r["slots"] = slots_used or cluster_slots(client)
-            r["partitions"] = len(list((work / out).glob("part-*.parquet")))
-            if ref is not None:
-                rows, X = features(work / out)
-                assert rows == ref[0], f"{name}: row ids differ from the local engine's"
-                r["max_abs_diff_vs_local"] = float(np.abs(X - ref[1]).max())
-            results.append(r)
-
-        env = dict(os.environ)
-        for w, t, e in layouts:
-            t0 = time.perf_counter()
-            cluster = LocalCluster(n_workers=w, threads_per_worker=t, processes=True, dashboard_address=None,
-                                   silence_logs=logging.ERROR)
-            client = Client(cluster)
-            try:
-                on_client(f"LocalCluster {w}x{t}" + (f", {e} encoder threads per task" if e else ""), client,
-                          time.perf_counter() - t0, e, min(cores, w * t * (e or 1)))
-            finally:
-                client.close()
-                cluster.close()
-        if spawn:
-            t0 = time.perf_counter()
-            addr, procs = start_processes(spawn, env)
-            client = Client(addr, timeout=60)
-            try:
-                client.wait_for_workers(spawn, timeout=120)
-                on_client(f"dask scheduler + {spawn} x `dask worker --nthreads 1`", client, time.perf_counter() - t0, None, spawn)
-            finally:
-                client.close()
-        if args.scheduler:
-            client = Client(args.scheduler, timeout=60)
-            try:
-                on_client(f"scheduler {args.scheduler}", client, 0.0, None, None)
-            finally:
-                client.close()
+        bertfeat.extract(warm, out.with_name("warm-" + out.name), engine="dask", client=client, overwrite=True)
+        setup = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with get_task_stream(client) as ts:
+            s = bertfeat.extract(src, out, engine="dask", client=client, overwrite=True, command="bench_dask")
+        wall = time.perf_counter() - t0
+        per_worker: dict = {}
+        for rec in ts.data:
+            if str(rec["key"]).startswith("bertfeat-encode-"):
+                w = per_worker.setdefault(rec["worker"], {"tasks": 0, "busy_s": 0.0})
+                w["tasks"] += 1
+                w["busy_s"] += sum(x["stop"] - x["start"] for x in rec["startstops"] if x["action"] == "compute")
+        return {"wall_s": wall, "rows": s.rows_written, "tokens": s.tokens, "setup_s": setup,
+                "partitions": len(list(out.glob("part-*.parquet"))), "workers": sorted(per_worker.values(), key=lambda v: -v["tasks"])}
     finally:
-        for p in procs:  # only the processes started here
+        client.close()
+        if cluster is not None:
+            cluster.close()
+        for p in procs:
             p.terminate()
         for p in procs:
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
-        shutil.rmtree(work, ignore_errors=True)
 
-    local = next((r for r in results if r["case"].startswith("local")), None)
-    tokens_per_row = results[0]["tokens"] / results[0]["rows"]
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+
+# --------------------------------------------------------------------------- the runner
+def cpu() -> str:
+    from bench_ab import cpu as cpu_line
+
+    return cpu_line()
+
+
+def case_name(case: str, cores: int) -> str:
+    case, _, per = case.partition(":p")
+    if per:
+        return f"{case_name(case, cores)}, {per} partitions per thread"
+    if case == "local":
+        return f"local engine (1 process, {cores} threads)"
+    if case.startswith("lc"):
+        w, t = case[2:].split("x")
+        return f"LocalCluster {w} worker(s) x {t} thread(s)"
+    return f"`dask scheduler` + {case.removeprefix('spawn')} x `dask worker --nthreads 1`"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--format", choices=("csv", "parquet"), default="csv")
+    ap.add_argument("--cases", default=None, help="default: local,lc1xCORES,lcCORESx1,spawnCORES,lc4x1")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "DASK_RESULTS.md")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one case in this process
+    ap.add_argument("--input", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--output", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print("RESULT " + json.dumps(run_one(args.one, args.input, args.output)))
+        return 0
+
+    import numpy as np
+
+    cores = os.cpu_count() or 1
+    cases = (args.cases or f"local,lc1x{cores},lc{cores}x1,spawn{cores},lc4x1").split(",")
+    work = Path(tempfile.mkdtemp(prefix="bertfeat-bench-dask-"))
+    src = work / f"sst2.{args.format}"
+    texts = sst2_train(args.rows)
+    write_input(texts, src)
+    write_input(texts[:16], work / f"warm.{args.format}")
+    runs: dict[str, list[dict]] = {c: [] for c in cases}
+    ratios: dict[str, list[float]] = {c: [] for c in cases}
+    print(f"CPU: {cpu()}; {cores} cores", flush=True)
+    for r in range(args.rounds):
+        order = cases[r % len(cases):] + cases[:r % len(cases)]
+        walls, ref = {}, None
+        for case in order:
+            out = work / f"r{r}-{case}.parquet"
+            p = subprocess.run([sys.executable, __file__, "--one", case, "--input", str(src), "--output", str(out)],
+                               capture_output=True, text=True, cwd=ROOT)
+            line = next((l for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
+            if p.returncode or line is None:
+                print(p.stdout[-3000:], p.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"case {case} failed (exit {p.returncode})")
+            res = json.loads(line[7:])
+            assert res["rows"] == args.rows, (case, res["rows"])
+            runs[case].append(res)
+            walls[case] = res["wall_s"]
+            print(f"round {r + 1} {case}: {res['wall_s']:.2f} s" + (f" workers {res['workers']}" if "workers" in res else ""), flush=True)
+        ref = features(work / f"r{r}-local.parquet") if "local" in cases else None
+        for case in cases:
+            if ref is not None and case != "local":
+                rows, X = features(work / f"r{r}-{case}.parquet")
+                assert np.array_equal(rows, ref[0]), f"{case}: row ids differ from the local engine's"
+                diff = float(np.abs(X - ref[1]).max())
+                assert diff <= TOL, (case, diff)
+                runs[case][-1]["max_abs_diff_vs_local"] = diff
+            if "local" in walls:
+                ratios[case].append(walls["local"] / walls[case])
+        for f in work.glob(f"r{r}-*"):  # keep the disk small
+            __import__("shutil").rmtree(f) if f.is_dir() else f.unlink()
+
+    tokens_per_row = runs[cases[0]][0]["tokens"] / args.rows
+    load = os.getloadavg()
     lines = [
-        "# `extract --engine dask` vs the local engine on this machine",
+        "# `extract --engine dask` vs the local engine, side by side",
         "",
         f"Command: `python benchmarks/bench_dask.py {' '.join(sys.argv[1:] if argv is None else argv)}`"
         + ("  (a SMOKE run: too few rows for the numbers to mean anything)" if args.rows < 5000 else ""),
         "",
-        f"Machine: {platform.machine()}, {cores} cores, Python {platform.python_version()}; load average at the end "
-        f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min).",
+        f"Machine: {cpu()}; {cores} cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}; "
+        f"load average at the end {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min).",
         f"Input: {args.rows:,} SST-2 train sentences ({tokens_per_row:.1f} tokens per row, [CLS]/[SEP] included), one "
-        "Parquet file, default options; model all-MiniLM-L6-v2 (384-d, mean pooling).",
+        f"{args.format.upper()} file, default options; model all-MiniLM-L6-v2 (384-d, its own mean pooling and normalization).",
+        f"Each case in its own process, {args.rounds} round(s) round robin; wall = median; vs local = median over rounds "
+        "of local wall / case wall in the same round. Every Dask output equals the local one (row ids; features within 1e-5).",
         "",
-        "| case | partitions | rows | wall (s) | rows/s | tokens/s | vs local | tokens/s per core | max diff vs local |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| case | task slots | partitions | wall (s), median | rows/s | tokens/s | vs local | tokens/s per core | encode tasks per worker | busy s per worker | max diff vs local |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |",
     ]
-    for r in results:
-        rel = f"{r['rows_per_s'] / local['rows_per_s']:.2f}" if local else "-"
-        diff = f"{r['max_abs_diff_vs_local']:.1e}" if "max_abs_diff_vs_local" in r else "-"
-        lines.append(f"| {r['case']} | {r.get('partitions', '-')} | {r['rows']:,} | {r['wall_s']:.2f} | {r['rows_per_s']:,.1f} | "
-                     f"{r['tokens_per_s']:,.0f} | {rel} | {r['tokens_per_s'] / r['slots']:,.0f} | {diff} |")
-    lines += [
-        "",
-        "Fixed costs (not in the table): " + "; ".join(
-            f"{n}: cluster start {v['cluster_start_s']:.1f} s, first call (model load in every worker) {v['first_call_s']:.1f} s"
-            for n, v in setup.items()) + ".",
-        "",
-        "Raw numbers:",
-        "",
-        "```json",
-        json.dumps({"results": results, "setup": setup}, indent=2),
-        "```",
-        "",
-    ]
+    for case in cases:
+        rs = runs[case]
+        wall = statistics.median(r["wall_s"] for r in rs)
+        base = case.partition(":p")[0]
+        slots = cores if base == "local" else (lambda w, t: w * t)(*map(int, base[2:].split("x"))) if base.startswith("lc") \
+            else int(base.removeprefix("spawn"))
+        last = rs[-1]
+        rel = f"{statistics.median(ratios[case]):.2f}" if ratios[case] else "-"
+        tasks = " / ".join(str(w["tasks"]) for w in last.get("workers", [])) or "-"
+        busy = " / ".join(f"{w['busy_s']:.1f}" for w in last.get("workers", [])) or "-"
+        diff = max((r.get("max_abs_diff_vs_local", 0.0) for r in rs), default=0.0) if case != "local" else None
+        lines.append(f"| {case_name(case, cores)} | {slots} | {last.get('partitions', '-')} | {wall:.2f} | {args.rows / wall:,.1f} | "
+                     f"{last['tokens'] / wall:,.0f} | {rel} | {last['tokens'] / wall / min(slots, cores):,.0f} | {tasks} | {busy} | "
+                     f"{'-' if diff is None else f'{diff:.1e}'} |")
+    lines += ["", "Per round (wall s): " + "; ".join(f"{c} " + ", ".join(f"{r['wall_s']:.2f}" for r in runs[c]) for c in cases) + ".",
+              "Set-up per run, not timed (cluster start, warm-up extract that loads the model in every worker): "
+              + "; ".join(f"{c} {statistics.median(r['setup_s'] for r in runs[c]):.1f} s" for c in cases) + ".",
+              "", "Raw numbers:", "", "```json", json.dumps({"runs": runs, "ratios_vs_local": ratios}, indent=1), "```", ""]
     args.out.write_text("\n".join(lines), encoding="utf-8")
-    print("\n".join(lines))
+    print("\n".join(lines[:len(cases) + 12]))
+    __import__("shutil").rmtree(work, ignore_errors=True)
     return 0
 
 

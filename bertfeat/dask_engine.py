@@ -165,6 +165,7 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
             raise BertfeatError(f"worker on {host}: the weights at {enc.location.path} differ from the client's "
                                 f"(sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
                                 "put the same model files on every node")
+        enc.encode(["warm up"])  # the kernels, tokenizer and scratch memory ready (~0.6 s) before the first task
         _ENCODERS[key] = enc
         return enc
 
