@@ -39,7 +39,7 @@ def parse_pca(value: str | None):
         return None
     from .specs import parse_pca_spec
 
-    n = parse_pca_spec(value, "--pca")
+    n = parse_pca_spec(value, "pca")
     return ALL_COMPONENTS if n is None else n
 
 
