@@ -37,7 +37,7 @@ def parse_n_components(text: str | None) -> int | float | None:
 
     if text is None or text.strip().lower() in ("", "none"):
         return None
-    return parse_pca_spec(text, "--n-components")
+    return parse_pca_spec(text, "n_components")
 
 
 def _prefix_for(model_path: Path) -> Path:

@@ -18,15 +18,16 @@ _NAMES = {",": "','", ";": "';'", "|": "'|'", "\t": "tab"}
 
 
 def parse_delimiter(value: str | None) -> str | None:
-    """--delimiter: one character; 'tab', '\\t' and 'comma'/'semicolon'/'pipe' spelled out are accepted."""
+    """The ``delimiter`` option: one character; 'tab', '\\t' and 'comma'/'semicolon'/'pipe' spelled out are accepted."""
     if value is None:
         return None
     spelled = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
     d = spelled.get(value.lower(), value)
     if len(d) != 1 or d in ('"', "\n", "\r"):
-        from .errors import InputError
+        from .errors import InputError, opt
 
-        raise InputError(f"--delimiter {value!r} is not a single delimiter character", "give one character, e.g. ';', '|' or tab")
+        raise InputError(f"{opt('delimiter', value, cli=repr(value))} is not a single delimiter character",
+                         "give one character, e.g. ';', '|' or tab")
     return d
 
 

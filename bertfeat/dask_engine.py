@@ -63,7 +63,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import BertfeatError, InputError
+from .errors import BertfeatError, InputError, opt
 from .jobcore import (accumulate_pca, check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca, read_manifest,
                       table_counts)
 from .readers import Partition, Reader, _is_url, open_input
@@ -98,9 +98,9 @@ def require_dask():
         import dask  # noqa: F401
         import distributed  # noqa: F401
     except ImportError as e:
-        raise BertfeatError(f"--engine dask needs Dask, but {e.name or 'dask'} is not installed", INSTALL_HINT) from None
+        raise BertfeatError(f"{opt('engine', 'dask')} needs Dask, but {e.name or 'dask'} is not installed", INSTALL_HINT) from None
     if _WorkerPluginBase is object:  # imported while distributed was missing
-        raise BertfeatError("--engine dask needs Dask, but distributed could not be imported", INSTALL_HINT)
+        raise BertfeatError(f"{opt('engine', 'dask')} needs Dask, but distributed could not be imported", INSTALL_HINT)
 
 
 def parse_blocksize(value) -> int | None:
@@ -115,9 +115,9 @@ def parse_blocksize(value) -> int | None:
         try:
             n = int(parse_bytes(value))
         except (ValueError, TypeError):
-            raise BertfeatError(f"--blocksize '{value}' is not a size", "give bytes, e.g. 8MiB, 64MB or none") from None
+            raise BertfeatError(f"{opt('blocksize', value, cli=repr(value))} is not a size", "give bytes, e.g. 8MiB, 64MB or none") from None
     if n < 1:
-        raise BertfeatError(f"--blocksize {value} is out of range", "give a positive size, e.g. 8MiB, or none")
+        raise BertfeatError(f"{opt('blocksize', value)} is out of range", "give a positive size, e.g. 8MiB, or none")
     return n
 
 
@@ -159,7 +159,7 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
             loc = location if (Path(location.path) / "config.json").is_file() else resolve_model(model_name)
             enc = Encoder(location=loc, **kw)
         except BertfeatError as e:
-            raise BertfeatError(f"worker on {host}: cannot load the model at {location.path} ({e.what})",
+            raise BertfeatError(f"worker on {host}: cannot load the model at {location.path} ({e._what})",
                                 "the model directory must be at the same path on every worker (or in each worker's Hugging Face cache)") from None
         if enc.weights_sha256 != weights_sha256:
             raise BertfeatError(f"worker on {host}: the weights at {enc.location.path} differ from the client's "
@@ -332,8 +332,8 @@ def _open_client(dopts: DaskOptions, threads: int | None):
 
     if dopts.scheduler:
         if dopts.workers:
-            raise BertfeatError("--workers starts a local cluster; it cannot be combined with --scheduler",
-                                "start the workers with `dask worker SCHEDULER` on each machine, or drop --scheduler")
+            raise BertfeatError(f"{opt('workers')} starts a local cluster; it cannot be combined with {opt('scheduler')}",
+                                f"start the workers with `dask worker SCHEDULER` on each machine, or drop {opt('scheduler')}")
         try:
             client = Client(dopts.scheduler, timeout=30)
         except (OSError, TimeoutError) as e:
@@ -347,7 +347,7 @@ def _open_client(dopts: DaskOptions, threads: int | None):
     # model copies, two processes' worth of Python overhead); --workers N asks for N one-thread processes.
     n = int(dopts.workers or 1)
     if n < 1:
-        raise BertfeatError(f"--workers {n} is out of range", "give 1 or more")
+        raise BertfeatError(f"{opt('workers', n)} is out of range", "give 1 or more")
     per_worker = 1 if dopts.workers else default_threads()
     # worker processes load NumPy before bertfeat: hand them this process's BLAS kernel choice
     # (bertfeat/threads.py), or they run OpenBLAS's older kernels wherever the environment pins them
@@ -426,9 +426,9 @@ def _results(client, futures: dict, on_result, progress=None):
             res = fut.result()
         except KilledWorker as e:
             raise BertfeatError(f"partition {key}: its task killed the workers that ran it ({e})",
-                                "a worker probably ran out of memory: lower --blocksize or --max-batch-tokens, or add memory") from None
+                                f"a worker probably ran out of memory: lower {opt('blocksize')} or {opt('max_batch_tokens')}, or add memory") from None
         except FutureCancelledError:
-            raise BertfeatError(f"partition {key}: the task was cancelled (the cluster went away?)", "rerun with --resume") from None
+            raise BertfeatError(f"partition {key}: the task was cancelled (the cluster went away?)", f"rerun with {opt('resume', True)}") from None
         on_result(key, res)
         fut.release()
         if show is not None:
@@ -438,7 +438,7 @@ def _results(client, futures: dict, on_result, progress=None):
 
 def _check_output(out: Path):
     if out.is_dir() and any(out.iterdir()) and not (out / PROVENANCE).is_file():
-        raise BertfeatError(f"{out} is a directory that bertfeat did not write", "choose another -o OUTPUT")
+        raise BertfeatError(f"{out} is a directory that bertfeat did not write", f"choose another {opt('output')} OUTPUT")
 
 
 def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progress: NullProgress | None = None,
@@ -450,10 +450,11 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     t0 = time.perf_counter()
     n_components = check_job_options(opts)
     if opts.input == "-":
-        raise BertfeatError("--engine dask cannot read standard input", "write the input to a file (Parquet is best), or use --engine local")
+        raise BertfeatError(f"{opt('engine', 'dask')} cannot read standard input",
+                            f"write the input to a file (Parquet is best), or use {opt('engine', 'local')}")
     if (opts.format or "parquet") != "parquet" or (opts.output and Path(opts.output).suffix.lower() in (".npy", ".csv")):
-        raise BertfeatError("--engine dask writes a Parquet dataset (a directory of part files)",
-                            "drop --format/-o .npy/.csv, or use --engine local")
+        raise BertfeatError(f"{opt('engine', 'dask')} writes a Parquet dataset (a directory of part files)",
+                            f"drop {opt('format')}/{opt('output')} .npy/.csv, or use {opt('engine', 'local')}")
     blocksize = parse_blocksize(dopts.blocksize)
 
     src = open_input(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding,

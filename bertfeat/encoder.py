@@ -17,7 +17,7 @@ import numpy as np
 
 from . import gemm
 from .config import BertConfig
-from .errors import BertfeatError
+from .errors import BertfeatError, opt
 from .hub import ModelLocation, resolve_model
 from .model import Workspace, bert_forward, pooler
 from .threads import default_threads
@@ -203,13 +203,13 @@ class Encoder:
         """(prompt text, its name) as sentence-transformers picks it: an explicit prompt, else the named one,
         else the model's default_prompt_name; an empty prompt is no prompt."""
         if prompt is not None and prompt_name is not None:
-            raise BertfeatError("both a prompt and a prompt name were given", "give --prompt TEXT or --prompt-name NAME, not both")
+            raise BertfeatError("both a prompt and a prompt name were given", f"give {opt('prompt')} TEXT or {opt('prompt_name')} NAME, not both")
         if prompt is None:
             if prompt_name is not None:
                 if prompt_name not in self.pipeline.prompts:
                     names = ", ".join(self.pipeline.prompts) or "none"
                     raise BertfeatError(f"the model has no prompt named '{prompt_name}' (its prompts: {names})",
-                                        "use one of those names, or give the text with --prompt")
+                                        f"use one of those names, or give the text with {opt('prompt')}")
                 prompt = self.pipeline.prompts[prompt_name]
             elif self.pipeline.default_prompt_name is not None:
                 prompt_name = self.pipeline.default_prompt_name
@@ -246,11 +246,11 @@ class Encoder:
             if self.weights.pooler_w is None:
                 raise BertfeatError(
                     f"pooling 'pooled' is unavailable: {self.weights.missing_pooler_reason}",
-                    "use --pooling cls, mean or max, or a checkpoint saved with its pooler (BertModel / BertForPreTraining)",
+                    f"use {opt('pooling', 'cls')}, mean or max, or a checkpoint saved with its pooler (BertModel / BertForPreTraining)",
                 )
             if idx != (L,):
                 raise BertfeatError("pooling 'pooled' is defined on the last layer only",
-                                    "drop --layers, or use --pooling cls to pool the [CLS] of other layers")
+                                    f"drop {opt('layers')}, or use {opt('pooling', 'cls')} to pool the [CLS] of other layers")
         max_length = self._check_max_length(max_length) if max_length else self.max_length
         stride = 32 if stride is None else int(stride)
         if long_text.startswith("chunk") and not 0 <= stride < max_length - 2:
@@ -263,8 +263,8 @@ class Encoder:
         include_prompt = self.pipeline.include_prompt if own else True
         if prompt and not include_prompt and long_text.startswith("chunk"):
             raise BertfeatError("this model leaves its prompt out of the pooling (include_prompt false), which "
-                                "--long-text chunk-* cannot do (the prompt is in the first window only)",
-                                "use --long-text truncate or error with this model's prompts")
+                                f"{opt('long_text', 'chunk-*')} cannot do (the prompt is in the first window only)",
+                                f"use {opt('long_text', 'truncate')} or error with this model's prompts")
         return FeatureSpec(pooling, idx, layer_agg, bool(normalize), max_length, long_text, stride,
                            dense_paths, prompt, prompt_name, include_prompt)
 
@@ -313,11 +313,11 @@ class Encoder:
         if not spec.long_text.startswith("chunk") or not t.truncated.any():
             return Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks)
         if pairs is not None:
-            raise BertfeatError("--long-text chunk-* works on single texts, not sentence pairs",
-                                "use --long-text truncate (or error) with --pair-column")
+            raise BertfeatError(f"{opt('long_text', 'chunk-*')} works on single texts, not sentence pairs",
+                                f"use {opt('long_text', 'truncate')} (or error) with {opt('pair_column')}")
         if tok.cls_id is None or tok.sep_id is None:
             raise BertfeatError(f"{self.model_id}: the tokenizer has no [CLS]/<s> or [SEP]/</s> token to frame the windows "
-                                "of a long text", "use --long-text truncate or error with this model")
+                                "of a long text", f"use {opt('long_text', 'truncate')} or error with this model")
         ids, type_ids, rows = [], [], []
         long_rows = set(np.flatnonzero(t.truncated).tolist())
         content = dict(zip(sorted(long_rows), tok.encode_content([texts[i] for i in sorted(long_rows)])))
@@ -344,7 +344,7 @@ class Encoder:
             return
         if TV < 2 and any(a.size and int(a.max()) >= TV for a in t.type_ids):
             raise BertfeatError(f"{self.model_id} has one token type (type_vocab_size {TV}), so it cannot mark the second "
-                                "text of a sentence pair", "embed the texts separately (drop --pair-column / pairs)")
+                                "text of a sentence pair", f"embed the texts separately (drop {opt('pair_column')} / pairs)")
 
     # ------------------------------------------------------------------ stage 2: model
     def run(self, prep: Prepared, spec: FeatureSpec, max_rows: int | None = None) -> np.ndarray:
@@ -460,7 +460,7 @@ def parallel_map(fn, items: list, threads: int) -> list:
 
 
 class LongTextError(BertfeatError):
-    """Rows longer than max length under --long-text error."""
+    """Rows longer than max length under ``long_text="error"``."""
 
     def __init__(self, rows: np.ndarray, n_tokens: np.ndarray, max_length: int):
         self.rows = rows
@@ -468,7 +468,7 @@ class LongTextError(BertfeatError):
         super().__init__(
             f"row {r} has {int(n_tokens[r])} tokens, more than max length {max_length}"
             + (f" ({len(rows)} rows are too long)" if len(rows) > 1 else ""),
-            "use --long-text truncate, chunk-mean or chunk-max, or a larger --max-length",
+            f"use {opt('long_text', 'truncate')}, chunk-mean or chunk-max, or a larger {opt('max_length')}",
         )
 
 

@@ -18,17 +18,17 @@ _MARK = re.compile(f"{_OPEN}([^{_CLOSE}]*){_CLOSE}")
 _UNSET = object()
 
 
-def opt(name: str, value=_UNSET, *, example: bool = False) -> str:
+def opt(name: str, value=_UNSET, *, cli: str | None = None) -> str:
     """An option in an error message, by its Python parameter ``name`` (and the value given, if any).
 
     Rendered ``name=value`` (``repr`` of the value) for Python callers, ``--name-with-dashes value``
-    by the CLI (cli.FLAGS maps a parameter whose flag is spelled otherwise), a string value quoted as
-    given (``--on-bad-row 'ignore'``) unless ``example`` (a command line to type: ``--encoding latin-1``).
-    ``True`` shows as the bare flag.
+    by the CLI (cli.FLAGS maps a parameter whose flag is spelled otherwise). ``True`` shows as the bare flag.
+    ``cli``: the value as the command line shows it, when not ``str(value)`` (e.g. quoted, ``--pca 'abc'``).
     """
     if value is _UNSET:
         return f"{_OPEN}{name}{_CLOSE}"
-    cli = "" if value is True else repr(value) if isinstance(value, str) and not example else str(value)
+    if cli is None:
+        cli = "" if value is True else str(value)
     return f"{_OPEN}{name}{_SEP}{value!r}{_SEP}{cli}{_CLOSE}"
 
 

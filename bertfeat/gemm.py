@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import BertfeatError
+from .errors import BertfeatError, opt
 
 PRECISIONS = ("fp32", "bf16")
 GEMM_BACKENDS = ("numpy", "mkl")
@@ -195,8 +195,8 @@ def require_bf16() -> str:
     """
     if _load_mkl() is None:
         raise BertfeatError(
-            "--precision bf16 needs Intel MKL's bf16 GEMM (libmkl_rt), which is not installed",
-            f"{FAST_HINT}, or use --precision fp32",
+            f"{opt('precision', 'bf16')} needs Intel MKL's bf16 GEMM (libmkl_rt), which is not installed",
+            f"{FAST_HINT}, or use {opt('precision', 'fp32')}",
         )
     acc = bf16_acceleration()
     if acc is None:
@@ -204,7 +204,7 @@ def require_bf16() -> str:
             return "emulated"
         raise BertfeatError(
             f"this CPU ({cpu_model()}) has no AMX or AVX512-BF16, so bf16 would be emulated, not accelerated",
-            "use --precision fp32 here, or set BERTFEAT_BF16_EMULATE=1 to run the emulated bf16 path anyway (for testing)",
+            f"use {opt('precision', 'fp32')} here, or set BERTFEAT_BF16_EMULATE=1 to run the emulated bf16 path anyway (for testing)",
         )
     return acc
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelNotFoundError
+from .errors import ModelNotFoundError, opt
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -120,7 +120,7 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
             return ModelLocation(path.resolve(), str(path.resolve()), "local directory")
         raise ModelNotFoundError(
             f"{path} has no config.json",
-            "point --model at a Hugging Face model directory (config.json, model.safetensors, "
+            f"point {opt('model')} at a Hugging Face model directory (config.json, model.safetensors, "
             "tokenizer.json or vocab.txt)",
         )
     looked.append(f"local directory {path}")
@@ -147,6 +147,6 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
     else:
         fix = (
             f"run `hf download {canonical}` on a machine with internet access and copy "
-            f"~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE), or pass --model /path/to/local/dir"
+            f"~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE), or pass {opt('model', '/path/to/local/dir')}"
         )
     raise ModelNotFoundError(f"model '{name}' not found; looked in: " + "; ".join(looked), fix)

@@ -263,11 +263,11 @@ def write_attention(text: str, output: str | Path, pair: str | None = None, mode
 
     Layer and head are checked before the model runs. Returns what was written (for the CLI).
     """
-    from .errors import BertfeatError
+    from .errors import BertfeatError, opt
 
-    for p, ext, opt in ((output, ".png", "-o"), (save_npy, ".npy", "--save-npy")):
+    for p, ext, param in ((output, ".png", "output"), (save_npy, ".npy", "save_npy")):
         if p is not None and Path(p).suffix.lower() != ext:
-            raise BertfeatError(f"{opt} {p} does not end in {ext}", f"give {opt} a file name ending in {ext}")
+            raise BertfeatError(f"{opt(param, str(p))} does not end in {ext}", f"give {opt(param)} a file name ending in {ext}")
     enc = _encoder(model, max_length, encoder)
     c = enc.config
     layer_i, head_i = check_layer_head(c.num_hidden_layers, c.num_attention_heads, layer, head)

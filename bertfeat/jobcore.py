@@ -23,7 +23,8 @@ BAD_ROW_POLICIES = ("error", "skip")
 def check_job_options(opts) -> int | float | str | None:
     """The options both engines check the same way (before any work); returns the parsed --pca size."""
     if opts.on_bad_row not in BAD_ROW_POLICIES:
-        raise BertfeatError(f"unknown {opt('on_bad_row', opts.on_bad_row)}", "choose error or skip")
+        shown = opt("on_bad_row", opts.on_bad_row, cli=f"'{opts.on_bad_row}'")
+        raise BertfeatError(f"unknown {shown}", "choose error or skip")
     if opts.threads is not None and opts.threads < 1:
         raise BertfeatError(f"{opt('threads', opts.threads)} is out of range", "give 1 or more (default: all cores)")
     if "://" in opts.input and not opts.output:  # an fsspec URL (s3://, gs://, file://): no "beside the input"
@@ -40,7 +41,7 @@ def parse_pca(value: str | None):
         return None
     from .specs import parse_pca_spec
 
-    n = parse_pca_spec(value, "--pca")
+    n = parse_pca_spec(value, "pca")
     return ALL_COMPONENTS if n is None else n
 
 

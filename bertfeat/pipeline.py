@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from . import __version__, gemm
 from .encoder import Encoder, FeatureSpec, LongTextError
-from .errors import BertfeatError, InputError
+from .errors import BertfeatError, InputError, opt
 from .jobcore import (COUNT_KEYS, accumulate_pca, check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca,
                       read_manifest, table_counts)
 from .readers import RawBatch, Reader, open_input
@@ -69,13 +69,19 @@ def _kind(v) -> str:
     return {bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}.get(type(v), type(v).__name__)
 
 
+# A row over max length under long_text="error" is rejected with this reason tag (in the rejects file as it is;
+# in an error message the option is named for the caller: long_text='error' / --long-text error).
+LONG_TEXT_TAG = "(--long-text error)"
+
+
 def fix_for(reason: str) -> str:
-    """How to fix a bad row, by its reason."""
-    skip = "or pass --on-bad-row skip to write it to the rejects file and go on"
+    """How to fix a bad row, by its reason (options named with errors.opt)."""
+    skip = f"or pass {opt('on_bad_row', 'skip')} to write it to the rejects file and go on"
     if reason.endswith("(a binary Parquet column)"):
-        return f"write the column as UTF-8 strings (decode it with its real encoding first; --encoding applies to CSV and JSONL), {skip}"
+        return (f"write the column as UTF-8 strings (decode it with its real encoding first; {opt('encoding')} applies to "
+                f"CSV and JSONL), {skip}")
     if reason.startswith("invalid UTF-8") or reason.startswith("invalid ") and " at byte " in reason:
-        return f"pass --encoding with the file's encoding (e.g. --encoding latin-1), {skip}"
+        return f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')}), {skip}"
     if reason.startswith("control character"):
         return f"remove the control characters or replace them with spaces, {skip}"
     if reason.startswith("unclosed quote"):
@@ -84,8 +90,9 @@ def fix_for(reason: str) -> str:
         return f"fix the line (quote fields that hold the delimiter), {skip}"
     if reason.startswith("invalid JSON"):
         return f"fix the line (one JSON object per line), {skip}"
-    if "(--long-text error)" in reason:
-        return "use --long-text truncate/chunk-mean/chunk-max or a larger --max-length, or --on-bad-row skip"
+    if LONG_TEXT_TAG in reason:
+        return (f"use {opt('long_text', 'truncate')}/chunk-mean/chunk-max or a larger {opt('max_length')}, "
+                f"or {opt('on_bad_row', 'skip')}")
     return f"fix the row, {skip}"
 
 
@@ -197,7 +204,7 @@ def prepare_chunk(encoder: Encoder, spec: FeatureSpec, chunk: Chunk, source_name
             tok = encoder.tokenizer.encode([chunk.texts[i] for i in bad],
                                            None if chunk.pairs is None else [chunk.pairs[i] for i in bad], spec.max_length)
             chunk.rejects += [{"row": chunk.rows[i], "id": None if chunk.ids is None else chunk.ids[i],
-                               "reason": f"{int(n)} tokens, more than max length {spec.max_length} (--long-text error)"}
+                               "reason": f"{int(n)} tokens, more than max length {spec.max_length} {LONG_TEXT_TAG}"}
                               for i, n in zip(bad, tok.n_tokens)]
             chunk.rejects.sort(key=lambda r: r["row"])
             if on_bad_row == "error":
@@ -213,7 +220,8 @@ def prepare_chunk(encoder: Encoder, spec: FeatureSpec, chunk: Chunk, source_name
 
 
 def _raise_bad_row(source_name: str, r: dict):
-    raise InputError(f"{source_name} row {r['row']}: {r['reason']}", fix_for(r["reason"]))
+    reason = r["reason"].replace(LONG_TEXT_TAG, f"({opt('long_text', 'error')})")
+    raise InputError(f"{source_name} row {r['row']}: {reason}", fix_for(r["reason"]))
 
 
 def chunk_table(encoder: Encoder, spec: FeatureSpec, pc: PreparedChunk, id_name: str) -> pa.Table:
@@ -326,7 +334,7 @@ class NullProgress:
 # --------------------------------------------------------------------------- output paths
 def default_output(input_path: str, fmt: str) -> Path:
     if input_path == "-":
-        raise InputError("reading standard input needs -o OUTPUT", "add -o features.parquet")
+        raise InputError(f"reading standard input needs {opt('output', 'OUTPUT')}", f"add {opt('output', 'features.parquet')}")
     p = Path(input_path.rstrip("/"))
     if any(ch in input_path for ch in "*?["):
         # a glob: name the output after the directory above the first wildcard, beside that directory
@@ -456,7 +464,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     t0 = time.perf_counter()
     n_components = check_job_options(opts)
     if opts.resume and opts.input == "-":
-        raise BertfeatError("--resume cannot continue a run that read standard input", "write the input to a file first")
+        raise BertfeatError(f"{opt('resume', True)} cannot continue a run that read standard input", "write the input to a file first")
     if opts.input == "-" and not opts.output:
         default_output(opts.input, "parquet")  # raises: standard input needs -o
     source = open_input(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding,
@@ -465,17 +473,19 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     fmt = output_format(out_path, opts.format)
     out_path = out_path or default_output(opts.input, fmt)
     if out_path.is_dir():
-        raise BertfeatError(f"the output {out_path} is a directory", "pass -o with a file name, e.g. -o features.parquet")
+        raise BertfeatError(f"the output {out_path} is a directory",
+                            f"pass {opt('output')} with a file name, e.g. {opt('output', 'features.parquet')}")
     if opts.input != "-" and any(out_path.resolve() == Path(f).resolve() for f in source.files):
-        raise BertfeatError(f"the output {out_path} is the input file", "pass -o with another file name")
+        raise BertfeatError(f"the output {out_path} is the input file", f"pass {opt('output')} with another file name")
     if opts.wide and fmt == "npy":
-        raise BertfeatError("--wide applies to Parquet output, not npy", "drop --wide, or use --format parquet")
+        raise BertfeatError(f"{opt('wide', True)} applies to Parquet output, not npy",
+                            f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
     from .safety import check_extract_outputs
     from .specs import check_max_length, check_output_format, check_size
 
     check_output_format(opts.output, opts.format)
     check_max_length(opts.max_length)
-    check_size(opts.max_batch_tokens, "--max-batch-tokens", 1, None, " (tokens per batch, padded rows x length; default 1024)")
+    check_size(opts.max_batch_tokens, "max_batch_tokens", 1, None, " (tokens per batch, padded rows x length; default 1024)")
     check_extract_outputs(out_path, fmt, n_components is not None, PartStore(out_path).dir, source.files, opts.overwrite,
                           opts.resume)
     encoder = encoder or Encoder(opts.model, precision=opts.precision, **opts.encoder_options)
@@ -493,7 +503,8 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         done = store.open(manifest, opts.resume)
     except OSError as e:
         store.remove()
-        raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})", "check the output directory exists and is writable, or pass -o") from None
+        raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})",
+                            f"check the output directory exists and is writable, or pass {opt('output')}") from None
     for stale in (*out_path.parent.glob(f".{out_path.name}*.tmp-*"), *out_path.parent.glob(f".{out_path.stem}.ids.csv.tmp-*")):
         stale.unlink(missing_ok=True)  # temporaries of a run killed while it wrote the output
     summary = ExtractSummary(chunks_resumed=len(done), pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
@@ -535,7 +546,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         items.close()
         from .safety import os_error
 
-        raise os_error(e, store.dir, f"free disk space, then rerun the same command with --resume "
+        raise os_error(e, store.dir, f"free disk space, then rerun the same command with {opt('resume', True)} "
                                      f"({len(order)} finished chunk(s) are kept in {store.dir})") from None
     except KeyboardInterrupt:
         items.close()
@@ -557,7 +568,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
         raise
     except OSError as e:  # disk full, permissions: the parts stay, so --resume only redoes the writing
         raise BertfeatError(f"cannot write the output {out_path} ({e.strerror or e})",
-                            "free disk space or fix the permissions, then rerun with --resume") from None
+                            f"free disk space or fix the permissions, then rerun with {opt('resume', True)}") from None
     summary.elapsed = time.perf_counter() - t0
     return summary
 
@@ -567,11 +578,12 @@ def feature_settings(encoder: Encoder, opts: ExtractOptions, n_components) -> tu
     spec = encoder.spec(opts.pooling, opts.layers, opts.layer_agg, opts.normalize, opts.max_length, opts.long_text, opts.stride,
                         prompt=opts.prompt, prompt_name=opts.prompt_name)
     if isinstance(n_components, int) and n_components > encoder.output_dim(spec):
-        raise BertfeatError(f"--pca {n_components} is more components than the {encoder.output_dim(spec)} feature dimensions",
-                            f"choose --pca {encoder.output_dim(spec)} or fewer, or a variance fraction such as 0.95")
+        raise BertfeatError(f"{opt('pca', n_components)} is more components than the {encoder.output_dim(spec)} feature dimensions",
+                            f"choose {opt('pca', encoder.output_dim(spec))} or fewer, or a variance fraction such as 0.95")
     id_name = opts.id_column or "row"
     if id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
-        raise BertfeatError(f"--id-column '{id_name}' clashes with an output column", "rename the id column")
+        shown = opt("id_column", id_name, cli=f"'{id_name}'")
+        raise BertfeatError(f"{shown} clashes with an output column", "rename the id column")
     return spec, id_name, encoder.fingerprint(spec)
 
 

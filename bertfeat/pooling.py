@@ -123,7 +123,7 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
     "-4:" (the last four) or "9:12". Negative numbers count from the end as in
     transformers' hidden_states tuple (which has L + 1 entries).
     """
-    from .errors import BertfeatError
+    from .errors import BertfeatError, opt
 
     n = num_layers + 1
     if spec is None:
@@ -137,14 +137,16 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
             else:
                 idx = [int(p) for p in s.split(",") if p.strip()]
         except ValueError:
-            raise BertfeatError(f"--layers '{spec}' is not understood",
+            shown = opt("layers", spec, cli=f"'{spec}'")
+            raise BertfeatError(f"{shown} is not understood",
                                 "give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)") from None
     elif isinstance(spec, (int, np.integer)):
         idx = [int(spec)]
     else:
         idx = [int(i) for i in spec]
     if not idx:
-        raise BertfeatError(f"--layers '{spec}' selects no layer", "give at least one layer, e.g. -1")
+        shown = opt("layers", spec, cli=f"'{spec}'")
+        raise BertfeatError(f"{shown} selects no layer", "give at least one layer, e.g. -1")
     out = []
     for i in idx:
         if not -n <= i < n:

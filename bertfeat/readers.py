@@ -97,7 +97,7 @@ def detect_format(path: str, input_format: str | None) -> str:
             raise InputError(f"unknown input format '{input_format}'", f"choose one of {', '.join(FORMATS)}")
         return input_format
     if path == "-":
-        raise InputError("reading standard input needs " + opt("input_format"), f"add {opt('input_format', 'csv|tsv|jsonl', example=True)}")
+        raise InputError("reading standard input needs " + opt("input_format"), f"add {opt('input_format', 'csv|tsv|jsonl')}")
     p = Path(path.rstrip("/"))
     if not _is_url(path) and p.is_dir():
         return "parquet"
@@ -108,7 +108,7 @@ def detect_format(path: str, input_format: str | None) -> str:
     if fmt is None:
         if _is_url(path):
             return "parquet"  # a URL without an extension: a directory of Parquet files (checked when listed)
-        raise InputError(f"{path}: cannot tell the format from the extension", f"add {opt('input_format', 'csv|tsv|parquet|jsonl', example=True)}")
+        raise InputError(f"{path}: cannot tell the format from the extension", f"add {opt('input_format', 'csv|tsv|parquet|jsonl')}")
     return fmt
 
 
@@ -278,7 +278,7 @@ class Reader:
             return strings[0]
         raise InputError(
             f"{self.name}: cannot tell which column holds the text (columns: {_listing(self.columns)})",
-            f"pass {opt('text_column', 'NAME', example=True)}",
+            f"pass {opt('text_column', 'NAME')}",
         )
 
     def _wanted(self) -> list[str]:
@@ -646,7 +646,7 @@ class CsvReader(TextReader):
                 except UnicodeDecodeError as whole:
                     at = whole.start
                 raise InputError(f"{self.name} header line: invalid {self.encoding} at byte {at}",
-                                 f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1', example=True)})") from None
+                                 f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})") from None
             except (pa.ArrowException, ValueError) as e:
                 raise InputError(f"{self.name}: cannot read the header line as {self.fmt.upper()} ({_short(e)})",
                                  f"the first line must name the columns; check {opt('input_format')} and {opt('encoding')}") from None
@@ -655,8 +655,8 @@ class CsvReader(TextReader):
         likely = likely_delimiters_in(cols[0], self.delimiter) if len(cols) == 1 and option is None else []
         if likely:
             raise InputError(f"{self.name}: the header line is one column {cols[0]!r}, which holds {name_of(likely[0])}",
-                             f"pass {opt('delimiter', name_of(likely[0]), example=True)} if that separates the columns "
-                             f"(or {opt('delimiter', name_of(self.delimiter), example=True)} to read one column)")
+                             f"pass {opt('delimiter', name_of(likely[0]))} if that separates the columns "
+                             f"(or {opt('delimiter', name_of(self.delimiter))} to read one column)")
         return cols
 
 
@@ -711,7 +711,7 @@ class CsvReader(TextReader):
                     break
                 except UnicodeDecodeError as e:
                     raise InputError(f"{self.name} near row {row}: invalid {self.encoding} ({_short(e)})",
-                                     f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1', example=True)})") from None
+                                     f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})") from None
                 except (pa.ArrowException, OSError, EOFError, ValueError) as e:
                     self._raise_unskippable(e)
                     raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({_short(e)})",

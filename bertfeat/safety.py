@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterable
 
-from .errors import BertfeatError
+from .errors import BertfeatError, opt
 
 DEBUG_ENV = "BERTFEAT_DEBUG"
 BUG_FIX = f"this is a bug in bertfeat: rerun with --debug (or {DEBUG_ENV}=1) to see the traceback and report it"
@@ -32,9 +32,10 @@ class OutputError(BertfeatError):
 
 # --------------------------------------------------------------------------- exceptions -> one line
 _OS_FIX = {
-    errno.ENOSPC: ("no space left on the device", "free disk space or write elsewhere (another -o, or redirect the output), then rerun"),
-    errno.EDQUOT: ("disk quota exceeded", "free space under your quota or write elsewhere with -o, then rerun"),
-    errno.EROFS: ("read-only file system", "write to a writable directory (pass -o with another path)"),
+    errno.ENOSPC: ("no space left on the device",
+                   f"free disk space or write elsewhere (another {opt('output')}, or redirect the output), then rerun"),
+    errno.EDQUOT: ("disk quota exceeded", f"free space under your quota or write elsewhere with {opt('output')}, then rerun"),
+    errno.EROFS: ("read-only file system", f"write to a writable directory (pass {opt('output')} with another path)"),
     errno.EACCES: ("permission denied", "check the permissions of the file and its directory, or choose another path"),
     errno.EPERM: ("operation not permitted", "check the permissions of the file and its directory, or choose another path"),
     errno.ENOENT: ("no such file or directory", "check the path (does its directory exist?)"),
@@ -42,7 +43,7 @@ _OS_FIX = {
     errno.EISDIR: ("is a directory", "pass a file name, not a directory"),
     errno.EIO: ("input/output error", "the disk or the file system failed; check the device, then rerun"),
     errno.EMFILE: ("too many open files", "raise the limit (ulimit -n) or read fewer files at once"),
-    errno.EFBIG: ("file too large for the file system", "write to another file system with -o"),
+    errno.EFBIG: ("file too large for the file system", f"write to another file system with {opt('output')}"),
 }
 
 
@@ -66,7 +67,7 @@ def _one_line(text: str, limit: int = 200) -> str:
 
 def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str | None = None) -> BertfeatError:
     """An OSError -> ``PATH: what - fix`` (the errno decides the fix; ``path`` when the error names none;
-    ``space_fix`` replaces the fix of a full disk or quota, e.g. extract's "rerun with --resume")."""
+    ``space_fix`` replaces the fix of a full disk or quota, e.g. extract's "rerun with resume=True")."""
     code = _errno_of(e)
     where = e.filename if getattr(e, "filename", None) else path
     what, fix = _OS_FIX.get(code, (None, "check the path, its permissions and the free disk space"))
@@ -88,7 +89,7 @@ def user_error(e: BaseException) -> BertfeatError | None:
         return BertfeatError(f"unexpected end of a file: it is empty or truncated ({_one_line(e) or 'EOF'})",
                              "pass a complete file (rerun the command that wrote it)")
     if isinstance(e, MemoryError):
-        return BertfeatError("out of memory", "lower --max-batch-tokens / --batch-rows, or use a machine with more memory")
+        return BertfeatError("out of memory", f"lower {opt('max_batch_tokens')} / {opt('batch_rows')}, or use a machine with more memory")
     if isinstance(e, OSError):
         return os_error(e)
     if isinstance(e, ValueError) and "allow_pickle" in str(e):
@@ -140,17 +141,17 @@ def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path])
         for inp in inputs:
             if _same_file(out, inp) or _inside(inp, out):
                 raise OutputError(f"the {label} {out} would replace the input {inp}",
-                                  "pass -o with another name, or rename the input")
+                                  f"pass {opt('output')} with another name, or rename the input")
 
 
 def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool) -> None:
-    """Refuse to replace an existing output unless --overwrite."""
+    """Refuse to replace an existing output unless ``overwrite``."""
     if overwrite:
         return
     for label, out in outputs:
         out = Path(out)
         if out.exists() or out.is_symlink():
-            raise OutputError(f"{out} already exists", "pass --overwrite to replace it, or -o with another name")
+            raise OutputError(f"{out} already exists", f"pass {opt('overwrite', True)} to replace it, or {opt('output')} with another name")
 
 
 def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], overwrite: bool = False,
@@ -235,7 +236,7 @@ def feature_file_inputs(path: str | os.PathLike) -> list[Path]:
 
 def partial_run_error(partial_dir: Path) -> OutputError:
     return OutputError(f"a resumable partial run exists in {partial_dir}",
-                       "rerun the same command with --resume to continue it, or with --overwrite to start over")
+                       f"rerun the same command with {opt('resume', True)} to continue it, or with {opt('overwrite', True)} to start over")
 
 
 def check_extract_outputs(out_path: Path, fmt: str, want_pca: bool, partial_dir: Path, inputs: list[Path],

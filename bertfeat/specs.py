@@ -1,10 +1,12 @@
 """Option values shared by several commands, parsed in one place.
 
-* ``parse_pca_spec``: ``extract --pca`` and ``pca fit -n`` read the same way.
+* ``parse_pca_spec``: ``extract(pca=...)`` / ``extract --pca`` and ``pca fit -n`` read the same way.
   ``100`` = that many components; ``0.95`` = the fewest components that explain 95 % of the variance;
   ``1.0`` or ``all`` = every component (100 % of the variance); 0, negatives, ``1.5``, nan are refused.
-* ``check_size``: ``--max-length``, ``--max-batch-tokens`` and friends: 0 is refused, never "default".
-* ``check_output_format``: an output whose extension names another format than ``--format`` is refused.
+* ``check_size``: ``max_length``, ``max_batch_tokens`` and friends: 0 is refused, never "default".
+* ``check_output_format``: an output whose extension names another format than ``format`` is refused.
+
+Each names its option by the caller's Python parameter (errors.opt); the CLI shows it as its flag.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from .errors import BertfeatError
+from .errors import BertfeatError, opt
 
 PCA_FIX = "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"
 
@@ -23,50 +25,56 @@ _EXT_FORMAT = {".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".csv": "
                ".avro": "avro", ".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".png": "png"}
 
 
-def parse_pca_spec(text: str | int | float | None, option: str = "--pca") -> int | float | None:
-    """``"100"`` -> 100, ``"0.95"`` -> 0.95, ``"1.0"``/``"all"`` -> None (every component)."""
+def parse_pca_spec(text: str | int | float | None, param: str = "pca") -> int | float | None:
+    """``"100"`` -> 100, ``"0.95"`` -> 0.95, ``"1.0"``/``"all"`` -> None (every component).
+
+    ``param``: the parameter the value was given as (``pca`` of extract, ``n_components`` of a PCA fit),
+    named in the error."""
     if text is None:
         return None
     s = str(text).strip()
     if s.lower() in ("all", "1.0", "1."):
         return None
     try:
-        return _positive_int(int(s), option)
+        n = int(s)
     except ValueError:
         pass
+    else:
+        return _positive_int(n, param, s)
     try:
         x = float(s)
     except ValueError:
-        raise BertfeatError(f"{option} {s!r} is not a number", PCA_FIX) from None
+        raise BertfeatError(f"{opt(param, s, cli=repr(s))} is not a number", PCA_FIX) from None
     if not math.isfinite(x) or x <= 0:
-        raise BertfeatError(f"{option} {s} is out of range", PCA_FIX)
+        raise BertfeatError(f"{opt(param, x, cli=s)} is out of range", PCA_FIX)
     if x == 1.0:
         return None
     if x < 1:
         return x
     if x != int(x):
-        raise BertfeatError(f"{option} {s}: a number of components must be whole", PCA_FIX)
+        raise BertfeatError(f"{opt(param, x, cli=s)}: a number of components must be whole", PCA_FIX)
     return int(x)
 
 
-def _positive_int(n: int, option: str) -> int:
+def _positive_int(n: int, param: str, text: str) -> int:
     if n < 1:
-        raise BertfeatError(f"{option} {n} is out of range", PCA_FIX)
+        raise BertfeatError(f"{opt(param, n, cli=text)} is out of range", PCA_FIX)
     return n
 
 
-def check_size(value: int | None, option: str, minimum: int = 1, maximum: int | None = None, note: str = "") -> int | None:
-    """None passes (the default); anything else must lie in minimum..maximum (0 never means 'default')."""
+def check_size(value: int | None, param: str, minimum: int = 1, maximum: int | None = None, note: str = "") -> int | None:
+    """None passes (the default); anything else must lie in minimum..maximum (0 never means 'default').
+    ``param``: the option's Python parameter name (``max_batch_tokens``), named in the error."""
     if value is None:
         return None
     if value < minimum or (maximum is not None and value > maximum):
         rng = f"{minimum}..{maximum}" if maximum is not None else f"{minimum} or more"
-        raise BertfeatError(f"{option} {value} is out of range", f"choose {rng}{note}, or leave it out for the default")
+        raise BertfeatError(f"{opt(param, value)} is out of range", f"choose {rng}{note}, or leave it out for the default")
     return value
 
 
-def check_max_length(value: int | None, option: str = "--max-length") -> int | None:
-    return check_size(value, option, 3, None, " (up to the model's max_position_embeddings, 512 for BERT and MiniLM)")
+def check_max_length(value: int | None, param: str = "max_length") -> int | None:
+    return check_size(value, param, 3, None, " (up to the model's max_position_embeddings, 512 for BERT and MiniLM)")
 
 
 def check_output_format(path: str | Path | None, fmt: str | None, formats=("parquet", "npy", "csv")) -> None:
@@ -81,8 +89,8 @@ def check_output_format(path: str | Path | None, fmt: str | None, formats=("parq
     written = fmt or named
     if named != written or written not in formats:
         if fmt:
-            what = f"the output {p} ends in {suffix}, but --format {fmt} writes {fmt.upper()}"
+            what = f"the output {p} ends in {suffix}, but {opt('format', fmt)} writes {fmt.upper()}"
         else:
             what = f"the output {p} ends in {suffix}, a format bertfeat does not write"
         raise BertfeatError(what, f"name the output .{written if written in formats else 'parquet'}, "
-                                  f"or choose --format to match ({', '.join(formats)})")
+                                  f"or choose {opt('format')} to match ({', '.join(formats)})")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import BertfeatError, ConfigError
+from .errors import BertfeatError, ConfigError, opt
 
 #: sentence-transformers' pooling modes, in its legacy concatenation order.
 ST_POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
@@ -137,7 +137,7 @@ def _module_kind(entry, i: int, where: str) -> tuple[str, str]:
     if not t.startswith("sentence_transformers.") or kind not in SUPPORTED_MODULES:
         raise ConfigError(
             f"{where}: module {i} '{t}' (path '{entry.get('path', '')}') cannot be reproduced by bertfeat",
-            f"bertfeat runs {', '.join(SUPPORTED_MODULES)} modules; use --pooling to get plain pooled features of "
+            f"bertfeat runs {', '.join(SUPPORTED_MODULES)} modules; use {opt('pooling')} to get plain pooled features of "
             "the encoder instead of the model's embedding",
         )
     return kind, str(entry.get("path") or "")

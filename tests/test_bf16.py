@@ -321,8 +321,10 @@ def test_resume_refuses_a_change_of_precision(tmp_path, capsys, minilm_dir, real
 
 def test_bf16_needs_mkl(monkeypatch, capsys, minilm_dir, tmp_path):
     monkeypatch.setattr(gemm, "_mkl", {"lib": None, "error": "libmkl_rt was not found"})
-    with pytest.raises(BertfeatError, match="needs Intel MKL"):
+    with pytest.raises(BertfeatError) as e:
         Encoder(minilm_dir, precision="bf16")
+    assert e.value.message == ("precision='bf16' needs Intel MKL's bf16 GEMM (libmkl_rt), which is not installed - "
+                               'pip install "bertfeat[fast]" (the PyPI package mkl), or use precision=\'fp32\'')
     src = tmp_path / "a.csv"
     src.write_text("text\nhello\n")
     assert main(["extract", str(src), "--model", str(minilm_dir), "--precision", "bf16", "--quiet"]) == 1

@@ -55,3 +55,28 @@ def test_parse_pca_spec(text, expected):
 def test_parse_pca_spec_refuses(text):
     with pytest.raises(BertfeatError):
         parse_pca_spec(text)
+
+
+def test_option_values_name_the_parameter_in_python_and_the_flag_on_the_cli(tmp_path, capsys):
+    """parse_pca_spec names the parameter it is given (pca of extract, n_components of a PCA fit); the CLI
+    shows each as its flag, the value as typed (quoted when it is not a number)."""
+    from bertfeat.cli import main
+    from bertfeat.csvcheck import parse_delimiter
+
+    fix = "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"
+    for text, param, python, cli in (("lots", "pca", "pca='lots' is not a number", "--pca 'lots' is not a number"),
+                                     ("0", "n_components", "n_components=0 is out of range", "--n-components 0 is out of range"),
+                                     ("1e-9x", "pca", "pca='1e-9x' is not a number", "--pca '1e-9x' is not a number"),
+                                     ("nan", "pca", "pca=nan is out of range", "--pca nan is out of range"),
+                                     ("2.5", "n_components", "n_components=2.5: a number of components must be whole",
+                                      "--n-components 2.5: a number of components must be whole")):
+        with pytest.raises(BertfeatError) as e:
+            parse_pca_spec(text, param)
+        assert (e.value.message, e.value.render({})) == (f"{python} - {fix}", f"{cli} - {fix}")
+    with pytest.raises(BertfeatError) as e:
+        parse_delimiter("ab")
+    assert e.value.message == "delimiter='ab' is not a single delimiter character - give one character, e.g. ';', '|' or tab"
+    src = tmp_path / "c.csv"
+    src.write_text("text\na\n")
+    assert main(["extract", str(src), "-o", str(tmp_path / "o.parquet"), "--delimiter", "ab", "-q"]) == 1
+    assert capsys.readouterr().err == "Error: --delimiter 'ab' is not a single delimiter character - give one character, e.g. ';', '|' or tab\n"

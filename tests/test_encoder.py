@@ -175,6 +175,50 @@ def test_bad_pooling_and_layer_options_are_clear(enc):
             assert w in msg, (kwargs, msg)
 
 
+_LONG = "word " * 200  # 202 tokens with [CLS] and [SEP] in the tiny test model (max length 128)
+ENCODER_OPTIONS = [  # (id, encode keywords, the same on `bertfeat extract`, the Python message, the CLI's stderr line)
+    ("prompt-and-name", {"prompt": "query: ", "prompt_name": "query"}, ["--prompt", "query: ", "--prompt-name", "query"],
+     "both a prompt and a prompt name were given - give prompt TEXT or prompt_name NAME, not both",
+     "both a prompt and a prompt name were given - give --prompt TEXT or --prompt-name NAME, not both"),
+    ("chunked-pairs", {"pairs": ["b", "b"], "long_text": "chunk-mean"}, ["--pair-column", "pair", "--long-text", "chunk-mean"],
+     "long_text='chunk-*' works on single texts, not sentence pairs - use long_text='truncate' (or error) with pair_column",
+     "--long-text chunk-* works on single texts, not sentence pairs - use --long-text truncate (or error) with --pair-column"),
+    ("layers-none", {"layers": ","}, ["--layers", ","],
+     "layers=',' selects no layer - give at least one layer, e.g. -1", "--layers ',' selects no layer - give at least one layer, e.g. -1"),
+]
+
+
+@pytest.mark.parametrize("kwargs,args,python,cli", [c[1:] for c in ENCODER_OPTIONS], ids=[c[0] for c in ENCODER_OPTIONS])
+def test_encoder_errors_name_the_parameter_and_the_cli_the_flag(tmp_path, capsys, kwargs, args, python, cli):
+    """Encoder.encode(...) names its parameters (long_text='truncate'); the same failure through
+    `bertfeat extract` names the flags (--long-text truncate), in otherwise the same words."""
+    from extract_util import run, tiny_encoder, tiny_model, write_csv
+
+    with pytest.raises(BertfeatError) as e:
+        tiny_encoder().encode(["ok", _LONG], **kwargs)
+    assert e.value.message == python
+    src = write_csv(tmp_path / "c.csv", ["text", "pair"], [["ok", "b"], [_LONG, "b"]])
+    out = tmp_path / "o.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q", *args) == (1, "", f"Error: {cli}\n")
+    assert not out.exists()
+
+
+def test_long_text_error_names_the_parameter(tmp_path, capsys):
+    from extract_util import run, tiny_encoder, tiny_model, write_csv
+
+    with pytest.raises(LongTextError) as e:
+        tiny_encoder().encode(["ok", _LONG, _LONG], long_text="error")
+    assert e.value.message == ("row 1 has 202 tokens, more than max length 128 (2 rows are too long) - "
+                               "use long_text='truncate', chunk-mean or chunk-max, or a larger max_length")
+    assert e.value.render({}) == ("row 1 has 202 tokens, more than max length 128 (2 rows are too long) - "
+                                  "use --long-text truncate, chunk-mean or chunk-max, or a larger --max-length")
+    # the command line reports the row of the file (a bad row), with the flags
+    src = write_csv(tmp_path / "c.csv", ["text"], [["ok"], [_LONG]])
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q", "--long-text", "error")
+    assert (rc, out, err) == (1, "", f"Error: {src} row 1: 202 tokens, more than max length 128 (--long-text error) - use "
+                                     "--long-text truncate/chunk-mean/chunk-max or a larger --max-length, or --on-bad-row skip\n")
+
+
 @pytest.mark.live
 def test_checkpoint_without_pooler(make_ckpt, sample_data):
     """Every pooling but 'pooled' works (and matches torch); 'pooled' says why it is unavailable."""
@@ -195,7 +239,7 @@ def test_checkpoint_without_pooler(make_ckpt, sample_data):
         enc.encode(texts, pooling="pooled")
     msg = e.value.message
     assert msg.startswith("pooling 'pooled' is unavailable") and "no pooler weights" in msg
-    assert "pooler.dense.weight" in msg and "--pooling cls, mean or max" in msg and "\n" not in msg
+    assert "pooler.dense.weight" in msg and "pooling='cls', mean or max" in msg and "\n" not in msg
 
 
 def test_default_pooling_comes_from_1_pooling_config(make_ckpt):
@@ -289,7 +333,7 @@ def test_long_text_modes(enc, long_text, torch_minilm):
     assert isinstance(e.value, BertfeatError)
     assert e.value.rows.tolist() == [1]
     assert e.value.message.startswith(f"row 1 has {info.n_tokens[1]} tokens, more than max length 256")
-    assert "--long-text truncate" in e.value.message and "\n" not in e.value.message
+    assert "long_text='truncate'" in e.value.message and "\n" not in e.value.message
     np.testing.assert_allclose(enc.encode(texts[::2], pooling="mean", long_text="error"), info.features[::2], rtol=0, atol=1e-6)
 
     chunked = enc.encode(texts, pooling="mean", long_text="chunk-mean", return_info=True)

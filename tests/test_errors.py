@@ -533,7 +533,7 @@ def test_an_option_is_named_as_a_parameter_in_python_and_as_a_flag_on_the_cli():
 
     from bertfeat.errors import BertfeatError, InputError, opt
 
-    e = InputError(f"{opt('threads', 0)} is out of range", f"give 1 or more, or pass {opt('overwrite', True)} and {opt('encoding', 'latin-1', example=True)}")
+    e = InputError(f"{opt('threads', 0)} is out of range", f"give 1 or more, or pass {opt('overwrite', True)} and {opt('encoding', 'latin-1')}")
     assert e.message == str(e) == "threads=0 is out of range - give 1 or more, or pass overwrite=True and encoding='latin-1'"
     assert e.what == "threads=0 is out of range"
     cli = "--threads 0 is out of range - give 1 or more, or pass --overwrite and --encoding latin-1"
@@ -541,7 +541,7 @@ def test_an_option_is_named_as_a_parameter_in_python_and_as_a_flag_on_the_cli():
     back = pickle.loads(pickle.dumps(e))
     assert type(back) is InputError and back.render({}) == cli and back.message == e.message
     assert BertfeatError(f"bad {opt('output')}").render({"output": "-o"}) == "bad -o"
-    bad = BertfeatError(f"unknown {opt('on_bad_row', 'ignore')}")  # a value the user gave is quoted as given
+    bad = BertfeatError(f"unknown {opt('on_bad_row', 'ignore', cli=repr('ignore'))}")  # quoted as the command line had it
     assert (bad.message, bad.render({})) == ("unknown on_bad_row='ignore'", "unknown --on-bad-row 'ignore'")
 
 
@@ -559,3 +559,25 @@ def test_extract_errors_name_the_python_parameter_and_the_cli_its_flag(tmp_path,
     assert main(["extract", str(corpus), "-o", str(tmp_path / "o.parquet"), "--threads", "0"]) == 1
     assert capsys.readouterr().err.strip() == "Error: --threads 0 is out of range - give 1 or more (default: all cores)"
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_an_option_value_the_cli_spells_otherwise():
+    """opt(..., cli=...): the command line shows the value as typed (here quoted), Python its repr."""
+    from bertfeat.cli import FLAGS
+    from bertfeat.errors import BertfeatError, opt
+
+    e = BertfeatError(f"unknown {opt('on_bad_row', 'ignore', cli=repr('ignore'))}", f"choose {opt('on_bad_row', 'skip')}")
+    assert e.message == "unknown on_bad_row='ignore' - choose on_bad_row='skip'"
+    assert e.render(FLAGS) == "unknown --on-bad-row 'ignore' - choose --on-bad-row skip"
+    assert BertfeatError(f"{opt('pca', 0.5, cli='.5')} is out of range").render(FLAGS) == "--pca .5 is out of range"
+
+
+def test_pca_fit_names_n_components_as_its_long_flag(features, tmp_path, capsys):
+    """`pca fit -n 0`: the library names the parameter n_components; the CLI shows --n-components (no
+    cli.FLAGS entry: -n and --n-components are one option, and its errors always said --n-components)."""
+    from bertfeat.cli import FLAGS
+
+    assert "n_components" not in FLAGS
+    rc, _, err = run(capsys, "pca", "fit", features, "-n", "lots", "-o", tmp_path / "p.npz")
+    assert (rc, err) == (1, "Error: --n-components 'lots' is not a number - give a whole number of components (e.g. 100), "
+                            "a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component\n")

@@ -78,7 +78,8 @@ def test_missing_hub_model_lists_every_place_and_the_download_command(empty_cach
     assert str(empty_caches["XDG_CACHE_HOME"] / "huggingface" / "hub") in msg
     assert "models--bert-base-chinese" in msg and "models--google-bert--bert-base-chinese" in msg
     assert "`hf download google-bert/bert-base-chinese`" in msg
-    assert "HF_HUB_CACHE" in msg and "--model /path/to/local/dir" in msg
+    assert "HF_HUB_CACHE" in msg and "model='/path/to/local/dir'" in msg
+    assert e.value.render({}).endswith("or pass --model /path/to/local/dir")  # the CLI's spelling
 
 
 def test_missing_org_model_and_missing_path(empty_caches):
@@ -97,7 +98,7 @@ def test_directory_without_config_json(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(ModelNotFoundError) as e:
         resolve_model(tmp_path)
-    assert e.value.message.startswith(f"{tmp_path} has no config.json - point --model at a Hugging Face model directory")
+    assert e.value.message.startswith(f"{tmp_path} has no config.json - point model at a Hugging Face model directory")
 
 
 def test_default_model_without_its_package(empty_caches, monkeypatch):

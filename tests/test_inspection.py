@@ -239,8 +239,8 @@ def test_write_attention_validates_before_running(tmp_path, encoders):
     assert e.value.message == "layer 5 is out of range - the model has 2 layers: choose 0..1, or -2..-1 from the end"
     with pytest.raises(BertfeatError) as e:
         write_attention(EN, tmp_path / "a.pdf", encoder=enc)
-    assert e.value.message == f"-o {tmp_path / 'a.pdf'} does not end in .png - give -o a file name ending in .png"
-    with pytest.raises(BertfeatError, match=r"^--save-npy .*a\.txt does not end in \.npy"):
+    assert e.value.message == f"output='{tmp_path / 'a.pdf'}' does not end in .png - give output a file name ending in .png"
+    with pytest.raises(BertfeatError, match=r"^save_npy='.*a\.txt' does not end in \.npy - give save_npy a file name"):
         write_attention(EN, tmp_path / "a.png", save_npy=tmp_path / "a.txt", encoder=enc)
     assert list(tmp_path.iterdir()) == []
     r = write_attention(EN, tmp_path / "a.png", layer=-2, head=None, save_npy=tmp_path / "a.npy", encoder=enc)

@@ -186,3 +186,66 @@ def test_a_url_input_reads_through_fsspec_and_needs_an_output(tmp_path, capsys):
     assert e.value.message.startswith("a URL input needs output OUTPUT - give the output path")
     assert main(["extract", f"file://{src}"]) == 1
     assert capsys.readouterr().err.startswith("Error: a URL input needs -o OUTPUT - give the output path")
+
+# --------------------------------------------------------------------------- options named for the caller (issue 16)
+_SKIP = "to write it to the rejects file and go on"
+_MAX_BATCH = "choose 1 or more (tokens per batch, padded rows x length; default 1024), or leave it out for the default"
+_PCA_FIX = "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"
+NAMED_OPTIONS = [  # (id, extract keywords, the same on the command line, the Python message, the CLI's stderr line)
+    ("bad-row", {}, [], f"{{src}} row 2: empty text - fix the row, or pass on_bad_row='skip' {_SKIP}",
+     f"{{src}} row 2: empty text - fix the row, or pass --on-bad-row skip {_SKIP}"),
+    ("long-row", {"long_text": "error"}, ["--long-text", "error"],
+     "{src} row 1: 202 tokens, more than max length 128 (long_text='error') - use long_text='truncate'/chunk-mean/chunk-max "
+     "or a larger max_length, or on_bad_row='skip'",
+     "{src} row 1: 202 tokens, more than max length 128 (--long-text error) - use --long-text truncate/chunk-mean/chunk-max "
+     "or a larger --max-length, or --on-bad-row skip"),
+    ("wide-npy", {"format": "npy", "wide": True}, ["--format", "npy", "--wide"],
+     "wide=True applies to Parquet output, not npy - drop wide, or use format='parquet'",
+     "--wide applies to Parquet output, not npy - drop --wide, or use --format parquet"),
+    ("max-batch-tokens", {"max_batch_tokens": 0}, ["--max-batch-tokens", "0"],
+     f"max_batch_tokens=0 is out of range - {_MAX_BATCH}", f"--max-batch-tokens 0 is out of range - {_MAX_BATCH}"),
+    ("pca-word", {"pca": "abc"}, ["--pca", "abc"], f"pca='abc' is not a number - {_PCA_FIX}", f"--pca 'abc' is not a number - {_PCA_FIX}"),
+    ("pca-negative", {"pca": -0.5}, ["--pca", "-0.5"], f"pca=-0.5 is out of range - {_PCA_FIX}", f"--pca -0.5 is out of range - {_PCA_FIX}"),
+    ("pca-too-wide", {"pca": 1000}, ["--pca", "1000"],
+     "pca=1000 is more components than the 32 feature dimensions - choose pca=32 or fewer, or a variance fraction such as 0.95",
+     "--pca 1000 is more components than the 32 feature dimensions - choose --pca 32 or fewer, or a variance fraction such as 0.95"),
+    ("layers", {"layers": "x"}, ["--layers", "x"],
+     "layers='x' is not understood - give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)",
+     "--layers 'x' is not understood - give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)"),
+    ("output-exists", {}, [], "{out} already exists - pass overwrite=True to replace it, or output with another name",
+     "{out} already exists - pass --overwrite to replace it, or -o with another name"),
+]
+
+
+@pytest.mark.parametrize("kwargs,args,python,cli", [c[1:] for c in NAMED_OPTIONS], ids=[c[0] for c in NAMED_OPTIONS])
+def test_extract_errors_name_the_parameter_and_the_cli_the_flag(tmp_path, capsys, kwargs, args, python, cli):
+    """One failure, two spellings: bertfeat.extract(...) names the Python parameter (on_bad_row='skip'),
+    `bertfeat extract` the flag (--on-bad-row skip), in otherwise the same words; nothing is written."""
+    import bertfeat
+
+    src = write_csv(tmp_path / "c.csv", ["text"], [["ok"], ["word " * 200 if "long_text" in kwargs else "fine"], [""]])
+    out = tmp_path / "o.parquet"
+    if "{out}" in python:
+        out.write_bytes(b"an earlier run")
+    before = sorted(tmp_path.iterdir())
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, out, model=tiny_model(), **kwargs)
+    assert e.value.message == str(e.value) == python.format(src=src, out=out)
+    assert sorted(tmp_path.iterdir()) == before
+    rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q", *args)
+    assert (rc, stdout, err) == (1, "", f"Error: {cli.format(src=src, out=out)}\n")
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_standard_input_errors_name_the_parameter_and_the_cli_the_flag(capsys):
+    import bertfeat
+
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract("-", resume=True)
+    assert e.value.message == "resume=True cannot continue a run that read standard input - write the input to a file first"
+    assert run(capsys, "extract", "-", "--resume") == (
+        1, "", "Error: --resume cannot continue a run that read standard input - write the input to a file first\n")
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract("-")
+    assert e.value.message == "reading standard input needs output='OUTPUT' - add output='features.parquet'"
+    assert run(capsys, "extract", "-") == (1, "", "Error: reading standard input needs -o OUTPUT - add -o features.parquet\n")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from bertfeat import BertfeatError, Encoder, __version__
-from bertfeat.cli import main
+from bertfeat.cli import FLAGS, main
 from bertfeat.errors import ConfigError, ModelNotFoundError, WeightsError
 from bertfeat.weights import canonical_name, load_weights
 from ckpt import make_checkpoint, n_parameters, record_tensors, row_cosines
@@ -64,7 +64,7 @@ def _bf16(d):
 # (id, how to break a fresh 2-layer checkpoint in dir d, error type, the message starts with / contains)
 CASES = [
     ("no-config", lambda d: (d / "config.json").unlink(), ModelNotFoundError,
-     ["{d} has no config.json", "point --model at a Hugging Face model directory"]),
+     ["{d} has no config.json", "point model at a Hugging Face model directory"]),
     ("config-not-json", lambda d: (d / "config.json").write_text("{oops"), ConfigError,
      ["{d}/config.json is not valid JSON", "restore config.json"]),
     ("config-not-object", lambda d: (d / "config.json").write_text("[1, 2]"), ConfigError,
@@ -143,7 +143,9 @@ def test_broken_checkpoint_errors_are_one_clear_line(tmp_path, capsys, case_id, 
         assert p.format(d=d.resolve()) in msg, f"{p!r} not in {msg!r}"
     assert main(["info", str(d)]) == 1
     out, err = capsys.readouterr()
-    assert out == "" and err == f"Error: {msg}\n", err
+    assert out == "" and err == f"Error: {e.value.render(FLAGS)}\n", err  # the same message, options as flags
+    if case_id == "no-config":
+        assert "- point --model at a Hugging Face model directory" in err
 
 
 # --------------------------------------------------------------------------- names and dtypes that do load
