@@ -11,6 +11,8 @@ left out of the median ("warm" runs, what a second run feels like).
     python benchmarks/bench_quickstart.py                           # BEFORE=4d2ca6c vs this tree, 7 rounds
     python benchmarks/bench_quickstart.py --before HEAD~3 --rounds 3
     python benchmarks/bench_quickstart.py --rounds 1 --rows 20      # smoke test
+    python benchmarks/bench_quickstart.py --before 21bfd1c --input sst3000.csv --extra "--chunk-rows 256" --rounds 5
+                                                                    # another CSV, other extract options
 
 Run it on a quiet machine: the numbers are wall times of a whole process. It prints a Markdown table.
 """
@@ -41,7 +43,7 @@ def export_tree(ref: str, dest: Path) -> Path:
     return dest
 
 
-def one_run(tree: Path, sample: Path, out: Path, cache: Path, pca: int) -> float:
+def one_run(tree: Path, sample: Path, out: Path, cache: Path, pca: int, extra: list[str] = ()) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(cache), PYTHONDONTWRITEBYTECODE="")
     if out.exists():
         shutil.rmtree(out)
@@ -50,7 +52,7 @@ def one_run(tree: Path, sample: Path, out: Path, cache: Path, pca: int) -> float
     # of PYTHONPATH), so the run starts in the tree itself and refuses any other tree's package
     check = f"import bertfeat, pathlib; assert pathlib.Path(bertfeat.__file__).resolve().is_relative_to({str(tree.resolve())!r}), bertfeat.__file__"
     cmd = [sys.executable, "-c", f"{check}\nfrom bertfeat.cli import entry; entry()",
-           "extract", str(sample), "--pca", str(pca), "-o", str(out / "s.features.parquet"), "--quiet"]
+           "extract", str(sample), "--pca", str(pca), "-o", str(out / "s.features.parquet"), "--quiet", *extra]
     t = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tree.resolve())
     dt = time.perf_counter() - t
@@ -63,13 +65,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", default=BEFORE, help=f"git ref of the 'before' tree (default {BEFORE})")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--rows", type=int, default=300, help="rows of examples/sst2_sample.csv to use (default all 300)")
+    ap.add_argument("--rows", type=int, default=None, help="rows of the input to use (default all)")
+    ap.add_argument("--input", type=Path, default=ROOT / "examples" / "sst2_sample.csv", help="a CSV (default the quickstart's)")
+    ap.add_argument("--extra", default="", help="further extract options, e.g. \"--chunk-rows 256\"")
     args = ap.parse_args(argv)
+    import shlex
+
+    extra = shlex.split(args.extra)
 
     with tempfile.TemporaryDirectory(prefix="bench_quickstart_") as tmp:
         tmp = Path(tmp)
-        lines = (ROOT / "examples" / "sst2_sample.csv").read_text(encoding="utf-8").splitlines(keepends=True)
-        sample = tmp / "sst2_sample.csv"
+        lines = args.input.read_text(encoding="utf-8").splitlines(keepends=True)
+        args.rows = len(lines) - 1 if args.rows is None else args.rows
+        sample = tmp / args.input.name
         sample.write_text("".join(lines[: args.rows + 1]), encoding="utf-8")
         trees = {f"before ({args.before})": export_tree(args.before, tmp / "before"), "after (this tree)": ROOT}
         cold: dict[str, float] = {}
@@ -77,13 +85,13 @@ def main(argv=None) -> int:
         names = list(trees)
         for r in range(args.rounds):
             for name in names[r % 2:] + names[: r % 2]:  # alternate which tree goes first
-                dt = one_run(trees[name], sample, tmp / "out", tmp / ("numba-" + name.split()[0]), min(64, args.rows))
+                dt = one_run(trees[name], sample, tmp / "out", tmp / ("numba-" + name.split()[0]), min(64, args.rows), extra)
                 if name not in cold:
                     cold[name] = dt
-                    dt = one_run(trees[name], sample, tmp / "out", tmp / ("numba-" + name.split()[0]), min(64, args.rows))
+                    dt = one_run(trees[name], sample, tmp / "out", tmp / ("numba-" + name.split()[0]), min(64, args.rows), extra)
                 warm[name].append(dt)
                 print(f"round {r + 1}: {name:<24} {dt:6.2f} s", file=sys.stderr)
-    print(f"`bertfeat extract` of {args.rows} rows of examples/sst2_sample.csv with --pca {min(64, args.rows)} (fresh process, "
+    print(f"`bertfeat extract` of {args.rows} rows of {args.input.name} with --pca {min(64, args.rows)} {args.extra} (fresh process, "
           f"wall time; median of {args.rounds} warm runs per tree, round robin)\n")
     print("| tree | first run (numba cache empty) | warm median | warm min |")
     print("|---|---:|---:|---:|")
