@@ -300,6 +300,7 @@ def main():
     ap.add_argument("--methods", default=None, help="comma-separated (default: see the module docstring)")
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="where the results go (default benchmarks/RESULTS.md)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -417,8 +418,8 @@ corpus between the row's mean-pooled features and bertfeat fp32's. Timings on th
 
 Raw runs (seconds): {json.dumps({f"{r['model']}/{r['method']}": [round(t, 3) for t in r['times']] for r in rows})}
 """
-    (HERE / "RESULTS.md").write_text(text)
-    print(f"wrote {HERE / 'RESULTS.md'}")
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
