@@ -163,7 +163,10 @@ def test_parity_real_minilm_features(sk, real_features):
     well = int(close[0]) if close.size else 32
     assert well >= 10
     assert_parity(ours32, theirs32, X32, comp_tol=1e-5, k=well)
-    np.testing.assert_allclose(ours32.transform(X32), theirs64.transform(X64)[:, :32], atol=1e-6 * row_norm(X32))
+    # the float32 transform against scikit-learn's float64 one: 1.1e-6 off on an Intel Xeon with AVX-512
+    # (the features and the fit's float32 blocks round differently per CPU; projecting in float64 with our
+    # components is as far off), where scikit-learn's own float32 transform is 1.5e-5 off
+    np.testing.assert_allclose(ours32.transform(X32), theirs64.transform(X64)[:, :32], atol=2e-6 * row_norm(X32))
     # our float32 fit multiplies float32 blocks and adds them in float64: all 32 components are
     # within 1e-6 of scikit-learn's float64 fit (3e-7 here), the close pair 14-15 included
     np.testing.assert_allclose(ours32.components_, theirs64.components_[:32], atol=1e-6)
