@@ -98,6 +98,9 @@ def start_processes(n: int) -> tuple[str, list]:
 def run_one(case: str, src: Path, out: Path) -> dict:
     import bertfeat
 
+    if case.endswith(":noprof"):  # lc2x1:noprof - the workers' statistical profiler off (an experiment)
+        case = case.removesuffix(":noprof")
+        os.environ["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] = "False"  # the worker processes inherit it
     case, _, per = case.partition(":p")  # lc2x1:p8 - 8 partitions per worker thread (an experiment)
     if per:
         import bertfeat.dask_engine
@@ -162,6 +165,8 @@ def cpu() -> str:
 
 
 def case_name(case: str, cores: int) -> str:
+    if case.endswith(":noprof"):
+        return f"{case_name(case.removesuffix(':noprof'), cores)}, workers' profiler off"
     case, _, per = case.partition(":p")
     if per:
         return f"{case_name(case, cores)}, {per} partitions per thread"
@@ -250,7 +255,7 @@ def main(argv=None) -> int:
     for case in cases:
         rs = runs[case]
         wall = statistics.median(r["wall_s"] for r in rs)
-        base = case.partition(":p")[0]
+        base = case.removesuffix(":noprof").partition(":p")[0]
         slots = cores if base == "local" else (lambda w, t: w * t)(*map(int, base[2:].split("x"))) if base.startswith("lc") \
             else int(base.removeprefix("spawn"))
         last = rs[-1]

@@ -57,7 +57,7 @@ SKIP = [
     (r"^pip install\b", "installs packages"),
     (r"^(hf|huggingface-cli) download\b", "needs internet access"),
     (r"^python examples/(classify|sts)\.py\b", "minutes of CPU; smoke-tested with --limit in tests/test_examples.py"),
-    (r"^dask (scheduler|worker)\b", "starts long-running cluster processes"),
+    (r"^(\w+=\S* )*dask (scheduler|worker)\b", "starts long-running cluster processes"),
     (r"--scheduler tcp://", "needs a running Dask cluster"),
 ]
 
