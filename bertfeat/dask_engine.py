@@ -361,7 +361,7 @@ def _open_client(dopts: DaskOptions, threads: int | None):
     # cluster we start (measured 2 %: 2 one-thread workers 0.91x -> 0.93x the local engine, 8,000 rows, 2
     # rounds). The Nanny hands this config to its worker process; an env= variable comes too late for it.
     with dask.config.set({"distributed.worker.profile.enabled": False}):
-        cluster = LocalCluster(n_workers=n, threads_per_worker=per_worker, processes=True, dashboard_address=None,
+        cluster = LocalCluster(n_workers=n, threads_per_worker=per_worker, processes=True, dashboard_address=":0",
                                silence_logs=logging.ERROR, env=env)
     return Client(cluster), cluster
 
