@@ -14,7 +14,8 @@ Cases (--cases, comma separated):
   local     the single-process engine, all cores (the reference)
   lcWxT     a LocalCluster of W worker processes with T threads each (lc1x2, lc2x1, lc4x1 ...)
   spawnN    a `dask scheduler` and N `dask worker --nthreads 1` processes started here as separate
-            commands on loopback, as on N one-core machines
+            commands on loopback, as on N one-core machines (as docs/dask.md starts them: the
+            workers' profiler off with DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False)
   CASE:pK   a Dask case with K partitions per worker thread instead of the engine's default
 
 Every run is its own process: it starts its cluster, warms up (model loaded in every worker, files
@@ -87,7 +88,9 @@ def start_processes(n: int) -> tuple[str, list]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     addr = f"tcp://127.0.0.1:{port}"
-    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # the workers as docs/dask.md starts them: Dask's statistical profiler off
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                 env=dict(os.environ, DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED="False"))
     procs = [subprocess.Popen(["dask", "scheduler", "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", ":0"], **quiet)]
     time.sleep(2)
     procs += [subprocess.Popen(["dask", "worker", addr, "--nthreads", "1", "--nworkers", "1", "--no-dashboard", "--memory-limit", "0"],
