@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -98,14 +99,30 @@ def start_processes(n: int) -> tuple[str, list]:
     return addr, procs
 
 
+def parse_case(case: str) -> tuple[str, str, bool]:
+    """'lc2x1:p8:noprof' -> ('lc2x1', '8', True): the layout, partitions per thread ('' = the engine's), profiler off."""
+    noprof = case.endswith(":noprof")
+    base, _, per = case.removesuffix(":noprof").partition(":p")
+    return base, per, noprof
+
+
+def slots_of(base: str, cores: int) -> int:
+    """Task slots of a layout: the local engine's threads, W x T, or N spawned one-thread workers."""
+    if base == "local":
+        return cores
+    if base.startswith("lc"):
+        w, t = base[2:].split("x")
+        return int(w) * int(t)
+    return int(base.removeprefix("spawn"))
+
+
 def run_one(case: str, src: Path, out: Path) -> dict:
     import bertfeat
 
-    if case.endswith(":noprof"):  # lc2x1:noprof - the workers' statistical profiler off (an experiment)
-        case = case.removesuffix(":noprof")
+    case, per, noprof = parse_case(case)
+    if noprof:  # lc2x1:noprof - the workers' statistical profiler off (an experiment)
         os.environ["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] = "False"  # the worker processes inherit it
-    case, _, per = case.partition(":p")  # lc2x1:p8 - 8 partitions per worker thread (an experiment)
-    if per:
+    if per:  # lc2x1:p8 - 8 partitions per worker thread (an experiment)
         import bertfeat.dask_engine
 
         bertfeat.dask_engine.PARTS_PER_THREAD = int(per)
@@ -168,17 +185,15 @@ def cpu() -> str:
 
 
 def case_name(case: str, cores: int) -> str:
-    if case.endswith(":noprof"):
-        return f"{case_name(case.removesuffix(':noprof'), cores)}, workers' profiler off"
-    case, _, per = case.partition(":p")
-    if per:
-        return f"{case_name(case, cores)}, {per} partitions per thread"
-    if case == "local":
-        return f"local engine (1 process, {cores} threads)"
-    if case.startswith("lc"):
-        w, t = case[2:].split("x")
-        return f"LocalCluster {w} worker(s) x {t} thread(s)"
-    return f"`dask scheduler` + {case.removeprefix('spawn')} x `dask worker --nthreads 1`"
+    base, per, noprof = parse_case(case)
+    if base == "local":
+        name = f"local engine (1 process, {cores} threads)"
+    elif base.startswith("lc"):
+        w, t = base[2:].split("x")
+        name = f"LocalCluster {w} worker(s) x {t} thread(s)"
+    else:
+        name = f"`dask scheduler` + {base.removeprefix('spawn')} x `dask worker --nthreads 1`"
+    return name + (f", {per} partitions per thread" if per else "") + (", workers' profiler off" if noprof else "")
 
 
 def main(argv=None) -> int:
@@ -235,7 +250,7 @@ def main(argv=None) -> int:
             if "local" in walls:
                 ratios[case].append(walls["local"] / walls[case])
         for f in work.glob(f"r{r}-*"):  # keep the disk small
-            __import__("shutil").rmtree(f) if f.is_dir() else f.unlink()
+            shutil.rmtree(f) if f.is_dir() else f.unlink()
 
     tokens_per_row = runs[cases[0]][0]["tokens"] / args.rows
     load = os.getloadavg()
@@ -258,9 +273,7 @@ def main(argv=None) -> int:
     for case in cases:
         rs = runs[case]
         wall = statistics.median(r["wall_s"] for r in rs)
-        base = case.removesuffix(":noprof").partition(":p")[0]
-        slots = cores if base == "local" else (lambda w, t: w * t)(*map(int, base[2:].split("x"))) if base.startswith("lc") \
-            else int(base.removeprefix("spawn"))
+        slots = slots_of(parse_case(case)[0], cores)
         last = rs[-1]
         rel = f"{statistics.median(ratios[case]):.2f}" if ratios[case] else "-"
         tasks = " / ".join(str(w["tasks"]) for w in last.get("workers", [])) or "-"
@@ -275,7 +288,7 @@ def main(argv=None) -> int:
               "", "Raw numbers:", "", "```json", json.dumps({"runs": runs, "ratios_vs_local": ratios}, indent=1), "```", ""]
     args.out.write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines[:len(cases) + 12]))
-    __import__("shutil").rmtree(work, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -66,7 +66,7 @@ import pyarrow.parquet as pq
 from .errors import BertfeatError, InputError, opt
 from .jobcore import (accumulate_pca, check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca, read_manifest,
                       table_counts)
-from .readers import Partition, Reader, _is_url, open_input
+from .readers import Partition, Reader, is_url, open_input
 from .pipeline import (ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
                        encode_chunk, provenance, publish_rejects, validate_batch, _atomic_write_text)
 
@@ -119,11 +119,6 @@ def parse_blocksize(value) -> int | None:
     if n < 1:
         raise BertfeatError(f"{opt('blocksize', value)} is out of range", "give a positive size, e.g. 8MiB, or none")
     return n
-
-
-def count_partition(reader, part: Partition) -> int:
-    """Task (pass 0, CSV/TSV/JSONL): rows in a partition; Parquet counts come from the footers."""
-    return reader.count_rows(part)
 
 
 # --------------------------------------------------------------------------- worker side
@@ -474,7 +469,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     partial = out.with_name(out.name + ".partial")
     from .safety import check_dask_outputs
 
-    check_dask_outputs(out, partial, [] if _is_url(opts.input) else list(src.files), opts.overwrite, opts.resume)
+    check_dask_outputs(out, partial, [] if is_url(opts.input) else list(src.files), opts.overwrite, opts.resume)
 
     from .encoder import Encoder
 
@@ -511,7 +506,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
             todo = [p for p in parts if p.n_rows is None]
             if todo:
                 progress.note(f"counting the rows of {len(todo)} partition(s) on the cluster")
-                futures = {client.submit(count_partition, src, p, key=f"bertfeat-count-{p.index}-{tag}",
+                futures = {client.submit(src.count_rows, p, key=f"bertfeat-count-{p.index}-{tag}",
                                          pure=False): p.index for p in todo}
                 _results(client, futures, lambda i, n: counts.__setitem__(i, n))
                 futures = {}

@@ -27,7 +27,9 @@ def check_job_options(opts) -> int | float | str | None:
         raise BertfeatError(f"unknown {shown}", "choose error or skip")
     if opts.threads is not None and opts.threads < 1:
         raise BertfeatError(f"{opt('threads', opts.threads)} is out of range", "give 1 or more (default: all cores)")
-    if "://" in opts.input and not opts.output:  # an fsspec URL (s3://, gs://, file://): no "beside the input"
+    from .readers import is_url
+
+    if is_url(opts.input) and not opts.output:  # no "beside the input" for a URL
         raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT", "give the output path (with the Dask engine, a directory every worker can write)")
     return parse_pca(opts.pca)
 

@@ -147,7 +147,6 @@ def iter_chunks(source: Reader, chunk_rows: int):
     def cut(batches: list[RawBatch], n: int) -> tuple[RawBatch, list[RawBatch]]:
         rows, texts, pairs, ids, pre = [], [], [], [], {}
         rest = []
-        end = batches[-1].bytes_read
         for b in batches:
             take = min(n - len(rows), len(b.rows))
             if take <= 0:

@@ -99,20 +99,21 @@ def detect_format(path: str, input_format: str | None) -> str:
     if path == "-":
         raise InputError("reading standard input needs " + opt("input_format"), f"add {opt('input_format', 'csv|tsv|jsonl')}")
     p = Path(path.rstrip("/"))
-    if not _is_url(path) and p.is_dir():
+    if not is_url(path) and p.is_dir():
         return "parquet"
     suffixes = [s.lower() for s in p.suffixes]
     if suffixes and suffixes[-1] in (".gz", ".bz2", ".zst"):
         suffixes = suffixes[:-1]
     fmt = _EXT.get(suffixes[-1]) if suffixes else None
     if fmt is None:
-        if _is_url(path):
+        if is_url(path):
             return "parquet"  # a URL without an extension: a directory of Parquet files (checked when listed)
         raise InputError(f"{path}: cannot tell the format from the extension", f"add {opt('input_format', 'csv|tsv|parquet|jsonl')}")
     return fmt
 
 
-def _is_url(path: str) -> bool:
+def is_url(path: str) -> bool:
+    """An fsspec URL (s3://, gs://, file:// ...), not a local path."""
     return "://" in path
 
 
@@ -131,7 +132,7 @@ def resolve_files(path: str, fmt: str):
 
     if path == "-":
         return None, []
-    if _is_url(path):
+    if is_url(path):
         try:
             fs, _, paths = fsspec.core.get_fs_token_paths(path)
         except (ImportError, ValueError) as e:
@@ -194,11 +195,6 @@ class _CountingReader(io.RawIOBase):
     def close(self):
         self._fh.close()
         super().close()
-
-
-@dataclass
-class _Count:
-    count: int
 
 
 class Reader:
@@ -289,7 +285,7 @@ class Reader:
         files = []
         for f in self.files:
             info = self.fs.info(f)
-            if _is_url(self.path):
+            if is_url(self.path):
                 stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("etag") or info.get("updated")
                 files.append({"path": self.fs.unstrip_protocol(f), "size": info.get("size"), "stamp": str(stamp)})
             else:
@@ -475,11 +471,8 @@ class TextReader(Reader):
         self._refuse_compressed(head)
         cols = self._head_columns(head)
         if len(head) < HEAD_BYTES and self.path != "-" and self.compression is None:
-            self.total_rows = self._rows_in(head)  # the whole file was read: its rows are known (progress)
+            self.total_rows = self._exact_rows(head)  # the whole file was read: its rows are known (progress)
         return cols
-
-    def _rows_in(self, data: bytes) -> int | None:
-        return None
 
     def _refuse_compressed(self, head: bytes) -> None:
         """Compressed bytes where text is expected (standard input, or a file without .gz/.bz2/.zst)."""
@@ -549,20 +542,26 @@ class TextReader(Reader):
     def count_rows(self, part: Partition) -> int:
         """Rows in a partition: its line ends counted where that is exact (no parse), else parsed as read_partition does."""
         data = self._block(part)
-        if not data.strip():
-            return 0
-        n = self._count_lines(data) if _ascii_lines(self.encoding) else None
-        return n if n is not None else len(self.read_partition(part, 0).rows)
+        n = self._exact_rows(data)
+        return n if n is not None else len(self._parse_block(data, 0).rows)
+
+    def _exact_rows(self, data: bytes) -> int | None:
+        """The rows of whole lines of input, from their line ends where that is exact, else None."""
+        return self._count_lines(data) if _ascii_lines(self.encoding) else None
 
     def _count_lines(self, data: bytes) -> int | None:
         return None
 
     def read_partition(self, part: Partition, first_row: int) -> RawBatch:
-        data = self._block(part)
+        return self._parse_block(self._block(part), first_row)
+
+    def _parse_block(self, data: bytes, first_row: int) -> RawBatch:
+        """Whole lines of input (a header line first for CSV/TSV) -> one RawBatch, rows from ``first_row``."""
         out = RawBatch([], [], [] if self.pair_column else None, [] if self.id_column else None)
         if not data.strip():
             return out
-        for b in self._parse(io.BufferedReader(_CountingReader(io.BytesIO(data))), _Count(len(data))):
+        counter = _CountingReader(io.BytesIO(data))
+        for b in self._parse(io.BufferedReader(counter), counter):
             out.rows += [first_row + r for r in b.rows]
             out.texts += b.texts
             if out.pairs is not None: out.pairs += b.pairs
@@ -583,13 +582,6 @@ class CsvReader(TextReader):
         self._delimiter_option = parse_delimiter(delimiter)
         self.delimiter = self._delimiter_option or ("\t" if self.fmt == "tsv" else ",")
 
-    def _head_columns(self, head: bytes) -> list[str]:
-        return self._csv_columns(head)
-
-    def _rows_in(self, data: bytes) -> int | None:
-        """Rows of a whole (small) file, for the progress total."""
-        return self._count_lines(data) if _ascii_lines(self.encoding) else None
-
     def _block_header(self, f: str) -> bytes:
         with self.fs.open(f, "rb", compression=compression_of(f)) as fh:
             return fh.readline()
@@ -600,9 +592,6 @@ class CsvReader(TextReader):
         if b'"' in data and self.fmt == "csv":
             return None
         return max(0, sum(1 for ln in data.removeprefix(b"\xef\xbb\xbf").splitlines() if ln) - 1)
-
-    def _parse(self, stream, counter):
-        yield from self._csv_batches(stream, counter)
 
     def id_type(self) -> pa.DataType:
         return pa.int64() if self.id_column is None else pa.string()  # CSV/TSV ids are text
@@ -622,7 +611,7 @@ class CsvReader(TextReader):
                                    parse_options=self._parse_options(_skip_row))
         return list(reader.schema.names)
 
-    def _csv_columns(self, head: bytes) -> list[str]:
+    def _head_columns(self, head: bytes) -> list[str]:
         """The header as pyarrow parses it (so the names always match the streaming reader's)."""
         if not head.strip():
             raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
@@ -660,7 +649,7 @@ class CsvReader(TextReader):
         return cols
 
 
-    def _csv_batches(self, stream, counter):
+    def _parse(self, stream, counter):
         import pyarrow.csv as pcsv
 
         skipped: dict[int, str] = {}
@@ -804,14 +793,8 @@ class JsonlReader(TextReader):
         self._json_types: dict[str, set] = {}  # column -> the kinds of its values in the first lines
         self._first_kind: dict[str, str] = {}  # column -> the kind of its first value that is not null
 
-    def _head_columns(self, head: bytes) -> list[str]:
-        return self._jsonl_columns(head)
-
-    def _rows_in(self, data: bytes) -> int | None:
-        return self._count_lines(data) if _ascii_lines(self.encoding) else None
-
     def _count_lines(self, data: bytes) -> int:
-        """Lines that are not blank (JSON strings hold no raw line break): the rows, as _jsonl_batches reads them."""
+        """Lines that are not blank (JSON strings hold no raw line break): the rows, as _parse reads them."""
         return sum(1 for ln in data.removeprefix(b"\xef\xbb\xbf").split(b"\n") if ln.strip())
 
     def _string_columns(self) -> list[str]:
@@ -824,10 +807,7 @@ class JsonlReader(TextReader):
             return pa.int64()
         return {"int": pa.int64(), "str": pa.string()}.get(self._first_kind.get(self.id_column))
 
-    def _parse(self, stream, counter):
-        yield from self._jsonl_batches(stream, counter)
-
-    def _jsonl_columns(self, head: bytes) -> list[str]:
+    def _head_columns(self, head: bytes) -> list[str]:
         lines = head.removeprefix(b"\xef\xbb\xbf").split(b"\n")
         if len(head) == HEAD_BYTES and len(lines) > 1:
             lines = lines[:-1]  # the last line may be cut
@@ -844,7 +824,7 @@ class JsonlReader(TextReader):
         return list(self._json_types)
 
 
-    def _jsonl_batches(self, fh, counter):
+    def _parse(self, fh, counter):
         rows, texts, pairs, ids, pre = [], [], [], [], {}
         row = 0
         id_kind = None  # the type of the first id: every id must be of the same kind (int or str)

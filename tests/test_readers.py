@@ -21,8 +21,12 @@ from bertfeat.readers import HEAD_BYTES, CsvReader, Reader, detect_format, open_
 
 def rows_of(src: Reader):
     """All (row, text, id, reject reason) the source yields, in order; also checks each batch's bookkeeping."""
+    return rows_in(src.batches())
+
+
+def rows_in(batches) -> list:
     out = []
-    for b in src.batches():
+    for b in batches:
         assert len(b.rows) == len(b.texts)
         assert b.ids is None or len(b.ids) == len(b.rows)
         assert set(b.pre_rejected) <= set(b.rows)
@@ -166,14 +170,6 @@ def test_jsonl_with_byte_order_mark(tmp_path):
 
 
 # --------------------------------------------------------------------------- one protocol for both engines
-def _whole(batches) -> list:
-    out = []
-    for b in batches:
-        for k, r in enumerate(b.rows):
-            out.append((r, b.texts[k], None if b.ids is None else b.ids[k], b.pre_rejected.get(r)))
-    return out
-
-
 @pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "parquet"])
 def test_partitions_read_back_equal_the_whole_stream(tmp_path, fmt):
     """partitions() + read_partition() (the Dask engine's way) give exactly the rows, values, ids and bad rows of
@@ -199,7 +195,7 @@ def test_partitions_read_back_equal_the_whole_stream(tmp_path, fmt):
         lines[301] = "   "  # a line of blanks is (a malformed one)
         path.write_bytes(("\n".join(lines[:600]) + "\r\n" + "\r\n".join(lines[600:]) + "\r\n").encode())
     reader = open_input(str(path), id_column="key")
-    whole = _whole(reader.batches())
+    whole = rows_of(reader)
     assert len(whole) == n - (2 if fmt == "jsonl" else 1 if fmt != "parquet" else 0)
     assert any(r[3] for r in whole) == (fmt != "parquet")
     parts = reader.partitions(blocksize=4096, target=12)
@@ -209,7 +205,7 @@ def test_partitions_read_back_equal_the_whole_stream(tmp_path, fmt):
     for p in parts:
         assert worker.count_rows(p) == len(worker.read_partition(p, 0).rows)
         b = worker.read_partition(p, first)
-        got += _whole([b])
+        got += rows_in([b])
         first += len(b.rows)
     assert got == whole
 
