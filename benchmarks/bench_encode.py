@@ -1,20 +1,23 @@
-"""Encode throughput, side by side: bertfeat vs transformers (naive and sorted), sentence-transformers,
-ONNX Runtime fp32, and in bf16 bertfeat --precision bf16 vs transformers with bfloat16 weights, on the same ~4,000 real sentences, for all-MiniLM-L6-v2 and a random-weight
-bert-base-shaped checkpoint. Each run is its own subprocess (so peak RSS is its own): it loads the
-model, warms up on the first --warmup sentences and times the whole corpus. Methods run round robin,
---rounds times (each round starting one method later), so a slow spell of this machine (timings drift
-10-25 %) falls on every method rather than one; the median is reported. Also measures the machine's
-sgemm GFLOP/s and the share of that ceiling bertfeat reaches, and bertfeat extract end to end vs
-encode-only. Every method's features are kept and compared with bertfeat fp32's (min cosine over the
-corpus), and the CPU model and its bf16 flags (AMX, AVX512-BF16) are printed and written with the results.
+"""Encode throughput, side by side: bertfeat (fp32, bf16) vs transformers (naive, sorted, bf16 weights),
+sentence-transformers, ONNX Runtime fp32 and OpenVINO (fp32 and bf16 inference-precision hints), on the same
+~4,000 real sentences, for all-MiniLM-L6-v2 and a random-weight bert-base-shaped checkpoint. Each run is its
+own subprocess (so peak RSS is its own): it loads the model, warms up on the first --warmup sentences and
+times the whole corpus. Methods run round robin, --rounds times (each round starting one method later), so a
+slow spell of this machine (timings drift 10-25 %) falls on every method rather than one; the median is
+reported. Every method's features are kept and compared with bertfeat fp32's (min cosine over the corpus),
+and the CPU model with its bf16 / int8 flags (AMX, AVX512-BF16, VNNI) is printed and written with the results.
 
-Methods: bertfeat (fp32), bertfeat-bf16 (Encoder(precision="bf16"): MKL's bf16 GEMM, the `fast` extra),
-bertfeat-mkl (fp32 with MKL's sgemm instead of OpenBLAS, BERTFEAT_GEMM=mkl), bertfeat-extract, transformers-naive,
-transformers-sorted, transformers-bf16 (weights cast with dtype=torch.bfloat16, sorted batches of 32),
-sentence-transformers, onnxruntime. By default the bf16 methods run only on a CPU with AMX or AVX512-BF16
-(elsewhere bf16 is emulated, not accelerated, and bertfeat refuses it), bertfeat-mkl only where MKL is installed.
+Methods: bertfeat (fp32: oneDNN where the `fast` extra is installed, else OpenBLAS), bertfeat-openblas (fp32 on
+NumPy's OpenBLAS, BERTFEAT_GEMM=numpy), bertfeat-bf16 (Encoder(precision="bf16"): oneDNN's bf16 matmul),
+bertfeat-extract, transformers-naive, transformers-sorted, transformers-bf16 (weights cast with
+dtype=torch.bfloat16, sorted batches of 32), sentence-transformers, onnxruntime, openvino, openvino-bf16 (the
+ONNX export compiled by OpenVINO with INFERENCE_PRECISION_HINT f32 / bf16, sorted batches of 32). By default
+the bf16 methods run only on a CPU with AMX or AVX512-BF16, the oneDNN ones only where it is installed.
 
-    python benchmarks/bench_encode.py                 # full run, writes benchmarks/RESULTS.md
+The summary under the table answers issue 23's questions: bertfeat's fastest method whose min cosine vs fp32 is
+>= 0.999 over the fastest such peer, and bertfeat fp32 over the fastest fp32 peer.
+
+    python benchmarks/bench_encode.py                 # full run, writes this CPU's section of benchmarks/RESULTS.md
     python benchmarks/bench_encode.py --n 300 --rounds 1 --models minilm --no-write   # smoke test
 """
 
@@ -40,33 +43,41 @@ WORK = HERE / "_work"
 sys.path.insert(0, str(HERE))
 from corpus import build_corpus  # noqa: E402
 
-METHODS = ["bertfeat", "bertfeat-extract", "transformers-naive", "transformers-sorted", "sentence-transformers", "onnxruntime"]
-BF16_METHODS = ["bertfeat-bf16", "transformers-bf16"]
-MKL_METHODS = ["bertfeat-mkl"]
+BF16_METHODS = ["bertfeat-bf16", "transformers-bf16", "openvino-bf16"]
+PEERS = ["transformers-naive", "transformers-sorted", "transformers-bf16", "sentence-transformers", "onnxruntime",
+         "openvino", "openvino-bf16"]
+FP32_PEERS = ["transformers-naive", "transformers-sorted", "sentence-transformers", "onnxruntime", "openvino"]
 REFERENCE = "bertfeat"  # the fp32 features every method's are compared with (min cosine)
+QUALITY = 0.999  # min cosine vs fp32 a method must keep to count as "the same features" (issue 23)
 
 
 def default_methods() -> list[str]:
-    """Every method this machine runs sensibly: bf16 only with AMX / AVX512-BF16, bertfeat-mkl only with MKL."""
-    from bertfeat import gemm
+    """Every method this machine runs sensibly: bf16 only with AMX / AVX512-BF16, oneDNN methods only with oneDNN,
+    OpenVINO only where it is installed."""
+    import importlib.util
 
-    order = ["bertfeat", "bertfeat-bf16", "bertfeat-mkl", "bertfeat-extract", "transformers-naive", "transformers-sorted",
-             "transformers-bf16", "sentence-transformers", "onnxruntime"]
+    from bertfeat import gemm, onednn
+
+    order = ["bertfeat", "bertfeat-bf16", "bertfeat-openblas", "bertfeat-extract", "transformers-naive",
+             "transformers-sorted", "transformers-bf16", "sentence-transformers", "onnxruntime", "openvino", "openvino-bf16"]
     skip = set()
     if not gemm.bf16_acceleration():
         skip |= set(BF16_METHODS)
-    if not gemm.mkl_available():
-        skip |= {"bertfeat-bf16", *MKL_METHODS}
+    if not onednn.available():
+        skip |= {"bertfeat-bf16", "bertfeat-openblas"}
+    if importlib.util.find_spec("openvino") is None:
+        skip |= {"openvino", "openvino-bf16"}
     return [m for m in order if m not in skip]
 
 
 def machine() -> str:
-    """CPU model, bf16 support and flags, MKL: printed and written with every result (results differ by machine)."""
+    """CPU model, its bf16 / int8 flags, what bertfeat runs here: printed and written with every result."""
     from bertfeat import gemm
 
     d = gemm.describe_bf16()
-    return (f"{d['cpu']}, {os.cpu_count()} cores; bf16 flags: {', '.join(gemm.bf16_flags()) or 'none'} "
-            f"(bf16 in bertfeat: {d['status']}; MKL: {d['library']})")
+    fp32 = gemm.resolve("fp32")
+    return (f"{d['cpu']}, {os.cpu_count()} cores; flags: {', '.join(gemm.bf16_flags()) or 'none'} "
+            f"(bf16 in bertfeat: {d['status']}; fp32 GEMM: {gemm.describe_library(fp32)}; oneDNN: {d['library']})")
 
 
 # --------------------------------------------------------------------------- models
@@ -109,11 +120,11 @@ def _batches_sorted(texts, tok, batch=32):
 def make_runner(method: str, mdir: Path, max_length: int):
     """Load the method's model once; return run(texts), which encodes (or extracts) texts with mean pooling
     and returns the (n, H) features in input order (extract: None; its file is read after timing)."""
-    if method in ("bertfeat", "bertfeat-bf16", "bertfeat-mkl"):
-        from bertfeat import Encoder, gemm
+    if method in ("bertfeat", "bertfeat-bf16", "bertfeat-openblas"):
+        from bertfeat import Encoder
 
-        if method == "bertfeat-mkl":
-            gemm.use("mkl")
+        if method == "bertfeat-openblas":
+            os.environ["BERTFEAT_GEMM"] = "numpy"
         if method == "bertfeat-bf16":  # the quality is the same emulated; --methods asks for it explicitly
             os.environ.setdefault("BERTFEAT_BF16_EMULATE", "1")
         enc = Encoder(str(mdir), max_length=max_length, precision="bf16" if method == "bertfeat-bf16" else "fp32")
@@ -166,29 +177,39 @@ def make_runner(method: str, mdir: Path, max_length: int):
         st = SentenceTransformer(str(mdir), device="cpu")
         st.max_seq_length = max_length
         return lambda texts: st.encode(texts, batch_size=32)
-    if method == "onnxruntime":
-        import onnxruntime as ort
+    if method == "onnxruntime" or method.startswith("openvino"):
         from transformers import AutoTokenizer
 
         onnx_path = export_onnx(mdir)
         tok = AutoTokenizer.from_pretrained(str(mdir))
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+        if method == "onnxruntime":
+            import onnxruntime as ort
 
-        def run_ort(texts):
+            so = ort.SessionOptions()
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+            infer = lambda feeds: sess.run(None, feeds)[0]  # noqa: E731
+        else:
+            import openvino as ov
+
+            core = ov.Core()
+            hint = "bf16" if method == "openvino-bf16" else "f32"
+            compiled = core.compile_model(core.read_model(str(onnx_path)), "CPU", {"INFERENCE_PRECISION_HINT": hint})
+            infer = lambda feeds: compiled(feeds)[0]  # noqa: E731
+
+        def run_onnx(texts):
             out = None
             for idx, b in _batches_sorted(texts, tok):
                 enc = tok(b, padding=True, truncation=True, max_length=max_length, return_tensors="np")
                 feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
-                h = sess.run(None, feeds)[0]
+                h = np.asarray(infer(feeds), dtype=np.float32)
                 m = feeds["attention_mask"][..., None].astype(np.float32)
                 if out is None:
                     out = np.empty((len(texts), h.shape[-1]), dtype=np.float32)
                 out[idx] = (h * m).sum(1) / m.sum(1)
             return out
 
-        return run_ort
+        return run_onnx
     raise SystemExit(f"unknown method {method}")
 
 
@@ -382,13 +403,31 @@ def render(rows: list[dict], gflops: float) -> str:
             out.append(f"| {model} | {r['method']} | {r['tokens_per_s']:,.0f} | {r['sentences_per_s']:,.0f} | "
                        f"{r['peak_rss_mb']:,.0f} | {ratio} | {100 * r['tokens_per_s'] / r['ceiling']:.0f}% | "
                        f"{_fmt_cos(r.get('min_cosine'))} |")
-    for model in dict.fromkeys(r["model"] for r in rows):  # the bf16 comparison of issue 13
-        by = {r["method"]: r for r in rows if r["model"] == model}
-        if "bertfeat-bf16" in by and "transformers-bf16" in by:
-            out.append("")
-            out.append(f"{model}: bertfeat-bf16 / transformers-bf16 = "
-                       f"{by['bertfeat-bf16']['tokens_per_s'] / by['transformers-bf16']['tokens_per_s']:.2f}x")
+    for model in dict.fromkeys(r["model"] for r in rows):
+        out += [""] + summary(model, [r for r in rows if r["model"] == model])
     return "\n".join(out)
+
+
+def summary(model: str, rows: list[dict]) -> list[str]:
+    """Issue 23's ratios: fastest bertfeat method at min cosine >= QUALITY over the fastest such peer; bertfeat
+    fp32 over the fastest fp32 peer."""
+    def ok(r):
+        return r.get("min_cosine") is not None and r["min_cosine"] >= QUALITY
+
+    ours = [r for r in rows if r["method"].startswith("bertfeat") and r["method"] != "bertfeat-extract" and ok(r)]
+    peers = [r for r in rows if r["method"] in PEERS and ok(r)]
+    lines = []
+    if ours and peers:
+        a, b = max(ours, key=lambda r: r["tokens_per_s"]), max(peers, key=lambda r: r["tokens_per_s"])
+        lines.append(f"{model}: fastest at min cosine >= {QUALITY}: {a['method']} {a['tokens_per_s']:,.0f} tok/s / "
+                     f"{b['method']} {b['tokens_per_s']:,.0f} tok/s = **{a['tokens_per_s'] / b['tokens_per_s']:.2f}x**")
+    fp32 = next((r for r in rows if r["method"] == "bertfeat"), None)
+    fpeers = [r for r in rows if r["method"] in FP32_PEERS]
+    if fp32 and fpeers:
+        b = max(fpeers, key=lambda r: r["tokens_per_s"])
+        lines.append(f"{model}: fp32: bertfeat {fp32['tokens_per_s']:,.0f} tok/s / {b['method']} {b['tokens_per_s']:,.0f} "
+                     f"tok/s = **{fp32['tokens_per_s'] / b['tokens_per_s']:.2f}x**")
+    return lines
 
 
 def write_results(table: str, rows: list[dict], gflops: float, args):
@@ -400,26 +439,49 @@ def write_results(table: str, rows: list[dict], gflops: float, args):
         except md.PackageNotFoundError:
             return "-"
 
-    text = f"""# Encode throughput, side by side
+    from bertfeat import gemm
+
+    heading = f"## {gemm.cpu_model()}, {os.cpu_count()} cores ({', '.join(gemm.bf16_flags()) or 'no AVX2 / AVX-512 / bf16 / VNNI flags'})"
+    section = f"""{heading}
 
 Measured {dt.date.today().isoformat()} by `python benchmarks/bench_encode.py`: {args.n} real sentences from ../shared/data,
 max length {args.max_length}, mean pooling. Each run is its own process (load, warm-up on {args.warmup} sentences, the
 whole corpus timed {args.repeats}x); methods run round robin for {args.rounds} rounds; medians of the {args.rounds * args.repeats} runs.
 
 Machine: {machine()}; Python {platform.python_version()}; NumPy sgemm {gflops:.0f} GFLOP/s.
-Versions: bertfeat {v('bertfeat')}, numpy {v('numpy')}, torch {v('torch')}, transformers {v('transformers')},
-sentence-transformers {v('sentence-transformers')}, onnxruntime {v('onnxruntime')}, tokenizers {v('tokenizers')}.
-
-"bertfeat / this" is bertfeat's encode-only throughput divided by the row's; "% of GEMM ceiling" is the
-row's throughput over (sgemm FLOP/s / FLOPs per token). "min cosine vs fp32": the smallest cosine over the
-corpus between the row's mean-pooled features and bertfeat fp32's. Timings on this machine drift 10-25 % from run to run.
+Versions: bertfeat {v('bertfeat')}, numpy {v('numpy')}, onednn-cpu-gomp {v('onednn-cpu-gomp')}, torch {v('torch')},
+transformers {v('transformers')}, sentence-transformers {v('sentence-transformers')}, onnxruntime {v('onnxruntime')},
+openvino {v('openvino')}, tokenizers {v('tokenizers')}.
 
 {table}
 
 Raw runs (seconds): {json.dumps({f"{r['model']}/{r['method']}": [round(t, 3) for t in r['times']] for r in rows})}
 """
-    args.out.write_text(text)
-    print(f"wrote {args.out}")
+    write_section(args.out, heading, section)
+    print(f"wrote {heading!r} in {args.out}")
+
+
+RESULTS_HEAD = """# Encode throughput, side by side, one section per CPU
+
+Written by `python benchmarks/bench_encode.py` (a run replaces its own CPU's section and keeps the others).
+"bertfeat / this" is bertfeat fp32's encode-only throughput divided by the row's; "% of GEMM ceiling" is the
+row's throughput over (NumPy sgemm FLOP/s / FLOPs per token); "min cosine vs fp32" is the smallest cosine over
+the corpus between the row's mean-pooled features and bertfeat fp32's. Timings drift 10-25 % from run to run,
+so compare rows of one section (one run, round robin), not sections.
+"""
+
+
+def write_section(path: Path, heading: str, section: str) -> None:
+    """Replace the section under ``heading`` in ``path`` (or add it), keeping every other CPU's section."""
+    import re
+
+    old = path.read_text() if path.is_file() else ""
+    parts = re.split(r"(?m)^(?=## )", old)
+    body = [p for p in parts[1:] if not p.startswith(heading + "\n")] if old.startswith(RESULTS_HEAD[:40]) else []
+    text = RESULTS_HEAD + "\n" + section.rstrip() + "\n\n" + "".join(p.rstrip() + "\n\n" for p in body)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text.rstrip() + "\n")
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

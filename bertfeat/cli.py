@@ -112,7 +112,7 @@ def extract(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="--engine dask: the scheduler, tcp://HOST:8786 (default: a local cluster)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: N local one-thread worker processes (default: one process with a thread per core, measured fastest)."),
     blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none."),
-    precision: str = typer.Option("fp32", "--precision", help="fp32 (default) or bf16: linear layers as bf16 GEMMs (needs bertfeat[fast] and an AMX or AVX512-BF16 CPU; docs/precision.md)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 (default), bf16 (linear layers as bf16 GEMMs: needs bertfeat[fast] and an AMX or AVX512-BF16 CPU) or auto (the fastest precision this CPU accelerates; docs/precision.md)."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
     from .job import extract as run_extract

@@ -110,18 +110,19 @@ class Encoder:
     >>> enc = Encoder()                                   # all-MiniLM-L6-v2
     >>> X = enc.encode(["a sentence", "another one"])     # (2, 384) float32
 
-    ``precision="bf16"``: linear layers as bf16 GEMMs (MKL, the ``fast`` extra; see gemm.py and
-    docs/precision.md); features stay float32. Refused, with what to do, where MKL or the CPU's
-    bf16 support is missing.
+    ``precision``: "fp32" (default), "bf16" (linear layers as bf16 GEMMs on oneDNN, the ``fast`` extra;
+    refused, with what to do, where oneDNN or the CPU's native bf16 is missing) or "auto" (the fastest
+    precision this CPU accelerates). ``precision`` is then what runs, ``requested_precision`` what was
+    asked, ``gemm_path`` how and why (gemm.py, docs/precision.md). Features are float32 in every case.
     """
 
     def __init__(self, model: str | Path | None = None, *, max_length: int | None = None,
                  max_batch_tokens: int = DEFAULT_BATCH_TOKENS, threads: int | None = None,
                  location: ModelLocation | None = None, precision: str = "fp32"):
-        if precision not in gemm.PRECISIONS:
-            raise BertfeatError(f"unknown precision '{precision}'", f"choose one of {', '.join(gemm.PRECISIONS)}")
-        self.precision = precision
-        self.bf16_mode = gemm.require_bf16() if precision == "bf16" else None  # "amx", "avx512_bf16", "emulated"
+        self.gemm_path: gemm.GemmPath = gemm.resolve(precision)
+        self.requested_precision = precision
+        self.precision = self.gemm_path.precision  # what runs: "fp32" or "bf16"
+        self.bf16_mode = self.gemm_path.bf16  # "amx", "avx512_bf16", "emulated" or None
         if self.bf16_mode is not None:
             from . import kernels
 
@@ -133,7 +134,7 @@ class Encoder:
         self.config = BertConfig.from_file(d / "config.json")
         #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
         self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions)
-        self.weights: BertWeights = load_weights(d, self.config, precision)
+        self.weights: BertWeights = gemm.prepare(load_weights(d, self.config, self.precision), self.gemm_path)
         self.default_max_length = self.pipeline.max_seq_length
         self.max_length = self._check_max_length(max_length) if max_length else self.default_max_length
         self.tokenizer = BertTokenizer.from_dir(d, self.config.max_positions, lowercase=self.pipeline.do_lower_case)

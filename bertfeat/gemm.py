@@ -1,53 +1,45 @@
-"""Matrix products for the linear layers: NumPy's fp32 GEMM, or Intel MKL's through ctypes.
+"""Matrix products for the linear layers: the GEMM layer every model family goes through.
 
 Shapes: M rows (token rows N, or a block of them), K inputs, N outputs of a linear layer.
+
+Two libraries, chosen once per Encoder (``resolve``) and fixed in its weights (``prepare``):
+  * NumPy's ``matmul`` (OpenBLAS), the base install's fp32 path;
+  * oneDNN's matmul primitive (onednn.py, the ``fast`` extra: ``pip install "bertfeat[fast]"``), with the
+    weights reordered once at load into the layout its kernel wants (``onednn.Packed``): fp32, and bf16 on
+    CPUs that multiply bf16 natively (AMX on Intel Sapphire Rapids and later, AVX512-BF16 on AMD Zen 4 and
+    Intel Cooper Lake).
+``matmul(a, w, out)`` dispatches on what the weight is: a ``Packed`` goes to oneDNN, a float32 array to
+NumPy, a uint16 array (bf16 without oneDNN, only with BERTFEAT_BF16_EMULATE=1) to the emulation below.
 
 bf16 ("bfloat16") is the top half of a float32: 1 sign, 8 exponent and 7 mantissa bits. NumPy has no
 bf16 dtype, so bf16 arrays are ``uint16`` arrays of the bit patterns; ``to_bf16`` rounds float32 to
 the nearest bf16 (ties to even, as torch's ``.to(torch.bfloat16)``), ``from_bf16`` widens exactly.
+A bf16 GEMM multiplies bf16 inputs and sums in float32; the emulation (both operands widened, then
+NumPy's fp32 GEMM) computes the same exact products, so tests of the bf16 numerics run on any CPU.
 
-``gemm_bf16(a, b, out)``: out (M, N) float32 <- a (M, K) bf16 @ b (K, N) bf16, MKL's
-``cblas_gemm_bf16bf16f32`` (products and sums in float32). NumPy's bundled OpenBLAS and the
-``scipy-openblas`` wheels export no bf16 GEMM, which is why this needs MKL: the optional extra
-``pip install "bertfeat[fast]"`` installs the PyPI package ``mkl`` (libmkl_rt). MKL uses AMX tiles
-(Intel Sapphire Rapids and later) or AVX512-BF16 (Intel Cooper Lake, AMD Zen 4 and later) where the
-CPU has them, and emulates bf16 with fp32 instructions elsewhere: correct, but with no bf16 speed-up
-(and bf16's rounding), so ``require_bf16`` refuses an emulated run unless BERTFEAT_BF16_EMULATE=1
-(the tests set it).
-
-``sgemm(a, b, out)``: MKL's float32 GEMM, the same contract as ``np.matmul(a, b, out=out)``; the
-fp32 forward pass uses it instead of NumPy's OpenBLAS with BERTFEAT_GEMM=mkl (``use``), for
-measuring whether MKL's fp32 GEMM beats OpenBLAS on a given CPU (benchmarks/bench_encode.py,
-method bertfeat-mkl).
-
-MKL is put in its sequential threading layer (unless MKL_THREADING_LAYER is set): bertfeat runs one
-GEMM per thread and batches side by side in threads (encoder.parallel_map), as it does with OpenBLAS.
+Precisions: "fp32" (the default: exact parity with sentence-transformers), "bf16" (refused, with what
+to do, where oneDNN or the CPU's bf16 is missing; BERTFEAT_BF16_EMULATE=1 runs the emulation instead,
+for tests), "auto" (the fastest precision this CPU accelerates: bf16 where oneDNN runs a native bf16
+kernel, else fp32; the choice and its reason go into provenance and ``bertfeat info``).
+fp32 library: oneDNN when installed (measured faster than OpenBLAS, benchmarks/RESULTS.md), else NumPy;
+BERTFEAT_GEMM=numpy|onednn forces one.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
-import sys
-import sysconfig
-import threading
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from . import onednn
 from .errors import BertfeatError, opt
 
-PRECISIONS = ("fp32", "bf16")
-GEMM_BACKENDS = ("numpy", "mkl")
-FAST_HINT = 'pip install "bertfeat[fast]" (the PyPI package mkl)'
-
-_ROW_MAJOR, _NO_TRANS = 101, 111  # CBLAS_LAYOUT, CBLAS_TRANSPOSE
-_MKL_THREADING_SEQUENTIAL, _MKL_INTERFACE_LP64 = 1, 0
-
-_lock = threading.Lock()
-_mkl: dict[str, object] = {}  # "lib", "path", "version", "error" once loaded (or tried)
-_backend: dict[str, str | None] = {"fp32": None}
+PRECISIONS = ("fp32", "bf16")  # what a model runs in
+PRECISION_CHOICES = ("fp32", "bf16", "auto")  # what a user may ask for
+GEMM_BACKENDS = ("numpy", "onednn")
+FAST_HINT = onednn.HINT
 
 
 # --------------------------------------------------------------------------- bf16 bit patterns
@@ -113,210 +105,181 @@ def bf16_acceleration(flags: set[str] | None = None) -> str | None:
 
 
 def bf16_flags(flags: set[str] | None = None) -> list[str]:
-    """The bf16-related CPU flags present (for benchmark records): amx_bf16, amx_tile, avx512_bf16."""
+    """The bf16 / int8 related CPU flags present (for benchmark records): AMX, AVX512-BF16, VNNI, AVX-512, AVX2."""
     flags = cpu_flags() if flags is None else flags
-    return [f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags]
+    return [f for f in ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx512f", "avx2")
+            if f in flags]
 
 
-# --------------------------------------------------------------------------- MKL
-def _candidates() -> list[str]:
-    """Where libmkl_rt may be: BERTFEAT_MKL_RT, this Python's lib folders (pip's `mkl` wheel puts it
-    in <prefix>/lib, or Library/bin on Windows), the loader's search path."""
-    env = os.environ.get("BERTFEAT_MKL_RT")
-    if env:
-        return [env]
-    names = ["libmkl_rt.so.2", "libmkl_rt.so.3", "libmkl_rt.so", "libmkl_rt.2.dylib", "libmkl_rt.dylib",
-             "mkl_rt.2.dll", "mkl_rt.3.dll", "mkl_rt.dll"]
-    dirs: list[Path] = []
-    for prefix in dict.fromkeys([sys.prefix, sys.exec_prefix, sys.base_prefix, sysconfig.get_config_var("userbase") or ""]):
-        if prefix:
-            dirs += [Path(prefix) / "lib", Path(prefix) / "Library" / "bin"]
-    out = [str(d / n) for d in dirs for n in names if (d / n).is_file()]
-    found = ctypes.util.find_library("mkl_rt")
-    if found:
-        out.append(found)
-    return out
 
 
-def _load_mkl() -> ctypes.CDLL | None:
-    with _lock:
-        if "lib" in _mkl:
-            return _mkl["lib"]  # type: ignore[return-value]
-        lib, errors = None, []
-        for path in _candidates():
-            try:
-                lib = ctypes.CDLL(path)
-                lib.cblas_gemm_bf16bf16f32  # noqa: B018  (an MKL older than 2020 has none)
-                _mkl["path"] = path
-                break
-            except (OSError, AttributeError) as e:
-                errors.append(f"{path}: {e}")
-                lib = None
-        if lib is None:
-            _mkl["lib"] = None
-            _mkl["error"] = "; ".join(errors) if errors else "libmkl_rt was not found"
-            return None
-        lib.MKL_Set_Interface_Layer(_MKL_INTERFACE_LP64)  # MKL_INT is a 32-bit int below
-        if not os.environ.get("MKL_THREADING_LAYER"):
-            lib.MKL_Set_Threading_Layer(_MKL_THREADING_SEQUENTIAL)
-        P, I, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-        for fn in (lib.cblas_gemm_bf16bf16f32, lib.cblas_sgemm):
-            fn.restype = None
-            fn.argtypes = [I, I, I, I, I, I, F, P, I, P, I, F, P, I]
-        buf = ctypes.create_string_buffer(256)
-        lib.MKL_Get_Version_String(buf, 256)
-        _mkl["version"] = buf.value.decode(errors="replace").strip()
-        _mkl["lib"] = lib
-        return lib
+# --------------------------------------------------------------------------- choosing the path
+@dataclass(frozen=True)
+class GemmPath:
+    """How an Encoder's linear layers multiply: fixed at load, recorded in provenance."""
+
+    precision: str  # "fp32" | "bf16": what runs
+    library: str  # "numpy" | "onednn" | "numpy-bf16-emulated"
+    bf16: str | None = None  # "amx" | "avx512_bf16" | "emulated" (bf16 only)
+    kernel: str | None = None  # oneDNN's implementation name, e.g. "brg:avx512_core_bf16"
+    requested: str = "fp32"  # what the user asked for ("auto" included)
+    reason: str = ""  # why this path (for "auto", and where a library was chosen for the user)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if v not in (None, "")}
+        d["linear_layers"] = d.pop("precision")
+        d["library"] = describe_library(self)
+        d["cpu"] = cpu_model()
+        return d
 
 
-def mkl_available() -> bool:
-    return _load_mkl() is not None
-
-
-def mkl_version() -> str | None:
-    """MKL's version string, None if it is not installed."""
-    return _mkl.get("version") if _load_mkl() is not None else None  # type: ignore[return-value]
-
-
-def mkl_path() -> str | None:
-    return _mkl.get("path") if _load_mkl() is not None else None  # type: ignore[return-value]
+def describe_library(path: GemmPath) -> str:
+    if path.library == "onednn":
+        return f"oneDNN {onednn.version()} matmul ({path.kernel})"
+    if path.library == "numpy-bf16-emulated":
+        return "numpy matmul of the widened bf16 operands (bf16 emulated)"
+    return "numpy matmul"
 
 
 def emulation_allowed() -> bool:
     return os.environ.get("BERTFEAT_BF16_EMULATE", "").strip().lower() in ("1", "true", "yes")
 
 
-def require_bf16() -> str:
-    """Check bf16 can run here: MKL present, and native bf16 on the CPU (or emulation allowed).
+_kernels: dict[str, str | None] = {}
 
-    Returns how the bf16 GEMM runs: "amx", "avx512_bf16" or "emulated". Raises BertfeatError
-    (one line, what is missing and how to get it) otherwise.
-    """
-    if _load_mkl() is None:
-        raise BertfeatError(
-            f"{opt('precision', 'bf16')} needs Intel MKL's bf16 GEMM (libmkl_rt), which is not installed",
-            f"{FAST_HINT}, or use {opt('precision', 'fp32')}",
-        )
+
+def _probe_kernel(dtype) -> str | None:
+    """The oneDNN kernel a (512, 64) x (64, 64) matmul of this type runs on here, None if oneDNN is missing."""
+    name = np.dtype(dtype).name
+    if name not in _kernels:
+        if not onednn.available():
+            return None
+        try:
+            _kernels[name] = onednn.pack(np.zeros((64, 64), dtype=dtype)).impl
+        except onednn.DnnlError as e:  # e.g. no bf16 implementation at all on this CPU
+            _kernels[name] = f"unavailable: {e}"
+    return _kernels[name]
+
+
+def native_bf16_kernel(kernel: str | None) -> bool:
+    """Does oneDNN's kernel name say it multiplies bf16 in hardware (AVX512-BF16 or AMX)?"""
+    # oneDNN names its kernels by the ISA they run on: "brg:avx512_core_bf16" (AVX512-BF16), "brg:avx512_core_amx"
+    # (AMX), "avx2_vnni_2" (AVX-NE-CONVERT). "gemm:jit:bf16" or "brg:avx512_core" convert bf16 in software.
+    return bool(kernel) and any(isa in kernel for isa in ("avx512_core_bf16", "amx", "avx2_vnni_2"))
+
+
+def fp32_library() -> tuple[str, str]:
+    """(library, reason) for fp32: BERTFEAT_GEMM if set, else oneDNN when installed, else NumPy."""
+    want = os.environ.get("BERTFEAT_GEMM", "").strip().lower()
+    if want and want not in GEMM_BACKENDS:
+        raise BertfeatError(f"unknown GEMM backend BERTFEAT_GEMM={want!r}", f"choose one of {', '.join(GEMM_BACKENDS)}, or unset it")
+    if want == "onednn" and not onednn.available():
+        raise BertfeatError(f"BERTFEAT_GEMM=onednn needs oneDNN (libdnnl), which is not installed ({onednn.load_error()})",
+                            f"{FAST_HINT}, or unset BERTFEAT_GEMM")
+    if want:
+        return want, f"BERTFEAT_GEMM={want}"
+    if onednn.available():
+        return "onednn", "oneDNN is installed (faster fp32 GEMMs than OpenBLAS)"
+    return "numpy", "oneDNN is not installed"
+
+
+def resolve(precision: str) -> GemmPath:
+    """The GEMM path for a requested precision ("fp32", "bf16" or "auto"); refuses what cannot run here."""
+    if precision not in PRECISION_CHOICES:
+        raise BertfeatError(f"unknown precision '{precision}'", f"choose one of {', '.join(PRECISION_CHOICES)}")
+    if precision == "fp32":
+        lib, why = fp32_library()
+        return _fp32_path(lib, why, "fp32")
+    kernel = _probe_kernel(np.uint16)
     acc = bf16_acceleration()
+    native = acc is not None and native_bf16_kernel(kernel)
+    if precision == "auto":
+        if native:
+            return GemmPath("bf16", "onednn", acc, kernel, "auto",
+                            f"this CPU multiplies bf16 natively ({_acc_name(acc)}, oneDNN kernel {kernel})")
+        lib, _ = fp32_library()
+        if acc is None:
+            why = f"this CPU ({cpu_model()}) has no AMX or AVX512-BF16"
+        elif kernel is None:
+            why = f"oneDNN, which bf16 needs, is not installed ({FAST_HINT})"
+        else:
+            why = f"oneDNN's bf16 kernel here is {kernel}, not a native one"
+        return _fp32_path(lib, f"fp32 because {why}", "auto")
+    if native:
+        return GemmPath("bf16", "onednn", acc, kernel, "bf16", f"native bf16 ({_acc_name(acc)})")
+    if emulation_allowed():
+        return GemmPath("bf16", "numpy-bf16-emulated", "emulated", None, "bf16", "BERTFEAT_BF16_EMULATE=1")
+    if kernel is None:
+        raise BertfeatError(f"{opt('precision', 'bf16')} needs oneDNN's bf16 matmul (libdnnl), which is not installed",
+                            f"{FAST_HINT}, or use {opt('precision', 'fp32')} (or {opt('precision', 'auto')})")
     if acc is None:
-        if emulation_allowed():
-            return "emulated"
-        raise BertfeatError(
-            f"this CPU ({cpu_model()}) has no AMX or AVX512-BF16, so bf16 would be emulated, not accelerated",
-            f"use {opt('precision', 'fp32')} here, or set BERTFEAT_BF16_EMULATE=1 to run the emulated bf16 path anyway (for testing)",
-        )
-    return acc
+        raise BertfeatError(f"this CPU ({cpu_model()}) has no AMX or AVX512-BF16, so bf16 would be emulated, not accelerated",
+                            f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}) here, or set "
+                            "BERTFEAT_BF16_EMULATE=1 to run the emulated bf16 path anyway (for testing)")
+    raise BertfeatError(f"oneDNN {onednn.version()} runs bf16 here on {kernel}, not on a native bf16 kernel",
+                        f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}); ONEDNN_MAX_CPU_ISA may be limiting it")
+
+
+def _fp32_path(lib: str, why: str, requested: str) -> GemmPath:
+    kernel = _probe_kernel(np.float32) if lib == "onednn" else None
+    return GemmPath("fp32", lib, None, kernel, requested, why)
+
+
+def _acc_name(acc: str) -> str:
+    return "AMX" if acc == "amx" else "AVX512-BF16"
+
+
+LINEAR_WEIGHTS = ("qkv_w", "o_w", "up_w", "down_w")
+
+
+def prepare(weights, path: GemmPath):
+    """Put a model's linear weights in the form ``path`` multiplies: packed for oneDNN (once, here; the
+    plain copy is dropped layer by layer), else as loaded. Returns the weights (changed in place)."""
+    if path.library != "onednn":
+        return weights
+    for lw in weights.layers:
+        for k in LINEAR_WEIGHTS:
+            a = getattr(lw, k)
+            if not isinstance(a, onednn.Packed):
+                setattr(lw, k, onednn.pack(a))
+    return weights
 
 
 def describe_bf16() -> dict:
     """bf16 availability for `bertfeat info` and provenance: CPU support, the library, what would run."""
     acc = bf16_acceleration()
-    version = mkl_version()
-    if version is None:
-        status = f"unavailable: MKL not installed ({FAST_HINT})"
-    elif acc is None:
-        status = "emulated by MKL (no AMX or AVX512-BF16 on this CPU: not accelerated; refused unless BERTFEAT_BF16_EMULATE=1)"
+    kernel = _probe_kernel(np.uint16)
+    if kernel is None:
+        status = f"unavailable: oneDNN not installed ({FAST_HINT})"
+    elif acc is None or not native_bf16_kernel(kernel):
+        status = (f"not accelerated (no AMX or AVX512-BF16 on this CPU; oneDNN kernel {kernel}): "
+                  "refused unless BERTFEAT_BF16_EMULATE=1")
     else:
-        status = f"accelerated ({'AMX' if acc == 'amx' else 'AVX512-BF16'}, MKL)"
-    return {"status": status, "cpu": cpu_model(), "cpu_bf16": acc or "none", "library": version or "none"}
+        status = f"accelerated ({_acc_name(acc)}, oneDNN kernel {kernel})"
+    return {"status": status, "cpu": cpu_model(), "cpu_bf16": acc or "none",
+            "library": f"oneDNN {onednn.version()} ({onednn.library_path()})" if kernel else "none"}
 
 
-def provenance(precision: str, bf16_mode: str | None = None) -> dict:
-    """What multiplied the linear layers, for the provenance of a features file."""
-    if precision == "bf16":
-        return {"linear_layers": "bf16", "library": f"MKL cblas_gemm_bf16bf16f32 ({mkl_version()})",
-                "bf16": bf16_mode or bf16_acceleration() or "emulated", "cpu": cpu_model()}
-    backend = fp32_backend()
-    return {"linear_layers": "fp32", "library": f"MKL cblas_sgemm ({mkl_version()})" if backend == "mkl" else "numpy matmul",
-            "cpu": cpu_model()}
+def describe_auto() -> str:
+    """What precision="auto" picks here, and why (for `bertfeat info`)."""
+    p = resolve("auto")
+    return f"{p.precision} ({p.reason})"
 
 
 # --------------------------------------------------------------------------- products
-def _ld(x: np.ndarray, name: str) -> int:
-    """The leading dimension (row stride in elements) of a 2-D array with unit column stride."""
-    if x.ndim != 2 or (x.shape[1] > 1 and x.strides[1] != x.itemsize) or x.strides[0] % x.itemsize:
-        raise ValueError(f"{name}: a 2-D array with contiguous rows is required, got shape {x.shape} strides {x.strides}")
-    return max(x.strides[0] // x.itemsize, x.shape[1], 1)
+def matmul(a: np.ndarray, w, out: np.ndarray | None = None) -> np.ndarray:
+    """A linear layer's product a (M, K) @ w (K, N) into ``out`` (M, N) float32, by what ``w`` is:
+    oneDNN for a packed weight (``a`` of its type), the bf16 emulation for uint16, else NumPy fp32."""
+    if isinstance(w, onednn.Packed):
+        return onednn.matmul(a, w, out)
+    if w.dtype == np.uint16:
+        return gemm_bf16_emulated(a, w, out)
+    return np.matmul(a, w, out=out)
 
 
-def _call(fn_name: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None, dtype) -> np.ndarray:
-    lib = _load_mkl()
-    if lib is None:
-        raise BertfeatError(f"MKL is not installed ({_mkl.get('error')})", FAST_HINT)
-    M, K = a.shape
-    K2, N = b.shape
-    if K != K2:
-        raise ValueError(f"shapes {a.shape} and {b.shape} do not multiply")
-    if a.dtype != dtype or b.dtype != dtype:
-        raise TypeError(f"{fn_name}: inputs must be {np.dtype(dtype)}, got {a.dtype} and {b.dtype}")
-    if out is None:
-        out = np.empty((M, N), dtype=np.float32)
-    if out.shape != (M, N) or out.dtype != np.float32:
-        raise ValueError(f"{fn_name}: out must be float32 {(M, N)}, got {out.dtype} {out.shape}")
-    if M == 0 or N == 0:
-        return out
-    if K == 0:
-        out[...] = 0
-        return out
-    getattr(lib, fn_name)(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, M, N, K, 1.0, a.ctypes.data, _ld(a, "a"),
-                          b.ctypes.data, _ld(b, "b"), 0.0, out.ctypes.data, _ld(out, "out"))
-    return out
-
-
-#: MKL computes products of fewer than 4 rows with another kernel whose sums round differently (seen
-#: with MKL 2026.2's emulated bf16 and its sgemm); padding them to this many rows keeps a row's result
-#: independent of how many rows share its GEMM.
-MIN_GEMM_ROWS = 16
-
-
-def _padded(fn_name: str, a: np.ndarray, b: np.ndarray, out: np.ndarray | None, dtype) -> np.ndarray:
-    M = a.shape[0]
-    if 0 < M < MIN_GEMM_ROWS and a.ndim == 2:
-        pad = np.zeros((MIN_GEMM_ROWS, a.shape[1]), dtype=a.dtype)
-        pad[:M] = a
-        res = _call(fn_name, pad, b, None, dtype)[:M]
-        if out is None:
-            return res
-        out[...] = res
-        return out
-    return _call(fn_name, a, b, out, dtype)
-
-
-def gemm_bf16(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """out (M, N) float32 <- a (M, K) @ b (K, N), both bf16 bit patterns (uint16), rows contiguous."""
-    return _padded("cblas_gemm_bf16bf16f32", a, b, out, np.uint16)
-
-
-def sgemm(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """out (M, N) float32 <- a (M, K) @ b (K, N), float32, with MKL's sgemm."""
-    return _padded("cblas_sgemm", a, b, out, np.float32)
-
-
-def use(backend: str | None = None) -> str:
-    """The GEMM of the fp32 linear layers: "numpy" (np.matmul, OpenBLAS) or "mkl" (MKL sgemm); None for
-    the default, BERTFEAT_GEMM or numpy. Returns the backend in force."""
-    want = (backend or os.environ.get("BERTFEAT_GEMM", "").strip().lower() or "numpy")
-    if want not in GEMM_BACKENDS:
-        raise BertfeatError(f"unknown GEMM backend '{want}'", f"choose one of {', '.join(GEMM_BACKENDS)} (BERTFEAT_GEMM)")
-    if want == "mkl" and _load_mkl() is None:
-        raise BertfeatError("BERTFEAT_GEMM=mkl needs Intel MKL (libmkl_rt), which is not installed",
-                            f"{FAST_HINT}, or unset BERTFEAT_GEMM")
-    _backend["fp32"] = want
-    return want
-
-
-def fp32_backend() -> str:
-    if _backend["fp32"] is None:
-        use()
-    return str(_backend["fp32"])
-
-
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """A linear layer's product into ``out``: bf16 x bf16 -> fp32 when b is bf16 (a must be too),
-    else fp32 with the backend chosen by ``use``."""
-    if b.dtype == np.uint16:
-        return gemm_bf16(a, b, out)
-    if _backend["fp32"] == "mkl" or (_backend["fp32"] is None and fp32_backend() == "mkl"):
-        return sgemm(a, b, out)
-    return np.matmul(a, b, out=out)
+def gemm_bf16_emulated(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """out (M, N) float32 <- a (M, K) @ b (K, N), both bf16 bit patterns: the exact bf16 products, summed in
+    float32 by NumPy's GEMM (no bf16 speed; for CPUs without native bf16 under BERTFEAT_BF16_EMULATE=1)."""
+    if a.dtype != np.uint16 or b.dtype != np.uint16:
+        raise TypeError(f"gemm_bf16_emulated: inputs must be uint16 bf16 bit patterns, got {a.dtype} and {b.dtype}")
+    return np.matmul(from_bf16(a), from_bf16(b), out=out)

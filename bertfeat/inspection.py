@@ -45,8 +45,9 @@ def _precision_summary() -> dict:
 
     d = gemm.describe_bf16()
     flags = ", ".join(gemm.bf16_flags()) or "none"
+    fp32 = gemm.resolve("fp32")
     return {"cpu": f"{d['cpu']} (flags: {flags})", "bf16": d["status"], "bf16_library": d["library"],
-            "fp32_gemm": "MKL sgemm (BERTFEAT_GEMM=mkl)" if gemm.fp32_backend() == "mkl" else "numpy matmul"}
+            "fp32_gemm": f"{gemm.describe_library(fp32)} ({fp32.reason})", "precision_auto": gemm.describe_auto()}
 
 
 def _kernels_summary() -> str:

@@ -28,7 +28,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             layer_agg: str = "mean", normalize: bool | None = None, prompt: str | None = None,
             prompt_name: str | None = None, max_length: int | None = None,
             max_batch_tokens: int | None = None, long_text: str = "truncate", stride: int | None = None,
-            precision: Literal["fp32", "bf16"] = "fp32",
+            precision: Literal["fp32", "bf16", "auto"] = "fp32",
             pca: int | float | str | None = None, format: str | None = None, wide: bool = False,
             on_bad_row: Literal["error", "skip"] = "error", resume: bool = False, overwrite: bool = False,
             chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,

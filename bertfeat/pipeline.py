@@ -488,7 +488,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
     check_extract_outputs(out_path, fmt, n_components is not None, PartStore(out_path).dir, source.files, opts.overwrite,
                           opts.resume)
     encoder = encoder or Encoder(opts.model, precision=opts.precision, **opts.encoder_options)
-    if encoder.precision != opts.precision:  # never a silent change of precision
+    if opts.precision not in (encoder.precision, encoder.requested_precision):  # never a silent change of precision
         raise BertfeatError(f"the encoder was loaded in {encoder.precision}, but precision {opts.precision} was asked for",
                             f"load it with Encoder(..., precision={opts.precision!r})")
     if opts.max_batch_tokens:
@@ -595,7 +595,7 @@ def provenance(encoder: Encoder, spec: FeatureSpec, fingerprint: dict, source: R
         "weights_sha256": encoder.weights_sha256,
         "fingerprint": fingerprint,
         "precision": encoder.precision,
-        "gemm": gemm.provenance(encoder.precision, encoder.bf16_mode),
+        "gemm": encoder.gemm_path.to_dict(),
         "pooling": spec.pooling,
         "layers": list(spec.layers),
         "layer_agg": spec.layer_agg,

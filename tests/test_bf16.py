@@ -1,10 +1,10 @@
-"""precision="bf16": rounding, the MKL GEMMs, the fused bf16 kernels, quality against fp32, the CLI,
-provenance, errors. See bertfeat/gemm.py and docs/precision.md.
+"""precision="bf16" and "auto": rounding, the oneDNN GEMMs, the fused bf16 kernels, quality against fp32,
+the CLI, provenance, errors. See bertfeat/gemm.py, bertfeat/onednn.py and docs/precision.md.
 
-Every test here needs Intel MKL (``pip install "bertfeat[fast]"``) and is skipped without it. On a
-CPU without AMX or AVX512-BF16 (this machine: AVX2 only) MKL emulates bf16, which bertfeat refuses
-unless BERTFEAT_BF16_EMULATE=1: the ``emulate`` fixture sets it, so the numbers below are the
-emulated path's (same products, fp32 accumulation; only the speed differs from native bf16).
+On a CPU with AVX512-BF16 or AMX and oneDNN installed (``pip install "bertfeat[fast]"``) the bf16 tests run
+oneDNN's native bf16 kernels. Elsewhere bertfeat refuses bf16 unless BERTFEAT_BF16_EMULATE=1: the
+``emulate`` fixture sets it, so there the numbers below are the emulation's (the same exact bf16 products,
+summed in fp32 by NumPy; only the speed differs). Tests of oneDNN itself skip, saying so, where it is missing.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 
-from bertfeat import gemm, kernels
+from bertfeat import gemm, kernels, onednn
 from bertfeat.cli import main
 from bertfeat.config import BertConfig
 from bertfeat.encoder import Encoder
@@ -24,8 +24,18 @@ from bertfeat.model import add_layer_norm_, bert_forward, bias_act_
 from bertfeat.weights import load_weights
 from ckpt import make_ckpt, row_cosines  # noqa: F401  (make_ckpt is a fixture)
 
-pytestmark = pytest.mark.skipif(not gemm.mkl_available(),
-                                reason='Intel MKL (libmkl_rt) not installed: pip install "bertfeat[fast]" to run the bf16 tests')
+needs_onednn = pytest.mark.skipif(not onednn.available(),
+                                  reason='oneDNN (libdnnl) not installed: pip install "bertfeat[fast]" to run the oneDNN tests')
+NATIVE_BF16 = gemm.resolve("auto").precision == "bf16"
+needs_native_bf16 = pytest.mark.skipif(not NATIVE_BF16, reason=f"no native bf16 here: {gemm.describe_bf16()['status']}")
+
+
+def bf16_gemms():
+    """The bf16 GEMMs this machine can run: oneDNN's native one (packed weights) and the emulation."""
+    out = [("emulated", lambda b: b)]
+    if NATIVE_BF16:
+        out.append(("onednn", onednn.pack))
+    return out
 
 MIN_COSINE = 0.999  # issue 13: bf16 features against fp32 on real sentences
 
@@ -56,52 +66,82 @@ def test_to_bf16_rounds_like_torch():
     assert np.isnan(gemm.from_bf16(nan)).all()
 
 
-def test_gemm_bf16_accumulates_in_fp32():
+@pytest.mark.parametrize("name,prep", bf16_gemms(), ids=[n for n, _ in bf16_gemms()])
+def test_gemm_bf16_accumulates_in_fp32(name, prep):
     rng = np.random.default_rng(1)
     a = rng.standard_normal((70, 384)).astype(np.float32)
     b = rng.standard_normal((384, 1536)).astype(np.float32)
     a16, b16 = gemm.to_bf16(a), gemm.to_bf16(b)
     exact = gemm.from_bf16(a16).astype(np.float64) @ gemm.from_bf16(b16).astype(np.float64)
     out = np.full((80, 1536), np.float32(7.0))
-    got = gemm.gemm_bf16(a16, b16, out=out[5:75])  # rows of a larger buffer, as ffn() blocks write
+    got = gemm.matmul(a16, prep(b16), out=out[5:75])  # rows of a larger buffer, as ffn() blocks write
     err = np.abs(got - exact).max() / np.abs(exact).max()
-    print(f"bf16 GEMM vs float64 of the same bf16 inputs: max rel error {err:.2e}")
+    print(f"{name} bf16 GEMM vs float64 of the same bf16 inputs: max rel error {err:.2e}")
     assert err < 1e-5  # fp32 accumulation of exact bf16 products
     assert (out[:5] == 7.0).all() and (out[75:] == 7.0).all()
     vs_fp32 = np.abs(got - a @ b).max() / np.abs(a @ b).max()
-    print(f"bf16 GEMM vs fp32 GEMM: max rel error {vs_fp32:.2e}")
+    print(f"{name} bf16 GEMM vs fp32 GEMM: max rel error {vs_fp32:.2e}")
     assert 1e-4 < vs_fp32 < 2e-2  # bf16 rounding of the inputs is really there
     with pytest.raises(TypeError):
-        gemm.gemm_bf16(a, b16)
+        gemm.matmul(a, prep(b16))
 
 
-def test_mkl_sgemm_matches_numpy():
+@needs_onednn
+def test_onednn_packed_weights_round_trip_and_fp32_matches_numpy():
     rng = np.random.default_rng(2)
     a = rng.standard_normal((130, 384)).astype(np.float32)
     b = rng.standard_normal((384, 96)).astype(np.float32)
-    got = gemm.sgemm(a, b)
+    p = onednn.pack(b)
+    assert p.shape == b.shape and p.dtype == np.float32 and p.size == b.size
+    np.testing.assert_array_equal(p.plain(), b)  # the reorder is a pure copy into oneDNN's layout
+    b16 = gemm.to_bf16(b)
+    np.testing.assert_array_equal(onednn.pack(b16).plain(), b16)
+    got = gemm.matmul(a, p)
     err = np.abs(got - a @ b).max()
-    print(f"MKL sgemm vs numpy matmul: max abs diff {err:.2e}")
+    print(f"oneDNN f32 matmul ({p.impl}) vs numpy matmul: max abs diff {err:.2e}")
     assert err < 1e-4
+    with pytest.raises(ValueError, match="do not multiply"):
+        gemm.matmul(a[:, :100], p)
+    out = np.zeros((130, 97), np.float32)
+    with pytest.raises(ValueError, match="contiguous rows"):
+        gemm.matmul(a, p, out=out[:, :96][:, ::-1])
 
 
-def test_fp32_forward_with_mkl_sgemm(minilm_dir, real_sentences, monkeypatch):
-    """BERTFEAT_GEMM=mkl (fp32 through MKL's sgemm) gives the fp32 features to float32 rounding."""
-    enc = Encoder(minilm_dir)
+@needs_onednn
+def test_onednn_threads_each_get_their_own_primitives():
+    """Batches run side by side in threads: each thread multiplies with its own primitive and scratchpad,
+    and the results equal the single-threaded ones bit for bit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(7)
+    p = onednn.pack(rng.standard_normal((384, 1536)).astype(np.float32))
+    xs = [rng.standard_normal((m, 384)).astype(np.float32) for m in (5, 64, 300, 301, 5, 64, 300, 301) * 4]
+    alone = [gemm.matmul(x, p) for x in xs]
+    with ThreadPoolExecutor(4) as ex:
+        together = list(ex.map(lambda x: gemm.matmul(x, p), xs))
+    for a, b in zip(alone, together):
+        np.testing.assert_array_equal(a, b)
+
+
+@needs_onednn
+def test_fp32_forward_on_onednn_matches_numpy(minilm_dir, real_sentences, monkeypatch):
+    """fp32 through oneDNN (the default where it is installed) gives NumPy's fp32 features to float32 rounding,
+    and every linear layer goes through oneDNN."""
+    monkeypatch.setenv("BERTFEAT_GEMM", "numpy")
+    ref_enc = Encoder(minilm_dir)
+    assert ref_enc.gemm_path.library == "numpy" and ref_enc.gemm_path.reason == "BERTFEAT_GEMM=numpy"
     texts = real_sentences[:40]
-    ref = enc.encode(texts)
+    ref = ref_enc.encode(texts)
+    monkeypatch.delenv("BERTFEAT_GEMM")
+    enc = Encoder(minilm_dir)
+    assert enc.gemm_path.library == "onednn" and enc.gemm_path.precision == "fp32"
     calls = []
-    sgemm = gemm.sgemm
-    monkeypatch.setattr(gemm, "sgemm", lambda a, b, out=None: calls.append(b.shape) or sgemm(a, b, out))
-    gemm.use("mkl")
-    try:
-        got = enc.encode(texts)
-        assert gemm.provenance("fp32")["library"].startswith("MKL cblas_sgemm")
-    finally:
-        gemm.use("numpy")
+    mm = onednn.matmul
+    monkeypatch.setattr(onednn, "matmul", lambda a, p, out=None: calls.append(p.shape) or mm(a, p, out))
+    got = enc.encode(texts)
     H, F = enc.config.hidden_size, enc.config.intermediate_size
-    assert {(H, 3 * H), (H, H), (H, F), (F, H)} <= set(calls)  # every linear layer went through MKL
-    print(f"fp32 MKL sgemm vs numpy: max abs diff {np.abs(got - ref).max():.2e}")
+    assert {(H, 3 * H), (H, H), (H, F), (F, H)} <= set(calls)  # every linear layer went through oneDNN
+    print(f"fp32 oneDNN vs numpy: max abs diff {np.abs(got - ref).max():.2e}")
     np.testing.assert_allclose(got, ref, atol=2e-5)
 
 
@@ -210,18 +250,22 @@ def test_minilm_bf16_numpy_kernels_agree(minilm_dir, real_sentences):
     assert cos.min() > 0.9999
 
 
-def test_bf16_gemm_rows_do_not_depend_on_the_row_count():
+@needs_onednn
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_onednn_rows_do_not_depend_on_the_row_count(dtype):
+    """A row's product is the same whatever the row count (oneDNN makes a primitive per count)."""
+    if dtype == "bf16" and not NATIVE_BF16:
+        pytest.skip("no native bf16 here")
     rng = np.random.default_rng(4)
-    a = gemm.to_bf16(rng.standard_normal((300, 384)).astype(np.float32))
-    b = gemm.to_bf16(rng.standard_normal((384, 1536)).astype(np.float32) * 0.05)
-    full = gemm.gemm_bf16(a, b)
+    a = rng.standard_normal((300, 384)).astype(np.float32)
+    b = rng.standard_normal((384, 1536)).astype(np.float32) * 0.05
+    if dtype == "bf16":
+        a, b = gemm.to_bf16(a), gemm.to_bf16(b)
+    p = onednn.pack(b)
+    full = gemm.matmul(a, p)
     for M in (1, 2, 3, 4, 7, 16, 17, 100, 299):
-        np.testing.assert_array_equal(gemm.gemm_bf16(a[:M].copy(), b), full[:M], err_msg=f"{M} rows")
-        np.testing.assert_array_equal(gemm.gemm_bf16(a[1:M + 1], b), full[1:M + 1], err_msg=f"{M} rows at offset 1")
-    a32, b32 = gemm.from_bf16(a), gemm.from_bf16(b)  # the same for MKL's sgemm (BERTFEAT_GEMM=mkl)
-    full = gemm.sgemm(a32, b32)
-    for M in (1, 2, 3, 4, 7, 16, 17, 100):
-        np.testing.assert_array_equal(gemm.sgemm(a32[:M].copy(), b32), full[:M], err_msg=f"sgemm {M} rows")
+        np.testing.assert_array_equal(gemm.matmul(a[:M].copy(), p), full[:M], err_msg=f"{M} rows")
+        np.testing.assert_array_equal(gemm.matmul(a[1:M + 1], p), full[1:M + 1], err_msg=f"{M} rows at offset 1")
 
 
 def test_bf16_rows_do_not_depend_on_the_batch(minilm_dir, real_sentences):
@@ -282,8 +326,13 @@ def test_extract_precision_is_what_provenance_says(tmp_path, capsys, minilm_dir,
     X16, m16 = _extract(tmp_path, capsys, texts, "--model", str(minilm_dir), "--precision", "bf16")
     X32, m32 = _extract(tmp_path, capsys, texts, "--model", str(minilm_dir))
     assert m16["precision"] == "bf16" and m16["fingerprint"]["precision"] == "bf16"
-    assert m16["gemm"]["linear_layers"] == "bf16" and m16["gemm"]["library"].startswith("MKL cblas_gemm_bf16bf16f32")
-    assert m16["gemm"]["bf16"] in ("amx", "avx512_bf16", "emulated")
+    assert m16["gemm"]["linear_layers"] == "bf16"
+    if NATIVE_BF16:
+        assert m16["gemm"]["library"].startswith(f"oneDNN {onednn.version()} matmul (")
+        assert m16["gemm"]["bf16"] in ("amx", "avx512_bf16") and native_kernel(m16["gemm"]["kernel"])
+    else:
+        assert m16["gemm"]["library"].startswith("numpy matmul of the widened bf16 operands")
+        assert m16["gemm"]["bf16"] == "emulated"
     assert m32["precision"] == "fp32" and m32["fingerprint"]["precision"] == "fp32" and m32["gemm"]["linear_layers"] == "fp32"
     by = {p: Encoder(minilm_dir, precision=p).encode(texts) for p in ("fp32", "bf16")}
     np.testing.assert_array_equal(X16, by["bf16"])
@@ -319,19 +368,27 @@ def test_resume_refuses_a_change_of_precision(tmp_path, capsys, minilm_dir, real
     assert diffs == ["precision: 'fp32' -> 'bf16'"]
 
 
-def test_bf16_needs_mkl(monkeypatch, capsys, minilm_dir, tmp_path):
-    monkeypatch.setattr(gemm, "_mkl", {"lib": None, "error": "libmkl_rt was not found"})
+def test_bf16_needs_onednn(monkeypatch, capsys, minilm_dir, tmp_path):
+    monkeypatch.delenv("BERTFEAT_BF16_EMULATE")
+    monkeypatch.setattr(onednn, "_state", {"lib": None, "error": "libdnnl was not found"})
+    monkeypatch.setattr(gemm, "_kernels", {})
     with pytest.raises(BertfeatError) as e:
         Encoder(minilm_dir, precision="bf16")
-    assert e.value.message == ("precision='bf16' needs Intel MKL's bf16 GEMM (libmkl_rt), which is not installed - "
-                               'pip install "bertfeat[fast]" (the PyPI package mkl), or use precision=\'fp32\'')
+    assert e.value.message == ("precision='bf16' needs oneDNN's bf16 matmul (libdnnl), which is not installed - "
+                               'pip install "bertfeat[fast]" (the PyPI package onednn-cpu-gomp), or use precision=\'fp32\' '
+                               "(or precision='auto')")
     src = tmp_path / "a.csv"
     src.write_text("text\nhello\n")
     assert main(["extract", str(src), "--model", str(minilm_dir), "--precision", "bf16", "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert err == ("Error: --precision bf16 needs Intel MKL's bf16 GEMM (libmkl_rt), which is not installed - "
-                   'pip install "bertfeat[fast]" (the PyPI package mkl), or use --precision fp32\n')
-    assert Encoder(minilm_dir).precision == "fp32"  # fp32 never needs MKL
+    assert err == ("Error: --precision bf16 needs oneDNN's bf16 matmul (libdnnl), which is not installed - "
+                   'pip install "bertfeat[fast]" (the PyPI package onednn-cpu-gomp), or use --precision fp32 '
+                   "(or --precision auto)\n")
+    e32 = Encoder(minilm_dir)
+    assert e32.precision == "fp32" and e32.gemm_path.library == "numpy"  # fp32 never needs oneDNN
+    auto = Encoder(minilm_dir, precision="auto")  # auto falls back to fp32, and says why
+    assert auto.precision == "fp32" and auto.requested_precision == "auto"
+    assert "oneDNN, which bf16 needs, is not installed" in auto.gemm_path.reason or "has no AMX" in auto.gemm_path.reason
     assert not list(tmp_path.glob("*.parquet"))
 
 
@@ -342,17 +399,65 @@ def test_bf16_needs_cpu_support(monkeypatch, capsys, minilm_dir, tmp_path):
     src.write_text("text\nhello\n")
     assert main(["extract", str(src), "--model", str(minilm_dir), "--precision", "bf16", "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("Error: this CPU (") and "has no AMX or AVX512-BF16" in err and "use --precision fp32" in err
     assert err.count("\n") == 1 and not list(tmp_path.glob("*.parquet"))
-    monkeypatch.setattr(gemm, "bf16_acceleration", lambda flags=None: "amx")
-    assert Encoder(minilm_dir, precision="bf16").bf16_mode == "amx"
+    if onednn.available():
+        assert err.startswith("Error: this CPU (") and "has no AMX or AVX512-BF16" in err and "use --precision fp32" in err
+    else:
+        assert err.startswith("Error: --precision bf16 needs oneDNN's bf16 matmul")
+    auto = Encoder(minilm_dir, precision="auto")
+    assert auto.precision == "fp32" and auto.bf16_mode is None
+    assert auto.gemm_path.reason.startswith("fp32 because this CPU (") or "not installed" in auto.gemm_path.reason
+
+
+def native_kernel(name: str | None) -> bool:
+    return gemm.native_bf16_kernel(name)
+
+
+def test_auto_picks_only_an_accelerated_precision(minilm_dir, real_sentences):
+    """precision="auto" runs bf16 exactly where oneDNN multiplies bf16 natively on this CPU, else fp32; the
+    features are those of the precision it names, and provenance says which and why."""
+    auto = Encoder(minilm_dir, precision="auto")
+    p = auto.gemm_path
+    acc = gemm.bf16_acceleration()
+    kernel = onednn.pack(np.zeros((64, 64), np.uint16)).impl if onednn.available() else None
+    print(f"auto here: {p.precision} ({p.reason}); CPU bf16 {acc}; oneDNN bf16 kernel {kernel}")
+    if acc is not None and native_kernel(kernel):
+        assert p.precision == "bf16" and p.library == "onednn" and p.bf16 == acc and native_kernel(p.kernel)
+    else:
+        assert p.precision == "fp32" and p.bf16 is None and p.reason.startswith("fp32 because")
+    texts = real_sentences[:20]
+    np.testing.assert_array_equal(auto.encode(texts), Encoder(minilm_dir, precision=p.precision).encode(texts))
+    d = p.to_dict()
+    assert d["requested"] == "auto" and d["linear_layers"] == p.precision and d["reason"] == p.reason
+
+
+@needs_onednn
+def test_auto_is_fp32_where_onednn_has_no_native_bf16_kernel(minilm_dir, tmp_path):
+    """A real CPU limit, not a stub: ONEDNN_MAX_CPU_ISA=AVX512_CORE hides AVX512-BF16 and AMX from oneDNN, so its
+    bf16 matmul is no longer native; auto must then run fp32 and bf16 must be refused."""
+    import subprocess
+    import sys
+
+    code = ("import json; from bertfeat.encoder import Encoder; from bertfeat.errors import BertfeatError\n"
+            f"e = Encoder({str(minilm_dir)!r}, precision='auto'); p = e.gemm_path\n"
+            "try:\n    Encoder(" + repr(str(minilm_dir)) + ", precision='bf16'); bf16 = 'ran'\n"
+            "except BertfeatError as x:\n    bf16 = x.message\n"
+            "print(json.dumps([p.precision, p.reason, bf16]))")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "BERTFEAT_BF16_EMULATE"}
+    env["ONEDNN_MAX_CPU_ISA"] = "AVX512_CORE"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    precision, reason, bf16 = json.loads(r.stdout.strip().splitlines()[-1])
+    print(precision, reason, bf16, sep="\n")
+    assert precision == "fp32" and reason.startswith("fp32 because")
+    assert bf16 != "ran" and ("not on a native bf16 kernel" in bf16 or "has no AMX or AVX512-BF16" in bf16)
 
 
 def test_unknown_precision(capsys, minilm_dir, tmp_path):
     src = tmp_path / "a.csv"
     src.write_text("text\nhello\n")
     assert main(["extract", str(src), "--model", str(minilm_dir), "--precision", "fp16", "--quiet"]) == 1
-    assert capsys.readouterr().err == "Error: unknown precision 'fp16' - choose one of fp32, bf16\n"
+    assert capsys.readouterr().err == "Error: unknown precision 'fp16' - choose one of fp32, bf16, auto\n"
 
 
 def test_cpu_capabilities():
@@ -366,12 +471,15 @@ def test_info_shows_bf16(capsys, minilm_dir):
     assert main(["info", str(minilm_dir), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["cpu"].startswith(gemm.cpu_model())
-    acc = gemm.bf16_acceleration()
-    if acc is None:
-        assert d["bf16"].startswith("emulated by MKL (no AMX or AVX512-BF16")
+    if not onednn.available():
+        assert d["bf16"].startswith("unavailable: oneDNN not installed") and d["bf16_library"] == "none"
+    elif NATIVE_BF16:
+        assert d["bf16"].startswith("accelerated (") and d["bf16_library"].startswith(f"oneDNN {onednn.version()}")
     else:
-        assert d["bf16"].startswith("accelerated (")
-    assert d["bf16_library"].startswith("Intel(R)")
+        assert d["bf16"].startswith("not accelerated (")
+    assert d["precision_auto"].startswith(("bf16 (this CPU multiplies bf16 natively" if NATIVE_BF16 else "fp32 (fp32 because"))
+    assert d["fp32_gemm"].startswith("oneDNN" if onednn.available() and not __import__("os").environ.get("BERTFEAT_GEMM")
+                                     else "numpy matmul")
 
 
 @pytest.mark.slow

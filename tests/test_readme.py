@@ -76,9 +76,9 @@ OUTPUT_CHECKED = [
 ]
 
 # Commands that need bf16 hardware: they run, and pass if they succeed or if they fail with the one-line
-# refusal of a CPU without AMX / AVX512-BF16 (or without MKL), as on the AVX2 machines CI may run on.
+# refusal of a CPU without AMX / AVX512-BF16 (or without oneDNN), as on the AVX2 machines CI may run on.
 BF16_NEEDED = r"--precision bf16\b"
-BF16_REFUSALS = ("has no AMX or AVX512-BF16", "needs Intel MKL")
+BF16_REFUSALS = ("has no AMX or AVX512-BF16", "needs oneDNN", "not on a native bf16 kernel")
 
 # Commands that need weights which may not be on this machine: model name -> regex.
 MODEL_NEEDED = [
@@ -365,7 +365,7 @@ def test_readme_python_blocks(workdir: Path):
         p = subprocess.run([sys.executable, "-c", block], cwd=workdir, env=_env(), capture_output=True, text=True,
                            timeout=300)
         if p.returncode != 0 and 'precision="bf16"' in block and any(r in p.stderr for r in BF16_REFUSALS):
-            continue  # a CPU without AMX / AVX512-BF16 (or without MKL) refuses bf16 in one line, as the CLI does
+            continue  # a CPU without AMX / AVX512-BF16 (or without oneDNN) refuses bf16 in one line, as the CLI does
         if p.returncode != 0:  # collect them all, so one run shows every broken block
             failed.append(f"python block failed:\n{block}\n{p.stderr[-1500:]}")
     assert not failed, f"{len(failed)} of {len(blocks)} python blocks failed:\n\n" + "\n\n".join(failed)
