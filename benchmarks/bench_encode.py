@@ -312,7 +312,8 @@ def flops_per_token(cfg: dict, mean_len: float) -> float:
 # --------------------------------------------------------------------------- driver
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=4000)
+    ap.add_argument("--n", type=int, default=4000, help="sentences for all-MiniLM-L6-v2")
+    ap.add_argument("--n-base", type=int, default=1500, help="sentences (the first of the same corpus) for the bert-base shape")
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of all methods, round robin (each round starts one method later); the median is reported")
     ap.add_argument("--repeats", type=int, default=1, help="timed runs per method and round (one process)")
@@ -326,8 +327,8 @@ def main():
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
-    texts = build_corpus(args.n)
     if args.worker:
+        texts = build_corpus(args.n)
         res = worker(args.worker, Path(args.model_dir), texts, args.repeats, args.max_length, args.warmup)
         print("RESULT " + json.dumps(res))
         return
@@ -342,6 +343,8 @@ def main():
     print(f"sgemm: {gflops:.0f} GFLOP/s (NumPy BLAS, all cores)")
     rows = []
     for name in args.models.split(","):
+        n = args.n if name == "minilm" else args.n_base
+        texts = build_corpus(n)
         mdir = model_dir(name)
         cfg = json.loads((mdir / "config.json").read_text())
         tok = BertTokenizer.from_dir(mdir, cfg["max_position_embeddings"])
@@ -358,7 +361,7 @@ def main():
             for method in methods[rnd % len(methods):] + methods[:rnd % len(methods)]:
                 if runs[method] is None:  # failed in an earlier round
                     continue
-                cmd = [sys.executable, __file__, "--worker", method, "--model-dir", str(mdir), "--n", str(args.n),
+                cmd = [sys.executable, __file__, "--worker", method, "--model-dir", str(mdir), "--n", str(n),
                        "--repeats", str(args.repeats), "--warmup", str(args.warmup), "--max-length", str(args.max_length)]
                 p = subprocess.run(cmd, capture_output=True, text=True)
                 line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
@@ -444,7 +447,8 @@ def write_results(table: str, rows: list[dict], gflops: float, args):
     heading = f"## {gemm.cpu_model()}, {os.cpu_count()} cores ({', '.join(gemm.bf16_flags()) or 'no AVX2 / AVX-512 / bf16 / VNNI flags'})"
     section = f"""{heading}
 
-Measured {dt.date.today().isoformat()} by `python benchmarks/bench_encode.py`: {args.n} real sentences from ../shared/data,
+Measured {dt.date.today().isoformat()} by `python benchmarks/bench_encode.py`: {args.n} real sentences from ../shared/data
+(the first {args.n_base} of them for the bert-base shape),
 max length {args.max_length}, mean pooling. Each run is its own process (load, warm-up on {args.warmup} sentences, the
 whole corpus timed {args.repeats}x); methods run round robin for {args.rounds} rounds; medians of the {args.rounds * args.repeats} runs.
 

@@ -267,14 +267,26 @@ def describe_auto() -> str:
 
 
 # --------------------------------------------------------------------------- products
-def matmul(a: np.ndarray, w, out: np.ndarray | None = None) -> np.ndarray:
+def matmul(a: np.ndarray, w, out: np.ndarray | None = None, bias: np.ndarray | None = None,
+           act: str | None = None) -> np.ndarray:
     """A linear layer's product a (M, K) @ w (K, N) into ``out`` (M, N) float32, by what ``w`` is:
-    oneDNN for a packed weight (``a`` of its type), the bf16 emulation for uint16, else NumPy fp32."""
+    oneDNN for a packed weight (``a`` of its type), the bf16 emulation for uint16, else NumPy fp32.
+
+    ``bias`` and ``act`` only where ``fuses(w, act)``: oneDNN adds the bias and applies the activation as it
+    writes ``out``, which may then be uint16 (the result rounded to bf16, the next bf16 GEMM's input)."""
     if isinstance(w, onednn.Packed):
-        return onednn.matmul(a, w, out)
+        return onednn.matmul(a, w, out, bias, act)
+    if bias is not None or act is not None:
+        raise ValueError("matmul: bias / act are fused only on oneDNN (check gemm.fuses first)")
     if w.dtype == np.uint16:
         return gemm_bf16_emulated(a, w, out)
     return np.matmul(a, w, out=out)
+
+
+def fuses(w, act: str | None = None) -> bool:
+    """Does this weight's GEMM add the bias (and apply ``act``) itself? (oneDNN post-ops; not for int8 weights)"""
+    return (isinstance(w, onednn.Packed) and w.out_dtype == np.float32 and (act is None or act in onednn.ACTIVATIONS)
+            and os.environ.get("BERTFEAT_FUSE", "1") != "0")
 
 
 def gemm_bf16_emulated(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

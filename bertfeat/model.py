@@ -247,10 +247,23 @@ def add_layer_norm_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarray, 
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """(N, in) @ (in, out) + b as one 2-D GEMM (gemm.matmul: bf16 when w is) and an in-place bias add."""
+    """(N, in) @ (in, out) + b as one 2-D GEMM (gemm.matmul: bf16 when w is); the bias added by oneDNN as it
+    writes the product where it can (gemm.fuses), else in place after it."""
+    if gemm.fuses(w):
+        return gemm.matmul(x, w, out=out, bias=b)
     y = gemm.matmul(x, w, out=out)
     y += b
     return y
+
+
+def linear_act(x: np.ndarray, w, b: np.ndarray, hidden_act: str, out: np.ndarray,
+               out16: np.ndarray | None = None) -> np.ndarray:
+    """act(x @ w + b) for (m, in) rows into ``out`` (m, F) float32; with ``out16`` (m, F) uint16 the bf16
+    rounding of it is written there and returned (``out`` is then scratch). One oneDNN call (bias and
+    activation as post-ops, bf16 written directly) where it can (gemm.fuses), else the GEMM and a fused kernel."""
+    if gemm.fuses(w, hidden_act):
+        return gemm.matmul(x, w, out=out if out16 is None else out16, bias=b, act=hidden_act)
+    return bias_act_(gemm.matmul(x, w, out=out), b, hidden_act, out16=out16)
 
 
 def to_bf16_(x: np.ndarray, out16: np.ndarray) -> np.ndarray:
@@ -321,14 +334,12 @@ def ffn(h: np.ndarray, lw: LayerWeights, hidden_act: str, block: int, *, ws: Wor
         buf16 = ws.take("ffn_act16", (min(block, N), F), np.uint16)
         for s in range(0, N, block):
             u = buf[: min(block, N - s)]
-            u16 = bias_act_(gemm.matmul(h16[s:s + block], lw.up_w, out=u), lw.up_b, hidden_act,
-                            out16=buf16[: u.shape[0]])  # (m, F) bf16
+            u16 = linear_act(h16[s:s + block], lw.up_w, lw.up_b, hidden_act, u, out16=buf16[: u.shape[0]])  # (m, F) bf16
             gemm.matmul(u16, lw.down_w, out=out[s:s + block])  # (m, H)
         return out
     for s in range(0, N, block):
         hb = h[s:s + block]
-        u = buf[: hb.shape[0]]
-        bias_act_(gemm.matmul(hb, lw.up_w, out=u), lw.up_b, hidden_act)  # (m, F)
+        u = linear_act(hb, lw.up_w, lw.up_b, hidden_act, buf[: hb.shape[0]])  # (m, F)
         gemm.matmul(u, lw.down_w, out=out[s:s + block])  # (m, H)
     return out
 

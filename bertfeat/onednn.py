@@ -38,7 +38,11 @@ HINT = 'pip install "bertfeat[fast]" (the PyPI package onednn-cpu-gomp)'
 _F16, _BF16, _F32, _S32, _S8, _U8 = 1, 2, 3, 4, 5, 6
 _TAG_ANY = 1
 _Q_IMPL_INFO_STR, _Q_WEIGHTS_MD, _Q_SCRATCHPAD_MD = 8, 131, 136
-_ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_SCRATCHPAD = 1, 17, 33, 80
+_ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_SCRATCHPAD = 1, 17, 33, 41, 80
+#: dnnl_alg_kind_t (oneDNN 3.x values) of the activations oneDNN applies after the product (post-op), by config.json's
+#: hidden_act: eltwise_relu 0x20, eltwise_gelu_tanh 0x2b, eltwise_gelu_erf 0x31 (tests/test_bf16.py checks each
+#: against model.py's own functions, so a wrong value cannot pass)
+ACTIVATIONS = {"gelu": 0x31, "gelu_new": 0x2b, "gelu_pytorch_tanh": 0x2b, "gelu_fast": 0x2b, "relu": 0x20}
 _ENGINE_CPU, _STREAM_IN_ORDER, _SCRATCHPAD_USER = 1, 1, 1
 _STATUS = {1: "out of memory", 2: "invalid arguments", 3: "unimplemented", 4: "last implementation reached",
            5: "runtime error", 6: "not required", 7: "invalid graph", 8: "invalid graph op", 9: "invalid shape",
@@ -104,6 +108,10 @@ def _bind(lib: ctypes.CDLL) -> None:
         "dnnl_primitive_attr_create": [ctypes.POINTER(P)],
         "dnnl_primitive_attr_destroy": [P],
         "dnnl_primitive_attr_set_scratchpad_mode": [P, I],
+        "dnnl_primitive_attr_set_post_ops": [P, P],
+        "dnnl_post_ops_create": [ctypes.POINTER(P)],
+        "dnnl_post_ops_destroy": [P],
+        "dnnl_post_ops_append_eltwise": [P, I, ctypes.c_float, ctypes.c_float],
         "dnnl_matmul_primitive_desc_create": [ctypes.POINTER(P), P, P, P, P, P, P],
         "dnnl_reorder_primitive_desc_create": [ctypes.POINTER(P), P, P, P, P, P],
         "dnnl_primitive_desc_query": [P, I, I, P],
@@ -345,18 +353,25 @@ def _stream() -> ctypes.c_void_p:
 
 
 class _Prim:
-    """One matmul primitive with its memory objects (their data pointers are set at each call)."""
+    """One matmul primitive with its memory objects (their data pointers are set at each call): out <- act(a @ w
+    + bias), the bias and the activation only when asked for, out float32 / int32, or bf16 (uint16)."""
 
-    __slots__ = ("prim", "mems", "args", "scratch_bytes", "impl")
+    __slots__ = ("prim", "mems", "args", "scratch_bytes", "impl", "has_bias")
 
-    def __init__(self, a_shape, a_strides, p: Packed, out_strides):
+    def __init__(self, a_shape, a_strides, p: Packed, out_strides, out_dt: int, bias: bool, act: str | None):
         lib = _lib()
         M, K = a_shape
         N = p.shape[1]
-        src, dst = _md((M, K), p._src_dt, a_strides), _md((M, N), p._out_dt, out_strides)
-        attr, pd, self.prim = _user_scratchpad_attr(), ctypes.c_void_p(), ctypes.c_void_p()
+        src, dst = _md((M, K), p._src_dt, a_strides), _md((M, N), out_dt, out_strides)
+        bmd = _md((1, N), _F32) if bias else None
+        attr, pd, self.prim, post = _user_scratchpad_attr(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        self.has_bias = bias
         try:
-            _check(lib.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), _state["engine"], src, p.md, None, dst, attr),
+            if act is not None:
+                _check(lib.dnnl_post_ops_create(ctypes.byref(post)), "post_ops_create")
+                _check(lib.dnnl_post_ops_append_eltwise(post, ACTIVATIONS[act], 0.0, 0.0), "post_ops_append_eltwise")
+                _check(lib.dnnl_primitive_attr_set_post_ops(attr, post), "set_post_ops")
+            _check(lib.dnnl_matmul_primitive_desc_create(ctypes.byref(pd), _state["engine"], src, p.md, bmd, dst, attr),
                    f"matmul ({M}, {K}) x ({K}, {N})")
             self.impl = _impl_info(pd)
             _check(lib.dnnl_primitive_create(ctypes.byref(self.prim), pd), "primitive_create")
@@ -364,15 +379,22 @@ class _Prim:
             self.scratch_bytes = int(lib.dnnl_memory_desc_get_size(smd)) if smd else 0
             self.mems = [_memory(src, 0), _memory(p.md, 0), _memory(dst, 0)]
             kinds = [_ARG_SRC, _ARG_WEIGHTS, _ARG_DST]
+            if bias:
+                self.mems.append(_memory(bmd, 0))
+                kinds.append(_ARG_BIAS)
             if self.scratch_bytes:
                 self.mems.append(_memory(smd, 0))
                 kinds.append(_ARG_SCRATCHPAD)
             self.args = (_ExecArg * len(kinds))(*[_ExecArg(k, m) for k, m in zip(kinds, self.mems)])
         finally:
-            for h in (src, dst):
-                lib.dnnl_memory_desc_destroy(h)
+            for h in (src, dst, bmd):
+                if h is not None:
+                    lib.dnnl_memory_desc_destroy(h)
+            if post:
+                lib.dnnl_post_ops_destroy(post)
             lib.dnnl_primitive_attr_destroy(attr)
-            lib.dnnl_primitive_desc_destroy(pd)
+            if pd:
+                lib.dnnl_primitive_desc_destroy(pd)
 
     def __del__(self):
         try:
@@ -393,9 +415,15 @@ def _row_strides(x: np.ndarray, name: str) -> tuple[int, int]:
     return (max(x.strides[0] // x.itemsize, x.shape[1], 1), 1)
 
 
-def matmul(a: np.ndarray, p: Packed, out: np.ndarray | None = None) -> np.ndarray:
-    """out (M, N) <- a (M, K) @ p, on this thread. ``a`` is of ``p.src_dtype`` (float32, uint16 bf16, or uint8
-    for int8 weights), ``out`` of ``p.out_dtype`` (float32, or int32 for int8 weights)."""
+def matmul(a: np.ndarray, p: Packed, out: np.ndarray | None = None, bias: np.ndarray | None = None,
+           act: str | None = None) -> np.ndarray:
+    """out (M, N) <- act(a (M, K) @ p + bias), on this thread.
+
+    ``a`` is of ``p.src_dtype`` (float32, uint16 bf16, or uint8 for int8 weights). ``out`` is of ``p.out_dtype``
+    (float32, or int32 for int8 weights), or uint16 for a bf16 result of a float32 / bf16 product (rounded to
+    nearest even by oneDNN). ``bias`` (N,) float32 and ``act`` (a key of ACTIVATIONS) are applied by oneDNN as it
+    writes ``out`` (not for int8 weights, whose int32 sums the caller dequantizes first).
+    """
     M, K = a.shape
     N = p.shape[1]
     if K != p.shape[0]:
@@ -404,17 +432,22 @@ def matmul(a: np.ndarray, p: Packed, out: np.ndarray | None = None) -> np.ndarra
         raise TypeError(f"matmul: a is {a.dtype} but a {np.dtype(p.dtype).name} weight multiplies {p.src_dtype.name}")
     if out is None:
         out = np.empty((M, N), dtype=p.out_dtype)
-    elif out.shape != (M, N) or out.dtype != p.out_dtype:
+    elif out.shape != (M, N) or not (out.dtype == p.out_dtype or (out.dtype == np.uint16 and p.out_dtype == np.float32)):
         raise ValueError(f"matmul: out must be {p.out_dtype.name} {(M, N)}, got {out.dtype} {out.shape}")
+    if (bias is not None or act is not None) and p.out_dtype != np.float32:
+        raise ValueError("matmul: bias and activation apply to float products only")
+    if bias is not None and (bias.shape != (N,) or bias.dtype != np.float32 or not bias.flags.c_contiguous):
+        raise ValueError(f"matmul: bias must be contiguous float32 ({N},), got {bias.dtype} {bias.shape}")
     if M == 0 or N == 0:
         return out
     st = _thread_state()
     a_strides, o_strides = _row_strides(a, "a"), _row_strides(out, "out")
-    key = (M, K, N, p._dt, a_strides[0], o_strides[0])
+    out_dt = _DTYPES[out.dtype] if out.dtype != np.uint16 else _BF16
+    key = (M, K, N, p._dt, a_strides[0], o_strides[0], out_dt, bias is not None, act)
     prims: OrderedDict = st["prims"]
     e = prims.get(key)
     if e is None:
-        e = prims[key] = _Prim((M, K), a_strides, p, o_strides)
+        e = prims[key] = _Prim((M, K), a_strides, p, o_strides, out_dt, bias is not None, act)
         if len(prims) > _MAX_PRIMITIVES:
             prims.popitem(last=False)
     else:
@@ -424,10 +457,14 @@ def matmul(a: np.ndarray, p: Packed, out: np.ndarray | None = None) -> np.ndarra
     set_h(e.mems[0], a.ctypes.data)
     set_h(e.mems[1], p.data.ctypes.data)
     set_h(e.mems[2], out.ctypes.data)
+    i = 3
+    if e.has_bias:
+        set_h(e.mems[3], bias.ctypes.data)
+        i = 4
     if e.scratch_bytes:
         if st["scratch"].size < e.scratch_bytes:
             st["scratch"] = np.empty(e.scratch_bytes + (e.scratch_bytes >> 2), dtype=np.uint8)
-        set_h(e.mems[3], st["scratch"].ctypes.data)
+        set_h(e.mems[i], st["scratch"].ctypes.data)
     _check(lib.dnnl_primitive_execute(e.prim, st["stream"], len(e.args), e.args), "matmul")
     _check(lib.dnnl_stream_wait(st["stream"]), "stream_wait")
     return out

@@ -137,7 +137,7 @@ def test_fp32_forward_on_onednn_matches_numpy(minilm_dir, real_sentences, monkey
     assert enc.gemm_path.library == "onednn" and enc.gemm_path.precision == "fp32"
     calls = []
     mm = onednn.matmul
-    monkeypatch.setattr(onednn, "matmul", lambda a, p, out=None: calls.append(p.shape) or mm(a, p, out))
+    monkeypatch.setattr(onednn, "matmul", lambda a, p, out=None, bias=None, act=None: calls.append(p.shape) or mm(a, p, out, bias, act))
     got = enc.encode(texts)
     H, F = enc.config.hidden_size, enc.config.intermediate_size
     assert {(H, 3 * H), (H, H), (H, F), (F, H)} <= set(calls)  # every linear layer went through oneDNN
@@ -509,3 +509,33 @@ def test_dask_engine_bf16(tmp_path, capsys, minilm_dir, real_sentences):
     assert row_cosines(X, X_local).min() > 0.99999 and d < 5e-3  # batches differ: bf16's batch tolerance
     X32 = Encoder(minilm_dir).encode(texts)
     assert np.abs(X - X32).max() > 1e-4  # not a silent fp32 run on the workers
+
+
+@needs_onednn
+@pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", None])
+def test_onednn_bias_and_activation_post_ops(act):
+    """oneDNN adds the bias and applies the activation as it writes the product (model.linear / linear_act): the
+    same values as the GEMM followed by model.py's own functions, in float32 and rounded to bf16."""
+    from bertfeat.model import ACTIVATIONS
+
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((37, 64)).astype(np.float32)
+    w = (rng.standard_normal((64, 96)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(96).astype(np.float32)
+    p = onednn.pack(w)
+    ref = a.astype(np.float64) @ w + b
+    want = ref.astype(np.float32) if act is None else ACTIVATIONS[act](ref.astype(np.float32))
+    got = gemm.matmul(a, p, bias=b, act=act)
+    err = np.abs(got - want).max()
+    print(f"{act}: oneDNN post-op vs GEMM + model.py function: max abs diff {err:.2e}")
+    assert err < 5e-6
+    if not NATIVE_BF16:
+        return
+    a16, w16 = gemm.to_bf16(a), gemm.to_bf16(w)  # bf16 x bf16 products, written as bf16 (the FFN's up projection)
+    ref = gemm.from_bf16(a16).astype(np.float64) @ gemm.from_bf16(w16) + b
+    want = ref.astype(np.float32) if act is None else ACTIVATIONS[act](ref.astype(np.float32))
+    out16 = np.zeros((37, 96), np.uint16)
+    gemm.matmul(a16, onednn.pack(w16), out=out16, bias=b, act=act)
+    err = np.abs(gemm.from_bf16(out16) - want)
+    print(f"{act}: bf16 result vs float64 reference: max abs diff {err.max():.2e}")
+    assert (err <= np.abs(want) * 2.0**-8 + 1e-5).all()  # half a bf16 ulp, plus the fp32 sums' rounding
