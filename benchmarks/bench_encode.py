@@ -44,8 +44,9 @@ sys.path.insert(0, str(HERE))
 from corpus import build_corpus  # noqa: E402
 
 BF16_METHODS = ["bertfeat-bf16", "transformers-bf16", "openvino-bf16"]
+INT8_METHODS = ["bertfeat-int8", "onnxruntime-int8"]
 PEERS = ["transformers-naive", "transformers-sorted", "transformers-bf16", "sentence-transformers", "onnxruntime",
-         "openvino", "openvino-bf16"]
+         "openvino", "openvino-bf16", "onnxruntime-int8"]
 FP32_PEERS = ["transformers-naive", "transformers-sorted", "sentence-transformers", "onnxruntime", "openvino"]
 REFERENCE = "bertfeat"  # the fp32 features every method's are compared with (min cosine)
 QUALITY = 0.999  # min cosine vs fp32 a method must keep to count as "the same features" (issue 23)
@@ -58,13 +59,16 @@ def default_methods() -> list[str]:
 
     from bertfeat import gemm, onednn
 
-    order = ["bertfeat", "bertfeat-bf16", "bertfeat-openblas", "bertfeat-extract", "transformers-naive",
-             "transformers-sorted", "transformers-bf16", "sentence-transformers", "onnxruntime", "openvino", "openvino-bf16"]
+    order = ["bertfeat", "bertfeat-bf16", "bertfeat-int8", "bertfeat-openblas", "bertfeat-extract", "transformers-naive",
+             "transformers-sorted", "transformers-bf16", "sentence-transformers", "onnxruntime", "onnxruntime-int8",
+             "openvino", "openvino-bf16"]
     skip = set()
     if not gemm.bf16_acceleration():
         skip |= set(BF16_METHODS)
+    if not gemm.int8_acceleration():
+        skip |= set(INT8_METHODS)
     if not onednn.available():
-        skip |= {"bertfeat-bf16", "bertfeat-openblas"}
+        skip |= {"bertfeat-bf16", "bertfeat-int8", "bertfeat-openblas"}
     if importlib.util.find_spec("openvino") is None:
         skip |= {"openvino", "openvino-bf16"}
     return [m for m in order if m not in skip]
@@ -120,14 +124,15 @@ def _batches_sorted(texts, tok, batch=32):
 def make_runner(method: str, mdir: Path, max_length: int):
     """Load the method's model once; return run(texts), which encodes (or extracts) texts with mean pooling
     and returns the (n, H) features in input order (extract: None; its file is read after timing)."""
-    if method in ("bertfeat", "bertfeat-bf16", "bertfeat-openblas"):
+    if method in ("bertfeat", "bertfeat-bf16", "bertfeat-int8", "bertfeat-openblas"):
         from bertfeat import Encoder
 
         if method == "bertfeat-openblas":
             os.environ["BERTFEAT_GEMM"] = "numpy"
         if method == "bertfeat-bf16":  # the quality is the same emulated; --methods asks for it explicitly
             os.environ.setdefault("BERTFEAT_BF16_EMULATE", "1")
-        enc = Encoder(str(mdir), max_length=max_length, precision="bf16" if method == "bertfeat-bf16" else "fp32")
+        precision = {"bertfeat-bf16": "bf16", "bertfeat-int8": "int8"}.get(method, "fp32")
+        enc = Encoder(str(mdir), max_length=max_length, precision=precision)
         return lambda texts: enc.encode(texts, pooling="mean")
     if method == "bertfeat-extract":
         import pyarrow as pa
@@ -177,12 +182,12 @@ def make_runner(method: str, mdir: Path, max_length: int):
         st = SentenceTransformer(str(mdir), device="cpu")
         st.max_seq_length = max_length
         return lambda texts: st.encode(texts, batch_size=32)
-    if method == "onnxruntime" or method.startswith("openvino"):
+    if method.startswith("onnxruntime") or method.startswith("openvino"):
         from transformers import AutoTokenizer
 
-        onnx_path = export_onnx(mdir)
+        onnx_path = export_onnx(mdir) if method != "onnxruntime-int8" else quantize_onnx(mdir)
         tok = AutoTokenizer.from_pretrained(str(mdir))
-        if method == "onnxruntime":
+        if method.startswith("onnxruntime"):
             import onnxruntime as ort
 
             so = ort.SessionOptions()
@@ -261,6 +266,18 @@ def min_cosine(mdir: Path, method: str, reference: str = REFERENCE) -> float | N
     if A.shape != B.shape:
         return None
     return float(((A * B).sum(1) / (np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1))).min())
+
+
+def quantize_onnx(mdir: Path) -> Path:
+    """ONNX Runtime's dynamic int8 quantization of the fp32 export (quantize_dynamic, its defaults: int8 weights
+    per tensor, activations quantized per tensor at run time), once."""
+    out = WORK / f"onnx-{mdir.name}" / "model.int8.onnx"
+    if out.is_file():
+        return out
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(export_onnx(mdir)), str(out), weight_type=QuantType.QInt8)
+    return out
 
 
 def export_onnx(mdir: Path) -> Path:
@@ -418,6 +435,7 @@ def summary(model: str, rows: list[dict]) -> list[str]:
         return r.get("min_cosine") is not None and r["min_cosine"] >= QUALITY
 
     ours = [r for r in rows if r["method"].startswith("bertfeat") and r["method"] != "bertfeat-extract" and ok(r)]
+    # (int8 counts here only where it keeps min cosine >= QUALITY, like every other method)
     peers = [r for r in rows if r["method"] in PEERS and ok(r)]
     lines = []
     if ours and peers:
@@ -430,6 +448,15 @@ def summary(model: str, rows: list[dict]) -> list[str]:
         b = max(fpeers, key=lambda r: r["tokens_per_s"])
         lines.append(f"{model}: fp32: bertfeat {fp32['tokens_per_s']:,.0f} tok/s / {b['method']} {b['tokens_per_s']:,.0f} "
                      f"tok/s = **{fp32['tokens_per_s'] / b['tokens_per_s']:.2f}x**")
+    by = {r["method"]: r for r in rows}
+    if "bertfeat-int8" in by:
+        q = by["bertfeat-int8"]
+        parts = [f"{model}: int8: bertfeat-int8 {q['tokens_per_s']:,.0f} tok/s (min cosine {_fmt_cos(q.get('min_cosine'))})"]
+        for other in ("bertfeat", "onnxruntime-int8"):
+            if other in by:
+                parts.append(f"{q['tokens_per_s'] / by[other]['tokens_per_s']:.2f}x {other} "
+                             f"(min cosine {_fmt_cos(by[other].get('min_cosine'))})")
+        lines.append(", ".join(parts))
     return lines
 
 

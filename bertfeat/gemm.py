@@ -36,8 +36,8 @@ import numpy as np
 from . import onednn
 from .errors import BertfeatError, opt
 
-PRECISIONS = ("fp32", "bf16")  # what a model runs in
-PRECISION_CHOICES = ("fp32", "bf16", "auto")  # what a user may ask for
+PRECISIONS = ("fp32", "bf16", "int8")  # what a model runs in
+PRECISION_CHOICES = ("fp32", "bf16", "int8", "auto")  # what a user may ask for
 GEMM_BACKENDS = ("numpy", "onednn")
 FAST_HINT = onednn.HINT
 
@@ -118,16 +118,21 @@ def bf16_flags(flags: set[str] | None = None) -> list[str]:
 class GemmPath:
     """How an Encoder's linear layers multiply: fixed at load, recorded in provenance."""
 
-    precision: str  # "fp32" | "bf16": what runs
+    precision: str  # "fp32" | "bf16" | "int8": what runs
     library: str  # "numpy" | "onednn" | "numpy-bf16-emulated"
     bf16: str | None = None  # "amx" | "avx512_bf16" | "emulated" (bf16 only)
     kernel: str | None = None  # oneDNN's implementation name, e.g. "brg:avx512_core_bf16"
     requested: str = "fp32"  # what the user asked for ("auto" included)
     reason: str = ""  # why this path (for "auto", and where a library was chosen for the user)
+    int8: str | None = None  # "amx" | "avx512_vnni" | "avx_vnni" (int8 only)
+    keep: str | None = None  # int8: the precision of the first token's rows and of everything not int8 (quant.py)
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if v not in (None, "")}
         d["linear_layers"] = d.pop("precision")
+        if self.precision == "int8":
+            d["layers"] = {"qkv": "int8", "attention_output": "int8", "ffn_up": "int8", "ffn_down": "int8",
+                           "first_token_rows": self.keep, "attention_scores": "fp32", "embeddings_layernorm_gelu": "fp32"}
         d["library"] = describe_library(self)
         d["cpu"] = cpu_model()
         return d
@@ -183,6 +188,38 @@ def fp32_library() -> tuple[str, str]:
     return "numpy", "oneDNN is not installed"
 
 
+def native_int8_kernel(kernel: str | None) -> bool:
+    """Does oneDNN's kernel name say it multiplies int8 in hardware (VNNI or AMX)?"""
+    return bool(kernel) and any(isa in kernel for isa in ("vnni", "amx"))
+
+
+def int8_acceleration(flags: set[str] | None = None) -> str | None:
+    """How this CPU multiplies int8: "amx", "avx512_vnni", "avx_vnni", or None."""
+    flags = cpu_flags() if flags is None else flags
+    if {"amx_int8", "amx_tile"} <= flags:
+        return "amx"
+    if "avx512_vnni" in flags:
+        return "avx512_vnni"
+    if "avx_vnni" in flags:
+        return "avx_vnni"
+    return None
+
+
+def _resolve_int8() -> GemmPath:
+    kernel = _probe_kernel(np.int8)
+    if kernel is None:
+        raise BertfeatError(f"{opt('precision', 'int8')} needs oneDNN's int8 matmul (libdnnl), which is not installed",
+                            f"{FAST_HINT}, or use {opt('precision', 'fp32')} (or {opt('precision', 'auto')})")
+    acc = int8_acceleration()
+    if acc is None or not native_int8_kernel(kernel):
+        raise BertfeatError(f"this CPU ({cpu_model()}) has no VNNI or AMX (oneDNN's int8 kernel here: {kernel}), "
+                            "so int8 would not be accelerated",
+                            f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}) here")
+    keep = "bf16" if bf16_acceleration() is not None and native_bf16_kernel(_probe_kernel(np.uint16)) else "fp32"
+    return GemmPath("int8", "onednn", None, kernel, "int8", f"native int8 ({acc.upper().replace('_', '-')}); "
+                    f"first-token rows in {keep}", int8=acc, keep=keep)
+
+
 def resolve(precision: str) -> GemmPath:
     """The GEMM path for a requested precision ("fp32", "bf16" or "auto"); refuses what cannot run here."""
     if precision not in PRECISION_CHOICES:
@@ -190,6 +227,8 @@ def resolve(precision: str) -> GemmPath:
     if precision == "fp32":
         lib, why = fp32_library()
         return _fp32_path(lib, why, "fp32")
+    if precision == "int8":
+        return _resolve_int8()
     kernel = _probe_kernel(np.uint16)
     acc = bf16_acceleration()
     native = acc is not None and native_bf16_kernel(kernel)
@@ -237,6 +276,14 @@ def prepare(weights, path: GemmPath):
     plain copy is dropped layer by layer), else as loaded. Returns the weights (changed in place)."""
     if path.library != "onednn":
         return weights
+    if path.precision == "int8":
+        from .quant import QLinear
+
+        for lw in weights.layers:
+            for k in LINEAR_WEIGHTS:
+                setattr(lw, k, QLinear(getattr(lw, k), path.keep or "fp32"))
+        weights.precision = "int8"
+        return weights
     for lw in weights.layers:
         for k in LINEAR_WEIGHTS:
             a = getattr(lw, k)
@@ -258,6 +305,15 @@ def describe_bf16() -> dict:
         status = f"accelerated ({_acc_name(acc)}, oneDNN kernel {kernel})"
     return {"status": status, "cpu": cpu_model(), "cpu_bf16": acc or "none",
             "library": f"oneDNN {onednn.version()} ({onednn.library_path()})" if kernel else "none"}
+
+
+def describe_int8() -> str:
+    """int8 availability for `bertfeat info`."""
+    try:
+        p = _resolve_int8()
+    except BertfeatError as e:
+        return f"unavailable: {e.message}"
+    return f"accelerated ({p.int8.upper().replace('_', '-')}, oneDNN kernel {p.kernel}; first-token rows in {p.keep})"
 
 
 def describe_auto() -> str:

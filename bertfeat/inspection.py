@@ -47,7 +47,8 @@ def _precision_summary() -> dict:
     flags = ", ".join(gemm.bf16_flags()) or "none"
     fp32 = gemm.resolve("fp32")
     return {"cpu": f"{d['cpu']} (flags: {flags})", "bf16": d["status"], "bf16_library": d["library"],
-            "fp32_gemm": f"{gemm.describe_library(fp32)} ({fp32.reason})", "precision_auto": gemm.describe_auto()}
+            "fp32_gemm": f"{gemm.describe_library(fp32)} ({fp32.reason})", "int8": gemm.describe_int8(),
+            "precision_auto": gemm.describe_auto()}
 
 
 def _kernels_summary() -> str:

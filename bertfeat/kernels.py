@@ -40,6 +40,15 @@ NaN kept, as gemm.to_bf16; the bits are read back from the float32 row while it 
 ``ctx_rows_bf16_(ctx, out16)``  out16 (B, T, nh, hs) <- bf16(ctx (B, nh, T, hs)): the attention
     context's transpose to token rows and its rounding in one pass.
 
+int8 variants (``precision="int8"``, see quant.py for the scheme and the NumPy reference):
+``quant_rows_(x, q, sa, za)``  per-row asymmetric uint8 quantization of (M, K) rows.
+``dq_bias_(acc, sa, za, sw, cs, b, yc, first, T, out)``  dequantize int32 sums and add the bias; the first
+    token's rows (first, first + T, ...) take the float product yc instead.
+``add_layer_norm_q8_(y, b, r, g, beta, eps, q, sa, za)``  add_layer_norm_, then quantize its output rows.
+``gelu_q8_(u, b, q, sa, za)``  bias + GELU in place, then quantize the rows.
+``dq_add_layer_norm_q8_(acc, sa, za, sw, cs, yc, first, T, b, r, g, beta, eps, y, q, qs, qz)``  an output
+    projection: dequantize, bias + residual + LayerNorm, quantize, row by row.
+
 Every kernel works row by row, so a row's result does not depend on the other rows in the batch.
 """
 
@@ -236,12 +245,86 @@ def _compile() -> dict[str, Callable]:
                     row_bf16(cb[bi, h, t], out16[bi, t, h])
         return out16
 
+    global quant_rows_
+
+    @jit
+    def quant_rows_(x, q, sa, za):
+        """Per-row asymmetric uint8 quantization (quant.quant_rows): q, scales sa, zero points za (int32)."""
+        M, K = x.shape
+        for i in range(M):
+            row, qr = x[i], q[i]
+            lo, hi = zero, zero
+            for j in range(K):
+                lo = min(lo, row[j])
+                hi = max(hi, row[j])
+            s = (hi - lo) * f32(1.0 / 255.0)
+            if not s > zero:
+                s = one
+            inv = one / s
+            z = np.floor(-lo * inv + half)
+            zf = f32(z)
+            for j in range(K):
+                t = min(max(row[j] * inv + zf, zero), f32(255.0))
+                qr[j] = np.uint8(t + half)
+            sa[i] = s
+            za[i] = np.int32(z)
+        return q
+
+    @jit
+    def dq_bias_(acc, sa, za, sw, cs, b, yc, first, T, out):
+        """out (M, N) <- sa sw (acc - za cs) + b; rows first, first + T, ... take yc's rows (+ b) instead."""
+        M, N = acc.shape
+        for i in range(M):
+            o = out[i]
+            if i >= first and (i - first) % T == 0:
+                src = yc[(i - first) // T]
+                for j in range(N):
+                    o[j] = src[j] + b[j]
+                continue
+            a, z, r = sa[i], za[i], acc[i]
+            for j in range(N):
+                o[j] = f32(r[j] - z * cs[j]) * (a * sw[j]) + b[j]
+        return out
+
+    @jit
+    def dq_add_layer_norm_q8_(acc, sa, za, sw, cs, yc, first, T, b, r, g, beta, eps, y, q, qs, qz):
+        """Row by row: y <- LN(dequant(acc) + b + r) (first-token rows from yc), q <- quantized y."""
+        M, N = acc.shape
+        for i in range(M):
+            o = y[i]
+            if i >= first and (i - first) % T == 0:
+                src = yc[(i - first) // T]
+                for j in range(N):
+                    o[j] = src[j]
+            else:
+                a, z, rr = sa[i], za[i], acc[i]
+                for j in range(N):
+                    o[j] = f32(rr[j] - z * cs[j]) * (a * sw[j])
+            add_layer_norm_(y[i:i + 1], b, r[i:i + 1], g, beta, eps)
+            quant_rows_(y[i:i + 1], q[i:i + 1], qs[i:i + 1], qz[i:i + 1])
+        return y
+
+    @jit
+    def add_layer_norm_q8_(y, b, r, g, beta, eps, q, sa, za):
+        add_layer_norm_(y, b, r, g, beta, eps)
+        quant_rows_(y, q, sa, za)
+        return y
+
+    @jit
+    def gelu_q8_(u, b, q, sa, za):
+        bias_gelu_erf_(u, b)
+        quant_rows_(u, q, sa, za)
+        return u
+
     return {"gelu": bias_gelu_erf_, "relu": bias_relu_, "add_layer_norm_": add_layer_norm_, "masked_softmax_": masked_softmax_,
             "gelu_bf16": bias_gelu_erf_bf16_, "relu_bf16": bias_relu_bf16_, "add_layer_norm_bf16_": add_layer_norm_bf16_,
-            "to_bf16_": to_bf16_, "ctx_rows_bf16_": ctx_rows_bf16_}
+            "to_bf16_": to_bf16_, "ctx_rows_bf16_": ctx_rows_bf16_,
+            "quant_rows_": quant_rows_, "dq_bias_": dq_bias_, "add_layer_norm_q8_": add_layer_norm_q8_, "gelu_q8_": gelu_q8_,
+            "dq_add_layer_norm_q8_": dq_add_layer_norm_q8_}
 
 
 BF16_KERNELS = ("gelu_bf16", "relu_bf16", "add_layer_norm_bf16_", "to_bf16_", "ctx_rows_bf16_")
+Q8_KERNELS = ("quant_rows_", "dq_bias_", "add_layer_norm_q8_", "gelu_q8_", "dq_add_layer_norm_q8_")
 
 
 def _warm(k: dict[str, Callable]) -> None:
@@ -266,6 +349,30 @@ def _warm_bf16(k: dict[str, Callable]) -> None:
     k["ctx_rows_bf16_"](np.zeros((1, 2, 3, 4), np.float32), np.zeros((1, 3, 2, 4), np.uint16))
 
 
+def _warm_q8(k: dict[str, Callable]) -> None:
+    """The int8 kernels likewise, only for an int8 model."""
+    u = np.zeros((2, 8), dtype=np.float32)
+    v = np.zeros(8, dtype=np.float32)
+    q = np.zeros((2, 8), dtype=np.uint8)
+    sa, za = np.zeros(2, np.float32), np.zeros(2, np.int32)
+    k["quant_rows_"](u, q, sa, za)
+    k["dq_bias_"](np.zeros((2, 8), np.int32), sa, za, v, np.zeros(8, np.int32), v, np.zeros((1, 8), np.float32), 0, 2, u)
+    k["add_layer_norm_q8_"](u, v, u.copy(), v, v, 1e-12, q, sa, za)
+    k["gelu_q8_"](u, v, q, sa, za)
+    acc, cs, yc = np.zeros((2, 8), np.int32), np.zeros(8, np.int32), np.zeros((1, 8), np.float32)
+    k["dq_add_layer_norm_q8_"](acc, sa, za, v, cs, yc, 0, 2, v, u.copy(), v, v, 1e-12, u, q, sa.copy(), za.copy())
+
+
+def warm_q8() -> None:
+    """Compile (or load) the int8 kernels now, in the calling thread (Encoder(precision="int8") calls this at load)."""
+    _ensure()
+    with _lock:
+        k = _state["kernels"]
+        if k and not _state.get("q8_warm"):
+            _warm_q8(k)  # type: ignore[arg-type]
+            _state["q8_warm"] = True
+
+
 def use(backend: str | None = None) -> str:
     """Choose the element-wise backend: "numba" (fused kernels), "numpy", or None for the default
     (numba when it imports, unless BERTFEAT_KERNELS=numpy). Returns the backend in force."""
@@ -284,7 +391,7 @@ def use(backend: str | None = None) -> str:
                 if backend == "numba":
                     raise
                 want = "numpy"
-        _state["backend"], _state["kernels"], _state["bf16_warm"] = want, kernels, False
+        _state["backend"], _state["kernels"], _state["bf16_warm"], _state["q8_warm"] = want, kernels, False, False
         return want
 
 

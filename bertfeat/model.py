@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import gemm, kernels
+from . import gemm, kernels, quant
 from .weights import BertWeights, LayerWeights
 
 MASK_NEG = np.float32(np.finfo(np.float32).min)  # additive mask for padded keys, as transformers uses
@@ -303,18 +303,13 @@ def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: 
     N, H = x.shape
     hs = H // nh
     qkv = linear(x if x16 is None else x16, lw.qkv_w, lw.qkv_b, out=ws.take("qkv", (N, 3 * H)))  # (N, 3H)
-    qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
-    q, k, v = qkv[0], qkv[1], qkv[2]
-    scores = np.matmul(q, k.transpose(0, 1, 3, 2),  # (B, nh, T, T); kept per layer when returned
-                       out=None if want_probs else ws.take("scores", (B, nh, T, T)))
-    probs = masked_softmax_(scores, np.float32(1.0 / np.sqrt(hs)), mask_add)
-    ctx = np.matmul(probs, v, out=ws.take("ctx", (B, nh, T, hs)))  # (B, nh, T, hs)
+    ctx, probs = attend(qkv, mask_add, B, T, nh, want_probs, ws)  # (B, nh, T, hs)
     if x16 is not None:
         rows16 = ctx_rows_bf16_(ctx, ws.take("ctx_rows16", (B, T, nh, hs), np.uint16))  # (B, T, nh, hs) = (N, H) rows
-        return gemm.matmul(rows16.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), (probs if want_probs else None)
+        return gemm.matmul(rows16.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), probs
     rows = ws.take("ctx_rows", (B, T, nh, hs))
     np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, T, nh, hs) = (N, H) rows
-    return gemm.matmul(rows.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), (probs if want_probs else None)
+    return gemm.matmul(rows.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), probs
 
 
 def ffn(h: np.ndarray, lw: LayerWeights, hidden_act: str, block: int, *, ws: Workspace,
@@ -374,6 +369,120 @@ def encoder_layer(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int,
     return add_layer_norm_(f, lw.down_b, h, lw.ln2_g, lw.ln2_b, eps, out16=x16), probs
 
 
+# --------------------------------------------------------------------------- int8 layers (precision="int8", quant.py)
+_ZEROS: dict[int, np.ndarray] = {}
+
+
+def _zeros(n: int) -> np.ndarray:
+    z = _ZEROS.get(n)
+    if z is None:
+        z = _ZEROS[n] = np.zeros(n, dtype=np.float32)
+    return z
+
+
+def quantize_(x: np.ndarray, ws: Workspace, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(M, K) float32 rows -> (uint8 rows, scales (M,), zero points (M,)) in workspace buffers ``name``."""
+    M, K = x.shape
+    q, sa, za = ws.take(name + "_q", (M, K), np.uint8), ws.take(name + "_s", (M,)), ws.take(name + "_z", (M,), np.int32)
+    fused = kernels.get("quant_rows_")
+    if fused is not None:
+        fused(x, q, sa, za)
+    else:
+        q[...], sa[...], za[...] = quant.quant_rows(x)
+    return q, sa, za
+
+
+def q8_products(xq: tuple, x: np.ndarray, ql: quant.QLinear, T: int, row0: int, ws: Workspace):
+    """The two products of an int8 linear layer on (m, K) rows: the uint8 x int8 GEMM of the quantized rows ``xq``
+    (int32 sums), and the float product of each sequence's first-token rows (token rows row0 .. row0 + m - 1 of
+    sequences of T tokens) from the float rows ``x`` and ``ql.keep`` (quant.py). Returns (acc, yc, first)."""
+    q = xq[0]
+    m, N = q.shape[0], ql.shape[1]
+    acc = gemm.matmul(q, ql.packed, out=ws.take("acc", (m, N), np.int32))  # (m, N) int32
+    cls = quant.first_rows(row0, m, T)
+    xc = x[cls]  # (n_first, K) float32
+    yc = gemm.matmul(gemm.to_bf16(xc) if ql.keep_dtype == "bf16" else xc, ql.keep)  # (n_first, N)
+    return acc, yc, int(cls[0]) if len(cls) else m
+
+
+def q8_linear(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None, T: int, row0: int,
+              out: np.ndarray, ws: Workspace) -> np.ndarray:
+    """(m, K) rows -> (m, N) float32 x W (+ b) from q8_products, dequantized into ``out``."""
+    acc, yc, first = q8_products(xq, x, ql, T, row0, ws)
+    b = _zeros(ql.shape[1]) if b is None else b
+    fused = kernels.get("dq_bias_")
+    if fused is not None:
+        return fused(acc, xq[1], xq[2], ql.scale, ql.colsum, b, yc, first, T, out)
+    return quant.dq_bias(acc, xq[1], xq[2], ql, b, yc, first, T, out)
+
+
+def q8_linear_add_layer_norm(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray, r: np.ndarray, g: np.ndarray,
+                             beta: np.ndarray, eps: float, T: int, out: np.ndarray, outq: tuple, ws: Workspace) -> np.ndarray:
+    """An output projection and its post-LN: out <- LN(x W + b + r), and out quantized into ``outq``."""
+    fused = kernels.get("dq_add_layer_norm_q8_")
+    if fused is None:
+        return add_layer_norm_q8_(q8_linear(xq, x, ql, None, T, 0, out, ws), b, r, g, beta, eps, outq)
+    acc, yc, first = q8_products(xq, x, ql, T, 0, ws)
+    return fused(acc, xq[1], xq[2], ql.scale, ql.colsum, yc, first, T, b, r, g, beta, eps, out, *outq)
+
+
+def add_layer_norm_q8_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarray, beta: np.ndarray, eps: float,
+                       xq: tuple) -> np.ndarray:
+    """add_layer_norm_, and its output rows quantized into ``xq`` (the next int8 GEMM's input)."""
+    fused = kernels.get("add_layer_norm_q8_")
+    if fused is not None:
+        return fused(y, b, r, g, beta, eps, *xq)
+    add_layer_norm_(y, b, r, g, beta, eps)
+    xq[0][...], xq[1][...], xq[2][...] = quant.quant_rows(y)
+    return y
+
+
+def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int, hidden_act: str,
+                     eps: float, want_probs: bool = False, *, ws: Workspace, xq: tuple) -> tuple[np.ndarray, np.ndarray | None]:
+    """encoder_layer with int8 linear layers: ``xq`` holds x quantized and is overwritten with y quantized.
+    Attention scores, softmax, LayerNorm, GELU and the residual stream stay float32."""
+    N, H = x.shape
+    hs = H // nh
+    qkv = q8_linear(xq, x, lw.qkv_w, lw.qkv_b, T, 0, ws.take("qkv", (N, 3 * H)), ws)  # (N, 3H)
+    ctx, probs = attend(qkv, mask_add, B, T, nh, want_probs, ws)  # (B, nh, T, hs)
+    rows = ws.take("ctx_rows", (B, T, nh, hs))
+    np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, T, nh, hs) = (N, H) rows
+    rows = rows.reshape(N, H)
+    hq = (ws.take("h_q", (N, H), np.uint8), ws.take("h_s", (N,)), ws.take("h_z", (N,), np.int32))
+    h = q8_linear_add_layer_norm(quantize_(rows, ws, "ctx"), rows, lw.o_w, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps, T,
+                                 ws.take("h", (N, H)), hq, ws)  # x is dead from here on
+    F = lw.up_w.shape[1]
+    block = ffn_block_rows(F, hidden_act)
+    out = ws.take("y", (N, H))
+    buf = ws.take("ffn_act", (min(block, N), F))
+    fused = kernels.get("gelu_q8_") if hidden_act == "gelu" else None
+    for s in range(0, N, block):
+        m = min(block, N - s)
+        u = q8_linear(tuple(t[s:s + m] for t in hq), h[s:s + m], lw.up_w, None, T, s, buf[:m], ws)  # (m, F), no bias yet
+        if fused is not None:  # bias + GELU, then the rows quantized
+            uq = (ws.take("u_q", (m, F), np.uint8), ws.take("u_s", (m,)), ws.take("u_z", (m,), np.int32))
+            fused(u, lw.up_b, *uq)
+        else:
+            uq = quantize_(bias_act_(u, lw.up_b, hidden_act), ws, "u")
+        q8_linear(uq, u, lw.down_w, None, T, s, out[s:s + m], ws)  # (m, H), bias in the LayerNorm below
+    return add_layer_norm_q8_(out, lw.down_b, h, lw.ln2_g, lw.ln2_b, eps, xq), probs
+
+
+def attend(qkv: np.ndarray, mask_add: np.ndarray, B: int, T: int, nh: int, want_probs: bool,
+           ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
+    """(N, 3H) fused Q/K/V rows -> the attention context (B, nh, T, hs) (a workspace buffer) and the probabilities."""
+    N = qkv.shape[0]
+    hs = qkv.shape[1] // (3 * nh)
+    qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    scores = np.matmul(q, k.transpose(0, 1, 3, 2),  # (B, nh, T, T); kept per layer when returned
+                       out=None if want_probs else ws.take("scores", (B, nh, T, T)))
+    probs = masked_softmax_(scores, np.float32(1.0 / np.sqrt(hs)), mask_add)
+    ctx = np.matmul(probs, v, out=ws.take("ctx", (B, nh, T, hs)))  # (B, nh, T, hs)
+    del N
+    return ctx, (probs if want_probs else None)
+
+
 def additive_mask(attention_mask: np.ndarray) -> np.ndarray:
     """(B, T) 1/0 mask -> (B, 1, 1, T) additive mask over keys."""
     B, T = attention_mask.shape
@@ -408,11 +517,18 @@ def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarr
     ws = ws or Workspace()
     N = B * T
     x = embed(w, input_ids, token_type_ids, out=ws.take("emb", (N, c.hidden_size)))  # (N, H)
-    x16 = None
+    x16 = xq = None
     if w.precision == "bf16" and last > 0:
         x16 = to_bf16_(x, ws.take("x16", (N, c.hidden_size), np.uint16))  # (N, H) bf16
+    if w.precision == "int8" and last > 0:
+        xq = quantize_(x, ws, "x")  # (N, H) uint8, scales, zero points
     for i in range(last + 1):
-        if i > 0:
+        if i > 0 and xq is not None:
+            x, probs = encoder_layer_q8(x, w.layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
+                                        c.layer_norm_eps, output_attentions, ws=ws, xq=xq)
+            if output_attentions:
+                out.attentions.append(probs)
+        elif i > 0:
             x, probs = encoder_layer(x, w.layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
                                      c.layer_norm_eps, output_attentions, ws=ws, x16=x16)
             if output_attentions:
