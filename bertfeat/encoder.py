@@ -123,11 +123,6 @@ class Encoder:
         self.requested_precision = precision
         self.precision = self.gemm_path.precision  # what runs: "fp32" or "bf16"
         self.bf16_mode = self.gemm_path.bf16  # "amx", "avx512_bf16", "emulated" or None
-        if self.bf16_mode is not None or self.precision == "int8":
-            from . import kernels
-
-            # their numba compile or cache load here, not in the first batch's worker threads
-            kernels.warm_bf16() if self.precision == "bf16" else kernels.warm_q8()
         self.location = location or resolve_model(model)
         self._init_kwargs = {"max_length": max_length, "max_batch_tokens": max_batch_tokens, "threads": threads,
                              "precision": precision}
@@ -137,6 +132,12 @@ class Encoder:
         self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions)
         self.weights: BertWeights = gemm.prepare(load_weights(d, self.config, "bf16" if self.precision == "bf16" else "fp32"),
                                                  self.gemm_path)
+        if self.precision in ("bf16", "int8"):
+            from . import kernels
+
+            # their numba compile or cache load here, not in the first batch's worker threads; after the weights,
+            # so numba's own memory does not add to the load's peak (bert-base shape bf16: peak RSS 910 -> 780 MB; fp32 907 MB)
+            kernels.warm_bf16() if self.precision == "bf16" else kernels.warm_q8()
         self.default_max_length = self.pipeline.max_seq_length
         self.max_length = self._check_max_length(max_length) if max_length else self.default_max_length
         self.tokenizer = BertTokenizer.from_dir(d, self.config.max_positions, lowercase=self.pipeline.do_lower_case)

@@ -216,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--cache", type=Path, default=ROOT / "build" / "classify", help="where the chosen models are saved (joblib)")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs", help="where classify.md and classify.png go")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                    help="bertfeat precision (bf16 needs bertfeat[fast]; see docs/precision.md)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8", "auto"],
+                    help="bertfeat precision (bf16, int8 and auto need bertfeat[fast]; see docs/precision.md)")
     ap.add_argument("--limit", type=int, default=None, help="use only the first N train and test rows (smoke test; 5-fold CV needs N >= 1.25 x the largest PCA width)")
     ap.add_argument("--dims", default=",".join(map(str, DIMS)), help="PCA widths, comma-separated (default 16,32,64,128)")
     args = ap.parse_args(argv)

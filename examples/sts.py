@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--cache", type=Path, default=ROOT / "build" / "sts", help="feature cache directory")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs", help="where sts.md goes")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
-                    help="bertfeat precision (bf16 needs bertfeat[fast]; see docs/precision.md)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8", "auto"],
+                    help="bertfeat precision (bf16, int8 and auto need bertfeat[fast]; see docs/precision.md)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N pairs (smoke test)")
     args = ap.parse_args(argv)
 
