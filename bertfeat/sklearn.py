@@ -32,7 +32,8 @@ __all__ = ["TextFeatures", "as_texts"]
 
 _CACHE: dict[tuple, Encoder] = {}
 _CACHE_LOCK = threading.Lock()
-#: cache=True: (model weights, feature settings) -> {text: its (D,) vector}, per process.
+#: cache=True: the features' fingerprint (model weights, precision, feature settings) -> {text: its (D,) vector},
+#: per process.
 _MEMO: dict[tuple, dict[str, np.ndarray]] = {}
 
 
@@ -161,7 +162,9 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         if not self.cache:
             return enc.run(enc.prepare(texts, None, spec), spec, max_rows=self.batch_size)
         with _CACHE_LOCK:
-            memo = _MEMO.setdefault((enc.weights_sha256, repr(sorted(spec.to_dict().items()))), {})
+            # keyed by the fingerprint, which names the precision that ran: an fp32 and a bf16 TextFeatures of the same
+            # model in one process never share vectors (they did when the key was the weights and the spec alone)
+            memo = _MEMO.setdefault(repr(sorted(enc.fingerprint(spec).items())), {})
         todo = list(dict.fromkeys(t for t in texts if t not in memo))
         if todo:
             memo.update(zip(todo, enc.run(enc.prepare(todo, None, spec), spec, max_rows=self.batch_size)))

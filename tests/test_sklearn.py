@@ -194,3 +194,15 @@ def test_cache_encodes_each_text_once(minilm_dir, monkeypatch):
     np.testing.assert_array_equal(again[:10], first)
     np.testing.assert_allclose(again, fresh, atol=2e-6, rtol=0)  # other batch neighbours: float32 rounding only
     assert tf.transform(texts).shape == (60, 384) and seen == [len(set(texts) - set(texts[:10]))]  # nothing new
+
+
+def test_cache_keeps_precisions_apart(minilm_dir, monkeypatch):
+    """cache=True is keyed by the features' fingerprint, precision included: a bf16 TextFeatures in the same process
+    as an fp32 one encodes its own vectors (it used to be handed the fp32 ones, so examples/precision_check.py's
+    classify half compared fp32 with fp32)."""
+    monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")  # bf16's numbers on any CPU (native where it has AVX512-BF16/AMX)
+    texts = ["a gripping film .", "the plot goes nowhere .", "a moving story ."]
+    X32 = TextFeatures(str(minilm_dir), cache=True).fit(texts).transform(texts)
+    X16 = TextFeatures(str(minilm_dir), cache=True, precision="bf16").fit(texts).transform(texts)
+    np.testing.assert_array_equal(X16, Encoder(str(minilm_dir), precision="bf16").encode(texts))
+    assert np.abs(X16 - X32).max() > 1e-5
