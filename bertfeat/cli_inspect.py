@@ -30,6 +30,9 @@ def _text(s) -> "object":
     return Text(str(s))  # never rich markup: wordpieces like [CLS] or [unused0] must print as they are
 
 
+PRECISION_HELP = "fp32 (default), bf16, int8 or auto: the encoder's linear layers, as for extract (docs/precision.md)."
+
+
 def tokens_command(
     text: str = typer.Argument(..., help="The text to tokenize."),
     pair: Optional[str] = typer.Option(None, "--pair", help="Second text of a sentence pair (token type id 1)."),
@@ -74,6 +77,7 @@ def attention_command(
     model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens (default: the model's max_seq_length, else its max positions)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files (else refused)."),
+    precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
 ):
     """Plot attention probabilities as heatmaps with the tokens on both axes."""
     from .inspection import write_attention
@@ -88,7 +92,7 @@ def attention_command(
         raise BertfeatError(f"--save-npy {save_npy} is the PNG output too", "give the two outputs different names")
     check_outputs(outs, [], overwrite)
     r = write_attention(text, output, pair, model, layer, None if all_heads else (0 if head is None else head),
-                        save_npy, max_length)
+                        save_npy, max_length, precision=precision)
     out, _ = _consoles()
     heads = f"head {r['heads'][0]}" if len(r["heads"]) == 1 else f"{len(r['heads'])} heads"
     w, h = r["png_pixels"]
@@ -104,13 +108,14 @@ def fill_mask_command(
     pair: Optional[str] = typer.Option(None, "--pair", help="Second text of a sentence pair (token type id 1)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (a list per [MASK] of token, id, score) instead of tables."),
+    precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
 ):
     """Predict the tokens behind [MASK] with the model's masked-language-model head."""
     from .inspection import fill_mask
 
     if top_k < 1:
         raise BertfeatError(f"--top-k {top_k} is out of range", "give 1 or more")
-    preds = fill_mask(text, top_k, model, pair)
+    preds = fill_mask(text, top_k, model, pair, precision=precision)
     if json_out:
         typer.echo(json.dumps(preds, ensure_ascii=False, indent=2))
         return

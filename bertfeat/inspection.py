@@ -78,13 +78,13 @@ def _blas_summary() -> str:
 
 
 # --------------------------------------------------------------------------- shared
-def _encoder(model, max_length: int | None = None, encoder=None):
-    """The given Encoder, or one loaded for ``model`` (its max length checked)."""
+def _encoder(model, max_length: int | None = None, encoder=None, precision: str = "fp32"):
+    """The given Encoder, or one loaded for ``model`` (its max length checked) in ``precision``."""
     if encoder is not None:
         return encoder
     from .encoder import Encoder
 
-    return Encoder(model, max_length=max_length)
+    return Encoder(model, max_length=max_length, precision=precision)
 
 
 def _max_length(enc, max_length: int | None) -> int:
@@ -142,7 +142,7 @@ def tokenize_text(text: str, pair: str | None = None, model: str | None = None, 
 
 # --------------------------------------------------------------------------- attention
 def attention_maps(text: str, pair: str | None = None, model: str | None = None, max_length: int | None = None,
-                   *, encoder=None) -> tuple[list[str], np.ndarray]:
+                   *, encoder=None, precision: str = "fp32") -> tuple[list[str], np.ndarray]:
     """Attention probabilities of every layer and head: (tokens, float32 array (layers, heads, T, T)).
 
     ``a[l, h, q, k]`` is how much query token q attends to key token k in layer l (0-based), head h;
@@ -150,7 +150,7 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
     """
     from .model import bert_forward
 
-    enc = _encoder(model, max_length, encoder)
+    enc = _encoder(model, max_length, encoder, precision)
     e, _, _ = enc.tokenizer.tokens(text, pair, _max_length(enc, max_length))
     ids = np.asarray([e.ids], dtype=np.int64)
     types = np.asarray([e.type_ids], dtype=np.int64)
@@ -260,7 +260,7 @@ def save_attention_npy(attn: np.ndarray, path: str | Path) -> Path:
 
 def write_attention(text: str, output: str | Path, pair: str | None = None, model: str | None = None, layer: int = -1,
                     head: int | None = 0, save_npy: str | Path | None = None, max_length: int | None = None,
-                    *, encoder=None) -> dict:
+                    *, encoder=None, precision: str = "fp32") -> dict:
     """Attention heatmap PNG of one layer (one head, or every head with head None), and optionally the raw .npy.
 
     Layer and head are checked before the model runs. Returns what was written (for the CLI).
@@ -270,7 +270,7 @@ def write_attention(text: str, output: str | Path, pair: str | None = None, mode
     for p, ext, param in ((output, ".png", "output"), (save_npy, ".npy", "save_npy")):
         if p is not None and Path(p).suffix.lower() != ext:
             raise BertfeatError(f"{opt(param, str(p))} does not end in {ext}", f"give {opt(param)} a file name ending in {ext}")
-    enc = _encoder(model, max_length, encoder)
+    enc = _encoder(model, max_length, encoder, precision)
     c = enc.config
     layer_i, head_i = check_layer_head(c.num_hidden_layers, c.num_attention_heads, layer, head)
     tokens, attn = attention_maps(text, pair, max_length=max_length, encoder=enc)
@@ -299,7 +299,7 @@ def require_mlm_head(enc) -> None:
 
 
 def masked_lm_logits(text: str, pair: str | None = None, model: str | None = None, *, encoder=None,
-                     positions: str = "mask") -> tuple[list[str], np.ndarray, np.ndarray]:
+                     positions: str = "mask", precision: str = "fp32") -> tuple[list[str], np.ndarray, np.ndarray]:
     """Masked-LM logits of one text: (tokens, positions (M,), float32 logits (M, vocab)).
 
     ``positions`` "mask": the rows of the [MASK] tokens (an error if there is none); "all": every position.
@@ -307,7 +307,7 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
     from .errors import BertfeatError
     from .model import bert_forward, mlm_logits
 
-    enc = _encoder(model, None, encoder)
+    enc = _encoder(model, None, encoder, precision)
     require_mlm_head(enc)
     tok = enc.tokenizer
     if tok.mask_id is None:
@@ -329,7 +329,8 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
     return list(e.tokens), pos, mlm_logits(enc.weights, fwd.hidden[L][0, pos])
 
 
-def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | None = None, *, encoder=None) -> list[list[dict]]:
+def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | None = None, *, encoder=None,
+              precision: str = "fp32") -> list[list[dict]]:
     """The ``top_k`` most likely tokens for each [MASK] of ``text``, in order of the masks.
 
     Each mask gets a list of {"token", "id", "score"}, best first; score is the probability
@@ -338,7 +339,7 @@ def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | N
     from .errors import BertfeatError
     from .model import softmax
 
-    enc = _encoder(model, None, encoder)
+    enc = _encoder(model, None, encoder, precision)
     V = enc.config.vocab_size
     if not 1 <= int(top_k) <= V:
         raise BertfeatError(f"top-k {top_k} is out of range", f"choose 1..{V} (the vocabulary size)")

@@ -201,3 +201,36 @@ def test_fill_mask_errors(capsys, mlm_dir):
     assert (rc, err) == (1, "Error: --top-k 0 is out of range - give 1 or more\n")
     rc, out, err = run(capsys, "fill-mask", "[MASK]", "--top-k", 30523, "--model", mlm_dir)
     assert (rc, err) == (1, "Error: top-k 30523 is out of range - choose 1..30522 (the vocabulary size)\n")
+
+
+# --------------------------------------------------------------------------- precisions
+@pytest.mark.parametrize("precision", ["bf16", "int8", "auto"])
+def test_inspect_commands_take_the_precisions(precision, capsys, tmp_path, mlm_dir, monkeypatch):
+    """attention and fill-mask run the encoder in the precision asked for (as extract does): their numbers are that
+    Encoder's; where the CPU cannot run it, the same one-line refusal as extract."""
+    from bertfeat import gemm
+    from bertfeat.encoder import Encoder
+    from bertfeat.errors import BertfeatError
+
+    monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")  # bf16 on any CPU (native where it can)
+    try:
+        enc = Encoder(mlm_dir, precision=precision)
+    except BertfeatError as e:  # int8 on a CPU without VNNI / AMX or without oneDNN
+        rc, out, err = run(capsys, "fill-mask", "[MASK] is here.", "--model", mlm_dir, "--precision", precision)
+        assert rc == 1 and err == f"Error: {e.message}\n".replace("precision='fp32'", "--precision fp32").replace(
+            "precision='auto'", "--precision auto").replace("precision='int8'", "--precision int8")
+        pytest.skip(f"{precision} does not run here: {e.message}")
+    text = "The capital of [MASK] is [MASK]."
+    rc, out, err = run(capsys, "fill-mask", text, "--top-k", 3, "--model", mlm_dir, "--json", "--precision", precision)
+    assert rc == 0 and err == ""
+    assert json.loads(out) == fill_mask(text, 3, encoder=enc)
+    npy = tmp_path / "a.npy"
+    rc, out, err = run(capsys, "attention", "The cat sat.", "--model", mlm_dir, "-o", tmp_path / "a.png", "--save-npy", npy,
+                       "--precision", precision)
+    assert rc == 0 and err == ""
+    a, ref = np.load(npy), attention_maps("The cat sat.", encoder=enc)[1]
+    np.testing.assert_array_equal(a, ref)
+    a32 = attention_maps("The cat sat.", model=str(mlm_dir))[1]
+    if enc.precision != "fp32":
+        assert 0 < np.abs(a - a32).max() < 0.05  # the precision really ran, and stays close to fp32
+    assert enc.precision == (gemm.resolve(precision).precision)

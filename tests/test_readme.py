@@ -52,7 +52,7 @@ SKIP = [
     (r"^make bench\b", "the benchmark takes many minutes"),
     (r"^python benchmarks/", "a benchmark run: minutes, each method in its own process"),
     (r"^python -m pytest\b", "the test suite runs itself"),
-    (r"^python examples/precision_check\.py\b", "minutes of CPU: fp32 and bf16 runs of the accuracy examples"),
+    (r"^python examples/precision_check\.py\b", "minutes of CPU: fp32, bf16 and int8 runs of the accuracy examples"),
     (r"^make (features|classify|sts)\b", "make features: tests/test_examples_make.py; classify/sts: tests/test_examples.py"),
     (r"^pip install\b", "installs packages"),
     (r"^(hf|huggingface-cli) download\b", "needs internet access"),
@@ -75,10 +75,10 @@ OUTPUT_CHECKED = [
     r'^bertfeat tokens "Unaffable cats purr\." --pair "Do they\?"$',
 ]
 
-# Commands that need bf16 hardware: they run, and pass if they succeed or if they fail with the one-line
-# refusal of a CPU without AMX / AVX512-BF16 (or without oneDNN), as on the AVX2 machines CI may run on.
-BF16_NEEDED = r"--precision bf16\b"
-BF16_REFUSALS = ("has no AMX or AVX512-BF16", "needs oneDNN", "not on a native bf16 kernel")
+# Commands that need bf16 / int8 hardware: they run, and pass if they succeed or if they fail with the one-line
+# refusal of a CPU without AMX / AVX512-BF16 / VNNI (or without oneDNN), as on the AVX2 machines CI may run on.
+BF16_NEEDED = r"--precision (bf16|int8)\b"
+BF16_REFUSALS = ("has no AMX or AVX512-BF16", "needs oneDNN", "not on a native bf16 kernel", "has no VNNI or AMX")
 
 # Commands that need weights which may not be on this machine: model name -> regex.
 MODEL_NEEDED = [
