@@ -1,4 +1,4 @@
-"""The BERT forward pass in NumPy: float32, or bf16 linear layers (precision="bf16").
+"""The BERT forward pass in NumPy: float32, or bf16 / int8 linear layers (precision="bf16" / "int8").
 
 Shapes:  B batch, T tokens, H hidden, nh heads, hs head size (H = nh * hs),
          F intermediate, V vocab, N = B * T token rows.
@@ -18,6 +18,11 @@ names ending in 16) of the float32 activation, written by the kernel that makes 
 (h16), the context's transpose to token rows, the FFN's bias + GELU (only the bf16 copy is read).
 Everything else is float32 as in the fp32 path: the residual stream, LayerNorm, the attention
 scores, softmax and context (fp32 batched products), GELU, pooling and the pooler.
+
+int8 (encoder_layer_q8, quant.py): each linear layer is a uint8 x int8 -> int32 GEMM of per-token quantized
+activations (written by the kernel that makes them, with their scales and zero points) and per-channel
+quantized weights, dequantized into the kernel that follows; each sequence's first-token rows come from a
+float GEMM instead. The same float32 steps as above around it.
 """
 
 from __future__ import annotations
