@@ -476,6 +476,9 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     encoder_kwargs = {"precision": opts.precision, **opts.encoder_options,
                       **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {})}
     encoder = Encoder(opts.model, **encoder_kwargs)
+    # precision "auto" is resolved here, once: every worker then runs the precision the client's manifest and
+    # fingerprint name (a worker that cannot run it refuses in one line), never a mix of precisions across parts
+    encoder_kwargs["precision"] = encoder.precision
     spec, id_name, fingerprint = feature_settings(encoder, opts, n_components)
     summary = ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
 

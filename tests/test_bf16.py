@@ -539,3 +539,34 @@ def test_onednn_bias_and_activation_post_ops(act):
     err = np.abs(gemm.from_bf16(out16) - want)
     print(f"{act}: bf16 result vs float64 reference: max abs diff {err.max():.2e}")
     assert (err <= np.abs(want) * 2.0**-8 + 1e-5).all()  # half a bf16 ulp, plus the fp32 sums' rounding
+
+
+@pytest.mark.slow
+def test_dask_engine_auto_runs_one_precision(tmp_path, capsys, minilm_dir, real_sentences, monkeypatch):
+    """--engine dask --precision auto: the client resolves auto once and the workers run that precision, so every part
+    names it and equals a local Encoder of it (never a mix of precisions across parts)."""
+    pytest.importorskip("distributed")
+    import pyarrow.parquet as pq
+
+    from bertfeat import dask_engine
+
+    texts = real_sentences[:40]
+    sent = []
+    real = dask_engine.EncoderPlugin.__init__
+    monkeypatch.setattr(dask_engine.EncoderPlugin, "__init__",
+                        lambda self, loc, name, kw, *a, **k: sent.append(dict(kw)) or real(self, loc, name, kw, *a, **k))
+    _extract(tmp_path, capsys, texts, "--model", str(minilm_dir))  # writes in.csv
+    out = tmp_path / "dask_auto.features.parquet"
+    rc = main(["extract", str(tmp_path / "in.csv"), "-o", str(out), "--engine", "dask", "--workers", "1", "--threads", "1",
+               "--model", str(minilm_dir), "--precision", "auto", "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+    resolved = gemm.resolve("auto").precision
+    assert sent and sent[0]["precision"] == resolved  # the workers were told the resolved precision, not "auto"
+    X = []
+    for p in sorted(out.glob("part-*.parquet")):
+        meta = json.loads(pq.read_schema(p).metadata[b"bertfeat"])
+        assert meta["precision"] == resolved and meta["gemm"]["requested"] == "auto"
+        col = pq.read_table(p).column("embedding").combine_chunks()
+        X.append(col.values.to_numpy(zero_copy_only=False).reshape(len(col), col.type.list_size))
+    X = np.concatenate(X)
+    assert row_cosines(X, Encoder(minilm_dir, precision=resolved).encode(texts)).min() > 0.99999
