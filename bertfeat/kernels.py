@@ -287,6 +287,24 @@ def _compile() -> dict[str, Callable]:
         return out
 
     @jit
+    def dq_bias_gelu_(acc, sa, za, sw, cs, b, u):
+        """u (M, N) <- GELU(sa sw (acc - za cs) + b): dq_bias_ and bias_gelu_erf_ in one pass (every row; the caller
+        then replaces the first-token rows)."""
+        M, N = acc.shape
+        for i in range(M):
+            row, r, a, zi = u[i], acc[i], sa[i], za[i]
+            for j in range(N):
+                x = f32(r[j] - zi * cs[j]) * (a * sw[j]) + b[j]
+                z0 = x * sqrt_half
+                z = min(max(z0, -four), four)
+                s = z * z
+                t = ((((((p6 * s + p5) * s + p4) * s + p3) * s + p2) * s + p1) * s + p0) * z
+                er, n = _exp_parts(-two * t)
+                e = er * (f32(np.int64(1) << (n + 32)) * two_m32)
+                row[j] = x / (one + e) if z0 > -four else x * zero
+        return u
+
+    @jit
     def dq_add_layer_norm_q8_(acc, sa, za, sw, cs, yc, first, T, b, r, g, beta, eps, y, q, qs, qz):
         """Row by row: y <- LN(dequant(acc) + b + r) (first-token rows from yc), q <- quantized y."""
         M, N = acc.shape
@@ -320,11 +338,11 @@ def _compile() -> dict[str, Callable]:
             "gelu_bf16": bias_gelu_erf_bf16_, "relu_bf16": bias_relu_bf16_, "add_layer_norm_bf16_": add_layer_norm_bf16_,
             "to_bf16_": to_bf16_, "ctx_rows_bf16_": ctx_rows_bf16_,
             "quant_rows_": quant_rows_, "dq_bias_": dq_bias_, "add_layer_norm_q8_": add_layer_norm_q8_, "gelu_q8_": gelu_q8_,
-            "dq_add_layer_norm_q8_": dq_add_layer_norm_q8_}
+            "dq_add_layer_norm_q8_": dq_add_layer_norm_q8_, "dq_bias_gelu_": dq_bias_gelu_}
 
 
 BF16_KERNELS = ("gelu_bf16", "relu_bf16", "add_layer_norm_bf16_", "to_bf16_", "ctx_rows_bf16_")
-Q8_KERNELS = ("quant_rows_", "dq_bias_", "add_layer_norm_q8_", "gelu_q8_", "dq_add_layer_norm_q8_")
+Q8_KERNELS = ("quant_rows_", "dq_bias_", "add_layer_norm_q8_", "gelu_q8_", "dq_add_layer_norm_q8_", "dq_bias_gelu_")
 
 
 def _warm(k: dict[str, Callable]) -> None:
@@ -360,6 +378,7 @@ def _warm_q8(k: dict[str, Callable]) -> None:
     k["add_layer_norm_q8_"](u, v, u.copy(), v, v, 1e-12, q, sa, za)
     k["gelu_q8_"](u, v, q, sa, za)
     acc, cs, yc = np.zeros((2, 8), np.int32), np.zeros(8, np.int32), np.zeros((1, 8), np.float32)
+    k["dq_bias_gelu_"](acc, sa, za, v, cs, v, u)
     k["dq_add_layer_norm_q8_"](acc, sa, za, v, cs, yc, 0, 2, v, u.copy(), v, v, 1e-12, u, q, sa.copy(), za.copy())
 
 

@@ -484,7 +484,7 @@ def extract(opts: ExtractOptions, progress: NullProgress | None = None, encoder:
 
     check_output_format(opts.output, opts.format)
     check_max_length(opts.max_length)
-    check_size(opts.max_batch_tokens, "max_batch_tokens", 1, None, " (tokens per batch, padded rows x length; default 1024)")
+    check_size(opts.max_batch_tokens, "max_batch_tokens", 1, None, " (tokens per batch, padded rows x length; default 512)")
     check_extract_outputs(out_path, fmt, n_components is not None, PartStore(out_path).dir, source.files, opts.overwrite,
                           opts.resume)
     encoder = encoder or Encoder(opts.model, precision=opts.precision, **opts.encoder_options)

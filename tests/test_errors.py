@@ -342,7 +342,7 @@ def test_rerun_after_interrupt_says_a_partial_run_exists(tmp_path, corpus, capsy
     (["--max-length", "0"], "Error: --max-length 0 is out of range - choose 3 or more (up to the model's "
                             "max_position_embeddings, 512 for BERT and MiniLM), or leave it out for the default"),
     (["--max-batch-tokens", "0"], "Error: --max-batch-tokens 0 is out of range - choose 1 or more (tokens per batch, padded "
-                                  "rows x length; default 1024), or leave it out for the default"),
+                                  "rows x length; default 512), or leave it out for the default"),
 ])
 def test_zero_sizes_are_refused(tmp_path, corpus, capsys, args, message):
     rc, _, err = extract(capsys, corpus, tmp_path / "o.parquet", *args)
