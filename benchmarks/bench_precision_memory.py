@@ -5,7 +5,8 @@ load the model, warm up, encode the corpus), peak RSS (VmHWM), plus the weights'
     python benchmarks/bench_precision_memory.py --models minilm,bert-base --n 500
 
 Memory, not time: the numbers do not depend on what else runs on the machine. On a CPU without AMX or
-AVX512-BF16 the bf16 run is MKL's emulation (BERTFEAT_BF16_EMULATE=1 is set here): the same arrays.
+AVX512-BF16 the bf16 run is the NumPy emulation (BERTFEAT_BF16_EMULATE=1 is set here): its weights are the same
+bf16 arrays, but not packed for oneDNN, so measure on a CPU with native bf16 for the real figure.
 """
 
 from __future__ import annotations

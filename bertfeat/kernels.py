@@ -384,12 +384,16 @@ def _warm_q8(k: dict[str, Callable]) -> None:
 
 def warm_q8() -> None:
     """Compile (or load) the int8 kernels now, in the calling thread (Encoder(precision="int8") calls this at load)."""
+    _warm_once("q8_warm", _warm_q8)
+
+
+def _warm_once(flag: str, warm: Callable) -> None:
     _ensure()
     with _lock:
         k = _state["kernels"]
-        if k and not _state.get("q8_warm"):
-            _warm_q8(k)  # type: ignore[arg-type]
-            _state["q8_warm"] = True
+        if k and not _state.get(flag):
+            warm(k)
+            _state[flag] = True
 
 
 def use(backend: str | None = None) -> str:
@@ -416,12 +420,7 @@ def use(backend: str | None = None) -> str:
 
 def warm_bf16() -> None:
     """Compile (or load) the bf16 kernels now, in the calling thread (Encoder(precision="bf16") calls this at load)."""
-    _ensure()
-    with _lock:
-        k = _state["kernels"]
-        if k and not _state.get("bf16_warm"):
-            _warm_bf16(k)  # type: ignore[arg-type]
-            _state["bf16_warm"] = True
+    _warm_once("bf16_warm", _warm_bf16)
 
 
 def _ensure() -> None:

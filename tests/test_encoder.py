@@ -343,7 +343,8 @@ def test_long_text_modes(enc, long_text, torch_minilm):
     content = info.n_tokens[1] - 2
     assert chunked.n_chunks.tolist() == [1, -(-(content - width) // (width - stride)) + 1, 1]
     assert chunked.truncated.tolist() == [False, False, False]
-    np.testing.assert_allclose(chunked.features[::2], info.features[::2], atol=1e-6)
+    # the short rows batched beside other windows than before: the same float32 attention rounding as above (1.07e-6)
+    np.testing.assert_allclose(chunked.features[::2], info.features[::2], atol=2e-6)
     assert 0.5 < row_cosines(chunked.features[1:2], info.features[1:2])[0] < 0.99999
     cmax = enc.encode(texts, pooling="mean", long_text="chunk-max")
     assert (cmax[1] >= chunked.features[1] - 1e-5).all()  # element-wise max of windows >= their mean
