@@ -9,6 +9,9 @@ Name variants accepted for each tensor:
   * RoBERTa's masked-LM head ``lm_head.*`` mapped to BERT's ``cls.predictions.*`` names;
   * legacy LayerNorm names ``gamma`` / ``beta`` for ``weight`` / ``bias``.
 
+Tensors stored in float16 or bfloat16 are widened to float32 as they are read (exactly: bf16 is the top half of a
+float32); safetensors' NumPy reader has no bfloat16, so such files are read by their format (_raw_safetensors).
+
 ``precision="bf16"`` stores the four linear weights of every layer (qkv_w, o_w, up_w, down_w) once,
 at load, as bf16 bit patterns (uint16, rounded to nearest even from float32: gemm.to_bf16), the
 operands of the bf16 GEMM; embeddings, LayerNorm, biases and the pooler stay float32.
@@ -171,32 +174,71 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, n
     are read (their float32 copy never outlives its own read), and their names are added to the set;
     a bf16 load then peaks below a float32 one (see docs/precision.md).
     """
-    from safetensors import safe_open
-
     out: dict[str, np.ndarray] = {}
     for f in files:
         try:
-            with safe_open(str(f), framework="np") as st:
-                keys = list(st.keys())
-                for key in keys:
-                    if key == "lm_head.decoder.bias" and "lm_head.bias" in keys:
-                        continue  # RobertaLMHead stores its bias twice (tied): keep lm_head.bias
-                    name = canonical_name(key)
-                    if name in out:
-                        raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
-                    t = st.get_tensor(key)
-                    if bf16 is not None and t.dtype.kind == "f" and _LAYER_LINEAR.fullmatch(name):
-                        t = to_bf16(t)
-                        bf16.add(name)
-                    out[name] = t
+            keys, get = _open_safetensors(f)
+            for key in keys:
+                if key == "lm_head.decoder.bias" and "lm_head.bias" in keys:
+                    continue  # RobertaLMHead stores its bias twice (tied): keep lm_head.bias
+                name = canonical_name(key)
+                if name in out:
+                    raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
+                t = get(key)
+                if bf16 is not None and t.dtype.kind == "f" and _LAYER_LINEAR.fullmatch(name):
+                    t = to_bf16(t)
+                    bf16.add(name)
+                out[name] = t
         except WeightsError:
             raise
         except Exception as e:  # safetensors raises its own error types for corrupt files
-            if "bfloat16" in str(e):  # a valid file NumPy has no dtype for: say so, not "corrupt"
-                raise WeightsError(f"{f} stores bfloat16 tensors, which NumPy cannot read",
-                                   "re-save the checkpoint in float32 (e.g. model.float().save_pretrained(dir))") from None
             raise WeightsError(f"{f} could not be read as safetensors ({e})", "re-download or re-save the checkpoint") from None
     return out
+
+
+def _open_safetensors(f: Path):
+    """(tensor names, get(name) -> float32 / other NumPy array) for one safetensors file.
+
+    safetensors' NumPy reader has no bfloat16, so a file holding bf16 tensors (checkpoints saved with
+    torch_dtype=bfloat16) is read from its header and bytes here: a bf16 value is the upper half of a float32,
+    so each is widened exactly to float32 (under precision="bf16" the layers' linear weights are then rounded
+    back to the same bf16 bits, exactly). Every other file goes through safetensors itself."""
+    from safetensors import safe_open
+
+    st = safe_open(str(f), framework="np")
+    keys = list(st.keys())
+    if any(st.get_slice(k).get_dtype() == "BF16" for k in keys):
+        return _raw_safetensors(f)
+    return keys, st.get_tensor
+
+
+_RAW_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+               "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _raw_safetensors(f: Path):
+    """Read a safetensors file by its format (8-byte little-endian header length, JSON header, raw little-endian
+    data), widening BF16 tensors to float32; the file is memory-mapped, each tensor copied out on request."""
+    with open(f, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(n))
+    header.pop("__metadata__", None)
+    data = np.memmap(f, dtype=np.uint8, mode="r", offset=8 + n)
+
+    def get(key: str) -> np.ndarray:
+        h = header[key]
+        start, end = h["data_offsets"]
+        raw = data[start:end]
+        if h["dtype"] == "BF16":
+            a = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
+        elif h["dtype"] in _RAW_DTYPES:
+            a = raw.view(np.dtype(_RAW_DTYPES[h["dtype"]]).newbyteorder("<")).astype(_RAW_DTYPES[h["dtype"]])
+        else:
+            raise WeightsError(f"{f}: tensor '{key}' has dtype {h['dtype']}, which bertfeat cannot read",
+                               "re-save the checkpoint in float32 or bfloat16")
+        return a.reshape(h["shape"])
+
+    return list(header), get
 
 
 # RobertaLMHead -> BERT's masked-LM head names (same maths: dense, act, LayerNorm, tied decoder, bias).

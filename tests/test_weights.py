@@ -80,8 +80,6 @@ CASES = [
      ["{d}/model.safetensors.index.json is not a valid safetensors index"]),
     ("corrupt-weights", lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 64), WeightsError,
      ["{d}/model.safetensors could not be read as safetensors", "re-download or re-save the checkpoint"]),
-    ("bfloat16-weights", _bf16, WeightsError,
-     ["{d}/model.safetensors stores bfloat16 tensors, which NumPy cannot read", "re-save the checkpoint in float32"]),
     ("no-tokenizer", lambda d: ((d / "vocab.txt").unlink(), (d / "tokenizer_config.json").unlink()), BertfeatError,
      ["{d} has neither tokenizer.json nor vocab.txt", "copy the model's tokenizer.json"]),
     ("bad-tokenizer-json", lambda d: ((d / "vocab.txt").unlink(), (d / "tokenizer.json").write_text("{}")), ConfigError,
@@ -295,3 +293,30 @@ def test_real_and_test_checkpoints_use_every_tensor(minilm_dir, tmp_path):
     assert load_weights(minilm_dir, BertConfig.from_file(minilm_dir / "config.json")).ignored == []
     d = make_checkpoint(tmp_path / "mlm", mlm_head=True, store_decoder=True, hidden=32, heads=2, layers=1)
     assert load_weights(d, BertConfig.from_file(d / "config.json")).ignored == []
+
+
+def test_bfloat16_checkpoint_loads_widened_exactly(tmp_path, capsys):
+    """A checkpoint stored in bfloat16 (torch_dtype=bfloat16 saves) loads: each value widened exactly to float32, so
+    the features equal those of the same weights stored as float32; under precision="bf16" the layers' linear
+    weights are the same bf16 bits again (no double rounding). It used to be refused."""
+    import shutil
+
+    d = small(tmp_path / "m")
+    ref = tmp_path / "ref"
+    shutil.copytree(d, ref)
+    widen = lambda v: ((np.ascontiguousarray(v, np.float32).view(np.uint32) >> 16) << 16).view(np.float32)  # noqa: E731
+    rewrite_tensors(ref, lambda t: t.update({k: widen(v) for k, v in t.items()}))  # float32 holding bf16 values
+    _bf16(d)  # the same values, stored as BF16
+    header = json.loads((d / "model.safetensors").read_bytes()[8:8 + int.from_bytes((d / "model.safetensors").read_bytes()[:8], "little")])
+    assert {h["dtype"] for k, h in header.items() if k != "__metadata__"} == {"BF16"}
+    texts = ["a sentence stored in bfloat16", "another one, a little longer than the first"]
+    enc = Encoder(d)
+    assert enc.weights.word.dtype == np.float32
+    np.testing.assert_array_equal(enc.encode(texts), Encoder(ref).encode(texts))
+    from bertfeat.config import BertConfig
+
+    c = BertConfig.from_file(d / "config.json")
+    w16, r16 = load_weights(d, c, "bf16"), load_weights(ref, c, "bf16")
+    for a, b in zip(w16.layers, r16.layers):
+        np.testing.assert_array_equal(a.up_w, b.up_w)
+        assert a.up_w.dtype == np.uint16
