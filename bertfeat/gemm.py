@@ -21,8 +21,9 @@ Precisions: "fp32" (the default: exact parity with sentence-transformers), "bf16
 to do, where oneDNN or the CPU's bf16 is missing; BERTFEAT_BF16_EMULATE=1 runs the emulation instead,
 for tests), "auto" (the fastest precision this CPU accelerates: bf16 where oneDNN runs a native bf16
 kernel, else fp32; the choice and its reason go into provenance and ``bertfeat info``).
-fp32 library: oneDNN when installed (measured faster than OpenBLAS, benchmarks/RESULTS.md), else NumPy;
-BERTFEAT_GEMM=numpy|onednn forces one.
+fp32 library: oneDNN when installed and its kernel is brgemm (AVX-512 / AMX CPUs: measured faster than OpenBLAS,
+benchmarks/RESULTS.md, and a row's product independent of the row count), else NumPy; BERTFEAT_GEMM=numpy|onednn
+forces one.
 """
 
 from __future__ import annotations
@@ -183,9 +184,14 @@ def fp32_library() -> tuple[str, str]:
                             f"{FAST_HINT}, or unset BERTFEAT_GEMM")
     if want:
         return want, f"BERTFEAT_GEMM={want}"
-    if onednn.available():
-        return "onednn", "oneDNN is installed (faster fp32 GEMMs than OpenBLAS)"
-    return "numpy", "oneDNN is not installed"
+    if not onednn.available():
+        return "numpy", "oneDNN is not installed"
+    kernel = _probe_kernel(np.float32)
+    if kernel and kernel.startswith("brg:"):
+        return "onednn", f"oneDNN's {kernel} kernel (faster fp32 GEMMs than OpenBLAS, rows independent of the row count)"
+    # e.g. gemm:jit:f32 on AVX2-only CPUs: its sums round differently for different row counts (a row's features would
+    # depend on its batch, by ~4e-6), and it was not measured faster than OpenBLAS
+    return "numpy", f"oneDNN's fp32 kernel here is {kernel}, not brgemm: OpenBLAS keeps a row independent of its batch"
 
 
 def native_int8_kernel(kernel: str | None) -> bool:
@@ -211,10 +217,13 @@ def _resolve_int8() -> GemmPath:
         raise BertfeatError(f"{opt('precision', 'int8')} needs oneDNN's int8 matmul (libdnnl), which is not installed",
                             f"{FAST_HINT}, or use {opt('precision', 'fp32')} (or {opt('precision', 'auto')})")
     acc = int8_acceleration()
-    if acc is None or not native_int8_kernel(kernel):
+    if acc is None:
         raise BertfeatError(f"this CPU ({cpu_model()}) has no VNNI or AMX (oneDNN's int8 kernel here: {kernel}), "
                             "so int8 would not be accelerated",
                             f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}) here")
+    if not native_int8_kernel(kernel):
+        raise BertfeatError(f"oneDNN {onednn.version()} runs int8 here on {kernel}, not on a VNNI or AMX kernel",
+                            f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}); ONEDNN_MAX_CPU_ISA may be limiting it")
     keep = "bf16" if bf16_acceleration() is not None and native_bf16_kernel(_probe_kernel(np.uint16)) else "fp32"
     return GemmPath("int8", "onednn", None, kernel, "int8", f"native int8 ({acc.upper().replace('_', '-')}); "
                     f"first-token rows in {keep}", int8=acc, keep=keep)
@@ -298,9 +307,12 @@ def describe_bf16() -> dict:
     kernel = _probe_kernel(np.uint16)
     if kernel is None:
         status = f"unavailable: oneDNN not installed ({FAST_HINT})"
-    elif acc is None or not native_bf16_kernel(kernel):
+    elif acc is None:
         status = (f"not accelerated (no AMX or AVX512-BF16 on this CPU; oneDNN kernel {kernel}): "
                   "refused unless BERTFEAT_BF16_EMULATE=1")
+    elif not native_bf16_kernel(kernel):
+        status = (f"not accelerated (the CPU has {_acc_name(acc)}, but oneDNN's kernel here is {kernel}; "
+                  "ONEDNN_MAX_CPU_ISA may be limiting it): refused unless BERTFEAT_BF16_EMULATE=1")
     else:
         status = f"accelerated ({_acc_name(acc)}, oneDNN kernel {kernel})"
     return {"status": status, "cpu": cpu_model(), "cpu_bf16": acc or "none",

@@ -78,7 +78,8 @@ OUTPUT_CHECKED = [
 # Commands that need bf16 / int8 hardware: they run, and pass if they succeed or if they fail with the one-line
 # refusal of a CPU without AMX / AVX512-BF16 / VNNI (or without oneDNN), as on the AVX2 machines CI may run on.
 BF16_NEEDED = r"--precision (bf16|int8)\b"
-BF16_REFUSALS = ("has no AMX or AVX512-BF16", "needs oneDNN", "not on a native bf16 kernel", "has no VNNI or AMX")
+BF16_REFUSALS = ("has no AMX or AVX512-BF16", "needs oneDNN", "not on a native bf16 kernel", "has no VNNI or AMX",
+                 "not on a VNNI or AMX kernel")
 
 # Commands that need weights which may not be on this machine: model name -> regex.
 MODEL_NEEDED = [
