@@ -27,7 +27,7 @@ from corpus import build_corpus
 import bertfeat
 from bertfeat import Encoder
 texts = build_corpus({n})
-enc = Encoder({model!r}, max_length={max_length})
+enc = Encoder({model!r}, max_length={max_length}, precision={precision!r})
 opts = {{"pooling": "mean"}}
 enc.encode(texts[:{warmup}], **opts)
 tokens = int(sum(len(a) for a in enc.tokenizer.encode(texts, max_length={max_length}).ids))
@@ -44,13 +44,14 @@ def cpu() -> str:
     flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
     family, mod = (next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith(k)), "?")
                    for k in ("cpu family", "model\t"))
-    bf16 = [f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags]
+    bf16 = [f for f in ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx512f", "avx2")
+            if f in flags]
     return f"{model} (family {family}, model {mod}); flags: {', '.join(bf16) or 'none of avx2, avx512f, avx512_bf16, amx'}"
 
 
 def run(tree: Path, args) -> dict:
     code = WORKER.format(bench=str(ROOT / "benchmarks"), n=args.n, model=args.model, max_length=args.max_length,
-                         warmup=args.warmup)
+                         warmup=args.warmup, precision=args.precision)
     env = {"PYTHONPATH": str(tree.resolve()), "PATH": "/usr/bin:/bin"}
     import os
 
@@ -76,6 +77,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=400)
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--precision", default="fp32", help="Encoder precision: fp32, bf16, int8 or auto")
     args = ap.parse_args(argv)
 
     runs = {"A": [], "B": []}
@@ -87,7 +89,7 @@ def main(argv=None) -> int:
             print(f"round {r + 1} {name}: {res['tokens'] / res['seconds']:,.0f} tokens/s ({res['file']})", file=sys.stderr)
     med = {k: statistics.median(x["tokens"] / x["seconds"] for x in v) for k, v in runs.items()}
     print(f"CPU: {cpu()}")
-    print(f"model {args.model or 'all-MiniLM-L6-v2'}, {args.n} sentences, {runs['A'][0]['tokens']:,} tokens, "
+    print(f"model {args.model or 'all-MiniLM-L6-v2'}, precision {args.precision}, {args.n} sentences, {runs['A'][0]['tokens']:,} tokens, "
           f"{args.rounds} rounds round robin, each run its own process")
     print("| tree | median tokens/s | runs |")
     print("|---|---:|---|")

@@ -114,9 +114,10 @@ class Encoder:
     >>> X = enc.encode(["a sentence", "another one"])     # (2, 384) float32
 
     ``precision``: "fp32" (default), "bf16" (linear layers as bf16 GEMMs on oneDNN, the ``fast`` extra;
-    refused, with what to do, where oneDNN or the CPU's native bf16 is missing) or "auto" (the fastest
-    precision this CPU accelerates). ``precision`` is then what runs, ``requested_precision`` what was
-    asked, ``gemm_path`` how and why (gemm.py, docs/precision.md). Features are float32 in every case.
+    refused, with what to do, where oneDNN or the CPU's native bf16 is missing), "int8" (uint8 x int8 GEMMs on
+    oneDNN where the CPU has VNNI or AMX; quant.py) or "auto" (bf16 where native, else fp32). ``precision`` is
+    then what runs, ``requested_precision`` what was asked, ``gemm_path`` how and why (gemm.py,
+    docs/precision.md). Features are float32 in every case.
     """
 
     def __init__(self, model: str | Path | None = None, *, max_length: int | None = None,
@@ -124,7 +125,7 @@ class Encoder:
                  location: ModelLocation | None = None, precision: str = "fp32"):
         self.gemm_path: gemm.GemmPath = gemm.resolve(precision)
         self.requested_precision = precision
-        self.precision = self.gemm_path.precision  # what runs: "fp32" or "bf16"
+        self.precision = self.gemm_path.precision  # what runs: "fp32", "bf16" or "int8"
         self.bf16_mode = self.gemm_path.bf16  # "amx", "avx512_bf16", "emulated" or None
         self.location = location or resolve_model(model)
         self._init_kwargs = {"max_length": max_length, "max_batch_tokens": max_batch_tokens, "threads": threads,

@@ -230,7 +230,7 @@ def _resolve_int8() -> GemmPath:
 
 
 def resolve(precision: str) -> GemmPath:
-    """The GEMM path for a requested precision ("fp32", "bf16" or "auto"); refuses what cannot run here."""
+    """The GEMM path for a requested precision ("fp32", "bf16", "int8" or "auto"); refuses what cannot run here."""
     if precision not in PRECISION_CHOICES:
         raise BertfeatError(f"unknown precision '{precision}'", f"choose one of {', '.join(PRECISION_CHOICES)}")
     if precision == "fp32":
@@ -295,9 +295,7 @@ def prepare(weights, path: GemmPath):
         return weights
     for lw in weights.layers:
         for k in LINEAR_WEIGHTS:
-            a = getattr(lw, k)
-            if not isinstance(a, onednn.Packed):
-                setattr(lw, k, onednn.pack(a))
+            setattr(lw, k, onednn.pack(getattr(lw, k)))
     return weights
 
 
@@ -351,10 +349,13 @@ def matmul(a: np.ndarray, w, out: np.ndarray | None = None, bias: np.ndarray | N
     return np.matmul(a, w, out=out)
 
 
+#: BERTFEAT_FUSE=0 turns the oneDNN post-ops off (for measuring what they buy); read once, at import
+_FUSE = os.environ.get("BERTFEAT_FUSE", "1") != "0"
+
+
 def fuses(w, act: str | None = None) -> bool:
     """Does this weight's GEMM add the bias (and apply ``act``) itself? (oneDNN post-ops; not for int8 weights)"""
-    return (isinstance(w, onednn.Packed) and w.out_dtype == np.float32 and (act is None or act in onednn.ACTIVATIONS)
-            and os.environ.get("BERTFEAT_FUSE", "1") != "0")
+    return _FUSE and isinstance(w, onednn.Packed) and w.out_dtype == np.float32 and (act is None or act in onednn.ACTIVATIONS)
 
 
 def gemm_bf16_emulated(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -45,9 +45,8 @@ int8 variants (``precision="int8"``, see quant.py for the scheme and the NumPy r
 ``dq_bias_(acc, sa, za, sw, cs, b, yc, first, T, out)``  dequantize int32 sums and add the bias; the first
     token's rows (first, first + T, ...) take the float product yc instead.
 ``add_layer_norm_q8_(y, b, r, g, beta, eps, q, sa, za)``  add_layer_norm_, then quantize its output rows.
-``gelu_q8_(u, b, q, sa, za)``  bias + GELU in place, then quantize the rows.
-``dq_add_layer_norm_q8_(acc, sa, za, sw, cs, yc, first, T, b, r, g, beta, eps, y, q, qs, qz)``  an output
-    projection: dequantize, bias + residual + LayerNorm, quantize, row by row.
+``dq_bias_gelu_(acc, sa, za, sw, cs, b, u)``  the FFN's up projection: dequantize, bias and GELU in one pass
+    (the caller then replaces the first token's rows and quantizes).
 
 Every kernel works row by row, so a row's result does not depend on the other rows in the batch.
 """
@@ -93,7 +92,7 @@ def _compile() -> dict[str, Callable]:
     # so the kernels calling it were compiled again on every run (2-4 s before the first batch, for the bf16
     # kernels even under fp32, as _warm compiles them all) and added an entry to the cache each time.
     # tests/test_kernels.py::test_a_second_process_compiles_nothing checks this.
-    global _exp_parts, _exp_le0, rne16, row_bf16, bias_gelu_erf_, add_layer_norm_, to_bf16_
+    global _exp_parts, _gelu_erf, _exp_le0, rne16, row_bf16, bias_gelu_erf_, add_layer_norm_, to_bf16_
 
     @inline
     def _exp_parts(y):
@@ -107,21 +106,25 @@ def _compile() -> dict[str, Callable]:
         er = (((((((c7 * r + c6) * r + c5) * r + c4) * r + c3) * r + c2) * r + one) * r) + one
         return er, np.int64(n)
 
+    @inline
+    def _gelu_erf(x):
+        """The exact GELU of one value (erf(z) = tanh(t), written without tanh; see the module docstring)."""
+        z0 = x * sqrt_half
+        z = min(max(z0, -four), four)
+        s = z * z
+        t = ((((((p6 * s + p5) * s + p4) * s + p3) * s + p2) * s + p1) * s + p0) * z  # erf(z) = tanh(t)
+        er, n = _exp_parts(-two * t)  # GELU = x / (1 + e^(-2t)), |2t| < 19 so |n| <= 28
+        e = er * (f32(np.int64(1) << (n + 32)) * two_m32)
+        # below z = -4, GELU(x) < 9e-8 falls to 0 faster than x / (1 + e^19): return 0 (NaN for -inf)
+        return x / (one + e) if z0 > -four else x * zero
+
     @jit
     def bias_gelu_erf_(u, b):
         N, F = u.shape
         for i in range(N):
             row = u[i]
             for j in range(F):
-                x = row[j] + b[j]
-                z0 = x * sqrt_half
-                z = min(max(z0, -four), four)
-                s = z * z
-                t = ((((((p6 * s + p5) * s + p4) * s + p3) * s + p2) * s + p1) * s + p0) * z  # erf(z) = tanh(t)
-                er, n = _exp_parts(-two * t)  # GELU = x / (1 + e^(-2t)), |2t| < 19 so |n| <= 28
-                e = er * (f32(np.int64(1) << (n + 32)) * two_m32)
-                # below z = -4, GELU(x) < 9e-8 falls to 0 faster than x / (1 + e^19): return 0 (NaN for -inf)
-                row[j] = x / (one + e) if z0 > -four else x * zero
+                row[j] = _gelu_erf(row[j] + b[j])
         return u
 
     @inline
@@ -294,33 +297,8 @@ def _compile() -> dict[str, Callable]:
         for i in range(M):
             row, r, a, zi = u[i], acc[i], sa[i], za[i]
             for j in range(N):
-                x = f32(r[j] - zi * cs[j]) * (a * sw[j]) + b[j]
-                z0 = x * sqrt_half
-                z = min(max(z0, -four), four)
-                s = z * z
-                t = ((((((p6 * s + p5) * s + p4) * s + p3) * s + p2) * s + p1) * s + p0) * z
-                er, n = _exp_parts(-two * t)
-                e = er * (f32(np.int64(1) << (n + 32)) * two_m32)
-                row[j] = x / (one + e) if z0 > -four else x * zero
+                row[j] = _gelu_erf(f32(r[j] - zi * cs[j]) * (a * sw[j]) + b[j])
         return u
-
-    @jit
-    def dq_add_layer_norm_q8_(acc, sa, za, sw, cs, yc, first, T, b, r, g, beta, eps, y, q, qs, qz):
-        """Row by row: y <- LN(dequant(acc) + b + r) (first-token rows from yc), q <- quantized y."""
-        M, N = acc.shape
-        for i in range(M):
-            o = y[i]
-            if i >= first and (i - first) % T == 0:
-                src = yc[(i - first) // T]
-                for j in range(N):
-                    o[j] = src[j]
-            else:
-                a, z, rr = sa[i], za[i], acc[i]
-                for j in range(N):
-                    o[j] = f32(rr[j] - z * cs[j]) * (a * sw[j])
-            add_layer_norm_(y[i:i + 1], b, r[i:i + 1], g, beta, eps)
-            quant_rows_(y[i:i + 1], q[i:i + 1], qs[i:i + 1], qz[i:i + 1])
-        return y
 
     @jit
     def add_layer_norm_q8_(y, b, r, g, beta, eps, q, sa, za):
@@ -328,21 +306,15 @@ def _compile() -> dict[str, Callable]:
         quant_rows_(y, q, sa, za)
         return y
 
-    @jit
-    def gelu_q8_(u, b, q, sa, za):
-        bias_gelu_erf_(u, b)
-        quant_rows_(u, q, sa, za)
-        return u
-
     return {"gelu": bias_gelu_erf_, "relu": bias_relu_, "add_layer_norm_": add_layer_norm_, "masked_softmax_": masked_softmax_,
             "gelu_bf16": bias_gelu_erf_bf16_, "relu_bf16": bias_relu_bf16_, "add_layer_norm_bf16_": add_layer_norm_bf16_,
             "to_bf16_": to_bf16_, "ctx_rows_bf16_": ctx_rows_bf16_,
-            "quant_rows_": quant_rows_, "dq_bias_": dq_bias_, "add_layer_norm_q8_": add_layer_norm_q8_, "gelu_q8_": gelu_q8_,
-            "dq_add_layer_norm_q8_": dq_add_layer_norm_q8_, "dq_bias_gelu_": dq_bias_gelu_}
+            "quant_rows_": quant_rows_, "dq_bias_": dq_bias_, "add_layer_norm_q8_": add_layer_norm_q8_,
+            "dq_bias_gelu_": dq_bias_gelu_}
 
 
 BF16_KERNELS = ("gelu_bf16", "relu_bf16", "add_layer_norm_bf16_", "to_bf16_", "ctx_rows_bf16_")
-Q8_KERNELS = ("quant_rows_", "dq_bias_", "add_layer_norm_q8_", "gelu_q8_", "dq_add_layer_norm_q8_", "dq_bias_gelu_")
+Q8_KERNELS = ("quant_rows_", "dq_bias_", "add_layer_norm_q8_", "dq_bias_gelu_")
 
 
 def _warm(k: dict[str, Callable]) -> None:
@@ -373,13 +345,11 @@ def _warm_q8(k: dict[str, Callable]) -> None:
     v = np.zeros(8, dtype=np.float32)
     q = np.zeros((2, 8), dtype=np.uint8)
     sa, za = np.zeros(2, np.float32), np.zeros(2, np.int32)
-    k["quant_rows_"](u, q, sa, za)
-    k["dq_bias_"](np.zeros((2, 8), np.int32), sa, za, v, np.zeros(8, np.int32), v, np.zeros((1, 8), np.float32), 0, 2, u)
-    k["add_layer_norm_q8_"](u, v, u.copy(), v, v, 1e-12, q, sa, za)
-    k["gelu_q8_"](u, v, q, sa, za)
     acc, cs, yc = np.zeros((2, 8), np.int32), np.zeros(8, np.int32), np.zeros((1, 8), np.float32)
+    k["quant_rows_"](u, q, sa, za)
+    k["dq_bias_"](acc, sa, za, v, cs, v, yc, 0, 2, u)
+    k["add_layer_norm_q8_"](u, v, u.copy(), v, v, 1e-12, q, sa, za)
     k["dq_bias_gelu_"](acc, sa, za, v, cs, v, u)
-    k["dq_add_layer_norm_q8_"](acc, sa, za, v, cs, yc, 0, 2, v, u.copy(), v, v, 1e-12, u, q, sa.copy(), za.copy())
 
 
 def warm_q8() -> None:

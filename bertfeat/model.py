@@ -421,16 +421,6 @@ def q8_linear(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None,
     return quant.dq_bias(acc, xq[1], xq[2], ql, b, yc, first, T, out)
 
 
-def q8_linear_add_layer_norm(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray, r: np.ndarray, g: np.ndarray,
-                             beta: np.ndarray, eps: float, T: int, out: np.ndarray, outq: tuple, ws: Workspace) -> np.ndarray:
-    """An output projection and its post-LN: out <- LN(x W + b + r), and out quantized into ``outq``."""
-    fused = kernels.get("dq_add_layer_norm_q8_")
-    if fused is None:
-        return add_layer_norm_q8_(q8_linear(xq, x, ql, None, T, 0, out, ws), b, r, g, beta, eps, outq)
-    acc, yc, first = q8_products(xq, x, ql, T, 0, ws)
-    return fused(acc, xq[1], xq[2], ql.scale, ql.colsum, yc, first, T, b, r, g, beta, eps, out, *outq)
-
-
 def add_layer_norm_q8_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarray, beta: np.ndarray, eps: float,
                        xq: tuple) -> np.ndarray:
     """add_layer_norm_, and its output rows quantized into ``xq`` (the next int8 GEMM's input)."""
@@ -453,9 +443,9 @@ def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: i
     rows = ws.take("ctx_rows", (B, T, nh, hs))
     np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, T, nh, hs) = (N, H) rows
     rows = rows.reshape(N, H)
+    a = q8_linear(quantize_(rows, ws, "ctx"), rows, lw.o_w, None, T, 0, ws.take("h", (N, H)), ws)  # bias in the LN
     hq = (ws.take("h_q", (N, H), np.uint8), ws.take("h_s", (N,)), ws.take("h_z", (N,), np.int32))
-    h = q8_linear_add_layer_norm(quantize_(rows, ws, "ctx"), rows, lw.o_w, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps, T,
-                                 ws.take("h", (N, H)), hq, ws)  # x is dead from here on
+    h = add_layer_norm_q8_(a, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps, hq)  # x is dead from here on
     F = lw.up_w.shape[1]
     block = ffn_block_rows(F, hidden_act)
     out = ws.take("y", (N, H))
@@ -480,7 +470,6 @@ def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: i
 def attend(qkv: np.ndarray, mask_add: np.ndarray, B: int, T: int, nh: int, want_probs: bool,
            ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
     """(N, 3H) fused Q/K/V rows -> the attention context (B, nh, T, hs) (a workspace buffer) and the probabilities."""
-    N = qkv.shape[0]
     hs = qkv.shape[1] // (3 * nh)
     qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
     q, k, v = qkv[0], qkv[1], qkv[2]
@@ -488,7 +477,6 @@ def attend(qkv: np.ndarray, mask_add: np.ndarray, B: int, T: int, nh: int, want_
                        out=None if want_probs else ws.take("scores", (B, nh, T, T)))
     probs = masked_softmax_(scores, np.float32(1.0 / np.sqrt(hs)), mask_add)
     ctx = np.matmul(probs, v, out=ws.take("ctx", (B, nh, T, hs)))  # (B, nh, T, hs)
-    del N
     return ctx, (probs if want_probs else None)
 
 

@@ -282,7 +282,7 @@ class Packed:
             lib.dnnl_memory_desc_destroy(plain)
 
     def plain(self) -> np.ndarray:
-        """The (K, N) weight as a plain row-major array (float32 or uint16)."""
+        """The (K, N) weight as a plain row-major array (float32, uint16 bf16 bits or int8)."""
         lib = _lib()
         out = np.empty(self.shape, dtype=self.dtype)
         plain = _md(self.shape, self._dt)
@@ -291,10 +291,6 @@ class Packed:
         finally:
             lib.dnnl_memory_desc_destroy(plain)
         return out
-
-    def __array__(self, dtype=None, copy=None):
-        a = self.plain()
-        return a if dtype is None else a.astype(dtype)
 
     def __repr__(self) -> str:
         return f"Packed({self.shape}, {np.dtype(self.dtype).name}, {self.impl})"
@@ -330,7 +326,7 @@ def _reorder(src_md, src_ptr: int, dst_md, dst_ptr: int) -> None:
 
 
 def pack(w: np.ndarray) -> Packed:
-    """(K, N) float32 or bf16 (uint16) weight -> Packed (reordered once)."""
+    """(K, N) float32, bf16 (uint16) or int8 weight -> Packed (reordered once)."""
     return Packed(w)
 
 
@@ -468,11 +464,3 @@ def matmul(a: np.ndarray, p: Packed, out: np.ndarray | None = None, bias: np.nda
     _check(lib.dnnl_primitive_execute(e.prim, st["stream"], len(e.args), e.args), "matmul")
     _check(lib.dnnl_stream_wait(st["stream"]), "stream_wait")
     return out
-
-
-def last_impl(a_shape: tuple[int, int], p: Packed) -> str | None:
-    """The implementation this thread's primitive for a (M, K) input uses (e.g. 'brg:avx512_core_bf16')."""
-    for key, e in _thread_state()["prims"].items():
-        if key[:3] == (a_shape[0], a_shape[1], p.shape[1]) and key[3] == p._dt:
-            return e.impl
-    return None

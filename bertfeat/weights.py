@@ -29,7 +29,7 @@ import numpy as np
 
 from .config import BertConfig
 from .errors import WeightsError
-from .gemm import PRECISIONS, to_bf16
+from .gemm import PRECISIONS, from_bf16, to_bf16
 
 # One table: our name -> (checkpoint name, expected shape as a function of the config).
 # {i} is the layer index.  "T" marks linear weights stored (out, in) that we transpose.
@@ -177,17 +177,22 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, n
     out: dict[str, np.ndarray] = {}
     for f in files:
         try:
-            keys, get = _open_safetensors(f)
+            keys, get, stored16 = _open_safetensors(f)
             for key in keys:
                 if key == "lm_head.decoder.bias" and "lm_head.bias" in keys:
                     continue  # RobertaLMHead stores its bias twice (tied): keep lm_head.bias
                 name = canonical_name(key)
                 if name in out:
                     raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
-                t = get(key)
-                if bf16 is not None and t.dtype.kind == "f" and _LAYER_LINEAR.fullmatch(name):
-                    t = to_bf16(t)
+                to16 = bf16 is not None and _LAYER_LINEAR.fullmatch(name)
+                if to16 and key in stored16:  # stored in bf16: its bit patterns as they are, no round trip
+                    t = get(key, bits=True)
                     bf16.add(name)
+                else:
+                    t = get(key)
+                    if to16 and t.dtype.kind == "f":
+                        t = to_bf16(t)
+                        bf16.add(name)
                 out[name] = t
         except WeightsError:
             raise
@@ -197,19 +202,21 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, n
 
 
 def _open_safetensors(f: Path):
-    """(tensor names, get(name) -> float32 / other NumPy array) for one safetensors file.
+    """(tensor names, get(name) -> NumPy array, names of the tensors stored in bf16) for one safetensors file.
 
     safetensors' NumPy reader has no bfloat16, so a file holding bf16 tensors (checkpoints saved with
     torch_dtype=bfloat16) is read from its header and bytes here: a bf16 value is the upper half of a float32,
-    so each is widened exactly to float32 (under precision="bf16" the layers' linear weights are then rounded
-    back to the same bf16 bits, exactly). Every other file goes through safetensors itself."""
+    so each is widened exactly to float32, or, with ``get(name, bits=True)`` (the layers' linear weights under
+    precision="bf16"), kept as its bf16 bit patterns with no round trip. Every other file goes through safetensors
+    itself."""
     from safetensors import safe_open
 
     st = safe_open(str(f), framework="np")
     keys = list(st.keys())
-    if any(st.get_slice(k).get_dtype() == "BF16" for k in keys):
-        return _raw_safetensors(f)
-    return keys, st.get_tensor
+    stored16 = {k for k in keys if st.get_slice(k).get_dtype() == "BF16"}
+    if stored16:
+        return _raw_safetensors(f) + (stored16,)
+    return keys, st.get_tensor, stored16
 
 
 _RAW_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64, "I32": np.int32,
@@ -225,12 +232,13 @@ def _raw_safetensors(f: Path):
     header.pop("__metadata__", None)
     data = np.memmap(f, dtype=np.uint8, mode="r", offset=8 + n)
 
-    def get(key: str) -> np.ndarray:
+    def get(key: str, bits: bool = False) -> np.ndarray:
+        """The tensor ``key``; a BF16 one widened to float32, or with ``bits`` as its uint16 bit patterns."""
         h = header[key]
         start, end = h["data_offsets"]
         raw = data[start:end]
         if h["dtype"] == "BF16":
-            a = (raw.view("<u2").astype(np.uint32) << 16).view(np.float32)
+            a = np.array(raw.view("<u2"), dtype=np.uint16) if bits else from_bf16(raw.view("<u2"))
         elif h["dtype"] in _RAW_DTYPES:
             a = raw.view(np.dtype(_RAW_DTYPES[h["dtype"]]).newbyteorder("<")).astype(_RAW_DTYPES[h["dtype"]])
         else:

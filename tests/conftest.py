@@ -186,3 +186,12 @@ def real_sentences(sample_data) -> list[str]:
     trec, _ = read_trec(sample_data / "trec" / "TREC.test")
     s1, s2, _ = read_stsb(sample_data / "stsb" / "sts-dev.csv")
     return sst[:150] + trec[:100] + s1[:75] + s2[:75]
+
+
+@pytest.fixture
+def no_onednn(monkeypatch):
+    """This process as if oneDNN (the `fast` extra) were not installed: no library, no probed kernels."""
+    from bertfeat import gemm, onednn
+
+    monkeypatch.setattr(onednn, "_state", {"lib": None, "error": "libdnnl was not found"})
+    monkeypatch.setattr(gemm, "_kernels", {})

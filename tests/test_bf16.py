@@ -373,10 +373,8 @@ def test_resume_refuses_a_change_of_precision(tmp_path, capsys, minilm_dir, real
     assert diffs == ["precision: 'fp32' -> 'bf16'"]
 
 
-def test_bf16_needs_onednn(monkeypatch, capsys, minilm_dir, tmp_path):
+def test_bf16_needs_onednn(monkeypatch, capsys, minilm_dir, tmp_path, no_onednn):
     monkeypatch.delenv("BERTFEAT_BF16_EMULATE")
-    monkeypatch.setattr(onednn, "_state", {"lib": None, "error": "libdnnl was not found"})
-    monkeypatch.setattr(gemm, "_kernels", {})
     with pytest.raises(BertfeatError) as e:
         Encoder(minilm_dir, precision="bf16")
     assert e.value.message == ("precision='bf16' needs oneDNN's bf16 matmul (libdnnl), which is not installed - "

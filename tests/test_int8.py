@@ -188,9 +188,7 @@ def test_int8_refused_without_vnni(monkeypatch, capsys, minilm_dir, tmp_path):
         Encoder(minilm_dir, precision="int8")
 
 
-def test_int8_needs_onednn(monkeypatch, minilm_dir):
-    monkeypatch.setattr(onednn, "_state", {"lib": None, "error": "libdnnl was not found"})
-    monkeypatch.setattr(gemm, "_kernels", {})
+def test_int8_needs_onednn(minilm_dir, no_onednn):
     with pytest.raises(BertfeatError) as e:
         Encoder(minilm_dir, precision="int8")
     assert e.value.message == ("precision='int8' needs oneDNN's int8 matmul (libdnnl), which is not installed - "
