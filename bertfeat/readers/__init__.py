@@ -1,0 +1,31 @@
+"""Reading input rows: CSV, TSV, Parquet (a file, a glob or a directory) and JSONL, or stdin, one reader per format
+behind one protocol (``base``); ``open_input`` (``formats``) picks the reader."""
+
+from .base import HEAD_BYTES, MIN_PART_BYTES, MIN_PART_ROWS, TEXT_COLUMN_NAMES, Partition, RawBatch, Reader, normalize_encoding
+from .delimited import CsvReader
+from .formats import FORMATS, detect_format, open_input
+from .jsonl import JsonlReader
+from .parquet import ParquetReader
+from .paths import compression_of, is_url, resolve_files
+from .text import TextReader
+
+__all__ = [
+    "FORMATS",
+    "TEXT_COLUMN_NAMES",
+    "HEAD_BYTES",
+    "MIN_PART_ROWS",
+    "MIN_PART_BYTES",
+    "RawBatch",
+    "Partition",
+    "Reader",
+    "TextReader",
+    "CsvReader",
+    "JsonlReader",
+    "ParquetReader",
+    "open_input",
+    "detect_format",
+    "resolve_files",
+    "is_url",
+    "compression_of",
+    "normalize_encoding",
+]

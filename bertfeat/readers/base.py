@@ -1,0 +1,184 @@
+"""The reader protocol every input format implements, and the types, sizes and helpers the formats share.
+
+One reader per format behind one small protocol, used by both engines (the local engine reads
+the whole input with ``batches()``; the Dask engine cuts it with ``partitions()`` and each worker
+reads its share with ``read_partition()``):
+
+    columns, text_column, pair_column, id_column   the input's columns and the ones chosen
+    batches()                   RawBatches of the whole input, in order
+    partitions(blocksize, target)   the input cut into Partitions, in the same row order
+    read_partition(part, first_row) one partition as a RawBatch with global row numbers
+    count_rows(part)            rows in a partition (Parquet: from the footer, nothing read)
+    id_type()                   the output id column's Arrow type, when the input's schema says it
+    identity()                  files, sizes and stamps, for --resume
+
+``open_input(path, ...)`` (``formats``) picks the reader. Every path goes through fsspec: local files, and
+``s3://``, ``gs://``, ``hdfs://`` ... when that filesystem's package is installed. A reader holds
+no open file, so it pickles to Dask workers as it is.
+
+Everything streams: CSV through pyarrow's streaming reader, Parquet through ``iter_batches``,
+JSONL line by line. Readers yield ``RawBatch`` objects holding *undecoded* values and their
+0-based data-row numbers (header excluded), so that validation (pipeline.validate_batch) can
+reject a bad row with its exact row number and reason instead of failing the whole file.
+Malformed CSV lines (wrong number of fields) are yielded as pre-rejected rows in their place.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ..errors import InputError, opt
+from .paths import is_url, resolve_files
+
+TEXT_COLUMN_NAMES = ("text", "sentence", "content", "review")
+HEAD_BYTES = 1 << 20  # bytes read up front to find the columns
+MIN_PART_ROWS = 64  # Parquet: no smaller partitions than this for the sake of spreading (~0.3 s of one core)
+MIN_PART_BYTES = 8 << 10  # CSV/TSV/JSONL: likewise, ~100 short sentences
+
+
+def normalize_encoding(encoding: str) -> str:
+    """A codec name -> its canonical name ('utf-8' for every UTF-8 spelling); unknown names are an error."""
+    try:
+        name = codecs.lookup(encoding).name
+    except (LookupError, TypeError, ValueError):
+        raise InputError(f"unknown encoding '{encoding}'", "pass a Python codec name such as utf-8, latin-1 or cp1252") from None
+    return "utf-8" if name in ("utf-8", "utf-8-sig") else name
+
+
+@dataclass
+class RawBatch:
+    """A run of consecutive input rows, values not yet validated."""
+
+    rows: list[int]  # 0-based data-row numbers
+    texts: list  # bytes | str | None | other, per row
+    pairs: list | None
+    ids: list | None
+    pre_rejected: dict[int, str] = field(default_factory=dict)  # row -> reason (malformed line, bad JSON)
+    bytes_read: int = 0  # bytes consumed when the batch ends (for progress on CSV/JSONL)
+    bytes_start: int = 0  # ... and when it starts (a chunk that ends inside the batch interpolates)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A slice of the input. Parquet: row groups of a file. Text: a byte range (None: the whole file)."""
+
+    index: int
+    file: str
+    row_groups: tuple[int, ...] | None = None
+    offset: int = 0
+    length: int | None = None
+    header: bytes | None = None  # CSV/TSV: the file's header line, put in front of blocks after the first
+    compression: str | None = None
+    n_rows: int | None = None  # known up front for Parquet
+    row_offset: int = 0  # Parquet: rows of the first row group that belong to the partition before
+
+
+class Reader:
+    """What every format shares: the files (through fsspec), the column rules, identity and the protocol."""
+
+    def __init__(self, path: str, fmt: str, *, text_column: str | None = None, pair_column: str | None = None,
+                 id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192, delimiter: str | None = None):
+        self.path = path
+        self.fmt = fmt
+        self.encoding = normalize_encoding(encoding)
+        self.batch_rows = batch_rows
+        self.multiline_rows = 0  # CSV records whose quoted fields span lines (known once the file is read)
+        self.fs, self.files = resolve_files(path, fmt)
+        self.total_rows: int | None = None  # known up front for Parquet (footers) and for text that fits the head
+        # progress by bytes counts the bytes read from disk, compressed or not
+        self.total_bytes: int | None = sum(self.fs.size(f) for f in self.files) if self.files else None
+        self._setup(delimiter)
+        self.columns = self._columns()
+        self._select_columns(text_column, pair_column, id_column)
+
+    def _setup(self, delimiter: str | None) -> None:
+        """Format-specific state before the columns are read."""
+
+    # ------------------------------------------------------------------ the protocol
+    def batches(self):
+        """Yield RawBatch objects of the whole input, in input order."""
+        raise NotImplementedError
+
+    def partitions(self, blocksize: int | None, target: int | None = None) -> list[Partition]:
+        """Cut the input into partitions in row order: at most ``blocksize`` input bytes each, and about
+        ``target`` of them in all (a few per worker thread) when the input is large enough."""
+        raise NotImplementedError
+
+    def read_partition(self, part: Partition, first_row: int) -> RawBatch:
+        """One partition as a RawBatch whose row numbers start at ``first_row``, read as ``batches()`` reads."""
+        raise NotImplementedError
+
+    def count_rows(self, part: Partition) -> int:
+        """Rows in a partition."""
+        return part.n_rows if part.n_rows is not None else len(self.read_partition(part, 0).rows)
+
+    def id_type(self) -> pa.DataType | None:
+        """The output id column's type when the input's schema decides it (None: from the values written)."""
+        return pa.int64() if self.id_column is None else None
+
+    # ------------------------------------------------------------------ columns
+    @property
+    def name(self) -> str:
+        return "<stdin>" if self.path == "-" else self.path
+
+    def _fname(self, f) -> str:
+        return self.name if self.path == "-" else str(f)
+
+    def _string_columns(self) -> list[str]:
+        return list(self.columns)
+
+    def _select_columns(self, text_column: str | None, pair_column: str | None, id_column: str | None) -> None:
+        """Choose the text column and check that the pair and id columns exist (after _columns())."""
+        self.text_column = self._pick_text_column(text_column)
+        for param, col in (("pair_column", pair_column), ("id_column", id_column)):
+            if col is not None and col not in self.columns:
+                raise InputError(f"{self.name}: {opt(param)} '{col}' is not a column", f"columns are: {listing(self.columns)}")
+        self.pair_column = pair_column
+        self.id_column = id_column
+
+    def _pick_text_column(self, text_column: str | None) -> str:
+        if text_column is not None:
+            if text_column not in self.columns:
+                raise InputError(f"{self.name}: {opt('text_column')} '{text_column}' is not a column", f"columns are: {listing(self.columns)}")
+            return text_column
+        lower = {c.lower(): c for c in self.columns}
+        for name in TEXT_COLUMN_NAMES:
+            if name in lower:
+                return lower[name]
+        strings = self._string_columns()
+        if len(strings) == 1:
+            return strings[0]
+        raise InputError(
+            f"{self.name}: cannot tell which column holds the text (columns: {listing(self.columns)})",
+            f"pass {opt('text_column', 'NAME')}",
+        )
+
+    def _wanted(self) -> list[str]:
+        return [c for c in dict.fromkeys([self.text_column, self.pair_column, self.id_column]) if c]
+
+    def identity(self) -> dict:
+        """What identifies the input for --resume: paths, sizes, modification times (or the store's stamp)."""
+        files = []
+        for f in self.files:
+            info = self.fs.info(f)
+            if is_url(self.path):
+                stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("etag") or info.get("updated")
+                files.append({"path": self.fs.unstrip_protocol(f), "size": info.get("size"), "stamp": str(stamp)})
+            else:
+                files.append({"path": f, "size": info["size"], "mtime_ns": os.stat(f).st_mtime_ns})
+        return {"path": self.path, "format": self.fmt, "files": files}
+
+
+def listing(cols: list[str]) -> str:
+    """Column names for a message, comma-separated (quoted when blank, padded or holding a comma); 'none' for none."""
+    return ", ".join(repr(c) if (not c or c != c.strip() or "," in c) else c for c in cols) or "none"
+
+
+def short_error(e: BaseException) -> str:
+    """An exception's message on one line, not too long."""
+    text = " ".join(str(e).split())
+    return text if len(text) <= 200 else text[:197] + "..."

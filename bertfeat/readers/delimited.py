@@ -1,0 +1,257 @@
+"""CSV and TSV: the header (the delimiter sniffed), pyarrow's streaming parse with quote tracking, and malformed
+lines and unclosed quotes as bad rows in their place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import sys
+
+import pyarrow as pa
+
+from ..errors import InputError, opt
+from .base import RawBatch, short_error
+from .paths import compression_of
+from .text import TextReader
+
+
+class CsvReader(TextReader):
+    """CSV and TSV (TSV: tab-separated, no quoting)."""
+
+    CSV_BLOCK_BYTES = 1 << 22  # pyarrow's streaming CSV reader parses this many bytes at a time
+
+    def _setup(self, delimiter):
+        from ..csvcheck import parse_delimiter
+
+        super()._setup(delimiter)
+        self._delimiter_option = parse_delimiter(delimiter)
+        self.delimiter = self._delimiter_option or ("\t" if self.fmt == "tsv" else ",")
+
+    def _block_header(self, f: str) -> bytes:
+        with self.fs.open(f, "rb", compression=compression_of(f)) as fh:
+            return fh.readline()
+
+    def _count_lines(self, data: bytes) -> int | None:
+        """Records of a block without quotes: its non-empty lines (pyarrow ends a line at \\n, \\r\\n or \\r and
+        skips empty ones; a malformed line is a row too), less the header. None when a quote may join lines."""
+        if b'"' in data and self.fmt == "csv":
+            return None
+        return max(0, sum(1 for ln in data.removeprefix(b"\xef\xbb\xbf").splitlines() if ln) - 1)
+
+    def id_type(self) -> pa.DataType:
+        return pa.int64() if self.id_column is None else pa.string()  # CSV/TSV ids are text
+
+    def _parse_options(self, handler=None):
+        import pyarrow.csv as pcsv
+
+        return pcsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=self.fmt != "tsv",
+                                 invalid_row_handler=handler, quote_char=False if self.fmt == "tsv" else '"')
+
+    def _header_names(self, data: bytes) -> list[str]:
+        import pyarrow.csv as pcsv
+
+        with _quiet_row_handler_errors():
+            reader = pcsv.open_csv(io.BytesIO(data), read_options=pcsv.ReadOptions(use_threads=False, block_size=len(data) + 1,
+                                                                                   encoding=self.encoding),
+                                   parse_options=self._parse_options(_skip_row))
+        return list(reader.schema.names)
+
+    def _head_columns(self, head: bytes) -> list[str]:
+        """The header as pyarrow parses it (so the names always match the streaming reader's)."""
+        if not head.strip():
+            raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
+        from ..csvcheck import likely_delimiters_in, name_of, sniff_delimiter
+
+        option = self._delimiter_option
+        if self.fmt == "csv" and option is None:
+            self.delimiter = sniff_delimiter(head)  # ';', '|' or tab when the header line has no comma
+        try:
+            cols = self._header_names(head)
+        except (pa.ArrowException, ValueError):
+            # the data rows of the head may be what fails (a malformed line with invalid bytes): the header line alone
+            start = len(head) - len(head.lstrip(b"\r\n"))
+            end = head.find(b"\n", start)
+            try:
+                cols = self._header_names(head if end < 0 else head[:end + 1])
+            except UnicodeDecodeError as e:
+                try:  # the offset in the file: the header comes first, so the first undecodable byte is the header's
+                    head.decode(self.encoding)
+                    at = e.start
+                except UnicodeDecodeError as whole:
+                    at = whole.start
+                raise InputError(f"{self.name} header line: invalid {self.encoding} at byte {at}",
+                                 f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})") from None
+            except (pa.ArrowException, ValueError) as e:
+                raise InputError(f"{self.name}: cannot read the header line as {self.fmt.upper()} ({short_error(e)})",
+                                 f"the first line must name the columns; check {opt('input_format')} and {opt('encoding')}") from None
+        if not any(c.strip() for c in cols):
+            raise InputError(f"{self.name}: the header line names no column", "the first line must name the columns")
+        likely = likely_delimiters_in(cols[0], self.delimiter) if len(cols) == 1 and option is None else []
+        if likely:
+            raise InputError(f"{self.name}: the header line is one column {cols[0]!r}, which holds {name_of(likely[0])}",
+                             f"pass {opt('delimiter', name_of(likely[0]))} if that separates the columns "
+                             f"(or {opt('delimiter', name_of(self.delimiter))} to read one column)")
+        return cols
+
+
+    def _parse(self, stream, counter):
+        import pyarrow.csv as pcsv
+
+        skipped: dict[int, str] = {}
+
+        def on_invalid(row) -> str:
+            # row.number counts records (blank lines excluded) from 1, the header included
+            n = (row.number - 2) if row.number is not None else -1
+            text = row.text if len(row.text) <= 40 else row.text[:37] + "..."
+            skipped[n] = f"malformed line: expected {row.expected_columns} fields, found {row.actual_columns} ({json.dumps(text, ensure_ascii=False)})"
+            return "skip"
+
+        on_invalid._bertfeat_row_handler = True
+
+        tracker = None
+        delimiter = self.delimiter
+        if self.fmt == "csv" and all(ch.encode(self.encoding, "ignore") == ch.encode() for ch in ('"', "\n", delimiter)):
+            from ..csvcheck import QuoteTracker
+
+            tracker = QuoteTracker(stream, delimiter)  # an unclosed quote, rows that span lines
+            stream = io.BufferedReader(tracker, buffer_size=1 << 20)
+        wanted = self._wanted()
+        try:
+            with _quiet_row_handler_errors():
+                reader = pcsv.open_csv(
+                    stream,
+                    read_options=pcsv.ReadOptions(use_threads=False, block_size=self.CSV_BLOCK_BYTES, encoding=self.encoding),
+                    parse_options=self._parse_options(on_invalid),
+                    convert_options=pcsv.ConvertOptions(
+                        include_columns=wanted,
+                        column_types={c: pa.binary() for c in wanted},
+                        strings_can_be_null=False, quoted_strings_can_be_null=False),
+                )
+        except (pa.ArrowException, OSError, EOFError, ValueError) as e:
+            stream.close()
+            self._raise_unskippable(e)
+            raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({short_error(e)})",
+                             f"check the file format, {opt('input_format')} and {opt('encoding')}") from None
+        row = 0
+        start = 0  # bytes consumed before the batch
+        pending = None  # the last batch is held back: an unclosed quote at the end of the file rejects its last row
+        it = iter(reader)
+        try:
+            while True:
+                try:
+                    with _quiet_row_handler_errors():
+                        b = next(it)
+                except StopIteration:
+                    break
+                except UnicodeDecodeError as e:
+                    raise InputError(f"{self.name} near row {row}: invalid {self.encoding} ({short_error(e)})",
+                                     f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})") from None
+                except (pa.ArrowException, OSError, EOFError, ValueError) as e:
+                    self._raise_unskippable(e)
+                    raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({short_error(e)})",
+                                     f"fix the line, or pass {opt('encoding')} if the file is not UTF-8") from None
+                n = b.num_rows
+                rows, pre = [], {}
+                texts = b.column(self.text_column).to_pylist()
+                pairs = b.column(self.pair_column).to_pylist() if self.pair_column else None
+                ids = b.column(self.id_column).to_pylist() if self.id_column else None
+                # interleave the skipped malformed lines in their row positions
+                out_t, out_p, out_i = [], [] if pairs is not None else None, [] if ids is not None else None
+                k = 0
+                while k < n:
+                    if row in skipped:
+                        pre[row] = skipped.pop(row)
+                        rows.append(row); out_t.append(None)
+                        if out_p is not None: out_p.append(None)
+                        if out_i is not None: out_i.append(None)
+                    else:
+                        rows.append(row); out_t.append(texts[k])
+                        if out_p is not None: out_p.append(pairs[k])
+                        if out_i is not None: out_i.append(ids[k])
+                        k += 1
+                    row += 1
+                if pending is not None:
+                    yield self._mark_suspects(pending, tracker)
+                pending = RawBatch(rows, out_t, out_p, out_i, pre, counter.count, start)
+                start = counter.count
+            if tracker is not None:
+                self.multiline_rows = tracker.multiline_records
+                if tracker.unclosed:
+                    self._reject_unclosed(tracker, pending, skipped, row)
+            if pending is not None:
+                yield self._mark_suspects(pending, tracker)
+            if skipped:  # malformed lines after the last good row
+                rest = sorted(skipped)
+                if rest[0] != row or rest != list(range(row, row + len(rest))):
+                    raise InputError(f"{self.name}: malformed lines at rows {rest[:5]} could not be placed",
+                                     "fix the lines with the wrong number of fields")
+                yield self._mark_suspects(RawBatch(rest, [None] * len(rest), [None] * len(rest) if self.pair_column else None,
+                                                   [None] * len(rest) if self.id_column else None, dict(skipped), counter.count),
+                                          tracker)
+        finally:
+            stream.close()
+
+    def _column_name(self, field: int | None) -> str:
+        return f" in column {self.columns[field]!r}" if field is not None and field < len(self.columns) else ""
+
+    def _mark_suspects(self, b: RawBatch, tracker) -> RawBatch:
+        """Rows whose quoted field closed lines later, right before more text: it swallowed the lines between."""
+        if tracker is None or not tracker.suspects:
+            return b
+        for k, row in enumerate(b.rows):
+            hit = tracker.suspects.get(row)
+            if hit is not None:
+                line, field, close = hit
+                b.pre_rejected[row] = (f"unclosed quote: the quoted field{self._column_name(field)} that opens on line {line} "
+                                       f"only ends at a quote on line {close}, so lines {line + 1} to {close} were read "
+                                       "into this row")
+                b.texts[k] = None
+        return b
+
+    def _reject_unclosed(self, tracker, pending: RawBatch | None, skipped: dict[int, str], next_row: int) -> None:
+        """A quoted field never closed runs to the end of the file: its row (the last one) becomes a bad row."""
+        col = self.columns[tracker.open_field] if tracker.open_field is not None and tracker.open_field < len(self.columns) else None
+        reason = (f"unclosed quote: the quoted field{f' in column {col!r}' if col is not None else ''} that opens on line "
+                  f"{tracker.open_line} is never closed, so every line after it was read into this row")
+        last = max([next_row - 1, *skipped])
+        if last in skipped or pending is None or not pending.rows:
+            skipped[last] = reason
+            return
+        k = pending.rows.index(last)
+        pending.pre_rejected[last] = reason
+        pending.texts[k] = None
+
+    def _raise_unskippable(self, e: BaseException):
+        """pyarrow cannot hand a malformed line that is not valid UTF-8 to the skip handler: name the row."""
+        m = re.search(r"Row #(\d+): Expected (\d+) columns, got (\d+)", str(e))
+        if m:
+            raise InputError(f"{self.name} row {int(m.group(1)) - 2}: malformed line: expected {m.group(2)} fields, "
+                             f"found {m.group(3)}, and it is not valid {self.encoding}, so it cannot be skipped",
+                             f"fix the line, or pass {opt('encoding')} with the file's encoding") from None
+
+
+def _skip_row(row) -> str:
+    return "skip"
+_skip_row._bertfeat_row_handler = True
+
+
+@contextlib.contextmanager
+def _quiet_row_handler_errors():
+    """pyarrow decodes a malformed line as UTF-8 before it calls the invalid-row handler; when that fails it
+    prints "Exception ignored ..." with a traceback on stderr and then raises ArrowInvalid (handled by the
+    caller). Keep that traceback off the user's terminal; every other unraisable goes to the previous hook."""
+    previous = sys.unraisablehook
+
+    def hook(u):
+        if isinstance(u.exc_value, UnicodeDecodeError) and getattr(u.object, "_bertfeat_row_handler", False):
+            return
+        previous(u)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous

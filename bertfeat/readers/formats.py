@@ -1,0 +1,47 @@
+"""Which format an input is (from the option, else its extension) and the reader for it: ``open_input``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import InputError, opt
+from .base import Reader
+from .delimited import CsvReader
+from .jsonl import JsonlReader
+from .parquet import ParquetReader
+from .paths import is_url
+
+FORMATS = ("csv", "tsv", "parquet", "jsonl")
+_EXT = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
+        ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
+
+
+def detect_format(path: str, input_format: str | None) -> str:
+    if input_format:
+        if input_format not in FORMATS:
+            raise InputError(f"unknown input format '{input_format}'", f"choose one of {', '.join(FORMATS)}")
+        return input_format
+    if path == "-":
+        raise InputError("reading standard input needs " + opt("input_format"), f"add {opt('input_format', 'csv|tsv|jsonl')}")
+    p = Path(path.rstrip("/"))
+    if not is_url(path) and p.is_dir():
+        return "parquet"
+    suffixes = [s.lower() for s in p.suffixes]
+    if suffixes and suffixes[-1] in (".gz", ".bz2", ".zst"):
+        suffixes = suffixes[:-1]
+    fmt = _EXT.get(suffixes[-1]) if suffixes else None
+    if fmt is None:
+        if is_url(path):
+            return "parquet"  # a URL without an extension: a directory of Parquet files (checked when listed)
+        raise InputError(f"{path}: cannot tell the format from the extension", f"add {opt('input_format', 'csv|tsv|parquet|jsonl')}")
+    return fmt
+
+
+def open_input(path: str, fmt: str | None = None, text_column: str | None = None, pair_column: str | None = None,
+               id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192,
+               delimiter: str | None = None) -> "Reader":
+    """The reader for ``path`` (its format from the extension unless ``fmt``), columns checked and chosen."""
+    fmt = detect_format(path, fmt)
+    cls = ParquetReader if fmt == "parquet" else JsonlReader if fmt == "jsonl" else CsvReader
+    return cls(path, fmt, text_column=text_column, pair_column=pair_column, id_column=id_column, encoding=encoding,
+               batch_rows=batch_rows, delimiter=delimiter)

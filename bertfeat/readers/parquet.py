@@ -1,0 +1,188 @@
+"""Parquet: a file, a directory of them or a glob read as one dataset, partitions from the footers, standard input
+spooled to a temporary file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pyarrow as pa
+
+from ..errors import InputError, opt
+from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, short_error
+
+
+class ParquetReader(Reader):
+    """A Parquet file, a directory of them, or a glob: one dataset, files in sorted order."""
+
+    def _setup(self, delimiter):
+        if self.path == "-":
+            self.files = [self._spool_stdin()]  # Parquet needs seeking: copy standard input to a temporary file
+            import fsspec
+
+            self.fs = fsspec.filesystem("file")
+            self.total_bytes = os.path.getsize(self.files[0])
+
+    def _spool_stdin(self) -> str:
+        import shutil
+        import tempfile
+        import weakref
+
+        fd, name = tempfile.mkstemp(prefix="bertfeat-stdin-", suffix=".parquet")
+        weakref.finalize(self, os.unlink, name)
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+        if os.path.getsize(name) == 0:
+            raise InputError("<stdin>: standard input is empty", "pipe a Parquet file into bertfeat extract -")
+        return name
+
+    def _parquet(self, fh):
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(fh)
+
+    def _columns(self) -> list[str]:
+        self._pq_schema = None
+        total = 0
+        self._metas = []
+        for f in self.files:
+            try:
+                with self.fs.open(f, "rb") as fh:
+                    pf = self._parquet(fh)
+                    meta, schema = pf.metadata, pf.schema_arrow
+            except Exception as e:
+                raise InputError(f"{self._fname(f)}: not a readable Parquet file ({short_error(e)})", "check the file is Parquet and complete") from None
+            if self._pq_schema is None:
+                self._pq_schema = schema
+                dup = sorted({n for n in schema.names if schema.names.count(n) > 1})
+                if dup:
+                    raise InputError(f"{self._fname(f)}: the column name {dup[0]!r} appears {schema.names.count(dup[0])} times",
+                                     "rename the columns so that every name is unique (e.g. table.rename_columns in pyarrow)")
+            elif schema.names != self._pq_schema.names:
+                raise InputError(f"{self._fname(f)}: its columns differ from {self.files[0]}", "a Parquet dataset needs the same columns in every file")
+            total += meta.num_rows
+            self._metas.append(meta)
+        self.total_rows = total
+        return list(self._pq_schema.names)
+
+    def __getstate__(self):  # the footers stay on the client (partitions() has used them)
+        return {k: v for k, v in self.__dict__.items() if k != "_metas"}
+
+    def _select_columns(self, text_column, pair_column, id_column):
+        super()._select_columns(text_column, pair_column, id_column)
+        for param, col in (("text_column", self.text_column), ("pair_column", pair_column)):
+            if col:
+                t = self._pq_schema.field(col).type
+                if not _is_textual(t):
+                    raise InputError(f"{self.name}: column '{col}' has type {t}, not text",
+                                     f"choose a string column with {opt(param)} (string columns: {listing(self._string_columns())})")
+
+    def _string_columns(self) -> list[str]:
+        return [f.name for f in self._pq_schema if _is_string(f.type)]
+
+    def id_type(self) -> pa.DataType:
+        """The input column's type (int32 stays int32, binary stays binary), a dictionary column's value type."""
+        if self.id_column is None:
+            return pa.int64()
+        t = self._pq_schema.field(self.id_column).type
+        return t.value_type if pa.types.is_dictionary(t) else t
+
+    def _batch(self, b, first: int) -> RawBatch:
+        def col(c):
+            return b.column(c).to_pylist() if c else None
+
+        rb = RawBatch(list(range(first, first + b.num_rows)), col(self.text_column), col(self.pair_column), col(self.id_column))
+        _binary_utf8(rb)
+        return rb
+
+    def batches(self):
+        row = 0
+        for f in self.files:
+            try:
+                with self.fs.open(f, "rb") as fh:
+                    for b in self._parquet(fh).iter_batches(batch_size=self.batch_rows, columns=self._wanted()):
+                        yield self._batch(b, row)
+                        row += b.num_rows
+            except (pa.ArrowException, OSError) as e:
+                raise InputError(f"{self._fname(f)} near row {row}: cannot read the Parquet file ({short_error(e)})", "check the file is Parquet and complete") from None
+
+    def partitions(self, blocksize: int | None, target: int | None = None) -> list[Partition]:
+        """Row ranges of the files (consecutive row groups; a large row group shared by several partitions),
+        the sizes from the footers, nothing read."""
+        wanted = set(self._wanted())
+        metas = getattr(self, "_metas", None)
+        if metas is None:
+            metas = []
+            for f in self.files:
+                with self.fs.open(f, "rb") as fh:
+                    metas.append(self._parquet(fh).metadata)
+        total = sum(md.num_rows for md in metas)
+        cap = max(MIN_PART_ROWS, -(-total // target)) if target else None
+        parts: list[Partition] = []
+        for f, md in zip(self.files, metas):
+            group, skip, rows, size = [], 0, 0, 0.0
+            for g in range(md.num_row_groups):
+                rg = md.row_group(g)
+                g_size = sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
+                             if rg.column(j).path_in_schema.split(".")[0] in wanted)
+                pos = 0
+                while True:
+                    take = rg.num_rows - pos if cap is None else min(rg.num_rows - pos, cap - rows)
+                    if not group:
+                        skip = pos
+                    group.append(g)
+                    rows += take
+                    size += g_size * take / max(rg.num_rows, 1)
+                    pos += take
+                    if (cap is not None and rows >= cap) or (blocksize and size >= blocksize):
+                        parts.append(Partition(len(parts), f, tuple(group), n_rows=rows, row_offset=skip))
+                        group, rows, size = [], 0, 0.0
+                    if pos >= rg.num_rows:
+                        break
+            if group or md.num_row_groups == 0:
+                parts.append(Partition(len(parts), f, tuple(group), n_rows=rows, row_offset=skip))
+        return parts
+
+    def read_partition(self, part: Partition, first_row: int) -> RawBatch:
+        t = None
+        try:
+            if part.row_groups:
+                with self.fs.open(part.file, "rb") as fh:
+                    t = self._parquet(fh).read_row_groups(list(dict.fromkeys(part.row_groups)), columns=self._wanted())
+                if part.n_rows is not None:
+                    t = t.slice(part.row_offset, part.n_rows)
+        except (pa.ArrowException, OSError) as e:
+            raise InputError(f"{part.file} near row {first_row}: cannot read the Parquet file ({short_error(e)})",
+                             "check the file is Parquet and complete") from None
+        if t is None:
+            t = pa.table({c: pa.array([], self._pq_schema.field(c).type) for c in self._wanted()})
+        return self._batch(t, first_row)
+
+
+def _binary_utf8(b: RawBatch) -> None:
+    """Invalid UTF-8 in a binary Parquet column: a bad row whose reason says --encoding does not apply."""
+    for values, what in ((b.texts, "text"), (b.pairs, "pair text")):
+        for k, v in enumerate(values or ()):
+            if isinstance(v, (bytes, bytearray)) and b.rows[k] not in b.pre_rejected:
+                try:
+                    bytes(v).decode("utf-8")
+                except UnicodeDecodeError as e:
+                    b.pre_rejected[b.rows[k]] = f"invalid UTF-8 at byte {e.start} of the {what} (a binary Parquet column)"
+
+
+def _view(t: pa.DataType, test: str) -> bool:
+    """string_view / binary_view (pyarrow >= 16)."""
+    return getattr(pa.types, test, lambda _: False)(t)
+
+
+def _is_string(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):  # e.g. a pandas categorical
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or _view(t, "is_string_view")
+
+
+def _is_textual(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return _is_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) or _view(t, "is_binary_view")
