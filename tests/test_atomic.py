@@ -123,3 +123,8 @@ def test_fsync_helpers_run(tmp_path):
     atomic.fsync_dir(tmp_path)
     atomic.fsync_dir(tmp_path / "missing")  # best effort: no error
 
+
+def test_features_reexports_the_same_helpers():
+    import bertfeat.features as features
+
+    assert features.atomic_output is atomic_output and features.temp_path_for is temp_path_for
