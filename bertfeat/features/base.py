@@ -1,0 +1,338 @@
+"""What every feature-file format shares: the format protocol, the opened-file object, the helpers.
+
+This module owns
+
+* ``FeatureFile``: the protocol one format implements, as one class (``parquet.py``, ``npy.py``,
+  ``delimited.py``). The write side is an instance, streaming one file to temporary names:
+  ``__init__(spec)`` opens, ``append(columns, X)`` adds a chunk, ``finish(metadata_text)`` moves
+  the file(s) into place atomically, ``abort()`` deletes the temporaries. The read side is
+  classmethods on a path: ``read_metadata_text`` (the provenance JSON), ``open_source`` (the
+  layout: width, id and extra columns, rows) and ``read_chunks`` (the matrix, in batches).
+* ``WriteSpec``: what a format is told when it opens a file for writing.
+* ``FeatureSource``: an opened feature file (layout + streaming reader), whatever its format.
+* the constants, paths and JSON / Arrow helpers more than one format uses.
+
+It knows no format by name: choosing one is ``registry.py``'s job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import BertfeatError
+from ..threads import read_ahead
+
+METADATA_KEY = "bertfeat"
+EMBEDDING_COLUMN = "embedding"
+#: Keys of a feature-source fingerprint, picked from the metadata when it has no ``fingerprint`` dict.
+FINGERPRINT_KEYS = ("model_id", "weights_sha256", "pooling", "layers", "normalize", "dense", "prompt")
+#: A feature column of a wide layout: ``f0 .. f{d-1}``.
+WIDE_COLUMN_RE = re.compile(r"^f(\d+)$")
+#: Target bytes of float data per Parquet row group (the writer's default ``row_group_rows``).
+ROW_GROUP_BYTES = 64 << 20
+
+#: A chunk as read: (ids, X float32 (m, d), extras name -> Arrow array).
+Chunk = tuple[Any, np.ndarray, dict[str, pa.Array]]
+
+
+# ----------------------------------------------------------------------------------------
+# paths, metadata
+# ----------------------------------------------------------------------------------------
+
+
+def provenance_path(path: str | os.PathLike) -> Path:
+    """``out.npy`` -> ``out.npy.json`` (provenance of a .npy or .csv feature file)."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.json")
+
+
+def json_default(o: Any) -> Any:
+    """``json.dumps`` fallback for the values provenance holds (NumPy scalars / arrays, paths, Arrow types)."""
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (Path, pa.DataType)):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def dumps_metadata(meta: Mapping) -> str:
+    """The provenance dict as the JSON text every format stores."""
+    return json.dumps(meta, default=json_default, sort_keys=True)
+
+
+def parse_metadata(path: Path, text: str | None) -> dict:
+    """The provenance dict from its JSON text ({} when there is none)."""
+    if not text:
+        return {}
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BertfeatError(f"the bertfeat metadata of {path} is not valid JSON ({e})", "re-extract the features") from None
+    return meta if isinstance(meta, dict) else {}
+
+
+def type_from_str(text: str | None) -> pa.DataType | None:
+    """``"int64"`` -> pa.int64() (None when unknown: pyarrow will infer)."""
+    if not text:
+        return None
+    try:
+        return pa.type_for_alias(text)
+    except (ValueError, KeyError):
+        return None
+
+
+def declared_extra_types(layout: Mapping) -> dict[str, pa.DataType]:
+    """The extra columns' types the layout records (those it names and pyarrow knows)."""
+    return {k: t for k, v in (layout.get("extra_columns") or {}).items() if (t := type_from_str(v)) is not None}
+
+
+def feature_fingerprint(meta: Mapping | None) -> dict | None:
+    """The feature-source fingerprint of a metadata dict (its ``fingerprint`` entry, else the known keys)."""
+    if not meta:
+        return None
+    fp = meta.get("fingerprint")
+    if isinstance(fp, Mapping):
+        return dict(fp)
+    picked = {k: meta[k] for k in FINGERPRINT_KEYS if k in meta}
+    return picked or None
+
+
+# ----------------------------------------------------------------------------------------
+# errors and column helpers shared by the readers / the writer
+# ----------------------------------------------------------------------------------------
+
+
+def missing_file_error(path: Path) -> BertfeatError:
+    return BertfeatError(f"feature file not found: {path}", "check the path, or write it with `bertfeat extract`")
+
+
+def no_features_error(path: Path, columns: list[str]) -> BertfeatError:
+    return BertfeatError(
+        f"{path} has no feature columns: expected '{EMBEDDING_COLUMN}' or f0..f{{d-1}}, found {columns}",
+        "pass a feature file written by `bertfeat extract`",
+    )
+
+
+def wide_dim(path: Path, columns: list[str]) -> int:
+    """d of a wide layout: the columns f0..f{d-1} must all be there."""
+    idx = sorted(int(m.group(1)) for c in columns if (m := WIDE_COLUMN_RE.match(c)))
+    if not idx:
+        raise no_features_error(path, columns)
+    if idx != list(range(len(idx))):
+        raise BertfeatError(f"{path}: feature columns f0..f{{d-1}} are not contiguous", "re-extract the features")
+    return len(idx)
+
+
+def pick_id_column(layout: Mapping, others: list[str]) -> str | None:
+    """The id column: the one the layout names, else the first non-feature column, else None."""
+    name = layout.get("id_column")
+    if name in others:
+        return name
+    return others[0] if others and not layout else None
+
+
+def to_arrow(values: Any, typ: pa.DataType, m: int, name: str) -> pa.Array:
+    """Convert a column chunk to an Arrow array of ``typ`` and length m."""
+    try:
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        if isinstance(values, np.ndarray):
+            values = values.copy()  # Arrow may wrap NumPy memory; the caller may reuse its buffer
+        arr = values.cast(typ) if isinstance(values, pa.Array) else pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+        raise BertfeatError(f"column {name!r} cannot be stored as {typ}: {e}", f"pass {typ} values for {name!r}") from None
+    if len(arr) != m:
+        raise BertfeatError(f"column {name!r} has {len(arr)} values for {m} feature rows", "pass one value per row")
+    return arr
+
+
+def wide_arrays(X: np.ndarray) -> list[pa.Array]:
+    """The columns f0..f{d-1} of a float32 (m, d) chunk as Arrow arrays."""
+    XT = np.ascontiguousarray(X.T)  # (dim, m): one contiguous buffer per column
+    return [pa.array(XT[j]) for j in range(X.shape[1])]
+
+
+def batch_ids(col: pa.Array | pa.ChunkedArray) -> np.ndarray | list:
+    """Ids as a NumPy array for integer ids, else a Python list."""
+    if pa.types.is_integer(col.type) and col.null_count == 0:
+        return col.to_numpy()
+    return col.to_pylist()
+
+
+def rebatch(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.Table]:
+    """Regroup a stream of record batches into tables of exactly n rows (the last may be shorter)."""
+    buf: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        buf.append(batch)
+        size += batch.num_rows
+        while size >= n:
+            table = pa.Table.from_batches(buf)
+            yield table.slice(0, n)
+            rest = table.slice(n)
+            buf, size = rest.to_batches(), rest.num_rows
+    if size:
+        yield pa.Table.from_batches(buf)
+
+
+# ----------------------------------------------------------------------------------------
+# the protocol
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """What a format writer is told when it opens a file (``FeatureWriter`` has checked it all)."""
+
+    path: Path  # the destination; nothing may exist there until finish()
+    dim: int
+    id_field: pa.Field
+    extra_fields: list[pa.Field]
+    wide: bool  # the caller's wide= (a format may ignore it)
+    row_group_rows: int  # rows per row group (formats that have row groups)
+    metadata: dict  # the provenance known at open: metadata, rows (None unless given), layout with rows 0
+
+
+class FeatureFile:
+    """One feature-file format (see the module docstring); subclasses set ``name`` and ``suffix``.
+
+    Write side: an instance streams one file; the ``FeatureWriter`` in front of it checks the
+    arguments, converts ids and extras to Arrow, counts rows and builds the metadata.
+    """
+
+    #: The format's name (``--format``, the layout's ``format``), the key of ``registry.FILE_FORMATS``.
+    name: ClassVar[str]
+    #: The file-name suffix that selects this format when none is given.
+    suffix: ClassVar[str]
+
+    # -- write side: what the file holds -----------------------------------------------------------
+
+    @classmethod
+    def named_feature_columns(cls, wide: bool) -> tuple[str, ...]:
+        """Column names the features take besides f0..f{d-1} (an extra column may not reuse them)."""
+        return ()
+
+    @classmethod
+    def numbered_feature_columns(cls, wide: bool) -> bool:
+        """True when names f<j> are reserved for features (an extra column may not use them)."""
+        return True
+
+    @classmethod
+    def layout_wide(cls, wide: bool) -> bool:
+        """The layout's ``wide``: the features are stored as columns f0..f{d-1}."""
+        return True
+
+    # -- write side: streaming ---------------------------------------------------------------------
+
+    def __init__(self, spec: WriteSpec):
+        """Open the temporary file(s) beside ``spec.path``."""
+        raise NotImplementedError
+
+    def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
+        """Add a chunk: the id column then the extras (Arrow, m rows each), X float32 C-order (m, dim)."""
+        raise NotImplementedError
+
+    def finish(self, metadata_text: str) -> None:
+        """Write the provenance, close, and move everything into place (side files first, ``spec.path`` last)."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Close quietly and delete the temporary files; ``spec.path`` is left untouched."""
+        raise NotImplementedError
+
+    # -- read side ---------------------------------------------------------------------------------
+
+    @classmethod
+    def read_metadata_text(cls, path: Path) -> str | None:
+        """The provenance JSON text of the file at ``path`` (None when it has none): by default its ``.json`` side file."""
+        side = provenance_path(path)
+        return side.read_text(encoding="utf-8") if side.is_file() else None
+
+    @classmethod
+    def open_source(cls, path: Path, meta: dict) -> FeatureSource:
+        """Detect the layout of the file at ``path`` (``meta``: its provenance) for streaming."""
+        raise NotImplementedError
+
+    @classmethod
+    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:
+        """Yield the chunks of ``src`` in file order, at most ``batch_rows`` rows each."""
+        raise NotImplementedError
+
+
+@dataclass
+class FeatureSource:
+    """An opened feature file: its layout and a streaming reader (see ``open_features``)."""
+
+    path: Path
+    fmt: str
+    meta: dict
+    dim: int
+    id_name: str | None  # None: no id column, ids are row numbers
+    id_type: pa.DataType | None  # None: unknown (CSV without layout), inferred when read
+    wide: bool
+    extra_columns: dict[str, pa.DataType | None] = field(default_factory=dict)
+    rows: int | None = None
+    _columns: list[str] = field(default_factory=list)
+    #: The format class that reads the file (set by its ``open_source``).
+    file_format: type[FeatureFile] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def fingerprint(self) -> dict | None:
+        """The feature-source fingerprint from the metadata."""
+        return feature_fingerprint(self.meta)
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns to read, in order (Parquet: id, features, extras)."""
+        return self._columns
+
+    def batches(self, batch_rows: int = 65536, *, ahead: int = 0) -> Iterator[Chunk]:
+        """Yield (ids, X float32 (m, d), extras name -> Arrow array) chunks in file order.
+
+        ``ahead`` > 0 reads that many chunks ahead in a background thread (``read_ahead``),
+        so decoding the next chunk overlaps the caller's work on this one.
+        """
+        batch_rows = max(1, int(batch_rows))
+        chunks = self.file_format.read_chunks(self, batch_rows)
+        yield from read_ahead(chunks, ahead) if ahead > 0 else chunks
+
+    def make_chunk(self, table: pa.Table | pa.RecordBatch, X: np.ndarray, start: int) -> Chunk:
+        """(ids, X, extras) of rows start.. : ids from the id column (else row numbers), the extras from ``table``."""
+        m = X.shape[0]
+        if self.id_name is not None and self.id_name in table.column_names:
+            ids = batch_ids(table.column(self.id_name))
+        else:
+            ids = np.arange(start, start + m, dtype=np.int64)
+        extras = {}
+        for name in self.extra_columns:
+            col = table.column(name)
+            extras[name] = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        return ids, X, extras
+
+    def wide_matrix(self, table: pa.Table | pa.RecordBatch) -> np.ndarray:
+        """(m, d) float32 from the columns f0..f{d-1} of ``table``."""
+        X = np.empty((table.num_rows, self.dim), dtype=np.float32)
+        for j in range(self.dim):
+            col = table.column(f"f{j}")
+            if col.null_count:
+                raise BertfeatError(f"{self.path}: column f{j} has missing values", "re-extract the features")
+            X[:, j] = col.to_numpy()
+        return X
+
+    def csv_types(self) -> dict[str, pa.DataType]:
+        """Column types to read a CSV of this source with: the known id and extra types."""
+        types = {k: t for k, t in self.extra_columns.items() if t is not None}
+        if self.id_name is not None and self.id_type is not None:
+            types[self.id_name] = self.id_type
+        return types

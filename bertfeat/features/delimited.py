@@ -1,0 +1,108 @@
+"""The CSV feature file, and reading bertfeat's CSV files (the .npy's ids file is one too).
+
+Columns: the id column, the extras, then ``f0 .. f{d-1}`` (float32 written by Arrow's CSV
+writer); provenance in ``<path>.json`` (e.g. ``out.csv.json``). A CSV without provenance is read
+with its first non-feature column as the id and the column types inferred.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+
+from ..atomic import AtomicFile, write_atomic
+from ..errors import BertfeatError
+from .base import (
+    WIDE_COLUMN_RE,
+    Chunk,
+    FeatureFile,
+    FeatureSource,
+    WriteSpec,
+    declared_extra_types,
+    pick_id_column,
+    provenance_path,
+    rebatch,
+    type_from_str,
+    wide_arrays,
+    wide_dim,
+)
+
+
+def open_csv(path: Path, types: Mapping[str, pa.DataType]) -> Iterator[pa.RecordBatch]:
+    """Stream a CSV as record batches with the given column types."""
+    opts = pcsv.ConvertOptions(column_types=dict(types), strings_can_be_null=False)
+    try:
+        reader = pcsv.open_csv(path, convert_options=opts, read_options=pcsv.ReadOptions(block_size=8 << 20))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise BertfeatError(f"cannot read {path} as CSV ({e})", "pass a feature CSV written by bertfeat") from None
+    while True:
+        try:
+            yield reader.read_next_batch()
+        except StopIteration:
+            return
+        except pa.ArrowInvalid as e:
+            raise BertfeatError(f"bad value in {path} ({e})", "re-extract the features") from None
+
+
+def csv_header(path: Path) -> list[str]:
+    """The column names in the first line of a CSV ([] when it is empty)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        return next(csv.reader(f), [])
+
+
+class CsvFile(FeatureFile):
+    """A CSV feature file: one row per input row, the features as columns f0..f{d-1} after the id and extras."""
+
+    name = "csv"
+    suffix = ".csv"
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def __init__(self, spec: WriteSpec):
+        self.spec = spec
+        self._main = AtomicFile(spec.path)
+        feature_fields = [pa.field(f"f{j}", pa.float32()) for j in range(spec.dim)]
+        self._schema = pa.schema([spec.id_field, *spec.extra_fields, *feature_fields])
+        self._csv = pcsv.CSVWriter(str(self._main.tmp), self._schema)
+
+    def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
+        self._csv.write_batch(pa.record_batch([*columns.values(), *wide_arrays(X)], schema=self._schema))
+
+    def finish(self, metadata_text: str) -> None:
+        self._csv.close()
+        write_atomic(provenance_path(self.spec.path), metadata_text + "\n")
+        self._main.commit()
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._csv.close()
+        self._main.discard()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @classmethod
+    def open_source(cls, path: Path, meta: dict) -> FeatureSource:
+        layout = meta.get("layout") or {}
+        declared = declared_extra_types(layout)
+        header = csv_header(path)
+        dim = wide_dim(path, header)
+        others = [c for c in header if not WIDE_COLUMN_RE.match(c)]
+        id_name = pick_id_column(layout, others)
+        id_type = type_from_str(layout.get("id_type")) if layout.get("id_column") == id_name and id_name else None
+        extras = {c: declared.get(c) for c in others if c != id_name}
+        rows = meta.get("layout", {}).get("rows")
+        return FeatureSource(path, cls.name, meta, dim, id_name, id_type, True, extras, rows, file_format=cls)
+
+    @classmethod
+    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:
+        types = src.csv_types() | {f"f{j}": pa.float32() for j in range(src.dim)}
+        start = 0
+        for table in rebatch(open_csv(src.path, types), batch_rows):
+            yield src.make_chunk(table, src.wide_matrix(table), start)
+            start += table.num_rows

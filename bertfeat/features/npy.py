@@ -1,0 +1,137 @@
+"""The .npy feature file: a plain float32 (n, d) array, its ids in a CSV side file.
+
+``out.npy`` holds a C-order little-endian float32 (n, d) array (NumPy reads it without
+bertfeat); the ids and extras go to ``out.ids.csv`` (header = column names), the provenance to
+``out.npy.json``. The array is streamed after a fixed 128-byte header that is rewritten with the
+final row count at the end. A .npy without an ids file is read with row numbers as ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+
+from ..atomic import AtomicFile, write_atomic
+from ..errors import BertfeatError
+from .base import (
+    Chunk,
+    FeatureFile,
+    FeatureSource,
+    WriteSpec,
+    declared_extra_types,
+    pick_id_column,
+    provenance_path,
+    rebatch,
+    type_from_str,
+)
+from .delimited import csv_header, open_csv
+
+#: Total size of the .npy header we reserve (magic + length + padded dict), rewritten at close.
+NPY_HEADER_BYTES = 128
+
+
+def ids_sidecar_path(path: str | os.PathLike) -> Path:
+    """``out.npy`` -> ``out.ids.csv`` (ids and extras of a .npy feature file)."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.ids.csv")
+
+
+def npy_header(n: int, d: int) -> bytes:
+    """A version-1.0 .npy header for a C-order little-endian float32 (n, d) array, exactly 128 bytes."""
+    text = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (n, d)
+    body_len = NPY_HEADER_BYTES - 10
+    if len(text) + 1 > body_len:
+        raise BertfeatError(f"cannot write a .npy of shape ({n}, {d})", "use the parquet format")
+    body = (text.ljust(body_len - 1) + "\n").encode("latin1")
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", body_len) + body
+
+
+class NpyFile(FeatureFile):
+    """A .npy feature file with its ids file (``out.ids.csv``) and provenance (``out.npy.json``)."""
+
+    name = "npy"
+    suffix = ".npy"
+
+    @classmethod
+    def layout_wide(cls, wide: bool) -> bool:
+        return False
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def __init__(self, spec: WriteSpec):
+        self.spec = spec
+        self._main = AtomicFile(spec.path)
+        self._npy = open(self._main.tmp, "wb")
+        self._npy.write(npy_header(0, spec.dim))
+        self._ids = AtomicFile(ids_sidecar_path(spec.path))
+        self._schema = pa.schema([spec.id_field, *spec.extra_fields])
+        self._csv = pcsv.CSVWriter(str(self._ids.tmp), self._schema)
+        self._rows = 0
+
+    def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
+        self._npy.write(memoryview(X).cast("B"))
+        self._csv.write_batch(pa.record_batch(list(columns.values()), schema=self._schema))
+        self._rows += X.shape[0]
+
+    def finish(self, metadata_text: str) -> None:
+        self._csv.close()
+        self._npy.seek(0)
+        self._npy.write(npy_header(self._rows, self.spec.dim))
+        self._npy.close()
+        self._ids.commit()
+        write_atomic(provenance_path(self.spec.path), metadata_text + "\n")
+        self._main.commit()
+
+    def abort(self) -> None:
+        for obj in (self._csv, self._npy):
+            with contextlib.suppress(Exception):
+                obj.close()
+        self._main.discard()
+        self._ids.discard()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @classmethod
+    def open_source(cls, path: Path, meta: dict) -> FeatureSource:
+        layout = meta.get("layout") or {}
+        declared = declared_extra_types(layout)
+        try:
+            arr = np.load(path, mmap_mode="r")
+        except (ValueError, OSError) as e:
+            raise BertfeatError(f"{path} is not a readable .npy file ({e})", "pass a feature file") from None
+        if arr.ndim != 2 or arr.dtype.kind != "f":
+            raise BertfeatError(f"{path} holds a {arr.dtype} array of shape {arr.shape}, not (rows, d) floats", "pass a feature matrix")
+        side = ids_sidecar_path(path)
+        id_name, id_type, extras = None, pa.int64(), {}
+        if side.is_file():
+            header = csv_header(side)
+            id_name = pick_id_column(layout, header) or (header[0] if header else None)
+            id_type = type_from_str(layout.get("id_type")) if layout.get("id_column") == id_name else None
+            extras = {c: declared.get(c) for c in header if c != id_name}
+        return FeatureSource(path, cls.name, meta, arr.shape[1], id_name, id_type, False, extras, arr.shape[0], file_format=cls)
+
+    @classmethod
+    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:
+        arr = np.load(src.path, mmap_mode="r")
+        n = arr.shape[0]
+        side = ids_sidecar_path(src.path)
+        tables: Iterator[pa.Table | None]
+        if side.is_file():
+            tables = rebatch(open_csv(side, src.csv_types()), batch_rows)
+        else:
+            tables = iter(lambda: None, 0)  # endless Nones: ids are row numbers
+        for start in range(0, n, batch_rows):
+            X = np.array(arr[start : start + batch_rows], dtype=np.float32)
+            table = next(tables, None)
+            if side.is_file() and (table is None or table.num_rows != X.shape[0]):
+                raise BertfeatError(f"{side} does not have one row per row of {src.path}", "re-extract the features")
+            yield src.make_chunk(table if table is not None else pa.table({}), X, start)
+        if side.is_file() and next(tables, None) is not None:
+            raise BertfeatError(f"{side} has more rows than {src.path} ({n})", "re-extract the features")

@@ -1,0 +1,184 @@
+"""The Parquet feature file (the default format): writing it in row groups, reading it back.
+
+Columns: the id column (the user's id column, or ``row`` = 0-based input row number, int64),
+``embedding`` as ``fixed_size_list<float32>[d]`` (or, ``wide=True``, columns ``f0 .. f{d-1}``
+float32), then optional extras (``n_tokens`` int32, ``truncated`` bool, ``n_chunks`` int32, ...).
+Provenance: the file's key-value metadata key ``bertfeat`` = JSON text, also in the stored Arrow
+schema (so ``pq.read_schema`` sees it). Rows are buffered into row groups of ``row_group_rows``.
+
+Reading also takes foreign Parquet files: a variable-length list ``embedding`` (its width from
+the layout), or ``f0 ..`` columns, and no metadata.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..atomic import AtomicFile
+from ..errors import BertfeatError
+from .base import (
+    EMBEDDING_COLUMN,
+    METADATA_KEY,
+    Chunk,
+    FeatureFile,
+    FeatureSource,
+    WriteSpec,
+    dumps_metadata,
+    pick_id_column,
+    wide_arrays,
+    wide_dim,
+)
+
+
+def b64_schema(schema: pa.Schema) -> str:
+    """The ``ARROW:schema`` value Parquet writers store: base64 of the IPC-serialized schema."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def embedding_matrix(col: pa.Array, d: int, path: Path, start: int) -> np.ndarray:
+    """(m, d) float32 from a fixed-size or variable list column of floats."""
+    if col.null_count:
+        bad = start + col.is_null().to_numpy(zero_copy_only=False).argmax()
+        raise BertfeatError(f"{path}: row {bad} has no embedding (null)", "re-extract the features")
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+        lengths = col.value_lengths().to_numpy()
+        if (lengths != d).any():
+            bad = start + int(np.argmax(lengths != d))
+            raise BertfeatError(f"{path}: row {bad} has an embedding of length {lengths[bad - start]}, expected {d}", "re-extract the features")
+    values = col.flatten().to_numpy(zero_copy_only=False)  # flatten respects slicing
+    return np.asarray(values, dtype=np.float32).reshape(len(col), d)
+
+
+class ParquetFile(FeatureFile):
+    """A Parquet feature file: one stream of row groups, the provenance in the footer."""
+
+    name = "parquet"
+    suffix = ".parquet"
+
+    @classmethod
+    def named_feature_columns(cls, wide: bool) -> tuple[str, ...]:
+        return () if wide else (EMBEDDING_COLUMN,)
+
+    @classmethod
+    def numbered_feature_columns(cls, wide: bool) -> bool:
+        return wide
+
+    @classmethod
+    def layout_wide(cls, wide: bool) -> bool:
+        return wide
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def __init__(self, spec: WriteSpec):
+        self.spec = spec
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffered = 0
+        self._main = AtomicFile(spec.path)
+        if spec.wide:
+            feature_fields = [pa.field(f"f{j}", pa.float32()) for j in range(spec.dim)]
+        else:
+            feature_fields = [pa.field(EMBEDDING_COLUMN, pa.list_(pa.float32(), spec.dim))]
+        fields = [spec.id_field, *feature_fields, *spec.extra_fields]
+        self._schema = pa.schema(fields, metadata={METADATA_KEY: dumps_metadata(spec.metadata)})
+        self._sink = pa.OSFile(str(self._main.tmp), "wb")
+        self._pq = pq.ParquetWriter(self._sink, self._schema)
+
+    def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
+        m = X.shape[0]
+        if self.spec.wide:
+            feats = wide_arrays(X)
+        else:
+            # a copy: Arrow wraps NumPy memory and the rows stay buffered after write() returns
+            feats = [pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1).copy()), self.spec.dim)]
+        id_col, *extra_cols = columns.values()
+        batch = pa.record_batch([id_col, *feats, *extra_cols], schema=self._schema)
+        self._buffer.append(batch)
+        self._buffered += m
+        if self._buffered >= self.spec.row_group_rows:
+            self._flush(whole_groups_only=True)
+
+    def _flush(self, whole_groups_only: bool = False) -> None:
+        """Write buffered rows as row groups of ``row_group_rows`` (keep a partial group if asked)."""
+        if not self._buffer:
+            return
+        n = self.spec.row_group_rows
+        table = pa.Table.from_batches(self._buffer, schema=self._schema)
+        keep = table.num_rows % n if whole_groups_only else 0
+        self._pq.write_table(table.slice(0, table.num_rows - keep), row_group_size=n)
+        self._buffer = table.slice(table.num_rows - keep).to_batches() if keep else []
+        self._buffered = keep
+
+    def finish(self, metadata_text: str) -> None:
+        self._flush()
+        schema = self._schema.with_metadata({METADATA_KEY: metadata_text})
+        # file key-value metadata, and the stored Arrow schema so pq.read_schema sees it too
+        self._pq.add_key_value_metadata({METADATA_KEY: metadata_text, "ARROW:schema": b64_schema(schema)})
+        self._pq.close()
+        self._sink.close()
+        self._main.commit()
+
+    def abort(self) -> None:
+        for obj in (self._pq, self._sink):
+            with contextlib.suppress(Exception):
+                obj.close()
+        self._main.discard()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @classmethod
+    def read_metadata_text(cls, path: Path) -> str | None:
+        try:
+            pf = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise BertfeatError(f"{path} is not a readable Parquet file ({e})", "pass a feature file") from None
+        kv = pf.metadata.metadata or {}
+        raw = kv.get(METADATA_KEY.encode()) or (pf.schema_arrow.metadata or {}).get(METADATA_KEY.encode())
+        return raw.decode("utf-8") if raw else None
+
+    @classmethod
+    def open_source(cls, path: Path, meta: dict) -> FeatureSource:
+        layout = meta.get("layout") or {}
+        schema = pq.read_schema(path)
+        names = schema.names
+        rows = pq.ParquetFile(path).metadata.num_rows
+        if EMBEDDING_COLUMN in names:
+            typ = schema.field(EMBEDDING_COLUMN).type
+            if pa.types.is_fixed_size_list(typ):
+                dim = typ.list_size
+            elif (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and layout.get("dim"):
+                dim = int(layout["dim"])
+            else:
+                raise BertfeatError(f"{path}: column '{EMBEDDING_COLUMN}' has type {typ}, not a list of floats", "re-extract the features")
+            wide, feature_cols = False, [EMBEDDING_COLUMN]
+        else:
+            dim, wide = wide_dim(path, names), True
+            feature_cols = [f"f{j}" for j in range(dim)]
+        others = [c for c in names if c not in feature_cols]
+        id_name = pick_id_column(layout, others)
+        id_type = schema.field(id_name).type if id_name else pa.int64()
+        extras = {c: schema.field(c).type for c in others if c != id_name}
+        columns = ([id_name] if id_name else []) + feature_cols + list(extras)
+        return FeatureSource(path, cls.name, meta, dim, id_name, id_type, wide, extras, rows, columns, file_format=cls)
+
+    @classmethod
+    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:
+        # One row group at a time: a batch never spans two row groups, so the embedding
+        # column of each batch is one contiguous Arrow buffer and X is a zero-copy view of
+        # it (batches across a group boundary are concatenated first, twice as slow).
+        pf = pq.ParquetFile(src.path)
+        start = 0
+        for group in range(pf.num_row_groups):
+            for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=src.columns, use_threads=True):
+                if src.wide:
+                    X = src.wide_matrix(batch)
+                else:
+                    X = embedding_matrix(batch.column(EMBEDDING_COLUMN), src.dim, src.path, start)
+                yield src.make_chunk(batch, X, start)
+                start += batch.num_rows

@@ -1,0 +1,58 @@
+"""Reading feature files, whatever their format: metadata, the opened source, streaming, the whole matrix.
+
+The format comes from the file's suffix (``registry.feature_format``); its ``FeatureFile``
+class reads the metadata and the layout, and streams the chunks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import FeatureSource, missing_file_error, parse_metadata
+from .registry import file_format
+
+
+def read_feature_metadata(path: str | os.PathLike) -> dict:
+    """The provenance dict of a feature file ({} when it has none)."""
+    path = Path(path)
+    if not path.is_file():
+        raise missing_file_error(path)
+    return parse_metadata(path, file_format(path).read_metadata_text(path))
+
+
+def open_features(path: str | os.PathLike) -> FeatureSource:
+    """Open a feature file for streaming: detect its layout from metadata and columns."""
+    path = Path(path)
+    if not path.is_file():
+        raise missing_file_error(path)
+    meta = read_feature_metadata(path)
+    return file_format(path).open_source(path, meta)
+
+
+def iter_features(
+    path: str | os.PathLike, batch_rows: int = 65536, *, with_extras: bool = False
+) -> Iterator[tuple]:
+    """Stream a feature file: yield (ids, X float32 (m, d)) chunks in order (plus extras if asked)."""
+    for ids, X, extras in open_features(path).batches(batch_rows):
+        yield (ids, X, extras) if with_extras else (ids, X)
+
+
+def read_features(path: str | os.PathLike) -> tuple[Any, np.ndarray, dict]:
+    """Read a whole feature file: (ids, X float32 (n, d), metadata). Holds every row in memory."""
+    src = open_features(path)
+    id_parts, parts = [], []
+    for ids, X, _ in src.batches():
+        id_parts.append(ids)
+        parts.append(X)
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, src.dim), dtype=np.float32), src.meta
+    if all(isinstance(p, np.ndarray) for p in id_parts):
+        ids: Any = np.concatenate(id_parts)
+    else:
+        ids = [i for p in id_parts for i in (p.tolist() if isinstance(p, np.ndarray) else p)]
+    return ids, np.concatenate(parts), src.meta

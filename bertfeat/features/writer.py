@@ -1,0 +1,149 @@
+"""``FeatureWriter``: the one writer of feature files, whatever their format.
+
+It owns what every format shares: checking the arguments and each chunk, converting ids and
+extras to Arrow, counting rows, the provenance dict (``final_metadata``) and the atomic
+close / abort contract. The bytes on disk are the format class's (``registry.FILE_FORMATS``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import BertfeatError
+from .base import ROW_GROUP_BYTES, WIDE_COLUMN_RE, WriteSpec, dumps_metadata, to_arrow
+from .registry import FILE_FORMATS, feature_format
+
+
+class FeatureWriter:
+    """Stream feature rows into a Parquet, .npy or .csv feature file, atomically.
+
+    ``write(ids, X, extras)`` appends a chunk (X is (m, dim), cast to float32; ids may be
+    None for ``row`` ids, which then count from 0). ``close(metadata_update)`` writes the
+    metadata and moves the files into place; ``abort()`` deletes the temporary files. As a
+    context manager it closes on success and aborts on an exception. Until ``close()``
+    returns, nothing exists at ``path``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        fmt: str | None = None,
+        dim: int | None = None,
+        id_name: str = "row",
+        id_type: pa.DataType = pa.int64(),
+        metadata: Mapping | None = None,
+        wide: bool = False,
+        extra_columns: Mapping[str, pa.DataType] | None = None,
+        row_group_rows: int | None = None,
+    ):
+        if dim is None or int(dim) < 1:
+            raise BertfeatError(f"FeatureWriter needs the feature width dim >= 1, got {dim!r}", "pass dim=d")
+        self.path = Path(path)
+        self.fmt = feature_format(self.path, fmt)
+        file_class = FILE_FORMATS[self.fmt]
+        self.dim = int(dim)
+        self.id_name = id_name
+        self.id_type = id_type
+        self.metadata = dict(metadata or {})
+        self.wide = bool(wide)
+        self.extra_columns = dict(extra_columns or {})
+        self._layout_wide = file_class.layout_wide(self.wide)
+        names = [id_name, *self.extra_columns, *file_class.named_feature_columns(self.wide)]
+        numbered = file_class.numbered_feature_columns(self.wide)
+        clash = {n for n in names if names.count(n) > 1 or numbered and WIDE_COLUMN_RE.match(n)}
+        if clash:
+            raise BertfeatError(f"column name(s) {sorted(clash)} clash with each other or the feature columns", "rename them")
+        self.rows = 0
+        self.row_group_rows = row_group_rows or max(1024, ROW_GROUP_BYTES // (4 * self.dim))
+        self._closed = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        spec = WriteSpec(
+            path=self.path,
+            dim=self.dim,
+            id_field=pa.field(self.id_name, self.id_type),
+            extra_fields=[pa.field(k, v) for k, v in self.extra_columns.items()],
+            wide=self.wide,
+            row_group_rows=self.row_group_rows,
+            metadata=self.metadata | {"rows": self.metadata.get("rows"), "layout": self._layout()},
+        )
+        self._file = file_class(spec)
+
+    def _layout(self) -> dict:
+        return {
+            "format": self.fmt,
+            "id_column": self.id_name,
+            "id_type": str(self.id_type),
+            "dim": self.dim,
+            "wide": self._layout_wide,
+            "extra_columns": {k: str(v) for k, v in self.extra_columns.items()},
+            "rows": self.rows,
+        }
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def write(self, ids: Any, X: Any, extras: Mapping[str, Any] | None = None) -> None:
+        """Append a chunk: ids (m,) (None: consecutive row numbers), X (m, dim), extras name -> (m,)."""
+        if self._closed:
+            raise BertfeatError(f"the feature writer for {self.path} is already closed", "open a new FeatureWriter")
+        X = np.asarray(X)
+        if X.ndim != 2 or X.shape[1] != self.dim:
+            raise BertfeatError(
+                f"feature chunk has shape {X.shape}, expected (rows, {self.dim})", f"pass a 2-D array with {self.dim} columns"
+            )
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        m = X.shape[0]
+        if ids is None:
+            ids = np.arange(self.rows, self.rows + m, dtype=np.int64)
+        columns = {self.id_name: to_arrow(ids, self.id_type, m, self.id_name)}
+        extras = dict(extras or {})
+        unknown = sorted(set(extras) - set(self.extra_columns))
+        if unknown:
+            raise BertfeatError(
+                f"extra column(s) {unknown} were not declared", "list them in extra_columns= when creating the FeatureWriter"
+            )
+        for name, typ in self.extra_columns.items():
+            columns[name] = to_arrow(extras[name], typ, m, name) if name in extras else pa.nulls(m, typ)
+        self._file.append(columns, X)
+        self.rows += m
+
+    # -- finishing -----------------------------------------------------------------------------
+
+    def final_metadata(self, metadata_update: Mapping | None = None) -> dict:
+        """The provenance dict close() writes: metadata + update + rows + layout."""
+        meta = self.metadata | dict(metadata_update or {})
+        if meta.get("rows") is None:
+            meta["rows"] = self.rows
+        meta["layout"] = self._layout()
+        return meta
+
+    def close(self, metadata_update: Mapping | None = None) -> Path:
+        """Finish the file(s), write the metadata and move everything into place; returns ``path``."""
+        if self._closed:
+            return self.path
+        try:
+            self._file.finish(dumps_metadata(self.final_metadata(metadata_update)))
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        return self.path
+
+    def abort(self) -> None:
+        """Stop writing and delete the temporary files; ``path`` is left untouched."""
+        self._closed = True
+        self._file.abort()
+
+    def __enter__(self) -> FeatureWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self._closed:
+            self.close()

@@ -1,0 +1,130 @@
+"""bertfeat.atomic: a failed write leaves the old file and no temporary; a successful one replaces it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import bertfeat.atomic as atomic
+from bertfeat.atomic import AtomicFile, atomic_output, temp_path_for, write_atomic
+
+
+def listing(d):
+    return sorted(p.name for p in d.iterdir())
+
+
+@pytest.fixture
+def old(tmp_path):
+    path = tmp_path / "out.json"
+    path.write_text("old\n", encoding="utf-8")
+    return path
+
+
+def test_temp_name_is_beside_the_destination(tmp_path):
+    tmp = temp_path_for(tmp_path / "out.npy")
+    assert tmp.parent == tmp_path and tmp.name == f".out.npy.tmp-{os.getpid()}"
+    assert AtomicFile(tmp_path / "out.npy").tmp == tmp
+
+
+@pytest.mark.parametrize("data,expected", [("new ✓\n", "new ✓\n".encode()), (b"\x00\x01new", b"\x00\x01new")])
+def test_write_atomic_replaces(old, data, expected):
+    assert write_atomic(old, data) == old
+    assert old.read_bytes() == expected
+    assert listing(old.parent) == ["out.json"]
+
+
+def test_write_atomic_creates_and_encodes(tmp_path):
+    write_atomic(tmp_path / "a.txt", "é", encoding="latin-1")
+    assert (tmp_path / "a.txt").read_bytes() == b"\xe9"
+    assert listing(tmp_path) == ["a.txt"]
+
+
+def test_atomic_output_replaces(old):
+    with atomic_output(old) as tmp:
+        assert tmp == temp_path_for(old) and tmp.parent == old.parent
+        tmp.write_text("new\n", encoding="utf-8")
+        assert old.read_text() == "old\n"  # nothing moves before the block ends
+    assert old.read_text() == "new\n"
+    assert listing(old.parent) == ["out.json"]
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_atomic_output_failure_keeps_the_old_file(old, exc):
+    with pytest.raises(type(exc)):
+        with atomic_output(old) as tmp:
+            tmp.write_text("half a fi", encoding="utf-8")
+            raise exc
+    assert old.read_text() == "old\n"
+    assert listing(old.parent) == ["out.json"]
+
+
+@pytest.mark.parametrize("exc", [OSError("disk full"), KeyboardInterrupt()])
+def test_failed_commit_keeps_the_old_file(old, monkeypatch, exc):
+    def replace(src, dst):
+        raise exc
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(type(exc)):
+        write_atomic(old, "new\n")
+    with pytest.raises(type(exc)):
+        with atomic_output(old) as tmp:
+            tmp.write_text("new\n", encoding="utf-8")
+    assert old.read_text() == "old\n"
+    assert listing(old.parent) == ["out.json"]
+
+
+def test_failure_without_a_temp_file_is_fine(tmp_path):
+    with pytest.raises(RuntimeError):
+        with atomic_output(tmp_path / "never.txt"):
+            raise RuntimeError("before anything was written")
+    assert listing(tmp_path) == []
+
+
+def test_atomic_file_commit_and_discard(old):
+    f = AtomicFile(old)
+    with open(f.tmp, "wb") as fh:  # a writer that lives across calls opens the temp path itself
+        fh.write(b"streamed")
+    assert old.read_text() == "old\n"
+    assert f.commit() == old
+    assert old.read_bytes() == b"streamed" and listing(old.parent) == ["out.json"]
+    g = AtomicFile(old)
+    g.tmp.write_bytes(b"abandoned")
+    g.discard()
+    g.discard()  # idempotent
+    assert old.read_bytes() == b"streamed" and listing(old.parent) == ["out.json"]
+
+
+def test_atomic_file_context_manager(old):
+    with AtomicFile(old) as f:
+        f.tmp.write_text("ctx\n")
+    assert old.read_text() == "ctx\n"
+    with pytest.raises(ValueError):
+        with AtomicFile(old) as f:
+            f.tmp.write_text("lost\n")
+            raise ValueError
+    assert old.read_text() == "ctx\n" and listing(old.parent) == ["out.json"]
+
+
+def test_commit_fsyncs_the_file_then_the_directory(old, monkeypatch):
+    calls = []
+    real_replace = os.replace
+    monkeypatch.setattr(atomic, "fsync_file", lambda p: calls.append(("file", p)))
+    monkeypatch.setattr(atomic, "fsync_dir", lambda p: calls.append(("dir", p)))
+    monkeypatch.setattr(atomic.os, "replace", lambda a, b: (calls.append(("replace", a, b)), real_replace(a, b)))
+    write_atomic(old, "new\n")
+    tmp = temp_path_for(old)
+    assert calls == [("file", tmp), ("replace", tmp, old), ("dir", old.parent)]
+
+
+def test_fsync_helpers_run(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    atomic.fsync_file(tmp_path / "f")
+    atomic.fsync_dir(tmp_path)
+    atomic.fsync_dir(tmp_path / "missing")  # best effort: no error
+
+
+def test_features_reexports_the_same_helpers():
+    import bertfeat.features as features
+
+    assert features.atomic_output is atomic_output and features.temp_path_for is temp_path_for
