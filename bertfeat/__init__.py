@@ -1,6 +1,6 @@
 """bertfeat: offline BERT sentence features in pure NumPy."""
 
-__version__ = "0.2.0"
+from .version import __version__  # noqa: E402
 
 from .threads import prefer_avx512_blas  # noqa: E402  (must run before NumPy loads)
 

@@ -19,7 +19,7 @@ MODEL_HELP = "Model: a local directory, a hub id in the Hugging Face cache, or a
 
 
 def _consoles():
-    from .cli import err_console, out_console
+    from .console import err_console, out_console
 
     return out_console, err_console
 

@@ -35,39 +35,13 @@ from pathlib import Path
 import numpy as np
 
 from . import onednn
+from .bf16 import from_bf16, to_bf16  # noqa: F401  (gemm.to_bf16 / gemm.from_bf16 are public here too)
 from .errors import BertfeatError, opt
 
 PRECISIONS = ("fp32", "bf16", "int8")  # what a model runs in
 PRECISION_CHOICES = ("fp32", "bf16", "int8", "auto")  # what a user may ask for
 GEMM_BACKENDS = ("numpy", "onednn")
 FAST_HINT = onednn.HINT
-
-
-# --------------------------------------------------------------------------- bf16 bit patterns
-def to_bf16(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """float32 array -> uint16 bf16 bit patterns, rounded to nearest, ties to even; NaN stays NaN.
-
-    The NumPy path (weights at load, and activations when the numba kernels are off); the kernels in
-    kernels.py round the same way.
-    """
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    u = x.view(np.uint32)
-    r = (u >> 16) & np.uint32(1)
-    r += np.uint32(0x7FFF)
-    r += u  # wraps only for NaN payloads, fixed below
-    r >>= 16
-    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    if nan.any():
-        r[nan] = (u[nan] >> 16) | np.uint32(0x40)  # a quiet NaN of the same sign
-    if out is None:
-        return r.astype(np.uint16)
-    np.copyto(out, r.reshape(out.shape), casting="unsafe")
-    return out
-
-
-def from_bf16(b: np.ndarray) -> np.ndarray:
-    """uint16 bf16 bit patterns -> float32 (exact)."""
-    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 # --------------------------------------------------------------------------- CPU
@@ -229,10 +203,15 @@ def _resolve_int8() -> GemmPath:
                     f"first-token rows in {keep}", int8=acc, keep=keep)
 
 
-def resolve(precision: str) -> GemmPath:
-    """The GEMM path for a requested precision ("fp32", "bf16", "int8" or "auto"); refuses what cannot run here."""
+def check_precision(precision: str) -> None:
+    """A precision a user may ask for (PRECISION_CHOICES), else the error that lists them."""
     if precision not in PRECISION_CHOICES:
         raise BertfeatError(f"unknown precision '{precision}'", f"choose one of {', '.join(PRECISION_CHOICES)}")
+
+
+def resolve(precision: str) -> GemmPath:
+    """The GEMM path for a requested precision ("fp32", "bf16", "int8" or "auto"); refuses what cannot run here."""
+    check_precision(precision)
     if precision == "fp32":
         lib, why = fp32_library()
         return _fp32_path(lib, why, "fp32")

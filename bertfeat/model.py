@@ -72,29 +72,20 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.copysign(np.where(a < _ERF_SPLIT, small, large), x)
 
 
-# erf(z) = tanh(z P(z^2)) for |z| <= 4 (erf(4) = 1 - 1.5e-8 rounds to 1 in float32): P is a weighted least-
-# squares fit of atanh(erf(z)) / z in z^2, degree 6 (P(0) = 2/sqrt(pi)). Fitted in float64 with scipy's erf;
-# |erf error| < 7e-8, and the GELU built on it is within 8e-7 of the float64 exact GELU on [-12, 12]
-# (float32 rounding of x itself is 9.5e-7 at |x| = 10; torch's float32 GELU is 1.2e-6 off).
-_ERF_TANH_P = tuple(np.float32(c) for c in (1.1283795833587646, 0.1027657762169838, -0.00018451041250955313,
-                                            -0.0006259579677134752, 8.990698552224785e-05, -6.0318275245663244e-06,
-                                            1.6232166899499134e-07))
-
-
 def gelu_erf_(u: np.ndarray) -> np.ndarray:
     """In place: u -> 0.5 u (1 + erf(u / sqrt 2)), the exact GELU of hidden_act 'gelu'; returns u.
 
-    erf through one tanh of an odd polynomial (_ERF_TANH_P): about 20 in-place passes, a third of what
+    erf through one tanh of an odd polynomial (kernels.ERF_TANH_P): about 20 in-place passes, a third of what
     an erfc/exp formulation costs, which matters because this runs on every (N, F) FFN activation.
     """
     z = np.multiply(u, _SQRT_HALF)
     np.clip(z, np.float32(-4.0), np.float32(4.0), out=z)
     s = np.multiply(z, z)  # z^2
-    p = np.multiply(s, _ERF_TANH_P[-1])
-    for c in _ERF_TANH_P[-2:0:-1]:
+    p = np.multiply(s, kernels.ERF_TANH_P[-1])
+    for c in kernels.ERF_TANH_P[-2:0:-1]:
         p += c
         p *= s
-    p += _ERF_TANH_P[0]
+    p += kernels.ERF_TANH_P[0]
     p *= z
     np.tanh(p, out=p)  # erf(z)
     np.copyto(p, np.float32(-1.0), where=z <= np.float32(-4.0))  # erf(-4) = -1 in float32; tanh can be 1 ulp off

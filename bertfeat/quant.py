@@ -46,7 +46,7 @@ class QLinear:
         self.colsum = wq.sum(axis=0, dtype=np.int32)  # (N,)
         self.packed = onednn.pack(wq)
         if keep_dtype == "bf16":
-            from .gemm import to_bf16
+            from .bf16 import to_bf16
 
             self.keep = onednn.pack(to_bf16(w))
         else:

@@ -1,0 +1,35 @@
+"""bf16 as NumPy holds it: ``uint16`` arrays of the bit patterns (NumPy has no bf16 dtype).
+
+``to_bf16`` rounds float32 to the nearest bf16 (ties to even, as torch's ``.to(torch.bfloat16)``), ``from_bf16``
+widens exactly. The GEMM layer (gemm.py), the weights loader and the int8 scheme use them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def to_bf16(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 array -> uint16 bf16 bit patterns, rounded to nearest, ties to even; NaN stays NaN.
+
+    The NumPy path (weights at load, and activations when the numba kernels are off); the kernels in
+    kernels.py round the same way.
+    """
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(np.uint32)
+    r = (u >> 16) & np.uint32(1)
+    r += np.uint32(0x7FFF)
+    r += u  # wraps only for NaN payloads, fixed below
+    r >>= 16
+    nan = (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    if nan.any():
+        r[nan] = (u[nan] >> 16) | np.uint32(0x40)  # a quiet NaN of the same sign
+    if out is None:
+        return r.astype(np.uint16)
+    np.copyto(out, r.reshape(out.shape), casting="unsafe")
+    return out
+
+
+def from_bf16(b: np.ndarray) -> np.ndarray:
+    """uint16 bf16 bit patterns -> float32 (exact)."""
+    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)

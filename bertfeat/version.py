@@ -1,0 +1,3 @@
+"""The package version (its own module, so that modules that record it import no package __init__)."""
+
+__version__ = "0.2.0"
