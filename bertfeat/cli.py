@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-
-from . import __version__
+from .version import __version__
+from .console import err_console, out_console
 from .errors import BertfeatError
+from .plan import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS
 
 app = typer.Typer(
     name="bertfeat",
@@ -23,8 +23,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err_console = Console(stderr=True)
-out_console = Console()
 
 _DEBUG = False  # --debug: unexpected exceptions keep their traceback
 _ARGV: list[str] | None = None  # the arguments main() was called with (for the provenance's command line)
@@ -105,25 +103,19 @@ def extract(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last completed chunk."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files (else refused), or start over instead of resuming."),
     delimiter: Optional[str] = typer.Option(None, "--delimiter", help="CSV field delimiter: ',', ';', '|' or 'tab' (default: from the header line)."),
-    chunk_rows: int = typer.Option(2048, "--chunk-rows", help="Rows per chunk (the unit of resume)."),
+    chunk_rows: int = typer.Option(DEFAULT_CHUNK_ROWS, "--chunk-rows", help="Rows per chunk (the unit of resume)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Cores for the matrix products (default: all)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
     engine: str = typer.Option("local", "--engine", help="local (this process) or dask (a Dask cluster; output is a directory of part files)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="--engine dask: the scheduler, tcp://HOST:8786 (default: a local cluster)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: N local one-thread worker processes (default: one process with a thread per core, measured fastest)."),
-    blocksize: str = typer.Option("8MiB", "--blocksize", help="--engine dask: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none."),
+    blocksize: str = typer.Option(DEFAULT_BLOCKSIZE, "--blocksize", help="--engine dask: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 (default), bf16 (linear layers as bf16 GEMMs: needs bertfeat[fast] and an AMX or AVX512-BF16 CPU) or auto (the fastest precision this CPU accelerates; docs/precision.md)."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
     from .job import extract as run_extract
     from .progress import make_progress
 
-    if chunk_rows < 1:
-        raise BertfeatError(f"--chunk-rows {chunk_rows} is out of range", "give 1 or more")
-    if engine not in ("local", "dask"):
-        raise BertfeatError(f"unknown --engine '{engine}'", "choose local or dask")
-    if engine == "local" and (scheduler or workers):
-        raise BertfeatError("--scheduler and --workers need --engine dask", "add --engine dask")
     summary = run_extract(
         input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
         input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling, layers=layers,

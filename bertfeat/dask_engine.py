@@ -3,7 +3,7 @@
 Design (docs/dask.md has the user's side):
 
 Partitions
-    The input's reader (readers.py, the local engine's) cuts it on the client, before anything
+    The input's reader (readers/, the local engine's) cuts it on the client, before anything
     runs, once the cluster is up: PARTS_PER_THREAD partitions per worker thread of the cluster
     whenever the input is large enough, and never more than ``blocksize`` input bytes each.
     (Cutting by ``blocksize`` alone made any input under 8 MiB one partition, i.e. one task on one
@@ -22,10 +22,10 @@ Partitions
     the local engine rejects that one row.
 
 Work
-    One task per partition (``client.submit``): read the partition -> ``pipeline.validate_batch``
-    -> ``pipeline.encode_chunk`` (per ``chunk_rows`` rows) -> a part file. The model lives in a
-    per-process cache (``worker_encoder``), loaded once per worker process by a WorkerPlugin and
-    reused by every task; the weights' sha256 is checked against the client's.
+    One task per partition (``client.submit``): read the partition -> ``chunks.validate_batch``
+    -> ``chunks.encode_chunk`` (per ``chunk_rows`` rows) -> a part file. The model lives in the
+    process's encoder cache (encoder_cache.py, through ``worker_encoder``), loaded once per worker
+    process by a WorkerPlugin and reused by every task; the weights' sha256 is checked against the client's.
 
 Output
     ``OUTPUT`` is a directory: ``part-00000.parquet`` ... one per partition, each with the local
@@ -63,12 +63,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import BertfeatError, InputError, opt
-from .jobcore import (accumulate_pca, check_job_options, check_resume, feature_matrix, finish_pca, job_manifest, new_pca, read_manifest,
-                      table_counts)
-from .readers import Partition, Reader, is_url, open_input
-from .pipeline import (ExtractOptions, ExtractSummary, feature_settings, NullProgress, RawBatch, default_output,
-                       encode_chunk, provenance, publish_rejects, validate_batch, _atomic_write_text)
+from .atomic import write_atomic
+from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, table_counts, validate_batch
+from .dask_cluster import cancel, cluster_slots, gather, open_client, worker_threads
+from .errors import BertfeatError, InputError, opt, render
+from .jobcore import (ExtractSummary, accumulate_pca, check_resume, feature_settings, finish_pca, job_manifest, load_encoder, new_pca,
+                      provenance, read_manifest)
+from .progress import NullProgress
+from .readers import Partition, RawBatch, Reader
+from .rejects import publish_rejects
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -77,19 +80,11 @@ except ImportError:  # pragma: no cover - exercised by the "dask missing" test t
 
 DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition at most: ~80k short sentences, a few minutes on one core
 PARTS_PER_THREAD = 4  # partitions per worker thread (task slot) when the input is large enough
-EXTRA_COLUMNS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()}
 MANIFEST = "_manifest.json"
 PROVENANCE = "_bertfeat.json"
 FULL_DIR = "_full"
 PCA_FILE = "_pca.npz"
 INSTALL_HINT = 'pip install "bertfeat[dask]"'
-
-
-@dataclass
-class DaskOptions:
-    scheduler: str | None = None  # tcp://HOST:8786; None: a LocalCluster on this machine
-    workers: int | None = None  # LocalCluster worker processes (default: one per core)
-    blocksize: int | str | None = DEFAULT_BLOCKSIZE  # bytes per partition; 0/None/"none": one per file (text) / row group (parquet)
 
 
 def require_dask():
@@ -122,47 +117,35 @@ def parse_blocksize(value) -> int | None:
 
 
 # --------------------------------------------------------------------------- worker side
-_ENCODERS: dict = {}
-_ENCODER_LOCK = threading.Lock()
-
-
 def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weights_sha256: str,
                    threads: int | None = None):
-    """This process's Encoder for (model, Encoder keywords): loaded once, reused by every task.
+    """This process's Encoder for (model, Encoder keywords), from the process's shared cache (encoder_cache.py):
+    loaded once, reused by every task; its weights' sha256 checked against the client's.
 
     ``threads``: batches encoded side by side (Encoder.threads; BLAS stays at one thread per batch).
     """
-    key = (str(location.path), json.dumps(encoder_kwargs, sort_keys=True, default=str))
-    enc = _ENCODERS.get(key)
-    if enc is not None:
-        if threads:
-            enc.threads = int(threads)
-        return enc
-    with _ENCODER_LOCK:
-        enc = _ENCODERS.get(key)
-        if enc is not None:
-            return enc
-        from .encoder import Encoder
-        from .hub import resolve_model
-        import socket
+    import socket
 
-        host = socket.gethostname()
-        kw = dict(encoder_kwargs)
-        if threads:
-            kw["threads"] = int(threads)
-        try:
-            loc = location if (Path(location.path) / "config.json").is_file() else resolve_model(model_name)
-            enc = Encoder(location=loc, **kw)
-        except BertfeatError as e:
-            raise BertfeatError(f"worker on {host}: cannot load the model at {location.path} ({e._what})",
-                                "the model directory must be at the same path on every worker (or in each worker's Hugging Face cache)") from None
-        if enc.weights_sha256 != weights_sha256:
-            raise BertfeatError(f"worker on {host}: the weights at {enc.location.path} differ from the client's "
-                                f"(sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
-                                "put the same model files on every node")
+    from .encoder_cache import shared_encoder
+    from .hub import resolve_model
+
+    kw = dict(encoder_kwargs)
+    if threads:
+        kw["threads"] = int(threads)
+    try:
+        loc = location if (Path(location.path) / "config.json").is_file() else resolve_model(model_name)
+        enc = shared_encoder(location=loc, **kw)
+    except BertfeatError as e:
+        raise BertfeatError(f"worker on {socket.gethostname()}: cannot load the model at {location.path} ({e._what})",
+                            "the model directory must be at the same path on every worker (or in each worker's Hugging Face cache)") from None
+    if enc.weights_sha256 != weights_sha256:
+        raise BertfeatError(f"worker on {socket.gethostname()}: the weights at {enc.location.path} differ from the client's "
+                            f"(sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
+                            "put the same model files on every node")
+    if not getattr(enc, "warmed_up", False):
         enc.encode(["warm up"])  # the kernels, tokenizer and scratch memory ready (~0.6 s) before the first task
-        _ENCODERS[key] = enc
-        return enc
+        enc.warmed_up = True
+    return enc
 
 
 class EncoderPlugin(_WorkerPluginBase):
@@ -201,7 +184,8 @@ class TaskContext:
     run_key: str
     out_dir: str
     wide: bool
-    n_components: object = None  # --pca: parts go to _full/ and tasks return statistics
+    want_pca: bool = False  # pca: parts go to _full/ and tasks return statistics
+    n_components: object = None  # the PCA's n_components (None: every component)
     width: int = 5
 
 
@@ -220,11 +204,11 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
     enc = worker_encoder(ctx.location, ctx.model_name, ctx.encoder_kwargs, ctx.weights_sha256, ctx.threads)
     raw = ctx.reader.read_partition(part, first_row)
-    out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.n_components is not None else "")
+    out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.want_pca else "")
     path = out_dir / part_name(part.index, ctx.width)
     stats = {"index": part.index, "first_row": first_row, "rows_read": len(raw.rows), "rows_written": 0, "rows_truncated": 0,
              "rows_chunked": 0, "tokens": 0, "tokens_dropped": 0, "rejects": [], "run": ctx.run_key}
-    pca = new_pca(ctx.n_components) if ctx.n_components is not None else None
+    pca = new_pca(ctx.n_components) if ctx.want_pca else None
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
         return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
     writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and pca is None)
@@ -241,14 +225,11 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
             if not table.num_rows:
                 continue
             X = feature_matrix(table)
-            n_tok = table.column("n_tokens").to_numpy()
-            trunc = table.column("truncated").to_numpy(zero_copy_only=False)
-            n_ch = table.column("n_chunks").to_numpy()
             for k, v in table_counts(table, ctx.spec.max_length).items():
                 stats[k] += v
             if pca is not None:
                 accumulate_pca(pca, X)
-            writer.write(table.column(ctx.id_name), X, {"n_tokens": n_tok, "truncated": trunc, "n_chunks": n_ch})
+            writer.write(table.column(ctx.id_name), X, extra_columns(table))
         if not (Path(ctx.out_dir) / MANIFEST).is_file():
             writer.abort()
             return {"cancelled": True}
@@ -263,6 +244,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
 def _part_meta(meta: dict, stats: dict) -> dict:
     """The part's provenance: the run's, with this part's counts and where it sits in the input."""
     part = {k: v for k, v in stats.items() if k != "pca"}
+    part["rejects"] = [{**r, "reason": render(r["reason"], {})} for r in stats["rejects"]]  # as the rejects file words them
     return {"rows": {"read": stats["rows_read"], "written": stats["rows_written"], "rejected": len(stats["rejects"]),
                      "truncated": stats["rows_truncated"], "chunked": stats["rows_chunked"]},
             "tokens": {"total": stats["tokens"], "dropped": stats["tokens_dropped"]},
@@ -318,77 +300,7 @@ def reduce_partition(index: int, ctx: TaskContext, pca_path: str, meta: dict) ->
     return t.num_rows
 
 
-# --------------------------------------------------------------------------- client side
-def _open_client(dopts: DaskOptions, threads: int | None):
-    """(client, the LocalCluster we started or None)."""
-    import logging
-
-    from distributed import Client, LocalCluster
-
-    if dopts.scheduler:
-        if dopts.workers:
-            raise BertfeatError(f"{opt('workers')} starts a local cluster; it cannot be combined with {opt('scheduler')}",
-                                f"start the workers with `dask worker SCHEDULER` on each machine, or drop {opt('scheduler')}")
-        try:
-            client = Client(dopts.scheduler, timeout=30)
-        except (OSError, TimeoutError) as e:
-            raise BertfeatError(f"cannot reach the Dask scheduler at {dopts.scheduler} ({e})",
-                                "start it with `dask scheduler` and the workers with `dask worker tcp://HOST:8786`") from None
-        return client, None
-    from .threads import default_threads
-
-    # Default: one worker process with a thread per core. Measured (benchmarks/DASK_RESULTS.md, 2 cores,
-    # 6,000 rows): 1 x 2 threads ran level with the local engine (1.00x), 2 x 1 thread at 0.86x (two
-    # model copies, two processes' worth of Python overhead); --workers N asks for N one-thread processes.
-    n = int(dopts.workers or 1)
-    if n < 1:
-        raise BertfeatError(f"{opt('workers', n)} is out of range", "give 1 or more")
-    per_worker = 1 if dopts.workers else default_threads()
-    # worker processes load NumPy before bertfeat: hand them this process's BLAS kernel choice
-    # (bertfeat/threads.py), or they run OpenBLAS's older kernels wherever the environment pins them
-    from .threads import blas_info
-
-    kernel = blas_info().get("architecture")
-    env = {"OPENBLAS_CORETYPE": kernel} if kernel and blas_info().get("internal_api") == "openblas" else {}
-    import dask
-
-    # The workers' statistical profiler samples every thread's stack every 10 ms, with the GIL: off in the
-    # cluster we start (measured 2 %: 2 one-thread workers 0.91x -> 0.93x the local engine, 8,000 rows, 2
-    # rounds). The Nanny hands this config to its worker process; an env= variable comes too late for it.
-    with dask.config.set({"distributed.worker.profile.enabled": False}):
-        cluster = LocalCluster(n_workers=n, threads_per_worker=per_worker, processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR, env=env)
-    return Client(cluster), cluster
-
-
-def worker_threads(client, address: str = "", timeout: float = 120.0) -> int:
-    """Encoder threads per task: a host's cores shared by the task slots (worker processes x --nthreads) on it.
-
-    The smallest share over the hosts, so no host is oversubscribed; waits for a first worker.
-    """
-    from .threads import default_threads
-
-    if not client.scheduler_info(n_workers=-1)["workers"]:
-        try:
-            client.wait_for_workers(1, timeout=timeout)
-        except TimeoutError:
-            raise BertfeatError(f"no Dask worker joined the scheduler {address} in {timeout:.0f} s",
-                                f"start workers with `dask worker {address or 'tcp://HOST:8786'}` on each machine") from None
-    workers = client.scheduler_info(n_workers=-1)["workers"]
-    cores = client.run(default_threads)
-    slots: dict[str, int] = {}
-    for addr, w in workers.items():
-        slots[w.get("host", addr)] = slots.get(w.get("host", addr), 0) + int(w.get("nthreads", 1) or 1)
-    shares = [cores[a] // slots[w.get("host", a)] for a, w in workers.items() if a in cores]
-    return max(1, min(shares)) if shares else 1
-
-
-def cluster_slots(client) -> int:
-    """Task slots of the cluster: the worker threads of every worker now connected."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
-    return max(1, sum(int(w.get("nthreads", 1) or 1) for w in workers.values()))
-
-
+# --------------------------------------------------------------------------- client side (the cluster: dask_cluster.py)
 def _resumed_value(partial: Path, key: str):
     """A value of the interrupted run's manifest (None when there is none)."""
     try:
@@ -397,90 +309,22 @@ def _resumed_value(partial: Path, key: str):
         return None
 
 
-def _in_flight(client, futures: dict) -> int:
-    """How many of these tasks are in flight: on a worker, running or next in its queue (the scheduler's
-    view; 0 if it cannot say)."""
-    keys = {f.key for f in futures if not f.done()}
-    try:
-        return sum(1 for ks in client.processing().values() for k in ks if k in keys)
-    except Exception:  # pragma: no cover - a scheduler going away: the next result says so
-        return 0
-
-
-def _results(client, futures: dict, on_result, progress=None):
-    """Gather futures as they finish; a task's error becomes the run's error. With ``progress`` (an object
-    with a ``parts`` method), report the tasks done and in flight after each one."""
-    from distributed import as_completed
-    from distributed.client import FutureCancelledError
-
-    try:
-        from distributed.scheduler import KilledWorker
-    except ImportError:  # pragma: no cover
-        KilledWorker = ()  # type: ignore
-    show = getattr(progress, "parts", None)
-    done = 0
-    if show is not None:
-        show(0, _in_flight(client, futures), len(futures))
-    for fut in as_completed(list(futures)):
-        key = futures[fut]
-        try:
-            res = fut.result()
-        except KilledWorker as e:
-            raise BertfeatError(f"partition {key}: its task killed the workers that ran it ({e})",
-                                f"a worker probably ran out of memory: lower {opt('blocksize')} or {opt('max_batch_tokens')}, or add memory") from None
-        except FutureCancelledError:
-            raise BertfeatError(f"partition {key}: the task was cancelled (the cluster went away?)", f"rerun with {opt('resume', True)}") from None
-        on_result(key, res)
-        fut.release()
-        if show is not None:
-            done += 1
-            show(done, _in_flight(client, futures), len(futures))
-
-
-def _check_output(out: Path):
-    if out.is_dir() and any(out.iterdir()) and not (out / PROVENANCE).is_file():
-        raise BertfeatError(f"{out} is a directory that bertfeat did not write", f"choose another {opt('output')} OUTPUT")
-
-
-def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progress: NullProgress | None = None,
-                 client=None) -> ExtractSummary:
-    """Run ``extract`` on a Dask cluster (``client`` given, or per ``dopts``); returns the same summary."""
-    require_dask()
-    dopts = dopts or DaskOptions()
+def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSummary:
+    """Execute the plan on a Dask cluster (``client`` given, or the plan's scheduler / a local cluster); returns the
+    same summary as the local engine."""
     progress = progress or NullProgress()
     t0 = time.perf_counter()
-    n_components = check_job_options(opts)
-    if opts.input == "-":
-        raise BertfeatError(f"{opt('engine', 'dask')} cannot read standard input",
-                            f"write the input to a file (Parquet is best), or use {opt('engine', 'local')}")
-    if (opts.format or "parquet") != "parquet" or (opts.output and Path(opts.output).suffix.lower() in (".npy", ".csv")):
-        raise BertfeatError(f"{opt('engine', 'dask')} writes a Parquet dataset (a directory of part files)",
-                            f"drop {opt('format')}/{opt('output')} .npy/.csv, or use {opt('engine', 'local')}")
-    blocksize = parse_blocksize(dopts.blocksize)
-
-    src = open_input(opts.input, opts.input_format, opts.text_column, opts.pair_column, opts.id_column, opts.encoding,
-                     delimiter=opts.delimiter)
-    if opts.output:
-        out = Path(opts.output)
-    else:
-        out = default_output(opts.input, "parquet")
-    out = out.resolve()
-    _check_output(out)
-    partial = out.with_name(out.name + ".partial")
-    from .safety import check_dask_outputs
-
-    check_dask_outputs(out, partial, [] if is_url(opts.input) else list(src.files), opts.overwrite, opts.resume)
-
-    from .encoder import Encoder
-
-    encoder_kwargs = {"precision": opts.precision, **opts.encoder_options,
-                      **({"max_batch_tokens": int(opts.max_batch_tokens)} if opts.max_batch_tokens else {})}
-    encoder = Encoder(opts.model, **encoder_kwargs)
+    src, out, partial = plan.reader, plan.layout.features, plan.layout.partial
+    n_components = plan.pca
+    encoder = load_encoder(plan)
     # precision "auto" is resolved here, once: every worker then runs the precision the client's manifest and
     # fingerprint name (a worker that cannot run it refuses in one line), never a mix of precisions across parts
-    encoder_kwargs["precision"] = encoder.precision
-    spec, id_name, fingerprint = feature_settings(encoder, opts, n_components)
+    encoder_kwargs = {**plan.encoder_kwargs, "precision": encoder.precision}
+    encoder_kwargs.pop("threads", None)  # the workers' threads: worker_threads below
+    spec, fingerprint = feature_settings(encoder, plan)
+    id_name = plan.id_name
     summary = ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
+    dask = plan.dask
 
     own_client = client is None
     cluster = None
@@ -489,19 +333,19 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
     started = opened = False
     try:
         if own_client:
-            client, cluster = _open_client(dopts, opts.threads)
-        threads = opts.threads or worker_threads(client, dopts.scheduler or "")
+            client, cluster = open_client(dask)
+        threads = plan.threads or worker_threads(client, dask.scheduler or "")
         # Partitions: a few per task slot of the cluster (a resumed run keeps the interrupted run's cut)
-        target = _resumed_value(partial, "split_target") if opts.resume else None
+        target = _resumed_value(partial, "split_target") if plan.resume else None
         if target is None:
             target = PARTS_PER_THREAD * cluster_slots(client)
-        parts = src.partitions(blocksize, target)
+        parts = src.partitions(dask.blocksize, target)
         width = max(5, len(str(len(parts) - 1)))
-        manifest = job_manifest(src, opts, fingerprint, engine="dask", blocksize=blocksize, split_target=target,
+        manifest = job_manifest(plan, fingerprint, engine="dask", blocksize=dask.blocksize, split_target=target,
                                 partitions=len(parts))
-        counts = _open_partial(partial, manifest, opts.resume)
+        counts = _open_partial(partial, manifest, plan.resume)
         opened = True
-        client.register_plugin(EncoderPlugin(encoder.location, opts.model, encoder_kwargs, encoder.weights_sha256,
+        client.register_plugin(EncoderPlugin(encoder.location, plan.model, encoder_kwargs, encoder.weights_sha256,
                                              threads), name=EncoderPlugin.name)
         # pass 0: rows per partition (Parquet: from the footers)
         if counts is None:
@@ -511,21 +355,22 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
                 progress.note(f"counting the rows of {len(todo)} partition(s) on the cluster")
                 futures = {client.submit(src.count_rows, p, key=f"bertfeat-count-{p.index}-{tag}",
                                          pure=False): p.index for p in todo}
-                _results(client, futures, lambda i, n: counts.__setitem__(i, n))
+                gather(client, futures, lambda i, n: counts.__setitem__(i, n))
                 futures = {}
             manifest["partition_rows"] = counts
-            _atomic_write_text(partial / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+            write_atomic(partial / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str))
         first = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
         run_key = _run_key(manifest)
 
-        meta = provenance(encoder, spec, fingerprint, src, opts, ExtractSummary())
+        meta = provenance(encoder, spec, fingerprint, plan, ExtractSummary())
         meta["engine"] = "dask"
-        ctx = TaskContext(reader=src, location=encoder.location, model_name=opts.model,
+        ctx = TaskContext(reader=src, location=encoder.location, model_name=plan.model,
                           encoder_kwargs=encoder_kwargs, weights_sha256=encoder.weights_sha256, threads=threads,
                           spec=spec,
-                          on_bad_row=opts.on_bad_row, id_name=id_name, id_type=src.id_type() or pa.string(),
-                          chunk_rows=opts.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
-                          out_dir=str(partial), wide=opts.wide, n_components=n_components, width=width)
+                          on_bad_row=plan.on_bad_row, id_name=id_name, id_type=src.id_type() or pa.string(),
+                          chunk_rows=plan.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
+                          out_dir=str(partial), wide=plan.wide, want_pca=n_components is not None, n_components=plan.pca_n_components,
+                          width=width)
 
         # pass 1: encode (skipping finished partitions)
         stage = partial / FULL_DIR if n_components is not None else partial
@@ -543,7 +388,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         for st in done.values():
             progress.advance(st["rows_read"], 0, 0)
         results: dict[int, dict] = dict(done)
-        merged = new_pca(n_components) if n_components is not None else None
+        merged = new_pca(plan.pca_n_components) if n_components is not None else None
 
         def on_encoded(i, st):
             nonlocal merged
@@ -558,7 +403,7 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
         futures = {client.submit(encode_partition, p, first[p.index], ctx, key=f"bertfeat-encode-{p.index}-{tag}",
                                  pure=False): p.index for p in parts if p.index not in done}
         if n_components is not None:  # statistics of the resumed partitions, from their files
-            futures.update({client.submit(partition_statistics, str(stage / part_name(i, width)), n_components,
+            futures.update({client.submit(partition_statistics, str(stage / part_name(i, width)), plan.pca_n_components,
                                           key=f"bertfeat-stats-{i}-{tag}", pure=False): -1 - i for i in done})
 
         def on_any(i, res):
@@ -568,42 +413,42 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
             else:
                 on_encoded(i, res)
 
-        _results(client, futures, on_any, progress)
+        gather(client, futures, on_any, progress)
         futures = {}
 
         for i in sorted(results):
             summary.add(results[i])
             summary.rows_rejected += len(results[i]["rejects"])
-        final_meta = provenance(encoder, spec, fingerprint, src, opts, summary)
+        final_meta = provenance(encoder, spec, fingerprint, plan, summary)
         final_meta["engine"] = "dask"
         final_meta["partitions"] = len(parts)
         outputs: dict = {}
 
         if n_components is not None:  # fit on the client, then pass 2 on the cluster
             pca = merged
-            pca_outputs, final_meta["pca"] = finish_pca(pca, summary.rows_written, out, fingerprint)
+            pca_outputs, final_meta["pca"] = finish_pca(pca, summary.rows_written, plan.layout, fingerprint)
             meta["pca"] = final_meta["pca"]
             outputs.update(pca_outputs)
             progress.note(f"PCA: {pca.n_components_} components; writing the reduced features")
             pca_path = pca.save(partial / PCA_FILE, fingerprint=fingerprint)
             futures = {client.submit(reduce_partition, p.index, ctx, str(pca_path), meta, key=f"bertfeat-reduce-{p.index}-{tag}",
                                      pure=False): p.index for p in parts}
-            _results(client, futures, lambda i, n: None)
+            gather(client, futures, lambda i, n: None)
             futures = {}
             shutil.rmtree(partial / FULL_DIR, ignore_errors=True)
             pca_path.unlink()
 
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
-        outputs.update(publish_rejects(out, rejects))
+        outputs.update(publish_rejects(plan.layout.rejects, rejects))
         _finish(partial, out, final_meta)
         summary.outputs = {"features": out, **outputs}
     except InputError:
-        _cancel(client, futures)
+        cancel(client, futures)
         if opened:
             shutil.rmtree(partial, ignore_errors=True)  # bad input: leave nothing behind, like the local engine
         raise
     except BaseException:  # Ctrl-C, lost scheduler or workers: keep the finished parts for --resume
-        _cancel(client, futures)
+        cancel(client, futures)
         raise
     finally:
         if started:
@@ -614,14 +459,6 @@ def extract_dask(opts: ExtractOptions, dopts: DaskOptions | None = None, progres
                 cluster.close()
     summary.elapsed = time.perf_counter() - t0
     return summary
-
-
-def _cancel(client, futures):
-    if client is not None and futures:
-        try:
-            client.cancel(list(futures))
-        except Exception:  # pragma: no cover - the client may already be gone
-            pass
 
 
 def _run_key(manifest: dict) -> str:
@@ -641,7 +478,7 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
-    _atomic_write_text(mpath, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    write_atomic(mpath, json.dumps(manifest, indent=2, sort_keys=True, default=str))
     return None
 
 
@@ -650,7 +487,7 @@ def _finish(partial: Path, out: Path, meta: dict):
     for p in partial.iterdir():
         if p.name.startswith(".") or p.name == MANIFEST:
             p.unlink() if p.is_file() else shutil.rmtree(p, ignore_errors=True)
-    _atomic_write_text(partial / PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    write_atomic(partial / PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     if out.is_dir():
         shutil.rmtree(out)
     elif out.exists():

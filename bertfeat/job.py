@@ -6,8 +6,8 @@ The CLI's ``extract`` command calls this function; so does Python code::
     s = bertfeat.extract("reviews.csv", "reviews.features.parquet", pca=64)
     s = bertfeat.extract("data/*.parquet", "/shared/out/f.parquet", engine="dask", scheduler="tcp://host:8786")
 
-Errors raised here name the Python parameters (``chunk_rows``, ``engine``); the CLI checks its
-flags first, with the flag names.
+Errors name the Python parameters (``chunk_rows=0``); the CLI shows the same errors with its flags
+(``--chunk-rows 0``): every option is checked once, in plan.make_plan.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any, Literal, Mapping
 
-from .errors import BertfeatError
-from .pipeline import DEFAULT_CHUNK_ROWS, ExtractOptions, ExtractSummary
-
-DEFAULT_BLOCKSIZE = "8MiB"
+from .jobcore import ExtractSummary
+from .plan import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, make_plan
 
 
 def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *,
@@ -28,7 +26,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             layer_agg: str = "mean", normalize: bool | None = None, prompt: str | None = None,
             prompt_name: str | None = None, max_length: int | None = None,
             max_batch_tokens: int | None = None, long_text: str = "truncate", stride: int | None = None,
-            precision: Literal["fp32", "bf16", "auto"] = "fp32",
+            precision: Literal["fp32", "bf16", "int8", "auto"] = "fp32",
             pca: int | float | str | None = None, format: str | None = None, wide: bool = False,
             on_bad_row: Literal["error", "skip"] = "error", resume: bool = False, overwrite: bool = False,
             chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,
@@ -39,36 +37,36 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
 
     By default the model's own embedding (its Pooling, Dense and Normalize modules and default prompt);
     ``pooling`` / ``layers`` choose plain pooled states instead, ``normalize`` overrides normalization,
-    ``prompt`` / ``prompt_name`` pick a prompt, ``precision="bf16"`` the bf16 GEMMs (docs/precision.md).
+    ``prompt`` / ``prompt_name`` pick a prompt, ``precision`` the GEMMs' precision (docs/precision.md).
     ``overwrite``: replace an existing output (else refused). ``pca``: a number of components (64), a
     variance fraction (0.95) or "all". ``engine="dask"``: on a Dask
     cluster (``scheduler`` address or ``client``; else a local cluster of ``workers`` processes), the
     output being a directory of part files; ``blocksize`` caps a partition's input bytes.
-    ``encoder_options``: further ``Encoder(...)`` keywords (e.g. ``{"precision": ...}``), on every worker too.
-    ``progress``: an object with the ``NullProgress`` methods. Returns the run's ExtractSummary
+    ``encoder_options``: further ``Encoder(...)`` keywords, on every worker too; a key that is also a parameter
+    here (``precision``, ``max_batch_tokens``, ...) stands in for it when that parameter is left at its default,
+    and giving both with different values is an error.
+    ``progress``: an object with the ``progress.NullProgress`` methods. Returns the run's ExtractSummary
     (counts, timings, ``outputs``: name -> path).
+
+    Every option is checked before anything is written (plan.make_plan), the same way on both engines.
     """
-    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
-        raise BertfeatError(f"chunk_rows={chunk_rows!r} is out of range", "give an integer of 1 or more")
-    if engine not in ("local", "dask"):
-        raise BertfeatError(f"engine={engine!r} is unknown", "choose 'local' or 'dask'")
-    if engine == "local" and (scheduler or workers or client is not None):
-        raise BertfeatError("scheduler, workers and client need engine='dask'", "pass engine='dask'")
-    if isinstance(pca, bool):
-        raise BertfeatError(f"pca={pca!r} is not a size", "give a number of components (64) or a variance fraction (0.95)")
-    opts = ExtractOptions(
-        input=os.fspath(input), output=None if output is None else os.fspath(output), text_column=text_column,
-        pair_column=pair_column, id_column=id_column, input_format=input_format, encoding=encoding,
-        delimiter=delimiter, model=None if model is None else os.fspath(model), pooling=pooling, layers=layers,
-        layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length,
-        max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride, precision=precision,
-        pca=None if pca is None else str(pca), format=format, wide=wide, on_bad_row=on_bad_row,
-        resume=resume, overwrite=overwrite, chunk_rows=chunk_rows, threads=threads, command=command,
-        encoder_options=dict(encoder_options or {}))
-    if engine == "dask":
-        from .dask_engine import DaskOptions, extract_dask
+    plan = make_plan(input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
+                     input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling,
+                     layers=layers, layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name,
+                     max_length=max_length, max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride,
+                     precision=precision, pca=pca, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
+                     overwrite=overwrite, chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler,
+                     workers=workers, blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}),
+                     command=command)
+    return run(plan, progress, client)
 
-        return extract_dask(opts, DaskOptions(scheduler, workers, blocksize), progress, client=client)
-    from .pipeline import extract as extract_local
 
-    return extract_local(opts, progress)
+def run(plan, progress=None, client=None) -> ExtractSummary:
+    """Execute a plan on its engine."""
+    if plan.engine == "dask":
+        from . import dask_engine
+
+        return dask_engine.run(plan, progress, client=client)
+    from . import local_engine
+
+    return local_engine.run(plan, progress)

@@ -1,66 +1,38 @@
-"""What an extract job is, whichever engine schedules it: the local engine (pipeline.py) and the Dask engine
-(dask_engine.py) both drive these functions, so they check options, record and compare manifests, resume,
-count, fit and write the PCA by one set of rules.
+"""The parts of an extract job both engines share, past the plan (plan.py): the model and its feature settings,
+the resume manifest and its comparison, the run's counts (``ExtractSummary``), the provenance, and the PCA's
+statistics, fit and files. The local engine (local_engine.py) and the Dask engine (dask_engine.py) are peers
+over these functions.
 
-A unit of work (a local chunk, a Dask partition) yields its part, its counts (``table_counts``) and, with
-``--pca``, its PCA statistics; the job adds the counts with ``ExtractSummary.add`` and merges the statistics
+A unit of work (a local chunk, a Dask partition) yields its part, its counts (chunks.table_counts) and, with
+``pca``, its PCA statistics; the job adds the counts with ``ExtractSummary.add`` and merges the statistics
 in ``finish_pca``.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 from .errors import BertfeatError, ResumeError, opt
 
-BAD_ROW_POLICIES = ("error", "skip")
 
-
-def check_job_options(opts) -> int | float | str | None:
-    """The options both engines check the same way (before any work); returns the parsed --pca size."""
-    if opts.on_bad_row not in BAD_ROW_POLICIES:
-        shown = opt("on_bad_row", opts.on_bad_row, cli=f"'{opts.on_bad_row}'")
-        raise BertfeatError(f"unknown {shown}", "choose error or skip")
-    if opts.threads is not None and opts.threads < 1:
-        raise BertfeatError(f"{opt('threads', opts.threads)} is out of range", "give 1 or more (default: all cores)")
-    from .readers import is_url
-
-    if is_url(opts.input) and not opts.output:  # no "beside the input" for a URL
-        raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT", "give the output path (with the Dask engine, a directory every worker can write)")
-    return parse_pca(opts.pca)
-
-
-ALL_COMPONENTS = "all"  # --pca 1.0 / all: keep every component (PCA(n_components=None))
-
-
-def parse_pca(value: str | None):
-    """--pca: None (no PCA), a count, a fraction, or ALL_COMPONENTS; the same parser as `pca fit -n` (specs.py)."""
-    if value is None or value == "":
-        return None
-    from .specs import parse_pca_spec
-
-    n = parse_pca_spec(value, "pca")
-    return ALL_COMPONENTS if n is None else n
-
-
-def pca_n_components(n):
-    """parse_pca's value -> PCA's n_components (None keeps every component)."""
-    return None if n == ALL_COMPONENTS else n
-
-
-def job_manifest(source, opts, fingerprint: dict, **engine_keys) -> dict:
+def job_manifest(plan, fingerprint: dict, **engine_keys) -> dict:
     """What a run must share with the interrupted run it resumes: version, the features' fingerprint, the
     input files (size, mtime), the options that shape the output; plus each engine's own keys."""
+    source = plan.reader
     return {
         "bertfeat_version": __version__, **fingerprint, "input": source.identity(),
-        "text_column": source.text_column, "pair_column": opts.pair_column, "id_column": opts.id_column,
-        "encoding": source.encoding, "on_bad_row": opts.on_bad_row, "chunk_rows": opts.chunk_rows,
-        "pca": opts.pca, "wide": opts.wide,
-        **({"encoder_options": opts.encoder_options} if opts.encoder_options else {}), **engine_keys,
+        "text_column": source.text_column, "pair_column": plan.pair_column, "id_column": plan.id_column,
+        "encoding": source.encoding, "on_bad_row": plan.on_bad_row, "chunk_rows": plan.chunk_rows,
+        "pca": plan.pca_text, "wide": plan.wide,
+        **({"encoder_options": plan.encoder_options} if plan.encoder_options else {}), **engine_keys,
     }
 
 
@@ -120,30 +92,12 @@ def _input_differences(a: dict, b: dict) -> list[str]:
     return out or ["input changed"]
 
 
-COUNT_KEYS = ("rows_written", "rows_truncated", "rows_chunked", "tokens", "tokens_dropped")
-
-
-def table_counts(t, max_length: int) -> dict:
-    """A feature table's counts, on both engines: rows written, truncated and chunked, tokens and dropped tokens."""
-    n_tok = t.column("n_tokens").to_numpy()
-    trunc = t.column("truncated").to_numpy(zero_copy_only=False)
-    return {"rows_written": t.num_rows, "rows_truncated": int(trunc.sum()),
-            "rows_chunked": int((t.column("n_chunks").to_numpy() > 1).sum()), "tokens": int(n_tok.sum()),
-            "tokens_dropped": int(np.maximum(n_tok[trunc] - max_length, 0).sum())}
-
-
-def feature_matrix(t) -> np.ndarray:
-    """The embedding column of a feature table -> (m, D) float32."""
-    col = t.column("embedding").combine_chunks()
-    D = col.type.list_size
-    return col.values.to_numpy(zero_copy_only=False).reshape(-1, D)
-
-
 def new_pca(n_components):
-    """The streaming PCA a job accumulates (exact: float64 n, sum(x), X^T X), unfitted."""
+    """The streaming PCA a job accumulates (exact: float64 n, sum(x), X^T X), unfitted; ``n_components`` as
+    PCA's (the plan's ``pca_n_components``: None keeps every component)."""
     from .pca import PCA
 
-    return PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
+    return PCA(n_components=n_components, solver="covariance", precision="float64")
 
 
 _BLAS = None
@@ -162,19 +116,122 @@ def accumulate_pca(pca, X: np.ndarray) -> None:
         pca.partial_fit(X)
 
 
-def finish_pca(pca, rows_written: int, out: Path, fingerprint: dict) -> tuple[dict, dict]:
-    """Fit the accumulated PCA and write its model and report beside OUTPUT (OUTPUT.pca.npz,
+def finish_pca(pca, rows_written: int, layout, fingerprint: dict) -> tuple[dict, dict]:
+    """Fit the accumulated PCA and write its model and report where the layout says (OUTPUT.pca.npz,
     OUTPUT.pca.report.{json,md,png}): -> (outputs name -> path, the provenance's "pca" entry)."""
     from .report import write_pca_report
 
     if rows_written < 2:
         raise BertfeatError(f"{opt('pca')} needs at least 2 feature rows, this run has {rows_written}", f"drop {opt('pca')} or add rows")
     pca.finalize()
-    stem = out.with_suffix("")
-    pca_path = stem.with_name(stem.name + ".pca.npz")
+    pca_path = layout.pca_model
     pca.save(pca_path, fingerprint=fingerprint)
-    report_paths = write_pca_report(pca, stem.with_name(stem.name + ".pca"), source=fingerprint)
+    report_paths = write_pca_report(pca, layout.pca_prefix, source=fingerprint)
     outputs = {"pca_model": pca_path, **{f"pca_report_{k}": v for k, v in report_paths.items()}}
     meta = {"n_components": int(pca.n_components_), "model_file": pca_path.name,
             "explained_variance": float(np.sum(pca.explained_variance_ratio_))}
     return outputs, meta
+
+
+# --------------------------------------------------------------------------- the model and what it computes
+def load_encoder(plan):
+    """The plan's Encoder, from the process's shared cache (encoder_cache.py)."""
+    from .encoder_cache import shared_encoder
+
+    return shared_encoder(plan.model, **plan.encoder_kwargs)
+
+
+def feature_settings(encoder, plan) -> tuple[object, dict]:
+    """What needs the loaded model, on both engines: -> (the FeatureSpec, the features' fingerprint)."""
+    f = plan.features
+    spec = encoder.spec(f.pooling, f.layers, f.layer_agg, f.normalize, f.max_length, f.long_text, f.stride,
+                        prompt=f.prompt, prompt_name=f.prompt_name)
+    dim = encoder.output_dim(spec)
+    if isinstance(plan.pca, int) and plan.pca > dim:
+        raise BertfeatError(f"{opt('pca', plan.pca)} is more components than the {dim} feature dimensions",
+                            f"choose {opt('pca', dim)} or fewer, or a variance fraction such as 0.95")
+    if plan.id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
+        shown = opt("id_column", plan.id_name, cli=f"'{plan.id_name}'")
+        raise BertfeatError(f"{shown} clashes with an output column", "rename the id column")
+    return spec, encoder.fingerprint(spec)
+
+
+# --------------------------------------------------------------------------- counts and provenance
+COUNT_KEYS = ("rows_written", "rows_truncated", "rows_chunked", "tokens", "tokens_dropped")
+
+
+@dataclass
+class ExtractSummary:
+    """What a run did: its counts, timing and outputs (name -> path); ``bertfeat.extract`` returns it."""
+
+    rows_read: int = 0
+    rows_written: int = 0
+    rows_rejected: int = 0
+    rows_truncated: int = 0
+    rows_chunked: int = 0
+    rows_multiline: int = 0  # CSV rows whose quoted fields span lines
+    tokens: int = 0  # tokens of accepted rows before truncation
+    tokens_dropped: int = 0
+    elapsed: float = 0.0
+    chunks_resumed: int = 0
+    outputs: dict = field(default_factory=dict)
+    dim: int = 0
+    pooling: str = ""
+    model: str = ""
+
+    def add(self, counts: dict):
+        """Add a unit of work's counts (table_counts keys, plus rows_read when given)."""
+        for k in ("rows_read", *COUNT_KEYS):
+            if k in counts:
+                setattr(self, k, getattr(self, k) + int(counts[k]))
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows_written / self.elapsed if self.elapsed else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.elapsed if self.elapsed else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in vars(self).items()}
+        d["outputs"] = {k: str(v) for k, v in self.outputs.items()}
+        d["rows_per_s"] = round(self.rows_per_s, 2)
+        d["tokens_per_s"] = round(self.tokens_per_s, 2)
+        return d
+
+
+def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) -> dict:
+    """The metadata every feature file carries: model, weights, settings, GEMM path, input, command, counts."""
+    source = plan.reader
+    return {
+        "bertfeat_version": __version__,
+        "model": encoder.model_id,
+        "model_source": encoder.location.source,
+        "weights_sha256": encoder.weights_sha256,
+        "fingerprint": fingerprint,
+        "precision": encoder.precision,
+        "gemm": encoder.gemm_path.to_dict(),
+        "pooling": spec.pooling,
+        "layers": list(spec.layers),
+        "layer_agg": spec.layer_agg,
+        "normalize": spec.normalize,
+        "dense": list(spec.dense),
+        "prompt": spec.prompt,
+        "prompt_name": spec.prompt_name,
+        "pipeline": encoder.describe(spec),
+        "max_length": spec.max_length,
+        "long_text": spec.long_text,
+        "stride": spec.stride if spec.long_text.startswith("chunk") else None,
+        "input": source.path,
+        "input_format": source.fmt,
+        "text_column": source.text_column,
+        "pair_column": source.pair_column,
+        "id_column": source.id_column,
+        "command": plan.command or " ".join(shlex.quote(a) for a in sys.argv),
+        "rows": {"read": summary.rows_read, "written": summary.rows_written, "rejected": summary.rows_rejected,
+                 "truncated": summary.rows_truncated, "chunked": summary.rows_chunked},
+        "tokens": {"total": summary.tokens, "dropped": summary.tokens_dropped},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "pca": None,
+    }

@@ -23,6 +23,9 @@ int8 (encoder_layer_q8, quant.py): each linear layer is a uint8 x int8 -> int32 
 activations (written by the kernel that makes them, with their scales and zero points) and per-channel
 quantized weights, dequantized into the kernel that follows; each sequence's first-token rows come from a
 float GEMM instead. The same float32 steps as above around it.
+
+Over 500 lines on purpose: each step's fp32, bf16 and int8 forms sit side by side, so the forward pass reads top to
+bottom in one file as the data flows (kernels.py holds the fused versions of these functions).
 """
 
 from __future__ import annotations

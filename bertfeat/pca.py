@@ -763,7 +763,7 @@ class PCA(Estimator):
         r = self._result()
         path = Path(path)
         fp = dict(fingerprint) if fingerprint is not None else self.__dict__.get("fingerprint_")
-        from . import __version__
+        from .version import __version__
 
         meta = {
             "format": MODEL_FORMAT,

@@ -9,6 +9,17 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TaskProgressColum
 from rich.text import Text
 
 
+class NullProgress:
+    """The progress interface both engines report to (and the sink of ``--quiet``); the CLI passes a rich or a
+    plain-log implementation, Python callers any object with these methods."""
+
+    def start(self, total_rows: int | None, total_bytes: int | None): ...
+    def advance(self, rows: int, tokens: int, bytes_read: int): ...
+    def note(self, message: str): ...
+    def parts(self, done: int, in_flight: int, total: int): ...  # Dask: partitions finished / on workers now / in all
+    def stop(self): ...
+
+
 def _rate(n: float, dt: float) -> float:
     return n / dt if dt > 0 else 0.0
 
@@ -120,8 +131,6 @@ def parts_text(done: int, in_flight: int, total: int) -> str:
 
 
 def make_progress(console: Console, quiet: bool, label: str = "extract"):
-    from .pipeline import NullProgress
-
     if quiet:
         return NullProgress()
     if console.is_terminal:

@@ -37,7 +37,7 @@ def _components_needed(cumulative: np.ndarray, fraction: float) -> int | None:
 
 def build_pca_report(pca: PCA, source: dict | None = None) -> dict:
     """A JSON-able dict describing a fitted PCA's spectrum (see the module docstring)."""
-    from . import __version__
+    from .version import __version__
 
     spectrum = np.asarray(pca.all_explained_variance_, dtype=np.float64)  # (r,) or (k,)
     total = float(pca.total_variance_)

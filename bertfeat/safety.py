@@ -237,31 +237,3 @@ def feature_file_inputs(path: str | os.PathLike) -> list[Path]:
 def partial_run_error(partial_dir: Path) -> OutputError:
     return OutputError(f"a resumable partial run exists in {partial_dir}",
                        f"rerun the same command with {opt('resume', True)} to continue it, or with {opt('overwrite', True)} to start over")
-
-
-def check_extract_outputs(out_path: Path, fmt: str, want_pca: bool, partial_dir: Path, inputs: list[Path],
-                          overwrite: bool, resume: bool) -> None:
-    """Before `extract` writes anything: no output, side file or partial directory may be an input; an existing
-    output needs --overwrite; a partial run left by an interrupt needs --resume (or --overwrite to start over)."""
-    outs = feature_file_outputs(out_path, fmt) + [("rejects file", out_path.with_name(out_path.name + ".rejects.csv"))]
-    if want_pca:
-        stem = out_path.with_suffix("")
-        outs.append(("PCA model", stem.with_name(stem.name + ".pca.npz")))
-        outs += report_outputs(stem.with_name(stem.name + ".pca"))
-    check_not_input(outs + [("partial directory", partial_dir)], inputs)
-    if partial_dir.is_dir() and (partial_dir / "manifest.json").is_file():
-        if resume or overwrite:
-            return  # --resume continues it (and may rewrite an output its interrupted finish left); --overwrite starts over
-        raise partial_run_error(partial_dir)
-    check_overwrite(outs, overwrite)
-
-
-def check_dask_outputs(out: Path, partial_dir: Path, inputs: list[Path], overwrite: bool, resume: bool) -> None:
-    """`extract --engine dask` (a directory of parts): the same rules as check_extract_outputs."""
-    outs = [("output", out), ("rejects file", out.with_name(out.name + ".rejects.csv"))]
-    check_not_input(outs + [("partial directory", partial_dir)], inputs)
-    if partial_dir.is_dir() and any(partial_dir.iterdir()):
-        if resume or overwrite:
-            return
-        raise partial_run_error(partial_dir)
-    check_overwrite(outs, overwrite)

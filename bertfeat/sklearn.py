@@ -30,29 +30,18 @@ from .errors import BertfeatError
 
 __all__ = ["TextFeatures", "as_texts"]
 
-_CACHE: dict[tuple, Encoder] = {}
-_CACHE_LOCK = threading.Lock()
+_MEMO_LOCK = threading.Lock()
 #: cache=True: the features' fingerprint (model weights, precision, feature settings) -> {text: its (D,) vector},
 #: per process.
 _MEMO: dict[tuple, dict[str, np.ndarray]] = {}
 
 
 def _load_encoder(model, max_length, max_batch_tokens, threads, precision) -> Encoder:
-    """One Encoder per (model location, load settings) per process."""
-    from .hub import resolve_model
+    """The process's Encoder for (model, load settings), from the cache bertfeat.extract and Dask workers share."""
+    from .encoder_cache import shared_encoder
 
-    loc = resolve_model(model)
-    key = (str(loc.path), max_length, max_batch_tokens, threads, precision)
-    with _CACHE_LOCK:
-        enc = _CACHE.get(key)
-        if enc is None:
-            kw: dict[str, Any] = {"max_length": max_length, "threads": threads, "location": loc}
-            if max_batch_tokens is not None:
-                kw["max_batch_tokens"] = max_batch_tokens
-            if precision is not None:
-                kw["precision"] = precision
-            enc = _CACHE[key] = Encoder(**kw)
-        return enc
+    return shared_encoder(model, max_length=max_length, max_batch_tokens=max_batch_tokens, threads=threads,
+                          precision=precision)
 
 
 def as_texts(X: Any) -> list[str]:
@@ -161,7 +150,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             return np.zeros((0, self.n_features_out_), dtype=np.float32)
         if not self.cache:
             return enc.run(enc.prepare(texts, None, spec), spec, max_rows=self.batch_size)
-        with _CACHE_LOCK:
+        with _MEMO_LOCK:
             # keyed by the fingerprint, which names the precision that ran: an fp32 and a bf16 TextFeatures of the same
             # model in one process never share vectors (they did when the key was the weights and the spec alone)
             memo = _MEMO.setdefault(repr(sorted(enc.fingerprint(spec).items())), {})

@@ -27,9 +27,11 @@ from conftest import need  # noqa: E402
 need("distributed", 'pip install -e ".[dask]"')
 
 from bertfeat.cli import main  # noqa: E402
-from bertfeat.dask_engine import DaskOptions, extract_dask, require_dask  # noqa: E402
+import bertfeat  # noqa: E402
+from bertfeat.dask_engine import require_dask  # noqa: E402
 from bertfeat.errors import BertfeatError, ResumeError  # noqa: E402
-from bertfeat.pipeline import ExtractOptions, NullProgress, extract  # noqa: E402
+from bertfeat.plan import DaskSettings  # noqa: E402
+from bertfeat.progress import NullProgress  # noqa: E402
 
 N_ROWS = 200
 N_PARTS = 4
@@ -72,12 +74,22 @@ LOCAL = dict(chunk_rows=N_ROWS // N_PARTS)
 @pytest.fixture(scope="module")
 def local_out(tmp_path_factory, data) -> Path:
     out = tmp_path_factory.mktemp("local") / "features.parquet"
-    extract(ExtractOptions(input=str(data), output=str(out), **LOCAL))
+    extract(dict(input=str(data), output=str(out), **LOCAL))
     return out
 
 
-def _opts(data, out, **kw) -> ExtractOptions:
-    return ExtractOptions(input=str(data), output=str(out), **kw)
+def _opts(data, out, **kw) -> dict:
+    return dict(input=str(data), output=str(out), **kw)
+
+
+def extract(opts: dict, progress=None):
+    """The local engine, through the public API."""
+    return bertfeat.extract(**opts, progress=progress)
+
+
+def extract_dask(opts: dict, blocksize="8MiB", progress=None, client=None):
+    """The Dask engine, through the public API."""
+    return bertfeat.extract(**opts, engine="dask", blocksize=blocksize, progress=progress, client=client)
 
 
 def _embeddings(t: pa.Table) -> np.ndarray:
@@ -131,7 +143,7 @@ class _Parts(NullProgress):
 def test_parquet_features_equal_local(client, data, local_out, tmp_path):
     out = tmp_path / "dask.features.parquet"
     rec = _Parts()
-    s = extract_dask(_opts(data, out), DaskOptions(blocksize=None), rec, client=client)
+    s = extract_dask(_opts(data, out), None, rec, client=client)
     # progress: parts done and in flight, from none done to all done with nothing in flight
     assert [d for d, _, _ in rec.calls] == list(range(N_PARTS + 1)) and {t for _, _, t in rec.calls} == {N_PARTS}
     assert rec.calls[-1] == (N_PARTS, 0, N_PARTS)
@@ -175,9 +187,9 @@ def test_csv_blocks_with_bad_rows_equal_local(client, real_sentences, tmp_path):
     src.write_bytes(b"\n".join(lines) + b"\n")
     kw = dict(id_column="id", on_bad_row="skip")
     local = tmp_path / "local.parquet"
-    extract(ExtractOptions(input=str(src), output=str(local), **kw))  # chunks differ from the blocks
+    extract(dict(input=str(src), output=str(local), **kw))  # chunks differ from the blocks
     out = tmp_path / "dask.parquet"
-    s = extract_dask(ExtractOptions(input=str(src), output=str(out), **kw), DaskOptions(blocksize=1024), client=client)
+    s = extract_dask(dict(input=str(src), output=str(out), **kw), 1024, client=client)
     assert len(list(out.glob("part-*.parquet"))) >= 4
     _assert_same_features(out, local, id_name="id")
     rej = out.with_name(out.name + ".rejects.csv")
@@ -193,7 +205,7 @@ def test_pca_equals_local(client, data, tmp_path):
     local = tmp_path / "local" / "f.parquet"
     extract(_opts(data, local, pca="8", **LOCAL))
     out = tmp_path / "dask" / "f.parquet"
-    s = extract_dask(_opts(data, out, pca="8"), DaskOptions(blocksize=None), client=client)
+    s = extract_dask(_opts(data, out, pca="8"), None, client=client)
     lp, dp = PCA.load(local.with_name("f.pca.npz")), PCA.load(out.with_name("f.pca.npz"))
     assert dp.n_components_ == lp.n_components_ == 8
     np.testing.assert_allclose(dp.components_, lp.components_, atol=1e-8, rtol=0)
@@ -236,12 +248,12 @@ def test_worker_killed_mid_run(client, real_sentences, tmp_path):
     local = tmp_path / "local.parquet"
     out = tmp_path / "dask.parquet"
     killer = _KillBusyWorkerAfterFirst(client)
-    extract_dask(_opts(src, out), DaskOptions(), killer, client=client)
+    extract_dask(_opts(src, out), "8MiB", killer, client=client)
     assert killer.killed, "no worker was busy to be killed"
     rows = _read_dataset(out).column("row").to_pylist()
     assert rows == list(range(len(texts)))  # every row exactly once, in input order
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary file of the dead attempt
-    extract(ExtractOptions(input=str(src), output=str(local)))
+    extract(dict(input=str(src), output=str(local)))
     a, b = pq.read_table(local), _read_dataset(out)
     assert b.schema == a.schema.remove_metadata()
     assert np.abs(_embeddings(a) - _embeddings(b)).max() <= 1e-5  # chunks differ from partitions: padding moves ~1e-6
@@ -262,7 +274,7 @@ def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_
     out = tmp_path / "dask.parquet"
     partial = out.with_name(out.name + ".partial")
     with pytest.raises(KeyboardInterrupt):
-        extract_dask(_opts(data, out), DaskOptions(blocksize=None), _InterruptAfterFirst(), client=client)
+        extract_dask(_opts(data, out), None, _InterruptAfterFirst(), client=client)
     _wait_idle(client)
     done = sorted(partial.glob("part-*.parquet"))
     assert 1 <= len(done) <= N_PARTS and not out.exists()
@@ -271,7 +283,7 @@ def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_
     before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in done}
 
     with pytest.raises(ResumeError, match="pooling") as dask_err:  # other settings are refused, and the parts kept
-        extract_dask(_opts(data, out, pooling="cls", resume=True), DaskOptions(blocksize=None), client=client)
+        extract_dask(_opts(data, out, pooling="cls", resume=True), None, client=client)
     assert {p.name for p in partial.glob("part-*.parquet")} == set(before)
     # the local engine refuses the same change in the same words: one resume rule (jobcore.check_resume)
     lout = tmp_path / "local.parquet"
@@ -281,7 +293,7 @@ def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_
         extract(_opts(data, lout, chunk_rows=64, pooling="cls", resume=True))
     assert str(local_err.value) == str(dask_err.value)
 
-    s = extract_dask(_opts(data, out, resume=True), DaskOptions(blocksize=None), client=client)
+    s = extract_dask(_opts(data, out, resume=True), None, client=client)
     assert s.chunks_resumed == len(before)
     after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("part-*.parquet")}
     assert len(after) == N_PARTS
@@ -339,7 +351,7 @@ def test_partitions_spread_over_workers(client, real_sentences, tmp_path):
     pq.write_table(pa.table({"text": texts}), src)  # a single row group
     out = tmp_path / "spread.parquet"
     with get_task_stream(client) as ts:
-        s = extract_dask(_opts(src, out), DaskOptions(), client=client)
+        s = extract_dask(_opts(src, out), "8MiB", client=client)
     ran = {rec["key"]: rec["worker"] for rec in ts.data if str(rec["key"]).startswith("bertfeat-encode-")}
     per_worker = {w: list(ran.values()).count(w) for w in set(ran.values())}
     print("encode tasks per worker:", per_worker)
@@ -363,8 +375,8 @@ def test_id_types_same_on_both_engines(client, real_sentences, tmp_path, kind):
     pq.write_table(pa.table(cols), src)
     kw = {} if kind == "row" else {"id_column": "key"}
     local, out = tmp_path / "local.parquet", tmp_path / "dask.parquet"
-    extract(ExtractOptions(input=str(src), output=str(local), **kw))
-    extract_dask(ExtractOptions(input=str(src), output=str(out), **kw), DaskOptions(), client=client)
+    extract(dict(input=str(src), output=str(local), **kw))
+    extract_dask(dict(input=str(src), output=str(out), **kw), "8MiB", client=client)
     a, b = pq.read_table(local), _read_dataset(out)
     name = "row" if kind == "row" else "key"
     assert b.schema == a.schema.remove_metadata(), (a.schema.field(name), b.schema.field(name))
@@ -384,7 +396,7 @@ def test_encoder_options_reach_every_worker(client, data, tmp_path):
     assert s.rows_written == N_ROWS
 
     def budgets():
-        from bertfeat.dask_engine import _ENCODERS
+        from bertfeat.encoder_cache import _ENCODERS
 
         return sorted(e.max_batch_tokens for e in _ENCODERS.values())
 
@@ -396,14 +408,14 @@ def test_encoder_options_reach_every_worker(client, data, tmp_path):
 def test_the_local_cluster_we_start_runs_without_the_workers_profiler():
     """The LocalCluster bertfeat starts turns off Dask's statistical profiler in its workers (it samples every
     thread every 10 ms with the GIL; measured 2 % of a one-thread worker's throughput)."""
-    from bertfeat.dask_engine import _open_client
+    from bertfeat.dask_cluster import open_client
 
     def profiling(dask_worker):
         import dask
 
         return "profile" in dask_worker.periodic_callbacks, dask.config.get("distributed.worker.profile.enabled")
 
-    client, cluster = _open_client(DaskOptions(workers=1), None)
+    client, cluster = open_client(DaskSettings(workers=1))
     try:
         assert list(client.run(profiling).values()) == [(False, False)]
     finally:

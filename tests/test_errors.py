@@ -306,7 +306,7 @@ def test_existing_output_needs_overwrite(tmp_path, corpus, features, model, caps
 
 def fail_on_write(monkeypatch, n: int, exc: BaseException):
     """The local engine's n-th part write raises exc; returns a function that restores the real writer."""
-    import bertfeat.pipeline as pipeline
+    import bertfeat.local_engine as pipeline
 
     real = pipeline.PartStore.write_part
     calls = []

@@ -1,4 +1,4 @@
-"""bertfeat.pipeline: the read-ahead thread, chunking, and the pieces --resume relies on."""
+"""The local engine and the chunks it works on: the read-ahead thread, chunking, and the pieces --resume relies on."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from bertfeat import pipeline
+from bertfeat import local_engine as pipeline
 from bertfeat.encoder import Encoder
 from bertfeat.errors import BertfeatError
 from bertfeat.readers import RawBatch
-from bertfeat.jobcore import manifest_differences, parse_pca
-from bertfeat.pipeline import default_output, iter_chunks, validate_batch
+from bertfeat.chunks import iter_chunks, validate_batch
+from bertfeat.jobcore import manifest_differences
+from bertfeat.plan import default_output, parse_pca
 from extract_util import run, tiny_model, write_csv
 
 
@@ -89,13 +90,13 @@ def test_validate_batch_reasons_and_alignment():
     c = validate_batch(b, 3)
     assert (c.index, c.rows, c.texts, c.ids, c.n_read) == (3, [0], ["ok"], ["a"], 8)
     assert c.rejects == [
-        {"row": 1, "id": "b", "reason": "empty text"},
-        {"row": 2, "id": "c", "reason": "whitespace-only text"},
-        {"row": 3, "id": "d", "reason": "null text"},
-        {"row": 4, "id": "e", "reason": "invalid UTF-8 at byte 3 of the text"},
-        {"row": 5, "id": "f", "reason": "non-string text (number 42)"},
-        {"row": 6, "id": "g", "reason": "null text (NaN)"},
-        {"row": 7, "id": None, "reason": "null id"},
+        {"row": 1, "id": "b", "reason": "empty text", "code": "empty"},
+        {"row": 2, "id": "c", "reason": "whitespace-only text", "code": "whitespace"},
+        {"row": 3, "id": "d", "reason": "null text", "code": "null"},
+        {"row": 4, "id": "e", "reason": "invalid UTF-8 at byte 3 of the text", "code": "encoding"},
+        {"row": 5, "id": "f", "reason": "non-string text (number 42)", "code": "not-string"},
+        {"row": 6, "id": "g", "reason": "null text (NaN)", "code": "null"},
+        {"row": 7, "id": None, "reason": "null id", "code": "null-id"},
     ]
 
 

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertfeat.errors import InputError
+from bertfeat.rejects import Reason, RejectCode
 from bertfeat.readers import HEAD_BYTES, CsvReader, Reader, detect_format, open_input
 
 
@@ -77,7 +78,7 @@ def test_csv_streaming_across_many_blocks_keeps_rows_in_place(tmp_path, monkeypa
     for r in range(1000):
         if r in malformed:
             lines.append(f"id{r},bad,extra")
-            expected.append((r, None, None, f'malformed line: expected 2 fields, found 3 ("id{r},bad,extra")'))
+            expected.append((r, None, None, Reason(RejectCode.MALFORMED_LINE, f'malformed line: expected 2 fields, found 3 ("id{r},bad,extra")')))
         elif r % 97 == 5:
             lines.append(f'id{r},"multi\nline {r}, quoted"')
             expected.append((r, f"multi\nline {r}, quoted".encode(), f"id{r}".encode(), None))

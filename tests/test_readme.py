@@ -211,7 +211,7 @@ def expected_files(cmd: str) -> list[str]:
     sub = argv[0]
     files: list[str] = []
     if sub == "extract":
-        from bertfeat.pipeline import default_output
+        from bertfeat.plan import default_output
 
         out = _option(argv, "-o", "--output")
         dask = _option(argv, "--engine") == "dask"

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import bertfeat.progress
-from bertfeat.pipeline import NullProgress
+from bertfeat.progress import NullProgress
 from extract_util import metadata, no_leftovers, read_table, run, summary_line, tiny_model, write_csv
 
 WORDS = ("river mountain bread cheese rain snow code maths ship bird music art train car cat dog "
@@ -222,7 +222,7 @@ def test_parts_are_read_back_once(tmp_path, capsys, monkeypatch):
     """Counts and PCA statistics are taken while each chunk's table is in memory, so the output is written
     reading every part once (it was three times: counts, PCA fit, transform); a resumed run reads each part
     the interrupted run finished once more, for its counts and statistics. Resumed or not, the same output."""
-    import bertfeat.pipeline as pipeline
+    import bertfeat.local_engine as pipeline
 
     src = corpus(tmp_path / "c.csv", 40)
     args = ["--model", tiny_model(), "--chunk-rows", 10, "--pca", 4]

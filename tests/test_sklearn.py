@@ -143,9 +143,9 @@ def test_changed_weights_are_refused_after_unpickling(tmp_path, make_ckpt):
     shutil.copytree(d, local)
     tf = TextFeatures(str(local)).fit(TEXTS)
     blob, enc_blob = pickle.dumps(tf), pickle.dumps(Encoder(local))
-    from bertfeat import sklearn as bsk
+    from bertfeat import encoder_cache
 
-    bsk._CACHE.clear()
+    encoder_cache.clear()
     other = make_ckpt(hidden=32, heads=2, layers=1, seed=4)
     shutil.copy(other / "model.safetensors", local / "model.safetensors")
     with pytest.raises(BertfeatError, match="not the ones this TextFeatures was fitted with"):

@@ -57,7 +57,7 @@ class RawBatch:
     texts: list  # bytes | str | None | other, per row
     pairs: list | None
     ids: list | None
-    pre_rejected: dict[int, str] = field(default_factory=dict)  # row -> reason (malformed line, bad JSON)
+    pre_rejected: dict = field(default_factory=dict)  # row -> rejects.Reason (malformed line, bad JSON, ...)
     bytes_read: int = 0  # bytes consumed when the batch ends (for progress on CSV/JSONL)
     bytes_start: int = 0  # ... and when it starts (a chunk that ends inside the batch interpolates)
 

@@ -13,6 +13,7 @@ import sys
 import pyarrow as pa
 
 from ..errors import InputError, opt
+from ..rejects import Reason, RejectCode
 from .base import RawBatch, short_error
 from .paths import compression_of
 from .text import TextReader
@@ -100,13 +101,14 @@ class CsvReader(TextReader):
     def _parse(self, stream, counter):
         import pyarrow.csv as pcsv
 
-        skipped: dict[int, str] = {}
+        skipped: dict[int, Reason] = {}
 
         def on_invalid(row) -> str:
             # row.number counts records (blank lines excluded) from 1, the header included
             n = (row.number - 2) if row.number is not None else -1
             text = row.text if len(row.text) <= 40 else row.text[:37] + "..."
-            skipped[n] = f"malformed line: expected {row.expected_columns} fields, found {row.actual_columns} ({json.dumps(text, ensure_ascii=False)})"
+            skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"malformed line: expected {row.expected_columns} fields, found "
+                                f"{row.actual_columns} ({json.dumps(text, ensure_ascii=False)})")
             return "skip"
 
         on_invalid._bertfeat_row_handler = True
@@ -205,17 +207,19 @@ class CsvReader(TextReader):
             hit = tracker.suspects.get(row)
             if hit is not None:
                 line, field, close = hit
-                b.pre_rejected[row] = (f"unclosed quote: the quoted field{self._column_name(field)} that opens on line {line} "
-                                       f"only ends at a quote on line {close}, so lines {line + 1} to {close} were read "
-                                       "into this row")
+                b.pre_rejected[row] = Reason(RejectCode.UNCLOSED_QUOTE,
+                                             f"unclosed quote: the quoted field{self._column_name(field)} that opens on line {line} "
+                                             f"only ends at a quote on line {close}, so lines {line + 1} to {close} were read "
+                                             "into this row")
                 b.texts[k] = None
         return b
 
-    def _reject_unclosed(self, tracker, pending: RawBatch | None, skipped: dict[int, str], next_row: int) -> None:
+    def _reject_unclosed(self, tracker, pending: RawBatch | None, skipped: dict[int, Reason], next_row: int) -> None:
         """A quoted field never closed runs to the end of the file: its row (the last one) becomes a bad row."""
         col = self.columns[tracker.open_field] if tracker.open_field is not None and tracker.open_field < len(self.columns) else None
-        reason = (f"unclosed quote: the quoted field{f' in column {col!r}' if col is not None else ''} that opens on line "
-                  f"{tracker.open_line} is never closed, so every line after it was read into this row")
+        reason = Reason(RejectCode.UNCLOSED_QUOTE,
+                        f"unclosed quote: the quoted field{f' in column {col!r}' if col is not None else ''} that opens on line "
+                        f"{tracker.open_line} is never closed, so every line after it was read into this row")
         last = max([next_row - 1, *skipped])
         if last in skipped or pending is None or not pending.rows:
             skipped[last] = reason

@@ -7,6 +7,7 @@ import json
 import pyarrow as pa
 
 from ..errors import InputError
+from ..rejects import Reason, RejectCode
 from .base import HEAD_BYTES, RawBatch, short_error
 from .text import TextReader
 
@@ -80,27 +81,29 @@ class JsonlReader(TextReader):
                     pair = obj.get(self.pair_column) if self.pair_column else None
                     ident = obj.get(self.id_column) if self.id_column else None
                     if self.text_column not in obj:
-                        pre[row] = f"no field '{self.text_column}'"
+                        pre[row] = Reason(RejectCode.MISSING_FIELD, f"no field '{self.text_column}'")
                     elif self.pair_column and self.pair_column not in obj:
-                        pre[row] = f"no field '{self.pair_column}'"
+                        pre[row] = Reason(RejectCode.MISSING_FIELD, f"no field '{self.pair_column}'")
                     elif ident is not None:
                         kind = "integer" if isinstance(ident, int) and not isinstance(ident, bool) else \
                             "string" if isinstance(ident, str) else None
                         if kind is None:
-                            pre[row] = f"id {json.dumps(ident)[:40]} is {_json_kind(ident)}, not a string or an integer"
+                            pre[row] = Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {_json_kind(ident)}, "
+                                                                 "not a string or an integer")
                         elif id_kind is None:
                             id_kind = kind
                         elif kind != id_kind:
-                            pre[row] = f"id {json.dumps(ident)[:40]} is {'an' if kind == 'integer' else 'a'} {kind}, but the ids before it are {id_kind}s"
+                            pre[row] = Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {'an' if kind == 'integer' else 'a'} "
+                                                                 f"{kind}, but the ids before it are {id_kind}s")
                 except UnicodeDecodeError as e:
-                    pre[row] = f"invalid {self.encoding} at byte {e.start} of the line"
+                    pre[row] = Reason(RejectCode.ENCODING, f"invalid {self.encoding} at byte {e.start} of the line")
                     if self.id_column:  # the id, for the rejects file, if the rest of the line is readable
                         try:
                             ident = json.loads(line.decode(self.encoding, errors="replace")).get(self.id_column)
                         except (ValueError, AttributeError):
                             ident = None
                 except ValueError as e:
-                    pre[row] = f"invalid JSON ({e})"
+                    pre[row] = Reason(RejectCode.INVALID_JSON, f"invalid JSON ({e})")
                 if row in pre:
                     ident = ident if isinstance(ident, (int, str)) else None
                 texts.append(text); pairs.append(pair); ids.append(ident)

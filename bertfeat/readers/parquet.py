@@ -10,6 +10,7 @@ import sys
 import pyarrow as pa
 
 from ..errors import InputError, opt
+from ..rejects import Reason, RejectCode
 from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, short_error
 
 
@@ -168,7 +169,8 @@ def _binary_utf8(b: RawBatch) -> None:
                 try:
                     bytes(v).decode("utf-8")
                 except UnicodeDecodeError as e:
-                    b.pre_rejected[b.rows[k]] = f"invalid UTF-8 at byte {e.start} of the {what} (a binary Parquet column)"
+                    b.pre_rejected[b.rows[k]] = Reason(RejectCode.BINARY_COLUMN,
+                                                       f"invalid UTF-8 at byte {e.start} of the {what} (a binary Parquet column)")
 
 
 def _view(t: pa.DataType, test: str) -> bool:

@@ -1,0 +1,217 @@
+"""The unit of work both engines share: a chunk of input rows -> validated texts -> tokens -> a features table.
+
+A *chunk* is ``chunk_rows`` consecutive input rows (by 0-based data-row number). ``iter_chunks`` cuts a
+reader's batches into chunks (the local engine), ``validate_batch`` splits a chunk's rows into accepted texts and
+rejects (rejects.py), ``prepare_chunk`` tokenizes (an over-long row under ``long_text='error'`` is a bad row),
+``chunk_table`` runs the model. ``encode_chunk`` is all three, the call a Dask partition task makes per chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from .readers import RawBatch, Reader
+from .rejects import Reason, RejectCode, bad_row_error, reject, too_long
+
+#: the columns of a features table besides the id and the embedding, with their Arrow types
+EXTRA_COLUMNS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()}
+
+
+# --------------------------------------------------------------------------- validation
+def decode_cell(value, what: str) -> tuple[str | None, Reason | None]:
+    """A raw cell -> (text, None) or (None, why it is rejected)."""
+    if value is None:
+        return None, Reason(RejectCode.NULL, f"null {what}")
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError as e:
+            return None, Reason(RejectCode.ENCODING, f"invalid UTF-8 at byte {e.start} of the {what}")
+    if isinstance(value, float) and value != value:
+        return None, Reason(RejectCode.NULL, f"null {what} (NaN)")
+    if not isinstance(value, str):
+        return None, Reason(RejectCode.NOT_STRING, f"non-string {what} ({kind(value)} {value!r:.40})")
+    if not value:
+        return None, Reason(RejectCode.EMPTY, f"empty {what}")
+    if not value.strip():
+        return None, Reason(RejectCode.WHITESPACE, f"whitespace-only {what}")
+    from .textcheck import control_character_reason
+
+    text = control_character_reason(value, what)
+    return (None, Reason(RejectCode.CONTROL_CHARACTER, text)) if text else (value, None)
+
+
+def kind(v) -> str:
+    """A JSON-ish name of a value's type, for a reject's words."""
+    return {bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}.get(type(v), type(v).__name__)
+
+
+def id_value(v):
+    """An id cell as written: bytes decoded (undecodable bytes replaced)."""
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).decode("utf-8", errors="replace")
+    return v
+
+
+@dataclass
+class Chunk:
+    """Validated rows of one chunk, ready to tokenize."""
+
+    index: int
+    rows: list[int]  # accepted 0-based data-row numbers
+    texts: list[str]
+    pairs: list[str] | None
+    ids: list | None
+    rejects: list[dict]  # rejects.reject(...) dicts
+    n_read: int  # input rows in the chunk, accepted or not
+    bytes_read: int = 0
+
+
+def validate_batch(b: RawBatch, chunk_index: int) -> Chunk:
+    """Split raw rows into accepted texts and rejects (row, id, reason, code)."""
+    rows, texts, pairs, ids, rejects = [], [], [] if b.pairs is not None else None, [] if b.ids is not None else None, []
+    for k, row in enumerate(b.rows):
+        ident = id_value(b.ids[k]) if b.ids is not None else None
+        reason = b.pre_rejected.get(row)
+        text = pair = None
+        if reason is None:
+            text, reason = decode_cell(b.texts[k], "text")
+        if reason is None and b.pairs is not None:
+            pair, reason = decode_cell(b.pairs[k], "pair text")
+        if reason is None and b.ids is not None and ident is None:
+            reason = Reason(RejectCode.NULL_ID, "null id")
+        if reason is not None:
+            rejects.append(reject(row, ident, reason))
+            continue
+        rows.append(row); texts.append(text)
+        if pairs is not None: pairs.append(pair)
+        if ids is not None: ids.append(ident)
+    return Chunk(chunk_index, rows, texts, pairs, ids, rejects, len(b.rows), b.bytes_read)
+
+
+def iter_chunks(source: Reader, chunk_rows: int):
+    """Re-cut the reader's batches into chunks of exactly chunk_rows input rows (the last may be short)."""
+    buf: list[RawBatch] = []
+    have = 0
+    index = 0
+
+    def cut(batches: list[RawBatch], n: int) -> tuple[RawBatch, list[RawBatch]]:
+        rows, texts, pairs, ids, pre = [], [], [], [], {}
+        rest = []
+        for b in batches:
+            take = min(n - len(rows), len(b.rows))
+            if take <= 0:
+                rest.append(b); continue
+            rows += b.rows[:take]; texts += b.texts[:take]
+            if b.pairs is not None: pairs += b.pairs[:take]
+            if b.ids is not None: ids += b.ids[:take]
+            pre.update({r: v for r, v in b.pre_rejected.items() if r in set(b.rows[:take])})
+            end = b.bytes_read
+            if take < len(b.rows):  # the chunk ends inside this batch: its bytes pro rata (a smooth progress by bytes)
+                end = b.bytes_start + (b.bytes_read - b.bytes_start) * take // len(b.rows)
+                rest.append(RawBatch(b.rows[take:], b.texts[take:], None if b.pairs is None else b.pairs[take:],
+                                     None if b.ids is None else b.ids[take:],
+                                     {r: v for r, v in b.pre_rejected.items() if r in set(b.rows[take:])}, b.bytes_read, end))
+        last = batches[-1]
+        return RawBatch(rows, texts, pairs if last.pairs is not None else None, ids if last.ids is not None else None,
+                        pre, end, batches[0].bytes_start), rest
+
+    for b in source.batches():
+        buf.append(b)
+        have += len(b.rows)
+        while have >= chunk_rows:
+            raw, buf = cut(buf, chunk_rows)
+            have -= len(raw.rows)
+            yield index, raw
+            index += 1
+    if have:
+        raw, buf = cut(buf, have)
+        yield index, raw
+
+
+# --------------------------------------------------------------------------- one chunk
+@dataclass
+class PreparedChunk:
+    chunk: Chunk
+    prepared: object  # encoder.Prepared or None when the chunk has no accepted row
+
+
+def prepare_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str) -> PreparedChunk:
+    """Tokenize a chunk; under long_text='error' an over-long row is a bad row.
+
+    Under ``on_bad_row='error'`` the first bad row of the chunk (lowest row number, whatever its reason) raises
+    ``FILE row N: reason - fix``.
+    """
+    from .encoder import LongTextError
+
+    if on_bad_row == "error" and chunk.rejects and spec.long_text != "error":
+        raise bad_row_error(source_name, chunk.rejects[0])
+    prepared = None
+    while chunk.rows:
+        try:
+            prepared = encoder.prepare(chunk.texts, chunk.pairs, spec)
+            break
+        except LongTextError as e:
+            bad = sorted(set(e.rows.tolist()))
+            tok = encoder.tokenizer.encode([chunk.texts[i] for i in bad],
+                                           None if chunk.pairs is None else [chunk.pairs[i] for i in bad], spec.max_length)
+            chunk.rejects += [reject(chunk.rows[i], None if chunk.ids is None else chunk.ids[i], too_long(int(n), spec.max_length))
+                              for i, n in zip(bad, tok.n_tokens)]
+            chunk.rejects.sort(key=lambda r: r["row"])
+            if on_bad_row == "error":
+                break
+            keep = [i for i in range(len(chunk.rows)) if i not in set(bad)]
+            chunk.rows = [chunk.rows[i] for i in keep]
+            chunk.texts = [chunk.texts[i] for i in keep]
+            if chunk.pairs is not None: chunk.pairs = [chunk.pairs[i] for i in keep]
+            if chunk.ids is not None: chunk.ids = [chunk.ids[i] for i in keep]
+    if on_bad_row == "error" and chunk.rejects:
+        raise bad_row_error(source_name, chunk.rejects[0])
+    return PreparedChunk(chunk, prepared if chunk.rows else None)
+
+
+def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str) -> pa.Table:
+    """Run the model on a prepared chunk -> Arrow table: id, embedding, n_tokens, truncated, n_chunks."""
+    chunk, prep = pc.chunk, pc.prepared
+    D = encoder.output_dim(spec)
+    if prep is None:
+        X = np.zeros((0, D), dtype=np.float32)
+        n_tok, trunc, n_ch = np.zeros(0, np.int32), np.zeros(0, bool), np.zeros(0, np.int32)
+    else:
+        X = encoder.run(prep, spec)
+        n_tok, trunc, n_ch = prep.n_tokens.astype(np.int32), prep.truncated, prep.n_chunks.astype(np.int32)
+    ids = pa.array(chunk.rows, pa.int64()) if chunk.ids is None else pa.array(chunk.ids)
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1), pa.float32()), D)
+    return pa.table({id_name: ids, "embedding": emb, "n_tokens": pa.array(n_tok), "truncated": pa.array(trunc),
+                     "n_chunks": pa.array(n_ch)})
+
+
+def encode_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str, id_name: str) -> tuple[pa.Table, list[dict]]:
+    """One chunk end to end (the call a Dask partition task makes): -> (features table, rejects)."""
+    pc = prepare_chunk(encoder, spec, chunk, source_name, on_bad_row)
+    return chunk_table(encoder, spec, pc, id_name), pc.chunk.rejects
+
+
+def table_counts(t: pa.Table, max_length: int) -> dict:
+    """A feature table's counts, on both engines: rows written, truncated and chunked, tokens and dropped tokens."""
+    n_tok = t.column("n_tokens").to_numpy()
+    trunc = t.column("truncated").to_numpy(zero_copy_only=False)
+    return {"rows_written": t.num_rows, "rows_truncated": int(trunc.sum()),
+            "rows_chunked": int((t.column("n_chunks").to_numpy() > 1).sum()), "tokens": int(n_tok.sum()),
+            "tokens_dropped": int(np.maximum(n_tok[trunc] - max_length, 0).sum())}
+
+
+def feature_matrix(t: pa.Table) -> np.ndarray:
+    """The embedding column of a feature table -> (m, D) float32."""
+    col = t.column("embedding").combine_chunks()
+    D = col.type.list_size
+    return col.values.to_numpy(zero_copy_only=False).reshape(-1, D)
+
+
+def extra_columns(t: pa.Table) -> dict:
+    """A features table's extra columns as NumPy arrays (what a feature writer takes beside ids and vectors)."""
+    return {"n_tokens": t.column("n_tokens").to_numpy(), "truncated": t.column("truncated").to_numpy(zero_copy_only=False),
+            "n_chunks": t.column("n_chunks").to_numpy()}

@@ -1,0 +1,124 @@
+"""The Dask engine's client side of a cluster: start or join one, size the work to it, gather the results.
+
+``open_client`` joins a scheduler or starts a LocalCluster (one worker process with a thread per core by default;
+measured fastest); ``worker_threads`` / ``cluster_slots`` size the partitions and the encoder threads to the workers
+that joined; ``gather`` collects task results as they finish, turning a task's error into the run's error and
+reporting progress; ``cancel`` drops the rest. dask_engine.py holds the job.
+"""
+
+from __future__ import annotations
+
+from .errors import BertfeatError, opt
+
+
+def open_client(dask):
+    """The plan's cluster (plan.DaskSettings): -> (client, the LocalCluster we started or None)."""
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    if dask.scheduler:
+        try:
+            client = Client(dask.scheduler, timeout=30)
+        except (OSError, TimeoutError) as e:
+            raise BertfeatError(f"cannot reach the Dask scheduler at {dask.scheduler} ({e})",
+                                "start it with `dask scheduler` and the workers with `dask worker tcp://HOST:8786`") from None
+        return client, None
+    from .threads import default_threads
+
+    # Default: one worker process with a thread per core. Measured (benchmarks/DASK_RESULTS.md, 2 cores,
+    # 6,000 rows): 1 x 2 threads ran level with the local engine (1.00x), 2 x 1 thread at 0.86x (two
+    # model copies, two processes' worth of Python overhead); --workers N asks for N one-thread processes.
+    n = int(dask.workers or 1)
+    per_worker = 1 if dask.workers else default_threads()
+    # worker processes load NumPy before bertfeat: hand them this process's BLAS kernel choice
+    # (bertfeat/threads.py), or they run OpenBLAS's older kernels wherever the environment pins them
+    from .threads import blas_info
+
+    kernel = blas_info().get("architecture")
+    env = {"OPENBLAS_CORETYPE": kernel} if kernel and blas_info().get("internal_api") == "openblas" else {}
+    import dask
+
+    # The workers' statistical profiler samples every thread's stack every 10 ms, with the GIL: off in the
+    # cluster we start (measured 2 %: 2 one-thread workers 0.91x -> 0.93x the local engine, 8,000 rows, 2
+    # rounds). The Nanny hands this config to its worker process; an env= variable comes too late for it.
+    with dask.config.set({"distributed.worker.profile.enabled": False}):
+        cluster = LocalCluster(n_workers=n, threads_per_worker=per_worker, processes=True, dashboard_address=":0",
+                               silence_logs=logging.ERROR, env=env)
+    return Client(cluster), cluster
+
+
+def worker_threads(client, address: str = "", timeout: float = 120.0) -> int:
+    """Encoder threads per task: a host's cores shared by the task slots (worker processes x --nthreads) on it.
+
+    The smallest share over the hosts, so no host is oversubscribed; waits for a first worker.
+    """
+    from .threads import default_threads
+
+    if not client.scheduler_info(n_workers=-1)["workers"]:
+        try:
+            client.wait_for_workers(1, timeout=timeout)
+        except TimeoutError:
+            raise BertfeatError(f"no Dask worker joined the scheduler {address} in {timeout:.0f} s",
+                                f"start workers with `dask worker {address or 'tcp://HOST:8786'}` on each machine") from None
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    cores = client.run(default_threads)
+    slots: dict[str, int] = {}
+    for addr, w in workers.items():
+        slots[w.get("host", addr)] = slots.get(w.get("host", addr), 0) + int(w.get("nthreads", 1) or 1)
+    shares = [cores[a] // slots[w.get("host", a)] for a, w in workers.items() if a in cores]
+    return max(1, min(shares)) if shares else 1
+
+
+def cluster_slots(client) -> int:
+    """Task slots of the cluster: the worker threads of every worker now connected."""
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    return max(1, sum(int(w.get("nthreads", 1) or 1) for w in workers.values()))
+
+
+def in_flight(client, futures: dict) -> int:
+    """How many of these tasks are in flight: on a worker, running or next in its queue (the scheduler's
+    view; 0 if it cannot say)."""
+    keys = {f.key for f in futures if not f.done()}
+    try:
+        return sum(1 for ks in client.processing().values() for k in ks if k in keys)
+    except Exception:  # pragma: no cover - a scheduler going away: the next result says so
+        return 0
+
+
+def gather(client, futures: dict, on_result, progress=None):
+    """Gather futures as they finish; a task's error becomes the run's error. With ``progress`` (an object
+    with a ``parts`` method), report the tasks done and in flight after each one."""
+    from distributed import as_completed
+    from distributed.client import FutureCancelledError
+
+    try:
+        from distributed.scheduler import KilledWorker
+    except ImportError:  # pragma: no cover
+        KilledWorker = ()  # type: ignore
+    show = getattr(progress, "parts", None)
+    done = 0
+    if show is not None:
+        show(0, in_flight(client, futures), len(futures))
+    for fut in as_completed(list(futures)):
+        key = futures[fut]
+        try:
+            res = fut.result()
+        except KilledWorker as e:
+            raise BertfeatError(f"partition {key}: its task killed the workers that ran it ({e})",
+                                f"a worker probably ran out of memory: lower {opt('blocksize')} or {opt('max_batch_tokens')}, or add memory") from None
+        except FutureCancelledError:
+            raise BertfeatError(f"partition {key}: the task was cancelled (the cluster went away?)", f"rerun with {opt('resume', True)}") from None
+        on_result(key, res)
+        fut.release()
+        if show is not None:
+            done += 1
+            show(done, in_flight(client, futures), len(futures))
+
+
+def cancel(client, futures):
+    if client is not None and futures:
+        try:
+            client.cancel(list(futures))
+        except Exception:  # pragma: no cover - the client may already be gone
+            pass

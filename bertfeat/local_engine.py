@@ -1,0 +1,203 @@
+"""The local engine: runs an ``ExtractPlan`` (plan.py) in this process.
+
+A background thread reads, validates and tokenizes chunk k+1 while the model encodes chunk k (chunks.py). Each
+finished chunk is written atomically as a part file under ``OUTPUT.partial/`` with a manifest of the settings, so
+``resume`` after Ctrl-C or kill -9 continues from the last completed chunk. Each chunk's counts and PCA
+statistics are taken while its table is in memory; at the end the PCA is fitted, the parts are read back once and
+streamed into the output (temporary file, then rename) and the partial directory is removed. The rules both
+engines share (manifest and resume, counts, provenance, the PCA's fit and files) are in jobcore.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .atomic import atomic_output, write_atomic
+from .chunks import (EXTRA_COLUMNS, PreparedChunk, chunk_table, extra_columns, feature_matrix, iter_chunks, prepare_chunk,
+                     table_counts, validate_batch)
+from .errors import BertfeatError, opt
+from .jobcore import (ExtractSummary, accumulate_pca, check_resume, feature_settings, finish_pca, job_manifest, load_encoder,
+                      new_pca, provenance, read_manifest)
+from .progress import NullProgress
+from .rejects import publish_rejects
+from .threads import read_ahead
+
+READ_AHEAD_CHUNKS = 2  # tokenized chunks waiting for the model (bounds the memory of the read-ahead)
+
+
+class PartStore:
+    """OUTPUT.partial/: a manifest plus one atomically written Parquet part per finished chunk."""
+
+    def __init__(self, partial: Path):
+        self.dir = partial
+        self.manifest_path = self.dir / "manifest.json"
+
+    def part_path(self, index: int) -> Path:
+        return self.dir / f"part-{index:06d}.parquet"
+
+    def open(self, manifest: dict, resume: bool) -> set[int]:
+        """Start or continue: returns the indices of chunks already done."""
+        if self.dir.exists() and resume and self.manifest_path.is_file():
+            check_resume(read_manifest(self.manifest_path), manifest)
+            return {int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet")}
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True)
+        write_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
+        return set()
+
+    def write_part(self, index: int, table: pa.Table, rejects: list[dict], n_read: int):
+        meta = {b"bertfeat_part": json.dumps({"rejects": rejects, "n_read": n_read}, default=str).encode()}
+        with atomic_output(self.part_path(index)) as tmp:
+            pq.write_table(table.replace_schema_metadata(meta), tmp)
+
+    def read_part(self, index: int) -> tuple[pa.Table, list[dict], int]:
+        t = pq.read_table(self.part_path(index))
+        meta = json.loads(t.schema.metadata[b"bertfeat_part"])
+        return t.replace_schema_metadata(None), meta["rejects"], meta["n_read"]
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def prepared_chunks(plan, encoder, spec, done: set[int]):
+    """Read, validate and tokenize (run ahead of the model by read_ahead); completed chunks pass through untokenized.
+
+    Yields ("done", index, bytes_read, rows) for a chunk already in the part store, else ("chunk", PreparedChunk).
+    """
+    source = plan.reader
+    for index, raw in iter_chunks(source, plan.chunk_rows):
+        if index in done:
+            yield ("done", index, raw.bytes_read, len(raw.rows))
+            continue
+        chunk = validate_batch(raw, index)
+        yield ("chunk", prepare_chunk(encoder, spec, chunk, source.name, plan.on_bad_row))
+
+
+def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
+    """Execute the plan in this process; returns the summary. Raises BertfeatError on bad input."""
+    progress = progress or NullProgress()
+    t0 = time.perf_counter()
+    layout = plan.layout
+    out_path = layout.features
+    encoder = load_encoder(plan)
+    spec, fingerprint = feature_settings(encoder, plan)
+    manifest = job_manifest(plan, fingerprint, format=layout.fmt)
+    store = PartStore(layout.partial)
+    try:
+        done = store.open(manifest, plan.resume)
+    except OSError as e:
+        store.remove()
+        raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})",
+                            f"check the output directory exists and is writable, or pass {opt('output')}") from None
+    for stale in (*out_path.parent.glob(f".{out_path.name}*.tmp-*"), *out_path.parent.glob(f".{out_path.stem}.ids.csv.tmp-*")):
+        stale.unlink(missing_ok=True)  # temporaries of a run killed while it wrote the output
+    summary = ExtractSummary(chunks_resumed=len(done), pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
+    if done:
+        progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")
+
+    source = plan.reader
+    progress.start(source.total_rows, source.total_bytes)
+    items = read_ahead(prepared_chunks(plan, encoder, spec, done), READ_AHEAD_CHUNKS, name="bertfeat-reader")
+    order: list[int] = []
+    rejects: dict[int, list[dict]] = {}
+    pca = new_pca(plan.pca_n_components) if plan.pca is not None else None
+
+    def account(index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int):
+        """A finished unit's counts, rejects and PCA statistics, taken while its table is in memory."""
+        order.append(index)
+        rejects[index] = chunk_rejects
+        summary.add({"rows_read": n_read, **table_counts(table, spec.max_length)})
+        if pca is not None and table.num_rows:
+            accumulate_pca(pca, feature_matrix(table))
+
+    try:
+        for item in items:
+            if item[0] == "done":  # finished by the interrupted run: its part is read once, here
+                _, index, bytes_read, n = item
+                account(index, *store.read_part(index))
+                progress.advance(n, 0, bytes_read)
+                continue
+            pc: PreparedChunk = item[1]
+            table = chunk_table(encoder, spec, pc, plan.id_name)
+            store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read)
+            account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read)
+            tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
+            progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
+    except BertfeatError:
+        items.close()
+        store.remove()  # bad input: leave nothing behind
+        raise
+    except OSError as e:  # disk full, read-only: the finished chunks stay, resume continues
+        items.close()
+        from .safety import os_error
+
+        raise os_error(e, store.dir, f"free disk space, then rerun the same command with {opt('resume', True)} "
+                                     f"({len(order)} finished chunk(s) are kept in {store.dir})") from None
+    except KeyboardInterrupt:
+        items.close()
+        progress.stop()
+        progress.note(f"interrupted: {len(order)} chunk(s) are kept in {store.dir}; "
+                      "run the same command with --resume to continue")
+        raise
+    finally:
+        items.close()
+        progress.stop()
+    summary.rows_multiline = getattr(source, "multiline_rows", 0)
+
+    try:
+        summary.rows_rejected = sum(len(r) for r in rejects.values())
+        summary.outputs = finalize(plan, store, sorted(order), encoder, spec, fingerprint, summary, pca,
+                                   [r for i in sorted(rejects) for r in rejects[i]])
+    except BertfeatError:
+        store.remove()  # e.g. the PCA does not fit the data: a rerun with other settings starts over anyway
+        raise
+    except OSError as e:  # disk full, permissions: the parts stay, so resume only redoes the writing
+        raise BertfeatError(f"cannot write the output {out_path} ({e.strerror or e})",
+                            f"free disk space or fix the permissions, then rerun with {opt('resume', True)}") from None
+    summary.elapsed = time.perf_counter() - t0
+    return summary
+
+
+def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprint: dict, summary: ExtractSummary, pca,
+             rejects: list[dict]) -> dict:
+    """Fit the accumulated PCA, then stream the parts (each read once) into the output file(s); remove the
+    partial directory. The counts and the PCA statistics were taken as each part was made."""
+    from .features import FeatureWriter
+
+    layout, id_name = plan.layout, plan.id_name
+    meta = provenance(encoder, spec, fingerprint, plan, summary)
+    outputs: dict[str, Path] = {}
+    if pca is not None:
+        pca_outputs, meta["pca"] = finish_pca(pca, summary.rows_written, layout, fingerprint)
+        outputs.update(pca_outputs)
+
+    dim = pca.n_components_ if pca is not None else encoder.output_dim(spec)
+    id_type = plan.reader.id_type()  # the reader's rule, as on the Dask engine
+    if id_type is None:
+        id_type = pa.string()
+        for i in order:  # the first part with an accepted row (a chunk whose rows were all rejected has no id type)
+            t = pq.read_schema(store.part_path(i)).field(id_name).type
+            if not pa.types.is_null(t):
+                id_type = t
+                break
+    writer = FeatureWriter(layout.features, fmt=layout.fmt, dim=int(dim), id_name=id_name, id_type=id_type, metadata=meta,
+                           wide=plan.wide, extra_columns=EXTRA_COLUMNS)
+    with writer:
+        for i in order:
+            t, _, _ = store.read_part(i)
+            X = feature_matrix(t)
+            if pca is not None and len(X):
+                X = pca.transform(X).astype(np.float32)
+            writer.write(t.column(id_name).to_pylist(), X, extra_columns(t))
+        outputs["features"] = writer.close()
+    outputs.update(publish_rejects(layout.rejects, rejects))
+    store.remove()
+    return outputs

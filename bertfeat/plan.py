@@ -1,0 +1,347 @@
+"""One extract job, resolved once: ``make_plan(...)`` turns ``bertfeat.extract``'s options into an ``ExtractPlan``.
+
+Every option of an extract run is checked here and only here, with the error naming the Python parameter
+(``errors.opt``; the CLI shows each as its flag), whichever engine will run the job: the input (files, format,
+columns, through the reader), the output layout (every file name the run may write: ``OutputLayout``), the
+encoder settings, the chunking, the PCA request and the engine with its options. The local engine
+(local_engine.py) and the Dask engine (dask_engine.py) take the plan and re-check nothing it holds; what needs
+the loaded model (the feature spec, the fingerprint) is resolved by both through jobcore.feature_settings.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BertfeatError, InputError, opt
+
+ENGINES = ("local", "dask")
+BAD_ROW_POLICIES = ("error", "skip")
+DEFAULT_CHUNK_ROWS = 2048
+DEFAULT_BLOCKSIZE = "8MiB"
+ALL_COMPONENTS = "all"  # pca=1.0 / "all": keep every component (PCA(n_components=None))
+#: extract's own parameters that are Encoder keywords too: in encoder_options they stand in for the parameter
+#: when it is left at its default (below), never silently against it
+ENCODER_PARAMS = {"model": None, "max_length": None, "max_batch_tokens": None, "threads": None, "precision": "fp32"}
+INSTALL_DASK = 'pip install "bertfeat[dask]"'
+
+
+# --------------------------------------------------------------------------- the output layout
+@dataclass(frozen=True)
+class OutputLayout:
+    """Every path an extract run may write, derived from the features output in one place.
+
+    ``features``: the feature file (local engine) or the directory of part files (Dask engine); beside it
+    ``rejects`` (OUTPUT.rejects.csv), with ``pca`` the PCA model (OUTPUT-stem.pca.npz) and its report files
+    (OUTPUT-stem.pca.report.*), and while it runs the partial directory (OUTPUT.partial/).
+    """
+
+    features: Path
+    fmt: str  # parquet / npy / csv (the Dask engine: parquet)
+    engine: str = "local"
+    want_pca: bool = False
+
+    @property
+    def rejects(self) -> Path:
+        return self.features.with_name(self.features.name + ".rejects.csv")
+
+    @property
+    def partial(self) -> Path:
+        return self.features.with_name(self.features.name + ".partial")
+
+    @property
+    def pca_prefix(self) -> Path:
+        """OUTPUT without its extension + ".pca": the PCA model is PREFIX.npz, its report PREFIX.report.*."""
+        stem = self.features.with_suffix("")
+        return stem.with_name(stem.name + ".pca")
+
+    @property
+    def pca_model(self) -> Path:
+        return self.pca_prefix.with_name(self.pca_prefix.name + ".npz")
+
+    def side_files(self) -> list[tuple[str, Path]]:
+        """The feature output with its side files (a .npy's ids file, a .npy / .csv's provenance)."""
+        if self.engine == "dask":
+            return [("output", self.features)]
+        from .safety import feature_file_outputs
+
+        return feature_file_outputs(self.features, self.fmt)
+
+    def outputs(self) -> list[tuple[str, Path]]:
+        """(label, path) of every file the finished run may leave, for the overwrite and input-protection rules."""
+        outs = self.side_files() + [("rejects file", self.rejects)]
+        if self.want_pca:
+            from .safety import report_outputs
+
+            outs.append(("PCA model", self.pca_model))
+            outs += report_outputs(self.pca_prefix)
+        return outs
+
+
+def default_output(input_path: str, fmt: str) -> Path:
+    """INPUT.features.FMT beside the input (a glob: named after the directory above its first wildcard)."""
+    if input_path == "-":
+        raise InputError(f"reading standard input needs {opt('output', 'OUTPUT')}", f"add {opt('output', 'features.parquet')}")
+    p = Path(input_path.rstrip("/"))
+    if any(ch in input_path for ch in "*?["):
+        parts = []
+        for part in Path(input_path).parts:
+            if any(ch in part for ch in "*?["):
+                break
+            parts.append(part)
+        p = Path(*parts) if parts else Path("dataset")
+        if not p.name:
+            p = Path("dataset")
+    stem = p.name
+    for suf in (".gz", ".bz2", ".zst", ".csv", ".tsv", ".tab", ".parquet", ".pq", ".jsonl", ".ndjson", ".json"):
+        if stem.lower().endswith(suf):
+            stem = stem[: -len(suf)]
+    return p.parent / f"{stem}.features.{fmt}"
+
+
+def output_format(output: str | Path | None, fmt: str | None) -> str:
+    """The format written: ``format`` when given (checked), else the output's extension, else parquet (the
+    formats are features.FILE_FORMATS's)."""
+    from .features import FORMATS, feature_format
+
+    if fmt:
+        if fmt not in FORMATS:
+            raise BertfeatError(f"unknown output format '{fmt}'", f"choose one of {', '.join(FORMATS)}")
+        return fmt
+    return feature_format(str(output) if output is not None else "")
+
+
+# --------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class DaskSettings:
+    scheduler: str | None = None  # tcp://HOST:8786; None: a LocalCluster on this machine
+    workers: int | None = None  # LocalCluster worker processes (default: one, a thread per core)
+    blocksize: int | None = None  # input bytes per partition at most (None: one per file / row group)
+
+
+@dataclass(frozen=True)
+class FeatureOptions:
+    """What the encoder computes per row (resolved against the model by Encoder.spec)."""
+
+    pooling: str | None = None
+    layers: str | None = None
+    layer_agg: str = "mean"
+    normalize: bool | None = None  # None: as the model's pipeline (its Normalize module)
+    prompt: str | None = None
+    prompt_name: str | None = None
+    max_length: int | None = None
+    long_text: str = "truncate"
+    stride: int | None = None
+
+
+@dataclass(frozen=True)
+class ExtractPlan:
+    """Every option of one extract run, checked and resolved; the engines execute it."""
+
+    input: str  # as given ("-": standard input)
+    reader: Any  # readers.Reader: files, format and columns resolved (holds no open file; pickles to workers)
+    layout: OutputLayout
+    model: str | None
+    encoder_kwargs: dict  # Encoder(...) keywords besides the model: precision, max_batch_tokens, threads, ...
+    features: FeatureOptions
+    id_column: str | None
+    pair_column: str | None
+    on_bad_row: str
+    chunk_rows: int
+    threads: int | None
+    pca: int | float | str | None  # None, a count, a variance fraction, or ALL_COMPONENTS
+    pca_text: str | None  # pca as given (kept in the resume manifest)
+    wide: bool
+    resume: bool
+    overwrite: bool
+    engine: str
+    dask: DaskSettings | None
+    command: str | None
+    encoder_options: dict = field(default_factory=dict)  # as given (kept in the resume manifest)
+
+    @property
+    def precision(self) -> str:
+        return self.encoder_kwargs.get("precision", "fp32")
+
+    @property
+    def id_name(self) -> str:
+        """The output's id column: the input's id column, else ``row`` (the 0-based row number)."""
+        return self.id_column or "row"
+
+    @property
+    def pca_n_components(self):
+        """The PCA's n_components (None keeps every component)."""
+        return None if self.pca == ALL_COMPONENTS else self.pca
+
+
+def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None, *, text_column: str | None = None,
+              pair_column: str | None = None, id_column: str | None = None, input_format: str | None = None,
+              encoding: str = "utf-8", delimiter: str | None = None, model: str | os.PathLike | None = None,
+              pooling: str | None = None, layers: str | None = None, layer_agg: str = "mean",
+              normalize: bool | None = None, prompt: str | None = None, prompt_name: str | None = None,
+              max_length: int | None = None, max_batch_tokens: int | None = None, long_text: str = "truncate",
+              stride: int | None = None, precision: str = "fp32", pca: int | float | str | None = None,
+              format: str | None = None, wide: bool = False, on_bad_row: str = "error", resume: bool = False,
+              overwrite: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,
+              engine: str = "local", scheduler: str | None = None, workers: int | None = None,
+              blocksize: int | str | None = DEFAULT_BLOCKSIZE, client: Any = None,
+              encoder_options: dict | None = None, command: str | None = None) -> ExtractPlan:
+    """Check every option and resolve the input and the outputs: -> the plan (``bertfeat.extract``'s parameters).
+
+    Raises BertfeatError naming the parameter, before anything is read past the input's header or written.
+    """
+    from .specs import check_max_length, check_output_format, check_size
+
+    # the run's shape
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise BertfeatError(f"{opt('chunk_rows', chunk_rows)} is out of range", "give 1 or more")
+    if engine not in ENGINES:
+        raise BertfeatError(f"unknown {opt('engine', engine, cli=repr(engine))}", "choose local or dask")
+    if engine == "local" and (scheduler or workers or client is not None):
+        names = f"{opt('scheduler')}, {opt('workers')} and client" if client is not None else f"{opt('scheduler')} and {opt('workers')}"
+        raise BertfeatError(f"{names} need {opt('engine', 'dask')}", f"add {opt('engine', 'dask')}")
+    if on_bad_row not in BAD_ROW_POLICIES:
+        raise BertfeatError(f"unknown {opt('on_bad_row', on_bad_row, cli=repr(on_bad_row))}", "choose error or skip")
+    pca_value = parse_pca(pca)
+
+    # the encoder
+    encoder_kwargs = encoder_settings(model, max_length, max_batch_tokens, threads, precision, encoder_options)
+    model = encoder_kwargs.pop("model")
+    max_length = encoder_kwargs.pop("max_length", None)  # a feature setting (Encoder.spec), not a load setting
+    threads = encoder_kwargs.get("threads")
+    if threads is not None and (isinstance(threads, bool) or threads < 1):
+        raise BertfeatError(f"{opt('threads', threads)} is out of range", "give 1 or more (default: all cores)")
+    check_max_length(max_length)
+    check_size(encoder_kwargs.get("max_batch_tokens"), "max_batch_tokens", 1, None,
+               " (tokens per batch, padded rows x length; default 512)")
+    from .gemm import check_precision
+
+    check_precision(encoder_kwargs["precision"])
+
+    # the output's format, and the engine's own rules
+    fmt = output_format(output, format)
+    dask = None
+    if engine == "dask":
+        dask = dask_settings(input, output, format, scheduler, workers, blocksize)
+    elif wide and fmt == "npy":
+        raise BertfeatError(f"{opt('wide', True)} applies to Parquet output, not npy",
+                            f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
+    check_output_format(output, format)
+
+    # the input
+    input = os.fspath(input)
+    if resume and input == "-":
+        raise BertfeatError(f"{opt('resume', True)} cannot continue a run that read standard input", "write the input to a file first")
+    from .readers import is_url, open_input
+
+    if input == "-" and output is None:
+        default_output(input, fmt)  # raises: standard input needs an output
+    if is_url(input) and output is None:  # no "beside the input" for a URL
+        raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT",
+                            "give the output path (with the Dask engine, a directory every worker can write)")
+    reader = open_input(input, input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter)
+
+    # the outputs
+    out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
+    layout = OutputLayout(out.resolve() if engine == "dask" else out, fmt, engine, pca_value is not None)
+    check_layout(layout, reader, input, overwrite, resume)
+    return ExtractPlan(
+        input=input, reader=reader, layout=layout, model=None if model is None else os.fspath(model),
+        encoder_kwargs=encoder_kwargs,
+        features=FeatureOptions(pooling, layers, layer_agg, normalize, prompt, prompt_name, max_length, long_text, stride),
+        id_column=id_column, pair_column=pair_column, on_bad_row=on_bad_row, chunk_rows=chunk_rows, threads=threads,
+        pca=pca_value, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
+        engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}))
+
+
+def parse_pca(value) -> int | float | str | None:
+    """``pca``: None (no PCA), a count, a variance fraction, or ALL_COMPONENTS (the parser of ``pca fit -n``)."""
+    if isinstance(value, bool):
+        raise BertfeatError(f"{opt('pca', value)} is not a size", "give a number of components (64) or a variance fraction (0.95)")
+    if value is None or value == "":
+        return None
+    from .specs import parse_pca_spec
+
+    n = parse_pca_spec(value, "pca")
+    return ALL_COMPONENTS if n is None else n
+
+
+def encoder_settings(model, max_length, max_batch_tokens, threads, precision, encoder_options) -> dict:
+    """extract's encoder parameters merged with ``encoder_options`` (further Encoder keywords).
+
+    A key of ``encoder_options`` that is also a parameter of extract stands in for it when that parameter is
+    left at its default; both given with different values is an error naming both. Unknown keys are errors."""
+    from .encoder import Encoder
+
+    given = {"model": model, "max_length": max_length, "max_batch_tokens": max_batch_tokens, "threads": threads,
+             "precision": precision}
+    known = set(inspect.signature(Encoder).parameters) - {"location"}
+    out = dict(given)
+    for key, value in dict(encoder_options or {}).items():
+        if key not in known:
+            raise BertfeatError(f"encoder_options has an unknown key {key!r}",
+                                f"use Encoder keywords ({', '.join(sorted(known))})")
+        if key in ENCODER_PARAMS and given[key] != ENCODER_PARAMS[key] and given[key] != value:
+            raise BertfeatError(f"{opt(key, given[key])} and encoder_options[{key!r}]={value!r} disagree",
+                                f"give {opt(key)} once")
+        out[key] = value
+    return {k: v for k, v in out.items() if v is not None or k == "model"}
+
+
+def dask_settings(input, output, fmt, scheduler, workers, blocksize) -> DaskSettings:
+    """The Dask engine's own rules: it is installed, reads files (not standard input), writes Parquet parts."""
+    from .dask_engine import parse_blocksize, require_dask
+
+    require_dask()
+    if os.fspath(input) == "-":
+        raise BertfeatError(f"{opt('engine', 'dask')} cannot read standard input",
+                            f"write the input to a file (Parquet is best), or use {opt('engine', 'local')}")
+    if (fmt or "parquet") != "parquet" or (output is not None and Path(os.fspath(output)).suffix.lower() in (".npy", ".csv")):
+        raise BertfeatError(f"{opt('engine', 'dask')} writes a Parquet dataset (a directory of part files)",
+                            f"drop {opt('format')}/{opt('output')} .npy/.csv, or use {opt('engine', 'local')}")
+    if workers is not None and (isinstance(workers, bool) or workers < 1):
+        raise BertfeatError(f"{opt('workers', workers)} is out of range", "give 1 or more")
+    if scheduler and workers:
+        raise BertfeatError(f"{opt('workers')} starts a local cluster; it cannot be combined with {opt('scheduler')}",
+                            f"start the workers with `dask worker SCHEDULER` on each machine, or drop {opt('scheduler')}")
+    return DaskSettings(scheduler, workers, parse_blocksize(blocksize))
+
+
+def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resume: bool) -> None:
+    """The output rules, before anything is written: the output is not a directory (the Dask engine: not a
+    directory bertfeat did not write), no output, side file or the partial directory is an input, an existing
+    output needs ``overwrite``, and a partial run left by an interrupt needs ``resume`` (or ``overwrite``)."""
+    from .safety import check_not_input, check_overwrite, partial_run_error
+
+    out = layout.features
+    inputs = [] if input == "-" else list(reader.files)
+    if layout.engine == "local":
+        if out.is_dir():
+            raise BertfeatError(f"the output {out} is a directory",
+                                f"pass {opt('output')} with a file name, e.g. {opt('output', 'features.parquet')}")
+        if input != "-" and any(out.resolve() == Path(f).resolve() for f in reader.files):
+            raise BertfeatError(f"the output {out} is the input file", f"pass {opt('output')} with another file name")
+    else:
+        from .dask_engine import PROVENANCE
+
+        if out.is_dir() and any(out.iterdir()) and not (out / PROVENANCE).is_file():
+            raise BertfeatError(f"{out} is a directory that bertfeat did not write", f"choose another {opt('output')} OUTPUT")
+        from .readers import is_url
+
+        if is_url(input):
+            inputs = []
+    outs = layout.outputs()
+    check_not_input(outs + [("partial directory", layout.partial)], inputs)
+    partial = layout.partial
+    if layout.engine == "local":
+        interrupted = partial.is_dir() and (partial / "manifest.json").is_file()
+    else:
+        interrupted = partial.is_dir() and any(partial.iterdir())
+    if interrupted:
+        if resume or overwrite:
+            return  # resume continues it (and may rewrite an output its interrupted finish left); overwrite starts over
+        raise partial_run_error(partial)
+    check_overwrite(outs, overwrite)

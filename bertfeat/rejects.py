@@ -1,0 +1,102 @@
+"""Bad rows as data: a reject has a row, an id, a code (``RejectCode``) and the words that describe it.
+
+Readers (a malformed CSV line, invalid JSON, an unclosed quote, a binary Parquet cell), validation (chunks.py:
+null, empty, non-string, control characters, bad bytes) and the long-text rule make ``Reason``s; the fix shown to
+the user is looked up by code (``fix_for``), never by parsing the text. A reject travels as a plain dict
+(``{"row", "id", "reason", "code"}``: it pickles to and from Dask workers and sits in a part file's metadata);
+the rejects file keeps its three columns ``row, id, reason``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from .errors import InputError, opt, render
+
+
+class RejectCode(str, Enum):
+    NULL = "null"
+    EMPTY = "empty"
+    WHITESPACE = "whitespace"
+    NOT_STRING = "not-string"
+    ENCODING = "encoding"  # bytes that are not valid in the input's encoding
+    BINARY_COLUMN = "binary-column"  # a Parquet binary cell that is not UTF-8
+    CONTROL_CHARACTER = "control-character"
+    UNCLOSED_QUOTE = "unclosed-quote"
+    MALFORMED_LINE = "malformed-line"
+    INVALID_JSON = "invalid-json"
+    TOO_LONG = "too-long"  # more tokens than max_length under long_text='error'
+    NULL_ID = "null-id"
+    MISSING_FIELD = "missing-field"  # a JSONL object without the text (or pair) field
+    BAD_ID = "bad-id"  # a JSONL id that is not a string or an integer, or not of the kind of the ids before it
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a row is rejected: its code and its words (which may name options with errors.opt)."""
+
+    code: RejectCode
+    text: str
+
+
+def reject(row: int, ident, reason: Reason) -> dict:
+    """A reject as it travels: row, id, reason (words, option markers kept) and code."""
+    return {"row": row, "id": ident, "reason": reason.text, "code": reason.code.value}
+
+
+def too_long(n_tokens: int, max_length: int) -> Reason:
+    return Reason(RejectCode.TOO_LONG, f"{n_tokens} tokens, more than max length {max_length} ({opt('long_text', 'error')})")
+
+
+def fix_for(code: RejectCode | str) -> str:
+    """How to fix a bad row, by its code (options named with errors.opt)."""
+    code = RejectCode(code)
+    skip = f"or pass {opt('on_bad_row', 'skip')} to write it to the rejects file and go on"
+    if code is RejectCode.BINARY_COLUMN:
+        return (f"write the column as UTF-8 strings (decode it with its real encoding first; {opt('encoding')} applies to "
+                f"CSV and JSONL), {skip}")
+    if code is RejectCode.ENCODING:
+        return f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')}), {skip}"
+    if code is RejectCode.CONTROL_CHARACTER:
+        return f"remove the control characters or replace them with spaces, {skip}"
+    if code is RejectCode.UNCLOSED_QUOTE:
+        return f'close the quote (a quote inside a quoted field is written ""), {skip}'
+    if code is RejectCode.MALFORMED_LINE:
+        return f"fix the line (quote fields that hold the delimiter), {skip}"
+    if code is RejectCode.INVALID_JSON:
+        return f"fix the line (one JSON object per line), {skip}"
+    if code is RejectCode.TOO_LONG:
+        return (f"use {opt('long_text', 'truncate')}/chunk-mean/chunk-max or a larger {opt('max_length')}, "
+                f"or {opt('on_bad_row', 'skip')}")
+    return f"fix the row, {skip}"
+
+
+def bad_row_error(source_name: str, r: dict) -> InputError:
+    """``on_bad_row='error'``: the run stops at this reject, ``FILE row N: reason - fix``."""
+    return InputError(f"{source_name} row {r['row']}: {r['reason']}", fix_for(r["code"]))
+
+
+def rejects_csv(rejects: list[dict]) -> str:
+    """The rejects file's text: ``row, id, reason`` (options in the reasons spelled as the CLI's flags)."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["row", "id", "reason"])
+    for r in rejects:
+        w.writerow([r["row"], "" if r["id"] is None else r["id"], render(r["reason"], {})])
+    return buf.getvalue()
+
+
+def publish_rejects(path: Path, rejects: list[dict]) -> dict:
+    """Write the rejects file when there are rejects (else remove a stale one): -> {"rejects": path} or {}."""
+    from .atomic import write_atomic
+
+    if rejects:
+        write_atomic(path, rejects_csv(rejects))
+        return {"rejects": path}
+    if path.exists():
+        path.unlink()
+    return {}

@@ -1,0 +1,138 @@
+"""plan.make_plan: every extract option is checked once, so the local and the Dask engine accept the same settings
+and refuse the same mistakes in the same words.
+
+One table of option values, good and bad, runs through ``bertfeat.extract`` on both engines; each case must end the
+same way: the same error text, or the same resolved settings (precision, pooling, max length, PCA components, ...)
+and the same counts. (A resume refused after a change is the same on both engines too:
+test_dask_engine.test_resume_refuses_changed_settings_like_the_local_engine.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("distributed")
+
+import bertfeat  # noqa: E402
+from bertfeat.errors import BertfeatError  # noqa: E402
+from bertfeat.plan import OutputLayout, make_plan  # noqa: E402
+from extract_util import tiny_model, write_csv  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0",
+                           silence_logs=logging.ERROR)
+    c = Client(cluster)
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    rows = [[f"sentence number {i} about a few things"] for i in range(12)]
+    rows[5] = ["   "]  # a bad row: whitespace only
+    return write_csv(tmp_path_factory.mktemp("in") / "c.csv", ["text"], rows)
+
+
+CASES = [
+    # accepted
+    ("defaults, bad row skipped", dict(on_bad_row="skip")),
+    ("max_length 16", dict(on_bad_row="skip", max_length=16)),
+    ("max_batch_tokens 64", dict(on_bad_row="skip", max_batch_tokens=64)),
+    ("encoder_options precision", dict(on_bad_row="skip", encoder_options={"precision": "fp32"})),
+    ("encoder_options budget", dict(on_bad_row="skip", encoder_options={"max_batch_tokens": 64})),
+    ("pca 4", dict(on_bad_row="skip", pca=4)),
+    ("pca 0.9", dict(on_bad_row="skip", pca=0.9)),
+    ("pca all", dict(on_bad_row="skip", pca="all")),
+    ("pca 1.0", dict(on_bad_row="skip", pca=1.0)),
+    ("pooling cls, normalized", dict(on_bad_row="skip", pooling="cls", normalize=True)),
+    ("format parquet, wide", dict(on_bad_row="skip", format="parquet", wide=True)),
+    ("chunk-mean", dict(on_bad_row="skip", long_text="chunk-mean", max_length=8, stride=2)),
+    # refused
+    ("on_bad_row error", dict()),
+    ("on_bad_row unknown", dict(on_bad_row="maybe")),
+    ("max_length 0", dict(max_length=0)),
+    ("max_length 2", dict(max_length=2)),
+    ("max_length over the model", dict(on_bad_row="skip", max_length=4096)),
+    ("max_batch_tokens 0", dict(max_batch_tokens=0)),
+    ("encoder_options against precision", dict(precision="int8", encoder_options={"precision": "bf16"})),
+    ("encoder_options unknown key", dict(encoder_options={"batch": 3})),
+    ("precision unknown", dict(precision="fp16")),
+    ("pca 0", dict(pca=0)),
+    ("pca True", dict(pca=True)),
+    ("pca 1.5", dict(pca=1.5)),
+    ("pca text", dict(pca="many")),
+    ("pca over the width", dict(on_bad_row="skip", pca=64)),
+    ("format unknown", dict(format="xlsx")),
+    ("chunk_rows 0", dict(chunk_rows=0)),
+    ("threads 0", dict(threads=0)),
+    ("stride too large", dict(on_bad_row="skip", long_text="chunk-mean", max_length=8, stride=7)),
+    ("prompt name unknown", dict(on_bad_row="skip", prompt_name="query")),
+    ("text column missing", dict(text_column="body")),
+]
+
+
+def outcome(tmp_path, corpus, client, engine: str, kw: dict):
+    """("error", message) or ("ok", the resolved settings and counts) of one run."""
+    out = tmp_path / engine / "o.parquet"
+    out.parent.mkdir()
+    extra = dict(engine="dask", client=client, blocksize=None) if engine == "dask" else {}
+    try:
+        s = bertfeat.extract(corpus, out, model=tiny_model(), **kw, **extra)
+    except BertfeatError as e:
+        return "error", str(e)
+    meta_path = out / "_bertfeat.json" if engine == "dask" else None
+    meta = json.loads(meta_path.read_text()) if meta_path else json.loads(pq.read_schema(out).metadata[b"bertfeat"])
+    keys = ("precision", "pooling", "max_length", "layers", "normalize", "long_text", "stride", "rows", "tokens")
+    settings = {k: meta[k] for k in keys}
+    settings["pca"] = None if meta["pca"] is None else meta["pca"]["n_components"]
+    return "ok", {**settings, "written": s.rows_written, "rejected": s.rows_rejected, "dim": s.dim}
+
+
+@pytest.mark.parametrize("name, kw", CASES, ids=[c[0] for c in CASES])
+def test_both_engines_agree(tmp_path, corpus, client, name, kw):
+    local = outcome(tmp_path, corpus, client, "local", kw)
+    dask = outcome(tmp_path, corpus, client, "dask", kw)
+    print(name, local)
+    assert local == dask
+    refused = name in {c[0] for c in CASES[CASES.index(("on_bad_row error", {})):]}
+    assert (local[0] == "error") == refused, local
+
+
+def test_encoder_options_stand_in_for_a_default_parameter(tmp_path, corpus):
+    """encoder_options={"precision": ...} was a raw TypeError on the local engine (issue 24): now it stands in for
+    the parameter left at its default, and disagreeing with a given one is refused naming both."""
+    plan = make_plan(corpus, tmp_path / "o.parquet", model=tiny_model(), encoder_options={"max_batch_tokens": 64})
+    assert plan.encoder_kwargs == {"precision": "fp32", "max_batch_tokens": 64}
+    with pytest.raises(BertfeatError) as e:
+        make_plan(corpus, tmp_path / "o.parquet", max_batch_tokens=32, encoder_options={"max_batch_tokens": 64})
+    assert str(e.value) == "max_batch_tokens=32 and encoder_options['max_batch_tokens']=64 disagree - give max_batch_tokens once"
+
+
+def test_every_output_name_comes_from_the_layout(tmp_path):
+    lay = OutputLayout(tmp_path / "f.features.parquet", "parquet", want_pca=True)
+    assert lay.rejects == tmp_path / "f.features.parquet.rejects.csv"
+    assert lay.partial == tmp_path / "f.features.parquet.partial"
+    assert lay.pca_model == tmp_path / "f.features.pca.npz"
+    assert [p.name for _, p in lay.outputs()] == [
+        "f.features.parquet", "f.features.parquet.rejects.csv", "f.features.pca.npz",
+        "f.features.pca.report.json", "f.features.pca.report.md", "f.features.pca.report.png"]
+    npy = OutputLayout(tmp_path / "f.npy", "npy")
+    assert [label for label, _ in npy.outputs()] == ["output", "ids file", "provenance file", "rejects file"]
+
+
+def test_the_plan_refuses_before_reading_or_writing(tmp_path):
+    """Option errors come before the input is opened: a missing input file with a bad option names the option."""
+    with pytest.raises(BertfeatError, match=r"^max_batch_tokens=0 is out of range"):
+        make_plan(tmp_path / "missing.csv", max_batch_tokens=0)
+    assert list(tmp_path.iterdir()) == []
