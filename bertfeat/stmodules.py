@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from .errors import BertfeatError, ConfigError, opt
+from .pooling import TOKEN_POOLING_NAMES
 
 #: sentence-transformers' pooling modes, in its legacy concatenation order.
-ST_POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+ST_POOLING_MODES = TOKEN_POOLING_NAMES  # a Pooling module's modes are the token poolings (pooling.py)
 _LEGACY_POOLING_KEYS = {
     "pooling_mode_cls_token": "cls",
     "pooling_mode_max_tokens": "max",
