@@ -1,0 +1,167 @@
+"""The PCA's model file (bertfeat.pca): an ``.npz`` without pickle, and the fingerprint it carries.
+
+Owns the format (``MODEL_FORMAT``, ``MODEL_FORMAT_VERSION``), writing it atomically, reading
+and checking it (``np.load(allow_pickle=False)``), and comparing the fingerprint of the
+features a model was fitted on with another. The file holds float64 arrays (mean,
+components, spectrum and, on request, the streaming statistics) plus one JSON string with
+the parameters, the scalars, the fingerprint and the source. ``PCA.save`` / ``PCA.load``
+turn an estimator into a ``SavedModel`` and back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import numbers
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import BertfeatError
+from .pca_solvers import Decomposition
+from .pca_stats import Stats
+
+__all__ = ["MODEL_FORMAT", "MODEL_FORMAT_VERSION", "SavedModel", "save_model", "load_model", "fingerprint_differences",
+           "format_value", "json_default", "jsonable_seed", "atomic_path"]
+
+MODEL_FORMAT = "bertfeat-pca"
+MODEL_FORMAT_VERSION = 1
+
+
+@dataclass
+class SavedModel:
+    """What a model file holds, as Python objects."""
+
+    params: dict[str, Any]  # the estimator's get_params()
+    decomposition: Decomposition
+    n_features: int
+    stats: Stats | None = None  # only when saved with include_stats
+    fingerprint: dict | None = None
+    source: dict | None = None
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temp path beside ``path``; move it into place on success, delete it on failure."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def json_default(o: Any) -> Any:
+    """JSON for the NumPy scalars and arrays and the paths in a model's metadata."""
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+_MISSING = object()
+
+
+def format_value(v: Any) -> str:
+    """A fingerprint value as canonical JSON, or ``<missing>``."""
+    return "<missing>" if v is _MISSING else json.dumps(v, default=json_default, sort_keys=True)
+
+
+def fingerprint_differences(expected: Mapping | None, actual: Mapping | None) -> list[tuple[str, Any, Any]]:
+    """(key, expected value, actual value) for every key whose value differs (missing counts)."""
+    expected, actual = dict(expected or {}), dict(actual or {})
+    diffs = []
+    for key in sorted(set(expected) | set(actual)):
+        a, b = expected.get(key, _MISSING), actual.get(key, _MISSING)
+        if a is _MISSING or b is _MISSING or format_value(a) != format_value(b):
+            diffs.append((key, a, b))
+    return diffs
+
+
+def jsonable_seed(seed: Any) -> Any:
+    """random_state as JSON: ints stay, generators are not reproducible from a file (None)."""
+    return int(seed) if isinstance(seed, numbers.Integral) else None
+
+
+def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
+    """Write ``model`` to ``path`` (.npz, no pickle) atomically, creating its folder; returns the path."""
+    from . import __version__
+
+    path = Path(path)
+    r = model.decomposition
+    meta = {
+        "format": MODEL_FORMAT,
+        "format_version": MODEL_FORMAT_VERSION,
+        "bertfeat_version": __version__,
+        "params": model.params | {"random_state": jsonable_seed(model.params.get("random_state"))},
+        "n_samples": r.n_samples,
+        "n_features": model.n_features,
+        "n_components": r.n_components,
+        "noise_variance": r.noise_variance,
+        "total_variance": r.total_variance,
+        "fit_solver": r.solver,
+        "fingerprint": model.fingerprint,
+        "source": model.source,
+    }
+    arrays = {
+        "mean": r.mean,
+        "components": r.components,
+        "spectrum": r.spectrum,
+    }
+    if model.stats is not None:
+        arrays |= {"stats_shift": model.stats.shift, "stats_sum": model.stats.sum, "stats_sq": model.stats.sq}
+        meta["stats_n"] = model.stats.n
+    arrays["meta"] = np.array(json.dumps(meta, default=json_default, sort_keys=True))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+    return path
+
+
+def load_model(path: str | os.PathLike) -> SavedModel:
+    """Read and check a file written by ``save_model`` (``np.load(allow_pickle=False)``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertfeatError(f"PCA model file not found: {path}", "check the path, or fit one with `bertfeat pca fit`")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {key: z[key] for key in z.files}
+        meta = json.loads(str(arrays.pop("meta")))
+    except (OSError, ValueError, KeyError) as e:
+        raise BertfeatError(
+            f"{path} is not a bertfeat PCA model ({e})", "pass a .npz written by `bertfeat pca fit` or PCA.save"
+        ) from None
+    if meta.get("format") != MODEL_FORMAT:
+        raise BertfeatError(f"{path} is not a bertfeat PCA model", "pass a .npz written by `bertfeat pca fit` or PCA.save")
+    if meta.get("format_version", 0) > MODEL_FORMAT_VERSION:
+        raise BertfeatError(
+            f"{path} uses model format version {meta['format_version']}, newer than this bertfeat supports ({MODEL_FORMAT_VERSION})",
+            "upgrade bertfeat",
+        )
+    decomposition = Decomposition(
+        mean=arrays["mean"],
+        components=arrays["components"],
+        spectrum=arrays["spectrum"],
+        total_variance=float(meta["total_variance"]),
+        n_samples=int(meta["n_samples"]),
+        n_components=int(meta["n_components"]),
+        noise_variance=float(meta["noise_variance"]),
+        solver=meta["fit_solver"],
+    )
+    stats = None
+    if "stats_sq" in arrays:
+        stats = Stats(int(meta["stats_n"]), arrays["stats_shift"], arrays["stats_sum"], arrays["stats_sq"])
+    return SavedModel(dict(meta["params"]), decomposition, int(meta["n_features"]), stats,
+                      meta.get("fingerprint"), meta.get("source"))
