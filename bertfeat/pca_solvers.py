@@ -83,17 +83,6 @@ def randomized_svd(
     return S[:k], Vt[:k]
 
 
-def n_components_from_spec(spec: Any, ratio: np.ndarray, r: int) -> int:
-    """Number of components k for spec (None | int | fraction), given the ratio spectrum."""
-    if spec is None:
-        return r
-    if isinstance(spec, numbers.Integral):
-        return int(spec)
-    cumsum = np.cumsum(ratio)
-    k = int(np.searchsorted(cumsum, float(spec), side="right")) + 1
-    return min(k, r)
-
-
 def components_needed(ratio: np.ndarray, fraction: float) -> int | None:
     """Smallest k whose cumulative ratio exceeds ``fraction`` (the k ``n_components=fraction`` picks).
 
@@ -102,6 +91,16 @@ def components_needed(ratio: np.ndarray, fraction: float) -> int | None:
     cumsum = np.cumsum(ratio)
     k = int(np.searchsorted(cumsum, fraction, side="right")) + 1
     return k if k <= len(ratio) else None
+
+
+def n_components_from_spec(spec: Any, ratio: np.ndarray, r: int) -> int:
+    """Number of components k for spec (None | int | fraction), given the whole ratio spectrum (r,)."""
+    if spec is None:
+        return r
+    if isinstance(spec, numbers.Integral):
+        return int(spec)
+    k = components_needed(ratio, float(spec))
+    return r if k is None else min(k, r)
 
 
 def decomposition_from_spectrum(
