@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from .diffs import dict_differences
 from .errors import BertfeatError, ResumeError, opt
 
 BAD_ROW_POLICIES = ("error", "skip")
@@ -90,10 +91,7 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
 def manifest_differences(old: dict, new: dict) -> list[str]:
     """What differs between the manifest of the interrupted run and this run's, in words."""
     out = []
-    for k in new:
-        a, b = old.get(k), new.get(k)
-        if json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str):
-            continue
+    for k, a, b in dict_differences(old, new, keys=list(new), missing=None, default=str):
         if k == "input":
             out += _input_differences(a or {}, b or {})
         else:

@@ -61,10 +61,11 @@ from typing import Any
 
 import numpy as np
 
+from .diffs import canonical_json
 from .errors import BertfeatError
 from .estimator import Estimator
 from .pca_checks import as_2d_float, check_max_components, check_n_components_spec, nonfinite_error
-from .pca_file import SavedModel, fingerprint_differences, format_value, load_model, save_model
+from .pca_file import SavedModel, fingerprint_differences, load_model, save_model
 from .pca_solvers import (SOLVERS, Decomposition, choose_solver, components_needed, decompose_randomized, decompose_stats,
                           decompose_svd)
 from .pca_stats import BLOCK_ROWS, Stats, add_chunk, first_stats, float32_products_ok, merge_stats
@@ -402,7 +403,7 @@ class PCA(Estimator):
             return []
         diffs = fingerprint_differences(self.fingerprint_, other_fp)
         if diffs and not force:
-            parts = "; ".join(f"{key}: model {format_value(a)} vs features {format_value(b)}" for key, a, b in diffs)
+            parts = "; ".join(f"{key}: model {canonical_json(a)} vs features {canonical_json(b)}" for key, a, b in diffs)
             raise BertfeatError(
                 f"the features come from a different source than the PCA was fitted on ({parts})",
                 "transform features extracted with the same model and settings, or pass --force (force=True) to transform anyway",

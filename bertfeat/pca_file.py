@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from .diffs import dict_differences, json_default
 from .errors import BertfeatError
 from .pca_solvers import Decomposition
 from .pca_stats import Stats
 
 __all__ = ["MODEL_FORMAT", "MODEL_FORMAT_VERSION", "SavedModel", "save_model", "load_model", "fingerprint_differences",
-           "format_value", "json_default", "jsonable_seed", "atomic_path"]
+           "jsonable_seed", "atomic_path"]
 
 MODEL_FORMAT = "bertfeat-pca"
 MODEL_FORMAT_VERSION = 1
@@ -57,34 +58,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
             tmp.unlink()
 
 
-def json_default(o: Any) -> Any:
-    """JSON for the NumPy scalars and arrays and the paths in a model's metadata."""
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
-
-
-_MISSING = object()
-
-
-def format_value(v: Any) -> str:
-    """A fingerprint value as canonical JSON, or ``<missing>``."""
-    return "<missing>" if v is _MISSING else json.dumps(v, default=json_default, sort_keys=True)
-
-
 def fingerprint_differences(expected: Mapping | None, actual: Mapping | None) -> list[tuple[str, Any, Any]]:
     """(key, expected value, actual value) for every key whose value differs (missing counts)."""
-    expected, actual = dict(expected or {}), dict(actual or {})
-    diffs = []
-    for key in sorted(set(expected) | set(actual)):
-        a, b = expected.get(key, _MISSING), actual.get(key, _MISSING)
-        if a is _MISSING or b is _MISSING or format_value(a) != format_value(b):
-            diffs.append((key, a, b))
-    return diffs
+    return dict_differences(dict(expected or {}), dict(actual or {}))
 
 
 def jsonable_seed(seed: Any) -> Any:
