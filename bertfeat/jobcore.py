@@ -141,7 +141,7 @@ def new_pca(n_components):
     """The streaming PCA a job accumulates (exact: float64 n, sum(x), X^T X), unfitted."""
     from .pca import PCA
 
-    return PCA(n_components=pca_n_components(n_components), solver="covariance", precision="float64")
+    return PCA(n_components=pca_n_components(n_components), solver="covariance", accumulate="float64")
 
 
 _BLAS = None

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,8 @@ import numpy as np
 from .diffs import canonical_json
 from .errors import BertfeatError
 from .estimator import Estimator
-from .pca_checks import as_2d_float, check_max_components, check_n_components_spec, nonfinite_error
+from .pca_checks import (ACCUMULATE_MODES, DEFAULT_ACCUMULATE, PRECISION_DEPRECATED, accumulate_mode, as_2d_float,
+                         check_max_components, check_n_components_spec, nonfinite_error)
 from .pca_file import SavedModel, fingerprint_differences, load_model, save_model
 from .pca_solvers import (SOLVERS, Decomposition, choose_solver, components_needed, decompose_randomized, decompose_stats,
                           decompose_svd)
@@ -77,7 +79,7 @@ from .pca_stats import MIXED_MAX_OFFSET  # noqa: E402,F401
 
 __all__ = ["PCA", "NotFittedError", "MODEL_FORMAT", "MODEL_FORMAT_VERSION", "BLOCK_ROWS"]
 
-PRECISIONS = ("mixed", "float64")
+PRECISIONS = ACCUMULATE_MODES  # its name before accumulate= replaced precision=
 
 
 class NotFittedError(BertfeatError, AttributeError):
@@ -102,9 +104,11 @@ class PCA(Estimator):
         Scale transformed outputs to unit variance (divide by sqrt(explained_variance_)).
     random_state : None, int or numpy Generator
         Seed of the randomized solver.
-    precision : "mixed" or "float64"
-        How the covariance statistics multiply float32 input (float64 input is always
-        multiplied in float64). ``mixed``: float32 products of blocks of ``BLOCK_ROWS`` rows,
+    accumulate : "mixed" or "float64"
+        How the covariance statistics (``partial_fit``, ``merge``, the ``covariance`` solver)
+        accumulate float32 input; float64 input always accumulates in float64, and the
+        statistics and every fitted attribute are float64 either way.
+        ``mixed``: float32 products of blocks of ``BLOCK_ROWS`` rows,
         added to float64 totals - twice as fast, with ratios within ~1e-8 and components
         within ~1e-6 of a float64 fit (closer than scikit-learn's own float32 SVD). Data far
         from its mean relative to its spread (|mean| > 128 std in some column) falls back
@@ -112,6 +116,10 @@ class PCA(Estimator):
         ``float64``: every block is converted and multiplied in float64, so re-chunking or
         splitting the rows across workers changes the result only by float64 rounding
         (``bertfeat extract --pca`` uses this, locally and on Dask).
+    precision : None, "mixed" or "float64"
+        Deprecated name of ``accumulate`` (up to bertfeat 0.2.0), kept for one more release:
+        a value here is used as ``accumulate`` with a ``DeprecationWarning``, and an
+        ``accumulate`` set to another (non-default) value is an error naming both.
 
     Fitted attributes (float64 whatever the input dtype; ``transform`` output follows the input)
     ----------------------------------------------------------------------------------------
@@ -142,12 +150,14 @@ class PCA(Estimator):
         solver: str = "auto",
         whiten: bool = False,
         random_state: int | np.random.Generator | None = None,
-        precision: str = "mixed",
+        accumulate: str = DEFAULT_ACCUMULATE,
+        precision: str | None = None,
     ):
         self.n_components = n_components
         self.solver = solver
         self.whiten = whiten
         self.random_state = random_state
+        self.accumulate = accumulate
         self.precision = precision
 
     def __getattr__(self, name: str):
@@ -189,18 +199,26 @@ class PCA(Estimator):
         self.__dict__.setdefault("fingerprint_", None)
         self.__dict__.setdefault("source_", None)
 
-    def _check_params(self) -> None:
+    def _check_params(self) -> str:
+        """Check the parameters (a DeprecationWarning for precision=, aimed at the caller's caller); -> the accumulate mode."""
         if self.solver not in SOLVERS:
             raise BertfeatError(f"unknown solver {self.solver!r}", f"use one of: {', '.join(SOLVERS)}")
-        if self.precision not in PRECISIONS:
-            raise BertfeatError(f"unknown precision {self.precision!r}", f"use one of: {', '.join(PRECISIONS)}")
+        if self.precision is not None:
+            warnings.warn(PRECISION_DEPRECATED, DeprecationWarning, stacklevel=3)
+        accumulate = self._accumulate_mode()
         check_n_components_spec(self.n_components)
+        return accumulate
+
+    def _accumulate_mode(self) -> str:
+        """``accumulate``, or the deprecated ``precision`` when that is set (then a default accumulate counts as unset)."""
+        given = None if self.precision is not None and self.accumulate == DEFAULT_ACCUMULATE else self.accumulate
+        return accumulate_mode(given, self.precision)
 
     # -- fitting ---------------------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None) -> PCA:
         """Fit on all rows of X (n, d) at once; returns self. Forgets earlier fits and partial fits."""
-        self._check_params()
+        accumulate = self._check_params()
         names_from = X
         X = as_2d_float(X)
         n, d = X.shape
@@ -212,7 +230,7 @@ class PCA(Estimator):
         self._reset()
         self._check_feature_names(names_from, reset=True)
         if solver == "covariance":
-            self._accumulate(X)
+            self._accumulate(X, accumulate)
             return self.finalize()
         col_sum = X.sum(axis=0, dtype=np.float64)
         if not np.isfinite(col_sum).all():
@@ -234,19 +252,19 @@ class PCA(Estimator):
         everything seen so far (until then they are unset). Memory is O(d^2 + BLOCK_ROWS * d)
         whatever the number of rows.
         """
-        self._check_params()
+        accumulate = self._check_params()
         if "_stats" not in self.__dict__:
             self._reset()
         first = self._stats is None and self._result_ is None
         names_from = X
         X = as_2d_float(X)
-        self._accumulate(X)
+        self._accumulate(X, accumulate)
         if first:
             self._check_feature_names(names_from, reset=True)
         return self
 
-    def _accumulate(self, X: np.ndarray) -> None:
-        """Add X's rows to the float64 statistics (whole chunks only); fitted attributes become unset."""
+    def _accumulate(self, X: np.ndarray, accumulate: str) -> None:
+        """Add X's rows to the float64 statistics (whole chunks only, ``accumulate`` mode); fitted attributes become unset."""
         m, d = X.shape
         if self._stats is None and self._result_ is not None:
             raise BertfeatError(
@@ -266,7 +284,7 @@ class PCA(Estimator):
         if m == 0:
             return
         st = self._stats if self._stats is not None else first_stats(X)
-        mixed = self.precision == "mixed" and X.dtype == np.float32 and float32_products_ok(st, X)
+        mixed = accumulate == "mixed" and X.dtype == np.float32 and float32_products_ok(st, X)
         add_chunk(st, X, mixed)  # whole chunks only, so a bad chunk leaves the statistics untouched
         self._stats, self._d = st, d
         for name in PCA._FITTED:  # unset until finalize(); fingerprint_ / source_ describe the data and stay
@@ -422,7 +440,11 @@ class PCA(Estimator):
         r = self._result()
         fp = dict(fingerprint) if fingerprint is not None else self.__dict__.get("fingerprint_")
         stats = self._stats if include_stats else None
-        model = SavedModel(self.get_params(), r, self.n_features_in_, stats, fp, getattr(self, "source_", None))
+        params = self.get_params()
+        precision = params.pop("precision")  # the deprecated name is saved as the accumulate it stands for
+        if precision is not None and params["accumulate"] == DEFAULT_ACCUMULATE:
+            params["accumulate"] = precision
+        model = SavedModel(params, r, self.n_features_in_, stats, fp, getattr(self, "source_", None))
         path = save_model(path, model)
         self.fingerprint_ = fp
         return path

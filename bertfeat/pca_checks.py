@@ -1,8 +1,9 @@
-"""Input and parameter checks of the PCA (bertfeat.pca): the feature matrix and ``n_components``.
+"""Input and parameter checks of the PCA (bertfeat.pca): the feature matrix, ``n_components``, ``accumulate``.
 
 Owns: turning what a caller passes into a 2-D float32 / float64 array (or refusing it, saying
-why), the NaN / inf error that names the first bad row and column, and the checks of
-``n_components``' type (here) and range (against min(n_samples, n_features), once they are known).
+why), the NaN / inf error that names the first bad row and column, the checks of
+``n_components``' type (here) and range (against min(n_samples, n_features), once they are known),
+and the ``accumulate`` mode with its deprecated name ``precision``.
 Nothing here keeps state; every function is pure apart from the errors it raises.
 """
 
@@ -13,9 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BertfeatError
+from .errors import BertfeatError, opt
 
-__all__ = ["as_2d_float", "nonfinite_error", "check_n_components_spec", "check_max_components"]
+__all__ = ["ACCUMULATE_MODES", "DEFAULT_ACCUMULATE", "PRECISION_DEPRECATED", "as_2d_float", "nonfinite_error",
+           "check_n_components_spec", "check_max_components", "accumulate_mode"]
+
+#: How the statistics of float32 rows accumulate (PCA's ``accumulate``; see bertfeat.pca_stats.chunk_stats).
+ACCUMULATE_MODES = ("mixed", "float64")
+DEFAULT_ACCUMULATE = "mixed"
+#: The DeprecationWarning of the PCA's old keyword (``accumulate`` was called ``precision`` up to 0.2.0).
+PRECISION_DEPRECATED = ("the PCA's precision= is deprecated (it is not the encoder's precision), use accumulate= "
+                        "with the same value ('mixed' or 'float64'); precision= will be removed after the next release")
 
 
 def as_2d_float(X: Any) -> np.ndarray:
@@ -97,3 +106,23 @@ def check_max_components(spec: Any, n: int, d: int) -> None:
             f"n_components={spec} is larger than min(n_samples, n_features) = min({n}, {d}) = {min(n, d)}",
             f"choose n_components <= {min(n, d)}, or a fraction such as 0.95 to keep 95% of the variance",
         )
+
+
+def accumulate_mode(accumulate: str | None, precision: str | None = None) -> str:
+    """The accumulate mode given as ``accumulate`` or as ``precision``, its deprecated name (None: not given).
+
+    Neither given: ``DEFAULT_ACCUMULATE``. Both given with different values: an error naming both.
+    A value outside ``ACCUMULATE_MODES``: an error naming the keyword it came as.
+    """
+    if accumulate is not None and precision is not None and accumulate != precision:
+        raise BertfeatError(
+            f"{opt('accumulate', accumulate)} and {opt('precision', precision)} disagree",
+            f"pass {opt('accumulate')} only ({opt('precision')} is its deprecated name)",
+        )
+    if precision is not None:
+        name, value = "precision", precision
+    else:
+        name, value = "accumulate", DEFAULT_ACCUMULATE if accumulate is None else accumulate
+    if value not in ACCUMULATE_MODES:
+        raise BertfeatError(f"unknown {name} {value!r}", f"use one of: {', '.join(ACCUMULATE_MODES)}")
+    return value

@@ -26,18 +26,22 @@ from .errors import BertfeatError
 from .pca_solvers import Decomposition
 from .pca_stats import Stats
 
-__all__ = ["MODEL_FORMAT", "MODEL_FORMAT_VERSION", "SavedModel", "save_model", "load_model", "fingerprint_differences",
-           "jsonable_seed", "atomic_path"]
+__all__ = ["MODEL_FORMAT", "MODEL_FORMAT_VERSION", "FILE_PARAM_NAMES", "SavedModel", "params_to_file", "params_from_file",
+           "save_model", "load_model", "fingerprint_differences", "jsonable_seed", "atomic_path"]
 
 MODEL_FORMAT = "bertfeat-pca"
 MODEL_FORMAT_VERSION = 1
+#: Parameters whose name in the file differs from the PCA keyword: format 1 stores ``accumulate``
+#: under its old name ``precision``, so earlier releases (which take the file's parameters as
+#: keywords) still load what this one writes. Reading accepts either name.
+FILE_PARAM_NAMES = {"accumulate": "precision"}
 
 
 @dataclass
 class SavedModel:
     """What a model file holds, as Python objects."""
 
-    params: dict[str, Any]  # the estimator's get_params()
+    params: dict[str, Any]  # the estimator's keywords (accumulate, not its deprecated name precision)
     decomposition: Decomposition
     n_features: int
     stats: Stats | None = None  # only when saved with include_stats
@@ -68,6 +72,21 @@ def jsonable_seed(seed: Any) -> Any:
     return int(seed) if isinstance(seed, numbers.Integral) else None
 
 
+def params_to_file(params: Mapping[str, Any]) -> dict[str, Any]:
+    """PCA keywords -> the parameters as the file stores them (``FILE_PARAM_NAMES``)."""
+    return {FILE_PARAM_NAMES.get(name, name): value for name, value in params.items()}
+
+
+def params_from_file(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A file's parameters -> PCA keywords; a keyword stored under both names takes its own name's value."""
+    params = dict(stored)
+    for name, file_name in FILE_PARAM_NAMES.items():
+        if file_name in params:
+            value = params.pop(file_name)
+            params.setdefault(name, value)
+    return params
+
+
 def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
     """Write ``model`` to ``path`` (.npz, no pickle) atomically, creating its folder; returns the path."""
     from . import __version__
@@ -78,7 +97,7 @@ def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
         "format": MODEL_FORMAT,
         "format_version": MODEL_FORMAT_VERSION,
         "bertfeat_version": __version__,
-        "params": model.params | {"random_state": jsonable_seed(model.params.get("random_state"))},
+        "params": params_to_file(model.params | {"random_state": jsonable_seed(model.params.get("random_state"))}),
         "n_samples": r.n_samples,
         "n_features": model.n_features,
         "n_components": r.n_components,
@@ -139,5 +158,5 @@ def load_model(path: str | os.PathLike) -> SavedModel:
     stats = None
     if "stats_sq" in arrays:
         stats = Stats(int(meta["stats_n"]), arrays["stats_shift"], arrays["stats_sum"], arrays["stats_sq"])
-    return SavedModel(dict(meta["params"]), decomposition, int(meta["n_features"]), stats,
+    return SavedModel(params_from_file(meta["params"]), decomposition, int(meta["n_features"]), stats,
                       meta.get("fingerprint"), meta.get("source"))
