@@ -1,10 +1,9 @@
 """Principal component analysis in NumPy: exact, streaming, mergeable, saved without pickle.
 
-This module is the estimator's home: ``PCA``, ``NotFittedError`` and the parameter checks that
-need the estimator. The rest lives beside it, and every name callers used to import from here
-still is importable from here:
+This module is the estimator's home: ``PCA`` and ``NotFittedError``. The rest lives beside it,
+and every name callers used to import from here is still importable from here:
 
-* ``pca_checks``  input and ``n_components`` checks, the NaN / inf error;
+* ``pca_checks``  input, ``n_components`` and ``accumulate`` checks, the NaN / inf error;
 * ``pca_stats``   streaming statistics (``Stats``), their blockwise accumulation and merge;
 * ``pca_solvers`` the decompositions (svd, randomized, covariance eigh), the sign rule, ``auto``;
 * ``pca_file``    the ``.npz`` model file and fingerprint comparison.
@@ -39,7 +38,9 @@ Solvers
 Streaming
 ---------
 ``partial_fit`` only accumulates statistics (one ``syrk`` per block of ``BLOCK_ROWS``
-rows, in float32 for float32 input, added to float64 totals: see ``pca_stats.chunk_stats``). The decomposition runs lazily, the first time a fitted
+rows, in float32 for float32 input under ``accumulate="mixed"``, added to float64 totals: see
+``pca_stats.chunk_stats``).
+The decomposition runs lazily, the first time a fitted
 attribute is read after new data arrived (or on ``finalize()``); for d = 768 that is
 one 768 x 768 ``eigh``, well under a second. Shifting every row by the first chunk's
 mean keeps the accumulation exact for data far from the origin (mean 1e4, variance 1).
