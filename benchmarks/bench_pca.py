@@ -8,7 +8,7 @@ once, gitignored). Every method runs in its own subprocess, so each peak RSS
 * ``bertfeat``        ``fit_pca_file``: streams the Parquet file through ``partial_fit``
                       (float32 block products added to float64 statistics, one ``eigh``);
                       the matrix is never held in memory.
-* ``bertfeat-float64`` the same with ``precision="float64"`` (every product in float64).
+* ``bertfeat-float64`` the same with ``accumulate="float64"`` (every product in float64).
 * ``sk-full``         ``sklearn.decomposition.PCA(svd_solver="full")`` on the in-memory matrix.
 * ``sk-cov``          ``PCA(svd_solver="covariance_eigh")``.
 * ``sk-randomized``   ``PCA(svd_solver="randomized", random_state=0)``.
@@ -87,8 +87,8 @@ def run_worker(method: str, path: Path, k: int, batch_rows: int, ratios_out: Pat
     t0 = time.perf_counter()
     load_s = 0.0
     if method.startswith("bertfeat"):
-        precision = "float64" if method == "bertfeat-float64" else "mixed"
-        pca = fit_pca_file(path, k, batch_rows=batch_rows, precision=precision)
+        accumulate = "float64" if method == "bertfeat-float64" else "mixed"
+        pca = fit_pca_file(path, k, batch_rows=batch_rows, accumulate=accumulate)
         ratio = pca.explained_variance_ratio_
     else:
         _, X, _ = read_features(path)

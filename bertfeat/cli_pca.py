@@ -16,8 +16,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from .errors import BertfeatError
 from .pca import PCA, SOLVERS
+from .pca_checks import DEFAULT_ACCUMULATE, accumulate_mode
 from .reduce import fit_pca_file, reduce_features_file
 from .report import build_pca_report, render_pca_report, write_pca_report
 
@@ -49,9 +49,21 @@ def _err() -> Console:
     return Console(stderr=True)
 
 
+def _accumulate_option(accumulate: str | None, precision: str | None) -> str:
+    """``--accumulate``, or ``--precision``, its deprecated name (a warning on stderr, its value checked here).
+
+    Both flags with different values are refused, naming both; an unknown ``--precision`` value is
+    reported as ``unknown precision ...``. ``--accumulate`` alone is checked by the PCA, as before.
+    """
+    if precision is None:
+        return DEFAULT_ACCUMULATE if accumulate is None else accumulate
+    _err().print("Warning: --precision on pca fit is deprecated, use --accumulate", markup=False, highlight=False, soft_wrap=True)
+    return accumulate_mode(accumulate, precision)
+
+
 @pca_app.command("fit", epilog="Examples:\n\n  bertfeat pca fit feats.parquet -n 100 -o feats.pca100.npz\n\n"
                  "  bertfeat pca fit feats.parquet -n 0.95 -o feats.pca95.npz --quiet\n\n"
-                 "  bertfeat pca fit feats.npy -n all -o feats.pca.npz --precision float64")
+                 "  bertfeat pca fit feats.npy -n all -o feats.pca.npz --accumulate float64")
 def fit_command(
     features: Annotated[Path, typer.Argument(help="Feature file (.parquet, .npy or .csv) from `bertfeat extract`.")],
     out: Annotated[Path, typer.Option("-o", "--output", help="Model file to write (.npz).")],
@@ -64,10 +76,15 @@ def fit_command(
         typer.Option(help=f"One of {', '.join(SOLVERS)}. auto/covariance stream the file; svd/randomized load it into memory."),
     ] = "auto",
     whiten: Annotated[bool, typer.Option("--whiten", help="Scale outputs to unit variance.")] = False,
+    accumulate: Annotated[
+        Optional[str],
+        typer.Option(help="How the statistics of float32 features accumulate. mixed (default): float32 block products "
+                          "added in float64 (fast; components within ~1e-6 of float64). float64: all in float64.",
+                     show_default=False),
+    ] = None,
     precision: Annotated[
-        str,
-        typer.Option(help="mixed: float32 block products added in float64 (fast; components within ~1e-6 of float64). float64: all in float64."),
-    ] = "mixed",
+        Optional[str], typer.Option("--precision", hidden=True, help="Deprecated name of --accumulate.")
+    ] = None,
     batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="Rows read per chunk.")] = 65536,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the report table.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing output files (else refused).")] = False,
@@ -75,10 +92,11 @@ def fit_command(
     """Fit a PCA on FEATURES (streaming), write the model and its report beside it."""
     from .safety import check_array_file, check_outputs, feature_file_inputs, report_outputs
 
+    accumulate = _accumulate_option(accumulate, precision)
     check_array_file(features, "feature file")
     check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
     pca = fit_pca_file(
-        features, parse_n_components(n_components), solver=solver, whiten=whiten, precision=precision, batch_rows=batch_rows
+        features, parse_n_components(n_components), solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows
     )
     pca.save(out, pca.fingerprint_)
     source = dict(pca.source_) | {"model_file": str(out)}

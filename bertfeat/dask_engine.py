@@ -53,7 +53,6 @@ import hashlib
 import json
 import os
 import shutil
-import threading
 import time
 import uuid
 from dataclasses import dataclass

@@ -22,7 +22,7 @@ from .hub import ModelLocation, resolve_model
 from .model import Workspace, bert_forward, pooler
 from .threads import default_threads
 from .pooling import LAYER_AGGS, combine_layers, dense, l2_normalize, parse_layers, pool_tokens, split_pooling
-from .stmodules import DenseLayer, ModelPipeline, read_pipeline
+from .stmodules import ModelPipeline, read_pipeline
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, load_weights, weights_sha256
 

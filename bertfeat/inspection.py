@@ -92,24 +92,16 @@ def _max_length(enc, max_length: int | None) -> int:
 
 
 def atomic_write(path: str | Path, write) -> Path:
-    """Call ``write(fh)`` on a temporary file beside ``path``, then move it into place (os.replace)."""
-    import os
-    import tempfile
-
+    """Call ``write(fh)`` on a temporary file beside ``path``, then move it into place (atomic.py)."""
+    from .atomic import atomic_output
     from .errors import BertfeatError
 
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise BertfeatError(f"cannot write {path}: directory {parent} does not exist", "create it, or choose another path")
-    fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as tmp, open(tmp, "wb") as fh:
+        write(fh)
     return path
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .diffs import dict_differences
 from .version import __version__
 from .errors import BertfeatError, ResumeError, opt
 
@@ -62,10 +63,7 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
 def manifest_differences(old: dict, new: dict) -> list[str]:
     """What differs between the manifest of the interrupted run and this run's, in words."""
     out = []
-    for k in new:
-        a, b = old.get(k), new.get(k)
-        if json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str):
-            continue
+    for k, a, b in dict_differences(old, new, keys=list(new), missing=None, default=str):
         if k == "input":
             out += _input_differences(a or {}, b or {})
         else:
@@ -97,7 +95,7 @@ def new_pca(n_components):
     PCA's (the plan's ``pca_n_components``: None keeps every component)."""
     from .pca import PCA
 
-    return PCA(n_components=n_components, solver="covariance", precision="float64")
+    return PCA(n_components=n_components, solver="covariance", accumulate="float64")
 
 
 _BLAS = None

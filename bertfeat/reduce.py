@@ -37,7 +37,8 @@ def fit_pca_file(
     solver: str = "auto",
     whiten: bool = False,
     *,
-    precision: str = "mixed",
+    accumulate: str = "mixed",
+    precision: str | None = None,
     batch_rows: int = 65536,
     random_state: int | None = None,
     on_batch: Callable[[int], None] | None = None,
@@ -47,11 +48,13 @@ def fit_pca_file(
     ``auto`` and ``covariance`` stream the file through ``partial_fit`` (exact; memory does
     not grow with rows). ``svd`` and ``randomized`` need the whole matrix, so they read it
     into memory; so does ``auto`` when d > 4096 (a d x d matrix would be too large).
-    ``on_batch(rows_so_far)`` is called after each chunk (progress).
+    ``accumulate``: how float32 statistics accumulate (PCA's ``accumulate``); ``precision`` is
+    its deprecated name (a DeprecationWarning). ``on_batch(rows_so_far)`` is called after each chunk (progress).
     """
     src = open_features(path)
-    pca = PCA(n_components=n_components, solver=solver, whiten=whiten, random_state=random_state, precision=precision)
-    pca._check_params()
+    pca = PCA(n_components=n_components, solver=solver, whiten=whiten, random_state=random_state,
+              accumulate=accumulate, precision=precision)
+    pca.set_params(accumulate=pca._check_params(), precision=None)  # precision= warned once; the PCA returned uses accumulate
     in_memory = solver in ("svd", "randomized") or (solver == "auto" and src.dim > AUTO_COVARIANCE_MAX_FEATURES)
     if in_memory:
         _, X, _ = read_features(path)

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .features import atomic_output
+from .atomic import atomic_output
 from .pca import PCA
+from .pca_solvers import components_needed
 
 __all__ = ["THRESHOLDS", "FIGSIZE", "DPI", "build_pca_report", "write_pca_report", "render_pca_report", "report_paths"]
 
@@ -28,11 +29,6 @@ THRESHOLDS = (0.80, 0.90, 0.95, 0.99)
 FIGSIZE = (12.0, 4.5)  # inches; at DPI 100 the PNG is 1200 x 450 px
 DPI = 100
 REPORT_KIND = "bertfeat-pca-report"
-
-
-def _components_needed(cumulative: np.ndarray, fraction: float) -> int | None:
-    k = int(np.searchsorted(cumulative, fraction, side="right")) + 1
-    return k if k <= len(cumulative) else None
 
 
 def build_pca_report(pca: PCA, source: dict | None = None) -> dict:
@@ -67,7 +63,7 @@ def build_pca_report(pca: PCA, source: dict | None = None) -> dict:
             "mse_per_feature": mse / d,
             "relative": discarded / total if total > 0 else 0.0,
         },
-        "thresholds": [{"fraction": t, "components": _components_needed(cumulative, t)} for t in THRESHOLDS],
+        "thresholds": [{"fraction": t, "components": components_needed(ratio, t)} for t in THRESHOLDS],
         "spectrum_complete": complete,
         "components": {
             "explained_variance": spectrum.tolist(),

@@ -54,8 +54,8 @@ def test_fit_command_streams_and_writes_model_and_report(tmp_path, features, X, 
     model = PCA.load(out)
     exact = PCA(0.9, solver="svd").fit(X.astype(np.float64))
     assert model.n_components_ == exact.n_components_
-    # default precision "mixed": float32 block products, float64 totals
-    assert model.precision == "mixed"
+    # default accumulate "mixed": float32 block products, float64 totals
+    assert model.accumulate == "mixed" and "Warning" not in captured.err
     np.testing.assert_allclose(model.components_, exact.components_, atol=1e-6)
     np.testing.assert_allclose(model.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-8)
     assert model.fingerprint_ == FP and model.n_samples_ == N
@@ -64,21 +64,56 @@ def test_fit_command_streams_and_writes_model_and_report(tmp_path, features, X, 
     assert report["source"]["fingerprint"] == FP
 
 
-def test_fit_command_precision_float64_is_exact(tmp_path, features, X, capsys):
+def test_fit_command_accumulate_float64_is_exact(tmp_path, features, X, capsys):
     out = tmp_path / "pca64.npz"
-    code = _run_main(["pca", "fit", str(features), "-n", "0.9", "-o", str(out), "--batch-rows", "700", "--precision", "float64", "-q"])
-    assert code == 0, capsys.readouterr().err
+    code = _run_main(["pca", "fit", str(features), "-n", "0.9", "-o", str(out), "--batch-rows", "700", "--accumulate", "float64", "-q"])
+    err = capsys.readouterr().err
+    assert code == 0 and err == "", err
     model, exact = PCA.load(out), PCA(0.9, solver="svd").fit(X.astype(np.float64))
-    assert model.precision == "float64"
+    assert model.accumulate == "float64"
     np.testing.assert_allclose(model.components_, exact.components_, atol=1e-9)
     np.testing.assert_allclose(model.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-12)
 
 
-def test_fit_command_rejects_unknown_precision(tmp_path, features, capsys):
-    code = _run_main(["pca", "fit", str(features), "-o", str(tmp_path / "p.npz"), "--precision", "half"])
+def test_fit_command_deprecated_precision_flag_warns_and_fits_the_same(tmp_path, features, capsys):
+    args = ["pca", "fit", str(features), "-n", "0.9", "--batch-rows", "700", "-q"]
+    assert _run_main(args + ["-o", str(tmp_path / "new.npz"), "--accumulate", "float64"]) == 0
+    capsys.readouterr()
+    assert _run_main(args + ["-o", str(tmp_path / "old.npz"), "--precision", "float64"]) == 0
+    assert capsys.readouterr().err == "Warning: --precision on pca fit is deprecated, use --accumulate\n"
+    old, new = PCA.load(tmp_path / "old.npz"), PCA.load(tmp_path / "new.npz")
+    assert old.accumulate == new.accumulate == "float64" and old.precision is None
+    np.testing.assert_array_equal(old.components_, new.components_)
+    np.testing.assert_array_equal(old.explained_variance_, new.explained_variance_)
+    assert _run_main(args + ["-o", str(tmp_path / "both.npz"), "--precision", "float64", "--accumulate", "float64"]) == 0
+
+
+def test_fit_command_refuses_precision_and_accumulate_that_disagree(tmp_path, features, capsys):
+    code = _run_main(["pca", "fit", str(features), "-o", str(tmp_path / "p.npz"), "--accumulate", "mixed", "--precision", "float64"])
     err = capsys.readouterr().err
-    assert code != 0 and "Error: unknown precision 'half' - use one of: mixed, float64" in err
+    assert code == 1 and err.splitlines() == [
+        "Warning: --precision on pca fit is deprecated, use --accumulate",
+        "Error: --accumulate mixed and --precision float64 disagree - pass --accumulate only (--precision is its deprecated name)",
+    ]
     assert not (tmp_path / "p.npz").exists()
+
+
+@pytest.mark.parametrize("flag", ["--accumulate", "--precision"])
+def test_fit_command_rejects_unknown_accumulate_naming_the_flag_given(tmp_path, features, capsys, flag):
+    code = _run_main(["pca", "fit", str(features), "-o", str(tmp_path / "p.npz"), flag, "half"])
+    err = capsys.readouterr().err
+    assert code != 0 and f"Error: unknown {flag[2:]} 'half' - use one of: mixed, float64" in err
+    assert not (tmp_path / "p.npz").exists()
+
+
+def test_fit_pca_file_takes_precision_as_a_deprecated_name(features):
+    new = fit_pca_file(features, 5, accumulate="float64", batch_rows=700)
+    with pytest.warns(DeprecationWarning, match="use accumulate=") as w:
+        old = fit_pca_file(features, 5, precision="float64", batch_rows=700)
+    assert w[0].filename == __file__  # aimed at the caller's line
+    assert old.accumulate == "float64" and old.precision is None  # the PCA returned no longer carries the old name
+    np.testing.assert_array_equal(old.components_, new.components_)
+    assert not np.array_equal(fit_pca_file(features, 5, batch_rows=700).components_, new.components_)  # mixed differs
 
 
 def test_fit_pca_file_feeds_bounded_chunks(features, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -250,7 +251,7 @@ def test_large_offset_keeps_accuracy():
 
 
 @pytest.mark.parametrize("offset", [3.0, 1e4])
-def test_precision_on_float32_input(offset):
+def test_accumulate_on_float32_input(offset):
     # more rows than one block, so several float32 products are added in float64
     rng = np.random.default_rng(2)
     d = 48
@@ -258,8 +259,8 @@ def test_precision_on_float32_input(offset):
     X32 = ((rng.standard_normal((20000, d)) * np.geomspace(1.0, 1e-2, d)) @ Q.T + offset).astype(np.float32)
     exact = PCA(10, solver="svd").fit(X32.astype(np.float64))
     mixed = PCA(10).fit(X32)
-    assert mixed.fit_solver_ == "covariance" and mixed.precision == "mixed"
-    full64 = PCA(10, precision="float64").fit(X32)
+    assert mixed.fit_solver_ == "covariance" and mixed.accumulate == "mixed"
+    full64 = PCA(10, accumulate="float64").fit(X32)
     np.testing.assert_allclose(full64.components_, exact.components_, atol=1e-9)
     diff = np.abs(mixed.components_ - full64.components_).max()
     if offset == 3.0:
@@ -270,8 +271,8 @@ def test_precision_on_float32_input(offset):
         assert diff == 0
     np.testing.assert_allclose(mixed.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-8)
     np.testing.assert_allclose(mixed.mean_, exact.mean_, rtol=1e-12)
-    # float64 precision: chunking and merging change only float64 rounding
-    parts = [PCA(10, precision="float64").partial_fit(c) for c in np.array_split(X32, 3)]
+    # float64 accumulation: chunking and merging change only float64 rounding
+    parts = [PCA(10, accumulate="float64").partial_fit(c) for c in np.array_split(X32, 3)]
     merged = parts[0].merge(parts[1]).merge(parts[2]).finalize()
     np.testing.assert_allclose(merged.components_, exact.components_, atol=1e-9)
     np.testing.assert_allclose(merged.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-12)
@@ -337,7 +338,7 @@ FP = {"model_id": "sentence-transformers/all-MiniLM-L6-v2", "weights_sha256": "a
 @pytest.mark.parametrize("whiten", [False, True])
 def test_save_load_transform_round_trip_is_exact(tmp_path, whiten):
     X = known_spectrum(n=800, d=30)
-    pca = PCA(0.9, whiten=whiten, precision="float64" if whiten else "mixed").fit(X)
+    pca = PCA(0.9, whiten=whiten, accumulate="float64" if whiten else "mixed").fit(X)
     path = pca.save(tmp_path / "pca.npz", fingerprint=FP)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pca.npz"]  # no temp file left
     with np.load(path, allow_pickle=False) as z:  # no pickle inside
@@ -346,7 +347,7 @@ def test_save_load_transform_round_trip_is_exact(tmp_path, whiten):
     loaded = PCA.load(path)
     for name in ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_", "all_explained_variance_"):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(pca, name), err_msg=name)
-    for name in ("n_components_", "n_samples_", "n_features_in_", "noise_variance_", "total_variance_", "whiten", "n_components", "precision"):
+    for name in ("n_components_", "n_samples_", "n_features_in_", "noise_variance_", "total_variance_", "whiten", "n_components", "accumulate"):
         assert getattr(loaded, name) == getattr(pca, name), name
     for dtype in (np.float32, np.float64):
         Xd = X.astype(dtype)
@@ -361,6 +362,89 @@ def test_saved_statistics_keep_streaming(tmp_path):
     first.save(tmp_path / "part.npz", include_stats=True)
     resumed = PCA.load(tmp_path / "part.npz").partial_fit(X[600:]).finalize()
     np.testing.assert_allclose(resumed.components_, PCA(5, solver="svd").fit(X).components_, atol=1e-9)
+
+
+def _meta(path) -> dict:
+    with np.load(path, allow_pickle=False) as z:
+        return json.loads(str(z["meta"]))
+
+
+def _restore_params(path, change) -> None:
+    """Rewrite a model file's parameters (as another release would have stored them)."""
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {key: z[key] for key in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    meta["params"] = change(meta["params"])
+    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def test_model_file_stores_accumulate_as_precision_and_reads_either_name(tmp_path):
+    X32 = known_spectrum(n=600, d=8, offset=2.0, dtype=np.float32)
+    reference = PCA(3, accumulate="float64").partial_fit(X32).finalize()
+    path = reference.save(tmp_path / "m.npz", include_stats=True)
+    # format 1 exactly as bertfeat 0.2.0 wrote it: every stored parameter is a keyword of 0.2.0's PCA, so 0.2.0 loads it
+    assert _meta(path)["format_version"] == 1
+    assert _meta(path)["params"] == {"n_components": 3, "solver": "auto", "whiten": False, "random_state": None,
+                                     "precision": "float64"}
+    expected = PCA(3, accumulate="float64").partial_fit(X32).partial_fit(X32[:100]).finalize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # loading a file is no use of the deprecated keyword
+        for stored in ("precision", "accumulate"):  # the name 0.2.0 and this release write, and the new name
+            _restore_params(path, lambda p: {k: v for k, v in p.items() if k not in ("precision", "accumulate")} | {stored: "float64"})
+            loaded = PCA.load(path)
+            assert loaded.accumulate == "float64" and loaded.precision is None, stored
+            more = loaded.partial_fit(X32[:100]).finalize()  # keeps streaming in float64, as the saved PCA would
+            np.testing.assert_array_equal(more.components_, expected.components_)
+    _restore_params(path, lambda p: p | {"precision": "mixed", "accumulate": "float64"})  # both: the keyword's own name wins
+    assert PCA.load(path).accumulate == "float64"
+
+
+def test_saving_a_pca_made_with_precision_stores_the_mode_it_used(tmp_path):
+    with pytest.warns(DeprecationWarning):
+        pca = PCA(2, precision="float64").fit(known_spectrum(n=50, d=5, dtype=np.float32))
+    assert _meta(pca.save(tmp_path / "p.npz"))["params"]["precision"] == "float64"
+    assert PCA.load(tmp_path / "p.npz").get_params() | {"random_state": None} == PCA(2, accumulate="float64").get_params()
+
+
+# -- accumulate= and its deprecated name precision= ----------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["mixed", "float64"])
+def test_precision_keyword_still_works_with_a_deprecation_warning(mode):
+    X32 = known_spectrum(n=20000, d=24, offset=3.0, dtype=np.float32)  # more than one block, float32 products allowed
+    new = PCA(6, accumulate=mode).fit(X32)
+    with pytest.warns(DeprecationWarning, match=r"the PCA's precision= is deprecated .*, use accumulate= with the same value") as w:
+        old = PCA(6, precision=mode).fit(X32)
+    assert w[0].filename == __file__  # aimed at the caller's line, so Python shows it there
+    for name in ("components_", "explained_variance_", "mean_", "noise_variance_"):
+        np.testing.assert_array_equal(getattr(old, name), getattr(new, name), err_msg=name)
+    with pytest.warns(DeprecationWarning):
+        streamed = PCA(6, precision=mode).partial_fit(X32[:9000]).partial_fit(X32[9000:]).finalize()
+    np.testing.assert_array_equal(streamed.components_, PCA(6, accumulate=mode).partial_fit(X32[:9000]).partial_fit(X32[9000:]).finalize().components_)
+
+
+def test_accumulate_modes_differ_so_the_keyword_is_not_ignored():
+    X32 = known_spectrum(n=20000, d=24, offset=3.0, dtype=np.float32)
+    mixed, full = PCA(6, accumulate="mixed").fit(X32), PCA(6, accumulate="float64").fit(X32)
+    assert 0 < np.abs(mixed.components_ - full.components_).max() < 1e-6
+    with pytest.warns(DeprecationWarning):
+        assert np.array_equal(PCA(6, precision="float64").fit(X32).components_, full.components_)
+
+
+def test_accumulate_and_precision_together():
+    X = known_spectrum(n=40, d=4)
+    assert PCA().get_params()["accumulate"] == "mixed" and PCA().get_params()["precision"] is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        PCA(2, accumulate="float64").fit(X)  # the new keyword alone never warns
+    with pytest.warns(DeprecationWarning):
+        assert _message(lambda: PCA(2, accumulate="float64", precision="mixed").fit(X)) == (
+            "accumulate='float64' and precision='mixed' disagree - pass accumulate only (precision is its deprecated name)"
+        )
+    with pytest.warns(DeprecationWarning):
+        PCA(2, accumulate="float64", precision="float64").fit(X)  # the same value twice is no conflict
 
 
 def test_fingerprint_refused_unless_forced():
@@ -432,7 +516,9 @@ def test_error_other_bad_params():
         "n_components=0 is not positive - pass a whole number of components >= 1 (e.g. 100) or a fraction in (0, 1) (e.g. 0.95)"
     )
     assert _message(lambda: PCA(2, solver="arpack").fit(X)) == "unknown solver 'arpack' - use one of: auto, svd, covariance, randomized"
-    assert _message(lambda: PCA(2, precision="float16").partial_fit(X)) == "unknown precision 'float16' - use one of: mixed, float64"
+    assert _message(lambda: PCA(2, accumulate="float16").partial_fit(X)) == "unknown accumulate 'float16' - use one of: mixed, float64"
+    with pytest.warns(DeprecationWarning):  # the deprecated name keeps its message
+        assert _message(lambda: PCA(2, precision="float16").partial_fit(X)) == "unknown precision 'float16' - use one of: mixed, float64"
     assert _message(lambda: PCA(0.5, solver="randomized").fit(X)).startswith("a fractional n_components needs the whole spectrum")
 
 

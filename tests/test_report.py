@@ -52,6 +52,18 @@ def test_report_numbers_match_an_independent_computation(X, fitted):
     assert report["source"] == SOURCE and report["spectrum_complete"] is True
 
 
+def test_thresholds_are_the_k_that_a_fraction_n_components_keeps(X, fitted):
+    # one rule (pca_solvers.components_needed) behind the report, PCA.components_needed and n_components=0.95
+    report = build_pca_report(fitted)
+    for entry in report["thresholds"]:
+        t = entry["fraction"]
+        assert entry["components"] == fitted.components_needed(t) == PCA(t).fit(X).n_components_, t
+    partial = PCA(5, solver="randomized", random_state=0).fit(X)
+    cum = np.cumsum(independent_spectrum(X)) / independent_spectrum(X).sum()
+    assert partial.components_needed(0.5) == next(i + 1 for i, c in enumerate(cum) if c > 0.5) == 3
+    assert partial.components_needed(0.8) is None  # beyond the known top 5 (~77 %)
+
+
 def test_reconstruction_error_equals_actual_reconstruction(X, fitted):
     report = build_pca_report(fitted)
     X_hat = fitted.inverse_transform(fitted.transform(X))

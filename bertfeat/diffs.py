@@ -1,0 +1,61 @@
+"""Which keys of two dicts differ: one rule for resume manifests and for PCA fingerprints (stdlib and NumPy only).
+
+Two values are equal when their canonical JSON (sorted keys) is equal, so ``[1, 2]`` equals
+``(1, 2)`` and ``np.float64(0.5)`` equals ``0.5``. ``jobcore.manifest_differences`` (may a run
+resume?) and ``pca_file.fingerprint_differences`` (were these features made like the PCA's?)
+both call ``dict_differences``; they differ only in the keys they compare, what an absent
+key reads as, and how they write types JSON does not know.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MISSING", "json_default", "canonical_json", "dict_differences"]
+
+#: What an absent key reads as by default: differs from every value, None included; shown as ``<missing>``.
+MISSING: Any = object()
+
+
+def json_default(o: Any) -> Any:
+    """JSON for NumPy scalars and arrays and for paths (``json.dumps``' ``default=``); other types are refused."""
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def canonical_json(value: Any, default: Callable[[Any], Any] = json_default) -> str:
+    """``value`` as JSON with sorted keys (``default`` for other types), or ``<missing>`` for MISSING."""
+    return "<missing>" if value is MISSING else json.dumps(value, default=default, sort_keys=True)
+
+
+def dict_differences(
+    old: Mapping,
+    new: Mapping,
+    *,
+    keys: Iterable | None = None,
+    missing: Any = MISSING,
+    default: Callable[[Any], Any] = json_default,
+) -> list[tuple[Any, Any, Any]]:
+    """(key, old value, new value) for each key whose two values' canonical JSON differs, in key order.
+
+    ``keys``: the keys to compare, in order (default: every key of either dict, sorted).
+    ``missing``: what an absent key reads as - ``MISSING`` (absent differs from any value) or,
+    say, ``None`` (absent equals None). ``default``: JSON for types JSON does not know.
+    """
+    keys = sorted(set(old) | set(new)) if keys is None else keys
+    diffs = []
+    for key in keys:
+        a, b = old.get(key, missing), new.get(key, missing)
+        if canonical_json(a, default) != canonical_json(b, default):
+            diffs.append((key, a, b))
+    return diffs

@@ -1,0 +1,128 @@
+"""Input and parameter checks of the PCA (bertfeat.pca): the feature matrix, ``n_components``, ``accumulate``.
+
+Owns: turning what a caller passes into a 2-D float32 / float64 array (or refusing it, saying
+why), the NaN / inf error that names the first bad row and column, the checks of
+``n_components``' type (here) and range (against min(n_samples, n_features), once they are known),
+and the ``accumulate`` mode with its deprecated name ``precision``.
+Nothing here keeps state; every function is pure apart from the errors it raises.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from .errors import BertfeatError, opt
+
+__all__ = ["ACCUMULATE_MODES", "DEFAULT_ACCUMULATE", "PRECISION_DEPRECATED", "as_2d_float", "nonfinite_error",
+           "check_n_components_spec", "check_max_components", "accumulate_mode"]
+
+#: How the statistics of float32 rows accumulate (PCA's ``accumulate``; see bertfeat.pca_stats.chunk_stats).
+ACCUMULATE_MODES = ("mixed", "float64")
+DEFAULT_ACCUMULATE = "mixed"
+#: The DeprecationWarning of the PCA's old keyword (``accumulate`` was called ``precision`` up to 0.2.0).
+PRECISION_DEPRECATED = ("the PCA's precision= is deprecated (it is not the encoder's precision), use accumulate= "
+                        "with the same value ('mixed' or 'float64'); precision= will be removed after the next release")
+
+
+def as_2d_float(X: Any) -> np.ndarray:
+    """Return X as a 2-D float32 or float64 array (other numeric types become float64).
+
+    Accepts NumPy arrays, pandas / polars DataFrames and anything ``np.asarray`` takes. Object
+    arrays of numbers are converted (a non-number in them raises NumPy's TypeError, as in
+    scikit-learn); sparse matrices and complex numbers are refused.
+    """
+    if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
+        raise BertfeatError("sparse input is not supported by bertfeat's PCA", "pass a dense array, e.g. X.toarray()")
+    X = np.asarray(X)
+    if np.iscomplexobj(X):
+        raise BertfeatError("Complex data not supported", "pass real-valued features")
+    if X.dtype == object:
+        X = X.astype(np.float64)
+    if X.ndim != 2:
+        raise BertfeatError(
+            f"expected a 2-D array (n_samples, n_features), got shape {X.shape}",
+            "pass a matrix with one row per sample. Reshape your data: X.reshape(1, -1) for a single sample, "
+            "X.reshape(-1, 1) for a single feature",
+        )
+    if X.dtype not in (np.float32, np.float64):
+        if not (np.issubdtype(X.dtype, np.number) or X.dtype == np.bool_) or np.iscomplexobj(X):
+            raise BertfeatError(
+                f"expected real numbers, got an array of dtype {X.dtype}",
+                "pass a float32 or float64 feature matrix",
+            )
+        X = X.astype(np.float64)
+    if X.shape[1] == 0:
+        raise BertfeatError(f"0 feature(s) (shape={X.shape}) while a minimum of 1 is required", "pass at least one feature column")
+    return X
+
+
+def nonfinite_error(X: np.ndarray, row_offset: int, action: str) -> BertfeatError:
+    """Build the NaN/inf error, naming the first bad row and column (0-based)."""
+    bad = ~np.isfinite(X)
+    count = int(bad.sum())
+    if count == 0:
+        return BertfeatError(
+            "features are too large: the statistics overflowed to inf",
+            f"rescale the features before {action}",
+        )
+    row, col = (int(i) for i in np.argwhere(bad)[0])
+    return BertfeatError(
+        f"features contain NaN or inf: {count} value(s), first at row {row + row_offset}, "
+        f"column {col} ({X[row, col]})",
+        f"remove or repair those rows before {action}",
+    )
+
+
+def check_n_components_spec(spec: Any) -> None:
+    """Validate the *type* of n_components (range checks need n and d)."""
+    if spec is None:
+        return
+    if isinstance(spec, bool) or not isinstance(spec, numbers.Real):
+        raise BertfeatError(
+            f"n_components={spec!r} is not a number",
+            "pass a whole number of components (e.g. 100), a fraction in (0, 1) (e.g. 0.95), or None",
+        )
+    if isinstance(spec, numbers.Integral):
+        if spec < 1:
+            raise BertfeatError(
+                f"n_components={spec} is not positive",
+                "pass a whole number of components >= 1 (e.g. 100) or a fraction in (0, 1) (e.g. 0.95)",
+            )
+        return
+    if not 0.0 < float(spec) < 1.0:
+        raise BertfeatError(
+            f"n_components={spec!r} is outside (0, 1): a float n_components is the fraction of variance to keep",
+            "pass a fraction strictly between 0 and 1 (e.g. 0.95) or a whole number of components (e.g. 100)",
+        )
+
+
+def check_max_components(spec: Any, n: int, d: int) -> None:
+    """Raise if an integer n_components exceeds min(n, d)."""
+    if isinstance(spec, numbers.Integral) and not isinstance(spec, bool) and spec > min(n, d):
+        raise BertfeatError(
+            f"n_components={spec} is larger than min(n_samples, n_features) = min({n}, {d}) = {min(n, d)}",
+            f"choose n_components <= {min(n, d)}, or a fraction such as 0.95 to keep 95% of the variance",
+        )
+
+
+def accumulate_mode(accumulate: str | None, precision: str | None = None) -> str:
+    """The accumulate mode given as ``accumulate`` or as ``precision``, its deprecated name (None: not given).
+
+    Neither given: ``DEFAULT_ACCUMULATE``. Both given with different values: an error naming both.
+    A value outside ``ACCUMULATE_MODES``: an error naming the keyword it came as.
+    """
+    if accumulate is not None and precision is not None and accumulate != precision:
+        raise BertfeatError(
+            f"{opt('accumulate', accumulate)} and {opt('precision', precision)} disagree",
+            f"pass {opt('accumulate')} only ({opt('precision')} is its deprecated name)",
+        )
+    if precision is not None:
+        name, value = "precision", precision
+    else:
+        name, value = "accumulate", DEFAULT_ACCUMULATE if accumulate is None else accumulate
+    if value not in ACCUMULATE_MODES:
+        raise BertfeatError(f"unknown {name} {value!r}", f"use one of: {', '.join(ACCUMULATE_MODES)}")
+    return value

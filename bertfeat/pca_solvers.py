@@ -1,0 +1,153 @@
+"""The decompositions of the PCA (bertfeat.pca): from data or statistics to components and variances.
+
+Owns ``Decomposition`` (the fitted numbers, every array float64), the sign convention
+(``flip_signs``, scikit-learn >= 1.5), choosing k from a spectrum (``n_components_from_spec``,
+``components_needed``), the three solvers - ``svd`` of centred data, ``randomized`` (Halko et al.)
+and ``covariance`` (``eigh`` of the covariance built from ``pca_stats.Stats``) - and what
+``auto`` resolves to. Shape legend: n rows, d features, k kept components, r = min(n, d).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import BertfeatError
+from .pca_stats import Stats
+
+__all__ = ["SOLVERS", "AUTO_COVARIANCE_MAX_FEATURES", "Decomposition", "flip_signs", "choose_solver", "randomized_svd",
+           "n_components_from_spec", "components_needed", "decomposition_from_spectrum", "decompose_svd",
+           "decompose_randomized", "decompose_stats"]
+
+SOLVERS = ("auto", "svd", "covariance", "randomized")
+#: ``auto`` uses the covariance solver up to this many features (a d x d float64 matrix).
+AUTO_COVARIANCE_MAX_FEATURES = 4096
+
+
+@dataclass
+class Decomposition:
+    """The decomposition: every array float64."""
+
+    mean: np.ndarray  # (d,)
+    components: np.ndarray  # (k, d)
+    spectrum: np.ndarray  # (r,) all variances for exact solvers, (k,) for randomized
+    total_variance: float
+    n_samples: int
+    n_components: int
+    noise_variance: float
+    solver: str
+
+
+def flip_signs(Vt: np.ndarray) -> np.ndarray:
+    """scikit-learn >= 1.5 sign rule: make the largest-|loading| entry of each row (k, d) positive."""
+    idx = np.argmax(np.abs(Vt), axis=1)
+    signs = np.sign(Vt[np.arange(Vt.shape[0]), idx])
+    signs[signs == 0] = 1.0
+    return Vt * signs[:, None]
+
+
+def choose_solver(solver: str, n: int, d: int, spec: Any) -> str:
+    """Resolve ``auto`` to a concrete solver for an (n, d) matrix and n_components ``spec``."""
+    if solver != "auto":
+        return solver
+    if n >= d and d <= AUTO_COVARIANCE_MAX_FEATURES:
+        return "covariance"
+    r = min(n, d)
+    if r <= 1000 or not isinstance(spec, numbers.Integral) or spec >= 0.8 * r:
+        return "svd"
+    return "randomized"
+
+
+def randomized_svd(
+    A: np.ndarray, k: int, rng: np.random.Generator, n_oversamples: int = 10, n_iter: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k singular values (k,) and right singular vectors (k, d) of A (n, d) by Halko et al.
+
+    A range finder with ``l = k + n_oversamples`` Gaussian probes and ``n_iter`` QR-normalised
+    power iterations (7 when k < 0.1 r, else 4, as scikit-learn does).
+    """
+    n, d = A.shape
+    r = min(n, d)
+    if n_iter is None:
+        n_iter = 7 if k < 0.1 * r else 4
+    l_ = min(k + n_oversamples, r)
+    Q, _ = np.linalg.qr(A @ rng.standard_normal((d, l_)))  # (n, l)
+    for _ in range(n_iter):
+        Z, _ = np.linalg.qr(A.T @ Q)  # (d, l)
+        Q, _ = np.linalg.qr(A @ Z)  # (n, l)
+    B = Q.T @ A  # (l, d)
+    _, S, Vt = np.linalg.svd(B, full_matrices=False)
+    return S[:k], Vt[:k]
+
+
+def components_needed(ratio: np.ndarray, fraction: float) -> int | None:
+    """Smallest k whose cumulative ratio exceeds ``fraction`` (the k ``n_components=fraction`` picks).
+
+    None when the known part of the spectrum never exceeds it (randomized solver).
+    """
+    cumsum = np.cumsum(ratio)
+    k = int(np.searchsorted(cumsum, fraction, side="right")) + 1
+    return k if k <= len(ratio) else None
+
+
+def n_components_from_spec(spec: Any, ratio: np.ndarray, r: int) -> int:
+    """Number of components k for spec (None | int | fraction), given the whole ratio spectrum (r,)."""
+    if spec is None:
+        return r
+    if isinstance(spec, numbers.Integral):
+        return int(spec)
+    k = components_needed(ratio, float(spec))
+    return r if k is None else min(k, r)
+
+
+def decomposition_from_spectrum(
+    mean: np.ndarray, Vt: np.ndarray, spectrum: np.ndarray, n: int, d: int, spec: Any, solver: str
+) -> Decomposition:
+    """Pick k from the full spectrum (r,) and its sign-flipped eigenvectors Vt (r, d)."""
+    r = min(n, d)
+    total = float(spectrum.sum())
+    ratio = spectrum / total if total > 0 else np.zeros_like(spectrum)
+    k = n_components_from_spec(spec, ratio, r)
+    noise = float(spectrum[k:r].mean()) if k < r else 0.0
+    return Decomposition(mean, np.ascontiguousarray(Vt[:k]), spectrum, total, n, k, noise, solver)
+
+
+def decompose_svd(Xc: np.ndarray, mean: np.ndarray, spec: Any) -> Decomposition:
+    """``svd`` solver: ``numpy.linalg.svd`` of the centred data Xc (n, d), float64."""
+    n, d = Xc.shape
+    _, S, Vt = np.linalg.svd(Xc, full_matrices=False)  # S (r,), Vt (r, d)
+    spectrum = S**2 / (n - 1)
+    return decomposition_from_spectrum(mean, flip_signs(Vt), spectrum, n, d, spec, "svd")
+
+
+def decompose_randomized(Xc: np.ndarray, mean: np.ndarray, spec: Any, random_state: Any) -> Decomposition:
+    """``randomized`` solver on the centred data Xc (n, d): only the top k variances are known."""
+    n, d = Xc.shape
+    r = min(n, d)
+    if spec is not None and not isinstance(spec, numbers.Integral):
+        raise BertfeatError(
+            "a fractional n_components needs the whole spectrum, which the randomized solver does not compute",
+            "use solver='covariance' or 'svd', or pass a whole number of components",
+        )
+    k = r if spec is None else int(spec)
+    rng = np.random.default_rng(random_state)
+    S, Vt = randomized_svd(Xc, k, rng)
+    spectrum = S**2 / (n - 1)
+    total = float(np.einsum("ij,ij->", Xc, Xc)) / (n - 1)
+    noise = (total - float(spectrum.sum())) / (r - k) if k < r else 0.0
+    return Decomposition(mean, flip_signs(Vt), spectrum, total, n, k, noise, "randomized")
+
+
+def decompose_stats(stats: Stats, spec: Any) -> Decomposition:
+    """``covariance`` solver: eigh of the (d, d) covariance built from float64 statistics."""
+    n, d = stats.n, stats.shift.shape[0]
+    C = stats.scatter() / (n - 1)
+    C = (C + C.T) * 0.5
+    w, V = np.linalg.eigh(C)  # ascending
+    r = min(n, d)
+    w = np.clip(w[::-1][:r], 0.0, None)
+    Vt = flip_signs(np.ascontiguousarray(V[:, ::-1][:, :r].T))
+    return decomposition_from_spectrum(stats.mean(), Vt, w, n, d, spec, "covariance")
