@@ -4,7 +4,9 @@
     python benchmarks/bench_ab.py /tmp/bertfeat-base . --rounds 5
 
 Each run is its own process (PYTHONPATH set to its tree): load the model, warm up on --warmup
-sentences, time one encode of the corpus (benchmarks/corpus.py, real sentences). The trees take turns
+sentences, time one encode of the corpus (benchmarks/corpus.py, real sentences). With --extract-pca N,
+time the whole command instead, `bertfeat extract CORPUS.csv --pca N -o ... --overwrite -q`, model
+load included (what a user waits for; the corpus written once as CSV under benchmarks/_work/). The trees take turns
 round robin, each round starting with the other one, so a slow spell of the machine falls on both;
 the table shows medians, the B/A ratio and every run. The CPU model and its bf16 flags are printed.
 """
@@ -38,6 +40,37 @@ print(json.dumps({{"seconds": dt, "tokens": tokens, "file": bertfeat.__file__}})
 """
 
 
+WORKER_EXTRACT = r"""
+import json, time
+import bertfeat
+from bertfeat.cli import main
+t0 = time.perf_counter()
+rc = main({argv!r})
+dt = time.perf_counter() - t0
+assert rc == 0, rc
+import pyarrow.parquet as pq
+meta = json.loads(pq.read_schema({out!r}).metadata[b"bertfeat"])
+print(json.dumps({{"seconds": dt, "tokens": meta["tokens"]["total"], "file": bertfeat.__file__}}))
+"""
+
+
+def corpus_csv(n: int) -> Path:
+    """benchmarks/_work/ab_corpus_N.csv: the corpus's N sentences, one per row (written once)."""
+    import csv
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from corpus import build_corpus
+
+    path = ROOT / "benchmarks" / "_work" / f"ab_corpus_{n}.csv"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["text"])
+            w.writerows([t] for t in build_corpus(n))
+    return path
+
+
 def cpu() -> str:
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "unknown CPU")
@@ -52,6 +85,12 @@ def cpu() -> str:
 def run(tree: Path, args) -> dict:
     code = WORKER.format(bench=str(ROOT / "benchmarks"), n=args.n, model=args.model, max_length=args.max_length,
                          warmup=args.warmup, precision=args.precision)
+    if args.extract_pca:
+        src = corpus_csv(args.n)
+        out = src.with_name(f"ab_{tree.resolve().name}.features.parquet")
+        argv = ["extract", str(src), "--pca", str(args.extract_pca), "-o", str(out), "--overwrite", "-q",
+                "--max-length", str(args.max_length), "--precision", args.precision] + (["-m", args.model] if args.model else [])
+        code = WORKER_EXTRACT.format(argv=argv, out=str(out))
     env = {"PYTHONPATH": str(tree.resolve()), "PATH": "/usr/bin:/bin"}
     import os
 
@@ -78,6 +117,8 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--precision", default="fp32", help="Encoder precision: fp32, bf16, int8 or auto")
+    ap.add_argument("--extract-pca", type=int, default=None, metavar="N",
+                    help="time `bertfeat extract CORPUS.csv --pca N` (the whole command) instead of one encode")
     args = ap.parse_args(argv)
 
     runs = {"A": [], "B": []}
@@ -89,7 +130,8 @@ def main(argv=None) -> int:
             print(f"round {r + 1} {name}: {res['tokens'] / res['seconds']:,.0f} tokens/s ({res['file']})", file=sys.stderr)
     med = {k: statistics.median(x["tokens"] / x["seconds"] for x in v) for k, v in runs.items()}
     print(f"CPU: {cpu()}")
-    print(f"model {args.model or 'all-MiniLM-L6-v2'}, precision {args.precision}, {args.n} sentences, {runs['A'][0]['tokens']:,} tokens, "
+    what = f"bertfeat extract --pca {args.extract_pca} (whole command, model load included)" if args.extract_pca else "one encode"
+    print(f"{what}; model {args.model or 'all-MiniLM-L6-v2'}, precision {args.precision}, {args.n} sentences, {runs['A'][0]['tokens']:,} tokens, "
           f"{args.rounds} rounds round robin, each run its own process")
     print("| tree | median tokens/s | runs |")
     print("|---|---:|---|")
