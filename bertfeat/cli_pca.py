@@ -18,7 +18,7 @@ from rich.console import Console
 
 from .pca import PCA, SOLVERS
 from .pca_checks import DEFAULT_ACCUMULATE, accumulate_mode
-from .reduce import fit_pca_file, reduce_features_file
+from .reduce import fit_pca_to_files, reduce_features_file
 from .report import build_pca_report, render_pca_report, write_pca_report
 
 __all__ = ["pca_app", "fit_command", "transform_command", "report_command", "parse_n_components"]
@@ -95,15 +95,11 @@ def fit_command(
     accumulate = _accumulate_option(accumulate, precision)
     check_array_file(features, "feature file")
     check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
-    pca = fit_pca_file(
-        features, parse_n_components(n_components), solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows
-    )
-    pca.save(out, pca.fingerprint_)
-    source = dict(pca.source_) | {"model_file": str(out)}
-    paths = write_pca_report(pca, _prefix_for(out), source=source)
+    pca, outputs, source = fit_pca_to_files(features, out, _prefix_for(out), parse_n_components(n_components), solver=solver,
+                                            whiten=whiten, accumulate=accumulate, batch_rows=batch_rows)
     if not quiet:
         render_pca_report(build_pca_report(pca, source), Console())
-        _err().print(f"wrote {out}, {', '.join(str(p) for p in paths.values())}")
+        _err().print(f"wrote {out}, {', '.join(str(p) for k, p in outputs.items() if k != 'pca_model')}")
 
 
 @pca_app.command("transform", epilog="Examples:\n\n  bertfeat pca transform feats.parquet --pca-model feats.pca100.npz -o reduced.parquet\n\n"

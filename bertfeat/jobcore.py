@@ -117,16 +117,13 @@ def accumulate_pca(pca, X: np.ndarray) -> None:
 def finish_pca(pca, rows_written: int, layout, fingerprint: dict) -> tuple[dict, dict]:
     """Fit the accumulated PCA and write its model and report where the layout says (OUTPUT.pca.npz,
     OUTPUT.pca.report.{json,md,png}): -> (outputs name -> path, the provenance's "pca" entry)."""
-    from .report import write_pca_report
+    from .reduce import save_pca_outputs
 
     if rows_written < 2:
         raise BertfeatError(f"{opt('pca')} needs at least 2 feature rows, this run has {rows_written}", f"drop {opt('pca')} or add rows")
     pca.finalize()
-    pca_path = layout.pca_model
-    pca.save(pca_path, fingerprint=fingerprint)
-    report_paths = write_pca_report(pca, layout.pca_prefix, source=fingerprint)
-    outputs = {"pca_model": pca_path, **{f"pca_report_{k}": v for k, v in report_paths.items()}}
-    meta = {"n_components": int(pca.n_components_), "model_file": pca_path.name,
+    outputs = save_pca_outputs(pca, layout.pca_model, layout.pca_prefix, fingerprint, source=fingerprint)
+    meta = {"n_components": int(pca.n_components_), "model_file": layout.pca_model.name,
             "explained_variance": float(np.sum(pca.explained_variance_ratio_))}
     return outputs, meta
 

@@ -82,6 +82,24 @@ def fit_pca_file(
     return pca
 
 
+def save_pca_outputs(pca: PCA, model_path: Path, report_prefix: Path, fingerprint: dict | None, source: dict | None) -> dict:
+    """Save a fitted PCA and write its report beside it (PREFIX.report.{json,md,png}), each file atomically:
+    -> outputs name -> path (``pca_model``, ``pca_report_json``, ...). ``extract --pca`` and ``pca fit`` both end here."""
+    from .report import write_pca_report
+
+    pca.save(model_path, fingerprint=fingerprint)
+    report_paths = write_pca_report(pca, report_prefix, source=source)
+    return {"pca_model": Path(model_path), **{f"pca_report_{k}": v for k, v in report_paths.items()}}
+
+
+def fit_pca_to_files(features: str | os.PathLike, out: Path, report_prefix: Path, n_components=None, **fit_options) -> tuple[PCA, dict, dict]:
+    """``bertfeat pca fit``: fit a PCA on a feature file (fit_pca_file's options), save it to ``out`` with its report:
+    -> (the PCA, outputs name -> path, the report's source entry)."""
+    pca = fit_pca_file(features, n_components, **fit_options)
+    source = dict(pca.source_) | {"model_file": str(out)}
+    return pca, save_pca_outputs(pca, out, report_prefix, pca.fingerprint_, source), source
+
+
 def pca_metadata_entry(pca: PCA, model_path: str | os.PathLike | None = None, forced: list | None = None) -> dict:
     """The ``pca`` entry recorded in a reduced feature file's metadata."""
     model_path = model_path or getattr(pca, "source_path_", None)
