@@ -18,6 +18,7 @@ from rich.console import Console
 
 from .pca import PCA, SOLVERS
 from .pca_checks import DEFAULT_ACCUMULATE, accumulate_mode
+from .outlock import output_lock
 from .reduce import fit_pca_to_files, reduce_features_file
 from .report import build_pca_report, render_pca_report, write_pca_report
 
@@ -94,9 +95,10 @@ def fit_command(
 
     accumulate = _accumulate_option(accumulate, precision)
     check_array_file(features, "feature file")
-    check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
-    pca, outputs, source = fit_pca_to_files(features, out, _prefix_for(out), parse_n_components(n_components), solver=solver,
-                                            whiten=whiten, accumulate=accumulate, batch_rows=batch_rows)
+    with output_lock(out, _prefix_for(out)):  # one writer per output (outlock.py)
+        check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
+        pca, outputs, source = fit_pca_to_files(features, out, _prefix_for(out), parse_n_components(n_components),
+                                                solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows)
     if not quiet:
         render_pca_report(build_pca_report(pca, source), Console())
         _err().print(f"wrote {out}, {', '.join(str(p) for k, p in outputs.items() if k != 'pca_model')}")
@@ -124,9 +126,10 @@ def transform_command(
     check_output_format(out, fmt)
     check_array_file(features, "feature file")
     check_array_file(pca_path, "PCA model")
-    check_outputs(feature_file_outputs(out, feature_format(out, fmt)), feature_file_inputs(features) + [pca_path], overwrite)
-    pca = PCA.load(pca_path)
-    path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows)
+    with output_lock(out):
+        check_outputs(feature_file_outputs(out, feature_format(out, fmt)), feature_file_inputs(features) + [pca_path], overwrite)
+        pca = PCA.load(pca_path)
+        path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows)
     if not quiet:
         _err().print(f"wrote {path} ({pca.n_components_} components)")
 
@@ -143,10 +146,11 @@ def report_command(
     from .safety import check_array_file, check_outputs, report_outputs
 
     check_array_file(pca_path, "PCA model")
-    check_outputs(report_outputs(out_prefix or _prefix_for(pca_path)), [pca_path], overwrite)
-    pca = PCA.load(pca_path)
-    source = dict(getattr(pca, "source_", None) or {}) | {"model_file": str(pca_path), "fingerprint": pca.fingerprint_}
-    paths = write_pca_report(pca, out_prefix or _prefix_for(pca_path), source=source)
+    with output_lock(out_prefix or _prefix_for(pca_path)):
+        check_outputs(report_outputs(out_prefix or _prefix_for(pca_path)), [pca_path], overwrite)
+        pca = PCA.load(pca_path)
+        source = dict(getattr(pca, "source_", None) or {}) | {"model_file": str(pca_path), "fingerprint": pca.fingerprint_}
+        paths = write_pca_report(pca, out_prefix or _prefix_for(pca_path), source=source)
     if not quiet:
         render_pca_report(build_pca_report(pca, source), Console())
         _err().print(f"wrote {', '.join(str(p) for p in paths.values())}")

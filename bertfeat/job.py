@@ -62,11 +62,17 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
 
 
 def run(plan, progress=None, client=None) -> ExtractSummary:
-    """Execute a plan on its engine."""
-    if plan.engine == "dask":
-        from . import dask_engine
+    """Execute a plan on its engine, holding its outputs' lock (outlock.py) for the whole run: a second run on the
+    same output is refused at once, naming this one. The output rules are checked again under the lock (another
+    run may have finished between the plan and the lock)."""
+    from .outlock import output_lock
 
-        return dask_engine.run(plan, progress, client=client)
-    from . import local_engine
+    with output_lock(*plan.layout.locked()):
+        plan.check_outputs()
+        if plan.engine == "dask":
+            from . import dask_engine
 
-    return local_engine.run(plan, progress)
+            return dask_engine.run(plan, progress, client=client)
+        from . import local_engine
+
+        return local_engine.run(plan, progress)

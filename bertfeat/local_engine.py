@@ -160,8 +160,10 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
         store.remove()  # e.g. the PCA does not fit the data: a rerun with other settings starts over anyway
         raise
     except OSError as e:  # disk full, permissions: the parts stay, so resume only redoes the writing
-        raise BertfeatError(f"cannot write the output {out_path} ({e.strerror or e})",
-                            f"free disk space or fix the permissions, then rerun with {opt('resume', True)}") from None
+        from .safety import os_error
+
+        raise os_error(e, out_path, f"free disk space, then rerun with {opt('resume', True)} (the finished chunks are "
+                                    f"kept in {store.dir})") from None
     summary.elapsed = time.perf_counter() - t0
     return summary
 
@@ -188,16 +190,22 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
             if not pa.types.is_null(t):
                 id_type = t
                 break
-    writer = FeatureWriter(layout.features, fmt=layout.fmt, dim=int(dim), id_name=id_name, id_type=id_type, metadata=meta,
-                           wide=plan.wide, extra_columns=EXTRA_COLUMNS)
-    with writer:
-        for i in order:
-            t, _, _ = store.read_part(i)
-            X = feature_matrix(t)
-            if pca is not None and len(X):
-                X = pca.transform(X).astype(np.float32)
-            writer.write(t.column(id_name).to_pylist(), X, extra_columns(t))
-        outputs["features"] = writer.close()
-    outputs.update(publish_rejects(layout.rejects, rejects))
+    try:
+        writer = FeatureWriter(layout.features, fmt=layout.fmt, dim=int(dim), id_name=id_name, id_type=id_type, metadata=meta,
+                               wide=plan.wide, extra_columns=EXTRA_COLUMNS)
+        with writer:
+            for i in order:
+                t, _, _ = store.read_part(i)
+                X = feature_matrix(t)
+                if pca is not None and len(X):
+                    X = pca.transform(X).astype(np.float32)
+                writer.write(t.column(id_name).to_pylist(), X, extra_columns(t))
+            outputs["features"] = writer.close()
+        outputs.update(publish_rejects(layout.rejects, rejects))
+    except BaseException:  # no PCA model or report beside features that were not written (resume refits them)
+        for name, path in outputs.items():
+            if name.startswith("pca"):
+                Path(path).unlink(missing_ok=True)
+        raise
     store.remove()
     return outputs

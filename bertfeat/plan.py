@@ -62,6 +62,10 @@ class OutputLayout:
     def pca_model(self) -> Path:
         return self.pca_prefix.with_name(self.pca_prefix.name + ".npz")
 
+    def locked(self) -> list[Path]:
+        """The paths a run locks while it writes (outlock.py): the features output, and with pca the PCA's prefix."""
+        return [self.features] + ([self.pca_prefix] if self.want_pca else [])
+
     def side_files(self) -> list[tuple[str, Path]]:
         """The feature output with its side files (a .npy's ids file, a .npy / .csv's provenance)."""
         if self.engine == "dask":
@@ -166,6 +170,10 @@ class ExtractPlan:
     def precision(self) -> str:
         return self.encoder_kwargs.get("precision", "fp32")
 
+    def check_outputs(self) -> None:
+        """The output rules (check_layout) as they stand now: the engines' runner checks them again under the lock."""
+        check_layout(self.layout, self.reader, self.input, self.overwrite, self.resume)
+
     @property
     def id_name(self) -> str:
         """The output's id column: the input's id column, else ``row`` (the 0-based row number)."""
@@ -247,7 +255,10 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
     # the outputs
     out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
     layout = OutputLayout(out.resolve() if engine == "dask" else out, fmt, engine, pca_value is not None)
-    check_layout(layout, reader, input, overwrite, resume)
+    from .outlock import output_lock
+
+    with output_lock(*layout.locked()):  # another run writing this output is named first (its partial dir is live)
+        check_layout(layout, reader, input, overwrite, resume)
     return ExtractPlan(
         input=input, reader=reader, layout=layout, model=None if model is None else os.fspath(model),
         encoder_kwargs=encoder_kwargs,
@@ -334,6 +345,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
         if is_url(input):
             inputs = []
     outs = layout.outputs()
+    check_name_lengths(outs + [("partial directory", layout.partial)])
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
     partial = layout.partial
     if layout.engine == "local":
@@ -345,3 +357,18 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
             return  # resume continues it (and may rewrite an output its interrupted finish left); overwrite starts over
         raise partial_run_error(partial)
     check_overwrite(outs, overwrite)
+
+
+def check_name_lengths(outputs: list[tuple[str, Path]]) -> None:
+    """Every name a run writes, with its temporary form (``.NAME.tmp-PID``), fits the file system's name limit:
+    a name too long fails the same way on every rerun, so it is refused before anything is written."""
+    for label, path in outputs:
+        try:
+            limit = os.pathconf(path.parent if str(path.parent) else ".", "PC_NAME_MAX")
+        except (OSError, ValueError):
+            continue  # no such folder (its own check says so) or no limit known
+        longest = len(f".{path.name}.tmp-{os.getpid()}".encode("utf-8", "surrogateescape"))
+        if longest > limit:
+            raise BertfeatError(f"the {label} name {path.name!r} is too long for its file system ({longest} bytes with "
+                                f"its temporary suffix; the limit is {limit})",
+                                f"choose a shorter output name with {opt('output')}")

@@ -44,6 +44,7 @@ _OS_FIX = {
     errno.EIO: ("input/output error", "the disk or the file system failed; check the device, then rerun"),
     errno.EMFILE: ("too many open files", "raise the limit (ulimit -n) or read fewer files at once"),
     errno.EFBIG: ("file too large for the file system", f"write to another file system with {opt('output')}"),
+    errno.ENAMETOOLONG: ("file name too long", f"choose a shorter name (pass {opt('output')} with a shorter file name)"),
 }
 
 
@@ -144,8 +145,31 @@ def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path])
                                   f"pass {opt('output')} with another name, or rename the input")
 
 
+def file_kind(path: Path) -> str | None:
+    """What a path is when it is neither absent, a regular file nor a directory ("a named pipe (FIFO)", ...)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None
+
+
 def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool) -> None:
-    """Refuse to replace an existing output unless ``overwrite``."""
+    """Refuse an output that is not a regular file (a FIFO, a device: whatever the flags), and an existing output
+    unless ``overwrite``."""
+    outputs = [(label, Path(out)) for label, out in outputs]
+    for label, out in outputs:
+        kind = file_kind(out)
+        if kind is not None:
+            raise OutputError(f"the {label} {out} is {kind}, not a regular file",
+                              f"bertfeat writes regular files (atomically: a temporary file, then a rename); pass "
+                              f"{opt('output')} with a file name")
     if overwrite:
         return
     for label, out in outputs:

@@ -1,0 +1,175 @@
+"""One writer per output (outlock.py): a second run on an output another run is writing is refused at once, with
+one line naming the other run, whatever its flags; the first run finishes with its own complete output; a lock
+left by a killed run is taken over.
+
+The interleavings are forced with real processes: a run started beside another, a run started mid-run (once the
+first run's partial directory holds a finished chunk), with --overwrite and with --resume, a run started after the
+first finished, and a run resumed after the first was killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from bertfeat.outlock import lock_path, output_lock
+from extract_util import run, tiny_model, write_csv
+
+ROOT = Path(__file__).resolve().parent.parent
+N = 3000
+
+
+def lock_message(out: Path) -> str:
+    return (f"Error: {out} is being written by another bertfeat run (process {os.getpid()} on host {socket.gethostname()}, "
+            "started ")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("in")
+    a = write_csv(d / "a.csv", ["text"], [[f"first input sentence {i} with some words"] for i in range(N)])
+    b = write_csv(d / "b.csv", ["text"], [[f"second input row {i}"] for i in range(N // 2)])
+    return a, b
+
+
+def start(src: Path, out: Path, *extra, chunk_rows: int = 25) -> subprocess.Popen:
+    """`bertfeat extract` in its own process (small chunks: a run of several seconds with many finished chunks)."""
+    args = [sys.executable, "-m", "bertfeat", "extract", str(src), "-o", str(out), "--model", str(tiny_model()),
+            "--chunk-rows", str(chunk_rows), "-q", *map(str, extra)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def wait_mid_run(out: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Until the run's partial directory holds a finished chunk (the run is mid-way)."""
+    partial = out.with_name(out.name + ".partial")
+    t0 = time.time()
+    while not any(partial.glob("part-*.parquet")):
+        assert proc.poll() is None, f"the run ended before a chunk was seen: {proc.communicate()}"
+        assert time.time() - t0 < timeout
+        time.sleep(0.02)
+
+
+def whole_output_of(out: Path, src: Path, n: int) -> None:
+    """The output is one complete run over ``src``: n rows in order, its provenance naming src."""
+    t = pq.read_table(out)
+    meta = json.loads(t.schema.metadata[b"bertfeat"])
+    assert meta["input"] == str(src) and meta["rows"]["written"] == n
+    assert t.column("row").to_pylist() == list(range(n))
+    assert not out.with_name(out.name + ".partial").exists()
+    assert not lock_path(out).exists()
+
+
+def test_a_held_output_refuses_every_second_writer(tmp_path, inputs, capsys):
+    """While a run holds an output, extract (plain, --overwrite, --resume), pca fit / transform and report on it are
+    refused in one line naming the holder; nothing is written."""
+    a, _ = inputs
+    out = tmp_path / "o.parquet"
+    with output_lock(out):
+        for flags in ([], ["--overwrite"], ["--resume"]):
+            rc, _, err = run(capsys, "extract", a, "-o", out, "--model", tiny_model(), *flags)
+            assert rc == 1 and err.startswith(lock_message(out)) and err.count("\n") == 1, err
+            assert err.endswith(" - wait for that run to finish (or stop it), then rerun; two runs never write one output\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".o.parquet.lock"]
+    assert list(tmp_path.iterdir()) == []  # released and removed
+
+    rc, _, err = run(capsys, "extract", a, "-o", out, "--model", tiny_model(), "--pca", 4, "--chunk-rows", 500)
+    assert rc == 0, err
+    model = tmp_path / "o.pca.npz"
+    with output_lock(tmp_path / "m.npz"), output_lock(tmp_path / "r.parquet"), output_lock(tmp_path / "rep"):
+        for args, held in ((["pca", "fit", out, "-n", 2, "-o", tmp_path / "m.npz"], tmp_path / "m.npz"),
+                           (["pca", "transform", out, "--pca-model", model, "-o", tmp_path / "r.parquet"], tmp_path / "r.parquet"),
+                           (["report", model, "-o", tmp_path / "rep"], tmp_path / "rep")):
+            rc, _, err = run(capsys, *args)
+            assert rc == 1 and err.startswith(lock_message(held)), err
+    assert not any(p.name.startswith(("m.", "r.", "rep")) for p in tmp_path.iterdir())
+
+
+def test_a_stale_lock_file_is_taken_over(tmp_path, inputs, capsys):
+    """A lock file whose run is gone (no process holds it: kill -9 leaves the file) does not block the next run."""
+    a, _ = inputs
+    out = tmp_path / "o.parquet"
+    lock_path(out).write_text(json.dumps({"pid": 999999, "host": "gone", "started": 0}))
+    rc, _, err = run(capsys, "extract", a, "-o", out, "--model", tiny_model(), "--chunk-rows", 1000)
+    assert rc == 0, err
+    whole_output_of(out, a, N)
+
+
+def test_second_run_mid_run_is_refused_and_the_first_finishes_whole(tmp_path, inputs):
+    a, b = inputs
+    out = tmp_path / "o.parquet"
+    first = start(a, out, chunk_rows=4)  # ~750 chunks: still running while the others start and are refused
+    wait_mid_run(out, first)
+    seconds = {tuple(flags): start(b, out, *flags) for flags in (["--overwrite"], ["--resume"], [])}
+    for flags, second in seconds.items():
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 1, (flags, err)
+        assert f"Error: {out} is being written by another bertfeat run (process {first.pid} on host" in err, err
+    assert first.poll() is None, "the first run ended before the others were refused: the test did not force mid-run"
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    whole_output_of(out, a, N)
+
+
+def test_two_runs_started_together_never_mix(tmp_path, inputs):
+    """Started side by side with --overwrite on one output: one wins the lock (the other is refused, or runs after it
+    and replaces the output whole); the file left is one input's, complete."""
+    a, b = inputs
+    out = tmp_path / "o.parquet"
+    procs = [start(a, out, "--overwrite"), start(b, out, "--overwrite")]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert any(rc == 0 for rc, _ in results), results
+    for rc, err in results:
+        assert rc == 0 or "is being written by another bertfeat run" in err, err
+    meta = json.loads(pq.read_schema(out).metadata[b"bertfeat"])
+    src, n = (a, N) if meta["input"] == str(a) else (b, N // 2)
+    whole_output_of(out, src, n)
+
+
+def test_after_the_first_finishes_the_output_rules_apply(tmp_path, inputs):
+    a, b = inputs
+    out = tmp_path / "o.parquet"
+    first = start(a, out)
+    assert first.wait(timeout=300) == 0
+    second = start(b, out)
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 1 and f"Error: {out} already exists - pass --overwrite to replace it" in err
+    whole_output_of(out, a, N)
+    third = start(b, out, "--overwrite")
+    assert third.wait(timeout=300) == 0
+    whole_output_of(out, b, N // 2)
+
+
+def test_a_killed_run_releases_its_lock_and_resumes(tmp_path, inputs):
+    a, _ = inputs
+    out = tmp_path / "o.parquet"
+    first = start(a, out, chunk_rows=4)
+    wait_mid_run(out, first)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=60)
+    assert lock_path(out).exists()  # kill -9 leaves the file; nobody holds its lock
+    resumed = start(a, out, "--resume", chunk_rows=4)
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    whole_output_of(out, a, N)
+
+
+def test_the_dask_engine_takes_the_same_lock(tmp_path, inputs):
+    pytest.importorskip("distributed")
+    import bertfeat
+    from bertfeat.outlock import OutputLockedError
+
+    out = tmp_path / "o.parquet"
+    with output_lock(out), pytest.raises(OutputLockedError) as e:
+        bertfeat.extract(inputs[0], out, model=tiny_model(), engine="dask", scheduler="tcp://127.0.0.1:9", overwrite=True)
+    assert str(e.value).startswith(f"{out} is being written by another bertfeat run (process {os.getpid()}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

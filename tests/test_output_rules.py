@@ -1,0 +1,48 @@
+"""Outputs are regular files (or absent), whatever the flags; a name the file system cannot hold is refused before
+anything is written, with advice that helps (not "rerun with --resume", which would fail the same way)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from extract_util import run, tiny_model, write_csv
+
+
+@pytest.fixture
+def src(tmp_path):
+    return write_csv(tmp_path / "in.csv", ["text"], [[f"sentence {i}"] for i in range(20)])
+
+
+@pytest.mark.parametrize("flags", [[], ["--overwrite"]])
+def test_a_fifo_or_device_output_is_refused_whatever_the_flags(tmp_path, src, capsys, flags):
+    fifo = tmp_path / "o.parquet"
+    os.mkfifo(fifo)
+    rc, _, err = run(capsys, "extract", src, "-o", fifo, "--model", tiny_model(), *flags)
+    assert (rc, err) == (1, f"Error: the output {fifo} is a named pipe (FIFO), not a regular file - bertfeat writes regular "
+                            "files (atomically: a temporary file, then a rename); pass -o with a file name\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "o.parquet"] and not fifo.is_file()
+    rc, _, err = run(capsys, "extract", src, "-o", "/dev/null", "--model", tiny_model(), "--format", "parquet", *flags)
+    assert (rc, err) == (1, "Error: the output /dev/null is a character device, not a regular file - bertfeat writes "
+                            "regular files (atomically: a temporary file, then a rename); pass -o with a file name\n")
+
+
+def test_a_pca_output_that_is_a_fifo_is_refused(tmp_path, src, capsys):
+    feats = tmp_path / "f.parquet"
+    assert run(capsys, "extract", src, "-o", feats, "--model", tiny_model())[0] == 0
+    fifo = tmp_path / "m.npz"
+    os.mkfifo(fifo)
+    rc, _, err = run(capsys, "pca", "fit", feats, "-n", 2, "-o", fifo, "--overwrite")
+    assert rc == 1 and err.startswith(f"Error: the output {fifo} is a named pipe (FIFO), not a regular file - ")
+
+
+def test_an_output_name_too_long_is_refused_before_anything_is_written(tmp_path, src, capsys):
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = tmp_path / ("x" * 240 + ".parquet")
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--pca", 2)
+    assert rc == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"Error: the output name '{out.name}' is too long for its file system (")
+    assert err.endswith("the limit is 255) - choose a shorter output name with -o\n")
+    assert "--resume" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
