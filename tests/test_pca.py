@@ -278,22 +278,22 @@ def test_accumulate_on_float32_input(offset):
     np.testing.assert_allclose(merged.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-12)
 
 
-def test_partial_fit_decomposes_only_on_finalize_and_bad_chunk_leaves_state_untouched():
+def test_partial_fit_decomposes_on_first_use_and_bad_chunk_leaves_state_untouched():
     X = known_spectrum(n=500, d=10)
     pca = PCA(3).partial_fit(X[:250])
-    assert pca._result_ is None and pca.n_features_in_ == 10  # nothing decomposed yet
-    with pytest.raises(NotFittedError, match="not decomposed yet .* call fit\\(X\\), or finalize\\(\\)"):
-        pca.components_  # noqa: B018 - fitted state appears at finalize(), never lazily on a read
-    before = pca.finalize().components_.copy()
+    assert pca._result_ is None and "components_" not in vars(pca)  # nothing decomposed yet
+    assert pca.n_features_in_ == 10  # known from the first chunk, without decomposing
+    before = pca.components_.copy()  # the first read decomposes
+    assert pca._result_ is not None and "components_" in vars(pca)
     bad = X[250:].copy()
     bad[7, 4] = np.nan
     with pytest.raises(BertfeatError):
         pca.partial_fit(bad)
-    assert pca.n_samples_ == 250  # the finalized state is untouched by the refused chunk
+    assert pca.n_samples_ == 250  # the decomposition is untouched by the refused chunk
     np.testing.assert_array_equal(pca.components_, before)
     pca.partial_fit(X[250:])
-    assert not hasattr(pca, "components_")  # new data: the old decomposition is no longer the fit
-    assert pca.finalize().n_samples_ == 500
+    assert pca._result_ is None and "components_" not in vars(pca)  # new rows: the old decomposition is forgotten
+    assert pca.n_samples_ == 500
 
 
 def test_randomized_matches_exact_top_components():
@@ -576,8 +576,8 @@ def test_error_dimension_mismatch_and_shape():
 def test_error_transform_before_fit():
     pca = PCA(2)
     assert _message(lambda: pca.transform(np.zeros((2, 3)))) == (
-        "this PCA is not fitted yet (components_ is set by fit) - "
-        "call fit(X), or finalize() after partial_fit / merge, or load a saved model with PCA.load(path)"
+        "this PCA is not fitted yet (components_ is set by fit or partial_fit) - "
+        "call fit(X) or partial_fit(X), or load a saved model with PCA.load(path)"
     )
     assert not hasattr(pca, "components_")  # NotFittedError is also an AttributeError
     with pytest.raises(NotFittedError):
