@@ -211,22 +211,28 @@ class PCA(Estimator):
         self._d: int | None = None
 
     def _set_fitted(self, r: Decomposition, d: int) -> None:
-        """Publish a decomposition as the fitted attributes (computed once, here)."""
+        """Publish a decomposition as the fitted attributes (computed once, here).
+
+        One ``dict.update``, so a reader never sees ``components_`` (what ``finalize`` checks) without the rest.
+        """
         k = r.n_components
-        self._result_ = r
-        self.components_ = r.components
-        self.explained_variance_ = r.spectrum[:k]
-        self.explained_variance_ratio_ = r.spectrum[:k] / r.total_variance if r.total_variance > 0 else np.zeros(k)
-        self.singular_values_ = np.sqrt(r.spectrum[:k] * (r.n_samples - 1))
-        self.mean_ = r.mean
-        self.n_components_ = k
-        self._n_features_out = k
-        self.noise_variance_ = r.noise_variance
-        self.all_explained_variance_ = r.spectrum
-        self.total_variance_ = r.total_variance
-        self.fit_solver_ = r.solver
-        self.n_samples_ = r.n_samples
-        self.n_features_in_ = d
+        fitted = {
+            "_result_": r,
+            "components_": r.components,
+            "explained_variance_": r.spectrum[:k],
+            "explained_variance_ratio_": r.spectrum[:k] / r.total_variance if r.total_variance > 0 else np.zeros(k),
+            "singular_values_": np.sqrt(r.spectrum[:k] * (r.n_samples - 1)),
+            "mean_": r.mean,
+            "n_components_": k,
+            "_n_features_out": k,
+            "noise_variance_": r.noise_variance,
+            "all_explained_variance_": r.spectrum,
+            "total_variance_": r.total_variance,
+            "fit_solver_": r.solver,
+            "n_samples_": r.n_samples,
+            "n_features_in_": d,
+        }
+        self.__dict__.update(fitted)
         self.__dict__.setdefault("fingerprint_", None)
         self.__dict__.setdefault("source_", None)
 

@@ -352,6 +352,7 @@ def test_partial_fit_is_usable_at_once_and_equals_fit(first_use, tmp_path, decom
     else:
         getattr(stream, first_use)
     assert decompositions == [3000, 3000]  # the first use decomposed all 3000 rows, once
+    assert set(PCA._DECOMPOSED) <= set(vars(stream))  # ... and set every attribute __getattr__ would decompose for
     assert_same_fit(stream, full, atol=1e-9)
     np.testing.assert_allclose(stream.transform(X), full.transform(X), atol=1e-9)
     assert stream.fit_solver_ == "covariance" and stream.total_variance_ == pytest.approx(full.total_variance_, rel=1e-12)
