@@ -140,19 +140,20 @@ class PCA(Estimator):
     on first use: ``partial_fit`` only accumulates statistics, and the first read of a
     decomposition attribute (or ``transform``, ``inverse_transform``, ``save``,
     ``get_feature_names_out``) decomposes everything seen so far, with the parameters of that
-    moment. ``finalize()`` does the same now, explicitly. Before any data (or with fewer than
-    2 rows) reading one raises ``NotFittedError`` (also an ``AttributeError`` and a
-    ``ValueError``), so ``hasattr`` is False and scikit-learn's ``check_is_fitted`` raises;
-    other decomposition errors (an ``n_components`` larger than the rows seen so far) are
-    raised as they are, as ``finalize()`` raises them.
+    moment, and keeps the result until the next ``partial_fit``. ``finalize()`` does the same
+    now, explicitly (``bertfeat extract --pca`` and ``bertfeat pca fit`` call it). Reading a
+    decomposition attribute before any rows, or with fewer than 2, raises ``NotFittedError``
+    (also an ``AttributeError`` and a ``ValueError``): ``hasattr`` is False and scikit-learn's
+    ``check_is_fitted`` raises. The decomposition's other errors (an integer ``n_components``
+    larger than the rows seen so far) are raised from the read, as from ``finalize()``.
 
     How: the decomposition attributes are plain instance attributes (``_set_fitted`` writes
-    them, ``_DECOMPOSED`` lists them); new rows (``partial_fit``, or a ``merge`` making a new
-    PCA) delete them, and ``__getattr__`` - which Python calls only for a name not found -
-    decomposes when statistics are held and returns the name. So a read after the
-    decomposition costs nothing, ``vars()`` and pickles hold what has been computed (a PCA
-    pickled mid-stream keeps its statistics and keeps accumulating), and
-    ``__sklearn_is_fitted__`` answers without decomposing.
+    them, ``_DECOMPOSED`` lists them). New rows (``partial_fit``; ``merge`` makes a new PCA)
+    delete them, and ``__getattr__`` - which Python calls only for a name not found - then
+    decomposes the statistics held and returns the name. So a read after the decomposition
+    costs nothing, ``vars()`` and a pickle hold what has been computed (a PCA pickled
+    mid-stream keeps its statistics and keeps accumulating), and ``__sklearn_is_fitted__``
+    answers from the statistics without decomposing.
 
     scikit-learn: a transformer for pipelines, ``clone``, grid search and
     ``check_estimator``, with ``get_feature_names_out`` (pca0, pca1, ...) and ``set_output``,
