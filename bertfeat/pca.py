@@ -39,11 +39,13 @@ Streaming
 ---------
 ``partial_fit`` only accumulates statistics (one ``syrk`` per block of ``BLOCK_ROWS``
 rows, in float32 for float32 input under ``accumulate="mixed"``, added to float64 totals: see
-``pca_stats.chunk_stats``).
-The decomposition runs lazily, the first time a fitted
-attribute is read after new data arrived (or on ``finalize()``); for d = 768 that is
-one 768 x 768 ``eigh``, well under a second. Shifting every row by the first chunk's
-mean keeps the accumulation exact for data far from the origin (mean 1e4, variance 1).
+``pca_stats.chunk_stats``); it never decomposes. The decomposition of everything seen so far
+runs on first use - the first read of a fitted attribute (``components_``, ...) or call of
+``transform`` / ``inverse_transform`` / ``save`` / ``get_feature_names_out`` after new rows
+arrived - or at an explicit ``finalize()``, and is kept until the next ``partial_fit``
+(``merge`` returns a new PCA, which decomposes on its own first use). For d = 768 that is one
+768 x 768 ``eigh``, well under a second. Shifting every row by the first chunk's mean keeps
+the accumulation exact for data far from the origin (mean 1e4, variance 1).
 
 Model files
 -----------
@@ -124,25 +126,46 @@ class PCA(Estimator):
 
     Fitted attributes (float64 whatever the input dtype; ``transform`` output follows the input)
     ----------------------------------------------------------------------------------------
-    Set at the end of ``fit``, of ``finalize`` (after ``partial_fit`` / ``merge``) and of ``load``;
-    reading one before raises ``NotFittedError`` (also an ``AttributeError`` and a ``ValueError``).
     components_ (k, d), explained_variance_ (k,), explained_variance_ratio_ (k,),
-    singular_values_ (k,), mean_ (d,), n_samples_, n_features_in_, n_components_,
-    noise_variance_, feature_names_in_ (fitted on a DataFrame with string column names only),
+    singular_values_ (k,), mean_ (d,), n_samples_, n_components_, noise_variance_,
     all_explained_variance_ (r,) (the whole spectrum; only the top k for ``randomized``),
-    total_variance_, fit_solver_, and the provenance of the features it was fitted on:
-    fingerprint_ (model, weights and settings that made them; None for plain arrays) and
-    source_ (the feature file and its rows; None for plain arrays), set by ``fit_pca_file``,
-    ``bertfeat pca fit`` and ``load``.
+    total_variance_ and fit_solver_ come from the decomposition. n_features_in_,
+    feature_names_in_ (fitted on a DataFrame with string column names only) and the provenance
+    of the features - fingerprint_ (model, weights and settings that made them) and source_
+    (the feature file and its rows), both None for plain arrays and set by ``fit_pca_file``,
+    ``bertfeat pca fit`` and ``load`` - are known from the first rows on.
+
+    When they exist: ``fit`` and ``load`` set them all at once. After ``partial_fit`` /
+    ``merge`` they are usable at once, as with scikit-learn's ``IncrementalPCA``, but computed
+    on first use: ``partial_fit`` only accumulates statistics, and the first read of a
+    decomposition attribute (or ``transform``, ``inverse_transform``, ``save``,
+    ``get_feature_names_out``) decomposes everything seen so far, with the parameters of that
+    moment, and keeps the result until the next ``partial_fit``. ``finalize()`` does the same
+    now, explicitly (``bertfeat extract --pca`` and ``bertfeat pca fit`` call it). Reading a
+    decomposition attribute before any rows, or with fewer than 2, raises ``NotFittedError``
+    (also an ``AttributeError`` and a ``ValueError``): ``hasattr`` is False and scikit-learn's
+    ``check_is_fitted`` raises. The decomposition's other errors (an integer ``n_components``
+    larger than the rows seen so far) are raised from the read, as from ``finalize()``.
+
+    How: the decomposition attributes are plain instance attributes (``_set_fitted`` writes
+    them, ``_DECOMPOSED`` lists them). New rows (``partial_fit``; ``merge`` makes a new PCA)
+    delete them, and ``__getattr__`` - which Python calls only for a name not found - then
+    decomposes the statistics held and returns the name. So a read after the decomposition
+    costs nothing, ``vars()`` and a pickle hold what has been computed (a PCA pickled
+    mid-stream keeps its statistics and keeps accumulating), and ``__sklearn_is_fitted__``
+    answers from the statistics without decomposing.
 
     scikit-learn: a transformer for pipelines, ``clone``, grid search and
     ``check_estimator``, with ``get_feature_names_out`` (pca0, pca1, ...) and ``set_output``,
     without importing scikit-learn (see bertfeat/estimator.py).
     """
 
-    _FITTED = ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_",
-               "n_samples_", "n_features_in_", "n_components_", "noise_variance_", "all_explained_variance_",
-               "total_variance_", "fit_solver_", "fingerprint_", "source_", "_n_features_out")
+    #: Computed from the decomposition (``_set_fitted``); missing while new rows are not decomposed yet.
+    _DECOMPOSED = ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_",
+                   "n_samples_", "n_components_", "noise_variance_", "all_explained_variance_", "total_variance_",
+                   "fit_solver_", "_n_features_out")
+    #: Every fitted name (the rest are known from the first rows on).
+    _FITTED = _DECOMPOSED + ("n_features_in_", "fingerprint_", "source_")
 
     def __init__(
         self,
@@ -162,15 +185,23 @@ class PCA(Estimator):
         self.precision = precision
 
     def __getattr__(self, name: str):
-        # only reached when normal lookup fails: a fitted attribute before fit / after new partial_fit data
+        # Only reached when normal lookup fails. A decomposition attribute is missing while statistics
+        # are held: new rows since the last decomposition (or none yet), so decompose them now.
+        if name in PCA._DECOMPOSED and self.__dict__.get("_stats") is not None:
+            self.finalize()  # NotFittedError (so hasattr is False) with fewer than 2 rows
+            return self.__dict__[name]
         if name in PCA._FITTED:
-            stale = self.__dict__.get("_stats") is not None
             raise NotFittedError(
-                f"this PCA is not fitted yet ({name} is set by fit)" if not stale else
-                f"this PCA has partial_fit statistics that are not decomposed yet ({name} is set by finalize)",
-                "call fit(X), or finalize() after partial_fit / merge, or load a saved model with PCA.load(path)",
+                f"this PCA is not fitted yet ({name} is set by fit or partial_fit)",
+                "call fit(X) or partial_fit(X), or load a saved model with PCA.load(path)",
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __sklearn_is_fitted__(self) -> bool:
+        """scikit-learn's ``check_is_fitted``: decomposed, or holding the statistics of >= 2 rows (decomposed on
+        first use). Never decomposes."""
+        st = self.__dict__.get("_stats")
+        return "components_" in self.__dict__ or (st is not None and st.n >= 2)
 
     def _reset(self) -> None:
         """Forget every fitted attribute and statistic (parameters stay)."""
@@ -181,22 +212,28 @@ class PCA(Estimator):
         self._d: int | None = None
 
     def _set_fitted(self, r: Decomposition, d: int) -> None:
-        """Publish a decomposition as the fitted attributes (computed once, here)."""
+        """Publish a decomposition as the fitted attributes (computed once, here).
+
+        One ``dict.update``, so a reader never sees ``components_`` (what ``finalize`` checks) without the rest.
+        """
         k = r.n_components
-        self._result_ = r
-        self.components_ = r.components
-        self.explained_variance_ = r.spectrum[:k]
-        self.explained_variance_ratio_ = r.spectrum[:k] / r.total_variance if r.total_variance > 0 else np.zeros(k)
-        self.singular_values_ = np.sqrt(r.spectrum[:k] * (r.n_samples - 1))
-        self.mean_ = r.mean
-        self.n_components_ = k
-        self._n_features_out = k
-        self.noise_variance_ = r.noise_variance
-        self.all_explained_variance_ = r.spectrum
-        self.total_variance_ = r.total_variance
-        self.fit_solver_ = r.solver
-        self.n_samples_ = r.n_samples
-        self.n_features_in_ = d
+        fitted = {
+            "_result_": r,
+            "components_": r.components,
+            "explained_variance_": r.spectrum[:k],
+            "explained_variance_ratio_": r.spectrum[:k] / r.total_variance if r.total_variance > 0 else np.zeros(k),
+            "singular_values_": np.sqrt(r.spectrum[:k] * (r.n_samples - 1)),
+            "mean_": r.mean,
+            "n_components_": k,
+            "_n_features_out": k,
+            "noise_variance_": r.noise_variance,
+            "all_explained_variance_": r.spectrum,
+            "total_variance_": r.total_variance,
+            "fit_solver_": r.solver,
+            "n_samples_": r.n_samples,
+            "n_features_in_": d,
+        }
+        self.__dict__.update(fitted)
         self.__dict__.setdefault("fingerprint_", None)
         self.__dict__.setdefault("source_", None)
 
@@ -249,8 +286,9 @@ class PCA(Estimator):
     def partial_fit(self, X: Any, y: Any = None) -> PCA:
         """Accumulate float64 statistics of another chunk X (m, d); returns self.
 
-        Cheap: no decomposition happens here; ``finalize()`` computes the fitted attributes from
-        everything seen so far (until then they are unset). Memory is O(d^2 + BLOCK_ROWS * d)
+        Cheap: no decomposition happens here. The fitted attributes are usable at once: the first
+        one read (or ``transform``, ...) decomposes everything seen so far, once, until the next
+        ``partial_fit``; ``finalize()`` decomposes now. Memory is O(d^2 + BLOCK_ROWS * d)
         whatever the number of rows.
         """
         accumulate = self._check_params()
@@ -286,26 +324,36 @@ class PCA(Estimator):
             return
         st = self._stats if self._stats is not None else first_stats(X)
         mixed = accumulate == "mixed" and X.dtype == np.float32 and float32_products_ok(st, X)
-        add_chunk(st, X, mixed)  # whole chunks only, so a bad chunk leaves the statistics untouched
-        self._stats, self._d = st, d
-        for name in PCA._FITTED:  # unset until finalize(); fingerprint_ / source_ describe the data and stay
-            if name not in ("fingerprint_", "source_"):
-                self.__dict__.pop(name, None)
-        self.n_features_in_ = d  # known from the first chunk on, as scikit-learn's partial_fit sets it
+        add_chunk(st, X, mixed)  # whole chunks only, so a bad chunk leaves the statistics (and the decomposition) untouched
+        self._hold_stats(st)
+
+    def _hold_stats(self, st: Stats) -> None:
+        """Keep ``st``, which has new rows: the decomposition no longer describes them, so forget it (the next
+        use decomposes again, see ``__getattr__``). n_features_in_, fingerprint_ and source_ stay."""
+        self._stats, self._d = st, st.shift.shape[0]
+        for name in PCA._DECOMPOSED:
+            self.__dict__.pop(name, None)
+        self._result_ = None
+        self.n_features_in_ = self._d  # known from the first chunk on, as scikit-learn's partial_fit sets it
+        self.__dict__.setdefault("fingerprint_", None)
+        self.__dict__.setdefault("source_", None)
 
     def finalize(self) -> PCA:
-        """Decompose the statistics of partial_fit / merge into the fitted attributes; returns self."""
+        """Decompose the statistics of partial_fit / merge now; returns self.
+
+        Optional: the first use of a fitted attribute or of transform / inverse_transform / save /
+        get_feature_names_out does the same. Nothing new since the last decomposition (or a ``fit``
+        / ``load``): nothing to do.
+        """
+        if "components_" in self.__dict__:
+            return self  # decomposed, and no rows since
         st = self.__dict__.get("_stats")
         if st is None:
-            if self.__dict__.get("_result_") is None:
-                raise NotFittedError("this PCA has no data to finalize", "call partial_fit(X) first")
-            return self
-        if "components_" in self.__dict__:
-            return self  # nothing new since the last finalize
-        if st.n < 2:
-            raise BertfeatError(f"PCA needs at least 2 samples to fit, got n_samples = {st.n}",
-                                "fit on the features of at least 2 texts")
-        self._check_params()
+            raise NotFittedError("this PCA has no data to finalize", "call partial_fit(X) first")
+        if st.n < 2:  # not fitted (rather than a bad argument): more rows may follow
+            raise NotFittedError(f"PCA needs at least 2 samples to fit, got n_samples = {st.n}",
+                                 "fit on the features of at least 2 texts")
+        check_n_components_spec(self.n_components)  # set_params may have changed it since partial_fit
         check_max_components(self.n_components, st.n, st.shift.shape[0])
         self._set_fitted(decompose_stats(st, self.n_components), st.shift.shape[0])
         return self
@@ -315,6 +363,7 @@ class PCA(Estimator):
 
         Chan et al.'s pairwise update of (n, mean, scatter), re-expressed around self's
         shift; exact in float64 and order-independent up to rounding. Neither input changes.
+        Only the statistics are merged: the new PCA decomposes on first use (or ``finalize()``).
         """
         if not isinstance(other, PCA):
             raise BertfeatError(f"can only merge a PCA with a PCA, got {type(other).__name__}", "pass a PCA")
@@ -336,16 +385,15 @@ class PCA(Estimator):
         if a is None or b is None:
             src = a if a is not None else b
             if src is not None:
-                merged._stats, merged._d = src.copy(), src.shift.shape[0]
+                merged._hold_stats(src.copy())
             return merged
-        merged._stats = merge_stats(a, b)
-        merged._d = a.shift.shape[0]
+        merged._hold_stats(merge_stats(a, b))
         return merged
 
     def _result(self) -> Decomposition:
-        """The fitted decomposition (raises NotFittedError before fit / finalize)."""
+        """The fitted decomposition: decomposes new statistics first; NotFittedError before any data."""
         if "components_" not in self.__dict__:
-            self.__getattr__("components_")  # raises the right NotFittedError
+            self.__getattr__("components_")  # decomposes, or raises the right NotFittedError
         return self._result_
 
     @property
@@ -356,7 +404,7 @@ class PCA(Estimator):
     # -- transforming ----------------------------------------------------------------------
 
     def _check_transform_input(self, X: Any) -> np.ndarray:
-        self._result()  # NotFittedError before fit / finalize
+        self._result()  # decomposes new statistics; NotFittedError before any data
         d = self.n_features_in_
         self._check_feature_names(X, reset=False)
         X = as_2d_float(X)

@@ -278,22 +278,225 @@ def test_accumulate_on_float32_input(offset):
     np.testing.assert_allclose(merged.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-12)
 
 
-def test_partial_fit_decomposes_only_on_finalize_and_bad_chunk_leaves_state_untouched():
+def test_partial_fit_decomposes_on_first_use_and_bad_chunk_leaves_state_untouched():
     X = known_spectrum(n=500, d=10)
     pca = PCA(3).partial_fit(X[:250])
-    assert pca._result_ is None and pca.n_features_in_ == 10  # nothing decomposed yet
-    with pytest.raises(NotFittedError, match="not decomposed yet .* call fit\\(X\\), or finalize\\(\\)"):
-        pca.components_  # noqa: B018 - fitted state appears at finalize(), never lazily on a read
-    before = pca.finalize().components_.copy()
+    assert pca._result_ is None and "components_" not in vars(pca)  # nothing decomposed yet
+    assert pca.n_features_in_ == 10  # known from the first chunk, without decomposing
+    before = pca.components_.copy()  # the first read decomposes
+    assert pca._result_ is not None and "components_" in vars(pca)
     bad = X[250:].copy()
     bad[7, 4] = np.nan
     with pytest.raises(BertfeatError):
         pca.partial_fit(bad)
-    assert pca.n_samples_ == 250  # the finalized state is untouched by the refused chunk
+    assert pca.n_samples_ == 250  # the decomposition is untouched by the refused chunk
     np.testing.assert_array_equal(pca.components_, before)
     pca.partial_fit(X[250:])
-    assert not hasattr(pca, "components_")  # new data: the old decomposition is no longer the fit
-    assert pca.finalize().n_samples_ == 500
+    assert pca._result_ is None and "components_" not in vars(pca)  # new rows: the old decomposition is forgotten
+    assert pca.n_samples_ == 500
+
+
+# -- usable at once after partial_fit / merge (issue 25): decomposed on first use, cached until new rows --------
+
+DECOMPOSED = ("components_", "explained_variance_", "explained_variance_ratio_", "singular_values_", "mean_",
+              "noise_variance_", "all_explained_variance_")
+
+
+@pytest.fixture
+def decompositions(monkeypatch):
+    """Count decompositions of streaming statistics: bertfeat.pca's decompose_stats (the one finalize calls)."""
+    import bertfeat.pca as pca_module
+
+    calls = []
+    real = pca_module.decompose_stats
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].n)  # the rows decomposed
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pca_module, "decompose_stats", counting)
+    return calls
+
+
+def streamed(X, n_components, parts=10, **params) -> PCA:
+    pca = PCA(n_components, **params)
+    for chunk in np.array_split(X, parts):
+        pca.partial_fit(chunk)
+    return pca
+
+
+def assert_same_fit(est, ref, atol, what=""):
+    for name in DECOMPOSED:
+        np.testing.assert_allclose(getattr(est, name), getattr(ref, name), rtol=0, atol=atol, err_msg=f"{what} {name}")
+    for name in ("n_components_", "n_samples_", "n_features_in_"):
+        assert getattr(est, name) == getattr(ref, name), (what, name)
+
+
+@pytest.mark.parametrize("first_use", ["components_", "explained_variance_ratio_", "n_components_", "noise_variance_",
+                                       "n_samples_", "transform", "inverse_transform", "get_feature_names_out", "save"])
+def test_partial_fit_is_usable_at_once_and_equals_fit(first_use, tmp_path, decompositions):
+    X = known_spectrum(n=3000, d=30, offset=2.0)
+    full = PCA(12).fit(X)  # covariance solver: the fit decomposes at once, as before
+    assert "components_" in vars(full) and decompositions == [3000]
+    stream = streamed(X, 12)
+    assert decompositions == [3000]  # nothing decomposed while streaming
+    if first_use == "transform":
+        np.testing.assert_allclose(stream.transform(X), full.transform(X), atol=1e-9)
+    elif first_use == "inverse_transform":
+        Y = full.transform(X[:50])
+        np.testing.assert_allclose(stream.inverse_transform(Y), full.inverse_transform(Y), atol=1e-9)
+    elif first_use == "get_feature_names_out":
+        assert list(stream.get_feature_names_out()) == [f"pca{i}" for i in range(12)]
+    elif first_use == "save":
+        np.testing.assert_allclose(PCA.load(stream.save(tmp_path / "s.npz")).components_, full.components_, atol=1e-9)
+    else:
+        getattr(stream, first_use)
+    assert decompositions == [3000, 3000]  # the first use decomposed all 3000 rows, once
+    assert set(PCA._DECOMPOSED) <= set(vars(stream))  # ... and set every attribute __getattr__ would decompose for
+    assert_same_fit(stream, full, atol=1e-9)
+    np.testing.assert_allclose(stream.transform(X), full.transform(X), atol=1e-9)
+    assert stream.fit_solver_ == "covariance" and stream.total_variance_ == pytest.approx(full.total_variance_, rel=1e-12)
+    assert decompositions == [3000, 3000]  # every later use reads the cached decomposition
+
+
+def test_partial_fit_without_finalize_matches_sklearn(sk):
+    X = known_spectrum(n=3000, d=30, offset=2.0)
+    stream = streamed(X, 12)  # never finalized
+    theirs = sk(12, svd_solver="full").fit(X)
+    assert_parity(stream, theirs, X, comp_tol=1e-6, transform_atol=1e-6)  # signs: largest |loading| positive, as sklearn >= 1.5
+    np.testing.assert_allclose(stream.inverse_transform(stream.transform(X)), theirs.inverse_transform(theirs.transform(X)), atol=1e-6)
+    # float32 chunks, mixed accumulation: still within 1e-6 of scikit-learn's float64 answer
+    X32 = X.astype(np.float32)
+    stream32 = streamed(X32, 12)
+    theirs64 = sk(12, svd_solver="full").fit(X32.astype(np.float64))
+    np.testing.assert_allclose(stream32.components_, theirs64.components_, atol=1e-6)
+    np.testing.assert_allclose(stream32.explained_variance_ratio_, theirs64.explained_variance_ratio_, atol=1e-7)
+
+
+def test_interleaved_partial_fit_and_reads_equal_a_fit_of_the_rows_so_far(decompositions):
+    X = known_spectrum(n=2000, d=20, offset=5.0)
+    pca = PCA(6)
+    seen = 0
+    for i, chunk in enumerate(np.array_split(X, 8)):
+        pca.partial_fit(chunk)
+        seen += len(chunk)
+        assert "components_" not in vars(pca)  # the last decomposition was forgotten
+        ref = PCA(6, solver="svd").fit(X[:seen])
+        if i % 2:  # read through transform first on odd steps, an attribute first on even ones
+            np.testing.assert_allclose(pca.transform(X[:seen]), ref.transform(X[:seen]), atol=1e-8)
+        assert_same_fit(pca, ref, atol=1e-8, what=f"after {seen} rows")
+        assert len(decompositions) == i + 1 and decompositions[-1] == seen  # one decomposition per step, of every row seen
+    # a bad chunk changes neither the statistics nor the cached decomposition
+    bad = X[:10].copy()
+    bad[3, 3] = np.inf
+    with pytest.raises(BertfeatError, match="NaN or inf"):
+        pca.partial_fit(bad)
+    assert pca.n_samples_ == 2000 and len(decompositions) == 8
+
+
+def test_merge_is_usable_at_once(decompositions):
+    X = known_spectrum(n=2400, d=25, offset=1.0)
+    workers = [PCA(10).partial_fit(p) for p in (X[:300], X[300:1500], X[1500:])]
+    assert workers[0].n_components_ == 10 and len(decompositions) == 1  # a worker read before merging: decomposed
+    merged = workers[0].merge(workers[1]).merge(workers[2])
+    assert len(decompositions) == 1 and "components_" not in vars(merged)  # merging adds statistics only
+    assert merged.n_features_in_ == 25 and merged.fingerprint_ is None
+    full = PCA(10, solver="svd").fit(X)
+    np.testing.assert_allclose(merged.transform(X), full.transform(X), atol=1e-8)
+    assert_same_fit(merged, full, atol=1e-8)
+    assert decompositions == [300, 2400]
+    assert workers[0].n_samples_ == 300  # its own decomposition was kept: merge changes neither input
+    more = merged.partial_fit(X[:100])  # a merged PCA keeps streaming, and decomposes again on the next read
+    assert more.n_samples_ == 2500 and decompositions == [300, 2400, 2500]
+
+
+def test_finalize_still_works_and_is_idempotent(decompositions):
+    X = known_spectrum(n=600, d=12)
+    pca = streamed(X, 4, parts=3)
+    assert pca.finalize() is pca and "components_" in vars(pca) and decompositions == [600]
+    comps = pca.components_
+    assert pca.finalize() is pca and pca.finalize().components_ is comps  # nothing new: no work, same arrays
+    assert decompositions == [600]
+    pca.partial_fit(X[:100])
+    assert pca.finalize().n_samples_ == 700 and decompositions == [600, 700]
+    fitted = PCA(4, solver="svd").fit(X)  # one-pass fits and loaded models: finalize has nothing to do
+    assert fitted.finalize() is fitted
+    with pytest.raises(NotFittedError, match="no data to finalize"):
+        PCA(4).finalize()
+
+
+def test_hasattr_and_check_is_fitted_before_and_after_partial_fit(decompositions):
+    validation = need("sklearn.utils.validation")
+    from sklearn.exceptions import NotFittedError as SkNotFittedError
+
+    X = known_spectrum(n=100, d=8)
+    pca = PCA(3)
+    assert not hasattr(pca, "components_") and not hasattr(pca, "n_features_in_") and not hasattr(pca, "n_samples_")
+    with pytest.raises(SkNotFittedError):
+        validation.check_is_fitted(pca)
+    pca.partial_fit(X[:1])  # one row: the width is known, a decomposition is not possible yet
+    assert pca.n_features_in_ == 8 and not hasattr(pca, "components_")
+    with pytest.raises(NotFittedError, match="at least 2 samples"):
+        pca.transform(X)
+    with pytest.raises(SkNotFittedError):
+        validation.check_is_fitted(pca)
+    pca.partial_fit(X[1:50])
+    validation.check_is_fitted(pca)  # answers from the statistics, without decomposing
+    assert decompositions == []
+    validation.check_is_fitted(pca, attributes=["components_", "explained_variance_"])  # hasattr: decomposes
+    assert decompositions == [50] and hasattr(pca, "components_")
+    pca.partial_fit(X[50:])
+    validation.check_is_fitted(pca)  # still fitted while the new rows are not decomposed
+    assert "components_" not in vars(pca) and hasattr(pca, "components_") and decompositions == [50, 100]
+    # too many components for the rows seen so far is an error of the decomposition, not "not fitted": it is raised
+    few = PCA(6).partial_fit(X[:4])
+    with pytest.raises(BertfeatError, match=r"n_components=6 is larger than min\(n_samples, n_features\) = min\(4, 8\)"):
+        hasattr(few, "components_")
+    assert few.partial_fit(X[4:20]).n_components_ == 6  # more rows make it possible
+
+
+def test_clone_get_params_and_pickle_mid_stream(decompositions):
+    import copy
+    import pickle
+
+    X = known_spectrum(n=1200, d=15, offset=3.0)
+    chunks = np.array_split(X, 6)
+    pca = PCA(5, accumulate="float64")
+    for c in chunks[:3]:
+        pca.partial_fit(c)
+    params = pca.get_params()
+    assert params == PCA(5, accumulate="float64").get_params()  # no fitted name leaks into the parameters
+    shipped = pickle.loads(pickle.dumps(pca))  # mid-stream, never decomposed
+    assert "components_" not in vars(shipped) and decompositions == []
+    for c in chunks[3:]:
+        shipped.partial_fit(c)  # keeps accumulating
+        pca.partial_fit(c)
+    full = PCA(5, solver="svd").fit(X)
+    assert_same_fit(shipped, full, atol=1e-9)
+    np.testing.assert_array_equal(shipped.components_, pca.components_)
+    again = pickle.loads(pickle.dumps(shipped))  # decomposed: the attributes travel as they are
+    assert "components_" in vars(again) and len(decompositions) == 2
+    np.testing.assert_array_equal(again.transform(X), shipped.transform(X))
+    assert len(decompositions) == 2
+    assert again.partial_fit(X[:100]).n_samples_ == 1300
+    deep = copy.deepcopy(pca)
+    np.testing.assert_array_equal(deep.components_, pca.components_)
+    sklearn_base = need("sklearn.base")
+    fresh = sklearn_base.clone(pca)
+    assert fresh.get_params() == params and not hasattr(fresh, "components_") and not hasattr(fresh, "n_features_in_")
+
+
+def test_partial_fit_of_100_chunks_never_decomposes(decompositions):
+    X = known_spectrum(n=3000, d=16)
+    pca = PCA(0.9)
+    for chunk in np.array_split(X, 100):
+        pca.partial_fit(chunk)
+    # what may be read while streaming costs nothing either
+    assert pca.n_features_in_ == 16 and pca.fingerprint_ is None and pca.has_stats
+    assert pca.__sklearn_is_fitted__() and repr(pca) == "PCA(n_components=0.9)"
+    assert decompositions == []
+    assert pca.n_components_ == PCA(0.9, solver="svd").fit(X).n_components_
+    assert decompositions == [3000]
 
 
 def test_randomized_matches_exact_top_components():
@@ -576,8 +779,8 @@ def test_error_dimension_mismatch_and_shape():
 def test_error_transform_before_fit():
     pca = PCA(2)
     assert _message(lambda: pca.transform(np.zeros((2, 3)))) == (
-        "this PCA is not fitted yet (components_ is set by fit) - "
-        "call fit(X), or finalize() after partial_fit / merge, or load a saved model with PCA.load(path)"
+        "this PCA is not fitted yet (components_ is set by fit or partial_fit) - "
+        "call fit(X) or partial_fit(X), or load a saved model with PCA.load(path)"
     )
     assert not hasattr(pca, "components_")  # NotFittedError is also an AttributeError
     with pytest.raises(NotFittedError):
