@@ -66,8 +66,8 @@ from .atomic import write_atomic
 from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, table_counts, validate_batch
 from .dask_cluster import cancel, cluster_slots, gather, open_client, worker_threads
 from .errors import BertfeatError, InputError, opt, render
-from .jobcore import (ExtractSummary, accumulate_pca, check_resume, feature_settings, finish_pca, job_manifest, load_encoder, new_pca,
-                      provenance, read_manifest)
+from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
+                      job_manifest, load_encoder, new_pca, provenance, read_manifest)
 from .progress import NullProgress
 from .readers import Partition, RawBatch, Reader
 from .rejects import publish_rejects
@@ -183,7 +183,8 @@ class TaskContext:
     run_key: str
     out_dir: str
     wide: bool
-    want_pca: bool = False  # pca: parts go to _full/ and tasks return statistics
+    want_pca: bool = False  # pca / pca_model: parts go to _full/ (pass 2 reduces them)
+    fit_stats: bool = False  # pca: tasks return their PCA statistics
     n_components: object = None  # the PCA's n_components (None: every component)
     width: int = 5
 
@@ -207,10 +208,10 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     path = out_dir / part_name(part.index, ctx.width)
     stats = {"index": part.index, "first_row": first_row, "rows_read": len(raw.rows), "rows_written": 0, "rows_truncated": 0,
              "rows_chunked": 0, "tokens": 0, "tokens_dropped": 0, "rejects": [], "run": ctx.run_key}
-    pca = new_pca(ctx.n_components) if ctx.want_pca else None
+    pca = new_pca(ctx.n_components) if ctx.fit_stats else None
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
         return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
-    writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and pca is None)
+    writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and not ctx.want_pca)
     try:
         for start in range(0, max(len(raw.rows), 1), ctx.chunk_rows):
             sl = slice(start, start + ctx.chunk_rows)
@@ -321,6 +322,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
     encoder_kwargs = {**plan.encoder_kwargs, "precision": encoder.precision}
     encoder_kwargs.pop("threads", None)  # the workers' threads: worker_threads below
     spec, fingerprint = feature_settings(encoder, plan)
+    applied = applied_pca(plan, fingerprint, encoder.output_dim(spec))  # pca_model: checked before any task runs
     id_name = plan.id_name
     summary = ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
     dask = plan.dask
@@ -368,11 +370,12 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
                           spec=spec,
                           on_bad_row=plan.on_bad_row, id_name=id_name, id_type=src.id_type() or pa.string(),
                           chunk_rows=plan.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
-                          out_dir=str(partial), wide=plan.wide, want_pca=n_components is not None, n_components=plan.pca_n_components,
+                          out_dir=str(partial), wide=plan.wide, want_pca=plan.reduces, fit_stats=n_components is not None,
+                          n_components=plan.pca_n_components,
                           width=width)
 
         # pass 1: encode (skipping finished partitions)
-        stage = partial / FULL_DIR if n_components is not None else partial
+        stage = partial / FULL_DIR if plan.reduces else partial
         stage.mkdir(exist_ok=True)
         done: dict[int, dict] = {}
         for p in parts:
@@ -423,19 +426,27 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         final_meta["partitions"] = len(parts)
         outputs: dict = {}
 
-        if n_components is not None:  # fit on the client, then pass 2 on the cluster
-            pca = merged
-            pca_outputs, final_meta["pca"] = finish_pca(pca, summary.rows_written, plan.layout, fingerprint)
-            meta["pca"] = final_meta["pca"]
-            outputs.update(pca_outputs)
-            progress.note(f"PCA: {pca.n_components_} components; writing the reduced features")
-            pca_path = pca.save(partial / PCA_FILE, fingerprint=fingerprint)
+        def reduce_pass(pca_path: Path):
+            """Pass 2: every full-width part -> its reduced part, on the cluster; then the full parts and model go."""
+            nonlocal futures
             futures = {client.submit(reduce_partition, p.index, ctx, str(pca_path), meta, key=f"bertfeat-reduce-{p.index}-{tag}",
                                      pure=False): p.index for p in parts}
             gather(client, futures, lambda i, n: None)
             futures = {}
             shutil.rmtree(partial / FULL_DIR, ignore_errors=True)
             pca_path.unlink()
+
+        if n_components is not None:  # fit on the client, then pass 2 on the cluster
+            pca = merged
+            pca_outputs, final_meta["pca"] = finish_pca(pca, summary.rows_written, plan.layout, fingerprint)
+            meta["pca"] = final_meta["pca"]
+            outputs.update(pca_outputs)
+            progress.note(f"PCA: {pca.n_components_} components; writing the reduced features")
+            reduce_pass(pca.save(partial / PCA_FILE, fingerprint=fingerprint))
+        elif applied is not None:  # pca_model: pass 2 with the given model (copied beside the parts for the workers)
+            final_meta["pca"] = meta["pca"] = applied_pca_entry(applied, plan)
+            shutil.copyfile(plan.pca_model, partial / PCA_FILE)
+            reduce_pass(partial / PCA_FILE)
 
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
         outputs.update(publish_rejects(plan.layout.rejects, rejects))

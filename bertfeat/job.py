@@ -27,7 +27,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             prompt_name: str | None = None, max_length: int | None = None,
             max_batch_tokens: int | None = None, long_text: str = "truncate", stride: int | None = None,
             precision: Literal["fp32", "bf16", "int8", "auto"] = "fp32",
-            pca: int | float | str | None = None, format: str | None = None, wide: bool = False,
+            pca: int | float | str | None = None, pca_model: str | os.PathLike | None = None,
+            format: str | None = None, wide: bool = False,
             on_bad_row: Literal["error", "skip"] = "error", resume: bool = False, overwrite: bool = False,
             chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,
             engine: Literal["local", "dask"] = "local", scheduler: str | None = None, workers: int | None = None,
@@ -39,7 +40,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     ``pooling`` / ``layers`` choose plain pooled states instead, ``normalize`` overrides normalization,
     ``prompt`` / ``prompt_name`` pick a prompt, ``precision`` the GEMMs' precision (docs/precision.md).
     ``overwrite``: replace an existing output (else refused). ``pca``: a number of components (64), a
-    variance fraction (0.95) or "all". ``engine="dask"``: on a Dask
+    variance fraction (0.95) or "all"; ``pca_model``: apply a fitted PCA (a .npz of ``pca fit`` or ``extract --pca``,
+    its fingerprint checked against these features' settings) instead of fitting one. ``engine="dask"``: on a Dask
     cluster (``scheduler`` address or ``client``; else a local cluster of ``workers`` processes), the
     output being a directory of part files; ``blocksize`` caps a partition's input bytes.
     ``encoder_options``: further ``Encoder(...)`` keywords, on every worker too; a key that is also a parameter
@@ -54,7 +56,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
                      input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling,
                      layers=layers, layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name,
                      max_length=max_length, max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride,
-                     precision=precision, pca=pca, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
+                     precision=precision, pca=pca, pca_model=pca_model, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
                      overwrite=overwrite, chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler,
                      workers=workers, blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}),
                      command=command)

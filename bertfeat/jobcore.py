@@ -33,6 +33,7 @@ def job_manifest(plan, fingerprint: dict, **engine_keys) -> dict:
         "text_column": source.text_column, "pair_column": plan.pair_column, "id_column": plan.id_column,
         "encoding": source.encoding, "on_bad_row": plan.on_bad_row, "chunk_rows": plan.chunk_rows,
         "pca": plan.pca_text, "wide": plan.wide,
+        **({"pca_model": _file_identity(plan.pca_model)} if plan.pca_model is not None else {}),
         **({"encoder_options": plan.encoder_options} if plan.encoder_options else {}), **engine_keys,
     }
 
@@ -112,6 +113,34 @@ def accumulate_pca(pca, X: np.ndarray) -> None:
         _BLAS = ThreadpoolController()
     with _BLAS.limit(limits=1, user_api="blas"):
         pca.partial_fit(X)
+
+
+def _file_identity(path: Path) -> dict:
+    from .reduce import file_sha256
+
+    return {"path": str(path), "sha256": file_sha256(path)}
+
+
+def applied_pca(plan, fingerprint: dict, dim: int):
+    """``pca_model``: the fitted PCA to apply, loaded and checked against this run's features (the same check as
+    ``pca transform``: width, then fingerprint) before any row is encoded; None without pca_model."""
+    if plan.pca_model is None:
+        return None
+    from .pca import PCA
+
+    pca = PCA.load(plan.pca_model)
+    if pca.n_features_in_ != dim:
+        raise BertfeatError(f"the PCA model {plan.pca_model} was fitted on {pca.n_features_in_} features per row, these "
+                            f"features have {dim}", "apply a PCA fitted on features of the same model, pooling and layers")
+    pca.check_fingerprint(fingerprint)
+    return pca
+
+
+def applied_pca_entry(pca, plan) -> dict:
+    """The provenance's "pca" entry of an applied PCA model (its file and sha256; its report is not rewritten)."""
+    from .reduce import pca_metadata_entry
+
+    return pca_metadata_entry(pca, plan.pca_model)
 
 
 def finish_pca(pca, rows_written: int, layout, fingerprint: dict) -> tuple[dict, dict]:

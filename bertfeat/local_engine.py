@@ -23,8 +23,8 @@ from .atomic import atomic_output, write_atomic
 from .chunks import (EXTRA_COLUMNS, PreparedChunk, chunk_table, extra_columns, feature_matrix, iter_chunks, prepare_chunk,
                      table_counts, validate_batch)
 from .errors import BertfeatError, opt
-from .jobcore import (ExtractSummary, accumulate_pca, check_resume, feature_settings, finish_pca, job_manifest, load_encoder,
-                      new_pca, provenance, read_manifest)
+from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
+                      job_manifest, load_encoder, new_pca, provenance, read_manifest)
 from .progress import NullProgress
 from .rejects import publish_rejects
 from .threads import read_ahead
@@ -89,6 +89,7 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     out_path = layout.features
     encoder = load_encoder(plan)
     spec, fingerprint = feature_settings(encoder, plan)
+    applied = applied_pca(plan, fingerprint, encoder.output_dim(spec))  # pca_model: checked before any row is encoded
     manifest = job_manifest(plan, fingerprint, format=layout.fmt)
     store = PartStore(layout.partial)
     try:
@@ -154,7 +155,7 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
 
     try:
         summary.rows_rejected = sum(len(r) for r in rejects.values())
-        summary.outputs = finalize(plan, store, sorted(order), encoder, spec, fingerprint, summary, pca,
+        summary.outputs = finalize(plan, store, sorted(order), encoder, spec, fingerprint, summary, pca if pca is not None else applied,
                                    [r for i in sorted(rejects) for r in rejects[i]])
     except BertfeatError:
         store.remove()  # e.g. the PCA does not fit the data: a rerun with other settings starts over anyway
@@ -170,16 +171,18 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
 
 def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprint: dict, summary: ExtractSummary, pca,
              rejects: list[dict]) -> dict:
-    """Fit the accumulated PCA, then stream the parts (each read once) into the output file(s); remove the
-    partial directory. The counts and the PCA statistics were taken as each part was made."""
+    """Fit the accumulated PCA (or take the applied one: pca_model), then stream the parts (each read once) into the
+    output file(s); remove the partial directory. The counts and the PCA statistics were taken as each part was made."""
     from .features import FeatureWriter
 
     layout, id_name = plan.layout, plan.id_name
     meta = provenance(encoder, spec, fingerprint, plan, summary)
     outputs: dict[str, Path] = {}
-    if pca is not None:
+    if plan.pca is not None:
         pca_outputs, meta["pca"] = finish_pca(pca, summary.rows_written, layout, fingerprint)
         outputs.update(pca_outputs)
+    elif pca is not None:
+        meta["pca"] = applied_pca_entry(pca, plan)
 
     dim = pca.n_components_ if pca is not None else encoder.output_dim(spec)
     id_type = plan.reader.id_type()  # the reader's rule, as on the Dask engine

@@ -157,6 +157,7 @@ class ExtractPlan:
     chunk_rows: int
     threads: int | None
     pca: int | float | str | None  # None, a count, a variance fraction, or ALL_COMPONENTS
+    pca_model: Path | None  # a fitted PCA model file to apply (instead of fitting one: pca)
     pca_text: str | None  # pca as given (kept in the resume manifest)
     wide: bool
     resume: bool
@@ -172,7 +173,12 @@ class ExtractPlan:
 
     def check_outputs(self) -> None:
         """The output rules (check_layout) as they stand now: the engines' runner checks them again under the lock."""
-        check_layout(self.layout, self.reader, self.input, self.overwrite, self.resume)
+        check_layout(self.layout, self.reader, self.input, self.overwrite, self.resume, self.pca_model)
+
+    @property
+    def reduces(self) -> bool:
+        """The features are reduced: by a PCA fitted in this run (pca) or by a given one (pca_model)."""
+        return self.pca is not None or self.pca_model is not None
 
     @property
     def id_name(self) -> str:
@@ -192,6 +198,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
               normalize: bool | None = None, prompt: str | None = None, prompt_name: str | None = None,
               max_length: int | None = None, max_batch_tokens: int | None = None, long_text: str = "truncate",
               stride: int | None = None, precision: str = "fp32", pca: int | float | str | None = None,
+              pca_model: str | os.PathLike | None = None,
               format: str | None = None, wide: bool = False, on_bad_row: str = "error", resume: bool = False,
               overwrite: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,
               engine: str = "local", scheduler: str | None = None, workers: int | None = None,
@@ -214,6 +221,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
     if on_bad_row not in BAD_ROW_POLICIES:
         raise BertfeatError(f"unknown {opt('on_bad_row', on_bad_row, cli=repr(on_bad_row))}", "choose error or skip")
     pca_value = parse_pca(pca)
+    pca_model = check_pca_model(pca_model, pca_value)
 
     # the encoder
     encoder_kwargs = encoder_settings(model, max_length, max_batch_tokens, threads, precision, encoder_options)
@@ -258,13 +266,13 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
     from .outlock import output_lock
 
     with output_lock(*layout.locked()):  # another run writing this output is named first (its partial dir is live)
-        check_layout(layout, reader, input, overwrite, resume)
+        check_layout(layout, reader, input, overwrite, resume, pca_model)
     return ExtractPlan(
         input=input, reader=reader, layout=layout, model=None if model is None else os.fspath(model),
         encoder_kwargs=encoder_kwargs,
         features=FeatureOptions(pooling, layers, layer_agg, normalize, prompt, prompt_name, max_length, long_text, stride),
         id_column=id_column, pair_column=pair_column, on_bad_row=on_bad_row, chunk_rows=chunk_rows, threads=threads,
-        pca=pca_value, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
+        pca=pca_value, pca_model=pca_model, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
         engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}))
 
 
@@ -278,6 +286,24 @@ def parse_pca(value) -> int | float | str | None:
 
     n = parse_pca_spec(value, "pca")
     return ALL_COMPONENTS if n is None else n
+
+
+def check_pca_model(pca_model, pca) -> Path | None:
+    """``pca_model``: a PCA model file to apply (checked as a file here; its fit against the features, once the
+    model is loaded, in jobcore.applied_pca). Excludes ``pca`` (which fits one)."""
+    if pca_model is None:
+        return None
+    if pca is not None:
+        raise BertfeatError(f"{opt('pca')} and {opt('pca_model')} exclude each other",
+                            f"give {opt('pca')} to fit a new PCA on this input, or {opt('pca_model')} to apply a fitted one")
+    path = Path(os.fspath(pca_model))
+    if not path.is_file():
+        raise BertfeatError(f"the PCA model {path} does not exist" if not path.exists() else f"the PCA model {path} is not a file",
+                            f"pass {opt('pca_model')} with a .npz written by `bertfeat pca fit` or `extract --pca`")
+    from .safety import check_array_file
+
+    check_array_file(path, "PCA model")
+    return path
 
 
 def encoder_settings(model, max_length, max_batch_tokens, threads, precision, encoder_options) -> dict:
@@ -321,14 +347,14 @@ def dask_settings(input, output, fmt, scheduler, workers, blocksize) -> DaskSett
     return DaskSettings(scheduler, workers, parse_blocksize(blocksize))
 
 
-def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resume: bool) -> None:
+def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resume: bool, pca_model: Path | None = None) -> None:
     """The output rules, before anything is written: the output is not a directory (the Dask engine: not a
     directory bertfeat did not write), no output, side file or the partial directory is an input, an existing
     output needs ``overwrite``, and a partial run left by an interrupt needs ``resume`` (or ``overwrite``)."""
     from .safety import check_not_input, check_overwrite, partial_run_error
 
     out = layout.features
-    inputs = [] if input == "-" else list(reader.files)
+    inputs = ([] if input == "-" else list(reader.files)) + ([pca_model] if pca_model is not None else [])
     if layout.engine == "local":
         if out.is_dir():
             raise BertfeatError(f"the output {out} is a directory",
@@ -343,7 +369,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
         from .readers import is_url
 
         if is_url(input):
-            inputs = []
+            inputs = [pca_model] if pca_model is not None else []
     outs = layout.outputs()
     check_name_lengths(outs + [("partial directory", layout.partial)])
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
