@@ -179,37 +179,67 @@ def _register_optional():
 _register_optional()
 
 
+_STOPPED: dict = {}  # "term": the Terminated raised by SIGTERM in this command (its resume note is set on the way up)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (kill, a scheduler's timeout, docker stop), raised where the run is: handled as Ctrl-C is (the partial
+    run kept, --resume named), then exit 143 (128 + 15) after one line."""
+
+
+def _terminate_as_interrupt():
+    """While a command runs, SIGTERM raises Terminated in the main thread (as SIGINT raises KeyboardInterrupt)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_term(signum, frame):
+        _STOPPED["term"] = e = Terminated()
+        raise e
+
+    return signal.signal(signal.SIGTERM, on_term)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app; every failure becomes one line ``Error: what - how to fix``.
 
-    The rule (bertfeat.safety): exit 1 on any error, 130 after Ctrl-C, never a traceback, whatever the command and
-    the cause (library errors, OS errors on read or write, truncated or foreign files). An unexpected exception (a
-    bug) is one line too, unless --debug or BERTFEAT_DEBUG=1 asks for its traceback.
+    The rule (bertfeat.safety): exit 1 on any error, 130 after Ctrl-C, 143 after SIGTERM, never a traceback, whatever
+    the command and the cause (library errors, OS errors on read or write, truncated or foreign files). An unexpected
+    exception (a bug) is one line too, unless --debug or BERTFEAT_DEBUG=1 asks for its traceback.
     """
+    import signal
+
+    previous = _terminate_as_interrupt()
+    try:
+        return _run_main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run_main(argv: list[str] | None = None) -> int:
+    """main() without the signal set-up."""
     from .safety import debug_enabled, unexpected, user_error
 
     global _ARGV, _DEBUG
     _ARGV = list(argv) if argv is not None else None
     _DEBUG = debug_enabled()
+    _STOPPED.clear()
     try:
         rv = app(args=argv, standalone_mode=False, prog_name="bertfeat")
         # non-standalone Typer turns Ctrl-C into Exit(130) and an Exit(n) into a *returned* n
         if isinstance(rv, int) and not isinstance(rv, bool) and rv != 0:
-            if rv == 130:
-                err_console.print("Interrupted.", markup=False)
-            return rv
-    except KeyboardInterrupt:
-        err_console.print("Interrupted.", markup=False)
-        return 130
+            return _stopped() if rv == 130 else rv
+    except KeyboardInterrupt as e:
+        return _stopped(e)
     except typer.Exit as e:
-        if e.exit_code == 130:
-            err_console.print("Interrupted.", markup=False)
-        return e.exit_code
+        return _stopped() if e.exit_code == 130 else e.exit_code
     except typer.Abort as e:
         cause = e.__cause__ or e.__context__
         if isinstance(cause, KeyboardInterrupt):
-            err_console.print("Interrupted.", markup=False)
-            return 130
+            return _stopped(cause)
         if cause is not None:  # click turns an EOFError (an empty or truncated file) into Abort
             return _fail(cause, user_error, unexpected)
         err_console.print("Aborted.", markup=False)
@@ -220,6 +250,18 @@ def main(argv: list[str] | None = None) -> int:
             return e.exit_code
         return _fail(e, user_error, unexpected)
     return 0
+
+
+def _stopped(e: BaseException | None = None) -> int:
+    """The one line after Ctrl-C ("Interrupted.", 130) or SIGTERM ("Terminated: what was kept ...", 143). Click may
+    hand back only an exit code: the Terminated raised by the signal handler is remembered in _STOPPED."""
+    e = e if isinstance(e, Terminated) else _STOPPED.get("term", e)
+    if isinstance(e, Terminated):
+        note = getattr(e, "resume_note", None)
+        err_console.print(f"Terminated: {note}" if note else "Terminated.", markup=False, highlight=False, soft_wrap=True)
+        return 143
+    err_console.print("Interrupted.", markup=False)
+    return 130
 
 
 def _fail(e: BaseException, user_error, unexpected) -> int:

@@ -457,8 +457,10 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         if opened:
             shutil.rmtree(partial, ignore_errors=True)  # bad input: leave nothing behind, like the local engine
         raise
-    except BaseException:  # Ctrl-C, lost scheduler or workers: keep the finished parts for --resume
+    except BaseException as e:  # Ctrl-C, lost scheduler or workers: keep the finished parts for --resume
         cancel(client, futures)
+        if isinstance(e, KeyboardInterrupt) and opened:
+            e.resume_note = f"the finished partitions are kept in {partial}; run the same command with --resume to continue"
         raise
     finally:
         if started:

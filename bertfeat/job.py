@@ -32,7 +32,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             on_bad_row: Literal["error", "skip"] = "error", resume: bool = False, overwrite: bool = False,
             chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,
             engine: Literal["local", "dask"] = "local", scheduler: str | None = None, workers: int | None = None,
-            blocksize: int | str | None = DEFAULT_BLOCKSIZE, client=None, progress=None,
+            blocksize: int | str | None = DEFAULT_BLOCKSIZE, client=None, progress=None, quiet: bool = True,
             encoder_options: Mapping[str, Any] | None = None, command: str | None = None) -> ExtractSummary:
     """Extract sentence features of ``input`` into ``output`` (default: INPUT.features.parquet beside it).
 
@@ -47,7 +47,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     ``encoder_options``: further ``Encoder(...)`` keywords, on every worker too; a key that is also a parameter
     here (``precision``, ``max_batch_tokens``, ...) stands in for it when that parameter is left at its default,
     and giving both with different values is an error.
-    ``progress``: an object with the ``progress.NullProgress`` methods. Returns the run's ExtractSummary
+    ``progress``: an object with the ``progress.NullProgress`` methods; else ``quiet=False`` shows the CLI's progress
+    on stderr (a rich bar in a terminal, log lines otherwise), ``quiet=True`` (the default here) none. Returns the run's ExtractSummary
     (counts, timings, ``outputs``: name -> path).
 
     Every option is checked before anything is written (plan.make_plan), the same way on both engines.
@@ -60,6 +61,11 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
                      overwrite=overwrite, chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler,
                      workers=workers, blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}),
                      command=command)
+    if progress is None and not quiet:
+        from .console import err_console
+        from .progress import make_progress
+
+        progress = make_progress(err_console, False, "extract (dask)" if engine == "dask" else "extract")
     return run(plan, progress, client)
 
 

@@ -142,11 +142,11 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
 
         raise os_error(e, store.dir, f"free disk space, then rerun the same command with {opt('resume', True)} "
                                      f"({len(order)} finished chunk(s) are kept in {store.dir})") from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through the CLI (cli.Terminated)
         items.close()
         progress.stop()
-        progress.note(f"interrupted: {len(order)} chunk(s) are kept in {store.dir}; "
-                      "run the same command with --resume to continue")
+        e.resume_note = f"{len(order)} chunk(s) are kept in {store.dir}; run the same command with --resume to continue"
+        progress.note(f"interrupted: {e.resume_note}")
         raise
     finally:
         items.close()

@@ -250,3 +250,17 @@ def test_standard_input_errors_name_the_parameter_and_the_cli_the_flag(capsys):
         bertfeat.extract("-")
     assert e.value.message == "reading standard input needs output='OUTPUT' - add output='features.parquet'"
     assert run(capsys, "extract", "-") == (1, "", "Error: reading standard input needs -o OUTPUT - add -o features.parquet\n")
+
+
+def test_public_extract_quiet_choice(tmp_path, capsys):
+    """bertfeat.extract(..., quiet=False) shows the CLI's progress on stderr (log lines when stderr is not a
+    terminal); the default, quiet=True, shows none (docs/python.md)."""
+    import bertfeat
+
+    src = write_csv(tmp_path / "in.csv", ["text"], [[f"sentence {i}"] for i in range(20)])
+    capsys.readouterr()
+    bertfeat.extract(src, tmp_path / "a.parquet", model=tiny_model())
+    assert capsys.readouterr().err == ""
+    bertfeat.extract(src, tmp_path / "b.parquet", model=tiny_model(), quiet=False)
+    err = capsys.readouterr().err
+    assert err.startswith("bertfeat extract: started (20 rows)\n") and "20 rows (100.0%)" in err, err

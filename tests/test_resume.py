@@ -5,6 +5,7 @@ settings or a changed input is refused with a message that says what differs."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import signal
 import subprocess
 import time
@@ -248,3 +249,36 @@ def test_parts_are_read_back_once(tmp_path, capsys, monkeypatch):
     assert rc == 0, err
     assert reads == [0, 1, 0, 1, 2, 3]  # the two finished parts for their statistics, then every part for the output
     assert_same_output(out, full)
+
+
+def test_sigterm_keeps_the_partial_run_and_names_resume(tmp_path):
+    """SIGTERM (kill, docker stop, a scheduler's time limit) is handled as Ctrl-C: one line naming --resume, the
+    finished chunks kept, exit 143; the resumed run completes the same output as an uninterrupted one."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parent.parent
+    src = write_csv(tmp_path / "c.csv", ["text"], [[f"a sentence numbered {i}"] for i in range(3000)])
+    out = tmp_path / "o.parquet"
+    args = [sys.executable, "-m", "bertfeat", "extract", str(src), "-o", str(out), "--model", str(tiny_model()),
+            "--chunk-rows", "4", "-q"]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    p = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, env=env, cwd=root)
+    partial = out.with_name(out.name + ".partial")
+    t0 = time.time()
+    while not any(partial.glob("part-*.parquet")):
+        assert p.poll() is None and time.time() - t0 < 120
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Terminated: ") and lines[0].endswith(
+        f"chunk(s) are kept in {partial}; run the same command with --resume to continue"), err
+    kept = len(list(partial.glob("part-*.parquet")))
+    assert kept >= 1 and not out.exists()
+    r = subprocess.run(args + ["--resume"], capture_output=True, text=True, env=env, cwd=root, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(out).column("row").to_pylist() == list(range(3000))
