@@ -1,6 +1,7 @@
 """`bertfeat extract --engine dask`: the same extract, scheduled by Dask across worker processes or machines.
 
-Design (docs/dask.md has the user's side):
+Design (docs/dask.md has the user's side; the cluster plumbing is dask_cluster.py, this module the job, a little
+over 500 lines for its two passes, resume and PCA):
 
 Partitions
     The input's reader (readers/, the local engine's) cuts it on the client, before anything

@@ -8,6 +8,9 @@ and every name callers used to import from here is still importable from here:
 * ``pca_solvers`` the decompositions (svd, randomized, covariance eigh), the sign rule, ``auto``;
 * ``pca_file``    the ``.npz`` model file and fingerprint comparison.
 
+A little over 500 lines on purpose: what is left is one class, scikit-learn's estimator surface (fit, partial_fit,
+merge, finalize, transform, inverse_transform, save / load, first-use decomposition), which reads best in one place.
+
 Shape legend (used in every docstring and comment below)::
 
     n  rows (samples)            d  features (columns of X)
