@@ -1,4 +1,5 @@
-"""Input that looks like a table but is not what it seems (issue 25): duplicate CSV/TSV header names.
+"""Input that looks like a table but is not what it seems (issue 25): duplicate CSV/TSV header names, JSONL lines that
+are not objects, UTF-16 / UTF-32 text.
 
 Every refusal is one exact `Error: what - fix` line, exit 1, nothing written, the input unchanged.
 """
@@ -6,11 +7,18 @@ Every refusal is one exact `Error: what - fix` line, exit 1, nothing written, th
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from extract_util import assert_close, embeddings, no_leftovers, read_table, run, tiny_encoder, tiny_model, write_csv
+from bertfeat.errors import render
+from bertfeat.readers import open_input
+from bertfeat.readers.text import split_wide_lines, wide_unicode
+from bertfeat.rejects import Reason, RejectCode, fix_for
+from extract_util import assert_close, embeddings, metadata, no_leftovers, read_table, run, tiny_encoder, tiny_model, write_csv
 
 TEXTS = ["hello there", "wörld façade", "a third line", "中文 and emoji 🙂"]
 
@@ -59,3 +67,113 @@ def test_blank_header_names_are_not_duplicates(tmp_path, capsys):
     rc, _, err = extract(capsys, src, out)
     assert rc == 0, err
     assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS[:2]))
+
+
+# ------------------------------------------------------------------------------------------ JSONL lines that are not objects
+JSONL_FIX = 'bertfeat reads JSONL with one JSON object per line ({"text": ...}); convert the file, or use CSV'
+
+
+@pytest.mark.parametrize("data, line, kind", [
+    (b'["a", 1]\n["b", 2]\n', 1, "a JSON array"),
+    (b'"a"\n"b"\n', 1, "a JSON string"),
+    (b"1\n2.5\n", 1, "a JSON number"),
+    (b"true\n", 1, "a JSON boolean"),
+    (b"null\n", 1, "JSON null"),
+    (b'\nnot json\n["a"]\n{"broken": \n', 3, "a JSON array"),  # the first line that is JSON, by its line number
+])
+def test_jsonl_of_non_objects_is_refused_at_open(tmp_path, capsys, data, line, kind):
+    src = tmp_path / "a.jsonl"
+    src.write_bytes(data)
+    message = f"{src} line {line}: {kind}, not an object - {JSONL_FIX}"
+    refused(capsys, src, tmp_path / "o.parquet", message)
+    refused(capsys, src, tmp_path / "o.parquet", message, "--text-column", "text")  # the option does not help
+
+
+def test_jsonl_mixing_objects_and_arrays_rejects_the_arrays(tmp_path):
+    src = tmp_path / "m.jsonl"
+    src.write_bytes(b'["header", "row"]\n{"text": "a", "id": 1}\n[1, 2]\n"str"\n{"text": "b", "id": 2}\n')
+    r = open_input(str(src), id_column="id")
+    assert r.columns == ["text", "id"]
+    (b,) = list(r.batches())
+    assert (b.rows, b.texts, b.ids) == ([0, 1, 2, 3, 4], [None, "a", None, None, "b"], [None, 1, None, None, 2])
+    assert b.pre_rejected == {0: Reason(RejectCode.NOT_OBJECT, "a JSON array, not an object"),
+                              2: Reason(RejectCode.NOT_OBJECT, "a JSON array, not an object"),
+                              3: Reason(RejectCode.NOT_OBJECT, "a JSON string, not an object")}
+    assert render(fix_for("not-object")) == ('make the line a JSON object such as {"text": ...} (one object per line), '
+                                     "or pass on_bad_row='skip' to write it to the rejects file and go on")
+
+
+# ------------------------------------------------------------------------------------------ UTF-16 and UTF-32
+def test_wide_unicode_detection():
+    assert wide_unicode("text\nhello\n".encode("utf-16")) == ("utf-16", "the file starts with a UTF-16 byte order mark: "
+                                                                        "it is UTF-16 text")
+    assert wide_unicode("text\n".encode("utf-32"))[0] == "utf-32"
+    assert wide_unicode("text\nhello\n".encode("utf-16-be"))[0] == "utf-16-be"
+    assert wide_unicode("text\nhello\n".encode("utf-32-le"))[0] == "utf-32-le"
+    assert wide_unicode("text\n中文字符\n".encode("utf-8")) is None
+    assert wide_unicode(b"text\nab\x00cd\n") is None  # a stray NUL byte (a bad row) is not UTF-16
+    assert wide_unicode("tx".encode("utf-16-le")) is None  # too short to tell
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+@pytest.mark.parametrize("encoding, hint, how", [
+    ("utf-16", "utf-16", "the file starts with a UTF-16 byte order mark: it is UTF-16 text"),
+    ("utf-16-le", "utf-16-le", "every other byte of the file is a NUL byte: it looks like UTF-16 little-endian text"),
+    ("utf-16-be", "utf-16-be", "every other byte of the file is a NUL byte: it looks like UTF-16 big-endian text"),
+    ("utf-32", "utf-32", "the file starts with a UTF-32 byte order mark: it is UTF-32 text"),
+])
+def test_utf16_input_names_its_encoding_and_reads_with_it(tmp_path, capsys, fmt, encoding, hint, how):
+    src = tmp_path / f"u.{fmt}"
+    body = "text\n" + "".join(t + "\n" for t in TEXTS) if fmt == "csv" else "".join(json.dumps({"text": t}) + "\n" for t in TEXTS)
+    src.write_bytes(body.encode(encoding))
+    out = tmp_path / "o.parquet"
+    refused(capsys, src, out, f"{src}: {how}, not utf-8 - pass --encoding {hint}")
+    refused(capsys, src, out, f"{src}: {how}, not iso8859-1 - pass --encoding {hint}", "--encoding", "latin-1")
+    rc, _, err = extract(capsys, src, out, "--encoding", hint)
+    assert rc == 0, err
+    assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS))
+    assert metadata(out)["rows"]["written"] == len(TEXTS)
+
+
+def test_utf16_on_standard_input(tmp_path, capsys, monkeypatch):
+    data = ("text\n" + "".join(t + "\n" for t in TEXTS)).encode("utf-16")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    rc, _, err = extract(capsys, "-", tmp_path / "o.parquet", "--input-format", "csv")
+    assert (rc, err) == (1, "Error: <stdin>: the input starts with a UTF-16 byte order mark: it is UTF-16 text, not utf-8 "
+                            "- pass --encoding utf-16\n")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    rc, _, err = extract(capsys, "-", tmp_path / "o.parquet", "--input-format", "csv", "--encoding", "utf-16")
+    assert rc == 0, err
+    assert_close(embeddings(read_table(tmp_path / "o.parquet")), tiny_encoder().encode(TEXTS))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_utf16_partitions_are_whole_files_and_read_back_equal(tmp_path, fmt):
+    """The Dask engine cuts text on b'\\n': not in UTF-16, whose line ends are two bytes, so such a file is one partition."""
+    src = tmp_path / f"u.{fmt}"
+    texts = [f"{t} {i}" for i in range(40) for t in TEXTS[:2]]
+    body = "text\n" + "".join(t + "\n" for t in texts) if fmt == "csv" else "".join(json.dumps({"text": t}) + "\n" for t in texts)
+    src.write_bytes(body.encode("utf-16"))
+    r = open_input(str(src), encoding="utf-16")
+    parts = r.partitions(64, target=8)
+    assert len(parts) == 1
+    b = r.read_partition(parts[0], 0)
+    got = [bytes(t).decode() if isinstance(t, bytes) else t for t in b.texts]
+    assert (b.rows, got, b.pre_rejected) == (list(range(len(texts))), texts, {})
+    assert r.count_rows(parts[0]) == len(texts)
+
+
+def test_undecodable_utf16_jsonl_line_is_a_bad_row(tmp_path):
+    src = tmp_path / "u.jsonl"
+    bad = "\ud800".encode("utf-16-le", "surrogatepass") + '{"text": "x"}\n'.encode("utf-16-le")  # a lone surrogate
+    src.write_bytes('{"text": "ok"}\n'.encode("utf-16") + bad + '\n{"text": "fine"}'.encode("utf-16-le"))
+    (b,) = list(open_input(str(src), encoding="utf-16").batches())
+    assert (b.rows, b.texts) == ([0, 1, 2], ["ok", None, "fine"])  # the blank line is no row, the last needs no line end
+    assert b.pre_rejected == {1: Reason(RejectCode.ENCODING, "invalid utf-16 at byte 0 of the line")}
+
+
+def test_utf16_lines_end_only_at_a_whole_line_feed():
+    data = "a\u0a00\u0100b\nc".encode("utf-16-le")  # b"\n\x00" at byte 3 is the end of U+0A00 and the start of U+0100
+    assert split_wide_lines(data, "utf-16-le", 2) == (["a\u0a00\u0100b\n".encode("utf-16-le")], "c".encode("utf-16-le"))
+    data = "\u0a00\n".encode("utf-32-be")
+    assert split_wide_lines(data, "utf-32-be", 4) == ([data], b"")
