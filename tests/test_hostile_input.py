@@ -1,5 +1,5 @@
 """Input that looks like a table but is not what it seems (issue 25): duplicate CSV/TSV header names, JSONL lines that
-are not objects, UTF-16 / UTF-32 text.
+are not objects, UTF-16 / UTF-32 text, a named pipe or device given as the input file.
 
 Every refusal is one exact `Error: what - fix` line, exit 1, nothing written, the input unchanged.
 """
@@ -9,7 +9,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -177,3 +180,46 @@ def test_utf16_lines_end_only_at_a_whole_line_feed():
     assert split_wide_lines(data, "utf-16-le", 2) == (["a\u0a00\u0100b\n".encode("utf-16-le")], "c".encode("utf-16-le"))
     data = "\u0a00\n".encode("utf-32-be")
     assert split_wide_lines(data, "utf-32-be", 4) == ([data], b"")
+
+
+# ------------------------------------------------------------------------------------------ pipes, devices, sockets
+def pipe_fix(path, fmt="csv"):
+    return (f"to stream from a pipe pass - and feed it on standard input, e.g. cat {path} | bertfeat extract - "
+            f"--input-format {fmt} -o out.parquet")
+
+
+def run_with_deadline(capsys, *args, seconds=60):
+    """extract in a thread; a reader that blocked on the pipe is released (and the test fails) after `seconds`."""
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=extract(capsys, *args)), daemon=True)
+    t.start()
+    t.join(seconds)
+    return result.get("r"), t
+
+
+@pytest.mark.parametrize("name, extra, fmt", [("p.csv", (), "csv"), ("p.parquet", (), "parquet"),
+                                              ("pipe", ("--input-format", "jsonl"), "jsonl"), ("pipe", (), "csv")])
+def test_a_named_pipe_is_refused_without_blocking(tmp_path, capsys, name, extra, fmt):
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    out = tmp_path / "o.parquet"
+    result, thread = run_with_deadline(capsys, fifo, out, *extra)
+    if thread.is_alive():  # it opened the pipe and waits for a writer: release it, then fail
+        os.close(os.open(fifo, os.O_RDWR))
+        thread.join(30)
+        pytest.fail("bertfeat extract blocked on a named pipe")
+    rc, _, err = result
+    assert (rc, err) == (1, f"Error: {fifo}: is a named pipe (FIFO), not a file - {pipe_fix(fifo, fmt)}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_device_or_a_socket_is_refused(tmp_path, capsys):
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, "/dev/null", out, "--input-format", "csv")
+    assert (rc, err) == (1, f"Error: /dev/null: is a character device, not a file - {pipe_fix('/dev/null')}\n")
+    path = tmp_path / "s.csv"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+        rc, _, err = extract(capsys, path, out)
+    assert (rc, err) == (1, f"Error: {path}: is a socket, not a file - {pipe_fix(path)}\n")
+    assert not out.exists()

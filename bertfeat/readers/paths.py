@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from ..errors import InputError
 
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
 def compression_of(path) -> str | None:
@@ -25,11 +28,26 @@ def _path_key(p: str) -> list[str]:
     return p.split("/")
 
 
+def refuse_special_file(path: str, fmt: str | None) -> None:
+    """A named pipe, device or socket given as the input: refused from its type (``os.stat``), never opened (opening a
+    FIFO waits for a writer, a device may never end), pointing at standard input. Any other path passes."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return  # missing or unreadable: the caller's own checks say so
+    kind = next((name for test, name in _SPECIAL if test(mode)), None)
+    if kind is not None:
+        raise InputError(f"{path}: is {kind}, not a file",
+                         f"to stream from a pipe pass - and feed it on standard input, e.g. cat {path} | bertfeat extract - "
+                         f"--input-format {fmt or 'csv'} -o out.parquet")
+
+
 def resolve_files(path: str, fmt: str):
     """A file, a glob, or a directory of Parquet files -> (fsspec filesystem, the files sorted: one dataset).
 
     Local paths are checked here with their own messages and made absolute (a Dask worker may run elsewhere);
-    a URL (s3://, gs://, ...) is listed by its filesystem.
+    a URL (s3://, gs://, ...) is listed by its filesystem. A named pipe, device or socket is refused before it is
+    opened (``refuse_special_file``).
     """
     import fsspec
 
@@ -65,6 +83,7 @@ def resolve_files(path: str, fmt: str):
         return fs, [os.path.abspath(f) for f in files]
     if not p.exists():
         raise InputError(f"{path}: no such file", "check the path")
+    refuse_special_file(path, fmt)
     if not os.access(p, os.R_OK):
         raise InputError(f"{path}: the file is not readable", "check its permissions")
     return fs, [os.path.abspath(p)]
