@@ -1,5 +1,6 @@
 """Input that looks like a table but is not what it seems (issue 25): duplicate CSV/TSV header names, JSONL lines that
-are not objects, UTF-16 / UTF-32 text, a named pipe or device given as the input file.
+are not objects, UTF-16 / UTF-32 text, a named pipe or device given as the input file, and an interrupted run's
+partial output (or bertfeat's own outputs) inside the input folder.
 
 Every refusal is one exact `Error: what - fix` line, exit 1, nothing written, the input unchanged.
 """
@@ -15,10 +16,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+import bertfeat.progress
 from bertfeat.errors import render
-from bertfeat.readers import open_input
+from bertfeat.progress import NullProgress
+from bertfeat.readers import open_input, resolve_files
 from bertfeat.readers.text import split_wide_lines, wide_unicode
 from bertfeat.rejects import Reason, RejectCode, fix_for
 from extract_util import assert_close, embeddings, metadata, no_leftovers, read_table, run, tiny_encoder, tiny_model, write_csv
@@ -223,3 +228,108 @@ def test_a_device_or_a_socket_is_refused(tmp_path, capsys):
         rc, _, err = extract(capsys, path, out)
     assert (rc, err) == (1, f"Error: {path}: is a socket, not a file - {pipe_fix(path)}\n")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------ outputs inside the input folder
+def parquet_with(path: Path, table: pa.Table, key: bytes | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table if key is None else table.replace_schema_metadata({key: b"{}"}), path)
+    return path
+
+
+def input_folder(d: Path, n: int = 12) -> Path:
+    parquet_with(d / "a.parquet", pa.table({"text": [f"sentence number {i} of a" for i in range(n)]}))
+    parquet_with(d / "sub" / "b.parquet", pa.table({"text": [f"sentence number {i} of b" for i in range(n)]}))
+    return d
+
+
+def leave_debris(d: Path) -> None:
+    """What an interrupted run and finished runs leave in the folder: OUTPUT.partial/ with a part and its manifest
+    (local engine), a Dask partial with its _full/ stage, temporaries, a finished output, a hidden folder."""
+    features = pa.table({"row": [0], "embedding": [[0.5, 0.25]]})
+    parquet_with(d / "o.parquet.partial" / "part-000000.parquet", features, b"bertfeat_part")
+    (d / "o.parquet.partial" / "manifest.json").write_text("{}")
+    parquet_with(d / "sub" / "dask.parquet.partial" / "_full" / "part-0.parquet", features, b"bertfeat")
+    parquet_with(d / "sub" / "dask.parquet.partial" / "part-0.parquet", features, b"bertfeat")
+    parquet_with(d / ".o.parquet.tmp-4242", features)
+    parquet_with(d / ".x.parquet", pa.table({"text": ["hidden"]}))
+    parquet_with(d / ".cache" / "c.parquet", pa.table({"text": ["hidden"]}))
+    parquet_with(d / "done.features.parquet", features, b"bertfeat")  # a finished output, named like input
+    parquet_with(d / "dask-out" / "part-0.parquet", features, b"bertfeat")  # a finished Dask output directory
+
+
+@pytest.mark.parametrize("pattern", ["", "/**/*.parquet", "/**/*", "/*.parquet"])
+def test_the_listing_leaves_out_partial_runs_temporaries_and_outputs(tmp_path, pattern):
+    d = input_folder(tmp_path / "in")
+    leave_debris(d)
+    want = [str(d / "a.parquet"), str(d / "sub" / "b.parquet")]
+    assert resolve_files(str(d) + pattern, "parquet")[1] == (want[:1] if pattern == "/*.parquet" else want)
+
+
+def test_a_file_named_by_itself_is_read_whatever_its_name(tmp_path):
+    d = tmp_path / "in"
+    parquet_with(d / ".hidden.parquet", pa.table({"text": ["x"]}))
+    parquet_with(d / "x.partial" / "p.parquet", pa.table({"text": ["y"]}))
+    assert resolve_files(str(d / ".hidden.parquet"), "parquet")[1] == [str(d / ".hidden.parquet")]
+    assert resolve_files(str(d / "x.partial" / "p.parquet"), "parquet")[1] == [str(d / "x.partial" / "p.parquet")]
+    assert resolve_files(str(d / "x.partial"), "parquet")[1] == [str(d / "x.partial" / "p.parquet")]  # listed itself
+
+
+def test_a_folder_of_nothing_but_outputs_says_what_was_left_out(tmp_path, capsys):
+    d = tmp_path / "in"
+    leave_debris(d)
+    (d / "sub").mkdir(exist_ok=True)
+    out = tmp_path / "o.parquet"
+    refused(capsys, d, out, f"{d}: the directory holds no input .parquet file (7 left out: names starting with . or _, "
+                            "OUTPUT.partial/ folders and bertfeat's own outputs are not input) - "
+                            "point at a Parquet file, a directory of them, or a glob")
+    refused(capsys, f"{d}/*.parquet", out, f"{d}/*.parquet: the pattern matches no input file (1 left out: names starting "
+                                           "with ., OUTPUT.partial/ folders and bertfeat's own outputs are not input) - "
+                                           "check the glob pattern (quote it so the shell does not expand it)")
+
+
+class Interrupt(NullProgress):
+    """Ctrl-C after `after` chunks (as tests/test_resume.py)."""
+
+    def __init__(self, after):
+        self.after, self.n = after, 0
+
+    def advance(self, rows, tokens, bytes_read):
+        self.n += 1
+        if self.n == self.after:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_run_inside_the_input_folder_is_not_read_back(tmp_path, capsys, monkeypatch):
+    """extract IN/ -o IN/o.parquet, interrupted: its partial folder (parts + manifest) is not input, so the same
+    command with --resume finishes with the output of an uninterrupted run; the finished output in IN/ is not
+    input to the next run either."""
+    d = input_folder(tmp_path / "in")
+    inputs = snapshot(d)
+    args = ["--chunk-rows", "4", "--threads", "1"]
+    ref = tmp_path / "ref.parquet"
+    rc, _, err = extract(capsys, d, ref, *args)
+    assert rc == 0, err
+
+    out = d / "o.parquet"
+    monkeypatch.setattr(bertfeat.progress, "make_progress", lambda *a, **k: Interrupt(2))
+    rc, _, err = extract(capsys, d, out, *args)
+    monkeypatch.undo()
+    assert (rc, err.splitlines()[-1]) == (130, "Interrupted."), err
+    partial = d / "o.parquet.partial"
+    assert (partial / "manifest.json").is_file() and len(list(partial.glob("part-*.parquet"))) == 2
+    assert resolve_files(str(d), "parquet")[1] == [str(d / "a.parquet"), str(d / "sub" / "b.parquet")]
+
+    rc, _, err = extract(capsys, d, out, *args)
+    assert (rc, err.splitlines()[-1].split(" - ")[0]) == (1, f"Error: a resumable partial run exists in {partial}"), err
+    rc, _, err = extract(capsys, d, out, *args, "--resume")
+    assert rc == 0, err
+    assert read_table(out).equals(read_table(ref))
+    assert metadata(out)["rows"]["written"] == 24
+
+    again = d / "again.parquet"  # o.parquet (a bertfeat output) is in the folder now: not an input
+    rc, _, err = extract(capsys, d, again, *args)
+    assert rc == 0, err
+    assert read_table(again).equals(read_table(ref))
+    assert {k: v for k, v in snapshot(d).items() if k in inputs} == inputs
+    assert sorted(set(snapshot(d)) - set(inputs)) == ["again.parquet", "o.parquet"]
