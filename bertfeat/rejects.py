@@ -1,10 +1,10 @@
 """Bad rows as data: a reject has a row, an id, a code (``RejectCode``) and the words that describe it.
 
-Readers (a malformed CSV line, invalid JSON, an unclosed quote, a binary Parquet cell), validation (chunks.py:
-null, empty, non-string, control characters, bad bytes) and the long-text rule make ``Reason``s; the fix shown to
-the user is looked up by code (``fix_for``), never by parsing the text. A reject travels as a plain dict
-(``{"row", "id", "reason", "code"}``: it pickles to and from Dask workers and sits in a part file's metadata);
-the rejects file keeps its three columns ``row, id, reason``.
+Readers (a malformed CSV line, invalid JSON, a JSONL line that is not an object, an unclosed quote, a binary
+Parquet cell), validation (chunks.py: null, empty, non-string, control characters, bad bytes) and the long-text
+rule make ``Reason``s; the fix shown to the user is looked up by code (``fix_for``), never by parsing the text.
+A reject travels as a plain dict (``{"row", "id", "reason", "code"}``: it pickles to and from Dask workers and
+sits in a part file's metadata); the rejects file keeps its three columns ``row, id, reason``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class RejectCode(str, Enum):
     UNCLOSED_QUOTE = "unclosed-quote"
     MALFORMED_LINE = "malformed-line"
     INVALID_JSON = "invalid-json"
+    NOT_OBJECT = "not-object"  # a JSONL line that is valid JSON but not an object (an array, a string, a number ...)
     TOO_LONG = "too-long"  # more tokens than max_length under long_text='error'
     NULL_ID = "null-id"
     MISSING_FIELD = "missing-field"  # a JSONL object without the text (or pair) field
@@ -69,6 +70,8 @@ def fix_for(code: RejectCode | str) -> str:
         return f"fix the line (quote fields that hold the delimiter), {skip}"
     if code is RejectCode.INVALID_JSON:
         return f"fix the line (one JSON object per line), {skip}"
+    if code is RejectCode.NOT_OBJECT:
+        return f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}'
     if code is RejectCode.TOO_LONG:
         return (f"use {opt('long_text', 'truncate')}/chunk-mean/chunk-max or a larger {opt('max_length')}, "
                 f"or {opt('on_bad_row', 'skip')}")

@@ -164,7 +164,8 @@ JSONL_CASES = {
     "object": (b'{"text": "ok"}\n{"text": {"a": 1}}\n', "row 1: non-string text (object {'a': 1})"),
     "missing": (b'{"text": "ok"}\n{"body": "x"}\n', "row 1: no field 'text'"),
     "bad-json": (b'{"text": "ok"}\n{"text": "x"\n', "row 1: invalid JSON (Expecting ',' delimiter: line 1 column 13 (char 12))"),
-    "not-object": (b'{"text": "ok"}\n["x"]\n', "row 1: invalid JSON (a line must hold a JSON object, not an array)"),
+    "not-object": (b'{"text": "ok"}\n["x"]\n', "row 1: a JSON array, not an object"),
+    "a-string": (b'{"text": "ok"}\n"x"\n', "row 1: a JSON string, not an object"),
     "empty": (b'{"text": "ok"}\n\n{"text": ""}\n', "row 1: empty text"),  # blank lines are not rows
 }
 
@@ -178,6 +179,9 @@ def test_jsonl_bad_row_error(tmp_path, capsys, case):
     rc, _, err = extract(capsys, src, out, "--text-column", "text")
     fix = "fix the line (one JSON object per line), or pass --on-bad-row skip to write it to the rejects file and go on" \
         if "invalid JSON" in what else SKIP_FIX
+    if "not an object" in what:
+        fix = ('make the line a JSON object such as {"text": ...} (one object per line), '
+               "or pass --on-bad-row skip to write it to the rejects file and go on")
     assert_failed_cleanly(rc, err, out, f"Error: {src} {what} - {fix}")
 
 
@@ -304,7 +308,7 @@ def test_jsonl_skip(tmp_path, capsys):
         ["1", "2", "null text"],
         ["2", "3", "non-string text (number 42)"],
         ["3", "", "invalid JSON (Expecting ',' delimiter: line 1 column 22 (char 21))"],
-        ["4", "", "invalid JSON (a line must hold a JSON object, not an array)"],
+        ["4", "", "a JSON array, not an object"],
         ["5", "6", "no field 'text'"],
         ["6", "7", 'id "7" is a string, but the ids before it are integers'],
         ["7", "", "id 8.5 is a number, not a string or an integer"],

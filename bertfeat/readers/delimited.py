@@ -95,7 +95,19 @@ class CsvReader(TextReader):
             raise InputError(f"{self.name}: the header line is one column {cols[0]!r}, which holds {name_of(likely[0])}",
                              f"pass {opt('delimiter', name_of(likely[0]))} if that separates the columns "
                              f"(or {opt('delimiter', name_of(self.delimiter))} to read one column)")
+        self._refuse_duplicates(cols)
         return cols
+
+    def _refuse_duplicates(self, cols: list[str]) -> None:
+        """Refuse a header name that appears more than once, used or not (as Parquet input is): pyarrow would read
+        the first silently (pandas renames the second ``x.1``), and which one the user means is not ours to guess.
+        Blank names are not refused: they name no column (trailing delimiters, as spreadsheets export them)."""
+        for name in dict.fromkeys(c for c in cols if c.strip()):
+            at = [i + 1 for i, c in enumerate(cols) if c == name]
+            if len(at) > 1:
+                where = ", ".join(map(str, at[:-1])) + f" and {at[-1]}"
+                raise InputError(f"{self.name}: the column name {name!r} appears {len(at)} times in the header line "
+                                 f"(columns {where})", "rename the columns so that every name is unique")
 
 
     def _parse(self, stream, counter):

@@ -9,7 +9,7 @@ from .base import Reader
 from .delimited import CsvReader
 from .jsonl import JsonlReader
 from .parquet import ParquetReader
-from .paths import is_url
+from .paths import is_url, refuse_special_file
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")
 _EXT = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
@@ -17,12 +17,26 @@ _EXT = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq
 
 
 def detect_format(path: str, input_format: str | None) -> str:
-    if input_format:
-        if input_format not in FORMATS:
-            raise InputError(f"unknown input format '{input_format}'", f"choose one of {', '.join(FORMATS)}")
-        return input_format
+    """The input's format: ``input_format`` when given, else from the extension (a directory: Parquet). A named
+    pipe, device or socket is refused here, before anything opens it (``paths.refuse_special_file``)."""
+    if input_format and input_format not in FORMATS:
+        raise InputError(f"unknown input format '{input_format}'", f"choose one of {', '.join(FORMATS)}")
     if path == "-":
+        if input_format:
+            return input_format
         raise InputError("reading standard input needs " + opt("input_format"), f"add {opt('input_format', 'csv|tsv|jsonl')}")
+    fmt = input_format or _format_of(path)
+    if not is_url(path):
+        refuse_special_file(path, fmt)
+    if fmt is None:
+        raise InputError(f"{path}: cannot tell the format from the extension",
+                         f"add {opt('input_format', 'csv|tsv|parquet|jsonl')}")
+    return fmt
+
+
+def _format_of(path: str) -> str | None:
+    """The format a path's extension names (a compression suffix skipped); a local directory or a URL without
+    an extension: Parquet; else None."""
     p = Path(path.rstrip("/"))
     if not is_url(path) and p.is_dir():
         return "parquet"
@@ -30,10 +44,8 @@ def detect_format(path: str, input_format: str | None) -> str:
     if suffixes and suffixes[-1] in (".gz", ".bz2", ".zst"):
         suffixes = suffixes[:-1]
     fmt = _EXT.get(suffixes[-1]) if suffixes else None
-    if fmt is None:
-        if is_url(path):
-            return "parquet"  # a URL without an extension: a directory of Parquet files (checked when listed)
-        raise InputError(f"{path}: cannot tell the format from the extension", f"add {opt('input_format', 'csv|tsv|parquet|jsonl')}")
+    if fmt is None and is_url(path):
+        return "parquet"  # a URL without an extension: a directory of Parquet files (checked when listed)
     return fmt
 
 

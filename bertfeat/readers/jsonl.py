@@ -1,4 +1,9 @@
-"""JSONL: one JSON object per line; the columns from the first lines, a bad line a bad row in its place."""
+"""JSONL: one JSON object per line; the columns from the first lines, a bad line a bad row in its place.
+
+A file whose first lines hold JSON values but no object (arrays, strings, numbers) is refused when it is
+opened; in a file of objects, a line that is another JSON value is a bad row (``RejectCode.NOT_OBJECT``).
+UTF-16 and UTF-32 files (``encoding='utf-16'`` ...) are cut into lines on their two- or four-byte line feeds.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import pyarrow as pa
 from ..errors import InputError
 from ..rejects import Reason, RejectCode
 from .base import HEAD_BYTES, RawBatch, short_error
-from .text import TextReader
+from .text import TextReader, read_wide_lines, split_wide_lines, wide_line_codec
 
 
 class JsonlReader(TextReader):
@@ -34,92 +39,141 @@ class JsonlReader(TextReader):
             return pa.int64()
         return {"int": pa.int64(), "str": pa.string()}.get(self._first_kind.get(self.id_column))
 
+    def _head_lines(self, head: bytes) -> tuple[str, list[bytes]]:
+        """(the codec of a line, the head's lines), a byte order mark dropped and a line cut at the end of the head
+        left out."""
+        codec, unit = wide_line_codec(self.encoding, head) or (self.encoding, 1)
+        if unit == 1:
+            lines = head.removeprefix(b"\xef\xbb\xbf").split(b"\n")
+        else:
+            lines, rest = split_wide_lines(head.removeprefix("\ufeff".encode(codec)), codec, unit)
+            lines.append(rest)
+        return codec, lines[:-1] if len(head) == HEAD_BYTES and len(lines) > 1 else lines
+
     def _head_columns(self, head: bytes) -> list[str]:
-        lines = head.removeprefix(b"\xef\xbb\xbf").split(b"\n")
-        if len(head) == HEAD_BYTES and len(lines) > 1:
-            lines = lines[:-1]  # the last line may be cut
-        for line in lines[:1000]:
+        """The keys of the objects in the first lines (and the kinds of their values); a head of JSON values
+        none of which is an object (arrays, strings, numbers) is refused here, naming the first."""
+        other = None  # (line number, value) of the first line that is JSON but not an object
+        codec, lines = self._head_lines(head)
+        for n, line in enumerate(lines[:1000], 1):
             try:
-                obj = json.loads(line.decode(self.encoding))
+                obj = json.loads(line.decode(codec))
             except (ValueError, UnicodeDecodeError):
                 continue
-            if isinstance(obj, dict):
-                for k, v in obj.items():
-                    self._json_types.setdefault(k, set()).add(type(v).__name__)
-                    if v is not None:
-                        self._first_kind.setdefault(k, type(v).__name__)
+            if not isinstance(obj, dict):
+                other = other or (n, obj)
+                continue
+            for k, v in obj.items():
+                self._json_types.setdefault(k, set()).add(type(v).__name__)
+                if v is not None:
+                    self._first_kind.setdefault(k, type(v).__name__)
+        if not self._json_types and other is not None:
+            raise InputError(f"{self.name} line {other[0]}: {_line_kind(other[1])}, not an object",
+                             'bertfeat reads JSONL with one JSON object per line ({"text": ...}); convert the file, or use CSV')
         return list(self._json_types)
 
+    def _lines(self, fh, codec: str, unit: int):
+        """The lines that are not blank (the rows), as bytes, a byte order mark dropped. UTF-16 / UTF-32 lines
+        (``unit`` 2 or 4) end at an encoded line feed on a character boundary, and are told blank decoded."""
+        raw = iter(fh.readline, b"") if unit == 1 else read_wide_lines(fh, codec, unit)
+        bom = b"\xef\xbb\xbf" if unit == 1 else "\ufeff".encode(codec)
+        row, first = 0, True
+        while True:
+            try:
+                line = next(raw, b"")
+            except (OSError, EOFError, ValueError, pa.ArrowException) as e:
+                raise self._read_error(row, e) from None
+            if not line:
+                return
+            if first:
+                line, first = line.removeprefix(bom), False
+            if (line if unit == 1 else line.decode(codec, "replace")).strip():  # blank lines are not rows
+                yield line
+                row += 1
+
+    def _read_error(self, row: int, e: BaseException) -> InputError:
+        return InputError(f"{self.name} near row {row}: cannot read the file ({short_error(e)})",
+                          "check the file is complete and its compression")
+
+    def _line_codec(self, fh) -> tuple[str, int]:
+        """(the codec of one line, the code unit in bytes: 1 unless UTF-16 / UTF-32, whose byte order a byte order
+        mark at the start of the stream may give)."""
+        try:
+            head = fh.peek(4)[:4] if self.encoding in ("utf-16", "utf-32") else b""
+        except (OSError, EOFError, ValueError, pa.ArrowException) as e:
+            raise self._read_error(0, e) from None
+        return wide_line_codec(self.encoding, head) or (self.encoding, 1)
 
     def _parse(self, fh, counter):
         rows, texts, pairs, ids, pre = [], [], [], [], {}
-        row = 0
-        id_kind = None  # the type of the first id: every id must be of the same kind (int or str)
-        consumed = 0
+        id_kind = None  # the kind of the first id: every id must be of the same kind (integer or string)
         start = 0  # bytes consumed before the batch
         try:
-            while True:
-                try:
-                    line = fh.readline()
-                except (OSError, EOFError, ValueError, pa.ArrowException) as e:
-                    raise InputError(f"{self.name} near row {row}: cannot read the file ({short_error(e)})",
-                                     "check the file is complete and its compression") from None
-                if not line:
-                    break
-                if consumed == 0:
-                    line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark
-                consumed += 1
-                if not line.strip():
-                    continue  # blank lines are not rows
-                rows.append(row)
-                text = pair = ident = None
-                try:
-                    obj = json.loads(line.decode(self.encoding).strip())
-                    if not isinstance(obj, dict):
-                        raise ValueError(f"a line must hold a JSON object, not {_json_kind(obj)}")
-                    text = obj.get(self.text_column)
-                    pair = obj.get(self.pair_column) if self.pair_column else None
-                    ident = obj.get(self.id_column) if self.id_column else None
-                    if self.text_column not in obj:
-                        pre[row] = Reason(RejectCode.MISSING_FIELD, f"no field '{self.text_column}'")
-                    elif self.pair_column and self.pair_column not in obj:
-                        pre[row] = Reason(RejectCode.MISSING_FIELD, f"no field '{self.pair_column}'")
-                    elif ident is not None:
-                        kind = "integer" if isinstance(ident, int) and not isinstance(ident, bool) else \
-                            "string" if isinstance(ident, str) else None
-                        if kind is None:
-                            pre[row] = Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {_json_kind(ident)}, "
-                                                                 "not a string or an integer")
-                        elif id_kind is None:
-                            id_kind = kind
-                        elif kind != id_kind:
-                            pre[row] = Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {'an' if kind == 'integer' else 'a'} "
-                                                                 f"{kind}, but the ids before it are {id_kind}s")
-                except UnicodeDecodeError as e:
-                    pre[row] = Reason(RejectCode.ENCODING, f"invalid {self.encoding} at byte {e.start} of the line")
-                    if self.id_column:  # the id, for the rejects file, if the rest of the line is readable
-                        try:
-                            ident = json.loads(line.decode(self.encoding, errors="replace")).get(self.id_column)
-                        except (ValueError, AttributeError):
-                            ident = None
-                except ValueError as e:
-                    pre[row] = Reason(RejectCode.INVALID_JSON, f"invalid JSON ({e})")
-                if row in pre:
+            codec, unit = self._line_codec(fh)
+            for row, line in enumerate(self._lines(fh, codec, unit)):
+                text, pair, ident, reason = self._row(line, codec)
+                if reason is None and ident is not None:
+                    reason, id_kind = _check_id(ident, id_kind)
+                if reason is not None:
+                    pre[row] = reason
                     ident = ident if isinstance(ident, (int, str)) else None
-                texts.append(text); pairs.append(pair); ids.append(ident)
-                row += 1
+                rows.append(row); texts.append(text); pairs.append(pair); ids.append(ident)
                 if len(rows) >= self.batch_rows:
-                    yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre,
-                                   counter.count, start)
+                    yield self._batch(rows, texts, pairs, ids, pre, counter.count, start)
                     rows, texts, pairs, ids, pre = [], [], [], [], {}
                     start = counter.count
             if rows:
-                yield RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre,
-                               counter.count, start)
+                yield self._batch(rows, texts, pairs, ids, pre, counter.count, start)
         finally:
             fh.close()
+
+    def _batch(self, rows, texts, pairs, ids, pre, end: int, start: int) -> RawBatch:
+        return RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, end, start)
+
+    def _row(self, line: bytes, codec: str) -> tuple:
+        """One line -> (text, pair, id, Reason or None): the line's values, and why it is a bad row if it is one."""
+        try:
+            obj = json.loads(line.decode(codec).strip())
+        except UnicodeDecodeError as e:
+            return None, None, self._readable_id(line, codec), Reason(RejectCode.ENCODING,
+                                                                       f"invalid {self.encoding} at byte {e.start} of the line")
+        except ValueError as e:
+            return None, None, None, Reason(RejectCode.INVALID_JSON, f"invalid JSON ({e})")
+        if not isinstance(obj, dict):
+            return None, None, None, Reason(RejectCode.NOT_OBJECT, f"{_line_kind(obj)}, not an object")
+        text = obj.get(self.text_column)
+        pair = obj.get(self.pair_column) if self.pair_column else None
+        ident = obj.get(self.id_column) if self.id_column else None
+        missing = next((c for c in (self.text_column, self.pair_column) if c and c not in obj), None)
+        return text, pair, ident, None if missing is None else Reason(RejectCode.MISSING_FIELD, f"no field '{missing}'")
+
+    def _readable_id(self, line: bytes, codec: str):
+        """The id of a line that is not valid in the encoding, for the rejects file, if the rest of it is readable."""
+        if not self.id_column:
+            return None
+        try:
+            return json.loads(line.decode(codec, errors="replace")).get(self.id_column)
+        except (ValueError, AttributeError):
+            return None
+
+
+def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
+    """An id must be a string or an integer, of the kind of the first id: (why not or None, the kind of the ids)."""
+    kind = "integer" if isinstance(ident, int) and not isinstance(ident, bool) else "string" if isinstance(ident, str) else None
+    if kind is None:
+        return Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {_json_kind(ident)}, "
+                                         "not a string or an integer"), id_kind
+    if id_kind is not None and kind != id_kind:
+        return Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {'an' if kind == 'integer' else 'a'} {kind}, "
+                                         f"but the ids before it are {id_kind}s"), id_kind
+    return None, id_kind or kind
 
 
 def _json_kind(v) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
             type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _line_kind(v) -> str:
+    """What a JSON value is, as a line of JSONL: 'a JSON array', 'a JSON string', ..., 'JSON null'."""
+    return "JSON null" if v is None else "a JSON " + _json_kind(v).split(" ", 1)[1]

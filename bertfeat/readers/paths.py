@@ -1,13 +1,22 @@
-"""Where the input's files are: a local file, a glob, a directory of Parquet files or an fsspec URL, and their compression."""
+"""Where the input's files are: a local file, a glob, a directory of Parquet files or an fsspec URL, and their compression.
+
+A listing (a directory or a glob) holds input only: hidden files, what lies in a hidden directory or in a
+directory ending in ``.partial`` (an interrupted bertfeat run's ``OUTPUT.partial/``: parts and manifest) and
+bertfeat's own Parquet outputs are left out, so an output written inside the input folder is never read back as rows.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from ..errors import InputError
 
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+_SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+OUTPUT_METADATA_KEYS = (b"bertfeat", b"bertfeat_part")  # a Parquet file bertfeat wrote: a feature file, or a part of one
 
 
 def compression_of(path) -> str | None:
@@ -25,46 +34,123 @@ def _path_key(p: str) -> list[str]:
     return p.split("/")
 
 
+def refuse_special_file(path: str, fmt: str | None) -> None:
+    """A named pipe, device or socket given as the input: refused from its type (``os.stat``), never opened (opening a
+    FIFO waits for a writer, a device may never end), pointing at standard input. Any other path passes."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return  # missing or unreadable: the caller's own checks say so
+    kind = next((name for test, name in _SPECIAL if test(mode)), None)
+    if kind is not None:
+        raise InputError(f"{path}: is {kind}, not a file",
+                         f"to stream from a pipe pass - and feed it on standard input, e.g. cat {path} | bertfeat extract - "
+                         f"--input-format {fmt or 'csv'} -o out.parquet")
+
+
+def is_listed(relative_parts: tuple[str, ...], hidden: tuple[str, ...] = (".",)) -> bool:
+    """A file found by listing a directory or matching a glob, by its path's parts below the listed folder, is input:
+    no part hidden (``hidden`` prefixes: an atomic write's ``.NAME.tmp-PID``), no folder ending in ``.partial``."""
+    folders = relative_parts[:-1]
+    return not any(p.startswith(hidden) for p in relative_parts) and not any(f.endswith(".partial") for f in folders)
+
+
+def is_bertfeat_output(path: str) -> bool:
+    """A local Parquet file bertfeat wrote (its footer's metadata has a bertfeat key); False when it cannot be read."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_schema(path).metadata
+    except Exception:  # noqa: BLE001  not Parquet, or unreadable: the reader reports it with its own message
+        return False
+    return any(k in (meta or {}) for k in OUTPUT_METADATA_KEYS)
+
+
+def _glob_root(pattern: str) -> int:
+    """How many leading parts of a glob pattern hold no wildcard (the folder it lists)."""
+    parts = Path(pattern).parts
+    return next((i for i, p in enumerate(parts) if any(ch in p for ch in "*?[")), len(parts))
+
+
+def _local_glob(path: str, fmt: str) -> tuple[list[str], int]:
+    """The files a local glob matches that are input, sorted and absolute, and how many it left out."""
+    import glob as globmod
+
+    root = _glob_root(path)
+    found = sorted(p for p in map(Path, globmod.glob(path, recursive=True)) if p.is_file())
+    files = [os.path.abspath(p) for p in found if is_listed(p.parts[root:])]
+    if fmt == "parquet":
+        files = [f for f in files if not is_bertfeat_output(f)]
+    return files, len(found) - len(files)
+
+
+def _local_dir(p: Path) -> tuple[list[str], int]:
+    """The .parquet files under a local directory that are input, sorted and absolute, and how many it left out."""
+    found = sorted(f for f in p.rglob("*.parquet") if f.is_file())
+    files = [os.path.abspath(f) for f in found if is_listed(f.relative_to(p).parts, (".", "_"))]
+    files = [f for f in files if not is_bertfeat_output(f)]
+    return files, len(found) - len(files)
+
+
+def _left_out(n: int, prefixes: str = ".") -> str:
+    return (f" ({n} left out: names starting with {prefixes}, OUTPUT.partial/ folders and bertfeat's own outputs "
+            "are not input)" if n else "")
+
+
+def _url_files(path: str) -> tuple:
+    import fsspec
+
+    try:
+        fs, _, paths = fsspec.core.get_fs_token_paths(path)
+    except (ImportError, ValueError) as e:
+        raise InputError(f"{path}: cannot open this URL ({e})",
+                         "install the fsspec filesystem for it (e.g. s3fs, gcsfs)") from None
+    if len(paths) == 1 and fs.isdir(paths[0]):
+        root = paths[0].rstrip("/")
+        paths = [p for p in fs.find(root) if p.endswith((".parquet", ".pq"))
+                 and is_listed(tuple(p[len(root):].strip("/").split("/")), (".", "_"))]
+    paths = sorted((p for p in paths if fs.isfile(p)), key=_path_key)
+    if not paths:
+        raise InputError(f"{path}: no such file (or the pattern matches none)", "check the URL")
+    return fs, paths
+
+
 def resolve_files(path: str, fmt: str):
     """A file, a glob, or a directory of Parquet files -> (fsspec filesystem, the files sorted: one dataset).
 
     Local paths are checked here with their own messages and made absolute (a Dask worker may run elsewhere);
-    a URL (s3://, gs://, ...) is listed by its filesystem.
+    a URL (s3://, gs://, ...) is listed by its filesystem. A file named by itself is read whatever its name;
+    a listing leaves out what is not input (``is_listed``: hidden names and ``.partial`` folders; a directory
+    also names starting with ``_``) and, for local Parquet, bertfeat's outputs (``is_bertfeat_output``, one footer
+    read per file; a URL's listing keeps the name rules only). A named pipe, device or socket is refused before
+    it is opened (``refuse_special_file``).
     """
     import fsspec
 
     if path == "-":
         return None, []
     if is_url(path):
-        try:
-            fs, _, paths = fsspec.core.get_fs_token_paths(path)
-        except (ImportError, ValueError) as e:
-            raise InputError(f"{path}: cannot open this URL ({e})", "install the fsspec filesystem for it (e.g. s3fs, gcsfs)") from None
-        if len(paths) == 1 and fs.isdir(paths[0]):
-            paths = [p for p in fs.find(paths[0]) if p.endswith((".parquet", ".pq"))
-                     and not p.rsplit("/", 1)[-1].startswith((".", "_"))]
-        paths = sorted((p for p in paths if fs.isfile(p)), key=_path_key)
-        if not paths:
-            raise InputError(f"{path}: no such file (or the pattern matches none)", "check the URL")
-        return fs, paths
-    import glob as globmod
-
+        return _url_files(path)
     fs = fsspec.filesystem("file")
     if any(ch in path for ch in "*?["):
-        files = sorted((Path(p) for p in globmod.glob(path, recursive=True) if Path(p).is_file()))
+        files, n_out = _local_glob(path, fmt)
         if not files:
-            raise InputError(f"{path}: the pattern matches no file", "check the glob pattern (quote it so the shell does not expand it)")
-        return fs, [os.path.abspath(f) for f in files]
+            raise InputError(f"{path}: the pattern matches no {'input ' if n_out else ''}file{_left_out(n_out)}",
+                             "check the glob pattern (quote it so the shell does not expand it)")
+        return fs, files
     p = Path(path)
     if p.is_dir() and fmt != "parquet":
         raise InputError(f"{path}: is a directory", f"pass a {fmt.upper()} file (a directory works for Parquet only)")
     if p.is_dir():
-        files = sorted(f for f in p.rglob("*.parquet") if f.is_file() and not f.name.startswith((".", "_")))
+        files, n_out = _local_dir(p)
         if not files:
-            raise InputError(f"{path}: the directory holds no .parquet file", "point at a Parquet file, a directory of them, or a glob")
-        return fs, [os.path.abspath(f) for f in files]
+            what = f"no {'input ' if n_out else ''}.parquet file{_left_out(n_out, '. or _')}"
+            raise InputError(f"{path}: the directory holds {what}",
+                             "point at a Parquet file, a directory of them, or a glob")
+        return fs, files
     if not p.exists():
         raise InputError(f"{path}: no such file", "check the path")
+    refuse_special_file(path, fmt)
     if not os.access(p, os.R_OK):
         raise InputError(f"{path}: the file is not readable", "check its permissions")
     return fs, [os.path.abspath(p)]

@@ -4,12 +4,13 @@ cut into byte ranges on line ends.
 
 from __future__ import annotations
 
+import codecs
 import io
 import sys
 
 import pyarrow as pa
 
-from ..errors import InputError
+from ..errors import InputError, opt
 from .base import HEAD_BYTES, MIN_PART_BYTES, Partition, RawBatch, Reader
 from .paths import compression_of
 from .stream import CountingReader, NativeRaw, Prefixed
@@ -42,6 +43,7 @@ class TextReader(Reader):
             finally:
                 fh.close()
         self._refuse_compressed(head)
+        self._refuse_wide_unicode(head)
         cols = self._head_columns(head)
         if len(head) < HEAD_BYTES and self.path != "-" and self.compression is None:
             self.total_rows = self._exact_rows(head)  # the whole file was read: its rows are known (progress)
@@ -59,6 +61,14 @@ class TextReader(Reader):
                                      f"or pass the file by name (its {suffix} suffix is read)")
                 raise InputError(f"{self.name}: the file is {kind}-compressed but its name does not end in {suffix}",
                                  f"rename it to end in {suffix}, or decompress it")
+
+    def _refuse_wide_unicode(self, head: bytes) -> None:
+        """UTF-16 / UTF-32 bytes read as another encoding give names with NUL bytes, or a misleading decode error."""
+        what = "the input" if self.path == "-" else "the file"
+        seen = None if self.encoding.startswith(("utf-16", "utf-32")) else wide_unicode(head, what)
+        if seen is not None:
+            encoding, how = seen
+            raise InputError(f"{self.name}: {how}, not {self.encoding}", f"pass {opt('encoding', encoding)}")
 
     def _open_binary(self):
         """(binary stream of the decompressed input, counter of the bytes read from disk)."""
@@ -84,7 +94,8 @@ class TextReader(Reader):
 
     def partitions(self, blocksize: int | None, target: int | None = None) -> list[Partition]:
         """Byte ranges aligned on line ends, as ``dask.bytes.read_bytes`` cuts them (``fsspec.utils.read_block``);
-        a compressed file, or any file when ``blocksize`` is None, is one partition (never cut)."""
+        a compressed file, a file whose line ends are not single bytes (UTF-16, UTF-32), or any file when
+        ``blocksize`` is None, is one partition (never cut)."""
         if target and blocksize:  # a few partitions per task slot, under blocksize
             blocksize = min(blocksize, max(MIN_PART_BYTES, -(-sum(self.fs.size(f) for f in self.files) // target)))
         parts: list[Partition] = []
@@ -92,7 +103,7 @@ class TextReader(Reader):
             comp = compression_of(f)
             header = self._block_header(f)
             size = self.fs.size(f)
-            if comp or not blocksize or size <= blocksize:
+            if comp or not blocksize or size <= blocksize or not _ascii_lines(self.encoding):
                 parts.append(Partition(len(parts), f, header=header, compression=comp))
                 continue
             for off in range(0, size, blocksize):
@@ -149,3 +160,73 @@ def _ascii_lines(encoding: str) -> bool:
         return '"\r\n \t,'.encode(encoding) == b'"\r\n \t,'
     except (LookupError, UnicodeError):
         return False
+
+
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))
+# where ASCII text puts its NUL bytes, by position modulo 4 (True: a NUL byte), in each encoding without a BOM
+_HALF, _THREE_QUARTERS = "every other byte of {} is a NUL byte", "three bytes in four of {} are NUL bytes"
+_NUL_PATTERNS = (((False, True, True, True), "utf-32-le", "UTF-32 little-endian", _THREE_QUARTERS),
+                 ((True, True, True, False), "utf-32-be", "UTF-32 big-endian", _THREE_QUARTERS),
+                 ((False, True, False, True), "utf-16-le", "UTF-16 little-endian", _HALF),
+                 ((True, False, True, False), "utf-16-be", "UTF-16 big-endian", _HALF))
+
+
+def wide_unicode(head: bytes, what: str = "the file") -> tuple[str, str] | None:
+    """(the encoding to pass, what shows it) when ``head`` is UTF-16 or UTF-32 text, else None: its byte order mark, or
+    without one NUL bytes where ASCII characters put them in that encoding (9 in 10 of the first 4 KiB, and no others)."""
+    for bom, encoding in _BOMS:
+        if head.startswith(bom):
+            return encoding, f"{what} starts with a {encoding.upper()} byte order mark: it is {encoding.upper()} text"
+    sample = head[:4096]
+    if len(sample) < 8:
+        return None
+    share = [sample[k::4].count(0) / len(sample[k::4]) for k in range(4)]
+    for pattern, encoding, name, nuls in _NUL_PATTERNS:
+        if all(s >= 0.9 if nul else s <= 0.1 for s, nul in zip(share, pattern)):
+            return encoding, f"{nuls.format(what)}: it looks like {name} text"
+    return None
+
+
+def wide_line_codec(encoding: str, head: bytes) -> tuple[str, int] | None:
+    """For UTF-16 / UTF-32 (line ends of 2 or 4 bytes): (the codec of one line, its byte order fixed by the head's
+    byte order mark, else the machine's as Python's codec reads it; the code unit in bytes). None for other encodings."""
+    for base, unit, le_bom, be_bom in (("utf-16", 2, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE),
+                                       ("utf-32", 4, codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
+        if encoding in (f"{base}-le", f"{base}-be"):
+            return encoding, unit
+        if encoding == base:
+            order = "le" if head.startswith(le_bom) else "be" if head.startswith(be_bom) else sys.byteorder[0] + "e"
+            return f"{base}-{order}", unit
+    return None
+
+
+def split_wide_lines(data: bytes, codec: str, unit: int) -> tuple[list[bytes], bytes]:
+    """UTF-16 / UTF-32 bytes (starting on a character) -> (whole lines, each with its line feed; the rest): a line
+    ends at an encoded line feed on a code-unit boundary (b'\\n\\x00' at an odd offset is not one)."""
+    nl = "\n".encode(codec)
+    lines, start, i = [], 0, 0
+    while (j := data.find(nl, i)) >= 0:
+        if j % unit:
+            i = j + 1
+            continue
+        lines.append(data[start:j + unit])
+        start = i = j + unit
+    return lines, data[start:]
+
+
+def read_wide_lines(fh, codec: str, unit: int, block: int = 1 << 20):
+    """The lines of a UTF-16 / UTF-32 binary stream, as bytes (the last one without a line feed, if so). Each block is
+    split on its own, starting on a code unit (a line longer than a block is joined once, not rescanned)."""
+    pending: list[bytes] = []  # the start of a line that runs on past the blocks read so far
+    while data := fh.read(block):
+        while len(data) % unit and (more := fh.read(unit - len(data) % unit)):
+            data += more
+        lines, rest = split_wide_lines(data, codec, unit)
+        if lines:
+            lines[0] = b"".join(pending) + lines[0]
+            pending = []
+            yield from lines
+        pending.append(rest)
+    if tail := b"".join(pending):
+        yield tail

@@ -1,0 +1,335 @@
+"""Input that looks like a table but is not what it seems (issue 25): duplicate CSV/TSV header names, JSONL lines that
+are not objects, UTF-16 / UTF-32 text, a named pipe or device given as the input file, and an interrupted run's
+partial output (or bertfeat's own outputs) inside the input folder.
+
+Every refusal is one exact `Error: what - fix` line, exit 1, nothing written, the input unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import bertfeat.progress
+from bertfeat.errors import render
+from bertfeat.progress import NullProgress
+from bertfeat.readers import open_input, resolve_files
+from bertfeat.readers.text import split_wide_lines, wide_unicode
+from bertfeat.rejects import Reason, RejectCode, fix_for
+from extract_util import assert_close, embeddings, metadata, no_leftovers, read_table, run, tiny_encoder, tiny_model, write_csv
+
+TEXTS = ["hello there", "wörld façade", "a third line", "中文 and emoji 🙂"]
+
+
+def extract(capsys, src, out, *extra):
+    return run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q", *extra)
+
+
+def snapshot(d: Path) -> dict:
+    """Every file under d with its sha256 (an input left as it was, nothing added beside it)."""
+    return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+            for p in sorted(d.rglob("*"))}
+
+
+def refused(capsys, src, out, message, *extra):
+    """The run fails with exactly `message`, writes nothing and leaves the folder as it was."""
+    before = snapshot(out.parent)
+    rc, _, err = extract(capsys, src, out, *extra)
+    assert "Traceback" not in err, err
+    assert (rc, err) == (1, f"Error: {message}\n")
+    assert no_leftovers(out) == []
+    assert snapshot(out.parent) == before
+
+
+# ------------------------------------------------------------------------------------------ duplicate header names
+@pytest.mark.parametrize("delimiter, ext", [(",", "csv"), ("\t", "tsv")])
+def test_duplicate_header_name_is_refused(tmp_path, capsys, delimiter, ext):
+    src = write_csv(tmp_path / f"d.{ext}", ["text", "id", "text"], [["a b", "1", "c d"]], delimiter=delimiter)
+    refused(capsys, src, tmp_path / "o.parquet", f"{src}: the column name 'text' appears 2 times in the header line "
+                                                 "(columns 1 and 3) - rename the columns so that every name is unique")
+
+
+def test_a_duplicate_name_is_refused_even_when_unused(tmp_path, capsys):
+    """Any duplicate, as for Parquet: the header is ambiguous whichever columns this run reads."""
+    src = write_csv(tmp_path / "d.csv", ["note", "text", "note", "note"], [["x", "a b", "y", "z"]])
+    refused(capsys, src, tmp_path / "o.parquet", f"{src}: the column name 'note' appears 3 times in the header line "
+                                                 "(columns 1, 3 and 4) - rename the columns so that every name is unique",
+            "--text-column", "text")
+
+
+def test_blank_header_names_are_not_duplicates(tmp_path, capsys):
+    """Trailing delimiters (a spreadsheet's export) give unnamed columns: they name nothing, so they are read as before."""
+    src = tmp_path / "t.csv"
+    src.write_text("text,label,,\nhello there,x,,\nwörld façade,y,,\n", encoding="utf-8")
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out)
+    assert rc == 0, err
+    assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS[:2]))
+
+
+# ------------------------------------------------------------------------------------------ JSONL lines that are not objects
+JSONL_FIX = 'bertfeat reads JSONL with one JSON object per line ({"text": ...}); convert the file, or use CSV'
+
+
+@pytest.mark.parametrize("data, line, kind", [
+    (b'["a", 1]\n["b", 2]\n', 1, "a JSON array"),
+    (b'"a"\n"b"\n', 1, "a JSON string"),
+    (b"1\n2.5\n", 1, "a JSON number"),
+    (b"true\n", 1, "a JSON boolean"),
+    (b"null\n", 1, "JSON null"),
+    (b'\nnot json\n["a"]\n{"broken": \n', 3, "a JSON array"),  # the first line that is JSON, by its line number
+])
+def test_jsonl_of_non_objects_is_refused_at_open(tmp_path, capsys, data, line, kind):
+    src = tmp_path / "a.jsonl"
+    src.write_bytes(data)
+    message = f"{src} line {line}: {kind}, not an object - {JSONL_FIX}"
+    refused(capsys, src, tmp_path / "o.parquet", message)
+    refused(capsys, src, tmp_path / "o.parquet", message, "--text-column", "text")  # the option does not help
+
+
+def test_jsonl_mixing_objects_and_arrays_rejects_the_arrays(tmp_path):
+    src = tmp_path / "m.jsonl"
+    src.write_bytes(b'["header", "row"]\n{"text": "a", "id": 1}\n[1, 2]\n"str"\n{"text": "b", "id": 2}\n')
+    r = open_input(str(src), id_column="id")
+    assert r.columns == ["text", "id"]
+    (b,) = list(r.batches())
+    assert (b.rows, b.texts, b.ids) == ([0, 1, 2, 3, 4], [None, "a", None, None, "b"], [None, 1, None, None, 2])
+    assert b.pre_rejected == {0: Reason(RejectCode.NOT_OBJECT, "a JSON array, not an object"),
+                              2: Reason(RejectCode.NOT_OBJECT, "a JSON array, not an object"),
+                              3: Reason(RejectCode.NOT_OBJECT, "a JSON string, not an object")}
+    assert render(fix_for("not-object")) == ('make the line a JSON object such as {"text": ...} (one object per line), '
+                                     "or pass on_bad_row='skip' to write it to the rejects file and go on")
+
+
+# ------------------------------------------------------------------------------------------ UTF-16 and UTF-32
+def test_wide_unicode_detection():
+    assert wide_unicode("text\nhello\n".encode("utf-16")) == ("utf-16", "the file starts with a UTF-16 byte order mark: "
+                                                                        "it is UTF-16 text")
+    assert wide_unicode("text\n".encode("utf-32"))[0] == "utf-32"
+    assert wide_unicode("text\nhello\n".encode("utf-16-be"))[0] == "utf-16-be"
+    assert wide_unicode("text\nhello\n".encode("utf-32-le"))[0] == "utf-32-le"
+    assert wide_unicode("text\n中文字符\n".encode("utf-8")) is None
+    assert wide_unicode(b"text\nab\x00cd\n") is None  # a stray NUL byte (a bad row) is not UTF-16
+    assert wide_unicode("tx".encode("utf-16-le")) is None  # too short to tell
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+@pytest.mark.parametrize("encoding, hint, how", [
+    ("utf-16", "utf-16", "the file starts with a UTF-16 byte order mark: it is UTF-16 text"),
+    ("utf-16-le", "utf-16-le", "every other byte of the file is a NUL byte: it looks like UTF-16 little-endian text"),
+    ("utf-16-be", "utf-16-be", "every other byte of the file is a NUL byte: it looks like UTF-16 big-endian text"),
+    ("utf-32", "utf-32", "the file starts with a UTF-32 byte order mark: it is UTF-32 text"),
+])
+def test_utf16_input_names_its_encoding_and_reads_with_it(tmp_path, capsys, fmt, encoding, hint, how):
+    src = tmp_path / f"u.{fmt}"
+    body = "text\n" + "".join(t + "\n" for t in TEXTS) if fmt == "csv" else "".join(json.dumps({"text": t}) + "\n" for t in TEXTS)
+    src.write_bytes(body.encode(encoding))
+    out = tmp_path / "o.parquet"
+    refused(capsys, src, out, f"{src}: {how}, not utf-8 - pass --encoding {hint}")
+    refused(capsys, src, out, f"{src}: {how}, not iso8859-1 - pass --encoding {hint}", "--encoding", "latin-1")
+    rc, _, err = extract(capsys, src, out, "--encoding", hint)
+    assert rc == 0, err
+    assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS))
+    assert metadata(out)["rows"]["written"] == len(TEXTS)
+
+
+def test_utf16_on_standard_input(tmp_path, capsys, monkeypatch):
+    data = ("text\n" + "".join(t + "\n" for t in TEXTS)).encode("utf-16")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    rc, _, err = extract(capsys, "-", tmp_path / "o.parquet", "--input-format", "csv")
+    assert (rc, err) == (1, "Error: <stdin>: the input starts with a UTF-16 byte order mark: it is UTF-16 text, not utf-8 "
+                            "- pass --encoding utf-16\n")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    rc, _, err = extract(capsys, "-", tmp_path / "o.parquet", "--input-format", "csv", "--encoding", "utf-16")
+    assert rc == 0, err
+    assert_close(embeddings(read_table(tmp_path / "o.parquet")), tiny_encoder().encode(TEXTS))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_utf16_partitions_are_whole_files_and_read_back_equal(tmp_path, fmt):
+    """The Dask engine cuts text on b'\\n': not in UTF-16, whose line ends are two bytes, so such a file is one partition."""
+    src = tmp_path / f"u.{fmt}"
+    texts = [f"{t} {i}" for i in range(40) for t in TEXTS[:2]]
+    body = "text\n" + "".join(t + "\n" for t in texts) if fmt == "csv" else "".join(json.dumps({"text": t}) + "\n" for t in texts)
+    src.write_bytes(body.encode("utf-16"))
+    r = open_input(str(src), encoding="utf-16")
+    parts = r.partitions(64, target=8)
+    assert len(parts) == 1
+    b = r.read_partition(parts[0], 0)
+    got = [bytes(t).decode() if isinstance(t, bytes) else t for t in b.texts]
+    assert (b.rows, got, b.pre_rejected) == (list(range(len(texts))), texts, {})
+    assert r.count_rows(parts[0]) == len(texts)
+
+
+def test_undecodable_utf16_jsonl_line_is_a_bad_row(tmp_path):
+    src = tmp_path / "u.jsonl"
+    bad = "\ud800".encode("utf-16-le", "surrogatepass") + '{"text": "x"}\n'.encode("utf-16-le")  # a lone surrogate
+    src.write_bytes('{"text": "ok"}\n'.encode("utf-16") + bad + '\n{"text": "fine"}'.encode("utf-16-le"))
+    (b,) = list(open_input(str(src), encoding="utf-16").batches())
+    assert (b.rows, b.texts) == ([0, 1, 2], ["ok", None, "fine"])  # the blank line is no row, the last needs no line end
+    assert b.pre_rejected == {1: Reason(RejectCode.ENCODING, "invalid utf-16 at byte 0 of the line")}
+
+
+def test_utf16_lines_end_only_at_a_whole_line_feed():
+    data = "a\u0a00\u0100b\nc".encode("utf-16-le")  # b"\n\x00" at byte 3 is the end of U+0A00 and the start of U+0100
+    assert split_wide_lines(data, "utf-16-le", 2) == (["a\u0a00\u0100b\n".encode("utf-16-le")], "c".encode("utf-16-le"))
+    data = "\u0a00\n".encode("utf-32-be")
+    assert split_wide_lines(data, "utf-32-be", 4) == ([data], b"")
+
+
+# ------------------------------------------------------------------------------------------ pipes, devices, sockets
+def pipe_fix(path, fmt="csv"):
+    return (f"to stream from a pipe pass - and feed it on standard input, e.g. cat {path} | bertfeat extract - "
+            f"--input-format {fmt} -o out.parquet")
+
+
+def run_with_deadline(capsys, *args, seconds=60):
+    """extract in a thread; a reader that blocked on the pipe is released (and the test fails) after `seconds`."""
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=extract(capsys, *args)), daemon=True)
+    t.start()
+    t.join(seconds)
+    return result.get("r"), t
+
+
+@pytest.mark.parametrize("name, extra, fmt", [("p.csv", (), "csv"), ("p.parquet", (), "parquet"),
+                                              ("pipe", ("--input-format", "jsonl"), "jsonl"), ("pipe", (), "csv")])
+def test_a_named_pipe_is_refused_without_blocking(tmp_path, capsys, name, extra, fmt):
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    out = tmp_path / "o.parquet"
+    result, thread = run_with_deadline(capsys, fifo, out, *extra)
+    if thread.is_alive():  # it opened the pipe and waits for a writer: release it, then fail
+        os.close(os.open(fifo, os.O_RDWR))
+        thread.join(30)
+        pytest.fail("bertfeat extract blocked on a named pipe")
+    rc, _, err = result
+    assert (rc, err) == (1, f"Error: {fifo}: is a named pipe (FIFO), not a file - {pipe_fix(fifo, fmt)}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_device_or_a_socket_is_refused(tmp_path, capsys):
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, "/dev/null", out, "--input-format", "csv")
+    assert (rc, err) == (1, f"Error: /dev/null: is a character device, not a file - {pipe_fix('/dev/null')}\n")
+    path = tmp_path / "s.csv"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+        rc, _, err = extract(capsys, path, out)
+    assert (rc, err) == (1, f"Error: {path}: is a socket, not a file - {pipe_fix(path)}\n")
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------ outputs inside the input folder
+def parquet_with(path: Path, table: pa.Table, key: bytes | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table if key is None else table.replace_schema_metadata({key: b"{}"}), path)
+    return path
+
+
+def input_folder(d: Path, n: int = 12) -> Path:
+    parquet_with(d / "a.parquet", pa.table({"text": [f"sentence number {i} of a" for i in range(n)]}))
+    parquet_with(d / "sub" / "b.parquet", pa.table({"text": [f"sentence number {i} of b" for i in range(n)]}))
+    return d
+
+
+def leave_debris(d: Path) -> None:
+    """What an interrupted run and finished runs leave in the folder: OUTPUT.partial/ with a part and its manifest
+    (local engine), a Dask partial with its _full/ stage, temporaries, a finished output, a hidden folder."""
+    features = pa.table({"row": [0], "embedding": [[0.5, 0.25]]})
+    parquet_with(d / "o.parquet.partial" / "part-000000.parquet", features, b"bertfeat_part")
+    (d / "o.parquet.partial" / "manifest.json").write_text("{}")
+    parquet_with(d / "sub" / "dask.parquet.partial" / "_full" / "part-0.parquet", features, b"bertfeat")
+    parquet_with(d / "sub" / "dask.parquet.partial" / "part-0.parquet", features, b"bertfeat")
+    parquet_with(d / ".o.parquet.tmp-4242", features)
+    parquet_with(d / ".x.parquet", pa.table({"text": ["hidden"]}))
+    parquet_with(d / ".cache" / "c.parquet", pa.table({"text": ["hidden"]}))
+    parquet_with(d / "done.features.parquet", features, b"bertfeat")  # a finished output, named like input
+    parquet_with(d / "dask-out" / "part-0.parquet", features, b"bertfeat")  # a finished Dask output directory
+
+
+@pytest.mark.parametrize("pattern", ["", "/**/*.parquet", "/**/*", "/*.parquet"])
+def test_the_listing_leaves_out_partial_runs_temporaries_and_outputs(tmp_path, pattern):
+    d = input_folder(tmp_path / "in")
+    leave_debris(d)
+    want = [str(d / "a.parquet"), str(d / "sub" / "b.parquet")]
+    assert resolve_files(str(d) + pattern, "parquet")[1] == (want[:1] if pattern == "/*.parquet" else want)
+
+
+def test_a_file_named_by_itself_is_read_whatever_its_name(tmp_path):
+    d = tmp_path / "in"
+    parquet_with(d / ".hidden.parquet", pa.table({"text": ["x"]}))
+    parquet_with(d / "x.partial" / "p.parquet", pa.table({"text": ["y"]}))
+    assert resolve_files(str(d / ".hidden.parquet"), "parquet")[1] == [str(d / ".hidden.parquet")]
+    assert resolve_files(str(d / "x.partial" / "p.parquet"), "parquet")[1] == [str(d / "x.partial" / "p.parquet")]
+    assert resolve_files(str(d / "x.partial"), "parquet")[1] == [str(d / "x.partial" / "p.parquet")]  # listed itself
+
+
+def test_a_folder_of_nothing_but_outputs_says_what_was_left_out(tmp_path, capsys):
+    d = tmp_path / "in"
+    leave_debris(d)
+    (d / "sub").mkdir(exist_ok=True)
+    out = tmp_path / "o.parquet"
+    refused(capsys, d, out, f"{d}: the directory holds no input .parquet file (7 left out: names starting with . or _, "
+                            "OUTPUT.partial/ folders and bertfeat's own outputs are not input) - "
+                            "point at a Parquet file, a directory of them, or a glob")
+    refused(capsys, f"{d}/*.parquet", out, f"{d}/*.parquet: the pattern matches no input file (1 left out: names starting "
+                                           "with ., OUTPUT.partial/ folders and bertfeat's own outputs are not input) - "
+                                           "check the glob pattern (quote it so the shell does not expand it)")
+
+
+class Interrupt(NullProgress):
+    """Ctrl-C after `after` chunks (as tests/test_resume.py)."""
+
+    def __init__(self, after):
+        self.after, self.n = after, 0
+
+    def advance(self, rows, tokens, bytes_read):
+        self.n += 1
+        if self.n == self.after:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupted_run_inside_the_input_folder_is_not_read_back(tmp_path, capsys, monkeypatch):
+    """extract IN/ -o IN/o.parquet, interrupted: its partial folder (parts + manifest) is not input, so the same
+    command with --resume finishes with the output of an uninterrupted run; the finished output in IN/ is not
+    input to the next run either."""
+    d = input_folder(tmp_path / "in")
+    inputs = snapshot(d)
+    args = ["--chunk-rows", "4", "--threads", "1"]
+    ref = tmp_path / "ref.parquet"
+    rc, _, err = extract(capsys, d, ref, *args)
+    assert rc == 0, err
+
+    out = d / "o.parquet"
+    monkeypatch.setattr(bertfeat.progress, "make_progress", lambda *a, **k: Interrupt(2))
+    rc, _, err = extract(capsys, d, out, *args)
+    monkeypatch.undo()
+    assert (rc, err.splitlines()[-1]) == (130, "Interrupted."), err
+    partial = d / "o.parquet.partial"
+    assert (partial / "manifest.json").is_file() and len(list(partial.glob("part-*.parquet"))) == 2
+    assert resolve_files(str(d), "parquet")[1] == [str(d / "a.parquet"), str(d / "sub" / "b.parquet")]
+
+    rc, _, err = extract(capsys, d, out, *args)
+    assert (rc, err.splitlines()[-1].split(" - ")[0]) == (1, f"Error: a resumable partial run exists in {partial}"), err
+    rc, _, err = extract(capsys, d, out, *args, "--resume")
+    assert rc == 0, err
+    assert read_table(out).equals(read_table(ref))
+    assert metadata(out)["rows"]["written"] == 24
+
+    again = d / "again.parquet"  # o.parquet (a bertfeat output) is in the folder now: not an input
+    rc, _, err = extract(capsys, d, again, *args)
+    assert rc == 0, err
+    assert read_table(again).equals(read_table(ref))
+    assert {k: v for k, v in snapshot(d).items() if k in inputs} == inputs
+    assert sorted(set(snapshot(d)) - set(inputs)) == ["again.parquet", "o.parquet"]
