@@ -21,6 +21,7 @@ from .errors import BertfeatError, opt
 from .hub import ModelLocation, resolve_model
 from .model import Workspace, bert_forward, pooler
 from .threads import default_threads
+from .specs import check_max_batch_tokens, check_max_length, check_threads
 from .pooling import LAYER_AGGS, combine_layers, dense, l2_normalize, parse_layers, pool_tokens, split_pooling
 from .stmodules import ModelPipeline, read_pipeline
 from .tokenize import BertTokenizer, Tokenized, pad_batch
@@ -123,6 +124,9 @@ class Encoder:
     def __init__(self, model: str | Path | None = None, *, max_length: int | None = None,
                  max_batch_tokens: int = DEFAULT_BATCH_TOKENS, threads: int | None = None,
                  location: ModelLocation | None = None, precision: str = "fp32"):
+        check_threads(threads)  # the checks and messages of bertfeat.extract (plan.make_plan), before any loading
+        check_max_length(max_length)
+        check_max_batch_tokens(max_batch_tokens)
         self.gemm_path: gemm.GemmPath = gemm.resolve(precision)
         self.requested_precision = precision
         self.precision = self.gemm_path.precision  # what runs: "fp32", "bf16" or "int8"
@@ -147,7 +151,7 @@ class Encoder:
         self.tokenizer = BertTokenizer.from_dir(d, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
         self.default_pooling, self.pooling_source = "+".join(self.pipeline.pooling), self.pipeline.pooling_source
         self._prompt_lengths: dict[str, int] = {}
-        self.max_batch_tokens = int(max_batch_tokens)
+        self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
         self.threads = int(threads) if threads else default_threads()
         self._sha256: str | None = None
         self._workspaces: queue.SimpleQueue[Workspace] = queue.SimpleQueue()  # one in use per running batch
@@ -259,6 +263,7 @@ class Encoder:
             if idx != (L,):
                 raise BertfeatError("pooling 'pooled' is defined on the last layer only",
                                     f"drop {opt('layers')}, or use {opt('pooling', 'cls')} to pool the [CLS] of other layers")
+        check_max_length(max_length)
         max_length = self._check_max_length(max_length) if max_length else self.max_length
         stride = 32 if stride is None else int(stride)
         if long_text.startswith("chunk") and not 0 <= stride < max_length - 2:
