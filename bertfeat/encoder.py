@@ -429,19 +429,17 @@ class Encoder:
         As in sentence-transformers, one string gives one (D,) vector; ``prompt`` / ``prompt_name`` pick a
         prompt (else the model's default prompt applies); ``normalize_embeddings`` is ``normalize``;
         ``batch_size`` caps the rows per batch (batches are also cut by the constructor's token budget).
+        A text (or pair) that is not a string is refused naming its index.
         """
         single = isinstance(texts, str)
-        if single:
-            texts = [texts]
-        if isinstance(pairs, str):
-            pairs = [pairs]
+        texts = text_list(texts, "texts")
+        pairs = None if pairs is None else text_list(pairs, "pairs")
         if normalize_embeddings is not None:
             if normalize is not None and bool(normalize) != bool(normalize_embeddings):
                 raise BertfeatError("normalize and normalize_embeddings disagree", "give one of them")
             normalize = normalize_embeddings
         spec = self.spec(pooling, layers, layer_agg, normalize, max_length, long_text, stride,
                          prompt=prompt, prompt_name=prompt_name)
-        texts = list(texts)
         if not texts:
             X = np.zeros((0, self.output_dim(spec)), dtype=np.float32)
             info = EncodeResult(X, np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int32))
@@ -470,6 +468,31 @@ def parallel_map(fn, items: list, threads: int) -> list:
 
         with ThreadPoolExecutor(threads, thread_name_prefix="bertfeat") as ex:
             return list(ex.map(fn, items))
+
+
+#: the fix of a text that is not a string
+NOT_A_STRING_FIX = "pass a list of strings (drop or fill missing texts first)"
+
+
+def text_list(values, name: str) -> list[str]:
+    """``texts`` / ``pairs`` of Encoder.encode -> a list of str (one string: a list of it, as sentence-transformers).
+
+    Anything else than strings is refused naming the first bad item (``texts[1] is None, not a string``), rather than
+    reaching the tokenizer, whose TypeError names neither."""
+    if isinstance(values, str):
+        return [values]
+    if isinstance(values, (bytes, bytearray)) or not hasattr(values, "__iter__"):
+        raise BertfeatError(f"{name} is {short_repr(values)}, not a list of strings", NOT_A_STRING_FIX)
+    values = list(values)
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise BertfeatError(f"{name}[{i}] is {short_repr(v)}, not a string", NOT_A_STRING_FIX)
+    return values
+
+
+def short_repr(v) -> str:
+    """A value and its type for a message: ``None``, ``3 (int)``, ``b'x' (bytes)``, ``nan (float)``."""
+    return "None" if v is None else f"{v!r:.40} ({type(v).__name__})"
 
 
 class LongTextError(BertfeatError):

@@ -192,7 +192,7 @@ class BertTokenizer:
         """Encode rows whole, then re-encode only the rows longer than max_length with truncation."""
         max_length = max_length or self.model_max_length
         if pairs is not None and len(pairs) != len(texts):
-            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+            raise BertfeatError(f"{len(texts)} texts but {len(pairs)} pairs", "give one pair text for each text")
         full = self._encode_batch(texts, pairs, None)
         ids = [np.asarray(e.ids, dtype=np.int32) for e in full]
         type_ids = [np.asarray(e.type_ids, dtype=np.int32) for e in full]

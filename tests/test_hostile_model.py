@@ -82,3 +82,37 @@ def test_encoder_default_settings_still_load():
     enc = Encoder(tiny_model(), threads=None, max_batch_tokens=None, max_length=None)
     assert enc.max_batch_tokens == 512 and enc.threads >= 1
     assert Encoder(tiny_model(), threads=1, max_batch_tokens=1).encode(["a b c", "d"]).shape == (2, 32)
+
+
+@pytest.mark.parametrize("texts, pairs, message", [
+    (["ok", None], None, "texts[1] is None, not a string"),
+    (["ok", "fine", 3], None, "texts[2] is 3 (int), not a string"),
+    ([b"x"], None, "texts[0] is b'x' (bytes), not a string"),
+    (["ok", float("nan")], None, "texts[1] is nan (float), not a string"),
+    ([["nested"]], None, "texts[0] is ['nested'] (list), not a string"),
+    (None, None, "texts is None, not a list of strings"),
+    (b"bytes", None, "texts is b'bytes' (bytes), not a list of strings"),
+    (7, None, "texts is 7 (int), not a list of strings"),
+    (["a", "b"], ["c", None], "pairs[1] is None, not a string"),
+])
+def test_encode_refuses_a_text_that_is_not_a_string(texts, pairs, message):
+    with pytest.raises(BertfeatError) as e:
+        tiny_encoder().encode(texts, pairs=pairs)
+    assert e.value.message == message + " - pass a list of strings (drop or fill missing texts first)"
+
+
+def test_encode_edge_inputs_keep_their_meaning():
+    """One string is one text (a (D,) vector, as SentenceTransformer.encode); an empty list is (0, D); an array or
+    a generator of strings is a list of them; pairs must match the texts one to one."""
+    enc = tiny_encoder()
+    assert enc.encode("one text").shape == (32,)
+    np.testing.assert_array_equal(enc.encode("one text"), enc.encode(["one text"])[0])
+    assert enc.encode([]).shape == (0, 32)
+    np.testing.assert_array_equal(enc.encode(np.array(["a", "b"])), enc.encode(["a", "b"]))
+    np.testing.assert_array_equal(enc.encode(t for t in ["a", "b"]), enc.encode(["a", "b"]))
+    with pytest.raises(BertfeatError) as e:
+        enc.encode(["a", "b"], pairs=["c"])
+    assert e.value.message == "2 texts but 1 pairs - give one pair text for each text"
+    with pytest.raises(BertfeatError) as e:
+        enc.encode(["a"], max_length=0)
+    assert e.value.message.startswith("max_length=0 is out of range - choose 3 or more")
