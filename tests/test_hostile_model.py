@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +24,12 @@ import pytest
 
 import bertfeat
 from bertfeat import BertfeatError, Encoder
+from bertfeat.errors import WeightsError
+from bertfeat.weights import load_weights
 from ckpt import make_checkpoint
 from extract_util import no_leftovers, run, tiny_encoder, tiny_model, write_csv
 
+CORRUPT = "the checkpoint is corrupt or was saved from a diverged training run: re-download or re-save it"
 
 
 def checkpoint(d: Path, **kw) -> Path:
@@ -50,6 +54,77 @@ def extract_refuses(capsys, tmp_path: Path, model: Path, message: str, rows: lis
     assert run(capsys, "extract", src, "-o", out, "--model", model, "-q", *args) == (1, "", f"Error: {message}\n")
     assert no_leftovers(out) == []  # no output, no out.parquet.partial/, no temporary
     assert hashlib.sha256(src.read_bytes()).hexdigest() == before
+
+
+# --------------------------------------------------------------------------- 1. non-finite weights
+def test_nan_and_inf_weights_are_refused_naming_the_tensor(tmp_path, capsys):
+    d = checkpoint(tmp_path / "m", prefix=True)  # named "bert.encoder...." in the file
+
+    def poison(t):
+        w = t["bert.encoder.layer.1.attention.self.query.weight"]
+        w[0, :3] = np.nan
+        w[5, 7] = -np.inf
+
+    edit_tensors(d, poison)
+    message = (f"{d}/model.safetensors: tensor 'bert.encoder.layer.1.attention.self.query.weight' has 4 NaN or "
+               f"infinite value(s) of 1,024 (3 NaN, 1 infinite) - {CORRUPT}")
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.message == message
+    extract_refuses(capsys, tmp_path, d, message, ["a text", "another"])
+    assert run(capsys, "info", d) == (1, "", f"Error: {message}\n")
+
+
+def test_non_finite_weights_in_float16_and_bfloat16_files(tmp_path):
+    """float16 is read by safetensors; a bfloat16 file by its format, widened to float32 (precision fp32) or kept as
+    its bf16 bit patterns (the layers' linear weights under precision bf16): every path checks."""
+    from safetensors.numpy import load_file, save_file
+
+    from bertfeat.config import BertConfig
+
+    d = checkpoint(tmp_path / "h")
+    t = load_file(str(d / "model.safetensors"))
+    t = {k: v.astype(np.float16) for k, v in t.items()}
+    t["embeddings.LayerNorm.bias"][3] = np.inf
+    save_file(t, str(d / "model.safetensors"))
+    with pytest.raises(WeightsError, match=r"tensor 'embeddings.LayerNorm.bias' has 1 NaN or infinite value\(s\) of 32 "
+                                           r"\(0 NaN, 1 infinite\) - the checkpoint is corrupt"):
+        Encoder(d)
+
+    b = checkpoint(tmp_path / "b")
+    edit_tensors(b, lambda t: t["encoder.layer.0.output.dense.weight"].__setitem__((slice(None), 0), np.nan))
+    write_bf16(b / "model.safetensors")
+    where = f"{b}/model.safetensors: tensor 'encoder.layer.0.output.dense.weight' has 32 NaN or infinite value(s) of 4,096"
+    cfg = BertConfig.from_file(b / "config.json")
+    for precision in ("fp32", "bf16"):  # widened to float32 / kept as bf16 bits
+        with pytest.raises(WeightsError) as e:
+            load_weights(b, cfg, precision)
+        assert e.value.message == f"{where} (32 NaN, 0 infinite) - {CORRUPT}", precision
+
+
+def write_bf16(path: Path) -> None:
+    """Rewrite a safetensors file in bfloat16 (the top half of each float32; NaN stays NaN)."""
+    import struct
+
+    from safetensors.numpy import load_file
+
+    header, blobs, off = {}, [], 0
+    for k, v in load_file(str(path)).items():
+        b = (np.ascontiguousarray(v, np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+        header[k] = {"dtype": "BF16", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def test_finite_extremes_and_integer_buffers_load(tmp_path):
+    """Only NaN and inf are refused: float32's largest values and an int64 buffer load."""
+    d = checkpoint(tmp_path / "m")
+    edit_tensors(d, lambda t: (t["pooler.dense.bias"].__setitem__(0, np.finfo(np.float32).max),
+                               t.__setitem__("embeddings.position_ids", np.arange(128, dtype=np.int64)[None])))
+    assert Encoder(d).weights.pooler_b[0] == np.finfo(np.float32).max
 
 
 # --------------------------------------------------------------------------- 4. arguments of the Python API
