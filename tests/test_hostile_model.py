@@ -24,12 +24,15 @@ import pytest
 
 import bertfeat
 from bertfeat import BertfeatError, Encoder
+from bertfeat.encoder import NonFiniteFeaturesError
 from bertfeat.errors import WeightsError
 from bertfeat.weights import load_weights
 from ckpt import make_checkpoint
 from extract_util import no_leftovers, run, tiny_encoder, tiny_model, write_csv
 
 CORRUPT = "the checkpoint is corrupt or was saved from a diverged training run: re-download or re-save it"
+OVERFLOW = ("the model overflows float32 on these inputs or its files are corrupt: re-download or re-save the "
+            "checkpoint, or leave these texts out")
 
 
 def checkpoint(d: Path, **kw) -> Path:
@@ -125,6 +128,45 @@ def test_finite_extremes_and_integer_buffers_load(tmp_path):
     edit_tensors(d, lambda t: (t["pooler.dense.bias"].__setitem__(0, np.finfo(np.float32).max),
                                t.__setitem__("embeddings.position_ids", np.arange(128, dtype=np.int64)[None])))
     assert Encoder(d).weights.pooler_b[0] == np.finfo(np.float32).max
+
+
+# --------------------------------------------------------------------------- 2. non-finite features
+@pytest.fixture(scope="module")
+def overflowing(tmp_path_factory) -> Path:
+    """Finite weights whose word embedding of 'zebra' is float32's largest value: the embedding LayerNorm of any
+    row holding 'zebra' overflows (NaN), every other row is fine."""
+    d = checkpoint(tmp_path_factory.mktemp("overflow") / "m")
+    zebra = Encoder(d).tokenizer.encode(["zebra"]).ids[0][1]
+    edit_tensors(d, lambda t: t["embeddings.word_embeddings.weight"].__setitem__(zebra, np.finfo(np.float32).max))
+    return d
+
+
+def test_nan_features_are_refused_naming_the_texts(overflowing):
+    enc = Encoder(overflowing)
+    texts = ["a cat", "a zebra", "a dog", "zebra crossing", "ok", "zebra", "zebras", "two zebra"]
+    X = enc.encode(["a cat", "a dog"])
+    assert np.isfinite(X).all()
+    with pytest.raises(NonFiniteFeaturesError) as e:
+        enc.encode(texts)
+    assert e.value.message == f"the model gave NaN or infinite features for texts[1], texts[3], texts[5] and 2 more - {OVERFLOW}"
+    assert e.value.rows == (1, 3, 5, 6, 7)
+    with pytest.raises(NonFiniteFeaturesError) as e:  # every pooling, batch size and long-text mode
+        enc.encode(["ok", "zebra " * 200], pooling="max", long_text="chunk-max", batch_size=1)
+    assert e.value.message == f"the model gave NaN or infinite features for texts[1] - {OVERFLOW}"
+    with pytest.raises(NonFiniteFeaturesError):
+        enc.encode("zebra", normalize=True)
+    copy = pickle.loads(pickle.dumps(e.value))  # Dask workers -> client
+    assert (type(copy), copy.message, copy.rows) == (NonFiniteFeaturesError, e.value.message, e.value.rows)
+
+
+def test_nan_features_are_refused_naming_the_input_rows_on_the_command_line(overflowing, tmp_path, capsys):
+    """Rows are the file's data rows (as in the rejects file), not positions in a chunk; with a rejected row before
+    them and two-row chunks, the first chunk with a NaN stops the run."""
+    rows = ["a cat", "", "a dog", "a zebra", "ok", "two zebra"]
+    extract_refuses(capsys, tmp_path, overflowing, f"the model gave NaN or infinite features for row 3 - {OVERFLOW}",
+                    rows, "--on-bad-row", "skip", "--chunk-rows", "2")
+    extract_refuses(capsys, tmp_path, overflowing, f"the model gave NaN or infinite features for row 3, row 5 - {OVERFLOW}",
+                    rows, "--on-bad-row", "skip")
 
 
 # --------------------------------------------------------------------------- 4. arguments of the Python API
