@@ -17,7 +17,7 @@ import numpy as np
 
 from . import gemm
 from .config import BertConfig
-from .errors import BertfeatError, opt
+from .errors import BertfeatError, WeightsError, opt
 from .hub import ModelLocation, resolve_model
 from .model import Workspace, bert_forward, pooler
 from .threads import default_threads
@@ -149,6 +149,7 @@ class Encoder:
         self.default_max_length = self.pipeline.max_seq_length
         self.max_length = self._check_max_length(max_length) if max_length else self.default_max_length
         self.tokenizer = BertTokenizer.from_dir(d, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
+        self._check_vocabulary()
         self.default_pooling, self.pooling_source = "+".join(self.pipeline.pooling), self.pipeline.pooling_source
         self._prompt_lengths: dict[str, int] = {}
         self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
@@ -182,6 +183,19 @@ class Encoder:
         new._init_kwargs = dict(self._init_kwargs)
         memo[id(self)] = new
         return new
+
+    def _check_vocabulary(self) -> None:
+        """Every id the tokenizer can produce must have a row in the word embeddings (load_weights has checked the
+        table against config.json's vocab_size). A table larger than the tokenizer is fine (padded vocabularies)."""
+        tok, rows = self.tokenizer, self.weights.word.shape[0]
+        if tok.id_limit <= rows:
+            return
+        raise WeightsError(
+            f"{self.location.path}: the tokenizer ({tok.source}) has {tok.vocab_size:,} tokens, added tokens included "
+            f"(ids up to {tok.id_limit - 1:,}), but the word embedding table has {rows:,} rows (config.json vocab_size "
+            f"{self.config.vocab_size:,})",
+            "a token id past the table cannot be embedded: use the tokenizer files that came with these weights (a "
+            "tokenizer with added tokens needs the model saved after transformers' resize_token_embeddings)")
 
     # ------------------------------------------------------------------ identity
     @property

@@ -136,8 +136,9 @@ class BertTokenizer:
         self._lock = threading.Lock()
         self.source = source
         self.model_max_length = model_max_length
-        vocab = tokenizer.get_vocab()
+        vocab = tokenizer.get_vocab()  # added tokens included
         self.vocab_size = tokenizer.get_vocab_size()
+        self.id_limit = max(vocab.values(), default=-1) + 1  # every id the tokenizer can produce is below this
         sp = special_tokens(vocab, tok_cfg or {}, special_map or {})
         self.cls_token, self.cls_id = sp["cls"]
         self.sep_token, self.sep_id = sp["sep"]

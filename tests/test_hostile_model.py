@@ -27,7 +27,7 @@ from bertfeat import BertfeatError, Encoder
 from bertfeat.encoder import NonFiniteFeaturesError
 from bertfeat.errors import WeightsError
 from bertfeat.weights import load_weights
-from ckpt import make_checkpoint
+from ckpt import VOCABS, make_checkpoint
 from extract_util import no_leftovers, run, tiny_encoder, tiny_model, write_csv
 
 CORRUPT = "the checkpoint is corrupt or was saved from a diverged training run: re-download or re-save it"
@@ -167,6 +167,54 @@ def test_nan_features_are_refused_naming_the_input_rows_on_the_command_line(over
                     rows, "--on-bad-row", "skip", "--chunk-rows", "2")
     extract_refuses(capsys, tmp_path, overflowing, f"the model gave NaN or infinite features for row 3, row 5 - {OVERFLOW}",
                     rows, "--on-bad-row", "skip")
+
+
+# --------------------------------------------------------------------------- 3. tokenizer vs embedding table
+def small_vocab(tmp_path: Path, n: int) -> Path:
+    """The first n lines of bert-base-uncased's vocab.txt ([PAD], [unused*], [UNK], [CLS], [SEP], [MASK], ...)."""
+    words = VOCABS["uncased"][0].read_text(encoding="utf-8").splitlines()[:n]
+    path = tmp_path / f"vocab{n}.txt"
+    path.write_text("\n".join(words) + "\n", encoding="utf-8")
+    return path
+
+
+def test_tokenizer_larger_than_the_embedding_table_is_refused(tmp_path, capsys):
+    d = checkpoint(tmp_path / "m", vocab=small_vocab(tmp_path, 1000))  # config vocab_size 1000, a (1000, 32) table
+    vocab = (d / "vocab.txt").read_text(encoding="utf-8")
+    (d / "vocab.txt").write_text(vocab + "zebra\ngiraffe\n", encoding="utf-8")  # ids 1000 and 1001: past the table
+    message = (f"{d}: the tokenizer (vocab.txt + tokenizer_config.json) has 1,002 tokens, added tokens included (ids up "
+               "to 1,001), but the word embedding table has 1,000 rows (config.json vocab_size 1,000) - a token id past "
+               "the table cannot be embedded: use the tokenizer files that came with these weights (a tokenizer with "
+               "added tokens needs the model saved after transformers' resize_token_embeddings)")
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.message == message
+    extract_refuses(capsys, tmp_path, d, message, ["a zebra", "ok"])
+
+
+def test_added_token_past_the_table_is_refused(tmp_path):
+    d = checkpoint(tmp_path / "m", vocab=small_vocab(tmp_path, 1000), tokenizer="json")
+    tj = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    tj["added_tokens"].append({"id": 1000, "content": "<new>", "single_word": False, "lstrip": False, "rstrip": False,
+                               "normalized": False, "special": True})
+    (d / "tokenizer.json").write_text(json.dumps(tj), encoding="utf-8")
+    with pytest.raises(WeightsError, match=r"^.*: the tokenizer \(tokenizer.json\) has 1,001 tokens, added tokens "
+                                           r"included \(ids up to 1,000\), but the word embedding table has 1,000 rows"):
+        Encoder(d)
+
+
+def test_embedding_table_larger_than_the_tokenizer_loads(tmp_path, capsys):
+    """Padded vocabularies (vocab_size rounded up to a multiple of 8 or 64): config.json and the table agree, the
+    tokenizer has fewer tokens. Every id it produces has a row: it loads and extracts."""
+    d = checkpoint(tmp_path / "m", vocab=small_vocab(tmp_path, 1000))
+    words = (d / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    (d / "vocab.txt").write_text("\n".join(words[:990]) + "\n", encoding="utf-8")
+    enc = Encoder(d)
+    assert (enc.tokenizer.vocab_size, enc.config.vocab_size, enc.weights.word.shape[0]) == (990, 1000, 1000)
+    assert enc.encode(["the cat sat"]).shape == (1, 32)
+    src = write_csv(tmp_path / "in.csv", ["text"], [["the cat sat"], ["ok"]])
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", d, "-q")
+    assert rc == 0, err
 
 
 # --------------------------------------------------------------------------- 4. arguments of the Python API
