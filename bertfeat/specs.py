@@ -94,7 +94,7 @@ def check_max_batch_tokens(value: int | None, param: str = "max_batch_tokens") -
 
 
 def check_threads(value: int | None, param: str = "threads") -> int | None:
-    """None passes (every core); anything else must be a whole number of threads, 1 or more."""
+    """None passes (every core); anything else must be a number of threads, 1 or more (the Encoder takes its int)."""
     if value is None:
         return None
     fix = "give 1 or more (default: all cores)"
