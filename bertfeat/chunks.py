@@ -181,12 +181,22 @@ def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str) -> pa.Table:
         X = np.zeros((0, D), dtype=np.float32)
         n_tok, trunc, n_ch = np.zeros(0, np.int32), np.zeros(0, bool), np.zeros(0, np.int32)
     else:
-        X = encoder.run(prep, spec)
+        X = run_rows(encoder, spec, prep, chunk.rows)
         n_tok, trunc, n_ch = prep.n_tokens.astype(np.int32), prep.truncated, prep.n_chunks.astype(np.int32)
     ids = pa.array(chunk.rows, pa.int64()) if chunk.ids is None else pa.array(chunk.ids)
     emb = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1), pa.float32()), D)
     return pa.table({id_name: ids, "embedding": emb, "n_tokens": pa.array(n_tok), "truncated": pa.array(trunc),
                      "n_chunks": pa.array(n_ch)})
+
+
+def run_rows(encoder, spec, prep, rows: list[int]) -> np.ndarray:
+    """encoder.run; features that come out NaN or infinite are refused naming the input rows (not chunk positions)."""
+    from .encoder import NonFiniteFeaturesError
+
+    try:
+        return encoder.run(prep, spec)
+    except NonFiniteFeaturesError as e:
+        raise NonFiniteFeaturesError.at([rows[i] for i in e.rows], lambda r: f"row {r}") from None
 
 
 def encode_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str, id_name: str) -> tuple[pa.Table, list[dict]]:

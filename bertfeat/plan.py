@@ -208,7 +208,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
 
     Raises BertfeatError naming the parameter, before anything is read past the input's header or written.
     """
-    from .specs import check_max_length, check_output_format, check_size
+    from .specs import check_max_batch_tokens, check_max_length, check_output_format, check_threads
 
     # the run's shape
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
@@ -227,12 +227,9 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
     encoder_kwargs = encoder_settings(model, max_length, max_batch_tokens, threads, precision, encoder_options)
     model = encoder_kwargs.pop("model")
     max_length = encoder_kwargs.pop("max_length", None)  # a feature setting (Encoder.spec), not a load setting
-    threads = encoder_kwargs.get("threads")
-    if threads is not None and (isinstance(threads, bool) or threads < 1):
-        raise BertfeatError(f"{opt('threads', threads)} is out of range", "give 1 or more (default: all cores)")
+    threads = check_threads(encoder_kwargs.get("threads"))
     check_max_length(max_length)
-    check_size(encoder_kwargs.get("max_batch_tokens"), "max_batch_tokens", 1, None,
-               " (tokens per batch, padded rows x length; default 512)")
+    check_max_batch_tokens(encoder_kwargs.get("max_batch_tokens"))
     from .gemm import check_precision
 
     check_precision(encoder_kwargs["precision"])

@@ -4,6 +4,8 @@
   ``100`` = that many components; ``0.95`` = the fewest components that explain 95 % of the variance;
   ``1.0`` or ``all`` = every component (100 % of the variance); 0, negatives, ``1.5``, nan are refused.
 * ``check_size``: ``max_length``, ``max_batch_tokens`` and friends: 0 is refused, never "default".
+* ``check_threads``, ``check_max_batch_tokens``: the encoder's load settings, checked alike by ``bertfeat.extract``
+  (plan.make_plan) and ``Encoder(...)``.
 * ``check_output_format``: an output whose extension names another format than ``format`` is refused.
 
 Each names its option by the caller's Python parameter (errors.opt); the CLI shows it as its flag.
@@ -67,14 +69,40 @@ def check_size(value: int | None, param: str, minimum: int = 1, maximum: int | N
     ``param``: the option's Python parameter name (``max_batch_tokens``), named in the error."""
     if value is None:
         return None
-    if value < minimum or (maximum is not None and value > maximum):
-        rng = f"{minimum}..{maximum}" if maximum is not None else f"{minimum} or more"
-        raise BertfeatError(f"{opt(param, value)} is out of range", f"choose {rng}{note}, or leave it out for the default")
+    rng = f"{minimum}..{maximum}" if maximum is not None else f"{minimum} or more"
+    fix = f"choose {rng}{note}, or leave it out for the default"
+    if not _is_number(value):
+        raise BertfeatError(f"{opt(param, value)} is not a number", fix)
+    if isinstance(value, bool) or not value >= minimum or (maximum is not None and value > maximum):  # nan too
+        raise BertfeatError(f"{opt(param, value)} is out of range", fix)
     return value
+
+
+def _is_number(value) -> bool:
+    """A real number (NumPy's included); a bool counts as one here, to be refused as out of range."""
+    import numbers
+
+    return isinstance(value, numbers.Real)
 
 
 def check_max_length(value: int | None, param: str = "max_length") -> int | None:
     return check_size(value, param, 3, None, " (up to the model's max_position_embeddings, 512 for BERT and MiniLM)")
+
+
+def check_max_batch_tokens(value: int | None, param: str = "max_batch_tokens") -> int | None:
+    return check_size(value, param, 1, None, " (tokens per batch, padded rows x length; default 512)")
+
+
+def check_threads(value: int | None, param: str = "threads") -> int | None:
+    """None passes (every core); anything else must be a number of threads, 1 or more (the Encoder takes its int)."""
+    if value is None:
+        return None
+    fix = "give 1 or more (default: all cores)"
+    if not _is_number(value):
+        raise BertfeatError(f"{opt(param, value)} is not a number", fix)
+    if isinstance(value, bool) or not value >= 1:
+        raise BertfeatError(f"{opt(param, value)} is out of range", fix)
+    return value
 
 
 def check_output_format(path: str | Path | None, fmt: str | None, formats=("parquet", "npy", "csv")) -> None:

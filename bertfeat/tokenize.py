@@ -136,8 +136,9 @@ class BertTokenizer:
         self._lock = threading.Lock()
         self.source = source
         self.model_max_length = model_max_length
-        vocab = tokenizer.get_vocab()
+        vocab = tokenizer.get_vocab()  # added tokens included
         self.vocab_size = tokenizer.get_vocab_size()
+        self.id_limit = max(vocab.values(), default=-1) + 1  # every id the tokenizer can produce is below this
         sp = special_tokens(vocab, tok_cfg or {}, special_map or {})
         self.cls_token, self.cls_id = sp["cls"]
         self.sep_token, self.sep_id = sp["sep"]
@@ -192,7 +193,7 @@ class BertTokenizer:
         """Encode rows whole, then re-encode only the rows longer than max_length with truncation."""
         max_length = max_length or self.model_max_length
         if pairs is not None and len(pairs) != len(texts):
-            raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+            raise BertfeatError(f"{len(texts)} texts but {len(pairs)} pairs", "give one pair text for each text")
         full = self._encode_batch(texts, pairs, None)
         ids = [np.asarray(e.ids, dtype=np.int32) for e in full]
         type_ids = [np.asarray(e.type_ids, dtype=np.int32) for e in full]

@@ -2,7 +2,8 @@
 
 Reads safetensors once (one file, or shards listed in model.safetensors.index.json),
 maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
-to (in, out) so the forward pass does ``x @ W``, and checks every key and shape.
+to (in, out) so the forward pass does ``x @ W``, and checks every key and shape, and that
+every floating-point tensor is finite (a NaN or inf is refused with the tensor's name).
 
 Name variants accepted for each tensor:
   * with or without the ``bert.`` / ``roberta.`` prefix (BertModel vs BertFor* / RobertaFor* checkpoints);
@@ -187,9 +188,11 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, n
                 to16 = bf16 is not None and _LAYER_LINEAR.fullmatch(name)
                 if to16 and key in stored16:  # stored in bf16: its bit patterns as they are, no round trip
                     t = get(key, bits=True)
+                    check_finite(t, key, f, bf16_bits=True)
                     bf16.add(name)
                 else:
                     t = get(key)
+                    check_finite(t, key, f)  # the file's own values (before any rounding to bf16)
                     if to16 and t.dtype.kind == "f":
                         t = to_bf16(t)
                         bf16.add(name)
@@ -199,6 +202,27 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, n
         except Exception as e:  # safetensors raises its own error types for corrupt files
             raise WeightsError(f"{f} could not be read as safetensors ({e})", "re-download or re-save the checkpoint") from None
     return out
+
+
+NONFINITE_FIX = "the checkpoint is corrupt or was saved from a diverged training run: re-download or re-save it"
+
+
+def check_finite(t: np.ndarray, key: str, where: Path, bf16_bits: bool = False) -> None:
+    """Refuse a floating-point tensor holding NaN or infinity, named as the checkpoint names it.
+
+    A float tensor costs a min and a max (NaN propagates through both; no temporary array): bert-base's 110 M values
+    in about 30 ms. ``bf16_bits``: ``t`` holds bf16 bit patterns (uint16), judged by their exponent."""
+    if bf16_bits:
+        mag = t & np.uint16(0x7FFF)  # the bits without the sign: all-ones exponent = inf (0x7F80) or NaN (above)
+        if mag.max(initial=0) < 0x7F80:
+            return
+        n_nan, n_inf = int(np.count_nonzero(mag > 0x7F80)), int(np.count_nonzero(mag == 0x7F80))
+    elif t.dtype.kind != "f" or t.size == 0 or (np.isfinite(t.min()) and np.isfinite(t.max())):
+        return
+    else:
+        n_nan, n_inf = int(np.count_nonzero(np.isnan(t))), int(np.count_nonzero(np.isinf(t)))
+    raise WeightsError(f"{where}: tensor '{key}' has {n_nan + n_inf:,} NaN or infinite value(s) of {t.size:,} "
+                       f"({n_nan:,} NaN, {n_inf:,} infinite)", NONFINITE_FIX)
 
 
 def _open_safetensors(f: Path):
