@@ -17,7 +17,7 @@ import numpy as np
 
 from . import gemm
 from .config import BertConfig
-from .errors import BertfeatError, WeightsError, opt
+from .errors import BertfeatError, InputError, WeightsError, opt
 from .hub import ModelLocation, resolve_model
 from .model import Workspace, bert_forward, pooler
 from .threads import default_threads
@@ -518,7 +518,7 @@ def short_repr(v) -> str:
     return "None" if v is None else f"{v!r:.40} ({type(v).__name__})"
 
 
-class NonFiniteFeaturesError(BertfeatError):
+class NonFiniteFeaturesError(InputError):
     """Feature vectors that came out NaN or infinite; ``rows``: their positions in the texts given."""
 
     def __init__(self, what: str, fix: str | None = None, rows: tuple[int, ...] = ()):
