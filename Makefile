@@ -41,56 +41,79 @@ bench:
 	$(PYTHON) benchmarks/bench_encode.py
 
 # ------------------------------------------------------------------------------------------
-# make features [INPUT=corpus.csv] [PCA=64] [MODEL=dir-or-hub-id] [POOLING=mean] [LAYERS=-1]
-#               [EXTRACT_OPTS="--normalize --text-column review"] [BUILD=build]
+# make features [INPUT=train.csv] [APPLY="dev.csv test.csv"] [PCA=64] [MODEL=dir-or-hub-id] [POOLING=mean]
+#               [LAYERS=-1] [KEEP=label] [EXTRACT_OPTS="--normalize --text-column review"] [BUILD=build]
 #
-# Raw features, a PCA fitted on them, the reduced features and the PCA report, all under
-# $(BUILD)/features/<INPUT's stem>/:
-#   <stem>.features.parquet           raw features        (bertfeat extract)
-#   <stem>.pca<PCA>.npz               PCA model           (bertfeat pca fit)
-#   <stem>.pca<PCA>.report.{json,md,png}  explained variance (bertfeat report)
-#   <stem>.pca<PCA>.parquet           reduced features    (bertfeat pca transform)
-#   extract.settings                  stamp of the extract settings
+# INPUT (the training set): raw features, a PCA fitted on them, the reduced features and the PCA
+# report, all under $(BUILD)/features/<INPUT's stem>/:
+#   <stem>.features.parquet               raw features        (bertfeat extract)
+#   <stem>.pca<PCA>.npz                   PCA model           (bertfeat pca fit)
+#   <stem>.pca<PCA>.report.{json,md,png}  explained variance  (bertfeat pca fit / report)
+#   <stem>.pca<PCA>.parquet               reduced features    (bertfeat pca transform)
+#   extract.settings                      stamp of the extract settings
+# Each APPLY file (dev / test sets): its features reduced with INPUT's PCA in one step, in the
+# training's directory (two trainings applied to one test file do not collide):
+#   apply/<its stem>.pca<PCA>.parquet     reduced features    (bertfeat extract --pca-model <stem>.pca<PCA>.npz)
+#   apply/<its stem>.settings             stamp of the applied input's path
+# An applied output depends on its input and on the training PCA model: a refitted PCA (new rows in
+# INPUT, other settings) rebuilds every applied output, a changed APPLY file rebuilds its own only,
+# and no rule for an applied file writes the model (PCA_MODEL and the other computed names below
+# cannot be set on the command line).
 # Every step is a real file target, so a second `make features` does nothing, changing PCA only
 # refits the PCA (the raw features are reused), and bertfeat writes every file atomically, so an
 # interrupted run never leaves a file that looks complete to make. extract.settings is rewritten
 # (when make reads this file) only if the settings differ from the last run's, so a changed
-# MODEL/POOLING/LAYERS/EXTRACT_OPTS/INPUT re-extracts and nothing else does. PCA is in the file
+# MODEL/POOLING/LAYERS/KEEP/EXTRACT_OPTS/INPUT re-extracts and nothing else does. PCA is in the file
 # names, so PCA=100 and PCA=64 outputs live side by side; INPUT's stem names the directory.
-INPUT ?= examples/sst2_sample.csv
+# A missing INPUT or APPLY file stops make before anything is written. INPUT, APPLY and BUILD are
+# relative to the directory make runs in (make -f /path/to/bertfeat/Makefile features ... works
+# from anywhere); the default INPUT is the clone's sample. File names must not contain spaces.
+FEATURES_HOME := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
+INPUT ?= $(patsubst $(CURDIR)/%,%,$(FEATURES_HOME)examples/sst2_sample.csv)
+APPLY ?=
 PCA ?= 64
 MODEL ?=
 POOLING ?=
 LAYERS ?=
+KEEP ?=
 EXTRACT_OPTS ?=
 BUILD ?= build
 
-INPUT_NAME := $(notdir $(patsubst %/,%,$(INPUT)))
-STEM := $(basename $(patsubst %.gz,%,$(patsubst %.bz2,%,$(patsubst %.zst,%,$(INPUT_NAME)))))
+# $(call feat_stem,PATH): the name without directory, compression suffix and extension (data/x.v1.csv.gz -> x.v1)
+feat_stem = $(basename $(patsubst %.gz,%,$(patsubst %.bz2,%,$(patsubst %.zst,%,$(notdir $(patsubst %/,%,$1))))))
+STEM := $(call feat_stem,$(INPUT))
 FEAT_DIR := $(BUILD)/features/$(STEM)
 RAW := $(FEAT_DIR)/$(STEM).features.parquet
 PCA_MODEL := $(FEAT_DIR)/$(STEM).pca$(PCA).npz
 PCA_REPORT := $(FEAT_DIR)/$(STEM).pca$(PCA).report.md
 REDUCED := $(FEAT_DIR)/$(STEM).pca$(PCA).parquet
 SETTINGS := $(FEAT_DIR)/extract.settings
-EXTRACT_FLAGS := $(if $(MODEL),--model $(MODEL)) $(if $(POOLING),--pooling $(POOLING)) $(if $(LAYERS),--layers=$(LAYERS)) $(EXTRACT_OPTS)
+apply_out = $(FEAT_DIR)/apply/$(call feat_stem,$1).pca$(PCA).parquet
+apply_stamp = $(FEAT_DIR)/apply/$(call feat_stem,$1).settings
+APPLIED := $(foreach f,$(APPLY),$(call apply_out,$f))
+EXTRACT_FLAGS := $(strip $(if $(MODEL),--model $(MODEL)) $(if $(POOLING),--pooling $(POOLING)) $(if $(LAYERS),--layers=$(LAYERS)) $(if $(KEEP),--keep $(KEEP)) $(EXTRACT_OPTS))
 SETTINGS_TEXT := input=$(abspath $(INPUT)) flags=$(strip $(EXTRACT_FLAGS))
 
-# -n / -q (dry run, question) never write the stamp; a changed setting then forces the extract instead.
+# -n / -q (dry run, question) never write a stamp; a changed setting then forces the extract instead.
 DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS)))
-SETTINGS_CHANGED :=
-ifneq ($(filter features $(BUILD)/%,$(MAKECMDGOALS)),)
-ifneq ($(file < $(SETTINGS)),$(SETTINGS_TEXT))
-ifeq ($(DRY_RUN),)
-$(shell mkdir -p $(FEAT_DIR))
-$(file > $(SETTINGS),$(SETTINGS_TEXT))
-else
-SETTINGS_CHANGED := settings-changed
-endif
-endif
+FEATURES_GOAL := $(filter features $(BUILD)/%,$(MAKECMDGOALS))
+# $(call stamp,FILE,TEXT): rewrites FILE (and makes its directory) if its text is not TEXT, at parse time;
+# under -n / -q it writes nothing and expands to settings-changed (a phony prerequisite) instead.
+stamp = $(if $(FEATURES_GOAL),$(if $(subst $2,,$(file < $1))$(subst $(file < $1),,$2),$(if $(DRY_RUN),settings-changed,$(shell mkdir -p $(dir $1))$(file > $1,$2))))
+
+ifneq ($(FEATURES_GOAL),)
+# Checks before anything is written: computed names are not settings, every input exists, applied stems differ.
+$(foreach v,STEM FEAT_DIR RAW PCA_MODEL PCA_REPORT REDUCED SETTINGS APPLIED EXTRACT_FLAGS SETTINGS_TEXT,$(if $(filter command line environment override,$(origin $v)),\
+  $(error $v is computed by this Makefile and is not a setting (INPUT APPLY PCA MODEL POOLING LAYERS KEEP EXTRACT_OPTS BUILD); the PCA is always fitted on INPUT - to reduce other files with INPUT's PCA, name them in APPLY: make features INPUT=train.csv APPLY="test.csv")))
+$(if $(strip $(INPUT)),,$(error INPUT is empty))
+$(foreach f,$(INPUT) $(APPLY),$(if $(wildcard $f),,$(error $f: no such file (INPUT / APPLY are relative to $(CURDIR)); nothing was written)))
+$(foreach s,$(sort $(foreach f,$(APPLY),$(call feat_stem,$f))),$(if $(word 2,$(foreach f,$(APPLY),$(if $(filter $s,$(call feat_stem,$f)),$f))),\
+  $(error APPLY: $(strip $(foreach f,$(APPLY),$(if $(filter $s,$(call feat_stem,$f)),$f))) have the same stem $s (their outputs would be one file); rename one)))
 endif
 
-features: $(RAW) $(PCA_MODEL) $(PCA_REPORT) $(REDUCED)
+SETTINGS_CHANGED := $(call stamp,$(SETTINGS),$(SETTINGS_TEXT))
+
+features: $(RAW) $(PCA_MODEL) $(PCA_REPORT) $(REDUCED) $(APPLIED)
 
 .PHONY: settings-changed
 settings-changed:
@@ -107,6 +130,14 @@ $(PCA_REPORT): $(PCA_MODEL)
 
 $(REDUCED): $(RAW) $(PCA_MODEL)
 	$(BERTFEAT) pca transform $< --pca-model $(PCA_MODEL) -o $@ --overwrite
+
+# An applied file: read-only use of the training PCA (a prerequisite, never a target of these rules).
+define apply_rule
+$(call apply_out,$1): $1 $(call apply_stamp,$1) $(PCA_MODEL) $(call stamp,$(call apply_stamp,$1),input=$(abspath $1))
+	$$(BERTFEAT) extract $1 -o $$@ --pca-model $(PCA_MODEL) --overwrite $$(EXTRACT_FLAGS)
+$(call apply_stamp,$1): ;
+endef
+$(foreach f,$(APPLY),$(eval $(call apply_rule,$f)))
 
 # Downstream examples (need the `examples` extra and ../shared/data); features are cached in build/.
 classify:

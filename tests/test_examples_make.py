@@ -1,12 +1,18 @@
 """`make features`: real file targets, a second run does nothing, overrides rebuild only what they change.
 
-Runs the Makefile on a tiny input (12 rows, PCA=4) with BUILD in a temporary directory.
+Runs the Makefile on a tiny input (12 rows, PCA=4) with BUILD in a temporary directory, and (APPLY) from a
+temporary directory outside the clone with the tests' tiny random model: a training set plus two files reduced
+with its PCA. Also runs docs/pipelines.md's Makefile snippet and shell script. Every bertfeat command is this
+tree's (BERTFEAT="python -m bertfeat", PYTHONPATH=the clone), not whatever `bertfeat` is on PATH.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,24 +21,34 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+BERTFEAT = f"{sys.executable} -m bertfeat"
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 
 
-def make(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+def _env() -> dict:
     env = dict(os.environ)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("MAKEFLAGS", None)
     env.pop("MFLAGS", None)
-    p = subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), *args], env=env, capture_output=True, text=True,
-                       timeout=600)
+    env.pop("MAKELEVEL", None)
+    return env
+
+
+def make(*args: str, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """make ARGS with this tree's bertfeat: `make -C <clone>`, or with cwd, `make -f <clone>/Makefile` run in cwd."""
+    where = ["-C", str(ROOT)] if cwd is None else ["-f", str(ROOT / "Makefile")]
+    p = subprocess.run(["make", "--no-print-directory", *where, f"BERTFEAT={BERTFEAT}", *args], cwd=cwd, env=_env(),
+                       capture_output=True, text=True, timeout=600)
     if check and p.returncode != 0:
         raise AssertionError(f"make {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
     return p
 
 
 def commands_in(out: str) -> list[str]:
-    return [line for line in out.splitlines() if line.startswith("bertfeat ")]
+    """The bertfeat commands make printed, each as `bertfeat ...`."""
+    return ["bertfeat " + line[len(BERTFEAT) + 1:] for line in out.splitlines() if line.startswith(BERTFEAT + " ")]
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +130,300 @@ def test_make_features_overrides(tiny):
     make("features", *args)
     assert base["raw"].stat().st_mtime_ns > raw_mtime
     assert make("-q", "features", *args, check=False).returncode == 0
+
+
+# ------------------------------------------------------------------------------------------ APPLY, outside the clone
+SAMPLE = ROOT / "examples" / "sst2_sample.csv"
+
+
+def sample_rows(start: int, stop: int) -> str:
+    """Rows [start, stop) of the sample (no header)."""
+    return "".join(SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[1:][start:stop])
+
+
+def header() -> str:
+    return SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[0]
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def meta(path: Path) -> dict:
+    import pyarrow.parquet as pq
+
+    return json.loads(pq.read_schema(path).metadata[b"bertfeat"])
+
+
+@pytest.fixture(scope="module")
+def proj(tmp_path_factory):
+    """A project directory outside the clone: train.csv (40 rows), a.csv and b.csv (30 rows each)."""
+    from extract_util import tiny_model
+
+    d = tmp_path_factory.mktemp("project")
+    assert ROOT not in d.parents
+    (d / "train.csv").write_text(header() + sample_rows(0, 40), encoding="utf-8")
+    (d / "a.csv").write_text(header() + sample_rows(100, 130), encoding="utf-8")
+    (d / "b.csv").write_text(header() + sample_rows(200, 230), encoding="utf-8")
+    args = ["features", "INPUT=train.csv", "APPLY=a.csv b.csv", "BUILD=build", "PCA=4", f"MODEL={tiny_model()}"]
+    return d, args
+
+
+def apply_outputs(d: Path) -> dict[str, Path]:
+    t = d / "build" / "features" / "train"
+    return {
+        "raw": t / "train.features.parquet",
+        "model": t / "train.pca4.npz",
+        "report_md": t / "train.pca4.report.md",
+        "reduced": t / "train.pca4.parquet",
+        "settings": t / "extract.settings",
+        "a": t / "apply" / "a.pca4.parquet",
+        "b": t / "apply" / "b.pca4.parquet",
+        "a_stamp": t / "apply" / "a.settings",
+        "b_stamp": t / "apply" / "b.settings",
+    }
+
+
+def test_apply_builds_train_and_applied_from_outside_the_clone(proj):
+    d, args = proj
+    first = make(*args, cwd=d)
+    cmds = commands_in(first.stdout)
+    assert [c.split()[1] for c in cmds] == ["extract", "pca", "pca", "extract", "extract"], first.stdout
+    model = "build/features/train/train.pca4.npz"
+    assert cmds[3].startswith("bertfeat extract a.csv -o build/features/train/apply/a.pca4.parquet "
+                              f"--pca-model {model} --overwrite ")
+    assert cmds[4].startswith("bertfeat extract b.csv -o build/features/train/apply/b.pca4.parquet ")
+    fits = [c for c in cmds if c.startswith("bertfeat pca fit ")]
+    assert len(fits) == 1 and f" -o {model} " in fits[0]  # the one PCA fit is the training's
+    out = apply_outputs(d)
+    for p in out.values():
+        assert p.is_file(), p
+    assert not (ROOT / "build" / "features" / "train").exists()  # BUILD is relative to make's directory
+
+    import pyarrow.parquet as pq
+
+    for k, rows in (("a", 30), ("b", 30), ("reduced", 40)):
+        t = pq.read_table(out[k])
+        assert t.num_rows == rows and t.schema.field("embedding").type.list_size == 4, k
+    for k in ("a", "b"):
+        assert meta(out[k])["pca"]["model_sha256"] == sha256(out["model"])
+
+    # a second make does nothing
+    before = mtimes(out)
+    assert make("-q", *args, cwd=d, check=False).returncode == 0
+    again = make(*args, cwd=d)
+    assert commands_in(again.stdout) == [] and "Nothing to be done" in again.stdout
+    assert mtimes(out) == before
+
+
+def test_apply_touched_input_rebuilds_only_its_own(proj):
+    d, args = proj
+    make(*args, cwd=d)
+    out = apply_outputs(d)
+    before = mtimes(out)
+    os.utime(d / "a.csv")  # now: newer than its output
+    assert make("-q", *args, cwd=d, check=False).returncode != 0
+    dry = make("-n", *args, cwd=d)
+    assert [c.split()[2] for c in commands_in(dry.stdout)] == ["a.csv"]
+    run = make(*args, cwd=d)
+    assert [c.split()[2] for c in commands_in(run.stdout)] == ["a.csv"]
+    after = mtimes(out)
+    assert after["a"] > before["a"]
+    assert {k: v for k, v in after.items() if k != "a"} == {k: v for k, v in before.items() if k != "a"}
+    # the training PCA is untouched by an applied input, and it is what a.csv was reduced with
+    assert after["model"] == before["model"]
+    assert meta(out["a"])["pca"]["model_sha256"] == sha256(out["model"])
+
+
+def test_apply_new_training_rows_rebuild_every_applied_output(proj):
+    d, args = proj
+    make(*args, cwd=d)
+    out = apply_outputs(d)
+    before = mtimes(out)
+    old_sha = sha256(out["model"])
+    with open(d / "train.csv", "a", encoding="utf-8") as f:
+        f.write(sample_rows(40, 60))
+    assert make("-q", *args, cwd=d, check=False).returncode != 0
+    run = make(*args, cwd=d)
+    assert [c.split()[1:3] for c in commands_in(run.stdout)] == [
+        ["extract", "train.csv"], ["pca", "fit"], ["pca", "transform"], ["extract", "a.csv"], ["extract", "b.csv"]]
+    after = mtimes(out)
+    new_sha = sha256(out["model"])
+    assert new_sha != old_sha
+    for k in ("raw", "model", "reduced", "a", "b"):
+        assert after[k] > before[k], k
+    for k in ("a", "b"):
+        assert meta(out[k])["pca"]["model_sha256"] == new_sha, k
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out["reduced"]).num_rows == 60
+    assert make("-q", *args, cwd=d, check=False).returncode == 0
+
+
+def test_apply_missing_input_writes_nothing(proj, tmp_path):
+    d, args = proj
+    for name in ("train.csv", "a.csv", "b.csv"):
+        shutil.copy(d / name, tmp_path / name)
+    for bad, typo in ((["INPUT=trian.csv"], "trian.csv"), (["APPLY=a.csv nope.csv"], "nope.csv")):
+        for flag in ([], ["-n"]):
+            p = make(*flag, *args, *bad, cwd=tmp_path, check=False)
+            assert p.returncode != 0 and f"{typo}: no such file" in p.stderr, p.stderr
+            assert commands_in(p.stdout) == []
+            assert sorted(x.name for x in tmp_path.iterdir()) == ["a.csv", "b.csv", "train.csv"]  # no build/, no stamp
+
+    # in a built project too: no stamp for the missing file, nothing rebuilt
+    make(*args, cwd=d)
+    out = apply_outputs(d)
+    before = mtimes(out)
+    p = make(*args, "APPLY=a.csv b.csv nope.csv", cwd=d, check=False)
+    assert p.returncode != 0 and "nope.csv: no such file" in p.stderr
+    assert not (d / "build" / "features" / "train" / "apply" / "nope.settings").exists()
+    assert mtimes(out) == before
+
+
+def test_apply_never_writes_the_training_pca(proj):
+    d, args = proj
+    make(*args, cwd=d)
+    out = apply_outputs(d)
+    before = mtimes(out)
+    # the user's mistake of issue 30: a PCA "fitted" on the test set, written over the training PCA
+    p = make("features", "INPUT=a.csv", f"PCA_MODEL={out['model'].relative_to(d)}", *args[2:], cwd=d, check=False)
+    assert p.returncode != 0 and "PCA_MODEL is computed by this Makefile" in p.stderr and "APPLY" in p.stderr
+    assert commands_in(p.stdout) == [] and not (d / "build" / "features" / "a").exists()
+    # two applied files of one stem would share an output
+    (d / "sub").mkdir(exist_ok=True)
+    shutil.copy(d / "a.csv", d / "sub" / "a.csv")
+    p = make(*args, "APPLY=a.csv sub/a.csv", cwd=d, check=False)
+    assert p.returncode != 0 and "a.csv sub/a.csv have the same stem a" in p.stderr
+    assert mtimes(out) == before
+    # no rule that makes an applied output writes the model: asking for one alone runs one extract
+    os.utime(d / "b.csv")
+    run = make(*args[1:], str(out["b"].relative_to(d)), cwd=d)
+    assert [c.split()[1:3] for c in commands_in(run.stdout)] == [["extract", "b.csv"]]
+    assert out["model"].stat().st_mtime_ns == before["model"]
+
+
+def test_apply_stamp_and_dry_runs(proj):
+    d, args = proj
+    make(*args, cwd=d)
+    out = apply_outputs(d)
+    stamp = out["a_stamp"].read_text()
+    assert stamp.strip() == f"input={d / 'a.csv'}"
+    # APPLY names another file of the same stem, older than the output: its stamp rebuilds it; -n writes no stamp
+    (d / "sub").mkdir(exist_ok=True)
+    shutil.copy(d / "a.csv", d / "sub" / "a.csv")
+    os.utime(d / "sub" / "a.csv", ns=(0, out["a"].stat().st_mtime_ns - 10**9))
+    dry = make("-n", *args, "APPLY=sub/a.csv b.csv", cwd=d)
+    assert [c.split()[2] for c in commands_in(dry.stdout)] == ["sub/a.csv"]
+    assert out["a_stamp"].read_text() == stamp
+    assert make("-q", *args, "APPLY=sub/a.csv b.csv", cwd=d, check=False).returncode != 0
+    assert out["a_stamp"].read_text() == stamp
+    make(*args, "APPLY=sub/a.csv b.csv", cwd=d)
+    assert out["a_stamp"].read_text().strip() == f"input={d / 'sub' / 'a.csv'}"
+    make(*args, cwd=d)  # back to a.csv
+    assert make("-q", *args, cwd=d, check=False).returncode == 0
+
+
+def _has_keep() -> bool:
+    p = subprocess.run([sys.executable, "-m", "bertfeat", "extract", "--help"], env=_env(), capture_output=True,
+                       text=True, timeout=120)
+    return "--keep" in p.stdout
+
+
+def test_apply_keep(proj):
+    d, args = proj
+    make(*args, cwd=d)
+    dry = make("-n", *args, "KEEP=label", cwd=d)
+    extracts = [c for c in commands_in(dry.stdout) if c.split()[1] == "extract"]
+    assert len(extracts) == 3 and all("--keep label" in c for c in extracts)  # train, a, b: a new setting re-extracts
+    if not _has_keep():
+        pytest.skip("bertfeat extract has no --keep in this tree yet: only the dry run's flags were checked")
+    make(*args, "KEEP=label", cwd=d)
+    import pyarrow.parquet as pq
+
+    out = apply_outputs(d)
+    for k in ("a", "b", "raw"):
+        assert "label" in pq.read_schema(out[k]).names, k
+
+
+def test_default_input_is_the_clones_sample(tmp_path):
+    p = make("-n", "features", "BUILD=out", cwd=tmp_path)
+    first = commands_in(p.stdout)[0]
+    assert first.startswith(f"bertfeat extract {ROOT / 'examples' / 'sst2_sample.csv'} -o out/features/sst2_sample/")
+    assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
+    p = make("-n", "features", f"BUILD={tmp_path / 'out'}")  # from the clone, as before
+    assert commands_in(p.stdout)[0].startswith("bertfeat extract examples/sst2_sample.csv ")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------ docs/pipelines.md
+def doc_block(lang: str, start: str = "") -> str:
+    text = (ROOT / "docs" / "pipelines.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(rf"^```{lang}\n(.*?)^```$", text, flags=re.S | re.M) if b.startswith(start)]
+    assert len(blocks) == 1, blocks
+    return blocks[0]
+
+
+def test_pipelines_doc_makefile_snippet(proj, tmp_path):
+    from extract_util import tiny_model
+
+    d, _ = proj
+    (tmp_path / "Makefile").write_text(doc_block("make"), encoding="utf-8")
+    (tmp_path / "data").mkdir()
+    for name in ("a.csv", "b.csv"):
+        shutil.copy(d / name, tmp_path / "data" / name)
+    (tmp_path / "data" / "train.csv").write_text(header() + sample_rows(0, 40), encoding="utf-8")
+    args = ["features", "TRAIN=data/train.csv", "APPLY=data/a.csv data/b.csv", "PCA=4", f"FLAGS=--model {tiny_model()}"]
+
+    def mk(*a, check=True):
+        p = subprocess.run(["make", "--no-print-directory", f"BERTFEAT={BERTFEAT}", *a], cwd=tmp_path, env=_env(),
+                           capture_output=True, text=True, timeout=600)
+        assert not check or p.returncode == 0, p.stdout + p.stderr
+        return p
+
+    first = mk(*args)
+    assert [c.split()[1] for c in commands_in(first.stdout)] == ["extract", "pca", "pca", "extract", "extract"]
+    t = tmp_path / "build" / "features" / "train"
+    model, a, b = t / "train.pca4.npz", t / "apply" / "a.pca4.parquet", t / "apply" / "b.pca4.parquet"
+    for p in (t / "train.features.parquet", model, t / "train.pca4.parquet", a, b):
+        assert p.is_file(), p
+    assert meta(a)["pca"]["model_sha256"] == sha256(model)
+    assert mk("-q", *args, check=False).returncode == 0
+    model_mtime, b_mtime = model.stat().st_mtime_ns, b.stat().st_mtime_ns
+    os.utime(tmp_path / "data" / "a.csv")
+    assert [c.split()[2] for c in commands_in(mk(*args).stdout)] == ["data/a.csv"]
+    assert model.stat().st_mtime_ns == model_mtime and b.stat().st_mtime_ns == b_mtime
+    p = mk(*args, "APPLY=data/a.csv data/nope.csv", check=False)
+    assert p.returncode != 0 and "data/nope.csv: no such file" in p.stderr
+
+
+def test_pipelines_doc_shell_script(proj, tmp_path):
+    from extract_util import tiny_model
+
+    d, _ = proj
+    (tmp_path / "features.sh").write_text(doc_block("sh", "#!/bin/sh"), encoding="utf-8")
+    for name in ("train.csv", "a.csv", "b.csv"):
+        shutil.copy(d / name, tmp_path / name)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "bertfeat").write_text(f'#!/bin/sh\nexec {BERTFEAT} "$@"\n', encoding="utf-8")
+    (bindir / "bertfeat").chmod(0o755)
+    env = _env() | {"PCA": "4", "FLAGS": f"--model {tiny_model()} --quiet"}
+    env["PATH"] = str(bindir) + os.pathsep + env["PATH"]
+
+    def run():
+        return subprocess.run(["sh", "features.sh", "train.csv", "a.csv", "b.csv"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    p = run()
+    assert p.returncode == 0, p.stdout + p.stderr
+    t = tmp_path / "build" / "pipeline" / "train"
+    model = t / "train.pca.npz"
+    for f in (t / "train.parquet", model, t / "train.pca.report.md", t / "apply" / "a.parquet", t / "apply" / "b.parquet"):
+        assert f.is_file(), f
+    for k in ("a", "b"):
+        assert meta(t / "apply" / f"{k}.parquet")["pca"]["model_sha256"] == sha256(model)
+    before = {f: f.stat().st_mtime_ns for f in t.rglob("*")}
+    p = run()  # refused at the first line: nothing replaced
+    assert p.returncode != 0 and "already exists" in p.stderr
+    assert {f: f.stat().st_mtime_ns for f in t.rglob("*")} == before
