@@ -400,8 +400,7 @@ def test_unexpected_errors_are_one_line_unless_debug(tmp_path, features, capsys,
     def boom(*a, **k):
         raise RuntimeError("something broke")
 
-    monkeypatch.setattr(reduce, "fit_pca_file", boom)
-    monkeypatch.setattr("bertfeat.cli_pca.fit_pca_file", boom)
+    monkeypatch.setattr(reduce, "fit_pca_file", boom)  # what cli_pca's fit_pca_to_files calls
     rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
     one_line(rc, err, "Error: unexpected RuntimeError: something broke - this is a bug in bertfeat: rerun with --debug "
                       "(or BERTFEAT_DEBUG=1) to see the traceback and report it")
@@ -416,7 +415,7 @@ def test_ctrl_c_is_130_in_every_command(tmp_path, features, capsys, monkeypatch)
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("bertfeat.cli_pca.fit_pca_file", interrupted)
+    monkeypatch.setattr("bertfeat.cli_pca.fit_pca_to_files", interrupted)
     rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
     assert (rc, err) == (130, "Interrupted.\n")
     monkeypatch.setattr("bertfeat.inspection.model_info", interrupted)
