@@ -123,9 +123,8 @@ def transform_command(
 
     check_output_format(out, fmt)
     check_array_file(features, "feature file")
-    check_array_file(pca_path, "PCA model")
+    pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
     check_outputs(feature_file_outputs(out, feature_format(out, fmt)), feature_file_inputs(features) + [pca_path], overwrite)
-    pca = PCA.load(pca_path)
     path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows)
     if not quiet:
         _err().print(f"wrote {path} ({pca.n_components_} components)")
@@ -140,11 +139,10 @@ def report_command(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing report files (else refused).")] = False,
 ) -> None:
     """Write the explained-variance report (JSON, Markdown, PNG) of a saved PCA model."""
-    from .safety import check_array_file, check_outputs, report_outputs
+    from .safety import check_outputs, report_outputs
 
-    check_array_file(pca_path, "PCA model")
+    pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
     check_outputs(report_outputs(out_prefix or _prefix_for(pca_path)), [pca_path], overwrite)
-    pca = PCA.load(pca_path)
     source = dict(getattr(pca, "source_", None) or {}) | {"model_file": str(pca_path), "fingerprint": pca.fingerprint_}
     paths = write_pca_report(pca, out_prefix or _prefix_for(pca_path), source=source)
     if not quiet:

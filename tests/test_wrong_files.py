@@ -1,0 +1,176 @@
+"""Issue 25 (items 4 and 8): files of the wrong kind, texts that are not UTF-8, and PCA sizes that are empty.
+
+Every command's path arguments are fed files of the wrong kind (.npy, .npz, a Parquet table that holds no features,
+.csv, .json, an empty file, a directory, a FIFO, a file whose extension names another format): each run must end with
+exit 1 and exactly one ``Error:`` line on stderr that is not "a bug", leave every input byte for byte as it was, and
+write nothing. A FIFO with no writer blocks whoever opens it for reading, so the code must refuse it before opening
+it; every run here has a timeout (a run that hangs is unblocked by opening the FIFO's other end, then fails).
+
+In-process through ``bertfeat.cli.main`` with the small random-weight model of tests/ckpt.py; a subprocess where
+the real argv decoding matters (bytes that are not UTF-8).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bertfeat.cli import main
+from bertfeat.errors import BertfeatError
+from bertfeat.pca import PCA
+from extract_util import run, tiny_model, write_csv
+
+TIMEOUT = 30  # seconds for one in-process run (they take well under one; a FIFO opened for reading waits forever)
+MODEL_FIX = "pass a .npz written by `bertfeat pca fit`, `bertfeat extract --pca` or PCA.save"
+DAMAGED_FIX = "pass a complete model file (rerun the `bertfeat pca fit` or `extract --pca` that wrote it)"
+PCA_FIX = ("give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), "
+           "or 1.0 / all for every component")
+UTF8_FIX = ("pass the text as UTF-8 (convert it first, e.g. with iconv -f latin1 -t utf-8), or put it in a file "
+            "and run `bertfeat extract FILE --encoding ENCODING`")
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> dict[str, Path]:
+    """Valid inputs, made once: a corpus, its features (tiny model) and a PCA model fitted on them."""
+    d = tmp_path_factory.mktemp("good")
+    corpus = write_csv(d / "corpus.csv", ["id", "text"], [[f"r{i}", f"sentence number {i} about cats"] for i in range(24)])
+    assert main(["extract", str(corpus), "-o", str(d / "feats.parquet"), "-m", str(tiny_model()), "-q"]) == 0
+    assert main(["pca", "fit", str(d / "feats.parquet"), "-n", "3", "-o", str(d / "model.npz"), "-q"]) == 0
+    return {"corpus": corpus, "features": d / "feats.parquet", "model": d / "model.npz", "dir": d}
+
+
+def snapshot(*roots: Path) -> dict[str, str]:
+    """Every entry under the roots: a digest of each regular file's bytes, the kind of anything else."""
+    out = {}
+    for root in roots:
+        for p in sorted([root, *root.rglob("*")]):
+            mode = os.lstat(p).st_mode
+            if stat.S_ISREG(mode):
+                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+            else:
+                out[str(p)] = "dir" if stat.S_ISDIR(mode) else "fifo" if stat.S_ISFIFO(mode) else oct(mode)
+    return out
+
+
+def _unblock(fifo: Path) -> None:
+    """Open the other end of a FIFO a run is stuck on (reading: a writer that closes at once gives it EOF)."""
+    for flags in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
+        try:
+            os.close(os.open(fifo, flags))
+        except OSError:
+            pass
+
+
+def run_timed(capsys, args, fifo: Path | None = None) -> tuple[int | str, str, str]:
+    """`bertfeat ARGS` in-process in a thread -> (exit code, stdout, stderr); exit code "hung" after TIMEOUT s."""
+    capsys.readouterr()
+    result: dict = {}
+
+    def target():
+        try:
+            result["rc"] = main([str(a) for a in args])
+        except BaseException as e:  # noqa: BLE001 - main must not raise; the test reports it
+            result["rc"] = f"raised {type(e).__name__}: {e}"
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(TIMEOUT)
+    if t.is_alive():
+        if fifo is not None:
+            _unblock(fifo)
+        t.join(TIMEOUT)
+        result["rc"] = "hung"
+    out = capsys.readouterr()
+    return result["rc"], out.out, out.err
+
+
+def assert_one_error(rc, err):
+    """Exit 1, one line on stderr, `Error: what - fix`, and not an unexpected exception."""
+    assert rc == 1, f"exit {rc!r}, stderr: {err!r}"
+    assert err.startswith("Error: ") and err.endswith("\n") and err.count("\n") == 1, err
+    assert " - " in err and "bug" not in err and "Traceback" not in err, err
+
+
+# ------------------------------------------------------------------------------------------------ item 4: PCA models
+def not_a_model(path, why, fix=MODEL_FIX):
+    return f"Error: {path} is not a bertfeat PCA model: {why} - {fix}\n"
+
+
+def pca_model_cases(d: Path, good: dict) -> list[tuple[Path, str, str]]:
+    """(path, why, fix) for each file that is not a PCA model."""
+    d.mkdir()
+    npy = d / "f.npy"
+    np.save(npy, np.zeros((4, 3), np.float32))
+    rand = d / "r.npz"
+    np.savez(rand, a=np.arange(3.0))
+    trunc = d / "t.npz"
+    trunc.write_bytes(good["model"].read_bytes()[:200])
+    empty = d / "e.npz"
+    empty.write_bytes(b"")
+    folder = d / "folder.npz"
+    folder.mkdir()
+    fifo = d / "pipe.npz"
+    os.mkfifo(fifo)
+    text = d / "n.csv"
+    text.write_text("a,b\n1,2\n")
+    pickled = d / "o.npz"
+    np.savez(pickled, meta=np.array([{"format": "bertfeat-pca"}], dtype=object))
+    return [
+        (npy, "it is a .npy array file, not a .npz model", MODEL_FIX),
+        (rand, "it is a .npz without bertfeat's 'meta' entry", MODEL_FIX),
+        (trunc, "it is a truncated or corrupt .npz archive (File is not a zip file)", DAMAGED_FIX),
+        (empty, "it is empty (0 bytes)", DAMAGED_FIX),
+        (folder, "it is a directory", MODEL_FIX),
+        (fifo, "it is a named pipe (FIFO)", MODEL_FIX),
+        (text, "it is not a .npz archive", MODEL_FIX),  # numpy would have said: load it with pickle
+        (pickled, "it holds pickled (object) arrays, which bertfeat never loads", MODEL_FIX),
+    ]
+
+
+def test_pca_load_refuses_what_is_not_a_model(tmp_path, good):
+    """The Python API: PCA.load("f.npy") was a TypeError (np.load returns an array, not an archive)."""
+    for path, why, fix in pca_model_cases(tmp_path / "m", good):
+        with pytest.raises(BertfeatError) as e:
+            PCA.load(path)
+        assert e.value.message == f"{path} is not a bertfeat PCA model: {why} - {fix}"
+    assert PCA.load(good["model"]).n_components_ == 3
+
+
+@pytest.mark.parametrize("command", ["report", "pca transform"])
+def test_report_and_transform_refuse_what_is_not_a_model(tmp_path, good, capsys, command):
+    cases = pca_model_cases(tmp_path / "m", good)
+    before = snapshot(tmp_path)
+    for path, why, fix in cases:
+        if command == "report":
+            args = ["report", path, "-o", tmp_path / "rep"]
+        else:
+            args = ["pca", "transform", good["features"], "--pca-model", path, "-o", tmp_path / "r.parquet"]
+        rc, out, err = run_timed(capsys, args, fifo=path if path.name == "pipe.npz" else None)
+        assert (rc, out, err) == (1, "", not_a_model(path, why, fix))
+    assert snapshot(tmp_path) == before
+
+
+def test_a_model_is_known_by_its_content_not_its_extension(tmp_path, good, capsys):
+    """A PCA model named .parquet loads (the check reads the file, as PCA.load always did); features named .npz
+    are refused as no model."""
+    renamed = tmp_path / "model.parquet"
+    shutil.copy(good["model"], renamed)
+    rc, _, err = run(capsys, "report", renamed, "-o", tmp_path / "rep", "-q")
+    assert (rc, err) == (0, "")
+    feats = tmp_path / "feats.npz"
+    shutil.copy(good["features"], feats)
+    rc, _, err = run(capsys, "report", feats, "-o", tmp_path / "rep2", "-q")
+    assert (rc, err) == (1, not_a_model(feats, "it is not a .npz archive"))
