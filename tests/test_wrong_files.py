@@ -174,3 +174,36 @@ def test_a_model_is_known_by_its_content_not_its_extension(tmp_path, good, capsy
     shutil.copy(good["features"], feats)
     rc, _, err = run(capsys, "report", feats, "-o", tmp_path / "rep2", "-q")
     assert (rc, err) == (1, not_a_model(feats, "it is not a .npz archive"))
+
+
+# ------------------------------------------------------------------------------------------------ feature files and outputs
+def test_a_directory_or_fifo_is_not_a_feature_file(tmp_path, good, capsys):
+    """Said so, before anything opens it (was: "feature file not found")."""
+    folder, fifo = tmp_path / "feats.parquet", tmp_path / "pipe.parquet"
+    folder.mkdir()
+    os.mkfifo(fifo)
+    for args in (["pca", "fit", "{f}", "-o", tmp_path / "m.npz"],
+                 ["pca", "transform", "{f}", "--pca-model", good["model"], "-o", tmp_path / "r.parquet"]):
+        rc, _, err = run_timed(capsys, [folder if a == "{f}" else a for a in args])
+        assert (rc, err) == (1, f"Error: {folder} is a directory, not a feature file - pass the path of a feature file, "
+                                "not of a directory\n")
+        rc, _, err = run_timed(capsys, [fifo if a == "{f}" else a for a in args], fifo=fifo)
+        assert (rc, err) == (1, f"Error: {fifo} is a named pipe (FIFO), not a feature file - write the data to a regular "
+                                "file first and pass that\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["feats.parquet", "pipe.parquet"]
+
+
+def test_an_output_that_is_a_directory_is_refused_even_with_overwrite(tmp_path, good, capsys):
+    """A file never replaces a directory (was: "already exists - pass --overwrite", then with --overwrite an error
+    naming a temporary file)."""
+    model, feats = tmp_path / "model.npz", tmp_path / "out.parquet"
+    for folder in (model, feats):
+        folder.mkdir()
+        (folder / "keep.txt").write_text("mine\n")
+    before = snapshot(tmp_path)
+    for folder, args in ((model, ["pca", "fit", good["features"], "-n", "2", "-o", model]),
+                         (feats, ["pca", "transform", good["features"], "--pca-model", good["model"], "-o", feats])):
+        for extra in ([], ["--overwrite"]):
+            rc, _, err = run(capsys, *args, *extra)
+            assert (rc, err) == (1, f"Error: the output {folder} is a directory - pass -o with a file name, not a directory\n")
+    assert snapshot(tmp_path) == before
