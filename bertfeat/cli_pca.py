@@ -91,10 +91,12 @@ def fit_command(
 ) -> None:
     """Fit a PCA on FEATURES (streaming), write the model and its report beside it."""
     from .safety import check_array_file, check_outputs, feature_file_inputs, report_outputs
+    from .specs import check_model_output
 
     accumulate = _accumulate_option(accumulate, precision)
     check_array_file(features, "feature file")
     check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
+    check_model_output(out)
     pca, outputs, source = fit_pca_to_files(features, out, _prefix_for(out), parse_n_components(n_components), solver=solver,
                                             whiten=whiten, accumulate=accumulate, batch_rows=batch_rows)
     if not quiet:

@@ -207,3 +207,13 @@ def test_an_output_that_is_a_directory_is_refused_even_with_overwrite(tmp_path, 
             rc, _, err = run(capsys, *args, *extra)
             assert (rc, err) == (1, f"Error: the output {folder} is a directory - pass -o with a file name, not a directory\n")
     assert snapshot(tmp_path) == before
+
+
+def test_pca_fit_refuses_a_model_named_like_another_format(tmp_path, good, capsys):
+    out = tmp_path / "reduced.parquet"
+    rc, _, err = run(capsys, "pca", "fit", good["features"], "-n", "2", "-o", out)
+    assert (rc, err) == (1, f"Error: the PCA model {out} ends in .parquet, but a PCA model is a .npz archive - name it .npz "
+                            "(e.g. -o reduced.npz); reduced features are written by `bertfeat pca transform`\n")
+    assert list(tmp_path.iterdir()) == []
+    rc, _, err = run(capsys, "pca", "fit", good["features"], "-n", "2", "-o", tmp_path / "model.pca", "-q")
+    assert (rc, err) == (0, "")  # an extension bertfeat does not know is taken as it is, as before
