@@ -217,3 +217,43 @@ def test_pca_fit_refuses_a_model_named_like_another_format(tmp_path, good, capsy
     assert list(tmp_path.iterdir()) == []
     rc, _, err = run(capsys, "pca", "fit", good["features"], "-n", "2", "-o", tmp_path / "model.pca", "-q")
     assert (rc, err) == (0, "")  # an extension bertfeat does not know is taken as it is, as before
+
+
+# ------------------------------------------------------------------------------------------------ item 4: UTF-8
+@pytest.mark.parametrize("command", ["tokens", "attention", "fill-mask"])
+def test_a_text_argument_that_is_not_utf8_is_refused(tmp_path, capsys, command):
+    """Python decodes argv bytes that are not UTF-8 as lone surrogates (b"caf\\xe9" -> "caf\\udce9")."""
+    extra = ["-o", tmp_path / "a.png"] if command == "attention" else []
+    text = "caf\udce9 [MASK]" if command == "fill-mask" else "caf\udce9"
+    rc, out, err = run(capsys, command, text, "-m", tiny_model(), *extra)
+    assert (rc, out, err) == (1, "", f"Error: the TEXT argument is not valid UTF-8 (byte 0xe9 at character 4) - {UTF8_FIX}\n")
+    rc, out, err = run(capsys, command, "a [MASK]", "--pair", "na\udcefve", "-m", tiny_model(), *extra)
+    assert (rc, out, err) == (1, "", f"Error: --pair is not valid UTF-8 (byte 0xef at character 3) - {UTF8_FIX}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_raw_bytes_on_the_command_line(tmp_path):
+    """The real thing: a process started with argv bytes that are not UTF-8."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent), LC_ALL="C.UTF-8")
+    p = subprocess.run([sys.executable, "-m", "bertfeat", b"tokens", b"caf\xe9", b"-m", os.fsencode(tiny_model())],
+                       capture_output=True, env=env, timeout=300)
+    assert (p.returncode, p.stdout, p.stderr.decode()) == (
+        1, b"", f"Error: the TEXT argument is not valid UTF-8 (byte 0xe9 at character 4) - {UTF8_FIX}\n")
+
+
+def test_the_library_refuses_lone_surrogates_too():
+    from bertfeat.inspection import fill_mask, tokenize_text, write_attention
+
+    fix = ("decode it with its real encoding first (bytes.decode('latin-1'), say), or read a file in another "
+           "encoding with bertfeat.extract(..., encoding=...)")
+    for call, message in ((lambda: tokenize_text("caf\udce9", model=tiny_model()),
+                           "text is not valid Unicode (byte 0xe9 at character 4)"),
+                          (lambda: tokenize_text("ok", "x\ud800", model=tiny_model()),
+                           "pair is not valid Unicode (lone surrogate U+D800 at character 2)"),
+                          (lambda: fill_mask("\udcff [MASK]", model=tiny_model()),
+                           "text is not valid Unicode (byte 0xff at character 1)"),
+                          (lambda: write_attention("caf\udce9", "a.png", model=tiny_model()),
+                           "text is not valid Unicode (byte 0xe9 at character 4)")):
+        with pytest.raises(BertfeatError) as e:
+            call()
+        assert e.value.message == f"{message} - {fix}"
