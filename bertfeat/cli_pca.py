@@ -32,10 +32,11 @@ pca_app = typer.Typer(
 def parse_n_components(text: str | None) -> int | float | None:
     """``"100"`` -> 100, ``"0.95"`` -> 0.95, ``"1.0"``/``"all"``/None -> None (keep every component).
 
-    The same parser as ``extract --pca`` (bertfeat.specs.parse_pca_spec)."""
+    The same parser as ``extract --pca`` (bertfeat.specs.parse_pca_spec): an empty ``-n ""`` is refused there
+    (not a number), never taken as "every component"."""
     from .specs import parse_pca_spec
 
-    if text is None or text.strip().lower() in ("", "none"):
+    if text is None or text.strip().lower() == "none":
         return None
     return parse_pca_spec(text, "n_components")
 

@@ -257,3 +257,48 @@ def test_the_library_refuses_lone_surrogates_too():
         with pytest.raises(BertfeatError) as e:
             call()
         assert e.value.message == f"{message} - {fix}"
+
+
+# ------------------------------------------------------------------------------------------------ item 8
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a NumPy warning (printed above the Error line by the CLI) fails
+def test_pca_fit_overflow_is_one_line_without_numpy_warnings(tmp_path, capsys):
+    """float32 features near 1e30: the block products overflow; the error alone, no RuntimeWarning and source line."""
+    feats = tmp_path / "huge.npy"
+    np.save(feats, (np.random.default_rng(0).standard_normal((40, 6)) * 1e30).astype(np.float32))
+    before = snapshot(tmp_path)
+    for solver in ("auto", "covariance"):
+        rc, out, err = run(capsys, "pca", "fit", feats, "-n", "2", "-o", tmp_path / "m.npz", "--solver", solver)
+        assert (rc, out, err) == (1, "", "Error: rows 0-39: products of these float32 features overflow (values near 1e19 "
+                                         "or larger) - scale the features down, or pass them as float64\n")
+    assert snapshot(tmp_path) == before
+    rc, _, err = run(capsys, "pca", "fit", feats, "-n", "2", "-o", tmp_path / "m.npz", "--accumulate", "float64", "-q")
+    assert (rc, err) == (0, "")  # float64 products do not overflow: the fit succeeds, silently as before
+
+
+def test_pca_fit_overflow_stderr_of_the_real_command(tmp_path):
+    """The same in a process of its own, where NumPy's warning went to stderr with its source line."""
+    feats = tmp_path / "huge.npy"
+    np.save(feats, (np.random.default_rng(0).standard_normal((40, 6)) * 1e30).astype(np.float32))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    p = subprocess.run([sys.executable, "-m", "bertfeat", "pca", "fit", str(feats), "-n", "2", "-o", str(tmp_path / "m.npz")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert (p.returncode, p.stdout, p.stderr) == (1, "", "Error: rows 0-39: products of these float32 features overflow "
+                                                         "(values near 1e19 or larger) - scale the features down, or pass "
+                                                         "them as float64\n")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["huge.npy"]
+
+
+def test_empty_pca_sizes_are_refused(tmp_path, good, capsys):
+    """`extract --pca ""` meant no PCA, `pca fit -n ""` every component: both are refused now, as any non-number."""
+    rc, _, err = run(capsys, "extract", good["corpus"], "-o", tmp_path / "f.parquet", "-m", tiny_model(), "--pca", "")
+    assert (rc, err) == (1, f"Error: --pca '' is not a number - {PCA_FIX}\n")
+    for value in ("", "  "):
+        rc, _, err = run(capsys, "pca", "fit", good["features"], "-n", value, "-o", tmp_path / "m.npz")
+        assert (rc, err) == (1, f"Error: --n-components '' is not a number - {PCA_FIX}\n")
+    assert list(tmp_path.iterdir()) == []
+    import bertfeat
+
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(good["corpus"], tmp_path / "f.parquet", model=tiny_model(), pca="")
+    assert e.value.message == f"pca='' is not a number - {PCA_FIX}"
+    assert list(tmp_path.iterdir()) == []
