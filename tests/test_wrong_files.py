@@ -104,6 +104,106 @@ def assert_one_error(rc, err):
     assert " - " in err and "bug" not in err and "Traceback" not in err, err
 
 
+# ------------------------------------------------------------------------------------------------ the fuzz matrix
+KINDS = ["npy", "npz", "parquet", "csv", "json", "empty", "dir", "fifo", "wrong-ext"]
+
+# slot -> (the extension the slot expects, how to build the command from the wrong path and a scratch directory)
+SLOTS = {
+    "extract INPUT": (".csv", lambda g, p, o: ["extract", p, "-o", o / "out.parquet", "-m", tiny_model(), "-q"]),
+    "extract -o": (".parquet", lambda g, p, o: ["extract", g["corpus"], "-o", p, "-m", tiny_model(), "-q"]),
+    "pca fit FEATURES": (".parquet", lambda g, p, o: ["pca", "fit", p, "-n", "2", "-o", o / "m.npz", "-q"]),
+    "pca fit -o": (".npz", lambda g, p, o: ["pca", "fit", g["features"], "-n", "2", "-o", p, "-q"]),
+    "pca transform FEATURES": (".parquet", lambda g, p, o: ["pca", "transform", p, "--pca-model", g["model"],
+                                                             "-o", o / "r.parquet", "-q"]),
+    "pca transform --pca-model": (".npz", lambda g, p, o: ["pca", "transform", g["features"], "--pca-model", p,
+                                                            "-o", o / "r.parquet", "-q"]),
+    "pca transform -o": (".parquet", lambda g, p, o: ["pca", "transform", g["features"], "--pca-model", g["model"],
+                                                       "-o", p, "-q"]),
+    "report MODEL": (".npz", lambda g, p, o: ["report", p, "-o", o / "rep", "-q"]),
+    "info MODEL_DIR": ("", lambda g, p, o: ["info", p, "--json"]),
+    "tokens -m": ("", lambda g, p, o: ["tokens", "a cat", "-m", p, "--json"]),
+    "attention -m": ("", lambda g, p, o: ["attention", "a cat", "-m", p, "-o", o / "a.png"]),
+    "attention -o": (".png", lambda g, p, o: ["attention", "a cat", "-m", tiny_model(), "-o", p]),
+    "fill-mask -m": ("", lambda g, p, o: ["fill-mask", "a [MASK]", "-m", p, "--json"]),
+}
+OUTPUT_SLOTS = {"extract -o", "pca fit -o", "pca transform -o", "attention -o"}
+# a name whose extension names another format than the slot's (an output: a file not there yet)
+WRONG_EXT_OUTPUT = {"extract -o": "out.npz", "pca fit -o": "model.parquet", "pca transform -o": "out.npz",
+                    "attention -o": "attention.jpg"}
+
+XFAIL = {
+    ("extract INPUT", "fifo"): "readers: FIFO input, fixed in h25-readers2",
+}
+
+
+def wrong_file(kind: str, slot: str, d: Path, good: dict) -> Path:
+    """A file (or directory, or FIFO) of the wrong kind for ``slot``, in the directory d."""
+    ext = SLOTS[slot][0]
+    d.mkdir(parents=True, exist_ok=True)
+    if kind == "npy":  # an attention array (`attention --save-npy`): float32 (layers, heads, T, T)
+        p = d / "attention.npy"
+        np.save(p, np.random.default_rng(0).random((2, 2, 5, 5), dtype=np.float32))
+    elif kind == "npz":  # np.savez of random arrays
+        p = d / "arrays.npz"
+        np.savez(p, a=np.random.default_rng(1).random(3), b=np.random.default_rng(2).random((2, 2)))
+    elif kind == "parquet":  # a table with no features and no text
+        p = d / "table.parquet"
+        pq.write_table(pa.table({"x": [1, 2, 3], "y": [0.5, 1.5, 2.5]}), p)
+    elif kind == "csv":
+        p = d / "numbers.csv"
+        p.write_text("a,b\n1,2\n3,4\n")
+    elif kind == "json":
+        p = d / "settings.json"
+        p.write_text(json.dumps({"a": 1, "b": [1, 2]}))
+    elif kind == "empty":
+        p = d / f"empty{ext or '.bin'}"
+        p.write_bytes(b"")
+    elif kind == "dir":
+        p = d / f"folder{ext}"
+        p.mkdir()
+        (p / "notes.txt").write_text("not what the command wants\n")
+    elif kind == "fifo":
+        p = d / f"pipe{ext}"
+        os.mkfifo(p)
+    elif kind == "wrong-ext":
+        if slot in OUTPUT_SLOTS:
+            p = d / WRONG_EXT_OUTPUT[slot]
+        elif ext == "":  # a model directory's own config.json instead of the directory
+            p = d / "config.json"
+            shutil.copy(Path(tiny_model()) / "config.json", p)
+        elif ext == ".npz":  # features named like a PCA model
+            p = d / "features.npz"
+            shutil.copy(good["features"], p)
+        elif ext == ".csv":  # a Parquet file named .csv
+            p = d / "features.csv"
+            shutil.copy(good["features"], p)
+        else:  # a PCA model named like features
+            p = d / "model.parquet"
+            shutil.copy(good["model"], p)
+    else:
+        raise AssertionError(kind)
+    return p
+
+
+CASES = [pytest.param(slot, kind, id=f"{slot}-{kind}".replace(" ", "_"),
+                      marks=[pytest.mark.xfail(strict=True, reason=XFAIL[slot, kind])] if (slot, kind) in XFAIL else [])
+         for slot in SLOTS for kind in KINDS]
+
+
+@pytest.mark.parametrize("slot, kind", CASES)
+def test_a_file_of_the_wrong_kind_is_one_error_line(tmp_path, good, capsys, slot, kind):
+    wrong = wrong_file(kind, slot, tmp_path / "in", good)
+    scratch = tmp_path / "out"
+    scratch.mkdir()
+    before, before_good = snapshot(tmp_path), snapshot(good["dir"])
+    rc, out, err = run_timed(capsys, SLOTS[slot][1](good, wrong, scratch), fifo=wrong if kind == "fifo" else None)
+    assert rc != "hung", f"bertfeat {slot} blocked on a FIFO for {TIMEOUT} s (stderr {err!r})"
+    assert_one_error(rc, err)
+    assert out == ""
+    assert snapshot(tmp_path) == before, "an input changed or a file was written"
+    assert snapshot(good["dir"]) == before_good
+
+
 # ------------------------------------------------------------------------------------------------ item 4: PCA models
 def not_a_model(path, why, fix=MODEL_FIX):
     return f"Error: {path} is not a bertfeat PCA model: {why} - {fix}\n"
