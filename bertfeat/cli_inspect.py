@@ -30,6 +30,21 @@ def _text(s) -> "object":
     return Text(str(s))  # never rich markup: wordpieces like [CLS] or [unused0] must print as they are
 
 
+ARGUMENT_FIX = ("pass the text as UTF-8 (convert it first, e.g. with iconv -f latin1 -t utf-8), or put it in a file "
+                "and run `bertfeat extract FILE --encoding ENCODING`")
+
+
+def _check_arguments(text: str, pair: str | None) -> None:
+    """A text given on the command line in another encoding than UTF-8 (its bytes kept as lone surrogates by
+    Python's argv decoding) is refused, naming the argument, before any model loads."""
+    from .inspection import invalid_unicode
+
+    for label, value in (("the TEXT argument", text), ("--pair", pair)):
+        where = invalid_unicode(value) if value is not None else None
+        if where:
+            raise BertfeatError(f"{label} is not valid UTF-8 ({where})", ARGUMENT_FIX)
+
+
 PRECISION_HELP = "fp32 (default), bf16, int8 or auto: the encoder's linear layers, as for extract (docs/precision.md)."
 
 
@@ -44,6 +59,7 @@ def tokens_command(
     from .inspection import tokenize_text
     from .specs import check_max_length
 
+    _check_arguments(text, pair)
     check_max_length(max_length)
 
     d = tokenize_text(text, pair, model, max_length)
@@ -84,6 +100,7 @@ def attention_command(
     from .safety import check_outputs
     from .specs import check_max_length
 
+    _check_arguments(text, pair)
     if head is not None and all_heads:
         raise BertfeatError("--head and --all-heads exclude each other", "give --head N for one head, or --all-heads for the grid")
     check_max_length(max_length)
@@ -113,6 +130,7 @@ def fill_mask_command(
     """Predict the tokens behind [MASK] with the model's masked-language-model head."""
     from .inspection import fill_mask
 
+    _check_arguments(text, pair)
     if top_k < 1:
         raise BertfeatError(f"--top-k {top_k} is out of range", "give 1 or more")
     preds = fill_mask(text, top_k, model, pair, precision=precision)

@@ -33,10 +33,11 @@ pca_app = typer.Typer(
 def parse_n_components(text: str | None) -> int | float | None:
     """``"100"`` -> 100, ``"0.95"`` -> 0.95, ``"1.0"``/``"all"``/None -> None (keep every component).
 
-    The same parser as ``extract --pca`` (bertfeat.specs.parse_pca_spec)."""
+    The same parser as ``extract --pca`` (bertfeat.specs.parse_pca_spec): an empty ``-n ""`` is refused there
+    (not a number), never taken as "every component"."""
     from .specs import parse_pca_spec
 
-    if text is None or text.strip().lower() in ("", "none"):
+    if text is None or text.strip().lower() == "none":
         return None
     return parse_pca_spec(text, "n_components")
 
@@ -92,11 +93,13 @@ def fit_command(
 ) -> None:
     """Fit a PCA on FEATURES (streaming), write the model and its report beside it."""
     from .safety import check_array_file, check_outputs, feature_file_inputs, report_outputs
+    from .specs import check_model_output
 
     accumulate = _accumulate_option(accumulate, precision)
     check_array_file(features, "feature file")
     with output_lock(out, _prefix_for(out)):  # one writer per output (outlock.py)
         check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
+        check_model_output(out)
         pca, outputs, source = fit_pca_to_files(features, out, _prefix_for(out), parse_n_components(n_components),
                                                 solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows)
     if not quiet:
@@ -125,10 +128,9 @@ def transform_command(
 
     check_output_format(out, fmt)
     check_array_file(features, "feature file")
-    check_array_file(pca_path, "PCA model")
+    pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
     with output_lock(out):
         check_outputs(feature_file_outputs(out, feature_format(out, fmt)), feature_file_inputs(features) + [pca_path], overwrite)
-        pca = PCA.load(pca_path)
         path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows)
     if not quiet:
         _err().print(f"wrote {path} ({pca.n_components_} components)")
@@ -143,12 +145,11 @@ def report_command(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing report files (else refused).")] = False,
 ) -> None:
     """Write the explained-variance report (JSON, Markdown, PNG) of a saved PCA model."""
-    from .safety import check_array_file, check_outputs, report_outputs
+    from .safety import check_outputs, report_outputs
 
-    check_array_file(pca_path, "PCA model")
+    pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
     with output_lock(out_prefix or _prefix_for(pca_path)):
         check_outputs(report_outputs(out_prefix or _prefix_for(pca_path)), [pca_path], overwrite)
-        pca = PCA.load(pca_path)
         source = dict(getattr(pca, "source_", None) or {}) | {"model_file": str(pca_path), "fingerprint": pca.fingerprint_}
         paths = write_pca_report(pca, out_prefix or _prefix_for(pca_path), source=source)
     if not quiet:

@@ -105,6 +105,33 @@ def atomic_write(path: str | Path, write) -> Path:
     return path
 
 
+def invalid_unicode(value: str) -> str | None:
+    """Where ``value`` is not valid Unicode text, as words ("byte 0xe9 at character 4"), else None.
+
+    A command-line argument with bytes that are not UTF-8 reaches Python as lone surrogates U+DC80..U+DCFF
+    (``surrogateescape``), each standing for one byte; any other lone surrogate is named as such."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(value[e.start])
+        what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"lone surrogate U+{code:04X}"
+        return f"{what} at character {e.start + 1}"
+    return None
+
+
+TEXT_FIX = ("decode it with its real encoding first (bytes.decode('latin-1'), say), or read a file in another "
+            "encoding with bertfeat.extract(..., encoding=...)")
+
+
+def check_text(value: str | None, param: str = "text") -> None:
+    """Refuse a text the tokenizer cannot take: one with lone surrogates (undecodable bytes kept by surrogateescape)."""
+    from .errors import BertfeatError, opt
+
+    where = invalid_unicode(value) if isinstance(value, str) else None
+    if where:
+        raise BertfeatError(f"{opt(param)} is not valid Unicode ({where})", TEXT_FIX)
+
+
 # --------------------------------------------------------------------------- tokens
 def tokenize_text(text: str, pair: str | None = None, model: str | None = None, max_length: int | None = None,
                   *, encoder=None) -> dict:
@@ -114,6 +141,8 @@ def tokenize_text(text: str, pair: str | None = None, model: str | None = None, 
     truncated, tokens, input_ids, token_type_ids, attention_mask (the last four per position,
     special tokens included, as transformers' tokenizer returns them).
     """
+    check_text(text, "text")
+    check_text(pair, "pair")
     enc = _encoder(model, max_length, encoder)
     ml = _max_length(enc, max_length)
     e, truncated, n_full = enc.tokenizer.tokens(text, pair, ml)
@@ -142,6 +171,8 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
     """
     from .model import bert_forward
 
+    check_text(text, "text")
+    check_text(pair, "pair")
     enc = _encoder(model, max_length, encoder, precision)
     e, _, _ = enc.tokenizer.tokens(text, pair, _max_length(enc, max_length))
     ids = np.asarray([e.ids], dtype=np.int64)
@@ -262,6 +293,8 @@ def write_attention(text: str, output: str | Path, pair: str | None = None, mode
     for p, ext, param in ((output, ".png", "output"), (save_npy, ".npy", "save_npy")):
         if p is not None and Path(p).suffix.lower() != ext:
             raise BertfeatError(f"{opt(param, str(p))} does not end in {ext}", f"give {opt(param)} a file name ending in {ext}")
+    check_text(text, "text")
+    check_text(pair, "pair")
     enc = _encoder(model, max_length, encoder, precision)
     c = enc.config
     layer_i, head_i = check_layer_head(c.num_hidden_layers, c.num_attention_heads, layer, head)
@@ -299,6 +332,8 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
     from .errors import BertfeatError
     from .model import bert_forward, mlm_logits
 
+    check_text(text, "text")
+    check_text(pair, "pair")
     enc = _encoder(model, None, encoder, precision)
     require_mlm_head(enc)
     tok = enc.tokenizer
@@ -331,6 +366,8 @@ def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | N
     from .errors import BertfeatError
     from .model import softmax
 
+    check_text(text, "text")
+    check_text(pair, "pair")
     enc = _encoder(model, None, encoder, precision)
     V = enc.config.vocab_size
     if not 1 <= int(top_k) <= V:

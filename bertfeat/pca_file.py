@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import stat
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +28,8 @@ from .errors import BertfeatError
 from .pca_solvers import Decomposition
 from .pca_stats import Stats
 
-__all__ = ["MODEL_FORMAT", "MODEL_FORMAT_VERSION", "FILE_PARAM_NAMES", "SavedModel", "params_to_file", "params_from_file",
-           "save_model", "load_model", "fingerprint_differences", "jsonable_seed"]
+__all__ = ["MODEL_FORMAT", "MODEL_FORMAT_VERSION", "FILE_PARAM_NAMES", "MODEL_FIX", "SavedModel", "params_to_file",
+           "params_from_file", "save_model", "load_model", "not_a_model", "fingerprint_differences", "jsonable_seed"]
 
 MODEL_FORMAT = "bertfeat-pca"
 MODEL_FORMAT_VERSION = 1
@@ -112,38 +114,103 @@ def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
     return path
 
 
+#: The fix of every "not a bertfeat PCA model" error, and of a damaged (empty, truncated) model file.
+MODEL_FIX = "pass a .npz written by `bertfeat pca fit`, `bertfeat extract --pca` or PCA.save"
+DAMAGED_MODEL_FIX = "pass a complete model file (rerun the `bertfeat pca fit` or `extract --pca` that wrote it)"
+
+
+def not_a_model(path: Path, why: str, fix: str = MODEL_FIX) -> BertfeatError:
+    """``PATH is not a bertfeat PCA model: why - fix``: the one error of a file that is not a model."""
+    return BertfeatError(f"{path} is not a bertfeat PCA model: {why}", fix)
+
+
+def _not_regular(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "it is a directory"
+    if stat.S_ISFIFO(mode):
+        return "it is a named pipe (FIFO)"
+    return "it is a socket" if stat.S_ISSOCK(mode) else "it is a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+        else "it is not a regular file"
+
+
+def _check_model_file(path: Path) -> None:
+    """Refuse, before numpy opens it, anything that is not a complete .npz archive: a directory, a FIFO (opening
+    one would block), an empty file, a .npy array, a text file (numpy would suggest pickle), a truncated archive."""
+    try:
+        st = os.stat(path)  # another OSError (permission denied, ...) propagates: the CLI names it (safety.os_error)
+    except (FileNotFoundError, NotADirectoryError):
+        raise BertfeatError(f"PCA model file not found: {path}", "check the path, or fit one with `bertfeat pca fit`") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise not_a_model(path, _not_regular(st.st_mode))
+    if st.st_size == 0:
+        raise not_a_model(path, "it is empty (0 bytes)", DAMAGED_MODEL_FIX)
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head.startswith(b"\x93NUMPY"):
+        raise not_a_model(path, "it is a .npy array file, not a .npz model")
+    if not head.startswith(b"PK"):
+        raise not_a_model(path, "it is not a .npz archive")
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            bad = z.testzip()
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+        raise not_a_model(path, f"it is a truncated or corrupt .npz archive ({e})", DAMAGED_MODEL_FIX) from None
+    if bad is not None:
+        raise not_a_model(path, f"it is a corrupt .npz archive ({bad} fails its checksum)", DAMAGED_MODEL_FIX)
+    if "meta.npy" not in names:
+        raise not_a_model(path, "it is a .npz without bertfeat's 'meta' entry")
+
+
 def load_model(path: str | os.PathLike) -> SavedModel:
-    """Read and check a file written by ``save_model`` (``np.load(allow_pickle=False)``)."""
+    """Read and check a file written by ``save_model`` (``np.load(allow_pickle=False)``).
+
+    Whatever else ``path`` is (missing, a directory, a FIFO, empty, a .npy, another .npz, truncated), one
+    ``BertfeatError``: "not found", or "PATH is not a bertfeat PCA model: why - fix"; nothing is opened
+    before the file is known to be a regular file."""
     path = Path(path)
-    if not path.is_file():
-        raise BertfeatError(f"PCA model file not found: {path}", "check the path, or fit one with `bertfeat pca fit`")
+    _check_model_file(path)
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {key: z[key] for key in z.files}
+    except (ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+        why = ("it holds pickled (object) arrays, which bertfeat never loads" if "pickle" in str(e).lower()
+               else "it cannot be read: " + (" ".join(str(e).split())[:200] or type(e).__name__))
+        raise not_a_model(path, why) from None
+    try:
         meta = json.loads(str(arrays.pop("meta")))
-    except (OSError, ValueError, KeyError) as e:
-        raise BertfeatError(
-            f"{path} is not a bertfeat PCA model ({e})", "pass a .npz written by `bertfeat pca fit` or PCA.save"
-        ) from None
-    if meta.get("format") != MODEL_FORMAT:
-        raise BertfeatError(f"{path} is not a bertfeat PCA model", "pass a .npz written by `bertfeat pca fit` or PCA.save")
-    if meta.get("format_version", 0) > MODEL_FORMAT_VERSION:
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
+        raise not_a_model(path, "its 'meta' entry is not bertfeat's")
+    version = meta.get("format_version", 0)
+    if not isinstance(version, int):
+        raise not_a_model(path, f"format_version {version!r} is not a number")
+    if version > MODEL_FORMAT_VERSION:
         raise BertfeatError(
             f"{path} uses model format version {meta['format_version']}, newer than this bertfeat supports ({MODEL_FORMAT_VERSION})",
             "upgrade bertfeat",
         )
-    decomposition = Decomposition(
-        mean=arrays["mean"],
-        components=arrays["components"],
-        spectrum=arrays["spectrum"],
-        total_variance=float(meta["total_variance"]),
-        n_samples=int(meta["n_samples"]),
-        n_components=int(meta["n_components"]),
-        noise_variance=float(meta["noise_variance"]),
-        solver=meta["fit_solver"],
-    )
-    stats = None
-    if "stats_sq" in arrays:
-        stats = Stats(int(meta["stats_n"]), arrays["stats_shift"], arrays["stats_sum"], arrays["stats_sq"])
-    return SavedModel(params_from_file(meta["params"]), decomposition, int(meta["n_features"]), stats,
+    if not isinstance(meta.get("params"), dict):
+        raise not_a_model(path, "its metadata has no parameters")
+    try:
+        decomposition = Decomposition(
+            mean=arrays["mean"],
+            components=arrays["components"],
+            spectrum=arrays["spectrum"],
+            total_variance=float(meta["total_variance"]),
+            n_samples=int(meta["n_samples"]),
+            n_components=int(meta["n_components"]),
+            noise_variance=float(meta["noise_variance"]),
+            solver=meta["fit_solver"],
+        )
+        n_features = int(meta["n_features"])
+        stats = None
+        if "stats_sq" in arrays:
+            stats = Stats(int(meta["stats_n"]), arrays["stats_shift"], arrays["stats_sum"], arrays["stats_sq"])
+    except KeyError as e:
+        raise not_a_model(path, f"{e.args[0]!r} is missing") from None
+    except (TypeError, ValueError) as e:
+        raise not_a_model(path, f"its metadata is malformed: {e}") from None
+    return SavedModel(params_from_file(meta["params"]), decomposition, n_features, stats,
                       meta.get("fingerprint"), meta.get("source"))

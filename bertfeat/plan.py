@@ -277,9 +277,9 @@ def parse_pca(value) -> int | float | str | None:
     """``pca``: None (no PCA), a count, a variance fraction, or ALL_COMPONENTS (the parser of ``pca fit -n``)."""
     if isinstance(value, bool):
         raise BertfeatError(f"{opt('pca', value)} is not a size", "give a number of components (64) or a variance fraction (0.95)")
-    if value is None or value == "":
+    if value is None:
         return None
-    from .specs import parse_pca_spec
+    from .specs import parse_pca_spec  # "" (or blanks) is refused there, as not a number: it never means "no PCA"
 
     n = parse_pca_spec(value, "pca")
     return ALL_COMPONENTS if n is None else n

@@ -19,7 +19,15 @@ from .errors import BertfeatError
 from .features import FeatureWriter, feature_fingerprint, feature_format, open_features, read_features
 from .pca import AUTO_COVARIANCE_MAX_FEATURES, PCA
 
-__all__ = ["fit_pca_file", "reduce_features_file", "pca_metadata_entry", "file_sha256"]
+__all__ = ["fit_pca_file", "reduce_features_file", "pca_metadata_entry", "file_sha256", "fit_errstate"]
+
+
+def fit_errstate() -> np.errstate:
+    """NumPy's floating-point warnings off while the PCA takes its statistics: an overflow there (float32 block
+    products of values near 1e19 and more) or an invalid value ends in the PCA's own error anyway ("products of
+    these float32 features overflow", "features contain NaN or inf"), so a warning and its source line would only
+    stand above the one Error line. A new errstate per use (one instance cannot be entered twice)."""
+    return np.errstate(over="ignore", invalid="ignore")
 
 
 def file_sha256(path: str | os.PathLike) -> str:
@@ -58,19 +66,22 @@ def fit_pca_file(
     in_memory = solver in ("svd", "randomized") or (solver == "auto" and src.dim > AUTO_COVARIANCE_MAX_FEATURES)
     if in_memory:
         _, X, _ = read_features(path)
-        pca.fit(X)
+        with fit_errstate():
+            pca.fit(X)
         if on_batch:
             on_batch(X.shape[0])
     else:
         seen = 0
         for _, X, _ in src.batches(batch_rows, ahead=1):
-            pca.partial_fit(X)
+            with fit_errstate():
+                pca.partial_fit(X)
             seen += X.shape[0]
             if on_batch:
                 on_batch(seen)
         if seen == 0:
             raise BertfeatError(f"PCA needs at least 2 rows to fit, got 0 in {src.path}", "fit on a feature file with rows")
-        pca.finalize()
+        with fit_errstate():
+            pca.finalize()
     pca.fingerprint_ = src.fingerprint
     pca.source_ = {
         "features": str(src.path),

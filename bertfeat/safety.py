@@ -5,10 +5,11 @@
   fix*; ``None`` means an unexpected exception (a bug), which ``cli.main`` reports in one line too
   unless ``--debug`` / ``BERTFEAT_DEBUG=1`` asks for the traceback.
 * ``check_outputs(outputs, inputs, overwrite)`` runs before a command writes anything: no output or
-  side file may be an input (compared through symbolic and hard links), and an existing output is
-  refused unless ``--overwrite``.
+  side file may be an input (compared through symbolic and hard links) or an existing directory, and an
+  existing output is refused unless ``--overwrite``.
 * ``check_array_file(path)`` reads the first bytes of a ``.npy``/``.npz`` so that an empty,
-  truncated or foreign file is named as such (never numpy's advice to load it with pickle).
+  truncated or foreign file is named as such (never numpy's advice to load it with pickle); a
+  directory or a FIFO is refused before anything opens it (opening a FIFO with no writer blocks).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 import zipfile
 from pathlib import Path
 from typing import Iterable
@@ -184,17 +186,42 @@ def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], o
     existence needs --overwrite (a file a run removes when it is not needed, e.g. a stale rejects file, is not)."""
     outputs = [(label, Path(p)) for label, p in outputs if p is not None]
     check_not_input(outputs, inputs)
+    check_not_directory(outputs)
     check_overwrite(outputs if existing is None else existing, overwrite)
 
 
+def check_not_directory(outputs: Iterable[tuple[str, Path]]) -> None:
+    """Refuse an output file that names an existing directory, --overwrite or not (a file never replaces one)."""
+    for label, out in outputs:
+        if Path(out).is_dir():
+            raise OutputError(f"the {label} {out} is a directory", f"pass {opt('output')} with a file name, not a directory")
+
+
 # --------------------------------------------------------------------------- .npy / .npz files
+def not_a_regular_file(path: Path, mode: int, what: str = "file") -> BertfeatError:
+    """An input that exists but is no regular file: a directory, a named pipe (FIFO), a socket or a device."""
+    if stat.S_ISDIR(mode):
+        return BertfeatError(f"{path} is a directory, not a {what}", f"pass the path of a {what}, not of a directory")
+    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
+    return BertfeatError(f"{path} is {kind}, not a {what}", "write the data to a regular file first and pass that")
+
+
 def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
-    """An empty, truncated or non-NumPy .npy/.npz is named as such before numpy reads it."""
+    """An empty, truncated or non-NumPy .npy/.npz is named as such before numpy reads it; so is a path that
+    exists but is no regular file (a directory, a FIFO: refused before anything opens it, as opening a FIFO
+    with no writer blocks)."""
     p = Path(path)
-    if not p.is_file():
-        return  # the reader says "not found" with its own fix
     try:
-        size = p.stat().st_size
+        st = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        return  # the reader says "not found" with its own fix
+    except OSError as e:
+        raise os_error(e, p) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise not_a_regular_file(p, st.st_mode, what)
+    try:
+        size = st.st_size
         with open(p, "rb") as f:
             head = f.read(8)
     except OSError as e:

@@ -7,6 +7,7 @@
 * ``check_threads``, ``check_max_batch_tokens``: the encoder's load settings, checked alike by ``bertfeat.extract``
   (plan.make_plan) and ``Encoder(...)``.
 * ``check_output_format``: an output whose extension names another format than ``format`` is refused.
+* ``check_model_output``: so is a PCA model (``pca fit -o``, always a .npz) named like another format.
 
 Each names its option by the caller's Python parameter (errors.opt); the CLI shows it as its flag.
 """
@@ -122,3 +123,16 @@ def check_output_format(path: str | Path | None, fmt: str | None, formats=("parq
             what = f"the output {p} ends in {suffix}, a format bertfeat does not write"
         raise BertfeatError(what, f"name the output .{written if written in formats else 'parquet'}, "
                                   f"or choose {opt('format')} to match ({', '.join(formats)})")
+
+
+def check_model_output(path: str | Path) -> None:
+    """Refuse a PCA model file (a .npz archive) whose extension names another format, e.g. ``-o reduced.parquet``
+    (the reduced features are ``pca transform``'s output); no extension or an unknown one is taken as it is."""
+    p = Path(str(path))
+    suffix = p.suffix.lower()
+    named = _EXT_FORMAT.get(suffix)
+    if named is None or named == "npz":
+        return
+    raise BertfeatError(f"the PCA model {p} ends in {suffix}, but a PCA model is a .npz archive",
+                        f"name it .npz (e.g. {opt('output', p.with_suffix('.npz').name)}); "
+                        "reduced features are written by `bertfeat pca transform`")

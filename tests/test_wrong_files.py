@@ -1,0 +1,402 @@
+"""Issue 25 (items 4 and 8): files of the wrong kind, texts that are not UTF-8, and PCA sizes that are empty.
+
+Every command's path arguments are fed files of the wrong kind (.npy, .npz, a Parquet table that holds no features,
+.csv, .json, an empty file, a directory, a FIFO, a file whose extension names another format): each run must end with
+exit 1 and exactly one ``Error:`` line on stderr that is not "a bug", leave every input byte for byte as it was, and
+write nothing. A FIFO with no writer blocks whoever opens it for reading, so the code must refuse it before opening
+it; every run here has a timeout (a run that hangs is unblocked by opening the FIFO's other end, then fails).
+
+In-process through ``bertfeat.cli.main`` with the small random-weight model of tests/ckpt.py; a subprocess where
+the real argv decoding matters (bytes that are not UTF-8).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bertfeat.cli import main
+from bertfeat.errors import BertfeatError
+from bertfeat.pca import PCA
+from extract_util import run, tiny_model, write_csv
+
+TIMEOUT = 30  # seconds for one in-process run (they take well under one; a FIFO opened for reading waits forever)
+MODEL_FIX = "pass a .npz written by `bertfeat pca fit`, `bertfeat extract --pca` or PCA.save"
+DAMAGED_FIX = "pass a complete model file (rerun the `bertfeat pca fit` or `extract --pca` that wrote it)"
+PCA_FIX = ("give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), "
+           "or 1.0 / all for every component")
+UTF8_FIX = ("pass the text as UTF-8 (convert it first, e.g. with iconv -f latin1 -t utf-8), or put it in a file "
+            "and run `bertfeat extract FILE --encoding ENCODING`")
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> dict[str, Path]:
+    """Valid inputs, made once: a corpus, its features (tiny model) and a PCA model fitted on them."""
+    d = tmp_path_factory.mktemp("good")
+    corpus = write_csv(d / "corpus.csv", ["id", "text"], [[f"r{i}", f"sentence number {i} about cats"] for i in range(24)])
+    assert main(["extract", str(corpus), "-o", str(d / "feats.parquet"), "-m", str(tiny_model()), "-q"]) == 0
+    assert main(["pca", "fit", str(d / "feats.parquet"), "-n", "3", "-o", str(d / "model.npz"), "-q"]) == 0
+    return {"corpus": corpus, "features": d / "feats.parquet", "model": d / "model.npz", "dir": d}
+
+
+def snapshot(*roots: Path) -> dict[str, str]:
+    """Every entry under the roots: a digest of each regular file's bytes, the kind of anything else."""
+    out = {}
+    for root in roots:
+        for p in sorted([root, *root.rglob("*")]):
+            mode = os.lstat(p).st_mode
+            if stat.S_ISREG(mode):
+                out[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest()
+            else:
+                out[str(p)] = "dir" if stat.S_ISDIR(mode) else "fifo" if stat.S_ISFIFO(mode) else oct(mode)
+    return out
+
+
+def _unblock(fifo: Path) -> None:
+    """Open the other end of a FIFO a run is stuck on (reading: a writer that closes at once gives it EOF)."""
+    for flags in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
+        try:
+            os.close(os.open(fifo, flags))
+        except OSError:
+            pass
+
+
+def run_timed(capsys, args, fifo: Path | None = None) -> tuple[int | str, str, str]:
+    """`bertfeat ARGS` in-process in a thread -> (exit code, stdout, stderr); exit code "hung" after TIMEOUT s."""
+    capsys.readouterr()
+    result: dict = {}
+
+    def target():
+        try:
+            result["rc"] = main([str(a) for a in args])
+        except BaseException as e:  # noqa: BLE001 - main must not raise; the test reports it
+            result["rc"] = f"raised {type(e).__name__}: {e}"
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(TIMEOUT)
+    if t.is_alive():
+        if fifo is not None:
+            _unblock(fifo)
+        t.join(TIMEOUT)
+        result["rc"] = "hung"
+    out = capsys.readouterr()
+    return result["rc"], out.out, out.err
+
+
+def assert_one_error(rc, err):
+    """Exit 1, one line on stderr, `Error: what - fix`, and not an unexpected exception."""
+    assert rc == 1, f"exit {rc!r}, stderr: {err!r}"
+    assert err.startswith("Error: ") and err.endswith("\n") and err.count("\n") == 1, err
+    assert " - " in err and "bug" not in err and "Traceback" not in err, err
+
+
+# ------------------------------------------------------------------------------------------------ the fuzz matrix
+KINDS = ["npy", "npz", "parquet", "csv", "json", "empty", "dir", "fifo", "wrong-ext"]
+
+# slot -> (the extension the slot expects, how to build the command from the wrong path and a scratch directory)
+SLOTS = {
+    "extract INPUT": (".csv", lambda g, p, o: ["extract", p, "-o", o / "out.parquet", "-m", tiny_model(), "-q"]),
+    "extract -o": (".parquet", lambda g, p, o: ["extract", g["corpus"], "-o", p, "-m", tiny_model(), "-q"]),
+    "pca fit FEATURES": (".parquet", lambda g, p, o: ["pca", "fit", p, "-n", "2", "-o", o / "m.npz", "-q"]),
+    "pca fit -o": (".npz", lambda g, p, o: ["pca", "fit", g["features"], "-n", "2", "-o", p, "-q"]),
+    "pca transform FEATURES": (".parquet", lambda g, p, o: ["pca", "transform", p, "--pca-model", g["model"],
+                                                             "-o", o / "r.parquet", "-q"]),
+    "pca transform --pca-model": (".npz", lambda g, p, o: ["pca", "transform", g["features"], "--pca-model", p,
+                                                            "-o", o / "r.parquet", "-q"]),
+    "pca transform -o": (".parquet", lambda g, p, o: ["pca", "transform", g["features"], "--pca-model", g["model"],
+                                                       "-o", p, "-q"]),
+    "report MODEL": (".npz", lambda g, p, o: ["report", p, "-o", o / "rep", "-q"]),
+    "info MODEL_DIR": ("", lambda g, p, o: ["info", p, "--json"]),
+    "tokens -m": ("", lambda g, p, o: ["tokens", "a cat", "-m", p, "--json"]),
+    "attention -m": ("", lambda g, p, o: ["attention", "a cat", "-m", p, "-o", o / "a.png"]),
+    "attention -o": (".png", lambda g, p, o: ["attention", "a cat", "-m", tiny_model(), "-o", p]),
+    "fill-mask -m": ("", lambda g, p, o: ["fill-mask", "a [MASK]", "-m", p, "--json"]),
+}
+OUTPUT_SLOTS = {"extract -o", "pca fit -o", "pca transform -o", "attention -o"}
+# a name whose extension names another format than the slot's (an output: a file not there yet)
+WRONG_EXT_OUTPUT = {"extract -o": "out.npz", "pca fit -o": "model.parquet", "pca transform -o": "out.npz",
+                    "attention -o": "attention.jpg"}
+
+XFAIL: dict = {}  # (slot, kind) -> reason, for a case a known bug still fails (none now: extract's FIFO input is refused)
+
+
+def wrong_file(kind: str, slot: str, d: Path, good: dict) -> Path:
+    """A file (or directory, or FIFO) of the wrong kind for ``slot``, in the directory d."""
+    ext = SLOTS[slot][0]
+    d.mkdir(parents=True, exist_ok=True)
+    if kind == "npy":  # an attention array (`attention --save-npy`): float32 (layers, heads, T, T)
+        p = d / "attention.npy"
+        np.save(p, np.random.default_rng(0).random((2, 2, 5, 5), dtype=np.float32))
+    elif kind == "npz":  # np.savez of random arrays
+        p = d / "arrays.npz"
+        np.savez(p, a=np.random.default_rng(1).random(3), b=np.random.default_rng(2).random((2, 2)))
+    elif kind == "parquet":  # a table with no features and no text
+        p = d / "table.parquet"
+        pq.write_table(pa.table({"x": [1, 2, 3], "y": [0.5, 1.5, 2.5]}), p)
+    elif kind == "csv":
+        p = d / "numbers.csv"
+        p.write_text("a,b\n1,2\n3,4\n")
+    elif kind == "json":
+        p = d / "settings.json"
+        p.write_text(json.dumps({"a": 1, "b": [1, 2]}))
+    elif kind == "empty":
+        p = d / f"empty{ext or '.bin'}"
+        p.write_bytes(b"")
+    elif kind == "dir":
+        p = d / f"folder{ext}"
+        p.mkdir()
+        (p / "notes.txt").write_text("not what the command wants\n")
+    elif kind == "fifo":
+        p = d / f"pipe{ext}"
+        os.mkfifo(p)
+    elif kind == "wrong-ext":
+        if slot in OUTPUT_SLOTS:
+            p = d / WRONG_EXT_OUTPUT[slot]
+        elif ext == "":  # a model directory's own config.json instead of the directory
+            p = d / "config.json"
+            shutil.copy(Path(tiny_model()) / "config.json", p)
+        elif ext == ".npz":  # features named like a PCA model
+            p = d / "features.npz"
+            shutil.copy(good["features"], p)
+        elif ext == ".csv":  # a Parquet file named .csv
+            p = d / "features.csv"
+            shutil.copy(good["features"], p)
+        else:  # a PCA model named like features
+            p = d / "model.parquet"
+            shutil.copy(good["model"], p)
+    else:
+        raise AssertionError(kind)
+    return p
+
+
+CASES = [pytest.param(slot, kind, id=f"{slot}-{kind}".replace(" ", "_"),
+                      marks=[pytest.mark.xfail(strict=True, reason=XFAIL[slot, kind])] if (slot, kind) in XFAIL else [])
+         for slot in SLOTS for kind in KINDS]
+
+
+@pytest.mark.parametrize("slot, kind", CASES)
+def test_a_file_of_the_wrong_kind_is_one_error_line(tmp_path, good, capsys, slot, kind):
+    wrong = wrong_file(kind, slot, tmp_path / "in", good)
+    scratch = tmp_path / "out"
+    scratch.mkdir()
+    before, before_good = snapshot(tmp_path), snapshot(good["dir"])
+    rc, out, err = run_timed(capsys, SLOTS[slot][1](good, wrong, scratch), fifo=wrong if kind == "fifo" else None)
+    assert rc != "hung", f"bertfeat {slot} blocked on a FIFO for {TIMEOUT} s (stderr {err!r})"
+    assert_one_error(rc, err)
+    assert out == ""
+    assert snapshot(tmp_path) == before, "an input changed or a file was written"
+    assert snapshot(good["dir"]) == before_good
+
+
+# ------------------------------------------------------------------------------------------------ item 4: PCA models
+def not_a_model(path, why, fix=MODEL_FIX):
+    return f"Error: {path} is not a bertfeat PCA model: {why} - {fix}\n"
+
+
+def pca_model_cases(d: Path, good: dict) -> list[tuple[Path, str, str]]:
+    """(path, why, fix) for each file that is not a PCA model."""
+    d.mkdir()
+    npy = d / "f.npy"
+    np.save(npy, np.zeros((4, 3), np.float32))
+    rand = d / "r.npz"
+    np.savez(rand, a=np.arange(3.0))
+    trunc = d / "t.npz"
+    trunc.write_bytes(good["model"].read_bytes()[:200])
+    empty = d / "e.npz"
+    empty.write_bytes(b"")
+    folder = d / "folder.npz"
+    folder.mkdir()
+    fifo = d / "pipe.npz"
+    os.mkfifo(fifo)
+    text = d / "n.csv"
+    text.write_text("a,b\n1,2\n")
+    pickled = d / "o.npz"
+    np.savez(pickled, meta=np.array([{"format": "bertfeat-pca"}], dtype=object))
+    return [
+        (npy, "it is a .npy array file, not a .npz model", MODEL_FIX),
+        (rand, "it is a .npz without bertfeat's 'meta' entry", MODEL_FIX),
+        (trunc, "it is a truncated or corrupt .npz archive (File is not a zip file)", DAMAGED_FIX),
+        (empty, "it is empty (0 bytes)", DAMAGED_FIX),
+        (folder, "it is a directory", MODEL_FIX),
+        (fifo, "it is a named pipe (FIFO)", MODEL_FIX),
+        (text, "it is not a .npz archive", MODEL_FIX),  # numpy would have said: load it with pickle
+        (pickled, "it holds pickled (object) arrays, which bertfeat never loads", MODEL_FIX),
+    ]
+
+
+def test_pca_load_refuses_what_is_not_a_model(tmp_path, good):
+    """The Python API: PCA.load("f.npy") was a TypeError (np.load returns an array, not an archive)."""
+    for path, why, fix in pca_model_cases(tmp_path / "m", good):
+        with pytest.raises(BertfeatError) as e:
+            PCA.load(path)
+        assert e.value.message == f"{path} is not a bertfeat PCA model: {why} - {fix}"
+    assert PCA.load(good["model"]).n_components_ == 3
+
+
+@pytest.mark.parametrize("command", ["report", "pca transform"])
+def test_report_and_transform_refuse_what_is_not_a_model(tmp_path, good, capsys, command):
+    cases = pca_model_cases(tmp_path / "m", good)
+    before = snapshot(tmp_path)
+    for path, why, fix in cases:
+        if command == "report":
+            args = ["report", path, "-o", tmp_path / "rep"]
+        else:
+            args = ["pca", "transform", good["features"], "--pca-model", path, "-o", tmp_path / "r.parquet"]
+        rc, out, err = run_timed(capsys, args, fifo=path if path.name == "pipe.npz" else None)
+        assert (rc, out, err) == (1, "", not_a_model(path, why, fix))
+    assert snapshot(tmp_path) == before
+
+
+def test_a_model_is_known_by_its_content_not_its_extension(tmp_path, good, capsys):
+    """A PCA model named .parquet loads (the check reads the file, as PCA.load always did); features named .npz
+    are refused as no model."""
+    renamed = tmp_path / "model.parquet"
+    shutil.copy(good["model"], renamed)
+    rc, _, err = run(capsys, "report", renamed, "-o", tmp_path / "rep", "-q")
+    assert (rc, err) == (0, "")
+    feats = tmp_path / "feats.npz"
+    shutil.copy(good["features"], feats)
+    rc, _, err = run(capsys, "report", feats, "-o", tmp_path / "rep2", "-q")
+    assert (rc, err) == (1, not_a_model(feats, "it is not a .npz archive"))
+
+
+# ------------------------------------------------------------------------------------------------ feature files and outputs
+def test_a_directory_or_fifo_is_not_a_feature_file(tmp_path, good, capsys):
+    """Said so, before anything opens it (was: "feature file not found")."""
+    folder, fifo = tmp_path / "feats.parquet", tmp_path / "pipe.parquet"
+    folder.mkdir()
+    os.mkfifo(fifo)
+    for args in (["pca", "fit", "{f}", "-o", tmp_path / "m.npz"],
+                 ["pca", "transform", "{f}", "--pca-model", good["model"], "-o", tmp_path / "r.parquet"]):
+        rc, _, err = run_timed(capsys, [folder if a == "{f}" else a for a in args])
+        assert (rc, err) == (1, f"Error: {folder} is a directory, not a feature file - pass the path of a feature file, "
+                                "not of a directory\n")
+        rc, _, err = run_timed(capsys, [fifo if a == "{f}" else a for a in args], fifo=fifo)
+        assert (rc, err) == (1, f"Error: {fifo} is a named pipe (FIFO), not a feature file - write the data to a regular "
+                                "file first and pass that\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["feats.parquet", "pipe.parquet"]
+
+
+def test_an_output_that_is_a_directory_is_refused_even_with_overwrite(tmp_path, good, capsys):
+    """A file never replaces a directory (was: "already exists - pass --overwrite", then with --overwrite an error
+    naming a temporary file)."""
+    model, feats = tmp_path / "model.npz", tmp_path / "out.parquet"
+    for folder in (model, feats):
+        folder.mkdir()
+        (folder / "keep.txt").write_text("mine\n")
+    before = snapshot(tmp_path)
+    for folder, args in ((model, ["pca", "fit", good["features"], "-n", "2", "-o", model]),
+                         (feats, ["pca", "transform", good["features"], "--pca-model", good["model"], "-o", feats])):
+        for extra in ([], ["--overwrite"]):
+            rc, _, err = run(capsys, *args, *extra)
+            assert (rc, err) == (1, f"Error: the output {folder} is a directory - pass -o with a file name, not a directory\n")
+    assert snapshot(tmp_path) == before
+
+
+def test_pca_fit_refuses_a_model_named_like_another_format(tmp_path, good, capsys):
+    out = tmp_path / "reduced.parquet"
+    rc, _, err = run(capsys, "pca", "fit", good["features"], "-n", "2", "-o", out)
+    assert (rc, err) == (1, f"Error: the PCA model {out} ends in .parquet, but a PCA model is a .npz archive - name it .npz "
+                            "(e.g. -o reduced.npz); reduced features are written by `bertfeat pca transform`\n")
+    assert list(tmp_path.iterdir()) == []
+    rc, _, err = run(capsys, "pca", "fit", good["features"], "-n", "2", "-o", tmp_path / "model.pca", "-q")
+    assert (rc, err) == (0, "")  # an extension bertfeat does not know is taken as it is, as before
+
+
+# ------------------------------------------------------------------------------------------------ item 4: UTF-8
+@pytest.mark.parametrize("command", ["tokens", "attention", "fill-mask"])
+def test_a_text_argument_that_is_not_utf8_is_refused(tmp_path, capsys, command):
+    """Python decodes argv bytes that are not UTF-8 as lone surrogates (b"caf\\xe9" -> "caf\\udce9")."""
+    extra = ["-o", tmp_path / "a.png"] if command == "attention" else []
+    text = "caf\udce9 [MASK]" if command == "fill-mask" else "caf\udce9"
+    rc, out, err = run(capsys, command, text, "-m", tiny_model(), *extra)
+    assert (rc, out, err) == (1, "", f"Error: the TEXT argument is not valid UTF-8 (byte 0xe9 at character 4) - {UTF8_FIX}\n")
+    rc, out, err = run(capsys, command, "a [MASK]", "--pair", "na\udcefve", "-m", tiny_model(), *extra)
+    assert (rc, out, err) == (1, "", f"Error: --pair is not valid UTF-8 (byte 0xef at character 3) - {UTF8_FIX}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_raw_bytes_on_the_command_line(tmp_path):
+    """The real thing: a process started with argv bytes that are not UTF-8."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent), LC_ALL="C.UTF-8")
+    p = subprocess.run([sys.executable, "-m", "bertfeat", b"tokens", b"caf\xe9", b"-m", os.fsencode(tiny_model())],
+                       capture_output=True, env=env, timeout=300)
+    assert (p.returncode, p.stdout, p.stderr.decode()) == (
+        1, b"", f"Error: the TEXT argument is not valid UTF-8 (byte 0xe9 at character 4) - {UTF8_FIX}\n")
+
+
+def test_the_library_refuses_lone_surrogates_too():
+    from bertfeat.inspection import fill_mask, tokenize_text, write_attention
+
+    fix = ("decode it with its real encoding first (bytes.decode('latin-1'), say), or read a file in another "
+           "encoding with bertfeat.extract(..., encoding=...)")
+    for call, message in ((lambda: tokenize_text("caf\udce9", model=tiny_model()),
+                           "text is not valid Unicode (byte 0xe9 at character 4)"),
+                          (lambda: tokenize_text("ok", "x\ud800", model=tiny_model()),
+                           "pair is not valid Unicode (lone surrogate U+D800 at character 2)"),
+                          (lambda: fill_mask("\udcff [MASK]", model=tiny_model()),
+                           "text is not valid Unicode (byte 0xff at character 1)"),
+                          (lambda: write_attention("caf\udce9", "a.png", model=tiny_model()),
+                           "text is not valid Unicode (byte 0xe9 at character 4)")):
+        with pytest.raises(BertfeatError) as e:
+            call()
+        assert e.value.message == f"{message} - {fix}"
+
+
+# ------------------------------------------------------------------------------------------------ item 8
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a NumPy warning (printed above the Error line by the CLI) fails
+def test_pca_fit_overflow_is_one_line_without_numpy_warnings(tmp_path, capsys):
+    """float32 features near 1e30: the block products overflow; the error alone, no RuntimeWarning and source line."""
+    feats = tmp_path / "huge.npy"
+    np.save(feats, (np.random.default_rng(0).standard_normal((40, 6)) * 1e30).astype(np.float32))
+    before = snapshot(tmp_path)
+    for solver in ("auto", "covariance"):
+        rc, out, err = run(capsys, "pca", "fit", feats, "-n", "2", "-o", tmp_path / "m.npz", "--solver", solver)
+        assert (rc, out, err) == (1, "", "Error: rows 0-39: products of these float32 features overflow (values near 1e19 "
+                                         "or larger) - scale the features down, or pass them as float64\n")
+    assert snapshot(tmp_path) == before
+    rc, _, err = run(capsys, "pca", "fit", feats, "-n", "2", "-o", tmp_path / "m.npz", "--accumulate", "float64", "-q")
+    assert (rc, err) == (0, "")  # float64 products do not overflow: the fit succeeds, silently as before
+
+
+def test_pca_fit_overflow_stderr_of_the_real_command(tmp_path):
+    """The same in a process of its own, where NumPy's warning went to stderr with its source line."""
+    feats = tmp_path / "huge.npy"
+    np.save(feats, (np.random.default_rng(0).standard_normal((40, 6)) * 1e30).astype(np.float32))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    p = subprocess.run([sys.executable, "-m", "bertfeat", "pca", "fit", str(feats), "-n", "2", "-o", str(tmp_path / "m.npz")],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert (p.returncode, p.stdout, p.stderr) == (1, "", "Error: rows 0-39: products of these float32 features overflow "
+                                                         "(values near 1e19 or larger) - scale the features down, or pass "
+                                                         "them as float64\n")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["huge.npy"]
+
+
+def test_empty_pca_sizes_are_refused(tmp_path, good, capsys):
+    """`extract --pca ""` meant no PCA, `pca fit -n ""` every component: both are refused now, as any non-number."""
+    rc, _, err = run(capsys, "extract", good["corpus"], "-o", tmp_path / "f.parquet", "-m", tiny_model(), "--pca", "")
+    assert (rc, err) == (1, f"Error: --pca '' is not a number - {PCA_FIX}\n")
+    for value in ("", "  "):
+        rc, _, err = run(capsys, "pca", "fit", good["features"], "-n", value, "-o", tmp_path / "m.npz")
+        assert (rc, err) == (1, f"Error: --n-components '' is not a number - {PCA_FIX}\n")
+    assert list(tmp_path.iterdir()) == []
+    import bertfeat
+
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(good["corpus"], tmp_path / "f.parquet", model=tiny_model(), pca="")
+    assert e.value.message == f"pca='' is not a number - {PCA_FIX}"
+    assert list(tmp_path.iterdir()) == []
