@@ -4,6 +4,10 @@ A *chunk* is ``chunk_rows`` consecutive input rows (by 0-based data-row number).
 reader's batches into chunks (the local engine), ``validate_batch`` splits a chunk's rows into accepted texts and
 rejects (rejects.py), ``prepare_chunk`` tokenizes (an over-long row under ``long_text='error'`` is a bad row),
 ``chunk_table`` runs the model. ``encode_chunk`` is all three, the call a Dask partition task makes per chunk.
+
+Kept columns (``keep``) ride along: a chunk holds the accepted rows' kept values (``Chunk.extra``), a reject its
+row's (``rejects.reject``), and the features table has them after its EXTRA_COLUMNS, in ``keep`` order, typed as the
+reader decided (``Reader.keep_types``).
 """
 
 from __future__ import annotations
@@ -68,11 +72,25 @@ class Chunk:
     rejects: list[dict]  # rejects.reject(...) dicts
     n_read: int  # input rows in the chunk, accepted or not
     bytes_read: int = 0
+    extra: dict[str, list] | None = None  # kept column -> the accepted rows' values (None without keep)
+
+    def kept(self, i: int) -> dict | None:
+        """The kept values of the chunk's i-th accepted row (None without keep)."""
+        return None if self.extra is None else {c: v[i] for c, v in self.extra.items()}
+
+    def select(self, keep: list[int]) -> None:
+        """Keep only the accepted rows at these positions."""
+        self.rows = [self.rows[i] for i in keep]
+        self.texts = [self.texts[i] for i in keep]
+        if self.pairs is not None: self.pairs = [self.pairs[i] for i in keep]
+        if self.ids is not None: self.ids = [self.ids[i] for i in keep]
+        if self.extra is not None: self.extra = {c: [v[i] for i in keep] for c, v in self.extra.items()}
 
 
 def validate_batch(b: RawBatch, chunk_index: int) -> Chunk:
     """Split raw rows into accepted texts and rejects (row, id, reason, code)."""
     rows, texts, pairs, ids, rejects = [], [], [] if b.pairs is not None else None, [] if b.ids is not None else None, []
+    extra = None if b.extra is None else {c: [] for c in b.extra}
     for k, row in enumerate(b.rows):
         ident = id_value(b.ids[k]) if b.ids is not None else None
         reason = b.pre_rejected.get(row)
@@ -84,12 +102,15 @@ def validate_batch(b: RawBatch, chunk_index: int) -> Chunk:
         if reason is None and b.ids is not None and ident is None:
             reason = Reason(RejectCode.NULL_ID, "null id")
         if reason is not None:
-            rejects.append(reject(row, ident, reason))
+            rejects.append(reject(row, ident, reason, None if b.extra is None else {c: v[k] for c, v in b.extra.items()}))
             continue
         rows.append(row); texts.append(text)
         if pairs is not None: pairs.append(pair)
         if ids is not None: ids.append(ident)
-    return Chunk(chunk_index, rows, texts, pairs, ids, rejects, len(b.rows), b.bytes_read)
+        if extra is not None:
+            for c, values in extra.items():
+                values.append(b.extra[c][k])
+    return Chunk(chunk_index, rows, texts, pairs, ids, rejects, len(b.rows), b.bytes_read, extra)
 
 
 def iter_chunks(source: Reader, chunk_rows: int):
@@ -99,25 +120,24 @@ def iter_chunks(source: Reader, chunk_rows: int):
     index = 0
 
     def cut(batches: list[RawBatch], n: int) -> tuple[RawBatch, list[RawBatch]]:
-        rows, texts, pairs, ids, pre = [], [], [], [], {}
+        taken: list[RawBatch] = []
         rest = []
+        have = 0
         for b in batches:
-            take = min(n - len(rows), len(b.rows))
+            take = min(n - have, len(b.rows))
             if take <= 0:
                 rest.append(b); continue
-            rows += b.rows[:take]; texts += b.texts[:take]
-            if b.pairs is not None: pairs += b.pairs[:take]
-            if b.ids is not None: ids += b.ids[:take]
-            pre.update({r: v for r, v in b.pre_rejected.items() if r in set(b.rows[:take])})
+            taken.append(b.slice(0, take))
+            have += take
             end = b.bytes_read
             if take < len(b.rows):  # the chunk ends inside this batch: its bytes pro rata (a smooth progress by bytes)
                 end = b.bytes_start + (b.bytes_read - b.bytes_start) * take // len(b.rows)
-                rest.append(RawBatch(b.rows[take:], b.texts[take:], None if b.pairs is None else b.pairs[take:],
-                                     None if b.ids is None else b.ids[take:],
-                                     {r: v for r, v in b.pre_rejected.items() if r in set(b.rows[take:])}, b.bytes_read, end))
-        last = batches[-1]
-        return RawBatch(rows, texts, pairs if last.pairs is not None else None, ids if last.ids is not None else None,
-                        pre, end, batches[0].bytes_start), rest
+                rest.append(b.slice(take, len(b.rows), b.bytes_read, end))
+        raw = taken[0]
+        for b in taken[1:]:
+            raw.extend(b)
+        raw.bytes_read, raw.bytes_start = end, batches[0].bytes_start
+        return raw, rest
 
     for b in source.batches():
         buf.append(b)
@@ -158,23 +178,21 @@ def prepare_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str
             bad = sorted(set(e.rows.tolist()))
             tok = encoder.tokenizer.encode([chunk.texts[i] for i in bad],
                                            None if chunk.pairs is None else [chunk.pairs[i] for i in bad], spec.max_length)
-            chunk.rejects += [reject(chunk.rows[i], None if chunk.ids is None else chunk.ids[i], too_long(int(n), spec.max_length))
+            chunk.rejects += [reject(chunk.rows[i], None if chunk.ids is None else chunk.ids[i], too_long(int(n), spec.max_length),
+                                     chunk.kept(i))
                               for i, n in zip(bad, tok.n_tokens)]
             chunk.rejects.sort(key=lambda r: r["row"])
             if on_bad_row == "error":
                 break
-            keep = [i for i in range(len(chunk.rows)) if i not in set(bad)]
-            chunk.rows = [chunk.rows[i] for i in keep]
-            chunk.texts = [chunk.texts[i] for i in keep]
-            if chunk.pairs is not None: chunk.pairs = [chunk.pairs[i] for i in keep]
-            if chunk.ids is not None: chunk.ids = [chunk.ids[i] for i in keep]
+            chunk.select([i for i in range(len(chunk.rows)) if i not in set(bad)])
     if on_bad_row == "error" and chunk.rejects:
         raise bad_row_error(source_name, chunk.rejects[0])
     return PreparedChunk(chunk, prepared if chunk.rows else None)
 
 
-def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str) -> pa.Table:
-    """Run the model on a prepared chunk -> Arrow table: id, embedding, n_tokens, truncated, n_chunks."""
+def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict | None = None) -> pa.Table:
+    """Run the model on a prepared chunk -> Arrow table: id, embedding, n_tokens, truncated, n_chunks, then the kept
+    columns (``keep_types``: name -> Arrow type, the reader's ``keep_types()``)."""
     chunk, prep = pc.chunk, pc.prepared
     D = encoder.output_dim(spec)
     if prep is None:
@@ -185,8 +203,11 @@ def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str) -> pa.Table:
         n_tok, trunc, n_ch = prep.n_tokens.astype(np.int32), prep.truncated, prep.n_chunks.astype(np.int32)
     ids = pa.array(chunk.rows, pa.int64()) if chunk.ids is None else pa.array(chunk.ids)
     emb = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1), pa.float32()), D)
-    return pa.table({id_name: ids, "embedding": emb, "n_tokens": pa.array(n_tok), "truncated": pa.array(trunc),
-                     "n_chunks": pa.array(n_ch)})
+    columns = {id_name: ids, "embedding": emb, "n_tokens": pa.array(n_tok), "truncated": pa.array(trunc),
+               "n_chunks": pa.array(n_ch)}
+    for c, typ in (keep_types or {}).items():
+        columns[c] = pa.array(chunk.extra[c], typ)
+    return pa.table(columns)
 
 
 def run_rows(encoder, spec, prep, rows: list[int]) -> np.ndarray:
@@ -199,10 +220,11 @@ def run_rows(encoder, spec, prep, rows: list[int]) -> np.ndarray:
         raise NonFiniteFeaturesError.at([rows[i] for i in e.rows], lambda r: f"row {r}") from None
 
 
-def encode_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str, id_name: str) -> tuple[pa.Table, list[dict]]:
+def encode_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str, id_name: str,
+                 keep_types: dict | None = None) -> tuple[pa.Table, list[dict]]:
     """One chunk end to end (the call a Dask partition task makes): -> (features table, rejects)."""
     pc = prepare_chunk(encoder, spec, chunk, source_name, on_bad_row)
-    return chunk_table(encoder, spec, pc, id_name), pc.chunk.rejects
+    return chunk_table(encoder, spec, pc, id_name, keep_types), pc.chunk.rejects
 
 
 def table_counts(t: pa.Table, max_length: int) -> dict:
@@ -221,7 +243,13 @@ def feature_matrix(t: pa.Table) -> np.ndarray:
     return col.values.to_numpy(zero_copy_only=False).reshape(-1, D)
 
 
-def extra_columns(t: pa.Table) -> dict:
-    """A features table's extra columns as NumPy arrays (what a feature writer takes beside ids and vectors)."""
+def extra_columns(t: pa.Table, keep=()) -> dict:
+    """A features table's extra columns as NumPy arrays, and its kept columns (``keep``) as Arrow arrays: what a
+    feature writer takes beside ids and vectors."""
     return {"n_tokens": t.column("n_tokens").to_numpy(), "truncated": t.column("truncated").to_numpy(zero_copy_only=False),
-            "n_chunks": t.column("n_chunks").to_numpy()}
+            "n_chunks": t.column("n_chunks").to_numpy(), **{c: t.column(c).combine_chunks() for c in keep}}
+
+
+def output_columns(keep_types: dict | None = None) -> dict:
+    """The extra columns a feature writer declares (``extra_columns=``): EXTRA_COLUMNS, then the kept columns."""
+    return {**EXTRA_COLUMNS, **(keep_types or {})}

@@ -83,6 +83,7 @@ def extract(
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the text (default: text/sentence/content/review, else the only string column)."),
     pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Second text of a sentence pair (token type ids 1)."),
     id_column: Optional[str] = typer.Option(None, "--id-column", help="Column copied to the output as the row id (default: the 0-based row number)."),
+    keep: Optional[list[str]] = typer.Option(None, "--keep", help="Input column(s) copied to the output beside the features, e.g. a label: repeat it or separate names with commas (--keep label,split). Parquet and CSV output."),
     input_format: Optional[str] = typer.Option(None, "--input-format", help="csv, tsv, parquet or jsonl (default: from the extension)."),
     encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of CSV/TSV/JSONL input, e.g. latin-1."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
@@ -125,7 +126,7 @@ def extract(
         pca_model=pca_model,
         format=format, wide=wide, on_bad_row=on_bad_row, resume=resume, overwrite=overwrite, chunk_rows=chunk_rows,
         threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
-        command=_command_line(),
+        command=_command_line(), keep=",".join(keep) if keep else None,
         progress=make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     if not quiet:
         render_summary(summary)

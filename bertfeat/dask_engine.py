@@ -64,13 +64,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .atomic import write_atomic
-from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, table_counts, validate_batch
+from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, output_columns, table_counts, validate_batch
 from .dask_cluster import cancel, cluster_slots, gather, open_client, worker_threads
 from .errors import BertfeatError, InputError, opt, render
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
                       job_manifest, load_encoder, new_pca, provenance, read_manifest)
 from .progress import NullProgress
-from .readers import Partition, RawBatch, Reader
+from .readers import Partition, Reader
 from .rejects import publish_rejects
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
@@ -188,6 +188,7 @@ class TaskContext:
     fit_stats: bool = False  # pca: tasks return their PCA statistics
     n_components: object = None  # the PCA's n_components (None: every component)
     width: int = 5
+    keep_types: dict | None = None  # the kept columns (keep) and their Arrow types
 
 
 def part_name(index: int, width: int = 5) -> str:
@@ -198,7 +199,7 @@ def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
     from .features import FeatureWriter
 
     return FeatureWriter(path, fmt="parquet", dim=dim, id_name=ctx.id_name, id_type=ctx.id_type, metadata=meta,
-                         wide=wide, extra_columns=EXTRA_COLUMNS, row_group_rows=max(1024, ctx.chunk_rows))
+                         wide=wide, extra_columns=output_columns(ctx.keep_types), row_group_rows=max(1024, ctx.chunk_rows))
 
 
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
@@ -215,13 +216,8 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and not ctx.want_pca)
     try:
         for start in range(0, max(len(raw.rows), 1), ctx.chunk_rows):
-            sl = slice(start, start + ctx.chunk_rows)
-            rows = raw.rows[sl]
-            pre = {r: raw.pre_rejected[r] for r in rows if r in raw.pre_rejected} if raw.pre_rejected else {}
-            sub = RawBatch(rows, raw.texts[sl], None if raw.pairs is None else raw.pairs[sl],
-                           None if raw.ids is None else raw.ids[sl], pre)
-            chunk = validate_batch(sub, part.index)
-            table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.name, ctx.on_bad_row, ctx.id_name)
+            chunk = validate_batch(raw.slice(start, start + ctx.chunk_rows), part.index)
+            table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.name, ctx.on_bad_row, ctx.id_name, ctx.keep_types)
             stats["rejects"] += rejects
             if not table.num_rows:
                 continue
@@ -230,7 +226,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
                 stats[k] += v
             if pca is not None:
                 accumulate_pca(pca, X)
-            writer.write(table.column(ctx.id_name), X, extra_columns(table))
+            writer.write(table.column(ctx.id_name), X, extra_columns(table, ctx.keep_types or ()))
         if not (Path(ctx.out_dir) / MANIFEST).is_file():
             writer.abort()
             return {"cancelled": True}
@@ -296,7 +292,7 @@ def reduce_partition(index: int, ctx: TaskContext, pca_path: str, meta: dict) ->
     w = _writer(Path(ctx.out_dir) / part_name(index, ctx.width), int(pca.n_components_), ctx, meta, ctx.wide)
     with w:
         w.write(t.column(ctx.id_name), X.reshape(len(X), int(pca.n_components_)),
-                {k: t.column(k).combine_chunks() for k in EXTRA_COLUMNS})
+                {k: t.column(k).combine_chunks() for k in [*EXTRA_COLUMNS, *(ctx.keep_types or ())]})
         w.close({k: part[k] for k in ("rows", "tokens", "part")})
     return t.num_rows
 
@@ -372,8 +368,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
                           on_bad_row=plan.on_bad_row, id_name=id_name, id_type=src.id_type() or pa.string(),
                           chunk_rows=plan.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
                           out_dir=str(partial), wide=plan.wide, want_pca=plan.reduces, fit_stats=n_components is not None,
-                          n_components=plan.pca_n_components,
-                          width=width)
+                          n_components=plan.pca_n_components, width=width, keep_types=plan.keep_types or None)
 
         # pass 1: encode (skipping finished partitions)
         stage = partial / FULL_DIR if plan.reduces else partial
@@ -450,7 +445,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             reduce_pass(partial / PCA_FILE)
 
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
-        outputs.update(publish_rejects(plan.layout.rejects, rejects))
+        outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
         _finish(partial, out, final_meta)
         summary.outputs = {"features": out, **outputs}
     except InputError:

@@ -13,7 +13,7 @@ Errors name the Python parameters (``chunk_rows=0``); the CLI shows the same err
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 from .jobcore import ExtractSummary
 from .plan import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, make_plan
@@ -33,7 +33,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,
             engine: Literal["local", "dask"] = "local", scheduler: str | None = None, workers: int | None = None,
             blocksize: int | str | None = DEFAULT_BLOCKSIZE, client=None, progress=None, quiet: bool = True,
-            encoder_options: Mapping[str, Any] | None = None, command: str | None = None) -> ExtractSummary:
+            encoder_options: Mapping[str, Any] | None = None, command: str | None = None,
+            keep: str | Sequence[str] | None = None) -> ExtractSummary:
     """Extract sentence features of ``input`` into ``output`` (default: INPUT.features.parquet beside it).
 
     By default the model's own embedding (its Pooling, Dense and Normalize modules and default prompt);
@@ -47,6 +48,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     ``encoder_options``: further ``Encoder(...)`` keywords, on every worker too; a key that is also a parameter
     here (``precision``, ``max_batch_tokens``, ...) stands in for it when that parameter is left at its default,
     and giving both with different values is an error.
+    ``keep``: input columns copied to the output beside the features (a label, a split ...), typed as the input holds
+    them: ``"label"``, ``"label,split"`` or ``["label", "split"]``; rows rejected keep them in the rejects file too.
     ``progress``: an object with the ``progress.NullProgress`` methods; else ``quiet=False`` shows the CLI's progress
     on stderr (a rich bar in a terminal, log lines otherwise), ``quiet=True`` (the default here) none. Returns the run's ExtractSummary
     (counts, timings, ``outputs``: name -> path).
@@ -60,7 +63,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
                      precision=precision, pca=pca, pca_model=pca_model, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
                      overwrite=overwrite, chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler,
                      workers=workers, blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}),
-                     command=command)
+                     command=command, keep=keep)
     if progress is None and not quiet:
         from .console import err_console
         from .progress import make_progress

@@ -34,7 +34,8 @@ def job_manifest(plan, fingerprint: dict, **engine_keys) -> dict:
         "encoding": source.encoding, "on_bad_row": plan.on_bad_row, "chunk_rows": plan.chunk_rows,
         "pca": plan.pca_text, "wide": plan.wide,
         **({"pca_model": _file_identity(plan.pca_model)} if plan.pca_model is not None else {}),
-        **({"encoder_options": plan.encoder_options} if plan.encoder_options else {}), **engine_keys,
+        **({"encoder_options": plan.encoder_options} if plan.encoder_options else {}),
+        **({"keep": list(plan.keep)} if plan.keep else {}), **engine_keys,
     }
 
 
@@ -58,13 +59,16 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
            "layers": "layers", "layer_agg": "layer aggregation", "normalize": "normalize", "max_length": "max length",
            "long_text": "long text", "stride": "stride", "pooling": "pooling", "text_column": "text column",
            "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "on_bad_row": "on bad row",
-           "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide"}
+           "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns"}
+#: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's)
+OPTIONAL_KEYS = ("keep",)
 
 
 def manifest_differences(old: dict, new: dict) -> list[str]:
     """What differs between the manifest of the interrupted run and this run's, in words."""
     out = []
-    for k, a, b in dict_differences(old, new, keys=list(new), missing=None, default=str):
+    keys = list(new) + [k for k in OPTIONAL_KEYS if k in old and k not in new]
+    for k, a, b in dict_differences(old, new, keys=keys, missing=None, default=str):
         if k == "input":
             out += _input_differences(a or {}, b or {})
         else:
@@ -252,6 +256,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "text_column": source.text_column,
         "pair_column": source.pair_column,
         "id_column": source.id_column,
+        **({"keep": list(plan.keep)} if plan.keep else {}),
         "command": plan.command or " ".join(shlex.quote(a) for a in sys.argv),
         "rows": {"read": summary.rows_read, "written": summary.rows_written, "rejected": summary.rows_rejected,
                  "truncated": summary.rows_truncated, "chunked": summary.rows_chunked},

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .atomic import atomic_output, write_atomic
-from .chunks import (EXTRA_COLUMNS, PreparedChunk, chunk_table, extra_columns, feature_matrix, iter_chunks, prepare_chunk,
+from .chunks import (PreparedChunk, chunk_table, extra_columns, feature_matrix, iter_chunks, output_columns, prepare_chunk,
                      table_counts, validate_batch)
 from .errors import BertfeatError, opt
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
@@ -127,7 +127,7 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
                 progress.advance(n, 0, bytes_read)
                 continue
             pc: PreparedChunk = item[1]
-            table = chunk_table(encoder, spec, pc, plan.id_name)
+            table = chunk_table(encoder, spec, pc, plan.id_name, plan.keep_types)
             store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read)
             account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read)
             tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
@@ -195,16 +195,16 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
                 break
     try:
         writer = FeatureWriter(layout.features, fmt=layout.fmt, dim=int(dim), id_name=id_name, id_type=id_type, metadata=meta,
-                               wide=plan.wide, extra_columns=EXTRA_COLUMNS)
+                               wide=plan.wide, extra_columns=output_columns(plan.keep_types))
         with writer:
             for i in order:
                 t, _, _ = store.read_part(i)
                 X = feature_matrix(t)
                 if pca is not None and len(X):
                     X = pca.transform(X).astype(np.float32)
-                writer.write(t.column(id_name).to_pylist(), X, extra_columns(t))
+                writer.write(t.column(id_name).to_pylist(), X, extra_columns(t, plan.keep))
             outputs["features"] = writer.close()
-        outputs.update(publish_rejects(layout.rejects, rejects))
+        outputs.update(publish_rejects(layout.rejects, rejects, plan.keep))
     except BaseException:  # no PCA model or report beside features that were not written (resume refits them)
         for name, path in outputs.items():
             if name.startswith("pca"):

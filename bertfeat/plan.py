@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,7 @@ class ExtractPlan:
     dask: DaskSettings | None
     command: str | None
     encoder_options: dict = field(default_factory=dict)  # as given (kept in the resume manifest)
+    keep: tuple[str, ...] = ()  # input columns copied to the output (the reader reads them: keep_types)
 
     @property
     def precision(self) -> str:
@@ -186,6 +188,11 @@ class ExtractPlan:
         return self.id_column or "row"
 
     @property
+    def keep_types(self) -> dict:
+        """The kept columns' Arrow types, in ``keep`` order (the reader decided them when it opened the input)."""
+        return self.reader.keep_types()
+
+    @property
     def pca_n_components(self):
         """The PCA's n_components (None keeps every component)."""
         return None if self.pca == ALL_COMPONENTS else self.pca
@@ -203,7 +210,8 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
               overwrite: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,
               engine: str = "local", scheduler: str | None = None, workers: int | None = None,
               blocksize: int | str | None = DEFAULT_BLOCKSIZE, client: Any = None,
-              encoder_options: dict | None = None, command: str | None = None) -> ExtractPlan:
+              encoder_options: dict | None = None, command: str | None = None,
+              keep: str | list[str] | tuple[str, ...] | None = None) -> ExtractPlan:
     """Check every option and resolve the input and the outputs: -> the plan (``bertfeat.extract``'s parameters).
 
     Raises BertfeatError naming the parameter, before anything is read past the input's header or written.
@@ -243,6 +251,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         raise BertfeatError(f"{opt('wide', True)} applies to Parquet output, not npy",
                             f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
     check_output_format(output, format)
+    keep = check_keep(keep, fmt, id_column, wide)
 
     # the input
     input = os.fspath(input)
@@ -255,7 +264,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
     if is_url(input) and output is None:  # no "beside the input" for a URL
         raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT",
                             "give the output path (with the Dask engine, a directory every worker can write)")
-    reader = open_input(input, input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter)
+    reader = open_input(input, input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter, keep=keep)
 
     # the outputs
     out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
@@ -270,7 +279,49 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         features=FeatureOptions(pooling, layers, layer_agg, normalize, prompt, prompt_name, max_length, long_text, stride),
         id_column=id_column, pair_column=pair_column, on_bad_row=on_bad_row, chunk_rows=chunk_rows, threads=threads,
         pca=pca_value, pca_model=pca_model, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
-        engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}))
+        engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}), keep=keep)
+
+
+#: the output's own columns besides the id column (a kept column may not take their names)
+OUTPUT_COLUMNS = ("embedding", "n_tokens", "truncated", "n_chunks")
+
+
+def check_keep(keep, fmt: str, id_column: str | None, wide: bool) -> tuple[str, ...]:
+    """``keep``: the input columns copied to the output, -> their names. A string is split on commas (the CLI joins
+    its repeated ``--keep`` values so); a list or tuple names one column per item. No name twice, none the name of
+    an output column (the id column, embedding, n_tokens, truncated, n_chunks; f0, f1 ... where the features are
+    columns: wide Parquet, CSV), and a format that holds columns (npy does not). That each is a column of the input
+    is the reader's check (open_input)."""
+    if keep is None or (isinstance(keep, (list, tuple)) and not keep):
+        return ()
+    if isinstance(keep, str):
+        names = keep.split(",")
+    elif isinstance(keep, (list, tuple)) and all(isinstance(k, str) for k in keep):
+        names = list(keep)
+    else:
+        raise BertfeatError(f"{opt('keep', keep)} is not a column name or a list of them", 'give keep="label" or keep=["label", "split"]')
+    if any(not n for n in names):
+        raise BertfeatError(f"{opt('keep', keep, cli=repr(keep))} holds an empty column name",
+                            "separate the column names with single commas, e.g. label,split")
+    for n in dict.fromkeys(names):
+        if names.count(n) > 1:
+            raise BertfeatError(f"{opt('keep')} names the column '{n}' {names.count(n)} times", "name each column once")
+    if fmt == "npy":
+        raise BertfeatError(f"{opt('keep')} needs an output with columns; npy holds the features only",
+                            f"use {opt('format', 'parquet')} or {opt('format', 'csv')}, or drop {opt('keep')}")
+    id_name = id_column or "row"
+    wide_columns = wide or fmt == "csv"
+    for n in names:
+        if n == id_name and id_column:
+            raise BertfeatError(f"{opt('keep')} '{n}' is the id column ({opt('id_column', n)})",
+                                f"drop it from {opt('keep')}: the id column is in the output already")
+        if n == id_name:
+            raise BertfeatError(f"{opt('keep')} '{n}' clashes with the output column '{n}' (the row number)",
+                                f"rename the input column, or pass {opt('id_column', n)} to make it the id column")
+        if n in OUTPUT_COLUMNS or (wide_columns and re.fullmatch(r"f\d+", n)):
+            raise BertfeatError(f"{opt('keep')} '{n}' clashes with the output column '{n}'",
+                                f"rename the input column, or drop it from {opt('keep')}")
+    return tuple(names)
 
 
 def parse_pca(value) -> int | float | str | None:

@@ -3,8 +3,9 @@
 Readers (a malformed CSV line, invalid JSON, a JSONL line that is not an object, an unclosed quote, a binary
 Parquet cell), validation (chunks.py: null, empty, non-string, control characters, bad bytes) and the long-text
 rule make ``Reason``s; the fix shown to the user is looked up by code (``fix_for``), never by parsing the text.
-A reject travels as a plain dict (``{"row", "id", "reason", "code"}``: it pickles to and from Dask workers and
-sits in a part file's metadata); the rejects file keeps its three columns ``row, id, reason``.
+A reject travels as a plain dict (``{"row", "id", "reason", "code"}``, plus ``"keep"``: the row's kept values, with
+``keep``): it pickles to and from Dask workers and sits in a part file's metadata; the rejects file has the columns
+``row, id, reason``, then the kept columns.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class RejectCode(str, Enum):
     NULL_ID = "null-id"
     MISSING_FIELD = "missing-field"  # a JSONL object without the text (or pair) field
     BAD_ID = "bad-id"  # a JSONL id that is not a string or an integer, or not of the kind of the ids before it
+    BAD_KEPT_VALUE = "bad-kept-value"  # a kept column's value (keep) that is not of the type its first rows decided
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,14 @@ class Reason:
     text: str
 
 
-def reject(row: int, ident, reason: Reason) -> dict:
-    """A reject as it travels: row, id, reason (words, option markers kept) and code."""
-    return {"row": row, "id": ident, "reason": reason.text, "code": reason.code.value}
+def reject(row: int, ident, reason: Reason, kept: dict | None = None) -> dict:
+    """A reject as it travels: row, id, reason (words, option markers kept) and code; with kept columns, ``keep``:
+    column -> the row's value (bytes decoded)."""
+    r = {"row": row, "id": ident, "reason": reason.text, "code": reason.code.value}
+    if kept is not None:
+        r["keep"] = {c: bytes(v).decode("utf-8", errors="replace") if isinstance(v, (bytes, bytearray)) else v
+                     for c, v in kept.items()}
+    return r
 
 
 def too_long(n_tokens: int, max_length: int) -> Reason:
@@ -72,6 +79,9 @@ def fix_for(code: RejectCode | str) -> str:
         return f"fix the line (one JSON object per line), {skip}"
     if code is RejectCode.NOT_OBJECT:
         return f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}'
+    if code is RejectCode.BAD_KEPT_VALUE:
+        return (f"make every value of the column one type (its first rows decide it for {opt('keep')}: integers, "
+                f"numbers, booleans or strings), {skip}")
     if code is RejectCode.TOO_LONG:
         return (f"use {opt('long_text', 'truncate')}/chunk-mean/chunk-max or a larger {opt('max_length')}, "
                 f"or {opt('on_bad_row', 'skip')}")
@@ -83,22 +93,34 @@ def bad_row_error(source_name: str, r: dict) -> InputError:
     return InputError(f"{source_name} row {r['row']}: {r['reason']}", fix_for(r["code"]))
 
 
-def rejects_csv(rejects: list[dict]) -> str:
-    """The rejects file's text: ``row, id, reason`` (options in the reasons spelled as the CLI's flags)."""
+def rejects_csv(rejects: list[dict], keep: tuple[str, ...] | list[str] = ()) -> str:
+    """The rejects file's text: ``row, id, reason`` (options in the reasons spelled as the CLI's flags), then the
+    kept columns (``keep``; ``cell``)."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["row", "id", "reason"])
+    w.writerow(["row", "id", "reason", *keep])
     for r in rejects:
-        w.writerow([r["row"], "" if r["id"] is None else r["id"], render(r["reason"], {})])
+        kept = r.get("keep") or {}
+        w.writerow([r["row"], "" if r["id"] is None else r["id"], render(r["reason"], {}), *(cell(kept.get(c)) for c in keep)])
     return buf.getvalue()
 
 
-def publish_rejects(path: Path, rejects: list[dict]) -> dict:
+def cell(value) -> str:
+    """A kept value in the rejects file: a null empty, a boolean true / false (as the CSV feature file writes them),
+    else Python's ``str`` of it."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def publish_rejects(path: Path, rejects: list[dict], keep: tuple[str, ...] | list[str] = ()) -> dict:
     """Write the rejects file when there are rejects (else remove a stale one): -> {"rejects": path} or {}."""
     from .atomic import write_atomic
 
     if rejects:
-        write_atomic(path, rejects_csv(rejects))
+        write_atomic(path, rejects_csv(rejects, keep))
         return {"rejects": path}
     if path.exists():
         path.unlink()

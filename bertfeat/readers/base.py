@@ -10,6 +10,7 @@ reads its share with ``read_partition()``):
     read_partition(part, first_row) one partition as a RawBatch with global row numbers
     count_rows(part)            rows in a partition (Parquet: from the footer, nothing read)
     id_type()                   the output id column's Arrow type, when the input's schema says it
+    keep, keep_types()          the kept columns (``keep``) and their Arrow types, decided up front
     identity()                  files, sizes and stamps, for --resume
 
 ``open_input(path, ...)`` (``formats``) picks the reader. Every path goes through fsspec: local files, and
@@ -21,6 +22,10 @@ JSONL line by line. Readers yield ``RawBatch`` objects holding *undecoded* value
 0-based data-row numbers (header excluded), so that validation (pipeline.validate_batch) can
 reject a bad row with its exact row number and reason instead of failing the whole file.
 Malformed CSV lines (wrong number of fields) are yielded as pre-rejected rows in their place.
+
+Kept columns (``keep``: copied to the output beside the features) travel in ``RawBatch.extra``, already
+converted to their column's type (``keep_types()``: Parquet's schema; CSV/TSV and JSONL: what the first rows
+hold); a value that does not convert is a bad row (``RejectCode.BAD_KEPT_VALUE``) in its place.
 """
 
 from __future__ import annotations
@@ -60,6 +65,26 @@ class RawBatch:
     pre_rejected: dict = field(default_factory=dict)  # row -> rejects.Reason (malformed line, bad JSON, ...)
     bytes_read: int = 0  # bytes consumed when the batch ends (for progress on CSV/JSONL)
     bytes_start: int = 0  # ... and when it starts (a chunk that ends inside the batch interpolates)
+    extra: dict[str, list] | None = None  # kept column -> its values per row (None without keep)
+
+    def slice(self, start: int, stop: int, bytes_read: int = 0, bytes_start: int = 0) -> "RawBatch":
+        """Rows ``start:stop`` of the batch (their pre-rejections and kept values with them)."""
+        rows = self.rows[start:stop]
+        pre = {r: self.pre_rejected[r] for r in rows if r in self.pre_rejected} if self.pre_rejected else {}
+        return RawBatch(rows, self.texts[start:stop], None if self.pairs is None else self.pairs[start:stop],
+                        None if self.ids is None else self.ids[start:stop], pre, bytes_read, bytes_start,
+                        None if self.extra is None else {c: v[start:stop] for c, v in self.extra.items()})
+
+    def extend(self, other: "RawBatch", row_offset: int = 0) -> None:
+        """Append ``other``'s rows (their row numbers shifted by ``row_offset``) to this batch."""
+        self.rows += [row_offset + r for r in other.rows]
+        self.texts += other.texts
+        if self.pairs is not None: self.pairs += other.pairs
+        if self.ids is not None: self.ids += other.ids
+        if self.extra is not None:
+            for c, values in self.extra.items():
+                values += other.extra[c]
+        self.pre_rejected.update({row_offset + r: v for r, v in other.pre_rejected.items()})
 
 
 @dataclass(frozen=True)
@@ -81,7 +106,8 @@ class Reader:
     """What every format shares: the files (through fsspec), the column rules, identity and the protocol."""
 
     def __init__(self, path: str, fmt: str, *, text_column: str | None = None, pair_column: str | None = None,
-                 id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192, delimiter: str | None = None):
+                 id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192, delimiter: str | None = None,
+                 keep: tuple[str, ...] | list[str] = ()):
         self.path = path
         self.fmt = fmt
         self.encoding = normalize_encoding(encoding)
@@ -94,6 +120,11 @@ class Reader:
         self._setup(delimiter)
         self.columns = self._columns()
         self._select_columns(text_column, pair_column, id_column)
+        self.keep: tuple[str, ...] = ()
+        self._kept_types: dict[str, pa.DataType] = {}
+        if keep:
+            self._select_keep(tuple(keep))
+        self.__dict__.pop("_sample", None)  # the head a format held for _decide_keep_types
 
     def _setup(self, delimiter: str | None) -> None:
         """Format-specific state before the columns are read."""
@@ -119,6 +150,14 @@ class Reader:
     def id_type(self) -> pa.DataType | None:
         """The output id column's type when the input's schema decides it (None: from the values written)."""
         return pa.int64() if self.id_column is None else None
+
+    def keep_types(self) -> dict[str, pa.DataType]:
+        """Each kept column's Arrow type, in ``keep`` order (decided when the reader opened the input)."""
+        return dict(self._kept_types)
+
+    def empty_extra(self) -> dict[str, list] | None:
+        """A RawBatch's ``extra`` with no rows yet (None without kept columns)."""
+        return {c: [] for c in self.keep} if self.keep else None
 
     # ------------------------------------------------------------------ columns
     @property
@@ -157,8 +196,19 @@ class Reader:
             f"pass {opt('text_column', 'NAME')}",
         )
 
+    def _select_keep(self, keep: tuple[str, ...]) -> None:
+        """Check that every kept column exists, then decide their types (the format's ``_decide_keep_types``)."""
+        for col in keep:
+            if col not in self.columns:
+                raise InputError(f"{self.name}: {opt('keep')} '{col}' is not a column", f"columns are: {listing(self.columns)}")
+        self.keep = keep
+        self._kept_types = self._decide_keep_types()
+
+    def _decide_keep_types(self) -> dict[str, pa.DataType]:
+        raise NotImplementedError
+
     def _wanted(self) -> list[str]:
-        return [c for c in dict.fromkeys([self.text_column, self.pair_column, self.id_column]) if c]
+        return [c for c in dict.fromkeys([self.text_column, self.pair_column, self.id_column, *self.keep]) if c]
 
     def identity(self) -> dict:
         """What identifies the input for --resume: paths, sizes, modification times (or the store's stamp)."""

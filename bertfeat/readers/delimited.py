@@ -14,8 +14,10 @@ import pyarrow as pa
 
 from ..errors import InputError, opt
 from ..rejects import Reason, RejectCode
-from .base import RawBatch, short_error
+from .base import HEAD_BYTES, RawBatch, short_error
+from .kept import convert_cell, infer_cell_type
 from .paths import compression_of
+from .stream import CountingReader
 from .text import TextReader
 
 
@@ -66,6 +68,7 @@ class CsvReader(TextReader):
             raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
         from ..csvcheck import likely_delimiters_in, name_of, sniff_delimiter
 
+        self._sample = head  # the head's rows decide the kept columns' types (_decide_keep_types)
         option = self._delimiter_option
         if self.fmt == "csv" and option is None:
             self.delimiter = sniff_delimiter(head)  # ';', '|' or tab when the header line has no comma
@@ -169,27 +172,27 @@ class CsvReader(TextReader):
                                      f"fix the line, or pass {opt('encoding')} if the file is not UTF-8") from None
                 n = b.num_rows
                 rows, pre = [], {}
-                texts = b.column(self.text_column).to_pylist()
-                pairs = b.column(self.pair_column).to_pylist() if self.pair_column else None
-                ids = b.column(self.id_column).to_pylist() if self.id_column else None
-                # interleave the skipped malformed lines in their row positions
-                out_t, out_p, out_i = [], [] if pairs is not None else None, [] if ids is not None else None
+                # the columns read (pair, id and kept columns when asked), the skipped malformed lines in their row positions
+                src = [b.column(self.text_column).to_pylist(), b.column(self.pair_column).to_pylist() if self.pair_column else None,
+                       b.column(self.id_column).to_pylist() if self.id_column else None,
+                       *(b.column(c).to_pylist() for c in self.keep)]
+                outs = [None if values is None else [] for values in src]
                 k = 0
                 while k < n:
-                    if row in skipped:
+                    bad = row in skipped
+                    if bad:
                         pre[row] = skipped.pop(row)
-                        rows.append(row); out_t.append(None)
-                        if out_p is not None: out_p.append(None)
-                        if out_i is not None: out_i.append(None)
-                    else:
-                        rows.append(row); out_t.append(texts[k])
-                        if out_p is not None: out_p.append(pairs[k])
-                        if out_i is not None: out_i.append(ids[k])
-                        k += 1
+                    rows.append(row)
+                    for values, out in zip(src, outs):
+                        if out is not None:
+                            out.append(None if bad else values[k])
+                    k += 0 if bad else 1
                     row += 1
                 if pending is not None:
                     yield self._mark_suspects(pending, tracker)
-                pending = RawBatch(rows, out_t, out_p, out_i, pre, counter.count, start)
+                out_t, out_p, out_i, *out_k = outs
+                pending = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, counter.count, start,
+                                               dict(zip(self.keep, out_k)) if self.keep else None))
                 start = counter.count
             if tracker is not None:
                 self.multiline_rows = tracker.multiline_records
@@ -202,11 +205,47 @@ class CsvReader(TextReader):
                 if rest[0] != row or rest != list(range(row, row + len(rest))):
                     raise InputError(f"{self.name}: malformed lines at rows {rest[:5]} could not be placed",
                                      "fix the lines with the wrong number of fields")
-                yield self._mark_suspects(RawBatch(rest, [None] * len(rest), [None] * len(rest) if self.pair_column else None,
-                                                   [None] * len(rest) if self.id_column else None, dict(skipped), counter.count),
+                none = [None] * len(rest)
+                yield self._mark_suspects(RawBatch(rest, list(none), list(none) if self.pair_column else None,
+                                                   list(none) if self.id_column else None, dict(skipped), counter.count,
+                                                   extra={c: list(none) for c in self.keep} if self.keep else None),
                                           tracker)
         finally:
             stream.close()
+
+    def _typed(self, b: RawBatch) -> RawBatch:
+        """The kept cells converted to their columns' types; a cell that does not convert makes its row a bad row.
+        (While the head decides the types, ``_decide_keep_types``, the cells stay as read.)"""
+        if b.extra is None or not self._kept_types:
+            return b
+        for c, typ in self._kept_types.items():
+            values = b.extra[c]
+            for k, v in enumerate(values):
+                values[k], reason = convert_cell(c, v, typ)
+                if reason is not None and b.rows[k] not in b.pre_rejected:
+                    b.pre_rejected[b.rows[k]] = reason
+        return b
+
+    def _decide_keep_types(self) -> dict[str, pa.DataType]:
+        """Each kept column's type from the cells of the head's rows (``kept.infer_cell_type``; a row that is bad
+        in the head decides nothing); a head that cannot be parsed decides string."""
+        data = self._sample
+        if len(data) >= HEAD_BYTES and data.rfind(b"\n") > 0:
+            data = data[:data.rfind(b"\n") + 1]  # whole lines only
+        cells: dict[str, list] = {c: [] for c in self.keep}
+        multiline = self.multiline_rows
+        counter = CountingReader(io.BytesIO(data))
+        try:
+            for b in self._parse(io.BufferedReader(counter), counter):
+                for k, row in enumerate(b.rows):
+                    if row not in b.pre_rejected:
+                        for c in self.keep:
+                            cells[c].append(b.extra[c][k])
+        except InputError:
+            pass  # the rows before it decide
+        finally:
+            self.multiline_rows = multiline
+        return {c: infer_cell_type(cells[c]) for c in self.keep}
 
     def _column_name(self, field: int | None) -> str:
         return f" in column {self.columns[field]!r}" if field is not None and field < len(self.columns) else ""

@@ -11,9 +11,10 @@ import json
 
 import pyarrow as pa
 
-from ..errors import InputError
+from ..errors import InputError, opt
 from ..rejects import Reason, RejectCode
 from .base import HEAD_BYTES, RawBatch, short_error
+from .kept import convert_json, json_type
 from .text import TextReader, read_wide_lines, split_wide_lines, wide_line_codec
 
 
@@ -38,6 +39,18 @@ class JsonlReader(TextReader):
         if self.id_column is None:
             return pa.int64()
         return {"int": pa.int64(), "str": pa.string()}.get(self._first_kind.get(self.id_column))
+
+    def _decide_keep_types(self) -> dict[str, pa.DataType]:
+        """The first value of each kept column that is not null decides its type (``kept.json_type``); a column
+        whose first value is an object or an array is refused."""
+        out = {}
+        for c in self.keep:
+            first = self._first_kind.get(c)
+            if first in ("dict", "list"):
+                raise InputError(f"{self.name}: {opt('keep')} '{c}' holds JSON {'objects' if first == 'dict' else 'arrays'}",
+                                 "keep columns of strings, numbers or booleans")
+            out[c] = json_type(first, self._json_types.get(c, set()))
+        return out
 
     def _head_lines(self, head: bytes) -> tuple[str, list[bytes]]:
         """(the codec of a line, the head's lines), a byte order mark dropped and a line cut at the end of the head
@@ -105,56 +118,72 @@ class JsonlReader(TextReader):
         return wide_line_codec(self.encoding, head) or (self.encoding, 1)
 
     def _parse(self, fh, counter):
-        rows, texts, pairs, ids, pre = [], [], [], [], {}
+        rows, texts, pairs, ids, pre, extra = [], [], [], [], {}, self.empty_extra()
         id_kind = None  # the kind of the first id: every id must be of the same kind (integer or string)
         start = 0  # bytes consumed before the batch
         try:
             codec, unit = self._line_codec(fh)
             for row, line in enumerate(self._lines(fh, codec, unit)):
-                text, pair, ident, reason = self._row(line, codec)
+                text, pair, ident, obj, reason = self._row(line, codec)
                 if reason is None and ident is not None:
                     reason, id_kind = _check_id(ident, id_kind)
+                if extra is not None:
+                    reason = self._kept(obj, extra, reason)
                 if reason is not None:
                     pre[row] = reason
                     ident = ident if isinstance(ident, (int, str)) else None
                 rows.append(row); texts.append(text); pairs.append(pair); ids.append(ident)
                 if len(rows) >= self.batch_rows:
-                    yield self._batch(rows, texts, pairs, ids, pre, counter.count, start)
-                    rows, texts, pairs, ids, pre = [], [], [], [], {}
+                    yield self._batch(rows, texts, pairs, ids, pre, counter.count, start, extra)
+                    rows, texts, pairs, ids, pre, extra = [], [], [], [], {}, self.empty_extra()
                     start = counter.count
             if rows:
-                yield self._batch(rows, texts, pairs, ids, pre, counter.count, start)
+                yield self._batch(rows, texts, pairs, ids, pre, counter.count, start, extra)
         finally:
             fh.close()
 
-    def _batch(self, rows, texts, pairs, ids, pre, end: int, start: int) -> RawBatch:
-        return RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, end, start)
+    def _kept(self, obj, extra: dict[str, list], reason: Reason | None) -> Reason | None:
+        """Append the row's kept values (converted to their columns' types) to ``extra``: -> the row's reason, or the
+        first kept value's that is of another kind."""
+        for c, typ in self._kept_types.items():
+            value, why = convert_json(c, obj.get(c) if isinstance(obj, dict) else None, typ)
+            extra[c].append(value)
+            reason = reason or why
+        return reason
+
+    def _batch(self, rows, texts, pairs, ids, pre, end: int, start: int, extra=None) -> RawBatch:
+        return RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, end, start,
+                        extra)
 
     def _row(self, line: bytes, codec: str) -> tuple:
-        """One line -> (text, pair, id, Reason or None): the line's values, and why it is a bad row if it is one."""
+        """One line -> (text, pair, id, the object, Reason or None): the line's values, and why it is a bad row if it
+        is one (a line that is not valid in the encoding: its object read with the bad bytes replaced, if it parses)."""
         try:
             obj = json.loads(line.decode(codec).strip())
         except UnicodeDecodeError as e:
-            return None, None, self._readable_id(line, codec), Reason(RejectCode.ENCODING,
-                                                                       f"invalid {self.encoding} at byte {e.start} of the line")
+            obj = self._readable(line, codec)
+            return None, None, obj.get(self.id_column) if obj and self.id_column else None, obj, Reason(
+                RejectCode.ENCODING, f"invalid {self.encoding} at byte {e.start} of the line")
         except ValueError as e:
-            return None, None, None, Reason(RejectCode.INVALID_JSON, f"invalid JSON ({e})")
+            return None, None, None, None, Reason(RejectCode.INVALID_JSON, f"invalid JSON ({e})")
         if not isinstance(obj, dict):
-            return None, None, None, Reason(RejectCode.NOT_OBJECT, f"{_line_kind(obj)}, not an object")
+            return None, None, None, None, Reason(RejectCode.NOT_OBJECT, f"{_line_kind(obj)}, not an object")
         text = obj.get(self.text_column)
         pair = obj.get(self.pair_column) if self.pair_column else None
         ident = obj.get(self.id_column) if self.id_column else None
         missing = next((c for c in (self.text_column, self.pair_column) if c and c not in obj), None)
-        return text, pair, ident, None if missing is None else Reason(RejectCode.MISSING_FIELD, f"no field '{missing}'")
+        return text, pair, ident, obj, None if missing is None else Reason(RejectCode.MISSING_FIELD, f"no field '{missing}'")
 
-    def _readable_id(self, line: bytes, codec: str):
-        """The id of a line that is not valid in the encoding, for the rejects file, if the rest of it is readable."""
-        if not self.id_column:
+    def _readable(self, line: bytes, codec: str) -> dict | None:
+        """The object of a line that is not valid in the encoding, its bad bytes replaced (for the id and the kept
+        values in the rejects file), if the rest of it is readable; else None."""
+        if not self.id_column and not self.keep:
             return None
         try:
-            return json.loads(line.decode(codec, errors="replace")).get(self.id_column)
-        except (ValueError, AttributeError):
+            obj = json.loads(line.decode(codec, errors="replace"))
+        except ValueError:
             return None
+        return obj if isinstance(obj, dict) else None
 
 
 def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:

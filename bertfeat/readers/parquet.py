@@ -89,11 +89,17 @@ class ParquetReader(Reader):
         t = self._pq_schema.field(self.id_column).type
         return t.value_type if pa.types.is_dictionary(t) else t
 
+    def _decide_keep_types(self) -> dict[str, pa.DataType]:
+        """The schema's types (a dictionary column's value type); the values are written as read."""
+        types = {c: self._pq_schema.field(c).type for c in self.keep}
+        return {c: t.value_type if pa.types.is_dictionary(t) else t for c, t in types.items()}
+
     def _batch(self, b, first: int) -> RawBatch:
         def col(c):
             return b.column(c).to_pylist() if c else None
 
-        rb = RawBatch(list(range(first, first + b.num_rows)), col(self.text_column), col(self.pair_column), col(self.id_column))
+        rb = RawBatch(list(range(first, first + b.num_rows)), col(self.text_column), col(self.pair_column), col(self.id_column),
+                      extra={c: col(c) for c in self.keep} if self.keep else None)
         _binary_utf8(rb)
         return rb
 

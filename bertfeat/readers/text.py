@@ -141,16 +141,12 @@ class TextReader(Reader):
 
     def _parse_block(self, data: bytes, first_row: int) -> RawBatch:
         """Whole lines of input (a header line first for CSV/TSV) -> one RawBatch, rows from ``first_row``."""
-        out = RawBatch([], [], [] if self.pair_column else None, [] if self.id_column else None)
+        out = RawBatch([], [], [] if self.pair_column else None, [] if self.id_column else None, extra=self.empty_extra())
         if not data.strip():
             return out
         counter = CountingReader(io.BytesIO(data))
         for b in self._parse(io.BufferedReader(counter), counter):
-            out.rows += [first_row + r for r in b.rows]
-            out.texts += b.texts
-            if out.pairs is not None: out.pairs += b.pairs
-            if out.ids is not None: out.ids += b.ids
-            out.pre_rejected.update({first_row + r: v for r, v in b.pre_rejected.items()})
+            out.extend(b, first_row)
         return out
 
 
