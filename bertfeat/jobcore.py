@@ -61,7 +61,7 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
            "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "on_bad_row": "on bad row",
            "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns"}
 #: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's)
-OPTIONAL_KEYS = ("keep",)
+OPTIONAL_KEYS = ("keep", "pca_model", "encoder_options")
 
 
 def manifest_differences(old: dict, new: dict) -> list[str]:

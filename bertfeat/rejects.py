@@ -62,30 +62,22 @@ def too_long(n_tokens: int, max_length: int) -> Reason:
 
 def fix_for(code: RejectCode | str) -> str:
     """How to fix a bad row, by its code (options named with errors.opt)."""
-    code = RejectCode(code)
     skip = f"or pass {opt('on_bad_row', 'skip')} to write it to the rejects file and go on"
-    if code is RejectCode.BINARY_COLUMN:
-        return (f"write the column as UTF-8 strings (decode it with its real encoding first; {opt('encoding')} applies to "
-                f"CSV and JSONL), {skip}")
-    if code is RejectCode.ENCODING:
-        return f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')}), {skip}"
-    if code is RejectCode.CONTROL_CHARACTER:
-        return f"remove the control characters or replace them with spaces, {skip}"
-    if code is RejectCode.UNCLOSED_QUOTE:
-        return f'close the quote (a quote inside a quoted field is written ""), {skip}'
-    if code is RejectCode.MALFORMED_LINE:
-        return f"fix the line (quote fields that hold the delimiter), {skip}"
-    if code is RejectCode.INVALID_JSON:
-        return f"fix the line (one JSON object per line), {skip}"
-    if code is RejectCode.NOT_OBJECT:
-        return f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}'
-    if code is RejectCode.BAD_KEPT_VALUE:
-        return (f"make every value of the column one type (its first rows decide it for {opt('keep')}: integers, "
-                f"numbers, booleans or strings), {skip}")
-    if code is RejectCode.TOO_LONG:
-        return (f"use {opt('long_text', 'truncate')}/chunk-mean/chunk-max or a larger {opt('max_length')}, "
-                f"or {opt('on_bad_row', 'skip')}")
-    return f"fix the row, {skip}"
+    fixes = {
+        RejectCode.BINARY_COLUMN: (f"write the column as UTF-8 strings (decode it with its real encoding first; "
+                                   f"{opt('encoding')} applies to CSV and JSONL), {skip}"),
+        RejectCode.ENCODING: f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')}), {skip}",
+        RejectCode.CONTROL_CHARACTER: f"remove the control characters or replace them with spaces, {skip}",
+        RejectCode.UNCLOSED_QUOTE: f'close the quote (a quote inside a quoted field is written ""), {skip}',
+        RejectCode.MALFORMED_LINE: f"fix the line (quote fields that hold the delimiter), {skip}",
+        RejectCode.INVALID_JSON: f"fix the line (one JSON object per line), {skip}",
+        RejectCode.NOT_OBJECT: f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}',
+        RejectCode.BAD_KEPT_VALUE: (f"make every value of the column one type (its first rows decide it for {opt('keep')}: "
+                                    f"integers, numbers, booleans or strings), {skip}"),
+        RejectCode.TOO_LONG: (f"use {opt('long_text', 'truncate')}/chunk-mean/chunk-max or a larger {opt('max_length')}, "
+                              f"or {opt('on_bad_row', 'skip')}"),
+    }
+    return fixes.get(RejectCode(code), f"fix the row, {skip}")
 
 
 def bad_row_error(source_name: str, r: dict) -> InputError:

@@ -486,3 +486,20 @@ def expected_tokens(d, model_id, text, pair, max_length) -> dict:
         "tokens": tok.convert_ids_to_tokens(cut["input_ids"]),
         "input_ids": cut["input_ids"], "token_type_ids": cut["token_type_ids"], "attention_mask": cut["attention_mask"],
     }
+
+
+def write_bf16(path: str | os.PathLike) -> None:
+    """Rewrite a safetensors file in bfloat16 (the top half of each float32; NaN stays NaN)."""
+    import struct
+
+    from safetensors.numpy import load_file
+
+    header, blobs, off = {}, [], 0
+    for k, v in load_file(str(path)).items():
+        b = (np.ascontiguousarray(v, np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+        header[k] = {"dtype": "BF16", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    Path(path).write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))

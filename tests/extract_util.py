@@ -125,3 +125,20 @@ SENTENCES = [
     "emoji 🙂 and 中文字符",
     "The last one.",
 ]
+
+
+class Interrupt:
+    """A progress sink (progress.NullProgress's methods) that presses Ctrl-C after ``after`` chunks."""
+
+    def __init__(self, after):
+        self.after, self.n = after, 0
+
+    def start(self, total_rows, total_bytes): ...
+    def note(self, message): ...
+    def parts(self, done, in_flight, total): ...
+    def stop(self): ...
+
+    def advance(self, rows, tokens, bytes_read):
+        self.n += 1
+        if self.n == self.after:
+            raise KeyboardInterrupt

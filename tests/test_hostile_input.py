@@ -22,11 +22,10 @@ import pytest
 
 import bertfeat.progress
 from bertfeat.errors import render
-from bertfeat.progress import NullProgress
 from bertfeat.readers import open_input, resolve_files
 from bertfeat.readers.text import split_wide_lines, wide_unicode
 from bertfeat.rejects import Reason, RejectCode, fix_for
-from extract_util import assert_close, embeddings, metadata, no_leftovers, read_table, run, tiny_encoder, tiny_model, write_csv
+from extract_util import Interrupt, assert_close, embeddings, metadata, no_leftovers, read_table, run, tiny_encoder, tiny_model, write_csv
 
 TEXTS = ["hello there", "wörld façade", "a third line", "中文 and emoji 🙂"]
 
@@ -286,18 +285,6 @@ def test_a_folder_of_nothing_but_outputs_says_what_was_left_out(tmp_path, capsys
     refused(capsys, f"{d}/*.parquet", out, f"{d}/*.parquet: the pattern matches no input file (1 left out: names starting "
                                            "with ., OUTPUT.partial/ folders and bertfeat's own outputs are not input) - "
                                            "check the glob pattern (quote it so the shell does not expand it)")
-
-
-class Interrupt(NullProgress):
-    """Ctrl-C after `after` chunks (as tests/test_resume.py)."""
-
-    def __init__(self, after):
-        self.after, self.n = after, 0
-
-    def advance(self, rows, tokens, bytes_read):
-        self.n += 1
-        if self.n == self.after:
-            raise KeyboardInterrupt
 
 
 def test_an_interrupted_run_inside_the_input_folder_is_not_read_back(tmp_path, capsys, monkeypatch):

@@ -27,7 +27,7 @@ from bertfeat import BertfeatError, Encoder
 from bertfeat.encoder import NonFiniteFeaturesError
 from bertfeat.errors import WeightsError
 from bertfeat.weights import load_weights
-from ckpt import VOCABS, make_checkpoint
+from ckpt import VOCABS, make_checkpoint, write_bf16
 from extract_util import no_leftovers, run, tiny_encoder, tiny_model, write_csv
 
 CORRUPT = "the checkpoint is corrupt or was saved from a diverged training run: re-download or re-save it"
@@ -104,22 +104,6 @@ def test_non_finite_weights_in_float16_and_bfloat16_files(tmp_path):
             load_weights(b, cfg, precision)
         assert e.value.message == f"{where} (32 NaN, 0 infinite) - {CORRUPT}", precision
 
-
-def write_bf16(path: Path) -> None:
-    """Rewrite a safetensors file in bfloat16 (the top half of each float32; NaN stays NaN)."""
-    import struct
-
-    from safetensors.numpy import load_file
-
-    header, blobs, off = {}, [], 0
-    for k, v in load_file(str(path)).items():
-        b = (np.ascontiguousarray(v, np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
-        header[k] = {"dtype": "BF16", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def test_finite_extremes_and_integer_buffers_load(tmp_path):

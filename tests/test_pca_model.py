@@ -93,3 +93,19 @@ def test_pca_model_options_are_checked(trained, tmp_path):
     assert str(e.value) == (f"the PCA model {tmp_path / 'none.npz'} does not exist - pass pca_model with a .npz written by "
                             "`bertfeat pca fit` or `extract --pca`")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_resume_that_drops_or_changes_the_model_is_refused(trained, tmp_path):
+    """The manifest holds the model file's path and sha256, and is compared both ways: resuming without
+    pca_model (or with another model) after a run that had it is refused, naming it."""
+    from bertfeat.errors import ResumeError
+    from extract_util import Interrupt
+
+    d, model, test = trained
+    out = tmp_path / "o.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        bertfeat.extract(test, out, model=tiny_model(), pca_model=model, chunk_rows=5, progress=Interrupt(2))
+    with pytest.raises(ResumeError, match=r"^cannot resume: .*pca_model: \{'path': "):
+        bertfeat.extract(test, out, model=tiny_model(), chunk_rows=5, resume=True)
+    s = bertfeat.extract(test, out, model=tiny_model(), pca_model=model, chunk_rows=5, resume=True)
+    assert s.chunks_resumed == 2 and pq.read_table(out).num_rows == 30

@@ -14,8 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import bertfeat.progress
-from bertfeat.progress import NullProgress
-from extract_util import metadata, no_leftovers, read_table, run, summary_line, tiny_model, write_csv
+from extract_util import Interrupt, metadata, no_leftovers, read_table, run, summary_line, tiny_model, write_csv
 
 WORDS = ("river mountain bread cheese rain snow code maths ship bird music art train car cat dog "
          "garden window letter market winter summer city village forest ocean").split()
@@ -40,18 +39,6 @@ def assert_same_output(a, b):
     assert ta.equals(tb)  # every value, bit for bit
     ma, mb = metadata(a), metadata(b)
     assert {k: v for k, v in ma.items() if k not in VOLATILE} == {k: v for k, v in mb.items() if k not in VOLATILE}
-
-
-class Interrupt(NullProgress):
-    """A progress sink that presses Ctrl-C after `after` chunks."""
-
-    def __init__(self, after):
-        self.after, self.n = after, 0
-
-    def advance(self, rows, tokens, bytes_read):
-        self.n += 1
-        if self.n == self.after:
-            raise KeyboardInterrupt
 
 
 def interrupted_run(capsys, monkeypatch, src, out, *extra, after=2):

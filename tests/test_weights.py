@@ -18,7 +18,7 @@ from bertfeat import BertfeatError, Encoder, __version__
 from bertfeat.cli import FLAGS, main
 from bertfeat.errors import ConfigError, ModelNotFoundError, WeightsError
 from bertfeat.weights import canonical_name, load_weights
-from ckpt import make_checkpoint, n_parameters, record_tensors, row_cosines
+from ckpt import make_checkpoint, n_parameters, record_tensors, row_cosines, write_bf16
 
 
 def small(d, **kw):
@@ -44,21 +44,6 @@ def _reshape(t, name, shape):
     t[name] = np.zeros(shape, np.float32)
 
 
-def _bf16(d):
-    """Rewrite model.safetensors in bfloat16 (no torch: bf16 is the top half of a float32, truncated)."""
-    import struct
-
-    from safetensors.numpy import load_file
-
-    header, blobs, off = {}, [], 0
-    for k, v in load_file(str(d / "model.safetensors")).items():
-        b = (np.ascontiguousarray(v, np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
-        header[k] = {"dtype": "BF16", "shape": list(v.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    (d / "model.safetensors").write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 # (id, how to break a fresh 2-layer checkpoint in dir d, error type, the message starts with / contains)
@@ -306,7 +291,7 @@ def test_bfloat16_checkpoint_loads_widened_exactly(tmp_path, capsys):
     shutil.copytree(d, ref)
     widen = lambda v: ((np.ascontiguousarray(v, np.float32).view(np.uint32) >> 16) << 16).view(np.float32)  # noqa: E731
     rewrite_tensors(ref, lambda t: t.update({k: widen(v) for k, v in t.items()}))  # float32 holding bf16 values
-    _bf16(d)  # the same values, stored as BF16
+    write_bf16(d / "model.safetensors")  # the same values, stored as BF16
     header = json.loads((d / "model.safetensors").read_bytes()[8:8 + int.from_bytes((d / "model.safetensors").read_bytes()[:8], "little")])
     assert {h["dtype"] for k, h in header.items() if k != "__metadata__"} == {"BF16"}
     texts = ["a sentence stored in bfloat16", "another one, a little longer than the first"]

@@ -19,7 +19,7 @@ no open file, so it pickles to Dask workers as it is.
 
 Everything streams: CSV through pyarrow's streaming reader, Parquet through ``iter_batches``,
 JSONL line by line. Readers yield ``RawBatch`` objects holding *undecoded* values and their
-0-based data-row numbers (header excluded), so that validation (pipeline.validate_batch) can
+0-based data-row numbers (header excluded), so that validation (chunks.validate_batch) can
 reject a bad row with its exact row number and reason instead of failing the whole file.
 Malformed CSV lines (wrong number of fields) are yielded as pre-rejected rows in their place.
 
