@@ -9,10 +9,19 @@ from pathlib import Path
 from .errors import ConfigError
 
 SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
-# model_type values whose checkpoints are post-LN BERT encoders with BERT tensor names. RoBERTa and
-# XLM-RoBERTa differ only in their position ids (counted from padding_idx + 1) and a single token type.
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
-ROBERTA_TYPES = ("roberta", "xlm-roberta")
+# model_type values whose checkpoints are post-LN BERT encoders. RoBERTa, XLM-RoBERTa and CamemBERT (RoBERTa's
+# architecture under its own model_type) differ only in their position ids (counted from padding_idx + 1) and a
+# single token type; ELECTRA is BERT with its embeddings at embedding_size, projected to hidden_size
+# (embeddings_project) when the two differ; DistilBERT is BERT's layer under other tensor and config names, with no
+# token types (weights.py maps each family's names).
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert")
+ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
+#: model_type -> the family's name, as `bertfeat info` shows it
+FAMILIES = {"bert": "BERT", "roberta": "RoBERTa", "xlm-roberta": "XLM-RoBERTa", "camembert": "CamemBERT (RoBERTa)",
+            "electra": "ELECTRA", "distilbert": "DistilBERT"}
+# DistilBERT's config.json names -> BertConfig's (transformers' DistilBertConfig.attribute_map and its FFN / activation)
+DISTILBERT_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
+                    "hidden_dim": "intermediate_size", "activation": "hidden_act"}
 _POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "max_position_embeddings", "type_vocab_size")
 
@@ -30,6 +39,33 @@ class BertConfig:
     type_vocab_size: int = 2
     pad_token_id: int = 0
     model_type: str = "bert"
+    embedding_size: int | None = None  # ELECTRA: the embeddings' width (None: hidden_size)
+
+    @property
+    def family(self) -> str:
+        return FAMILIES[self.model_type]
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of the embedding tables: ELECTRA's embedding_size, else hidden_size."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def token_types(self) -> bool:
+        """Does the model embed token types? DistilBERT does not (DistilBertModel takes no token_type_ids)."""
+        return self.model_type != "distilbert"
+
+    @property
+    def pairs_untyped(self) -> bool:
+        """Are both texts of a pair token type 0? RoBERTa-family tokenizers return no token_type_ids, and
+        DistilBERT's model takes none (its tokenizer's model_input_names leave them out)."""
+        return self.model_type in ROBERTA_TYPES or not self.token_types
+
+    def name_of(self, field: str) -> str:
+        """A field as the family's config.json names it (DistilBERT: dim, n_heads, ...), for messages."""
+        if self.model_type == "distilbert":
+            return {v: k for k, v in DISTILBERT_NAMES.items()}.get(field, field)
+        return field
 
     @property
     def head_size(self) -> int:
@@ -56,8 +92,11 @@ class BertConfig:
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
                 f"{source}: model_type '{model_type}' is not supported",
-                "bertfeat runs BERT-family encoders (model_type 'bert', 'roberta' or 'xlm-roberta'); pick one of those",
+                "bertfeat runs BERT-family encoders (model_type " + ", ".join(f"'{t}'" for t in SUPPORTED_MODEL_TYPES)
+                + "); pick one of those",
             )
+        if model_type == "distilbert":
+            d = distilbert_fields(d)
         pos = d.get("position_embedding_type", "absolute")
         if pos != "absolute":
             raise ConfigError(
@@ -73,16 +112,19 @@ class BertConfig:
         act = d.get("hidden_act", "gelu")
         if not isinstance(act, str) or act not in SUPPORTED_ACTS:
             raise ConfigError(
-                f"{source}: hidden_act '{act}' is not supported",
+                f"{source}: {'activation' if model_type == 'distilbert' else 'hidden_act'} '{act}' is not supported",
                 f"supported: {', '.join(SUPPORTED_ACTS)}",
             )
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d and d[k] is not None}
-        for k in _POSITIVE_INTS:
+        if model_type != "electra":
+            fields.pop("embedding_size", None)
+        names = {v: k for k, v in DISTILBERT_NAMES.items()} if model_type == "distilbert" else {}
+        for k in _POSITIVE_INTS + (("embedding_size",) if "embedding_size" in fields else ()):
             v = fields.get(k, 1)
             if isinstance(v, float) and v.is_integer():
                 fields[k] = v = int(v)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{source}: {k} must be a positive integer, not {v!r}",
+                raise ConfigError(f"{source}: {names.get(k, k)} must be a positive integer, not {v!r}",
                                   "restore config.json from the checkpoint")
         eps = fields.get("layer_norm_eps", 1e-12)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
@@ -97,8 +139,8 @@ class BertConfig:
                               f"sequence after pad_token_id {cfg.pad_token_id}", "restore config.json from the checkpoint")
         if cfg.hidden_size % cfg.num_attention_heads:
             raise ConfigError(
-                f"{source}: hidden_size {cfg.hidden_size} is not a multiple of "
-                f"num_attention_heads {cfg.num_attention_heads}",
+                f"{source}: {cfg.name_of('hidden_size')} {cfg.hidden_size} is not a multiple of "
+                f"{cfg.name_of('num_attention_heads')} {cfg.num_attention_heads}",
                 "fix config.json",
             )
         return cfg
@@ -115,3 +157,15 @@ class BertConfig:
         if not isinstance(d, dict):
             raise ConfigError(f"{path} is not a JSON object", "restore config.json from the checkpoint")
         return cls.from_dict(d, source=str(path))
+
+
+def distilbert_fields(d: dict) -> dict:
+    """A DistilBERT config.json dict under BertConfig's names: dim, n_layers, n_heads, hidden_dim, activation ->
+    hidden_size, ...; LayerNorm eps 1e-12 (DistilBERT's modules hard-code it); one (unused) token type.
+    ``sinusoidal_pos_embds`` needs nothing: the position table is in the checkpoint either way."""
+    out = {k: v for k, v in d.items() if k not in DISTILBERT_NAMES.values() and k != "type_vocab_size"}
+    for ours, bert in DISTILBERT_NAMES.items():
+        if ours in d:
+            out[bert] = d[ours]
+    out.update(layer_norm_eps=1e-12, type_vocab_size=1)
+    return out

@@ -361,11 +361,10 @@ class Encoder:
         return Prepared(ids, type_ids, np.asarray(rows, dtype=np.int64), n, t.n_tokens, truncated, n_chunks)
 
     def _check_pair_types(self, t: Tokenized) -> None:
-        """Sentence pairs need a second token type; RoBERTa-family models use type 0 for both texts."""
-        from .config import ROBERTA_TYPES
-
+        """Sentence pairs need a second token type; RoBERTa-family models use type 0 for both texts, and DistilBERT
+        none (its pair runs as ``[CLS] A [SEP] B [SEP]`` with no token types, as DistilBertModel runs it)."""
         TV = self.config.type_vocab_size
-        if self.config.model_type in ROBERTA_TYPES:
+        if self.config.pairs_untyped:
             for a in t.type_ids:
                 a[:] = 0  # transformers' RoBERTa / XLM-R tokenizers return no token_type_ids: all 0
             return

@@ -23,6 +23,7 @@ def model_info(model: str | None = None) -> dict:
         "pooler": "yes" if w.pooler_w is not None else f"no ({w.missing_pooler_reason}; --pooling pooled is unavailable)",
         "mlm_head": "yes" if w.mlm is not None else "no",
         "model_type": enc.config.model_type,
+        "family": enc.config.family,
         "embedding": enc.describe(enc.spec()),
         "embedding_dim": enc.output_dim(enc.spec()),
         "default_pooling": f"{enc.default_pooling} ({enc.pooling_source})",

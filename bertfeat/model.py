@@ -282,14 +282,20 @@ def ctx_rows_bf16_(ctx: np.ndarray, out16: np.ndarray) -> np.ndarray:
 
 
 def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """(B, T) ids -> (B*T, H) LayerNorm(word + position + token type), into ``out`` (N, H) if given."""
+    """(B, T) ids -> (B*T, H) LayerNorm(word + position + token type), into ``out`` (N, H) if given.
+
+    DistilBERT has no token types (LN(word + position)); ELECTRA's tables are E = embedding_size wide, and
+    when E != H its embeddings_project (a float32 linear layer, as the pooler) maps the (N, E) rows to (N, H)."""
     B, T = input_ids.shape
-    H = w.word.shape[1]
-    x = np.take(w.word, input_ids.reshape(-1), axis=0, out=out).reshape(B, T, H)  # (B, T, H)
+    E = w.word.shape[1]
+    proj = w.emb_proj_w is not None
+    x = np.take(w.word, input_ids.reshape(-1), axis=0, out=None if proj else out).reshape(B, T, E)  # (B, T, E)
     off = w.config.position_offset  # 0 for BERT; padding_idx + 1 for RoBERTa (real tokens only: pads are masked)
     x += w.position[off:off + T][None, :, :]
-    x += w.token_type[token_type_ids]
-    return layer_norm_(x.reshape(B * T, H), w.emb_ln_g, w.emb_ln_b, w.config.layer_norm_eps)  # (N, H)
+    if w.token_type is not None:
+        x += w.token_type[token_type_ids]
+    x = layer_norm_(x.reshape(B * T, E), w.emb_ln_g, w.emb_ln_b, w.config.layer_norm_eps)  # (N, E)
+    return linear(x, w.emb_proj_w, w.emb_proj_b, out=out) if proj else x  # (N, H)
 
 
 def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,

@@ -6,9 +6,14 @@ to (in, out) so the forward pass does ``x @ W``, and checks every key and shape,
 every floating-point tensor is finite (a NaN or inf is refused with the tensor's name).
 
 Name variants accepted for each tensor:
-  * with or without the ``bert.`` / ``roberta.`` prefix (BertModel vs BertFor* / RobertaFor* checkpoints);
+  * with or without the ``bert.`` / ``roberta.`` / ``camembert.`` / ``electra.`` / ``distilbert.`` prefix (BertModel
+    vs BertFor* / RobertaFor* / ... checkpoints);
   * RoBERTa's masked-LM head ``lm_head.*`` mapped to BERT's ``cls.predictions.*`` names;
   * legacy LayerNorm names ``gamma`` / ``beta`` for ``weight`` / ``bias``.
+
+Families (config.py): RoBERTa, XLM-RoBERTa and CamemBERT use BERT's tables; ELECTRA too, its embedding tables
+``embedding_size`` wide and ``embeddings_project`` (_ELECTRA_PROJECT) when that differs from hidden_size; DistilBERT
+has its own tables (_DISTILBERT_*: no token types, no pooler), mapped to the same LayerWeights (Q/K/V fused).
 
 Tensors stored in float16 or bfloat16 are widened to float32 as they are read (exactly: bf16 is the top half of a
 float32); safetensors' NumPy reader has no bfloat16, so such files are read by their format (_raw_safetensors).
@@ -35,11 +40,11 @@ from .gemm import PRECISIONS, from_bf16, to_bf16
 # One table: our name -> (checkpoint name, expected shape as a function of the config).
 # {i} is the layer index.  "T" marks linear weights stored (out, in) that we transpose.
 _EMB = {
-    "word": ("embeddings.word_embeddings.weight", lambda c: (c.vocab_size, c.hidden_size)),
-    "position": ("embeddings.position_embeddings.weight", lambda c: (c.max_position_embeddings, c.hidden_size)),
-    "token_type": ("embeddings.token_type_embeddings.weight", lambda c: (c.type_vocab_size, c.hidden_size)),
-    "ln_g": ("embeddings.LayerNorm.weight", lambda c: (c.hidden_size,)),
-    "ln_b": ("embeddings.LayerNorm.bias", lambda c: (c.hidden_size,)),
+    "word": ("embeddings.word_embeddings.weight", lambda c: (c.vocab_size, c.embedding_width)),
+    "position": ("embeddings.position_embeddings.weight", lambda c: (c.max_position_embeddings, c.embedding_width)),
+    "token_type": ("embeddings.token_type_embeddings.weight", lambda c: (c.type_vocab_size, c.embedding_width)),
+    "ln_g": ("embeddings.LayerNorm.weight", lambda c: (c.embedding_width,)),
+    "ln_b": ("embeddings.LayerNorm.bias", lambda c: (c.embedding_width,)),
 }
 _LAYER = {
     "q_w": ("encoder.layer.{i}.attention.self.query.weight", lambda c: (c.hidden_size, c.hidden_size)),
@@ -73,6 +78,49 @@ _MLM = {
 }
 _MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hidden_size))
 
+# ELECTRA (ElectraModel): BERT's tables, the embeddings embedding_size (E) wide, then a Linear E -> H when E != H.
+_ELECTRA_PROJECT = {
+    "w": ("embeddings_project.weight", lambda c: (c.hidden_size, c.embedding_width)),
+    "b": ("embeddings_project.bias", lambda c: (c.hidden_size,)),
+}
+
+# DistilBERT (DistilBertModel / DistilBertForMaskedLM): LN(word + position), no token types, no pooler.
+_DISTILBERT_EMB = {k: v for k, v in _EMB.items() if k != "token_type"}
+_DISTILBERT_LAYER = {
+    "q_w": ("transformer.layer.{i}.attention.q_lin.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "q_b": ("transformer.layer.{i}.attention.q_lin.bias", lambda c: (c.hidden_size,)),
+    "k_w": ("transformer.layer.{i}.attention.k_lin.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "k_b": ("transformer.layer.{i}.attention.k_lin.bias", lambda c: (c.hidden_size,)),
+    "v_w": ("transformer.layer.{i}.attention.v_lin.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "v_b": ("transformer.layer.{i}.attention.v_lin.bias", lambda c: (c.hidden_size,)),
+    "o_w": ("transformer.layer.{i}.attention.out_lin.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "o_b": ("transformer.layer.{i}.attention.out_lin.bias", lambda c: (c.hidden_size,)),
+    "ln1_g": ("transformer.layer.{i}.sa_layer_norm.weight", lambda c: (c.hidden_size,)),
+    "ln1_b": ("transformer.layer.{i}.sa_layer_norm.bias", lambda c: (c.hidden_size,)),
+    "up_w": ("transformer.layer.{i}.ffn.lin1.weight", lambda c: (c.intermediate_size, c.hidden_size)),
+    "up_b": ("transformer.layer.{i}.ffn.lin1.bias", lambda c: (c.intermediate_size,)),
+    "down_w": ("transformer.layer.{i}.ffn.lin2.weight", lambda c: (c.hidden_size, c.intermediate_size)),
+    "down_b": ("transformer.layer.{i}.ffn.lin2.bias", lambda c: (c.hidden_size,)),
+    "ln2_g": ("transformer.layer.{i}.output_layer_norm.weight", lambda c: (c.hidden_size,)),
+    "ln2_b": ("transformer.layer.{i}.output_layer_norm.bias", lambda c: (c.hidden_size,)),
+}
+_DISTILBERT_MLM = {  # DistilBertForMaskedLM: vocab_transform, activation, vocab_layer_norm, vocab_projector (tied)
+    "dense_w": ("vocab_transform.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "dense_b": ("vocab_transform.bias", lambda c: (c.hidden_size,)),
+    "ln_g": ("vocab_layer_norm.weight", lambda c: (c.hidden_size,)),
+    "ln_b": ("vocab_layer_norm.bias", lambda c: (c.hidden_size,)),
+    "bias": ("vocab_projector.bias", lambda c: (c.vocab_size,)),
+}
+_DISTILBERT_DECODER = ("vocab_projector.weight", lambda c: (c.vocab_size, c.hidden_size))
+
+
+def name_tables(c: BertConfig) -> tuple[dict, dict, dict, tuple]:
+    """The family's (embeddings, layer, masked-LM head, MLM decoder) tables."""
+    if c.model_type == "distilbert":
+        return _DISTILBERT_EMB, _DISTILBERT_LAYER, _DISTILBERT_MLM, _DISTILBERT_DECODER
+    return _EMB, _LAYER, _MLM, _MLM_DECODER
+
+
 # Nothing in a checkpoint is ignored silently (as nanoGPT's from_pretrained): a tensor the tables above do not
 # take is either allowed here, listed in BertWeights.ignored, or refused with its name.
 ALLOWED_UNUSED = {
@@ -80,7 +128,9 @@ ALLOWED_UNUSED = {
     "embeddings.token_type_ids": "a buffer of zeros some transformers versions saved",
     "cls.predictions.decoder.bias": "tied to cls.predictions.bias",
 }
-OTHER_HEADS = ("cls.seq_relationship.", "cls.predictions.", "classifier.", "qa_outputs.")  # other tasks' heads
+OTHER_HEADS = ("cls.seq_relationship.", "cls.predictions.", "classifier.", "qa_outputs.",  # other tasks' heads
+               "discriminator_predictions.", "generator_predictions.", "generator_lm_head.",  # ELECTRA's
+               "pre_classifier.", "vocab_transform.", "vocab_layer_norm.", "vocab_projector.")  # DistilBERT's
 
 
 @dataclass
@@ -105,7 +155,7 @@ class BertWeights:
     config: BertConfig
     word: np.ndarray  # (V, H)
     position: np.ndarray  # (P, H)
-    token_type: np.ndarray  # (TV, H)
+    token_type: np.ndarray | None  # (TV, H); None for DistilBERT (no token types)
     emb_ln_g: np.ndarray
     emb_ln_b: np.ndarray
     layers: list[LayerWeights]
@@ -116,10 +166,13 @@ class BertWeights:
     missing_pooler_reason: str | None = None
     precision: str = "fp32"  # "bf16": the layers' linear weights are bf16 (uint16) for gemm.gemm_bf16
     ignored: list[str] = field(default_factory=list)  # other tasks' head tensors in the file, not used
+    emb_proj_w: np.ndarray | None = None  # ELECTRA's embeddings_project (E, H) transposed, float32 (as the pooler)
+    emb_proj_b: np.ndarray | None = None  # (H,)
 
     @property
     def n_params(self) -> int:
-        arrays = [self.word, self.position, self.token_type, self.emb_ln_g, self.emb_ln_b]
+        arrays = [a for a in (self.word, self.position, self.token_type, self.emb_ln_g, self.emb_ln_b,
+                              self.emb_proj_w, self.emb_proj_b) if a is not None]
         for lw in self.layers:
             arrays += list(vars(lw).values())
         if self.pooler_w is not None:
@@ -127,7 +180,7 @@ class BertWeights:
         return int(sum(a.size for a in arrays))
 
     def nbytes(self) -> int:
-        total = sum(a.nbytes for a in (self.word, self.position, self.token_type))
+        total = sum(a.nbytes for a in (self.word, self.position, self.token_type) if a is not None)
         for lw in self.layers:
             total += sum(a.nbytes for a in vars(lw).values())
         return total
@@ -164,7 +217,8 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
 
 #: the linear weights of the encoder layers, stored in bf16 under precision="bf16" (canonical names)
 _LAYER_LINEAR = re.compile(r"encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.output\.dense"
-                           r"|intermediate\.dense|output\.dense)\.weight")
+                           r"|intermediate\.dense|output\.dense)\.weight"
+                           r"|transformer\.layer\.\d+\.(attention\.(q|k|v|out)_lin|ffn\.lin[12])\.weight")  # DistilBERT
 
 
 def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, np.ndarray]:
@@ -283,7 +337,7 @@ _LM_HEAD_NAMES = {
 
 
 def canonical_name(key: str) -> str:
-    for prefix in ("bert.", "roberta."):
+    for prefix in ("bert.", "roberta.", "camembert.", "electra.", "distilbert."):
         if key.startswith(prefix):
             key = key[len(prefix):]
             break
@@ -337,10 +391,11 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
     c = config
     used: set[str] = set()
 
-    emb = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in _EMB.items()}
+    emb_table, layer_table, mlm_table, decoder = name_tables(c)
+    emb = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in emb_table.items()}
     layers = []
     for i in range(c.num_hidden_layers):
-        t = {k: _take(tensors, n.format(i=i), s(c), where, used, bf16) for k, (n, s) in _LAYER.items()}
+        t = {k: _take(tensors, n.format(i=i), s(c), where, used, bf16) for k, (n, s) in layer_table.items()}
         layers.append(
             LayerWeights(
                 qkv_w=linear(np.ascontiguousarray(np.concatenate([t["q_w"].T, t["k_w"].T, t["v_w"].T], axis=1))),  # (H, 3H)
@@ -359,8 +414,8 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
         )
         if precision == "bf16":  # the checkpoint's (out, in) linear weights are not needed any more
             for k in ("q_w", "k_w", "v_w", "o_w", "up_w", "down_w"):
-                tensors.pop(_LAYER[k][0].format(i=i), None)
-    extra = f"encoder.layer.{c.num_hidden_layers}.attention.self.query.weight"
+                tensors.pop(layer_table[k][0].format(i=i), None)
+    extra = layer_table["q_w"][0].format(i=c.num_hidden_layers)
     if extra in tensors:
         raise WeightsError(
             f"{where}: the checkpoint has more layers than num_hidden_layers={c.num_hidden_layers} in config.json",
@@ -368,19 +423,24 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
         )
 
     w = BertWeights(
-        config=c, word=emb["word"], position=emb["position"], token_type=emb["token_type"],
+        config=c, word=emb["word"], position=emb["position"], token_type=emb.get("token_type"),
         emb_ln_g=emb["ln_g"], emb_ln_b=emb["ln_b"], layers=layers, files=files, precision=precision,
     )
-    if all(n in tensors for n, _ in _POOLER.values()):
+    if c.embedding_width != c.hidden_size:  # ELECTRA's embeddings_project
+        p = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in _ELECTRA_PROJECT.items()}
+        w.emb_proj_w, w.emb_proj_b = np.ascontiguousarray(p["w"].T), p["b"]
+    if c.model_type in ("electra", "distilbert"):  # their models have no pooler
+        w.missing_pooler_reason = f"{c.family} models have no pooler ({c.family}Model has no pooler layer)"
+    elif all(n in tensors for n, _ in _POOLER.values()):
         p = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in _POOLER.items()}
         w.pooler_w, w.pooler_b = np.ascontiguousarray(p["w"].T), p["b"]
     else:
         w.missing_pooler_reason = f"{where} has no pooler weights (pooler.dense.weight / pooler.dense.bias)"
-    if all(n in tensors for n, _ in _MLM.values()):
-        m = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in _MLM.items()}
+    if all(n in tensors for n, _ in mlm_table.values()):
+        m = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in mlm_table.items()}
         m["dense_w"] = np.ascontiguousarray(m["dense_w"].T)
-        if _MLM_DECODER[0] in tensors:  # usually tied to the word embeddings; check if stored
-            dec = _take(tensors, _MLM_DECODER[0], _MLM_DECODER[1](c), where, used)
+        if decoder[0] in tensors:  # usually tied to the word embeddings; check if stored
+            dec = _take(tensors, decoder[0], decoder[1](c), where, used)
             m["decoder_w"] = dec
         else:
             m["decoder_w"] = w.word
@@ -391,8 +451,8 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
     if unknown:
         shown = ", ".join(f"'{n}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise WeightsError(
-            f"{where}: {len(unknown)} tensor(s) that a BERT encoder does not use: {shown}",
-            "these weights are not a plain BERT as config.json says (another architecture, or a renamed/extra tensor); "
+            f"{where}: {len(unknown)} tensor(s) that a {c.family} encoder does not use: {shown}",
+            f"these weights are not a plain {c.family} as config.json says (another architecture, or a renamed/extra tensor); "
             "use the config.json that came with them, or remove the extra tensors",
         )
     return w

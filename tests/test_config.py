@@ -38,8 +38,13 @@ def test_supported_acts(act):
 
 
 @pytest.mark.parametrize("d,words", [
-    ({"model_type": "deberta-v2"}, ["model_type 'deberta-v2' is not supported", "'bert', 'roberta' or 'xlm-roberta'"]),
-    ({"model_type": "distilbert"}, ["model_type 'distilbert'"]),
+    ({"model_type": "deberta-v2"}, ["model_type 'deberta-v2' is not supported", "'bert', 'roberta', 'xlm-roberta', "
+                                    "'camembert', 'electra', 'distilbert'"]),
+    ({"model_type": "albert"}, ["model_type 'albert'"]),
+    ({"model_type": "distilbert", "dim": 100, "n_heads": 12}, ["dim 100 is not a multiple of n_heads 12"]),
+    ({"model_type": "distilbert", "n_layers": 0}, ["n_layers must be a positive integer, not 0"]),
+    ({"model_type": "distilbert", "activation": "silu"}, ["activation 'silu' is not supported"]),
+    ({"model_type": "electra", "embedding_size": 0}, ["embedding_size must be a positive integer, not 0"]),
     ({"position_embedding_type": "relative_key"}, ["position_embedding_type 'relative_key'", "absolute"]),
     ({"position_embedding_type": "relative_key_query"}, ["relative_key_query"]),
     ({"is_decoder": True}, ["decoder models", "encoder-only"]),
