@@ -278,7 +278,7 @@ def test_long_text_chunks_with_the_family_max_length(family, real_sentences):
     for w in prep.ids:
         assert int(w[0]) == hf.cls_token_id and int(w[-1]) == hf.sep_token_id
         with torch.no_grad():
-            h = ref(input_ids=torch.tensor([w.astype(np.int64)])).last_hidden_state[0].numpy()
+            h = ref(input_ids=torch.from_numpy(w.astype(np.int64)[None])).last_hidden_state[0].numpy()
         acc = acc + h.mean(axis=0) * len(w)
         tot += len(w)
     diff = float(np.abs(res.features[0] - acc / tot).max())
@@ -326,7 +326,7 @@ def test_fill_mask_matches_transformers(family, tmp_path):
     tokens, pos, logits = masked_lm_logits(text, encoder=enc)
     ids = enc.tokenizer.encode([text]).ids[0]
     with torch.no_grad():
-        r = reference(d, "mlm")(input_ids=torch.tensor([ids.astype(np.int64)])).logits[0].numpy()
+        r = reference(d, "mlm")(input_ids=torch.from_numpy(ids.astype(np.int64)[None])).logits[0].numpy()
     diff = float(np.abs(np.asarray(logits) - r[np.asarray(pos)]).max())
     print(f"\n{family} fill-mask logits: max |diff| {diff:.2e}")
     assert diff <= 1e-4
