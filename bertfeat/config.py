@@ -11,10 +11,23 @@ from .errors import ConfigError
 SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
 # model_type values whose checkpoints are post-LN BERT encoders with BERT tensor names. RoBERTa and
 # XLM-RoBERTa differ only in their position ids (counted from padding_idx + 1) and a single token type.
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta")
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "mpnet")
 ROBERTA_TYPES = ("roberta", "xlm-roberta")
+# MPNet (bertfeat/mpnet.py): BERT-like post-LN layers under other tensor names, no token types, RoBERTa-style
+# position ids (transformers' MPNetEmbeddings fixes padding_idx at 1, whatever pad_token_id says) and a relative
+# position bias shared by all layers, of relative_attention_num_buckets rows.
+MPNET_TYPES = ("mpnet",)
+MPNET_PADDING_IDX = 1
+MPNET_NUM_BUCKETS = 32  # transformers' MPNetEncoder.compute_position_bias always buckets into 32, whatever the config
+MPNET_MAX_DISTANCE = 128
 _POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                  "max_position_embeddings", "type_vocab_size")
+                  "max_position_embeddings", "type_vocab_size", "relative_attention_num_buckets")
+
+
+def _one_of(names) -> str:
+    """('a', 'b', 'c') -> "'a', 'b' or 'c'"."""
+    q = [f"'{n}'" for n in names]
+    return q[0] if len(q) == 1 else ", ".join(q[:-1]) + " or " + q[-1]
 
 
 @dataclass(frozen=True)
@@ -30,6 +43,7 @@ class BertConfig:
     type_vocab_size: int = 2
     pad_token_id: int = 0
     model_type: str = "bert"
+    relative_attention_num_buckets: int = 32  # MPNet only
 
     @property
     def head_size(self) -> int:
@@ -39,7 +53,14 @@ class BertConfig:
     def position_offset(self) -> int:
         """First position id of a real token: 0 for BERT, padding_idx + 1 for RoBERTa / XLM-RoBERTa
         (transformers' create_position_ids_from_input_ids counts positions from past padding_idx)."""
+        if self.model_type in MPNET_TYPES:
+            return MPNET_PADDING_IDX + 1
         return self.pad_token_id + 1 if self.model_type in ROBERTA_TYPES else 0
+
+    @property
+    def has_token_types(self) -> bool:
+        """False for MPNet: no token type embeddings (MPNetModel ignores token_type_ids)."""
+        return self.model_type not in MPNET_TYPES
 
     @property
     def max_positions(self) -> int:
@@ -56,7 +77,7 @@ class BertConfig:
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
                 f"{source}: model_type '{model_type}' is not supported",
-                "bertfeat runs BERT-family encoders (model_type 'bert', 'roberta' or 'xlm-roberta'); pick one of those",
+                f"bertfeat runs BERT-family encoders (model_type {_one_of(SUPPORTED_MODEL_TYPES)}); pick one of those",
             )
         pos = d.get("position_embedding_type", "absolute")
         if pos != "absolute":
@@ -95,6 +116,8 @@ class BertConfig:
         if cfg.max_positions < 3:
             raise ConfigError(f"{source}: max_position_embeddings {cfg.max_position_embeddings} leaves no room for a "
                               f"sequence after pad_token_id {cfg.pad_token_id}", "restore config.json from the checkpoint")
+        if cfg.model_type in MPNET_TYPES:
+            check_mpnet_config(cfg, source)
         if cfg.hidden_size % cfg.num_attention_heads:
             raise ConfigError(
                 f"{source}: hidden_size {cfg.hidden_size} is not a multiple of "
@@ -115,3 +138,11 @@ class BertConfig:
         if not isinstance(d, dict):
             raise ConfigError(f"{path} is not a JSON object", "restore config.json from the checkpoint")
         return cls.from_dict(d, source=str(path))
+
+
+def check_mpnet_config(cfg: BertConfig, source: str) -> None:
+    """MPNet's own settings: transformers' MPNetEncoder buckets relative positions into 32 buckets whatever
+    relative_attention_num_buckets says (compute_position_bias's default), so its table needs at least 32 rows."""
+    if cfg.relative_attention_num_buckets < MPNET_NUM_BUCKETS:
+        raise ConfigError(f"{source}: relative_attention_num_buckets {cfg.relative_attention_num_buckets} is below the "
+                          f"{MPNET_NUM_BUCKETS} buckets MPNet's relative positions use", "restore config.json from the checkpoint")

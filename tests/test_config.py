@@ -38,7 +38,7 @@ def test_supported_acts(act):
 
 
 @pytest.mark.parametrize("d,words", [
-    ({"model_type": "deberta-v2"}, ["model_type 'deberta-v2' is not supported", "'bert', 'roberta' or 'xlm-roberta'"]),
+    ({"model_type": "deberta-v2"}, ["model_type 'deberta-v2' is not supported", "'bert', 'roberta', 'xlm-roberta'", "'mpnet'"]),
     ({"model_type": "distilbert"}, ["model_type 'distilbert'"]),
     ({"position_embedding_type": "relative_key"}, ["position_embedding_type 'relative_key'", "absolute"]),
     ({"position_embedding_type": "relative_key_query"}, ["relative_key_query"]),
