@@ -19,6 +19,8 @@ The summary under the table answers issue 23's questions: bertfeat's fastest met
 
     python benchmarks/bench_encode.py                 # full run, writes this CPU's section of benchmarks/RESULTS.md
     python benchmarks/bench_encode.py --n 300 --rounds 1 --models minilm --no-write   # smoke test
+    python benchmarks/bench_encode.py --models mpnet-base --methods bertfeat,transformers-sorted --no-write
+                                                      # MPNet (all-mpnet-base-v2's shape, random weights)
 """
 
 from __future__ import annotations
@@ -110,8 +112,27 @@ def bert_base_dir() -> Path:
     return d
 
 
+def mpnet_base_dir() -> Path:
+    """A random-weight checkpoint with all-mpnet-base-v2's shape (12 x 768, vocab 30527: <s> <pad> </s> <unk>,
+    bert-base-uncased's word pieces, <mask>), with transformers' MPNetTokenizerFast."""
+    d = WORK / "mpnet-base-random"
+    if (d / "model.safetensors").is_file():
+        return d
+    import torch
+    from transformers import MPNetConfig, MPNetModel, MPNetTokenizerFast
+
+    bert = (HERE.parent / "tests" / "data" / "vocab" / "bert-base-uncased" / "vocab.txt").read_text(encoding="utf-8")
+    vocab = ["<s>", "<pad>", "</s>", "<unk>"] + bert.splitlines() + ["<mask>"]
+    d.mkdir(parents=True, exist_ok=True)
+    MPNetTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True,
+                       model_max_length=512).save_pretrained(str(d))
+    torch.manual_seed(0)
+    MPNetModel(MPNetConfig(vocab_size=len(vocab))).eval().save_pretrained(d, safe_serialization=True)
+    return d
+
+
 def model_dir(name: str) -> Path:
-    return minilm_dir() if name == "minilm" else bert_base_dir()
+    return {"minilm": minilm_dir, "mpnet-base": mpnet_base_dir}.get(name, bert_base_dir)()
 
 
 # --------------------------------------------------------------------------- workers (one per subprocess)

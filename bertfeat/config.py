@@ -14,16 +14,29 @@ SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
 # single token type; ELECTRA is BERT with its embeddings at embedding_size, projected to hidden_size
 # (embeddings_project) when the two differ; DistilBERT is BERT's layer under other tensor and config names, with no
 # token types (weights.py maps each family's names).
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert")
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "mpnet")
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 #: model_type -> the family's name, as `bertfeat info` shows it
 FAMILIES = {"bert": "BERT", "roberta": "RoBERTa", "xlm-roberta": "XLM-RoBERTa", "camembert": "CamemBERT (RoBERTa)",
-            "electra": "ELECTRA", "distilbert": "DistilBERT"}
+            "electra": "ELECTRA", "distilbert": "DistilBERT", "mpnet": "MPNet"}
 # DistilBERT's config.json names -> BertConfig's (transformers' DistilBertConfig.attribute_map and its FFN / activation)
 DISTILBERT_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
                     "hidden_dim": "intermediate_size", "activation": "hidden_act"}
+# MPNet (bertfeat/mpnet.py): BERT-like post-LN layers under other tensor names, no token types, RoBERTa-style
+# position ids (transformers' MPNetEmbeddings fixes padding_idx at 1, whatever pad_token_id says) and a relative
+# position bias shared by all layers, of relative_attention_num_buckets rows.
+MPNET_TYPES = ("mpnet",)
+MPNET_PADDING_IDX = 1
+MPNET_NUM_BUCKETS = 32  # transformers' MPNetEncoder.compute_position_bias always buckets into 32, whatever the config
+MPNET_MAX_DISTANCE = 128
 _POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                  "max_position_embeddings", "type_vocab_size")
+                  "max_position_embeddings", "type_vocab_size", "relative_attention_num_buckets")
+
+
+def _one_of(names) -> str:
+    """('a', 'b', 'c') -> "'a', 'b' or 'c'"."""
+    q = [f"'{n}'" for n in names]
+    return q[0] if len(q) == 1 else ", ".join(q[:-1]) + " or " + q[-1]
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,7 @@ class BertConfig:
     type_vocab_size: int = 2
     pad_token_id: int = 0
     model_type: str = "bert"
+    relative_attention_num_buckets: int = 32  # MPNet only
     embedding_size: int | None = None  # ELECTRA: the embeddings' width (None: hidden_size)
 
     @property
@@ -52,8 +66,8 @@ class BertConfig:
 
     @property
     def token_types(self) -> bool:
-        """Does the model embed token types? DistilBERT does not (DistilBertModel takes no token_type_ids)."""
-        return self.model_type != "distilbert"
+        """Does the model embed token types? DistilBERT and MPNet do not (their models take no token_type_ids)."""
+        return self.model_type != "distilbert" and self.model_type not in MPNET_TYPES
 
     @property
     def pairs_untyped(self) -> bool:
@@ -75,7 +89,14 @@ class BertConfig:
     def position_offset(self) -> int:
         """First position id of a real token: 0 for BERT, padding_idx + 1 for RoBERTa / XLM-RoBERTa
         (transformers' create_position_ids_from_input_ids counts positions from past padding_idx)."""
+        if self.model_type in MPNET_TYPES:
+            return MPNET_PADDING_IDX + 1
         return self.pad_token_id + 1 if self.model_type in ROBERTA_TYPES else 0
+
+    @property
+    def has_token_types(self) -> bool:
+        """The same as token_types (MPNet's name for it)."""
+        return self.token_types
 
     @property
     def max_positions(self) -> int:
@@ -92,8 +113,7 @@ class BertConfig:
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
                 f"{source}: model_type '{model_type}' is not supported",
-                "bertfeat runs BERT-family encoders (model_type " + ", ".join(f"'{t}'" for t in SUPPORTED_MODEL_TYPES)
-                + "); pick one of those",
+                f"bertfeat runs BERT-family encoders (model_type {_one_of(SUPPORTED_MODEL_TYPES)}); pick one of those",
             )
         if model_type == "distilbert":
             d = distilbert_fields(d)
@@ -137,6 +157,8 @@ class BertConfig:
         if cfg.max_positions < 3:
             raise ConfigError(f"{source}: max_position_embeddings {cfg.max_position_embeddings} leaves no room for a "
                               f"sequence after pad_token_id {cfg.pad_token_id}", "restore config.json from the checkpoint")
+        if cfg.model_type in MPNET_TYPES:
+            check_mpnet_config(cfg, source)
         if cfg.hidden_size % cfg.num_attention_heads:
             raise ConfigError(
                 f"{source}: {cfg.name_of('hidden_size')} {cfg.hidden_size} is not a multiple of "
@@ -169,3 +191,11 @@ def distilbert_fields(d: dict) -> dict:
             out[bert] = d[ours]
     out.update(layer_norm_eps=1e-12, type_vocab_size=1)
     return out
+
+
+def check_mpnet_config(cfg: BertConfig, source: str) -> None:
+    """MPNet's own settings: transformers' MPNetEncoder buckets relative positions into 32 buckets whatever
+    relative_attention_num_buckets says (compute_position_bias's default), so its table needs at least 32 rows."""
+    if cfg.relative_attention_num_buckets < MPNET_NUM_BUCKETS:
+        raise ConfigError(f"{source}: relative_attention_num_buckets {cfg.relative_attention_num_buckets} is below the "
+                          f"{MPNET_NUM_BUCKETS} buckets MPNet's relative positions use", "restore config.json from the checkpoint")

@@ -19,13 +19,14 @@ from . import gemm
 from .config import BertConfig
 from .errors import BertfeatError, InputError, WeightsError, opt
 from .hub import ModelLocation, resolve_model
-from .model import Workspace, bert_forward, pooler
+from .families import forward, load_model_weights
+from .model import Workspace, pooler
 from .threads import default_threads
 from .specs import check_max_batch_tokens, check_max_length, check_threads
 from .pooling import LAYER_AGGS, combine_layers, dense, l2_normalize, parse_layers, pool_tokens, split_pooling
 from .stmodules import ModelPipeline, read_pipeline
 from .tokenize import BertTokenizer, Tokenized, pad_batch
-from .weights import BertWeights, load_weights, weights_sha256
+from .weights import BertWeights, weights_sha256
 
 LONG_TEXT_MODES = ("truncate", "chunk-mean", "chunk-max", "error")
 #: Token budget per batch (padded rows x length). With the fused kernels (kernels.py) a batch's
@@ -138,7 +139,7 @@ class Encoder:
         self.config = BertConfig.from_file(d / "config.json")
         #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
         self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions)
-        self.weights: BertWeights = gemm.prepare(load_weights(d, self.config, "bf16" if self.precision == "bf16" else "fp32"),
+        self.weights: BertWeights = gemm.prepare(load_model_weights(d, self.config, "bf16" if self.precision == "bf16" else "fp32"),
                                                  self.gemm_path)
         if self.precision in ("bf16", "int8"):
             from . import kernels
@@ -424,7 +425,7 @@ class Encoder:
         except queue.Empty:
             ws = Workspace()
         try:
-            fwd = bert_forward(self.weights, input_ids, types, mask, keep=spec.layers, ws=ws)
+            fwd = forward(self.weights, input_ids, types, mask, keep=spec.layers, ws=ws)
             if spec.pooling == "pooled":
                 return pooler(self.weights, fwd.hidden[self.config.num_hidden_layers][:, 0, :])
             modes = tuple(spec.pooling.split("+"))

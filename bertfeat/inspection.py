@@ -170,7 +170,7 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
     ``a[l, h, q, k]`` is how much query token q attends to key token k in layer l (0-based), head h;
     each row sums to 1. Long texts are truncated to the max length (see ``tokenize_text``).
     """
-    from .model import bert_forward
+    from .families import forward
 
     check_text(text, "text")
     check_text(pair, "pair")
@@ -179,7 +179,7 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
     ids = np.asarray([e.ids], dtype=np.int64)
     types = np.asarray([e.type_ids], dtype=np.int64)
     mask = np.ones_like(ids)
-    out = bert_forward(enc.weights, ids, types, mask, keep=(), output_attentions=True)
+    out = forward(enc.weights, ids, types, mask, keep=(), output_attentions=True)
     return list(e.tokens), np.stack([a[0] for a in out.attentions]).astype(np.float32, copy=False)
 
 
@@ -331,7 +331,7 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
     ``positions`` "mask": the rows of the [MASK] tokens (an error if there is none); "all": every position.
     """
     from .errors import BertfeatError
-    from .model import bert_forward, mlm_logits
+    from .families import forward, mlm_head_logits
 
     check_text(text, "text")
     check_text(pair, "pair")
@@ -353,8 +353,8 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
     else:
         pos = np.arange(ids.shape[1])
     L = enc.config.num_hidden_layers
-    fwd = bert_forward(enc.weights, ids, np.asarray([e.type_ids], dtype=np.int64), np.ones_like(ids), keep=(L,))
-    return list(e.tokens), pos, mlm_logits(enc.weights, fwd.hidden[L][0, pos])
+    fwd = forward(enc.weights, ids, np.asarray([e.type_ids], dtype=np.int64), np.ones_like(ids), keep=(L,))
+    return list(e.tokens), pos, mlm_head_logits(enc.weights, fwd.hidden[L][0, pos])
 
 
 def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | None = None, *, encoder=None,

@@ -299,7 +299,8 @@ def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out
 
 
 def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
-              want_probs: bool = False, *, ws: Workspace, x16: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+              want_probs: bool = False, *, ws: Workspace, x16: np.ndarray | None = None,
+              bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Multi-head self-attention on (N, H) rows; mask_add (B, 1, 1, T) is 0 for tokens, MASK_NEG for padding.
 
     Returns the output projection *without* its bias lw.o_b (encoder_layer adds it with the residual),
@@ -308,7 +309,7 @@ def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: 
     N, H = x.shape
     hs = H // nh
     qkv = linear(x if x16 is None else x16, lw.qkv_w, lw.qkv_b, out=ws.take("qkv", (N, 3 * H)))  # (N, 3H)
-    ctx, probs = attend(qkv, mask_add, B, T, nh, want_probs, ws)  # (B, nh, T, hs)
+    ctx, probs = attend(qkv, mask_add, B, T, nh, want_probs, ws, bias)  # (B, nh, T, hs)
     if x16 is not None:
         rows16 = ctx_rows_bf16_(ctx, ws.take("ctx_rows16", (B, T, nh, hs), np.uint16))  # (B, T, nh, hs) = (N, H) rows
         return gemm.matmul(rows16.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), probs
@@ -360,14 +361,16 @@ def ffn_block_rows(F: int, hidden_act: str) -> int:
 
 def encoder_layer(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
                   hidden_act: str, eps: float, want_probs: bool = False, *,
-                  ws: Workspace, x16: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                  ws: Workspace, x16: np.ndarray | None = None,
+                  bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """One post-LN transformer layer on (N, H) rows: h = LN(x + Attn(x)), y = LN(h + FFN(h)).
+    ``bias`` (nh, T, T): an additive attention-score bias (see attend).
 
     The result is in the workspace buffer "y"; x may be that buffer too (it is read, as the
     residual, before the FFN writes there). bf16 weights: ``x16`` (N, H) uint16 holds x in bf16
     and is overwritten with y in bf16 (the next layer's input).
     """
-    a, probs = attention(x, lw, mask_add, B, T, nh, want_probs, ws=ws, x16=x16)
+    a, probs = attention(x, lw, mask_add, B, T, nh, want_probs, ws=ws, x16=x16, bias=bias)
     h16 = None if x16 is None else ws.take("h16", x.shape, np.uint16)
     h = add_layer_norm_(a, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps, out16=h16)  # x is dead from here on
     f = ffn(h, lw, hidden_act, ffn_block_rows(lw.up_w.shape[1], hidden_act), ws=ws, h16=h16)
@@ -433,13 +436,14 @@ def add_layer_norm_q8_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarra
 
 
 def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int, hidden_act: str,
-                     eps: float, want_probs: bool = False, *, ws: Workspace, xq: tuple) -> tuple[np.ndarray, np.ndarray | None]:
+                     eps: float, want_probs: bool = False, *, ws: Workspace, xq: tuple,
+                     bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """encoder_layer with int8 linear layers: ``xq`` holds x quantized and is overwritten with y quantized.
     Attention scores, softmax, LayerNorm, GELU and the residual stream stay float32."""
     N, H = x.shape
     hs = H // nh
     qkv = q8_linear(xq, x, lw.qkv_w, lw.qkv_b, T, 0, ws.take("qkv", (N, 3 * H)), ws)  # (N, 3H)
-    ctx, probs = attend(qkv, mask_add, B, T, nh, want_probs, ws)  # (B, nh, T, hs)
+    ctx, probs = attend(qkv, mask_add, B, T, nh, want_probs, ws, bias)  # (B, nh, T, hs)
     rows = ws.take("ctx_rows", (B, T, nh, hs))
     np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, T, nh, hs) = (N, H) rows
     rows = rows.reshape(N, H)
@@ -468,14 +472,22 @@ def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: i
 
 
 def attend(qkv: np.ndarray, mask_add: np.ndarray, B: int, T: int, nh: int, want_probs: bool,
-           ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
-    """(N, 3H) fused Q/K/V rows -> the attention context (B, nh, T, hs) (a workspace buffer) and the probabilities."""
+           ws: Workspace, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(N, 3H) fused Q/K/V rows -> the attention context (B, nh, T, hs) (a workspace buffer) and the probabilities.
+
+    ``bias`` (nh, T, T), optional: added to every sequence's scaled scores before the padding mask (MPNet's relative
+    position bias, mpnet.py): softmax(q k^T / sqrt(hs) + bias + mask_add)."""
     hs = qkv.shape[1] // (3 * nh)
     qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
     q, k, v = qkv[0], qkv[1], qkv[2]
     scores = np.matmul(q, k.transpose(0, 1, 3, 2),  # (B, nh, T, T); kept per layer when returned
                        out=None if want_probs else ws.take("scores", (B, nh, T, T)))
-    probs = masked_softmax_(scores, np.float32(1.0 / np.sqrt(hs)), mask_add)
+    scale = np.float32(1.0 / np.sqrt(hs))
+    if bias is not None:
+        scores *= scale
+        scores += bias  # (nh, T, T) broadcast over the batch
+        scale = np.float32(1.0)
+    probs = masked_softmax_(scores, scale, mask_add)
     ctx = np.matmul(probs, v, out=ws.take("ctx", (B, nh, T, hs)))  # (B, nh, T, hs)
     return ctx, (probs if want_probs else None)
 
@@ -509,11 +521,19 @@ def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarr
         raise ValueError(f"sequence length {T} exceeds the {c.max_positions} positions of the model")
     last = L if output_attentions else max(keep)
     mask_add = additive_mask(attention_mask)
-    out = ForwardOutput(hidden={})
 
     ws = ws or Workspace()
+    x = embed(w, input_ids, token_type_ids, out=ws.take("emb", (B * T, c.hidden_size)))  # (N, H)
+    return run_layers(w, x, mask_add, B, T, keep, last, output_attentions, ws)
+
+
+def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: int, keep: tuple[int, ...], last: int,
+               output_attentions: bool, ws: Workspace, bias: np.ndarray | None = None) -> ForwardOutput:
+    """The encoder layers 1..``last`` on the embeddings ``x`` (N, H) (a workspace buffer); the hidden states in
+    ``keep`` as bert_forward returns them. ``bias`` (nh, T, T): an additive attention bias for every layer (MPNet)."""
+    c = w.config
+    out = ForwardOutput(hidden={})
     N = B * T
-    x = embed(w, input_ids, token_type_ids, out=ws.take("emb", (N, c.hidden_size)))  # (N, H)
     x16 = xq = None
     if w.precision == "bf16" and last > 0:
         x16 = to_bf16_(x, ws.take("x16", (N, c.hidden_size), np.uint16))  # (N, H) bf16
@@ -522,12 +542,12 @@ def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarr
     for i in range(last + 1):
         if i > 0 and xq is not None:
             x, probs = encoder_layer_q8(x, w.layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
-                                        c.layer_norm_eps, output_attentions, ws=ws, xq=xq)
+                                        c.layer_norm_eps, output_attentions, ws=ws, xq=xq, bias=bias)
             if output_attentions:
                 out.attentions.append(probs)
         elif i > 0:
             x, probs = encoder_layer(x, w.layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
-                                     c.layer_norm_eps, output_attentions, ws=ws, x16=x16)
+                                     c.layer_norm_eps, output_attentions, ws=ws, x16=x16, bias=bias)
             if output_attentions:
                 out.attentions.append(probs)
         if i in keep:  # buffers are reused by later layers: copy all but the deepest

@@ -374,6 +374,12 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
     return np.ascontiguousarray(t, dtype=np.float32)
 
 
+def take_tensor(tensors: dict, name: str, shape: tuple, where: Path, used: set | None = None) -> np.ndarray:
+    """The float32 tensor ``name`` of ``shape`` from read_tensors' dict, refused naming it if missing or misshapen
+    (the check every family's name table goes through; ``used`` collects the names taken)."""
+    return _take(tensors, name, shape, where, used)
+
+
 def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp32") -> BertWeights:
     """Load, map, check, fuse and transpose every tensor of a BERT checkpoint; in bf16, round the
     layers' linear weights to bf16 (each float32 copy is dropped as soon as its layer is built)."""

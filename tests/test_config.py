@@ -39,7 +39,7 @@ def test_supported_acts(act):
 
 @pytest.mark.parametrize("d,words", [
     ({"model_type": "deberta-v2"}, ["model_type 'deberta-v2' is not supported", "'bert', 'roberta', 'xlm-roberta', "
-                                    "'camembert', 'electra', 'distilbert'"]),
+                                    "'camembert', 'electra', 'distilbert'", "'mpnet'"]),
     ({"model_type": "albert"}, ["model_type 'albert'"]),
     ({"model_type": "distilbert", "dim": 100, "n_heads": 12}, ["dim 100 is not a multiple of n_heads 12"]),
     ({"model_type": "distilbert", "n_layers": 0}, ["n_layers must be a positive integer, not 0"]),

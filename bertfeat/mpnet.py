@@ -1,0 +1,229 @@
+"""MPNet (model_type 'mpnet', e.g. sentence-transformers/all-mpnet-base-v2): its weights and forward-pass specifics.
+
+Shapes: B batch, T tokens, H hidden, nh heads, NB relative-position buckets (relative_attention_num_buckets),
+        V vocab, P position rows, N = B * T token rows.
+
+MPNet's layers are BERT's post-LN layers (model.encoder_layer, every linear layer through gemm.matmul, so fp32 /
+bf16 / int8 all run) under other tensor names; what differs is around them:
+
+    e = LN(word + position)                   no token types; position ids from padding_idx + 1 = 2 (as RoBERTa)
+    bias[h, i, j] = table[bucket(j - i), h]   (nh, T, T), one for every layer (encoder.relative_attention_bias)
+    scores = q k^T / sqrt(hs) + bias + mask   (model.attend's optional bias)
+
+bucket(): T5's bidirectional bucketing as transformers' MPNetEncoder.relative_position_bucket: 32 buckets (half per
+direction), exact for |d| < 8, logarithmic up to max_distance 128, the last bucket beyond. transformers always uses 32
+buckets (compute_position_bias's default), whatever relative_attention_num_buckets says (config.py refuses fewer rows).
+
+Sentence pairs: MPNetModel has no token type embeddings and ignores token_type_ids; its tokenizer returns none
+(both texts are type 0, framed <s> A </s></s> B </s>), so the Encoder zeroes the types, as for RoBERTa.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .config import MPNET_MAX_DISTANCE, MPNET_NUM_BUCKETS, BertConfig
+from .errors import WeightsError
+from .gemm import PRECISIONS, to_bf16
+from .model import ForwardOutput, Workspace, additive_mask, bias_act_, layer_norm_, run_layers
+from .weights import BertWeights, LayerWeights, checkpoint_files, read_tensors, take_tensor
+
+# One table: our name -> (checkpoint name without the "mpnet." prefix, expected shape from the config).
+# {i} is the layer index; linear weights are stored (out, in) and transposed at load.
+MPNET_EMB = {
+    "word": ("embeddings.word_embeddings.weight", lambda c: (c.vocab_size, c.hidden_size)),
+    "position": ("embeddings.position_embeddings.weight", lambda c: (c.max_position_embeddings, c.hidden_size)),
+    "ln_g": ("embeddings.LayerNorm.weight", lambda c: (c.hidden_size,)),
+    "ln_b": ("embeddings.LayerNorm.bias", lambda c: (c.hidden_size,)),
+    "rel_bias": ("encoder.relative_attention_bias.weight",
+                 lambda c: (c.relative_attention_num_buckets, c.num_attention_heads)),
+}
+MPNET_LAYER = {
+    "q_w": ("encoder.layer.{i}.attention.attn.q.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "q_b": ("encoder.layer.{i}.attention.attn.q.bias", lambda c: (c.hidden_size,)),
+    "k_w": ("encoder.layer.{i}.attention.attn.k.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "k_b": ("encoder.layer.{i}.attention.attn.k.bias", lambda c: (c.hidden_size,)),
+    "v_w": ("encoder.layer.{i}.attention.attn.v.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "v_b": ("encoder.layer.{i}.attention.attn.v.bias", lambda c: (c.hidden_size,)),
+    "o_w": ("encoder.layer.{i}.attention.attn.o.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "o_b": ("encoder.layer.{i}.attention.attn.o.bias", lambda c: (c.hidden_size,)),
+    "ln1_g": ("encoder.layer.{i}.attention.LayerNorm.weight", lambda c: (c.hidden_size,)),
+    "ln1_b": ("encoder.layer.{i}.attention.LayerNorm.bias", lambda c: (c.hidden_size,)),
+    "up_w": ("encoder.layer.{i}.intermediate.dense.weight", lambda c: (c.intermediate_size, c.hidden_size)),
+    "up_b": ("encoder.layer.{i}.intermediate.dense.bias", lambda c: (c.intermediate_size,)),
+    "down_w": ("encoder.layer.{i}.output.dense.weight", lambda c: (c.hidden_size, c.intermediate_size)),
+    "down_b": ("encoder.layer.{i}.output.dense.bias", lambda c: (c.hidden_size,)),
+    "ln2_g": ("encoder.layer.{i}.output.LayerNorm.weight", lambda c: (c.hidden_size,)),
+    "ln2_b": ("encoder.layer.{i}.output.LayerNorm.bias", lambda c: (c.hidden_size,)),
+}
+MPNET_POOLER = {
+    "w": ("pooler.dense.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "b": ("pooler.dense.bias", lambda c: (c.hidden_size,)),
+}
+# MPNetForMaskedLM's lm_head (dense, GELU, layer_norm, decoder tied to the word embeddings, bias), under the
+# cls.predictions.* names weights.read_tensors gives every lm_head.* tensor.
+MPNET_MLM = {
+    "dense_w": ("cls.predictions.transform.dense.weight", lambda c: (c.hidden_size, c.hidden_size)),
+    "dense_b": ("cls.predictions.transform.dense.bias", lambda c: (c.hidden_size,)),
+    "ln_g": ("cls.predictions.transform.LayerNorm.weight", lambda c: (c.hidden_size,)),
+    "ln_b": ("cls.predictions.transform.LayerNorm.bias", lambda c: (c.hidden_size,)),
+    "bias": ("cls.predictions.bias", lambda c: (c.vocab_size,)),
+}
+MPNET_MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hidden_size))
+MPNET_ALLOWED_UNUSED = {"embeddings.position_ids": "a buffer (0, 1, ..., P-1) older transformers versions saved"}
+MPNET_OTHER_HEADS = ("classifier.", "qa_outputs.")  # other tasks' heads (MPNetFor*)
+MPNET_PREFIX = "mpnet."
+
+
+@dataclass
+class MPNetWeights(BertWeights):
+    """BertWeights (token_type is a single zero row: MPNet has no token types) + the shared relative position bias."""
+
+    rel_bias: np.ndarray | None = None  # (NB, nh) float32
+
+    @property
+    def n_params(self) -> int:
+        return super().n_params - self.token_type.size + self.rel_bias.size
+
+
+def load_mpnet_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp32") -> MPNetWeights:
+    """Load, map, check, fuse and transpose every tensor of an MPNet checkpoint (MPNetModel / MPNetFor*, with or
+    without the ``mpnet.`` prefix); precision "bf16" stores the layers' linear weights as bf16 bit patterns."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: choose one of {PRECISIONS}")
+    model_dir = Path(model_dir)
+    files = checkpoint_files(model_dir)
+    raw = read_tensors(files)
+    tensors: dict[str, np.ndarray] = {}
+    for k, t in raw.items():
+        name = k[len(MPNET_PREFIX):] if k.startswith(MPNET_PREFIX) else k
+        if name in tensors:
+            raise WeightsError(f"{model_dir}: tensor '{name}' appears twice (with and without '{MPNET_PREFIX}')",
+                               "remove the duplicate from the checkpoint")
+        tensors[name] = t
+    del raw
+    where = files[0] if len(files) == 1 else model_dir
+    c = config
+    used: set[str] = set()
+
+    def take(name: str, shape: tuple) -> np.ndarray:
+        return take_tensor(tensors, name, shape, where, used)
+
+    def linear(a: np.ndarray) -> np.ndarray:  # (out, in) checkpoint weight -> (in, out), bf16 when asked
+        a = np.ascontiguousarray(a.T)
+        return to_bf16(a) if precision == "bf16" else a
+
+    emb = {k: take(n, s(c)) for k, (n, s) in MPNET_EMB.items()}
+    layers = []
+    for i in range(c.num_hidden_layers):
+        t = {k: take(n.format(i=i), s(c)) for k, (n, s) in MPNET_LAYER.items()}
+        qkv = np.concatenate([t["q_w"], t["k_w"], t["v_w"]], axis=0)  # (3H, H)
+        layers.append(LayerWeights(
+            qkv_w=linear(qkv), qkv_b=np.concatenate([t["q_b"], t["k_b"], t["v_b"]]),
+            o_w=linear(t["o_w"]), o_b=t["o_b"], ln1_g=t["ln1_g"], ln1_b=t["ln1_b"],
+            up_w=linear(t["up_w"]), up_b=t["up_b"], down_w=linear(t["down_w"]), down_b=t["down_b"],
+            ln2_g=t["ln2_g"], ln2_b=t["ln2_b"]))
+        for k in ("q_w", "k_w", "v_w", "o_w", "up_w", "down_w"):
+            tensors.pop(MPNET_LAYER[k][0].format(i=i), None)  # the (out, in) copies are not needed any more
+    if f"encoder.layer.{c.num_hidden_layers}.attention.attn.q.weight" in tensors:
+        raise WeightsError(
+            f"{where}: the checkpoint has more layers than num_hidden_layers={c.num_hidden_layers} in config.json",
+            "use the config.json that came with these weights")
+    w = MPNetWeights(config=c, word=emb["word"], position=emb["position"],
+                     token_type=np.zeros((1, c.hidden_size), dtype=np.float32), emb_ln_g=emb["ln_g"],
+                     emb_ln_b=emb["ln_b"], layers=layers, files=files, precision=precision, rel_bias=emb["rel_bias"])
+    if all(n in tensors for n, _ in MPNET_POOLER.values()):
+        p = {k: take(n, s(c)) for k, (n, s) in MPNET_POOLER.items()}
+        w.pooler_w, w.pooler_b = np.ascontiguousarray(p["w"].T), p["b"]
+    else:
+        w.missing_pooler_reason = f"{where} has no pooler weights (pooler.dense.weight / pooler.dense.bias)"
+    if all(n in tensors for n, _ in MPNET_MLM.values()):
+        m = {k: take(n, s(c)) for k, (n, s) in MPNET_MLM.items()}
+        m["dense_w"] = np.ascontiguousarray(m["dense_w"].T)
+        dec = MPNET_MLM_DECODER[0]
+        m["decoder_w"] = take(dec, MPNET_MLM_DECODER[1](c)) if dec in tensors else w.word  # usually tied, not stored
+        w.mlm = m
+    unused = [n for n in tensors if n not in used and n not in MPNET_ALLOWED_UNUSED]
+    w.ignored = sorted(n for n in unused if n.startswith(MPNET_OTHER_HEADS))
+    unknown = sorted(n for n in unused if not n.startswith(MPNET_OTHER_HEADS))
+    if unknown:
+        shown = ", ".join(f"'{n}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (
+            f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise WeightsError(f"{where}: {len(unknown)} tensor(s) that an MPNet encoder does not use: {shown}",
+                           "these weights are not a plain MPNet as config.json says; use the config.json that came "
+                           "with them, or remove the extra tensors")
+    return w
+
+
+# --------------------------------------------------------------------------- relative position bias
+def relative_position_bucket(relative_position: np.ndarray, num_buckets: int = MPNET_NUM_BUCKETS,
+                             max_distance: int = MPNET_MAX_DISTANCE) -> np.ndarray:
+    """Relative positions (key - query, any int array) -> bucket ids (int64, same shape), bidirectional T5 style:
+    half the buckets per direction (keys before the query in the upper half), |d| < num_buckets / 4 exact, then
+    logarithmic up to ``max_distance``, the direction's last bucket beyond. float32 logarithms, as transformers."""
+    n = -np.asarray(relative_position, dtype=np.int64)
+    half = num_buckets // 2
+    ret = np.where(n < 0, half, 0)
+    n = np.abs(n)
+    max_exact = half // 2
+    with np.errstate(divide="ignore"):  # log(0) for the exact buckets, not used
+        v = (np.log(n.astype(np.float32) / np.float32(max_exact)) / np.float32(math.log(max_distance / max_exact))
+             * np.float32(half - max_exact))
+    large = max_exact + np.trunc(np.where(n < max_exact, 0, v)).astype(np.int64)
+    return ret + np.where(n < max_exact, n, np.minimum(large, half - 1))
+
+
+@lru_cache(maxsize=64)
+def position_buckets(T: int) -> np.ndarray:
+    """(T, T) bucket of key j for query i, for sequences of T tokens (cached per length; read-only)."""
+    pos = np.arange(T, dtype=np.int64)
+    b = relative_position_bucket(pos[None, :] - pos[:, None])
+    b.setflags(write=False)
+    return b
+
+
+def position_bias(w: MPNetWeights, T: int) -> np.ndarray:
+    """(nh, T, T) float32 additive attention bias of every layer: table[bucket(j - i), h]."""
+    return np.ascontiguousarray(w.rel_bias[position_buckets(T)].transpose(2, 0, 1))
+
+
+# --------------------------------------------------------------------------- forward
+def mpnet_embed(w: MPNetWeights, input_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """(B, T) ids -> (B*T, H) LayerNorm(word + position), positions from padding_idx + 1 (pads are masked)."""
+    B, T = input_ids.shape
+    H = w.word.shape[1]
+    x = np.take(w.word, input_ids.reshape(-1), axis=0, out=out).reshape(B, T, H)  # (B, T, H)
+    off = w.config.position_offset
+    x += w.position[off:off + T][None, :, :]
+    return layer_norm_(x.reshape(B * T, H), w.emb_ln_g, w.emb_ln_b, w.config.layer_norm_eps)  # (N, H)
+
+
+def mpnet_forward(w: MPNetWeights, input_ids: np.ndarray, token_type_ids: np.ndarray | None,
+                  attention_mask: np.ndarray, keep: tuple[int, ...] | None = None, output_attentions: bool = False,
+                  ws: Workspace | None = None) -> ForwardOutput:
+    """model.bert_forward for MPNet (same arguments and result); ``token_type_ids`` is ignored, as MPNetModel does."""
+    c = w.config
+    L = c.num_hidden_layers
+    keep = (L,) if keep is None else tuple(keep)
+    B, T = input_ids.shape
+    if T > c.max_positions:
+        raise ValueError(f"sequence length {T} exceeds the {c.max_positions} positions of the model")
+    last = L if output_attentions else max(keep)
+    ws = ws or Workspace()
+    x = mpnet_embed(w, input_ids, out=ws.take("emb", (B * T, c.hidden_size)))  # (N, H)
+    bias = position_bias(w, T) if last > 0 else None
+    return run_layers(w, x, additive_mask(attention_mask), B, T, keep, last, output_attentions, ws, bias=bias)
+
+
+def mpnet_mlm_logits(w: MPNetWeights, h: np.ndarray) -> np.ndarray:
+    """(M, H) last hidden states -> (M, V) logits of MPNetLMHead: dense, exact GELU (whatever hidden_act),
+    layer_norm, decoder tied to the word embeddings, bias."""
+    m = w.mlm
+    t = bias_act_(h @ m["dense_w"], m["dense_b"], "gelu")
+    t = layer_norm_(t, m["ln_g"], m["ln_b"], w.config.layer_norm_eps)
+    return t @ m["decoder_w"].T + m["bias"]
