@@ -11,6 +11,10 @@ from __future__ import annotations
 from .errors import BertfeatError, opt
 
 
+class ClusterError(BertfeatError):
+    """The cluster failed the run (a worker killed, tasks cancelled): the finished partitions stay for --resume."""
+
+
 def open_client(dask):
     """The plan's cluster (plan.DaskSettings): -> (client, the LocalCluster we started or None)."""
     import logging
@@ -105,10 +109,10 @@ def gather(client, futures: dict, on_result, progress=None):
         try:
             res = fut.result()
         except KilledWorker as e:
-            raise BertfeatError(f"partition {key}: its task killed the workers that ran it ({e})",
+            raise ClusterError(f"partition {key}: its task killed the workers that ran it ({e})",
                                 f"a worker probably ran out of memory: lower {opt('blocksize')} or {opt('max_batch_tokens')}, or add memory") from None
         except FutureCancelledError:
-            raise BertfeatError(f"partition {key}: the task was cancelled (the cluster went away?)", f"rerun with {opt('resume', True)}") from None
+            raise ClusterError(f"partition {key}: the task was cancelled (the cluster went away?)", f"rerun with {opt('resume', True)}") from None
         on_result(key, res)
         fut.release()
         if show is not None:

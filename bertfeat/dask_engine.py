@@ -65,8 +65,8 @@ import pyarrow.parquet as pq
 
 from .atomic import write_atomic
 from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, output_columns, table_counts, validate_batch
-from .dask_cluster import cancel, cluster_slots, gather, open_client, worker_threads
-from .errors import BertfeatError, InputError, opt, render
+from .dask_cluster import ClusterError, cancel, cluster_slots, gather, open_client, worker_threads
+from .errors import BertfeatError, opt, render
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
                       job_manifest, load_encoder, new_pca, provenance, read_manifest)
 from .progress import NullProgress
@@ -273,7 +273,8 @@ def _load_pca(path: str):
     """The fitted PCA the client saved in OUTPUT.partial/ (a file, not scattered data: it survives lost workers)."""
     from .pca import PCA
 
-    key = (path, os.stat(path).st_mtime_ns)
+    st = os.stat(path)
+    key = (path, st.st_mtime_ns, st.st_size, st.st_ino)  # every run saves to the same name: the file, not the name
     if key not in _PCAS:
         _PCAS.clear()
         _PCAS[key] = PCA.load(path)
@@ -325,6 +326,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
     dask = plan.dask
 
     own_client = client is None
+    outputs: dict = {}  # files written beside OUTPUT (the PCA model and report), removed if the run then fails
     cluster = None
     futures: dict = {}
     tag = uuid.uuid4().hex[:8]  # task keys unique to this run
@@ -420,7 +422,6 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         final_meta = provenance(encoder, spec, fingerprint, plan, summary)
         final_meta["engine"] = "dask"
         final_meta["partitions"] = len(parts)
-        outputs: dict = {}
 
         def reduce_pass(pca_path: Path):
             """Pass 2: every full-width part -> its reduced part, on the cluster; then the full parts and model go."""
@@ -448,10 +449,13 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
         _finish(partial, out, final_meta)
         summary.outputs = {"features": out, **outputs}
-    except InputError:
+    except BertfeatError as e:
         cancel(client, futures)
-        if opened:
-            shutil.rmtree(partial, ignore_errors=True)  # bad input: leave nothing behind, like the local engine
+        if opened and not isinstance(e, ClusterError):  # bad input or settings: leave nothing behind, as the local
+            shutil.rmtree(partial, ignore_errors=True)  # engine does; a failing cluster keeps the parts for --resume
+            for name, path in outputs.items():
+                if name.startswith("pca"):
+                    Path(path).unlink(missing_ok=True)  # no PCA model or report beside features that were not written
         raise
     except BaseException as e:  # Ctrl-C, lost scheduler or workers: keep the finished parts for --resume
         cancel(client, futures)

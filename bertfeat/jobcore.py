@@ -31,7 +31,8 @@ def job_manifest(plan, fingerprint: dict, **engine_keys) -> dict:
     return {
         "bertfeat_version": __version__, **fingerprint, "input": source.identity(),
         "text_column": source.text_column, "pair_column": plan.pair_column, "id_column": plan.id_column,
-        "encoding": source.encoding, "on_bad_row": plan.on_bad_row, "chunk_rows": plan.chunk_rows,
+        "encoding": source.encoding, "delimiter": getattr(source, "delimiter", None), "on_bad_row": plan.on_bad_row,
+        "chunk_rows": plan.chunk_rows,
         "pca": plan.pca_text, "wide": plan.wide,
         **({"pca_model": _file_identity(plan.pca_model)} if plan.pca_model is not None else {}),
         **({"encoder_options": plan.encoder_options} if plan.encoder_options else {}),
@@ -58,7 +59,7 @@ def read_manifest(path: Path) -> dict:
 _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights_sha256": "model weights sha256",
            "layers": "layers", "layer_agg": "layer aggregation", "normalize": "normalize", "max_length": "max length",
            "long_text": "long text", "stride": "stride", "pooling": "pooling", "text_column": "text column",
-           "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "on_bad_row": "on bad row",
+           "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "delimiter": "delimiter", "on_bad_row": "on bad row",
            "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns"}
 #: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's)
 OPTIONAL_KEYS = ("keep", "pca_model", "encoder_options")

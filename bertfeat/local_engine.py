@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from glob import escape as glob_escape
 from pathlib import Path
 
 import numpy as np
@@ -98,8 +99,9 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
         store.remove()
         raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})",
                             f"check the output directory exists and is writable, or pass {opt('output')}") from None
-    for stale in (*out_path.parent.glob(f".{out_path.name}*.tmp-*"), *out_path.parent.glob(f".{out_path.stem}.ids.csv.tmp-*")):
-        stale.unlink(missing_ok=True)  # temporaries of a run killed while it wrote the output
+    for _, path in layout.outputs():  # temporaries of a run killed while it wrote its outputs (this output's only)
+        for stale in path.parent.glob(f".{glob_escape(path.name)}.tmp-*"):
+            stale.unlink(missing_ok=True)
     summary = ExtractSummary(chunks_resumed=len(done), pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
     if done:
         progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")

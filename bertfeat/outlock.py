@@ -72,8 +72,12 @@ def _acquire(path: Path) -> int:
 
 
 @contextlib.contextmanager
-def output_lock(*outputs: str | os.PathLike):
-    """Hold the lock of each output (in a fixed order) for the block; refuse at once if another run holds one."""
+def output_lock(*outputs: str | os.PathLike, create: bool = True):
+    """Hold the lock of each output (in a fixed order) for the block; refuse at once if another run holds one.
+
+    ``create``: make an output's missing folder first (the run writing it would make it anyway, and a lock must
+    exist before anything else is written there). ``create=False`` (the plan's early probe, which must write nothing):
+    an output whose folder does not exist yet has no run writing it, so there is nothing to check."""
     if fcntl is None:  # pragma: no cover
         yield
         return
@@ -82,7 +86,9 @@ def output_lock(*outputs: str | os.PathLike):
         for out in sorted({Path(o).absolute() for o in outputs}):
             path = lock_path(out)
             if not path.parent.is_dir():
-                continue  # the output's folder does not exist: the command's own check says so
+                if not create:
+                    continue  # no folder yet: no run is writing there (a run makes it under its lock, below)
+                path.parent.mkdir(parents=True, exist_ok=True)
             fd = _acquire(path)
             held.append((path, fd))
             info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})

@@ -265,13 +265,14 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT",
                             "give the output path (with the Dask engine, a directory every worker can write)")
     reader = open_input(input, input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter, keep=keep)
+    check_flat_columns(reader, fmt)
 
     # the outputs
     out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
     layout = OutputLayout(out.resolve() if engine == "dask" else out, fmt, engine, pca_value is not None)
     from .outlock import output_lock
 
-    with output_lock(*layout.locked()):  # another run writing this output is named first (its partial dir is live)
+    with output_lock(*layout.locked(), create=False):  # a run writing this output is named first (its partial dir is live)
         check_layout(layout, reader, input, overwrite, resume, pca_model)
     return ExtractPlan(
         input=input, reader=reader, layout=layout, model=None if model is None else os.fspath(model),
@@ -352,6 +353,23 @@ def check_pca_model(pca_model, pca) -> Path | None:
 
     check_array_file(path, "PCA model")
     return path
+
+
+def check_flat_columns(reader, fmt: str) -> None:
+    """A CSV or npy output holds flat values only: a kept column or an id column of lists or structs (a Parquet
+    input's nested type) needs a Parquet output."""
+    if fmt == "parquet":
+        return
+    import pyarrow as pa
+
+    for name, t in reader.keep_types().items():
+        if pa.types.is_nested(t):
+            raise BertfeatError(f"{opt('keep')} column '{name}' holds {t} values, which a {fmt.upper()} output cannot hold",
+                                f"write a Parquet output ({opt('output', 'NAME.parquet')}), or leave it out of {opt('keep')}")
+    t = reader.id_type()
+    if t is not None and pa.types.is_nested(t):
+        raise BertfeatError(f"{opt('id_column')} '{reader.id_column}' holds {t} values, which a {fmt.upper()} output cannot hold",
+                            f"write a Parquet output ({opt('output', 'NAME.parquet')}), or choose another {opt('id_column')}")
 
 
 def encoder_settings(model, max_length, max_batch_tokens, threads, precision, encoder_options) -> dict:

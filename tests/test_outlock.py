@@ -107,14 +107,17 @@ def test_a_stale_lock_file_is_taken_over(tmp_path, inputs, capsys):
 def test_second_run_mid_run_is_refused_and_the_first_finishes_whole(tmp_path, inputs):
     a, b = inputs
     out = tmp_path / "o.parquet"
-    first = start(a, out, chunk_rows=4)  # ~750 chunks: still running while the others start and are refused
+    first = start(a, out)
     wait_mid_run(out, first)
-    seconds = {tuple(flags): start(b, out, *flags) for flags in (["--overwrite"], ["--resume"], [])}
-    for flags, second in seconds.items():
-        _, err = second.communicate(timeout=120)
-        assert second.returncode == 1, (flags, err)
-        assert f"Error: {out} is being written by another bertfeat run (process {first.pid} on host" in err, err
-    assert first.poll() is None, "the first run ended before the others were refused: the test did not force mid-run"
+    first.send_signal(signal.SIGSTOP)  # held mid-run (its lock and partial directory live) while the others try
+    try:
+        seconds = {tuple(flags): start(b, out, *flags) for flags in (["--overwrite"], ["--resume"], [])}
+        for flags, second in seconds.items():
+            _, err = second.communicate(timeout=120)
+            assert second.returncode == 1, (flags, err)
+            assert f"Error: {out} is being written by another bertfeat run (process {first.pid} on host" in err, err
+    finally:
+        first.send_signal(signal.SIGCONT)
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
     whole_output_of(out, a, N)
@@ -173,3 +176,19 @@ def test_the_dask_engine_takes_the_same_lock(tmp_path, inputs):
         bertfeat.extract(inputs[0], out, model=tiny_model(), engine="dask", scheduler="tcp://127.0.0.1:9", overwrite=True)
     assert str(e.value).startswith(f"{out} is being written by another bertfeat run (process {os.getpid()}")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_output_in_a_folder_not_made_yet_is_locked_too(tmp_path, inputs, capsys):
+    """The run makes the output's folder under its lock; a second run on the same new folder is refused, and the
+    plan's early check writes nothing for a folder that does not exist."""
+    a, _ = inputs
+    out = tmp_path / "new" / "sub" / "o.parquet"
+    with output_lock(out):
+        assert lock_path(out).exists()
+        rc, _, err = run(capsys, "extract", a, "-o", out, "--model", tiny_model(), "--overwrite")
+        assert rc == 1 and err.startswith(lock_message(out)), err
+    from bertfeat.plan import make_plan
+
+    other = tmp_path / "later" / "o.parquet"
+    make_plan(a, other, model=tiny_model())
+    assert not other.parent.exists()

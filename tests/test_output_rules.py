@@ -46,3 +46,16 @@ def test_an_output_name_too_long_is_refused_before_anything_is_written(tmp_path,
     assert err.endswith("the limit is 255) - choose a shorter output name with -o\n")
     assert "--resume" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_nested_columns_need_a_parquet_output(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["a b", "c d"], "tags": [[1, 2], [3]]}), tmp_path / "n.parquet")
+    rc, _, err = run(capsys, "extract", tmp_path / "n.parquet", "-o", tmp_path / "n.csv", "--keep", "tags", "--model", tiny_model())
+    assert (rc, err) == (1, "Error: --keep column 'tags' holds list<element: int64> values, which a CSV output cannot hold - "
+                            "write a Parquet output (-o NAME.parquet), or leave it out of --keep\n")
+    rc, _, err = run(capsys, "extract", tmp_path / "n.parquet", "-o", tmp_path / "n.npy", "--id-column", "tags", "--model", tiny_model())
+    assert rc == 1 and err.startswith("Error: --id-column 'tags' holds list<element: int64> values, which a NPY output")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n.parquet"]

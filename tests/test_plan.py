@@ -136,3 +136,31 @@ def test_the_plan_refuses_before_reading_or_writing(tmp_path):
     with pytest.raises(BertfeatError, match=r"^max_batch_tokens=0 is out of range"):
         make_plan(tmp_path / "missing.csv", max_batch_tokens=0)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_jsonl_ids_are_judged_the_same_on_both_engines(tmp_path, client):
+    """The head's first usable id decides the id kind for every partition (a Dask partition of only string ids
+    rejected the integers' rows, or failed the run); a first id that is neither (1.5) does not decide."""
+    from extract_util import write_jsonl
+
+    rows = [{"id": 0.5 if i == 0 else i, "text": f"sentence {i} with words"} for i in range(300)]
+    rows += [{"id": f"s{i}", "text": f"other sentence {i}"} for i in range(300)]
+    src = write_jsonl(tmp_path / "ids.jsonl", rows)
+    a = bertfeat.extract(src, tmp_path / "l.parquet", model=tiny_model(), id_column="id", on_bad_row="skip")
+    b = bertfeat.extract(src, tmp_path / "d.parquet", model=tiny_model(), id_column="id", on_bad_row="skip",
+                         engine="dask", client=client, blocksize=4096)
+    assert (a.rows_written, a.rows_rejected) == (b.rows_written, b.rows_rejected) == (299, 301)
+    dask_ids = pq.read_table(tmp_path / "d.parquet").column("id")
+    assert pq.read_schema(tmp_path / "l.parquet").field("id").type == dask_ids.type == "int64"
+    assert dask_ids.to_pylist() == list(range(1, 300))
+
+
+def test_a_failed_dask_run_leaves_nothing_behind_as_the_local_one(tmp_path, client):
+    """A run refused after the partial directory exists (too few rows for the PCA) removes it, and the PCA files,
+    on both engines: the identical rerun is not told to --resume a run that cannot finish."""
+    src = write_csv(tmp_path / "one.csv", ["text"], [["a single sentence"]])
+    for engine, extra in (("local", {}), ("dask", dict(client=client, blocksize=None))):
+        out = tmp_path / engine / "o.parquet"
+        with pytest.raises(BertfeatError, match="needs at least 2 feature rows"):
+            bertfeat.extract(src, out, model=tiny_model(), pca=1, engine=engine, **extra)
+        assert not out.parent.exists() or list(out.parent.iterdir()) == [], engine

@@ -269,3 +269,13 @@ def test_sigterm_keeps_the_partial_run_and_names_resume(tmp_path):
     r = subprocess.run(args + ["--resume"], capture_output=True, text=True, env=env, cwd=root, timeout=300)
     assert r.returncode == 0, r.stderr
     assert pq.read_table(out).column("row").to_pylist() == list(range(3000))
+
+
+def test_resume_with_another_delimiter_is_refused(tmp_path, capsys, monkeypatch):
+    """The delimiter decides which cells are the text: a resume with another one would mix two parses."""
+    src = tmp_path / "d.csv"
+    src.write_text("text,a;text\n" + "".join(f"comma side {i},1;semicolon side {i}\n" for i in range(12)))
+    out = tmp_path / "o.parquet"
+    interrupted_run(capsys, monkeypatch, src, out, "--model", tiny_model(), "--chunk-rows", 2, "--delimiter", ";", after=2)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--chunk-rows", 2, "--resume")
+    assert rc == 1 and "delimiter: ';' -> ','" in err, err

@@ -69,7 +69,11 @@ class CsvFile(FeatureFile):
         self._main = AtomicFile(spec.path)
         feature_fields = [pa.field(f"f{j}", pa.float32()) for j in range(spec.dim)]
         self._schema = pa.schema([spec.id_field, *spec.extra_fields, *feature_fields])
-        self._csv = pcsv.CSVWriter(str(self._main.tmp), self._schema)
+        try:
+            self._csv = pcsv.CSVWriter(str(self._main.tmp), self._schema)
+        except BaseException:  # e.g. a nested column type CSV cannot hold: no temporary file left behind
+            self._main.discard()
+            raise
 
     def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
         self._csv.write_batch(pa.record_batch([*columns.values(), *wide_arrays(X)], schema=self._schema))

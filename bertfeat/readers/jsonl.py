@@ -25,6 +25,7 @@ class JsonlReader(TextReader):
         super()._setup(delimiter)
         self._json_types: dict[str, set] = {}  # column -> the kinds of its values in the first lines
         self._first_kind: dict[str, str] = {}  # column -> the kind of its first value that is not null
+        self._first_id_kind: dict[str, str] = {}  # column -> "integer" / "string": its first value that could be an id
 
     def _count_lines(self, data: bytes) -> int:
         """Lines that are not blank (JSON strings hold no raw line break): the rows, as _parse reads them."""
@@ -34,11 +35,12 @@ class JsonlReader(TextReader):
         return [c for c, types in self._json_types.items() if "str" in types]
 
     def id_type(self) -> pa.DataType | None:
-        """The first id decides, as the reader's rule (an id of the other kind is a bad row): integer ids are
-        int64, string ids string; None when the first lines hold no usable id."""
+        """The first usable id of the head decides, as the reader's rule (an id of the other kind is a bad row):
+        integer ids are int64, string ids string (also when the head holds no usable id). The same kind seeds every
+        parse, so a Dask partition rejects the rows the local engine rejects."""
         if self.id_column is None:
             return pa.int64()
-        return {"int": pa.int64(), "str": pa.string()}.get(self._first_kind.get(self.id_column))
+        return pa.int64() if self._first_id_kind.get(self.id_column) == "integer" else pa.string()
 
     def _decide_keep_types(self) -> dict[str, pa.DataType]:
         """The first value of each kept column that is not null decides its type (``kept.json_type``); a column
@@ -80,6 +82,8 @@ class JsonlReader(TextReader):
                 self._json_types.setdefault(k, set()).add(type(v).__name__)
                 if v is not None:
                     self._first_kind.setdefault(k, type(v).__name__)
+                if _id_kind(v) is not None:
+                    self._first_id_kind.setdefault(k, _id_kind(v))
         if not self._json_types and other is not None:
             raise InputError(f"{self.name} line {other[0]}: {_line_kind(other[1])}, not an object",
                              'bertfeat reads JSONL with one JSON object per line ({"text": ...}); convert the file, or use CSV')
@@ -119,7 +123,7 @@ class JsonlReader(TextReader):
 
     def _parse(self, fh, counter):
         rows, texts, pairs, ids, pre, extra = [], [], [], [], {}, self.empty_extra()
-        id_kind = None  # the kind of the first id: every id must be of the same kind (integer or string)
+        id_kind = self._first_id_kind.get(self.id_column) if self.id_column else None  # the head's: ids of one kind
         start = 0  # bytes consumed before the batch
         try:
             codec, unit = self._line_codec(fh)
@@ -186,9 +190,14 @@ class JsonlReader(TextReader):
         return obj if isinstance(obj, dict) else None
 
 
+def _id_kind(v) -> str | None:
+    """"integer", "string", or None for a value that cannot be an id."""
+    return "integer" if isinstance(v, int) and not isinstance(v, bool) else "string" if isinstance(v, str) else None
+
+
 def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
     """An id must be a string or an integer, of the kind of the first id: (why not or None, the kind of the ids)."""
-    kind = "integer" if isinstance(ident, int) and not isinstance(ident, bool) else "string" if isinstance(ident, str) else None
+    kind = _id_kind(ident)
     if kind is None:
         return Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {_json_kind(ident)}, "
                                          "not a string or an integer"), id_kind
