@@ -243,10 +243,10 @@ def attend_blocked(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray
     pad_add = np.where(keep, np.float32(0.0), MASK_NEG).reshape(B, 1, 1, T)  # (B, 1, 1, T)
     ctx = np.empty_like(q)
     probs = np.zeros((B, nh, T, T), dtype=np.float32) if want_probs else None
-    reach = T if side is None else side
-    qb = max(16, block_floats // max(1, B * nh * min(T, 2 * reach + 64)))
-    if side is not None:
-        qb = max(qb, side)
+    if side is None:  # qb rows against all T keys
+        qb = max(16, block_floats // max(1, B * nh * T))
+    else:  # qb rows against qb + 2 side keys: 2 side rows (half the products are outside the window), fewer if B is large
+        qb = max(16, min(2 * side, block_floats // max(1, B * nh * 4 * side)))
     for q0 in range(0, T, qb):
         q1 = min(T, q0 + qb)
         k0, k1 = (0, T) if side is None else (max(0, q0 - side), min(T, q1 + side))
