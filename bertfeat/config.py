@@ -14,11 +14,12 @@ SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
 # single token type; ELECTRA is BERT with its embeddings at embedding_size, projected to hidden_size
 # (embeddings_project) when the two differ; DistilBERT is BERT's layer under other tensor and config names, with no
 # token types (weights.py maps each family's names).
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "mpnet")
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert", "electra", "distilbert", "mpnet", "modernbert")
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 #: model_type -> the family's name, as `bertfeat info` shows it
 FAMILIES = {"bert": "BERT", "roberta": "RoBERTa", "xlm-roberta": "XLM-RoBERTa", "camembert": "CamemBERT (RoBERTa)",
-            "electra": "ELECTRA", "distilbert": "DistilBERT", "mpnet": "MPNet"}
+            "electra": "ELECTRA", "distilbert": "DistilBERT", "mpnet": "MPNet",
+            "modernbert": "ModernBERT"}
 # DistilBERT's config.json names -> BertConfig's (transformers' DistilBertConfig.attribute_map and its FFN / activation)
 DISTILBERT_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads",
                     "hidden_dim": "intermediate_size", "activation": "hidden_act"}
@@ -29,6 +30,15 @@ MPNET_TYPES = ("mpnet",)
 MPNET_PADDING_IDX = 1
 MPNET_NUM_BUCKETS = 32  # transformers' MPNetEncoder.compute_position_bias always buckets into 32, whatever the config
 MPNET_MAX_DISTANCE = 128
+# ModernBERT (bertfeat/modernbert.py): pre-LN layers, rotary positions (no position table), GeGLU MLP, global
+# attention every global_attn_every_n_layers-th layer and a sliding window of local_attention tokens in the others.
+# Its config.json names -> BertConfig's; the fields below BertConfig's "ModernBERT only" line are read from it.
+MODERNBERT_TYPES = ("modernbert",)
+MODERNBERT_NAMES = {"hidden_activation": "hidden_act", "norm_eps": "layer_norm_eps"}
+MODERNBERT_FIELDS = ("layer_types", "global_rope_theta", "local_rope_theta", "local_attention", "attention_bias",
+                     "mlp_bias", "norm_bias", "classifier_activation", "classifier_bias", "decoder_bias")
+MODERNBERT_LAYER_TYPES = ("full_attention", "sliding_attention")
+ACT_NAMES = {"distilbert": "activation", "modernbert": "hidden_activation"}  # hidden_act as config.json names it
 _POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                   "max_position_embeddings", "type_vocab_size", "relative_attention_num_buckets")
 
@@ -54,6 +64,17 @@ class BertConfig:
     model_type: str = "bert"
     relative_attention_num_buckets: int = 32  # MPNet only
     embedding_size: int | None = None  # ELECTRA: the embeddings' width (None: hidden_size)
+    # ModernBERT only (modernbert_fields): each layer's attention, rotary bases, the local window, which biases exist
+    layer_types: tuple[str, ...] | None = None  # "full_attention" / "sliding_attention" per layer
+    global_rope_theta: float = 160000.0
+    local_rope_theta: float = 10000.0
+    local_attention: int = 128  # the whole window: local_attention // 2 keys on each side
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    norm_bias: bool = False
+    classifier_activation: str = "gelu"  # the masked-LM head's
+    classifier_bias: bool = False
+    decoder_bias: bool = True
 
     @property
     def family(self) -> str:
@@ -67,7 +88,7 @@ class BertConfig:
     @property
     def token_types(self) -> bool:
         """Does the model embed token types? DistilBERT and MPNet do not (their models take no token_type_ids)."""
-        return self.model_type != "distilbert" and self.model_type not in MPNET_TYPES
+        return self.model_type != "distilbert" and self.model_type not in MPNET_TYPES + MODERNBERT_TYPES
 
     @property
     def pairs_untyped(self) -> bool:
@@ -117,6 +138,8 @@ class BertConfig:
             )
         if model_type == "distilbert":
             d = distilbert_fields(d)
+        if model_type in MODERNBERT_TYPES:
+            d = modernbert_fields(d, source)
         pos = d.get("position_embedding_type", "absolute")
         if pos != "absolute":
             raise ConfigError(
@@ -132,12 +155,15 @@ class BertConfig:
         act = d.get("hidden_act", "gelu")
         if not isinstance(act, str) or act not in SUPPORTED_ACTS:
             raise ConfigError(
-                f"{source}: {'activation' if model_type == 'distilbert' else 'hidden_act'} '{act}' is not supported",
+                f"{source}: {ACT_NAMES.get(model_type, 'hidden_act')} '{act}' is not supported",
                 f"supported: {', '.join(SUPPORTED_ACTS)}",
             )
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d and d[k] is not None}
         if model_type != "electra":
             fields.pop("embedding_size", None)
+        if model_type not in MODERNBERT_TYPES:
+            for k in MODERNBERT_FIELDS:
+                fields.pop(k, None)
         names = {v: k for k, v in DISTILBERT_NAMES.items()} if model_type == "distilbert" else {}
         for k in _POSITIVE_INTS + (("embedding_size",) if "embedding_size" in fields else ()):
             v = fields.get(k, 1)
@@ -199,3 +225,53 @@ def check_mpnet_config(cfg: BertConfig, source: str) -> None:
     if cfg.relative_attention_num_buckets < MPNET_NUM_BUCKETS:
         raise ConfigError(f"{source}: relative_attention_num_buckets {cfg.relative_attention_num_buckets} is below the "
                           f"{MPNET_NUM_BUCKETS} buckets MPNet's relative positions use", "restore config.json from the checkpoint")
+
+
+def modernbert_fields(d: dict, source: str) -> dict:
+    """A ModernBERT config.json dict under BertConfig's names: hidden_activation, norm_eps -> hidden_act,
+    layer_norm_eps; one (unused) token type; layer_types from transformers 5's list or, in the hub's config.json,
+    from global_attn_every_n_layers (layer i global when i % n == 0); the rotary bases from rope_parameters or
+    global_rope_theta / local_rope_theta. Refuses rotary scaling (rope_type other than 'default')."""
+    out = {k: v for k, v in d.items() if k not in MODERNBERT_NAMES.values() and k != "type_vocab_size"}
+    for theirs, ours in MODERNBERT_NAMES.items():
+        if theirs in d:
+            out[ours] = d[theirs]
+    out["type_vocab_size"] = 1
+    L = d.get("num_hidden_layers", 22)
+    types = d.get("layer_types")
+    if types is None:
+        n = d.get("global_attn_every_n_layers", 3)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"{source}: global_attn_every_n_layers must be a positive integer, not {n!r}",
+                              "restore config.json from the checkpoint")
+        types = ["sliding_attention" if i % n else "full_attention" for i in range(L if isinstance(L, int) else 0)]
+    if not isinstance(types, list) or len(types) != L or any(t not in MODERNBERT_LAYER_TYPES for t in types):
+        raise ConfigError(f"{source}: layer_types must list {L} of 'full_attention' / 'sliding_attention', not "
+                          f"{types!r}", "restore config.json from the checkpoint")
+    out["layer_types"] = tuple(types)
+    rope = d.get("rope_parameters") or {}
+    for kind, key in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
+        p = rope.get(kind) or {}
+        scaling = d.get("rope_scaling") or (p if p.get("rope_type", "default") != "default" else None)
+        if scaling:
+            raise ConfigError(f"{source}: rotary scaling ({scaling}) is not supported",
+                              "use a ModernBERT checkpoint with the default rotary embeddings")
+        theta = p.get("rope_theta", d.get(key, BertConfig.__dataclass_fields__[key].default))
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 1:
+            raise ConfigError(f"{source}: the rotary base ({key}) must be a number above 1, not {theta!r}",
+                              "restore config.json from the checkpoint")
+        out[key] = float(theta)
+    w = d.get("local_attention", 128)
+    if isinstance(w, bool) or not isinstance(w, int) or w < 2:
+        raise ConfigError(f"{source}: local_attention must be an integer of at least 2, not {w!r}",
+                          "restore config.json from the checkpoint")
+    for k in ("attention_bias", "mlp_bias", "norm_bias", "classifier_bias", "decoder_bias"):
+        if k in d and not isinstance(d[k], bool):
+            raise ConfigError(f"{source}: {k} must be true or false, not {d[k]!r}", "restore config.json from the checkpoint")
+    out.setdefault("hidden_act", "gelu")
+    out.setdefault("layer_norm_eps", 1e-5)
+    out.setdefault("max_position_embeddings", 8192)
+    if out.get("classifier_activation", "gelu") not in SUPPORTED_ACTS:
+        raise ConfigError(f"{source}: classifier_activation '{out['classifier_activation']}' is not supported",
+                          f"supported: {', '.join(SUPPORTED_ACTS)}")
+    return out

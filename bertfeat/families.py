@@ -1,6 +1,6 @@
 """One dispatch point per model family: which weights loader, forward pass and MLM head a config.json's model_type
 takes. BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA and DistilBERT share BERT's (weights.py maps their names;
-model.py); MPNet has its own (mpnet.py)."""
+model.py); MPNet and ModernBERT have their own (mpnet.py, modernbert.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import MPNET_TYPES, BertConfig
+from .config import MODERNBERT_TYPES, MPNET_TYPES, BertConfig
 from .model import ForwardOutput, Workspace, bert_forward, mlm_logits
+from .modernbert import ModernBertWeights, load_modernbert_weights, modernbert_forward, modernbert_mlm_logits
 from .mpnet import MPNetWeights, load_mpnet_weights, mpnet_forward, mpnet_mlm_logits
 from .weights import BertWeights, load_weights
 
@@ -22,6 +23,8 @@ def load_model_weights(model_dir: str | Path, config: BertConfig, precision: str
     """The family's weights loader (every tensor name and shape checked)."""
     if config.model_type in MPNET_TYPES:
         return load_mpnet_weights(model_dir, config, precision)
+    if config.model_type in MODERNBERT_TYPES:
+        return load_modernbert_weights(model_dir, config, precision)
     return load_weights(model_dir, config, precision)
 
 
@@ -31,6 +34,8 @@ def forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, a
     """The family's forward pass (model.bert_forward's arguments and result)."""
     if isinstance(w, MPNetWeights):
         return mpnet_forward(w, input_ids, token_type_ids, attention_mask, keep, output_attentions, ws)
+    if isinstance(w, ModernBertWeights):
+        return modernbert_forward(w, input_ids, token_type_ids, attention_mask, keep, output_attentions, ws)
     return bert_forward(w, input_ids, token_type_ids, attention_mask, keep, output_attentions, ws)
 
 
@@ -38,4 +43,6 @@ def mlm_head_logits(w: BertWeights, h: np.ndarray) -> np.ndarray:
     """(M, H) last hidden states -> (M, V) logits of the family's masked-LM head."""
     if isinstance(w, MPNetWeights):
         return mpnet_mlm_logits(w, h)
+    if isinstance(w, ModernBertWeights):
+        return modernbert_mlm_logits(w, h)
     return mlm_logits(w, h)
