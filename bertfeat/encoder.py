@@ -4,7 +4,11 @@ Two stages, so a pipeline can overlap them (tokenize the next chunk while the mo
   prepare(texts, pairs)  -> Prepared   (tokenize, truncate or cut into windows; no model)
   run(prepared)          -> features   (length-sorted token-budget batches through the model, pooled)
 ``Encoder.encode`` is both in a row. A row's vector does not depend on its batch neighbours:
-attention masks padded keys exactly and pooling ignores padded positions.
+attention masks padded keys exactly and pooling ignores padded positions (within float32 rounding, docs/python.md).
+
+Over 500 lines on purpose: one class whose state lives across calls (the loaded model, its tokenizer, the
+sentence-transformers pipeline, threads and batch budget) with the argument checks of its public methods beside
+them; the math it calls lives in model.py, pooling.py and the family modules.
 """
 
 from __future__ import annotations
