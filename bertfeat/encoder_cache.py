@@ -3,7 +3,8 @@ engine), the scikit-learn transformer (sklearn.py) and the Dask workers (dask_en
 
 Loading a model reads and checksums its weights and warms its kernels (about a second for MiniLM); a process
 that extracts several files, fits a scikit-learn grid, or runs many Dask tasks does it once. The key holds the
-model directory, the size and modification time of its files (a model replaced on disk is loaded again), every
+model directory, the size and modification time of its files and its module folders' (a model replaced on disk,
+or its Pooling / Dense configuration edited, is loaded again), every
 Encoder keyword, and the GEMM path the precision resolves to here (gemm.resolve: a changed BERTFEAT_GEMM loads again); at most ``MAX_ENCODERS`` stay loaded (least recently used first out).
 """
 
@@ -21,13 +22,15 @@ _LOCK = threading.Lock()
 
 
 def files_stamp(directory: Path) -> tuple:
-    """(name, size, mtime_ns) of the model's top-level files: changes when a file is replaced or edited."""
+    """(relative path, size, mtime_ns) of the model's files, its module folders' too (1_Pooling/config.json,
+    2_Dense/...): changes when a file is replaced or edited."""
     out = []
+    root = Path(directory)
     try:
-        for p in sorted(Path(directory).iterdir()):
-            if p.is_file():
+        for p in sorted(root.rglob("*")):
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts):
                 st = p.stat()
-                out.append((p.name, st.st_size, st.st_mtime_ns))
+                out.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns))
     except OSError:
         pass
     return tuple(out)
