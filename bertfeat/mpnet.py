@@ -31,7 +31,8 @@ from .config import MPNET_MAX_DISTANCE, MPNET_NUM_BUCKETS, BertConfig
 from .errors import WeightsError
 from .gemm import PRECISIONS, to_bf16
 from .model import ForwardOutput, Workspace, additive_mask, bias_act_, layer_norm_, run_layers
-from .weights import BertWeights, LayerWeights, checkpoint_files, read_tensors, take_tensor
+from .weights import (MLM_DECODER, MLM_TABLE, POOLER_TABLE, LAYER_TABLE, BertWeights, LayerWeights, checkpoint_files,
+                      read_tensors, take_tensor)
 
 # One table: our name -> (checkpoint name without the "mpnet." prefix, expected shape from the config).
 # {i} is the layer index; linear weights are stored (out, in) and transposed at load.
@@ -43,38 +44,24 @@ MPNET_EMB = {
     "rel_bias": ("encoder.relative_attention_bias.weight",
                  lambda c: (c.relative_attention_num_buckets, c.num_attention_heads)),
 }
-MPNET_LAYER = {
-    "q_w": ("encoder.layer.{i}.attention.attn.q.weight", lambda c: (c.hidden_size, c.hidden_size)),
-    "q_b": ("encoder.layer.{i}.attention.attn.q.bias", lambda c: (c.hidden_size,)),
-    "k_w": ("encoder.layer.{i}.attention.attn.k.weight", lambda c: (c.hidden_size, c.hidden_size)),
-    "k_b": ("encoder.layer.{i}.attention.attn.k.bias", lambda c: (c.hidden_size,)),
-    "v_w": ("encoder.layer.{i}.attention.attn.v.weight", lambda c: (c.hidden_size, c.hidden_size)),
-    "v_b": ("encoder.layer.{i}.attention.attn.v.bias", lambda c: (c.hidden_size,)),
-    "o_w": ("encoder.layer.{i}.attention.attn.o.weight", lambda c: (c.hidden_size, c.hidden_size)),
-    "o_b": ("encoder.layer.{i}.attention.attn.o.bias", lambda c: (c.hidden_size,)),
-    "ln1_g": ("encoder.layer.{i}.attention.LayerNorm.weight", lambda c: (c.hidden_size,)),
-    "ln1_b": ("encoder.layer.{i}.attention.LayerNorm.bias", lambda c: (c.hidden_size,)),
-    "up_w": ("encoder.layer.{i}.intermediate.dense.weight", lambda c: (c.intermediate_size, c.hidden_size)),
-    "up_b": ("encoder.layer.{i}.intermediate.dense.bias", lambda c: (c.intermediate_size,)),
-    "down_w": ("encoder.layer.{i}.output.dense.weight", lambda c: (c.hidden_size, c.intermediate_size)),
-    "down_b": ("encoder.layer.{i}.output.dense.bias", lambda c: (c.hidden_size,)),
-    "ln2_g": ("encoder.layer.{i}.output.LayerNorm.weight", lambda c: (c.hidden_size,)),
-    "ln2_b": ("encoder.layer.{i}.output.LayerNorm.bias", lambda c: (c.hidden_size,)),
-}
-MPNET_POOLER = {
-    "w": ("pooler.dense.weight", lambda c: (c.hidden_size, c.hidden_size)),
-    "b": ("pooler.dense.bias", lambda c: (c.hidden_size,)),
-}
+# BERT's layer under MPNet's attention names (the shapes are BERT's): attention.self.query -> attention.attn.q, ...
+MPNET_RENAMES = (("attention.self.query", "attention.attn.q"), ("attention.self.key", "attention.attn.k"),
+                 ("attention.self.value", "attention.attn.v"), ("attention.output.dense", "attention.attn.o"),
+                 ("attention.output.LayerNorm", "attention.LayerNorm"))
+
+
+def _mpnet_name(name: str) -> str:
+    for bert, mpnet in MPNET_RENAMES:
+        name = name.replace(bert, mpnet)
+    return name
+
+
+MPNET_LAYER = {k: (_mpnet_name(n), shape) for k, (n, shape) in LAYER_TABLE.items()}
+MPNET_POOLER = POOLER_TABLE  # pooler.dense, as BERT's
 # MPNetForMaskedLM's lm_head (dense, GELU, layer_norm, decoder tied to the word embeddings, bias), under the
-# cls.predictions.* names weights.read_tensors gives every lm_head.* tensor.
-MPNET_MLM = {
-    "dense_w": ("cls.predictions.transform.dense.weight", lambda c: (c.hidden_size, c.hidden_size)),
-    "dense_b": ("cls.predictions.transform.dense.bias", lambda c: (c.hidden_size,)),
-    "ln_g": ("cls.predictions.transform.LayerNorm.weight", lambda c: (c.hidden_size,)),
-    "ln_b": ("cls.predictions.transform.LayerNorm.bias", lambda c: (c.hidden_size,)),
-    "bias": ("cls.predictions.bias", lambda c: (c.vocab_size,)),
-}
-MPNET_MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hidden_size))
+# cls.predictions.* names weights.read_tensors gives every lm_head.* tensor: BERT's MLM tables
+MPNET_MLM = MLM_TABLE
+MPNET_MLM_DECODER = MLM_DECODER
 MPNET_ALLOWED_UNUSED = {"embeddings.position_ids": "a buffer (0, 1, ..., P-1) older transformers versions saved"}
 MPNET_OTHER_HEADS = ("classifier.", "qa_outputs.")  # other tasks' heads (MPNetFor*)
 MPNET_PREFIX = "mpnet."

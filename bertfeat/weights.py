@@ -77,6 +77,8 @@ _MLM = {
     "bias": ("cls.predictions.bias", lambda c: (c.vocab_size,)),
 }
 _MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hidden_size))
+# BERT's tables by public names, for families whose tensors are BERT's under other names (mpnet.py)
+LAYER_TABLE, POOLER_TABLE, MLM_TABLE, MLM_DECODER = _LAYER, _POOLER, _MLM, _MLM_DECODER
 
 # ELECTRA (ElectraModel): BERT's tables, the embeddings embedding_size (E) wide, then a Linear E -> H when E != H.
 _ELECTRA_PROJECT = {
