@@ -42,7 +42,7 @@ from .errors import WeightsError
 from .gemm import PRECISIONS, to_bf16
 from .model import (ACTIVATIONS_INPLACE, MASK_NEG, ForwardOutput, Workspace, layer_norm_, linear, masked_softmax_,
                     q8_linear, quantize_, softmax_)
-from .weights import BertWeights, LayerWeights, checkpoint_files, read_tensors, take_tensor
+from .weights import BertWeights, LayerWeights, read_unprefixed, take_tensor
 
 # One table: our name -> (checkpoint name without the "model." prefix, expected shape from the config, when present:
 # None always, else the config flag that says the tensor exists). Linear weights are stored (out, in), transposed.
@@ -110,17 +110,7 @@ def load_modernbert_weights(model_dir: str | Path, config: BertConfig, precision
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: choose one of {PRECISIONS}")
     model_dir = Path(model_dir)
-    files = checkpoint_files(model_dir)
-    raw = read_tensors(files)
-    tensors: dict[str, np.ndarray] = {}
-    for k, t in raw.items():
-        name = k[len(MB_PREFIX):] if k.startswith(MB_PREFIX) else k
-        if name in tensors:
-            raise WeightsError(f"{model_dir}: tensor '{name}' appears twice (with and without '{MB_PREFIX}')",
-                               "remove the duplicate from the checkpoint")
-        tensors[name] = t
-    del raw
-    where = files[0] if len(files) == 1 else model_dir
+    tensors, files, where = read_unprefixed(model_dir, MB_PREFIX)
     c = config
     used: set[str] = set()
 

@@ -31,8 +31,8 @@ from .config import MPNET_MAX_DISTANCE, MPNET_NUM_BUCKETS, BertConfig
 from .errors import WeightsError
 from .gemm import PRECISIONS, to_bf16
 from .model import ForwardOutput, Workspace, additive_mask, bias_act_, layer_norm_, run_layers
-from .weights import (MLM_DECODER, MLM_TABLE, POOLER_TABLE, LAYER_TABLE, BertWeights, LayerWeights, checkpoint_files,
-                      read_tensors, take_tensor)
+from .weights import (LAYER_TABLE, MLM_DECODER, MLM_TABLE, POOLER_TABLE, BertWeights, LayerWeights, read_unprefixed,
+                      take_tensor)
 
 # One table: our name -> (checkpoint name without the "mpnet." prefix, expected shape from the config).
 # {i} is the layer index; linear weights are stored (out, in) and transposed at load.
@@ -84,17 +84,7 @@ def load_mpnet_weights(model_dir: str | Path, config: BertConfig, precision: str
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: choose one of {PRECISIONS}")
     model_dir = Path(model_dir)
-    files = checkpoint_files(model_dir)
-    raw = read_tensors(files)
-    tensors: dict[str, np.ndarray] = {}
-    for k, t in raw.items():
-        name = k[len(MPNET_PREFIX):] if k.startswith(MPNET_PREFIX) else k
-        if name in tensors:
-            raise WeightsError(f"{model_dir}: tensor '{name}' appears twice (with and without '{MPNET_PREFIX}')",
-                               "remove the duplicate from the checkpoint")
-        tensors[name] = t
-    del raw
-    where = files[0] if len(files) == 1 else model_dir
+    tensors, files, where = read_unprefixed(model_dir, MPNET_PREFIX)
     c = config
     used: set[str] = set()
 

@@ -77,6 +77,21 @@ _MLM = {
     "bias": ("cls.predictions.bias", lambda c: (c.vocab_size,)),
 }
 _MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hidden_size))
+def read_unprefixed(model_dir: Path, prefix: str) -> tuple[dict[str, np.ndarray], list[Path], Path]:
+    """A family's checkpoint read once (read_tensors), its task-model ``prefix`` (``mpnet.``, ``model.``) taken off
+    every name; a tensor saved both with and without it is refused: -> (tensors, the files, where: the file or the
+    folder, for messages)."""
+    files = checkpoint_files(model_dir)
+    tensors: dict[str, np.ndarray] = {}
+    for k, t in read_tensors(files).items():
+        name = k[len(prefix):] if k.startswith(prefix) else k
+        if name in tensors:
+            raise WeightsError(f"{model_dir}: tensor '{name}' appears twice (with and without '{prefix}')",
+                               "remove the duplicate from the checkpoint")
+        tensors[name] = t
+    return tensors, files, files[0] if len(files) == 1 else model_dir
+
+
 # BERT's tables by public names, for families whose tensors are BERT's under other names (mpnet.py)
 LAYER_TABLE, POOLER_TABLE, MLM_TABLE, MLM_DECODER = _LAYER, _POOLER, _MLM, _MLM_DECODER
 
