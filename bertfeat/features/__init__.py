@@ -36,6 +36,9 @@ from .registry import FILE_FORMATS, FORMATS, feature_format
 from .writer import FeatureWriter
 
 __all__ = [
+    "EMBEDDING_COLUMN",
+    "FINGERPRINT_KEYS",
+    "METADATA_KEY",
     "FORMATS",
     "FeatureWriter",
     "FeatureSource",
