@@ -42,7 +42,7 @@ from .errors import WeightsError
 from .gemm import PRECISIONS, to_bf16
 from .model import (ACTIVATIONS_INPLACE, MASK_NEG, ForwardOutput, Workspace, layer_norm_, linear, masked_softmax_,
                     q8_linear, quantize_, softmax_)
-from .weights import BertWeights, LayerWeights, read_unprefixed, take_tensor
+from .weights import BertWeights, LayerWeights, leftover_tensors, read_unprefixed, take_tensor
 
 # One table: our name -> (checkpoint name without the "model." prefix, expected shape from the config, when present:
 # None always, else the config flag that says the tensor exists). Linear weights are stored (out, in), transposed.
@@ -152,15 +152,8 @@ def load_modernbert_weights(model_dir: str | Path, config: BertConfig, precision
         dec = MB_MLM_DECODER[0]
         m["decoder_w"] = take_tensor(tensors, dec, MB_MLM_DECODER[1](c), where, used) if dec in tensors else w.word
         w.mlm = m
-    unused = [n for n in tensors if n not in used]
-    w.ignored = sorted(n for n in unused if n.startswith(MB_OTHER_HEADS))
-    unknown = sorted(n for n in unused if not n.startswith(MB_OTHER_HEADS))
-    if unknown:
-        shown = ", ".join(f"'{n}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (
-            f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise WeightsError(f"{where}: {len(unknown)} tensor(s) that a ModernBERT encoder does not use: {shown}",
-                           "these weights are not a plain ModernBERT as config.json says (check attention_bias, "
-                           "mlp_bias, norm_bias); use the config.json that came with them, or remove the extra tensors")
+    w.ignored = leftover_tensors(tensors, used, where, "ModernBERT", MB_OTHER_HEADS,
+                                 hint=" (check attention_bias, mlp_bias, norm_bias)")
     return w
 
 

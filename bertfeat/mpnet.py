@@ -31,8 +31,8 @@ from .config import MPNET_MAX_DISTANCE, MPNET_NUM_BUCKETS, BertConfig
 from .errors import WeightsError
 from .gemm import PRECISIONS, to_bf16
 from .model import ForwardOutput, Workspace, additive_mask, bias_act_, layer_norm_, run_layers
-from .weights import (LAYER_TABLE, MLM_DECODER, MLM_TABLE, POOLER_TABLE, BertWeights, LayerWeights, read_unprefixed,
-                      take_tensor)
+from .weights import (LAYER_TABLE, MLM_DECODER, MLM_TABLE, POOLER_TABLE, BertWeights, LayerWeights, leftover_tensors,
+                      read_unprefixed, take_mlm_head, take_tensor)
 
 # One table: our name -> (checkpoint name without the "mpnet." prefix, expected shape from the config).
 # {i} is the layer index; linear weights are stored (out, in) and transposed at load.
@@ -119,21 +119,8 @@ def load_mpnet_weights(model_dir: str | Path, config: BertConfig, precision: str
         w.pooler_w, w.pooler_b = np.ascontiguousarray(p["w"].T), p["b"]
     else:
         w.missing_pooler_reason = f"{where} has no pooler weights (pooler.dense.weight / pooler.dense.bias)"
-    if all(n in tensors for n, _ in MPNET_MLM.values()):
-        m = {k: take(n, s(c)) for k, (n, s) in MPNET_MLM.items()}
-        m["dense_w"] = np.ascontiguousarray(m["dense_w"].T)
-        dec = MPNET_MLM_DECODER[0]
-        m["decoder_w"] = take(dec, MPNET_MLM_DECODER[1](c)) if dec in tensors else w.word  # usually tied, not stored
-        w.mlm = m
-    unused = [n for n in tensors if n not in used and n not in MPNET_ALLOWED_UNUSED]
-    w.ignored = sorted(n for n in unused if n.startswith(MPNET_OTHER_HEADS))
-    unknown = sorted(n for n in unused if not n.startswith(MPNET_OTHER_HEADS))
-    if unknown:
-        shown = ", ".join(f"'{n}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (
-            f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise WeightsError(f"{where}: {len(unknown)} tensor(s) that an MPNet encoder does not use: {shown}",
-                           "these weights are not a plain MPNet as config.json says; use the config.json that came "
-                           "with them, or remove the extra tensors")
+    w.mlm = take_mlm_head(take, tensors, MPNET_MLM, MPNET_MLM_DECODER, c, w.word)
+    w.ignored = leftover_tensors(tensors, used, where, "MPNet", MPNET_OTHER_HEADS, MPNET_ALLOWED_UNUSED, article="an")
     return w
 
 

@@ -459,26 +459,38 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
         w.pooler_w, w.pooler_b = np.ascontiguousarray(p["w"].T), p["b"]
     else:
         w.missing_pooler_reason = f"{where} has no pooler weights (pooler.dense.weight / pooler.dense.bias)"
-    if all(n in tensors for n, _ in mlm_table.values()):
-        m = {k: _take(tensors, n, s(c), where, used) for k, (n, s) in mlm_table.items()}
-        m["dense_w"] = np.ascontiguousarray(m["dense_w"].T)
-        if decoder[0] in tensors:  # usually tied to the word embeddings; check if stored
-            dec = _take(tensors, decoder[0], decoder[1](c), where, used)
-            m["decoder_w"] = dec
-        else:
-            m["decoder_w"] = w.word
-        w.mlm = m
-    unused = [n for n in tensors if n not in used and n not in ALLOWED_UNUSED]
-    w.ignored = sorted(n for n in unused if n.startswith(OTHER_HEADS))
-    unknown = sorted(n for n in unused if not n.startswith(OTHER_HEADS))
-    if unknown:
-        shown = ", ".join(f"'{n}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
-        raise WeightsError(
-            f"{where}: {len(unknown)} tensor(s) that a {c.family} encoder does not use: {shown}",
-            f"these weights are not a plain {c.family} as config.json says (another architecture, or a renamed/extra tensor); "
-            "use the config.json that came with them, or remove the extra tensors",
-        )
+    w.mlm = take_mlm_head(lambda n, s: _take(tensors, n, s, where, used), tensors, mlm_table, decoder, c, w.word)
+    w.ignored = leftover_tensors(tensors, used, where, c.family, OTHER_HEADS, ALLOWED_UNUSED,
+                                 " (another architecture, or a renamed/extra tensor)")
     return w
+
+
+def take_mlm_head(take, tensors: dict, table: dict, decoder: tuple, c: BertConfig, word: np.ndarray) -> dict | None:
+    """A masked-LM head (BERT's table shape: dense, LayerNorm, bias) when the checkpoint holds it, else None:
+    ``take(name, shape)`` takes each tensor; dense transposed; the decoder is usually tied to the word embeddings
+    and taken only when stored."""
+    if not all(n in tensors for n, _ in table.values()):
+        return None
+    m = {k: take(n, s(c)) for k, (n, s) in table.items()}
+    m["dense_w"] = np.ascontiguousarray(m["dense_w"].T)
+    m["decoder_w"] = take(decoder[0], decoder[1](c)) if decoder[0] in tensors else word
+    return m
+
+
+def leftover_tensors(tensors: dict, used: set, where, family: str, other_heads: tuple, allowed=(), hint: str = "",
+                     article: str = "a") -> list[str]:
+    """Nothing is ignored silently: of the tensors no table took (less ``allowed``), other tasks' heads
+    (``other_heads`` prefixes) are returned, sorted, to be listed as ignored; any other is refused by name.
+    ``family``: as messages name it ("BERT", with its ``article``); ``hint``: what to check, in the fix."""
+    unused = [n for n in tensors if n not in used and n not in allowed]
+    unknown = sorted(n for n in unused if not n.startswith(other_heads))
+    if unknown:
+        shown = ", ".join(f"'{n}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (
+            f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise WeightsError(f"{where}: {len(unknown)} tensor(s) that {article} {family} encoder does not use: {shown}",
+                           f"these weights are not a plain {family} as config.json says{hint}; "
+                           "use the config.json that came with them, or remove the extra tensors")
+    return sorted(n for n in unused if n.startswith(other_heads))
 
 
 def weights_sha256(files: list[Path]) -> str:
