@@ -11,7 +11,7 @@ import numpy as np
 from .config import MODERNBERT_TYPES, MPNET_TYPES, BertConfig
 from .model import ForwardOutput, Workspace, bert_forward, mlm_logits
 from .modernbert import ModernBertWeights, load_modernbert_weights, modernbert_forward, modernbert_mlm_logits
-from .mpnet import MPNetWeights, load_mpnet_weights, mpnet_forward, mpnet_mlm_logits
+from .mpnet import MPNetWeights, load_mpnet_weights, mpnet_forward
 from .weights import BertWeights, load_weights
 
 def family_name(config: BertConfig) -> str:
@@ -42,7 +42,7 @@ def forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, a
 def mlm_head_logits(w: BertWeights, h: np.ndarray) -> np.ndarray:
     """(M, H) last hidden states -> (M, V) logits of the family's masked-LM head."""
     if isinstance(w, MPNetWeights):
-        return mpnet_mlm_logits(w, h)
+        return mlm_logits(w, h, act="gelu")  # MPNetLMHead: the exact GELU, whatever hidden_act says
     if isinstance(w, ModernBertWeights):
         return modernbert_mlm_logits(w, h)
     return mlm_logits(w, h)

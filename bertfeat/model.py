@@ -381,7 +381,8 @@ def encoder_layer(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int,
 _ZEROS: dict[int, np.ndarray] = {}
 
 
-def _zeros(n: int) -> np.ndarray:
+def zeros(n: int) -> np.ndarray:
+    """A shared read-only float32 zero vector of length n (a missing bias)."""
     z = _ZEROS.get(n)
     if z is None:
         z = _ZEROS[n] = np.zeros(n, dtype=np.float32)
@@ -417,7 +418,7 @@ def q8_linear(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None,
               out: np.ndarray, ws: Workspace) -> np.ndarray:
     """(m, K) rows -> (m, N) float32 x W (+ b) from q8_products, dequantized into ``out``."""
     acc, yc, first = q8_products(xq, x, ql, T, row0, ws)
-    b = _zeros(ql.shape[1]) if b is None else b
+    b = zeros(ql.shape[1]) if b is None else b
     fused = kernels.get("dq_bias_")
     if fused is not None:
         return fused(acc, xq[1], xq[2], ql.scale, ql.colsum, b, yc, first, T, out)
@@ -514,17 +515,20 @@ def bert_forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarr
     (the others are copies); without one, every array returned is the caller's own.
     """
     c = w.config
-    L = c.num_hidden_layers
-    keep = (L,) if keep is None else tuple(keep)
     B, T = input_ids.shape
-    if T > c.max_positions:
-        raise ValueError(f"sequence length {T} exceeds the {c.max_positions} positions of the model")
-    last = L if output_attentions else max(keep)
-    mask_add = additive_mask(attention_mask)
-
+    keep, last = layers_to_run(c, T, keep, output_attentions)
     ws = ws or Workspace()
     x = embed(w, input_ids, token_type_ids, out=ws.take("emb", (B * T, c.hidden_size)))  # (N, H)
-    return run_layers(w, x, mask_add, B, T, keep, last, output_attentions, ws)
+    return run_layers(w, x, additive_mask(attention_mask), B, T, keep, last, output_attentions, ws)
+
+
+def layers_to_run(c, T: int, keep: tuple[int, ...] | None, output_attentions: bool) -> tuple[tuple[int, ...], int]:
+    """The hidden states to keep (default the last) and the deepest layer to run: every layer when attentions are
+    asked for, else the deepest kept one. A sequence longer than the model's positions is refused."""
+    if T > c.max_positions:
+        raise ValueError(f"sequence length {T} exceeds the {c.max_positions} positions of the model")
+    keep = (c.num_hidden_layers,) if keep is None else tuple(keep)
+    return keep, c.num_hidden_layers if output_attentions else max(keep)
 
 
 def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: int, keep: tuple[int, ...], last: int,
@@ -560,9 +564,10 @@ def pooler(w: BertWeights, h_cls: np.ndarray) -> np.ndarray:
     return np.tanh(h_cls @ w.pooler_w + w.pooler_b)
 
 
-def mlm_logits(w: BertWeights, h: np.ndarray) -> np.ndarray:
-    """(M, H) last hidden states -> (M, V) masked-LM logits: dense, act, LayerNorm, tied decoder, bias."""
+def mlm_logits(w: BertWeights, h: np.ndarray, act: str | None = None) -> np.ndarray:
+    """(M, H) last hidden states -> (M, V) masked-LM logits: dense, act (default the config's hidden_act; MPNet's head
+    is always the exact "gelu"), LayerNorm, tied decoder, bias."""
     m = w.mlm
-    t = bias_act_(h @ m["dense_w"], m["dense_b"], w.config.hidden_act)
+    t = bias_act_(h @ m["dense_w"], m["dense_b"], act or w.config.hidden_act)
     t = layer_norm_(t, m["ln_g"], m["ln_b"], w.config.layer_norm_eps)
     return t @ m["decoder_w"].T + m["bias"]

@@ -40,8 +40,8 @@ import numpy as np
 from .config import BertConfig
 from .errors import WeightsError
 from .gemm import PRECISIONS, to_bf16
-from .model import (ACTIVATIONS_INPLACE, MASK_NEG, ForwardOutput, Workspace, layer_norm_, linear, masked_softmax_,
-                    q8_linear, quantize_, softmax_)
+from .model import (ACTIVATIONS_INPLACE, MASK_NEG, ForwardOutput, Workspace, layer_norm_, layers_to_run, linear,
+                    masked_softmax_, q8_linear, quantize_, softmax_, zeros)
 from .weights import BertWeights, LayerWeights, leftover_tensors, read_unprefixed, take_tensor
 
 # One table: our name -> (checkpoint name without the "model." prefix, expected shape from the config, when present:
@@ -181,16 +181,6 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- linear layers, norms
-_ZEROS: dict[int, np.ndarray] = {}
-
-
-def zeros(n: int) -> np.ndarray:
-    z = _ZEROS.get(n)
-    if z is None:
-        z = _ZEROS[n] = np.zeros(n, dtype=np.float32)
-    return z
-
-
 def lin(w: ModernBertWeights, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, ws: Workspace, T: int,
         row0: int = 0) -> np.ndarray:
     """(m, in) float32 rows (token rows row0.. of sequences of T tokens) @ wt + b into ``out`` (m, out), in the
@@ -295,11 +285,8 @@ def modernbert_forward(w: ModernBertWeights, input_ids: np.ndarray, token_type_i
     takes none). Hidden state L is after final_norm; the others are the residual stream."""
     c = w.config
     L = c.num_hidden_layers
-    keep = (L,) if keep is None else tuple(keep)
     B, T = input_ids.shape
-    if T > c.max_positions:
-        raise ValueError(f"sequence length {T} exceeds the {c.max_positions} positions of the model")
-    last = L if output_attentions else max(keep)
+    keep, last = layers_to_run(c, T, keep, output_attentions)
     ws = ws or Workspace()
     real = np.asarray(attention_mask).astype(bool)  # (B, T)
     x = modernbert_embed(w, input_ids)  # (N, H) residual stream

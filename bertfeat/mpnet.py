@@ -30,7 +30,7 @@ import numpy as np
 from .config import MPNET_MAX_DISTANCE, MPNET_NUM_BUCKETS, BertConfig
 from .errors import WeightsError
 from .gemm import PRECISIONS, to_bf16
-from .model import ForwardOutput, Workspace, additive_mask, bias_act_, layer_norm_, run_layers
+from .model import ForwardOutput, Workspace, additive_mask, layer_norm_, layers_to_run, run_layers
 from .weights import (LAYER_TABLE, MLM_DECODER, MLM_TABLE, POOLER_TABLE, BertWeights, LayerWeights, leftover_tensors,
                       read_unprefixed, take_mlm_head, take_tensor)
 
@@ -172,22 +172,9 @@ def mpnet_forward(w: MPNetWeights, input_ids: np.ndarray, token_type_ids: np.nda
                   ws: Workspace | None = None) -> ForwardOutput:
     """model.bert_forward for MPNet (same arguments and result); ``token_type_ids`` is ignored, as MPNetModel does."""
     c = w.config
-    L = c.num_hidden_layers
-    keep = (L,) if keep is None else tuple(keep)
     B, T = input_ids.shape
-    if T > c.max_positions:
-        raise ValueError(f"sequence length {T} exceeds the {c.max_positions} positions of the model")
-    last = L if output_attentions else max(keep)
+    keep, last = layers_to_run(c, T, keep, output_attentions)
     ws = ws or Workspace()
     x = mpnet_embed(w, input_ids, out=ws.take("emb", (B * T, c.hidden_size)))  # (N, H)
     bias = position_bias(w, T) if last > 0 else None
     return run_layers(w, x, additive_mask(attention_mask), B, T, keep, last, output_attentions, ws, bias=bias)
-
-
-def mpnet_mlm_logits(w: MPNetWeights, h: np.ndarray) -> np.ndarray:
-    """(M, H) last hidden states -> (M, V) logits of MPNetLMHead: dense, exact GELU (whatever hidden_act),
-    layer_norm, decoder tied to the word embeddings, bias."""
-    m = w.mlm
-    t = bias_act_(h @ m["dense_w"], m["dense_b"], "gelu")
-    t = layer_norm_(t, m["ln_g"], m["ln_b"], w.config.layer_norm_eps)
-    return t @ m["decoder_w"].T + m["bias"]
