@@ -21,6 +21,13 @@ The summary under the table answers issue 23's questions: bertfeat's fastest met
     python benchmarks/bench_encode.py --n 300 --rounds 1 --models minilm --no-write   # smoke test
     python benchmarks/bench_encode.py --models mpnet-base --methods bertfeat,transformers-sorted --no-write
                                                       # MPNet (all-mpnet-base-v2's shape, random weights)
+    python benchmarks/bench_encode.py --models modernbert-base --methods bertfeat,transformers-sorted --no-write
+                                                      # ModernBERT (ModernBERT-base's shape, random weights)
+
+--n counts the sentences for minilm only; every other model (the base shapes) encodes the first --n-base.
+The transformers methods load with transformers' default attention implementation on CPU (with transformers 5: sdpa
+for BERT and ModernBERT, eager for MPNet, which has no sdpa path); the one each run used is printed beside its
+method ("transformers-sorted [sdpa]").
 """
 
 from __future__ import annotations
@@ -131,8 +138,56 @@ def mpnet_base_dir() -> Path:
     return d
 
 
+MODERNBERT_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+
+
+def modernbert_base_dir() -> Path:
+    """A random-weight checkpoint with ModernBERT-base's shape: transformers' ModernBertConfig defaults (22 layers x
+    768, 12 heads, GeGLU intermediate 1152, every 3rd layer global and the others within a 128-token window, vocab
+    50,368, max length 8,192), saved by ModernBertModel.save_pretrained (safetensors).
+
+    The tokenizer is laid out as ModernBERT's: a byte-level BPE tokenizer.json with [CLS] [SEP] [PAD] [MASK] [UNK] and
+    a [CLS] $A [SEP] template, read by transformers as PreTrainedTokenizerFast (input_ids and attention_mask only).
+    ModernBERT's own tokenizer is not on this machine, so the BPE is trained here with `tokenizers` on held-out
+    sentences (corpus.held_out_sentences: none of them is timed), up to the model's vocabulary: about 16,300 ids,
+    1.30 tokens per word on the corpus (bert-base-uncased's WordPiece: 1.17)."""
+    d = WORK / "modernbert-base-random"
+    if (d / "model.safetensors").is_file():
+        return d
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import ModernBertConfig, ModernBertModel
+
+    from corpus import held_out_sentences
+
+    vocab_size = ModernBertConfig().vocab_size
+    tk = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(held_out_sentences(), trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=MODERNBERT_SPECIALS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    ids = {t: tk.token_to_id(t) for t in MODERNBERT_SPECIALS}
+    tk.post_processor = processors.TemplateProcessing(single="[CLS]:0 $A:0 [SEP]:0",
+                                                      pair="[CLS]:0 $A:0 [SEP]:0 $B:0 [SEP]:0",
+                                                      special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])])
+    d.mkdir(parents=True, exist_ok=True)
+    tk.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 8192, "clean_up_tokenization_spaces": True,
+        "model_input_names": ["input_ids", "attention_mask"], "cls_token": "[CLS]", "sep_token": "[SEP]",
+        "pad_token": "[PAD]", "mask_token": "[MASK]", "unk_token": "[UNK]"}, indent=2))
+    (d / "special_tokens_map.json").write_text(json.dumps({t[1:-1].lower() + "_token": t for t in MODERNBERT_SPECIALS}))
+    cfg = ModernBertConfig(pad_token_id=ids["[PAD]"], cls_token_id=ids["[CLS]"], sep_token_id=ids["[SEP]"],
+                           bos_token_id=ids["[CLS]"], eos_token_id=ids["[SEP]"])  # otherwise ModernBERT-base's defaults
+    torch.manual_seed(0)
+    ModernBertModel(cfg).eval().save_pretrained(d, safe_serialization=True)  # model.safetensors last: the done mark
+    return d
+
+
 def model_dir(name: str) -> Path:
-    return {"minilm": minilm_dir, "mpnet-base": mpnet_base_dir}.get(name, bert_base_dir)()
+    return {"minilm": minilm_dir, "mpnet-base": mpnet_base_dir,
+            "modernbert-base": modernbert_base_dir}.get(name, bert_base_dir)()
 
 
 # --------------------------------------------------------------------------- workers (one per subprocess)
@@ -195,6 +250,7 @@ def make_runner(method: str, mdir: Path, max_length: int):
                     out[idx] = ((h * m).sum(1) / m.sum(1)).numpy()
             return out
 
+        run_transformers.attn_implementation = model.config._attn_implementation  # reported with the result
         return run_transformers
     if method == "sentence-transformers":
         from sentence_transformers import SentenceTransformer
@@ -255,7 +311,7 @@ def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: 
         X = read_features(WORK / "bench_corpus.features.parquet")[1]
     if X is not None:  # for the min cosine vs fp32 (driver)
         np.save(features_path(mdir, method), np.asarray(X, dtype=np.float32))
-    return {"times": times, "peak_rss_mb": peak}
+    return {"times": times, "peak_rss_mb": peak, "attn": getattr(run, "attn_implementation", None)}
 
 
 def peak_rss_mb() -> float:
@@ -343,7 +399,8 @@ def sgemm_gflops(n: int = 2048, repeats: int = 5) -> float:
 
 def flops_per_token(cfg: dict, mean_len: float) -> float:
     H, F, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    return L * (2 * (4 * H * H + 2 * H * F) + 4 * mean_len * H)
+    mlp = 3 * H * F if cfg.get("model_type") == "modernbert" else 2 * H * F  # GeGLU: Wi (H -> 2F) and Wo (F -> H)
+    return L * (2 * (4 * H * H + mlp) + 4 * mean_len * H)
 
 
 # --------------------------------------------------------------------------- driver
@@ -391,7 +448,7 @@ def main():
         print(f"\n{name}: {len(texts)} sentences, {real_tokens} real tokens (mean {lens.mean():.1f}), "
               f"GEMM ceiling {ceiling:,.0f} tokens/s")
         methods = args.methods.split(",")
-        runs = {m: {"times": [], "peak_rss_mb": 0.0} for m in methods}
+        runs = {m: {"times": [], "peak_rss_mb": 0.0, "attn": None} for m in methods}
         for m in methods:
             features_path(mdir, m).unlink(missing_ok=True)  # never compare with a stale run's features
         for rnd in range(args.rounds):
@@ -409,7 +466,9 @@ def main():
                 r = json.loads(line[0][7:])
                 runs[method]["times"] += r["times"]
                 runs[method]["peak_rss_mb"] = max(runs[method]["peak_rss_mb"], r["peak_rss_mb"])
-                print(f"  round {rnd + 1}: {method:<22} {real_tokens / np.median(r['times']):>9,.0f} tok/s", flush=True)
+                runs[method]["attn"] = r.get("attn")
+                print(f"  round {rnd + 1}: {_label(method, r.get('attn')):<28} {real_tokens / np.median(r['times']):>9,.0f} tok/s",
+                      flush=True)
         for method in methods:
             r = runs[method]
             if r is None:
@@ -417,15 +476,20 @@ def main():
             med = float(np.median(r["times"]))
             row = {"model": name, "method": method, "median_s": med, "tokens_per_s": real_tokens / med,
                    "sentences_per_s": len(texts) / med, "peak_rss_mb": r["peak_rss_mb"], "ceiling": ceiling,
-                   "times": r["times"], "min_cosine": min_cosine(mdir, method)}
+                   "times": r["times"], "min_cosine": min_cosine(mdir, method), "attn": r["attn"]}
             rows.append(row)
-            print(f"  {method:<22} {row['tokens_per_s']:>9,.0f} tok/s  {row['sentences_per_s']:>7,.0f} sent/s  "
+            print(f"  {_label(method, r['attn']):<28} {row['tokens_per_s']:>9,.0f} tok/s  {row['sentences_per_s']:>7,.0f} sent/s  "
                   f"peak RSS {row['peak_rss_mb']:>6,.0f} MB  min cos vs fp32 {_fmt_cos(row['min_cosine'])}  "
                   f"runs {', '.join(f'{t:.2f}' for t in r['times'])} s")
     table = render(rows, gflops)
     print("\n" + table)
     if not args.no_write:
         write_results(table, rows, gflops, args)
+
+
+def _label(method: str, attn: str | None) -> str:
+    """The method's name, with the attention implementation transformers picked: 'transformers-sorted [sdpa]'."""
+    return f"{method} [{attn}]" if attn else method
 
 
 def _fmt_cos(c: float | None) -> str:
@@ -440,7 +504,7 @@ def render(rows: list[dict], gflops: float) -> str:
         ours = next((r for r in mine if r["method"] == "bertfeat"), None)
         for r in mine:
             ratio = f"{ours['tokens_per_s'] / r['tokens_per_s']:.2f}x" if ours else "-"
-            out.append(f"| {model} | {r['method']} | {r['tokens_per_s']:,.0f} | {r['sentences_per_s']:,.0f} | "
+            out.append(f"| {model} | {_label(r['method'], r.get('attn'))} | {r['tokens_per_s']:,.0f} | {r['sentences_per_s']:,.0f} | "
                        f"{r['peak_rss_mb']:,.0f} | {ratio} | {100 * r['tokens_per_s'] / r['ceiling']:.0f}% | "
                        f"{_fmt_cos(r.get('min_cosine'))} |")
     for model in dict.fromkeys(r["model"] for r in rows):
@@ -495,7 +559,7 @@ def write_results(table: str, rows: list[dict], gflops: float, args):
     section = f"""{heading}
 
 Measured {dt.date.today().isoformat()} by `python benchmarks/bench_encode.py`: {args.n} real sentences from ../shared/data
-(the first {args.n_base} of them for the bert-base shape),
+(the first {args.n_base} of them for the base shapes: bert-base, mpnet-base, modernbert-base),
 max length {args.max_length}, mean pooling. Each run is its own process (load, warm-up on {args.warmup} sentences, the
 whole corpus timed {args.repeats}x); methods run round robin for {args.rounds} rounds; medians of the {args.rounds * args.repeats} runs.
 

@@ -25,3 +25,13 @@ def build_corpus(n: int = 4000) -> list[str]:
                 out.append(src[i])
         i += 1
     return out
+
+
+def held_out_sentences() -> list[str]:
+    """Real sentences build_corpus never uses (SST-2 dev and test, TREC test: about 3,200), e.g. to train a
+    tokenizer for a random-weight benchmark model without seeing the timed corpus."""
+    out = []
+    for name in ("stsa.binary.dev", "stsa.binary.test"):
+        out += [l.split(" ", 1)[1] for l in (SHARED / "sst2" / name).read_text(encoding="utf-8").splitlines() if l.strip()]
+    out += [l.split(" ", 1)[1] for l in (SHARED / "trec" / "TREC.test").read_text(encoding="latin-1").splitlines() if l.strip()]
+    return out
