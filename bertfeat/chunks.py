@@ -156,11 +156,15 @@ def iter_chunks(source: Reader, chunk_rows: int):
 @dataclass
 class PreparedChunk:
     chunk: Chunk
-    prepared: object  # encoder.Prepared or None when the chunk has no accepted row
+    prepared: object  # encoder.Prepared of the rows to encode (``todo``), or None when there are none
+    reuse: object = None  # reuse.ChunkReuse: the rows taken from the cache or an identical row (None: no reuse)
+    todo: list[int] | None = None  # positions (among the chunk's accepted rows) of the prepared rows, in order
+    refused: dict | None = None  # position -> Reason of rows refused as too long (long_text='error', skip)
 
 
-def prepare_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str) -> PreparedChunk:
-    """Tokenize a chunk; under long_text='error' an over-long row is a bad row.
+def prepare_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str, reuser=None) -> PreparedChunk:
+    """Look the chunk's rows up (``reuser``: reuse.Reuser, the cache and the run's earlier rows) and tokenize the
+    rest, one row per distinct text; under long_text='error' an over-long row is a bad row.
 
     Under ``on_bad_row='error'`` the first bad row of the chunk (lowest row number, whatever its reason) raises
     ``FILE row N: reason - fix``.
@@ -169,38 +173,62 @@ def prepare_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str
 
     if on_bad_row == "error" and chunk.rejects and spec.long_text != "error":
         raise bad_row_error(source_name, chunk.rejects[0])
+    reuse = reuser.plan(chunk.texts, chunk.pairs) if reuser is not None and chunk.rows else None
+    todo = list(range(len(chunk.rows))) if reuse is None else list(reuse.todo)
+    refused: dict[int, Reason] = {}
     prepared = None
-    while chunk.rows:
+    while todo:
+        texts = [chunk.texts[i] for i in todo]
+        pairs = None if chunk.pairs is None else [chunk.pairs[i] for i in todo]
         try:
-            prepared = encoder.prepare(chunk.texts, chunk.pairs, spec)
+            prepared = encoder.prepare(texts, pairs, spec)
             break
         except LongTextError as e:
             bad = sorted(set(e.rows.tolist()))
-            tok = encoder.tokenizer.encode([chunk.texts[i] for i in bad],
-                                           None if chunk.pairs is None else [chunk.pairs[i] for i in bad], spec.max_length)
-            chunk.rejects += [reject(chunk.rows[i], None if chunk.ids is None else chunk.ids[i], too_long(int(n), spec.max_length),
-                                     chunk.kept(i))
-                              for i, n in zip(bad, tok.n_tokens)]
-            chunk.rejects.sort(key=lambda r: r["row"])
+            tok = encoder.tokenizer.encode([texts[j] for j in bad], None if pairs is None else [pairs[j] for j in bad],
+                                           spec.max_length)
+            refused.update({todo[j]: too_long(int(n), spec.max_length) for j, n in zip(bad, tok.n_tokens)})
             if on_bad_row == "error":
                 break
-            chunk.select([i for i in range(len(chunk.rows)) if i not in set(bad)])
-    if on_bad_row == "error" and chunk.rejects:
-        raise bad_row_error(source_name, chunk.rejects[0])
-    return PreparedChunk(chunk, prepared if chunk.rows else None)
+            todo = [p for j, p in enumerate(todo) if j not in set(bad)]
+    if on_bad_row == "error" and (chunk.rejects or refused):
+        first = sorted(chunk.rejects + [reject(chunk.rows[i], None if chunk.ids is None else chunk.ids[i], why, chunk.kept(i))
+                                        for i, why in refused.items()], key=lambda r: r["row"])[0]
+        raise bad_row_error(source_name, first)
+    return PreparedChunk(chunk, prepared if todo else None, reuse, todo, refused)
 
 
-def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict | None = None) -> pa.Table:
-    """Run the model on a prepared chunk -> Arrow table: id, embedding, n_tokens, truncated, n_chunks, then the kept
-    columns (``keep_types``: name -> Arrow type, the reader's ``keep_types()``)."""
+def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict | None = None, reuser=None) -> pa.Table:
+    """Run the model on a prepared chunk's rows to encode, take the others' vectors (``reuser``), -> Arrow table: id,
+    embedding, n_tokens, truncated, n_chunks, then the kept columns (``keep_types``: name -> Arrow type, the
+    reader's ``keep_types()``). Rows refused as too long join the chunk's rejects."""
     chunk, prep = pc.chunk, pc.prepared
     D = encoder.output_dim(spec)
-    if prep is None:
-        X = np.zeros((0, D), dtype=np.float32)
-        n_tok, trunc, n_ch = np.zeros(0, np.int32), np.zeros(0, bool), np.zeros(0, np.int32)
+    todo = pc.todo or []
+    X = run_rows(encoder, spec, prep, [chunk.rows[i] for i in todo]) if prep is not None else np.zeros((0, D), np.float32)
+    encoded = {}
+    if prep is not None:
+        n_tok, trunc, n_ch = prep.n_tokens, prep.truncated, prep.n_chunks
+        encoded = {p: (j, int(n_tok[j]), bool(trunc[j]), int(n_ch[j])) for j, p in enumerate(todo)}
+    if pc.reuse is not None:
+        entries, refused = reuser.settle(pc.reuse, encoded, X, pc.refused or {})
     else:
-        X = run_rows(encoder, spec, prep, chunk.rows)
-        n_tok, trunc, n_ch = prep.n_tokens.astype(np.int32), prep.truncated, prep.n_chunks.astype(np.int32)
+        entries = {p: (X[j], n, t, c) for p, (j, n, t, c) in encoded.items()}
+        refused = dict(pc.refused or {})
+    if refused:
+        chunk.rejects += [reject(chunk.rows[i], None if chunk.ids is None else chunk.ids[i], why, chunk.kept(i))
+                          for i, why in refused.items()]
+        chunk.rejects.sort(key=lambda r: r["row"])
+    order = sorted(entries)
+    if len(order) != len(chunk.rows):
+        chunk.select(order)
+    if order:
+        X = np.stack([entries[i][0] for i in order]).astype(np.float32, copy=False)
+    else:
+        X = np.zeros((0, D), dtype=np.float32)
+    n_tok = np.fromiter((entries[i][1] for i in order), np.int32, len(order))
+    trunc = np.fromiter((entries[i][2] for i in order), bool, len(order))
+    n_ch = np.fromiter((entries[i][3] for i in order), np.int32, len(order))
     ids = pa.array(chunk.rows, pa.int64()) if chunk.ids is None else pa.array(chunk.ids)
     emb = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1), pa.float32()), D)
     columns = {id_name: ids, "embedding": emb, "n_tokens": pa.array(n_tok), "truncated": pa.array(trunc),
@@ -221,10 +249,10 @@ def run_rows(encoder, spec, prep, rows: list[int]) -> np.ndarray:
 
 
 def encode_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str, id_name: str,
-                 keep_types: dict | None = None) -> tuple[pa.Table, list[dict]]:
+                 keep_types: dict | None = None, reuser=None) -> tuple[pa.Table, list[dict]]:
     """One chunk end to end (the call a Dask partition task makes): -> (features table, rejects)."""
-    pc = prepare_chunk(encoder, spec, chunk, source_name, on_bad_row)
-    return chunk_table(encoder, spec, pc, id_name, keep_types), pc.chunk.rejects
+    pc = prepare_chunk(encoder, spec, chunk, source_name, on_bad_row, reuser)
+    return chunk_table(encoder, spec, pc, id_name, keep_types, reuser), pc.chunk.rejects
 
 
 def table_counts(t: pa.Table, max_length: int) -> dict:

@@ -113,10 +113,15 @@ def extract(
     workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: N local one-thread worker processes (default: one process with a thread per core, measured fastest)."),
     blocksize: str = typer.Option(DEFAULT_BLOCKSIZE, "--blocksize", help="--engine dask: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 (default), bf16 (linear layers as bf16 GEMMs: needs bertfeat[fast] and an AMX or AVX512-BF16 CPU) or auto (the fastest precision this CPU accelerates; docs/precision.md)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="Vector cache directory kept across runs: rows whose text and settings were encoded before are reused, only new texts are encoded (default: $BERTFEAT_CACHE if set; docs/cache.md)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Use no vector cache, even if BERTFEAT_CACHE is set."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
     from .job import extract as run_extract
     from .progress import make_progress
+
+    if no_cache and cache is not None:
+        raise BertfeatError("--cache and --no-cache exclude each other", "give one of them")
 
     summary = run_extract(
         input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
@@ -126,7 +131,7 @@ def extract(
         pca_model=pca_model,
         format=format, wide=wide, on_bad_row=on_bad_row, resume=resume, overwrite=overwrite, chunk_rows=chunk_rows,
         threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
-        command=_command_line(), keep=",".join(keep) if keep else None,
+        command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache,
         progress=make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     if not quiet:
         render_summary(summary)
@@ -146,6 +151,8 @@ def render_summary(s) -> None:
     lines = [
         f"rows read       {s.rows_read:,}",
         f"rows written    {s.rows_written:,}",
+        f"rows encoded    {s.rows_encoded:,}",
+        f"rows reused     {s.rows_reused:,}",
         f"rows rejected   {s.rows_rejected:,}",
         f"rows truncated  {s.rows_truncated:,} ({s.tokens_dropped:,} tokens dropped, {pct_dropped:.2f}% of tokens)",
         f"rows chunked    {s.rows_chunked:,}",
@@ -155,7 +162,9 @@ def render_summary(s) -> None:
         f"model           {s.model} (pooling {s.pooling}, dim {s.dim})",
     ]
     if getattr(s, "rows_multiline", 0):
-        lines.insert(5, f"rows multi-line {s.rows_multiline:,} (quoted fields that span lines; check them if unexpected)")
+        lines.insert(7, f"rows multi-line {s.rows_multiline:,} (quoted fields that span lines; check them if unexpected)")
+    if s.cache:
+        lines.append(f"cache           {s.cache}" + (f" ({s.cache_repaired:,} damaged entries encoded again)" if s.cache_repaired else ""))
     if s.chunks_resumed:
         lines.append(f"resumed         {s.chunks_resumed} chunk(s) from the interrupted run")
     for k, v in s.outputs.items():
@@ -173,6 +182,9 @@ def _register_optional():
     except ImportError:  # pragma: no cover - during development
         return
     app.add_typer(pca_app, name="pca", help="Fit a PCA on a features file, or apply one.")
+    from .cli_cache import cache_app
+
+    app.add_typer(cache_app, name="cache", help="Look into or clear a vector cache (extract --cache).")
     app.command("report", epilog="Examples:\n\n  bertfeat report feats.pca100.npz\n\n"
                 "  bertfeat report feats.pca100.npz -o reports/pca100 --quiet")(report_command)
 

@@ -68,7 +68,7 @@ from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, 
 from .dask_cluster import ClusterError, cancel, cluster_slots, gather, open_client, worker_threads
 from .errors import BertfeatError, opt, render
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
-                      job_manifest, load_encoder, new_pca, provenance, read_manifest)
+                      job_manifest, load_encoder, make_reuser, new_pca, provenance, read_manifest)
 from .progress import NullProgress
 from .readers import Partition, Reader
 from .rejects import publish_rejects
@@ -189,6 +189,8 @@ class TaskContext:
     n_components: object = None  # the PCA's n_components (None: every component)
     width: int = 5
     keep_types: dict | None = None  # the kept columns (keep) and their Arrow types
+    cache: str | None = None  # the vector cache directory (on this machine: the client checked the workers' host)
+    cache_id: tuple | None = None  # (fingerprint, settings) of the run in the cache (vcache.cache_fingerprint)
 
 
 def part_name(index: int, width: int = 5) -> str:
@@ -209,15 +211,20 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.want_pca else "")
     path = out_dir / part_name(part.index, ctx.width)
     stats = {"index": part.index, "first_row": first_row, "rows_read": len(raw.rows), "rows_written": 0, "rows_truncated": 0,
-             "rows_chunked": 0, "tokens": 0, "tokens_dropped": 0, "rejects": [], "run": ctx.run_key}
+             "rows_chunked": 0, "tokens": 0, "tokens_dropped": 0, "rows_encoded": 0, "rows_reused": 0, "cache_repaired": 0,
+             "rejects": [], "run": ctx.run_key}
     pca = new_pca(ctx.n_components) if ctx.fit_stats else None
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
         return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
     writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and not ctx.want_pca)
+    reuser = None
     try:
+        # identical rows of the partition encoded once; with a cache, rows any run encoded before are reused
+        reuser = make_reuser(enc, ctx.spec, None if ctx.cache is None else Path(ctx.cache), Path(ctx.out_dir), ctx.cache_id)
         for start in range(0, max(len(raw.rows), 1), ctx.chunk_rows):
             chunk = validate_batch(raw.slice(start, start + ctx.chunk_rows), part.index)
-            table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.name, ctx.on_bad_row, ctx.id_name, ctx.keep_types)
+            table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.name, ctx.on_bad_row, ctx.id_name, ctx.keep_types,
+                                          reuser)
             stats["rejects"] += rejects
             if not table.num_rows:
                 continue
@@ -230,10 +237,14 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
         if not (Path(ctx.out_dir) / MANIFEST).is_file():
             writer.abort()
             return {"cancelled": True}
+        stats.update(rows_encoded=reuser.encoded, rows_reused=reuser.reused, cache_repaired=reuser.corrupt)
         writer.close(_part_meta(ctx.meta, stats))
     except BaseException:
         writer.abort()
         raise
+    finally:
+        if reuser is not None:
+            reuser.close()
     stats["pca"] = pca
     return stats
 
@@ -243,7 +254,8 @@ def _part_meta(meta: dict, stats: dict) -> dict:
     part = {k: v for k, v in stats.items() if k != "pca"}
     part["rejects"] = [{**r, "reason": render(r["reason"], {})} for r in stats["rejects"]]  # as the rejects file words them
     return {"rows": {"read": stats["rows_read"], "written": stats["rows_written"], "rejected": len(stats["rejects"]),
-                     "truncated": stats["rows_truncated"], "chunked": stats["rows_chunked"]},
+                     "truncated": stats["rows_truncated"], "chunked": stats["rows_chunked"],
+                     "encoded": stats["rows_encoded"], "reused": stats["rows_reused"]},
             "tokens": {"total": stats["tokens"], "dropped": stats["tokens_dropped"]},
             "part": json.loads(json.dumps(part, default=str))}
 
@@ -322,8 +334,10 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
     spec, fingerprint = feature_settings(encoder, plan)
     applied = applied_pca(plan, fingerprint, encoder.output_dim(spec))  # pca_model: checked before any task runs
     id_name = plan.id_name
-    summary = ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
+    summary = ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec),
+                             cache=None if plan.cache is None else str(plan.cache))
     dask = plan.dask
+    cache_id = check_cache(plan, encoder, spec) if plan.cache is not None else None
 
     own_client = client is None
     outputs: dict = {}  # files written beside OUTPUT (the PCA model and report), removed if the run then fails
@@ -335,6 +349,8 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         if own_client:
             client, cluster = open_client(dask)
         threads = plan.threads or worker_threads(client, dask.scheduler or "")
+        if plan.cache is not None:
+            check_worker_hosts(client, plan.cache)
         # Partitions: a few per task slot of the cluster (a resumed run keeps the interrupted run's cut)
         target = _resumed_value(partial, "split_target") if plan.resume else None
         if target is None:
@@ -370,7 +386,8 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
                           on_bad_row=plan.on_bad_row, id_name=id_name, id_type=src.id_type() or pa.string(),
                           chunk_rows=plan.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
                           out_dir=str(partial), wide=plan.wide, want_pca=plan.reduces, fit_stats=n_components is not None,
-                          n_components=plan.pca_n_components, width=width, keep_types=plan.keep_types or None)
+                          n_components=plan.pca_n_components, width=width, keep_types=plan.keep_types or None,
+                          cache=None if plan.cache is None else str(Path(plan.cache).resolve()), cache_id=cache_id)
 
         # pass 1: encode (skipping finished partitions)
         stage = partial / FULL_DIR if plan.reduces else partial
@@ -419,6 +436,10 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         for i in sorted(results):
             summary.add(results[i])
             summary.rows_rejected += len(results[i]["rejects"])
+            summary.cache_repaired += int(results[i].get("cache_repaired", 0))
+        if summary.cache_repaired:
+            progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged entries (checksum mismatch): "
+                          "encoded again and rewritten")
         final_meta = provenance(encoder, spec, fingerprint, plan, summary)
         final_meta["engine"] = "dask"
         final_meta["partitions"] = len(parts)
@@ -471,6 +492,33 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
                 cluster.close()
     summary.elapsed = time.perf_counter() - t0
     return summary
+
+
+def check_cache(plan, encoder, spec) -> tuple[str, dict]:
+    """The cache opened once on the client before any task (a damaged or unwritable cache is refused here, once):
+    -> (fingerprint, settings) for the workers."""
+    from .vcache import cache_fingerprint, open_cache
+
+    cache_id = cache_fingerprint(encoder, spec)
+    store = open_cache(plan.cache)
+    try:
+        store.register(cache_id[0], encoder.model_id, encoder.output_dim(spec), cache_id[1])
+    finally:
+        store.close()
+    return cache_id
+
+
+def check_worker_hosts(client, cache: Path) -> None:
+    """The vector cache is one machine's SQLite database: every worker must run on this machine."""
+    import socket
+
+    here = socket.gethostname()
+    hosts = client.run(socket.gethostname)
+    other = sorted({h for h in hosts.values() if h != here})
+    if other:
+        raise BertfeatError(f"the vector cache {cache} is a SQLite database on this machine ({here}), and workers run on "
+                            f"{', '.join(other)}: SQLite's locking does not reach across machines",
+                            f"run without {opt('cache')} (or {opt('cache', False)}), or run the workers on this machine")
 
 
 def _run_key(manifest: dict) -> str:

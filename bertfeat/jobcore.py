@@ -185,8 +185,30 @@ def feature_settings(encoder, plan) -> tuple[object, dict]:
     return spec, encoder.fingerprint(spec)
 
 
+def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, cache_id: tuple[str, dict] | None = None):
+    """The run's reuse of vectors (reuse.py): identical rows encoded once, and with ``cache_dir`` the vector cache
+    opened under this run's fingerprint (``cache_id``: (fingerprint, settings), computed here when not given).
+    ``spill_dir``: where the run's duplicate store spills past its memory budget."""
+    from .reuse import Reuser
+
+    dim = encoder.output_dim(spec)
+    if cache_dir is None:
+        return Reuser(dim, spill_dir=spill_dir)
+    from .vcache import cache_fingerprint, open_cache
+
+    fp, settings = cache_id or cache_fingerprint(encoder, spec)
+    store = open_cache(cache_dir)
+    try:
+        fid = store.register(fp, encoder.model_id, dim, settings)
+    except BaseException:
+        store.close()
+        raise
+    return Reuser(dim, store, fid, spill_dir)
+
+
 # --------------------------------------------------------------------------- counts and provenance
 COUNT_KEYS = ("rows_written", "rows_truncated", "rows_chunked", "tokens", "tokens_dropped")
+REUSE_KEYS = ("rows_encoded", "rows_reused")
 
 
 @dataclass
@@ -201,6 +223,10 @@ class ExtractSummary:
     rows_multiline: int = 0  # CSV rows whose quoted fields span lines
     tokens: int = 0  # tokens of accepted rows before truncation
     tokens_dropped: int = 0
+    rows_encoded: int = 0  # distinct texts that went through the model in this run
+    rows_reused: int = 0  # rows whose vector came from the cache or from an identical earlier row of the run
+    cache: str | None = None  # the vector cache directory (None: no cache)
+    cache_repaired: int = 0  # cache entries that failed their checksum: encoded again and rewritten
     elapsed: float = 0.0
     chunks_resumed: int = 0
     outputs: dict = field(default_factory=dict)
@@ -210,7 +236,7 @@ class ExtractSummary:
 
     def add(self, counts: dict):
         """Add a unit of work's counts (table_counts keys, plus rows_read when given)."""
-        for k in ("rows_read", *COUNT_KEYS):
+        for k in ("rows_read", *COUNT_KEYS, *REUSE_KEYS):
             if k in counts:
                 setattr(self, k, getattr(self, k) + int(counts[k]))
 
@@ -260,7 +286,9 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         **({"keep": list(plan.keep)} if plan.keep else {}),
         "command": plan.command or " ".join(shlex.quote(a) for a in sys.argv),
         "rows": {"read": summary.rows_read, "written": summary.rows_written, "rejected": summary.rows_rejected,
-                 "truncated": summary.rows_truncated, "chunked": summary.rows_chunked},
+                 "truncated": summary.rows_truncated, "chunked": summary.rows_chunked,
+                 "encoded": summary.rows_encoded, "reused": summary.rows_reused},
+        "cache": None if plan.cache is None else str(plan.cache),
         "tokens": {"total": summary.tokens, "dropped": summary.tokens_dropped},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "pca": None,

@@ -25,7 +25,7 @@ from .chunks import (PreparedChunk, chunk_table, extra_columns, feature_matrix, 
                      table_counts, validate_batch)
 from .errors import BertfeatError, opt
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
-                      job_manifest, load_encoder, new_pca, provenance, read_manifest)
+                      job_manifest, load_encoder, make_reuser, new_pca, provenance, read_manifest)
 from .progress import NullProgress
 from .rejects import publish_rejects
 from .threads import read_ahead
@@ -54,22 +54,24 @@ class PartStore:
         write_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
         return set()
 
-    def write_part(self, index: int, table: pa.Table, rejects: list[dict], n_read: int):
-        meta = {b"bertfeat_part": json.dumps({"rejects": rejects, "n_read": n_read}, default=str).encode()}
+    def write_part(self, index: int, table: pa.Table, rejects: list[dict], n_read: int, reuse: dict | None = None):
+        meta = {b"bertfeat_part": json.dumps({"rejects": rejects, "n_read": n_read, "reuse": reuse or {}}, default=str).encode()}
         with atomic_output(self.part_path(index)) as tmp:
             pq.write_table(table.replace_schema_metadata(meta), tmp)
 
-    def read_part(self, index: int) -> tuple[pa.Table, list[dict], int]:
+    def read_part(self, index: int) -> tuple[pa.Table, list[dict], int, dict]:
+        """A finished chunk: its table, rejects, input rows and reuse counts (rows_encoded, rows_reused)."""
         t = pq.read_table(self.part_path(index))
         meta = json.loads(t.schema.metadata[b"bertfeat_part"])
-        return t.replace_schema_metadata(None), meta["rejects"], meta["n_read"]
+        return t.replace_schema_metadata(None), meta["rejects"], meta["n_read"], meta.get("reuse", {})
 
     def remove(self):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def prepared_chunks(plan, encoder, spec, done: set[int]):
-    """Read, validate and tokenize (run ahead of the model by read_ahead); completed chunks pass through untokenized.
+def prepared_chunks(plan, encoder, spec, done: set[int], reuser=None):
+    """Read, validate, look up (``reuser``) and tokenize (run ahead of the model by read_ahead); completed chunks pass
+    through untokenized.
 
     Yields ("done", index, bytes_read, rows) for a chunk already in the part store, else ("chunk", PreparedChunk).
     """
@@ -79,7 +81,7 @@ def prepared_chunks(plan, encoder, spec, done: set[int]):
             yield ("done", index, raw.bytes_read, len(raw.rows))
             continue
         chunk = validate_batch(raw, index)
-        yield ("chunk", prepare_chunk(encoder, spec, chunk, source.name, plan.on_bad_row))
+        yield ("chunk", prepare_chunk(encoder, spec, chunk, source.name, plan.on_bad_row, reuser))
 
 
 def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
@@ -102,22 +104,29 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     for _, path in layout.outputs():  # temporaries of a run killed while it wrote its outputs (this output's only)
         for stale in path.parent.glob(f".{glob_escape(path.name)}.tmp-*"):
             stale.unlink(missing_ok=True)
-    summary = ExtractSummary(chunks_resumed=len(done), pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec))
+    summary = ExtractSummary(chunks_resumed=len(done), pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec),
+                             cache=None if plan.cache is None else str(plan.cache))
     if done:
         progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")
+    try:
+        reuser = make_reuser(encoder, spec, plan.cache, store.dir)
+    except BaseException:
+        if not done:
+            store.remove()
+        raise
 
     source = plan.reader
     progress.start(source.total_rows, source.total_bytes)
-    items = read_ahead(prepared_chunks(plan, encoder, spec, done), READ_AHEAD_CHUNKS, name="bertfeat-reader")
+    items = read_ahead(prepared_chunks(plan, encoder, spec, done, reuser), READ_AHEAD_CHUNKS, name="bertfeat-reader")
     order: list[int] = []
     rejects: dict[int, list[dict]] = {}
     pca = new_pca(plan.pca_n_components) if plan.pca is not None else None
 
-    def account(index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int):
+    def account(index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int, reuse: dict):
         """A finished unit's counts, rejects and PCA statistics, taken while its table is in memory."""
         order.append(index)
         rejects[index] = chunk_rejects
-        summary.add({"rows_read": n_read, **table_counts(table, spec.max_length)})
+        summary.add({"rows_read": n_read, **table_counts(table, spec.max_length), **reuse})
         if pca is not None and table.num_rows:
             accumulate_pca(pca, feature_matrix(table))
 
@@ -129,9 +138,11 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
                 progress.advance(n, 0, bytes_read)
                 continue
             pc: PreparedChunk = item[1]
-            table = chunk_table(encoder, spec, pc, plan.id_name, plan.keep_types)
-            store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read)
-            account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read)
+            before = (reuser.encoded, reuser.reused)
+            table = chunk_table(encoder, spec, pc, plan.id_name, plan.keep_types, reuser)
+            reuse = {"rows_encoded": reuser.encoded - before[0], "rows_reused": reuser.reused - before[1]}
+            store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
+            account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
             tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
             progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
     except BertfeatError:
@@ -153,6 +164,11 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     finally:
         items.close()
         progress.stop()
+        summary.cache_repaired = reuser.corrupt
+        reuser.close()
+    if summary.cache_repaired:
+        progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged entr{'y' if summary.cache_repaired == 1 else 'ies'} "
+                      "(checksum mismatch): encoded again and rewritten")
     summary.rows_multiline = getattr(source, "multiline_rows", 0)
 
     try:
@@ -200,7 +216,7 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
                                wide=plan.wide, extra_columns=output_columns(plan.keep_types))
         with writer:
             for i in order:
-                t, _, _ = store.read_part(i)
+                t, _, _, _ = store.read_part(i)
                 X = feature_matrix(t)
                 if pca is not None and len(X):
                     X = pca.transform(X).astype(np.float32)

@@ -168,6 +168,7 @@ class ExtractPlan:
     command: str | None
     encoder_options: dict = field(default_factory=dict)  # as given (kept in the resume manifest)
     keep: tuple[str, ...] = ()  # input columns copied to the output (the reader reads them: keep_types)
+    cache: Path | None = None  # the vector cache directory (vcache.py), None: no cache
 
     @property
     def precision(self) -> str:
@@ -211,7 +212,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
               engine: str = "local", scheduler: str | None = None, workers: int | None = None,
               blocksize: int | str | None = DEFAULT_BLOCKSIZE, client: Any = None,
               encoder_options: dict | None = None, command: str | None = None,
-              keep: str | list[str] | tuple[str, ...] | None = None) -> ExtractPlan:
+              keep: str | list[str] | tuple[str, ...] | None = None, cache: str | os.PathLike | bool | None = None) -> ExtractPlan:
     """Check every option and resolve the input and the outputs: -> the plan (``bertfeat.extract``'s parameters).
 
     Raises BertfeatError naming the parameter, before anything is read past the input's header or written.
@@ -230,6 +231,9 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         raise BertfeatError(f"unknown {opt('on_bad_row', on_bad_row, cli=repr(on_bad_row))}", "choose error or skip")
     pca_value = parse_pca(pca)
     pca_model = check_pca_model(pca_model, pca_value)
+    from .vcache import resolve_cache
+
+    cache = resolve_cache(cache)
 
     # the encoder
     encoder_kwargs = encoder_settings(model, max_length, max_batch_tokens, threads, precision, encoder_options)
@@ -280,7 +284,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         features=FeatureOptions(pooling, layers, layer_agg, normalize, prompt, prompt_name, max_length, long_text, stride),
         id_column=id_column, pair_column=pair_column, on_bad_row=on_bad_row, chunk_rows=chunk_rows, threads=threads,
         pca=pca_value, pca_model=pca_model, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
-        engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}), keep=keep)
+        engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}), keep=keep, cache=cache)
 
 
 #: the output's own columns besides the id column (a kept column may not take their names)

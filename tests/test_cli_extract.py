@@ -53,7 +53,8 @@ def test_csv_matches_encoder_in_input_order_with_ids_and_provenance(tmp_path, ca
     assert meta["long_text"] == "truncate" and meta["pca"] is None
     assert (meta["input"], meta["input_format"], meta["text_column"], meta["id_column"]) == (str(src), "csv", "text", "id")
     assert meta["command"] == f"bertfeat extract {src} --id-column id --chunk-rows 5 --max-batch-tokens 64"
-    assert meta["rows"] == {"read": 12, "written": 12, "rejected": 0, "truncated": 0, "chunked": 0}
+    assert meta["rows"] == {"read": 12, "written": 12, "rejected": 0, "truncated": 0, "chunked": 0, "encoded": 12, "reused": 0}
+    assert meta["cache"] is None
     assert meta["tokens"] == {"total": int(ref.n_tokens.sum()), "dropped": 0}
     assert meta["fingerprint"]["weights_sha256"] == enc.weights_sha256
 

@@ -266,7 +266,7 @@ def test_csv_skip_writes_rejects_and_keeps_good_rows_aligned(tmp_path, capsys):
     assert t.column("id").to_pylist() == ["a", "c", "f", "h"]
     good = ["first good", "second, good", "multi\nline good", "last good"]
     assert_close(embeddings(t), tiny_encoder().encode(good))
-    assert metadata(out)["rows"] == {"read": 9, "written": 4, "rejected": 5, "truncated": 0, "chunked": 0}
+    assert metadata(out)["rows"] == {"read": 9, "written": 4, "rejected": 5, "truncated": 0, "chunked": 0, "encoded": 4, "reused": 0}
     assert summary_line(err, "rows read") == "rows read 9"
     assert summary_line(err, "rows written") == "rows written 4"
     assert summary_line(err, "rows rejected") == "rows rejected 5"

@@ -1,0 +1,415 @@
+"""The vector cache: encoder outputs stored by content, so a re-run encodes only the texts it has not seen.
+
+A cache is a directory holding one SQLite database, ``vectors.sqlite3`` (standard library, WAL mode):
+
+    fingerprints(id, fingerprint, model, dim, settings, created, last_used)
+        one row per encoder setting: ``fingerprint`` is the sha256 (32 hex digits) of everything that changes a
+        vector (``cache_fingerprint``), ``settings`` that dict as JSON (what ``bertfeat cache info`` shows)
+    vectors(fp, key, vec, n_tokens, flags, n_chunks, crc)       WITHOUT ROWID, primary key (fp, key)
+        ``key``: 16 bytes of BLAKE2b over the text and its pair (``text_key``); ``vec``: float32 bytes (dim x 4);
+        the row's token counts; ``crc``: 8 bytes of BLAKE2b over the fingerprint, key, vector and counts, checked
+        on every read (a mismatch is a miss: the row is encoded again and the entry rewritten)
+
+Why SQLite (measured in benchmarks/CACHE_RESULTS.md): a B-tree on (fp, key) keeps a lookup in bounded memory at
+any size (the page cache is capped: ``CACHE_PAGES``), WAL lets several runs and the Dask engine's worker processes
+on one machine read while one writes, a transaction is all or nothing (a run killed mid-write leaves the last
+committed state: never half a vector), and it ships with Python. Its locking needs one machine's shared memory,
+so a cache on a network file system (NFS, SMB, ...) is refused by name (``check_cache_dir``), and the Dask engine
+refuses a cache when its workers run on other hosts.
+
+The store holds no state of a run: ``reuse.py`` decides what to look up and what to encode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import BertfeatError, opt
+
+DB_NAME = "vectors.sqlite3"
+FORMAT = "1"  # the schema's version, in the meta table
+LOOKUP_BATCH = 500  # keys per SELECT ... IN (...)
+CACHE_PAGES = -65536  # SQLite's page cache per connection: 64 MiB (negative: KiB)
+BUSY_TIMEOUT_S = 120.0  # a writer waits this long for another's transaction (they last one chunk)
+NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs", "afs",
+              "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.glusterfs", "fuse.cephfs", "9p")
+ENV = "BERTFEAT_CACHE"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS fingerprints(
+    id INTEGER PRIMARY KEY, fingerprint TEXT UNIQUE NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL,
+    settings TEXT NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS vectors(
+    fp INTEGER NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, n_tokens INTEGER NOT NULL, flags INTEGER NOT NULL,
+    n_chunks INTEGER NOT NULL, crc INTEGER NOT NULL, PRIMARY KEY(fp, key)) WITHOUT ROWID;
+"""
+
+
+class CacheError(BertfeatError):
+    """The vector cache cannot be opened, read or written."""
+
+
+# --------------------------------------------------------------------------- keys and fingerprints
+def text_key(text: str, pair: str | None = None) -> bytes:
+    """A row's content key: 16 bytes of BLAKE2b over its text and pair (lengths first: no two rows collide by
+    moving characters between text and pair; a row without a pair differs from one with an empty pair)."""
+    a = text.encode("utf-8", "surrogatepass")
+    h = hashlib.blake2b(len(a).to_bytes(8, "little") + a, digest_size=16, person=b"bertfeat-text")
+    if pair is not None:
+        b = pair.encode("utf-8", "surrogatepass")
+        h.update(b"\x01" + len(b).to_bytes(8, "little") + b)
+    return h.digest()
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+#: the top-level files of a model folder that can change a vector besides the weights
+MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+               "vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model", "modules.json",
+               "config_sentence_transformers.json", "sentence_bert_config.json")
+
+
+def model_files_digest(directory: Path) -> dict[str, str]:
+    """sha256 of every file of a model folder that can change a vector besides the encoder's weights (checksummed
+    already): ``MODEL_FILES`` at the top, and every file of the sentence-transformers module folders
+    (1_Pooling/config.json, 2_Dense/config.json and its weights, ...: folders named ``N_...``), docs left out.
+    Other weight files (pytorch_model.bin beside model.safetensors, onnx/, openvino/) are not read."""
+    root = Path(directory)
+    out = {}
+    for name in MODEL_FILES:
+        if (root / name).is_file():
+            out[name] = _file_digest(root / name)
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and re.match(r"\d+_", p.name)):
+        for p in sorted(sub.rglob("*")):
+            rel = p.relative_to(root)
+            if p.is_file() and not any(part.startswith(".") for part in rel.parts) and not p.name.lower().endswith(".md"):
+                out[str(rel)] = _file_digest(p)
+    return out
+
+
+def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
+    """(fingerprint, settings): everything that changes a vector, and its sha256 (32 hex digits).
+
+    The settings are the features' fingerprint (model id, weights' sha256, precision, every FeatureSpec field:
+    pooling, layers and their aggregation, normalize, max length, long-text policy and stride, Dense modules,
+    prompt), the sha256 of the model folder's other files (tokenizer, config, sentence-transformers modules), and
+    the GEMM path's identity (library, kernel, bf16 / int8 scheme, CPU model): fp32 on OpenBLAS and on oneDNN
+    round differently, so their vectors never mix."""
+    gemm = encoder.gemm_path.to_dict()
+    settings = {"cache_format": FORMAT, **encoder.fingerprint(spec),
+                "model_files": model_files_digest(encoder.location.path),
+                "gemm": {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "cpu")
+                         if gemm.get(k) is not None}}
+    blob = json.dumps(settings, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:32], settings
+
+
+# --------------------------------------------------------------------------- where a cache may live
+def resolve_cache(cache) -> Path | None:
+    """``cache=`` of bertfeat.extract: a directory, None (then the BERTFEAT_CACHE environment variable, if set and
+    not empty) or False / "" (no cache, whatever the environment says) -> the directory or None."""
+    if cache is False or (isinstance(cache, str) and not cache.strip()):
+        return None
+    if cache is None or cache is True:
+        env = os.environ.get(ENV, "").strip()
+        if cache is True and not env:
+            raise BertfeatError(f"{opt('cache', True)} needs a directory", f"give {opt('cache', 'DIR')}, or set {ENV}=DIR")
+        return check_cache_dir(Path(env)) if env else None
+    if not isinstance(cache, (str, os.PathLike)):
+        raise BertfeatError(f"{opt('cache', cache)} is not a directory name", f"give {opt('cache', 'DIR')}, or False for no cache")
+    return check_cache_dir(Path(os.fspath(cache)))
+
+
+def check_cache_dir(path: Path) -> Path:
+    """A cache directory must be a directory (or not exist yet, under a directory that does) on a local file system."""
+    if path.exists() and not path.is_dir():
+        raise CacheError(f"the cache {path} is not a directory", f"give {opt('cache')} a directory (it is made if missing)")
+    parent = path if path.exists() else next((p for p in path.absolute().parents if p.exists()), Path("/"))
+    fs = filesystem_type(parent)
+    if fs in NETWORK_FS:
+        raise CacheError(f"the cache {path} is on a network file system ({fs}), where SQLite's locking is not safe for "
+                         "several processes", f"put {opt('cache')} on a local disk of this machine")
+    return path
+
+
+def filesystem_type(path: Path) -> str | None:
+    """The file system type of the mount holding ``path`` (Linux: /proc/self/mounts), else None."""
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    target, best, kind = str(Path(path).resolve()), -1, None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mnt = parts[1].replace("\\040", " ")
+        if (target == mnt or target.startswith(mnt.rstrip("/") + "/")) and len(mnt) > best:
+            best, kind = len(mnt), parts[2]
+    return kind
+
+
+# --------------------------------------------------------------------------- the store
+def _crc(fp_text: str, key: bytes, vec: bytes, n_tokens: int, flags: int, n_chunks: int) -> int:
+    h = hashlib.blake2b(fp_text.encode() + key + vec + np.array([n_tokens, flags, n_chunks], "<i8").tobytes(),
+                        digest_size=8)
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+class VectorStore:
+    """One SQLite database of vectors by (fingerprint, key); a connection shared by this process's threads.
+
+    ``durable=False`` (the run's temporary duplicate store): no fsync, no WAL; the file is deleted by ``close``.
+    Every SQLite failure becomes a CacheError naming the file and what to do.
+    """
+
+    def __init__(self, path: Path, durable: bool = True):
+        self.path = Path(path)
+        self.durable = durable
+        self.corrupt = 0  # entries whose checksum failed (read as misses)
+        self._lock = threading.Lock()
+        self._fp_text: dict[int, str] = {}
+        self._dims: dict[int, int] = {}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CacheError(f"cannot make the cache directory {self.path.parent} ({e.strerror or e})",
+                             f"give {opt('cache')} a directory you can write") from None
+        with self._guard("open"):
+            self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            if durable:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a crash loses at most the last commits, never consistency
+            else:
+                self.db.execute("PRAGMA journal_mode=OFF")
+                self.db.execute("PRAGMA synchronous=OFF")
+            self.db.execute(f"PRAGMA cache_size={CACHE_PAGES}")
+            self.db.executescript(_SCHEMA)
+            fmt = self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+            if fmt is None:
+                self.db.execute("INSERT OR IGNORE INTO meta VALUES('format', ?)", (FORMAT,))
+            elif fmt[0] != FORMAT:
+                raise CacheError(f"the cache {self.path} has format {fmt[0]}, this bertfeat reads format {FORMAT}",
+                                 f"use another {opt('cache')} directory, or clear this one with `bertfeat cache clear`")
+
+    # ------------------------------------------------------------------ errors
+    class _Guard:
+        def __init__(self, store: "VectorStore", doing: str):
+            self.store, self.doing = store, doing
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, kind, e, tb):
+            if e is None or not isinstance(e, sqlite3.Error):
+                return False
+            raise self.store._error(e, self.doing) from None
+
+    def _guard(self, doing: str) -> "_Guard":
+        return VectorStore._Guard(self, doing)
+
+    def _error(self, e: sqlite3.Error, doing: str) -> CacheError:
+        text = str(e)
+        if isinstance(e, sqlite3.OperationalError) and "locked" in text:
+            return CacheError(f"the cache {self.path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s while {doing}",
+                              "let the other run finish, or use another cache directory")
+        if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text or "disk I/O" in text):
+            return CacheError(f"cannot {doing} the cache {self.path} ({text})",
+                              "check the cache directory is writable and its disk has room, or use another one")
+        if isinstance(e, sqlite3.OperationalError) and "full" in text:
+            return CacheError(f"cannot {doing} the cache {self.path}: the disk is full", "free disk space, or use another cache directory")
+        return CacheError(f"the cache {self.path} is damaged ({text})",
+                          f"delete {self.path} (its vectors are recomputed by the next run), or use another cache directory")
+
+    # ------------------------------------------------------------------ fingerprints
+    def register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int:
+        """The fingerprint's id in this store (added when new); marks it used now."""
+        now = time.time()
+        with self._lock, self._guard("write"):
+            self.db.execute("INSERT OR IGNORE INTO fingerprints(fingerprint, model, dim, settings, created, last_used) "
+                            "VALUES(?, ?, ?, ?, ?, ?)",
+                            (fingerprint, model, int(dim), json.dumps(settings, sort_keys=True, default=str), now, now))
+            fid, stored_dim = self.db.execute("SELECT id, dim FROM fingerprints WHERE fingerprint=?", (fingerprint,)).fetchone()
+            self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (now, fid))
+        if stored_dim != dim:
+            raise CacheError(f"the cache {self.path} holds {stored_dim}-dimension vectors under fingerprint {fingerprint}, "
+                             f"this run makes {dim}", f"delete {self.path} (it is damaged), or use another cache directory")
+        self._fp_text[fid], self._dims[fid] = fingerprint, int(dim)
+        return fid
+
+    # ------------------------------------------------------------------ vectors
+    def get(self, fid: int, keys: list[bytes]) -> dict[bytes, tuple[np.ndarray, int, bool, int]]:
+        """The stored entries among ``keys``: key -> (vector (dim,) float32, n_tokens, truncated, n_chunks). An
+        entry whose checksum fails is left out (counted in ``corrupt``): the caller encodes that row again."""
+        out: dict = {}
+        fp_text, dim = self._fp_text[fid], self._dims[fid]
+        with self._lock, self._guard("read"):
+            for s in range(0, len(keys), LOOKUP_BATCH):
+                part = keys[s:s + LOOKUP_BATCH]
+                rows = self.db.execute(f"SELECT key, vec, n_tokens, flags, n_chunks, crc FROM vectors WHERE fp=? AND key IN "
+                                       f"({','.join('?' * len(part))})", (fid, *part)).fetchall()
+                for key, vec, n_tok, flags, n_ch, crc in rows:
+                    if len(vec) != 4 * dim or _crc(fp_text, key, vec, n_tok, flags, n_ch) != crc:
+                        self.corrupt += 1
+                        continue
+                    out[bytes(key)] = (np.frombuffer(vec, dtype="<f4"), int(n_tok), bool(flags & 1), int(n_ch))
+        return out
+
+    def put(self, fid: int, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> None:
+        """Store rows (one transaction: all of them or none); an existing entry is replaced (a corrupt one repaired)."""
+        fp_text = self._fp_text[fid]
+        X = np.ascontiguousarray(X, dtype="<f4")
+        rows = []
+        for i, key in enumerate(keys):
+            vec, nt, fl, nc = X[i].tobytes(), int(n_tokens[i]), int(bool(truncated[i])), int(n_chunks[i])
+            rows.append((fid, key, vec, nt, fl, nc, _crc(fp_text, key, vec, nt, fl, nc)))
+        if not rows:
+            return
+        with self._lock, self._guard("write"):
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.db.executemany("INSERT OR REPLACE INTO vectors VALUES(?, ?, ?, ?, ?, ?, ?)", rows)
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+
+    def touch(self, fid: int) -> None:
+        with self._lock, self._guard("write"):
+            self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (time.time(), fid))
+
+    # ------------------------------------------------------------------ cache info / clear
+    def summary(self) -> list[dict]:
+        """One dict per fingerprint: fingerprint, model, dim, entries, bytes (of vectors), settings, created, last_used."""
+        with self._lock, self._guard("read"):
+            counts = dict((fp, (n, b)) for fp, n, b in
+                          self.db.execute("SELECT fp, count(*), sum(length(vec)) FROM vectors GROUP BY fp"))
+            fps = self.db.execute("SELECT id, fingerprint, model, dim, settings, created, last_used FROM fingerprints "
+                                  "ORDER BY last_used DESC").fetchall()
+        out = []
+        for fid, fp, model, dim, settings, created, last_used in fps:
+            n, b = counts.get(fid, (0, 0))
+            out.append({"fingerprint": fp, "model": model, "dim": dim, "entries": int(n), "bytes": int(b or 0),
+                        "settings": json.loads(settings), "created": created, "last_used": last_used})
+        return out
+
+    def clear(self, fingerprint: str | None = None) -> int:
+        """Delete every entry (or one fingerprint's, by its full id or a unique prefix) in one transaction; returns
+        the entries deleted. The file shrinks (VACUUM) when no other process has it open."""
+        with self._lock, self._guard("write"):
+            if fingerprint is None:
+                ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints")]
+            else:
+                ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints WHERE fingerprint LIKE ?",
+                                                     (fingerprint.replace("%", "").replace("_", "") + "%",))]
+                if len(ids) != 1:
+                    raise CacheError(f"the cache {self.path} has {'no' if not ids else len(ids)} fingerprint(s) starting "
+                                     f"with {fingerprint!r}", "give a fingerprint `bertfeat cache info` shows (or more of its digits)")
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                n = 0
+                for fid in ids:
+                    n += self.db.execute("DELETE FROM vectors WHERE fp=?", (fid,)).rowcount
+                    self.db.execute("DELETE FROM fingerprints WHERE id=?", (fid,))
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        try:
+            with self._lock:
+                self.db.execute("VACUUM")
+        except sqlite3.OperationalError:  # another process reads it: the space is reused by later writes instead
+            pass
+        return n
+
+    def size_on_disk(self) -> int:
+        return sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
+
+    def close(self) -> None:
+        try:
+            self.db.close()
+        except sqlite3.Error:
+            pass
+        if not self.durable:
+            for p in self.path.parent.glob(self.path.name + "*"):
+                p.unlink(missing_ok=True)
+
+
+def open_cache(directory: Path) -> VectorStore:
+    """The cache in ``directory`` (made when missing)."""
+    return VectorStore(Path(directory) / DB_NAME)
+
+
+def open_existing_cache(directory: Path) -> VectorStore:
+    """An existing cache (``bertfeat cache info / clear``): refuses a directory that holds none."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise CacheError(f"the cache {d} does not exist" if not d.exists() else f"the cache {d} is not a directory",
+                         "give the directory passed to extract --cache (or BERTFEAT_CACHE)")
+    if not (d / DB_NAME).is_file():
+        raise CacheError(f"{d} holds no bertfeat vector cache ({DB_NAME} is missing)",
+                         "give the directory passed to extract --cache (or BERTFEAT_CACHE)")
+    return open_cache(d)
+
+
+# --------------------------------------------------------------------------- bertfeat cache info / clear
+def settings_line(s: dict) -> str:
+    """A fingerprint's settings in a few words (``bertfeat cache info``)."""
+    parts = [f"pooling {s.get('pooling')}", f"layers {','.join(str(x) for x in s.get('layers', []))}"]
+    if len(s.get("layers", [])) > 1:
+        parts.append(f"layer agg {s.get('layer_agg')}")
+    if s.get("dense"):
+        parts.append(f"dense {len(s['dense'])}")
+    parts.append("normalize" if s.get("normalize") else "no normalize")
+    parts.append(f"max length {s.get('max_length')}")
+    lt = s.get("long_text")
+    parts.append(f"{lt} stride {s.get('stride')}" if str(lt).startswith("chunk") else str(lt))
+    if s.get("prompt"):
+        parts.append(f"prompt {s['prompt']!r}")
+    parts.append(str(s.get("precision")))
+    kernel = (s.get("gemm") or {}).get("kernel")
+    if kernel:
+        parts.append(kernel)
+    return ", ".join(parts)
+
+
+def cache_info(directory) -> dict:
+    """What ``bertfeat cache info`` shows: the cache's file, size on disk, entries, and per fingerprint its model,
+    settings, entries, vector bytes and when it was last used (newest first)."""
+    store = open_existing_cache(Path(directory))
+    try:
+        fps = store.summary()
+        return {"cache": str(directory), "file": str(store.path), "size_on_disk": store.size_on_disk(),
+                "entries": sum(f["entries"] for f in fps), "fingerprints": fps}
+    finally:
+        store.close()
+
+
+def clear_cache(directory, fingerprint: str | None = None) -> dict:
+    """``bertfeat cache clear``: every entry, or one fingerprint's (one transaction), -> entries deleted and the size
+    on disk before and after."""
+    store = open_existing_cache(Path(directory))
+    try:
+        before = store.size_on_disk()
+        n = store.clear(fingerprint)
+        return {"deleted": n, "size_before": before, "size_after": store.size_on_disk()}
+    finally:
+        store.close()
