@@ -195,3 +195,23 @@ def no_onednn(monkeypatch):
 
     monkeypatch.setattr(onednn, "_state", {"lib": None, "error": "libdnnl was not found"})
     monkeypatch.setattr(gemm, "_kernels", {})
+
+
+@pytest.fixture(scope="session")
+def dask_client():
+    """One Dask LocalCluster for the session's tests that only need some cluster (a model family on the Dask engine):
+    one worker process with one thread, loopback only, so the worker loads the model itself. Tests that need a
+    cluster of their own shape (two workers, a worker killed) keep their module's fixture."""
+    need("distributed", 'pip install -e ".[dask]"')
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=logging.ERROR)
+    client = Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()

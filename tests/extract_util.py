@@ -142,3 +142,44 @@ class Interrupt:
         self.n += 1
         if self.n == self.after:
             raise KeyboardInterrupt
+
+
+def assert_dask_and_sklearn_agree(model: Path, texts: list[str], tmp_path: Path, client, parts: int = 2) -> list[int]:
+    """A model on the other two ways in: ``bertfeat.extract(..., engine="dask")`` on ``client`` writes the local
+    engine's output (the same ids in input order, the same token counts, features within TOL), and
+    ``bertfeat.sklearn.TextFeatures(model)`` gives ``Encoder(model).encode`` within TOL.
+
+    Input: a Parquet dataset of ``parts`` files (one Dask partition each) with a string id column; the local run cuts
+    its chunks at the files' boundaries, so every row meets the same batch neighbours on both engines. Returns the
+    rows' token counts."""
+    import bertfeat
+    from bertfeat.sklearn import TextFeatures
+
+    assert len(texts) % parts == 0, "the texts must split evenly over the files"
+    per = len(texts) // parts
+    ids = [f"doc-{i:03d}" for i in range(len(texts))]
+    src = tmp_path / "in"
+    src.mkdir()
+    for k in range(parts):
+        pq.write_table(pa.table({"id": ids[k * per:(k + 1) * per], "text": texts[k * per:(k + 1) * per]}),
+                       src / f"part{k}.parquet")
+    local, dask_out = tmp_path / "local.parquet", tmp_path / "dask.parquet"
+    bertfeat.extract(src, local, model=str(model), id_column="id", chunk_rows=per)
+    s = bertfeat.extract(src, dask_out, model=str(model), id_column="id", engine="dask", client=client,
+                         blocksize=None)
+    files = sorted(dask_out.glob("part-*.parquet"))
+    assert len(files) == parts and s.rows_written == len(texts)
+    assert metadata(files[0])["engine"] == "dask"
+    a = read_table(local)
+    b = pa.concat_tables([pq.read_table(p).replace_schema_metadata(None) for p in files])
+    assert a.column("id").to_pylist() == b.column("id").to_pylist() == ids
+    assert a.column("n_tokens").to_pylist() == b.column("n_tokens").to_pylist()
+    X, Y = embeddings(a), embeddings(b)
+    print(f"\n{metadata(local)['model']}: Dask engine vs local engine, {len(ids)} rows in {parts} partitions: "
+          f"max |diff| {np.abs(X - Y).max():.2e}")
+    assert X.shape == Y.shape and np.abs(X - Y).max() <= TOL
+    want = Encoder(model).encode(texts)
+    got = TextFeatures(model=str(model)).fit_transform(texts)
+    print(f"TextFeatures vs Encoder.encode: max |diff| {np.abs(got - want).max():.2e}")
+    assert got.shape == want.shape and np.abs(got - want).max() <= TOL
+    return a.column("n_tokens").to_pylist()

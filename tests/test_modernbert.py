@@ -249,6 +249,27 @@ def test_info_names_the_family(mb_dir):
     assert info["family"] == "ModernBERT" and info["model_type"] == "modernbert"
 
 
+@pytest.fixture(scope="module")
+def st_mean_dir(mb_dir, tmp_path_factory) -> Path:
+    """As modernbert-embed-base: Transformer -> mean Pooling -> Normalize, saved by sentence-transformers."""
+    from st_ckpt import st_folder
+
+    return st_folder(tmp_path_factory.mktemp("st") / "mb-mean-normalize", base=mb_dir, pooling="mean", normalize=True,
+                     max_seq_length=1024)
+
+
+def test_dask_engine_and_sklearn(st_mean_dir, real_sentences, long_texts, tmp_path, dask_client):
+    """The Dask engine writes the local engine's features (same ids), TextFeatures gives Encoder.encode's; the long
+    texts (hundreds of tokens) run the sliding-window layers (window 16) on the workers too."""
+    from conftest import need
+    from extract_util import assert_dask_and_sklearn_agree
+
+    need("sklearn")
+    n_tokens = assert_dask_and_sklearn_agree(st_mean_dir, list(real_sentences[:28]) + list(long_texts[:4]), tmp_path,
+                                             dask_client)
+    assert max(n_tokens) > 10 * 16  # far beyond the local layers' window
+
+
 # --------------------------------------------------------------------------- precisions
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
 def test_other_precisions(mb_dir, real_sentences, precision):

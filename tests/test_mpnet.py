@@ -222,6 +222,15 @@ def test_info_names_the_family(st_dir):
     assert info["pooler"] == "yes"
 
 
+def test_dask_engine_and_sklearn(st_dir, real_sentences, long_texts, tmp_path, dask_client):
+    """The Dask engine writes the local engine's features (same ids), TextFeatures gives Encoder.encode's."""
+    from conftest import need
+    from extract_util import assert_dask_and_sklearn_agree
+
+    need("sklearn")
+    assert_dask_and_sklearn_agree(st_dir, list(real_sentences[:28]) + list(long_texts[:4]), tmp_path, dask_client)
+
+
 # --------------------------------------------------------------------------- fill-mask
 def test_fill_mask_matches_mpnet_for_masked_lm(tmp_path):
     from bertfeat.inspection import masked_lm_logits
