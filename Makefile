@@ -43,6 +43,7 @@ bench:
 # ------------------------------------------------------------------------------------------
 # make features [INPUT=train.csv] [APPLY="dev.csv test.csv"] [PCA=64] [MODEL=dir-or-hub-id] [POOLING=mean]
 #               [LAYERS=-1] [KEEP=label] [EXTRACT_OPTS="--normalize --text-column review"] [BUILD=build]
+#               [CACHE=build/cache]
 #
 # INPUT (the training set): raw features, a PCA fitted on them, the reduced features and the PCA
 # report, all under $(BUILD)/features/<INPUT's stem>/:
@@ -65,6 +66,9 @@ bench:
 # (when make reads this file) only if the settings differ from the last run's, so a changed
 # MODEL/POOLING/LAYERS/KEEP/EXTRACT_OPTS/INPUT re-extracts and nothing else does. PCA is in the file
 # names, so PCA=100 and PCA=64 outputs live side by side; INPUT's stem names the directory.
+# Every extract keeps its vectors in the vector cache $(CACHE) (default $(BUILD)/cache, shared by every INPUT and
+# APPLY file and every setting; CACHE= turns it off): after an edit of INPUT the extract re-runs, but it encodes only
+# the rows whose text it has not seen (docs/cache.md). The cache never changes a result, so it is not a setting.
 # A missing INPUT or APPLY file stops make before anything is written. INPUT, APPLY and BUILD are
 # relative to the directory make runs in (make -f /path/to/bertfeat/Makefile features ... works
 # from anywhere); the default INPUT is the clone's sample. File names must not contain spaces.
@@ -78,6 +82,7 @@ LAYERS ?=
 KEEP ?=
 EXTRACT_OPTS ?=
 BUILD ?= build
+CACHE ?= $(BUILD)/cache
 
 # $(call feat_stem,PATH): the name without directory, compression suffix and extension (data/x.v1.csv.gz -> x.v1)
 feat_stem = $(basename $(patsubst %.gz,%,$(patsubst %.bz2,%,$(patsubst %.zst,%,$(notdir $(patsubst %/,%,$1))))))
@@ -93,6 +98,7 @@ apply_stamp = $(FEAT_DIR)/apply/$(call feat_stem,$1).settings
 APPLIED := $(foreach f,$(APPLY),$(call apply_out,$f))
 EXTRACT_FLAGS := $(strip $(if $(MODEL),--model $(MODEL)) $(if $(POOLING),--pooling $(POOLING)) $(if $(LAYERS),--layers=$(LAYERS)) $(if $(KEEP),--keep $(KEEP)) $(EXTRACT_OPTS))
 SETTINGS_TEXT := input=$(abspath $(INPUT)) flags=$(strip $(EXTRACT_FLAGS))
+CACHE_FLAG := $(if $(strip $(CACHE)),--cache $(CACHE),--no-cache)
 
 # -n / -q (dry run, question) never write a stamp; a changed setting then forces the extract instead.
 DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS)))
@@ -103,8 +109,8 @@ stamp = $(if $(FEATURES_GOAL),$(if $(subst $2,,$(file < $1))$(subst $(file < $1)
 
 ifneq ($(FEATURES_GOAL),)
 # Checks before anything is written: computed names are not settings, every input exists, applied stems differ.
-$(foreach v,STEM FEAT_DIR RAW PCA_MODEL PCA_REPORT REDUCED SETTINGS APPLIED EXTRACT_FLAGS SETTINGS_TEXT,$(if $(filter command line environment override,$(origin $v)),\
-  $(error $v is computed by this Makefile and is not a setting (INPUT APPLY PCA MODEL POOLING LAYERS KEEP EXTRACT_OPTS BUILD); the PCA is always fitted on INPUT - to reduce other files with INPUT's PCA, name them in APPLY: make features INPUT=train.csv APPLY="test.csv")))
+$(foreach v,STEM FEAT_DIR RAW PCA_MODEL PCA_REPORT REDUCED SETTINGS APPLIED EXTRACT_FLAGS SETTINGS_TEXT CACHE_FLAG,$(if $(filter command line environment override,$(origin $v)),\
+  $(error $v is computed by this Makefile and is not a setting (INPUT APPLY PCA MODEL POOLING LAYERS KEEP EXTRACT_OPTS BUILD CACHE); the PCA is always fitted on INPUT - to reduce other files with INPUT's PCA, name them in APPLY: make features INPUT=train.csv APPLY="test.csv")))
 $(if $(strip $(INPUT)),,$(error INPUT is empty))
 $(foreach f,$(INPUT) $(APPLY),$(if $(wildcard $f),,$(error $f: no such file (INPUT / APPLY are relative to $(CURDIR)); nothing was written)))
 $(foreach s,$(sort $(foreach f,$(APPLY),$(call feat_stem,$f))),$(if $(word 2,$(foreach f,$(APPLY),$(if $(filter $s,$(call feat_stem,$f)),$f))),\
@@ -120,7 +126,7 @@ settings-changed:
 $(SETTINGS): ;
 
 $(RAW): $(INPUT) $(SETTINGS) $(SETTINGS_CHANGED)
-	$(BERTFEAT) extract $(INPUT) -o $@ --overwrite $(EXTRACT_FLAGS)
+	$(BERTFEAT) extract $(INPUT) -o $@ --overwrite $(CACHE_FLAG) $(EXTRACT_FLAGS)
 
 $(PCA_MODEL): $(RAW)
 	$(BERTFEAT) pca fit $< -n $(PCA) -o $@ --quiet --overwrite
@@ -134,7 +140,7 @@ $(REDUCED): $(RAW) $(PCA_MODEL)
 # An applied file: read-only use of the training PCA (a prerequisite, never a target of these rules).
 define apply_rule
 $(call apply_out,$1): $1 $(call apply_stamp,$1) $(PCA_MODEL) $(call stamp,$(call apply_stamp,$1),input=$(abspath $1))
-	$$(BERTFEAT) extract $1 -o $$@ --pca-model $(PCA_MODEL) --overwrite $$(EXTRACT_FLAGS)
+	$$(BERTFEAT) extract $1 -o $$@ --pca-model $(PCA_MODEL) --overwrite $$(CACHE_FLAG) $$(EXTRACT_FLAGS)
 $(call apply_stamp,$1): ;
 endef
 $(foreach f,$(APPLY),$(eval $(call apply_rule,$f)))

@@ -518,7 +518,7 @@ def check_worker_hosts(client, cache: Path) -> None:
     if other:
         raise BertfeatError(f"the vector cache {cache} is a SQLite database on this machine ({here}), and workers run on "
                             f"{', '.join(other)}: SQLite's locking does not reach across machines",
-                            f"run without {opt('cache')} (or {opt('cache', False)}), or run the workers on this machine")
+                            f"run without {opt('cache')} (unset BERTFEAT_CACHE), or run the workers on this machine")
 
 
 def _run_key(manifest: dict) -> str:
