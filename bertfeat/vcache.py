@@ -227,7 +227,8 @@ class VectorStore:
     def _error(self, e: sqlite3.Error, doing: str) -> CacheError:
         text = str(e)
         if isinstance(e, sqlite3.OperationalError) and "locked" in text:
-            return CacheError(f"the cache {self.path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s while {doing}",
+            gerund = {"open": "opening", "read": "reading", "write": "writing"}.get(doing, doing)
+            return CacheError(f"the cache {self.path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s while {gerund}",
                               "let the other run finish, or use another cache directory")
         if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text or "disk I/O" in text):
             return CacheError(f"cannot {doing} the cache {self.path} ({text})",
@@ -262,7 +263,9 @@ class VectorStore:
         with self._lock, self._guard("read"):
             for s in range(0, len(keys), LOOKUP_BATCH):
                 part = keys[s:s + LOOKUP_BATCH]
-                rows = self.db.execute(f"SELECT key, vec, n_tokens, flags, n_chunks, crc FROM vectors WHERE fp=? AND key IN "
+                # CAST: a vec cell whose type went from BLOB to TEXT (a flipped bit in the record header) is read as
+                # bytes and fails its checksum (a miss), not a UTF-8 decoding error that stopped the run
+                rows = self.db.execute(f"SELECT key, CAST(vec AS BLOB), n_tokens, flags, n_chunks, crc FROM vectors WHERE fp=? AND key IN "
                                        f"({','.join('?' * len(part))})", (fid, *part)).fetchall()
                 for key, vec, n_tok, flags, n_ch, crc in rows:
                     if len(vec) != 4 * dim or _crc(fp_text, key, vec, n_tok, flags, n_ch) != crc:
@@ -317,8 +320,10 @@ class VectorStore:
             if fingerprint is None:
                 ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints")]
             else:
-                ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints WHERE fingerprint LIKE ?",
-                                                     (fingerprint.replace("%", "").replace("_", "") + "%",))]
+                # a plain prefix comparison (LIKE took '_' and '%' as wildcards: '_' matched every fingerprint)
+                prefix = fingerprint.strip().lower()
+                ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints WHERE substr(fingerprint, 1, ?) = ?",
+                                                     (len(prefix), prefix))] if prefix else []
                 if len(ids) != 1:
                     raise CacheError(f"the cache {self.path} has {'no' if not ids else len(ids)} fingerprint(s) starting "
                                      f"with {fingerprint!r}", "give a fingerprint `bertfeat cache info` shows (or more of its digits)")
@@ -341,7 +346,7 @@ class VectorStore:
         return n
 
     def size_on_disk(self) -> int:
-        return sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
+        return _size_on_disk(self.path)
 
     def close(self) -> None:
         try:
@@ -351,6 +356,11 @@ class VectorStore:
         if not self.durable:
             for p in self.path.parent.glob(self.path.name + "*"):
                 p.unlink(missing_ok=True)
+
+
+def _size_on_disk(db: Path) -> int:
+    """Bytes of the database and its -wal / -shm files (those of other processes' open connections included)."""
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file())
 
 
 def open_cache(directory: Path) -> VectorStore:
@@ -397,19 +407,20 @@ def cache_info(directory) -> dict:
     store = open_existing_cache(Path(directory))
     try:
         fps = store.summary()
-        return {"cache": str(directory), "file": str(store.path), "size_on_disk": store.size_on_disk(),
-                "entries": sum(f["entries"] for f in fps), "fingerprints": fps}
     finally:
         store.close()
+    # measured with this connection closed: its own -shm / -wal files (32 KiB and more) are not the cache's size
+    return {"cache": str(directory), "file": str(store.path), "size_on_disk": store.size_on_disk(),
+            "entries": sum(f["entries"] for f in fps), "fingerprints": fps}
 
 
 def clear_cache(directory, fingerprint: str | None = None) -> dict:
     """``bertfeat cache clear``: every entry, or one fingerprint's (one transaction), -> entries deleted and the size
     on disk before and after."""
+    before = _size_on_disk(Path(directory) / DB_NAME)  # before this connection adds its own -shm / -wal files
     store = open_existing_cache(Path(directory))
     try:
-        before = store.size_on_disk()
         n = store.clear(fingerprint)
-        return {"deleted": n, "size_before": before, "size_after": store.size_on_disk()}
     finally:
         store.close()
+    return {"deleted": n, "size_before": before, "size_after": store.size_on_disk()}

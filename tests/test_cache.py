@@ -1,0 +1,865 @@
+"""The vector cache (``--cache DIR`` / ``cache=`` / BERTFEAT_CACHE) and duplicates encoded once (issue 29).
+
+Every run here is a real one (``bertfeat.extract`` or the command line, subprocesses where a real process matters:
+two runs at once, SIGKILL) on real sentences from tests/data, with the tiny random-weight model unless the test
+needs more. The reference for "the right vectors" is always the same corpus extracted without a cache
+(``cache=False``): same ids in the same order, n_tokens / truncated / n_chunks equal, features within TOL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import bertfeat
+import bertfeat.reuse
+import bertfeat.vcache
+from bertfeat.errors import BertfeatError
+from bertfeat.vcache import DB_NAME, CacheError
+from conftest import TEST_DATA, read_sst2, read_trec
+from extract_util import (TOL, assert_close, embeddings, metadata, no_leftovers, read_table, run, summary_line,
+                          tiny_encoder, tiny_model, write_csv)
+
+SST2, _ = read_sst2(TEST_DATA / "sst2" / "stsa.binary.dev")  # 300 distinct real sentences
+TREC, _ = read_trec(TEST_DATA / "trec" / "TREC.test")  # 100 distinct real questions
+COUNTS = ("n_tokens", "truncated", "n_chunks")
+
+
+# --------------------------------------------------------------------------- helpers
+def second_model() -> Path:
+    """Another tiny model: the same shape and vocabulary as tiny_model() (same dim), other weights."""
+    from ckpt import cached_checkpoint
+
+    return cached_checkpoint(tiny_model().parent, hidden=32, layers=2, heads=2, max_position=128, seed=8)
+
+
+def corpus(path: Path, rows: list[tuple[str, str]]) -> Path:
+    """A CSV of (id, text) rows."""
+    return write_csv(path, ["id", "text"], [list(r) for r in rows])
+
+
+def base_rows(n: int = 120) -> list[tuple[str, str]]:
+    return [(f"s{i:03d}", SST2[i]) for i in range(n)]
+
+
+def edit(rows: list[tuple[str, str]], seed: int = 29, deleted: int = 15, edited: int = 10, added: int = 20):
+    """The next version of a corpus, as a pipeline sees it: rows deleted, texts edited, rows added, all reordered.
+    -> (rows, the number of texts the cache has not seen: edited + added)."""
+    rng = random.Random(seed)
+    gone = set(rng.sample(range(len(rows)), deleted))
+    kept = [r for i, r in enumerate(rows) if i not in gone]
+    for i in rng.sample(range(len(kept)), edited):
+        rid, text = kept[i]
+        kept[i] = (rid, text.replace(" ", " really ", 1))  # a real edit: another text, another vector
+    new = [(f"n{i:03d}", SST2[200 + i]) for i in range(added)]
+    out = kept + new
+    rng.shuffle(out)
+    return out, edited + added
+
+
+def extract(src: Path, out: Path, **kw):
+    """bertfeat.extract with the tiny model and the id column (kw wins)."""
+    kw = {"model": str(tiny_model()), "id_column": "id", **kw}
+    return bertfeat.extract(src, out, **kw)
+
+
+def features(path: Path) -> pa.Table:
+    """A features output: a Parquet file (local engine) or a directory of part files (Dask engine)."""
+    if path.is_dir():
+        return pa.concat_tables([pq.read_table(p).replace_schema_metadata(None) for p in sorted(path.glob("part-*.parquet"))])
+    return read_table(path).replace_schema_metadata(None)
+
+
+def assert_same_features(a: Path, b: Path, tol: float = TOL):
+    """Two outputs hold the same rows: ids in the same order, token counts equal, features within tol."""
+    ta, tb = features(a), features(b)
+    assert ta.column_names == tb.column_names
+    assert ta.column(0).to_pylist() == tb.column(0).to_pylist()
+    for c in COUNTS:
+        assert ta.column(c).to_pylist() == tb.column(c).to_pylist(), c
+    assert_within(embeddings(ta), embeddings(tb), tol)
+
+
+def assert_within(X: np.ndarray, Y: np.ndarray, tol: float = TOL):
+    """float32 features, every value within tol of the reference, absolute (measured: 0.0, the vectors are the
+    same bits; the tiny model's features reach ~3, so this is stricter than extract_util.assert_close)."""
+    assert X.shape == Y.shape and X.dtype == Y.dtype == np.float32, (X.shape, Y.shape, X.dtype)
+    assert X.size and float(np.abs(X.astype(np.float64) - Y).max()) <= tol
+
+
+def entries(cache: Path) -> int:
+    return bertfeat.vcache.cache_info(cache)["entries"]
+
+
+def dedup_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.name.startswith(".dedup-"))
+
+
+@pytest.fixture(scope="module")
+def client():
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0",
+                           silence_logs=logging.ERROR)
+    c = Client(cluster)
+    try:
+        yield c
+    finally:
+        c.close()
+        cluster.close()
+
+
+def engine_kw(engine: str, request, blocksize="3KiB") -> dict:
+    """extract()'s keywords for an engine: Dask on the module's client, the input cut into partitions of blocksize."""
+    if engine == "dask":
+        return dict(engine="dask", client=request.getfixturevalue("client"), blocksize=blocksize)
+    return {}
+
+
+def out_path(tmp_path: Path, engine: str, stem: str) -> Path:
+    """An output: a Parquet file (local engine) or a directory of part files (Dask)."""
+    return tmp_path / (f"{stem}.parquet" if engine == "local" else f"{stem}_dask")
+
+
+# --------------------------------------------------------------------------- 1. an edited corpus encodes only its new texts
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_rerun_on_an_edited_corpus_encodes_only_new_texts(tmp_path, request, engine):
+    kw = dict(chunk_rows=16, **engine_kw(engine, request))
+    cache = tmp_path / "cache"
+    v1 = corpus(tmp_path / "v1.csv", base_rows())
+    s = extract(v1, out_path(tmp_path, engine, "v1"), cache=cache, **kw)
+    assert (s.rows_written, s.rows_encoded, s.rows_reused, s.cache) == (120, 120, 0, str(cache))
+    assert entries(cache) == 120
+
+    rows, n_new = edit(base_rows())
+    v2 = corpus(tmp_path / "v2.csv", rows)
+    out = out_path(tmp_path, engine, "v2")
+    s = extract(v2, out, cache=cache, **kw)
+    assert (s.rows_written, s.rows_encoded, s.rows_reused, s.cache_repaired) == (len(rows), n_new, len(rows) - n_new, 0)
+    assert (n_new, len(rows)) == (30, 125)
+    clean = extract(v2, tmp_path / "clean.parquet", cache=False, chunk_rows=16)
+    assert (clean.rows_encoded, clean.rows_reused, clean.cache) == (125, 0, None)
+    assert_same_features(out, tmp_path / "clean.parquet")
+    assert features(out).column("id").to_pylist() == [r[0] for r in rows]  # input order, not the cache's
+    if engine == "dask":
+        assert len(list(out.glob("part-*.parquet"))) > 2
+    meta = json.loads((out / "_bertfeat.json").read_text()) if engine == "dask" else metadata(out)
+    assert (meta["rows"]["encoded"], meta["rows"]["reused"], meta["cache"]) == (30, 95, str(cache))
+    assert entries(cache) == 150
+
+
+def test_both_engines_share_one_cache(tmp_path, client):
+    """A cache filled by the local engine is fully reused by the Dask engine, and the other way round."""
+    cache = tmp_path / "cache"
+    a = corpus(tmp_path / "a.csv", base_rows(60))
+    b = corpus(tmp_path / "b.csv", [(f"t{i}", t) for i, t in enumerate(TREC[:40])])
+    assert extract(a, tmp_path / "a.parquet", cache=cache).rows_encoded == 60
+    s = extract(a, tmp_path / "a_dask", cache=cache, engine="dask", client=client, blocksize="2KiB")
+    assert (s.rows_encoded, s.rows_reused) == (0, 60)
+    assert extract(b, tmp_path / "b_dask", cache=cache, engine="dask", client=client, blocksize=None).rows_encoded == 40
+    s = extract(b, tmp_path / "b.parquet", cache=cache)
+    assert (s.rows_encoded, s.rows_reused) == (0, 40)
+    assert_same_features(tmp_path / "a_dask", tmp_path / "a.parquet")
+    assert_same_features(tmp_path / "b_dask", tmp_path / "b.parquet")
+
+
+# --------------------------------------------------------------------------- 2. a changed setting reuses nothing
+def _precision_kw(precision: str, monkeypatch) -> dict:
+    from bertfeat import gemm
+
+    if precision == "bf16":
+        monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")  # as tests/test_bf16.py: the emulation where bf16 is not native
+    else:
+        try:
+            gemm.resolve(precision)
+        except BertfeatError as e:
+            pytest.skip(f"{precision} not accelerated here: {e.message}")
+    return {"precision": precision}
+
+
+CHANGES = {
+    "pooling": lambda mp: {"pooling": "cls"},
+    "layers": lambda mp: {"layers": "-2"},
+    "layers aggregated": lambda mp: {"layers": "-2,-1"},
+    "layers concatenated": lambda mp: {"layers": "-2,-1", "layer_agg": "concat"},  # dim 64 in the same store
+    "max_length": lambda mp: {"max_length": 16},
+    "prompt": lambda mp: {"prompt": "query: "},
+    "normalize": lambda mp: {"normalize": True},
+    "long_text": lambda mp: {"long_text": "chunk-mean", "max_length": 16, "stride": 4},
+    "precision bf16": lambda mp: _precision_kw("bf16", mp),
+    "precision int8": lambda mp: _precision_kw("int8", mp),
+    "model": lambda mp: {"model": str(second_model())},
+}
+
+
+@pytest.fixture(scope="module")
+def filled_cache(tmp_path_factory):
+    """A cache holding one fingerprint (the tiny model's defaults) for 40 real sentences, copied per test."""
+    tmp = tmp_path_factory.mktemp("filled")
+    src = corpus(tmp / "c.csv", base_rows(40))
+    s = extract(src, tmp / "o.parquet", cache=tmp / "cache")
+    assert s.rows_encoded == 40
+    return src, tmp / "cache"
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_changed_setting_reuses_nothing(tmp_path, capsys, monkeypatch, filled_cache, change):
+    import shutil
+
+    src, filled = filled_cache
+    cache = tmp_path / "cache"
+    shutil.copytree(filled, cache)
+    kw = CHANGES[change](monkeypatch)
+    s = extract(src, tmp_path / "o.parquet", cache=cache, **kw)
+    assert (s.rows_encoded, s.rows_reused) == (40, 0)
+    clean = tmp_path / "clean.parquet"
+    extract(src, clean, cache=False, **kw)
+    assert_same_features(tmp_path / "o.parquet", clean)  # the new setting's vectors, not the cached ones
+    rc, out, err = run(capsys, "cache", "info", cache)
+    assert (rc, err) == (0, "")
+    assert out.splitlines()[3:5] == ["entries       80", "fingerprints  2"]
+    # and the same setting again reuses all of it
+    s = extract(src, tmp_path / "again.parquet", cache=cache, **kw)
+    assert (s.rows_encoded, s.rows_reused) == (0, 40)
+
+
+def test_a_changed_tokenizer_file_reuses_nothing(tmp_path):
+    """The same model folder (same path, same weights) with its tokenizer_config.json edited in place: the key holds
+    the folder's files, so nothing is reused, and the vectors are the new tokenizer's."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(), model)
+    src = corpus(tmp_path / "c.csv", [(f"t{i}", t) for i, t in enumerate(TREC[:30])])  # capitals: "What is ..."
+    cache = tmp_path / "cache"
+    assert extract(src, tmp_path / "a.parquet", model=str(model), cache=cache).rows_encoded == 30
+    conf = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps({**conf, "do_lower_case": False}))
+    s = extract(src, tmp_path / "b.parquet", model=str(model), cache=cache)
+    assert (s.rows_encoded, s.rows_reused) == (30, 0)
+    extract(src, tmp_path / "clean.parquet", model=str(model), cache=False)
+    assert_same_features(tmp_path / "b.parquet", tmp_path / "clean.parquet")
+    a, b = embeddings(read_table(tmp_path / "a.parquet")), embeddings(read_table(tmp_path / "b.parquet"))
+    assert np.abs(a - b).max() > 1e-3  # cased tokens: other vectors (reusing the old ones would have been wrong)
+    assert len(bertfeat.vcache.cache_info(cache)["fingerprints"]) == 2
+
+
+@pytest.mark.parametrize("same", [{"chunk_rows": 7}, {"max_batch_tokens": 64}, {"threads": 1}, {"id_column": None}])
+def test_a_setting_that_does_not_change_vectors_reuses_all(tmp_path, filled_cache, same):
+    """The key holds what changes a vector, nothing else: chunking, batching, threads and ids reuse every row."""
+    import shutil
+
+    src, filled = filled_cache
+    cache = tmp_path / "cache"
+    shutil.copytree(filled, cache)
+    s = extract(src, tmp_path / "o.parquet", cache=cache, **same)
+    assert (s.rows_encoded, s.rows_reused) == (0, 40)
+    assert len(bertfeat.vcache.cache_info(cache)["fingerprints"]) == 1
+
+
+# --------------------------------------------------------------------------- 3. duplicates of one run encoded once
+def dup_rows(n_rows: int, n_distinct: int, seed: int = 3) -> list[tuple[str, str]]:
+    """n_rows rows drawing from n_distinct texts: duplicates inside chunks and across them, first seen anywhere."""
+    rng = random.Random(seed)
+    texts = [TREC[i] for i in range(n_distinct)]
+    picks = list(range(n_distinct)) + [rng.randrange(n_distinct) for _ in range(n_rows - n_distinct)]
+    rng.shuffle(picks)
+    return [(f"d{i:04d}", texts[k]) for i, k in enumerate(picks)]
+
+
+def assert_each_row_encoded(out: Path, rows: list[tuple[str, str]], tmp_path: Path):
+    """Each row of ``out`` holds its own text's features: those of a run over the distinct texts, one row each."""
+    distinct = list(dict.fromkeys(t for _, t in rows))
+    ref = tmp_path / "ref.parquet"
+    s = extract(corpus(tmp_path / "distinct.csv", [(f"u{i}", t) for i, t in enumerate(distinct)]), ref, cache=False)
+    assert (s.rows_encoded, s.rows_reused) == (len(distinct), 0)
+    r = read_table(ref)
+    at = {t: i for i, t in enumerate(distinct)}
+    idx = [at[t] for _, t in rows]
+    got = features(out)
+    assert got.column("id").to_pylist() == [i for i, _ in rows]
+    for c in COUNTS:
+        assert got.column(c).to_pylist() == [r.column(c)[i].as_py() for i in idx], c
+    assert_within(embeddings(got), embeddings(r)[idx])
+    # and each row is what the model gives for its text alone (no reuse layer at all): Encoder.encode, row by row
+    enc = tiny_encoder()
+    probe = sorted(set(range(len(rows))[::7]) | {len(rows) - 1})
+    want = np.concatenate([enc.encode([rows[i][1]]) for i in probe])
+    assert_close(embeddings(got)[probe], want)
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_duplicates_in_one_run_are_encoded_once(tmp_path, request, engine):
+    rows = dup_rows(150, 40)
+    src = corpus(tmp_path / "c.csv", rows)
+    out = out_path(tmp_path, engine, "o")
+    # Dask: one partition here (several: the test below)
+    s = extract(src, out, cache=False, chunk_rows=7, **engine_kw(engine, request, blocksize=None))
+    assert (s.rows_written, s.rows_encoded, s.rows_reused, s.cache) == (150, 40, 110, None)
+    assert_each_row_encoded(out, rows, tmp_path)
+
+
+def test_dask_duplicates_across_partitions_are_encoded_once(tmp_path, client):
+    """Issue 29: "within one run, identical (text, pair) rows are encoded once" - on the Dask engine too, where the
+    corpus is cut into partitions."""
+    rows = dup_rows(150, 40)
+    src = corpus(tmp_path / "c.csv", rows)
+    s = extract(src, tmp_path / "o_dask", cache=False, chunk_rows=7, engine="dask", client=client, blocksize="2KiB")
+    assert len(list((tmp_path / "o_dask").glob("part-*.parquet"))) > 1
+    assert_each_row_encoded(tmp_path / "o_dask", rows, tmp_path)
+    assert (s.rows_written, s.rows_encoded, s.rows_reused) == (150, 40, 110)
+
+
+def test_pairs_are_part_of_the_key(tmp_path):
+    """(text, pair) is the row: one text with other pairs is another row; characters moved between text and pair
+    do not make the same key; the same (text, pair) again is a duplicate."""
+    a, b, c = SST2[0], SST2[1], SST2[2]
+    words = SST2[3].split(" ")
+    head, tail = " ".join(words[:3]), " ".join(words[3:])
+    pairs = [(a, b), (a, c), (b, a), (a, b), (head, tail), (head + " " + words[3], " ".join(words[4:])), (a, c), (c, c)]
+    rows = [[f"p{i}", t, p] for i, (t, p) in enumerate(pairs)]
+    src = write_csv(tmp_path / "pairs.csv", ["id", "text", "pair"], rows)
+    s = extract(src, tmp_path / "o.parquet", pair_column="pair", cache=tmp_path / "cache", chunk_rows=3)
+    assert (s.rows_encoded, s.rows_reused) == (6, 2)  # (a, b) and (a, c) twice each
+    ref = tmp_path / "ref.parquet"
+    extract(src, ref, pair_column="pair", cache=False, chunk_rows=1)
+    assert_same_features(tmp_path / "o.parquet", ref)
+    X = embeddings(read_table(ref))
+    assert np.abs(X[0] - X[1]).max() > 1e-3 and np.abs(X[0] - X[2]).max() > 1e-3  # other pairs, other vectors
+    # the same texts without their pairs are other rows again
+    src2 = corpus(tmp_path / "single.csv", [(f"q{i}", t) for i, (t, _) in enumerate(pairs)])
+    s = extract(src2, tmp_path / "single.parquet", cache=tmp_path / "cache")
+    assert (s.rows_encoded, s.rows_reused) == (5, 3)  # a, b, head, head+w3, c: none taken from the pair rows
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_duplicates_spill_past_the_memory_budget(tmp_path, request, monkeypatch, engine):
+    """BERTFEAT_DEDUP_MEMORY=2000 bytes holds ~6 vectors of the tiny model: the run's duplicate store spills to a
+    temporary file beside the output, and the features and counts are still exact; the file is gone afterwards."""
+    monkeypatch.setenv("BERTFEAT_DEDUP_MEMORY", "2000")
+    made: list[Path] = []
+    real = bertfeat.reuse.VectorStore
+
+    def spy(path, durable=True):
+        made.append(Path(path))
+        return real(path, durable)
+
+    monkeypatch.setattr(bertfeat.reuse, "VectorStore", spy)
+    rows = dup_rows(200, 50, seed=5)
+    src = corpus(tmp_path / "c.csv", rows)
+    out = out_path(tmp_path, engine, "o")
+    s = extract(src, out, cache=False, chunk_rows=6, **engine_kw(engine, request, blocksize=None))
+    assert (s.rows_written, s.rows_encoded, s.rows_reused) == (200, 50, 150)
+    assert len(made) == 1 and made[0].name.startswith(".dedup-"), made  # it did spill, once
+    assert made[0].parent.name == out.name + ".partial"
+    monkeypatch.setattr(bertfeat.reuse, "VectorStore", real)
+    assert_each_row_encoded(out, rows, tmp_path)
+    assert dedup_files(tmp_path) == []
+    assert no_leftovers(out) == [out.name] or engine == "dask"
+
+
+def test_duplicates_of_a_refused_row_are_refused_too(tmp_path):
+    """long_text="error", on_bad_row="skip": an over-long text is refused at each of its rows (in its chunk, in
+    chunks read ahead before it was refused, and in later ones), with the same reason; nothing of it is cached."""
+    long, short = " ".join(SST2[:6]), TREC[10:16]  # ~130 tokens; questions of ~10
+    texts = [short[0], long, short[1], long, short[0], short[2], short[3], long, short[4], long, short[5], long]
+    src = corpus(tmp_path / "c.csv", [(f"r{i}", t) for i, t in enumerate(texts)])
+    kw = dict(max_length=48, long_text="error", on_bad_row="skip", chunk_rows=2, cache=tmp_path / "cache")
+    s = extract(src, tmp_path / "o.parquet", **kw)
+    assert (s.rows_written, s.rows_rejected, s.rows_encoded, s.rows_reused) == (7, 5, 6, 1)
+    t = read_table(tmp_path / "o.parquet")
+    assert t.column("id").to_pylist() == [f"r{i}" for i, x in enumerate(texts) if x != long]
+    rejects = (tmp_path / "o.parquet.rejects.csv").read_text().splitlines()
+    assert [r.split(",")[:2] for r in rejects[1:]] == [[str(i), f"r{i}"] for i, x in enumerate(texts) if x == long]
+    assert len({r.split(",", 2)[2] for r in rejects[1:]}) == 1, rejects  # one reason, the same words
+    assert entries(tmp_path / "cache") == 6
+    s = extract(src, tmp_path / "again.parquet", **kw)  # refused again, the rest reused
+    assert (s.rows_rejected, s.rows_encoded, s.rows_reused) == (5, 0, 7)
+    assert (tmp_path / "again.parquet.rejects.csv").read_text().splitlines() == rejects
+    assert_same_features(tmp_path / "again.parquet", tmp_path / "o.parquet")
+
+
+def test_spilled_duplicates_survive_ctrl_c_and_resume(tmp_path, monkeypatch):
+    """A run stopped (Ctrl-C) after its duplicate store spilled leaves no .dedup-* file in its partial directory, and
+    --resume finishes with the uninterrupted run's output."""
+    from extract_util import Interrupt
+
+    monkeypatch.setenv("BERTFEAT_DEDUP_MEMORY", "2000")
+    rows = dup_rows(120, 30, seed=11)
+    src = corpus(tmp_path / "c.csv", rows)
+    out = tmp_path / "o.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        extract(src, out, cache=False, chunk_rows=6, progress=Interrupt(8))
+    partial = tmp_path / "o.parquet.partial"
+    assert len(list(partial.glob("part-*.parquet"))) == 8
+    assert dedup_files(tmp_path) == []
+    s = extract(src, out, cache=False, chunk_rows=6, resume=True)
+    assert (s.chunks_resumed, s.rows_written) == (8, 120)
+    assert s.rows_encoded + s.rows_reused == 120 and s.rows_encoded >= 30
+    assert_each_row_encoded(out, rows, tmp_path)
+    assert dedup_files(tmp_path) == [] and no_leftovers(out) == ["o.parquet"]
+
+
+# --------------------------------------------------------------------------- 4. a corrupted cache
+def test_damaged_entries_are_encoded_again_and_repaired(tmp_path, capsys):
+    src = corpus(tmp_path / "c.csv", base_rows(40))
+    cache = tmp_path / "cache"
+    args = ["--model", tiny_model(), "--id-column", "id", "--chunk-rows", 8, "--cache", cache]
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "a.parquet", *args)
+    assert rc == 0, err
+    db = sqlite3.connect(cache / DB_NAME)
+    (fp,), = db.execute("SELECT DISTINCT fp FROM vectors").fetchall()
+    keys = [k for (k,) in db.execute("SELECT key FROM vectors ORDER BY key LIMIT 4")]
+    vec = bytearray(db.execute("SELECT vec FROM vectors WHERE key=?", (keys[0],)).fetchone()[0])
+    vec[5] ^= 0x40  # one flipped bit of a float
+    db.execute("UPDATE vectors SET vec=? WHERE fp=? AND key=?", (bytes(vec), fp, keys[0]))
+    db.execute("UPDATE vectors SET vec=substr(vec, 1, 64) WHERE fp=? AND key=?", (fp, keys[1]))  # half a vector
+    db.execute("UPDATE vectors SET n_tokens=n_tokens+1 WHERE fp=? AND key=?", (fp, keys[2]))  # a count
+    db.execute("UPDATE vectors SET vec=zeroblob(length(vec)) WHERE fp=? AND key=?", (fp, keys[3]))  # zeros
+    db.commit()
+    db.close()
+
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "b.parquet", *args)
+    assert rc == 0, err
+    assert [line.split()[:2] for line in err.splitlines() if line.startswith("rows ")][:4] == [
+        ["rows", "read"], ["rows", "written"], ["rows", "encoded"], ["rows", "reused"]]
+    assert summary_line(err, "rows encoded") == "rows encoded 4"
+    assert summary_line(err, "rows reused") == "rows reused 36"
+    assert summary_line(err, "cache") == f"cache {cache} (4 damaged entries encoded again)"
+    assert metadata(tmp_path / "b.parquet")["rows"]["encoded"] == 4
+    clean = extract(src, tmp_path / "clean.parquet", cache=False, chunk_rows=8)
+    assert clean.rows_encoded == 40
+    assert_same_features(tmp_path / "b.parquet", tmp_path / "clean.parquet")
+
+    s = extract(src, tmp_path / "c.parquet", cache=cache, chunk_rows=8)  # repaired: everything reused again
+    assert (s.rows_encoded, s.rows_reused, s.cache_repaired) == (0, 40, 0)
+    assert_same_features(tmp_path / "c.parquet", tmp_path / "clean.parquet")
+
+
+def test_damaged_entries_on_the_dask_engine(tmp_path, client):
+    src = corpus(tmp_path / "c.csv", base_rows(30))
+    cache = tmp_path / "cache"
+    extract(src, tmp_path / "a.parquet", cache=cache)
+    with sqlite3.connect(cache / DB_NAME) as db:
+        db.execute("UPDATE vectors SET vec=zeroblob(length(vec)) WHERE key IN (SELECT key FROM vectors ORDER BY key LIMIT 2)")
+    db.close()
+    s = extract(src, tmp_path / "b_dask", cache=cache, engine="dask", client=client, blocksize=None)
+    assert (s.rows_encoded, s.rows_reused, s.cache_repaired) == (2, 28, 2)
+    assert_same_features(tmp_path / "b_dask", tmp_path / "a.parquet")
+    (cache / DB_NAME).write_bytes(os.urandom(32 << 10))  # a damaged file: refused before any task, nothing written
+    out = tmp_path / "run" / "c_dask"
+    with pytest.raises(CacheError, match=rf"^the cache {re.escape(str(cache / DB_NAME))} is damaged \(file is not a database\)"):
+        extract(src, out, cache=cache, engine="dask", client=client, blocksize=None)
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_damaged_cache_file_is_one_error_line(tmp_path, capsys, damage):
+    src = corpus(tmp_path / "c.csv", base_rows(20))
+    cache = tmp_path / "cache"
+    extract(src, tmp_path / "a.parquet", cache=cache)
+    db = cache / DB_NAME
+    if damage == "garbage":
+        db.write_bytes(os.urandom(64 << 10))
+    else:
+        data = db.read_bytes()
+        db.write_bytes(data[:100] + os.urandom(len(data) - 100))  # the header kept, every page garbage
+    out = tmp_path / "run" / "b.parquet"
+    out.parent.mkdir()
+    rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--cache", cache)
+    assert rc == 1
+    assert stdout == ""
+    assert len(err.splitlines()) == 1, err
+    why = "file is not a database" if damage == "garbage" else "database disk image is malformed"
+    assert err == (f"Error: the cache {db} is damaged ({why}) - delete {db} (its vectors are recomputed by the next "
+                   "run), or use another cache directory\n")
+    assert list(out.parent.iterdir()) == []  # nothing written, not even the partial directory
+    rc, stdout, err = run(capsys, "cache", "info", cache)
+    assert (rc, stdout, len(err.splitlines())) == (1, "", 1) and err.startswith("Error: the cache ") and str(db) in err
+
+
+def test_a_cache_of_another_format_is_one_error_line(tmp_path, capsys):
+    src = corpus(tmp_path / "c.csv", base_rows(5))
+    cache = tmp_path / "cache"
+    extract(src, tmp_path / "a.parquet", cache=cache)
+    with sqlite3.connect(cache / DB_NAME) as db:
+        db.execute("UPDATE meta SET value='99' WHERE key='format'")
+    db.close()
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "b.parquet", "--model", tiny_model(), "--cache", cache)
+    assert (rc, out) == (1, "")
+    assert err == (f"Error: the cache {cache / DB_NAME} has format 99, this bertfeat reads format 1 - use another --cache "
+                   "directory, or clear this one with `bertfeat cache clear`\n")
+    assert not (tmp_path / "b.parquet").exists()
+
+
+def test_a_cache_locked_too_long_is_one_error_line(tmp_path, capsys, monkeypatch):
+    """Another process holding the write lock past the busy timeout (120 s; 1 s here): one Error line naming the
+    file, nothing written."""
+    monkeypatch.setattr(bertfeat.vcache, "BUSY_TIMEOUT_S", 1.0)
+    src = corpus(tmp_path / "c.csv", base_rows(5))
+    cache = tmp_path / "cache"
+    extract(src, tmp_path / "a.parquet", cache=cache)
+    holder = sqlite3.connect(cache / DB_NAME, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")  # the write lock, as a run committing a chunk holds it
+        rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "b.parquet", "--model", tiny_model(), "--cache", cache)
+    finally:
+        holder.close()
+    assert (rc, out) == (1, "")
+    assert err == (f"Error: the cache {cache / DB_NAME} stayed locked by another process for 1 s while writing - let the "
+                   "other run finish, or use another cache directory\n")
+    assert no_leftovers(tmp_path / "b.parquet") == []
+
+
+def test_a_cache_failing_mid_run_is_one_error_line(tmp_path, capsys, monkeypatch):
+    """The cache failing on the third chunk's write (a full disk, say): one Error line, no output; the chunks
+    committed before stay in the cache and the next run reuses them."""
+    real_put = bertfeat.vcache.VectorStore.put
+    calls = []
+
+    def put(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise CacheError(f"cannot write the cache {self.path}: the disk is full", "free disk space, or use another cache directory")
+        return real_put(self, *a, **k)
+
+    monkeypatch.setattr(bertfeat.vcache.VectorStore, "put", put)
+    src = corpus(tmp_path / "c.csv", base_rows(40))
+    cache = tmp_path / "cache"
+    out = tmp_path / "o.parquet"
+    rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--cache", cache, "--chunk-rows", 8, "-q")
+    assert (rc, stdout) == (1, "")
+    assert err == f"Error: cannot write the cache {cache / DB_NAME}: the disk is full - free disk space, or use another cache directory\n"
+    assert not out.exists()
+    monkeypatch.undo()
+    assert entries(cache) == 16
+    s = extract(src, out, cache=cache, chunk_rows=8)
+    assert (s.rows_encoded, s.rows_reused) == (24, 16)
+
+
+# --------------------------------------------------------------------------- 5. two runs filling one cache at once
+def cli(*args) -> list[str]:
+    return [sys.executable, "-m", "bertfeat", *(str(a) for a in args)]
+
+
+@pytest.mark.slow  # two / one `python -m bertfeat` subprocesses
+def test_two_runs_fill_one_cache_at_once(tmp_path):
+    cache = tmp_path / "cache"
+    texts = SST2[:240]
+    a = corpus(tmp_path / "a.csv", [(f"x{i:03d}", t) for i, t in enumerate(texts[:160])])
+    b = corpus(tmp_path / "b.csv", [(f"x{i:03d}", t) for i, t in enumerate(texts) if i >= 80][::-1])
+    union = corpus(tmp_path / "u.csv", [(f"x{i:03d}", t) for i, t in enumerate(texts)])
+    common = ["--model", tiny_model(), "--id-column", "id", "--chunk-rows", 4, "--threads", 1, "--cache", cache]
+    procs = [subprocess.Popen(cli("extract", src, "-o", tmp_path / f"{src.stem}.parquet", *common),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for src in (a, b)]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    encoded = [int(summary_line(e, "rows encoded").split()[-1]) for e in errs]
+    reused = [int(summary_line(e, "rows reused").split()[-1]) for e in errs]
+    assert [e + r for e, r in zip(encoded, reused)] == [160, 160]
+    print(f"two runs at once: rows encoded {encoded}, rows reused {reused}")
+    assert 240 <= sum(encoded) <= 320  # the 80 shared texts encoded by one run or both, never lost
+    assert entries(cache) == 240
+
+    s = extract(union, tmp_path / "u.parquet", cache=cache, chunk_rows=4)
+    assert (s.rows_encoded, s.rows_reused, s.cache_repaired) == (0, 240, 0)
+    clean = tmp_path / "clean.parquet"
+    extract(union, clean, cache=False)
+    assert_same_features(tmp_path / "u.parquet", clean)
+    ref = features(clean)
+    pos = {i: k for k, i in enumerate(ref.column("id").to_pylist())}
+    for name in ("a", "b"):
+        t = features(tmp_path / f"{name}.parquet")
+        idx = [pos[i] for i in t.column("id").to_pylist()]
+        assert len(idx) == 160
+        assert_within(embeddings(t), embeddings(ref)[idx])
+        for c in COUNTS:
+            assert t.column(c).to_pylist() == [ref.column(c)[k].as_py() for k in idx]
+
+
+@pytest.mark.slow  # its own cluster of two worker processes
+def test_dask_worker_processes_fill_one_cache_at_once(tmp_path):
+    """Two Dask worker processes encode partitions side by side into one cache: the output is the local engine's,
+    every row is in the cache once, and a re-run (local) reuses all of them."""
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+
+    src = corpus(tmp_path / "c.csv", [(f"w{i:03d}", t) for i, t in enumerate(SST2[:160])])
+    cache = tmp_path / "cache"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as c:
+        s = extract(src, tmp_path / "o_dask", cache=cache, engine="dask", client=c, blocksize="2KiB", chunk_rows=5)
+    assert len(list((tmp_path / "o_dask").glob("part-*.parquet"))) >= 4
+    assert (s.rows_encoded, s.rows_reused, s.cache_repaired) == (160, 0, 0)
+    assert entries(cache) == 160
+    s = extract(src, tmp_path / "again.parquet", cache=cache)
+    assert (s.rows_encoded, s.rows_reused) == (0, 160)
+    extract(src, tmp_path / "clean.parquet", cache=False)
+    assert_same_features(tmp_path / "o_dask", tmp_path / "clean.parquet")
+    assert_same_features(tmp_path / "again.parquet", tmp_path / "clean.parquet")
+
+
+# --------------------------------------------------------------------------- 6. a run killed mid-write
+@pytest.mark.slow  # two / one `python -m bertfeat` subprocesses
+def test_a_run_killed_mid_write_leaves_a_usable_cache(tmp_path):
+    cache = tmp_path / "cache"
+    texts = SST2 + TREC
+    src = corpus(tmp_path / "c.csv", [(f"k{i:03d}", t) for i, t in enumerate(texts)])
+    out = tmp_path / "run" / "k.parquet"
+    out.parent.mkdir()
+    p = subprocess.Popen(cli("extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "--chunk-rows", 2,
+                             "--threads", 1, "--cache", cache),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    partial = out.parent / (out.name + ".partial")
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(partial.glob("part-*.parquet"))) < 5:  # a part is written after its chunk's vectors went to the cache
+            assert p.poll() is None, f"the run ended before it could be killed: {p.stderr.read().decode()}"
+            assert time.monotonic() < deadline, "no part files appeared"
+            time.sleep(0.002)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.stderr.close()
+    assert p.returncode == -signal.SIGKILL
+    assert not out.exists()
+    stored = entries(cache)
+    print(f"killed after {stored} of {len(texts)} vectors stored")
+    assert 10 <= stored < len(texts)
+    with sqlite3.connect(cache / DB_NAME) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    db.close()
+
+    s = extract(src, tmp_path / "next.parquet", cache=cache, chunk_rows=2)
+    assert (s.rows_reused, s.rows_encoded, s.cache_repaired) == (stored, len(texts) - stored, 0)
+    clean = tmp_path / "clean.parquet"
+    extract(src, clean, cache=False)
+    assert_same_features(tmp_path / "next.parquet", clean)
+    assert entries(cache) == len(texts)
+
+
+# --------------------------------------------------------------------------- 7. the command line
+def fill(tmp_path: Path, capsys, *extra) -> Path:
+    cache = tmp_path / "cache"
+    src = corpus(tmp_path / "c.csv", base_rows(30))
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / f"o{len(list(tmp_path.glob('o*.parquet')))}.parquet",
+                     "--model", tiny_model(), "--cache", cache, *extra)
+    assert rc == 0, err
+    return cache
+
+
+def test_cache_info_lines(tmp_path, capsys):
+    cache = fill(tmp_path, capsys)
+    fill(tmp_path, capsys, "--pooling", "cls", "--max-length", 64)
+    rc, out, err = run(capsys, "cache", "info", cache)
+    assert (rc, err) == (0, "")
+    lines = out.splitlines()
+    size = sum(p.stat().st_size for p in cache.iterdir())
+    assert lines[:5] == [f"cache         {cache}", f"file          {cache / DB_NAME}",
+                         f"size on disk  {size / 1024:,.1f} KiB", "entries       60", "fingerprints  2"]
+    info = bertfeat.vcache.cache_info(cache)
+    newest, oldest = info["fingerprints"]  # newest first
+    assert newest["settings"]["pooling"] == "cls" and oldest["settings"]["pooling"] == "mean"
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(newest["last_used"]))
+    assert lines[5:8] == ["", f"{newest['fingerprint']}  30 entries, 3.8 KiB of vectors, last used {when}",
+                          f"  model {tiny_model()} (dim 32): pooling cls, layers 2, no normalize, max length 64, truncate, "
+                          f"fp32" + (f", {newest['settings']['gemm']['kernel']}" if newest["settings"]["gemm"].get("kernel") else "")]
+    assert len(newest["fingerprint"]) == 32 and int(newest["fingerprint"], 16) >= 0
+    assert lines[8] == "" and lines[9].startswith(f"{oldest['fingerprint']}  30 entries, 3.8 KiB of vectors, last used ")
+    assert "pooling mean" in lines[10] and len(lines) == 11
+
+    rc, out, err = run(capsys, "cache", "info", cache, "--json")
+    assert (rc, err) == (0, "")
+    d = json.loads(out)
+    assert (d["entries"], d["file"], d["cache"]) == (60, str(cache / DB_NAME), str(cache))
+    assert [f["fingerprint"] for f in d["fingerprints"]] == [newest["fingerprint"], oldest["fingerprint"]]
+    assert [f["entries"] for f in d["fingerprints"]] == [30, 30]
+    assert [f["bytes"] for f in d["fingerprints"]] == [30 * 32 * 4] * 2
+    assert d["fingerprints"][0]["settings"]["max_length"] == 64 and d["fingerprints"][0]["dim"] == 32
+    fill(tmp_path, capsys)  # the first settings used again: now the newest
+    assert [f["fingerprint"] for f in bertfeat.vcache.cache_info(cache)["fingerprints"]] == [oldest["fingerprint"], newest["fingerprint"]]
+
+
+def test_cache_clear(tmp_path, capsys):
+    cache = fill(tmp_path, capsys)
+    fill(tmp_path, capsys, "--pooling", "cls")
+    cls_fp, mean_fp = [f["fingerprint"] for f in bertfeat.vcache.cache_info(cache)["fingerprints"]]
+    rc, out, err = run(capsys, "cache", "clear", cache, "--fingerprint", "zz" + cls_fp[:6])
+    assert (rc, out) == (1, "")
+    assert err == (f"Error: the cache {cache / DB_NAME} has no fingerprint(s) starting with 'zz{cls_fp[:6]}' - "
+                   "give a fingerprint `bertfeat cache info` shows (or more of its digits)\n")
+    assert entries(cache) == 60
+    for prefix in ("_", "%", cls_fp[:3] + "_", ""):  # not wildcards: no fingerprint starts with them
+        rc, out, err = run(capsys, "cache", "clear", cache, "--fingerprint", prefix)
+        assert (rc, out, len(err.splitlines())) == (1, "", 1) and err.startswith(f"Error: the cache {cache / DB_NAME} has no "), err
+    assert entries(cache) == 60
+
+    rc, out, err = run(capsys, "cache", "clear", cache, "--fingerprint", cls_fp[:6])
+    assert (rc, out) == (0, "")
+    assert err.startswith(f"deleted 30 entries from {cache} (") and err.endswith(" on disk)\n"), err
+    info = bertfeat.vcache.cache_info(cache)
+    assert [f["fingerprint"] for f in info["fingerprints"]] == [mean_fp] and info["entries"] == 30
+    src = tmp_path / "c.csv"
+    s = extract(src, tmp_path / "mean.parquet", cache=cache, id_column=None)
+    assert (s.rows_encoded, s.rows_reused) == (0, 30)  # the other fingerprint untouched
+    s = extract(src, tmp_path / "cls.parquet", cache=cache, id_column=None, pooling="cls")
+    assert (s.rows_encoded, s.rows_reused) == (30, 0)  # this one gone
+
+    size = sum(p.stat().st_size for p in cache.iterdir())
+    rc, out, err = run(capsys, "cache", "clear", cache)
+    assert (rc, out) == (0, "")
+    m = re.fullmatch(rf"deleted 60 entries from {re.escape(str(cache))} \(([\d.]+) KiB -> ([\d.]+) KiB on disk\)\n", err)
+    assert m, err
+    assert float(m[1]) == round(size / 1024, 1) and float(m[2]) < float(m[1])  # VACUUM gave the space back
+    assert sum(p.stat().st_size for p in cache.iterdir()) == float(m[2]) * 1024
+    assert bertfeat.vcache.cache_info(cache)["entries"] == 0
+    assert run(capsys, "cache", "clear", cache, "-q")[1:] == ("", "")
+
+
+def test_cache_info_on_no_cache_is_one_error_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("x")
+    for d, what in ((tmp_path / "missing", "does not exist"), (tmp_path / "empty", f"holds no bertfeat vector cache ({DB_NAME} is missing)"),
+                    (tmp_path / "file", "is not a directory")):
+        for cmd in (["info"], ["info", "--json"], ["clear"]):
+            rc, out, err = run(capsys, "cache", *cmd, d)
+            assert (rc, out, len(err.splitlines())) == (1, "", 1), (cmd, err)
+            assert err.startswith("Error: ") and str(d) in err and what in err, err
+    assert not (tmp_path / "missing").exists() and list((tmp_path / "empty").iterdir()) == []
+
+
+def test_the_environment_variable_and_no_cache(tmp_path, capsys, monkeypatch):
+    env_cache = tmp_path / "env-cache"
+    monkeypatch.setenv("BERTFEAT_CACHE", str(env_cache))
+    src = corpus(tmp_path / "c.csv", base_rows(12))
+    base = ["--model", tiny_model(), "--id-column", "id"]
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "a.parquet", *base)
+    assert rc == 0, err
+    assert summary_line(err, "cache") == f"cache {env_cache}"
+    assert entries(env_cache) == 12 and metadata(tmp_path / "a.parquet")["cache"] == str(env_cache)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "b.parquet", *base)
+    assert (summary_line(err, "rows encoded"), summary_line(err, "rows reused")) == ("rows encoded 0", "rows reused 12")
+
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "c.parquet", *base, "--no-cache")
+    assert rc == 0, err
+    assert (summary_line(err, "rows encoded"), summary_line(err, "rows reused")) == ("rows encoded 12", "rows reused 0")
+    assert not any(line.startswith("cache ") for line in err.splitlines())
+    assert metadata(tmp_path / "c.parquet")["cache"] is None
+
+    flag = tmp_path / "flag-cache"
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "d.parquet", *base, "--cache", flag)
+    assert rc == 0 and summary_line(err, "cache") == f"cache {flag}"  # the flag wins over the environment
+    assert entries(flag) == 12 and entries(env_cache) == 12
+
+    s = extract(src, tmp_path / "e.parquet")  # Python: cache=None takes the environment too
+    assert (s.cache, s.rows_reused) == (str(env_cache), 12)
+    s = extract(src, tmp_path / "f.parquet", cache=False)
+    assert (s.cache, s.rows_encoded) == (None, 12)
+
+    monkeypatch.delenv("BERTFEAT_CACHE")
+    with pytest.raises(BertfeatError, match=r"^cache=True needs a directory - give cache='DIR', or set BERTFEAT_CACHE=DIR$"):
+        extract(src, tmp_path / "h.parquet", cache=True)
+    assert extract(src, tmp_path / "h.parquet").cache is None  # no variable, no flag: no cache
+
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "g.parquet", *base, "--cache", flag, "--no-cache")
+    assert (rc, out, err) == (1, "", "Error: --cache and --no-cache exclude each other - give one of them\n")
+    assert not (tmp_path / "g.parquet").exists()
+
+
+def test_a_cache_path_that_is_a_file_is_refused(tmp_path, capsys):
+    src = corpus(tmp_path / "c.csv", base_rows(5))
+    (tmp_path / "f").write_text("not a directory")
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--cache", tmp_path / "f")
+    assert (rc, out) == (1, "")
+    assert err == f"Error: the cache {tmp_path / 'f'} is not a directory - give --cache a directory (it is made if missing)\n"
+    assert not (tmp_path / "o.parquet").exists()
+    with pytest.raises(CacheError, match="is not a directory"):
+        extract(src, tmp_path / "o.parquet", cache=tmp_path / "f")
+
+
+def test_a_cache_on_a_network_file_system_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bertfeat.vcache, "filesystem_type", lambda path: "nfs")
+    src = corpus(tmp_path / "c.csv", base_rows(5))
+    cache = tmp_path / "nfs-cache"
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--cache", cache)
+    assert (rc, out) == (1, "")
+    assert err == (f"Error: the cache {cache} is on a network file system (nfs), where SQLite's locking is not safe for "
+                   "several processes - put --cache on a local disk of this machine\n")
+    assert not cache.exists() and not (tmp_path / "o.parquet").exists()
+    monkeypatch.setenv("BERTFEAT_CACHE", str(cache))  # from the environment too
+    with pytest.raises(CacheError, match=r"network file system \(nfs\)"):
+        extract(src, tmp_path / "o.parquet")
+    s = extract(src, tmp_path / "o.parquet", cache=False)  # and no cache is no check
+    assert s.rows_written == 5
+
+
+def test_dask_workers_on_another_host_are_refused(tmp_path, client, monkeypatch):
+    from bertfeat.dask_engine import check_worker_hosts
+
+    class FakeClient:
+        def __init__(self, hosts):
+            self.hosts = hosts
+
+        def run(self, fn):
+            return {f"tcp://10.0.0.{i}:4000": h for i, h in enumerate(self.hosts)}
+
+    import socket
+
+    here = socket.gethostname()
+    check_worker_hosts(FakeClient([here, here]), tmp_path / "c")  # all here: fine
+    with pytest.raises(BertfeatError) as e:
+        check_worker_hosts(FakeClient([here, "node-b", "node-a", "node-b"]), tmp_path / "c")
+    assert e.value.what == (f"the vector cache {tmp_path / 'c'} is a SQLite database on this machine ({here}), and workers "
+                            "run on node-a, node-b: SQLite's locking does not reach across machines")
+    assert "run the workers on this machine" in e.value.fix
+
+    # end to end: the run refuses before any task, writes nothing; without a cache the same cluster runs
+    src = corpus(tmp_path / "c.csv", base_rows(6))
+    monkeypatch.setattr(client, "run", FakeClient(["elsewhere"]).run)
+    out = tmp_path / "run" / "o_dask"
+    with pytest.raises(BertfeatError, match="workers run on elsewhere"):
+        extract(src, out, cache=tmp_path / "cache", engine="dask", client=client)
+    assert not out.exists() and no_leftovers(out) == []
+    monkeypatch.undo()
+    assert extract(src, out, cache=False, engine="dask", client=client).rows_written == 6
+
+
+# --------------------------------------------------------------------------- 8. PCA over reused and new rows alike
+def test_pca_is_fitted_on_reused_and_new_rows(tmp_path):
+    cache = tmp_path / "cache"
+    v1 = corpus(tmp_path / "v1.csv", base_rows())
+    extract(v1, tmp_path / "v1.parquet", cache=cache, pca=4, chunk_rows=16)
+    rows, n_new = edit(base_rows())
+    v2 = corpus(tmp_path / "v2.csv", rows)
+    s = extract(v2, tmp_path / "cached.parquet", cache=cache, pca=4, chunk_rows=16)
+    assert (s.rows_encoded, s.rows_reused) == (n_new, len(rows) - n_new)
+    extract(v2, tmp_path / "clean.parquet", cache=False, pca=4, chunk_rows=16)
+    a, b = features(tmp_path / "cached.parquet"), features(tmp_path / "clean.parquet")
+    assert a.column("id").to_pylist() == b.column("id").to_pylist() == [r[0] for r in rows]
+    assert embeddings(a).shape == (125, 4)
+    assert_within(embeddings(a), embeddings(b), 1e-5)
+    ma, mb = np.load(tmp_path / "cached.pca.npz"), np.load(tmp_path / "clean.pca.npz")
+    assert sorted(ma.files) == sorted(mb.files)
+    for k in ma.files:
+        if ma[k].dtype.kind in "fc":
+            np.testing.assert_allclose(ma[k], mb[k], rtol=1e-5, atol=1e-5, err_msg=k)
+        else:
+            assert np.array_equal(ma[k], mb[k]), k
+    assert metadata(tmp_path / "cached.parquet")["pca"]["n_components"] == 4

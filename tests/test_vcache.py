@@ -1,0 +1,290 @@
+"""The vector cache's store and the run's reuse layer, below the engines (bertfeat/vcache.py, bertfeat/reuse.py):
+keys, fingerprints, checksums, all-or-nothing writes, clear by prefix, the run store's spill, and the order of
+plan / settle when chunks are read ahead of the model. End to end through both engines: test_cache.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertfeat.errors import BertfeatError
+from bertfeat.reuse import ENTRY_OVERHEAD, Reuser, RunStore
+from bertfeat.vcache import (DB_NAME, CacheError, VectorStore, cache_fingerprint, model_files_digest, open_cache,
+                             resolve_cache, text_key)
+from conftest import TEST_DATA, read_sst2
+from extract_util import tiny_encoder, tiny_model
+
+SST2, _ = read_sst2(TEST_DATA / "sst2" / "stsa.binary.dev")
+D = 8
+
+
+def vectors(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, D)).astype(np.float32)
+
+
+def keys(texts) -> list[bytes]:
+    return [text_key(t) for t in texts]
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_cache(tmp_path / "cache")
+    yield s
+    s.close()
+
+
+# --------------------------------------------------------------------------- keys and fingerprints
+def test_text_key():
+    k = text_key(SST2[0])
+    assert len(k) == 16 and k == text_key(SST2[0]) and k != text_key(SST2[1])
+    assert text_key("a") != text_key("a", "")  # no pair is not an empty pair
+    assert text_key("ab", "c") != text_key("a", "bc")  # characters moved between text and pair: another key
+    assert text_key("a", "b") != text_key("b", "a")
+    assert text_key("caf\u00e9") != text_key("cafe\u0301")  # the text as given: NFC and NFD are two texts
+    assert len(text_key("\ud800 lone surrogate")) == 16  # any str, never an encoding error
+
+
+def test_cache_fingerprint_holds_every_setting_that_changes_a_vector():
+    enc = tiny_encoder()
+    base, settings = cache_fingerprint(enc, enc.spec())
+    assert len(base) == 32 and int(base, 16) >= 0
+    assert cache_fingerprint(enc, enc.spec())[0] == base  # stable
+    assert settings["weights_sha256"] == enc.weights_sha256
+    assert set(settings["model_files"]) == {"config.json", "tokenizer_config.json", "vocab.txt"}
+    json.dumps(settings)  # what `cache info --json` shows
+    others = [enc.spec(pooling="cls"), enc.spec(layers="-2"), enc.spec(layers="-2,-1"), enc.spec(max_length=32),
+              enc.spec(normalize=True), enc.spec(prompt="query: "), enc.spec(long_text="chunk-mean", max_length=16, stride=4),
+              enc.spec(long_text="chunk-mean", max_length=16, stride=2), enc.spec(pooling="mean+max")]
+    fps = [cache_fingerprint(enc, s)[0] for s in others]
+    assert len(set(fps)) == len(fps) and base not in fps
+
+
+def test_model_files_digest_reads_the_module_folders(tmp_path):
+    m = tmp_path / "m"
+    shutil.copytree(tiny_model(), m)
+    (m / "1_Pooling").mkdir()
+    (m / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    (m / "1_Pooling" / "README.md").write_text("docs")
+    (m / "README.md").write_text("docs")
+    (m / "notes").mkdir()
+    (m / "notes" / "x.json").write_text("{}")
+    d = model_files_digest(m)
+    assert set(d) == {"config.json", "tokenizer_config.json", "vocab.txt", "1_Pooling/config.json"}
+    (m / "README.md").write_text("other docs")
+    (m / "1_Pooling" / "README.md").write_text("other docs")
+    assert model_files_digest(m) == d  # documentation changes no vector
+    (m / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    assert model_files_digest(m)["1_Pooling/config.json"] != d["1_Pooling/config.json"]
+
+
+def test_resolve_cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("BERTFEAT_CACHE", raising=False)
+    assert resolve_cache(None) is None and resolve_cache(False) is None and resolve_cache("  ") is None
+    assert resolve_cache(tmp_path / "c") == tmp_path / "c" and resolve_cache(str(tmp_path / "c")) == tmp_path / "c"
+    with pytest.raises(BertfeatError, match="cache=True needs a directory"):
+        resolve_cache(True)
+    monkeypatch.setenv("BERTFEAT_CACHE", str(tmp_path / "env"))
+    assert resolve_cache(None) == resolve_cache(True) == tmp_path / "env"
+    assert resolve_cache(False) is None and resolve_cache(tmp_path / "c") == tmp_path / "c"
+    with pytest.raises(BertfeatError, match=r"^cache=3 is not a directory name"):
+        resolve_cache(3)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(CacheError, match="is not a directory"):
+        resolve_cache(tmp_path / "f")
+    assert resolve_cache(tmp_path / "f" / "below") == tmp_path / "f" / "below"  # under a file: refused on opening
+    with pytest.raises(CacheError, match=f"^cannot make the cache directory {tmp_path / 'f' / 'below'} "):
+        open_cache(tmp_path / "f" / "below")
+
+
+# --------------------------------------------------------------------------- the store
+def test_put_and_get_round_trip(store):
+    fid = store.register("a" * 32, "m", D, {"pooling": "mean"})
+    X = vectors(5)
+    ks = keys(SST2[:5])
+    store.put(fid, ks, X, [3, 4, 5, 6, 7], [False, True, False, False, True], [1, 1, 2, 1, 3])
+    got = store.get(fid, ks[::-1] + keys(SST2[5:8]))
+    assert set(got) == set(ks)
+    for i, k in enumerate(ks):
+        v, nt, tr, nc = got[k]
+        assert v.dtype == np.float32 and v.tobytes() == X[i].tobytes()
+        assert (nt, tr, nc) == ([3, 4, 5, 6, 7][i], [False, True, False, False, True][i], [1, 1, 2, 1, 3][i])
+    other = store.register("b" * 32, "m", D, {"pooling": "cls"})
+    assert store.get(other, ks) == {}  # another fingerprint never sees these vectors
+    assert store.register("a" * 32, "m", D, {}) == fid
+    with pytest.raises(CacheError, match=f"holds {D}-dimension vectors under fingerprint {'a' * 32}, this run makes 4"):
+        store.register("a" * 32, "m", 4, {})
+    assert store.get(fid, keys(SST2[:600])) .keys() == set(ks)  # more keys than one SELECT takes
+
+
+def flip(vec: bytes) -> bytes:
+    b = bytearray(vec)
+    b[6] ^= 0x10
+    return bytes(b)
+
+
+@pytest.mark.parametrize("damage", [
+    "flip",
+    "UPDATE vectors SET vec = substr(vec, 1, 16)",
+    "UPDATE vectors SET vec = zeroblob(length(vec))",
+    "UPDATE vectors SET n_tokens = n_tokens + 1",
+    "UPDATE vectors SET flags = 1 - flags",
+    "UPDATE vectors SET n_chunks = 9",
+    "UPDATE vectors SET crc = crc + 1",
+    "UPDATE vectors SET fp = (SELECT max(id) FROM fingerprints)",  # an entry moved to another fingerprint
+])
+def test_a_damaged_entry_is_a_miss_and_put_repairs_it(store, damage):
+    fid = store.register("a" * 32, "m", D, {})
+    other = store.register("b" * 32, "m", D, {})
+    X = vectors(3)
+    ks = keys(SST2[:3])
+    store.put(fid, ks, X, [5, 6, 7], [False] * 3, [1] * 3)
+    if damage == "flip":
+        vec = store.db.execute("SELECT vec FROM vectors WHERE key = ?", (ks[1],)).fetchone()[0]
+        store.db.execute("UPDATE vectors SET vec = ? WHERE key = ?", (flip(vec), ks[1]))
+    else:
+        store.db.execute(damage + " WHERE key = ?", (ks[1],))
+    got = store.get(fid, ks) if "fp =" not in damage else store.get(other, ks)
+    assert set(got) == ({ks[0], ks[2]} if "fp =" not in damage else set()) and store.corrupt == 1
+    store.put(fid, ks[1:2], X[1:2], [6], [False], [1])
+    assert store.get(fid, ks)[ks[1]][0].tobytes() == X[1].tobytes() and store.corrupt == 1
+
+
+@pytest.mark.parametrize("value", ["CAST(vec AS TEXT)", "CAST(vec AS TEXT) || 'x'", "12.5", "NULL"])
+def test_a_vector_of_another_type_is_a_miss(store, value):
+    """A vec cell that is no longer a BLOB (a flipped bit in a record header turns a BLOB into TEXT): a miss, like
+    any failed checksum. (It was a UTF-8 decoding error naming the raw bytes, newlines and all: the run stopped.)"""
+    fid = store.register("a" * 32, "m", D, {})
+    ks = keys(SST2[:2])
+    X = vectors(2)
+    store.put(fid, ks, X, [1, 1], [False] * 2, [1, 1])
+    if value == "NULL":
+        store.db.execute("PRAGMA ignore_check_constraints = 1")
+        with pytest.raises(sqlite3.IntegrityError):  # NOT NULL holds: the schema refuses it
+            store.db.execute(f"UPDATE vectors SET vec = {value} WHERE key = ?", (ks[0],))
+        return
+    store.db.execute(f"UPDATE vectors SET vec = {value} WHERE key = ?", (ks[0],))
+    got = store.get(fid, ks)
+    if value == "CAST(vec AS TEXT)":  # the same bytes, typed TEXT: the vector is intact, its checksum holds
+        assert [got[k][0].tobytes() for k in ks] == [x.tobytes() for x in X] and store.corrupt == 0
+        return
+    assert set(got) == {ks[1]} and got[ks[1]][0].tobytes() == X[1].tobytes() and store.corrupt == 1
+
+
+def test_put_is_all_or_nothing(store):
+    fid = store.register("a" * 32, "m", D, {})
+    ks = keys(SST2[:4])
+    # the third row fails inside SQLite, after two were inserted in the same transaction
+    store.db.execute(f"CREATE TRIGGER fail BEFORE INSERT ON vectors WHEN NEW.key = X'{ks[2].hex()}' "
+                     "BEGIN SELECT RAISE(ABORT, 'injected failure'); END")
+    with pytest.raises(CacheError, match="injected failure"):
+        store.put(fid, ks, vectors(4), [1] * 4, [False] * 4, [1] * 4)
+    assert store.get(fid, ks) == {} and not store.db.in_transaction
+    store.db.execute("DROP TRIGGER fail")
+    ks = ks[:3]
+    store.put(fid, ks, vectors(3), [1] * 3, [False] * 3, [1] * 3)
+    assert len(store.get(fid, ks)) == 3
+
+
+def test_clear_by_prefix(tmp_path, store):
+    a = store.register("abc1" + "0" * 28, "m", D, {})
+    b = store.register("abc2" + "0" * 28, "m", D, {})
+    store.put(a, keys(SST2[:3]), vectors(3), [1] * 3, [False] * 3, [1] * 3)
+    store.put(b, keys(SST2[:2]), vectors(2), [1] * 2, [False] * 2, [1] * 2)
+    with pytest.raises(CacheError, match=r"has 2 fingerprint\(s\) starting with 'abc'"):
+        store.clear("abc")
+    with pytest.raises(CacheError, match=r"has no fingerprint\(s\) starting with 'abc_'"):
+        store.clear("abc_")  # LIKE's wildcards are not wildcards here
+    assert store.clear("ABC2") == 2  # hex digits in either case
+    assert [f["fingerprint"][:4] for f in store.summary()] == ["abc1"]
+    assert store.clear() == 3 and store.summary() == []
+
+
+def test_a_second_connection_sees_committed_vectors_only(tmp_path, store):
+    """WAL: a reader in another connection (another run) sees each put once committed, never half of one."""
+    fid = store.register("a" * 32, "m", D, {})
+    reader = VectorStore(tmp_path / "cache" / DB_NAME)
+    try:
+        rid = reader.register("a" * 32, "m", D, {})
+        ks = keys(SST2[:50])
+        store.db.execute("BEGIN IMMEDIATE")
+        store.db.execute("INSERT INTO vectors VALUES(?, ?, ?, 1, 0, 1, 0)", (fid, ks[0], vectors(1)[0].tobytes()))
+        assert reader.get(rid, ks) == {}  # not committed: not seen
+        store.db.execute("ROLLBACK")
+        store.put(fid, ks, vectors(50), [1] * 50, [False] * 50, [1] * 50)
+        assert len(reader.get(rid, ks)) == 50 and reader.corrupt == 0
+    finally:
+        reader.close()
+    assert sqlite3.connect(tmp_path / "cache" / DB_NAME).execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+# --------------------------------------------------------------------------- the run's store and plan / settle
+@pytest.mark.parametrize("budget", [0, 2 * (D * 4 + ENTRY_OVERHEAD), 10 ** 9])
+def test_run_store_spills_past_its_budget(tmp_path, budget):
+    rs = RunStore(D, tmp_path, budget)
+    X = vectors(6)
+    ks = keys(SST2[:6])
+    rs.put(ks[:4], X[:4], [1, 2, 3, 4], [False, True, False, True], [1] * 4)
+    rs.put(ks[4:], X[4:], [5, 6], [False, False], [2, 2])
+    in_memory = min(6, budget // (D * 4 + ENTRY_OVERHEAD))
+    assert len(rs.mem) == in_memory and (rs.spill is not None) == (in_memory < 6)
+    got = rs.get(ks[::-1])
+    assert [got[k][0].tobytes() for k in ks] == [x.tobytes() for x in X]
+    assert [got[k][1:] for k in ks] == [(1, False, 1), (2, True, 1), (3, False, 1), (4, True, 1), (5, False, 2), (6, False, 2)]
+    files = list(tmp_path.glob(".dedup-*"))
+    assert len(files) == (1 if in_memory < 6 else 0)
+    rs.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_and_settle_with_chunks_read_ahead():
+    """Chunks are planned (read-ahead thread) before the ones before them are settled: a text planned in chunk 1 and
+    met again in chunks 1, 2 and 3 is encoded once, and each duplicate gets its vector when settled in order."""
+    r = Reuser(D)
+    t = SST2[:6]
+    c1 = r.plan([t[0], t[1], t[0], t[2]], None)
+    c2 = r.plan([t[2], t[3], t[0]], None)  # planned before chunk 1 is settled
+    assert (c1.todo, sorted(c1.later)) == ([0, 1, 3], [2])
+    assert (c2.todo, sorted(c2.later), c2.known) == ([1], [0, 2], {})
+    X1 = vectors(3, seed=1)
+    out1, refused1 = r.settle(c1, {0: (0, 10, False, 1), 1: (1, 11, False, 1), 3: (2, 12, True, 1)}, X1, {})
+    assert refused1 == {} and sorted(out1) == [0, 1, 2, 3]
+    assert out1[2][0].tobytes() == X1[0].tobytes() and out1[2][1:] == (10, False, 1)
+    c3 = r.plan([t[1], t[4], t[3]], None)  # t[1] known now; t[3] still being encoded by chunk 2
+    assert (sorted(c3.known), c3.todo, sorted(c3.later)) == ([0], [1], [2])
+    X2 = vectors(1, seed=2)
+    out2, _ = r.settle(c2, {1: (0, 13, False, 1)}, X2, {})
+    assert out2[0][0].tobytes() == X1[2].tobytes() and out2[2][0].tobytes() == X1[0].tobytes()
+    out3, _ = r.settle(c3, {1: (0, 14, False, 1)}, vectors(1, seed=3), {})
+    assert out3[0][0].tobytes() == X1[1].tobytes() and out3[2][0].tobytes() == X2[0].tobytes()
+    assert (r.encoded, r.reused) == (5, 5) and r.pending == {}
+    r.close()
+
+
+def test_a_refused_text_refuses_its_duplicates():
+    r = Reuser(D)
+    long, ok = SST2[0], SST2[1]
+    c1 = r.plan([long, ok, long], None)
+    c2 = r.plan([long], None)  # read ahead, before the refusal
+    out1, refused1 = r.settle(c1, {1: (0, 5, False, 1)}, vectors(1), {0: "too long"})
+    assert sorted(out1) == [1] and refused1 == {0: "too long", 2: "too long"}
+    out2, refused2 = r.settle(c2, {}, None, {})
+    assert out2 == {} and refused2 == {0: "too long"}
+    c3 = r.plan([long, ok], None)  # after: refused at once, the other reused
+    assert c3.todo == [] and sorted(c3.later) == [0] and sorted(c3.known) == [1]
+    out3, refused3 = r.settle(c3, {}, None, {})
+    assert sorted(out3) == [1] and refused3 == {0: "too long"}
+    assert (r.encoded, r.reused) == (1, 1)
+    r.close()
+
+
+def test_pairs_key_the_reuse():
+    r = Reuser(D)
+    a, b, c = SST2[:3]
+    c1 = r.plan([a, a, a, b], [b, c, b, a])
+    assert c1.todo == [0, 1, 3] and c1.later == {2: text_key(a, b)}
+    r.close()
