@@ -27,6 +27,10 @@ Work
     -> ``chunks.encode_chunk`` (per ``chunk_rows`` rows) -> a part file. The model lives in the
     process's encoder cache (encoder_cache.py, through ``worker_encoder``), loaded once per worker
     process by a WorkerPlugin and reused by every task; the weights' sha256 is checked against the client's.
+    Reuse (reuse.py): a task looks its rows up in the vector cache (``--cache``, every worker on this machine, checked)
+    or, without one, in the run's own SQLite store ``OUTPUT.partial/.dedup/`` that this machine's workers share, so
+    a text met in several partitions is encoded once (two partitions meeting it at the same moment may both encode
+    it); with workers on other hosts, once per partition.
 
 Output
     ``OUTPUT`` is a directory: ``part-00000.parquet`` ... one per partition, each with the local
@@ -65,6 +69,7 @@ import pyarrow.parquet as pq
 
 from .atomic import write_atomic
 from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, output_columns, table_counts, validate_batch
+from .vcache import CacheError
 from .dask_cluster import ClusterError, cancel, cluster_slots, gather, open_client, worker_threads
 from .errors import BertfeatError, opt, render
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
@@ -84,6 +89,7 @@ MANIFEST = "_manifest.json"
 PROVENANCE = "_bertfeat.json"
 FULL_DIR = "_full"
 PCA_FILE = "_pca.npz"
+RUN_STORE = ".dedup"  # the run's duplicates store without a cache (workers on this machine), in OUTPUT.partial/
 INSTALL_HINT = 'pip install "bertfeat[dask]"'
 
 
@@ -349,8 +355,11 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         if own_client:
             client, cluster = open_client(dask)
         threads = plan.threads or worker_threads(client, dask.scheduler or "")
+        run_store = None  # without a cache: the run's duplicates store, shared by this machine's workers
         if plan.cache is not None:
             check_worker_hosts(client, plan.cache)
+        elif not workers_elsewhere(client):
+            run_store = partial / RUN_STORE
         # Partitions: a few per task slot of the cluster (a resumed run keeps the interrupted run's cut)
         target = _resumed_value(partial, "split_target") if plan.resume else None
         if target is None:
@@ -387,7 +396,9 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
                           chunk_rows=plan.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
                           out_dir=str(partial), wide=plan.wide, want_pca=plan.reduces, fit_stats=n_components is not None,
                           n_components=plan.pca_n_components, width=width, keep_types=plan.keep_types or None,
-                          cache=None if plan.cache is None else str(Path(plan.cache).resolve()), cache_id=cache_id)
+                          cache=str(Path(plan.cache).resolve()) if plan.cache is not None else
+                          (str(run_store) if run_store is not None else None),
+                          cache_id=cache_id if plan.cache is not None else (run_store_id(encoder, spec) if run_store is not None else None))
 
         # pass 1: encode (skipping finished partitions)
         stage = partial / FULL_DIR if plan.reduces else partial
@@ -472,7 +483,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         summary.outputs = {"features": out, **outputs}
     except BertfeatError as e:
         cancel(client, futures)
-        if opened and not isinstance(e, ClusterError):  # bad input or settings: leave nothing behind, as the local
+        if opened and not isinstance(e, (ClusterError, CacheError)):  # bad input or settings: leave nothing behind, as the local
             shutil.rmtree(partial, ignore_errors=True)  # engine does; a failing cluster keeps the parts for --resume
             for name, path in outputs.items():
                 if name.startswith("pca"):
@@ -508,13 +519,28 @@ def check_cache(plan, encoder, spec) -> tuple[str, dict]:
     return cache_id
 
 
+def workers_elsewhere(client) -> list[str]:
+    """The host names of the workers that do not run on this machine."""
+    import socket
+
+    here = socket.gethostname()
+    return sorted({h for h in client.run(socket.gethostname).values() if h != here})
+
+
+def run_store_id(encoder, spec) -> tuple[str, dict]:
+    """The fingerprint of the run's own duplicates store (a SQLite store like a cache, in OUTPUT.partial/.dedup/,
+    which _finish removes with the partial directory's other hidden files)."""
+    from .vcache import cache_fingerprint
+
+    return cache_fingerprint(encoder, spec)
+
+
 def check_worker_hosts(client, cache: Path) -> None:
     """The vector cache is one machine's SQLite database: every worker must run on this machine."""
     import socket
 
     here = socket.gethostname()
-    hosts = client.run(socket.gethostname)
-    other = sorted({h for h in hosts.values() if h != here})
+    other = workers_elsewhere(client)
     if other:
         raise BertfeatError(f"the vector cache {cache} is a SQLite database on this machine ({here}), and workers run on "
                             f"{', '.join(other)}: SQLite's locking does not reach across machines",

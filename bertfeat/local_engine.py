@@ -29,6 +29,7 @@ from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_e
 from .progress import NullProgress
 from .rejects import publish_rejects
 from .threads import read_ahead
+from .vcache import CacheError
 
 READ_AHEAD_CHUNKS = 2  # tokenized chunks waiting for the model (bounds the memory of the read-ahead)
 
@@ -145,6 +146,9 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
             account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
             tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
             progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
+    except CacheError:  # a locked, full or failing cache: the finished chunks stay, resume continues
+        items.close()
+        raise
     except BertfeatError:
         items.close()
         store.remove()  # bad input: leave nothing behind

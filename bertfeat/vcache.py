@@ -106,13 +106,15 @@ def model_files_digest(directory: Path) -> dict[str, str]:
 def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     """(fingerprint, settings): everything that changes a vector, and its sha256 (32 hex digits).
 
-    The settings are the features' fingerprint (model id, weights' sha256, precision, every FeatureSpec field:
+    The settings are the features' fingerprint (weights' sha256, precision, every FeatureSpec field:
     pooling, layers and their aggregation, normalize, max length, long-text policy and stride, Dense modules,
     prompt), the sha256 of the model folder's other files (tokenizer, config, sentence-transformers modules), and
     the GEMM path's identity (library, kernel, bf16 / int8 scheme, CPU model): fp32 on OpenBLAS and on oneDNN
-    round differently, so their vectors never mix."""
+    round differently, so their vectors never mix. Not the model's id or path: a model folder copied elsewhere (same
+    weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``."""
     gemm = encoder.gemm_path.to_dict()
-    settings = {"cache_format": FORMAT, **encoder.fingerprint(spec),
+    features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
+    settings = {"cache_format": FORMAT, **features,
                 "model_files": model_files_digest(encoder.location.path),
                 "gemm": {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "cpu")
                          if gemm.get(k) is not None}}

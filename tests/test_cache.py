@@ -527,8 +527,8 @@ def test_a_cache_locked_too_long_is_one_error_line(tmp_path, capsys, monkeypatch
 
 
 def test_a_cache_failing_mid_run_is_one_error_line(tmp_path, capsys, monkeypatch):
-    """The cache failing on the third chunk's write (a full disk, say): one Error line, no output; the chunks
-    committed before stay in the cache and the next run reuses them."""
+    """The cache failing on the third chunk's write (a full disk, say): one Error line, no output; the finished
+    chunks stay in OUTPUT.partial/ for --resume, and the chunks committed before stay in the cache for any run."""
     real_put = bertfeat.vcache.VectorStore.put
     calls = []
 
@@ -546,10 +546,13 @@ def test_a_cache_failing_mid_run_is_one_error_line(tmp_path, capsys, monkeypatch
     assert (rc, stdout) == (1, "")
     assert err == f"Error: cannot write the cache {cache / DB_NAME}: the disk is full - free disk space, or use another cache directory\n"
     assert not out.exists()
+    assert sorted(p.name for p in (tmp_path / "o.parquet.partial").glob("part-*")) == ["part-000000.parquet", "part-000001.parquet"]
     monkeypatch.undo()
     assert entries(cache) == 16
-    s = extract(src, out, cache=cache, chunk_rows=8)
-    assert (s.rows_encoded, s.rows_reused) == (24, 16)
+    s = extract(src, out, cache=cache, chunk_rows=8, resume=True, id_column=None)  # the two finished chunks as they were
+    assert (s.rows_encoded, s.rows_reused, s.chunks_resumed) == (40, 0, 2)
+    s = extract(src, out, cache=cache, chunk_rows=8, overwrite=True)  # a fresh run: everything from the cache
+    assert (s.rows_encoded, s.rows_reused) == (0, 40)
 
 
 # --------------------------------------------------------------------------- 5. two runs filling one cache at once
