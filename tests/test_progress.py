@@ -40,7 +40,8 @@ def test_rich_bar_in_a_terminal(tmp_path, capsys, terminal):
     assert "\x1b[?25l" in terminal.getvalue()  # a live display (cursor hidden while it runs), not log lines
     assert "bertfeat extract:" not in text
     after = text[text.index(frames[-1]) + len(frames[-1]):]
-    assert [line.split()[0:2] for line in after.strip().splitlines()][:3] == [["rows", "read"], ["rows", "written"], ["rows", "rejected"]]
+    assert [line.split()[0:2] for line in after.strip().splitlines()][:5] == [["rows", "read"], ["rows", "written"], ["rows", "encoded"],
+                                                                           ["rows", "reused"], ["rows", "rejected"]]
     assert summary_line(after, "rows read") == "rows read 12"
 
 
@@ -120,9 +121,9 @@ def test_summary_lines(tmp_path, capsys):
     rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "--on-bad-row", "skip")
     assert rc == 0
     summary = [" ".join(x.split()) for x in err.splitlines() if not x.startswith("bertfeat extract:")]
-    assert summary[:6] == ["rows read 3", "rows written 2", "rows rejected 1",
+    assert summary[:8] == ["rows read 3", "rows written 2", "rows encoded 2", "rows reused 0", "rows rejected 1",
                            "rows truncated 0 (0 tokens dropped, 0.00% of tokens)", "rows chunked 0", "tokens 8"]
-    assert re.fullmatch(r"elapsed [\d.]+ s", summary[6])
-    assert re.fullmatch(r"throughput [\d,.]+ rows/s, [\d,]+ tokens/s", summary[7])
-    assert summary[8] == f"model {tiny_model()} (pooling mean, dim 32)"
-    assert summary[9:] == [f"features {out}", f"rejects {tmp_path / 'o.parquet.rejects.csv'}"]
+    assert re.fullmatch(r"elapsed [\d.]+ s", summary[8])
+    assert re.fullmatch(r"throughput [\d,.]+ rows/s, [\d,]+ tokens/s", summary[9])
+    assert summary[10] == f"model {tiny_model()} (pooling mean, dim 32)"
+    assert summary[11:] == [f"features {out}", f"rejects {tmp_path / 'o.parquet.rejects.csv'}"]
