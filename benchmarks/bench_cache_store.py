@@ -15,10 +15,9 @@ Every phase runs in its own process (so its peak RSS is its own), one store at a
       ru_maxrss), RSS after opening the store beside it.
   (c) the alternatives: LMDB (py-lmdb, one write transaction per batch with putmulti, getmulti in one read
       transaction; metasync=False: one fsync per commit, a system crash may drop the last commit but never
-      corrupts, the guarantee of SQLite's WAL + synchronous=NORMAL); and two other SQLite layouts: VectorStore's
-      own code on a file made with 16 KiB pages instead of 4 KiB, and the vectors in a rowid table (16 KiB pages)
-      beside a unique index on (fp, key), where VectorStore keeps each whole row in the key's WITHOUT ROWID
-      B-tree. Every backend stores and checks the same 8-byte BLAKE2b checksum (vcache._crc).
+      corrupts, the guarantee of SQLite's WAL + synchronous=NORMAL); and VectorStore's format 1 layout (each whole
+      row in the (fp, key) B-tree, WITHOUT ROWID, 4 KiB pages), which format 2 replaced after the first run of this
+      benchmark. Every backend stores and checks the same 8-byte BLAKE2b checksum (vcache._crc).
 
 The SQLite files' page layout (dbstat: B-tree depth, interior / leaf / overflow pages) is read after each build.
 Lookups run with the store in the OS file cache (this machine has the RAM; the file cache is not dropped).
@@ -55,19 +54,24 @@ sys.path.insert(0, str(HERE))
 
 BATCH = 2048  # rows per chunk (`bertfeat extract --chunk-rows` default): one put, one lookup
 FP = "0123456789abcdef0123456789abcdef"  # a fingerprint (32 hex digits, as vcache.cache_fingerprint makes)
-BACKENDS = ("sqlite", "sqlite-16k", "sqlite-rowid", "lmdb")
-LABEL = {"sqlite": "SQLite, VectorStore as shipped (WITHOUT ROWID, 4 KiB pages)",
-         "sqlite-16k": "SQLite, VectorStore's schema in a file made with 16 KiB pages",
-         "sqlite-rowid": "SQLite, rowid table + unique index on (fp, key), 16 KiB pages",
+BACKENDS = ("sqlite", "sqlite-v1", "lmdb")
+LABEL = {"sqlite": "SQLite, VectorStore as shipped (format 2: rowid table + unique index on (fp, key), 16 KiB pages)",
+         "sqlite-v1": "SQLite, VectorStore's format 1 (WITHOUT ROWID on (fp, key), 4 KiB pages)",
          "lmdb": "LMDB (py-lmdb), metasync=False"}
 
 
 # --------------------------------------------------------------------------- the stores
-class SqliteRowid:
-    """The alternative SQLite layout: the vectors in a rowid table (interior pages hold only integers) and a unique
-    index on (fp, key) (small entries: fanout in the hundreds); otherwise VectorStore's settings and checksum."""
+V1_SCHEMA = """
+    CREATE TABLE IF NOT EXISTS vectors(fp INTEGER NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL,
+        n_tokens INTEGER NOT NULL, flags INTEGER NOT NULL, n_chunks INTEGER NOT NULL, crc INTEGER NOT NULL,
+        PRIMARY KEY(fp, key)) WITHOUT ROWID;"""
 
-    def __init__(self, path: Path, page_size: int = 16384):
+
+class SqliteV1:
+    """VectorStore's format 1 layout, kept for the record: each whole row in the (fp, key) B-tree (WITHOUT ROWID),
+    4 KiB pages; otherwise VectorStore's settings and checksum."""
+
+    def __init__(self, path: Path, page_size: int = 4096):
         from bertfeat.vcache import CACHE_PAGES
 
         self.path = Path(path)
@@ -77,11 +81,7 @@ class SqliteRowid:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(f"PRAGMA cache_size={CACHE_PAGES}")
-        self.db.executescript("""
-            CREATE TABLE IF NOT EXISTS vectors(id INTEGER PRIMARY KEY, fp INTEGER NOT NULL, key BLOB NOT NULL,
-                vec BLOB NOT NULL, n_tokens INTEGER NOT NULL, flags INTEGER NOT NULL, n_chunks INTEGER NOT NULL,
-                crc INTEGER NOT NULL);
-            CREATE UNIQUE INDEX IF NOT EXISTS vectors_key ON vectors(fp, key);""")
+        self.db.executescript(V1_SCHEMA)
         self.dims: dict[int, int] = {}
         self.corrupt = 0
 
@@ -180,18 +180,8 @@ def open_store(backend: str, directory: Path):
 
     if backend == "sqlite":
         return VectorStore(directory / DB_NAME)
-    if backend == "sqlite-16k":  # the same code on a file whose pages are 16 KiB (set before its first table)
-        from bertfeat.vcache import _SCHEMA
-
-        directory.mkdir(parents=True, exist_ok=True)
-        if not (directory / DB_NAME).exists():
-            db = sqlite3.connect(directory / DB_NAME)
-            db.execute("PRAGMA page_size=16384")
-            db.executescript(_SCHEMA)
-            db.close()
-        return VectorStore(directory / DB_NAME)
-    if backend == "sqlite-rowid":
-        return SqliteRowid(directory / DB_NAME)
+    if backend == "sqlite-v1":
+        return SqliteV1(directory / DB_NAME)
     if backend == "lmdb":
         return Lmdb(directory)
     raise SystemExit(f"unknown backend {backend}")

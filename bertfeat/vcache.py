@@ -5,10 +5,15 @@ A cache is a directory holding one SQLite database, ``vectors.sqlite3`` (standar
     fingerprints(id, fingerprint, model, dim, settings, created, last_used)
         one row per encoder setting: ``fingerprint`` is the sha256 (32 hex digits) of everything that changes a
         vector (``cache_fingerprint``), ``settings`` that dict as JSON (what ``bertfeat cache info`` shows)
-    vectors(fp, key, vec, n_tokens, flags, n_chunks, crc)       WITHOUT ROWID, primary key (fp, key)
+    vectors(id, fp, key, vec, n_tokens, flags, n_chunks, crc)     a rowid table, with a unique index on (fp, key)
         ``key``: 16 bytes of BLAKE2b over the text and its pair (``text_key``); ``vec``: float32 bytes (dim x 4);
         the row's token counts; ``crc``: 8 bytes of BLAKE2b over the fingerprint, key, vector and counts, checked
         on every read (a mismatch is a miss: the row is encoded again and the entry rewritten)
+
+The file is made with 16 KiB pages. Format 2: format 1 kept each whole row in the key's B-tree (WITHOUT ROWID,
+4 KiB pages), so a 1.5-3 KB row took an overflow page of its own and the tree's interior pages held 7 keys; the rowid
+table and the small (fp, key) index measured 2.8x less disk at 384 dimensions (1.55 against 4.37 GiB per million
+rows), 3-4x faster stores and 2.7x faster lookups (benchmarks/CACHE_RESULTS.md).
 
 Why SQLite (measured in benchmarks/CACHE_RESULTS.md): a B-tree on (fp, key) keeps a lookup in bounded memory at
 any size (the page cache is capped: ``CACHE_PAGES``), WAL lets several runs and the Dask engine's worker processes
@@ -36,9 +41,10 @@ import numpy as np
 from .errors import BertfeatError, opt
 
 DB_NAME = "vectors.sqlite3"
-FORMAT = "1"  # the schema's version, in the meta table
+FORMAT = "2"  # the schema's version, in the meta table
 LOOKUP_BATCH = 500  # keys per SELECT ... IN (...)
 CACHE_PAGES = -65536  # SQLite's page cache per connection: 64 MiB (negative: KiB)
+PAGE_SIZE = 16384  # bytes per page of a new cache file
 BUSY_TIMEOUT_S = 120.0  # a writer waits this long for another's transaction (they last one chunk)
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs", "afs",
               "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.glusterfs", "fuse.cephfs", "9p")
@@ -50,8 +56,9 @@ CREATE TABLE IF NOT EXISTS fingerprints(
     id INTEGER PRIMARY KEY, fingerprint TEXT UNIQUE NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL,
     settings TEXT NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS vectors(
-    fp INTEGER NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, n_tokens INTEGER NOT NULL, flags INTEGER NOT NULL,
-    n_chunks INTEGER NOT NULL, crc INTEGER NOT NULL, PRIMARY KEY(fp, key)) WITHOUT ROWID;
+    id INTEGER PRIMARY KEY, fp INTEGER NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, n_tokens INTEGER NOT NULL,
+    flags INTEGER NOT NULL, n_chunks INTEGER NOT NULL, crc INTEGER NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS vectors_key ON vectors(fp, key);
 """
 
 
@@ -195,6 +202,7 @@ class VectorStore:
                              f"give {opt('cache')} a directory you can write") from None
         with self._guard("open"):
             self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file's page size (before its first table and WAL)
             if durable:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a crash loses at most the last commits, never consistency
@@ -208,7 +216,7 @@ class VectorStore:
                 self.db.execute("INSERT OR IGNORE INTO meta VALUES('format', ?)", (FORMAT,))
             elif fmt[0] != FORMAT:
                 raise CacheError(f"the cache {self.path} has format {fmt[0]}, this bertfeat reads format {FORMAT}",
-                                 f"use another {opt('cache')} directory, or clear this one with `bertfeat cache clear`")
+                                 f"use another {opt('cache')} directory, or delete {self.path} (its vectors are recomputed)")
 
     # ------------------------------------------------------------------ errors
     class _Guard:
@@ -289,7 +297,8 @@ class VectorStore:
         with self._lock, self._guard("write"):
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                self.db.executemany("INSERT OR REPLACE INTO vectors VALUES(?, ?, ?, ?, ?, ?, ?)", rows)
+                self.db.executemany("INSERT OR REPLACE INTO vectors(fp, key, vec, n_tokens, flags, n_chunks, crc) "
+                                    "VALUES(?, ?, ?, ?, ?, ?, ?)", rows)
                 self.db.execute("COMMIT")
             except BaseException:
                 if self.db.in_transaction:

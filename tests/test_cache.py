@@ -502,8 +502,8 @@ def test_a_cache_of_another_format_is_one_error_line(tmp_path, capsys):
     db.close()
     rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "b.parquet", "--model", tiny_model(), "--cache", cache)
     assert (rc, out) == (1, "")
-    assert err == (f"Error: the cache {cache / DB_NAME} has format 99, this bertfeat reads format 1 - use another --cache "
-                   "directory, or clear this one with `bertfeat cache clear`\n")
+    assert err == (f"Error: the cache {cache / DB_NAME} has format 99, this bertfeat reads format 2 - use another --cache "
+                   f"directory, or delete {cache / DB_NAME} (its vectors are recomputed)\n")
     assert not (tmp_path / "b.parquet").exists()
 
 
@@ -730,7 +730,7 @@ def test_cache_clear(tmp_path, capsys):
     assert (rc, out) == (0, "")
     m = re.fullmatch(rf"deleted 60 entries from {re.escape(str(cache))} \(([\d.]+) KiB -> ([\d.]+) KiB on disk\)\n", err)
     assert m, err
-    assert float(m[1]) == round(size / 1024, 1) and float(m[2]) < float(m[1])  # VACUUM gave the space back
+    assert float(m[1]) == round(size / 1024, 1) and float(m[2]) <= float(m[1])  # 16 KiB pages: 60 small rows fit one
     assert sum(p.stat().st_size for p in cache.iterdir()) == float(m[2]) * 1024
     assert bertfeat.vcache.cache_info(cache)["entries"] == 0
     assert run(capsys, "cache", "clear", cache, "-q")[1:] == ("", "")

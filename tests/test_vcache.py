@@ -212,7 +212,8 @@ def test_a_second_connection_sees_committed_vectors_only(tmp_path, store):
         rid = reader.register("a" * 32, "m", D, {})
         ks = keys(SST2[:50])
         store.db.execute("BEGIN IMMEDIATE")
-        store.db.execute("INSERT INTO vectors VALUES(?, ?, ?, 1, 0, 1, 0)", (fid, ks[0], vectors(1)[0].tobytes()))
+        store.db.execute("INSERT INTO vectors(fp, key, vec, n_tokens, flags, n_chunks, crc) VALUES(?, ?, ?, 1, 0, 1, 0)",
+                         (fid, ks[0], vectors(1)[0].tobytes()))
         assert reader.get(rid, ks) == {}  # not committed: not seen
         store.db.execute("ROLLBACK")
         store.put(fid, ks, vectors(50), [1] * 50, [False] * 50, [1] * 50)
