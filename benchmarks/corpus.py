@@ -10,7 +10,8 @@ SHARED = Path(os.environ.get("BERTFEAT_DATA", ROOT.parent / "shared" / "data")) 
 
 
 def build_corpus(n: int = 4000) -> list[str]:
-    """Interleave SST-2 train, TREC train and STSb sentences so lengths are mixed in file order."""
+    """Interleave SST-2 train, TREC train and STSb sentences so lengths are mixed in file order (at most the 15,372
+    they hold)."""
     sst = [l.split(" ", 1)[1] for l in (SHARED / "sst2" / "stsa.binary.train").read_text(encoding="utf-8").splitlines() if l.strip()]
     trec = [l.split(" ", 1)[1] for l in (SHARED / "trec" / "TREC.train").read_text(encoding="latin-1").splitlines() if l.strip()]
     sts = []
@@ -19,7 +20,7 @@ def build_corpus(n: int = 4000) -> list[str]:
         if len(parts) >= 7:
             sts += [parts[5], parts[6]]
     out, i = [], 0
-    while len(out) < n:
+    while len(out) < n and i < max(len(sst), len(trec), len(sts)):  # every source used up: fewer than n
         for src in (sst, trec, sts):
             if i < len(src) and len(out) < n:
                 out.append(src[i])
