@@ -69,7 +69,8 @@ import pyarrow.parquet as pq
 
 from .atomic import write_atomic
 from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, output_columns, table_counts, validate_batch
-from .vcache import CacheError
+from .reuse import dedup_memory
+from .vcache import NETWORK_FS, CacheError, filesystem_type, open_cache
 from .dask_cluster import ClusterError, cancel, cluster_slots, gather, open_client, worker_threads
 from .errors import BertfeatError, opt, render
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
@@ -226,7 +227,8 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     reuser = None
     try:
         # identical rows of the partition encoded once; with a cache, rows any run encoded before are reused
-        reuser = make_reuser(enc, ctx.spec, None if ctx.cache is None else Path(ctx.cache), Path(ctx.out_dir), ctx.cache_id)
+        reuser = make_reuser(enc, ctx.spec, None if ctx.cache is None else Path(ctx.cache), Path(ctx.out_dir), ctx.cache_id,
+                             budget=dedup_memory() // max(1, int(ctx.threads or 1)))  # the process's budget, split per task
         for start in range(0, max(len(raw.rows), 1), ctx.chunk_rows):
             chunk = validate_batch(raw.slice(start, start + ctx.chunk_rows), part.index)
             table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.name, ctx.on_bad_row, ctx.id_name, ctx.keep_types,
@@ -358,7 +360,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         run_store = None  # without a cache: the run's duplicates store, shared by this machine's workers
         if plan.cache is not None:
             check_worker_hosts(client, plan.cache)
-        elif not workers_elsewhere(client):
+        elif not workers_elsewhere(client) and filesystem_type(partial.parent) not in NETWORK_FS:
             run_store = partial / RUN_STORE
         # Partitions: a few per task slot of the cluster (a resumed run keeps the interrupted run's cut)
         target = _resumed_value(partial, "split_target") if plan.resume else None
@@ -370,6 +372,8 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
                                 partitions=len(parts))
         counts = _open_partial(partial, manifest, plan.resume)
         opened = True
+        if run_store is not None:  # made here, once, before the tasks open it together
+            open_cache(run_store).close()
         client.register_plugin(EncoderPlugin(encoder.location, plan.model, encoder_kwargs, encoder.weights_sha256,
                                              threads), name=EncoderPlugin.name)
         # pass 0: rows per partition (Parquet: from the footers)
@@ -448,7 +452,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             summary.add(results[i])
             summary.rows_rejected += len(results[i]["rejects"])
             summary.cache_repaired += int(results[i].get("cache_repaired", 0))
-        if summary.cache_repaired:
+        if summary.cache_repaired and plan.cache is not None:
             progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged entries (checksum mismatch): "
                           "encoded again and rewritten")
         final_meta = provenance(encoder, spec, fingerprint, plan, summary)

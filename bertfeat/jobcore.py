@@ -185,15 +185,16 @@ def feature_settings(encoder, plan) -> tuple[object, dict]:
     return spec, encoder.fingerprint(spec)
 
 
-def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, cache_id: tuple[str, dict] | None = None):
+def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, cache_id: tuple[str, dict] | None = None,
+                budget: int | None = None):
     """The run's reuse of vectors (reuse.py): identical rows encoded once, and with ``cache_dir`` the vector cache
     opened under this run's fingerprint (``cache_id``: (fingerprint, settings), computed here when not given).
-    ``spill_dir``: where the run's duplicate store spills past its memory budget."""
+    ``spill_dir``: where the run's duplicate store spills past its memory ``budget`` (default reuse.DEDUP_MEMORY)."""
     from .reuse import Reuser
 
     dim = encoder.output_dim(spec)
     if cache_dir is None:
-        return Reuser(dim, spill_dir=spill_dir)
+        return Reuser(dim, spill_dir=spill_dir, budget=budget)
     from .vcache import cache_fingerprint, open_cache
 
     fp, settings = cache_id or cache_fingerprint(encoder, spec)

@@ -109,6 +109,8 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
                              cache=None if plan.cache is None else str(plan.cache))
     if done:
         progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")
+    for stale in store.dir.glob(".dedup-*"):  # the duplicates store of the interrupted run (its vectors are in its parts)
+        stale.unlink(missing_ok=True)
     try:
         reuser = make_reuser(encoder, spec, plan.cache, store.dir)
     except BaseException:

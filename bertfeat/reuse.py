@@ -8,9 +8,11 @@ Two steps per chunk, so the lookups run in the read-ahead thread while the model
     settle(reuse, ...)   -> the chunk's vectors and counts in row order, after the model ran on the todo rows;
                             the new vectors go to the run's store and to the cache
 
-The run's store (``RunStore``) keeps the vectors of this run's rows by key so a text seen again is not encoded
-again: in memory up to ``DEDUP_MEMORY`` bytes (the BERTFEAT_DEDUP_MEMORY environment variable), then in a
-temporary SQLite file (``spill_dir``: the run's partial directory beside the output), deleted at the end.
+Without a cache, the run's store (``RunStore``) keeps the vectors of this run's rows by key so a text seen again is
+not encoded again: in memory up to ``DEDUP_MEMORY`` bytes (the BERTFEAT_DEDUP_MEMORY environment variable), then in
+a temporary SQLite file (``spill_dir``: the run's partial directory beside the output), deleted at the end. With a
+cache, the cache is that store (a duplicate's vector is read back from it), so a run's memory does not grow with
+its corpus either way.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 from .vcache import VectorStore, text_key
 
-DEDUP_MEMORY = 256 << 20  # bytes of vectors the run keeps in memory for its duplicates before spilling to disk
+DEDUP_MEMORY = 64 << 20  # bytes of vectors a run without a cache keeps in memory for its duplicates before spilling
 ENTRY_OVERHEAD = 200  # bytes per in-memory entry besides the vector (dict slot, key, array header)
 
 
@@ -97,12 +99,13 @@ class RunStore:
 
 class Reuser:
     """One run's reuse of vectors: the cache (``cache``, a VectorStore, with this run's fingerprint id ``fid``) and
-    the run's own earlier rows. ``encoded`` / ``reused`` count rows as the summary reports them."""
+    the run's own earlier rows (in the cache when there is one, else in a RunStore). ``encoded`` / ``reused`` count
+    rows as the summary reports them."""
 
     def __init__(self, dim: int, cache: VectorStore | None = None, fid: int | None = None, spill_dir: Path | None = None,
                  budget: int | None = None):
         self.cache, self.fid = cache, fid
-        self.store = RunStore(dim, spill_dir, budget)
+        self.store = RunStore(dim, spill_dir, budget) if cache is None else None
         self.pending: dict[bytes, int] = {}  # keys being encoded (chunks planned, not settled) -> how many chunks
         self.rejected: dict[bytes, object] = {}  # keys whose first row was refused (too long): its duplicates too
         self._lock = threading.Lock()
@@ -113,26 +116,31 @@ class Reuser:
         """Cache entries that failed their checksum (encoded again and rewritten)."""
         return self.cache.corrupt if self.cache is not None else 0
 
+    def _lookup(self, keys: list[bytes]) -> dict[bytes, Entry]:
+        """Entries of these keys in the run's store or the cache (the cache is read outside the Reuser's lock)."""
+        if not keys:
+            return {}
+        if self.cache is not None:
+            return self.cache.get(self.fid, list(dict.fromkeys(keys)))
+        with self._lock:
+            return self.store.get(list(dict.fromkeys(keys)))
+
     def plan(self, texts: list[str], pairs: list[str] | None) -> ChunkReuse:
         """Look a chunk's rows up (the read-ahead thread): -> which rows are known, which wait for an identical row
         being encoded, which to encode."""
         keys = [text_key(t, None if pairs is None else pairs[i]) for i, t in enumerate(texts)]
         r = ChunkReuse(keys)
         with self._lock:
-            ask: list[int] = []
-            for i, k in enumerate(keys):
-                if k in self.pending or k in self.rejected:
-                    r.later[i] = k
-                else:
-                    ask.append(i)
-            found = self.store.get([keys[i] for i in ask]) if ask else {}
-            rest = [i for i in ask if keys[i] not in found]
-            if rest and self.cache is not None:
-                found.update(self.cache.get(self.fid, list(dict.fromkeys(keys[i] for i in rest))))
+            ask = [i for i, k in enumerate(keys) if k not in self.pending and k not in self.rejected]
+        # only this thread adds pending keys, so a key not pending now is not pending after the lookup either
+        found = self._lookup([keys[i] for i in ask])
+        with self._lock:
+            asked = set(ask)
             first: set[bytes] = set()
-            for i in ask:
-                k = keys[i]
-                if k in found:
+            for i, k in enumerate(keys):
+                if i not in asked:
+                    r.later[i] = k
+                elif k in found:
                     r.known[i] = found[k]
                 elif k in first:
                     r.later[i] = k
@@ -146,55 +154,54 @@ class Reuser:
     def settle(self, r: ChunkReuse, encoded: dict[int, Entry], X: np.ndarray | None, refused: dict[int, object]):
         """The chunk's rows after the model ran on ``r.todo``: ``encoded`` position -> (row of X, n_tokens,
         truncated, n_chunks) for the todo rows that were encoded, ``refused`` position -> reason for those refused
-        (too long). Stores the new vectors (run store, cache). -> (entries by position, refused by position): every
-        accepted position is in one of the two."""
-        todo_keys = [r.keys[i] for i in r.todo]
+        (too long). Stores the new vectors (the cache, else the run store). -> (entries by position, refused by
+        position): every accepted position is in one of the two."""
         new = [i for i in r.todo if i in encoded]
+        out: dict[int, Entry] = dict(r.known)
+        for i in new:
+            row, nt_i, tr_i, nc_i = encoded[i]
+            out[i] = (X[row], nt_i, tr_i, nc_i)
         if new:
-            rows = np.array([encoded[i][0] for i in new])
-            Xn = X[rows]
-            nt = [encoded[i][1] for i in new]
-            tr = [encoded[i][2] for i in new]
-            nc = [encoded[i][3] for i in new]
             keys = [r.keys[i] for i in new]
+            Xn = X[np.array([encoded[i][0] for i in new])]
+            nt, tr, nc = ([encoded[i][j] for i in new] for j in (1, 2, 3))
             if self.cache is not None:
                 self.cache.put(self.fid, keys, Xn, nt, tr, nc)
         with self._lock:
-            if new:
+            if new and self.store is not None:
                 self.store.put(keys, Xn, nt, tr, nc)
             for i, why in refused.items():
                 if i in r.todo:
                     self.rejected[r.keys[i]] = why
-            for k in todo_keys:
+            for k in (r.keys[i] for i in r.todo):
                 n = self.pending.get(k, 0) - 1
                 if n <= 0:
                     self.pending.pop(k, None)
                 else:
                     self.pending[k] = n
-            waiting = {i: k for i, k in r.later.items() if k not in self.rejected}
-            found = self.store.get(list(dict.fromkeys(waiting.values()))) if waiting else {}
-        out: dict[int, Entry] = dict(r.known)
-        for i in new:
-            row, nt_i, tr_i, nc_i = encoded[i]
-            out[i] = (X[row], nt_i, tr_i, nc_i)
-        refused_out = dict(refused)
+            rejected = {i: self.rejected[k] for i, k in r.later.items() if k in self.rejected}
+        here = {r.keys[i]: out[i] for i in new}  # duplicates within this chunk: no store round trip
+        found = self._lookup([k for i, k in r.later.items() if i not in rejected and k not in here])
+        refused_out = {**refused, **rejected}
         for i, k in r.later.items():
-            if k in self.rejected:
-                refused_out[i] = self.rejected[k]
-            elif k in found:
-                out[i] = found[k]
-            else:  # pragma: no cover - a duplicate always follows the row it copies
+            if i in rejected:
+                continue
+            e = here.get(k) or found.get(k)
+            if e is None:  # pragma: no cover - a duplicate always follows the row it copies
                 raise RuntimeError("bertfeat: a duplicate row's vector is missing (this is a bug)")
+            out[i] = e
         self.encoded += len(new)
         self.reused += sum(1 for i in out if i not in encoded)
         return out, refused_out
 
     def close(self) -> None:
         """Mark the cache's fingerprint used, close the cache and drop the run's store (its spill file too)."""
-        if self.cache is not None:
-            try:
-                self.cache.touch(self.fid)
-            except Exception:  # the run's result stands; the next run marks it
-                pass
-            self.cache.close()
-        self.store.close()
+        with self._lock:
+            if self.cache is not None:
+                try:
+                    self.cache.touch(self.fid)
+                except Exception:  # the run's result stands; the next run marks it
+                    pass
+                self.cache.close()
+            if self.store is not None:
+                self.store.close()

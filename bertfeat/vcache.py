@@ -53,7 +53,7 @@ ENV = "BERTFEAT_CACHE"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS fingerprints(
-    id INTEGER PRIMARY KEY, fingerprint TEXT UNIQUE NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL,
+    id INTEGER PRIMARY KEY AUTOINCREMENT, fingerprint TEXT UNIQUE NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL,
     settings TEXT NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS vectors(
     id INTEGER PRIMARY KEY, fp INTEGER NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, n_tokens INTEGER NOT NULL,
@@ -92,17 +92,33 @@ MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "specia
                "config_sentence_transformers.json", "sentence_bert_config.json")
 
 
+def module_folders(root: Path) -> list[Path]:
+    """The sentence-transformers module folders of a model: every folder modules.json names (a Dense module may
+    live in any folder, ``"path": "dense"``), and the folders named ``N_...`` by convention."""
+    found = {p for p in root.iterdir() if p.is_dir() and re.match(r"\d+_", p.name)}
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        modules = []
+    for m in modules if isinstance(modules, list) else []:
+        path = m.get("path") if isinstance(m, dict) else None
+        if isinstance(path, str) and path.strip("./") and (root / path).is_dir():
+            found.add(root / path)
+    return sorted(found)
+
+
 def model_files_digest(directory: Path) -> dict[str, str]:
     """sha256 of every file of a model folder that can change a vector besides the encoder's weights (checksummed
     already): ``MODEL_FILES`` at the top, and every file of the sentence-transformers module folders
-    (1_Pooling/config.json, 2_Dense/config.json and its weights, ...: folders named ``N_...``), docs left out.
+    (1_Pooling/config.json, 2_Dense/config.json and its weights, ...: every folder modules.json names, and the
+    folders named ``N_...``), docs left out.
     Other weight files (pytorch_model.bin beside model.safetensors, onnx/, openvino/) are not read."""
     root = Path(directory)
     out = {}
     for name in MODEL_FILES:
         if (root / name).is_file():
             out[name] = _file_digest(root / name)
-    for sub in sorted(p for p in root.iterdir() if p.is_dir() and re.match(r"\d+_", p.name)):
+    for sub in module_folders(root):
         for p in sorted(sub.rglob("*")):
             rel = p.relative_to(root)
             if p.is_file() and not any(part.startswith(".") for part in rel.parts) and not p.name.lower().endswith(".md"):
@@ -200,46 +216,69 @@ class VectorStore:
         except OSError as e:
             raise CacheError(f"cannot make the cache directory {self.path.parent} ({e.strerror or e})",
                              f"give {opt('cache')} a directory you can write") from None
-        with self._guard("open"):
-            self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-            self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file's page size (before its first table and WAL)
-            if durable:
+        self.db = None
+        t0 = time.monotonic()
+        delay = 0.01
+        while True:  # a brand-new file opened by several processes at once: setting WAL mode answers "locked" at once
+            try:
+                with self._guard("open", t0):
+                    self._open()
+                break
+            except CacheError as e:
+                if self.db is not None:
+                    self.db.close()
+                    self.db = None
+                if not getattr(e, "locked", False) or time.monotonic() - t0 > BUSY_TIMEOUT_S:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def _open(self) -> None:
+        self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file's page size (before its first table and WAL)
+        if self.durable:
+            if self.db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 self.db.execute("PRAGMA journal_mode=WAL")
-                self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a crash loses at most the last commits, never consistency
-            else:
-                self.db.execute("PRAGMA journal_mode=OFF")
-                self.db.execute("PRAGMA synchronous=OFF")
-            self.db.execute(f"PRAGMA cache_size={CACHE_PAGES}")
-            self.db.executescript(_SCHEMA)
-            fmt = self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
-            if fmt is None:
-                self.db.execute("INSERT OR IGNORE INTO meta VALUES('format', ?)", (FORMAT,))
-            elif fmt[0] != FORMAT:
-                raise CacheError(f"the cache {self.path} has format {fmt[0]}, this bertfeat reads format {FORMAT}",
-                                 f"use another {opt('cache')} directory, or delete {self.path} (its vectors are recomputed)")
+            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a crash loses at most the last commits, never consistency
+        else:
+            self.db.execute("PRAGMA journal_mode=OFF")
+            self.db.execute("PRAGMA synchronous=OFF")
+        self.db.execute(f"PRAGMA cache_size={CACHE_PAGES}")
+        self.db.executescript(_SCHEMA)
+        fmt = self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        if fmt is None:
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES('format', ?)", (FORMAT,))
+        elif fmt[0] != FORMAT:
+            self.db.close()
+            self.db = None
+            raise CacheError(f"the cache {self.path} has format {fmt[0]}, this bertfeat reads format {FORMAT}",
+                             f"use another {opt('cache')} directory, or delete {self.path} (its vectors are recomputed)")
 
     # ------------------------------------------------------------------ errors
     class _Guard:
-        def __init__(self, store: "VectorStore", doing: str):
-            self.store, self.doing = store, doing
+        def __init__(self, store: "VectorStore", doing: str, since: float | None = None):
+            self.store, self.doing, self.since = store, doing, since
 
         def __enter__(self):
+            self.t0 = time.monotonic() if self.since is None else self.since
             return self
 
         def __exit__(self, kind, e, tb):
             if e is None or not isinstance(e, sqlite3.Error):
                 return False
-            raise self.store._error(e, self.doing) from None
+            raise self.store._error(e, self.doing, time.monotonic() - self.t0) from None
 
-    def _guard(self, doing: str) -> "_Guard":
-        return VectorStore._Guard(self, doing)
+    def _guard(self, doing: str, since: float | None = None) -> "_Guard":
+        return VectorStore._Guard(self, doing, since)
 
-    def _error(self, e: sqlite3.Error, doing: str) -> CacheError:
+    def _error(self, e: sqlite3.Error, doing: str, waited: float = 0.0) -> CacheError:
         text = str(e)
-        if isinstance(e, sqlite3.OperationalError) and "locked" in text:
+        if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
             gerund = {"open": "opening", "read": "reading", "write": "writing"}.get(doing, doing)
-            return CacheError(f"the cache {self.path} stayed locked by another process for {BUSY_TIMEOUT_S:.0f} s while {gerund}",
-                              "let the other run finish, or use another cache directory")
+            err = CacheError(f"the cache {self.path} stayed locked by another process for {waited:.0f} s while {gerund}",
+                             "let the other run finish, or use another cache directory")
+            err.locked = True
+            return err
         if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text or "disk I/O" in text):
             return CacheError(f"cannot {doing} the cache {self.path} ({text})",
                               "check the cache directory is writable and its disk has room, or use another one")
@@ -341,7 +380,10 @@ class VectorStore:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 n = 0
-                for fid in ids:
+                if fingerprint is None:  # every row, those of a fingerprint cleared while a run still wrote too
+                    n = self.db.execute("DELETE FROM vectors").rowcount
+                    self.db.execute("DELETE FROM fingerprints")
+                for fid in ids if fingerprint is not None else ():
                     n += self.db.execute("DELETE FROM vectors WHERE fp=?", (fid,)).rowcount
                     self.db.execute("DELETE FROM fingerprints WHERE id=?", (fid,))
                 self.db.execute("COMMIT")
@@ -351,8 +393,9 @@ class VectorStore:
                 raise
         try:
             with self._lock:
+                self.db.execute("PRAGMA busy_timeout=2000")  # VACUUM needs the file to itself: wait a little, not 120 s
                 self.db.execute("VACUUM")
-        except sqlite3.OperationalError:  # another process reads it: the space is reused by later writes instead
+        except sqlite3.Error:  # another process reads it: the space is reused by later writes instead
             pass
         return n
 
@@ -360,10 +403,12 @@ class VectorStore:
         return _size_on_disk(self.path)
 
     def close(self) -> None:
-        try:
-            self.db.close()
-        except sqlite3.Error:
-            pass
+        with self._lock:  # not while another thread reads (the read-ahead thread of a run that stops)
+            try:
+                if self.db is not None:
+                    self.db.close()
+            except sqlite3.Error:
+                pass
         if not self.durable:
             for p in self.path.parent.glob(self.path.name + "*"):
                 p.unlink(missing_ok=True)

@@ -289,3 +289,73 @@ def test_pairs_key_the_reuse():
     c1 = r.plan([a, a, a, b], [b, c, b, a])
     assert c1.todo == [0, 1, 3] and c1.later == {2: text_key(a, b)}
     r.close()
+
+
+# --------------------------------------------------------------------------- review findings (each failed before its fix)
+def test_model_files_digest_covers_every_module_folder_modules_json_names(tmp_path):
+    """A Dense module may live in any folder modules.json names ("path": "dense"), not only N_... folders: its weights
+    are in the key, so new Dense weights reuse nothing (they were left out: the old vectors came back with exit 0)."""
+    d = tmp_path / "m"
+    shutil.copytree(tiny_model(), d)
+    (d / "dense").mkdir()
+    (d / "dense" / "config.json").write_text('{"in_features": 32, "out_features": 4}')
+    (d / "dense" / "model.safetensors").write_bytes(b"weights one")
+    (d / "notes").mkdir()
+    (d / "notes" / "x.json").write_text("{}")  # a folder modules.json does not name: not read, not in the key
+    (d / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                                                {"idx": 1, "name": "1", "path": "dense", "type": "sentence_transformers.models.Dense"}]))
+    first = model_files_digest(d)
+    assert {"modules.json", "dense/config.json", "dense/model.safetensors"} <= set(first) and "notes/x.json" not in first
+    (d / "dense" / "model.safetensors").write_bytes(b"weights two")
+    assert model_files_digest(d)["dense/model.safetensors"] != first["dense/model.safetensors"]
+
+
+def _open_put_close(directory: str, barrier, errors) -> None:
+    try:
+        barrier.wait()
+        s = open_cache(Path(directory))
+        fid = s.register("f" * 32, "m", D, {})
+        s.put(fid, keys(SST2[:20]), vectors(20), [1] * 20, [False] * 20, [1] * 20)
+        s.close()
+    except Exception as e:  # reported to the parent
+        errors.put(repr(e))
+
+
+def test_a_new_cache_opened_by_several_processes_at_once(tmp_path):
+    """Setting WAL mode on a brand-new file answers 'database is locked' at once to the second process (no busy
+    wait): the open is retried, so runs (and Dask tasks) starting together on a new cache all open it."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    errors = ctx.Queue()
+    for r in range(12):
+        directory = tmp_path / f"c{r}"
+        barrier = ctx.Barrier(4)
+        procs = [ctx.Process(target=_open_put_close, args=(str(directory), barrier, errors)) for _ in range(4)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        assert [p.exitcode for p in procs] == [0] * 4
+        assert errors.empty(), errors.get()
+        s = open_cache(directory)
+        assert len(s.get(s.register("f" * 32, "m", D, {}), keys(SST2[:20]))) == 20
+        s.close()
+
+
+def test_clear_during_a_run_leaves_no_orphan_rows(tmp_path):
+    """cache clear while a run still writes: the run's later rows are deleted by the next clear, and a new
+    fingerprint never takes the old one's id (its entries would be someone else's)."""
+    run, other = open_cache(tmp_path / "cache"), open_cache(tmp_path / "cache")
+    try:
+        fid = run.register("a" * 32, "m", D, {})
+        run.put(fid, keys(SST2[:10]), vectors(10), [1] * 10, [False] * 10, [1] * 10)
+        assert other.clear() == 10
+        run.put(fid, keys(SST2[10:30]), vectors(20), [1] * 20, [False] * 20, [1] * 20)  # the run goes on
+        assert other.clear() == 20
+        assert other.db.execute("SELECT count(*) FROM vectors").fetchone() == (0,)
+        new = other.register("b" * 32, "m", D, {})
+        assert new != fid and other.get(new, keys(SST2[:30])) == {} and other.corrupt == 0
+    finally:
+        run.close()
+        other.close()
