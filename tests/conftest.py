@@ -17,6 +17,8 @@ One policy for what a test needs beyond the repository and the base install ("op
 
 from __future__ import annotations
 
+import contextlib
+
 # bertfeat first, before anything imports NumPy: it chooses OpenBLAS's kernels at import
 # (bertfeat/threads.py), and in-process runs must use the same kernels as the `bertfeat`
 # subprocesses the tests start, or resumed output differs from uninterrupted output in the last bit.
@@ -203,12 +205,20 @@ def dask_client():
     one worker process with one thread, loopback only, so the worker loads the model itself. Tests that need a
     cluster of their own shape (two workers, a worker killed) keep their module's fixture."""
     need("distributed", 'pip install -e ".[dask]"')
+    with dask_local_client(n_workers=1, threads_per_worker=1, processes=True) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def dask_local_client(**cluster_kw):
+    """A Client on a LocalCluster of this shape (loopback only, no dashboard, quiet), closed after: the one way the
+    tests' Dask fixtures make a cluster (each module keeps its own shape: in-process, two worker processes, ...)."""
+    pytest.importorskip("distributed")
     import logging
 
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=logging.ERROR)
+    cluster = LocalCluster(dashboard_address=None, silence_logs=logging.ERROR, **cluster_kw)
     client = Client(cluster)
     try:
         yield client

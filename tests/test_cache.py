@@ -30,7 +30,7 @@ import bertfeat.reuse
 import bertfeat.vcache
 from bertfeat.errors import BertfeatError
 from bertfeat.vcache import DB_NAME, CacheError
-from conftest import TEST_DATA, read_sst2, read_trec
+from conftest import dask_local_client, TEST_DATA, read_sst2, read_trec
 from extract_util import (TOL, assert_close, embeddings, metadata, no_leftovers, read_table, run, summary_line,
                           tiny_encoder, tiny_model, write_csv)
 
@@ -111,17 +111,8 @@ def dedup_files(root: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def client():
-    pytest.importorskip("distributed")
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0",
-                           silence_logs=logging.ERROR)
-    c = Client(cluster)
-    try:
+    with dask_local_client(n_workers=1, threads_per_worker=1, processes=False) as c:
         yield c
-    finally:
-        c.close()
-        cluster.close()
 
 
 def engine_kw(engine: str, request, blocksize="3KiB") -> dict:

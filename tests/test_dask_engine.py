@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import os
 import signal
 import sys
@@ -22,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import need  # noqa: E402
+from conftest import dask_local_client, need  # noqa: E402
 
 need("distributed", 'pip install -e ".[dask]"')
 
@@ -41,16 +40,8 @@ TOL = 1e-6
 # --------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=logging.ERROR)
-    c = Client(cluster)
-    try:
+    with dask_local_client(n_workers=2, threads_per_worker=1, processes=True) as c:
         yield c
-    finally:
-        c.close()
-        cluster.close()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import logging
 import pickle
 from pathlib import Path
 
@@ -19,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+from conftest import dask_local_client
 
 import bertfeat
 from bertfeat.errors import BertfeatError, ResumeError
@@ -113,17 +114,8 @@ def check_parquet_table(t: pa.Table, fmt: str, dim: int = 32):
 # --------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def client():
-    pytest.importorskip("distributed")
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0",
-                           silence_logs=logging.ERROR)
-    c = Client(cluster)
-    try:
+    with dask_local_client(n_workers=1, threads_per_worker=1, processes=False) as c:
         yield c
-    finally:
-        c.close()
-        cluster.close()
 
 
 @pytest.fixture(scope="module", params=["csv", "tsv", "jsonl", "parquet"])

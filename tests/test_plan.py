@@ -10,10 +10,11 @@ test_dask_engine.test_resume_refuses_changed_settings_like_the_local_engine.)
 from __future__ import annotations
 
 import json
-import logging
 
 import pyarrow.parquet as pq
 import pytest
+
+from conftest import dask_local_client
 
 pytest.importorskip("distributed")
 
@@ -25,16 +26,8 @@ from extract_util import tiny_model, write_csv  # noqa: E402
 
 @pytest.fixture(scope="module")
 def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0",
-                           silence_logs=logging.ERROR)
-    c = Client(cluster)
-    try:
+    with dask_local_client(n_workers=1, threads_per_worker=1, processes=False) as c:
         yield c
-    finally:
-        c.close()
-        cluster.close()
 
 
 @pytest.fixture(scope="module")
