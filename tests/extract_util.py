@@ -183,3 +183,23 @@ def assert_dask_and_sklearn_agree(model: Path, texts: list[str], tmp_path: Path,
     print(f"TextFeatures vs Encoder.encode: max |diff| {np.abs(got - want).max():.2e}")
     assert got.shape == want.shape and np.abs(got - want).max() <= TOL
     return a.column("n_tokens").to_pylist()
+
+
+def sigkill_when(p, ready, poll: float = 0.005) -> None:
+    """SIGKILL the running process ``p`` (a Popen with stderr=PIPE) once ``ready()`` is true (within 120 s; it must
+    not have ended by itself first), and wait for it; its stderr pipe is closed either way."""
+    import signal
+    import time
+
+    try:
+        deadline = time.monotonic() + 120
+        while not ready():
+            assert p.poll() is None, f"the run ended before it could be killed: {p.stderr.read().decode()}"
+            assert time.monotonic() < deadline, "no part files appeared"
+            time.sleep(poll)
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.stderr.close()

@@ -31,7 +31,7 @@ import bertfeat.vcache
 from bertfeat.errors import BertfeatError
 from bertfeat.vcache import DB_NAME, CacheError
 from conftest import dask_local_client, TEST_DATA, read_sst2, read_trec
-from extract_util import (TOL, assert_close, embeddings, metadata, no_leftovers, read_table, run, summary_line,
+from extract_util import (TOL, assert_close, embeddings, metadata, no_leftovers, read_table, run, sigkill_when, summary_line,
                           tiny_encoder, tiny_model, write_csv)
 
 SST2, _ = read_sst2(TEST_DATA / "sst2" / "stsa.binary.dev")  # 300 distinct real sentences
@@ -624,18 +624,8 @@ def test_a_run_killed_mid_write_leaves_a_usable_cache(tmp_path):
                              "--threads", 1, "--cache", cache),
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     partial = out.parent / (out.name + ".partial")
-    try:
-        deadline = time.monotonic() + 120
-        while len(list(partial.glob("part-*.parquet"))) < 5:  # a part is written after its chunk's vectors went to the cache
-            assert p.poll() is None, f"the run ended before it could be killed: {p.stderr.read().decode()}"
-            assert time.monotonic() < deadline, "no part files appeared"
-            time.sleep(0.002)
-        p.send_signal(signal.SIGKILL)
-        p.wait(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-        p.stderr.close()
+    # a part is written after its chunk's vectors went to the cache
+    sigkill_when(p, lambda: len(list(partial.glob("part-*.parquet"))) >= 5, poll=0.002)
     assert p.returncode == -signal.SIGKILL
     assert not out.exists()
     stored = entries(cache)

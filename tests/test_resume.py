@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import bertfeat.progress
-from extract_util import Interrupt, metadata, no_leftovers, read_table, run, summary_line, tiny_model, write_csv
+from extract_util import Interrupt, metadata, no_leftovers, read_table, run, sigkill_when, summary_line, tiny_model, write_csv
 
 WORDS = ("river mountain bread cheese rain snow code maths ship bird music art train car cat dog "
          "garden window letter market winter summer city village forest ocean").split()
@@ -58,18 +58,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_output(tmp_path, capsys):
     args = ["--id-column", "id", "--chunk-rows", "10", "--threads", "1"]
     p = subprocess.Popen(["bertfeat", "extract", str(src), "-o", str(out), *args], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while len(parts(out)) < 3:
-            assert p.poll() is None, f"the run ended before it could be killed: {p.stderr.read().decode()}"
-            assert time.monotonic() < deadline, "no part files appeared"
-            time.sleep(0.005)
-        p.send_signal(signal.SIGKILL)
-        p.wait(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-        p.stderr.close()
+    sigkill_when(p, lambda: len(parts(out)) >= 3)
     assert p.returncode == -signal.SIGKILL
     assert not out.exists()  # nothing at the output path, not even a temporary that could be taken for it
     assert [x for x in os.listdir(out.parent) if x.startswith("f.parquet") and x != "f.parquet.partial"] == []
