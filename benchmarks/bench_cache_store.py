@@ -90,13 +90,9 @@ class SqliteV1:
         return 1
 
     def put(self, fid, keys, X, n_tokens, truncated, n_chunks):
-        from bertfeat.vcache import _crc
+        from bertfeat.vcache import entry_records
 
-        X = np.ascontiguousarray(X, dtype="<f4")
-        rows = []
-        for i, key in enumerate(keys):
-            vec, nt, fl, nc = X[i].tobytes(), int(n_tokens[i]), int(bool(truncated[i])), int(n_chunks[i])
-            rows.append((fid, key, vec, nt, fl, nc, _crc(FP, key, vec, nt, fl, nc)))
+        rows = [(fid, *e) for e in entry_records(FP, keys, X, n_tokens, truncated, n_chunks)]
         self.db.execute("BEGIN IMMEDIATE")
         self.db.executemany("INSERT OR REPLACE INTO vectors(fp, key, vec, n_tokens, flags, n_chunks, crc) "
                             "VALUES(?, ?, ?, ?, ?, ?, ?)", rows)
@@ -139,16 +135,11 @@ class Lmdb:
         return 1
 
     def put(self, fid, keys, X, n_tokens, truncated, n_chunks):
-        from bertfeat.vcache import _crc
+        from bertfeat.vcache import entry_records
 
-        X = np.ascontiguousarray(X, dtype="<f4")
         pre = fid.to_bytes(4, "big")
-        items = []
-        for i, key in enumerate(keys):
-            vec, nt, fl, nc = X[i].tobytes(), int(n_tokens[i]), int(bool(truncated[i])), int(n_chunks[i])
-            crc = _crc(FP, key, vec, nt, fl, nc)
-            items.append((pre + key, vec + np.array([nt, fl, nc], "<i4").tobytes() + crc.to_bytes(8, "little", signed=True)))
-        items.sort()
+        items = sorted((pre + key, vec + np.array([nt, fl, nc], "<i4").tobytes() + crc.to_bytes(8, "little", signed=True))
+                       for key, vec, nt, fl, nc, crc in entry_records(FP, keys, X, n_tokens, truncated, n_chunks))
         with self.env.begin(write=True) as txn:
             txn.cursor().putmulti(items)
 

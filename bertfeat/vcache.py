@@ -197,6 +197,16 @@ def _crc(fp_text: str, key: bytes, vec: bytes, n_tokens: int, flags: int, n_chun
     return int.from_bytes(h.digest(), "little", signed=True)
 
 
+def entry_records(fp_text: str, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> list[tuple]:
+    """Rows as stored: (key, vector bytes, n_tokens, flags, n_chunks, checksum) each (flags bit 0: truncated)."""
+    X = np.ascontiguousarray(X, dtype="<f4")
+    out = []
+    for i, key in enumerate(keys):
+        vec, nt, fl, nc = X[i].tobytes(), int(n_tokens[i]), int(bool(truncated[i])), int(n_chunks[i])
+        out.append((key, vec, nt, fl, nc, _crc(fp_text, key, vec, nt, fl, nc)))
+    return out
+
+
 class VectorStore:
     """One SQLite database of vectors by (fingerprint, key); a connection shared by this process's threads.
 
@@ -325,12 +335,7 @@ class VectorStore:
 
     def put(self, fid: int, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> None:
         """Store rows (one transaction: all of them or none); an existing entry is replaced (a corrupt one repaired)."""
-        fp_text = self._fp_text[fid]
-        X = np.ascontiguousarray(X, dtype="<f4")
-        rows = []
-        for i, key in enumerate(keys):
-            vec, nt, fl, nc = X[i].tobytes(), int(n_tokens[i]), int(bool(truncated[i])), int(n_chunks[i])
-            rows.append((fid, key, vec, nt, fl, nc, _crc(fp_text, key, vec, nt, fl, nc)))
+        rows = [(fid, *e) for e in entry_records(self._fp_text[fid], keys, X, n_tokens, truncated, n_chunks)]
         if not rows:
             return
         with self._lock, self._guard("write"):
