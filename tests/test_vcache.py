@@ -310,36 +310,39 @@ def test_model_files_digest_covers_every_module_folder_modules_json_names(tmp_pa
     assert model_files_digest(d)["dense/model.safetensors"] != first["dense/model.safetensors"]
 
 
-def _open_put_close(directory: str, barrier, errors) -> None:
-    try:
-        barrier.wait()
-        s = open_cache(Path(directory))
-        fid = s.register("f" * 32, "m", D, {})
-        s.put(fid, keys(SST2[:20]), vectors(20), [1] * 20, [False] * 20, [1] * 20)
-        s.close()
-    except Exception as e:  # reported to the parent
-        errors.put(repr(e))
+OPEN_PUT_CLOSE = """
+import sys, time
+from pathlib import Path
+import numpy as np
+from bertfeat.vcache import open_cache, text_key
+start, directory = float(sys.argv[1]), Path(sys.argv[2])
+keys = [text_key(f"row {i}") for i in range(20)]
+while time.time() < start:  # every process opens at the same instant
+    pass
+s = open_cache(directory)
+fid = s.register("f" * 32, "m", 8, {})
+s.put(fid, keys, np.ones((20, 8), np.float32), [1] * 20, [False] * 20, [1] * 20)
+s.close()
+"""
 
 
 def test_a_new_cache_opened_by_several_processes_at_once(tmp_path):
     """Setting WAL mode on a brand-new file answers 'database is locked' at once to the second process (no busy
-    wait): the open is retried, so runs (and Dask tasks) starting together on a new cache all open it."""
-    import multiprocessing as mp
+    wait): the open is retried, so runs (and Dask tasks) starting together on a new cache all open it. Fresh
+    interpreters (a fork of the test process, which holds threads, could deadlock)."""
+    import subprocess
+    import sys
+    import time
 
-    ctx = mp.get_context("fork")
-    errors = ctx.Queue()
-    for r in range(12):
+    for r in range(6):
         directory = tmp_path / f"c{r}"
-        barrier = ctx.Barrier(4)
-        procs = [ctx.Process(target=_open_put_close, args=(str(directory), barrier, errors)) for _ in range(4)]
-        for p in procs:
-            p.start()
-        for p in procs:
-            p.join(60)
-        assert [p.exitcode for p in procs] == [0] * 4
-        assert errors.empty(), errors.get()
+        start = time.time() + 1.5
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN_PUT_CLOSE, str(start), str(directory)], stderr=subprocess.PIPE,
+                                  text=True) for _ in range(4)]
+        results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+        assert [rc for rc, _ in results] == [0] * 4, [err for _, err in results]
         s = open_cache(directory)
-        assert len(s.get(s.register("f" * 32, "m", D, {}), keys(SST2[:20]))) == 20
+        assert len(s.get(s.register("f" * 32, "m", 8, {}), [text_key(f"row {i}") for i in range(20)])) == 20
         s.close()
 
 
