@@ -4,6 +4,7 @@ lines and unclosed quotes as bad rows in their place.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import io
 import json
@@ -14,6 +15,7 @@ import pyarrow as pa
 
 from ..errors import InputError, opt
 from ..rejects import Reason, RejectCode
+from . import arrowexit
 from .base import HEAD_BYTES, RawBatch, short_error
 from .kept import convert_cell, infer_cell_type
 from .paths import compression_of
@@ -56,11 +58,22 @@ class CsvReader(TextReader):
     def _header_names(self, data: bytes) -> list[str]:
         import pyarrow.csv as pcsv
 
-        with _quiet_row_handler_errors():
-            reader = pcsv.open_csv(io.BytesIO(data), read_options=pcsv.ReadOptions(use_threads=False, block_size=len(data) + 1,
-                                                                                   encoding=self.encoding),
-                                   parse_options=self._parse_options(_skip_row))
-        return list(reader.schema.names)
+        if codecs.lookup(self.encoding).name == "utf-8":
+            sink = pa.BufferOutputStream()
+            sink.write(data)
+            source = pa.BufferReader(sink.getvalue())  # arrow-owned bytes: none of Python's for its I/O thread (arrowexit.py)
+        else:  # pyarrow transcodes other encodings through Python's codecs in any case
+            source = io.BytesIO(data)
+        handler = _skip_rows()
+        try:
+            with _quiet_row_handler_errors():
+                reader = pcsv.open_csv(source, read_options=pcsv.ReadOptions(use_threads=False, block_size=len(data) + 1,
+                                                                             encoding=self.encoding),
+                                       parse_options=self._parse_options(handler))
+            return list(reader.schema.names)
+        finally:
+            # pyarrow's I/O thread may hold them a moment longer (arrowexit.py)
+            arrowexit.released(handler, *([source] if isinstance(source, io.BytesIO) else []))
 
     def _head_columns(self, head: bytes) -> list[str]:
         """The header as pyarrow parses it (so the names always match the streaming reader's)."""
@@ -149,6 +162,7 @@ class CsvReader(TextReader):
                 )
         except (pa.ArrowException, OSError, EOFError, ValueError) as e:
             stream.close()
+            arrowexit.released(stream, on_invalid)
             self._raise_unskippable(e)
             raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({short_error(e)})",
                              f"check the file format, {opt('input_format')} and {opt('encoding')}") from None
@@ -212,6 +226,7 @@ class CsvReader(TextReader):
                                           tracker)
         finally:
             stream.close()
+            arrowexit.released(stream, on_invalid)  # pyarrow's I/O thread may hold them a moment longer (arrowexit.py)
 
     def _typed(self, b: RawBatch) -> RawBatch:
         """The kept cells converted to their columns' types; a cell that does not convert makes its row a bad row.
@@ -288,9 +303,12 @@ class CsvReader(TextReader):
                              f"fix the line, or pass {opt('encoding')} with the file's encoding") from None
 
 
-def _skip_row(row) -> str:
-    return "skip"
-_skip_row._bertfeat_row_handler = True
+def _skip_rows():
+    """An invalid-row handler that skips the row: a new object per reader (arrowexit waits for each to be freed)."""
+    def skip(row) -> str:
+        return "skip"
+    skip._bertfeat_row_handler = True
+    return skip
 
 
 @contextlib.contextmanager

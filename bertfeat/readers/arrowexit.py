@@ -1,0 +1,69 @@
+"""A clean exit after pyarrow's streaming CSV reader (apache/arrow#34314).
+
+pyarrow's streaming reader lives on in the callbacks of its I/O thread: the last reference to it is often dropped
+there, a moment after the Python side is done with it. Its destructor then releases the Python objects it holds (the
+stream it reads, the invalid-row handler), which needs the GIL. If the interpreter is finalizing at that moment (a
+command that fails right after reading a CSV header: a refused output lock, a bad option), Python ends that thread
+with ``pthread_exit``; the forced unwind through a C++ destructor calls ``std::terminate``, and the process dies
+with SIGABRT ("terminate called without an active exception", exit -6) after printing its result.
+
+So bertfeat hands pyarrow's streaming reader as little of Python as it can (the header is parsed from an
+arrow-owned buffer), registers every Python object it does hand over once it is done with it, and an atexit function
+(atexit runs before finalization, while other threads may still take the GIL) waits until pyarrow has let go of each
+(a weak reference dies; at most ``WAIT_SECONDS``) and until ``GRACE_SECONDS`` have passed since the last release:
+the blocks pyarrow read from a Python stream are Python objects too, freed by the I/O thread just after. Both waits
+cost nothing unless the process exits within a moment of reading CSV.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import threading
+import time
+import weakref
+
+WAIT_SECONDS = 3.0
+GRACE_SECONDS = 0.1
+
+_lock = threading.Lock()
+_held: set[weakref.ref] = set()
+_last_release = [float("-inf")]
+
+
+def released(*objs) -> None:
+    """bertfeat is done with ``objs`` (objects handed to a pyarrow streaming reader): exit waits until they are freed."""
+    with _lock:
+        for obj in objs:
+            _held.add(weakref.ref(obj, _forget))
+        _last_release[0] = time.monotonic()
+
+
+def _forget(ref: weakref.ref) -> None:
+    with _lock:
+        _held.discard(ref)
+
+
+def pending() -> int:
+    """How many released objects pyarrow still holds."""
+    with _lock:
+        return sum(1 for r in _held if r() is not None)
+
+
+def wait(timeout: float = WAIT_SECONDS) -> bool:
+    """Until pyarrow holds none of the released objects and the grace time after the last release is over (True), or
+    ``timeout`` seconds passed (False)."""
+    deadline = time.monotonic() + timeout
+    collected = False
+    while pending() or time.monotonic() < _last_release[0] + GRACE_SECONDS:
+        if time.monotonic() >= deadline:
+            return False
+        if not collected:  # a generator frame left in a reference cycle may be what holds one
+            gc.collect()
+            collected = True
+            continue
+        time.sleep(0.001)
+    return True
+
+
+atexit.register(wait)
