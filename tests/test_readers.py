@@ -93,6 +93,79 @@ def test_csv_streaming_across_many_blocks_keeps_rows_in_place(tmp_path, monkeypa
     assert src.total_bytes == (tmp_path / "a.csv").stat().st_size
 
 
+@pytest.mark.parametrize("compress", [None, "gz"])
+def test_csv_progress_follows_the_rows_parsed_not_the_bytes_read_ahead(tmp_path, monkeypatch, compress):
+    """pyarrow reads up to 32 blocks ahead on its I/O thread: a batch's bytes_read (progress) used to be the bytes
+    read so far, 100 % of a file of < 32 blocks at its first batch. Now each batch's position is where its block
+    ends (stream.ReadAheadGate), within a block of the rows' own share of the file, however slow the consumer."""
+    import time
+
+    block = 64 << 10
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", block)
+    n = 40_000
+    text = "id,text\n" + "".join(f"{i:06d},row number {i:06d} of the file\n" for i in range(n))
+    path = tmp_path / ("a.csv" + (".gz" if compress else ""))
+    path.write_bytes(gzip.compress(text.encode()) if compress else text.encode())
+    size = path.stat().st_size
+    src = open_input(str(path))
+    seen, last = 0, 0
+    for b in src.batches():
+        seen += len(b.rows)
+        share = seen / n
+        tolerance = 1.5 * block / len(text) + (0.1 if compress else 0)  # a compressed file's ratio is estimated
+        assert abs(b.bytes_read / size - share) <= tolerance, (seen, b.bytes_read, size)
+        assert b.bytes_start == last and b.bytes_read >= last
+        last = b.bytes_read
+        time.sleep(0.01)  # a busy run: pyarrow's I/O thread has time to read ahead
+    assert seen == n and last == size
+
+
+def test_a_row_longer_than_the_read_ahead_does_not_stall(tmp_path, monkeypatch):
+    """The gate never holds pyarrow back while the parser waits for it: with no read-ahead at all, a row that needs
+    the next block still parses (pyarrow itself refuses a row over more than two blocks)."""
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(CsvReader, "READ_AHEAD_BLOCKS", 0)
+    long = "x" * 7000
+    (tmp_path / "a.csv").write_text(f"text\nshort\n{long}\nafter\n")
+    got = [t for b in open_input(str(tmp_path / "a.csv")).batches() for t in b.texts]
+    assert got == [b"short", long.encode(), b"after"]
+
+
+def test_read_ahead_gate_waits_only_while_the_parser_is_busy():
+    import io
+    import threading
+
+    from bertfeat.readers.stream import ReadAheadGate
+
+    gate = ReadAheadGate(io.BytesIO(b"a" * 100), limit=10)
+    assert gate.read(10) == b"a" * 10 and gate.ends == [10]
+    got = []
+    th = threading.Thread(target=lambda: got.append(gate.read(5)))
+    th.start()
+    th.join(0.2)
+    assert th.is_alive() and not got  # at the limit, the parser busy: the read waits
+    gate.allow(30)
+    th.join(5)
+    assert got == [b"aaaaa"] and gate.ends == [10, 15]
+    gate.allow(15)  # a limit never shrinks
+    assert gate.read(15) == b"a" * 15  # up to 30
+    th = threading.Thread(target=lambda: got.append(gate.read(50)))
+    th.start()
+    th.join(0.2)
+    assert th.is_alive()
+    gate.wanting(True)  # the parser waits for pyarrow: reads go on whatever the limit
+    th.join(5)
+    assert got[-1] == b"a" * 50 and gate.count == 80
+    gate.wanting(False)
+    th = threading.Thread(target=lambda: got.append(gate.read(50)))
+    th.start()
+    th.join(0.2)
+    assert th.is_alive()
+    gate.close()  # closing (an abandoned read) releases a waiting read
+    th.join(5)
+    assert not th.is_alive()
+
+
 def test_csv_blank_lines_are_not_rows(tmp_path):
     (tmp_path / "a.csv").write_bytes(b"\n\ntext\r\none\r\n\r\ntwo\r\nthree")
     assert [(r, t) for r, t, _, _ in rows_of(open_input(str(tmp_path / "a.csv")))] == [(0, b"one"), (1, b"two"), (2, b"three")]

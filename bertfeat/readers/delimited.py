@@ -19,7 +19,7 @@ from . import arrowexit
 from .base import HEAD_BYTES, RawBatch, short_error
 from .kept import convert_cell, infer_cell_type
 from .paths import compression_of
-from .stream import CountingReader
+from .stream import CountingReader, ReadAheadGate
 from .text import TextReader
 
 
@@ -27,6 +27,7 @@ class CsvReader(TextReader):
     """CSV and TSV (TSV: tab-separated, no quoting)."""
 
     CSV_BLOCK_BYTES = 1 << 22  # pyarrow's streaming CSV reader parses this many bytes at a time
+    READ_AHEAD_BLOCKS = 2  # blocks pyarrow may read past the last one parsed while the run is busy (stream.ReadAheadGate)
 
     def _setup(self, delimiter):
         from ..csvcheck import parse_delimiter
@@ -149,11 +150,14 @@ class CsvReader(TextReader):
             tracker = QuoteTracker(stream, delimiter)  # an unclosed quote, rows that span lines
             stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         wanted = self._wanted()
+        block = self.CSV_BLOCK_BYTES
+        stream = gate = ReadAheadGate(stream, (1 + self.READ_AHEAD_BLOCKS) * block)
+        gate.wanting(True)  # opening parses the first block (more when its first row is longer)
         try:
             with _quiet_row_handler_errors():
                 reader = pcsv.open_csv(
                     stream,
-                    read_options=pcsv.ReadOptions(use_threads=False, block_size=self.CSV_BLOCK_BYTES, encoding=self.encoding),
+                    read_options=pcsv.ReadOptions(use_threads=False, block_size=block, encoding=self.encoding),
                     parse_options=self._parse_options(on_invalid),
                     convert_options=pcsv.ConvertOptions(
                         include_columns=wanted,
@@ -162,7 +166,7 @@ class CsvReader(TextReader):
                 )
         except (pa.ArrowException, OSError, EOFError, ValueError) as e:
             stream.close()
-            arrowexit.released(stream, on_invalid)
+            arrowexit.released(gate, on_invalid)
             self._raise_unskippable(e)
             raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({short_error(e)})",
                              f"check the file format, {opt('input_format')} and {opt('encoding')}") from None
@@ -170,9 +174,11 @@ class CsvReader(TextReader):
         start = 0  # bytes consumed before the batch
         pending = None  # the last batch is held back: an unclosed quote at the end of the file rejects its last row
         it = iter(reader)
+        blocks = 0  # batches pyarrow has parsed, one per block
         try:
             while True:
                 try:
+                    gate.wanting(True)
                     with _quiet_row_handler_errors():
                         b = next(it)
                 except StopIteration:
@@ -184,6 +190,11 @@ class CsvReader(TextReader):
                     self._raise_unskippable(e)
                     raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({short_error(e)})",
                                      f"fix the line, or pass {opt('encoding')} if the file is not UTF-8") from None
+                finally:
+                    gate.wanting(False)
+                blocks += 1
+                gate.allow((blocks + self.READ_AHEAD_BLOCKS) * block)
+                end = _position(gate, blocks, counter.count, self.compression is not None)
                 n = b.num_rows
                 rows, pre = [], {}
                 # the columns read (pair, id and kept columns when asked), the skipped malformed lines in their row positions
@@ -205,9 +216,10 @@ class CsvReader(TextReader):
                 if pending is not None:
                     yield self._mark_suspects(pending, tracker)
                 out_t, out_p, out_i, *out_k = outs
-                pending = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, counter.count, start,
+                end = max(end, start)
+                pending = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, end, start,
                                                dict(zip(self.keep, out_k)) if self.keep else None))
-                start = counter.count
+                start = end
             if tracker is not None:
                 self.multiline_rows = tracker.multiline_records
                 if tracker.unclosed:
@@ -226,7 +238,7 @@ class CsvReader(TextReader):
                                           tracker)
         finally:
             stream.close()
-            arrowexit.released(stream, on_invalid)  # pyarrow's I/O thread may hold them a moment longer (arrowexit.py)
+            arrowexit.released(gate, on_invalid)  # pyarrow's I/O thread may hold them a moment longer (arrowexit.py)
 
     def _typed(self, b: RawBatch) -> RawBatch:
         """The kept cells converted to their columns' types; a cell that does not convert makes its row a bad row.
@@ -301,6 +313,16 @@ class CsvReader(TextReader):
             raise InputError(f"{self.name} row {int(m.group(1)) - 2}: malformed line: expected {m.group(2)} fields, "
                              f"found {m.group(3)}, and it is not valid {self.encoding}, so it cannot be skipped",
                              f"fix the line, or pass {opt('encoding')} with the file's encoding") from None
+
+
+def _position(gate: ReadAheadGate, blocks: int, read: int, compressed: bool) -> int:
+    """Where the rows of pyarrow's first ``blocks`` blocks end, in bytes of the file (``read``: the bytes read from
+    it so far): the stream position of block ``blocks``'s end; for a compressed file (the stream is decompressed)
+    scaled by the file bytes per stream byte so far."""
+    if not gate.count:
+        return read
+    at = gate.ends[blocks - 1] if blocks <= len(gate.ends) else gate.count
+    return min(read, read * at // gate.count if compressed else at)
 
 
 def _skip_rows():

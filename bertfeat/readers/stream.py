@@ -65,3 +65,75 @@ class NativeRaw(io.RawIOBase):
     def close(self):
         self._native.close()
         super().close()
+
+
+class ReadAheadGate(io.RawIOBase):
+    """The stream pyarrow's streaming CSV reader pulls its blocks from, held near what the parser has used.
+
+    pyarrow reads ahead on its I/O thread into a queue of up to 32 blocks (its background generator's; 128 MiB at
+    bertfeat's 4 MiB blocks), so the bytes read from the file ran far ahead of the rows parsed: a progress bar at
+    100 % of the bytes with half the rows to go, and up to 128 MiB held for nothing. Here a read waits while the
+    parser is busy elsewhere and ``limit`` bytes have been handed over; while the parser waits for pyarrow
+    (``wanting``), reads never wait, so a row longer than the read-ahead cannot stall the two against each other.
+
+    Each ``read`` returns a whole request (pyarrow asks for one block at a time), and ``ends`` keeps where each one
+    ended: pyarrow parses one block into one batch, so batch k's rows end near ``ends[k]``.
+    """
+
+    def __init__(self, raw, limit: int):
+        import threading
+
+        self._raw = raw
+        self._cv = threading.Condition()
+        self._limit = limit
+        self._wanting = False
+        self._open = False  # closed or abandoned: never wait again
+        self.count = 0  # bytes handed to pyarrow
+        self.ends: list[int] = []  # self.count after each non-empty read
+
+    def readable(self):
+        return True
+
+    def read(self, n=-1):
+        with self._cv:
+            while not (self._open or self._wanting or self.count < self._limit):
+                self._cv.wait()
+        if n is None or n < 0:
+            data = self._raw.read()
+        else:
+            parts, got = [], 0
+            while got < n:
+                part = self._raw.read(n - got)
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+            data = b"".join(parts)
+        if data:
+            self.count += len(data)
+            self.ends.append(self.count)
+        return data
+
+    def readinto(self, b):
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def wanting(self, flag: bool) -> None:
+        """The parser waits for pyarrow's next batch (True) or has it (False)."""
+        with self._cv:
+            self._wanting = flag
+            self._cv.notify_all()
+
+    def allow(self, limit: int) -> None:
+        """Reads may run up to ``limit`` bytes."""
+        with self._cv:
+            self._limit = max(self._limit, limit)
+            self._cv.notify_all()
+
+    def close(self):
+        with self._cv:
+            self._open = True
+            self._cv.notify_all()
+        self._raw.close()
+        super().close()
