@@ -269,6 +269,9 @@ def _stopped(e: BaseException | None = None) -> int:
     """The one line after Ctrl-C ("Interrupted.", 130) or SIGTERM ("Terminated: what was kept ...", 143). Click may
     hand back only an exit code: the Terminated raised by the signal handler is remembered in _STOPPED."""
     e = e if isinstance(e, Terminated) else _STOPPED.get("term", e)
+    _STOPPED.pop("term", None)
+    if e is not None:
+        e.__traceback__ = None  # its frames (a run's readers among them) are freed now, not at interpreter exit
     if isinstance(e, Terminated):
         note = getattr(e, "resume_note", None)
         err_console.print(f"Terminated: {note}" if note else "Terminated.", markup=False, highlight=False, soft_wrap=True)

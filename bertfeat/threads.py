@@ -86,7 +86,8 @@ def read_ahead(items: Iterable, depth: int = 1, name: str = "bertfeat-read-ahead
 
     File reads, Parquet/CSV decoding and tokenization release the GIL, so they overlap the
     caller's NumPy work. An exception raised by ``items`` reaches the caller in order; closing
-    this generator early (``close()``, or a ``break``) stops the thread at its next item.
+    this generator early (``close()``, or a ``break``) stops the thread at its next item, and the thread
+    closes ``items``.
     """
     q: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
@@ -108,6 +109,13 @@ def read_ahead(items: Iterable, depth: int = 1, name: str = "bertfeat-read-ahead
             put(("end", None))
         except BaseException as e:  # hand every failure to the caller
             put(("error", e))
+        finally:
+            # stopped early: close the source here and now (its readers' finally blocks run), not whenever the
+            # caller's frames are freed: a traceback kept to the end (SIGTERM's) would leave a CSV reader open
+            # into interpreter finalization, where pyarrow's I/O thread aborts the process (readers/arrowexit.py)
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
 
     th = threading.Thread(target=work, daemon=True, name=name)
     th.start()

@@ -100,6 +100,44 @@ def test_exit_waits_for_pyarrow_to_let_go():
     assert out.stdout.split() == ["exiting", "freed"], out.stdout
 
 
+def test_a_reader_left_suspended_at_exit_does_not_abort(tmp_path):
+    """A library user keeps a CSV reader's batches() generator suspended to the end (or a traceback holds it):
+    pyarrow's I/O thread is then waiting in the read-ahead gate, and freeing the generator during finalization
+    woke it into Python code: SIGABRT (exit -6) on every run. Exit now closes the stream first."""
+    path = tmp_path / "big.csv"
+    with open(path, "w") as f:  # 22 MB: more blocks (4 MiB) than the read-ahead lets pyarrow have
+        f.write("text\n" + "".join(f"row {i} of a file that is read in blocks of four MiB\n" for i in range(400_000)))
+    code = f"""if 1:
+        import time
+        from bertfeat.readers.formats import open_input
+        g = open_input({str(path)!r}).batches()
+        next(g)
+        time.sleep(0.2)
+        print("exiting", flush=True)
+    """
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert (out.returncode, out.stdout) == (0, "exiting\n"), out.stderr[-2000:]
+
+
+def test_sigterm_handled_frees_the_runs_frames():
+    """The Terminated exception cli keeps for its note loses its traceback once rendered (its frames, a run's
+    readers among them, are freed then rather than during interpreter finalization)."""
+    from bertfeat import cli
+
+    def raised():
+        try:
+            raise cli.Terminated()
+        except cli.Terminated as e:
+            return e
+
+    e = raised()
+    cli._STOPPED["term"] = e
+    assert e.__traceback__ is not None
+    assert cli._stopped(e) == 143
+    assert e.__traceback__ is None and "term" not in cli._STOPPED
+
+
 def test_csv_reading_releases_what_it_hands_pyarrow(tmp_path, monkeypatch):
     """Reading a CSV registers its invalid-row handlers and its stream; the header is parsed from arrow-owned
     bytes (no Python object of the file's for pyarrow's I/O thread to free)."""

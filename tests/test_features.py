@@ -229,6 +229,26 @@ def test_read_ahead_passes_errors_in_order():
     assert got == [1, 2]
 
 
+def test_read_ahead_closes_its_source_when_left_early():
+    """Closed early, read_ahead's thread closes the source generator (its finally blocks run now: a CSV reader's
+    stream is closed before exit, readers/arrowexit.py), not when the caller's frames happen to be freed."""
+    state = []
+
+    def items():
+        try:
+            for i in range(1000):
+                yield i
+        finally:
+            state.append("closed")
+
+    src = items()  # still referenced after the loop (as a traceback's frames keep it)
+    it = read_ahead(src, depth=2)
+    assert next(it) == 0
+    it.close()
+    assert state == ["closed"]
+    assert src.gi_frame is None  # finished
+
+
 def test_foreign_parquet_without_metadata(tmp_path):
     X = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
     pq.write_table(pa.table({"key": ["a", "b", "c", "d", "e"], **{f"f{j}": X[:, j] for j in range(4)}, "label": [1, 0, 1, 0, 1]}), tmp_path / "foreign.parquet")

@@ -9,8 +9,9 @@ with SIGABRT ("terminate called without an active exception", exit -6) after pri
 
 So bertfeat hands pyarrow's streaming reader as little of Python as it can (the header is parsed from an
 arrow-owned buffer), registers every Python object it does hand over once it is done with it, and an atexit function
-(atexit runs before finalization, while other threads may still take the GIL) waits until pyarrow has let go of each
-(a weak reference dies; at most ``WAIT_SECONDS``) and until ``GRACE_SECONDS`` have passed since the last release:
+(atexit runs before finalization, while other threads may still take the GIL) closes the streams of readers still
+open (left suspended), then waits until pyarrow has let go of each registered object (a weak reference dies; at
+most ``WAIT_SECONDS``) and until ``GRACE_SECONDS`` have passed since the last release or close:
 the blocks pyarrow read from a Python stream are Python objects too, freed by the I/O thread just after. Both waits
 cost nothing unless the process exits within a moment of reading CSV.
 """
@@ -19,40 +20,65 @@ from __future__ import annotations
 
 import atexit
 import gc
-import threading
 import time
 import weakref
 
 WAIT_SECONDS = 3.0
 GRACE_SECONDS = 0.1
 
-_lock = threading.Lock()
+# No lock: set.add and set.discard are atomic under the GIL, and a lock here could deadlock: creating a weak
+# reference may start a garbage collection whose callbacks (_forget), or a generator closed by it (a reader's
+# finally calling released), run on the thread that would hold the lock.
 _held: set[weakref.ref] = set()
+_open: weakref.WeakSet = weakref.WeakSet()
 _last_release = [float("-inf")]
 
 
 def released(*objs) -> None:
     """bertfeat is done with ``objs`` (objects handed to a pyarrow streaming reader): exit waits until they are freed."""
-    with _lock:
-        for obj in objs:
-            _held.add(weakref.ref(obj, _forget))
-        _last_release[0] = time.monotonic()
+    for obj in objs:
+        _held.add(weakref.ref(obj, _forget))
+    _last_release[0] = time.monotonic()
 
 
 def _forget(ref: weakref.ref) -> None:
-    with _lock:
-        _held.discard(ref)
+    _held.discard(ref)
+
+
+def opened(stream) -> None:
+    """``stream`` (a Python stream a pyarrow streaming reader reads on its I/O thread) is open: if it still is at
+    exit (a reader left suspended: a generator kept, a traceback holding its frame), exit closes it, so that
+    pyarrow's read ends with an error before the interpreter finalizes, rather than during it."""
+    _open.add(stream)
+
+
+def _close_open_streams() -> None:
+    while True:
+        try:
+            streams = list(_open)
+        except RuntimeError:  # freed while copied: copy again
+            continue
+        break
+    for stream in streams:
+        if not stream.closed:
+            stream.close()
+            _last_release[0] = time.monotonic()
 
 
 def pending() -> int:
     """How many released objects pyarrow still holds."""
-    with _lock:
-        return sum(1 for r in _held if r() is not None)
+    while True:
+        try:
+            refs = list(_held)
+        except RuntimeError:  # a callback changed the set while it was copied: copy again
+            continue
+        return sum(1 for r in refs if r() is not None)
 
 
 def wait(timeout: float = WAIT_SECONDS) -> bool:
     """Until pyarrow holds none of the released objects and the grace time after the last release is over (True), or
     ``timeout`` seconds passed (False)."""
+    _close_open_streams()
     deadline = time.monotonic() + timeout
     collected = False
     while pending() or time.monotonic() < _last_release[0] + GRACE_SECONDS:

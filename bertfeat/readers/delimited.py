@@ -151,7 +151,11 @@ class CsvReader(TextReader):
             stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         wanted = self._wanted()
         block = self.CSV_BLOCK_BYTES
-        stream = gate = ReadAheadGate(stream, (1 + self.READ_AHEAD_BLOCKS) * block)
+        # pyarrow transcodes other encodings through Python in front of its blocks: the gate's reads are then not
+        # its blocks, so it neither holds them back nor places the batches (the bytes read stand for both)
+        transcoded = codecs.lookup(self.encoding).name != "utf-8"
+        stream = gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
+        arrowexit.opened(gate)
         gate.wanting(True)  # opening parses the first block (more when its first row is longer)
         try:
             with _quiet_row_handler_errors():
@@ -194,7 +198,7 @@ class CsvReader(TextReader):
                     gate.wanting(False)
                 blocks += 1
                 gate.allow((blocks + self.READ_AHEAD_BLOCKS) * block)
-                end = _position(gate, blocks, counter.count, self.compression is not None)
+                end = counter.count if transcoded else _position(gate, blocks, counter.count, self.compression is not None)
                 n = b.num_rows
                 rows, pre = [], {}
                 # the columns read (pair, id and kept columns when asked), the skipped malformed lines in their row positions
@@ -225,6 +229,9 @@ class CsvReader(TextReader):
                 if tracker.unclosed:
                     self._reject_unclosed(tracker, pending, skipped, row)
             if pending is not None:
+                # the last batch ends where the file does (a first row longer than a block, or a last read that
+                # held only the \n of a \r\n, shifts the batches against the reads)
+                pending.bytes_read = start = max(pending.bytes_read, counter.count)
                 yield self._mark_suspects(pending, tracker)
             if skipped:  # malformed lines after the last good row
                 rest = sorted(skipped)
@@ -234,7 +241,7 @@ class CsvReader(TextReader):
                 none = [None] * len(rest)
                 yield self._mark_suspects(RawBatch(rest, list(none), list(none) if self.pair_column else None,
                                                    list(none) if self.id_column else None, dict(skipped), counter.count,
-                                                   extra={c: list(none) for c in self.keep} if self.keep else None),
+                                                   start, extra={c: list(none) for c in self.keep} if self.keep else None),
                                           tracker)
         finally:
             stream.close()

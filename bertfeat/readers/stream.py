@@ -77,7 +77,10 @@ class ReadAheadGate(io.RawIOBase):
     (``wanting``), reads never wait, so a row longer than the read-ahead cannot stall the two against each other.
 
     Each ``read`` returns a whole request (pyarrow asks for one block at a time), and ``ends`` keeps where each one
-    ended: pyarrow parses one block into one batch, so batch k's rows end near ``ends[k]``.
+    ended: pyarrow parses one block into one batch, so batch k's rows end near ``ends[k]``. Not so for an encoding
+    pyarrow transcodes (its transcoder reads in its own sizes): there the CSV reader sets no limit and places the
+    batches by the bytes read; nor for a first row longer than a block (the first batch takes several blocks),
+    which the reader's last batch makes up for.
     """
 
     def __init__(self, raw, limit: int):
