@@ -53,7 +53,7 @@ def test_wait_returns_once_every_released_object_is_freed():
     t0 = time.monotonic()
     assert arrowexit.wait(timeout=5) is True
     waited = time.monotonic() - t0
-    assert 0.15 < waited < 4, waited
+    assert 0.15 < waited < 10, waited  # generous: a loaded machine, a gc.collect of a large heap
     assert arrowexit.pending() == 0
     th.join()
 
@@ -63,7 +63,7 @@ def test_wait_gives_up_after_its_timeout():
     arrowexit.released(obj)  # still referenced here: never freed during the wait
     t0 = time.monotonic()
     assert arrowexit.wait(timeout=0.2) is False
-    assert 0.15 < time.monotonic() - t0 < 2
+    assert 0.15 < time.monotonic() - t0 < 10
     del obj
     gc.collect()
     assert arrowexit.pending() == 0 and arrowexit.wait(timeout=0.1) is True
@@ -77,7 +77,7 @@ def test_wait_keeps_the_grace_time_after_the_last_release(monkeypatch):
     del obj
     t0 = time.monotonic()
     assert arrowexit.wait(timeout=5) is True
-    assert 0.25 < time.monotonic() - t0 < 4
+    assert 0.25 < time.monotonic() - t0 < 10
 
 
 def test_exit_waits_for_pyarrow_to_let_go():
