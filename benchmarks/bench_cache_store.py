@@ -67,7 +67,20 @@ V1_SCHEMA = """
         PRIMARY KEY(fp, key)) WITHOUT ROWID;"""
 
 
-class SqliteV1:
+class OneFingerprint:
+    """What the two comparison stores share: VectorStore's register / dims / corrupt for the one fingerprint (id 1)
+    a benchmark run uses."""
+
+    def __init__(self):
+        self.dims: dict[int, int] = {}
+        self.corrupt = 0
+
+    def register(self, fingerprint, model, dim, settings) -> int:
+        self.dims[1] = dim
+        return 1
+
+
+class SqliteV1(OneFingerprint):
     """VectorStore's format 1 layout, kept for the record: each whole row in the (fp, key) B-tree (WITHOUT ROWID),
     4 KiB pages; otherwise VectorStore's settings and checksum."""
 
@@ -82,12 +95,7 @@ class SqliteV1:
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(f"PRAGMA cache_size={CACHE_PAGES}")
         self.db.executescript(V1_SCHEMA)
-        self.dims: dict[int, int] = {}
-        self.corrupt = 0
-
-    def register(self, fingerprint, model, dim, settings) -> int:
-        self.dims[1] = dim
-        return 1
+        super().__init__()
 
     def put(self, fid, keys, X, n_tokens, truncated, n_chunks):
         from bertfeat.vcache import entry_records
@@ -117,7 +125,7 @@ class SqliteV1:
         self.db.close()
 
 
-class Lmdb:
+class Lmdb(OneFingerprint):
     """The same entries in LMDB: key = fingerprint id (4 bytes) + the 16-byte text key; value = vector, counts
     (3 x int32) and the 8-byte checksum. One write transaction per put (putmulti), one read transaction per get
     (getmulti, keys sorted)."""
@@ -127,12 +135,7 @@ class Lmdb:
 
         path.mkdir(parents=True, exist_ok=True)
         self.env = lmdb.open(str(path), map_size=map_size, metasync=False, readahead=False, max_dbs=0)
-        self.dims: dict[int, int] = {}
-        self.corrupt = 0
-
-    def register(self, fingerprint, model, dim, settings) -> int:
-        self.dims[1] = dim
-        return 1
+        super().__init__()
 
     def put(self, fid, keys, X, n_tokens, truncated, n_chunks):
         from bertfeat.vcache import entry_records
