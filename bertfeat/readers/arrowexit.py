@@ -52,14 +52,17 @@ def opened(stream) -> None:
     _open.add(stream)
 
 
-def _close_open_streams() -> None:
+def _copy(items) -> list:
+    """A list of a set another thread's weakref callback may change while it is copied (then copy again)."""
     while True:
         try:
-            streams = list(_open)
-        except RuntimeError:  # freed while copied: copy again
+            return list(items)
+        except RuntimeError:
             continue
-        break
-    for stream in streams:
+
+
+def _close_open_streams() -> None:
+    for stream in _copy(_open):
         if not stream.closed:
             stream.close()
             _last_release[0] = time.monotonic()
@@ -67,12 +70,7 @@ def _close_open_streams() -> None:
 
 def pending() -> int:
     """How many released objects pyarrow still holds."""
-    while True:
-        try:
-            refs = list(_held)
-        except RuntimeError:  # a callback changed the set while it was copied: copy again
-            continue
-        return sum(1 for r in refs if r() is not None)
+    return sum(1 for r in _copy(_held) if r() is not None)
 
 
 def wait(timeout: float = WAIT_SECONDS) -> bool:

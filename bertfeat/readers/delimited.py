@@ -56,10 +56,14 @@ class CsvReader(TextReader):
         return pcsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=self.fmt != "tsv",
                                  invalid_row_handler=handler, quote_char=False if self.fmt == "tsv" else '"')
 
+    def _transcoded(self) -> bool:
+        """pyarrow reads this encoding through its Python transcoder (every encoding but UTF-8)."""
+        return codecs.lookup(self.encoding).name != "utf-8"
+
     def _header_names(self, data: bytes) -> list[str]:
         import pyarrow.csv as pcsv
 
-        if codecs.lookup(self.encoding).name == "utf-8":
+        if not self._transcoded():
             sink = pa.BufferOutputStream()
             sink.write(data)
             source = pa.BufferReader(sink.getvalue())  # arrow-owned bytes: none of Python's for its I/O thread (arrowexit.py)
@@ -151,9 +155,9 @@ class CsvReader(TextReader):
             stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         wanted = self._wanted()
         block = self.CSV_BLOCK_BYTES
-        # pyarrow transcodes other encodings through Python in front of its blocks: the gate's reads are then not
-        # its blocks, so it neither holds them back nor places the batches (the bytes read stand for both)
-        transcoded = codecs.lookup(self.encoding).name != "utf-8"
+        # a transcoded encoding: the gate's reads are not pyarrow's blocks, so it neither holds them back nor places
+        # the batches (the bytes read stand for both)
+        transcoded = self._transcoded()
         stream = gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
         arrowexit.opened(gate)
         gate.wanting(True)  # opening parses the first block (more when its first row is longer)
