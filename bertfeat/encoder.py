@@ -324,9 +324,12 @@ class Encoder:
         return out
 
     def fingerprint(self, spec: FeatureSpec) -> dict:
-        """What identifies the features: model, weights and every setting that changes a vector."""
-        return {"model_id": self.model_id, "weights_sha256": self.weights_sha256, "precision": self.precision,
-                **spec.to_dict()}
+        """What identifies the features: model, weights and every setting that changes a vector (for int8 the
+        scheme's version too, quant.SCHEME)."""
+        fp = {"model_id": self.model_id, "weights_sha256": self.weights_sha256, "precision": self.precision}
+        if self.gemm_path.scheme is not None:
+            fp["int8_scheme"] = self.gemm_path.scheme
+        return {**fp, **spec.to_dict()}
 
     # ------------------------------------------------------------------ stage 1: tokenize
     def prepare(self, texts: list[str], pairs: list[str] | None, spec: FeatureSpec) -> Prepared:

@@ -101,13 +101,15 @@ class GemmPath:
     reason: str = ""  # why this path (for "auto", and where a library was chosen for the user)
     int8: str | None = None  # "amx" | "avx512_vnni" | "avx_vnni" (int8 only)
     keep: str | None = None  # int8: the precision of the first token's rows and of everything not int8 (quant.py)
+    scheme: str | None = None  # int8: quant.SCHEME, the scheme's version
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if v not in (None, "")}
         d["linear_layers"] = d.pop("precision")
         if self.precision == "int8":
             d["layers"] = {"qkv": "int8", "attention_output": "int8", "ffn_up": "int8", "ffn_down": "int8",
-                           "first_token_rows": self.keep, "attention_scores": "fp32", "embeddings_layernorm_gelu": "fp32"}
+                           "first_token_rows": self.keep, "outlier_weight_rows": "fp32", "attention_scores": "fp32",
+                           "embeddings_layernorm_gelu": "fp32"}
         d["library"] = describe_library(self)
         d["cpu"] = cpu_model()
         return d
@@ -199,8 +201,10 @@ def _resolve_int8() -> GemmPath:
         raise BertfeatError(f"oneDNN {onednn.version()} runs int8 here on {kernel}, not on a VNNI or AMX kernel",
                             f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}); ONEDNN_MAX_CPU_ISA may be limiting it")
     keep = "bf16" if bf16_acceleration() is not None and native_bf16_kernel(_probe_kernel(np.uint16)) else "fp32"
+    from .quant import SCHEME
+
     return GemmPath("int8", "onednn", None, kernel, "int8", f"native int8 ({acc.upper().replace('_', '-')}); "
-                    f"first-token rows in {keep}", int8=acc, keep=keep)
+                    f"first-token rows in {keep}", int8=acc, keep=keep, scheme=SCHEME)
 
 
 def check_precision(precision: str) -> None:

@@ -257,6 +257,16 @@ class ExtractSummary:
         return d
 
 
+def gemm_record(encoder) -> dict:
+    """The GEMM path in provenance; int8 adds how many outlier weight rows stay float32 per kind of layer (quant.py)."""
+    d = encoder.gemm_path.to_dict()
+    if encoder.precision == "int8":
+        from .quant import float_rows
+
+        d["float_weight_rows"] = float_rows(encoder.weights)
+    return d
+
+
 def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) -> dict:
     """The metadata every feature file carries: model, weights, settings, GEMM path, input, command, counts."""
     source = plan.reader
@@ -267,7 +277,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "weights_sha256": encoder.weights_sha256,
         "fingerprint": fingerprint,
         "precision": encoder.precision,
-        "gemm": encoder.gemm_path.to_dict(),
+        "gemm": gemm_record(encoder),
         "pooling": spec.pooling,
         "layers": list(spec.layers),
         "layer_agg": spec.layer_agg,

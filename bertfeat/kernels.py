@@ -42,11 +42,12 @@ NaN kept, as gemm.to_bf16; the bits are read back from the float32 row while it 
 
 int8 variants (``precision="int8"``, see quant.py for the scheme and the NumPy reference):
 ``quant_rows_(x, q, sa, za)``  per-row asymmetric uint8 quantization of (M, K) rows.
-``dq_bias_(acc, sa, za, sw, cs, b, yc, first, T, out)``  dequantize int32 sums and add the bias; the first
+``dq_bias_(acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr, out)``  dequantize int32 sums, add the bias and the
+    weight's float rows times their inputs (x[:, rows] wr, a few axpys per row; rows empty for none); the first
     token's rows (first, first + T, ...) take the float product yc instead.
 ``add_layer_norm_q8_(y, b, r, g, beta, eps, q, sa, za)``  add_layer_norm_, then quantize its output rows.
-``dq_bias_gelu_(acc, sa, za, sw, cs, b, u)``  the FFN's up projection: dequantize, bias and GELU in one pass
-    (the caller then replaces the first token's rows and quantizes).
+``dq_bias_gelu_q8_(acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr, u, q, qs, qz)``  the FFN's up projection:
+    dq_bias_ and the GELU in one pass, then each row quantized for the down projection while it is in cache.
 
 Every kernel works row by row, so a row's result does not depend on the other rows in the batch.
 """
@@ -255,34 +256,60 @@ def _compile() -> dict[str, Callable]:
                     row_bf16(cb[bi, h, t], out16[bi, t, h])
         return out16
 
-    global quant_rows_
+    global quant_rows_, _quant_row, _add_rows
+
+    @inline
+    def _quant_row(row, qr, pair):
+        """One row -> uint8 qr (per-row asymmetric, quant.quant_rows); returns its (scale, zero point).
+
+        The range [min(row, 0), max(row, 0)] is found on the float32 bits: b ^ ((b >> 31) & 0x7FFFFFFF) orders int32
+        keys as the floats they stand for, and an integer min / max loop vectorizes where a float one (NaN rules)
+        does not: 4.8x faster on a (512, 1536) block, same result. ``pair``: a float32 scratch pair (its int32 view
+        turns the two keys back into floats). A NaN in the row ends as a NaN scale, so the dequantized row is NaN
+        (and the features are refused as non-finite) rather than a finite guess."""
+        bits = row.view(np.int32)
+        lo_k, hi_k = np.int32(0), np.int32(0)  # the key of +0.0: the range always holds 0
+        for j in range(bits.shape[0]):
+            b = bits[j]
+            k = b ^ ((b >> 31) & np.int32(0x7FFFFFFF))
+            lo_k = min(lo_k, k)
+            hi_k = max(hi_k, k)
+        pb = pair.view(np.int32)
+        pb[0] = lo_k ^ ((lo_k >> 31) & np.int32(0x7FFFFFFF))
+        pb[1] = hi_k ^ ((hi_k >> 31) & np.int32(0x7FFFFFFF))
+        lo, hi = pair[0], pair[1]
+        s = (hi - lo) * f32(1.0 / 255.0)
+        if s == zero:
+            s = one
+        inv = one / s
+        z = np.floor(-lo * inv + half)
+        zf = f32(z)
+        for j in range(row.shape[0]):
+            t = min(max(row[j] * inv + zf, zero), f32(255.0))
+            qr[j] = np.uint8(t + half)
+        return s, np.int32(z)
 
     @jit
     def quant_rows_(x, q, sa, za):
         """Per-row asymmetric uint8 quantization (quant.quant_rows): q, scales sa, zero points za (int32)."""
-        M, K = x.shape
-        for i in range(M):
-            row, qr = x[i], q[i]
-            lo, hi = zero, zero
-            for j in range(K):
-                lo = min(lo, row[j])
-                hi = max(hi, row[j])
-            s = (hi - lo) * f32(1.0 / 255.0)
-            if not s > zero:
-                s = one
-            inv = one / s
-            z = np.floor(-lo * inv + half)
-            zf = f32(z)
-            for j in range(K):
-                t = min(max(row[j] * inv + zf, zero), f32(255.0))
-                qr[j] = np.uint8(t + half)
-            sa[i] = s
-            za[i] = np.int32(z)
+        pair = np.empty(2, np.float32)
+        for i in range(x.shape[0]):
+            sa[i], za[i] = _quant_row(x[i], q[i], pair)
         return q
 
+    @inline
+    def _add_rows(o, xr, rows, wr):
+        """o (N,) += sum_r xr[rows[r]] wr[r]: a weight's float rows (quant.py) times the row's inputs, k axpys."""
+        for r in range(rows.shape[0]):
+            c = xr[rows[r]]
+            w = wr[r]
+            for j in range(o.shape[0]):
+                o[j] += c * w[j]
+
     @jit
-    def dq_bias_(acc, sa, za, sw, cs, b, yc, first, T, out):
-        """out (M, N) <- sa sw (acc - za cs) + b; rows first, first + T, ... take yc's rows (+ b) instead."""
+    def dq_bias_(acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr, out):
+        """out (M, N) <- sa sw (acc - za cs) + b + x[:, rows] wr (the weight's float rows; rows empty for none);
+        rows first, first + T, ... take yc's rows (+ b) instead."""
         M, N = acc.shape
         for i in range(M):
             o = out[i]
@@ -294,17 +321,34 @@ def _compile() -> dict[str, Callable]:
             a, z, r = sa[i], za[i], acc[i]
             for j in range(N):
                 o[j] = f32(r[j] - z * cs[j]) * (a * sw[j]) + b[j]
+            _add_rows(o, x[i], rows, wr)
         return out
 
     @jit
-    def dq_bias_gelu_(acc, sa, za, sw, cs, b, u):
-        """u (M, N) <- GELU(sa sw (acc - za cs) + b): dq_bias_ and bias_gelu_erf_ in one pass (every row; the caller
-        then replaces the first-token rows)."""
+    def dq_bias_gelu_q8_(acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr, u, q, qs, qz):
+        """u (M, N) <- GELU(sa sw (acc - za cs) + b + x[:, rows] wr), rows first, first + T, ... GELU(yc's rows + b)
+        (dq_bias_ and bias_gelu_erf_ in one pass); each row then quantized into q, qs, qz (quant_rows_) while it is
+        in cache."""
         M, N = acc.shape
+        pair = np.empty(2, np.float32)
         for i in range(M):
-            row, r, a, zi = u[i], acc[i], sa[i], za[i]
-            for j in range(N):
-                row[j] = _gelu_erf(f32(r[j] - zi * cs[j]) * (a * sw[j]) + b[j])
+            row = u[i]
+            if i >= first and (i - first) % T == 0:
+                src = yc[(i - first) // T]
+                for j in range(N):
+                    row[j] = _gelu_erf(src[j] + b[j])
+            else:
+                r, a, zi = acc[i], sa[i], za[i]
+                if rows.shape[0] == 0:
+                    for j in range(N):
+                        row[j] = _gelu_erf(f32(r[j] - zi * cs[j]) * (a * sw[j]) + b[j])
+                else:
+                    for j in range(N):
+                        row[j] = f32(r[j] - zi * cs[j]) * (a * sw[j]) + b[j]
+                    _add_rows(row, x[i], rows, wr)
+                    for j in range(N):
+                        row[j] = _gelu_erf(row[j])
+            qs[i], qz[i] = _quant_row(row, q[i], pair)
         return u
 
     @jit
@@ -317,11 +361,11 @@ def _compile() -> dict[str, Callable]:
             "gelu_bf16": bias_gelu_erf_bf16_, "relu_bf16": bias_relu_bf16_, "add_layer_norm_bf16_": add_layer_norm_bf16_,
             "to_bf16_": to_bf16_, "ctx_rows_bf16_": ctx_rows_bf16_,
             "quant_rows_": quant_rows_, "dq_bias_": dq_bias_, "add_layer_norm_q8_": add_layer_norm_q8_,
-            "dq_bias_gelu_": dq_bias_gelu_}
+            "dq_bias_gelu_q8_": dq_bias_gelu_q8_}
 
 
 BF16_KERNELS = ("gelu_bf16", "relu_bf16", "add_layer_norm_bf16_", "to_bf16_", "ctx_rows_bf16_")
-Q8_KERNELS = ("quant_rows_", "dq_bias_", "add_layer_norm_q8_", "dq_bias_gelu_")
+Q8_KERNELS = ("quant_rows_", "dq_bias_", "add_layer_norm_q8_", "dq_bias_gelu_q8_")
 
 
 def _warm(k: dict[str, Callable]) -> None:
@@ -353,10 +397,12 @@ def _warm_q8(k: dict[str, Callable]) -> None:
     q = np.zeros((2, 8), dtype=np.uint8)
     sa, za = np.zeros(2, np.float32), np.zeros(2, np.int32)
     acc, cs, yc = np.zeros((2, 8), np.int32), np.zeros(8, np.int32), np.zeros((1, 8), np.float32)
+    rows, wr = np.zeros(0, np.int64), np.zeros((0, 8), np.float32)  # no float rows: the same types as with some
     k["quant_rows_"](u, q, sa, za)
-    k["dq_bias_"](acc, sa, za, v, cs, v, yc, 0, 2, u)
+    k["to_bf16_"](u[::2], np.zeros((1, 8), np.uint16))  # the first-token rows, a strided view (model.q8_products)
+    k["dq_bias_"](acc, sa, za, v, cs, v, yc, 0, 2, u.copy(), rows, wr, u)
     k["add_layer_norm_q8_"](u, v, u.copy(), v, v, 1e-12, q, sa, za)
-    k["dq_bias_gelu_"](acc, sa, za, v, cs, v, u)
+    k["dq_bias_gelu_q8_"](acc, sa, za, v, cs, v, yc, 0, 2, u.copy(), rows, wr, u, q, sa, za)
 
 
 def warm_q8() -> None:

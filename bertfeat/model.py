@@ -22,7 +22,8 @@ scores, softmax and context (fp32 batched products), GELU, pooling and the poole
 int8 (encoder_layer_q8, quant.py): each linear layer is a uint8 x int8 -> int32 GEMM of per-token quantized
 activations (written by the kernel that makes them, with their scales and zero points) and per-channel
 quantized weights, dequantized into the kernel that follows; each sequence's first-token rows come from a
-float GEMM instead. The same float32 steps as above around it.
+float GEMM instead, and a weight's few outlier input rows are multiplied in float32 and added in the dequantization.
+The same float32 steps as above around it.
 
 Over 500 lines on purpose: each step's fp32, bf16 and int8 forms sit side by side, so the forward pass reads top to
 bottom in one file as the data flows (kernels.py holds the fused versions of these functions).
@@ -266,7 +267,7 @@ def linear_act(x: np.ndarray, w, b: np.ndarray, hidden_act: str, out: np.ndarray
 
 
 def to_bf16_(x: np.ndarray, out16: np.ndarray) -> np.ndarray:
-    """out16 (N, H) uint16 <- bf16(x (N, H)); fused kernel when available."""
+    """out16 (N, H) uint16 <- bf16(x (N, H)); fused kernel when available. ``x`` may be a view of every T-th row."""
     fused = kernels.get("to_bf16_")
     if fused is not None:
         return fused(x, out16)
@@ -404,14 +405,19 @@ def quantize_(x: np.ndarray, ws: Workspace, name: str) -> tuple[np.ndarray, np.n
 def q8_products(xq: tuple, x: np.ndarray, ql: quant.QLinear, T: int, row0: int, ws: Workspace):
     """The two products of an int8 linear layer on (m, K) rows: the uint8 x int8 GEMM of the quantized rows ``xq``
     (int32 sums), and the float product of each sequence's first-token rows (token rows row0 .. row0 + m - 1 of
-    sequences of T tokens) from the float rows ``x`` and ``ql.keep`` (quant.py). Returns (acc, yc, first)."""
+    sequences of T tokens) from the float rows ``x`` and ``ql.keep`` (quant.py). Returns (acc, yc, first); the
+    weight's float rows are added by the dequantization."""
     q = xq[0]
     m, N = q.shape[0], ql.shape[1]
     acc = gemm.matmul(q, ql.packed, out=ws.take("acc", (m, N), np.int32))  # (m, N) int32
-    cls = quant.first_rows(row0, m, T)
-    xc = x[cls]  # (n_first, K) float32
-    yc = gemm.matmul(gemm.to_bf16(xc) if ql.keep_dtype == "bf16" else xc, ql.keep)  # (n_first, N)
-    return acc, yc, int(cls[0]) if len(cls) else m
+    first = (-row0) % T  # quant.first_rows: first, first + T, ... < m
+    n_first = len(range(first, m, T))
+    if ql.keep_dtype == "bf16":  # gathered and rounded in one pass, from a strided view
+        xc = to_bf16_(x[first::T][:n_first], ws.take("first16", (n_first, x.shape[1]), np.uint16))
+    else:
+        xc = x[first::T][:n_first]  # (n_first, K): oneDNN reads the rows T * K apart
+    yc = gemm.matmul(xc, ql.keep, out=ws.take("first_y", (n_first, N)))  # (n_first, N)
+    return acc, yc, first if n_first else m
 
 
 def q8_linear(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None, T: int, row0: int,
@@ -421,8 +427,8 @@ def q8_linear(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None,
     b = zeros(ql.shape[1]) if b is None else b
     fused = kernels.get("dq_bias_")
     if fused is not None:
-        return fused(acc, xq[1], xq[2], ql.scale, ql.colsum, b, yc, first, T, out)
-    return quant.dq_bias(acc, xq[1], xq[2], ql, b, yc, first, T, out)
+        return fused(acc, xq[1], xq[2], ql.scale, ql.colsum, b, yc, first, T, x, ql.rows, ql.side, out)
+    return quant.dq_bias(acc, xq[1], xq[2], ql, b, yc, first, T, x, out)
 
 
 def add_layer_norm_q8_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarray, beta: np.ndarray, eps: float,
@@ -455,16 +461,16 @@ def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: i
     block = ffn_block_rows(F, hidden_act)
     out = ws.take("y", (N, H))
     buf = ws.take("ffn_act", (min(block, N), F))
-    fused = kernels.get("dq_bias_gelu_") if hidden_act == "gelu" else None
+    fused = kernels.get("dq_bias_gelu_q8_") if hidden_act == "gelu" else None
     for s in range(0, N, block):
         m = min(block, N - s)
         hq_s = tuple(t[s:s + m] for t in hq)
-        if fused is not None:  # dequantize + bias + GELU in one pass, the first-token rows replaced, then quantized
+        if fused is not None:  # dequantize + bias + GELU (the first-token rows' from their float product) + quantize
             acc, yc, first = q8_products(hq_s, h[s:s + m], lw.up_w, T, s, ws)
-            u = fused(acc, hq_s[1], hq_s[2], lw.up_w.scale, lw.up_w.colsum, lw.up_b, buf[:m])  # (m, F)
-            if len(yc):  # (n_first, F) float products of the first-token rows, own array
-                u[first::T][: len(yc)] = bias_act_(yc, lw.up_b, hidden_act)
-            uq = quantize_(u, ws, "u")
+            uq = (ws.take("u_q", (m, F), np.uint8), ws.take("u_s", (m,)), ws.take("u_z", (m,), np.int32))
+            up = lw.up_w
+            u = fused(acc, hq_s[1], hq_s[2], up.scale, up.colsum, lw.up_b, yc, first, T, h[s:s + m], up.rows, up.side,
+                      buf[:m], *uq)  # (m, F)
         else:
             u = q8_linear(hq_s, h[s:s + m], lw.up_w, None, T, s, buf[:m], ws)  # (m, F), no bias yet
             uq = quantize_(bias_act_(u, lw.up_b, hidden_act), ws, "u")

@@ -139,7 +139,7 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
     settings = {"cache_format": FORMAT, **features,
                 "model_files": model_files_digest(encoder.location.path),
-                "gemm": {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "cpu")
+                "gemm": {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "scheme", "cpu")
                          if gemm.get(k) is not None}}
     blob = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:32], settings

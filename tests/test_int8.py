@@ -97,6 +97,121 @@ def test_q8_linear_dequantizes_and_keeps_first_token_rows(backend):
         kernels.use(None)
 
 
+def _planted(K=384, N=384, seed=2, rows=(7, 100, 300), factor=50.0):
+    """A random (K, N) weight with a few input rows ``factor`` x larger: what trained FFN down projections hold."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((K, N)) * 0.05).astype(np.float32)
+    w[list(rows)] *= np.float32(factor)
+    return w
+
+
+def test_outlier_rows_are_decided_from_the_weights_alone():
+    """Rows far above the median row's largest |value| stay float32; a plain random weight has none; at most K // 32."""
+    rng = np.random.default_rng(0)
+    assert len(quant.outlier_rows((rng.standard_normal((1536, 384)) * 0.05).astype(np.float32))) == 0
+    assert list(quant.outlier_rows(_planted())) == [7, 100, 300]
+    assert list(quant.outlier_rows(_planted(rows=(3,), factor=5.0))) == []  # 5x the others: below the ratio (6)
+    many = _planted(K=64, rows=tuple(range(10)))
+    assert len(quant.outlier_rows(many)) == 64 // 32
+    assert len(quant.outlier_rows(np.zeros((8, 4), np.float32))) == 0
+
+
+@needs_int8
+def test_outlier_rows_leave_the_int8_weight_and_its_scales():
+    w = _planted()
+    ql = quant.QLinear(w, "fp32")
+    assert list(ql.rows) == [7, 100, 300] and ql.side.shape == (3, 384) and ql.side.dtype == np.float32
+    wq = ql.packed.plain()
+    assert not wq[ql.rows].any()  # zero in the int8 weight, so the column sums ignore them too
+    np.testing.assert_array_equal(ql.colsum, wq.sum(axis=0, dtype=np.int32))
+    rest = np.delete(w, ql.rows, axis=0)
+    np.testing.assert_allclose(ql.scale, np.abs(rest).max(axis=0) / 127, rtol=1e-6)  # scales from the other rows
+    d = ql.dequantized()
+    np.testing.assert_array_equal(d[ql.rows], w[ql.rows])
+    assert np.abs(d - w).max() <= ql.scale.max() * 0.5001
+
+
+@needs_int8
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_q8_linear_with_outlier_rows_is_closer_to_the_float_product(backend, monkeypatch):
+    """With the planted rows in float32 the int8 layer's error is several times smaller than with them quantized
+    (their 50x scale coarsens the grid of every column they top); both kernels' backends agree."""
+    from bertfeat.model import Workspace, q8_linear, quantize_
+
+    rng = np.random.default_rng(3)
+    T, B = 9, 6
+    w, b = _planted(K=1536, N=384), rng.standard_normal(384).astype(np.float32)
+    x = np.maximum(rng.standard_normal((B * T, 1536)), -0.17).astype(np.float32)  # GELU-like inputs
+    exact = x.astype(np.float64) @ w + b
+    kernels.use(backend)
+    try:
+        errs = {}
+        for label, ratio in (("float rows", quant.OUTLIER_ROW_RATIO), ("all int8", np.inf)):
+            monkeypatch.setattr(quant, "OUTLIER_ROW_RATIO", ratio)
+            ql = quant.QLinear(w, "fp32")
+            assert len(ql.rows) == (3 if ratio != np.inf else 0)
+            ws = Workspace()
+            got = q8_linear(quantize_(x, ws, "t"), x, ql, b, T, 0, np.empty((B * T, 384), np.float32), ws)
+            mask = np.ones(B * T, bool)
+            mask[::T] = False  # the first-token rows are float products either way
+            errs[label] = np.abs(got - exact)[mask].max() / np.abs(exact).max()
+        print(f"{backend}: max error of the int8 rows, of the largest output: {errs}")
+        assert errs["float rows"] * 3 < errs["all int8"]
+    finally:
+        kernels.use(None)
+
+
+@needs_int8
+def test_fused_ffn_kernel_equals_the_numpy_path(make_ckpt):
+    """encoder_layer_q8's fused up projection (dequantize + bias + GELU + quantize, float rows in both FFN linears)
+    against the NumPy reference of each step: the same layer output up to float rounding."""
+    from bertfeat.model import Workspace, additive_mask, encoder_layer_q8, quantize_
+
+    d = make_ckpt(hidden=64, layers=1, heads=4, intermediate=256, seed=4)
+    enc = Encoder(d, precision="int8")
+    lw = enc.weights.layers[0]
+    for name, rows in (("up_w", (3, 40)), ("down_w", (11, 100, 200))):  # plant outlier rows, re-quantize
+        w = lw.__dict__[name].dequantized()
+        w[list(rows)] *= np.float32(40.0)
+        setattr(lw, name, quant.QLinear(w, lw.__dict__[name].keep_dtype))
+        assert list(getattr(lw, name).rows) == list(rows)
+    rng = np.random.default_rng(5)
+    B, T, H = 3, 7, 64
+    x = rng.standard_normal((B * T, H)).astype(np.float32)
+    mask = np.ones((B, T), np.int64)
+    mask[1, 5:] = 0
+    outs = {}
+    for backend in ("numba", "numpy"):
+        kernels.use(backend)
+        try:
+            ws = Workspace()
+            xq = quantize_(x, ws, "x")
+            y, _ = encoder_layer_q8(x.copy(), lw, additive_mask(mask), B, T, 4, "gelu", 1e-12, ws=ws,
+                                    xq=tuple(a.copy() for a in xq))
+            outs[backend] = y.copy()
+        finally:
+            kernels.use(None)
+    diff = np.abs(outs["numba"] - outs["numpy"]).max()
+    print(f"fused vs NumPy int8 layer: max |diff| {diff:.2e}")
+    assert diff < 2e-2  # a value may cross a quantization step (one step ~1e-2 here); typically ~1e-6
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_nan_row_keeps_a_nan_scale(backend):
+    """A NaN reaching an int8 input must not turn into finite features: its row's scale is NaN, so the dequantized
+    row is NaN and the features are refused as non-finite (encoder.check_finite_features)."""
+    from bertfeat.model import Workspace, quantize_
+
+    x = np.ones((3, 16), np.float32)
+    x[1, 4] = np.nan
+    kernels.use(backend)
+    try:
+        _, s, _ = quantize_(x, Workspace(), "t")
+    finally:
+        kernels.use(None)
+    assert np.isnan(s[1]) and np.isfinite(s[[0, 2]]).all()
+
+
 # --------------------------------------------------------------------------- quality on real sentences
 def _report(name: str, cos: np.ndarray) -> None:
     print(f"{name}: {len(cos)} sentences, min cosine {cos.min():.5f}, mean {cos.mean():.6f}, "
@@ -166,9 +281,27 @@ def test_extract_int8_is_what_provenance_says(tmp_path, capsys, minilm_dir, real
     g = meta["gemm"]
     assert g["linear_layers"] == "int8" and gemm.native_int8_kernel(g["kernel"]) and g["int8"] in ("amx", "avx512_vnni", "avx_vnni")
     assert g["layers"]["qkv"] == g["layers"]["ffn_down"] == "int8" and g["layers"]["first_token_rows"] in ("bf16", "fp32")
+    assert g["layers"]["outlier_weight_rows"] == "fp32" and g["scheme"] == quant.SCHEME
+    assert g["float_weight_rows"] == {"attention_output": 1, "ffn_down": 16}  # all-MiniLM-L6-v2's, from its weights
+    assert meta["fingerprint"]["int8_scheme"] == quant.SCHEME  # a resume across schemes is refused
     np.testing.assert_array_equal(X, Encoder(minilm_dir, precision="int8").encode(real_sentences[:50]))
     assert np.abs(X - Encoder(minilm_dir).encode(real_sentences[:50])).max() > 1e-3
     capsys.readouterr()
+
+
+@needs_int8
+def test_the_int8_scheme_is_in_the_vector_cache_key(minilm_dir):
+    """Vectors of another int8 scheme (an older bertfeat) are never served from a --cache."""
+    import dataclasses
+
+    from bertfeat.vcache import cache_fingerprint
+
+    enc = Encoder(minilm_dir, precision="int8")
+    spec = enc.spec()
+    key, settings = cache_fingerprint(enc, spec)
+    assert settings["gemm"]["scheme"] == quant.SCHEME and settings["int8_scheme"] == quant.SCHEME
+    enc.gemm_path = dataclasses.replace(enc.gemm_path, scheme="1")
+    assert cache_fingerprint(enc, spec)[0] != key
 
 
 def test_int8_refused_without_vnni(monkeypatch, capsys, minilm_dir, tmp_path):
