@@ -263,6 +263,7 @@ def make_runner(method: str, mdir: Path, max_length: int):
 
         onnx_path = export_onnx(mdir) if method != "onnxruntime-int8" else quantize_onnx(mdir)
         tok = AutoTokenizer.from_pretrained(str(mdir))
+        names = model_inputs(mdir)
         if method.startswith("onnxruntime"):
             import onnxruntime as ort
 
@@ -282,7 +283,7 @@ def make_runner(method: str, mdir: Path, max_length: int):
             out = None
             for idx, b in _batches_sorted(texts, tok):
                 enc = tok(b, padding=True, truncation=True, max_length=max_length, return_tensors="np")
-                feeds = {k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+                feeds = {k: enc[k].astype(np.int64) for k in names}
                 h = np.asarray(infer(feeds), dtype=np.float32)
                 m = feeds["attention_mask"][..., None].astype(np.float32)
                 if out is None:
@@ -356,8 +357,16 @@ def quantize_onnx(mdir: Path) -> Path:
     return out
 
 
+def model_inputs(mdir: Path) -> list[str]:
+    """The inputs the checkpoint's model takes: input_ids and attention_mask, and token_type_ids where its config has
+    token types (BERT, RoBERTa, ELECTRA; not MPNet, ModernBERT or DistilBERT)."""
+    cfg = json.loads((mdir / "config.json").read_text(encoding="utf-8"))
+    return ["input_ids", "attention_mask"] + (["token_type_ids"] if cfg.get("type_vocab_size") else [])
+
+
 def export_onnx(mdir: Path) -> Path:
-    """Export the checkpoint's BertModel to ONNX fp32 once (torch.onnx, dynamic batch and length)."""
+    """Export the checkpoint's encoder (AutoModel) to ONNX fp32 once (torch.onnx, dynamic batch and length), with
+    the inputs it takes (model_inputs); eager attention, which every family exports."""
     out = WORK / f"onnx-{mdir.name}" / "model.onnx"
     if out.is_file():
         return out
@@ -365,21 +374,22 @@ def export_onnx(mdir: Path) -> Path:
     from transformers import AutoModel
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    model = AutoModel.from_pretrained(str(mdir)).eval()
+    model = AutoModel.from_pretrained(str(mdir), attn_implementation="eager").eval()
+    names = model_inputs(mdir)
 
     class Wrapped(torch.nn.Module):  # positional inputs -> last hidden state
         def __init__(self, m):
             super().__init__()
             self.m = m
 
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+        def forward(self, *inputs):
+            return self.m(**dict(zip(names, inputs))).last_hidden_state
 
     ids = torch.ones((2, 16), dtype=torch.long)
-    args = (ids, torch.ones_like(ids), torch.zeros_like(ids))
-    torch.onnx.export(Wrapped(model).eval(), args, str(out), input_names=["input_ids", "attention_mask", "token_type_ids"],
+    args = (ids, torch.ones_like(ids), torch.zeros_like(ids))[:len(names)]
+    torch.onnx.export(Wrapped(model).eval(), args, str(out), input_names=names,
                       output_names=["last_hidden_state"], dynamo=False, opset_version=17,
-                      dynamic_axes={n: {0: "batch", 1: "seq"} for n in ["input_ids", "attention_mask", "token_type_ids", "last_hidden_state"]})
+                      dynamic_axes={n: {0: "batch", 1: "seq"} for n in [*names, "last_hidden_state"]})
     return out
 
 

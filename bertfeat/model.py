@@ -414,8 +414,9 @@ def q8_products(xq: tuple, x: np.ndarray, ql: quant.QLinear, T: int, row0: int, 
     n_first = len(range(first, m, T))
     if ql.keep_dtype == "bf16":  # gathered and rounded in one pass, from a strided view
         xc = to_bf16_(x[first::T][:n_first], ws.take("first16", (n_first, x.shape[1]), np.uint16))
-    else:
-        xc = x[first::T][:n_first]  # (n_first, K): oneDNN reads the rows T * K apart
+    else:  # a contiguous copy: a strided view would make one oneDNN primitive per (rows, T)
+        xc = ws.take("first32", (n_first, x.shape[1]))
+        np.copyto(xc, x[first::T][:n_first])  # (n_first, K)
     yc = gemm.matmul(xc, ql.keep, out=ws.take("first_y", (n_first, N)))  # (n_first, N)
     return acc, yc, first if n_first else m
 

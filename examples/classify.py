@@ -111,6 +111,7 @@ def run(tasks: dict, model: str | None, dims=DIMS, poolings=POOLINGS, save_dir: 
             search = grid_search(pipe, {"pca": ["passthrough" if k is None else PCA(k)], "clf__C": list(CS)})
             search.fit(tr_texts, ytr)
             row["raw" if k is None else k] = 100.0 * float((search.predict(te_texts) == yte).mean())
+            row[f"_C{'raw' if k is None else k}"] = search.best_params_["clf__C"]
             if k is not None:
                 row[f"_var{k}"] = 100.0 * float(np.sum(search.best_estimator_["pca"].explained_variance_ratio_))
             else:
@@ -132,6 +133,22 @@ def run(tasks: dict, model: str | None, dims=DIMS, poolings=POOLINGS, save_dir: 
             row["_model_file"] = str(path)
         results[name] = row
     return results
+
+
+def accuracy_at(tasks: dict, model: str | None, chosen: dict, dims=DIMS, precision: str = "fp32") -> dict:
+    """Test accuracies with C fixed to ``chosen[task]["_C" + width]`` (another run's cross-validated choice), one fit
+    per width: {task: {"raw": acc, 16: acc, ...}}. Compares features under the same classifier."""
+    out: dict = {}
+    for name, t in tasks.items():
+        (tr_texts, ytr), (te_texts, yte) = t["train"], t["test"]
+        pipe = text_classifier(model, precision)
+        out[name] = {}
+        for k in (None, *dims):
+            key = "raw" if k is None else k
+            pipe.set_params(pca="passthrough" if k is None else PCA(k), clf__C=chosen[name][f"_C{key}"])
+            pipe.fit(tr_texts, ytr)
+            out[name][key] = 100.0 * float((pipe.predict(te_texts) == yte).mean())
+    return out
 
 
 # --------------------------------------------------------------------------- output
