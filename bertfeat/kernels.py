@@ -256,7 +256,7 @@ def _compile() -> dict[str, Callable]:
                     row_bf16(cb[bi, h, t], out16[bi, t, h])
         return out16
 
-    global quant_rows_, _quant_row, _add_rows
+    global quant_rows_, _quant_row, _dq_bias_row
 
     @inline
     def _quant_row(row, qr, pair):
@@ -298,11 +298,20 @@ def _compile() -> dict[str, Callable]:
         return q
 
     @inline
-    def _add_rows(o, xr, rows, wr):
-        """o (N,) += sum_r xr[rows[r]] wr[r]: a weight's float rows (quant.py) times the row's inputs, k axpys."""
-        for r in range(rows.shape[0]):
-            c = xr[rows[r]]
-            w = wr[r]
+    def _dq_bias_row(o, i, acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr):
+        """Row i of dq_bias_: o (N,) <- sa sw (acc - za cs) + b + x[i, rows] wr, or yc's row + b for a first-token row."""
+        if i >= first and (i - first) % T == 0:
+            src = yc[(i - first) // T]
+            for j in range(o.shape[0]):
+                o[j] = src[j] + b[j]
+            return
+        a, z, r = sa[i], za[i], acc[i]
+        for j in range(o.shape[0]):
+            o[j] = f32(r[j] - z * cs[j]) * (a * sw[j]) + b[j]
+        xr = x[i]
+        for k in range(rows.shape[0]):  # the weight's float rows (quant.py) times their inputs: k axpys
+            c = xr[rows[k]]
+            w = wr[k]
             for j in range(o.shape[0]):
                 o[j] += c * w[j]
 
@@ -310,44 +319,20 @@ def _compile() -> dict[str, Callable]:
     def dq_bias_(acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr, out):
         """out (M, N) <- sa sw (acc - za cs) + b + x[:, rows] wr (the weight's float rows; rows empty for none);
         rows first, first + T, ... take yc's rows (+ b) instead."""
-        M, N = acc.shape
-        for i in range(M):
-            o = out[i]
-            if i >= first and (i - first) % T == 0:
-                src = yc[(i - first) // T]
-                for j in range(N):
-                    o[j] = src[j] + b[j]
-                continue
-            a, z, r = sa[i], za[i], acc[i]
-            for j in range(N):
-                o[j] = f32(r[j] - z * cs[j]) * (a * sw[j]) + b[j]
-            _add_rows(o, x[i], rows, wr)
+        for i in range(acc.shape[0]):
+            _dq_bias_row(out[i], i, acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr)
         return out
 
     @jit
     def dq_bias_gelu_q8_(acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr, u, q, qs, qz):
-        """u (M, N) <- GELU(sa sw (acc - za cs) + b + x[:, rows] wr), rows first, first + T, ... GELU(yc's rows + b)
-        (dq_bias_ and bias_gelu_erf_ in one pass); each row then quantized into q, qs, qz (quant_rows_) while it is
-        in cache."""
-        M, N = acc.shape
+        """u (M, N) <- GELU(dq_bias_ of the row), each row then quantized into q, qs, qz (quant_rows_) while it is in
+        cache: the FFN's up projection and the down projection's input in one pass over u."""
         pair = np.empty(2, np.float32)
-        for i in range(M):
+        for i in range(acc.shape[0]):
             row = u[i]
-            if i >= first and (i - first) % T == 0:
-                src = yc[(i - first) // T]
-                for j in range(N):
-                    row[j] = _gelu_erf(src[j] + b[j])
-            else:
-                r, a, zi = acc[i], sa[i], za[i]
-                if rows.shape[0] == 0:
-                    for j in range(N):
-                        row[j] = _gelu_erf(f32(r[j] - zi * cs[j]) * (a * sw[j]) + b[j])
-                else:
-                    for j in range(N):
-                        row[j] = f32(r[j] - zi * cs[j]) * (a * sw[j]) + b[j]
-                    _add_rows(row, x[i], rows, wr)
-                    for j in range(N):
-                        row[j] = _gelu_erf(row[j])
+            _dq_bias_row(row, i, acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr)
+            for j in range(row.shape[0]):
+                row[j] = _gelu_erf(row[j])
             qs[i], qz[i] = _quant_row(row, q[i], pair)
         return u
 

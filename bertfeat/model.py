@@ -410,15 +410,15 @@ def q8_products(xq: tuple, x: np.ndarray, ql: quant.QLinear, T: int, row0: int, 
     q = xq[0]
     m, N = q.shape[0], ql.shape[1]
     acc = gemm.matmul(q, ql.packed, out=ws.take("acc", (m, N), np.int32))  # (m, N) int32
-    first = (-row0) % T  # quant.first_rows: first, first + T, ... < m
-    n_first = len(range(first, m, T))
+    cls = quant.first_rows(row0, m, T)  # first, first + T, ...
+    first, n_first = (int(cls[0]) if len(cls) else m), len(cls)
     if ql.keep_dtype == "bf16":  # gathered and rounded in one pass, from a strided view
         xc = to_bf16_(x[first::T][:n_first], ws.take("first16", (n_first, x.shape[1]), np.uint16))
     else:  # a contiguous copy: a strided view would make one oneDNN primitive per (rows, T)
         xc = ws.take("first32", (n_first, x.shape[1]))
         np.copyto(xc, x[first::T][:n_first])  # (n_first, K)
     yc = gemm.matmul(xc, ql.keep, out=ws.take("first_y", (n_first, N)))  # (n_first, N)
-    return acc, yc, first if n_first else m
+    return acc, yc, first
 
 
 def q8_linear(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None, T: int, row0: int,
