@@ -162,28 +162,26 @@ class CsvReader(TextReader):
         arrowexit.opened(gate)
         gate.wanting(True)  # opening parses the first block (more when its first row is longer)
         try:
-            with _quiet_row_handler_errors():
-                reader = pcsv.open_csv(
-                    stream,
-                    read_options=pcsv.ReadOptions(use_threads=False, block_size=block, encoding=self.encoding),
-                    parse_options=self._parse_options(on_invalid),
-                    convert_options=pcsv.ConvertOptions(
-                        include_columns=wanted,
-                        column_types={c: pa.binary() for c in wanted},
-                        strings_can_be_null=False, quoted_strings_can_be_null=False),
-                )
-        except (pa.ArrowException, OSError, EOFError, ValueError) as e:
-            stream.close()
-            arrowexit.released(gate, on_invalid)
-            self._raise_unskippable(e)
-            raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({short_error(e)})",
-                             f"check the file format, {opt('input_format')} and {opt('encoding')}") from None
-        row = 0
-        start = 0  # bytes consumed before the batch
-        pending = None  # the last batch is held back: an unclosed quote at the end of the file rejects its last row
-        it = iter(reader)
-        blocks = 0  # batches pyarrow has parsed, one per block
-        try:
+            try:
+                with _quiet_row_handler_errors():
+                    reader = pcsv.open_csv(
+                        stream,
+                        read_options=pcsv.ReadOptions(use_threads=False, block_size=block, encoding=self.encoding),
+                        parse_options=self._parse_options(on_invalid),
+                        convert_options=pcsv.ConvertOptions(
+                            include_columns=wanted,
+                            column_types={c: pa.binary() for c in wanted},
+                            strings_can_be_null=False, quoted_strings_can_be_null=False),
+                    )
+            except (pa.ArrowException, OSError, EOFError, ValueError) as e:
+                self._raise_unskippable(e)
+                raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({short_error(e)})",
+                                 f"check the file format, {opt('input_format')} and {opt('encoding')}") from None
+            row = 0
+            start = 0  # bytes consumed before the batch
+            pending = None  # the last batch is held back: an unclosed quote at the end of the file rejects its last row
+            it = iter(reader)
+            blocks = 0  # batches pyarrow has parsed, one per block
             while True:
                 try:
                     gate.wanting(True)
