@@ -53,6 +53,7 @@ SKIP = [
     (r"^python benchmarks/", "a benchmark run: minutes, each method in its own process"),
     (r"^python -m pytest\b", "the test suite runs itself"),
     (r"^python examples/precision_check\.py\b", "minutes of CPU: fp32, bf16 and int8 runs of the accuracy examples"),
+    (r"^make precision-check\b", "minutes of CPU: python examples/precision_check.py all"),
     (r"^make (features|classify|sts)\b", "make features: tests/test_examples_make.py; classify/sts: tests/test_examples.py"),
     (r"^pip install\b", "installs packages"),
     (r"^(hf|huggingface-cli) download\b", "needs internet access"),
