@@ -100,7 +100,7 @@ class GemmPath:
     requested: str = "fp32"  # what the user asked for ("auto" included)
     reason: str = ""  # why this path (for "auto", and where a library was chosen for the user)
     int8: str | None = None  # "amx" | "avx512_vnni" | "avx_vnni" (int8 only)
-    keep: str | None = None  # int8: the precision of the first token's rows and of everything not int8 (quant.py)
+    keep: str | None = None  # int8: the precision of the float token rows (quant.float_token_rows)
     scheme: str | None = None  # int8: quant.SCHEME, the scheme's version
 
     def to_dict(self) -> dict:
@@ -108,7 +108,7 @@ class GemmPath:
         d["linear_layers"] = d.pop("precision")
         if self.precision == "int8":
             d["layers"] = {"qkv": "int8", "attention_output": "int8", "ffn_up": "int8", "ffn_down": "int8",
-                           "first_token_rows": self.keep, "outlier_weight_rows": "fp32", "attention_scores": "fp32",
+                           "float_token_rows": self.keep, "outlier_weight_rows": "fp32", "attention_scores": "fp32",
                            "embeddings_layernorm_gelu": "fp32"}
         d["library"] = describe_library(self)
         d["cpu"] = cpu_model()
@@ -271,15 +271,36 @@ def prepare(weights, path: GemmPath):
     if path.precision == "int8":
         from .quant import QLinear
 
-        for lw in weights.layers:
+        smooth = int8_smoothing(weights)
+        for i, lw in enumerate(weights.layers):
             for k in LINEAR_WEIGHTS:
-                setattr(lw, k, QLinear(getattr(lw, k), path.keep or "fp32"))
+                setattr(lw, k, QLinear(getattr(lw, k), path.keep or "fp32", smooth.get((i, k))))
         weights.precision = "int8"
         return weights
     for lw in weights.layers:
         for k in LINEAR_WEIGHTS:
             setattr(lw, k, onednn.pack(getattr(lw, k)))
     return weights
+
+
+def int8_smoothing(weights) -> dict[tuple[int, str], np.ndarray]:
+    """{(layer, "qkv_w" | "up_w"): smoothing factors} for int8 (quant.smoothing): in a post-LayerNorm encoder (BERT
+    and the families laid out like it) the QKV input of layer i is the output LayerNorm of layer i - 1 (the
+    embeddings' for layer 0, unless a projection follows it: ELECTRA) and the FFN up input is the attention
+    LayerNorm of layer i. Pre-LayerNorm families
+    (``post_layer_norm = False`` on their weights: ModernBERT) get none (not measured on a trained one)."""
+    from .quant import smoothing
+
+    if not getattr(weights, "post_layer_norm", True):
+        return {}
+    out = {}
+    for i, lw in enumerate(weights.layers):
+        if i:
+            out[(i, "qkv_w")] = smoothing(weights.layers[i - 1].ln2_g, weights.layers[i - 1].ln2_b, lw.qkv_w)
+        elif getattr(weights, "emb_proj_w", None) is None:  # ELECTRA's embeddings_project comes after the LayerNorm
+            out[(i, "qkv_w")] = smoothing(weights.emb_ln_g, weights.emb_ln_b, lw.qkv_w)
+        out[(i, "up_w")] = smoothing(lw.ln1_g, lw.ln1_b, lw.up_w)
+    return out
 
 
 def describe_bf16() -> dict:

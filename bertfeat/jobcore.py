@@ -258,12 +258,15 @@ class ExtractSummary:
 
 
 def gemm_record(encoder) -> dict:
-    """The GEMM path in provenance; int8 adds how many outlier weight rows stay float32 per kind of layer (quant.py)."""
+    """The GEMM path in provenance; int8 adds which token rows are multiplied in float, how many outlier weight rows
+    stay float32 per kind of layer and which layers' inputs are smoothed (quant.py)."""
     d = encoder.gemm_path.to_dict()
     if encoder.precision == "int8":
-        from .quant import float_rows
+        from .quant import SHORT_TOKENS, float_rows, smoothed_kinds
 
+        d["float_token_rows"] = f"first and last token of each sequence, every token of one of <= {SHORT_TOKENS}"
         d["float_weight_rows"] = float_rows(encoder.weights)
+        d["smoothed_inputs"] = smoothed_kinds(encoder.weights)
     return d
 
 

@@ -41,12 +41,14 @@ NaN kept, as gemm.to_bf16; the bits are read back from the float32 row while it 
     context's transpose to token rows and its rounding in one pass.
 
 int8 variants (``precision="int8"``, see quant.py for the scheme and the NumPy reference):
-``quant_rows_(x, q, sa, za)``  per-row asymmetric uint8 quantization of (M, K) rows.
-``dq_bias_(acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr, out)``  dequantize int32 sums, add the bias and the
-    weight's float rows times their inputs (x[:, rows] wr, a few axpys per row; rows empty for none); the first
-    token's rows (first, first + T, ...) take the float product yc instead.
-``add_layer_norm_q8_(y, b, r, g, beta, eps, q, sa, za)``  add_layer_norm_, then quantize its output rows.
-``dq_bias_gelu_q8_(acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr, u, q, qs, qz)``  the FFN's up projection:
+``quant_rows_(x, inv, q, sa, za)``  per-row asymmetric uint8 quantization of (M, K) rows times ``inv`` (K,) (the
+    consumer's inv_smooth; ones for none).
+``dq_bias_(acc, sa, za, sw, cs, b, yc, src, x, rows, wr, out)``  dequantize int32 sums (row i's in
+    acc[-1 - src[i]]), add the bias and the weight's float rows times their inputs (x[:, rows] wr, a few axpys per
+    row; rows empty for none); a row i with src[i] >= 0 (a float token row) takes the float product yc[src[i]].
+``add_layer_norm_q8_(y, b, r, g, beta, eps, inv, q, sa, za)``  add_layer_norm_, then quantize its output rows
+    times ``inv``.
+``dq_bias_gelu_q8_(acc, sa, za, sw, cs, b, yc, src, x, rows, wr, u, q, qs, qz)``  the FFN's up projection:
     dq_bias_ and the GELU in one pass, then each row quantized for the down projection while it is in cache.
 
 Every kernel works row by row, so a row's result does not depend on the other rows in the batch.
@@ -256,7 +258,7 @@ def _compile() -> dict[str, Callable]:
                     row_bf16(cb[bi, h, t], out16[bi, t, h])
         return out16
 
-    global quant_rows_, _quant_row, _dq_bias_row
+    global quant_rows_, _quant_row, _quant_rows_scaled, _dq_bias_row
 
     @inline
     def _quant_row(row, qr, pair):
@@ -289,23 +291,33 @@ def _compile() -> dict[str, Callable]:
             qr[j] = np.uint8(t + half)
         return s, np.int32(z)
 
-    @jit
-    def quant_rows_(x, q, sa, za):
-        """Per-row asymmetric uint8 quantization (quant.quant_rows): q, scales sa, zero points za (int32)."""
+    @inline
+    def _quant_rows_scaled(x, inv, q, sa, za):
+        """Rows of x times inv (K,) into a scratch row, each quantized from there (quant.quant_rows(x, inv))."""
         pair = np.empty(2, np.float32)
+        t = np.empty(x.shape[1], np.float32)
         for i in range(x.shape[0]):
-            sa[i], za[i] = _quant_row(x[i], q[i], pair)
+            row = x[i]
+            for j in range(t.shape[0]):
+                t[j] = row[j] * inv[j]
+            sa[i], za[i] = _quant_row(t, q[i], pair)
+
+    @jit
+    def quant_rows_(x, inv, q, sa, za):
+        """Per-row asymmetric uint8 quantization of x * inv (quant.quant_rows): q, scales sa, zero points za."""
+        _quant_rows_scaled(x, inv, q, sa, za)
         return q
 
     @inline
-    def _dq_bias_row(o, i, acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr):
-        """Row i of dq_bias_: o (N,) <- sa sw (acc - za cs) + b + x[i, rows] wr, or yc's row + b for a first-token row."""
-        if i >= first and (i - first) % T == 0:
-            src = yc[(i - first) // T]
+    def _dq_bias_row(o, i, acc, sa, za, sw, cs, b, yc, src, x, rows, wr):
+        """Row i of dq_bias_: o (N,) <- sa sw (acc[-1 - src[i]] - za cs) + b + x[i, rows] wr, or yc[src[i]] + b
+        for a float token row (src[i] >= 0)."""
+        if src[i] >= 0:
+            yr = yc[src[i]]
             for j in range(o.shape[0]):
-                o[j] = src[j] + b[j]
+                o[j] = yr[j] + b[j]
             return
-        a, z, r = sa[i], za[i], acc[i]
+        a, z, r = sa[i], za[i], acc[-1 - src[i]]
         for j in range(o.shape[0]):
             o[j] = f32(r[j] - z * cs[j]) * (a * sw[j]) + b[j]
         xr = x[i]
@@ -316,30 +328,30 @@ def _compile() -> dict[str, Callable]:
                 o[j] += c * w[j]
 
     @jit
-    def dq_bias_(acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr, out):
+    def dq_bias_(acc, sa, za, sw, cs, b, yc, src, x, rows, wr, out):
         """out (M, N) <- sa sw (acc - za cs) + b + x[:, rows] wr (the weight's float rows; rows empty for none);
-        rows first, first + T, ... take yc's rows (+ b) instead."""
-        for i in range(acc.shape[0]):
-            _dq_bias_row(out[i], i, acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr)
+        a row i with src[i] >= 0 takes yc[src[i]] (+ b) instead."""
+        for i in range(out.shape[0]):
+            _dq_bias_row(out[i], i, acc, sa, za, sw, cs, b, yc, src, x, rows, wr)
         return out
 
     @jit
-    def dq_bias_gelu_q8_(acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr, u, q, qs, qz):
+    def dq_bias_gelu_q8_(acc, sa, za, sw, cs, b, yc, src, x, rows, wr, u, q, qs, qz):
         """u (M, N) <- GELU(dq_bias_ of the row), each row then quantized into q, qs, qz (quant_rows_) while it is in
         cache: the FFN's up projection and the down projection's input in one pass over u."""
         pair = np.empty(2, np.float32)
-        for i in range(acc.shape[0]):
+        for i in range(u.shape[0]):
             row = u[i]
-            _dq_bias_row(row, i, acc, sa, za, sw, cs, b, yc, first, T, x, rows, wr)
+            _dq_bias_row(row, i, acc, sa, za, sw, cs, b, yc, src, x, rows, wr)
             for j in range(row.shape[0]):
                 row[j] = _gelu_erf(row[j])
             qs[i], qz[i] = _quant_row(row, q[i], pair)
         return u
 
     @jit
-    def add_layer_norm_q8_(y, b, r, g, beta, eps, q, sa, za):
+    def add_layer_norm_q8_(y, b, r, g, beta, eps, inv, q, sa, za):
         add_layer_norm_(y, b, r, g, beta, eps)
-        quant_rows_(y, q, sa, za)
+        _quant_rows_scaled(y, inv, q, sa, za)
         return y
 
     return {"gelu": bias_gelu_erf_, "relu": bias_relu_, "add_layer_norm_": add_layer_norm_, "masked_softmax_": masked_softmax_,
@@ -383,11 +395,12 @@ def _warm_q8(k: dict[str, Callable]) -> None:
     sa, za = np.zeros(2, np.float32), np.zeros(2, np.int32)
     acc, cs, yc = np.zeros((2, 8), np.int32), np.zeros(8, np.int32), np.zeros((1, 8), np.float32)
     rows, wr = np.zeros(0, np.int64), np.zeros((0, 8), np.float32)  # no float rows: the same types as with some
-    k["quant_rows_"](u, q, sa, za)
-    k["to_bf16_"](u[::2], np.zeros((1, 8), np.uint16))  # the first-token rows, a strided view (model.q8_products)
-    k["dq_bias_"](acc, sa, za, v, cs, v, yc, 0, 2, u.copy(), rows, wr, u)
-    k["add_layer_norm_q8_"](u, v, u.copy(), v, v, 1e-12, q, sa, za)
-    k["dq_bias_gelu_q8_"](acc, sa, za, v, cs, v, yc, 0, 2, u.copy(), rows, wr, u, q, sa, za)
+    src = np.array([0, -1], np.int32)  # row 0 float (yc[0]), row 1 int8 (acc[0])
+    k["quant_rows_"](u, v, q, sa, za)
+    k["to_bf16_"](u[:1], np.zeros((1, 8), np.uint16))  # the float token rows, gathered (model.q8_products)
+    k["dq_bias_"](acc, sa, za, v, cs, v, yc, src, u.copy(), rows, wr, u)
+    k["add_layer_norm_q8_"](u, v, u.copy(), v, v, 1e-12, v, q, sa, za)
+    k["dq_bias_gelu_q8_"](acc, sa, za, v, cs, v, yc, src, u.copy(), rows, wr, u, q, sa, za)
 
 
 def warm_q8() -> None:

@@ -21,8 +21,10 @@ scores, softmax and context (fp32 batched products), GELU, pooling and the poole
 
 int8 (encoder_layer_q8, quant.py): each linear layer is a uint8 x int8 -> int32 GEMM of per-token quantized
 activations (written by the kernel that makes them, with their scales and zero points) and per-channel
-quantized weights, dequantized into the kernel that follows; each sequence's first-token rows come from a
-float GEMM instead, and a weight's few outlier input rows are multiplied in float32 and added in the dequantization.
+quantized weights, dequantized into the kernel that follows; each sequence's first-token rows and every row of a
+short sequence come from a float GEMM instead, a weight's few outlier input rows are multiplied in float32 and added
+in the dequantization, and the LayerNorm outputs are quantized divided by per-channel smoothing factors that the
+QKV and FFN up weights carry multiplied in.
 The same float32 steps as above around it.
 
 Over 500 lines on purpose: each step's fp32, bf16 and int8 forms sit side by side, so the forward pass reads top to
@@ -390,74 +392,92 @@ def zeros(n: int) -> np.ndarray:
     return z
 
 
-def quantize_(x: np.ndarray, ws: Workspace, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(M, K) float32 rows -> (uint8 rows, scales (M,), zero points (M,)) in workspace buffers ``name``."""
+def quantize_(x: np.ndarray, ws: Workspace, name: str, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(M, K) float32 rows -> (uint8 rows of x * inv, scales (M,), zero points (M,)) in workspace buffers ``name``;
+    ``inv`` (K,): the consuming QLinear's inv_smooth."""
     M, K = x.shape
     q, sa, za = ws.take(name + "_q", (M, K), np.uint8), ws.take(name + "_s", (M,)), ws.take(name + "_z", (M,), np.int32)
     fused = kernels.get("quant_rows_")
     if fused is not None:
-        fused(x, q, sa, za)
+        fused(x, inv, q, sa, za)
     else:
-        q[...], sa[...], za[...] = quant.quant_rows(x)
+        q[...], sa[...], za[...] = quant.quant_rows(x, inv)
     return q, sa, za
 
 
-def q8_products(xq: tuple, x: np.ndarray, ql: quant.QLinear, T: int, row0: int, ws: Workspace):
+def q8_products(xq: tuple, x: np.ndarray, ql: quant.QLinear, frows: np.ndarray, row0: int, ws: Workspace):
     """The two products of an int8 linear layer on (m, K) rows: the uint8 x int8 GEMM of the quantized rows ``xq``
-    (int32 sums), and the float product of each sequence's first-token rows (token rows row0 .. row0 + m - 1 of
-    sequences of T tokens) from the float rows ``x`` and ``ql.keep`` (quant.py). Returns (acc, yc, first); the
-    weight's float rows are added by the dequantization."""
+    that are not float token rows (int32 sums), and the float product of the float token rows (``frows``:
+    quant.float_token_rows of the whole batch; these are rows row0 .. row0 + m - 1) from the float rows ``x`` and
+    ``ql.keep`` (quant.py). Returns (acc, yc, src): src (m,) int32 says where row i's product is, yc[src[i]] for a
+    float token row, else acc[-1 - src[i]]; the weight's float rows are added by the dequantization."""
     q = xq[0]
     m, N = q.shape[0], ql.shape[1]
-    acc = gemm.matmul(q, ql.packed, out=ws.take("acc", (m, N), np.int32))  # (m, N) int32
-    cls = quant.first_rows(row0, m, T)  # first, first + T, ...
-    first, n_first = (int(cls[0]) if len(cls) else m), len(cls)
-    if ql.keep_dtype == "bf16":  # gathered and rounded in one pass, from a strided view
-        xc = to_bf16_(x[first::T][:n_first], ws.take("first16", (n_first, x.shape[1]), np.uint16))
-    else:  # a contiguous copy: a strided view would make one oneDNN primitive per (rows, T)
-        xc = ws.take("first32", (n_first, x.shape[1]))
-        np.copyto(xc, x[first::T][:n_first])  # (n_first, K)
-    yc = gemm.matmul(xc, ql.keep, out=ws.take("first_y", (n_first, N)))  # (n_first, N)
-    return acc, yc, first
+    local = quant.local_rows(frows, row0, m)
+    n_f = len(local)
+    src = ws.take("float_src", (m,), np.int32)
+    if n_f:  # the int8 GEMM only on the other rows: a uint8 row gather is cheap next to a GEMM row
+        src.fill(0)
+        src[local] = 1
+        rest = np.flatnonzero(src == 0)  # (m - n_f,) rows multiplied in int8
+        src[rest] = -1 - np.arange(len(rest), dtype=np.int32)
+        src[local] = np.arange(n_f, dtype=np.int32)
+        q = np.take(q, rest, axis=0, out=ws.take("q_rest", (len(rest), q.shape[1]), np.uint8))  # (m - n_f, K)
+    else:
+        src[:] = -1 - np.arange(m, dtype=np.int32)
+    acc = gemm.matmul(q, ql.packed, out=ws.take("acc", (q.shape[0], N), np.int32))  # (m - n_f, N) int32
+    if ql.keep_dtype == "bf16":  # gathered, then rounded
+        xc = to_bf16_(np.take(x, local, axis=0, out=ws.take("float_rows32", (n_f, x.shape[1]))),
+                      ws.take("float_rows16", (n_f, x.shape[1]), np.uint16))
+    else:  # a contiguous copy (a strided view would make one oneDNN primitive per layout)
+        xc = np.take(x, local, axis=0, out=ws.take("float_rows32", (n_f, x.shape[1])))  # (n_f, K)
+    yc = gemm.matmul(xc, ql.keep, out=ws.take("float_y", (n_f, N)))  # (n_f, N)
+    return acc, yc, src
 
 
-def q8_linear(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None, T: int, row0: int,
+def q8_linear(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None, frows: np.ndarray, row0: int,
               out: np.ndarray, ws: Workspace) -> np.ndarray:
     """(m, K) rows -> (m, N) float32 x W (+ b) from q8_products, dequantized into ``out``."""
-    acc, yc, first = q8_products(xq, x, ql, T, row0, ws)
+    acc, yc, src = q8_products(xq, x, ql, frows, row0, ws)
     b = zeros(ql.shape[1]) if b is None else b
     fused = kernels.get("dq_bias_")
     if fused is not None:
-        return fused(acc, xq[1], xq[2], ql.scale, ql.colsum, b, yc, first, T, x, ql.rows, ql.side, out)
-    return quant.dq_bias(acc, xq[1], xq[2], ql, b, yc, first, T, x, out)
+        return fused(acc, xq[1], xq[2], ql.scale, ql.colsum, b, yc, src, x, ql.rows, ql.side, out)
+    return quant.dq_bias(acc, xq[1], xq[2], ql, b, yc, src, x, out)
 
 
 def add_layer_norm_q8_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarray, beta: np.ndarray, eps: float,
-                       xq: tuple) -> np.ndarray:
-    """add_layer_norm_, and its output rows quantized into ``xq`` (the next int8 GEMM's input)."""
+                       xq: tuple | None, inv: np.ndarray | None) -> np.ndarray:
+    """add_layer_norm_, and its output rows times ``inv`` (the next linear layer's inv_smooth) quantized into ``xq``
+    (the next int8 GEMM's input; None after the last layer: not quantized)."""
+    if xq is None:
+        return add_layer_norm_(y, b, r, g, beta, eps)
     fused = kernels.get("add_layer_norm_q8_")
     if fused is not None:
-        return fused(y, b, r, g, beta, eps, *xq)
+        return fused(y, b, r, g, beta, eps, inv, *xq)
     add_layer_norm_(y, b, r, g, beta, eps)
-    xq[0][...], xq[1][...], xq[2][...] = quant.quant_rows(y)
+    xq[0][...], xq[1][...], xq[2][...] = quant.quant_rows(y, inv)
     return y
 
 
 def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int, hidden_act: str,
-                     eps: float, want_probs: bool = False, *, ws: Workspace, xq: tuple,
-                     bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """encoder_layer with int8 linear layers: ``xq`` holds x quantized and is overwritten with y quantized.
-    Attention scores, softmax, LayerNorm, GELU and the residual stream stay float32."""
+                     eps: float, want_probs: bool = False, *, ws: Workspace, xq: tuple, frows: np.ndarray,
+                     next_inv: np.ndarray | None, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """encoder_layer with int8 linear layers: ``xq`` holds x quantized and is overwritten with y * next_inv
+    quantized (the next layer's QKV input; next_inv None: the last layer, y is not quantized). ``frows``: the
+    float token rows (quant.float_token_rows). Attention scores, softmax, LayerNorm, GELU and the residual stream
+    stay float32."""
     N, H = x.shape
     hs = H // nh
-    qkv = q8_linear(xq, x, lw.qkv_w, lw.qkv_b, T, 0, ws.take("qkv", (N, 3 * H)), ws)  # (N, 3H)
+    qkv = q8_linear(xq, x, lw.qkv_w, lw.qkv_b, frows, 0, ws.take("qkv", (N, 3 * H)), ws)  # (N, 3H)
     ctx, probs = attend(qkv, mask_add, B, T, nh, want_probs, ws, bias)  # (B, nh, T, hs)
     rows = ws.take("ctx_rows", (B, T, nh, hs))
     np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, T, nh, hs) = (N, H) rows
     rows = rows.reshape(N, H)
-    a = q8_linear(quantize_(rows, ws, "ctx"), rows, lw.o_w, None, T, 0, ws.take("h", (N, H)), ws)  # bias in the LN
+    a = q8_linear(quantize_(rows, ws, "ctx", lw.o_w.inv_smooth), rows, lw.o_w, None, frows, 0, ws.take("h", (N, H)),
+                  ws)  # bias in the LN
     hq = (ws.take("h_q", (N, H), np.uint8), ws.take("h_s", (N,)), ws.take("h_z", (N,), np.int32))
-    h = add_layer_norm_q8_(a, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps, hq)  # x is dead from here on
+    h = add_layer_norm_q8_(a, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps, hq, lw.up_w.inv_smooth)  # x is dead from here on
     F = lw.up_w.shape[1]
     block = ffn_block_rows(F, hidden_act)
     out = ws.take("y", (N, H))
@@ -466,17 +486,18 @@ def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: i
     for s in range(0, N, block):
         m = min(block, N - s)
         hq_s = tuple(t[s:s + m] for t in hq)
-        if fused is not None:  # dequantize + bias + GELU (the first-token rows' from their float product) + quantize
-            acc, yc, first = q8_products(hq_s, h[s:s + m], lw.up_w, T, s, ws)
+        if fused is not None:  # dequantize + bias + GELU (the float token rows' from their float product) + quantize
+            acc, yc, src = q8_products(hq_s, h[s:s + m], lw.up_w, frows, s, ws)
             uq = (ws.take("u_q", (m, F), np.uint8), ws.take("u_s", (m,)), ws.take("u_z", (m,), np.int32))
             up = lw.up_w
-            u = fused(acc, hq_s[1], hq_s[2], up.scale, up.colsum, lw.up_b, yc, first, T, h[s:s + m], up.rows, up.side,
-                      buf[:m], *uq)  # (m, F)
+            u = fused(acc, hq_s[1], hq_s[2], up.scale, up.colsum, lw.up_b, yc, src, h[s:s + m], up.rows, up.side,
+                      buf[:m], *uq)  # (m, F); the down projection is never smoothed (no inv here)
         else:
-            u = q8_linear(hq_s, h[s:s + m], lw.up_w, None, T, s, buf[:m], ws)  # (m, F), no bias yet
-            uq = quantize_(bias_act_(u, lw.up_b, hidden_act), ws, "u")
-        q8_linear(uq, u, lw.down_w, None, T, s, out[s:s + m], ws)  # (m, H), bias in the LayerNorm below
-    return add_layer_norm_q8_(out, lw.down_b, h, lw.ln2_g, lw.ln2_b, eps, xq), probs
+            u = q8_linear(hq_s, h[s:s + m], lw.up_w, None, frows, s, buf[:m], ws)  # (m, F), no bias yet
+            uq = quantize_(bias_act_(u, lw.up_b, hidden_act), ws, "u", lw.down_w.inv_smooth)
+        q8_linear(uq, u, lw.down_w, None, frows, s, out[s:s + m], ws)  # (m, H), bias in the LayerNorm below
+    return add_layer_norm_q8_(out, lw.down_b, h, lw.ln2_g, lw.ln2_b, eps, xq if next_inv is not None else None,
+                              next_inv), probs
 
 
 def attend(qkv: np.ndarray, mask_add: np.ndarray, B: int, T: int, nh: int, want_probs: bool,
@@ -549,11 +570,14 @@ def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: i
     if w.precision == "bf16" and last > 0:
         x16 = to_bf16_(x, ws.take("x16", (N, c.hidden_size), np.uint16))  # (N, H) bf16
     if w.precision == "int8" and last > 0:
-        xq = quantize_(x, ws, "x")  # (N, H) uint8, scales, zero points
+        xq = quantize_(x, ws, "x", w.layers[0].qkv_w.inv_smooth)  # (N, H) uint8, scales, zero points
+        frows = quant.float_token_rows(mask_add.reshape(B, T) == 0)  # rows multiplied in float (quant.py)
     for i in range(last + 1):
         if i > 0 and xq is not None:
+            next_inv = w.layers[i].qkv_w.inv_smooth if i < last else None
             x, probs = encoder_layer_q8(x, w.layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
-                                        c.layer_norm_eps, output_attentions, ws=ws, xq=xq, bias=bias)
+                                        c.layer_norm_eps, output_attentions, ws=ws, xq=xq, frows=frows,
+                                        next_inv=next_inv, bias=bias)
             if output_attentions:
                 out.attentions.append(probs)
         elif i > 0:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import quant
 from .config import BertConfig
 from .errors import WeightsError
 from .gemm import PRECISIONS, to_bf16
@@ -89,6 +90,7 @@ class ModernBertWeights(BertWeights):
 
     final_g: np.ndarray | None = None
     final_b: np.ndarray | None = None
+    post_layer_norm = False  # pre-LayerNorm: no int8 smoothing (gemm.int8_smoothing)
 
     def _arrays(self) -> list:
         arrays = [self.word, self.emb_ln_g, self.emb_ln_b, self.final_g, self.final_b]
@@ -181,13 +183,14 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- linear layers, norms
-def lin(w: ModernBertWeights, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, ws: Workspace, T: int,
-        row0: int = 0) -> np.ndarray:
-    """(m, in) float32 rows (token rows row0.. of sequences of T tokens) @ wt + b into ``out`` (m, out), in the
-    weights' precision: model.linear for fp32 / bf16 (the rows rounded to bf16 first), model.q8_linear for int8."""
+def lin(w: ModernBertWeights, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, ws: Workspace,
+        frows: np.ndarray | None, row0: int = 0) -> np.ndarray:
+    """(m, in) float32 rows (token rows row0.. of the batch) @ wt + b into ``out`` (m, out), in the weights'
+    precision: model.linear for fp32 / bf16 (the rows rounded to bf16 first), model.q8_linear for int8 (``frows``:
+    the batch's float token rows, quant.float_token_rows)."""
     n_out = out.shape[1]
     if w.precision == "int8":
-        return q8_linear(quantize_(x, ws, "mb"), x, wt, b, T, row0, out, ws)
+        return q8_linear(quantize_(x, ws, "mb", wt.inv_smooth), x, wt, b, frows, row0, out, ws)
     a = to_bf16(x) if w.precision == "bf16" else x
     return linear(a, wt, zeros(n_out) if b is None else b, out=out)
 
@@ -238,23 +241,24 @@ def attend_blocked(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray
 
 
 def attention(w: ModernBertWeights, i: int, h: np.ndarray, keep: np.ndarray, B: int, T: int, want_probs: bool,
-              ws: Workspace) -> tuple[np.ndarray, np.ndarray | None]:
+              ws: Workspace, frows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Layer i's attention on (N, H) normed rows -> (N, H) output (Wo applied, its bias too) and the probabilities."""
     c, lw = w.config, w.layers[i]
     N, H = h.shape
     nh = c.num_attention_heads
     hs = H // nh
-    qkv = lin(w, h, lw.qkv_w, lw.qkv_b, ws.take("qkv", (N, 3 * H)), ws, T)  # (N, 3H)
+    qkv = lin(w, h, lw.qkv_w, lw.qkv_b, ws.take("qkv", (N, 3 * H)), ws, frows)  # (N, 3H)
     qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
     local = c.layer_types[i] == "sliding_attention"
     cos, sin = rotary(T, hs, c.local_rope_theta if local else c.global_rope_theta)
     q, k = rotate(qkv[0], cos, sin), rotate(qkv[1], cos, sin)
     ctx, probs = attend_blocked(q, k, qkv[2], keep, c.local_attention // 2 if local else None, want_probs)
     rows = np.ascontiguousarray(ctx.transpose(0, 2, 1, 3)).reshape(N, H)  # (N, H) token rows
-    return lin(w, rows, lw.o_w, lw.o_b, ws.take("attn_out", (N, H)), ws, T), probs
+    return lin(w, rows, lw.o_w, lw.o_b, ws.take("attn_out", (N, H)), ws, frows), probs
 
 
-def mlp_(w: ModernBertWeights, i: int, x: np.ndarray, T: int, ws: Workspace, block: int = 1024) -> np.ndarray:
+def mlp_(w: ModernBertWeights, i: int, x: np.ndarray, frows: np.ndarray | None, ws: Workspace,
+         block: int = 1024) -> np.ndarray:
     """In place x (N, H) += Wo(act(u) * g), [u | g] = Wi(LN_mlp(x)), ``block`` rows at a time; returns x."""
     c, lw = w.config, w.layers[i]
     N, H = x.shape
@@ -263,10 +267,10 @@ def mlp_(w: ModernBertWeights, i: int, x: np.ndarray, T: int, ws: Workspace, blo
     for s in range(0, N, block):
         m = min(block, N - s)
         h = norm_(np.array(x[s:s + m]), lw.ln2_g, lw.ln2_b, c.layer_norm_eps)  # (m, H)
-        u = lin(w, h, lw.up_w, lw.up_b, ws.take("mlp_in", (m, 2 * F)), ws, T, s)  # (m, 2F)
+        u = lin(w, h, lw.up_w, lw.up_b, ws.take("mlp_in", (m, 2 * F)), ws, frows, s)  # (m, 2F)
         a = act(u[:, :F])  # (m, F) view, in place
         a *= u[:, F:]
-        y = lin(w, np.ascontiguousarray(a), lw.down_w, lw.down_b, ws.take("mlp_out", (m, H)), ws, T, s)
+        y = lin(w, np.ascontiguousarray(a), lw.down_w, lw.down_b, ws.take("mlp_out", (m, H)), ws, frows, s)
         x[s:s + m] += y
     return x
 
@@ -289,15 +293,16 @@ def modernbert_forward(w: ModernBertWeights, input_ids: np.ndarray, token_type_i
     keep, last = layers_to_run(c, T, keep, output_attentions)
     ws = ws or Workspace()
     real = np.asarray(attention_mask).astype(bool)  # (B, T)
+    frows = quant.float_token_rows(real) if w.precision == "int8" else None  # int8: rows multiplied in float
     x = modernbert_embed(w, input_ids)  # (N, H) residual stream
     out = ForwardOutput(hidden={})
     for i in range(last + 1):
         if i > 0:
             lw = w.layers[i - 1]
             h = x if lw.ln1_g is None else norm_(x.copy(), lw.ln1_g, lw.ln1_b, c.layer_norm_eps)
-            a, probs = attention(w, i - 1, h, real, B, T, output_attentions, ws)
+            a, probs = attention(w, i - 1, h, real, B, T, output_attentions, ws, frows)
             x += a
-            mlp_(w, i - 1, x, T, ws)
+            mlp_(w, i - 1, x, frows, ws)
             if output_attentions:
                 out.attentions.append(probs)
         if i in keep:
