@@ -29,7 +29,7 @@ forces one.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -204,7 +204,7 @@ def _resolve_int8() -> GemmPath:
     from .quant import SCHEME
 
     return GemmPath("int8", "onednn", None, kernel, "int8", f"native int8 ({acc.upper().replace('_', '-')}); "
-                    f"first-token rows in {keep}", int8=acc, keep=keep, scheme=SCHEME)
+                    f"float token rows in {keep}", int8=acc, keep=keep, scheme=SCHEME)
 
 
 def check_precision(precision: str) -> None:
@@ -275,6 +275,8 @@ def prepare(weights, path: GemmPath):
         for i, lw in enumerate(weights.layers):
             for k in LINEAR_WEIGHTS:
                 setattr(lw, k, QLinear(getattr(lw, k), path.keep or "fp32", smooth.get((i, k))))
+        # the same layers with the float (keep) weights, shared: a batch of short sequences runs them as they are
+        weights.float_layers = [replace(lw, **{k: getattr(lw, k).keep for k in LINEAR_WEIGHTS}) for lw in weights.layers]
         weights.precision = "int8"
         return weights
     for lw in weights.layers:
@@ -327,7 +329,7 @@ def describe_int8() -> str:
         p = _resolve_int8()
     except BertfeatError as e:
         return f"unavailable: {e.message}"
-    return f"accelerated ({p.int8.upper().replace('_', '-')}, oneDNN kernel {p.kernel}; first-token rows in {p.keep})"
+    return f"accelerated ({p.int8.upper().replace('_', '-')}, oneDNN kernel {p.kernel}; float token rows in {p.keep})"
 
 
 def describe_auto() -> str:

@@ -567,11 +567,16 @@ def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: i
     out = ForwardOutput(hidden={})
     N = B * T
     x16 = xq = None
-    if w.precision == "bf16" and last > 0:
-        x16 = to_bf16_(x, ws.take("x16", (N, c.hidden_size), np.uint16))  # (N, H) bf16
+    layers, bf16 = w.layers, w.precision == "bf16"
     if w.precision == "int8" and last > 0:
-        xq = quantize_(x, ws, "x", w.layers[0].qkv_w.inv_smooth)  # (N, H) uint8, scales, zero points
-        frows = quant.float_token_rows(mask_add.reshape(B, T) == 0)  # rows multiplied in float (quant.py)
+        real = mask_add.reshape(B, T) == 0
+        if quant.all_float(real):  # every sequence short: every real row float, so the float layers run as they are
+            layers, bf16 = w.float_layers, w.float_layers[0].qkv_w.dtype == np.uint16
+        else:
+            xq = quantize_(x, ws, "x", w.layers[0].qkv_w.inv_smooth)  # (N, H) uint8, scales, zero points
+            frows = quant.float_token_rows(real)  # rows multiplied in float (quant.py)
+    if bf16 and last > 0:
+        x16 = to_bf16_(x, ws.take("x16", (N, c.hidden_size), np.uint16))  # (N, H) bf16
     for i in range(last + 1):
         if i > 0 and xq is not None:
             next_inv = w.layers[i].qkv_w.inv_smooth if i < last else None
@@ -581,7 +586,7 @@ def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: i
             if output_attentions:
                 out.attentions.append(probs)
         elif i > 0:
-            x, probs = encoder_layer(x, w.layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
+            x, probs = encoder_layer(x, layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
                                      c.layer_norm_eps, output_attentions, ws=ws, x16=x16, bias=bias)
             if output_attentions:
                 out.attentions.append(probs)

@@ -24,8 +24,10 @@ others). Some token rows are not quantized at all: their products come from a fl
   farthest from fp32 under scheme "2" were all 4-7 tokens long ("too bad .": cosine 0.9975, "wow .": 0.9979).
 The cost is one or two rows per sequence plus the tokens of short sequences: 22 % of the token rows of
 benchmarks/corpus.py (SST-2, TREC and STSb sentences, 17 tokens on average), 13 % of the held-out SST-2 / TREC
-sentences (5.8 % / 4.4 % with the first token alone). The int8 GEMM skips those rows (model.q8_products). A row is
-float or int8 by its own sequence, never by its batch, so results do not depend on batching.
+sentences (5.8 % / 4.4 % with the first token alone). The int8 GEMM skips those rows (model.q8_products), and a batch of short
+sequences only runs the float layers as bf16 / fp32 would (all_float). A row is float or int8 by its own sequence,
+never by its batch; a short sequence's features in a batch of short ones and beside long ones differ only by the
+float precision's rounding (min cosine 0.99998 with bf16).
 
 Outlier weight rows, decided from the weights alone: a few input rows k of a trained weight are far larger than
 the rest (all-MiniLM-L6-v2's FFN down projections have rows 38-55x the median row's largest |value|), and each
@@ -198,6 +200,12 @@ def float_token_rows(real: np.ndarray) -> np.ndarray:
     short = n <= SHORT_TOKENS
     sel[short] |= real[short]
     return np.flatnonzero(sel.reshape(-1)).astype(np.int64)
+
+
+def all_float(real: np.ndarray) -> bool:
+    """True when every sequence of a (B, T) batch is short, so every real row is a float token row: the batch runs
+    the float layers (the keep weights) directly, without the int8 machinery (model.run_layers)."""
+    return bool((real.sum(axis=1) <= SHORT_TOKENS).all())
 
 
 def local_rows(frows: np.ndarray, row0: int, m: int) -> np.ndarray:
