@@ -289,8 +289,8 @@ def int8_smoothing(weights) -> dict[tuple[int, str], np.ndarray]:
     """{(layer, "qkv_w" | "up_w"): smoothing factors} for int8 (quant.smoothing): in a post-LayerNorm encoder (BERT
     and the families laid out like it) the QKV input of layer i is the output LayerNorm of layer i - 1 (the
     embeddings' for layer 0, unless a projection follows it: ELECTRA) and the FFN up input is the attention
-    LayerNorm of layer i. Pre-LayerNorm families
-    (``post_layer_norm = False`` on their weights: ModernBERT) get none (not measured on a trained one)."""
+    LayerNorm of layer i. Pre-LayerNorm families (``post_layer_norm = False`` on their weights: ModernBERT) get none
+    (not measured on a trained one)."""
     from .quant import smoothing
 
     if not getattr(weights, "post_layer_norm", True):

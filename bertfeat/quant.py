@@ -224,20 +224,22 @@ def dq_bias(acc: np.ndarray, s_a: np.ndarray, z: np.ndarray, ql: QLinear, b: np.
     return out
 
 
+#: a layer's linear weight -> the kind of linear layer provenance names
+KINDS = {"qkv_w": "qkv", "o_w": "attention_output", "up_w": "ffn_up", "down_w": "ffn_down"}
+
+
 def smoothed_kinds(weights) -> list[str]:
     """The kinds of linear layer whose int8 input is smoothed (for provenance), e.g. ["ffn_up", "qkv"]."""
-    names = {"qkv_w": "qkv", "o_w": "attention_output", "up_w": "ffn_up", "down_w": "ffn_down"}
-    return sorted({kind for lw in weights.layers for attr, kind in names.items()
+    return sorted({kind for lw in weights.layers for attr, kind in KINDS.items()
                    if getattr(getattr(lw, attr, None), "smoothed", False)})
 
 
 def float_rows(weights) -> dict[str, int]:
     """How many outlier weight rows stay float32, per kind of linear layer, over a model's int8 layers (for
     provenance): {"attention_output": 1, "ffn_down": 16}; kinds with none are left out."""
-    names = {"qkv_w": "qkv", "o_w": "attention_output", "up_w": "ffn_up", "down_w": "ffn_down"}
     out: dict[str, int] = {}
     for lw in weights.layers:
-        for attr, kind in names.items():
+        for attr, kind in KINDS.items():
             ql = getattr(lw, attr, None)
             n = len(getattr(ql, "rows", ()))
             if n:
