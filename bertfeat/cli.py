@@ -112,7 +112,7 @@ def extract(
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="--engine dask: the scheduler, tcp://HOST:8786 (default: a local cluster)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: N local one-thread worker processes (default: one process with a thread per core, measured fastest)."),
     blocksize: str = typer.Option(DEFAULT_BLOCKSIZE, "--blocksize", help="--engine dask: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none."),
-    precision: str = typer.Option("fp32", "--precision", help="fp32 (default), bf16 (linear layers as bf16 GEMMs: needs bertfeat[fast] and an AMX or AVX512-BF16 CPU) or auto (the fastest precision this CPU accelerates; docs/precision.md)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 (default), bf16 (linear layers as bf16 GEMMs: needs bertfeat\\[fast] and an AMX or AVX512-BF16 CPU), int8 (uint8 x int8 GEMMs: needs bertfeat\\[fast] and VNNI or AMX) or auto (bf16 where this CPU multiplies it natively, else fp32; docs/precision.md)."),
     cache: Optional[str] = typer.Option(None, "--cache", help="Vector cache directory kept across runs: rows whose text and settings were encoded before are reused, only new texts are encoded (default: $BERTFEAT_CACHE if set; '' for none; docs/cache.md)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Use no vector cache, even if BERTFEAT_CACHE is set."),
 ):

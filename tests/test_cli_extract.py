@@ -326,3 +326,18 @@ def test_python_dash_m_runs_the_same_cli(tmp_path):
     assert bad.returncode == 1
     assert bad.stderr.startswith("Error: ") and "missing.csv" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_help_lists_every_precision_and_the_extra_by_name():
+    """`extract --help` names each precision the command accepts (gemm.PRECISION_CHOICES) and the `fast` extra as
+    it is installed (`bertfeat[fast]`: rich markup once swallowed the bracket, leaving "needs bertfeat")."""
+    from bertfeat.gemm import PRECISION_CHOICES
+
+    p = subprocess.run([sys.executable, "-m", "bertfeat", "extract", "--help"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "COLUMNS": "400", "NO_COLOR": "1"})
+    assert p.returncode == 0, p.stderr
+    line = " ".join(p.stdout.split())  # one line, whatever the wrapping
+    start = line.index("--precision")
+    text = line[start:line.index("--cache", start)]
+    assert all(f"{c} (" in text for c in PRECISION_CHOICES), text
+    assert text.count("bertfeat[fast]") == 2, text
