@@ -38,8 +38,9 @@ EQUAL_COSINE = 0.999  # issue 23's "equal quality": all-MiniLM-L6-v2's own embed
 
 
 # --------------------------------------------------------------------------- the scheme
-@pytest.mark.parametrize("backend", ["numba", "numpy"])
-def test_quant_rows_per_token_asymmetric(backend):
+def test_quant_rows_per_token_asymmetric():
+    """quant.quant_rows (the NumPy reference) against the scheme's definition; the numba kernel against it, bit for
+    bit (on the NumPy backend quantize_ is quant_rows itself: nothing to compare there)."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((40, 96)).astype(np.float32) * rng.uniform(0.01, 30, (40, 1)).astype(np.float32)
     x[3] = 0.0  # an all-zero row
@@ -53,7 +54,8 @@ def test_quant_rows_per_token_asymmetric(backend):
     assert (err <= s[:, None] * 0.5001 + 1e-6).all()  # half a step of each row's own scale
     assert np.array_equal(back[3], x[3])
     assert err[6].max() < np.abs(x[6]).max() / 200  # other rows keep their resolution
-    kernels.use(backend)
+    if kernels.use("numba") != "numba":
+        pytest.skip(f"numba kernels unavailable: {kernels.unavailable_reason()}")
     try:
         from bertfeat.model import Workspace, quantize_
 
@@ -90,13 +92,18 @@ def test_float_token_rows_by_each_sequence_alone():
 
 
 @needs_int8
+@pytest.mark.parametrize("keep", ["fp32", "bf16"])
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
-def test_q8_linear_dequantizes_and_keeps_float_token_rows(backend):
-    """q8_linear = the int8 product dequantized (within quantization error of the float product), plus the bias;
-    the float token rows (each sequence's first and last token, every token of a short one) are the float product
-    itself, also in a block of rows that starts inside a sequence."""
+def test_q8_linear_dequantizes_and_keeps_float_token_rows(backend, keep):
+    """q8_linear's int8 rows are exactly the dequantization of the integer product of the quantized rows and the int8
+    weight (quant.dequant on sums computed here in NumPy), plus the bias; the float token rows (each sequence's first and
+    last token, every token of a short one) are the float product in the keep precision, also in a block of rows that
+    starts inside a sequence; and the whole is within int8's error of the float64 product."""
+    from bertfeat.bf16 import from_bf16, to_bf16
     from bertfeat.model import Workspace, q8_linear, quantize_
 
+    if keep == "bf16" and gemm.resolve("int8").keep != "bf16":
+        pytest.skip("the float token rows are fp32 here (no native bf16)")
     kernels.use(backend)
     try:
         rng = np.random.default_rng(1)
@@ -107,24 +114,32 @@ def test_q8_linear_dequantizes_and_keeps_float_token_rows(backend):
         real[3, 12:] = False  # 12 tokens: its first and last (row 11) float
         frows = quant.float_token_rows(real)
         assert list(frows) == [0, 13, 14, 15, 16, 17, 18, 28, 41, 42, 53, 56, 69]
-        w = (rng.standard_normal((K, N)) * 0.05).astype(np.float32)
+        w = _planted(K=K, N=N, rows=(9, 200), seed=1)  # two outlier rows: their float axpys are in the reference too
         b = rng.standard_normal(N).astype(np.float32)
-        ql = quant.QLinear(w, "fp32")
+        ql = quant.QLinear(w, keep)
+        assert list(ql.rows) == [9, 200]
         assert ql.packed.dtype == np.int8 and ql.packed.src_dtype == np.uint8 and ql.packed.out_dtype == np.int32
         assert np.abs(ql.dequantized() - w).max() <= ql.scale.max() * 0.5001
+        wq = ql.packed.plain().astype(np.int64)
+        w_keep = from_bf16(to_bf16(w)) if keep == "bf16" else w
         ws = Workspace()
         exact = x.astype(np.float64) @ w + b
         for row0 in (0, 16):  # a block of rows starting inside a sequence (the FFN's blocks)
             xs = x[row0:]
             out = np.zeros((len(xs), N), np.float32)
-            got = q8_linear(quantize_(xs, ws, "t", ql.inv_smooth), xs, ql, b, frows, row0, out, ws)
+            q, sa, za = (a.copy() for a in quantize_(xs, ws, "t", ql.inv_smooth))
+            got = q8_linear((q, sa, za), xs, ql, b, frows, row0, out, ws)
             local = quant.local_rows(frows, row0, len(xs))
             assert list(local) == [r - row0 for r in frows if r >= row0]
-            np.testing.assert_allclose(got[local], (xs[local] @ ql.keep.plain() + b), rtol=0, atol=2e-5)
             rest = np.setdiff1d(np.arange(len(xs)), local)
-            assert np.abs(got[rest] - (xs[rest] @ w + b)).max() > 1e-4  # int8 rows: not the float product
+            acc = (q[rest].astype(np.int64) @ wq).astype(np.int32)  # exact integer sums
+            want = quant.dequant(acc, sa[rest], za[rest], ql, b, xs[rest])
+            np.testing.assert_allclose(got[rest], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+            xk = from_bf16(to_bf16(xs[local])) if keep == "bf16" else xs[local]
+            want_f = xk.astype(np.float64) @ w_keep + b
+            np.testing.assert_allclose(got[local], want_f, rtol=0, atol=1e-5 * np.abs(want_f).max())
             rel = np.abs(got - exact[row0:]).max() / np.abs(exact).max()
-            print(f"{backend} row0={row0}: int8 linear vs float64: max error {rel:.2e} of the largest output")
+            print(f"{backend} keep {keep} row0={row0}: int8 linear vs float64: max error {rel:.2e} of the largest output")
             assert 1e-4 < rel < 2e-2
     finally:
         kernels.use(None)
@@ -146,6 +161,13 @@ def test_outlier_rows_are_decided_from_the_weights_alone():
     assert list(quant.outlier_rows(_planted(rows=(3,), factor=5.0))) == []  # 5x the others: below the ratio (6)
     many = _planted(K=64, rows=tuple(range(10)))
     assert len(quant.outlier_rows(many)) == 64 // 32
+    graded = _planted(K=64, rows=())
+    for k, f in zip((3, 9, 20, 41, 50), (10.0, 40.0, 20.0, 80.0, 15.0)):  # five outliers of different sizes
+        graded[k] *= np.float32(f)
+    assert list(quant.outlier_rows(graded)) == [9, 41]  # the K // 32 = 2 largest, sorted
+    small = _planted(K=16, N=8, rows=(4, 11), factor=30.0)
+    small[11] *= np.float32(2.0)
+    assert list(quant.outlier_rows(small)) == [11]  # K < 32: still the largest one
     assert len(quant.outlier_rows(np.zeros((8, 4), np.float32))) == 0
 
 
@@ -211,10 +233,11 @@ def test_fused_ffn_kernel_equals_the_numpy_path(make_ckpt):
         setattr(lw, name, quant.QLinear(w, lw.__dict__[name].keep_dtype))
         assert list(getattr(lw, name).rows) == list(rows)
     rng = np.random.default_rng(5)
-    B, T, H = 3, 7, 64
+    B, T, H = 3, 16, 64
     x = rng.standard_normal((B * T, H)).astype(np.float32)
     mask = np.ones((B, T), np.int64)
-    mask[1, 5:] = 0
+    mask[1, 12:] = 0  # 12 real tokens; sequences 0 and 2 have 16: rows 1 .. 14 / 1 .. 10 go through int8
+    assert len(quant.float_token_rows(mask > 0)) == 6  # first and last of each: 40 of the 48 rows int8 (incl. padding)
     outs = {}
     for backend in ("numba", "numpy"):
         kernels.use(backend)
@@ -227,9 +250,10 @@ def test_fused_ffn_kernel_equals_the_numpy_path(make_ckpt):
             outs[backend] = y.copy()
         finally:
             kernels.use(None)
-    diff = np.abs(outs["numba"] - outs["numpy"]).max()
-    print(f"fused vs NumPy int8 layer: max |diff| {diff:.2e}")
-    assert diff < 2e-2  # a value may cross a quantization step (one step ~1e-2 here); typically ~1e-6
+    diff = np.abs(outs["numba"] - outs["numpy"])
+    print(f"fused vs NumPy int8 layer: max |diff| {diff.max():.2e}, 99th percentile {np.quantile(diff, 0.99):.2e}")
+    assert np.quantile(diff, 0.99) < 1e-5  # float rounding, row for row
+    assert diff.max() < 2e-2  # where a value crossed a quantization step (one step ~1e-2 here)
 
 
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
@@ -246,6 +270,152 @@ def test_a_nan_row_keeps_a_nan_scale(backend):
     finally:
         kernels.use(None)
     assert np.isnan(s[1]) and np.isfinite(s[[0, 2]]).all()
+
+
+def _dq_case(seed=11, M=24, K=96, N=80):
+    """Inputs of kernels.dq_bias_ / dq_bias_gelu_q8_ with outlier weight rows and float token rows present."""
+    rng = np.random.default_rng(seed)
+    ql = quant.QLinear(_planted(K=K, N=N, rows=(5, 60), seed=seed), "fp32")
+    assert len(ql.rows) == 2
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    q, sa, za = quant.quant_rows(x)
+    fl = np.array([0, 7, 8, M - 1])  # float token rows
+    src = np.empty(M, np.int32)
+    rest = np.setdiff1d(np.arange(M), fl)
+    src[fl] = np.arange(len(fl), dtype=np.int32)
+    src[rest] = -1 - np.arange(len(rest), dtype=np.int32)
+    acc = (q[rest].astype(np.int64) @ ql.packed.plain().astype(np.int64)).astype(np.int32)
+    yc = rng.standard_normal((len(fl), N)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32)
+    return ql, x, sa, za, src, acc, yc, b
+
+
+@needs_int8
+def test_int8_kernels_equal_their_numpy_reference():
+    """Each numba int8 kernel against quant.py's NumPy reference on the same inputs: dq_bias_ (int8 rows, float token
+    rows, outlier weight rows), dq_bias_gelu_q8_ (the GELU, then each row quantized) and add_layer_norm_q8_ (LayerNorm
+    of y + b + r, then its rows times inv quantized)."""
+    from bertfeat.model import gelu_erf, layer_norm
+
+    if kernels.get("dq_bias_") is None:
+        pytest.skip(f"numba kernels not in use: {kernels.unavailable_reason()}")
+    ql, x, sa, za, src, acc, yc, b = _dq_case()
+    M, N = x.shape[0], ql.shape[1]
+    want = quant.dq_bias(acc, sa, za, ql, b, yc, src, x, np.empty((M, N), np.float32))
+    got = kernels.get("dq_bias_")(acc, sa, za, ql.scale, ql.colsum, b, yc, src, x, ql.rows, ql.side,
+                                  np.empty((M, N), np.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+    u, uq = np.empty((M, N), np.float32), np.empty((M, N), np.uint8)
+    us, uz = np.empty(M, np.float32), np.empty(M, np.int32)
+    kernels.get("dq_bias_gelu_q8_")(acc, sa, za, ql.scale, ql.colsum, b, yc, src, x, ql.rows, ql.side, u, uq, us, uz)
+    np.testing.assert_allclose(u, gelu_erf(want), rtol=1e-5, atol=1e-6)
+    for a, r in zip((uq, us, uz), quant.quant_rows(u)):  # the quantization of its own GELU output, exactly
+        np.testing.assert_array_equal(a, r)
+
+    rng = np.random.default_rng(12)
+    H = 96
+    y, r = rng.standard_normal((M, H)).astype(np.float32), rng.standard_normal((M, H)).astype(np.float32)
+    bb, g, beta = (rng.standard_normal(H).astype(np.float32) for _ in range(3))
+    inv = rng.uniform(0.3, 3.0, H).astype(np.float32)
+    q, s_, z_ = np.empty((M, H), np.uint8), np.empty(M, np.float32), np.empty(M, np.int32)
+    y8 = kernels.get("add_layer_norm_q8_")(y.copy(), bb, r, g, beta, 1e-12, inv, q, s_, z_)
+    np.testing.assert_allclose(y8, layer_norm(y + bb + r, g, beta, 1e-12), rtol=0, atol=2e-6)
+    for a, ref in zip((q, s_, z_), quant.quant_rows(y8, inv)):
+        np.testing.assert_array_equal(a, ref)
+
+
+@needs_int8
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_a_nan_input_row_stays_nan_through_q8_linear(backend):
+    """A NaN in an int8 row's input makes that row of the layer's output NaN (its scale is NaN), and only that row."""
+    from bertfeat.model import Workspace, q8_linear, quantize_
+
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    x[3, 10] = np.nan  # row 3: an int8 row (the float ones are 0 and 15)
+    ql = quant.QLinear((rng.standard_normal((64, 32)) * 0.05).astype(np.float32), "fp32")
+    frows = quant.float_token_rows(np.ones((1, 16), bool))
+    assert 3 not in frows
+    kernels.use(backend)
+    try:
+        ws = Workspace()
+        out = q8_linear(quantize_(x, ws, "t", ql.inv_smooth), x, ql, np.zeros(32, np.float32), frows, 0,
+                        np.empty((16, 32), np.float32), ws)
+    finally:
+        kernels.use(None)
+    assert np.isnan(out[3]).all() and np.isfinite(np.delete(out, 3, axis=0)).all()
+
+
+def test_smoothing_factors():
+    """quant.smoothing: (|g| + |beta|)^0.5 / max_n |W[k, n]|^0.5 per input channel, scaled to a geometric mean of 1;
+    beta optional; a LayerNorm of the wrong width refused."""
+    rng = np.random.default_rng(14)
+    K, N = 48, 20
+    g, beta = rng.standard_normal(K).astype(np.float32), rng.standard_normal(K).astype(np.float32)
+    w = rng.standard_normal((K, N)).astype(np.float32)
+    s = quant.smoothing(g, beta, w)
+    raw = np.sqrt(np.abs(g.astype(np.float64)) + np.abs(beta)) / np.sqrt(np.abs(w).max(axis=1))
+    np.testing.assert_allclose(s, raw / np.exp(np.log(raw).mean()), rtol=1e-6)
+    assert s.dtype == np.float32 and abs(np.log(s.astype(np.float64)).mean()) < 1e-6
+    no_beta = quant.smoothing(g, None, w)
+    raw = np.sqrt(np.abs(g.astype(np.float64))) / np.sqrt(np.abs(w).max(axis=1))
+    np.testing.assert_allclose(no_beta, raw / np.exp(np.log(raw).mean()), rtol=1e-6)
+    with pytest.raises(ValueError, match="LayerNorm weight of shape"):
+        quant.smoothing(g[:-1], beta[:-1], w)
+
+
+@needs_int8
+def test_smoothing_follows_the_layer_norm_that_feeds_each_input(minilm_dir):
+    """gemm.int8_smoothing wires each int8 input to the LayerNorm that writes it: layer i's QKV input is layer i - 1's
+    output LayerNorm (the embeddings' for layer 0), its FFN up input its own attention LayerNorm; the attention output
+    and FFN down inputs are not smoothed. The Encoder's int8 weights carry exactly those factors."""
+    from bertfeat.config import BertConfig
+    from bertfeat.weights import load_weights
+
+    w = load_weights(minilm_dir, BertConfig.from_file(minilm_dir / "config.json"))  # float32, as loaded
+    got = gemm.int8_smoothing(w)
+    assert sorted(got) == sorted([(i, "qkv_w") for i in range(len(w.layers))] + [(i, "up_w") for i in range(len(w.layers))])
+    enc = Encoder(minilm_dir, precision="int8")
+    for i, lw in enumerate(w.layers):
+        ln_g, ln_b = (w.emb_ln_g, w.emb_ln_b) if i == 0 else (w.layers[i - 1].ln2_g, w.layers[i - 1].ln2_b)
+        np.testing.assert_array_equal(got[(i, "qkv_w")], quant.smoothing(ln_g, ln_b, lw.qkv_w))
+        np.testing.assert_array_equal(got[(i, "up_w")], quant.smoothing(lw.ln1_g, lw.ln1_b, lw.up_w))
+        q = enc.weights.layers[i]
+        np.testing.assert_allclose(q.qkv_w.inv_smooth, 1 / got[(i, "qkv_w")], rtol=1e-6)
+        np.testing.assert_allclose(q.up_w.inv_smooth, 1 / got[(i, "up_w")], rtol=1e-6)
+        assert not q.o_w.smoothed and not q.down_w.smoothed
+        np.testing.assert_array_equal(q.down_w.inv_smooth, np.ones(q.down_w.shape[0], np.float32))
+    assert quant.smoothed_kinds(enc.weights) == ["ffn_up", "qkv"]
+
+
+@needs_int8
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+@pytest.mark.parametrize("which", ["none", "all"])
+def test_q8_linear_with_no_float_rows_or_only_float_rows(backend, which):
+    """A block with no float token row (the int8 GEMM on every row) and one with only float token rows (an int8
+    GEMM of zero rows): each row as the references say."""
+    from bertfeat.model import Workspace, q8_linear, quantize_
+
+    rng = np.random.default_rng(15)
+    M, K, N = 20, 64, 48
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    ql = quant.QLinear((rng.standard_normal((K, N)) * 0.05).astype(np.float32), "fp32")
+    b = rng.standard_normal(N).astype(np.float32)
+    frows = np.zeros(0, np.int64) if which == "none" else np.arange(M, dtype=np.int64)
+    kernels.use(backend)
+    try:
+        ws = Workspace()
+        q, sa, za = (a.copy() for a in quantize_(x, ws, "t", ql.inv_smooth))
+        got = q8_linear((q, sa, za), x, ql, b, frows, 0, np.full((M, N), np.nan, np.float32), ws)
+    finally:
+        kernels.use(None)
+    if which == "none":
+        acc = (q.astype(np.int64) @ ql.packed.plain().astype(np.int64)).astype(np.int32)
+        want = quant.dequant(acc, sa, za, ql, b, x)
+    else:
+        want = x.astype(np.float64) @ ql.keep.plain() + b
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 @needs_int8
@@ -353,14 +523,17 @@ def test_bert_base_shape_int8_quality(make_ckpt, real_sentences):
 def test_int8_rows_do_not_depend_on_the_batch(minilm_dir, real_sentences):
     """Activations are quantized per token, so a row's features do not depend on its batch neighbours beyond the
     float rounding of the attention products with other padding, which can move a value across a quantization
-    step (seen: max |diff| 0.0038, min cosine 0.99965 on 30 sentences), far inside int8's own error (0.99)."""
+    step (seen: max |diff| 0.0024, min cosine 0.99989 on 30 sentences), inside int8's own error (0.9991)."""
     enc = Encoder(minilm_dir, precision="int8", threads=1)
     texts = real_sentences[:30]
     together = enc.encode(texts)
     alone = np.concatenate([enc.encode([t]) for t in texts])
     c = row_cosines(together, alone).min()
-    print(f"int8 batch vs one at a time: max |diff| {np.abs(together - alone).max():.3g}, min cosine {c:.7f}")
-    assert c > 0.999
+    per_row = np.abs(together - alone).max(axis=1)
+    print(f"int8 batch vs one at a time: max |diff| {per_row.max():.3g}, median row's {np.median(per_row):.3g}, "
+          f"min cosine {c:.7f}")
+    assert c > 0.9995  # 0.99989 seen; quantizing per batch instead of per token gives ~0.99
+    assert np.median(per_row) < 1e-6  # most rows cross no step at all (7e-9 seen)
 
 
 # --------------------------------------------------------------------------- provenance and refusals

@@ -43,6 +43,26 @@ def test_default_backend_is_numba_and_env_turns_it_off(monkeypatch):
     assert kernels.use(None) == "numba"
 
 
+def test_without_numba_the_numpy_path_runs_and_says_why(monkeypatch):
+    """numba missing or unusable: the default falls back to the NumPy functions and keeps the reason (shown by
+    `bertfeat info`); asking for numba by name raises instead."""
+    monkeypatch.delenv("BERTFEAT_KERNELS", raising=False)
+
+    def broken():
+        raise ImportError("No module named 'numba'")
+
+    monkeypatch.setattr(kernels, "_compile", broken)
+    try:
+        assert kernels.use(None) == "numpy" and kernels.backend() == "numpy"
+        assert kernels.get("gelu") is None and kernels.get("add_layer_norm_") is None
+        assert kernels.unavailable_reason() == "ImportError: No module named 'numba'"
+        with pytest.raises(ImportError, match="numba"):
+            kernels.use("numba")
+    finally:
+        monkeypatch.undo()
+        assert kernels.use(None) == "numba" and kernels.unavailable_reason() is None
+
+
 def test_bias_gelu_erf_against_float64_and_numpy(fused):
     x = np.linspace(-12, 12, 1_200_000, dtype=np.float32).reshape(600, 2000)
     b = np.linspace(-0.5, 0.5, x.shape[1], dtype=np.float32)

@@ -235,6 +235,8 @@ def test_random_checkpoint_matches_torch(make_ckpt, random_corpus, shape, act, n
     # the Encoder's own tokenization and batching
     numpy_encoder_batching(enc, singles, None, 512, rows1, diffs)
     numpy_encoder_batching(enc, pa, pb, 512, rows2, diffs)
+    print(f"\n{shape} {act} {naming}: largest |diff| per hidden state (0 = embeddings): "
+          + " ".join(f"{v:.1e}" for v in diffs.worst))
     assert diffs.worst.max() <= HIDDEN_TOL, f"worst per layer {diffs.worst}"
     check_features(enc, singles, None, 512, rows1)
     check_features(enc, pa, pb, 512, rows2, poolings=("pooled", "cls", "mean", "max"))
@@ -313,10 +315,13 @@ def test_mlm_checkpoint_matches_torch(make_ckpt, random_corpus, naming):
 
     with torch.no_grad():
         out = ref(**{k: torch.as_tensor(v) for k, v in b.items()}, output_hidden_states=True)
-    fwd = bert_forward(enc.weights, b["input_ids"], b["token_type_ids"], b["attention_mask"])
+    L = enc.config.num_hidden_layers
+    fwd = bert_forward(enc.weights, b["input_ids"], b["token_type_ids"], b["attention_mask"], keep=tuple(range(L + 1)))
     real = b["attention_mask"].astype(bool)
-    last = fwd.hidden[enc.config.num_hidden_layers]
-    assert np.abs(last[real] - out.hidden_states[-1].numpy()[real]).max() <= HIDDEN_TOL
+    per_layer = [float(np.abs(fwd.hidden[i][real] - out.hidden_states[i].numpy()[real]).max()) for i in range(L + 1)]
+    print(f"\nMLM {naming}: largest |diff| per hidden state (0 = embeddings): " + " ".join(f"{v:.1e}" for v in per_layer))
+    assert max(per_layer) <= HIDDEN_TOL, per_layer
+    last = fwd.hidden[L]
     logits = mlm_logits(enc.weights, last[real])
     ref_logits = out.logits.numpy()[real]
     assert logits.shape == ref_logits.shape == (int(real.sum()), 30522)

@@ -1,0 +1,80 @@
+"""gemm.py's choice of path: the CPU-flag and kernel-name rules on literal inputs, and what this machine must run.
+
+The bf16 and int8 test modules skip their native tests where ``gemm.resolve`` says the precision is not accelerated;
+a regression in resolve itself (oneDNN not found, a kernel name misread) would then skip them instead of failing.
+``test_this_machine_runs_what_its_cpu_accelerates`` decides from /proc/cpuinfo and the installed package alone, not
+from bertfeat, so such a regression fails here.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+import pytest
+
+from bertfeat import gemm
+
+
+def test_native_kernel_names():
+    """oneDNN names its kernels by ISA: only AVX512-BF16, AMX or AVX-NE-CONVERT kernels multiply bf16 in hardware, only
+    VNNI or AMX ones int8."""
+    for name in ("brg:avx512_core_bf16", "brg:avx512_core_amx", "brg:avx512_core_amx_fp16", "brg:avx2_vnni_2"):
+        assert gemm.native_bf16_kernel(name), name
+    for name in ("brg:avx512_core", "gemm:jit:bf16", "gemm:jit:f32", "brg:avx2", "", None, "unavailable: x"):
+        assert not gemm.native_bf16_kernel(name), name
+    for name in ("brg:avx512_core_vnni", "brg:avx512_core_amx", "brg:avx2_vnni"):
+        assert gemm.native_int8_kernel(name), name
+    for name in ("brg:avx512_core", "gemm:jit:s8u8s32", "brg:avx2", "", None):
+        assert not gemm.native_int8_kernel(name), name
+
+
+def test_int8_acceleration_by_flags():
+    assert gemm.int8_acceleration({"amx_int8", "amx_tile", "avx512_vnni"}) == "amx"
+    assert gemm.int8_acceleration({"amx_int8", "avx512_vnni"}) == "avx512_vnni"  # AMX needs its tiles too
+    assert gemm.int8_acceleration({"avx512_vnni", "avx512f"}) == "avx512_vnni"
+    assert gemm.int8_acceleration({"avx_vnni", "avx2"}) == "avx_vnni"
+    assert gemm.int8_acceleration({"avx2", "fma", "avx512f"}) is None
+    assert gemm.bf16_acceleration({"amx_bf16", "avx2"}) is None  # no tiles, no AVX512-BF16
+
+
+def _cpu_flags_from_proc() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def _onednn_package() -> str | None:
+    try:
+        return importlib.metadata.version("onednn-cpu-gomp")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def test_this_machine_runs_what_its_cpu_accelerates(monkeypatch):
+    """With the `fast` extra installed on a CPU that has AVX512-BF16 / AMX (bf16) or VNNI / AMX (int8), bf16, auto and
+    int8 must resolve to oneDNN's native kernels: not refused, not emulated, not fp32."""
+    if not Path("/proc/cpuinfo").is_file():
+        pytest.skip("no /proc/cpuinfo here to read the CPU's flags from")
+    monkeypatch.delenv("BERTFEAT_BF16_EMULATE", raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("BERTFEAT_GEMM", raising=False)
+    flags, pkg = _cpu_flags_from_proc(), _onednn_package()
+    bf16_cpu = bool({"avx512_bf16"} & flags or {"amx_bf16", "amx_tile"} <= flags)
+    int8_cpu = bool({"avx512_vnni", "avx_vnni"} & flags or {"amx_int8", "amx_tile"} <= flags)
+    print(f"CPU bf16 {bf16_cpu}, int8 {int8_cpu}; onednn-cpu-gomp {pkg}")
+    if pkg is None or not (bf16_cpu or int8_cpu):
+        pytest.skip(f"nothing to check here: onednn-cpu-gomp {pkg or 'not installed'}, CPU bf16 {bf16_cpu}, "
+                    f"int8 {int8_cpu}")
+    if bf16_cpu:
+        for asked in ("bf16", "auto"):
+            p = gemm.resolve(asked)
+            assert p.precision == "bf16" and p.library == "onednn" and gemm.native_bf16_kernel(p.kernel), p
+    if int8_cpu:
+        p = gemm.resolve("int8")
+        assert p.precision == "int8" and p.library == "onednn" and gemm.native_int8_kernel(p.kernel), p
+        assert p.keep == ("bf16" if bf16_cpu else "fp32"), p  # the float token rows in bf16 where it is native
+    fp32 = gemm.resolve("fp32")
+    if "avx512f" in flags:  # oneDNN's fp32 brgemm kernel: the fp32 path on every AVX-512 CPU with the extra
+        assert fp32.library == "onednn" and fp32.kernel.startswith("brg:"), fp32
