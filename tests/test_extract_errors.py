@@ -392,3 +392,54 @@ def test_first_chunk_all_rejected_keeps_the_id_type(tmp_path, capsys, fmt):
     assert t.schema.field("id").type == typ
     assert t.column("id").to_pylist() == [3]
     assert_close(embeddings(t), tiny_encoder().encode(["c"]))
+
+
+@pytest.mark.parametrize("pca", [None, "2"])
+@pytest.mark.parametrize("fmt", ["parquet", "npy", "csv"])
+def test_a_chunk_with_every_row_rejected_in_the_middle(tmp_path, capsys, fmt, pca):
+    """--on-bad-row skip with chunks of 2 rows, the second all bad: the good rows of the other chunks are written (and
+    reduced, with --pca), in order, in every format (a (0, hidden) chunk once broke the PCA run and the .npy writer)."""
+    import numpy as np
+
+    src = write_csv(tmp_path / "c.csv", ["id", "text"],
+                    [["a", "one"], ["b", "two"], ["c", ""], ["d", " "], ["e", "five"]])
+    out = tmp_path / f"o.{fmt}"
+    extra = ["--id-column", "id", "--on-bad-row", "skip"] + (["--pca", pca] if pca else [])
+    rc, _, err = extract(capsys, src, out, *extra)
+    assert rc == 0, err
+    want = tiny_encoder().encode(["one", "two", "five"])
+    if fmt == "parquet":
+        t = read_table(out)
+        ids, X = t.column("id").to_pylist(), embeddings(t)
+    elif fmt == "npy":
+        X = np.load(out)
+        with open(tmp_path / "o.ids.csv", newline="", encoding="utf-8") as f:
+            ids = [r[0] for r in list(csv.reader(f))[1:]]
+    else:
+        with open(out, newline="", encoding="utf-8") as f:
+            header, *rows = list(csv.reader(f))
+        ids, f0 = [r[0] for r in rows], header.index("f0")
+        X = np.array([[float(v) for v in r[f0:]] for r in rows], np.float32)
+    assert ids == ["a", "b", "e"]
+    assert [r[:2] for r in rejects(tmp_path / f"o.{fmt}.rejects.csv")][1:] == [["2", "c"], ["3", "d"]]
+    if pca:
+        from bertfeat.pca import PCA
+
+        model = PCA.load(tmp_path / "o.pca.npz")
+        assert X.shape == (3, 2) and model.n_samples_ == 3
+        assert_close(X, model.transform(want).astype(np.float32))
+    else:
+        assert_close(X, want)
+
+
+def test_applied_pca_model_with_every_row_rejected(tmp_path, capsys):
+    """--pca-model on an input whose rows are all bad: an empty output of the model's width, and the rejects."""
+    fit_src = write_csv(tmp_path / "fit.csv", ["text"], [["alpha"], ["beta"], ["gamma"], ["delta"]])
+    assert extract(capsys, fit_src, tmp_path / "fit.parquet", "--pca", "2")[0] == 0
+    src = write_csv(tmp_path / "bad.csv", ["text"], [[""], [" "]])
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--on-bad-row", "skip", "--pca-model", tmp_path / "fit.pca.npz")
+    assert rc == 0, err
+    t = read_table(out)
+    assert t.num_rows == 0 and t.schema.field("embedding").type.list_size == 2
+    assert len(rejects(tmp_path / "o.parquet.rejects.csv")) == 3

@@ -76,7 +76,8 @@ class NpyFile(FeatureFile):
         self._rows = 0
 
     def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
-        self._npy.write(memoryview(X).cast("B"))
+        if X.size:  # memoryview cannot cast a view with a zero in its shape
+            self._npy.write(memoryview(X).cast("B"))
         self._csv.write_batch(pa.record_batch(list(columns.values()), schema=self._schema))
         self._rows += X.shape[0]
 

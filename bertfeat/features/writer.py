@@ -92,6 +92,8 @@ class FeatureWriter:
         if self._closed:
             raise BertfeatError(f"the feature writer for {self.path} is already closed", "open a new FeatureWriter")
         X = np.asarray(X)
+        if X.ndim == 2 and X.shape[0] == 0:
+            return  # a chunk whose rows were all rejected (its width may be the encoder's, before a PCA): nothing to add
         if X.ndim != 2 or X.shape[1] != self.dim:
             raise BertfeatError(
                 f"feature chunk has shape {X.shape}, expected (rows, {self.dim})", f"pass a 2-D array with {self.dim} columns"
