@@ -42,8 +42,11 @@ def decode_cell(value, what: str) -> tuple[str | None, Reason | None]:
         return None, Reason(RejectCode.EMPTY, f"empty {what}")
     if not value.strip():
         return None, Reason(RejectCode.WHITESPACE, f"whitespace-only {what}")
-    from .textcheck import control_character_reason
+    from .textcheck import control_character_reason, surrogate_reason
 
+    bad = surrogate_reason(value, what)
+    if bad:
+        return None, Reason(RejectCode.INVALID_UNICODE, bad)
     text = control_character_reason(value, what)
     return (None, Reason(RejectCode.CONTROL_CHARACTER, text)) if text else (value, None)
 
@@ -229,13 +232,21 @@ def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict
     n_tok = np.fromiter((entries[i][1] for i in order), np.int32, len(order))
     trunc = np.fromiter((entries[i][2] for i in order), bool, len(order))
     n_ch = np.fromiter((entries[i][3] for i in order), np.int32, len(order))
-    ids = pa.array(chunk.rows, pa.int64()) if chunk.ids is None else pa.array(chunk.ids)
+    ids = pa.array(chunk.rows, pa.int64()) if chunk.ids is None else id_array(chunk.ids)
     emb = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1), pa.float32()), D)
     columns = {id_name: ids, "embedding": emb, "n_tokens": pa.array(n_tok), "truncated": pa.array(trunc),
                "n_chunks": pa.array(n_ch)}
     for c, typ in (keep_types or {}).items():
         columns[c] = pa.array(chunk.extra[c], typ)
     return pa.table(columns)
+
+
+def id_array(ids: list) -> pa.Array:
+    """A chunk's ids as Arrow infers them; integers beyond int64 (a Parquet uint64 id column) as uint64."""
+    try:
+        return pa.array(ids)
+    except OverflowError:
+        return pa.array(ids, pa.uint64())
 
 
 def run_rows(encoder, spec, prep, rows: list[int]) -> np.ndarray:

@@ -186,6 +186,11 @@ def _open_writer(dst: Path, fmt: str, k: int, src, meta: dict, ids: Any, extras:
     if id_type is None:
         id_type = pa.int64() if ids is None or isinstance(ids, np.ndarray) else pa.string()
     types = {name: (t if t is not None else (extras[name].type if name in extras else pa.string())) for name, t in src.extra_columns.items()}
+    if fmt != "parquet":  # as extract's plan.check_flat_columns: a CSV or npy output holds flat values only
+        for what, name, t in [("id column", src.id_name or "row", id_type)] + [("column", n, t) for n, t in types.items()]:
+            if pa.types.is_nested(t):
+                raise BertfeatError(f"{src.path}: its {what} '{name}' holds {t} values, which a {fmt.upper()} output cannot "
+                                    "hold", "write a Parquet output (-o NAME.parquet)")
     return FeatureWriter(
         dst,
         fmt,

@@ -27,6 +27,7 @@ class RejectCode(str, Enum):
     ENCODING = "encoding"  # bytes that are not valid in the input's encoding
     BINARY_COLUMN = "binary-column"  # a Parquet binary cell that is not UTF-8
     CONTROL_CHARACTER = "control-character"
+    INVALID_UNICODE = "invalid-unicode"  # an unpaired surrogate from a JSON escape (text, pair, id or kept value)
     UNCLOSED_QUOTE = "unclosed-quote"
     MALFORMED_LINE = "malformed-line"
     INVALID_JSON = "invalid-json"
@@ -49,11 +50,21 @@ class Reason:
 def reject(row: int, ident, reason: Reason, kept: dict | None = None) -> dict:
     """A reject as it travels: row, id, reason (words, option markers kept) and code; with kept columns, ``keep``:
     column -> the row's value (bytes decoded)."""
-    r = {"row": row, "id": ident, "reason": reason.text, "code": reason.code.value}
+    r = {"row": row, "id": _writable(ident), "reason": reason.text, "code": reason.code.value}
     if kept is not None:
-        r["keep"] = {c: bytes(v).decode("utf-8", errors="replace") if isinstance(v, (bytes, bytearray)) else v
+        r["keep"] = {c: bytes(v).decode("utf-8", errors="replace") if isinstance(v, (bytes, bytearray)) else _writable(v)
                      for c, v in kept.items()}
     return r
+
+
+def _writable(v):
+    """A string as the rejects file can hold it: an unpaired surrogate (from a JSON escape) written as its escape."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return v.encode("utf-8", errors="backslashreplace").decode("utf-8")
+    return v
 
 
 def too_long(n_tokens: int, max_length: int) -> Reason:
@@ -68,6 +79,8 @@ def fix_for(code: RejectCode | str) -> str:
                                    f"{opt('encoding')} applies to CSV and JSONL), {skip}"),
         RejectCode.ENCODING: f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')}), {skip}",
         RejectCode.CONTROL_CHARACTER: f"remove the control characters or replace them with spaces, {skip}",
+        RejectCode.INVALID_UNICODE: ("fix the JSON escape (a \\ud800-\\udbff escape needs its \\udc00-\\udfff pair right "
+                                     f"after it, as in \\ud83d\\ude00), {skip}"),
         RejectCode.UNCLOSED_QUOTE: f'close the quote (a quote inside a quoted field is written ""), {skip}',
         RejectCode.MALFORMED_LINE: f"fix the line (quote fields that hold the delimiter), {skip}",
         RejectCode.INVALID_JSON: f"fix the line (one JSON object per line), {skip}",

@@ -210,3 +210,28 @@ def test_cli_errors_become_one_line(tmp_path, features, capsys):
         f"Error: PCA model file not found: {tmp_path / 'missing.npz'} - check the path, or fit one with `bertfeat pca fit`"
     )
     assert not (tmp_path / "p.npz").exists()
+
+
+@pytest.mark.parametrize("name", ["r.csv", "r.npy"])
+def test_transform_refuses_a_nested_id_for_csv_and_npy(tmp_path, X, capsys, name):
+    """A Parquet feature file whose ids are structs (an input's nested id column) reduces to Parquet only: a CSV or npy
+    output is refused up front, as extract refuses it, and no temporary file is left (it was an unexpected ArrowInvalid
+    with .r.npy.tmp-PID files behind)."""
+    src = tmp_path / "nested.parquet"
+    with FeatureWriter(src, dim=D, id_name="key", id_type=pa.struct([("a", pa.int64())]), metadata={"fingerprint": FP}) as w:
+        w.write([{"a": i} for i in range(40)], X[:40])
+    model = tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(src), "-n", "2", "-o", str(model), "--quiet"]) == 0
+    capsys.readouterr()
+    out = tmp_path / name
+    assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    fmt = name.split(".")[1].upper()
+    assert err == (f"Error: {src}: its id column 'key' holds struct<a: int64> values, which a {fmt} output cannot hold "
+                   "- write a Parquet output (-o NAME.parquet)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nested.parquet", "pca.npz", "pca.report.json",
+                                                          "pca.report.md", "pca.report.png"]
+    assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(tmp_path / "r.parquet"),
+                      "--quiet"]) == 0
+    ids, Y, _ = read_features(tmp_path / "r.parquet")
+    assert ids[:2] == [{"a": 0}, {"a": 1}] and Y.shape == (40, 2)

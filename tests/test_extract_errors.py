@@ -443,3 +443,95 @@ def test_applied_pca_model_with_every_row_rejected(tmp_path, capsys):
     t = read_table(out)
     assert t.num_rows == 0 and t.schema.field("embedding").type.list_size == 2
     assert len(rejects(tmp_path / "o.parquet.rejects.csv")) == 3
+
+
+def test_jsonl_unpaired_surrogates_and_huge_integer_ids(tmp_path, capsys):
+    """A JSON escape \\ud800-\\udfff without its pair decodes to a string no UTF-8 file or tokenizer can hold: in the
+    text, the pair, the id or a kept value it is a bad row (code invalid-unicode), written to the rejects file as its
+    escape; an integer id outside int64 is a bad row too. Under --on-bad-row error the run stops with the row and the fix.
+    (Each once ended in an "unexpected ... this is a bug" error, with a partial run left behind.)"""
+    src = tmp_path / "j.jsonl"
+    src.write_bytes(b'{"id": 1, "text": "ok", "p": "q", "k": "a"}\n'
+                    b'{"id": 2, "text": "x\\ud800y", "p": "q", "k": "b"}\n'
+                    b'{"id": 3, "text": "ok", "p": "\\udc00", "k": "c"}\n'
+                    b'{"id": 4, "text": "ok", "p": "q", "k": "d\\udc00"}\n'
+                    b'{"id": 123456789012345678901234, "text": "ok", "p": "q", "k": "e"}\n'
+                    b'{"id": 6, "text": "paired \\ud83d\\ude00", "p": "q", "k": "f"}\n')
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--pair-column", "p", "--keep", "k", "--on-bad-row", "skip")
+    assert rc == 0, err
+    assert rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason", "k"],
+        ["1", "2", "unpaired surrogate U+D800 at character 1 of the text: not valid Unicode (a JSON \\ud800 escape "
+                   "without its pair)", "b"],
+        ["2", "3", "unpaired surrogate U+DC00 at character 0 of the pair text: not valid Unicode (a JSON \\udc00 escape "
+                   "without its pair)", "c"],
+        ["3", "4", "unpaired surrogate U+DC00 at character 1 of the value of kept column 'k': not valid Unicode (a JSON "
+                   "\\udc00 escape without its pair)", "d\\udc00"],
+        ["4", "123456789012345678901234", "id 123456789012345678901234 is outside the int64 range of integer ids", "e"],
+    ]
+    t = read_table(out)
+    assert t.column("id").to_pylist() == [1, 6] and t.column("k").to_pylist() == ["a", "f"]
+    assert_close(embeddings(t), tiny_encoder().encode(["ok", "paired \U0001F600"], ["q", "q"]))
+
+    src.write_bytes(b'{"id": "a\\ud83d", "text": "ok"}\n')
+    out = tmp_path / "e.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id")
+    assert_failed_cleanly(rc, err, out, f"Error: {src} row 0: unpaired surrogate U+D83D at character 1 of the id: not valid "
+                          "Unicode (a JSON \\ud83d escape without its pair) - fix the JSON escape (a \\ud800-\\udbff escape "
+                          "needs its \\udc00-\\udfff pair right after it, as in \\ud83d\\ude00), or pass --on-bad-row skip "
+                          "to write it to the rejects file and go on")
+
+
+def test_parquet_dataset_whose_files_type_a_column_differently(tmp_path, capsys):
+    """The id (or text, pair, kept) column must have one type in every file of a Parquet dataset: refused before any
+    row is encoded, naming both files (it was an unexpected ArrowInvalid after encoding)."""
+    d = tmp_path / "ds"
+    d.mkdir()
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "text": ["a", "b"], "k": [1, 2]}), d / "p1.parquet")
+    pq.write_table(pa.table({"id": pa.array(["x", "y"]), "text": ["c", "d"], "k": [3, 4]}), d / "p2.parquet")
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, d, out, "--id-column", "id")
+    assert_failed_cleanly(rc, err, out, f"Error: {d / 'p2.parquet'}: column 'id' is string, but int64 in {d / 'p1.parquet'} "
+                          "- a Parquet dataset needs each column to have one type in every file: cast it when writing the "
+                          "files (e.g. table.cast in pyarrow)")
+    pq.write_table(pa.table({"id": pa.array([3, 4], pa.int64()), "text": ["c", "d"], "k": ["3", "4"]}), d / "p2.parquet")
+    rc, _, err = extract(capsys, d, out, "--id-column", "id", "--keep", "k")
+    assert_failed_cleanly(rc, err, out, f"Error: {d / 'p2.parquet'}: column 'k' is string, but int64 in {d / 'p1.parquet'} "
+                          "- a Parquet dataset needs each column to have one type in every file: cast it when writing the "
+                          "files (e.g. table.cast in pyarrow)")
+    pq.write_table(pa.table({"id": pa.array([3, 4], pa.int64()), "text": pa.array(["c", "d"], pa.large_string()),
+                             "k": [3, 4]}), d / "p2.parquet")  # string and large_string are both text: fine
+    rc, _, err = extract(capsys, d, out, "--id-column", "id", "--keep", "k")
+    assert rc == 0, err
+    assert read_table(out).column("id").to_pylist() == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_parquet_uint64_ids_beyond_int64(tmp_path, capsys, fmt):
+    """A uint64 id column keeps its values, also those at or above 2**63 (it was an unexpected OverflowError)."""
+    src = tmp_path / "u.parquet"
+    big = 2**63 + 5
+    pq.write_table(pa.table({"id": pa.array([1, big], pa.uint64()), "text": ["a", "b"]}), src)
+    out = tmp_path / f"o.{fmt}"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id")
+    assert rc == 0, err
+    if fmt == "parquet":
+        t = read_table(out)
+        assert t.schema.field("id").type == pa.uint64() and t.column("id").to_pylist() == [1, big]
+    else:
+        with open(out, newline="", encoding="utf-8") as f:
+            assert [r[0] for r in csv.reader(f)] == ["id", "1", str(big)]
+
+
+def test_binary_kept_column_into_csv(tmp_path, capsys):
+    """A binary Parquet column kept into a CSV is written as text: UTF-8 as it is, other bytes as \\xNN escapes (a CSV
+    is text; Arrow's writer refused them and the run ended in an unexpected error after encoding)."""
+    src = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"text": ["a", "b", "c"], "raw": pa.array([b"ok", b"\xff\xfe", None], pa.binary())}), src)
+    out = tmp_path / "o.csv"
+    rc, _, err = extract(capsys, src, out, "--keep", "raw")
+    assert rc == 0, err
+    with open(out, newline="", encoding="utf-8") as f:
+        header, *rows = list(csv.reader(f))
+    assert [r[header.index("raw")] for r in rows] == ["ok", "\\xff\\xfe", ""]

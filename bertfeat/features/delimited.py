@@ -50,6 +50,24 @@ def open_csv(path: Path, types: Mapping[str, pa.DataType]) -> Iterator[pa.Record
             raise BertfeatError(f"bad value in {path} ({e})", "re-extract the features") from None
 
 
+def _binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+
+
+def csv_fields(fields) -> list[pa.Field]:
+    """The fields a CSV writer is given: binary ones (a Parquet input's binary id or kept column) as text."""
+    return [pa.field(f.name, pa.string(), f.nullable) if _binary(f.type) else f for f in fields]
+
+
+def csv_column(values: pa.Array) -> pa.Array:
+    """A column as a CSV holds it: binary values as UTF-8 text, bytes that are not UTF-8 written as \\xNN escapes
+    (Arrow's CSV writer refuses them, and a CSV is text)."""
+    if not _binary(values.type):
+        return values
+    return pa.array([None if v is None else v.decode("utf-8", errors="backslashreplace") for v in values.to_pylist()],
+                    pa.string())
+
+
 def csv_header(path: Path) -> list[str]:
     """The column names in the first line of a CSV ([] when it is empty)."""
     with open(path, newline="", encoding="utf-8") as f:
@@ -68,7 +86,7 @@ class CsvFile(FeatureFile):
         self.spec = spec
         self._main = AtomicFile(spec.path)
         feature_fields = [pa.field(f"f{j}", pa.float32()) for j in range(spec.dim)]
-        self._schema = pa.schema([spec.id_field, *spec.extra_fields, *feature_fields])
+        self._schema = pa.schema([*csv_fields([spec.id_field, *spec.extra_fields]), *feature_fields])
         try:
             self._csv = pcsv.CSVWriter(str(self._main.tmp), self._schema)
         except BaseException:  # e.g. a nested column type CSV cannot hold: no temporary file left behind
@@ -76,7 +94,7 @@ class CsvFile(FeatureFile):
             raise
 
     def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
-        self._csv.write_batch(pa.record_batch([*columns.values(), *wide_arrays(X)], schema=self._schema))
+        self._csv.write_batch(pa.record_batch([*map(csv_column, columns.values()), *wide_arrays(X)], schema=self._schema))
 
     def finish(self, metadata_text: str) -> None:
         self._csv.close()

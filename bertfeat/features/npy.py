@@ -31,7 +31,7 @@ from .base import (
     rebatch,
     type_from_str,
 )
-from .delimited import csv_header, open_csv
+from .delimited import csv_column, csv_fields, csv_header, open_csv
 
 #: Total size of the .npy header we reserve (magic + length + padded dict), rewritten at close.
 NPY_HEADER_BYTES = 128
@@ -71,14 +71,20 @@ class NpyFile(FeatureFile):
         self._npy = open(self._main.tmp, "wb")
         self._npy.write(npy_header(0, spec.dim))
         self._ids = AtomicFile(ids_sidecar_path(spec.path))
-        self._schema = pa.schema([spec.id_field, *spec.extra_fields])
-        self._csv = pcsv.CSVWriter(str(self._ids.tmp), self._schema)
+        self._schema = pa.schema(csv_fields([spec.id_field, *spec.extra_fields]))
+        try:
+            self._csv = pcsv.CSVWriter(str(self._ids.tmp), self._schema)
+        except BaseException:  # e.g. a nested column type CSV cannot hold: no temporary file left behind
+            self._npy.close()
+            self._main.discard()
+            self._ids.discard()
+            raise
         self._rows = 0
 
     def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
         if X.size:  # memoryview cannot cast a view with a zero in its shape
             self._npy.write(memoryview(X).cast("B"))
-        self._csv.write_batch(pa.record_batch(list(columns.values()), schema=self._schema))
+        self._csv.write_batch(pa.record_batch([csv_column(c) for c in columns.values()], schema=self._schema))
         self._rows += X.shape[0]
 
     def finish(self, metadata_text: str) -> None:

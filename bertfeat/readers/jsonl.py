@@ -198,6 +198,14 @@ def _id_kind(v) -> str | None:
 def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
     """An id must be a string or an integer, of the kind of the first id: (why not or None, the kind of the ids)."""
     kind = _id_kind(ident)
+    if kind == "integer" and not -2**63 <= ident < 2**63:
+        return Reason(RejectCode.BAD_ID, f"id {str(ident)[:40]} is outside the int64 range of integer ids"), id_kind
+    if kind == "string":
+        from ..textcheck import surrogate_reason
+
+        bad = surrogate_reason(ident, "id")
+        if bad:
+            return Reason(RejectCode.INVALID_UNICODE, bad), id_kind
     if kind is None:
         return Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {_json_kind(ident)}, "
                                          "not a string or an integer"), id_kind

@@ -115,7 +115,12 @@ def convert_json(column: str, value, typ: pa.DataType) -> tuple[object, Reason |
         return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {value} is outside the int64 range")
     if name == "double" and number:
         return float(value), None
-    if (name == "bool" and isinstance(value, bool)) or (name == "string" and isinstance(value, str)):
+    if name == "string" and isinstance(value, str):
+        from ..textcheck import surrogate_reason
+
+        bad = surrogate_reason(value, f"value of kept column {column!r}")
+        return value, (Reason(RejectCode.INVALID_UNICODE, bad) if bad else None)
+    if name == "bool" and isinstance(value, bool):
         return value, None
     text = json.dumps(value, ensure_ascii=False)
     one, several = _WORDS[name]

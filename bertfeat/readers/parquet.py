@@ -47,6 +47,7 @@ class ParquetReader(Reader):
         self._pq_schema = None
         total = 0
         self._metas = []
+        self._schemas = []  # every file's, for _same_type
         for f in self.files:
             try:
                 with self.fs.open(f, "rb") as fh:
@@ -64,14 +65,33 @@ class ParquetReader(Reader):
                 raise InputError(f"{self._fname(f)}: its columns differ from {self.files[0]}", "a Parquet dataset needs the same columns in every file")
             total += meta.num_rows
             self._metas.append(meta)
+            self._schemas.append(schema)
         self.total_rows = total
         return list(self._pq_schema.names)
 
-    def __getstate__(self):  # the footers stay on the client (partitions() has used them)
-        return {k: v for k, v in self.__dict__.items() if k != "_metas"}
+    def __getstate__(self):  # the footers and schemas stay on the client (partitions() has used them)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_metas", "_schemas")}
+
+    def _same_type(self, col: str) -> None:
+        """A column bertfeat reads must have one type in every file of a dataset (a dictionary column counts as its
+        value type; string and large_string are both text): else its values could not make one output column."""
+        def norm(t):
+            t = t.value_type if pa.types.is_dictionary(t) else t
+            return pa.string() if pa.types.is_large_string(t) else pa.binary() if pa.types.is_large_binary(t) else t
+
+        first = norm(self._pq_schema.field(col).type)
+        for f, schema in zip(self.files[1:], getattr(self, "_schemas", [])[1:]):
+            t = norm(schema.field(col).type)
+            if t != first:
+                raise InputError(f"{self._fname(f)}: column {col!r} is {t}, but {first} in {self._fname(self.files[0])}",
+                                 "a Parquet dataset needs each column to have one type in every file: cast it when "
+                                 "writing the files (e.g. table.cast in pyarrow)")
 
     def _select_columns(self, text_column, pair_column, id_column):
         super()._select_columns(text_column, pair_column, id_column)
+        for col in (self.text_column, pair_column, id_column):
+            if col:
+                self._same_type(col)
         for param, col in (("text_column", self.text_column), ("pair_column", pair_column)):
             if col:
                 t = self._pq_schema.field(col).type
@@ -91,6 +111,8 @@ class ParquetReader(Reader):
 
     def _decide_keep_types(self) -> dict[str, pa.DataType]:
         """The schema's types (a dictionary column's value type); the values are written as read."""
+        for c in self.keep:
+            self._same_type(c)
         types = {c: self._pq_schema.field(c).type for c in self.keep}
         return {c: t.value_type if pa.types.is_dictionary(t) else t for c, t in types.items()}
 
