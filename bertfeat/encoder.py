@@ -348,8 +348,7 @@ class Encoder:
         if not spec.long_text.startswith("chunk") or not t.truncated.any():
             return Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks)
         if pairs is not None:
-            raise BertfeatError(f"{opt('long_text', 'chunk-*')} works on single texts, not sentence pairs",
-                                f"use {opt('long_text', 'truncate')} (or error) with {opt('pair_column')}")
+            check_pairs_long_text(spec.long_text)
         if tok.cls_id is None or tok.sep_id is None:
             raise BertfeatError(f"{self.model_id}: the tokenizer has no [CLS]/<s> or [SEP]/</s> token to frame the windows "
                                 "of a long text", f"use {opt('long_text', 'truncate')} or error with this model")
@@ -470,6 +469,8 @@ class Encoder:
             normalize = normalize_embeddings
         spec = self.spec(pooling, layers, layer_agg, normalize, max_length, long_text, stride,
                          prompt=prompt, prompt_name=prompt_name)
+        if pairs is not None:
+            check_pairs_long_text(spec.long_text)
         if not texts:
             X = np.zeros((0, self.output_dim(spec)), dtype=np.float32)
             info = EncodeResult(X, np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int32))
@@ -479,6 +480,13 @@ class Encoder:
         if return_info:
             return EncodeResult(X, prep.n_tokens, prep.truncated, prep.n_chunks)
         return X[0] if single else X
+
+
+def check_pairs_long_text(long_text: str) -> None:
+    """Sentence pairs are truncated (or refused when too long), never cut into windows: refused before any work."""
+    if long_text.startswith("chunk"):
+        raise BertfeatError(f"{opt('long_text', 'chunk-*')} works on single texts, not sentence pairs",
+                            f"use {opt('long_text', 'truncate')} (or error) with {opt('pair_column')}")
 
 
 def parallel_map(fn, items: list, threads: int) -> list:

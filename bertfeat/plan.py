@@ -256,6 +256,10 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
                             f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
     check_output_format(output, format)
     keep = check_keep(keep, fmt, id_column, wide)
+    if pair_column is not None:
+        from .encoder import check_pairs_long_text
+
+        check_pairs_long_text(long_text)
 
     # the input
     input = os.fspath(input)

@@ -25,7 +25,7 @@ from typing import Iterable
 from .errors import BertfeatError, opt
 
 DEBUG_ENV = "BERTFEAT_DEBUG"
-BUG_FIX = f"this is a bug in bertfeat: rerun with --debug (or {DEBUG_ENV}=1) to see the traceback and report it"
+BUG_FIX = f"this is a bug in bertfeat: rerun as `bertfeat --debug COMMAND ...` (or with {DEBUG_ENV}=1) to see the traceback and report it"
 
 
 class OutputError(BertfeatError):

@@ -404,8 +404,8 @@ def test_unexpected_errors_are_one_line_unless_debug(tmp_path, features, capsys,
 
     monkeypatch.setattr(reduce, "fit_pca_file", boom)  # what cli_pca's fit_pca_to_files calls
     rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
-    one_line(rc, err, "Error: unexpected RuntimeError: something broke - this is a bug in bertfeat: rerun with --debug "
-                      "(or BERTFEAT_DEBUG=1) to see the traceback and report it")
+    one_line(rc, err, "Error: unexpected RuntimeError: something broke - this is a bug in bertfeat: rerun as "
+                      "`bertfeat --debug COMMAND ...` (or with BERTFEAT_DEBUG=1) to see the traceback and report it")
     rc, _, err = run(capsys, "--debug", "pca", "fit", features, "-o", tmp_path / "p.npz")
     assert rc == 1 and "Traceback (most recent call last)" in err and "RuntimeError: something broke" in err
     monkeypatch.setenv("BERTFEAT_DEBUG", "1")

@@ -133,3 +133,20 @@ def test_chunk_mode_with_pairs_is_refused(tmp_path, capsys, words):
     assert err.splitlines()[-1] == ("Error: --long-text chunk-* works on single texts, not sentence pairs - "
                                     "use --long-text truncate (or error) with --pair-column")
     assert not out.exists() and not (tmp_path / "o.parquet.partial").exists()
+
+
+def test_chunk_mode_with_pairs_is_refused_before_any_work(tmp_path, capsys):
+    """Even when every pair is short (nothing would be cut into windows), chunk-* with pairs is refused up front:
+    before, short pairs ran with rc 0 and provenance said chunk-mean, and a long pair stopped the run midway."""
+    src = write_csv(tmp_path / "p.csv", ["a", "b"], [["x", "y"], ["z", "w"]])
+    out = tmp_path / "o.parquet"
+    for mode in ("chunk-mean", "chunk-max"):
+        rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--text-column", "a",
+                         "--pair-column", "b", "--long-text", mode)
+        assert (rc, err) == (1, "Error: --long-text chunk-* works on single texts, not sentence pairs - "
+                                "use --long-text truncate (or error) with --pair-column\n")
+        assert not out.exists() and not (tmp_path / "o.parquet.partial").exists()
+    from bertfeat.errors import BertfeatError
+
+    with pytest.raises(BertfeatError, match="not sentence pairs"):
+        tiny_encoder().encode(["x"], pairs=["y"], long_text="chunk-max")
