@@ -19,7 +19,7 @@ from rich.console import Console
 from .pca import PCA, SOLVERS
 from .pca_checks import DEFAULT_ACCUMULATE, accumulate_mode
 from .outlock import output_lock
-from .reduce import fit_pca_to_files, reduce_features_file
+from .reduce import fit_pca_to_files, reduce_features_file, unchecked_source
 from .report import build_pca_report, render_pca_report, write_pca_report
 
 __all__ = ["pca_app", "fit_command", "transform_command", "report_command", "parse_n_components"]
@@ -93,9 +93,10 @@ def fit_command(
 ) -> None:
     """Fit a PCA on FEATURES (streaming), write the model and its report beside it."""
     from .safety import check_array_file, check_outputs, feature_file_inputs, report_outputs
-    from .specs import check_model_output
+    from .specs import check_model_output, check_output_name
 
     accumulate = _accumulate_option(accumulate, precision)
+    check_output_name(out, "PCA model", "pca100.npz")
     check_array_file(features, "feature file")
     with output_lock(out, _prefix_for(out)):  # one writer per output (outlock.py)
         check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
@@ -124,15 +125,19 @@ def transform_command(
     """Reduce FEATURES with a saved PCA (streaming); ids, extras and metadata are kept."""
     from .features import feature_format
     from .safety import check_array_file, check_outputs, feature_file_inputs, feature_file_outputs
-    from .specs import check_output_format
+    from .specs import check_output_format, check_output_name
 
     check_output_format(out, fmt)
+    check_output_name(out, "output", "reduced.parquet")
     check_array_file(features, "feature file")
     pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
     with output_lock(out):
         check_outputs(feature_file_outputs(out, feature_format(out, fmt)), feature_file_inputs(features) + [pca_path], overwrite)
         path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows)
     if not quiet:
+        if unchecked_source(features, pca):
+            _err().print(f"Warning: {features} has no provenance (for a .npy, its .json beside it), so it was not checked "
+                         f"against the features {pca_path} was fitted on", markup=False, highlight=False, soft_wrap=True)
         _err().print(f"wrote {path} ({pca.n_components_} components)")
 
 
@@ -146,7 +151,10 @@ def report_command(
 ) -> None:
     """Write the explained-variance report (JSON, Markdown, PNG) of a saved PCA model."""
     from .safety import check_outputs, report_outputs
+    from .specs import check_output_name
 
+    if out_prefix is not None:
+        check_output_name(out_prefix, "report prefix", "pca100")
     pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
     with output_lock(out_prefix or _prefix_for(pca_path)):
         check_outputs(report_outputs(out_prefix or _prefix_for(pca_path)), [pca_path], overwrite)

@@ -155,9 +155,12 @@ def reduce_features_file(
             f"{src.path} has {src.dim} features per row but the PCA was fitted on {d}",
             "transform features from the same model, pooling and layers the PCA was fitted on",
         )
-    diffs = pca.check_fingerprint(feature_fingerprint(src.meta), force=force)
+    src_fp = feature_fingerprint(src.meta)
+    diffs = pca.check_fingerprint(src_fp, force=force)
     meta = {k: v for k, v in src.meta.items() if k not in ("layout", "rows")}
     meta["pca"] = pca_metadata_entry(pca, forced=diffs)
+    if pca.fingerprint_ and not src_fp:  # nothing to check the source against (e.g. an .npy without its .json)
+        meta["pca"]["source_checked"] = False
     dst = Path(dst_path)
     fmt = feature_format(dst, fmt)
     writer: FeatureWriter | None = None
@@ -178,6 +181,14 @@ def reduce_features_file(
         if writer is not None:
             writer.abort()
         raise
+
+
+def unchecked_source(features: str | os.PathLike, pca) -> bool:
+    """True when reduce_features_file cannot check that ``features`` come from what ``pca`` was fitted on: the model
+    records its source's fingerprint but the features carry none (a .npy without its .json, a file from elsewhere)."""
+    from .features import read_feature_metadata
+
+    return bool(pca.fingerprint_) and not feature_fingerprint(read_feature_metadata(features))
 
 
 def _open_writer(dst: Path, fmt: str, k: int, src, meta: dict, ids: Any, extras: dict) -> FeatureWriter:

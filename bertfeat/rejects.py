@@ -100,10 +100,10 @@ def bad_row_error(source_name: str, r: dict) -> InputError:
 
 def rejects_csv(rejects: list[dict], keep: tuple[str, ...] | list[str] = ()) -> str:
     """The rejects file's text: ``row, id, reason`` (options in the reasons spelled as the CLI's flags), then the
-    kept columns (``keep``; ``cell``)."""
+    kept columns (``keep``; ``cell``), a kept column named row, id or reason headed "NAME (kept)"."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["row", "id", "reason", *keep])
+    w.writerow(["row", "id", "reason", *(f"{c} (kept)" if c in ("row", "id", "reason") else c for c in keep)])
     for r in rejects:
         kept = r.get("keep") or {}
         w.writerow([r["row"], "" if r["id"] is None else r["id"], render(r["reason"], {}), *(cell(kept.get(c)) for c in keep)])

@@ -125,6 +125,17 @@ def check_output_format(path: str | Path | None, fmt: str | None, formats=("parq
                                   f"or choose {opt('format')} to match ({', '.join(formats)})")
 
 
+def check_output_name(path: str | Path, what: str, example: str) -> None:
+    """Refuse an output (or a report prefix) that names no file: empty (-o ""), a directory, or an extension alone
+    (-o .npz), which would write hidden files such as .npz or ..report.json."""
+    text = str(path)
+    p = Path(text)
+    if not text or p.is_dir() or p.name.lower() in {".npz", ".parquet", ".npy", ".csv", ".json", ".md", ".png", ".pq"}:
+        shown = "''" if not text or text == "." else text
+        why = "is empty" if not text or text == "." else "is a directory" if p.is_dir() else "is an extension with no name"
+        raise BertfeatError(f"the {what} {shown} {why}", f"pass {opt('output')} with a file name, e.g. {opt('output', example)}")
+
+
 def check_model_output(path: str | Path) -> None:
     """Refuse a PCA model file (a .npz archive) whose extension names another format, e.g. ``-o reduced.parquet``
     (the reduced features are ``pca transform``'s output); no extension or an unknown one is taken as it is."""

@@ -235,3 +235,46 @@ def test_transform_refuses_a_nested_id_for_csv_and_npy(tmp_path, X, capsys, name
                       "--quiet"]) == 0
     ids, Y, _ = read_features(tmp_path / "r.parquet")
     assert ids[:2] == [{"a": 0}, {"a": 1}] and Y.shape == (40, 2)
+
+
+def test_transform_of_features_without_provenance_warns_and_records_it(tmp_path, features, X, capsys):
+    """A plain .npy (or one whose .json was lost) cannot be checked against the model's source: transformed, with a
+    warning on stderr and ``source_checked: false`` in the output's provenance; with provenance neither appears."""
+    model = tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "3", "-o", str(model), "--quiet"]) == 0
+    bare = tmp_path / "bare.npy"
+    np.save(bare, X[:50])
+    capsys.readouterr()
+    assert _run_main(["pca", "transform", str(bare), "--pca-model", str(model), "-o", str(tmp_path / "r.npy")]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == (f"Warning: {bare} has no provenance (for a .npy, its .json beside it), so it was not "
+                                   f"checked against the features {model} was fitted on")
+    _, Y, meta = read_features(tmp_path / "r.npy")
+    assert meta["pca"]["source_checked"] is False and Y.shape == (50, 3)
+    assert _run_main(["pca", "transform", str(features), "--pca-model", str(model), "-o", str(tmp_path / "r2.parquet")]) == 0
+    assert "Warning" not in capsys.readouterr().err
+    assert "source_checked" not in read_features(tmp_path / "r2.parquet")[2]["pca"]
+
+
+def test_outputs_that_name_no_file_are_refused(tmp_path, features, capsys, monkeypatch):
+    """-o "" (typer's '.'), a directory, or an extension alone would write hidden files (.npz, ..report.json): each is
+    refused with the flag to fix, and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "2", "-o", str(model), "--quiet"]) == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    capsys.readouterr()
+    cases = [
+        (["pca", "fit", str(features), "-n", "2", "-o", ""], "Error: the PCA model '' is empty - pass -o with a file name, e.g. -o pca100.npz"),
+        (["pca", "fit", str(features), "-n", "2", "-o", ".npz"],
+         "Error: the PCA model .npz is an extension with no name - pass -o with a file name, e.g. -o pca100.npz"),
+        (["report", str(model), "-o", ""], "Error: the report prefix '' is empty - pass -o with a file name, e.g. -o pca100"),
+        (["pca", "transform", str(features), "--pca-model", str(model), "-o", ".parquet"],
+         "Error: the output .parquet is an extension with no name - pass -o with a file name, e.g. -o reduced.parquet"),
+        (["pca", "transform", str(features), "--pca-model", str(model), "-o", str(tmp_path)],
+         f"Error: the output {tmp_path} is a directory - pass -o with a file name, e.g. -o reduced.parquet"),
+    ]
+    for argv, message in cases:
+        assert _run_main(argv) == 1, argv
+        assert capsys.readouterr().err == message + "\n", argv
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -355,3 +355,19 @@ def test_resume_refuses_keep_added(small, tmp_path):
         bertfeat.extract(str(small), str(out), model=tiny_model(), chunk_rows=1, progress=Interrupt(1))
     with pytest.raises(ResumeError, match=r"\(kept columns: None -> \['label'\]\)"):
         bertfeat.extract(str(small), str(out), model=tiny_model(), chunk_rows=1, keep="label", resume=True)
+
+
+def test_rejects_file_names_a_kept_row_id_or_reason_column_apart(tmp_path, capsys):
+    """Kept columns named like the rejects file's own (row, id, reason) are headed "NAME (kept)" there, so no header
+    holds a name twice (it was `row,id,reason,reason`, and with --id-column x --keep id two `id`s)."""
+    src = write_csv(tmp_path / "c.csv", ["x", "text", "id", "reason", "row"],
+                    [["a", "fine", "i1", "r1", "w1"], ["b", "", "i2", "r2", "w2"]])
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "x", "--keep", "id,reason,row",
+                     "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    with open(tmp_path / "o.parquet.rejects.csv", newline="", encoding="utf-8") as f:
+        assert list(csv.reader(f)) == [["row", "id", "reason", "id (kept)", "reason (kept)", "row (kept)"],
+                                       ["1", "b", "empty text", "i2", "r2", "w2"]]
+    assert pq.read_table(out).select(["x", "id", "reason", "row"]).to_pylist() == [
+        {"x": "a", "id": "i1", "reason": "r1", "row": "w1"}]
