@@ -261,8 +261,22 @@ def _run_main(argv: list[str] | None = None) -> int:
         if not isinstance(e, BertfeatError) and callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
             e.show()
             return e.exit_code
+        interrupt = _interrupt_in(e)
+        if interrupt is not None:  # Ctrl-C inside compiled code, e.g. numba's "SystemError: ... returned a result with
+            return _stopped(interrupt)  # an exception set": an interruption, not a bug
         return _fail(e, user_error, unexpected)
     return 0
+
+
+def _interrupt_in(e: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt (or Terminated) an exception was raised while handling, if any."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, (KeyboardInterrupt, Terminated)):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def _stopped(e: BaseException | None = None) -> int:

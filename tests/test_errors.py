@@ -582,3 +582,42 @@ def test_pca_fit_names_n_components_as_its_long_flag(features, tmp_path, capsys)
     rc, _, err = run(capsys, "pca", "fit", features, "-n", "lots", "-o", tmp_path / "p.npz")
     assert (rc, err) == (1, "Error: --n-components 'lots' is not a number - give a whole number of components (e.g. 100), "
                             "a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component\n")
+
+
+def test_ctrl_c_inside_compiled_code_is_an_interruption_not_a_bug(tmp_path, features, capsys, monkeypatch):
+    """A KeyboardInterrupt that reaches Python through compiled code comes back as another exception raised while
+    handling it (numba: "SystemError: CPUDispatcher(...) returned a result with an exception set"): exit 130 with
+    "Interrupted.", as for a plain Ctrl-C, not "unexpected SystemError ... this is a bug"."""
+    import bertfeat.reduce as reduce
+
+    def interrupted(*a, **k):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise SystemError("CPUDispatcher(<function masked_softmax_>) returned a result with an exception set")
+
+    monkeypatch.setattr(reduce, "fit_pca_file", interrupted)
+    rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
+    assert (rc, err) == (130, "Interrupted.\n")
+
+
+def test_a_second_ctrl_c_during_the_exit_wait_prints_no_traceback():
+    """The exit-time wait for pyarrow's I/O threads (readers/arrowexit.py) goes on through a KeyboardInterrupt instead
+    of letting it out of the atexit callback (Python prints those as "Exception ignored in atexit callback")."""
+    from bertfeat.readers import arrowexit
+
+    calls = []
+
+    def wait(timeout):
+        calls.append(timeout)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return True
+
+    real = arrowexit.wait
+    arrowexit.wait = wait
+    try:
+        arrowexit._wait_at_exit()
+    finally:
+        arrowexit.wait = real
+    assert len(calls) == 2 and 0 < calls[1] <= calls[0] <= arrowexit.WAIT_SECONDS

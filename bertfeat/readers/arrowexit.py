@@ -90,4 +90,17 @@ def wait(timeout: float = WAIT_SECONDS) -> bool:
     return True
 
 
-atexit.register(wait)
+def _wait_at_exit() -> None:
+    """wait() at interpreter exit, through a second Ctrl-C (which would otherwise print "Exception ignored in atexit
+    callback" and a traceback): the wait goes on, still bounded by WAIT_SECONDS."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        try:
+            wait(max(0.0, deadline - time.monotonic()))
+            return
+        except KeyboardInterrupt:
+            if time.monotonic() >= deadline:
+                return
+
+
+atexit.register(_wait_at_exit)
