@@ -29,6 +29,8 @@ _ARGV: list[str] | None = None  # the arguments main() was called with (for the 
 # A library error names options by their Python parameters (errors.opt); shown here, each is the flag that
 # sets it: "--" + the name with dashes, or as this table spells it.
 FLAGS = {"output": "-o"}
+#: a parameter whose flag depends on the command: the PCA's n_components is extract's --pca (pca fit's --n-components)
+COMMAND_FLAGS = {"extract": {"n_components": "--pca"}}
 MODEL_HELP = "Model: a local directory, a hub id in the Hugging Face cache, or all-MiniLM-L6-v2 (default)."
 
 
@@ -268,6 +270,15 @@ def _run_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _flags() -> dict[str, str]:
+    """FLAGS, with the running command's own spellings (COMMAND_FLAGS)."""
+    import sys
+
+    argv = _ARGV if _ARGV is not None else sys.argv[1:]
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return FLAGS | COMMAND_FLAGS.get(command, {})
+
+
 def _interrupt_in(e: BaseException) -> BaseException | None:
     """The KeyboardInterrupt (or Terminated) an exception was raised while handling, if any."""
     seen = set()
@@ -298,7 +309,7 @@ def _fail(e: BaseException, user_error, unexpected) -> int:
     """One line on stderr for a failure; the traceback too for an unexpected one under --debug."""
     err = user_error(e)
     if err is not None:
-        err_console.print(f"Error: {err.render(FLAGS)}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"Error: {err.render(_flags())}", markup=False, highlight=False, soft_wrap=True)
         if _DEBUG:
             import traceback
 
@@ -320,7 +331,7 @@ def entry():  # pragma: no cover
         from .safety import os_error
 
         if rc == 0:
-            err_console.print(f"Error: {os_error(e, '<stdout>').render(FLAGS)}", markup=False, highlight=False, soft_wrap=True)
+            err_console.print(f"Error: {os_error(e, '<stdout>').render(_flags())}", markup=False, highlight=False, soft_wrap=True)
             rc = 1
         import os
 

@@ -221,7 +221,7 @@ class Encoder:
         P = self.config.max_positions
         if not 2 < int(n) <= P:
             off = self.config.position_offset
-            raise BertfeatError(f"max length {n} is out of range", f"choose 3..{P} (the model's max_position_embeddings"
+            raise BertfeatError(f"{opt('max_length', n)} is out of range", f"choose 3..{P} (the model's max_position_embeddings"
                                 + (f" {self.config.max_position_embeddings} less its position offset {off})" if off else ")"))
         return int(n)
 
@@ -284,10 +284,12 @@ class Encoder:
                                     f"drop {opt('layers')}, or use {opt('pooling', 'cls')} to pool the [CLS] of other layers")
         check_max_length(max_length)
         max_length = self._check_max_length(max_length) if max_length else self.max_length
+        default = stride is None
         stride = 32 if stride is None else int(stride)
         if long_text.startswith("chunk") and not 0 <= stride < max_length - 2:
-            raise BertfeatError(f"stride {stride} is out of range for max length {max_length}",
-                                f"choose a stride from 0 to {max_length - 3} (tokens shared by neighbouring windows)")
+            raise BertfeatError(f"{opt('stride', stride)}{' (the default)' if default else ''} is out of range for max "
+                                f"length {max_length}",
+                                f"choose {opt('stride')} from 0 to {max_length - 3} (tokens shared by neighbouring windows)")
         dense_paths = tuple(s.path for s in self.pipeline.dense) if own else ()
         if normalize is None:
             normalize = self.pipeline.normalize if own else False

@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from .diffs import canonical_json
-from .errors import BertfeatError
+from .errors import BertfeatError, opt
 from .estimator import Estimator
 from .pca_checks import (ACCUMULATE_MODES, DEFAULT_ACCUMULATE, PRECISION_DEPRECATED, accumulate_mode, as_2d_float,
                          check_max_components, check_n_components_spec, nonfinite_error)
@@ -320,8 +320,8 @@ class PCA(Estimator):
             )
         if isinstance(self.n_components, numbers.Integral) and self.n_components > d:
             raise BertfeatError(
-                f"n_components={self.n_components} is larger than n_features = {d}",
-                f"choose n_components <= {d}, or a fraction such as 0.95 to keep 95% of the variance",
+                f"{opt('n_components', self.n_components)} is larger than n_features = {d}",
+                f"choose {opt('n_components')} <= {d}, or a fraction such as 0.95 to keep 95% of the variance",
             )
         if m == 0:
             return

@@ -103,8 +103,8 @@ def check_max_components(spec: Any, n: int, d: int) -> None:
     """Raise if an integer n_components exceeds min(n, d)."""
     if isinstance(spec, numbers.Integral) and not isinstance(spec, bool) and spec > min(n, d):
         raise BertfeatError(
-            f"n_components={spec} is larger than min(n_samples, n_features) = min({n}, {d}) = {min(n, d)}",
-            f"choose n_components <= {min(n, d)}, or a fraction such as 0.95 to keep 95% of the variance",
+            f"{opt('n_components', spec)} is larger than min(n_samples, n_features) = min({n}, {d}) = {min(n, d)}",
+            f"choose {opt('n_components')} <= {min(n, d)}, or a fraction such as 0.95 to keep 95% of the variance",
         )
 
 

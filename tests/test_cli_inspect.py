@@ -103,7 +103,7 @@ def test_tokens_table(capsys, minilm_dir):
 def test_tokens_errors(capsys):
     rc, out, err = run(capsys, "tokens", "hi", "--max-length", 1000)
     assert (rc, out) == (1, "")
-    assert err == "Error: max length 1000 is out of range - choose 3..512 (the model's max_position_embeddings)\n"
+    assert err == "Error: --max-length 1000 is out of range - choose 3..512 (the model's max_position_embeddings)\n"
 
 
 # --------------------------------------------------------------------------- attention

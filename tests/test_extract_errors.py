@@ -359,14 +359,14 @@ def test_bad_option_values(tmp_path, capsys):
         (["--on-bad-row", "ignore"], "Error: unknown --on-bad-row 'ignore' - choose error or skip"),
         (["--long-text", "cut"], "Error: unknown long-text mode 'cut' - choose one of truncate, chunk-mean, chunk-max, error"),
         (["--pooling", "sum"], "Error: unknown pooling 'sum' - choose one of pooled, cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken, or token poolings joined with '+' such as mean+max"),
-        (["--max-length", "1000"], "Error: max length 1000 is out of range - choose 3..128 (the model's max_position_embeddings)"),
+        (["--max-length", "1000"], "Error: --max-length 1000 is out of range - choose 3..128 (the model's max_position_embeddings)"),
         (["--format", "xlsx"], "Error: unknown output format 'xlsx' - choose one of parquet, npy, csv"),
         (["--pca", "abc"], "Error: --pca 'abc' is not a number - give a whole number of components (e.g. 100), "
                              "a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"),
         (["--chunk-rows", "0"], "Error: --chunk-rows 0 is out of range - give 1 or more"),
         (["--format", "npy", "--wide"], "Error: --wide applies to Parquet output, not npy - drop --wide, or use --format parquet"),
         (["--long-text", "chunk-mean", "--stride", "200"],
-         "Error: stride 200 is out of range for max length 128 - choose a stride from 0 to 125 (tokens shared by neighbouring windows)"),
+         "Error: --stride 200 is out of range for max length 128 - choose --stride from 0 to 125 (tokens shared by neighbouring windows)"),
     ]
     for extra, message in cases:
         rc, _, err = extract(capsys, src, out, *extra)
@@ -535,3 +535,12 @@ def test_binary_kept_column_into_csv(tmp_path, capsys):
     with open(out, newline="", encoding="utf-8") as f:
         header, *rows = list(csv.reader(f))
     assert [r[header.index("raw")] for r in rows] == ["ok", "\\xff\\xfe", ""]
+
+
+def test_pca_larger_than_the_rows_names_the_extract_flag(tmp_path, capsys):
+    """The PCA's n_components is extract's --pca: its errors say so (they said n_components=10 on the command line)."""
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"], ["c"]])
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--pca", "10")
+    assert_failed_cleanly(rc, err, out, "Error: --pca 10 is larger than min(n_samples, n_features) = min(3, 32) = 3 - "
+                          "choose --pca <= 3, or a fraction such as 0.95 to keep 95% of the variance")

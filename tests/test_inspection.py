@@ -119,7 +119,7 @@ def test_tokens_default_max_length_and_truncation_flag(encoders):
 
 
 def test_tokens_bad_max_length(encoders):
-    with pytest.raises(BertfeatError, match=r"^max length 2 is out of range - choose 3\.\.512"):
+    with pytest.raises(BertfeatError, match=r"^max_length=2 is out of range - choose 3\.\.512"):
         tokenize_text("hi", max_length=2, encoder=encoders["minilm"])
 
 
