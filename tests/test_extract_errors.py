@@ -544,3 +544,33 @@ def test_pca_larger_than_the_rows_names_the_extract_flag(tmp_path, capsys):
     rc, _, err = extract(capsys, src, out, "--pca", "10")
     assert_failed_cleanly(rc, err, out, "Error: --pca 10 is larger than min(n_samples, n_features) = min(3, 32) = 3 - "
                           "choose --pca <= 3, or a fraction such as 0.95 to keep 95% of the variance")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_a_byte_the_encoding_cannot_read_is_one_bad_row(tmp_path, capsys, fmt):
+    """--encoding cp1252 (or ascii): a byte undefined there makes its row a bad row naming the byte, where it is and the
+    column; the other rows are read as that encoding (it stopped the whole file, with no row, under skip too)."""
+    sep = "," if fmt == "csv" else "\t"
+    good = ["caf\u00e9 cr\u00e8me", "na\u00efve \u2013 fa\u00e7ade", "plain"]  # all in cp1252 (\u2013 is 0x96)
+    src = tmp_path / f"w.{fmt}"
+    src.write_bytes(f"id{sep}text\n".encode() + f"a{sep}{good[0]}\n".encode("cp1252") + b"b" + sep.encode() + b"bad \x81 byte\n"
+                    + f"c{sep}{good[1]}\n".encode("cp1252") + b"d\x90" + sep.encode() + b"fine\n"
+                    + f"e{sep}{good[2]}\n".encode("cp1252"))
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--encoding", "cp1252", "--on-bad-row", "skip")
+    assert rc == 0, err
+    assert rejects(tmp_path / "o.parquet.rejects.csv")[1:] == [
+        ["1", "b", "invalid cp1252: byte 0x81 at character 4 of the text"],
+        ["3", "d\\x90", "invalid cp1252: byte 0x90 at character 1 of the id"],
+    ]
+    t = read_table(out)
+    assert t.column("id").to_pylist() == ["a", "c", "e"]
+    assert_close(embeddings(t), tiny_encoder().encode(good))
+    rc, _, err = extract(capsys, src, tmp_path / "e.parquet", "--id-column", "id", "--encoding", "cp1252")
+    assert_failed_cleanly(rc, err, tmp_path / "e.parquet",
+                          f"Error: {src} row 1: invalid cp1252: byte 0x81 at character 4 of the text - {ENC_FIX}")
+    ascii_src = tmp_path / "a.csv"
+    ascii_src.write_bytes("text\nok\ncaf\u00e9\n".encode("utf-8"))
+    rc, _, err = extract(capsys, ascii_src, tmp_path / "a.parquet", "--encoding", "ascii", "--on-bad-row", "skip")
+    assert rc == 0, err
+    assert rejects(tmp_path / "a.parquet.rejects.csv")[1:] == [["1", "", "invalid ascii: byte 0xc3 at character 3 of the text"]]

@@ -158,6 +158,8 @@ class CsvReader(TextReader):
         # a transcoded encoding: the gate's reads are not pyarrow's blocks, so it neither holds them back nor places
         # the batches (the bytes read stand for both)
         transcoded = self._transcoded()
+        if transcoded:  # our own transcoder: a byte the encoding cannot read is a bad row, not the end of the file
+            stream = io.BufferedReader(_Utf8Transcoder(stream, self.encoding), buffer_size=1 << 20)
         stream = gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
         arrowexit.opened(gate)
         gate.wanting(True)  # opening parses the first block (more when its first row is longer)
@@ -166,7 +168,7 @@ class CsvReader(TextReader):
                 with _quiet_row_handler_errors():
                     reader = pcsv.open_csv(
                         stream,
-                        read_options=pcsv.ReadOptions(use_threads=False, block_size=block, encoding=self.encoding),
+                        read_options=pcsv.ReadOptions(use_threads=False, block_size=block),  # UTF-8 (or transcoded)
                         parse_options=self._parse_options(on_invalid),
                         convert_options=pcsv.ConvertOptions(
                             include_columns=wanted,
@@ -223,6 +225,15 @@ class CsvReader(TextReader):
                     yield self._mark_suspects(pending, tracker)
                 out_t, out_p, out_i, *out_k = outs
                 end = max(end, start)
+                if transcoded:  # a byte the encoding could not read (_Utf8Transcoder): its row is a bad row
+                    named = [("text", out_t), ("pair text", out_p), ("id", out_i),
+                             *((f"kept column {c!r}", v) for c, v in zip(self.keep, out_k))]
+                    for what, values in named:
+                        for k, v in enumerate(values or ()):
+                            reason = _encoding_reason(v, what, self.encoding)
+                            if reason is not None:
+                                pre.setdefault(rows[k], reason)
+                                values[k] = _escaped(v)  # as the rejects file shows it
                 pending = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, end, start,
                                                dict(zip(self.keep, out_k)) if self.keep else None))
                 start = end
@@ -359,3 +370,56 @@ def _quiet_row_handler_errors():
         yield
     finally:
         sys.unraisablehook = previous
+
+
+class _Utf8Transcoder(io.RawIOBase):
+    """A byte stream in ``encoding`` read as UTF-8, a byte that is not valid in the encoding written as an escape that
+    is never valid UTF-8, so it reaches pyarrow inside one cell and makes only that row a bad row (``_encoding_reason``),
+    where pyarrow's own transcoder stops the whole file at the first such byte."""
+
+    def __init__(self, raw, encoding: str):
+        self._raw = raw
+        self._decoder = codecs.getincrementaldecoder(encoding)(errors="surrogateescape")
+        self._buf = b""
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not self._buf and not self._eof:
+            data = self._raw.read(1 << 20)
+            self._eof = not data
+            # a byte the encoding cannot read decodes to U+DC80..U+DCFF (surrogateescape) and is written as that
+            # surrogate's 3 bytes (surrogatepass): never valid UTF-8, whatever bytes surround it
+            self._buf = self._decoder.decode(data, final=self._eof).encode("utf-8", errors="surrogatepass")
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
+def _escaped(value: bytes) -> str:
+    """A cell holding _Utf8Transcoder's escapes as text, each unreadable byte shown as \\xNN."""
+    text = bytes(value).decode("utf-8", errors="surrogatepass")
+    return "".join(f"\\x{ord(ch) - 0xDC00:02x}" if "\udc80" <= ch <= "\udcff" else ch for ch in text)
+
+
+def _encoding_reason(value, what: str, encoding: str) -> Reason | None:
+    """A cell read through _Utf8Transcoder whose bytes are not UTF-8: the raw byte the encoding could not read."""
+    if not isinstance(value, (bytes, bytearray)):
+        return None
+    try:
+        bytes(value).decode("utf-8")
+        return None
+    except UnicodeDecodeError:
+        text = bytes(value).decode("utf-8", errors="surrogatepass")
+        at = next(i for i, ch in enumerate(text) if "\udc80" <= ch <= "\udcff")
+        return Reason(RejectCode.ENCODING, f"invalid {encoding}: byte 0x{ord(text[at]) - 0xDC00:02x} at character {at} of "
+                                           f"the {what}")

@@ -102,17 +102,22 @@ class ReadAheadGate(io.RawIOBase):
         with self._cv:
             while not (self._open or self._wanting or self.count < self._limit):
                 self._cv.wait()
-        if n is None or n < 0:
-            data = self._raw.read()
-        else:
-            parts, got = [], 0
-            while got < n:
-                part = self._raw.read(n - got)
-                if not part:
-                    break
-                parts.append(part)
-                got += len(part)
-            data = b"".join(parts)
+        try:
+            if n is None or n < 0:
+                data = self._raw.read()
+            else:
+                parts, got = [], 0
+                while got < n:
+                    part = self._raw.read(n - got)
+                    if not part:
+                        break
+                    parts.append(part)
+                    got += len(part)
+                data = b"".join(parts)
+        except ValueError:  # "I/O operation on closed file": the gate was closed while this read waited
+            if self._open:
+                return b""
+            raise
         if data:
             self.count += len(data)
             self.ends.append(self.count)
