@@ -14,6 +14,7 @@ them; the math it calls lives in model.py, pooling.py and the family modules.
 from __future__ import annotations
 
 import queue
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,9 +27,10 @@ from .hub import ModelLocation, resolve_model
 from .families import forward, load_model_weights
 from .model import Workspace, pooler
 from .threads import default_threads
-from .specs import check_max_batch_tokens, check_max_length, check_threads
+from .specs import check_max_batch_tokens, check_max_length, check_size, check_threads
 from .pooling import LAYER_AGGS, combine_layers, dense, l2_normalize, parse_layers, pool_tokens, split_pooling
 from .stmodules import ModelPipeline, read_pipeline
+from .textcheck import surrogate_reason
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, weights_sha256
 
@@ -233,6 +235,10 @@ class Encoder:
     def resolve_prompt(self, prompt: str | None = None, prompt_name: str | None = None) -> tuple[str | None, str | None]:
         """(prompt text, its name) as sentence-transformers picks it: an explicit prompt, else the named one,
         else the model's default_prompt_name; an empty prompt is no prompt."""
+        for param, v in (("prompt", prompt), ("prompt_name", prompt_name)):
+            if v is not None and not isinstance(v, str):
+                raise BertfeatError(f"{param} is {short_repr(v)}, not a string",
+                                    f"give {opt(param)} as text, e.g. {opt(param, 'query: ' if param == 'prompt' else 'query')}")
         if prompt is not None and prompt_name is not None:
             raise BertfeatError("both a prompt and a prompt name were given", f"give {opt('prompt')} TEXT or {opt('prompt_name')} NAME, not both")
         if prompt is None:
@@ -265,6 +271,12 @@ class Encoder:
         Dense and Normalize modules are all left out. ``normalize`` True / False overrides either way
         (None: the model's Normalize module for its own embedding, no normalization for a chosen pooling).
         """
+        if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
+            raise BertfeatError(f"{opt('normalize', normalize)} is not True, False or None",
+                                f"give {opt('normalize', True)} or {opt('normalize', False)} (None: the model's own choice)")
+        if pooling is not None and (not isinstance(pooling, str) or not pooling.strip()):
+            raise BertfeatError(f"{opt('pooling', pooling)} names no pooling",
+                                f"give one such as {opt('pooling', 'mean')}, or None for the model's own embedding")
         own = pooling is None and layers is None
         pooling = "+".join(split_pooling(pooling or self.default_pooling))
         if layer_agg not in LAYER_AGGS:
@@ -285,6 +297,8 @@ class Encoder:
         check_max_length(max_length)
         max_length = self._check_max_length(max_length) if max_length else self.max_length
         default = stride is None
+        if not default:
+            check_size(stride, "stride", 0, None, " (tokens shared by neighbouring windows)")
         stride = 32 if stride is None else int(stride)
         if long_text.startswith("chunk") and not 0 <= stride < max_length - 2:
             raise BertfeatError(f"{opt('stride', stride)}{' (the default)' if default else ''} is out of range for max "
@@ -391,8 +405,7 @@ class Encoder:
         D = self.output_dim(spec)
         win = np.empty((len(prep.ids), D), dtype=np.float32)
         lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
-        if max_rows is not None and int(max_rows) < 1:
-            raise BertfeatError(f"batch size {max_rows} is out of range", "give a batch size of 1 or more")
+        check_size(max_rows, "batch_size", 1, None, " (rows per batch at most)")
         batches = token_budget_batches(lengths, self.max_batch_tokens, int(max_rows or MAX_BATCH_ROWS))
 
         def one(batch: np.ndarray) -> np.ndarray:
@@ -520,13 +533,23 @@ def text_list(values, name: str) -> list[str]:
     Anything else than strings is refused naming the first bad item (``texts[1] is None, not a string``), rather than
     reaching the tokenizer, whose TypeError names neither."""
     if isinstance(values, str):
-        return [values]
-    if isinstance(values, (bytes, bytearray)) or not hasattr(values, "__iter__"):
+        values = [values]
+    elif hasattr(values, "columns") and hasattr(values, "shape"):  # a pandas / polars DataFrame: iterating gives names
+        if len(values.shape) != 2 or values.shape[1] != 1:
+            raise BertfeatError(f"{name} is a DataFrame of {values.shape[1]} columns, not a list of strings",
+                                f"pass its text column, e.g. df['text']")
+        values = values[values.columns[0]]
+    elif isinstance(values, (bytes, bytearray, Mapping)) or not hasattr(values, "__iter__") \
+            or getattr(values, "ndim", 1) != 1:
         raise BertfeatError(f"{name} is {short_repr(values)}, not a list of strings", NOT_A_STRING_FIX)
     values = list(values)
     for i, v in enumerate(values):
         if not isinstance(v, str):
             raise BertfeatError(f"{name}[{i}] is {short_repr(v)}, not a string", NOT_A_STRING_FIX)
+        bad = surrogate_reason(v, f"{name}[{i}]")
+        if bad:
+            raise BertfeatError(bad, "encode the text from valid Unicode (a lone surrogate comes from a broken "
+                                     "\\ud800-\\udfff escape or from decoding with errors='surrogateescape')")
     return values
 
 

@@ -137,7 +137,8 @@ def applied_pca(plan, fingerprint: dict, dim: int):
     if pca.n_features_in_ != dim:
         raise BertfeatError(f"the PCA model {plan.pca_model} was fitted on {pca.n_features_in_} features per row, these "
                             f"features have {dim}", "apply a PCA fitted on features of the same model, pooling and layers")
-    pca.check_fingerprint(fingerprint)
+    pca.check_fingerprint(fingerprint, fix=f"extract with the settings the model was fitted on, or fit a model on these "
+                                           f"features ({opt('pca')} N instead of {opt('pca_model')})")
     return pca
 
 

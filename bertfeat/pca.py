@@ -244,6 +244,8 @@ class PCA(Estimator):
         """Check the parameters (a DeprecationWarning for precision=, aimed at the caller's caller); -> the accumulate mode."""
         if self.solver not in SOLVERS:
             raise BertfeatError(f"unknown solver {self.solver!r}", f"use one of: {', '.join(SOLVERS)}")
+        if not isinstance(self.whiten, (bool, np.bool_)):
+            raise BertfeatError(f"whiten={self.whiten!r} is not True or False", "give whiten=True or whiten=False")
         if self.precision is not None:
             warnings.warn(PRECISION_DEPRECATED, DeprecationWarning, stacklevel=3)
         accumulate = self._accumulate_mode()
@@ -299,6 +301,8 @@ class PCA(Estimator):
             self._reset()
         first = self._stats is None and self._result_ is None
         names_from = X
+        if not first:  # a later chunk's columns must be the first's, by name and order (as IncrementalPCA checks)
+            self._check_feature_names(names_from, reset=False)
         X = as_2d_float(X)
         self._accumulate(X, accumulate)
         if first:
@@ -462,12 +466,13 @@ class PCA(Estimator):
 
     # -- fingerprint -------------------------------------------------------------------------
 
-    def check_fingerprint(self, other_fp: Mapping | None, force: bool = False) -> list[tuple[str, Any, Any]]:
+    def check_fingerprint(self, other_fp: Mapping | None, force: bool = False,
+                          fix: str | None = None) -> list[tuple[str, Any, Any]]:
         """Refuse features whose source fingerprint differs from the one this PCA was fitted on.
 
         Returns the differences (key, model value, features value) - empty when they match,
         or when either side has no fingerprint (nothing to compare). Raises BertfeatError
-        naming every differing key with both values, unless ``force``.
+        naming every differing key with both values (``fix``: how to fix it, for callers without ``force``), unless ``force``.
         """
         if not self.fingerprint_ or not other_fp:
             return []
@@ -476,7 +481,8 @@ class PCA(Estimator):
             parts = "; ".join(f"{key}: model {canonical_json(a)} vs features {canonical_json(b)}" for key, a, b in diffs)
             raise BertfeatError(
                 f"the features come from a different source than the PCA was fitted on ({parts})",
-                "transform features extracted with the same model and settings, or pass --force (force=True) to transform anyway",
+                fix or "transform features extracted with the same model and settings, or pass --force (force=True) to "
+                       "transform anyway",
             )
         return diffs
 
@@ -496,7 +502,9 @@ class PCA(Estimator):
         precision = params.pop("precision")  # the deprecated name is saved as the accumulate it stands for
         if precision is not None and params["accumulate"] == DEFAULT_ACCUMULATE:
             params["accumulate"] = precision
-        model = SavedModel(params, r, self.n_features_in_, stats, fp, getattr(self, "source_", None))
+        names = self.__dict__.get("feature_names_in_")
+        model = SavedModel(params, r, self.n_features_in_, stats, fp, getattr(self, "source_", None),
+                           None if names is None else list(names))
         path = save_model(path, model)
         self.fingerprint_ = fp
         return path
@@ -515,6 +523,8 @@ class PCA(Estimator):
         pca.fingerprint_ = model.fingerprint
         pca.source_ = model.source
         pca.source_path_ = path
+        if model.feature_names is not None:
+            pca.feature_names_in_ = np.asarray(model.feature_names, dtype=object)
         return pca
 
     # -- summary -----------------------------------------------------------------------------

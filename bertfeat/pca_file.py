@@ -49,6 +49,7 @@ class SavedModel:
     stats: Stats | None = None  # only when saved with include_stats
     fingerprint: dict | None = None
     source: dict | None = None
+    feature_names: list[str] | None = None  # feature_names_in_ (a DataFrame's columns at fit), if any
 
 
 def fingerprint_differences(expected: Mapping | None, actual: Mapping | None) -> list[tuple[str, Any, Any]]:
@@ -81,6 +82,8 @@ def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
     from .version import __version__
 
     path = Path(path)
+    if path.is_dir():
+        raise BertfeatError(f"{path} is a directory, not a model file", f"give the model file's path, e.g. {path / 'pca.npz'}")
     r = model.decomposition
     meta = {
         "format": MODEL_FORMAT,
@@ -96,6 +99,8 @@ def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
         "fingerprint": model.fingerprint,
         "source": model.source,
     }
+    if model.feature_names is not None:
+        meta["feature_names"] = [str(n) for n in model.feature_names]
     arrays = {
         "mean": r.mean,
         "components": r.components,
@@ -212,5 +217,9 @@ def load_model(path: str | os.PathLike) -> SavedModel:
         raise not_a_model(path, f"{e.args[0]!r} is missing") from None
     except (TypeError, ValueError) as e:
         raise not_a_model(path, f"its metadata is malformed: {e}") from None
+    names = meta.get("feature_names")
+    if names is not None and (not isinstance(names, list) or len(names) != n_features
+                              or not all(isinstance(n, str) for n in names)):
+        raise not_a_model(path, f"its feature_names are not {n_features} strings")
     return SavedModel(params_from_file(meta["params"]), decomposition, n_features, stats,
-                      meta.get("fingerprint"), meta.get("source"))
+                      meta.get("fingerprint"), meta.get("source"), names)

@@ -262,6 +262,10 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         check_pairs_long_text(long_text)
 
     # the input
+    if not isinstance(input, (str, os.PathLike)):
+        raise BertfeatError(f"input is a {type(input).__name__}, not a file path",
+                            "extract reads a file (CSV, TSV, Parquet, JSONL) or '-' for standard input; for texts in "
+                            "memory use bertfeat.Encoder().encode(texts), or bertfeat.sklearn.TextFeatures")
     input = os.fspath(input)
     if resume and input == "-":
         raise BertfeatError(f"{opt('resume', True)} cannot continue a run that read standard input", "write the input to a file first")

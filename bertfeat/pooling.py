@@ -140,10 +140,17 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
             shown = opt("layers", spec, cli=f"'{spec}'")
             raise BertfeatError(f"{shown} is not understood",
                                 "give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)") from None
-    elif isinstance(spec, (int, np.integer)):
+    elif isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
         idx = [int(spec)]
+    elif isinstance(spec, slice):  # layers=slice(-4, None): the slice of the hidden states, as a string "-4:" is
+        idx = list(range(n))[spec]
     else:
-        idx = [int(i) for i in spec]
+        items = list(spec) if isinstance(spec, (list, tuple, range, np.ndarray)) else None
+        if items is None or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
+            raise BertfeatError(f"{opt('layers', spec)} is not a layer selection",
+                                "give an int, a list of ints, a slice, or a string like '-1', '-4,-3,-2,-1' or '-4:' "
+                                "(0 = embeddings)")
+        idx = [int(i) for i in items]
     if not idx:
         shown = opt("layers", spec, cli=f"'{spec}'")
         raise BertfeatError(f"{shown} selects no layer", "give at least one layer, e.g. -1")

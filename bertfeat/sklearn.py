@@ -27,6 +27,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 
 from .encoder import Encoder
 from .errors import BertfeatError
+from .specs import check_size
 
 __all__ = ["TextFeatures", "as_texts"]
 
@@ -128,6 +129,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def fit(self, X, y=None):
         """Check the texts and the settings, load the model; nothing is learned from X."""
         as_texts(X)
+        check_size(self.batch_size, "batch_size", 1, None, " (rows per batch at most)")
         enc = self._encoder()
         spec = self._spec(enc)
         self.model_id_ = enc.model_id

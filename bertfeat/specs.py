@@ -76,7 +76,14 @@ def check_size(value: int | None, param: str, minimum: int = 1, maximum: int | N
         raise BertfeatError(f"{opt(param, value)} is not a number", fix)
     if isinstance(value, bool) or not value >= minimum or (maximum is not None and value > maximum):  # nan too
         raise BertfeatError(f"{opt(param, value)} is out of range", fix)
+    _check_whole(value, param, fix)
     return value
+
+
+def _check_whole(value, param: str, fix: str) -> None:
+    """A count given as 3.5 is refused, not truncated to 3 (3.0 passes)."""
+    if not float(value).is_integer():
+        raise BertfeatError(f"{opt(param, value)} is not a whole number", fix)
 
 
 def _is_number(value) -> bool:
@@ -103,6 +110,7 @@ def check_threads(value: int | None, param: str = "threads") -> int | None:
         raise BertfeatError(f"{opt(param, value)} is not a number", fix)
     if isinstance(value, bool) or not value >= 1:
         raise BertfeatError(f"{opt(param, value)} is out of range", fix)
+    _check_whole(value, param, fix)
     return value
 
 

@@ -366,3 +366,62 @@ def test_stsb_dev_spearman(enc, full_data):
     rho = spearmanr(cos, gold).statistic * 100
     print(f"\nSTSb dev Spearman x 100, all-MiniLM-L6-v2 mean + normalize: {rho:.2f} (published 86.72)")
     assert rho >= 86.5
+
+
+def test_encode_refuses_inputs_it_would_misread(enc):
+    """A DataFrame iterates over its column names, a dict over its keys, a 0-d array not at all: a one-column DataFrame
+    is read as its column (as TextFeatures does), the others are refused naming what they are; a lone surrogate (not
+    valid Unicode) is refused naming its index instead of reaching the tokenizer's TypeError."""
+    pd = pytest.importorskip("pandas")
+    texts = ["a film", "another one"]
+    np.testing.assert_array_equal(enc.encode(pd.DataFrame({"text": texts})), enc.encode(texts))
+    cases = [
+        (pd.DataFrame({"a": ["x"], "b": ["y"]}), "texts is a DataFrame of 2 columns, not a list of strings - pass its text "
+                                                 "column, e.g. df['text']"),
+        ({"x": "a film"}, "texts is {'x': 'a film'} (dict), not a list of strings - pass a list of strings (drop or fill "
+                          "missing texts first)"),
+        (np.array("hello"), "texts is array('hello', dtype='<U5') (ndarray), not a list of strings - pass a list of "
+                            "strings (drop or fill missing texts first)"),
+        (["ok", "bad \udc80 text"], "unpaired surrogate U+DC80 at character 4 of the texts[1]: not valid Unicode (a JSON "
+                                    "\\udc80 escape without its pair) - encode the text from valid Unicode (a lone "
+                                    "surrogate comes from a broken \\ud800-\\udfff escape or from decoding with "
+                                    "errors='surrogateescape')"),
+    ]
+    for value, message in cases:
+        with pytest.raises(BertfeatError) as e:
+            enc.encode(value)
+        assert e.value.message == message
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"prompt": 3}, "prompt is 3 (int), not a string - give prompt as text, e.g. prompt='query: '"),
+    ({"prompt_name": b"q"}, "prompt_name is b'q' (bytes), not a string - give prompt_name as text, e.g. prompt_name='query'"),
+    ({"normalize": "no"}, "normalize='no' is not True, False or None - give normalize=True or normalize=False (None: the "
+                          "model's own choice)"),
+    ({"pooling": ""}, "pooling='' names no pooling - give one such as pooling='mean', or None for the model's own embedding"),
+    ({"long_text": "chunk-mean", "stride": "x"}, "stride='x' is not a number - choose 0 or more (tokens shared by "
+                                                 "neighbouring windows), or leave it out for the default"),
+    ({"long_text": "chunk-mean", "stride": 2.7}, "stride=2.7 is not a whole number - choose 0 or more (tokens shared by "
+                                                 "neighbouring windows), or leave it out for the default"),
+    ({"max_length": 3.5}, "max_length=3.5 is not a whole number - choose 3 or more (up to the model's "
+                          "max_position_embeddings, 512 for BERT and MiniLM), or leave it out for the default"),
+    ({"batch_size": 1.5}, "batch_size=1.5 is not a whole number - choose 1 or more (rows per batch at most), or leave it "
+                          "out for the default"),
+    ({"batch_size": 0}, "batch_size=0 is out of range - choose 1 or more (rows per batch at most), or leave it out for "
+                        "the default"),
+    ({"layers": 1.0}, "layers=1.0 is not a layer selection - give an int, a list of ints, a slice, or a string like '-1', "
+                      "'-4,-3,-2,-1' or '-4:' (0 = embeddings)"),
+    ({"layers": [1.5]}, "layers=[1.5] is not a layer selection - give an int, a list of ints, a slice, or a string like "
+                        "'-1', '-4,-3,-2,-1' or '-4:' (0 = embeddings)"),
+])
+def test_encode_options_of_the_wrong_type_are_refused_not_coerced(enc, kwargs, message):
+    """"no" is truthy, 3.5 truncates to 3, "" pools as mean: such values are refused with the parameter's name, not
+    silently turned into something else (or a raw TypeError from deep inside)."""
+    with pytest.raises(BertfeatError) as e:
+        enc.encode(["a text here"], **kwargs)
+    assert e.value.message == message
+
+
+def test_layers_as_a_slice(enc):
+    """layers=slice(-2, None) is the last two hidden states, as the string '-2:' is."""
+    np.testing.assert_array_equal(enc.encode(["a text"], layers=slice(-2, None)), enc.encode(["a text"], layers="-2:"))

@@ -785,3 +785,36 @@ def test_error_transform_before_fit():
     assert not hasattr(pca, "components_")  # NotFittedError is also an AttributeError
     with pytest.raises(NotFittedError):
         pca.save("never.npz")
+
+
+def test_partial_fit_checks_later_chunks_feature_names():
+    """As IncrementalPCA: a later chunk whose columns are reordered (or renamed) is refused before it is added, instead
+    of being accumulated into the wrong columns' statistics."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame(rng.standard_normal((30, 4)) + np.arange(4), columns=list("abcd"))
+    p = PCA(2).partial_fit(df[:15])
+    with pytest.raises(BertfeatError, match="Feature names must be in the same order as they were in fit"):
+        p.partial_fit(df[df.columns[::-1]][15:])
+    with pytest.raises(BertfeatError, match="Feature names unseen at fit time"):
+        p.partial_fit(df.rename(columns={"a": "z"})[15:])
+    p.partial_fit(df[15:])  # the refused chunks were not added
+    np.testing.assert_allclose(p.mean_, PCA(2).fit(df).mean_, rtol=0, atol=1e-12)
+
+
+def test_save_and_load_keep_feature_names_and_refuse_a_directory(tmp_path):
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame(rng.standard_normal((20, 3)), columns=["x", "y", "z"])
+    path = PCA(2).fit(df).save(tmp_path / "m.npz")
+    loaded = PCA.load(path)
+    assert list(loaded.feature_names_in_) == ["x", "y", "z"] and loaded.feature_names_in_.dtype == object
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded.transform(df)  # no "fitted without feature names" warning
+    with pytest.warns(UserWarning, match="X does not have valid feature names, but PCA was fitted with feature names"):
+        loaded.transform(df.to_numpy())
+    with pytest.raises(BertfeatError, match="is a directory, not a model file"):
+        PCA(2).fit(df).save(tmp_path)
+    with pytest.raises(BertfeatError, match="whiten='yes' is not True or False"):
+        PCA(2, whiten="yes").fit(df)

@@ -75,6 +75,8 @@ def test_a_model_of_other_settings_is_refused_before_encoding(trained, capsys):
                      "--pooling", "cls")
     assert rc == 1 and err.startswith("Error: the features come from a different source than the PCA was fitted on (")
     assert "pooling: model " in err and err.count("\n") == 1
+    assert err.endswith(" - extract with the settings the model was fitted on, or fit a model on these features "
+                        "(--pca N instead of --pca-model)\n")  # not "--force", which extract does not have
     assert not (d / "x.parquet").exists() and not (d / "x.parquet.partial").exists()
     rc, _, err = run(capsys, "extract", test, "-o", d / "x.parquet", "--model", tiny_model(), "--pca-model", model,
                      "--layers=-1,-2", "--layer-agg", "concat")

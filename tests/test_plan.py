@@ -157,3 +157,22 @@ def test_a_failed_dask_run_leaves_nothing_behind_as_the_local_one(tmp_path, clie
         with pytest.raises(BertfeatError, match="needs at least 2 feature rows"):
             bertfeat.extract(src, out, model=tiny_model(), pca=1, engine=engine, **extra)
         assert not out.parent.exists() or list(out.parent.iterdir()) == [], engine
+
+
+def test_extract_refuses_in_memory_input_and_a_non_string_prompt_before_writing(tmp_path):
+    """bertfeat.extract reads files: a list or DataFrame is refused saying where in-memory texts go; a prompt that is
+    not a string is refused before the partial run is written (it once failed midway and blocked the corrected rerun
+    with "a resumable partial run exists")."""
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"]])
+    out = tmp_path / "o.parquet"
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(["a", "b"], out)
+    assert e.value.message == ("input is a list, not a file path - extract reads a file (CSV, TSV, Parquet, JSONL) or "
+                               "'-' for standard input; for texts in memory use bertfeat.Encoder().encode(texts), or "
+                               "bertfeat.sklearn.TextFeatures")
+    for prompt in (3, b"q: "):
+        with pytest.raises(BertfeatError, match=r"^prompt is .* not a string"):
+            bertfeat.extract(src, out, model=tiny_model(), prompt=prompt, cache=False)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
+    bertfeat.extract(src, out, model=tiny_model(), prompt="q: ", cache=False)
+    assert pq.read_table(out).num_rows == 2
