@@ -134,13 +134,13 @@ def check_output_format(path: str | Path | None, fmt: str | None, formats=("parq
 
 
 def check_output_name(path: str | Path, what: str, example: str) -> None:
-    """Refuse an output (or a report prefix) that names no file: empty (-o ""), a directory, or an extension alone
-    (-o .npz), which would write hidden files such as .npz or ..report.json."""
+    """Refuse an output (or a report prefix) that names no file: empty (-o "", which the CLI sees as '.') or an extension
+    alone (-o .npz), which would write hidden files such as .npz or ..report.json. (Another directory is the output
+    checks' to refuse, safety.check_outputs.)"""
     text = str(path)
     p = Path(text)
-    if not text or p.is_dir() or p.name.lower() in {".npz", ".parquet", ".npy", ".csv", ".json", ".md", ".png", ".pq"}:
-        shown = "''" if not text or text == "." else text
-        why = "is empty" if not text or text == "." else "is a directory" if p.is_dir() else "is an extension with no name"
+    if text in ("", ".") or p.name.lower() in {".npz", ".parquet", ".npy", ".csv", ".json", ".md", ".png", ".pq"}:
+        shown, why = ("''", "is empty") if text in ("", ".") else (text, "is an extension with no name")
         raise BertfeatError(f"the {what} {shown} {why}", f"pass {opt('output')} with a file name, e.g. {opt('output', example)}")
 
 
