@@ -368,7 +368,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             target = PARTS_PER_THREAD * cluster_slots(client)
         parts = src.partitions(dask.blocksize, target)
         width = max(5, len(str(len(parts) - 1)))
-        manifest = job_manifest(plan, fingerprint, engine="dask", blocksize=dask.blocksize, split_target=target,
+        manifest = job_manifest(plan, fingerprint, encoder, engine="dask", blocksize=dask.blocksize, split_target=target,
                                 partitions=len(parts))
         counts = _open_partial(partial, manifest, plan.resume)
         opened = True

@@ -24,12 +24,16 @@ from .version import __version__
 from .errors import BertfeatError, ResumeError, opt
 
 
-def job_manifest(plan, fingerprint: dict, **engine_keys) -> dict:
-    """What a run must share with the interrupted run it resumes: version, the features' fingerprint, the
-    input files (size, mtime), the options that shape the output; plus each engine's own keys."""
+def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
+    """What a run must share with the interrupted run it resumes: version, the features' fingerprint, the model
+    folder's other files (tokenizer, config, sentence-transformers modules: vcache.model_files_digest, as the cache
+    key has them), the input files (size, mtime), the options that shape the output; plus each engine's own keys."""
+    from .vcache import model_files_digest
+
     source = plan.reader
     return {
-        "bertfeat_version": __version__, **fingerprint, "input": source.identity(),
+        "bertfeat_version": __version__, **fingerprint, "model_files": model_files_digest(encoder.location.path),
+        "input": source.identity(),
         "text_column": source.text_column, "pair_column": plan.pair_column, "id_column": plan.id_column,
         "encoding": source.encoding, "delimiter": getattr(source, "delimiter", None), "on_bad_row": plan.on_bad_row,
         "chunk_rows": plan.chunk_rows,
@@ -72,6 +76,9 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
     for k, a, b in dict_differences(old, new, keys=keys, missing=None, default=str):
         if k == "input":
             out += _input_differences(a or {}, b or {})
+        elif k == "model_files" and isinstance(a, dict) and isinstance(b, dict):
+            changed = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+            out.append("model files changed since the interrupted run: " + ", ".join(changed))
         else:
             out.append(f"{_LABELS.get(k, k)}: {a!r} -> {b!r}")
     return out

@@ -94,7 +94,7 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     encoder = load_encoder(plan)
     spec, fingerprint = feature_settings(encoder, plan)
     applied = applied_pca(plan, fingerprint, encoder.output_dim(spec))  # pca_model: checked before any row is encoded
-    manifest = job_manifest(plan, fingerprint, format=layout.fmt)
+    manifest = job_manifest(plan, fingerprint, encoder, format=layout.fmt)
     store = PartStore(layout.partial)
     try:
         done = store.open(manifest, plan.resume)

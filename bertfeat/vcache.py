@@ -221,6 +221,8 @@ class VectorStore:
         self._lock = threading.Lock()
         self._fp_text: dict[int, str] = {}
         self._dims: dict[int, int] = {}
+        self._fp_rows: dict[int, tuple] = {}  # id -> its fingerprints row (put restores it after a concurrent clear)
+        self._alias: dict[int, int] = {}  # an id a concurrent clear retired -> the fingerprint's id now
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -301,23 +303,40 @@ class VectorStore:
     def register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int:
         """The fingerprint's id in this store (added when new); marks it used now."""
         now = time.time()
+        row = (fingerprint, model, int(dim), json.dumps(settings, sort_keys=True, default=str), now)
         with self._lock, self._guard("write"):
             self.db.execute("INSERT OR IGNORE INTO fingerprints(fingerprint, model, dim, settings, created, last_used) "
-                            "VALUES(?, ?, ?, ?, ?, ?)",
-                            (fingerprint, model, int(dim), json.dumps(settings, sort_keys=True, default=str), now, now))
+                            "VALUES(?, ?, ?, ?, ?, ?)", (*row, now))
             fid, stored_dim = self.db.execute("SELECT id, dim FROM fingerprints WHERE fingerprint=?", (fingerprint,)).fetchone()
             self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (now, fid))
         if stored_dim != dim:
             raise CacheError(f"the cache {self.path} holds {stored_dim}-dimension vectors under fingerprint {fingerprint}, "
                              f"this run makes {dim}", f"delete {self.path} (it is damaged), or use another cache directory")
-        self._fp_text[fid], self._dims[fid] = fingerprint, int(dim)
+        self._fp_text[fid], self._dims[fid], self._fp_rows[fid] = fingerprint, int(dim), row
         return fid
+
+    def _current_id(self, fid: int) -> int:
+        """``fid``, or the id its fingerprint has now: a `cache clear` while this run wrote deleted the fingerprints row
+        (its vectors, written later, would have had no row: unseen by `cache info`, never reused); the row is put back
+        (or the one another run made since is taken). Inside put's transaction."""
+        fid = self._alias.get(fid, fid)
+        fingerprint, model, dim, settings, created = self._fp_rows[fid]
+        if self.db.execute("SELECT 1 FROM fingerprints WHERE id=?", (fid,)).fetchone():
+            return fid
+        self.db.execute("INSERT OR IGNORE INTO fingerprints(id, fingerprint, model, dim, settings, created, last_used) "
+                        "VALUES(?, ?, ?, ?, ?, ?, ?)", (fid, fingerprint, model, dim, settings, created, time.time()))
+        now_id = self.db.execute("SELECT id FROM fingerprints WHERE fingerprint=?", (fingerprint,)).fetchone()[0]
+        if now_id != fid:
+            self._fp_text[now_id], self._dims[now_id], self._fp_rows[now_id] = fingerprint, dim, self._fp_rows[fid]
+            self._alias[fid] = now_id
+        return now_id
 
     # ------------------------------------------------------------------ vectors
     def get(self, fid: int, keys: list[bytes]) -> dict[bytes, tuple[np.ndarray, int, bool, int]]:
         """The stored entries among ``keys``: key -> (vector (dim,) float32, n_tokens, truncated, n_chunks). An
         entry whose checksum fails is left out (counted in ``corrupt``): the caller encodes that row again."""
         out: dict = {}
+        fid = self._alias.get(fid, fid)
         fp_text, dim = self._fp_text[fid], self._dims[fid]
         with self._lock, self._guard("read"):
             for s in range(0, len(keys), LOOKUP_BATCH):
@@ -335,14 +354,15 @@ class VectorStore:
 
     def put(self, fid: int, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> None:
         """Store rows (one transaction: all of them or none); an existing entry is replaced (a corrupt one repaired)."""
-        rows = [(fid, *e) for e in entry_records(self._fp_text[fid], keys, X, n_tokens, truncated, n_chunks)]
-        if not rows:
+        records = entry_records(self._fp_text[fid], keys, X, n_tokens, truncated, n_chunks)
+        if not records:
             return
         with self._lock, self._guard("write"):
             self.db.execute("BEGIN IMMEDIATE")
             try:
+                fid = self._current_id(fid)
                 self.db.executemany("INSERT OR REPLACE INTO vectors(fp, key, vec, n_tokens, flags, n_chunks, crc) "
-                                    "VALUES(?, ?, ?, ?, ?, ?, ?)", rows)
+                                    "VALUES(?, ?, ?, ?, ?, ?, ?)", [(fid, *e) for e in records])
                 self.db.execute("COMMIT")
             except BaseException:
                 if self.db.in_transaction:
@@ -351,7 +371,7 @@ class VectorStore:
 
     def touch(self, fid: int) -> None:
         with self._lock, self._guard("write"):
-            self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (time.time(), fid))
+            self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (time.time(), self._alias.get(fid, fid)))
 
     # ------------------------------------------------------------------ cache info / clear
     def summary(self) -> list[dict]:

@@ -268,3 +268,26 @@ def test_resume_with_another_delimiter_is_refused(tmp_path, capsys, monkeypatch)
     interrupted_run(capsys, monkeypatch, src, out, "--model", tiny_model(), "--chunk-rows", 2, "--delimiter", ";", after=2)
     rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--chunk-rows", 2, "--resume")
     assert rc == 1 and "delimiter: ';' -> ','" in err, err
+
+
+def test_resume_with_a_changed_model_file_but_the_same_weights_is_refused(tmp_path, capsys, monkeypatch):
+    """The weights' sha256 does not cover config.json, the tokenizer or the sentence-transformers modules: a copy of the
+    model whose config changed (same weights, same path) once resumed and mixed two models in one output."""
+    import json
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(), model)
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ("--model", model, "--chunk-rows", 3, "--max-length", 64)
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["layer_norm_eps"] = 1e-2
+    (model / "config.json").write_text(json.dumps(cfg))
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert (rc, err.splitlines()[-1]) == (1, "Error: cannot resume: the settings or the input differ from the interrupted "
+                                             "run (model files changed since the interrupted run: config.json) - rerun "
+                                             "with --overwrite instead of --resume to start over, or use the original "
+                                             "settings")
+    assert len(parts(out)) == 2  # the interrupted run's parts are kept for a resume with the original files

@@ -362,3 +362,29 @@ def test_clear_during_a_run_leaves_no_orphan_rows(tmp_path):
     finally:
         run.close()
         other.close()
+
+
+@pytest.mark.parametrize("other_run_registers_first", [False, True])
+def test_a_clear_while_a_run_writes_leaves_no_unseen_vectors(tmp_path, other_run_registers_first):
+    """`cache clear` in another process deletes the fingerprints row a running writer registered; what the writer puts
+    afterwards goes under the fingerprint's row again (put back, or the one another run registered meanwhile), so
+    `cache info` counts it, a later run reuses it and a full clear deletes what info showed (the vectors were
+    orphaned: 1,000 unseen rows, "deleted 3,000" after info said 2,000)."""
+    writer = open_cache(tmp_path / "cache")
+    fid = writer.register("c" * 32, "m", D, {"pooling": "mean"})
+    writer.put(fid, keys(SST2[:3]), vectors(3), [3] * 3, [False] * 3, [1] * 3)
+    other = VectorStore(tmp_path / "cache" / DB_NAME)
+    assert other.clear() == 3
+    if other_run_registers_first:
+        assert other.register("c" * 32, "m", D, {"pooling": "mean"}) != fid
+    writer.put(fid, keys(SST2[3:7]), vectors(4, 1), [3] * 4, [False] * 4, [1] * 4)
+    writer.touch(fid)
+    info = other.summary()
+    assert [(s["fingerprint"], s["entries"]) for s in info] == [("c" * 32, 4)]
+    again = other.register("c" * 32, "m", D, {"pooling": "mean"})
+    got = other.get(again, keys(SST2[:7]))
+    assert sorted(got) == sorted(keys(SST2[3:7])) and got[keys(SST2[3:4])[0]][0].tobytes() == vectors(4, 1)[0].tobytes()
+    assert writer.get(fid, keys(SST2[3:4])) != {}  # the writer's own id still reads its vectors
+    assert other.clear() == 4 and other.summary() == []
+    writer.close()
+    other.close()
