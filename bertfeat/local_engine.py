@@ -48,21 +48,43 @@ class PartStore:
         """Start or continue: returns the indices of chunks already done."""
         if self.dir.exists() and resume and self.manifest_path.is_file():
             check_resume(read_manifest(self.manifest_path), manifest)
-            return {int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet")}
+            done = set()
+            for p in self.dir.glob("part-*.parquet"):
+                if self._intact(p):
+                    done.add(int(p.stem.split("-")[1]))
+                else:  # damaged on disk since (a truncated file, a flipped byte): its chunk is encoded again
+                    p.unlink()
+            return done
         if self.dir.exists():
             shutil.rmtree(self.dir)
         self.dir.mkdir(parents=True)
         write_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
         return set()
 
+    @staticmethod
+    def _intact(path: Path) -> bool:
+        """A part reads back whole: Parquet's footer, every page's CRC (written by write_part), bertfeat's metadata."""
+        try:
+            t = pq.read_table(path, page_checksum_verification=True)
+            json.loads(t.schema.metadata[b"bertfeat_part"])
+            return True
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            return False
+
     def write_part(self, index: int, table: pa.Table, rejects: list[dict], n_read: int, reuse: dict | None = None):
         meta = {b"bertfeat_part": json.dumps({"rejects": rejects, "n_read": n_read, "reuse": reuse or {}}, default=str).encode()}
         with atomic_output(self.part_path(index)) as tmp:
-            pq.write_table(table.replace_schema_metadata(meta), tmp)
+            pq.write_table(table.replace_schema_metadata(meta), tmp, write_page_checksum=True)
 
     def read_part(self, index: int) -> tuple[pa.Table, list[dict], int, dict]:
         """A finished chunk: its table, rejects, input rows and reuse counts (rows_encoded, rows_reused)."""
-        t = pq.read_table(self.part_path(index))
+        path = self.part_path(index)
+        try:
+            t = pq.read_table(path, page_checksum_verification=True)
+        except (OSError, pa.ArrowException) as e:
+            raise BertfeatError(f"the part {path} of this run is damaged ({' '.join(str(e).split())[:120]})",
+                                f"rerun with {opt('resume', True)} (a damaged part is encoded again), or with "
+                                f"{opt('overwrite', True)} to start over") from None
         meta = json.loads(t.schema.metadata[b"bertfeat_part"])
         return t.replace_schema_metadata(None), meta["rejects"], meta["n_read"], meta.get("reuse", {})
 
