@@ -192,3 +192,20 @@ def test_an_output_in_a_folder_not_made_yet_is_locked_too(tmp_path, inputs, caps
     other = tmp_path / "later" / "o.parquet"
     make_plan(a, other, model=tiny_model())
     assert not other.parent.exists()
+
+
+def test_a_side_file_of_a_held_output_is_held_too(tmp_path, inputs, capsys):
+    """A run writing o.npy also writes o.ids.csv and o.npy.json: another run whose -o names one of those is refused
+    while the first runs (it once wrote o.ids.csv, which the first run then replaced with its ids file)."""
+    a, _ = inputs
+    held = tmp_path / "o.npy"
+    from bertfeat.plan import OutputLayout
+
+    layout = OutputLayout(held, "npy", "local", False)
+    assert sorted(p.name for p in layout.locked()) == ["o.ids.csv", "o.npy", "o.npy.json"]
+    with output_lock(*layout.locked()):
+        out = tmp_path / "o.ids.csv"
+        rc, _, err = run(capsys, "extract", a, "-o", out, "--model", tiny_model())
+        assert rc == 1 and err.startswith(lock_message(out)), err
+        assert not any(p.name.startswith("o.ids.csv") and not p.name.endswith(".lock") for p in tmp_path.iterdir())
+        assert not (tmp_path / "o.ids.csv.partial").exists()
