@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from .readers import RawBatch, Reader
 from .rejects import Reason, RejectCode, bad_row_error, reject, too_long
+from .textcheck import control_character_reason, surrogate_reason
 
 #: the columns of a features table besides the id and the embedding, with their Arrow types
 EXTRA_COLUMNS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()}
@@ -42,8 +43,6 @@ def decode_cell(value, what: str) -> tuple[str | None, Reason | None]:
         return None, Reason(RejectCode.EMPTY, f"empty {what}")
     if not value.strip():
         return None, Reason(RejectCode.WHITESPACE, f"whitespace-only {what}")
-    from .textcheck import control_character_reason, surrogate_reason
-
     bad = surrogate_reason(value, what)
     if bad:
         return None, Reason(RejectCode.INVALID_UNICODE, bad)

@@ -131,8 +131,9 @@ def transform_command(
     check_output_name(out, "output", "reduced.parquet")
     check_array_file(features, "feature file")
     pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
-    with output_lock(out):
-        check_outputs(feature_file_outputs(out, feature_format(out, fmt)), feature_file_inputs(features) + [pca_path], overwrite)
+    outputs = feature_file_outputs(out, feature_format(out, fmt))  # the file and its side files (.npy: ids, provenance)
+    with output_lock(*(p for _, p in outputs)):
+        check_outputs(outputs, feature_file_inputs(features) + [pca_path], overwrite)
         path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows)
     if not quiet:
         if unchecked_source(features, pca):

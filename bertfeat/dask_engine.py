@@ -309,7 +309,7 @@ def reduce_partition(index: int, ctx: TaskContext, pca_path: str, meta: dict) ->
     part = json.loads(t.schema.metadata[b"bertfeat"])
     X = feature_matrix(t)
     if len(X):
-        X = pca.transform(X).astype(np.float32)
+        X = pca.transform_rows(X).astype(np.float32)
     w = _writer(Path(ctx.out_dir) / part_name(index, ctx.width), int(pca.n_components_), ctx, meta, ctx.wide)
     with w:
         w.write(t.column(ctx.id_name), X.reshape(len(X), int(pca.n_components_)),

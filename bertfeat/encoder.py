@@ -534,11 +534,14 @@ def text_list(values, name: str) -> list[str]:
     reaching the tokenizer, whose TypeError names neither."""
     if isinstance(values, str):
         values = [values]
-    elif hasattr(values, "columns") and hasattr(values, "shape"):  # a pandas / polars DataFrame: iterating gives names
+    elif hasattr(values, "columns") and hasattr(values, "shape"):  # a pandas / polars DataFrame (iterating gives its
+        # column names) or a pyarrow Table
+        kind = type(values).__name__
         if len(values.shape) != 2 or values.shape[1] != 1:
-            raise BertfeatError(f"{name} is a DataFrame of {values.shape[1]} columns, not a list of strings",
-                                f"pass its text column, e.g. df['text']")
-        values = values[values.columns[0]]
+            raise BertfeatError(f"{name} is a {kind} of {values.shape[1]} columns, not a list of strings",
+                                "pass its text column, e.g. df['text']")
+        names = getattr(values, "column_names", None)  # pyarrow: columns are arrays, column_names their names
+        values = values.column(0).to_pylist() if names is not None else values[values.columns[0]]
     elif isinstance(values, (bytes, bytearray, Mapping)) or not hasattr(values, "__iter__") \
             or getattr(values, "ndim", 1) != 1:
         raise BertfeatError(f"{name} is {short_repr(values)}, not a list of strings", NOT_A_STRING_FIX)

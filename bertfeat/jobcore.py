@@ -76,7 +76,9 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
     for k, a, b in dict_differences(old, new, keys=keys, missing=None, default=str):
         if k == "input":
             out += _input_differences(a or {}, b or {})
-        elif k == "model_files" and isinstance(a, dict) and isinstance(b, dict):
+        elif k == "model_files" and not isinstance(a, dict):
+            out.append("model files: not recorded by the interrupted run (an earlier bertfeat)")
+        elif k == "model_files" and isinstance(b, dict):
             changed = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
             out.append("model files changed since the interrupted run: " + ", ".join(changed))
         else:

@@ -34,6 +34,10 @@ from .vcache import CacheError
 READ_AHEAD_CHUNKS = 2  # tokenized chunks waiting for the model (bounds the memory of the read-ahead)
 
 
+class DamagedPart(BertfeatError):
+    """A saved chunk that no longer reads back (its page checksums fail): the run stops, keeping the other parts."""
+
+
 class PartStore:
     """OUTPUT.partial/: a manifest plus one atomically written Parquet part per finished chunk."""
 
@@ -52,7 +56,7 @@ class PartStore:
             for p in self.dir.glob("part-*.parquet"):
                 if self._intact(p):
                     done.add(int(p.stem.split("-")[1]))
-                else:  # damaged on disk since (a truncated file, a flipped byte): its chunk is encoded again
+                else:  # damaged on disk since (cut short, emptied): its chunk is encoded again
                     p.unlink()
             return done
         if self.dir.exists():
@@ -63,10 +67,10 @@ class PartStore:
 
     @staticmethod
     def _intact(path: Path) -> bool:
-        """A part reads back whole: Parquet's footer, every page's CRC (written by write_part), bertfeat's metadata."""
+        """A part's footer and bertfeat's metadata read back (cheap: a resumed run reads each part's pages once, later,
+        verifying their checksums: read_part)."""
         try:
-            t = pq.read_table(path, page_checksum_verification=True)
-            json.loads(t.schema.metadata[b"bertfeat_part"])
+            json.loads(pq.read_schema(path).metadata[b"bertfeat_part"])
             return True
         except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
             return False
@@ -80,11 +84,12 @@ class PartStore:
         """A finished chunk: its table, rejects, input rows and reuse counts (rows_encoded, rows_reused)."""
         path = self.part_path(index)
         try:
-            t = pq.read_table(path, page_checksum_verification=True)
+            t = pq.read_table(path, page_checksum_verification=True)  # the CRCs write_part wrote
         except (OSError, pa.ArrowException) as e:
-            raise BertfeatError(f"the part {path} of this run is damaged ({' '.join(str(e).split())[:120]})",
-                                f"rerun with {opt('resume', True)} (a damaged part is encoded again), or with "
-                                f"{opt('overwrite', True)} to start over") from None
+            path.unlink(missing_ok=True)  # so that the resume this error asks for encodes its chunk again
+            raise DamagedPart(f"a saved chunk of the interrupted run, {path.name}, was damaged on disk "
+                                f"({' '.join(str(e).split())[:100]}); it is removed",
+                                f"rerun with {opt('resume', True)}: that chunk is encoded again") from None
         meta = json.loads(t.schema.metadata[b"bertfeat_part"])
         return t.replace_schema_metadata(None), meta["rejects"], meta["n_read"], meta.get("reuse", {})
 
@@ -173,6 +178,9 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     except CacheError:  # a locked, full or failing cache: the finished chunks stay, resume continues
         items.close()
         raise
+    except DamagedPart:  # the other finished chunks stay: the resume it asks for encodes only the damaged one again
+        items.close()
+        raise
     except BertfeatError:
         items.close()
         store.remove()  # bad input: leave nothing behind
@@ -247,7 +255,7 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
                 t, _, _, _ = store.read_part(i)
                 X = feature_matrix(t)
                 if pca is not None and len(X):
-                    X = pca.transform(X).astype(np.float32)
+                    X = pca.transform_rows(X).astype(np.float32)
                 writer.write(t.column(id_name).to_pylist(), X, extra_columns(t, plan.keep))
             outputs["features"] = writer.close()
         outputs.update(publish_rejects(layout.rejects, rejects, plan.keep))

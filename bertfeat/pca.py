@@ -410,10 +410,11 @@ class PCA(Estimator):
 
     # -- transforming ----------------------------------------------------------------------
 
-    def _check_transform_input(self, X: Any) -> np.ndarray:
+    def _check_transform_input(self, X: Any, check_names: bool = True) -> np.ndarray:
         self._result()  # decomposes new statistics; NotFittedError before any data
         d = self.n_features_in_
-        self._check_feature_names(X, reset=False)
+        if check_names:
+            self._check_feature_names(X, reset=False)
         X = as_2d_float(X)
         if X.shape[1] != d:
             raise BertfeatError(
@@ -432,8 +433,16 @@ class PCA(Estimator):
 
         ``row_offset`` only shifts the row numbers quoted in a NaN/inf error (for streams).
         """
+        return self._transform(X, row_offset, True)
+
+    def transform_rows(self, X: np.ndarray, row_offset: int = 0) -> np.ndarray:
+        """transform for a feature file's rows (bertfeat's own pipelines): their columns are an embedding, not named
+        features, so a model fitted on a DataFrame does not warn that they have no feature names."""
+        return self._transform(X, row_offset, False)
+
+    def _transform(self, X: Any, row_offset: int, check_names: bool) -> np.ndarray:
         original = X
-        Xa = self._check_transform_input(X)
+        Xa = self._check_transform_input(X, check_names)
         r = self._result_
         dt = Xa.dtype
         C = r.components.astype(dt)  # (k, d)

@@ -142,8 +142,14 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
                                 "give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)") from None
     elif isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
         idx = [int(spec)]
+    elif isinstance(spec, np.ndarray) and spec.ndim == 0 and np.issubdtype(spec.dtype, np.integer):
+        idx = [int(spec)]
     elif isinstance(spec, slice):  # layers=slice(-4, None): the slice of the hidden states, as a string "-4:" is
-        idx = list(range(n))[spec]
+        try:
+            idx = list(range(n))[spec]
+        except (TypeError, ValueError):  # a step of 0, a bound that is not an int
+            raise BertfeatError(f"{opt('layers', spec)} is not a layer selection",
+                                "give a slice of ints with a step other than 0, e.g. slice(-4, None)") from None
     else:
         items = list(spec) if isinstance(spec, (list, tuple, range, np.ndarray)) else None
         if items is None or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):

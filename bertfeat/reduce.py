@@ -169,7 +169,7 @@ def reduce_features_file(
         for ids, X, extras in src.batches(batch_rows, ahead=1):
             if writer is None:
                 writer = _open_writer(dst, fmt, pca.n_components_, src, meta, ids, extras)
-            Y = pca.transform(X, row_offset=seen).astype(np.float32, copy=False)
+            Y = pca.transform_rows(X, row_offset=seen).astype(np.float32, copy=False)
             writer.write(ids, Y, extras)
             seen += X.shape[0]
             if on_batch:

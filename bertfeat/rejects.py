@@ -50,7 +50,7 @@ class Reason:
 def reject(row: int, ident, reason: Reason, kept: dict | None = None) -> dict:
     """A reject as it travels: row, id, reason (words, option markers kept) and code; with kept columns, ``keep``:
     column -> the row's value (bytes decoded)."""
-    r = {"row": row, "id": _writable(ident), "reason": reason.text, "code": reason.code.value}
+    r = {"row": row, "id": _writable(ident), "reason": _writable(reason.text), "code": reason.code.value}
     if kept is not None:
         r["keep"] = {c: bytes(v).decode("utf-8", errors="replace") if isinstance(v, (bytes, bytearray)) else _writable(v)
                      for c, v in kept.items()}

@@ -15,6 +15,7 @@ Each names its option by the caller's Python parameter (errors.opt); the CLI sho
 from __future__ import annotations
 
 import math
+import numbers
 from pathlib import Path
 
 from .errors import BertfeatError, opt
@@ -82,6 +83,8 @@ def check_size(value: int | None, param: str, minimum: int = 1, maximum: int | N
 
 def _check_whole(value, param: str, fix: str) -> None:
     """A count given as 3.5 is refused, not truncated to 3 (3.0 passes)."""
+    if isinstance(value, numbers.Integral):
+        return
     if not float(value).is_integer():
         raise BertfeatError(f"{opt(param, value)} is not a whole number", fix)
 

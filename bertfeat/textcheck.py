@@ -29,6 +29,8 @@ def control_character_reason(text: str, what: str = "text") -> str | None:
 def surrogate_reason(text: str, what: str = "text") -> str | None:
     """None, or why the string is not valid Unicode: an unpaired surrogate (from a JSON \\uD800-\\uDFFF escape without
     its pair), which no UTF-8 text, tokenizer or output file can hold."""
+    if text.isascii():  # the common case, without the regex
+        return None
     m = _SURROGATE.search(text)
     if m is None:
         return None

@@ -295,9 +295,10 @@ def test_resume_with_a_changed_model_file_but_the_same_weights_is_refused(tmp_pa
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
 def test_a_damaged_part_is_encoded_again_on_resume(tmp_path, capsys, monkeypatch, damage):
-    """A part of the interrupted run damaged on disk since (cut short, emptied, one byte flipped in its data: every
-    part carries page checksums) is not taken as done: --resume encodes that chunk again and the output equals an
-    uninterrupted run's (a truncated part was an "unexpected ArrowInvalid ... this is a bug"; a flipped byte gave
+    """A part of the interrupted run damaged on disk since is not taken as done: cut short or emptied, --resume sees it
+    at once and encodes that chunk again; one byte flipped in its data (every part carries page checksums), the resume
+    stops when it reads that part, removes it and says to resume again, which encodes it. Either way the output equals
+    an uninterrupted run's (a truncated part was an "unexpected ArrowInvalid ... this is a bug"; a flipped byte gave
     features off by 5e-5, silently)."""
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"
@@ -317,6 +318,12 @@ def test_a_damaged_part_is_encoded_again_on_resume(tmp_path, capsys, monkeypatch
         data[(col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size // 2] ^= 0x10
         victim.write_bytes(bytes(data))
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    if damage == "flip":
+        assert (rc, err.splitlines()[-1]) == (1, f"Error: a saved chunk of the interrupted run, {victim.name}, was damaged "
+                                                 f"on disk ({err.split('was damaged on disk (')[1].split('); it is')[0]}); "
+                                                 "it is removed - rerun with --resume: that chunk is encoded again")
+        assert "CRC" in err and not victim.exists() and not out.exists()
+        rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
     assert summary_line(err, "resumed") == "resumed 1 chunk(s) from the interrupted run"
     full = tmp_path / "full.parquet"

@@ -158,8 +158,10 @@ class CsvReader(TextReader):
         # a transcoded encoding: the gate's reads are not pyarrow's blocks, so it neither holds them back nor places
         # the batches (the bytes read stand for both)
         transcoded = self._transcoded()
+        transcoder = None
         if transcoded:  # our own transcoder: a byte the encoding cannot read is a bad row, not the end of the file
-            stream = io.BufferedReader(_Utf8Transcoder(stream, self.encoding), buffer_size=1 << 20)
+            transcoder = _Utf8Transcoder(stream, self.encoding)
+            stream = io.BufferedReader(transcoder, buffer_size=1 << 20)
         stream = gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
         arrowexit.opened(gate)
         gate.wanting(True)  # opening parses the first block (more when its first row is longer)
@@ -225,7 +227,7 @@ class CsvReader(TextReader):
                     yield self._mark_suspects(pending, tracker)
                 out_t, out_p, out_i, *out_k = outs
                 end = max(end, start)
-                if transcoded:  # a byte the encoding could not read (_Utf8Transcoder): its row is a bad row
+                if transcoder is not None and transcoder.escaped:  # a byte the encoding could not read: a bad row
                     named = [("text", out_t), ("pair text", out_p), ("id", out_i),
                              *((f"kept column {c!r}", v) for c, v in zip(self.keep, out_k))]
                     for what, values in named:
@@ -382,6 +384,7 @@ class _Utf8Transcoder(io.RawIOBase):
         self._decoder = codecs.getincrementaldecoder(encoding)(errors="surrogateescape")
         self._buf = b""
         self._eof = False
+        self.escaped = False  # an escape was written: from then on the reader checks the cells (none: no cost)
 
     def readable(self) -> bool:
         return True
@@ -393,6 +396,8 @@ class _Utf8Transcoder(io.RawIOBase):
             # a byte the encoding cannot read decodes to U+DC80..U+DCFF (surrogateescape) and is written as that
             # surrogate's 3 bytes (surrogatepass): never valid UTF-8, whatever bytes surround it
             self._buf = self._decoder.decode(data, final=self._eof).encode("utf-8", errors="surrogatepass")
+            if not self.escaped and (b"\xed\xb2" in self._buf or b"\xed\xb3" in self._buf):  # U+DC80..U+DCFF
+                self.escaped = True
         n = min(len(b), len(self._buf))
         b[:n] = self._buf[:n]
         self._buf = self._buf[n:]
@@ -420,6 +425,8 @@ def _encoding_reason(value, what: str, encoding: str) -> Reason | None:
         return None
     except UnicodeDecodeError:
         text = bytes(value).decode("utf-8", errors="surrogatepass")
-        at = next(i for i, ch in enumerate(text) if "\udc80" <= ch <= "\udcff")
+        at = next((i for i, ch in enumerate(text) if "\udc80" <= ch <= "\udcff"), None)
+        if at is None:  # a surrogate the decoder itself made (utf-7, unicode_escape): not an unreadable byte
+            return Reason(RejectCode.ENCODING, f"invalid {encoding} text in the {what} (an unpaired surrogate)")
         return Reason(RejectCode.ENCODING, f"invalid {encoding}: byte 0x{ord(text[at]) - 0xDC00:02x} at character {at} of "
                                            f"the {what}")

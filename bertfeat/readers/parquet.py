@@ -72,16 +72,25 @@ class ParquetReader(Reader):
     def __getstate__(self):  # the footers and schemas stay on the client (partitions() has used them)
         return {k: v for k, v in self.__dict__.items() if k not in ("_metas", "_schemas")}
 
-    def _same_type(self, col: str) -> None:
-        """A column bertfeat reads must have one type in every file of a dataset (a dictionary column counts as its
-        value type; string and large_string are both text): else its values could not make one output column."""
+    def _same_type(self, col: str, text: bool = False) -> None:
+        """An id or kept column must have one type in every file of a dataset (a dictionary column counts as its value
+        type; string, large_string and string_view alike, binary ones alike): else its values could not make one output
+        column. A text or pair column (``text``) only has to be text in every file (its values are decoded one by one)."""
         def norm(t):
             t = t.value_type if pa.types.is_dictionary(t) else t
-            return pa.string() if pa.types.is_large_string(t) else pa.binary() if pa.types.is_large_binary(t) else t
+            if pa.types.is_large_string(t) or _view(t, "is_string_view"):
+                return pa.string()
+            return pa.binary() if pa.types.is_large_binary(t) or _view(t, "is_binary_view") else t
 
         first = norm(self._pq_schema.field(col).type)
         for f, schema in zip(self.files[1:], getattr(self, "_schemas", [])[1:]):
             t = norm(schema.field(col).type)
+            if text:
+                if not _is_textual(schema.field(col).type):
+                    raise InputError(f"{self._fname(f)}: column {col!r} has type {t}, not text (it is {first} in "
+                                     f"{self._fname(self.files[0])})", "a Parquet dataset needs the text column to be text "
+                                     "in every file: cast it when writing the files (e.g. table.cast in pyarrow)")
+                continue
             if t != first:
                 raise InputError(f"{self._fname(f)}: column {col!r} is {t}, but {first} in {self._fname(self.files[0])}",
                                  "a Parquet dataset needs each column to have one type in every file: cast it when "
@@ -89,9 +98,9 @@ class ParquetReader(Reader):
 
     def _select_columns(self, text_column, pair_column, id_column):
         super()._select_columns(text_column, pair_column, id_column)
-        for col in (self.text_column, pair_column, id_column):
+        for col, text in ((self.text_column, True), (pair_column, True), (id_column, False)):
             if col:
-                self._same_type(col)
+                self._same_type(col, text)
         for param, col in (("text_column", self.text_column), ("pair_column", pair_column)):
             if col:
                 t = self._pq_schema.field(col).type
