@@ -276,3 +276,16 @@ def test_outputs_that_name_no_file_are_refused(tmp_path, features, capsys, monke
         assert _run_main(argv) == 1, argv
         assert capsys.readouterr().err == message + "\n", argv
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_model_fitted_on_a_dataframe_transforms_feature_files_without_warnings(tmp_path, features, X, capsys):
+    """PCA.save keeps feature_names_in_; bertfeat's own pipelines (pca transform, extract --pca-model, Dask) project a
+    feature file's unnamed embedding rows without scikit-learn's "X does not have valid feature names" warning."""
+    pd = pytest.importorskip("pandas")
+    model = tmp_path / "df.npz"
+    PCA(3).fit(pd.DataFrame(X, columns=[f"f{i}" for i in range(D)])).save(model)
+    assert _run_main(["pca", "transform", str(features), "--pca-model", str(model), "-o", str(tmp_path / "r.parquet")]) == 0
+    err = capsys.readouterr().err
+    assert " ".join(err.split()) == f"wrote {tmp_path / 'r.parquet'} (3 components)" and "Warning" not in err
+    _, Y, _ = read_features(tmp_path / "r.parquet")
+    np.testing.assert_allclose(Y, PCA.load(model).transform_rows(X), rtol=0, atol=1e-6)

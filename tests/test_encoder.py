@@ -425,3 +425,11 @@ def test_encode_options_of_the_wrong_type_are_refused_not_coerced(enc, kwargs, m
 def test_layers_as_a_slice(enc):
     """layers=slice(-2, None) is the last two hidden states, as the string '-2:' is."""
     np.testing.assert_array_equal(enc.encode(["a text"], layers=slice(-2, None)), enc.encode(["a text"], layers="-2:"))
+
+
+def test_encode_takes_a_one_column_pyarrow_table(enc):
+    pa = pytest.importorskip("pyarrow")
+    texts = ["a film", "another one"]
+    np.testing.assert_array_equal(enc.encode(pa.table({"t": texts})), enc.encode(texts))
+    with pytest.raises(BertfeatError, match="texts is a Table of 2 columns, not a list of strings"):
+        enc.encode(pa.table({"t": texts, "u": texts}))

@@ -574,3 +574,23 @@ def test_a_byte_the_encoding_cannot_read_is_one_bad_row(tmp_path, capsys, fmt):
     rc, _, err = extract(capsys, ascii_src, tmp_path / "a.parquet", "--encoding", "ascii", "--on-bad-row", "skip")
     assert rc == 0, err
     assert rejects(tmp_path / "a.parquet.rejects.csv")[1:] == [["1", "", "invalid ascii: byte 0xc3 at character 3 of the text"]]
+
+
+def test_a_surrogate_inside_a_reason_and_text_columns_of_two_text_types(tmp_path, capsys):
+    """A kept integer column given a string with an unpaired surrogate: the reason quotes the value, and the rejects
+    file still writes (escaped). A Parquet dataset whose text column is string in one file and binary in another is
+    read (only id and kept columns must keep one type)."""
+    src = tmp_path / "j.jsonl"
+    src.write_bytes(b'{"text": "a", "k": 1}\n{"text": "b", "k": "x\\ud800"}\n{"text": "c", "k": 3}\n')
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--keep", "k", "--on-bad-row", "skip")
+    assert rc == 0, err
+    (row,) = rejects(tmp_path / "o.parquet.rejects.csv")[1:]
+    assert row[0] == "1" and "\\ud800" in row[2] and row[3] == "x\\ud800"
+    d = tmp_path / "ds"
+    d.mkdir()
+    pq.write_table(pa.table({"text": pa.array(["one", "two"])}), d / "p1.parquet")
+    pq.write_table(pa.table({"text": pa.array([b"three", b"four"], pa.binary())}), d / "p2.parquet")
+    rc, _, err = extract(capsys, d, tmp_path / "d.parquet")
+    assert rc == 0, err
+    assert_close(embeddings(read_table(tmp_path / "d.parquet")), tiny_encoder().encode(["one", "two", "three", "four"]))
