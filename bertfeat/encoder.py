@@ -351,6 +351,8 @@ class Encoder:
     def prepare(self, texts: list[str], pairs: list[str] | None, spec: FeatureSpec) -> Prepared:
         """Tokenize rows and apply the long-text policy; windows for chunked rows."""
         tok = self.tokenizer
+        if pairs is not None:
+            check_pairs_long_text(spec.long_text)
         if spec.prompt:
             texts = [spec.prompt + x for x in texts]
         t: Tokenized = tok.encode(list(texts), None if pairs is None else list(pairs), spec.max_length)
@@ -363,8 +365,6 @@ class Encoder:
             raise LongTextError(np.flatnonzero(t.truncated), t.n_tokens, spec.max_length)
         if not spec.long_text.startswith("chunk") or not t.truncated.any():
             return Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks)
-        if pairs is not None:
-            check_pairs_long_text(spec.long_text)
         if tok.cls_id is None or tok.sep_id is None:
             raise BertfeatError(f"{self.model_id}: the tokenizer has no [CLS]/<s> or [SEP]/</s> token to frame the windows "
                                 "of a long text", f"use {opt('long_text', 'truncate')} or error with this model")
@@ -484,8 +484,6 @@ class Encoder:
             normalize = normalize_embeddings
         spec = self.spec(pooling, layers, layer_agg, normalize, max_length, long_text, stride,
                          prompt=prompt, prompt_name=prompt_name)
-        if pairs is not None:
-            check_pairs_long_text(spec.long_text)
         if not texts:
             X = np.zeros((0, self.output_dim(spec)), dtype=np.float32)
             info = EncodeResult(X, np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int32))

@@ -175,11 +175,8 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
             account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
             tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
             progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
-    except CacheError:  # a locked, full or failing cache: the finished chunks stay, resume continues
-        items.close()
-        raise
-    except DamagedPart:  # the other finished chunks stay: the resume it asks for encodes only the damaged one again
-        items.close()
+    except (CacheError, DamagedPart):  # a locked, full or failing cache; a damaged saved chunk: the finished chunks stay,
+        items.close()  # and resume continues (encoding the damaged one again)
         raise
     except BertfeatError:
         items.close()

@@ -140,9 +140,7 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
             shown = opt("layers", spec, cli=f"'{spec}'")
             raise BertfeatError(f"{shown} is not understood",
                                 "give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)") from None
-    elif isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
-        idx = [int(spec)]
-    elif isinstance(spec, np.ndarray) and spec.ndim == 0 and np.issubdtype(spec.dtype, np.integer):
+    elif np.ndim(spec) == 0 and np.issubdtype(np.asarray(spec).dtype, np.integer):  # an int, NumPy's (0-d too); not a bool
         idx = [int(spec)]
     elif isinstance(spec, slice):  # layers=slice(-4, None): the slice of the hidden states, as a string "-4:" is
         try:

@@ -159,7 +159,7 @@ def reduce_features_file(
     diffs = pca.check_fingerprint(src_fp, force=force)
     meta = {k: v for k, v in src.meta.items() if k not in ("layout", "rows")}
     meta["pca"] = pca_metadata_entry(pca, forced=diffs)
-    if pca.fingerprint_ and not src_fp:  # nothing to check the source against (e.g. an .npy without its .json)
+    if _unchecked(pca, src_fp):
         meta["pca"]["source_checked"] = False
     dst = Path(dst_path)
     fmt = feature_format(dst, fmt)
@@ -188,7 +188,12 @@ def unchecked_source(features: str | os.PathLike, pca) -> bool:
     records its source's fingerprint but the features carry none (a .npy without its .json, a file from elsewhere)."""
     from .features import read_feature_metadata
 
-    return bool(pca.fingerprint_) and not feature_fingerprint(read_feature_metadata(features))
+    return _unchecked(pca, feature_fingerprint(read_feature_metadata(features)))
+
+
+def _unchecked(pca, source_fingerprint: dict | None) -> bool:
+    """The model records its source's fingerprint, the features none: nothing to check them against."""
+    return bool(pca.fingerprint_) and not source_fingerprint
 
 
 def _open_writer(dst: Path, fmt: str, k: int, src, meta: dict, ids: Any, extras: dict) -> FeatureWriter:

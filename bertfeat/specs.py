@@ -91,7 +91,6 @@ def _check_whole(value, param: str, fix: str) -> None:
 
 def _is_number(value) -> bool:
     """A real number (NumPy's included); a bool counts as one here, to be refused as out of range."""
-    import numbers
 
     return isinstance(value, numbers.Real)
 

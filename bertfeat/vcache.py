@@ -219,9 +219,9 @@ class VectorStore:
         self.durable = durable
         self.corrupt = 0  # entries whose checksum failed (read as misses)
         self._lock = threading.Lock()
-        self._fp_text: dict[int, str] = {}
-        self._dims: dict[int, int] = {}
-        self._fp_rows: dict[int, tuple] = {}  # id -> its fingerprints row (put restores it after a concurrent clear)
+        # id -> its fingerprints row (fingerprint, model, dim, settings, created): what get / put need, and what put
+        # writes back after a concurrent clear
+        self._fp_rows: dict[int, tuple] = {}
         self._alias: dict[int, int] = {}  # an id a concurrent clear retired -> the fingerprint's id now
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -312,7 +312,7 @@ class VectorStore:
         if stored_dim != dim:
             raise CacheError(f"the cache {self.path} holds {stored_dim}-dimension vectors under fingerprint {fingerprint}, "
                              f"this run makes {dim}", f"delete {self.path} (it is damaged), or use another cache directory")
-        self._fp_text[fid], self._dims[fid], self._fp_rows[fid] = fingerprint, int(dim), row
+        self._fp_rows[fid] = row
         return fid
 
     def _current_id(self, fid: int) -> int:
@@ -327,7 +327,7 @@ class VectorStore:
                         "VALUES(?, ?, ?, ?, ?, ?, ?)", (fid, fingerprint, model, dim, settings, created, time.time()))
         now_id = self.db.execute("SELECT id FROM fingerprints WHERE fingerprint=?", (fingerprint,)).fetchone()[0]
         if now_id != fid:
-            self._fp_text[now_id], self._dims[now_id], self._fp_rows[now_id] = fingerprint, dim, self._fp_rows[fid]
+            self._fp_rows[now_id] = self._fp_rows[fid]
             self._alias[fid] = now_id
         return now_id
 
@@ -337,7 +337,7 @@ class VectorStore:
         entry whose checksum fails is left out (counted in ``corrupt``): the caller encodes that row again."""
         out: dict = {}
         fid = self._alias.get(fid, fid)
-        fp_text, dim = self._fp_text[fid], self._dims[fid]
+        fp_text, _, dim, _, _ = self._fp_rows[fid]
         with self._lock, self._guard("read"):
             for s in range(0, len(keys), LOOKUP_BATCH):
                 part = keys[s:s + LOOKUP_BATCH]
@@ -354,7 +354,7 @@ class VectorStore:
 
     def put(self, fid: int, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> None:
         """Store rows (one transaction: all of them or none); an existing entry is replaced (a corrupt one repaired)."""
-        records = entry_records(self._fp_text[fid], keys, X, n_tokens, truncated, n_chunks)
+        records = entry_records(self._fp_rows[fid][0], keys, X, n_tokens, truncated, n_chunks)
         if not records:
             return
         with self._lock, self._guard("write"):

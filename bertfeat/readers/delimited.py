@@ -232,10 +232,10 @@ class CsvReader(TextReader):
                              *((f"kept column {c!r}", v) for c, v in zip(self.keep, out_k))]
                     for what, values in named:
                         for k, v in enumerate(values or ()):
-                            reason = _encoding_reason(v, what, self.encoding)
-                            if reason is not None:
-                                pre.setdefault(rows[k], reason)
-                                values[k] = _escaped(v)  # as the rejects file shows it
+                            bad = _unreadable(v, what, self.encoding)
+                            if bad is not None:
+                                pre.setdefault(rows[k], bad[0])
+                                values[k] = bad[1]  # as the rejects file shows it
                 pending = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, end, start,
                                                dict(zip(self.keep, out_k)) if self.keep else None))
                 start = end
@@ -376,7 +376,7 @@ def _quiet_row_handler_errors():
 
 class _Utf8Transcoder(io.RawIOBase):
     """A byte stream in ``encoding`` read as UTF-8, a byte that is not valid in the encoding written as an escape that
-    is never valid UTF-8, so it reaches pyarrow inside one cell and makes only that row a bad row (``_encoding_reason``),
+    is never valid UTF-8, so it reaches pyarrow inside one cell and makes only that row a bad row (``_unreadable``),
     where pyarrow's own transcoder stops the whole file at the first such byte."""
 
     def __init__(self, raw, encoding: str):
@@ -410,14 +410,9 @@ class _Utf8Transcoder(io.RawIOBase):
             super().close()
 
 
-def _escaped(value: bytes) -> str:
-    """A cell holding _Utf8Transcoder's escapes as text, each unreadable byte shown as \\xNN."""
-    text = bytes(value).decode("utf-8", errors="surrogatepass")
-    return "".join(f"\\x{ord(ch) - 0xDC00:02x}" if "\udc80" <= ch <= "\udcff" else ch for ch in text)
-
-
-def _encoding_reason(value, what: str, encoding: str) -> Reason | None:
-    """A cell read through _Utf8Transcoder whose bytes are not UTF-8: the raw byte the encoding could not read."""
+def _unreadable(value, what: str, encoding: str) -> tuple[Reason, str] | None:
+    """A cell read through _Utf8Transcoder whose bytes are not UTF-8 -> (why: the raw byte the encoding could not read,
+    the cell as text with each such byte shown as \\xNN); None for a readable cell."""
     if not isinstance(value, (bytes, bytearray)):
         return None
     try:
@@ -425,8 +420,10 @@ def _encoding_reason(value, what: str, encoding: str) -> Reason | None:
         return None
     except UnicodeDecodeError:
         text = bytes(value).decode("utf-8", errors="surrogatepass")
-        at = next((i for i, ch in enumerate(text) if "\udc80" <= ch <= "\udcff"), None)
-        if at is None:  # a surrogate the decoder itself made (utf-7, unicode_escape): not an unreadable byte
-            return Reason(RejectCode.ENCODING, f"invalid {encoding} text in the {what} (an unpaired surrogate)")
-        return Reason(RejectCode.ENCODING, f"invalid {encoding}: byte 0x{ord(text[at]) - 0xDC00:02x} at character {at} of "
-                                           f"the {what}")
+    escaped = [i for i, ch in enumerate(text) if "\udc80" <= ch <= "\udcff"]
+    shown = "".join(f"\\x{ord(ch) - 0xDC00:02x}" if "\udc80" <= ch <= "\udcff" else ch for ch in text)
+    if not escaped:  # a surrogate the decoder itself made (utf-7, unicode_escape): not an unreadable byte
+        return Reason(RejectCode.ENCODING, f"invalid {encoding} text in the {what} (an unpaired surrogate)"), shown
+    at = escaped[0]
+    return Reason(RejectCode.ENCODING, f"invalid {encoding}: byte 0x{ord(text[at]) - 0xDC00:02x} at character {at} of "
+                                       f"the {what}"), shown

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from ..errors import InputError, opt
 from ..rejects import Reason, RejectCode
+from ..textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch, short_error
 from .kept import convert_json, json_type
 from .text import TextReader, read_wide_lines, split_wide_lines, wide_line_codec
@@ -201,8 +202,6 @@ def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
     if kind == "integer" and not -2**63 <= ident < 2**63:
         return Reason(RejectCode.BAD_ID, f"id {str(ident)[:40]} is outside the int64 range of integer ids"), id_kind
     if kind == "string":
-        from ..textcheck import surrogate_reason
-
         bad = surrogate_reason(ident, "id")
         if bad:
             return Reason(RejectCode.INVALID_UNICODE, bad), id_kind

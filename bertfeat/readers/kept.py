@@ -18,6 +18,7 @@ import re
 import pyarrow as pa
 
 from ..rejects import Reason, RejectCode
+from ..textcheck import surrogate_reason
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE)
@@ -116,8 +117,6 @@ def convert_json(column: str, value, typ: pa.DataType) -> tuple[object, Reason |
     if name == "double" and number:
         return float(value), None
     if name == "string" and isinstance(value, str):
-        from ..textcheck import surrogate_reason
-
         bad = surrogate_reason(value, f"value of kept column {column!r}")
         return value, (Reason(RejectCode.INVALID_UNICODE, bad) if bad else None)
     if name == "bool" and isinstance(value, bool):
