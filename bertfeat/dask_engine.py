@@ -73,6 +73,7 @@ from .reuse import dedup_memory
 from .vcache import NETWORK_FS, CacheError, filesystem_type, open_cache
 from .dask_cluster import ClusterError, cancel, cluster_slots, gather, open_client, worker_threads
 from .errors import BertfeatError, opt, render
+from .features.parquet import pages_damaged
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
                       job_manifest, load_encoder, make_reuser, new_pca, provenance, read_manifest)
 from .progress import NullProgress
@@ -408,13 +409,22 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         stage = partial / FULL_DIR if plan.reduces else partial
         stage.mkdir(exist_ok=True)
         done: dict[int, dict] = {}
+        damaged = []
         for p in parts:
-            st = read_part_stats(stage / part_name(p.index, width))
+            path = stage / part_name(p.index, width)
+            st = read_part_stats(path)
             if st is not None and st.get("run") == run_key:
-                done[p.index] = st
+                if pages_damaged(path) is None:
+                    done[p.index] = st
+                else:  # damaged on disk since (a flipped byte fails its page checksum): that partition is encoded again
+                    path.unlink()
+                    damaged.append(path.name)
         summary.chunks_resumed = len(done)
         if done:
             progress.note(f"resuming: {len(done)} of {len(parts)} partition(s) already done in {partial}")
+        if damaged:
+            progress.note(f"{len(damaged)} finished partition(s) were damaged on disk ({', '.join(damaged[:3])}"
+                          f"{', ...' if len(damaged) > 3 else ''}): encoded again")
         progress.start(sum(counts), None)
         started = True
         for st in done.values():

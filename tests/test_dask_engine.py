@@ -293,6 +293,50 @@ def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_
     assert s.rows_read == N_ROWS and s.rows_written == N_ROWS
 
 
+class _Notes(NullProgress):
+    def __init__(self):
+        self.notes = []
+
+    def note(self, message):
+        self.notes.append(message)
+
+
+def _flip_embedding_byte(path: Path) -> None:
+    """One byte inside the embedding column's data, past its page header (a disk or copy error)."""
+    data = bytearray(path.read_bytes())
+    rg = pq.ParquetFile(path).metadata.row_group(0)
+    col = next(rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema.startswith("embedding"))
+    data[(col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_resume_encodes_a_damaged_partition_again(client, data, local_out, tmp_path):
+    """A finished partition damaged on disk since the interrupt (one byte flipped in its features) is not kept: its
+    page checksum fails, so the resume says so and encodes it again; the others are kept as they were. (Before, the
+    damaged part went into the output as it was: features silently off, or a raw ArrowInvalid later.)"""
+    out = tmp_path / "dask.parquet"
+    partial = out.with_name(out.name + ".partial")
+    with pytest.raises(KeyboardInterrupt):
+        extract_dask(_opts(data, out), None, _InterruptAfterFirst(), client=client)
+    _wait_idle(client)
+    done = sorted(partial.glob("part-*.parquet"))
+    assert done
+    victim, kept = done[0], done[1:]
+    _flip_embedding_byte(victim)
+    with pytest.raises(OSError, match="CRC"):  # the byte is caught by the page checksums every part carries
+        pq.read_table(victim, page_checksum_verification=True)
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in kept}
+    notes = _Notes()
+    s = extract_dask(_opts(data, out, resume=True), None, notes, client=client)
+    assert s.chunks_resumed == len(kept)
+    assert f"1 finished partition(s) were damaged on disk ({victim.name}): encoded again" in notes.notes
+    after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("part-*.parquet")}
+    assert {k: after[k] for k in before} == before  # the intact ones were not rewritten
+    _assert_same_features(out, local_out)
+    for p in out.glob("part-*.parquet"):
+        pq.read_table(p, page_checksum_verification=True)  # every part of the output reads back with its checksums
+
+
 # --------------------------------------------------------------------------- the command line
 def test_cli_with_scheduler_address(client, data, tmp_path, capsys):
     out = tmp_path / "cli.parquet"

@@ -42,6 +42,20 @@ def b64_schema(schema: pa.Schema) -> str:
     return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
 
 
+def pages_damaged(path: Path) -> str | None:
+    """Why a Parquet file bertfeat wrote no longer reads back (cut short, a flipped byte: its page checksums), or None.
+
+    Reads every page once, a row group at a time (a part of a resumed Dask run; files written before the
+    checksums were are read without them)."""
+    try:
+        f = pq.ParquetFile(path, page_checksum_verification=True)
+        for i in range(f.num_row_groups):
+            f.read_row_group(i)
+        return None
+    except (OSError, pa.ArrowException) as e:
+        return " ".join(str(e).split())[:100] or type(e).__name__
+
+
 def embedding_matrix(col: pa.Array, d: int, path: Path, start: int) -> np.ndarray:
     """(m, d) float32 from a fixed-size or variable list column of floats."""
     if col.null_count:
@@ -88,7 +102,8 @@ class ParquetFile(FeatureFile):
         fields = [spec.id_field, *feature_fields, *spec.extra_fields]
         self._schema = pa.schema(fields, metadata={METADATA_KEY: dumps_metadata(spec.metadata)})
         self._sink = pa.OSFile(str(self._main.tmp), "wb")
-        self._pq = pq.ParquetWriter(self._sink, self._schema)
+        # page CRCs: a resumed Dask run verifies the parts it keeps (pages_damaged), a reader may too
+        self._pq = pq.ParquetWriter(self._sink, self._schema, write_page_checksum=True)
 
     def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
         m = X.shape[0]
