@@ -116,6 +116,20 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
     return x / np.maximum(norm, np.float32(eps))
 
 
+def _check_slice_bounds(sl: slice, spec, num_layers: int) -> None:
+    """A range's bounds must lie in the model (-(L + 1) .. L + 1): Python would clamp '4:12' on a 6-layer model to
+    4..6 silently, as it would select nothing with '9:12' (a model taken for another)."""
+    from .errors import BertfeatError, opt
+
+    n = num_layers + 1
+    for bound in (sl.start, sl.stop):
+        if bound is not None and not -n <= bound <= n:
+            shown = opt("layers", spec, cli=f"'{spec}'")
+            raise BertfeatError(f"{shown} reaches past the model: it has {num_layers} layers (hidden states 0..{num_layers}; "
+                                f"a range's bounds run from -{n} to {n})",
+                                f"choose layers in that range, e.g. -4: for the last four")
+
+
 def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
     """Layer selection -> hidden-state indices in 0..L (0 = embeddings, L = last layer).
 
@@ -130,16 +144,20 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
         return (num_layers,)
     if isinstance(spec, str):
         s = spec.strip()
+        sl = None
         try:
             if ":" in s:
                 a, b = s.split(":", 1)
-                idx = list(range(n))[slice(int(a) if a.strip() else None, int(b) if b.strip() else None)]
+                sl = slice(int(a) if a.strip() else None, int(b) if b.strip() else None)
             else:
                 idx = [int(p) for p in s.split(",") if p.strip()]
         except ValueError:
             shown = opt("layers", spec, cli=f"'{spec}'")
             raise BertfeatError(f"{shown} is not understood",
                                 "give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)") from None
+        if sl is not None:
+            _check_slice_bounds(sl, spec, num_layers)
+            idx = list(range(n))[sl]
     elif np.ndim(spec) == 0 and np.issubdtype(np.asarray(spec).dtype, np.integer):  # an int, NumPy's (0-d too); not a bool
         idx = [int(spec)]
     elif isinstance(spec, slice):  # layers=slice(-4, None): the slice of the hidden states, as a string "-4:" is
@@ -148,6 +166,7 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
         except (TypeError, ValueError):  # a step of 0, a bound that is not an int
             raise BertfeatError(f"{opt('layers', spec)} is not a layer selection",
                                 "give a slice of ints with a step other than 0, e.g. slice(-4, None)") from None
+        _check_slice_bounds(spec, spec, num_layers)
     else:
         items = list(spec) if isinstance(spec, (list, tuple, range, np.ndarray)) else None
         if items is None or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):

@@ -160,7 +160,11 @@ def test_bad_pooling_and_layer_options_are_clear(enc):
         (dict(layers=7), ["layer 7 does not exist", "6 layers"]),
         (dict(layers=-8), ["layer -8 does not exist"]),
         (dict(layers="x"), ["not understood"]),
-        (dict(layers="9:"), ["selects no layer"]),
+        (dict(layers="3:3"), ["selects no layer"]),
+        (dict(layers="9:"), ["reaches past the model", "6 layers", "from -7 to 7"]),  # Python's slice: nothing, silently
+        (dict(layers="4:12"), ["layers='4:12' reaches past the model"]),  # Python's slice: 4..6, silently
+        (dict(layers="-8:"), ["reaches past the model"]),
+        (dict(layers=slice(0, 9)), ["reaches past the model"]),
         (dict(layer_agg="sum"), ["unknown layer aggregation"]),
         (dict(pooling="pooled", layers=-2), ["last layer only"]),
         (dict(long_text="drop"), ["unknown long-text mode"]),
@@ -183,6 +187,11 @@ ENCODER_OPTIONS = [  # (id, encode keywords, the same on `bertfeat extract`, the
     ("chunked-pairs", {"pairs": ["b", "b"], "long_text": "chunk-mean"}, ["--pair-column", "pair", "--long-text", "chunk-mean"],
      "long_text='chunk-*' works on single texts, not sentence pairs - use long_text='truncate' (or error) with pair_column",
      "--long-text chunk-* works on single texts, not sentence pairs - use --long-text truncate (or error) with --pair-column"),
+    ("layers-range", {"layers": "2:9"}, ["--layers", "2:9"],
+     "layers='2:9' reaches past the model: it has 2 layers (hidden states 0..2; a range's bounds run from -3 to 3) - "
+     "choose layers in that range, e.g. -4: for the last four",
+     "--layers '2:9' reaches past the model: it has 2 layers (hidden states 0..2; a range's bounds run from -3 to 3) - "
+     "choose layers in that range, e.g. -4: for the last four"),
     ("layers-none", {"layers": ","}, ["--layers", ","],
      "layers=',' selects no layer - give at least one layer, e.g. -1", "--layers ',' selects no layer - give at least one layer, e.g. -1"),
 ]

@@ -148,6 +148,25 @@ def test_masked_softmax_matches_numpy_and_float64(fused):
     np.testing.assert_allclose(p[0, 0, :, 1], ey / (1 + ey), rtol=3e-7, atol=2e-35)  # 0 below e^-80
 
 
+@pytest.mark.parametrize("n", [5, 20, 64, 65, 100])
+def test_masked_softmax_row_does_not_depend_on_padding_or_neighbours(fused, n):
+    """A sequence's probabilities are bit for bit the same alone (T = n) and padded in a batch beside a longer one
+    (the sums run over its own keys only), short or long."""
+    rng = np.random.default_rng(n)
+    T, nh = n + 30, 3
+    scores = rng.standard_normal((2, nh, T, T), dtype=np.float32) * 8
+    am = np.ones((2, T), dtype=np.int64)
+    am[0, n:] = 0
+    got = masked_softmax_(scores.copy(), np.float32(0.125), additive_mask(am))
+    alone = masked_softmax_(np.ascontiguousarray(scores[:1, :, :n, :n]), np.float32(0.125), additive_mask(am[:1, :n]))
+    np.testing.assert_array_equal(got[0, :, :n, :n], alone[0])
+    assert (got[0, :, :, n:] == 0).all()
+    s64 = scores[0, :, :n, :n].astype(np.float64) * 0.125
+    e = np.exp(s64 - s64.max(-1, keepdims=True))
+    assert np.abs(alone[0] - e / e.sum(-1, keepdims=True)).max() <= 2e-7
+    assert np.abs(got[1] - softmax_(scores[1] * np.float32(0.125))).max() <= 2e-7  # the full-length neighbour
+
+
 def test_rows_do_not_depend_on_their_neighbours(fused):
     rng = np.random.default_rng(3)
     u = rng.standard_normal((64, 512), dtype=np.float32)
