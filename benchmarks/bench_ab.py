@@ -30,7 +30,7 @@ import bertfeat
 from bertfeat import Encoder
 texts = build_corpus({n})
 enc = Encoder({model!r}, max_length={max_length}, precision={precision!r})
-opts = {{"pooling": "mean"}}
+opts = {{"pooling": {pooling!r}}}
 enc.encode(texts[:{warmup}], **opts)
 tokens = int(sum(len(a) for a in enc.tokenizer.encode(texts, max_length={max_length}).ids))
 t0 = time.perf_counter()
@@ -84,7 +84,7 @@ def cpu() -> str:
 
 def run(tree: Path, args) -> dict:
     code = WORKER.format(bench=str(ROOT / "benchmarks"), n=args.n, model=args.model, max_length=args.max_length,
-                         warmup=args.warmup, precision=args.precision)
+                         warmup=args.warmup, precision=args.precision, pooling=args.pooling)
     if args.extract_pca:
         src = corpus_csv(args.n)
         out = src.with_name(f"ab_{tree.resolve().name}.features.parquet")
@@ -117,6 +117,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--precision", default="fp32", help="Encoder precision: fp32, bf16, int8 or auto")
+    ap.add_argument("--pooling", default="mean", help="the encode's pooling (cls, pooled, ...; not with --extract-pca)")
     ap.add_argument("--extract-pca", type=int, default=None, metavar="N",
                     help="time `bertfeat extract CORPUS.csv --pca N` (the whole command) instead of one encode")
     args = ap.parse_args(argv)
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
     med = {k: statistics.median(x["tokens"] / x["seconds"] for x in v) for k, v in runs.items()}
     print(f"CPU: {cpu()}")
     what = f"bertfeat extract --pca {args.extract_pca} (whole command, model load included)" if args.extract_pca else "one encode"
-    print(f"{what}; model {args.model or 'all-MiniLM-L6-v2'}, precision {args.precision}, {args.n} sentences, {runs['A'][0]['tokens']:,} tokens, "
+    print(f"{what}; model {args.model or 'all-MiniLM-L6-v2'}, precision {args.precision}, pooling {args.pooling}, {args.n} sentences, {runs['A'][0]['tokens']:,} tokens, "
           f"{args.rounds} rounds round robin, each run its own process")
     print("| tree | median tokens/s | runs |")
     print("|---|---:|---|")

@@ -28,7 +28,8 @@ from .families import forward, load_model_weights
 from .model import Workspace, pooler
 from .threads import default_threads
 from .specs import check_max_batch_tokens, check_max_length, check_size, check_threads
-from .pooling import LAYER_AGGS, combine_layers, dense, l2_normalize, parse_layers, pool_tokens, split_pooling
+from .pooling import (LAYER_AGGS, ONE_TOKEN_POOLS, combine_layers, dense, l2_normalize, parse_layers, pool_tokens,
+                      split_pooling)
 from .stmodules import ModelPipeline, read_pipeline
 from .textcheck import surrogate_reason
 from .tokenize import BertTokenizer, Tokenized, pad_batch
@@ -446,20 +447,36 @@ class Encoder:
         except queue.Empty:
             ws = Workspace()
         try:
-            fwd = forward(self.weights, input_ids, types, mask, keep=spec.layers, ws=ws)
-            if spec.pooling == "pooled":
-                return pooler(self.weights, fwd.hidden[self.config.num_hidden_layers][:, 0, :])
             modes = tuple(spec.pooling.split("+"))
             pmask = mask
             if spec.prompt and not spec.include_prompt:  # the prompt's tokens are not pooled
                 pmask = mask.copy()
                 pmask[:, :self.prompt_length(spec.prompt)] = 0
-            x = combine_layers([pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers], spec.layer_agg)
+            # a pooling that reads one token of the deepest layer: that layer runs at that token alone (model.layer_at)
+            if spec.pooling == "pooled":
+                at = np.zeros(len(mask), dtype=np.int64)
+            else:
+                at = ONE_TOKEN_POOLS[modes[0]](pmask) if len(modes) == 1 and modes[0] in ONE_TOKEN_POOLS else None
+            fwd = forward(self.weights, input_ids, types, mask, keep=spec.layers, ws=ws, at=at)
+            deepest = max(spec.layers)
+            if spec.pooling == "pooled":
+                return pooler(self.weights, fwd.hidden[deepest][:, 0, :])
+            x = combine_layers([self._pooled_at(fwd, pmask, modes[0]) if i == deepest and fwd.at is not None
+                                else pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers], spec.layer_agg)
             for step in self._head_steps(spec):
                 x = l2_normalize(x) if step == "normalize" else dense(x, step)
             return x
         finally:
             self._workspaces.put(ws)
+
+    @staticmethod
+    def _pooled_at(fwd, pmask: np.ndarray, mode: str) -> np.ndarray:
+        """(B, H) the deepest state computed at one token per row (fwd.at): its cls / lasttoken pooling, a copy (the
+        state is a workspace view); as pool_lasttoken, a row with no token to pool is zeros."""
+        x = fwd.hidden[max(fwd.hidden)][:, 0, :].copy()
+        if mode == "lasttoken":
+            x[~pmask.astype(bool).any(axis=1)] = 0.0
+        return x
 
     # ------------------------------------------------------------------ one call
     def encode(self, texts, pairs=None, pooling: str | None = None, layers=None, layer_agg: str = "mean",

@@ -284,9 +284,10 @@ def modernbert_embed(w: ModernBertWeights, input_ids: np.ndarray) -> np.ndarray:
 
 def modernbert_forward(w: ModernBertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray | None,
                        attention_mask: np.ndarray, keep: tuple[int, ...] | None = None, output_attentions: bool = False,
-                       ws: Workspace | None = None) -> ForwardOutput:
+                       ws: Workspace | None = None, at: np.ndarray | None = None) -> ForwardOutput:
     """model.bert_forward for ModernBERT (same arguments and result; ``token_type_ids`` ignored, as ModernBertModel
-    takes none). Hidden state L is after final_norm; the others are the residual stream."""
+    takes none). Hidden state L is after final_norm; the others are the residual stream. ``at`` is not used (every
+    layer runs on every token: the result's ``at`` stays None)."""
     c = w.config
     L = c.num_hidden_layers
     B, T = input_ids.shape

@@ -169,7 +169,7 @@ def mpnet_embed(w: MPNetWeights, input_ids: np.ndarray, out: np.ndarray | None =
 
 def mpnet_forward(w: MPNetWeights, input_ids: np.ndarray, token_type_ids: np.ndarray | None,
                   attention_mask: np.ndarray, keep: tuple[int, ...] | None = None, output_attentions: bool = False,
-                  ws: Workspace | None = None) -> ForwardOutput:
+                  ws: Workspace | None = None, at: np.ndarray | None = None) -> ForwardOutput:
     """model.bert_forward for MPNet (same arguments and result); ``token_type_ids`` is ignored, as MPNetModel does."""
     c = w.config
     B, T = input_ids.shape
@@ -177,4 +177,4 @@ def mpnet_forward(w: MPNetWeights, input_ids: np.ndarray, token_type_ids: np.nda
     ws = ws or Workspace()
     x = mpnet_embed(w, input_ids, out=ws.take("emb", (B * T, c.hidden_size)))  # (N, H)
     bias = position_bias(w, T) if last > 0 else None
-    return run_layers(w, x, additive_mask(attention_mask), B, T, keep, last, output_attentions, ws, bias=bias)
+    return run_layers(w, x, additive_mask(attention_mask), B, T, keep, last, output_attentions, ws, bias=bias, at=at)

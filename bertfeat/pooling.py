@@ -15,10 +15,24 @@ POOLINGS = ("pooled",) + TOKEN_POOLING_NAMES
 LAYER_AGGS = ("mean", "concat")
 
 
+def first_positions(mask: np.ndarray) -> np.ndarray:
+    """(B, T) mask -> (B,) the first unmasked token of each row (0 when none)."""
+    return np.argmax(mask, axis=1)
+
+
+def last_positions(mask: np.ndarray) -> np.ndarray:
+    """(B, T) mask -> (B,) the last unmasked token of each row (T - 1 when none)."""
+    return mask.shape[1] - 1 - np.argmax(mask.astype(bool)[:, ::-1], axis=1)
+
+
+#: poolings that read one token per row of the last hidden state, and where: the forward pass can compute the last
+#: layer at that token alone (model.run_layers' ``at``)
+ONE_TOKEN_POOLS = {"cls": first_positions, "lasttoken": last_positions}
+
+
 def pool_cls(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """(B, T, H) -> (B, H): the first unmasked token (the [CLS] / <s>; the first token after an excluded prompt)."""
-    first = np.argmax(mask, axis=1)  # (B,) 0 for right-padded rows
-    return h[np.arange(h.shape[0]), first, :].copy()
+    return h[np.arange(h.shape[0]), first_positions(mask), :].copy()
 
 
 def pool_mean(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -41,11 +55,8 @@ def pool_weightedmean(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def pool_lasttoken(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """(B, T, H) -> (B, H): the last real token (the [SEP] / </s> of a right-padded row); zeros if none."""
-    T = mask.shape[1]
-    m = mask.astype(bool)
-    last = T - 1 - np.argmax(m[:, ::-1], axis=1)  # (B,)
-    out = h[np.arange(h.shape[0]), last, :].copy()
-    out[~m.any(axis=1)] = 0.0
+    out = h[np.arange(h.shape[0]), last_positions(mask), :].copy()
+    out[~mask.astype(bool).any(axis=1)] = 0.0
     return out
 
 

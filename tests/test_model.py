@@ -282,6 +282,41 @@ def test_workspace_reuse_gives_the_same_states(make_ckpt, random_corpus):
     assert ws.nbytes > 0
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+def test_last_layer_at_one_token_equals_the_whole_layer(make_ckpt, random_corpus, precision):
+    """run_layers' ``at``: the last layer computed at one token per sequence (what cls / lasttoken / the pooler read)
+    equals the whole layer's state at those tokens, for first and last tokens and a mix; earlier kept states are
+    unchanged; attentions asked for, or only the embeddings kept, run everything. int8: a position multiplied in
+    int8 (not a first / last token) runs the whole layer, as its scheme says."""
+    from bertfeat.pooling import first_positions, last_positions
+
+    enc = Encoder(make_ckpt(**SHAPES["uncased"], **NAMINGS["plain"], hidden_act="gelu", seed=7), precision=precision)
+    L = enc.config.num_hidden_layers
+    texts = random_corpus["uncased"][0][:24]
+    t = enc.tokenizer.encode(texts, None, 128)
+    ids, types, mask = pad_batch(t.ids, t.type_ids, enc.tokenizer.pad_id)
+    full = bert_forward(enc.weights, ids, types, mask, keep=(1, L))
+    rows = np.arange(len(ids))
+    tol = {"fp32": 2e-6, "bf16": 3e-2, "int8": 3e-2}[precision]  # bf16 / int8: a rounding flip in a bf16 activation
+    for name, at in (("first", first_positions(mask)), ("last", last_positions(mask)),
+                     ("mixed", np.where(rows % 2 == 0, 0, last_positions(mask)))):
+        cut = bert_forward(enc.weights, ids, types, mask, keep=(1, L), at=at)
+        assert cut.at is not None and cut.hidden[L].shape == (len(ids), 1, enc.config.hidden_size)
+        want = full.hidden[L][rows, at]
+        diff = np.abs(cut.hidden[L][:, 0] - want).max()
+        print(f"\n{precision} {name}: largest difference to the whole layer {diff:.2e} (scale {np.abs(want).max():.1f})")
+        assert diff <= tol * max(1.0, np.abs(want).max()), name
+        np.testing.assert_array_equal(cut.hidden[1], full.hidden[1])  # an earlier kept layer: as before
+    assert bert_forward(enc.weights, ids, types, mask, keep=(L,), at=at, output_attentions=True).at is None
+    assert bert_forward(enc.weights, ids, types, mask, keep=(0,), at=at).at is None
+    from bertfeat.quant import SHORT_TOKENS
+
+    middle = np.minimum(2, last_positions(mask) - 1)  # a token that is neither first nor last
+    assert (mask.sum(1) > SHORT_TOKENS).any()  # so some of them are int8 rows under int8
+    middle_cut = bert_forward(enc.weights, ids, types, mask, keep=(L,), at=middle)
+    assert (middle_cut.at is None) == (precision == "int8")  # int8 rows there: the whole layer
+
+
 def test_parity_tolerance_detects_small_mistakes(make_ckpt, random_corpus):
     """The 1e-4 bound is tight enough to catch a wrong GELU variant or lost token types."""
     d = make_ckpt(**SHAPES["uncased"], hidden_act="gelu", seed=7)

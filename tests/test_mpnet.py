@@ -117,7 +117,7 @@ def test_hidden_states_match_transformers(mpnet_dir, real_sentences, long_texts)
     texts = list(real_sentences) + list(long_texts)
     rng = np.random.default_rng(0)
     order = rng.permutation(len(texts))  # mixed lengths in every batch
-    worst, worst_pool, worst_att, longest = np.zeros(L + 1), 0.0, 0.0, 0
+    worst, worst_pool, worst_att, worst_at, longest = np.zeros(L + 1), 0.0, 0.0, 0.0, 0
     for s in range(0, len(texts), 24):
         batch = [texts[i] for i in order[s:s + 24]]
         b = tok(batch, padding=True, truncation=True, max_length=512, return_tensors="np")
@@ -134,10 +134,16 @@ def test_hidden_states_match_transformers(mpnet_dir, real_sentences, long_texts)
                 worst_att = max(worst_att, float(np.abs(a).max()))
         pooled = np.tanh(ours.hidden[L][:, 0] @ enc.weights.pooler_w + enc.weights.pooler_b)
         worst_pool = max(worst_pool, float(np.abs(pooled - ref.pooler_output.numpy()).max()))
+        last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)  # the last layer at each last token alone
+        at = forward(enc.weights, ids, np.zeros_like(ids), mask, keep=(L,), at=last)  # (the relative bias's rows)
+        assert at.at is not None
+        ref_at = ref.hidden_states[L].numpy()[np.arange(len(ids)), last]
+        worst_at = max(worst_at, float(np.abs(at.hidden[L][:, 0] - ref_at).max()))
     print(f"\nMPNet vs transformers, {len(texts)} texts up to {longest} tokens: max |diff| per hidden state "
-          + ", ".join(f"{i}: {d:.2e}" for i, d in enumerate(worst)) + f"; pooler {worst_pool:.2e}; attention {worst_att:.2e}")
+          + ", ".join(f"{i}: {d:.2e}" for i, d in enumerate(worst)) + f"; pooler {worst_pool:.2e}; attention {worst_att:.2e}"
+          + f"; last layer at the last token alone {worst_at:.2e}")
     assert longest > 300
-    assert worst.max() <= TOL and worst_pool <= TOL and worst_att <= TOL
+    assert worst.max() <= TOL and worst_pool <= TOL and worst_att <= TOL and worst_at <= TOL
 
 
 def test_mpnet_prefix_and_pooled_features(mpnet_dir, tmp_path, real_sentences):
