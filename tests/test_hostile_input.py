@@ -96,6 +96,23 @@ def test_jsonl_of_non_objects_is_refused_at_open(tmp_path, capsys, data, line, k
     refused(capsys, src, tmp_path / "o.parquet", message, "--text-column", "text")  # the option does not help
 
 
+@pytest.mark.parametrize("data, message", [
+    (b"id,text\n1,hello\n2,world\n", " line 1: not JSON (Expecting value at column 1); none of its first 3 line(s) is a "
+     'JSON object - bertfeat reads JSONL with one JSON object per line ({"text": ...}); if the file is CSV or TSV, pass '
+     "--input-format csv (or tsv)"),
+    (b"\n\ntext\thi\n", " line 3: not JSON (Expecting value at column 1); none of its first 1 line(s) is a JSON object"),
+    (b"\n \n\n", ': the file is empty (blank lines only) - give one JSON object per line ({"text": ...})'),
+])
+def test_jsonl_without_any_json_says_so(tmp_path, capsys, data, message):
+    """CSV (or blank lines) under a .jsonl name: the first line that is not JSON and what to pass, not "cannot tell
+    which column holds the text (columns: none)"."""
+    src = tmp_path / "a.jsonl"
+    src.write_bytes(data)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet")
+    assert rc == 1 and err.startswith(f"Error: {src}{message}"), err
+    assert not (tmp_path / "o.parquet").exists()
+
+
 def test_jsonl_mixing_objects_and_arrays_rejects_the_arrays(tmp_path):
     src = tmp_path / "m.jsonl"
     src.write_bytes(b'["header", "row"]\n{"text": "a", "id": 1}\n[1, 2]\n"str"\n{"text": "b", "id": 2}\n')

@@ -70,11 +70,14 @@ class JsonlReader(TextReader):
         """The keys of the objects in the first lines (and the kinds of their values); a head of JSON values
         none of which is an object (arrays, strings, numbers) is refused here, naming the first."""
         other = None  # (line number, value) of the first line that is JSON but not an object
+        unread = None  # (line number, error) of the first non-blank line that is not JSON
         codec, lines = self._head_lines(head)
         for n, line in enumerate(lines[:1000], 1):
             try:
                 obj = json.loads(line.decode(codec))
-            except (ValueError, UnicodeDecodeError):
+            except (ValueError, UnicodeDecodeError) as e:
+                if unread is None and line.strip():
+                    unread = (n, e)
                 continue
             if not isinstance(obj, dict):
                 other = other or (n, obj)
@@ -88,6 +91,17 @@ class JsonlReader(TextReader):
         if not self._json_types and other is not None:
             raise InputError(f"{self.name} line {other[0]}: {_line_kind(other[1])}, not an object",
                              'bertfeat reads JSONL with one JSON object per line ({"text": ...}); convert the file, or use CSV')
+        if not self._json_types and unread is not None:  # CSV or plain text under a .jsonl name: say so, not "columns: none"
+            n, e = unread
+            why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+            seen = sum(1 for line in lines[:1000] if line.strip())
+            raise InputError(f"{self.name} line {n}: not JSON ({why}); none of its first {seen} line(s) is a JSON object",
+                             'bertfeat reads JSONL with one JSON object per line ({"text": ...}); if the '
+                             f"file is CSV or TSV, pass {opt('input_format', 'csv')} (or tsv)")
+        if not self._json_types and other is None and not any(line.strip() for line in lines):
+            raise InputError(f"{self.name}: the file is empty (blank lines only)" if len(head) < HEAD_BYTES
+                             else f"{self.name}: its first {len(head):,} bytes are blank lines",
+                             'give one JSON object per line ({"text": ...})')
         return list(self._json_types)
 
     def _lines(self, fh, codec: str, unit: int):
