@@ -42,6 +42,8 @@ _OS_FIX = {
     errno.EPERM: ("operation not permitted", "check the permissions of the file and its directory, or choose another path"),
     errno.ENOENT: ("no such file or directory", "check the path (does its directory exist?)"),
     errno.ENOTDIR: ("a part of the path is not a directory", "check the path"),
+    errno.EEXIST: ("already exists: a file where the path needs a directory", "check the path: every part before the "
+                   "file name must be a directory (or one that does not exist yet)"),
     errno.EISDIR: ("is a directory", "pass a file name, not a directory"),
     errno.EIO: ("input/output error", "the disk or the file system failed; check the device, then rerun"),
     errno.EMFILE: ("too many open files", "raise the limit (ulimit -n) or read fewer files at once"),

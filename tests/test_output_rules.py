@@ -48,6 +48,16 @@ def test_an_output_name_too_long_is_refused_before_anything_is_written(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+def test_an_output_under_a_file_says_the_file_is_in_the_way(tmp_path, src, capsys):
+    """-o in.csv/x.parquet: the directory it needs is a file (was "in.csv: File exists - check the path, its
+    permissions and the free disk space"); the file is left as it was."""
+    before = src.read_bytes()
+    rc, _, err = run(capsys, "extract", src, "-o", src / "x.parquet", "--model", tiny_model())
+    assert (rc, err) == (1, f"Error: {src}: already exists: a file where the path needs a directory - check the path: "
+                            "every part before the file name must be a directory (or one that does not exist yet)\n")
+    assert src.read_bytes() == before
+
+
 def test_nested_columns_need_a_parquet_output(tmp_path, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
