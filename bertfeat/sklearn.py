@@ -87,7 +87,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     distinct text (1.5 kB at D = 384).
 
     Fitted attributes: ``n_features_out_`` (the feature width), ``model_id_``, ``weights_sha256_``,
-    ``spec_`` (the settings that define the vectors, as in provenance).
+    ``precision_`` (the precision that runs), ``spec_`` (the settings that define the vectors, as in provenance).
     """
 
     def __init__(self, model=None, *, pooling=None, layers=None, layer_agg="mean", normalize=None, prompt=None,
@@ -110,9 +110,11 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.cache = cache
 
     # -- the model, loaded lazily -------------------------------------------------------------
-    def _encoder(self) -> Encoder:
+    def _encoder(self, check: bool = True) -> Encoder:
+        """The model (cached per process); ``check``: refuse weights other than the ones fitted with (transform, a
+        pipeline unpickled elsewhere), not at fit, which may change the model on purpose (set_params(model=...))."""
         enc = _load_encoder(self.model, None, self.max_batch_tokens, self.threads, self.precision)
-        expected = getattr(self, "weights_sha256_", None)
+        expected = getattr(self, "weights_sha256_", None) if check else None
         if expected is not None and enc.weights_sha256 != expected:
             raise BertfeatError(
                 f"the weights of {enc.model_id} at {enc.location.path} are not the ones this TextFeatures was fitted "
@@ -130,10 +132,11 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         """Check the texts and the settings, load the model; nothing is learned from X."""
         as_texts(X)
         check_size(self.batch_size, "batch_size", 1, None, " (rows per batch at most)")
-        enc = self._encoder()
+        enc = self._encoder(check=False)
         spec = self._spec(enc)
         self.model_id_ = enc.model_id
         self.weights_sha256_ = enc.weights_sha256
+        self.precision_ = enc.precision  # what runs ("auto" resolved)
         self.spec_ = spec.to_dict()
         self.n_features_out_ = self._n_features_out = enc.output_dim(spec)
         return self
@@ -146,7 +149,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         texts = as_texts(X)
         enc = self._encoder()
         spec = self._spec(enc)
-        if spec.to_dict() != self.spec_:
+        if spec.to_dict() != self.spec_ or enc.precision != getattr(self, "precision_", enc.precision):
             raise BertfeatError("the parameters changed since fit", "fit again after set_params")
         if not texts:
             return np.zeros((0, self.n_features_out_), dtype=np.float32)

@@ -206,3 +206,24 @@ def test_cache_keeps_precisions_apart(minilm_dir, monkeypatch):
     X16 = TextFeatures(str(minilm_dir), cache=True, precision="bf16").fit(texts).transform(texts)
     np.testing.assert_array_equal(X16, Encoder(str(minilm_dir), precision="bf16").encode(texts))
     assert np.abs(X16 - X32).max() > 1e-5
+
+
+def test_refit_after_changing_the_model_or_precision(minilm_dir, tmp_path):
+    """set_params(model=...) then fit refits on the new model (fit refused it: 'the weights ... are not the ones this
+    TextFeatures was fitted with'); a precision changed after fit is refused by transform like any other setting (it
+    transformed with the new precision silently); a model whose files changed since fit is still refused there."""
+    from extract_util import tiny_model
+
+    texts = ["a first text", "and another one"]
+    tf = TextFeatures(str(minilm_dir)).fit(texts)
+    assert tf.precision_ == "fp32"
+    tf.set_params(model=str(tiny_model())).fit(texts)
+    np.testing.assert_array_equal(tf.transform(texts), Encoder(str(tiny_model())).encode(texts))
+    tf.set_params(precision="bf16")
+    with pytest.raises(BertfeatError, match="the parameters changed since fit - fit again after set_params"):
+        tf.transform(texts)
+    assert tf.fit(texts).precision_ == "bf16"
+    stale = TextFeatures(str(minilm_dir)).fit(texts)
+    stale.weights_sha256_ = "0" * 64  # as if the files had changed since fit
+    with pytest.raises(BertfeatError, match="are not the ones this TextFeatures was fitted with"):
+        stale.transform(texts)
