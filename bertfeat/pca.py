@@ -73,7 +73,7 @@ from .errors import BertfeatError, opt
 from .estimator import Estimator
 from .pca_checks import (ACCUMULATE_MODES, DEFAULT_ACCUMULATE, PRECISION_DEPRECATED, accumulate_mode, as_2d_float,
                          check_max_components, check_n_components_spec, nonfinite_error)
-from .pca_file import SavedModel, fingerprint_differences, load_model, save_model
+from .pca_file import SavedModel, fingerprint_differences, load_model, not_a_model, save_model
 from .pca_solvers import (SOLVERS, Decomposition, choose_solver, components_needed, decompose_randomized, decompose_stats,
                           decompose_svd)
 from .pca_stats import BLOCK_ROWS, Stats, add_chunk, first_stats, float32_products_ok, merge_stats
@@ -313,6 +313,11 @@ class PCA(Estimator):
         """Add X's rows to the float64 statistics (whole chunks only, ``accumulate`` mode); fitted attributes become unset."""
         m, d = X.shape
         if self._stats is None and self._result_ is not None:
+            loaded = self.__dict__.get("source_path_")
+            if loaded is not None:
+                raise BertfeatError(f"this PCA was loaded from {loaded}, saved without the statistics partial_fit updates",
+                                    "save the model with PCA.save(path, include_stats=True) to keep updating it, or start "
+                                    "a new PCA for partial_fit")
             raise BertfeatError(
                 f"this PCA was fitted in one pass with solver={self._result_.solver!r} and keeps no statistics to update",
                 "start a new PCA for partial_fit, or fit with solver='covariance'",
@@ -506,6 +511,10 @@ class PCA(Estimator):
         """
         r = self._result()
         fp = dict(fingerprint) if fingerprint is not None else self.__dict__.get("fingerprint_")
+        if include_stats and self._stats is None:
+            raise BertfeatError(f"this PCA has no statistics to save (fitted in one pass with solver={r.solver!r}"
+                                + (", or loaded without them)" if "source_path_" in self.__dict__ else ")"),
+                                "fit with solver='covariance' (or partial_fit) to keep them, or save without include_stats")
         stats = self._stats if include_stats else None
         params = self.get_params()
         precision = params.pop("precision")  # the deprecated name is saved as the accumulate it stands for
@@ -523,7 +532,14 @@ class PCA(Estimator):
         """Read a model written by ``save`` (``np.load(allow_pickle=False)``)."""
         path = Path(path)
         model = load_model(path)
-        pca = cls(**model.params)
+        try:
+            pca = cls(**model.params)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # an old file's precision= is not the caller's doing
+                pca._check_params()
+        except (TypeError, BertfeatError) as e:
+            why = e.message if isinstance(e, BertfeatError) else " ".join(str(e).split())
+            raise not_a_model(path, f"its parameters are not valid ({why})") from None
         pca._reset()
         pca._d = model.n_features
         pca._set_fitted(model.decomposition, pca._d)

@@ -167,6 +167,45 @@ def _check_model_file(path: Path) -> None:
         raise not_a_model(path, "it is a .npz without bertfeat's 'meta' entry")
 
 
+def _check_consistent(path: Path, r: Decomposition, d: int, stats: Stats | None) -> None:
+    """The arrays and counts of a model file fit together (a file edited or written by something else: a wrong shape
+    would surface later as an unexpected matmul error, a short spectrum as a model that transforms but cannot
+    report, NaN as 'the features overflowed'); raises not_a_model saying what does not fit."""
+    k = r.n_components
+
+    def floats(name: str, a, shape: tuple[int, ...] | None, min_len: int = 0) -> None:
+        if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
+            raise not_a_model(path, f"its {name!r} array is not of floats")
+        if shape is not None and a.shape != shape:
+            raise not_a_model(path, f"its {name!r} array has shape {a.shape} where n_components {k} and n_features {d} "
+                                    f"need {shape}")
+        if shape is None and (a.ndim != 1 or len(a) < min_len):
+            raise not_a_model(path, f"its {name!r} array has shape {a.shape} where at least ({min_len},) is needed "
+                                    f"(n_components {k})")
+        if not np.isfinite(a).all():
+            raise not_a_model(path, f"its {name!r} array holds NaN or inf")
+
+    if not (1 <= k <= d):
+        raise not_a_model(path, f"n_components {k} does not fit n_features {d} (1 <= n_components <= n_features)")
+    if r.n_samples < 2:
+        raise not_a_model(path, f"n_samples {r.n_samples} (a fit needs at least 2)")
+    floats("components", r.components, (k, d))
+    floats("mean", r.mean, (d,))
+    floats("spectrum", r.spectrum, None, k)
+    if (r.spectrum < 0).any() or not (np.isfinite(r.total_variance) and r.total_variance >= 0) \
+            or not (np.isfinite(r.noise_variance) and r.noise_variance >= 0):
+        raise not_a_model(path, "its variances are negative or not finite")
+    if r.spectrum[:k].sum() > r.total_variance * (1 + 1e-6) + 1e-300:
+        raise not_a_model(path, f"its total variance {r.total_variance:g} is less than its components' "
+                                f"({r.spectrum[:k].sum():g})")
+    if stats is not None:
+        for name, a, shape in (("stats_shift", stats.shift, (d,)), ("stats_sum", stats.sum, (d,)),
+                               ("stats_sq", stats.sq, (d, d))):
+            floats(name, a, shape)
+        if stats.n < 2:
+            raise not_a_model(path, f"stats_n {stats.n} (statistics of at least 2 rows)")
+
+
 def load_model(path: str | os.PathLike) -> SavedModel:
     """Read and check a file written by ``save_model`` (``np.load(allow_pickle=False)``).
 
@@ -217,6 +256,7 @@ def load_model(path: str | os.PathLike) -> SavedModel:
         raise not_a_model(path, f"{e.args[0]!r} is missing") from None
     except (TypeError, ValueError) as e:
         raise not_a_model(path, f"its metadata is malformed: {e}") from None
+    _check_consistent(path, decomposition, n_features, stats)
     names = meta.get("feature_names")
     if names is not None and (not isinstance(names, list) or len(names) != n_features
                               or not all(isinstance(n, str) for n in names)):

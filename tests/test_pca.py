@@ -818,3 +818,21 @@ def test_save_and_load_keep_feature_names_and_refuse_a_directory(tmp_path):
         PCA(2).fit(df).save(tmp_path)
     with pytest.raises(BertfeatError, match="whiten='yes' is not True or False"):
         PCA(2, whiten="yes").fit(df)
+
+
+def test_partial_fit_of_a_model_saved_without_statistics_says_how_to_save_it(tmp_path):
+    """A loaded model without statistics said "fitted in one pass with solver='covariance' ... fit with
+    solver='covariance'", which it was; save(include_stats=True) of a one-pass svd fit wrote no statistics silently."""
+    X = np.random.default_rng(0).standard_normal((50, 6))
+    path = PCA(3, solver="covariance").fit(X).save(tmp_path / "m.npz")
+    with pytest.raises(BertfeatError) as e:
+        PCA.load(path).partial_fit(X)
+    assert e.value.message == (f"this PCA was loaded from {path}, saved without the statistics partial_fit updates - save "
+                               "the model with PCA.save(path, include_stats=True) to keep updating it, or start a new PCA "
+                               "for partial_fit")
+    with pytest.raises(BertfeatError, match=r"no statistics to save \(fitted in one pass with solver='svd'\)"):
+        PCA(3, solver="svd").fit(X).save(tmp_path / "s.npz", include_stats=True)
+    assert not (tmp_path / "s.npz").exists()
+    kept = PCA(3, solver="covariance").fit(X).save(tmp_path / "k.npz", include_stats=True)
+    more = PCA.load(kept).partial_fit(X)
+    np.testing.assert_allclose(more.mean_, X.mean(axis=0), atol=1e-12)

@@ -226,7 +226,37 @@ def pca_model_cases(d: Path, good: dict) -> list[tuple[Path, str, str]]:
     text.write_text("a,b\n1,2\n")
     pickled = d / "o.npz"
     np.savez(pickled, meta=np.array([{"format": "bertfeat-pca"}], dtype=object))
-    return [
+    with np.load(good["model"]) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    k, n_features = meta["n_components"], meta["n_features"]
+
+    def edited(name: str, arrays_change=None, meta_change=None, params_change=None) -> Path:
+        """The good model with one thing changed, as a file edited by hand or written by something else would be."""
+        a, m = dict(arrays), json.loads(json.dumps(meta))
+        a.update(arrays_change or {})
+        m.update(meta_change or {})
+        m["params"].update(params_change or {})
+        a["meta"] = np.array(json.dumps(m))
+        np.savez(d / name, **a)
+        return d / name
+
+    inconsistent = [
+        (edited("narrow.npz", {"components": arrays["components"][:, :-1]}),
+         f"its 'components' array has shape ({k}, {n_features - 1}) where n_components {k} and n_features {n_features} "
+         f"need ({k}, {n_features})"),
+        (edited("short.npz", {"spectrum": arrays["spectrum"][:1]}),
+         f"its 'spectrum' array has shape (1,) where at least ({k},) is needed (n_components {k})"),
+        (edited("nanmean.npz", {"mean": np.full_like(arrays["mean"], np.nan)}), "its 'mean' array holds NaN or inf"),
+        (edited("nosamples.npz", meta_change={"n_samples": 0}), "n_samples 0 (a fit needs at least 2)"),
+        (edited("novariance.npz", meta_change={"total_variance": 0.0}),
+         f"its total variance 0 is less than its components' ({arrays['spectrum'][:k].sum():g})"),
+        (edited("solver.npz", params_change={"solver": "bogus"}),
+         "its parameters are not valid (unknown solver 'bogus' - use one of: auto, svd, covariance, randomized)"),
+        (edited("extra.npz", params_change={"extra": 1}),
+         "its parameters are not valid (PCA.__init__() got an unexpected keyword argument 'extra')"),
+    ]
+    return [*((path, why, MODEL_FIX) for path, why in inconsistent),
         (npy, "it is a .npy array file, not a .npz model", MODEL_FIX),
         (rand, "it is a .npz without bertfeat's 'meta' entry", MODEL_FIX),
         (trunc, "it is a truncated or corrupt .npz archive (File is not a zip file)", DAMAGED_FIX),
