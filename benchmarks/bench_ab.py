@@ -30,7 +30,7 @@ import bertfeat
 from bertfeat import Encoder
 texts = build_corpus({n})
 enc = Encoder({model!r}, max_length={max_length}, precision={precision!r})
-opts = {{"pooling": {pooling!r}}}
+opts = {{}} if {pooling!r} is None else {{"pooling": {pooling!r}}}
 enc.encode(texts[:{warmup}], **opts)
 tokens = int(sum(len(a) for a in enc.tokenizer.encode(texts, max_length={max_length}).ids))
 t0 = time.perf_counter()
@@ -89,7 +89,8 @@ def run(tree: Path, args) -> dict:
         src = corpus_csv(args.n)
         out = src.with_name(f"ab_{tree.resolve().name}.features.parquet")
         argv = ["extract", str(src), "--pca", str(args.extract_pca), "-o", str(out), "--overwrite", "-q",
-                "--max-length", str(args.max_length), "--precision", args.precision] + (["-m", args.model] if args.model else [])
+                "--max-length", str(args.max_length), "--precision", args.precision] + (["-m", args.model] if args.model else []) \
+            + (["--pooling", args.pooling] if args.pooling else [])
         code = WORKER_EXTRACT.format(argv=argv, out=str(out))
     env = {"PYTHONPATH": str(tree.resolve()), "PATH": "/usr/bin:/bin"}
     import os
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="bertfeat model (default all-MiniLM-L6-v2)")
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--precision", default="fp32", help="Encoder precision: fp32, bf16, int8 or auto")
-    ap.add_argument("--pooling", default="mean", help="the encode's pooling (cls, pooled, ...; not with --extract-pca)")
+    ap.add_argument("--pooling", default=None, help="pooling (cls, mean, pooled, ...; default: the model's own)")
     ap.add_argument("--extract-pca", type=int, default=None, metavar="N",
                     help="time `bertfeat extract CORPUS.csv --pca N` (the whole command) instead of one encode")
     args = ap.parse_args(argv)
@@ -131,8 +132,9 @@ def main(argv=None) -> int:
             print(f"round {r + 1} {name}: {res['tokens'] / res['seconds']:,.0f} tokens/s ({res['file']})", file=sys.stderr)
     med = {k: statistics.median(x["tokens"] / x["seconds"] for x in v) for k, v in runs.items()}
     print(f"CPU: {cpu()}")
+    pooling = args.pooling or "the model's own"
     what = f"bertfeat extract --pca {args.extract_pca} (whole command, model load included)" if args.extract_pca else "one encode"
-    print(f"{what}; model {args.model or 'all-MiniLM-L6-v2'}, precision {args.precision}, pooling {args.pooling}, {args.n} sentences, {runs['A'][0]['tokens']:,} tokens, "
+    print(f"{what}; model {args.model or 'all-MiniLM-L6-v2'}, precision {args.precision}, pooling {pooling}, {args.n} sentences, {runs['A'][0]['tokens']:,} tokens, "
           f"{args.rounds} rounds round robin, each run its own process")
     print("| tree | median tokens/s | runs |")
     print("|---|---:|---|")

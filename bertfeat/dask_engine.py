@@ -409,16 +409,18 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         stage = partial / FULL_DIR if plan.reduces else partial
         stage.mkdir(exist_ok=True)
         done: dict[int, dict] = {}
+        finished = {p.index: (stage / part_name(p.index, width)) for p in parts}
+        finished = {i: (path, st) for i, path in finished.items()
+                    if (st := read_part_stats(path)) is not None and st.get("run") == run_key}
+        if finished:  # every page read once (a large output takes a while): say so first
+            progress.note(f"checking {len(finished)} finished partition(s) in {stage} (their page checksums)")
         damaged = []
-        for p in parts:
-            path = stage / part_name(p.index, width)
-            st = read_part_stats(path)
-            if st is not None and st.get("run") == run_key:
-                if pages_damaged(path) is None:
-                    done[p.index] = st
-                else:  # damaged on disk since (a flipped byte fails its page checksum): that partition is encoded again
-                    path.unlink()
-                    damaged.append(path.name)
+        for i, (path, st) in finished.items():
+            if pages_damaged(path) is None:
+                done[i] = st
+            else:  # damaged on disk since (a flipped byte fails its page checksum): that partition is encoded again
+                path.unlink()
+                damaged.append(path.name)
         summary.chunks_resumed = len(done)
         if done:
             progress.note(f"resuming: {len(done)} of {len(parts)} partition(s) already done in {partial}")

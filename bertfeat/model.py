@@ -28,8 +28,9 @@ QKV and FFN up weights carry multiplied in.
 The same float32 steps as above around it.
 
 A pooling that reads one token per sequence of the last layer (cls, lasttoken, the pooler) gets that layer at that
-token alone (layer_at, run_layers' ``at``): keys and values of every token, the rest on B rows instead of N, 3/4 of
-the last layer's multiply-adds not done (a 6-layer model ~12 % of its work, a 12-layer ~6 %).
+token alone (layer_at, run_layers' ``at``): the fused Q/K/V product on every token (the keys and values), everything
+after it on B rows instead of N, 3/4 of the last layer's multiply-adds not done (a 6-layer model ~12 % of its work, a
+12-layer ~6 %).
 
 Over 500 lines on purpose: each step's fp32, bf16 and int8 forms sit side by side, so the forward pass reads top to
 bottom in one file as the data flows (kernels.py holds the fused versions of these functions).
@@ -389,9 +390,9 @@ def layer_at(qkv: np.ndarray, x: np.ndarray, lw: LayerWeights, mask_add: np.ndar
              bias: np.ndarray | None = None) -> np.ndarray:
     """The rest of a post-LN layer at one token per sequence, ``at`` (B,) its position, from the fused Q/K/V rows
     ``qkv`` (N, 3H) of every token (the keys and values) and the layer input ``x`` (N, H) (the residual): -> (B, H)
-    in the workspace buffer "y". The query, the attention output, both LayerNorms and the FFN run on B rows instead
-    of N: for a pooling that reads one token of the last layer (cls, lasttoken, the pooler) that is 3/4 of the last
-    layer's multiply-adds not done. Each row's arithmetic is encoder_layer's for that token (``lw`` float32 or bf16).
+    in the workspace buffer "y". The attention of one query per sequence, its output projection, both LayerNorms and
+    the FFN run on B rows instead of N: for a pooling that reads one token of the last layer (cls, lasttoken, the
+    pooler) that is 3/4 of the last layer's multiply-adds not done. Each row's arithmetic is encoder_layer's for that token (``lw`` float32 or bf16).
     """
     N, H = x.shape
     hs = H // nh

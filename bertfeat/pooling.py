@@ -128,17 +128,22 @@ def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
 
 
 def _check_slice_bounds(sl: slice, spec, num_layers: int) -> None:
-    """A range's bounds must lie in the model (-(L + 1) .. L + 1): Python would clamp '4:12' on a 6-layer model to
-    4..6 silently, as it would select nothing with '9:12' (a model taken for another)."""
+    """A range's bounds must lie in the model's hidden states 0..L (n = L + 1 of them): Python would clamp '4:12' on a
+    6-layer model to 4..6 silently, and select nothing with '7:' or '9:12' (a model taken for another). A start names
+    a hidden state (-n .. n-1); a stop may also be one past the end: n going up, -(n+1) going down."""
     from .errors import BertfeatError, opt
 
     n = num_layers + 1
-    for bound in (sl.start, sl.stop):
-        if bound is not None and not -n <= bound <= n:
+    down = sl.step is not None and sl.step < 0
+    stop_lo, stop_hi = (-n - 1, n - 1) if down else (-n, n)
+    for bound, lo, hi in ((sl.start, -n, n - 1), (sl.stop, stop_lo, stop_hi)):
+        if bound is not None and not lo <= bound <= hi:
             shown = opt("layers", spec, cli=f"'{spec}'")
-            raise BertfeatError(f"{shown} reaches past the model: it has {num_layers} layers (hidden states 0..{num_layers}; "
-                                f"a range's bounds run from -{n} to {n})",
-                                f"choose layers in that range, e.g. -4: for the last four")
+            last = min(4, num_layers)
+            raise BertfeatError(f"{shown} reaches past the model: it has {num_layers} layer{'s' * (num_layers != 1)} "
+                                f"(hidden states 0..{num_layers}, or -{n}..-1)",
+                                f"choose layers in that range, e.g. -{last}: for the last {last}" if last > 1
+                                else "choose layers in that range, e.g. -1 for the last")
 
 
 def parse_layers(spec, num_layers: int) -> tuple[int, ...]:

@@ -161,7 +161,9 @@ def test_bad_pooling_and_layer_options_are_clear(enc):
         (dict(layers=-8), ["layer -8 does not exist"]),
         (dict(layers="x"), ["not understood"]),
         (dict(layers="3:3"), ["selects no layer"]),
-        (dict(layers="9:"), ["reaches past the model", "6 layers", "from -7 to 7"]),  # Python's slice: nothing, silently
+        (dict(layers="9:"), ["reaches past the model", "6 layers", "or -7..-1", "e.g. -4: for the last 4"]),
+        (dict(layers="7:"), ["reaches past the model"]),  # Python's slice: nothing ("selects no layer")
+        (dict(layers=slice(7, None, -1)), ["reaches past the model"]),  # Python's slice: 6..0, silently
         (dict(layers="4:12"), ["layers='4:12' reaches past the model"]),  # Python's slice: 4..6, silently
         (dict(layers="-8:"), ["reaches past the model"]),
         (dict(layers=slice(0, 9)), ["reaches past the model"]),
@@ -187,11 +189,11 @@ ENCODER_OPTIONS = [  # (id, encode keywords, the same on `bertfeat extract`, the
     ("chunked-pairs", {"pairs": ["b", "b"], "long_text": "chunk-mean"}, ["--pair-column", "pair", "--long-text", "chunk-mean"],
      "long_text='chunk-*' works on single texts, not sentence pairs - use long_text='truncate' (or error) with pair_column",
      "--long-text chunk-* works on single texts, not sentence pairs - use --long-text truncate (or error) with --pair-column"),
-    ("layers-range", {"layers": "2:9"}, ["--layers", "2:9"],
-     "layers='2:9' reaches past the model: it has 2 layers (hidden states 0..2; a range's bounds run from -3 to 3) - "
-     "choose layers in that range, e.g. -4: for the last four",
-     "--layers '2:9' reaches past the model: it has 2 layers (hidden states 0..2; a range's bounds run from -3 to 3) - "
-     "choose layers in that range, e.g. -4: for the last four"),
+    ("layers-range", {"layers": "-4:"}, ["--layers", "-4:"],  # the last four of a 2-layer model: Python would give 0..2
+     "layers='-4:' reaches past the model: it has 2 layers (hidden states 0..2, or -3..-1) - "
+     "choose layers in that range, e.g. -2: for the last 2",
+     "--layers '-4:' reaches past the model: it has 2 layers (hidden states 0..2, or -3..-1) - "
+     "choose layers in that range, e.g. -2: for the last 2"),
     ("layers-none", {"layers": ","}, ["--layers", ","],
      "layers=',' selects no layer - give at least one layer, e.g. -1", "--layers ',' selects no layer - give at least one layer, e.g. -1"),
 ]
@@ -434,6 +436,9 @@ def test_encode_options_of_the_wrong_type_are_refused_not_coerced(enc, kwargs, m
 def test_layers_as_a_slice(enc):
     """layers=slice(-2, None) is the last two hidden states, as the string '-2:' is."""
     np.testing.assert_array_equal(enc.encode(["a text"], layers=slice(-2, None)), enc.encode(["a text"], layers="-2:"))
+    # down to the embeddings: the stop one past hidden state 0 is in range going down (it was refused)
+    np.testing.assert_array_equal(enc.encode(["a text"], layers=slice(-1, -8, -1), layer_agg="concat"),
+                                  enc.encode(["a text"], layers=[6, 5, 4, 3, 2, 1, 0], layer_agg="concat"))
 
 
 def test_encode_takes_a_one_column_pyarrow_table(enc):

@@ -297,7 +297,7 @@ def test_last_layer_at_one_token_equals_the_whole_layer(make_ckpt, random_corpus
     ids, types, mask = pad_batch(t.ids, t.type_ids, enc.tokenizer.pad_id)
     full = bert_forward(enc.weights, ids, types, mask, keep=(1, L))
     rows = np.arange(len(ids))
-    tol = {"fp32": 2e-6, "bf16": 3e-2, "int8": 3e-2}[precision]  # bf16 / int8: a rounding flip in a bf16 activation
+    tol = {"fp32": 2e-6, "bf16": 1e-2, "int8": 1e-2}[precision]  # bf16 / int8: a rounding flip in a bf16 activation
     for name, at in (("first", first_positions(mask)), ("last", last_positions(mask)),
                      ("mixed", np.where(rows % 2 == 0, 0, last_positions(mask)))):
         cut = bert_forward(enc.weights, ids, types, mask, keep=(1, L), at=at)
@@ -305,7 +305,7 @@ def test_last_layer_at_one_token_equals_the_whole_layer(make_ckpt, random_corpus
         want = full.hidden[L][rows, at]
         diff = np.abs(cut.hidden[L][:, 0] - want).max()
         print(f"\n{precision} {name}: largest difference to the whole layer {diff:.2e} (scale {np.abs(want).max():.1f})")
-        assert diff <= tol * max(1.0, np.abs(want).max()), name
+        assert diff <= tol, name
         np.testing.assert_array_equal(cut.hidden[1], full.hidden[1])  # an earlier kept layer: as before
     assert bert_forward(enc.weights, ids, types, mask, keep=(L,), at=at, output_attentions=True).at is None
     assert bert_forward(enc.weights, ids, types, mask, keep=(0,), at=at).at is None
