@@ -81,7 +81,8 @@ def fit_command(
     accumulate: Annotated[
         Optional[str],
         typer.Option(help="How the statistics of float32 features accumulate. mixed (default): float32 block products "
-                          "added in float64 (fast; components within ~1e-6 of float64). float64: all in float64.",
+                          "added in float64 (2x faster; on BERT features ratios within ~1e-8 of float64, trailing components of "
+                          "a steep spectrum less close). float64: all in float64.",
                      show_default=False),
     ] = None,
     precision: Annotated[

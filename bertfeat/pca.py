@@ -115,10 +115,12 @@ class PCA(Estimator):
         accumulate float32 input; float64 input always accumulates in float64, and the
         statistics and every fitted attribute are float64 either way.
         ``mixed``: float32 products of blocks of ``BLOCK_ROWS`` rows,
-        added to float64 totals - twice as fast, with ratios within ~1e-8 and components
-        within ~1e-6 of a float64 fit (closer than scikit-learn's own float32 SVD). Data far
-        from its mean relative to its spread (|mean| > 128 std in some column) falls back
-        to float64 products: their float32 values carry too few bits.
+        added to float64 totals - twice as fast; on BERT features ratios within ~1e-8 of a
+        float64 fit, in general a component's variance about 1e-7 x (largest variance / its
+        own) off (use float64 when the trailing components of a steep spectrum matter). Data
+        far from zero relative to its spread (|mean| > 128 std in some column), and a block
+        of rows far from the running shift (pca_stats.MIXED_MAX_ENERGY), fall back to
+        float64 products.
         ``float64``: every block is converted and multiplied in float64, so re-chunking or
         splitting the rows across workers changes the result only by float64 rounding
         (``bertfeat extract --pca`` uses this, locally and on Dask).

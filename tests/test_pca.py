@@ -836,3 +836,24 @@ def test_partial_fit_of_a_model_saved_without_statistics_says_how_to_save_it(tmp
     kept = PCA(3, solver="covariance").fit(X).save(tmp_path / "k.npz", include_stats=True)
     more = PCA.load(kept).partial_fit(X)
     np.testing.assert_allclose(more.mean_, X.mean(axis=0), atol=1e-12)
+
+
+def test_mixed_accumulation_falls_back_to_float64_for_rows_far_from_the_shift():
+    """partial_fit on 2 zero rows, then on data around 300 with spreads 1 .. 0.1: the shift (the first rows' mean) is
+    300 standard deviations from the later rows, so their float32 products lost the variances (the smallest 15 % off
+    under the default accumulate='mixed'); such a block is now multiplied in float64. A stationary stream keeps its
+    float32 products (the statistics differ from float64 ones by float32 rounding, not at all when it falls back)."""
+    from bertfeat import pca_stats
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([np.zeros((2, 4)), 300 + rng.standard_normal((20000, 4)) * [1, .5, .2, .1]]).astype(np.float32)
+    exact = PCA(4, accumulate="float64").partial_fit(X[:2]).partial_fit(X[2:])
+    mixed = PCA(4, accumulate="mixed").partial_fit(X[:2]).partial_fit(X[2:])
+    err = np.abs(mixed.explained_variance_ / exact.explained_variance_ - 1).max()
+    print(f"\nrows 300 std from the shift, mixed vs float64: largest relative variance difference {err:.1e}")
+    assert err <= 1e-9
+    Y = rng.standard_normal((5000, 6)).astype(np.float32)
+    st = pca_stats.first_stats(Y)
+    s32, sq32 = pca_stats.chunk_stats(Y, st.shift, 0, mixed=True)
+    s64, sq64 = pca_stats.chunk_stats(Y, st.shift, 0, mixed=False)
+    assert 0 < np.abs(sq32 - sq64).max() <= 1e-5 * np.abs(sq64).max()  # float32 products: close, not identical
