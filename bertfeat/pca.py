@@ -245,7 +245,7 @@ class PCA(Estimator):
     def _check_params(self) -> str:
         """Check the parameters (a DeprecationWarning for precision=, aimed at the caller's caller); -> the accumulate mode."""
         if self.solver not in SOLVERS:
-            raise BertfeatError(f"unknown solver {self.solver!r}", f"use one of: {', '.join(SOLVERS)}")
+            raise BertfeatError(f"unknown {opt('solver', self.solver)}", f"use one of: {', '.join(SOLVERS)}")
         if not isinstance(self.whiten, (bool, np.bool_)):
             raise BertfeatError(f"whiten={self.whiten!r} is not True or False", "give whiten=True or whiten=False")
         if self.precision is not None:
@@ -474,6 +474,8 @@ class PCA(Estimator):
                 f"Y has {Y.shape[1]} columns but this PCA has {r.n_components} components",
                 "pass the output of transform() of this PCA",
             )
+        if not np.isfinite(Y).all():  # as scikit-learn's check_array: "Input X contains NaN"
+            raise nonfinite_error(Y, 0, "inverse_transform")
         dt = Y.dtype
         comps = r.components.astype(dt)
         if self.whiten:

@@ -10,6 +10,7 @@ Nothing here keeps state; every function is pure apart from the errors it raises
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,14 @@ def as_2d_float(X: Any) -> np.ndarray:
     """
     if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
         raise BertfeatError("sparse input is not supported by bertfeat's PCA", "pass a dense array, e.g. X.toarray()")
+    pd = sys.modules.get("pandas")  # a pandas object means pandas is imported
+    if pd is not None and isinstance(X, (pd.DataFrame, pd.Series)):
+        dtypes = list(X.dtypes) if isinstance(X, pd.DataFrame) else [X.dtype]
+        if any(isinstance(t, pd.api.extensions.ExtensionDtype) for t in dtypes):
+            try:  # nullable columns (Float64, Int64): pd.NA becomes NaN, refused as NaN is, with its row and column
+                X = X.to_numpy(dtype=np.float64, na_value=np.nan)
+            except (TypeError, ValueError):  # not numbers: the checks below say so
+                pass
     X = np.asarray(X)
     if np.iscomplexobj(X):
         raise BertfeatError("Complex data not supported", "pass real-valued features")
@@ -124,5 +133,5 @@ def accumulate_mode(accumulate: str | None, precision: str | None = None) -> str
     else:
         name, value = "accumulate", DEFAULT_ACCUMULATE if accumulate is None else accumulate
     if value not in ACCUMULATE_MODES:
-        raise BertfeatError(f"unknown {name} {value!r}", f"use one of: {', '.join(ACCUMULATE_MODES)}")
+        raise BertfeatError(f"unknown {opt(name, value)}", f"use one of: {', '.join(ACCUMULATE_MODES)}")
     return value

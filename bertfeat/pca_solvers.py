@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import BertfeatError
+from .errors import BertfeatError, opt
 from .pca_stats import Stats
 
 __all__ = ["SOLVERS", "AUTO_COVARIANCE_MAX_FEATURES", "Decomposition", "flip_signs", "choose_solver", "randomized_svd",
@@ -130,7 +130,7 @@ def decompose_randomized(Xc: np.ndarray, mean: np.ndarray, spec: Any, random_sta
     if spec is not None and not isinstance(spec, numbers.Integral):
         raise BertfeatError(
             "a fractional n_components needs the whole spectrum, which the randomized solver does not compute",
-            "use solver='covariance' or 'svd', or pass a whole number of components",
+            f"use {opt('solver', 'covariance')} or {opt('solver', 'svd')}, or pass a whole number of components",
         )
     k = r if spec is None else int(spec)
     rng = np.random.default_rng(random_state)

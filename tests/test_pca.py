@@ -718,10 +718,10 @@ def test_error_other_bad_params():
     assert _message(lambda: PCA(0).fit(X)) == (
         "n_components=0 is not positive - pass a whole number of components >= 1 (e.g. 100) or a fraction in (0, 1) (e.g. 0.95)"
     )
-    assert _message(lambda: PCA(2, solver="arpack").fit(X)) == "unknown solver 'arpack' - use one of: auto, svd, covariance, randomized"
-    assert _message(lambda: PCA(2, accumulate="float16").partial_fit(X)) == "unknown accumulate 'float16' - use one of: mixed, float64"
+    assert _message(lambda: PCA(2, solver="arpack").fit(X)) == "unknown solver='arpack' - use one of: auto, svd, covariance, randomized"
+    assert _message(lambda: PCA(2, accumulate="float16").partial_fit(X)) == "unknown accumulate='float16' - use one of: mixed, float64"
     with pytest.warns(DeprecationWarning):  # the deprecated name keeps its message
-        assert _message(lambda: PCA(2, precision="float16").partial_fit(X)) == "unknown precision 'float16' - use one of: mixed, float64"
+        assert _message(lambda: PCA(2, precision="float16").partial_fit(X)) == "unknown precision='float16' - use one of: mixed, float64"
     assert _message(lambda: PCA(0.5, solver="randomized").fit(X)).startswith("a fractional n_components needs the whole spectrum")
 
 
@@ -857,3 +857,20 @@ def test_mixed_accumulation_falls_back_to_float64_for_rows_far_from_the_shift():
     s32, sq32 = pca_stats.chunk_stats(Y, st.shift, 0, mixed=True)
     s64, sq64 = pca_stats.chunk_stats(Y, st.shift, 0, mixed=False)
     assert 0 < np.abs(sq32 - sq64).max() <= 1e-5 * np.abs(sq64).max()  # float32 products: close, not identical
+
+
+def test_nan_in_inverse_transform_and_pandas_na_are_refused_like_nan():
+    """inverse_transform returned NaN rows where scikit-learn raises; a nullable pandas column's pd.NA was a raw
+    TypeError ("float() argument must be ... not 'NAType'"): both are the NaN error, naming row and column."""
+    X = np.random.default_rng(0).standard_normal((20, 3))
+    p = PCA(2).fit(X)
+    with pytest.raises(BertfeatError) as e:
+        p.inverse_transform([[1.0, np.nan]])
+    assert e.value.message == ("features contain NaN or inf: 1 value(s), first at row 0, column 1 (nan) - remove or "
+                               "repair those rows before inverse_transform")
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(X, columns=list("abc")).astype("Float64")
+    np.testing.assert_allclose(PCA(2).fit(df).components_, p.components_, atol=1e-12)  # nullable, no NA: as floats
+    df.iloc[3, 1] = pd.NA
+    with pytest.raises(BertfeatError, match=r"first at row 3, column 1 \(nan\) - remove or repair those rows before fitting"):
+        PCA(2).fit(df)

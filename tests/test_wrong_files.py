@@ -252,7 +252,7 @@ def pca_model_cases(d: Path, good: dict) -> list[tuple[Path, str, str]]:
         (edited("novariance.npz", meta_change={"total_variance": 0.0}),
          f"its total variance 0 is less than its components' ({arrays['spectrum'][:k].sum():g})"),
         (edited("solver.npz", params_change={"solver": "bogus"}),
-         "its parameters are not valid (unknown solver 'bogus' - use one of: auto, svd, covariance, randomized)"),
+         "its parameters are not valid (unknown solver='bogus' - use one of: auto, svd, covariance, randomized)"),
         (edited("extra.npz", params_change={"extra": 1}),
          "its parameters are not valid (PCA.__init__() got an unexpected keyword argument 'extra')"),
     ]
