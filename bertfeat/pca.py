@@ -100,9 +100,10 @@ class PCA(Estimator):
 
     Parameters
     ----------
-    n_components : None, int or float in (0, 1)
+    n_components : None, int, float in (0, 1) or "mle"
         None keeps all r = min(n, d) components; an int keeps that many; a fraction keeps
-        the smallest k whose cumulative explained-variance ratio exceeds it.
+        the smallest k whose cumulative explained-variance ratio exceeds it; "mle" the k of
+        Minka's MLE (pca_solvers.infer_dimension, scikit-learn's choice; n >= d, not randomized).
     solver : "auto", "svd", "covariance" or "randomized"
         How ``fit`` decomposes in-memory data. ``partial_fit`` always accumulates
         covariance statistics, and their decomposition is always ``eigh``.

@@ -87,12 +87,12 @@ def nonfinite_error(X: np.ndarray, row_offset: int, action: str) -> BertfeatErro
 
 def check_n_components_spec(spec: Any) -> None:
     """Validate the *type* of n_components (range checks need n and d)."""
-    if spec is None:
+    if spec is None or (isinstance(spec, str) and spec == "mle"):  # 'mle': Minka's choice (pca_solvers.infer_dimension)
         return
     if isinstance(spec, bool) or not isinstance(spec, numbers.Real):
         raise BertfeatError(
             f"n_components={spec!r} is not a number",
-            "pass a whole number of components (e.g. 100), a fraction in (0, 1) (e.g. 0.95), or None",
+            "pass a whole number of components (e.g. 100), a fraction in (0, 1) (e.g. 0.95), 'mle' or None",
         )
     if isinstance(spec, numbers.Integral):
         if spec < 1:

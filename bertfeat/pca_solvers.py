@@ -9,6 +9,7 @@ and ``covariance`` (``eigh`` of the covariance built from ``pca_stats.Stats``) -
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +57,7 @@ def choose_solver(solver: str, n: int, d: int, spec: Any) -> str:
     if n >= d and d <= AUTO_COVARIANCE_MAX_FEATURES:
         return "covariance"
     r = min(n, d)
-    if r <= 1000 or not isinstance(spec, numbers.Integral) or spec >= 0.8 * r:
+    if r <= 1000 or not isinstance(spec, numbers.Integral) or spec >= 0.8 * r:  # 'mle' and fractions: every variance
         return "svd"
     return "randomized"
 
@@ -93,6 +94,38 @@ def components_needed(ratio: np.ndarray, fraction: float) -> int | None:
     return k if k <= len(ratio) else None
 
 
+def assess_dimension(spectrum: np.ndarray, rank: int, n_samples: int) -> float:
+    """Minka's log-likelihood of ``rank`` components for a full spectrum of variances (d,) ("Automatic choice of
+    dimensionality for PCA", NIPS 2000), as scikit-learn's ``_assess_dimension`` computes it; the pairwise term
+    vectorized over j."""
+    d = spectrum.shape[0]
+    if spectrum[rank - 1] < 1e-15:
+        return -math.inf
+    pu = -rank * math.log(2.0) + sum(math.lgamma((d - i + 1) / 2.0) - math.log(math.pi) * (d - i + 1) / 2.0
+                                     for i in range(1, rank + 1))
+    pl = -float(np.sum(np.log(spectrum[:rank]))) * n_samples / 2.0
+    v = max(1e-15, float(np.sum(spectrum[rank:])) / (d - rank))
+    pv = -math.log(v) * n_samples * (d - rank) / 2.0
+    m = d * rank - rank * (rank + 1.0) / 2.0
+    pp = math.log(2.0 * math.pi) * (m + rank) / 2.0
+    capped = spectrum.copy()
+    capped[rank:] = v
+    pa = 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(rank):
+            j = slice(i + 1, d)
+            pa += float(np.sum(np.log((spectrum[i] - spectrum[j]) * (1.0 / capped[j] - 1.0 / capped[i])))) \
+                + (d - i - 1) * math.log(n_samples)
+    return pu + pl + pv + pp - pa / 2.0 - rank * math.log(n_samples) / 2.0
+
+
+def infer_dimension(spectrum: np.ndarray, n_samples: int) -> int:
+    """n_components='mle': the rank in 1 .. d-1 of largest Minka log-likelihood (scikit-learn's ``_infer_dimension``;
+    its spectrum is every variance, so n_samples >= n_features)."""
+    ll = [-math.inf] + [assess_dimension(spectrum, rank, n_samples) for rank in range(1, spectrum.shape[0])]
+    return int(np.argmax(ll))
+
+
 def n_components_from_spec(spec: Any, ratio: np.ndarray, r: int) -> int:
     """Number of components k for spec (None | int | fraction), given the whole ratio spectrum (r,)."""
     if spec is None:
@@ -110,7 +143,10 @@ def decomposition_from_spectrum(
     r = min(n, d)
     total = float(spectrum.sum())
     ratio = spectrum / total if total > 0 else np.zeros_like(spectrum)
-    k = n_components_from_spec(spec, ratio, r)
+    if spec == "mle" and n < d:
+        raise BertfeatError(f"{opt('n_components', 'mle')} needs at least as many samples as features (n_samples {n} < "
+                            f"n_features {d}), as scikit-learn's does", "fit on more rows, or pass a number of components")
+    k = infer_dimension(spectrum, n) if spec == "mle" else n_components_from_spec(spec, ratio, r)
     noise = float(spectrum[k:r].mean()) if k < r else 0.0
     return Decomposition(mean, np.ascontiguousarray(Vt[:k]), spectrum, total, n, k, noise, solver)
 
@@ -129,7 +165,8 @@ def decompose_randomized(Xc: np.ndarray, mean: np.ndarray, spec: Any, random_sta
     r = min(n, d)
     if spec is not None and not isinstance(spec, numbers.Integral):
         raise BertfeatError(
-            "a fractional n_components needs the whole spectrum, which the randomized solver does not compute",
+            f"{'n_components=' + repr(spec) if spec == 'mle' else 'a fractional n_components'} needs the whole spectrum, "
+            "which the randomized solver does not compute",
             f"use {opt('solver', 'covariance')} or {opt('solver', 'svd')}, or pass a whole number of components",
         )
     k = r if spec is None else int(spec)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from .errors import BertfeatError, opt
 
-PCA_FIX = "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"
+PCA_FIX = ("give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), mle (Minka's choice), "
+           "or 1.0 / all for every component")
 
 # extensions of formats bertfeat may be asked to write, and the format each names
 _EXT_FORMAT = {".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".csv": "csv", ".tsv": "tsv", ".feather": "feather",
@@ -29,8 +30,8 @@ _EXT_FORMAT = {".parquet": "parquet", ".pq": "parquet", ".npy": "npy", ".csv": "
                ".avro": "avro", ".gz": "gzip", ".zst": "zstd", ".bz2": "bz2", ".png": "png"}
 
 
-def parse_pca_spec(text: str | int | float | None, param: str = "pca") -> int | float | None:
-    """``"100"`` -> 100, ``"0.95"`` -> 0.95, ``"1.0"``/``"all"`` -> None (every component).
+def parse_pca_spec(text: str | int | float | None, param: str = "pca") -> int | float | str | None:
+    """``"100"`` -> 100, ``"0.95"`` -> 0.95, ``"1.0"``/``"all"`` -> None (every component), ``"mle"`` -> "mle".
 
     ``param``: the parameter the value was given as (``pca`` of extract, ``n_components`` of a PCA fit),
     named in the error."""
@@ -39,6 +40,8 @@ def parse_pca_spec(text: str | int | float | None, param: str = "pca") -> int | 
     s = str(text).strip()
     if s.lower() in ("all", "1.0", "1."):
         return None
+    if s.lower() == "mle":  # Minka's MLE of the dimension, as scikit-learn's n_components='mle'
+        return "mle"
     try:
         n = int(s)
     except ValueError:

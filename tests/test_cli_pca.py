@@ -196,7 +196,7 @@ def test_cli_errors_become_one_line(tmp_path, features, capsys):
     assert _run_main(["pca", "fit", str(features), "-n", "lots", "-o", str(tmp_path / "p.npz")]) == 1
     assert capsys.readouterr().err.strip() == (
         "Error: --n-components 'lots' is not a number - "
-        "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"
+        "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), mle (Minka's choice), or 1.0 / all for every component"
     )
     assert _run_main(["pca", "fit", str(features), "-n", "1.5", "-o", str(tmp_path / "p.npz")]) == 1
     assert "Error: --n-components 1.5: a number of components must be whole" in capsys.readouterr().err
@@ -289,3 +289,21 @@ def test_a_model_fitted_on_a_dataframe_transforms_feature_files_without_warnings
     assert " ".join(err.split()) == f"wrote {tmp_path / 'r.parquet'} (3 components)" and "Warning" not in err
     _, Y, _ = read_features(tmp_path / "r.parquet")
     np.testing.assert_allclose(Y, PCA.load(model).transform_rows(X), rtol=0, atol=1e-6)
+
+
+def test_fit_command_takes_mle(tmp_path, features, X, capsys):
+    """`pca fit -n mle`: Minka's choice, scikit-learn's n_components_ on the same features (float64 statistics)."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    out = tmp_path / "m.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "mle", "-o", str(out), "--accumulate", "float64", "-q"]) == 0
+    fitted = PCA.load(out)
+    assert fitted.n_components == "mle"
+    assert fitted.n_components_ == SkPCA("mle", svd_solver="full").fit(X.astype(np.float64)).n_components_
+    capsys.readouterr()
+    few = tmp_path / "few.npy"
+    np.save(few, X[:10])
+    assert _run_main(["pca", "fit", str(few), "-n", "mle", "-o", str(tmp_path / "f.npz")]) == 1
+    assert capsys.readouterr().err == (f"Error: --n-components mle needs at least as many samples as features (n_samples 10 "
+                                       f"< n_features {X.shape[1]}), as scikit-learn's does - fit on more rows, or pass a "
+                                       "number of components\n")

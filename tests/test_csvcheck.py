@@ -63,7 +63,7 @@ def test_option_values_name_the_parameter_in_python_and_the_flag_on_the_cli(tmp_
     from bertfeat.cli import main
     from bertfeat.csvcheck import parse_delimiter
 
-    fix = "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"
+    fix = "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), mle (Minka's choice), or 1.0 / all for every component"
     for text, param, python, cli in (("lots", "pca", "pca='lots' is not a number", "--pca 'lots' is not a number"),
                                      ("0", "n_components", "n_components=0 is out of range", "--n-components 0 is out of range"),
                                      ("1e-9x", "pca", "pca='1e-9x' is not a number", "--pca '1e-9x' is not a number"),

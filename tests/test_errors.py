@@ -85,7 +85,7 @@ def test_pca_1_0_keeps_every_component_in_extract_and_pca_fit(tmp_path, corpus, 
 @pytest.mark.parametrize("value", ["0", "0.0", "-3"])
 def test_pca_0_is_refused_the_same_in_both_commands(tmp_path, corpus, features, capsys, value):
     fix = ("give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), "
-           "or 1.0 / all for every component")
+           "mle (Minka's choice), or 1.0 / all for every component")
     rc, _, err = extract(capsys, corpus, tmp_path / "r.parquet", "--pca", value)
     one_line(rc, err, f"Error: --pca {value} is out of range - {fix}")
     rc, _, err = run(capsys, "pca", "fit", features, "-n", value, "-o", tmp_path / "q.npz", "-q")
@@ -581,7 +581,7 @@ def test_pca_fit_names_n_components_as_its_long_flag(features, tmp_path, capsys)
     assert "n_components" not in FLAGS
     rc, _, err = run(capsys, "pca", "fit", features, "-n", "lots", "-o", tmp_path / "p.npz")
     assert (rc, err) == (1, "Error: --n-components 'lots' is not a number - give a whole number of components (e.g. 100), "
-                            "a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component\n")
+                            "a variance fraction in (0, 1) (e.g. 0.95), mle (Minka's choice), or 1.0 / all for every component\n")
 
 
 def test_ctrl_c_inside_compiled_code_is_an_interruption_not_a_bug(tmp_path, features, capsys, monkeypatch):

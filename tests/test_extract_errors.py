@@ -362,7 +362,7 @@ def test_bad_option_values(tmp_path, capsys):
         (["--max-length", "1000"], "Error: --max-length 1000 is out of range - choose 3..128 (the model's max_position_embeddings)"),
         (["--format", "xlsx"], "Error: unknown output format 'xlsx' - choose one of parquet, npy, csv"),
         (["--pca", "abc"], "Error: --pca 'abc' is not a number - give a whole number of components (e.g. 100), "
-                             "a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"),
+                             "a variance fraction in (0, 1) (e.g. 0.95), mle (Minka's choice), or 1.0 / all for every component"),
         (["--chunk-rows", "0"], "Error: --chunk-rows 0 is out of range - give 1 or more"),
         (["--format", "npy", "--wide"], "Error: --wide applies to Parquet output, not npy - drop --wide, or use --format parquet"),
         (["--long-text", "chunk-mean", "--stride", "200"],

@@ -874,3 +874,36 @@ def test_nan_in_inverse_transform_and_pandas_na_are_refused_like_nan():
     df.iloc[3, 1] = pd.NA
     with pytest.raises(BertfeatError, match=r"first at row 3, column 1 \(nan\) - remove or repair those rows before fitting"):
         PCA(2).fit(df)
+
+
+@pytest.mark.parametrize("n, d, true_k", [(500, 20, 5), (2000, 64, 10), (1000, 100, 40), (400, 12, 12)])
+def test_mle_chooses_as_scikit_learn_does(n, d, true_k):
+    """n_components='mle' (Minka's choice of dimension) gives scikit-learn's n_components_ and variances, with every
+    solver that knows the whole spectrum and with partial_fit; a save / load keeps 'mle'."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    rng = np.random.default_rng(d)
+    X = rng.standard_normal((n, true_k)) @ rng.standard_normal((true_k, d)) * 3 + rng.standard_normal((n, d)) * 0.5
+    ref = SkPCA("mle", svd_solver="full").fit(X)
+    print(f"\nmle n={n} d={d}: scikit-learn keeps {ref.n_components_}")
+    for p in (PCA("mle", solver="svd").fit(X), PCA("mle", solver="covariance").fit(X),
+              PCA("mle", accumulate="float64").partial_fit(X[:n // 3]).partial_fit(X[n // 3:])):
+        assert p.n_components_ == ref.n_components_
+        np.testing.assert_allclose(p.explained_variance_, ref.explained_variance_, rtol=1e-9)
+        np.testing.assert_allclose(np.abs(p.transform(X[:5])), np.abs(ref.transform(X[:5])), atol=1e-8)
+
+
+def test_mle_is_refused_where_scikit_learn_refuses_it(tmp_path):
+    rng = np.random.default_rng(0)
+    with pytest.raises(BertfeatError) as e:
+        PCA("mle").fit(rng.standard_normal((10, 20)))
+    assert e.value.message == ("n_components='mle' needs at least as many samples as features (n_samples 10 < n_features "
+                               "20), as scikit-learn's does - fit on more rows, or pass a number of components")
+    with pytest.raises(BertfeatError, match="n_components='mle' needs the whole spectrum, which the randomized solver"):
+        PCA("mle", solver="randomized").fit(rng.standard_normal((100, 20)))
+    with pytest.raises(BertfeatError, match="n_components='MLE' is not a number"):
+        PCA("MLE").fit(rng.standard_normal((100, 20)))
+    X = rng.standard_normal((100, 6))
+    p = PCA("mle").fit(X)
+    back = PCA.load(p.save(tmp_path / "m.npz"))
+    assert back.n_components == "mle" and back.n_components_ == p.n_components_

@@ -191,7 +191,7 @@ def test_a_url_input_reads_through_fsspec_and_needs_an_output(tmp_path, capsys):
 # --------------------------------------------------------------------------- options named for the caller (issue 16)
 _SKIP = "to write it to the rejects file and go on"
 _MAX_BATCH = "choose 1 or more (tokens per batch, padded rows x length; default 512), or leave it out for the default"
-_PCA_FIX = "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), or 1.0 / all for every component"
+_PCA_FIX = "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), mle (Minka's choice), or 1.0 / all for every component"
 NAMED_OPTIONS = [  # (id, extract keywords, the same on the command line, the Python message, the CLI's stderr line)
     ("bad-row", {}, [], f"{{src}} row 2: empty text - fix the row, or pass on_bad_row='skip' {_SKIP}",
      f"{{src}} row 2: empty text - fix the row, or pass --on-bad-row skip {_SKIP}"),

@@ -36,7 +36,7 @@ TIMEOUT = 30  # seconds for one in-process run (they take well under one; a FIFO
 MODEL_FIX = "pass a .npz written by `bertfeat pca fit`, `bertfeat extract --pca` or PCA.save"
 DAMAGED_FIX = "pass a complete model file (rerun the `bertfeat pca fit` or `extract --pca` that wrote it)"
 PCA_FIX = ("give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), "
-           "or 1.0 / all for every component")
+           "mle (Minka's choice), or 1.0 / all for every component")
 UTF8_FIX = ("pass the text as UTF-8 (convert it first, e.g. with iconv -f latin1 -t utf-8), or put it in a file "
             "and run `bertfeat extract FILE --encoding ENCODING`")
 
