@@ -203,3 +203,15 @@ def sigkill_when(p, ready, poll: float = 0.005) -> None:
         if p.poll() is None:
             p.kill()
         p.stderr.close()
+
+
+def flip_embedding_byte(path: Path) -> None:
+    """One byte flipped inside a Parquet file's embedding column data, past its page header (a disk or copy error that
+    only the page checksums catch)."""
+    import pyarrow.parquet as pq
+
+    data = bytearray(path.read_bytes())
+    rg = pq.ParquetFile(path).metadata.row_group(0)
+    col = next(rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema.startswith("embedding"))
+    data[(col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size // 2] ^= 0x10
+    path.write_bytes(bytes(data))

@@ -261,7 +261,8 @@ class _InterruptAfterFirst(NullProgress):
             raise KeyboardInterrupt
 
 
-def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_path):
+def _interrupted(client, data, tmp_path) -> tuple[Path, Path, list[Path]]:
+    """A run stopped by Ctrl-C once a partition is done: (its output, OUTPUT.partial, the finished parts)."""
     out = tmp_path / "dask.parquet"
     partial = out.with_name(out.name + ".partial")
     with pytest.raises(KeyboardInterrupt):
@@ -269,6 +270,11 @@ def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_
     _wait_idle(client)
     done = sorted(partial.glob("part-*.parquet"))
     assert 1 <= len(done) <= N_PARTS and not out.exists()
+    return out, partial, done
+
+
+def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_path):
+    out, partial, done = _interrupted(client, data, tmp_path)
     if len(done) == N_PARTS:  # the others finished after the interrupt: make one missing
         done.pop().unlink()
     before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in done}
@@ -301,28 +307,15 @@ class _Notes(NullProgress):
         self.notes.append(message)
 
 
-def _flip_embedding_byte(path: Path) -> None:
-    """One byte inside the embedding column's data, past its page header (a disk or copy error)."""
-    data = bytearray(path.read_bytes())
-    rg = pq.ParquetFile(path).metadata.row_group(0)
-    col = next(rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema.startswith("embedding"))
-    data[(col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size // 2] ^= 0x10
-    path.write_bytes(bytes(data))
-
-
 def test_resume_encodes_a_damaged_partition_again(client, data, local_out, tmp_path):
     """A finished partition damaged on disk since the interrupt (one byte flipped in its features) is not kept: its
     page checksum fails, so the resume says so and encodes it again; the others are kept as they were. (Before, the
     damaged part went into the output as it was: features silently off, or a raw ArrowInvalid later.)"""
-    out = tmp_path / "dask.parquet"
-    partial = out.with_name(out.name + ".partial")
-    with pytest.raises(KeyboardInterrupt):
-        extract_dask(_opts(data, out), None, _InterruptAfterFirst(), client=client)
-    _wait_idle(client)
-    done = sorted(partial.glob("part-*.parquet"))
-    assert done
+    out, _, done = _interrupted(client, data, tmp_path)
     victim, kept = done[0], done[1:]
-    _flip_embedding_byte(victim)
+    from extract_util import flip_embedding_byte
+
+    flip_embedding_byte(victim)
     with pytest.raises(OSError, match="CRC"):  # the byte is caught by the page checksums every part carries
         pq.read_table(victim, page_checksum_verification=True)
     before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in kept}

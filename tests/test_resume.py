@@ -311,12 +311,9 @@ def test_a_damaged_part_is_encoded_again_on_resume(tmp_path, capsys, monkeypatch
     elif damage == "empty":
         victim.write_bytes(b"")
     else:  # a byte inside the embedding column's data, past its page header
-        import pyarrow.parquet as pq
+        from extract_util import flip_embedding_byte
 
-        rg = pq.ParquetFile(victim).metadata.row_group(0)
-        col = next(rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema.startswith("embedding"))
-        data[(col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size // 2] ^= 0x10
-        victim.write_bytes(bytes(data))
+        flip_embedding_byte(victim)
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     if damage == "flip":
         assert (rc, err.splitlines()[-1]) == (1, f"Error: a saved chunk of the interrupted run, {victim.name}, was damaged "
