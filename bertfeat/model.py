@@ -392,7 +392,8 @@ def layer_at(qkv: np.ndarray, x: np.ndarray, lw: LayerWeights, mask_add: np.ndar
     ``qkv`` (N, 3H) of every token (the keys and values) and the layer input ``x`` (N, H) (the residual): -> (B, H)
     in the workspace buffer "y". The attention of one query per sequence, its output projection, both LayerNorms and
     the FFN run on B rows instead of N: for a pooling that reads one token of the last layer (cls, lasttoken, the
-    pooler) that is 3/4 of the last layer's multiply-adds not done. Each row's arithmetic is encoder_layer's for that token (``lw`` float32 or bf16).
+    pooler) that is 3/4 of the last layer's multiply-adds not done. Each row's arithmetic is encoder_layer's for that
+    token (``lw`` float32 or bf16).
     """
     N, H = x.shape
     hs = H // nh
@@ -627,8 +628,8 @@ def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: i
     for i in range(last + 1):
         if i > 0 and i == last and at is not None:  # the last layer at one token per sequence
             lw = layers[i - 1]
-            if xq is not None:  # int8: Q/K/V of every token as encoder_layer_q8 makes them; the rest on float token rows,
-                lw = w.float_layers[i - 1]  # which the chosen tokens are (first / last token: quant.float_token_rows)
+            if xq is not None:  # int8: Q/K/V of every token as encoder_layer_q8 makes them; the rest on float token
+                lw = w.float_layers[i - 1]  # rows, which the chosen tokens are (first / last: quant.float_token_rows)
                 qkv = q8_linear(xq, x, w.layers[i - 1].qkv_w, w.layers[i - 1].qkv_b, frows, 0,
                                 ws.take("qkv", (N, 3 * c.hidden_size)), ws)  # (N, 3H)
             else:
