@@ -409,9 +409,8 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         stage = partial / FULL_DIR if plan.reduces else partial
         stage.mkdir(exist_ok=True)
         done: dict[int, dict] = {}
-        finished = {p.index: (stage / part_name(p.index, width)) for p in parts}
-        finished = {i: (path, st) for i, path in finished.items()
-                    if (st := read_part_stats(path)) is not None and st.get("run") == run_key}
+        paths = ((p.index, stage / part_name(p.index, width)) for p in parts)
+        finished = {i: (path, st) for i, path in paths if (st := read_part_stats(path)) is not None and st.get("run") == run_key}
         if finished:  # every page read once (a large output takes a while): say so first
             progress.note(f"checking {len(finished)} finished partition(s) in {stage} (their page checksums)")
         damaged = []

@@ -453,15 +453,12 @@ class Encoder:
                 pmask = mask.copy()
                 pmask[:, :self.prompt_length(spec.prompt)] = 0
             # a pooling that reads one token of the deepest layer: that layer runs at that token alone (model.layer_at)
-            if spec.pooling == "pooled":
-                at = np.zeros(len(mask), dtype=np.int64)
-            else:
-                at = ONE_TOKEN_POOLS[modes[0]](pmask) if len(modes) == 1 and modes[0] in ONE_TOKEN_POOLS else None
+            at = ONE_TOKEN_POOLS[modes[0]](pmask) if len(modes) == 1 and modes[0] in ONE_TOKEN_POOLS else None
             fwd = forward(self.weights, input_ids, types, mask, keep=spec.layers, ws=ws, at=at)
             deepest = max(spec.layers)
             if spec.pooling == "pooled":
                 return pooler(self.weights, fwd.hidden[deepest][:, 0, :])
-            x = combine_layers([self._pooled_at(fwd, pmask, modes[0]) if i == deepest and fwd.at is not None
+            x = combine_layers([self._pooled_at(fwd.hidden[i], pmask, modes[0]) if i == deepest and fwd.at is not None
                                 else pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers], spec.layer_agg)
             for step in self._head_steps(spec):
                 x = l2_normalize(x) if step == "normalize" else dense(x, step)
@@ -470,10 +467,10 @@ class Encoder:
             self._workspaces.put(ws)
 
     @staticmethod
-    def _pooled_at(fwd, pmask: np.ndarray, mode: str) -> np.ndarray:
-        """(B, H) the deepest state computed at one token per row (fwd.at): its cls / lasttoken pooling, a copy (the
-        state is a workspace view); as pool_lasttoken, a row with no token to pool is zeros."""
-        x = fwd.hidden[max(fwd.hidden)][:, 0, :].copy()
+    def _pooled_at(h: np.ndarray, pmask: np.ndarray, mode: str) -> np.ndarray:
+        """(B, 1, H) the deepest state computed at one token per row (fwd.at) -> (B, H) its cls / lasttoken pooling, a
+        copy (the state is a workspace view); as pool_lasttoken, a row with no token to pool is zeros."""
+        x = h[:, 0, :].copy()
         if mode == "lasttoken":
             x[~pmask.astype(bool).any(axis=1)] = 0.0
         return x

@@ -164,9 +164,9 @@ def decompose_randomized(Xc: np.ndarray, mean: np.ndarray, spec: Any, random_sta
     n, d = Xc.shape
     r = min(n, d)
     if spec is not None and not isinstance(spec, numbers.Integral):
+        what = f"n_components={spec!r}" if spec == "mle" else "a fractional n_components"
         raise BertfeatError(
-            f"{'n_components=' + repr(spec) if spec == 'mle' else 'a fractional n_components'} needs the whole spectrum, "
-            "which the randomized solver does not compute",
+            f"{what} needs the whole spectrum, which the randomized solver does not compute",
             f"use {opt('solver', 'covariance')} or {opt('solver', 'svd')}, or pass a whole number of components",
         )
     k = r if spec is None else int(spec)

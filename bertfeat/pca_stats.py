@@ -117,7 +117,7 @@ def _far_from_shift(energy: np.ndarray, s: np.ndarray, b: int) -> bool:
     (``energy``, (d,) from the float32 product) over MIXED_MAX_ENERGY times its sum of squares about the block mean."""
     energy = energy.astype(np.float64)
     centred = np.maximum(energy - s * s / b, 0.0)  # (d,)
-    return bool(np.any((energy > MIXED_MAX_ENERGY * centred) & (energy > 0)))
+    return bool(np.any(energy > MIXED_MAX_ENERGY * centred))  # a column at the shift (energy 0) never is
 
 
 def add_chunk(st: Stats, X: np.ndarray, mixed: bool) -> None:

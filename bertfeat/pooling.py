@@ -25,9 +25,11 @@ def last_positions(mask: np.ndarray) -> np.ndarray:
     return mask.shape[1] - 1 - np.argmax(mask.astype(bool)[:, ::-1], axis=1)
 
 
-#: poolings that read one token per row of the last hidden state, and where: the forward pass can compute the last
-#: layer at that token alone (model.run_layers' ``at``)
-ONE_TOKEN_POOLS = {"cls": first_positions, "lasttoken": last_positions}
+#: poolings that read one token per row of the last hidden state, and where (from the pooling mask): the forward pass
+#: can compute the last layer at that token alone (model.run_layers' ``at``); the pooler reads the first token whatever
+#: the mask (an excluded prompt too)
+ONE_TOKEN_POOLS = {"cls": first_positions, "lasttoken": last_positions,
+                   "pooled": lambda mask: np.zeros(len(mask), dtype=np.int64)}
 
 
 def pool_cls(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
