@@ -8,6 +8,12 @@ Numbers (shape legend: n rows, d features, r = min(n, d), k kept components):
 * ``reconstruction.mse_per_sample``: mean over the training rows of ||x - x_hat||^2 when
   keeping k components = (sum of the discarded variances) * (n - 1) / n;
   ``mse_per_feature`` is that divided by d; ``relative`` = discarded / total variance.
+* ``suggestions``: two data-driven choices of k, each ``{"components": k or None, "why": ...}`` (None says why):
+  ``mle``, Minka's MLE (what ``n_components="mle"`` keeps, as scikit-learn's; needs n >= d and the whole
+  spectrum) and ``broken_stick``, the leading components whose ratio exceeds the broken-stick expectation
+  b_i = (1/d) sum_{j=i..d} 1/j (Jackson 1993: the share of the i-th longest piece of a stick broken at random
+  into d pieces; with the randomized solver, known only if a component within the known part falls below it).
+  The scree figure draws the broken-stick curve.
 """
 
 from __future__ import annotations
@@ -21,14 +27,38 @@ import numpy as np
 
 from .atomic import atomic_output
 from .pca import PCA
-from .pca_solvers import components_needed
+from .pca_solvers import components_needed, infer_dimension
 
-__all__ = ["THRESHOLDS", "FIGSIZE", "DPI", "build_pca_report", "write_pca_report", "render_pca_report", "report_paths"]
+__all__ = ["THRESHOLDS", "FIGSIZE", "DPI", "broken_stick", "suggestions", "build_pca_report", "write_pca_report", "render_pca_report", "report_paths"]
 
 THRESHOLDS = (0.80, 0.90, 0.95, 0.99)
 FIGSIZE = (12.0, 4.5)  # inches; at DPI 100 the PNG is 1200 x 450 px
 DPI = 100
 REPORT_KIND = "bertfeat-pca-report"
+SUGGESTION_NAMES = {"mle": "Minka's MLE", "broken_stick": "broken stick"}
+
+
+def broken_stick(d: int) -> np.ndarray:
+    """The broken-stick expectation (d,): b_i = (1/d) sum_{j=i..d} 1/j, i = 1 .. d (sums to 1)."""
+    return np.cumsum(1.0 / np.arange(d, 0, -1, dtype=np.float64))[::-1] / d
+
+
+def suggestions(spectrum: np.ndarray, ratio: np.ndarray, n: int, d: int, complete: bool) -> dict:
+    """Minka's MLE and the broken-stick rule's k for a spectrum (r,) or its known top part (see the docstring)."""
+    if not complete:
+        mle = {"components": None, "why": "needs the whole spectrum (the randomized solver keeps only the top k)"}
+    elif n < d:
+        mle = {"components": None, "why": f"needs at least as many rows as features ({n:,} < {d:,})"}
+    else:
+        mle = {"components": infer_dimension(spectrum, n), "why": "Minka's MLE, what n_components='mle' keeps"}
+    below = np.flatnonzero(ratio <= broken_stick(d)[: len(ratio)])  # components at or under their expected share
+    if len(below):
+        stick = {"components": int(below[0]), "why": "components above the broken-stick expectation"}
+    elif complete:
+        stick = {"components": len(ratio), "why": "components above the broken-stick expectation"}
+    else:
+        stick = {"components": None, "why": f"all {len(ratio)} known components are above it: fit more to tell"}
+    return {"mle": mle, "broken_stick": stick}
 
 
 def build_pca_report(pca: PCA, source: dict | None = None) -> dict:
@@ -64,6 +94,7 @@ def build_pca_report(pca: PCA, source: dict | None = None) -> dict:
             "relative": discarded / total if total > 0 else 0.0,
         },
         "thresholds": [{"fraction": t, "components": components_needed(ratio, t)} for t in THRESHOLDS],
+        "suggestions": suggestions(spectrum, ratio, n, d, complete),
         "spectrum_complete": complete,
         "components": {
             "explained_variance": spectrum.tolist(),
@@ -119,6 +150,11 @@ def render_markdown(report: dict, png_name: str | None = None) -> str:
     ]
     for t in report["thresholds"]:
         lines.append(f"| {100 * t['fraction']:.0f} % | {t['components'] if t['components'] is not None else 'not reached'} |")
+    if "suggestions" in report:
+        lines += ["", "## Suggested number of components", "", "| rule | components | |", "|---|---:|---|"]
+        for name, s in report["suggestions"].items():
+            shown = s["components"] if s["components"] is not None else "-"
+            lines.append(f"| {SUGGESTION_NAMES.get(name, name)} | {shown} | {s['why']} |")
     source = report.get("source") or {}
     if source:
         lines += ["", "## Feature source", "", "| key | value |", "|---|---|"]
@@ -162,6 +198,10 @@ def _draw(report: dict, path: Path) -> None:
 
     ax1.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax1.yaxis.set_minor_formatter(NullFormatter())
+    total = report["total_variance"]
+    if total > 0:  # where the scree falls under the broken stick, components explain less than chance would
+        stick = broken_stick(report["n_features"])[: len(var)] * total
+        ax1.plot(x, stick, color="grey", linestyle=":", linewidth=1, label="broken stick")
     ax1.axvline(k, color="tab:red", linestyle="--", linewidth=1, label=f"k = {k}")
     ax1.set_title("Scree: variance per component")
     ax1.set_xlabel("component")
@@ -182,7 +222,7 @@ def _draw(report: dict, path: Path) -> None:
     ax2.set_title("Cumulative explained variance")
     ax2.set_xlabel("components")
     ax2.set_ylabel("fraction of variance")
-    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.9, wspace=0.22)
+    fig.subplots_adjust(left=0.075, right=0.98, bottom=0.12, top=0.9, wspace=0.22)
     fig.savefig(path, format="png", dpi=DPI)  # no bbox_inches: the size stays fixed
 
 
@@ -202,7 +242,7 @@ def write_pca_report(pca: PCA, out_prefix: str | os.PathLike, source: dict | Non
 
 
 def render_pca_report(report: dict, console: Any) -> None:
-    """Print the summary and the threshold table with rich."""
+    """Print the summary, and the table of thresholds and suggestions, with rich."""
     from rich.table import Table
 
     rec = report["reconstruction"]
@@ -217,8 +257,10 @@ def render_pca_report(report: dict, console: Any) -> None:
     summary.add_row("solver", str(report["solver"]))
     console.print(summary)
     table = Table(title="Components needed")
-    table.add_column("variance explained", justify="right")
+    table.add_column("rule")
     table.add_column("components", justify="right")
     for t in report["thresholds"]:
-        table.add_row(f"{100 * t['fraction']:.0f} %", str(t["components"]) if t["components"] is not None else "not reached")
+        table.add_row(f"{100 * t['fraction']:.0f} % of variance", str(t["components"]) if t["components"] is not None else "not reached")
+    for name, s in report.get("suggestions", {}).items():
+        table.add_row(SUGGESTION_NAMES.get(name, name), str(s["components"]) if s["components"] is not None else "-")
     console.print(table)

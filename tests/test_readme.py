@@ -21,6 +21,7 @@ README shows failing on purpose, with the message they must print.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -371,6 +372,24 @@ def test_readme_python_blocks(workdir: Path):
         if p.returncode != 0:  # collect them all, so one run shows every broken block
             failed.append(f"python block failed:\n{block}\n{p.stderr[-1500:]}")
     assert not failed, f"{len(failed)} of {len(blocks)} python blocks failed:\n\n" + "\n\n".join(failed)
+
+
+def test_readme_quickstart_numbers(tmp_path: Path):
+    """The variance and components the README quotes for the quickstart (the whole sample, not the workdir's
+    shortened one) are what its report says."""
+    (tmp_path / "examples").mkdir()
+    shutil.copy(ROOT / "examples" / "sst2_sample.csv", tmp_path / "examples")
+    p = _run("bertfeat extract examples/sst2_sample.csv --pca 64 --quiet", tmp_path)
+    assert p.returncode == 0, p.stderr
+    report = json.loads((tmp_path / "examples" / "sst2_sample.features.pca.report.json").read_text(encoding="utf-8"))
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    m = re.search(r"With (\d+) sentences, (\d+) components keep (\d+) % of the variance; (\d+) keep 80 % and (\d+) keep "
+                  r"95 %, and the broken-stick rule suggests (\d+)\.", text)
+    assert m, "the README's quickstart sentence changed: update this test"
+    rows, k, kept, k80, k95, stick = map(int, m.groups())
+    by = {t["fraction"]: t["components"] for t in report["thresholds"]}
+    assert (rows, k, kept) == (report["n_samples"], report["n_components"], round(100 * report["variance_kept"]))
+    assert (k80, k95, stick) == (by[0.8], by[0.95], report["suggestions"]["broken_stick"]["components"])
 
 
 def test_readme_results_match_docs():

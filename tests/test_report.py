@@ -116,4 +116,74 @@ def test_render_rich_table(fitted):
     assert "2,000" in text and "components kept (k)" in text
     rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in text.splitlines() if line.count("│") == 3}
     assert rows["variance kept"] == f"{100 * fitted.explained_variance_ratio_.sum():.2f} %"
-    assert [rows[f"{p} %"] for p in (80, 90, 95, 99)] == ["6", "8", "11", "16"]
+    assert [rows[f"{p} % of variance"] for p in (80, 90, 95, 99)] == ["6", "8", "11", "16"]
+    assert rows["Minka's MLE"] == "29" and rows["broken stick"] == "6"
+
+
+def test_suggestions_match_scikit_learn_mle_and_a_plain_broken_stick(tmp_path, X, fitted):
+    """Minka's k is scikit-learn's n_components='mle'; the broken stick by a plain loop over Jackson's formula."""
+    SkPCA = pytest.importorskip("sklearn.decomposition").PCA
+    report = build_pca_report(fitted)
+    sug = report["suggestions"]
+    assert sug["mle"]["components"] == SkPCA("mle").fit(X).n_components_ == 29
+    ratio = independent_spectrum(X) / independent_spectrum(X).sum()
+    d = X.shape[1]
+    expected = 0
+    for i in range(1, d + 1):  # keep component i while its share beats the i-th longest of d random pieces
+        if ratio[i - 1] <= sum(1.0 / j for j in range(i, d + 1)) / d:
+            break
+        expected = i
+    assert sug["broken_stick"]["components"] == expected == 6
+    paths = write_pca_report(fitted, tmp_path / "s")
+    md = paths["markdown"].read_text()
+    assert "| Minka's MLE | 29 | Minka's MLE, what n_components='mle' keeps |" in md
+    assert "| broken stick | 6 | components above the broken-stick expectation |" in md
+    assert json.loads(paths["json"].read_text())["suggestions"] == sug
+
+
+def test_suggestions_say_why_they_are_missing(X):
+    few = build_pca_report(PCA(5).fit(X[:20]))["suggestions"]  # fewer rows than features: no MLE, as scikit-learn
+    assert few["mle"] == {"components": None, "why": "needs at least as many rows as features (20 < 30)"}
+    assert few["broken_stick"]["components"] is not None
+    part = build_pca_report(PCA(5, solver="randomized", random_state=0).fit(X))["suggestions"]
+    assert part["mle"]["components"] is None and "randomized" in part["mle"]["why"]
+    assert part["broken_stick"] == {"components": None, "why": "all 5 known components are above it: fit more to tell"}
+    part = build_pca_report(PCA(8, solver="randomized", random_state=0).fit(X))["suggestions"]
+    assert part["broken_stick"]["components"] == 6  # known: the 7th of the 8 falls below the stick
+
+
+def test_mle_log_likelihoods_equal_minkas_formula_rank_by_rank():
+    """The O(d^2) split sum against the formula written out per rank as scikit-learn's _assess_dimension does."""
+    import math
+
+    from bertfeat.pca_solvers import infer_dimension, mle_log_likelihoods
+
+    def minka(s, rank, n):  # Minka 2000, eq. (30)-(31), two plain loops
+        d = len(s)
+        if s[rank - 1] < 1e-15:
+            return -math.inf
+        pu = -rank * math.log(2.0) + sum(math.lgamma((d - i + 1) / 2.0) - math.log(math.pi) * (d - i + 1) / 2.0
+                                         for i in range(1, rank + 1))
+        pl = -sum(math.log(x) for x in s[:rank]) * n / 2.0
+        v = max(1e-15, sum(s[rank:]) / (d - rank))
+        pv = -math.log(v) * n * (d - rank) / 2.0
+        m = d * rank - rank * (rank + 1.0) / 2.0
+        pp = math.log(2.0 * math.pi) * (m + rank) / 2.0
+        c = list(s[:rank]) + [v] * (d - rank)
+        pa = sum(math.log((s[i] - s[j]) * (1.0 / c[j] - 1.0 / c[i])) + math.log(n)
+                 for i in range(rank) for j in range(i + 1, d))
+        return pu + pl + pv + pp - pa / 2.0 - rank * math.log(n) / 2.0
+
+    rng = np.random.default_rng(1)
+    for d, n in [(2, 10), (3, 5), (40, 100), (90, 150)]:
+        s = np.sort(rng.gamma(0.5, 1.0, d))[::-1] * np.geomspace(1, 1e-3, d)
+        ref = np.array([-math.inf] + [minka(s, r, n) for r in range(1, d)])
+        got = mle_log_likelihoods(s, n)
+        assert np.array_equal(np.isfinite(got), np.isfinite(ref))
+        fin = np.isfinite(ref)
+        np.testing.assert_allclose(got[fin], ref[fin], rtol=1e-12)
+        assert infer_dimension(s, n) == int(np.argmax(ref))
+    s = np.concatenate([np.geomspace(5, 0.1, 10), np.zeros(5)])  # zero variances: those ranks are -inf, as there
+    assert infer_dimension(s, 50) == 10 and np.isneginf(mle_log_likelihoods(s, 50)[11:]).all()
+    assert infer_dimension(np.array([2.0, 1.0, 1.0, 0.5]), 20) >= 1  # a tie (log 0): that rank is refused, not +inf
+    assert np.isneginf(mle_log_likelihoods(np.array([2.0, 1.0, 1.0, 0.5]), 20)[2:]).all()
