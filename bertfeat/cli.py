@@ -188,7 +188,8 @@ def _register_optional():
 
     app.add_typer(cache_app, name="cache", help="Look into or clear a vector cache (extract --cache).")
     app.command("report", epilog="Examples:\n\n  bertfeat report feats.pca100.npz\n\n"
-                "  bertfeat report feats.pca100.npz -o reports/pca100 --quiet")(report_command)
+                "  bertfeat report feats.pca100.npz -o reports/pca100 --quiet\n\n"
+                "  bertfeat report feats.pca100.npz -o probe100 --probe feats.parquet --label label")(report_command)
 
 
 _register_optional()

@@ -65,7 +65,8 @@ def _accumulate_option(accumulate: str | None, precision: str | None) -> str:
 
 @pca_app.command("fit", epilog="Examples:\n\n  bertfeat pca fit feats.parquet -n 100 -o feats.pca100.npz\n\n"
                  "  bertfeat pca fit feats.parquet -n 0.95 -o feats.pca95.npz --quiet\n\n"
-                 "  bertfeat pca fit feats.npy -n all -o feats.pca.npz --accumulate float64")
+                 "  bertfeat pca fit feats.npy -n all -o feats.pca.npz --accumulate float64\n\n"
+                 "  bertfeat pca fit feats.parquet -n 256 -o feats.pca256.npz --label label")
 def fit_command(
     features: Annotated[Path, typer.Argument(help="Feature file (.parquet, .npy or .csv) from `bertfeat extract`.")],
     out: Annotated[Path, typer.Option("-o", "--output", help="Model file to write (.npz).")],
@@ -89,6 +90,11 @@ def fit_command(
         Optional[str], typer.Option("--precision", hidden=True, help="Deprecated name of --accumulate.")
     ] = None,
     batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="Rows read per chunk.")] = 65536,
+    label: Annotated[Optional[str], typer.Option("--label", help="A label column of FEATURES (extract --keep label): "
+                                                 "the report adds how well the first k components predict it (a "
+                                                 "cross-validated ridge classifier).")] = None,
+    probe_rows: Annotated[int, typer.Option("--probe-rows", min=10, help="Rows the --label probe uses at most (a "
+                                            "uniform sample).")] = 20_000,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the report table.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing output files (else refused).")] = False,
 ) -> None:
@@ -102,10 +108,11 @@ def fit_command(
     with output_lock(out, _prefix_for(out)):  # one writer per output (outlock.py)
         check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
         check_model_output(out)
-        pca, outputs, source = fit_pca_to_files(features, out, _prefix_for(out), parse_n_components(n_components),
-                                                solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows)
+        pca, outputs, source, probe = fit_pca_to_files(
+            features, out, _prefix_for(out), parse_n_components(n_components), label=label, probe_rows=probe_rows,
+            solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows)
     if not quiet:
-        render_pca_report(build_pca_report(pca, source), Console())
+        render_pca_report(build_pca_report(pca, source, probe), Console())
         _err().print(f"wrote {out}, {', '.join(str(p) for k, p in outputs.items() if k != 'pca_model')}")
 
 
@@ -148,20 +155,37 @@ def report_command(
     out_prefix: Annotated[
         Optional[Path], typer.Option("-o", "--output", help="Prefix of the report files (default: the model path without .npz).")
     ] = None,
+    probe: Annotated[
+        Optional[Path], typer.Option("--probe", help="A feature file with a label column (extract --keep label): report "
+                                     "how well the first k components predict the label (ridge classifier, "
+                                     "cross-validated). The features the PCA was fitted on, or the ones it reduced.")
+    ] = None,
+    label: Annotated[Optional[str], typer.Option("--label", help="The label column of --probe's file.")] = None,
+    probe_rows: Annotated[int, typer.Option("--probe-rows", help="Rows the probe uses at most (a uniform sample).",
+                                            min=10)] = 20_000,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the report table.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing report files (else refused).")] = False,
 ) -> None:
     """Write the explained-variance report (JSON, Markdown, PNG) of a saved PCA model."""
+    from .errors import BertfeatError
     from .safety import check_outputs, report_outputs
     from .specs import check_output_name
 
     if out_prefix is not None:
         check_output_name(out_prefix, "report prefix", "pca100")
+    if (probe is None) != (label is None):
+        raise BertfeatError("--probe and --label go together", "pass the feature file with --probe and its label "
+                            "column with --label, e.g. --probe feats.parquet --label label")
     pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
     with output_lock(out_prefix or _prefix_for(pca_path)):
         check_outputs(report_outputs(out_prefix or _prefix_for(pca_path)), [pca_path], overwrite)
+        result = None
+        if probe is not None:
+            from .probe import probe_file
+
+            result = probe_file(pca, probe, label, max_rows=probe_rows)
         source = dict(getattr(pca, "source_", None) or {}) | {"model_file": str(pca_path), "fingerprint": pca.fingerprint_}
-        paths = write_pca_report(pca, out_prefix or _prefix_for(pca_path), source=source)
+        paths = write_pca_report(pca, out_prefix or _prefix_for(pca_path), source=source, probe=result)
     if not quiet:
-        render_pca_report(build_pca_report(pca, source), Console())
+        render_pca_report(build_pca_report(pca, source, result), Console())
         _err().print(f"wrote {', '.join(str(p) for p in paths.values())}")

@@ -93,22 +93,32 @@ def fit_pca_file(
     return pca
 
 
-def save_pca_outputs(pca: PCA, model_path: Path, report_prefix: Path, fingerprint: dict | None, source: dict | None) -> dict:
-    """Save a fitted PCA and write its report beside it (PREFIX.report.{json,md,png}), each file atomically:
-    -> outputs name -> path (``pca_model``, ``pca_report_json``, ...). ``extract --pca`` and ``pca fit`` both end here."""
+def save_pca_outputs(pca: PCA, model_path: Path, report_prefix: Path, fingerprint: dict | None, source: dict | None,
+                     probe: dict | None = None) -> dict:
+    """Save a fitted PCA and write its report beside it (PREFIX.report.{json,md,png}, with ``probe``'s result if
+    given), each file atomically: -> outputs name -> path (``pca_model``, ``pca_report_json``, ...). ``extract --pca``
+    and ``pca fit`` both end here."""
     from .report import write_pca_report
 
     pca.save(model_path, fingerprint=fingerprint)
-    report_paths = write_pca_report(pca, report_prefix, source=source)
+    report_paths = write_pca_report(pca, report_prefix, source=source, probe=probe)
     return {"pca_model": Path(model_path), **{f"pca_report_{k}": v for k, v in report_paths.items()}}
 
 
-def fit_pca_to_files(features: str | os.PathLike, out: Path, report_prefix: Path, n_components=None, **fit_options) -> tuple[PCA, dict, dict]:
+def fit_pca_to_files(features: str | os.PathLike, out: Path, report_prefix: Path, n_components=None, *,
+                     label: str | None = None, probe_rows: int | None = None,
+                     **fit_options) -> tuple[PCA, dict, dict, dict | None]:
     """``bertfeat pca fit``: fit a PCA on a feature file (fit_pca_file's options), save it to ``out`` with its report:
-    -> (the PCA, outputs name -> path, the report's source entry)."""
+    -> (the PCA, outputs name -> path, the report's source entry, its probe entry or None). ``label``: a column of the file to probe (bertfeat.probe; checked
+    before the fit), its result in the report's ``probe``, at most ``probe_rows`` rows."""
+    from .probe import DEFAULT_MAX_ROWS, check_label, probe_file
+
+    if label is not None:
+        check_label(features, label)
     pca = fit_pca_file(features, n_components, **fit_options)
     source = dict(pca.source_) | {"model_file": str(out)}
-    return pca, save_pca_outputs(pca, out, report_prefix, pca.fingerprint_, source), source
+    probe = None if label is None else probe_file(pca, features, label, max_rows=probe_rows or DEFAULT_MAX_ROWS)
+    return pca, save_pca_outputs(pca, out, report_prefix, pca.fingerprint_, source, probe), source, probe
 
 
 def pca_metadata_entry(pca: PCA, model_path: str | os.PathLike | None = None, forced: list | None = None) -> dict:

@@ -14,6 +14,9 @@ Numbers (shape legend: n rows, d features, r = min(n, d), k kept components):
   b_i = (1/d) sum_{j=i..d} 1/j (Jackson 1993: the share of the i-th longest piece of a stick broken at random
   into d pieces; with the randomized solver, known only if a component within the known part falls below it).
   The scree figure draws the broken-stick curve.
+* ``probe`` (only when asked, ``bertfeat report --probe FEATURES --label COLUMN``): cross-validated accuracy of a
+  ridge classifier on the first k components for a label column, against the majority class and, for the
+  unreduced features, all of them (bertfeat.probe).
 """
 
 from __future__ import annotations
@@ -61,8 +64,9 @@ def suggestions(spectrum: np.ndarray, ratio: np.ndarray, n: int, d: int, complet
     return {"mle": mle, "broken_stick": stick}
 
 
-def build_pca_report(pca: PCA, source: dict | None = None) -> dict:
-    """A JSON-able dict describing a fitted PCA's spectrum (see the module docstring)."""
+def build_pca_report(pca: PCA, source: dict | None = None, probe: dict | None = None) -> dict:
+    """A JSON-able dict describing a fitted PCA's spectrum, and a probe's result if given (see the module
+    docstring)."""
     from .version import __version__
 
     spectrum = np.asarray(pca.all_explained_variance_, dtype=np.float64)  # (r,) or (k,)
@@ -102,7 +106,7 @@ def build_pca_report(pca: PCA, source: dict | None = None) -> dict:
             "cumulative_ratio": cumulative.tolist(),
         },
         "source": source,
-    }
+    } | ({"probe": probe} if probe else {})
 
 
 def report_paths(out_prefix: str | os.PathLike) -> dict[str, Path]:
@@ -113,6 +117,14 @@ def report_paths(out_prefix: str | os.PathLike) -> dict[str, Path]:
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f} %"
+
+
+def _first(k: int) -> str:
+    return "first component" if k == 1 else f"first {k} components"
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", r"\|")
 
 
 def _json_default(o: Any) -> Any:
@@ -155,6 +167,18 @@ def render_markdown(report: dict, png_name: str | None = None) -> str:
         for name, s in report["suggestions"].items():
             shown = s["components"] if s["components"] is not None else "-"
             lines.append(f"| {SUGGESTION_NAMES.get(name, name)} | {shown} | {s['why']} |")
+    probe = report.get("probe")
+    if probe:
+        lines += ["", f"## Linear probe: {_md(probe['label'])}", "",
+                  f"{probe['classifier']} on {probe['rows']:,} rows ({probe['classes']} classes; "
+                  f"{probe['rows_unlabelled']:,} without a label skipped) of {_md(probe['features_file'])}.", "",
+                  "| input | accuracy | std over folds |", "|---|---:|---:|",
+                  f"| majority class | {_pct(probe['majority_baseline'])} | |"]
+        for a in probe["accuracy"]:
+            lines.append(f"| {_first(a['components'])} | {_pct(a['accuracy'])} | {_pct(a['std'])} |")
+        if probe.get("all_features"):
+            a = probe["all_features"]
+            lines.append(f"| all {a['features']} features (no PCA) | {_pct(a['accuracy'])} | {_pct(a['std'])} |")
     source = report.get("source") or {}
     if source:
         lines += ["", "## Feature source", "", "| key | value |", "|---|---|"]
@@ -226,9 +250,10 @@ def _draw(report: dict, path: Path) -> None:
     fig.savefig(path, format="png", dpi=DPI)  # no bbox_inches: the size stays fixed
 
 
-def write_pca_report(pca: PCA, out_prefix: str | os.PathLike, source: dict | None = None) -> dict[str, Path]:
+def write_pca_report(pca: PCA, out_prefix: str | os.PathLike, source: dict | None = None,
+                     probe: dict | None = None) -> dict[str, Path]:
     """Write ``<prefix>.report.{json,md,png}`` atomically; returns their paths by kind."""
-    report = build_pca_report(pca, source)
+    report = build_pca_report(pca, source, probe)
     paths = report_paths(out_prefix)
     paths["json"].parent.mkdir(parents=True, exist_ok=True)
     report["files"] = {kind: p.name for kind, p in paths.items()}
@@ -264,3 +289,15 @@ def render_pca_report(report: dict, console: Any) -> None:
     for name, s in report.get("suggestions", {}).items():
         table.add_row(SUGGESTION_NAMES.get(name, name), str(s["components"]) if s["components"] is not None else "-")
     console.print(table)
+    probe = report.get("probe")
+    if probe:
+        t = Table(title=f"Linear probe: {probe['label']}",
+                  caption=f"{probe['rows']:,} rows, {probe['classes']} classes, {probe['folds']}-fold")
+        t.add_column("input")
+        t.add_column("accuracy", justify="right")
+        t.add_row("majority class", _pct(probe["majority_baseline"]))
+        for a in probe["accuracy"]:
+            t.add_row(_first(a["components"]), _pct(a["accuracy"]))
+        if probe.get("all_features"):
+            t.add_row(f"all {probe['all_features']['features']} features", _pct(probe["all_features"]["accuracy"]))
+        console.print(t)

@@ -1,0 +1,205 @@
+"""bertfeat.probe: the linear probe of a PCA report, against scikit-learn's RidgeClassifier on the same folds."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from bertfeat.cli import main
+from bertfeat.errors import BertfeatError
+from bertfeat.features import FeatureWriter
+from bertfeat.pca import PCA
+from bertfeat.probe import default_ks, probe_file, ridge_accuracy, stratified_folds
+from bertfeat.reduce import reduce_features_file
+
+D = 24
+FP = {"model_id": "m", "pooling": "mean", "layers": [-1]}
+
+
+def blobs(n: int, classes: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Class means apart in a few directions, noise in all D: the first components carry the label."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    centres = rng.standard_normal((classes, D)) * np.r_[np.full(4, 2.0), np.full(D - 4, 0.3)]
+    return (centres[y] + rng.standard_normal((n, D)) * np.linspace(1.5, 0.2, D)).astype(np.float32), y
+
+
+def write(path, X, labels, **kw):
+    extras = {"label": pa.string() if isinstance(labels[0], str) or labels[0] is None else pa.int64()}
+    with FeatureWriter(path, dim=X.shape[1], metadata={"fingerprint": FP}, extra_columns=extras, **kw) as w:
+        for s in range(0, len(X), 97):  # several chunks
+            w.write(None, X[s:s + 97], {"label": labels[s:s + 97]})
+    return path
+
+
+@pytest.mark.parametrize("classes", [2, 3, 5])
+def test_ridge_accuracy_equals_scikit_learns_ridge_classifier_on_the_same_folds(classes):
+    sk = pytest.importorskip("sklearn")
+    from sklearn.linear_model import RidgeClassifier
+    from sklearn.model_selection import cross_val_score
+
+    X, y = blobs(600, classes)
+    fold = stratified_folds(y, 5, seed=3)
+    cv = [(np.flatnonzero(fold != f), np.flatnonzero(fold == f)) for f in range(5)]
+    ks = [1, 2, 5, D]
+    got = ridge_accuracy(X, y, ks, fold, alpha=1.0)
+    for k in ks:
+        ref = cross_val_score(RidgeClassifier(alpha=1.0), X[:, :k].astype(np.float64), y, cv=cv)
+        print(f"classes {classes} k {k}: bertfeat {np.round(got[k], 4)} scikit-learn {sk.__version__} {np.round(ref, 4)}")
+        np.testing.assert_array_equal(got[k], ref)
+    assert got[D] != got[1]  # the data make k matter
+    assert ridge_accuracy(X, y, [D], fold, alpha=1e4)[D] != got[D]  # alpha reaches the solve
+
+
+def test_stratified_folds_deal_each_class_evenly_and_repeat_with_the_seed():
+    y = np.array([0] * 23 + [1] * 7 + [2] * 50)
+    fold = stratified_folds(y, 5, seed=0)
+    for c in range(3):
+        counts = np.bincount(fold[y == c], minlength=5)
+        assert counts.max() - counts.min() <= 1, (c, counts)
+    sizes = np.bincount(fold, minlength=5)
+    assert sizes.max() - sizes.min() <= 1  # a class continues where the last stopped: folds stay even
+    np.testing.assert_array_equal(fold, stratified_folds(y, 5, seed=0))
+    assert not np.array_equal(fold, stratified_folds(y, 5, seed=1))
+
+
+def test_default_ks():
+    assert default_ks(1) == [1] and default_ks(8) == [1, 2, 4, 8] and default_ks(100) == [1, 2, 4, 8, 16, 32, 64, 100]
+
+
+def test_probe_file_reduced_and_full_features_agree(tmp_path):
+    X, y = blobs(500, 3)
+    full = write(tmp_path / "full.parquet", X, y.tolist())
+    pca = PCA(8).fit(X.astype(np.float64))
+    pca.fingerprint_ = FP
+    reduced = reduce_features_file(full, tmp_path / "reduced.parquet", pca)
+    a = probe_file(pca, full, "label")
+    b = probe_file(pca, reduced, "label")
+    print(json.dumps(a["accuracy"]), a["all_features"])
+    assert (a["input"], b["input"]) == ("features", "components")
+    assert [r["components"] for r in a["accuracy"]] == [1, 2, 4, 8]
+    np.testing.assert_allclose([r["accuracy"] for r in a["accuracy"]], [r["accuracy"] for r in b["accuracy"]], atol=1 / 100)
+    assert a["all_features"]["features"] == D and b["all_features"] is None
+    assert a["rows"] == 500 and a["classes"] == 3 and sum(a["class_counts"].values()) == 500
+    assert a["accuracy"][-1]["accuracy"] > a["majority_baseline"] + 0.2
+    # the reference by hand: the same folds, ridge on the transformed rows
+    fold = stratified_folds(y, 5, 0)
+    ref = ridge_accuracy(pca.transform(X), y, [4], fold)[4]
+    assert a["accuracy"][2]["accuracy"] == pytest.approx(np.mean(ref), abs=1e-12)
+
+
+def test_probe_file_samples_skips_unlabelled_rows_and_takes_string_labels(tmp_path):
+    X, y = blobs(1000, 2)
+    labels = ["pos" if v else "neg" for v in y]
+    for i in range(0, 1000, 10):
+        labels[i] = None
+    path = write(tmp_path / "f.parquet", X, labels)
+    pca = PCA(6).fit(X.astype(np.float64))
+    pca.fingerprint_ = FP
+    r = probe_file(pca, path, "label")
+    assert (r["rows"], r["rows_unlabelled"]) == (900, 100) and set(r["class_counts"]) == {"neg", "pos"}
+    s = probe_file(pca, path, "label", max_rows=300)
+    assert s["rows"] == 300 and s["rows_unlabelled"] == 100
+    assert s == probe_file(pca, path, "label", max_rows=300)  # the sample repeats with the seed
+    assert s != probe_file(pca, path, "label", max_rows=300, seed=1)
+
+
+def test_probe_file_errors(tmp_path):
+    X, y = blobs(200, 2)
+    pca = PCA(4).fit(X.astype(np.float64))
+    path = write(tmp_path / "f.parquet", X, y.tolist())
+    with pytest.raises(BertfeatError) as e:
+        probe_file(pca, path, "class")
+    assert e.value.message == (f"{path} has no column 'class' (its kept columns: label) - extract with keep='class' to "
+                               "keep the label beside the features, or name one of its columns")
+    one = write(tmp_path / "one.parquet", X, [1] * 200)
+    with pytest.raises(BertfeatError, match="has 1 class\\(es\\) in 200 labelled rows - a probe needs at least two"):
+        probe_file(pca, one, "label")
+    ids = write(tmp_path / "ids.parquet", X, list(range(200)))
+    with pytest.raises(BertfeatError, match="has 200 distinct values in 200 rows - a probe needs class labels"):
+        probe_file(pca, ids, "label")
+    few = write(tmp_path / "few.parquet", X, [1, 0] * 4 + [None] * 192)
+    with pytest.raises(BertfeatError, match="has 8 labelled rows, too few for 5 folds - probe at least 10 labelled rows"):
+        probe_file(pca, few, "label")
+    with FeatureWriter(tmp_path / "lists.parquet", dim=D, extra_columns={"label": pa.list_(pa.int64())}) as w:
+        w.write(None, X, {"label": [[int(v)] for v in y]})
+    with pytest.raises(BertfeatError, match="holds list values \\(\\[\\d\\]\\) - probe a column of class names or numbers"):
+        probe_file(pca, tmp_path / "lists.parquet", "label")
+    narrow = write(tmp_path / "narrow.parquet", X[:, :10], y.tolist())
+    with pytest.raises(BertfeatError, match=f"has 10 features per row; the PCA takes {D} \\(or its 4 components\\)"):
+        probe_file(pca, narrow, "label")
+
+
+def test_cli_report_probe_writes_and_shows_it(tmp_path, capsys):
+    X, y = blobs(400, 3)
+    feats = write(tmp_path / "f.parquet", X, y.tolist())
+    assert main(["pca", "fit", str(feats), "-n", "8", "-o", str(tmp_path / "m.npz")]) == 0
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "m.npz"), "-o", str(tmp_path / "p"), "--probe", str(feats),
+                 "--label", "label"]) == 0
+    out = capsys.readouterr().out
+    probe = json.loads((tmp_path / "p.report.json").read_text())["probe"]
+    assert probe["rows"] == 400 and [a["components"] for a in probe["accuracy"]] == [1, 2, 4, 8]
+    assert "Linear probe: label" in out and "400 rows, 3 classes, 5-fold" in out
+    shown = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") == 3}
+    for a in probe["accuracy"]:
+        row = f"first {a['components']} components" if a["components"] > 1 else "first component"
+        assert shown[row] == f"{100 * a['accuracy']:.2f} %"
+    assert shown["all 24 features"] == f"{100 * probe['all_features']['accuracy']:.2f} %"
+    assert shown["majority class"] == f"{100 * probe['majority_baseline']:.2f} %"
+    md = (tmp_path / "p.report.md").read_text()
+    assert f"| first 8 components | {100 * probe['accuracy'][-1]['accuracy']:.2f} % |" in md
+    assert f"| all 24 features (no PCA) | {100 * probe['all_features']['accuracy']:.2f} % |" in md
+    assert main(["report", str(tmp_path / "m.npz"), "-o", str(tmp_path / "q"), "--probe", str(feats)]) == 1
+    assert not (tmp_path / "q.report.json").exists()
+    assert capsys.readouterr().err.strip() == ("Error: --probe and --label go together - pass the feature file with "
+                                               "--probe and its label column with --label, e.g. --probe feats.parquet "
+                                               "--label label")
+    assert main(["report", str(tmp_path / "m.npz"), "-o", str(tmp_path / "q"), "--probe", str(feats),
+                 "--label", "nope"]) == 1
+    assert capsys.readouterr().err.strip() == (f"Error: {feats} has no column 'nope' (its kept columns: label) - extract "
+                                               "with --keep nope to keep the label beside the features, or name one "
+                                               "of its columns")
+    assert not (tmp_path / "q.report.json").exists()
+
+
+def test_cli_pca_fit_label_probes_the_fitted_file_and_checks_the_column_first(tmp_path, capsys, monkeypatch):
+    X, y = blobs(300, 2)
+    feats = write(tmp_path / "f.parquet", X, ["yes" if v else "no" for v in y])
+    assert main(["pca", "fit", str(feats), "-n", "6", "-o", str(tmp_path / "m.npz"), "--label", "label",
+                 "--probe-rows", "200"]) == 0
+    probe = json.loads((tmp_path / "m.report.json").read_text())["probe"]
+    assert probe["rows"] == 200 and probe["all_features"]["features"] == D and probe["class_counts"].keys() == {"no", "yes"}
+    assert "Linear probe: label" in capsys.readouterr().out
+    import bertfeat.reduce as reduce
+
+    def no_fit(*a, **k):
+        raise AssertionError("fitted before the label column was checked")
+
+    monkeypatch.setattr(reduce, "fit_pca_file", no_fit)
+    assert main(["pca", "fit", str(feats), "-n", "6", "-o", str(tmp_path / "n.npz"), "--label", "Label"]) == 1
+    assert "has no column 'Label' (its kept columns: label)" in capsys.readouterr().err
+    assert not list(tmp_path.glob("n*"))
+
+
+def test_probe_file_refuses_features_of_another_source_or_another_pca(tmp_path):
+    X, y = blobs(300, 2)
+    pca = PCA(5).fit(X.astype(np.float64))
+    pca.fingerprint_ = FP
+    path = write(tmp_path / "f.parquet", X, y.tolist())
+    with FeatureWriter(tmp_path / "cls.parquet", dim=D, metadata={"fingerprint": FP | {"pooling": "cls"}},
+                       extra_columns={"label": pa.int64()}) as w:
+        w.write(None, X, {"label": y.tolist()})
+    with pytest.raises(BertfeatError) as e:
+        probe_file(pca, tmp_path / "cls.parquet", "label")
+    assert e.value.message == ('the features come from a different source than the PCA was fitted on (pooling: model '
+                               '"mean" vs features "cls") - probe features extracted with the model and settings the '
+                               'PCA was fitted on')
+    other = PCA(5).fit(X[:200].astype(np.float64))
+    other.fingerprint_ = FP
+    reduced = reduce_features_file(path, tmp_path / "r.parquet", other)
+    with pytest.raises(BertfeatError, match="r.parquet was reduced by another PCA model \\(200 rows fitted"):
+        probe_file(pca, reduced, "label")
+    assert probe_file(other, reduced, "label")["input"] == "components"
