@@ -77,6 +77,7 @@ def info(
 
 
 @app.command(epilog="Examples:\n\n  bertfeat extract corpus.csv --pca 100\n\n"
+                     "  bertfeat extract train.csv --pca 100 --label label\n\n"
                      "  bertfeat extract reviews.parquet --text-column review --id-column id -o feats.parquet\n\n"
                      "  bertfeat extract queries.jsonl -m /models/e5-small --prompt-name query -o q.npy")
 def extract(
@@ -101,6 +102,7 @@ def extract(
     stride: Optional[int] = typer.Option(None, "--stride", help="Tokens shared by neighbouring windows with --long-text chunk-* (default 32)."),
     pca: Optional[str] = typer.Option(None, "--pca", help="Reduce with PCA: a number of components (100), a variance fraction (0.95) or mle (Minka's choice)."),
     pca_model: Optional[Path] = typer.Option(None, "--pca-model", help="Reduce with a fitted PCA (.npz of `pca fit` or `extract --pca`, e.g. the training set's) instead of fitting one; its settings are checked against these features."),
+    label: Optional[str] = typer.Option(None, "--label", help="With --pca: a column of class labels (kept in the output, as --keep) whose linear probe the PCA report adds: how well the first 1, 2, 4, ... k components predict it."),
     format: Optional[str] = typer.Option(None, "--format", help="parquet (default), npy or csv."),
     wide: bool = typer.Option(False, "--wide", help="Parquet: one float column per dimension (f0..fN) instead of an embedding list."),
     on_bad_row: str = typer.Option("error", "--on-bad-row", help="error: stop at the first bad row; skip: write it to OUTPUT.rejects.csv and go on."),
@@ -133,7 +135,7 @@ def extract(
         pca_model=pca_model,
         format=format, wide=wide, on_bad_row=on_bad_row, resume=resume, overwrite=overwrite, chunk_rows=chunk_rows,
         threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
-        command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache,
+        command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
         progress=make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     if not quiet:
         render_summary(summary)
@@ -169,6 +171,15 @@ def render_summary(s) -> None:
         lines.append(f"cache           {s.cache}" + (f" ({s.cache_repaired:,} damaged entries encoded again)" if s.cache_repaired else ""))
     if s.chunks_resumed:
         lines.append(f"resumed         {s.chunks_resumed} chunk(s) from the interrupted run")
+    probe = getattr(s, "probe", None)
+    if probe and "accuracy" in probe:
+        best = max(probe["accuracy"], key=lambda a: (a["accuracy"], -a["components"]))
+        last = probe["accuracy"][-1]
+        lines.append(f"probe {probe['label']:<9} {100 * last['accuracy']:.2f} % with {last['components']} components, best "
+                     f"{100 * best['accuracy']:.2f} % with {best['components']} (majority class "
+                     f"{100 * probe['majority_baseline']:.2f} %; every k in the report)")
+    elif probe:
+        lines.append(f"probe {probe['label']:<9} none: {probe['skipped']}")
     for k, v in s.outputs.items():
         lines.append(f"{k:<15} {v}")
     err_console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)

@@ -75,7 +75,7 @@ from .dask_cluster import ClusterError, cancel, cluster_slots, gather, open_clie
 from .errors import BertfeatError, opt, render
 from .features.parquet import pages_damaged
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
-                      job_manifest, load_encoder, make_reuser, new_pca, provenance, read_manifest)
+                      job_manifest, load_encoder, make_reuser, new_pca, probe_into_report, provenance, read_manifest)
 from .progress import NullProgress
 from .readers import Partition, Reader
 from .rejects import publish_rejects
@@ -495,6 +495,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
         outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
         _finish(partial, out, final_meta)
+        summary.probe = probe_into_report(plan, merged, fingerprint, out, progress)
         summary.outputs = {"features": out, **outputs}
     except BertfeatError as e:
         cancel(client, futures)

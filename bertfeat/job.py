@@ -34,7 +34,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             engine: Literal["local", "dask"] = "local", scheduler: str | None = None, workers: int | None = None,
             blocksize: int | str | None = DEFAULT_BLOCKSIZE, client=None, progress=None, quiet: bool = True,
             encoder_options: Mapping[str, Any] | None = None, command: str | None = None,
-            keep: str | Sequence[str] | None = None, cache: str | os.PathLike | bool | None = None) -> ExtractSummary:
+            keep: str | Sequence[str] | None = None, cache: str | os.PathLike | bool | None = None,
+            label: str | None = None) -> ExtractSummary:
     """Extract sentence features of ``input`` into ``output`` (default: INPUT.features.parquet beside it).
 
     By default the model's own embedding (its Pooling, Dense and Normalize modules and default prompt);
@@ -50,6 +51,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     and giving both with different values is an error.
     ``keep``: input columns copied to the output beside the features (a label, a split ...), typed as the input holds
     them: ``"label"``, ``"label,split"`` or ``["label", "split"]``; rows rejected keep them in the rejects file too.
+    ``label``: with ``pca``, a column of class labels (kept in the output, as ``keep``) whose linear probe the PCA report
+    adds: how well the first 1, 2, 4, ... k components predict it (bertfeat.probe; ``summary.probe``).
     ``cache``: a directory of encoder vectors kept across runs (docs/cache.md): each row is looked up by its text and
     every setting that changes a vector, and only the misses are encoded; None (the default) takes the BERTFEAT_CACHE
     environment variable when it is set, False uses no cache. Identical rows of one run are encoded once either way.
@@ -66,7 +69,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
                      precision=precision, pca=pca, pca_model=pca_model, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
                      overwrite=overwrite, chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler,
                      workers=workers, blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}),
-                     command=command, keep=keep, cache=cache)
+                     command=command, keep=keep, cache=cache, label=label)
     if progress is None and not quiet:
         from .console import err_console
         from .progress import make_progress

@@ -172,6 +172,27 @@ def finish_pca(pca, rows_written: int, layout, fingerprint: dict) -> tuple[dict,
     return outputs, meta
 
 
+def probe_into_report(plan, pca, fingerprint: dict, features: Path, progress) -> dict | None:
+    """With ``plan.label``: the linear probe of the written features' label column (probe.py), and the PCA report
+    written again with it (finish_pca wrote it before the features existed) -> the probe entry, else None.
+
+    The features and the PCA are complete without it, so a label the probe cannot use (one class, an id, ...) does
+    not fail the run: the report says why there is no probe (``{"label": ..., "skipped": why}``), and so does a note.
+    """
+    if plan.label is None or pca is None or plan.pca is None:
+        return None
+    from .probe import probe_file
+    from .report import write_pca_report
+
+    try:
+        probe = probe_file(pca, features, plan.label)
+    except BertfeatError as e:
+        probe = {"label": plan.label, "skipped": e.message}
+        progress.note(f"no linear probe of {plan.label!r}: {e.message}")
+    write_pca_report(pca, plan.layout.pca_prefix, source=fingerprint, probe=probe)
+    return probe
+
+
 # --------------------------------------------------------------------------- the model and what it computes
 def load_encoder(plan):
     """The plan's Encoder, from the process's shared cache (encoder_cache.py)."""
@@ -244,6 +265,7 @@ class ExtractSummary:
     dim: int = 0
     pooling: str = ""
     model: str = ""
+    probe: dict | None = None  # with label: the PCA report's linear probe (probe.py)
 
     def add(self, counts: dict):
         """Add a unit of work's counts (table_counts keys, plus rows_read when given)."""

@@ -25,7 +25,7 @@ from .chunks import (PreparedChunk, chunk_table, extra_columns, feature_matrix, 
                      table_counts, validate_batch)
 from .errors import BertfeatError, opt
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
-                      job_manifest, load_encoder, make_reuser, new_pca, provenance, read_manifest)
+                      job_manifest, load_encoder, make_reuser, new_pca, probe_into_report, provenance, read_manifest)
 from .progress import NullProgress
 from .rejects import publish_rejects
 from .threads import read_ahead
@@ -207,7 +207,7 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     try:
         summary.rows_rejected = sum(len(r) for r in rejects.values())
         summary.outputs = finalize(plan, store, sorted(order), encoder, spec, fingerprint, summary, pca if pca is not None else applied,
-                                   [r for i in sorted(rejects) for r in rejects[i]])
+                                   [r for i in sorted(rejects) for r in rejects[i]], progress)
     except BertfeatError:
         store.remove()  # e.g. the PCA does not fit the data: a rerun with other settings starts over anyway
         raise
@@ -221,7 +221,7 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
 
 
 def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprint: dict, summary: ExtractSummary, pca,
-             rejects: list[dict]) -> dict:
+             rejects: list[dict], progress: NullProgress) -> dict:
     """Fit the accumulated PCA (or take the applied one: pca_model), then stream the parts (each read once) into the
     output file(s); remove the partial directory. The counts and the PCA statistics were taken as each part was made."""
     from .features import FeatureWriter
@@ -255,6 +255,7 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
                     X = pca.transform_rows(X).astype(np.float32)
                 writer.write(t.column(id_name).to_pylist(), X, extra_columns(t, plan.keep))
             outputs["features"] = writer.close()
+        summary.probe = probe_into_report(plan, pca, fingerprint, outputs["features"], progress)
         outputs.update(publish_rejects(layout.rejects, rejects, plan.keep))
     except BaseException:  # no PCA model or report beside features that were not written (resume refits them)
         for name, path in outputs.items():

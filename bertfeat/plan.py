@@ -170,6 +170,7 @@ class ExtractPlan:
     encoder_options: dict = field(default_factory=dict)  # as given (kept in the resume manifest)
     keep: tuple[str, ...] = ()  # input columns copied to the output (the reader reads them: keep_types)
     cache: Path | None = None  # the vector cache directory (vcache.py), None: no cache
+    label: str | None = None  # a kept column whose linear probe the PCA report adds (probe.py); needs pca
 
     @property
     def precision(self) -> str:
@@ -213,7 +214,8 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
               engine: str = "local", scheduler: str | None = None, workers: int | None = None,
               blocksize: int | str | None = DEFAULT_BLOCKSIZE, client: Any = None,
               encoder_options: dict | None = None, command: str | None = None,
-              keep: str | list[str] | tuple[str, ...] | None = None, cache: str | os.PathLike | bool | None = None) -> ExtractPlan:
+              keep: str | list[str] | tuple[str, ...] | None = None, cache: str | os.PathLike | bool | None = None,
+              label: str | None = None) -> ExtractPlan:
     """Check every option and resolve the input and the outputs: -> the plan (``bertfeat.extract``'s parameters).
 
     Raises BertfeatError naming the parameter, before anything is read past the input's header or written.
@@ -257,6 +259,12 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
                             f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
     check_output_format(output, format)
     keep = check_keep(keep, fmt, id_column, wide)
+    label = check_label_option(label, pca_value, pca_model, fmt)
+    if label is not None and label == id_column:
+        raise BertfeatError(f"{opt('label')} '{label}' is the id column ({opt('id_column', label)})",
+                            "the probe reads a kept column: give the id another column, or probe another column")
+    if label is not None and label not in keep:
+        keep = check_keep(keep + (label,), fmt, id_column, wide)  # the probe reads it back from the output
     if pair_column is not None:
         from .encoder import check_pairs_long_text
 
@@ -293,7 +301,24 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         features=FeatureOptions(pooling, layers, layer_agg, normalize, prompt, prompt_name, max_length, long_text, stride),
         id_column=id_column, pair_column=pair_column, on_bad_row=on_bad_row, chunk_rows=chunk_rows, threads=threads,
         pca=pca_value, pca_model=pca_model, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
-        engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}), keep=keep, cache=cache)
+        engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}), keep=keep, cache=cache,
+        label=label)
+
+
+def check_label_option(label, pca, pca_model, fmt: str) -> str | None:
+    """``label``: a column name, a PCA fitted in this run whose report gets the probe, an output with columns."""
+    if label is None:
+        return None
+    if not isinstance(label, str) or not label:
+        raise BertfeatError(f"{opt('label', label, cli=repr(label))} is not a column name", 'give label="label"')
+    if pca is None:
+        how = ("a given model's report is not rewritten: probe it with bertfeat report MODEL --probe FEATURES "
+               "--label COLUMN" if pca_model is not None else f"add {opt('pca')} N")
+        raise BertfeatError(f"{opt('label')} adds a linear probe to the report of the PCA this run fits", how)
+    if fmt == "npy":
+        raise BertfeatError(f"{opt('label')} needs an output with columns (the probe reads the label back from it); npy "
+                            "holds the features only", f"use {opt('format', 'parquet')} or {opt('format', 'csv')}")
+    return label
 
 
 #: the output's own columns besides the id column (a kept column may not take their names)

@@ -9,10 +9,10 @@ probe of 20,000 rows takes well under a second. The folds are stratified: each c
 ``seed``, are dealt to the folds in turn. ``tests/test_probe.py`` checks the accuracies against scikit-learn's
 RidgeClassifier on the same folds.
 
-``probe_file`` reads a feature file with a label column (``extract --keep label``): either the features the PCA
-was fitted on (d columns; transformed here, and the probe also runs on all d as the no-PCA reference) or ones
-it reduced (its k columns, which are the components in order). At most ``max_rows`` rows, a uniform sample drawn
-with ``seed`` while the file streams.
+``probe_file`` reads a feature file (or a Dask output directory of parts) with a label column (``extract --keep
+label``): either the features the PCA was fitted on (d columns; transformed here, and the probe also runs on all d
+as the no-PCA reference) or ones it reduced (its k columns, which are the components in order). At most
+``max_rows`` rows, a uniform sample drawn with ``seed`` while the file streams.
 """
 
 from __future__ import annotations
@@ -93,15 +93,15 @@ def ridge_accuracy(Z: np.ndarray, codes: np.ndarray, ks: Sequence[int], fold: np
     return out
 
 
-def _sample(src, label: str, max_rows: int, seed: int) -> tuple[np.ndarray, list, int]:
-    """A uniform sample of at most max_rows (X (m, d), labels) from a streamed feature file, and the rows without
+def _sample(sources: list, label: str, max_rows: int, seed: int) -> tuple[np.ndarray, list, int]:
+    """A uniform sample of at most max_rows (X (m, d), labels) from streamed feature files, and the rows without
     a label (skipped)."""
     rng = np.random.default_rng(seed)
     keys = np.zeros(0)
-    X = np.zeros((0, src.dim), dtype=np.float32)
+    X = np.zeros((0, sources[0].dim), dtype=np.float32)
     labels: list = []
     unlabelled = 0
-    for _, Xb, extras in src.batches(65536):
+    for _, Xb, extras in (chunk for src in sources for chunk in src.batches(65536)):
         values = extras[label].to_pylist()
         ok = np.array([v is not None and v == v for v in values], dtype=bool)  # None and float NaN are no label
         unlabelled += int((~ok).sum())
@@ -115,18 +115,31 @@ def _sample(src, label: str, max_rows: int, seed: int) -> tuple[np.ndarray, list
     return X, labels, unlabelled
 
 
-def check_label(features: str | os.PathLike, label: str):
-    """The opened feature file (features.FeatureSource) if it has the column ``label``, else a BertfeatError: before
-    a fit, so that a wrong name fails at once."""
+def _sources(features: str | os.PathLike) -> list:
+    """The opened feature file, or the part files of a directory (``extract --engine dask``'s output), in order."""
     from .features import open_features
 
-    src = open_features(features)
+    path = Path(features)
+    if path.is_dir():
+        parts = sorted(path.glob("part-*.parquet"))
+        if not parts:
+            raise BertfeatError(f"{path} is a directory without part-*.parquet files",
+                                "give a feature file, or the output directory of extract --engine dask")
+        return [open_features(p) for p in parts]
+    return [open_features(path)]
+
+
+def check_label(features: str | os.PathLike, label: str) -> list:
+    """The opened feature file(s) (features.FeatureSource, see _sources) if they have the column ``label``, else a
+    BertfeatError: before a fit, so that a wrong name fails at once."""
+    sources = _sources(features)
+    src = sources[0]
     if label not in src.extra_columns:
         kept = ", ".join(src.extra_columns) or "none"
         raise BertfeatError(f"{src.path} has no column {label!r} (its kept columns: {kept})",
                             f"extract with {opt('keep', label)} to keep the label beside the features, or name one of "
                             "its columns")
-    return src
+    return sources
 
 
 def probe_file(pca, features: str | os.PathLike, label: str, *, ks: Sequence[int] | None = None,
@@ -135,23 +148,26 @@ def probe_file(pca, features: str | os.PathLike, label: str, *, ks: Sequence[int
     """Cross-validated accuracy of a ridge classifier on the first k components, for the label column ``label`` of
     the feature file ``features`` (see the module docstring). Returns the report's ``probe`` entry."""
     path = Path(features)
-    src = check_label(path, label)
+    sources = check_label(path, label)
+    src = sources[0]
     d, k = int(pca.n_features_in_), int(pca.n_components_)
     entry = src.meta.get("pca") or {}
     reduced = src.dim == k and entry.get("n_components") == k and k != d
     if not reduced and src.dim != d:
         raise BertfeatError(f"{path} has {src.dim} features per row; the PCA takes {d} (or its {k} components)",
                             "probe the features the PCA was fitted on, or the ones it reduced")
+    # a reduced file's "pca" entry: pca transform's has n_samples and variance_kept, extract's explained_variance
     kept = float(np.sum(pca.explained_variance_ratio_))
-    if reduced and (entry.get("n_samples") != pca.n_samples_ or abs(float(entry.get("variance_kept", -1.0)) - kept) > 1e-9):
-        raise BertfeatError(f"{path} was reduced by another PCA model ({entry.get('n_samples')} rows fitted, variance "
-                            f"kept {entry.get('variance_kept')}; this one: {pca.n_samples_}, {kept})",
+    theirs = float(entry.get("variance_kept", entry.get("explained_variance", -1.0)))
+    if reduced and (entry.get("n_samples", pca.n_samples_) != pca.n_samples_ or abs(theirs - kept) > 1e-9):
+        raise BertfeatError(f"{path} was reduced by another PCA model (variance kept {theirs:.6g}, this one's "
+                            f"{kept:.6g}; {entry.get('n_samples', '?')} rows fitted, this one {pca.n_samples_})",
                             "probe the features this model was fitted on, or the ones it reduced")
     pca.check_fingerprint(feature_fingerprint(src.meta),
                           fix="probe features extracted with the model and settings the PCA was fitted on")
     if int(max_rows) < folds * 2:
         raise BertfeatError(f"{opt('probe_rows', max_rows)} is too few for {folds} folds", f"pass at least {folds * 2}")
-    X, labels, unlabelled = _sample(src, label, int(max_rows), seed)
+    X, labels, unlabelled = _sample(sources, label, int(max_rows), seed)
     odd = next((v for v in labels if not isinstance(v, (str, int, float, bool))), None)
     if odd is not None:
         raise BertfeatError(f"the label column {label!r} of {path} holds {type(odd).__name__} values ({str(odd)[:40]})",

@@ -168,7 +168,9 @@ def render_markdown(report: dict, png_name: str | None = None) -> str:
             shown = s["components"] if s["components"] is not None else "-"
             lines.append(f"| {SUGGESTION_NAMES.get(name, name)} | {shown} | {s['why']} |")
     probe = report.get("probe")
-    if probe:
+    if probe and "skipped" in probe:
+        lines += ["", f"## Linear probe: {_md(probe['label'])}", "", f"None: {_md(probe['skipped'])}"]
+    elif probe:
         lines += ["", f"## Linear probe: {_md(probe['label'])}", "",
                   f"{probe['classifier']} on {probe['rows']:,} rows ({probe['classes']} classes; "
                   f"{probe['rows_unlabelled']:,} without a label skipped) of {_md(probe['features_file'])}.", "",
@@ -290,7 +292,9 @@ def render_pca_report(report: dict, console: Any) -> None:
         table.add_row(SUGGESTION_NAMES.get(name, name), str(s["components"]) if s["components"] is not None else "-")
     console.print(table)
     probe = report.get("probe")
-    if probe:
+    if probe and "skipped" in probe:
+        console.print(f"Linear probe of {probe['label']!r}: none ({probe['skipped']})", markup=False, highlight=False)
+    elif probe:
         t = Table(title=f"Linear probe: {probe['label']}",
                   caption=f"{probe['rows']:,} rows, {probe['classes']} classes, {probe['folds']}-fold")
         t.add_column("input")

@@ -190,6 +190,37 @@ def test_csv_blocks_with_bad_rows_equal_local(client, real_sentences, tmp_path):
 
 
 # --------------------------------------------------------------------------- PCA
+def test_label_probe_equals_local(client, tmp_path, real_sentences):
+    """extract --pca --label: the label is kept and the PCA report gets its linear probe, the same on both engines,
+    and the same as bertfeat.probe computes from the written output."""
+    from bertfeat.pca import PCA
+    from bertfeat.probe import probe_file
+
+    texts = real_sentences[:N_ROWS]
+    median = np.median([len(t) for t in texts])
+    d = tmp_path / "corpus"
+    d.mkdir()
+    per = N_ROWS // N_PARTS
+    for k in range(N_PARTS):
+        chunk = texts[k * per:(k + 1) * per]
+        labels = ["long" if len(t) > median else "short" for t in chunk]
+        pq.write_table(pa.table({"text": chunk, "label": labels}), d / f"part{k}.parquet")
+    local = tmp_path / "local" / "f.parquet"
+    s1 = extract(_opts(d, local, pca="8", label="label", **LOCAL))
+    out = tmp_path / "dask" / "f.parquet"
+    s2 = extract_dask(_opts(d, out, pca="8", label="label"), None, client=client)
+    a = json.loads(local.with_name("f.pca.report.json").read_text())["probe"]
+    b = json.loads(out.with_name("f.pca.report.json").read_text())["probe"]
+    assert s1.probe == a and s2.probe == b
+    print("local", a["accuracy"], "\ndask ", b["accuracy"])
+    assert a["rows"] == b["rows"] == N_ROWS and a["input"] == b["input"] == "components"
+    assert [r["accuracy"] for r in a["accuracy"]] == [r["accuracy"] for r in b["accuracy"]]
+    assert a["accuracy"][-1]["accuracy"] > a["majority_baseline"]  # text length is in the features
+    assert pq.read_table(local).column("label").to_pylist() == _read_dataset(out).column("label").to_pylist()
+    assert probe_file(PCA.load(out.with_name("f.pca.npz")), out, "label")["accuracy"] == b["accuracy"]
+    assert "## Linear probe: label" in out.with_name("f.pca.report.md").read_text()
+
+
 def test_pca_equals_local(client, data, tmp_path):
     from bertfeat.pca import PCA
 

@@ -6,7 +6,9 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+
 from bertfeat.cli import main
 from bertfeat.errors import BertfeatError
 from bertfeat.features import FeatureWriter
@@ -200,6 +202,43 @@ def test_probe_file_refuses_features_of_another_source_or_another_pca(tmp_path):
     other = PCA(5).fit(X[:200].astype(np.float64))
     other.fingerprint_ = FP
     reduced = reduce_features_file(path, tmp_path / "r.parquet", other)
-    with pytest.raises(BertfeatError, match="r.parquet was reduced by another PCA model \\(200 rows fitted"):
+    with pytest.raises(BertfeatError, match="r.parquet was reduced by another PCA model \\(variance kept .*; 200 rows fitted, this one 300\\)"):
         probe_file(pca, reduced, "label")
     assert probe_file(other, reduced, "label")["input"] == "components"
+
+
+def test_extract_label_checks_and_a_label_the_probe_cannot_use(tmp_path, capsys):
+    """extract --label: refused up front without an output with columns or with the id column; a label with one
+    class does not fail the run (features and PCA are complete): the report and a note say why there is no probe."""
+    import bertfeat
+    from extract_util import tiny_model, write_csv
+
+    rows = [[f"sentence number {i} about {'cats' if i % 2 else 'dogs'}", "same", str(i)] for i in range(40)]
+    src = write_csv(tmp_path / "c.csv", ["text", "label", "id"], rows)
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, tmp_path / "o.npy", model=tiny_model(), pca=4, label="label")
+    assert e.value.message == ("label needs an output with columns (the probe reads the label back from it); npy holds "
+                               "the features only - use format='parquet' or format='csv'")
+    with pytest.raises(BertfeatError, match="label 'id' is the id column \\(id_column='id'\\)"):
+        bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca=4, label="id", id_column="id")
+    PCA(4).fit(np.random.default_rng(0).standard_normal((50, 32))).save(tmp_path / "m.npz")
+    with pytest.raises(BertfeatError, match="a given model's report is not rewritten: probe it with bertfeat report"):
+        bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca_model=tmp_path / "m.npz", label="label")
+    assert not list(tmp_path.glob("o*"))
+    capsys.readouterr()
+    assert main(["extract", str(src), "-o", str(tmp_path / "o.parquet"), "--model", str(tiny_model()), "--pca", "4",
+                 "--label", "label"]) == 0
+    err = capsys.readouterr().err
+    why = "the label column 'label' of " + str(tmp_path / "o.parquet") + " has 1 class(es) in 40 labelled rows - a probe needs at least two classes"
+    assert f"no linear probe of 'label': {why}" in " ".join(err.split())
+    assert f"probe label none: {why}" in " ".join(err.split())
+    report = json.loads((tmp_path / "o.pca.report.json").read_text())
+    assert report["probe"] == {"label": "label", "skipped": why}
+    assert f"None: {why}" in (tmp_path / "o.pca.report.md").read_text()
+    assert pq.read_table(tmp_path / "o.parquet").column("label").to_pylist() == ["same"] * 40
+    # a label that is also kept is kept once; a usable one gets its probe
+    rows = [[f"sentence number {i} about {'cats' if i % 2 else 'dogs'}", "ab"[i % 2]] for i in range(40)]
+    src = write_csv(tmp_path / "d.csv", ["text", "label"], rows)
+    s = bertfeat.extract(src, tmp_path / "p.csv", model=tiny_model(), pca=4, label="label", keep="label")
+    assert s.probe["rows"] == 40 and s.probe["classes"] == 2 and [a["components"] for a in s.probe["accuracy"]] == [1, 2, 4]
+    assert json.loads((tmp_path / "p.pca.report.json").read_text())["probe"] == s.probe

@@ -376,10 +376,10 @@ def test_readme_python_blocks(workdir: Path):
 
 def test_readme_quickstart_numbers(tmp_path: Path):
     """The variance and components the README quotes for the quickstart (the whole sample, not the workdir's
-    shortened one) are what its report says."""
+    shortened one), and the probe docs/cli.md quotes for it with --label, are what its report says."""
     (tmp_path / "examples").mkdir()
     shutil.copy(ROOT / "examples" / "sst2_sample.csv", tmp_path / "examples")
-    p = _run("bertfeat extract examples/sst2_sample.csv --pca 64 --quiet", tmp_path)
+    p = _run("bertfeat extract examples/sst2_sample.csv --pca 64 --label label --quiet", tmp_path)  # --label: cli.md
     assert p.returncode == 0, p.stderr
     report = json.loads((tmp_path / "examples" / "sst2_sample.features.pca.report.json").read_text(encoding="utf-8"))
     text = " ".join(README.read_text(encoding="utf-8").split())
@@ -390,6 +390,14 @@ def test_readme_quickstart_numbers(tmp_path: Path):
     by = {t["fraction"]: t["components"] for t in report["thresholds"]}
     assert (rows, k, kept) == (report["n_samples"], report["n_components"], round(100 * report["variance_kept"]))
     assert (k80, k95, stick) == (by[0.8], by[0.95], report["suggestions"]["broken_stick"]["components"])
+    cli_md = " ".join((ROOT / "docs" / "cli.md").read_text(encoding="utf-8").split())
+    m = re.search(r"`probe label ([\d.]+) % with 64 components, best ([\d.]+) % with (\d+) \(majority class ([\d.]+) %; "
+                  r"every k in the report\)` for the Quickstart with `--label label`", cli_md)
+    assert m, "docs/cli.md's --label example changed: update this test"
+    probe = report["probe"]
+    best = max(probe["accuracy"], key=lambda a: (a["accuracy"], -a["components"]))
+    assert m.groups() == (f"{100 * probe['accuracy'][-1]['accuracy']:.2f}", f"{100 * best['accuracy']:.2f}",
+                          str(best["components"]), f"{100 * probe['majority_baseline']:.2f}")
 
 
 def test_readme_results_match_docs():
