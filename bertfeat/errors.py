@@ -84,6 +84,15 @@ class BertfeatError(ValueError):
         return f"{what} - {fix}" if fix else what
 
 
+def one_line(e: BaseException | str, limit: int = 200) -> str:
+    """An exception's text (or any text) on one line, at most ``limit`` characters ("..." marks a cut); the
+    exception's type name when its text is empty. For the part of a message that quotes a library's error."""
+    text = " ".join(str(e).split())
+    if not text and isinstance(e, BaseException):
+        text = type(e).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class ModelNotFoundError(BertfeatError):
     """The model could not be found locally."""
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from .atomic import atomic_output, write_atomic
 from .chunks import (PreparedChunk, chunk_table, extra_columns, feature_matrix, iter_chunks, output_columns, prepare_chunk,
                      table_counts, validate_batch)
-from .errors import BertfeatError, opt
+from .errors import BertfeatError, one_line, opt
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
                       job_manifest, load_encoder, make_reuser, new_pca, probe_into_report, provenance, read_manifest)
 from .progress import NullProgress
@@ -88,7 +88,7 @@ class PartStore:
         except (OSError, pa.ArrowException) as e:
             path.unlink(missing_ok=True)  # so that the resume this error asks for encodes its chunk again
             raise DamagedPart(f"a saved chunk of the interrupted run, {path.name}, was damaged on disk "
-                                f"({' '.join(str(e).split())[:100]}); it is removed",
+                                f"({one_line(e, 100)}); it is removed",
                                 f"rerun with {opt('resume', True)}: that chunk is encoded again") from None
         meta = json.loads(t.schema.metadata[b"bertfeat_part"])
         return t.replace_schema_metadata(None), meta["rejects"], meta["n_read"], meta.get("reuse", {})

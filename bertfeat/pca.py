@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from .diffs import canonical_json
-from .errors import BertfeatError, opt
+from .errors import BertfeatError, one_line, opt
 from .estimator import Estimator
 from .pca_checks import (ACCUMULATE_MODES, DEFAULT_ACCUMULATE, PRECISION_DEPRECATED, accumulate_mode, as_2d_float,
                          check_max_components, check_n_components_spec, nonfinite_error)
@@ -543,7 +543,7 @@ class PCA(Estimator):
                 warnings.simplefilter("ignore", DeprecationWarning)  # an old file's precision= is not the caller's doing
                 pca._check_params()
         except (TypeError, BertfeatError) as e:
-            why = e.message if isinstance(e, BertfeatError) else " ".join(str(e).split())
+            why = e.message if isinstance(e, BertfeatError) else one_line(e)
             raise not_a_model(path, f"its parameters are not valid ({why})") from None
         pca._reset()
         pca._d = model.n_features

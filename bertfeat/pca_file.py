@@ -24,7 +24,7 @@ import numpy as np
 
 from .atomic import atomic_output
 from .diffs import dict_differences, json_default
-from .errors import BertfeatError
+from .errors import BertfeatError, one_line
 from .pca_solvers import Decomposition
 from .pca_stats import Stats
 
@@ -219,7 +219,7 @@ def load_model(path: str | os.PathLike) -> SavedModel:
             arrays = {key: z[key] for key in z.files}
     except (ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         why = ("it holds pickled (object) arrays, which bertfeat never loads" if "pickle" in str(e).lower()
-               else "it cannot be read: " + (" ".join(str(e).split())[:200] or type(e).__name__))
+               else "it cannot be read: " + one_line(e))
         raise not_a_model(path, why) from None
     try:
         meta = json.loads(str(arrays.pop("meta")))

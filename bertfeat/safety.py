@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterable
 
-from .errors import BertfeatError, opt
+from .errors import BertfeatError, one_line, opt
 
 DEBUG_ENV = "BERTFEAT_DEBUG"
 BUG_FIX = f"this is a bug in bertfeat: rerun as `bertfeat --debug COMMAND ...` (or with {DEBUG_ENV}=1) to see the traceback and report it"
@@ -65,11 +65,6 @@ def _errno_of(e: OSError) -> int | None:
     return None
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str | None = None) -> BertfeatError:
     """An OSError -> ``PATH: what - fix`` (the errno decides the fix; ``path`` when the error names none;
     ``space_fix`` replaces the fix of a full disk or quota, e.g. extract's "rerun with resume=True")."""
@@ -77,7 +72,7 @@ def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str |
     where = e.filename if getattr(e, "filename", None) else path
     what, fix = _OS_FIX.get(code, (None, "check the path, its permissions and the free disk space"))
     if what is None:
-        what = _one_line(e.strerror or e) or type(e).__name__
+        what = one_line(e.strerror or e) or type(e).__name__
     if space_fix and code in (errno.ENOSPC, errno.EDQUOT):
         fix = space_fix
     return OutputError(f"{where}: {what}" if where else what, fix)
@@ -88,10 +83,10 @@ def user_error(e: BaseException) -> BertfeatError | None:
     if isinstance(e, BertfeatError):
         return e
     if isinstance(e, zipfile.BadZipFile):
-        return BertfeatError(f"a .npz file is truncated or not a .npz archive ({_one_line(e)})",
+        return BertfeatError(f"a .npz file is truncated or not a .npz archive ({one_line(e)})",
                              "pass a complete .npz written by bertfeat (rerun the command that wrote it)")
     if isinstance(e, EOFError):
-        return BertfeatError(f"unexpected end of a file: it is empty or truncated ({_one_line(e) or 'EOF'})",
+        return BertfeatError(f"unexpected end of a file: it is empty or truncated ({one_line(e) or 'EOF'})",
                              "pass a complete file (rerun the command that wrote it)")
     if isinstance(e, MemoryError):
         return BertfeatError("out of memory", f"lower {opt('max_batch_tokens')} / {opt('batch_rows')}, or use a machine with more memory")
@@ -102,14 +97,14 @@ def user_error(e: BaseException) -> BertfeatError | None:
                              "pass a file written by bertfeat")
     mod = type(e).__module__ or ""
     if mod.startswith("safetensors"):
-        return BertfeatError(f"the model weights cannot be read ({_one_line(e)})",
+        return BertfeatError(f"the model weights cannot be read ({one_line(e)})",
                              "the model.safetensors file is empty, truncated or corrupt: copy the model again")
     return None
 
 
 def unexpected(e: BaseException) -> str:
     """The one line shown for an unexpected exception (the traceback needs --debug)."""
-    return f"Error: unexpected {type(e).__name__}: {_one_line(e)} - {BUG_FIX}"
+    return f"Error: unexpected {type(e).__name__}: {one_line(e)} - {BUG_FIX}"
 
 
 def debug_enabled() -> bool:
@@ -237,7 +232,7 @@ def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
             with zipfile.ZipFile(p) as z:
                 bad = z.testzip()
         except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
-            raise BertfeatError(f"{p}: the .npz archive is truncated or corrupt ({_one_line(e)})",
+            raise BertfeatError(f"{p}: the .npz archive is truncated or corrupt ({one_line(e)})",
                                 "pass a complete file (rerun the command that wrote it)") from None
         if bad is not None:
             raise BertfeatError(f"{p}: the .npz archive is corrupt (member {bad} fails its checksum)",
@@ -251,7 +246,7 @@ def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
         try:
             names = pq.read_schema(p).names
         except Exception as e:  # noqa: BLE001 - pyarrow raises ArrowInvalid / OSError for a foreign or cut file
-            raise BertfeatError(f"{p}: not a readable Parquet file ({_one_line(e)})",
+            raise BertfeatError(f"{p}: not a readable Parquet file ({one_line(e)})",
                                 "pass a complete file (rerun the command that wrote it)") from None
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

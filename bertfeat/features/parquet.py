@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..atomic import AtomicFile
-from ..errors import BertfeatError
+from ..errors import BertfeatError, one_line
 from .base import (
     EMBEDDING_COLUMN,
     METADATA_KEY,
@@ -53,7 +53,7 @@ def pages_damaged(path: Path) -> str | None:
             f.read_row_group(i)
         return None
     except (OSError, pa.ArrowException) as e:
-        return " ".join(str(e).split())[:100] or type(e).__name__
+        return one_line(e, 100)
 
 
 def embedding_matrix(col: pa.Array, d: int, path: Path, start: int) -> np.ndarray:

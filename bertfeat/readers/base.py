@@ -228,7 +228,3 @@ def listing(cols: list[str]) -> str:
     return ", ".join(repr(c) if (not c or c != c.strip() or "," in c) else c for c in cols) or "none"
 
 
-def short_error(e: BaseException) -> str:
-    """An exception's message on one line, not too long."""
-    text = " ".join(str(e).split())
-    return text if len(text) <= 200 else text[:197] + "..."

@@ -13,10 +13,10 @@ import sys
 
 import pyarrow as pa
 
-from ..errors import InputError, opt
+from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
 from . import arrowexit
-from .base import HEAD_BYTES, RawBatch, short_error
+from .base import HEAD_BYTES, RawBatch
 from .kept import convert_cell, infer_cell_type
 from .paths import compression_of
 from .stream import CountingReader, ReadAheadGate
@@ -107,7 +107,7 @@ class CsvReader(TextReader):
                 raise InputError(f"{self.name} header line: invalid {self.encoding} at byte {at}",
                                  f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})") from None
             except (pa.ArrowException, ValueError) as e:
-                raise InputError(f"{self.name}: cannot read the header line as {self.fmt.upper()} ({short_error(e)})",
+                raise InputError(f"{self.name}: cannot read the header line as {self.fmt.upper()} ({one_line(e)})",
                                  f"the first line must name the columns; check {opt('input_format')} and {opt('encoding')}") from None
         if not any(c.strip() for c in cols):
             raise InputError(f"{self.name}: the header line names no column", "the first line must name the columns")
@@ -179,7 +179,7 @@ class CsvReader(TextReader):
                     )
             except (pa.ArrowException, OSError, EOFError, ValueError) as e:
                 self._raise_unskippable(e)
-                raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({short_error(e)})",
+                raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({one_line(e)})",
                                  f"check the file format, {opt('input_format')} and {opt('encoding')}") from None
             row = 0
             start = 0  # bytes consumed before the batch
@@ -194,11 +194,11 @@ class CsvReader(TextReader):
                 except StopIteration:
                     break
                 except UnicodeDecodeError as e:
-                    raise InputError(f"{self.name} near row {row}: invalid {self.encoding} ({short_error(e)})",
+                    raise InputError(f"{self.name} near row {row}: invalid {self.encoding} ({one_line(e)})",
                                      f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})") from None
                 except (pa.ArrowException, OSError, EOFError, ValueError) as e:
                     self._raise_unskippable(e)
-                    raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({short_error(e)})",
+                    raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({one_line(e)})",
                                      f"fix the line, or pass {opt('encoding')} if the file is not UTF-8") from None
                 finally:
                     gate.wanting(False)

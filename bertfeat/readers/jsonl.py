@@ -11,10 +11,10 @@ import json
 
 import pyarrow as pa
 
-from ..errors import InputError, opt
+from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
 from ..textcheck import surrogate_reason
-from .base import HEAD_BYTES, RawBatch, short_error
+from .base import HEAD_BYTES, RawBatch
 from .kept import convert_json, json_type
 from .text import TextReader, read_wide_lines, split_wide_lines, wide_line_codec
 
@@ -124,7 +124,7 @@ class JsonlReader(TextReader):
                 row += 1
 
     def _read_error(self, row: int, e: BaseException) -> InputError:
-        return InputError(f"{self.name} near row {row}: cannot read the file ({short_error(e)})",
+        return InputError(f"{self.name} near row {row}: cannot read the file ({one_line(e)})",
                           "check the file is complete and its compression")
 
     def _line_codec(self, fh) -> tuple[str, int]:

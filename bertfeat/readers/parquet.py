@@ -9,9 +9,9 @@ import sys
 
 import pyarrow as pa
 
-from ..errors import InputError, opt
+from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
-from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, short_error
+from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing
 
 
 class ParquetReader(Reader):
@@ -54,7 +54,7 @@ class ParquetReader(Reader):
                     pf = self._parquet(fh)
                     meta, schema = pf.metadata, pf.schema_arrow
             except Exception as e:
-                raise InputError(f"{self._fname(f)}: not a readable Parquet file ({short_error(e)})", "check the file is Parquet and complete") from None
+                raise InputError(f"{self._fname(f)}: not a readable Parquet file ({one_line(e)})", "check the file is Parquet and complete") from None
             if self._pq_schema is None:
                 self._pq_schema = schema
                 dup = sorted({n for n in schema.names if schema.names.count(n) > 1})
@@ -143,7 +143,7 @@ class ParquetReader(Reader):
                         yield self._batch(b, row)
                         row += b.num_rows
             except (pa.ArrowException, OSError) as e:
-                raise InputError(f"{self._fname(f)} near row {row}: cannot read the Parquet file ({short_error(e)})", "check the file is Parquet and complete") from None
+                raise InputError(f"{self._fname(f)} near row {row}: cannot read the Parquet file ({one_line(e)})", "check the file is Parquet and complete") from None
 
     def partitions(self, blocksize: int | None, target: int | None = None) -> list[Partition]:
         """Row ranges of the files (consecutive row groups; a large row group shared by several partitions),
@@ -191,7 +191,7 @@ class ParquetReader(Reader):
                 if part.n_rows is not None:
                     t = t.slice(part.row_offset, part.n_rows)
         except (pa.ArrowException, OSError) as e:
-            raise InputError(f"{part.file} near row {first_row}: cannot read the Parquet file ({short_error(e)})",
+            raise InputError(f"{part.file} near row {first_row}: cannot read the Parquet file ({one_line(e)})",
                              "check the file is Parquet and complete") from None
         if t is None:
             t = pa.table({c: pa.array([], self._pq_schema.field(c).type) for c in self._wanted()})
