@@ -56,9 +56,13 @@ def kind(v) -> str:
 
 
 def id_value(v):
-    """An id cell as written: bytes decoded (undecodable bytes replaced)."""
+    """An id cell as written: bytes decoded when they are UTF-8, else kept (a binary Parquet id column: its bytes are
+    the id; the text readers reject an id that is not UTF-8 before this)."""
     if isinstance(v, (bytes, bytearray)):
-        return bytes(v).decode("utf-8", errors="replace")
+        try:
+            return bytes(v).decode("utf-8")
+        except UnicodeDecodeError:
+            return bytes(v)
     return v
 
 

@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -21,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import bertfeat.progress
-from bertfeat.errors import render
+from bertfeat.errors import InputError, render
 from bertfeat.readers import open_input, resolve_files
 from bertfeat.readers.text import split_wide_lines, wide_unicode
 from bertfeat.rejects import Reason, RejectCode, fix_for
@@ -337,3 +338,148 @@ def test_an_interrupted_run_inside_the_input_folder_is_not_read_back(tmp_path, c
     assert read_table(again).equals(read_table(ref))
     assert {k: v for k, v in snapshot(d).items() if k in inputs} == inputs
     assert sorted(set(snapshot(d)) - set(inputs)) == ["again.parquet", "o.parquet"]
+
+
+# ------------------------------------------------------------------------------------------ a reader review's findings
+def _kept_rows(out: Path) -> list:
+    return read_table(out).column("row").to_pylist()
+
+
+def _rejects(out: Path) -> list[list[str]]:
+    import csv as _csv
+
+    with open(f"{out}.rejects.csv", newline="", encoding="utf-8") as fh:
+        return list(_csv.reader(fh))[1:]
+
+
+def test_parquet_string_column_with_invalid_utf8_is_a_bad_row(tmp_path, capsys):
+    """A Parquet writer that does not check its strings: the cell is a bad row (text, id or kept value), not an
+    'unexpected UnicodeDecodeError ... this is a bug' that stops the run."""
+    def unchecked(values):
+        b = pa.array(values, pa.binary())
+        return pa.Array.from_buffers(pa.string(), len(values), b.buffers())
+
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": unchecked([b"a", b"b", b"\xffc", b"d"]), "text": unchecked([b"ok", b"\xffbad", b"x", b"y"]),
+                             "lab": unchecked([b"1", b"2", b"3", b"\xfe"])}), src)
+    out = tmp_path / "o.parquet"
+    assert extract(capsys, src, out, "--id-column", "id", "--keep", "lab", "--on-bad-row", "skip")[0] == 0
+    assert read_table(out).column("id").to_pylist() == ["a"]
+    why = "(a Parquet string column its writer did not check)"
+    assert _rejects(out) == [["1", "b", f"invalid UTF-8 at byte 0 of the text {why}", "2"],
+                             ["2", "\ufffdc", f"invalid UTF-8 at byte 0 of the id {why}", "3"],
+                             ["3", "d", f"invalid UTF-8 at byte 0 of the kept column 'lab' {why}", "\ufffd"]]
+
+
+def test_ids_that_are_not_utf8(tmp_path, capsys):
+    """A CSV id that is not UTF-8 is a bad row (replacing its bytes could make two ids one); a binary Parquet id is
+    written as its bytes."""
+    src = tmp_path / "in.csv"
+    src.write_bytes(b"id,text\n\xff1,a\n2,ok\n")
+    out = tmp_path / "o.parquet"
+    assert extract(capsys, src, out, "--id-column", "id", "--on-bad-row", "skip")[0] == 0
+    assert read_table(out).column("id").to_pylist() == ["2"]
+    assert _rejects(out) == [["0", "\ufffd1", "invalid UTF-8 at byte 0 of the id"]]
+    src = tmp_path / "bin.parquet"
+    pq.write_table(pa.table({"bid": pa.array([b"\xff1", b"ok"], pa.binary()), "text": ["a", "b"]}), src)
+    out = tmp_path / "b.parquet"
+    assert extract(capsys, src, out, "--id-column", "bid")[0] == 0
+    assert read_table(out).column("bid").to_pylist() == [b"\xff1", b"ok"]
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_a_csv_row_longer_than_the_parse_block(tmp_path, capsys, monkeypatch, engine):
+    """A row longer than pyarrow's CSV block ("straddling object straddles two block boundaries") is read with
+    larger blocks, every row once and in order; from standard input it is refused, saying why."""
+    from bertfeat.readers import CsvReader
+
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 1 << 12)  # 4 KiB blocks: a 20 KB row straddles
+    rows = [[str(i), f"short row {i}"] for i in range(300)]
+    rows[150] = ["150", "long " * 4000]
+    if engine == "local":  # a quoted value with line breaks: not on Dask's byte ranges (docs/dask.md)
+        rows[151] = ["151", '"quoted\nlong" ' * 1500]
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], rows)
+    out = tmp_path / "o.parquet"
+    extra = ["--engine", "dask", "--workers", "1", "--blocksize", "64KiB"] if engine == "dask" else []
+    if engine == "dask":
+        pytest.importorskip("distributed")
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--max-length", "16", *extra)
+    assert rc == 0, err
+    t = read_table(out) if engine == "local" else pa.concat_tables(
+        [pq.read_table(p) for p in sorted(out.glob("part-*.parquet"))])
+    assert t.column("id").to_pylist() == [str(i) for i in range(300)]
+    assert t.column("n_tokens").to_pylist()[150] > 4000
+    if engine == "local":
+        from bertfeat.readers import open_input as _open
+
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes())))
+        reader = _open("-", "csv", None, None, "id", "utf-8")
+        with pytest.raises(InputError) as e:
+            list(reader.batches())
+        assert e.value.message == ("<stdin> near row 150: a row is longer than 4 KiB, more than bertfeat reads at once "
+                                   "from standard input - split or shorten the row, or read the file by its path")
+
+
+def test_utf16_csv_unclosed_quote_is_caught_as_in_utf8(tmp_path, capsys):
+    data = 'id,text\n1,a\n2,"oops\n3,c\n4,d\n'
+    for enc in ("utf-8", "utf-16"):
+        src = tmp_path / f"{enc}.csv"
+        src.write_bytes(data.encode(enc))
+        out = tmp_path / f"{enc}.parquet"
+        assert extract(capsys, src, out, "--encoding", enc, "--on-bad-row", "skip")[0] == 0
+        assert _kept_rows(out) == [0]
+        assert _rejects(out)[0][2].startswith("unclosed quote: the quoted field in column 'text' that opens on line 3")
+
+
+def test_jsonl_too_deep_and_repeated_keys_are_bad_rows(tmp_path, capsys):
+    lines = ['{"text":"a"}'] * 1001 + ['{"text":"b","x":' + "[" * 3000 + "]" * 3000 + "}", '{"text":"c"}',
+                                      '{"text":"first","text":"second"}', '{"text":"ok","x":1,"x":2}']
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "o.parquet"
+    assert extract(capsys, src, out, "--on-bad-row", "skip")[0] == 0
+    assert _kept_rows(out) == list(range(1001)) + [1002, 1004]  # an unused key twice is not our business
+    assert _rejects(out) == [["1001", "", "JSON nested too deeply for Python's parser"],
+                             ["1003", "", "the key 'text' appears 2 times in the object"]]
+    src.write_text('{"text":"b","x":' + "[" * 3000 + "]" * 3000 + '}\n{"text":"c"}\n')  # in the head too
+    assert extract(capsys, src, tmp_path / "h.parquet", "--on-bad-row", "skip")[0] == 0
+    assert _kept_rows(tmp_path / "h.parquet") == [1]
+
+
+def test_jsonl_first_line_longer_than_the_head(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"text": "x " * 700_000, "id": 1}) + "\n" + '{"text":"short","id":2}\n')
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--max-length", "16")
+    assert rc == 0, err
+    assert read_table(out).column("id").to_pylist() == [1, 2]
+
+
+@pytest.mark.parametrize("data", [b"id,text", b"\xef\xbb\xbftext", "id,text".encode("utf-16"), b"id,text\r"])
+def test_a_header_without_a_line_end_is_an_empty_input(tmp_path, capsys, data):
+    src = tmp_path / "in.csv"
+    src.write_bytes(data)
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, *(["--encoding", "utf-16"] if data.startswith(b"\xff\xfe") else []))
+    assert rc == 0, err
+    assert read_table(out).num_rows == 0
+
+
+def test_a_csv_that_starts_with_a_blank_line_on_dask(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    src = tmp_path / "in.csv"
+    src.write_text("\n" + "id,text\n" + "".join(f"{i},sentence number {i} here\n" for i in range(400)))
+    out = tmp_path / "o"
+    rc, _, err = extract(capsys, src, out, "--engine", "dask", "--workers", "1", "--blocksize", "8KiB",
+                         "--id-column", "id")
+    assert rc == 0, err
+    t = pa.concat_tables([pq.read_table(p) for p in sorted(out.glob("part-*.parquet"))])
+    assert len(list(out.glob("part-*.parquet"))) > 1 and t.column("id").to_pylist() == [str(i) for i in range(400)]
+
+
+def test_utf16_kept_integer_column_stays_integer_past_the_head(tmp_path):
+    src = tmp_path / "in.csv"
+    src.write_bytes(("id,text,n\n" + "".join(f"{i},sentence {i},{i}\n" for i in range(60000))).encode("utf-16"))
+    assert len(src.read_bytes()) > 2 * (1 << 20)
+    reader = open_input(str(src), None, None, None, None, "utf-16", keep=("n",))
+    assert reader.keep_types() == {"n": pa.int64()}

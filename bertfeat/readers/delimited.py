@@ -19,14 +19,26 @@ from . import arrowexit
 from .base import HEAD_BYTES, RawBatch
 from .kept import convert_cell, infer_cell_type
 from .paths import compression_of
-from .stream import CountingReader, ReadAheadGate
-from .text import TextReader
+from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
+from .text import TextReader, split_wide_lines, wide_line_codec
+
+
+_STRADDLES = "straddling object straddles two block boundaries"  # pyarrow: a row longer than the CSV block
+
+
+class _RowTooLong(Exception):
+    """A row longer than pyarrow's CSV block, near data row ``row`` (CsvReader._parse_from reads again)."""
+
+    def __init__(self, row: int):
+        super().__init__(row)
+        self.row = row
 
 
 class CsvReader(TextReader):
     """CSV and TSV (TSV: tab-separated, no quoting)."""
 
     CSV_BLOCK_BYTES = 1 << 22  # pyarrow's streaming CSV reader parses this many bytes at a time
+    MAX_BLOCK_BYTES = 1 << 31  # ... and at most this many, for a file with a row longer than that (_parse_from)
     READ_AHEAD_BLOCKS = 2  # blocks pyarrow may read past the last one parsed while the run is busy (stream.ReadAheadGate)
 
     def _setup(self, delimiter):
@@ -37,8 +49,13 @@ class CsvReader(TextReader):
         self.delimiter = self._delimiter_option or ("\t" if self.fmt == "tsv" else ",")
 
     def _block_header(self, f: str) -> bytes:
+        """The header line, put in front of a later block: the first line that is not empty (pyarrow skips empty
+        lines before it, as the local reader's csvcheck.header_line does)."""
         with self.fs.open(f, "rb", compression=compression_of(f)) as fh:
-            return fh.readline()
+            line = fh.readline()
+            while line and not line.strip(b"\r\n"):
+                line = fh.readline()
+            return line
 
     def _count_lines(self, data: bytes) -> int | None:
         """Records of a block without quotes: its non-empty lines (pyarrow ends a line at \\n, \\r\\n or \\r and
@@ -62,6 +79,10 @@ class CsvReader(TextReader):
 
     def _header_names(self, data: bytes) -> list[str]:
         import pyarrow.csv as pcsv
+
+        if not data.rstrip(b"\x00").endswith((b"\n", b"\r")):  # a header alone without its line end: pyarrow says
+            codec = (wide_line_codec(self.encoding, data) or ("utf-8", 1))[0]  # "Empty CSV file"; no second BOM
+            data += "\n".encode("utf-8" if codec.startswith("utf-8") else codec)
 
         if not self._transcoded():
             sink = pa.BufferOutputStream()
@@ -131,7 +152,31 @@ class CsvReader(TextReader):
                                  f"(columns {where})", "rename the columns so that every name is unique")
 
 
-    def _parse(self, stream, counter):
+    def _parse_from(self, opener, reopenable: bool):
+        """_parse with a block that fits the longest row: pyarrow's streaming reader cannot parse a row longer than its
+        block (``straddling object straddles two block boundaries``), so the input is read again with blocks 8x as
+        large, the rows already handed out skipped; standard input cannot be read again, and so is refused."""
+        block, done = self.CSV_BLOCK_BYTES, 0  # rows handed out so far
+        while True:
+            stream, counter = opener()
+            try:
+                for b in self._parse(stream, counter, block):
+                    if b.rows and b.rows[0] < done:
+                        if b.rows[-1] < done:
+                            continue
+                        b = b.slice(done - b.rows[0], len(b.rows), b.bytes_read, b.bytes_start)
+                    done = b.rows[-1] + 1 if b.rows else done
+                    yield b
+                return
+            except _RowTooLong as e:
+                if not reopenable or block >= self.MAX_BLOCK_BYTES:
+                    size = f"{block >> 20} MiB" if block >= 1 << 20 else f"{block >> 10} KiB"
+                    raise InputError(f"{self.name} near row {e.row}: a row is longer than {size}, more than "
+                                     f"bertfeat reads at once{'' if reopenable else ' from standard input'}",
+                                     "split or shorten the row" + ("" if reopenable else ", or read the file by its path"))
+                block *= 8
+
+    def _parse(self, stream, counter, block: int | None = None):
         import pyarrow.csv as pcsv
 
         skipped: dict[int, Reason] = {}
@@ -146,15 +191,8 @@ class CsvReader(TextReader):
 
         on_invalid._bertfeat_row_handler = True
 
-        tracker = None
-        delimiter = self.delimiter
-        if self.fmt == "csv" and all(ch.encode(self.encoding, "ignore") == ch.encode() for ch in ('"', "\n", delimiter)):
-            from ..csvcheck import QuoteTracker
-
-            tracker = QuoteTracker(stream, delimiter)  # an unclosed quote, rows that span lines
-            stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         wanted = self._wanted()
-        block = self.CSV_BLOCK_BYTES
+        block = block or self.CSV_BLOCK_BYTES
         # a transcoded encoding: the gate's reads are not pyarrow's blocks, so it neither holds them back nor places
         # the batches (the bytes read stand for both)
         transcoded = self._transcoded()
@@ -162,6 +200,13 @@ class CsvReader(TextReader):
         if transcoded:  # our own transcoder: a byte the encoding cannot read is a bad row, not the end of the file
             transcoder = _Utf8Transcoder(stream, self.encoding)
             stream = io.BufferedReader(transcoder, buffer_size=1 << 20)
+        stream = io.BufferedReader(NewlineAtEnd(stream), buffer_size=1 << 20)  # UTF-8 here: a header alone ends
+        tracker = None
+        if self.fmt == "csv":  # on UTF-8 (as read, or as transcoded: UTF-16's quotes and line ends are not single bytes)
+            from ..csvcheck import QuoteTracker
+
+            tracker = QuoteTracker(stream, self.delimiter)  # an unclosed quote, rows that span lines
+            stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         stream = gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
         arrowexit.opened(gate)
         gate.wanting(True)  # opening parses the first block (more when its first row is longer)
@@ -179,6 +224,8 @@ class CsvReader(TextReader):
                     )
             except (pa.ArrowException, OSError, EOFError, ValueError) as e:
                 self._raise_unskippable(e)
+                if _STRADDLES in str(e):
+                    raise _RowTooLong(0) from None
                 raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({one_line(e)})",
                                  f"check the file format, {opt('input_format')} and {opt('encoding')}") from None
             row = 0
@@ -198,6 +245,8 @@ class CsvReader(TextReader):
                                      f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})") from None
                 except (pa.ArrowException, OSError, EOFError, ValueError) as e:
                     self._raise_unskippable(e)
+                    if _STRADDLES in str(e):
+                        raise _RowTooLong(row) from None
                     raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({one_line(e)})",
                                      f"fix the line, or pass {opt('encoding')} if the file is not UTF-8") from None
                 finally:
@@ -263,8 +312,17 @@ class CsvReader(TextReader):
             arrowexit.released(gate, on_invalid)  # pyarrow's I/O thread may hold them a moment longer (arrowexit.py)
 
     def _typed(self, b: RawBatch) -> RawBatch:
-        """The kept cells converted to their columns' types; a cell that does not convert makes its row a bad row.
-        (While the head decides the types, ``_decide_keep_types``, the cells stay as read.)"""
+        """The kept cells converted to their columns' types; a cell that does not convert makes its row a bad row, and
+        so does an id that is not UTF-8 (CSV / TSV ids are text: replacing its bytes could make two ids one).
+        (While the head decides the types, ``_decide_keep_types``, the kept cells stay as read.)"""
+        for k, v in enumerate(b.ids or ()):
+            if isinstance(v, (bytes, bytearray)):
+                try:
+                    bytes(v).decode("utf-8")  # decoded as the chunk is validated (chunks.id_value)
+                except UnicodeDecodeError as e:
+                    b.ids[k] = bytes(v).decode("utf-8", errors="replace")  # as the rejects file shows it
+                    b.pre_rejected.setdefault(b.rows[k], Reason(RejectCode.ENCODING,
+                                                                f"invalid UTF-8 at byte {e.start} of the id"))
         if b.extra is None or not self._kept_types:
             return b
         for c, typ in self._kept_types.items():
@@ -279,7 +337,11 @@ class CsvReader(TextReader):
         """Each kept column's type from the cells of the head's rows (``kept.infer_cell_type``; a row that is bad
         in the head decides nothing); a head that cannot be parsed decides string."""
         data = self._sample
-        if len(data) >= HEAD_BYTES and data.rfind(b"\n") > 0:
+        wide = wide_line_codec(self.encoding, data)
+        if len(data) >= HEAD_BYTES and wide is not None:  # whole UTF-16 / UTF-32 lines only (a line feed's code unit)
+            lines, rest = split_wide_lines(data, *wide)
+            data = data[:len(data) - len(rest)] if lines else data
+        elif len(data) >= HEAD_BYTES and data.rfind(b"\n") > 0:
             data = data[:data.rfind(b"\n") + 1]  # whole lines only
         cells: dict[str, list] = {c: [] for c in self.keep}
         multiline = self.multiline_rows

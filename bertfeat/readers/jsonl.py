@@ -64,7 +64,7 @@ class JsonlReader(TextReader):
         else:
             lines, rest = split_wide_lines(head.removeprefix("\ufeff".encode(codec)), codec, unit)
             lines.append(rest)
-        return codec, lines[:-1] if len(head) == HEAD_BYTES and len(lines) > 1 else lines
+        return codec, lines[:-1] if len(head) >= HEAD_BYTES and len(lines) > 1 else lines
 
     def _head_columns(self, head: bytes) -> list[str]:
         """The keys of the objects in the first lines (and the kinds of their values); a head of JSON values
@@ -74,8 +74,8 @@ class JsonlReader(TextReader):
         codec, lines = self._head_lines(head)
         for n, line in enumerate(lines[:1000], 1):
             try:
-                obj = json.loads(line.decode(codec))
-            except (ValueError, UnicodeDecodeError) as e:
+                obj = _loads(line.decode(codec))
+            except (ValueError, UnicodeDecodeError, RecursionError) as e:
                 if unread is None and line.strip():
                     unread = (n, e)
                 continue
@@ -178,18 +178,25 @@ class JsonlReader(TextReader):
         """One line -> (text, pair, id, the object, Reason or None): the line's values, and why it is a bad row if it
         is one (a line that is not valid in the encoding: its object read with the bad bytes replaced, if it parses)."""
         try:
-            obj = json.loads(line.decode(codec).strip())
+            obj = _loads(line.decode(codec).strip())
         except UnicodeDecodeError as e:
             obj = self._readable(line, codec)
             return None, None, obj.get(self.id_column) if obj and self.id_column else None, obj, Reason(
                 RejectCode.ENCODING, f"invalid {self.encoding} at byte {e.start} of the line")
         except ValueError as e:
             return None, None, None, None, Reason(RejectCode.INVALID_JSON, f"invalid JSON ({e})")
+        except RecursionError:
+            return None, None, None, None, Reason(RejectCode.INVALID_JSON, "JSON nested too deeply for Python's parser")
         if not isinstance(obj, dict):
             return None, None, None, None, Reason(RejectCode.NOT_OBJECT, f"{_line_kind(obj)}, not an object")
         text = obj.get(self.text_column)
         pair = obj.get(self.pair_column) if self.pair_column else None
         ident = obj.get(self.id_column) if self.id_column else None
+        if type(obj) is _Repeated:  # a key named twice: which value is meant is not ours to guess (as CSV's header)
+            used = [c for c in (self.text_column, self.pair_column, self.id_column, *self.keep) if c in obj.repeated]
+            if used:
+                return text, pair, ident, obj, Reason(RejectCode.INVALID_JSON, f"the key '{used[0]}' appears "
+                                                                           f"{obj.repeated[used[0]]} times in the object")
         missing = next((c for c in (self.text_column, self.pair_column) if c and c not in obj), None)
         return text, pair, ident, obj, None if missing is None else Reason(RejectCode.MISSING_FIELD, f"no field '{missing}'")
 
@@ -199,10 +206,33 @@ class JsonlReader(TextReader):
         if not self.id_column and not self.keep:
             return None
         try:
-            obj = json.loads(line.decode(codec, errors="replace"))
-        except ValueError:
+            obj = _loads(line.decode(codec, errors="replace"))
+        except (ValueError, RecursionError):
             return None
         return obj if isinstance(obj, dict) else None
+
+
+class _Repeated(dict):
+    """An object that named a key more than once (the last value kept, as json.loads does): ``repeated`` key -> times."""
+
+    repeated: dict
+
+
+def _pairs(pairs: list) -> dict:
+    d = dict(pairs)
+    if len(d) == len(pairs):
+        return d
+    d = _Repeated(d)
+    counts: dict = {}
+    for k, _ in pairs:
+        counts[k] = counts.get(k, 0) + 1
+    d.repeated = {k: n for k, n in counts.items() if n > 1}
+    return d
+
+
+def _loads(text: str):
+    """json.loads, an object that repeats a key marked (_Repeated)."""
+    return json.loads(text, object_pairs_hook=_pairs)
 
 
 def _id_kind(v) -> str | None:

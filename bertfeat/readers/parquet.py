@@ -126,11 +126,29 @@ class ParquetReader(Reader):
         return {c: t.value_type if pa.types.is_dictionary(t) else t for c, t in types.items()}
 
     def _batch(self, b, first: int) -> RawBatch:
-        def col(c):
-            return b.column(c).to_pylist() if c else None
+        unchecked: dict[str, list[int]] = {}  # string columns whose writer let invalid UTF-8 in: those cells
 
-        rb = RawBatch(list(range(first, first + b.num_rows)), col(self.text_column), col(self.pair_column), col(self.id_column),
+        def col(c):
+            if not c:
+                return None
+            values, bad = _pylist(b.column(c))
+            if bad:
+                unchecked[c] = bad
+            return values
+
+        rows = list(range(first, first + b.num_rows))
+        rb = RawBatch(rows, col(self.text_column), col(self.pair_column), col(self.id_column),
                       extra={c: col(c) for c in self.keep} if self.keep else None)
+        named = [(self.text_column, rb.texts, "text"), (self.pair_column, rb.pairs, "pair text"),
+                 (self.id_column, rb.ids, "id"), *((c, (rb.extra or {}).get(c), f"kept column {c!r}") for c in self.keep)]
+        for c, values, what in named:
+            for k in unchecked.get(c, ()):
+                raw = values[k]
+                values[k] = raw.decode("utf-8", errors="replace")  # as the rejects file shows it
+                if rows[k] not in rb.pre_rejected:
+                    at = _utf8_error_at(raw)
+                    rb.pre_rejected[rows[k]] = Reason(RejectCode.ENCODING, f"invalid UTF-8 at byte {at} of the {what} "
+                                                                           "(a Parquet string column its writer did not check)")
         _binary_utf8(rb)
         return rb
 
@@ -196,6 +214,33 @@ class ParquetReader(Reader):
         if t is None:
             t = pa.table({c: pa.array([], self._pq_schema.field(c).type) for c in self._wanted()})
         return self._batch(t, first_row)
+
+
+def _pylist(col) -> tuple[list, list[int]]:
+    """A column's values as Python objects, and the positions of string cells that are not UTF-8 (a writer that did
+    not check them; pyarrow's to_pylist raises on the first): those stay bytes, for the caller to reject."""
+    try:
+        return col.to_pylist(), []
+    except UnicodeDecodeError:
+        if pa.types.is_dictionary(col.type):
+            col = col.dictionary_decode()
+        raw = col.cast(pa.large_binary()).to_pylist()
+        values, bad = [], []
+        for k, v in enumerate(raw):
+            try:
+                values.append(None if v is None else v.decode("utf-8"))
+            except UnicodeDecodeError:
+                values.append(v)
+                bad.append(k)
+        return values, bad
+
+
+def _utf8_error_at(raw: bytes) -> int:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return -1
 
 
 def _binary_utf8(b: RawBatch) -> None:

@@ -27,6 +27,34 @@ class CountingReader(io.RawIOBase):
         super().close()
 
 
+class NewlineAtEnd(io.RawIOBase):
+    """A UTF-8 stream that ends with a line feed: one is added when its last byte is not one (pyarrow's CSV reader
+    refuses a header line without a line end as "Empty CSV file"; an empty line more changes nothing)."""
+
+    def __init__(self, fh):
+        self._fh = fh
+        self._last = b"\n"
+        self._done = False
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = self._fh.readinto(b)
+        if n:
+            self._last = bytes(b[n - 1:n])
+            return n
+        if not self._done and self._last != b"\n" and len(b):
+            self._done = True
+            b[0:1] = b"\n"
+            return 1
+        return n
+
+    def close(self):
+        self._fh.close()
+        super().close()
+
+
 class Prefixed(io.RawIOBase):
     """stdin with the bytes already peeked at put back in front."""
 

@@ -33,11 +33,11 @@ class TextReader(Reader):
     def _columns(self) -> list[str]:
         if self.path == "-":
             self._stdin = sys.stdin.buffer
-            head = self._head = self._stdin.read(HEAD_BYTES)
+            head = self._head = _head_of(self._stdin)
         else:
             fh = self._open_binary()[0]
             try:
-                head = fh.read(HEAD_BYTES)
+                head = _head_of(fh)
             except (OSError, EOFError, ValueError, pa.ArrowException) as e:
                 raise InputError(f"{self.name}: cannot read the file ({e})", "check the file is complete and its compression") from None
             finally:
@@ -86,7 +86,11 @@ class TextReader(Reader):
         return io.BufferedReader(NativeRaw(native), buffer_size=1 << 20), counter
 
     def batches(self):
-        stream, counter = self._open_binary()
+        yield from self._parse_from(self._open_binary, self.path != "-")
+
+    def _parse_from(self, opener, reopenable: bool):
+        """The batches of the stream ``opener()`` returns (``reopenable``: it can be called again; CsvReader does)."""
+        stream, counter = opener()
         yield from self._parse(stream, counter)
 
     def _block_header(self, f: str) -> bytes | None:
@@ -144,10 +148,28 @@ class TextReader(Reader):
         out = RawBatch([], [], [] if self.pair_column else None, [] if self.id_column else None, extra=self.empty_extra())
         if not data.strip():
             return out
-        counter = CountingReader(io.BytesIO(data))
-        for b in self._parse(io.BufferedReader(counter), counter):
+        def opener():
+            counter = CountingReader(io.BytesIO(data))
+            return io.BufferedReader(counter), counter
+
+        for b in self._parse_from(opener, True):
             out.extend(b, first_row)
         return out
+
+
+HEAD_MAX_BYTES = 1 << 28  # the head grows past HEAD_BYTES to the first line end, up to this
+
+
+def _head_of(fh) -> bytes:
+    """The first HEAD_BYTES of a stream, or more up to its first line end (at most HEAD_MAX_BYTES): a first line
+    longer than HEAD_BYTES (a JSON object with a long text) is read whole, not judged by its first MiB."""
+    head = fh.read(HEAD_BYTES)
+    while len(head) >= HEAD_BYTES and b"\n" not in head and len(head) < HEAD_MAX_BYTES:
+        more = fh.read(HEAD_BYTES)
+        if not more:
+            break
+        head += more
+    return head
 
 
 def _ascii_lines(encoding: str) -> bool:
