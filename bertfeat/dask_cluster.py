@@ -15,6 +15,22 @@ class ClusterError(BertfeatError):
     """The cluster failed the run (a worker killed, tasks cancelled): the finished partitions stay for --resume."""
 
 
+class TaskFailed:
+    """A task's BertfeatError (a bad row, a model the worker cannot load), returned instead of raised: a raised one is
+    logged by the worker as "Compute Failed" with its traceback before the client says it in one line."""
+
+    def __init__(self, error: BertfeatError):
+        self.error = error
+
+
+def run_task(fn, *args):
+    """Run ``fn(*args)`` on a worker (the Dask engine submits every task through this); see TaskFailed."""
+    try:
+        return fn(*args)
+    except BertfeatError as e:
+        return TaskFailed(e)
+
+
 def open_client(dask):
     """The plan's cluster (plan.DaskSettings): -> (client, the LocalCluster we started or None)."""
     import logging
@@ -24,6 +40,9 @@ def open_client(dask):
     if dask.scheduler:
         try:
             client = Client(dask.scheduler, timeout=30)
+        except ValueError as e:  # "127.0.0.1:notaport": distributed parses it before it connects
+            raise BertfeatError(f"{opt('scheduler', dask.scheduler)} is not a scheduler address ({e})",
+                                "give tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786") from None
         except (OSError, TimeoutError) as e:
             raise BertfeatError(f"cannot reach the Dask scheduler at {dask.scheduler} ({e})",
                                 "start it with `dask scheduler` and the workers with `dask worker tcp://HOST:8786`") from None
@@ -52,11 +71,10 @@ def open_client(dask):
     return Client(cluster), cluster
 
 
-def worker_threads(client, address: str = "", timeout: float = 120.0) -> int:
-    """Encoder threads per task: a host's cores shared by the task slots (worker processes x --nthreads) on it.
-
-    The smallest share over the hosts, so no host is oversubscribed; waits for a first worker.
-    """
+def worker_threads(client, address: str = "", timeout: float = 120.0) -> dict[str, int]:
+    """Encoder threads per task, for each worker (by address): its host's cores shared by the task slots (worker
+    processes x --nthreads) on that host, so that no host is oversubscribed and none left idle; waits for a first
+    worker. A worker that joins later takes the smallest share (task_threads)."""
     from .threads import default_threads
 
     if not client.scheduler_info(n_workers=-1)["workers"]:
@@ -70,8 +88,31 @@ def worker_threads(client, address: str = "", timeout: float = 120.0) -> int:
     slots: dict[str, int] = {}
     for addr, w in workers.items():
         slots[w.get("host", addr)] = slots.get(w.get("host", addr), 0) + int(w.get("nthreads", 1) or 1)
-    shares = [cores[a] // slots[w.get("host", a)] for a, w in workers.items() if a in cores]
-    return max(1, min(shares)) if shares else 1
+    return {a: max(1, cores[a] // slots[w.get("host", a)]) for a, w in workers.items() if a in cores} or {"": 1}
+
+
+def task_threads(threads: int | dict | None, worker=None) -> int | None:
+    """This worker's encoder threads from worker_threads' dict (or the one number --threads gave)."""
+    if not isinstance(threads, dict):
+        return threads
+    if worker is None:
+        from distributed import get_worker
+
+        worker = get_worker()
+    return threads.get(getattr(worker, "address", ""), min(threads.values()))
+
+
+def task_slots(worker=None) -> int:
+    """Tasks this worker runs side by side (its --nthreads)."""
+    if worker is None:
+        try:
+            from distributed import get_worker
+
+            worker = get_worker()
+        except (ImportError, ValueError):
+            return 1
+    state = getattr(worker, "state", worker)
+    return max(1, int(getattr(state, "nthreads", None) or getattr(worker, "nthreads", 1) or 1))
 
 
 def cluster_slots(client) -> int:
@@ -90,9 +131,10 @@ def in_flight(client, futures: dict) -> int:
         return 0
 
 
-def gather(client, futures: dict, on_result, progress=None):
-    """Gather futures as they finish; a task's error becomes the run's error. With ``progress`` (an object
-    with a ``parts`` method), report the tasks done and in flight after each one."""
+def gather(client, futures: dict, on_result, progress=None, *, counted=None, done: int = 0, total: int | None = None):
+    """Gather futures as they finish; a task's error (raised, or returned as TaskFailed) becomes the run's error.
+    With ``progress`` (an object with a ``parts`` method), report the partitions done and in flight after each one:
+    ``counted(key)`` says which tasks are partitions (default all), ``done`` were finished before, of ``total``."""
     from distributed import as_completed
     from distributed.client import FutureCancelledError
 
@@ -101,9 +143,11 @@ def gather(client, futures: dict, on_result, progress=None):
     except ImportError:  # pragma: no cover
         KilledWorker = ()  # type: ignore
     show = getattr(progress, "parts", None)
-    done = 0
+    counted = counted or (lambda key: True)
+    parts = {f: k for f, k in futures.items() if counted(k)}
+    total = done + len(parts) if total is None else total
     if show is not None:
-        show(0, in_flight(client, futures), len(futures))
+        show(done, in_flight(client, parts), total)
     for fut in as_completed(list(futures)):
         key = futures[fut]
         try:
@@ -113,11 +157,13 @@ def gather(client, futures: dict, on_result, progress=None):
                                 f"a worker probably ran out of memory: lower {opt('blocksize')} or {opt('max_batch_tokens')}, or add memory") from None
         except FutureCancelledError:
             raise ClusterError(f"partition {key}: the task was cancelled (the cluster went away?)", f"rerun with {opt('resume', True)}") from None
+        if isinstance(res, TaskFailed):
+            raise res.error
         on_result(key, res)
         fut.release()
-        if show is not None:
+        if show is not None and counted(key):
             done += 1
-            show(done, in_flight(client, futures), len(futures))
+            show(done, in_flight(client, parts), total)
 
 
 def cancel(client, futures):

@@ -71,7 +71,8 @@ from .atomic import write_atomic
 from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, output_columns, table_counts, validate_batch
 from .reuse import dedup_memory
 from .vcache import NETWORK_FS, CacheError, filesystem_type, open_cache
-from .dask_cluster import ClusterError, cancel, cluster_slots, gather, open_client, worker_threads
+from .dask_cluster import (ClusterError, cancel, cluster_slots, gather, open_client, run_task, task_slots, task_threads,
+                           worker_threads)
 from .errors import BertfeatError, opt, render
 from .features.parquet import pages_damaged
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
@@ -161,13 +162,14 @@ class EncoderPlugin(_WorkerPluginBase):
 
     name = "bertfeat-encoder"
 
-    def __init__(self, location, model_name, encoder_kwargs: dict, weights_sha256, threads: int | None):
+    def __init__(self, location, model_name, encoder_kwargs: dict, weights_sha256, threads: int | dict | None):
         self.location, self.model_name, self.encoder_kwargs = location, model_name, encoder_kwargs
         self.weights_sha256, self.threads = weights_sha256, threads
 
     def setup(self, worker):
         try:  # warm the cache; a failure is raised again, with its message, by the first task
-            worker_encoder(self.location, self.model_name, self.encoder_kwargs, self.weights_sha256, self.threads)
+            worker_encoder(self.location, self.model_name, self.encoder_kwargs, self.weights_sha256,
+                           task_threads(self.threads, worker))
         except BertfeatError:
             pass
 
@@ -181,7 +183,7 @@ class TaskContext:
     model_name: str | None
     encoder_kwargs: dict  # Encoder(...) keywords (max_batch_tokens, the options the user gave)
     weights_sha256: str
-    threads: int | None
+    threads: int | dict | None  # --threads, or each worker's share of its host's cores (dask_cluster.worker_threads)
     spec: object
     on_bad_row: str
     id_name: str
@@ -214,13 +216,14 @@ def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
 
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
-    enc = worker_encoder(ctx.location, ctx.model_name, ctx.encoder_kwargs, ctx.weights_sha256, ctx.threads)
+    enc = worker_encoder(ctx.location, ctx.model_name, ctx.encoder_kwargs, ctx.weights_sha256, task_threads(ctx.threads))
     raw = ctx.reader.read_partition(part, first_row)
+    multiline = getattr(ctx.reader, "multiline_rows", 0)  # CSV rows whose quoted values span lines (this partition's)
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.want_pca else "")
     path = out_dir / part_name(part.index, ctx.width)
     stats = {"index": part.index, "first_row": first_row, "rows_read": len(raw.rows), "rows_written": 0, "rows_truncated": 0,
              "rows_chunked": 0, "tokens": 0, "tokens_dropped": 0, "rows_encoded": 0, "rows_reused": 0, "cache_repaired": 0,
-             "rejects": [], "run": ctx.run_key}
+             "rejects": [], "run": ctx.run_key, "rows_multiline": multiline}
     pca = new_pca(ctx.n_components) if ctx.fit_stats else None
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
         return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
@@ -229,7 +232,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     try:
         # identical rows of the partition encoded once; with a cache, rows any run encoded before are reused
         reuser = make_reuser(enc, ctx.spec, None if ctx.cache is None else Path(ctx.cache), Path(ctx.out_dir), ctx.cache_id,
-                             budget=dedup_memory() // max(1, int(ctx.threads or 1)))  # the process's budget, split per task
+                             budget=dedup_memory() // task_slots())  # the process's budget, split among its tasks
         for start in range(0, max(len(raw.rows), 1), ctx.chunk_rows):
             chunk = validate_batch(raw.slice(start, start + ctx.chunk_rows), part.index)
             table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.name, ctx.on_bad_row, ctx.id_name, ctx.keep_types,
@@ -353,7 +356,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
     cluster = None
     futures: dict = {}
     tag = uuid.uuid4().hex[:8]  # task keys unique to this run
-    started = opened = False
+    started = opened = finished = False
     try:
         if own_client:
             client, cluster = open_client(dask)
@@ -383,7 +386,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             todo = [p for p in parts if p.n_rows is None]
             if todo:
                 progress.note(f"counting the rows of {len(todo)} partition(s) on the cluster")
-                futures = {client.submit(src.count_rows, p, key=f"bertfeat-count-{p.index}-{tag}",
+                futures = {client.submit(run_task, src.count_rows, p, key=f"bertfeat-count-{p.index}-{tag}",
                                          pure=False): p.index for p in todo}
                 gather(client, futures, lambda i, n: counts.__setitem__(i, n))
                 futures = {}
@@ -443,10 +446,10 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             results[i] = st
             progress.advance(st["rows_read"], st["tokens"], 0)
 
-        futures = {client.submit(encode_partition, p, first[p.index], ctx, key=f"bertfeat-encode-{p.index}-{tag}",
+        futures = {client.submit(run_task, encode_partition, p, first[p.index], ctx, key=f"bertfeat-encode-{p.index}-{tag}",
                                  pure=False): p.index for p in parts if p.index not in done}
         if n_components is not None:  # statistics of the resumed partitions, from their files
-            futures.update({client.submit(partition_statistics, str(stage / part_name(i, width)), plan.pca_n_components,
+            futures.update({client.submit(run_task, partition_statistics, str(stage / part_name(i, width)), plan.pca_n_components,
                                           key=f"bertfeat-stats-{i}-{tag}", pure=False): -1 - i for i in done})
 
         def on_any(i, res):
@@ -456,13 +459,14 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             else:
                 on_encoded(i, res)
 
-        gather(client, futures, on_any, progress)
+        gather(client, futures, on_any, progress, counted=lambda i: i >= 0, done=len(done), total=len(parts))
         futures = {}
 
         for i in sorted(results):
             summary.add(results[i])
             summary.rows_rejected += len(results[i]["rejects"])
             summary.cache_repaired += int(results[i].get("cache_repaired", 0))
+            summary.rows_multiline += int(results[i].get("rows_multiline", 0))
         if summary.cache_repaired and plan.cache is not None:
             progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged entries (checksum mismatch): "
                           "encoded again and rewritten")
@@ -473,7 +477,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         def reduce_pass(pca_path: Path):
             """Pass 2: every full-width part -> its reduced part, on the cluster; then the full parts and model go."""
             nonlocal futures
-            futures = {client.submit(reduce_partition, p.index, ctx, str(pca_path), meta, key=f"bertfeat-reduce-{p.index}-{tag}",
+            futures = {client.submit(run_task, reduce_partition, p.index, ctx, str(pca_path), meta, key=f"bertfeat-reduce-{p.index}-{tag}",
                                      pure=False): p.index for p in parts}
             gather(client, futures, lambda i, n: None)
             futures = {}
@@ -495,20 +499,22 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
         outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
         _finish(partial, out, final_meta)
+        finished = True
         summary.probe = probe_into_report(plan, merged, fingerprint, out, progress)
         summary.outputs = {"features": out, **outputs}
-    except BertfeatError as e:
+    except BaseException as e:
         cancel(client, futures)
-        if opened and not isinstance(e, (ClusterError, CacheError)):  # bad input or settings: leave nothing behind, as the local
-            shutil.rmtree(partial, ignore_errors=True)  # engine does; a failing cluster keeps the parts for --resume
+        if not finished:  # no PCA model or report beside features that were not written (a resume fits them again)
             for name, path in outputs.items():
                 if name.startswith("pca"):
-                    Path(path).unlink(missing_ok=True)  # no PCA model or report beside features that were not written
-        raise
-    except BaseException as e:  # Ctrl-C, lost scheduler or workers: keep the finished parts for --resume
-        cancel(client, futures)
-        if isinstance(e, KeyboardInterrupt) and opened:
+                    Path(path).unlink(missing_ok=True)
+        if isinstance(e, BertfeatError) and opened and not finished and not isinstance(e, (ClusterError, CacheError)):
+            shutil.rmtree(partial, ignore_errors=True)  # bad input or settings: leave nothing behind, as the local engine
+        elif isinstance(e, KeyboardInterrupt) and opened and not finished:  # Ctrl-C: the finished parts stay for --resume
             e.resume_note = f"the finished partitions are kept in {partial}; run the same command with --resume to continue"
+            if started:
+                progress.stop()
+            progress.note(f"interrupted: {e.resume_note}")
         raise
     finally:
         if started:

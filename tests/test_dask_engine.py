@@ -480,3 +480,124 @@ def test_the_local_cluster_we_start_runs_without_the_workers_profiler():
     finally:
         client.close()
         cluster.close()
+
+
+# --------------------------------------------------------------------------- a Dask review's findings
+class _InterruptAtPassTwo(_Notes):
+    """Ctrl-C on the client once the PCA is fitted (its model and report written), before the reduced parts."""
+
+    def note(self, message):
+        super().note(message)
+        if message.startswith("PCA:"):
+            raise KeyboardInterrupt
+
+
+def test_interrupt_after_the_fit_leaves_no_pca_model_and_says_how_to_resume(client, data, tmp_path):
+    out = tmp_path / "f.parquet"
+    progress = _InterruptAtPassTwo()
+    with pytest.raises(KeyboardInterrupt):
+        extract_dask(_opts(data, out, pca="8"), None, progress, client=client)
+    _wait_idle(client)
+    assert not out.with_name("f.pca.npz").exists() and not list(tmp_path.glob("f.pca.report.*")) and not out.exists()
+    partial = out.with_name(out.name + ".partial")
+    assert progress.notes[-1] == (f"interrupted: the finished partitions are kept in {partial}; run the same command "
+                                  "with --resume to continue")
+    s = extract_dask(_opts(data, out, pca="8", resume=True), None, client=client)  # the resume fits and writes them
+    assert s.chunks_resumed == N_PARTS and out.with_name("f.pca.npz").is_file()
+
+
+def test_resume_reports_parts_of_the_whole_run(client, data, tmp_path):
+    out = tmp_path / "dask.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        extract_dask(_opts(data, out, pca="4"), None, _InterruptAfterFirst(), client=client)
+    _wait_idle(client)
+    done = sorted(out.with_name(out.name + ".partial").glob("_full/part-*.parquet"))
+    assert done
+    if len(done) == N_PARTS:
+        done.pop().unlink()
+    rec = _Parts()
+    extract_dask(_opts(data, out, pca="4", resume=True), None, rec, client=client)
+    assert {t for _, _, t in rec.calls} == {N_PARTS}  # the statistics tasks of resumed parts are not parts
+    assert rec.calls[0][0] == len(done) and rec.calls[-1] == (N_PARTS, 0, N_PARTS)
+
+
+def test_a_bad_row_error_is_one_line_without_worker_tracebacks(tmp_path, capfd):
+    """On a LocalCluster bertfeat starts, a task's bad-row error comes back as a value, so the workers log no
+    "Compute Failed" traceback before the one-line error."""
+    src = tmp_path / "in.csv"
+    src.write_text('text\nfine\n"   "\nok\n')
+    rc = main(["extract", str(src), "-o", str(tmp_path / "o.parquet"), "--engine", "dask", "-q"])
+    err = capfd.readouterr().err
+    assert rc == 1 and "Compute Failed" not in err and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(f"Error: {src} row 1: whitespace-only text - fix the row, or pass "
+                                                   "--on-bad-row skip")
+
+
+def test_a_malformed_scheduler_address_is_named(tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text("text\nfine\n")
+    rc = main(["extract", str(src), "-o", str(tmp_path / "o.parquet"), "--engine", "dask", "--scheduler",
+               "127.0.0.1:notaport", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith("Error: --scheduler 127.0.0.1:notaport is not a scheduler address (")
+    assert err.rstrip().endswith("- give tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786")
+
+
+def test_a_cut_csv_with_quoted_line_breaks_is_refused_and_whole_it_is_counted(client, tmp_path, real_sentences):
+    texts = real_sentences[:120]
+    rows = [[str(i), t + ("\nsecond line" if i % 10 == 3 else "")] for i, t in enumerate(texts)]
+    import csv as _csv
+
+    src = tmp_path / "ml.csv"
+    with open(src, "w", newline="", encoding="utf-8") as fh:
+        w = _csv.writer(fh, lineterminator="\n")
+        w.writerow(["id", "text"])
+        w.writerows(rows)
+    with pytest.raises(BertfeatError) as e:
+        extract_dask(_opts(src, tmp_path / "cut.parquet", id_column="id", on_bad_row="skip"), "2KiB", client=client)
+    assert e.value.message.startswith(f"{src}: quoted values span lines (bytes ")
+    assert e.value.message.endswith("so the file cannot be cut into byte ranges for the workers - pass "
+                                    "blocksize='none' (the file is then read as one partition), or convert it to Parquet")
+    assert not list(tmp_path.glob("cut*"))
+    s = extract_dask(_opts(src, tmp_path / "whole.parquet", id_column="id"), None, client=client)
+    local = extract(_opts(src, tmp_path / "local.parquet", id_column="id"))
+    assert s.rows_written == local.rows_written == 120 and s.rows_multiline == local.rows_multiline == 12
+
+
+def test_parquet_partitions_keep_to_the_blocksize_inside_a_row_group(tmp_path):
+    from bertfeat.dask_engine import parse_blocksize
+    from bertfeat.readers import open_input
+
+    texts = [f"unique sentence number {i} with some more words, about {i * 7} things" for i in range(20000)]
+    src = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"text": texts}), src, row_group_size=20000)
+    size = pq.ParquetFile(src).metadata.row_group(0).column(0).total_uncompressed_size
+    reader = open_input(str(src), None, None, None, None, "utf-8")
+    for blocksize, target in (("64KiB", 4), ("64KiB", None), ("1MiB", 100)):
+        parts = reader.partitions(parse_blocksize(blocksize), target)
+        assert sum(p.n_rows for p in parts) == 20000
+        assert [p.row_offset for p in parts] == list(np.cumsum([0] + [p.n_rows for p in parts[:-1]]))
+        assert max(p.n_rows for p in parts) * size / 20000 <= parse_blocksize(blocksize) * 1.01, blocksize
+    assert len(reader.partitions(None, 4)) == 4
+
+
+def test_encoder_threads_are_each_hosts_share():
+    from bertfeat.dask_cluster import task_slots, task_threads, worker_threads
+
+    class Stub:
+        def scheduler_info(self, n_workers=-1):
+            return {"workers": {"tcp://a:1": {"host": "a", "nthreads": 1}, "tcp://b:1": {"host": "b", "nthreads": 1},
+                                "tcp://b:2": {"host": "b", "nthreads": 1}}}
+
+        def run(self, fn):
+            return {"tcp://a:1": 32, "tcp://b:1": 4, "tcp://b:2": 4}
+
+    shares = worker_threads(Stub())
+    assert shares == {"tcp://a:1": 32, "tcp://b:1": 2, "tcp://b:2": 2}  # not min over hosts (2) everywhere
+
+    class W:
+        address, nthreads = "tcp://a:1", 3
+
+    assert task_threads(shares, W()) == 32 and task_threads(5, W()) == 5 and task_slots(W()) == 3
+    W.address = "tcp://c:9"  # joined later: the smallest share
+    assert task_threads(shares, W()) == 2

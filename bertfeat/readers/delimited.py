@@ -311,6 +311,19 @@ class CsvReader(TextReader):
             stream.close()
             arrowexit.released(gate, on_invalid)  # pyarrow's I/O thread may hold them a moment longer (arrowexit.py)
 
+    def _read_block(self, part, data: bytes, first_row: int) -> RawBatch:
+        """A partition's rows; a byte range of a CSV cut into several (Dask) may not hold a quoted value that spans
+        lines: a cut can fall inside one, splitting a row silently, so such a file is refused (docs/dask.md)."""
+        b = self._parse_block(data, first_row)
+        if part.length is not None and self.fmt == "csv" and (
+                self.multiline_rows or any(r.code == RejectCode.UNCLOSED_QUOTE for r in b.pre_rejected.values())):
+            end = part.offset + len(data)
+            raise InputError(f"{self.name}: quoted values span lines (bytes {part.offset:,} to about {end:,}), so the "
+                             "file cannot be cut "
+                             "into byte ranges for the workers", f"pass {opt('blocksize', 'none')} (the file is then "
+                             "read as one partition), or convert it to Parquet")
+        return b
+
     def _typed(self, b: RawBatch) -> RawBatch:
         """The kept cells converted to their columns' types; a cell that does not convert makes its row a bad row, and
         so does an id that is not UTF-8 (CSV / TSV ids are text: replacing its bytes could make two ids one).

@@ -183,15 +183,21 @@ class ParquetReader(Reader):
                 g_size = sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
                              if rg.column(j).path_in_schema.split(".")[0] in wanted)
                 pos = 0
+                per_row = g_size / max(rg.num_rows, 1)
                 while True:
                     take = rg.num_rows - pos if cap is None else min(rg.num_rows - pos, cap - rows)
+                    full = cap is not None and rows + take >= cap
+                    if blocksize and per_row > 0:  # within a row group too: no partition above blocksize bytes
+                        by_bytes = max(MIN_PART_ROWS - rows, -(-int(blocksize - size) // max(1, int(per_row))), 1)
+                        if by_bytes <= take:
+                            take, full = by_bytes, True
                     if not group:
                         skip = pos
                     group.append(g)
                     rows += take
-                    size += g_size * take / max(rg.num_rows, 1)
+                    size += per_row * take
                     pos += take
-                    if (cap is not None and rows >= cap) or (blocksize and size >= blocksize):
+                    if full or (blocksize and size >= blocksize):
                         parts.append(Partition(len(parts), f, tuple(group), n_rows=rows, row_offset=skip))
                         group, rows, size = [], 0, 0.0
                     if pos >= rg.num_rows:

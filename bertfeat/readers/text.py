@@ -131,7 +131,7 @@ class TextReader(Reader):
         """Rows in a partition: its line ends counted where that is exact (no parse), else parsed as read_partition does."""
         data = self._block(part)
         n = self._exact_rows(data)
-        return n if n is not None else len(self._parse_block(data, 0).rows)
+        return n if n is not None else len(self._read_block(part, data, 0).rows)
 
     def _exact_rows(self, data: bytes) -> int | None:
         """The rows of whole lines of input, from their line ends where that is exact, else None."""
@@ -141,7 +141,11 @@ class TextReader(Reader):
         return None
 
     def read_partition(self, part: Partition, first_row: int) -> RawBatch:
-        return self._parse_block(self._block(part), first_row)
+        return self._read_block(part, self._block(part), first_row)
+
+    def _read_block(self, part: Partition, data: bytes, first_row: int) -> RawBatch:
+        """A partition's rows from its bytes (CsvReader checks that a byte range cut no quoted value)."""
+        return self._parse_block(data, first_row)
 
     def _parse_block(self, data: bytes, first_row: int) -> RawBatch:
         """Whole lines of input (a header line first for CSV/TSV) -> one RawBatch, rows from ``first_row``."""
