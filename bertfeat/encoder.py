@@ -116,6 +116,24 @@ def token_budget_batches(lengths: np.ndarray, budget: int, max_rows: int = MAX_B
     return batches
 
 
+def split_short_batches(batches: list[np.ndarray], lengths: np.ndarray) -> list[np.ndarray]:
+    """int8: each batch cut into its short sequences (quant.SHORT_TOKENS tokens or fewer) and the others. A batch of
+    short sequences runs the float layers whole (model.run_layers, quant.all_float), a mixed one their rows through the
+    int8 layers' float-row products, whose rounding differs (another GELU, the bias added elsewhere): up to 3e-3 of a
+    feature's norm. Apart, a short sequence always takes the first way, so its features do not depend on its batch.
+    Batches are length-sorted, so this cuts at most one batch per boundary."""
+    from .quant import SHORT_TOKENS
+
+    out = []
+    for b in batches:
+        short = lengths[b] <= SHORT_TOKENS
+        if short.all() or not short.any():
+            out.append(b)
+        else:
+            out += [b[short], b[~short]]
+    return out
+
+
 class Encoder:
     """A BERT checkpoint loaded for feature extraction.
 
@@ -408,6 +426,8 @@ class Encoder:
         lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
         check_size(max_rows, "batch_size", 1, None, " (rows per batch at most)")
         batches = token_budget_batches(lengths, self.max_batch_tokens, int(max_rows or MAX_BATCH_ROWS))
+        if self.precision == "int8":  # short sequences never share a batch with long ones (split_short_batches)
+            batches = split_short_batches(batches, lengths)
 
         def one(batch: np.ndarray) -> np.ndarray:
             input_ids, types, mask = pad_batch([prep.ids[i] for i in batch], [prep.type_ids[i] for i in batch],

@@ -400,7 +400,8 @@ def layer_at(qkv: np.ndarray, x: np.ndarray, lw: LayerWeights, mask_add: np.ndar
     rows = np.arange(B)
     heads = qkv.reshape(B, T, 3, nh, hs)
     q = heads[rows, at, 0][:, :, None, :]  # (B, nh, 1, hs)
-    scores = np.matmul(q, heads[:, :, 1].transpose(0, 2, 3, 1))  # (B, nh, 1, T)
+    scores = own_length_scores(q, heads[:, :, 1].transpose(0, 2, 1, 3), mask_add, False,
+                               np.empty((B, nh, 1, T), np.float32))  # (B, nh, 1, T)
     scale = np.float32(1.0 / np.sqrt(hs))
     if bias is not None:  # (nh, T, T): the rows of the chosen queries
         scores *= scale
@@ -538,6 +539,31 @@ def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: i
                               next_inv), probs
 
 
+def own_length_scores(q: np.ndarray, k: np.ndarray, mask_add: np.ndarray, all_queries: bool,
+                      out: np.ndarray) -> np.ndarray:
+    """Attention scores q k^T, q (B, nh, M, hs), k (B, nh, T, hs) -> out (B, nh, M, T), each sequence's over its own
+    tokens only (mask_add (B, 1, 1, T): right padding), so that a score does not depend on how far its batch pads it:
+    the BLAS product of (T, hs) x (hs, T) rounds differently as T changes (5e-6 on scores of ~5 between T = 33 and 36),
+    which int8's per-row quantization then turns into whole rounding steps (a feature 3e-3 of its norm off). Runs of
+    sequences of one length (a length-sorted batch has a few) are one product each, the views sliced as a batch of that
+    length would have them; ``all_queries``: the queries are the tokens too (M = T), cut the same way. Scores of
+    padding (masked keys, padding queries) are 0. The products with the probabilities need no such care: their zeros at
+    masked keys leave the sums exact."""
+    B, T = k.shape[0], k.shape[2]
+    lengths = (mask_add.reshape(B, T) == 0).sum(axis=1)  # (B,) real tokens per sequence
+    if lengths.min() == T:
+        return np.matmul(q, k.transpose(0, 1, 3, 2), out=out)
+    out.fill(0.0)
+    cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), B]
+    for s, e in zip(cuts[:-1], cuts[1:]):  # sequences s..e-1 all have L tokens
+        L = int(lengths[s])
+        if all_queries:
+            out[s:e, :, :L, :L] = np.matmul(q[s:e, :, :L], k[s:e, :, :L].transpose(0, 1, 3, 2))  # (n, nh, L, L)
+        else:
+            out[s:e, :, :, :L] = np.matmul(q[s:e], k[s:e, :, :L].transpose(0, 1, 3, 2))  # (n, nh, M, L)
+    return out
+
+
 def attend(qkv: np.ndarray, mask_add: np.ndarray, B: int, T: int, nh: int, want_probs: bool,
            ws: Workspace, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """(N, 3H) fused Q/K/V rows -> the attention context (B, nh, T, hs) (a workspace buffer) and the probabilities.
@@ -547,8 +573,8 @@ def attend(qkv: np.ndarray, mask_add: np.ndarray, B: int, T: int, nh: int, want_
     hs = qkv.shape[1] // (3 * nh)
     qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
     q, k, v = qkv[0], qkv[1], qkv[2]
-    scores = np.matmul(q, k.transpose(0, 1, 3, 2),  # (B, nh, T, T); kept per layer when returned
-                       out=None if want_probs else ws.take("scores", (B, nh, T, T)))
+    scores = own_length_scores(q, k, mask_add, True,  # (B, nh, T, T); kept per layer when returned
+                               np.empty((B, nh, T, T), np.float32) if want_probs else ws.take("scores", (B, nh, T, T)))
     scale = np.float32(1.0 / np.sqrt(hs))
     if bias is not None:
         scores *= scale

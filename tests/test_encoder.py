@@ -96,13 +96,16 @@ def test_vector_does_not_depend_on_batch_neighbours_or_order(enc, real_sentences
     perm = rng.permutation(64)
     shuffled = enc.encode([texts[i] for i in perm])[np.argsort(perm)]
     tiny = Encoder(enc.location.path, max_batch_tokens=64).encode(texts)  # many small batches
+    # on oneDNN a GEMM row does not depend on the row count, and attention scores are each sequence's own
+    # (model.own_length_scores): bit for bit; NumPy's BLAS may round a row by the batch's row count
+    tol = 0.0 if enc.gemm_path.library == "onednn" else 1e-6
     for name, X in (("alone", alone), ("shuffled", shuffled), ("small batches", tiny)):
         d = np.abs(X - batch).max()
-        print(f"\ninvariance, batch of 64 vs {name}: max |diff| {d:.2e}")
-        assert d <= 1e-6, name
+        print(f"\ninvariance, batch of 64 vs {name}: max |diff| {d:.2e} (allowed {tol:g}, {enc.gemm_path.library})")
+        assert d <= tol, name
     # duplicates inside one batch get identical vectors
     dup = enc.encode([texts[5], texts[0], texts[5]])
-    assert np.abs(dup[0] - dup[2]).max() <= 1e-6 and np.abs(dup[0] - batch[5]).max() <= 1e-6
+    assert np.abs(dup[0] - dup[2]).max() <= tol and np.abs(dup[0] - batch[5]).max() <= tol
 
 
 # --------------------------------------------------------------------------- poolings and layers

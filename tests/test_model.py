@@ -406,3 +406,27 @@ def test_gelu_variants_against_torch():
     for name, fn in (("gelu_new", gelu_tanh), ("gelu_pytorch_tanh", gelu_tanh), ("gelu_fast", gelu_tanh),
                      ("gelu", gelu_erf), ("relu", relu)):
         assert np.abs(fn(x) - ACT2FN[name](tx).numpy()).max() <= 2e-6, name
+
+
+def test_attention_scores_are_each_sequences_own():
+    """model.own_length_scores: a sequence's scores are the product of its own tokens only, bit for bit what it gets
+    alone (the batched BLAS product rounds differently as the padded length changes), and padding scores are 0."""
+    from bertfeat.model import additive_mask, own_length_scores
+
+    rng = np.random.default_rng(0)
+    B, nh, T, hs = 5, 4, 37, 32
+    lengths = np.array([33, 33, 35, 36, 37])
+    mask = (np.arange(T)[None, :] < lengths[:, None]).astype(np.int64)
+    q, k = (rng.standard_normal((B, nh, T, hs)).astype(np.float32) for _ in range(2))
+    out = own_length_scores(q, k, additive_mask(mask), True, np.full((B, nh, T, T), np.nan, np.float32))
+    for b, L in enumerate(lengths):
+        alone = np.matmul(q[b:b + 1, :, :L], k[b:b + 1, :, :L].transpose(0, 1, 3, 2))  # (1, nh, L, L)
+        np.testing.assert_array_equal(out[b:b + 1, :, :L, :L], alone)
+        assert not out[b, :, L:, :].any() and not out[b, :, :, L:].any()
+    one = own_length_scores(q[:, :, :1], k, additive_mask(mask), False, np.empty((B, nh, 1, T), np.float32))
+    for b, L in enumerate(lengths):
+        np.testing.assert_array_equal(one[b:b + 1, :, :, :L], np.matmul(q[b:b + 1, :, :1], k[b:b + 1, :, :L].transpose(0, 1, 3, 2)))
+    # no padding: one product, as before
+    full = np.ones((B, T), np.int64)
+    np.testing.assert_array_equal(own_length_scores(q, k, additive_mask(full), True, np.empty((B, nh, T, T), np.float32)),
+                                  np.matmul(q, k.transpose(0, 1, 3, 2)))
