@@ -141,6 +141,48 @@ def extract(
         render_summary(summary)
 
 
+@app.command(epilog="Examples:\n\n  bertfeat verify feats.parquet\n\n"
+                     "  bertfeat verify feats.parquet --sample 1000 --input moved/corpus.csv")
+def verify(
+    features: Path = typer.Argument(..., help="A feature file (or Dask output directory) written by bertfeat extract."),
+    input: Optional[str] = typer.Option(None, "--input", help="The input the features were extracted from (default: the one their provenance names)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="The model (default: the one their provenance names; its weights' sha256 must match)."),
+    sample: int = typer.Option(100, "--sample", help="Rows to encode again, chosen at random."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random choice."),
+    tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Largest difference allowed, over a row's norm (default: 1e-5 for fp32, 1e-3 for bf16 and int8)."),
+    encoding: Optional[str] = typer.Option(None, "--encoding", help="Text encoding of a CSV/JSONL input, if its provenance does not say."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No table; the exit code says it."),
+):
+    """Encode a random sample of FEATURES' rows again, one at a time, and compare: the same vectors whatever the batch."""
+    from .verify import verify_features
+
+    r = verify_features(features, input=input, model=model, sample=sample, seed=seed, tolerance=tolerance,
+                        encoding=encoding)
+    if not quiet:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"verify {r['features']}", show_header=False)
+        t.add_column("")
+        t.add_column("", justify="right")
+        t.add_row("rows checked", f"{r['rows_checked']:,} of {r['rows_in_file']:,} (seed {r['seed']})")
+        t.add_row("bit-identical", f"{r['rows_identical']:,}")
+        t.add_row("largest difference", f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's norm)")
+        t.add_row("smallest cosine", f"{r['min_cosine']:.9f}")
+        t.add_row("tolerance", f"{r['tolerance']:g} of the row's norm ({r['precision']}"
+                  + (", after the PCA" if r["reduced"] else "") + ")")
+        t.add_row("verdict", "ok" if r["ok"] else "DIFFERENT")
+        Console().print(t)
+    if not r["ok"]:
+        bad = sum(x["relative"] > r["tolerance"] for x in r["rows"])
+        w = r["worst"]
+        raise BertfeatError(f"{bad} of {r['rows_checked']} rows differ from their vector encoded alone by more than "
+                            f"{r['tolerance']:g} of their norm (row {w['position']}, id {w['id']!r}: {w['relative']:.3g}, "
+                            f"cosine {w['cosine']:.6f})",
+                            "the features do not match what the model gives for their input now: the input, the model "
+                            "or the file changed since they were extracted; extract them again")
+
+
 def _command_line() -> str:
     """The command as the user typed it (for the provenance): argv given to main(), else sys.argv."""
     import shlex

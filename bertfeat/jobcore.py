@@ -326,6 +326,8 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "stride": spec.stride if spec.long_text.startswith("chunk") else None,
         "input": source.path,
         "input_format": source.fmt,
+        **({"encoding": source.encoding} if source.fmt != "parquet" else {}),
+        **({"delimiter": source.delimiter} if getattr(source, "delimiter", None) else {}),
         "text_column": source.text_column,
         "pair_column": source.pair_column,
         "id_column": source.id_column,

@@ -1,0 +1,225 @@
+"""``bertfeat verify``: encode a random sample of a feature file's rows again, one row at a time, and compare.
+
+A feature vector must not depend on the batch it was encoded in (its size, its neighbours, their padding). This
+checks it on a written file: each sampled row is read again from the input the provenance names, encoded alone (a
+batch of one: no padding, no neighbours) with the model and settings the provenance records (the fingerprint is
+rebuilt and must match: model, weights' sha256, precision, pooling, layers, prompt, ...), reduced with the run's
+PCA model if the features were reduced, and compared with the vector in the file. It also catches a file that no
+longer matches its input or model (edited since, another model version, a damaged file).
+
+Rows of the output are the accepted rows of the input in order, so output row j is found by walking the input
+(read and validated as extract does) forward to the row whose number (or id, with ``id_column``) is j's: rows
+rejected by the run are passed over. The comparison is per row: the largest absolute difference over the row's
+L2 norm, and the cosine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import BertfeatError, opt
+
+__all__ = ["DEFAULT_SAMPLE", "TOLERANCE", "verify_features"]
+
+DEFAULT_SAMPLE = 100
+#: the largest difference (over the row's norm) a row may show per precision: fp32 rows are batch-independent to
+#: float32 rounding (measured 0 to 4e-7); bf16 and int8 GEMM paths round their activations per row as well.
+TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "int8": 1e-3}
+
+
+def _metadata(path: Path) -> tuple[dict, list[Path]]:
+    """A feature file's provenance and its files (a Dask output directory: its parts, and _bertfeat.json)."""
+    import json
+
+    from .features import read_feature_metadata
+
+    if path.is_dir():
+        parts = sorted(path.glob("part-*.parquet"))
+        side = path / "_bertfeat.json"
+        if not parts or not side.is_file():
+            raise BertfeatError(f"{path} is a directory, but not the output of extract --engine dask",
+                                "give a feature file, or a Dask output directory (part-*.parquet and _bertfeat.json)")
+        return json.loads(side.read_text(encoding="utf-8")), parts
+    meta = read_feature_metadata(path)
+    return meta, [path]
+
+
+def _need(meta: dict, path: Path, *keys: str) -> None:
+    missing = [k for k in keys if k not in meta]
+    if missing:
+        raise BertfeatError(f"{path} has no provenance to verify against (missing: {', '.join(missing)})",
+                            "verify a feature file written by bertfeat extract (for a .npy, its .json beside it)")
+
+
+def _input_path(meta: dict, features: Path, given: str | os.PathLike | None) -> str:
+    """The input to read again: ``given``, else the provenance's (as the run named it: from the current directory,
+    else from the feature file's)."""
+    if given is not None:
+        return os.fspath(given)
+    name = meta["input"]
+    if name == "-":
+        raise BertfeatError(f"{features} was extracted from standard input, which cannot be read again",
+                            f"pass the input file with {opt('input')}")
+    for candidate in (Path(name), features.parent / name):
+        if candidate.exists() or any(ch in name for ch in "*?["):
+            return os.fspath(candidate)
+    raise BertfeatError(f"the input {name} of {features} is not found (from here or beside the features)",
+                        f"pass it with {opt('input')}")
+
+
+def _spec_from(fingerprint: dict):
+    from .encoder import FeatureSpec
+
+    fields = dict(fingerprint)
+    try:
+        return FeatureSpec(pooling=fields["pooling"], layers=tuple(fields["layers"]), layer_agg=fields["layer_agg"],
+                           normalize=bool(fields["normalize"]), max_length=int(fields["max_length"]),
+                           long_text=fields.get("long_text", "truncate"), stride=int(fields.get("stride", 32)),
+                           dense=tuple(fields.get("dense", ())), prompt=fields.get("prompt"),
+                           prompt_name=fields.get("prompt_name"), include_prompt=bool(fields.get("include_prompt", True)))
+    except (KeyError, TypeError, ValueError) as e:
+        raise BertfeatError(f"the provenance's fingerprint cannot be read as feature settings ({e!r})",
+                            "verify a feature file written by this version of bertfeat") from None
+
+
+def _pca_of(meta: dict, features: Path):
+    """The PCA that reduced the features (None: not reduced): extract --pca's model beside the output, or the model
+    file extract --pca-model / pca transform applied."""
+    entry = meta.get("pca")
+    if not entry:
+        return None
+    from .pca import PCA
+
+    names = [entry.get("model_path"), entry.get("model_file")]
+    for name in filter(None, names):
+        for candidate in (Path(name), features.parent / name, features.parent / Path(name).name):
+            if candidate.is_file():
+                return PCA.load(candidate)
+    raise BertfeatError(f"the features of {features} were reduced by a PCA model that is not found "
+                        f"({' or '.join(filter(None, names))})", "put the model file back beside the features")
+
+
+def _sample_positions(n: int, sample: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n, size=min(sample, n), replace=False)) if n else np.zeros(0, dtype=np.int64)
+
+
+def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | None = None,
+                    model: str | os.PathLike | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
+                    tolerance: float | None = None, encoding: str | None = None, progress=None) -> dict:
+    """Encode ``sample`` random rows of ``features`` again one at a time and compare (see the module docstring).
+
+    ``input`` / ``model`` / ``encoding``: where the provenance's do not apply (a moved input, a model in another
+    folder, a CSV read with --encoding before bertfeat recorded it). Returns the report: rows checked, the largest
+    difference (and its row), the smallest cosine, the tolerance and ``ok``.
+    """
+    from .chunks import validate_batch
+    from .diffs import dict_differences
+    from .encoder import Encoder
+    from .features import open_features
+    from .readers import open_input
+
+    path = Path(features)
+    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
+        raise BertfeatError(f"{opt('sample', sample)} is out of range", "give 1 or more rows")
+    meta, files = _metadata(path)
+    _need(meta, path, "fingerprint", "input", "input_format", "text_column", "model")
+    fp = meta["fingerprint"]
+    precision = fp.get("precision", meta.get("precision", "fp32"))
+    enc = Encoder(model or meta["model"], precision=precision)
+    spec = _spec_from(fp)
+    diffs = dict_differences(fp, enc.fingerprint(spec))
+    if diffs:
+        said = "; ".join(f"{k}: file {a!r} vs now {b!r}" for k, a, b in diffs[:4])
+        raise BertfeatError(f"the model or settings differ from the ones {path} was extracted with ({said})",
+                            f"pass {opt('model')} with the model the features came from")
+    pca = _pca_of(meta, path)
+    tol = TOLERANCE.get(enc.precision, 1e-3) if tolerance is None else float(tolerance)
+
+    sources = [open_features(f) for f in files]
+    n = sum(s.rows if s.rows is not None else 0 for s in sources) if all(s.rows is not None for s in sources) else None
+    if n is None:
+        n = sum(len(ids) for s in sources for ids, _, _ in s.batches())
+    picked = set(_sample_positions(n, sample, seed).tolist())
+    by_id = meta.get("id_column") is not None
+    wanted: list[tuple[int, Any, np.ndarray]] = []  # (output position, id or row number, stored vector)
+    order: list[Any] = []  # every output row's id or row number, in order
+    pos = 0
+    for s in sources:
+        for ids, X, _ in s.batches():
+            ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+            for k, ident in enumerate(ids):
+                if pos in picked:
+                    wanted.append((pos, ident, X[k].copy()))
+                order.append(ident)
+                pos += 1
+
+    reader = open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
+                        meta.get("pair_column"), meta.get("id_column"), encoding or meta.get("encoding") or "utf-8",
+                        delimiter=meta.get("delimiter"))
+    texts: dict[int, tuple[str, str | None]] = {}  # output position -> (text, pair) of its input row
+    j = 0
+    for b in reader.batches():
+        chunk = validate_batch(b, 0)
+        keys = chunk.ids if by_id else chunk.rows
+        for k, key in enumerate(keys):
+            if j < len(order) and _same(key, order[j]):
+                if j in picked:
+                    texts[j] = (chunk.texts[k], None if chunk.pairs is None else chunk.pairs[k])
+                j += 1
+        if j >= len(order):
+            break
+    if j < len(order):
+        what = "id" if by_id else "row"
+        raise BertfeatError(f"{path}'s row {j} ({what} {order[j]!r}) is not in the input {reader.name} in its place",
+                            f"verify against the input the features were extracted from ({opt('input')})")
+
+    rows = []
+    for done, (p, ident, stored) in enumerate(wanted):
+        text, pair = texts[p]
+        prep = enc.prepare([text], None if pair is None else [pair], spec)
+        vec = enc.run(prep, spec)  # (1, D): a batch of one
+        if pca is not None:
+            vec = pca.transform_rows(vec).astype(np.float32)
+        got = vec[0].astype(np.float64)
+        ref = stored.astype(np.float64)
+        norm = max(float(np.linalg.norm(ref)), 1e-30)
+        diff = float(np.max(np.abs(got - ref))) if len(ref) else 0.0
+        cos = float(got @ ref / (max(float(np.linalg.norm(got)), 1e-30) * norm))
+        rows.append({"position": p, "id": ident, "max_abs_diff": diff, "relative": diff / norm, "cosine": cos,
+                     "identical": bool(np.array_equal(vec[0], stored))})
+        if progress is not None:
+            progress(done + 1, len(wanted))
+    worst = max(rows, key=lambda r: r["relative"]) if rows else None
+    return {
+        "features": str(path),
+        "input": reader.name,
+        "model": enc.model_id,
+        "precision": enc.precision,
+        "reduced": pca is not None,
+        "rows_in_file": n,
+        "rows_checked": len(rows),
+        "rows_identical": sum(r["identical"] for r in rows),
+        "max_abs_diff": max((r["max_abs_diff"] for r in rows), default=0.0),
+        "max_relative_diff": worst["relative"] if worst else 0.0,
+        "min_cosine": min((r["cosine"] for r in rows), default=1.0),
+        "worst": worst,
+        "tolerance": tol,
+        "ok": all(r["relative"] <= tol for r in rows),
+        "seed": seed,
+        "rows": rows,
+    }
+
+
+def _same(key, ident) -> bool:
+    """An input row's number or id against an output row's (ids read back may be another int / str type)."""
+    if isinstance(key, (bytes, bytearray)) and not isinstance(ident, (bytes, bytearray)):
+        try:
+            key = bytes(key).decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return key == ident or str(key) == str(ident)
