@@ -111,6 +111,9 @@ def fit_command(
         pca, outputs, source, probe = fit_pca_to_files(
             features, out, _prefix_for(out), parse_n_components(n_components), label=label, probe_rows=probe_rows,
             solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows)
+    if probe and "skipped" in probe:
+        _err().print(f"Warning: no linear probe of {label!r}: {probe['skipped']}", markup=False, highlight=False,
+                     soft_wrap=True)
     if not quiet:
         render_pca_report(build_pca_report(pca, source, probe), Console())
         _err().print(f"wrote {out}, {', '.join(str(p) for k, p in outputs.items() if k != 'pca_model')}")

@@ -356,7 +356,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
     cluster = None
     futures: dict = {}
     tag = uuid.uuid4().hex[:8]  # task keys unique to this run
-    started = opened = finished = False
+    started = opened = completed = False
     try:
         if own_client:
             client, cluster = open_client(dask)
@@ -499,18 +499,18 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
         outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
         _finish(partial, out, final_meta)
-        finished = True
+        completed = True
         summary.probe = probe_into_report(plan, merged, fingerprint, out, progress)
         summary.outputs = {"features": out, **outputs}
     except BaseException as e:
         cancel(client, futures)
-        if not finished:  # no PCA model or report beside features that were not written (a resume fits them again)
+        if not completed:  # no PCA model or report beside features that were not written (a resume fits them again)
             for name, path in outputs.items():
                 if name.startswith("pca"):
                     Path(path).unlink(missing_ok=True)
-        if isinstance(e, BertfeatError) and opened and not finished and not isinstance(e, (ClusterError, CacheError)):
+        if isinstance(e, BertfeatError) and opened and not completed and not isinstance(e, (ClusterError, CacheError)):
             shutil.rmtree(partial, ignore_errors=True)  # bad input or settings: leave nothing behind, as the local engine
-        elif isinstance(e, KeyboardInterrupt) and opened and not finished:  # Ctrl-C: the finished parts stay for --resume
+        elif isinstance(e, KeyboardInterrupt) and opened and not completed:  # Ctrl-C: the finished parts stay for --resume
             e.resume_note = f"the finished partitions are kept in {partial}; run the same command with --resume to continue"
             if started:
                 progress.stop()

@@ -244,6 +244,7 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
             if not pa.types.is_null(t):
                 id_type = t
                 break
+    written = False
     try:
         writer = FeatureWriter(layout.features, fmt=layout.fmt, dim=int(dim), id_name=id_name, id_type=id_type, metadata=meta,
                                wide=plan.wide, extra_columns=output_columns(plan.keep_types))
@@ -255,12 +256,15 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
                     X = pca.transform_rows(X).astype(np.float32)
                 writer.write(t.column(id_name).to_pylist(), X, extra_columns(t, plan.keep))
             outputs["features"] = writer.close()
-        summary.probe = probe_into_report(plan, pca, fingerprint, outputs["features"], progress)
+        written = True
         outputs.update(publish_rejects(layout.rejects, rejects, plan.keep))
     except BaseException:  # no PCA model or report beside features that were not written (resume refits them)
-        for name, path in outputs.items():
-            if name.startswith("pca"):
-                Path(path).unlink(missing_ok=True)
+        if not written:
+            for name, path in outputs.items():
+                if name.startswith("pca"):
+                    Path(path).unlink(missing_ok=True)
         raise
     store.remove()
+    # the run's files are complete: the label's probe (reading the output again) only adds to the report
+    summary.probe = probe_into_report(plan, pca, fingerprint, outputs["features"], progress)
     return outputs

@@ -103,7 +103,7 @@ def _sample(sources: list, label: str, max_rows: int, seed: int) -> tuple[np.nda
     unlabelled = 0
     for _, Xb, extras in (chunk for src in sources for chunk in src.batches(65536)):
         values = extras[label].to_pylist()
-        ok = np.array([v is not None and v == v for v in values], dtype=bool)  # None and float NaN are no label
+        ok = np.array([v is not None and v == v and v != "" for v in values], dtype=bool)  # None, NaN, "": no label
         unlabelled += int((~ok).sum())
         kb = rng.random(len(values))[ok]
         keys = np.concatenate([keys, kb])
@@ -152,7 +152,7 @@ def probe_file(pca, features: str | os.PathLike, label: str, *, ks: Sequence[int
     src = sources[0]
     d, k = int(pca.n_features_in_), int(pca.n_components_)
     entry = src.meta.get("pca") or {}
-    reduced = src.dim == k and entry.get("n_components") == k and k != d
+    reduced = bool(entry) and src.dim == k and entry.get("n_components") == k  # a reduced file's "pca" entry says so
     if not reduced and src.dim != d:
         raise BertfeatError(f"{path} has {src.dim} features per row; the PCA takes {d} (or its {k} components)",
                             "probe the features the PCA was fitted on, or the ones it reduced")

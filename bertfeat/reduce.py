@@ -109,15 +109,21 @@ def fit_pca_to_files(features: str | os.PathLike, out: Path, report_prefix: Path
                      label: str | None = None, probe_rows: int | None = None,
                      **fit_options) -> tuple[PCA, dict, dict, dict | None]:
     """``bertfeat pca fit``: fit a PCA on a feature file (fit_pca_file's options), save it to ``out`` with its report:
-    -> (the PCA, outputs name -> path, the report's source entry, its probe entry or None). ``label``: a column of the file to probe (bertfeat.probe; checked
-    before the fit), its result in the report's ``probe``, at most ``probe_rows`` rows."""
+    -> (the PCA, outputs name -> path, the report's source entry, its probe entry or None). ``label``: a column of the
+    file to probe (bertfeat.probe; its presence checked before the fit), its result in the report's ``probe``
+    (``skipped``: why there is none), at most ``probe_rows`` rows."""
     from .probe import DEFAULT_MAX_ROWS, check_label, probe_file
 
     if label is not None:
         check_label(features, label)
     pca = fit_pca_file(features, n_components, **fit_options)
     source = dict(pca.source_) | {"model_file": str(out)}
-    probe = None if label is None else probe_file(pca, features, label, max_rows=probe_rows or DEFAULT_MAX_ROWS)
+    probe = None
+    if label is not None:  # a label the probe cannot use (one class, an id) does not undo the fit: the report says why
+        try:
+            probe = probe_file(pca, features, label, max_rows=probe_rows or DEFAULT_MAX_ROWS)
+        except BertfeatError as e:
+            probe = {"label": label, "skipped": e.message}
     return pca, save_pca_outputs(pca, out, report_prefix, pca.fingerprint_, source, probe), source, probe
 
 

@@ -190,8 +190,7 @@ def render_markdown(report: dict, png_name: str | None = None) -> str:
             if value is None:
                 continue
             text = value if isinstance(value, str) else json.dumps(value, default=_json_default)
-            cell = str(text).replace("|", r"\|")
-            lines.append(f"| {key} | {cell} |")
+            lines.append(f"| {key} | {_md(text)} |")
     comps = report["components"]
     m = min(20, len(comps["explained_variance"]))
     lines += ["", f"## First {m} components", "", "| # | explained variance | ratio | cumulative |", "|---:|---:|---:|---:|"]

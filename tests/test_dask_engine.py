@@ -601,3 +601,17 @@ def test_encoder_threads_are_each_hosts_share():
     assert task_threads(shares, W()) == 32 and task_threads(5, W()) == 5 and task_slots(W()) == 3
     W.address = "tcp://c:9"  # joined later: the smallest share
     assert task_threads(shares, W()) == 2
+
+
+def test_a_resumed_run_interrupted_after_the_fit_leaves_no_pca_model(client, data, tmp_path):
+    """As test_interrupt_after_the_fit_..., on a resumed run (its finished parts must not count as a finished run)."""
+    out = tmp_path / "f.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        extract_dask(_opts(data, out, pca="8"), None, _InterruptAfterFirst(), client=client)
+    _wait_idle(client)
+    progress = _InterruptAtPassTwo()
+    with pytest.raises(KeyboardInterrupt):
+        extract_dask(_opts(data, out, pca="8", resume=True), None, progress, client=client)
+    _wait_idle(client)
+    assert not out.with_name("f.pca.npz").exists() and not list(tmp_path.glob("f.pca.report.*")) and not out.exists()
+    assert progress.notes[-1].startswith("interrupted: the finished partitions are kept in ")

@@ -483,3 +483,32 @@ def test_utf16_kept_integer_column_stays_integer_past_the_head(tmp_path):
     assert len(src.read_bytes()) > 2 * (1 << 20)
     reader = open_input(str(src), None, None, None, None, "utf-16", keep=("n",))
     assert reader.keep_types() == {"n": pa.int64()}
+
+
+def test_the_longest_block_is_pyarrows_limit(tmp_path, monkeypatch):
+    """Blocks grow 8x up to the largest pyarrow takes (int32), then the row is refused in words, not an OverflowError."""
+    from bertfeat.readers import CsvReader
+
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 1 << 12)
+    monkeypatch.setattr(CsvReader, "MAX_BLOCK_BYTES", (1 << 13) - 1)
+    src = write_csv(tmp_path / "in.csv", ["text"], [["short"], ["long " * 4000], ["end"]])
+    reader = open_input(str(src), None, None, None, None, "utf-8")
+    with pytest.raises(InputError) as e:
+        list(reader.batches())
+    assert e.value.message.startswith(f"{src} near row 1: a row is longer than 7 KiB, more than bertfeat reads at once")
+    monkeypatch.undo()
+    assert CsvReader.MAX_BLOCK_BYTES == (1 << 31) - 1  # pyarrow's ReadOptions(block_size=1 << 31) is an OverflowError
+
+
+def test_unchecked_utf8_in_chunked_and_dictionary_columns():
+    """A Dask partition's Table holds chunked columns (a dictionary one too): the cells that are not UTF-8 are found
+    in them as in a plain array (before: 'unexpected AttributeError')."""
+    from bertfeat.readers.parquet import _pylist
+
+    b = pa.array([b"ok", b"\xffbad", b"fine"], pa.binary())
+    s = pa.Array.from_buffers(pa.string(), 3, b.buffers())
+    d = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 1, 0]), s)
+    for col in (s, pa.chunked_array([s, s]), d, pa.chunked_array([d])):
+        values, bad = _pylist(col)
+        assert [values[i] for i in bad] == [b"\xffbad"] * len(bad) and len(bad) == (2 if len(values) in (5, 6) else 1)
+        assert all(isinstance(v, str) for k, v in enumerate(values) if k not in bad)

@@ -242,3 +242,52 @@ def test_extract_label_checks_and_a_label_the_probe_cannot_use(tmp_path, capsys)
     s = bertfeat.extract(src, tmp_path / "p.csv", model=tiny_model(), pca=4, label="label", keep="label")
     assert s.probe["rows"] == 40 and s.probe["classes"] == 2 and [a["components"] for a in s.probe["accuracy"]] == [1, 2, 4]
     assert json.loads((tmp_path / "p.pca.report.json").read_text())["probe"] == s.probe
+
+
+def test_probe_of_reduced_features_with_every_component(tmp_path):
+    """k == d: a reduced file is still known by its "pca" entry (not transformed a second time)."""
+    X, y = blobs(400, 3)
+    full = write(tmp_path / "full.parquet", X, y.tolist())
+    pca = PCA(D).fit(X.astype(np.float64))
+    pca.fingerprint_ = FP
+    reduced = reduce_features_file(full, tmp_path / "reduced.parquet", pca)
+    a, b = probe_file(pca, full, "label"), probe_file(pca, reduced, "label")
+    assert (a["input"], b["input"]) == ("features", "components")
+    np.testing.assert_allclose([r["accuracy"] for r in a["accuracy"]], [r["accuracy"] for r in b["accuracy"]], atol=1 / 200)
+
+
+def test_csv_feature_file_empty_label_is_no_label(tmp_path):
+    X, y = blobs(60, 2)
+    labels = ["" if i % 4 == 0 else ("a" if v else "b") for i, v in enumerate(y)]
+    pca = PCA(4).fit(X.astype(np.float64))
+    pca.fingerprint_ = FP
+    for name in ("f.parquet", "f.csv"):
+        r = probe_file(pca, write(tmp_path / name, X, labels), "label")
+        assert (r["rows"], r["rows_unlabelled"]) == (45, 15) and set(r["class_counts"]) == {"a", "b"}, name
+
+
+def test_pca_fit_label_the_probe_cannot_use_keeps_the_fit(tmp_path, capsys):
+    X, _ = blobs(300, 2)
+    feats = write(tmp_path / "f.parquet", X, ["same"] * 300)
+    assert main(["pca", "fit", str(feats), "-n", "4", "-o", str(tmp_path / "m.npz"), "--label", "label", "-q"]) == 0
+    why = f"the label column 'label' of {feats} has 1 class(es) in 300 labelled rows - a probe needs at least two classes"
+    assert capsys.readouterr().err.strip() == f"Warning: no linear probe of 'label': {why}"
+    assert (tmp_path / "m.npz").is_file()
+    assert json.loads((tmp_path / "m.report.json").read_text())["probe"] == {"label": "label", "skipped": why}
+
+
+def test_local_extract_interrupted_in_the_probe_keeps_its_model(tmp_path, monkeypatch):
+    import bertfeat
+    import bertfeat.probe as probe
+    from extract_util import tiny_model, write_csv
+
+    src = write_csv(tmp_path / "c.csv", ["text", "label"], [[f"sentence {i} about {'ab'[i % 2]}", "ab"[i % 2]] for i in range(30)])
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(probe, "probe_file", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca=4, label="label")
+    assert (tmp_path / "o.parquet").is_file() and (tmp_path / "o.pca.npz").is_file()
+    assert "probe" not in json.loads((tmp_path / "o.pca.report.json").read_text())

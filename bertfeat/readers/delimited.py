@@ -38,7 +38,7 @@ class CsvReader(TextReader):
     """CSV and TSV (TSV: tab-separated, no quoting)."""
 
     CSV_BLOCK_BYTES = 1 << 22  # pyarrow's streaming CSV reader parses this many bytes at a time
-    MAX_BLOCK_BYTES = 1 << 31  # ... and at most this many, for a file with a row longer than that (_parse_from)
+    MAX_BLOCK_BYTES = (1 << 31) - 1  # ... and at most this many (pyarrow's int32), for a row longer than that
     READ_AHEAD_BLOCKS = 2  # blocks pyarrow may read past the last one parsed while the run is busy (stream.ReadAheadGate)
 
     def _setup(self, delimiter):
@@ -174,7 +174,7 @@ class CsvReader(TextReader):
                     raise InputError(f"{self.name} near row {e.row}: a row is longer than {size}, more than "
                                      f"bertfeat reads at once{'' if reopenable else ' from standard input'}",
                                      "split or shorten the row" + ("" if reopenable else ", or read the file by its path"))
-                block *= 8
+                block = min(block * 8, self.MAX_BLOCK_BYTES)
 
     def _parse(self, stream, counter, block: int | None = None):
         import pyarrow.csv as pcsv

@@ -228,6 +228,8 @@ def _pylist(col) -> tuple[list, list[int]]:
     try:
         return col.to_pylist(), []
     except UnicodeDecodeError:
+        if isinstance(col, pa.ChunkedArray):  # a partition's Table (Dask) holds chunked columns
+            col = col.combine_chunks()
         if pa.types.is_dictionary(col.type):
             col = col.dictionary_decode()
         raw = col.cast(pa.large_binary()).to_pylist()
@@ -242,6 +244,7 @@ def _pylist(col) -> tuple[list, list[int]]:
 
 
 def _utf8_error_at(raw: bytes) -> int:
+    """Where bytes stop being UTF-8 (-1: they are)."""
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -254,11 +257,10 @@ def _binary_utf8(b: RawBatch) -> None:
     for values, what in ((b.texts, "text"), (b.pairs, "pair text")):
         for k, v in enumerate(values or ()):
             if isinstance(v, (bytes, bytearray)) and b.rows[k] not in b.pre_rejected:
-                try:
-                    bytes(v).decode("utf-8")
-                except UnicodeDecodeError as e:
+                at = _utf8_error_at(bytes(v))
+                if at >= 0:
                     b.pre_rejected[b.rows[k]] = Reason(RejectCode.BINARY_COLUMN,
-                                                       f"invalid UTF-8 at byte {e.start} of the {what} (a binary Parquet column)")
+                                                       f"invalid UTF-8 at byte {at} of the {what} (a binary Parquet column)")
 
 
 def _view(t: pa.DataType, test: str) -> bool:
