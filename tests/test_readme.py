@@ -295,7 +295,7 @@ def test_parsing_helpers():
 def test_readme_mentions_every_command():
     """Each command of `bertfeat --help` (and pca fit/transform) has an example in a bash block."""
     run = readme_commands()
-    for sub in ("extract", "pca fit", "pca transform", "report", "info", "tokens", "attention", "fill-mask"):
+    for sub in ("extract", "pca fit", "pca transform", "report", "info", "tokens", "attention", "fill-mask", "verify"):
         assert any(c.startswith(f"bertfeat {sub} ") or c == f"bertfeat {sub}" for c in run), sub
     for flag in ("--pca", "--text-column", "--pair-column", "--id-column", "--input-format", "--pooling", "--layers",
                  "--layer-agg", "--normalize", "--max-length", "--long-text", "--stride", "--on-bad-row", "--resume",

@@ -1,0 +1,127 @@
+"""bertfeat.verify / `bertfeat verify`: rows encoded again one at a time against a written feature file."""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+
+from bertfeat.cli import main
+from bertfeat.errors import BertfeatError
+from bertfeat.verify import verify_features
+from extract_util import run, tiny_model, write_csv
+
+
+def _rows(n: int = 60) -> list[list[str]]:
+    words = "cats dogs sun rain tea code music river stone light".split()
+    return [[f"r{i}", " ".join(words[(i * 7 + j) % 10] for j in range(3 + i % 17)), "ab"[i % 2]] for i in range(n)]
+
+
+@pytest.fixture()
+def extracted(tmp_path, capsys):
+    src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], _rows())
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "-q")
+    assert rc == 0, err
+    return src, out
+
+
+def test_verify_a_fresh_file_row_for_row(extracted, capsys):
+    src, out = extracted
+    r = verify_features(out, sample=1000)
+    assert r["rows_checked"] == r["rows_in_file"] == 60 and r["ok"] and r["precision"] == "fp32" and not r["reduced"]
+    print(f"largest difference {r['max_abs_diff']:.3g}, bit-identical {r['rows_identical']} of 60")
+    assert r["max_relative_diff"] <= 1e-6 and r["min_cosine"] > 0.9999999
+    assert sorted(x["id"] for x in r["rows"]) == sorted(f"r{i}" for i in range(60))
+    rc, stdout, err = run(capsys, "verify", out, "--sample", "10")
+    assert (rc, err) == (0, "")
+    assert "rows checked" in stdout and "10 of 60 (seed 0)" in stdout and "│ verdict            │" in stdout
+    assert stdout.rstrip().splitlines()[-2].split("│")[2].strip() == "ok"
+    assert run(capsys, "verify", out, "--quiet") == (0, "", "")
+
+
+def test_verify_passes_over_rejected_rows_and_applies_the_pca(tmp_path, capsys):
+    rows = _rows()
+    rows[5][1] = ""  # rejected under --on-bad-row skip
+    rows[17][1] = "   "
+    src = write_csv(tmp_path / "in.csv", ["text", "label"], [r[1:] for r in rows])
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--on-bad-row", "skip", "--pca", "8", "-q")
+    assert rc == 0, err
+    r = verify_features(out, sample=1000)
+    assert r["rows_in_file"] == 58 and r["rows_checked"] == 58 and r["reduced"] and r["ok"]
+    assert 5 not in [x["id"] for x in r["rows"]] and 6 in [x["id"] for x in r["rows"]]  # ids are input row numbers
+
+
+def test_verify_finds_rows_that_changed(extracted, capsys):
+    src, out = extracted
+    rows = _rows()
+    rows[7][1] = "an entirely different sentence now"
+    write_csv(src, ["id", "text", "label"], rows)
+    r = verify_features(out, sample=1000)
+    assert not r["ok"] and r["worst"]["id"] == "r7" and r["worst"]["relative"] > 0.01
+    assert sum(x["relative"] > r["tolerance"] for x in r["rows"]) == 1
+    rc, _, err = run(capsys, "verify", out, "--sample", "1000", "-q")
+    w = r["worst"]
+    assert (rc, err) == (1, f"Error: 1 of 60 rows differ from their vector encoded alone by more than 1e-05 of their norm "
+                            f"(row {w['position']}, id 'r7': {w['relative']:.3g}, cosine {w['cosine']:.6f}) - the features "
+                            "do not match what the model gives for their input now: the input, the model or the file "
+                            "changed since they were extracted; extract them again\n")
+    rows.pop(3)  # a row gone from the input: the walk cannot find the output's row in its place
+    write_csv(src, ["id", "text", "label"], rows)
+    with pytest.raises(BertfeatError, match="o.parquet's row 3 \\(id 'r3'\\) is not in the input .*in.csv in its place - "
+                                            "verify against the input the features were extracted from \\(input\\)"):
+        verify_features(out)
+
+
+def test_verify_refuses_another_model_and_finds_a_moved_input(extracted, tmp_path, capsys):
+    from ckpt import cached_checkpoint
+
+    src, out = extracted
+    other = cached_checkpoint(tempfile.mkdtemp(prefix="bertfeat-other-"), hidden=32, layers=2, heads=2,
+                              max_position=128, seed=8)
+    with pytest.raises(BertfeatError, match="the model or settings differ from the ones .* was extracted with "
+                                            "\\(weights_sha256: file '"):
+        verify_features(out, model=other)
+    moved = tmp_path / "moved.csv"
+    src.rename(moved)
+    rc, _, err = run(capsys, "verify", out)
+    assert rc == 1 and err == (f"Error: the input {src} of {out} is not found (from here or beside the features) - pass "
+                               "it with --input\n")
+    assert run(capsys, "verify", out, "--input", moved, "-q")[0] == 0
+
+
+def test_verify_a_dask_output_directory(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    src = write_csv(tmp_path / "in.csv", ["text"], [r[1:2] for r in _rows(40)])
+    out = tmp_path / "o"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--engine", "dask", "--workers", "1", "-q")
+    assert rc == 0, err
+    r = verify_features(out, sample=1000)
+    assert r["rows_checked"] == 40 and r["ok"]
+
+
+def test_verify_errors(tmp_path, capsys, monkeypatch):
+    import io
+    import sys
+
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a b c"], ["d e"]])
+    piped = tmp_path / "piped.parquet"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes())))
+    assert run(capsys, "extract", "-", "-o", piped, "--model", tiny_model(), "--input-format", "csv", "-q")[0] == 0
+    with pytest.raises(BertfeatError, match="piped.parquet was extracted from standard input, which cannot be read "
+                                            "again - pass the input file with input"):
+        verify_features(piped)
+    assert verify_features(piped, input=src)["ok"]
+    out = tmp_path / "o.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q")[0] == 0
+    with pytest.raises(BertfeatError, match="sample=0 is out of range - give 1 or more rows"):
+        verify_features(out, sample=0)
+    import pyarrow.parquet as pq
+
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pq.read_table(out).replace_schema_metadata(None), plain)
+    with pytest.raises(BertfeatError, match="plain.parquet has no provenance to verify against"):
+        verify_features(plain)
+    assert main(["verify", str(tmp_path / "nope.parquet")]) == 1
+    assert "nope.parquet" in capsys.readouterr().err
