@@ -553,14 +553,13 @@ def own_length_scores(q: np.ndarray, k: np.ndarray, mask_add: np.ndarray, all_qu
     lengths = (mask_add.reshape(B, T) == 0).sum(axis=1)  # (B,) real tokens per sequence
     if lengths.min() == T:
         return np.matmul(q, k.transpose(0, 1, 3, 2), out=out)
-    out.fill(0.0)
     cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), B]
     for s, e in zip(cuts[:-1], cuts[1:]):  # sequences s..e-1 all have L tokens
         L = int(lengths[s])
-        if all_queries:
-            out[s:e, :, :L, :L] = np.matmul(q[s:e, :, :L], k[s:e, :, :L].transpose(0, 1, 3, 2))  # (n, nh, L, L)
-        else:
-            out[s:e, :, :, :L] = np.matmul(q[s:e], k[s:e, :, :L].transpose(0, 1, 3, 2))  # (n, nh, M, L)
+        M = L if all_queries else q.shape[2]
+        np.matmul(q[s:e, :, :M], k[s:e, :, :L].transpose(0, 1, 3, 2), out=out[s:e, :, :M, :L])  # (n, nh, M, L)
+        out[s:e, :, :M, L:] = 0.0
+        out[s:e, :, M:, :] = 0.0
     return out
 
 
