@@ -3,8 +3,9 @@
 Two stages, so a pipeline can overlap them (tokenize the next chunk while the model runs):
   prepare(texts, pairs)  -> Prepared   (tokenize, truncate or cut into windows; no model)
   run(prepared)          -> features   (length-sorted token-budget batches through the model, pooled)
-``Encoder.encode`` is both in a row. A row's vector does not depend on its batch neighbours:
-attention masks padded keys exactly and pooling ignores padded positions (within float32 rounding, docs/python.md).
+``Encoder.encode`` is both in a row. A row's vector does not depend on its batch neighbours: attention masks padded
+keys exactly, its scores are each sequence's own products (model.own_length_scores), pooling ignores padded positions,
+and int8 never batches short sequences with long ones (split_short_batches): bit for bit on oneDNN (docs/python.md).
 
 Over 500 lines on purpose: one class whose state lives across calls (the loaded model, its tokenizer, the
 sentence-transformers pipeline, threads and batch budget) with the argument checks of its public methods beside

@@ -408,7 +408,8 @@ def layer_at(qkv: np.ndarray, x: np.ndarray, lw: LayerWeights, mask_add: np.ndar
         scores += bias[:, at, :].transpose(1, 0, 2)[:, :, None, :]  # (B, nh, 1, T)
         scale = np.float32(1.0)
     probs = masked_softmax_(scores, scale, mask_add)
-    ctx = np.matmul(probs, heads[:, :, 2].transpose(0, 2, 1, 3)).reshape(B, H)  # (B, nh, 1, hs) = (B, H) rows
+    # the context of one query, each sequence's own keys only (the (1, T) x (T, hs) product rounds by T, as the scores)
+    ctx = own_length_context(probs, heads[:, :, 2].transpose(0, 2, 1, 3), mask_add).reshape(B, H)  # (B, nh, 1, hs)
     bf16 = lw.o_w.dtype == np.uint16
     if bf16:
         ctx = to_bf16_(ctx, ws.take("ctx_rows16", (B, H), np.uint16))
@@ -560,6 +561,22 @@ def own_length_scores(q: np.ndarray, k: np.ndarray, mask_add: np.ndarray, all_qu
         np.matmul(q[s:e, :, :M], k[s:e, :, :L].transpose(0, 1, 3, 2), out=out[s:e, :, :M, :L])  # (n, nh, M, L)
         out[s:e, :, :M, L:] = 0.0
         out[s:e, :, M:, :] = 0.0
+    return out
+
+
+def own_length_context(probs: np.ndarray, v: np.ndarray, mask_add: np.ndarray) -> np.ndarray:
+    """probs (B, nh, M, T) @ v (B, nh, T, hs) -> (B, nh, M, hs), each sequence's over its own keys only (runs of one
+    length, as own_length_scores): for M = 1 (layer_at) NumPy's product rounds by T even where the probabilities of
+    the padding are exact zeros (4.5e-7 on a cls feature); for M = T it does not, so attend keeps the one product."""
+    B, T = v.shape[0], v.shape[2]
+    lengths = (mask_add.reshape(B, T) == 0).sum(axis=1)  # (B,) real tokens per sequence
+    if lengths.min() == T:
+        return np.matmul(probs, v)
+    out = np.empty((B, probs.shape[1], probs.shape[2], v.shape[3]), np.float32)
+    cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), B]
+    for s, e in zip(cuts[:-1], cuts[1:]):
+        L = int(lengths[s])
+        np.matmul(probs[s:e, :, :, :L], v[s:e, :, :L], out=out[s:e])
     return out
 
 

@@ -26,8 +26,9 @@ The cost is one or two rows per sequence plus the tokens of short sequences: 22 
 benchmarks/corpus.py (SST-2, TREC and STSb sentences, 17 tokens on average), 13 % of the held-out SST-2 / TREC
 sentences (5.8 % / 4.4 % with the first token alone). The int8 GEMM skips those rows (model.q8_products), and a batch of short
 sequences only runs the float layers as bf16 / fp32 would (all_float). A row is float or int8 by its own sequence,
-never by its batch; a short sequence's features in a batch of short ones and beside long ones differ only by the
-float precision's rounding (min cosine 0.99998 with bf16).
+never by its batch, and the Encoder never batches short sequences with long ones (encoder.split_short_batches: the
+float-row products of a mixed batch round differently from the float layers), so features are the same bit for
+bit in any batch.
 
 Outlier weight rows, decided from the weights alone: a few input rows k of a trained weight are far larger than
 the rest (all-MiniLM-L6-v2's FFN down projections have rows 38-55x the median row's largest |value|), and each

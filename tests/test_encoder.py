@@ -108,6 +108,21 @@ def test_vector_does_not_depend_on_batch_neighbours_or_order(enc, real_sentences
     assert np.abs(dup[0] - dup[2]).max() <= tol and np.abs(dup[0] - batch[5]).max() <= tol
 
 
+@pytest.mark.parametrize("kw", [{"pooling": "cls"}, {"pooling": "lasttoken"}, {"pooling": "max"},
+                                {"pooling": "weightedmean"}, {"pooling": "mean", "layers": "-4:", "layer_agg": "concat"},
+                                {"long_text": "chunk-mean", "max_length": 64}, {"long_text": "chunk-max", "max_length": 64}],
+                         ids=["cls", "lasttoken", "max", "weightedmean", "layers", "chunk-mean", "chunk-max"])
+def test_every_pooling_is_batch_independent(enc, real_sentences, long_text, kw):
+    """Bit for bit on oneDNN for every pooling, layers and long-text mode: cls / lasttoken run the last layer at one
+    token, whose (1, T) x (T, hs) context product rounded by the padded length (4.5e-7) before
+    model.own_length_context."""
+    texts = list(real_sentences[:40]) + [long_text[:1500]]
+    together = enc.encode(texts, **kw)
+    alone = np.concatenate([enc.encode([t], **kw) for t in texts])
+    tol = 0.0 if enc.gemm_path.library == "onednn" else 1e-6
+    assert np.abs(together - alone).max() <= tol
+
+
 # --------------------------------------------------------------------------- poolings and layers
 @pytest.fixture(scope="module")
 def pooling_case(real_sentences, sample_data, torch_minilm):
