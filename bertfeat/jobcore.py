@@ -11,6 +11,7 @@ in ``finish_pca``.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import time
@@ -325,6 +326,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "long_text": spec.long_text,
         "stride": spec.stride if spec.long_text.startswith("chunk") else None,
         "input": source.path,
+        **({"input_abspath": os.path.abspath(source.path)} if source.path != "-" and "://" not in source.path else {}),
         "input_format": source.fmt,
         **({"encoding": source.encoding} if source.fmt != "parquet" else {}),
         **({"delimiter": source.delimiter} if getattr(source, "delimiter", None) else {}),

@@ -409,7 +409,8 @@ def layer_at(qkv: np.ndarray, x: np.ndarray, lw: LayerWeights, mask_add: np.ndar
         scale = np.float32(1.0)
     probs = masked_softmax_(scores, scale, mask_add)
     # the context of one query, each sequence's own keys only (the (1, T) x (T, hs) product rounds by T, as the scores)
-    ctx = own_length_context(probs, heads[:, :, 2].transpose(0, 2, 1, 3), mask_add).reshape(B, H)  # (B, nh, 1, hs)
+    ctx = own_length_context(probs, heads[:, :, 2].transpose(0, 2, 1, 3), mask_add, False,
+                             np.empty((B, nh, 1, hs), np.float32)).reshape(B, H)  # (B, nh, 1, hs) = (B, H) rows
     bf16 = lw.o_w.dtype == np.uint16
     if bf16:
         ctx = to_bf16_(ctx, ws.take("ctx_rows16", (B, H), np.uint16))
@@ -548,8 +549,7 @@ def own_length_scores(q: np.ndarray, k: np.ndarray, mask_add: np.ndarray, all_qu
     which int8's per-row quantization then turns into whole rounding steps (a feature 3e-3 of its norm off). Runs of
     sequences of one length (a length-sorted batch has a few) are one product each, the views sliced as a batch of that
     length would have them; ``all_queries``: the queries are the tokens too (M = T), cut the same way. Scores of
-    padding (masked keys, padding queries) are 0. The products with the probabilities need no such care: their zeros at
-    masked keys leave the sums exact."""
+    padding (masked keys, padding queries) are 0. The products with the probabilities: own_length_context."""
     B, T = k.shape[0], k.shape[2]
     lengths = (mask_add.reshape(B, T) == 0).sum(axis=1)  # (B,) real tokens per sequence
     if lengths.min() == T:
@@ -564,19 +564,23 @@ def own_length_scores(q: np.ndarray, k: np.ndarray, mask_add: np.ndarray, all_qu
     return out
 
 
-def own_length_context(probs: np.ndarray, v: np.ndarray, mask_add: np.ndarray) -> np.ndarray:
-    """probs (B, nh, M, T) @ v (B, nh, T, hs) -> (B, nh, M, hs), each sequence's over its own keys only (runs of one
-    length, as own_length_scores): for M = 1 (layer_at) NumPy's product rounds by T even where the probabilities of
-    the padding are exact zeros (4.5e-7 on a cls feature); for M = T it does not, so attend keeps the one product."""
+def own_length_context(probs: np.ndarray, v: np.ndarray, mask_add: np.ndarray, all_queries: bool,
+                       out: np.ndarray) -> np.ndarray:
+    """probs (B, nh, M, T) @ v (B, nh, T, hs) -> out (B, nh, M, hs), each sequence's over its own keys only (runs of one
+    length, as own_length_scores): the probabilities of the padding are exact zeros, but NumPy's product still
+    rounds by T: for M = 1 (layer_at, 4.5e-7 on a cls feature) and for any M once T passes OpenBLAS's K block (~256
+    keys: 1.6e-7 in fp32, 2.5e-3 of a feature in int8, between 373- and 512-token documents). ``all_queries``: the
+    queries are the tokens (M = T); the padding queries' context is 0."""
     B, T = v.shape[0], v.shape[2]
     lengths = (mask_add.reshape(B, T) == 0).sum(axis=1)  # (B,) real tokens per sequence
     if lengths.min() == T:
-        return np.matmul(probs, v)
-    out = np.empty((B, probs.shape[1], probs.shape[2], v.shape[3]), np.float32)
+        return np.matmul(probs, v, out=out)
     cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), B]
     for s, e in zip(cuts[:-1], cuts[1:]):
         L = int(lengths[s])
-        np.matmul(probs[s:e, :, :, :L], v[s:e, :, :L], out=out[s:e])
+        M = L if all_queries else probs.shape[2]
+        np.matmul(probs[s:e, :, :M, :L], v[s:e, :, :L], out=out[s:e, :, :M])  # (n, nh, M, hs)
+        out[s:e, :, M:] = 0.0
     return out
 
 
@@ -597,7 +601,7 @@ def attend(qkv: np.ndarray, mask_add: np.ndarray, B: int, T: int, nh: int, want_
         scores += bias  # (nh, T, T) broadcast over the batch
         scale = np.float32(1.0)
     probs = masked_softmax_(scores, scale, mask_add)
-    ctx = np.matmul(probs, v, out=ws.take("ctx", (B, nh, T, hs)))  # (B, nh, T, hs)
+    ctx = own_length_context(probs, v, mask_add, True, ws.take("ctx", (B, nh, T, hs)))  # (B, nh, T, hs)
     return ctx, (probs if want_probs else None)
 
 

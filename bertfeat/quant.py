@@ -68,8 +68,10 @@ from . import onednn
 
 #: the int8 scheme's version, in provenance, the features' fingerprint and the vector cache's key: features of two
 #: schemes never mix in one output or cache ("1": bertfeat 0.2.0; "2": + the outlier weight rows below; "3": + the
-#: short sequences' rows in float and the LayerNorm-output smoothing)
-SCHEME = "3"
+#: short sequences' rows in float and the LayerNorm-output smoothing; "4": the same features whatever the batch, bit
+#: for bit: attention per sequence length, short sequences never batched with long ones; before, a row could move
+#: by up to 3e-3 of its norm with its batch)
+SCHEME = "4"
 
 #: an input row of a weight whose largest |value| is above this many times the median row's stays float32
 #: (module docstring); 6 picks the 38-55x rows of all-MiniLM-L6-v2 and no row of a random-weight model

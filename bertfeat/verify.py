@@ -60,15 +60,18 @@ def _input_path(meta: dict, features: Path, given: str | os.PathLike | None) -> 
     else from the feature file's)."""
     if given is not None:
         return os.fspath(given)
+    import glob
+
     name = meta["input"]
     if name == "-":
         raise BertfeatError(f"{features} was extracted from standard input, which cannot be read again",
                             f"pass the input file with {opt('input')}")
-    for candidate in (Path(name), features.parent / name):
-        if candidate.exists() or any(ch in name for ch in "*?["):
-            return os.fspath(candidate)
-    raise BertfeatError(f"the input {name} of {features} is not found (from here or beside the features)",
-                        f"pass it with {opt('input')}")
+    named = [meta.get("input_abspath"), name, features.parent / name, features.parent / Path(name).name]
+    for candidate in (os.fspath(c) for c in named if c):
+        if Path(candidate).exists() or (any(ch in candidate for ch in "*?[") and glob.glob(candidate)):
+            return candidate
+    raise BertfeatError(f"the input {name} of {features} is not found (where the run was, from here or beside the "
+                        "features)", f"pass it with {opt('input')}")
 
 
 def _spec_from(fingerprint: dict):
@@ -94,13 +97,20 @@ def _pca_of(meta: dict, features: Path):
         return None
     from .pca import PCA
 
+    from .reduce import file_sha256
+
     names = [entry.get("model_path"), entry.get("model_file")]
-    for name in filter(None, names):
-        for candidate in (Path(name), features.parent / name, features.parent / Path(name).name):
-            if candidate.is_file():
-                return PCA.load(candidate)
+    candidates = []
+    if entry.get("model_file"):  # extract --pca: the model beside the output, named without a folder
+        candidates.append(features.parent / Path(entry["model_file"]).name)
+    if entry.get("model_path"):  # extract --pca-model / pca transform: the model's path as given, then beside
+        candidates += [Path(entry["model_path"]), features.parent / Path(entry["model_path"]).name]
+    for candidate in candidates:
+        if candidate.is_file() and (not entry.get("model_sha256") or file_sha256(candidate) == entry["model_sha256"]):
+            return PCA.load(candidate)
+    sha = f", sha256 {entry['model_sha256'][:12]}" if entry.get("model_sha256") else ""
     raise BertfeatError(f"the features of {features} were reduced by a PCA model that is not found "
-                        f"({' or '.join(filter(None, names))})", "put the model file back beside the features")
+                        f"({' or '.join(filter(None, names))}{sha})", "put the model file back beside the features")
 
 
 def _sample_positions(n: int, sample: int, seed: int) -> np.ndarray:
@@ -139,6 +149,10 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         raise BertfeatError(f"the model or settings differ from the ones {path} was extracted with ({said})",
                             f"pass {opt('model')} with the model the features came from")
     pca = _pca_of(meta, path)
+    if pca is not None and pca.n_features_in_ != enc.output_dim(spec):
+        raise BertfeatError(f"{path} was reduced by a PCA of {pca.n_features_in_} inputs, but the model gives "
+                            f"{enc.output_dim(spec)} features: it was reduced more than once (a pca transform of reduced "
+                            "features), and only the last PCA is recorded", "verify the features before the later PCA")
     tol = TOLERANCE.get(enc.precision, 1e-3) if tolerance is None else float(tolerance)
 
     sources = [open_features(f) for f in files]
@@ -167,7 +181,10 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     for b in reader.batches():
         chunk = validate_batch(b, 0)
         keys = chunk.ids if by_id else chunk.rows
+        over = _too_long(enc, spec, chunk.texts, chunk.pairs) if spec.long_text == "error" else set()
         for k, key in enumerate(keys):
+            if k in over:  # refused by the run (too-long, under long_text='error'): not in the output
+                continue
             if j < len(order) and _same(key, order[j]):
                 if j in picked:
                     texts[j] = (chunk.texts[k], None if chunk.pairs is None else chunk.pairs[k])
@@ -214,6 +231,24 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         "seed": seed,
         "rows": rows,
     }
+
+
+def _too_long(enc, spec, texts: list, pairs: list | None) -> set[int]:
+    """The rows extract refuses under long_text='error' (more tokens than max_length), found as prepare_chunk finds
+    them: Encoder.prepare names them."""
+    from .encoder import LongTextError
+
+    bad: set[int] = set()
+    todo = list(range(len(texts)))
+    while todo:
+        try:
+            enc.prepare([texts[i] for i in todo], None if pairs is None else [pairs[i] for i in todo], spec)
+            return bad
+        except LongTextError as e:
+            rows = {todo[j] for j in e.rows.tolist()}
+            bad |= rows
+            todo = [i for i in todo if i not in rows]
+    return bad
 
 
 def _same(key, ident) -> bool:

@@ -123,6 +123,27 @@ def test_every_pooling_is_batch_independent(enc, real_sentences, long_text, kw):
     assert np.abs(together - alone).max() <= tol
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_long_documents_are_batch_independent(enc, real_sentences, precision):
+    """Documents of 300-512 tokens batched together (a budget above the default): the products with the attention
+    probabilities round by the padded length once it passes OpenBLAS's K block (~256 keys), 1.6e-7 in fp32 and
+    2.5e-3 of a feature in int8 before own_length_context did them per length."""
+    from bertfeat.errors import BertfeatError
+
+    try:
+        e = Encoder(enc.location.path, precision=precision, max_batch_tokens=4096, threads=1)
+    except BertfeatError as err:  # int8 needs VNNI / AMX and oneDNN
+        pytest.skip(str(err))
+    docs = [" ".join(real_sentences[i:i + n]) for i, n in ((0, 14), (40, 17), (80, 19), (120, 21), (160, 30))]
+    lens = [len(a) for a in e.tokenizer.encode(docs, max_length=512).ids]
+    assert min(lens) > 256 and len(set(lens)) > 2, lens
+    together = e.encode(docs, max_length=512)
+    alone = np.concatenate([e.encode([d], max_length=512) for d in docs])
+    tol = 0.0 if e.gemm_path.library == "onednn" else 1e-6
+    print(f"{precision}, {lens} tokens: max |diff| {np.abs(together - alone).max():.3g}")
+    assert np.abs(together - alone).max() <= tol
+
+
 # --------------------------------------------------------------------------- poolings and layers
 @pytest.fixture(scope="module")
 def pooling_case(real_sentences, sample_data, torch_minilm):

@@ -86,8 +86,8 @@ def test_verify_refuses_another_model_and_finds_a_moved_input(extracted, tmp_pat
     moved = tmp_path / "moved.csv"
     src.rename(moved)
     rc, _, err = run(capsys, "verify", out)
-    assert rc == 1 and err == (f"Error: the input {src} of {out} is not found (from here or beside the features) - pass "
-                               "it with --input\n")
+    assert rc == 1 and err == (f"Error: the input {src} of {out} is not found (where the run was, from here or beside "
+                               "the features) - pass it with --input\n")
     assert run(capsys, "verify", out, "--input", moved, "-q")[0] == 0
 
 
@@ -125,3 +125,53 @@ def test_verify_errors(tmp_path, capsys, monkeypatch):
         verify_features(plain)
     assert main(["verify", str(tmp_path / "nope.parquet")]) == 1
     assert "nope.parquet" in capsys.readouterr().err
+
+
+def test_verify_takes_the_pca_model_beside_the_features(tmp_path, capsys, monkeypatch):
+    """extract --pca records the model's name only: the one beside the features, not one of that name here."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [r[1:2] for r in _rows(30)])
+    assert run(capsys, "extract", src, "-o", tmp_path / "x.parquet", "--model", tiny_model(), "--pca", "4", "-q")[0] == 0
+    (tmp_path / "run").mkdir()
+    out = tmp_path / "run" / "x.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--pca", "4", "--pooling", "cls", "-q")[0] == 0
+    monkeypatch.chdir(tmp_path)  # ./x.pca.npz is the other run's
+    assert verify_features(out, sample=1000)["ok"]
+
+
+def test_verify_finds_a_relative_input_from_elsewhere(tmp_path, capsys, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    write_csv(tmp_path / "sub" / "data.csv", ["text"], [r[1:2] for r in _rows(20)])
+    monkeypatch.chdir(tmp_path)
+    assert run(capsys, "extract", "sub/data.csv", "--model", tiny_model(), "-q")[0] == 0
+    monkeypatch.chdir(tmp_path / "sub")
+    assert verify_features("data.features.parquet")["ok"]  # the provenance's input_abspath
+    import json
+
+    import pyarrow.parquet as pq
+
+    t = pq.read_table("data.features.parquet")
+    meta = json.loads(t.schema.metadata[b"bertfeat"])
+    meta.pop("input_abspath")  # a file from before it was recorded: beside the features, by its name
+    pq.write_table(t.replace_schema_metadata({b"bertfeat": json.dumps(meta).encode()}), "old.parquet")
+    assert verify_features("old.parquet")["ok"]
+
+
+def test_verify_passes_over_rows_refused_as_too_long(tmp_path, capsys):
+    rows = [["a", "word " * 200], ["a", "a short one ."], ["b", "another short one ."]]
+    src = write_csv(tmp_path / "dup.csv", ["id", "text"], rows)
+    out = tmp_path / "dup.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "--long-text", "error",
+               "--on-bad-row", "skip", "-q")[0] == 0
+    r = verify_features(out, sample=10)
+    assert r["ok"] and r["rows_checked"] == 2
+
+
+def test_verify_refuses_features_reduced_twice(tmp_path, capsys):
+    src = write_csv(tmp_path / "in.csv", ["text"], [r[1:2] for r in _rows(40)])
+    p8 = tmp_path / "p8.parquet"
+    assert run(capsys, "extract", src, "-o", p8, "--model", tiny_model(), "--pca", "8", "-q")[0] == 0
+    assert main(["pca", "fit", str(p8), "-n", "4", "-o", str(tmp_path / "p4.npz"), "-q"]) == 0
+    assert main(["pca", "transform", str(p8), "--pca-model", str(tmp_path / "p4.npz"), "-o", str(tmp_path / "pp.parquet")]) == 0
+    with pytest.raises(BertfeatError, match="pp.parquet was reduced by a PCA of 8 inputs, but the model gives 32 features: "
+                                            "it was reduced more than once"):
+        verify_features(tmp_path / "pp.parquet")
