@@ -113,6 +113,9 @@ def _pca_of(meta: dict, features: Path):
                         f"({' or '.join(filter(None, names))}{sha})", "put the model file back beside the features")
 
 
+_END = object()  # the output's rows are all found
+
+
 def _sample_positions(n: int, sample: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(n, size=min(sample, n), replace=False)) if n else np.zeros(0, dtype=np.int64)
@@ -161,43 +164,46 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         n = sum(len(ids) for s in sources for ids, _, _ in s.batches())
     picked = set(_sample_positions(n, sample, seed).tolist())
     by_id = meta.get("id_column") is not None
-    wanted: list[tuple[int, Any, np.ndarray]] = []  # (output position, id or row number, stored vector)
-    order: list[Any] = []  # every output row's id or row number, in order
-    pos = 0
-    for s in sources:
-        for ids, X, _ in s.batches():
-            ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
-            for k, ident in enumerate(ids):
-                if pos in picked:
-                    wanted.append((pos, ident, X[k].copy()))
-                order.append(ident)
-                pos += 1
+    wanted: dict[int, tuple[Any, np.ndarray]] = {}  # output position -> (id or row number, stored vector)
+
+    def output_rows():
+        """Every output row's id (or row number), in order; the sampled rows' vectors kept (memory: the sample's)."""
+        pos = 0
+        for s in sources:
+            for ids, X, _ in s.batches():
+                ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+                for k, ident in enumerate(ids):
+                    if pos in picked:
+                        wanted[pos] = (ident, X[k].copy())
+                    yield ident
+                    pos += 1
 
     reader = open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
                         meta.get("pair_column"), meta.get("id_column"), encoding or meta.get("encoding") or "utf-8",
                         delimiter=meta.get("delimiter"))
     texts: dict[int, tuple[str, str | None]] = {}  # output position -> (text, pair) of its input row
-    j = 0
+    outputs = output_rows()
+    j, current = 0, next(outputs, _END)  # the output row the input walk looks for, and its position
     for b in reader.batches():
+        if current is _END:
+            break
         chunk = validate_batch(b, 0)
         keys = chunk.ids if by_id else chunk.rows
         over = _too_long(enc, spec, chunk.texts, chunk.pairs) if spec.long_text == "error" else set()
         for k, key in enumerate(keys):
             if k in over:  # refused by the run (too-long, under long_text='error'): not in the output
                 continue
-            if j < len(order) and _same(key, order[j]):
+            if current is not _END and _same(key, current):
                 if j in picked:
                     texts[j] = (chunk.texts[k], None if chunk.pairs is None else chunk.pairs[k])
-                j += 1
-        if j >= len(order):
-            break
-    if j < len(order):
+                j, current = j + 1, next(outputs, _END)
+    if current is not _END:
         what = "id" if by_id else "row"
-        raise BertfeatError(f"{path}'s row {j} ({what} {order[j]!r}) is not in the input {reader.name} in its place",
+        raise BertfeatError(f"{path}'s row {j} ({what} {current!r}) is not in the input {reader.name} in its place",
                             f"verify against the input the features were extracted from ({opt('input')})")
 
     rows = []
-    for done, (p, ident, stored) in enumerate(wanted):
+    for done, (p, (ident, stored)) in enumerate(sorted(wanted.items())):
         text, pair = texts[p]
         prep = enc.prepare([text], None if pair is None else [pair], spec)
         vec = enc.run(prep, spec)  # (1, D): a batch of one
