@@ -91,26 +91,27 @@ def worker_threads(client, address: str = "", timeout: float = 120.0) -> dict[st
     return {a: max(1, cores[a] // slots[w.get("host", a)]) for a, w in workers.items() if a in cores} or {"": 1}
 
 
+def _this_worker():
+    """The Dask worker running this task (None outside one)."""
+    try:
+        from distributed import get_worker
+
+        return get_worker()
+    except (ImportError, ValueError):
+        return None
+
+
 def task_threads(threads: int | dict | None, worker=None) -> int | None:
     """This worker's encoder threads from worker_threads' dict (or the one number --threads gave)."""
     if not isinstance(threads, dict):
         return threads
-    if worker is None:
-        from distributed import get_worker
-
-        worker = get_worker()
+    worker = worker or _this_worker()
     return threads.get(getattr(worker, "address", ""), min(threads.values()))
 
 
 def task_slots(worker=None) -> int:
-    """Tasks this worker runs side by side (its --nthreads)."""
-    if worker is None:
-        try:
-            from distributed import get_worker
-
-            worker = get_worker()
-        except (ImportError, ValueError):
-            return 1
+    """Tasks this worker runs side by side (its --nthreads; 1 outside a worker)."""
+    worker = worker or _this_worker()
     state = getattr(worker, "state", worker)
     return max(1, int(getattr(state, "nthreads", None) or getattr(worker, "nthreads", 1) or 1))
 

@@ -541,6 +541,17 @@ def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: i
                               next_inv), probs
 
 
+def length_runs(mask_add: np.ndarray) -> list[tuple[int, int, int]] | None:
+    """(B, 1, 1, T) additive mask (right padding) -> the runs (start, stop, L) of consecutive sequences of L real
+    tokens (a length-sorted batch has a few), or None when no sequence is padded."""
+    B, T = mask_add.shape[0], mask_add.shape[-1]
+    lengths = (mask_add.reshape(B, T) == 0).sum(axis=1)  # (B,) real tokens per sequence
+    if lengths.min() == T:
+        return None
+    cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), B]
+    return [(s, e, int(lengths[s])) for s, e in zip(cuts[:-1], cuts[1:])]
+
+
 def own_length_scores(q: np.ndarray, k: np.ndarray, mask_add: np.ndarray, all_queries: bool,
                       out: np.ndarray) -> np.ndarray:
     """Attention scores q k^T, q (B, nh, M, hs), k (B, nh, T, hs) -> out (B, nh, M, T), each sequence's over its own
@@ -550,13 +561,10 @@ def own_length_scores(q: np.ndarray, k: np.ndarray, mask_add: np.ndarray, all_qu
     sequences of one length (a length-sorted batch has a few) are one product each, the views sliced as a batch of that
     length would have them; ``all_queries``: the queries are the tokens too (M = T), cut the same way. Scores of
     padding (masked keys, padding queries) are 0. The products with the probabilities: own_length_context."""
-    B, T = k.shape[0], k.shape[2]
-    lengths = (mask_add.reshape(B, T) == 0).sum(axis=1)  # (B,) real tokens per sequence
-    if lengths.min() == T:
+    runs = length_runs(mask_add)
+    if runs is None:
         return np.matmul(q, k.transpose(0, 1, 3, 2), out=out)
-    cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), B]
-    for s, e in zip(cuts[:-1], cuts[1:]):  # sequences s..e-1 all have L tokens
-        L = int(lengths[s])
+    for s, e, L in runs:  # sequences s..e-1 all have L tokens
         M = L if all_queries else q.shape[2]
         np.matmul(q[s:e, :, :M], k[s:e, :, :L].transpose(0, 1, 3, 2), out=out[s:e, :, :M, :L])  # (n, nh, M, L)
         out[s:e, :, :M, L:] = 0.0
@@ -571,13 +579,10 @@ def own_length_context(probs: np.ndarray, v: np.ndarray, mask_add: np.ndarray, a
     rounds by T: for M = 1 (layer_at, 4.5e-7 on a cls feature) and for any M once T passes OpenBLAS's K block (~256
     keys: 1.6e-7 in fp32, 2.5e-3 of a feature in int8, between 373- and 512-token documents). ``all_queries``: the
     queries are the tokens (M = T); the padding queries' context is 0."""
-    B, T = v.shape[0], v.shape[2]
-    lengths = (mask_add.reshape(B, T) == 0).sum(axis=1)  # (B,) real tokens per sequence
-    if lengths.min() == T:
+    runs = length_runs(mask_add)
+    if runs is None:
         return np.matmul(probs, v, out=out)
-    cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), B]
-    for s, e in zip(cuts[:-1], cuts[1:]):
-        L = int(lengths[s])
+    for s, e, L in runs:
         M = L if all_queries else probs.shape[2]
         np.matmul(probs[s:e, :, :M, :L], v[s:e, :, :L], out=out[s:e, :, :M])  # (n, nh, M, hs)
         out[s:e, :, M:] = 0.0

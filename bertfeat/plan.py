@@ -259,10 +259,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
                             f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
     check_output_format(output, format)
     keep = check_keep(keep, fmt, id_column, wide)
-    label = check_label_option(label, pca_value, pca_model, fmt)
-    if label is not None and label == id_column:
-        raise BertfeatError(f"{opt('label')} '{label}' is the id column ({opt('id_column', label)})",
-                            "the probe reads a kept column: give the id another column, or probe another column")
+    label = check_label_option(label, pca_value, pca_model, fmt, id_column)
     if label is not None and label not in keep:
         keep = check_keep(keep + (label,), fmt, id_column, wide)  # the probe reads it back from the output
     if pair_column is not None:
@@ -305,8 +302,9 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         label=label)
 
 
-def check_label_option(label, pca, pca_model, fmt: str) -> str | None:
-    """``label``: a column name, a PCA fitted in this run whose report gets the probe, an output with columns."""
+def check_label_option(label, pca, pca_model, fmt: str, id_column: str | None) -> str | None:
+    """``label``: a column name (not the id column), a PCA fitted in this run whose report gets the probe, an output
+    with columns."""
     if label is None:
         return None
     if not isinstance(label, str) or not label:
@@ -318,6 +316,9 @@ def check_label_option(label, pca, pca_model, fmt: str) -> str | None:
     if fmt == "npy":
         raise BertfeatError(f"{opt('label')} needs an output with columns (the probe reads the label back from it); npy "
                             "holds the features only", f"use {opt('format', 'parquet')} or {opt('format', 'csv')}")
+    if label == id_column:
+        raise BertfeatError(f"{opt('label')} '{label}' is the id column ({opt('id_column', label)})",
+                            "the probe reads a kept column: give the id another column, or probe another column")
     return label
 
 

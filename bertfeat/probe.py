@@ -116,17 +116,10 @@ def _sample(sources: list, label: str, max_rows: int, seed: int) -> tuple[np.nda
 
 
 def _sources(features: str | os.PathLike) -> list:
-    """The opened feature file, or the part files of a directory (``extract --engine dask``'s output), in order."""
-    from .features import open_features
+    """The opened feature file, or the part files of a Dask output directory, in order (features.feature_files)."""
+    from .features import feature_files, open_features
 
-    path = Path(features)
-    if path.is_dir():
-        parts = sorted(path.glob("part-*.parquet"))
-        if not parts:
-            raise BertfeatError(f"{path} is a directory without part-*.parquet files",
-                                "give a feature file, or the output directory of extract --engine dask")
-        return [open_features(p) for p in parts]
-    return [open_features(path)]
+    return [open_features(p) for p in feature_files(features)]
 
 
 def check_label(features: str | os.PathLike, label: str) -> list:

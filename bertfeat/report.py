@@ -32,7 +32,8 @@ from .atomic import atomic_output
 from .pca import PCA
 from .pca_solvers import components_needed, infer_dimension
 
-__all__ = ["THRESHOLDS", "FIGSIZE", "DPI", "broken_stick", "suggestions", "build_pca_report", "write_pca_report", "render_pca_report", "report_paths"]
+__all__ = ["THRESHOLDS", "FIGSIZE", "DPI", "broken_stick", "suggestions", "build_pca_report", "write_pca_report",
+           "render_pca_report", "report_paths"]
 
 THRESHOLDS = (0.80, 0.90, 0.95, 0.99)
 FIGSIZE = (12.0, 4.5)  # inches; at DPI 100 the PNG is 1200 x 450 px

@@ -72,7 +72,7 @@ def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str |
     where = e.filename if getattr(e, "filename", None) else path
     what, fix = _OS_FIX.get(code, (None, "check the path, its permissions and the free disk space"))
     if what is None:
-        what = one_line(e.strerror or e) or type(e).__name__
+        what = one_line(e.strerror or e)  # an empty text: the exception's type name
     if space_fix and code in (errno.ENOSPC, errno.EDQUOT):
         fix = space_fix
     return OutputError(f"{where}: {what}" if where else what, fix)
@@ -86,7 +86,7 @@ def user_error(e: BaseException) -> BertfeatError | None:
         return BertfeatError(f"a .npz file is truncated or not a .npz archive ({one_line(e)})",
                              "pass a complete .npz written by bertfeat (rerun the command that wrote it)")
     if isinstance(e, EOFError):
-        return BertfeatError(f"unexpected end of a file: it is empty or truncated ({one_line(e) or 'EOF'})",
+        return BertfeatError(f"unexpected end of a file: it is empty or truncated ({one_line(e)})",
                              "pass a complete file (rerun the command that wrote it)")
     if isinstance(e, MemoryError):
         return BertfeatError("out of memory", f"lower {opt('max_batch_tokens')} / {opt('batch_rows')}, or use a machine with more memory")

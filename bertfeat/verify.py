@@ -32,20 +32,11 @@ TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "int8": 1e-3}
 
 
 def _metadata(path: Path) -> tuple[dict, list[Path]]:
-    """A feature file's provenance and its files (a Dask output directory: its parts, and _bertfeat.json)."""
-    import json
+    """A feature file's provenance and its files (a Dask output directory: its parts, each with the run's)."""
+    from .features import feature_files, read_feature_metadata
 
-    from .features import read_feature_metadata
-
-    if path.is_dir():
-        parts = sorted(path.glob("part-*.parquet"))
-        side = path / "_bertfeat.json"
-        if not parts or not side.is_file():
-            raise BertfeatError(f"{path} is a directory, but not the output of extract --engine dask",
-                                "give a feature file, or a Dask output directory (part-*.parquet and _bertfeat.json)")
-        return json.loads(side.read_text(encoding="utf-8")), parts
-    meta = read_feature_metadata(path)
-    return meta, [path]
+    files = feature_files(path)
+    return read_feature_metadata(files[0]), files
 
 
 def _need(meta: dict, path: Path, *keys: str) -> None:
@@ -159,9 +150,8 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     tol = TOLERANCE.get(enc.precision, 1e-3) if tolerance is None else float(tolerance)
 
     sources = [open_features(f) for f in files]
-    n = sum(s.rows if s.rows is not None else 0 for s in sources) if all(s.rows is not None for s in sources) else None
-    if n is None:
-        n = sum(len(ids) for s in sources for ids, _, _ in s.batches())
+    counts = [s.rows for s in sources]  # from the files' layouts; None: count them
+    n = sum(counts) if None not in counts else sum(len(ids) for s in sources for ids, _, _ in s.batches())
     picked = set(_sample_positions(n, sample, seed).tolist())
     by_id = meta.get("id_column") is not None
     wanted: dict[int, tuple[Any, np.ndarray]] = {}  # output position -> (id or row number, stored vector)

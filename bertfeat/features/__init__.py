@@ -31,7 +31,7 @@ from .base import (
     provenance_path,
 )
 from .npy import ids_sidecar_path
-from .reader import iter_features, open_features, read_feature_metadata, read_features
+from .reader import feature_files, iter_features, open_features, read_feature_metadata, read_features
 from .registry import FILE_FORMATS, FORMATS, feature_format
 from .writer import FeatureWriter
 
@@ -43,6 +43,7 @@ __all__ = [
     "FeatureWriter",
     "FeatureSource",
     "open_features",
+    "feature_files",
     "iter_features",
     "read_features",
     "read_feature_metadata",

@@ -25,6 +25,20 @@ def read_feature_metadata(path: str | os.PathLike) -> dict:
     return parse_metadata(path, file_format(path).read_metadata_text(path))
 
 
+def feature_files(path: str | os.PathLike) -> list[Path]:
+    """The feature file at ``path``, or the part files of a directory (``extract --engine dask``'s output), in order."""
+    path = Path(path)
+    if not path.is_dir():
+        return [path]
+    parts = sorted(path.glob("part-*.parquet"))
+    if not parts:
+        from ..errors import BertfeatError
+
+        raise BertfeatError(f"{path} is a directory without part-*.parquet files",
+                            "give a feature file, or the output directory of extract --engine dask")
+    return parts
+
+
 def open_features(path: str | os.PathLike) -> FeatureSource:
     """Open a feature file for streaming: detect its layout from metadata and columns."""
     path = Path(path)

@@ -228,3 +228,10 @@ def listing(cols: list[str]) -> str:
     return ", ".join(repr(c) if (not c or c != c.strip() or "," in c) else c for c in cols) or "none"
 
 
+def utf8_error_at(raw: bytes) -> int:
+    """Where bytes stop being UTF-8 (-1: they are)."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return -1

@@ -16,7 +16,7 @@ import pyarrow as pa
 from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
 from . import arrowexit
-from .base import HEAD_BYTES, RawBatch
+from .base import HEAD_BYTES, RawBatch, utf8_error_at
 from .kept import convert_cell, infer_cell_type
 from .paths import compression_of
 from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
@@ -319,23 +319,21 @@ class CsvReader(TextReader):
                 self.multiline_rows or any(r.code == RejectCode.UNCLOSED_QUOTE for r in b.pre_rejected.values())):
             end = part.offset + len(data)
             raise InputError(f"{self.name}: quoted values span lines (bytes {part.offset:,} to about {end:,}), so the "
-                             "file cannot be cut "
-                             "into byte ranges for the workers", f"pass {opt('blocksize', 'none')} (the file is then "
-                             "read as one partition), or convert it to Parquet")
+                             "file cannot be cut into byte ranges for the workers",
+                             f"pass {opt('blocksize', 'none')} (the file is then read as one partition), or convert it "
+                             "to Parquet")
         return b
 
     def _typed(self, b: RawBatch) -> RawBatch:
         """The kept cells converted to their columns' types; a cell that does not convert makes its row a bad row, and
         so does an id that is not UTF-8 (CSV / TSV ids are text: replacing its bytes could make two ids one).
         (While the head decides the types, ``_decide_keep_types``, the kept cells stay as read.)"""
-        for k, v in enumerate(b.ids or ()):
-            if isinstance(v, (bytes, bytearray)):
-                try:
-                    bytes(v).decode("utf-8")  # decoded as the chunk is validated (chunks.id_value)
-                except UnicodeDecodeError as e:
-                    b.ids[k] = bytes(v).decode("utf-8", errors="replace")  # as the rejects file shows it
-                    b.pre_rejected.setdefault(b.rows[k], Reason(RejectCode.ENCODING,
-                                                                f"invalid UTF-8 at byte {e.start} of the id"))
+        for k, v in enumerate(b.ids or ()):  # a UTF-8 id is decoded as the chunk is validated (chunks.id_value)
+            at = utf8_error_at(bytes(v)) if isinstance(v, (bytes, bytearray)) else -1
+            if at >= 0:
+                b.ids[k] = bytes(v).decode("utf-8", errors="replace")  # as the rejects file shows it
+                b.pre_rejected.setdefault(b.rows[k], Reason(RejectCode.ENCODING,
+                                                            f"invalid UTF-8 at byte {at} of the id"))
         if b.extra is None or not self._kept_types:
             return b
         for c, typ in self._kept_types.items():

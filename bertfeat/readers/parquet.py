@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
-from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing
+from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, utf8_error_at
 
 
 class ParquetReader(Reader):
@@ -126,7 +126,7 @@ class ParquetReader(Reader):
         return {c: t.value_type if pa.types.is_dictionary(t) else t for c, t in types.items()}
 
     def _batch(self, b, first: int) -> RawBatch:
-        unchecked: dict[str, list[int]] = {}  # string columns whose writer let invalid UTF-8 in: those cells
+        unchecked: dict[str, dict[int, int]] = {}  # string columns whose writer let invalid UTF-8 in: cell -> byte
 
         def col(c):
             if not c:
@@ -142,11 +142,9 @@ class ParquetReader(Reader):
         named = [(self.text_column, rb.texts, "text"), (self.pair_column, rb.pairs, "pair text"),
                  (self.id_column, rb.ids, "id"), *((c, (rb.extra or {}).get(c), f"kept column {c!r}") for c in self.keep)]
         for c, values, what in named:
-            for k in unchecked.get(c, ()):
-                raw = values[k]
-                values[k] = raw.decode("utf-8", errors="replace")  # as the rejects file shows it
+            for k, at in unchecked.get(c, {}).items():
+                values[k] = values[k].decode("utf-8", errors="replace")  # as the rejects file shows it
                 if rows[k] not in rb.pre_rejected:
-                    at = _utf8_error_at(raw)
                     rb.pre_rejected[rows[k]] = Reason(RejectCode.ENCODING, f"invalid UTF-8 at byte {at} of the {what} "
                                                                            "(a Parquet string column its writer did not check)")
         _binary_utf8(rb)
@@ -222,34 +220,26 @@ class ParquetReader(Reader):
         return self._batch(t, first_row)
 
 
-def _pylist(col) -> tuple[list, list[int]]:
-    """A column's values as Python objects, and the positions of string cells that are not UTF-8 (a writer that did
-    not check them; pyarrow's to_pylist raises on the first): those stay bytes, for the caller to reject."""
+def _pylist(col) -> tuple[list, dict[int, int]]:
+    """A column's values as Python objects, and the string cells that are not UTF-8 (a writer that did not check
+    them; pyarrow's to_pylist raises on the first): position -> the byte where UTF-8 stops; those stay bytes, for the
+    caller to reject."""
     try:
-        return col.to_pylist(), []
+        return col.to_pylist(), {}
     except UnicodeDecodeError:
         if isinstance(col, pa.ChunkedArray):  # a partition's Table (Dask) holds chunked columns
             col = col.combine_chunks()
         if pa.types.is_dictionary(col.type):
             col = col.dictionary_decode()
         raw = col.cast(pa.large_binary()).to_pylist()
-        values, bad = [], []
+        values, bad = [], {}
         for k, v in enumerate(raw):
             try:
                 values.append(None if v is None else v.decode("utf-8"))
-            except UnicodeDecodeError:
+            except UnicodeDecodeError as e:
                 values.append(v)
-                bad.append(k)
+                bad[k] = e.start
         return values, bad
-
-
-def _utf8_error_at(raw: bytes) -> int:
-    """Where bytes stop being UTF-8 (-1: they are)."""
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return e.start
-    return -1
 
 
 def _binary_utf8(b: RawBatch) -> None:
@@ -257,7 +247,7 @@ def _binary_utf8(b: RawBatch) -> None:
     for values, what in ((b.texts, "text"), (b.pairs, "pair text")):
         for k, v in enumerate(values or ()):
             if isinstance(v, (bytes, bytearray)) and b.rows[k] not in b.pre_rejected:
-                at = _utf8_error_at(bytes(v))
+                at = utf8_error_at(bytes(v))
                 if at >= 0:
                     b.pre_rejected[b.rows[k]] = Reason(RejectCode.BINARY_COLUMN,
                                                        f"invalid UTF-8 at byte {at} of the {what} (a binary Parquet column)")
