@@ -183,6 +183,83 @@ def verify(
                             "or the file changed since they were extracted; extract them again")
 
 
+@app.command(epilog="Examples:\n\n  bertfeat sweep train.csv --label label\n\n"
+                     "  bertfeat sweep train.csv --label label --set own --set cls@-2 --set mean@-4:@concat --sample 2000\n\n"
+                     "  bertfeat sweep corpus.parquet --text-column body -o reports/layers")
+def sweep(
+    input: str = typer.Argument(..., help="CSV, TSV, Parquet (file, glob or directory) or JSONL; '-' for standard input."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="A feature set to compare, repeat it: own (the model's own embedding) or POOLING[@LAYERS[@AGG]], e.g. mean, cls@-2, mean@-4:, mean@-4:@concat, pooled (default: own, mean, cls, max, pooled, mean@-2, mean@-4:, mean@-4:@concat, mean@1,-1)."),
+    label: Optional[str] = typer.Option(None, "--label", help="A column of class labels: each set's cross-validated ridge-classifier accuracy, on all features and on the first --n-components principal components."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Prefix of the report files PREFIX.json and PREFIX.md (default: INPUT.sweep beside the input)."),
+    sample: int = typer.Option(5000, "--sample", help="Rows compared at most: a uniform sample of the input."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sample and of the probe's folds."),
+    n_components: int = typer.Option(64, "-n", "--n-components", help="With --label: also probe the first N principal components of each set."),
+    text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the text (default: as extract)."),
+    pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Second text of a sentence pair (token type ids 1)."),
+    input_format: Optional[str] = typer.Option(None, "--input-format", help="csv, tsv, parquet or jsonl (default: from the extension)."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="Text encoding of CSV/TSV/JSONL input, e.g. latin-1."),
+    delimiter: Optional[str] = typer.Option(None, "--delimiter", help="CSV field delimiter: ',', ';', '|' or 'tab' (default: from the header line)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
+    normalize: Optional[bool] = typer.Option(None, "--normalize/--no-normalize", help="L2-normalize every set (default: as extract: own by the model's Normalize module, the others not)."),
+    prompt_name: Optional[str] = typer.Option(None, "--prompt-name", help="One of the model's prompts, prepended to every text."),
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="A prompt text prepended to every text."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens per text (default: as extract)."),
+    long_text: str = typer.Option("truncate", "--long-text", help="truncate, chunk-mean, chunk-max or error."),
+    stride: Optional[int] = typer.Option(None, "--stride", help="Tokens shared by neighbouring windows with --long-text chunk-* (default 32)."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 (default), bf16, int8 or auto, as extract."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Cores for the matrix products (default: all)."),
+    on_bad_row: str = typer.Option("error", "--on-bad-row", help="error: stop at the first bad row; skip: leave it out (counted)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing report files (else refused)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no table."),
+):
+    """Compare layer x pooling feature sets of a sample of INPUT's rows, from one pass through the model."""
+    from .sweep import default_prefix, sweep as run_sweep
+
+    say = (lambda what: None) if quiet else (lambda what: err_console.print(f"bertfeat sweep: {what}", markup=False,
+                                                                            highlight=False, soft_wrap=True))
+    r = run_sweep(input, sets, label=label, model=model, text_column=text_column, pair_column=pair_column,
+                  input_format=input_format, encoding=encoding, delimiter=delimiter, sample=sample, seed=seed,
+                  n_components=n_components, normalize=normalize, max_length=max_length, long_text=long_text, stride=stride,
+                  prompt=prompt, prompt_name=prompt_name, precision=precision, threads=threads, on_bad_row=on_bad_row,
+                  output=output if output is not None else default_prefix(input), overwrite=overwrite, progress=say)
+    if not quiet:
+        render_sweep(r)
+
+
+def render_sweep(r: dict) -> None:
+    """The sweep's table on stdout, the files written on stderr."""
+    from rich.table import Table
+
+    probe = "label" in r
+    caption = f"{r['rows']:,} rows of {r['input']}, {r['model']} ({r['precision']})"
+    if probe:
+        caption += f"; {r['label']}: {r['classes']} classes, {r['folds']}-fold, majority {100 * r['majority_baseline']:.2f} %"
+    t = Table(title="Feature sets", caption=caption)
+    t.add_column("set")
+    for name in ("dim", "PCs 90 %", "PCs 95 %"):
+        t.add_column(name, justify="right")
+    if probe:
+        t.add_column("probe %", justify="right")
+        t.add_column(f"on {r['n_components']} PCs %", justify="right")
+    for e in r["sets"]:
+        need = {x["fraction"]: x["components"] for x in e["thresholds"]}
+        row = [e["name"] + (" (best)" if r.get("best") == e["name"] else ""), str(e["dim"]), str(need.get(0.9)),
+               str(need.get(0.95))]
+        if probe:
+            row += [f"{100 * e['probe']['accuracy']:.2f}", f"{100 * e['probe']['accuracy_pca']:.2f}"]
+        t.add_row(*row)
+    out_console.print(t)
+    for s in r["skipped"]:
+        err_console.print(f"skipped {s['name']}: {s['why']}", markup=False, highlight=False, soft_wrap=True)
+    if r.get("best"):
+        best = next(e for e in r["sets"] if e["name"] == r["best"])
+        how = best["options"] or "(no options: the model's own embedding)"
+        err_console.print(f"best: {best['name']}, bertfeat extract {how}", markup=False, highlight=False,
+                          soft_wrap=True)
+    if r.get("files"):
+        err_console.print("wrote " + ", ".join(r["files"].values()), markup=False, highlight=False, soft_wrap=True)
+
+
 def _command_line() -> str:
     """The command as the user typed it (for the provenance): argv given to main(), else sys.argv."""
     import shlex

@@ -422,31 +422,48 @@ class Encoder:
         The rows' final vectors (after Dense, window combining and Normalize: what the caller gets) are checked once:
         a NaN or inf from any step raises NonFiniteFeaturesError naming the rows (an isfinite pass over (n, D),
         about 1.5 ms for 10,000 x 768, against the seconds the model takes for them)."""
-        D = self.output_dim(spec)
-        win = np.empty((len(prep.ids), D), dtype=np.float32)
+        return self.run_sets(prep, [spec], max_rows)[0]
+
+    def run_sets(self, prep: Prepared, specs: list[FeatureSpec], max_rows: int | None = None) -> list[np.ndarray]:
+        """Several feature sets of the same rows from one pass through the model (bertfeat sweep): the layers any of
+        ``specs`` keeps are kept, and each spec is pooled from them as ``run`` pools it. The specs must tokenize alike
+        (max length, long-text policy, stride, prompt: ``prep`` was made with any of them). One spec alone is ``run``;
+        among several, a one-token pooling (cls, lasttoken, pooled) reads its token from the whole last layer, where
+        ``run`` computes that layer at the token alone: the same vector within float rounding (~1e-6 at fp32)."""
+        if not specs:
+            raise BertfeatError("no feature set to compute", "give at least one")
+        shared = {(s.max_length, s.long_text, s.stride, s.prompt) for s in specs}
+        if len(shared) > 1:
+            raise BertfeatError("feature sets computed in one pass must tokenize alike (max length, long-text policy, "
+                                "stride, prompt)", "give every set the same tokenization settings")
+        wins = [np.empty((len(prep.ids), self.output_dim(s)), dtype=np.float32) for s in specs]
         lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
         check_size(max_rows, "batch_size", 1, None, " (rows per batch at most)")
         batches = token_budget_batches(lengths, self.max_batch_tokens, int(max_rows or MAX_BATCH_ROWS))
         if self.precision == "int8":  # short sequences never share a batch with long ones (split_short_batches)
             batches = split_short_batches(batches, lengths)
 
-        def one(batch: np.ndarray) -> np.ndarray:
+        def one(batch: np.ndarray) -> list[np.ndarray]:
             input_ids, types, mask = pad_batch([prep.ids[i] for i in batch], [prep.type_ids[i] for i in batch],
                                                self.tokenizer.pad_id)
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflow is refused below, once
-                return self.pool_batch(input_ids, types, mask, spec)
+                return self.pool_batch_sets(input_ids, types, mask, specs)
 
         for batch, pooled in zip(batches, parallel_map(one, batches, self.threads)):
-            win[batch] = pooled
-        if len(prep.ids) == prep.n_rows:  # one window per row, in row order
-            out = win
-        else:  # each window's embedding (before the final Normalize), combined per row
-            out = combine_windows(win, prep.window_row, lengths, prep.n_rows,
-                                  "max" if spec.long_text == "chunk-max" else "mean")
-        with np.errstate(over="ignore", invalid="ignore"):
-            out = l2_normalize(out) if spec.normalize else out
-        check_finite_features(out)
-        return out
+            for win, x in zip(wins, pooled):
+                win[batch] = x
+        outs = []
+        for spec, win in zip(specs, wins):
+            if len(prep.ids) == prep.n_rows:  # one window per row, in row order
+                out = win
+            else:  # each window's embedding (before the final Normalize), combined per row
+                out = combine_windows(win, prep.window_row, lengths, prep.n_rows,
+                                      "max" if spec.long_text == "chunk-max" else "mean")
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = l2_normalize(out) if spec.normalize else out
+            check_finite_features(out)
+            outs.append(out)
+        return outs
 
     def _head_steps(self, spec: FeatureSpec) -> list:
         """The model's steps after pooling that run per window: its Dense modules (and any Normalize between
@@ -459,7 +476,14 @@ class Encoder:
         return steps
 
     def pool_batch(self, input_ids: np.ndarray, types: np.ndarray, mask: np.ndarray, spec: FeatureSpec) -> np.ndarray:
-        """One padded batch (B, T) -> (B, D) pooled features (before normalization).
+        """One padded batch (B, T) -> (B, D) pooled features (before normalization)."""
+        return self.pool_batch_sets(input_ids, types, mask, [spec])[0]
+
+    def pool_batch_sets(self, input_ids: np.ndarray, types: np.ndarray, mask: np.ndarray,
+                        specs: list[FeatureSpec]) -> list[np.ndarray]:
+        """One padded batch (B, T) -> each spec's (B, D) pooled features (before normalization), from one forward
+        pass keeping every layer the specs read. One spec whose pooling reads a single token of its deepest layer
+        (cls, lasttoken, pooled) runs that layer at that token alone (model.layer_at).
 
         Scratch memory comes from a pool of workspaces, one per batch in flight, kept across calls.
         """
@@ -468,24 +492,38 @@ class Encoder:
         except queue.Empty:
             ws = Workspace()
         try:
-            modes = tuple(spec.pooling.split("+"))
-            pmask = mask
-            if spec.prompt and not spec.include_prompt:  # the prompt's tokens are not pooled
-                pmask = mask.copy()
-                pmask[:, :self.prompt_length(spec.prompt)] = 0
+            masks = [self._pooling_mask(mask, s) for s in specs]
+            modes = tuple(specs[0].pooling.split("+"))
             # a pooling that reads one token of the deepest layer: that layer runs at that token alone (model.layer_at)
-            at = ONE_TOKEN_POOLS[modes[0]](pmask) if len(modes) == 1 and modes[0] in ONE_TOKEN_POOLS else None
-            fwd = forward(self.weights, input_ids, types, mask, keep=spec.layers, ws=ws, at=at)
-            deepest = max(spec.layers)
-            if spec.pooling == "pooled":
-                return pooler(self.weights, fwd.hidden[deepest][:, 0, :])
-            x = combine_layers([self._pooled_at(fwd.hidden[i], pmask, modes[0]) if i == deepest and fwd.at is not None
-                                else pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers], spec.layer_agg)
-            for step in self._head_steps(spec):
-                x = l2_normalize(x) if step == "normalize" else dense(x, step)
-            return x
+            at = ONE_TOKEN_POOLS[modes[0]](masks[0]) if len(specs) == 1 and len(modes) == 1 \
+                and modes[0] in ONE_TOKEN_POOLS else None
+            keep = tuple(sorted({i for s in specs for i in s.layers}))
+            fwd = forward(self.weights, input_ids, types, mask, keep=keep, ws=ws, at=at)
+            return [self._pool_spec(fwd, pmask, spec) for pmask, spec in zip(masks, specs)]
         finally:
             self._workspaces.put(ws)
+
+    def _pooling_mask(self, mask: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+        """The (B, T) mask a spec pools over: the attention mask, less the prompt's tokens when they are not pooled."""
+        if spec.prompt and not spec.include_prompt:
+            pmask = mask.copy()
+            pmask[:, :self.prompt_length(spec.prompt)] = 0
+            return pmask
+        return mask
+
+    def _pool_spec(self, fwd, pmask: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+        """A forward pass's kept states -> (B, D) one spec's pooled features, through its Dense modules (a new array:
+        the deepest state is a workspace view)."""
+        modes = tuple(spec.pooling.split("+"))
+        deepest = max(spec.layers)
+        if spec.pooling == "pooled":
+            return pooler(self.weights, fwd.hidden[deepest][:, 0, :])
+        cut = fwd.at is not None and deepest == max(fwd.hidden)  # that state was computed at one token (model.layer_at)
+        x = combine_layers([self._pooled_at(fwd.hidden[i], pmask, modes[0]) if i == deepest and cut
+                            else pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers], spec.layer_agg)
+        for step in self._head_steps(spec):
+            x = l2_normalize(x) if step == "normalize" else dense(x, step)
+        return x
 
     @staticmethod
     def _pooled_at(h: np.ndarray, pmask: np.ndarray, mode: str) -> np.ndarray:

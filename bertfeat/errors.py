@@ -78,6 +78,10 @@ class BertfeatError(ValueError):
         """``what - fix``, options named as Python parameters."""
         return self.render()
 
+    def what_as(self, flags: dict[str, str] | None = None) -> str:
+        """``what`` alone, options named as Python parameters, or as command-line flags with ``flags``."""
+        return render(self._what, flags)
+
     def render(self, flags: dict[str, str] | None = None) -> str:
         """``what - fix``; with ``flags`` (the CLI's), options named as command-line flags."""
         what, fix = render(self._what, flags), render(self._fix, flags)

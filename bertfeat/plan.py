@@ -282,7 +282,8 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
     if is_url(input) and output is None:  # no "beside the input" for a URL
         raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT",
                             "give the output path (with the Dask engine, a directory every worker can write)")
-    reader = open_input(input, input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter, keep=keep)
+    reader = open_input(input, input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter, keep=keep,
+                        label=label)
     check_flat_columns(reader, fmt)
 
     # the outputs

@@ -28,7 +28,7 @@ from .errors import BertfeatError, opt
 from .features.base import feature_fingerprint
 
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_FOLDS", "DEFAULT_MAX_ROWS", "default_ks", "stratified_folds", "ridge_accuracy",
-           "check_label", "probe_file"]
+           "check_label", "label_codes", "majority_accuracy", "probe_file"]
 
 DEFAULT_ALPHA = 1.0
 DEFAULT_FOLDS = 5
@@ -91,6 +91,34 @@ def ridge_accuracy(Z: np.ndarray, codes: np.ndarray, ks: Sequence[int], fold: np
             pred = _fit_predict(G[:k, :k], XtY[:k], mean[:k], ymean, Z[test, :k], alpha)
             out[k].append(float(np.mean(pred == codes[test])))
     return out
+
+
+def label_codes(labels: list, label: str, where: str, folds: int) -> tuple[np.ndarray, list]:
+    """The labelled rows' values -> (class codes (n,) 0 .. c-1, the classes in order), or a BertfeatError saying why
+    the column cannot be probed (not class names or numbers, too few rows for the folds, one class, an id)."""
+    odd = next((v for v in labels if not isinstance(v, (str, int, float, bool))), None)
+    if odd is not None:
+        raise BertfeatError(f"the label column {label!r} of {where} holds {type(odd).__name__} values ({str(odd)[:40]})",
+                            "probe a column of class names or numbers")
+    n = len(labels)
+    if n < 2 * folds:
+        raise BertfeatError(f"the label column {label!r} of {where} has {n} labelled rows, too few for {folds} folds",
+                            f"probe at least {2 * folds} labelled rows")
+    classes = sorted(set(labels), key=lambda v: (str(type(v)), v))
+    if len(classes) < 2:
+        raise BertfeatError(f"the label column {label!r} of {where} has {len(classes)} class(es) in {n:,} labelled rows",
+                            "a probe needs at least two classes")
+    if len(classes) > max(2, n // 2):
+        raise BertfeatError(f"the label column {label!r} of {where} has {len(classes):,} distinct values in {n:,} rows",
+                            "a probe needs class labels (a few rows per class), not a continuous target or an id")
+    code_of = {v: i for i, v in enumerate(classes)}
+    return np.array([code_of[v] for v in labels], dtype=np.int64), classes
+
+
+def majority_accuracy(codes: np.ndarray, fold: np.ndarray, c: int) -> list[float]:
+    """Per fold: the accuracy of predicting the training folds' most frequent class."""
+    return [float(np.mean(codes[fold == f] == np.argmax(np.bincount(codes[fold != f], minlength=c))))
+            for f in range(int(fold.max()) + 1)]
 
 
 def _sample(sources: list, label: str, max_rows: int, seed: int) -> tuple[np.ndarray, list, int]:
@@ -161,23 +189,8 @@ def probe_file(pca, features: str | os.PathLike, label: str, *, ks: Sequence[int
     if int(max_rows) < folds * 2:
         raise BertfeatError(f"{opt('probe_rows', max_rows)} is too few for {folds} folds", f"pass at least {folds * 2}")
     X, labels, unlabelled = _sample(sources, label, int(max_rows), seed)
-    odd = next((v for v in labels if not isinstance(v, (str, int, float, bool))), None)
-    if odd is not None:
-        raise BertfeatError(f"the label column {label!r} of {path} holds {type(odd).__name__} values ({str(odd)[:40]})",
-                            "probe a column of class names or numbers")
+    codes, classes = label_codes(labels, label, str(path), folds)
     n = len(labels)
-    if n < 2 * folds:
-        raise BertfeatError(f"the label column {label!r} of {path} has {n} labelled rows, too few for {folds} folds",
-                            f"probe at least {2 * folds} labelled rows")
-    classes = sorted(set(labels), key=lambda v: (str(type(v)), v))
-    if len(classes) < 2:
-        raise BertfeatError(f"the label column {label!r} of {path} has {len(classes)} class(es) in {n:,} labelled rows",
-                            "a probe needs at least two classes")
-    if len(classes) > max(2, n // 2):
-        raise BertfeatError(f"the label column {label!r} of {path} has {len(classes):,} distinct values in {n:,} rows",
-                            "a probe needs class labels (a few rows per class), not a continuous target or an id")
-    code_of = {v: i for i, v in enumerate(classes)}
-    codes = np.array([code_of[v] for v in labels], dtype=np.int64)
     fold = stratified_folds(codes, folds, seed)
     Z = X if reduced else pca.transform_rows(X)  # (n, k)
     ks = sorted(set(int(x) for x in (ks or default_ks(k)) if 1 <= int(x) <= k)) or [k]
@@ -188,8 +201,7 @@ def probe_file(pca, features: str | os.PathLike, label: str, *, ks: Sequence[int
         a = ridge_accuracy(X, codes, [d], fold, alpha)[d]
         full = {"features": d, "accuracy": float(np.mean(a)), "std": float(np.std(a))}
     counts = np.bincount(codes, minlength=len(classes))
-    majority = [float(np.mean(codes[fold == f] == np.argmax(np.bincount(codes[fold != f], minlength=len(classes)))))
-                for f in range(folds)]
+    majority = majority_accuracy(codes, fold, len(classes))
     return {
         "label": label,
         "features_file": str(path),

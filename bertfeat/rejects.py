@@ -71,9 +71,13 @@ def too_long(n_tokens: int, max_length: int) -> Reason:
     return Reason(RejectCode.TOO_LONG, f"{n_tokens} tokens, more than max length {max_length} ({opt('long_text', 'error')})")
 
 
-def fix_for(code: RejectCode | str) -> str:
-    """How to fix a bad row, by its code (options named with errors.opt)."""
-    skip = f"or pass {opt('on_bad_row', 'skip')} to write it to the rejects file and go on"
+SKIP_WRITES = "write it to the rejects file and go on"
+
+
+def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
+    """How to fix a bad row, by its code (options named with errors.opt); ``skip_does``: what on_bad_row='skip'
+    would do with it."""
+    skip = f"or pass {opt('on_bad_row', 'skip')} to {skip_does}"
     fixes = {
         RejectCode.BINARY_COLUMN: (f"write the column as UTF-8 strings (decode it with its real encoding first; "
                                    f"{opt('encoding')} applies to CSV and JSONL), {skip}"),
@@ -93,9 +97,9 @@ def fix_for(code: RejectCode | str) -> str:
     return fixes.get(RejectCode(code), f"fix the row, {skip}")
 
 
-def bad_row_error(source_name: str, r: dict) -> InputError:
+def bad_row_error(source_name: str, r: dict, skip_does: str = SKIP_WRITES) -> InputError:
     """``on_bad_row='error'``: the run stops at this reject, ``FILE row N: reason - fix``."""
-    return InputError(f"{source_name} row {r['row']}: {r['reason']}", fix_for(r["code"]))
+    return InputError(f"{source_name} row {r['row']}: {r['reason']}", fix_for(r["code"], skip_does))
 
 
 def rejects_csv(rejects: list[dict], keep: tuple[str, ...] | list[str] = ()) -> str:

@@ -123,6 +123,31 @@ def test_every_pooling_is_batch_independent(enc, real_sentences, long_text, kw):
     assert np.abs(together - alone).max() <= tol
 
 
+def test_run_sets_gives_each_spec_as_run_gives_it(enc, real_sentences, long_text):
+    """Several feature sets from one pass (bertfeat sweep): a set that reads whole layers is run's bit for bit; a
+    one-token pooling reads the whole last layer there (run computes it at the token alone: model.layer_at)."""
+    texts = list(real_sentences[:30]) + [long_text[:1500]]
+    specs = [enc.spec(), enc.spec("mean", layers=-2), enc.spec("max+mean", layers="1,-1"),
+             enc.spec("mean", layers="-4:", layer_agg="concat"), enc.spec("cls"), enc.spec("pooled"),
+             enc.spec("mean", normalize=True)]
+    prep = enc.prepare(texts, None, specs[0])
+    outs = enc.run_sets(prep, specs)
+    for i, (spec, X) in enumerate(zip(specs, outs)):
+        ref = enc.run(prep, spec)
+        d = float(np.abs(X - ref).max())
+        print(f"set {i} ({spec.pooling} {spec.layers} {spec.layer_agg}): max |diff| vs run {d:.2e}")
+        if spec.pooling in ("cls", "pooled"):
+            assert 0 < d <= 2e-6  # the whole last layer vs that layer at one token
+        else:
+            np.testing.assert_array_equal(X, ref)
+    chunked = [enc.spec("mean", long_text="chunk-mean", max_length=64), enc.spec("cls", long_text="chunk-mean", max_length=64)]
+    prep = enc.prepare(texts, None, chunked[0])
+    X = enc.run_sets(prep, chunked)[0]
+    np.testing.assert_array_equal(X, enc.run(prep, chunked[0]))  # windows combined per row for each set
+    with pytest.raises(BertfeatError, match="must tokenize alike"):
+        enc.run_sets(prep, [chunked[0], enc.spec("mean")])
+
+
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_long_documents_are_batch_independent(enc, real_sentences, precision):
     """Documents of 300-512 tokens batched together (a budget above the default): the products with the attention

@@ -238,6 +238,11 @@ def expected_files(cmd: str) -> list[str]:
     elif sub == "report":
         prefix = _option(argv, "-o", "--output") or _positional(argv[1:])[0][:-4]
         files += [f"{prefix}.report.{k}" for k in ("json", "md", "png")]
+    elif sub == "sweep":
+        from bertfeat.sweep import default_prefix
+
+        prefix = _option(argv, "-o", "--output") or str(default_prefix(_positional(argv[1:])[0]))
+        files += [f"{prefix}.json", f"{prefix}.md"]
     elif sub == "attention":
         files.append(_option(argv, "-o", "--output"))
         if _option(argv, "--save-npy"):

@@ -107,7 +107,7 @@ class Reader:
 
     def __init__(self, path: str, fmt: str, *, text_column: str | None = None, pair_column: str | None = None,
                  id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192, delimiter: str | None = None,
-                 keep: tuple[str, ...] | list[str] = ()):
+                 keep: tuple[str, ...] | list[str] = (), label: str | None = None):
         self.path = path
         self.fmt = fmt
         self.encoding = normalize_encoding(encoding)
@@ -123,7 +123,7 @@ class Reader:
         self.keep: tuple[str, ...] = ()
         self._kept_types: dict[str, pa.DataType] = {}
         if keep:
-            self._select_keep(tuple(keep))
+            self._select_keep(tuple(keep), label)
         self.__dict__.pop("_sample", None)  # the head a format held for _decide_keep_types
 
     def _setup(self, delimiter: str | None) -> None:
@@ -196,11 +196,13 @@ class Reader:
             f"pass {opt('text_column', 'NAME')}",
         )
 
-    def _select_keep(self, keep: tuple[str, ...]) -> None:
-        """Check that every kept column exists, then decide their types (the format's ``_decide_keep_types``)."""
+    def _select_keep(self, keep: tuple[str, ...], label: str | None = None) -> None:
+        """Check that every kept column exists (``label``: the one kept as the label, named so), then decide their
+        types (the format's ``_decide_keep_types``)."""
         for col in keep:
             if col not in self.columns:
-                raise InputError(f"{self.name}: {opt('keep')} '{col}' is not a column", f"columns are: {listing(self.columns)}")
+                raise InputError(f"{self.name}: {opt('label' if col == label else 'keep')} '{col}' is not a column",
+                                 f"columns are: {listing(self.columns)}")
         self.keep = keep
         self._kept_types = self._decide_keep_types()
 

@@ -1,0 +1,310 @@
+"""``bertfeat sweep``: several layer x pooling feature sets of one input's rows from one pass through the model,
+compared side by side, so that the ``extract`` options are chosen on evidence.
+
+Shapes: n rows, d a set's features, k components, c classes.
+
+Which hidden layer and pooling give the best features for a task is an empirical question (BERT-as-service answered
+it with the second-to-last layer; the model's own sentence embedding often wins). A sweep reads a uniform sample of
+``sample`` of the input's rows (drawn with ``seed`` as the file streams), runs the model once keeping every layer any
+set reads, pools each set from those states (``Encoder.run_sets``) and reports per set: its ``bertfeat extract``
+options, its width, how many principal components hold 80 / 90 / 95 / 99 % of its variance (with Minka's MLE and the
+broken stick: report.py), and, with ``label``, the cross-validated accuracy of a ridge classifier on all d features
+and on the first k principal components (probe.py: scikit-learn's RidgeClassifier on stratified folds). The PCA of a
+set is fitted on the whole sample (it sees no label); the probe's folds are the same for every set.
+
+A set is ``own`` (the model's own sentence embedding: its Pooling, Dense and Normalize modules) or
+``POOLING[@LAYERS[@AGG]]``: ``mean``, ``cls@-2``, ``mean@-4:`` (the last four layers averaged), ``mean@-4:@concat``,
+``mean+max@-1``, ``pooled``; POOLING, LAYERS and AGG as ``extract --pooling / --layers / --layer-agg`` take them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import BertfeatError, opt
+
+__all__ = ["DEFAULT_SETS", "DEFAULT_SAMPLE", "DEFAULT_N_COMPONENTS", "FeatureSet", "parse_sets", "sweep",
+           "default_prefix", "sweep_paths", "write_sweep_report", "render_markdown"]
+
+#: the sets a sweep compares by default; one the model cannot give (no pooler, too few layers) is listed as skipped
+DEFAULT_SETS = ("own", "mean", "cls", "max", "pooled", "mean@-2", "mean@-4:", "mean@-4:@concat", "mean@1,-1")
+DEFAULT_SAMPLE = 5_000
+DEFAULT_N_COMPONENTS = 64
+REPORT_KIND = "bertfeat-sweep"
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    name: str  # as given: own, cls@-2, ...
+    spec: object  # encoder.FeatureSpec
+    options: str  # the `bertfeat extract` options that give these features ("" for the model's own embedding)
+
+
+def _set_options(pooling: str | None, layers: str | None, agg: str, normalize: bool, own: bool) -> str:
+    parts = [] if own else [f"--pooling {pooling}"]
+    if layers is not None:
+        parts.append(f"--layers {layers}")
+    if agg != "mean":
+        parts.append(f"--layer-agg {agg}")
+    if normalize != own:  # own: the model's Normalize module decides; a chosen pooling: not normalized unless asked
+        parts.append("--normalize" if normalize else "--no-normalize")
+    return " ".join(parts)
+
+
+def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True, **tokenization) -> tuple[list, list]:
+    """The set names -> ([FeatureSet], [{"name", "why"}] skipped). ``tokenization``: max_length, long_text, stride,
+    prompt, prompt_name (shared by every set). ``strict``: a set the model cannot give is an error (sets the user
+    named), else skipped with the reason (the default sets)."""
+    sets, skipped, seen = [], [], set()
+    for text in texts:
+        name = str(text).strip()
+        if not name:
+            raise BertfeatError("an empty feature set was given", f"name one such as {opt('set', 'mean@-2')}")
+        if name in seen:
+            raise BertfeatError(f"the feature set {name!r} was given twice", "name each set once")
+        seen.add(name)
+        parts = name.split("@")
+        own = name == "own"
+        if not own and (len(parts) > 3 or not all(p.strip() for p in parts)):
+            raise BertfeatError(f"the feature set {name!r} is not POOLING[@LAYERS[@AGG]] or own",
+                                "write it as e.g. mean, cls@-2, mean@-4: or mean@-4:@concat")
+        pooling = None if own else parts[0].strip()
+        layers = None if own or len(parts) < 2 else parts[1].strip()
+        agg = "mean" if own or len(parts) < 3 else parts[2].strip()
+        try:
+            spec = enc.spec(pooling, layers, agg, normalize, **tokenization)
+        except BertfeatError as e:
+            if strict:
+                raise BertfeatError(f"feature set {name!r}: {e.what}", e.fix) from None
+            skipped.append({"name": name, "why": e.what_as({})})  # as the sets: in extract's flags
+            continue
+        sets.append(FeatureSet(name, spec, _set_options(pooling, layers, agg, spec.normalize, own)))
+    return sets, skipped
+
+
+def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: str) -> dict:
+    """A uniform sample of at most ``rows`` accepted (and, with a label, labelled) input rows, in input order:
+    {"chunk": chunks.Chunk of them, "labels", "rows_read", "rows_rejected", "rows_unlabelled"}."""
+    from .chunks import Chunk, validate_batch
+    from .rejects import bad_row_error
+
+    rng = np.random.default_rng(seed)
+    keys: list[float] = []
+    kept: list[tuple] = []  # (row, text, pair, id, label)
+    read = rejected = unlabelled = 0
+
+    def trim():
+        nonlocal keys, kept
+        order = np.argsort(np.asarray(keys), kind="stable")[:rows]
+        keys, kept = [keys[i] for i in order], [kept[i] for i in order]
+
+    for b in reader.batches():
+        chunk = validate_batch(b, 0)
+        read += chunk.n_read
+        if chunk.rejects:
+            if on_bad_row == "error":
+                raise bad_row_error(reader.name, chunk.rejects[0], "leave it out of the sweep")
+            rejected += len(chunk.rejects)
+        values = chunk.extra[label] if label is not None else [0] * len(chunk.rows)
+        draws = rng.random(len(chunk.rows))
+        for i, v in enumerate(values):
+            if label is not None and (v is None or v != v or v == ""):  # None, NaN, "": no label
+                unlabelled += 1
+                continue
+            keys.append(float(draws[i]))
+            kept.append((chunk.rows[i], chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i],
+                         None if chunk.ids is None else chunk.ids[i], v))
+        if len(kept) > 2 * rows:
+            trim()
+    trim()
+    kept.sort(key=lambda r: r[0])  # input order
+    has_pairs, has_ids = reader.pair_column is not None, reader.id_column is not None
+    chunk = Chunk(0, [r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept] if has_pairs else None,
+                  [r[3] for r in kept] if has_ids else None, [], len(kept))
+    return {"chunk": chunk, "labels": [r[4] for r in kept], "rows_read": read, "rows_rejected": rejected,
+            "rows_unlabelled": unlabelled}
+
+
+def _variance(X: np.ndarray) -> tuple[object, dict]:
+    """A set's features (n, d) -> (its PCA on them, every component; {"thresholds", "suggestions"} from report.py)."""
+    from .pca import PCA
+    from .report import build_pca_report
+
+    pca = PCA(solver="covariance").fit(X)
+    r = build_pca_report(pca, source={})
+    return pca, {"thresholds": r["thresholds"], "suggestions": r["suggestions"]}
+
+
+def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, model: str | os.PathLike | None = None,
+          text_column: str | None = None, pair_column: str | None = None, id_column: str | None = None,
+          input_format: str | None = None, encoding: str = "utf-8", delimiter: str | None = None,
+          sample: int = DEFAULT_SAMPLE, seed: int = 0, n_components: int = DEFAULT_N_COMPONENTS, folds: int = 5,
+          normalize: bool | None = None, max_length: int | None = None, long_text: str = "truncate",
+          stride: int | None = None, prompt: str | None = None, prompt_name: str | None = None,
+          precision: str = "fp32", threads: int | None = None, on_bad_row: str = "error",
+          output: str | os.PathLike | None = None, overwrite: bool = False, progress=None) -> dict:
+    """Compare feature sets of a sample of ``input``'s rows (see the module docstring) -> the report, a JSON-able
+    dict. ``sets``: names as ``DEFAULT_SETS`` (default: those, less any the model cannot give); ``sample``: rows
+    compared at most (a uniform sample); ``n_components``: the k of the probe on principal components; ``output``: a
+    prefix, to write the report as PREFIX.json and PREFIX.md (checked before any work: existing files need
+    ``overwrite``; the CLI's default is ``default_prefix(input)``);
+    ``progress(what)``: told each step."""
+    if output is not None:
+        from .outlock import output_lock
+
+        prefix = Path(output)
+        _check_outputs(prefix, input, overwrite)
+        with output_lock(prefix):
+            _check_outputs(prefix, input, overwrite)  # again under the lock: another run may have written them
+            report = sweep(input, sets, label=label, model=model, text_column=text_column, pair_column=pair_column,
+                           id_column=id_column, input_format=input_format, encoding=encoding, delimiter=delimiter,
+                           sample=sample, seed=seed, n_components=n_components, folds=folds, normalize=normalize,
+                           max_length=max_length, long_text=long_text, stride=stride, prompt=prompt,
+                           prompt_name=prompt_name, precision=precision, threads=threads, on_bad_row=on_bad_row,
+                           progress=progress)
+            report["files"] = {k: str(v) for k, v in sweep_paths(prefix).items()}
+            write_sweep_report(report, prefix)
+        return report
+    from .chunks import prepare_chunk
+    from .encoder import Encoder
+    from .probe import label_codes, majority_accuracy, ridge_accuracy, stratified_folds
+    from .readers import open_input
+    from .specs import check_size
+    from .version import __version__
+
+    for name, v, low in (("sample", sample, 2), ("n_components", n_components, 1), ("folds", folds, 2)):
+        check_size(v, name, low, None, "")
+    if on_bad_row not in ("error", "skip"):
+        raise BertfeatError(f"{opt('on_bad_row', on_bad_row)} is not error or skip",
+                            f"choose {opt('on_bad_row', 'error')} or {opt('on_bad_row', 'skip')}")
+    tell = progress or (lambda what: None)
+    reader = open_input(str(input), input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter,
+                        keep=(label,) if label else (), label=label)
+    try:
+        enc = Encoder(model, precision=precision, threads=threads)
+        tokenization = {"max_length": max_length, "long_text": long_text, "stride": stride, "prompt": prompt,
+                        "prompt_name": prompt_name}
+        given = sets is not None and len(sets) > 0
+        chosen, skipped = parse_sets(sets if given else DEFAULT_SETS, enc, normalize=normalize, strict=given,
+                                     **tokenization)
+        tell(f"reading {reader.name} (a uniform sample of {sample:,} rows at most)")
+        drawn = _read_sample(reader, label, sample, seed, on_bad_row)
+    finally:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
+    chunk, labels = drawn["chunk"], drawn["labels"]
+    pc = prepare_chunk(enc, chosen[0].spec, chunk, reader.name, on_bad_row)
+    todo = pc.todo or []
+    labels = [labels[i] for i in todo]  # rows refused as too long (long_text error, skip) are left out
+    n = len(todo)
+    if n < 2:
+        raise BertfeatError(f"{reader.name} gave {n} usable row(s) for the sweep", "sweep an input with at least 2 rows"
+                            + (" that have a label" if label else ""))
+    codes = fold = None
+    if label is not None:
+        codes, classes = label_codes(labels, label, reader.name, folds)
+        fold = stratified_folds(codes, folds, seed)
+    tell(f"encoding {n:,} rows once for {len(chosen)} feature sets")
+    outs = enc.run_sets(pc.prepared, [s.spec for s in chosen])
+    tell("comparing the sets")
+    results = []
+    for s, X in zip(chosen, outs):
+        pca, variance = _variance(X)
+        entry = {"name": s.name, "options": s.options, "dim": int(X.shape[1]), "pooling": s.spec.pooling,
+                 "layers": list(s.spec.layers), "layer_agg": s.spec.layer_agg, "normalize": s.spec.normalize,
+                 "dense": bool(s.spec.dense), **variance}
+        if codes is not None:
+            d = X.shape[1]
+            acc = ridge_accuracy(X, codes, [d], fold)[d]
+            k = min(int(n_components), int(pca.n_components_))
+            acc_k = ridge_accuracy(pca.transform_rows(X)[:, :k], codes, [k], fold)[k]
+            entry["probe"] = {"accuracy": float(np.mean(acc)), "std": float(np.std(acc)),
+                              "components": k, "accuracy_pca": float(np.mean(acc_k)), "std_pca": float(np.std(acc_k))}
+        results.append(entry)
+    report = {
+        "kind": REPORT_KIND, "bertfeat_version": __version__, "input": reader.name, "model": enc.model_id,
+        "weights_sha256": enc.weights_sha256, "precision": enc.precision, "max_length": chosen[0].spec.max_length,
+        "long_text": long_text, "prompt": chosen[0].spec.prompt, "rows_read": drawn["rows_read"],
+        "rows_rejected": drawn["rows_rejected"] + len(pc.refused or {}), "rows_unlabelled": drawn["rows_unlabelled"],
+        "rows": n, "seed": seed, "sets": results, "skipped": skipped,
+    }
+    if codes is not None:
+        best = max(results, key=lambda e: e["probe"]["accuracy"])
+        report.update({"label": label, "folds": folds, "classes": len(classes), "n_components": int(n_components),
+                       "majority_baseline": float(np.mean(majority_accuracy(codes, fold, len(classes)))),
+                       "best": best["name"]})
+    return report
+
+
+def default_prefix(input_path: str) -> Path:
+    """INPUT.sweep beside the input (as extract's INPUT.features.parquet)."""
+    from .plan import default_output
+
+    p = default_output(input_path, "json")  # .../STEM.features.json
+    return p.with_name(p.name[: -len(".features.json")] + ".sweep")
+
+
+def _check_outputs(prefix: Path, input, overwrite: bool) -> None:
+    from .safety import check_outputs
+    from .specs import check_output_name
+
+    check_output_name(prefix, "report prefix", "sweep")
+    check_outputs([("sweep report", p) for p in sweep_paths(prefix).values()],
+                  [Path(str(input))] if str(input) != "-" else [], overwrite)
+
+
+def sweep_paths(prefix: str | os.PathLike) -> dict[str, Path]:
+    """The report files of a sweep: PREFIX.json and PREFIX.md."""
+    p = str(prefix)
+    return {"json": Path(p + ".json"), "markdown": Path(p + ".md")}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}"
+
+
+def render_markdown(report: dict) -> str:
+    """The report as Markdown: the settings, then one table row per set."""
+    probe = "label" in report
+    lines = [f"# Feature sets of {report['input']}", "",
+             f"Model {report['model']} ({report['precision']}, max length {report['max_length']}); "
+             f"{report['rows']:,} rows (a uniform sample, seed {report['seed']}, of {report['rows_read']:,} read)"
+             + (f"; label `{report['label']}`: {report['classes']} classes, {report['folds']}-fold ridge probe, "
+                f"majority class {_pct(report['majority_baseline'])} %" if probe else "") + ".", ""]
+    head = ["set", "`bertfeat extract` options", "dim", "PCs for 90 %", "PCs for 95 %", "Minka MLE"]
+    if probe:
+        head += ["probe accuracy %", f"probe on {report['n_components']} PCs %"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
+    for e in report["sets"]:
+        t = {x["fraction"]: x["components"] for x in e["thresholds"]}
+        mle = e["suggestions"]["mle"]["components"]
+        row = [e["name"] + (" **best**" if report.get("best") == e["name"] else ""),
+               f"`{e['options']}`" if e["options"] else "(none: the model's own embedding)", str(e["dim"]),
+               str(t.get(0.9, "-")), str(t.get(0.95, "-")), "-" if mle is None else str(mle)]
+        if probe:
+            p = e["probe"]
+            row += [f"{_pct(p['accuracy'])} ± {_pct(p['std'])}",
+                    f"{_pct(p['accuracy_pca'])} ± {_pct(p['std_pca'])} ({p['components']})"]
+        lines.append("| " + " | ".join(row) + " |")
+    for s in report["skipped"]:
+        lines.append(f"\nSkipped {s['name']}: {s['why']}.")
+    return "\n".join(lines) + "\n"
+
+
+def write_sweep_report(report: dict, prefix: str | os.PathLike) -> dict[str, Path]:
+    """Write PREFIX.json and PREFIX.md atomically; returns their paths."""
+    from .atomic import atomic_output
+
+    paths = sweep_paths(prefix)
+    paths["json"].parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(paths["markdown"]) as tmp:
+        tmp.write_text(render_markdown(report), encoding="utf-8")
+    with atomic_output(paths["json"]) as tmp:
+        tmp.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    return paths

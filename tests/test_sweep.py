@@ -1,0 +1,189 @@
+"""bertfeat.sweep / `bertfeat sweep`: feature sets from one pass, checked against the same features encoded one set at a
+time, scikit-learn's PCA and RidgeClassifier on the same folds, and the CLI's files and messages."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertfeat import PCA, Encoder
+from bertfeat.cli import main
+from bertfeat.errors import BertfeatError
+from bertfeat.probe import stratified_folds
+from bertfeat.sweep import DEFAULT_SETS, default_prefix, parse_sets, sweep
+
+from ckpt import make_ckpt  # noqa: F401  (a fixture)
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "examples" / "sst2_sample.csv"  # id, label, text: 300 SST-2 rows
+
+
+@pytest.fixture(scope="module")
+def enc():
+    return Encoder()
+
+
+@pytest.fixture(scope="module")
+def small_csv(tmp_path_factory) -> Path:
+    """The first 120 rows of the bundled sample."""
+    path = tmp_path_factory.mktemp("sweep") / "small.csv"
+    path.write_text("".join(SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)[:121]), encoding="utf-8")
+    return path
+
+
+def rows_of(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_sets_parse_to_the_extract_options_that_give_them(enc):
+    sets, skipped = parse_sets(["own", "mean", "cls@-2", "mean@-4:@concat", "mean+max@1,-1", "pooled"], enc)
+    assert skipped == []
+    assert [(s.name, s.options) for s in sets] == [
+        ("own", ""), ("mean", "--pooling mean"), ("cls@-2", "--pooling cls --layers -2"),
+        ("mean@-4:@concat", "--pooling mean --layers -4: --layer-agg concat"),
+        ("mean+max@1,-1", "--pooling mean+max --layers 1,-1"), ("pooled", "--pooling pooled")]
+    for s in sets:  # each set's spec is the one its options give
+        kw = {"pooling": None, "layers": None, "layer_agg": "mean"}
+        words = s.options.split()
+        for flag, value in zip(words[::2], words[1::2]):
+            kw[flag[2:].replace("-", "_")] = value
+        assert s.spec == enc.spec(**kw), s.name
+    assert sets[0].spec.dense == () and sets[0].spec.normalize  # MiniLM's own embedding: mean, then Normalize
+    normed, _ = parse_sets(["own", "cls"], enc, normalize=True)
+    assert [s.options for s in normed] == ["", "--pooling cls --normalize"]
+    plain, _ = parse_sets(["own"], enc, normalize=False)
+    assert plain[0].options == "--no-normalize" and not plain[0].spec.normalize
+
+
+@pytest.mark.parametrize("name, message", [
+    ("cls@9", "Error: feature set 'cls@9': layer 9 does not exist: the model has 6 layers (hidden states 0..6, or "
+              "-7..-1) - choose layers in that range; -1 is the last layer, 0 the embeddings"),
+    ("mean@@", "Error: the feature set 'mean@@' is not POOLING[@LAYERS[@AGG]] or own - write it as e.g. mean, cls@-2, "
+               "mean@-4: or mean@-4:@concat"),
+    ("mean@-1@sum", "Error: feature set 'mean@-1@sum': unknown layer aggregation 'sum' - choose one of mean, concat"),
+])
+def test_a_set_the_model_cannot_give_is_refused_before_any_work(tmp_path, small_csv, name, message, capsys):
+    assert main(["sweep", str(small_csv), "--set", name, "-o", str(tmp_path / "s"), "-q"]) == 1
+    assert capsys.readouterr().err.strip() == message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_pass_gives_each_set_as_encoded_alone_and_the_probe_equals_scikit_learns(small_csv, enc):
+    sk = pytest.importorskip("sklearn")
+    from sklearn.decomposition import PCA as SkPCA
+    from sklearn.linear_model import RidgeClassifier
+    from sklearn.model_selection import cross_val_score
+
+    names = ["own", "mean@-2", "cls", "mean@-4:@concat"]
+    r = sweep(small_csv, names, label="label", n_components=16, seed=3)
+    data = rows_of(small_csv)
+    texts, y = [d["text"] for d in data], np.array([int(d["label"]) for d in data])
+    assert r["rows"] == r["rows_read"] == 120 and r["classes"] == 2 and r["folds"] == 5
+    fold = stratified_folds(y, 5, seed=3)
+    cv = [(np.flatnonzero(fold != f), np.flatnonzero(fold == f)) for f in range(5)]
+    sets, _ = parse_sets(names, enc)
+    for s, e in zip(sets, r["sets"]):
+        X = enc.run(enc.prepare(texts, None, s.spec), s.spec)  # this set alone, as extract with its options gives it
+        assert e["name"] == s.name and e["dim"] == X.shape[1]
+        ref = cross_val_score(RidgeClassifier(alpha=1.0), X.astype(np.float64), y, cv=cv)
+        ratio = SkPCA(svd_solver="full").fit(X.astype(np.float64)).explained_variance_ratio_
+        need = {t["fraction"]: t["components"] for t in e["thresholds"]}
+        ref_need = {t: int(np.searchsorted(np.cumsum(ratio), t) + 1) for t in (0.8, 0.9, 0.95)}
+        sk16 = SkPCA(16, svd_solver="full").fit(X.astype(np.float64))  # "auto" picks the approximate randomized
+        Z = sk16.transform(X.astype(np.float64))
+        ours = PCA(16, solver="covariance").fit(X)
+        np.testing.assert_allclose(ours.explained_variance_, sk16.explained_variance_, rtol=1e-6)
+        Z32 = ours.transform_rows(X)  # the sweep projects the float32 features as extract's PCA does
+        ref_k = cross_val_score(RidgeClassifier(alpha=1.0), Z, y, cv=cv)
+        ref_k32 = cross_val_score(RidgeClassifier(alpha=1.0), Z32.astype(np.float64), y, cv=cv)
+        print(f"{s.name}: probe {e['probe']['accuracy']:.4f} vs scikit-learn {ref.mean():.4f}; on 16 PCs "
+              f"{e['probe']['accuracy_pca']:.4f} vs {ref_k32.mean():.4f} (scikit-learn's float64 PCA: {ref_k.mean():.4f});"
+              f" PCs for 80/90/95 % {need} vs {ref_need}")
+        assert e["probe"]["accuracy"] == pytest.approx(ref.mean(), abs=1e-12)
+        assert e["probe"]["accuracy_pca"] == pytest.approx(ref_k32.mean(), abs=1e-12)
+        # ridge is rotation-invariant, so near-equal components mixed differently do not matter; float32 rounding
+        # of the projection may move one borderline row of 120 (1/24 of a fold's accuracy)
+        assert e["probe"]["accuracy_pca"] == pytest.approx(ref_k.mean(), abs=1 / 120 + 1e-12)
+        assert all(need[t] == ref_need[t] for t in ref_need)
+    accs = [e["probe"]["accuracy"] for e in r["sets"]]
+    assert r["best"] == r["sets"][int(np.argmax(accs))]["name"] and len(set(accs)) > 1  # the sets differ
+    assert r["majority_baseline"] == pytest.approx(max(np.mean(y), 1 - np.mean(y)), abs=0.02)
+
+
+def test_the_sample_is_uniform_in_input_order_and_repeats_with_its_seed(small_csv):
+    a = sweep(small_csv, ["mean"], sample=40, seed=1)
+    b = sweep(small_csv, ["mean"], sample=40, seed=1)
+    c = sweep(small_csv, ["mean"], sample=40, seed=2)
+    assert a["rows"] == 40 and a["rows_read"] == 120 and "label" not in a and "probe" not in a["sets"][0]
+    assert a["sets"] == b["sets"] and a["sets"] != c["sets"]
+
+
+def test_unlabelled_and_bad_rows(tmp_path):
+    path = tmp_path / "messy.csv"
+    rows = [r for r in rows_of(SAMPLE)[:40]]
+    rows[3]["label"] = ""  # unlabelled: left out of a labelled sweep, counted
+    rows[5]["text"] = ""  # a bad row
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, ["id", "label", "text"])
+        w.writeheader()
+        w.writerows(rows)
+    with pytest.raises(BertfeatError) as e:
+        sweep(path, ["mean"], label="label")
+    assert e.value.message == f"{path} row 5: empty text - fix the row, or pass on_bad_row='skip' to leave it out of the sweep"
+    r = sweep(path, ["mean"], label="label", on_bad_row="skip")
+    assert (r["rows_read"], r["rows_rejected"], r["rows_unlabelled"], r["rows"]) == (40, 1, 1, 38)
+
+
+def test_default_sets_skip_what_the_model_cannot_give(make_ckpt, tmp_path, small_csv):
+    d = make_ckpt(hidden=64, heads=4, layers=2, pooler=False, seed=11)
+    r = sweep(small_csv, model=d, sample=30)
+    assert [s["name"] for s in r["skipped"]] == ["pooled", "mean@-4:", "mean@-4:@concat"]
+    assert r["skipped"][0]["why"].startswith("pooling 'pooled' is unavailable")
+    assert r["skipped"][1]["why"] == "--layers '-4:' reaches past the model: it has 2 layers (hidden states 0..2, or -3..-1)"
+    assert [s["name"] for s in r["sets"]] == [n for n in DEFAULT_SETS if n not in ("pooled", "mean@-4:", "mean@-4:@concat")]
+    with pytest.raises(BertfeatError, match="^feature set 'pooled': pooling 'pooled' is unavailable"):
+        sweep(small_csv, ["pooled"], model=d)  # named by the user: an error
+
+
+def test_cli_writes_the_report_beside_the_input_and_refuses_to_overwrite_it(tmp_path, capsys):
+    src = tmp_path / "train.csv"
+    src.write_text(SAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
+    args = ["sweep", str(src), "--label", "label", "--set", "own", "--set", "cls@-2", "--sample", "200", "-n", "8"]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert default_prefix(str(src)) == tmp_path / "train.sweep"
+    lines = err.strip().splitlines()
+    assert lines[:3] == [f"bertfeat sweep: reading {src} (a uniform sample of 200 rows at most)",
+                         "bertfeat sweep: encoding 200 rows once for 2 feature sets", "bertfeat sweep: comparing the sets"]
+    report = json.loads((tmp_path / "train.sweep.json").read_text())
+    assert lines[3] == (f"best: {report['best']}, bertfeat extract "
+                        + ("(no options: the model's own embedding)" if report["best"] == "own" else "--pooling cls --layers -2"))
+    assert lines[4] == f"wrote {tmp_path / 'train.sweep.json'}, {tmp_path / 'train.sweep.md'}"
+    assert "Feature sets" in out and "own" in out and "cls@-2" in out and "probe %" in out and "on 8 PCs %" in out
+    assert [s["name"] for s in report["sets"]] == ["own", "cls@-2"] and report["rows"] == 200
+    assert report["files"] == {"json": str(tmp_path / "train.sweep.json"), "markdown": str(tmp_path / "train.sweep.md")}
+    md = (tmp_path / "train.sweep.md").read_text().splitlines()
+    table = [x for x in md if x.startswith("| ")]
+    assert len(table) == 3 and table[2].startswith("| cls@-2") and "`--pooling cls --layers -2`" in table[2]
+    assert f"{100 * report['sets'][1]['probe']['accuracy']:.2f} ±" in table[2]
+    before = (tmp_path / "train.sweep.json").read_bytes()
+    assert main(args + ["-q"]) == 1
+    assert capsys.readouterr().err.strip() == (f"Error: {tmp_path / 'train.sweep.json'} already exists - pass --overwrite "
+                                               "to replace it, or -o with another name")
+    assert (tmp_path / "train.sweep.json").read_bytes() == before
+    assert main(args + ["-q", "--overwrite", "--seed", "5"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert json.loads((tmp_path / "train.sweep.json").read_text())["seed"] == 5
+
+
+def test_cli_names_a_missing_label_column_as_label(tmp_path, small_csv, capsys):
+    assert main(["sweep", str(small_csv), "--label", "sentiment", "-o", str(tmp_path / "s"), "-q"]) == 1
+    assert capsys.readouterr().err.strip() == f"Error: {small_csv}: --label 'sentiment' is not a column - columns are: id, label, text"
+    out = tmp_path / "x.parquet"
+    assert main(["extract", str(small_csv), "--pca", "4", "--label", "sentiment", "-o", str(out), "-q"]) == 1
+    assert capsys.readouterr().err.strip() == f"Error: {small_csv}: --label 'sentiment' is not a column - columns are: id, label, text"
