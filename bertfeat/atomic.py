@@ -13,22 +13,59 @@ Three ways in:
 * ``atomic_output(path)``: a context manager yielding the temporary path, for a streaming writer
   that opens the file by name (pyarrow, matplotlib, ``np.savez``, ``Path.write_text``).
 * ``write_atomic(path, data)``: a whole small ``str`` / ``bytes`` payload in one call.
+
+Files that belong together (a feature file and its side files; extract's features, PCA model, report and rejects;
+a PCA model and its report) are written inside ``together()``: each commit inside the block only finishes its
+temporary file, and they are all moved into place at the end of the block, one ``os.replace`` after another with
+Ctrl-C / SIGTERM held back until the last (so an interrupted run leaves all the old files or all the new ones, never
+a mix), or all discarded if the block fails.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
-from collections.abc import Iterator
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["AtomicFile", "atomic_output", "write_atomic", "temp_path_for", "fsync_file", "fsync_dir"]
+__all__ = ["AtomicFile", "atomic_output", "write_atomic", "together", "deferred", "temp_path_for", "remove_stale_temps",
+           "fsync_file", "fsync_dir"]
+
+_local = threading.local()  # .group: the CommitGroup of the innermost together() block of this thread
 
 
 def temp_path_for(path: str | os.PathLike) -> Path:
     """The temporary name ``.<name>.tmp-<pid>`` beside ``path``."""
     path = Path(path)
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def remove_stale_temps(path: str | os.PathLike) -> None:
+    """Delete the temporaries ``.<name>.tmp-<pid>`` beside ``path`` whose writer was killed (its process is gone); a
+    live writer's are left alone."""
+    path = Path(path)
+    try:
+        found = list(path.parent.glob(f".{glob.escape(path.name)}.tmp-*"))
+    except OSError:
+        return
+    for p in found:
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def fsync_file(path: str | os.PathLike) -> None:
@@ -70,16 +107,26 @@ class AtomicFile:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.tmp = temp_path_for(self.path)
+        self._deferred = False  # committed inside together(): the group moves it into place
 
     def commit(self) -> Path:
-        """Move the finished temporary file into place; returns ``path``."""
+        """Move the finished temporary file into place (inside ``together()``: at the end of the block); returns
+        ``path``."""
         fsync_file(self.tmp)
+        group = getattr(_local, "group", None)
+        if group is not None:
+            self._deferred = True
+            group.moves.append((self.tmp, self.path))
+            return self.path
         os.replace(self.tmp, self.path)
         fsync_dir(self.path.parent)
         return self.path
 
     def discard(self) -> None:
-        """Delete the temporary file (if any); ``path`` is left untouched."""
+        """Delete the temporary file (if any); ``path`` is left untouched. A file committed inside ``together()`` is
+        the group's to move or delete."""
+        if self._deferred:
+            return
         with contextlib.suppress(FileNotFoundError):
             self.tmp.unlink()
 
@@ -112,3 +159,86 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, encoding: str = "ut
         else:
             f.tmp.write_bytes(data)
     return f.path
+
+
+class CommitGroup:
+    """The files (and other final moves, e.g. a directory) of one ``together()`` block, made final at its end."""
+
+    def __init__(self) -> None:
+        self.moves: list[tuple[Path, Path] | Callable[[], None]] = []
+
+    def finish(self) -> None:
+        """Every move, in the order committed, with Ctrl-C / SIGTERM held back until the last is done; then the
+        directories fsynced."""
+        with _signals_held():
+            for m in self.moves:
+                m() if callable(m) else os.replace(m[0], m[1])
+        for d in {Path(m[1]).parent for m in self.moves if not callable(m)}:
+            fsync_dir(d)
+
+    def discard(self) -> None:
+        for m in self.moves:
+            if not callable(m):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(m[0]).unlink()
+
+
+@contextlib.contextmanager
+def together() -> Iterator[CommitGroup]:
+    """Files committed inside the block appear together when it ends (or none, if it fails): see the module
+    docstring. A block inside another joins the outer one. ``deferred(step)``: another final step (a directory moved
+    into place, a stale file removed) run among the moves, in order."""
+    outer = getattr(_local, "group", None)
+    if outer is not None:
+        yield outer
+        return
+    group = _local.group = CommitGroup()
+    try:
+        yield group
+    except BaseException:
+        _local.group = None
+        group.discard()
+        raise
+    _local.group = None
+    try:
+        group.finish()
+    except BaseException:
+        group.discard()
+        raise
+
+
+def deferred(step: Callable[[], None]) -> None:
+    """Run ``step`` (a final move or removal) with the group's moves inside ``together()``, else now."""
+    group = getattr(_local, "group", None)
+    if group is None:
+        step()
+    else:
+        group.moves.append(step)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Ctrl-C and SIGTERM wait until the block ends, then act as they would have (main thread only: elsewhere,
+    Python delivers signals to the main thread anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, object]] = []
+    held = [s for s in (signal.SIGINT, getattr(signal, "SIGTERM", None)) if s is not None
+            and signal.getsignal(s) is not None]  # None: a handler not set from Python, which cannot be restored
+    before = {s: signal.getsignal(s) for s in held}
+    for s in held:
+        signal.signal(s, lambda signum, frame: caught.append((signum, frame)))
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+        for signum, frame in caught[:1]:
+            handler = before[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)

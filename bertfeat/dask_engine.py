@@ -67,7 +67,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .atomic import write_atomic
+from .atomic import deferred, together, write_atomic
 from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, output_columns, table_counts, validate_batch
 from .reuse import dedup_memory
 from .vcache import NETWORK_FS, CacheError, filesystem_type, open_cache
@@ -75,8 +75,9 @@ from .dask_cluster import (ClusterError, cancel, cluster_slots, gather, open_cli
                            worker_threads)
 from .errors import BertfeatError, opt, render
 from .features.parquet import pages_damaged
-from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
-                      job_manifest, load_encoder, make_reuser, new_pca, probe_into_report, provenance, read_manifest)
+from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, fit_pca,
+                      job_manifest, load_encoder, make_reuser, new_pca, probe_into_report, provenance, read_manifest,
+                      write_pca)
 from .progress import NullProgress
 from .readers import Partition, Reader
 from .rejects import publish_rejects
@@ -485,29 +486,25 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             pca_path.unlink()
 
         if n_components is not None:  # fit on the client, then pass 2 on the cluster
-            pca = merged
-            pca_outputs, final_meta["pca"] = finish_pca(pca, summary.rows_written, plan.layout, fingerprint)
-            meta["pca"] = final_meta["pca"]
-            outputs.update(pca_outputs)
-            progress.note(f"PCA: {pca.n_components_} components; writing the reduced features")
-            reduce_pass(pca.save(partial / PCA_FILE, fingerprint=fingerprint))
+            final_meta["pca"] = meta["pca"] = fit_pca(merged, summary.rows_written, plan.layout)
+            progress.note(f"PCA: {merged.n_components_} components; writing the reduced features")
+            reduce_pass(merged.save(partial / PCA_FILE, fingerprint=fingerprint))
         elif applied is not None:  # pca_model: pass 2 with the given model (copied beside the parts for the workers)
             final_meta["pca"] = meta["pca"] = applied_pca_entry(applied, plan)
             shutil.copyfile(plan.pca_model, partial / PCA_FILE)
             reduce_pass(partial / PCA_FILE)
 
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
-        outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
-        _finish(partial, out, final_meta)
+        with together():  # the PCA model and report, the rejects and the output directory appear together, or none
+            if n_components is not None:
+                outputs.update(write_pca(merged, plan.layout, fingerprint))
+            outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
+            deferred(lambda: _finish(partial, out, final_meta))
         completed = True
         summary.probe = probe_into_report(plan, merged, fingerprint, out, progress)
         summary.outputs = {"features": out, **outputs}
     except BaseException as e:
         cancel(client, futures)
-        if not completed:  # no PCA model or report beside features that were not written (a resume fits them again)
-            for name, path in outputs.items():
-                if name.startswith("pca"):
-                    Path(path).unlink(missing_ok=True)
         if isinstance(e, BertfeatError) and opened and not completed and not isinstance(e, (ClusterError, CacheError)):
             shutil.rmtree(partial, ignore_errors=True)  # bad input or settings: leave nothing behind, as the local engine
         elif isinstance(e, KeyboardInterrupt) and opened and not completed:  # Ctrl-C: the finished parts stay for --resume

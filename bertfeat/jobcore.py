@@ -28,12 +28,15 @@ from .errors import BertfeatError, ResumeError, opt
 def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
     """What a run must share with the interrupted run it resumes: version, the features' fingerprint, the model
     folder's other files (tokenizer, config, sentence-transformers modules: vcache.model_files_digest, as the cache
-    key has them), the input files (size, mtime), the options that shape the output; plus each engine's own keys."""
-    from .vcache import model_files_digest
+    key has them), the GEMM path (vcache.gemm_identity: a resume on OpenBLAS would round its rows otherwise than the
+    interrupted run on oneDNN did), the input files (size, mtime), the options that shape the output; plus each
+    engine's own keys."""
+    from .vcache import gemm_identity, model_files_digest
 
     source = plan.reader
     return {
         "bertfeat_version": __version__, **fingerprint, "model_files": model_files_digest(encoder.location.path),
+        "gemm": gemm_identity(encoder),
         "input": source.identity(),
         "text_column": source.text_column, "pair_column": plan.pair_column, "id_column": plan.id_column,
         "encoding": source.encoding, "delimiter": getattr(source, "delimiter", None), "on_bad_row": plan.on_bad_row,
@@ -65,7 +68,8 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
            "layers": "layers", "layer_agg": "layer aggregation", "normalize": "normalize", "max_length": "max length",
            "long_text": "long text", "stride": "stride", "pooling": "pooling", "text_column": "text column",
            "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "delimiter": "delimiter", "on_bad_row": "on bad row",
-           "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns"}
+           "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns",
+           "gemm": "GEMM path"}
 #: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's)
 OPTIONAL_KEYS = ("keep", "pca_model", "encoder_options")
 
@@ -79,6 +83,10 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
             out += _input_differences(a or {}, b or {})
         elif k == "model_files" and not isinstance(a, dict):
             out.append("model files: not recorded by the interrupted run (an earlier bertfeat)")
+        elif k == "gemm" and isinstance(a, dict) and isinstance(b, dict):
+            cpu = a.get("cpu") != b.get("cpu")
+            said = [f"{g.get('library')}" + (f" on {g.get('cpu')}" if cpu else "") for g in (a, b)]
+            out.append(f"GEMM path: {said[0]} -> {said[1]}" if said[0] != said[1] else f"GEMM path: {a} -> {b}")
         elif k == "model_files" and isinstance(b, dict):
             changed = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
             out.append("model files changed since the interrupted run: " + ", ".join(changed))
@@ -159,18 +167,27 @@ def applied_pca_entry(pca, plan) -> dict:
     return pca_metadata_entry(pca, plan.pca_model)
 
 
-def finish_pca(pca, rows_written: int, layout, fingerprint: dict) -> tuple[dict, dict]:
-    """Fit the accumulated PCA and write its model and report where the layout says (OUTPUT.pca.npz,
-    OUTPUT.pca.report.{json,md,png}): -> (outputs name -> path, the provenance's "pca" entry)."""
-    from .reduce import save_pca_outputs
-
+def fit_pca(pca, rows_written: int, layout) -> dict:
+    """Fit the accumulated PCA: -> the provenance's "pca" entry (its files: write_pca)."""
     if rows_written < 2:
         raise BertfeatError(f"{opt('pca')} needs at least 2 feature rows, this run has {rows_written}", f"drop {opt('pca')} or add rows")
     pca.finalize()
-    outputs = save_pca_outputs(pca, layout.pca_model, layout.pca_prefix, fingerprint, source=fingerprint)
-    meta = {"n_components": int(pca.n_components_), "model_file": layout.pca_model.name,
+    return {"n_components": int(pca.n_components_), "model_file": layout.pca_model.name,
             "explained_variance": float(np.sum(pca.explained_variance_ratio_))}
-    return outputs, meta
+
+
+def write_pca(pca, layout, fingerprint: dict) -> dict:
+    """A fitted PCA's model and report where the layout says (OUTPUT.pca.npz, OUTPUT.pca.report.{json,md,png}):
+    -> outputs name -> path. Inside atomic.together() they appear with the run's other files."""
+    from .reduce import save_pca_outputs
+
+    return save_pca_outputs(pca, layout.pca_model, layout.pca_prefix, fingerprint, source=fingerprint)
+
+
+def finish_pca(pca, rows_written: int, layout, fingerprint: dict) -> tuple[dict, dict]:
+    """fit_pca, then write_pca: -> (outputs name -> path, the provenance's "pca" entry)."""
+    meta = fit_pca(pca, rows_written, layout)
+    return write_pca(pca, layout, fingerprint), meta
 
 
 def probe_into_report(plan, pca, fingerprint: dict, features: Path, progress) -> dict | None:

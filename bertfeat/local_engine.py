@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .atomic import atomic_output, write_atomic
+from .atomic import atomic_output, together, write_atomic
 from .chunks import (PreparedChunk, chunk_table, extra_columns, feature_matrix, iter_chunks, output_columns, prepare_chunk,
                      table_counts, validate_batch)
 from .errors import BertfeatError, one_line, opt
@@ -177,6 +177,8 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
             progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
     except (CacheError, DamagedPart):  # a locked, full or failing cache; a damaged saved chunk: the finished chunks stay,
         items.close()  # and resume continues (encoding the damaged one again)
+        if not order:  # none finished: nothing to resume (a rerun after the fix would be told to pass --resume)
+            store.remove()
         raise
     except BertfeatError:
         items.close()
@@ -211,6 +213,11 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     except BertfeatError:
         store.remove()  # e.g. the PCA does not fit the data: a rerun with other settings starts over anyway
         raise
+    except KeyboardInterrupt as e:  # while writing: none of the run's files appeared (atomic.together)
+        e.resume_note = (f"no output was written; the {len(order)} finished chunk(s) are kept in {store.dir}: run the "
+                         "same command with --resume to write them")
+        progress.note(f"interrupted: {e.resume_note}")
+        raise
     except OSError as e:  # disk full, permissions: the parts stay, so resume only redoes the writing
         from .safety import os_error
 
@@ -224,11 +231,22 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
              rejects: list[dict], progress: NullProgress) -> dict:
     """Fit the accumulated PCA (or take the applied one: pca_model), then stream the parts (each read once) into the
     output file(s); remove the partial directory. The counts and the PCA statistics were taken as each part was made."""
+    meta = provenance(encoder, spec, fingerprint, plan, summary)
+    outputs: dict[str, Path] = {}
+    with together():  # the PCA model and report, the features and the rejects appear together, or none of them
+        _write_outputs(plan, store, order, encoder, spec, fingerprint, summary, pca, rejects, meta, outputs)
+    store.remove()
+    # the run's files are complete: the label's probe (reading the output again) only adds to the report
+    summary.probe = probe_into_report(plan, pca, fingerprint, outputs["features"], progress)
+    return outputs
+
+
+def _write_outputs(plan, store: PartStore, order: list[int], encoder, spec, fingerprint: dict, summary: ExtractSummary,
+                   pca, rejects: list[dict], meta: dict, outputs: dict) -> None:
+    """finalize's files (inside atomic.together): the PCA's, the features from the parts, the rejects."""
     from .features import FeatureWriter
 
     layout, id_name = plan.layout, plan.id_name
-    meta = provenance(encoder, spec, fingerprint, plan, summary)
-    outputs: dict[str, Path] = {}
     if plan.pca is not None:
         pca_outputs, meta["pca"] = finish_pca(pca, summary.rows_written, layout, fingerprint)
         outputs.update(pca_outputs)
@@ -244,27 +262,14 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
             if not pa.types.is_null(t):
                 id_type = t
                 break
-    written = False
-    try:
-        writer = FeatureWriter(layout.features, fmt=layout.fmt, dim=int(dim), id_name=id_name, id_type=id_type, metadata=meta,
-                               wide=plan.wide, extra_columns=output_columns(plan.keep_types))
-        with writer:
-            for i in order:
-                t, _, _, _ = store.read_part(i)
-                X = feature_matrix(t)
-                if pca is not None and len(X):
-                    X = pca.transform_rows(X).astype(np.float32)
-                writer.write(t.column(id_name).to_pylist(), X, extra_columns(t, plan.keep))
-            outputs["features"] = writer.close()
-        written = True
-        outputs.update(publish_rejects(layout.rejects, rejects, plan.keep))
-    except BaseException:  # no PCA model or report beside features that were not written (resume refits them)
-        if not written:
-            for name, path in outputs.items():
-                if name.startswith("pca"):
-                    Path(path).unlink(missing_ok=True)
-        raise
-    store.remove()
-    # the run's files are complete: the label's probe (reading the output again) only adds to the report
-    summary.probe = probe_into_report(plan, pca, fingerprint, outputs["features"], progress)
-    return outputs
+    writer = FeatureWriter(layout.features, fmt=layout.fmt, dim=int(dim), id_name=id_name, id_type=id_type, metadata=meta,
+                           wide=plan.wide, extra_columns=output_columns(plan.keep_types))
+    with writer:
+        for i in order:
+            t, _, _, _ = store.read_part(i)
+            X = feature_matrix(t)
+            if pca is not None and len(X):
+                X = pca.transform_rows(X).astype(np.float32)
+            writer.write(t.column(id_name).to_pylist(), X, extra_columns(t, plan.keep))
+        outputs["features"] = writer.close()
+    outputs.update(publish_rejects(layout.rejects, rejects, plan.keep))

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import atomic_output
+from .atomic import atomic_output, remove_stale_temps
 from .diffs import dict_differences, json_default
 from .errors import BertfeatError, one_line
 from .pca_solvers import Decomposition
@@ -111,6 +111,7 @@ def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
         meta["stats_n"] = model.stats.n
     arrays["meta"] = np.array(json.dumps(meta, default=json_default, sort_keys=True))
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)  # a killed writer's
     with atomic_output(path) as tmp:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -98,10 +99,12 @@ def save_pca_outputs(pca: PCA, model_path: Path, report_prefix: Path, fingerprin
     """Save a fitted PCA and write its report beside it (PREFIX.report.{json,md,png}, with ``probe``'s result if
     given), each file atomically: -> outputs name -> path (``pca_model``, ``pca_report_json``, ...). ``extract --pca``
     and ``pca fit`` both end here."""
+    from .atomic import together
     from .report import write_pca_report
 
-    pca.save(model_path, fingerprint=fingerprint)
-    report_paths = write_pca_report(pca, report_prefix, source=source, probe=probe)
+    with together():  # the model and its report appear together (an interrupted run leaves the old ones)
+        pca.save(model_path, fingerprint=fingerprint)
+        report_paths = write_pca_report(pca, report_prefix, source=source, probe=probe)
     return {"pca_model": Path(model_path), **{f"pca_report_{k}": v for k, v in report_paths.items()}}
 
 
@@ -175,8 +178,11 @@ def reduce_features_file(
     diffs = pca.check_fingerprint(src_fp, force=force)
     meta = {k: v for k, v in src.meta.items() if k not in ("layout", "rows")}
     meta["pca"] = pca_metadata_entry(pca, forced=diffs)
+    # "command" / "created" stay the extraction's (what made these features); the reduction's time is the pca entry's
+    meta["pca"]["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if _unchecked(pca, src_fp):
         meta["pca"]["source_checked"] = False
+    rows = src.meta.get("rows")
     dst = Path(dst_path)
     fmt = feature_format(dst, fmt)
     writer: FeatureWriter | None = None
@@ -192,7 +198,8 @@ def reduce_features_file(
                 on_batch(seen)
         if writer is None:
             writer = _open_writer(dst, fmt, pca.n_components_, src, meta, None, {})
-        return writer.close({"rows": seen})
+        # the extraction's counts (read, rejected, ...) with the rows this file holds; a file without them: the count
+        return writer.close({"rows": {**rows, "written": seen} if isinstance(rows, dict) else seen})
     except BaseException:
         if writer is not None:
             writer.abort()

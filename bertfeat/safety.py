@@ -215,6 +215,8 @@ def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
         return  # the reader says "not found" with its own fix
     except OSError as e:
         raise os_error(e, p) from None
+    if stat.S_ISDIR(st.st_mode) and what == "feature file" and next(p.glob("part-*.parquet"), None) is not None:
+        return  # extract --engine dask's output: its part files are read in turn (features.open_features)
     if not stat.S_ISREG(st.st_mode):
         raise not_a_regular_file(p, st.st_mode, what)
     try:

@@ -128,3 +128,68 @@ def test_features_reexports_the_same_helpers():
     import bertfeat.features as features
 
     assert features.atomic_output is atomic_output and features.temp_path_for is temp_path_for
+
+
+def test_together_moves_every_file_at_the_end_or_none(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    write_atomic(a, "old a")
+    write_atomic(b, "old b")
+    with atomic.together():
+        write_atomic(a, "new a")
+        assert a.read_text() == "old a"  # not yet: at the end of the block
+        with atomic.together():  # an inner block joins the outer one
+            with atomic_output(b) as tmp:
+                tmp.write_text("new b")
+        assert b.read_text() == "old b" and temp_path_for(b).exists()
+        atomic.deferred(lambda: (tmp_path / "c.txt").write_text("after a and b"))
+    assert (a.read_text(), b.read_text(), (tmp_path / "c.txt").read_text()) == ("new a", "new b", "after a and b")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic.together():
+            write_atomic(a, "newer a")
+            raise KeyboardInterrupt
+    assert a.read_text() == "new a" and sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "c.txt"]
+    write_atomic(a, "outside")  # no block: at once
+    assert a.read_text() == "outside"
+
+
+def test_ctrl_c_during_the_moves_waits_until_every_file_is_in_place(tmp_path, monkeypatch):
+    import signal
+
+    files = [tmp_path / f"{i}.txt" for i in range(3)]
+    for f in files:
+        write_atomic(f, "old")
+    real = os.replace
+    calls = []
+
+    def replace(src, dst):  # Ctrl-C arrives while the first file is moved
+        calls.append(dst)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic.together():
+            for f in files:
+                write_atomic(f, "new")
+    assert [f.read_text() for f in files] == ["new", "new", "new"] and len(calls) == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_a_killed_writers_temporaries_are_removed_by_the_next_writer(tmp_path):
+    """pca transform / pca fit / report killed while writing left .NAME.tmp-PID files that no later run removed (extract
+    alone tidied its own); the next writer of the same file removes those of dead processes, not a live writer's."""
+    import subprocess
+    import sys
+
+    from bertfeat.features import FeatureWriter
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    out = tmp_path / "r.parquet"
+    stale = [tmp_path / f".r.parquet.tmp-{dead.strip()}", tmp_path / f".r.parquet.json.tmp-{dead.strip()}"]
+    live = tmp_path / f".r.parquet.tmp-{os.getppid()}"  # a running process's: not ours to remove
+    for p in (*stale, live):
+        p.write_bytes(b"half a file")
+    with FeatureWriter(out, dim=2) as w:
+        w.write(None, __import__("numpy").zeros((1, 2), "float32"))
+    assert not any(p.exists() for p in stale) and live.exists() and out.is_file()

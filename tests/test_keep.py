@@ -242,6 +242,29 @@ def test_parquet_keeps_the_schema_types(tmp_path):
     assert b.extra["cat"] == ["x", "y"] and b.extra["small"] == [1, None]
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_kept_values_read_back_as_written(tmp_path, fmt):
+    """A CSV output read back by bertfeat gave NaN as null ("nan" was a null value), decimal128 as double (its type
+    name was not read back) and binary as its escaped text; each comes back as the input held it now, as Parquet's."""
+    import decimal
+
+    path = tmp_path / "t.parquet"
+    cols = {"score": pa.array([1.5, float("nan"), None]), "price": pa.array([decimal.Decimal("1.25"), None,
+            decimal.Decimal("-3.10")], pa.decimal128(5, 2)), "blob": pa.array([b"\xff\xfe", b"a\\xffb", b"ok"]),
+            "when": pa.array([0, None, 86_400_000_000], pa.timestamp("us", tz="UTC")), "day": pa.array([0, 1, None], pa.date32())}
+    pq.write_table(pa.table({"text": ["one", "two", "three"], **cols}), path)
+    out = tmp_path / f"o.{fmt}"
+    bertfeat.extract(path, out, model=tiny_model(), keep=",".join(cols))
+    (_, _, extras), = list(iter_features(out, with_extras=True))
+    for name, values in cols.items():
+        got = extras[name]
+        assert got.type == values.type, name
+        if name == "score":
+            assert got.to_pylist()[0] == 1.5 and np.isnan(got.to_pylist()[1]) and got.to_pylist()[2] is None
+        else:
+            assert got.to_pylist() == values.to_pylist(), name
+
+
 # --------------------------------------------------------------------------- refusals
 @pytest.fixture
 def small(tmp_path) -> Path:

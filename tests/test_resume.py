@@ -120,6 +120,59 @@ def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, ch
     assert summary_line(err, "resumed") == "resumed 2 chunk(s) from the interrupted run"
 
 
+def test_resume_on_another_gemm_path_is_refused(tmp_path, capsys, monkeypatch):
+    """A run interrupted on oneDNN and resumed with NumPy's BLAS would mix two roundings in one file (the vector cache
+    keys the GEMM path; the manifest did not): refused, naming it."""
+    from bertfeat import gemm
+
+    if gemm.resolve("fp32").library != "onednn":
+        pytest.skip("needs oneDNN (the fast extra) to have two GEMM paths")
+    library = gemm.resolve("fp32").to_dict()["library"]
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    monkeypatch.setenv("BERTFEAT_GEMM", "numpy")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run (GEMM path: "
+                            f"{library} -> numpy matmul) - rerun with --overwrite instead of --resume to start over, or use "
+                            "the original settings\n")
+    monkeypatch.delenv("BERTFEAT_GEMM")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npy", "csv"])
+def test_ctrl_c_while_the_outputs_are_written_leaves_the_old_ones_whole(tmp_path, capsys, monkeypatch, fmt):
+    """extract --pca --overwrite writes the PCA model, its report (the PNG takes a second), the features and their side
+    files: Ctrl-C at any point before they are all done leaves every old file as it was (a new model beside old
+    features, or new ids beside an old matrix, before), no temporary file, and says --resume writes them."""
+    import bertfeat.report
+
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / f"o.{fmt}"
+    args = ["--model", tiny_model(), "--chunk-rows", 3, "--pca", 2, "--id-column", "id"]
+    assert run(capsys, "extract", src, "-o", out, *args)[0] == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    assert len(before) == {"parquet": 5, "npy": 7, "csv": 6}[fmt] + 1  # + the input
+    other = corpus(tmp_path / "c.csv", 15)  # a new corpus under the same name
+    real_draw = bertfeat.report._draw
+
+    def draw(report, path):  # Ctrl-C while the report's PNG is drawn, after the model file was saved
+        real_draw(report, path)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bertfeat.report, "_draw", draw)
+    rc, _, err = run(capsys, "extract", other, "-o", out, *args, "--overwrite")
+    assert rc == 130 and "interrupted: no output was written; the 5 finished chunk(s) are kept in" in err, err
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != "c.csv"}
+    assert after == {k: v for k, v in before.items() if k != "c.csv"}  # every old file, byte for byte; no temporary
+    monkeypatch.undo()
+    rc, _, err = run(capsys, "extract", other, "-o", out, *args, "--resume")
+    assert rc == 0, err
+    assert all(p.read_bytes() != before[p.name] for p in tmp_path.iterdir() if p.suffix in (".npz", f".{fmt}"))
+
+
 def test_resume_with_another_model_is_refused(tmp_path, capsys, monkeypatch):
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"

@@ -82,14 +82,35 @@ def parse_metadata(path: Path, text: str | None) -> dict:
     return meta if isinstance(meta, dict) else {}
 
 
+_PARAMETRIZED = (  # str() of pyarrow types that type_for_alias does not read back
+    (re.compile(r"decimal(128|256)\((\d+), (-?\d+)\)"),
+     lambda m: (pa.decimal128 if m[1] == "128" else pa.decimal256)(int(m[2]), int(m[3]))),
+    (re.compile(r"timestamp\[(s|ms|us|ns)(?:, tz=(.+))?\]"), lambda m: pa.timestamp(m[1], m[2])),
+    (re.compile(r"duration\[(s|ms|us|ns)\]"), lambda m: pa.duration(m[1])),
+    (re.compile(r"time32\[(s|ms)\]"), lambda m: pa.time32(m[1])),
+    (re.compile(r"time64\[(us|ns)\]"), lambda m: pa.time64(m[1])),
+    (re.compile(r"date32\[day\]"), lambda m: pa.date32()),
+    (re.compile(r"date64\[ms\]"), lambda m: pa.date64()),
+)
+
+
 def type_from_str(text: str | None) -> pa.DataType | None:
-    """``"int64"`` -> pa.int64() (None when unknown: pyarrow will infer)."""
+    """``"int64"`` -> pa.int64(), ``"decimal128(5, 2)"`` -> pa.decimal128(5, 2), ``"timestamp[us, tz=UTC]"`` ...: a
+    type as ``str(type)`` wrote it (None when unknown: pyarrow will infer)."""
     if not text:
         return None
     try:
         return pa.type_for_alias(text)
     except (ValueError, KeyError):
-        return None
+        pass
+    for pattern, make in _PARAMETRIZED:
+        m = pattern.fullmatch(text)
+        if m:
+            try:
+                return make(m)
+            except (ValueError, TypeError, pa.ArrowInvalid):
+                return None
+    return None
 
 
 def declared_extra_types(layout: Mapping) -> dict[str, pa.DataType]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from ..atomic import AtomicFile, write_atomic
+from ..atomic import AtomicFile, together, write_atomic
 from ..errors import BertfeatError
 from .base import (
     WIDE_COLUMN_RE,
@@ -35,19 +36,46 @@ from .base import (
 
 
 def open_csv(path: Path, types: Mapping[str, pa.DataType]) -> Iterator[pa.RecordBatch]:
-    """Stream a CSV as record batches with the given column types."""
-    opts = pcsv.ConvertOptions(column_types=dict(types), strings_can_be_null=False)
+    """Stream a CSV as record batches with the given column types, as csv_column wrote them: an empty cell is a null
+    (not "nan", a float's NaN), binary columns from their escaped text (an empty cell: b"")."""
+    binary = {k: t for k, t in types.items() if _binary(t)}
+    opts = pcsv.ConvertOptions(column_types={k: pa.string() if k in binary else t for k, t in types.items()},
+                               strings_can_be_null=False, null_values=[""])
     try:
         reader = pcsv.open_csv(path, convert_options=opts, read_options=pcsv.ReadOptions(block_size=8 << 20))
     except (pa.ArrowInvalid, OSError) as e:
         raise BertfeatError(f"cannot read {path} as CSV ({e})", "pass a feature CSV written by bertfeat") from None
     while True:
         try:
-            yield reader.read_next_batch()
+            batch = reader.read_next_batch()
         except StopIteration:
             return
         except pa.ArrowInvalid as e:
             raise BertfeatError(f"bad value in {path} ({e})", "re-extract the features") from None
+        for name, t in binary.items():
+            i = batch.schema.get_field_index(name)
+            values = pa.array([text_bytes(v) for v in batch.column(i).to_pylist()], t)
+            batch = batch.set_column(i, pa.field(name, t), values)
+        yield batch
+
+
+_ESCAPE = re.compile(r"\\\\|\\x([0-9a-f]{2})")
+
+
+def bytes_text(v: bytes) -> str:
+    """Binary as CSV text: UTF-8 as it is, a backslash doubled, a byte that is not UTF-8 as \\xNN (text_bytes reverses
+    it)."""
+    return bytes(v).replace(b"\\", b"\\\\").decode("utf-8", errors="backslashreplace")
+
+
+def text_bytes(s: str) -> bytes:
+    """bytes_text's text -> the bytes."""
+    out, last = bytearray(), 0
+    for m in _ESCAPE.finditer(s):
+        out += s[last:m.start()].encode("utf-8")
+        out += b"\\" if m[1] is None else bytes([int(m[1], 16)])
+        last = m.end()
+    return bytes(out + s[last:].encode("utf-8"))
 
 
 def _binary(t: pa.DataType) -> bool:
@@ -64,8 +92,7 @@ def csv_column(values: pa.Array) -> pa.Array:
     (Arrow's CSV writer refuses them, and a CSV is text)."""
     if not _binary(values.type):
         return values
-    return pa.array([None if v is None else v.decode("utf-8", errors="backslashreplace") for v in values.to_pylist()],
-                    pa.string())
+    return pa.array([None if v is None else bytes_text(v) for v in values.to_pylist()], pa.string())
 
 
 def csv_header(path: Path) -> list[str]:
@@ -98,8 +125,9 @@ class CsvFile(FeatureFile):
 
     def finish(self, metadata_text: str) -> None:
         self._csv.close()
-        write_atomic(provenance_path(self.spec.path), metadata_text + "\n")
-        self._main.commit()
+        with together():  # the provenance and the file appear together
+            write_atomic(provenance_path(self.spec.path), metadata_text + "\n")
+            self._main.commit()
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):

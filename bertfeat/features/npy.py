@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from ..atomic import AtomicFile, write_atomic
+from ..atomic import AtomicFile, together, write_atomic
 from ..errors import BertfeatError
 from .base import (
     Chunk,
@@ -92,9 +92,10 @@ class NpyFile(FeatureFile):
         self._npy.seek(0)
         self._npy.write(npy_header(self._rows, self.spec.dim))
         self._npy.close()
-        self._ids.commit()
-        write_atomic(provenance_path(self.spec.path), metadata_text + "\n")
-        self._main.commit()
+        with together():  # the ids, the provenance and the matrix appear together (an interrupted run: none of them)
+            self._ids.commit()
+            write_atomic(provenance_path(self.spec.path), metadata_text + "\n")
+            self._main.commit()
 
     def abort(self) -> None:
         for obj in (self._csv, self._npy):

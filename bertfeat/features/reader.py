@@ -18,8 +18,11 @@ from .registry import file_format
 
 
 def read_feature_metadata(path: str | os.PathLike) -> dict:
-    """The provenance dict of a feature file ({} when it has none)."""
+    """The provenance dict of a feature file ({} when it has none); of a directory of part files (extract --engine
+    dask), the first part's, which carries the run's."""
     path = Path(path)
+    if path.is_dir():
+        return read_feature_metadata(feature_files(path)[0])
     if not path.is_file():
         raise missing_file_error(path)
     return parse_metadata(path, file_format(path).read_metadata_text(path))
@@ -40,8 +43,12 @@ def feature_files(path: str | os.PathLike) -> list[Path]:
 
 
 def open_features(path: str | os.PathLike) -> FeatureSource:
-    """Open a feature file for streaming: detect its layout from metadata and columns."""
+    """Open a feature file for streaming: detect its layout from metadata and columns. A directory of part files
+    (``extract --engine dask``'s output) streams its parts in order, as one file (its provenance: the first part's,
+    which carries the run's)."""
     path = Path(path)
+    if path.is_dir():
+        return _open_parts(path)
     if not path.is_file():
         raise missing_file_error(path)
     meta = read_feature_metadata(path)
@@ -70,3 +77,35 @@ def read_features(path: str | os.PathLike) -> tuple[Any, np.ndarray, dict]:
     else:
         ids = [i for p in id_parts for i in (p.tolist() if isinstance(p, np.ndarray) else p)]
     return ids, np.concatenate(parts), src.meta
+
+
+class _Parts:
+    """The reader of a directory of part files (open_features): each part's chunks in turn."""
+
+    name = "parquet"
+
+    @classmethod
+    def read_chunks(cls, src: FeatureSource, batch_rows: int):
+        start = 0
+        for part in feature_files(src.path):
+            for ids, X, extras in open_features(part).batches(batch_rows):
+                if src.id_name is None:  # row numbers: counted over the whole directory
+                    ids = np.arange(start, start + X.shape[0], dtype=np.int64)
+                start += X.shape[0]
+                yield ids, X, extras
+
+
+def _open_parts(path: Path) -> FeatureSource:
+    from dataclasses import replace
+
+    from ..errors import BertfeatError
+
+    parts = [open_features(p) for p in feature_files(path)]
+    first = parts[0]
+    odd = next((p for p in parts if (p.dim, p.id_name, p.extra_columns) != (first.dim, first.id_name, first.extra_columns)), None)
+    if odd is not None:
+        raise BertfeatError(f"the part files of {path} differ ({odd.path.name}: {odd.dim} features, columns "
+                            f"{[odd.id_name, *odd.extra_columns]}; {first.path.name}: {first.dim}, "
+                            f"{[first.id_name, *first.extra_columns]})", "extract the directory again")
+    rows = None if any(p.rows is None for p in parts) else sum(p.rows for p in parts)
+    return replace(first, path=path, rows=rows, file_format=_Parts)

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..atomic import remove_stale_temps
 from ..errors import BertfeatError
-from .base import ROW_GROUP_BYTES, WIDE_COLUMN_RE, WriteSpec, dumps_metadata, to_arrow
+from .base import ROW_GROUP_BYTES, WIDE_COLUMN_RE, WriteSpec, dumps_metadata, provenance_path, to_arrow
+from .npy import ids_sidecar_path
 from .registry import FILE_FORMATS, feature_format
 
 
@@ -63,6 +65,8 @@ class FeatureWriter:
         self.row_group_rows = row_group_rows or max(1024, ROW_GROUP_BYTES // (4 * self.dim))
         self._closed = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        for path in (self.path, ids_sidecar_path(self.path), provenance_path(self.path)):  # a killed writer's
+            remove_stale_temps(path)
         spec = WriteSpec(
             path=self.path,
             dim=self.dim,

@@ -1,0 +1,54 @@
+"""bertfeat.reduce: file-level PCA fit / transform; what a reduced file records."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import bertfeat
+from bertfeat.features import read_feature_metadata, read_features
+from bertfeat.reduce import fit_pca_file, reduce_features_file
+from extract_util import tiny_model, write_csv
+
+
+def test_a_transformed_file_keeps_the_extractions_counts_and_records_when_it_was_reduced(tmp_path):
+    """pca transform copied the source's provenance but wrote "rows" as a bare count (the documented object, read /
+    written / rejected ..., became an int: meta["rows"]["written"] raised TypeError)."""
+    src = write_csv(tmp_path / "c.csv", ["text"], [[f"sentence number {i}"] for i in range(30)] + [[""]])
+    feats = tmp_path / "f.parquet"
+    bertfeat.extract(src, feats, model=tiny_model(), on_bad_row="skip")
+    pca = fit_pca_file(feats, 4)
+    out = reduce_features_file(feats, tmp_path / "r.parquet", pca)
+    before, after = read_feature_metadata(feats), read_feature_metadata(out)
+    assert before["rows"]["read"] == 31 and before["rows"]["rejected"] == 1
+    assert after["rows"] == {**before["rows"], "written": 30}
+    assert after["command"] == before["command"] and after["created"] == before["created"]  # the extraction's
+    assert after["pca"]["created"] >= before["created"] and after["pca"]["n_components"] == 4
+    ids, X = read_features(out)[:2]
+    assert X.shape == (30, 4) and np.isfinite(X).all()
+
+
+def test_pca_fit_and_transform_read_a_dask_output_directory(tmp_path, capsys):
+    """extract --engine dask writes a directory of part files; verify and report --probe read it, pca fit / transform
+    refused it ("is a directory, not a feature file"). Its parts are read in order, as one file."""
+    from bertfeat import PCA
+    from bertfeat.cli import main
+    from bertfeat.features import FeatureWriter, open_features
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((50, 6)).astype(np.float32) * np.linspace(3, 0.5, 6).astype(np.float32)
+    d = tmp_path / "dask_out.parquet"
+    d.mkdir()
+    meta = {"fingerprint": {"model_id": "m", "pooling": "mean", "layers": [-1]}}
+    for k, (a, b) in enumerate([(0, 20), (20, 50)]):
+        with FeatureWriter(d / f"part-{k:05d}.parquet", dim=6, metadata=meta) as w:
+            w.write(list(range(a, b)), X[a:b])
+    src = open_features(d)
+    assert (src.rows, src.dim) == (50, 6)
+    assert main(["pca", "fit", str(d), "-n", "3", "-o", str(tmp_path / "p.npz"), "-q"]) == 0, capsys.readouterr().err
+    pca = PCA.load(tmp_path / "p.npz")
+    ref = PCA(3, solver="covariance").fit(X)
+    np.testing.assert_allclose(pca.explained_variance_, ref.explained_variance_, rtol=1e-6)
+    assert main(["pca", "transform", str(d), "--pca-model", str(tmp_path / "p.npz"), "-o", str(tmp_path / "r.parquet")]) == 0
+    ids, Y = read_features(tmp_path / "r.parquet")[:2]
+    assert list(ids) == list(range(50))
+    np.testing.assert_array_equal(Y, pca.transform_rows(X).astype(np.float32))
