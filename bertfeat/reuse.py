@@ -49,6 +49,7 @@ class ChunkReuse:
     known: dict[int, Entry] = field(default_factory=dict)  # found in the cache or the run's store
     later: dict[int, bytes] = field(default_factory=dict)  # a duplicate of a row being encoded (this chunk or one before)
     todo: list[int] = field(default_factory=list)  # rows to encode: the first of each distinct text not found
+    waits: set[bytes] = field(default_factory=set)  # keys of ``later`` rows being encoded by an earlier chunk
 
     @property
     def n_reused(self) -> int:
@@ -108,6 +109,10 @@ class Reuser:
         self.store = RunStore(dim, spill_dir, budget) if cache is None else None
         self.pending: dict[bytes, int] = {}  # keys being encoded (chunks planned, not settled) -> how many chunks
         self.rejected: dict[bytes, object] = {}  # keys whose first row was refused (too long): its duplicates too
+        # a key an earlier chunk is encoding that later chunks wait for -> how many chunks; its vector is held here
+        # from the encoding chunk's settle until theirs, not only in the cache (which `cache clear` may empty)
+        self.waiting: dict[bytes, int] = {}
+        self.held: dict[bytes, Entry] = {}
         self._lock = threading.Lock()
         self.encoded = self.reused = 0
 
@@ -132,6 +137,9 @@ class Reuser:
         r = ChunkReuse(keys)
         with self._lock:
             ask = [i for i, k in enumerate(keys) if k not in self.pending and k not in self.rejected]
+            r.waits = {k for k in keys if k in self.pending}
+            for k in r.waits:
+                self.waiting[k] = self.waiting.get(k, 0) + 1
         # only this thread adds pending keys, so a key not pending now is not pending after the lookup either
         found = self._lookup([keys[i] for i in ask])
         with self._lock:
@@ -170,6 +178,7 @@ class Reuser:
         with self._lock:
             if new and self.store is not None:
                 self.store.put(keys, Xn, nt, tr, nc)
+            self.held.update({r.keys[i]: out[i] for i in new if self.waiting.get(r.keys[i], 0) > 0})
             for i, why in refused.items():
                 if i in r.todo:
                     self.rejected[r.keys[i]] = why
@@ -180,7 +189,14 @@ class Reuser:
                 else:
                     self.pending[k] = n
             rejected = {i: self.rejected[k] for i, k in r.later.items() if k in self.rejected}
-        here = {r.keys[i]: out[i] for i in new}  # duplicates within this chunk: no store round trip
+            here = {r.keys[i]: out[i] for i in new}  # duplicates within this chunk: no store round trip
+            here.update({k: self.held[k] for k in r.waits if k in self.held})  # ... and of an earlier chunk's rows
+            for k in r.waits:
+                n = self.waiting.pop(k, 0) - 1
+                if n > 0:
+                    self.waiting[k] = n
+                else:
+                    self.held.pop(k, None)
         found = self._lookup([k for i, k in r.later.items() if i not in rejected and k not in here])
         refused_out = {**refused, **rejected}
         for i, k in r.later.items():

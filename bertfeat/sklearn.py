@@ -32,9 +32,9 @@ from .specs import check_size
 __all__ = ["TextFeatures", "as_texts"]
 
 _MEMO_LOCK = threading.Lock()
-#: cache=True: the features' fingerprint (model weights, precision, feature settings) -> {text: its (D,) vector},
-#: per process.
-_MEMO: dict[tuple, dict[str, np.ndarray]] = {}
+#: cache=True: the vector cache's key (vcache.cache_fingerprint: every setting and file that changes a vector) ->
+#: {text: its (D,) vector}, per process.
+_MEMO: dict[str, dict[str, np.ndarray]] = {}
 
 
 def _load_encoder(model, max_length, max_batch_tokens, threads, precision) -> Encoder:
@@ -155,10 +155,13 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             return np.zeros((0, self.n_features_out_), dtype=np.float32)
         if not self.cache:
             return enc.run(enc.prepare(texts, None, spec), spec, max_rows=self.batch_size)
+        from .vcache import cache_fingerprint
+
+        key = cache_fingerprint(enc, spec)[0]  # the vector cache's key: weights, model files, GEMM path, settings
         with _MEMO_LOCK:
-            # keyed by the fingerprint, which names the precision that ran: an fp32 and a bf16 TextFeatures of the same
-            # model in one process never share vectors (they did when the key was the weights and the spec alone)
-            memo = _MEMO.setdefault(repr(sorted(enc.fingerprint(spec).items())), {})
+            # an fp32 and a bf16 TextFeatures of the same model in one process never share vectors, nor one before and
+            # one after the model folder's tokenizer or config was edited (the key was the weights and the spec alone)
+            memo = _MEMO.setdefault(key, {})
         todo = list(dict.fromkeys(t for t in texts if t not in memo))
         if todo:
             memo.update(zip(todo, enc.run(enc.prepare(todo, None, spec), spec, max_rows=self.batch_size)))

@@ -135,14 +135,19 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     the GEMM path's identity (library, kernel, bf16 / int8 scheme, CPU model): fp32 on OpenBLAS and on oneDNN
     round differently, so their vectors never mix. Not the model's id or path: a model folder copied elsewhere (same
     weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``."""
-    gemm = encoder.gemm_path.to_dict()
     features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
     settings = {"cache_format": FORMAT, **features,
-                "model_files": model_files_digest(encoder.location.path),
-                "gemm": {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "scheme", "cpu")
-                         if gemm.get(k) is not None}}
+                "model_files": model_files_digest(encoder.location.path), "gemm": gemm_identity(encoder)}
     blob = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:32], settings
+
+
+def gemm_identity(encoder) -> dict:
+    """What of the encoder's GEMM path changes a vector's rounding: library, kernel, bf16 / int8 mode and scheme,
+    CPU model (the cache key, the resume manifest and TextFeatures' memo all take it)."""
+    gemm = encoder.gemm_path.to_dict()
+    return {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "scheme", "cpu")
+            if gemm.get(k) is not None}
 
 
 # --------------------------------------------------------------------------- where a cache may live

@@ -851,3 +851,40 @@ def test_pca_is_fitted_on_reused_and_new_rows(tmp_path):
         else:
             assert np.array_equal(ma[k], mb[k]), k
     assert metadata(tmp_path / "cached.parquet")["pca"]["n_components"] == 4
+
+
+def test_a_cache_that_is_an_output_or_inside_the_partial_directory_is_refused(tmp_path, capsys):
+    """--cache naming the output failed after encoding with "is a directory" about a temporary file; naming the partial
+    directory succeeded and deleted the whole cache with it at the end."""
+    src = tmp_path / "in.csv"
+    src.write_text("text\na cat\na dog\n")
+    out = tmp_path / "o.parquet"
+    for cache, what in ((out, f"is the run's output {out}"), (Path(f"{out}.partial"), f"is the run's partial directory {out}.partial"),
+                        (Path(f"{out}.partial") / "c", f"is inside the run's partial directory {out}.partial")):
+        rc, _, err = run(capsys, "extract", src, "-o", out, "--cache", cache, "--model", tiny_model())
+        assert (rc, err) == (1, f"Error: the cache {cache} {what} - give --cache a directory of its own, e.g. --cache "
+                                "bertfeat-cache\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_a_cache_failing_before_any_chunk_is_done_leaves_no_partial_run(tmp_path, capsys, monkeypatch):
+    """A cache found damaged in the first chunk's lookups stopped the run with the partial directory left: after
+    deleting the cache as the error says, the same command was refused ("a resumable partial run exists")."""
+    from bertfeat import vcache
+
+    src = corpus(tmp_path / "c.csv", base_rows(20))
+    cache = tmp_path / "cache"
+    out = tmp_path / "run" / "b.parquet"
+    out.parent.mkdir()
+
+    def damaged(self, fid, keys):
+        raise CacheError(f"the cache {self.path} is damaged (database disk image is malformed)",
+                         f"delete {self.path} (its vectors are recomputed by the next run), or use another cache directory")
+
+    monkeypatch.setattr(vcache.VectorStore, "get", damaged)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--cache", cache)
+    assert rc == 1 and "is damaged" in err, err
+    assert list(out.parent.iterdir()) == []  # no partial directory: nothing finished, nothing to resume
+    monkeypatch.undo()
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--cache", cache)
+    assert rc == 0, err

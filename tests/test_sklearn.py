@@ -227,3 +227,23 @@ def test_refit_after_changing_the_model_or_precision(minilm_dir, tmp_path):
     stale.weights_sha256_ = "0" * 64  # as if the files had changed since fit
     with pytest.raises(BertfeatError, match="are not the ones this TextFeatures was fitted with"):
         stale.transform(texts)
+
+
+def test_memo_is_keyed_by_the_model_files_too(make_ckpt, tmp_path):
+    """cache=True keeps vectors per process under the vector cache's key (vcache.cache_fingerprint): a model folder
+    whose config.json changed in place (same weights) gives new vectors, not the memo's old ones (the key was the
+    weights and the settings alone: stale vectors up to 0.2 off)."""
+    import json
+    import shutil
+
+    d = tmp_path / "m"
+    shutil.copytree(make_ckpt(hidden=32, heads=2, layers=2, seed=5), d)
+    before = TextFeatures(model=str(d), cache=True).fit_transform(TEXTS[:6])
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["layer_norm_eps"] = 0.5  # changes every vector; the weights (and their sha256) stay
+    (d / "config.json").write_text(json.dumps(cfg))
+    after = TextFeatures(model=str(d), cache=True).fit_transform(TEXTS[:6])
+    fresh = TextFeatures(model=str(d), cache=False).fit_transform(TEXTS[:6])
+    print(f"max |before - after| {np.abs(before - after).max():.3g}")
+    assert np.abs(before - after).max() > 1e-3
+    np.testing.assert_array_equal(after, fresh)

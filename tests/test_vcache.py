@@ -266,6 +266,31 @@ def test_plan_and_settle_with_chunks_read_ahead():
     r.close()
 
 
+def test_a_cache_cleared_between_chunks_still_gives_the_waiting_duplicates_their_vector(tmp_path):
+    """A duplicate planned while an earlier chunk encodes its text gets that chunk's vector even when `bertfeat cache
+    clear` (another process) empties the cache in between (it was read back from the cache: "a duplicate row's
+    vector is missing (this is a bug)"); the held vector is dropped once every waiting chunk has settled."""
+    from bertfeat.vcache import open_cache
+
+    store = open_cache(tmp_path / "cache")
+    fid = store.register("f" * 16, "m", D, {})
+    r = Reuser(D, cache=store, fid=fid)
+    t = SST2[:3]
+    c1 = r.plan([t[0], t[1]], None)
+    c2 = r.plan([t[0], t[2]], None)  # read ahead: t[0] is being encoded by chunk 1
+    c3 = r.plan([t[0]], None)
+    assert c2.later == {0: text_key(t[0])} and c3.later == {0: text_key(t[0])}
+    X1 = vectors(2, seed=1)
+    r.settle(c1, {0: (0, 10, False, 1), 1: (1, 11, False, 1)}, X1, {})
+    assert open_cache(tmp_path / "cache").clear() == 2  # another process: `bertfeat cache clear`
+    out2, _ = r.settle(c2, {1: (0, 12, False, 1)}, vectors(1, seed=2), {})
+    out3, _ = r.settle(c3, {}, None, {})
+    assert out2[0][0].tobytes() == X1[0].tobytes() and out3[0][0].tobytes() == X1[0].tobytes()
+    assert out3[0][1:] == (10, False, 1)
+    assert r.held == {} and r.waiting == {} and r.pending == {}
+    r.close()
+
+
 def test_a_refused_text_refuses_its_duplicates():
     r = Reuser(D)
     long, ok = SST2[0], SST2[1]
