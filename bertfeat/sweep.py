@@ -298,13 +298,16 @@ def render_markdown(report: dict) -> str:
 
 
 def write_sweep_report(report: dict, prefix: str | os.PathLike) -> dict[str, Path]:
-    """Write PREFIX.json and PREFIX.md atomically; returns their paths."""
-    from .atomic import atomic_output
+    """Write PREFIX.json and PREFIX.md atomically, together; returns their paths."""
+    from .atomic import atomic_output, remove_stale_temps, together
 
     paths = sweep_paths(prefix)
     paths["json"].parent.mkdir(parents=True, exist_ok=True)
-    with atomic_output(paths["markdown"]) as tmp:
-        tmp.write_text(render_markdown(report), encoding="utf-8")
-    with atomic_output(paths["json"]) as tmp:
-        tmp.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    for p in paths.values():  # a killed writer's temporaries
+        remove_stale_temps(p)
+    with together():  # both appear together (an interrupted run leaves the old ones)
+        with atomic_output(paths["markdown"]) as tmp:
+            tmp.write_text(render_markdown(report), encoding="utf-8")
+        with atomic_output(paths["json"]) as tmp:
+            tmp.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     return paths
