@@ -78,7 +78,8 @@ class PartStore:
     def write_part(self, index: int, table: pa.Table, rejects: list[dict], n_read: int, reuse: dict | None = None):
         meta = {b"bertfeat_part": json.dumps({"rejects": rejects, "n_read": n_read, "reuse": reuse or {}}, default=str).encode()}
         with atomic_output(self.part_path(index)) as tmp:
-            pq.write_table(table.replace_schema_metadata(meta), tmp, write_page_checksum=True)
+            pq.write_table(table.replace_schema_metadata(meta), tmp, write_page_checksum=True,  # no dictionary for the
+                           use_dictionary=[c for c in table.column_names if c != "embedding"])  # floats (parquet.py)
 
     def read_part(self, index: int) -> tuple[pa.Table, list[dict], int, dict]:
         """A finished chunk: its table, rejects, input rows and reuse counts (rows_encoded, rows_reused)."""
