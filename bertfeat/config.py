@@ -6,7 +6,33 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .errors import ConfigError
+
+_TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "true / false", dict: "JSON object",
+               list: "list"}
+
+
+def typed(value, types: type | tuple, what: str, default=None):
+    """``value`` (``default`` when None) when of ``types``, else a one-line ConfigError ``<what> is <value>, not a
+    <type>``: how every model file's parsed JSON is checked before it is used (``what`` names the file and key).
+    An integer never accepts a JSON true / false; a number (float) accepts an integer."""
+    if value is None:
+        return default
+    want = types if isinstance(types, tuple) else (types,)
+    if (isinstance(value, want) and not (isinstance(value, bool) and bool not in want)) or (
+            float in want and isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    shown = json.dumps(value) if isinstance(value, (str, int, float, bool)) else f"a JSON {_json_kind(value)}"
+    names = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in want if not (t is int and float in want))
+    raise ConfigError(f"{what} is {shown[:60]}, not a{'n' if names[0] in 'aeiou' else ''} {names}",
+                      "restore the file from the checkpoint (or correct that entry)")
+
+
+def _json_kind(value) -> str:
+    return {dict: "object", list: "list"}.get(type(value), type(value).__name__)
+
 
 SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
 # model_type values whose checkpoints are post-LN BERT encoders. RoBERTa, XLM-RoBERTa and CamemBERT (RoBERTa's
@@ -113,6 +139,21 @@ class BertConfig:
         if self.model_type in MPNET_TYPES:
             return MPNET_PADDING_IDX + 1
         return self.pad_token_id + 1 if self.model_type in ROBERTA_TYPES else 0
+
+    def position_ids(self, input_ids: np.ndarray) -> np.ndarray | None:
+        """(B, T) position ids as transformers counts them when a real token of a right-padded batch is the padding
+        id (a literal ``<pad>`` in a text): it gets padding_idx and the tokens after it count on past it
+        (``cumsum(ids != padding_idx) * (ids != padding_idx) + padding_idx``). None in every other case, where the
+        ids are ``position_offset + arange(T)``. A real pad-id token is always followed by a token other than the
+        padding (the template's closing one), which trailing padding never is: that test costs one pass over the ids."""
+        off = self.position_offset
+        if off == 0 or input_ids.shape[1] < 2:
+            return None
+        is_pad = input_ids == off - 1
+        if not (is_pad[:, :-1] & ~is_pad[:, 1:]).any():
+            return None
+        real = ~is_pad
+        return np.cumsum(real, axis=1) * real + (off - 1)
 
     @property
     def has_token_types(self) -> bool:

@@ -95,14 +95,6 @@ class EncodeResult:
     n_chunks: np.ndarray
 
 
-def default_pooling(model_dir: Path) -> tuple[str, str]:
-    """The pooling of a model's sentence-transformers pipeline, else mean: (mode, where from)."""
-    from .stmodules import read_pipeline
-
-    p = read_pipeline(Path(model_dir), 1, 1 << 30)  # dims unchecked: pooling only (info on an unloaded model)
-    return "+".join(p.pooling), p.pooling_source
-
-
 def token_budget_batches(lengths: np.ndarray, budget: int, max_rows: int = MAX_BATCH_ROWS) -> list[np.ndarray]:
     """Sort rows by length and cut batches whose padded size (rows x longest) fits the token budget."""
     order = np.argsort(lengths, kind="stable")

