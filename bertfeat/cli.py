@@ -1,7 +1,8 @@
 """The `bertfeat` command line: thin Typer commands over the library.
 
 Each command validates its options, calls one library function and renders the result.
-A BertfeatError becomes ``Error: what - how to fix`` on stderr with exit code 1, never a traceback.
+A BertfeatError becomes ``Error: what - how to fix`` on stderr with exit code 1, never a traceback; a command line
+that does not parse, one such line with exit code 2 (usage_error).
 """
 
 from __future__ import annotations
@@ -29,8 +30,12 @@ _ARGV: list[str] | None = None  # the arguments main() was called with (for the 
 # A library error names options by their Python parameters (errors.opt); shown here, each is the flag that
 # sets it: "--" + the name with dashes, or as this table spells it.
 FLAGS = {"output": "-o"}
-#: a parameter whose flag depends on the command: the PCA's n_components is extract's --pca (pca fit's --n-components)
-COMMAND_FLAGS = {"extract": {"n_components": "--pca"}}
+#: a parameter whose flag depends on the command: the PCA's n_components is extract's --pca (pca fit's --n-components);
+#: info takes the model as its argument, not as --model; verify reads its input as the provenance says (no flags)
+COMMAND_FLAGS = {"extract": {"n_components": "--pca"}, "info": {"model": "the MODEL argument"},
+                 "verify": {"text_column": "the text column", "pair_column": "the pair column",
+                            "id_column": "the id column", "input_format": "the input format",
+                            "delimiter": "the delimiter"}}
 MODEL_HELP = "Model: a local directory, a hub id in the Hugging Face cache, or all-MiniLM-L6-v2 (default)."
 
 
@@ -93,7 +98,7 @@ def extract(
     pooling: Optional[str] = typer.Option(None, "--pooling", "-p", help="cls, mean, max, mean_sqrt_len_tokens, weightedmean, lasttoken (or several joined by +), or pooled; replaces the model's pooling and Dense modules (default: the model's own embedding)."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Hidden layers to pool: -1 (last), -2, '-4,-3,-2,-1', '-4:' (0 = embeddings)."),
     layer_agg: str = typer.Option("mean", "--layer-agg", help="Combine several layers by mean or concat."),
-    normalize: Optional[bool] = typer.Option(None, "--normalize/--no-normalize", help="L2-normalize each vector (default: if the model has a Normalize module)."),
+    normalize: Optional[bool] = typer.Option(None, "--normalize/--no-normalize", help="L2-normalize each vector (default: the model's own embedding as its Normalize module says; a chosen --pooling or --layers is not normalized)."),
     prompt_name: Optional[str] = typer.Option(None, "--prompt-name", help="One of the model's prompts (config_sentence_transformers.json), prepended to every text (default: the model's default_prompt_name)."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="A prompt text prepended to every text, e.g. 'query: '."),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens per text (default: the model's max_seq_length, else its tokenizer's model_max_length, else its max positions)."),
@@ -151,7 +156,7 @@ def verify(
     seed: int = typer.Option(0, "--seed", help="Seed of the random choice."),
     tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Largest difference allowed, over a row's norm (default: 1e-5 for fp32, 1e-3 for bf16 and int8)."),
     encoding: Optional[str] = typer.Option(None, "--encoding", help="Text encoding of a CSV/JSONL input, if its provenance does not say."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No table; the exit code says it."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No table: the exit code says it (an Error line still says why when it is 1)."),
 ):
     """Encode a random sample of FEATURES' rows again, one at a time, and compare: the same vectors whatever the batch."""
     from .verify import verify_features
@@ -159,7 +164,6 @@ def verify(
     r = verify_features(features, input=input, model=model, sample=sample, seed=seed, tolerance=tolerance,
                         encoding=encoding)
     if not quiet:
-        from rich.console import Console
         from rich.table import Table
 
         t = Table(title=f"verify {r['features']}", show_header=False)
@@ -172,7 +176,7 @@ def verify(
         t.add_row("tolerance", f"{r['tolerance']:g} of the row's norm ({r['precision']}"
                   + (", after the PCA" if r["reduced"] else "") + ")")
         t.add_row("verdict", "ok" if r["ok"] else "DIFFERENT")
-        Console().print(t)
+        out_console.print(t)
     if not r["ok"]:
         bad = sum(x["relative"] > r["tolerance"] for x in r["rows"])
         w = r["worst"]
@@ -213,8 +217,11 @@ def sweep(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no table."),
 ):
     """Compare layer x pooling feature sets of a sample of INPUT's rows, from one pass through the model."""
+    from .specs import check_input_path, check_stride
     from .sweep import default_prefix, sweep as run_sweep
 
+    check_input_path(input)
+    check_stride(stride, long_text)
     say = (lambda what: None) if quiet else (lambda what: err_console.print(f"bertfeat sweep: {what}", markup=False,
                                                                             highlight=False, soft_wrap=True))
     r = run_sweep(input, sets, label=label, model=model, text_column=text_column, pair_column=pair_column,
@@ -317,7 +324,7 @@ def _register_optional():
     from .cli_cache import cache_app
 
     app.add_typer(cache_app, name="cache", help="Look into or clear a vector cache (extract --cache).")
-    app.command("report", epilog="Examples:\n\n  bertfeat report feats.pca100.npz\n\n"
+    app.command("report", epilog="Examples:\n\n  bertfeat report feats.pca100.npz --overwrite\n\n"
                 "  bertfeat report feats.pca100.npz -o reports/pca100 --quiet\n\n"
                 "  bertfeat report feats.pca100.npz -o probe100 --probe feats.parquet --label label")(report_command)
 
@@ -351,7 +358,8 @@ def _terminate_as_interrupt():
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app; every failure becomes one line ``Error: what - how to fix``.
 
-    The rule (bertfeat.safety): exit 1 on any error, 130 after Ctrl-C, 143 after SIGTERM, never a traceback, whatever
+    The rule (bertfeat.safety): exit 1 on any error, 2 for a command line that does not parse (click's convention; one
+    line too, see usage_error), 130 after Ctrl-C, 143 after SIGTERM, never a traceback, whatever
     the command and the cause (library errors, OS errors on read or write, truncated or foreign files). An unexpected
     exception (a bug) is one line too, unless --debug or BERTFEAT_DEBUG=1 asks for its traceback.
     """
@@ -392,13 +400,88 @@ def _run_main(argv: list[str] | None = None) -> int:
         return 1
     except Exception as e:  # usage errors: click's, or typer's own copy of click's exception classes
         if not isinstance(e, BertfeatError) and callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
-            e.show()
+            if "NoArgsIsHelpError" in _class_names(e):  # `bertfeat`, `bertfeat pca` alone: the help, as asked
+                e.show()
+            else:  # a command line that does not parse: one line, exit code 2 (click's, as scripts expect)
+                err_console.print(f"Error: {usage_error(e)}", markup=False, highlight=False, soft_wrap=True)
             return e.exit_code
         interrupt = _interrupt_in(e)
         if interrupt is not None:  # Ctrl-C inside compiled code, e.g. numba's "SystemError: ... returned a result with
             return _stopped(interrupt)  # an exception set": an interruption, not a bug
         return _fail(e, user_error, unexpected)
     return 0
+
+
+def _class_names(e: BaseException) -> set[str]:
+    return {c.__name__ for c in type(e).__mro__}
+
+
+def _flag_of(param) -> str:
+    """How an error names a click parameter: an option by its flags (-o/--output), an argument as its help shows it."""
+    if getattr(param, "param_type_name", None) == "option" and getattr(param, "opts", None):
+        return "/".join(param.opts)
+    return str(getattr(param, "name", None) or "argument").upper()
+
+
+#: typer's value errors (pydantic's error types) said as the house says them
+_BAD_VALUE = {"int_parsing": "is not a whole number", "int_from_float": "is not a whole number",
+              "float_parsing": "is not a number", "bool_parsing": "is not true or false"}
+
+
+def _command_path() -> str:
+    """``bertfeat`` and the (sub)command names the command line starts with, e.g. ``bertfeat pca fit``."""
+    argv = _ARGV if _ARGV is not None else sys.argv[1:]
+    words, cmd = ["bertfeat"], typer.main.get_command(app)
+    for a in argv:
+        if a.startswith("-"):
+            continue
+        sub = getattr(cmd, "commands", {}).get(a)
+        if sub is None:
+            break
+        words.append(a)
+        cmd = sub
+    return " ".join(words)
+
+
+def usage_error(e: BaseException) -> str:
+    """A command line that does not parse (click's / typer's UsageError) as ``what - how to fix``, one line: a
+    missing argument, an unknown option or command, a value of the wrong type, an extra argument."""
+    import re
+
+    from .errors import one_line
+
+    names = _class_names(e)
+    ctx = getattr(e, "ctx", None)
+    command = getattr(ctx, "command_path", None) or _command_path()
+    fix = f"see {command} --help"
+    param = getattr(e, "param", None)
+    if "MissingParameter" in names and param is not None:
+        kind = "argument" if getattr(param, "param_type_name", None) == "argument" else "option"
+        what = f"missing {kind} {_flag_of(param)}"
+    elif "NoSuchOption" in names:
+        what = f"no such option {getattr(e, 'option_name', '')}".rstrip()
+        if getattr(e, "possibilities", None):
+            fix = f"did you mean {' or '.join(sorted(e.possibilities))}? {fix}"
+    elif "BadParameter" in names and param is not None:
+        cause = e.__cause__
+        errors = cause.errors() if callable(getattr(cause, "errors", None)) else []
+        first = errors[0] if errors else {}
+        flag = _flag_of(param).split("/")[-1]
+        if "input" in first:
+            said = _BAD_VALUE.get(first.get("type"), f"is not valid: {str(first.get('msg', '')).lower()}")
+            what = f"{flag} {first['input']!r} {said}"
+        else:
+            what = f"invalid value for {flag}: {getattr(e, 'message', '') or e}"
+    else:
+        message = e.format_message() if callable(getattr(e, "format_message", None)) else str(e)
+        message = re.sub(r"'(-[-\w]+)'", r"\1", message.strip().rstrip("."))
+        message = message.replace("requires an argument", "needs a value")
+        extra = re.match(r"Got unexpected extra arguments?(?:\(s\))? \((.*)\)$", message, re.S)
+        if extra:
+            message = f"unexpected extra argument(s): {extra.group(1)}"
+            fix = f"quote a path or text that holds spaces; {fix}"
+        what = message[:1].lower() + message[1:] if message[1:2].islower() else message
+    return f"{one_line(what, 400)} - {fix}"
 
 
 def _flags() -> dict[str, str]:

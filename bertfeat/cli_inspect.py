@@ -110,13 +110,15 @@ def attention_command(
     check_outputs(outs, [], overwrite)
     r = write_attention(text, output, pair, model, layer, None if all_heads else (0 if head is None else head),
                         save_npy, max_length, precision=precision)
-    out, _ = _consoles()
+    _, err = _consoles()  # "wrote ..." goes to stderr, as for every command that writes files
     heads = f"head {r['heads'][0]}" if len(r["heads"]) == 1 else f"{len(r['heads'])} heads"
     w, h = r["png_pixels"]
-    out.print(f"wrote {r['png']} (layer {r['layer']}, {heads}, {r['n_tokens']} tokens, {w}x{h} px)", markup=False, highlight=False, soft_wrap=True)
+    err.print(f"wrote {r['png']} (layer {r['layer']}, {heads}, {r['n_tokens']} tokens, {w}x{h} px)", markup=False,
+              highlight=False, soft_wrap=True)
     if r["npy"]:
         shape = " x ".join(str(n) for n in r["npy_shape"])
-        out.print(f"wrote {r['npy']} (float32, layers x heads x T x T = {shape})", markup=False, highlight=False, soft_wrap=True)
+        err.print(f"wrote {r['npy']} (float32, layers x heads x T x T = {shape})", markup=False, highlight=False,
+                  soft_wrap=True)
 
 
 def fill_mask_command(
@@ -133,7 +135,12 @@ def fill_mask_command(
     _check_arguments(text, pair)
     if top_k < 1:
         raise BertfeatError(f"--top-k {top_k} is out of range", "give 1 or more")
-    preds = fill_mask(text, top_k, model, pair, precision=precision)
+    try:
+        preds = fill_mask(text, top_k, model, pair, precision=precision)
+    except BertfeatError as e:  # past the vocabulary: the library says "top-k N" (its Python callers' spelling)
+        if e.what == f"top-k {top_k} is out of range":
+            raise BertfeatError(f"--top-k {top_k} is out of range", e.fix) from None
+        raise
     if json_out:
         typer.echo(json.dumps(preds, ensure_ascii=False, indent=2))
         return

@@ -14,15 +14,18 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
+from .console import err_console, out_console
 from .pca import PCA, SOLVERS
 from .pca_checks import DEFAULT_ACCUMULATE, accumulate_mode
+from .probe import DEFAULT_FOLDS
 from .outlock import output_lock
 from .reduce import fit_pca_to_files, reduce_features_file, unchecked_source
 from .report import build_pca_report, render_pca_report, write_pca_report
 
 __all__ = ["pca_app", "fit_command", "transform_command", "report_command", "parse_n_components"]
+
+MIN_PROBE_ROWS = 2 * DEFAULT_FOLDS  # --probe-rows: two rows per fold of the probe's cross-validation at least
 
 pca_app = typer.Typer(
     help="Fit a PCA on a features file, apply it to features, and report its explained variance.",
@@ -42,13 +45,19 @@ def parse_n_components(text: str | None) -> int | float | None:
     return parse_pca_spec(text, "n_components")
 
 
+def _check_not_npz(features: Path, model_use: str) -> None:
+    """A .npz as FEATURES (pca fit, pca transform): a feature file is never one (safety.check_array_file's advice is a
+    PCA model's), so say what the command reads and where a PCA model goes."""
+    from .errors import BertfeatError
+
+    if features.suffix.lower() == ".npz" and features.is_file():
+        raise BertfeatError(f"{features}: a .npz is not a feature file",
+                            f"pass a feature file of `bertfeat extract` (.parquet, .npy or .csv); {model_use}")
+
+
 def _prefix_for(model_path: Path) -> Path:
     """``pca.npz`` -> ``pca`` (report files go beside the model)."""
     return model_path.with_suffix("") if model_path.suffix == ".npz" else model_path
-
-
-def _err() -> Console:
-    return Console(stderr=True)
 
 
 def _accumulate_option(accumulate: str | None, precision: str | None) -> str:
@@ -59,7 +68,8 @@ def _accumulate_option(accumulate: str | None, precision: str | None) -> str:
     """
     if precision is None:
         return DEFAULT_ACCUMULATE if accumulate is None else accumulate
-    _err().print("Warning: --precision on pca fit is deprecated, use --accumulate", markup=False, highlight=False, soft_wrap=True)
+    err_console.print("Warning: --precision on pca fit is deprecated, use --accumulate", markup=False, highlight=False,
+                      soft_wrap=True)
     return accumulate_mode(accumulate, precision)
 
 
@@ -89,21 +99,24 @@ def fit_command(
     precision: Annotated[
         Optional[str], typer.Option("--precision", hidden=True, help="Deprecated name of --accumulate.")
     ] = None,
-    batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="Rows read per chunk.")] = 65536,
+    batch_rows: Annotated[int, typer.Option("--batch-rows", help="Rows read per chunk.")] = 65536,
     label: Annotated[Optional[str], typer.Option("--label", help="A label column of FEATURES (extract --keep label): "
                                                  "the report adds how well the first k components predict it (a "
                                                  "cross-validated ridge classifier).")] = None,
-    probe_rows: Annotated[int, typer.Option("--probe-rows", min=10, help="Rows the --label probe uses at most (a "
+    probe_rows: Annotated[int, typer.Option("--probe-rows", help="Rows the --label probe uses at most (a "
                                             "uniform sample).")] = 20_000,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the report table.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing output files (else refused).")] = False,
 ) -> None:
     """Fit a PCA on FEATURES (streaming), write the model and its report beside it."""
     from .safety import check_array_file, check_outputs, feature_file_inputs, report_outputs
-    from .specs import check_model_output, check_output_name
+    from .specs import check_count, check_model_output, check_output_name
 
+    check_count(batch_rows, "batch_rows")
+    check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)
     accumulate = _accumulate_option(accumulate, precision)
     check_output_name(out, "PCA model", "pca100.npz")
+    _check_not_npz(features, "a PCA model (.npz) is applied with `bertfeat pca transform FEATURES --pca-model MODEL`")
     check_array_file(features, "feature file")
     with output_lock(out, _prefix_for(out)):  # one writer per output (outlock.py)
         check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
@@ -112,11 +125,12 @@ def fit_command(
             features, out, _prefix_for(out), parse_n_components(n_components), label=label, probe_rows=probe_rows,
             solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows)
     if probe and "skipped" in probe:
-        _err().print(f"Warning: no linear probe of {label!r}: {probe['skipped']}", markup=False, highlight=False,
+        err_console.print(f"Warning: no linear probe of {label!r}: {probe['skipped']}", markup=False, highlight=False,
                      soft_wrap=True)
     if not quiet:
-        render_pca_report(build_pca_report(pca, source, probe), Console())
-        _err().print(f"wrote {out}, {', '.join(str(p) for k, p in outputs.items() if k != 'pca_model')}")
+        render_pca_report(build_pca_report(pca, source, probe), out_console)
+        err_console.print(f"wrote {out}, {', '.join(str(p) for k, p in outputs.items() if k != 'pca_model')}",
+                          markup=False, highlight=False, soft_wrap=True)
 
 
 @pca_app.command("transform", epilog="Examples:\n\n  bertfeat pca transform feats.parquet --pca-model feats.pca100.npz -o reduced.parquet\n\n"
@@ -129,17 +143,19 @@ def transform_command(
         Optional[str], typer.Option("--format", help="parquet, npy or csv (default: from the output suffix).")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Transform even if the features come from a different source.")] = False,
-    batch_rows: Annotated[int, typer.Option("--batch-rows", min=1, help="Rows read per chunk.")] = 65536,
+    batch_rows: Annotated[int, typer.Option("--batch-rows", help="Rows read per chunk.")] = 65536,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing output files (else refused).")] = False,
 ) -> None:
     """Reduce FEATURES with a saved PCA (streaming); ids, extras and metadata are kept."""
     from .features import feature_format
     from .safety import check_array_file, check_outputs, feature_file_inputs, feature_file_outputs
-    from .specs import check_output_format, check_output_name
+    from .specs import check_count, check_output_format, check_output_name
 
+    check_count(batch_rows, "batch_rows")
     check_output_format(out, fmt)
     check_output_name(out, "output", "reduced.parquet")
+    _check_not_npz(features, "the PCA model (.npz) goes to --pca-model")
     check_array_file(features, "feature file")
     pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
     outputs = feature_file_outputs(out, feature_format(out, fmt))  # the file and its side files (.npy: ids, provenance)
@@ -148,15 +164,17 @@ def transform_command(
         path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows)
     if not quiet:
         if unchecked_source(features, pca):
-            _err().print(f"Warning: {features} has no provenance (for a .npy, its .json beside it), so it was not checked "
-                         f"against the features {pca_path} was fitted on", markup=False, highlight=False, soft_wrap=True)
-        _err().print(f"wrote {path} ({pca.n_components_} components)")
+            err_console.print(f"Warning: {features} has no provenance (for a .npy, its .json beside it), so it was not "
+                              f"checked against the features {pca_path} was fitted on", markup=False, highlight=False,
+                              soft_wrap=True)
+        err_console.print(f"wrote {path} ({pca.n_components_} components)", markup=False, highlight=False,
+                          soft_wrap=True)
 
 
 def report_command(
     pca_path: Annotated[Path, typer.Argument(help="Model file from `bertfeat pca fit`.")],
     out_prefix: Annotated[
-        Optional[Path], typer.Option("-o", "--output", help="Prefix of the report files (default: the model path without .npz).")
+        Optional[Path], typer.Option("-o", "--output", help="Prefix of the report files (default: the model path without .npz, where pca fit wrote its report: --overwrite replaces it).")
     ] = None,
     probe: Annotated[
         Optional[Path], typer.Option("--probe", help="A feature file with a label column (extract --keep label): report "
@@ -164,16 +182,17 @@ def report_command(
                                      "cross-validated). The features the PCA was fitted on, or the ones it reduced.")
     ] = None,
     label: Annotated[Optional[str], typer.Option("--label", help="The label column of --probe's file.")] = None,
-    probe_rows: Annotated[int, typer.Option("--probe-rows", help="Rows the probe uses at most (a uniform sample).",
-                                            min=10)] = 20_000,
+    probe_rows: Annotated[int, typer.Option("--probe-rows", help="Rows the probe uses at most (a uniform sample).")] = 20_000,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the report table.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing report files (else refused).")] = False,
 ) -> None:
-    """Write the explained-variance report (JSON, Markdown, PNG) of a saved PCA model."""
+    """Write the explained-variance report (JSON, Markdown, PNG) of a saved PCA model, under a new -o PREFIX or, with
+    --overwrite, over the one pca fit wrote beside it."""
     from .errors import BertfeatError
     from .safety import check_outputs, report_outputs
-    from .specs import check_output_name
+    from .specs import check_count, check_output_name
 
+    check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)
     if out_prefix is not None:
         check_output_name(out_prefix, "report prefix", "pca100")
     if (probe is None) != (label is None):
@@ -190,5 +209,6 @@ def report_command(
         source = dict(getattr(pca, "source_", None) or {}) | {"model_file": str(pca_path), "fingerprint": pca.fingerprint_}
         paths = write_pca_report(pca, out_prefix or _prefix_for(pca_path), source=source, probe=result)
     if not quiet:
-        render_pca_report(build_pca_report(pca, source, result), Console())
-        _err().print(f"wrote {', '.join(str(p) for p in paths.values())}")
+        render_pca_report(build_pca_report(pca, source, result), out_console)
+        err_console.print(f"wrote {', '.join(str(p) for p in paths.values())}", markup=False, highlight=False,
+                          soft_wrap=True)

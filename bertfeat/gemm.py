@@ -210,7 +210,8 @@ def _resolve_int8() -> GemmPath:
 def check_precision(precision: str) -> None:
     """A precision a user may ask for (PRECISION_CHOICES), else the error that lists them."""
     if precision not in PRECISION_CHOICES:
-        raise BertfeatError(f"unknown precision '{precision}'", f"choose one of {', '.join(PRECISION_CHOICES)}")
+        raise BertfeatError(f"unknown {opt('precision', precision, cli=repr(precision))}",
+                            f"choose one of {', '.join(PRECISION_CHOICES)}")
 
 
 def resolve(precision: str) -> GemmPath:

@@ -94,13 +94,14 @@ def _max_length(enc, max_length: int | None) -> int:
 
 def atomic_write(path: str | Path, write) -> Path:
     """Call ``write(fh)`` on a temporary file beside ``path``, then move it into place (atomic.py)."""
-    from .atomic import atomic_output
+    from .atomic import atomic_output, remove_stale_temps
     from .errors import BertfeatError
 
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise BertfeatError(f"cannot write {path}: directory {parent} does not exist", "create it, or choose another path")
+    remove_stale_temps(path)  # a killed writer's
     with atomic_output(path) as tmp, open(tmp, "wb") as fh:
         write(fh)
     return path

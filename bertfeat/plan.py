@@ -220,7 +220,8 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
 
     Raises BertfeatError naming the parameter, before anything is read past the input's header or written.
     """
-    from .specs import check_max_batch_tokens, check_max_length, check_output_format, check_threads
+    from .specs import (check_input_path, check_max_batch_tokens, check_max_length, check_output_format,
+                        check_output_name, check_stride, check_threads)
 
     # the run's shape
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
@@ -258,10 +259,13 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         raise BertfeatError(f"{opt('wide', True)} applies to Parquet output, not npy",
                             f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
     check_output_format(output, format)
+    if output is not None:
+        check_output_name(output, "output", "features.parquet")
     keep = check_keep(keep, fmt, id_column, wide)
     label = check_label_option(label, pca_value, pca_model, fmt, id_column)
     if label is not None and label not in keep:
         keep = check_keep(keep + (label,), fmt, id_column, wide)  # the probe reads it back from the output
+    check_stride(stride, long_text)
     if pair_column is not None:
         from .encoder import check_pairs_long_text
 
@@ -273,6 +277,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
                             "extract reads a file (CSV, TSV, Parquet, JSONL) or '-' for standard input; for texts in "
                             "memory use bertfeat.Encoder().encode(texts), or bertfeat.sklearn.TextFeatures")
     input = os.fspath(input)
+    check_input_path(input)
     if resume and input == "-":
         raise BertfeatError(f"{opt('resume', True)} cannot continue a run that read standard input", "write the input to a file first")
     from .readers import is_url, open_input
@@ -293,6 +298,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
 
     with output_lock(*layout.locked(), create=False):  # a run writing this output is named first (its partial dir is live)
         check_layout(layout, reader, input, overwrite, resume, pca_model)
+    check_cache_apart(cache, layout)
     return ExtractPlan(
         input=input, reader=reader, layout=layout, model=None if model is None else os.fspath(model),
         encoder_kwargs=encoder_kwargs,
@@ -451,6 +457,19 @@ def dask_settings(input, output, fmt, scheduler, workers, blocksize) -> DaskSett
         raise BertfeatError(f"{opt('workers')} starts a local cluster; it cannot be combined with {opt('scheduler')}",
                             f"start the workers with `dask worker SCHEDULER` on each machine, or drop {opt('scheduler')}")
     return DaskSettings(scheduler, workers, parse_blocksize(blocksize))
+
+
+def check_cache_apart(cache: Path | None, layout: OutputLayout) -> None:
+    """The cache directory is none of the run's outputs and not inside its partial directory (removed at the end, and
+    the cache with it)."""
+    if cache is None:
+        return
+    c = Path(cache).absolute()
+    for label, path in layout.outputs() + [("partial directory", layout.partial)]:
+        p = Path(path).absolute()
+        if c == p or (label == "partial directory" and p in c.parents):
+            raise BertfeatError(f"the cache {cache} is {'inside ' if c != p else ''}the run's {label} {path}",
+                                f"give {opt('cache')} a directory of its own, e.g. {opt('cache', 'bertfeat-cache')}")
 
 
 def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resume: bool, pca_model: Path | None = None) -> None:

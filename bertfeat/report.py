@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import atomic_output
+from .atomic import atomic_output, remove_stale_temps, together
 from .pca import PCA
 from .pca_solvers import components_needed, infer_dimension
 
@@ -259,18 +259,25 @@ def write_pca_report(pca: PCA, out_prefix: str | os.PathLike, source: dict | Non
     paths = report_paths(out_prefix)
     paths["json"].parent.mkdir(parents=True, exist_ok=True)
     report["files"] = {kind: p.name for kind, p in paths.items()}
-    with atomic_output(paths["png"]) as tmp:
-        _draw(report, tmp)
-    with atomic_output(paths["markdown"]) as tmp:
-        tmp.write_text(render_markdown(report, paths["png"].name), encoding="utf-8")
-    with atomic_output(paths["json"]) as tmp:
-        tmp.write_text(json.dumps(report, indent=2, default=_json_default) + "\n", encoding="utf-8")
+    for p in paths.values():  # a killed writer's temporaries
+        remove_stale_temps(p)
+    with together():  # the three appear together (an interrupted run leaves the old ones)
+        with atomic_output(paths["png"]) as tmp:
+            _draw(report, tmp)
+        with atomic_output(paths["markdown"]) as tmp:
+            tmp.write_text(render_markdown(report, paths["png"].name), encoding="utf-8")
+        with atomic_output(paths["json"]) as tmp:
+            tmp.write_text(json.dumps(report, indent=2, default=_json_default) + "\n", encoding="utf-8")
     return paths
 
 
 def render_pca_report(report: dict, console: Any) -> None:
-    """Print the summary, and the table of thresholds and suggestions, with rich."""
+    """Print the summary, and the table of thresholds and suggestions, with rich.
+
+    Any console: the label (a column name the user chose) is a ``Text`` or printed with markup off, never read as rich
+    markup (``[red]``, ``[/b]``) or emoji codes."""
     from rich.table import Table
+    from rich.text import Text
 
     rec = report["reconstruction"]
     summary = Table(title="PCA", show_header=False)
@@ -293,9 +300,10 @@ def render_pca_report(report: dict, console: Any) -> None:
     console.print(table)
     probe = report.get("probe")
     if probe and "skipped" in probe:
-        console.print(f"Linear probe of {probe['label']!r}: none ({probe['skipped']})", markup=False, highlight=False)
+        console.print(f"Linear probe of {probe['label']!r}: none ({probe['skipped']})", markup=False, highlight=False,
+                      emoji=False)
     elif probe:
-        t = Table(title=f"Linear probe: {probe['label']}",
+        t = Table(title=Text(f"Linear probe: {probe['label']}", style="table.title"),
                   caption=f"{probe['rows']:,} rows, {probe['classes']} classes, {probe['folds']}-fold")
         t.add_column("input")
         t.add_column("accuracy", justify="right")

@@ -4,9 +4,12 @@
   ``100`` = that many components; ``0.95`` = the fewest components that explain 95 % of the variance;
   ``1.0`` or ``all`` = every component (100 % of the variance); 0, negatives, ``1.5``, nan are refused.
 * ``check_size``: ``max_length``, ``max_batch_tokens`` and friends: 0 is refused, never "default".
+* ``check_count``: ``pca fit`` / ``transform --batch-rows``, ``--probe-rows``: a count below its minimum is refused.
+* ``check_stride``: ``stride`` without a chunk-* ``long_text`` is refused.
 * ``check_threads``, ``check_max_batch_tokens``: the encoder's load settings, checked alike by ``bertfeat.extract``
   (plan.make_plan) and ``Encoder(...)``.
 * ``check_output_format``: an output whose extension names another format than ``format`` is refused.
+* ``check_input_path``, ``check_output_name``: an empty input path; an output that names no file, or ``-``.
 * ``check_model_output``: so is a PCA model (``pca fit -o``, always a .npz) named like another format.
 
 Each names its option by the caller's Python parameter (errors.opt); the CLI shows it as its flag.
@@ -98,6 +101,24 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Real)
 
 
+def check_count(value: int, param: str, minimum: int = 1) -> int:
+    """A count that has no "default" spelling (``batch_rows``, ``probe_rows``): a whole number, ``minimum`` or more,
+    refused as ``--batch-rows 0 is out of range - give 1 or more`` (as ``chunk_rows`` is)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise BertfeatError(f"{opt(param, value)} is out of range", f"give {minimum} or more")
+    return value
+
+
+def check_stride(stride: int | None, long_text) -> None:
+    """``stride`` is the overlap of ``long_text`` chunk-mean / chunk-max windows: given with another mode it would do
+    nothing, so it is refused (as ``workers`` without the Dask engine is)."""
+    if stride is not None and not str(long_text).startswith("chunk"):
+        raise BertfeatError(f"{opt('stride', stride)} applies to {opt('long_text', 'chunk-mean')} or chunk-max only "
+                            f"(the windows' overlap), not to {opt('long_text', long_text)}",
+                            f"add {opt('long_text', 'chunk-mean')} (or chunk-max) to cut long texts into windows, or "
+                            f"drop {opt('stride')}")
+
+
 def check_max_length(value: int | None, param: str = "max_length") -> int | None:
     return check_size(value, param, 3, None, " (up to the model's max_position_embeddings, 512 for BERT and MiniLM)")
 
@@ -126,8 +147,11 @@ def check_output_format(path: str | Path | None, fmt: str | None, formats=("parq
     p = Path(str(path))
     suffix = p.suffix.lower()
     named = _EXT_FORMAT.get(suffix)
-    if named is None:
-        return  # no extension or an unknown one: the format decides
+    if named is None:  # no extension or an unknown one: the format decides, unless a reader could not tell it later
+        if fmt in ("npy", "csv") and fmt in formats:  # pca fit, verify ... read a file by its extension (else Parquet)
+            raise BertfeatError(f"the output {p} has no .{fmt} extension, so it would be read back as Parquet",
+                                f"name the output {p.with_name(p.name + '.' + fmt)}")
+        return
     written = fmt or named
     if named != written or written not in formats:
         if fmt:
@@ -138,12 +162,28 @@ def check_output_format(path: str | Path | None, fmt: str | None, formats=("parq
                                   f"or choose {opt('format')} to match ({', '.join(formats)})")
 
 
+INPUT_FIX = ("pass the input file (CSV, TSV, Parquet or JSONL), a directory or glob of Parquet files, or - for "
+             "standard input")
+
+
+def check_input_path(path, what: str = "the input path") -> None:
+    """Refuse an empty input path (``bertfeat extract ""``), which would read the current directory as a Parquet
+    dataset."""
+    if isinstance(path, (str, bytes)) and not path:
+        raise BertfeatError(f"{what} is empty", INPUT_FIX)
+
+
 def check_output_name(path: str | Path, what: str, example: str) -> None:
     """Refuse an output (or a report prefix) that names no file: empty (-o "", which the CLI sees as '.') or an extension
-    alone (-o .npz), which would write hidden files such as .npz or ..report.json. (Another directory is the output
-    checks' to refuse, safety.check_outputs.)"""
+    alone (-o .npz), which would write hidden files such as .npz or ..report.json; and ``-``, standard output, which
+    bertfeat never writes to (its outputs are files, written atomically). (Another directory is the output checks' to
+    refuse, safety.check_outputs.)"""
     text = str(path)
     p = Path(text)
+    if text == "-":
+        raise BertfeatError(f"the {what} '-' means standard output, which bertfeat does not write to (its outputs are "
+                            "files, written atomically)",
+                            f"pass {opt('output')} with a file name, e.g. {opt('output', example)}")
     if text in ("", ".") or p.name.lower() in {".npz", ".parquet", ".npy", ".csv", ".json", ".md", ".png", ".pq"}:
         shown, why = ("''", "is empty") if text in ("", ".") else (text, "is an extension with no name")
         raise BertfeatError(f"the {what} {shown} {why}", f"pass {opt('output')} with a file name, e.g. {opt('output', example)}")

@@ -15,6 +15,8 @@ L2 norm, and the cosine.
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,35 @@ def _sample_positions(n: int, sample: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(n, size=min(sample, n), replace=False)) if n else np.zeros(0, dtype=np.int64)
 
 
+def _check_input_format(given: str, meta: dict, features: Path) -> None:
+    """``input`` in another format than the one the features were extracted from is refused, saying how verify reads
+    it: with the format and columns of the provenance (it has no options to read it otherwise)."""
+    from .readers.formats import detect_format
+
+    try:
+        fmt = detect_format(given, None)
+    except BertfeatError:
+        return  # no format in its name, or not a regular file: the reader says what is wrong with it
+    if fmt == meta["input_format"]:
+        return
+    named = (("text", "text_column"), ("pair", "pair_column"), ("id", "id_column"))
+    columns = ", ".join(f"{what} column {meta[key]!r}" for what, key in named if meta.get(key))
+    raise BertfeatError(f"{opt('input', given)} is {fmt}, but {features} was extracted from {meta['input_format']} "
+                        f"({meta['input']})", f"pass the file the features were extracted from (moved or renamed): "
+                        f"verify reads it as their provenance says ({meta['input_format']}, {columns})")
+
+
+def _check_tolerance(tolerance) -> None:
+    """None (the precision's default) or a finite difference of 0 or more over a row's norm (0: bit for bit)."""
+    if tolerance is None:
+        return
+    fix = "give a difference over a row's norm of 0 or more, e.g. 1e-5 (default: 1e-5 for fp32, 1e-3 for bf16 and int8)"
+    if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real):
+        raise BertfeatError(f"{opt('tolerance', tolerance)} is not a number", fix)
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise BertfeatError(f"{opt('tolerance', tolerance, cli=f'{tolerance:g}')} is out of range", fix)
+
+
 def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | None = None,
                     model: str | os.PathLike | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
                     tolerance: float | None = None, encoding: str | None = None, progress=None) -> dict:
@@ -130,8 +161,16 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     path = Path(features)
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
         raise BertfeatError(f"{opt('sample', sample)} is out of range", "give 1 or more rows")
+    _check_tolerance(tolerance)
+    if isinstance(input, str) and not input:
+        raise BertfeatError(f"{opt('input', '', cli=repr(''))} is empty", "pass the input the features were extracted "
+                            f"from, or leave {opt('input')} out for the one their provenance names")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise BertfeatError(f"{opt('seed', seed)} is out of range", "give 0 or more")
     meta, files = _metadata(path)
     _need(meta, path, "fingerprint", "input", "input_format", "text_column", "model")
+    if input is not None:
+        _check_input_format(os.fspath(input), meta, path)
     fp = meta["fingerprint"]
     precision = fp.get("precision", meta.get("precision", "fp32"))
     enc = Encoder(model or meta["model"], precision=precision)

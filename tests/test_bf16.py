@@ -471,7 +471,7 @@ def test_unknown_precision(capsys, minilm_dir, tmp_path):
     src = tmp_path / "a.csv"
     src.write_text("text\nhello\n")
     assert main(["extract", str(src), "--model", str(minilm_dir), "--precision", "fp16", "--quiet"]) == 1
-    assert capsys.readouterr().err == "Error: unknown precision 'fp16' - choose one of fp32, bf16, int8, auto\n"
+    assert capsys.readouterr().err == "Error: unknown --precision 'fp16' - choose one of fp32, bf16, int8, auto\n"
 
 
 def test_cpu_capabilities():

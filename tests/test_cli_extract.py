@@ -341,3 +341,18 @@ def test_help_lists_every_precision_and_the_extra_by_name():
     text = line[start:line.index("--cache", start)]
     assert all(f"{c} (" in text for c in PRECISION_CHOICES), text
     assert text.count("bertfeat[fast]") == 2, text
+
+
+def test_normalize_help_says_what_the_default_is():
+    """The default follows the model's Normalize module for its own embedding only: a chosen --pooling / --layers is
+    not normalized unless asked (the help said "if the model has a Normalize module", true of neither alone)."""
+    import typer.main
+
+    from bertfeat.cli import app
+
+    group = typer.main.get_command(app)
+    helps = {name: next(p.help for p in group.commands[name].params if p.name == "normalize")
+             for name in ("extract", "sweep")}
+    assert helps["extract"] == ("L2-normalize each vector (default: the model's own embedding as its Normalize module "
+                                "says; a chosen --pooling or --layers is not normalized).")
+    assert "if the model has a Normalize module" not in " ".join(helps.values())

@@ -111,10 +111,10 @@ def test_attention_one_head_and_npy(capsys, tmp_path):
     png, npy = tmp_path / "attn.png", tmp_path / "attn.npy"
     text = "The cat sat on the mat."
     rc, out, err = run(capsys, "attention", text, "--layer", -1, "--head", 3, "-o", png, "--save-npy", npy)
-    assert rc == 0 and err == ""
+    assert rc == 0 and out == ""  # what was written goes to stderr, as for every command that writes files
     tokens, attn = attention_maps(text)
     T = len(tokens)
-    assert out.splitlines() == [f"wrote {png} (layer 5, head 3, {T} tokens, 800x800 px)",
+    assert err.splitlines() == [f"wrote {png} (layer 5, head 3, {T} tokens, 800x800 px)",
                                 f"wrote {npy} (float32, layers x heads x T x T = 6 x 12 x {T} x {T})"]
     assert png_size(png) == (800, 800)
     a = np.load(npy)
@@ -125,11 +125,11 @@ def test_attention_one_head_and_npy(capsys, tmp_path):
 def test_attention_all_heads_grid(capsys, tmp_path, zh_dir):
     png = tmp_path / "grid.png"
     rc, out, err = run(capsys, "attention", "The cat sat.", "--pair", "It did.", "--all-heads", "-o", png)
-    assert rc == 0 and err == ""
-    assert "(layer 5, 12 heads, 10 tokens, 1600x1200 px)" in out
+    assert (rc, out, err) == (0, "", f"wrote {png} (layer 5, 12 heads, 10 tokens, 1600x1200 px)\n")
     assert png_size(png) == (1600, 1200)  # 12 heads: 4 x 3 cells of 400 px
     rc, out, err = run(capsys, "attention", "一个戴着硬帽子的人", "--all-heads", "--layer", 0, "-o", png, "--model", zh_dir, "--overwrite")
-    assert rc == 0 and err == ""  # no missing-glyph warnings either
+    assert rc == 0 and out == "" and len(err.splitlines()) == 1  # no missing-glyph warnings either
+    assert err.startswith(f"wrote {png} (layer 0, 4 heads, ")
     assert png_size(png) == (1600, 400)  # 4 heads in one row
 
 
@@ -157,8 +157,8 @@ def test_attention_output_errors(capsys, tmp_path):
 
 
 def test_attention_output_is_required(capsys):
-    rc, out, err = run(capsys, "attention", "hello")  # a usage error: exit code 2, click's message
-    assert rc == 2 and "'-o'" in err
+    rc, out, err = run(capsys, "attention", "hello")  # a usage error: one line, exit code 2 (click's)
+    assert (rc, out, err) == (2, "", "Error: missing option -o/--output - see bertfeat attention --help\n")
 
 
 # --------------------------------------------------------------------------- fill-mask
@@ -200,7 +200,7 @@ def test_fill_mask_errors(capsys, mlm_dir):
     rc, out, err = run(capsys, "fill-mask", "[MASK]", "--top-k", 0, "--model", mlm_dir)
     assert (rc, err) == (1, "Error: --top-k 0 is out of range - give 1 or more\n")
     rc, out, err = run(capsys, "fill-mask", "[MASK]", "--top-k", 30523, "--model", mlm_dir)
-    assert (rc, err) == (1, "Error: top-k 30523 is out of range - choose 1..30522 (the vocabulary size)\n")
+    assert (rc, err) == (1, "Error: --top-k 30523 is out of range - choose 1..30522 (the vocabulary size)\n")
 
 
 # --------------------------------------------------------------------------- precisions
@@ -227,7 +227,8 @@ def test_inspect_commands_take_the_precisions(precision, capsys, tmp_path, mlm_d
     npy = tmp_path / "a.npy"
     rc, out, err = run(capsys, "attention", "The cat sat.", "--model", mlm_dir, "-o", tmp_path / "a.png", "--save-npy", npy,
                        "--precision", precision)
-    assert rc == 0 and err == ""
+    assert rc == 0 and out == ""
+    assert [line.split()[:2] for line in err.splitlines()] == [["wrote", str(tmp_path / "a.png")], ["wrote", str(npy)]]
     a, ref = np.load(npy), attention_maps("The cat sat.", encoder=enc)[1]
     np.testing.assert_array_equal(a, ref)
     a32 = attention_maps("The cat sat.", model=str(mlm_dir))[1]

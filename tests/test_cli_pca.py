@@ -307,3 +307,97 @@ def test_fit_command_takes_mle(tmp_path, features, X, capsys):
     assert capsys.readouterr().err == (f"Error: --n-components mle needs at least as many samples as features (n_samples 10 "
                                        f"< n_features {X.shape[1]}), as scikit-learn's does - fit on more rows, or pass a "
                                        "number of components\n")
+
+
+# --------------------------------------------------------------------------- what the commands print
+def test_paths_are_printed_as_they_are_never_as_rich_markup(tmp_path, features, capsys):
+    """`[train]` was taken for a style and dropped ("wrote feats.parquet"), `[/b]` and `[/]` for closing tags (an
+    unexpected MarkupError after the files were written), `:smile:` for an emoji."""
+    model = tmp_path / "f[" / "]g.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "3", "-o", str(model)]) == 0
+    prefix = tmp_path / "f[" / "]g"
+    assert capsys.readouterr().err == (f"wrote {model}, {prefix}.report.json, {prefix}.report.md, "
+                                       f"{prefix}.report.png\n")
+    for name in ("feats[train].parquet", "x[red]:smile:.parquet"):
+        out = tmp_path / name
+        assert _run_main(["pca", "transform", str(features), "--pca-model", str(model), "-o", str(out)]) == 0
+        assert capsys.readouterr() == ("", f"wrote {out} (3 components)\n") and out.is_file()
+    (tmp_path / "r[").mkdir()
+    report = tmp_path / "r[" / "b]s"
+    assert _run_main(["report", str(model), "-o", str(report)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == f"wrote {report}.report.json, {report}.report.md, {report}.report.png\n"
+    assert "Components needed" in captured.out
+
+
+def test_wrote_lines_are_one_line_whatever_the_width(tmp_path, features, capsys):
+    """stderr that is not a terminal is 80 columns to rich: a long path was hard-wrapped into two lines."""
+    deep = tmp_path / ("d" * 70)
+    deep.mkdir()
+    model, out = deep / "pca.npz", deep / "reduced.parquet"
+    assert _run_main(["pca", "fit", str(features), "-n", "2", "-o", str(model), "--overwrite"]) == 0
+    assert capsys.readouterr().err.count("\n") == 1
+    assert _run_main(["pca", "transform", str(features), "--pca-model", str(model), "-o", str(out)]) == 0
+    assert capsys.readouterr().err == f"wrote {out} (2 components)\n"
+    assert _run_main(["report", str(model), "--overwrite", "-q"]) == 0 and capsys.readouterr().err == ""
+    assert _run_main(["report", str(model), "--overwrite"]) == 0
+    assert capsys.readouterr().err == f"wrote {deep}/pca.report.json, {deep}/pca.report.md, {deep}/pca.report.png\n"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["pca", "fit", "{f}", "-o", "{t}/m.npz", "--batch-rows", "0"], "--batch-rows 0 is out of range - give 1 or more"),
+    (["pca", "fit", "{f}", "-o", "{t}/m.npz", "--probe-rows", "9"], "--probe-rows 9 is out of range - give 10 or more"),
+    (["pca", "transform", "{f}", "--pca-model", "{t}/m.npz", "-o", "{t}/r.parquet", "--batch-rows", "-1"],
+     "--batch-rows -1 is out of range - give 1 or more"),
+    (["report", "{t}/m.npz", "--probe-rows", "5"], "--probe-rows 5 is out of range - give 10 or more"),
+    (["pca", "fit", "{f}", "-o", "-"], "the PCA model '-' means standard output, which bertfeat does not write to (its "
+     "outputs are files, written atomically) - pass -o with a file name, e.g. -o pca100.npz"),
+    (["pca", "transform", "{f}", "--pca-model", "{t}/m.npz", "-o", "-"], "the output '-' means standard output, which "
+     "bertfeat does not write to (its outputs are files, written atomically) - pass -o with a file name, e.g. "
+     "-o reduced.parquet"),
+    (["report", "{t}/m.npz", "-o", "-"], "the report prefix '-' means standard output, which bertfeat does not write to "
+     "(its outputs are files, written atomically) - pass -o with a file name, e.g. -o pca100"),
+    (["pca", "fit", "{f}", "-n", "2", "-o", "{t}/l.npz", "--label", "sid"], "{f}: 'sid' is its id column, which names "
+     "each row and cannot be the label - pass --label with one of its kept columns (n_tokens, truncated), or extract "
+     "again with --keep COLUMN to keep a label column beside the features"),
+    (["pca", "fit", "{t}/m.npz", "-o", "{t}/m2.npz"], "{t}/m.npz: a .npz is not a feature file - pass a feature file of "
+     "`bertfeat extract` (.parquet, .npy or .csv); a PCA model (.npz) is applied with `bertfeat pca transform FEATURES "
+     "--pca-model MODEL`"),
+    (["pca", "transform", "{t}/m.npz", "--pca-model", "{t}/m.npz", "-o", "{t}/r.parquet"], "{t}/m.npz: a .npz is not a "
+     "feature file - pass a feature file of `bertfeat extract` (.parquet, .npy or .csv); the PCA model (.npz) goes to "
+     "--pca-model"),
+])
+def test_option_values_are_checked_as_the_house_checks_them(tmp_path, features, capsys, argv, message):
+    """A count below its minimum reads like `extract --chunk-rows 0` (exit 1, not click's exit-2 usage block); `-o -`
+    is no file; the id column is no label; a .npz is no feature file (the advice was "pass a .npz")."""
+    work = tmp_path / "w"
+    work.mkdir()
+    assert _run_main(["pca", "fit", str(features), "-n", "2", "-o", str(work / "m.npz"), "-q"]) == 0
+    before = sorted(p.name for p in work.iterdir())
+    capsys.readouterr()
+    fill = {"{f}": str(features), "{t}": str(work)}
+
+    def filled(a):
+        for k, v in fill.items():
+            a = a.replace(k, v)
+        return a
+
+    assert _run_main([filled(a) for a in argv]) == 1
+    assert capsys.readouterr() == ("", f"Error: {filled(message)}\n")
+    assert sorted(p.name for p in work.iterdir()) == before
+
+
+def test_report_help_examples_run_in_the_normal_workflow(tmp_path, features, capsys):
+    """`pca fit` writes the report beside the model, so `report MODEL` alone is refused: the first example of
+    `report --help` rewrites it with --overwrite."""
+    import typer.main
+
+    from bertfeat.cli import app
+
+    epilog = typer.main.get_command(app).commands["report"].epilog
+    first = epilog.split("\n\n")[1].strip()
+    assert first == "bertfeat report feats.pca100.npz --overwrite"
+    model = tmp_path / "feats.pca100.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "3", "-o", str(model), "-q"]) == 0
+    assert _run_main(["report", str(model), "-q"]) == 1
+    assert _run_main(["report", str(model), "--overwrite", "-q"]) == 0

@@ -621,3 +621,66 @@ def test_a_second_ctrl_c_during_the_exit_wait_prints_no_traceback():
     finally:
         arrowexit.wait = real
     assert len(calls) == 2 and 0 < calls[1] <= calls[0] <= arrowexit.WAIT_SECONDS
+
+
+# --------------------------------------------------------------------------- command lines that do not parse
+@pytest.mark.parametrize("argv, message", [
+    (["extract"], "missing argument INPUT - see bertfeat extract --help"),
+    (["extract", "x.csv", "--bogus"], "no such option --bogus - see bertfeat extract --help"),
+    (["extract", "x.csv", "--thread", "2"],
+     "no such option --thread - did you mean --stride or --threads? see bertfeat extract --help"),
+    (["extract", "x.csv", "--threads", "abc"], "--threads 'abc' is not a whole number - see bertfeat extract --help"),
+    (["extract", "x.csv", "--resume=3"], "option --resume does not take a value - see bertfeat extract --help"),
+    (["extract", "a b.csv", "c.csv"],
+     "unexpected extra argument(s): c.csv - quote a path or text that holds spaces; see bertfeat extract --help"),
+    (["verify", "f.parquet", "--tolerance", "abc"], "--tolerance 'abc' is not a number - see bertfeat verify --help"),
+    (["pca", "fit"], "missing argument FEATURES - see bertfeat pca fit --help"),
+    (["pca", "fit", "f.parquet"], "missing option -o/--output - see bertfeat pca fit --help"),
+    (["--debug", "pca", "fit", "f.parquet", "-o", "m.npz", "--batch-rows"],
+     "option --batch-rows needs a value - see bertfeat pca fit --help"),
+    (["report", "m.npz", "--probe-rows", "x"], "--probe-rows 'x' is not a whole number - see bertfeat report --help"),
+    (["nosuch"], "no such command 'nosuch' - see bertfeat --help"),
+    (["pca", "nosuch"], "no such command 'nosuch' - see bertfeat pca --help"),
+])
+def test_a_command_line_that_does_not_parse_is_one_line_exit_2(tmp_path, capsys, monkeypatch, argv, message):
+    """Click's usage block (Usage: ..., Try ..., a blank line, Error: ...) became the house's one line; the exit code
+    stays click's 2, which scripts tell from a failed run's 1."""
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run(capsys, *argv)
+    one_line(rc, err, f"Error: {message}", code=2)
+    assert out == "" and list(tmp_path.iterdir()) == []
+
+
+def test_no_command_prints_the_help(capsys):
+    rc, out, err = run(capsys)
+    assert rc == 2 and "Usage: bertfeat" in out + err and "Error" not in out + err
+
+
+def test_info_names_its_model_argument_not_a_model_flag(tmp_path, capsys):
+    """info takes the model as an argument: the library's "pass --model ..." reads "the MODEL argument" there
+    (cli.COMMAND_FLAGS), and stays --model for the commands that have that flag."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    fix = "at a Hugging Face model directory (config.json, model.safetensors, tokenizer.json or vocab.txt)"
+    one_line(*run(capsys, "info", empty)[::2], f"Error: {empty} has no config.json - point the MODEL argument {fix}")
+    one_line(*run(capsys, "tokens", "hi", "-m", empty)[::2], f"Error: {empty} has no config.json - point --model {fix}")
+    rc, _, err = run(capsys, "info", "no-such-model-here")
+    assert rc == 1 and err.count("\n") == 1 and err.endswith(", or pass the MODEL argument /path/to/local/dir\n"), err
+
+
+def test_info_prints_a_model_path_as_it_is(capsys):
+    """`info 'tiny[red]'`: the table's title and rows took [red] for a style and dropped it."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="m", dir="/tmp"))  # a short path: the title fits on one line
+    try:
+        model = root / "t[red]:smile:"
+        shutil.copytree(tiny_model(), model)
+        rc, out, err = run(capsys, "info", model)
+        assert (rc, err) == (0, "")
+        assert out.splitlines()[0].strip() == f"bertfeat info: {model}"
+        assert [line.split("│")[2].strip() for line in out.splitlines() if line.startswith(("│ model_id", "│ path"))] \
+            == [str(model), str(model)]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

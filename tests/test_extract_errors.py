@@ -594,3 +594,39 @@ def test_a_surrogate_inside_a_reason_and_text_columns_of_two_text_types(tmp_path
     rc, _, err = extract(capsys, d, tmp_path / "d.parquet")
     assert rc == 0, err
     assert_close(embeddings(read_table(tmp_path / "d.parquet")), tiny_encoder().encode(["one", "two", "three", "four"]))
+
+
+STDOUT_REFUSED = ("the output '-' means standard output, which bertfeat does not write to (its outputs are files, "
+                  "written atomically) - pass -o with a file name, e.g. -o features.parquet")
+
+
+def test_an_empty_input_path_stride_without_windows_and_output_dash_are_refused(tmp_path, capsys, monkeypatch):
+    """`extract ""` read the current directory as a Parquet dataset; --stride without --long-text chunk-* did
+    nothing, silently; `-o -` wrote a file named '-'."""
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"]])
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "o.parquet"
+    assert run(capsys, "extract", "", "-o", out, "-m", tiny_model()) == (
+        1, "", "Error: the input path is empty - pass the input file (CSV, TSV, Parquet or JSONL), a directory or glob "
+               "of Parquet files, or - for standard input\n")
+    assert run(capsys, "sweep", "", "-m", tiny_model())[::2] == (
+        1, "Error: the input path is empty - pass the input file (CSV, TSV, Parquet or JSONL), a directory or glob "
+           "of Parquet files, or - for standard input\n")
+    for extra, shown in ((["--stride", "8"], "truncate"), (["--stride", "0", "--long-text", "error"], "error")):
+        stride = extra[1]
+        assert extract(capsys, src, out, *extra) == (
+            1, "", f"Error: --stride {stride} applies to --long-text chunk-mean or chunk-max only (the windows' overlap), "
+                   f"not to --long-text {shown} - add --long-text chunk-mean (or chunk-max) to cut long texts into "
+                   "windows, or drop --stride\n")
+    assert run(capsys, "extract", src, "-o", "-", "-m", tiny_model()) == (1, "", f"Error: {STDOUT_REFUSED}\n")
+    assert run(capsys, "extract", src, "-o", ".parquet", "-m", tiny_model()) == (
+        1, "", "Error: the output .parquet is an extension with no name - pass -o with a file name, e.g. "
+               "-o features.parquet\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
+    import bertfeat
+
+    with pytest.raises(bertfeat.BertfeatError, match=r"^stride=8 applies to long_text='chunk-mean' or chunk-max only"):
+        bertfeat.extract(src, out, model=tiny_model(), stride=8)
+    with pytest.raises(bertfeat.BertfeatError, match=r"^the input path is empty - "):
+        bertfeat.extract("", out, model=tiny_model())
+    assert extract(capsys, src, out, "--stride", "8", "--long-text", "chunk-max", "-q")[0] == 0

@@ -69,3 +69,17 @@ def test_nested_columns_need_a_parquet_output(tmp_path, capsys):
     rc, _, err = run(capsys, "extract", tmp_path / "n.parquet", "-o", tmp_path / "n.npy", "--id-column", "tags", "--model", tiny_model())
     assert rc == 1 and err.startswith("Error: --id-column 'tags' holds list<element: int64> values, which a NPY output")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["n.parquet"]
+
+
+@pytest.mark.parametrize("fmt, name", [("npy", "feats"), ("csv", "feats.out"), ("npy", "feats.v2")])
+def test_npy_or_csv_output_needs_its_extension(tmp_path, src, capsys, fmt, name):
+    """--format npy -o feats wrote a file every reader then took for Parquet (pca fit: "not a readable Parquet file")."""
+    out = tmp_path / name
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--format", fmt, "--model", tiny_model())
+    assert (rc, err) == (1, f"Error: the output {out} has no .{fmt} extension, so it would be read back as Parquet - "
+                            f"name the output {out}.{fmt}\n")
+    assert not out.exists()
+    rc, _, err = run(capsys, "extract", src, "-o", f"{out}.{fmt}", "--format", fmt, "--model", tiny_model())
+    assert rc == 0, err
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "plain", "--format", "parquet", "--model", tiny_model())
+    assert rc == 0, err  # Parquet is what a reader takes a file without an extension for

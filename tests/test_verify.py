@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +176,50 @@ def test_verify_refuses_features_reduced_twice(tmp_path, capsys):
     with pytest.raises(BertfeatError, match="pp.parquet was reduced by a PCA of 8 inputs, but the model gives 32 features: "
                                             "it was reduced more than once"):
         verify_features(tmp_path / "pp.parquet")
+
+
+@pytest.mark.parametrize("value, shown", [("nan", "nan"), ("-1", "-1"), ("inf", "inf"), ("-0.5", "-0.5")])
+def test_verify_refuses_a_tolerance_out_of_range(extracted, capsys, value, shown):
+    """A NaN or negative tolerance was taken, and then called every row (or none) different."""
+    _, out = extracted
+    assert run(capsys, "verify", out, "--tolerance", value) == (
+        1, "", f"Error: --tolerance {shown} is out of range - give a difference over a row's norm of 0 or more, e.g. "
+               "1e-5 (default: 1e-5 for fp32, 1e-3 for bf16 and int8)\n")
+    with pytest.raises(BertfeatError, match=r"^tolerance=(nan|-1\.0|inf|-0\.5) is out of range"):
+        verify_features(out, tolerance=float(value))
+    assert run(capsys, "verify", out, "--tolerance", "0", "--sample", "3", "-q") == (0, "", "")  # 0: bit for bit
+
+
+def test_verify_refuses_a_negative_seed_and_an_empty_input(extracted, capsys):
+    _, out = extracted
+    assert run(capsys, "verify", out, "--seed", "-1") == (1, "", "Error: --seed -1 is out of range - give 0 or more\n")
+    assert run(capsys, "verify", out, "--input", "") == (
+        1, "", "Error: --input '' is empty - pass the input the features were extracted from, or leave --input out for "
+               "the one their provenance names\n")
+
+
+def test_verify_reads_its_input_as_the_provenance_says(extracted, tmp_path, capsys):
+    """verify has no --input-format / --text-column: another format is refused saying how it reads --input, and a
+    missing column is named without a flag verify does not have."""
+    _, out = extracted
+    other = tmp_path / "pairs.jsonl"
+    other.write_text('{"premise": "a", "hypothesis": "b"}\n')
+    assert run(capsys, "verify", out, "--input", other) == (
+        1, "", f"Error: --input {other} is jsonl, but {out} was extracted from csv ({tmp_path / 'in.csv'}) - pass the "
+               "file the features were extracted from (moved or renamed): verify reads it as their provenance says "
+               "(csv, text column 'text', id column 'id')\n")
+    columns = write_csv(tmp_path / "other.csv", ["a", "b"], [["x", "y"]])
+    assert run(capsys, "verify", out, "--input", columns) == (
+        1, "", f"Error: {columns}: the text column 'text' is not a column - columns are: a, b\n")
+
+
+def test_verify_table_title_is_not_rich_markup(tmp_path, capsys, monkeypatch):
+    """A path holding [/b] (rich's closing tag) was an unexpected MarkupError after the work was done."""
+    monkeypatch.chdir(tmp_path)  # a short path: the title on one line
+    src = write_csv(Path("in.csv"), ["text"], [[r[1]] for r in _rows(8)])
+    Path("v[").mkdir()
+    out = Path("v[/b]:smile:.parquet")
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q")[0] == 0
+    rc, stdout, err = run(capsys, "verify", out, "--sample", "3")
+    assert (rc, err) == (0, "")
+    assert stdout.splitlines()[0].strip() == f"verify {out}"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from bertfeat import BertfeatError, Encoder, __version__
-from bertfeat.cli import FLAGS, main
+from bertfeat.cli import COMMAND_FLAGS, FLAGS, main
 from bertfeat.errors import ConfigError, ModelNotFoundError, WeightsError
 from bertfeat.weights import canonical_name, load_weights
 from ckpt import make_checkpoint, n_parameters, record_tensors, row_cosines, write_bf16
@@ -126,9 +126,10 @@ def test_broken_checkpoint_errors_are_one_clear_line(tmp_path, capsys, case_id, 
         assert p.format(d=d.resolve()) in msg, f"{p!r} not in {msg!r}"
     assert main(["info", str(d)]) == 1
     out, err = capsys.readouterr()
-    assert out == "" and err == f"Error: {e.value.render(FLAGS)}\n", err  # the same message, options as flags
+    info_flags = FLAGS | COMMAND_FLAGS["info"]  # info takes the model as its argument, not --model
+    assert out == "" and err == f"Error: {e.value.render(info_flags)}\n", err  # the same message, options as flags
     if case_id == "no-config":
-        assert "- point --model at a Hugging Face model directory" in err
+        assert "- point the MODEL argument at a Hugging Face model directory" in err
 
 
 # --------------------------------------------------------------------------- names and dtypes that do load
