@@ -32,7 +32,8 @@ _ARGV: list[str] | None = None  # the arguments main() was called with (for the 
 FLAGS = {"output": "-o"}
 #: a parameter whose flag depends on the command: the PCA's n_components is extract's --pca (pca fit's --n-components);
 #: info takes the model as its argument, not as --model; verify reads its input as the provenance says (no flags)
-COMMAND_FLAGS = {"extract": {"n_components": "--pca"}, "info": {"model": "the MODEL argument"},
+COMMAND_FLAGS = {"extract": {"n_components": "--pca", "estimate": "--estimate-rows"},
+                 "info": {"model": "the MODEL argument"},
                  "verify": {"text_column": "the text column", "pair_column": "the pair column",
                             "id_column": "the id column", "input_format": "the input format",
                             "delimiter": "the delimiter"}}
@@ -82,6 +83,7 @@ def info(
 
 
 @app.command(epilog="Examples:\n\n  bertfeat extract corpus.csv --pca 100\n\n"
+                     "  bertfeat extract corpus.csv --pca 100 --estimate\n\n"
                      "  bertfeat extract train.csv --pca 100 --label label\n\n"
                      "  bertfeat extract reviews.parquet --text-column review --id-column id -o feats.parquet\n\n"
                      "  bertfeat extract queries.jsonl -m /models/e5-small --prompt-name query -o q.npy")
@@ -124,6 +126,8 @@ def extract(
     precision: str = typer.Option("fp32", "--precision", help="fp32 (default), bf16 (linear layers as bf16 GEMMs: needs bertfeat\\[fast] and an AMX or AVX512-BF16 CPU), int8 (uint8 x int8 GEMMs: needs bertfeat\\[fast] and VNNI or AMX) or auto (bf16 where this CPU multiplies it natively, else fp32; docs/precision.md)."),
     cache: Optional[str] = typer.Option(None, "--cache", help="Vector cache directory kept across runs: rows whose text and settings were encoded before are reused, only new texts are encoded (default: $BERTFEAT_CACHE if set; '' for none; docs/cache.md)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Use no vector cache, even if BERTFEAT_CACHE is set."),
+    estimate: bool = typer.Option(False, "--estimate", help="Run nothing, write nothing: measure on a sample what this run would take (rows, tokens, time on this machine, disk, memory) and print it."),
+    estimate_rows: int = typer.Option(500, "--estimate-rows", help="--estimate: rows to measure on (a uniform sample)."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
     from .job import extract as run_extract
@@ -131,6 +135,8 @@ def extract(
 
     if no_cache and cache is not None:
         raise BertfeatError("--cache and --no-cache exclude each other", "give one of them")
+    if estimate_rows != 500 and not estimate:
+        raise BertfeatError("--estimate-rows applies to --estimate", "add --estimate, or drop --estimate-rows")
 
     summary = run_extract(
         input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
@@ -141,8 +147,13 @@ def extract(
         format=format, wide=wide, on_bad_row=on_bad_row, resume=resume, overwrite=overwrite, chunk_rows=chunk_rows,
         threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
         command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
-        progress=make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
-    if not quiet:
+        estimate=estimate_rows if estimate else False,
+        progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
+    if estimate:
+        from .estimate import render
+
+        render(summary, out_console, err_console)
+    elif not quiet:
         render_summary(summary)
 
 

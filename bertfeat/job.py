@@ -35,7 +35,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             blocksize: int | str | None = DEFAULT_BLOCKSIZE, client=None, progress=None, quiet: bool = True,
             encoder_options: Mapping[str, Any] | None = None, command: str | None = None,
             keep: str | Sequence[str] | None = None, cache: str | os.PathLike | bool | None = None,
-            label: str | None = None) -> ExtractSummary:
+            label: str | None = None, estimate: bool | int = False):
     """Extract sentence features of ``input`` into ``output`` (default: INPUT.features.parquet beside it).
 
     By default the model's own embedding (its Pooling, Dense and Normalize modules and default prompt);
@@ -60,16 +60,28 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     on stderr (a rich bar in a terminal, log lines otherwise), ``quiet=True`` (the default here) none. Returns the run's ExtractSummary
     (counts, timings, ``outputs``: name -> path).
 
+    ``estimate``: run nothing, write nothing: measure what the run would take (rows, tokens, time on this machine,
+    disk, memory) on a sample of ``estimate`` rows (True: estimate.DEFAULT_SAMPLE) and return an estimate.Estimate.
+    An existing output is no obstacle to an estimate.
+
     Every option is checked before anything is written (plan.make_plan), the same way on both engines.
     """
+    from .specs import check_size
+
+    if estimate is not False and estimate is not True:
+        check_size(estimate, "estimate", 2, None, " (rows to measure on), or True for the default")
     plan = make_plan(input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
                      input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling,
                      layers=layers, layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name,
                      max_length=max_length, max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride,
                      precision=precision, pca=pca, pca_model=pca_model, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
-                     overwrite=overwrite, chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler,
+                     overwrite=overwrite or estimate is not False, chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler,
                      workers=workers, blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}),
                      command=command, keep=keep, cache=cache, label=label)
+    if estimate is not False:
+        from .estimate import DEFAULT_SAMPLE, estimate_plan
+
+        return estimate_plan(plan, DEFAULT_SAMPLE if estimate is True else int(estimate))
     if progress is None and not quiet:
         from .console import err_console
         from .progress import make_progress

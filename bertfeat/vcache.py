@@ -320,6 +320,16 @@ class VectorStore:
         self._fp_rows[fid] = row
         return fid
 
+    def known_id(self, fingerprint: str) -> int | None:
+        """The fingerprint's id if this store holds it, for ``get`` (nothing written: extract --estimate's lookups)."""
+        with self._lock, self._guard("read"):
+            row = self.db.execute("SELECT id, fingerprint, model, dim, settings, created FROM fingerprints "
+                                  "WHERE fingerprint=?", (fingerprint,)).fetchone()
+        if row is None:
+            return None
+        self._fp_rows[row[0]] = tuple(row[1:])
+        return row[0]
+
     def _current_id(self, fid: int) -> int:
         """``fid``, or the id its fingerprint has now: a `cache clear` while this run wrote deleted the fingerprints row
         (its vectors, written later, would have had no row: unseen by `cache info`, never reused); the row is put back

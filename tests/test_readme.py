@@ -193,7 +193,8 @@ def _option(argv: list[str], *names: str) -> str | None:
 
 def _positional(argv: list[str]) -> list[str]:
     """Positional arguments of a bertfeat sub-command (options taking a value are skipped)."""
-    flags = {"--normalize", "--wide", "--resume", "--quiet", "-q", "--json", "--all-heads", "--force", "--whiten"}
+    flags = {"--normalize", "--wide", "--resume", "--quiet", "-q", "--json", "--all-heads", "--force", "--whiten",
+             "--estimate"}
     out, i = [], 0
     while i < len(argv):
         w = argv[i]
@@ -212,6 +213,8 @@ def expected_files(cmd: str) -> list[str]:
         return []
     sub = argv[0]
     files: list[str] = []
+    if sub == "extract" and "--estimate" in argv:
+        return []  # writes nothing
     if sub == "extract":
         from bertfeat.plan import default_output
 

@@ -1,0 +1,100 @@
+"""extract --estimate (bertfeat.estimate): the estimate checked against the run it estimates, on the bundled sample."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import bertfeat
+from bertfeat.errors import BertfeatError
+from bertfeat.estimate import Estimate, memory_limit
+from extract_util import tiny_model, write_csv
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "examples" / "sst2_sample.csv"  # 300 rows
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    src = tmp_path / "in.csv"
+    src.write_text(SAMPLE.read_text(encoding="utf-8"), encoding="utf-8")
+    return src
+
+
+def test_the_estimate_matches_the_run(corpus, tmp_path):
+    out = tmp_path / "f.parquet"
+    e = bertfeat.extract(corpus, out, pca=32, estimate=120)
+    assert isinstance(e, Estimate) and sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]  # nothing written
+    s = bertfeat.extract(corpus, out, pca=32)
+    print(f"tokens {e.tokens} estimated, {s.tokens} run; output {e.output_bytes} estimated, {out.stat().st_size} written;"
+          f" {e.tokens_per_second:.0f} tok/s measured, {s.tokens_per_s:.0f} run")
+    assert (e.rows, e.rows_bad, e.sample_rows, e.dim, e.dim_out) == (300, 0, 120, 384, 32)
+    assert abs(e.tokens - s.tokens) <= 0.1 * s.tokens  # a 120-row sample of 300
+    assert e.output_bytes <= out.stat().st_size <= 1.5 * e.output_bytes + 20_000  # + the provenance, Parquet's footer
+    assert e.memory_parts["PCA statistics (float64)"] == 2 * 384 * 384 * 8 + 4 * 384 * 8
+    assert e.memory_peak_bytes > 50 << 20 and e.tokens_per_second > 0
+    assert e.seconds > e.encode_seconds > 0 and e.load_seconds > 0
+    full = bertfeat.extract(corpus, out, estimate=300)  # the whole input: the tokens exactly; the output exists now
+    assert full.tokens == s.tokens and full.dim_out == 384
+    assert json.loads(json.dumps(full.to_dict()))["rows"] == 300
+
+
+def test_bad_rows_truncation_and_the_cache_are_reported(tmp_path):
+    src = write_csv(tmp_path / "c.csv", ["text"], [[f"word {i} " * (40 if i % 4 == 0 else 2)] for i in range(40)]
+                    + [[""], ["ok"]])
+    e = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, estimate=True)
+    assert (e.rows, e.rows_bad, e.first_bad_row) == (42, 1, 40)
+    assert 0.2 <= e.rows_truncated <= 0.3 and e.cached is None
+    assert e.warnings[0] == ("1 bad row(s): the run stops at row 40 (on_bad_row='error'); skip writes them to the "
+                             "rejects file")
+    assert any("longer than max_length 32 and will be cut" in w for w in e.warnings)
+    cache = tmp_path / "cache"
+    bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, cache=cache, on_bad_row="skip")
+    again = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, cache=cache, estimate=True)
+    assert again.cached == 1.0 and again.encode_seconds == 0.0
+    other = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=16, cache=cache, estimate=True)
+    assert other.cached == 0.0  # other settings: other vectors
+
+
+def test_estimate_checks_its_sample_size(corpus):
+    with pytest.raises(BertfeatError, match=r"^estimate=1 is out of range"):
+        bertfeat.extract(corpus, estimate=1)
+
+
+def test_memory_limit_reads_the_cgroup_then_meminfo(tmp_path):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "meminfo").write_text("MemTotal: 100 kB\nMemAvailable:    2048 kB\n")
+    assert memory_limit(tmp_path) == (2048 * 1024, "available memory (/proc/meminfo)")
+    cg = tmp_path / "sys" / "fs" / "cgroup"
+    cg.mkdir(parents=True)
+    (cg / "memory.max").write_text("max\n")  # no limit
+    assert memory_limit(tmp_path)[0] == 2048 * 1024
+    (tmp_path / "proc" / "self").mkdir()
+    (tmp_path / "proc" / "self" / "cgroup").write_text("0::/job/7\n")
+    (cg / "job" / "7").mkdir(parents=True)
+    (cg / "job" / "7" / "memory.max").write_text("1048576\n")
+    assert memory_limit(tmp_path) == (1048576, "cgroup memory.max")
+    (cg / "job" / "7" / "memory.max").write_text("9999999999\n")  # above what is available: the available memory
+    assert memory_limit(tmp_path)[1] == "available memory (/proc/meminfo)"
+
+
+def test_cli_prints_the_estimate_and_writes_nothing(corpus, tmp_path, capsys):
+    from bertfeat.cli import main
+
+    out = tmp_path / "f.parquet"
+    out.write_bytes(b"an earlier run's output")  # no obstacle to an estimate
+    assert main(["extract", str(corpus), "-o", str(out), "--pca", "16", "--estimate", "--estimate-rows", "60"]) == 0
+    stdout, stderr = capsys.readouterr()
+    flat = " ".join(stdout.split())
+    squashed = re.sub(r"[\s│┌┐└┘├┤┬┴┼─]", "", stdout)  # the table's cells, wrapped lines joined
+    assert flat.startswith("Estimate") and f"input{corpus}rows300tokens" in squashed, squashed
+    assert "16featuresperrow(of384)" in squashed and "measured on 60 sampled rows; nothing was written" in flat
+    assert stderr == "" and out.read_bytes() == b"an earlier run's output"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.parquet", "in.csv"]
+    assert main(["extract", str(corpus), "--estimate-rows", "60"]) == 1
+    assert capsys.readouterr().err == "Error: --estimate-rows applies to --estimate - add --estimate, or drop --estimate-rows\n"
+    assert main(["extract", str(corpus), "--estimate", "--estimate-rows", "1"]) == 1
+    assert capsys.readouterr().err.startswith("Error: --estimate-rows 1 is out of range")
