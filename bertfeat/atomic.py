@@ -44,11 +44,11 @@ def temp_path_for(path: str | os.PathLike) -> Path:
 
 
 def remove_stale_temps(path: str | os.PathLike) -> None:
-    """Delete the temporaries ``.<name>.tmp-<pid>`` beside ``path`` whose writer was killed (its process is gone); a
-    live writer's are left alone."""
+    """Delete the temporaries ``.<name>.tmp-<pid>`` (and a group's second names ``.<name>.old-<pid>``) beside ``path``
+    whose writer was killed (its process is gone); a live writer's are left alone."""
     path = Path(path)
     try:
-        found = list(path.parent.glob(f".{glob.escape(path.name)}.tmp-*"))
+        found = [p for kind in ("tmp", "old") for p in path.parent.glob(f".{glob.escape(path.name)}.{kind}-*")]
     except OSError:
         return
     for p in found:
@@ -166,13 +166,45 @@ class CommitGroup:
 
     def __init__(self) -> None:
         self.moves: list[tuple[Path, Path] | Callable[[], None]] = []
+        self.done = False  # every move made: a Ctrl-C held back and raised after them finds the files in place
 
     def finish(self) -> None:
         """Every move, in the order committed, with Ctrl-C / SIGTERM held back until the last is done; then the
-        directories fsynced."""
+        directories fsynced. A move (or step) that fails puts the files moved before it back: each destination's old
+        file is kept under a second name (a hard link, ``.NAME.old-PID``: the destination itself is replaced in one
+        ``os.replace``, never missing) until the last move is made, so a failure restores the old files, or none."""
         with _signals_held():
-            for m in self.moves:
-                m() if callable(m) else os.replace(m[0], m[1])
+            undo: list[tuple[Path, Path | None, bool]] = []  # (destination, its old file's second name, it existed)
+            try:
+                for m in self.moves:
+                    if callable(m):
+                        m()
+                        continue
+                    src, dst = Path(m[0]), Path(m[1])
+                    existed, aside = dst.exists(), None
+                    if existed:
+                        aside = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+                        with contextlib.suppress(FileNotFoundError):
+                            aside.unlink()
+                        try:
+                            os.link(dst, aside)
+                        except OSError:  # no hard links here: this one file cannot be put back
+                            aside = None
+                    undo.append((dst, aside, existed))
+                    os.replace(src, dst)
+            except BaseException:
+                for dst, aside, existed in reversed(undo):
+                    with contextlib.suppress(OSError):
+                        if aside is not None:
+                            os.replace(aside, dst)
+                        elif not existed:
+                            dst.unlink()
+                raise
+            for _, aside, _ in undo:
+                if aside is not None:
+                    with contextlib.suppress(OSError):
+                        aside.unlink()
+            self.done = True
         for d in {Path(m[1]).parent for m in self.moves if not callable(m)}:
             fsync_dir(d)
 
@@ -194,16 +226,14 @@ def together() -> Iterator[CommitGroup]:
         return
     group = _local.group = CommitGroup()
     try:
-        yield group
-    except BaseException:
-        _local.group = None
-        group.discard()
-        raise
-    _local.group = None
-    try:
+        try:
+            yield group
+        finally:
+            _local.group = None  # whatever happens, later commits of this thread are not this group's
         group.finish()
     except BaseException:
-        group.discard()
+        if not group.done:
+            group.discard()
         raise
 
 

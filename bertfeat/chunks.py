@@ -119,6 +119,35 @@ def validate_batch(b: RawBatch, chunk_index: int) -> Chunk:
     return Chunk(chunk_index, rows, texts, pairs, ids, rejects, len(b.rows), b.bytes_read, extra)
 
 
+class Reservoir:
+    """A uniform sample of at most ``k`` items of a stream (sweep, extract --estimate): each item draws a random key
+    (``seed``), the ``k`` smallest keys are kept, memory stays ~2k items; ``items()`` in the order they came."""
+
+    def __init__(self, k: int, seed: int):
+        self.k = int(k)
+        self._rng = np.random.default_rng(seed)
+        self._keys: list[float] = []
+        self._items: list = []
+        self._seen = 0
+
+    def add(self, items: list) -> None:
+        draws = self._rng.random(len(items))
+        for key, item in zip(draws.tolist(), items):
+            self._keys.append(key)
+            self._items.append((self._seen, item))
+            self._seen += 1
+        if len(self._items) > 2 * self.k:
+            self._trim()
+
+    def _trim(self) -> None:
+        order = np.argsort(np.asarray(self._keys), kind="stable")[: self.k]
+        self._keys, self._items = [self._keys[i] for i in order], [self._items[i] for i in order]
+
+    def items(self) -> list:
+        self._trim()
+        return [item for _, item in sorted(self._items, key=lambda t: t[0])]
+
+
 def iter_chunks(source: Reader, chunk_rows: int):
     """Re-cut the reader's batches into chunks of exactly chunk_rows input rows (the last may be short)."""
     buf: list[RawBatch] = []

@@ -75,6 +75,7 @@ from .dask_cluster import (ClusterError, cancel, cluster_slots, gather, open_cli
                            worker_threads)
 from .errors import BertfeatError, opt, render
 from .features.parquet import pages_damaged
+from .features.reader import DIRECTORY_PROVENANCE
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, fit_pca,
                       job_manifest, load_encoder, make_reuser, new_pca, probe_into_report, provenance, read_manifest,
                       write_pca)
@@ -90,7 +91,7 @@ except ImportError:  # pragma: no cover - exercised by the "dask missing" test t
 DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition at most: ~80k short sentences, a few minutes on one core
 PARTS_PER_THREAD = 4  # partitions per worker thread (task slot) when the input is large enough
 MANIFEST = "_manifest.json"
-PROVENANCE = "_bertfeat.json"
+PROVENANCE = DIRECTORY_PROVENANCE  # the run's provenance beside the parts (features.reader reads it)
 FULL_DIR = "_full"
 PCA_FILE = "_pca.npz"
 RUN_STORE = ".dedup"  # the run's duplicates store without a cache (workers on this machine), in OUTPUT.partial/
@@ -358,6 +359,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
     futures: dict = {}
     tag = uuid.uuid4().hex[:8]  # task keys unique to this run
     started = opened = completed = False
+    group = None  # the final files' atomic.together group
     try:
         if own_client:
             client, cluster = open_client(dask)
@@ -495,7 +497,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             reduce_pass(partial / PCA_FILE)
 
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
-        with together():  # the PCA model and report, the rejects and the output directory appear together, or none
+        with together() as group:  # the PCA model and report, the rejects and the output directory appear together
             if n_components is not None:
                 outputs.update(write_pca(merged, plan.layout, fingerprint))
             outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
@@ -505,6 +507,11 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         summary.outputs = {"features": out, **outputs}
     except BaseException as e:
         cancel(client, futures)
+        if group is not None and group.done:  # a Ctrl-C held back until the files were in place: they are complete
+            completed = True
+        if isinstance(e, KeyboardInterrupt) and completed:
+            e.resume_note = f"{out} and the run's other files were written and are complete"
+            progress.note(f"interrupted: {e.resume_note}")
         if isinstance(e, BertfeatError) and opened and not completed and not isinstance(e, (ClusterError, CacheError)):
             shutil.rmtree(partial, ignore_errors=True)  # bad input or settings: leave nothing behind, as the local engine
         elif isinstance(e, KeyboardInterrupt) and opened and not completed:  # Ctrl-C: the finished parts stay for --resume

@@ -50,6 +50,7 @@ class Estimate:
     rows: int  # input rows (counted)
     rows_bad: int  # of which rejected (a run under on_bad_row='error' stops at the first)
     first_bad_row: int | None
+    rows_too_long: int  # long_text='error': rows estimated too long (bad rows too), from the sample
     sample_rows: int
     tokens_per_row: float  # real tokens the model runs per accepted row (after truncation / chunking)
     tokens: int  # the run's, estimated
@@ -121,37 +122,44 @@ def _rss_peak() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _read(plan, sample: int, seed: int) -> tuple[int, int, int | None, list[str], list[str] | None, float, float]:
-    """The whole input once: (rows, bad rows, the first bad row, the sample's texts and pairs, mean text bytes,
-    seconds)."""
-    from .chunks import validate_batch
+def _read(plan, sample: int, seed: int) -> dict:
+    """The whole input once: {"rows", "bad", "first_bad", "texts", "pairs" (the sample's), "text_bytes" (per accepted
+    row), "kept_bytes" (its kept columns' values, per row), "seconds"}."""
+    from .chunks import Reservoir, validate_batch
 
-    rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
-    rows = bad = 0
+    rows = bad = text_bytes = kept_bytes = 0
     first_bad = None
-    keys: list[float] = []
-    kept: list[tuple] = []
-    text_bytes = 0
+    reservoir = Reservoir(sample, seed)
     for b in plan.reader.batches():
         chunk = validate_batch(b, 0)
         rows += chunk.n_read
         if chunk.rejects:
             bad += len(chunk.rejects)
             first_bad = chunk.rejects[0]["row"] if first_bad is None else first_bad
-        draws = rng.random(len(chunk.rows))
-        for i, text in enumerate(chunk.texts):
-            text_bytes += len(text.encode("utf-8", errors="replace"))
-            keys.append(float(draws[i]))
-            kept.append((text, None if chunk.pairs is None else chunk.pairs[i]))
-        if len(kept) > 4 * sample:
-            order = np.argsort(np.asarray(keys), kind="stable")[:sample]
-            keys, kept = [keys[i] for i in order], [kept[i] for i in order]
-    order = np.argsort(np.asarray(keys), kind="stable")[:sample]
-    texts = [kept[i][0] for i in order]
-    pairs = [kept[i][1] for i in order] if plan.pair_column is not None else None
-    accepted = rows - bad
-    return rows, bad, first_bad, texts, pairs, text_bytes / max(accepted, 1), time.perf_counter() - t0
+        text_bytes += sum(len(t.encode("utf-8", errors="replace")) for t in chunk.texts)
+        for values in (chunk.extra or {}).values():
+            kept_bytes += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in values)
+        reservoir.add([(t, None if chunk.pairs is None else chunk.pairs[i]) for i, t in enumerate(chunk.texts)])
+    kept = reservoir.items()
+    accepted = max(rows - bad, 1)
+    return {"rows": rows, "bad": bad, "first_bad": first_bad, "texts": [t for t, _ in kept],
+            "pairs": [p for _, p in kept] if plan.pair_column is not None else None,
+            "text_bytes": text_bytes / accepted, "kept_bytes": kept_bytes / accepted,
+            "seconds": time.perf_counter() - t0}
+
+
+def _without_too_long(encoder, spec, texts: list[str], pairs: list[str] | None) -> tuple[list, list | None]:
+    """long_text='error': the sample without the rows the run would refuse as too long."""
+    from .encoder import LongTextError
+
+    try:
+        encoder.prepare(texts, pairs, spec)
+        return texts, pairs
+    except LongTextError as e:
+        long = set(np.asarray(e.rows).tolist())
+    keep = [i for i in range(len(texts)) if i not in long]
+    return [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
 
 
 def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None) -> float | None:
@@ -184,17 +192,24 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     from .jobcore import feature_settings, load_encoder
     from .plan import ALL_COMPONENTS
 
-    rows, bad, first_bad, texts, pairs, mean_bytes, read_seconds = _read(plan, sample, seed)
+    read = _read(plan, sample, seed)
+    rows, bad, first_bad, texts, pairs = read["rows"], read["bad"], read["first_bad"], read["texts"], read["pairs"]
+    mean_bytes, read_seconds = read["text_bytes"], read["seconds"]
     rss_before = _rss_peak()
     t0 = time.perf_counter()
     encoder = load_encoder(plan)
     load_seconds = time.perf_counter() - t0
     spec, _ = feature_settings(encoder, plan)
     d = encoder.output_dim(spec)
-    accepted = rows - bad
     tokens_per_row = tps = 0.0
     truncated = 0.0
     windows = 1.0
+    too_long = 0
+    if texts and spec.long_text == "error":  # rows the run refuses as too long: left out of the sample, counted
+        n = len(texts)
+        texts, pairs = _without_too_long(encoder, spec, texts, pairs)
+        too_long = round((n - len(texts)) / n * (rows - bad))
+    accepted = rows - bad - too_long
     if texts:
         prep = encoder.prepare(texts, pairs, spec)
         lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
@@ -219,7 +234,7 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
         dim_out = min(int(plan.pca), d)
     else:
         dim_out = d  # a variance fraction or mle: known after the fit; d is the most it can be
-    per_row = ROW_OVERHEAD[fmt] + sum(len(c) * 8 for c in plan.keep)
+    per_row = ROW_OVERHEAD[fmt] + read["kept_bytes"]
     output_bytes = accepted * (dim_out * FEATURE_BYTES[fmt] + per_row)
     parts_bytes = accepted * (d * 4 + ROW_OVERHEAD["parquet"])  # the partial directory's unreduced parts
     disk_peak = parts_bytes + output_bytes
@@ -252,8 +267,11 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
         warnings.append(f"the run may need {memory_peak / 2**20:,.0f} MiB, {source} is {limit / 2**20:,.0f} MiB: lower "
                         "chunk_rows or max_batch_tokens, or threads")
     if free is not None and disk_peak > free:
-        warnings.append(f"the run needs ~{disk_peak / 2**20:,.0f} MiB of disk at its peak, {free / 2**20:,.0f} MiB are free "
-                        f"under {probe}")
+        warnings.append(f"the run needs ~{disk_peak / 2**20:,.0f} MiB of disk at its peak, {free / 2**20:,.0f} MiB "
+                        f"are free under {probe}")
+    if too_long and plan.on_bad_row == "error":
+        warnings.append(f"~{too_long:,} row(s) are longer than max_length {spec.max_length}: the run "
+                        "(long_text='error') stops at the first; on_bad_row='skip' writes them to the rejects file")
     if truncated > 0.01 and spec.long_text == "truncate":
         warnings.append(f"{100 * truncated:.1f} % of rows are longer than max_length {spec.max_length} and will be cut "
                         "(long_text='chunk-mean' keeps every token)")
@@ -261,6 +279,7 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
         warnings.append("measured on this machine: a Dask cluster's time is this divided by its workers' share")
     return Estimate(
         input=plan.input, output=str(plan.layout.features), rows=rows, rows_bad=bad, first_bad_row=first_bad,
+        rows_too_long=too_long,
         sample_rows=len(texts), tokens_per_row=tokens_per_row, tokens=tokens, rows_truncated=truncated,
         windows_per_row=windows, cached=cached, tokens_per_second=tps, seconds=seconds, encode_seconds=encode_seconds,
         read_seconds=read_seconds, load_seconds=load_seconds,
@@ -281,7 +300,8 @@ def render(e: Estimate, console, err_console=None) -> None:
     t.add_column("")
     t.add_column("", overflow="fold")  # a long path is folded, never cut
     t.add_row("input", Text(e.input))
-    t.add_row("rows", f"{e.rows:,}" + (f" ({e.rows_bad:,} bad, first at row {e.first_bad_row})" if e.rows_bad else ""))
+    t.add_row("rows", f"{e.rows:,}" + (f" ({e.rows_bad:,} bad, first at row {e.first_bad_row})" if e.rows_bad else "")
+              + (f" (~{e.rows_too_long:,} too long)" if e.rows_too_long else ""))
     t.add_row("tokens", f"~{e.tokens:,} ({e.tokens_per_row:.1f} per row"
               + (f", {100 * e.rows_truncated:.1f} % of rows truncated" if e.rows_truncated else "")
               + (f", {e.windows_per_row:.2f} windows per row" if e.windows_per_row > 1 else "") + ")")
@@ -294,8 +314,8 @@ def render(e: Estimate, console, err_console=None) -> None:
                              + ("" if e.dim_out == e.dim else f" (of {e.dim})")))
     t.add_row("disk at peak", f"~{mib(e.disk_peak_bytes)}" + (f" ({mib(e.disk_free_bytes)} free)" if e.disk_free_bytes
                                                                is not None else ""))
-    t.add_row("memory at peak", f"~{mib(e.memory_peak_bytes)}" + (f" ({e.memory_limit_source}: {mib(e.memory_limit_bytes)})"
-                                                                   if e.memory_limit_bytes else ""))
+    limit = f" ({e.memory_limit_source}: {mib(e.memory_limit_bytes)})" if e.memory_limit_bytes else ""
+    t.add_row("memory at peak", f"~{mib(e.memory_peak_bytes)}{limit}")
     console.print(t)
     for w in e.warnings:
         (err_console or console).print(Text(f"Warning: {w}"), soft_wrap=True)

@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from glob import escape as glob_escape
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .atomic import atomic_output, together, write_atomic
+from .atomic import atomic_output, remove_stale_temps, together, write_atomic
 from .chunks import (PreparedChunk, chunk_table, extra_columns, feature_matrix, iter_chunks, output_columns, prepare_chunk,
                      table_counts, validate_batch)
 from .errors import BertfeatError, one_line, opt
@@ -131,8 +130,7 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
         raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})",
                             f"check the output directory exists and is writable, or pass {opt('output')}") from None
     for _, path in layout.outputs():  # temporaries of a run killed while it wrote its outputs (this output's only)
-        for stale in path.parent.glob(f".{glob_escape(path.name)}.tmp-*"):
-            stale.unlink(missing_ok=True)
+        remove_stale_temps(path)
     summary = ExtractSummary(chunks_resumed=len(done), pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec),
                              cache=None if plan.cache is None else str(plan.cache))
     if done:
@@ -214,9 +212,14 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     except BertfeatError:
         store.remove()  # e.g. the PCA does not fit the data: a rerun with other settings starts over anyway
         raise
-    except KeyboardInterrupt as e:  # while writing: none of the run's files appeared (atomic.together)
-        e.resume_note = (f"no output was written; the {len(order)} finished chunk(s) are kept in {store.dir}: run the "
-                         "same command with --resume to write them")
+    except KeyboardInterrupt as e:  # while writing: none of the run's files appeared (atomic.together), or all did
+        if getattr(e, "outputs_complete", False):
+            e.resume_note = f"{out_path} and the run's other files were written and are complete"
+            if plan.label is not None and summary.probe is None:
+                e.resume_note += " (the report has no linear probe: pca fit / report --probe adds one)"
+        else:
+            e.resume_note = (f"no output was written; the {len(order)} finished chunk(s) are kept in {store.dir}: run "
+                             "the same command with --resume to write them")
         progress.note(f"interrupted: {e.resume_note}")
         raise
     except OSError as e:  # disk full, permissions: the parts stay, so resume only redoes the writing
@@ -234,11 +237,22 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
     output file(s); remove the partial directory. The counts and the PCA statistics were taken as each part was made."""
     meta = provenance(encoder, spec, fingerprint, plan, summary)
     outputs: dict[str, Path] = {}
-    with together():  # the PCA model and report, the features and the rejects appear together, or none of them
-        _write_outputs(plan, store, order, encoder, spec, fingerprint, summary, pca, rejects, meta, outputs)
+    group = None
+    try:
+        with together() as group:  # the PCA model and report, the features and the rejects appear together, or none
+            _write_outputs(plan, store, order, encoder, spec, fingerprint, summary, pca, rejects, meta, outputs)
+    except KeyboardInterrupt as e:
+        if group is not None and group.done:  # held back until the files were in place: they are complete
+            store.remove()
+            e.outputs_complete = True
+        raise
     store.remove()
     # the run's files are complete: the label's probe (reading the output again) only adds to the report
-    summary.probe = probe_into_report(plan, pca, fingerprint, outputs["features"], progress)
+    try:
+        summary.probe = probe_into_report(plan, pca, fingerprint, outputs["features"], progress)
+    except KeyboardInterrupt as e:
+        e.outputs_complete = True
+        raise
     return outputs
 
 

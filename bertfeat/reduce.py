@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -178,8 +177,7 @@ def reduce_features_file(
     diffs = pca.check_fingerprint(src_fp, force=force)
     meta = {k: v for k, v in src.meta.items() if k not in ("layout", "rows")}
     meta["pca"] = pca_metadata_entry(pca, forced=diffs)
-    # "command" / "created" stay the extraction's (what made these features); the reduction's time is the pca entry's
-    meta["pca"]["created"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # "command" / "created" stay the extraction's: what made these features (the pca entry says what reduced them)
     if _unchecked(pca, src_fp):
         meta["pca"]["source_checked"] = False
     rows = src.meta.get("rows")

@@ -90,19 +90,11 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
 def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: str) -> dict:
     """A uniform sample of at most ``rows`` accepted (and, with a label, labelled) input rows, in input order:
     {"chunk": chunks.Chunk of them, "labels", "rows_read", "rows_rejected", "rows_unlabelled"}."""
-    from .chunks import Chunk, validate_batch
+    from .chunks import Chunk, Reservoir, validate_batch
     from .rejects import bad_row_error
 
-    rng = np.random.default_rng(seed)
-    keys: list[float] = []
-    kept: list[tuple] = []  # (row, text, pair, id, label)
+    sample = Reservoir(rows, seed)  # (row, text, pair, id, label) of accepted, labelled rows
     read = rejected = unlabelled = 0
-
-    def trim():
-        nonlocal keys, kept
-        order = np.argsort(np.asarray(keys), kind="stable")[:rows]
-        keys, kept = [keys[i] for i in order], [kept[i] for i in order]
-
     for b in reader.batches():
         chunk = validate_batch(b, 0)
         read += chunk.n_read
@@ -111,18 +103,11 @@ def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: st
                 raise bad_row_error(reader.name, chunk.rejects[0], "leave it out of the sweep")
             rejected += len(chunk.rejects)
         values = chunk.extra[label] if label is not None else [0] * len(chunk.rows)
-        draws = rng.random(len(chunk.rows))
-        for i, v in enumerate(values):
-            if label is not None and (v is None or v != v or v == ""):  # None, NaN, "": no label
-                unlabelled += 1
-                continue
-            keys.append(float(draws[i]))
-            kept.append((chunk.rows[i], chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i],
-                         None if chunk.ids is None else chunk.ids[i], v))
-        if len(kept) > 2 * rows:
-            trim()
-    trim()
-    kept.sort(key=lambda r: r[0])  # input order
+        labelled = [label is None or not (v is None or v != v or v == "") for v in values]  # None, NaN, "": no label
+        unlabelled += labelled.count(False)
+        sample.add([(chunk.rows[i], chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i],
+                     None if chunk.ids is None else chunk.ids[i], v) for i, v in enumerate(values) if labelled[i]])
+    kept = sample.items()  # input order
     has_pairs, has_ids = reader.pair_column is not None, reader.id_column is not None
     chunk = Chunk(0, [r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept] if has_pairs else None,
                   [r[3] for r in kept] if has_ids else None, [], len(kept))

@@ -34,11 +34,10 @@ TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "int8": 1e-3}
 
 
 def _metadata(path: Path) -> tuple[dict, list[Path]]:
-    """A feature file's provenance and its files (a Dask output directory: its parts, each with the run's)."""
+    """A feature file's provenance and its files (a Dask output directory: the run's provenance, and its parts)."""
     from .features import feature_files, read_feature_metadata
 
-    files = feature_files(path)
-    return read_feature_metadata(files[0]), files
+    return read_feature_metadata(path), feature_files(path)
 
 
 def _need(meta: dict, path: Path, *keys: str) -> None:

@@ -172,7 +172,8 @@ def test_ctrl_c_during_the_moves_waits_until_every_file_is_in_place(tmp_path, mo
         with atomic.together():
             for f in files:
                 write_atomic(f, "new")
-    assert [f.read_text() for f in files] == ["new", "new", "new"] and len(calls) == 3
+    assert [f.read_text() for f in files] == ["new", "new", "new"] and calls == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["0.txt", "1.txt", "2.txt"]  # no second names left
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
@@ -193,3 +194,42 @@ def test_a_killed_writers_temporaries_are_removed_by_the_next_writer(tmp_path):
     with FeatureWriter(out, dim=2) as w:
         w.write(None, __import__("numpy").zeros((1, 2), "float32"))
     assert not any(p.exists() for p in stale) and live.exists() and out.is_file()
+
+
+def test_a_failing_move_puts_the_files_moved_before_it_back(tmp_path):
+    """A group whose last step fails (the Dask engine's output directory move) left the new PCA model beside the old
+    features; every file moved before the failure is put back, new ones removed."""
+    old_model, old_features = tmp_path / "m.npz", tmp_path / "f.parquet"
+    write_atomic(old_model, "old model")
+    write_atomic(old_features, "old features")
+
+    def fail():
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        with atomic.together():
+            write_atomic(old_model, "new model")
+            write_atomic(tmp_path / "report.json", "new report")  # no old file: removed again
+            atomic.deferred(fail)
+    assert old_model.read_text() == "old model" and old_features.read_text() == "old features"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.parquet", "m.npz"]
+
+
+def test_an_interrupt_at_the_end_of_the_block_leaves_no_group_behind(tmp_path, monkeypatch):
+    """A Ctrl-C raised as the block ends (before the group was reset) left the thread's later commits deferred into
+    a dead group: never made."""
+    calls = []
+    real = atomic.CommitGroup.finish
+
+    def finish(self):
+        calls.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.CommitGroup, "finish", finish)
+    with pytest.raises(KeyboardInterrupt):
+        with atomic.together():
+            write_atomic(tmp_path / "a.txt", "a")
+    monkeypatch.setattr(atomic.CommitGroup, "finish", real)
+    write_atomic(tmp_path / "later.txt", "later")  # made at once
+    assert (tmp_path / "later.txt").read_text() == "later" and calls == [1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["later.txt"]

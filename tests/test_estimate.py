@@ -98,3 +98,21 @@ def test_cli_prints_the_estimate_and_writes_nothing(corpus, tmp_path, capsys):
     assert capsys.readouterr().err == "Error: --estimate-rows applies to --estimate - add --estimate, or drop --estimate-rows\n"
     assert main(["extract", str(corpus), "--estimate", "--estimate-rows", "1"]) == 1
     assert capsys.readouterr().err.startswith("Error: --estimate-rows 1 is out of range")
+
+
+def test_too_long_rows_under_long_text_error_and_kept_values(tmp_path):
+    """--long-text error: the estimate failed ("row 22 has 202 tokens", a sample position) where the run goes on
+    (skip) or stops at the input row; kept columns were sized by the length of their names."""
+    rows = [[f"r{i}", "x" * 400, f"word {i} " * (60 if i % 5 == 0 else 2)] for i in range(40)]
+    src = write_csv(tmp_path / "c.csv", ["id", "note", "text"], rows)
+    e = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, long_text="error",
+                         on_bad_row="skip", keep="note", estimate=True)
+    assert (e.rows, e.rows_too_long, e.sample_rows) == (40, 8, 32)
+    assert e.output_bytes >= 32 * 400  # the kept values' bytes, not their column name's
+    s = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, long_text="error",
+                         on_bad_row="skip", keep="note")
+    assert s.rows_rejected == 8 and s.rows_written == 32
+    stop = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, long_text="error",
+                            keep="note", estimate=True, overwrite=True)
+    assert any(w.startswith("~8 row(s) are longer than max_length 32: the run (long_text='error') stops at the first")
+               for w in stop.warnings), stop.warnings

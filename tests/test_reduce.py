@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 import bertfeat
@@ -12,7 +14,8 @@ from extract_util import tiny_model, write_csv
 
 def test_a_transformed_file_keeps_the_extractions_counts_and_records_when_it_was_reduced(tmp_path):
     """pca transform copied the source's provenance but wrote "rows" as a bare count (the documented object, read /
-    written / rejected ..., became an int: meta["rows"]["written"] raised TypeError)."""
+    written / rejected ..., became an int: meta["rows"]["written"] raised TypeError); command and created stay the
+    extraction's."""
     src = write_csv(tmp_path / "c.csv", ["text"], [[f"sentence number {i}"] for i in range(30)] + [[""]])
     feats = tmp_path / "f.parquet"
     bertfeat.extract(src, feats, model=tiny_model(), on_bad_row="skip")
@@ -22,7 +25,7 @@ def test_a_transformed_file_keeps_the_extractions_counts_and_records_when_it_was
     assert before["rows"]["read"] == 31 and before["rows"]["rejected"] == 1
     assert after["rows"] == {**before["rows"], "written": 30}
     assert after["command"] == before["command"] and after["created"] == before["created"]  # the extraction's
-    assert after["pca"]["created"] >= before["created"] and after["pca"]["n_components"] == 4
+    assert after["pca"]["n_components"] == 4 and after["pca"]["n_samples"] == 30
     ids, X = read_features(out)[:2]
     assert X.shape == (30, 4) and np.isfinite(X).all()
 
@@ -42,8 +45,11 @@ def test_pca_fit_and_transform_read_a_dask_output_directory(tmp_path, capsys):
     for k, (a, b) in enumerate([(0, 20), (20, 50)]):
         with FeatureWriter(d / f"part-{k:05d}.parquet", dim=6, metadata=meta) as w:
             w.write(list(range(a, b)), X[a:b])
+    run_meta = {**meta, "rows": {"read": 51, "written": 50, "rejected": 1}, "engine": "dask", "partitions": 2}
+    (d / "_bertfeat.json").write_text(json.dumps(run_meta))  # the run's provenance, beside the parts
     src = open_features(d)
     assert (src.rows, src.dim) == (50, 6)
+    assert src.meta == run_meta and read_feature_metadata(d) == run_meta  # not the first part's (partition 0's counts)
     assert main(["pca", "fit", str(d), "-n", "3", "-o", str(tmp_path / "p.npz"), "-q"]) == 0, capsys.readouterr().err
     pca = PCA.load(tmp_path / "p.npz")
     ref = PCA(3, solver="covariance").fit(X)
@@ -51,4 +57,5 @@ def test_pca_fit_and_transform_read_a_dask_output_directory(tmp_path, capsys):
     assert main(["pca", "transform", str(d), "--pca-model", str(tmp_path / "p.npz"), "-o", str(tmp_path / "r.parquet")]) == 0
     ids, Y = read_features(tmp_path / "r.parquet")[:2]
     assert list(ids) == list(range(50))
+    assert read_feature_metadata(tmp_path / "r.parquet")["rows"] == {"read": 51, "written": 50, "rejected": 1}
     np.testing.assert_array_equal(Y, pca.transform_rows(X).astype(np.float32))

@@ -173,6 +173,30 @@ def test_ctrl_c_while_the_outputs_are_written_leaves_the_old_ones_whole(tmp_path
     assert all(p.read_bytes() != before[p.name] for p in tmp_path.iterdir() if p.suffix in (".npz", f".{fmt}"))
 
 
+def test_ctrl_c_while_the_outputs_are_moved_into_place_finishes_them_and_says_so(tmp_path, capsys, monkeypatch):
+    """Ctrl-C during the final moves is held back until every file is in place, then stops the run (exit 130); the
+    note said "no output was written ... --resume" and left the partial directory, for a complete output."""
+    import bertfeat.atomic
+
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    real = os.replace
+    sent = []
+
+    def replace(a, b):
+        if Path(b) == out and not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)
+        real(a, b)
+
+    monkeypatch.setattr(bertfeat.atomic.os, "replace", replace)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--chunk-rows", 3, "--pca", 2)
+    assert rc == 130 and sent, err
+    assert f"interrupted: {out} and the run's other files were written and are complete" in err, err
+    assert "--resume" not in err and not (tmp_path / "o.parquet.partial").exists()
+    assert read_table(out).num_rows == 12 and (tmp_path / "o.pca.npz").is_file()
+
+
 def test_resume_with_another_model_is_refused(tmp_path, capsys, monkeypatch):
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"

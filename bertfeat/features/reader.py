@@ -19,13 +19,21 @@ from .registry import file_format
 
 def read_feature_metadata(path: str | os.PathLike) -> dict:
     """The provenance dict of a feature file ({} when it has none); of a directory of part files (extract --engine
-    dask), the first part's, which carries the run's."""
+    dask), the run's (DIRECTORY_PROVENANCE: its counts are the whole run's, a part's only that partition's), else
+    the first part's."""
     path = Path(path)
     if path.is_dir():
+        run = path / DIRECTORY_PROVENANCE
+        if run.is_file():
+            return parse_metadata(run, run.read_text(encoding="utf-8"))
         return read_feature_metadata(feature_files(path)[0])
     if not path.is_file():
         raise missing_file_error(path)
     return parse_metadata(path, file_format(path).read_metadata_text(path))
+
+
+#: the run's provenance in a Dask output directory (written last, beside the parts)
+DIRECTORY_PROVENANCE = "_bertfeat.json"
 
 
 def feature_files(path: str | os.PathLike) -> list[Path]:
@@ -108,4 +116,4 @@ def _open_parts(path: Path) -> FeatureSource:
                             f"{[odd.id_name, *odd.extra_columns]}; {first.path.name}: {first.dim}, "
                             f"{[first.id_name, *first.extra_columns]})", "extract the directory again")
     rows = None if any(p.rows is None for p in parts) else sum(p.rows for p in parts)
-    return replace(first, path=path, rows=rows, file_format=_Parts)
+    return replace(first, path=path, meta=read_feature_metadata(path), rows=rows, file_format=_Parts)
