@@ -127,7 +127,7 @@ def extract(
     cache: Optional[str] = typer.Option(None, "--cache", help="Vector cache directory kept across runs: rows whose text and settings were encoded before are reused, only new texts are encoded (default: $BERTFEAT_CACHE if set; '' for none; docs/cache.md)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Use no vector cache, even if BERTFEAT_CACHE is set."),
     estimate: bool = typer.Option(False, "--estimate", help="Run nothing, write nothing: measure on a sample what this run would take (rows, tokens, time on this machine, disk, memory) and print it."),
-    estimate_rows: int = typer.Option(500, "--estimate-rows", help="--estimate: rows to measure on (a uniform sample)."),
+    estimate_rows: Optional[int] = typer.Option(None, "--estimate-rows", help="--estimate: rows to measure on (a uniform sample; default 500)."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
     from .job import extract as run_extract
@@ -135,7 +135,7 @@ def extract(
 
     if no_cache and cache is not None:
         raise BertfeatError("--cache and --no-cache exclude each other", "give one of them")
-    if estimate_rows != 500 and not estimate:
+    if estimate_rows is not None and not estimate:
         raise BertfeatError("--estimate-rows applies to --estimate", "add --estimate, or drop --estimate-rows")
 
     summary = run_extract(
@@ -147,7 +147,7 @@ def extract(
         format=format, wide=wide, on_bad_row=on_bad_row, resume=resume, overwrite=overwrite, chunk_rows=chunk_rows,
         threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
         command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
-        estimate=estimate_rows if estimate else False,
+        estimate=(True if estimate_rows is None else estimate_rows) if estimate else False,
         progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     if estimate:
         from .estimate import render
@@ -228,11 +228,8 @@ def sweep(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no table."),
 ):
     """Compare layer x pooling feature sets of a sample of INPUT's rows, from one pass through the model."""
-    from .specs import check_input_path, check_stride
     from .sweep import default_prefix, sweep as run_sweep
 
-    check_input_path(input)
-    check_stride(stride, long_text)
     say = (lambda what: None) if quiet else (lambda what: err_console.print(f"bertfeat sweep: {what}", markup=False,
                                                                             highlight=False, soft_wrap=True))
     r = run_sweep(input, sets, label=label, model=model, text_column=text_column, pair_column=pair_column,

@@ -91,7 +91,6 @@ except ImportError:  # pragma: no cover - exercised by the "dask missing" test t
 DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition at most: ~80k short sentences, a few minutes on one core
 PARTS_PER_THREAD = 4  # partitions per worker thread (task slot) when the input is large enough
 MANIFEST = "_manifest.json"
-PROVENANCE = DIRECTORY_PROVENANCE  # the run's provenance beside the parts (features.reader reads it)
 FULL_DIR = "_full"
 PCA_FILE = "_pca.npz"
 RUN_STORE = ".dedup"  # the run's duplicates store without a cache (workers on this machine), in OUTPUT.partial/
@@ -354,7 +353,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
     cache_id = check_cache(plan, encoder, spec) if plan.cache is not None else None
 
     own_client = client is None
-    outputs: dict = {}  # files written beside OUTPUT (the PCA model and report), removed if the run then fails
+    outputs: dict = {}  # files written beside OUTPUT (the PCA model and report, the rejects)
     cluster = None
     futures: dict = {}
     tag = uuid.uuid4().hex[:8]  # task keys unique to this run
@@ -599,7 +598,7 @@ def _finish(partial: Path, out: Path, meta: dict):
     for p in partial.iterdir():
         if p.name.startswith(".") or p.name == MANIFEST:
             p.unlink() if p.is_file() else shutil.rmtree(p, ignore_errors=True)
-    write_atomic(partial / PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     if out.is_dir():
         shutil.rmtree(out)
     elif out.exists():

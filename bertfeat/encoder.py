@@ -467,10 +467,6 @@ class Encoder:
             steps.pop()
         return steps
 
-    def pool_batch(self, input_ids: np.ndarray, types: np.ndarray, mask: np.ndarray, spec: FeatureSpec) -> np.ndarray:
-        """One padded batch (B, T) -> (B, D) pooled features (before normalization)."""
-        return self.pool_batch_sets(input_ids, types, mask, [spec])[0]
-
     def pool_batch_sets(self, input_ids: np.ndarray, types: np.ndarray, mask: np.ndarray,
                         specs: list[FeatureSpec]) -> list[np.ndarray]:
         """One padded batch (B, T) -> each spec's (B, D) pooled features (before normalization), from one forward

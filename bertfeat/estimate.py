@@ -149,19 +149,6 @@ def _read(plan, sample: int, seed: int) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
-def _without_too_long(encoder, spec, texts: list[str], pairs: list[str] | None) -> tuple[list, list | None]:
-    """long_text='error': the sample without the rows the run would refuse as too long."""
-    from .encoder import LongTextError
-
-    try:
-        encoder.prepare(texts, pairs, spec)
-        return texts, pairs
-    except LongTextError as e:
-        long = set(np.asarray(e.rows).tolist())
-    keep = [i for i in range(len(texts)) if i not in long]
-    return [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
-
-
 def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None) -> float | None:
     """The share of the sample the vector cache already holds for these settings (None without a cache or when it
     cannot be read)."""
@@ -189,13 +176,13 @@ def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None
 def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate:
     """Measure what ``plan`` will take (see the module docstring); writes nothing."""
     from .chunks import run_rows
+    from .encoder import LongTextError
     from .jobcore import feature_settings, load_encoder
     from .plan import ALL_COMPONENTS
 
     read = _read(plan, sample, seed)
     rows, bad, first_bad, texts, pairs = read["rows"], read["bad"], read["first_bad"], read["texts"], read["pairs"]
     mean_bytes, read_seconds = read["text_bytes"], read["seconds"]
-    rss_before = _rss_peak()
     t0 = time.perf_counter()
     encoder = load_encoder(plan)
     load_seconds = time.perf_counter() - t0
@@ -204,14 +191,17 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     tokens_per_row = tps = 0.0
     truncated = 0.0
     windows = 1.0
-    too_long = 0
-    if texts and spec.long_text == "error":  # rows the run refuses as too long: left out of the sample, counted
-        n = len(texts)
-        texts, pairs = _without_too_long(encoder, spec, texts, pairs)
-        too_long = round((n - len(texts)) / n * (rows - bad))
+    n, prep = len(texts), None
+    while texts:  # long_text='error': rows the run refuses as too long are left out of the sample, and counted
+        try:
+            prep = encoder.prepare(texts, pairs, spec)
+            break
+        except LongTextError as e:
+            keep = sorted(set(range(len(texts))) - set(np.asarray(e.rows).tolist()))
+            texts, pairs = [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
+    too_long = round((n - len(texts)) / n * (rows - bad)) if n else 0
     accepted = rows - bad - too_long
-    if texts:
-        prep = encoder.prepare(texts, pairs, spec)
+    if prep is not None:
         lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
         tokens_per_row = float(lengths.sum()) / len(texts)
         truncated = float(np.mean(prep.truncated))
@@ -241,7 +231,7 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     # writing: the parts as the chunks finish, then the output from them (read back once); ~WRITE_RATE on a local disk
     seconds = load_seconds + read_seconds + encode_seconds + (2 * parts_bytes + output_bytes) / WRITE_RATE
 
-    model_peak = max(_rss_peak() - rss_before, 0) + rss_before  # the process as it encoded: model, batches, numba
+    model_peak = _rss_peak()  # the process as it encoded: model, batches, numba
     from .local_engine import READ_AHEAD_CHUNKS
     from .reuse import DEDUP_MEMORY
 

@@ -487,9 +487,9 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
         if input != "-" and any(out.resolve() == Path(f).resolve() for f in reader.files):
             raise BertfeatError(f"the output {out} is the input file", f"pass {opt('output')} with another file name")
     else:
-        from .dask_engine import PROVENANCE
+        from .features.reader import DIRECTORY_PROVENANCE
 
-        if out.is_dir() and any(out.iterdir()) and not (out / PROVENANCE).is_file():
+        if out.is_dir() and any(out.iterdir()) and not (out / DIRECTORY_PROVENANCE).is_file():
             raise BertfeatError(f"{out} is a directory that bertfeat did not write", f"choose another {opt('output')} OUTPUT")
         from .readers import is_url
 

@@ -139,61 +139,67 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, mode
     prefix, to write the report as PREFIX.json and PREFIX.md (checked before any work: existing files need
     ``overwrite``; the CLI's default is ``default_prefix(input)``);
     ``progress(what)``: told each step."""
-    if output is not None:
-        from .outlock import output_lock
+    import contextlib
 
-        prefix = Path(output)
-        _check_outputs(prefix, input, overwrite)
-        with output_lock(prefix):
-            _check_outputs(prefix, input, overwrite)  # again under the lock: another run may have written them
-            report = sweep(input, sets, label=label, model=model, text_column=text_column, pair_column=pair_column,
-                           id_column=id_column, input_format=input_format, encoding=encoding, delimiter=delimiter,
-                           sample=sample, seed=seed, n_components=n_components, folds=folds, normalize=normalize,
-                           max_length=max_length, long_text=long_text, stride=stride, prompt=prompt,
-                           prompt_name=prompt_name, precision=precision, threads=threads, on_bad_row=on_bad_row,
-                           progress=progress)
-            report["files"] = {k: str(v) for k, v in sweep_paths(prefix).items()}
-            write_sweep_report(report, prefix)
-        return report
-    from .chunks import prepare_chunk
     from .encoder import Encoder
-    from .probe import label_codes, majority_accuracy, ridge_accuracy, stratified_folds
+    from .outlock import output_lock
     from .readers import open_input
-    from .specs import check_size
-    from .version import __version__
+    from .specs import check_input_path, check_size, check_stride
 
+    check_input_path(input)
+    check_stride(stride, long_text)
     for name, v, low in (("sample", sample, 2), ("n_components", n_components, 1), ("folds", folds, 2)):
         check_size(v, name, low, None, "")
     if on_bad_row not in ("error", "skip"):
         raise BertfeatError(f"{opt('on_bad_row', on_bad_row)} is not error or skip",
                             f"choose {opt('on_bad_row', 'error')} or {opt('on_bad_row', 'skip')}")
     tell = progress or (lambda what: None)
-    reader = open_input(str(input), input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter,
-                        keep=(label,) if label else (), label=label)
-    try:
-        enc = Encoder(model, precision=precision, threads=threads)
-        tokenization = {"max_length": max_length, "long_text": long_text, "stride": stride, "prompt": prompt,
-                        "prompt_name": prompt_name}
-        given = sets is not None and len(sets) > 0
-        chosen, skipped = parse_sets(sets if given else DEFAULT_SETS, enc, normalize=normalize, strict=given,
-                                     **tokenization)
-        tell(f"reading {reader.name} (a uniform sample of {sample:,} rows at most)")
-        drawn = _read_sample(reader, label, sample, seed, on_bad_row)
-    finally:
-        close = getattr(reader, "close", None)
-        if close is not None:
-            close()
+    if output is not None:  # before any work (and before the lock makes the output's folder)
+        _check_outputs(Path(output), input, overwrite)
+    with output_lock(Path(output)) if output is not None else contextlib.nullcontext():
+        if output is not None:  # again under the lock: another run may have written them
+            _check_outputs(Path(output), input, overwrite)
+        reader = open_input(str(input), input_format, text_column, pair_column, id_column, encoding,
+                            delimiter=delimiter, keep=(label,) if label else (), label=label)
+        try:
+            enc = Encoder(model, precision=precision, threads=threads)
+            tokenization = {"max_length": max_length, "long_text": long_text, "stride": stride, "prompt": prompt,
+                            "prompt_name": prompt_name}
+            given = sets is not None and len(sets) > 0
+            chosen, skipped = parse_sets(sets if given else DEFAULT_SETS, enc, normalize=normalize, strict=given,
+                                         **tokenization)
+            tell(f"reading {reader.name} (a uniform sample of {sample:,} rows at most)")
+            drawn = _read_sample(reader, label, sample, seed, on_bad_row)
+        finally:
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+        report = _compare(enc, chosen, skipped, drawn, reader.name, label, n_components=n_components, folds=folds,
+                          seed=seed, on_bad_row=on_bad_row, tell=tell)
+        if output is not None:
+            report["files"] = {k: str(v) for k, v in sweep_paths(output).items()}
+            write_sweep_report(report, output)
+    return report
+
+
+def _compare(enc, chosen: list, skipped: list, drawn: dict, source: str, label: str | None, *, n_components: int,
+             folds: int, seed: int, on_bad_row: str, tell) -> dict:
+    """The sample's rows through the model once for every set, then each set's variance and probe: -> the report."""
+    from .chunks import prepare_chunk
+    from .probe import label_codes, majority_accuracy, ridge_accuracy, stratified_folds
+    from .version import __version__
+
     chunk, labels = drawn["chunk"], drawn["labels"]
-    pc = prepare_chunk(enc, chosen[0].spec, chunk, reader.name, on_bad_row)
+    pc = prepare_chunk(enc, chosen[0].spec, chunk, source, on_bad_row)
     todo = pc.todo or []
     labels = [labels[i] for i in todo]  # rows refused as too long (long_text error, skip) are left out
     n = len(todo)
     if n < 2:
-        raise BertfeatError(f"{reader.name} gave {n} usable row(s) for the sweep", "sweep an input with at least 2 rows"
+        raise BertfeatError(f"{source} gave {n} usable row(s) for the sweep", "sweep an input with at least 2 rows"
                             + (" that have a label" if label else ""))
     codes = fold = None
     if label is not None:
-        codes, classes = label_codes(labels, label, reader.name, folds)
+        codes, classes = label_codes(labels, label, source, folds)
         fold = stratified_folds(codes, folds, seed)
     tell(f"encoding {n:,} rows once for {len(chosen)} feature sets")
     outs = enc.run_sets(pc.prepared, [s.spec for s in chosen])
@@ -213,9 +219,9 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, mode
                               "components": k, "accuracy_pca": float(np.mean(acc_k)), "std_pca": float(np.std(acc_k))}
         results.append(entry)
     report = {
-        "kind": REPORT_KIND, "bertfeat_version": __version__, "input": reader.name, "model": enc.model_id,
+        "kind": REPORT_KIND, "bertfeat_version": __version__, "input": source, "model": enc.model_id,
         "weights_sha256": enc.weights_sha256, "precision": enc.precision, "max_length": chosen[0].spec.max_length,
-        "long_text": long_text, "prompt": chosen[0].spec.prompt, "rows_read": drawn["rows_read"],
+        "long_text": chosen[0].spec.long_text, "prompt": chosen[0].spec.prompt, "rows_read": drawn["rows_read"],
         "rows_rejected": drawn["rows_rejected"] + len(pc.refused or {}), "rows_unlabelled": drawn["rows_unlabelled"],
         "rows": n, "seed": seed, "sets": results, "skipped": skipped,
     }
