@@ -437,6 +437,13 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             progress.advance(st["rows_read"], 0, 0)
         results: dict[int, dict] = dict(done)
         merged = new_pca(plan.pca_n_components) if n_components is not None else None
+        limit = plan.max_bad_rows
+
+        def check_bad_rows(final: bool) -> None:
+            """max_bad_rows over the partitions finished so far (a count stops the run as soon as it is passed)."""
+            n_read = sum(st["rows_read"] for st in results.values())
+            if limit is not None and limit.exceeded(sum(len(st["rejects"]) for st in results.values()), n_read, final):
+                raise limit.error(src.name, [r for i in sorted(results) for r in results[i]["rejects"]], n_read, final)
 
         def on_encoded(i, st):
             nonlocal merged
@@ -447,7 +454,10 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
                 merged = merged.merge(pca)
             results[i] = st
             progress.advance(st["rows_read"], st["tokens"], 0)
+            if st["rejects"]:
+                check_bad_rows(final=False)
 
+        check_bad_rows(final=False)  # the resumed partitions' own rejects
         futures = {client.submit(run_task, encode_partition, p, first[p.index], ctx, key=f"bertfeat-encode-{p.index}-{tag}",
                                  pure=False): p.index for p in parts if p.index not in done}
         if n_components is not None:  # statistics of the resumed partitions, from their files
@@ -463,6 +473,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
 
         gather(client, futures, on_any, progress, counted=lambda i: i >= 0, done=len(done), total=len(parts))
         futures = {}
+        check_bad_rows(final=True)
 
         for i in sorted(results):
             summary.add(results[i])

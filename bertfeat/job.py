@@ -29,7 +29,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             precision: Literal["fp32", "bf16", "int8", "auto"] = "fp32",
             pca: int | float | str | None = None, pca_model: str | os.PathLike | None = None,
             format: str | None = None, wide: bool = False,
-            on_bad_row: Literal["error", "skip"] = "error", resume: bool = False, overwrite: bool = False,
+            on_bad_row: Literal["error", "skip"] | None = None, max_bad_rows: int | str | None = None,
+            resume: bool = False, overwrite: bool = False,
             chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,
             engine: Literal["local", "dask"] = "local", scheduler: str | None = None, workers: int | None = None,
             blocksize: int | str | None = DEFAULT_BLOCKSIZE, client=None, progress=None, quiet: bool = True,
@@ -53,6 +54,11 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     them: ``"label"``, ``"label,split"`` or ``["label", "split"]``; rows rejected keep them in the rejects file too.
     ``label``: with ``pca``, a column of class labels (kept in the output, as ``keep``) whose linear probe the PCA report
     adds: how well the first 1, 2, 4, ... k components predict it (bertfeat.probe; ``summary.probe``).
+    ``on_bad_row``: "error" (the default) stops at the first bad row (a malformed line, an empty or undecodable text, ...)
+    naming its file, row and column; "skip" leaves it out and writes it to the rejects file (row, id, reason).
+    ``max_bad_rows``: skip bad rows (on_bad_row "skip" is then the default) up to a limit, a number of rows (10) or a
+    share of the rows read ("0.5%"); past it the run stops, writes nothing, and raises rejects.TooManyBadRows (the
+    CLI's exit code 3). A count is checked as each chunk finishes, a share once every row is read.
     ``cache``: a directory of encoder vectors kept across runs (docs/cache.md): each row is looked up by its text and
     every setting that changes a vector, and only the misses are encoded; None (the default) takes the BERTFEAT_CACHE
     environment variable when it is set, False uses no cache. Identical rows of one run are encoded once either way.
@@ -74,9 +80,9 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
                      input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling,
                      layers=layers, layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name,
                      max_length=max_length, max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride,
-                     precision=precision, pca=pca, pca_model=pca_model, format=format, wide=wide, on_bad_row=on_bad_row, resume=resume,
-                     overwrite=overwrite or estimate is not False, chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler,
-                     workers=workers, blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}),
+                     precision=precision, pca=pca, pca_model=pca_model, format=format, wide=wide, on_bad_row=on_bad_row,
+                     max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite or estimate is not False,
+                     chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}),
                      command=command, keep=keep, cache=cache, label=label)
     if estimate is not False:
         from .estimate import DEFAULT_SAMPLE, estimate_plan

@@ -351,6 +351,8 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "pair_column": source.pair_column,
         "id_column": source.id_column,
         **({"keep": list(plan.keep)} if plan.keep else {}),
+        "on_bad_row": plan.on_bad_row,
+        **({"max_bad_rows": plan.max_bad_rows.text} if plan.max_bad_rows is not None else {}),
         "command": plan.command or " ".join(shlex.quote(a) for a in sys.argv),
         "rows": {"read": summary.rows_read, "written": summary.rows_written, "rejected": summary.rows_rejected,
                  "truncated": summary.rows_truncated, "chunked": summary.rows_chunked,

@@ -150,14 +150,21 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     order: list[int] = []
     rejects: dict[int, list[dict]] = {}
     pca = new_pca(plan.pca_n_components) if plan.pca is not None else None
+    limit = plan.max_bad_rows
 
     def account(index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int, reuse: dict):
         """A finished unit's counts, rejects and PCA statistics, taken while its table is in memory."""
         order.append(index)
         rejects[index] = chunk_rejects
         summary.add({"rows_read": n_read, **table_counts(table, spec.max_length), **reuse})
+        summary.rows_rejected += len(chunk_rejects)
+        if limit is not None and limit.exceeded(summary.rows_rejected, summary.rows_read, final=False):
+            raise limit.error(source.name, all_rejects(), summary.rows_read, final=False)
         if pca is not None and table.num_rows:
             accumulate_pca(pca, feature_matrix(table))
+
+    def all_rejects() -> list[dict]:
+        return [r for i in sorted(rejects) for r in rejects[i]]
 
     try:
         for item in items:
@@ -206,9 +213,10 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     summary.rows_multiline = getattr(source, "multiline_rows", 0)
 
     try:
-        summary.rows_rejected = sum(len(r) for r in rejects.values())
+        if limit is not None and limit.exceeded(summary.rows_rejected, summary.rows_read, final=True):
+            raise limit.error(source.name, all_rejects(), summary.rows_read, final=True)
         summary.outputs = finalize(plan, store, sorted(order), encoder, spec, fingerprint, summary, pca if pca is not None else applied,
-                                   [r for i in sorted(rejects) for r in rejects[i]], progress)
+                                   all_rejects(), progress)
     except BertfeatError:
         store.remove()  # e.g. the PCA does not fit the data: a rerun with other settings starts over anyway
         raise

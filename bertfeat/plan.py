@@ -156,6 +156,7 @@ class ExtractPlan:
     id_column: str | None
     pair_column: str | None
     on_bad_row: str
+    max_bad_rows: Any  # rejects.BadRowLimit, or None: bad rows skipped (on_bad_row='skip') without a limit
     chunk_rows: int
     threads: int | None
     pca: int | float | str | None  # None, a count, a variance fraction, or ALL_COMPONENTS
@@ -209,7 +210,8 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
               max_length: int | None = None, max_batch_tokens: int | None = None, long_text: str = "truncate",
               stride: int | None = None, precision: str = "fp32", pca: int | float | str | None = None,
               pca_model: str | os.PathLike | None = None,
-              format: str | None = None, wide: bool = False, on_bad_row: str = "error", resume: bool = False,
+              format: str | None = None, wide: bool = False, on_bad_row: str | None = None, max_bad_rows: int | str | None = None,
+              resume: bool = False,
               overwrite: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS, threads: int | None = None,
               engine: str = "local", scheduler: str | None = None, workers: int | None = None,
               blocksize: int | str | None = DEFAULT_BLOCKSIZE, client: Any = None,
@@ -231,8 +233,11 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
     if engine == "local" and (scheduler or workers or client is not None):
         names = f"{opt('scheduler')}, {opt('workers')} and client" if client is not None else f"{opt('scheduler')} and {opt('workers')}"
         raise BertfeatError(f"{names} need {opt('engine', 'dask')}", f"add {opt('engine', 'dask')}")
-    if on_bad_row not in BAD_ROW_POLICIES:
+    if on_bad_row is not None and on_bad_row not in BAD_ROW_POLICIES:
         raise BertfeatError(f"unknown {opt('on_bad_row', on_bad_row, cli=repr(on_bad_row))}", "choose error or skip")
+    from .rejects import resolve_bad_rows
+
+    on_bad_row, max_bad_rows = resolve_bad_rows(on_bad_row, max_bad_rows)
     pca_value = parse_pca(pca)
     pca_model = check_pca_model(pca_model, pca_value)
     from .vcache import resolve_cache
@@ -303,7 +308,8 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         input=input, reader=reader, layout=layout, model=None if model is None else os.fspath(model),
         encoder_kwargs=encoder_kwargs,
         features=FeatureOptions(pooling, layers, layer_agg, normalize, prompt, prompt_name, max_length, long_text, stride),
-        id_column=id_column, pair_column=pair_column, on_bad_row=on_bad_row, chunk_rows=chunk_rows, threads=threads,
+        id_column=id_column, pair_column=pair_column, on_bad_row=on_bad_row, max_bad_rows=max_bad_rows,
+        chunk_rows=chunk_rows, threads=threads,
         pca=pca_value, pca_model=pca_model, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
         engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}), keep=keep, cache=cache,
         label=label)

@@ -5,7 +5,8 @@ Parquet cell), validation (chunks.py: null, empty, non-string, control character
 rule make ``Reason``s; the fix shown to the user is looked up by code (``fix_for``), never by parsing the text.
 A reject travels as a plain dict (``{"row", "id", "reason", "code"}``, plus ``"keep"``: the row's kept values, with
 ``keep``): it pickles to and from Dask workers and sits in a part file's metadata; the rejects file has the columns
-``row, id, reason``, then the kept columns.
+``row, id, reason``, then the kept columns. ``BadRowLimit`` (``max_bad_rows``) is how many bad rows a run may skip
+before it fails with ``TooManyBadRows`` (exit code 3).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from .errors import InputError, opt, render
+from .errors import BertfeatError, InputError, opt, render
 
 
 class RejectCode(str, Enum):
@@ -135,3 +136,86 @@ def publish_rejects(path: Path, rejects: list[dict], keep: tuple[str, ...] | lis
     if path.exists():
         deferred(lambda: path.unlink(missing_ok=True))
     return {}
+
+
+# --------------------------------------------------------------------------- max_bad_rows
+EXIT_TOO_MANY_BAD_ROWS = 3
+
+
+class TooManyBadRows(InputError):
+    """More bad rows than ``max_bad_rows`` allows: the run stops, writes nothing, and the CLI exits with code 3."""
+
+    exit_code = EXIT_TOO_MANY_BAD_ROWS
+
+
+@dataclass(frozen=True)
+class BadRowLimit:
+    """``max_bad_rows``: the most bad rows a run skips before it fails. ``count``: a number of rows, checked as each
+    chunk finishes (the run stops at the chunk that passes it); ``fraction``: a share of the rows read, checked once
+    every row is read (before any output is written). ``text``: as given, for messages."""
+
+    count: int | None
+    fraction: float | None
+    text: str
+
+    @property
+    def given(self):
+        """As given, for errors.opt: the count (``max_bad_rows=10``), or the percentage text."""
+        return self.count if self.count is not None else self.text
+
+    def exceeded(self, n_bad: int, n_read: int, final: bool) -> bool:
+        if self.count is not None:
+            return n_bad > self.count
+        return final and n_bad > self.fraction * n_read
+
+    def error(self, source_name: str, rejects: list[dict], n_read: int, final: bool) -> TooManyBadRows:
+        """``FILE: N bad rows ..., more than max_bad_rows M (row 4: why; row 9: why; and K more) - fix``; ``rejects``:
+        those found so far, in row order."""
+        n = len(rejects)
+        if self.fraction is not None:
+            what = f"{n:,} bad row{'s' * (n != 1)} of {n_read:,} read ({100 * n / max(n_read, 1):.3g} %)"
+        else:
+            what = f"{n:,} bad row{'s' * (n != 1)}" + ("" if final else f" in the {n_read:,} rows read so far")
+        shown = "; ".join(f"row {r['row']}: {r['reason']}" for r in rejects[:3])
+        more = f"; and {n - 3:,} more" if n > 3 else ""
+        return TooManyBadRows(
+            f"{source_name}: {what}, more than {opt('max_bad_rows', self.given, cli=self.text)} allows ({shown}{more})",
+            f"fix those rows or raise {opt('max_bad_rows')} ({opt('on_bad_row', 'skip')} without {opt('max_bad_rows')} "
+            "writes every bad row to the rejects file, with its reason)")
+
+
+def parse_max_bad_rows(value) -> BadRowLimit | None:
+    """``max_bad_rows``: None (no limit), a whole number of rows (``10``, ``"10"``) or a percentage of the rows read
+    (``"0.5%"``)."""
+    if value is None:
+        return None
+    fix = f"give a number of rows such as {opt('max_bad_rows', 100)}, or a share of the rows read such as {opt('max_bad_rows', '1%')}"
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise BertfeatError(f"{opt('max_bad_rows', value)} is not a number of rows or a percentage", fix)
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) if text.endswith("%") else int(text)
+    except ValueError:
+        raise BertfeatError(f"{opt('max_bad_rows', text, cli=repr(text))} is not a number of rows or a percentage",
+                            fix) from None
+    if text.endswith("%"):
+        if not 0 <= number <= 100:  # nan fails both
+            raise BertfeatError(f"{opt('max_bad_rows', text, cli=text)} is out of range", "give 0% to 100%")
+        return BadRowLimit(None, number / 100, text)
+    n = number
+    if n < 0:
+        raise BertfeatError(f"{opt('max_bad_rows', n)} is out of range", "give 0 or more")
+    return BadRowLimit(n, None, str(n))
+
+
+def resolve_bad_rows(on_bad_row: str | None, max_bad_rows) -> tuple[str, BadRowLimit | None]:
+    """(on_bad_row, limit): ``max_bad_rows`` skips bad rows up to its limit, so on_bad_row defaults to 'skip' with it
+    and 'error' without; on_bad_row='error' with a limit is refused (the first bad row would stop the run)."""
+    limit = parse_max_bad_rows(max_bad_rows)
+    if on_bad_row is None:
+        return ("skip" if limit is not None else "error"), limit
+    if on_bad_row == "error" and limit is not None:
+        raise BertfeatError(f"{opt('max_bad_rows', limit.given, cli=limit.text)} skips bad rows up to its limit, but "
+                            f"{opt('on_bad_row', 'error')} stops at the first",
+                            f"drop {opt('on_bad_row', 'error')} (with {opt('max_bad_rows')} bad rows are skipped)")
+    return on_bad_row, limit

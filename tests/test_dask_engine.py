@@ -31,6 +31,7 @@ from bertfeat.dask_engine import require_dask  # noqa: E402
 from bertfeat.errors import BertfeatError, ResumeError  # noqa: E402
 from bertfeat.plan import DaskSettings  # noqa: E402
 from bertfeat.progress import NullProgress  # noqa: E402
+from bertfeat.rejects import TooManyBadRows  # noqa: E402
 
 N_ROWS = 200
 N_PARTS = 4
@@ -187,6 +188,19 @@ def test_csv_blocks_with_bad_rows_equal_local(client, real_sentences, tmp_path):
     assert rej.read_text() == local.with_name(local.name + ".rejects.csv").read_text()
     assert [r["row"] for r in csv.DictReader(rej.open())] == ["7", "40", "77"]
     assert s.rows_rejected == 3 and s.rows_read == len(texts)
+
+    # max_bad_rows: 3 bad rows pass a limit of 3 (the same files as under skip) and fail one of 2 (nothing written)
+    s = extract_dask(dict(input=str(src), output=str(tmp_path / "lim3.parquet"), id_column="id", max_bad_rows=3), 1024,
+                     client=client)
+    assert s.rows_rejected == 3
+    _assert_same_features(tmp_path / "lim3.parquet", local, id_name="id")
+    for limit in (2, "2%"):  # 3 of 120 rows is 2.5 %
+        out = tmp_path / "lim2.parquet"
+        with pytest.raises(TooManyBadRows) as e:
+            extract_dask(dict(input=str(src), output=str(out), id_column="id", max_bad_rows=limit), 1024, client=client)
+        assert e.value.exit_code == 3
+        assert "row 7: empty text" in str(e.value) and f"more than max_bad_rows={limit!r} allows" in str(e.value)
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lim2")) == []
 
 
 # --------------------------------------------------------------------------- PCA

@@ -51,6 +51,11 @@ def test_bad_rows_truncation_and_the_cache_are_reported(tmp_path):
     assert e.warnings[0] == ("1 bad row(s): the run stops at row 40 (on_bad_row='error'); skip writes them to the "
                              "rejects file")
     assert any("longer than max_length 32 and will be cut" in w for w in e.warnings)
+    over = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, max_bad_rows=0, estimate=True)
+    assert over.warnings[0] == ("1 bad row(s), more than max_bad_rows 0 allows: the run stops there and writes nothing")
+    under = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, max_bad_rows="5%",
+                             estimate=True)  # 1 of 42 rows: 2.4 %
+    assert not any("bad row" in w for w in under.warnings), under.warnings
     cache = tmp_path / "cache"
     bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, cache=cache, on_bad_row="skip")
     again = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, cache=cache, estimate=True)

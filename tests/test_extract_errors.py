@@ -273,6 +273,81 @@ def test_csv_skip_writes_rejects_and_keeps_good_rows_aligned(tmp_path, capsys):
     assert summary_line(err, "rejects") == f"rejects {tmp_path / 'o.parquet.rejects.csv'}"
 
 
+# ------------------------------------------------------------------------------------------ --max-bad-rows
+def _every_fifth_empty(tmp_path, n=20):
+    """c.csv: n rows, rows 3, 8, 13, ... empty (n // 5 bad rows)."""
+    return write_csv(tmp_path / "c.csv", ["id", "text"], [[f"r{i}", "" if i % 5 == 3 else f"sentence {i}"] for i in range(n)])
+
+
+def test_max_bad_rows_under_the_limit_skips_as_skip_does(tmp_path, capsys):
+    src = _every_fifth_empty(tmp_path)
+    rc, _, err = extract(capsys, src, tmp_path / "skip.parquet", "--id-column", "id", "--on-bad-row", "skip")
+    assert rc == 0, err
+    for limit in ("4", "20%"):  # 4 bad rows of 20: exactly at the limit passes
+        out = tmp_path / f"o{limit[:-1] if limit.endswith('%') else limit}.parquet"
+        rc, _, err = extract(capsys, src, out, "--id-column", "id", "--max-bad-rows", limit)
+        assert rc == 0, err
+        assert read_table(out).equals(read_table(tmp_path / "skip.parquet"))
+        assert rejects(f"{out}.rejects.csv") == rejects(tmp_path / "skip.parquet.rejects.csv")
+        assert [r[0] for r in rejects(f"{out}.rejects.csv")[1:]] == ["3", "8", "13", "18"]
+        assert (metadata(out)["on_bad_row"], metadata(out)["max_bad_rows"]) == ("skip", limit)
+        assert summary_line(err, "rows rejected") == "rows rejected 4"
+
+
+def test_max_bad_rows_count_stops_at_the_chunk_that_passes_it(tmp_path, capsys):
+    src = _every_fifth_empty(tmp_path)
+    out = tmp_path / "o.parquet"
+    out.write_bytes(b"old")  # --overwrite: the old output stays when the run fails
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--max-bad-rows", "1", "--overwrite")
+    assert rc == 3
+    # chunks of 2 rows: the second bad row (row 8) is in the fifth chunk, rows 0-9 read by then
+    assert err.splitlines()[-1] == (
+        f"Error: {src}: 2 bad rows in the 10 rows read so far, more than --max-bad-rows 1 allows (row 3: empty text; "
+        "row 8: empty text) - fix those rows or raise --max-bad-rows (--on-bad-row skip without --max-bad-rows writes "
+        "every bad row to the rejects file, with its reason)")
+    assert out.read_bytes() == b"old"
+    assert no_leftovers(out) == ["o.parquet"]
+
+
+def test_max_bad_rows_share_is_checked_once_every_row_is_read(tmp_path, capsys):
+    src = _every_fifth_empty(tmp_path, 40)  # 8 bad rows of 40: 20 %
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--max-bad-rows", "19.5%")
+    assert rc == 3
+    assert err.splitlines()[-1].startswith(
+        f"Error: {src}: 8 bad rows of 40 read (20 %), more than --max-bad-rows 19.5% allows (row 3: empty text; row 8: "
+        "empty text; row 13: empty text; and 5 more) - fix those rows or raise --max-bad-rows")
+    assert no_leftovers(out) == []
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--max-bad-rows", "0")
+    assert rc == 3 and "1 bad row in the 4 rows read so far, more than --max-bad-rows 0 allows (row 3: empty text)" in err
+
+
+def test_max_bad_rows_python_api_and_option_errors(tmp_path, capsys):
+    import bertfeat
+    from bertfeat.errors import BertfeatError
+    from bertfeat.rejects import TooManyBadRows
+
+    src = _every_fifth_empty(tmp_path)
+    with pytest.raises(TooManyBadRows, match=r"4 bad rows in the 20 rows read so far, more than max_bad_rows=3 allows"):
+        bertfeat.extract(src, tmp_path / "p.parquet", model=tiny_model(), max_bad_rows=3)
+    s = bertfeat.extract(src, tmp_path / "p.parquet", model=tiny_model(), max_bad_rows="50%", on_bad_row="skip")
+    assert (s.rows_read, s.rows_written, s.rows_rejected) == (20, 16, 4)
+    for value, message in [
+        ("-1", "Error: --max-bad-rows -1 is out of range - give 0 or more"),
+        ("101%", "Error: --max-bad-rows 101% is out of range - give 0% to 100%"),
+        ("ten", "Error: --max-bad-rows 'ten' is not a number of rows or a percentage - give a number of rows such as "
+                "--max-bad-rows 100, or a share of the rows read such as --max-bad-rows 1%"),
+    ]:
+        rc, _, err = extract(capsys, src, tmp_path / "x.parquet", "--max-bad-rows", value)
+        assert (rc, err) == (1, message + "\n")
+    rc, _, err = extract(capsys, src, tmp_path / "x.parquet", "--max-bad-rows", "5", "--on-bad-row", "error")
+    assert (rc, err) == (1, "Error: --max-bad-rows 5 skips bad rows up to its limit, but --on-bad-row error stops at the "
+                            "first - drop --on-bad-row error (with --max-bad-rows bad rows are skipped)\n")
+    with pytest.raises(BertfeatError, match=r"max_bad_rows=True is not a number of rows"):
+        bertfeat.extract(src, tmp_path / "p.parquet", model=tiny_model(), max_bad_rows=True)
+    assert no_leftovers(tmp_path / "x.parquet") == []
+
+
 def test_csv_skip_row_numbers_without_id_column(tmp_path, capsys):
     """Default ids are the row numbers: the output's `row` and the rejects' `row` never collide and cover every row."""
     src = tmp_path / "c.csv"

@@ -63,9 +63,11 @@ SKIP = [
     (r"--scheduler tcp://", "needs a running Dask cluster"),
 ]
 
-# (regex, expected text on stderr): commands the README shows failing on purpose (exit code 1).
+# (regex, expected text on stderr[, exit code]): commands the README shows failing on purpose (exit code 1 unless given).
 EXPECTED_ERRORS = [
     (r"^bertfeat extract examples/messy\.csv --id-column id$", "Error: examples/messy.csv row 1: empty text"),
+    (r"^bertfeat extract examples/messy\.csv --id-column id --max-bad-rows 2 ",
+     "Error: examples/messy.csv: 3 bad rows in the 6 rows read so far, more than --max-bad-rows 2 allows", 3),
     (r"^bertfeat pca transform cls\.parquet .*-o cls\.reduced\.parquet$", "Error: the features come from a different source"),
     (r'^bertfeat fill-mask "The capital of France is \[MASK\]\."$', "has no masked-language-model head"),
 ]
@@ -160,9 +162,9 @@ def classify(cmd: str) -> tuple[str, str | None]:
     for pattern, reason in SKIP:
         if re.search(pattern, cmd):
             return "skip", reason
-    for pattern, expected in EXPECTED_ERRORS:
+    for pattern, expected, *code in EXPECTED_ERRORS:
         if re.search(pattern, cmd):
-            return "error", expected
+            return "error", (expected, code[0] if code else 1)
     for name, pattern in MODEL_NEEDED:
         if re.search(pattern, cmd):
             return "model", name
@@ -318,7 +320,7 @@ def test_every_readme_command_is_run_or_listed():
     assert len(cmds) > 30
     kinds = [classify(c)[0] for c in cmds]
     assert kinds.count("run") >= 20
-    for pattern, _ in EXPECTED_ERRORS:
+    for pattern, *_ in EXPECTED_ERRORS:
         assert any(re.search(pattern, c) for c in cmds), f"EXPECTED_ERRORS entry matches no README command: {pattern}"
 
 
@@ -340,9 +342,10 @@ def test_readme_commands(workdir: Path):
                 failures.append(f"{cmd}\n  the bf16 refusal is not one clean line: {p.stderr.strip()[-600:]}")
             continue
         if kind == "error" or (kind == "model" and not _model_available(detail)):
-            expected = detail if kind == "error" else "not found; looked in:"
-            if p.returncode != 1 or expected not in p.stderr:
-                failures.append(f"{cmd}\n  expected exit 1 with {expected!r}, got {p.returncode}: {p.stderr.strip()[-600:]}")
+            expected, code = detail if kind == "error" else ("not found; looked in:", 1)
+            if p.returncode != code or expected not in p.stderr:
+                failures.append(f"{cmd}\n  expected exit {code} with {expected!r}, got {p.returncode}: "
+                                f"{p.stderr.strip()[-600:]}")
             elif "Traceback" in p.stderr or len(p.stderr.strip().splitlines()) > 3:
                 failures.append(f"{cmd}\n  the error is not one clean line: {p.stderr.strip()[-600:]}")
             continue
