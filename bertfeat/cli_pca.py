@@ -76,7 +76,8 @@ def _accumulate_option(accumulate: str | None, precision: str | None) -> str:
 @pca_app.command("fit", epilog="Examples:\n\n  bertfeat pca fit feats.parquet -n 100 -o feats.pca100.npz\n\n"
                  "  bertfeat pca fit feats.parquet -n 0.95 -o feats.pca95.npz --quiet\n\n"
                  "  bertfeat pca fit feats.npy -n all -o feats.pca.npz --accumulate float64\n\n"
-                 "  bertfeat pca fit feats.parquet -n 256 -o feats.pca256.npz --label label")
+                 "  bertfeat pca fit feats.parquet -n 256 -o feats.pca256.npz --label label\n\n"
+                 "  bertfeat pca fit wide.parquet -n 64 -o wide.pca64.npz --solver randomized --random-state 1")
 def fit_command(
     features: Annotated[Path, typer.Argument(help="Feature file (.parquet, .npy or .csv) from `bertfeat extract`.")],
     out: Annotated[Path, typer.Option("-o", "--output", help="Model file to write (.npz).")],
@@ -86,8 +87,12 @@ def fit_command(
     ] = None,
     solver: Annotated[
         str,
-        typer.Option(help=f"One of {', '.join(SOLVERS)}. auto/covariance stream the file; svd/randomized load it into memory."),
+        typer.Option(help=f"One of {', '.join(SOLVERS)}. auto/covariance stream the file (auto: an svd in memory above "
+                          "4096 features); svd/randomized load it into memory. All exact but randomized (approximate "
+                          "top components, seeded by --random-state)."),
     ] = "auto",
+    random_state: Annotated[int, typer.Option("--random-state", help="Seed of --solver randomized: the same seed gives "
+                                              "the same model.")] = 0,
     whiten: Annotated[bool, typer.Option("--whiten", help="Scale outputs to unit variance.")] = False,
     accumulate: Annotated[
         Optional[str],
@@ -114,6 +119,7 @@ def fit_command(
 
     check_count(batch_rows, "batch_rows")
     check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)
+    check_count(random_state, "random_state", 0)
     accumulate = _accumulate_option(accumulate, precision)
     check_output_name(out, "PCA model", "pca100.npz")
     _check_not_npz(features, "a PCA model (.npz) is applied with `bertfeat pca transform FEATURES --pca-model MODEL`")
@@ -123,7 +129,7 @@ def fit_command(
         check_model_output(out)
         pca, outputs, source, probe = fit_pca_to_files(
             features, out, _prefix_for(out), parse_n_components(n_components), label=label, probe_rows=probe_rows,
-            solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows)
+            solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows, random_state=random_state)
     if probe and "skipped" in probe:
         err_console.print(f"Warning: no linear probe of {label!r}: {probe['skipped']}", markup=False, highlight=False,
                      soft_wrap=True)

@@ -23,7 +23,9 @@ What is computed
 attributes end in ``_``) and its numbers: ``explained_variance_`` uses ddof=1, a float
 ``n_components`` in (0, 1) keeps the smallest k whose cumulative ratio exceeds it, and
 signs follow scikit-learn >= 1.5 (the largest-|loading| entry of each component is
-positive). Results match ``sklearn.decomposition.PCA(svd_solver="full")``.
+positive). The exact solvers' results (all but ``randomized``) match ``sklearn.decomposition.PCA(svd_solver="full")``,
+except the components of directions of zero variance (rank-deficient data), an arbitrary basis in both.
+The probabilistic model (``get_covariance``, ``get_precision``, ``score_samples``, ``score``) is scikit-learn's.
 
 Solvers
 -------
@@ -33,10 +35,10 @@ Solvers
                 (d, d) covariance. Memory is O(d^2), independent of n; this is what
                 ``partial_fit`` and ``merge`` use.
 ``randomized``  Halko et al. randomized SVD with power iterations (``random_state``),
-                for very wide in-memory data. Only the top k variances are known.
+                for very wide in-memory data. Approximate; only the top k variances are known.
 ``auto``        ``covariance`` when the data are tall (n >= d) and d <= 4096, otherwise
                 ``svd`` when it is small or most components are wanted, else
-                ``randomized``.
+                ``randomized`` (never for ``reduce.fit_pca_file`` / ``bertfeat pca fit``: ``svd``).
 
 Streaming
 ---------
@@ -68,14 +70,14 @@ from typing import Any
 
 import numpy as np
 
-from .diffs import canonical_json
 from .errors import BertfeatError, one_line, opt
 from .estimator import Estimator
 from .pca_checks import (ACCUMULATE_MODES, DEFAULT_ACCUMULATE, PRECISION_DEPRECATED, accumulate_mode, as_2d_float,
-                         check_max_components, check_n_components_spec, nonfinite_error)
-from .pca_file import SavedModel, fingerprint_differences, load_model, not_a_model, save_model
+                         check_max_components, check_merge_feature_names, check_n_components_spec, check_seed,
+                         nonfinite_error)
+from .pca_file import SavedModel, load_model, merge_sources, not_a_model, save_model, source_differences
 from .pca_solvers import (SOLVERS, Decomposition, choose_solver, components_needed, decompose_randomized, decompose_stats,
-                          decompose_svd)
+                          decompose_svd, log_likelihoods, model_covariance, model_precision)
 from .pca_stats import BLOCK_ROWS, Stats, add_chunk, first_stats, float32_products_ok, merge_stats
 
 # Defined here before pca.py was split; still importable from bertfeat.pca, so no caller has to change.
@@ -109,8 +111,9 @@ class PCA(Estimator):
         covariance statistics, and their decomposition is always ``eigh``.
     whiten : bool
         Scale transformed outputs to unit variance (divide by sqrt(explained_variance_)).
-    random_state : None, int or numpy Generator
-        Seed of the randomized solver.
+    random_state : None, int >= 0 or numpy Generator
+        Seed of the randomized solver (the only approximate one): an int gives the same fit every time,
+        None a new seed on every fit (as scikit-learn).
     accumulate : "mixed" or "float64"
         How the covariance statistics (``partial_fit``, ``merge``, the ``covariance`` solver)
         accumulate float32 input; float64 input always accumulates in float64, and the
@@ -249,6 +252,7 @@ class PCA(Estimator):
             raise BertfeatError(f"unknown {opt('solver', self.solver)}", f"use one of: {', '.join(SOLVERS)}")
         if not isinstance(self.whiten, (bool, np.bool_)):
             raise BertfeatError(f"whiten={self.whiten!r} is not True or False", "give whiten=True or whiten=False")
+        check_seed(self.random_state)
         if self.precision is not None:
             warnings.warn(PRECISION_DEPRECATED, DeprecationWarning, stacklevel=3)
         accumulate = self._accumulate_mode()
@@ -264,7 +268,11 @@ class PCA(Estimator):
 
     def fit(self, X: Any, y: Any = None) -> PCA:
         """Fit on all rows of X (n, d) at once; returns self. Forgets earlier fits and partial fits."""
-        accumulate = self._check_params()
+        return self._fit(X, self._check_params(), exact=False)  # checked here: its warning is aimed at fit's caller
+
+    def _fit(self, X: Any, accumulate: str, exact: bool) -> PCA:
+        """``fit`` with the parameters checked (-> ``accumulate``); ``exact``: ``solver="auto"`` never picks the
+        randomized solver (pca_solvers.choose_solver)."""
         names_from = X
         X = as_2d_float(X)
         n, d = X.shape
@@ -272,7 +280,7 @@ class PCA(Estimator):
             raise BertfeatError(f"PCA needs at least 2 samples to fit, got n_samples = {n}",
                                 "fit on the features of at least 2 texts")
         check_max_components(self.n_components, n, d)
-        solver = choose_solver(self.solver, n, d, self.n_components)
+        solver = choose_solver(self.solver, n, d, self.n_components, exact=exact)
         self._reset()
         self._check_feature_names(names_from, reset=True)
         if solver == "covariance":
@@ -379,6 +387,9 @@ class PCA(Estimator):
         Chan et al.'s pairwise update of (n, mean, scatter), re-expressed around self's
         shift; exact in float64 and order-independent up to rounding. Neither input changes.
         Only the statistics are merged: the new PCA decomposes on first use (or ``finalize()``).
+        Refused: other widths, other feature names (``feature_names_in_``, as ``partial_fit`` checks a later
+        chunk's) and features from another source (``fingerprint_``, compared as ``check_fingerprint`` does).
+        The merge's ``source_`` counts the rows of both and names both feature files.
         """
         if not isinstance(other, PCA):
             raise BertfeatError(f"can only merge a PCA with a PCA, got {type(other).__name__}", "pass a PCA")
@@ -391,19 +402,36 @@ class PCA(Estimator):
                     f"with solver={est._result_.solver!r} (or loaded without statistics)",
                     "use partial_fit (or fit with solver='covariance') on every worker, and save with include_stats=True",
                 )
+        a, b = self._stats, other._stats
+        if a is not None and b is not None:
+            self._check_same_features(other)
         merged = PCA(**self.get_params())
         merged._reset()
-        for name in ("fingerprint_", "source_", "feature_names_in_"):
-            if name in self.__dict__:
-                merged.__dict__[name] = self.__dict__[name]
-        a, b = self._stats, other._stats
-        if a is None or b is None:
-            src = a if a is not None else b
-            if src is not None:
-                merged._hold_stats(src.copy())
+        if a is None and b is None:
             return merged
-        merged._hold_stats(merge_stats(a, b))
+        st = merge_stats(a, b) if a is not None and b is not None else (a if a is not None else b).copy()
+        merged._hold_stats(st)
+        merged._take_provenance(self, other, st.n)
         return merged
+
+    def _check_same_features(self, other: PCA) -> None:
+        """merge: refuse the statistics of other columns (feature names, as partial_fit checks a later chunk's) or of
+        features from another source (fingerprints compared as check_fingerprint compares them). Widths: merge_stats."""
+        check_merge_feature_names(self.__dict__.get("feature_names_in_"), other.__dict__.get("feature_names_in_"))
+        diffs, text = source_differences(self.__dict__.get("fingerprint_"), other.__dict__.get("fingerprint_"),
+                                         "this PCA", "the other")
+        if diffs:
+            raise BertfeatError(f"cannot merge PCAs fitted on features from different sources ({text})",
+                                "merge partial fits of features extracted with the same model and settings")
+
+    def _take_provenance(self, a: PCA, b: PCA, rows: int) -> None:
+        """A merge's feature names and fingerprint (a's, else b's) and source (both files, ``rows`` in all)."""
+        for name in ("feature_names_in_", "fingerprint_"):
+            value = a.__dict__.get(name)
+            value = b.__dict__.get(name) if value is None else value
+            if value is not None:
+                self.__dict__[name] = value
+        self.source_ = merge_sources(a.__dict__.get("source_"), b.__dict__.get("source_"), rows)
 
     def _result(self) -> Decomposition:
         """The fitted decomposition: decomposes new statistics first; NotFittedError before any data."""
@@ -483,6 +511,31 @@ class PCA(Estimator):
             comps = comps * np.sqrt(self.explained_variance_).astype(dt)[:, None]
         return Y @ comps + r.mean.astype(dt)
 
+    # -- the probabilistic model (scikit-learn's, Tipping & Bishop) ----------------------------
+
+    def get_covariance(self) -> np.ndarray:
+        """The data covariance (d, d) of the probabilistic PCA model, float64: components_.T diag(explained_variance_ -
+        noise_variance_) components_ + noise_variance_ I (with whiten the components scaled by
+        sqrt(explained_variance_), as scikit-learn does)."""
+        self._result()  # decomposes new statistics; NotFittedError before any data
+        return model_covariance(self.components_, self.explained_variance_, self.noise_variance_, self.whiten)
+
+    def get_precision(self) -> np.ndarray:
+        """The inverse of ``get_covariance()`` (d, d), float64, by the matrix inversion lemma (scikit-learn's)."""
+        self._result()
+        return model_precision(self.components_, self.explained_variance_, self.noise_variance_, self.whiten)
+
+    def score_samples(self, X: Any) -> np.ndarray:
+        """The log-likelihood (n,) of each row of X (n, d) under the probabilistic PCA model, float64."""
+        Xa = self._check_transform_input(X)
+        if not np.isfinite(Xa).all():
+            raise nonfinite_error(Xa, 0, "scoring")
+        return log_likelihoods(Xa - self.mean_, self.get_precision())
+
+    def score(self, X: Any, y: Any = None) -> float:
+        """The mean log-likelihood of X's rows (``score_samples``): what cross_val_score and GridSearchCV maximise."""
+        return float(np.mean(self.score_samples(X)))
+
     # -- fingerprint -------------------------------------------------------------------------
 
     def check_fingerprint(self, other_fp: Mapping | None, force: bool = False,
@@ -493,11 +546,8 @@ class PCA(Estimator):
         or when either side has no fingerprint (nothing to compare). Raises BertfeatError
         naming every differing key with both values (``fix``: how to fix it, for callers without ``force``), unless ``force``.
         """
-        if not self.fingerprint_ or not other_fp:
-            return []
-        diffs = fingerprint_differences(self.fingerprint_, other_fp)
+        diffs, parts = source_differences(self.fingerprint_, other_fp)
         if diffs and not force:
-            parts = "; ".join(f"{key}: model {canonical_json(a)} vs features {canonical_json(b)}" for key, a, b in diffs)
             raise BertfeatError(
                 f"the features come from a different source than the PCA was fitted on ({parts})",
                 fix or "transform features extracted with the same model and settings, or pass --force (force=True) to "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numbers
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,8 @@ import numpy as np
 from .errors import BertfeatError, opt
 
 __all__ = ["ACCUMULATE_MODES", "DEFAULT_ACCUMULATE", "PRECISION_DEPRECATED", "as_2d_float", "nonfinite_error",
-           "check_n_components_spec", "check_max_components", "accumulate_mode"]
+           "check_n_components_spec", "check_max_components", "accumulate_mode", "check_merge_feature_names",
+           "check_seed"]
 
 #: How the statistics of float32 rows accumulate (PCA's ``accumulate``; see bertfeat.pca_stats.chunk_stats).
 ACCUMULATE_MODES = ("mixed", "float64")
@@ -117,6 +119,15 @@ def check_max_components(spec: Any, n: int, d: int) -> None:
         )
 
 
+def check_seed(seed: Any) -> None:
+    """``random_state`` (the randomized solver's seed): None, a whole number >= 0 or a numpy Generator."""
+    if seed is None or isinstance(seed, np.random.Generator):
+        return
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise BertfeatError(f"{opt('random_state', seed)} is not a seed",
+                            "pass a whole number >= 0 (the same number gives the same fit), a numpy Generator, or None")
+
+
 def accumulate_mode(accumulate: str | None, precision: str | None = None) -> str:
     """The accumulate mode given as ``accumulate`` or as ``precision``, its deprecated name (None: not given).
 
@@ -135,3 +146,33 @@ def accumulate_mode(accumulate: str | None, precision: str | None = None) -> str
     if value not in ACCUMULATE_MODES:
         raise BertfeatError(f"unknown {opt(name, value)}", f"use one of: {', '.join(ACCUMULATE_MODES)}")
     return value
+
+
+def check_merge_feature_names(ours: np.ndarray | None, theirs: np.ndarray | None) -> None:
+    """``PCA.merge``: the ``feature_names_in_`` of two PCAs with rows (None: fitted without names) name the same
+    columns in the same order, as ``partial_fit`` checks a later chunk's, in the same words: else an error listing the
+    names only one has (or saying the order differs). One side without names: a UserWarning, as from
+    ``partial_fit``."""
+    if ours is None and theirs is None:
+        return
+    if ours is None or theirs is None:
+        which = ("this PCA", "the other") if theirs is None else ("the other PCA", "this one")
+        warnings.warn(f"{which[0]} was fitted with feature names, but {which[1]} without feature names: merging them "
+                      "assumes the same columns in the same order", UserWarning, stacklevel=3)
+        return
+    if len(ours) == len(theirs) and np.all(ours == theirs):
+        return
+    lines = ["The feature names of the PCAs merged should match."]
+    unexpected, missing = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
+    if unexpected:
+        lines += ["Feature names of the other PCA, unseen by this one:"] + _listed(unexpected)
+    if missing:
+        lines += ["Feature names of this PCA, missing from the other:"] + _listed(missing)
+    if not unexpected and not missing:
+        lines.append("Feature names must be in the same order in both PCAs.")
+    raise BertfeatError("\n".join(lines), "merge partial fits of DataFrames with the same columns, in the same order")
+
+
+def _listed(names: list) -> list[str]:
+    """Up to five names as ``- name`` lines, then ``- ...`` (scikit-learn's feature-name messages)."""
+    return [f"- {name}" for name in names[:5]] + (["- ..."] if len(names) > 5 else [])

@@ -23,13 +23,14 @@ from typing import Any
 import numpy as np
 
 from .atomic import atomic_output, remove_stale_temps
-from .diffs import dict_differences, json_default
+from .diffs import canonical_json, dict_differences, json_default
 from .errors import BertfeatError, one_line
 from .pca_solvers import Decomposition
 from .pca_stats import Stats
 
 __all__ = ["MODEL_FORMAT", "MODEL_FORMAT_VERSION", "FILE_PARAM_NAMES", "MODEL_FIX", "SavedModel", "params_to_file",
-           "params_from_file", "save_model", "load_model", "not_a_model", "fingerprint_differences", "jsonable_seed"]
+           "params_from_file", "save_model", "load_model", "not_a_model", "fingerprint_differences",
+           "source_differences", "merge_sources", "jsonable_seed"]
 
 MODEL_FORMAT = "bertfeat-pca"
 MODEL_FORMAT_VERSION = 1
@@ -55,6 +56,35 @@ class SavedModel:
 def fingerprint_differences(expected: Mapping | None, actual: Mapping | None) -> list[tuple[str, Any, Any]]:
     """(key, expected value, actual value) for every key whose value differs (missing counts)."""
     return dict_differences(dict(expected or {}), dict(actual or {}))
+
+
+def source_differences(ours: Mapping | None, theirs: Mapping | None, our_name: str = "model",
+                       their_name: str = "features") -> tuple[list[tuple[str, Any, Any]], str]:
+    """Two fingerprints compared: (the differences as ``fingerprint_differences`` gives them, their text
+    ``key: <our_name> value vs <their_name> value; ...``). Nothing to compare, so no difference, when either is
+    missing. ``PCA.check_fingerprint`` (features against a model) and ``PCA.merge`` (two PCAs) both use it."""
+    if not ours or not theirs:
+        return [], ""
+    diffs = fingerprint_differences(ours, theirs)
+    text = "; ".join(f"{key}: {our_name} {canonical_json(a)} vs {their_name} {canonical_json(b)}"
+                     for key, a, b in diffs)
+    return diffs, text
+
+
+def merge_sources(ours: Mapping | None, theirs: Mapping | None, rows: int) -> dict | None:
+    """The ``source_`` of a merge of two PCAs: ours (else theirs) with the merged ``rows``; two different
+    feature files are both named (``features``: a list, in merge order). None when neither has a source."""
+    if not ours and not theirs:
+        return None
+    merged = dict(ours or theirs) | {"rows": rows}
+    if ours and theirs and ours.get("features") != theirs.get("features"):
+        named = [f for src in (ours, theirs) for f in _as_list(src.get("features"))]
+        merged["features"] = list(dict.fromkeys(named))
+    return merged
+
+
+def _as_list(value: Any) -> list:
+    return [] if value is None else list(value) if isinstance(value, list) else [value]
 
 
 def jsonable_seed(seed: Any) -> Any:

@@ -4,7 +4,9 @@ Owns ``Decomposition`` (the fitted numbers, every array float64), the sign conve
 (``flip_signs``, scikit-learn >= 1.5), choosing k from a spectrum (``n_components_from_spec``,
 ``components_needed``), the three solvers - ``svd`` of centred data, ``randomized`` (Halko et al.)
 and ``covariance`` (``eigh`` of the covariance built from ``pca_stats.Stats``) - and what
-``auto`` resolves to. Shape legend: n rows, d features, k kept components, r = min(n, d).
+``auto`` resolves to; and the probabilistic PCA model of a decomposition (Tipping & Bishop: its covariance,
+precision and log-likelihoods, scikit-learn's ``get_covariance`` / ``get_precision`` / ``score_samples``).
+Shape legend: n rows, d features, k kept components, r = min(n, d).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .pca_stats import Stats
 
 __all__ = ["SOLVERS", "AUTO_COVARIANCE_MAX_FEATURES", "Decomposition", "flip_signs", "choose_solver", "randomized_svd",
            "n_components_from_spec", "components_needed", "decomposition_from_spectrum", "decompose_svd",
-           "decompose_randomized", "decompose_stats"]
+           "decompose_randomized", "decompose_stats", "model_covariance", "model_precision", "log_likelihoods"]
 
 SOLVERS = ("auto", "svd", "covariance", "randomized")
 #: ``auto`` uses the covariance solver up to this many features (a d x d float64 matrix).
@@ -50,14 +52,19 @@ def flip_signs(Vt: np.ndarray) -> np.ndarray:
     return Vt * signs[:, None]
 
 
-def choose_solver(solver: str, n: int, d: int, spec: Any) -> str:
-    """Resolve ``auto`` to a concrete solver for an (n, d) matrix and n_components ``spec``."""
+def choose_solver(solver: str, n: int, d: int, spec: Any, *, exact: bool = False) -> str:
+    """Resolve ``auto`` to a concrete solver for an (n, d) matrix and n_components ``spec``.
+
+    ``covariance`` for tall data up to ``AUTO_COVARIANCE_MAX_FEATURES`` features, else ``svd`` when the matrix is
+    small or most components (or the whole spectrum) are wanted, else the approximate ``randomized``. ``exact``: never
+    ``randomized`` (``svd`` instead; ``bertfeat pca fit``'s fit of a wide file)."""
     if solver != "auto":
         return solver
     if n >= d and d <= AUTO_COVARIANCE_MAX_FEATURES:
         return "covariance"
     r = min(n, d)
-    if r <= 1000 or not isinstance(spec, numbers.Integral) or spec >= 0.8 * r:  # 'mle' and fractions: every variance
+    # 'mle' and fractions need every variance
+    if exact or r <= 1000 or not isinstance(spec, numbers.Integral) or spec >= 0.8 * r:
         return "svd"
     return "randomized"
 
@@ -203,3 +210,48 @@ def decompose_stats(stats: Stats, spec: Any) -> Decomposition:
     w = np.clip(w[::-1][:r], 0.0, None)
     Vt = flip_signs(np.ascontiguousarray(V[:, ::-1][:, :r].T))
     return decomposition_from_spectrum(stats.mean(), Vt, w, n, d, spec, "covariance")
+
+
+def _model_parts(components: np.ndarray, variance: np.ndarray, noise: float,
+                 whiten: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The components (k, d) and the variances above the noise (k,) of the probabilistic model, as scikit-learn's
+    ``_BasePCA`` forms them: with ``whiten`` the components scaled by sqrt(variance); a variance at or below the
+    noise counts 0."""
+    if whiten:
+        components = components * np.sqrt(variance)[:, None]
+    return components, np.where(variance > noise, variance - noise, 0.0)
+
+
+def model_covariance(components: np.ndarray, variance: np.ndarray, noise: float, whiten: bool) -> np.ndarray:
+    """The data covariance (d, d) of the probabilistic PCA model: components.T diag(variance - noise) components +
+    noise I (scikit-learn's ``get_covariance``, whiten included)."""
+    comps, above = _model_parts(components, variance, noise, whiten)
+    cov = (comps.T * above) @ comps
+    cov[np.diag_indices_from(cov)] += noise
+    return cov
+
+
+def model_precision(components: np.ndarray, variance: np.ndarray, noise: float, whiten: bool) -> np.ndarray:
+    """The inverse (d, d) of ``model_covariance`` by the matrix inversion lemma (a (k, k) inverse), or a plain
+    inverse when noise is 0 (every component kept): scikit-learn's ``get_precision``."""
+    if noise == 0.0:
+        return np.linalg.inv(model_covariance(components, variance, noise, whiten))
+    comps, above = _model_parts(components, variance, noise, whiten)
+    inner = comps @ comps.T / noise  # (k, k)
+    inner[np.diag_indices_from(inner)] += 1.0 / above
+    precision = comps.T @ np.linalg.inv(inner) @ comps
+    precision /= -(noise**2)
+    precision[np.diag_indices_from(precision)] += 1.0 / noise
+    return precision
+
+
+def log_likelihoods(Xr: np.ndarray, precision: np.ndarray) -> np.ndarray:
+    """The Gaussian log-likelihood (n,) of each centred row of Xr (n, d) under the model of ``precision`` (d, d)
+    (Bishop, PRML 12.2.1; scikit-learn's ``score_samples``): -inf throughout when the precision is not positive
+    definite (its log-determinant undefined, as scikit-learn's ``fast_logdet`` says)."""
+    d = Xr.shape[1]
+    sign, logdet = np.linalg.slogdet(precision)
+    logdet = logdet if sign > 0 else -math.inf
+    log_like = -0.5 * np.sum(Xr * (Xr @ precision), axis=1)
+    log_like -= 0.5 * (d * math.log(2.0 * math.pi) - logdet)
+    return log_like

@@ -55,7 +55,9 @@ def fit_pca_file(
 
     ``auto`` and ``covariance`` stream the file through ``partial_fit`` (exact; memory does
     not grow with rows). ``svd`` and ``randomized`` need the whole matrix, so they read it
-    into memory; so does ``auto`` when d > 4096 (a d x d matrix would be too large).
+    into memory; so does ``auto`` when d > 4096 (a d x d matrix would be too large), and then fits with
+    the exact ``svd`` (never ``randomized``, which only an explicit ``solver="randomized"`` runs: approximate,
+    reproducible with an int ``random_state``, fresh each time with None).
     ``accumulate``: how float32 statistics accumulate (PCA's ``accumulate``); ``precision`` is
     its deprecated name (a DeprecationWarning). ``on_batch(rows_so_far)`` is called after each chunk (progress).
     """
@@ -67,7 +69,7 @@ def fit_pca_file(
     if in_memory:
         _, X, _ = read_features(path)
         with fit_errstate():
-            pca.fit(X)
+            pca._fit(X, pca._check_params(), exact=True)  # auto: svd, the whole spectrum exactly, as pca fit promises
         if on_batch:
             on_batch(X.shape[0])
     else:

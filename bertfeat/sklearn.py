@@ -20,6 +20,7 @@ its location and refuses weights with another sha256.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -46,10 +47,14 @@ def _load_encoder(model, max_length, max_batch_tokens, threads, precision) -> En
 
 
 def as_texts(X: Any) -> list[str]:
-    """A list, tuple, 1-D (or (n, 1)) NumPy array, pandas / polars Series or one-column DataFrame of strings
-    -> a list of str; anything else is a ValueError naming what is wrong."""
-    if isinstance(X, str):
-        raise BertfeatError("X is a single string", "pass a list (or array, Series, one-column DataFrame) of texts")
+    """A list, tuple, iterator or generator, 1-D (or (n, 1)) NumPy array, pandas / polars Series or one-column
+    DataFrame of strings -> a list of str; anything else (a bare str or bytes too) is a ValueError naming what is
+    wrong. An iterator is consumed: as scikit-learn's text vectorizers, read it once."""
+    if isinstance(X, (str, bytes)):
+        what = "a single string" if isinstance(X, str) else "a single bytes object"
+        raise BertfeatError(f"X is {what}", "pass a list (or array, Series, one-column DataFrame, iterator) of texts")
+    if isinstance(X, Iterator):  # a generator, map(...), iter(...), an open file: no shape, read once
+        X = list(X)
     if hasattr(X, "columns") and hasattr(X, "shape"):  # pandas / polars DataFrame
         if X.shape[1] != 1:
             raise BertfeatError(f"X is a DataFrame with {X.shape[1]} columns", "pass the one column of texts, e.g. df['text']")
@@ -130,7 +135,10 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     # -- scikit-learn API ---------------------------------------------------------------------
     def fit(self, X, y=None):
         """Check the texts and the settings, load the model; nothing is learned from X."""
-        as_texts(X)
+        return self._fit(as_texts(X))
+
+    def _fit(self, texts: list[str]):
+        """fit on texts already checked (as_texts)."""
         check_size(self.batch_size, "batch_size", 1, None, " (rows per batch at most)")
         enc = self._encoder(check=False)
         spec = self._spec(enc)
@@ -146,7 +154,15 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "n_features_out_")
+        return self._transform(as_texts(X))
+
+    def fit_transform(self, X, y=None) -> np.ndarray:
+        """fit(X), then transform(X), reading X once (an iterator of texts too)."""
         texts = as_texts(X)
+        return self._fit(texts)._transform(texts)
+
+    def _transform(self, texts: list[str]) -> np.ndarray:
+        """transform texts already checked (as_texts); a fitted TextFeatures."""
         enc = self._encoder()
         spec = self._spec(enc)
         if spec.to_dict() != self.spec_ or enc.precision != getattr(self, "precision_", enc.precision):

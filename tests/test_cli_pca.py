@@ -75,6 +75,65 @@ def test_fit_command_accumulate_float64_is_exact(tmp_path, features, X, capsys):
     np.testing.assert_allclose(model.explained_variance_ratio_, exact.explained_variance_ratio_, atol=1e-12)
 
 
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """Features wider than 4096 (where pca fit stops streaming) with over 1000 rows and k = 10: pca fit's auto picked
+    the randomized solver there, without a seed (approximate, another model on every run)."""
+    rng = np.random.default_rng(11)
+    n, d = 1010, 4100
+    low = (rng.standard_normal((n, 24)) * 0.8 ** np.arange(24)) @ rng.standard_normal((24, d))
+    X = (low + 0.05 * rng.standard_normal((n, d))).astype(np.float32)
+    path = tmp_path_factory.mktemp("wide") / "wide.parquet"
+    with FeatureWriter(path, dim=d, metadata={"fingerprint": FP}) as w:
+        w.write(list(range(n)), X)
+    return path, X
+
+
+@pytest.fixture()
+def one_blas_thread():
+    """SVDs of 1010 x 4100 take 1.3 s on one thread, 8 s on two oversubscribed ones."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    with threadpoolctl.threadpool_limits(1):
+        yield
+
+
+def test_fit_command_on_wide_features_is_exact_by_default(tmp_path, wide, capsys, one_blas_thread):
+    sk = pytest.importorskip("sklearn.decomposition")
+    path, X = wide
+    out = tmp_path / "w.npz"
+    assert _run_main(["pca", "fit", str(path), "-n", "10", "-o", str(out), "-q"]) == 0, capsys.readouterr()
+    model, ref = PCA.load(out), sk.PCA(10, svd_solver="full").fit(X.astype(np.float64))
+    assert model.fit_solver_ == "svd" and model.solver == "auto"
+    np.testing.assert_allclose(model.explained_variance_, ref.explained_variance_, rtol=1e-10)
+    np.testing.assert_allclose(model.explained_variance_ratio_, ref.explained_variance_ratio_, rtol=1e-10)
+    np.testing.assert_allclose(model.components_, ref.components_, rtol=0, atol=1e-8)
+    assert model.noise_variance_ == pytest.approx(ref.noise_variance_, rel=1e-10)
+    assert model.all_explained_variance_.shape == (1010,)  # the whole spectrum, for the report's suggestions
+
+
+def test_fit_command_randomized_is_seeded(tmp_path, wide, capsys, one_blas_thread):
+    """--solver randomized is approximate; --random-state N (default 0) makes it the same on every run, and the same
+    as PCA(solver="randomized", random_state=N) in Python."""
+    sk = pytest.importorskip("sklearn.decomposition")
+    path, X = wide
+
+    def fit(name, *seed):
+        out = tmp_path / name
+        argv = ["pca", "fit", str(path), "-n", "10", "-o", str(out), "-q", "--solver", "randomized", *seed]
+        assert _run_main(argv) == 0, capsys.readouterr()
+        return PCA.load(out)
+
+    three, again, four, default = fit("a.npz", "--random-state", "3"), fit("b.npz", "--random-state", "3"), \
+        fit("c.npz", "--random-state", "4"), fit("d.npz")
+    assert three.fit_solver_ == "randomized" and three.random_state == 3 and default.random_state == 0
+    np.testing.assert_array_equal(again.components_, three.components_)
+    np.testing.assert_array_equal(fit("e.npz").components_, default.components_)
+    assert not np.array_equal(four.components_, three.components_)
+    np.testing.assert_array_equal(PCA(10, solver="randomized", random_state=3).fit(X).components_, three.components_)
+    exact = sk.PCA(10, svd_solver="full").fit(X.astype(np.float64))
+    np.testing.assert_allclose(three.explained_variance_, exact.explained_variance_, rtol=1e-3)  # approximate
+
+
 def test_fit_command_deprecated_precision_flag_warns_and_fits_the_same(tmp_path, features, capsys):
     args = ["pca", "fit", str(features), "-n", "0.9", "--batch-rows", "700", "-q"]
     assert _run_main(args + ["-o", str(tmp_path / "new.npz"), "--accumulate", "float64"]) == 0
@@ -350,6 +409,8 @@ def test_wrote_lines_are_one_line_whatever_the_width(tmp_path, features, capsys)
     (["pca", "transform", "{f}", "--pca-model", "{t}/m.npz", "-o", "{t}/r.parquet", "--batch-rows", "-1"],
      "--batch-rows -1 is out of range - give 1 or more"),
     (["report", "{t}/m.npz", "--probe-rows", "5"], "--probe-rows 5 is out of range - give 10 or more"),
+    (["pca", "fit", "{f}", "-o", "{t}/m.npz", "--random-state", "-1"],
+     "--random-state -1 is out of range - give 0 or more"),
     (["pca", "fit", "{f}", "-o", "-"], "the PCA model '-' means standard output, which bertfeat does not write to (its "
      "outputs are files, written atomically) - pass -o with a file name, e.g. -o pca100.npz"),
     (["pca", "transform", "{f}", "--pca-model", "{t}/m.npz", "-o", "-"], "the output '-' means standard output, which "

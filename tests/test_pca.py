@@ -802,6 +802,82 @@ def test_partial_fit_checks_later_chunks_feature_names():
     np.testing.assert_allclose(p.mean_, PCA(2).fit(df).mean_, rtol=0, atol=1e-12)
 
 
+def test_merge_refuses_the_statistics_of_other_columns(sk):
+    """merge combined partial fits of the same rows with reordered columns (a DataFrame's other feature_names_in_) into
+    wrong numbers without a word; now it refuses them as partial_fit refuses a reordered chunk. Matching names merge to
+    scikit-learn's fit of all rows, and an empty PCA merged with a fitted one takes its names."""
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame(known_spectrum(n=80, d=4, seed=3, offset=2.0), columns=list("abcd"))
+    first = PCA(2).partial_fit(df[:40])
+    with pytest.raises(BertfeatError) as e:
+        first.merge(PCA(2).partial_fit(df[df.columns[::-1]][40:]))
+    assert e.value.message == ("The feature names of the PCAs merged should match.\nFeature names must be in the same "
+                               "order in both PCAs. - merge partial fits of DataFrames with the same columns, in the "
+                               "same order")
+    with pytest.raises(BertfeatError, match="Feature names of the other PCA, unseen by this one:\n- z\n"
+                                            "Feature names of this PCA, missing from the other:\n- a -"):
+        first.merge(PCA(2).partial_fit(df.rename(columns={"a": "z"})[40:]))
+    with pytest.warns(UserWarning, match="this PCA was fitted with feature names, but the other without feature names"):
+        first.merge(PCA(2).partial_fit(df[40:].to_numpy()))
+    merged = first.merge(PCA(2).partial_fit(df[40:]))
+    ref = sk(2, svd_solver="full").fit(df)
+    assert list(merged.feature_names_in_) == list("abcd") and merged.n_samples_ == 80
+    np.testing.assert_allclose(merged.components_, ref.components_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(merged.explained_variance_, ref.explained_variance_, rtol=1e-10)
+    assert list(PCA(2).merge(first).feature_names_in_) == list("abcd")
+
+
+@pytest.mark.parametrize("solver", ["auto", "svd"])
+@pytest.mark.parametrize("n_components", [None, 3, 0.8])
+@pytest.mark.parametrize("whiten", [False, True])
+def test_probabilistic_model_equals_scikit_learn(sk, solver, n_components, whiten):
+    """get_covariance, get_precision, score_samples and score did not exist (cross_val_score(PCA(2), X) failed): now
+    scikit-learn's formulas (its whiten scaling and noise_variance_ included), to 1e-10 in float64."""
+    X = known_spectrum(n=300, d=10, seed=5, offset=2.0)
+    new = known_spectrum(n=50, d=10, seed=6, offset=2.5)
+    ours = PCA(n_components, solver=solver, whiten=whiten).fit(X)
+    theirs = sk(n_components, svd_solver="full", whiten=whiten).fit(X)
+    assert ours.n_components_ == theirs.n_components_
+    for name in ("get_covariance", "get_precision"):
+        want = getattr(theirs, name)()
+        np.testing.assert_allclose(getattr(ours, name)(), want, rtol=0, atol=1e-10 * np.abs(want).max(), err_msg=name)
+    for rows in (X, new):
+        np.testing.assert_allclose(ours.score_samples(rows), theirs.score_samples(rows), rtol=1e-10)
+        assert ours.score(rows) == pytest.approx(theirs.score(rows), rel=1e-10)
+
+
+def test_probabilistic_model_after_partial_fit_and_its_errors(sk):
+    X = known_spectrum(n=300, d=10, seed=5)
+    stream = PCA(3)
+    for chunk in np.array_split(X, 4):
+        stream.partial_fit(chunk)
+    theirs = sk(3, svd_solver="full").fit(X)
+    assert stream.score(X) == pytest.approx(theirs.score(X), rel=1e-10)  # decomposes on first use
+    np.testing.assert_allclose(stream.get_precision() @ stream.get_covariance(), np.eye(10), rtol=0, atol=1e-10)
+    with pytest.raises(NotFittedError):
+        PCA(3).score(X)
+    bad = X.copy()
+    bad[7, 2] = np.nan
+    with pytest.raises(BertfeatError, match=r"features contain NaN or inf: 1 value\(s\), first at row 7, column 2 "
+                                            r"\(nan\) - remove or repair those rows before scoring"):
+        stream.score_samples(bad)
+    with pytest.raises(BertfeatError, match="X has 4 features, but PCA is expecting 10 features as input"):
+        stream.score(X[:, :4])
+
+
+def test_exact_auto_never_picks_randomized_and_seeds_are_checked():
+    """bertfeat pca fit's wide fit asks choose_solver for an exact solver; random_state is a seed or refused."""
+    assert choose_solver("auto", 5_000, 20_000, 100, exact=True) == "svd"
+    assert choose_solver("auto", 100_000, 768, 100, exact=True) == "covariance"
+    assert choose_solver("randomized", 5_000, 20_000, 100, exact=True) == "randomized"  # asked for by name
+    X = known_spectrum(n=60, d=8)
+    for bad in (-1, 1.5, True, "0"):
+        with pytest.raises(BertfeatError, match=r"random_state=.* is not a seed - pass a whole number >= 0"):
+            PCA(2, random_state=bad).fit(X)
+    for good in (None, 0, np.int64(7), np.random.default_rng(0)):
+        assert PCA(2, solver="randomized", random_state=good).fit(X).n_components_ == 2
+
+
 def test_save_and_load_keep_feature_names_and_refuse_a_directory(tmp_path):
     pd = pytest.importorskip("pandas")
     rng = np.random.default_rng(4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 import bertfeat
 from bertfeat.features import read_feature_metadata, read_features
@@ -59,3 +60,39 @@ def test_pca_fit_and_transform_read_a_dask_output_directory(tmp_path, capsys):
     assert list(ids) == list(range(50))
     assert read_feature_metadata(tmp_path / "r.parquet")["rows"] == {"read": 51, "written": 50, "rejected": 1}
     np.testing.assert_array_equal(Y, pca.transform_rows(X).astype(np.float32))
+
+
+def _write_features(path, X, fingerprint):
+    from bertfeat.features import FeatureWriter
+
+    with FeatureWriter(path, dim=X.shape[1], metadata={"model": "m", "fingerprint": fingerprint}) as w:
+        w.write(list(range(len(X))), X)
+    return path
+
+
+def test_merge_refuses_pcas_of_features_with_other_settings_and_counts_every_row(tmp_path):
+    """Two PCAs fitted on files of different feature settings (mean- vs cls-pooled) merged without a word, and the
+    merge's source_ kept the first file's rows (300 where n_samples_ was 600). Now the source fingerprints are compared
+    as check_fingerprint compares them, and the merged source counts both files' rows and names both files."""
+    sk = pytest.importorskip("sklearn.decomposition")
+    from bertfeat.errors import BertfeatError
+
+    rng = np.random.default_rng(2)
+    X = (rng.standard_normal((600, 8)) * np.linspace(3, 0.5, 8) + 1.0).astype(np.float32)
+    fp = {"model_id": "m", "weights_sha256": "ab12", "pooling": "mean", "layers": [-1], "normalize": False}
+    a = _write_features(tmp_path / "a.parquet", X[:300], fp)
+    b = _write_features(tmp_path / "b.parquet", X[300:], fp)
+    cls = _write_features(tmp_path / "cls.parquet", X[300:], fp | {"pooling": "cls"})
+    first = fit_pca_file(a, 3, accumulate="float64")
+    with pytest.raises(BertfeatError) as e:
+        first.merge(fit_pca_file(cls, 3, accumulate="float64"))
+    assert e.value.message == ('cannot merge PCAs fitted on features from different sources (pooling: this PCA "mean" '
+                               'vs the other "cls") - merge partial fits of features extracted with the same model and '
+                               'settings')
+    merged = first.merge(fit_pca_file(b, 3, accumulate="float64"))
+    assert merged.n_samples_ == 600 and merged.source_["rows"] == 600 and merged.fingerprint_ == fp
+    assert merged.source_["features"] == [str(a), str(b)] and first.source_["rows"] == 300  # its inputs unchanged
+    ref = sk.PCA(3, svd_solver="full").fit(X.astype(np.float64))
+    np.testing.assert_allclose(merged.explained_variance_, ref.explained_variance_, rtol=1e-10)
+    np.testing.assert_allclose(merged.components_, ref.components_, rtol=0, atol=1e-10)
+    assert first.merge(fit_pca_file(a, 3)).source_ == first.source_ | {"rows": 600}  # one file twice: named once

@@ -95,6 +95,21 @@ def test_pca_set_output_and_feature_names():
     assert isinstance(PCA(2).set_output(transform="polars").fit_transform(X), pl.DataFrame)
 
 
+def test_pca_scores_in_cross_validation_and_grid_search_as_scikit_learn():
+    """cross_val_score(PCA(2), X) and GridSearchCV(PCA(), ...) without a scoring use PCA.score (the mean
+    log-likelihood), which bertfeat's PCA lacked: now the same scores, and the same choice, as scikit-learn's."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(90, 6)) @ rng.normal(size=(6, 6)) + 1.0
+    np.testing.assert_allclose(cross_val_score(PCA(2), X, cv=3), cross_val_score(SkPCA(2), X, cv=3), rtol=1e-10)
+    ours = GridSearchCV(PCA(), {"n_components": [1, 2]}).fit(X)
+    theirs = GridSearchCV(SkPCA(), {"n_components": [1, 2]}).fit(X)
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], theirs.cv_results_["mean_test_score"], rtol=1e-10)
+    assert ours.best_params_ == theirs.best_params_
+    assert ours.score(X) == pytest.approx(theirs.score(X), rel=1e-10)
+
+
 # --------------------------------------------------------------------------- TextFeatures
 @pytest.fixture(scope="module")
 def fitted_pipe(minilm_dir):
@@ -176,6 +191,24 @@ def test_text_inputs_and_output_containers(minilm_dir):
         as_texts(pd.DataFrame({"a": ["x"], "b": ["y"]}))
     with pytest.raises(ValueError, match="a single string"):
         TextFeatures(str(minilm_dir)).fit("just one text")
+
+
+def test_text_features_take_an_iterator_of_texts(minilm_dir):
+    """As scikit-learn's text vectorizers: a generator or iterator of texts in fit, transform and fit_transform (which
+    reads it once: fit then transform would find it empty); a bare str or bytes stays refused. It said "X has shape
+    (), not a list of texts"."""
+    ref = TextFeatures(str(minilm_dir)).fit_transform(TEXTS[:4])
+    tf = TextFeatures(str(minilm_dir)).fit(t for t in TEXTS[:4])
+    np.testing.assert_array_equal(tf.transform(t for t in TEXTS[:4]), ref)
+    np.testing.assert_array_equal(tf.transform(iter(TEXTS[:4])), ref)
+    np.testing.assert_array_equal(TextFeatures(str(minilm_dir)).fit_transform(t for t in TEXTS[:4]), ref)
+    np.testing.assert_array_equal(TextFeatures(str(minilm_dir)).fit_transform(map(str.strip, TEXTS[:4])), ref)
+    for one, what in (("one text", "a single string"), (b"one text", "a single bytes object")):
+        for call in (tf.transform, TextFeatures(str(minilm_dir)).fit, TextFeatures(str(minilm_dir)).fit_transform):
+            with pytest.raises(ValueError, match=f"X is {what} - pass a list"):
+                call(one)
+    with pytest.raises(ValueError, match=r"X\[1\] is bytes b'b', not a string"):
+        as_texts(t for t in ["a", b"b"])
 
 
 def test_cache_encodes_each_text_once(minilm_dir, monkeypatch):
