@@ -143,7 +143,7 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
     if threads:
         kw["threads"] = int(threads)
     try:
-        loc = location if (Path(location.path) / "config.json").is_file() else resolve_model(model_name)
+        loc = location if (Path(location.encoder_path) / "config.json").is_file() else resolve_model(model_name)
         enc = shared_encoder(location=loc, **kw)
     except BertfeatError as e:
         raise BertfeatError(f"worker on {socket.gethostname()}: cannot load the model at {location.path} ({e._what})",

@@ -153,12 +153,14 @@ class Encoder:
         self.location = location or resolve_model(model)
         self._init_kwargs = {"max_length": max_length, "max_batch_tokens": max_batch_tokens, "threads": threads,
                              "precision": precision}
-        d = self.location.path
-        self.config = BertConfig.from_file(d / "config.json")
+        d = self.location.path  # the model folder: modules.json, config_sentence_transformers.json, module folders
+        e = self.location.encoder_path  # the encoder's files: d, or the Transformer folder of the older ST layout
+        self.config = BertConfig.from_file(e / "config.json")
         #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
-        self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions)
-        self.weights: BertWeights = gemm.prepare(load_model_weights(d, self.config, "bf16" if self.precision == "bf16" else "fp32"),
-                                                 self.gemm_path)
+        self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions,
+                                                     self.location.encoder_dir)
+        self.weights: BertWeights = gemm.prepare(
+            load_model_weights(e, self.config, "bf16" if self.precision == "bf16" else "fp32"), self.gemm_path)
         if self.precision in ("bf16", "int8"):
             from . import kernels
 
@@ -167,7 +169,7 @@ class Encoder:
             kernels.warm_bf16() if self.precision == "bf16" else kernels.warm_q8()
         self.default_max_length = self.pipeline.max_seq_length
         self.max_length = self._check_max_length(max_length) if max_length else self.default_max_length
-        self.tokenizer = BertTokenizer.from_dir(d, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
+        self.tokenizer = BertTokenizer.from_dir(e, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
         self._check_vocabulary()
         self.default_pooling, self.pooling_source = "+".join(self.pipeline.pooling), self.pipeline.pooling_source
         self._prompt_lengths: dict[str, int] = {}

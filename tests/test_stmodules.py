@@ -21,7 +21,7 @@ from bertfeat.encoder import Encoder  # noqa: E402
 from bertfeat.errors import BertfeatError  # noqa: E402
 from bertfeat.model import bert_forward  # noqa: E402
 from bertfeat.tokenize import pad_batch  # noqa: E402
-from st_ckpt import reference_roberta, roberta_checkpoint, st_folder  # noqa: E402
+from st_ckpt import older_layout, reference_roberta, roberta_checkpoint, st_folder  # noqa: E402
 
 TEXTS = [
     "A man is playing a guitar.",
@@ -269,7 +269,7 @@ def test_roberta_fill_mask_matches_transformers(tmp_path):
     ids = enc.tokenizer.encode([text]).ids[0]
     ref = reference_roberta("roberta", enc.config.vocab_size, 64, 2, 4, 130, True, 0)
     with torch.no_grad():
-        r = ref(input_ids=torch.tensor([ids.astype(np.int64)])).logits[0].numpy()
+        r = ref(input_ids=torch.from_numpy(ids.astype(np.int64)[None])).logits[0].numpy()
     pos = np.flatnonzero(ids == enc.tokenizer.mask_id)
     diff = float(np.abs(np.asarray(logits).reshape(-1, r.shape[-1])[-len(pos):] - r[pos]).max())
     print(f"\nroberta fill-mask logits: max |diff| {diff:.2e}")
@@ -380,3 +380,62 @@ def test_encoder_default_pooling_helper_is_gone():
     import bertfeat.encoder
 
     assert not hasattr(bertfeat.encoder, "default_pooling")
+
+
+# --------------------------------------------------------------------------- the older layout: 0_Transformer/
+@pytest.mark.parametrize("name", ["labse_cls_dense_tanh_normalize", "bge_cls_normalize", "e5_xlmr_mean_normalize"])
+def test_older_layout_is_sentence_transformers_encode(layouts, tmp_path, name):
+    """The encoder's files in the Transformer folder modules.json names ("path": "0_Transformer"), the Pooling, Dense
+    and Normalize folders and the prompts at the top: sentence-transformers 6 loads it, and bertfeat gives its
+    output within 1e-5 (the same vectors as the folder in today's layout)."""
+    d = older_layout(layouts[name], tmp_path / name)
+    assert not (d / "config.json").exists() and (d / "0_Transformer" / "config.json").is_file()
+    st, enc = _st(d), Encoder(d)
+    assert enc.location.encoder_dir == "0_Transformer"
+    assert enc.max_length == st.max_seq_length == 32
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in json.loads((d / "modules.json").read_text())]
+    assert [line.split()[0] for line in enc.describe(enc.spec()) if line.split()[0] != "Prompt"] == kinds
+    for prompt_name in [None] + list(enc.prompts):
+        kw = {} if prompt_name is None else {"prompt_name": prompt_name}
+        ours, ref = enc.encode(TEXTS, **kw), _st_encode(st, TEXTS, **kw)
+        assert ours.shape == ref.shape and float(np.abs(ours - ref).max()) <= 1e-5, prompt_name
+    np.testing.assert_array_equal(enc.encode(TEXTS), Encoder(layouts[name]).encode(TEXTS))
+
+
+def test_older_layout_settings_come_from_the_transformer_folder(layouts, tmp_path):
+    """sentence_bert_config.json's max_seq_length and do_lower_case are read in 0_Transformer/, as sentence-transformers
+    reads them. Another encoder's files at the top (config.json, weights, tokenizer, sentence_bert_config.json) are
+    not read: the Transformer folder modules.json names wins over the top, as in SentenceTransformer."""
+    d = older_layout(layouts["e5_xlmr_mean_normalize"], tmp_path / "old")  # a case-sensitive tokenizer
+    sbc = d / "0_Transformer" / "sentence_bert_config.json"
+    sbc.write_text(json.dumps({**json.loads(sbc.read_text()), "max_seq_length": 16, "do_lower_case": True}))
+    other = layouts["labse_cls_dense_tanh_normalize"]
+    for f in other.iterdir():
+        if f.is_file() and f.name not in ("modules.json", "config_sentence_transformers.json", "README.md"):
+            shutil.copy(f, d / f.name)
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8, "do_lower_case": False}))
+    st, enc = _st(d), Encoder(d)
+    assert enc.location.encoder_path == d.resolve() / "0_Transformer"
+    assert enc.max_length == st.max_seq_length == 16 and enc.pipeline.do_lower_case
+    assert enc.pipeline.max_length_source == "0_Transformer/sentence_bert_config.json max_seq_length"
+    texts = [t.upper() for t in TEXTS]
+    ours, ref = enc.encode(texts), _st_encode(st, texts)
+    assert float(np.abs(ours - ref).max()) <= 1e-5
+    np.testing.assert_array_equal(ours, enc.encode([t.lower() for t in texts]))
+
+
+def test_cli_extract_and_info_on_the_older_layout(layouts, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    d = older_layout(layouts["labse_cls_dense_tanh_normalize"], tmp_path / "old")
+    texts = [t for t in TEXTS if t]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "out.parquet"
+    assert main(["extract", str(src), "-m", str(d), "-o", str(out), "-q"]) == 0
+    X = np.stack(pq.read_table(out).column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    assert float(np.abs(X - _st_encode(_st(d), texts)).max()) <= 1e-5
+    capsys.readouterr()
+    assert main(["info", str(d), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["encoder_files"] == str(d.resolve() / "0_Transformer") and info["embedding_dim"] == 32
