@@ -139,18 +139,22 @@ def extract(
     if estimate_rows is not None and not estimate:
         raise BertfeatError("--estimate-rows applies to --estimate", "add --estimate, or drop --estimate-rows")
 
-    summary = run_extract(
-        input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
-        input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling, layers=layers,
-        layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length,
-        max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride, precision=precision, pca=pca,
-        pca_model=pca_model,
-        format=format, wide=wide, on_bad_row=on_bad_row, max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite,
-        chunk_rows=chunk_rows,
-        threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
-        command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
-        estimate=(True if estimate_rows is None else estimate_rows) if estimate else False,
-        progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
+    try:
+        summary = run_extract(
+            input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
+            input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling, layers=layers,
+            layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length,
+            max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride, precision=precision, pca=pca,
+            pca_model=pca_model,
+            format=format, wide=wide, on_bad_row=on_bad_row, max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite,
+            chunk_rows=chunk_rows,
+            threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
+            command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
+            estimate=(True if estimate_rows is None else estimate_rows) if estimate else False,
+            progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
+    except KeyboardInterrupt as e:  # its resume note is printed by _stopped (Typer hands back only 130)
+        _STOPPED.setdefault("stop", e)
+        raise
     if estimate:
         from .estimate import render
 
@@ -306,7 +310,8 @@ def render_summary(s) -> None:
     if s.cache:
         lines.append(f"cache           {s.cache}" + (f" ({s.cache_repaired:,} damaged entries encoded again)" if s.cache_repaired else ""))
     if s.chunks_resumed:
-        lines.append(f"resumed         {s.chunks_resumed} chunk(s) from the interrupted run")
+        lines.append(f"resumed         {s.chunks_resumed} chunk(s), {s.rows_resumed:,} rows, from the interrupted run "
+                     "(counted above, not in the throughput)")
     probe = getattr(s, "probe", None)
     if probe and "accuracy" in probe:
         best = max(probe["accuracy"], key=lambda a: (a["accuracy"], -a["components"]))
@@ -342,7 +347,9 @@ def _register_optional():
 _register_optional()
 
 
-_STOPPED: dict = {}  # "term": the Terminated raised by SIGTERM in this command (its resume note is set on the way up)
+#: "stop": the KeyboardInterrupt (Ctrl-C) or Terminated (SIGTERM) that stopped this command, kept because Typer hands
+#: back only exit code 130 for a Ctrl-C; the engine sets its resume note (what was kept) on the way up
+_STOPPED: dict = {}
 
 
 class Terminated(KeyboardInterrupt):
@@ -359,7 +366,7 @@ def _terminate_as_interrupt():
         return None
 
     def on_term(signum, frame):
-        _STOPPED["term"] = e = Terminated()
+        _STOPPED["stop"] = e = Terminated()
         raise e
 
     return signal.signal(signal.SIGTERM, on_term)
@@ -515,18 +522,16 @@ def _interrupt_in(e: BaseException) -> BaseException | None:
 
 
 def _stopped(e: BaseException | None = None) -> int:
-    """The one line after Ctrl-C ("Interrupted.", 130) or SIGTERM ("Terminated: what was kept ...", 143). Click may
-    hand back only an exit code: the Terminated raised by the signal handler is remembered in _STOPPED."""
-    e = e if isinstance(e, Terminated) else _STOPPED.get("term", e)
-    _STOPPED.pop("term", None)
+    """The one line after Ctrl-C (exit 130) or SIGTERM (143): "Interrupted." / "Terminated.", or with what the run
+    kept, "Interrupted: 5 chunk(s) are kept in ...; run the same command with --resume to continue" (also under
+    --quiet). Typer may hand back only an exit code: the exception is remembered in _STOPPED."""
+    e = _STOPPED.pop("stop", None) or e
     if e is not None:
         e.__traceback__ = None  # its frames (a run's readers among them) are freed now, not at interpreter exit
-    if isinstance(e, Terminated):
-        note = getattr(e, "resume_note", None)
-        err_console.print(f"Terminated: {note}" if note else "Terminated.", markup=False, highlight=False, soft_wrap=True)
-        return 143
-    err_console.print("Interrupted.", markup=False)
-    return 130
+    word, code = ("Terminated", 143) if isinstance(e, Terminated) else ("Interrupted", 130)
+    note = getattr(e, "resume_note", None)
+    err_console.print(f"{word}: {note}" if note else f"{word}.", markup=False, highlight=False, soft_wrap=True)
+    return code
 
 
 def _fail(e: BaseException, user_error, unexpected) -> int:

@@ -477,6 +477,8 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
 
         for i in sorted(results):
             summary.add(results[i])
+            if i in done:
+                summary.add_resumed(results[i])
             summary.rows_rejected += len(results[i]["rejects"])
             summary.cache_repaired += int(results[i].get("cache_repaired", 0))
             summary.rows_multiline += int(results[i].get("rows_multiline", 0))
@@ -521,14 +523,12 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             completed = True
         if isinstance(e, KeyboardInterrupt) and completed:
             e.resume_note = f"{out} and the run's other files were written and are complete"
-            progress.note(f"interrupted: {e.resume_note}")
         if isinstance(e, BertfeatError) and opened and not completed and not isinstance(e, (ClusterError, CacheError)):
             shutil.rmtree(partial, ignore_errors=True)  # bad input or settings: leave nothing behind, as the local engine
         elif isinstance(e, KeyboardInterrupt) and opened and not completed:  # Ctrl-C: the finished parts stay for --resume
             e.resume_note = f"the finished partitions are kept in {partial}; run the same command with --resume to continue"
             if started:
                 progress.stop()
-            progress.note(f"interrupted: {e.resume_note}")
         raise
     finally:
         if started:

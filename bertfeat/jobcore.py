@@ -279,6 +279,8 @@ class ExtractSummary:
     cache_repaired: int = 0  # cache entries that failed their checksum: encoded again and rewritten
     elapsed: float = 0.0
     chunks_resumed: int = 0
+    rows_resumed: int = 0  # rows written by the chunks kept from an interrupted run (--resume): not this run's work
+    tokens_resumed: int = 0
     outputs: dict = field(default_factory=dict)
     dim: int = 0
     pooling: str = ""
@@ -291,13 +293,19 @@ class ExtractSummary:
             if k in counts:
                 setattr(self, k, getattr(self, k) + int(counts[k]))
 
+    def add_resumed(self, counts: dict):
+        """A kept chunk's counts (added with ``add`` too): its rows and tokens are left out of this run's throughput."""
+        self.rows_resumed += int(counts.get("rows_written", 0))
+        self.tokens_resumed += int(counts.get("tokens", 0))
+
     @property
     def rows_per_s(self) -> float:
-        return self.rows_written / self.elapsed if self.elapsed else 0.0
+        """Rows written per second by this run (a resumed run's kept chunks left out)."""
+        return (self.rows_written - self.rows_resumed) / self.elapsed if self.elapsed else 0.0
 
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens / self.elapsed if self.elapsed else 0.0
+        return (self.tokens - self.tokens_resumed) / self.elapsed if self.elapsed else 0.0
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in vars(self).items()}

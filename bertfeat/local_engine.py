@@ -152,11 +152,15 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     pca = new_pca(plan.pca_n_components) if plan.pca is not None else None
     limit = plan.max_bad_rows
 
-    def account(index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int, reuse: dict):
-        """A finished unit's counts, rejects and PCA statistics, taken while its table is in memory."""
+    def account(index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int, reuse: dict, resumed=False):
+        """A finished unit's counts, rejects and PCA statistics, taken while its table is in memory (``resumed``: a
+        chunk kept from the interrupted run)."""
         order.append(index)
         rejects[index] = chunk_rejects
-        summary.add({"rows_read": n_read, **table_counts(table, spec.max_length), **reuse})
+        counts = table_counts(table, spec.max_length)
+        summary.add({"rows_read": n_read, **counts, **reuse})
+        if resumed:
+            summary.add_resumed(counts)
         summary.rows_rejected += len(chunk_rejects)
         if limit is not None and limit.exceeded(summary.rows_rejected, summary.rows_read, final=False):
             raise limit.error(source.name, all_rejects(), summary.rows_read, final=False)
@@ -170,7 +174,7 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
         for item in items:
             if item[0] == "done":  # finished by the interrupted run: its part is read once, here
                 _, index, bytes_read, n = item
-                account(index, *store.read_part(index))
+                account(index, *store.read_part(index), resumed=True)
                 progress.advance(n, 0, bytes_read)
                 continue
             pc: PreparedChunk = item[1]
@@ -196,11 +200,14 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
 
         raise os_error(e, store.dir, f"free disk space, then rerun the same command with {opt('resume', True)} "
                                      f"({len(order)} finished chunk(s) are kept in {store.dir})") from None
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through the CLI (cli.Terminated)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through the CLI (cli.Terminated), which prints the note
         items.close()
         progress.stop()
-        e.resume_note = f"{len(order)} chunk(s) are kept in {store.dir}; run the same command with --resume to continue"
-        progress.note(f"interrupted: {e.resume_note}")
+        if plan.input == "-":  # nothing to resume: standard input cannot be read again
+            store.remove()
+            e.resume_note = STDIN_NOT_KEPT
+        else:
+            e.resume_note = f"{len(order)} chunk(s) are kept in {store.dir}; run the same command with --resume to continue"
         raise
     finally:
         items.close()
@@ -225,10 +232,12 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
             e.resume_note = f"{out_path} and the run's other files were written and are complete"
             if plan.label is not None and summary.probe is None:
                 e.resume_note += " (the report has no linear probe: pca fit / report --probe adds one)"
+        elif plan.input == "-":
+            store.remove()
+            e.resume_note = f"no output was written; {STDIN_NOT_KEPT}"
         else:
             e.resume_note = (f"no output was written; the {len(order)} finished chunk(s) are kept in {store.dir}: run "
                              "the same command with --resume to write them")
-        progress.note(f"interrupted: {e.resume_note}")
         raise
     except OSError as e:  # disk full, permissions: the parts stay, so resume only redoes the writing
         from .safety import os_error
@@ -237,6 +246,11 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
                                     f"kept in {store.dir})") from None
     summary.elapsed = time.perf_counter() - t0
     return summary
+
+
+#: the interrupt note of a run reading standard input (its finished chunks are removed: it cannot be resumed)
+STDIN_NOT_KEPT = ("nothing was kept: a run reading standard input cannot be resumed (write the input to a file for a "
+                  "run that can)")
 
 
 def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprint: dict, summary: ExtractSummary, pca,

@@ -512,7 +512,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     if interrupted:
         if resume or overwrite:
             return  # resume continues it (and may rewrite an output its interrupted finish left); overwrite starts over
-        raise partial_run_error(partial)
+        raise partial_run_error(partial, stdin=input == "-")
     check_overwrite(outs, overwrite)
 
 

@@ -284,6 +284,10 @@ def feature_file_inputs(path: str | os.PathLike) -> list[Path]:
     return [path, ids_sidecar_path(path), provenance_path(path)] if path.suffix.lower() in (".npy", ".csv") else [path]
 
 
-def partial_run_error(partial_dir: Path) -> OutputError:
+def partial_run_error(partial_dir: Path, stdin: bool = False) -> OutputError:
+    if stdin:  # a run reading standard input cannot be resumed (plan.make_plan refuses resume for it)
+        return OutputError(f"a partial run exists in {partial_dir} (left by a run that was killed)",
+                           f"rerun with {opt('overwrite', True)} to start over (a run reading standard input cannot be "
+                           "resumed), or remove that directory")
     return OutputError(f"a resumable partial run exists in {partial_dir}",
                        f"rerun the same command with {opt('resume', True)} to continue it, or with {opt('overwrite', True)} to start over")

@@ -509,13 +509,13 @@ class _InterruptAtPassTwo(_Notes):
 def test_interrupt_after_the_fit_leaves_no_pca_model_and_says_how_to_resume(client, data, tmp_path):
     out = tmp_path / "f.parquet"
     progress = _InterruptAtPassTwo()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as stopped:
         extract_dask(_opts(data, out, pca="8"), None, progress, client=client)
     _wait_idle(client)
     assert not out.with_name("f.pca.npz").exists() and not list(tmp_path.glob("f.pca.report.*")) and not out.exists()
     partial = out.with_name(out.name + ".partial")
-    assert progress.notes[-1] == (f"interrupted: the finished partitions are kept in {partial}; run the same command "
-                                  "with --resume to continue")
+    assert stopped.value.resume_note == (f"the finished partitions are kept in {partial}; run the same command "
+                                         "with --resume to continue")  # the CLI's one line after Ctrl-C
     s = extract_dask(_opts(data, out, pca="8", resume=True), None, client=client)  # the resume fits and writes them
     assert s.chunks_resumed == N_PARTS and out.with_name("f.pca.npz").is_file()
 
@@ -624,8 +624,8 @@ def test_a_resumed_run_interrupted_after_the_fit_leaves_no_pca_model(client, dat
         extract_dask(_opts(data, out, pca="8"), None, _InterruptAfterFirst(), client=client)
     _wait_idle(client)
     progress = _InterruptAtPassTwo()
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as stopped:
         extract_dask(_opts(data, out, pca="8", resume=True), None, progress, client=client)
     _wait_idle(client)
     assert not out.with_name("f.pca.npz").exists() and not list(tmp_path.glob("f.pca.report.*")) and not out.exists()
-    assert progress.notes[-1].startswith("interrupted: the finished partitions are kept in ")
+    assert stopped.value.resume_note.startswith("the finished partitions are kept in ")

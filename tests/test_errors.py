@@ -325,7 +325,8 @@ def test_rerun_after_interrupt_says_a_partial_run_exists(tmp_path, corpus, capsy
     out = tmp_path / "o.parquet"
     restore = fail_on_write(monkeypatch, 2, KeyboardInterrupt())
     rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10")
-    assert (rc, err.splitlines()[-1]) == (130, "Interrupted.")
+    assert (rc, err.splitlines()[-1]) == (130, f"Interrupted: 1 chunk(s) are kept in {out}.partial; run the same "
+                                               "command with --resume to continue")
     restore()
     parts = listing(tmp_path / "o.parquet.partial")
     rc, _, err = extract(capsys, corpus, out, "--chunk-rows", "10")

@@ -45,7 +45,10 @@ def interrupted_run(capsys, monkeypatch, src, out, *extra, after=2):
     monkeypatch.setattr(bertfeat.progress, "make_progress", lambda *a, **k: Interrupt(after))
     rc, _, err = run(capsys, "extract", src, "-o", out, *extra)
     monkeypatch.undo()
-    assert (rc, err.splitlines()[-1]) == (130, "Interrupted."), err
+    partial = out.with_name(out.name + ".partial")
+    assert (rc, err.splitlines()[-1]) == (130, f"Interrupted: {after} chunk(s) are kept in {partial}; run the same "
+                                               "command with --resume to continue"), err
+    assert err.count(f"kept in {partial}") == 1  # one line says it
     assert not out.exists()
     assert len(parts(out)) == after
     return rc
@@ -67,7 +70,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_output(tmp_path, capsys):
 
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
-    assert summary_line(err, "resumed") == f"resumed {done} chunk(s) from the interrupted run"
+    assert summary_line(err, "resumed") == f"resumed {done} chunk(s), {10 * done} rows, from the interrupted run (counted above, not in the throughput)"
     assert no_leftovers(out) == ["f.parquet"]  # the partial directory is gone
 
     full = tmp_path / "full" / "f.parquet"
@@ -90,12 +93,23 @@ def test_ctrl_c_then_resume_with_rejects(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "a" / "o.parquet.rejects.csv").exists()
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
-    assert summary_line(err, "resumed") == "resumed 2 chunk(s) from the interrupted run"
+    assert summary_line(err, "resumed") == "resumed 2 chunk(s), 4 rows, from the interrupted run (counted above, not in the throughput)"
     full = tmp_path / "b" / "o.parquet"
     assert run(capsys, "extract", src, "-o", full, *args)[0] == 0
     assert_same_output(out, full)
     assert (tmp_path / "a" / "o.parquet.rejects.csv").read_text() == (tmp_path / "b" / "o.parquet.rejects.csv").read_text()
     assert summary_line(err, "rows rejected") == "rows rejected 4"
+
+
+def test_a_resumed_runs_throughput_counts_only_its_own_rows(tmp_path, capsys, monkeypatch):
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    interrupted_run(capsys, monkeypatch, src, out, "--model", tiny_model(), "--chunk-rows", 3)
+    s = bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, resume=True)
+    assert (s.chunks_resumed, s.rows_resumed, s.rows_written) == (2, 6, 12)
+    assert 0 < s.tokens_resumed < s.tokens
+    assert s.rows_per_s == pytest.approx(6 / s.elapsed) and s.tokens_per_s == pytest.approx(
+        (s.tokens - s.tokens_resumed) / s.elapsed)
 
 
 @pytest.mark.parametrize("change, differs", [
@@ -117,7 +131,7 @@ def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, ch
     assert not out.exists() and len(parts(out)) == 2  # refused, nothing touched: the right settings still resume
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
-    assert summary_line(err, "resumed") == "resumed 2 chunk(s) from the interrupted run"
+    assert summary_line(err, "resumed") == "resumed 2 chunk(s), 6 rows, from the interrupted run (counted above, not in the throughput)"
 
 
 def test_resume_on_another_gemm_path_is_refused(tmp_path, capsys, monkeypatch):
@@ -164,7 +178,7 @@ def test_ctrl_c_while_the_outputs_are_written_leaves_the_old_ones_whole(tmp_path
 
     monkeypatch.setattr(bertfeat.report, "_draw", draw)
     rc, _, err = run(capsys, "extract", other, "-o", out, *args, "--overwrite")
-    assert rc == 130 and "interrupted: no output was written; the 5 finished chunk(s) are kept in" in err, err
+    assert rc == 130 and "Interrupted: no output was written; the 5 finished chunk(s) are kept in" in err, err
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != "c.csv"}
     assert after == {k: v for k, v in before.items() if k != "c.csv"}  # every old file, byte for byte; no temporary
     monkeypatch.undo()
@@ -192,7 +206,7 @@ def test_ctrl_c_while_the_outputs_are_moved_into_place_finishes_them_and_says_so
     monkeypatch.setattr(bertfeat.atomic.os, "replace", replace)
     rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--chunk-rows", 3, "--pca", 2)
     assert rc == 130 and sent, err
-    assert f"interrupted: {out} and the run's other files were written and are complete" in err, err
+    assert f"Interrupted: {out} and the run's other files were written and are complete" in err, err
     assert "--resume" not in err and not (tmp_path / "o.parquet.partial").exists()
     assert read_table(out).num_rows == 12 and (tmp_path / "o.pca.npz").is_file()
 
@@ -258,6 +272,30 @@ def test_a_run_without_resume_starts_over(tmp_path, capsys, monkeypatch):
 def test_stdin_cannot_be_resumed(tmp_path, capsys):
     rc, _, err = run(capsys, "extract", "-", "--input-format", "csv", "-o", tmp_path / "o.parquet", "--resume")
     assert (rc, err) == (1, "Error: --resume cannot continue a run that read standard input - write the input to a file first\n")
+
+
+def test_an_interrupted_stdin_run_keeps_nothing_and_says_so(tmp_path, capsys, monkeypatch):
+    """Standard input cannot be read again: an interrupted run removes its finished chunks (no advice to --resume,
+    which is refused for stdin); a partial run left by a killed stdin run is named with --overwrite as the way out."""
+    import io
+    import sys
+
+    data = "text\n" + "".join(f"sentence {i}\n" for i in range(12))
+    out = tmp_path / "o.parquet"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
+    monkeypatch.setattr(bertfeat.progress, "make_progress", lambda *a, **k: Interrupt(2))
+    rc, _, err = run(capsys, "extract", "-", "--input-format", "csv", "-o", out, "--model", tiny_model(),
+                     "--chunk-rows", 3)
+    assert (rc, err) == (130, "Interrupted: nothing was kept: a run reading standard input cannot be resumed (write the "
+                              "input to a file for a run that can)\n")
+    assert no_leftovers(out) == []
+    (tmp_path / "o.parquet.partial").mkdir()  # as a run killed with SIGKILL leaves it
+    (tmp_path / "o.parquet.partial" / "manifest.json").write_text("{}")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
+    rc, _, err = run(capsys, "extract", "-", "--input-format", "csv", "-o", out, "--model", tiny_model())
+    assert (rc, err) == (1, f"Error: a partial run exists in {out}.partial (left by a run that was killed) - rerun "
+                            "with --overwrite to start over (a run reading standard input cannot be resumed), or remove "
+                            "that directory\n")
 
 
 def test_temporaries_of_a_killed_writer_are_cleaned_up(tmp_path, capsys):
@@ -399,7 +437,7 @@ def test_a_damaged_part_is_encoded_again_on_resume(tmp_path, capsys, monkeypatch
         assert "CRC" in err and not victim.exists() and not out.exists()
         rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
-    assert summary_line(err, "resumed") == "resumed 1 chunk(s) from the interrupted run"
+    assert summary_line(err, "resumed") == "resumed 1 chunk(s), 3 rows, from the interrupted run (counted above, not in the throughput)"
     full = tmp_path / "full.parquet"
     assert run(capsys, "extract", src, "-o", full, *args)[0] == 0
     assert_same_output(out, full)
