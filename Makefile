@@ -64,7 +64,8 @@ bench:
 # refits the PCA (the raw features are reused), and bertfeat writes every file atomically, so an
 # interrupted run never leaves a file that looks complete to make. extract.settings is rewritten
 # (when make reads this file) only if the settings differ from the last run's, so a changed
-# MODEL/POOLING/LAYERS/KEEP/EXTRACT_OPTS/INPUT re-extracts and nothing else does. PCA is in the file
+# MODEL/POOLING/LAYERS/KEEP/EXTRACT_OPTS/INPUT re-extracts, and so does a model file newer than the features (an
+# edited or upgraded model folder: MODEL_FILES below); nothing else does. PCA is in the file
 # names, so PCA=100 and PCA=64 outputs live side by side; INPUT's stem names the directory.
 # Every extract keeps its vectors in the vector cache $(CACHE) (default $(BUILD)/cache, shared by every INPUT and
 # APPLY file and every setting; CACHE= turns it off): after an edit of INPUT the extract re-runs, but it encodes only
@@ -118,6 +119,9 @@ $(foreach s,$(sort $(foreach f,$(APPLY),$(call feat_stem,$f))),$(if $(word 2,$(f
 endif
 
 SETTINGS_CHANGED := $(call stamp,$(SETTINGS),$(SETTINGS_TEXT))
+# The files the model's vectors depend on (`bertfeat info MODEL --files`: weights, config, tokenizer, modules): an
+# edited or upgraded model folder re-extracts (the cache keys vectors by those files too, so all rows are encoded anew).
+MODEL_FILES := $(if $(FEATURES_GOAL),$(shell $(BERTFEAT) info $(MODEL) --files 2>/dev/null))
 
 features: $(RAW) $(PCA_MODEL) $(PCA_REPORT) $(REDUCED) $(APPLIED)
 
@@ -125,7 +129,7 @@ features: $(RAW) $(PCA_MODEL) $(PCA_REPORT) $(REDUCED) $(APPLIED)
 settings-changed:
 $(SETTINGS): ;
 
-$(RAW): $(INPUT) $(SETTINGS) $(SETTINGS_CHANGED)
+$(RAW): $(INPUT) $(SETTINGS) $(SETTINGS_CHANGED) $(MODEL_FILES)
 	$(BERTFEAT) extract $(INPUT) -o $@ --overwrite $(CACHE_FLAG) $(EXTRACT_FLAGS)
 
 $(PCA_MODEL): $(RAW)

@@ -54,14 +54,21 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     _DEBUG = _DEBUG or debug
 
 
-@app.command(epilog="Examples:\n\n  bertfeat info\n\n  bertfeat info /models/bge-small --json\n\n  bertfeat --version")
+@app.command(epilog="Examples:\n\n  bertfeat info\n\n  bertfeat info /models/bge-small --json\n\n"
+                     "  bertfeat info /models/bge-small --files\n\n  bertfeat --version")
 def info(
     model: Optional[str] = typer.Argument(None, help=MODEL_HELP),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    files: bool = typer.Option(False, "--files", help="Print the files the model's vectors depend on (weights, config, tokenizer, sentence-transformers modules), one per line, without loading it: dependencies for make or DVC."),
 ):
     """Show a model's config, parameter count, default pooling and where it was found."""
-    from .inspection import model_info
+    from .inspection import model_file_paths, model_info
 
+    if files:
+        if json_out:
+            raise BertfeatError("--files and --json exclude each other", "give one of them")
+        typer.echo("\n".join(str(f) for f in model_file_paths(model)))
+        return
     d = model_info(model)
     if json_out:
         import json

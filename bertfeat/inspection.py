@@ -8,6 +8,22 @@ import numpy as np
 
 
 
+def model_file_paths(model: str | None = None) -> list[Path]:
+    """The files a model's vectors depend on, without loading it: its safetensors weights (and their index), then
+    config, tokenizer and sentence-transformers module files (vcache.model_files, which the cache key and the resume
+    manifest hash). For build tools: ``bertfeat info MODEL --files``."""
+    from .hub import resolve_model
+    from .vcache import model_files
+    from .weights import checkpoint_files
+
+    loc = resolve_model(model)
+    weights = checkpoint_files(loc.encoder_path)
+    index = loc.encoder_path / "model.safetensors.index.json"
+    if len(weights) > 1 and index.is_file():
+        weights.append(index)
+    return list(dict.fromkeys([*weights, *(loc.path / rel for rel in model_files(loc.path))]))
+
+
 def model_info(model: str | None = None) -> dict:
     """Config, parameter count, default pooling, max length and where the model was found (``path``; the encoder's
     files in ``encoder_files``: the same folder, or the Transformer folder of an older sentence-transformers layout)."""

@@ -328,6 +328,12 @@ def gemm_record(encoder) -> dict:
     return d
 
 
+def _model_files_digest(path):
+    from .vcache import model_files_digest
+
+    return model_files_digest(path)
+
+
 def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) -> dict:
     """The metadata every feature file carries: model, weights, settings, GEMM path, input, command, counts."""
     source = plan.reader
@@ -336,6 +342,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "model": encoder.model_id,
         "model_source": encoder.location.source,
         "weights_sha256": encoder.weights_sha256,
+        "model_files": _model_files_digest(encoder.location.path),  # config, tokenizer, modules: verify compares them
         "fingerprint": fingerprint,
         "precision": encoder.precision,
         "gemm": gemm_record(encoder),

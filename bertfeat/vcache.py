@@ -107,29 +107,33 @@ def module_folders(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def model_files_digest(directory: Path) -> dict[str, str]:
-    """sha256 of every file of a model folder that can change a vector besides the encoder's weights (checksummed
-    already): ``MODEL_FILES`` at the top, and in the encoder's folder when it is the Transformer folder of the older
-    sentence-transformers layout (0_Transformer/config.json, 0_Transformer/tokenizer.json, ...; hub.encoder_folder),
-    and every file of the other sentence-transformers module folders (1_Pooling/config.json, 2_Dense/config.json and
-    its weights, ...: every folder modules.json names, and the folders named ``N_...``), docs left out.
-    Other weight files (pytorch_model.bin beside model.safetensors, onnx/, openvino/) are not read."""
+def model_files(directory: Path) -> list[str]:
+    """Every file of a model folder that can change a vector besides the encoder's weights (checksummed already), as
+    paths relative to the folder: ``MODEL_FILES`` at the top, and in the encoder's folder when it is the Transformer
+    folder of the older sentence-transformers layout (0_Transformer/config.json, 0_Transformer/tokenizer.json, ...;
+    hub.encoder_folder), and every file of the other sentence-transformers module folders (1_Pooling/config.json,
+    2_Dense/config.json and its weights, ...: every folder modules.json names, and the folders named ``N_...``), docs
+    left out. Other weight files (pytorch_model.bin beside model.safetensors, onnx/, openvino/) are not listed."""
     from .hub import encoder_folder
 
     root = Path(directory)
     encoder_dir = encoder_folder(root) or ""
-    out = {}
-    for rel in dict.fromkeys([*MODEL_FILES, *(f"{encoder_dir}/{name}" for name in MODEL_FILES if encoder_dir)]):
-        if (root / rel).is_file():
-            out[rel] = _file_digest(root / rel)
+    out = [rel for rel in dict.fromkeys([*MODEL_FILES, *(f"{encoder_dir}/{name}" for name in MODEL_FILES if encoder_dir)])
+           if (root / rel).is_file()]
     for sub in module_folders(root):
         if encoder_dir and sub == root / encoder_dir:
             continue  # the encoder's folder: its MODEL_FILES above, its weights in the fingerprint's sha256
         for p in sorted(sub.rglob("*")):
             rel = p.relative_to(root)
             if p.is_file() and not any(part.startswith(".") for part in rel.parts) and not p.name.lower().endswith(".md"):
-                out[str(rel)] = _file_digest(p)
+                out.append(str(rel))
     return out
+
+
+def model_files_digest(directory: Path) -> dict[str, str]:
+    """sha256 of each of ``model_files(directory)``: relative path -> hex digest."""
+    root = Path(directory)
+    return {rel: _file_digest(root / rel) for rel in model_files(root)}
 
 
 def cache_fingerprint(encoder, spec) -> tuple[str, dict]:

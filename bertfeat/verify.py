@@ -180,6 +180,7 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         said = "; ".join(f"{k}: file {a!r} vs now {b!r}" for k, a, b in diffs[:4])
         raise BertfeatError(f"the model or settings differ from the ones {path} was extracted with ({said})",
                             f"pass {opt('model')} with the model the features came from")
+    _check_model_files(meta, enc, path)
     pca = _pca_of(meta, path)
     if pca is not None and pca.n_features_in_ != enc.output_dim(spec):
         raise BertfeatError(f"{path} was reduced by a PCA of {pca.n_features_in_} inputs, but the model gives "
@@ -265,6 +266,25 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         "seed": seed,
         "rows": rows,
     }
+
+
+def _check_model_files(meta: dict, enc, path: Path) -> None:
+    """The model folder's other files (config, tokenizer, sentence-transformers modules: vcache.model_files) are the
+    ones the features were extracted with, where the provenance records them (bertfeat >= 0.3): an edited
+    1_Pooling/config.json changes the model's own embedding while the weights and the recorded settings still match."""
+    from .vcache import model_files_digest
+
+    then = meta.get("model_files")
+    if not isinstance(then, dict):
+        return
+    now = model_files_digest(enc.location.path)
+    changed = [f"{f} changed" for f in sorted(set(then) & set(now)) if then[f] != now[f]]
+    changed += [f"{f} added" for f in sorted(set(now) - set(then))] + [f"{f} missing" for f in sorted(set(then) - set(now))]
+    if changed:
+        raise BertfeatError(f"the model's files differ from the ones {path} was extracted with "
+                            f"({', '.join(changed[:4])}{', ...' if len(changed) > 4 else ''}; in {enc.location.path})",
+                            f"extract the features again with this model, or pass {opt('model')} with the model they "
+                            "came from")
 
 
 def _too_long(enc, spec, texts: list, pairs: list | None) -> set[int]:

@@ -132,6 +132,29 @@ def test_make_features_overrides(tiny):
     assert make("-q", "features", *args, check=False).returncode == 0
 
 
+def test_an_edited_model_folder_re_extracts(tiny, tmp_path):
+    """A model file newer than the features (an edited pooling config, an upgraded model) re-extracts: the settings
+    stamp holds only the flags, `bertfeat info MODEL --files` lists the model's files as prerequisites."""
+    from extract_util import tiny_model
+
+    inp, _, _ = tiny
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(), model)
+    args = [f"INPUT={inp}", f"BUILD={tmp_path / 'build'}", "PCA=4", f"MODEL={model}"]
+    make("features", *args)
+    assert make("-q", "features", *args, check=False).returncode == 0
+    listed = subprocess.run([*BERTFEAT.split(), "info", str(model), "--files"], capture_output=True, text=True,
+                            env=_env(), check=True).stdout.split()
+    assert str(model / "model.safetensors") in listed and str(model / "config.json") in listed
+    raw = tmp_path / "build" / "features" / "tiny.v1" / "tiny.v1.features.parquet"
+    cfg = model / "tokenizer_config.json" if (model / "tokenizer_config.json").is_file() else model / "config.json"
+    os.utime(cfg, ns=(raw.stat().st_atime_ns, raw.stat().st_mtime_ns + 10**9))  # edited after the extract
+    assert make("-q", "features", *args, check=False).returncode != 0
+    again = make("features", *args)
+    assert [c.split()[1] for c in commands_in(again.stdout)][:1] == ["extract"]
+    assert make("-q", "features", *args, check=False).returncode == 0
+
+
 # ------------------------------------------------------------------------------------------ APPLY, outside the clone
 SAMPLE = ROOT / "examples" / "sst2_sample.csv"
 

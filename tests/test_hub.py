@@ -194,6 +194,25 @@ def test_cli_info_on_a_cached_model(make_ckpt, empty_caches, capsys):
     assert d["found_in"] == f"hugging face cache {empty_caches['HF_HOME'] / 'hub'}"
 
 
+def test_cli_info_files_lists_what_the_vectors_depend_on(make_ckpt, tmp_path, capsys):
+    """`bertfeat info MODEL --files`: the weights (every shard and the index), then the config, tokenizer and module
+    files, one absolute path per line, without loading the model (make features' prerequisites)."""
+    sharded = make_ckpt(hidden=32, heads=2, layers=2, sharded=3, seed=31)
+    assert main(["info", str(sharded), "--files"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    shards = sorted(p.name for p in sharded.glob("model-*.safetensors"))
+    assert len(shards) == 3
+    assert [Path(f).name for f in listed[:4]] == [*shards, "model.safetensors.index.json"]
+    assert all(Path(f).is_absolute() and Path(f).is_file() for f in listed)
+    assert {Path(f).name for f in listed[4:]} >= {"config.json"} and not any(f.endswith(".md") for f in listed)
+    old = older_layout(make_ckpt(hidden=32, heads=2, layers=2, seed=32), tmp_path / "old")
+    assert main(["info", str(old), "--files"]) == 0
+    rel = [str(Path(f).relative_to(old)) for f in capsys.readouterr().out.splitlines()]
+    assert rel[0] == "0_Transformer/model.safetensors" and "0_Transformer/config.json" in rel and "modules.json" in rel
+    assert main(["info", str(old), "--files", "--json"]) == 1
+    assert capsys.readouterr().err == "Error: --files and --json exclude each other - give one of them\n"
+
+
 # --------------------------------------------------------------------------- short names and case
 def test_short_name_is_tried_under_sentence_transformers(make_ckpt, empty_caches, no_network):
     """SentenceTransformer("all-mpnet-base-v2") loads sentence-transformers/all-mpnet-base-v2: so does bertfeat,

@@ -92,6 +92,33 @@ def test_verify_refuses_another_model_and_finds_a_moved_input(extracted, tmp_pat
     assert run(capsys, "verify", out, "--input", moved, "-q")[0] == 0
 
 
+def test_verify_finds_an_edited_model_folder(tmp_path, capsys):
+    """The same weights and recorded settings, but the model's own pooling edited since: the file no longer holds the
+    model's embedding, and verify says which file changed (before, it re-encoded with the recorded settings: ok)."""
+    import json
+    import shutil
+
+    from bertfeat.encoder import Encoder
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(), model)
+    src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], _rows(20))
+    out = tmp_path / "o.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", model, "-q")[0] == 0
+    assert run(capsys, "verify", out, "-q")[0] == 0
+    hidden = Encoder(model).hidden_size
+    (model / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": hidden, "pooling_mode_cls_token": True}))
+    rc, _, err = run(capsys, "verify", out, "-q")
+    assert (rc, err) == (1, f"Error: the model's files differ from the ones {out} was extracted with (1_Pooling/config.json "
+                            f"added, modules.json added; in {model}) - extract the features again with this model, "
+                            "or pass --model with the model they came from\n")
+
+
 def test_verify_a_dask_output_directory(tmp_path, capsys):
     pytest.importorskip("distributed")
     src = write_csv(tmp_path / "in.csv", ["text"], [r[1:2] for r in _rows(40)])
