@@ -81,7 +81,7 @@ from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_e
                       write_pca)
 from .progress import NullProgress
 from .readers import Partition, Reader
-from .rejects import publish_rejects
+from .rejects import TooManyBadRows, publish_rejects
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -443,7 +443,8 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             """max_bad_rows over the partitions finished so far (a count stops the run as soon as it is passed)."""
             n_read = sum(st["rows_read"] for st in results.values())
             if limit is not None and limit.exceeded(sum(len(st["rejects"]) for st in results.values()), n_read, final):
-                raise limit.error(src.name, [r for i in sorted(results) for r in results[i]["rejects"]], n_read, final)
+                raise limit.error(src.name, [r for i in sorted(results) for r in results[i]["rejects"]], n_read,
+                                  f"the finished partitions are kept in {partial}")
 
         def on_encoded(i, st):
             nonlocal merged
@@ -523,7 +524,8 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             completed = True
         if isinstance(e, KeyboardInterrupt) and completed:
             e.resume_note = f"{out} and the run's other files were written and are complete"
-        if isinstance(e, BertfeatError) and opened and not completed and not isinstance(e, (ClusterError, CacheError)):
+        if (isinstance(e, BertfeatError) and opened and not completed
+                and not isinstance(e, (ClusterError, CacheError, TooManyBadRows))):  # the last: kept for a resume
             shutil.rmtree(partial, ignore_errors=True)  # bad input or settings: leave nothing behind, as the local engine
         elif isinstance(e, KeyboardInterrupt) and opened and not completed:  # Ctrl-C: the finished parts stay for --resume
             e.resume_note = f"the finished partitions are kept in {partial}; run the same command with --resume to continue"

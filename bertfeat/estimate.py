@@ -254,8 +254,9 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
         warnings.append(f"{bad:,} bad row(s): the run stops at row {first_bad} (on_bad_row='error'); skip writes them "
                         "to the rejects file")
     if plan.max_bad_rows is not None and plan.max_bad_rows.exceeded(bad + too_long, rows, final=True):
-        warnings.append(f"{bad + too_long:,} bad row(s), more than max_bad_rows {plan.max_bad_rows.text} allows: the run "
-                        "stops there and writes nothing")
+        about = "~" if too_long else ""  # rows too long are counted on the sample
+        warnings.append(f"{about}{bad + too_long:,} bad row(s), more than max_bad_rows {plan.max_bad_rows.text} allows: "
+                        "the run stops there and writes nothing")
     if limit is not None and memory_peak > 0.9 * limit:
         warnings.append(f"the run may need {memory_peak / 2**20:,.0f} MiB, {source} is {limit / 2**20:,.0f} MiB: lower "
                         "chunk_rows or max_batch_tokens, or threads")

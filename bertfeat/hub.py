@@ -69,11 +69,11 @@ def transformer_folder(root: Path) -> str | None:
 def encoder_folder(root: Path) -> str | None:
     """The one place that decides where a model folder's encoder lives, relative to ``root``: the Transformer
     module's folder when modules.json names one holding config.json (the older sentence-transformers layout; it wins
-    over a config.json at the top, as in SentenceTransformer, which loads the folder modules.json names), else ''
-    when ``root`` has config.json; None when neither holds the encoder."""
+    over a config.json at the top, as in SentenceTransformer, which loads the folder modules.json names; None when
+    that folder has no config.json), else '' when ``root`` has config.json; None when neither holds the encoder."""
     sub = transformer_folder(root)
-    if sub and (root / sub / "config.json").is_file():
-        return sub
+    if sub:  # a top-level config.json beside it is sentence-transformers' own ({"__version__": ...}), not the encoder's
+        return sub if (root / sub / "config.json").is_file() else None
     return "" if (root / "config.json").is_file() else None
 
 
@@ -82,7 +82,7 @@ def _no_encoder_error(path: Path) -> ModelNotFoundError:
     sub = transformer_folder(path)
     if sub:
         return ModelNotFoundError(
-            f"{path} has no config.json, nor has {sub}, the Transformer folder its modules.json names",
+            f"{path}: {sub}, the Transformer folder its modules.json names, has no config.json",
             f"restore the encoder's files (config.json, model.safetensors, tokenizer.json or vocab.txt) into {sub}, "
             f"or point {opt('model')} at a Hugging Face model directory")
     return ModelNotFoundError(

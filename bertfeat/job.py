@@ -102,12 +102,18 @@ def run(plan, progress=None, client=None) -> ExtractSummary:
     run may have finished between the plan and the lock)."""
     from .outlock import output_lock
 
-    with output_lock(*plan.layout.locked()):
-        plan.check_outputs()
-        if plan.engine == "dask":
-            from . import dask_engine
+    try:
+        with output_lock(*plan.layout.locked()):
+            plan.check_outputs()
+            if plan.engine == "dask":
+                from . import dask_engine
 
-            return dask_engine.run(plan, progress, client=client)
-        from . import local_engine
+                return dask_engine.run(plan, progress, client=client)
+            from . import local_engine
 
-        return local_engine.run(plan, progress)
+            return local_engine.run(plan, progress)
+    except KeyboardInterrupt as e:  # what the run kept, as the exception's message for Python callers (the CLI's
+        note = getattr(e, "resume_note", None)  # one line after Ctrl-C prints it too)
+        if note and not e.args:
+            e.args = (note,)
+        raise

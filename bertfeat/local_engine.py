@@ -26,7 +26,7 @@ from .errors import BertfeatError, one_line, opt
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
                       job_manifest, load_encoder, make_reuser, new_pca, probe_into_report, provenance, read_manifest)
 from .progress import NullProgress
-from .rejects import publish_rejects
+from .rejects import TooManyBadRows, publish_rejects
 from .threads import read_ahead
 from .vcache import CacheError
 
@@ -163,12 +163,17 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
             summary.add_resumed(counts)
         summary.rows_rejected += len(chunk_rejects)
         if limit is not None and limit.exceeded(summary.rows_rejected, summary.rows_read, final=False):
-            raise limit.error(source.name, all_rejects(), summary.rows_read, final=False)
+            raise too_many_bad_rows()
         if pca is not None and table.num_rows:
             accumulate_pca(pca, feature_matrix(table))
 
     def all_rejects() -> list[dict]:
         return [r for i in sorted(rejects) for r in rejects[i]]
+
+    def too_many_bad_rows() -> TooManyBadRows:
+        """max_bad_rows passed: the finished chunks stay for a resume with a higher limit (not from standard input)."""
+        kept = None if plan.input == "-" else f"the {len(order)} finished chunk(s) are kept in {store.dir}"
+        return limit.error(source.name, all_rejects(), summary.rows_read, kept)
 
     try:
         for item in items:
@@ -188,6 +193,11 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
     except (CacheError, DamagedPart):  # a locked, full or failing cache; a damaged saved chunk: the finished chunks stay,
         items.close()  # and resume continues (encoding the damaged one again)
         if not order:  # none finished: nothing to resume (a rerun after the fix would be told to pass --resume)
+            store.remove()
+        raise
+    except TooManyBadRows:  # kept for a resume with a higher limit (standard input: nothing to resume)
+        items.close()
+        if plan.input == "-":
             store.remove()
         raise
     except BertfeatError:
@@ -221,9 +231,13 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
 
     try:
         if limit is not None and limit.exceeded(summary.rows_rejected, summary.rows_read, final=True):
-            raise limit.error(source.name, all_rejects(), summary.rows_read, final=True)
+            raise too_many_bad_rows()
         summary.outputs = finalize(plan, store, sorted(order), encoder, spec, fingerprint, summary, pca if pca is not None else applied,
                                    all_rejects(), progress)
+    except TooManyBadRows:
+        if plan.input == "-":
+            store.remove()
+        raise
     except BertfeatError:
         store.remove()  # e.g. the PCA does not fit the data: a rerun with other settings starts over anyway
         raise

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass
+from fractions import Fraction
 from enum import Enum
 from pathlib import Path
 
@@ -151,11 +152,11 @@ class TooManyBadRows(InputError):
 @dataclass(frozen=True)
 class BadRowLimit:
     """``max_bad_rows``: the most bad rows a run skips before it fails. ``count``: a number of rows, checked as each
-    chunk finishes (the run stops at the chunk that passes it); ``fraction``: a share of the rows read, checked once
-    every row is read (before any output is written). ``text``: as given, for messages."""
+    chunk finishes (the run stops at the chunk that passes it); ``fraction``: a share of the rows read (exact: a
+    Fraction), checked once every row is read (before any output is written). ``text``: as given, for messages."""
 
     count: int | None
-    fraction: float | None
+    fraction: Fraction | None
     text: str
 
     @property
@@ -166,22 +167,27 @@ class BadRowLimit:
     def exceeded(self, n_bad: int, n_read: int, final: bool) -> bool:
         if self.count is not None:
             return n_bad > self.count
-        return final and n_bad > self.fraction * n_read
+        return final and n_bad > self.fraction * n_read  # exact: 29 of 100 rows is not more than 29%
 
-    def error(self, source_name: str, rejects: list[dict], n_read: int, final: bool) -> TooManyBadRows:
-        """``FILE: N bad rows ..., more than max_bad_rows M (row 4: why; row 9: why; and K more) - fix``; ``rejects``:
-        those found so far, in row order."""
+    def error(self, source_name: str, rejects: list[dict], n_read: int, kept: str | None = None) -> TooManyBadRows:
+        """``FILE: N bad rows among the M rows read, more than max_bad_rows K allows (row 4: why; row 9: why; and J
+        more) - fix``; ``rejects``: those found so far, in row order; ``kept``: where the finished chunks are kept for
+        a resume (None: nothing kept)."""
         n = len(rejects)
+        what = f"{n:,} bad row{'s' * (n != 1)} among the {n_read:,} rows read"
         if self.fraction is not None:
-            what = f"{n:,} bad row{'s' * (n != 1)} of {n_read:,} read ({100 * n / max(n_read, 1):.3g} %)"
-        else:
-            what = f"{n:,} bad row{'s' * (n != 1)}" + ("" if final else f" in the {n_read:,} rows read so far")
+            what += f" ({100 * n / max(n_read, 1):.3g} %)"
         shown = "; ".join(f"row {r['row']}: {r['reason']}" for r in rejects[:3])
         more = f"; and {n - 3:,} more" if n > 3 else ""
+        if kept is None:
+            fix = (f"fix those rows or raise {opt('max_bad_rows')} ({opt('on_bad_row', 'skip')} without "
+                   f"{opt('max_bad_rows')} writes every bad row to the rejects file, with its reason)")
+        else:
+            fix = (f"raise {opt('max_bad_rows')} and rerun with {opt('resume', True)} ({kept}), or fix those rows and "
+                   f"rerun with {opt('overwrite', True)}")
         return TooManyBadRows(
             f"{source_name}: {what}, more than {opt('max_bad_rows', self.given, cli=self.text)} allows ({shown}{more})",
-            f"fix those rows or raise {opt('max_bad_rows')} ({opt('on_bad_row', 'skip')} without {opt('max_bad_rows')} "
-            "writes every bad row to the rejects file, with its reason)")
+            fix)
 
 
 def parse_max_bad_rows(value) -> BadRowLimit | None:
@@ -194,12 +200,12 @@ def parse_max_bad_rows(value) -> BadRowLimit | None:
         raise BertfeatError(f"{opt('max_bad_rows', value)} is not a number of rows or a percentage", fix)
     text = str(value).strip()
     try:
-        number = float(text[:-1]) if text.endswith("%") else int(text)
-    except ValueError:
+        number = Fraction(text[:-1]) if text.endswith("%") else int(text)
+    except (ValueError, ZeroDivisionError):
         raise BertfeatError(f"{opt('max_bad_rows', text, cli=repr(text))} is not a number of rows or a percentage",
                             fix) from None
     if text.endswith("%"):
-        if not 0 <= number <= 100:  # nan fails both
+        if not 0 <= number <= 100:
             raise BertfeatError(f"{opt('max_bad_rows', text, cli=text)} is out of range", "give 0% to 100%")
         return BadRowLimit(None, number / 100, text)
     n = number

@@ -132,10 +132,10 @@ def test_sigterm_handled_frees_the_runs_frames():
             return e
 
     e = raised()
-    cli._STOPPED["term"] = e
+    cli._STOPPED["stop"] = e
     assert e.__traceback__ is not None
     assert cli._stopped(e) == 143
-    assert e.__traceback__ is None and "term" not in cli._STOPPED
+    assert e.__traceback__ is None and "stop" not in cli._STOPPED
 
 
 def test_csv_reading_releases_what_it_hands_pyarrow(tmp_path, monkeypatch):

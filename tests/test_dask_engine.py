@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -200,7 +201,14 @@ def test_csv_blocks_with_bad_rows_equal_local(client, real_sentences, tmp_path):
             extract_dask(dict(input=str(src), output=str(out), id_column="id", max_bad_rows=limit), 1024, client=client)
         assert e.value.exit_code == 3
         assert "row 7: empty text" in str(e.value) and f"more than max_bad_rows={limit!r} allows" in str(e.value)
-        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lim2")) == []
+        assert f"(the finished partitions are kept in {out}.partial)" in str(e.value)
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lim2")) == ["lim2.parquet.partial"]
+        s = extract_dask(dict(input=str(src), output=str(out), id_column="id", max_bad_rows=3, resume=True), 1024,
+                         client=client)  # a higher limit resumes and writes the output
+        assert s.rows_rejected == 3
+        _assert_same_features(out, local, id_name="id")
+        shutil.rmtree(out)
+        out.with_name(out.name + ".rejects.csv").unlink()
 
 
 # --------------------------------------------------------------------------- PCA

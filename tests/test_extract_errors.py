@@ -302,24 +302,39 @@ def test_max_bad_rows_count_stops_at_the_chunk_that_passes_it(tmp_path, capsys):
     assert rc == 3
     # chunks of 2 rows: the second bad row (row 8) is in the fifth chunk, rows 0-9 read by then
     assert err.splitlines()[-1] == (
-        f"Error: {src}: 2 bad rows in the 10 rows read so far, more than --max-bad-rows 1 allows (row 3: empty text; "
-        "row 8: empty text) - fix those rows or raise --max-bad-rows (--on-bad-row skip without --max-bad-rows writes "
-        "every bad row to the rejects file, with its reason)")
+        f"Error: {src}: 2 bad rows among the 10 rows read, more than --max-bad-rows 1 allows (row 3: empty text; "
+        "row 8: empty text) - raise --max-bad-rows and rerun with --resume (the 5 finished chunk(s) are kept in "
+        f"{out}.partial), or fix those rows and rerun with --overwrite")
     assert out.read_bytes() == b"old"
-    assert no_leftovers(out) == ["o.parquet"]
+    assert no_leftovers(out) == ["o.parquet", "o.parquet.partial"]
+    # a higher limit resumes: the 5 kept chunks are not encoded again, and the output is --on-bad-row skip's
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--max-bad-rows", "4", "--resume")
+    assert rc == 0, err
+    assert summary_line(err, "resumed").startswith("resumed 5 chunk(s), 8 rows,")
+    ref = tmp_path / "ref.parquet"
+    assert extract(capsys, src, ref, "--id-column", "id", "--on-bad-row", "skip")[0] == 0
+    assert read_table(out).equals(read_table(ref))
+    assert rejects(f"{out}.rejects.csv") == rejects(f"{ref}.rejects.csv")
 
 
-def test_max_bad_rows_share_is_checked_once_every_row_is_read(tmp_path, capsys):
+def test_max_bad_rows_share_is_exact_and_checked_once_every_row_is_read(tmp_path, capsys):
     src = _every_fifth_empty(tmp_path, 40)  # 8 bad rows of 40: 20 %
     out = tmp_path / "o.parquet"
     rc, _, err = extract(capsys, src, out, "--id-column", "id", "--max-bad-rows", "19.5%")
     assert rc == 3
     assert err.splitlines()[-1].startswith(
-        f"Error: {src}: 8 bad rows of 40 read (20 %), more than --max-bad-rows 19.5% allows (row 3: empty text; row 8: "
-        "empty text; row 13: empty text; and 5 more) - fix those rows or raise --max-bad-rows")
-    assert no_leftovers(out) == []
-    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--max-bad-rows", "0")
-    assert rc == 3 and "1 bad row in the 4 rows read so far, more than --max-bad-rows 0 allows (row 3: empty text)" in err
+        f"Error: {src}: 8 bad rows among the 40 rows read (20 %), more than --max-bad-rows 19.5% allows (row 3: empty "
+        "text; row 8: empty text; row 13: empty text; and 5 more) - raise --max-bad-rows and rerun with --resume")
+    assert no_leftovers(out) == ["o.parquet.partial"]
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--max-bad-rows", "0", "--overwrite")
+    assert rc == 3 and "1 bad row among the 4 rows read, more than --max-bad-rows 0 allows (row 3: empty text)" in err
+    # 29 of 100 and 57 of 100 are at their limits (0.29 * 100 is 28.999999999999996 in floats)
+    for bad, pct in ((29, "29%"), (57, "57%")):
+        rows = [[f"r{i}", "" if i < bad else f"sentence {i}"] for i in range(100)]
+        src = write_csv(tmp_path / f"p{bad}.csv", ["id", "text"], rows)
+        rc, _, err = run(capsys, "extract", src, "-o", tmp_path / f"p{bad}.parquet", "--model", tiny_model(),
+                         "--id-column", "id", "--max-bad-rows", pct, "-q")
+        assert rc == 0, err
 
 
 def test_max_bad_rows_python_api_and_option_errors(tmp_path, capsys):
@@ -328,9 +343,10 @@ def test_max_bad_rows_python_api_and_option_errors(tmp_path, capsys):
     from bertfeat.rejects import TooManyBadRows
 
     src = _every_fifth_empty(tmp_path)
-    with pytest.raises(TooManyBadRows, match=r"4 bad rows in the 20 rows read so far, more than max_bad_rows=3 allows"):
+    with pytest.raises(TooManyBadRows, match=r"4 bad rows among the 20 rows read, more than max_bad_rows=3 allows"):
         bertfeat.extract(src, tmp_path / "p.parquet", model=tiny_model(), max_bad_rows=3)
-    s = bertfeat.extract(src, tmp_path / "p.parquet", model=tiny_model(), max_bad_rows="50%", on_bad_row="skip")
+    s = bertfeat.extract(src, tmp_path / "p.parquet", model=tiny_model(), max_bad_rows="50%", on_bad_row="skip",
+                         overwrite=True)
     assert (s.rows_read, s.rows_written, s.rows_rejected) == (20, 16, 4)
     for value, message in [
         ("-1", "Error: --max-bad-rows -1 is out of range - give 0 or more"),

@@ -326,14 +326,17 @@ def test_older_layout_without_the_encoders_config_json(make_ckpt, tmp_path):
     (d / "0_Transformer" / "config.json").unlink()
     with pytest.raises(ModelNotFoundError) as e:
         resolve_model(d)
-    assert e.value.message == (f"{d} has no config.json, nor has 0_Transformer, the Transformer folder its "
-                               "modules.json names - restore the encoder's files (config.json, model.safetensors, tokenizer.json or "
-                               "vocab.txt) into 0_Transformer, or point model at a Hugging Face model directory")
-    # a config.json at the top does not stand in for the folder modules.json names (sentence-transformers fails too)
+    message = (f"{d}: 0_Transformer, the Transformer folder its modules.json names, has no config.json - restore the "
+               "encoder's files (config.json, model.safetensors, tokenizer.json or vocab.txt) into 0_Transformer, or point "
+               "model at a Hugging Face model directory")
+    assert e.value.message == message
+    # a config.json at the top does not stand in for the folder modules.json names (sentence-transformers fails too;
+    # in the older layout the top-level config.json is sentence-transformers' own): the same message, from
+    # resolve_model, and so from bertfeat info --files too
     shutil.copy(src / "config.json", d / "config.json")
-    with pytest.raises(ConfigError, match=r"^modules.json: the Transformer module's folder '0_Transformer' has no "
-                                          r"config.json - restore the encoder's files"):
+    with pytest.raises(ModelNotFoundError) as e:
         Encoder(d)
+    assert e.value.message == message
     # modules.json naming the top, with no config.json there: today's message, noting where modules.json puts it
     (d / "config.json").unlink()
     mods = json.loads((d / "modules.json").read_text())

@@ -67,7 +67,7 @@ SKIP = [
 EXPECTED_ERRORS = [
     (r"^bertfeat extract examples/messy\.csv --id-column id$", "Error: examples/messy.csv row 1: empty text"),
     (r"^bertfeat extract examples/messy\.csv --id-column id --max-bad-rows 2 ",
-     "Error: examples/messy.csv: 3 bad rows in the 6 rows read so far, more than --max-bad-rows 2 allows", 3),
+     "Error: examples/messy.csv: 3 bad rows among the 6 rows read, more than --max-bad-rows 2 allows", 3),
     (r"^bertfeat pca transform cls\.parquet .*-o cls\.reduced\.parquet$", "Error: the features come from a different source"),
     (r'^bertfeat fill-mask "The capital of France is \[MASK\]\."$', "has no masked-language-model head"),
 ]

@@ -101,6 +101,16 @@ def test_ctrl_c_then_resume_with_rejects(tmp_path, capsys, monkeypatch):
     assert summary_line(err, "rows rejected") == "rows rejected 4"
 
 
+def test_an_interrupted_python_call_says_what_was_kept(tmp_path):
+    """bertfeat.extract: the KeyboardInterrupt's message is the note the CLI prints after Ctrl-C."""
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    with pytest.raises(KeyboardInterrupt) as e:
+        bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, progress=Interrupt(2))
+    assert str(e.value) == e.value.resume_note == (f"2 chunk(s) are kept in {out}.partial; run the same command with "
+                                                   "--resume to continue")
+
+
 def test_a_resumed_runs_throughput_counts_only_its_own_rows(tmp_path, capsys, monkeypatch):
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"
