@@ -119,6 +119,7 @@ def extract(
     label: Optional[str] = typer.Option(None, "--label", help="With --pca: a column of class labels (kept in the output, as --keep) whose linear probe the PCA report adds: how well the first 1, 2, 4, ... k components predict it."),
     format: Optional[str] = typer.Option(None, "--format", help="parquet (default), npy or csv."),
     wide: bool = typer.Option(False, "--wide", help="Parquet: one float column per dimension (f0..fN) instead of an embedding list."),
+    dtype: str = typer.Option("float32", "--dtype", help="Type the features are written as: float32 (default) or float16 (half the size; computed in float32, rounded to nearest; read back as float32)."),
     on_bad_row: Optional[str] = typer.Option(None, "--on-bad-row", help="error (default): stop at the first bad row; skip: write it to OUTPUT.rejects.csv and go on."),
     max_bad_rows: Optional[str] = typer.Option(None, "--max-bad-rows", help="Skip bad rows (as --on-bad-row skip) up to N rows, or a share of the rows read (0.5%); past it stop, write nothing, exit code 3."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last completed chunk."),
@@ -157,6 +158,7 @@ def extract(
             chunk_rows=chunk_rows,
             threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
             command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
+            dtype=dtype,
             estimate=(True if estimate_rows is None else estimate_rows) if estimate else False,
             progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     except KeyboardInterrupt as e:  # its resume note is printed by _stopped (Typer hands back only 130)
@@ -198,7 +200,8 @@ def verify(
         t.add_row("largest difference", f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's norm)")
         t.add_row("smallest cosine", f"{r['min_cosine']:.9f}")
         t.add_row("tolerance", f"{r['tolerance']:g} of the row's norm ({r['precision']}"
-                  + (", after the PCA" if r["reduced"] else "") + ")")
+                  + (", after the PCA" if r["reduced"] else "")
+                  + (", both rounded to float16 as the file" if r.get("dtype") == "float16" else "") + ")")
         t.add_row("verdict", "ok" if r["ok"] else "DIFFERENT")
         out_console.print(t)
     if not r["ok"]:

@@ -152,13 +152,17 @@ def transform_command(
     batch_rows: Annotated[int, typer.Option("--batch-rows", help="Rows read per chunk.")] = 65536,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing output files (else refused).")] = False,
+    dtype: Annotated[str, typer.Option("--dtype", help="Type the reduced features are written as: float32 (default) "
+                                                       "or float16 (half the size, rounded to nearest).")] = "float32",
 ) -> None:
     """Reduce FEATURES with a saved PCA (streaming); ids, extras and metadata are kept."""
     from .features import feature_format
+    from .features.base import check_dtype
     from .safety import check_array_file, check_outputs, feature_file_inputs, feature_file_outputs
     from .specs import check_count, check_output_format, check_output_name
 
     check_count(batch_rows, "batch_rows")
+    check_dtype(dtype)
     check_output_format(out, fmt)
     check_output_name(out, "output", "reduced.parquet")
     _check_not_npz(features, "the PCA model (.npz) goes to --pca-model")
@@ -167,7 +171,7 @@ def transform_command(
     outputs = feature_file_outputs(out, feature_format(out, fmt))  # the file and its side files (.npy: ids, provenance)
     with output_lock(*(p for _, p in outputs)):
         check_outputs(outputs, feature_file_inputs(features) + [pca_path], overwrite)
-        path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows)
+        path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows, dtype=dtype)
     if not quiet:
         if unchecked_source(features, pca):
             err_console.print(f"Warning: {features} has no provenance (for a .npy, its .json beside it), so it was not "

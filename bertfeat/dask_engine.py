@@ -199,6 +199,7 @@ class TaskContext:
     fit_stats: bool = False  # pca: tasks return their PCA statistics
     n_components: object = None  # the PCA's n_components (None: every component)
     width: int = 5
+    dtype: str = "float32"  # the output parts' feature type (the full-width parts of pass 1 under pca stay float32)
     keep_types: dict | None = None  # the kept columns (keep) and their Arrow types
     cache: str | None = None  # the vector cache directory (on this machine: the client checked the workers' host)
     cache_id: tuple | None = None  # (fingerprint, settings) of the run in the cache (vcache.cache_fingerprint)
@@ -208,11 +209,12 @@ def part_name(index: int, width: int = 5) -> str:
     return f"part-{index:0{width}d}.parquet"
 
 
-def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool):
+def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool, dtype: str):
     from .features import FeatureWriter
 
     return FeatureWriter(path, fmt="parquet", dim=dim, id_name=ctx.id_name, id_type=ctx.id_type, metadata=meta,
-                         wide=wide, extra_columns=output_columns(ctx.keep_types), row_group_rows=max(1024, ctx.chunk_rows))
+                         wide=wide, extra_columns=output_columns(ctx.keep_types),
+                         row_group_rows=max(1024, ctx.chunk_rows), dtype=dtype)
 
 
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
@@ -228,7 +230,8 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     pca = new_pca(ctx.n_components) if ctx.fit_stats else None
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
         return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
-    writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and not ctx.want_pca)
+    dtype = "float32" if ctx.want_pca else ctx.dtype  # full-width parts are the PCA's float32 input
+    writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and not ctx.want_pca, dtype)
     reuser = None
     try:
         # identical rows of the partition encoded once; with a cache, rows any run encoded before are reused
@@ -315,7 +318,7 @@ def reduce_partition(index: int, ctx: TaskContext, pca_path: str, meta: dict) ->
     X = feature_matrix(t)
     if len(X):
         X = pca.transform_rows(X).astype(np.float32)
-    w = _writer(Path(ctx.out_dir) / part_name(index, ctx.width), int(pca.n_components_), ctx, meta, ctx.wide)
+    w = _writer(Path(ctx.out_dir) / part_name(index, ctx.width), int(pca.n_components_), ctx, meta, ctx.wide, ctx.dtype)
     with w:
         w.write(t.column(ctx.id_name), X.reshape(len(X), int(pca.n_components_)),
                 {k: t.column(k).combine_chunks() for k in [*EXTRA_COLUMNS, *(ctx.keep_types or ())]})
@@ -406,6 +409,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
                           chunk_rows=plan.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
                           out_dir=str(partial), wide=plan.wide, want_pca=plan.reduces, fit_stats=n_components is not None,
                           n_components=plan.pca_n_components, width=width, keep_types=plan.keep_types or None,
+                          dtype=plan.dtype,
                           cache=str(Path(plan.cache).resolve()) if plan.cache is not None else
                           (str(run_store) if run_store is not None else None),
                           cache_id=cache_id if plan.cache is not None else (run_store_id(encoder, spec) if run_store is not None else None))

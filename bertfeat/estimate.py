@@ -34,6 +34,8 @@ WARM_UP_ROWS = 32
 ROW_OVERHEAD = {"parquet": 24, "npy": 20, "csv": 24}
 #: bytes a float32 feature takes in the file (CSV: its text, e.g. "-0.012345678,")
 FEATURE_BYTES = {"parquet": 4, "npy": 4, "csv": 13}
+#: the same for float16 features (dtype="float16"; CSV: its shortest text, e.g. "-0.01234,")
+FEATURE_BYTES_FLOAT16 = {"parquet": 2, "npy": 2, "csv": 9}
 WRITE_RATE = 200e6  # bytes per second the parts and the output are written and read back at (a local disk)
 #: what a run holds besides the encoder's peak: the reader and read-ahead threads (each with its own malloc arena),
 #: Arrow's read and write buffers. Measured (MiniLM, 2 cores, AMD EPYC Zen 4): a run's peak RSS over this estimate's
@@ -115,6 +117,11 @@ def memory_limit(root: Path = Path("/")) -> tuple[int | None, str | None]:
     if available is not None:
         return available, "available memory (/proc/meminfo)"
     return limit or (None, None)
+
+
+def feature_bytes(fmt: str, dtype: str) -> int:
+    """Bytes one feature value takes in an output of ``fmt`` written as ``dtype``."""
+    return (FEATURE_BYTES_FLOAT16 if dtype == "float16" else FEATURE_BYTES)[fmt]
 
 
 def _rss_peak() -> int:
@@ -225,7 +232,7 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     else:
         dim_out = d  # a variance fraction or mle: known after the fit; d is the most it can be
     per_row = ROW_OVERHEAD[fmt] + read["kept_bytes"]
-    output_bytes = accepted * (dim_out * FEATURE_BYTES[fmt] + per_row)
+    output_bytes = accepted * (dim_out * feature_bytes(fmt, plan.dtype) + per_row)
     parts_bytes = accepted * (d * 4 + ROW_OVERHEAD["parquet"])  # the partial directory's unreduced parts
     disk_peak = parts_bytes + output_bytes
     # writing: the parts as the chunks finish, then the output from them (read back once); ~WRITE_RATE on a local disk

@@ -36,7 +36,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             blocksize: int | str | None = DEFAULT_BLOCKSIZE, client=None, progress=None, quiet: bool = True,
             encoder_options: Mapping[str, Any] | None = None, command: str | None = None,
             keep: str | Sequence[str] | None = None, cache: str | os.PathLike | bool | None = None,
-            label: str | None = None, estimate: bool | int = False):
+            label: str | None = None, dtype: Literal["float32", "float16"] = "float32", estimate: bool | int = False):
     """Extract sentence features of ``input`` into ``output`` (default: INPUT.features.parquet beside it).
 
     By default the model's own embedding (its Pooling, Dense and Normalize modules and default prompt);
@@ -66,6 +66,11 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     on stderr (a rich bar in a terminal, log lines otherwise), ``quiet=True`` (the default here) none. Returns the run's ExtractSummary
     (counts, timings, ``outputs``: name -> path).
 
+    ``dtype``: the type the features are written as: "float32" (the default) or "float16", half the size (Parquet
+    ``halffloat``, npy '<f2', CSV the shortest text); computed in float32 all the same (the cache, a resume's parts and
+    the PCA's fit), only the written values are rounded to nearest. A value beyond float16's range (|x| > 65504) is
+    refused, naming its row. Readers give float16 files back as float32.
+
     ``estimate``: run nothing, write nothing: measure what the run would take (rows, tokens, time on this machine,
     disk, memory) on a sample of ``estimate`` rows (True: estimate.DEFAULT_SAMPLE) and return an estimate.Estimate.
     An existing output is no obstacle to an estimate.
@@ -83,7 +88,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
                      precision=precision, pca=pca, pca_model=pca_model, format=format, wide=wide, on_bad_row=on_bad_row,
                      max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite or estimate is not False,
                      chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}),
-                     command=command, keep=keep, cache=cache, label=label)
+                     command=command, keep=keep, cache=cache, label=label, dtype=dtype)
     if estimate is not False:
         from .estimate import DEFAULT_SAMPLE, estimate_plan
 

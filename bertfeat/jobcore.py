@@ -44,7 +44,8 @@ def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
         "pca": plan.pca_text, "wide": plan.wide,
         **({"pca_model": _file_identity(plan.pca_model)} if plan.pca_model is not None else {}),
         **({"encoder_options": plan.encoder_options} if plan.encoder_options else {}),
-        **({"keep": list(plan.keep)} if plan.keep else {}), **engine_keys,
+        **({"keep": list(plan.keep)} if plan.keep else {}),
+        **({"dtype": plan.dtype} if plan.dtype != "float32" else {}), **engine_keys,
     }
 
 
@@ -69,9 +70,11 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
            "long_text": "long text", "stride": "stride", "pooling": "pooling", "text_column": "text column",
            "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "delimiter": "delimiter", "on_bad_row": "on bad row",
            "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns",
-           "gemm": "GEMM path"}
+           "gemm": "GEMM path", "dtype": "dtype"}
 #: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's)
-OPTIONAL_KEYS = ("keep", "pca_model", "encoder_options")
+OPTIONAL_KEYS = ("keep", "pca_model", "encoder_options", "dtype")
+#: what an optional key stands for when a manifest does not have it (dtype: float32, the default, is not recorded)
+OPTIONAL_DEFAULTS = {"dtype": "float32"}
 
 
 def manifest_differences(old: dict, new: dict) -> list[str]:
@@ -91,6 +94,7 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
             changed = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
             out.append("model files changed since the interrupted run: " + ", ".join(changed))
         else:
+            a, b = (OPTIONAL_DEFAULTS.get(k, a) if a is None else a), (OPTIONAL_DEFAULTS.get(k, b) if b is None else b)
             out.append(f"{_LABELS.get(k, k)}: {a!r} -> {b!r}")
     return out
 
@@ -376,4 +380,5 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "tokens": {"total": summary.tokens, "dropped": summary.tokens_dropped},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "pca": None,
+        "dtype": plan.dtype,
     }

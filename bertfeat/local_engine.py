@@ -23,6 +23,7 @@ from .atomic import atomic_output, remove_stale_temps, together, write_atomic
 from .chunks import (PreparedChunk, chunk_table, extra_columns, feature_matrix, iter_chunks, output_columns, prepare_chunk,
                      table_counts, validate_batch)
 from .errors import BertfeatError, one_line, opt
+from .features.base import check_float16_range
 from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
                       job_manifest, load_encoder, make_reuser, new_pca, probe_into_report, provenance, read_manifest)
 from .progress import NullProgress
@@ -166,6 +167,9 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
             raise too_many_bad_rows()
         if pca is not None and table.num_rows:
             accumulate_pca(pca, feature_matrix(table))
+        if plan.dtype == "float16" and not plan.reduces and table.num_rows:  # refused now, not after the last chunk
+            first = summary.rows_written - table.num_rows
+            check_float16_range(feature_matrix(table), table.column(plan.id_name), first)
 
     def all_rejects() -> list[dict]:
         return [r for i in sorted(rejects) for r in rejects[i]]
@@ -314,7 +318,7 @@ def _write_outputs(plan, store: PartStore, order: list[int], encoder, spec, fing
                 id_type = t
                 break
     writer = FeatureWriter(layout.features, fmt=layout.fmt, dim=int(dim), id_name=id_name, id_type=id_type, metadata=meta,
-                           wide=plan.wide, extra_columns=output_columns(plan.keep_types))
+                           wide=plan.wide, extra_columns=output_columns(plan.keep_types), dtype=plan.dtype)
     with writer:
         for i in order:
             t, _, _, _ = store.read_part(i)

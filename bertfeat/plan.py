@@ -172,6 +172,7 @@ class ExtractPlan:
     keep: tuple[str, ...] = ()  # input columns copied to the output (the reader reads them: keep_types)
     cache: Path | None = None  # the vector cache directory (vcache.py), None: no cache
     label: str | None = None  # a kept column whose linear probe the PCA report adds (probe.py); needs pca
+    dtype: str = "float32"  # the written features' type (FEATURE_DTYPES); computed, cached and reduced in float32
 
     @property
     def precision(self) -> str:
@@ -217,7 +218,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
               blocksize: int | str | None = DEFAULT_BLOCKSIZE, client: Any = None,
               encoder_options: dict | None = None, command: str | None = None,
               keep: str | list[str] | tuple[str, ...] | None = None, cache: str | os.PathLike | bool | None = None,
-              label: str | None = None) -> ExtractPlan:
+              label: str | None = None, dtype: str = "float32") -> ExtractPlan:
     """Check every option and resolve the input and the outputs: -> the plan (``bertfeat.extract``'s parameters).
 
     Raises BertfeatError naming the parameter, before anything is read past the input's header or written.
@@ -238,6 +239,9 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
     from .rejects import resolve_bad_rows
 
     on_bad_row, max_bad_rows = resolve_bad_rows(on_bad_row, max_bad_rows)
+    from .features.base import check_dtype
+
+    dtype = check_dtype(dtype)
     pca_value = parse_pca(pca)
     pca_model = check_pca_model(pca_model, pca_value)
     from .vcache import resolve_cache
@@ -312,7 +316,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         chunk_rows=chunk_rows, threads=threads,
         pca=pca_value, pca_model=pca_model, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
         engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}), keep=keep, cache=cache,
-        label=label)
+        label=label, dtype=dtype)
 
 
 def check_label_option(label, pca, pca_model, fmt: str, id_column: str | None) -> str | None:

@@ -160,12 +160,14 @@ def reduce_features_file(
     *,
     batch_rows: int = 65536,
     on_batch: Callable[[int], None] | None = None,
+    dtype: str = "float32",
 ) -> Path:
     """Transform a feature file with a fitted PCA into a new feature file (streaming, atomic).
 
     The output keeps the ids, the extra columns and the metadata of the source, and adds a
     ``pca`` entry. Features from a different source (fingerprint) are refused unless
-    ``force``; a width mismatch is always refused. ``fmt`` defaults to dst's suffix.
+    ``force``; a width mismatch is always refused. ``fmt`` defaults to dst's suffix. ``dtype``: the type the
+    reduced features are written as (float32, float16; the transform itself is float32 whatever the source's).
     Returns the output path.
     """
     src = open_features(src_path)
@@ -190,14 +192,14 @@ def reduce_features_file(
     try:
         for ids, X, extras in src.batches(batch_rows, ahead=1):
             if writer is None:
-                writer = _open_writer(dst, fmt, pca.n_components_, src, meta, ids, extras)
+                writer = _open_writer(dst, fmt, pca.n_components_, src, meta, ids, extras, dtype)
             Y = pca.transform_rows(X, row_offset=seen).astype(np.float32, copy=False)
             writer.write(ids, Y, extras)
             seen += X.shape[0]
             if on_batch:
                 on_batch(seen)
         if writer is None:
-            writer = _open_writer(dst, fmt, pca.n_components_, src, meta, None, {})
+            writer = _open_writer(dst, fmt, pca.n_components_, src, meta, None, {}, dtype)
         # the extraction's counts (read, rejected, ...) with the rows this file holds; a file without them: the count
         return writer.close({"rows": {**rows, "written": seen} if isinstance(rows, dict) else seen})
     except BaseException:
@@ -219,7 +221,7 @@ def _unchecked(pca, source_fingerprint: dict | None) -> bool:
     return bool(pca.fingerprint_) and not source_fingerprint
 
 
-def _open_writer(dst: Path, fmt: str, k: int, src, meta: dict, ids: Any, extras: dict) -> FeatureWriter:
+def _open_writer(dst: Path, fmt: str, k: int, src, meta: dict, ids: Any, extras: dict, dtype: str) -> FeatureWriter:
     """A writer with the source's id and extra columns; unknown types are taken from the first chunk."""
     id_type = src.id_type
     if id_type is None:
@@ -239,4 +241,5 @@ def _open_writer(dst: Path, fmt: str, k: int, src, meta: dict, ids: Any, extras:
         metadata=meta,
         wide=src.wide if fmt == "parquet" else False,
         extra_columns=types,
+        dtype=dtype,
     )

@@ -31,6 +31,9 @@ DEFAULT_SAMPLE = 100
 #: the largest difference (over the row's norm) a row may show per precision: fp32 rows are batch-independent to
 #: float32 rounding (measured 0 to 4e-7); bf16 and int8 GEMM paths round their activations per row as well.
 TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "int8": 1e-3}
+#: the least tolerance of a float16 file: the re-encoded vector is rounded to float16 as the file's was, and a row
+#: whose float32 value moved across a rounding boundary differs by one float16 step (2^-10 of |x|, <= its norm)
+FLOAT16_TOLERANCE = 1e-3
 
 
 def _metadata(path: Path) -> tuple[dict, list[Path]]:
@@ -142,6 +145,12 @@ def _check_tolerance(tolerance) -> None:
         raise BertfeatError(f"{opt('tolerance', tolerance, cli=f'{tolerance:g}')} is out of range", fix)
 
 
+def _default_tolerance(precision: str, dtype: str) -> float:
+    """The tolerance of a precision's rows, at least FLOAT16_TOLERANCE in a float16 file."""
+    tol = TOLERANCE.get(precision, 1e-3)
+    return max(tol, FLOAT16_TOLERANCE) if dtype == "float16" else tol
+
+
 def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | None = None,
                     model: str | os.PathLike | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
                     tolerance: float | None = None, encoding: str | None = None, progress=None) -> dict:
@@ -149,7 +158,8 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
 
     ``input`` / ``model`` / ``encoding``: where the provenance's do not apply (a moved input, a model in another
     folder, a CSV read with --encoding before bertfeat recorded it). Returns the report: rows checked, the largest
-    difference (and its row), the smallest cosine, the tolerance and ``ok``.
+    difference (and its row), the smallest cosine, the tolerance, ``dtype`` (the file's: a float16 file's rows are
+    compared with the re-encoded vector rounded to float16) and ``ok``.
     """
     from .chunks import validate_batch
     from .diffs import dict_differences
@@ -186,9 +196,9 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         raise BertfeatError(f"{path} was reduced by a PCA of {pca.n_features_in_} inputs, but the model gives "
                             f"{enc.output_dim(spec)} features: it was reduced more than once (a pca transform of reduced "
                             "features), and only the last PCA is recorded", "verify the features before the later PCA")
-    tol = TOLERANCE.get(enc.precision, 1e-3) if tolerance is None else float(tolerance)
-
     sources = [open_features(f) for f in files]
+    dtype = sources[0].dtype  # float16: the re-encoded vectors are rounded as the file's were
+    tol = _default_tolerance(enc.precision, dtype) if tolerance is None else float(tolerance)
     counts = [s.rows for s in sources]  # from the files' layouts; None: count them
     n = sum(counts) if None not in counts else sum(len(ids) for s in sources for ids, _, _ in s.batches())
     picked = set(_sample_positions(n, sample, seed).tolist())
@@ -238,6 +248,8 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         vec = enc.run(prep, spec)  # (1, D): a batch of one
         if pca is not None:
             vec = pca.transform_rows(vec).astype(np.float32)
+        if dtype == "float16":
+            vec = vec.astype(np.float16).astype(np.float32)
         got = vec[0].astype(np.float64)
         ref = stored.astype(np.float64)
         norm = max(float(np.linalg.norm(ref)), 1e-30)
@@ -254,6 +266,7 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         "model": enc.model_id,
         "precision": enc.precision,
         "reduced": pca is not None,
+        "dtype": dtype,
         "rows_in_file": n,
         "rows_checked": len(rows),
         "rows_identical": sum(r["identical"] for r in rows),

@@ -356,3 +356,81 @@ def test_normalize_help_says_what_the_default_is():
     assert helps["extract"] == ("L2-normalize each vector (default: the model's own embedding as its Normalize module "
                                 "says; a chosen --pooling or --layers is not normalized).")
     assert "if the model has a Normalize module" not in " ".join(helps.values())
+
+
+# --------------------------------------------------------------------------- --dtype float16
+def _dtype_runs(tmp_path, capsys, name, *extra):
+    """The same extract as float32 and as float16 -> (float32 path, float16 path)."""
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [[f"r{i}", s] for i, s in enumerate(SENTENCES * 3)])
+    outs = []
+    for dtype in ("float32", "float16"):
+        out = tmp_path / dtype / name
+        rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "-q",
+                         "--dtype", dtype, *extra)
+        assert rc == 0, err
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize("name, extra", [("f.parquet", ()), ("f.parquet", ("--wide",)), ("f.npy", ()), ("f.csv", ())])
+def test_float16_output_is_the_float32_output_cast(tmp_path, capsys, name, extra):
+    from bertfeat.features import read_features
+
+    a, b = _dtype_runs(tmp_path, capsys, name, *extra)
+    ids32, X32, m32 = read_features(a)
+    ids16, X16, m16 = read_features(b)
+    assert list(ids16) == list(ids32) and np.array_equal(X16, X32.astype(np.float16).astype(np.float32))
+    assert (m32["dtype"], m16["dtype"]) == ("float32", "float16")
+    if name == "f.npy":
+        assert np.load(b).dtype == np.dtype("<f2") and b.stat().st_size - 128 == (a.stat().st_size - 128) // 2
+
+
+def test_float16_pca_is_fitted_on_float32_and_its_output_cast(tmp_path, capsys):
+    from bertfeat.features import read_features
+
+    a, b = _dtype_runs(tmp_path, capsys, "f.parquet", "--pca", "4")
+    ma, mb = (p.with_name("f.pca.npz") for p in (a, b))
+    za, zb = np.load(ma), np.load(mb)
+    for key in ("mean", "components", "spectrum"):
+        assert np.array_equal(za[key], zb[key]), key
+    _, X32, _ = read_features(a)
+    _, X16, meta = read_features(b)
+    assert np.array_equal(X16, X32.astype(np.float16).astype(np.float32)) and meta["pca"]["n_components"] == 4
+    assert pq.read_schema(b).field("embedding").type.value_type == pa.float16()
+
+
+@pytest.mark.parametrize("bad", ["float64", "bf16"])
+def test_other_dtypes_are_refused(tmp_path, capsys, bad):
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a b"]])
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--dtype", bad)
+    assert (rc, err) == (1, f"Error: unknown --dtype {bad} - choose one of float32, float16 (float16 halves the file)\n")
+    assert list(tmp_path.iterdir()) == [src]
+    import bertfeat
+    from bertfeat.errors import BertfeatError
+
+    with pytest.raises(BertfeatError, match=f"unknown dtype='{bad}'"):
+        bertfeat.extract(src, tmp_path / "o.parquet", dtype=bad)
+
+
+def test_float16_overflow_is_refused_before_the_output(tmp_path, capsys, monkeypatch):
+    import bertfeat.chunks as chunks
+
+    real = chunks.run_rows
+
+    def huge(*a, **kw):  # features of a model gone wrong: one value beyond float16's range
+        X = real(*a, **kw)
+        X[X.shape[0] - 1, 0] = 1e5
+        return X
+
+    monkeypatch.setattr(chunks, "run_rows", huge)
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [[f"r{i}", s] for i, s in enumerate(SENTENCES)])
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "--dtype", "float16")
+    last = f"r{len(SENTENCES) - 1}"
+    assert rc == 1 and f"(id '{last}') has the feature value 100000" in err and "--dtype float32" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_dtype_in_help(capsys):
+    rc, out, _ = run(capsys, "extract", "--help")
+    assert rc == 0 and "--dtype" in out

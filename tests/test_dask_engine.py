@@ -637,3 +637,22 @@ def test_a_resumed_run_interrupted_after_the_fit_leaves_no_pca_model(client, dat
     _wait_idle(client)
     assert not out.with_name("f.pca.npz").exists() and not list(tmp_path.glob("f.pca.report.*")) and not out.exists()
     assert stopped.value.resume_note.startswith("the finished partitions are kept in ")
+
+
+@pytest.mark.parametrize("pca", [None, "8"])
+def test_float16_parts_equal_local(client, data, tmp_path, pca):
+    from bertfeat.features import read_features
+
+    local = tmp_path / "local" / "f.parquet"
+    extract(_opts(data, local, pca=pca, dtype="float16", **LOCAL))
+    out = tmp_path / "dask" / "f.parquet"
+    extract_dask(_opts(data, out, pca=pca, dtype="float16"), None, client=client)
+    parts = sorted(out.glob("part-*.parquet"))
+    assert parts and all(pq.read_schema(p).field("embedding").type.value_type == pa.float16() for p in parts)
+    _, a, _ = read_features(local)
+    _, b, meta = read_features(out)
+    assert meta["dtype"] == "float16" and _meta(parts[0])["dtype"] == "float16"
+    # float32 features equal to TOL round to the same float16 but for a value on a rounding boundary: one step
+    assert np.abs(a - b).max() <= max(TOL, float(np.abs(a).max()) * 2.0 ** -10)
+    if pca is None:
+        assert np.array_equal(b, a)  # the same chunking as the partitions: the same floats to the bit

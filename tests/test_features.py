@@ -330,3 +330,71 @@ def test_parquet_feature_columns_are_plain_floats_without_a_dictionary(tmp_path,
     assert "RLE_DICTIONARY" in encodings["doc_id"]
     assert path.stat().st_size < 1.05 * X.nbytes  # the floats, plus little
     np.testing.assert_array_equal(read_features(path)[1], X)
+
+
+# --------------------------------------------------------------------------- float16 features (dtype)
+def _float16_matrix() -> np.ndarray:
+    """float32 features over float16's whole range: tiny (subnormal), large (65504), and ordinary values."""
+    rng = np.random.default_rng(3)
+    X = (rng.standard_normal((300, 6)) * np.logspace(-6, 4, 6)).astype(np.float32)
+    X[0, 0], X[1, 1], X[2, 2] = 65504, -1e-8, -65504
+    return X
+
+
+@pytest.mark.parametrize("name, kw", [("f.parquet", {}), ("w.parquet", {"wide": True}), ("f.npy", {}), ("f.csv", {})])
+def test_float16_round_trips_to_the_float32_cast(tmp_path, name, kw):
+    from bertfeat.features import FeatureWriter, open_features, read_features
+
+    X = _float16_matrix()
+    path = tmp_path / name
+    with FeatureWriter(path, dim=6, dtype="float16", **kw) as w:
+        w.write(None, X[:120])
+        w.write(None, X[120:])
+    ids, Y, meta = read_features(path)
+    assert Y.dtype == np.float32 and np.array_equal(Y, X.astype(np.float16).astype(np.float32))
+    assert meta["dtype"] == "float16" and open_features(path).dtype == "float16" and list(ids) == list(range(300))
+    if name == "f.parquet":
+        assert str(pq.read_schema(path).field("embedding").type) == "fixed_size_list<element: halffloat>[6]"
+    if name == "w.parquet":
+        assert pq.read_schema(path).field("f0").type == pa.float16()
+    if name == "f.npy":
+        raw = np.load(path)
+        assert raw.dtype == np.dtype("<f2") and raw.shape == (300, 6) and path.stat().st_size == 128 + 300 * 6 * 2
+    if name == "f.csv":  # the shortest text that reads back to the same float16
+        first = path.read_text().splitlines()[1].split(",")
+        assert first[1] == "65500"  # not float32's text of the same value
+        assert [float(v) for v in first[1:]] == [float(str(x)) for x in X[0].astype(np.float16)]
+
+
+def test_float32_default_is_unchanged(tmp_path):
+    from bertfeat.features import FeatureWriter
+
+    X = _float16_matrix()
+    with FeatureWriter(tmp_path / "f.npy", dim=6) as w:
+        w.write(None, X)
+    assert np.load(tmp_path / "f.npy").dtype == np.dtype("<f4")
+    assert (tmp_path / "f.npy").read_bytes()[128:] == X.tobytes()
+
+
+@pytest.mark.parametrize("name", ["f.parquet", "f.npy", "f.csv"])
+def test_float16_overflow_is_refused_naming_the_row_and_nothing_is_left(tmp_path, name):
+    from bertfeat.features import FeatureWriter
+
+    X = _float16_matrix()
+    X[205, 3] = -70000.0
+    path = tmp_path / name
+    with pytest.raises(BertfeatError) as e:
+        with FeatureWriter(path, dim=6, dtype="float16", id_name="id", id_type=pa.string()) as w:
+            w.write([f"k{i}" for i in range(200)], X[:200])
+            w.write([f"k{i}" for i in range(200, 300)], X[200:])
+    assert "row 205 (id 'k205')" in e.value.message and "-70000" in e.value.message and "inf" in e.value.message
+    assert "float32" in e.value.fix
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_dtype_is_refused(tmp_path):
+    from bertfeat.features import FeatureWriter
+
+    for bad in ("float64", "bf16"):
+        with pytest.raises(BertfeatError, match="float32, float16"):
+            FeatureWriter(tmp_path / "f.parquet", dim=2, dtype=bad)

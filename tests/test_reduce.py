@@ -96,3 +96,34 @@ def test_merge_refuses_pcas_of_features_with_other_settings_and_counts_every_row
     np.testing.assert_allclose(merged.explained_variance_, ref.explained_variance_, rtol=1e-10)
     np.testing.assert_allclose(merged.components_, ref.components_, rtol=0, atol=1e-10)
     assert first.merge(fit_pca_file(a, 3)).source_ == first.source_ | {"rows": 600}  # one file twice: named once
+
+
+def test_pca_fit_on_a_float16_file_is_sklearns_on_the_upcast_data_and_transform_writes_float16(tmp_path, capsys):
+    from sklearn.decomposition import PCA as SkPCA
+
+    from bertfeat.features import FeatureWriter
+    from extract_util import run
+
+    rng = np.random.default_rng(5)
+    X = (rng.standard_normal((400, 12)) @ rng.standard_normal((12, 12))).astype(np.float32)
+    src = tmp_path / "f.npy"
+    with FeatureWriter(src, dim=12, dtype="float16") as w:
+        w.write(None, X)
+    X16 = X.astype(np.float16).astype(np.float32)
+    pca = fit_pca_file(src, n_components=5)
+    sk = SkPCA(n_components=5, svd_solver="full").fit(X16.astype(np.float64))
+    np.testing.assert_allclose(pca.mean_, sk.mean_, atol=1e-6)
+    np.testing.assert_allclose(pca.explained_variance_, sk.explained_variance_, rtol=1e-6)
+    np.testing.assert_allclose(np.abs(pca.components_ @ sk.components_.T), np.eye(5), atol=1e-5)
+    model = tmp_path / "m.npz"
+    pca.save(model)
+    for dtype in ("float32", "float16"):
+        rc, _, err = run(capsys, "pca", "transform", src, "--pca-model", model, "-o", tmp_path / f"r{dtype}.parquet",
+                         "--dtype", dtype, "-q")
+        assert rc == 0, err
+    _, R32, _ = read_features(tmp_path / "rfloat32.parquet")
+    _, R16, meta = read_features(tmp_path / "rfloat16.parquet")
+    assert np.array_equal(R16, R32.astype(np.float16).astype(np.float32)) and meta["dtype"] == "float16"
+    assert read_feature_metadata(tmp_path / "rfloat32.parquet")["dtype"] == "float32"
+    rc, _, err = run(capsys, "pca", "transform", src, "--pca-model", model, "-o", tmp_path / "x.parquet", "--dtype", "bf16")
+    assert rc == 1 and "unknown --dtype bf16 - choose one of float32, float16" in err

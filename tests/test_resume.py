@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import pyarrow.parquet as pq
+import numpy as np
 import pytest
 
 import bertfeat.progress
@@ -129,6 +130,7 @@ def test_a_resumed_runs_throughput_counts_only_its_own_rows(tmp_path, capsys, mo
     (["--normalize"], "normalize: False -> True"),
     (["--pooling", "max", "--max-length", "32"], "pooling: 'mean' -> 'max'; max length: 128 -> 32"),
     (["--chunk-rows", "5"], "chunk rows: 3 -> 5"),
+    (["--dtype", "float16"], "dtype: 'float32' -> 'float16'"),
 ])
 def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, change, differs):
     src = corpus(tmp_path / "c.csv", 12)
@@ -142,6 +144,18 @@ def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, ch
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
     assert summary_line(err, "resumed") == "resumed 2 chunk(s), 6 rows, from the interrupted run (counted above, not in the throughput)"
+
+
+def test_a_float16_run_resumes_float16_only(tmp_path, capsys, monkeypatch):
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.npy"
+    args = ["--model", tiny_model(), "--chunk-rows", 3, "--dtype", "float16"]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args[:-2], "--resume")
+    assert rc == 1 and "(dtype: 'float16' -> 'float32')" in err
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+    assert np.load(out).dtype == np.float16 and np.load(out).shape[0] == 12
 
 
 def test_resume_on_another_gemm_path_is_refused(tmp_path, capsys, monkeypatch):

@@ -250,3 +250,16 @@ def test_verify_table_title_is_not_rich_markup(tmp_path, capsys, monkeypatch):
     rc, stdout, err = run(capsys, "verify", out, "--sample", "3")
     assert (rc, err) == (0, "")
     assert stdout.splitlines()[0].strip() == f"verify {out}"
+
+
+@pytest.mark.parametrize("extra", [(), ("--pca", "4")])
+def test_verify_a_float16_file_bit_identical(tmp_path, capsys, extra):
+    src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], _rows())
+    out = tmp_path / "o.npy"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "-q",
+                     "--dtype", "float16", *extra)
+    assert rc == 0, err
+    r = verify_features(out, sample=1000)
+    assert r["ok"] and r["dtype"] == "float16" and r["rows_checked"] == 60 and r["reduced"] == bool(extra)
+    assert r["rows_identical"] == 60 and r["max_abs_diff"] == 0.0, r["worst"]
+    assert r["tolerance"] == 1e-3

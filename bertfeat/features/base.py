@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pyarrow as pa
 
-from ..errors import BertfeatError
+from ..errors import BertfeatError, opt
 from ..threads import read_ahead
 
 METADATA_KEY = "bertfeat"
@@ -40,8 +40,49 @@ WIDE_COLUMN_RE = re.compile(r"^f(\d+)$")
 #: Target bytes of float data per Parquet row group (the writer's default ``row_group_rows``).
 ROW_GROUP_BYTES = 64 << 20
 
+#: The feature values' types a file may hold (``dtype``): computed in float32, written as float32 or float16.
+FEATURE_DTYPES = ("float32", "float16")
+#: The largest finite float16 (a feature beyond it would become inf: refused, check_float16_range).
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+
 #: A chunk as read: (ids, X float32 (m, d), extras name -> Arrow array).
 Chunk = tuple[Any, np.ndarray, dict[str, pa.Array]]
+
+
+# ----------------------------------------------------------------------------------------
+# the feature values' type
+# ----------------------------------------------------------------------------------------
+
+
+def check_dtype(dtype: Any) -> str:
+    """``dtype``: the type the features are written as (FEATURE_DTYPES) -> its name; else an error naming them."""
+    if dtype not in FEATURE_DTYPES:
+        raise BertfeatError(f"unknown {opt('dtype', dtype, cli=str(dtype))}",
+                            f"choose one of {', '.join(FEATURE_DTYPES)} (float16 halves the file)")
+    return dtype
+
+
+def feature_arrow_type(dtype: str) -> pa.DataType:
+    """The Arrow type of a feature value written as ``dtype`` (float32 or halffloat)."""
+    return pa.float16() if dtype == "float16" else pa.float32()
+
+
+def check_float16_range(X: np.ndarray, ids: Any = None, first_row: int = 0) -> None:
+    """Refuse float32 features (m, d) that float16 cannot hold (|x| > 65504 would become inf), naming the first such
+    row (``first_row`` + its index, and its id when ``ids`` are given) and value."""
+    over = np.abs(X) > FLOAT16_MAX
+    if not over.any():
+        return
+    i, j = np.argwhere(over)[0]
+    ident = "" if ids is None else f" (id {_id_at(ids, int(i))!r})"
+    raise BertfeatError(f"row {first_row + int(i)}{ident} has the feature value {float(X[i, j]):g} (column {int(j)}), "
+                        f"beyond float16's range (|x| <= {FLOAT16_MAX:g}): it would be written as inf",
+                        f"write float32 features ({opt('dtype', 'float32')})")
+
+
+def _id_at(ids: Any, i: int) -> Any:
+    value = ids[i]
+    return value.as_py() if isinstance(value, pa.Scalar) else value.item() if isinstance(value, np.generic) else value
 
 
 # ----------------------------------------------------------------------------------------
@@ -179,7 +220,7 @@ def to_arrow(values: Any, typ: pa.DataType, m: int, name: str) -> pa.Array:
 
 
 def wide_arrays(X: np.ndarray) -> list[pa.Array]:
-    """The columns f0..f{d-1} of a float32 (m, d) chunk as Arrow arrays."""
+    """The columns f0..f{d-1} of a (m, d) chunk as Arrow arrays (of its dtype)."""
     XT = np.ascontiguousarray(X.T)  # (dim, m): one contiguous buffer per column
     return [pa.array(XT[j]) for j in range(X.shape[1])]
 
@@ -222,6 +263,7 @@ class WriteSpec:
     extra_fields: list[pa.Field]
     wide: bool  # the caller's wide= (a format may ignore it)
     row_group_rows: int  # rows per row group (formats that have row groups)
+    dtype: str  # the feature values' type (FEATURE_DTYPES): append's X is of it
     metadata: dict  # the provenance known at open: metadata, rows (None unless given), layout with rows 0
 
 
@@ -261,7 +303,7 @@ class FeatureFile:
         raise NotImplementedError
 
     def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
-        """Add a chunk: the id column then the extras (Arrow, m rows each), X float32 C-order (m, dim)."""
+        """Add a chunk: the id column then the extras (Arrow, m rows each), X C-order (m, dim) of ``spec.dtype``."""
         raise NotImplementedError
 
     def finish(self, metadata_text: str) -> None:
@@ -307,6 +349,8 @@ class FeatureSource:
     _columns: list[str] = field(default_factory=list)
     #: The format class that reads the file (set by its ``open_source``).
     file_format: type[FeatureFile] | None = field(default=None, repr=False, compare=False)
+    #: The type the file holds its features as (float32, float16; float64 of a foreign file); read back as float32.
+    dtype: str = "float32"
 
     @property
     def fingerprint(self) -> dict | None:
@@ -342,13 +386,14 @@ class FeatureSource:
         return ids, X, extras
 
     def wide_matrix(self, table: pa.Table | pa.RecordBatch) -> np.ndarray:
-        """(m, d) float32 from the columns f0..f{d-1} of ``table``."""
+        """(m, d) float32 from the columns f0..f{d-1} of ``table`` (a float16 file's values rounded to float16 first:
+        a CSV's text is read as float64)."""
         X = np.empty((table.num_rows, self.dim), dtype=np.float32)
         for j in range(self.dim):
             col = table.column(f"f{j}")
             if col.null_count:
                 raise BertfeatError(f"{self.path}: column f{j} has missing values", "re-extract the features")
-            X[:, j] = col.to_numpy()
+            X[:, j] = col.to_numpy().astype(np.float16) if self.dtype == "float16" else col.to_numpy()
         return X
 
     def csv_types(self) -> dict[str, pa.DataType]:

@@ -1,8 +1,9 @@
 """The CSV feature file, and reading bertfeat's CSV files (the .npy's ids file is one too).
 
 Columns: the id column, the extras, then ``f0 .. f{d-1}`` (float32 written by Arrow's CSV
-writer); provenance in ``<path>.json`` (e.g. ``out.csv.json``). A CSV without provenance is read
-with its first non-feature column as the id and the column types inferred.
+writer; float16 as its shortest text, ``float16_text``); provenance in ``<path>.json`` (e.g.
+``out.csv.json``). A CSV without provenance is read with its first non-feature column as the id and the
+column types inferred.
 """
 
 from __future__ import annotations
@@ -101,6 +102,17 @@ def csv_header(path: Path) -> list[str]:
         return next(csv.reader(f), [])
 
 
+#: The Arrow type a feature column of a CSV is written and read as, by the file's dtype (float16: its text as float64,
+#: rounded to float16 when read: FeatureSource.wide_matrix)
+_TEXT_TYPES = {"float32": pa.float32(), "float16": pa.float64()}
+
+
+def float16_text(X: np.ndarray) -> np.ndarray:
+    """float16 features -> the float64 values of their shortest text (NumPy's repr: the fewest digits that read back
+    to the same float16), which Arrow's CSV writer writes as that text (0.1, not float32's 0.0999755859375)."""
+    return X.astype(str).astype(np.float64)
+
+
 class CsvFile(FeatureFile):
     """A CSV feature file: one row per input row, the features as columns f0..f{d-1} after the id and extras."""
 
@@ -112,7 +124,8 @@ class CsvFile(FeatureFile):
     def __init__(self, spec: WriteSpec):
         self.spec = spec
         self._main = AtomicFile(spec.path)
-        feature_fields = [pa.field(f"f{j}", pa.float32()) for j in range(spec.dim)]
+        # float16 values go to Arrow as the float64 of their shortest text (float16_text), which it writes as that text
+        feature_fields = [pa.field(f"f{j}", _TEXT_TYPES[spec.dtype]) for j in range(spec.dim)]
         self._schema = pa.schema([*csv_fields([spec.id_field, *spec.extra_fields]), *feature_fields])
         try:
             self._csv = pcsv.CSVWriter(str(self._main.tmp), self._schema)
@@ -121,6 +134,7 @@ class CsvFile(FeatureFile):
             raise
 
     def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
+        X = float16_text(X) if X.dtype == np.float16 else X
         self._csv.write_batch(pa.record_batch([*map(csv_column, columns.values()), *wide_arrays(X)], schema=self._schema))
 
     def finish(self, metadata_text: str) -> None:
@@ -147,11 +161,13 @@ class CsvFile(FeatureFile):
         id_type = type_from_str(layout.get("id_type")) if layout.get("id_column") == id_name and id_name else None
         extras = {c: declared.get(c) for c in others if c != id_name}
         rows = meta.get("layout", {}).get("rows")
-        return FeatureSource(path, cls.name, meta, dim, id_name, id_type, True, extras, rows, file_format=cls)
+        dtype = meta.get("dtype") if meta.get("dtype") in _TEXT_TYPES else "float32"
+        return FeatureSource(path, cls.name, meta, dim, id_name, id_type, True, extras, rows, file_format=cls,
+                             dtype=dtype)
 
     @classmethod
     def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:
-        types = src.csv_types() | {f"f{j}": pa.float32() for j in range(src.dim)}
+        types = src.csv_types() | {f"f{j}": _TEXT_TYPES[src.dtype] for j in range(src.dim)}
         start = 0
         for table in rebatch(open_csv(src.path, types), batch_rows):
             yield src.make_chunk(table, src.wide_matrix(table), start)

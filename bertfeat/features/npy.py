@@ -1,6 +1,6 @@
 """The .npy feature file: a plain float32 (n, d) array, its ids in a CSV side file.
 
-``out.npy`` holds a C-order little-endian float32 (n, d) array (NumPy reads it without
+``out.npy`` holds a C-order little-endian float32 (n, d) array (float16: '<f2') (NumPy reads it without
 bertfeat); the ids and extras go to ``out.ids.csv`` (header = column names), the provenance to
 ``out.npy.json``. The array is streamed after a fixed 128-byte header that is rewritten with the
 final row count at the end. A .npy without an ids file is read with row numbers as ids.
@@ -43,9 +43,11 @@ def ids_sidecar_path(path: str | os.PathLike) -> Path:
     return path.with_name(f"{path.stem}.ids.csv")
 
 
-def npy_header(n: int, d: int) -> bytes:
-    """A version-1.0 .npy header for a C-order little-endian float32 (n, d) array, exactly 128 bytes."""
-    text = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (n, d)
+def npy_header(n: int, d: int, dtype: str = "float32") -> bytes:
+    """A version-1.0 .npy header for a C-order little-endian (n, d) array of ``dtype`` ('<f4' float32, '<f2' float16),
+    exactly 128 bytes."""
+    descr = np.dtype(dtype).newbyteorder("<").str
+    text = "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d), }" % (descr, n, d)
     body_len = NPY_HEADER_BYTES - 10
     if len(text) + 1 > body_len:
         raise BertfeatError(f"cannot write a .npy of shape ({n}, {d})", "use the parquet format")
@@ -69,7 +71,7 @@ class NpyFile(FeatureFile):
         self.spec = spec
         self._main = AtomicFile(spec.path)
         self._npy = open(self._main.tmp, "wb")
-        self._npy.write(npy_header(0, spec.dim))
+        self._npy.write(npy_header(0, spec.dim, spec.dtype))
         self._ids = AtomicFile(ids_sidecar_path(spec.path))
         self._schema = pa.schema(csv_fields([spec.id_field, *spec.extra_fields]))
         try:
@@ -90,7 +92,7 @@ class NpyFile(FeatureFile):
     def finish(self, metadata_text: str) -> None:
         self._csv.close()
         self._npy.seek(0)
-        self._npy.write(npy_header(self._rows, self.spec.dim))
+        self._npy.write(npy_header(self._rows, self.spec.dim, self.spec.dtype))
         self._npy.close()
         with together():  # the ids, the provenance and the matrix appear together (an interrupted run: none of them)
             self._ids.commit()
@@ -123,7 +125,8 @@ class NpyFile(FeatureFile):
             id_name = pick_id_column(layout, header) or (header[0] if header else None)
             id_type = type_from_str(layout.get("id_type")) if layout.get("id_column") == id_name else None
             extras = {c: declared.get(c) for c in header if c != id_name}
-        return FeatureSource(path, cls.name, meta, arr.shape[1], id_name, id_type, False, extras, arr.shape[0], file_format=cls)
+        return FeatureSource(path, cls.name, meta, arr.shape[1], id_name, id_type, False, extras, arr.shape[0],
+                             file_format=cls, dtype=arr.dtype.name)
 
     @classmethod
     def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:

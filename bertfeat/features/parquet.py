@@ -2,7 +2,8 @@
 
 Columns: the id column (the user's id column, or ``row`` = 0-based input row number, int64),
 ``embedding`` as ``fixed_size_list<float32>[d]`` (or, ``wide=True``, columns ``f0 .. f{d-1}``
-float32), then optional extras (``n_tokens`` int32, ``truncated`` bool, ``n_chunks`` int32, ...).
+float32; ``halffloat`` for float16 features), then optional extras (``n_tokens`` int32, ``truncated`` bool,
+``n_chunks`` int32, ...).
 Provenance: the file's key-value metadata key ``bertfeat`` = JSON text, also in the stored Arrow
 schema (so ``pq.read_schema`` sees it). Rows are buffered into row groups of ``row_group_rows``.
 
@@ -31,6 +32,7 @@ from .base import (
     FeatureSource,
     WriteSpec,
     dumps_metadata,
+    feature_arrow_type,
     pick_id_column,
     wide_arrays,
     wide_dim,
@@ -70,6 +72,11 @@ def embedding_matrix(col: pa.Array, d: int, path: Path, start: int) -> np.ndarra
     return np.asarray(values, dtype=np.float32).reshape(len(col), d)
 
 
+def _dtype_name(t: pa.DataType) -> str:
+    """The NumPy name of a feature column's value type (float16, float32, ...; a non-float type: as Arrow says)."""
+    return np.dtype(t.to_pandas_dtype()).name if pa.types.is_floating(t) else str(t)
+
+
 class ParquetFile(FeatureFile):
     """A Parquet feature file: one stream of row groups, the provenance in the footer."""
 
@@ -96,9 +103,9 @@ class ParquetFile(FeatureFile):
         self._buffered = 0
         self._main = AtomicFile(spec.path)
         if spec.wide:
-            feature_fields = [pa.field(f"f{j}", pa.float32()) for j in range(spec.dim)]
+            feature_fields = [pa.field(f"f{j}", feature_arrow_type(spec.dtype)) for j in range(spec.dim)]
         else:
-            feature_fields = [pa.field(EMBEDDING_COLUMN, pa.list_(pa.float32(), spec.dim))]
+            feature_fields = [pa.field(EMBEDDING_COLUMN, pa.list_(feature_arrow_type(spec.dtype), spec.dim))]
         fields = [spec.id_field, *feature_fields, *spec.extra_fields]
         self._schema = pa.schema(fields, metadata={METADATA_KEY: dumps_metadata(spec.metadata)})
         self._sink = pa.OSFile(str(self._main.tmp), "wb")
@@ -179,12 +186,15 @@ class ParquetFile(FeatureFile):
         else:
             dim, wide = wide_dim(path, names), True
             feature_cols = [f"f{j}" for j in range(dim)]
+        value_type = schema.field(feature_cols[0]).type
+        value_type = value_type if wide else getattr(value_type, "value_type", value_type)
         others = [c for c in names if c not in feature_cols]
         id_name = pick_id_column(layout, others)
         id_type = schema.field(id_name).type if id_name else pa.int64()
         extras = {c: schema.field(c).type for c in others if c != id_name}
         columns = ([id_name] if id_name else []) + feature_cols + list(extras)
-        return FeatureSource(path, cls.name, meta, dim, id_name, id_type, wide, extras, rows, columns, file_format=cls)
+        return FeatureSource(path, cls.name, meta, dim, id_name, id_type, wide, extras, rows, columns, file_format=cls,
+                             dtype=_dtype_name(value_type))
 
     @classmethod
     def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:

@@ -17,7 +17,8 @@ import pyarrow as pa
 
 from ..atomic import remove_stale_temps
 from ..errors import BertfeatError
-from .base import ROW_GROUP_BYTES, WIDE_COLUMN_RE, WriteSpec, dumps_metadata, provenance_path, to_arrow
+from .base import (ROW_GROUP_BYTES, WIDE_COLUMN_RE, WriteSpec, check_dtype, check_float16_range, dumps_metadata,
+                   provenance_path, to_arrow)
 from .npy import ids_sidecar_path
 from .registry import FILE_FORMATS, feature_format
 
@@ -25,8 +26,9 @@ from .registry import FILE_FORMATS, feature_format
 class FeatureWriter:
     """Stream feature rows into a Parquet, .npy or .csv feature file, atomically.
 
-    ``write(ids, X, extras)`` appends a chunk (X is (m, dim), cast to float32; ids may be
-    None for ``row`` ids, which then count from 0). ``close(metadata_update)`` writes the
+    ``write(ids, X, extras)`` appends a chunk (X is (m, dim), cast to float32, then to ``dtype``: "float16" rounds
+    to nearest and refuses a value beyond float16's range, naming its row; ids may be None for ``row`` ids, which
+    then count from 0). ``close(metadata_update)`` writes the
     metadata and moves the files into place; ``abort()`` deletes the temporary files. As a
     context manager it closes on success and aborts on an exception. Until ``close()``
     returns, nothing exists at ``path``.
@@ -43,6 +45,7 @@ class FeatureWriter:
         wide: bool = False,
         extra_columns: Mapping[str, pa.DataType] | None = None,
         row_group_rows: int | None = None,
+        dtype: str = "float32",
     ):
         if dim is None or int(dim) < 1:
             raise BertfeatError(f"FeatureWriter needs the feature width dim >= 1, got {dim!r}", "pass dim=d")
@@ -50,6 +53,7 @@ class FeatureWriter:
         self.fmt = feature_format(self.path, fmt)
         file_class = FILE_FORMATS[self.fmt]
         self.dim = int(dim)
+        self.dtype = check_dtype(dtype)
         self.id_name = id_name
         self.id_type = id_type
         self.metadata = dict(metadata or {})
@@ -62,7 +66,7 @@ class FeatureWriter:
         if clash:
             raise BertfeatError(f"column name(s) {sorted(clash)} clash with each other or the feature columns", "rename them")
         self.rows = 0
-        self.row_group_rows = row_group_rows or max(1024, ROW_GROUP_BYTES // (4 * self.dim))
+        self.row_group_rows = row_group_rows or max(1024, ROW_GROUP_BYTES // (np.dtype(self.dtype).itemsize * self.dim))
         self._closed = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for path in (self.path, ids_sidecar_path(self.path), provenance_path(self.path)):  # a killed writer's
@@ -74,7 +78,8 @@ class FeatureWriter:
             extra_fields=[pa.field(k, v) for k, v in self.extra_columns.items()],
             wide=self.wide,
             row_group_rows=self.row_group_rows,
-            metadata=self.metadata | {"rows": self.metadata.get("rows"), "layout": self._layout()},
+            dtype=self.dtype,
+            metadata=self.metadata | {"rows": self.metadata.get("rows"), "dtype": self.dtype, "layout": self._layout()},
         )
         self._file = file_class(spec)
 
@@ -103,6 +108,9 @@ class FeatureWriter:
                 f"feature chunk has shape {X.shape}, expected (rows, {self.dim})", f"pass a 2-D array with {self.dim} columns"
             )
         X = np.ascontiguousarray(X, dtype=np.float32)
+        if self.dtype == "float16":
+            check_float16_range(X, ids, self.rows)
+            X = X.astype(np.float16)
         m = X.shape[0]
         if ids is None:
             ids = np.arange(self.rows, self.rows + m, dtype=np.int64)
@@ -121,10 +129,11 @@ class FeatureWriter:
     # -- finishing -----------------------------------------------------------------------------
 
     def final_metadata(self, metadata_update: Mapping | None = None) -> dict:
-        """The provenance dict close() writes: metadata + update + rows + layout."""
+        """The provenance dict close() writes: metadata + update + rows + dtype + layout."""
         meta = self.metadata | dict(metadata_update or {})
         if meta.get("rows") is None:
             meta["rows"] = self.rows
+        meta["dtype"] = self.dtype
         meta["layout"] = self._layout()
         return meta
 
