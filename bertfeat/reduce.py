@@ -184,6 +184,8 @@ def reduce_features_file(
     # "command" / "created" stay the extraction's: what made these features (the pca entry says what reduced them)
     if _unchecked(pca, src_fp):
         meta["pca"]["source_checked"] = False
+    if src.dtype == "float16":  # the PCA's input was rounded: verify rounds the re-encoded vector the same way
+        meta["pca"]["input_dtype"] = "float16"
     rows = src.meta.get("rows")
     dst = Path(dst_path)
     fmt = feature_format(dst, fmt)

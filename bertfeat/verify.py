@@ -247,6 +247,8 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         prep = enc.prepare([text], None if pair is None else [pair], spec)
         vec = enc.run(prep, spec)  # (1, D): a batch of one
         if pca is not None:
+            if meta["pca"].get("input_dtype") == "float16":  # pca transform of a float16 file: its input was rounded
+                vec = vec.astype(np.float16).astype(np.float32)
             vec = pca.transform_rows(vec).astype(np.float32)
         if dtype == "float16":
             vec = vec.astype(np.float16).astype(np.float32)

@@ -76,7 +76,7 @@ def check_float16_range(X: np.ndarray, ids: Any = None, first_row: int = 0) -> N
     i, j = np.argwhere(over)[0]
     ident = "" if ids is None else f" (id {_id_at(ids, int(i))!r})"
     raise BertfeatError(f"row {first_row + int(i)}{ident} has the feature value {float(X[i, j]):g} (column {int(j)}), "
-                        f"beyond float16's range (|x| <= {FLOAT16_MAX:g}): it would be written as inf",
+                        f"beyond float16's largest value {FLOAT16_MAX:g} (from 65520 on, float16 holds inf)",
                         f"write float32 features ({opt('dtype', 'float32')})")
 
 

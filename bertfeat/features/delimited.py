@@ -107,10 +107,17 @@ def csv_header(path: Path) -> list[str]:
 _TEXT_TYPES = {"float32": pa.float32(), "float16": pa.float64()}
 
 
+_F16_TEXT: np.ndarray | None = None  # float64 of the shortest text of each of the 65,536 float16 bit patterns
+
+
 def float16_text(X: np.ndarray) -> np.ndarray:
     """float16 features -> the float64 values of their shortest text (NumPy's repr: the fewest digits that read back
-    to the same float16), which Arrow's CSV writer writes as that text (0.1, not float32's 0.0999755859375)."""
-    return X.astype(str).astype(np.float64)
+    to the same float16), which Arrow's CSV writer writes as that text (0.1, not float32's 0.0999755859375). A table
+    of all 65,536 bit patterns, made once: formatting each value (astype(str)) took 7x the time and 64x the memory."""
+    global _F16_TEXT
+    if _F16_TEXT is None:
+        _F16_TEXT = np.arange(65536, dtype=np.uint16).view(np.float16).astype(str).astype(np.float64)
+    return _F16_TEXT[np.ascontiguousarray(X, dtype=np.float16).view(np.uint16)]
 
 
 class CsvFile(FeatureFile):
