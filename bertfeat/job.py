@@ -87,8 +87,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
                      max_length=max_length, max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride,
                      precision=precision, pca=pca, pca_model=pca_model, format=format, wide=wide, on_bad_row=on_bad_row,
                      max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite or estimate is not False,
-                     chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}),
-                     command=command, keep=keep, cache=cache, label=label, dtype=dtype)
+                     chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler, workers=workers,
+                     blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}), command=command, keep=keep, cache=cache, label=label, dtype=dtype)
     if estimate is not False:
         from .estimate import DEFAULT_SAMPLE, estimate_plan
 

@@ -332,21 +332,17 @@ def gemm_record(encoder) -> dict:
     return d
 
 
-def _model_files_digest(path):
-    from .vcache import model_files_digest
-
-    return model_files_digest(path)
-
-
 def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) -> dict:
     """The metadata every feature file carries: model, weights, settings, GEMM path, input, command, counts."""
+    from .vcache import model_files_digest
+
     source = plan.reader
     return {
         "bertfeat_version": __version__,
         "model": encoder.model_id,
         "model_source": encoder.location.source,
         "weights_sha256": encoder.weights_sha256,
-        "model_files": _model_files_digest(encoder.location.path),  # config, tokenizer, modules: verify compares them
+        "model_files": model_files_digest(encoder.location.path),  # config, tokenizer, modules: verify compares them
         "fingerprint": fingerprint,
         "precision": encoder.precision,
         "gemm": gemm_record(encoder),
