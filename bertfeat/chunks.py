@@ -220,9 +220,7 @@ def prepare_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str
             break
         except LongTextError as e:
             bad = sorted(set(e.rows.tolist()))
-            tok = encoder.tokenizer.encode([texts[j] for j in bad], None if pairs is None else [pairs[j] for j in bad],
-                                           spec.max_length)
-            refused.update({todo[j]: too_long(int(n), spec.max_length) for j, n in zip(bad, tok.n_tokens)})
+            refused.update({todo[j]: too_long(int(e.n_tokens[j]), spec.max_length) for j in bad})
             if on_bad_row == "error":
                 break
             todo = [p for j, p in enumerate(todo) if j not in set(bad)]

@@ -28,7 +28,7 @@ from .hub import ModelLocation, resolve_model
 from .families import forward, load_model_weights
 from .model import Workspace, pooler
 from .threads import default_threads
-from .specs import check_max_batch_tokens, check_max_length, check_size, check_threads
+from .specs import check_max_batch_tokens, check_max_length, check_size, check_stride, check_threads
 from .pooling import (LAYER_AGGS, ONE_TOKEN_POOLS, combine_layers, dense, l2_normalize, parse_layers, pool_tokens,
                       split_pooling)
 from .stmodules import ModelPipeline, read_pipeline
@@ -172,7 +172,7 @@ class Encoder:
         self.tokenizer = BertTokenizer.from_dir(e, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
         self._check_vocabulary()
         self.default_pooling, self.pooling_source = "+".join(self.pipeline.pooling), self.pipeline.pooling_source
-        self._prompt_lengths: dict[str, int] = {}
+        self._prompt_lengths: dict[tuple[str, int], int] = {}
         self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
         self.threads = int(threads) if threads else default_threads()
         self._sha256: str | None = None
@@ -267,13 +267,16 @@ class Encoder:
                 prompt = self.pipeline.prompts.get(prompt_name, "")
         return (prompt or None), (prompt_name if prompt else None)
 
-    def prompt_length(self, prompt: str) -> int:
-        """Tokens of the prompt at the start of a row, without the trailing special token (as sentence-transformers)."""
-        if prompt not in self._prompt_lengths:
-            ids = self.tokenizer.encode([prompt]).ids[0]
+    def prompt_length(self, prompt: str, max_length: int) -> int:
+        """Tokens of the prompt at the start of a row, without the trailing special token, the prompt tokenized alone
+        and truncated to ``max_length`` (as sentence-transformers: a prompt longer than a row leaves its last token,
+        [SEP], to pool)."""
+        key = (prompt, max_length)
+        if key not in self._prompt_lengths:
+            ids = self.tokenizer.encode([prompt], None, max_length).ids[0]
             n = len(ids) - (1 if len(ids) and int(ids[-1]) in self.tokenizer.special_ids else 0)
-            self._prompt_lengths[prompt] = n
-        return self._prompt_lengths[prompt]
+            self._prompt_lengths[key] = n
+        return self._prompt_lengths[key]
 
     def spec(self, pooling: str | None = None, layers=None, layer_agg: str = "mean", normalize: bool | None = None,
              max_length: int | None = None, long_text: str = "truncate", stride: int | None = None, *,
@@ -313,6 +316,7 @@ class Encoder:
         default = stride is None
         if not default:
             check_size(stride, "stride", 0, None, " (tokens shared by neighbouring windows)")
+            check_stride(stride, long_text)  # as extract: a stride another long-text mode ignores is refused
         stride = 32 if stride is None else int(stride)
         if long_text.startswith("chunk") and not 0 <= stride < max_length - 2:
             raise BertfeatError(f"{opt('stride', stride)}{' (the default)' if default else ''} is out of range for max "
@@ -497,7 +501,7 @@ class Encoder:
         """The (B, T) mask a spec pools over: the attention mask, less the prompt's tokens when they are not pooled."""
         if spec.prompt and not spec.include_prompt:
             pmask = mask.copy()
-            pmask[:, :self.prompt_length(spec.prompt)] = 0
+            pmask[:, :self.prompt_length(spec.prompt, spec.max_length)] = 0
             return pmask
         return mask
 
@@ -533,7 +537,9 @@ class Encoder:
 
         By default the model's own embedding (what ``SentenceTransformer(model).encode(texts)`` returns).
         As in sentence-transformers, one string gives one (D,) vector; ``prompt`` / ``prompt_name`` pick a
-        prompt (else the model's default prompt applies); ``normalize_embeddings`` is ``normalize``;
+        prompt (else the model's default prompt applies); ``normalize_embeddings=True`` normalizes the vectors
+        (``normalize=True``), False adds nothing: as there, the model's own Normalize module stays (leave it out
+        with ``normalize=False``);
         ``batch_size`` caps the rows per batch (batches are also cut by the constructor's token budget).
         A text (or pair) that is not a string is refused naming its index; features that come out NaN or infinite
         are refused naming their texts (NonFiniteFeaturesError), never returned.
@@ -541,10 +547,10 @@ class Encoder:
         single = isinstance(texts, str)
         texts = text_list(texts, "texts")
         pairs = None if pairs is None else text_list(pairs, "pairs")
-        if normalize_embeddings is not None:
-            if normalize is not None and bool(normalize) != bool(normalize_embeddings):
-                raise BertfeatError("normalize and normalize_embeddings disagree", "give one of them")
-            normalize = normalize_embeddings
+        if normalize_embeddings:  # as sentence-transformers: True normalizes, False adds nothing (a Normalize module stays)
+            if normalize is False:
+                raise BertfeatError("normalize=False and normalize_embeddings=True disagree", "give one of them")
+            normalize = True
         spec = self.spec(pooling, layers, layer_agg, normalize, max_length, long_text, stride,
                          prompt=prompt, prompt_name=prompt_name)
         if not texts:
@@ -654,7 +660,8 @@ class LongTextError(BertfeatError):
     """Rows longer than max length under ``long_text="error"``."""
 
     def __init__(self, rows: np.ndarray, n_tokens: np.ndarray, max_length: int):
-        self.rows = rows
+        self.rows = rows  # indices of the rows given to prepare
+        self.n_tokens = n_tokens  # (n,) every given row's tokens, its prompt included
         r = int(rows[0])
         super().__init__(
             f"row {r} has {int(n_tokens[r])} tokens, more than max length {max_length}"

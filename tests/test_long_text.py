@@ -124,6 +124,42 @@ def test_error_mode(tmp_path, capsys, words):
     assert summary_line(err, "rows rejected") == "rows rejected 1"
 
 
+def test_error_mode_counts_the_prompt_in_the_tokens_it_names(tmp_path, capsys):
+    """A row refused because its prompt and text pass max length names the tokens the model would see, prompt
+    included, in the message and the rejects file (it counted the text alone: '64 tokens, more than max length 64')."""
+    prompt = "river mountain bread cheese rain snow ship bird: "  # 8 one-piece words and ':'
+    text = " ".join((WORDS * 2)[:62])  # 64 tokens alone with [CLS]/[SEP]
+    enc = tiny_encoder()
+    n_prompted = len(enc.tokenizer.encode([prompt + text]).ids[0])
+    assert (len(enc.tokenizer.encode([text]).ids[0]), n_prompted) == (64, 73)
+    src = write_csv(tmp_path / "c.csv", ["text"], [[text], [SHORT[0]]])
+    out = tmp_path / "o.parquet"
+    args = ["extract", src, "-o", out, "--model", tiny_model(), "--long-text", "error", "--max-length", "64",
+            "--prompt", prompt]
+    rc, _, err = run(capsys, *args)
+    assert rc == 1
+    assert err.splitlines()[-1].startswith(f"Error: {src} row 0: 73 tokens, more than max length 64 (--long-text error)")
+    rc, _, err = run(capsys, *args, "--on-bad-row", "skip")
+    assert rc == 0, err
+    with open(tmp_path / "o.parquet.rejects.csv", newline="") as f:
+        assert list(csv.reader(f))[1] == ["0", "", "73 tokens, more than max length 64 (--long-text error)"]
+
+
+def test_a_stride_without_a_chunk_mode_is_refused_in_python_too():
+    """Encoder.encode / TextFeatures refuse a stride that truncate or error would ignore, as extract does."""
+    from bertfeat.errors import BertfeatError
+    from bertfeat.sklearn import TextFeatures
+
+    enc = tiny_encoder()
+    fix = "add --long-text chunk-mean (or chunk-max) to cut long texts into windows, or drop --stride"
+    for call in (lambda: enc.encode(SHORT, long_text="truncate", stride=5),
+                 lambda: TextFeatures(model=tiny_model(), long_text="error", stride=5).fit_transform(SHORT)):
+        with pytest.raises(BertfeatError, match="applies to") as e:
+            call()
+        assert "stride=5" in str(e.value) and e.value.fix.replace("long_text=", "--long-text ").startswith("add")
+    assert enc.encode(SHORT, long_text="chunk-mean", stride=5).shape == enc.encode(SHORT).shape
+
+
 def test_chunk_mode_with_pairs_is_refused(tmp_path, capsys, words):
     src = write_csv(tmp_path / "p.csv", ["a", "b"], [["x", "y"], [" ".join(words), "z"]])
     out = tmp_path / "o.parquet"

@@ -439,3 +439,39 @@ def test_cli_extract_and_info_on_the_older_layout(layouts, tmp_path, capsys):
     assert main(["info", str(d), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["encoder_files"] == str(d.resolve() / "0_Transformer") and info["embedding_dim"] == 32
+
+
+def test_a_prompt_longer_than_max_length_is_left_out_as_sentence_transformers(layouts):
+    """include_prompt false with a prompt of more tokens than max length: sentence-transformers measures the prompt
+    truncated to max length, so each row's last token ([SEP]) is still pooled; bertfeat left every token out and
+    returned zero vectors."""
+    d = layouts["instructor_prompt_not_pooled"]  # max_seq_length 32
+    st, enc = _st(d), Encoder(d)
+    prompt = "Represent the following sentence for retrieving documents that answer the question well: " * 3
+    assert enc.tokenizer.encode([prompt]).n_tokens[0] > 32
+    ref = _st_encode(st, TEXTS, prompt=prompt)
+    ours = enc.encode(TEXTS, prompt=prompt)
+    print(f"\nprompt of more than 32 tokens: max |diff| {np.abs(ours - ref).max():.2e}")
+    assert np.abs(ref).max(axis=1).min() > 0  # sentence-transformers pools something on every row
+    np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+    # a prompt that fits still leaves all of its tokens out (the [SEP] of the lone prompt is not one of them)
+    np.testing.assert_allclose(enc.encode(TEXTS, prompt="query: "), _st_encode(st, TEXTS, prompt="query: "),
+                               atol=1e-5, rtol=0)
+
+
+def test_normalize_embeddings_as_sentence_transformers(layouts, minilm_dir):
+    """normalize_embeddings=True normalizes, False adds nothing and leaves the model's own Normalize module in (it
+    removed it: vectors of norm ~6 where SentenceTransformer.encode gives unit vectors); normalize=False leaves it out."""
+    real = Encoder(minilm_dir)
+    st = _st(minilm_dir)
+    for flag in (False, True):
+        ours, ref = real.encode(TEXTS, normalize_embeddings=flag), _st_encode(st, TEXTS, normalize_embeddings=flag)
+        np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+    assert np.linalg.norm(real.encode(TEXTS[:2], normalize=False), axis=1).min() > 2
+    d = layouts["mean_max_concat"]  # no Normalize module
+    enc, st = Encoder(d), _st(d)
+    for flag in (False, True):
+        np.testing.assert_allclose(enc.encode(TEXTS, normalize_embeddings=flag),
+                                   _st_encode(st, TEXTS, normalize_embeddings=flag), atol=1e-5, rtol=0)
+    with pytest.raises(BertfeatError, match="disagree"):
+        enc.encode(TEXTS, normalize=False, normalize_embeddings=True)
