@@ -31,8 +31,8 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["AtomicFile", "atomic_output", "write_atomic", "together", "deferred", "temp_path_for", "remove_stale_temps",
-           "fsync_file", "fsync_dir"]
+__all__ = ["AtomicFile", "atomic_output", "write_atomic", "together", "deferred", "pending", "temp_path_for",
+           "remove_stale_temps", "fsync_file", "fsync_dir"]
 
 _local = threading.local()  # .group: the CommitGroup of the innermost together() block of this thread
 
@@ -235,6 +235,16 @@ def together() -> Iterator[CommitGroup]:
         if not group.done:
             group.discard()
         raise
+
+
+def pending(path: str | os.PathLike) -> Path:
+    """Where ``path``'s new content is now: inside ``together()``, the temporary file committed for it (moved into
+    place when the block ends), else ``path`` itself (e.g. to checksum a file its provenance names before it moves)."""
+    group = getattr(_local, "group", None)
+    for m in reversed(group.moves if group is not None else []):
+        if not callable(m) and Path(m[1]) == Path(path):
+            return Path(m[0])
+    return Path(path)
 
 
 def deferred(step: Callable[[], None]) -> None:

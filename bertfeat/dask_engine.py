@@ -516,7 +516,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
         with together() as group:  # the PCA model and report, the rejects and the output directory appear together
             if n_components is not None:
-                outputs.update(write_pca(merged, plan.layout, fingerprint))
+                outputs.update(write_pca(merged, plan.layout, fingerprint, final_meta["pca"]))
             outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
             deferred(lambda: _finish(partial, out, final_meta))
         completed = True

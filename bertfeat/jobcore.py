@@ -180,18 +180,22 @@ def fit_pca(pca, rows_written: int, layout) -> dict:
             "explained_variance": float(np.sum(pca.explained_variance_ratio_))}
 
 
-def write_pca(pca, layout, fingerprint: dict) -> dict:
+def write_pca(pca, layout, fingerprint: dict, entry: dict) -> dict:
     """A fitted PCA's model and report where the layout says (OUTPUT.pca.npz, OUTPUT.pca.report.{json,md,png}):
-    -> outputs name -> path. Inside atomic.together() they appear with the run's other files."""
-    from .reduce import save_pca_outputs
+    -> outputs name -> path. Inside atomic.together() they appear with the run's other files. The model file's sha256
+    goes into ``entry`` (the provenance's "pca" entry), so that verify knows a replaced model from the written one."""
+    from .atomic import pending
+    from .reduce import file_sha256, save_pca_outputs
 
-    return save_pca_outputs(pca, layout.pca_model, layout.pca_prefix, fingerprint, source=fingerprint)
+    outputs = save_pca_outputs(pca, layout.pca_model, layout.pca_prefix, fingerprint, source=fingerprint)
+    entry["model_sha256"] = file_sha256(pending(layout.pca_model))
+    return outputs
 
 
 def finish_pca(pca, rows_written: int, layout, fingerprint: dict) -> tuple[dict, dict]:
     """fit_pca, then write_pca: -> (outputs name -> path, the provenance's "pca" entry)."""
     meta = fit_pca(pca, rows_written, layout)
-    return write_pca(pca, layout, fingerprint), meta
+    return write_pca(pca, layout, fingerprint, meta), meta
 
 
 def probe_into_report(plan, pca, fingerprint: dict, features: Path, progress) -> dict | None:

@@ -201,6 +201,11 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     tol = _default_tolerance(enc.precision, dtype) if tolerance is None else float(tolerance)
     counts = [s.rows for s in sources]  # from the files' layouts; None: count them
     n = sum(counts) if None not in counts else sum(len(ids) for s in sources for ids, _, _ in s.batches())
+    recorded = meta.get("rows") if isinstance(meta.get("rows"), dict) else {}
+    if recorded.get("written") is not None and n != recorded["written"]:
+        raise BertfeatError(f"{path} has {n} rows, but its provenance says {recorded['written']} were written: rows "
+                            f"were {'lost' if n < recorded['written'] else 'added'} since (a part file removed, the file "
+                            "edited)", "extract the features again")
     picked = set(_sample_positions(n, sample, seed).tolist())
     by_id = meta.get("id_column") is not None
     wanted: dict[int, tuple[Any, np.ndarray]] = {}  # output position -> (id or row number, stored vector)
@@ -223,23 +228,33 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     texts: dict[int, tuple[str, str | None]] = {}  # output position -> (text, pair) of its input row
     outputs = output_rows()
     j, current = 0, next(outputs, _END)  # the output row the input walk looks for, and its position
+    # The input rows not in the output: the run's rejects (bad rows, too-long under long_text='error', a kept value of
+    # the wrong type), or rows the input gained since. The whole input is read, so that rows added at its end count.
+    skipped, first_skipped = 0, None
+    what = "id" if by_id else "row"
     for b in reader.batches():
-        if current is _END:
-            break
         chunk = validate_batch(b, 0)
+        skipped += len(chunk.rejects)
         keys = chunk.ids if by_id else chunk.rows
         over = _too_long(enc, spec, chunk.texts, chunk.pairs) if spec.long_text == "error" else set()
         for k, key in enumerate(keys):
-            if k in over:  # refused by the run (too-long, under long_text='error'): not in the output
-                continue
-            if current is not _END and _same(key, current):
+            if current is not _END and k not in over and _same(key, current):
                 if j in picked:
                     texts[j] = (chunk.texts[k], None if chunk.pairs is None else chunk.pairs[k])
                 j, current = j + 1, next(outputs, _END)
+                continue
+            skipped += 1
+            if first_skipped is None and k not in over:
+                first_skipped = f"row {chunk.rows[k]}" + (f" (id {key!r})" if by_id else "")
     if current is not _END:
-        what = "id" if by_id else "row"
         raise BertfeatError(f"{path}'s row {j} ({what} {current!r}) is not in the input {reader.name} in its place",
                             f"verify against the input the features were extracted from ({opt('input')})")
+    if recorded.get("rejected") is not None and skipped != recorded["rejected"]:
+        first = f" (the first not rejected as a bad row here: {first_skipped})" if first_skipped else ""
+        raise BertfeatError(f"{skipped} rows of the input {reader.name} are not in {path}, but the run rejected "
+                            f"{recorded['rejected']}{first}: the input changed since the features were extracted",
+                            "extract the features again, or verify against the input they were extracted from "
+                            f"({opt('input')})")
 
     rows = []
     for done, (p, (ident, stored)) in enumerate(sorted(wanted.items())):

@@ -75,6 +75,68 @@ def test_verify_finds_rows_that_changed(extracted, capsys):
         verify_features(out)
 
 
+def test_verify_finds_rows_lost_from_the_file_or_gained_by_the_input(extracted, tmp_path, capsys):
+    """Rows deleted from the file (metadata kept), a row inserted in the input or appended to it: each was 'ok'."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src, out = extracted
+    t = pq.read_table(out)
+    dropped = tmp_path / "dropped.parquet"
+    pq.write_table(t.take(pa.array([i for i in range(60) if i not in (7, 59)])).replace_schema_metadata(t.schema.metadata),
+                   dropped)
+    rc, _, err = run(capsys, "verify", dropped, "--input", src, "-q")
+    assert (rc, err) == (1, f"Error: {dropped} has 58 rows, but its provenance says 60 were written: rows were lost since "
+                            "(a part file removed, the file edited) - extract the features again\n")
+    rows = _rows()
+    for name, changed in (("inserted", rows[:7] + [["new", "a row the run never saw", "a"]] + rows[7:]),
+                          ("appended", rows + [["new", "a row the run never saw", "a"]])):
+        given = write_csv(tmp_path / f"{name}.csv", ["id", "text", "label"], changed)
+        rc, _, err = run(capsys, "verify", out, "--input", given, "--sample", "5", "-q")
+        row = 7 if name == "inserted" else 60
+        assert (rc, err) == (1, f"Error: 1 rows of the input {given} are not in {out}, but the run rejected 0 (the first not "
+                                f"rejected as a bad row here: row {row} (id 'new')): the input changed since the features "
+                                "were extracted - extract the features again, or verify against the input they were "
+                                "extracted from (--input)\n"), name
+
+
+def test_verify_a_dask_directory_that_lost_a_part(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    src = write_csv(tmp_path / "in.csv", ["text"], [r[1:2] for r in _rows(40)])
+    out = tmp_path / "o"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--engine", "dask", "--workers", "1",
+               "--blocksize", "1KiB", "-q")[0] == 0
+    parts = sorted(out.glob("part-*.parquet"))
+    assert len(parts) > 2
+    n_last = pq_rows(parts[-1])
+    parts[-1].unlink()
+    rc, _, err = run(capsys, "verify", out, "-q")
+    assert (rc, err) == (1, f"Error: {out} has {40 - n_last} rows, but its provenance says 40 were written: rows were "
+                            "lost since (a part file removed, the file edited) - extract the features again\n")
+
+
+def pq_rows(path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.read_metadata(path).num_rows
+
+
+def test_verify_finds_a_replaced_pca_model(tmp_path, capsys):
+    """extract --pca records its model's sha256: a model of the same name fitted on other rows is named as not found
+    (it was loaded, and the rows called different: 'the input, the model or the file changed')."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [r[1:2] for r in _rows(40)])
+    out = tmp_path / "p.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--pca", "4", "-q")[0] == 0
+    assert run(capsys, "verify", out, "-q") == (0, "", "")
+    other = write_csv(tmp_path / "other.csv", ["text"], [r[1:2] for r in _rows(60)[20:]])
+    assert run(capsys, "extract", other, "-o", tmp_path / "all.parquet", "--model", tiny_model(), "-q")[0] == 0
+    assert run(capsys, "pca", "fit", tmp_path / "all.parquet", "-n", "4", "-o", tmp_path / "p.pca.npz", "--overwrite",
+               "-q")[0] == 0
+    rc, _, err = run(capsys, "verify", out, "-q")
+    assert rc == 1 and err.startswith(f"Error: the features of {out} were reduced by a PCA model that is not found "
+                                      "(p.pca.npz, sha256 "), err
+
+
 def test_verify_refuses_another_model_and_finds_a_moved_input(extracted, tmp_path, capsys):
     from ckpt import cached_checkpoint
 
