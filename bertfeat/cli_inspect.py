@@ -46,13 +46,16 @@ def _check_arguments(text: str, pair: str | None) -> None:
 
 
 PRECISION_HELP = "fp32 (default), bf16, int8 or auto: the encoder's linear layers, as for extract (docs/precision.md)."
+#: as stmodules.read_pipeline resolves it (Encoder.max_length; `bertfeat info` shows max_length and its source)
+MAX_LENGTH_HELP = ("Max tokens (default: the model's max_seq_length, else its tokenizer's model_max_length, else "
+                   "its max positions, never more than those; bertfeat info shows it and its source).")
 
 
 def tokens_command(
     text: str = typer.Argument(..., help="The text to tokenize."),
     pair: Optional[str] = typer.Option(None, "--pair", help="Second text of a sentence pair (token type id 1)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens (default: the model's max_seq_length, else its max positions)."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help=MAX_LENGTH_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ):
     """Show how a text is cut into wordpieces: ids, token type ids, attention mask, truncation."""
@@ -91,7 +94,7 @@ def attention_command(
     all_heads: bool = typer.Option(False, "--all-heads", help="A grid of every head of the layer."),
     save_npy: Optional[str] = typer.Option(None, "--save-npy", help="Also write the raw (layers, heads, T, T) float32 array as .npy."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
-    max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens (default: the model's max_seq_length, else its max positions)."),
+    max_length: Optional[int] = typer.Option(None, "--max-length", help=MAX_LENGTH_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files (else refused)."),
     precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
 ):
@@ -107,7 +110,7 @@ def attention_command(
     outs = [("output", output)] + ([("--save-npy file", save_npy)] if save_npy else [])
     if save_npy and Path(save_npy).resolve() == Path(output).resolve():
         raise BertfeatError(f"--save-npy {save_npy} is the PNG output too", "give the two outputs different names")
-    check_outputs(outs, [], overwrite)
+    check_outputs(outs, [], overwrite, options={"--save-npy file": "save_npy"})  # its fixes name --save-npy, not -o
     r = write_attention(text, output, pair, model, layer, None if all_heads else (0 if head is None else head),
                         save_npy, max_length, precision=precision)
     _, err = _consoles()  # "wrote ..." goes to stderr, as for every command that writes files
@@ -135,12 +138,7 @@ def fill_mask_command(
     _check_arguments(text, pair)
     if top_k < 1:
         raise BertfeatError(f"--top-k {top_k} is out of range", "give 1 or more")
-    try:
-        preds = fill_mask(text, top_k, model, pair, precision=precision)
-    except BertfeatError as e:  # past the vocabulary: the library says "top-k N" (its Python callers' spelling)
-        if e.what == f"top-k {top_k} is out of range":
-            raise BertfeatError(f"--top-k {top_k} is out of range", e.fix) from None
-        raise
+    preds = fill_mask(text, top_k, model, pair, precision=precision)  # past the vocabulary: "--top-k N is out of range"
     if json_out:
         typer.echo(json.dumps(preds, ensure_ascii=False, indent=2))
         return

@@ -54,8 +54,26 @@ def model_info(model: str | None = None) -> dict:
         "blas": _blas_summary(),
         "kernels": _kernels_summary(),
         **_precision_summary(),
-        "config": enc.config.to_dict(),
+        "config": config_settings(enc.config),
     }
+
+
+def config_settings(config) -> dict:
+    """The config settings ``info`` shows: those of the model's own family.
+
+    BertConfig holds every family's settings, with defaults for the ones a family does not have (ModernBERT's rotary
+    bases, MPNet's buckets ...): listed for a BERT model they read as settings of that model. A user reading ``info``
+    wants the settings the encoder runs this model with, so the family's: every field but another family's (and
+    type_vocab_size for a model without token types), with the value in use. Not config.json's keys: those include
+    settings bertfeat does not use (dropout, architectures) and leave out the defaults it applies, and a family's
+    names differ (DistilBERT's dim, ModernBERT's norm_eps). ``config.to_dict()`` itself stays whole: it is the
+    config as a record (a new field is shown unless listed below)."""
+    from .config import MODERNBERT_FIELDS, MODERNBERT_TYPES, MPNET_TYPES
+
+    own = {"relative_attention_num_buckets": MPNET_TYPES, "embedding_size": ("electra",),
+           **{k: MODERNBERT_TYPES for k in MODERNBERT_FIELDS}}  # a field -> the model types that have it
+    return {k: v for k, v in config.to_dict().items() if config.model_type in own.get(k, (config.model_type,))
+            and not (k == "type_vocab_size" and not config.token_types)}
 
 
 def _precision_summary() -> dict:
@@ -204,14 +222,14 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
 
 def check_layer_head(n_layers: int, n_heads: int, layer: int, head: int | None) -> tuple[int, int | None]:
     """Python-style indices (negative from the end) -> 0-based (layer, head); clear errors when out of range."""
-    from .errors import BertfeatError
+    from .errors import BertfeatError, opt
 
     if not -n_layers <= layer < n_layers:
-        raise BertfeatError(f"layer {layer} is out of range",
+        raise BertfeatError(f"{opt('layer', layer)} is out of range",
                             f"the model has {n_layers} layers: choose 0..{n_layers - 1}, or -{n_layers}..-1 from the end")
     if head is not None and not -n_heads <= head < n_heads:
-        raise BertfeatError(f"head {head} is out of range",
-                            f"the model has {n_heads} heads per layer: choose 0..{n_heads - 1}, or -{n_heads}..-1 from the end")
+        raise BertfeatError(f"{opt('head', head)} is out of range", f"the model has {n_heads} heads per layer: "
+                            f"choose 0..{n_heads - 1}, or -{n_heads}..-1 from the end")
     return layer % n_layers, (None if head is None else head % n_heads)
 
 
@@ -376,6 +394,20 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
     return list(e.tokens), pos, mlm_head_logits(enc.weights, fwd.hidden[L][0, pos])
 
 
+def check_top_k(top_k) -> int:
+    """``top_k`` as an int, before any model loads: a whole number (3.0 and NumPy integers pass; a bool, a string,
+    2.5 or NaN are refused naming top_k, never truncated or left to fail as a slice index)."""
+    import numbers
+
+    from .errors import BertfeatError, opt
+
+    whole = isinstance(top_k, numbers.Integral) or (isinstance(top_k, numbers.Real) and float(top_k).is_integer())
+    if isinstance(top_k, bool) or not whole:
+        raise BertfeatError(f"{opt('top_k', top_k)} is not a whole number",
+                            f"give {opt('top_k')} a whole number of predictions per mask, e.g. {opt('top_k', 5)}")
+    return int(top_k)
+
+
 def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | None = None, *, encoder=None,
               precision: str = "fp32") -> list[list[dict]]:
     """The ``top_k`` most likely tokens for each [MASK] of ``text``, in order of the masks.
@@ -383,15 +415,16 @@ def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | N
     Each mask gets a list of {"token", "id", "score"}, best first; score is the probability
     (softmax of the logits over the vocabulary). Several masks are predicted independently in one pass.
     """
-    from .errors import BertfeatError
+    from .errors import BertfeatError, opt
     from .model import softmax
 
     check_text(text, "text")
     check_text(pair, "pair")
+    top_k = check_top_k(top_k)
     enc = _encoder(model, None, encoder, precision)
     V = enc.config.vocab_size
-    if not 1 <= int(top_k) <= V:
-        raise BertfeatError(f"top-k {top_k} is out of range", f"choose 1..{V} (the vocabulary size)")
+    if not 1 <= top_k <= V:
+        raise BertfeatError(f"{opt('top_k', top_k)} is out of range", f"choose 1..{V} (the vocabulary size)")
     _, _, logits = masked_lm_logits(text, pair, encoder=enc)
     probs = softmax(logits.astype(np.float64))
     out = []

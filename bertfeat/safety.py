@@ -20,7 +20,7 @@ import re
 import stat
 import zipfile
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from .errors import BertfeatError, one_line, opt
 
@@ -133,7 +133,13 @@ def _inside(a: Path, d: Path) -> bool:
         return False
 
 
-def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path]) -> None:
+def _named_by(label: str, options: Mapping[str, str] | None) -> str:
+    """The option that names the output ``label`` in a fix: ``options[label]`` (a parameter name), else output."""
+    return opt((options or {}).get(label, "output"))
+
+
+def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path],
+                    options: Mapping[str, str] | None = None) -> None:
     """Refuse when an output or side file (label, path) names an input, or a directory holding one."""
     inputs = [Path(p) for p in inputs if p is not None and str(p) != "-"]
     for label, out in outputs:
@@ -141,7 +147,7 @@ def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path])
         for inp in inputs:
             if _same_file(out, inp) or _inside(inp, out):
                 raise OutputError(f"the {label} {out} would replace the input {inp}",
-                                  f"pass {opt('output')} with another name, or rename the input")
+                                  f"pass {_named_by(label, options)} with another name, or rename the input")
 
 
 def file_kind(path: Path) -> str | None:
@@ -159,7 +165,8 @@ def file_kind(path: Path) -> str | None:
     return None
 
 
-def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool) -> None:
+def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool,
+                    options: Mapping[str, str] | None = None) -> None:
     """Refuse an output that is not a regular file (a FIFO, a device: whatever the flags), and an existing output
     unless ``overwrite``."""
     outputs = [(label, Path(out)) for label, out in outputs]
@@ -168,30 +175,34 @@ def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool) -> Non
         if kind is not None:
             raise OutputError(f"the {label} {out} is {kind}, not a regular file",
                               f"bertfeat writes regular files (atomically: a temporary file, then a rename); pass "
-                              f"{opt('output')} with a file name")
+                              f"{_named_by(label, options)} with a file name")
     if overwrite:
         return
     for label, out in outputs:
         out = Path(out)
         if out.exists() or out.is_symlink():
-            raise OutputError(f"{out} already exists", f"pass {opt('overwrite', True)} to replace it, or {opt('output')} with another name")
+            raise OutputError(f"{out} already exists", f"pass {opt('overwrite', True)} to replace it, or "
+                              f"{_named_by(label, options)} with another name")
 
 
 def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], overwrite: bool = False,
-                  existing: Iterable[tuple[str, Path]] | None = None) -> None:
+                  existing: Iterable[tuple[str, Path]] | None = None, options: Mapping[str, str] | None = None) -> None:
     """Both checks, before anything is written. ``existing`` (default: all outputs) are the files whose
-    existence needs --overwrite (a file a run removes when it is not needed, e.g. a stale rejects file, is not)."""
+    existence needs --overwrite (a file a run removes when it is not needed, e.g. a stale rejects file, is not).
+    ``options``: label -> the parameter of the option that gives that output, as the fixes name it (attention's
+    ``{"--save-npy file": "save_npy"}``); an output not in it is ``output``'s (``-o``)."""
     outputs = [(label, Path(p)) for label, p in outputs if p is not None]
-    check_not_input(outputs, inputs)
-    check_not_directory(outputs)
-    check_overwrite(outputs if existing is None else existing, overwrite)
+    check_not_input(outputs, inputs, options)
+    check_not_directory(outputs, options)
+    check_overwrite(outputs if existing is None else existing, overwrite, options)
 
 
-def check_not_directory(outputs: Iterable[tuple[str, Path]]) -> None:
+def check_not_directory(outputs: Iterable[tuple[str, Path]], options: Mapping[str, str] | None = None) -> None:
     """Refuse an output file that names an existing directory, --overwrite or not (a file never replaces one)."""
     for label, out in outputs:
         if Path(out).is_dir():
-            raise OutputError(f"the {label} {out} is a directory", f"pass {opt('output')} with a file name, not a directory")
+            raise OutputError(f"the {label} {out} is a directory",
+                              f"pass {_named_by(label, options)} with a file name, not a directory")
 
 
 # --------------------------------------------------------------------------- .npy / .npz files

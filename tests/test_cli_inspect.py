@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,9 +135,13 @@ def test_attention_all_heads_grid(capsys, tmp_path, zh_dir):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--layer", 6], "Error: layer 6 is out of range - the model has 6 layers: choose 0..5, or -6..-1 from the end"),
-    (["--layer", -7], "Error: layer -7 is out of range - the model has 6 layers: choose 0..5, or -6..-1 from the end"),
-    (["--head", 12], "Error: head 12 is out of range - the model has 12 heads per layer: choose 0..11, or -12..-1 from the end"),
+    (["--layer", 6], "Error: --layer 6 is out of range - the model has 6 layers: choose 0..5, or -6..-1 from the end"),
+    (["--layer", -7], "Error: --layer -7 is out of range - the model has 6 layers: choose 0..5, or -6..-1 from the "
+                      "end"),
+    (["--head", 12], "Error: --head 12 is out of range - the model has 12 heads per layer: choose 0..11, or -12..-1 "
+                     "from the end"),
+    (["--head", -13, "--layer", 0], "Error: --head -13 is out of range - the model has 12 heads per layer: choose "
+                                    "0..11, or -12..-1 from the end"),
     (["--head", 1, "--all-heads"], "Error: --head and --all-heads exclude each other - give --head N for one head, or --all-heads for the grid"),
     (["--save-npy", "{tmp}/a.txt"], "Error: --save-npy {tmp}/a.txt does not end in .npy - give --save-npy a file name ending in .npy"),
 ])
@@ -154,6 +159,27 @@ def test_attention_output_errors(capsys, tmp_path):
     assert (rc, err) == (1, f"Error: cannot write {tmp_path}/missing/a.png: directory {tmp_path}/missing does not exist"
                             " - create it, or choose another path\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_attention_existing_outputs_name_their_option(capsys, tmp_path):
+    """An existing (or directory) output's fix names the option that gave it: -o for the PNG, --save-npy for the
+    .npy; --overwrite replaces both."""
+    png, npy = tmp_path / "a.png", tmp_path / "attn.npy"
+    npy.write_bytes(b"old")
+    rc, out, err = run(capsys, "attention", "x", "-o", png, "--save-npy", npy)
+    assert (rc, out, err) == (1, "", f"Error: {npy} already exists - pass --overwrite to replace it, or --save-npy "
+                                     "with another name\n")
+    png.write_bytes(b"old")
+    rc, out, err = run(capsys, "attention", "x", "-o", png, "--save-npy", npy)
+    assert (rc, err) == (1, f"Error: {png} already exists - pass --overwrite to replace it, or -o with another name\n")
+    assert png.read_bytes() == npy.read_bytes() == b"old"
+    d = tmp_path / "d.npy"
+    d.mkdir()
+    rc, out, err = run(capsys, "attention", "x", "-o", png, "--save-npy", d, "--overwrite")
+    assert (rc, err) == (1, f"Error: the --save-npy file {d} is a directory - pass --save-npy with a file name, not a "
+                            "directory\n")
+    rc, out, err = run(capsys, "attention", "x", "-o", png, "--save-npy", npy, "--overwrite")
+    assert rc == 0 and png_size(png) == (800, 800) and np.load(npy).shape[:2] == (6, 12)
 
 
 def test_attention_output_is_required(capsys):
@@ -201,6 +227,82 @@ def test_fill_mask_errors(capsys, mlm_dir):
     assert (rc, err) == (1, "Error: --top-k 0 is out of range - give 1 or more\n")
     rc, out, err = run(capsys, "fill-mask", "[MASK]", "--top-k", 30523, "--model", mlm_dir)
     assert (rc, err) == (1, "Error: --top-k 30523 is out of range - choose 1..30522 (the vocabulary size)\n")
+
+
+# --------------------------------------------------------------------------- info, help and docs
+def test_info_json_config_lists_the_models_family_only(capsys):
+    """A BERT model's config in `bertfeat info`: its settings, none of ModernBERT's or MPNet's defaults."""
+    rc, out, err = run(capsys, "info", "--json")
+    assert rc == 0
+    assert json.loads(out)["config"] == {
+        "vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12,
+        "intermediate_size": 1536, "hidden_act": "gelu", "layer_norm_eps": 1e-12, "max_position_embeddings": 512,
+        "type_vocab_size": 2, "pad_token_id": 0, "model_type": "bert"}
+    rc, out, err = run(capsys, "info")
+    assert rc == 0 and "config.hidden_size" in out and "rope" not in out and "relative_attention" not in out
+
+
+def _help(command: str, flag: str) -> str:
+    import typer.main
+
+    from bertfeat.cli import app
+
+    cmd = typer.main.get_command(app).commands[command]
+    return next(p.help for p in cmd.params if flag in p.opts)
+
+
+def test_max_length_default_is_what_the_help_says(capsys, tmp_path):
+    """--max-length's default, in the help's order: sentence_bert_config.json's max_seq_length, else
+    tokenizer_config.json's model_max_length, else the max positions, never more than those."""
+    want = ("Max tokens (default: the model's max_seq_length, else its tokenizer's model_max_length, else its max "
+            "positions, never more than those; bertfeat info shows it and its source).")
+    assert _help("tokens", "--max-length") == _help("attention", "--max-length") == want
+
+    def default_max_length(d) -> int:
+        rc, out, err = run(capsys, "tokens", "hello", "--model", d, "--json")
+        assert rc == 0, err
+        return json.loads(out)["max_length"]
+
+    d = make_checkpoint(tmp_path / "m", st_max_seq_length=64)
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    assert default_max_length(d) == 64  # max_seq_length
+    (d / "sentence_bert_config.json").unlink()
+    assert default_max_length(d) == 512  # no model_max_length: the max positions
+    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "model_max_length": 128}))
+    assert default_max_length(d) == 128  # the tokenizer's model_max_length
+    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "model_max_length": 4096}))
+    assert default_max_length(d) == 512  # never more than the max positions
+
+
+def _section(text: str, start: str, stop: str = r"^## ") -> str:
+    """The part of a page from ``start`` to the next line matching ``stop`` (default: the next section heading)."""
+    import re
+
+    i = text.index(start)
+    m = re.compile(stop, re.M).search(text, i + len(start))
+    return text[i: m.start() if m else len(text)]
+
+
+@pytest.mark.parametrize("command", ["tokens", "attention", "fill-mask"])
+def test_cli_md_documents_every_inspection_option(command):
+    """docs/cli.md ("the full reference, with every option", as the README says) has a section per command naming
+    each option of its --help."""
+    import typer.main
+
+    from bertfeat.cli import app
+
+    root = Path(__file__).resolve().parent.parent
+    section = _section((root / "docs" / "cli.md").read_text(encoding="utf-8"), f"## `bertfeat {command}`")
+    cmd = typer.main.get_command(app).commands[command]
+    names = [o for p in cmd.params if p.param_type_name == "option" and "--help" not in p.opts for o in p.opts]
+    assert [o for o in names if o not in section] == []
+    assert f"bertfeat {command} " in section  # an example
+
+
+def test_inspect_md_documents_attention_overwrite_and_max_length():
+    root = Path(__file__).resolve().parent.parent
+    section = _section((root / "docs" / "inspect.md").read_text(encoding="utf-8"), "**Attention maps**", r"^\*\*")
+    assert "--overwrite" in section and "--max-length" in section and "model_max_length" in section
 
 
 # --------------------------------------------------------------------------- precisions

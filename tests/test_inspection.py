@@ -187,12 +187,15 @@ def test_check_layer_head():
     assert check_layer_head(6, 12, -6, 11) == (0, 11)
     with pytest.raises(BertfeatError) as e:
         check_layer_head(6, 12, 6, 0)
-    assert e.value.message == "layer 6 is out of range - the model has 6 layers: choose 0..5, or -6..-1 from the end"
-    with pytest.raises(BertfeatError, match="^layer -7 is out of range"):
+    assert e.value.message == "layer=6 is out of range - the model has 6 layers: choose 0..5, or -6..-1 from the end"
+    with pytest.raises(BertfeatError, match="^layer=-7 is out of range"):
         check_layer_head(6, 12, -7, 0)
     with pytest.raises(BertfeatError) as e:
         check_layer_head(6, 12, 0, 12)
-    assert e.value.message == "head 12 is out of range - the model has 12 heads per layer: choose 0..11, or -12..-1 from the end"
+    assert e.value.message == ("head=12 is out of range - the model has 12 heads per layer: choose 0..11, or -12..-1 "
+                               "from the end")
+    assert e.value.render({}) == ("--head 12 is out of range - the model has 12 heads per layer: choose 0..11, or "
+                                  "-12..-1 from the end")  # the CLI's spelling
 
 
 def png_size(path) -> tuple[int, int]:
@@ -219,7 +222,7 @@ def test_plot_attention_sizes_and_atomic_write(tmp_path, encoders):
     back = np.load(npy)
     assert back.dtype == np.float32 and np.array_equal(back, attn)
     assert sorted(f.name for f in tmp_path.iterdir()) == ["a.npy", "grid.png", "one.png"]  # no temp files left
-    with pytest.raises(BertfeatError, match="^layer 2 is out of range"):
+    with pytest.raises(BertfeatError, match="^layer=2 is out of range"):
         plot_attention(tokens, attn, tmp_path / "x.png", layer=2)
     with pytest.raises(BertfeatError, match="^cannot write .*: directory .* does not exist - create it"):
         plot_attention(tokens, attn, tmp_path / "nope" / "x.png", layer=0)
@@ -236,7 +239,11 @@ def test_write_attention_validates_before_running(tmp_path, encoders):
     enc = encoders["base"]
     with pytest.raises(BertfeatError) as e:
         write_attention(EN, tmp_path / "a.png", layer=5, encoder=enc)
-    assert e.value.message == "layer 5 is out of range - the model has 2 layers: choose 0..1, or -2..-1 from the end"
+    assert e.value.message == "layer=5 is out of range - the model has 2 layers: choose 0..1, or -2..-1 from the end"
+    with pytest.raises(BertfeatError) as e:
+        write_attention(EN, tmp_path / "a.png", head=-5, encoder=enc)
+    assert e.value.message == ("head=-5 is out of range - the model has 4 heads per layer: choose 0..3, or -4..-1 "
+                               "from the end")
     with pytest.raises(BertfeatError) as e:
         write_attention(EN, tmp_path / "a.pdf", encoder=enc)
     assert e.value.message == f"output='{tmp_path / 'a.pdf'}' does not end in .png - give output a file name ending in .png"
@@ -310,10 +317,84 @@ def test_fill_mask_errors(encoders):
         fill_mask("lower-case [mask] is just text", encoder=enc)
     with pytest.raises(BertfeatError) as e:
         fill_mask("[MASK]", top_k=0, encoder=enc)
-    assert e.value.message == "top-k 0 is out of range - choose 1..30522 (the vocabulary size)"
+    assert e.value.message == "top_k=0 is out of range - choose 1..30522 (the vocabulary size)"
+    with pytest.raises(BertfeatError) as e:
+        fill_mask("a [MASK] b", 40000, encoder=enc)
+    assert e.value.message == "top_k=40000 is out of range - choose 1..30522 (the vocabulary size)"
     with pytest.raises(BertfeatError, match=r"^the text has 602 tokens, more than the max length 512 - shorten"):
         fill_mask("word " * 300 + "[MASK] " + "word " * 299, encoder=enc)
     assert len(fill_mask("[MASK]", top_k=30522, encoder=enc)[0]) == 30522
+
+
+TOP_K_FIX = "give top_k a whole number of predictions per mask, e.g. top_k=5"
+
+
+@pytest.mark.parametrize("top_k,shown", [(2.5, "2.5"), ("3", "'3'"), (True, "True"), (False, "False"), (None, "None"),
+                                         (float("nan"), "nan"), (float("inf"), "inf"), ([3], "[3]")])
+def test_fill_mask_top_k_must_be_a_whole_number(top_k, shown, encoders):
+    """Not int(top_k) checked and the original used as a slice index (a raw TypeError): refused naming top_k, and
+    before any model loads (the model named here does not exist)."""
+    with pytest.raises(BertfeatError) as e:
+        fill_mask("a [MASK] b", top_k, encoder=encoders["mlm_uncased"])
+    assert type(e.value) is BertfeatError and e.value.message == f"top_k={shown} is not a whole number - {TOP_K_FIX}"
+    with pytest.raises(BertfeatError) as e:
+        fill_mask("a [MASK] b", top_k, "no-such-model-here")
+    assert e.value.message == f"top_k={shown} is not a whole number - {TOP_K_FIX}"
+
+
+def test_fill_mask_top_k_whole_floats_and_numpy_ints(encoders):
+    enc = encoders["mlm_uncased"]
+    want = fill_mask("a [MASK] b", 3, encoder=enc)
+    assert len(want[0]) == 3
+    assert fill_mask("a [MASK] b", 3.0, encoder=enc) == want
+    assert fill_mask("a [MASK] b", np.int64(3), encoder=enc) == want
+
+
+# --------------------------------------------------------------------------- info's config
+BERT_SETTINGS = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                 "hidden_act", "layer_norm_eps", "max_position_embeddings", "type_vocab_size", "pad_token_id",
+                 "model_type"]
+MODERNBERT_SETTINGS = ["layer_types", "global_rope_theta", "local_rope_theta", "local_attention", "attention_bias",
+                       "mlp_bias", "norm_bias", "classifier_activation", "classifier_bias", "decoder_bias"]
+
+
+def test_info_config_is_the_models_family_only(minilm_dir):
+    """all-MiniLM-L6-v2 (BERT) lists BERT's settings, not ModernBERT's or MPNet's defaults; the config's own record
+    (to_dict, all fields) is unchanged."""
+    from bertfeat.inspection import model_info
+
+    info = model_info(str(minilm_dir))
+    assert info["config"] == {"vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
+                              "num_attention_heads": 12, "intermediate_size": 1536, "hidden_act": "gelu",
+                              "layer_norm_eps": 1e-12, "max_position_embeddings": 512, "type_vocab_size": 2,
+                              "pad_token_id": 0, "model_type": "bert"}
+    cfg = Encoder(minilm_dir).config
+    assert list(cfg.to_dict()) == list(type(cfg).__dataclass_fields__)
+
+
+def test_config_settings_per_family():
+    from bertfeat.config import BertConfig
+    from bertfeat.inspection import config_settings
+
+    small = {"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
+             "intermediate_size": 64}
+    roberta = config_settings(BertConfig.from_dict({**small, "model_type": "roberta", "pad_token_id": 1}))
+    assert list(roberta) == BERT_SETTINGS and roberta["pad_token_id"] == 1
+    electra = config_settings(BertConfig.from_dict({**small, "model_type": "electra", "embedding_size": 16}))
+    assert list(electra) == BERT_SETTINGS + ["embedding_size"] and electra["embedding_size"] == 16
+    mpnet = config_settings(BertConfig.from_dict({**small, "model_type": "mpnet",
+                                                  "relative_attention_num_buckets": 40}))
+    no_types = [k for k in BERT_SETTINGS if k != "type_vocab_size"]  # MPNet, DistilBERT, ModernBERT: no token types
+    assert list(mpnet) == no_types + ["relative_attention_num_buckets"]
+    assert mpnet["relative_attention_num_buckets"] == 40
+    distil = config_settings(BertConfig.from_dict({"model_type": "distilbert", "vocab_size": 100, "dim": 32,
+                                                   "n_layers": 2, "n_heads": 4, "hidden_dim": 64}))
+    assert list(distil) == no_types and distil["hidden_size"] == 32
+    mb = config_settings(BertConfig.from_dict({**small, "model_type": "modernbert", "global_attn_every_n_layers": 3,
+                                               "local_attention": 64}))
+    assert list(mb) == no_types + MODERNBERT_SETTINGS
+    assert mb["layer_types"] == ("full_attention", "sliding_attention", "sliding_attention")
+    assert mb["local_attention"] == 64 and mb["layer_norm_eps"] == 1e-5  # the values in use, defaults included
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta"])
