@@ -26,13 +26,14 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import shutil
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 __all__ = ["AtomicFile", "atomic_output", "write_atomic", "together", "deferred", "pending", "temp_path_for",
-           "remove_stale_temps", "fsync_file", "fsync_dir"]
+           "remove_stale_temps", "replace_directory", "fsync_file", "fsync_dir"]
 
 _local = threading.local()  # .group: the CommitGroup of the innermost together() block of this thread
 
@@ -55,7 +56,62 @@ def remove_stale_temps(path: str | os.PathLike) -> None:
         pid = p.name.rsplit("-", 1)[-1]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
             with contextlib.suppress(OSError):
-                p.unlink()
+                if p.is_dir() and not p.is_symlink():  # an old output directory replace_directory had set aside
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE): True if done, False where the system or the
+    file system cannot (then nothing changed)."""
+    import ctypes
+    import errno
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):  # a C library without renameat2 (glibc < 2.28, some musl)
+        return False
+    AT_FDCWD = -100
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), os.fspath(b))
+
+
+def replace_directory(new: str | os.PathLike, dest: str | os.PathLike) -> None:
+    """Move the directory ``new`` to ``dest``, replacing the directory there so that ``dest`` is at every moment the
+    old complete directory or the new one (a kill, even SIGKILL, never leaves a mix or a half-deleted old one under
+    ``dest``): one atomic swap where the system has it (Linux renameat2), else the old one renamed aside first (then
+    ``dest`` is briefly missing, never partial). The old directory goes to ``.<name>.old-<pid>`` and is deleted last;
+    a kill during that leaves it hidden, removed by remove_stale_temps(dest) later."""
+    new, dest = Path(new), Path(dest)
+    if not (dest.is_dir() and not dest.is_symlink()):
+        if dest.exists() or dest.is_symlink():
+            dest.unlink()
+        os.replace(new, dest)
+        fsync_dir(dest.parent)
+        return
+    aside = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+    if aside.exists():
+        shutil.rmtree(aside)
+    if _exchange(new, dest):
+        os.replace(new, aside)  # ``new`` holds the old directory now
+    else:
+        os.replace(dest, aside)
+        os.replace(new, dest)
+    fsync_dir(dest.parent)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _alive(pid: int) -> bool:

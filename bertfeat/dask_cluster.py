@@ -155,7 +155,10 @@ def gather(client, futures: dict, on_result, progress=None, *, counted=None, don
             res = fut.result()
         except KilledWorker as e:
             raise ClusterError(f"partition {key}: its task killed the workers that ran it ({e})",
-                                f"a worker probably ran out of memory: lower {opt('blocksize')} or {opt('max_batch_tokens')}, or add memory") from None
+                                f"a worker probably ran out of memory: rerun with {opt('resume', True)} and a lower "
+                                f"{opt('max_batch_tokens')} (the finished partitions are kept), or give the workers more "
+                                f"memory; a lower {opt('blocksize')} cuts the input anew, so it needs "
+                                f"{opt('overwrite', True)} (the run starts over)") from None
         except FutureCancelledError:
             raise ClusterError(f"partition {key}: the task was cancelled (the cluster went away?)", f"rerun with {opt('resume', True)}") from None
         if isinstance(res, TaskFailed):

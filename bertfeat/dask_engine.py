@@ -67,7 +67,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .atomic import deferred, together, write_atomic
+from .atomic import deferred, remove_stale_temps, replace_directory, together, write_atomic
 from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, output_columns, table_counts, validate_batch
 from .reuse import dedup_memory
 from .vcache import NETWORK_FS, CacheError, filesystem_type, open_cache
@@ -76,9 +76,9 @@ from .dask_cluster import (ClusterError, cancel, cluster_slots, gather, open_cli
 from .errors import BertfeatError, opt, render
 from .features.parquet import pages_damaged
 from .features.reader import DIRECTORY_PROVENANCE
-from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, fit_pca,
-                      job_manifest, load_encoder, make_reuser, new_pca, probe_into_report, provenance, read_manifest,
-                      write_pca)
+from .jobcore import (PARTIAL_MANIFESTS, ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume,
+                      check_resume_engine, feature_settings, fit_pca, job_manifest, load_encoder, make_reuser, new_pca,
+                      probe_into_report, provenance, read_manifest, write_pca)
 from .progress import NullProgress
 from .readers import Partition, Reader
 from .rejects import TooManyBadRows, publish_rejects
@@ -90,7 +90,7 @@ except ImportError:  # pragma: no cover - exercised by the "dask missing" test t
 
 DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition at most: ~80k short sentences, a few minutes on one core
 PARTS_PER_THREAD = 4  # partitions per worker thread (task slot) when the input is large enough
-MANIFEST = "_manifest.json"
+MANIFEST = PARTIAL_MANIFESTS["dask"]
 FULL_DIR = "_full"
 PCA_FILE = "_pca.npz"
 RUN_STORE = ".dedup"  # the run's duplicates store without a cache (workers on this machine), in OUTPUT.partial/
@@ -381,6 +381,8 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
                                 partitions=len(parts))
         counts = _open_partial(partial, manifest, plan.resume)
         opened = True
+        for _, path in plan.layout.outputs():  # a killed run's temporaries and set-aside old output directory
+            remove_stale_temps(path)
         if run_store is not None:  # made here, once, before the tasks open it together
             open_cache(run_store).close()
         client.register_plugin(EncoderPlugin(encoder.location, plan.model, encoder_kwargs, encoder.weights_sha256,
@@ -596,6 +598,7 @@ def _run_key(manifest: dict) -> str:
 def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | None:
     """Start or continue OUTPUT.partial/; returns the partition row counts when a resumed run knows them."""
     mpath = partial / MANIFEST
+    check_resume_engine(partial, "dask", resume)
     if resume and mpath.is_file():
         old = read_manifest(mpath)
         check_resume(old, manifest)
@@ -616,8 +619,4 @@ def _finish(partial: Path, out: Path, meta: dict):
         if p.name.startswith(".") or p.name == MANIFEST:
             p.unlink() if p.is_file() else shutil.rmtree(p, ignore_errors=True)
     write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
-    if out.is_dir():
-        shutil.rmtree(out)
-    elif out.exists():
-        out.unlink()
-    os.replace(partial, out)
+    replace_directory(partial, out)  # the old output or the new one under OUTPUT at every moment, even under SIGKILL

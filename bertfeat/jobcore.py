@@ -57,6 +57,24 @@ def check_resume(old_manifest: dict, manifest: dict) -> None:
                           f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over, or use the original settings")
 
 
+#: each engine's manifest in OUTPUT.partial/ (local_engine.PartStore, dask_engine.MANIFEST): its name says which
+#: engine started the partial run (each keeps its own part layout)
+PARTIAL_MANIFESTS = {"local": "manifest.json", "dask": "_manifest.json"}
+
+
+def check_resume_engine(partial: Path, engine: str, resume: bool) -> None:
+    """``resume`` of a partial run the other engine started is refused naming it (it was deleted and every row encoded
+    again without a word)."""
+    if not resume:
+        return
+    for other, name in PARTIAL_MANIFESTS.items():
+        if other != engine and (partial / name).is_file() and not (partial / PARTIAL_MANIFESTS[engine]).is_file():
+            raise ResumeError(f"cannot resume: the partial run in {partial} was started by the {other} engine, and this "
+                              f"run uses the {engine} engine (each keeps its own parts)",
+                              f"rerun with {opt('engine', other)} {opt('resume', True)} to continue it, or with "
+                              f"{opt('overwrite', True)} instead of {opt('resume', True)} to start over")
+
+
 def read_manifest(path: Path) -> dict:
     """A manifest file, or {} when it is unreadable (then every key differs and resuming is refused)."""
     try:

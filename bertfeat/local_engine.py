@@ -24,8 +24,9 @@ from .chunks import (PreparedChunk, chunk_table, extra_columns, feature_matrix, 
                      table_counts, validate_batch)
 from .errors import BertfeatError, one_line, opt
 from .features.base import check_float16_range
-from .jobcore import (ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume, feature_settings, finish_pca,
-                      job_manifest, load_encoder, make_reuser, new_pca, probe_into_report, provenance, read_manifest)
+from .jobcore import (PARTIAL_MANIFESTS, ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume,
+                      check_resume_engine, feature_settings, finish_pca, job_manifest, load_encoder, make_reuser, new_pca,
+                      probe_into_report, provenance, read_manifest)
 from .progress import NullProgress
 from .rejects import TooManyBadRows, publish_rejects
 from .threads import read_ahead
@@ -43,13 +44,14 @@ class PartStore:
 
     def __init__(self, partial: Path):
         self.dir = partial
-        self.manifest_path = self.dir / "manifest.json"
+        self.manifest_path = self.dir / PARTIAL_MANIFESTS["local"]
 
     def part_path(self, index: int) -> Path:
         return self.dir / f"part-{index:06d}.parquet"
 
     def open(self, manifest: dict, resume: bool) -> set[int]:
         """Start or continue: returns the indices of chunks already done."""
+        check_resume_engine(self.dir, "local", resume)
         if self.dir.exists() and resume and self.manifest_path.is_file():
             check_resume(read_manifest(self.manifest_path), manifest)
             done = set()

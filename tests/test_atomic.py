@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -233,3 +234,57 @@ def test_an_interrupt_at_the_end_of_the_block_leaves_no_group_behind(tmp_path, m
     write_atomic(tmp_path / "later.txt", "later")  # made at once
     assert (tmp_path / "later.txt").read_text() == "later" and calls == [1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["later.txt"]
+
+
+def _tree(d, n: int, tag: str):
+    d.mkdir()
+    for i in range(n):
+        (d / f"part-{i:02d}.parquet").write_text(f"{tag} {i}\n")
+    return d
+
+
+def _contents(d):
+    return {p.name: p.read_text() for p in d.iterdir()}
+
+
+@pytest.mark.parametrize("swap", [True, False], ids=["renameat2", "rename-aside"])
+def test_a_directory_killed_while_the_old_one_is_deleted_is_the_new_one_whole(tmp_path, monkeypatch, swap):
+    """replace_directory (the Dask engine's OUTPUT/ under --overwrite): killed while the old directory is being deleted,
+    the destination already holds the new one whole (before: the old one was deleted in place, then the new moved in,
+    so a SIGKILL left a directory with a part of the old parts and its provenance: it looked complete)."""
+    if not swap:
+        monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    elif not atomic._exchange(_tree(tmp_path / "a", 1, "a"), _tree(tmp_path / "b", 1, "b")):
+        pytest.skip("no renameat2 RENAME_EXCHANGE here")
+    out, new = _tree(tmp_path / "out", 6, "old"), _tree(tmp_path / "out.partial", 4, "new")
+    expected = _contents(new)
+    real_rmtree = atomic.shutil.rmtree
+
+    def killed_halfway(path, *a, **k):  # deletes some of the files, then the process 'dies'
+        for p in sorted(Path(path).iterdir())[:3]:
+            p.unlink()
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", killed_halfway)
+    with pytest.raises(SystemExit):
+        atomic.replace_directory(new, out)
+    monkeypatch.setattr(atomic.shutil, "rmtree", real_rmtree)
+    assert _contents(out) == expected and not new.exists()
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith(".out.old-")]
+    assert len(aside) == 1 and len(list(aside[0].iterdir())) == 3  # the old one, half deleted, hidden
+    dead = aside[0].with_name(".out.old-999999999")
+    aside[0].rename(dead)
+    atomic.remove_stale_temps(out)  # the next run removes a dead run's
+    assert not dead.exists() and _contents(out) == expected
+    atomic.replace_directory(_tree(tmp_path / "again", 2, "again"), out)
+    assert sorted(_contents(out).values()) == ["again 0\n", "again 1\n"]
+    assert sorted(p.name for p in tmp_path.iterdir() if "out" in p.name) == ["out"]
+
+
+def test_replace_directory_over_nothing_or_a_file(tmp_path):
+    new = _tree(tmp_path / "n1", 2, "n1")
+    atomic.replace_directory(new, tmp_path / "out")
+    assert _contents(tmp_path / "out") == {"part-00.parquet": "n1 0\n", "part-01.parquet": "n1 1\n"}
+    (tmp_path / "f").write_text("a file")
+    atomic.replace_directory(_tree(tmp_path / "n2", 1, "n2"), tmp_path / "f")
+    assert _contents(tmp_path / "f") == {"part-00.parquet": "n2 0\n"}

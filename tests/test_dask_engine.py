@@ -211,6 +211,35 @@ def test_csv_blocks_with_bad_rows_equal_local(client, real_sentences, tmp_path):
         out.with_name(out.name + ".rejects.csv").unlink()
 
 
+def test_resume_on_the_other_engine_is_refused_and_keeps_the_partial_run(client, real_sentences, tmp_path):
+    """A partial run (here: kept after --max-bad-rows stopped it) resumed with the other engine was deleted and every
+    row encoded again without a word; it is refused naming the engine, and the same engine still resumes it."""
+    lines = [b"id,text"] + [f"r{i},".encode() + ('"' + t.replace('"', '""') + '"').encode()
+                            for i, t in enumerate(real_sentences[:80])] + [b"bad,"] * 3
+    src = tmp_path / "in.csv"
+    src.write_bytes(b"\n".join(lines) + b"\n")
+    out = tmp_path / "o.parquet"
+    partial = out.with_name(out.name + ".partial")
+    opts = dict(input=str(src), output=str(out), id_column="id", max_bad_rows=2)
+    runs = {"local": lambda **kw: extract(dict(opts, chunk_rows=20, **kw)),
+            "dask": lambda **kw: extract_dask(dict(opts, **kw), 1024, client=client)}
+    for started, other in (("local", "dask"), ("dask", "local")):
+        with pytest.raises(TooManyBadRows):
+            runs[started]()
+        kept = sorted(p.name for p in partial.iterdir())
+        with pytest.raises(ResumeError) as e:
+            runs[other](resume=True, max_bad_rows=3)
+        assert str(e.value) == (f"cannot resume: the partial run in {partial} was started by the {started} engine, and "
+                                f"this run uses the {other} engine (each keeps its own parts) - rerun with "
+                                f"engine='{started}' resume=True to continue it, or with overwrite=True instead of "
+                                "resume=True to start over")
+        assert sorted(p.name for p in partial.iterdir()) == kept  # nothing deleted
+        s = runs[started](resume=True, max_bad_rows=3)
+        assert s.rows_written == 80 and s.rows_rejected == 3 and not partial.exists()
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+        out.with_name(out.name + ".rejects.csv").unlink()
+
+
 # --------------------------------------------------------------------------- PCA
 def test_label_probe_equals_local(client, tmp_path, real_sentences):
     """extract --pca --label: the label is kept and the PCA report gets its linear probe, the same on both engines,
@@ -284,6 +313,39 @@ class _KillBusyWorkerAfterFirst(NullProgress):
                 return
 
 
+def test_overwrite_killed_while_the_old_output_is_deleted_leaves_the_new_one_whole(tmp_path, monkeypatch):
+    """The last step of an --overwrite run (dask_engine._finish): killed (SIGKILL, the OOM killer) while the old
+    OUTPUT/ is being deleted, OUTPUT/ is the new run's whole. Before, the old directory was deleted in place first:
+    a kill left some of its parts beside its _bertfeat.json, a directory that reads as complete with rows missing."""
+    from bertfeat import dask_engine
+    from bertfeat.features.reader import DIRECTORY_PROVENANCE
+
+    out, partial = tmp_path / "o", tmp_path / "o.partial"
+    out.mkdir()
+    for i in range(6):
+        (out / f"part-{i:05d}.parquet").write_text(f"old {i}")
+    (out / DIRECTORY_PROVENANCE).write_text("{}")
+    partial.mkdir()
+    for i in range(4):
+        (partial / f"part-{i:05d}.parquet").write_text(f"new {i}")
+    real = shutil.rmtree
+
+    def killed_halfway(path, *a, **k):
+        if Path(path).name.startswith(".") and Path(path).parent == partial:  # the partial's own hidden files
+            return real(path, *a, **k)
+        for p in sorted(Path(path).iterdir())[:3]:
+            p.unlink()
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(shutil, "rmtree", killed_halfway)
+    with pytest.raises(SystemExit):
+        dask_engine._finish(partial, out, {"rows": {"written": 4}})
+    monkeypatch.setattr(shutil, "rmtree", real)
+    assert sorted(p.name for p in out.iterdir()) == [DIRECTORY_PROVENANCE] + [f"part-{i:05d}.parquet" for i in range(4)]
+    assert [(out / f"part-{i:05d}.parquet").read_text() for i in range(4)] == [f"new {i}" for i in range(4)]
+    assert json.loads((out / DIRECTORY_PROVENANCE).read_text()) == {"rows": {"written": 4}}
+
+
 def test_worker_killed_mid_run(client, real_sentences, tmp_path):
     """A worker process killed while it encodes a partition: the run finishes, every row exactly once."""
     src = tmp_path / "one.parquet"
@@ -304,6 +366,33 @@ def test_worker_killed_mid_run(client, real_sentences, tmp_path):
     _wait_idle(client)
     client.wait_for_workers(2, timeout=60)  # the nanny restarts it (may still be starting when the run ends)
     assert len(client.scheduler_info()["workers"]) == 2
+
+
+def test_a_killed_worker_error_says_how_to_resume(real_sentences, tmp_path):
+    """A task that kills its workers (allowed-failures reached: the OOM killer, typically): the error's fix must work.
+    It said 'lower --blocksize', which a --resume refuses (another cut of the input); a lower --max-batch-tokens with
+    --resume continues, the finished partitions reused."""
+    import dask
+
+    from bertfeat.dask_cluster import ClusterError
+
+    src = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"text": real_sentences[:400]}), src)
+    out = tmp_path / "dask.parquet"
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        with dask_local_client(n_workers=2, threads_per_worker=1, processes=True) as client:
+            killer = _KillBusyWorkerAfterFirst(client)
+            with pytest.raises(ClusterError) as e:
+                extract_dask(_opts(src, out), "8MiB", killer, client=client)
+            assert killer.killed
+            assert e.value.fix == ("a worker probably ran out of memory: rerun with resume=True and a lower "
+                                   "max_batch_tokens (the finished partitions are kept), or give the workers more memory; a "
+                                   "lower blocksize cuts the input anew, so it needs overwrite=True (the run starts over)")
+            _wait_idle(client)
+            client.wait_for_workers(2, timeout=60)
+            s = extract_dask(_opts(src, out, resume=True, max_batch_tokens=256), "8MiB", client=client)
+    assert s.rows_written == 400 and s.rows_resumed > 0
+    assert _read_dataset(out).column("row").to_pylist() == list(range(400))
 
 
 class _InterruptAfterFirst(NullProgress):
