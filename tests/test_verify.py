@@ -100,25 +100,26 @@ def test_verify_finds_rows_lost_from_the_file_or_gained_by_the_input(extracted, 
                                 "extracted from (--input)\n"), name
 
 
-def test_verify_a_dask_directory_that_lost_a_part(tmp_path, capsys):
+def test_a_dask_directory_that_lost_a_part_is_refused_by_every_reader(tmp_path, capsys):
+    """verify said ok ('211 of 211' rows), and read_features / pca fit read the rest without a word: the run's
+    provenance records its partitions, one part each."""
     pytest.importorskip("distributed")
+    from bertfeat.features import read_features
+
     src = write_csv(tmp_path / "in.csv", ["text"], [r[1:2] for r in _rows(40)])
     out = tmp_path / "o"
     assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--engine", "dask", "--workers", "1",
                "--blocksize", "1KiB", "-q")[0] == 0
     parts = sorted(out.glob("part-*.parquet"))
-    assert len(parts) > 2
-    n_last = pq_rows(parts[-1])
-    parts[-1].unlink()
-    rc, _, err = run(capsys, "verify", out, "-q")
-    assert (rc, err) == (1, f"Error: {out} has {40 - n_last} rows, but its provenance says 40 were written: rows were "
-                            "lost since (a part file removed, the file edited) - extract the features again\n")
-
-
-def pq_rows(path) -> int:
-    import pyarrow.parquet as pq
-
-    return pq.read_metadata(path).num_rows
+    assert len(parts) == 3
+    assert verify_features(out)["ok"] and len(read_features(out)[0]) == 40
+    parts[1].unlink()
+    said = (f"{out} has 2 part files, but its run wrote 3 (missing: part-00001.parquet) - the directory lost (or gained) "
+            "part files since: extract the features again")
+    assert run(capsys, "verify", out, "-q") == (1, "", f"Error: {said}\n")
+    assert run(capsys, "pca", "fit", out, "-n", "2", "-o", tmp_path / "p.npz", "-q") == (1, "", f"Error: {said}\n")
+    with pytest.raises(BertfeatError, match="has 2 part files, but its run wrote 3"):
+        read_features(out)
 
 
 def test_verify_finds_a_replaced_pca_model(tmp_path, capsys):

@@ -41,12 +41,20 @@ def feature_files(path: str | os.PathLike) -> list[Path]:
     path = Path(path)
     if not path.is_dir():
         return [path]
+    from ..errors import BertfeatError
+
     parts = sorted(path.glob("part-*.parquet"))
     if not parts:
-        from ..errors import BertfeatError
-
         raise BertfeatError(f"{path} is a directory without part-*.parquet files",
                             "give a feature file, or the output directory of extract --engine dask")
+    run = path / DIRECTORY_PROVENANCE
+    n = read_feature_metadata(path).get("partitions") if run.is_file() else None  # one part per partition
+    if isinstance(n, int) and not isinstance(n, bool) and len(parts) != n:
+        width = len(parts[0].stem.split("-", 1)[1])
+        missing = [f"part-{i:0{width}d}.parquet" for i in range(n) if not (path / f"part-{i:0{width}d}.parquet").exists()]
+        said = f"missing: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}" if missing else "others added"
+        raise BertfeatError(f"{path} has {len(parts)} part files, but its run wrote {n} ({said})",
+                            "the directory lost (or gained) part files since: extract the features again")
     return parts
 
 
