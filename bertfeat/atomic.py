@@ -44,9 +44,11 @@ def temp_path_for(path: str | os.PathLike) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
-def remove_stale_temps(path: str | os.PathLike) -> None:
+def remove_stale_temps(path: str | os.PathLike, old_directory_marker: str | None = None) -> None:
     """Delete the temporaries ``.<name>.tmp-<pid>`` (and a group's second names ``.<name>.old-<pid>``) beside ``path``
-    whose writer was killed (its process is gone); a live writer's are left alone."""
+    whose writer was killed (its process is gone); a live writer's are left alone. Directories are left alone too,
+    but for an old output directory ``replace_directory`` set aside (``.<name>.old-<pid>``) that holds the file
+    ``old_directory_marker`` (the Dask engine's ``_bertfeat.json``)."""
     path = Path(path)
     try:
         found = [p for kind in ("tmp", "old") for p in path.parent.glob(f".{glob.escape(path.name)}.{kind}-*")]
@@ -56,10 +58,10 @@ def remove_stale_temps(path: str | os.PathLike) -> None:
         pid = p.name.rsplit("-", 1)[-1]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
             with contextlib.suppress(OSError):
-                if p.is_dir() and not p.is_symlink():  # an old output directory replace_directory had set aside
-                    shutil.rmtree(p)
-                else:
+                if not (p.is_dir() and not p.is_symlink()):
                     p.unlink()
+                elif old_directory_marker and p.name.startswith(f".{path.name}.old-") and (p / old_directory_marker).is_file():
+                    shutil.rmtree(p)  # an old output directory replace_directory had set aside (a user's is left)
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -69,7 +71,6 @@ def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE): True if done, False where the system or the
     file system cannot (then nothing changed)."""
     import ctypes
-    import errno
     import sys
 
     if not sys.platform.startswith("linux"):
@@ -81,12 +82,9 @@ def _exchange(a: Path, b: Path) -> bool:
         return False
     AT_FDCWD = -100
     renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), os.fspath(b))
+    # Any failure (ENOSYS, EINVAL on a file system without it, EPERM from a sandbox, EXDEV ...) changed nothing: the
+    # caller renames in two steps, whose os.replace raises the real error, naming its path, if there is one.
+    return renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
 
 
 def replace_directory(new: str | os.PathLike, dest: str | os.PathLike) -> None:
@@ -94,7 +92,7 @@ def replace_directory(new: str | os.PathLike, dest: str | os.PathLike) -> None:
     old complete directory or the new one (a kill, even SIGKILL, never leaves a mix or a half-deleted old one under
     ``dest``): one atomic swap where the system has it (Linux renameat2), else the old one renamed aside first (then
     ``dest`` is briefly missing, never partial). The old directory goes to ``.<name>.old-<pid>`` and is deleted last;
-    a kill during that leaves it hidden, removed by remove_stale_temps(dest) later."""
+    a kill during that leaves it hidden, removed later by remove_stale_temps(dest, marker) when it holds ``marker``."""
     new, dest = Path(new), Path(dest)
     if not (dest.is_dir() and not dest.is_symlink()):
         if dest.exists() or dest.is_symlink():
@@ -103,13 +101,19 @@ def replace_directory(new: str | os.PathLike, dest: str | os.PathLike) -> None:
         fsync_dir(dest.parent)
         return
     aside = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-    if aside.exists():
+    if aside.is_dir() and not aside.is_symlink():  # this process's own, from an earlier run in it
         shutil.rmtree(aside)
+    elif aside.exists() or aside.is_symlink():
+        aside.unlink()
     if _exchange(new, dest):
         os.replace(new, aside)  # ``new`` holds the old directory now
     else:
         os.replace(dest, aside)
-        os.replace(new, dest)
+        try:
+            os.replace(new, dest)
+        except BaseException:
+            os.replace(aside, dest)  # the old one back
+            raise
     fsync_dir(dest.parent)
     shutil.rmtree(aside, ignore_errors=True)
 

@@ -382,7 +382,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         counts = _open_partial(partial, manifest, plan.resume)
         opened = True
         for _, path in plan.layout.outputs():  # a killed run's temporaries and set-aside old output directory
-            remove_stale_temps(path)
+            remove_stale_temps(path, DIRECTORY_PROVENANCE if path == out else None)
         if run_store is not None:  # made here, once, before the tasks open it together
             open_cache(run_store).close()
         client.register_plugin(EncoderPlugin(encoder.location, plan.model, encoder_kwargs, encoder.weights_sha256,

@@ -405,6 +405,8 @@ def check_top_k(top_k) -> int:
     if isinstance(top_k, bool) or not whole:
         raise BertfeatError(f"{opt('top_k', top_k)} is not a whole number",
                             f"give {opt('top_k')} a whole number of predictions per mask, e.g. {opt('top_k', 5)}")
+    if not isinstance(top_k, numbers.Integral) and abs(float(top_k)) >= 2**31:  # 1e300: not a 301-digit message
+        raise BertfeatError(f"{opt('top_k', top_k)} is out of range", "give 1 or more, up to the vocabulary size")
     return int(top_k)
 
 

@@ -509,8 +509,10 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     check_name_lengths(outs + [("partial directory", layout.partial)])
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
     partial = layout.partial
-    if layout.engine == "local":
-        interrupted = partial.is_dir() and (partial / "manifest.json").is_file()
+    if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)
+        from .jobcore import PARTIAL_MANIFESTS
+
+        interrupted = partial.is_dir() and any((partial / name).is_file() for name in PARTIAL_MANIFESTS.values())
     else:
         interrupted = partial.is_dir() and any(partial.iterdir())
     if interrupted:

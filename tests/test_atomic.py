@@ -257,11 +257,12 @@ def test_a_directory_killed_while_the_old_one_is_deleted_is_the_new_one_whole(tm
     elif not atomic._exchange(_tree(tmp_path / "a", 1, "a"), _tree(tmp_path / "b", 1, "b")):
         pytest.skip("no renameat2 RENAME_EXCHANGE here")
     out, new = _tree(tmp_path / "out", 6, "old"), _tree(tmp_path / "out.partial", 4, "new")
+    (out / "_bertfeat.json").write_text("{}")  # the old run's provenance: what remove_stale_temps looks for
     expected = _contents(new)
     real_rmtree = atomic.shutil.rmtree
 
     def killed_halfway(path, *a, **k):  # deletes some of the files, then the process 'dies'
-        for p in sorted(Path(path).iterdir())[:3]:
+        for p in sorted(Path(path).iterdir())[-3:]:  # parts, not the marker
             p.unlink()
         raise SystemExit("killed")
 
@@ -271,10 +272,12 @@ def test_a_directory_killed_while_the_old_one_is_deleted_is_the_new_one_whole(tm
     monkeypatch.setattr(atomic.shutil, "rmtree", real_rmtree)
     assert _contents(out) == expected and not new.exists()
     aside = [p for p in tmp_path.iterdir() if p.name.startswith(".out.old-")]
-    assert len(aside) == 1 and len(list(aside[0].iterdir())) == 3  # the old one, half deleted, hidden
+    assert len(aside) == 1 and len(list(aside[0].iterdir())) == 4  # the old one, half deleted, hidden
     dead = aside[0].with_name(".out.old-999999999")
     aside[0].rename(dead)
-    atomic.remove_stale_temps(out)  # the next run removes a dead run's
+    atomic.remove_stale_temps(out)  # without the marker directories are left alone
+    assert dead.is_dir()
+    atomic.remove_stale_temps(out, "_bertfeat.json")  # the next Dask run removes a dead run's
     assert not dead.exists() and _contents(out) == expected
     atomic.replace_directory(_tree(tmp_path / "again", 2, "again"), out)
     assert sorted(_contents(out).values()) == ["again 0\n", "again 1\n"]
@@ -288,3 +291,30 @@ def test_replace_directory_over_nothing_or_a_file(tmp_path):
     (tmp_path / "f").write_text("a file")
     atomic.replace_directory(_tree(tmp_path / "n2", 1, "n2"), tmp_path / "f")
     assert _contents(tmp_path / "f") == {"part-00.parquet": "n2 0\n"}
+
+
+def test_remove_stale_temps_leaves_a_users_directory(tmp_path):
+    """A user's directory named like a temporary (.feat.parquet.old-2024: a date, not a dead writer's pid) is never
+    deleted: a set-aside output directory is removed only when it holds the marker the caller names."""
+    for name in (".feat.parquet.old-2024", ".feat.parquet.tmp-2024"):
+        (tmp_path / name / "keep").mkdir(parents=True)
+        (tmp_path / name / "keep" / "data.txt").write_text("precious")
+    (tmp_path / ".feat.parquet.old-2025").mkdir()
+    (tmp_path / ".feat.parquet.old-2025" / "_bertfeat.json").write_text("{}")
+    (tmp_path / ".feat.parquet.tmp-2026").write_text("a dead writer's temporary")
+    atomic.remove_stale_temps(tmp_path / "feat.parquet")
+    assert listing(tmp_path) == [".feat.parquet.old-2024", ".feat.parquet.old-2025", ".feat.parquet.tmp-2024"]
+    atomic.remove_stale_temps(tmp_path / "feat.parquet", "_bertfeat.json")
+    assert listing(tmp_path) == [".feat.parquet.old-2024", ".feat.parquet.tmp-2024"]
+    assert (tmp_path / ".feat.parquet.old-2024" / "keep" / "data.txt").read_text() == "precious"
+
+
+def test_replace_directory_falls_back_when_the_swap_fails(tmp_path, monkeypatch):
+    """renameat2 refused (EPERM from a sandbox, EXDEV, a file system without it): the two-step rename, whose error
+    names its own path when there is one."""
+    out = _tree(tmp_path / "out", 2, "old")
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    with pytest.raises(FileNotFoundError) as e:
+        atomic.replace_directory(tmp_path / "missing", out)
+    assert e.value.filename == str(tmp_path / "missing")
+    assert listing(tmp_path) == ["out"] and _contents(out) == {"part-00.parquet": "old 0\n", "part-01.parquet": "old 1\n"}

@@ -227,6 +227,8 @@ def test_resume_on_the_other_engine_is_refused_and_keeps_the_partial_run(client,
         with pytest.raises(TooManyBadRows):
             runs[started]()
         kept = sorted(p.name for p in partial.iterdir())
+        with pytest.raises(BertfeatError, match=f"a resumable partial run exists in {partial}"):
+            runs[other](max_bad_rows=3)  # neither resume nor overwrite: refused (a local run deleted a Dask one's)
         with pytest.raises(ResumeError) as e:
             runs[other](resume=True, max_bad_rows=3)
         assert str(e.value) == (f"cannot resume: the partial run in {partial} was started by the {started} engine, and "

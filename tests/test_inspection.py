@@ -348,6 +348,9 @@ def test_fill_mask_top_k_whole_floats_and_numpy_ints(encoders):
     assert len(want[0]) == 3
     assert fill_mask("a [MASK] b", 3.0, encoder=enc) == want
     assert fill_mask("a [MASK] b", np.int64(3), encoder=enc) == want
+    with pytest.raises(BertfeatError) as e:  # a whole float past any vocabulary: not a 301-digit number in the message
+        fill_mask("a [MASK] b", 1e300, "no-such-model-here")
+    assert e.value.message == "top_k=1e+300 is out of range - give 1 or more, up to the vocabulary size"
 
 
 # --------------------------------------------------------------------------- info's config

@@ -343,3 +343,27 @@ def test_verify_a_pca_transform_of_a_float16_file(tmp_path, capsys, dtype):
     r = verify_features(out, sample=1000)
     # within the PCA product's float32 rounding (a row alone vs pca transform's batches), 5.6e-5 before
     assert r["ok"] and r["max_relative_diff"] < 1e-6, r["worst"]
+
+
+def test_verify_reads_the_input_with_the_runs_kept_columns(tmp_path, capsys):
+    """Rows the run rejected for a kept value of the wrong type are rejects for verify too: a repeated id whose first
+    row was such a reject was compared with the wrong text (DIFFERENT on an untouched file), and an appended row was
+    not the one named."""
+    import json
+
+    rows = [{"id": f"r{i}", "text": " ".join(r[1].split()[:6]), "label": i % 2} for i, r in enumerate(_rows(12))]
+    rows[5] = {"id": "x", "text": "an apple pie recipe", "label": "str"}  # rejected: label holds integers
+    rows[6]["id"] = "x"
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "--keep", "label",
+                     "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    r = verify_features(out, sample=1000)
+    assert r["ok"] and r["rows_checked"] == 11, r["worst"]
+    appended = tmp_path / "appended.jsonl"
+    appended.write_text(src.read_text() + json.dumps({"id": "new", "text": "a row appended later", "label": 1}) + "\n")
+    with pytest.raises(BertfeatError, match="2 rows of the input .* are not in .*, but the run rejected 1 \\(the first "
+                                            "not rejected as a bad row here: row 12 \\(id 'new'\\)\\)"):
+        verify_features(out, input=appended)
