@@ -70,7 +70,7 @@ import pyarrow.parquet as pq
 from .atomic import deferred, remove_stale_temps, replace_directory, together, write_atomic
 from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, output_columns, table_counts, validate_batch
 from .reuse import dedup_memory
-from .vcache import NETWORK_FS, CacheError, filesystem_type, open_cache
+from .vcache import NETWORK_FS, RUN_STORE_DIR, CacheError, filesystem_type, open_cache
 from .dask_cluster import (ClusterError, cancel, cluster_slots, gather, open_client, run_task, task_slots, task_threads,
                            worker_threads)
 from .errors import BertfeatError, opt, render
@@ -93,7 +93,7 @@ PARTS_PER_THREAD = 4  # partitions per worker thread (task slot) when the input 
 MANIFEST = PARTIAL_MANIFESTS["dask"]
 FULL_DIR = "_full"
 PCA_FILE = "_pca.npz"
-RUN_STORE = ".dedup"  # the run's duplicates store without a cache (workers on this machine), in OUTPUT.partial/
+RUN_STORE = RUN_STORE_DIR  # the run's duplicates store without a cache (workers on this machine), in OUTPUT.partial/
 INSTALL_HINT = 'pip install "bertfeat[dask]"'
 
 

@@ -22,7 +22,10 @@ committed state: never half a vector), and it ships with Python. Its locking nee
 so a cache on a network file system (NFS, SMB, ...) is refused by name (``check_cache_dir``), and the Dask engine
 refuses a cache when its workers run on other hosts.
 
-The store holds no state of a run: ``reuse.py`` decides what to look up and what to encode.
+The store holds no state of a run: ``reuse.py`` decides what to look up and what to encode. The same store is also
+a run's own temporary store of encoded rows, without a cache: the local engine's spill file (``reuse.RunStore``) and
+the Dask engine's ``OUTPUT.partial/.dedup/`` (``is_run_store``); its errors name it so, with the fixes the local
+engine gives for its partial directory (a full or too-small file system: free space and resume, or another output).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ BUSY_TIMEOUT_S = 120.0  # a writer waits this long for another's transaction (th
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs", "afs",
               "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.glusterfs", "fuse.cephfs", "9p")
 ENV = "BERTFEAT_CACHE"
+RUN_STORE_DIR = ".dedup"  # the Dask engine's run store without a cache: OUTPUT.partial/.dedup/ (dask_engine)
+RUN_STORE = "the run's temporary store of encoded rows"  # what a run store's errors call it
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -205,6 +210,33 @@ def filesystem_type(path: Path) -> str | None:
     return kind
 
 
+def is_run_store(path: Path) -> bool:
+    """A store file in ``OUTPUT.partial/.dedup/``: the Dask engine's own store of the run's encoded rows (without a
+    cache), not a cache a user named (make_plan refuses a cache inside the run's partial directory)."""
+    p = Path(path)
+    return p.parent.name == RUN_STORE_DIR and p.parent.parent.name.endswith(".partial")
+
+
+def _near_file_size_limit(files: list[Path]) -> bool:
+    """This process may not make a file much larger than the largest of ``files`` (``ulimit -f``; SQLite reports
+    the write's EFBIG as a "disk I/O error"): the largest is within a few pages of RLIMIT_FSIZE."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return False
+    if limit == resource.RLIM_INFINITY or limit < 0:
+        return False
+    sizes = []
+    for f in files:
+        try:
+            sizes.append(f.stat().st_size)
+        except OSError:
+            pass
+    return max(sizes, default=0) + 4 * PAGE_SIZE >= limit
+
+
 # --------------------------------------------------------------------------- the store
 def _crc(fp_text: str, key: bytes, vec: bytes, n_tokens: int, flags: int, n_chunks: int) -> int:
     h = hashlib.blake2b(fp_text.encode() + key + vec + np.array([n_tokens, flags, n_chunks], "<i8").tobytes(),
@@ -226,12 +258,15 @@ class VectorStore:
     """One SQLite database of vectors by (fingerprint, key); a connection shared by this process's threads.
 
     ``durable=False`` (the run's temporary duplicate store): no fsync, no WAL; the file is deleted by ``close``.
-    Every SQLite failure becomes a CacheError naming the file and what to do.
+    ``run_store``: the store is the run's own store of encoded rows, not a cache (None: ``durable=False``, or a file in
+    ``OUTPUT.partial/.dedup/``, ``is_run_store``). Every SQLite failure becomes a CacheError naming the file (as
+    the cache, or as the run's temporary store) and what to do.
     """
 
-    def __init__(self, path: Path, durable: bool = True):
+    def __init__(self, path: Path, durable: bool = True, run_store: bool | None = None):
         self.path = Path(path)
         self.durable = durable
+        self.run_store = (not durable or is_run_store(self.path)) if run_store is None else run_store
         self.corrupt = 0  # entries whose checksum failed (read as misses)
         self._lock = threading.Lock()
         # id -> its fingerprints row (fingerprint, model, dim, settings, created): what get / put need, and what put
@@ -241,6 +276,10 @@ class VectorStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
+            if self.run_store:
+                raise CacheError(f"cannot make the directory of {RUN_STORE} {self.path.parent} ({e.strerror or e})",
+                                 f"check the output's directory is writable, or write elsewhere with {opt('output')}"
+                                 ) from None
             raise CacheError(f"cannot make the cache directory {self.path.parent} ({e.strerror or e})",
                              f"give {opt('cache')} a directory you can write") from None
         self.db = None
@@ -299,6 +338,8 @@ class VectorStore:
         return VectorStore._Guard(self, doing, since)
 
     def _error(self, e: sqlite3.Error, doing: str, waited: float = 0.0) -> CacheError:
+        if self.run_store:
+            return self._run_store_error(e, doing, waited)
         text = str(e)
         if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
             gerund = {"open": "opening", "read": "reading", "write": "writing"}.get(doing, doing)
@@ -313,6 +354,33 @@ class VectorStore:
             return CacheError(f"cannot {doing} the cache {self.path}: the disk is full", "free disk space, or use another cache directory")
         return CacheError(f"the cache {self.path} is damaged ({text})",
                           f"delete {self.path} (its vectors are recomputed by the next run), or use another cache directory")
+
+    def _run_store_error(self, e: sqlite3.Error, doing: str, waited: float = 0.0) -> CacheError:
+        """A failure of the run's own store (no cache involved): it lives in the run's partial directory, so a full
+        or too-small file system gets the local engine's words for its partial directory (safety.os_error: ENOSPC,
+        EFBIG); the finished parts stay for a resume (the engines keep them on a CacheError)."""
+        text, where = str(e), f"{RUN_STORE} {self.path}"
+        resume = f"rerun the same command with {opt('resume', True)}"
+        if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+            gerund = {"open": "opening", "read": "reading", "write": "writing"}.get(doing, doing)
+            err = CacheError(f"{where} stayed locked by another process for {waited:.0f} s while {gerund}",
+                             f"{resume} (the finished parts are kept)")
+            err.locked = True
+            return err
+        if isinstance(e, sqlite3.OperationalError) and "full" in text:  # SQLITE_FULL: ENOSPC
+            return CacheError(f"cannot {doing} {where}: no space left on the device", f"free disk space, then {resume}")
+        if isinstance(e, sqlite3.OperationalError) and "disk I/O" in text:
+            if _near_file_size_limit(list(self.path.parent.glob(self.path.name + "*"))):  # EFBIG (ulimit -f)
+                return CacheError(f"cannot {doing} {where}: file too large for the file system",
+                                  f"write to another file system with {opt('output')}")
+            return CacheError(f"cannot {doing} {where} ({text})",
+                              f"its file system may be full or too small for the file, or the disk failed: free disk "
+                              f"space, then {resume}, or write to another file system with {opt('output')}")
+        if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text):
+            return CacheError(f"cannot {doing} {where} ({text})",
+                              f"check the output's directory is writable, or write elsewhere with {opt('output')}")
+        return CacheError(f"{where} is damaged ({text})",
+                          f"delete {self.path} (its rows are encoded again), then {resume}")
 
     # ------------------------------------------------------------------ fingerprints
     def register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int:
@@ -469,9 +537,10 @@ def _size_on_disk(db: Path) -> int:
     return sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file())
 
 
-def open_cache(directory: Path) -> VectorStore:
-    """The cache in ``directory`` (made when missing)."""
-    return VectorStore(Path(directory) / DB_NAME)
+def open_cache(directory: Path, run_store: bool | None = None) -> VectorStore:
+    """The cache in ``directory`` (made when missing); ``run_store``: the run's own store of encoded rows instead
+    (None: when ``directory`` is ``OUTPUT.partial/.dedup/``)."""
+    return VectorStore(Path(directory) / DB_NAME, run_store=run_store)
 
 
 def open_existing_cache(directory: Path) -> VectorStore:

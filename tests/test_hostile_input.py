@@ -513,3 +513,25 @@ def test_unchecked_utf8_in_chunked_and_dictionary_columns():
         values, bad = _pylist(col)
         assert [values[i] for i in bad] == [b"\xffbad"] * len(bad) and len(bad) == (2 if len(values) in (5, 6) else 1)
         assert all(isinstance(v, str) for k, v in enumerate(values) if k not in bad)
+
+
+def test_jsonl_ids_whose_kind_the_head_does_not_decide_are_written(tmp_path, capsys, monkeypatch):
+    """The first 1,000 lines hold no usable id (null): the file's first id (an integer, further on) decides, from a
+    file or from standard input. The local engine failed: `Error: column 'id' cannot be stored as string: Expected
+    bytes, got a 'int' object - pass string values for 'id'`."""
+    lines = [json.dumps({"id": None, "text": "x"})] * 1001
+    lines += [json.dumps({"id": k if k < 5 else f"s{k}", "text": f"sentence {k}"}) for k in range(8)]
+    src = tmp_path / "ids.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    want = [[str(r), "", "null id"] for r in range(1001)]
+    want += [[str(1001 + k), f"s{k}", f'id "s{k}" is a string, but the ids before it are integers'] for k in (5, 6, 7)]
+    for name, args in (("file", (src,)), ("stdin", ("-", "--input-format", "jsonl"))):
+        if name == "stdin":
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes())))
+        out = tmp_path / f"{name}.parquet"
+        rc, _, err = extract(capsys, args[0], out, *args[1:], "--id-column", "id", "--on-bad-row", "skip")
+        assert rc == 0, err
+        t = read_table(out)
+        assert t.schema.field("id").type == pa.int64(), name
+        assert t.column("id").to_pylist() == [0, 1, 2, 3, 4], name
+        assert _rejects(out) == want, name

@@ -310,3 +310,147 @@ def test_a_local_text_file_is_read_once(tmp_path, fmt):
     print(f"{fmt}: file {size:,} bytes, read {read:,} bytes ({read / size:.2f}x)")
     assert rows == n
     assert read <= size + HEAD_BYTES + (256 << 10), (read, size)
+
+
+# --------------------------------------------------------------------------- JSONL ids: the file's first id decides
+def _late_ids_lines() -> list[str]:
+    """1,001 lines with a null id (none usable in the head's 1,000 lines), a float id (not one), 30 integer ids, 30
+    string ids, one more integer id."""
+    lines = [json.dumps({"id": None, "text": f"n{i}"}) for i in range(1001)] + [json.dumps({"id": 1.5, "text": "f"})]
+    lines += [json.dumps({"id": k if k < 30 else f"s{k}", "text": f"sentence {k}"}) for k in range(60)]
+    return lines + [json.dumps({"id": 99, "text": "last"})]
+
+
+def _bad_ids(rows) -> dict[int, str]:
+    return {r: f"{why.code.value}: {why.text}" for r, _, _, why in rows if why is not None}
+
+
+@pytest.mark.parametrize("compress", [None, "gz"])
+def test_jsonl_id_kind_is_the_files_first_id_read_on_past_the_head(tmp_path, compress):
+    """No usable id in the head: the file is read on to its first integer-or-string id (row 1002: an integer), which
+    decides the output type and seeds every parse, so the partitions (the Dask engine's, at any blocksize, through a
+    pickled reader) reject exactly the rows the whole stream rejects (each partition decided on its own first id,
+    and id_type() said string while the ids written were integers)."""
+    import pickle
+
+    data = ("\n".join(_late_ids_lines()) + "\n").encode()
+    path = tmp_path / ("ids.jsonl" + (".gz" if compress else ""))
+    path.write_bytes(gzip.compress(data) if compress else data)
+    reader = open_input(str(path), id_column="id", batch_rows=16)
+    assert reader.id_type() == pa.int64()
+    whole = rows_of(reader)
+    assert len(whole) == 1063
+    bad = {1001: "bad-id: id 1.5 is a number, not a string or an integer"}
+    bad |= {1002 + k: f'bad-id: id "s{k}" is a string, but the ids before it are integers' for k in range(30, 60)}
+    assert _bad_ids(whole) == bad  # the null ids are rejected later, as every format's (chunks.validate_batch)
+    assert [i for _, _, i, why in whole[1002:] if why is None] == [*range(30), 99]
+    worker = pickle.loads(pickle.dumps(reader))
+    for blocksize in (2048, 4096, 16384, None):
+        parts = reader.partitions(blocksize)
+        assert len(parts) == (1 if compress or blocksize is None else -(-path.stat().st_size // blocksize)), blocksize
+        first, got = 0, []
+        for p in parts:
+            b = worker.read_partition(p, first)
+            got += rows_in([b])
+            first += len(b.rows)
+        assert got == whole, blocksize
+
+
+def test_jsonl_id_kind_without_any_usable_id_and_in_the_head(tmp_path):
+    """A file with no integer-or-string id is read to its end once and stays undecided (string: no id is written); a
+    head that holds one decides (a later id of the other kind is a bad row)."""
+    (tmp_path / "none.jsonl").write_text("".join(json.dumps({"id": None, "text": f"t{i}"}) + "\n" for i in range(1500)))
+    reader = open_input(str(tmp_path / "none.jsonl"), id_column="id")
+    assert reader.id_type() == pa.string()
+    assert _bad_ids(rows_of(reader)) == {}
+    (tmp_path / "head.jsonl").write_text("".join(json.dumps({"id": f"s{i}" if i == 3 else i, "text": "t"}) + "\n"
+                                                 for i in range(1500)))
+    reader = open_input(str(tmp_path / "head.jsonl"), id_column="id")
+    assert reader.id_type() == pa.int64()
+    assert _bad_ids(rows_of(reader)) == {3: 'bad-id: id "s3" is a string, but the ids before it are integers'}
+
+
+def test_jsonl_id_kind_from_standard_input_is_its_first_id(tmp_path, monkeypatch):
+    """Standard input cannot be read on: its one parse decides at the first integer-or-string id, as the file's
+    reader does (the same rows, ids and reasons), and the output type is left to the ids written (it was string)."""
+    import io
+    import sys
+
+    data = ("\n".join(_late_ids_lines()) + "\n").encode()
+    (tmp_path / "ids.jsonl").write_bytes(data)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    reader = open_input("-", "jsonl", id_column="id", batch_rows=16)
+    assert reader.id_type() is None
+    rows = rows_of(reader)
+    assert rows == rows_of(open_input(str(tmp_path / "ids.jsonl"), id_column="id"))
+    assert sorted(_bad_ids(rows)) == [1001, *range(1032, 1062)]
+
+
+# --------------------------------------------------------------------------- Parquet: a row group shared by partitions
+def _one_row_group(path, n: int) -> None:
+    """n rows in one row group: text (a few nulls), an int32 id, a dictionary kept column."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
+    texts = [None if i % 997 == 5 else " ".join(words[(i * 7 + k * 3) % 10] for k in range(i % 23 + 1)) + f" {i}"
+             for i in range(n)]
+    split = pa.array([("train", "test", "dev")[i % 3] for i in range(n)]).dictionary_encode()
+    pq.write_table(pa.table({"text": texts, "key": pa.array(range(n), pa.int32()), "split": split}), path,
+                   row_group_size=n)
+
+
+def test_parquet_partitions_inside_one_row_group_equal_the_whole_read(tmp_path):
+    """A row group cut into many partitions (row ranges inside it): read_partition's rows, ids, kept values and bad
+    rows, in order, are batches()'s, at several cuts."""
+    import pickle
+
+    path = tmp_path / "one.parquet"
+    _one_row_group(path, 5000)
+    reader = open_input(str(path), id_column="key", keep=["split"])
+    assert pq.ParquetFile(path).metadata.num_row_groups == 1
+    whole = [(r, t, i, s) for b in reader.batches() for r, t, i, s in zip(b.rows, b.texts, b.ids, b.extra["split"])]
+    worker = pickle.loads(pickle.dumps(reader))
+    for blocksize, target in ((4096, None), (16384, 7), (None, 3), (None, None)):
+        parts = reader.partitions(blocksize, target)
+        assert len(parts) > 1 or (blocksize, target) == (None, None), parts
+        first, got = 0, []
+        for p in parts:
+            b = worker.read_partition(p, first)
+            assert len(b.rows) == p.n_rows == worker.count_rows(p)
+            got += list(zip(b.rows, b.texts, b.ids, b.extra["split"]))
+            first += len(b.rows)
+        assert got == whole, (blocksize, target)
+
+
+_PEAK = """
+import json, sys
+import pyarrow as pa
+from bertfeat.readers import open_input
+r = open_input(sys.argv[1], id_column="key")
+parts = r.partitions(int(sys.argv[2]), None)
+k = len(parts) * 3 // 4
+first = sum(p.n_rows for p in parts[:k])
+before = pa.default_memory_pool().max_memory()
+b = r.read_partition(parts[k], first)
+print(json.dumps({"before": before, "peak": pa.default_memory_pool().max_memory(), "parts": len(parts),
+                  "rows": len(b.rows), "first": b.rows[0], "want": first, "n_rows": parts[k].n_rows}))
+"""
+
+
+def test_parquet_partition_memory_is_bounded_by_the_partition_not_the_row_group(tmp_path):
+    """A partition three quarters into a large row group is read in a fresh process: Arrow's peak memory is a small
+    part of the row group's decoded size (the whole row group was read and decoded, then sliced: a task's memory was
+    bounded by the row group, not --blocksize)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "big.parquet"
+    _one_row_group(path, 500_000)
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    decoded = group.total_byte_size  # uncompressed
+    assert decoded > 36 << 20, decoded
+    out = subprocess.run([sys.executable, "-c", _PEAK, str(path), str(256 << 10)], capture_output=True, text=True,
+                         check=True).stdout
+    got = json.loads(out)
+    print(f"row group {decoded / 2**20:.1f} MiB decoded; {got['parts']} partitions; one partition's Arrow peak "
+          f"{got['peak'] / 2**20:.1f} MiB (before the read {got['before'] / 2**20:.1f} MiB)")
+    assert (got["rows"], got["first"]) == (got["n_rows"], got["want"]) and got["parts"] >= 20
+    assert got["peak"] < decoded / 3, (got, decoded)

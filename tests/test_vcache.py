@@ -5,6 +5,7 @@ plan / settle when chunks are read ahead of the model. End to end through both e
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -413,3 +414,138 @@ def test_a_clear_while_a_run_writes_leaves_no_unseen_vectors(tmp_path, other_run
     assert other.clear() == 4 and other.summary() == []
     writer.close()
     other.close()
+
+
+# --------------------------------------------------------------------------- the run's store fails: named as itself
+class _Failing:
+    """A connection whose statements fail as SQLite does (``error``), for the store's write path."""
+
+    def __init__(self, db, error: sqlite3.Error):
+        self._db, self._error = db, error
+
+    def execute(self, sql, *args):
+        if sql.startswith(("BEGIN", "INSERT", "UPDATE")):
+            raise self._error
+        return self._db.execute(sql, *args)
+
+    def executemany(self, *args):
+        raise self._error
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+RESUME = "rerun the same command with --resume"
+RUN_STORE_CASES = [
+    (sqlite3.OperationalError("database or disk is full"), ": no space left on the device",
+     f"free disk space, then {RESUME}"),
+    (sqlite3.OperationalError("disk I/O error"), " (disk I/O error)",
+     "its file system may be full or too small for the file, or the disk failed: free disk space, then "
+     f"{RESUME}, or write to another file system with -o"),
+    (sqlite3.OperationalError("attempt to write a readonly database"), " (attempt to write a readonly database)",
+     "check the output's directory is writable, or write elsewhere with -o"),
+]
+
+
+@pytest.mark.parametrize("error, what, fix", RUN_STORE_CASES, ids=["full", "io", "readonly"])
+def test_run_store_errors_name_the_run_store_not_a_cache(tmp_path, monkeypatch, error, what, fix):
+    """The run's own store of encoded rows without a cache (the Dask engine's OUTPUT.partial/.dedup/, the local
+    engine's spill file in OUTPUT.partial/) failing: named as the run's store, with the local engine's fix for its
+    partial directory's file system (it said "cannot write the cache ... - check the cache directory is writable
+    ..., or use another one" though no cache was given); a cache elsewhere keeps the cache's words."""
+    from bertfeat.cli import FLAGS
+
+    partial = tmp_path / "o.parquet.partial"
+    dask = open_cache(partial / ".dedup")  # the Dask engine's (dask_engine.RUN_STORE)
+    fid = dask.register("a" * 32, "m", D, {})
+    dask.db = _Failing(dask.db, error)
+    with pytest.raises(CacheError) as e:
+        dask.put(fid, keys(SST2[:2]), vectors(2), [1, 1], [False, False], [1, 1])
+    db = partial / ".dedup" / DB_NAME
+    assert e.value.render(FLAGS) == f"cannot write the run's temporary store of encoded rows {db}{what} - {fix}"
+    dask.db = dask.db._db
+    dask.close()
+
+    def failing_open(self):
+        raise error
+
+    monkeypatch.setattr(VectorStore, "_open", failing_open)
+    local = RunStore(D, partial, budget=0)  # the local engine's: spills at once
+    with pytest.raises(CacheError) as e:
+        local.put(keys(SST2[:2]), vectors(2), [1, 1], [False, False], [1, 1])
+    spill = re.escape(str(partial / ".dedup-")) + r"\d+-[0-9a-f]{8}\.sqlite3"
+    assert re.fullmatch(f"cannot open the run's temporary store of encoded rows {spill}{re.escape(f'{what} - {fix}')}",
+                        e.value.render(FLAGS)), e.value.render(FLAGS)
+    with pytest.raises(CacheError) as e:
+        open_cache(tmp_path / "cache")
+    assert e.value.render(FLAGS).startswith(f"cannot open the cache {tmp_path / 'cache' / DB_NAME}")
+
+
+def test_run_store_damaged_or_locked(tmp_path, monkeypatch):
+    from bertfeat import vcache
+    from bertfeat.cli import FLAGS
+
+    db = tmp_path / "o.parquet.partial" / ".dedup" / DB_NAME
+    for error, message in (
+            (sqlite3.DatabaseError("database disk image is malformed"),
+             f"the run's temporary store of encoded rows {db} is damaged (database disk image is malformed) - delete "
+             f"{db} (its rows are encoded again), then {RESUME}"),
+            (sqlite3.OperationalError("database is locked"),
+             f"the run's temporary store of encoded rows {db} stayed locked by another process for 0 s while opening "
+             f"- {RESUME} (the finished parts are kept)")):
+        def failing_open(self, error=error):
+            raise error
+
+        monkeypatch.setattr(VectorStore, "_open", failing_open)
+        monkeypatch.setattr(vcache, "BUSY_TIMEOUT_S", 0.0)
+        with pytest.raises(CacheError) as e:
+            open_cache(db.parent)
+        assert e.value.render(FLAGS) == message
+
+
+_FILL = """
+import resource, sys
+from pathlib import Path
+import numpy as np
+from bertfeat.cli import FLAGS
+from bertfeat.vcache import CacheError, open_cache, text_key
+resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))  # ulimit -f
+store = open_cache(Path(sys.argv[1]))
+fid = store.register("a" * 32, "m", 384, {})
+try:
+    for i in range(100):
+        ks = [text_key(f"{i} {k}") for k in range(50)]
+        store.put(fid, ks, np.ones((50, 384), "f4"), [1] * 50, [0] * 50, [1] * 50)
+except CacheError as e:
+    print(e.render(FLAGS))
+"""
+
+
+def test_run_store_too_large_for_its_file_system_says_so(tmp_path):
+    """A real EFBIG (RLIMIT_FSIZE, as ``ulimit -f``; SQLite says "disk I/O error"): the run's store gives the local
+    engine's words for it (safety.os_error: "file too large for the file system - write to another file system with
+    -o"); a cache keeps its own."""
+    import errno
+    import subprocess
+    import sys
+
+    from bertfeat.cli import FLAGS
+    from bertfeat.safety import os_error
+
+    resource = pytest.importorskip("resource")
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 300_000:
+        pytest.skip("the hard file size limit is below the test's")
+
+    def fill(directory: Path) -> str:
+        return subprocess.run([sys.executable, "-c", _FILL, str(directory)], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    db = tmp_path / "o.parquet.partial" / ".dedup" / DB_NAME
+    local = os_error(OSError(errno.EFBIG, "File too large"), "o.parquet.partial").render(FLAGS)
+    assert local == "o.parquet.partial: file too large for the file system - write to another file system with -o"
+    assert fill(db.parent) == (f"cannot write the run's temporary store of encoded rows {db}: "
+                               f"{local.split(': ', 1)[1]}")
+    cache = tmp_path / "cache" / DB_NAME
+    assert fill(cache.parent) == (f"cannot write the cache {cache} (disk I/O error) - check the cache directory is "
+                                  "writable and its disk has room, or use another one")

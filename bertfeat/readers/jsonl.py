@@ -3,6 +3,15 @@
 A file whose first lines hold JSON values but no object (arrays, strings, numbers) is refused when it is
 opened; in a file of objects, a line that is another JSON value is a bad row (``RejectCode.NOT_OBJECT``).
 UTF-16 and UTF-32 files (``encoding='utf-16'`` ...) are cut into lines on their two- or four-byte line feeds.
+
+Ids (``id_column``) are integers or strings, one kind per file: the file's first id that is an integer or a string
+(on a line that is a JSON object valid in the encoding) decides the kind and the output column's type (int64 or
+string); an id of the other kind is a bad row (``RejectCode.BAD_ID``), as is one that is neither (a number, a
+boolean, an object; a null or missing id: ``RejectCode.NULL_ID``). When the first lines (the head) hold no such id,
+the file is read on from its start, once, when it is opened, until one is found (the whole file if it holds none),
+so every parse - the local engine's, and each Dask partition's, whatever ``blocksize`` cuts - starts with the
+file's kind and rejects the same rows. Standard input cannot be read twice: there the first such id decides as the
+rows stream in (one parse: the same rule), and the output's type comes from the ids written.
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ class JsonlReader(TextReader):
         super()._setup(delimiter)
         self._json_types: dict[str, set] = {}  # column -> the kinds of its values in the first lines
         self._first_kind: dict[str, str] = {}  # column -> the kind of its first value that is not null
-        self._first_id_kind: dict[str, str] = {}  # column -> "integer" / "string": its first value that could be an id
+        self._first_id_kind: dict[str, str] = {}  # column -> "integer" / "string": the file's first possible id
+        self._head_whole = False  # the head held every line of the input, and each was looked at
 
     def _count_lines(self, data: bytes) -> int:
         """Lines that are not blank (JSON strings hold no raw line break): the rows, as _parse reads them."""
@@ -36,12 +46,42 @@ class JsonlReader(TextReader):
         return [c for c, types in self._json_types.items() if "str" in types]
 
     def id_type(self) -> pa.DataType | None:
-        """The first usable id of the head decides, as the reader's rule (an id of the other kind is a bad row):
-        integer ids are int64, string ids string (also when the head holds no usable id). The same kind seeds every
-        parse, so a Dask partition rejects the rows the local engine rejects."""
+        """The file's first id that is an integer or a string decides (the module's rule; an id of the other kind is
+        a bad row): integer ids are int64, string ids string, and string when the file holds no such id (no row has an
+        id to write). Standard input whose head holds none: None (the type of the ids written)."""
         if self.id_column is None:
             return pa.int64()
-        return pa.int64() if self._first_id_kind.get(self.id_column) == "integer" else pa.string()
+        kind = self._first_id_kind.get(self.id_column)
+        if kind is None and self.path == "-":
+            return None
+        return pa.int64() if kind == "integer" else pa.string()
+
+    def _select_columns(self, text_column, pair_column, id_column):
+        """The columns chosen; an id column whose kind the head did not decide: the file read on until its first id
+        that is an integer or a string (the same kind for every parse: the local engine's and each partition's)."""
+        super()._select_columns(text_column, pair_column, id_column)
+        if id_column and id_column not in self._first_id_kind and self.path != "-" and not self._head_whole:
+            kind = self._first_id_kind_in_file(id_column)
+            if kind is not None:
+                self._first_id_kind[id_column] = kind
+
+    def _first_id_kind_in_file(self, column: str) -> str | None:
+        """The kind of the file's first id that is an integer or a string, read as the head is read (a line that is
+        not valid in the encoding, not JSON or not an object holds none), from the start: None when there is none."""
+        fh, _ = self._open_binary()
+        try:
+            codec, unit = self._line_codec(fh)
+            for line in self._lines(fh, codec, unit):
+                try:
+                    obj = _loads(line.decode(codec))
+                except (ValueError, RecursionError):  # UnicodeDecodeError too
+                    continue
+                kind = _id_kind(obj.get(column)) if isinstance(obj, dict) else None
+                if kind is not None:
+                    return kind
+        finally:
+            fh.close()
+        return None
 
     def _decide_keep_types(self) -> dict[str, pa.DataType]:
         """The first value of each kept column that is not null decides its type (``kept.json_type``); a column
@@ -72,6 +112,7 @@ class JsonlReader(TextReader):
         other = None  # (line number, value) of the first line that is JSON but not an object
         unread = None  # (line number, error) of the first non-blank line that is not JSON
         codec, lines = self._head_lines(head)
+        self._head_whole = len(head) < HEAD_BYTES and len(lines) <= 1000  # every line of the input was looked at
         for n, line in enumerate(lines[:1000], 1):
             try:
                 obj = _loads(line.decode(codec))
@@ -138,12 +179,14 @@ class JsonlReader(TextReader):
 
     def _parse(self, fh, counter):
         rows, texts, pairs, ids, pre, extra = [], [], [], [], {}, self.empty_extra()
-        id_kind = self._first_id_kind.get(self.id_column) if self.id_column else None  # the head's: ids of one kind
+        id_kind = self._first_id_kind.get(self.id_column) if self.id_column else None  # the file's: ids of one kind
         start = 0  # bytes consumed before the batch
         try:
             codec, unit = self._line_codec(fh)
             for row, line in enumerate(self._lines(fh, codec, unit)):
                 text, pair, ident, obj, reason = self._row(line, codec)
+                if id_kind is None and (reason is None or reason.code != RejectCode.ENCODING):
+                    id_kind = _id_kind(ident)  # no kind yet (standard input): the first id that could be one decides
                 if reason is None and ident is not None:
                     reason, id_kind = _check_id(ident, id_kind)
                 if extra is not None:

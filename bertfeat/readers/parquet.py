@@ -38,10 +38,10 @@ class ParquetReader(Reader):
             raise InputError("<stdin>: standard input is empty", "pipe a Parquet file into bertfeat extract -")
         return name
 
-    def _parquet(self, fh):
+    def _parquet(self, fh, **options):
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(fh)
+        return pq.ParquetFile(fh, **options)
 
     def _columns(self) -> list[str]:
         self._pq_schema = None
@@ -205,19 +205,44 @@ class ParquetReader(Reader):
         return parts
 
     def read_partition(self, part: Partition, first_row: int) -> RawBatch:
-        t = None
+        """The partition's rows: ``n_rows`` from row ``row_offset`` of its first row group on. A row group shared by
+        several partitions is streamed in record batches of about the partition's rows, and only the partition's
+        are kept, so a task holds its partition and a batch (and a page and a read buffer), not the whole row group
+        decoded. The batches before the partition's rows are still decoded (CPU): pyarrow reads no row range inside a
+        row group (no page index use in iter_batches)."""
+        batches: list[pa.RecordBatch] = []
         try:
             if part.row_groups:
                 with self.fs.open(part.file, "rb") as fh:
-                    t = self._parquet(fh).read_row_groups(list(dict.fromkeys(part.row_groups)), columns=self._wanted())
-                if part.n_rows is not None:
-                    t = t.slice(part.row_offset, part.n_rows)
+                    # no pre-buffering (it reads the row groups' whole column chunks first): pages read as decoded
+                    pf = self._parquet(fh, pre_buffer=False, buffer_size=READ_BUFFER)
+                    batches = list(_rows_of(pf, list(dict.fromkeys(part.row_groups)), self._wanted(), part))
         except (pa.ArrowException, OSError) as e:
             raise InputError(f"{part.file} near row {first_row}: cannot read the Parquet file ({one_line(e)})",
                              "check the file is Parquet and complete") from None
-        if t is None:
+        if batches:
+            t = pa.Table.from_batches(batches)
+        else:
             t = pa.table({c: pa.array([], self._pq_schema.field(c).type) for c in self._wanted()})
         return self._batch(t, first_row)
+
+
+READ_BUFFER = 1 << 20  # bytes read at a time from a column chunk by read_partition (0 in pyarrow: the whole chunk)
+
+
+def _rows_of(pf, groups: list[int], columns: list[str], part: Partition):
+    """The record batches of ``part``'s rows among ``groups`` of ``pf`` (all of their rows when ``n_rows`` is None):
+    batches of about the partition's rows, those before ``row_offset`` dropped, the one across an end sliced."""
+    start, stop = (0, None) if part.n_rows is None else (part.row_offset, part.row_offset + part.n_rows)
+    size = 65536 if part.n_rows is None else max(MIN_PART_ROWS, part.n_rows)
+    pos = 0  # rows of the groups before the batch
+    for b in pf.iter_batches(batch_size=size, row_groups=groups, columns=columns):
+        end = pos + b.num_rows
+        if end > start:
+            yield b.slice(max(0, start - pos), (end if stop is None else min(end, stop)) - max(pos, start))
+        if stop is not None and end >= stop:
+            return  # no batch after the partition's last row is decoded
+        pos = end
 
 
 def _pylist(col) -> tuple[list, dict[int, int]]:

@@ -1,0 +1,111 @@
+"""The readers and the run's own store on the Dask engine's path, beside the local engine's (an in-process
+LocalCluster of one one-thread worker: a monkeypatch reaches the worker's tasks).
+
+JSONL ids whose kind the first lines do not decide are judged as on the local engine at every blocksize; a failing
+run store (OUTPUT.partial/.dedup/, no cache) is named as the run's store with the fix for its file system.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import dask_local_client
+
+pytest.importorskip("distributed")
+
+import bertfeat  # noqa: E402
+from bertfeat.readers import open_input  # noqa: E402
+from bertfeat.vcache import CacheError, VectorStore  # noqa: E402
+from extract_util import run, tiny_model, write_csv  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def client():
+    with dask_local_client(n_workers=1, threads_per_worker=1, processes=False) as c:
+        yield c
+
+
+def _rejects(path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [[r[0], r[2]] for r in list(csv.reader(fh))[1:]]  # row, reason
+
+
+@pytest.fixture(scope="module")
+def late_ids(tmp_path_factory):
+    """1,001 lines whose id is null (no usable id in the head's 1,000 lines), then 40 integer ids, then 40 strings."""
+    path = tmp_path_factory.mktemp("ids") / "ids.jsonl"
+    lines = [json.dumps({"id": None, "text": "x"}) for _ in range(1001)]
+    lines += [json.dumps({"id": k if k < 40 else f"s{k}", "text": f"sentence {k} with a few words"}) for k in range(80)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_jsonl_ids_past_the_head_same_rows_on_both_engines(client, late_ids, tmp_path):
+    """The file's first integer-or-string id (row 1001, past the head) decides: the local engine writes int64 ids
+    (it failed: "column 'id' cannot be stored as string"), and the Dask engine rejects the same rows at every
+    blocksize (each partition decided on its own first id: 4 KiB kept 40 + 33 string ids, none 40 + 0)."""
+    local = tmp_path / "local.parquet"
+    s = bertfeat.extract(late_ids, local, model=tiny_model(), id_column="id", on_bad_row="skip")
+    assert (s.rows_written, s.rows_rejected) == (40, 1041)
+    assert pq.read_schema(local).field("id").type == "int64"
+    assert pq.read_table(local).column("id").to_pylist() == list(range(40))
+    want = _rejects(tmp_path / "local.parquet.rejects.csv")
+    assert want[:2] == [["0", "null id"], ["1", "null id"]] and len(want) == 1041
+    assert want[1001:1003] == [["1041", 'id "s40" is a string, but the ids before it are integers'],
+                                         ["1042", 'id "s41" is a string, but the ids before it are integers']]
+    for blocksize in (4096, 16384, None):
+        out = tmp_path / f"dask-{blocksize}.parquet"
+        d = bertfeat.extract(late_ids, out, model=tiny_model(), id_column="id", on_bad_row="skip", engine="dask",
+                             client=client, blocksize=blocksize)
+        assert (d.rows_written, d.rows_rejected) == (40, 1041), blocksize
+        t = pq.read_table(out)
+        assert t.schema.field("id").type == "int64", blocksize
+        assert t.column("id").to_pylist() == list(range(40)), blocksize
+        assert _rejects(tmp_path / f"dask-{blocksize}.parquet.rejects.csv") == want, blocksize
+    assert len(open_input(str(late_ids), id_column="id").partitions(4096, 4)) >= 6  # 4 KiB cuts the file
+
+
+def _failing_open(fail_from: int):
+    """VectorStore._open that raises SQLite's "disk I/O error" from its ``fail_from``-th call on (1: every call)."""
+    calls = []
+    real = VectorStore._open
+
+    def _open(self):
+        calls.append(self.path)
+        if len(calls) >= fail_from:
+            raise sqlite3.OperationalError("disk I/O error")
+        real(self)
+
+    return _open, calls
+
+
+@pytest.mark.parametrize("fail_from, where", [(1, "client"), (2, "task")])
+def test_run_store_disk_error_names_the_run_store_not_a_cache(client, tmp_path, capsys, monkeypatch, fail_from, where):
+    """--no-cache: the run's duplicates store OUTPUT.partial/.dedup/ failing (on the client's first open, or in a
+    task) is the run's temporary store of encoded rows, with the fix for a full or too-small file system (it said
+    "cannot open the cache ... check the cache directory is writable ..." though no cache was asked for)."""
+    src = write_csv(tmp_path / "c.csv", ["text"], [[f"sentence number {i}"] for i in range(20)])
+    out = tmp_path / "o.parquet"
+    _open, calls = _failing_open(fail_from)
+    monkeypatch.setattr(VectorStore, "_open", _open)
+    db = tmp_path / "o.parquet.partial" / ".dedup" / "vectors.sqlite3"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--engine", "dask", "--scheduler",
+                     client.scheduler.address, "--no-cache", "--blocksize", "none", "-q")
+    assert rc == 1, err
+    assert err.strip().splitlines()[-1] == (
+        f"Error: cannot open the run's temporary store of encoded rows {db} (disk I/O error) - its file system may be "
+        "full or too small for the file, or the disk failed: free disk space, then rerun the same command with "
+        "--resume, or write to another file system with -o")
+    assert calls and all(p == db for p in calls), calls
+    assert len(calls) == fail_from, calls  # where: the client's open, or the task's after it
+    with pytest.raises(CacheError) as e:
+        bertfeat.extract(src, tmp_path / "p.parquet", model=tiny_model(), engine="dask", client=client, cache=False,
+                         blocksize=None)
+    assert e.value.message.startswith("cannot open the run's temporary store of encoded rows ")
+    assert e.value.message.endswith(" then rerun the same command with resume=True, or write to another file system "
+                                    "with output")
