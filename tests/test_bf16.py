@@ -176,8 +176,10 @@ def test_bf16_kernels_write_the_rounded_fp32_result():
         kernels.use("numba")
         y16 = np.zeros(y.shape, np.uint16)
         got = add_layer_norm_(y.copy(), bb, r, g, beta, 1e-12, out16=y16)
-        np.testing.assert_array_equal(got, ref)  # the fp32 result is unchanged
-        np.testing.assert_array_equal(y16, gemm.to_bf16(ref))
+        # the fp32 result is the fp32 kernel's within float rounding: two kernels compiled apart with fastmath
+        # 'reassoc' may sum in another order (a fresh clone's numba cache, written by two test workers, gave 1 ulp)
+        np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6)
+        np.testing.assert_array_equal(y16, gemm.to_bf16(got))  # its bf16 output is its own fp32 result rounded
         from bertfeat.model import ctx_rows_bf16_, to_bf16_
 
         ctx = rng.standard_normal((2, 4, 5, 8)).astype(np.float32)
