@@ -237,6 +237,14 @@ def _near_file_size_limit(files: list[Path]) -> bool:
     return max(sizes, default=0) + 4 * PAGE_SIZE >= limit
 
 
+def _locked(what: str, doing: str, waited: float, fix: str) -> CacheError:
+    """A store another process held locked past the busy timeout (``err.locked``: the callers' retry test)."""
+    gerund = {"open": "opening", "read": "reading", "write": "writing"}.get(doing, doing)
+    err = CacheError(f"{what} stayed locked by another process for {waited:.0f} s while {gerund}", fix)
+    err.locked = True
+    return err
+
+
 # --------------------------------------------------------------------------- the store
 def _crc(fp_text: str, key: bytes, vec: bytes, n_tokens: int, flags: int, n_chunks: int) -> int:
     h = hashlib.blake2b(fp_text.encode() + key + vec + np.array([n_tokens, flags, n_chunks], "<i8").tobytes(),
@@ -342,11 +350,7 @@ class VectorStore:
             return self._run_store_error(e, doing, waited)
         text = str(e)
         if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-            gerund = {"open": "opening", "read": "reading", "write": "writing"}.get(doing, doing)
-            err = CacheError(f"the cache {self.path} stayed locked by another process for {waited:.0f} s while {gerund}",
-                             "let the other run finish, or use another cache directory")
-            err.locked = True
-            return err
+            return _locked(f"the cache {self.path}", doing, waited, "let the other run finish, or use another cache directory")
         if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text or "disk I/O" in text):
             return CacheError(f"cannot {doing} the cache {self.path} ({text})",
                               "check the cache directory is writable and its disk has room, or use another one")
@@ -362,11 +366,7 @@ class VectorStore:
         text, where = str(e), f"{RUN_STORE} {self.path}"
         resume = f"rerun the same command with {opt('resume', True)}"
         if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-            gerund = {"open": "opening", "read": "reading", "write": "writing"}.get(doing, doing)
-            err = CacheError(f"{where} stayed locked by another process for {waited:.0f} s while {gerund}",
-                             f"{resume} (the finished parts are kept)")
-            err.locked = True
-            return err
+            return _locked(where, doing, waited, f"{resume} (the finished parts are kept)")
         if isinstance(e, sqlite3.OperationalError) and "full" in text:  # SQLITE_FULL: ENOSPC
             return CacheError(f"cannot {doing} {where}: no space left on the device", f"free disk space, then {resume}")
         if isinstance(e, sqlite3.OperationalError) and "disk I/O" in text:
