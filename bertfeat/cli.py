@@ -137,6 +137,7 @@ def extract(
     no_cache: bool = typer.Option(False, "--no-cache", help="Use no vector cache, even if BERTFEAT_CACHE is set."),
     estimate: bool = typer.Option(False, "--estimate", help="Run nothing, write nothing: measure on a sample what this run would take (rows, tokens, time on this machine, disk, memory) and print it."),
     estimate_rows: Optional[int] = typer.Option(None, "--estimate-rows", help="--estimate: rows to measure on (a uniform sample; default 500)."),
+    summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write the run's summary as one JSON object to FILE, or '-' for standard output (every count, timing, output path and the GEMM path; keys in docs/cli.md)."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
     from .job import extract as run_extract
@@ -146,6 +147,8 @@ def extract(
         raise BertfeatError("--cache and --no-cache exclude each other", "give one of them")
     if estimate_rows is not None and not estimate:
         raise BertfeatError("--estimate-rows applies to --estimate", "add --estimate, or drop --estimate-rows")
+    if summary_json is not None:
+        check_summary_json(summary_json, input, overwrite)
 
     try:
         summary = run_extract(
@@ -170,6 +173,8 @@ def extract(
         render(summary, out_console, err_console)
     elif not quiet:
         render_summary(summary)
+    if summary_json is not None:
+        write_summary_json(summary, summary_json, "estimate" if estimate else "extract")
 
 
 @app.command(epilog="Examples:\n\n  bertfeat verify feats.parquet\n\n"
@@ -299,6 +304,57 @@ def _command_line() -> str:
     return "bertfeat " + shlex.join(argv)
 
 
+SUMMARY_KIND = "bertfeat-summary"
+
+
+def check_summary_json(dest: str, input: str, overwrite: bool) -> None:
+    """--summary-json FILE, before the run: not the input, not a directory; an existing file that is not an earlier
+    summary needs --overwrite (a summary is replaced on every run: it is the run's log)."""
+    import json
+
+    from .safety import check_outputs
+
+    if dest == "-":
+        return
+    path = Path(dest)
+    earlier = False
+    if path.is_file():
+        try:
+            earlier = json.loads(path.read_text(encoding="utf-8")).get("kind") == SUMMARY_KIND
+        except (OSError, ValueError, AttributeError):
+            earlier = False
+    check_outputs([("summary JSON", path)], [Path(input)] if input != "-" else [], overwrite or earlier,
+                  options={"summary JSON": "summary_json"})
+
+
+def write_summary_json(result, dest: str, what: str) -> None:
+    """The run's summary (or --estimate's) as one JSON object: on stdout for '-', else a file written atomically."""
+    import dataclasses
+    import json
+
+    from .atomic import write_atomic
+
+    body = result.to_dict() if hasattr(result, "to_dict") else dataclasses.asdict(result)
+    doc = {"kind": SUMMARY_KIND, "of": what, "bertfeat_version": __version__, "command": _command_line(), **body}
+    text = json.dumps(_finite(doc), default=str, allow_nan=False)
+    if dest == "-":
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    else:
+        write_atomic(dest, text + "\n")
+
+
+def _finite(x):
+    """NaN / infinity -> None, so that the JSON is strict (jq and other readers refuse NaN)."""
+    if isinstance(x, float):
+        return x if x == x and abs(x) != float("inf") else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
 def render_summary(s) -> None:
     """The closing summary of an extract run, on stderr."""
     pct_dropped = 100.0 * s.tokens_dropped / s.tokens if s.tokens else 0.0
@@ -312,7 +368,8 @@ def render_summary(s) -> None:
         f"rows chunked    {s.rows_chunked:,}",
         f"tokens          {s.tokens:,}",
         f"elapsed         {s.elapsed:,.1f} s",
-        f"throughput      {s.rows_per_s:,.1f} rows/s, {s.tokens_per_s:,.0f} tokens/s",
+        f"throughput      {s.rows_per_s:,.1f} rows/s, {s.tokens_per_s:,.0f} tokens/s (of the rows encoded; reused rows "
+        "not counted)",
         f"model           {s.model} (pooling {s.pooling}, dim {s.dim})",
     ]
     if getattr(s, "rows_multiline", 0):

@@ -78,7 +78,7 @@ from .features.parquet import pages_damaged
 from .features.reader import DIRECTORY_PROVENANCE
 from .jobcore import (PARTIAL_MANIFESTS, ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume,
                       check_resume_engine, feature_settings, fit_pca, job_manifest, load_encoder, make_reuser, new_pca,
-                      probe_into_report, provenance, read_manifest, write_pca)
+                      new_summary, probe_into_report, provenance, read_manifest, write_pca)
 from .progress import NullProgress
 from .readers import Partition, Reader
 from .rejects import TooManyBadRows, publish_rejects
@@ -225,7 +225,8 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.want_pca else "")
     path = out_dir / part_name(part.index, ctx.width)
     stats = {"index": part.index, "first_row": first_row, "rows_read": len(raw.rows), "rows_written": 0, "rows_truncated": 0,
-             "rows_chunked": 0, "tokens": 0, "tokens_dropped": 0, "rows_encoded": 0, "rows_reused": 0, "cache_repaired": 0,
+             "rows_chunked": 0, "tokens": 0, "tokens_dropped": 0, "rows_encoded": 0, "rows_reused": 0, "tokens_encoded": 0,
+             "cache_repaired": 0,
              "rejects": [], "run": ctx.run_key, "rows_multiline": multiline}
     pca = new_pca(ctx.n_components) if ctx.fit_stats else None
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
@@ -253,7 +254,8 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
         if not (Path(ctx.out_dir) / MANIFEST).is_file():
             writer.abort()
             return {"cancelled": True}
-        stats.update(rows_encoded=reuser.encoded, rows_reused=reuser.reused, cache_repaired=reuser.corrupt)
+        stats.update(rows_encoded=reuser.encoded, rows_reused=reuser.reused, tokens_encoded=reuser.tokens_encoded,
+                     cache_repaired=reuser.corrupt)
         writer.close(_part_meta(ctx.meta, stats))
     except BaseException:
         writer.abort()
@@ -350,8 +352,7 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
     spec, fingerprint = feature_settings(encoder, plan)
     applied = applied_pca(plan, fingerprint, encoder.output_dim(spec))  # pca_model: checked before any task runs
     id_name = plan.id_name
-    summary = ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec),
-                             cache=None if plan.cache is None else str(plan.cache))
+    summary = new_summary(plan, encoder, spec, "dask")
     dask = plan.dask
     cache_id = check_cache(plan, encoder, spec) if plan.cache is not None else None
 

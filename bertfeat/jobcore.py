@@ -284,12 +284,13 @@ def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, c
 
 # --------------------------------------------------------------------------- counts and provenance
 COUNT_KEYS = ("rows_written", "rows_truncated", "rows_chunked", "tokens", "tokens_dropped")
-REUSE_KEYS = ("rows_encoded", "rows_reused")
+REUSE_KEYS = ("rows_encoded", "rows_reused", "tokens_encoded")
 
 
 @dataclass
 class ExtractSummary:
-    """What a run did: its counts, timing and outputs (name -> path); ``bertfeat.extract`` returns it."""
+    """What a run did: its counts, timing and outputs (name -> path); ``bertfeat.extract`` returns it.
+    ``to_dict`` is the JSON of ``extract --summary-json`` (its keys: docs/cli.md)."""
 
     rows_read: int = 0
     rows_written: int = 0
@@ -301,16 +302,22 @@ class ExtractSummary:
     tokens_dropped: int = 0
     rows_encoded: int = 0  # distinct texts that went through the model in this run
     rows_reused: int = 0  # rows whose vector came from the cache or from an identical earlier row of the run
+    tokens_encoded: int = 0  # tokens (before truncation) of the rows encoded
     cache: str | None = None  # the vector cache directory (None: no cache)
     cache_repaired: int = 0  # cache entries that failed their checksum: encoded again and rewritten
     elapsed: float = 0.0
     chunks_resumed: int = 0
     rows_resumed: int = 0  # rows written by the chunks kept from an interrupted run (--resume): not this run's work
     tokens_resumed: int = 0
+    rows_encoded_resumed: int = 0  # of rows_encoded / tokens_encoded: the kept chunks' (encoded by the interrupted run)
+    tokens_encoded_resumed: int = 0
     outputs: dict = field(default_factory=dict)
     dim: int = 0
     pooling: str = ""
     model: str = ""
+    engine: str = "local"
+    precision: str = ""
+    gemm: dict = field(default_factory=dict)  # the GEMM path, as the provenance records it (gemm_record)
     probe: dict | None = None  # with label: the PCA report's linear probe (probe.py)
 
     def add(self, counts: dict):
@@ -323,15 +330,19 @@ class ExtractSummary:
         """A kept chunk's counts (added with ``add`` too): its rows and tokens are left out of this run's throughput."""
         self.rows_resumed += int(counts.get("rows_written", 0))
         self.tokens_resumed += int(counts.get("tokens", 0))
+        self.rows_encoded_resumed += int(counts.get("rows_encoded", 0))
+        self.tokens_encoded_resumed += int(counts.get("tokens_encoded", 0))
 
     @property
     def rows_per_s(self) -> float:
-        """Rows written per second by this run (a resumed run's kept chunks left out)."""
-        return (self.rows_written - self.rows_resumed) / self.elapsed if self.elapsed else 0.0
+        """The encode throughput: rows this run put through the model per second (reused rows and a resumed run's
+        kept chunks left out)."""
+        return (self.rows_encoded - self.rows_encoded_resumed) / self.elapsed if self.elapsed else 0.0
 
     @property
     def tokens_per_s(self) -> float:
-        return (self.tokens - self.tokens_resumed) / self.elapsed if self.elapsed else 0.0
+        """Tokens this run put through the model per second (as ``rows_per_s``)."""
+        return (self.tokens_encoded - self.tokens_encoded_resumed) / self.elapsed if self.elapsed else 0.0
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in vars(self).items()}
@@ -339,6 +350,13 @@ class ExtractSummary:
         d["rows_per_s"] = round(self.rows_per_s, 2)
         d["tokens_per_s"] = round(self.tokens_per_s, 2)
         return d
+
+
+def new_summary(plan, encoder, spec, engine: str, **counts) -> ExtractSummary:
+    """An engine's summary before any row: the model, its features and GEMM path, the engine, the cache."""
+    return ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec), engine=engine,
+                          precision=encoder.precision, gemm=gemm_record(encoder),
+                          cache=None if plan.cache is None else str(plan.cache), **counts)
 
 
 def gemm_record(encoder) -> dict:

@@ -26,7 +26,7 @@ from .errors import BertfeatError, one_line, opt
 from .features.base import check_float16_range
 from .jobcore import (PARTIAL_MANIFESTS, ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume,
                       check_resume_engine, feature_settings, finish_pca, job_manifest, load_encoder, make_reuser, new_pca,
-                      probe_into_report, provenance, read_manifest)
+                      new_summary, probe_into_report, provenance, read_manifest)
 from .progress import NullProgress
 from .rejects import TooManyBadRows, publish_rejects
 from .threads import read_ahead
@@ -134,8 +134,7 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
                             f"check the output directory exists and is writable, or pass {opt('output')}") from None
     for _, path in layout.outputs():  # temporaries of a run killed while it wrote its outputs (this output's only)
         remove_stale_temps(path)
-    summary = ExtractSummary(chunks_resumed=len(done), pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec),
-                             cache=None if plan.cache is None else str(plan.cache))
+    summary = new_summary(plan, encoder, spec, "local", chunks_resumed=len(done))
     if done:
         progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")
     for stale in store.dir.glob(".dedup-*"):  # the duplicates store of the interrupted run (its vectors are in its parts)
@@ -163,7 +162,7 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
         counts = table_counts(table, spec.max_length)
         summary.add({"rows_read": n_read, **counts, **reuse})
         if resumed:
-            summary.add_resumed(counts)
+            summary.add_resumed({**counts, **reuse})
         summary.rows_rejected += len(chunk_rejects)
         if limit is not None and limit.exceeded(summary.rows_rejected, summary.rows_read, final=False):
             raise too_many_bad_rows()
@@ -189,9 +188,10 @@ def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
                 progress.advance(n, 0, bytes_read)
                 continue
             pc: PreparedChunk = item[1]
-            before = (reuser.encoded, reuser.reused)
+            before = (reuser.encoded, reuser.reused, reuser.tokens_encoded)
             table = chunk_table(encoder, spec, pc, plan.id_name, plan.keep_types, reuser)
-            reuse = {"rows_encoded": reuser.encoded - before[0], "rows_reused": reuser.reused - before[1]}
+            reuse = {"rows_encoded": reuser.encoded - before[0], "rows_reused": reuser.reused - before[1],
+                     "tokens_encoded": reuser.tokens_encoded - before[2]}
             store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
             account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
             tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0

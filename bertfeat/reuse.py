@@ -115,6 +115,7 @@ class Reuser:
         self.held: dict[bytes, Entry] = {}
         self._lock = threading.Lock()
         self.encoded = self.reused = 0
+        self.tokens_encoded = 0  # tokens of the encoded rows (before truncation): the run's encode throughput
 
     @property
     def corrupt(self) -> int:
@@ -207,6 +208,7 @@ class Reuser:
                 raise RuntimeError("bertfeat: a duplicate row's vector is missing (this is a bug)")
             out[i] = e
         self.encoded += len(new)
+        self.tokens_encoded += sum(int(encoded[i][1]) for i in new)
         self.reused += sum(1 for i in out if i not in encoded)
         return out, refused_out
 

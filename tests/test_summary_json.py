@@ -1,0 +1,96 @@
+"""`extract --summary-json FILE|-`: the run's summary as one JSON object (both engines), its keys as docs/cli.md
+lists them, and the throughput of a cached re-run (the rows encoded, reused rows apart)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from extract_util import metadata, run, summary_line, tiny_model, write_csv
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def documented_keys() -> set[str]:
+    """The keys docs/cli.md's table under 'Summary JSON' lists (`key` in the first column)."""
+    text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = text.split("### The summary as JSON", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([a-z_0-9]+)`", section, flags=re.M))
+
+
+def corpus(path: Path, n: int = 9) -> Path:
+    return write_csv(path, ["id", "text"], [[f"r{i}", f"sentence number {i} about {'cats' if i % 2 else 'dogs'}"]
+                                            for i in range(n)])
+
+
+def one_json_object(out: str) -> dict:
+    lines = out.splitlines()
+    assert len(lines) == 1, out  # nothing else on stdout: the progress and the text summary go to stderr
+    return json.loads(lines[0])
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_summary_json_on_stdout_matches_the_run(tmp_path, capsys, engine):
+    src = corpus(tmp_path / "c.csv")
+    out = tmp_path / ("o" if engine == "dask" else "o.parquet")
+    extra = ["--engine", "dask", "--workers", "1", "--threads", "1"] if engine == "dask" else []
+    rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id",
+                          "--pca", 2, "--summary-json", "-", *extra)
+    assert rc == 0, err
+    s = one_json_object(stdout)
+    assert s["kind"] == "bertfeat-summary" and s["of"] == "extract" and s["engine"] == engine
+    assert set(s) == documented_keys()
+    assert (s["rows_read"], s["rows_written"], s["rows_encoded"], s["rows_reused"], s["rows_rejected"]) == (9, 9, 9, 0, 0)
+    assert s["tokens_encoded"] == s["tokens"] > 0
+    assert s["precision"] == s["gemm"]["linear_layers"] == "fp32" and s["gemm"]["cpu"] and s["gemm"]["library"]
+    assert s["outputs"]["features"] == str(out) and Path(s["outputs"]["pca_model"]).is_file()
+    assert s["dim"] == 32 and s["pooling"] == "mean" and s["cache"] is None
+    assert s["elapsed"] > 0 and s["tokens_per_s"] == pytest.approx(s["tokens_encoded"] / s["elapsed"], rel=1e-3)
+    meta = metadata(next(out.glob("*.parquet")) if engine == "dask" else out)
+    assert meta["gemm"] == s["gemm"]  # the provenance's GEMM path
+    assert s["command"].startswith("bertfeat extract ") and "--summary-json -" in s["command"]
+
+
+def test_summary_json_file_is_replaced_each_run_but_a_users_file_is_not(tmp_path, capsys):
+    src = corpus(tmp_path / "c.csv")
+    out, log = tmp_path / "o.parquet", tmp_path / "run.json"
+    args = ["extract", src, "-o", out, "--model", tiny_model(), "--summary-json", log, "--quiet"]
+    rc, stdout, err = run(capsys, *args)
+    assert (rc, stdout, err) == (0, "", "")
+    first = json.loads(log.read_text())
+    assert first["rows_written"] == 9 and first["outputs"]["features"] == str(out)
+    rc, _, err = run(capsys, *args, "--overwrite")
+    assert rc == 0, err  # the earlier summary is replaced: it is the run's log
+    assert json.loads(log.read_text())["rows_written"] == 9
+
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"my": "notes"}\n')
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "p.parquet", "--model", tiny_model(),
+                     "--summary-json", mine)
+    assert rc == 1
+    assert err == f"Error: {mine} already exists - pass --overwrite to replace it, or --summary-json with another name\n"
+    assert mine.read_text() == '{"my": "notes"}\n' and not (tmp_path / "p.parquet").exists()  # refused before the run
+
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "q.parquet", "--model", tiny_model(),
+                     "--summary-json", src)
+    assert rc == 1 and "input" in err.splitlines()[0]  # never the input
+
+
+def test_a_cached_rerun_reports_no_encode_throughput(tmp_path, capsys):
+    src = corpus(tmp_path / "c.csv")
+    cache = tmp_path / "cache"
+    base = ["extract", src, "--model", tiny_model(), "--cache", cache, "--summary-json", "-"]
+    rc, stdout, err = run(capsys, *base, "-o", tmp_path / "a.parquet")
+    assert rc == 0, err
+    first = one_json_object(stdout)
+    assert first["rows_encoded"] == 9 and first["tokens_per_s"] > 0
+    rc, stdout, err = run(capsys, *base, "-o", tmp_path / "b.parquet")
+    assert rc == 0, err
+    again = one_json_object(stdout)
+    assert (again["rows_encoded"], again["rows_reused"], again["tokens_encoded"]) == (0, 9, 0)
+    assert again["rows_per_s"] == again["tokens_per_s"] == 0
+    assert summary_line(err, "throughput") == ("throughput 0.0 rows/s, 0 tokens/s (of the rows encoded; reused rows "
+                                               "not counted)")
