@@ -229,7 +229,7 @@ def sweep(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Prefix of the report files PREFIX.json and PREFIX.md (default: INPUT.sweep beside the input)."),
     sample: int = typer.Option(5000, "--sample", help="Rows compared at most: a uniform sample of the input."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sample and of the probe's folds."),
-    n_components: int = typer.Option(64, "-n", "--n-components", help="With --label: also probe the first N principal components of each set."),
+    n_components: Optional[int] = typer.Option(None, "-n", "--n-components", help="With --label: also probe the first N principal components of each set (default 64); given, the best set is ranked on those N components (the width your pipeline keeps), else on all its features."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the text (default: as extract)."),
     pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Second text of a sentence pair (token type ids 1)."),
     input_format: Optional[str] = typer.Option(None, "--input-format", help="csv, tsv, parquet or jsonl (default: from the extension)."),
@@ -246,10 +246,16 @@ def sweep(
     threads: Optional[int] = typer.Option(None, "--threads", help="Cores for the matrix products (default: all)."),
     on_bad_row: str = typer.Option("error", "--on-bad-row", help="error: stop at the first bad row; skip: leave it out (counted)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing report files (else refused)."),
+    cache: Optional[str] = typer.Option(None, "--cache", help="Vector cache directory, as extract's: each set's vectors are read and stored under its own settings, so a second sweep and an extract of a set reuse them (default: $BERTFEAT_CACHE if set)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Use no vector cache, even if BERTFEAT_CACHE is set."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no table."),
 ):
     """Compare layer x pooling feature sets of a sample of INPUT's rows, from one pass through the model."""
+    from .progress import make_progress
     from .sweep import default_prefix, sweep as run_sweep
+
+    if no_cache and cache is not None:
+        raise BertfeatError("--cache and --no-cache exclude each other", "give one of them")
 
     say = (lambda what: None) if quiet else (lambda what: err_console.print(f"bertfeat sweep: {what}", markup=False,
                                                                             highlight=False, soft_wrap=True))
@@ -257,7 +263,8 @@ def sweep(
                   input_format=input_format, encoding=encoding, delimiter=delimiter, sample=sample, seed=seed,
                   n_components=n_components, normalize=normalize, max_length=max_length, long_text=long_text, stride=stride,
                   prompt=prompt, prompt_name=prompt_name, precision=precision, threads=threads, on_bad_row=on_bad_row,
-                  output=output if output is not None else default_prefix(input), overwrite=overwrite, progress=say)
+                  output=output if output is not None else default_prefix(input), overwrite=overwrite,
+                  cache=False if no_cache else cache, progress=say, bar=make_progress(err_console, quiet, "sweep"))
     if not quiet:
         render_sweep(r)
 
@@ -270,6 +277,8 @@ def render_sweep(r: dict) -> None:
     caption = f"{r['rows']:,} rows of {r['input']}, {r['model']} ({r['precision']})"
     if probe:
         caption += f"; {r['label']}: {r['classes']} classes, {r['folds']}-fold, majority {100 * r['majority_baseline']:.2f} %"
+        caption += (f"; best on the first {r['n_components']} PCs" if r["ranked_on"] == "pca" else
+                    "; best on all features (-n N ranks on N PCs)")
     t = Table(title="Feature sets", caption=caption)
     t.add_column("set")
     for name in ("dim", "PCs 90 %", "PCs 95 %"):
@@ -290,8 +299,14 @@ def render_sweep(r: dict) -> None:
     if r.get("best"):
         best = next(e for e in r["sets"] if e["name"] == r["best"])
         how = best["options"] or "(no options: the model's own embedding)"
-        err_console.print(f"best: {best['name']}, bertfeat extract {how}", markup=False, highlight=False,
-                          soft_wrap=True)
+        on = f"on the first {r['n_components']} principal components" if r["ranked_on"] == "pca" else "on all features"
+        other = r["best_all"] if r["ranked_on"] == "pca" else r["best_pca"]
+        err_console.print(f"best {on}: {best['name']}, bertfeat extract {how}"
+                          + (f" (on {'all features' if r['ranked_on'] == 'pca' else str(r['n_components']) + ' PCs'}: "
+                             f"{other})" if other != best["name"] else ""), markup=False, highlight=False, soft_wrap=True)
+    if r.get("cache"):
+        err_console.print(f"cache {r['cache']}: {r['rows_cached']:,} rows reused, {r['rows_encoded']:,} encoded",
+                          markup=False, highlight=False, soft_wrap=True)
     if r.get("files"):
         err_console.print("wrote " + ", ".join(r["files"].values()), markup=False, highlight=False, soft_wrap=True)
 

@@ -422,12 +422,15 @@ class Encoder:
         about 1.5 ms for 10,000 x 768, against the seconds the model takes for them)."""
         return self.run_sets(prep, [spec], max_rows)[0]
 
-    def run_sets(self, prep: Prepared, specs: list[FeatureSpec], max_rows: int | None = None) -> list[np.ndarray]:
+    def run_sets(self, prep: Prepared, specs: list[FeatureSpec], max_rows: int | None = None,
+                 on_batch=None) -> list[np.ndarray]:
         """Several feature sets of the same rows from one pass through the model (bertfeat sweep): the layers any of
         ``specs`` keeps are kept, and each spec is pooled from them as ``run`` pools it. The specs must tokenize alike
-        (max length, long-text policy, stride, prompt: ``prep`` was made with any of them). One spec alone is ``run``;
-        among several, a one-token pooling (cls, lasttoken, pooled) reads its token from the whole last layer, where
-        ``run`` computes that layer at the token alone: the same vector within float rounding (~1e-6 at fp32)."""
+        (max length, long-text policy, stride, prompt: ``prep`` was made with any of them). One spec alone is ``run``,
+        and so are specs that all read one token (cls, lasttoken or pooled: the same one) of the same deepest layer
+        (``exact_groups``); otherwise a one-token pooling reads its token from the whole last layer, where ``run``
+        computes that layer at the token alone: the same vector within float rounding (~1e-6 at fp32).
+        ``on_batch(windows, tokens)``: told after each batch."""
         if not specs:
             raise BertfeatError("no feature set to compute", "give at least one")
         shared = {(s.max_length, s.long_text, s.stride, s.prompt) for s in specs}
@@ -450,6 +453,8 @@ class Encoder:
         for batch, pooled in zip(batches, parallel_map(one, batches, self.threads)):
             for win, x in zip(wins, pooled):
                 win[batch] = x
+            if on_batch is not None:
+                on_batch(len(batch), int(lengths[batch].sum()))
         outs = []
         for spec, win in zip(specs, wins):
             if len(prep.ids) == prep.n_rows:  # one window per row, in row order
@@ -487,10 +492,9 @@ class Encoder:
             ws = Workspace()
         try:
             masks = [self._pooling_mask(mask, s) for s in specs]
-            modes = tuple(specs[0].pooling.split("+"))
-            # a pooling that reads one token of the deepest layer: that layer runs at that token alone (model.layer_at)
-            at = ONE_TOKEN_POOLS[modes[0]](masks[0]) if len(specs) == 1 and len(modes) == 1 \
-                and modes[0] in ONE_TOKEN_POOLS else None
+            token = one_token(specs)
+            # poolings that read one token of the deepest layer: that layer runs at that token alone (model.layer_at)
+            at = None if token is None else ONE_TOKEN_POOLS[token](masks[0])
             keep = tuple(sorted({i for s in specs for i in s.layers}))
             fwd = forward(self.weights, input_ids, types, mask, keep=keep, ws=ws, at=at)
             return [self._pool_spec(fwd, pmask, spec) for pmask, spec in zip(masks, specs)]
@@ -693,3 +697,33 @@ def combine_windows(win: np.ndarray, window_row: np.ndarray, lengths: np.ndarray
     np.add.at(out, window_row, win.astype(np.float64) * w[:, None])
     tot = np.bincount(window_row, weights=w, minlength=n_rows)
     return (out / tot[:, None]).astype(np.float32)
+
+
+
+def _token_read(s: FeatureSpec):
+    """Which token of which layer a one-token pooling reads, as a key (None: not a one-token pooling). pooled reads
+    token 0, and so does cls unless a prompt is left out of the pooling."""
+    if s.pooling not in ONE_TOKEN_POOLS:
+        return None
+    if s.pooling == "pooled" or (s.pooling == "cls" and not (s.prompt and not s.include_prompt)):
+        return ("token 0", max(s.layers))
+    return (s.pooling, max(s.layers), s.prompt, s.include_prompt)
+
+
+def one_token(specs: list[FeatureSpec]) -> str | None:
+    """The one-token pooling whose token every spec reads (one token of the same deepest layer), or None: then one
+    pass runs that layer at that token alone, as ``run`` does for each of them."""
+    keys = {_token_read(s) for s in specs}
+    if len(keys) != 1 or None in keys:
+        return None
+    return "pooled" if next(iter(keys))[0] == "token 0" else specs[0].pooling
+
+
+def exact_groups(specs: list[FeatureSpec]) -> list[list[int]]:
+    """Indices of ``specs`` in groups whose ``run_sets`` gives each spec exactly ``run``'s vector: the specs that read
+    one token of a layer (by that token and layer), then all the others together (one pass: ``run`` runs their
+    layers whole too)."""
+    groups: dict = {}
+    for i, s in enumerate(specs):
+        groups.setdefault(_token_read(s), []).append(i)
+    return [g for k, g in groups.items() if k is not None] + ([groups[None]] if None in groups else [])

@@ -87,17 +87,21 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
     return sets, skipped
 
 
-def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: str) -> dict:
+def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: str, bar=None) -> dict:
     """A uniform sample of at most ``rows`` accepted (and, with a label, labelled) input rows, in input order:
     {"chunk": chunks.Chunk of them, "labels", "rows_read", "rows_rejected", "rows_unlabelled"}."""
     from .chunks import Chunk, Reservoir, validate_batch
+    from .progress import NullProgress
     from .rejects import bad_row_error
 
+    bar = bar or NullProgress()
     sample = Reservoir(rows, seed)  # (row, text, pair, id, label) of accepted, labelled rows
     read = rejected = unlabelled = 0
+    bar.start(getattr(reader, "total_rows", None), getattr(reader, "total_bytes", None))
     for b in reader.batches():
         chunk = validate_batch(b, 0)
         read += chunk.n_read
+        bar.advance(chunk.n_read, 0, chunk.bytes_read)
         if chunk.rejects:
             if on_bad_row == "error":
                 raise bad_row_error(reader.name, chunk.rejects[0], "leave it out of the sweep")
@@ -107,6 +111,7 @@ def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: st
         unlabelled += labelled.count(False)
         sample.add([(chunk.rows[i], chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i],
                      None if chunk.ids is None else chunk.ids[i], v) for i, v in enumerate(values) if labelled[i]])
+    bar.stop()
     kept = sample.items()  # input order
     has_pairs, has_ids = reader.pair_column is not None, reader.id_column is not None
     chunk = Chunk(0, [r[0] for r in kept], [r[1] for r in kept], [r[2] for r in kept] if has_pairs else None,
@@ -128,17 +133,22 @@ def _variance(X: np.ndarray) -> tuple[object, dict]:
 def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, model: str | os.PathLike | None = None,
           text_column: str | None = None, pair_column: str | None = None, id_column: str | None = None,
           input_format: str | None = None, encoding: str = "utf-8", delimiter: str | None = None,
-          sample: int = DEFAULT_SAMPLE, seed: int = 0, n_components: int = DEFAULT_N_COMPONENTS, folds: int = 5,
+          sample: int = DEFAULT_SAMPLE, seed: int = 0, n_components: int | None = None, folds: int = 5,
           normalize: bool | None = None, max_length: int | None = None, long_text: str = "truncate",
           stride: int | None = None, prompt: str | None = None, prompt_name: str | None = None,
           precision: str = "fp32", threads: int | None = None, on_bad_row: str = "error",
-          output: str | os.PathLike | None = None, overwrite: bool = False, progress=None) -> dict:
+          output: str | os.PathLike | None = None, overwrite: bool = False, cache=None, progress=None,
+          bar=None) -> dict:
     """Compare feature sets of a sample of ``input``'s rows (see the module docstring) -> the report, a JSON-able
     dict. ``sets``: names as ``DEFAULT_SETS`` (default: those, less any the model cannot give); ``sample``: rows
-    compared at most (a uniform sample); ``n_components``: the k of the probe on principal components; ``output``: a
-    prefix, to write the report as PREFIX.json and PREFIX.md (checked before any work: existing files need
-    ``overwrite``; the CLI's default is ``default_prefix(input)``);
-    ``progress(what)``: told each step."""
+    compared at most (a uniform sample); ``n_components``: the k of the probe on principal components (default
+    64); given, the best set is the best on those k components (the features as a pipeline that keeps k will use
+    them), else on all its features; ``output``: a prefix, to write the report as PREFIX.json and PREFIX.md (checked
+    before any work: existing files need ``overwrite``; the CLI's default is ``default_prefix(input)``);
+    ``cache``: a vector cache directory as ``bertfeat.extract`` takes it (None: BERTFEAT_CACHE when set; False:
+    none): each set's vectors are read and stored under that set's own settings, exactly as ``extract`` with the
+    set's options computes them; ``progress(what)``: told each step; ``bar``: a progress object
+    (``progress.NullProgress``'s methods) told the rows read and encoded."""
     import contextlib
 
     from .encoder import Encoder
@@ -146,10 +156,15 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, mode
     from .readers import open_input
     from .specs import check_input_path, check_size, check_stride
 
+    from .vcache import resolve_cache
+
     check_input_path(input)
     check_stride(stride, long_text)
+    ranked_on_pca = n_components is not None
+    n_components = DEFAULT_N_COMPONENTS if n_components is None else n_components
     for name, v, low in (("sample", sample, 2), ("n_components", n_components, 1), ("folds", folds, 2)):
         check_size(v, name, low, None, "")
+    cache = resolve_cache(cache)
     if on_bad_row not in ("error", "skip"):
         raise BertfeatError(f"{opt('on_bad_row', on_bad_row)} is not error or skip",
                             f"choose {opt('on_bad_row', 'error')} or {opt('on_bad_row', 'skip')}")
@@ -169,13 +184,14 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, mode
             chosen, skipped = parse_sets(sets if given else DEFAULT_SETS, enc, normalize=normalize, strict=given,
                                          **tokenization)
             tell(f"reading {reader.name} (a uniform sample of {sample:,} rows at most)")
-            drawn = _read_sample(reader, label, sample, seed, on_bad_row)
+            drawn = _read_sample(reader, label, sample, seed, on_bad_row, bar)
         finally:
             close = getattr(reader, "close", None)
             if close is not None:
                 close()
         report = _compare(enc, chosen, skipped, drawn, reader.name, label, n_components=n_components, folds=folds,
-                          seed=seed, on_bad_row=on_bad_row, tell=tell)
+                          seed=seed, on_bad_row=on_bad_row, tell=tell, cache=cache, bar=bar,
+                          ranked_on_pca=ranked_on_pca)
         if output is not None:
             report["files"] = {k: str(v) for k, v in sweep_paths(output).items()}
             write_sweep_report(report, output)
@@ -183,7 +199,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, mode
 
 
 def _compare(enc, chosen: list, skipped: list, drawn: dict, source: str, label: str | None, *, n_components: int,
-             folds: int, seed: int, on_bad_row: str, tell) -> dict:
+             folds: int, seed: int, on_bad_row: str, tell, cache=None, bar=None, ranked_on_pca: bool = False) -> dict:
     """The sample's rows through the model once for every set, then each set's variance and probe: -> the report."""
     from .chunks import prepare_chunk
     from .probe import label_codes, majority_accuracy, ridge_accuracy, stratified_folds
@@ -201,8 +217,12 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, source: str, label: 
     if label is not None:
         codes, classes = label_codes(labels, label, source, folds)
         fold = stratified_folds(codes, folds, seed)
-    tell(f"encoding {n:,} rows once for {len(chosen)} feature sets")
-    outs = enc.run_sets(pc.prepared, [s.spec for s in chosen])
+    if cache is None:
+        tell(f"encoding {n:,} rows once for {len(chosen)} feature sets")
+        outs = _encode(enc, pc.prepared, [[s.spec for s in chosen]], bar)[0]
+        reuse = {"rows_encoded": n, "rows_cached": 0, "cache": None}
+    else:
+        outs, reuse = _cached_sets(enc, chosen, chunk, todo, cache, tell, bar)
     tell("comparing the sets")
     results = []
     for s, X in zip(chosen, outs):
@@ -223,14 +243,81 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, source: str, label: 
         "weights_sha256": enc.weights_sha256, "precision": enc.precision, "max_length": chosen[0].spec.max_length,
         "long_text": chosen[0].spec.long_text, "prompt": chosen[0].spec.prompt, "rows_read": drawn["rows_read"],
         "rows_rejected": drawn["rows_rejected"] + len(pc.refused or {}), "rows_unlabelled": drawn["rows_unlabelled"],
-        "rows": n, "seed": seed, "sets": results, "skipped": skipped,
+        "rows": n, "seed": seed, **reuse, "sets": results, "skipped": skipped,
     }
     if codes is not None:
-        best = max(results, key=lambda e: e["probe"]["accuracy"])
+        best_all = max(results, key=lambda e: e["probe"]["accuracy"])["name"]
+        best_pca = max(results, key=lambda e: e["probe"]["accuracy_pca"])["name"]
         report.update({"label": label, "folds": folds, "classes": len(classes), "n_components": int(n_components),
                        "majority_baseline": float(np.mean(majority_accuracy(codes, fold, len(classes)))),
-                       "best": best["name"]})
+                       "best": best_pca if ranked_on_pca else best_all, "ranked_on": "pca" if ranked_on_pca else "all",
+                       "best_all": best_all, "best_pca": best_pca})
     return report
+
+
+def _encode(enc, prep, groups: list[list], bar=None) -> list[list[np.ndarray]]:
+    """Each group of specs through ``Encoder.run_sets`` on ``prep``'s rows, the bar told every batch."""
+    from .progress import NullProgress
+
+    bar = bar or NullProgress()
+    bar.start(len(prep.ids) * len(groups), None)
+    try:
+        return [enc.run_sets(prep, g, on_batch=lambda w, t: bar.advance(w, t, 0)) for g in groups]
+    finally:
+        bar.stop()
+
+
+def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar) -> tuple[list[np.ndarray], dict]:
+    """The sets' vectors of the sample's rows ``todo`` with the vector cache: each set's known rows read under its
+    own fingerprint, the rows any set misses encoded in groups that give each set exactly extract's vectors
+    (encoder.exact_groups), and stored for the sets that missed them. -> (vectors per set, counts)."""
+    from .encoder import exact_groups
+    from .vcache import cache_fingerprint, open_cache, text_key
+
+    keys = [text_key(chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i]) for i in todo]
+    store = open_cache(cache)
+    try:
+        fids = [store.register(*_fid_args(enc, s.spec, cache_fingerprint)) for s in chosen]
+        found = [store.get(fid, keys) for fid in fids]
+        missing = [j for j, k in enumerate(keys) if any(k not in f for f in found)]
+        tell(f"{len(keys) - len(missing):,} of {len(keys):,} rows in the cache {cache} for every set; encoding "
+             f"{len(missing):,} rows for {len(chosen)} feature sets")
+        new = [None] * len(chosen)
+        if missing:
+            prep = enc.prepare([chunk.texts[todo[j]] for j in missing],
+                               None if chunk.pairs is None else [chunk.pairs[todo[j]] for j in missing], chosen[0].spec)
+            groups = [g for g in exact_groups([s.spec for s in chosen]) if any(_misses(found[i], keys, missing) for i in g)]
+            for g, outs in zip(groups, _encode(enc, prep, [[chosen[i].spec for i in g] for g in groups], bar)):
+                for i, X in zip(g, outs):
+                    new[i] = X
+                    rows = [r for r, j in enumerate(missing) if keys[j] not in found[i]]
+                    if rows:
+                        store.put(fids[i], [keys[missing[r]] for r in rows], X[rows], prep.n_tokens[rows],
+                                  prep.truncated[rows], prep.n_chunks[rows])
+        outs = [_assemble(found[i], keys, missing, new[i], enc.output_dim(s.spec)) for i, s in enumerate(chosen)]
+        for fid in fids:
+            store.touch(fid)
+    finally:
+        store.close()
+    return outs, {"rows_encoded": len(missing), "rows_cached": len(keys) - len(missing), "cache": str(cache)}
+
+
+def _fid_args(enc, spec, cache_fingerprint) -> tuple:
+    fp, settings = cache_fingerprint(enc, spec)
+    return fp, enc.model_id, enc.output_dim(spec), settings
+
+
+def _misses(found: dict, keys: list, missing: list[int]) -> bool:
+    return any(keys[j] not in found for j in missing)
+
+
+def _assemble(found: dict, keys: list, missing: list[int], X_new, dim: int) -> np.ndarray:
+    """One set's (n, d) vectors in sample order: the cache's, and the rows just encoded (``X_new``, rows ``missing``)."""
+    out = np.empty((len(keys), dim), dtype=np.float32)
+    at = {j: r for r, j in enumerate(missing)}
+    for j, k in enumerate(keys):
+        out[j] = found[k][0] if k in found else X_new[at[j]]
+    return out
 
 
 def default_prefix(input_path: str) -> Path:

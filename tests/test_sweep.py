@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -111,7 +112,12 @@ def test_one_pass_gives_each_set_as_encoded_alone_and_the_probe_equals_scikit_le
         assert e["probe"]["accuracy_pca"] == pytest.approx(ref_k.mean(), abs=1 / 120 + 1e-12)
         assert all(need[t] == ref_need[t] for t in ref_need)
     accs = [e["probe"]["accuracy"] for e in r["sets"]]
-    assert r["best"] == r["sets"][int(np.argmax(accs))]["name"] and len(set(accs)) > 1  # the sets differ
+    accs_pca = [e["probe"]["accuracy_pca"] for e in r["sets"]]
+    assert r["best_all"] == r["sets"][int(np.argmax(accs))]["name"] and len(set(accs)) > 1  # the sets differ
+    assert r["best_pca"] == r["sets"][int(np.argmax(accs_pca))]["name"]
+    # n_components given: the best is ranked on those components, as a pipeline that keeps 16 uses the features
+    assert r["ranked_on"] == "pca" and r["best"] == r["best_pca"] == "mean@-4:@concat" and r["best_all"] == "own"
+    assert sweep(small_csv, names, label="label", seed=3)["best"] == "own"  # -n not given: on all features
     assert r["majority_baseline"] == pytest.approx(max(np.mean(y), 1 - np.mean(y)), abs=0.02)
 
 
@@ -157,12 +163,14 @@ def test_cli_writes_the_report_beside_the_input_and_refuses_to_overwrite_it(tmp_
     assert main(args) == 0
     out, err = capsys.readouterr()
     assert default_prefix(str(src)) == tmp_path / "train.sweep"
-    lines = err.strip().splitlines()
+    lines = [x for x in err.strip().splitlines() if not re.match(r"bertfeat sweep: (started|\d)", x)]  # progress
     assert lines[:3] == [f"bertfeat sweep: reading {src} (a uniform sample of 200 rows at most)",
                          "bertfeat sweep: encoding 200 rows once for 2 feature sets", "bertfeat sweep: comparing the sets"]
     report = json.loads((tmp_path / "train.sweep.json").read_text())
-    assert lines[3] == (f"best: {report['best']}, bertfeat extract "
-                        + ("(no options: the model's own embedding)" if report["best"] == "own" else "--pooling cls --layers -2"))
+    how = {"own": "(no options: the model's own embedding)", "cls@-2": "--pooling cls --layers -2"}
+    other = report["best_all"]
+    assert lines[3] == (f"best on the first 8 principal components: {report['best']}, bertfeat extract "
+                        f"{how[report['best']]}" + (f" (on all features: {other})" if other != report["best"] else ""))
     assert lines[4] == f"wrote {tmp_path / 'train.sweep.json'}, {tmp_path / 'train.sweep.md'}"
     assert "Feature sets" in out and "own" in out and "cls@-2" in out and "probe %" in out and "on 8 PCs %" in out
     assert [s["name"] for s in report["sets"]] == ["own", "cls@-2"] and report["rows"] == 200
@@ -187,3 +195,53 @@ def test_cli_names_a_missing_label_column_as_label(tmp_path, small_csv, capsys):
     out = tmp_path / "x.parquet"
     assert main(["extract", str(small_csv), "--pca", "4", "--label", "sentiment", "-o", str(out), "-q"]) == 1
     assert capsys.readouterr().err.strip() == f"Error: {small_csv}: --label 'sentiment' is not a column - columns are: id, label, text"
+
+
+# --------------------------------------------------------------------------- progress and the vector cache
+def test_cli_shows_progress_of_reading_and_encoding(tmp_path, capsys, small_csv):
+    """Not a terminal: the plain progress lines extract prints (rows, %), for the read and for the encode."""
+    assert main(["sweep", str(small_csv), "--set", "mean", "--set", "cls", "--sample", "50", "-o",
+                 str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    started = [x for x in err if x.startswith("bertfeat sweep: started")]
+    assert started[0].startswith("bertfeat sweep: started (") and len(started) == 2  # reading, then encoding
+    assert started[1] == "bertfeat sweep: started (50 rows)"  # one pass for both sets
+    assert any(re.fullmatch(r"bertfeat sweep: 50 rows \(100\.0%\), .* elapsed", x) for x in err), err
+
+
+def test_cached_sweep_stores_each_sets_vectors_as_extract_computes_them(tmp_path, capsys, small_csv, monkeypatch):
+    from extract_util import embeddings, read_table, run, summary_line
+
+    cache = tmp_path / "cache"
+    names = ["own", "mean@-2", "cls", "pooled", "max"]
+    first = sweep(small_csv, names, cache=cache, sample=500)
+    assert (first["rows_encoded"], first["rows_cached"], first["cache"]) == (120, 0, str(cache))
+    monkeypatch.setenv("BERTFEAT_CACHE", str(cache))  # the environment's cache, as extract takes it
+    again = sweep(small_csv, names, sample=500)
+    assert (again["rows_encoded"], again["rows_cached"]) == (0, 120)
+    assert again["sets"] == first["sets"]
+    off = sweep(small_csv, names, sample=500, cache=False)
+    assert off["rows_encoded"] == 120 and off["cache"] is None
+    monkeypatch.delenv("BERTFEAT_CACHE")
+    for name, options in (("cls", ["--pooling", "cls"]), ("mean@-2", ["--pooling", "mean", "--layers=-2"]),
+                          ("own", [])):
+        out = tmp_path / f"{name}.parquet"
+        rc, _, err = run(capsys, "extract", small_csv, "-o", out, "--cache", cache, *options)
+        assert rc == 0, err
+        assert summary_line(err, "rows encoded") == "rows encoded 0" and summary_line(err, "rows reused") == "rows reused 120"
+        rc, _, err = run(capsys, "extract", small_csv, "-o", tmp_path / f"{name}.fresh.parquet", "--no-cache", *options)
+        assert rc == 0, err  # the cached vectors are the ones extract computes: bit for bit
+        assert np.array_equal(embeddings(read_table(out)), embeddings(read_table(tmp_path / f"{name}.fresh.parquet")))
+
+
+def test_a_set_extracted_before_is_reused_and_the_others_encoded(tmp_path, capsys, small_csv):
+    from extract_util import run
+
+    cache = tmp_path / "cache"
+    rc, _, err = run(capsys, "extract", small_csv, "-o", tmp_path / "m.parquet", "--cache", cache, "--pooling", "max")
+    assert rc == 0, err
+    r = sweep(small_csv, ["max"], cache=cache, sample=500)
+    assert (r["rows_encoded"], r["rows_cached"]) == (0, 120)  # extract's vectors serve the sweep
+    r = sweep(small_csv, ["max", "mean"], cache=cache, sample=500)
+    assert (r["rows_encoded"], r["rows_cached"]) == (120, 0)  # mean was missing: its rows encoded (max's kept)
+    assert sweep(small_csv, ["max", "mean"], cache=cache, sample=500)["rows_encoded"] == 0
