@@ -45,9 +45,9 @@ bench:
 	$(PYTHON) benchmarks/bench_encode.py
 
 # ------------------------------------------------------------------------------------------
-# make features [INPUT=train.csv] [APPLY="dev.csv test.csv"] [PCA=64] [MODEL=dir-or-hub-id] [POOLING=mean]
-#               [LAYERS=-1] [KEEP=label] [EXTRACT_OPTS="--normalize --text-column review"] [BUILD=build]
-#               [CACHE=build/cache]
+# make features [INPUT=train.csv] [APPLY="dev.csv test.csv"] [APPLY_RAW=1] [PCA=64] [MODEL=dir-or-hub-id]
+#               [POOLING=mean] [LAYERS=-1] [ID=id] [KEEP=label] [EXTRACT_OPTS="--normalize --text-column review"]
+#               [BUILD=build] [CACHE=build/cache]
 #
 # INPUT (the training set): raw features, a PCA fitted on them, the reduced features and the PCA
 # report, all under $(BUILD)/features/<INPUT's stem>/:
@@ -60,6 +60,8 @@ bench:
 # training's directory (two trainings applied to one test file do not collide):
 #   apply/<its stem>.pca<PCA>.parquet     reduced features    (bertfeat extract --pca-model <stem>.pca<PCA>.npz)
 #   apply/<its stem>.settings             stamp of the applied input's path
+#   apply/<its stem>.features.parquet     raw features, with APPLY_RAW=1 (bertfeat extract; the cache encodes once)
+# ID names the id column copied to every output (--id-column), KEEP the columns kept beside the features.
 # An applied output depends on its input and on the training PCA model: a refitted PCA (new rows in
 # INPUT, other settings) rebuilds every applied output, a changed APPLY file rebuilds its own only,
 # and no rule for an applied file writes the model (PCA_MODEL and the other computed names below
@@ -84,7 +86,9 @@ PCA ?= 64
 MODEL ?=
 POOLING ?=
 LAYERS ?=
+ID ?=
 KEEP ?=
+APPLY_RAW ?=
 EXTRACT_OPTS ?=
 BUILD ?= build
 CACHE ?= $(BUILD)/cache
@@ -100,8 +104,9 @@ REDUCED := $(FEAT_DIR)/$(STEM).pca$(PCA).parquet
 SETTINGS := $(FEAT_DIR)/extract.settings
 apply_out = $(FEAT_DIR)/apply/$(call feat_stem,$1).pca$(PCA).parquet
 apply_stamp = $(FEAT_DIR)/apply/$(call feat_stem,$1).settings
-APPLIED := $(foreach f,$(APPLY),$(call apply_out,$f))
-EXTRACT_FLAGS := $(strip $(if $(MODEL),--model $(MODEL)) $(if $(POOLING),--pooling $(POOLING)) $(if $(LAYERS),--layers=$(LAYERS)) $(if $(KEEP),--keep $(KEEP)) $(EXTRACT_OPTS))
+apply_raw = $(FEAT_DIR)/apply/$(call feat_stem,$1).features.parquet
+APPLIED := $(foreach f,$(APPLY),$(call apply_out,$f)) $(if $(strip $(APPLY_RAW)),$(foreach f,$(APPLY),$(call apply_raw,$f)))
+EXTRACT_FLAGS := $(strip $(if $(MODEL),--model $(MODEL)) $(if $(POOLING),--pooling $(POOLING)) $(if $(LAYERS),--layers=$(LAYERS)) $(if $(ID),--id-column $(ID)) $(if $(KEEP),--keep $(KEEP)) $(EXTRACT_OPTS))
 SETTINGS_TEXT := input=$(abspath $(INPUT)) flags=$(strip $(EXTRACT_FLAGS))
 CACHE_FLAG := $(if $(strip $(CACHE)),--cache $(CACHE),--no-cache)
 
@@ -115,7 +120,7 @@ stamp = $(if $(FEATURES_GOAL),$(if $(subst $2,,$(file < $1))$(subst $(file < $1)
 ifneq ($(FEATURES_GOAL),)
 # Checks before anything is written: computed names are not settings, every input exists, applied stems differ.
 $(foreach v,STEM FEAT_DIR RAW PCA_MODEL PCA_REPORT REDUCED SETTINGS APPLIED EXTRACT_FLAGS SETTINGS_TEXT CACHE_FLAG,$(if $(filter command line environment override,$(origin $v)),\
-  $(error $v is computed by this Makefile and is not a setting (INPUT APPLY PCA MODEL POOLING LAYERS KEEP EXTRACT_OPTS BUILD CACHE); the PCA is always fitted on INPUT - to reduce other files with INPUT's PCA, name them in APPLY: make features INPUT=train.csv APPLY="test.csv")))
+  $(error $v is computed by this Makefile and is not a setting (INPUT APPLY APPLY_RAW PCA MODEL POOLING LAYERS ID KEEP EXTRACT_OPTS BUILD CACHE); the PCA is always fitted on INPUT - to reduce other files with INPUT's PCA, name them in APPLY: make features INPUT=train.csv APPLY="test.csv")))
 $(if $(strip $(INPUT)),,$(error INPUT is empty))
 $(foreach f,$(INPUT) $(APPLY),$(if $(wildcard $f),,$(error $f: no such file (INPUT / APPLY are relative to $(CURDIR)); nothing was written)))
 $(foreach s,$(sort $(foreach f,$(APPLY),$(call feat_stem,$f))),$(if $(word 2,$(foreach f,$(APPLY),$(if $(filter $s,$(call feat_stem,$f)),$f))),\
@@ -149,6 +154,8 @@ $(REDUCED): $(RAW) $(PCA_MODEL)
 define apply_rule
 $(call apply_out,$1): $1 $(call apply_stamp,$1) $(PCA_MODEL) $(call stamp,$(call apply_stamp,$1),input=$(abspath $1))
 	$$(BERTFEAT) extract $1 -o $$@ --pca-model $(PCA_MODEL) --overwrite $$(CACHE_FLAG) $$(EXTRACT_FLAGS)
+$(call apply_raw,$1): $1 $(call apply_stamp,$1) $(SETTINGS) $(SETTINGS_CHANGED) $(MODEL_FILES) | $(call apply_out,$1)
+	$$(BERTFEAT) extract $1 -o $$@ --overwrite $$(CACHE_FLAG) $$(EXTRACT_FLAGS)
 $(call apply_stamp,$1): ;
 endef
 $(foreach f,$(APPLY),$(eval $(call apply_rule,$f)))

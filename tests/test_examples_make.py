@@ -450,3 +450,31 @@ def test_pipelines_doc_shell_script(proj, tmp_path):
     p = run()  # refused at the first line: nothing replaced
     assert p.returncode != 0 and "already exists" in p.stderr
     assert {f: f.stat().st_mtime_ns for f in t.rglob("*")} == before
+
+
+def test_apply_id_and_raw_features(proj):
+    """ID=id copies the id column to every output; APPLY_RAW=1 also keeps each applied file's raw features, whose
+    PCA projection is the reduced file the same run wrote (the cache encodes each row once)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from bertfeat.pca import PCA
+
+    d, args = proj
+    first = make(*args, "ID=id", "APPLY_RAW=1", cwd=d)
+    extracts = [c for c in commands_in(first.stdout) if c.split()[1] == "extract"]
+    assert len(extracts) == 5 and all("--id-column id" in c for c in extracts), first.stdout
+    t = d / "build" / "features" / "train"
+    raw_a, red_a = t / "apply" / "a.features.parquet", t / "apply" / "a.pca4.parquet"
+    ids = [r.split(",")[0] for r in sample_rows(100, 130).splitlines()]
+    for p in (raw_a, red_a):
+        assert [str(x) for x in pq.read_table(p).column("id").to_pylist()] == ids, p
+    raw = np.asarray(pq.read_table(raw_a).column("embedding").to_pylist(), dtype=np.float32)
+    assert raw.shape == (30, 32)
+    reduced = np.asarray(pq.read_table(red_a).column("embedding").to_pylist(), dtype=np.float32)
+    pca = PCA.load(t / "train.pca4.npz")
+    np.testing.assert_array_equal(pca.transform_rows(raw), reduced)
+    assert meta(t / "apply" / "b.features.parquet")["cache"] is not None
+    assert meta(t / "apply" / "b.features.parquet")["rows"]["encoded"] == 0  # the reduced extract encoded them
+    again = make(*args, "ID=id", "APPLY_RAW=1", cwd=d)
+    assert commands_in(again.stdout) == []  # a second make does nothing
