@@ -204,6 +204,19 @@ def render_markdown(report: dict, png_name: str | None = None) -> str:
     return "\n".join(lines)
 
 
+#: variances under this fraction of the first are float rounding of a zero (rank-deficient data, fewer rows than
+#: features): the scree's log axis stops above them instead of running down to ~1e-18
+SCREE_FLOOR = 1e-7
+
+
+def scree_range(var: np.ndarray) -> tuple[np.ndarray, float | None]:
+    """The components a scree draws (variance above SCREE_FLOOR of the first) and its log axis' lower limit (half
+    the smallest drawn variance; None with nothing to draw)."""
+    var = np.asarray(var, dtype=float)
+    shown = var > (var[0] * SCREE_FLOOR if len(var) and var[0] > 0 else 0.0)
+    return shown, (float(var[shown].min()) / 2 if shown.any() else None)
+
+
 def _draw(report: dict, path: Path) -> None:
     """Scree (log variance per component) and cumulative ratio with thresholds and k; exactly 1200 x 450 px."""
     from matplotlib.figure import Figure  # object API: no pyplot, no global backend switch
@@ -215,9 +228,15 @@ def _draw(report: dict, path: Path) -> None:
     k = report["n_components"]
     fig = Figure(figsize=FIGSIZE, dpi=DPI)
     ax1, ax2 = fig.subplots(1, 2)
-    positive = var > 0
-    ax1.plot(x[positive], var[positive], marker=".", markersize=3, linewidth=1)
+    shown, bottom = scree_range(var)
+    ax1.plot(x[shown], var[shown], marker=".", markersize=3, linewidth=1)
     ax1.set_yscale("log")
+    if bottom is not None:
+        ax1.set_ylim(bottom=bottom)
+    hidden = int(len(var) - shown.sum())
+    if hidden:
+        ax1.annotate(f"{hidden} component{'s' if hidden > 1 else ''} under {SCREE_FLOOR:g} of the first (numerical "
+                     "zeros) not drawn", (0.02, 0.02), xycoords="axes fraction", fontsize=8, color="grey")
     # plain-text tick labels (1e-05 ... 0.1): the default 10^n labels go through mathtext, whose parser is
     # a third of the figure's drawing time in a short `bertfeat extract --pca`
     from matplotlib.ticker import FuncFormatter, NullFormatter

@@ -187,3 +187,24 @@ def test_mle_log_likelihoods_equal_minkas_formula_rank_by_rank():
     assert infer_dimension(s, 50) == 10 and np.isneginf(mle_log_likelihoods(s, 50)[11:]).all()
     assert infer_dimension(np.array([2.0, 1.0, 1.0, 0.5]), 20) >= 1  # a tie (log 0): that rank is refused, not +inf
     assert np.isneginf(mle_log_likelihoods(np.array([2.0, 1.0, 1.0, 0.5]), 20)[2:]).all()
+
+
+def test_scree_axis_stops_at_the_last_meaningful_component(tmp_path, monkeypatch):
+    """20 rows of 64 features: 19 components carry the variance; the 20th is float rounding of zero (~2e-8 of the
+    first); the log axis stops at half the 19th, and the numerical zero is not drawn."""
+    from matplotlib.axes import Axes
+
+    from bertfeat.report import scree_range
+
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((20, 5)) @ rng.standard_normal((5, 64)) + 0.01 * rng.standard_normal((20, 64)))
+    pca = PCA(solver="covariance").fit(X.astype(np.float32))
+    var = np.asarray(pca.explained_variance_, dtype=float)
+    assert len(var) == 20 and var[19] < 1e-7 * var[0] < var[18]  # 19 components (5 strong, 14 of the noise), a zero
+    shown, bottom = scree_range(var)
+    assert shown.tolist() == [True] * 19 + [False] and bottom == pytest.approx(var[18] / 2)
+    limits = []
+    monkeypatch.setattr(Axes, "set_ylim", lambda self, *a, **k: limits.append((a, k)) or Axes.get_ylim(self))
+    write_pca_report(pca, tmp_path / "r")
+    assert ((), {"bottom": var[18] / 2}) in limits
+    assert scree_range(np.zeros(3))[1] is None  # constant data: nothing to draw, no limit
