@@ -201,7 +201,8 @@ def verify(
         t.add_column("")
         t.add_column("", justify="right")
         t.add_row("rows checked", f"{r['rows_checked']:,} of {r['rows_in_file']:,} (seed {r['seed']})")
-        t.add_row("bit-identical", f"{r['rows_identical']:,}")
+        t.add_row("bit-identical", f"{r['rows_identical']:,}" + (" (after the PCA: the projection rounds by its batch; "
+                                                                   "bit identity holds before it)" if r["reduced"] else ""))
         t.add_row("largest difference", f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's norm)")
         t.add_row("smallest cosine", f"{r['min_cosine']:.9f}")
         t.add_row("tolerance", f"{r['tolerance']:g} of the row's norm ({r['precision']}"
