@@ -41,6 +41,10 @@ WRITE_RATE = 200e6  # bytes per second the parts and the output are written and 
 #: Arrow's read and write buffers. Measured (MiniLM, 2 cores, AMD EPYC Zen 4): a run's peak RSS over this estimate's
 #: calibration process, 56 MiB on 300 rows and 101 MiB on 4,000 (two chunks); the larger is taken.
 PIPELINE_OVERHEAD = 100 << 20
+#: run-to-run drift of an encode's time on a quiet machine (10-25 % measured here): the floor of the time's range
+TIMING_DRIFT = 0.10
+#: below this share of its threads' CPU during the timed encode, the machine counts as busy
+BUSY_SHARE = 0.8
 
 
 @dataclass
@@ -61,6 +65,9 @@ class Estimate:
     cached: float | None  # share of the sample already in the vector cache (None: no cache)
     tokens_per_second: float  # measured on the sample, this machine, the run's threads and precision
     seconds: float  # the whole run, estimated: load + read + encode (rows not in the cache) + write
+    seconds_low: float  # the likely range of ``seconds``: the sample's spread of tokens per row, the timing's drift,
+    seconds_high: float  # and a busy machine (cpu_share) widen it (time_range)
+    cpu_share: float  # of the time the process's threads wanted a core while timed, the share they had one (1: all)
     encode_seconds: float  # encoding the rows not in the cache, estimated
     read_seconds: float  # what reading the input took here (the run reads it once too)
     load_seconds: float  # loading the model here
@@ -195,7 +202,8 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     load_seconds = time.perf_counter() - t0
     spec, _ = feature_settings(encoder, plan)
     d = encoder.output_dim(spec)
-    tokens_per_row = tps = 0.0
+    tokens_per_row = tps = token_spread = 0.0
+    cpu_share = 1.0
     truncated = 0.0
     windows = 1.0
     n, prep = len(texts), None
@@ -215,9 +223,13 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
         windows = len(prep.ids) / len(texts)
         warm = encoder.prepare(texts[:WARM_UP_ROWS], None if pairs is None else pairs[:WARM_UP_ROWS], spec)
         run_rows(encoder, spec, warm, list(range(len(warm.ids))))  # numba / primitives / workspaces, not timed
-        t0 = time.perf_counter()
+        t0, sched0 = time.perf_counter(), _sched_seconds()
         run_rows(encoder, spec, prep, list(range(len(texts))))
-        tps = float(lengths.sum()) / max(time.perf_counter() - t0, 1e-9)
+        wall = max(time.perf_counter() - t0, 1e-9)
+        tps = float(lengths.sum()) / wall
+        cpu_share = _cpu_share(sched0, _sched_seconds())
+        per_row = np.bincount(prep.window_row, weights=lengths, minlength=len(texts))
+        token_spread = float(per_row.std() / np.sqrt(len(per_row)) / max(per_row.mean(), 1e-9)) if len(per_row) > 1 else 0.0
     cached = _cached_share(plan, encoder, spec, texts, pairs)
     tokens = int(round(tokens_per_row * accepted))
     encode_seconds = tokens * (1.0 - (cached or 0.0)) / tps if tps else 0.0
@@ -278,11 +290,16 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
                         "(long_text='chunk-mean' keeps every token)")
     if plan.engine == "dask":
         warnings.append("measured on this machine: a Dask cluster's time is this divided by its workers' share")
+    if cpu_share < BUSY_SHARE:
+        warnings.append(f"the machine was busy while the sample was timed (its threads had a core {100 * cpu_share:.0f} % "
+                        "of the time they wanted one): the time is long if the run has the cores to itself")
+    low, high = time_range(seconds, encode_seconds, token_spread, cpu_share)
     return Estimate(
         input=plan.input, output=str(plan.layout.features), rows=rows, rows_bad=bad, first_bad_row=first_bad,
         rows_too_long=too_long,
         sample_rows=len(texts), tokens_per_row=tokens_per_row, tokens=tokens, rows_truncated=truncated,
-        windows_per_row=windows, cached=cached, tokens_per_second=tps, seconds=seconds, encode_seconds=encode_seconds,
+        windows_per_row=windows, cached=cached, tokens_per_second=tps, seconds=seconds, seconds_low=low,
+        seconds_high=high, cpu_share=cpu_share, encode_seconds=encode_seconds,
         read_seconds=read_seconds, load_seconds=load_seconds,
         model=encoder.model_id, precision=encoder.precision, threads=int(encoder.threads), dim=d, dim_out=dim_out,
         output_bytes=int(output_bytes), disk_peak_bytes=int(disk_peak), disk_free_bytes=free,
@@ -309,8 +326,9 @@ def render(e: Estimate, console, err_console=None) -> None:
     t.add_row("speed", f"{e.tokens_per_second:,.0f} tokens/s here ({e.model}, {e.precision}, {e.threads} threads)")
     if e.cached is not None:
         t.add_row("cache", f"{100 * e.cached:.0f} % of the sample is cached")
-    t.add_row("time", f"~{_duration(e.seconds)} ({_duration(e.encode_seconds)} encoding, {_duration(e.read_seconds)} "
-              f"reading, {_duration(e.load_seconds)} loading the model)")
+    t.add_row("time", f"~{_duration(e.seconds)}, likely {_duration(e.seconds_low)} to {_duration(e.seconds_high)} "
+              f"({_duration(e.encode_seconds)} encoding, {_duration(e.read_seconds)} reading, "
+              f"{_duration(e.load_seconds)} loading the model)")
     t.add_row("output", Text(f"{e.output}: ~{mib(e.output_bytes)}, {e.dim_out} features per row"
                              + ("" if e.dim_out == e.dim else f" (of {e.dim})")))
     t.add_row("disk at peak", f"~{mib(e.disk_peak_bytes)}" + (f" ({mib(e.disk_free_bytes)} free)" if e.disk_free_bytes
@@ -320,6 +338,46 @@ def render(e: Estimate, console, err_console=None) -> None:
     console.print(t)
     for w in e.warnings:
         (err_console or console).print(Text(f"Warning: {w}"), soft_wrap=True)
+
+
+def _sched_seconds() -> dict[str, tuple[int, int]] | None:
+    """Thread id -> (ns on a core, ns waiting for one), for the process's threads (Linux schedstat; None elsewhere).
+    Waiting means another process held the core: a busy machine, which CPU time over wall time cannot tell from
+    threads idle for want of work."""
+    out = {}
+    try:
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                fields = (task / "schedstat").read_text().split()
+            except OSError:  # a thread that ended meanwhile
+                continue
+            out[task.name] = (int(fields[0]), int(fields[1]))
+    except (OSError, ValueError, IndexError):
+        return None
+    return out
+
+
+def _cpu_share(before, after) -> float:
+    """Of the time the threads wanted a core between two _sched_seconds readings, the share they had one (threads
+    that ended meanwhile are not counted; ones that started count from zero)."""
+    if not before or not after:
+        return 1.0
+    run = wait = 0
+    for tid, (r, w) in after.items():
+        r0, w0 = before.get(tid, (0, 0))
+        run, wait = run + max(r - r0, 0), wait + max(w - w0, 0)
+    return run / (run + wait) if run + wait > 0 else 1.0
+
+
+def time_range(seconds: float, encode_seconds: float, token_spread: float, cpu_share: float) -> tuple[float, float]:
+    """The likely range of an estimated run time: the encode's share widened by twice the sample's relative standard
+    error of tokens per row and the timing's drift (TIMING_DRIFT); timed on a busy machine (``cpu_share`` below 1),
+    the low end is what the encode takes with the cores to itself."""
+    rel = float(np.hypot(2 * token_spread, TIMING_DRIFT))
+    other = seconds - encode_seconds
+    low = other + encode_seconds * (1 - rel) * min(cpu_share, 1.0)
+    high = other + encode_seconds * (1 + rel)
+    return max(low, 0.0), high
 
 
 def _duration(s: float) -> str:
