@@ -968,6 +968,7 @@ def test_a_file_bertfeat_did_not_make_is_never_written(tmp_path, capsys, monkeyp
     assert (rc, stdout, err) == (1, "", f"Error: {what}--cache a directory of its own (it is made if missing){hint}\n")
     with pytest.raises(CacheError, match=re.escape(what)):
         bertfeat.extract(src, out, model=tiny_model())
+    assert bertfeat.extract(src, out, model=tiny_model(), estimate=True).cached in (None, 0.0)  # the run will say
     assert tree_digest(cache) == before
     assert list(out.parent.iterdir()) == []  # no output, no partial run, no lock left
 
