@@ -15,6 +15,13 @@ The file is made with 16 KiB pages. Format 2: format 1 kept each whole row in th
 table and the small (fp, key) index measured 2.8x less disk at 384 dimensions (1.55 against 4.37 GiB per million
 rows), 3-4x faster stores and 2.7x faster lookups (benchmarks/CACHE_RESULTS.md).
 
+Only bertfeat's own file is written. A new file is made whole (built under a hidden name beside, then hard-linked
+into place: no process sees it half made) and marked: ``PRAGMA application_id`` ``APP_ID``, ``user_version`` the
+format, and the meta table's ``format`` row. Any other file at the store's path (a user's database, an empty file, a
+directory) is refused after its header and tables were read without a byte changed (``classify``); a cache of an
+earlier bertfeat (the exact current layout, no marker) is adopted by writing the marker, an older layout (format 1,
+format 2 before AUTOINCREMENT ids) is refused as an older format.
+
 Why SQLite (measured in benchmarks/CACHE_RESULTS.md): a B-tree on (fp, key) keeps a lookup in bounded memory at
 any size (the page cache is capped: ``CACHE_PAGES``), WAL lets several runs and the Dask engine's worker processes
 on one machine read while one writes, a transaction is all or nothing (a run killed mid-write leaves the last
@@ -30,11 +37,16 @@ engine gives for its partial directory (a full or too-small file system: free sp
 
 from __future__ import annotations
 
+import errno
+import functools
 import hashlib
 import json
 import os
 import re
+import shutil
 import sqlite3
+import stat
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -54,6 +66,8 @@ NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lust
 ENV = "BERTFEAT_CACHE"
 RUN_STORE_DIR = ".dedup"  # the Dask engine's run store without a cache: OUTPUT.partial/.dedup/ (dask_engine)
 RUN_STORE = "the run's temporary store of encoded rows"  # what a run store's errors call it
+APP_ID = 0x62667663  # PRAGMA application_id ("bfvc") of every store file bertfeat makes: the mark that it is bertfeat's
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -67,8 +81,30 @@ CREATE UNIQUE INDEX IF NOT EXISTS vectors_key ON vectors(fp, key);
 """
 
 
+#: the layouts of earlier bertfeat versions, by the format they are reported as (none carried the marker); the
+#: current one (_SCHEMA without the marker) is adopted, these are refused as older formats
+_OLD_SCHEMAS = {
+    "1": """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS fingerprints(
+    id INTEGER PRIMARY KEY, fingerprint TEXT UNIQUE NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL,
+    settings TEXT NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS vectors(
+    fp INTEGER NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, n_tokens INTEGER NOT NULL, flags INTEGER NOT NULL,
+    n_chunks INTEGER NOT NULL, crc INTEGER NOT NULL, PRIMARY KEY(fp, key)) WITHOUT ROWID;
+""",
+    "2 of a development version (fingerprint ids reused after a clear)": _SCHEMA.replace(" AUTOINCREMENT", ""),
+}
+
+
 class CacheError(BertfeatError):
     """The vector cache cannot be opened, read or written."""
+
+
+class ForeignStore(CacheError):
+    """The store's path holds something bertfeat did not make (it was left as it was)."""
+
+    unsure = ""  # the fix's tail when the file may be a bertfeat cache damaged past its header
 
 
 # --------------------------------------------------------------------------- keys and fingerprints
@@ -262,6 +298,125 @@ def entry_records(fp_text: str, keys: list[bytes], X: np.ndarray, n_tokens, trun
     return out
 
 
+# --------------------------------------------------------------------------- whose file it is, read without writing
+def _master(db: sqlite3.Connection) -> frozenset:
+    return frozenset(db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall())
+
+
+@functools.lru_cache(maxsize=None)
+def _layout(script: str) -> frozenset:
+    """The sqlite_master rows a schema script leaves (built in memory: the stored SQL text exactly as a file has it)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(script)
+        return _master(db)
+    finally:
+        db.close()
+
+
+def classify(path: Path) -> tuple[str, str]:
+    """What the store file ``path`` is, found without changing a byte (its header read as bytes, its tables through
+    an ``immutable`` read-only connection, which makes no -wal / -shm / journal file): ("new", "") nothing there,
+    ("ours", "") bertfeat's marker, ("adopt", "") an earlier bertfeat's cache (the exact current layout, no marker),
+    ("format", F) bertfeat's store of another format F, ("foreign", why) another program's file, ("unknown", why)
+    a file that is no readable SQLite database (another program's, or a cache damaged past its header). OSError:
+    the file or its directory cannot be read."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "new", ""
+    if stat.S_ISLNK(st.st_mode):  # a link to the store is followed, as SQLite does
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return "foreign", "it is a broken symbolic link"
+    if stat.S_ISDIR(st.st_mode):
+        return "foreign", "it is a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return "foreign", "it is not a regular file"
+    if st.st_size == 0:
+        return "foreign", "it is an empty file (0 bytes)"
+    with open(path, "rb") as f:
+        head = f.read(100)
+    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        return "unknown", "it is not a SQLite database"
+    app, version = int.from_bytes(head[68:72], "big"), int.from_bytes(head[60:64], "big")
+    if app == APP_ID:
+        return ("ours", "") if str(version) == FORMAT else ("format", str(version))
+    if app != 0:
+        return "foreign", f"it is another program's SQLite database (application_id {app:#010x})"
+    return _unmarked(Path(path))
+
+
+def _unmarked(path: Path) -> tuple[str, str]:
+    """A SQLite database without an application_id: an earlier bertfeat's cache when its tables are exactly one of
+    bertfeat's layouts (classify)."""
+    try:
+        master, meta = _tables(f"{path.absolute().as_uri()}?mode=ro&immutable=1")  # immutable: the main file alone
+        wal = Path(f"{path}-wal")
+        if not master and wal.is_file() and wal.stat().st_size:
+            # its tables may be in the write-ahead log alone (an earlier bertfeat killed before its first checkpoint):
+            # read a private copy of both, which SQLite recovers, never the files themselves
+            with tempfile.TemporaryDirectory(prefix="bertfeat-store-") as tmp:
+                copy = Path(tmp) / DB_NAME
+                shutil.copyfile(path, copy)
+                shutil.copyfile(wal, f"{copy}-wal")
+                master, meta = _tables(f"{copy.as_uri()}?mode=rw")
+    except sqlite3.Error as e:
+        return "unknown", f"it is a SQLite database that cannot be read ({e})"
+    if master == _layout(_SCHEMA):
+        fmt = meta.get("format", FORMAT)
+        return ("adopt", "") if fmt == FORMAT else ("format", fmt)
+    for fmt, script in _OLD_SCHEMAS.items():
+        if master == _layout(script):
+            return "format", fmt
+    tables = sorted(name for kind, name, _, _ in master if kind == "table" and not name.startswith("sqlite_"))
+    return "foreign", f"it is a SQLite database whose tables are not bertfeat's ({', '.join(tables) or 'none'})"
+
+
+def _tables(uri: str) -> tuple[frozenset, dict]:
+    """The sqlite_master rows and the meta table (when there is one) of the database at ``uri``."""
+    db = sqlite3.connect(uri, uri=True)
+    try:
+        master = _master(db)
+        has_meta = any(m[:2] == ("table", "meta") for m in master)
+        return master, dict(db.execute("SELECT key, value FROM meta")) if has_meta else {}
+    finally:
+        db.close()
+
+
+def _create(path: Path, wal: bool) -> None:
+    """A new store file, marked as bertfeat's and whole before it appears: built beside under a hidden name, then
+    hard-linked into place (a link never replaces: a file another run made meanwhile is kept, and opened)."""
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before the first table (and WAL)
+            db.executescript(f"BEGIN; PRAGMA application_id={APP_ID}; PRAGMA user_version={int(FORMAT)}; {_SCHEMA}"
+                             f"INSERT INTO meta VALUES('format', '{FORMAT}'); COMMIT;")
+            if wal:
+                db.execute("PRAGMA journal_mode=WAL")
+        finally:
+            db.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            if not os.path.lexists(path):  # no hard links on this file system (FAT, some FUSE): a rename instead
+                os.replace(tmp, path)
+    except OSError as e:  # as SQLite's own errors, so the store names itself and its fix (VectorStore._error)
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise sqlite3.OperationalError("database or disk is full" if full else
+                                       f"unable to open database file: {e.strerror or e}") from None
+    finally:
+        for p in path.parent.glob(tmp.name + "*"):
+            p.unlink(missing_ok=True)
+
+
 class VectorStore:
     """One SQLite database of vectors by (fingerprint, key); a connection shared by this process's threads.
 
@@ -308,8 +463,19 @@ class VectorStore:
                 delay = min(delay * 2, 0.5)
 
     def _open(self) -> None:
-        self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-        self.db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file's page size (before its first table and WAL)
+        kind, detail = self._classify()
+        if kind == "new":
+            _create(self.path, wal=self.durable)
+            kind, detail = self._classify()  # ours, or the file another process linked in first
+        if kind in ("foreign", "unknown"):
+            raise self._foreign(detail, maybe_ours=kind == "unknown")
+        if kind == "format":
+            raise self._format(detail)
+        if kind == "new":  # removed again at once
+            raise sqlite3.OperationalError("unable to open database file: it was removed while it was being made")
+        # mode=rw: never makes a file (a store removed since it was classified is an error, not a new unmarked file)
+        self.db = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S,
+                                  isolation_level=None, check_same_thread=False)
         if self.durable:
             if self.db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 self.db.execute("PRAGMA journal_mode=WAL")
@@ -318,15 +484,38 @@ class VectorStore:
             self.db.execute("PRAGMA journal_mode=OFF")
             self.db.execute("PRAGMA synchronous=OFF")
         self.db.execute(f"PRAGMA cache_size={CACHE_PAGES}")
-        self.db.executescript(_SCHEMA)
+        if kind == "adopt":  # an earlier bertfeat's cache (its exact layout, classify): marked as bertfeat's now
+            self.db.executescript(f"BEGIN IMMEDIATE; PRAGMA application_id={APP_ID}; PRAGMA user_version={int(FORMAT)}; "
+                                  f"INSERT OR IGNORE INTO meta VALUES('format', '{FORMAT}'); COMMIT;")
         fmt = self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
-        if fmt is None:
-            self.db.execute("INSERT OR IGNORE INTO meta VALUES('format', ?)", (FORMAT,))
-        elif fmt[0] != FORMAT:
+        if fmt is None or fmt[0] != FORMAT:
             self.db.close()
             self.db = None
-            raise CacheError(f"the cache {self.path} has format {fmt[0]}, this bertfeat reads format {FORMAT}",
-                             f"use another {opt('cache')} directory, or delete {self.path} (its vectors are recomputed)")
+            raise self._format("unknown" if fmt is None else fmt[0])
+
+    def _classify(self) -> tuple[str, str]:
+        try:
+            return classify(self.path)
+        except OSError as e:  # an unreadable file or directory: as SQLite's error, named by _error
+            raise sqlite3.OperationalError(f"unable to open database file: {e.strerror or e}") from None
+
+    def _foreign(self, why: str, maybe_ours: bool) -> ForeignStore:
+        """The refusal of a path that holds something bertfeat did not make, or cannot tell (nothing was written)."""
+        unsure = f", or delete {self.path} if it was a bertfeat cache that got damaged" if maybe_ours else ""
+        if self.run_store:
+            err = ForeignStore(f"{RUN_STORE} {self.path} is not bertfeat's: {why}",
+                               f"bertfeat changed nothing in it: remove it, or write elsewhere with {opt('output')}")
+        else:
+            err = ForeignStore(f"{self.path} is not a bertfeat vector cache: {why}",
+                               f"bertfeat changed nothing in it: give {opt('cache')} a directory of its own (it is made "
+                               f"if missing){unsure}")
+        err.unsure = unsure
+        return err
+
+    def _format(self, fmt: str) -> CacheError:
+        where = f"{RUN_STORE} {self.path}" if self.run_store else f"the cache {self.path}"
+        return CacheError(f"{where} has format {fmt}, this bertfeat reads format {FORMAT}",
+                          f"use another {opt('cache')} directory, or delete {self.path} (its vectors are recomputed)")
 
     # ------------------------------------------------------------------ errors
     class _Guard:
@@ -549,10 +738,14 @@ def open_existing_cache(directory: Path) -> VectorStore:
     if not d.is_dir():
         raise CacheError(f"the cache {d} does not exist" if not d.exists() else f"the cache {d} is not a directory",
                          "give the directory passed to extract --cache (or BERTFEAT_CACHE)")
-    if not (d / DB_NAME).is_file():
+    if not os.path.lexists(d / DB_NAME):
         raise CacheError(f"{d} holds no bertfeat vector cache ({DB_NAME} is missing)",
                          "give the directory passed to extract --cache (or BERTFEAT_CACHE)")
-    return open_cache(d)
+    try:
+        return open_cache(d)
+    except ForeignStore as e:  # the fix of a look into a directory, not of a run's --cache
+        raise ForeignStore(e.what, "bertfeat changed nothing in it: give the directory passed to extract --cache (or "
+                                   f"BERTFEAT_CACHE){e.unsure}") from None
 
 
 # --------------------------------------------------------------------------- bertfeat cache info / clear

@@ -10,7 +10,9 @@ from __future__ import annotations
 import atexit
 import csv
 import functools
+import hashlib
 import io
+import os
 import json
 import shutil
 import tempfile
@@ -101,6 +103,19 @@ def no_leftovers(out: Path) -> list[str]:
     """Files the run left beside `out` that look like output (the output, its partial dir, temporaries)."""
     return sorted(p.name for p in out.parent.iterdir()
                   if p.name.startswith(out.name) or p.name.startswith("." + out.name))
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """Every path under ``root`` (the listing: a SQLite file's -wal / -shm siblings too) -> the sha256 of a file's
+    bytes, ``dir``, or a symbolic link's target: equal before and after a command that must change nothing there."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        if p.is_symlink():
+            out[rel] = "link -> " + os.readlink(p)
+        else:
+            out[rel] = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
 
 
 def summary_line(err: str, key: str) -> str:

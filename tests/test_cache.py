@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -32,7 +33,7 @@ from bertfeat.errors import BertfeatError
 from bertfeat.vcache import DB_NAME, CacheError
 from conftest import dask_local_client, TEST_DATA, read_sst2, read_trec
 from extract_util import (TOL, assert_close, embeddings, metadata, no_leftovers, read_table, run, sigkill_when, summary_line,
-                          tiny_encoder, tiny_model, write_csv)
+                          tiny_encoder, tiny_model, tree_digest, write_csv)
 
 SST2, _ = read_sst2(TEST_DATA / "sst2" / "stsa.binary.dev")  # 300 distinct real sentences
 TREC, _ = read_trec(TEST_DATA / "trec" / "TREC.test")  # 100 distinct real questions
@@ -456,9 +457,10 @@ def test_damaged_entries_on_the_dask_engine(tmp_path, client):
     s = extract(src, tmp_path / "b_dask", cache=cache, engine="dask", client=client, blocksize=None)
     assert (s.rows_encoded, s.rows_reused, s.cache_repaired) == (2, 28, 2)
     assert_same_features(tmp_path / "b_dask", tmp_path / "a.parquet")
-    (cache / DB_NAME).write_bytes(os.urandom(32 << 10))  # a damaged file: refused before any task, nothing written
+    data = (cache / DB_NAME).read_bytes()
+    (cache / DB_NAME).write_bytes(data[:100] + os.urandom(len(data) - 100))  # damaged: refused before any task
     out = tmp_path / "run" / "c_dask"
-    with pytest.raises(CacheError, match=rf"^the cache {re.escape(str(cache / DB_NAME))} is damaged \(file is not a database\)"):
+    with pytest.raises(CacheError, match=rf"^the cache {re.escape(str(cache / DB_NAME))} is damaged \(database disk image is malformed\)"):
         extract(src, out, cache=cache, engine="dask", client=client, blocksize=None)
     assert not out.parent.exists() or list(out.parent.iterdir()) == []
 
@@ -480,12 +482,16 @@ def test_a_damaged_cache_file_is_one_error_line(tmp_path, capsys, damage):
     assert rc == 1
     assert stdout == ""
     assert len(err.splitlines()) == 1, err
-    why = "file is not a database" if damage == "garbage" else "database disk image is malformed"
-    assert err == (f"Error: the cache {db} is damaged ({why}) - delete {db} (its vectors are recomputed by the next "
-                   "run), or use another cache directory\n")
+    if damage == "garbage":  # no header left to tell whose file it is: refused as not bertfeat's, and not written
+        assert err == (f"Error: {db} is not a bertfeat vector cache: it is not a SQLite database - bertfeat changed "
+                       f"nothing in it: give --cache a directory of its own (it is made if missing), or delete {db} if "
+                       "it was a bertfeat cache that got damaged\n")
+    else:
+        assert err == (f"Error: the cache {db} is damaged (database disk image is malformed) - delete {db} (its vectors "
+                       "are recomputed by the next run), or use another cache directory\n")
     assert list(out.parent.iterdir()) == []  # nothing written, not even the partial directory
     rc, stdout, err = run(capsys, "cache", "info", cache)
-    assert (rc, stdout, len(err.splitlines())) == (1, "", 1) and err.startswith("Error: the cache ") and str(db) in err
+    assert (rc, stdout, len(err.splitlines())) == (1, "", 1) and err.startswith("Error: ") and str(db) in err
 
 
 def test_a_cache_of_another_format_is_one_error_line(tmp_path, capsys):
@@ -888,3 +894,121 @@ def test_a_cache_failing_before_any_chunk_is_done_leaves_no_partial_run(tmp_path
     monkeypatch.undo()
     rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--cache", cache)
     assert rc == 0, err
+
+
+# --------------------------------------------------------------------------- 9. a file bertfeat did not make is never written
+def _user_sqlite(path: Path, sql: str, wal: bool = False) -> None:
+    """A user's own SQLite database at ``path``; ``wal``: in WAL mode, copied while its writer is still connected
+    (as a crashed or running program leaves it: the rows in -wal, with -shm beside)."""
+    where = path.parent / "made-elsewhere" / path.name if wal else path
+    where.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(where, isolation_level=None)
+    if wal:
+        db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(sql)
+    if wal:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").write_bytes(Path(f"{where}{suffix}").read_bytes())
+    db.close()
+    if wal:
+        shutil.rmtree(where.parent)
+
+
+USERS = "CREATE TABLE vectors(id INTEGER PRIMARY KEY, name TEXT, vec BLOB); INSERT INTO vectors VALUES(1, 'mine', x'00ff');"
+NOT_OURS = "bertfeat changed nothing in it"
+DAMAGED = ", or delete {db} if it was a bertfeat cache that got damaged"
+#: kind -> (how the user's file is made, why it is refused, whether it may be a damaged bertfeat cache)
+FOREIGN = {
+    "own-vectors-table": (lambda p: _user_sqlite(p, USERS), "it is a SQLite database whose tables are not bertfeat's (vectors)", False),
+    "own-vectors-table-wal": (lambda p: _user_sqlite(p, USERS, wal=True),
+                              "it is a SQLite database whose tables are not bertfeat's (vectors)", False),
+    "other-tables": (lambda p: _user_sqlite(p, "CREATE TABLE notes(t TEXT); CREATE TABLE tags(t TEXT);"),
+                     "it is a SQLite database whose tables are not bertfeat's (notes, tags)", False),
+    "no-tables": (lambda p: _user_sqlite(p, "PRAGMA user_version=7;"),
+                  "it is a SQLite database whose tables are not bertfeat's (none)", False),
+    "another-application": (lambda p: _user_sqlite(p, "PRAGMA application_id=1296388936; CREATE TABLE t(x);"),
+                            "it is another program's SQLite database (application_id 0x4d455348)", False),
+    "empty-file": (lambda p: p.write_bytes(b""), "it is an empty file (0 bytes)", False),
+    "not-sqlite": (lambda p: p.write_text("id,vector\n1,0.5\n" * 200), "it is not a SQLite database", True),
+    "short-file": (lambda p: p.write_bytes(b"SQLite format 3\x00"), "it is not a SQLite database", True),
+    "directory": (lambda p: (p.mkdir(), (p / "mine.txt").write_text("x")), "it is a directory", False),
+    "broken-link": (lambda p: p.symlink_to(p.parent / "gone.sqlite3"), "it is a broken symbolic link", False),
+}
+
+
+@pytest.mark.parametrize("kind", FOREIGN)
+def test_a_file_bertfeat_did_not_make_is_never_written(tmp_path, capsys, monkeypatch, kind):
+    """Issue 44: a directory whose vectors.sqlite3 is someone else's (a database with its own `vectors` table, an
+    empty file, a text file, a directory, ...). `cache info` wrote bertfeat's tables into it and reported 0 entries;
+    with its own `vectors` table, info / clear / extract --cache said "damaged - delete it" after writing into it.
+    Now every path refuses it in one line, and not a byte of the directory changes (file, -wal, -shm, listing)."""
+    make, why, maybe_ours = FOREIGN[kind]
+    cache = tmp_path / "theirs"
+    cache.mkdir()
+    db = cache / DB_NAME
+    make(db)
+    before = tree_digest(cache)
+    assert (f"{DB_NAME}-wal" in before) == kind.endswith("-wal")
+    hint = DAMAGED.format(db=db) if maybe_ours else ""
+    look = f"Error: {db} is not a bertfeat vector cache: {why} - {NOT_OURS}: give the directory passed to extract --cache (or BERTFEAT_CACHE){hint}\n"
+    for cmd in (["info"], ["info", "--json"], ["clear"], ["clear", "--fingerprint", "ab"], ["clear", "-q"]):
+        assert run(capsys, "cache", *cmd, cache) == (1, "", look), cmd
+        assert tree_digest(cache) == before, cmd
+    src = corpus(tmp_path / "c.csv", base_rows(5))
+    out = tmp_path / "run" / "o.parquet"
+    out.parent.mkdir()
+    what = f"{db} is not a bertfeat vector cache: {why} - {NOT_OURS}: give "
+    rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--cache", cache)
+    assert (rc, stdout, err) == (1, "", f"Error: {what}--cache a directory of its own (it is made if missing){hint}\n")
+    with pytest.raises(CacheError) as e:  # the Python API
+        extract(src, out, cache=cache)
+    assert e.value.message == f"{what}cache a directory of its own (it is made if missing){hint}"
+    monkeypatch.setenv("BERTFEAT_CACHE", str(cache))  # and the environment variable, both ways
+    rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model())
+    assert (rc, stdout, err) == (1, "", f"Error: {what}--cache a directory of its own (it is made if missing){hint}\n")
+    with pytest.raises(CacheError, match=re.escape(what)):
+        bertfeat.extract(src, out, model=tiny_model())
+    assert bertfeat.extract(src, out, model=tiny_model(), estimate=True).cached in (None, 0.0)  # the run will say
+    assert tree_digest(cache) == before
+    assert list(out.parent.iterdir()) == []  # no output, no partial run, no lock left
+
+
+def test_a_foreign_file_is_refused_on_the_dask_engine(tmp_path, client):
+    cache = tmp_path / "theirs"
+    cache.mkdir()
+    _user_sqlite(cache / DB_NAME, USERS, wal=True)
+    before = tree_digest(cache)
+    src = corpus(tmp_path / "c.csv", base_rows(5))
+    out = tmp_path / "run" / "o_dask"
+    with pytest.raises(CacheError, match=rf"^{re.escape(str(cache / DB_NAME))} is not a bertfeat vector cache: it is a "
+                                         r"SQLite database whose tables are not bertfeat's \(vectors\) - "):
+        extract(src, out, cache=cache, engine="dask", client=client, blocksize=None)
+    assert tree_digest(cache) == before
+    assert not out.parent.exists() or list(out.parent.iterdir()) == []
+
+
+def test_a_cache_of_an_earlier_bertfeat_is_adopted(tmp_path, capsys):
+    """A cache an earlier bertfeat made (its exact layout, no marker): still read, and marked as bertfeat's on its
+    first open (docs/cache.md); a run reuses its vectors, and clear clears it."""
+    from bertfeat.vcache import APP_ID, classify
+
+    src = corpus(tmp_path / "c.csv", base_rows(12))
+    cache = tmp_path / "cache"
+    extract(src, tmp_path / "a.parquet", cache=cache)
+    db = cache / DB_NAME
+    with sqlite3.connect(db) as con:  # as bertfeat before the marker left it
+        con.execute("PRAGMA application_id=0")
+        con.execute("PRAGMA user_version=0")
+    con.close()
+    assert classify(db) == ("adopt", "")
+    rc, out, err = run(capsys, "cache", "info", cache)
+    assert (rc, err) == (0, "") and "entries       12" in out.splitlines()
+    assert classify(db) == ("ours", "")
+    con = sqlite3.connect(db)
+    assert (con.execute("PRAGMA application_id").fetchone(), con.execute("PRAGMA user_version").fetchone()) == ((APP_ID,), (2,))
+    con.close()
+    s = extract(src, tmp_path / "b.parquet", cache=cache)
+    assert (s.rows_encoded, s.rows_reused) == (0, 12)
+    assert_same_features(tmp_path / "b.parquet", tmp_path / "a.parquet")
+    rc, _, err = run(capsys, "cache", "clear", cache)
+    assert rc == 0 and err.startswith(f"deleted 12 entries from {cache} ("), err

@@ -18,7 +18,7 @@ from bertfeat.reuse import ENTRY_OVERHEAD, Reuser, RunStore
 from bertfeat.vcache import (DB_NAME, CacheError, VectorStore, cache_fingerprint, model_files_digest, open_cache,
                              resolve_cache, text_key)
 from conftest import TEST_DATA, read_sst2
-from extract_util import tiny_encoder, tiny_model
+from extract_util import tiny_encoder, tiny_model, tree_digest
 
 SST2, _ = read_sst2(TEST_DATA / "sst2" / "stsa.binary.dev")
 D = 8
@@ -549,3 +549,115 @@ def test_run_store_too_large_for_its_file_system_says_so(tmp_path):
     cache = tmp_path / "cache" / DB_NAME
     assert fill(cache.parent) == (f"cannot write the cache {cache} (disk I/O error) - check the cache directory is "
                                   "writable and its disk has room, or use another one")
+
+
+# --------------------------------------------------------------------------- whose file it is: only bertfeat's own store is written
+def _marker(db: Path) -> tuple:
+    con = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True)
+    try:
+        return (con.execute("PRAGMA application_id").fetchone()[0], con.execute("PRAGMA user_version").fetchone()[0],
+                con.execute("SELECT value FROM meta WHERE key='format'").fetchone()[0])
+    finally:
+        con.close()
+
+
+def test_every_store_bertfeat_makes_carries_its_marker(tmp_path):
+    """The cache, the Dask engine's run store (OUTPUT.partial/.dedup/) and the local engine's spill file: marked
+    (application_id, user_version = the format, the meta row) and whole when they appear (built under a hidden name,
+    then linked: no temporary left), and they keep working."""
+    from bertfeat.vcache import APP_ID, classify
+
+    for directory in (tmp_path / "cache", tmp_path / "o.parquet.partial" / ".dedup"):
+        s = open_cache(directory)
+        fid = s.register("a" * 32, "m", D, {})
+        s.put(fid, keys(SST2[:3]), vectors(3), [1] * 3, [False] * 3, [1] * 3)
+        s.close()
+        assert sorted(p.name for p in directory.iterdir()) == [DB_NAME]
+        assert _marker(directory / DB_NAME) == (APP_ID, 2, "2") and classify(directory / DB_NAME) == ("ours", "")
+        s = open_cache(directory)
+        assert len(s.get(s.register("a" * 32, "m", D, {}), keys(SST2[:3]))) == 3
+        s.close()
+    partial = tmp_path / "p.parquet.partial"
+    run = RunStore(D, partial, budget=0)  # spills at once
+    run.put(keys(SST2[:4]), vectors(4), [1] * 4, [False] * 4, [1] * 4)
+    spill = run.spill.path
+    assert [p.name for p in partial.iterdir()] == [spill.name] and _marker(spill)[0] == APP_ID
+    assert sorted(run.get(keys(SST2[:5]))) == sorted(keys(SST2[:4]))
+    run.close()
+    assert list(partial.iterdir()) == []
+
+
+#: the sequence of statements earlier bertfeat versions opened a new cache with (no marker)
+_EARLIER_OPEN = """
+import os, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA page_size=16384")
+db.execute("PRAGMA journal_mode=WAL")
+db.executescript(sys.argv[2])
+db.execute("INSERT OR IGNORE INTO meta VALUES('format', ?)", (sys.argv[3],))
+db.execute("INSERT INTO fingerprints(fingerprint, model, dim, settings, created, last_used) VALUES('%s', 'm', 8, '{}', 0, 0)" % ("a" * 32))
+if sys.argv[4] == "killed":
+    os._exit(0)  # before the first checkpoint: the tables are in the -wal file alone
+db.close()
+"""
+
+
+def earlier_cache(directory: Path, schema: str, fmt: str = "2", killed: bool = False) -> Path:
+    """A cache as an earlier bertfeat left it (no marker), in a fresh interpreter (killed: as kill -9 leaves it)."""
+    import subprocess
+    import sys
+
+    directory.mkdir()
+    db = directory / DB_NAME
+    subprocess.run([sys.executable, "-c", _EARLIER_OPEN, str(db), schema, fmt, "killed" if killed else "closed"], check=True)
+    assert (directory / f"{DB_NAME}-wal").exists() == killed
+    return db
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["closed", "killed-before-a-checkpoint"])
+def test_an_earlier_bertfeats_cache_is_adopted(tmp_path, killed):
+    """An earlier bertfeat's cache (the exact current layout, no marker): marked on its first open and used, also when
+    its tables are still in its -wal file alone (read from a private copy first: the file is not touched until it is
+    known to be bertfeat's)."""
+    from bertfeat import vcache
+
+    db = earlier_cache(tmp_path / "cache", vcache._SCHEMA, killed=killed)
+    assert vcache.classify(db) == ("adopt", "")
+    s = open_cache(db.parent)
+    assert s.known_id("a" * 32) is not None
+    s.close()
+    assert _marker(db) == (vcache.APP_ID, 2, "2") and vcache.classify(db) == ("ours", "")
+
+
+@pytest.mark.parametrize("layout, fmt, shown", [
+    ("1", "1", "1"),  # format 1: each row in the (fp, key) B-tree, WITHOUT ROWID
+    ("2 of a development version (fingerprint ids reused after a clear)", "2",
+     "2 of a development version (fingerprint ids reused after a clear)"),
+    ("current", "99", "99"),  # today's layout, another format in its meta row
+])
+def test_an_older_layout_is_refused_without_a_byte_changed(tmp_path, layout, fmt, shown):
+    """Before: the open ran CREATE ... IF NOT EXISTS (an index added to format 1's table), set WAL and wrote, then
+    said "has format 1". Now the layout is recognised read-only and refused as bertfeat's older format."""
+    from bertfeat import vcache
+
+    db = earlier_cache(tmp_path / "cache", vcache._SCHEMA if layout == "current" else vcache._OLD_SCHEMAS[layout], fmt)
+    before = tree_digest(db.parent)
+    with pytest.raises(CacheError) as e:
+        open_cache(db.parent)
+    assert e.value.message == (f"the cache {db} has format {shown}, this bertfeat reads format 2 - use another cache "
+                               f"directory, or delete {db} (its vectors are recomputed)")
+    assert tree_digest(db.parent) == before
+
+
+def test_a_marked_store_of_another_format_is_refused_from_its_header(tmp_path):
+    """A later bertfeat's cache (the marker, user_version 3): refused from the header's bytes, before any write."""
+    s = open_cache(tmp_path / "cache")
+    s.close()
+    db = tmp_path / "cache" / DB_NAME
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA user_version=3")
+    con.close()
+    before = tree_digest(db.parent)
+    with pytest.raises(CacheError, match=r"^the cache .* has format 3, this bertfeat reads format 2 - "):
+        open_cache(db.parent)
+    assert tree_digest(db.parent) == before
