@@ -118,11 +118,18 @@ def test_commit_fsyncs_the_file_then_the_directory(old, monkeypatch):
     assert calls == [("file", tmp), ("replace", tmp, old), ("dir", old.parent)]
 
 
-def test_fsync_helpers_run(tmp_path):
+def test_fsync_helpers_fsync_the_file_and_the_directory(tmp_path, monkeypatch):
     (tmp_path / "f").write_bytes(b"x")
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
     atomic.fsync_file(tmp_path / "f")
     atomic.fsync_dir(tmp_path)
-    atomic.fsync_dir(tmp_path / "missing")  # best effort: no error
+    assert synced == [str(tmp_path / "f"), str(tmp_path)]  # each through its own descriptor, then closed
+    atomic.fsync_dir(tmp_path / "missing")  # best effort: no error, nothing synced
+    assert len(synced) == 2
+    with pytest.raises(FileNotFoundError):
+        atomic.fsync_file(tmp_path / "missing")  # a file's data must reach the disk: its absence is an error
 
 
 def test_features_reexports_the_same_helpers():

@@ -179,3 +179,25 @@ def test_random_jsonl_bytes(tmp_path_factory, capsys, body, policy, with_id, chu
         assert sorted(rows + rejected) == list(range(len(lines)))
     texts = [json.loads(lines[k])["text"] for k in rows]
     assert_close(embeddings(t), tiny_encoder().encode(texts) if texts else np.zeros((0, 32), np.float32))
+
+
+@settings(SETTINGS, max_examples=min(SETTINGS.max_examples, 12))
+@given(lines=st.lists(st.text(alphabet="abcxyz é,\"", min_size=1, max_size=12).filter(lambda t: t.strip(" ")),
+                      min_size=1, max_size=12),
+       chunk=st.integers(1, 4))
+def test_valid_csv_always_succeeds(tmp_path_factory, capsys, lines, chunk):
+    """The other side of test_random_csv_bytes (which accepts a clean failure): a well-formed CSV of ordinary texts
+    (commas and quotes quoted as CSV quotes them) is never refused, and every row is written in order with the
+    vector its text gets from the Encoder."""
+    d = tmp_path_factory.mktemp("valid")
+    src, out = d / "in.csv", d / "o.parquet"
+    with open(src, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "text"])
+        w.writerows([[i, t] for i, t in enumerate(lines)])
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--chunk-rows", chunk,
+                     "--id-column", "id", "-q")
+    assert (rc, err) == (0, "")
+    t = read_table(out)
+    assert t.column("id").to_pylist() == [str(i) for i in range(len(lines))]  # a CSV's ids are its text
+    assert_close(embeddings(t), tiny_encoder().encode(lines))
