@@ -1,7 +1,8 @@
 """Weight loading, in one place.
 
-Reads safetensors once (one file, or shards listed in model.safetensors.index.json),
-maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
+Reads safetensors once (one file, or shards listed in model.safetensors.index.json; every header checked as
+safetensors' own reader checks it, and every shard against the index, before a tensor is read: _read_header,
+_check_shards), maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
 to (in, out) so the forward pass does ``x @ W``, and checks every key and shape, and that
 every floating-point tensor is finite (a NaN or inf is refused with the tensor's name).
 

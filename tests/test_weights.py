@@ -421,11 +421,16 @@ def test_a_safetensors_header_that_lies_is_refused_naming_file_and_tensor(tmp_pa
     entries = relayout(f, edit)
     with pytest.raises(Exception):
         load_file(str(f))  # the reference reader refuses it too
+    refused(capsys, d, f"{f.resolve()} is not a valid safetensors file: {problem(entries)} - {LIE_FIX}")
+
+
+def refused(capsys, d, message: str) -> None:
+    """Encoder(d) and `bertfeat info d` refuse the checkpoint with exactly ``message``."""
     with pytest.raises(WeightsError) as e:
         Encoder(d)
-    assert e.value.message == f"{f.resolve()} is not a valid safetensors file: {problem(entries)} - {LIE_FIX}"
+    assert e.value.message == message
     assert main(["info", str(d)]) == 1
-    assert capsys.readouterr() == ("", f"Error: {e.value.message}\n")
+    assert capsys.readouterr() == ("", f"Error: {message}\n")
 
 
 @pytest.mark.parametrize("cut,why", [
@@ -502,11 +507,7 @@ def test_shards_that_do_not_match_their_index_are_refused(tmp_path, capsys, lie)
     d = small(tmp_path / "m", sharded=3)
     Encoder(d)  # as written: loads
     problem = lie(d)
-    with pytest.raises(WeightsError) as e:
-        Encoder(d)
-    assert e.value.message == f"{d.resolve()}: the shards do not match their index: {problem} - {SHARDS_FIX}"
-    assert main(["info", str(d)]) == 1
-    assert capsys.readouterr() == ("", f"Error: {e.value.message}\n")
+    refused(capsys, d, f"{d.resolve()}: the shards do not match their index: {problem} - {SHARDS_FIX}")
 
 
 @pytest.mark.parametrize("edit,what", [
