@@ -11,6 +11,7 @@ turn an estimator into a ``SavedModel`` and back.
 from __future__ import annotations
 
 import json
+import math
 import numbers
 import os
 import stat
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.lib import format as npf
 
 from .atomic import atomic_output, remove_stale_temps
 from .diffs import canonical_json, dict_differences, json_default
@@ -169,9 +171,10 @@ def _not_regular(mode: int) -> str:
         else "it is not a regular file"
 
 
-def _check_model_file(path: Path) -> None:
+def _check_model_file(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Refuse, before numpy opens it, anything that is not a complete .npz archive: a directory, a FIFO (opening
-    one would block), an empty file, a .npy array, a text file (numpy would suggest pickle), a truncated archive."""
+    one would block), an empty file, a .npy array, a text file (numpy would suggest pickle), a truncated archive, a
+    member whose header does not fit its bytes. -> each .npy member's declared (shape, dtype), by array name."""
     try:
         st = os.stat(path)  # another OSError (permission denied, ...) propagates: the CLI names it (safety.os_error)
     except (FileNotFoundError, NotADirectoryError):
@@ -196,33 +199,77 @@ def _check_model_file(path: Path) -> None:
         raise not_a_model(path, f"it is a corrupt .npz archive ({bad} fails its checksum)", DAMAGED_MODEL_FIX)
     if "meta.npy" not in names:
         raise not_a_model(path, "it is a .npz without bertfeat's 'meta' entry")
+    with zipfile.ZipFile(path) as z:
+        return {info.filename[:-4]: _member_header(path, z, info) for info in z.infolist()
+                if info.filename.endswith(".npy")}
 
 
-def _check_consistent(path: Path, r: Decomposition, d: int, stats: Stats | None) -> None:
-    """The arrays and counts of a model file fit together (a file edited or written by something else: a wrong shape
-    would surface later as an unexpected matmul error, a short spectrum as a model that transforms but cannot
-    report, NaN as 'the features overflowed'); raises not_a_model saying what does not fit."""
-    k = r.n_components
+_NPY_VERSIONS = ((1, 0), (2, 0), (3, 0))  # numpy's .npy format versions (3.0: a UTF-8 header, read as 2.0's)
 
-    def floats(name: str, a, shape: tuple[int, ...] | None, min_len: int = 0) -> None:
-        if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
+
+def _member_header(path: Path, z: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple[int, ...], np.dtype]:
+    """One .npy member's declared (shape, dtype), read from its header alone and checked against the bytes the
+    archive holds for it: numpy allocates what a header declares before it reads, so a shape the member cannot
+    hold (an absurd one, a truncated member) is a damaged file, refused here, not a MemoryError."""
+    name = info.filename[:-4]
+    try:
+        with z.open(info) as fh:
+            version = npf.read_magic(fh)
+            if version not in _NPY_VERSIONS:
+                raise ValueError(f".npy format version {version[0]}.{version[1]}")
+            read = npf.read_array_header_1_0 if version == (1, 0) else npf.read_array_header_2_0
+            shape, _, dtype = read(fh)
+            start = fh.tell()
+    except Exception as e:  # numpy's parser of the header's text raises ValueError, SyntaxError, tokenize's TokenError ...
+        raise not_a_model(path, f"its {name!r} array is damaged: its header cannot be read ({one_line(e)})",
+                          DAMAGED_MODEL_FIX) from None
+    if dtype.hasobject:
+        raise not_a_model(path, "it holds pickled (object) arrays, which bertfeat never loads")
+    declared, held = math.prod(shape) * dtype.itemsize, info.file_size - start
+    if declared != held:
+        raise not_a_model(path, f"its {name!r} array is damaged: its header declares shape {shape} of {dtype} "
+                                f"({declared:,} bytes), but the archive holds {held:,} bytes of it", DAMAGED_MODEL_FIX)
+    return shape, dtype
+
+
+def _check_layout(path: Path, members: dict, k: int, d: int, n: int) -> None:
+    """The counts and the arrays' declared shapes and dtypes fit together, before any array is read (a file edited or
+    written by something else: a wrong shape would surface later as an unexpected matmul error, a short spectrum as a
+    model that transforms but cannot report, an absurd one as a MemoryError); raises not_a_model saying what does not
+    fit. ``members``: _check_model_file's (shape, dtype) by name."""
+    if not (1 <= k <= d):
+        raise not_a_model(path, f"n_components {k} does not fit n_features {d} (1 <= n_components <= n_features)")
+    if n < 2:
+        raise not_a_model(path, f"n_samples {n} (a fit needs at least 2)")
+    need: dict[str, tuple[int, ...] | None] = {"components": (k, d), "mean": (d,), "spectrum": None}
+    if "stats_sq" in members:
+        need |= {"stats_shift": (d,), "stats_sum": (d,), "stats_sq": (d, d)}
+    for name, want in need.items():
+        if name not in members:
+            raise not_a_model(path, f"{name!r} is missing")
+        shape, dtype = members[name]
+        if dtype.kind != "f":
             raise not_a_model(path, f"its {name!r} array is not of floats")
-        if shape is not None and a.shape != shape:
-            raise not_a_model(path, f"its {name!r} array has shape {a.shape} where n_components {k} and n_features {d} "
-                                    f"need {shape}")
-        if shape is None and (a.ndim != 1 or len(a) < min_len):
-            raise not_a_model(path, f"its {name!r} array has shape {a.shape} where at least ({min_len},) is needed "
+        if want is not None and shape != want:
+            raise not_a_model(path, f"its {name!r} array has shape {shape} where n_components {k} and n_features {d} "
+                                    f"need {want}")
+        if want is None and (len(shape) != 1 or shape[0] < k):
+            raise not_a_model(path, f"its {name!r} array has shape {shape} where at least ({k},) is needed "
                                     f"(n_components {k})")
+        if want is None and shape[0] > d:
+            raise not_a_model(path, f"its {name!r} array has shape {shape} where at most ({d},) fit (n_features {d})")
+
+
+def _check_values(path: Path, r: Decomposition, stats: Stats | None) -> None:
+    """The arrays' values are a fit's: finite (a NaN would surface as 'the features overflowed'), variances >= 0 that
+    the total covers; raises not_a_model saying what is wrong."""
+    def finite(name: str, a: np.ndarray) -> None:
         if not np.isfinite(a).all():
             raise not_a_model(path, f"its {name!r} array holds NaN or inf")
 
-    if not (1 <= k <= d):
-        raise not_a_model(path, f"n_components {k} does not fit n_features {d} (1 <= n_components <= n_features)")
-    if r.n_samples < 2:
-        raise not_a_model(path, f"n_samples {r.n_samples} (a fit needs at least 2)")
-    floats("components", r.components, (k, d))
-    floats("mean", r.mean, (d,))
-    floats("spectrum", r.spectrum, None, k)
+    k = r.n_components
+    for name, a in (("components", r.components), ("mean", r.mean), ("spectrum", r.spectrum)):
+        finite(name, a)
     if (r.spectrum < 0).any() or not (np.isfinite(r.total_variance) and r.total_variance >= 0) \
             or not (np.isfinite(r.noise_variance) and r.noise_variance >= 0):
         raise not_a_model(path, "its variances are negative or not finite")
@@ -230,30 +277,31 @@ def _check_consistent(path: Path, r: Decomposition, d: int, stats: Stats | None)
         raise not_a_model(path, f"its total variance {r.total_variance:g} is less than its components' "
                                 f"({r.spectrum[:k].sum():g})")
     if stats is not None:
-        for name, a, shape in (("stats_shift", stats.shift, (d,)), ("stats_sum", stats.sum, (d,)),
-                               ("stats_sq", stats.sq, (d, d))):
-            floats(name, a, shape)
+        for name, a in (("stats_shift", stats.shift), ("stats_sum", stats.sum), ("stats_sq", stats.sq)):
+            finite(name, a)
         if stats.n < 2:
             raise not_a_model(path, f"stats_n {stats.n} (statistics of at least 2 rows)")
 
 
-def load_model(path: str | os.PathLike) -> SavedModel:
-    """Read and check a file written by ``save_model`` (``np.load(allow_pickle=False)``).
-
-    Whatever else ``path`` is (missing, a directory, a FIFO, empty, a .npy, another .npz, truncated), one
-    ``BertfeatError``: "not found", or "PATH is not a bertfeat PCA model: why - fix"; nothing is opened
-    before the file is known to be a regular file."""
-    path = Path(path)
-    _check_model_file(path)
+def _read_arrays(path: Path, names: list[str]) -> dict[str, np.ndarray]:
+    """The arrays ``names`` of the archive (np.load without pickle); their headers were checked (_check_model_file)."""
     try:
         with np.load(path, allow_pickle=False) as z:
-            arrays = {key: z[key] for key in z.files}
+            return {name: z[name] for name in names}
+    except MemoryError:
+        raise BertfeatError(f"the PCA model {path} does not fit in this machine's memory ({path.stat().st_size:,} "
+                            "bytes)", "load it on a machine with more memory") from None
     except (ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
         why = ("it holds pickled (object) arrays, which bertfeat never loads" if "pickle" in str(e).lower()
                else "it cannot be read: " + one_line(e))
         raise not_a_model(path, why) from None
+
+
+def _read_meta(path: Path) -> dict:
+    """The 'meta' entry: bertfeat's format, a version this release reads, with parameters."""
+    text = str(_read_arrays(path, ["meta"])["meta"])
     try:
-        meta = json.loads(str(arrays.pop("meta")))
+        meta = json.loads(text)
     except ValueError:
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
@@ -268,29 +316,37 @@ def load_model(path: str | os.PathLike) -> SavedModel:
         )
     if not isinstance(meta.get("params"), dict):
         raise not_a_model(path, "its metadata has no parameters")
+    return meta
+
+
+def load_model(path: str | os.PathLike) -> SavedModel:
+    """Read and check a file written by ``save_model`` (``np.load(allow_pickle=False)``).
+
+    Whatever else ``path`` is (missing, a directory, a FIFO, empty, a .npy, another .npz, truncated, an array whose
+    header declares a shape its bytes do not hold), one ``BertfeatError``: "not found", or "PATH is not a bertfeat PCA
+    model: why - fix"; nothing is opened before the file is known to be a regular file, and no array is read before
+    its shape is known to fit the model's counts."""
+    path = Path(path)
+    members = _check_model_file(path)
+    meta = _read_meta(path)
     try:
-        decomposition = Decomposition(
-            mean=arrays["mean"],
-            components=arrays["components"],
-            spectrum=arrays["spectrum"],
-            total_variance=float(meta["total_variance"]),
-            n_samples=int(meta["n_samples"]),
-            n_components=int(meta["n_components"]),
-            noise_variance=float(meta["noise_variance"]),
-            solver=meta["fit_solver"],
-        )
-        n_features = int(meta["n_features"])
-        stats = None
-        if "stats_sq" in arrays:
-            stats = Stats(int(meta["stats_n"]), arrays["stats_shift"], arrays["stats_sum"], arrays["stats_sq"])
+        k, d, n = int(meta["n_components"]), int(meta["n_features"]), int(meta["n_samples"])
+        total, noise, solver = float(meta["total_variance"]), float(meta["noise_variance"]), meta["fit_solver"]
+        stats_n = int(meta["stats_n"]) if "stats_sq" in members else None
     except KeyError as e:
         raise not_a_model(path, f"{e.args[0]!r} is missing") from None
     except (TypeError, ValueError) as e:
         raise not_a_model(path, f"its metadata is malformed: {e}") from None
-    _check_consistent(path, decomposition, n_features, stats)
+    _check_layout(path, members, k, d, n)
+    arrays = _read_arrays(path, ["mean", "components", "spectrum"] + (["stats_shift", "stats_sum", "stats_sq"]
+                                                                     if stats_n is not None else []))
+    decomposition = Decomposition(mean=arrays["mean"], components=arrays["components"], spectrum=arrays["spectrum"],
+                                  total_variance=total, n_samples=n, n_components=k, noise_variance=noise, solver=solver)
+    stats = None if stats_n is None else Stats(stats_n, arrays["stats_shift"], arrays["stats_sum"], arrays["stats_sq"])
+    _check_values(path, decomposition, stats)
     names = meta.get("feature_names")
-    if names is not None and (not isinstance(names, list) or len(names) != n_features
+    if names is not None and (not isinstance(names, list) or len(names) != d
                               or not all(isinstance(n, str) for n in names)):
-        raise not_a_model(path, f"its feature_names are not {n_features} strings")
-    return SavedModel(params_from_file(meta["params"]), decomposition, n_features, stats,
+        raise not_a_model(path, f"its feature_names are not {d} strings")
+    return SavedModel(params_from_file(meta["params"]), decomposition, d, stats,
                       meta.get("fingerprint"), meta.get("source"), names)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from .errors import BertfeatError, opt
+from .features.base import damaged_provenance
 
 __all__ = ["DEFAULT_SAMPLE", "TOLERANCE", "verify_features"]
 
@@ -69,19 +70,45 @@ def _input_path(meta: dict, features: Path, given: str | os.PathLike | None) -> 
                         "features)", f"pass it with {opt('input')}")
 
 
-def _spec_from(fingerprint: dict):
+def _spec_from(fingerprint: dict, path: Path):
+    """The feature settings the provenance records (of their types: features.check_provenance), as a FeatureSpec."""
     from .encoder import FeatureSpec
 
     fields = dict(fingerprint)
     try:
         return FeatureSpec(pooling=fields["pooling"], layers=tuple(fields["layers"]), layer_agg=fields["layer_agg"],
-                           normalize=bool(fields["normalize"]), max_length=int(fields["max_length"]),
-                           long_text=fields.get("long_text", "truncate"), stride=int(fields.get("stride", 32)),
+                           normalize=fields["normalize"], max_length=fields["max_length"],
+                           long_text=fields.get("long_text", "truncate"), stride=fields.get("stride", 32),
                            dense=tuple(fields.get("dense", ())), prompt=fields.get("prompt"),
-                           prompt_name=fields.get("prompt_name"), include_prompt=bool(fields.get("include_prompt", True)))
-    except (KeyError, TypeError, ValueError) as e:
-        raise BertfeatError(f"the provenance's fingerprint cannot be read as feature settings ({e!r})",
-                            "verify a feature file written by this version of bertfeat") from None
+                           prompt_name=fields.get("prompt_name"), include_prompt=fields.get("include_prompt", True))
+    except KeyError as e:
+        raise damaged_provenance(path, f"its fingerprint has no {e.args[0]}") from None
+
+
+def _checked_spec(enc, recorded, path: Path):
+    """The recorded settings made again through ``Encoder.spec``, with the checks extract made (a pooling and layers
+    the model has, max_length within its positions, a stride that fits, a prompt it names): settings extract could
+    not have written with this model are a damaged provenance, refused before a row is encoded."""
+    from .diffs import dict_differences
+
+    own = bool(recorded.dense) or not recorded.include_prompt  # the model's own modules chose pooling and layers
+    prompt = {"prompt_name": recorded.prompt_name} if recorded.prompt_name else {"prompt": recorded.prompt or ""}
+    try:
+        spec = enc.spec(None if own else recorded.pooling, None if own else list(recorded.layers), recorded.layer_agg,
+                        recorded.normalize, recorded.max_length, recorded.long_text,
+                        recorded.stride if recorded.long_text.startswith("chunk") else None, **prompt)
+    except BertfeatError as e:
+        raise damaged_provenance(path, f"its fingerprint records settings this model does not take ({e.what})") from None
+    differ = dict_differences(recorded.to_dict(), spec.to_dict())
+    if differ:
+        said = "; ".join(f"{k}: recorded {a!r}, the model gives {b!r}" for k, a, b in differ[:4])
+        raise damaged_provenance(path, f"its fingerprint records settings this model does not give ({said})")
+    return spec
+
+
+def _one_of(path: Path, key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise damaged_provenance(path, f"{key} is {value!r}, not one of {', '.join(choices)}")
 
 
 def _pca_of(meta: dict, features: Path):
@@ -165,7 +192,9 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     from .diffs import dict_differences
     from .encoder import Encoder
     from .features import open_features
+    from .gemm import PRECISIONS
     from .readers import open_input
+    from .readers.formats import FORMATS
 
     path = Path(features)
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
@@ -182,8 +211,10 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         _check_input_format(os.fspath(input), meta, path)
     fp = meta["fingerprint"]
     precision = fp.get("precision", meta.get("precision", "fp32"))
+    _one_of(path, "fingerprint.precision" if "precision" in fp else "precision", precision, PRECISIONS)
+    _one_of(path, "input_format", meta["input_format"], FORMATS)
     enc = Encoder(model or meta["model"], precision=precision)
-    spec = _spec_from(fp)
+    spec = _spec_from(fp, path)
     # the weights' sha256 names the model: the same files elsewhere (another model_id, a local path) are the same model
     diffs = [d for d in dict_differences(fp, enc.fingerprint(spec)) if d[0] != "model_id"]
     if diffs:
@@ -191,6 +222,7 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         raise BertfeatError(f"the model or settings differ from the ones {path} was extracted with ({said})",
                             f"pass {opt('model')} with the model the features came from")
     _check_model_files(meta, enc, path)
+    spec = _checked_spec(enc, spec, path)
     pca = _pca_of(meta, path)
     if pca is not None and pca.n_features_in_ != enc.output_dim(spec):
         raise BertfeatError(f"{path} was reduced by a PCA of {pca.n_features_in_} inputs, but the model gives "

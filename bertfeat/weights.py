@@ -1,7 +1,8 @@
 """Weight loading, in one place.
 
-Reads safetensors once (one file, or shards listed in model.safetensors.index.json),
-maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
+Reads safetensors once (one file, or shards listed in model.safetensors.index.json; every header checked as
+safetensors' own reader checks it, and every shard against the index, before a tensor is read: _read_header,
+_check_shards), maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
 to (in, out) so the forward pass does ``x @ W``, and checks every key and shape, and that
 every floating-point tensor is finite (a NaN or inf is refused with the tensor's name).
 
@@ -27,14 +28,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .config import BertConfig, typed
-from .errors import WeightsError
+from .errors import WeightsError, one_line
 from .gemm import PRECISIONS, from_bf16, to_bf16
 
 # One table: our name -> (checkpoint name, expected shape as a function of the config).
@@ -203,25 +206,21 @@ class BertWeights:
         return total
 
 
+INDEX = "model.safetensors.index.json"
+
+
 def checkpoint_files(model_dir: Path) -> list[Path]:
     """The safetensors files of a model directory: one file, or the shards of an index."""
     single = model_dir / "model.safetensors"
-    index = model_dir / "model.safetensors.index.json"
     if single.is_file():
         return [single]
-    if index.is_file():
-        try:
-            weight_map = typed(json.loads(index.read_text()), dict, str(index))["weight_map"]
-        except (KeyError, json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise WeightsError(f"{index} is not a valid safetensors index ({e})", "restore it from the checkpoint") from None
-        typed(weight_map, dict, f"{index}: weight_map")
-        for shard in weight_map.values():
-            typed(shard, str, f"{index}: a weight_map entry")
+    weight_map = _weight_map(model_dir)
+    if weight_map is not None:
         files = [model_dir / f for f in dict.fromkeys(weight_map.values())]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise WeightsError(
-                f"{model_dir}: shard(s) {', '.join(missing)} listed in {index.name} are missing",
+                f"{model_dir}: shard(s) {', '.join(missing)} listed in {INDEX} are missing",
                 "copy every model-*.safetensors shard into the model directory",
             )
         return files
@@ -233,6 +232,59 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
         f"{model_dir} has no model.safetensors{hint}",
         "a model directory needs model.safetensors or sharded model-*.safetensors with model.safetensors.index.json",
     )
+
+
+_INDEX_FIX = "restore it from the checkpoint"
+
+
+def _weight_map(model_dir: Path) -> dict[str, str] | None:
+    """The index's weight_map (tensor name -> shard file name) when the checkpoint is sharded (no model.safetensors,
+    an index beside), else None. Checked as safetensors' own readers would: an object of names to plain file names
+    in the folder, each name once."""
+    index = model_dir / INDEX
+    if (model_dir / "model.safetensors").is_file() or not index.is_file():
+        return None
+    try:
+        weight_map = typed(_loads_unique(index.read_bytes().decode("utf-8")), dict, str(index))["weight_map"]
+    except _Repeated as e:  # json.loads would keep the last shard of a tensor listed twice
+        raise WeightsError(f"{index} names '{e.key}' twice (a tensor listed twice in weight_map?)", _INDEX_FIX) from None
+    except (KeyError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise WeightsError(f"{index} is not a valid safetensors index ({e})", _INDEX_FIX) from None
+    typed(weight_map, dict, f"{index}: weight_map")
+    for name, shard in weight_map.items():
+        typed(shard, str, f"{index}: a weight_map entry")
+        if shard in ("", ".", "..") or Path(shard).name != shard or "\\" in shard:
+            raise WeightsError(f"{index}: weight_map maps tensor '{name}' to {shard!r}, which is not a file name in "
+                               f"{model_dir}", _INDEX_FIX)
+    if not weight_map:
+        raise WeightsError(f"{index}: weight_map lists no tensor", _INDEX_FIX)
+    return weight_map
+
+
+def _check_shards(model_dir: Path, weight_map: dict[str, str], held: dict[str, list[str]]) -> None:
+    """The shards hold what the index says (``held``: shard file name -> its tensor names): each tensor in the one
+    shard the index maps it to, and nothing else. A shard from another save of the model would otherwise mix weights."""
+    index = model_dir / INDEX
+    where: dict[str, list[str]] = {}
+    for shard, names in held.items():
+        for name in names:
+            where.setdefault(name, []).append(shard)
+    for name, shards in where.items():
+        if len(shards) > 1:
+            raise _invalid_shards(index, f"tensor '{name}' is in {len(shards)} shards ({', '.join(shards)})")
+        if name not in weight_map:
+            raise _invalid_shards(index, f"shard {shards[0]} holds tensor '{name}', which {INDEX} does not list")
+        if weight_map[name] != shards[0]:
+            raise _invalid_shards(index, f"{INDEX} maps tensor '{name}' to {weight_map[name]}, but it is in {shards[0]}")
+    for name, shard in weight_map.items():
+        if name not in where:
+            raise _invalid_shards(index, f"{INDEX} maps tensor '{name}' to {shard}, which does not hold it")
+
+
+def _invalid_shards(index: Path, problem: str) -> WeightsError:
+    return WeightsError(f"{index.parent}: the shards do not match their index: {problem}",
+                        "the shards and the index come from different saves or were edited: download the checkpoint "
+                        "again (every shard and model.safetensors.index.json)")
 
 
 #: the linear weights of the encoder layers, stored in bf16 under precision="bf16" (canonical names)
@@ -249,31 +301,39 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, n
     are read (their float32 copy never outlives its own read), and their names are added to the set;
     a bf16 load then peaks below a float32 one (see docs/precision.md).
     """
+    opened = [_guarded(f, _open_safetensors, f) for f in files]  # every header checked before any tensor is read
+    weight_map = _weight_map(files[0].parent) if files else None
+    if weight_map is not None:
+        _check_shards(files[0].parent, weight_map, {f.name: keys for f, (keys, _, _) in zip(files, opened)})
     out: dict[str, np.ndarray] = {}
-    for f in files:
-        try:
-            keys, get, stored16 = _open_safetensors(f)
-            for key in keys:
-                name = canonical_name(key)
-                if name in out:
-                    raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
-                to16 = bf16 is not None and _LAYER_LINEAR.fullmatch(name)
-                if to16 and key in stored16:  # stored in bf16: its bit patterns as they are, no round trip
-                    t = get(key, bits=True)
-                    check_finite(t, key, f, bf16_bits=True)
+    for f, (keys, get, stored16) in zip(files, opened):
+        for key in keys:
+            name = canonical_name(key)
+            if name in out:
+                raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
+            to16 = bf16 is not None and _LAYER_LINEAR.fullmatch(name)
+            if to16 and key in stored16:  # stored in bf16: its bit patterns as they are, no round trip
+                t = _guarded(f, get, key, bits=True)
+                check_finite(t, key, f, bf16_bits=True)
+                bf16.add(name)
+            else:
+                t = _guarded(f, get, key)
+                check_finite(t, key, f)  # the file's own values (before any rounding to bf16)
+                if to16 and t.dtype.kind == "f":
+                    t = to_bf16(t)
                     bf16.add(name)
-                else:
-                    t = get(key)
-                    check_finite(t, key, f)  # the file's own values (before any rounding to bf16)
-                    if to16 and t.dtype.kind == "f":
-                        t = to_bf16(t)
-                        bf16.add(name)
-                out[name] = t
-        except WeightsError:
-            raise
-        except Exception as e:  # safetensors raises its own error types for corrupt files
-            raise WeightsError(f"{f} could not be read as safetensors ({e})", "re-download or re-save the checkpoint") from None
+            out[name] = t
     return out
+
+
+def _guarded(f: Path, fn, *args, **kwargs):
+    """``fn(*args)``, any error but bertfeat's own (an unreadable file) a WeightsError naming ``f``."""
+    try:
+        return fn(*args, **kwargs)
+    except WeightsError:
+        raise
+    except Exception as e:
+        raise _unreadable(f, one_line(e)) from None
 
 
 NONFINITE_FIX = "the checkpoint is corrupt or was saved from a diverged training run: re-download or re-save it"
@@ -312,40 +372,136 @@ def _open_safetensors(f: Path):
 
 _RAW_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64, "I32": np.int32,
                "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_, "BF16": np.uint16}
-_HEADER_MAX = 100 << 20  # safetensors' own limit on the JSON header
+_HEADER_MAX = 100_000_000  # safetensors' own limit on the JSON header (MAX_HEADER_SIZE)
 
 
 def _unreadable(f: Path, why: str) -> WeightsError:
     return WeightsError(f"{f} could not be read as safetensors ({why})", "re-download or re-save the checkpoint")
 
 
-def _raw_safetensors(f: Path):
-    """Read a safetensors file by its format (8-byte little-endian header length, JSON header, raw little-endian
-    data): -> (names, get(name, bits=False), header). Every entry's dtype, shape and byte range is checked against
-    the file before anything is read (a truncated or foreign file is a WeightsError naming it); ``get`` reads one
-    tensor with ``readinto`` into its own array."""
+def _invalid(f: Path, problem: str) -> WeightsError:
+    """A header that parses but lies about the data (the checks of safetensors' own reader, which refuses it)."""
+    return WeightsError(f"{f} is not a valid safetensors file: {problem}",
+                        "the file is damaged or was not written by a safetensors writer (safetensors' own reader "
+                        "refuses it too): re-download or re-save the checkpoint")
+
+
+class _Repeated(ValueError):
+    """A JSON object gives ``key`` twice (json.loads would keep its last value silently); ``outermost``: in the
+    document's own object (a safetensors header's tensor names), not in one nested in it."""
+
+    def __init__(self, key: str, outermost: bool):
+        super().__init__(f"the key {key!r} appears twice in one object")
+        self.key, self.outermost = key, outermost
+
+
+def _loads_unique(text: str):
+    """json.loads, refusing a key given twice in one object (_Repeated: the outermost such key, e.g. a tensor's name
+    before a field of its entry)."""
+    repeated: list[tuple[int, str]] = []  # (which object, counted as they close: the document's own is the last)
+    closed = 0
+
+    def unique(pairs: list) -> dict:
+        nonlocal closed
+        closed += 1
+        repeated.extend((closed, k) for k, n in Counter(k for k, _ in pairs).items() if n > 1)
+        return dict(pairs)
+
+    doc = json.loads(text, object_pairs_hook=unique)
+    if repeated:
+        which, key = repeated[-1]  # objects close inside out: the last repeat is the outermost
+        raise _Repeated(key, which == closed)
+    return doc
+
+
+def _read_header(f: Path) -> tuple[dict, int]:
+    """A safetensors file's JSON header, checked as safetensors' reader checks it (``Metadata.validate``): ->
+    (tensor name -> entry, the byte where the data starts)."""
     size = f.stat().st_size
     with open(f, "rb") as fh:
         head = fh.read(8)
-        n = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if not 0 < n <= min(_HEADER_MAX, size - 8):
-            raise _unreadable(f, f"its header length is {n}")
-        header = json.loads(fh.read(n))
+        if len(head) < 8:
+            raise _unreadable(f, f"it is {size} bytes, shorter than the 8-byte header length")
+        n = int.from_bytes(head, "little")
+        if not 0 < n <= _HEADER_MAX:
+            raise _unreadable(f, f"its header length is {n:,} bytes (safetensors reads 1 to {_HEADER_MAX:,})")
+        if n > size - 8:
+            raise _unreadable(f, f"its header length is {n:,} bytes, but the file has {size - 8:,} after it: "
+                                 "the file is truncated")
+        raw = fh.read(n)
+    try:
+        header = _loads_unique(raw.decode("utf-8"))
+    except _Repeated as e:
+        raise _invalid(f, f"its header names tensor '{e.key}' twice" if e.outermost
+                       else f"its header gives '{e.key}' twice in one tensor's entry") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _unreadable(f, f"its header is not JSON text: {one_line(e)}") from None
     if not isinstance(header, dict):
         raise _unreadable(f, "its header is not a JSON object")
-    header.pop("__metadata__", None)
-    base = 8 + n
+    meta = header.pop("__metadata__", None)
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise _invalid(f, "its __metadata__ is not an object of strings")
     for key, h in header.items():
-        if not isinstance(h, dict) or not {"dtype", "shape", "data_offsets"} <= set(h):
-            raise _unreadable(f, f"tensor '{key}' has no dtype, shape or data offsets")
-        if h["dtype"] not in _RAW_DTYPES:
-            raise WeightsError(f"{f}: tensor '{key}' has dtype {h['dtype']}, which bertfeat cannot read",
-                               "re-save the checkpoint in float32 or bfloat16")
+        _check_entry(f, key, h)
+    _check_layout(f, header, size - 8 - n)
+    return header, 8 + n
+
+
+def _whole(v, length: int | None = None) -> bool:
+    """``v`` is a JSON list (of ``length``) of whole numbers >= 0, as safetensors' usize fields."""
+    return isinstance(v, list) and (length is None or len(v) == length) and all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+
+
+def _check_entry(f: Path, key: str, h) -> None:
+    """One tensor's entry: a dtype bertfeat reads, a shape and two offsets of whole numbers, as many bytes between
+    the offsets as dtype x shape need."""
+    if not isinstance(h, dict) or not {"dtype", "shape", "data_offsets"} <= set(h):
+        raise _invalid(f, f"tensor '{key}' has no dtype, shape or data_offsets")
+    dtype, shape, offsets = h["dtype"], h["shape"], h["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in _RAW_DTYPES:
+        shown = dtype if isinstance(dtype, str) else json.dumps(dtype)
+        raise WeightsError(f"{f}: tensor '{key}' has dtype {one_line(shown, 60)}, which bertfeat cannot read",
+                           "re-save the checkpoint in float32 or bfloat16")
+    if not _whole(shape):
+        raise _invalid(f, f"tensor '{key}' has shape {one_line(json.dumps(shape), 60)}, not a list of whole numbers")
+    if not _whole(offsets, 2) or offsets[1] < offsets[0]:
+        raise _invalid(f, f"tensor '{key}' has data_offsets {one_line(json.dumps(offsets), 60)}, not [start, end] "
+                          "with 0 <= start <= end")
+    need = math.prod(shape) * np.dtype(_RAW_DTYPES[dtype]).itemsize
+    if offsets[1] - offsets[0] != need:
+        raise _invalid(f, f"tensor '{key}' spans {offsets[1] - offsets[0]:,} bytes (data_offsets {offsets}), but its "
+                          f"dtype {dtype} and shape {shape} need {need:,}")
+
+
+def _check_layout(f: Path, header: dict, data: int) -> None:
+    """The tensors tile the data exactly, in offset order: none past its end, none sharing a byte with another (two
+    names reading the same weights), no bytes between them or after the last that belong to no tensor."""
+    at, last = 0, None
+    for key, h in sorted(header.items(), key=lambda kv: tuple(kv[1]["data_offsets"])):
         start, end = h["data_offsets"]
-        want = int(np.prod(h["shape"], dtype=np.int64)) * np.dtype(_RAW_DTYPES[h["dtype"]]).itemsize
-        if not (0 <= start <= end and end - start == want and base + end <= size):
-            raise _unreadable(f, f"tensor '{key}' lies outside the file or does not match its shape {h['shape']} (bytes "
-                                 f"{start}..{end} of {size - base}): the file is truncated or corrupt")
+        span = f"bytes {start:,}..{end:,}"
+        if end > data:
+            raise _invalid(f, f"tensor '{key}' ({span} of the data) lies past the end of the file's {data:,} bytes of "
+                              "data: the file is truncated")
+        if start < at:
+            raise _invalid(f, f"tensors '{last}' and '{key}' overlap: their data_offsets share bytes {start:,}.."
+                              f"{min(at, end):,} of the data")
+        if start > at:
+            after = f"between tensors '{last}' and '{key}'" if last else f"before the first tensor '{key}'"
+            raise _invalid(f, f"bytes {at:,}..{start:,} of the data, {after}, belong to no tensor")
+        at, last = end, key
+    if at < data:
+        raise _invalid(f, f"the last {data - at:,} bytes of the data" + (f", after tensor '{last}'," if last else "")
+                          + " belong to no tensor")
+
+
+def _raw_safetensors(f: Path):
+    """Read a safetensors file by its format (8-byte little-endian header length, JSON header, raw little-endian
+    data): -> (names, get(name, bits=False), header). The header is checked whole before anything is read
+    (_read_header: a truncated, foreign or lying file is a WeightsError naming it and the tensor); ``get`` reads one
+    tensor with ``readinto`` into its own array."""
+    header, base = _read_header(f)
 
     def get(key: str, bits: bool = False) -> np.ndarray:
         """The tensor ``key``; a BF16 one widened to float32, or with ``bits`` as its uint16 bit patterns."""
@@ -367,18 +523,13 @@ def _raw_safetensors(f: Path):
 def read_safetensors_file(f: Path) -> dict[str, np.ndarray]:
     """Every tensor of one safetensors file under its own name, each checked finite, BF16 / F16 widened exactly to
     float32 (a sentence-transformers Dense module saved with the model in bfloat16). A WeightsError names the file."""
-    try:
-        keys, get, _ = _raw_safetensors(f)
-        out = {}
-        for k in keys:
-            t = get(k)
-            check_finite(t, k, f)
-            out[k] = t.astype(np.float32) if t.dtype == np.float16 else t
-        return out
-    except WeightsError:
-        raise
-    except Exception as e:  # a header that is not JSON, an unreadable file
-        raise _unreadable(f, str(e)) from None
+    keys, get, _ = _guarded(f, _raw_safetensors, f)
+    out = {}
+    for k in keys:
+        t = _guarded(f, get, k)
+        check_finite(t, k, f)
+        out[k] = t.astype(np.float32) if t.dtype == np.float16 else t
+    return out
 
 
 # RobertaLMHead -> BERT's masked-LM head names (same maths: dense, act, LayerNorm, tied decoder, bias).

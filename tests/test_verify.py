@@ -371,3 +371,107 @@ def test_verify_reads_the_input_with_the_runs_kept_columns(tmp_path, capsys):
     with pytest.raises(BertfeatError, match="2 rows of the input .* are not in .*, but the run rejected 1 \\(the first "
                                             "not rejected as a bad row here: row 12 \\(id 'new'\\)\\)"):
         verify_features(out, input=appended)
+
+
+# --------------------------------------------------------------------------- issue 44: a provenance that is damaged
+# The provenance is untrusted input: every key bertfeat reads is type-checked where it is parsed (features), and verify
+# makes the recorded settings again through Encoder.spec (what extract checked). A null fingerprint, a max_length of
+# -1, layers past the model's were "this is a bug in bertfeat" (AttributeError, OverflowError, IndexError ...) or
+# passed: each is now one line naming the file and the value.
+DAMAGED_FIX = "extract the features again (their provenance was edited, or written by another tool)"
+NOT_TAKEN = "its fingerprint records settings this model does not take"
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    """A feature file (parquet, ids) and its input, extracted once; each test edits a copy."""
+    d = tmp_path_factory.mktemp("pristine")
+    src = write_csv(d / "in.csv", ["id", "text", "label"], _rows(12))
+    out = d / "o.parquet"
+    assert main(["extract", str(src), "-o", str(out), "--model", str(tiny_model()), "--id-column", "id", "-q"]) == 0
+    return out
+
+
+def edited_provenance(pristine: Path, dst: Path, key: str, value) -> Path:
+    """A copy of ``pristine`` whose provenance has ``key`` (dotted: fingerprint.max_length) set to ``value``."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(pristine)
+    meta = json.loads(t.schema.metadata[b"bertfeat"])
+    *parents, last = key.split(".")
+    node = meta
+    for p in parents:
+        node = node[p]
+    node[last] = value
+    pq.write_table(t.replace_schema_metadata({b"bertfeat": json.dumps(meta)}), dst)
+    return dst
+
+
+@pytest.mark.parametrize("key,value,problem", [
+    ("fingerprint", None, "fingerprint is null, not an object"),
+    ("fingerprint", [1], "fingerprint is a list, not an object"),
+    ("fingerprint.max_length", -1, "fingerprint.max_length is -1, not a whole number >= 1"),
+    ("fingerprint.max_length", "128", 'fingerprint.max_length is "128", not a whole number >= 1'),
+    ("fingerprint.layers", None, "fingerprint.layers is null, not a list"),
+    ("fingerprint.layers", ["2"], 'fingerprint.layers[0] is "2", not a whole number'),
+    ("fingerprint.pooling", 3, "fingerprint.pooling is 3, not a string"),
+    ("fingerprint.normalize", "yes", 'fingerprint.normalize is "yes", not true or false'),
+    ("fingerprint.stride", -4, "fingerprint.stride is -4, not a whole number >= 0"),
+    ("fingerprint.prompt", 5, "fingerprint.prompt is 5, not a string or null"),
+    ("fingerprint.weights_sha256", None, "fingerprint.weights_sha256 is null, not a string"),
+    ("model", None, "model is null, not a string"),
+    ("input", 5, "input is 5, not a string"),
+    ("input_abspath", 5, "input_abspath is 5, not a string"),
+    ("text_column", None, "text_column is null, not a string"),
+    ("id_column", 5, "id_column is 5, not a string or null"),
+    ("delimiter", 5, "delimiter is 5, not a string"),
+    ("keep", "id", 'keep is "id", not a list'),
+    ("rows", {"written": "12"}, 'rows["written"] is "12", not a whole number >= 0 or null'),
+    ("rows", "x", 'rows is "x", not a whole number >= 0 or an object or null'),
+    ("model_files", {"config.json": 5}, 'model_files["config.json"] is 5, not a string'),
+    ("layout", None, "layout is null, not an object"),
+    ("layout.extra_columns", 5, "layout.extra_columns is 5, not an object"),
+    ("pca", 5, "pca is 5, not an object or null"),
+    ("pca", {"model_path": 5}, "pca.model_path is 5, not a string"),
+    ("dtype", "float64", 'dtype is "float64", not one of float32, float16'),
+    # of their types, but not what extract could have written for this model
+    ("fingerprint.max_length", 10**12, f"{NOT_TAKEN} (max_length=1000000000000 is out of range)"),
+    ("fingerprint.layers", [99], f"{NOT_TAKEN} (layer 99 does not exist: the model has 2 layers (hidden states 0..2, "
+                                 "or -3..-1))"),
+    ("fingerprint.layers", [-1], "its fingerprint records settings this model does not give (layers: recorded [-1], "
+                                 "the model gives [2])"),
+    ("fingerprint.pooling", "bogus", f"{NOT_TAKEN} (unknown pooling 'bogus')"),
+    ("fingerprint.layer_agg", "x", f"{NOT_TAKEN} (unknown layer aggregation 'x')"),
+    ("fingerprint.long_text", "x", f"{NOT_TAKEN} (unknown long-text mode 'x')"),
+    ("fingerprint.dense", ["2_Dense"], "its fingerprint records settings this model does not give (dense: recorded "
+                                       "['2_Dense'], the model gives [])"),
+    ("fingerprint.prompt_name", "nope", f"{NOT_TAKEN} (the model has no prompt named 'nope' (its prompts: none))"),
+    ("fingerprint.precision", "fp64", "fingerprint.precision is 'fp64', not one of fp32, bf16, int8"),
+    ("input_format", "xls", "input_format is 'xls', not one of csv, tsv, parquet, jsonl"),
+])
+def test_verify_refuses_a_damaged_provenance_in_one_line(pristine, tmp_path, capsys, key, value, problem):
+    import hashlib
+
+    out = edited_provenance(pristine, tmp_path / "o.parquet", key, value)
+    before = hashlib.sha256(out.read_bytes()).hexdigest()
+    message = f"the provenance of {out} is damaged or not bertfeat's: {problem} - {DAMAGED_FIX}"
+    with pytest.raises(BertfeatError) as e:
+        verify_features(out)
+    assert e.value.message == message
+    assert run(capsys, "verify", out) == (1, "", f"Error: {message}\n")
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == before and sorted(tmp_path.iterdir()) == [out]
+
+
+@pytest.mark.parametrize("args", [["pca", "fit", "{out}", "-n", "2", "-o", "{tmp}/q.npz"],
+                                  ["pca", "transform", "{out}", "--pca-model", "{tmp}/p.npz", "-o", "{tmp}/r.parquet"]])
+def test_every_reader_of_a_feature_file_refuses_a_damaged_provenance(pristine, tmp_path, capsys, args):
+    """The check is where the provenance is parsed: pca fit / transform meet it too (layout.extra_columns 5 was an
+    AttributeError in every reader)."""
+    assert run(capsys, "pca", "fit", pristine, "-n", "2", "-o", tmp_path / "p.npz", "-q")[0] == 0
+    out = edited_provenance(pristine, tmp_path / "o.parquet", "layout.extra_columns", 5)
+    filled = [a.format(out=out, tmp=tmp_path) for a in args]
+    assert run(capsys, *filled) == (1, "", f"Error: the provenance of {out} is damaged or not bertfeat's: "
+                                          f"layout.extra_columns is 5, not an object - {DAMAGED_FIX}\n")
+    assert not (tmp_path / "r.parquet").exists() and not (tmp_path / "q.npz").exists()

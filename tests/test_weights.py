@@ -306,3 +306,225 @@ def test_bfloat16_checkpoint_loads_widened_exactly(tmp_path, capsys):
     for a, b in zip(w16.layers, r16.layers):
         np.testing.assert_array_equal(a.up_w, b.up_w)
         assert a.up_w.dtype == np.uint16
+
+
+# --------------------------------------------------------------------------- safetensors headers that lie (issue 44)
+# A header is checked as safetensors' own reader checks it (Metadata.validate): each name once, a dtype and shape
+# whose size is the bytes between the data_offsets, and the tensors tiling the data exactly: none past its end, none
+# sharing a byte with another, no byte that belongs to no tensor. Each lie used to load (two tensors on the same bytes
+# gave features off by up to 0.31); safetensors refuses every one of these files too.
+LIE_FIX = ("the file is damaged or was not written by a safetensors writer (safetensors' own reader refuses it too): "
+           "re-download or re-save the checkpoint")
+Q, K = "encoder.layer.0.attention.self.query.weight", "encoder.layer.0.attention.self.key.weight"
+
+
+def relayout(f, edit):
+    """Rewrite the safetensors file ``f``: ``edit(entries, data) -> (entries, data)``, entries its (name, entry)
+    pairs in the header's order (an entry given as a str is written as that JSON text, so that a name or a field
+    can be given twice) -> the new entries."""
+    raw = f.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    entries, data = edit(list(header.items()), raw[8 + n:])
+    text = ("{" + ",".join(f"{json.dumps(k)}:{v if isinstance(v, str) else json.dumps(v)}" for k, v in entries)
+            + "}").encode()
+    f.write_bytes(len(text).to_bytes(8, "little") + text + data)
+    return entries
+
+
+def _moved(entries, at: int, by: int):
+    """Every entry whose bytes start at or after ``at`` moved by ``by`` bytes."""
+    return [(k, dict(v, data_offsets=[o + by if v["data_offsets"][0] >= at else o for o in v["data_offsets"]]))
+            for k, v in entries]
+
+
+def _offsets(entries, name):
+    return dict(entries)[name]["data_offsets"]
+
+
+def _share(entries, data):
+    """K reads Q's bytes (its own cut out): two names, one set of weights."""
+    s, e = _offsets(entries, K)
+    entries = _moved(entries, e, s - e)
+    return [(k, dict(v, data_offsets=_offsets(entries, Q)) if k == K else v) for k, v in entries], data[:s] + data[e:]
+
+
+def _shared(entries) -> str:
+    first, second = sorted([Q, K], key=[k for k, _ in entries].index)  # equal offsets: in the header's order
+    s, e = _offsets(entries, Q)
+    return f"tensors '{first}' and '{second}' overlap: their data_offsets share bytes {s:,}..{e:,} of the data"
+
+
+def _twice(entries, data):
+    """pooler.dense.bias given a second time, over bytes of its own appended (json.loads keeps the last)."""
+    e = dict(entries)["pooler.dense.bias"]
+    extra = np.full(e["shape"], 0.5, "<f4").tobytes()
+    return entries + [("pooler.dense.bias", dict(e, data_offsets=[len(data), len(data) + len(extra)]))], data + extra
+
+
+def _gap(entries, data):
+    s = _offsets(entries, K)[0]
+    return _moved(entries, s, 16), data[:s] + b"\x07" * 16 + data[s:]
+
+
+def _entry(name, **change):
+    return lambda entries, data: ([(k, dict(v, **change) if k == name else v) for k, v in entries], data)
+
+
+def _field_twice(entries, data):
+    """pooler.dense.bias's entry with "dtype" given twice."""
+    return [(k, '{"dtype": "BF16", ' + json.dumps(v)[1:] if k == "pooler.dense.bias" else v) for k, v in entries], data
+
+
+def _ending_at(entries, at: int) -> str:
+    return next(k for k, v in entries if v["data_offsets"][1] == at)
+
+
+def _last(entries):
+    return max(entries, key=lambda kv: kv[1]["data_offsets"])[0]
+
+
+def _past_end(entries) -> str:
+    s, e = _offsets(entries, _last(entries))
+    return f"tensor '{_last(entries)}' (bytes {s:,}..{e:,} of the data) lies past the end of the file's {e - 8:,} bytes " \
+           "of data: the file is truncated"
+
+
+HEADER_LIES = [
+    ("shared-bytes", _share, _shared),
+    ("name-twice", _twice, lambda e: "its header names tensor 'pooler.dense.bias' twice"),
+    ("gap", _gap, lambda e: f"bytes {_offsets(e, K)[0] - 16:,}..{_offsets(e, K)[0]:,} of the data, between tensors "
+                            f"'{_ending_at(e, _offsets(e, K)[0] - 16)}' and '{K}', belong to no tensor"),
+    ("trailing-bytes", lambda e, d: (e, d + b"\0" * 8),
+     lambda e: f"the last 8 bytes of the data, after tensor '{_last(e)}', belong to no tensor"),
+    ("truncated", lambda e, d: (e, d[:-8]), _past_end),
+    ("size-not-shape", _entry("pooler.dense.bias", shape=[63]),
+     lambda e: f"tensor 'pooler.dense.bias' spans 256 bytes (data_offsets {_offsets(e, 'pooler.dense.bias')}), but its "
+               "dtype F32 and shape [63] need 252"),
+    ("negative-shape", _entry("pooler.dense.bias", shape=[-64]),
+     lambda e: "tensor 'pooler.dense.bias' has shape [-64], not a list of whole numbers"),
+    ("offsets-not-a-pair", _entry("pooler.dense.bias", data_offsets=[0, 256, 256]),
+     lambda e: "tensor 'pooler.dense.bias' has data_offsets [0, 256, 256], not [start, end] with 0 <= start <= end"),
+    ("field-twice", _field_twice, lambda e: "its header gives 'dtype' twice in one tensor's entry"),
+    ("metadata-not-strings", lambda e, d: ([("__metadata__", {"format": 1})] + e, d),
+     lambda e: "its __metadata__ is not an object of strings"),
+]
+
+
+@pytest.mark.parametrize("case_id,edit,problem", HEADER_LIES, ids=[c[0] for c in HEADER_LIES])
+def test_a_safetensors_header_that_lies_is_refused_naming_file_and_tensor(tmp_path, capsys, case_id, edit, problem):
+    from safetensors.numpy import load_file
+
+    d = small(tmp_path / "m")
+    f = d / "model.safetensors"
+    entries = relayout(f, edit)
+    with pytest.raises(Exception):
+        load_file(str(f))  # the reference reader refuses it too
+    refused(capsys, d, f"{f.resolve()} is not a valid safetensors file: {problem(entries)} - {LIE_FIX}")
+
+
+def refused(capsys, d, message: str) -> None:
+    """Encoder(d) and `bertfeat info d` refuse the checkpoint with exactly ``message``."""
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.message == message
+    assert main(["info", str(d)]) == 1
+    assert capsys.readouterr() == ("", f"Error: {message}\n")
+
+
+@pytest.mark.parametrize("cut,why", [
+    (lambda raw: (1 << 40).to_bytes(8, "little") + raw[8:], "its header length is 1,099,511,627,776 bytes (safetensors "
+                                                            "reads 1 to 100,000,000)"),
+    (lambda raw: raw[:8 + 100], "its header length is {n:,} bytes, but the file has 100 after it: the file is truncated"),
+    (lambda raw: raw[:5], "it is 5 bytes, shorter than the 8-byte header length"),
+], ids=["absurd", "past-the-end", "no-length"])
+def test_a_header_length_that_lies_is_refused(tmp_path, cut, why):
+    d = small(tmp_path / "m")
+    f = d / "model.safetensors"
+    raw = f.read_bytes()
+    f.write_bytes(cut(raw))
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.message == (f"{f.resolve()} could not be read as safetensors ({why.format(n=int.from_bytes(raw[:8], 'little'))})"
+                               " - re-download or re-save the checkpoint")
+
+
+# --------------------------------------------------------------------------- shards that do not match their index
+SHARD = "model-{:05d}-of-00003.safetensors".format
+SHARDS_FIX = ("the shards and the index come from different saves or were edited: download the checkpoint again "
+              "(every shard and model.safetensors.index.json)")
+
+
+def _index(d):
+    return json.loads((d / "model.safetensors.index.json").read_text())
+
+
+def _write_index(d, index=None, text=None):
+    (d / "model.safetensors.index.json").write_text(text if text is not None else json.dumps(index))
+
+
+def _in_shard(d, k):
+    return sorted(n for n, s in _index(d)["weight_map"].items() if s == SHARD(k))
+
+
+def _remap(d):
+    """The index maps a tensor of shard 1 to shard 2 (the files untouched)."""
+    index = _index(d)
+    index["weight_map"][_in_shard(d, 1)[0]] = SHARD(2)
+    _write_index(d, index)
+    return f"model.safetensors.index.json maps tensor '{_in_shard(d, 2)[0]}' to {SHARD(2)}, but it is in {SHARD(1)}"
+
+
+def _copied(d):
+    """Shard 2 holds a tensor of shard 1 as well (a shard of another save: the same name, maybe other values)."""
+    from safetensors.numpy import load_file, save_file
+
+    name = _in_shard(d, 1)[0]
+    two = load_file(str(d / SHARD(2))) | {name: load_file(str(d / SHARD(1)))[name] * 2}
+    save_file(two, str(d / SHARD(2)), metadata={"format": "pt"})
+    return f"tensor '{name}' is in 2 shards ({SHARD(1)}, {SHARD(2)})"
+
+
+def _unlisted(d):
+    index = _index(d)
+    name = _in_shard(d, 3)[-1]
+    del index["weight_map"][name]
+    _write_index(d, index)
+    return f"shard {SHARD(3)} holds tensor '{name}', which model.safetensors.index.json does not list"
+
+
+def _phantom(d):
+    index = _index(d)
+    index["weight_map"]["encoder.layer.9.output.dense.weight"] = SHARD(3)
+    _write_index(d, index)
+    return f"model.safetensors.index.json maps tensor 'encoder.layer.9.output.dense.weight' to {SHARD(3)}, which does not hold it"
+
+
+@pytest.mark.parametrize("lie", [_remap, _copied, _unlisted, _phantom], ids=["mapped-elsewhere", "in-two-shards",
+                                                                            "not-listed", "listed-not-held"])
+def test_shards_that_do_not_match_their_index_are_refused(tmp_path, capsys, lie):
+    d = small(tmp_path / "m", sharded=3)
+    Encoder(d)  # as written: loads
+    problem = lie(d)
+    refused(capsys, d, f"{d.resolve()}: the shards do not match their index: {problem} - {SHARDS_FIX}")
+
+
+@pytest.mark.parametrize("edit,what", [
+    (lambda t: t.replace('"weight_map": {', '"weight_map": {"pooler.dense.bias": "model-00001-of-00003.safetensors", ', 1),
+     "{i} names 'pooler.dense.bias' twice (a tensor listed twice in weight_map?)"),
+    (lambda t: t.replace('model-00002-of-00003.safetensors"', '../m2/model-00002-of-00003.safetensors"', 1),
+     "{i}: weight_map maps tensor '{n}' to '../m2/model-00002-of-00003.safetensors', which is not a file name in {d}"),
+    (lambda t: json.dumps({"weight_map": {}}), "{i}: weight_map lists no tensor"),
+], ids=["listed-twice", "outside-the-folder", "empty"])
+def test_an_index_that_lies_is_refused(tmp_path, edit, what):
+    import shutil
+
+    d = small(tmp_path / "m", sharded=3)
+    shutil.copytree(d, tmp_path / "m2")  # a shard "outside the folder" that exists
+    first = next(n for n, s in _index(d)["weight_map"].items() if s == SHARD(2))  # in the file's order
+    _write_index(d, text=edit((d / "model.safetensors.index.json").read_text().replace("\n", "").replace("  ", "")))
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    i = d.resolve() / "model.safetensors.index.json"
+    assert e.value.message == what.format(i=i, d=d.resolve(), n=first) + " - restore it from the checkpoint"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import stat
@@ -302,6 +303,141 @@ def test_a_model_is_known_by_its_content_not_its_extension(tmp_path, good, capsy
     shutil.copy(good["features"], feats)
     rc, _, err = run(capsys, "report", feats, "-o", tmp_path / "rep2", "-q")
     assert (rc, err) == (1, not_a_model(feats, "it is not a .npz archive"))
+
+
+# ------------------------------------------------------------------------------------------------ issue 44: arrays that lie
+# An array's .npy header declares its shape and dtype; numpy allocates what it declares before reading, so a header
+# that declares more than the member holds read as "out of memory - lower --max-batch-tokens". Every member's header
+# is checked against its bytes, and the model's arrays against its counts, before any array is read.
+def rewrite_member(src: Path, dst: Path, name: str, change) -> Path:
+    """``src`` with the member ``name``.npy replaced by ``change(its bytes)`` (the archive's checksums made anew)."""
+    import zipfile
+
+    with zipfile.ZipFile(src) as z:
+        members = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+    with zipfile.ZipFile(dst, "w") as z:
+        for member, data in members:
+            z.writestr(member, change(data) if member == f"{name}.npy" else data)
+    return dst
+
+
+def declaring(shape=None, descr=None, version=None):
+    """A member's bytes with its header saying ``shape`` / ``descr`` (its data as it was)."""
+    import io
+
+    from numpy.lib import format as npf
+
+    def change(data: bytes) -> bytes:
+        f = io.BytesIO(data)
+        v = npf.read_magic(f)
+        old_shape, fortran, dtype = (npf.read_array_header_1_0 if v == (1, 0) else npf.read_array_header_2_0)(f)
+        out = io.BytesIO()
+        npf.write_array_header_1_0(out, {"descr": descr or npf.dtype_to_descr(dtype), "fortran_order": fortran,
+                                         "shape": old_shape if shape is None else shape})
+        head = out.getvalue()
+        return (head[:6] + bytes(version) + head[8:] if version else head) + data[f.tell():]
+    return change
+
+
+def header_text(text: str):
+    """A member's bytes with a .npy 1.0 header holding ``text`` (its data as it was)."""
+    import io
+
+    from numpy.lib import format as npf
+
+    def change(data: bytes) -> bytes:
+        f = io.BytesIO(data)
+        npf.read_magic(f)
+        npf.read_array_header_1_0(f)
+        h = text.encode("latin1")
+        h += b" " * (-(10 + len(h) + 1) % 64) + b"\n"
+        return b"\x93NUMPY\x01\x00" + len(h).to_bytes(2, "little") + h + data[f.tell():]
+    return change
+
+
+@pytest.fixture(scope="module")
+def stats_model(tmp_path_factory, good) -> Path:
+    """The good model saved with its statistics too (three more arrays)."""
+    path = tmp_path_factory.mktemp("stats") / "s.npz"
+    from bertfeat.features import read_features
+
+    PCA(n_components=3, solver="covariance").fit(read_features(good["features"])[1]).save(path, include_stats=True)
+    return path
+
+
+def damaged_array_cases(d: Path, good: dict, stats_model: Path) -> list[tuple[Path, str, str]]:
+    """(file, why, fix) for models whose arrays' headers lie or whose members are cut short."""
+    d.mkdir()
+    arrays = {}
+    for src in (stats_model, good["model"]):  # the good model's own arrays last
+        with np.load(src) as z:
+            arrays |= {k: z[k] for k in z.files}
+    k, n = arrays["components"].shape
+    model = good["model"]
+
+    def case(name, member, change, why, fix=DAMAGED_FIX):
+        return rewrite_member(stats_model if member.startswith("stats") else model, d / name, member, change), why, fix
+
+    def lie(member, shape, held=None):
+        a = arrays[member]
+        return (f"its {member!r} array is damaged: its header declares shape {shape} of {a.dtype} "
+                f"({math.prod(shape) * a.itemsize:,} bytes), but the archive holds {a.nbytes if held is None else held:,} "
+                "bytes of it")
+
+    return [
+        case("absurd.npz", "components", declaring((10**6, 10**6)), lie("components", (10**6, 10**6))),
+        case("overflow.npz", "mean", declaring((2**62, 4)), lie("mean", (2**62, 4))),
+        case("meta.npz", "meta", declaring((10**9,)), lie("meta", (10**9,))),
+        case("cut.npz", "components", lambda b: b[:-16], lie("components", (k, n), k * n * 8 - 16)),
+        case("fewer.npz", "components", declaring((k, k)), lie("components", (k, k))),
+        case("stats.npz", "stats_sq", declaring((10**5, 10**5)), lie("stats_sq", (10**5, 10**5))),
+        case("header.npz", "spectrum", header_text("{'descr': '<f8', 'shape': (3,)}"),
+             "its 'spectrum' array is damaged: its header cannot be read (Header does not contain the correct keys: "
+             "['descr', 'shape'])"),
+        case("garbled.npz", "spectrum", header_text("{'descr': '<f8', 'shape': (3,"),
+             "its 'spectrum' array is damaged: its header cannot be read (('EOF in multi-line statement', (2, 0)))"),
+        case("version.npz", "mean", declaring(version=(9, 0)),
+             "its 'mean' array is damaged: its header cannot be read (.npy format version 9.0)"),
+        case("complex.npz", "mean", declaring((n // 2,), "<c16"), "its 'mean' array is not of floats", MODEL_FIX),
+        case("long.npz", "spectrum", lambda b: b, f"its 'spectrum' array has shape ({n + 1},) where at most ({n},) fit "
+                                                  f"(n_features {n})", MODEL_FIX),  # made a spectrum too long below
+    ]
+
+
+def _long_spectrum(path: Path, good: dict) -> None:
+    with np.load(good["model"]) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["spectrum"] = np.concatenate([arrays["spectrum"], np.zeros(len(arrays["mean"]) + 1 - len(arrays["spectrum"]))])
+    np.savez(path, **arrays)
+
+
+def test_a_pca_model_whose_arrays_lie_is_refused_as_damaged(tmp_path, good, stats_model, capsys):
+    cases = damaged_array_cases(tmp_path / "m", good, stats_model)
+    _long_spectrum(tmp_path / "m" / "long.npz", good)
+    before = snapshot(tmp_path)
+    for path, why, fix in cases:
+        with pytest.raises(BertfeatError) as e:
+            PCA.load(path)
+        assert e.value.message == f"{path} is not a bertfeat PCA model: {why} - {fix}"
+        for args in (["report", path, "-o", tmp_path / "rep"],
+                     ["pca", "transform", good["features"], "--pca-model", path, "-o", tmp_path / "r.parquet"],
+                     ["extract", good["corpus"], "-m", tiny_model(), "--pca-model", path, "-o", tmp_path / "x.parquet"]):
+            assert run(capsys, *args) == (1, "", not_a_model(path, why, fix))
+    assert snapshot(tmp_path) == before  # nothing written, no input changed
+
+
+def test_a_model_too_large_for_memory_says_so(tmp_path, good, monkeypatch):
+    """A model whose arrays are what its header says but more than the memory: not 'lower --max-batch-tokens'."""
+    from numpy.lib import format as npf
+
+    def no_memory(*a, **k):
+        raise MemoryError
+
+    monkeypatch.setattr(npf, "read_array", no_memory)
+    with pytest.raises(BertfeatError) as e:
+        PCA.load(good["model"])
+    assert e.value.message == (f"the PCA model {good['model']} does not fit in this machine's memory "
+                               f"({good['model'].stat().st_size:,} bytes) - load it on a machine with more memory")
 
 
 # ------------------------------------------------------------------------------------------------ feature files and outputs

@@ -113,14 +113,108 @@ def dumps_metadata(meta: Mapping) -> str:
 
 
 def parse_metadata(path: Path, text: str | None) -> dict:
-    """The provenance dict from its JSON text ({} when there is none)."""
+    """The provenance dict from its JSON text ({} when there is none), every key bertfeat reads of its type
+    (check_provenance)."""
     if not text:
         return {}
     try:
         meta = json.loads(text)
     except json.JSONDecodeError as e:
         raise BertfeatError(f"the bertfeat metadata of {path} is not valid JSON ({e})", "re-extract the features") from None
-    return meta if isinstance(meta, dict) else {}
+    if not isinstance(meta, dict):
+        return {}
+    check_provenance(path, meta)
+    return meta
+
+
+# ----------------------------------------------------------------------------------------
+# the provenance's types: a feature file's provenance is untrusted input (edited by hand, written by another tool),
+# so each key bertfeat reads is checked once, where it is parsed; no reader meets a value of another type
+# ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Field:
+    """What a provenance value may be: one of ``kinds`` (PROVENANCE_KINDS); a list's items or an object's values of
+    ``items``; an object's known ``keys`` (others are not read, so not checked); a text one of ``choices``."""
+
+    kinds: tuple[str, ...]
+    items: Field | None = None
+    keys: Mapping[str, Field] | None = None
+    choices: tuple[str, ...] | None = None
+
+
+def _whole(v: Any, low: float) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+#: kind -> (test, words)
+PROVENANCE_KINDS = {
+    "text": (lambda v: isinstance(v, str), "a string"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "int": (lambda v: _whole(v, -np.inf), "a whole number"),
+    "count": (lambda v: _whole(v, 0), "a whole number >= 0"),
+    "size": (lambda v: _whole(v, 1), "a whole number >= 1"),
+    "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "null": (lambda v: v is None, "null"),
+    "list": (lambda v: isinstance(v, list), "a list"),
+    "object": (lambda v: isinstance(v, dict), "an object"),
+}
+_TEXT, _OPT_TEXT = Field(("text",)), Field(("text", "null"))
+_FINGERPRINT = Field(("object",), keys={
+    "model_id": _TEXT, "weights_sha256": _TEXT, "precision": _TEXT, "int8_scheme": _TEXT, "pooling": _TEXT,
+    "layers": Field(("list",), Field(("int",))), "layer_agg": _TEXT, "normalize": Field(("bool",)),
+    "max_length": Field(("size",)), "long_text": _TEXT, "stride": Field(("count",)),
+    "dense": Field(("list",), _TEXT), "prompt": _OPT_TEXT, "prompt_name": _OPT_TEXT, "include_prompt": Field(("bool",)),
+})
+#: The provenance keys bertfeat reads (verify, the feature readers, pca fit / transform, the probe) and their types.
+PROVENANCE = Field(("object",), keys={
+    "model": _TEXT, "fingerprint": _FINGERPRINT, "precision": _TEXT, "input": _TEXT, "input_abspath": _TEXT,
+    "input_format": _TEXT, "encoding": _TEXT, "delimiter": _TEXT, "text_column": _TEXT, "pair_column": _OPT_TEXT,
+    "id_column": _OPT_TEXT, "keep": Field(("list",), _TEXT), "model_files": Field(("object",), _TEXT),
+    "rows": Field(("count", "object", "null"), Field(("count", "null"))), "partitions": Field(("size",)),
+    "dtype": Field(("text",), choices=FEATURE_DTYPES),
+    "layout": Field(("object",), keys={
+        "format": _TEXT, "id_column": _OPT_TEXT, "id_type": _OPT_TEXT, "dim": Field(("size",)), "wide": Field(("bool",)),
+        "extra_columns": Field(("object",), _TEXT), "rows": Field(("count", "null"))}),
+    "pca": Field(("object", "null"), keys={
+        "model_file": _TEXT, "model_path": _TEXT, "model_sha256": _TEXT, "input_dtype": _TEXT,
+        "n_components": Field(("size",)), "n_features_in": Field(("size",)), "n_samples": Field(("count",)),
+        "variance_kept": Field(("number",)), "explained_variance": Field(("number",))}),
+})
+PROVENANCE_FIX = "extract the features again (their provenance was edited, or written by another tool)"
+
+
+def damaged_provenance(path: Path, problem: str) -> BertfeatError:
+    """``the provenance of PATH is damaged or not bertfeat's: problem - fix``: one error for every value of a feature
+    file's provenance bertfeat cannot use (of another type here, out of range for its model in verify)."""
+    return BertfeatError(f"the provenance of {path} is damaged or not bertfeat's: {problem}", PROVENANCE_FIX)
+
+
+def check_provenance(path: Path, meta: Mapping) -> None:
+    """Refuse a provenance (parsed JSON) whose keys bertfeat reads hold values of another type (PROVENANCE)."""
+    problem = _mistyped(meta, PROVENANCE, "")
+    if problem:
+        raise damaged_provenance(path, problem)
+
+
+def _mistyped(value: Any, spec: Field, where: str) -> str | None:
+    """What is wrong with ``value`` at ``where`` (dotted keys) against ``spec``, or None."""
+    if not any(PROVENANCE_KINDS[k][0](value) for k in spec.kinds):
+        shown = json.dumps(value)[:60] if isinstance(value, (str, int, float, bool, type(None))) \
+            else PROVENANCE_KINDS["list" if isinstance(value, list) else "object"][1]
+        return f"{where} is {shown}, not {' or '.join(PROVENANCE_KINDS[k][1] for k in spec.kinds)}"
+    if spec.choices is not None and isinstance(value, str) and value not in spec.choices:
+        return f"{where} is {json.dumps(value)[:60]}, not one of {', '.join(spec.choices)}"
+    if isinstance(value, dict) and spec.keys is not None:
+        for key, sub in spec.keys.items():
+            if key in value and (problem := _mistyped(value[key], sub, f"{where}.{key}".lstrip("."))):
+                return problem
+    elif spec.items is not None and isinstance(value, (list, dict)):
+        for i, item in (value.items() if isinstance(value, dict) else enumerate(value)):
+            if problem := _mistyped(item, spec.items, f"{where}[{json.dumps(i)}]"):
+                return problem
+    return None
 
 
 _PARAMETRIZED = (  # str() of pyarrow types that type_for_alias does not read back
