@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import typed
+from .config import inside_folder, model_file, typed
 from .errors import BertfeatError, ConfigError, opt
 from .pooling import TOKEN_POOLING_NAMES
 
@@ -50,6 +50,10 @@ DENSE_ACTIVATIONS = {
     "torch.nn.modules.activation.Sigmoid": "sigmoid",
 }
 SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+#: the files each module reads in its folder (a Normalize at the top of the folder, path "", reads none); the
+#: Transformer's are the encoder's (hub.model_files)
+MODULE_FILES = {"Transformer": (), "Pooling": ("config.json",), "Dense": ("config.json", "model.safetensors"),
+                "Normalize": ("config.json",)}
 # tokenizer_config.json's model_max_length when the tokenizer has no limit (transformers' VERY_LARGE_INTEGER)
 _NO_LIMIT = 10**12
 
@@ -110,10 +114,10 @@ class ModelPipeline:
 
 def _read_json(path: Path, types=dict):
     """A model file's JSON (None when absent), of ``types`` (an object unless said otherwise)."""
+    if model_file(path) is None:
+        return None
     try:
         return typed(json.loads(path.read_text(encoding="utf-8")), types, str(path))
-    except FileNotFoundError:
-        return None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not valid JSON ({e})", "restore it from the model") from None
 
@@ -161,8 +165,8 @@ def _module_kind(entry, i: int, where: str) -> tuple[str, str]:
 
 
 def _load_dense(d: Path, path: str, hidden: int) -> DenseLayer:
-    md = d / path
-    cfg = _read_json(md / "config.json") or {}
+    cfg_file, st_file = _module_paths(d, "Dense", path)
+    cfg = _read_json(cfg_file) or {}
     where = f"{path}/config.json"
     for k in ("module_input_name", "module_output_name"):
         if cfg.get(k, "sentence_embedding") != "sentence_embedding":
@@ -172,8 +176,8 @@ def _load_dense(d: Path, path: str, hidden: int) -> DenseLayer:
     if act_path not in DENSE_ACTIVATIONS:
         raise ConfigError(f"{where}: activation '{act_path}' is not supported",
                           f"bertfeat knows {', '.join(DENSE_ACTIVATIONS)}")
-    st_file = md / "model.safetensors"
-    if not st_file.is_file():
+    if model_file(st_file) is None:
+        md = d / path
         pickled = [f.name for f in md.glob("*.bin")] + [f.name for f in md.glob("*.pt")]
         raise BertfeatError(
             f"{path} has no model.safetensors" + (f" (only {', '.join(pickled)}, a pickle bertfeat never loads)" if pickled else ""),
@@ -219,16 +223,44 @@ def _module_path(path: str) -> str:
     return "" if norm == "." else norm
 
 
+def module_entries(d: Path) -> list[tuple[str, str]]:
+    """modules.json's modules in order, as (kind, folder relative to ``d``: '' for the top); [] without modules.json.
+    The one reading of modules.json behind read_pipeline and module_files: each module one bertfeat reproduces, its
+    path inside ``d`` (a symbolic link out of it is refused where its files are named, ``_module_paths``)."""
+    modules = _read_json(d / "modules.json", (list, dict))
+    if modules is None:
+        return []
+    if not isinstance(modules, list) or not modules:
+        raise ConfigError(f"{d / 'modules.json'} is not a list of modules", "restore modules.json from the model")
+    out = []
+    for i, entry in enumerate(modules):
+        kind, path = _module_kind(entry, i, "modules.json")
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            raise ConfigError(f"modules.json: the {kind} module's path '{path}' is outside the model folder",
+                              "restore modules.json from the model (every module's files are in the model folder)")
+        out.append((kind, _module_path(path)))
+    return out
+
+
+def _module_paths(d: Path, kind: str, folder: str) -> list[Path]:
+    """The files a module of ``kind`` in ``folder`` reads (MODULE_FILES), each inside ``d`` once links are followed."""
+    names = MODULE_FILES[kind] if folder or kind != "Normalize" else ()
+    return [inside_folder(d, d / folder / name) for name in names]
+
+
+def module_files(d: Path) -> list[Path]:
+    """Every file the modules of model folder ``d`` read besides the encoder's (hub.model_files): the Pooling's and
+    the Normalize's config.json, each Dense's config.json and model.safetensors, as read_pipeline reads them."""
+    return [f for kind, folder in module_entries(d) for f in _module_paths(d, kind, folder)]
+
+
 def _check_transformer(i: int, path: str, encoder_dir: str, st_cfg: dict) -> None:
     """The Transformer module: first, in the folder the model's encoder was loaded from, a feature-extraction
     encoder."""
     if i != 0:
         raise ConfigError(f"modules.json: the Transformer module must come first (found module {i} at '{path}')",
                           "bertfeat runs models whose first module is the Transformer")
-    if _module_path(path) != encoder_dir:
-        if Path(path).is_absolute() or ".." in Path(path).parts:
-            raise ConfigError(f"modules.json: the Transformer module's path '{path}' is outside the model folder",
-                              "restore modules.json from the model")
+    if path != encoder_dir:
         raise ConfigError(f"modules.json: the Transformer module's folder '{path}' has no config.json",
                           f"restore the encoder's files (config.json, model.safetensors, tokenizer.json or vocab.txt) "
                           f"into {path}, where sentence-transformers loads them from")
@@ -240,6 +272,60 @@ def _check_transformer(i: int, path: str, encoder_dir: str, st_cfg: dict) -> Non
                           "bertfeat runs feature-extraction encoders (token embeddings)")
 
 
+def _read_pooling(d: Path, folder: str, p: ModelPipeline, hidden_size: int) -> None:
+    """A Pooling module's config.json onto ``p``: its width checked, its modes (pooling_modes), include_prompt."""
+    cfg_file, = _module_paths(d, "Pooling", folder)
+    where = f"{folder}/config.json"
+    cfg = _read_json(cfg_file)
+    if cfg is None:
+        raise ConfigError(f"{where} is missing", "restore the Pooling module's config.json")
+    dim = cfg.get("embedding_dimension", cfg.get("word_embedding_dimension", hidden_size))
+    if dim != hidden_size:
+        raise ConfigError(f"{where}: embedding_dimension {dim} is not the encoder's hidden size {hidden_size}",
+                          "use the Pooling config that came with this model")
+    p.pooling = pooling_modes(cfg, where)
+    p.pooling_source = where
+    p.include_prompt = bool(cfg.get("include_prompt", True))
+
+
+def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, encoder_dir: str, st_cfg: dict) -> tuple:
+    """modules.json's modules (module_entries) read in order: the Pooling onto ``p``; -> the steps after it (Dense
+    layers, "normalize"), each Dense's input width checked against what comes before it."""
+    steps: list = []
+    seen_pooling = False
+    for i, (kind, path) in enumerate(modules):
+        if kind == "Transformer":
+            _check_transformer(i, path, encoder_dir, st_cfg)
+        elif i == 0:
+            raise ConfigError(f"modules.json: module 0 is {kind}, not the Transformer",
+                              "bertfeat runs models whose first module is the Transformer")
+        elif kind == "Pooling":
+            if seen_pooling or steps:
+                raise ConfigError(f"modules.json: Pooling module {i} comes after another Pooling, Dense or Normalize",
+                                  "bertfeat runs Transformer -> Pooling -> Dense / Normalize")
+            _read_pooling(d, path, p, hidden_size)
+            seen_pooling = True
+        elif kind == "Dense":
+            if not seen_pooling:
+                raise ConfigError(f"modules.json: Dense module {i} comes before any Pooling",
+                                  "bertfeat runs Dense modules on the pooled sentence embedding only")
+            steps.append(_load_dense(d, path, hidden_size))
+        else:  # Normalize
+            cfg = next((_read_json(f) for f in _module_paths(d, kind, path)), None)
+            if cfg and cfg.get("module_input_name", "sentence_embedding") != "sentence_embedding":
+                raise ConfigError(f"{path}/config.json: a Normalize of '{cfg['module_input_name']}' cannot be reproduced",
+                                  "bertfeat normalizes the sentence embedding only")
+            steps.append("normalize")
+    width = hidden_size * len(p.pooling)
+    for s in steps:
+        if isinstance(s, DenseLayer):
+            if s.in_features != width:
+                raise ConfigError(f"{s.path}: in_features {s.in_features} does not match the {width} dimensions "
+                                  "before it", "use the modules that came with this model")
+            width = s.out_features
+    return tuple(steps)
+
+
 def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "") -> ModelPipeline:
     """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused).
 
@@ -247,56 +333,12 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
     sentence_bert_config.json and tokenizer_config.json; modules.json, config_sentence_transformers.json and the
     module folders are read from ``d``."""
     p = ModelPipeline()
-    modules = _read_json(d / "modules.json", (list, dict))
+    modules = module_entries(d)
     st_cfg = _read_json(d / encoder_dir / "sentence_bert_config.json") or {}
     sbc = _encoder_file(encoder_dir, "sentence_bert_config.json")
-    if modules is not None:
-        if not isinstance(modules, list) or not modules:
-            raise ConfigError(f"{d / 'modules.json'} is not a list of modules", "restore modules.json from the model")
+    if modules:
         p.modules_source = "modules.json"
-        steps: list = []
-        seen_pooling = False
-        for i, entry in enumerate(modules):
-            kind, path = _module_kind(entry, i, "modules.json")
-            if kind == "Transformer":
-                _check_transformer(i, path, encoder_dir, st_cfg)
-            elif i == 0:
-                raise ConfigError(f"modules.json: module 0 is {kind}, not the Transformer",
-                                  "bertfeat runs models whose first module is the Transformer")
-            elif kind == "Pooling":
-                if seen_pooling or steps:
-                    raise ConfigError(f"modules.json: Pooling module {i} comes after another Pooling, Dense or Normalize",
-                                      "bertfeat runs Transformer -> Pooling -> Dense / Normalize")
-                cfg = _read_json(d / path / "config.json")
-                if cfg is None:
-                    raise ConfigError(f"{path}/config.json is missing", "restore the Pooling module's config.json")
-                dim = cfg.get("embedding_dimension", cfg.get("word_embedding_dimension", hidden_size))
-                if dim != hidden_size:
-                    raise ConfigError(f"{path}/config.json: embedding_dimension {dim} is not the encoder's hidden size "
-                                      f"{hidden_size}", "use the Pooling config that came with this model")
-                p.pooling = pooling_modes(cfg, f"{path}/config.json")
-                p.pooling_source = f"{path}/config.json"
-                p.include_prompt = bool(cfg.get("include_prompt", True))
-                seen_pooling = True
-            elif kind == "Dense":
-                if not seen_pooling:
-                    raise ConfigError(f"modules.json: Dense module {i} comes before any Pooling",
-                                      "bertfeat runs Dense modules on the pooled sentence embedding only")
-                steps.append(_load_dense(d, path, hidden_size))
-            else:  # Normalize
-                cfg = _read_json(d / path / "config.json") if path else None
-                if cfg and cfg.get("module_input_name", "sentence_embedding") != "sentence_embedding":
-                    raise ConfigError(f"{path}/config.json: a Normalize of '{cfg['module_input_name']}' cannot be reproduced",
-                                      "bertfeat normalizes the sentence embedding only")
-                steps.append("normalize")
-        width = hidden_size * len(p.pooling)
-        for s in steps:
-            if isinstance(s, DenseLayer):
-                if s.in_features != width:
-                    raise ConfigError(f"{s.path}: in_features {s.in_features} does not match the {width} dimensions "
-                                      "before it", "use the modules that came with this model")
-                width = s.out_features
-        p.steps = tuple(steps)
+        p.steps = _read_modules(d, modules, p, hidden_size, encoder_dir, st_cfg)
 
     cst = _read_json(d / "config_sentence_transformers.json") or {}
     prompts = cst.get("prompts") or {}

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import BertConfig, typed
+from .config import BertConfig, model_file, typed
 from .errors import WeightsError
 from .gemm import PRECISIONS, from_bf16, to_bf16
 
@@ -207,9 +207,9 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
     """The safetensors files of a model directory: one file, or the shards of an index."""
     single = model_dir / "model.safetensors"
     index = model_dir / "model.safetensors.index.json"
-    if single.is_file():
+    if model_file(single):  # each file checked as a model file: a named pipe is refused, never opened
         return [single]
-    if index.is_file():
+    if model_file(index):
         try:
             weight_map = typed(json.loads(index.read_text()), dict, str(index))["weight_map"]
         except (KeyError, json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -218,14 +218,14 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
         for shard in weight_map.values():
             typed(shard, str, f"{index}: a weight_map entry")
         files = [model_dir / f for f in dict.fromkeys(weight_map.values())]
-        missing = [f.name for f in files if not f.is_file()]
+        missing = [f.name for f in files if not model_file(f)]
         if missing:
             raise WeightsError(
                 f"{model_dir}: shard(s) {', '.join(missing)} listed in {index.name} are missing",
                 "copy every model-*.safetensors shard into the model directory",
             )
         return files
-    others = sorted(model_dir.glob("*.safetensors"))
+    others = sorted(f for f in model_dir.glob("*.safetensors") if model_file(f))
     if others:
         return others
     hint = " (found pytorch_model.bin: convert it to safetensors, e.g. with transformers' save_pretrained(safe_serialization=True))" if (model_dir / "pytorch_model.bin").exists() else ""
