@@ -54,6 +54,9 @@ SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 #: Transformer's are the encoder's (hub.model_files)
 MODULE_FILES = {"Transformer": (), "Pooling": ("config.json",), "Dense": ("config.json", "model.safetensors"),
                 "Normalize": ("config.json",)}
+#: every key sentence-transformers' Pooling takes (it fails on any other, as bertfeat does)
+_POOLING_KEYS = ("embedding_dimension", "word_embedding_dimension", "pooling_mode", "include_prompt",
+                 *_LEGACY_POOLING_KEYS)
 # tokenizer_config.json's model_max_length when the tokenizer has no limit (transformers' VERY_LARGE_INTEGER)
 _NO_LIMIT = 10**12
 
@@ -133,16 +136,34 @@ def _length(cfg: dict, key: str, where: str) -> int | None:
 
 
 def pooling_modes(cfg: dict, where: str) -> tuple[str, ...]:
-    """A Pooling config -> its modes, from the new ``pooling_mode`` key or the legacy flags."""
+    """A Pooling config -> its modes, from the new ``pooling_mode`` key or the legacy flags (mean when it has
+    neither, as sentence-transformers' Pooling). Refused, naming the keys, rather than pooled some other way: a key
+    Pooling does not take, legacy flags that are all false (sentence-transformers pools by mean then, silently), or
+    flags beside ``pooling_mode`` that say otherwise (it drops them)."""
+    unknown = [k for k in cfg if k not in _POOLING_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: {', '.join(unknown)} {'is not a setting' if len(unknown) == 1 else 'are not settings'}"
+                          " of a sentence-transformers Pooling module",
+                          "restore the file from the model (a Pooling config holds pooling_mode or the legacy "
+                          "pooling_mode_* flags, include_prompt and embedding_dimension)")
+    flags = {k: typed(v, bool, f"{where}: {k}") for k, v in cfg.items() if k in _LEGACY_POOLING_KEYS}
     mode = typed(cfg.get("pooling_mode"), (str, list), f"{where}: pooling_mode")
     if isinstance(mode, list):
         for m in mode:
             typed(m, str, f"{where}: an entry of pooling_mode")
     if mode is None:
-        modes = tuple(m for k, m in _LEGACY_POOLING_KEYS.items() if cfg.get(k))
-        modes = modes or ("mean",)
+        if flags and not any(flags.values()):
+            raise ConfigError(f"{where}: every pooling flag is false ({', '.join(flags)}): the file sets no pooling mode",
+                              "set the flag of the mode the model was trained with to true (or give pooling_mode, e.g. "
+                              "\"pooling_mode\": \"mean\"); bertfeat does not guess one")
+        modes = tuple(m for k, m in _LEGACY_POOLING_KEYS.items() if flags.get(k)) or ("mean",)
     else:
         modes = (mode,) if isinstance(mode, str) else tuple(mode)
+        clash = [f"{k} {json.dumps(v)}" for k, v in flags.items() if v != (_LEGACY_POOLING_KEYS[k] in modes)]
+        if clash:
+            raise ConfigError(f"{where}: {', '.join(clash)} contradict{'s' if len(clash) == 1 else ''} pooling_mode "
+                              f"{json.dumps(mode)}", "keep pooling_mode and remove the pooling_mode_* flags (or make "
+                              "them agree with it)")
     bad = [m for m in modes if m not in ST_POOLING_MODES]
     if bad or not modes:
         raise ConfigError(f"{where}: pooling mode {bad[0] if bad else mode!r} is not supported",
@@ -164,18 +185,36 @@ def _module_kind(entry, i: int, where: str) -> tuple[str, str]:
     return kind, str(entry.get("path") or "")
 
 
-def _load_dense(d: Path, path: str, hidden: int) -> DenseLayer:
-    cfg_file, st_file = _module_paths(d, "Dense", path)
-    cfg = _read_json(cfg_file) or {}
+def _dense_config(cfg: dict | None, path: str) -> tuple[int, int, bool, bool, str]:
+    """A Dense config.json -> (in_features, out_features, bias, use_residual, activation), each checked: a count
+    of 1 or more (a Dense with no inputs or no outputs computes nothing a model can use), true / false flags, an
+    activation bertfeat runs."""
     where = f"{path}/config.json"
+    if cfg is None:
+        raise ConfigError(f"{where} is missing", "restore the Dense module's config.json from the model")
     for k in ("module_input_name", "module_output_name"):
         if cfg.get(k, "sentence_embedding") != "sentence_embedding":
             raise ConfigError(f"{where}: a Dense on '{cfg[k]}' cannot be reproduced",
                               "bertfeat runs Dense modules on the sentence embedding only")
-    act_path = cfg.get("activation_function", "torch.nn.modules.activation.Tanh")
+    n_in, n_out = (typed(cfg.get(k), int, f"{where}: {k}") for k in ("in_features", "out_features"))
+    for k, n in (("in_features", n_in), ("out_features", n_out)):
+        if n is None or n < 1:
+            raise ConfigError(f"{where}: {k} is {'missing' if n is None else n}, not a number of features (1 or more)",
+                              "restore the Dense module's config.json and model.safetensors from the model (a Dense "
+                              "layer maps 1 or more inputs to 1 or more outputs)")
+    act_path = typed(cfg.get("activation_function"), str, f"{where}: activation_function",
+                     "torch.nn.modules.activation.Tanh")
     if act_path not in DENSE_ACTIVATIONS:
         raise ConfigError(f"{where}: activation '{act_path}' is not supported",
                           f"bertfeat knows {', '.join(DENSE_ACTIVATIONS)}")
+    bias = typed(cfg.get("bias"), bool, f"{where}: bias", True)
+    residual = typed(cfg.get("use_residual"), bool, f"{where}: use_residual", False)
+    return n_in, n_out, bias, residual, DENSE_ACTIVATIONS[act_path]
+
+
+def _load_dense(d: Path, path: str) -> DenseLayer:
+    cfg_file, st_file = _module_paths(d, "Dense", path)
+    n_in, n_out, bias, residual, act = _dense_config(_read_json(cfg_file), path)
     if model_file(st_file) is None:
         md = d / path
         pickled = [f.name for f in md.glob("*.bin")] + [f.name for f in md.glob("*.pt")]
@@ -187,29 +226,22 @@ def _load_dense(d: Path, path: str, hidden: int) -> DenseLayer:
     from .weights import read_safetensors_file
 
     t = read_safetensors_file(st_file)  # float32, float16 or bfloat16 (widened exactly)
-    n_in, n_out = (typed(cfg.get(k), int, f"{where}: {k}", -1) for k in ("in_features", "out_features"))
-    if "linear.weight" not in t:
-        raise BertfeatError(f"{st_file}: tensor 'linear.weight' is missing", "re-save the model")
-    w = t["linear.weight"]
-    if w.shape != (n_out, n_in):
-        raise BertfeatError(f"{st_file}: tensor 'linear.weight' has shape {tuple(w.shape)}, expected ({n_out}, {n_in}) "
-                            "from its config.json", "re-save the model")
-    b = None
-    if cfg.get("bias", True):
-        if "linear.bias" not in t or t["linear.bias"].shape != (n_out,):
-            raise BertfeatError(f"{st_file}: tensor 'linear.bias' is missing or not ({n_out},)", "re-save the model")
-        b = np.ascontiguousarray(t["linear.bias"], dtype=np.float32)
-    residual = bool(cfg.get("use_residual", False))
-    rw = None
-    if residual and n_in != n_out:
-        if "residual.weight" not in t or t["residual.weight"].shape != (n_out, n_in):
-            raise BertfeatError(f"{st_file}: tensor 'residual.weight' is missing or not ({n_out}, {n_in})", "re-save the model")
-        rw = np.ascontiguousarray(t["residual.weight"].T, dtype=np.float32)
-    known = {"linear.weight", "linear.bias", "residual.weight"}
-    if set(t) - known:
-        raise BertfeatError(f"{st_file}: unexpected tensors {sorted(set(t) - known)}",
-                            "this Dense module is not the sentence-transformers one bertfeat reproduces")
-    return DenseLayer(path, np.ascontiguousarray(w.T, dtype=np.float32), b, DENSE_ACTIVATIONS[act_path], rw, residual)
+    # the tensors this config uses, each of its shape; one more (a bias beside bias false) would be silently unused
+    want = {"linear.weight": (n_out, n_in), **({"linear.bias": (n_out,)} if bias else {}),
+            **({"residual.weight": (n_out, n_in)} if residual and n_in != n_out else {})}
+    for name, shape in want.items():
+        if name not in t or t[name].shape != shape:
+            got = f"has shape {tuple(t[name].shape)}" if name in t else "is missing"
+            raise BertfeatError(f"{st_file}: tensor '{name}' {got}, expected {shape} from its config.json",
+                                "re-save the model")
+    if set(t) - set(want):
+        raise BertfeatError(f"{st_file}: tensors {sorted(set(t) - set(want))} that its config.json does not use (bias "
+                            f"{json.dumps(bias)}, use_residual {json.dumps(residual)}, {n_in} -> {n_out})",
+                            "restore the module's config.json and model.safetensors together from the model: a Dense "
+                            "module bertfeat reproduces uses every tensor it saved")
+    b = np.ascontiguousarray(t["linear.bias"], dtype=np.float32) if bias else None
+    rw = np.ascontiguousarray(t["residual.weight"].T, dtype=np.float32) if "residual.weight" in want else None
+    return DenseLayer(path, np.ascontiguousarray(t["linear.weight"].T, dtype=np.float32), b, act, rw, residual)
 
 
 def _encoder_file(encoder_dir: str, name: str) -> str:
@@ -273,19 +305,20 @@ def _check_transformer(i: int, path: str, encoder_dir: str, st_cfg: dict) -> Non
 
 
 def _read_pooling(d: Path, folder: str, p: ModelPipeline, hidden_size: int) -> None:
-    """A Pooling module's config.json onto ``p``: its width checked, its modes (pooling_modes), include_prompt."""
+    """A Pooling module's config.json onto ``p``: its modes (pooling_modes), include_prompt, its width checked."""
     cfg_file, = _module_paths(d, "Pooling", folder)
     where = f"{folder}/config.json"
     cfg = _read_json(cfg_file)
     if cfg is None:
         raise ConfigError(f"{where} is missing", "restore the Pooling module's config.json")
-    dim = cfg.get("embedding_dimension", cfg.get("word_embedding_dimension", hidden_size))
-    if dim != hidden_size:
-        raise ConfigError(f"{where}: embedding_dimension {dim} is not the encoder's hidden size {hidden_size}",
-                          "use the Pooling config that came with this model")
     p.pooling = pooling_modes(cfg, where)
+    for k in ("embedding_dimension", "word_embedding_dimension"):
+        dim = typed(cfg.get(k), int, f"{where}: {k}")
+        if dim is not None and dim != hidden_size:
+            raise ConfigError(f"{where}: {k} {dim} is not the encoder's hidden size {hidden_size}",
+                              "use the Pooling config that came with this model")
     p.pooling_source = where
-    p.include_prompt = bool(cfg.get("include_prompt", True))
+    p.include_prompt = typed(cfg.get("include_prompt"), bool, f"{where}: include_prompt", True)
 
 
 def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, encoder_dir: str, st_cfg: dict) -> tuple:
@@ -309,7 +342,7 @@ def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, en
             if not seen_pooling:
                 raise ConfigError(f"modules.json: Dense module {i} comes before any Pooling",
                                   "bertfeat runs Dense modules on the pooled sentence embedding only")
-            steps.append(_load_dense(d, path, hidden_size))
+            steps.append(_load_dense(d, path))
         else:  # Normalize
             cfg = next((_read_json(f) for f in _module_paths(d, kind, path)), None)
             if cfg and cfg.get("module_input_name", "sentence_embedding") != "sentence_embedding":

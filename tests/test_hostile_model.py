@@ -1,4 +1,4 @@
-"""Issue 25, items 3 and 7: a hostile or broken model, and bad arguments to the Python API.
+"""Issue 25, items 3 and 7, and issue 44: a hostile or broken model, and bad arguments to the Python API.
 
 * weights holding NaN / inf are refused at load, naming the tensor as the checkpoint names it and how many values;
 * features that come out NaN / inf are refused naming the texts (Python) or the input rows (`bertfeat extract`),
@@ -7,6 +7,12 @@
   table larger than the tokenizer, as padded vocabularies have, still loads);
 * ``Encoder(threads=0)`` / ``Encoder(max_batch_tokens=0)`` are refused in the words ``bertfeat.extract`` uses, and
   ``Encoder.encode`` refuses a text that is not a string naming its index.
+
+* (issue 44) every file loading reads is inside the model folder and a regular file (a module path out of the folder,
+  a symbolic link leading out, a named pipe in place of any model file are refused in one line, never followed or
+  waited on), and the cache's fingerprint and `info --files` list exactly those files; a Pooling or Dense setting
+  bertfeat would replace or ignore is refused, naming the file and the keys; a Dense with no inputs or outputs is
+  refused at load.
 
 Each through the Python API and, where the command line reaches it, through `bertfeat extract` in-process: exit 1,
 the exact one-line ``Error: ...``, no output and no ``.partial/`` left, the input unchanged.
@@ -433,7 +439,82 @@ class TestModelFilesStayInsideTheFolder:
         assert model_files(st) == [rel.replace("2_Dense", "dense") for rel in ST_FILES]
 
 
-# --------------------------------------------------------------------------- 6. special files in place of model files
+# --------------------------------------------------------------------------- 6. settings that cannot be reproduced
+class TestSettingsThatWouldBeSubstitutedAreRefused:
+    """Issue 44.2: a module setting bertfeat would otherwise replace or ignore silently (and record in provenance as
+    if it were the model's) is refused, naming the file and the keys."""
+
+    @pytest.mark.parametrize("cfg, what", [
+        ({"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False,
+          "pooling_mode_max_tokens": False},
+         "1_Pooling/config.json: every pooling flag is false (pooling_mode_cls_token, pooling_mode_mean_tokens, "
+         "pooling_mode_max_tokens): the file sets no pooling mode"),
+        ({"word_embedding_dimension": 32, "pooling_mode_foo_token": True},
+         "1_Pooling/config.json: pooling_mode_foo_token is not a setting of a sentence-transformers Pooling module"),
+        ({"pooling_mode": "cls", "normalize": True, "pooling_mode_foo": False},
+         "1_Pooling/config.json: normalize, pooling_mode_foo are not settings of a sentence-transformers Pooling module"),
+        ({"pooling_mode_cls_token": "yes"}, '1_Pooling/config.json: pooling_mode_cls_token is "yes", not a true / false'),
+        ({"pooling_mode": "cls", "pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True},
+         '1_Pooling/config.json: pooling_mode_mean_tokens true contradicts pooling_mode "cls"'),
+        ({"pooling_mode": "mean", "include_prompt": "false"},
+         '1_Pooling/config.json: include_prompt is "false", not a true / false'),
+        ({"pooling_mode": "mean", "embedding_dimension": 32, "word_embedding_dimension": 16},
+         "1_Pooling/config.json: word_embedding_dimension 16 is not the encoder's hidden size 32"),
+    ])
+    def test_a_pooling_setting_is_refused(self, tmp_path, cfg, what):
+        d = st_model(tmp_path / "m")
+        (d / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.what == what and "\n" not in e.value.message
+
+    def test_all_false_flags_on_the_command_line(self, tmp_path, capsys):
+        d = st_model(tmp_path / "m")
+        (d / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": False,
+                                                                 "pooling_mode_mean_tokens": False}))
+        extract_refuses(capsys, tmp_path, d, "1_Pooling/config.json: every pooling flag is false (pooling_mode_cls_token, "
+                        "pooling_mode_mean_tokens): the file sets no pooling mode - set the flag of the mode the model was "
+                        'trained with to true (or give pooling_mode, e.g. "pooling_mode": "mean"); bertfeat does not '
+                        "guess one", ["a text"])
+
+    def test_pooling_settings_that_agree_still_load(self, tmp_path):
+        d = st_model(tmp_path / "m")
+        for cfg, modes in [({"pooling_mode": ["cls", "max"], "pooling_mode_cls_token": True,
+                             "pooling_mode_max_tokens": True, "pooling_mode_mean_tokens": False}, ("cls", "max")),
+                           ({"embedding_dimension": 32}, ("mean",)),  # no mode at all: Pooling's default
+                           ({"pooling_mode_max_tokens": True, "pooling_mode_lasttoken": False}, ("max",))]:
+            (d / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+            (d / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 32 * len(modes), "out_features": 8}))
+            from safetensors.numpy import save_file
+            save_file({"linear.weight": np.ones((8, 32 * len(modes)), np.float32), "linear.bias": np.zeros(8, np.float32)},
+                      str(d / "2_Dense" / "model.safetensors"))
+            assert Encoder(d).pipeline.pooling == modes
+
+    @pytest.mark.parametrize("cfg, tensors, what", [
+        ({"bias": "false"}, None, '2_Dense/config.json: bias is "false", not a true / false'),
+        ({"use_residual": 1}, None, "2_Dense/config.json: use_residual is 1, not a true / false"),
+        ({"activation_function": ["torch.nn.Tanh"]}, None,
+         "2_Dense/config.json: activation_function is a JSON list, not a string"),
+        ({"bias": False}, None, "{d}/2_Dense/model.safetensors: tensors ['linear.bias'] that its config.json does not "
+                                "use (bias false, use_residual false, 32 -> 8)"),
+        ({}, {"residual.weight": np.ones((8, 32), np.float32)},
+         "{d}/2_Dense/model.safetensors: tensors ['residual.weight'] that its config.json does not use (bias true, "
+         "use_residual false, 32 -> 8)"),
+    ])
+    def test_a_dense_setting_or_tensor_that_would_be_ignored_is_refused(self, tmp_path, cfg, tensors, what):
+        from safetensors.numpy import load_file, save_file
+
+        d = st_model(tmp_path / "m")
+        c = json.loads((d / "2_Dense" / "config.json").read_text())
+        (d / "2_Dense" / "config.json").write_text(json.dumps({**c, **cfg}))
+        if tensors:
+            save_file({**load_file(str(d / "2_Dense" / "model.safetensors")), **tensors}, str(d / "2_Dense" / "model.safetensors"))
+        with pytest.raises(BertfeatError) as e:
+            Encoder(d)
+        assert e.value.what == what.format(d=d) and "\n" not in e.value.message
+
+
+# --------------------------------------------------------------------------- 7. special files in place of model files
 FIFO_FIX = ("put the model's own file there (bertfeat reads model files whole and never opens a pipe, device or socket "
             "in their place)")
 
@@ -523,3 +604,59 @@ class TestSpecialFilesAreRefusedNotOpened:
         with pytest.raises(ConfigError) as e:
             Encoder(d)
         assert e.value.message == f"{d / rel} is a directory, not a regular file - {FIFO_FIX}"
+
+
+# --------------------------------------------------------------------------- 8. a Dense module that computes nothing
+class TestDenseWidthsAreCheckedAtLoad:
+    """Issue 44.4: a Dense module with no outputs (or no inputs) ended in "this is a bug in bertfeat" with
+    OUTPUT.partial/ left behind; it is refused at load, nothing written."""
+
+    @staticmethod
+    def dense(d: Path, path: str, n_in: int, n_out: int) -> None:
+        from safetensors.numpy import save_file
+
+        (d / path).mkdir(exist_ok=True)
+        (d / path / "config.json").write_text(json.dumps({"in_features": n_in, "out_features": n_out}))
+        save_file({"linear.weight": np.ones((n_out, n_in), np.float32), "linear.bias": np.zeros(n_out, np.float32)},
+                  str(d / path / "model.safetensors"))
+
+    @pytest.mark.parametrize("n_in, n_out, what", [
+        (32, 0, "2_Dense/config.json: out_features is 0, not a number of features (1 or more)"),
+        (0, 8, "2_Dense/config.json: in_features is 0, not a number of features (1 or more)"),
+        (32, -1, "2_Dense/config.json: out_features is -1, not a number of features (1 or more)"),
+    ])
+    def test_no_outputs_or_inputs(self, tmp_path, capsys, n_in, n_out, what):
+        d = st_model(tmp_path / "m")
+        if n_out >= 0:
+            self.dense(d, "2_Dense", n_in, n_out)
+        else:
+            (d / "2_Dense" / "config.json").write_text(json.dumps({"in_features": n_in, "out_features": n_out}))
+        message = (f"{what} - restore the Dense module's config.json and model.safetensors from the model (a Dense "
+                   "layer maps 1 or more inputs to 1 or more outputs)")
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.message == message
+        extract_refuses(capsys, tmp_path, d, message, ["a text", "another"])
+
+    def test_a_chain_through_zero_and_a_missing_width(self, tmp_path):
+        """32 -> 0 -> 8 matched widths (a constant vector from the bias alone); a config without out_features read as
+        -1."""
+        d = st_model(tmp_path / "m")
+        self.dense(d, "2_Dense", 32, 0)
+        self.dense(d, "2b_Dense", 0, 8)
+        mods = json.loads((d / "modules.json").read_text())
+        mods.insert(3, {"idx": 3, "name": "2b", "path": "2b_Dense", "type": "sentence_transformers.models.Dense"})
+        (d / "modules.json").write_text(json.dumps(mods))
+        with pytest.raises(ConfigError, match=r"^2_Dense/config.json: out_features is 0, not a number of features"):
+            Encoder(d)
+        (d / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 32}))
+        with pytest.raises(ConfigError, match=r"^2_Dense/config.json: out_features is missing, not a number of features"):
+            Encoder(d)
+
+    def test_a_width_that_does_not_follow_the_module_before(self, tmp_path):
+        d = st_model(tmp_path / "m")
+        self.dense(d, "2_Dense", 16, 8)
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.message == ("2_Dense: in_features 16 does not match the 32 dimensions before it - use the "
+                                   "modules that came with this model")
