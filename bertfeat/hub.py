@@ -100,8 +100,8 @@ def _no_encoder_error(path: Path) -> ModelNotFoundError:
 
 def model_files(root: Path, weights: bool = True) -> list[str]:
     """Every file that loading the model folder ``root`` reads, relative to it: the one list behind the vector
-    cache's fingerprint and the resume manifest (``weights=False``: the weight files are in them by their sha256)
-    and ``bertfeat info --files`` (the weights first).
+    cache's fingerprint and the resume manifest (``weights=False``: the weights are in them by their sha256, which
+    covers the shards in their index's order, so the index too) and ``bertfeat info --files`` (the weights first).
 
     The encoder's safetensors weights (and their index), config.json, the tokenizer's files (tokenize.tokenizer_files),
     sentence_bert_config.json, modules.json, config_sentence_transformers.json and each module's files
@@ -120,7 +120,7 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
     modules = module_files(root)  # modules.json first: a module path out of the folder is refused before all else
     shards = checkpoint_files(enc)
     index = [enc / "model.safetensors.index.json"] if shards != [enc / "model.safetensors"] else []  # when there
-    found = [*(shards if weights else []), *index, enc / "config.json", *tokenizer_files(enc), enc / "sentence_bert_config.json", root / "modules.json",
+    found = [*(shards + index if weights else []), enc / "config.json", *tokenizer_files(enc), enc / "sentence_bert_config.json", root / "modules.json",
               root / "config_sentence_transformers.json", *modules]
     return [str(p.relative_to(root)) for p in dict.fromkeys(found)
             if inside_folder(root, p) and model_file(p) is not None]
