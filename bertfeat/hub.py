@@ -119,9 +119,10 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
     enc = root / sub
     modules = module_files(root)  # modules.json first: a module path out of the folder is refused before all else
     shards = checkpoint_files(enc)
-    index = [enc / "model.safetensors.index.json"] if shards != [enc / "model.safetensors"] else []  # when there
-    found = [*(shards + index if weights else []), enc / "config.json", *tokenizer_files(enc), enc / "sentence_bert_config.json", root / "modules.json",
-              root / "config_sentence_transformers.json", *modules]
+    index = [enc / "model.safetensors.index.json"] if shards != [enc / "model.safetensors"] else []  # if present
+    found = [*(shards + index if weights else []), enc / "config.json", *tokenizer_files(enc),
+             enc / "sentence_bert_config.json", root / "modules.json", root / "config_sentence_transformers.json",
+             *modules]
     return [str(p.relative_to(root)) for p in dict.fromkeys(found)
             if inside_folder(root, p) and model_file(p) is not None]
 

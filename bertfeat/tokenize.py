@@ -284,16 +284,16 @@ class BertTokenizer:
         tok_cfg = _load_json(d / "tokenizer_config.json")
         special_map = _load_json(d / "special_tokens_map.json")
         cls_name = transformers_class(tok_cfg, _load_json(d / "config.json"))
-        source = tokenizer_source(d)
-        if source is not None and source.name == "tokenizer.json":
+        src = tokenizer_source(d)
+        if src is not None and src.name == "tokenizer.json":
             try:
-                tk = Tokenizer.from_file(str(d / "tokenizer.json"))
+                tk = Tokenizer.from_file(str(src))
             except Exception as e:
                 raise ConfigError(f"{d / 'tokenizer.json'} could not be read ({e})", "restore it from the checkpoint") from None
             as_transformers(tk, cls_name, tok_cfg, special_map, d)
             source = "tokenizer.json"
-        elif source is not None:
-            tk = build_wordpiece_tokenizer(d / "vocab.txt", tok_cfg, special_map, cls_name)
+        elif src is not None:
+            tk = build_wordpiece_tokenizer(src, tok_cfg, special_map, cls_name)
             source = "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt"
         elif any((d / f).is_file() for f in ("sentencepiece.bpe.model", "spiece.model", "vocab.json")):
             raise BertfeatError(
