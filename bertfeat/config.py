@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,6 +34,46 @@ def typed(value, types: type | tuple, what: str, default=None):
 
 def _json_kind(value) -> str:
     return {dict: "object", list: "list"}.get(type(value), type(value).__name__)
+
+
+_NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def model_file(path: Path) -> Path | None:
+    """The one check of a model file before it is read (config, weights, tokenizer, module files): ``path`` when it is
+    a regular file (or a link to one), None when it is absent, else a one-line ConfigError naming what it is.
+
+    Judged from ``os.stat``, never by opening it: opening a named pipe waits for a writer forever, and a directory,
+    a device or a socket taken for absent would let another file stand in for it silently."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISREG(mode):
+        return path
+    kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+    raise ConfigError(f"{path} is {kind}, not a regular file",
+                      "put the model's own file there (bertfeat reads model files whole and never opens a pipe, "
+                      "device or socket in their place)")
+
+
+def inside_folder(root: Path, path: Path) -> Path:
+    """``path`` when it stays inside the model folder ``root`` once every symbolic link on its way is followed (a
+    Hugging Face cache snapshot's files link into its repository's blobs/, which counts as inside), else a one-line
+    ConfigError: a model's files are read from its folder only, so that what hub.model_files lists (the vector
+    cache's fingerprint, the resume manifest, ``info --files``) is every file the model's vectors depend on."""
+    try:
+        real, base = Path(path).resolve(), Path(root).resolve()
+    except (OSError, RuntimeError) as e:  # a symbolic link loop
+        raise ConfigError(f"{path} cannot be resolved ({e})", "replace the link with the model's own file") from None
+    allowed = [base] + ([base.parent.parent / "blobs"] if base.parent.name == "snapshots" else [])
+    if any(real == a or a in real.parents for a in allowed):
+        return path
+    raise ConfigError(f"{path} resolves to {real}, outside the model folder {root}",
+                      "copy the file into the model folder in place of the link or the path leading out: bertfeat "
+                      "reads a model's files from its folder only (so that the vector cache and `info --files` cover "
+                      "every one)")
 
 
 SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
@@ -237,10 +279,10 @@ class BertConfig:
     @classmethod
     def from_file(cls, path: str | Path) -> "BertConfig":
         path = Path(path)
+        if model_file(path) is None:
+            raise ConfigError(f"{path} not found", "a model directory needs config.json")
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path} not found", "a model directory needs config.json") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path} is not valid JSON ({e})", "restore config.json from the checkpoint") from None
         if not isinstance(d, dict):

@@ -24,7 +24,7 @@ import numpy as np
 from . import gemm
 from .config import BertConfig
 from .errors import BertfeatError, InputError, WeightsError, opt
-from .hub import ModelLocation, resolve_model
+from .hub import ModelLocation, model_files, resolve_model
 from .families import forward, load_model_weights
 from .model import Workspace, pooler
 from .threads import default_threads
@@ -155,6 +155,7 @@ class Encoder:
                              "precision": precision}
         d = self.location.path  # the model folder: modules.json, config_sentence_transformers.json, module folders
         e = self.location.encoder_path  # the encoder's files: d, or the Transformer folder of the older ST layout
+        model_files(d)  # every file the loading reads, checked first: inside the folder, a regular file (one line if not)
         self.config = BertConfig.from_file(e / "config.json")
         #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
         self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions,

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import inside_folder, model_file
 from .errors import ModelNotFoundError, opt
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -53,6 +54,8 @@ def transformer_folder(root: Path) -> str | None:
     """The folder modules.json gives the Transformer module, normalized ('' for the top, as sentence-transformers
     saves it since 2.x; "0_Transformer" in the older layout); None without a readable modules.json naming one, or for
     a path that leaves the folder (stmodules.read_pipeline checks modules.json itself and says what is wrong)."""
+    if model_file(root / "modules.json") is None:  # a named pipe is refused here, never opened
+        return None
     try:
         modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -78,8 +81,10 @@ def encoder_folder(root: Path) -> str | None:
 
 
 def _no_encoder_error(path: Path) -> ModelNotFoundError:
-    """A local folder without the encoder's config.json: today's message, naming modules.json where it helps."""
+    """A local folder without the encoder's config.json: today's message, naming modules.json where it helps (a
+    config.json that is there but not a regular file, a named pipe or a directory, is refused as that)."""
     sub = transformer_folder(path)
+    model_file(path / (sub or "") / "config.json")
     if sub:
         return ModelNotFoundError(
             f"{path}: {sub}, the Transformer folder its modules.json names, has no config.json",
@@ -91,6 +96,35 @@ def _no_encoder_error(path: Path) -> ModelNotFoundError:
         "tokenizer.json or vocab.txt)" + ("; its modules.json puts the Transformer at the top of the folder"
                                           if sub == "" else ""),
     )
+
+
+def model_files(root: Path, weights: bool = True) -> list[str]:
+    """Every file that loading the model folder ``root`` reads, relative to it: the one list behind the vector
+    cache's fingerprint and the resume manifest (``weights=False``: the weights are in them by their sha256, which
+    covers the shards in their index's order, so the index too) and ``bertfeat info --files`` (the weights first).
+
+    The encoder's safetensors weights (and their index), config.json, the tokenizer's files (tokenize.tokenizer_files),
+    sentence_bert_config.json, modules.json, config_sentence_transformers.json and each module's files
+    (stmodules.module_files), the ones present. Each is checked as the loading checks it (Encoder calls this first):
+    inside ``root`` once symbolic links are followed (config.inside_folder) and a regular file (config.model_file),
+    else one line saying which file and why."""
+    from .stmodules import module_files
+    from .tokenize import tokenizer_files
+    from .weights import checkpoint_files
+
+    root = Path(root)
+    sub = encoder_folder(root)
+    if sub is None:
+        raise _no_encoder_error(root)
+    enc = root / sub
+    modules = module_files(root)  # modules.json first: a module path out of the folder is refused before all else
+    shards = checkpoint_files(enc)
+    index = [enc / "model.safetensors.index.json"] if shards != [enc / "model.safetensors"] else []  # if present
+    found = [*(shards + index if weights else []), enc / "config.json", *tokenizer_files(enc),
+             enc / "sentence_bert_config.json", root / "modules.json", root / "config_sentence_transformers.json",
+             *modules]
+    return [str(p.relative_to(root)) for p in dict.fromkeys(found)
+            if inside_folder(root, p) and model_file(p) is not None]
 
 
 def hf_cache_dirs() -> list[Path]:
@@ -162,7 +196,7 @@ def _snapshot_in_cache_unchecked(cache: Path, repo_id: str) -> Path | None:
     if not snaps.is_dir():
         return None
     ref = repo / "refs" / "main"
-    if ref.is_file():
+    if model_file(ref):
         rev = ref.read_text().strip()
         if encoder_folder(snaps / rev) is not None:
             return snaps / rev

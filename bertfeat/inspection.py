@@ -9,19 +9,13 @@ import numpy as np
 
 
 def model_file_paths(model: str | None = None) -> list[Path]:
-    """The files a model's vectors depend on, without loading it: its safetensors weights (and their index), then
-    config, tokenizer and sentence-transformers module files (vcache.model_files, which the cache key and the resume
-    manifest hash). For build tools: ``bertfeat info MODEL --files``."""
-    from .hub import resolve_model
-    from .vcache import model_files
-    from .weights import checkpoint_files
+    """The files a model's vectors depend on, without loading it: every file its loading reads (hub.model_files, the
+    list the cache key and the resume manifest hash too), its safetensors weights (and their index) first, each
+    inside the model folder. For build tools: ``bertfeat info MODEL --files``."""
+    from .hub import model_files, resolve_model
 
     loc = resolve_model(model)
-    weights = checkpoint_files(loc.encoder_path)
-    index = loc.encoder_path / "model.safetensors.index.json"
-    if len(weights) > 1 and index.is_file():
-        weights.append(index)
-    return list(dict.fromkeys([*weights, *(loc.path / rel for rel in model_files(loc.path))]))
+    return [loc.path / rel for rel in model_files(loc.path)]
 
 
 def model_info(model: str | None = None) -> dict:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import typed
+from .config import model_file, typed
 from .errors import BertfeatError, ConfigError, opt
 
 
@@ -49,6 +49,7 @@ class Tokenized:
 def read_vocab(path: Path) -> dict[str, int]:
     """vocab.txt: one token per line, the line number is the id (as transformers' load_vocab)."""
     vocab: dict[str, int] = {}
+    model_file(path)  # a named pipe is refused, never opened
     try:
         with open(path, encoding="utf-8") as fh:
             for i, line in enumerate(fh):
@@ -60,7 +61,7 @@ def read_vocab(path: Path) -> dict[str, int]:
 
 
 def _load_json(path: Path) -> dict:
-    if not path.is_file():
+    if model_file(path) is None:
         return {}
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
@@ -223,6 +224,23 @@ def special_tokens(vocab: dict[str, int], tok_cfg: dict, special_map: dict) -> d
     return out
 
 
+def tokenizer_source(d: Path) -> Path | None:
+    """The file the tokenizer is built from: tokenizer.json, else vocab.txt (None with neither). Each checked as a
+    model file (config.model_file): a named pipe or a folder in its place is refused, never passed over."""
+    return model_file(d / "tokenizer.json") or model_file(d / "vocab.txt")
+
+
+def tokenizer_files(d: Path) -> list[Path]:
+    """Every file BertTokenizer.from_dir reads in folder ``d`` (hub.model_files lists them): tokenizer_config.json,
+    special_tokens_map.json, config.json, the source (tokenizer_source) and, for a vocab.txt whose
+    tokenizer_config.json has no added_tokens_decoder, added_tokens.json; absent ones included."""
+    source = tokenizer_source(d)
+    files = [d / "tokenizer_config.json", d / "special_tokens_map.json", d / "config.json"] + ([source] if source else [])
+    if source is not None and source.name == "vocab.txt" and "added_tokens_decoder" not in _load_json(files[0]):
+        files.append(d / "added_tokens.json")
+    return files
+
+
 class BertTokenizer:
     """Text (and optional pair) -> Tokenized rows; holds the tokenizers.Tokenizer.
 
@@ -266,15 +284,16 @@ class BertTokenizer:
         tok_cfg = _load_json(d / "tokenizer_config.json")
         special_map = _load_json(d / "special_tokens_map.json")
         cls_name = transformers_class(tok_cfg, _load_json(d / "config.json"))
-        if (d / "tokenizer.json").is_file():
+        src = tokenizer_source(d)
+        if src is not None and src.name == "tokenizer.json":
             try:
-                tk = Tokenizer.from_file(str(d / "tokenizer.json"))
+                tk = Tokenizer.from_file(str(src))
             except Exception as e:
                 raise ConfigError(f"{d / 'tokenizer.json'} could not be read ({e})", "restore it from the checkpoint") from None
             as_transformers(tk, cls_name, tok_cfg, special_map, d)
             source = "tokenizer.json"
-        elif (d / "vocab.txt").is_file():
-            tk = build_wordpiece_tokenizer(d / "vocab.txt", tok_cfg, special_map, cls_name)
+        elif src is not None:
+            tk = build_wordpiece_tokenizer(src, tok_cfg, special_map, cls_name)
             source = "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt"
         elif any((d / f).is_file() for f in ("sentencepiece.bpe.model", "spiece.model", "vocab.json")):
             raise BertfeatError(

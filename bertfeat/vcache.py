@@ -42,7 +42,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import shutil
 import sqlite3
 import stat
@@ -127,48 +126,14 @@ def _file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-#: the top-level files of a model folder that can change a vector besides the weights
-MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-               "vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model", "modules.json",
-               "config_sentence_transformers.json", "sentence_bert_config.json")
-
-
-def module_folders(root: Path) -> list[Path]:
-    """The sentence-transformers module folders of a model: every folder modules.json names (a Dense module may
-    live in any folder, ``"path": "dense"``), and the folders named ``N_...`` by convention."""
-    found = {p for p in root.iterdir() if p.is_dir() and re.match(r"\d+_", p.name)}
-    try:
-        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        modules = []
-    for m in modules if isinstance(modules, list) else []:
-        path = m.get("path") if isinstance(m, dict) else None
-        if isinstance(path, str) and path.strip("./") and (root / path).is_dir():
-            found.add(root / path)
-    return sorted(found)
-
-
 def model_files(directory: Path) -> list[str]:
     """Every file of a model folder that can change a vector besides the encoder's weights (checksummed already), as
-    paths relative to the folder: ``MODEL_FILES`` at the top, and in the encoder's folder when it is the Transformer
-    folder of the older sentence-transformers layout (0_Transformer/config.json, 0_Transformer/tokenizer.json, ...;
-    hub.encoder_folder), and every file of the other sentence-transformers module folders (1_Pooling/config.json,
-    2_Dense/config.json and its weights, ...: every folder modules.json names, and the folders named ``N_...``), docs
-    left out. Other weight files (pytorch_model.bin beside model.safetensors, onnx/, openvino/) are not listed."""
-    from .hub import encoder_folder
+    paths relative to the folder: what loading the model reads (hub.model_files, the one list; config, tokenizer,
+    sentence_bert_config.json, modules.json and each module's files: 1_Pooling/config.json, 2_Dense/config.json and
+    its weights, ...; the encoder's in its Transformer folder in the older sentence-transformers layout)."""
+    from .hub import model_files as read_by_loading
 
-    root = Path(directory)
-    encoder_dir = encoder_folder(root) or ""
-    out = [rel for rel in dict.fromkeys([*MODEL_FILES, *(f"{encoder_dir}/{name}" for name in MODEL_FILES if encoder_dir)])
-           if (root / rel).is_file()]
-    for sub in module_folders(root):
-        if encoder_dir and sub == root / encoder_dir:
-            continue  # the encoder's folder: its MODEL_FILES above, its weights in the fingerprint's sha256
-        for p in sorted(sub.rglob("*")):
-            rel = p.relative_to(root)
-            if p.is_file() and not any(part.startswith(".") for part in rel.parts) and not p.name.lower().endswith(".md"):
-                out.append(str(rel))
-    return out
+    return read_by_loading(Path(directory), weights=False)
 
 
 def model_files_digest(directory: Path) -> dict[str, str]:

@@ -341,7 +341,10 @@ def _check_model_files(meta: dict, enc, path: Path) -> None:
         return
     now = model_files_digest(enc.location.path)
     changed = [f"{f} changed" for f in sorted(set(then) & set(now)) if then[f] != now[f]]
-    changed += [f"{f} added" for f in sorted(set(now) - set(then))] + [f"{f} missing" for f in sorted(set(then) - set(now))]
+    # a file recorded then that loading does not read, still in the folder (earlier versions recorded every file of a
+    # module folder, and a vocab.txt beside tokenizer.json), changes nothing; one that is gone was read then
+    changed += [f"{f} added" for f in sorted(set(now) - set(then))] + [
+        f"{f} missing" for f in sorted(set(then) - set(now)) if not (enc.location.path / f).exists()]
     if changed:
         raise BertfeatError(f"the model's files differ from the ones {path} was extracted with "
                             f"({', '.join(changed[:4])}{', ...' if len(changed) > 4 else ''}; in {enc.location.path})",

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import BertConfig, typed
+from .config import BertConfig, model_file, typed
 from .errors import WeightsError, one_line
 from .gemm import PRECISIONS, from_bf16, to_bf16
 
@@ -212,19 +212,19 @@ INDEX = "model.safetensors.index.json"
 def checkpoint_files(model_dir: Path) -> list[Path]:
     """The safetensors files of a model directory: one file, or the shards of an index."""
     single = model_dir / "model.safetensors"
-    if single.is_file():
+    if model_file(single):  # each file checked as a model file: a named pipe is refused, never opened
         return [single]
     weight_map = _weight_map(model_dir)
     if weight_map is not None:
         files = [model_dir / f for f in dict.fromkeys(weight_map.values())]
-        missing = [f.name for f in files if not f.is_file()]
+        missing = [f.name for f in files if not model_file(f)]
         if missing:
             raise WeightsError(
                 f"{model_dir}: shard(s) {', '.join(missing)} listed in {INDEX} are missing",
                 "copy every model-*.safetensors shard into the model directory",
             )
         return files
-    others = sorted(model_dir.glob("*.safetensors"))
+    others = sorted(f for f in model_dir.glob("*.safetensors") if model_file(f))
     if others:
         return others
     hint = " (found pytorch_model.bin: convert it to safetensors, e.g. with transformers' save_pretrained(safe_serialization=True))" if (model_dir / "pytorch_model.bin").exists() else ""
@@ -242,7 +242,7 @@ def _weight_map(model_dir: Path) -> dict[str, str] | None:
     an index beside), else None. Checked as safetensors' own readers would: an object of names to plain file names
     in the folder, each name once."""
     index = model_dir / INDEX
-    if (model_dir / "model.safetensors").is_file() or not index.is_file():
+    if model_file(model_dir / "model.safetensors") or not model_file(index):
         return None
     try:
         weight_map = typed(_loads_unique(index.read_bytes().decode("utf-8")), dict, str(index))["weight_map"]

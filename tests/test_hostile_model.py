@@ -1,4 +1,4 @@
-"""Issue 25, items 3 and 7: a hostile or broken model, and bad arguments to the Python API.
+"""Issue 25, items 3 and 7, and issue 44: a hostile or broken model, and bad arguments to the Python API.
 
 * weights holding NaN / inf are refused at load, naming the tensor as the checkpoint names it and how many values;
 * features that come out NaN / inf are refused naming the texts (Python) or the input rows (`bertfeat extract`),
@@ -8,6 +8,12 @@
 * ``Encoder(threads=0)`` / ``Encoder(max_batch_tokens=0)`` are refused in the words ``bertfeat.extract`` uses, and
   ``Encoder.encode`` refuses a text that is not a string naming its index.
 
+* (issue 44) every file loading reads is inside the model folder and a regular file (a module path out of the folder,
+  a symbolic link leading out, a named pipe in place of any model file are refused in one line, never followed or
+  waited on), and the cache's fingerprint and `info --files` list exactly those files; a Pooling or Dense setting
+  bertfeat would replace or ignore is refused, naming the file and the keys; a Dense with no inputs or outputs is
+  refused at load.
+
 Each through the Python API and, where the command line reaches it, through `bertfeat extract` in-process: exit 1,
 the exact one-line ``Error: ...``, no output and no ``.partial/`` left, the input unchanged.
 """
@@ -16,7 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +33,8 @@ import pytest
 import bertfeat
 from bertfeat import BertfeatError, Encoder
 from bertfeat.encoder import NonFiniteFeaturesError
-from bertfeat.errors import WeightsError
+from bertfeat.cli import main
+from bertfeat.errors import ConfigError, WeightsError
 from bertfeat.weights import load_weights
 from ckpt import VOCABS, make_checkpoint, write_bf16
 from extract_util import no_leftovers, run, tiny_encoder, tiny_model, write_csv
@@ -293,3 +302,362 @@ def test_vocab_not_utf8_and_tokenizer_config_not_an_object(tmp_path):
     with pytest.raises(BertfeatError) as e:
         Encoder(d)
     assert e.value.what == f"{d / 'tokenizer_config.json'} is a JSON list, not a JSON object"
+
+
+# --------------------------------------------------------------------------- 5. a model folder's files stay inside it
+OUTSIDE_FIX = ("copy the file into the model folder in place of the link or the path leading out: bertfeat reads a "
+               "model's files from its folder only (so that the vector cache and `info --files` cover every one)")
+ST_FILES = ["model.safetensors", "config.json", "tokenizer_config.json", "tokenizer.json", "sentence_bert_config.json",
+            "modules.json", "config_sentence_transformers.json", "1_Pooling/config.json", "2_Dense/config.json",
+            "2_Dense/model.safetensors", "3_Normalize/config.json"]  # what loading st_model's folder reads, in order
+
+
+def st_model(d: Path, dense_out: int = 8) -> Path:
+    """A sentence-transformers folder laid out as the library saves one around the tests' tiny BERT: tokenizer.json,
+    modules.json, 1_Pooling/ (mean), 2_Dense/ (32 -> ``dense_out``, tanh), 3_Normalize/, sentence_bert_config.json,
+    config_sentence_transformers.json (no sentence-transformers needed)."""
+    from safetensors.numpy import save_file
+
+    d = checkpoint(d, tokenizer="json", st_pooling="mean", st_max_seq_length=64)
+    (d / "2_Dense").mkdir()
+    (d / "2_Dense" / "config.json").write_text(json.dumps({
+        "in_features": 32, "out_features": dense_out, "bias": True,
+        "activation_function": "torch.nn.modules.activation.Tanh"}))
+    rng = np.random.default_rng(3)
+    save_file({"linear.weight": (rng.standard_normal((dense_out, 32)) / 6).astype(np.float32),
+               "linear.bias": (rng.standard_normal(dense_out) / 10).astype(np.float32)},
+              str(d / "2_Dense" / "model.safetensors"))
+    (d / "3_Normalize").mkdir()
+    (d / "3_Normalize" / "config.json").write_text(json.dumps({"module_input_name": "sentence_embedding"}))
+    (d / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"query": ""}, "default_prompt_name": None}))
+    mods = json.loads((d / "modules.json").read_text())
+    mods += [{"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+             {"idx": 3, "name": "3", "path": "3_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (d / "modules.json").write_text(json.dumps(mods))
+    return d
+
+
+def set_module_path(d: Path, index: int, path: str) -> None:
+    mods = json.loads((d / "modules.json").read_text())
+    mods[index]["path"] = path
+    (d / "modules.json").write_text(json.dumps(mods))
+
+
+class TestModelFilesStayInsideTheFolder:
+    """Issue 44.1: every file the loading reads is inside the model folder, or the model is refused in one line (a
+    module's path in modules.json, a symbolic link); the cache's fingerprint and `info --files` list exactly those
+    files (hub.model_files, the one list)."""
+
+    @pytest.mark.parametrize("index, kind", [(1, "Pooling"), (2, "Dense"), (3, "Normalize")])
+    @pytest.mark.parametrize("how", ["dotdot", "absolute"])
+    def test_a_module_path_out_of_the_folder_is_refused(self, tmp_path, capsys, index, kind, how):
+        d = st_model(tmp_path / "m")
+        folder = {1: "1_Pooling", 2: "2_Dense", 3: "3_Normalize"}[index]
+        shutil.copytree(d / folder, tmp_path / "elsewhere" / folder)  # a working module, outside
+        path = f"../elsewhere/{folder}" if how == "dotdot" else str(tmp_path / "elsewhere" / folder)
+        set_module_path(d, index, path)
+        message = (f"modules.json: the {kind} module's path '{path}' is outside the model folder - restore modules.json "
+                   "from the model (every module's files are in the model folder)")
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.message == message
+        assert run(capsys, "info", d, "--files") == (1, "", f"Error: {message}\n")
+        # before: the vectors came from the outside folder, and a cached run kept serving them after it changed
+        extract_refuses(capsys, tmp_path, d, message, ["a text", "another"], "--cache", tmp_path / "cache")
+
+    @pytest.mark.parametrize("link, first_read", [
+        ("2_Dense", "2_Dense/config.json"),  # the module's folder is a link
+        ("1_Pooling/config.json", "1_Pooling/config.json"),
+        ("2_Dense/model.safetensors", "2_Dense/model.safetensors"),
+        ("tokenizer.json", "tokenizer.json"),
+        ("model.safetensors", "model.safetensors"),
+        ("sentence_bert_config.json", "sentence_bert_config.json"),
+    ])
+    def test_a_symbolic_link_out_of_the_folder_is_refused(self, tmp_path, capsys, link, first_read):
+        d = st_model(tmp_path / "m")
+        target = tmp_path / "elsewhere" / link
+        target.parent.mkdir(parents=True)
+        (d / link).rename(target)
+        (d / link).symlink_to(target)
+        message = f"{d / first_read} resolves to {tmp_path / 'elsewhere' / first_read}, outside the model folder {d} - {OUTSIDE_FIX}"
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.message == message
+        assert run(capsys, "info", d, "--files") == (1, "", f"Error: {message}\n")
+        extract_refuses(capsys, tmp_path, d, message, ["a text"])
+
+    def test_links_and_paths_inside_the_folder_still_load(self, tmp_path, capsys):
+        d = st_model(tmp_path / "m")
+        want = Encoder(d).encode(["a text", "another one"])
+        (d / "2_Dense").rename(d / "dense_v2")
+        (d / "2_Dense").symlink_to("dense_v2")  # relative, inside
+        (d / "tokenizer.json").rename(d / "1_Pooling" / "tok.json")
+        (d / "tokenizer.json").symlink_to(d / "1_Pooling" / "tok.json")  # absolute, inside
+        set_module_path(d, 1, "./1_Pooling/")
+        np.testing.assert_array_equal(Encoder(d).encode(["a text", "another one"]), want)
+        rc, out, _ = run(capsys, "info", d, "--files")
+        assert rc == 0 and out == "".join(f"{d / rel}\n" for rel in ST_FILES)
+
+    def test_info_files_and_the_fingerprint_list_exactly_what_loading_reads(self, tmp_path, capsys):
+        """What `info --files` prints and the cache's fingerprint hashes is what Encoder(d) opens (an audit hook sees
+        every open; tokenizer.json is opened by the tokenizers library, in Rust), for every layout; a folder
+        modules.json does not name (a module saved before) and a vocab.txt beside tokenizer.json are never read, so
+        never listed (they were, while files outside the folder that were read were not)."""
+        import sys
+
+        from bertfeat.hub import model_files
+        from bertfeat.vcache import cache_fingerprint
+        from st_ckpt import older_layout
+
+        opened: list[str] | None = None
+
+        def audit(event, args):
+            if opened is not None and event == "open" and isinstance(args[0], (str, Path)):
+                opened.append(os.path.realpath(args[0]))
+
+        sys.addaudithook(audit)
+        st = st_model(tmp_path / "st")
+        shutil.copytree(st / "2_Dense", st / "2_Dense_old")
+        shutil.copytree(st / "2_Dense", st / "dense")
+        set_module_path(st, 2, "dense")
+        shutil.copy(VOCABS["uncased"][0], st / "vocab.txt")
+        vocab = checkpoint(tmp_path / "vocab", st_pooling="cls")
+        (vocab / "added_tokens.json").write_text(json.dumps({"[unused1]": 2}))
+        (vocab / "special_tokens_map.json").write_text(json.dumps({"cls_token": "[CLS]"}))
+        layouts = [st, vocab, checkpoint(tmp_path / "sharded", sharded=3),
+                   older_layout(st_model(tmp_path / "src"), tmp_path / "old")]
+        for d in layouts:
+            opened = []
+            enc = Encoder(d)
+            read, opened = {p for p in opened if p.startswith(str(d.resolve()))}, None
+            listed = {str((d / rel).resolve()) for rel in model_files(d)}
+            assert read <= listed and listed - read <= {str(enc.location.encoder_path / "tokenizer.json")}, d
+            rc, out, _ = run(capsys, "info", d, "--files")
+            assert rc == 0 and {str(Path(p).resolve()) for p in out.splitlines()} == listed
+            fp_files = cache_fingerprint(enc, enc.spec())[1]["model_files"]
+            weights = {str(f.resolve()) for f in enc.weights.files} | {str(d.resolve() / "model.safetensors.index.json")}
+            assert {str((d / rel).resolve()) for rel in fp_files} == listed - weights  # in by the weights' sha256
+        assert model_files(st) == [rel.replace("2_Dense", "dense") for rel in ST_FILES]
+
+
+# --------------------------------------------------------------------------- 6. settings that cannot be reproduced
+class TestSettingsThatWouldBeSubstitutedAreRefused:
+    """Issue 44.2: a module setting bertfeat would otherwise replace or ignore silently (and record in provenance as
+    if it were the model's) is refused, naming the file and the keys."""
+
+    @pytest.mark.parametrize("cfg, what", [
+        ({"word_embedding_dimension": 32, "pooling_mode_cls_token": False, "pooling_mode_mean_tokens": False,
+          "pooling_mode_max_tokens": False},
+         "1_Pooling/config.json: every pooling flag is false (pooling_mode_cls_token, pooling_mode_mean_tokens, "
+         "pooling_mode_max_tokens): the file sets no pooling mode"),
+        ({"word_embedding_dimension": 32, "pooling_mode_foo_token": True},
+         "1_Pooling/config.json: pooling_mode_foo_token is not a setting of a sentence-transformers Pooling module"),
+        ({"pooling_mode": "cls", "normalize": True, "pooling_mode_foo": False},
+         "1_Pooling/config.json: normalize, pooling_mode_foo are not settings of a sentence-transformers Pooling module"),
+        ({"pooling_mode_cls_token": "yes"}, '1_Pooling/config.json: pooling_mode_cls_token is "yes", not a true / false'),
+        ({"pooling_mode": "cls", "pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True},
+         '1_Pooling/config.json: pooling_mode_mean_tokens true contradicts pooling_mode "cls"'),
+        ({"pooling_mode": "mean", "include_prompt": "false"},
+         '1_Pooling/config.json: include_prompt is "false", not a true / false'),
+        ({"pooling_mode": "mean", "embedding_dimension": 32, "word_embedding_dimension": 16},
+         "1_Pooling/config.json: word_embedding_dimension 16 is not the encoder's hidden size 32"),
+    ])
+    def test_a_pooling_setting_is_refused(self, tmp_path, cfg, what):
+        d = st_model(tmp_path / "m")
+        (d / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.what == what and "\n" not in e.value.message
+
+    def test_all_false_flags_on_the_command_line(self, tmp_path, capsys):
+        d = st_model(tmp_path / "m")
+        (d / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": False,
+                                                                 "pooling_mode_mean_tokens": False}))
+        extract_refuses(capsys, tmp_path, d, "1_Pooling/config.json: every pooling flag is false (pooling_mode_cls_token, "
+                        "pooling_mode_mean_tokens): the file sets no pooling mode - set the flag of the mode the model was "
+                        'trained with to true (or give pooling_mode, e.g. "pooling_mode": "mean"); bertfeat does not '
+                        "guess one", ["a text"])
+
+    def test_pooling_settings_that_agree_still_load(self, tmp_path):
+        d = st_model(tmp_path / "m")
+        for cfg, modes in [({"pooling_mode": ["cls", "max"], "pooling_mode_cls_token": True,
+                             "pooling_mode_max_tokens": True, "pooling_mode_mean_tokens": False}, ("cls", "max")),
+                           ({"embedding_dimension": 32}, ("mean",)),  # no mode at all: Pooling's default
+                           ({"pooling_mode_max_tokens": True, "pooling_mode_lasttoken": False}, ("max",))]:
+            (d / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+            (d / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 32 * len(modes), "out_features": 8}))
+            from safetensors.numpy import save_file
+            save_file({"linear.weight": np.ones((8, 32 * len(modes)), np.float32), "linear.bias": np.zeros(8, np.float32)},
+                      str(d / "2_Dense" / "model.safetensors"))
+            assert Encoder(d).pipeline.pooling == modes
+
+    @pytest.mark.parametrize("cfg, tensors, what", [
+        ({"bias": "false"}, None, '2_Dense/config.json: bias is "false", not a true / false'),
+        ({"use_residual": 1}, None, "2_Dense/config.json: use_residual is 1, not a true / false"),
+        ({"activation_function": ["torch.nn.Tanh"]}, None,
+         "2_Dense/config.json: activation_function is a JSON list, not a string"),
+        ({"bias": False}, None, "{d}/2_Dense/model.safetensors: tensors ['linear.bias'] that its config.json does not "
+                                "use (bias false, use_residual false, 32 -> 8)"),
+        ({}, {"residual.weight": np.ones((8, 32), np.float32)},
+         "{d}/2_Dense/model.safetensors: tensors ['residual.weight'] that its config.json does not use (bias true, "
+         "use_residual false, 32 -> 8)"),
+    ])
+    def test_a_dense_setting_or_tensor_that_would_be_ignored_is_refused(self, tmp_path, cfg, tensors, what):
+        from safetensors.numpy import load_file, save_file
+
+        d = st_model(tmp_path / "m")
+        c = json.loads((d / "2_Dense" / "config.json").read_text())
+        (d / "2_Dense" / "config.json").write_text(json.dumps({**c, **cfg}))
+        if tensors:
+            save_file({**load_file(str(d / "2_Dense" / "model.safetensors")), **tensors}, str(d / "2_Dense" / "model.safetensors"))
+        with pytest.raises(BertfeatError) as e:
+            Encoder(d)
+        assert e.value.what == what.format(d=d) and "\n" not in e.value.message
+
+
+# --------------------------------------------------------------------------- 7. special files in place of model files
+FIFO_FIX = ("put the model's own file there (bertfeat reads model files whole and never opens a pipe, device or socket "
+            "in their place)")
+
+
+def run_with_timeout(capsys, args, fifo: Path, timeout: float = 60) -> tuple:
+    """`bertfeat ARGS` in-process in a thread -> (exit code, stdout, stderr); fails the test after ``timeout`` s (a
+    run blocked opening the FIFO is let go first, by opening its other end)."""
+    import threading
+
+    capsys.readouterr()
+    result: dict = {}
+    t = threading.Thread(target=lambda: result.setdefault("rc", main([str(a) for a in args])), daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        for flags in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
+            try:
+                os.close(os.open(fifo, flags))
+            except OSError:
+                pass
+        t.join(timeout)
+        pytest.fail(f"bertfeat {args[0]} waited on the named pipe {fifo} for {timeout} s")
+    out = capsys.readouterr()
+    return result.get("rc"), out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def special_layouts(tmp_path_factory) -> dict:
+    """The three layouts whose files the cases replace: a sentence-transformers folder, a vocab.txt checkpoint with
+    added tokens, a sharded checkpoint."""
+    root = tmp_path_factory.mktemp("special")
+    vocab = checkpoint(root / "vocab")
+    (vocab / "added_tokens.json").write_text(json.dumps({"[unused1]": 2}))
+    (vocab / "special_tokens_map.json").write_text(json.dumps({"cls_token": "[CLS]"}))
+    return {"st": st_model(root / "st"), "vocab": vocab,
+            "sharded": make_checkpoint(root / "sharded", hidden=32, layers=2, heads=2, max_position=128, sharded=3)}
+
+
+class TestSpecialFilesAreRefusedNotOpened:
+    """Issue 44.3: a named pipe (or a directory, a device) in place of any model file is refused from its type, one
+    line naming it, never opened (opening a FIFO waits for a writer forever) nor passed over for another file."""
+
+    @pytest.mark.parametrize("layout, rel", [
+        ("st", "model.safetensors"), ("st", "config.json"), ("st", "modules.json"), ("st", "1_Pooling/config.json"),
+        ("st", "2_Dense/config.json"), ("st", "2_Dense/model.safetensors"), ("st", "3_Normalize/config.json"),
+        ("st", "tokenizer.json"), ("st", "tokenizer_config.json"), ("st", "sentence_bert_config.json"),
+        ("st", "config_sentence_transformers.json"), ("vocab", "vocab.txt"), ("vocab", "added_tokens.json"),
+        ("vocab", "special_tokens_map.json"), ("sharded", "model.safetensors.index.json"),
+        ("sharded", "model-00002-of-00003.safetensors"),
+    ])
+    def test_a_named_pipe_is_refused(self, tmp_path, capsys, special_layouts, layout, rel):
+        d = tmp_path / "m"
+        shutil.copytree(special_layouts[layout], d)
+        (d / rel).unlink()
+        os.mkfifo(d / rel)
+        message = f"Error: {d / rel} is a named pipe (FIFO), not a regular file - {FIFO_FIX}\n"
+        assert run_with_timeout(capsys, ["info", d], d / rel) == (1, "", message)
+        assert run_with_timeout(capsys, ["info", d, "--files"], d / rel) == (1, "", message)
+
+    def test_extract_in_a_subprocess_does_not_wait(self, tmp_path, special_layouts):
+        import subprocess
+        import sys
+
+        d = tmp_path / "m"
+        shutil.copytree(special_layouts["st"], d)
+        (d / "1_Pooling" / "config.json").unlink()
+        os.mkfifo(d / "1_Pooling" / "config.json")
+        src = write_csv(tmp_path / "in.csv", ["text"], [["a text"]])
+        try:
+            r = subprocess.run([sys.executable, "-m", "bertfeat", "extract", str(src), "-o", str(tmp_path / "o.parquet"),
+                                "--model", str(d), "-q"], capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "PYTHONPATH": str(Path(bertfeat.__file__).parent.parent)})
+        except subprocess.TimeoutExpired:
+            pytest.fail("bertfeat extract waited on a named pipe 1_Pooling/config.json")
+        assert (r.returncode, r.stderr) == (1, f"Error: {d / '1_Pooling' / 'config.json'} is a named pipe (FIFO), not a "
+                                               f"regular file - {FIFO_FIX}\n")
+        assert no_leftovers(tmp_path / "o.parquet") == []
+
+    @pytest.mark.parametrize("rel", ["tokenizer.json", "config.json", "1_Pooling/config.json"])
+    def test_a_directory_is_refused_not_passed_over(self, tmp_path, special_layouts, rel):
+        """A folder named tokenizer.json was taken for absent (the vocab.txt beside it would have been used)."""
+        d = tmp_path / "m"
+        shutil.copytree(special_layouts["st"], d)
+        shutil.copy(VOCABS["uncased"][0], d / "vocab.txt")
+        (d / rel).unlink()
+        (d / rel).mkdir()
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.message == f"{d / rel} is a directory, not a regular file - {FIFO_FIX}"
+
+
+# --------------------------------------------------------------------------- 8. a Dense module that computes nothing
+class TestDenseWidthsAreCheckedAtLoad:
+    """Issue 44.4: a Dense module with no outputs (or no inputs) ended in "this is a bug in bertfeat" with
+    OUTPUT.partial/ left behind; it is refused at load, nothing written."""
+
+    @staticmethod
+    def dense(d: Path, path: str, n_in: int, n_out: int) -> None:
+        from safetensors.numpy import save_file
+
+        (d / path).mkdir(exist_ok=True)
+        (d / path / "config.json").write_text(json.dumps({"in_features": n_in, "out_features": n_out}))
+        save_file({"linear.weight": np.ones((n_out, n_in), np.float32), "linear.bias": np.zeros(n_out, np.float32)},
+                  str(d / path / "model.safetensors"))
+
+    @pytest.mark.parametrize("n_in, n_out, what", [
+        (32, 0, "2_Dense/config.json: out_features is 0, not a number of features (1 or more)"),
+        (0, 8, "2_Dense/config.json: in_features is 0, not a number of features (1 or more)"),
+        (32, -1, "2_Dense/config.json: out_features is -1, not a number of features (1 or more)"),
+    ])
+    def test_no_outputs_or_inputs(self, tmp_path, capsys, n_in, n_out, what):
+        d = st_model(tmp_path / "m")
+        if n_out >= 0:
+            self.dense(d, "2_Dense", n_in, n_out)
+        else:
+            (d / "2_Dense" / "config.json").write_text(json.dumps({"in_features": n_in, "out_features": n_out}))
+        message = (f"{what} - restore the Dense module's config.json and model.safetensors from the model (a Dense "
+                   "layer maps 1 or more inputs to 1 or more outputs)")
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.message == message
+        extract_refuses(capsys, tmp_path, d, message, ["a text", "another"])
+
+    def test_a_chain_through_zero_and_a_missing_width(self, tmp_path):
+        """32 -> 0 -> 8 matched widths (a constant vector from the bias alone); a config without out_features read as
+        -1."""
+        d = st_model(tmp_path / "m")
+        self.dense(d, "2_Dense", 32, 0)
+        self.dense(d, "2b_Dense", 0, 8)
+        mods = json.loads((d / "modules.json").read_text())
+        mods.insert(3, {"idx": 3, "name": "2b", "path": "2b_Dense", "type": "sentence_transformers.models.Dense"})
+        (d / "modules.json").write_text(json.dumps(mods))
+        with pytest.raises(ConfigError, match=r"^2_Dense/config.json: out_features is 0, not a number of features"):
+            Encoder(d)
+        (d / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 32}))
+        with pytest.raises(ConfigError, match=r"^2_Dense/config.json: out_features is missing, not a number of features"):
+            Encoder(d)
+
+    def test_a_width_that_does_not_follow_the_module_before(self, tmp_path):
+        d = st_model(tmp_path / "m")
+        self.dense(d, "2_Dense", 16, 8)
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.message == ("2_Dense: in_features 16 does not match the 32 dimensions before it - use the "
+                                   "modules that came with this model")

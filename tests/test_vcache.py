@@ -74,8 +74,13 @@ def test_model_files_digest_reads_the_module_folders(tmp_path):
     (m / "README.md").write_text("docs")
     (m / "notes").mkdir()
     (m / "notes" / "x.json").write_text("{}")
+    # no modules.json: a plain checkpoint, whose loading never reads 1_Pooling/ (hub.model_files lists what it reads)
+    assert set(model_files_digest(m)) == {"config.json", "tokenizer_config.json", "vocab.txt"}
+    (m / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
     d = model_files_digest(m)
-    assert set(d) == {"config.json", "tokenizer_config.json", "vocab.txt", "1_Pooling/config.json"}
+    assert set(d) == {"config.json", "tokenizer_config.json", "vocab.txt", "modules.json", "1_Pooling/config.json"}
     (m / "README.md").write_text("other docs")
     (m / "1_Pooling" / "README.md").write_text("other docs")
     assert model_files_digest(m) == d  # documentation changes no vector

@@ -475,3 +475,35 @@ def test_every_reader_of_a_feature_file_refuses_a_damaged_provenance(pristine, t
     assert run(capsys, *filled) == (1, "", f"Error: the provenance of {out} is damaged or not bertfeat's: "
                                           f"layout.extra_columns is 5, not an object - {DAMAGED_FIX}\n")
     assert not (tmp_path / "r.parquet").exists() and not (tmp_path / "q.npz").exists()
+
+
+def test_verify_passes_over_recorded_files_that_loading_does_not_read(tmp_path, capsys):
+    """Issue 44: the provenance's model_files are the files loading reads (hub.model_files). A file an earlier bertfeat
+    recorded that is still in the folder but never read (a vocab.txt beside tokenizer.json, a folder modules.json does
+    not name) is no difference; a recorded file that is gone is."""
+    import json
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(), model)
+    (model / "2_Old").mkdir()
+    (model / "2_Old" / "config.json").write_text("{}")
+    src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], _rows(20))
+    out = tmp_path / "o.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", model, "-q")[0] == 0
+
+    def record(**files) -> None:  # the provenance as an earlier bertfeat wrote it, with more files recorded
+        t = pq.read_table(out)
+        meta = json.loads(t.schema.metadata[b"bertfeat"])
+        meta["model_files"].update(files)
+        pq.write_table(t.replace_schema_metadata({**t.schema.metadata, b"bertfeat": json.dumps(meta).encode()}), out)
+
+    record(**{"2_Old/config.json": "0" * 64})
+    assert run(capsys, "verify", out, "-q")[0] == 0
+    record(**{"sentence_bert_config.json": "0" * 64})
+    rc, _, err = run(capsys, "verify", out, "-q")
+    assert (rc, err) == (1, f"Error: the model's files differ from the ones {out} was extracted with (sentence_bert_config"
+                            f".json missing; in {model}) - extract the features again with this model, or pass --model "
+                            "with the model they came from\n")
