@@ -17,7 +17,6 @@ text; the time assumes the machine stays as loaded as during the calibration.
 
 from __future__ import annotations
 
-import os
 import resource
 import shutil
 import time
@@ -189,50 +188,82 @@ def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None
 
 def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate:
     """Measure what ``plan`` will take (see the module docstring); writes nothing."""
-    from .chunks import run_rows
-    from .encoder import LongTextError
     from .jobcore import feature_settings, load_encoder
-    from .plan import ALL_COMPONENTS
 
     read = _read(plan, sample, seed)
-    rows, bad, first_bad, texts, pairs = read["rows"], read["bad"], read["first_bad"], read["texts"], read["pairs"]
-    mean_bytes, read_seconds = read["text_bytes"], read["seconds"]
+    rows, bad = read["rows"], read["bad"]
     t0 = time.perf_counter()
     encoder = load_encoder(plan)
     load_seconds = time.perf_counter() - t0
     spec, _ = feature_settings(encoder, plan)
     d = encoder.output_dim(spec)
-    tokens_per_row = tps = token_spread = 0.0
-    cpu_share = 1.0
-    truncated = 0.0
-    windows = 1.0
-    n, prep = len(texts), None
-    while texts:  # long_text='error': rows the run refuses as too long are left out of the sample, and counted
+    m = _measure(encoder, spec, read["texts"], read["pairs"])
+    n = len(read["texts"])
+    too_long = round((n - len(m["texts"])) / n * (rows - bad)) if n else 0
+    accepted = rows - bad - too_long
+    cached = _cached_share(plan, encoder, spec, m["texts"], m["pairs"])
+    tokens = int(round(m["tokens_per_row"] * accepted))
+    encode_seconds = tokens * (1.0 - (cached or 0.0)) / m["tps"] if m["tps"] else 0.0
+    size = _sizes(plan, d, accepted, read["kept_bytes"])
+    # writing: the parts as the chunks finish, then the output from them (read back once); ~WRITE_RATE on a local disk
+    seconds = (load_seconds + read["seconds"] + encode_seconds
+               + (2 * size["parts_bytes"] + size["output_bytes"]) / WRITE_RATE)
+    memory_parts = _memory_parts(plan, d, accepted, read["text_bytes"], m["tokens_per_row"])
+    memory_peak = int(sum(memory_parts.values()))
+    limit, source = memory_limit()
+    out_dir = plan.layout.features.parent if str(plan.layout.features.parent) else Path(".")
+    probe = next((p for p in [out_dir, *out_dir.absolute().parents] if p.exists()), None)
+    free = shutil.disk_usage(probe).free if probe is not None else None
+    warnings = _warnings(plan, spec, read, too_long, m, memory_peak, (limit, source), size["disk_peak"], (free, probe))
+    low, high = time_range(seconds, encode_seconds, m["token_spread"], m["cpu_share"])
+    return Estimate(
+        input=plan.input, output=str(plan.layout.features), rows=rows, rows_bad=bad, first_bad_row=read["first_bad"],
+        rows_too_long=too_long, sample_rows=len(m["texts"]), tokens_per_row=m["tokens_per_row"], tokens=tokens,
+        rows_truncated=m["truncated"], windows_per_row=m["windows"], cached=cached, tokens_per_second=m["tps"],
+        seconds=seconds, seconds_low=low, seconds_high=high, cpu_share=m["cpu_share"], encode_seconds=encode_seconds,
+        read_seconds=read["seconds"], load_seconds=load_seconds, model=encoder.model_id, precision=encoder.precision,
+        threads=int(encoder.threads), dim=d, dim_out=size["dim_out"], output_bytes=int(size["output_bytes"]),
+        disk_peak_bytes=int(size["disk_peak"]), disk_free_bytes=free, memory_peak_bytes=memory_peak,
+        memory_parts=memory_parts, memory_limit_bytes=limit, memory_limit_source=source, warnings=warnings)
+
+
+def _measure(encoder, spec, texts: list[str], pairs: list[str] | None) -> dict:
+    """Tokenize the sample (under long_text='error' the rows the run refuses as too long are left out) and time its
+    encode after a warm-up: -> the sample's texts / pairs kept, tokens per row, truncated share, windows per row,
+    tokens per second, the relative standard error of tokens per row and the CPU share (_cpu_share)."""
+    from .chunks import run_rows
+    from .encoder import LongTextError
+
+    m = {"tokens_per_row": 0.0, "tps": 0.0, "token_spread": 0.0, "cpu_share": 1.0, "truncated": 0.0, "windows": 1.0}
+    prep = None
+    while texts:
         try:
             prep = encoder.prepare(texts, pairs, spec)
             break
         except LongTextError as e:
             keep = sorted(set(range(len(texts))) - set(np.asarray(e.rows).tolist()))
             texts, pairs = [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
-    too_long = round((n - len(texts)) / n * (rows - bad)) if n else 0
-    accepted = rows - bad - too_long
-    if prep is not None:
-        lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
-        tokens_per_row = float(lengths.sum()) / len(texts)
-        truncated = float(np.mean(prep.truncated))
-        windows = len(prep.ids) / len(texts)
-        warm = encoder.prepare(texts[:WARM_UP_ROWS], None if pairs is None else pairs[:WARM_UP_ROWS], spec)
-        run_rows(encoder, spec, warm, list(range(len(warm.ids))))  # numba / primitives / workspaces, not timed
-        t0, sched0 = time.perf_counter(), _sched_seconds()
-        run_rows(encoder, spec, prep, list(range(len(texts))))
-        wall = max(time.perf_counter() - t0, 1e-9)
-        tps = float(lengths.sum()) / wall
-        cpu_share = _cpu_share(sched0, _sched_seconds())
-        per_row = np.bincount(prep.window_row, weights=lengths, minlength=len(texts))
-        token_spread = float(per_row.std() / np.sqrt(len(per_row)) / max(per_row.mean(), 1e-9)) if len(per_row) > 1 else 0.0
-    cached = _cached_share(plan, encoder, spec, texts, pairs)
-    tokens = int(round(tokens_per_row * accepted))
-    encode_seconds = tokens * (1.0 - (cached or 0.0)) / tps if tps else 0.0
+    m.update(texts=texts, pairs=pairs)
+    if prep is None:
+        return m
+    lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
+    warm = encoder.prepare(texts[:WARM_UP_ROWS], None if pairs is None else pairs[:WARM_UP_ROWS], spec)
+    run_rows(encoder, spec, warm, list(range(len(warm.ids))))  # numba / primitives / workspaces, not timed
+    t0, sched0 = time.perf_counter(), _sched_seconds()
+    run_rows(encoder, spec, prep, list(range(len(texts))))
+    wall = max(time.perf_counter() - t0, 1e-9)
+    per_row = np.bincount(prep.window_row, weights=lengths, minlength=len(texts))  # tokens the model runs per row
+    m.update(tokens_per_row=float(lengths.sum()) / len(texts), truncated=float(np.mean(prep.truncated)),
+             windows=len(prep.ids) / len(texts), tps=float(lengths.sum()) / wall,
+             cpu_share=_cpu_share(sched0, _sched_seconds()),
+             token_spread=float(per_row.std() / np.sqrt(len(per_row)) / max(per_row.mean(), 1e-9))
+             if len(per_row) > 1 else 0.0)
+    return m
+
+
+def _sizes(plan, d: int, accepted: int, kept_bytes: float) -> dict:
+    """The output's width and bytes, the partial directory's unreduced parts and the disk held at the peak."""
+    from .plan import ALL_COMPONENTS
 
     fmt = plan.layout.fmt
     if plan.pca_model is not None:
@@ -243,31 +274,32 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
         dim_out = min(int(plan.pca), d)
     else:
         dim_out = d  # a variance fraction or mle: known after the fit; d is the most it can be
-    per_row = ROW_OVERHEAD[fmt] + read["kept_bytes"]
-    output_bytes = accepted * (dim_out * feature_bytes(fmt, plan.dtype) + per_row)
+    output_bytes = accepted * (dim_out * feature_bytes(fmt, plan.dtype) + ROW_OVERHEAD[fmt] + kept_bytes)
     parts_bytes = accepted * (d * 4 + ROW_OVERHEAD["parquet"])  # the partial directory's unreduced parts
-    disk_peak = parts_bytes + output_bytes
-    # writing: the parts as the chunks finish, then the output from them (read back once); ~WRITE_RATE on a local disk
-    seconds = load_seconds + read_seconds + encode_seconds + (2 * parts_bytes + output_bytes) / WRITE_RATE
+    return {"dim_out": dim_out, "output_bytes": output_bytes, "parts_bytes": parts_bytes,
+            "disk_peak": parts_bytes + output_bytes}
 
-    model_peak = _rss_peak()  # the process as it encoded: model, batches, numba
+
+def _memory_parts(plan, d: int, accepted: int, mean_bytes: float, tokens_per_row: float) -> dict:
+    """What the run's peak memory is made of: the encoder's measured peak, and what the run holds besides."""
     from .local_engine import READ_AHEAD_CHUNKS
     from .reuse import DEDUP_MEMORY
 
-    memory_parts = {
-        "measured while encoding the sample (model, batches, libraries)": model_peak,
+    return {
+        "measured while encoding the sample (model, batches, libraries)": _rss_peak(),
         "read-ahead chunks (texts, tokens, vectors)": int(READ_AHEAD_CHUNKS + 1) * plan.chunk_rows
         * int(mean_bytes * 3 + tokens_per_row * 8 + d * 4),
         "PCA statistics (float64)": (2 * d * d * 8 + 4 * d * 8) if plan.pca is not None else 0,
         "duplicates store (at most)": 0 if plan.cache is not None else min(DEDUP_MEMORY, accepted * (d * 4 + 200)),
         "reading and writing (threads, Arrow buffers; measured)": PIPELINE_OVERHEAD,
     }
-    memory_peak = int(sum(memory_parts.values()))
-    limit, source = memory_limit()
-    out_dir = plan.layout.features.parent if str(plan.layout.features.parent) else Path(".")
-    probe = next((p for p in [out_dir, *out_dir.absolute().parents] if p.exists()), None)
-    free = shutil.disk_usage(probe).free if probe is not None else None
 
+
+def _warnings(plan, spec, read: dict, too_long: int, m: dict, memory_peak: int, limit_source: tuple, disk_peak: int,
+              free_probe: tuple) -> list[str]:
+    """What will not do, or may surprise: bad rows, limits, memory, disk, truncation, a busy machine."""
+    rows, bad, first_bad = read["rows"], read["bad"], read["first_bad"]
+    (limit, source), (free, probe) = limit_source, free_probe
     warnings = []
     if bad and plan.on_bad_row == "error":
         warnings.append(f"{bad:,} bad row(s): the run stops at row {first_bad} (on_bad_row='error'); skip writes them "
@@ -285,26 +317,16 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     if too_long and plan.on_bad_row == "error":
         warnings.append(f"~{too_long:,} row(s) are longer than max_length {spec.max_length}: the run "
                         "(long_text='error') stops at the first; on_bad_row='skip' writes them to the rejects file")
-    if truncated > 0.01 and spec.long_text == "truncate":
-        warnings.append(f"{100 * truncated:.1f} % of rows are longer than max_length {spec.max_length} and will be cut "
-                        "(long_text='chunk-mean' keeps every token)")
+    if m["truncated"] > 0.01 and spec.long_text == "truncate":
+        warnings.append(f"{100 * m['truncated']:.1f} % of rows are longer than max_length {spec.max_length} and will be "
+                        "cut (long_text='chunk-mean' keeps every token)")
     if plan.engine == "dask":
         warnings.append("measured on this machine: a Dask cluster's time is this divided by its workers' share")
-    if cpu_share < BUSY_SHARE:
-        warnings.append(f"the machine was busy while the sample was timed (its threads had a core {100 * cpu_share:.0f} % "
-                        "of the time they wanted one): the time is long if the run has the cores to itself")
-    low, high = time_range(seconds, encode_seconds, token_spread, cpu_share)
-    return Estimate(
-        input=plan.input, output=str(plan.layout.features), rows=rows, rows_bad=bad, first_bad_row=first_bad,
-        rows_too_long=too_long,
-        sample_rows=len(texts), tokens_per_row=tokens_per_row, tokens=tokens, rows_truncated=truncated,
-        windows_per_row=windows, cached=cached, tokens_per_second=tps, seconds=seconds, seconds_low=low,
-        seconds_high=high, cpu_share=cpu_share, encode_seconds=encode_seconds,
-        read_seconds=read_seconds, load_seconds=load_seconds,
-        model=encoder.model_id, precision=encoder.precision, threads=int(encoder.threads), dim=d, dim_out=dim_out,
-        output_bytes=int(output_bytes), disk_peak_bytes=int(disk_peak), disk_free_bytes=free,
-        memory_peak_bytes=memory_peak, memory_parts=memory_parts, memory_limit_bytes=limit,
-        memory_limit_source=source, warnings=warnings)
+    if m["cpu_share"] < BUSY_SHARE:
+        warnings.append(f"the machine was busy while the sample was timed (its threads had a core "
+                        f"{100 * m['cpu_share']:.0f} % of the time they wanted one): the time is long if the run has "
+                        "the cores to itself")
+    return warnings
 
 
 def render(e: Estimate, console, err_console=None) -> None:
