@@ -16,15 +16,14 @@ from typing import Annotated, Optional
 import typer
 
 from .console import err_console, out_console
-from .pca import PCA, SOLVERS
-from .pca_checks import DEFAULT_ACCUMULATE, accumulate_mode
-from .probe import DEFAULT_FOLDS
-from .outlock import output_lock
-from .reduce import fit_pca_to_files, reduce_features_file, unchecked_source
-from .report import build_pca_report, render_pca_report, write_pca_report
 
 __all__ = ["pca_app", "fit_command", "transform_command", "report_command", "parse_n_components"]
 
+# The library's values, spelled here so that `--help` imports no numeric module (NumPy, the PCA, pyarrow): each
+# command imports what it runs. tests/test_cli_pca.py checks they are the library's.
+SOLVERS = ("auto", "svd", "covariance", "randomized")  # pca_solvers.SOLVERS
+DEFAULT_ACCUMULATE = "mixed"  # pca_checks.DEFAULT_ACCUMULATE
+DEFAULT_FOLDS = 5  # probe.DEFAULT_FOLDS
 MIN_PROBE_ROWS = 2 * DEFAULT_FOLDS  # --probe-rows: two rows per fold of the probe's cross-validation at least
 
 pca_app = typer.Typer(
@@ -68,6 +67,8 @@ def _accumulate_option(accumulate: str | None, precision: str | None) -> str:
     """
     if precision is None:
         return DEFAULT_ACCUMULATE if accumulate is None else accumulate
+    from .pca_checks import accumulate_mode
+
     err_console.print("Warning: --precision on pca fit is deprecated, use --accumulate", markup=False, highlight=False,
                       soft_wrap=True)
     return accumulate_mode(accumulate, precision)
@@ -114,6 +115,9 @@ def fit_command(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace existing output files (else refused).")] = False,
 ) -> None:
     """Fit a PCA on FEATURES (streaming), write the model and its report beside it."""
+    from .outlock import output_lock
+    from .reduce import fit_pca_to_files
+    from .report import build_pca_report, render_pca_report
     from .safety import check_array_file, check_outputs, feature_file_inputs, report_outputs
     from .specs import check_count, check_model_output, check_output_name
 
@@ -157,6 +161,9 @@ def transform_command(
 ) -> None:
     """Reduce FEATURES with a saved PCA (streaming); ids, extras and metadata are kept."""
     from .features import feature_format
+    from .outlock import output_lock
+    from .pca import PCA
+    from .reduce import reduce_features_file, unchecked_source
     from .features.base import check_dtype
     from .safety import check_array_file, check_outputs, feature_file_inputs, feature_file_outputs
     from .specs import check_count, check_output_format, check_output_name
@@ -199,6 +206,9 @@ def report_command(
     """Write the explained-variance report (JSON, Markdown, PNG) of a saved PCA model, under a new -o PREFIX or, with
     --overwrite, over the one pca fit wrote beside it."""
     from .errors import BertfeatError
+    from .outlock import output_lock
+    from .pca import PCA
+    from .report import build_pca_report, render_pca_report, write_pca_report
     from .safety import check_outputs, report_outputs
     from .specs import check_count, check_output_name
 

@@ -462,3 +462,33 @@ def test_report_help_examples_run_in_the_normal_workflow(tmp_path, features, cap
     assert _run_main(["pca", "fit", str(features), "-n", "3", "-o", str(model), "-q"]) == 0
     assert _run_main(["report", str(model), "-q"]) == 1
     assert _run_main(["report", str(model), "--overwrite", "-q"]) == 0
+
+
+# --------------------------------------------------------------------------- a fast --help (issue 43)
+HELP_COMMANDS = [["--help"], ["--version"], ["extract", "--help"], ["sweep", "--help"], ["verify", "--help"],
+                 ["pca", "--help"], ["pca", "fit", "--help"], ["pca", "transform", "--help"], ["report", "--help"],
+                 ["info", "--help"], ["tokens", "--help"], ["attention", "--help"], ["fill-mask", "--help"],
+                 ["cache", "--help"], ["cache", "info", "--help"]]
+NUMERIC = ("numpy", "pyarrow", "numba", "matplotlib", "tokenizers", "safetensors", "scipy", "pandas", "dask")
+
+
+def test_help_and_version_import_no_numeric_module():
+    """`bertfeat --help`, `--version` and every command's help load Typer and rich only (benchmarks/bench_cli.py
+    times them): each in a fresh interpreter, the numeric libraries must not be in sys.modules afterwards."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom bertfeat.cli import main\nrc = main(sys.argv[1:])\n"
+            f"print('LOADED', sorted({{m.split('.')[0] for m in sys.modules}} & set({NUMERIC!r})))\nsys.exit(rc)")
+    for argv in HELP_COMMANDS:
+        p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, (argv, p.stderr)
+        assert p.stdout.rstrip().splitlines()[-1] == "LOADED []", (argv, p.stdout[-300:])
+
+
+def test_the_cli_spells_the_librarys_pca_defaults():
+    from bertfeat import cli_pca, pca_checks, pca_solvers, probe
+
+    assert cli_pca.SOLVERS == pca_solvers.SOLVERS
+    assert cli_pca.DEFAULT_ACCUMULATE == pca_checks.DEFAULT_ACCUMULATE
+    assert cli_pca.DEFAULT_FOLDS == probe.DEFAULT_FOLDS
