@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..errors import InputError, opt
+from ..errors import InputError, one_line, opt
 from .paths import is_url, resolve_files
 
 TEXT_COLUMN_NAMES = ("text", "sentence", "content", "review")
@@ -46,12 +46,34 @@ MIN_PART_BYTES = 8 << 10  # CSV/TSV/JSONL: likewise, ~100 short sentences
 
 
 def normalize_encoding(encoding: str) -> str:
-    """A codec name -> its canonical name ('utf-8' for every UTF-8 spelling); unknown names are an error."""
+    """A codec name -> its canonical name ('utf-8' for every UTF-8 spelling). Unknown names are an error, and so are
+    codecs that are no text encoding (base64, rot13, zlib ...: bytes to bytes or text to text) and text codecs that
+    cannot decode a stream with a stand-in for an unreadable byte, as the readers do (idna, punycode)."""
     try:
-        name = codecs.lookup(encoding).name
+        info = codecs.lookup(encoding)
     except (LookupError, TypeError, ValueError):
         raise InputError(f"unknown encoding '{encoding}'", "pass a Python codec name such as utf-8, latin-1 or cp1252") from None
-    return "utf-8" if name in ("utf-8", "utf-8-sig") else name
+    how = f"pass the file's text encoding, e.g. {opt('encoding', 'utf-8')} or {opt('encoding', 'latin-1')}"
+    if not getattr(info, "_is_text_encoding", True):
+        raise InputError(f"{opt('encoding', encoding)} is not a text encoding: Python's {info.name} codec converts "
+                         "bytes to bytes or text to text, not bytes to text", how)
+    why = _stream_problem(info)
+    if why is not None:
+        raise InputError(f"{opt('encoding', encoding)} cannot read a file: Python's {info.name} codec {why}", how)
+    return "utf-8" if info.name in ("utf-8", "utf-8-sig") else info.name
+
+
+def _stream_problem(info: codecs.CodecInfo) -> str | None:
+    """Why a text codec cannot decode a file as the readers do (piecewise, an unreadable byte escaped), or None: a
+    short CSV line encoded with it and decoded back a byte at a time."""
+    line = "id,text\nr1,hello world\r\n"
+    try:
+        data = info.encode(line)[0]
+        decoder = info.incrementaldecoder(errors="surrogateescape")
+        back = "".join(decoder.decode(data[i:i + 1]) for i in range(len(data))) + decoder.decode(b"", final=True)
+    except (UnicodeError, LookupError, TypeError, ValueError) as e:
+        return f"does not decode a stream of bytes ({one_line(e, 80)})"
+    return None if back == line else "does not give text back a piece at a time"
 
 
 @dataclass
