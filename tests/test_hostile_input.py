@@ -13,6 +13,7 @@ import json
 import os
 import re
 import socket
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -274,6 +275,36 @@ def test_an_encoding_that_cannot_decode_a_stream_is_refused(tmp_path, capsys, co
     with pytest.raises(InputError) as e:  # Python names the parameter
         bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), encoding=codec)
     assert e.value.message.startswith(f"encoding='{codec}' cannot read a file")
+
+
+# ------------------------------------------------------------------------------------------ standard input closed or unreadable
+STDIN_FIX = ("pipe the input into bertfeat (e.g. cat in.csv | bertfeat extract - --input-format csv -o out.parquet), or "
+             "pass the file's path instead of -")
+
+
+def extract_stdin(tmp_path, fmt: str, **popen) -> subprocess.CompletedProcess:
+    return subprocess.run(["bertfeat", "extract", "-", "--input-format", fmt, "-o", str(tmp_path / "o.parquet"),
+                           "--model", str(tiny_model()), "-q"], capture_output=True, text=True, timeout=120, **popen)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "parquet"])
+def test_closed_standard_input_is_one_line(tmp_path, fmt):
+    """`bertfeat extract - <&-`: Python starts with sys.stdin None, and every reader said "unexpected AttributeError"."""
+    p = extract_stdin(tmp_path, fmt, preexec_fn=lambda: os.close(0))
+    assert (p.returncode, p.stderr) == (1, f"Error: <stdin>: standard input is closed, so there is nothing to read - {STDIN_FIX}\n")
+    assert sorted(q.name for q in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_unreadable_or_empty_standard_input_is_one_line(tmp_path, fmt):
+    with open(tmp_path / "w", "wb") as write_only:  # standard input open for writing only
+        p = extract_stdin(tmp_path, fmt, stdin=write_only)
+    assert (p.returncode, p.stderr) == (1, f"Error: <stdin>: standard input cannot be read (Bad file descriptor) - {STDIN_FIX}\n")
+    p = extract_stdin(tmp_path, fmt, stdin=subprocess.DEVNULL)
+    empty = "the file is empty - the first line must name the columns" if fmt == "csv" else \
+        "standard input is empty - pipe a Parquet file into bertfeat extract -"
+    assert (p.returncode, p.stderr) == (1, f"Error: <stdin>: {empty}\n")
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["w"]
 
 
 # ------------------------------------------------------------------------------------------ outputs inside the input folder

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import sys
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -250,6 +251,24 @@ class Reader:
 def listing(cols: list[str]) -> str:
     """Column names for a message, comma-separated (quoted when blank, padded or holding a comma); 'none' for none."""
     return ", ".join(repr(c) if (not c or c != c.strip() or "," in c) else c for c in cols) or "none"
+
+
+_STDIN_FIX = ("pipe the input into bertfeat (e.g. cat in.csv | bertfeat extract - --input-format csv -o out.parquet), "
+              "or pass the file's path instead of -")
+
+
+def standard_input():
+    """Standard input's binary stream (``-`` as the input); refused when the process has none (started with it closed,
+    ``<&-``: Python's sys.stdin is None)."""
+    stdin = getattr(sys.stdin, "buffer", None)
+    if stdin is None:
+        raise InputError("<stdin>: standard input is closed, so there is nothing to read", _STDIN_FIX)
+    return stdin
+
+
+def stdin_read_error(e: OSError) -> InputError:
+    """Standard input that cannot be read (open for writing only, a directory ...): one line, not a traceback."""
+    return InputError(f"<stdin>: standard input cannot be read ({e.strerror or one_line(e)})", _STDIN_FIX)
 
 
 def utf8_error_at(raw: bytes) -> int:

@@ -5,13 +5,12 @@ spooled to a temporary file.
 from __future__ import annotations
 
 import os
-import sys
 
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
-from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, utf8_error_at
+from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
 
 
 class ParquetReader(Reader):
@@ -26,14 +25,21 @@ class ParquetReader(Reader):
             self.total_bytes = os.path.getsize(self.files[0])
 
     def _spool_stdin(self) -> str:
-        import shutil
         import tempfile
         import weakref
 
+        stdin = standard_input()
         fd, name = tempfile.mkstemp(prefix="bertfeat-stdin-", suffix=".parquet")
         weakref.finalize(self, os.unlink, name)
         with os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+            while True:
+                try:
+                    data = stdin.read(1 << 20)
+                except OSError as e:  # (a write's error, e.g. a full disk, is the temporary file's)
+                    raise stdin_read_error(e) from None
+                if not data:
+                    break
+                out.write(data)
         if os.path.getsize(name) == 0:
             raise InputError("<stdin>: standard input is empty", "pipe a Parquet file into bertfeat extract -")
         return name
