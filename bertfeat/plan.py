@@ -298,7 +298,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
                             "give the output path (with the Dask engine, a directory every worker can write)")
     reader = open_input(input, input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter, keep=keep,
                         label=label)
-    check_flat_columns(reader, fmt)
+    check_output_columns(reader, fmt)
 
     # the outputs
     out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
@@ -411,20 +411,17 @@ def check_pca_model(pca_model, pca) -> Path | None:
     return path
 
 
-def check_flat_columns(reader, fmt: str) -> None:
-    """A CSV or npy output holds flat values only: a kept column or an id column of lists or structs (a Parquet
-    input's nested type) needs a Parquet output."""
-    if fmt == "parquet":
-        return
-    import pyarrow as pa
+def check_output_columns(reader, fmt: str) -> None:
+    """Every kept column and the id column must be one the output's format holds and gives back as its type
+    (``features.registry.unwritable``: a CSV or npy output holds no lists or structs)."""
+    from .features.registry import unwritable
 
-    for name, t in reader.keep_types().items():
-        if pa.types.is_nested(t):
-            raise BertfeatError(f"{opt('keep')} column '{name}' holds {t} values, which a {fmt.upper()} output cannot hold",
-                                f"write a Parquet output ({opt('output', 'NAME.parquet')}), or leave it out of {opt('keep')}")
+    for name, t, why in unwritable(fmt, reader.keep_types()):
+        raise BertfeatError(f"{opt('keep')} column '{name}' holds {t} values, which a {fmt.upper()} output cannot hold ({why})",
+                            f"write a Parquet output ({opt('output', 'NAME.parquet')}), or leave it out of {opt('keep')}")
     t = reader.id_type()
-    if t is not None and pa.types.is_nested(t):
-        raise BertfeatError(f"{opt('id_column')} '{reader.id_column}' holds {t} values, which a {fmt.upper()} output cannot hold",
+    for name, t, why in unwritable(fmt, {reader.id_column: t} if t is not None and reader.id_column else {}):
+        raise BertfeatError(f"{opt('id_column')} '{name}' holds {t} values, which a {fmt.upper()} output cannot hold ({why})",
                             f"write a Parquet output ({opt('output', 'NAME.parquet')}), or choose another {opt('id_column')}")
 
 

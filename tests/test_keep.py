@@ -153,12 +153,11 @@ def test_csv_output_writes_the_kept_values_as_text(local_runs):
     assert rows[0][:8] == ["id", "n_tokens", "truncated", "n_chunks", *KEEP] and rows[0][8] == "f0"
     assert [r[0] for r in rows[1:]] == [f"r{i}" for i in accepted(fmt)]
     assert [r[4:8] for r in rows[1:]] == [[csv_cell(values(i)[c]) for c in KEEP] for i in accepted(fmt)]
-    # read back: bertfeat's reader types them from the layout (a string null is empty text in CSV), pandas reads the text
+    # read back: bertfeat's reader types them from the layout, pandas reads the text
     ids, _, extras = next(iter_features(out, with_extras=True))
     assert list(ids) == [f"r{i}" for i in accepted(fmt)]
     got = {c: extras[c].to_pylist() for c in KEEP}
-    want = {c: [values(i)[c] for i in accepted(fmt)] for c in KEEP}
-    want["name"] = [v or "" for v in want["name"]]
+    want = {c: [values(i)[c] for i in accepted(fmt)] for c in KEEP}  # a null string stays null, "" stays ""
     assert got == want and {c: extras[c].type for c in KEEP} == TYPES
     import pandas as pd
 
@@ -394,3 +393,105 @@ def test_rejects_file_names_a_kept_row_id_or_reason_column_apart(tmp_path, capsy
                                        ["1", "b", "empty text", "i2", "r2", "w2"]]
     assert pq.read_table(out).select(["x", "id", "reason", "row"]).to_pylist() == [
         {"x": "a", "id": "i1", "reason": "r1", "row": "w1"}]
+
+
+# --------------------------------------------------------------------------- issue 44, class 2: every kept type read back
+def _kept_type_columns() -> dict[str, pa.Array]:
+    import decimal
+    import uuid
+
+    d = decimal.Decimal
+    cols = {
+        "dec32": pa.array([d("1.25"), None, d("-3.10")], pa.decimal32(5, 2)),
+        "dec64": pa.array([d("1.25"), None, d("-3.10")], pa.decimal64(12, 2)),
+        "dec128": pa.array([d("1.25"), None, d("-3.10")], pa.decimal128(5, 2)),
+        "dec256": pa.array([d("123456789012345678901234567890.25"), None, d("-3.10")], pa.decimal256(40, 2)),
+        "large_string": pa.array(["a,b", None, ""], pa.large_string()),
+        "string_view": pa.array(['say "hi"', None, ""], pa.string_view()),
+        "binary": pa.array([b"\xff\\x", None, b""], pa.binary()),
+        "large_binary": pa.array([b"\x00", None, b"ok"], pa.large_binary()),
+        "fixed_binary": pa.array([b"ab", None, b"\xfe\xff"], pa.binary(2)),
+        "dictionary": pa.array(["x", None, "y"]).dictionary_encode(),
+        "timestamp_tz": pa.array([0, None, 1_700_000_000_123_456], pa.timestamp("us", tz="Europe/Paris")),
+        "timestamp_offset": pa.array([0, None, 1_700_000_000_123], pa.timestamp("ms", tz="+05:30")),
+        "timestamp_ns": pa.array([0, None, 1_700_000_000_123_456_789], pa.timestamp("ns")),
+        "date32": pa.array([0, None, 19000], pa.date32()),
+        "date64": pa.array([0, None, 86_400_000], pa.date64()),
+        "time32": pa.array([0, None, 5_000], pa.time32("ms")),
+        "time64": pa.array([0, None, 5_000_000_001], pa.time64("ns")),
+        "duration": pa.array([0, None, -5], pa.duration("ms")),
+        "bool": pa.array([True, None, False]),
+        "null": pa.array([None, None, None], pa.null()),
+        "float16": pa.array([1.5, None, -0.000061035156], pa.float16()),
+        "float32": pa.array([0.1, None, float("nan")], pa.float32()),
+        "uint64": pa.array([2 ** 64 - 1, None, 0], pa.uint64()),
+        "int8": pa.array([-128, None, 127], pa.int8()),
+        "uuid": pa.ExtensionArray.from_storage(pa.uuid(), pa.array([uuid.UUID(int=1).bytes, None, uuid.UUID(int=2).bytes],
+                                                                    pa.binary(16))),
+        "json": pa.array(['{"a": [1, 2]}', None, "null"], pa.json_()),
+        "bool8": pa.ExtensionArray.from_storage(pa.bool8(), pa.array([1, None, 0], pa.int8())),
+        "list": pa.array([[1, 2], None, []]),
+        "large_list": pa.array([[1], None, []], pa.large_list(pa.int64())),
+        "struct": pa.array([{"a": 1}, None, {"a": 2}]),
+        "map": pa.array([[("k", 1)], None, []], pa.map_(pa.string(), pa.int64())),
+    }
+    return cols
+
+
+KEPT_TYPES = _kept_type_columns()
+NESTED = {"list", "large_list", "struct", "map"}
+
+
+@pytest.fixture(scope="module")
+def typed_input(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("types") / "in.parquet"
+    pq.write_table(pa.table({"text": ["one text", "two texts", "three texts"], **KEPT_TYPES}), path)
+    return path
+
+
+def _same(got: pa.Array, want: pa.Array) -> bool:
+    return got.type == want.type and str(got.to_pylist()) == str(want.to_pylist())  # (str: NaN equals NaN)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+@pytest.mark.parametrize("name", list(KEPT_TYPES))
+def test_every_kept_type_is_read_back_or_refused_up_front(typed_input, tmp_path, capsys, name, fmt):
+    """Whatever Arrow type a kept column has, the output holds it so that bertfeat's own readers give it back (values
+    and type, nulls and empty values apart), pca fit, pca transform and verify included; or the run is refused before
+    anything is written, naming the column, the type and the fix (a CSV cannot hold lists, structs or maps)."""
+    out = tmp_path / f"o.{fmt}"
+    want = pq.read_table(typed_input, columns=[name]).column(name).combine_chunks()  # as the input reads
+    if pa.types.is_dictionary(want.type):
+        want = want.dictionary_decode()
+    if fmt == "csv" and name in NESTED:
+        with pytest.raises(BertfeatError) as e:
+            bertfeat.extract(typed_input, out, model=tiny_model(), keep=name)
+        assert e.value.message == (f"keep column '{name}' holds {want.type} values, which a CSV output cannot hold (a CSV "
+                                   "cell holds one value, not a list, struct or map) - write a Parquet output "
+                                   "(output='NAME.parquet'), or leave it out of keep")
+        assert list(tmp_path.iterdir()) == []
+        return
+    bertfeat.extract(typed_input, out, model=tiny_model(), keep=name)
+    (_, X, extras), = list(iter_features(out, with_extras=True))
+    assert X.shape == (3, 32) and _same(extras[name], want)
+    rc, _, err = run(capsys, "pca", "fit", out, "-n", "2", "-o", tmp_path / "p.npz", "-q")
+    assert rc == 0, err
+    rc, _, err = run(capsys, "pca", "transform", out, "--pca-model", tmp_path / "p.npz", "-o", tmp_path / f"r.{fmt}", "-q")
+    assert rc == 0, err
+    (_, Y, extras), = list(iter_features(tmp_path / f"r.{fmt}", with_extras=True))
+    assert Y.shape == (3, 2) and _same(extras[name], want)
+    rc, _, err = run(capsys, "verify", out, "--sample", "3", "-q")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("name", ["dec256", "float16", "uuid", "timestamp_tz", "large_binary"])
+def test_an_id_column_of_such_a_type_in_a_csv_or_npy_output(typed_input, tmp_path, capsys, name):
+    """The id column goes through the same CSV writer and reader (a CSV output, a .npy's ids file)."""
+    want = pq.read_table(typed_input, columns=[name]).column(name).to_pylist()
+    for fmt in ("csv", "npy"):
+        out = tmp_path / f"o.{fmt}"
+        bertfeat.extract(typed_input, out, model=tiny_model(), id_column=name, on_bad_row="skip")
+        (ids, _, _), = list(iter_features(out, with_extras=True))
+        assert list(ids) == [v for v in want if v is not None], fmt  # (a null id is a bad row)
+        rc, _, err = run(capsys, "pca", "fit", out, "-n", "1", "-o", tmp_path / f"p{fmt}.npz", "-q")
+        assert rc == 0, err

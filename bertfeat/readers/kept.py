@@ -135,3 +135,21 @@ def json_kind(v) -> str:
     if isinstance(v, int):
         return "an integer"
     return {float: "a number", str: "a string", dict: "an object", list: "an array"}.get(type(v), type(v).__name__)
+
+
+# --------------------------------------------------------------------------- Parquet columns
+def storage(values):
+    """A column of an extension type (uuid, json, bool8 ...) as its storage: the values a kept column carries as Python
+    objects (``kept_array`` makes the extension array again)."""
+    if isinstance(values.type, pa.BaseExtensionType):
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        return values.storage
+    return values
+
+
+def kept_array(values: list, typ: pa.DataType) -> pa.Array:
+    """A kept column's values (Python objects; an extension type's its storage's) as an Arrow array of ``typ``."""
+    if isinstance(typ, pa.BaseExtensionType):
+        return pa.ExtensionArray.from_storage(typ, pa.array(values, typ.storage_type))
+    return pa.array(values, typ)

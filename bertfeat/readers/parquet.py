@@ -11,6 +11,7 @@ import pyarrow as pa
 from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
 from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
+from .kept import storage
 
 
 class ParquetReader(Reader):
@@ -134,17 +135,17 @@ class ParquetReader(Reader):
     def _batch(self, b, first: int) -> RawBatch:
         unchecked: dict[str, dict[int, int]] = {}  # string columns whose writer let invalid UTF-8 in: cell -> byte
 
-        def col(c):
+        def col(c, kept=False):
             if not c:
                 return None
-            values, bad = _pylist(b.column(c))
+            values, bad = _pylist(storage(b.column(c)) if kept else b.column(c))  # (kept_array makes an extension type again)
             if bad:
                 unchecked[c] = bad
             return values
 
         rows = list(range(first, first + b.num_rows))
         rb = RawBatch(rows, col(self.text_column), col(self.pair_column), col(self.id_column),
-                      extra={c: col(c) for c in self.keep} if self.keep else None)
+                      extra={c: col(c, True) for c in self.keep} if self.keep else None)
         named = [(self.text_column, rb.texts, "text"), (self.pair_column, rb.pairs, "pair text"),
                  (self.id_column, rb.ids, "id"), *((c, (rb.extra or {}).get(c), f"kept column {c!r}") for c in self.keep)]
         for c, values, what in named:
