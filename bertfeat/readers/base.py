@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import codecs
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
+from .kept import TYPE_NAMES, TYPES
 from .paths import is_url, resolve_files
 
 TEXT_COLUMN_NAMES = ("text", "sentence", "content", "review")
@@ -130,7 +132,7 @@ class Reader:
 
     def __init__(self, path: str, fmt: str, *, text_column: str | None = None, pair_column: str | None = None,
                  id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192, delimiter: str | None = None,
-                 keep: tuple[str, ...] | list[str] = (), label: str | None = None):
+                 keep: tuple[str, ...] | list[str] = (), label: str | None = None, keep_as: dict[str, str] | None = None):
         self.path = path
         self.fmt = fmt
         self.encoding = normalize_encoding(encoding)
@@ -144,9 +146,10 @@ class Reader:
         self.columns = self._columns()
         self._select_columns(text_column, pair_column, id_column)
         self.keep: tuple[str, ...] = ()
+        self.keep_as: dict[str, str] = {}  # kept column -> the type given for it (keep="label:int"): int, float, bool, str
         self._kept_types: dict[str, pa.DataType] = {}
         if keep:
-            self._select_keep(tuple(keep), label)
+            self._select_keep(tuple(keep), label, dict(keep_as or {}))
         self.__dict__.pop("_sample", None)  # the head a format held for _decide_keep_types
 
     def _setup(self, delimiter: str | None) -> None:
@@ -219,17 +222,20 @@ class Reader:
             f"pass {opt('text_column', 'NAME')}",
         )
 
-    def _select_keep(self, keep: tuple[str, ...], label: str | None = None) -> None:
-        """Check that every kept column exists (``label``: the one kept as the label, named so), then decide their
-        types (the format's ``_decide_keep_types``)."""
+    def _select_keep(self, keep: tuple[str, ...], label: str | None, keep_as: dict[str, str]) -> None:
+        """Check that every kept column exists (``label``: the one kept as the label, named so), then decide the types
+        of those ``keep_as`` gives none (the format's ``_decide_keep_types``)."""
         for col in keep:
             if col not in self.columns:
                 raise InputError(f"{self.name}: {opt('label' if col == label else 'keep')} '{col}' is not a column",
-                                 f"columns are: {listing(self.columns)}")
-        self.keep = keep
-        self._kept_types = self._decide_keep_types()
+                                 f"columns are: {listing(self.columns)}{'' if col == label else quoting_hint(self.columns)}")
+        self.keep, self.keep_as = keep, keep_as
+        decided = self._decide_keep_types()
+        self._kept_types = {c: TYPES[TYPE_NAMES[keep_as[c]]] if c in keep_as else decided[c] for c in keep}
 
     def _decide_keep_types(self) -> dict[str, pa.DataType]:
+        """The kept columns' types by the format's rule (a column ``keep_as`` gives a type may be left out: it has that
+        one; a format that cannot convert a column to it refuses here)."""
         raise NotImplementedError
 
     def _wanted(self) -> list[str]:
@@ -269,6 +275,17 @@ def standard_input():
 def stdin_read_error(e: OSError) -> InputError:
     """Standard input that cannot be read (open for writing only, a directory ...): one line, not a traceback."""
     return InputError(f"<stdin>: standard input cannot be read ({e.strerror or one_line(e)})", _STDIN_FIX)
+
+
+def quoting_hint(cols: list[str]) -> str:
+    """For a kept column that is not found: how to name one whose name keep's text would split (a comma, a double quote,
+    or an ending :TYPE), when the input has such a name ('' when it has none)."""
+    odd = next((c for c in cols if "," in c or '"' in c or ":" in c), None)
+    if odd is None:
+        return ""
+    quoted = '"' + odd.replace('"', '""') + '"'
+    return (f" (a name holding a comma, a double quote or a colon is quoted as in CSV, e.g. "
+            f"{opt('keep', quoted, cli=shlex.quote(quoted))})")
 
 
 def utf8_error_at(raw: bytes) -> int:

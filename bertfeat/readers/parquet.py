@@ -11,7 +11,7 @@ import pyarrow as pa
 from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
 from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
-from .kept import storage
+from .kept import cast_values, check_cast, storage
 
 
 class ParquetReader(Reader):
@@ -130,7 +130,10 @@ class ParquetReader(Reader):
         for c in self.keep:
             self._same_type(c)
         types = {c: self._pq_schema.field(c).type for c in self.keep}
-        return {c: t.value_type if pa.types.is_dictionary(t) else t for c, t in types.items()}
+        types = {c: t.value_type if pa.types.is_dictionary(t) else t for c, t in types.items()}
+        for c, name in self.keep_as.items():
+            check_cast(self.name, c, types[c], name)
+        return types
 
     def _batch(self, b, first: int) -> RawBatch:
         unchecked: dict[str, dict[int, int]] = {}  # string columns whose writer let invalid UTF-8 in: cell -> byte
@@ -144,8 +147,12 @@ class ParquetReader(Reader):
             return values
 
         rows = list(range(first, first + b.num_rows))
+        cast = {c: cast_values(c, b.column(c), self._kept_types[c]) for c in self.keep_as}  # (values, bad ones)
         rb = RawBatch(rows, col(self.text_column), col(self.pair_column), col(self.id_column),
-                      extra={c: col(c, True) for c in self.keep} if self.keep else None)
+                      extra={c: cast[c][0] if c in cast else col(c, True) for c in self.keep} if self.keep else None)
+        for _, bad in cast.values():
+            for k, why in bad.items():
+                rb.pre_rejected.setdefault(rows[k], why)
         named = [(self.text_column, rb.texts, "text"), (self.pair_column, rb.pairs, "pair text"),
                  (self.id_column, rb.ids, "id"), *((c, (rb.extra or {}).get(c), f"kept column {c!r}") for c in self.keep)]
         for c, values, what in named:
