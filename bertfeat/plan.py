@@ -346,13 +346,13 @@ OUTPUT_COLUMNS = ("embedding", "n_tokens", "truncated", "n_chunks")
 
 
 def check_keep(keep, fmt: str, id_column: str | None, wide: bool) -> tuple[tuple[str, ...], dict[str, str]]:
-    """``keep``: the input columns copied to the output, -> (their names, the types given for some: name -> a
-    ``readers.kept.TYPES`` key). A string is read as a CSV line (``parse_keep``: names separated by commas, a name
-    quoted when it holds a comma, a double quote or a colon, ``name:int`` giving a type; the CLI joins its repeated
-    ``--keep`` values with commas); a list or tuple names one column per item, exactly; a dict maps names to types
-    (None: decided by the input); the types as int, float, bool or str. No name twice, none the name of an output column (the id column, embedding,
-    n_tokens, truncated, n_chunks; f0, f1 ... where the features are columns: wide Parquet, CSV), and a format that
-    holds columns (npy does not). That each is a column of the input is the reader's check (open_input)."""
+    """``keep``: the input columns copied to the output, -> (their names, the types given for some: name -> int, float,
+    bool or str). A string is read as a CSV line (``parse_keep``: names separated by commas, a name quoted when it
+    holds a comma, a double quote or a colon, ``name:int`` giving a type; the CLI joins its repeated ``--keep`` values
+    with commas); a list or tuple names one column per item, exactly; a dict maps names to types (None: decided by the
+    input). No name twice, none the name of an output column (the id column, embedding, n_tokens, truncated, n_chunks;
+    f0, f1 ... where the features are columns: wide Parquet, CSV), and a format that holds columns (npy does not).
+    That each is a column of the input is the reader's check (open_input)."""
     from .readers.kept import GIVEN_NAMES, TYPE_NAMES
 
     if keep is None or (isinstance(keep, (list, tuple, dict)) and not keep):
@@ -404,20 +404,10 @@ def parse_keep(text: str) -> list[tuple[str, str | None]]:
 
     pairs, i = [], 0
     while True:
-        if text.startswith('"', i):  # a quoted name: up to the quote that is not doubled
-            j, name = i + 1, []
-            while True:
-                k = text.find('"', j)
-                if k < 0:
-                    refuse(f"the quote at character {i + 1} is never closed", 'close it: "a,b",label')
-                name.append(text[j:k])
-                if not text.startswith('"', k + 1):
-                    break
-                name.append('"')
-                j = k + 2
-            end = text.find(",", k + 1)
-            rest = text[k + 1:] if end < 0 else text[k + 1:end]
-            name = "".join(name)
+        if text.startswith('"', i):
+            name, k = _quoted_name(text, i, refuse)
+            end = text.find(",", k)
+            rest = text[k:] if end < 0 else text[k:end]
             if rest and (not rest.startswith(":") or rest[1:] not in TYPE_NAMES):
                 refuse(f"{rest!r} follows the quoted name {name!r}",
                        "end a quoted name with its quote, or with a type: :int, :float, :bool or :str")
@@ -433,6 +423,20 @@ def parse_keep(text: str) -> list[tuple[str, str | None]]:
         if end < 0:
             return pairs
         i = end + 1
+
+
+def _quoted_name(text: str, i: int, refuse) -> tuple[str, int]:
+    """The name quoted from ``text[i]`` (a double quote) to the quote that is not doubled, and where after it the text
+    goes on; an unclosed quote is refused."""
+    parts, j = [], i + 1
+    while True:
+        k = text.find('"', j)
+        if k < 0:
+            refuse(f"the quote at character {i + 1} is never closed", 'close it: "a,b",label')
+        parts.append(text[j:k])
+        if not text.startswith('"', k + 1):
+            return '"'.join(parts), k + 1
+        j = k + 2
 
 
 def parse_pca(value) -> int | float | str | None:

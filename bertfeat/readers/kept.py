@@ -145,7 +145,10 @@ def _bad_cell(column: str, text: str, name: str, given: bool) -> str:
     value = _CELL[name](text)
     if given or value is _BAD:
         return f"kept column {column!r}: {shown} is not {_WORDS[name][0]} {_whose(name, given)}"
+    if name == "double" and not math.isfinite(value):  # NaN and infinities are never inferred (_written_back)
+        return f"kept column {column!r}: {shown} is not a finite number {_whose(name, given)}"
     back = str(value) if name == "int64" else pa.array([value]).cast(pa.string())[0].as_py()
+    back = repr(value) if back == text else back  # (-0: Arrow writes -0, Python -0.0)
     return (f"kept column {column!r}: {shown} would be written back as {back} (the column's first rows hold "
             f"{_WORDS[name][1]}, each written back as it is written)")
 
@@ -229,12 +232,11 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
         try:
             out.append(one.cast(typ)[0].as_py())
         except (pa.ArrowException, UnicodeDecodeError) as e:
-            shown = one.cast(pa.large_binary())[0].as_py().decode("utf-8", "replace") if _textual(one.type) else str(one[0])
-            out.append(shown)
-            name = str(typ)
-            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE,
-                            f"kept column {column!r}: {json.dumps(shown[:37] + '...' if len(shown) > 40 else shown, ensure_ascii=False)} "
-                            f"is not {_WORDS[name][0]} {_whose(name, True)} ({one_line(e, 80)})")
+            text = one.cast(pa.large_binary())[0].as_py().decode("utf-8", "replace") if _textual(one.type) else str(one[0])
+            out.append(text)
+            shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
+            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {shown} is not {_WORDS[str(typ)][0]} "
+                                                       f"{_whose(str(typ), True)} ({one_line(e, 80)})")
     return out, bad
 
 
