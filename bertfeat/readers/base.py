@@ -24,8 +24,9 @@ reject a bad row with its exact row number and reason instead of failing the who
 Malformed CSV lines (wrong number of fields) are yielded as pre-rejected rows in their place.
 
 Kept columns (``keep``: copied to the output beside the features) travel in ``RawBatch.extra``, already
-converted to their column's type (``keep_types()``: Parquet's schema; CSV/TSV and JSONL: what the first rows
-hold); a value that does not convert is a bad row (``RejectCode.BAD_KEPT_VALUE``) in its place.
+converted to their column's type (``keep_types()``: the type given in ``keep_as``, else Parquet's schema, JSONL's
+first values, a CSV/TSV cell's text unless the first rows read back unchanged as int64 or double: ``kept.py``); a
+value that does not convert is a bad row (``RejectCode.BAD_KEPT_VALUE``) in its place.
 """
 
 from __future__ import annotations
