@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from .readers import RawBatch, Reader
+from .readers.kept import kept_array
 from .rejects import Reason, RejectCode, bad_row_error, reject, too_long
 from .textcheck import control_character_reason, surrogate_reason
 
@@ -267,7 +268,7 @@ def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict
     columns = {id_name: ids, "embedding": emb, "n_tokens": pa.array(n_tok), "truncated": pa.array(trunc),
                "n_chunks": pa.array(n_ch)}
     for c, typ in (keep_types or {}).items():
-        columns[c] = pa.array(chunk.extra[c], typ)
+        columns[c] = kept_array(chunk.extra[c], typ)
     return pa.table(columns)
 
 

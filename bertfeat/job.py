@@ -35,7 +35,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             engine: Literal["local", "dask"] = "local", scheduler: str | None = None, workers: int | None = None,
             blocksize: int | str | None = DEFAULT_BLOCKSIZE, client=None, progress=None, quiet: bool = True,
             encoder_options: Mapping[str, Any] | None = None, command: str | None = None,
-            keep: str | Sequence[str] | None = None, cache: str | os.PathLike | bool | None = None,
+            keep: str | Sequence[str] | Mapping[str, str | None] | None = None, cache: str | os.PathLike | bool | None = None,
             label: str | None = None, dtype: Literal["float32", "float16"] = "float32", estimate: bool | int = False):
     """Extract sentence features of ``input`` into ``output`` (default: INPUT.features.parquet beside it).
 
@@ -50,8 +50,12 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     ``encoder_options``: further ``Encoder(...)`` keywords, on every worker too; a key that is also a parameter
     here (``precision``, ``max_batch_tokens``, ...) stands in for it when that parameter is left at its default,
     and giving both with different values is an error.
-    ``keep``: input columns copied to the output beside the features (a label, a split ...), typed as the input holds
-    them: ``"label"``, ``"label,split"`` or ``["label", "split"]``; rows rejected keep them in the rejects file too.
+    ``keep``: input columns copied to the output beside the features (a label, a split ...): ``"label"``,
+    ``"label,split"`` (read as a CSV line: ``'"a,b",label'`` quotes a name holding a comma), ``["label", "split"]``
+    (each item one name, exactly) or ``{"label": "int", "split": None}``. A CSV / TSV value is kept as the text it is
+    written as, unless its type is given (``"label:int"``; int, float, bool or str) or every value of the column's
+    first rows reads back as exactly its text (plain integers: int64; numbers such as 2.5: double); Parquet and JSONL
+    columns keep their types (docs/cli.md, "Kept columns"). Rows rejected keep them in the rejects file too.
     ``label``: with ``pca``, a column of class labels (kept in the output, as ``keep``) whose linear probe the PCA report
     adds: how well the first 1, 2, 4, ... k components predict it (bertfeat.probe; ``summary.probe``).
     ``on_bad_row``: "error" (the default) stops at the first bad row (a malformed line, an empty or undecodable text, ...)

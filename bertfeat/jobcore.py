@@ -44,7 +44,7 @@ def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
         "pca": plan.pca_text, "wide": plan.wide,
         **({"pca_model": _file_identity(plan.pca_model)} if plan.pca_model is not None else {}),
         **({"encoder_options": plan.encoder_options} if plan.encoder_options else {}),
-        **({"keep": list(plan.keep)} if plan.keep else {}),
+        **({"keep": list(plan.keep)} if plan.keep else {}), **({"keep_as": plan.keep_as} if plan.keep_as else {}),
         **({"dtype": plan.dtype} if plan.dtype != "float32" else {}), **engine_keys,
     }
 
@@ -88,9 +88,9 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
            "long_text": "long text", "stride": "stride", "pooling": "pooling", "text_column": "text column",
            "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "delimiter": "delimiter", "on_bad_row": "on bad row",
            "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns",
-           "gemm": "GEMM path", "dtype": "dtype"}
+           "keep_as": "kept columns' given types", "gemm": "GEMM path", "dtype": "dtype"}
 #: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's)
-OPTIONAL_KEYS = ("keep", "pca_model", "encoder_options", "dtype")
+OPTIONAL_KEYS = ("keep", "keep_as", "pca_model", "encoder_options", "dtype")
 #: what an optional key stands for when a manifest does not have it (dtype: float32, the default, is not recorded)
 OPTIONAL_DEFAULTS = {"dtype": "float32"}
 
@@ -405,7 +405,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "text_column": source.text_column,
         "pair_column": source.pair_column,
         "id_column": source.id_column,
-        **({"keep": list(plan.keep)} if plan.keep else {}),
+        **({"keep": list(plan.keep)} if plan.keep else {}), **({"keep_as": plan.keep_as} if plan.keep_as else {}),
         "on_bad_row": plan.on_bad_row,
         **({"max_bad_rows": plan.max_bad_rows.text} if plan.max_bad_rows is not None else {}),
         "command": plan.command or " ".join(shlex.quote(a) for a in sys.argv),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,7 @@ class ExtractPlan:
     cache: Path | None = None  # the vector cache directory (vcache.py), None: no cache
     label: str | None = None  # a kept column whose linear probe the PCA report adds (probe.py); needs pca
     dtype: str = "float32"  # the written features' type (FEATURE_DTYPES); computed, cached and reduced in float32
+    keep_as: dict = field(default_factory=dict)  # kept column -> the type given for it (keep="label:int"), else decided
 
     @property
     def precision(self) -> str:
@@ -270,10 +272,10 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
     check_output_format(output, format)
     if output is not None:
         check_output_name(output, "output", "features.parquet")
-    keep = check_keep(keep, fmt, id_column, wide)
+    keep, keep_as = check_keep(keep, fmt, id_column, wide)
     label = check_label_option(label, pca_value, pca_model, fmt, id_column)
     if label is not None and label not in keep:
-        keep = check_keep(keep + (label,), fmt, id_column, wide)  # the probe reads it back from the output
+        keep = check_keep(keep + (label,), fmt, id_column, wide)[0]  # the probe reads it back from the output
     check_stride(stride, long_text)
     if pair_column is not None:
         from .encoder import check_pairs_long_text
@@ -297,8 +299,8 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT",
                             "give the output path (with the Dask engine, a directory every worker can write)")
     reader = open_input(input, input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter, keep=keep,
-                        label=label)
-    check_flat_columns(reader, fmt)
+                        label=label, keep_as=keep_as)
+    check_output_columns(reader, fmt)
 
     # the outputs
     out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
@@ -316,7 +318,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         chunk_rows=chunk_rows, threads=threads,
         pca=pca_value, pca_model=pca_model, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
         engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}), keep=keep, cache=cache,
-        label=label, dtype=dtype)
+        label=label, dtype=dtype, keep_as=keep_as)
 
 
 def check_label_option(label, pca, pca_model, fmt: str, id_column: str | None) -> str | None:
@@ -343,20 +345,29 @@ def check_label_option(label, pca, pca_model, fmt: str, id_column: str | None) -
 OUTPUT_COLUMNS = ("embedding", "n_tokens", "truncated", "n_chunks")
 
 
-def check_keep(keep, fmt: str, id_column: str | None, wide: bool) -> tuple[str, ...]:
-    """``keep``: the input columns copied to the output, -> their names. A string is split on commas (the CLI joins
-    its repeated ``--keep`` values so); a list or tuple names one column per item. No name twice, none the name of
-    an output column (the id column, embedding, n_tokens, truncated, n_chunks; f0, f1 ... where the features are
-    columns: wide Parquet, CSV), and a format that holds columns (npy does not). That each is a column of the input
-    is the reader's check (open_input)."""
-    if keep is None or (isinstance(keep, (list, tuple)) and not keep):
-        return ()
+def check_keep(keep, fmt: str, id_column: str | None, wide: bool) -> tuple[tuple[str, ...], dict[str, str]]:
+    """``keep``: the input columns copied to the output, -> (their names, the types given for some: name -> int, float,
+    bool or str). A string is read as a CSV line (``parse_keep``: names separated by commas, a name quoted when it
+    holds a comma, a double quote or a colon, ``name:int`` giving a type; the CLI joins its repeated ``--keep`` values
+    with commas); a list or tuple names one column per item, exactly; a dict maps names to types (None: decided by the
+    input). No name twice, none the name of an output column (the id column, embedding, n_tokens, truncated, n_chunks;
+    f0, f1 ... where the features are columns: wide Parquet, CSV), and a format that holds columns (npy does not).
+    That each is a column of the input is the reader's check (open_input)."""
+    from .readers.kept import GIVEN_NAMES, TYPE_NAMES
+
+    if keep is None or (isinstance(keep, (list, tuple, dict)) and not keep):
+        return (), {}
     if isinstance(keep, str):
-        names = keep.split(",")
+        pairs = parse_keep(keep)
     elif isinstance(keep, (list, tuple)) and all(isinstance(k, str) for k in keep):
-        names = list(keep)
+        pairs = [(k, None) for k in keep]
+    elif isinstance(keep, dict) and all(isinstance(k, str) and (t is None or t in TYPE_NAMES) for k, t in keep.items()):
+        pairs = list(keep.items())
     else:
-        raise BertfeatError(f"{opt('keep', keep)} is not a column name or a list of them", 'give keep="label" or keep=["label", "split"]')
+        raise BertfeatError(f"{opt('keep', keep)} is not a column name or a list of them",
+                            f'give keep="label", keep=["label", "split"] or keep={{"label": "int"}} (types: '
+                            f'{", ".join(TYPE_NAMES)})')
+    names = [n for n, _ in pairs]
     if any(not n for n in names):
         raise BertfeatError(f"{opt('keep', keep, cli=repr(keep))} holds an empty column name",
                             "separate the column names with single commas, e.g. label,split")
@@ -378,7 +389,54 @@ def check_keep(keep, fmt: str, id_column: str | None, wide: bool) -> tuple[str, 
         if n in OUTPUT_COLUMNS or (wide_columns and re.fullmatch(r"f\d+", n)):
             raise BertfeatError(f"{opt('keep')} '{n}' clashes with the output column '{n}'",
                                 f"rename the input column, or drop it from {opt('keep')}")
-    return tuple(names)
+    return tuple(names), {n: GIVEN_NAMES[TYPE_NAMES[t]] for n, t in pairs if t is not None}  # int, float, bool, str
+
+
+def parse_keep(text: str) -> list[tuple[str, str | None]]:
+    """``keep`` as text -> (column name, type name or None) pairs. Read as a CSV line: names separated by commas; a name
+    in double quotes is taken as it is (a double quote in it doubled: ``"a,b"``, ``"x""y"`` for x"y); a name may end in
+    ``:TYPE`` (``int``, ``float``, ``bool``, ``str``: ``label:int``, ``"a,b":str``), and an unquoted name whose text
+    after its last colon is no type name is that whole text (``time:utc``)."""
+    from .readers.kept import TYPE_NAMES
+
+    def refuse(what: str, how: str):
+        raise BertfeatError(f"{opt('keep', text, cli=shlex.quote(text))}: {what}", how)
+
+    pairs, i = [], 0
+    while True:
+        if text.startswith('"', i):
+            name, k = _quoted_name(text, i, refuse)
+            end = text.find(",", k)
+            rest = text[k:] if end < 0 else text[k:end]
+            if rest and (not rest.startswith(":") or rest[1:] not in TYPE_NAMES):
+                refuse(f"{rest!r} follows the quoted name {name!r}",
+                       "end a quoted name with its quote, or with a type: :int, :float, :bool or :str")
+            pairs.append((name, rest[1:] or None))
+        else:
+            end = text.find(",", i)
+            item = text[i:] if end < 0 else text[i:end]
+            if '"' in item:
+                refuse(f"the name {item!r} holds a double quote",
+                       'quote the whole name and double the quote in it, as in CSV: "x""y" for x"y')
+            name, _, typ = item.rpartition(":")
+            pairs.append((name, typ) if name and typ in TYPE_NAMES else (item, None))
+        if end < 0:
+            return pairs
+        i = end + 1
+
+
+def _quoted_name(text: str, i: int, refuse) -> tuple[str, int]:
+    """The name quoted from ``text[i]`` (a double quote) to the quote that is not doubled, and where after it the text
+    goes on; an unclosed quote is refused."""
+    parts, j = [], i + 1
+    while True:
+        k = text.find('"', j)
+        if k < 0:
+            refuse(f"the quote at character {i + 1} is never closed", 'close it: "a,b",label')
+        parts.append(text[j:k])
+        if not text.startswith('"', k + 1):
+            return '"'.join(parts), k + 1
+        j = k + 2
 
 
 def parse_pca(value) -> int | float | str | None:
@@ -411,20 +469,17 @@ def check_pca_model(pca_model, pca) -> Path | None:
     return path
 
 
-def check_flat_columns(reader, fmt: str) -> None:
-    """A CSV or npy output holds flat values only: a kept column or an id column of lists or structs (a Parquet
-    input's nested type) needs a Parquet output."""
-    if fmt == "parquet":
-        return
-    import pyarrow as pa
+def check_output_columns(reader, fmt: str) -> None:
+    """Every kept column and the id column must be one the output's format holds and gives back as its type
+    (``features.registry.unwritable``: a CSV or npy output holds no lists or structs)."""
+    from .features.registry import unwritable
 
-    for name, t in reader.keep_types().items():
-        if pa.types.is_nested(t):
-            raise BertfeatError(f"{opt('keep')} column '{name}' holds {t} values, which a {fmt.upper()} output cannot hold",
-                                f"write a Parquet output ({opt('output', 'NAME.parquet')}), or leave it out of {opt('keep')}")
+    for name, t, why in unwritable(fmt, reader.keep_types()):
+        raise BertfeatError(f"{opt('keep')} column '{name}' holds {t} values, which a {fmt.upper()} output cannot hold ({why})",
+                            f"write a Parquet output ({opt('output', 'NAME.parquet')}), or leave it out of {opt('keep')}")
     t = reader.id_type()
-    if t is not None and pa.types.is_nested(t):
-        raise BertfeatError(f"{opt('id_column')} '{reader.id_column}' holds {t} values, which a {fmt.upper()} output cannot hold",
+    for name, t, why in unwritable(fmt, {reader.id_column: t} if t is not None and reader.id_column else {}):
+        raise BertfeatError(f"{opt('id_column')} '{name}' holds {t} values, which a {fmt.upper()} output cannot hold ({why})",
                             f"write a Parquet output ({opt('output', 'NAME.parquet')}), or choose another {opt('id_column')}")
 
 

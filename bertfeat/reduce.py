@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from .errors import BertfeatError
 from .features import FeatureWriter, feature_fingerprint, feature_format, open_features, read_features
+from .features.registry import unwritable
 from .pca import AUTO_COVARIANCE_MAX_FEATURES, PCA
 
 __all__ = ["fit_pca_file", "reduce_features_file", "pca_metadata_entry", "file_sha256", "fit_errstate"]
@@ -229,11 +230,10 @@ def _open_writer(dst: Path, fmt: str, k: int, src, meta: dict, ids: Any, extras:
     if id_type is None:
         id_type = pa.int64() if ids is None or isinstance(ids, np.ndarray) else pa.string()
     types = {name: (t if t is not None else (extras[name].type if name in extras else pa.string())) for name, t in src.extra_columns.items()}
-    if fmt != "parquet":  # as extract's plan.check_flat_columns: a CSV or npy output holds flat values only
-        for what, name, t in [("id column", src.id_name or "row", id_type)] + [("column", n, t) for n, t in types.items()]:
-            if pa.types.is_nested(t):
-                raise BertfeatError(f"{src.path}: its {what} '{name}' holds {t} values, which a {fmt.upper()} output cannot "
-                                    "hold", "write a Parquet output (-o NAME.parquet)")
+    for name, t, why in unwritable(fmt, {src.id_name or "row": id_type, **types}):  # as extract's plan.check_output_columns
+        what = "id column" if name == (src.id_name or "row") else "column"
+        raise BertfeatError(f"{src.path}: its {what} '{name}' holds {t} values, which a {fmt.upper()} output cannot "
+                            f"hold ({why})", "write a Parquet output (-o NAME.parquet)")
     return FeatureWriter(
         dst,
         fmt,

@@ -38,7 +38,7 @@ class RejectCode(str, Enum):
     NULL_ID = "null-id"
     MISSING_FIELD = "missing-field"  # a JSONL object without the text (or pair) field
     BAD_ID = "bad-id"  # a JSONL id that is not a string or an integer, or not of the kind of the ids before it
-    BAD_KEPT_VALUE = "bad-kept-value"  # a kept column's value (keep) that is not of the type its first rows decided
+    BAD_KEPT_VALUE = "bad-kept-value"  # a kept column's value (keep) not of the type given or its first rows decided
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,8 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
         RejectCode.MALFORMED_LINE: f"fix the line (quote fields that hold the delimiter), {skip}",
         RejectCode.INVALID_JSON: f"fix the line (one JSON object per line), {skip}",
         RejectCode.NOT_OBJECT: f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}',
-        RejectCode.BAD_KEPT_VALUE: (f"make every value of the column one type (its first rows decide it for {opt('keep')}: "
-                                    f"integers, numbers, booleans or strings), {skip}"),
+        RejectCode.BAD_KEPT_VALUE: (f"fix the value, or give the column's type in {opt('keep')} (COLUMN:str keeps every "
+                                    f"value as the text it is written as; :int, :float or :bool reads each as one), {skip}"),
         RejectCode.TOO_LONG: (f"use {opt('long_text', 'truncate')}/chunk-mean/chunk-max or a larger {opt('max_length')}, "
                               f"or {opt('on_bad_row', 'skip')}"),
     }

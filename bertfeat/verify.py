@@ -256,7 +256,8 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
 
     reader = open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
                         meta.get("pair_column"), meta.get("id_column"), encoding or meta.get("encoding") or "utf-8",
-                        delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()))  # its bad kept values too
+                        delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()),
+                        keep_as=meta.get("keep_as"))  # its bad kept values too
     texts: dict[int, tuple[str, str | None]] = {}  # output position -> (text, pair) of its input row
     outputs = output_rows()
     j, current = 0, next(outputs, _END)  # the output row the input walk looks for, and its position

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import socket
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import bertfeat
 import bertfeat.progress
 from bertfeat.errors import InputError, render
 from bertfeat.readers import open_input, resolve_files
@@ -245,6 +247,64 @@ def test_a_device_or_a_socket_is_refused(tmp_path, capsys):
         rc, _, err = extract(capsys, path, out)
     assert (rc, err) == (1, f"Error: {path}: is a socket, not a file - {pipe_fix(path)}\n")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------ --encoding: codecs that read no text
+ENCODING_FIX = "pass the file's text encoding, e.g. --encoding utf-8 or --encoding latin-1"
+
+
+@pytest.mark.parametrize("codec, name", [("rot13", "rot-13"), ("base64", "base64"), ("hex", "hex"), ("zlib", "zlib"),
+                                         ("bz2", "bz2"), ("quopri", "quopri"), ("uu", "uu")])
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_an_encoding_that_is_no_text_encoding_is_refused(tmp_path, capsys, codec, name, fmt):
+    """Python's bytes-to-bytes and text-to-text codecs crashed inside the reader (the bug line) or failed on the data."""
+    src = tmp_path / f"in.{fmt}"
+    src.write_text("text\nhello\n" if fmt == "csv" else '{"text": "hello"}\n')
+    refused(capsys, src, tmp_path / "o.parquet", f"--encoding {codec} is not a text encoding: Python's {name} codec "
+                                                 f"converts bytes to bytes or text to text, not bytes to text - {ENCODING_FIX}",
+            "--encoding", codec)
+
+
+@pytest.mark.parametrize("codec, why", [("idna", "Unsupported error handling surrogateescape"),
+                                        ("punycode", "Unsupported error handling surrogateescape"),
+                                        ("undefined", "undefined encoding")])
+def test_an_encoding_that_cannot_decode_a_stream_is_refused(tmp_path, capsys, codec, why):
+    src = write_csv(tmp_path / "in.csv", ["text"], [["hello"]])
+    refused(capsys, src, tmp_path / "o.parquet", f"--encoding {codec} cannot read a file: Python's {codec} codec does not "
+                                                 f"decode a stream of bytes ({why}) - {ENCODING_FIX}", "--encoding", codec)
+    with pytest.raises(InputError) as e:  # Python names the parameter
+        bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), encoding=codec)
+    assert e.value.message.startswith(f"encoding='{codec}' cannot read a file")
+
+
+# ------------------------------------------------------------------------------------------ standard input closed or unreadable
+STDIN_FIX = ("pipe the input into bertfeat (e.g. cat in.csv | bertfeat extract - --input-format csv -o out.parquet), or "
+             "pass the file's path instead of -")
+
+
+def extract_stdin(tmp_path, fmt: str, **popen) -> subprocess.CompletedProcess:
+    return subprocess.run(["bertfeat", "extract", "-", "--input-format", fmt, "-o", str(tmp_path / "o.parquet"),
+                           "--model", str(tiny_model()), "-q"], capture_output=True, text=True, timeout=120, **popen)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "parquet"])
+def test_closed_standard_input_is_one_line(tmp_path, fmt):
+    """`bertfeat extract - <&-`: Python starts with sys.stdin None, and every reader said "unexpected AttributeError"."""
+    p = extract_stdin(tmp_path, fmt, preexec_fn=lambda: os.close(0))
+    assert (p.returncode, p.stderr) == (1, f"Error: <stdin>: standard input is closed, so there is nothing to read - {STDIN_FIX}\n")
+    assert sorted(q.name for q in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_unreadable_or_empty_standard_input_is_one_line(tmp_path, fmt):
+    with open(tmp_path / "w", "wb") as write_only:  # standard input open for writing only
+        p = extract_stdin(tmp_path, fmt, stdin=write_only)
+    assert (p.returncode, p.stderr) == (1, f"Error: <stdin>: standard input cannot be read (Bad file descriptor) - {STDIN_FIX}\n")
+    p = extract_stdin(tmp_path, fmt, stdin=subprocess.DEVNULL)
+    empty = "the file is empty - the first line must name the columns" if fmt == "csv" else \
+        "standard input is empty - pipe a Parquet file into bertfeat extract -"
+    assert (p.returncode, p.stderr) == (1, f"Error: <stdin>: {empty}\n")
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["w"]
 
 
 # ------------------------------------------------------------------------------------------ outputs inside the input folder

@@ -22,7 +22,7 @@ import pytest
 from conftest import dask_local_client
 
 import bertfeat
-from bertfeat.errors import BertfeatError, ResumeError
+from bertfeat.errors import BertfeatError, ResumeError, render
 from bertfeat.features import iter_features, read_feature_metadata
 from bertfeat.progress import NullProgress
 from bertfeat.readers import open_input
@@ -36,10 +36,10 @@ BAD_TEXT, BAD_KEPT = 10, 11  # row 10: empty text; row 11 (text formats): label 
 WORDS = "river mountain bread cheese rain snow code maths ship bird music art train car".split()
 
 
-def values(i: int) -> dict:
-    """Row i's kept values as the output must hold them (None: null)."""
+def values(i: int, fmt: str = "parquet") -> dict:
+    """Row i's kept values as the output must hold them (None: null; a CSV / TSV string column's empty cell is "")."""
     return {"label": None if i == 3 else i % 3, "score": None if i == 4 else (i + 0.5 if i % 2 else float(i)),
-            "flag": None if i == 5 else i % 2 == 0, "name": None if i == 6 else f"n{i}"}
+            "flag": None if i == 5 else i % 2 == 0, "name": ("" if fmt in ("csv", "tsv") else None) if i == 6 else f"n{i}"}
 
 
 def text(i: int, bad_text: bool = True) -> str:
@@ -97,8 +97,13 @@ def expected_rejects(fmt: str) -> str:
     return "\r\n".join(lines) + "\r\n"
 
 
+#: the kept columns with the types given for score and flag (a CSV's "2" and "2.5", "true" and "True" would be kept as
+#: their text otherwise); label's plain integers are int64 without it
+KEEP_SPEC = "label,score:float,flag:bool,name"
+
+
 def opts(src: Path, out: Path, **kw) -> dict:
-    return dict(input=str(src), output=str(out), model=tiny_model(), id_column="id", keep=",".join(KEEP),
+    return dict(input=str(src), output=str(out), model=tiny_model(), id_column="id", keep=KEEP_SPEC,
                 on_bad_row="skip", chunk_rows=4, **kw)
 
 
@@ -107,7 +112,7 @@ def check_parquet_table(t: pa.Table, fmt: str, dim: int = 32):
     for c in KEEP:
         assert t.schema.field(c).type == TYPES[c], c
     assert t.column("id").to_pylist() == [f"r{i}" for i in accepted(fmt)]  # kept values line up with their ids
-    assert t.drop_columns(["id", "embedding", "n_tokens", "truncated", "n_chunks"]).to_pylist() == [values(i) for i in accepted(fmt)]
+    assert t.drop_columns(["id", "embedding", "n_tokens", "truncated", "n_chunks"]).to_pylist() == [values(i, fmt) for i in accepted(fmt)]
     assert t.schema.field("embedding").type.list_size == dim
 
 
@@ -153,12 +158,11 @@ def test_csv_output_writes_the_kept_values_as_text(local_runs):
     assert rows[0][:8] == ["id", "n_tokens", "truncated", "n_chunks", *KEEP] and rows[0][8] == "f0"
     assert [r[0] for r in rows[1:]] == [f"r{i}" for i in accepted(fmt)]
     assert [r[4:8] for r in rows[1:]] == [[csv_cell(values(i)[c]) for c in KEEP] for i in accepted(fmt)]
-    # read back: bertfeat's reader types them from the layout (a string null is empty text in CSV), pandas reads the text
+    # read back: bertfeat's reader types them from the layout, pandas reads the text
     ids, _, extras = next(iter_features(out, with_extras=True))
     assert list(ids) == [f"r{i}" for i in accepted(fmt)]
     got = {c: extras[c].to_pylist() for c in KEEP}
-    want = {c: [values(i)[c] for i in accepted(fmt)] for c in KEEP}
-    want["name"] = [v or "" for v in want["name"]]
+    want = {c: [values(i, fmt)[c] for i in accepted(fmt)] for c in KEEP}  # a null string stays null, "" stays ""
     assert got == want and {c: extras[c].type for c in KEEP} == TYPES
     import pandas as pd
 
@@ -197,20 +201,22 @@ def test_pca_output_keeps_the_columns(tmp_path, request, engine):
 
 
 # --------------------------------------------------------------------------- the readers decide the types
-def test_csv_head_decides_the_types_as_pandas_would(tmp_path):
-    src = write_csv(tmp_path / "t.csv", ["text", "i", "d", "b", "s", "e", "z", "sp"],
-                    [["a", "1", "1", "true", "x", "", "0", " 7"], ["b", "-2", "2.5", "FALSE", "2", "", "1", "8 "],
-                     ["c", "", "1e3", "True", "", "", "0", ""], ["d", "3", "nan", "", "true", "", "1", "9"]])
-    r = open_input(str(src), keep=["i", "d", "b", "s", "e", "z", "sp", "text"])
-    assert r.keep_types() == {"i": pa.int64(), "d": pa.float64(), "b": pa.bool_(), "s": pa.string(), "e": pa.string(),
-                              "z": pa.int64(), "sp": pa.int64(), "text": pa.string()}
+def test_csv_head_decides_the_types_that_keep_the_text(tmp_path):
+    """A CSV column is int64 or double only when every cell of the head is written as that type writes it back."""
+    src = write_csv(tmp_path / "t.csv", ["text", "i", "d", "f", "b", "s", "e", "z", "sp"],
+                    [["a", "1", "1", "2.5", "true", "x", "", "0", " 7"], ["b", "-2", "2.5", "0.1", "FALSE", "2", "", "1", "8 "],
+                     ["c", "", "1e3", "", "True", "", "", "0", ""], ["d", "3", "nan", "-3.75", "", "true", "", "1", "9"]])
+    r = open_input(str(src), keep=["i", "d", "f", "b", "s", "e", "z", "sp", "text"])
+    assert r.keep_types() == {"i": pa.int64(), "d": pa.string(), "f": pa.float64(), "b": pa.string(), "s": pa.string(),
+                              "e": pa.string(), "z": pa.int64(), "sp": pa.string(), "text": pa.string()}
     (b,) = list(r.batches())
-    assert b.extra["i"] == [1, -2, None, 3] and b.extra["b"] == [True, False, True, None] and b.extra["sp"] == [7, 8, None, 9]
-    assert b.extra["d"][:3] == [1.0, 2.5, 1000.0] and np.isnan(b.extra["d"][3])
-    assert b.extra["s"] == ["x", "2", None, "true"] and b.extra["e"] == [None] * 4 and b.pre_rejected == {}
+    assert b.extra["i"] == [1, -2, None, 3] and b.extra["f"] == [2.5, 0.1, None, -3.75]  # empty: null in a typed column
+    assert b.extra["d"] == ["1", "2.5", "1e3", "nan"] and b.extra["b"] == ["true", "FALSE", "True", ""]
+    assert b.extra["sp"] == [" 7", "8 ", "", "9"] and b.extra["s"] == ["x", "2", "", "true"] and b.extra["e"] == [""] * 4
+    assert b.pre_rejected == {}
     assert pickle.loads(pickle.dumps(r)).keep_types() == r.keep_types()  # what a Dask worker gets
     parts = r.partitions(None)
-    assert str(r.read_partition(parts[0], 0).extra) == str(b.extra)  # (str: nan == nan)
+    assert r.read_partition(parts[0], 0).extra == b.extra
 
 
 def test_jsonl_first_values_decide_the_types(tmp_path):
@@ -337,9 +343,9 @@ def test_bad_kept_value_stops_the_run_under_on_bad_row_error(tmp_path):
     with pytest.raises(BertfeatError) as e:
         bertfeat.extract(str(src), str(tmp_path / "o.parquet"), model=tiny_model(), keep="label")
     assert e.value.message == (f"{src} row 11: kept column 'label': \"abc\" is not an integer (the column's first rows hold "
-                               "integers) - make every value of the column one type (its first rows decide it for keep: "
-                               "integers, numbers, booleans or strings), or pass on_bad_row='skip' to write it to the "
-                               "rejects file and go on")
+                               "integers) - fix the value, or give the column's type in keep (COLUMN:str keeps every value "
+                               "as the text it is written as; :int, :float or :bool reads each as one), or pass "
+                               "on_bad_row='skip' to write it to the rejects file and go on")
     assert not list(tmp_path.glob("o.*"))
 
 
@@ -361,8 +367,10 @@ def test_resume_refuses_a_changed_keep(tmp_path):
     out = tmp_path / "o.parquet"
     with pytest.raises(KeyboardInterrupt):
         bertfeat.extract(**opts(src, out), progress=Interrupt(2))
-    for keep, differs in ((["label"], "kept columns: ['label', 'score', 'flag', 'name'] -> ['label']"),
-                          (None, "kept columns: ['label', 'score', 'flag', 'name'] -> None")):
+    given = "kept columns' given types: {'flag': 'bool', 'score': 'float'}"
+    for keep, differs in ((["label"], f"kept columns: ['label', 'score', 'flag', 'name'] -> ['label']; {given} -> None"),
+                          (None, f"kept columns: ['label', 'score', 'flag', 'name'] -> None; {given} -> None"),
+                          (KEEP_SPEC.replace("score:float", "score"), f"{given} -> {{'flag': 'bool'}}")):
         with pytest.raises(ResumeError) as e:
             bertfeat.extract(**{**opts(src, out), "keep": keep}, resume=True)
         assert e.value.message == (f"cannot resume: the settings or the input differ from the interrupted run ({differs}) - "
@@ -394,3 +402,273 @@ def test_rejects_file_names_a_kept_row_id_or_reason_column_apart(tmp_path, capsy
                                        ["1", "b", "empty text", "i2", "r2", "w2"]]
     assert pq.read_table(out).select(["x", "id", "reason", "row"]).to_pylist() == [
         {"x": "a", "id": "i1", "reason": "r1", "row": "w1"}]
+
+
+# --------------------------------------------------------------------------- issue 44, class 1: a CSV value kept as written
+#: kept CSV / TSV cells as written: the columns that read back unchanged as int64 or double are typed (an empty cell a
+#: null), every other cell is kept as its exact text (an empty cell "", not a null)
+EXACT = {"zip": ["02134", "12345", "00001", "98765"], "code": ["1e5", "2", "nan", "-0"],
+         "num": ["1.0", "2.5", "inf", ".5"], "signed": ["+3", " 7", "8", "-0"], "word": ["true", "false", "True", ""],
+         "blank": ["", "", "", ""], "plain": ["12", "-3", "", "0"], "score": ["2.5", "0.1", "", "-3.75"]}
+EXACT_TYPED = {"plain": pa.int64(), "score": pa.float64()}
+
+
+def exact_input(tmp: Path, fmt: str) -> Path:
+    rows = [[f"k{i}", text(i), *(EXACT[c][i] for c in EXACT)] for i in range(4)]
+    return write_csv(tmp / f"x.{fmt}", ["id", "text", *EXACT], rows, delimiter="\t" if fmt == "tsv" else ",")
+
+
+def as_written(values: list, column: str) -> list:
+    """Kept values back as the text they were written as (a typed column's null: the empty cell)."""
+    if column not in EXACT_TYPED:
+        return values
+    return ["" if v is None else str(v) for v in values]
+
+
+@pytest.fixture(scope="module")
+def exact_runs(tmp_path_factory):
+    """The cells above in a CSV and a TSV, extracted into Parquet and CSV by the local engine."""
+    tmp = tmp_path_factory.mktemp("exact")
+    for fmt in ("csv", "tsv"):
+        src = exact_input(tmp, fmt)
+        for out in ("parquet", "csv"):
+            bertfeat.extract(src, tmp / f"{fmt}.{out}", model=tiny_model(), id_column="id", keep=",".join(EXACT))
+    return tmp
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_csv_values_are_kept_as_written_in_parquet(exact_runs, fmt):
+    t = pq.read_table(exact_runs / f"{fmt}.parquet")
+    assert {c: t.schema.field(c).type for c in EXACT} == {c: EXACT_TYPED.get(c, pa.string()) for c in EXACT}
+    assert {c: as_written(t.column(c).to_pylist(), c) for c in EXACT} == EXACT
+    assert t.column("plain").null_count == 1 and t.column("blank").null_count == 0  # "" stays "" in a string column
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_csv_values_are_kept_as_written_in_a_csv_output(exact_runs, fmt):
+    out = exact_runs / f"{fmt}.csv"
+    with open(out, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert {c: [r[c] for r in rows] for c in EXACT} == EXACT  # the text as written, byte for byte
+    ids, _, extras = next(iter_features(out, with_extras=True))  # and bertfeat reads it back as the Parquet output holds it
+    assert list(ids) == ["k0", "k1", "k2", "k3"]
+    parquet = pq.read_table(exact_runs / f"{fmt}.parquet")
+    assert {c: extras[c].to_pylist() for c in EXACT} == {c: parquet.column(c).to_pylist() for c in EXACT}
+    assert {c: extras[c].type for c in EXACT} == {c: parquet.schema.field(c).type for c in EXACT}
+
+
+def test_csv_ids_in_the_npy_ids_file_are_kept_as_written(tmp_path):
+    src = write_csv(tmp_path / "i.csv", ["id", "text"], [["007", "one"], ["+7", "two"], ["7.0", "three"], ["1e5", "four"]])
+    out = tmp_path / "o.npy"
+    bertfeat.extract(src, out, model=tiny_model(), id_column="id")
+    with open(tmp_path / "o.ids.csv", newline="", encoding="utf-8") as f:
+        assert [r["id"] for r in csv.DictReader(f)] == ["007", "+7", "7.0", "1e5"]
+    ids, _, _ = next(iter_features(out, with_extras=True))
+    assert list(ids) == ["007", "+7", "7.0", "1e5"]
+
+
+def test_dask_engine_keeps_the_csv_values_as_written(exact_runs, client):
+    out = exact_runs / "dask_out"
+    bertfeat.extract(exact_runs / "x.csv", out, model=tiny_model(), id_column="id",
+                     keep=",".join(EXACT), engine="dask", client=client)
+    t = pa.concat_tables([pq.read_table(p).replace_schema_metadata(None) for p in sorted(out.glob("part-*.parquet"))])
+    assert {c: as_written(t.column(c).to_pylist(), c) for c in EXACT} == EXACT
+    local = pq.read_table(exact_runs / "csv.parquet")
+    assert t.select(list(EXACT)).equals(local.select(list(EXACT)).replace_schema_metadata(None))
+
+
+def test_a_later_value_the_head_did_not_type_is_a_bad_row_naming_the_fix(tmp_path):
+    """Plain integers in the first MiB make an int64 column; a later "02134" would be written back as 2134: a bad row
+    (with the fix: give the type), never silently changed; with zip:str every value is its text."""
+    rows = [[f"r{i}", text(i, bad_text=False), PAD if i < 10 else "", str(10000 + i)] for i in range(12)] + [["r12", "late", "", "02134"]]
+    src = write_csv(tmp_path / "z.csv", ["id", "text", "pad", "zip"], rows)
+    s = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), id_column="id", keep="zip", on_bad_row="skip")
+    assert (s.rows_written, s.rows_rejected) == (12, 1)
+    assert pq.read_table(tmp_path / "o.parquet").column("zip").to_pylist() == [10000 + i for i in range(12)]
+    with open(tmp_path / "o.parquet.rejects.csv", newline="", encoding="utf-8") as f:
+        assert list(csv.reader(f))[1] == ["12", "r12", "kept column 'zip': \"02134\" would be written back as 2134 (the "
+                                          "column's first rows hold integers, each written back as it is written)", "02134"]
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, tmp_path / "e.parquet", model=tiny_model(), id_column="id", keep="zip")
+    assert e.value.message.endswith("- fix the value, or give the column's type in keep (COLUMN:str keeps every value as "
+                                    "the text it is written as; :int, :float or :bool reads each as one), or pass "
+                                    "on_bad_row='skip' to write it to the rejects file and go on")
+    bertfeat.extract(src, tmp_path / "s.parquet", model=tiny_model(), id_column="id", keep="zip:str")
+    assert pq.read_table(tmp_path / "s.parquet").column("zip").to_pylist() == [str(10000 + i) for i in range(12)] + ["02134"]
+
+
+def test_a_given_type_reads_every_spelling(tmp_path):
+    src = exact_input(tmp_path, "csv")
+    r = open_input(str(src), keep=list(EXACT), keep_as={"zip": "int", "code": "float", "word": "bool", "blank": "str",
+                                                       "signed": "int", "plain": "str"})
+    assert {c: r.keep_types()[c] for c in ("zip", "code", "word", "blank", "signed", "plain")} == {
+        "zip": pa.int64(), "code": pa.float64(), "word": pa.bool_(), "blank": pa.string(), "signed": pa.int64(),
+        "plain": pa.string()}
+    (b,) = list(r.batches())
+    assert b.extra["zip"] == [2134, 12345, 1, 98765] and b.extra["signed"] == [3, 7, 8, 0]
+    assert b.extra["code"][:2] == [100000.0, 2.0] and np.isnan(b.extra["code"][2]) and str(b.extra["code"][3]) == "-0.0"
+    assert b.extra["word"] == [True, False, True, None] and b.extra["blank"] == [""] * 4  # empty: null, but "" for str
+    assert b.extra["plain"] == ["12", "-3", "", "0"] and b.pre_rejected == {}
+    r = open_input(str(src), keep=["num"], keep_as={"num": "int"})
+    (b,) = list(r.batches())
+    assert {row: render(why.text) for row, why in b.pre_rejected.items()} == {
+        k: f"kept column 'num': \"{v}\" is not an integer (the type given in keep: int)" for k, v in enumerate(EXACT["num"])}
+
+
+def test_a_given_type_on_jsonl_and_parquet(tmp_path):
+    src = write_jsonl(tmp_path / "j.jsonl", [{"text": "a", "n": 2, "f": 1, "s": 1.5}, {"text": "b", "n": 3.5, "f": True, "s": "x"}])
+    (b,) = list(open_input(str(src), keep=["n", "f", "s"], keep_as={"n": "float", "s": "str", "f": "bool"}).batches())
+    assert b.extra == {"n": [2.0, 3.5], "f": [1, True], "s": ["1.5", "x"]}  # a number given str: its JSON text
+    assert {row: render(why.text) for row, why in b.pre_rejected.items()} == {
+        0: "kept column 'f': 1 is an integer, not a boolean (true or false) (the type given in keep: bool)"}
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"text": ["a", "b"], "x": pa.array([1.0, 2.5]), "tags": pa.array([[1], [2]])}), path)
+    (b,) = list(open_input(str(path), keep=["x"], keep_as={"x": "int"}).batches())
+    assert b.extra["x"] == [1, "2.5"] and list(b.pre_rejected) == [1]  # (the rejects file shows the value as it was)
+    assert render(b.pre_rejected[1].text).startswith("kept column 'x': \"2.5\" is not an integer (the type given in keep: int) (")
+    (b,) = list(open_input(str(path), keep=["x"], keep_as={"x": "str"}).batches())
+    assert b.extra["x"] == ["1", "2.5"]
+    with pytest.raises(BertfeatError) as e:
+        open_input(str(path), keep=["tags"], keep_as={"tags": "int"})
+    assert e.value.message == (f"{path}: keep='tags:int': the column holds list<element: int64> values, which Arrow cannot "
+                               "convert to int64 - keep it as it is (drop :int), or give another type")
+
+
+# --------------------------------------------------------------------------- issue 44, class 3: names keep's text would split
+@pytest.fixture
+def odd_names(tmp_path) -> Path:
+    return write_csv(tmp_path / "q.csv", ["text", "a,b", 'say "hi"', "time:utc", "label:int", "label"],
+                     [["one", "x", "h1", "t1", "7", "1"], ["two", "y", "h2", "t2", "8", "0"]])
+
+
+def test_a_name_with_a_comma_quote_or_colon_is_kept_quoted_as_in_csv(odd_names, tmp_path, capsys):
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", odd_names, "-o", out, "--model", tiny_model(), "-q", "--keep", '"a,b",label:str',
+                     "--keep", '"say ""hi"""', "--keep", "time:utc", "--keep", '"label:int":int')
+    assert rc == 0, err
+    t = pq.read_table(out)
+    assert t.column_names[5:] == ["a,b", "label", 'say "hi"', "time:utc", "label:int"]
+    assert t.select(t.column_names[5:]).to_pylist() == [
+        {"a,b": "x", "label": "1", 'say "hi"': "h1", "time:utc": "t1", "label:int": 7},
+        {"a,b": "y", "label": "0", 'say "hi"': "h2", "time:utc": "t2", "label:int": 8}]
+    assert read_feature_metadata(out)["keep_as"] == {"label": "str", "label:int": "int"}
+    for keep in ('"a,b",label', ["a,b", "label"], {"a,b": None, "label": "str"}):  # Python: the text, a list, a dict
+        bertfeat.extract(odd_names, tmp_path / "p.parquet", model=tiny_model(), keep=keep, overwrite=True)
+        assert pq.read_table(tmp_path / "p.parquet").column("a,b").to_pylist() == ["x", "y"]
+
+
+@pytest.mark.parametrize("keep, message", [
+    ("a,b", "{src}: --keep 'a' is not a column - columns are: text, 'a,b', say \"hi\", time:utc, label:int, label (a name "
+            "holding a comma, a double quote or a colon is quoted as in CSV, e.g. --keep '\"a,b\"')"),
+    ('"a,b', "--keep '\"a,b': the quote at character 1 is never closed - close it: \"a,b\",label"),
+    ('"a,b"x', "--keep '\"a,b\"x': 'x' follows the quoted name 'a,b' - end a quoted name with its quote, or with a type: "
+               ":int, :float, :bool or :str"),
+    ('say "hi"', "--keep 'say \"hi\"': the name 'say \"hi\"' holds a double quote - quote the whole name and double the "
+                 "quote in it, as in CSV: \"x\"\"y\" for x\"y"),
+])
+def test_keep_text_that_names_no_column_says_how_to_quote(odd_names, tmp_path, capsys, keep, message):
+    rc, _, err = run(capsys, "extract", odd_names, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", keep)
+    assert (rc, err) == (1, f"Error: {message.format(src=odd_names)}\n")
+    assert not (tmp_path / "o.parquet").exists()
+
+
+# --------------------------------------------------------------------------- issue 44, class 2: every kept type read back
+def _kept_type_columns() -> dict[str, pa.Array]:
+    import decimal
+    import uuid
+
+    d = decimal.Decimal
+    cols = {
+        "dec32": pa.array([d("1.25"), None, d("-3.10")], pa.decimal32(5, 2)),
+        "dec64": pa.array([d("1.25"), None, d("-3.10")], pa.decimal64(12, 2)),
+        "dec128": pa.array([d("1.25"), None, d("-3.10")], pa.decimal128(5, 2)),
+        "dec256": pa.array([d("123456789012345678901234567890.25"), None, d("-3.10")], pa.decimal256(40, 2)),
+        "large_string": pa.array(["a,b", None, ""], pa.large_string()),
+        "string_view": pa.array(['say "hi"', None, ""], pa.string_view()),
+        "binary": pa.array([b"\xff\\x", None, b""], pa.binary()),
+        "large_binary": pa.array([b"\x00", None, b"ok"], pa.large_binary()),
+        "fixed_binary": pa.array([b"ab", None, b"\xfe\xff"], pa.binary(2)),
+        "dictionary": pa.array(["x", None, "y"]).dictionary_encode(),
+        "timestamp_tz": pa.array([0, None, 1_700_000_000_123_456], pa.timestamp("us", tz="Europe/Paris")),
+        "timestamp_offset": pa.array([0, None, 1_700_000_000_123], pa.timestamp("ms", tz="+05:30")),
+        "timestamp_ns": pa.array([0, None, 1_700_000_000_123_456_789], pa.timestamp("ns")),
+        "date32": pa.array([0, None, 19000], pa.date32()),
+        "date64": pa.array([0, None, 86_400_000], pa.date64()),
+        "time32": pa.array([0, None, 5_000], pa.time32("ms")),
+        "time64": pa.array([0, None, 5_000_000_001], pa.time64("ns")),
+        "duration": pa.array([0, None, -5], pa.duration("ms")),
+        "bool": pa.array([True, None, False]),
+        "null": pa.array([None, None, None], pa.null()),
+        "float16": pa.array([1.5, None, -0.000061035156], pa.float16()),
+        "float32": pa.array([0.1, None, float("nan")], pa.float32()),
+        "uint64": pa.array([2 ** 64 - 1, None, 0], pa.uint64()),
+        "int8": pa.array([-128, None, 127], pa.int8()),
+        "uuid": pa.ExtensionArray.from_storage(pa.uuid(), pa.array([uuid.UUID(int=1).bytes, None, uuid.UUID(int=2).bytes],
+                                                                    pa.binary(16))),
+        "json": pa.array(['{"a": [1, 2]}', None, "null"], pa.json_()),
+        "bool8": pa.ExtensionArray.from_storage(pa.bool8(), pa.array([1, None, 0], pa.int8())),
+        "list": pa.array([[1, 2], None, []]),
+        "large_list": pa.array([[1], None, []], pa.large_list(pa.int64())),
+        "struct": pa.array([{"a": 1}, None, {"a": 2}]),
+        "map": pa.array([[("k", 1)], None, []], pa.map_(pa.string(), pa.int64())),
+    }
+    return cols
+
+
+KEPT_TYPES = _kept_type_columns()
+NESTED = {"list", "large_list", "struct", "map"}
+
+
+@pytest.fixture(scope="module")
+def typed_input(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("types") / "in.parquet"
+    pq.write_table(pa.table({"text": ["one text", "two texts", "three texts"], **KEPT_TYPES}), path)
+    return path
+
+
+def _same(got: pa.Array, want: pa.Array) -> bool:
+    return got.type == want.type and str(got.to_pylist()) == str(want.to_pylist())  # (str: NaN equals NaN)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+@pytest.mark.parametrize("name", list(KEPT_TYPES))
+def test_every_kept_type_is_read_back_or_refused_up_front(typed_input, tmp_path, capsys, name, fmt):
+    """Whatever Arrow type a kept column has, the output holds it so that bertfeat's own readers give it back (values
+    and type, nulls and empty values apart), pca fit, pca transform and verify included; or the run is refused before
+    anything is written, naming the column, the type and the fix (a CSV cannot hold lists, structs or maps)."""
+    out = tmp_path / f"o.{fmt}"
+    want = pq.read_table(typed_input, columns=[name]).column(name).combine_chunks()  # as the input reads
+    if pa.types.is_dictionary(want.type):
+        want = want.dictionary_decode()
+    if fmt == "csv" and name in NESTED:
+        with pytest.raises(BertfeatError) as e:
+            bertfeat.extract(typed_input, out, model=tiny_model(), keep=name)
+        assert e.value.message == (f"keep column '{name}' holds {want.type} values, which a CSV output cannot hold (a CSV "
+                                   "cell holds one value, not a list, struct or map) - write a Parquet output "
+                                   "(output='NAME.parquet'), or leave it out of keep")
+        assert list(tmp_path.iterdir()) == []
+        return
+    bertfeat.extract(typed_input, out, model=tiny_model(), keep=name)
+    (_, X, extras), = list(iter_features(out, with_extras=True))
+    assert X.shape == (3, 32) and _same(extras[name], want)
+    rc, _, err = run(capsys, "pca", "fit", out, "-n", "2", "-o", tmp_path / "p.npz", "-q")
+    assert rc == 0, err
+    rc, _, err = run(capsys, "pca", "transform", out, "--pca-model", tmp_path / "p.npz", "-o", tmp_path / f"r.{fmt}", "-q")
+    assert rc == 0, err
+    (_, Y, extras), = list(iter_features(tmp_path / f"r.{fmt}", with_extras=True))
+    assert Y.shape == (3, 2) and _same(extras[name], want)
+    rc, _, err = run(capsys, "verify", out, "--sample", "3", "-q")
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("name", ["dec256", "float16", "uuid", "timestamp_tz", "large_binary"])
+def test_an_id_column_of_such_a_type_in_a_csv_or_npy_output(typed_input, tmp_path, capsys, name):
+    """The id column goes through the same CSV writer and reader (a CSV output, a .npy's ids file)."""
+    want = pq.read_table(typed_input, columns=[name]).column(name).to_pylist()
+    for fmt in ("csv", "npy"):
+        out = tmp_path / f"o.{fmt}"
+        bertfeat.extract(typed_input, out, model=tiny_model(), id_column=name, on_bad_row="skip")
+        (ids, _, _), = list(iter_features(out, with_extras=True))
+        assert list(ids) == [v for v in want if v is not None], fmt  # (a null id is a bad row)
+        rc, _, err = run(capsys, "pca", "fit", out, "-n", "1", "-o", tmp_path / f"p{fmt}.npz", "-q")
+        assert rc == 0, err

@@ -64,7 +64,8 @@ def test_nested_columns_need_a_parquet_output(tmp_path, capsys):
 
     pq.write_table(pa.table({"text": ["a b", "c d"], "tags": [[1, 2], [3]]}), tmp_path / "n.parquet")
     rc, _, err = run(capsys, "extract", tmp_path / "n.parquet", "-o", tmp_path / "n.csv", "--keep", "tags", "--model", tiny_model())
-    assert (rc, err) == (1, "Error: --keep column 'tags' holds list<element: int64> values, which a CSV output cannot hold - "
+    assert (rc, err) == (1, "Error: --keep column 'tags' holds list<element: int64> values, which a CSV output cannot hold (a CSV "
+                            "cell holds one value, not a list, struct or map) - "
                             "write a Parquet output (-o NAME.parquet), or leave it out of --keep\n")
     rc, _, err = run(capsys, "extract", tmp_path / "n.parquet", "-o", tmp_path / "n.npy", "--id-column", "tags", "--model", tiny_model())
     assert rc == 1 and err.startswith("Error: --id-column 'tags' holds list<element: int64> values, which a NPY output")

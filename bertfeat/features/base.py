@@ -218,8 +218,9 @@ def _mistyped(value: Any, spec: Field, where: str) -> str | None:
 
 
 _PARAMETRIZED = (  # str() of pyarrow types that type_for_alias does not read back
-    (re.compile(r"decimal(128|256)\((\d+), (-?\d+)\)"),
-     lambda m: (pa.decimal128 if m[1] == "128" else pa.decimal256)(int(m[2]), int(m[3]))),
+    (re.compile(r"decimal(32|64|128|256)\((\d+), (-?\d+)\)"), lambda m: getattr(pa, f"decimal{m[1]}")(int(m[2]), int(m[3]))),
+    (re.compile(r"fixed_size_binary\[(\d+)\]"), lambda m: pa.binary(int(m[1]))),
+    (re.compile(r"extension<arrow\.(uuid|json|bool8)>"), lambda m: getattr(pa, {"json": "json_"}.get(m[1], m[1]))()),
     (re.compile(r"timestamp\[(s|ms|us|ns)(?:, tz=(.+))?\]"), lambda m: pa.timestamp(m[1], m[2])),
     (re.compile(r"duration\[(s|ms|us|ns)\]"), lambda m: pa.duration(m[1])),
     (re.compile(r"time32\[(s|ms)\]"), lambda m: pa.time32(m[1])),
@@ -243,7 +244,7 @@ def type_from_str(text: str | None) -> pa.DataType | None:
         if m:
             try:
                 return make(m)
-            except (ValueError, TypeError, pa.ArrowInvalid):
+            except (ValueError, TypeError, AttributeError, pa.ArrowInvalid):  # (AttributeError: an older pyarrow)
                 return None
     return None
 
@@ -389,6 +390,12 @@ class FeatureFile:
     def layout_wide(cls, wide: bool) -> bool:
         """The layout's ``wide``: the features are stored as columns f0..f{d-1}."""
         return True
+
+    @staticmethod
+    def column_problem(t: pa.DataType) -> str | None:
+        """Why an id or extra column of type ``t`` cannot be written in this format and read back as ``t`` (None: it
+        can)."""
+        return None
 
     # -- write side: streaming ---------------------------------------------------------------------
 

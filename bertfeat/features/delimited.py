@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
+import io
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 
 from ..atomic import AtomicFile, together, write_atomic
-from ..errors import BertfeatError
+from ..errors import BertfeatError, one_line
 from .base import (
     WIDE_COLUMN_RE,
     Chunk,
@@ -38,10 +40,11 @@ from .base import (
 
 def open_csv(path: Path, types: Mapping[str, pa.DataType]) -> Iterator[pa.RecordBatch]:
     """Stream a CSV as record batches with the given column types, as csv_column wrote them: an empty cell is a null
-    (not "nan", a float's NaN), binary columns from their escaped text (an empty cell: b"")."""
-    binary = {k: t for k, t in types.items() if _binary(t)}
-    opts = pcsv.ConvertOptions(column_types={k: pa.string() if k in binary else t for k, t in types.items()},
-                               strings_can_be_null=False, null_values=[""])
+    (not "nan", a float's NaN; a string's "" is quoted), binary columns from their escaped text, a type pyarrow's CSV
+    reader does not convert (decimal256, halffloat ...) cast from its text, an extension type from its storage's."""
+    plans = {k: _as_read(t) for k, t in types.items()}
+    opts = pcsv.ConvertOptions(column_types={k: read for k, (read, _) in plans.items()}, null_values=[""],
+                               strings_can_be_null=True, quoted_strings_can_be_null=False)
     try:
         reader = pcsv.open_csv(path, convert_options=opts, read_options=pcsv.ReadOptions(block_size=8 << 20))
     except (pa.ArrowInvalid, OSError) as e:
@@ -53,11 +56,42 @@ def open_csv(path: Path, types: Mapping[str, pa.DataType]) -> Iterator[pa.Record
             return
         except pa.ArrowInvalid as e:
             raise BertfeatError(f"bad value in {path} ({e})", "re-extract the features") from None
-        for name, t in binary.items():
-            i = batch.schema.get_field_index(name)
-            values = pa.array([text_bytes(v) for v in batch.column(i).to_pylist()], t)
-            batch = batch.set_column(i, pa.field(name, t), values)
-        yield batch
+        yield _typed(batch, types, plans, path)
+
+
+def _typed(batch: pa.RecordBatch, types: Mapping[str, pa.DataType], plans: dict, path) -> pa.RecordBatch:
+    """A batch as read, each column that was read as another type made its own type (``_as_read``)."""
+    for name, (_, make) in plans.items():
+        i = batch.schema.get_field_index(name)
+        if make is not None and i >= 0:
+            try:
+                values = make(batch.column(i))
+            except (pa.ArrowInvalid, ValueError) as e:
+                raise BertfeatError(f"bad value in {path} column {name!r} ({e})", "re-extract the features") from None
+            batch = batch.set_column(i, pa.field(name, types[name]), values)
+    return batch
+
+
+def _as_read(t: pa.DataType) -> tuple[pa.DataType, Callable[[pa.Array], pa.Array] | None]:
+    """(the type pyarrow's CSV reader reads a column of type ``t`` as, what makes ``t`` of that: None when it is ``t``)."""
+    if isinstance(t, pa.BaseExtensionType):
+        read, make = _as_read(t.storage_type)
+        return read, lambda a: pa.ExtensionArray.from_storage(t, a if make is None else make(a))
+    if _binary(t):
+        return pa.string(), lambda a: pa.array([None if v is None else text_bytes(v) for v in a.to_pylist()], t)
+    if _csv_converts(t):
+        return t, None
+    return pa.string(), lambda a: a.cast(t)
+
+
+@functools.lru_cache(maxsize=None)
+def _csv_converts(t: pa.DataType) -> bool:
+    """pyarrow's CSV reader converts text to ``t`` itself (not decimal256, halffloat or string_view, in pyarrow 26)."""
+    try:
+        pcsv.read_csv(io.BytesIO(b"x,y\n,1\n"), convert_options=pcsv.ConvertOptions(column_types={"x": t}, null_values=[""]))
+        return True
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
 
 
 _ESCAPE = re.compile(r"\\\\|\\x([0-9a-f]{2})")
@@ -80,20 +114,57 @@ def text_bytes(s: str) -> bytes:
 
 
 def _binary(t: pa.DataType) -> bool:
-    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) or _view(t, "binary")
+
+
+def _view(t: pa.DataType, kind: str) -> bool:
+    """``t`` is string_view / binary_view (``kind``: string, binary; pyarrow 16 and later have them)."""
+    test = getattr(pa.types, f"is_{kind}_view", None)
+    return test is not None and test(t)
+
+
+def _as_written(t: pa.DataType) -> pa.DataType:
+    """The type a column of type ``t`` is handed to Arrow's CSV writer as (``csv_column``): an extension type as its
+    storage's, binary as text, a string view as a string."""
+    if isinstance(t, pa.BaseExtensionType):
+        return _as_written(t.storage_type)
+    return pa.string() if _binary(t) or _view(t, "string") else t
 
 
 def csv_fields(fields) -> list[pa.Field]:
-    """The fields a CSV writer is given: binary ones (a Parquet input's binary id or kept column) as text."""
-    return [pa.field(f.name, pa.string(), f.nullable) if _binary(f.type) else f for f in fields]
+    """The fields a CSV writer is given (``_as_written``)."""
+    return [pa.field(f.name, _as_written(f.type), f.nullable) for f in fields]
 
 
 def csv_column(values: pa.Array) -> pa.Array:
-    """A column as a CSV holds it: binary values as UTF-8 text, bytes that are not UTF-8 written as \\xNN escapes
-    (Arrow's CSV writer refuses them, and a CSV is text)."""
-    if not _binary(values.type):
-        return values
-    return pa.array([None if v is None else bytes_text(v) for v in values.to_pylist()], pa.string())
+    """A column as a CSV holds it: an extension type's storage, binary values as UTF-8 text, bytes that are not UTF-8
+    written as \\xNN escapes (Arrow's CSV writer refuses them, and a CSV is text), a string view as strings."""
+    if isinstance(values.type, pa.BaseExtensionType):
+        values = values.storage
+    if _binary(values.type):
+        return pa.array([None if v is None else bytes_text(v) for v in values.to_pylist()], pa.string())
+    return values.cast(pa.string()) if _view(values.type, "string") else values
+
+
+def csv_column_problem(t: pa.DataType) -> str | None:
+    """Why a column of type ``t`` cannot be written to a CSV and read back as ``t`` by ``open_csv`` (None: it can):
+    a null written and read back, in memory."""
+    if pa.types.is_nested(t):
+        return "a CSV cell holds one value, not a list, struct or map"
+    sink = io.BytesIO()
+    try:
+        schema = pa.schema(csv_fields([pa.field("x", t), pa.field("f0", pa.float64())]))  # (a lone null: a blank line)
+        pcsv.write_csv(pa.table([csv_column(pa.array([None], t)), pa.array([0.5])], schema=schema), sink)
+    except (pa.ArrowException, ValueError, TypeError) as e:
+        return f"Arrow's CSV writer has no text for it: {one_line(e, 100)}"
+    read = type_from_str(str(t))
+    try:
+        back = None if read is None else pa.Table.from_batches(list(open_csv(io.BytesIO(sink.getvalue()), {"x": read})))
+    except (pa.ArrowException, BertfeatError, ValueError, TypeError) as e:
+        return f"bertfeat's CSV reader cannot read it back: {one_line(e, 100)}"
+    if back is None or back.column("x").type != t:
+        return f"bertfeat's CSV reader would read it back as {'another type' if back is None else back.column('x').type}"
+    return None
 
 
 def csv_header(path: Path) -> list[str]:
@@ -154,6 +225,8 @@ class CsvFile(FeatureFile):
         with contextlib.suppress(Exception):
             self._csv.close()
         self._main.discard()
+
+    column_problem = staticmethod(csv_column_problem)
 
     # -- reading -------------------------------------------------------------------------------
 

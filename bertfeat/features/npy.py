@@ -31,7 +31,7 @@ from .base import (
     rebatch,
     type_from_str,
 )
-from .delimited import csv_column, csv_fields, csv_header, open_csv
+from .delimited import csv_column, csv_column_problem, csv_fields, csv_header, open_csv
 
 #: Total size of the .npy header we reserve (magic + length + padded dict), rewritten at close.
 NPY_HEADER_BYTES = 128
@@ -64,6 +64,8 @@ class NpyFile(FeatureFile):
     @classmethod
     def layout_wide(cls, wide: bool) -> bool:
         return False
+
+    column_problem = staticmethod(csv_column_problem)  # the ids and extras are a CSV
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -37,3 +37,10 @@ def feature_format(path: str | os.PathLike, fmt: str | None = None) -> str:
 def file_format(path: str | os.PathLike, fmt: str | None = None) -> type[FeatureFile]:
     """The ``FeatureFile`` class of ``path`` (``fmt`` if given, else from the suffix)."""
     return FILE_FORMATS[feature_format(path, fmt)]
+
+
+def unwritable(fmt: str, columns: dict) -> list[tuple[str, object, str]]:
+    """The columns (name -> Arrow type) a feature file of format ``fmt`` cannot hold and give back as their types:
+    (name, type, why) each (``FeatureFile.column_problem``)."""
+    check = FILE_FORMATS[fmt].column_problem
+    return [(name, t, why) for name, t in columns.items() if (why := check(t)) is not None]

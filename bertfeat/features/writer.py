@@ -20,7 +20,7 @@ from ..errors import BertfeatError
 from .base import (ROW_GROUP_BYTES, WIDE_COLUMN_RE, WriteSpec, check_dtype, check_float16_range, dumps_metadata,
                    provenance_path, to_arrow)
 from .npy import ids_sidecar_path
-from .registry import FILE_FORMATS, feature_format
+from .registry import FILE_FORMATS, feature_format, unwritable
 
 
 class FeatureWriter:
@@ -65,6 +65,9 @@ class FeatureWriter:
         clash = {n for n in names if names.count(n) > 1 or numbered and WIDE_COLUMN_RE.match(n)}
         if clash:
             raise BertfeatError(f"column name(s) {sorted(clash)} clash with each other or the feature columns", "rename them")
+        for name, t, why in unwritable(self.fmt, {id_name: id_type, **self.extra_columns}):
+            raise BertfeatError(f"column {name!r} holds {t} values, which a {self.fmt} feature file cannot hold ({why})",
+                                "write a parquet feature file")
         self.rows = 0
         self.row_group_rows = row_group_rows or max(1024, ROW_GROUP_BYTES // (np.dtype(self.dtype).itemsize * self.dim))
         self._closed = False

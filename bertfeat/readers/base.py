@@ -24,19 +24,23 @@ reject a bad row with its exact row number and reason instead of failing the who
 Malformed CSV lines (wrong number of fields) are yielded as pre-rejected rows in their place.
 
 Kept columns (``keep``: copied to the output beside the features) travel in ``RawBatch.extra``, already
-converted to their column's type (``keep_types()``: Parquet's schema; CSV/TSV and JSONL: what the first rows
-hold); a value that does not convert is a bad row (``RejectCode.BAD_KEPT_VALUE``) in its place.
+converted to their column's type (``keep_types()``: the type given in ``keep_as``, else Parquet's schema, JSONL's
+first values, a CSV/TSV cell's text unless the first rows read back unchanged as int64 or double: ``kept.py``); a
+value that does not convert is a bad row (``RejectCode.BAD_KEPT_VALUE``) in its place.
 """
 
 from __future__ import annotations
 
 import codecs
 import os
+import shlex
+import sys
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..errors import InputError, opt
+from ..errors import InputError, one_line, opt
+from .kept import TYPE_NAMES, TYPES
 from .paths import is_url, resolve_files
 
 TEXT_COLUMN_NAMES = ("text", "sentence", "content", "review")
@@ -46,12 +50,34 @@ MIN_PART_BYTES = 8 << 10  # CSV/TSV/JSONL: likewise, ~100 short sentences
 
 
 def normalize_encoding(encoding: str) -> str:
-    """A codec name -> its canonical name ('utf-8' for every UTF-8 spelling); unknown names are an error."""
+    """A codec name -> its canonical name ('utf-8' for every UTF-8 spelling). Unknown names are an error, and so are
+    codecs that are no text encoding (base64, rot13, zlib ...: bytes to bytes or text to text) and text codecs that
+    cannot decode a stream with a stand-in for an unreadable byte, as the readers do (idna, punycode)."""
     try:
-        name = codecs.lookup(encoding).name
+        info = codecs.lookup(encoding)
     except (LookupError, TypeError, ValueError):
         raise InputError(f"unknown encoding '{encoding}'", "pass a Python codec name such as utf-8, latin-1 or cp1252") from None
-    return "utf-8" if name in ("utf-8", "utf-8-sig") else name
+    how = f"pass the file's text encoding, e.g. {opt('encoding', 'utf-8')} or {opt('encoding', 'latin-1')}"
+    if not getattr(info, "_is_text_encoding", True):
+        raise InputError(f"{opt('encoding', encoding)} is not a text encoding: Python's {info.name} codec converts "
+                         "bytes to bytes or text to text, not bytes to text", how)
+    why = _stream_problem(info)
+    if why is not None:
+        raise InputError(f"{opt('encoding', encoding)} cannot read a file: Python's {info.name} codec {why}", how)
+    return "utf-8" if info.name in ("utf-8", "utf-8-sig") else info.name
+
+
+def _stream_problem(info: codecs.CodecInfo) -> str | None:
+    """Why a text codec cannot decode a file as the readers do (piecewise, an unreadable byte escaped), or None: a
+    short CSV line encoded with it and decoded back a byte at a time."""
+    line = "id,text\nr1,hello world\r\n"
+    try:
+        data = info.encode(line)[0]
+        decoder = info.incrementaldecoder(errors="surrogateescape")
+        back = "".join(decoder.decode(data[i:i + 1]) for i in range(len(data))) + decoder.decode(b"", final=True)
+    except (UnicodeError, LookupError, TypeError, ValueError) as e:
+        return f"does not decode a stream of bytes ({one_line(e, 80)})"
+    return None if back == line else "does not give text back a piece at a time"
 
 
 @dataclass
@@ -107,7 +133,7 @@ class Reader:
 
     def __init__(self, path: str, fmt: str, *, text_column: str | None = None, pair_column: str | None = None,
                  id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192, delimiter: str | None = None,
-                 keep: tuple[str, ...] | list[str] = (), label: str | None = None):
+                 keep: tuple[str, ...] | list[str] = (), label: str | None = None, keep_as: dict[str, str] | None = None):
         self.path = path
         self.fmt = fmt
         self.encoding = normalize_encoding(encoding)
@@ -121,9 +147,10 @@ class Reader:
         self.columns = self._columns()
         self._select_columns(text_column, pair_column, id_column)
         self.keep: tuple[str, ...] = ()
+        self.keep_as: dict[str, str] = {}  # kept column -> the type given for it (keep="label:int"): int, float, bool, str
         self._kept_types: dict[str, pa.DataType] = {}
         if keep:
-            self._select_keep(tuple(keep), label)
+            self._select_keep(tuple(keep), label, dict(keep_as or {}))
         self.__dict__.pop("_sample", None)  # the head a format held for _decide_keep_types
 
     def _setup(self, delimiter: str | None) -> None:
@@ -196,17 +223,20 @@ class Reader:
             f"pass {opt('text_column', 'NAME')}",
         )
 
-    def _select_keep(self, keep: tuple[str, ...], label: str | None = None) -> None:
-        """Check that every kept column exists (``label``: the one kept as the label, named so), then decide their
-        types (the format's ``_decide_keep_types``)."""
+    def _select_keep(self, keep: tuple[str, ...], label: str | None, keep_as: dict[str, str]) -> None:
+        """Check that every kept column exists (``label``: the one kept as the label, named so), then decide the types
+        of those ``keep_as`` gives none (the format's ``_decide_keep_types``)."""
         for col in keep:
             if col not in self.columns:
                 raise InputError(f"{self.name}: {opt('label' if col == label else 'keep')} '{col}' is not a column",
-                                 f"columns are: {listing(self.columns)}")
-        self.keep = keep
-        self._kept_types = self._decide_keep_types()
+                                 f"columns are: {listing(self.columns)}{'' if col == label else quoting_hint(self.columns)}")
+        self.keep, self.keep_as = keep, keep_as
+        decided = self._decide_keep_types()
+        self._kept_types = {c: TYPES[TYPE_NAMES[keep_as[c]]] if c in keep_as else decided[c] for c in keep}
 
     def _decide_keep_types(self) -> dict[str, pa.DataType]:
+        """The kept columns' types by the format's rule (a column ``keep_as`` gives a type may be left out: it has that
+        one; a format that cannot convert a column to it refuses here)."""
         raise NotImplementedError
 
     def _wanted(self) -> list[str]:
@@ -228,6 +258,35 @@ class Reader:
 def listing(cols: list[str]) -> str:
     """Column names for a message, comma-separated (quoted when blank, padded or holding a comma); 'none' for none."""
     return ", ".join(repr(c) if (not c or c != c.strip() or "," in c) else c for c in cols) or "none"
+
+
+_STDIN_FIX = ("pipe the input into bertfeat (e.g. cat in.csv | bertfeat extract - --input-format csv -o out.parquet), "
+              "or pass the file's path instead of -")
+
+
+def standard_input():
+    """Standard input's binary stream (``-`` as the input); refused when the process has none (started with it closed,
+    ``<&-``: Python's sys.stdin is None)."""
+    stdin = getattr(sys.stdin, "buffer", None)
+    if stdin is None:
+        raise InputError("<stdin>: standard input is closed, so there is nothing to read", _STDIN_FIX)
+    return stdin
+
+
+def stdin_read_error(e: OSError) -> InputError:
+    """Standard input that cannot be read (open for writing only, a directory ...): one line, not a traceback."""
+    return InputError(f"<stdin>: standard input cannot be read ({e.strerror or one_line(e)})", _STDIN_FIX)
+
+
+def quoting_hint(cols: list[str]) -> str:
+    """For a kept column that is not found: how to name one whose name keep's text would split (a comma, a double quote,
+    or an ending :TYPE), when the input has such a name ('' when it has none)."""
+    odd = next((c for c in cols if "," in c or '"' in c or ":" in c), None)
+    if odd is None:
+        return ""
+    quoted = '"' + odd.replace('"', '""') + '"'
+    return (f" (a name holding a comma, a double quote or a colon is quoted as in CSV, e.g. "
+            f"{opt('keep', quoted, cli=shlex.quote(quoted))})")
 
 
 def utf8_error_at(raw: bytes) -> int:

@@ -17,7 +17,7 @@ from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
 from . import arrowexit
 from .base import HEAD_BYTES, RawBatch, utf8_error_at
-from .kept import convert_cell, infer_cell_type
+from .kept import convert_cells, infer_cell_type
 from .paths import compression_of
 from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
 from .text import TextReader, split_wide_lines, wide_line_codec
@@ -337,11 +337,8 @@ class CsvReader(TextReader):
         if b.extra is None or not self._kept_types:
             return b
         for c, typ in self._kept_types.items():
-            values = b.extra[c]
-            for k, v in enumerate(values):
-                values[k], reason = convert_cell(c, v, typ)
-                if reason is not None and b.rows[k] not in b.pre_rejected:
-                    b.pre_rejected[b.rows[k]] = reason
+            for k, reason in convert_cells(c, b.extra[c], typ, c in self.keep_as).items():
+                b.pre_rejected.setdefault(b.rows[k], reason)
         return b
 
     def _decide_keep_types(self) -> dict[str, pa.DataType]:
@@ -367,7 +364,7 @@ class CsvReader(TextReader):
             pass  # the rows before it decide
         finally:
             self.multiline_rows = multiline
-        return {c: infer_cell_type(cells[c]) for c in self.keep}
+        return {c: infer_cell_type(cells[c]) for c in self.keep if c not in self.keep_as}  # (given: base.py)
 
     def _column_name(self, field: int | None) -> str:
         return f" in column {self.columns[field]!r}" if field is not None and field < len(self.columns) else ""

@@ -51,10 +51,12 @@ def _format_of(path: str) -> str | None:
 
 def open_input(path: str, fmt: str | None = None, text_column: str | None = None, pair_column: str | None = None,
                id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192,
-               delimiter: str | None = None, keep: tuple[str, ...] | list[str] = (), label: str | None = None) -> "Reader":
+               delimiter: str | None = None, keep: tuple[str, ...] | list[str] = (), label: str | None = None,
+               keep_as: dict[str, str] | None = None) -> "Reader":
     """The reader for ``path`` (its format from the extension unless ``fmt``), columns checked and chosen (``keep``:
-    the columns copied to the output, their types decided; ``label``: the one of them that is the label)."""
+    the columns copied to the output, their types decided, or given by ``keep_as``: column -> int, float, bool or str;
+    ``label``: the one of them that is the label)."""
     fmt = detect_format(path, fmt)
     cls = ParquetReader if fmt == "parquet" else JsonlReader if fmt == "jsonl" else CsvReader
     return cls(path, fmt, text_column=text_column, pair_column=pair_column, id_column=id_column, encoding=encoding,
-               batch_rows=batch_rows, delimiter=delimiter, keep=keep, label=label)
+               batch_rows=batch_rows, delimiter=delimiter, keep=keep, label=label, keep_as=keep_as)

@@ -208,7 +208,7 @@ class JsonlReader(TextReader):
         """Append the row's kept values (converted to their columns' types) to ``extra``: -> the row's reason, or the
         first kept value's that is of another kind."""
         for c, typ in self._kept_types.items():
-            value, why = convert_json(c, obj.get(c) if isinstance(obj, dict) else None, typ)
+            value, why = convert_json(c, obj.get(c) if isinstance(obj, dict) else None, typ, c in self.keep_as)
             extra[c].append(value)
             reason = reason or why
         return reason

@@ -1,22 +1,32 @@
-"""Kept columns (``keep``) of the text formats: the Arrow type the first rows decide, and every value converted to
-it, or the reason its row is a bad row.
+"""Kept columns (``keep``) of the text formats: each column's Arrow type (given, ``label:int``, or decided by the
+first rows), and every value converted to it, or the reason its row is a bad row.
 
-CSV / TSV cells are text. The head's cells decide a column's type as pandas and pyarrow infer one: int64 when
-every cell is an integer, else double when every cell is a number (``1``, ``-2.5``, ``1e3``, ``nan``, ``inf``),
-else bool when every cell is true / false (``true``, ``True``, ``TRUE``, ...), else string; an empty cell is a
-null and decides nothing (a column of empty cells is string). JSONL values are JSON: the first value that is not
-null decides (an integer int64, a number double, a boolean bool, a string string), integers and numbers mixed in
-the first rows are double. A later value that does not convert (CSV) or is of another kind (JSONL) is a bad row
-(``RejectCode.BAD_KEPT_VALUE``) whose reason names the column and the value.
+CSV / TSV cells are text, and a kept cell is kept as it is written (``"02134"``, ``"1e5"``, ``""``), unless
+its column's type is given or every cell of the head reads back as exactly the text it was written as: int64 when
+every cell is an integer written plainly (``-12``, not ``007``, ``+1``, `` 7`` or ``-0``), else double when every
+cell is a number that Python and Arrow write back as that text (``2.5``, not ``1.0``, ``1e5``, ``nan`` or ``-0``),
+else string (an empty cell is then an empty string; in an int64 or double column a null). A later cell that is not
+of its column's type, or would not be written back as it was, is a bad row (``RejectCode.BAD_KEPT_VALUE``) whose
+reason names the column and the value. A given type reads every cell as it: ``int`` (``007`` is 7), ``float``
+(``1e5``, ``nan``), ``bool`` (``true`` / ``false`` in any case), ``str`` (the text; empty stays empty); an empty
+cell is a null but for ``str``.
+
+JSONL values are JSON: the first value that is not null decides (an integer int64, a number double, a boolean
+bool, a string string), integers and numbers mixed in the first rows are double; a given type replaces that (a
+number or boolean given ``str`` is kept as its JSON text). A later value of another kind is a bad row.
+Parquet columns keep their schema's type, or are cast by Arrow to a given one (a value that does not cast: a bad
+row).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pyarrow as pa
 
+from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
 from ..textcheck import surrogate_reason
 
@@ -29,6 +39,11 @@ _INT64_RANGE = (-(2 ** 63), 2 ** 63)
 TYPES = {"int64": pa.int64(), "double": pa.float64(), "bool": pa.bool_(), "string": pa.string()}
 _WORDS = {"int64": ("an integer", "integers"), "double": ("a number", "numbers"),
           "bool": ("a boolean (true or false)", "booleans"), "string": ("a string", "strings")}
+#: the type names ``keep`` takes after a column name (``label:int``) -> TYPES' keys
+TYPE_NAMES = {"int": "int64", "int64": "int64", "float": "double", "double": "double", "bool": "bool",
+              "str": "string", "string": "string"}
+#: how a given type is written back in a message (``label:int``)
+GIVEN_NAMES = {"int64": "int", "double": "float", "bool": "bool", "string": "str"}
 
 
 # --------------------------------------------------------------------------- CSV / TSV cells
@@ -54,44 +69,95 @@ def _cell_bool(text: str):
 _CELL = {"int64": _cell_int, "double": _cell_float, "bool": _cell_bool, "string": lambda s: s}
 
 
+def _written_back(name: str, values: list) -> list:
+    """How each value of a column of type ``name`` is written back as text: Arrow's (the CSV output) where it and
+    Python's (``str``: a Parquet output read back) agree, else None; never for NaN and infinities (a null or an
+    error to most readers of the output)."""
+    if name == "int64":
+        return [str(v) for v in values]
+    arrow = pa.array(values, pa.float64()).cast(pa.string()).to_pylist()
+    return [a if a == repr(v) and math.isfinite(v) else None for v, a in zip(values, arrow)]
+
+
+def _exact(name: str, texts: list[str]) -> list:
+    """Each text's value in type ``name`` (int64 or double) when it is written back as exactly that text, else _BAD."""
+    values = [_CELL[name](t) for t in texts]
+    ok = [v for v in values if v is not _BAD]
+    back = iter(_written_back(name, ok))
+    return [v if v is not _BAD and next(back) == t else _BAD for t, v in zip(texts, values)]
+
+
+def _text(v):
+    """A cell as text (None: not UTF-8)."""
+    if isinstance(v, (bytes, bytearray)):
+        try:
+            return bytes(v).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return v
+
+
 def infer_cell_type(cells: list) -> pa.DataType:
-    """The type of a CSV column from its first cells (bytes or str; undecodable and empty cells decide nothing)."""
-    texts = []
-    for v in cells:
-        if isinstance(v, (bytes, bytearray)):
-            try:
-                v = bytes(v).decode("utf-8")
-            except UnicodeDecodeError:
-                continue
-        if v:
-            texts.append(v)
-    if texts:
-        for name in ("int64", "double", "bool"):
-            if all(_CELL[name](t) is not _BAD for t in texts):
-                return TYPES[name]
+    """The type of a CSV column from its first cells (bytes or str; undecodable and empty cells decide nothing): the
+    first of int64 and double whose values every cell is written as exactly (so that the output holds each cell's
+    text), else string."""
+    texts = [t for t in map(_text, cells) if t]
+    for name in ("int64", "double"):
+        if texts and _BAD not in _exact(name, texts):
+            return TYPES[name]
     return TYPES["string"]
 
 
-def convert_cell(column: str, value, typ: pa.DataType) -> tuple[object, Reason | None]:
-    """A CSV cell (bytes, str or None) -> (its value in ``typ``, None), or (its text, why the row is bad)."""
-    if value is None:
-        return None, None
-    if isinstance(value, (bytes, bytearray)):
-        try:
-            value = bytes(value).decode("utf-8")
-        except UnicodeDecodeError as e:
-            return (bytes(value).decode("utf-8", errors="replace"),
-                    Reason(RejectCode.ENCODING, f"invalid UTF-8 at byte {e.start} of the kept column {column!r}"))
-    if value == "":
-        return None, None
-    name = str(typ)
-    v = _CELL[name](value)
-    if v is _BAD:
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        one, several = _WORDS[name]
-        return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {json.dumps(shown, ensure_ascii=False)} "
-                                                        f"is not {one} (the column's first rows hold {several})")
-    return v, None
+def convert_cells(column: str, values: list, typ: pa.DataType, given: bool = False) -> dict[int, Reason]:
+    """A kept CSV column's cells (bytes, str or None), converted in place to ``typ``: -> the positions of the cells
+    that do not convert, and why their rows are bad (such a cell is left as its text). ``given``: the type was given
+    (``keep="col:int"``: every spelling of a value converts), else the first rows decided it (a cell converts only
+    when it is written back as exactly its text)."""
+    name, bad, todo = str(typ), {}, []
+    for k, v in enumerate(values):
+        if isinstance(v, (bytes, bytearray)):
+            try:
+                values[k] = v = bytes(v).decode("utf-8")
+            except UnicodeDecodeError as e:
+                values[k] = bytes(v).decode("utf-8", errors="replace")
+                bad[k] = Reason(RejectCode.ENCODING, f"invalid UTF-8 at byte {e.start} of the kept column {column!r}")
+                continue
+        if v is None or name == "string":
+            continue
+        if v == "":
+            values[k] = None
+        else:
+            todo.append(k)
+    texts = [values[k] for k in todo]
+    converted = [_CELL[name](t) for t in texts] if given else _exact(name, texts)
+    for k, t, v in zip(todo, texts, converted):
+        if v is not _BAD:
+            values[k] = v
+        else:
+            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, _bad_cell(column, t, name, given))
+    return bad
+
+
+def _bad_cell(column: str, text: str, name: str, given: bool) -> str:
+    """Why a kept cell does not convert: not of the type at all, or (a type the first rows decided) not written as it
+    would be written back."""
+    shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
+    value = _CELL[name](text)
+    if given or value is _BAD:
+        return f"kept column {column!r}: {shown} is not {_WORDS[name][0]} {_whose(name, given)}"
+    if name == "double" and not math.isfinite(value):  # NaN and infinities are never inferred (_written_back)
+        return f"kept column {column!r}: {shown} is not a finite number {_whose(name, given)}"
+    back = str(value) if name == "int64" else pa.array([value]).cast(pa.string())[0].as_py()
+    back = repr(value) if back == text else back  # (-0: Arrow writes -0, Python -0.0)
+    return (f"kept column {column!r}: {shown} would be written back as {back} (the column's first rows hold "
+            f"{_WORDS[name][1]}, each written back as it is written)")
+
+
+def _whose(name: str, given: bool) -> str:
+    """Where a kept column's type came from, for a message: given in keep, or decided by the first rows."""
+    if given:
+        return f"(the type given in {opt('keep')}: {GIVEN_NAMES[name]})"
+    return f"(the column's first rows hold {_WORDS[name][1]})"
 
 
 # --------------------------------------------------------------------------- JSONL values
@@ -103,12 +169,14 @@ def json_type(first_kind: str | None, kinds: set[str]) -> pa.DataType:
     return {"float": TYPES["double"], "bool": TYPES["bool"]}.get(first_kind, TYPES["string"])
 
 
-def convert_json(column: str, value, typ: pa.DataType) -> tuple[object, Reason | None]:
+def convert_json(column: str, value, typ: pa.DataType, given: bool = False) -> tuple[object, Reason | None]:
     """A JSON value -> (its value in ``typ``, None), or (the value, an object or array as its JSON text; why the
-    row is bad)."""
+    row is bad). ``given``: the type was given in ``keep`` (a number or boolean given str is kept as its JSON text)."""
     if value is None:
         return None, None
     name = str(typ)
+    if given and name == "string" and isinstance(value, (int, float)):
+        return json.dumps(value), None
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if name == "int64" and isinstance(value, int) and not isinstance(value, bool):
         if _INT64_RANGE[0] <= value < _INT64_RANGE[1]:
@@ -122,10 +190,9 @@ def convert_json(column: str, value, typ: pa.DataType) -> tuple[object, Reason |
     if name == "bool" and isinstance(value, bool):
         return value, None
     text = json.dumps(value, ensure_ascii=False)
-    one, several = _WORDS[name]
     return (text if isinstance(value, (dict, list)) else value,
             Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text if len(text) <= 40 else text[:37] + '...'} "
-                                              f"is {json_kind(value)}, not {one} (the column's first rows hold {several})"))
+                                              f"is {json_kind(value)}, not {_WORDS[name][0]} {_whose(name, given)}"))
 
 
 def json_kind(v) -> str:
@@ -135,3 +202,60 @@ def json_kind(v) -> str:
     if isinstance(v, int):
         return "an integer"
     return {float: "a number", str: "a string", dict: "an object", list: "an array"}.get(type(v), type(v).__name__)
+
+
+# --------------------------------------------------------------------------- Parquet columns
+def check_cast(source: str, column: str, src: pa.DataType, given: str) -> None:
+    """A Parquet column of type ``src`` that ``keep`` gives a type (``given``: int, float, bool or str): refused when
+    Arrow has no cast between them."""
+    typ = TYPES[TYPE_NAMES[given]]
+    try:
+        pa.array([], src).cast(typ)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        spec = f"{column}:{given}"
+        raise InputError(f"{source}: {opt('keep', spec, cli=repr(spec))}: the column holds {src} values, which Arrow "
+                         f"cannot convert to {typ}", f"keep it as it is (drop :{given}), or give another type") from None
+
+
+def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, Reason]]:
+    """A Parquet kept column cast by Arrow to the type ``keep`` gives it, as Python values: -> (the values, the positions
+    of those that do not cast and why their rows are bad; such a value is left as it was, for the rejects file)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    try:
+        return values.cast(typ).to_pylist(), {}
+    except (pa.ArrowException, UnicodeDecodeError):
+        pass  # which ones: one at a time
+    out, bad = [], {}
+    for k in range(len(values)):
+        one = values.slice(k, 1)
+        try:
+            out.append(one.cast(typ)[0].as_py())
+        except (pa.ArrowException, UnicodeDecodeError) as e:
+            text = one.cast(pa.large_binary())[0].as_py().decode("utf-8", "replace") if _textual(one.type) else str(one[0])
+            out.append(text)
+            shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
+            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {shown} is not {_WORDS[str(typ)][0]} "
+                                                       f"{_whose(str(typ), True)} ({one_line(e, 80)})")
+    return out, bad
+
+
+def _textual(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+
+
+def storage(values):
+    """A column of an extension type (uuid, json, bool8 ...) as its storage: the values a kept column carries as Python
+    objects (``kept_array`` makes the extension array again)."""
+    if isinstance(values.type, pa.BaseExtensionType):
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        return values.storage
+    return values
+
+
+def kept_array(values: list, typ: pa.DataType) -> pa.Array:
+    """A kept column's values (Python objects; an extension type's its storage's) as an Arrow array of ``typ``."""
+    if isinstance(typ, pa.BaseExtensionType):
+        return pa.ExtensionArray.from_storage(typ, pa.array(values, typ.storage_type))
+    return pa.array(values, typ)

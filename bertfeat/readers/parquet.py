@@ -5,13 +5,13 @@ spooled to a temporary file.
 from __future__ import annotations
 
 import os
-import sys
 
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode
-from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, utf8_error_at
+from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
+from .kept import cast_values, check_cast, storage
 
 
 class ParquetReader(Reader):
@@ -26,14 +26,21 @@ class ParquetReader(Reader):
             self.total_bytes = os.path.getsize(self.files[0])
 
     def _spool_stdin(self) -> str:
-        import shutil
         import tempfile
         import weakref
 
+        stdin = standard_input()
         fd, name = tempfile.mkstemp(prefix="bertfeat-stdin-", suffix=".parquet")
         weakref.finalize(self, os.unlink, name)
         with os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+            while True:
+                try:
+                    data = stdin.read(1 << 20)
+                except OSError as e:  # (a write's error, e.g. a full disk, is the temporary file's)
+                    raise stdin_read_error(e) from None
+                if not data:
+                    break
+                out.write(data)
         if os.path.getsize(name) == 0:
             raise InputError("<stdin>: standard input is empty", "pipe a Parquet file into bertfeat extract -")
         return name
@@ -123,22 +130,29 @@ class ParquetReader(Reader):
         for c in self.keep:
             self._same_type(c)
         types = {c: self._pq_schema.field(c).type for c in self.keep}
-        return {c: t.value_type if pa.types.is_dictionary(t) else t for c, t in types.items()}
+        types = {c: t.value_type if pa.types.is_dictionary(t) else t for c, t in types.items()}
+        for c, name in self.keep_as.items():
+            check_cast(self.name, c, types[c], name)
+        return types
 
     def _batch(self, b, first: int) -> RawBatch:
         unchecked: dict[str, dict[int, int]] = {}  # string columns whose writer let invalid UTF-8 in: cell -> byte
 
-        def col(c):
+        def col(c, kept=False):
             if not c:
                 return None
-            values, bad = _pylist(b.column(c))
+            values, bad = _pylist(storage(b.column(c)) if kept else b.column(c))  # (kept_array makes an extension type again)
             if bad:
                 unchecked[c] = bad
             return values
 
         rows = list(range(first, first + b.num_rows))
+        cast = {c: cast_values(c, b.column(c), self._kept_types[c]) for c in self.keep_as}  # (values, bad ones)
         rb = RawBatch(rows, col(self.text_column), col(self.pair_column), col(self.id_column),
-                      extra={c: col(c) for c in self.keep} if self.keep else None)
+                      extra={c: cast[c][0] if c in cast else col(c, True) for c in self.keep} if self.keep else None)
+        for _, bad in cast.values():
+            for k, why in bad.items():
+                rb.pre_rejected.setdefault(rows[k], why)
         named = [(self.text_column, rb.texts, "text"), (self.pair_column, rb.pairs, "pair text"),
                  (self.id_column, rb.ids, "id"), *((c, (rb.extra or {}).get(c), f"kept column {c!r}") for c in self.keep)]
         for c, values, what in named:

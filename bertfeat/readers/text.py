@@ -11,7 +11,7 @@ import sys
 import pyarrow as pa
 
 from ..errors import InputError, opt
-from .base import HEAD_BYTES, MIN_PART_BYTES, Partition, RawBatch, Reader
+from .base import HEAD_BYTES, MIN_PART_BYTES, Partition, RawBatch, Reader, standard_input, stdin_read_error
 from .paths import compression_of
 from .stream import CountingReader, NativeRaw, Prefixed
 
@@ -32,8 +32,11 @@ class TextReader(Reader):
 
     def _columns(self) -> list[str]:
         if self.path == "-":
-            self._stdin = sys.stdin.buffer
-            head = self._head = _head_of(self._stdin)
+            self._stdin = standard_input()
+            try:
+                head = self._head = _head_of(self._stdin)
+            except OSError as e:
+                raise stdin_read_error(e) from None
         else:
             fh = self._open_binary()[0]
             try:
