@@ -52,10 +52,14 @@ int8 variants (``precision="int8"``, see quant.py for the scheme and the NumPy r
     dq_bias_ and the GELU in one pass, then each row quantized for the down projection while it is in cache.
 
 Every kernel works row by row, so a row's result does not depend on the other rows in the batch.
+
+numba compiles the kernels in groups, each when first needed: the fp32 ones at ``use`` (or the first ``get``), the
+bf16 ones at ``warm_bf16``, the int8 ones at ``warm_q8``; its disk cache spares later processes the compile.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -72,37 +76,46 @@ ERF_TANH_P = tuple(np.float32(c) for c in (1.1283795833587646, 0.102765776216983
 
 BACKENDS = ("numba", "numpy")
 
+# The constants the kernels share, computed once here. numba compiles a global's value into a kernel as a constant
+# (the cache index does not record it, but any edit of this file invalidates the whole cache).
+f32 = np.float32
+p0, p1, p2, p3, p4, p5, p6 = ERF_TANH_P  # atanh(erf(z)) / z in powers of z^2
+c2, c3, c4, c5, c6, c7 = (f32(1.0 / math.factorial(k)) for k in range(2, 8))  # e^r, |r| <= ln2 / 2
+log2e, ln2_hi, ln2_lo = f32(1.4426950408889634), f32(0.693145751953125), f32(1.428606765330187e-06)
+sqrt_half, half, one, two, four = f32(0.7071067811865476), f32(0.5), f32(1.0), f32(2.0), f32(4.0)
+zero = f32(0.0)
+two_m32, two_m60 = f32(2.0**-32), f32(2.0**-60)
 
 _lock = threading.Lock()
 _first = threading.Lock()
 _state: dict[str, object] = {"backend": None, "kernels": None, "error": None}
 
 
-def _compile() -> dict[str, Callable]:
-    """Build the numba kernels (cached on disk by numba, so later processes skip the compile)."""
-    import math
-
+def _decorators() -> tuple[Callable, Callable]:
+    """numba's decorators for the kernels (``jit``: compiled, cached on disk) and the helpers they inline."""
     import numba
 
-
-    f32 = np.float32
-    p0, p1, p2, p3, p4, p5, p6 = ERF_TANH_P  # atanh(erf(z)) / z in powers of z^2
-    c2, c3, c4, c5, c6, c7 = (f32(1.0 / math.factorial(k)) for k in range(2, 8))  # e^r, |r| <= ln2 / 2
-    log2e, ln2_hi, ln2_lo = f32(1.4426950408889634), f32(0.693145751953125), f32(1.428606765330187e-06)
-    sqrt_half, half, one, two, four = f32(0.7071067811865476), f32(0.5), f32(1.0), f32(2.0), f32(4.0)
-    zero = f32(0.0)
-    two_m32, two_m60 = f32(2.0**-32), f32(2.0**-60)
     # fastmath without nnan/ninf: NaN and inf still propagate; error_model="numpy": a division
     # does not check for zero (that check would stop the loop from vectorizing)
     fast = {"contract", "arcp", "nsz", "afn", "reassoc"}
     jit = numba.njit(nogil=True, cache=True, error_model="numpy", fastmath=fast)
     inline = numba.njit(inline="always", error_model="numpy", fastmath=fast)
-    # Every jitted function that another kernel calls is a module global, not a closure cell: numba keys its
-    # disk cache on the closure cells, and a jitted function in a cell pickles differently in every process,
-    # so the kernels calling it were compiled again on every run (2-4 s before the first batch, for the bf16
-    # kernels even under fp32, as _warm compiles them all) and added an entry to the cache each time.
-    # tests/test_kernels.py::test_a_second_process_compiles_nothing checks this.
-    global _exp_parts, _gelu_erf, _exp_le0, rne16, row_bf16, bias_gelu_erf_, add_layer_norm_, to_bf16_
+    return jit, inline
+
+
+# Every jitted function that another kernel calls is a module global, not a closure cell: numba keys its disk cache
+# on the closure cells, and a jitted function in a cell pickles differently in every process, so the kernels calling
+# it were compiled again on every run (2-4 s before the first batch, for the bf16 kernels even under fp32) and added
+# an entry to the cache each time. Hence the ``global`` lines in the _define_* functions below (with the constants
+# above, the kernels have no closure cells at all). tests/test_kernels.py::test_a_second_process_compiles_nothing
+# checks this.
+
+
+def _define_exp() -> dict[str, Callable]:
+    """The scalar helpers the kernels inline: e^y in two forms and the exact GELU of one value (no kernels of their
+    own: an empty dict)."""
+    _, inline = _decorators()
+    global _exp_parts, _gelu_erf, _exp_le0
 
     @inline
     def _exp_parts(y):
@@ -128,6 +141,22 @@ def _compile() -> dict[str, Callable]:
         # below z = -4, GELU(x) < 9e-8 falls to 0 faster than x / (1 + e^19): return 0 (NaN for -inf)
         return x / (one + e) if z0 > -four else x * zero
 
+    @inline
+    def _exp_le0(y):
+        """e^y for y <= 0 (0 below -80)."""
+        er, n = _exp_parts(max(y, f32(-80.0)))  # -116 <= n <= 0
+        n1 = n >> 1  # 2^n = 2^n1 2^n2, each 2^(m + 60) 2^-60 with m + 60 in [2, 60]
+        e = er * (f32(np.int64(1) << (n1 + 60)) * two_m60) * (f32(np.int64(1) << (n - n1 + 60)) * two_m60)
+        return e if y >= f32(-80.0) else zero  # e^-80 = 1.8e-35
+
+    return {}
+
+
+def _define_fp32() -> dict[str, Callable]:
+    """The fp32 kernels: bias + GELU, bias + ReLU, add + LayerNorm, the masked softmax."""
+    jit, _ = _decorators()
+    global bias_gelu_erf_, add_layer_norm_
+
     @jit
     def bias_gelu_erf_(u, b):
         N, F = u.shape
@@ -136,14 +165,6 @@ def _compile() -> dict[str, Callable]:
             for j in range(F):
                 row[j] = _gelu_erf(row[j] + b[j])
         return u
-
-    @inline
-    def _exp_le0(y):
-        """e^y for y <= 0 (0 below -80)."""
-        er, n = _exp_parts(max(y, f32(-80.0)))  # -116 <= n <= 0
-        n1 = n >> 1  # 2^n = 2^n1 2^n2, each 2^(m + 60) 2^-60 with m + 60 in [2, 60]
-        e = er * (f32(np.int64(1) << (n1 + 60)) * two_m60) * (f32(np.int64(1) << (n - n1 + 60)) * two_m60)
-        return e if y >= f32(-80.0) else zero  # e^-80 = 1.8e-35
 
     @jit
     def bias_relu_(u, b):
@@ -204,6 +225,15 @@ def _compile() -> dict[str, Callable]:
                         row[j] = zero
         return scores
 
+    return {"gelu": bias_gelu_erf_, "relu": bias_relu_, "add_layer_norm_": add_layer_norm_,
+            "masked_softmax_": masked_softmax_}
+
+
+def _define_bf16() -> dict[str, Callable]:
+    """The kernels that write bf16 (after the fp32 group: two of them call fp32 kernels)."""
+    jit, inline = _decorators()
+    global rne16, row_bf16, to_bf16_
+
     @inline
     def rne16(w):
         """float32 bits (uint32) -> bf16 bits, nearest even; NaN stays a (quiet) NaN."""
@@ -258,7 +288,14 @@ def _compile() -> dict[str, Callable]:
                     row_bf16(cb[bi, h, t], out16[bi, t, h])
         return out16
 
-    global quant_rows_, _quant_row, _quant_rows_scaled, _dq_bias_row
+    return {"gelu_bf16": bias_gelu_erf_bf16_, "relu_bf16": bias_relu_bf16_,
+            "add_layer_norm_bf16_": add_layer_norm_bf16_, "to_bf16_": to_bf16_, "ctx_rows_bf16_": ctx_rows_bf16_}
+
+
+def _define_q8_rows() -> dict[str, Callable]:
+    """The row helpers the int8 kernels inline: quantize a row, dequantize one (no kernels of their own)."""
+    _, inline = _decorators()
+    global _quant_row, _quant_rows_scaled, _dq_bias_row
 
     @inline
     def _quant_row(row, qr, pair):
@@ -302,12 +339,6 @@ def _compile() -> dict[str, Callable]:
                 t[j] = row[j] * inv[j]
             sa[i], za[i] = _quant_row(t, q[i], pair)
 
-    @jit
-    def quant_rows_(x, inv, q, sa, za):
-        """Per-row asymmetric uint8 quantization of x * inv (quant.quant_rows): q, scales sa, zero points za."""
-        _quant_rows_scaled(x, inv, q, sa, za)
-        return q
-
     @inline
     def _dq_bias_row(o, i, acc, sa, za, sw, cs, b, yc, src, x, rows, wr):
         """Row i of dq_bias_: o (N,) <- sa sw (acc[-1 - src[i]] - za cs) + b + x[i, rows] wr, or yc[src[i]] + b
@@ -326,6 +357,19 @@ def _compile() -> dict[str, Callable]:
             w = wr[k]
             for j in range(o.shape[0]):
                 o[j] += c * w[j]
+
+    return {}
+
+
+def _define_q8() -> dict[str, Callable]:
+    """The int8 kernels (after the fp32 group and _define_q8_rows)."""
+    jit, _ = _decorators()
+
+    @jit
+    def quant_rows_(x, inv, q, sa, za):
+        """Per-row asymmetric uint8 quantization of x * inv (quant.quant_rows): q, scales sa, zero points za."""
+        _quant_rows_scaled(x, inv, q, sa, za)
+        return q
 
     @jit
     def dq_bias_(acc, sa, za, sw, cs, b, yc, src, x, rows, wr, out):
@@ -354,15 +398,41 @@ def _compile() -> dict[str, Callable]:
         _quant_rows_scaled(y, inv, q, sa, za)
         return y
 
-    return {"gelu": bias_gelu_erf_, "relu": bias_relu_, "add_layer_norm_": add_layer_norm_, "masked_softmax_": masked_softmax_,
-            "gelu_bf16": bias_gelu_erf_bf16_, "relu_bf16": bias_relu_bf16_, "add_layer_norm_bf16_": add_layer_norm_bf16_,
-            "to_bf16_": to_bf16_, "ctx_rows_bf16_": ctx_rows_bf16_,
-            "quant_rows_": quant_rows_, "dq_bias_": dq_bias_, "add_layer_norm_q8_": add_layer_norm_q8_,
+    return {"quant_rows_": quant_rows_, "dq_bias_": dq_bias_, "add_layer_norm_q8_": add_layer_norm_q8_,
             "dq_bias_gelu_q8_": dq_bias_gelu_q8_}
 
 
 BF16_KERNELS = ("gelu_bf16", "relu_bf16", "add_layer_norm_bf16_", "to_bf16_", "ctx_rows_bf16_")
 Q8_KERNELS = ("quant_rows_", "dq_bias_", "add_layer_norm_q8_", "dq_bias_gelu_q8_")
+
+# The three groups, each defined when it is first needed: fp32 at use(), bf16 at warm_bf16(), int8 at warm_q8(), or
+# when get() first asks for one of its kernels. A group's prerequisites come first: bf16 and int8 kernels call fp32
+# ones, and an int8 model writes its float token rows with to_bf16_. numba compiles a kernel (or loads it from its
+# disk cache) at its first call: the _warm functions below make that call, outside the worker threads.
+_GROUPS: dict[str, tuple[tuple[str, ...], tuple[Callable[[], dict[str, Callable]], ...]]] = {
+    "fp32": ((), (_define_exp, _define_fp32)),
+    "bf16": (("fp32",), (_define_bf16,)),
+    "q8": (("fp32", "bf16"), (_define_q8_rows, _define_q8)),
+}
+_GROUP_OF = {**dict.fromkeys(BF16_KERNELS, "bf16"), **dict.fromkeys(Q8_KERNELS, "q8")}
+_defined: dict[str, dict[str, Callable]] = {}  # group -> its kernels, defined once per process
+
+
+def _define(group: str) -> dict[str, Callable]:
+    """The kernels of ``group`` and of its prerequisites, defining each group the first time."""
+    needs, steps = _GROUPS[group]
+    kernels: dict[str, Callable] = {}
+    for g in needs:
+        kernels.update(_define(g))
+    if group not in _defined:
+        _defined[group] = {name: f for step in steps for name, f in step().items()}
+    kernels.update(_defined[group])
+    return kernels
+
+
+def _compile() -> dict[str, Callable]:
+    """The fp32 kernels (importing numba: raises if it is missing); the bf16 and int8 ones join when needed."""
+    return _define("fp32")
 
 
 def _warm(k: dict[str, Callable]) -> None:
@@ -405,16 +475,18 @@ def _warm_q8(k: dict[str, Callable]) -> None:
 
 def warm_q8() -> None:
     """Compile (or load) the int8 kernels now, in the calling thread (Encoder(precision="int8") calls this at load)."""
-    _warm_once("q8_warm", _warm_q8)
+    _warm_once("q8", _warm_q8)
 
 
-def _warm_once(flag: str, warm: Callable) -> None:
+def _warm_once(group: str, warm: Callable) -> None:
+    """Define ``group``'s kernels into the numba backend's dict and warm them, once per use()."""
     _ensure()
     with _lock:
         k = _state["kernels"]
-        if k and not _state.get(flag):
+        if k and not _state.get(group + "_warm"):
+            k.update(_define(group))  # type: ignore[attr-defined]
             warm(k)
-            _state[flag] = True
+            _state[group + "_warm"] = True
 
 
 def use(backend: str | None = None) -> str:
@@ -441,7 +513,7 @@ def use(backend: str | None = None) -> str:
 
 def warm_bf16() -> None:
     """Compile (or load) the bf16 kernels now, in the calling thread (Encoder(precision="bf16") calls this at load)."""
-    _warm_once("bf16_warm", _warm_bf16)
+    _warm_once("bf16", _warm_bf16)
 
 
 def _ensure() -> None:
@@ -458,10 +530,17 @@ def backend() -> str:
 
 
 def get(name: str) -> Callable | None:
-    """The fused kernel ``name`` ("gelu", "relu", "add_layer_norm_"), or None on the NumPy backend."""
+    """The fused kernel ``name`` ("gelu", "relu", "add_layer_norm_", ...), or None on the NumPy backend (or for a
+    name without one). A bf16 or int8 kernel asked for before warm_bf16 / warm_q8 is defined here (numba compiles it
+    at its first call)."""
     _ensure()
     kernels = _state["kernels"]
-    return kernels.get(name) if kernels else None  # type: ignore[union-attr]
+    if not kernels:
+        return None
+    if name not in kernels and name in _GROUP_OF:  # type: ignore[operator]
+        with _lock:
+            kernels.update(_define(_GROUP_OF[name]))  # type: ignore[attr-defined]
+    return kernels.get(name)  # type: ignore[attr-defined]
 
 
 def unavailable_reason() -> str | None:
