@@ -2,7 +2,7 @@
 
 A *chunk* is ``chunk_rows`` consecutive input rows (by 0-based data-row number). ``iter_chunks`` cuts a
 reader's batches into chunks (the local engine), ``validate_batch`` splits a chunk's rows into accepted texts and
-rejects (rejects.py), ``prepare_chunk`` tokenizes (an over-long row under ``long_text='error'`` is a bad row),
+rejects (rejects.py; a text's rule: textcheck.py), ``prepare_chunk`` tokenizes (an over-long row under ``long_text='error'`` is a bad row),
 ``chunk_table`` runs the model. ``encode_chunk`` is all three, the call a Dask partition task makes per chunk.
 
 Kept columns (``keep``) ride along: a chunk holds the accepted rows' kept values (``Chunk.extra``), a reject its
@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from .readers import RawBatch, Reader
 from .rejects import Reason, RejectCode, bad_row_error, reject, too_long
-from .textcheck import control_character_reason, surrogate_reason
+from .textcheck import text_reason
 
 #: the columns of a features table besides the id and the embedding, with their Arrow types
 EXTRA_COLUMNS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()}
@@ -39,15 +39,12 @@ def decode_cell(value, what: str) -> tuple[str | None, Reason | None]:
         return None, Reason(RejectCode.NULL, f"null {what} (NaN)")
     if not isinstance(value, str):
         return None, Reason(RejectCode.NOT_STRING, f"non-string {what} ({kind(value)} {value!r:.40})")
-    if not value:
+    if not value:  # a missing value (a CSV cannot tell an empty cell from one), not a text
         return None, Reason(RejectCode.EMPTY, f"empty {what}")
     if not value.strip():
         return None, Reason(RejectCode.WHITESPACE, f"whitespace-only {what}")
-    bad = surrogate_reason(value, what)
-    if bad:
-        return None, Reason(RejectCode.INVALID_UNICODE, bad)
-    text = control_character_reason(value, what)
-    return (None, Reason(RejectCode.CONTROL_CHARACTER, text)) if text else (value, None)
+    why = text_reason(value, what)  # the rule Encoder.encode and TextFeatures apply too
+    return (None, why) if why else (value, None)
 
 
 def kind(v) -> str:

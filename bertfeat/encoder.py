@@ -32,7 +32,7 @@ from .specs import check_max_batch_tokens, check_max_length, check_size, check_s
 from .pooling import (LAYER_AGGS, ONE_TOKEN_POOLS, combine_layers, dense, l2_normalize, parse_layers, pool_tokens,
                       split_pooling)
 from .stmodules import ModelPipeline, read_pipeline
-from .textcheck import surrogate_reason
+from .textcheck import check_text
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, weights_sha256
 
@@ -598,7 +598,8 @@ def text_list(values, name: str) -> list[str]:
     """``texts`` / ``pairs`` of Encoder.encode -> a list of str (one string: a list of it, as sentence-transformers).
 
     Anything else than strings is refused naming the first bad item (``texts[1] is None, not a string``), rather than
-    reaching the tokenizer, whose TypeError names neither."""
+    reaching the tokenizer, whose TypeError names neither; so is a text that is not valid Unicode (textcheck.text_reason:
+    extract's rule for a row's text)."""
     if isinstance(values, str):
         values = [values]
     elif hasattr(values, "columns") and hasattr(values, "shape"):  # a pandas / polars DataFrame (iterating gives its
@@ -616,10 +617,7 @@ def text_list(values, name: str) -> list[str]:
     for i, v in enumerate(values):
         if not isinstance(v, str):
             raise BertfeatError(f"{name}[{i}] is {short_repr(v)}, not a string", NOT_A_STRING_FIX)
-        bad = surrogate_reason(v, f"{name}[{i}]")
-        if bad:
-            raise BertfeatError(bad, "encode the text from valid Unicode (a lone surrogate comes from a broken "
-                                     "\\ud800-\\udfff escape or from decoding with errors='surrogateescape')")
+        check_text(v, f"{name}[{i}]")  # extract's rule for a row's text (textcheck.text_reason)
     return values
 
 

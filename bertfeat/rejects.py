@@ -1,7 +1,7 @@
 """Bad rows as data: a reject has a row, an id, a code (``RejectCode``) and the words that describe it.
 
 Readers (a malformed CSV line, invalid JSON, a JSONL line that is not an object, an unclosed quote, a binary
-Parquet cell), validation (chunks.py: null, empty, non-string, control characters, bad bytes) and the long-text
+Parquet cell), validation (chunks.py and textcheck.py: null, empty, non-string, bad bytes, lone surrogates) and the long-text
 rule make ``Reason``s; the fix shown to the user is looked up by code (``fix_for``), never by parsing the text.
 A reject travels as a plain dict (``{"row", "id", "reason", "code"}``, plus ``"keep"``: the row's kept values, with
 ``keep``): it pickles to and from Dask workers and sits in a part file's metadata; the rejects file has the columns
@@ -28,7 +28,6 @@ class RejectCode(str, Enum):
     NOT_STRING = "not-string"
     ENCODING = "encoding"  # bytes that are not valid in the input's encoding
     BINARY_COLUMN = "binary-column"  # a Parquet binary cell that is not UTF-8
-    CONTROL_CHARACTER = "control-character"
     INVALID_UNICODE = "invalid-unicode"  # an unpaired surrogate from a JSON escape (text, pair, id or kept value)
     UNCLOSED_QUOTE = "unclosed-quote"
     MALFORMED_LINE = "malformed-line"
@@ -84,7 +83,6 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
         RejectCode.BINARY_COLUMN: (f"write the column as UTF-8 strings (decode it with its real encoding first; "
                                    f"{opt('encoding')} applies to CSV and JSONL), {skip}"),
         RejectCode.ENCODING: f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')}), {skip}",
-        RejectCode.CONTROL_CHARACTER: f"remove the control characters or replace them with spaces, {skip}",
         RejectCode.INVALID_UNICODE: ("fix the JSON escape (a \\ud800-\\udbff escape needs its \\udc00-\\udfff pair right "
                                      f"after it, as in \\ud83d\\ude00), {skip}"),
         RejectCode.UNCLOSED_QUOTE: f'close the quote (a quote inside a quoted field is written ""), {skip}',

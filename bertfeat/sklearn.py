@@ -29,6 +29,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from .encoder import Encoder
 from .errors import BertfeatError
 from .specs import check_size
+from .textcheck import check_text
 
 __all__ = ["TextFeatures", "as_texts"]
 
@@ -72,6 +73,7 @@ def as_texts(X: Any) -> list[str]:
         if not isinstance(v, str):
             raise BertfeatError(f"X[{i}] is {type(v).__name__} {v!r:.40}, not a string",
                                 "pass texts only (fill or drop missing values first)")
+        check_text(v, f"X[{i}]")  # the rule of Encoder.encode and extract (textcheck.text_reason)
     return values
 
 
