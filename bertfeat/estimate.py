@@ -182,8 +182,8 @@ def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None
 
 def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate:
     """Measure what ``plan`` will take (see the module docstring); writes nothing."""
-    from .chunks import run_rows
-    from .encoder import LongTextError
+    from .chunks import prepare_rows, run_rows
+    from .rejects import RejectCode
     from .jobcore import feature_settings, load_encoder
     from .plan import ALL_COMPONENTS
 
@@ -198,16 +198,14 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     tokens_per_row = tps = 0.0
     truncated = 0.0
     windows = 1.0
-    n, prep = len(texts), None
-    while texts:  # long_text='error': rows the run refuses as too long are left out of the sample, and counted
-        try:
-            prep = encoder.prepare(texts, pairs, spec)
-            break
-        except LongTextError as e:
-            keep = sorted(set(range(len(texts))) - set(np.asarray(e.rows).tolist()))
-            texts, pairs = [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
-    too_long = round((n - len(texts)) / n * (rows - bad)) if n else 0
-    accepted = rows - bad - too_long
+    n = len(texts)
+    # rows the run refuses (too long under long_text='error', a token past the embedding table) are left out of the
+    # sample, and counted
+    prep, keep, refused = prepare_rows(encoder, spec, texts, pairs)
+    texts, pairs = [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
+    too_long, past_table = (round(sum(r.code == code for r in refused.values()) / n * (rows - bad)) if n else 0
+                            for code in (RejectCode.TOO_LONG, RejectCode.TOKEN_PAST_TABLE))
+    accepted = rows - bad - too_long - past_table
     if prep is not None:
         lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
         tokens_per_row = float(lengths.sum()) / len(texts)
@@ -260,10 +258,10 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     if bad and plan.on_bad_row == "error":
         warnings.append(f"{bad:,} bad row(s): the run stops at row {first_bad} (on_bad_row='error'); skip writes them "
                         "to the rejects file")
-    if plan.max_bad_rows is not None and plan.max_bad_rows.exceeded(bad + too_long, rows, final=True):
-        about = "~" if too_long else ""  # rows too long are counted on the sample
-        warnings.append(f"{about}{bad + too_long:,} bad row(s), more than max_bad_rows {plan.max_bad_rows.text} allows: "
-                        "the run stops there and writes nothing")
+    if plan.max_bad_rows is not None and plan.max_bad_rows.exceeded(bad + too_long + past_table, rows, final=True):
+        about = "~" if too_long or past_table else ""  # rows the Encoder refuses are counted on the sample
+        warnings.append(f"{about}{bad + too_long + past_table:,} bad row(s), more than max_bad_rows "
+                        f"{plan.max_bad_rows.text} allows: the run stops there and writes nothing")
     if limit is not None and memory_peak > 0.9 * limit:
         warnings.append(f"the run may need {memory_peak / 2**20:,.0f} MiB, {source} is {limit / 2**20:,.0f} MiB: lower "
                         "chunk_rows or max_batch_tokens, or threads")
@@ -273,6 +271,10 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     if too_long and plan.on_bad_row == "error":
         warnings.append(f"~{too_long:,} row(s) are longer than max_length {spec.max_length}: the run "
                         "(long_text='error') stops at the first; on_bad_row='skip' writes them to the rejects file")
+    if past_table:
+        warnings.append(f"~{past_table:,} row(s) hold a token the model's word embedding table has no row for: "
+                        + ("the run stops at the first (on_bad_row='error')" if plan.on_bad_row == "error"
+                           else "the run writes them to the rejects file"))
     if truncated > 0.01 and spec.long_text == "truncate":
         warnings.append(f"{100 * truncated:.1f} % of rows are longer than max_length {spec.max_length} and will be cut "
                         "(long_text='chunk-mean' keeps every token)")

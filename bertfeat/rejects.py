@@ -1,8 +1,9 @@
 """Bad rows as data: a reject has a row, an id, a code (``RejectCode``) and the words that describe it.
 
 Readers (a malformed CSV line, invalid JSON, a JSONL line that is not an object, an unclosed quote, a binary
-Parquet cell), validation (chunks.py and textcheck.py: null, empty, non-string, bad bytes, lone surrogates) and the long-text
-rule make ``Reason``s; the fix shown to the user is looked up by code (``fix_for``), never by parsing the text.
+Parquet cell), validation (chunks.py and textcheck.py: null, empty, non-string, bad bytes, lone surrogates), the
+long-text rule and tokens the model cannot embed make ``Reason``s; the fix shown to the user is looked up by code
+(``fix_for``), never by parsing the text.
 A reject travels as a plain dict (``{"row", "id", "reason", "code"}``, plus ``"keep"``: the row's kept values, with
 ``keep``): it pickles to and from Dask workers and sits in a part file's metadata; the rejects file has the columns
 ``row, id, reason``, then the kept columns. ``BadRowLimit`` (``max_bad_rows``) is how many bad rows a run may skip
@@ -34,6 +35,7 @@ class RejectCode(str, Enum):
     INVALID_JSON = "invalid-json"
     NOT_OBJECT = "not-object"  # a JSONL line that is valid JSON but not an object (an array, a string, a number ...)
     TOO_LONG = "too-long"  # more tokens than max_length under long_text='error'
+    TOKEN_PAST_TABLE = "token-past-table"  # a token the model's word embedding table has no row for
     NULL_ID = "null-id"
     MISSING_FIELD = "missing-field"  # a JSONL object without the text (or pair) field
     BAD_ID = "bad-id"  # a JSONL id that is not a string or an integer, or not of the kind of the ids before it
@@ -72,6 +74,12 @@ def too_long(n_tokens: int, max_length: int) -> Reason:
     return Reason(RejectCode.TOO_LONG, f"{n_tokens} tokens, more than max length {max_length} ({opt('long_text', 'error')})")
 
 
+def token_past_table(token: str, token_id: int, table_rows: int) -> Reason:
+    """A row whose tokens include one the model cannot embed (an added token past its word embedding table)."""
+    return Reason(RejectCode.TOKEN_PAST_TABLE, f"the token {token!r} (id {token_id:,}) has no row in the model's word "
+                                               f"embedding table ({table_rows:,} rows)")
+
+
 SKIP_WRITES = "write it to the rejects file and go on"
 
 
@@ -91,6 +99,9 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
         RejectCode.NOT_OBJECT: f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}',
         RejectCode.BAD_KEPT_VALUE: (f"make every value of the column one type (its first rows decide it for {opt('keep')}: "
                                     f"integers, numbers, booleans or strings), {skip}"),
+        RejectCode.TOKEN_PAST_TABLE: (f"leave the token out of the row (the model's tokenizer has tokens its weights "
+                                      "cannot embed; sentence-transformers fails on them too), or use a model whose "
+                                      f"embedding table covers its tokenizer, {skip}"),
         RejectCode.TOO_LONG: (f"use {opt('long_text', 'truncate')}/chunk-mean/chunk-max or a larger {opt('max_length')}, "
                               f"or {opt('on_bad_row', 'skip')}"),
     }
