@@ -2,7 +2,8 @@
 
 A *chunk* is ``chunk_rows`` consecutive input rows (by 0-based data-row number). ``iter_chunks`` cuts a
 reader's batches into chunks (the local engine), ``validate_batch`` splits a chunk's rows into accepted texts and
-rejects (rejects.py), ``prepare_chunk`` tokenizes (an over-long row under ``long_text='error'`` is a bad row),
+rejects (rejects.py; a text's rule: textcheck.py), ``prepare_chunk`` tokenizes (an over-long row under
+``long_text='error'``, and a row with a token past the model's embedding table, is a bad row),
 ``chunk_table`` runs the model. ``encode_chunk`` is all three, the call a Dask partition task makes per chunk.
 
 Kept columns (``keep``) ride along: a chunk holds the accepted rows' kept values (``Chunk.extra``), a reject its
@@ -19,8 +20,8 @@ import pyarrow as pa
 
 from .readers import RawBatch, Reader
 from .readers.kept import kept_array
-from .rejects import Reason, RejectCode, bad_row_error, reject, too_long
-from .textcheck import control_character_reason, surrogate_reason
+from .rejects import Reason, RejectCode, bad_row_error, reject, token_past_table, too_long
+from .textcheck import text_reason
 
 #: the columns of a features table besides the id and the embedding, with their Arrow types
 EXTRA_COLUMNS = {"n_tokens": pa.int32(), "truncated": pa.bool_(), "n_chunks": pa.int32()}
@@ -40,15 +41,12 @@ def decode_cell(value, what: str) -> tuple[str | None, Reason | None]:
         return None, Reason(RejectCode.NULL, f"null {what} (NaN)")
     if not isinstance(value, str):
         return None, Reason(RejectCode.NOT_STRING, f"non-string {what} ({kind(value)} {value!r:.40})")
-    if not value:
+    if not value:  # a missing value (a CSV cannot tell an empty cell from one), not a text
         return None, Reason(RejectCode.EMPTY, f"empty {what}")
     if not value.strip():
         return None, Reason(RejectCode.WHITESPACE, f"whitespace-only {what}")
-    bad = surrogate_reason(value, what)
-    if bad:
-        return None, Reason(RejectCode.INVALID_UNICODE, bad)
-    text = control_character_reason(value, what)
-    return (None, Reason(RejectCode.CONTROL_CHARACTER, text)) if text else (value, None)
+    why = text_reason(value, what)  # the rule Encoder.encode and TextFeatures apply too
+    return (None, why) if why else (value, None)
 
 
 def kind(v) -> str:
@@ -195,41 +193,50 @@ class PreparedChunk:
     prepared: object  # encoder.Prepared of the rows to encode (``todo``), or None when there are none
     reuse: object = None  # reuse.ChunkReuse: the rows taken from the cache or an identical row (None: no reuse)
     todo: list[int] | None = None  # positions (among the chunk's accepted rows) of the prepared rows, in order
-    refused: dict | None = None  # position -> Reason of rows refused as too long (long_text='error', skip)
+    refused: dict | None = None  # position -> Reason of rows the Encoder refused (prepare_rows; under skip)
+
+
+def prepare_rows(encoder, spec, texts: list[str], pairs: list[str] | None):
+    """Tokenize rows, leaving out those the Encoder refuses (too long under long_text='error', a token past the
+    model's embedding table), each with its Reason: -> (encoder.Prepared of the rest or None, their positions,
+    {refused position: Reason}). Every refused row is found, so that the first bad row is the lowest."""
+    from .encoder import LongTextError, TokenPastTableError
+
+    todo = list(range(len(texts)))
+    refused: dict[int, Reason] = {}
+    while todo:
+        try:
+            return encoder.prepare([texts[i] for i in todo], None if pairs is None else [pairs[i] for i in todo],
+                                   spec), todo, refused
+        except LongTextError as e:
+            bad = {int(j): too_long(int(e.n_tokens[j]), spec.max_length) for j in e.rows.tolist()}
+        except TokenPastTableError as e:
+            bad = {j: token_past_table(t, i, e.table_rows) for j, (t, i) in zip(e.rows, e.tokens)}
+        refused.update({todo[j]: why for j, why in bad.items()})
+        todo = [p for j, p in enumerate(todo) if j not in bad]
+    return None, todo, refused
 
 
 def prepare_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str, reuser=None) -> PreparedChunk:
     """Look the chunk's rows up (``reuser``: reuse.Reuser, the cache and the run's earlier rows) and tokenize the
-    rest, one row per distinct text; under long_text='error' an over-long row is a bad row.
+    rest, one row per distinct text; a row the Encoder refuses (over-long under long_text='error', a token past the
+    embedding table) is a bad row.
 
     Under ``on_bad_row='error'`` the first bad row of the chunk (lowest row number, whatever its reason) raises
     ``FILE row N: reason - fix``.
     """
-    from .encoder import LongTextError
-
-    if on_bad_row == "error" and chunk.rejects and spec.long_text != "error":
+    if on_bad_row == "error" and chunk.rejects and not encoder.refuses_rows(spec):
         raise bad_row_error(source_name, chunk.rejects[0])
     reuse = reuser.plan(chunk.texts, chunk.pairs) if reuser is not None and chunk.rows else None
-    todo = list(range(len(chunk.rows))) if reuse is None else list(reuse.todo)
-    refused: dict[int, Reason] = {}
-    prepared = None
-    while todo:
-        texts = [chunk.texts[i] for i in todo]
-        pairs = None if chunk.pairs is None else [chunk.pairs[i] for i in todo]
-        try:
-            prepared = encoder.prepare(texts, pairs, spec)
-            break
-        except LongTextError as e:
-            bad = sorted(set(e.rows.tolist()))
-            refused.update({todo[j]: too_long(int(e.n_tokens[j]), spec.max_length) for j in bad})
-            if on_bad_row == "error":
-                break
-            todo = [p for j, p in enumerate(todo) if j not in set(bad)]
+    rows = list(range(len(chunk.rows))) if reuse is None else list(reuse.todo)
+    prepared, kept, bad = prepare_rows(encoder, spec, [chunk.texts[i] for i in rows],
+                                       None if chunk.pairs is None else [chunk.pairs[i] for i in rows])
+    todo, refused = [rows[j] for j in kept], {rows[j]: why for j, why in bad.items()}
     if on_bad_row == "error" and (chunk.rejects or refused):
         first = sorted(chunk.rejects + [reject(chunk.rows[i], None if chunk.ids is None else chunk.ids[i], why, chunk.kept(i))
                                         for i, why in refused.items()], key=lambda r: r["row"])[0]
         raise bad_row_error(source_name, first)
-    return PreparedChunk(chunk, prepared if todo else None, reuse, todo, refused)
+    return PreparedChunk(chunk, prepared, reuse, todo, refused)
 
 
 def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict | None = None, reuser=None) -> pa.Table:

@@ -7,6 +7,7 @@ that does not parse, one such line with exit code 2 (usage_error).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Optional
@@ -482,7 +483,8 @@ def _run_main(argv: list[str] | None = None) -> int:
     _DEBUG = debug_enabled()
     _STOPPED.clear()
     try:
-        rv = app(args=argv, standalone_mode=False, prog_name="bertfeat")
+        with _warnings_as_lines():
+            rv = app(args=argv, standalone_mode=False, prog_name="bertfeat")
         # non-standalone Typer turns Ctrl-C into Exit(130) and an Exit(n) into a *returned* n
         if isinstance(rv, int) and not isinstance(rv, bool) and rv != 0:
             return _stopped() if rv == 130 else rv
@@ -510,6 +512,27 @@ def _run_main(argv: list[str] | None = None) -> int:
             return _stopped(interrupt)  # an exception set": an interruption, not a bug
         return _fail(e, user_error, unexpected)
     return 0
+
+
+@contextlib.contextmanager
+def _warnings_as_lines():
+    """bertfeat's own warnings (errors.BertfeatWarning) as one line, ``Warning: ...`` on stderr, as the CLI's other
+    warnings; Python's default shows the file and line that warned, which is not the user's."""
+    import warnings
+
+    from .errors import BertfeatWarning
+
+    with warnings.catch_warnings():
+        default = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if issubclass(category, BertfeatWarning):
+                err_console.print(f"Warning: {message}", markup=False, highlight=False, soft_wrap=True)
+            else:
+                default(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
 
 
 def _class_names(e: BaseException) -> set[str]:

@@ -73,7 +73,7 @@ from .reuse import dedup_memory
 from .vcache import NETWORK_FS, RUN_STORE_DIR, CacheError, filesystem_type, open_cache
 from .dask_cluster import (ClusterError, cancel, cluster_slots, gather, open_client, run_task, task_slots, task_threads,
                            worker_threads)
-from .errors import BertfeatError, opt, render
+from .errors import BertfeatError, BertfeatWarning, opt, render
 from .features.parquet import pages_damaged
 from .features.reader import DIRECTORY_PROVENANCE
 from .jobcore import (PARTIAL_MANIFESTS, ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume,
@@ -135,6 +135,7 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
     ``threads``: batches encoded side by side (Encoder.threads; BLAS stays at one thread per batch).
     """
     import socket
+    import warnings
 
     from .encoder_cache import shared_encoder
     from .hub import resolve_model
@@ -144,7 +145,9 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
         kw["threads"] = int(threads)
     try:
         loc = location if (Path(location.encoder_path) / "config.json").is_file() else resolve_model(model_name)
-        enc = shared_encoder(location=loc, **kw)
+        with warnings.catch_warnings():  # the client, which loaded the same model, has said them once
+            warnings.simplefilter("ignore", BertfeatWarning)
+            enc = shared_encoder(location=loc, **kw)
     except BertfeatError as e:
         raise BertfeatError(f"worker on {socket.gethostname()}: cannot load the model at {location.path} ({e._what})",
                             "the model directory must be at the same path on every worker (or in each worker's Hugging Face cache)") from None

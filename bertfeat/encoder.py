@@ -23,7 +23,7 @@ import numpy as np
 
 from . import gemm
 from .config import BertConfig
-from .errors import BertfeatError, InputError, WeightsError, opt
+from .errors import BertfeatError, BertfeatWarning, InputError, opt
 from .hub import ModelLocation, model_files, resolve_model
 from .families import forward, load_model_weights
 from .model import Workspace, pooler
@@ -32,7 +32,7 @@ from .specs import check_max_batch_tokens, check_max_length, check_size, check_s
 from .pooling import (LAYER_AGGS, ONE_TOKEN_POOLS, combine_layers, dense, l2_normalize, parse_layers, pool_tokens,
                       split_pooling)
 from .stmodules import ModelPipeline, read_pipeline
-from .textcheck import surrogate_reason
+from .textcheck import check_text
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, weights_sha256
 
@@ -171,7 +171,7 @@ class Encoder:
         self.default_max_length = self.pipeline.max_seq_length
         self.max_length = self._check_max_length(max_length) if max_length else self.default_max_length
         self.tokenizer = BertTokenizer.from_dir(e, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
-        self._check_vocabulary()
+        self.tokens_past_table = self._tokens_past_table()  # usually empty
         self.default_pooling, self.pooling_source = "+".join(self.pipeline.pooling), self.pipeline.pooling_source
         self._prompt_lengths: dict[tuple[str, int], int] = {}
         self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
@@ -206,18 +206,24 @@ class Encoder:
         memo[id(self)] = new
         return new
 
-    def _check_vocabulary(self) -> None:
-        """Every id the tokenizer can produce must have a row in the word embeddings (load_weights has checked the
-        table against config.json's vocab_size). A table larger than the tokenizer is fine (padded vocabularies)."""
-        tok, rows = self.tokenizer, self.weights.word.shape[0]
-        if tok.id_limit <= rows:
-            return
-        raise WeightsError(
-            f"{self.location.path}: the tokenizer ({tok.source}) has {tok.vocab_size:,} tokens, added tokens included "
-            f"(ids up to {tok.id_limit - 1:,}), but the word embedding table has {rows:,} rows (config.json vocab_size "
-            f"{self.config.vocab_size:,})",
-            "a token id past the table cannot be embedded: use the tokenizer files that came with these weights (a "
-            "tokenizer with added tokens needs the model saved after transformers' resize_token_embeddings)")
+    def _tokens_past_table(self) -> dict[int, str]:
+        """id -> token of the tokens the word embedding table has no row for (load_weights has checked the table
+        against config.json's vocab_size): added tokens past it, as CamemBERT's <s>NOTUSED. The model loads, as
+        sentence-transformers loads it, with a warning naming them; a text that holds one is refused (prepare). A table
+        larger than the tokenizer is fine (padded vocabularies)."""
+        rows = self.weights.word.shape[0]
+        past = self.tokenizer.tokens_from(rows)
+        if past:
+            import warnings
+
+            shown = ", ".join(f"{t!r} (id {i:,})" for i, t in list(past.items())[:5])
+            more = f" and {len(past) - 5:,} more" if len(past) > 5 else ""
+            warnings.warn(f"{self.location.path}: the tokenizer ({self.tokenizer.source}) has {len(past):,} token"
+                          f"{'s' * (len(past) != 1)} with no row in the word embedding table ({rows:,} rows, config.json "
+                          f"vocab_size {self.config.vocab_size:,}): {shown}{more}; a text that holds one is refused (a bad "
+                          "row for extract; sentence-transformers fails on it with an IndexError)",
+                          BertfeatWarning, stacklevel=3)
+        return past
 
     # ------------------------------------------------------------------ identity
     @property
@@ -367,6 +373,41 @@ class Encoder:
         return {**fp, **spec.to_dict()}
 
     # ------------------------------------------------------------------ stage 1: tokenize
+    def refuses_rows(self, spec: FeatureSpec) -> bool:
+        """Whether ``prepare`` may refuse rows with these settings (so a caller cannot tell the first bad row before
+        it tokenizes)."""
+        return spec.long_text == "error" or bool(self.tokens_past_table)
+
+    def _embeddable(self, prep: Prepared) -> Prepared:
+        """``prep`` once check_embeddable has passed its windows (the ids the model gets): prepare's last step."""
+        self.check_embeddable(prep.ids, prep.window_row)
+        return prep
+
+    def check_embeddable(self, ids: list[np.ndarray], row_of=None, label=lambda i: f"texts[{i}]") -> None:
+        """Raise TokenPastTableError naming the rows whose ids hold a token the word embedding table has no row for
+        (tokens_past_table), each with its first such token.
+
+        Parameters
+        ----------
+        ids : list of numpy.ndarray
+            Token ids per sequence (a row, or a window of one).
+        row_of : numpy.ndarray, optional
+            The row of each sequence (Prepared.window_row); default: sequence i is row i.
+        label : callable
+            A row's name in the message, from its number.
+        """
+        if not self.tokens_past_table:
+            return
+        rows = self.weights.word.shape[0]
+        first: dict[int, int] = {}  # row -> its first id past the table
+        for w, a in enumerate(ids):
+            if a.size and int(a.max()) >= rows:
+                first.setdefault(w if row_of is None else int(row_of[w]), int(a[np.argmax(a >= rows)]))
+        if first:
+            order = sorted(first)
+            raise TokenPastTableError.at(order, [(self.tokens_past_table[first[r]], first[r]) for r in order], rows,
+                                         label)
+
     def prepare(self, texts: list[str], pairs: list[str] | None, spec: FeatureSpec) -> Prepared:
         """Tokenize rows and apply the long-text policy; windows for chunked rows."""
         tok = self.tokenizer
@@ -383,7 +424,7 @@ class Encoder:
         if spec.long_text == "error" and t.truncated.any():
             raise LongTextError(np.flatnonzero(t.truncated), t.n_tokens, spec.max_length)
         if not spec.long_text.startswith("chunk") or not t.truncated.any():
-            return Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks)
+            return self._embeddable(Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks))
         if tok.cls_id is None or tok.sep_id is None:
             raise BertfeatError(f"{self.model_id}: the tokenizer has no [CLS]/<s> or [SEP]/</s> token to frame the windows "
                                 "of a long text", f"use {opt('long_text', 'truncate')} or error with this model")
@@ -400,7 +441,8 @@ class Encoder:
                 ids.append(a); type_ids.append(np.zeros_like(a)); rows.append(r)
             n_chunks[r] = len(wins)
         truncated = np.zeros(n, dtype=bool)  # chunked rows keep every token
-        return Prepared(ids, type_ids, np.asarray(rows, dtype=np.int64), n, t.n_tokens, truncated, n_chunks)
+        return self._embeddable(Prepared(ids, type_ids, np.asarray(rows, dtype=np.int64), n, t.n_tokens, truncated,
+                                         n_chunks))
 
     def _check_pair_types(self, t: Tokenized) -> None:
         """Sentence pairs need a second token type; RoBERTa-family models use type 0 for both texts, and DistilBERT
@@ -603,7 +645,8 @@ def text_list(values, name: str) -> list[str]:
     """``texts`` / ``pairs`` of Encoder.encode -> a list of str (one string: a list of it, as sentence-transformers).
 
     Anything else than strings is refused naming the first bad item (``texts[1] is None, not a string``), rather than
-    reaching the tokenizer, whose TypeError names neither."""
+    reaching the tokenizer, whose TypeError names neither; so is a text that is not valid Unicode (textcheck.text_reason:
+    extract's rule for a row's text)."""
     if isinstance(values, str):
         values = [values]
     elif hasattr(values, "columns") and hasattr(values, "shape"):  # a pandas / polars DataFrame (iterating gives its
@@ -621,10 +664,7 @@ def text_list(values, name: str) -> list[str]:
     for i, v in enumerate(values):
         if not isinstance(v, str):
             raise BertfeatError(f"{name}[{i}] is {short_repr(v)}, not a string", NOT_A_STRING_FIX)
-        bad = surrogate_reason(v, f"{name}[{i}]")
-        if bad:
-            raise BertfeatError(bad, "encode the text from valid Unicode (a lone surrogate comes from a broken "
-                                     "\\ud800-\\udfff escape or from decoding with errors='surrogateescape')")
+        check_text(v, f"{name}[{i}]")  # extract's rule for a row's text (textcheck.text_reason)
     return values
 
 
@@ -659,6 +699,32 @@ def check_finite_features(X: np.ndarray) -> None:
     """Refuse features with a NaN or inf (never returned, never written), naming the rows."""
     if X.size and not np.isfinite(X).all():
         raise NonFiniteFeaturesError.at(np.flatnonzero(~np.isfinite(X).all(axis=1)))
+
+
+class TokenPastTableError(InputError):
+    """Rows whose tokens include one the word embedding table has no row for; ``rows``: their positions in the texts
+    given, ``tokens``: (token, id) of each row's first such token, ``table_rows``: the table's size."""
+
+    def __init__(self, what: str, fix: str | None = None, rows: tuple[int, ...] = (), tokens: tuple = (),
+                 table_rows: int = 0):
+        self.rows, self.tokens, self.table_rows = tuple(rows), tuple(tokens), int(table_rows)
+        super().__init__(what, fix)
+
+    def __reduce__(self):  # the rows travel too (Dask workers -> client)
+        return (type(self), (self._what, self._fix, self.rows, self.tokens, self.table_rows))
+
+    @classmethod
+    def at(cls, rows, tokens, table_rows: int, label=lambda i: f"texts[{i}]") -> "TokenPastTableError":
+        """The error for these rows, each shown by ``label`` with its token (the first three, then how many more)."""
+        shown = ", ".join(f"{label(r)} ({t!r}, id {i:,})" for r, (t, i) in list(zip(rows, tokens))[:3])
+        more = f" and {len(rows) - 3:,} more" if len(rows) > 3 else ""
+        return cls(f"{shown}{more}: a token with no row in the model's word embedding table ({table_rows:,} rows)",
+                   TOKEN_PAST_TABLE_FIX, rows, tokens, table_rows)
+
+
+TOKEN_PAST_TABLE_FIX = ("leave the token out of these texts (the model's tokenizer has tokens its weights cannot embed; "
+                        "sentence-transformers fails on them with an IndexError), or use a model whose embedding table "
+                        "covers its tokenizer (saved after transformers' resize_token_embeddings)")
 
 
 class LongTextError(BertfeatError):

@@ -115,3 +115,8 @@ class InputError(BertfeatError):
 
 class ResumeError(BertfeatError):
     """A resume was refused because settings or inputs differ."""
+
+
+class BertfeatWarning(UserWarning):
+    """Something a run goes on with, but the user should know (Python: a warning; the CLI: ``Warning: ...`` on
+    stderr), e.g. a tokenizer with tokens the model cannot embed."""

@@ -189,6 +189,7 @@ def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None
 def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate:
     """Measure what ``plan`` will take (see the module docstring); writes nothing."""
     from .jobcore import feature_settings, load_encoder
+    from .rejects import RejectCode
 
     read = _read(plan, sample, seed)
     rows, bad = read["rows"], read["bad"]
@@ -199,8 +200,11 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     d = encoder.output_dim(spec)
     m = _measure(encoder, spec, read["texts"], read["pairs"])
     n = len(read["texts"])
-    too_long = round((n - len(m["texts"])) / n * (rows - bad)) if n else 0
-    accepted = rows - bad - too_long
+    # rows the run refuses (too long under long_text='error', a token past the embedding table) are left out of the
+    # sample, and counted
+    too_long, past_table = (round(sum(r.code == code for r in m["refused"].values()) / n * (rows - bad)) if n else 0
+                            for code in (RejectCode.TOO_LONG, RejectCode.TOKEN_PAST_TABLE))
+    accepted = rows - bad - too_long - past_table
     cached = _cached_share(plan, encoder, spec, m["texts"], m["pairs"])
     tokens = int(round(m["tokens_per_row"] * accepted))
     encode_seconds = tokens * (1.0 - (cached or 0.0)) / m["tps"] if m["tps"] else 0.0
@@ -214,7 +218,8 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     out_dir = plan.layout.features.parent if str(plan.layout.features.parent) else Path(".")
     probe = next((p for p in [out_dir, *out_dir.absolute().parents] if p.exists()), None)
     free = shutil.disk_usage(probe).free if probe is not None else None
-    warnings = _warnings(plan, spec, read, too_long, m, memory_peak, (limit, source), size["disk_peak"], (free, probe))
+    warnings = _warnings(plan, spec, read, (too_long, past_table), m, memory_peak, (limit, source), size["disk_peak"],
+                         (free, probe))
     low, high = time_range(seconds, encode_seconds, m["token_spread"], m["cpu_share"])
     return Estimate(
         input=plan.input, output=str(plan.layout.features), rows=rows, rows_bad=bad, first_bad_row=read["first_bad"],
@@ -228,22 +233,15 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
 
 
 def _measure(encoder, spec, texts: list[str], pairs: list[str] | None) -> dict:
-    """Tokenize the sample (under long_text='error' the rows the run refuses as too long are left out) and time its
-    encode after a warm-up: -> the sample's texts / pairs kept, tokens per row, truncated share, windows per row,
-    tokens per second, the relative standard error of tokens per row and the CPU share (_cpu_share)."""
-    from .chunks import run_rows
-    from .encoder import LongTextError
+    """Tokenize the sample (the rows the run refuses, chunks.prepare_rows, left out) and time its encode after a
+    warm-up: -> the sample's texts / pairs kept, the refused (position -> reason), tokens per row, truncated share,
+    windows per row, tokens per second, the relative standard error of tokens per row and the CPU share."""
+    from .chunks import prepare_rows, run_rows
 
     m = {"tokens_per_row": 0.0, "tps": 0.0, "token_spread": 0.0, "cpu_share": 1.0, "truncated": 0.0, "windows": 1.0}
-    prep = None
-    while texts:
-        try:
-            prep = encoder.prepare(texts, pairs, spec)
-            break
-        except LongTextError as e:
-            keep = sorted(set(range(len(texts))) - set(np.asarray(e.rows).tolist()))
-            texts, pairs = [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
-    m.update(texts=texts, pairs=pairs)
+    prep, keep, refused = prepare_rows(encoder, spec, texts, pairs)
+    texts, pairs = [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
+    m.update(texts=texts, pairs=pairs, refused=refused)
     if prep is None:
         return m
     lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
@@ -295,19 +293,20 @@ def _memory_parts(plan, d: int, accepted: int, mean_bytes: float, tokens_per_row
     }
 
 
-def _warnings(plan, spec, read: dict, too_long: int, m: dict, memory_peak: int, limit_source: tuple, disk_peak: int,
+def _warnings(plan, spec, read: dict, refused: tuple, m: dict, memory_peak: int, limit_source: tuple, disk_peak: int,
               free_probe: tuple) -> list[str]:
     """What will not do, or may surprise: bad rows, limits, memory, disk, truncation, a busy machine."""
     rows, bad, first_bad = read["rows"], read["bad"], read["first_bad"]
+    too_long, past_table = refused
     (limit, source), (free, probe) = limit_source, free_probe
     warnings = []
     if bad and plan.on_bad_row == "error":
         warnings.append(f"{bad:,} bad row(s): the run stops at row {first_bad} (on_bad_row='error'); skip writes them "
                         "to the rejects file")
-    if plan.max_bad_rows is not None and plan.max_bad_rows.exceeded(bad + too_long, rows, final=True):
-        about = "~" if too_long else ""  # rows too long are counted on the sample
-        warnings.append(f"{about}{bad + too_long:,} bad row(s), more than max_bad_rows {plan.max_bad_rows.text} allows: "
-                        "the run stops there and writes nothing")
+    if plan.max_bad_rows is not None and plan.max_bad_rows.exceeded(bad + too_long + past_table, rows, final=True):
+        about = "~" if too_long or past_table else ""  # rows the Encoder refuses are counted on the sample
+        warnings.append(f"{about}{bad + too_long + past_table:,} bad row(s), more than max_bad_rows "
+                        f"{plan.max_bad_rows.text} allows: the run stops there and writes nothing")
     if limit is not None and memory_peak > 0.9 * limit:
         warnings.append(f"the run may need {memory_peak / 2**20:,.0f} MiB, {source} is {limit / 2**20:,.0f} MiB: lower "
                         "chunk_rows or max_batch_tokens, or threads")
@@ -317,6 +316,10 @@ def _warnings(plan, spec, read: dict, too_long: int, m: dict, memory_peak: int, 
     if too_long and plan.on_bad_row == "error":
         warnings.append(f"~{too_long:,} row(s) are longer than max_length {spec.max_length}: the run "
                         "(long_text='error') stops at the first; on_bad_row='skip' writes them to the rejects file")
+    if past_table:
+        warnings.append(f"~{past_table:,} row(s) hold a token the model's word embedding table has no row for: "
+                        + ("the run stops at the first (on_bad_row='error')" if plan.on_bad_row == "error"
+                           else "the run writes them to the rejects file"))
     if m["truncated"] > 0.01 and spec.long_text == "truncate":
         warnings.append(f"{100 * m['truncated']:.1f} % of rows are longer than max_length {spec.max_length} and will be "
                         "cut (long_text='chunk-mean' keeps every token)")

@@ -208,6 +208,7 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
     enc = _encoder(model, max_length, encoder, precision)
     e, _, _ = enc.tokenizer.tokens(text, pair, _max_length(enc, max_length))
     ids = np.asarray([e.ids], dtype=np.int64)
+    enc.check_embeddable(list(ids), label=lambda i: "the text")
     types = np.asarray([e.type_ids], dtype=np.int64)
     mask = np.ones_like(ids)
     out = forward(enc.weights, ids, types, mask, keep=(), output_attentions=True)
@@ -373,6 +374,7 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
         raise BertfeatError(f"{enc.model_id}: the vocabulary has no {tok.mask_token} token", "use a BERT checkpoint with [MASK] in its vocabulary")
     e, truncated, n_full = tok.tokens(text, pair, enc.max_length)
     ids = np.asarray([e.ids], dtype=np.int64)
+    enc.check_embeddable(list(ids), label=lambda i: "the text")
     if truncated:
         raise BertfeatError(f"the text has {n_full} tokens, more than the max length {enc.max_length}",
                             f"shorten the text around {tok.mask_token}")

@@ -1,8 +1,9 @@
 """Bad rows as data: a reject has a row, an id, a code (``RejectCode``) and the words that describe it.
 
 Readers (a malformed CSV line, invalid JSON, a JSONL line that is not an object, an unclosed quote, a binary
-Parquet cell), validation (chunks.py: null, empty, non-string, control characters, bad bytes) and the long-text
-rule make ``Reason``s; the fix shown to the user is looked up by code (``fix_for``), never by parsing the text.
+Parquet cell), validation (chunks.py and textcheck.py: null, empty, non-string, bad bytes, lone surrogates), the
+long-text rule and tokens the model cannot embed make ``Reason``s; the fix shown to the user is looked up by code
+(``fix_for``), never by parsing the text.
 A reject travels as a plain dict (``{"row", "id", "reason", "code"}``, plus ``"keep"``: the row's kept values, with
 ``keep``): it pickles to and from Dask workers and sits in a part file's metadata; the rejects file has the columns
 ``row, id, reason``, then the kept columns. ``BadRowLimit`` (``max_bad_rows``) is how many bad rows a run may skip
@@ -28,13 +29,13 @@ class RejectCode(str, Enum):
     NOT_STRING = "not-string"
     ENCODING = "encoding"  # bytes that are not valid in the input's encoding
     BINARY_COLUMN = "binary-column"  # a Parquet binary cell that is not UTF-8
-    CONTROL_CHARACTER = "control-character"
     INVALID_UNICODE = "invalid-unicode"  # an unpaired surrogate from a JSON escape (text, pair, id or kept value)
     UNCLOSED_QUOTE = "unclosed-quote"
     MALFORMED_LINE = "malformed-line"
     INVALID_JSON = "invalid-json"
     NOT_OBJECT = "not-object"  # a JSONL line that is valid JSON but not an object (an array, a string, a number ...)
     TOO_LONG = "too-long"  # more tokens than max_length under long_text='error'
+    TOKEN_PAST_TABLE = "token-past-table"  # a token the model's word embedding table has no row for
     NULL_ID = "null-id"
     MISSING_FIELD = "missing-field"  # a JSONL object without the text (or pair) field
     BAD_ID = "bad-id"  # a JSONL id that is not a string or an integer, or not of the kind of the ids before it
@@ -73,6 +74,12 @@ def too_long(n_tokens: int, max_length: int) -> Reason:
     return Reason(RejectCode.TOO_LONG, f"{n_tokens} tokens, more than max length {max_length} ({opt('long_text', 'error')})")
 
 
+def token_past_table(token: str, token_id: int, table_rows: int) -> Reason:
+    """A row whose tokens include one the model cannot embed (an added token past its word embedding table)."""
+    return Reason(RejectCode.TOKEN_PAST_TABLE, f"the token {token!r} (id {token_id:,}) has no row in the model's word "
+                                               f"embedding table ({table_rows:,} rows)")
+
+
 SKIP_WRITES = "write it to the rejects file and go on"
 
 
@@ -84,7 +91,6 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
         RejectCode.BINARY_COLUMN: (f"write the column as UTF-8 strings (decode it with its real encoding first; "
                                    f"{opt('encoding')} applies to CSV and JSONL), {skip}"),
         RejectCode.ENCODING: f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')}), {skip}",
-        RejectCode.CONTROL_CHARACTER: f"remove the control characters or replace them with spaces, {skip}",
         RejectCode.INVALID_UNICODE: ("fix the JSON escape (a \\ud800-\\udbff escape needs its \\udc00-\\udfff pair right "
                                      f"after it, as in \\ud83d\\ude00), {skip}"),
         RejectCode.UNCLOSED_QUOTE: f'close the quote (a quote inside a quoted field is written ""), {skip}',
@@ -93,6 +99,9 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
         RejectCode.NOT_OBJECT: f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}',
         RejectCode.BAD_KEPT_VALUE: (f"fix the value, or give the column's type in {opt('keep')} (COLUMN:str keeps every "
                                     f"value as the text it is written as; :int, :float or :bool reads each as one), {skip}"),
+        RejectCode.TOKEN_PAST_TABLE: (f"leave the token out of the row (the model's tokenizer has tokens its weights "
+                                      "cannot embed; sentence-transformers fails on them too), or use a model whose "
+                                      f"embedding table covers its tokenizer, {skip}"),
         RejectCode.TOO_LONG: (f"use {opt('long_text', 'truncate')}/chunk-mean/chunk-max or a larger {opt('max_length')}, "
                               f"or {opt('on_bad_row', 'skip')}"),
     }

@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from .encoder import Encoder
+from .encoder import Encoder, TokenPastTableError
 from .errors import BertfeatError
 from .specs import check_size
+from .textcheck import check_text
 
 __all__ = ["TextFeatures", "as_texts"]
 
@@ -72,7 +73,16 @@ def as_texts(X: Any) -> list[str]:
         if not isinstance(v, str):
             raise BertfeatError(f"X[{i}] is {type(v).__name__} {v!r:.40}, not a string",
                                 "pass texts only (fill or drop missing values first)")
+        check_text(v, f"X[{i}]")  # the rule of Encoder.encode and extract (textcheck.text_reason)
     return values
+
+
+def _prepare(enc: Encoder, texts: list[str], spec, where):
+    """enc.prepare; a text with a token the model cannot embed is named by its place in X (``where[i]``: text i's)."""
+    try:
+        return enc.prepare(texts, None, spec)
+    except TokenPastTableError as e:
+        raise TokenPastTableError.at([where[r] for r in e.rows], e.tokens, e.table_rows, lambda i: f"X[{i}]") from None
 
 
 class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -170,7 +180,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         if not texts:
             return np.zeros((0, self.n_features_out_), dtype=np.float32)
         if not self.cache:
-            return enc.run(enc.prepare(texts, None, spec), spec, max_rows=self.batch_size)
+            return enc.run(_prepare(enc, texts, spec, range(len(texts))), spec, max_rows=self.batch_size)
         from .vcache import cache_fingerprint
 
         key = cache_fingerprint(enc, spec)[0]  # the vector cache's key: weights, model files, GEMM path, settings
@@ -180,7 +190,9 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             memo = _MEMO.setdefault(key, {})
         todo = list(dict.fromkeys(t for t in texts if t not in memo))
         if todo:
-            memo.update(zip(todo, enc.run(enc.prepare(todo, None, spec), spec, max_rows=self.batch_size)))
+            first = {t: i for i, t in reversed(list(enumerate(texts)))}  # a text's first place in X
+            prep = _prepare(enc, todo, spec, [first[t] for t in todo])
+            memo.update(zip(todo, enc.run(prep, spec, max_rows=self.batch_size)))
         return np.stack([memo[t] for t in texts])  # (n, D) float32
 
     def __sklearn_tags__(self):

@@ -376,6 +376,12 @@ class BertTokenizer:
     def id_to_token(self, i: int) -> str:
         return self._tk.id_to_token(int(i))
 
+    def tokens_from(self, first_id: int) -> dict[int, str]:
+        """id -> token of every token whose id is ``first_id`` or more (added tokens included), in id order."""
+        if self.id_limit <= first_id:
+            return {}
+        return dict(sorted((i, t) for t, i in self._tk.get_vocab().items() if i >= first_id))
+
 
 def pad_batch(ids: list[np.ndarray], type_ids: list[np.ndarray], pad_id: int = 0):
     """Right-pad rows to the longest: -> input_ids, token_type_ids, attention_mask, each (B, T) int."""

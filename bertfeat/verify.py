@@ -188,7 +188,7 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     difference (and its row), the smallest cosine, the tolerance, ``dtype`` (the file's: a float16 file's rows are
     compared with the re-encoded vector rounded to float16) and ``ok``.
     """
-    from .chunks import validate_batch
+    from .chunks import prepare_rows, validate_batch
     from .diffs import dict_differences
     from .encoder import Encoder
     from .features import open_features
@@ -269,7 +269,8 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         chunk = validate_batch(b, 0)
         skipped += len(chunk.rejects)
         keys = chunk.ids if by_id else chunk.rows
-        over = _too_long(enc, spec, chunk.texts, chunk.pairs) if spec.long_text == "error" else set()
+        # rows the run's Encoder refused (too long under long_text='error', a token past the embedding table)
+        over = set(prepare_rows(enc, spec, chunk.texts, chunk.pairs)[2]) if enc.refuses_rows(spec) else set()
         for k, key in enumerate(keys):
             if current is not _END and k not in over and _same(key, current):
                 if j in picked:
@@ -351,24 +352,6 @@ def _check_model_files(meta: dict, enc, path: Path) -> None:
                             f"({', '.join(changed[:4])}{', ...' if len(changed) > 4 else ''}; in {enc.location.path})",
                             f"extract the features again with this model, or pass {opt('model')} with the model they "
                             "came from")
-
-
-def _too_long(enc, spec, texts: list, pairs: list | None) -> set[int]:
-    """The rows extract refuses under long_text='error' (more tokens than max_length), found as prepare_chunk finds
-    them: Encoder.prepare names them."""
-    from .encoder import LongTextError
-
-    bad: set[int] = set()
-    todo = list(range(len(texts)))
-    while todo:
-        try:
-            enc.prepare([texts[i] for i in todo], None if pairs is None else [pairs[i] for i in todo], spec)
-            return bad
-        except LongTextError as e:
-            rows = {todo[j] for j in e.rows.tolist()}
-            bad |= rows
-            todo = [i for i in todo if i not in rows]
-    return bad
 
 
 def _same(key, ident) -> bool:

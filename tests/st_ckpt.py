@@ -208,3 +208,31 @@ def older_layout(src, dst, *, sub: str = "0_Transformer") -> Path:
     mods[0].update(path=sub, type="sentence_transformers.models.Transformer")
     mods_file.write_text(json.dumps(mods, indent=2) + "\n")
     return d
+
+
+def camembert_added_tokens_folder(dir, *, seed: int = 0) -> Path:
+    """A CamemBERT sentence-transformers folder (Transformer -> mean Pooling) whose tokenizer has added tokens past the
+    word embedding table, as camembert-base's has under transformers 5: CamembertTokenizer built on a SentencePiece
+    vocabulary without '<s>NOTUSED', '</s>NOTUSED', '<unk>NOTUSED' appends them as special tokens at ids vocab_size
+    .. vocab_size + 2, while config.json's vocab_size (and the table) stays the vocabulary's. Random weights."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from transformers import CamembertConfig, CamembertModel, CamembertTokenizer
+
+    d = Path(dir)
+    base = d.parent / (d.name + "_base")
+    vocab = [tuple(p) for p in json.loads(_roberta_tokenizer_json("xlm-roberta"))["model"]["vocab"]]
+    tok = CamembertTokenizer(vocab=vocab, model_max_length=128)
+    config = CamembertConfig(vocab_size=len(vocab), hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                             intermediate_size=96, max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
+                             bos_token_id=0, eos_token_id=2, layer_norm_eps=1e-5)
+    torch.manual_seed(seed)
+    model = CamembertModel(config)
+    _randomize_any(model, seed)
+    model.save_pretrained(str(base))
+    tok.save_pretrained(str(base))
+    t = Transformer(str(base))
+    SentenceTransformer(modules=[t, Pooling(t.get_embedding_dimension(), pooling_mode="mean")], device="cpu").save(str(d))
+    return d

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertfeat.pca import PCA
-from extract_util import read_table, run, summary_line, tiny_model, write_csv
+from extract_util import embeddings, read_table, run, summary_line, tiny_encoder, tiny_model, write_csv
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
 
@@ -226,16 +226,15 @@ def test_duplicate_parquet_columns(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------------ NUL
-def test_nul_byte_is_a_bad_row_never_merged(tmp_path, capsys):
+def test_nul_byte_is_dropped_as_the_tokenizer_drops_it(tmp_path, capsys):
+    """As sentence-transformers: BERT's tokenizer drops NUL (hello\\0world is hello ##world), in extract as in Python
+    (issue 44; it was a bad row in extract only), a text of nothing else too."""
     src = tmp_path / "n.jsonl"
-    src.write_text('{"text": "hello there"}\n{"text": "hello\\u0000world"}\n', encoding="utf-8")
+    src.write_text('{"text": "hello there"}\n{"text": "hello\\u0000world"}\n{"text": "\\u0000"}\n', encoding="utf-8")
     rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
-    one_line(rc, err, f"Error: {src} row 1: control character U+0000 at character 5 of the text: the tokenizer would drop it "
-                      "and join the words around it - remove the control characters or replace them with spaces, "
-                      "or pass --on-bad-row skip to write it to the rejects file and go on")
-    rc, _, err = extract(capsys, src, tmp_path / "o.parquet", "--on-bad-row", "skip")
-    assert rc == 0, err
-    assert read_table(tmp_path / "o.parquet").column("row").to_pylist() == [0]
+    assert (rc, err) == (0, "")
+    np.testing.assert_array_equal(embeddings(read_table(tmp_path / "o.parquet")),
+                                  tiny_encoder().encode(["hello there", "hello\0world", "\0"]))
 
 
 # ------------------------------------------------------------------------------------------------ outputs vs inputs

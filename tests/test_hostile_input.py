@@ -595,3 +595,90 @@ def test_jsonl_ids_whose_kind_the_head_does_not_decide_are_written(tmp_path, cap
         assert t.schema.field("id").type == pa.int64(), name
         assert t.column("id").to_pylist() == [0, 1, 2, 3, 4], name
         assert _rejects(out) == want, name
+
+
+# ------------------------------------------------------------------------------------------ one rule for a text (issue 44)
+# Characters the BERT tokenizer drops (clean_text: control and format characters): sentence-transformers encodes
+# "a\x01b" as "ab", so bertfeat does, on the command line as in Python (it used to refuse such a row in extract only).
+DROPPED = ["a\x01b", "hello\x00world", "\ufeffbyte order mark", "zero\u200bwidth", "form\x0cfeed", "next\x85line",
+           "del\x7fete", "sep\x1f\x1erators"]
+SURROGATE_FIX = ("encode the text from valid Unicode (a lone surrogate comes from a broken \\ud800-\\udfff escape or "
+                 "from decoding with errors='surrogateescape')")
+
+
+def _jsonl(path: Path, texts: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"id": f"r{i}", "text": t}) + "\n" for i, t in enumerate(texts)), encoding="utf-8")
+    return path
+
+
+@pytest.mark.live
+def test_characters_the_tokenizer_drops_are_encoded_as_sentence_transformers_encodes_them(tmp_path, capsys, minilm_dir):
+    """Encoder.encode, TextFeatures and extract give every such text sentence-transformers' vector (that of the text
+    without the characters), and the tokens command shows the words they join."""
+    from sentence_transformers import SentenceTransformer
+
+    from bertfeat.inspection import tokenize_text
+    from bertfeat.sklearn import TextFeatures
+    from extract_util import minilm
+
+    st = SentenceTransformer(str(minilm_dir), device="cpu")
+    ref = st.encode(DROPPED, convert_to_numpy=True)
+    assert_close(ref[:1], st.encode(["ab"], convert_to_numpy=True))  # what the tokenizer does with them
+    X = minilm().encode(DROPPED)
+    assert_close(X, ref, 1e-5)
+    assert_close(TextFeatures().fit_transform(DROPPED), X)
+    src, out = _jsonl(tmp_path / "in.jsonl", DROPPED), tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--id-column", "id", "-q")
+    assert (rc, err) == (0, "")
+    assert read_table(out).column("id").to_pylist() == [f"r{i}" for i in range(len(DROPPED))]
+    assert_close(embeddings(read_table(out)), X)
+    assert not Path(f"{out}.rejects.csv").exists()
+    assert tokenize_text("a\x01b", model=minilm_dir)["tokens"] == ["[CLS]", "ab", "[SEP]"]
+    assert tokenize_text("hello\x00world", model=minilm_dir)["tokens"] == ["[CLS]", "hello", "##world", "[SEP]"]
+
+
+def test_a_lone_surrogate_is_the_text_refused_everywhere(tmp_path, capsys):
+    """The one text refused (textcheck.text_reason), in the same words: extract (a bad row), Encoder.encode (its
+    index, a pair too), TextFeatures (X's index; it reached the tokenizer's TypeError) and the inspection functions."""
+    from bertfeat import BertfeatError
+    from bertfeat.inspection import tokenize_text
+    from bertfeat.sklearn import TextFeatures
+
+    text = "a\ud800b"
+    src = _jsonl(tmp_path / "in.jsonl", ["fine", text])
+    refused(capsys, src, tmp_path / "o.parquet", f"{src} row 1: unpaired surrogate U+D800 at character 1 of the text: not "
+                                                 "valid Unicode (a JSON \\ud800 escape without its pair) - fix the JSON "
+                                                 "escape (a \\ud800-\\udbff escape needs its \\udc00-\\udfff pair right "
+                                                 "after it, as in \\ud83d\\ude00), or pass --on-bad-row skip to write it "
+                                                 "to the rejects file and go on")
+    python = ("unpaired surrogate U+D800 at character 1 of the texts[1]: not valid Unicode (a JSON \\ud800 escape "
+              f"without its pair) - {SURROGATE_FIX}")
+    for call, label in ((lambda: tiny_encoder().encode(["fine", text]), "texts[1]"),
+                        (lambda: tiny_encoder().encode(["fine", "also"], pairs=["ok", text]), "pairs[1]"),
+                        (lambda: TextFeatures(tiny_model()).fit_transform(["fine", text]), "X[1]")):
+        with pytest.raises(BertfeatError) as e:
+            call()
+        assert e.value.message == python.replace("texts[1]", label)
+    with pytest.raises(BertfeatError) as e:
+        tokenize_text(text, model=tiny_model())
+    assert e.value.message.startswith("text is not valid Unicode (lone surrogate U+D800 at character 2)")
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_one_text_rule_on_both_engines(tmp_path, capsys, engine, request):
+    """Rows with characters the tokenizer drops are written (as Encoder.encode encodes them), missing values (an
+    empty or blank cell) and a lone surrogate rejected, alike on both engines."""
+    texts = ["a\x01b", "", "fine", "\x00", "zero\u200bwidth", " ", "a\ud800"]
+    src, out = _jsonl(tmp_path / "in.jsonl", texts), tmp_path / "o.parquet"
+    extra = []
+    if engine == "dask":
+        client = request.getfixturevalue("dask_client")
+        extra = ["--engine", "dask", "--scheduler", client.scheduler.address]
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--on-bad-row", "skip", *extra)
+    assert (rc, err) == (0, "")
+    t = read_table(out)
+    assert t.column("id").to_pylist() == ["r0", "r2", "r3", "r4"]
+    assert_close(embeddings(t), tiny_encoder().encode(["a\x01b", "fine", "\x00", "zero\u200bwidth"]))
+    assert _rejects(out) == [["1", "r1", "empty text"], ["5", "r5", "whitespace-only text"],
+                             ["6", "r6", "unpaired surrogate U+D800 at character 1 of the text: not valid Unicode (a "
+                                         "JSON \\ud800 escape without its pair)"]]

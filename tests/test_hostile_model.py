@@ -3,8 +3,9 @@
 * weights holding NaN / inf are refused at load, naming the tensor as the checkpoint names it and how many values;
 * features that come out NaN / inf are refused naming the texts (Python) or the input rows (`bertfeat extract`),
   never returned or written;
-* a tokenizer that can produce ids past the word embedding table is refused at load, naming the three sizes (a
-  table larger than the tokenizer, as padded vocabularies have, still loads);
+* a tokenizer with tokens past the word embedding table loads, as sentence-transformers loads it, with one warning
+  naming them; a text that holds one is refused naming it (issue 44: a bad row in extract; a table larger than the
+  tokenizer, as padded vocabularies have, loads silently);
 * ``Encoder(threads=0)`` / ``Encoder(max_batch_tokens=0)`` are refused in the words ``bertfeat.extract`` uses, and
   ``Encoder.encode`` refuses a text that is not a string naming its index.
 
@@ -20,6 +21,7 @@ the exact one-line ``Error: ...``, no output and no ``.partial/`` left, the inpu
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -28,13 +30,14 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 import bertfeat
 from bertfeat import BertfeatError, Encoder
-from bertfeat.encoder import NonFiniteFeaturesError
 from bertfeat.cli import main
-from bertfeat.errors import ConfigError, WeightsError
+from bertfeat.encoder import NonFiniteFeaturesError, TokenPastTableError
+from bertfeat.errors import BertfeatWarning, ConfigError, WeightsError
 from bertfeat.weights import load_weights
 from ckpt import VOCABS, make_checkpoint, write_bf16
 from extract_util import no_leftovers, run, tiny_encoder, tiny_model, write_csv
@@ -162,7 +165,7 @@ def test_nan_features_are_refused_naming_the_input_rows_on_the_command_line(over
                     rows, "--on-bad-row", "skip")
 
 
-# --------------------------------------------------------------------------- 3. tokenizer vs embedding table
+# --------------------------------------------------------------------------- 3. tokens past the embedding table
 def small_vocab(tmp_path: Path, n: int) -> Path:
     """The first n lines of bert-base-uncased's vocab.txt ([PAD], [unused*], [UNK], [CLS], [SEP], [MASK], ...)."""
     words = VOCABS["uncased"][0].read_text(encoding="utf-8").splitlines()[:n]
@@ -171,29 +174,157 @@ def small_vocab(tmp_path: Path, n: int) -> Path:
     return path
 
 
-def test_tokenizer_larger_than_the_embedding_table_is_refused(tmp_path, capsys):
+PAST_FIX = ("leave the token out of these texts (the model's tokenizer has tokens its weights cannot embed; "
+            "sentence-transformers fails on them with an IndexError), or use a model whose embedding table covers its "
+            "tokenizer (saved after transformers' resize_token_embeddings)")
+PAST_ROW_FIX = ("leave the token out of the row (the model's tokenizer has tokens its weights cannot embed; "
+                "sentence-transformers fails on them too), or use a model whose embedding table covers its tokenizer, "
+                "or pass --on-bad-row skip to write it to the rejects file and go on")
+
+
+def past_warning(d: Path, source: str, rows: int, shown: str) -> str:
+    n = shown.count(" (id ")
+    return (f"{d}: the tokenizer ({source}) has {n} token{'s' * (n != 1)} with no row in the word embedding table "
+            f"({rows:,} rows, config.json vocab_size {rows:,}): {shown}; a text that holds one is refused (a bad row for "
+            "extract; sentence-transformers fails on it with an IndexError)")
+
+
+def loads_with_one_warning(d: Path, warning: str) -> Encoder:
+    with pytest.warns(BertfeatWarning) as caught:
+        enc = Encoder(d)
+    assert [str(w.message) for w in caught if issubclass(w.category, BertfeatWarning)] == [warning]
+    return enc
+
+
+def extract_rows(capsys, tmp_path: Path, model: Path, rows: list[str], *args) -> tuple[int, str, Path]:
+    """`bertfeat extract` on a CSV of ``rows`` -> (exit code, stderr, output path)."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [[r] for r in rows])
+    out = tmp_path / "out.parquet"
+    rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", model, "-q", *args)
+    assert stdout == ""
+    return rc, err, out
+
+
+@pytest.fixture(scope="module")
+def camembert_notused(tmp_path_factory) -> Path:
+    from st_ckpt import camembert_added_tokens_folder
+
+    return camembert_added_tokens_folder(tmp_path_factory.mktemp("camembert") / "st").resolve()
+
+
+@pytest.mark.live
+def test_camembert_added_tokens_past_the_table_load_as_in_sentence_transformers(camembert_notused, tmp_path, capsys):
+    """camembert-base's case: its tokenizer appends <s>NOTUSED, </s>NOTUSED, <unk>NOTUSED past the table.
+    sentence-transformers loads it and fails on a text that holds one (IndexError); bertfeat loads it with one warning,
+    encodes every other text as sentence-transformers does, and refuses such a text naming it (a bad row in extract)."""
+    from sentence_transformers import SentenceTransformer
+
+    d = camembert_notused
+    st = SentenceTransformer(str(d), device="cpu")
+    V = st[0].auto_model.config.vocab_size
+    assert len(st.tokenizer) == V + 3
+    warning = past_warning(d, "tokenizer.json", V, f"'<s>NOTUSED' (id {V}), '</s>NOTUSED' (id {V + 1}), "
+                                                   f"'<unk>NOTUSED' (id {V + 2})")
+    enc = loads_with_one_warning(d, warning)
+    texts = ["le chien brun", "The quick brown fox jumps over the lazy dog."]
+    bad = "le <s>NOTUSED chien"
+    np.testing.assert_allclose(enc.encode(texts), st.encode(texts, convert_to_numpy=True), atol=1e-5, rtol=0)
+    with pytest.raises(IndexError):
+        st.encode([bad])
+    with pytest.raises(TokenPastTableError) as e:
+        enc.encode(["ok", bad, "x </s>NOTUSED"])
+    assert e.value.message == (f"texts[1] ('<s>NOTUSED', id {V}), texts[2] ('</s>NOTUSED', id {V + 1}): a token with no "
+                               f"row in the model's word embedding table ({V} rows) - {PAST_FIX}")
+    reason = f"the token '<s>NOTUSED' (id {V}) has no row in the model's word embedding table ({V} rows)"
+    rc, err, out = extract_rows(capsys, tmp_path, d, [texts[0], bad, texts[1]])
+    assert (rc, err) == (1, f"Warning: {warning}\nError: {tmp_path / 'in.csv'} row 1: {reason} - {PAST_ROW_FIX}\n")
+    assert no_leftovers(out) == []
+    rc, err, out = extract_rows(capsys, tmp_path, d, [texts[0], bad, texts[1]], "--on-bad-row", "skip")
+    assert (rc, err) == (0, "")  # said once: the process keeps the loaded model (encoder_cache)
+    assert pq.read_table(out).column("row").to_pylist() == [0, 2]
+    np.testing.assert_allclose(np.stack(pq.read_table(out).column("embedding").to_numpy(zero_copy_only=False)),
+                               st.encode(texts, convert_to_numpy=True), atol=1e-5, rtol=0)
+    assert (tmp_path / "out.parquet.rejects.csv").read_text() == f"row,id,reason\n1,,{reason}\n"
+
+
+@pytest.mark.filterwarnings("ignore::bertfeat.errors.BertfeatWarning")  # the loads after the first (checked there)
+def test_vocabulary_words_past_the_table_refuse_only_the_texts_that_use_them(tmp_path, capsys):
+    """vocab.txt longer than the table: the words past it are named once at load; a text that uses one is refused
+    naming it (Encoder.encode, TextFeatures, attention, extract, whose other rows are written and verify)."""
+    from bertfeat.inspection import attention_maps
+    from bertfeat.sklearn import TextFeatures
+
     d = checkpoint(tmp_path / "m", vocab=small_vocab(tmp_path, 1000))  # config vocab_size 1000, a (1000, 32) table
     vocab = (d / "vocab.txt").read_text(encoding="utf-8")
     (d / "vocab.txt").write_text(vocab + "zebra\ngiraffe\n", encoding="utf-8")  # ids 1000 and 1001: past the table
-    message = (f"{d}: the tokenizer (vocab.txt + tokenizer_config.json) has 1,002 tokens, added tokens included (ids up "
-               "to 1,001), but the word embedding table has 1,000 rows (config.json vocab_size 1,000) - a token id past "
-               "the table cannot be embedded: use the tokenizer files that came with these weights (a tokenizer with "
-               "added tokens needs the model saved after transformers' resize_token_embeddings)")
-    with pytest.raises(WeightsError) as e:
-        Encoder(d)
-    assert e.value.message == message
-    extract_refuses(capsys, tmp_path, d, message, ["a zebra", "ok"])
+    enc = loads_with_one_warning(d, past_warning(d, "vocab.txt + tokenizer_config.json", 1000,
+                                                 "'zebra' (id 1,000), 'giraffe' (id 1,001)"))
+    assert enc.encode(["the cat sat", "ok"]).shape == (2, 32)
+    with pytest.raises(TokenPastTableError) as e:
+        enc.encode(["ok", "a zebra", "the giraffe and the zebra"])
+    assert e.value.message == ("texts[1] ('zebra', id 1,000), texts[2] ('giraffe', id 1,001): a token with no row in "
+                               f"the model's word embedding table (1,000 rows) - {PAST_FIX}")
+    with pytest.raises(TokenPastTableError) as e:  # named by its place in X, with the cache's duplicates too
+        TextFeatures(d, cache=True).fit_transform(["ok", "ok", "a zebra", "a zebra"])
+    assert e.value.message.startswith("X[2] ('zebra', id 1,000): a token with no row")
+    with pytest.raises(TokenPastTableError) as e:
+        attention_maps("a zebra", model=d)
+    assert e.value.message.startswith("the text ('zebra', id 1,000): a token with no row")
+    rc, err, out = extract_rows(capsys, tmp_path, d, ["the cat sat", "a zebra", "ok"], "--on-bad-row", "skip")
+    assert rc == 0, err
+    np.testing.assert_array_equal(np.stack(pq.read_table(out).column("embedding").to_numpy(zero_copy_only=False)),
+                                  enc.encode(["the cat sat", "ok"]))
+    rc, _, err = run(capsys, "verify", out, "--model", d)
+    assert rc == 0, err
+    est = bertfeat.extract(tmp_path / "in.csv", tmp_path / "e.parquet", model=d, estimate=True, on_bad_row="skip")
+    assert (est.rows, est.rows_bad, est.sample_rows) == (3, 0, 2)
+    assert "~1 row(s) hold a token the model's word embedding table has no row for: the run writes them to the " \
+           "rejects file" in est.warnings
 
 
-def test_added_token_past_the_table_is_refused(tmp_path):
-    d = checkpoint(tmp_path / "m", vocab=small_vocab(tmp_path, 1000), tokenizer="json")
+@pytest.mark.parametrize("family", ["bert", pytest.param("roberta", marks=pytest.mark.live)])
+def test_added_token_past_the_table_counts_only_where_the_model_gets_it(tmp_path, capsys, family):
+    """An added token past the table in tokenizer.json (BERT, RoBERTa): a row is refused only when the token reaches
+    the model: cut off by truncation it never does (as in sentence-transformers, which truncates first); a chunk-mean
+    window holds it."""
+    if family == "bert":
+        d = checkpoint(tmp_path / "m", vocab=small_vocab(tmp_path, 1000), tokenizer="json")
+    else:
+        from st_ckpt import roberta_checkpoint
+
+        d = roberta_checkpoint(tmp_path / "m", model_type="roberta", hidden=32, layers=2, heads=2).resolve()
+    V = json.loads((d / "config.json").read_text())["vocab_size"]
     tj = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
-    tj["added_tokens"].append({"id": 1000, "content": "<new>", "single_word": False, "lstrip": False, "rstrip": False,
+    tj["added_tokens"].append({"id": V, "content": "<new>", "single_word": False, "lstrip": False, "rstrip": False,
                                "normalized": False, "special": True})
     (d / "tokenizer.json").write_text(json.dumps(tj), encoding="utf-8")
-    with pytest.raises(WeightsError, match=r"^.*: the tokenizer \(tokenizer.json\) has 1,001 tokens, added tokens "
-                                           r"included \(ids up to 1,000\), but the word embedding table has 1,000 rows"):
-        Encoder(d)
+    enc = loads_with_one_warning(d, past_warning(d, "tokenizer.json", V, f"'<new>' (id {V:,})"))
+    late = "word " * 40 + "<new>"
+    assert enc.encode([late], max_length=16).shape == (1, 32)  # truncated before the token
+    reason = f"the token '<new>' (id {V:,}) has no row in the model's word embedding table ({V:,} rows)"
+    for mode, rejected in ((["truncate"], ["2"]), (["chunk-mean", "--stride", "4"], ["1", "2"])):
+        rc, err, out = extract_rows(capsys, tmp_path, d, ["fine", late, "a <new> b"], "--on-bad-row", "skip",
+                                    "--max-length", "16", "--long-text", *mode, "--overwrite")
+        assert rc == 0, err
+        with open(tmp_path / "out.parquet.rejects.csv", newline="") as fh:
+            assert list(csv.reader(fh))[1:] == [[r, "", reason] for r in rejected], mode
+
+
+@pytest.mark.filterwarnings("ignore::bertfeat.errors.BertfeatWarning")
+def test_tokens_past_the_table_on_the_dask_engine(tmp_path, capsys, dask_client):
+    """The Dask engine's partitions refuse the same rows, with the same reasons, as the local engine."""
+    d = checkpoint(tmp_path / "m", vocab=small_vocab(tmp_path, 1000))
+    (d / "vocab.txt").write_text((d / "vocab.txt").read_text(encoding="utf-8") + "zebra\n", encoding="utf-8")
+    rows = ["the cat sat", "a zebra", "ok", "zebra"]
+    rejects = {}
+    for engine, extra in (("local", []), ("dask", ["--engine", "dask", "--scheduler", dask_client.scheduler.address])):
+        (tmp_path / engine).mkdir()
+        rc, err, out = extract_rows(capsys, tmp_path / engine, d, rows, "--on-bad-row", "skip", *extra)
+        assert rc == 0, err
+        rejects[engine] = (tmp_path / engine / "out.parquet.rejects.csv").read_text()
+        assert pq.read_table(out).column("row").to_pylist() == [0, 2]
+    reason = "the token 'zebra' (id 1,000) has no row in the model's word embedding table (1,000 rows)"
+    assert rejects["dask"] == rejects["local"] == f'row,id,reason\n1,,"{reason}"\n3,,"{reason}"\n'
 
 
 def test_embedding_table_larger_than_the_tokenizer_loads(tmp_path, capsys):
