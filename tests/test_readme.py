@@ -56,6 +56,7 @@ SKIP = [
     (r"^python examples/precision_check\.py\b", "minutes of CPU: fp32, bf16 and int8 runs of the accuracy examples"),
     (r"^make precision-check\b", "minutes of CPU: python examples/precision_check.py all"),
     (r"^make (features|classify|sts)\b", "make features: tests/test_examples_make.py; classify/sts: tests/test_examples.py"),
+    (r"^make -f \S+ features\b", "make features from another directory: tests/test_examples_make.py runs that form"),
     (r"^pip install\b", "installs packages"),
     (r"^(hf|huggingface-cli) download\b", "needs internet access"),
     (r"^python examples/(classify|sts)\.py\b", "minutes of CPU; smoke-tested with --limit in tests/test_examples.py"),
