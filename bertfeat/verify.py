@@ -165,7 +165,7 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     from .diffs import dict_differences
     from .encoder import Encoder
     from .features import open_features
-    from .readers import open_input
+    from .readers import DEFAULT_MAX_FIELD_BYTES, open_input
 
     path = Path(features)
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
@@ -224,7 +224,8 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
 
     reader = open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
                         meta.get("pair_column"), meta.get("id_column"), encoding or meta.get("encoding") or "utf-8",
-                        delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()))  # its bad kept values too
+                        delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()),  # its bad kept values too
+                        max_field_bytes=meta.get("max_field_bytes") or DEFAULT_MAX_FIELD_BYTES)
     texts: dict[int, tuple[str, str | None]] = {}  # output position -> (text, pair) of its input row
     outputs = output_rows()
     j, current = 0, next(outputs, _END)  # the output row the input walk looks for, and its position
