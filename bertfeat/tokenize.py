@@ -285,16 +285,26 @@ class _Misaligned(Exception):
 class LongText:
     """One text longer than PIECE_CHARS, tokenized in pieces (see the module's docstring): its content ids
     (``ids``, with ``keep_ids``), their number (``count``) and where to cut it so that the cut holds its first
-    (``side`` right) or last (left) ``need`` tokens as the whole text has them (``cut``)."""
+    (``side`` right) or last (left) ``need`` tokens as the whole text has them (``cut``).
+
+    What it rests on: tokenizing a part of the text gives the text's own pre-tokens (and so tokens) except for the
+    pre-tokens that end within ``margin`` characters of the part's end (cut off, or split otherwise for not seeing
+    what follows: a regex's look-ahead, an added token cut in two) and, when the part does not start the text, its
+    first pre-tokens (a prefix space or ``▁`` added, leading space stripped). So each piece starts on a pre-token
+    boundary at least ``margin`` characters before the last pre-token the previous piece took, skips what that one
+    took (found by its end: a piece whose pre-tokens do not end there is tokenized whole instead), and takes what
+    ends up to ``margin`` before its own end."""
 
     def __init__(self, owner: "BertTokenizer", text: str, need: int, side: str = "right", keep_ids: bool = False):
         self.text, self.need, self.side = text, need, side
         self.count = 0
+        self._margin = owner.cut_margin
         self._ids: list[np.ndarray] = []
-        self._cut_end: int | None = None  # right: the cut text[:end] (known once the need is met)
+        self._enough_at: int | None = None  # right: the cut must end at or past this (the need met, plus margin)
+        self._cut_end: int | None = None  # right: the cut is text[:_cut_end]
         self._tail: list[tuple[np.ndarray, np.ndarray]] = []  # left: (ends, counts) of the last pieces' pre-tokens
         self._before = 0  # left: where the pre-tokens kept in _tail start (the end of the one before them)
-        for ids, ends, counts in self._pieces(owner):
+        for ids, ends, counts in self._pieces(owner.piece_tokenizer()):
             self.count += len(ids)
             if keep_ids:
                 self._ids.append(ids)
@@ -304,67 +314,82 @@ class LongText:
     def ids(self) -> np.ndarray:
         return np.concatenate(self._ids) if self._ids else np.zeros(0, np.int32)
 
-    def _pieces(self, owner: "BertTokenizer"):
+    def _pieces(self, tk):
         """(ids, pre-token ends, tokens per pre-token) of each piece, the text's own tokens in order."""
-        text, n = self.text, len(self.text)
-        tk, margin = owner.piece_tokenizer(), owner.cut_margin
-        pos, last_end, size = 0, None, PIECE_CHARS
+        text, n, margin = self.text, len(self.text), self._margin
+        pos, skip_to, size = 0, None, PIECE_CHARS
         while True:
-            end = n if n - pos <= size else _cut_point(text, pos + size)
+            reach = max(pos, skip_to or 0) + size  # past what the previous piece took
+            end = n if reach >= n else _cut_point(text, reach)
             enc = tk.encode(text[pos:end], add_special_tokens=False)
             first, ends, counts = _word_groups(enc, pos)
             lo = 0
-            if last_end is not None:  # its first pre-token ends where the previous piece's last one taken did
-                hit = np.flatnonzero(ends == last_end)
+            if skip_to is not None:  # what the previous piece took ends with the last pre-token ending at skip_to
+                hit = np.flatnonzero(ends == skip_to)
                 if not hit.size:
                     raise _Misaligned
-                lo = int(hit[0]) + 1
+                lo = int(hit[-1]) + 1
             hi = len(ends)
-            if end < n:  # the last pre-tokens may be cut off (an added token's text too, within ``margin``)
+            if end < n:
                 late = np.flatnonzero(ends > end - margin)
                 hi = min(hi - 1, int(late[0]) if late.size else hi)
-                if hi - lo < 2:  # too few pre-tokens to go on from: a larger piece
+                while hi > lo and not ends[hi - 1] < ends[hi]:  # no pre-token of no width right after the last taken
+                    hi -= 1
+                if hi <= lo:  # nothing to take: a larger piece
                     size *= 2
                     continue
             stop = first[hi] if hi < len(first) else len(enc.ids)
             yield np.asarray(enc.ids[first[lo]:stop] if lo < len(first) else [], dtype=np.int32), ends[lo:hi], counts[lo:hi]
             if end >= n:
                 return
-            # the next piece starts where the last pre-token taken does (its region: after the one before it)
-            pos, last_end, size = int(ends[hi - 2]), int(ends[hi - 1]), PIECE_CHARS
+            skip_to = int(ends[hi - 1])
+            # the next piece starts on the last pre-token boundary at least margin before skip_to (else where this did)
+            bounds = ends[max(lo - 1, 0):hi - 1]
+            ok = bounds[bounds <= skip_to - margin]
+            pos, size = (int(ok[-1]) if ok.size else pos), PIECE_CHARS
 
     def _note(self, ends: np.ndarray, counts: np.ndarray) -> None:
         """Keep what finding the cut needs of a piece's pre-tokens."""
-        if self.side == "right":
-            if self._cut_end is None and ends.size:
-                before = self.count - int(counts.sum()) + np.r_[0, np.cumsum(counts)[:-1]]  # tokens before each
-                k = np.flatnonzero(before >= self.need)
-                if k.size:
-                    self._cut_end = int(ends[k[0]])
-            return
         if not ends.size:
             return
+        if self.side == "right":
+            if self._enough_at is None:
+                upto = self.count - int(counts.sum()) + np.cumsum(counts)  # tokens up to each pre-token, itself in
+                met = np.flatnonzero(upto >= self.need)
+                if met.size:
+                    self._enough_at = int(ends[met[0]]) + self._margin
+            if self._enough_at is not None and self._cut_end is None:
+                past = np.flatnonzero(ends >= self._enough_at)
+                if past.size:
+                    self._cut_end = int(ends[past[0]])
+            return
         self._tail.append((ends, counts))
-        # the first piece kept goes when the cut's pre-token lies past the next one's first (the end of its last
-        # pre-token is all the cut needs of it)
-        while len(self._tail) > 1 and sum(int(c.sum()) for _, c in self._tail[1:]) - int(self._tail[1][1][0]) >= self.need:
+        while len(self._tail) > 1:  # the first piece kept goes once the cut lies past it
+            k, _ = self._left_cut()
+            if k is None or k < len(self._tail[0][0]):
+                break
             self._before = int(self._tail.pop(0)[0][-1])
 
+    def _left_cut(self) -> tuple[int | None, int]:
+        """Among the pre-tokens kept, the last one whose region start S (the end of the one before) leaves ``need``
+        tokens in the pre-tokens starting ``margin`` or more past S, and S; (None, 0) when none does."""
+        ends = np.concatenate([e for e, _ in self._tail])
+        counts = np.concatenate([c for _, c in self._tail])
+        starts = np.r_[self._before, ends[:-1]]
+        after = np.r_[np.cumsum(counts[::-1])[::-1], 0]  # tokens from each pre-token on
+        m = np.maximum(np.arange(1, len(ends) + 1), np.searchsorted(starts, starts + self._margin, side="left"))
+        ok = np.flatnonzero(after[m] >= self.need)
+        return (int(ok[-1]), int(starts[ok[-1]])) if ok.size else (None, 0)
+
     def cut(self) -> str:
-        """The text cut on a pre-token boundary past its first (last) ``need`` tokens: the whole text when it has
-        no more than that, or when no boundary comes after them."""
+        """The text cut on a pre-token boundary past its first (last) ``need`` tokens (and ``margin``): the whole
+        text when it has no more than that, or when no boundary comes after them."""
         if self.count <= self.need:
             return self.text
         if self.side == "right":
             return self.text if self._cut_end is None else self.text[:self._cut_end]
-        ends = np.concatenate([e for e, _ in self._tail])
-        counts = np.concatenate([c for _, c in self._tail])
-        after = np.cumsum(counts[::-1])[::-1] - counts  # tokens after each pre-token
-        k = np.flatnonzero(after >= self.need)
-        if not k.size:
-            return self.text
-        k = int(k[-1])
-        return self.text[(int(ends[k - 1]) if k else self._before):]
+        k, start = self._left_cut() if self._tail else (None, 0)
+        return self.text if k is None else self.text[start:]
 
 
 _SPACE = re.compile(r"\s")
@@ -376,7 +401,7 @@ def _cut_point(text: str, at: int) -> int:
     return m.start() if m else at
 
 
-def _longest_first(la: int, lb: int, budget: int) -> tuple[int, int]:
+def longest_first(la: int, lb: int, budget: int) -> tuple[int, int]:
     """tokenizers' LongestFirst truncation of a pair's token counts to ``budget`` (utils/truncation.rs): when both
     must be cut, the shorter gets budget // 2 and the longer (the second on a tie) the rest."""
     if la + lb <= budget:
@@ -533,13 +558,14 @@ class BertTokenizer:
             parts = [LongText(self, t, need, self.truncation_side) for t in (text, pair) if t is not None]
         except _Misaligned:  # cannot be cut: whole, as a short row
             e = self._encode_batch([text], None if pair is None else [pair], None)[0]
-            if len(e.ids) > max_length:
+            n = len(e.ids)
+            if n > max_length:
                 e = self._encode_batch([text], None if pair is None else [pair], max_length)[0]
                 self._check_cut([e], max_length, pair is not None)
-            return np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32), len(e.ids)
+            return np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32), n
         counts = [p.count for p in parts]
         total = sum(counts) + self.specials[pair is not None]
-        keep = counts if total <= max_length else list(_longest_first(*counts, need) if pair is not None else [need])
+        keep = counts if total <= max_length else list(longest_first(*counts, need) if pair is not None else [need])
         if total > max_length and max_length < self.specials[pair is not None]:
             self._too_small(max_length, pair is not None)
         with self._lock:
