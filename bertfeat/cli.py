@@ -17,6 +17,7 @@ from .version import __version__
 from .console import err_console, out_console
 from .errors import BertfeatError
 from .plan import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS
+from .specs import DEFAULT_MAX_FIELD_BYTES
 
 app = typer.Typer(
     name="bertfeat",
@@ -126,6 +127,7 @@ def extract(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its last completed chunk."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files (else refused), or start over instead of resuming."),
     delimiter: Optional[str] = typer.Option(None, "--delimiter", help="CSV field delimiter: ',', ';', '|' or 'tab' (default: from the header line)."),
+    max_field_bytes: str = typer.Option(f"{DEFAULT_MAX_FIELD_BYTES >> 20}MiB", "--max-field-bytes", help="Largest text, pair, id or kept value read, e.g. 16MiB: a larger one is a bad row (field-too-large), skipped as it is read, so memory stays bounded however long a field is."),
     chunk_rows: int = typer.Option(DEFAULT_CHUNK_ROWS, "--chunk-rows", help="Rows per chunk (the unit of resume)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Cores for the matrix products (default: all)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress and no summary."),
@@ -162,7 +164,7 @@ def extract(
             chunk_rows=chunk_rows,
             threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
             command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
-            dtype=dtype,
+            dtype=dtype, max_field_bytes=max_field_bytes,
             estimate=(True if estimate_rows is None else estimate_rows) if estimate else False,
             progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     except KeyboardInterrupt as e:  # its resume note is printed by _stopped (Typer hands back only 130)

@@ -16,7 +16,7 @@ import os
 from typing import Any, Literal, Mapping, Sequence
 
 from .jobcore import ExtractSummary
-from .plan import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, make_plan
+from .plan import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, DEFAULT_MAX_FIELD_BYTES, make_plan
 
 
 def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *,
@@ -36,7 +36,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             blocksize: int | str | None = DEFAULT_BLOCKSIZE, client=None, progress=None, quiet: bool = True,
             encoder_options: Mapping[str, Any] | None = None, command: str | None = None,
             keep: str | Sequence[str] | Mapping[str, str | None] | None = None, cache: str | os.PathLike | bool | None = None,
-            label: str | None = None, dtype: Literal["float32", "float16"] = "float32", estimate: bool | int = False):
+            label: str | None = None, dtype: Literal["float32", "float16"] = "float32", estimate: bool | int = False,
+            max_field_bytes: int | str = DEFAULT_MAX_FIELD_BYTES):
     """Extract sentence features of ``input`` into ``output`` (default: INPUT.features.parquet beside it).
 
     By default the model's own embedding (its Pooling, Dense and Normalize modules and default prompt);
@@ -75,6 +76,10 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     the PCA's fit), only the written values are rounded to nearest. A value beyond float16's range (|x| > 65504) is
     refused, naming its row. Readers give float16 files back as float32.
 
+    ``max_field_bytes``: the largest text, pair, id or kept value read (bytes, or a size such as "16MiB"; default 4 MiB):
+    a larger one makes its row a bad row (code ``field-too-large``) and is skipped as it is read, so no reader ever holds
+    more of one value; memory stays bounded by the settings, however long a field of the input is (docs/cli.md).
+
     ``estimate``: run nothing, write nothing: measure what the run would take (rows, tokens, time on this machine,
     disk, memory) on a sample of ``estimate`` rows (True: estimate.DEFAULT_SAMPLE) and return an estimate.Estimate.
     An existing output is no obstacle to an estimate.
@@ -92,7 +97,8 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
                      precision=precision, pca=pca, pca_model=pca_model, format=format, wide=wide, on_bad_row=on_bad_row,
                      max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite or estimate is not False,
                      chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler, workers=workers,
-                     blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}), command=command, keep=keep, cache=cache, label=label, dtype=dtype)
+                     blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}), command=command, keep=keep, cache=cache, label=label, dtype=dtype,
+                     max_field_bytes=max_field_bytes)
     if estimate is not False:
         from .estimate import DEFAULT_SAMPLE, estimate_plan
 

@@ -23,6 +23,7 @@ import numpy as np
 from .diffs import dict_differences
 from .version import __version__
 from .errors import BertfeatError, ResumeError, opt
+from .specs import DEFAULT_MAX_FIELD_BYTES
 
 
 def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
@@ -45,7 +46,9 @@ def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
         **({"pca_model": _file_identity(plan.pca_model)} if plan.pca_model is not None else {}),
         **({"encoder_options": plan.encoder_options} if plan.encoder_options else {}),
         **({"keep": list(plan.keep)} if plan.keep else {}), **({"keep_as": plan.keep_as} if plan.keep_as else {}),
-        **({"dtype": plan.dtype} if plan.dtype != "float32" else {}), **engine_keys,
+        **({"dtype": plan.dtype} if plan.dtype != "float32" else {}),
+        **({"max_field_bytes": plan.max_field_bytes} if plan.max_field_bytes != DEFAULT_MAX_FIELD_BYTES else {}),
+        **engine_keys,
     }
 
 
@@ -88,11 +91,12 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
            "long_text": "long text", "stride": "stride", "pooling": "pooling", "text_column": "text column",
            "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "delimiter": "delimiter", "on_bad_row": "on bad row",
            "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns",
-           "keep_as": "kept columns' given types", "gemm": "GEMM path", "dtype": "dtype"}
+           "keep_as": "kept columns' given types", "gemm": "GEMM path", "dtype": "dtype",
+           "max_field_bytes": "max field bytes"}
 #: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's)
-OPTIONAL_KEYS = ("keep", "keep_as", "pca_model", "encoder_options", "dtype")
+OPTIONAL_KEYS = ("keep", "keep_as", "pca_model", "encoder_options", "dtype", "max_field_bytes")
 #: what an optional key stands for when a manifest does not have it (dtype: float32, the default, is not recorded)
-OPTIONAL_DEFAULTS = {"dtype": "float32"}
+OPTIONAL_DEFAULTS = {"dtype": "float32", "max_field_bytes": DEFAULT_MAX_FIELD_BYTES}
 
 
 def manifest_differences(old: dict, new: dict) -> list[str]:
@@ -408,6 +412,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         **({"keep": list(plan.keep)} if plan.keep else {}), **({"keep_as": plan.keep_as} if plan.keep_as else {}),
         "on_bad_row": plan.on_bad_row,
         **({"max_bad_rows": plan.max_bad_rows.text} if plan.max_bad_rows is not None else {}),
+        **({"max_field_bytes": plan.max_field_bytes} if plan.max_field_bytes != DEFAULT_MAX_FIELD_BYTES else {}),
         "command": plan.command or " ".join(shlex.quote(a) for a in sys.argv),
         "rows": {"read": summary.rows_read, "written": summary.rows_written, "rejected": summary.rows_rejected,
                  "truncated": summary.rows_truncated, "chunked": summary.rows_chunked,

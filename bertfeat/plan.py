@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BertfeatError, InputError, opt
+from .specs import DEFAULT_MAX_FIELD_BYTES
 
 ENGINES = ("local", "dask")
 BAD_ROW_POLICIES = ("error", "skip")
@@ -175,6 +176,7 @@ class ExtractPlan:
     label: str | None = None  # a kept column whose linear probe the PCA report adds (probe.py); needs pca
     dtype: str = "float32"  # the written features' type (FEATURE_DTYPES); computed, cached and reduced in float32
     keep_as: dict = field(default_factory=dict)  # kept column -> the type given for it (keep="label:int"), else decided
+    max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES  # a read value larger than this is a bad row (the reader holds it)
 
     @property
     def precision(self) -> str:
@@ -220,13 +222,14 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
               blocksize: int | str | None = DEFAULT_BLOCKSIZE, client: Any = None,
               encoder_options: dict | None = None, command: str | None = None,
               keep: str | list[str] | tuple[str, ...] | None = None, cache: str | os.PathLike | bool | None = None,
-              label: str | None = None, dtype: str = "float32") -> ExtractPlan:
+              label: str | None = None, dtype: str = "float32",
+              max_field_bytes: int | str = DEFAULT_MAX_FIELD_BYTES) -> ExtractPlan:
     """Check every option and resolve the input and the outputs: -> the plan (``bertfeat.extract``'s parameters).
 
     Raises BertfeatError naming the parameter, before anything is read past the input's header or written.
     """
     from .specs import (check_input_path, check_max_batch_tokens, check_max_length, check_output_format,
-                        check_output_name, check_stride, check_threads)
+                        check_output_name, check_stride, check_threads, parse_max_field_bytes)
 
     # the run's shape
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
@@ -244,6 +247,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
     from .features.base import check_dtype
 
     dtype = check_dtype(dtype)
+    max_field_bytes = parse_max_field_bytes(max_field_bytes)
     pca_value = parse_pca(pca)
     pca_model = check_pca_model(pca_model, pca_value)
     from .vcache import resolve_cache
@@ -299,7 +303,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT",
                             "give the output path (with the Dask engine, a directory every worker can write)")
     reader = open_input(input, input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter, keep=keep,
-                        label=label, keep_as=keep_as)
+                        label=label, keep_as=keep_as, max_field_bytes=max_field_bytes)
     check_output_columns(reader, fmt)
 
     # the outputs
@@ -318,7 +322,7 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         chunk_rows=chunk_rows, threads=threads,
         pca=pca_value, pca_model=pca_model, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
         engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}), keep=keep, cache=cache,
-        label=label, dtype=dtype, keep_as=keep_as)
+        label=label, dtype=dtype, keep_as=keep_as, max_field_bytes=max_field_bytes)
 
 
 def check_label_option(label, pca, pca_model, fmt: str, id_column: str | None) -> str | None:

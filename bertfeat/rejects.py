@@ -40,6 +40,7 @@ class RejectCode(str, Enum):
     MISSING_FIELD = "missing-field"  # a JSONL object without the text (or pair) field
     BAD_ID = "bad-id"  # a JSONL id that is not a string or an integer, or not of the kind of the ids before it
     BAD_KEPT_VALUE = "bad-kept-value"  # a kept column's value (keep) not of the type given or its first rows decided
+    FIELD_TOO_LARGE = "field-too-large"  # a text, pair, id or kept value larger than max_field_bytes (never held whole)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,21 @@ def _writable(v):
         except UnicodeEncodeError:
             return v.encode("utf-8", errors="backslashreplace").decode("utf-8")
     return v
+
+
+def too_large(what: str, size: int, limit: int, at_least: bool = False) -> Reason:
+    """A value larger than ``max_field_bytes``: ``the text is 52,428,800 bytes, more than max_field_bytes 4MiB allows``
+    (``at_least``: its size is known only to be more than that)."""
+    return Reason(RejectCode.FIELD_TOO_LARGE, f"the {what} is {'more than ' if at_least else ''}{size:,} bytes, more "
+                                              f"than {opt('max_field_bytes', limit, cli=size_text(limit))} allows")
+
+
+def size_text(n: int) -> str:
+    """Bytes as the max_field_bytes option takes them: 4MiB, 512KiB, 1000."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
 
 
 def too_long(n_tokens: int, max_length: int) -> Reason:
@@ -102,6 +118,9 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
         RejectCode.TOKEN_PAST_TABLE: (f"leave the token out of the row (the model's tokenizer has tokens its weights "
                                       "cannot embed; sentence-transformers fails on them too), or use a model whose "
                                       f"embedding table covers its tokenizer, {skip}"),
+        RejectCode.FIELD_TOO_LARGE: (f"shorten or split the value (an unclosed quote or a binary blob in a text column "
+                                     f"is a common cause), or raise {opt('max_field_bytes')} (the reader holds a value that "
+                                     f"large in memory), {skip}"),
         RejectCode.TOO_LONG: (f"use {opt('long_text', 'truncate')}/chunk-mean/chunk-max or a larger {opt('max_length')}, "
                               f"or {opt('on_bad_row', 'skip')}"),
     }

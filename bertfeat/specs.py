@@ -6,6 +6,7 @@
 * ``check_size``: ``max_length``, ``max_batch_tokens`` and friends: 0 is refused, never "default".
 * ``check_count``: ``pca fit`` / ``transform --batch-rows``, ``--probe-rows``: a count below its minimum is refused.
 * ``check_stride``: ``stride`` without a chunk-* ``long_text`` is refused.
+* ``parse_max_field_bytes``: ``max_field_bytes`` as bytes (``4MiB``, ``512KiB``, ``1000``).
 * ``check_threads``, ``check_max_batch_tokens``: the encoder's load settings, checked alike by ``bertfeat.extract``
   (plan.make_plan) and ``Encoder(...)``.
 * ``check_output_format``: an output whose extension names another format than ``format`` is refused.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from pathlib import Path
 
 from .errors import BertfeatError, opt
@@ -117,6 +119,29 @@ def check_stride(stride: int | None, long_text) -> None:
                             f"(the windows' overlap), not to {opt('long_text', long_text)}",
                             f"add {opt('long_text', 'chunk-mean')} (or chunk-max) to cut long texts into windows, or "
                             f"drop {opt('stride')}")
+
+
+_SIZE = re.compile(r"\s*(\d+)\s*([kmg]i?b?|b)?\s*", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2, "mib": 1 << 20,
+          "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "ki": 1 << 10, "mi": 1 << 20, "gi": 1 << 30}
+#: the largest text, pair, id or kept value a reader holds (max_field_bytes); a larger one is a bad row
+#: (RejectCode.FIELD_TOO_LARGE), its bytes skipped as read: the memory of a run stays bounded by the settings
+DEFAULT_MAX_FIELD_BYTES = 4 << 20
+MAX_FIELD_BYTES_LIMIT = 1 << 30  # a larger value in one field is beyond what the readers hold (pyarrow's 2 GiB block)
+
+
+def parse_max_field_bytes(value, param: str = "max_field_bytes") -> int:
+    """``max_field_bytes``: a whole number of bytes or a size such as ``4MiB``, ``512KiB``, ``8MB``, 1 byte to 1 GiB."""
+    fix = "give bytes, e.g. 4MiB (the default), 512KiB or 16MiB, up to 1GiB"
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, str)):
+        raise BertfeatError(f"{opt(param, value)} is not a size", fix)
+    m = _SIZE.fullmatch(value) if isinstance(value, str) else None
+    if isinstance(value, str) and m is None:
+        raise BertfeatError(f"{opt(param, value, cli=repr(value))} is not a size", fix)
+    n = int(value) if m is None else int(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+    if not 1 <= n <= MAX_FIELD_BYTES_LIMIT:
+        raise BertfeatError(f"{opt(param, value, cli=str(value).strip())} is out of range", fix)
+    return n
 
 
 def check_max_length(value: int | None, param: str = "max_length") -> int | None:

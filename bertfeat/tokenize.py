@@ -14,11 +14,25 @@ Padding and truncation are always set here, never taken from tokenizer.json: row
 whole (so ``n_tokens`` is the real length), and only rows longer than ``max_length`` are encoded
 again with truncation (longest-first for pairs, as transformers does; from the left with
 ``tokenizer_config.json``'s ``truncation_side: left``).
+
+Long texts in bounded memory. The tokenizer needs about 200 bytes per character of a text at once (1 MB of text:
+200 MB; 5 MB: 1 GB), so a text longer than ``PIECE_CHARS`` characters is never handed to it whole (``LongText``):
+it is tokenized in pieces of about that size, each starting where a pre-token ("word") of the text starts. A piece's
+tokens are the text's own except in its first pre-token (text-start effects: a prefix space, a prepended ``▁``) and
+in its last ones (cut off by the piece's end), so those are taken from the neighbouring pieces: the ids (and so the
+exact ``n_tokens`` and every window of a chunked text) come out as tokenizing the whole text gives them, with one
+piece in memory at a time. The model's input is then tokenized from a cut of the text that ends (starts, for
+``truncation_side: left``) on a pre-token boundary past the first (last) ``max_length`` tokens, truncated
+explicitly (longest-first from the whole texts' token counts) and framed by the post-processor: the same ids as the
+whole text truncated. This holds for tokenizers whose normalizer and pre-tokenizer work locally (``_local``: BERT's,
+byte-level BPE's, SentencePiece's Metaspace, the whitespace and regex splitters); others, and a text that has no
+pre-token boundary to cut at (a piece with too few pre-tokens doubles until the text ends), are tokenized whole.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,6 +255,186 @@ def tokenizer_files(d: Path) -> list[Path]:
     return files
 
 
+#: characters tokenized at once: a longer text is tokenized in pieces of about this size (LongText), and a call's
+#: shorter texts in groups of about GROUP_CHARS characters (the tokenizer holds ~200 bytes per character: ~50 MB)
+PIECE_CHARS = 1 << 16
+GROUP_CHARS = 1 << 18
+# normalizers and pre-tokenizers whose output near a point of the text depends only on the text near it, so that
+# a piece of the text tokenizes as the text does away from its two ends (LongText)
+_LOCAL_NORMALIZERS = frozenset({"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents", "Strip",
+                                "Replace", "Precompiled", "Prepend", "Nmt", "ByteLevel", "Sequence"})
+_LOCAL_PRE_TOKENIZERS = frozenset({"BertPreTokenizer", "ByteLevel", "Metaspace", "Whitespace", "WhitespaceSplit",
+                                   "Punctuation", "Digits", "UnicodeScripts", "CharDelimiterSplit", "Split", "Sequence"})
+
+
+def _local(part, kinds: frozenset) -> bool:
+    """A normalizer / pre-tokenizer (None: none) made only of ``kinds`` (a Sequence's members checked too)."""
+    if part is None:
+        return True
+    try:
+        tree = json.loads(part.__getstate__())
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+    def ok(d) -> bool:
+        if not isinstance(d, dict) or d.get("type") not in kinds:
+            return False
+        inner = d.get("normalizers", d.get("pretokenizers"))
+        return inner is None or all(ok(x) for x in inner)
+
+    return ok(tree)
+
+
+def _word_groups(enc, base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A content Encoding's pre-tokens, in order: (index of each one's first token, its end in characters + ``base``,
+    its tokens). A token without a word id is a pre-token of its own."""
+    words = np.fromiter((-1 if w is None else w for w in enc.word_ids), dtype=np.int64, count=len(enc.ids))
+    if not words.size:
+        return (np.zeros(0, np.int64),) * 3
+    ends = np.fromiter((e for _, e in enc.offsets), dtype=np.int64, count=len(words))
+    first = np.flatnonzero(np.r_[True, (words[1:] != words[:-1]) | (words[1:] < 0)])
+    return first, np.maximum.reduceat(ends, first) + base, np.diff(np.r_[first, len(words)])
+
+
+class _Misaligned(Exception):
+    """A piece's pre-tokens did not meet the previous piece's: the text is tokenized whole instead."""
+
+
+class LongText:
+    """One text longer than PIECE_CHARS, tokenized in pieces (see the module's docstring): its content ids
+    (``ids``, with ``keep_ids``), their number (``count``) and where to cut it so that the cut holds its first
+    (``side`` right) or last (left) ``need`` tokens as the whole text has them (``cut``).
+
+    What it rests on: tokenizing a part of the text gives the text's own pre-tokens (and so tokens) except for the
+    pre-tokens that end within ``margin`` characters of the part's end (cut off, or split otherwise for not seeing
+    what follows: a regex's look-ahead, an added token cut in two) and, when the part does not start the text, its
+    first pre-tokens (a prefix space or ``▁`` added, leading space stripped). So each piece starts on a pre-token
+    boundary at least ``margin`` characters before the last pre-token the previous piece took, skips what that one
+    took (found by its end: a piece whose pre-tokens do not end there is tokenized whole instead), and takes what
+    ends up to ``margin`` before its own end."""
+
+    def __init__(self, owner: "BertTokenizer", text: str, need: int, side: str = "right", keep_ids: bool = False):
+        self.text, self.need, self.side = text, need, side
+        self.count = 0
+        self._margin = owner.cut_margin
+        self._ids: list[np.ndarray] = []
+        self._enough_at: int | None = None  # right: the cut must end at or past this (the need met, plus margin)
+        self._cut_end: int | None = None  # right: the cut is text[:_cut_end]
+        self._tail: list[tuple[np.ndarray, np.ndarray]] = []  # left: (ends, counts) of the last pieces' pre-tokens
+        self._before = 0  # left: where the pre-tokens kept in _tail start (the end of the one before them)
+        for ids, ends, counts in self._pieces(owner.piece_tokenizer()):
+            self.count += len(ids)
+            if keep_ids:
+                self._ids.append(ids)
+            self._note(ends, counts)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return np.concatenate(self._ids) if self._ids else np.zeros(0, np.int32)
+
+    def _pieces(self, tk):
+        """(ids, pre-token ends, tokens per pre-token) of each piece, the text's own tokens in order."""
+        text, n, margin = self.text, len(self.text), self._margin
+        pos, skip_to, size = 0, None, PIECE_CHARS
+        while True:
+            reach = max(pos, skip_to or 0) + size  # past what the previous piece took
+            end = n if reach >= n else _cut_point(text, reach)
+            enc = tk.encode(text[pos:end], add_special_tokens=False)
+            first, ends, counts = _word_groups(enc, pos)
+            lo = 0
+            if skip_to is not None:  # what the previous piece took ends with the last pre-token ending at skip_to
+                hit = np.flatnonzero(ends == skip_to)
+                if not hit.size:
+                    raise _Misaligned
+                lo = int(hit[-1]) + 1
+            hi = len(ends)
+            if end < n:
+                late = np.flatnonzero(ends > end - margin)
+                hi = min(hi - 1, int(late[0]) if late.size else hi)
+                while hi > lo and not ends[hi - 1] < ends[hi]:  # no pre-token of no width right after the last taken
+                    hi -= 1
+                if hi <= lo:  # nothing to take: a larger piece
+                    size *= 2
+                    continue
+            stop = first[hi] if hi < len(first) else len(enc.ids)
+            yield np.asarray(enc.ids[first[lo]:stop] if lo < len(first) else [], dtype=np.int32), ends[lo:hi], counts[lo:hi]
+            if end >= n:
+                return
+            skip_to = int(ends[hi - 1])
+            # the next piece starts on the last pre-token boundary at least margin before skip_to (else where this did)
+            bounds = ends[max(lo - 1, 0):hi - 1]
+            ok = bounds[bounds <= skip_to - margin]
+            pos, size = (int(ok[-1]) if ok.size else pos), PIECE_CHARS
+
+    def _note(self, ends: np.ndarray, counts: np.ndarray) -> None:
+        """Keep what finding the cut needs of a piece's pre-tokens."""
+        if not ends.size:
+            return
+        if self.side == "right":
+            if self._enough_at is None:
+                upto = self.count - int(counts.sum()) + np.cumsum(counts)  # tokens up to each pre-token, itself in
+                met = np.flatnonzero(upto >= self.need)
+                if met.size:
+                    self._enough_at = int(ends[met[0]]) + self._margin
+            if self._enough_at is not None and self._cut_end is None:
+                past = np.flatnonzero(ends >= self._enough_at)
+                if past.size:
+                    self._cut_end = int(ends[past[0]])
+            return
+        self._tail.append((ends, counts))
+        while len(self._tail) > 1:  # the first piece kept goes once the cut lies past it
+            k, _ = self._left_cut()
+            if k is None or k < len(self._tail[0][0]):
+                break
+            self._before = int(self._tail.pop(0)[0][-1])
+
+    def _left_cut(self) -> tuple[int | None, int]:
+        """Among the pre-tokens kept, the last one whose region start S (the end of the one before) leaves ``need``
+        tokens in the pre-tokens starting ``margin`` or more past S, and S; (None, 0) when none does."""
+        ends = np.concatenate([e for e, _ in self._tail])
+        counts = np.concatenate([c for _, c in self._tail])
+        starts = np.r_[self._before, ends[:-1]]
+        after = np.r_[np.cumsum(counts[::-1])[::-1], 0]  # tokens from each pre-token on
+        m = np.maximum(np.arange(1, len(ends) + 1), np.searchsorted(starts, starts + self._margin, side="left"))
+        ok = np.flatnonzero(after[m] >= self.need)
+        return (int(ok[-1]), int(starts[ok[-1]])) if ok.size else (None, 0)
+
+    def cut(self) -> str:
+        """The text cut on a pre-token boundary past its first (last) ``need`` tokens (and ``margin``): the whole
+        text when it has no more than that, or when no boundary comes after them."""
+        if self.count <= self.need:
+            return self.text
+        if self.side == "right":
+            return self.text if self._cut_end is None else self.text[:self._cut_end]
+        k, start = self._left_cut() if self._tail else (None, 0)
+        return self.text if k is None else self.text[start:]
+
+
+_SPACE = re.compile(r"\s")
+
+
+def _cut_point(text: str, at: int) -> int:
+    """Where a piece ends: the first whitespace at or after ``at`` within PIECE_CHARS / 4 characters, else ``at``."""
+    m = _SPACE.search(text, at, at + PIECE_CHARS // 4)
+    return m.start() if m else at
+
+
+def longest_first(la: int, lb: int, budget: int) -> tuple[int, int]:
+    """tokenizers' LongestFirst truncation of a pair's token counts to ``budget`` (utils/truncation.rs): when both
+    must be cut, the shorter gets budget // 2 and the longer (the second on a tie) the rest."""
+    if la + lb <= budget:
+        return la, lb
+    swap = la > lb
+    n1, n2 = (lb, la) if swap else (la, lb)
+    n2 = n1 if n1 > budget else max(n1, budget - n1)
+    if n1 + n2 > budget:
+        n1 = budget // 2
+        n2 = n1 + budget % 2
+    if swap:
+        n1, n2 = n2, n1
+    return min(la, n1), min(lb, n2)
+
+
 class BertTokenizer:
     """Text (and optional pair) -> Tokenized rows; holds the tokenizers.Tokenizer.
 
@@ -275,6 +469,13 @@ class BertTokenizer:
         post = tokenizer.post_processor
         #: special tokens the model's template adds to a text / a pair: the smallest max_length each fits in
         self.specials = {p: post.num_special_tokens_to_add(p) if post is not None else 0 for p in (False, True)}
+        #: a text longer than PIECE_CHARS is tokenized in pieces (LongText), else whole
+        self.piecewise = (tokenizer.pre_tokenizer is not None and _local(tokenizer.normalizer, _LOCAL_NORMALIZERS)
+                          and _local(tokenizer.pre_tokenizer, _LOCAL_PRE_TOKENIZERS))
+        added = [t.content for t in tokenizer.get_added_tokens_decoder().values()]
+        #: characters before a piece's end within which an added token may have been cut (LongText)
+        self.cut_margin = 2 * max(map(len, added), default=0) + 8
+        self._pieces_tk = None
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, model_max_length: int, lowercase: bool = False) -> "BertTokenizer":
@@ -328,40 +529,105 @@ class BertTokenizer:
                 self._tk.no_truncation()
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, max_length: int | None = None) -> Tokenized:
-        """Encode rows whole, then re-encode only the rows longer than max_length with truncation."""
+        """Encode rows whole, then re-encode only the rows longer than max_length with truncation (a text longer than
+        PIECE_CHARS: in pieces, then from its cut, ``_encode_long``), in calls of about GROUP_CHARS characters."""
         max_length = max_length or self.model_max_length
         if pairs is not None and len(pairs) != len(texts):
             raise BertfeatError(f"{len(texts)} texts but {len(pairs)} pairs", "give one pair text for each text")
-        full = self._encode_batch(texts, pairs, None)
-        ids = [np.asarray(e.ids, dtype=np.int32) for e in full]
-        type_ids = [np.asarray(e.type_ids, dtype=np.int32) for e in full]
-        n_tokens = np.fromiter((len(a) for a in ids), dtype=np.int64, count=len(ids))
-        truncated = n_tokens > max_length
-        long_rows = np.flatnonzero(truncated)
-        if long_rows.size:
-            cut = self._encode_batch([texts[i] for i in long_rows],
-                                     None if pairs is None else [pairs[i] for i in long_rows], max_length)
+        n = len(texts)
+        ids: list = [None] * n
+        type_ids: list = [None] * n
+        n_tokens = np.zeros(n, dtype=np.int64)
+        long = [self._is_long(texts[i]) or (pairs is not None and self._is_long(pairs[i])) for i in range(n)]
+        short = [i for i in range(n) if not long[i]]
+        for rows in _groups(short, texts, pairs):
+            for i, e in zip(rows, self._encode_batch([texts[i] for i in rows], _at(pairs, rows), None)):
+                ids[i], type_ids[i] = np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32)
+                n_tokens[i] = len(e.ids)
+        for rows in _groups([i for i in short if n_tokens[i] > max_length], texts, pairs):
+            cut = self._encode_batch([texts[i] for i in rows], _at(pairs, rows), max_length)
             self._check_cut(cut, max_length, pairs is not None)
-            for i, e in zip(long_rows, cut):
-                ids[i] = np.asarray(e.ids, dtype=np.int32)
-                type_ids[i] = np.asarray(e.type_ids, dtype=np.int32)
-        return Tokenized(ids, type_ids, n_tokens, truncated)
+            for i, e in zip(rows, cut):
+                ids[i], type_ids[i] = np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32)
+        for i in (i for i in range(n) if long[i]):
+            ids[i], type_ids[i], n_tokens[i] = self._encode_long(texts[i], None if pairs is None else pairs[i], max_length)
+        return Tokenized(ids, type_ids, n_tokens, n_tokens > max_length)
+
+    def _is_long(self, text) -> bool:
+        return isinstance(text, str) and len(text) > PIECE_CHARS and self.piecewise
+
+    def piece_tokenizer(self):
+        """A copy of the tokenizer without post-processor (LongText's pieces: content ids, offsets not trimmed)."""
+        if self._pieces_tk is None:
+            from tokenizers import Tokenizer
+
+            tk = Tokenizer.from_str(self._tk.to_str())
+            tk.post_processor = None
+            tk.no_truncation()
+            tk.no_padding()
+            self._pieces_tk = tk
+        return self._pieces_tk
+
+    def _encode_long(self, text: str, pair: str | None, max_length: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """One row with a text longer than PIECE_CHARS -> (ids, type ids, tokens before truncation), as ``encode`` gives
+        them: each text's tokens counted in pieces, and the model's input tokenized from its cut, truncated by
+        longest-first from the whole counts."""
+        need = max(max_length - self.specials[pair is not None], 0)
+        try:
+            parts = [LongText(self, t, need, self.truncation_side) for t in (text, pair) if t is not None]
+        except _Misaligned:  # cannot be cut: whole, as a short row
+            e = self._encode_batch([text], None if pair is None else [pair], None)[0]
+            n = len(e.ids)
+            if n > max_length:
+                e = self._encode_batch([text], None if pair is None else [pair], max_length)[0]
+                self._check_cut([e], max_length, pair is not None)
+            return np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32), n
+        counts = [p.count for p in parts]
+        total = sum(counts) + self.specials[pair is not None]
+        keep = counts if total <= max_length else list(longest_first(*counts, need) if pair is not None else [need])
+        if total > max_length and max_length < self.specials[pair is not None]:
+            self._too_small(max_length, pair is not None)
+        with self._lock:
+            self._tk.no_truncation()
+            encs = []
+            for p, k in zip(parts, keep):
+                e = self._tk.encode(p.cut() if k < p.count else p.text, add_special_tokens=False)
+                e.truncate(k, direction=self.truncation_side)
+                encs.append(e)
+            e = self._tk.post_process(encs[0], encs[1] if len(encs) > 1 else None, add_special_tokens=True)
+        return np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32), total
 
     def _check_cut(self, cut, max_length: int, pair: bool) -> None:
         """Refuse a max_length the template's special tokens leave no room in (tokenizers returns such a row whole)."""
         if any(len(e.ids) > max_length for e in cut):
-            need = self.specials[pair]
-            raise BertfeatError(f"{opt('max_length', max_length)} is too small for "
-                                f"{'sentence pairs' if pair else 'texts'} with this model: its "
-                                f"{'pair ' if pair else ''}template adds {need} special tokens",
-                                f"use {opt('max_length', need)} or more")
+            self._too_small(max_length, pair)
+
+    def _too_small(self, max_length: int, pair: bool):
+        need = self.specials[pair]
+        raise BertfeatError(f"{opt('max_length', max_length)} is too small for "
+                            f"{'sentence pairs' if pair else 'texts'} with this model: its "
+                            f"{'pair ' if pair else ''}template adds {need} special tokens",
+                            f"use {opt('max_length', need)} or more")
 
     def encode_content(self, texts: list[str]) -> list[np.ndarray]:
-        """Word-piece ids of each text without special tokens (for chunking long texts)."""
-        with self._lock:
-            self._tk.no_truncation()
-            enc = self._tk.encode_batch(texts, add_special_tokens=False)
-        return [np.asarray(e.ids, dtype=np.int32) for e in enc]
+        """Word-piece ids of each text without special tokens (for chunking long texts); a text longer than
+        PIECE_CHARS tokenized in pieces (LongText)."""
+        out: list = [None] * len(texts)
+        short = []
+        for i, t in enumerate(texts):
+            try:
+                out[i] = LongText(self, t, 0, keep_ids=True).ids if self._is_long(t) else None
+            except _Misaligned:
+                pass
+            if out[i] is None:
+                short.append(i)
+        for rows in _groups(short, texts, None):
+            with self._lock:
+                self._tk.no_truncation()
+                enc = self._tk.encode_batch([texts[i] for i in rows], add_special_tokens=False)
+            for i, e in zip(rows, enc):
+                out[i] = np.asarray(e.ids, dtype=np.int32)
+        return out
 
     def tokens(self, text: str, pair: str | None = None, max_length: int | None = None):
         """One row's encoding (tokens, ids, type ids, truncated) for inspection."""
@@ -381,6 +647,23 @@ class BertTokenizer:
         if self.id_limit <= first_id:
             return {}
         return dict(sorted((i, t) for t, i in self._tk.get_vocab().items() if i >= first_id))
+
+
+def _at(values: list | None, rows: list[int]) -> list | None:
+    return None if values is None else [values[i] for i in rows]
+
+
+def _groups(rows: list[int], texts: list[str], pairs: list[str] | None):
+    """``rows`` in runs of about GROUP_CHARS characters (text and pair), so that a call holds no more at once."""
+    run, size = [], 0
+    for i in rows:
+        if run and size >= GROUP_CHARS:
+            yield run
+            run, size = [], 0
+        run.append(i)
+        size += len(texts[i]) + (len(pairs[i]) if pairs is not None else 0)
+    if run:
+        yield run
 
 
 def pad_batch(ids: list[np.ndarray], type_ids: list[np.ndarray], pad_id: int = 0):

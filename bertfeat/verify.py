@@ -193,7 +193,7 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     from .encoder import Encoder
     from .features import open_features
     from .gemm import PRECISIONS
-    from .readers import open_input
+    from .readers import DEFAULT_MAX_FIELD_BYTES, open_input
     from .readers.formats import FORMATS
 
     path = Path(features)
@@ -257,7 +257,8 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     reader = open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
                         meta.get("pair_column"), meta.get("id_column"), encoding or meta.get("encoding") or "utf-8",
                         delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()),
-                        keep_as=meta.get("keep_as"))  # its bad kept values too
+                        keep_as=meta.get("keep_as"),  # its bad kept values too
+                        max_field_bytes=meta.get("max_field_bytes") or DEFAULT_MAX_FIELD_BYTES)
     texts: dict[int, tuple[str, str | None]] = {}  # output position -> (text, pair) of its input row
     outputs = output_rows()
     j, current = 0, next(outputs, _END)  # the output row the input walk looks for, and its position

@@ -68,6 +68,30 @@ def write_csv(path: Path, header: list[str], rows: list[list], delimiter: str = 
     return path
 
 
+_PEAK = """
+def peak():
+    # this process's peak resident memory in MiB: VmHWM, which starts afresh at exec (ru_maxrss keeps the forking
+    # parent's peak, here pytest's few hundred MiB, which would hide any growth below it)
+    with open("/proc/self/status") as f:
+        return int(next(line.split()[1] for line in f if line.startswith("VmHWM:"))) // 1024
+"""
+
+
+def in_fresh_process(script: str, *args) -> list[str]:
+    """Run ``script`` (which may call ``peak()``) in a new interpreter on this tree with ``args``: the words it printed."""
+    import os
+    import subprocess
+    import sys
+
+    if not Path("/proc/self/status").is_file():
+        import pytest
+
+        pytest.skip("peak memory is read from /proc (Linux)")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    return subprocess.run([sys.executable, "-c", _PEAK + script, *map(str, args)], capture_output=True, text=True,
+                          env=env, check=True).stdout.split()
+
+
 def write_jsonl(path: Path, objs: list) -> Path:
     path.write_text("".join(json.dumps(o) + "\n" for o in objs), encoding="utf-8")
     return path

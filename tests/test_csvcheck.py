@@ -38,6 +38,63 @@ def test_tracker_counts_records_as_pyarrow_does():
     assert t.record - 1 == rows == 3
 
 
+# ------------------------------------------------------------------------------------------ fields over max_field (issue 44)
+def _field(rng, delimiter: str, quoting: bool) -> bytes:
+    """A field as written: sometimes long, with delimiters, quotes and line breaks inside quotes (CSV)."""
+    alphabet = "ab é中" + (delimiter + '"\n\r' if quoting else "")
+    text = "".join(rng.choice(list(alphabet)) for _ in range(int(rng.integers(0, 3) == 0) * int(rng.integers(0, 60))))
+    if quoting and (any(c in text for c in delimiter + '"\n\r') or rng.random() < 0.3):
+        return ('"' + text.replace('"', '""') + '"').encode()
+    return text.encode()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fields_over_the_cap_reach_pyarrow_empty_whatever_the_reads(seed):
+    """Random CSV / TSV: every data field larger than max_field (as written, quotes included) arrives as "", its row
+    and size noted; every other byte passes unchanged, the header whole; the offsets map back onto the input."""
+    import csv
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    quoting = seed % 4 != 0
+    delimiter = "," if quoting else "\t"
+    cap = int(rng.integers(1, 40))
+    rows = [[_field(rng, delimiter, quoting) for _ in range(3)] for _ in range(int(rng.integers(1, 30)))]
+    header = [b"a" * 50, b"b", b"c"]  # a header name over the cap is never cut
+    newline = b"\r\n" if rng.random() < 0.3 else b"\n"
+    data = newline.join(delimiter.encode().join(r) for r in [header, *rows]) + newline
+    t = QuoteTracker(io.BytesIO(data), delimiter, cap, quoting=quoting)
+    out = io.BufferedReader(t, buffer_size=int(rng.choice([1, 2, 3, 7, 100, 1 << 16]))).read()
+
+    def parsed(raw: bytes) -> list[list[str]]:
+        return list(csv.reader(io.StringIO(raw.decode(), newline=""), delimiter=delimiter,
+                               quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE))
+
+    want = [[f.decode() for f in header]] + [
+        [('""' if not quoting else "") if len(f) > cap else row for f, row in zip(r, p)]
+        for r, p in zip(rows, parsed(data)[1:])]
+    assert parsed(out) == want
+    assert t.oversized == {k: [(j, len(f)) for j, f in enumerate(r) if len(f) > cap]
+                           for k, r in enumerate(rows) if any(len(f) > cap for f in r)}
+    assert t.file_offset(len(out)) == len(data)
+    if not t.oversized:
+        assert out == data
+
+
+def test_a_field_over_the_cap_never_reaches_pyarrow_whole():
+    """48 MB in one quoted field (line breaks and quotes in it) and 5 MB left unclosed at the end: nothing of them is
+    handed on (an empty quoted field; the unclosed one its opening quote, so pyarrow still reads it to the end), and
+    the rows around them are read as they are."""
+    big = b'"' + b'word ""quoted""\n' * 3_000_000 + b'"'
+    data = b"id,text\n1,first\n2," + big + b"\n3,third\n4,\"" + b"open " * 1_000_000
+    t = QuoteTracker(io.BytesIO(data), ",", 1 << 16)
+    out = io.BufferedReader(t, buffer_size=1 << 20).read()
+    assert out == b'id,text\n1,first\n2,""\n3,third\n4,"'
+    assert t.oversized == {1: [(1, len(big))], 3: [(1, 5_000_001)]} and t.unclosed
+    rows = pcsv.read_csv(io.BytesIO(out), parse_options=pcsv.ParseOptions(newlines_in_values=True))
+    assert rows.column("id").to_pylist() == [1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("head, expected", [(b"id,text\n", ","), (b"id;text\n", ";"), (b"id|text\n", "|"),
                                             (b"id\ttext\n", "\t"), (b'"a;b",c\n', ","), (b"text\n", ","),
                                             (b"a\r\tb\n", ","), (b"\xef\xbb\xbfid;text\r\n", ";")])

@@ -28,7 +28,8 @@ from bertfeat.errors import InputError, render
 from bertfeat.readers import open_input, resolve_files
 from bertfeat.readers.text import split_wide_lines, wide_unicode
 from bertfeat.rejects import Reason, RejectCode, fix_for
-from extract_util import Interrupt, assert_close, embeddings, metadata, no_leftovers, read_table, run, tiny_encoder, tiny_model, write_csv
+from extract_util import (Interrupt, assert_close, embeddings, in_fresh_process, metadata, no_leftovers, read_table, run,
+                          tiny_encoder, tiny_model, write_csv)
 
 TEXTS = ["hello there", "wörld façade", "a third line", "中文 and emoji 🙂"]
 
@@ -682,3 +683,154 @@ def test_one_text_rule_on_both_engines(tmp_path, capsys, engine, request):
     assert _rejects(out) == [["1", "r1", "empty text"], ["5", "r5", "whitespace-only text"],
                              ["6", "r6", "unpaired surrogate U+D800 at character 1 of the text: not valid Unicode (a "
                                          "JSON \\ud800 escape without its pair)"]]
+
+
+# ------------------------------------------------------------------------------------------ one huge field (issue 44)
+# A 50 MB quoted CSV field peaked at 11.6 GB: the reader held it, pyarrow read it with 256 MiB blocks, the tokenizer
+# took ~200 bytes per character of it. A value over --max-field-bytes is now a bad row, skipped as it is read.
+BIG = 100_000  # bytes of the huge value in these tests, against --max-field-bytes 64KiB
+CAP = ["--max-field-bytes", "64KiB"]
+
+
+def _huge(n: int = BIG) -> str:
+    return ('a "quoted" word,\nand a new line ' * (n // 32 + 1))[:n]
+
+
+def huge_input(d: Path, fmt: str, column: str = "text", n: int = BIG) -> Path:
+    """Rows a, big, c: the value of ``column`` in row big is n bytes; columns id, text, note."""
+    rows = [{"id": "a", "text": TEXTS[0], "note": "x"}, {"id": "big", "text": TEXTS[1], "note": "y"},
+            {"id": "c", "text": TEXTS[2], "note": "z"}]
+    rows[1][column] = _huge(n) if fmt != "tsv" else _huge(n).replace("\n", " ")
+    path = d / f"in.{fmt.split('-')[0]}"
+    if fmt == "csv":
+        write_csv(path, ["id", "text", "note"], [list(r.values()) for r in rows])
+    elif fmt == "tsv":  # no quoting: the values as they are
+        path.write_text("".join("\t".join(r) + "\n" for r in [["id", "text", "note"], *(list(r.values()) for r in rows)]))
+    elif fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    else:
+        t = pa.table({k: [r[k] for r in rows] for k in rows[0]})
+        if fmt == "parquet-dictionary":
+            t = t.set_column(1, "text", t.column("text").dictionary_encode())
+        elif fmt == "parquet-binary":
+            t = t.set_column(1, "text", t.column("text").cast(pa.large_binary()))
+        pq.write_table(t, path)
+    return path
+
+
+FORMATS = ["csv", "tsv", "jsonl", "parquet", "parquet-dictionary", "parquet-binary"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_text_over_max_field_bytes_is_one_bad_row(tmp_path, capsys, fmt):
+    src = huge_input(tmp_path, fmt)
+    size = len(_huge().encode()) + (fmt == "csv") * (2 + _huge().count('"'))  # CSV: as written, quoted
+    why = f"the text is {size:,} bytes, more than --max-field-bytes 64KiB allows"
+    out = tmp_path / "o.parquet"
+    refused(capsys, src, out, f"{src} row 1: {why} - {render(fix_for(RejectCode.FIELD_TOO_LARGE), {})}",
+            "--id-column", "id", *CAP)
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--on-bad-row", "skip", *CAP)
+    assert rc == 0, err
+    assert _rejects(out) == [["1", "big", why]]
+    t = read_table(out)
+    assert t.column("id").to_pylist() == ["a", "c"]
+    assert_close(embeddings(t), tiny_encoder().encode([TEXTS[0], TEXTS[2]]))
+    rc, _, err = extract(capsys, src, tmp_path / "all.parquet", "--id-column", "id", "--max-field-bytes", "1MiB")
+    assert rc == 0, err  # under a larger limit the row is read and encoded
+    assert_close(embeddings(read_table(tmp_path / "all.parquet"))[1:2],
+                 tiny_encoder().encode([_huge() if fmt != "tsv" else _huge().replace("\n", " ")]))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_an_id_or_kept_value_over_max_field_bytes_is_a_bad_row_an_unused_one_is_not(tmp_path, capsys, fmt):
+    d = tmp_path / "note"
+    d.mkdir()
+    src = huge_input(d, fmt, "note")
+    size = BIG + (fmt == "csv") * (2 + _huge().count('"'))
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--keep", "note", "--on-bad-row", "skip", *CAP)
+    assert rc == 0, err
+    assert _rejects(out) == [["1", "big", f"the kept column 'note' is {size:,} bytes, more than --max-field-bytes 64KiB "
+                                          "allows", ""]]
+    rc, _, err = extract(capsys, src, tmp_path / "u.parquet", "--id-column", "id", *CAP)  # note not read: no bad row
+    assert rc == 0, err
+    assert read_table(tmp_path / "u.parquet").column("id").to_pylist() == ["a", "big", "c"]
+    d = tmp_path / "id"
+    d.mkdir()
+    src = huge_input(d, fmt, "id")
+    rc, _, err = extract(capsys, src, tmp_path / "i.parquet", "--id-column", "id", "--on-bad-row", "skip", *CAP)
+    assert rc == 0, err
+    assert _rejects(tmp_path / "i.parquet") == [["1", "", f"the id is {size:,} bytes, more than --max-field-bytes 64KiB allows"]]
+
+
+def test_a_huge_field_on_standard_input_is_a_bad_row(tmp_path, capsys, monkeypatch):
+    """From standard input (which cannot be read twice) a row longer than the CSV block was refused whole; a field over
+    the limit never reaches pyarrow, so its row is one bad row like any other."""
+    from bertfeat.readers import CsvReader
+
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 1 << 15)  # 32 KiB blocks: the 100 KB field straddles them
+    src = huge_input(tmp_path, "csv")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes())))
+    b = list(open_input("-", "csv", "text", None, "id", max_field_bytes=1 << 14).batches())
+    assert [r for x in b for r in x.rows] == [0, 1, 2]
+    assert {r: v.code for x in b for r, v in x.pre_rejected.items()} == {1: RejectCode.FIELD_TOO_LARGE}
+
+
+def test_a_jsonl_line_longer_than_a_row_may_hold(tmp_path, capsys, monkeypatch):
+    """JSONL lines are read up to max_field_bytes per column read plus as much for the rest of the object: a longer
+    line is a bad row, skipped as read; a file that starts with one takes its columns from the lines after it; standard
+    input, whose head cannot be read twice, says so."""
+    rows = [{"id": "a", "text": TEXTS[0]}, {"id": "big", "text": "x", "blob": _huge(2_000_000)}, {"id": "c", "text": TEXTS[2]}]
+    src = tmp_path / "in.jsonl"
+    for order in (rows, rows[1:] + rows[:1]):
+        src.write_text("".join(json.dumps(r) + "\n" for r in order))
+        out = tmp_path / "o.parquet"
+        rc, _, err = extract(capsys, src, out, "--id-column", "id", "--on-bad-row", "skip", "--max-field-bytes", "16KiB",
+                             "--overwrite")
+        assert rc == 0, err
+        n = len(json.dumps(rows[1]))
+        assert _rejects(out) == [[str(order.index(rows[1])), "", f"the line is {n:,} bytes, more than a row may hold (for "
+                                                                 "each column read --max-field-bytes 16KiB, and as much "
+                                                                 "for the rest of the object)"]]
+        assert read_table(out).column("id").to_pylist() == [r["id"] for r in order if r["id"] != "big"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes())))  # the long line first
+    with pytest.raises(InputError, match=r"<stdin> line 1: more than 1,048,576 bytes, more than bertfeat reads to find "
+                                         r"the columns - put a shorter line first"):
+        open_input("-", "jsonl", "text", None, "id", max_field_bytes=1 << 14)
+
+
+_READ = """
+import sys
+from bertfeat.readers import open_input
+def read(p):
+    for b in open_input(p, None, "text", None, "id").batches():
+        pass
+read(sys.argv[1])
+before = peak()
+read(sys.argv[2])
+print(peak() - before)
+"""
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_reading_a_huge_field_keeps_memory_bounded(tmp_path, fmt):
+    """A 30 MB field, read with the default limit (4 MiB): the reader's peak grew by 149 MiB (CSV: pyarrow read it
+    with 32 MiB blocks, then it became bytes) and 94 MiB (JSONL: the line, its text, the object); now by what one
+    read holds (17 and 24 MiB)."""
+    (tmp_path / "s").mkdir()
+    small, big = huge_input(tmp_path / "s", fmt, n=10), huge_input(tmp_path, fmt, n=30_000_000)
+    grown = int(in_fresh_process(_READ, small, big)[0])
+    assert grown < 40, f"reading a 30 MB {fmt} field grew the peak by {grown} MiB"
+
+
+def test_max_field_bytes_is_checked_and_kept_for_a_resume(tmp_path, capsys):
+    from bertfeat.jobcore import manifest_differences
+    from bertfeat.specs import parse_max_field_bytes
+
+    assert [parse_max_field_bytes(v) for v in ("4MiB", "512KiB", "8MB", " 1000 ", 65536, "1GiB")] == [
+        4 << 20, 512 << 10, 8_000_000, 1000, 65536, 1 << 30]
+    src = huge_input(tmp_path, "csv", n=10)
+    for value, what in (("1x", "'1x' is not a size"), ("0", "0 is out of range"), ("2GiB", "2GiB is out of range")):
+        refused(capsys, src, tmp_path / "o.parquet", f"--max-field-bytes {what} - give bytes, e.g. 4MiB (the default), "
+                "512KiB or 16MiB, up to 1GiB", "--max-field-bytes", value)
+    assert manifest_differences({"max_field_bytes": 65536}, {}) == ["max field bytes: 65536 -> 4194304"]

@@ -14,8 +14,8 @@ import csv
 import numpy as np
 import pytest
 
-from extract_util import (assert_close, embeddings, metadata, read_table, run, summary_line, tiny_encoder, tiny_model,
-                          write_csv)
+from extract_util import (assert_close, embeddings, in_fresh_process, metadata, read_table, run, summary_line,
+                          tiny_encoder, tiny_model, write_csv)
 
 WORDS = ("river mountain bread cheese rain snow ship bird music art train car cat dog garden window letter "
          "market winter summer city village forest ocean house table water light night green blue red").split()
@@ -186,3 +186,184 @@ def test_chunk_mode_with_pairs_is_refused_before_any_work(tmp_path, capsys):
 
     with pytest.raises(BertfeatError, match="not sentence pairs"):
         tiny_encoder().encode(["x"], pairs=["y"], long_text="chunk-max")
+
+
+# ------------------------------------------------------------------------------------------ one huge text (issue 44)
+# A text longer than tokenize.PIECE_CHARS is tokenized in pieces, and the model's input from a cut of it
+# (tokenize.LongText): the ids, type ids and n_tokens must be exactly those of the whole text tokenized by the
+# `tokenizers` library itself, for every kind of tokenizer the cut is made for; and the memory must not grow with
+# the text. The pieces are made small here (PIECE_CHARS monkeypatched) so that texts of a few KB cross many of them.
+PIECE_WORDS = ("the quick brown fox jumps over lazy dogs , . ! ? ( ) don't it's São Zürich naïve e\u0301 ﬁne ﬷ ﷺ "
+               "😀 👍🏽 中文 字符 こんにちは 안녕 ١٢٣ 3.14 1,000 <mask> [MASK] [SEP] new york x-ray").split() + [
+    "\n", "\n\n", "  ", "\t", "\u3000", "\u200b", "a" * 120, "\u0301"]
+
+
+def _piece_text(rng, n: int) -> str:
+    """About n characters of words, CJK runs, emoji, combining and expanding (NFKD ﷺ) characters, added tokens' text
+    and whitespace of every kind, most words followed by a space."""
+    out = []
+    while sum(map(len, out)) < n:
+        out.append(PIECE_WORDS[rng.integers(len(PIECE_WORDS))] + [" ", " ", " ", "", "\n", "  "][rng.integers(6)])
+    return "".join(out)
+
+
+def _trained(pre_tokenizer, normalizer=None, prefix_space: bool = False):
+    """A byte-level BPE (as RoBERTa's, ModernBERT's or Llama 3's) trained on the words above, with RoBERTa's template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tk = Tokenizer(models.BPE())
+    tk.normalizer = normalizer
+    tk.pre_tokenizer = pre_tokenizer
+    tk.decoder = decoders.ByteLevel()
+    corpus = [_piece_text(np.random.default_rng(i), 300) for i in range(30)]
+    tk.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=500, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tk.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True, add_prefix_space=prefix_space)
+    return tk
+
+
+@pytest.fixture(scope="module")
+def piece_tokenizers(minilm_dir, tmp_path_factory):
+    """name -> bertfeat BertTokenizer of each kind of tokenizer the cut is made for."""
+    import json
+    import shutil
+
+    from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
+
+    from bertfeat.tokenize import BertTokenizer
+    from ckpt import vocab_file
+    from st_ckpt import _tokenizer
+
+    zh = tmp_path_factory.mktemp("zh")
+    shutil.copyfile(vocab_file("chinese"), zh / "vocab.txt")
+    (zh / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False}))
+    spaced = BertTokenizer.from_dir(minilm_dir, 512)._tk
+    spaced.add_tokens([AddedToken("new york"), AddedToken("x-ray")])  # added tokens with a space, a punctuation
+    xlmr_first = _tokenizer("xlm-roberta")
+    xlmr_first.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
+    llama3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    toks = {
+        "bert uncased (MiniLM)": BertTokenizer.from_dir(minilm_dir, 512),
+        "bert chinese": BertTokenizer.from_dir(zh, 512),
+        "bert with added tokens": BertTokenizer(spaced, "x", 512),
+        "roberta byte-level": BertTokenizer(_tokenizer("roberta"), "x", 512),
+        "roberta add_prefix_space": BertTokenizer(_trained(pre_tokenizers.ByteLevel(add_prefix_space=True), None, True), "x", 512),
+        "xlm-r unigram": BertTokenizer(_tokenizer("xlm-roberta"), "x", 512),
+        "metaspace prepend first": BertTokenizer(xlmr_first, "x", 512),
+        "llama-3 split + byte-level, NFKC": BertTokenizer(_trained(pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(llama3), "isolated"), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+            normalizers.NFKC()), "x", 512),
+    }
+    for name in ("bert uncased (MiniLM)", "roberta byte-level"):
+        left = BertTokenizer(toks[name]._tk, "x", 512)
+        left.truncation_side = "left"
+        toks[name + ", truncation_side left"] = left
+    return toks
+
+
+_REFERENCES: dict = {}
+
+
+def _whole(tk, text, pair, max_length, side):
+    """(ids, type ids, n_tokens) of the whole text (and pair) by the `tokenizers` library itself (a copy of ``tk``)."""
+    from tokenizers import Tokenizer
+
+    ref = _REFERENCES.get(id(tk))
+    if ref is None:
+        ref = _REFERENCES[id(tk)] = Tokenizer.from_str(tk.to_str())
+        ref.no_padding()
+    ref.no_truncation()
+    n = len(ref.encode(text, pair).ids)
+    ref.enable_truncation(max_length, strategy="longest_first", direction=side)
+    e = ref.encode(text, pair)
+    return e.ids, e.type_ids, n
+
+
+def test_a_long_text_in_pieces_gives_the_whole_texts_tokens(piece_tokenizers, monkeypatch):
+    from bertfeat import tokenize
+
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 150)
+    rng = np.random.default_rng(44)
+    cut = 0
+    for name, tok in piece_tokenizers.items():
+        assert tok.piecewise, name
+        for trial in range(9):
+            texts = [_piece_text(rng, int(rng.integers(300, 2500))) for _ in range(3)] + ["short"]
+            pairs = [_piece_text(rng, int(rng.integers(1, 2500))) for _ in range(4)] if trial % 3 == 0 else None
+            ml = int(rng.choice([8, 33, 64, 200, 512]))
+            got = tok.encode(texts, pairs, ml)
+            content = tok.encode_content(texts)
+            for i, text in enumerate(texts):
+                pair = None if pairs is None else pairs[i]
+                ids, types, n = _whole(tok._tk, text, pair, ml, tok.truncation_side)
+                what = (name, trial, i, ml)
+                assert (got.ids[i].tolist(), got.type_ids[i].tolist(), int(got.n_tokens[i])) == (ids, types, n), what
+                assert got.truncated[i] == (n > ml), what
+                assert content[i].tolist() == tok._tk.encode(text, add_special_tokens=False).ids, what
+                if len(text) > tokenize.PIECE_CHARS:  # in pieces (it raises where it cannot, for a whole-text fallback)
+                    assert tokenize.LongText(tok, text, ml).count == len(content[i]), what
+                cut += got.truncated[i]
+    assert cut > 80  # most rows were cut
+
+
+def test_a_tokenizer_that_cannot_be_cut_tokenizes_the_whole_text(monkeypatch):
+    """Without a pre-tokenizer (one pre-token: no boundary to cut at) the text goes to the tokenizer whole, as before."""
+    from bertfeat import tokenize
+    from st_ckpt import _tokenizer
+
+    tk = _tokenizer("xlm-roberta")
+    tk.pre_tokenizer = None
+    tok = tokenize.BertTokenizer(tk, "x", 512)
+    assert not tok.piecewise
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 50)
+    text = _piece_text(np.random.default_rng(0), 1000)
+    assert tok.encode([text], None, 40).ids[0].tolist() == _whole(tk, text, None, 40, "right")[0]
+
+
+def test_the_features_of_a_long_row_are_those_of_its_first_max_length_tokens(monkeypatch):
+    """A row of 60 pieces' worth of text, encoded through the cut, has the features of the text of its first MAX_LEN
+    tokens alone (bit for bit: the same ids reach the model), and chunk-mean windows every token of it."""
+    from tokenizers import Tokenizer
+
+    from bertfeat import tokenize
+
+    enc = tiny_encoder()
+    rng = np.random.default_rng(7)
+    long = _piece_text(rng, 20_000)
+    ref = Tokenizer.from_str(enc.tokenizer._tk.to_str())
+    ref.no_truncation()
+    whole = ref.encode(long, add_special_tokens=False)
+    head = long[:whole.offsets[MAX_LEN - 3][1]]  # the text of the first MAX_LEN - 2 word pieces
+    assert len(ref.encode(head, add_special_tokens=False).ids) == MAX_LEN - 2
+    texts = [SHORT[0], long, SHORT[1]]
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 300)
+    info = enc.encode(texts, return_info=True)
+    assert info.truncated.tolist() == [False, True, False] and info.n_tokens[1] == len(whole.ids) + 2
+    assert np.array_equal(info.features[1], enc.encode([SHORT[0], head, SHORT[1]])[1])
+    chunked = enc.encode([long], long_text="chunk-mean", stride=STRIDE)
+    monkeypatch.setattr(tokenize, "PIECE_CHARS", 1 << 30)  # the whole text at once, as before
+    assert np.array_equal(chunked, enc.encode([long], long_text="chunk-mean", stride=STRIDE))
+
+
+_MEMORY = """
+import sys
+import numpy as np
+from bertfeat.tokenize import BertTokenizer
+tok = BertTokenizer.from_dir(sys.argv[1], 512)
+words = sys.argv[2].split()
+text = " ".join(words[i] for i in np.random.default_rng(0).integers(0, len(words), 4_000_000 // 6))
+tok.encode(["warm up"], None, 256)
+before = peak()
+t = tok.encode([text], None, 256)
+content = tok.encode_content([text])[0]
+print(peak() - before, int(t.n_tokens[0]), len(t.ids[0]), len(content), text.count(" ") + 1)
+"""
+
+
+def test_tokenizing_a_huge_text_keeps_memory_bounded():
+    """A 4 MB text (Encoder.encode, TextFeatures: no reader limit in front) grew the peak by 644 MiB in the
+    tokenizer (a 50 MB CSV field peaked at 11.6 GB); in pieces it grows by the ids alone."""
+    out = in_fresh_process(_MEMORY, tiny_model(), " ".join(WORDS))
+    grown, n_tokens, n_ids, n_content, n_words = map(int, out)
+    assert (n_tokens, n_ids, n_content) == (n_words + 2, 256, n_words)  # one piece per word: the exact count
+    assert grown < 100, f"peak RSS grew by {grown} MiB tokenizing a 4 MB text"

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from bertfeat.errors import BertfeatError
 from bertfeat.tokenize import BertTokenizer as Ours
+from bertfeat.tokenize import longest_first as truncate_pair_rust  # HF tokenizers' LongestFirst
 from bertfeat.tokenize import pad_batch
 from ckpt import vocab_file
 from conftest import read_stsb, read_stsb_zh
@@ -150,22 +151,6 @@ def truncate_pair_google(la: int, lb: int, budget: int) -> tuple[int, int]:
         else:
             lb -= 1
     return la, lb
-
-
-def truncate_pair_rust(la: int, lb: int, budget: int) -> tuple[int, int]:
-    """HF tokenizers' LongestFirst (utils/truncation.rs): when both sides must be cut, the shorter gets
-    budget // 2 and the longer (the second on a tie) budget // 2 + budget % 2."""
-    if la + lb <= budget:
-        return la, lb
-    swap = la > lb
-    n1, n2 = (lb, la) if swap else (la, lb)
-    n2 = n1 if n1 > budget else max(n1, budget - n1)
-    if n1 + n2 > budget:
-        n1 = budget // 2
-        n2 = n1 + budget % 2
-    if swap:
-        n1, n2 = n2, n1
-    return min(la, n1), min(lb, n2)
 
 
 def assert_pairs_vs_slow(ours: Ours, slow, texts, pairs, max_length, what):

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
+from ..specs import DEFAULT_MAX_FIELD_BYTES
 from .kept import TYPE_NAMES, TYPES
 from .paths import is_url, resolve_files
 
@@ -133,9 +134,11 @@ class Reader:
 
     def __init__(self, path: str, fmt: str, *, text_column: str | None = None, pair_column: str | None = None,
                  id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192, delimiter: str | None = None,
-                 keep: tuple[str, ...] | list[str] = (), label: str | None = None, keep_as: dict[str, str] | None = None):
+                 keep: tuple[str, ...] | list[str] = (), label: str | None = None, keep_as: dict[str, str] | None = None,
+                 max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES):
         self.path = path
         self.fmt = fmt
+        self.max_field_bytes = max_field_bytes
         self.encoding = normalize_encoding(encoding)
         self.batch_rows = batch_rows
         self.multiline_rows = 0  # CSV records whose quoted fields span lines (known once the file is read)
@@ -241,6 +244,14 @@ class Reader:
 
     def _wanted(self) -> list[str]:
         return [c for c in dict.fromkeys([self.text_column, self.pair_column, self.id_column, *self.keep]) if c]
+
+    def role(self, column: str) -> str | None:
+        """What a column is to the run, for a reason's words (``text``, ``pair text``, ``id``, ``kept column 'x'``);
+        None for a column the run does not read."""
+        for name, what in ((self.text_column, "text"), (self.pair_column, "pair text"), (self.id_column, "id")):
+            if column == name:
+                return what
+        return f"kept column {column!r}" if column in self.keep else None
 
     def identity(self) -> dict:
         """What identifies the input for --resume: paths, sizes, modification times (or the store's stamp)."""

@@ -14,7 +14,7 @@ import sys
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from ..rejects import Reason, RejectCode
+from ..rejects import Reason, RejectCode, too_large
 from . import arrowexit
 from .base import HEAD_BYTES, RawBatch, utf8_error_at
 from .kept import convert_cells, infer_cell_type
@@ -202,10 +202,12 @@ class CsvReader(TextReader):
             stream = io.BufferedReader(transcoder, buffer_size=1 << 20)
         stream = io.BufferedReader(NewlineAtEnd(stream), buffer_size=1 << 20)  # UTF-8 here: a header alone ends
         tracker = None
-        if self.fmt == "csv":  # on UTF-8 (as read, or as transcoded: UTF-16's quotes and line ends are not single bytes)
+        cap = self.max_field_bytes
+        if self.fmt == "csv" or cap:  # on UTF-8 (as read, or as transcoded: UTF-16's quotes and line ends are not single bytes)
             from ..csvcheck import QuoteTracker
 
-            tracker = QuoteTracker(stream, self.delimiter)  # an unclosed quote, rows that span lines
+            # an unclosed quote, rows that span lines; fields over max_field_bytes left out as read
+            tracker = QuoteTracker(stream, self.delimiter, cap, quoting=self.fmt == "csv")
             stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         stream = gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
         arrowexit.opened(gate)
@@ -253,7 +255,8 @@ class CsvReader(TextReader):
                     gate.wanting(False)
                 blocks += 1
                 gate.allow((blocks + self.READ_AHEAD_BLOCKS) * block)
-                end = counter.count if transcoded else _position(gate, blocks, counter.count, self.compression is not None)
+                end = counter.count if transcoded else _position(gate, blocks, counter.count, self.compression is not None,
+                                                                 tracker)
                 n = b.num_rows
                 rows, pre = [], {}
                 # the columns read (pair, id and kept columns when asked), the skipped malformed lines in their row positions
@@ -370,7 +373,10 @@ class CsvReader(TextReader):
         return f" in column {self.columns[field]!r}" if field is not None and field < len(self.columns) else ""
 
     def _mark_suspects(self, b: RawBatch, tracker) -> RawBatch:
-        """Rows whose quoted field closed lines later, right before more text: it swallowed the lines between."""
+        """Rows whose quoted field closed lines later, right before more text: it swallowed the lines between; and
+        rows with a field over max_field_bytes that the run reads (_mark_oversized)."""
+        if tracker is not None and tracker.oversized:
+            self._mark_oversized(b, tracker)
         if tracker is None or not tracker.suspects:
             return b
         for k, row in enumerate(b.rows):
@@ -383,6 +389,25 @@ class CsvReader(TextReader):
                                              "into this row")
                 b.texts[k] = None
         return b
+
+    def _mark_oversized(self, b: RawBatch, tracker) -> None:
+        """A field over max_field_bytes reached pyarrow empty (csvcheck.QuoteTracker): its row is a bad row when the
+        field is one the run reads (its value None, as the rejects file shows it), unless the row is already bad for a
+        reason the cut cannot have caused (an unclosed quote, a malformed line)."""
+        for k, row in enumerate(b.rows):
+            for field, size in tracker.oversized.pop(row, ()):
+                col = self.columns[field] if field < len(self.columns) else None
+                what = self.role(col) if col is not None else None
+                old = b.pre_rejected.get(row)
+                if what is None or (old is not None and old.code in (RejectCode.UNCLOSED_QUOTE, RejectCode.MALFORMED_LINE)):
+                    continue
+                b.pre_rejected[row] = too_large(what, size, self.max_field_bytes)
+                b.texts[k] = None
+                for name, values in ((self.pair_column, b.pairs), (self.id_column, b.ids),
+                                     *((c, (b.extra or {}).get(c)) for c in self.keep)):
+                    if col == name and values is not None:
+                        values[k] = None
+                break
 
     def _reject_unclosed(self, tracker, pending: RawBatch | None, skipped: dict[int, Reason], next_row: int) -> None:
         """A quoted field never closed runs to the end of the file: its row (the last one) becomes a bad row."""
@@ -407,14 +432,19 @@ class CsvReader(TextReader):
                              f"fix the line, or pass {opt('encoding')} with the file's encoding") from None
 
 
-def _position(gate: ReadAheadGate, blocks: int, read: int, compressed: bool) -> int:
+def _position(gate: ReadAheadGate, blocks: int, read: int, compressed: bool, tracker=None) -> int:
     """Where the rows of pyarrow's first ``blocks`` blocks end, in bytes of the file (``read``: the bytes read from
-    it so far): the stream position of block ``blocks``'s end; for a compressed file (the stream is decompressed)
-    scaled by the file bytes per stream byte so far."""
+    it so far): the stream position of block ``blocks``'s end (in the stream before fields over max_field_bytes were
+    left out: ``tracker``); for a compressed file (the stream is decompressed) scaled by the file bytes per stream
+    byte so far."""
     if not gate.count:
         return read
     at = gate.ends[blocks - 1] if blocks <= len(gate.ends) else gate.count
-    return min(read, read * at // gate.count if compressed else at)
+    if tracker is not None:
+        at, count = tracker.file_offset(at), tracker.file_offset(gate.count)
+    else:
+        count = gate.count
+    return min(read, read * at // count if compressed else at)
 
 
 def _skip_rows():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError, opt
-from .base import Reader
+from .base import DEFAULT_MAX_FIELD_BYTES, Reader
 from .delimited import CsvReader
 from .jsonl import JsonlReader
 from .parquet import ParquetReader
@@ -52,11 +52,13 @@ def _format_of(path: str) -> str | None:
 def open_input(path: str, fmt: str | None = None, text_column: str | None = None, pair_column: str | None = None,
                id_column: str | None = None, encoding: str = "utf-8", batch_rows: int = 8192,
                delimiter: str | None = None, keep: tuple[str, ...] | list[str] = (), label: str | None = None,
-               keep_as: dict[str, str] | None = None) -> "Reader":
+               keep_as: dict[str, str] | None = None, max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES) -> "Reader":
     """The reader for ``path`` (its format from the extension unless ``fmt``), columns checked and chosen (``keep``:
     the columns copied to the output, their types decided, or given by ``keep_as``: column -> int, float, bool or str;
-    ``label``: the one of them that is the label)."""
+    ``label``: the one of them that is the label; ``max_field_bytes``: a text, pair, id or kept value larger than this
+    is a bad row, never held whole)."""
     fmt = detect_format(path, fmt)
     cls = ParquetReader if fmt == "parquet" else JsonlReader if fmt == "jsonl" else CsvReader
     return cls(path, fmt, text_column=text_column, pair_column=pair_column, id_column=id_column, encoding=encoding,
-               batch_rows=batch_rows, delimiter=delimiter, keep=keep, label=label, keep_as=keep_as)
+               batch_rows=batch_rows, delimiter=delimiter, keep=keep, label=label, keep_as=keep_as,
+               max_field_bytes=max_field_bytes)

@@ -21,11 +21,11 @@ import json
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from ..rejects import Reason, RejectCode
+from ..rejects import Reason, RejectCode, size_text, too_large
 from ..textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
 from .kept import convert_json, json_type
-from .text import TextReader, read_wide_lines, split_wide_lines, wide_line_codec
+from .text import TextReader, TooLong, head_of, read_lines, read_wide_lines, split_wide_lines, wide_line_codec
 
 
 class JsonlReader(TextReader):
@@ -74,7 +74,7 @@ class JsonlReader(TextReader):
             for line in self._lines(fh, codec, unit):
                 try:
                     obj = _loads(line.decode(codec))
-                except (ValueError, RecursionError):  # UnicodeDecodeError too
+                except (ValueError, RecursionError, AttributeError):  # UnicodeDecodeError too; a TooLong line
                     continue
                 kind = _id_kind(obj.get(column)) if isinstance(obj, dict) else None
                 if kind is not None:
@@ -106,13 +106,40 @@ class JsonlReader(TextReader):
             lines.append(rest)
         return codec, lines[:-1] if len(head) >= HEAD_BYTES and len(lines) > 1 else lines
 
+    def _head_limit(self) -> int:
+        """A first line longer than what a row may hold is not read whole to find the columns (``_read_head``)."""
+        return max(HEAD_BYTES, 2 * self.max_field_bytes)
+
+    def _line_limit(self) -> int:
+        """The longest line a row may be: max_field_bytes for each column read, and as much for the rest of the
+        object; a longer line is a bad row (RejectCode.FIELD_TOO_LARGE), skipped as read."""
+        used = {self.text_column, self.pair_column, self.id_column, *getattr(self, "keep", ())} - {None}
+        return self.max_field_bytes * (len(used) + 1)
+
+    def _read_head(self, fh) -> bytes:
+        """The head from the first line that is not longer than ``_head_limit``: a longer one (a bad row when the
+        file is read) is passed over (up to 1,000 of them), so the columns come from the lines after it."""
+        limit = self._head_limit()
+        head = head_of(fh, limit)
+        while len(head) >= limit and b"\n" not in head and self._head_skipped < 1000:
+            while (more := fh.readline(1 << 20)) and not more.endswith(b"\n"):
+                pass
+            self._head_skipped += 1
+            head = head_of(fh, limit)
+        return head
+
     def _head_columns(self, head: bytes) -> list[str]:
         """The keys of the objects in the first lines (and the kinds of their values); a head of JSON values
         none of which is an object (arrays, strings, numbers) is refused here, naming the first."""
         other = None  # (line number, value) of the first line that is JSON but not an object
         unread = None  # (line number, error) of the first non-blank line that is not JSON
+        if len(head) >= self._head_limit() and b"\n" not in head:  # standard input (a file passes over such lines)
+            raise InputError(f"{self.name} line 1: more than {len(head):,} bytes, more than bertfeat reads to find the "
+                             "columns", "put a shorter line first, or read the file by its path (then such a line is a "
+                             f"bad row), or raise {opt('max_field_bytes')}")
         codec, lines = self._head_lines(head)
-        self._head_whole = len(head) < HEAD_BYTES and len(lines) <= 1000  # every line of the input was looked at
+        # every line of the input was looked at
+        self._head_whole = len(head) < HEAD_BYTES and len(lines) <= 1000 and not self._head_skipped
         for n, line in enumerate(lines[:1000], 1):
             try:
                 obj = _loads(line.decode(codec))
@@ -148,7 +175,8 @@ class JsonlReader(TextReader):
     def _lines(self, fh, codec: str, unit: int):
         """The lines that are not blank (the rows), as bytes, a byte order mark dropped. UTF-16 / UTF-32 lines
         (``unit`` 2 or 4) end at an encoded line feed on a character boundary, and are told blank decoded."""
-        raw = iter(fh.readline, b"") if unit == 1 else read_wide_lines(fh, codec, unit)
+        limit = self._line_limit()
+        raw = read_lines(fh, limit) if unit == 1 else read_wide_lines(fh, codec, unit, limit=limit)
         bom = b"\xef\xbb\xbf" if unit == 1 else "\ufeff".encode(codec)
         row, first = 0, True
         while True:
@@ -156,6 +184,11 @@ class JsonlReader(TextReader):
                 line = next(raw, b"")
             except (OSError, EOFError, ValueError, pa.ArrowException) as e:
                 raise self._read_error(row, e) from None
+            if isinstance(line, TooLong):  # a row: a bad one (_row)
+                yield line
+                row += 1
+                first = False
+                continue
             if not line:
                 return
             if first:
@@ -220,6 +253,11 @@ class JsonlReader(TextReader):
     def _row(self, line: bytes, codec: str) -> tuple:
         """One line -> (text, pair, id, the object, Reason or None): the line's values, and why it is a bad row if it
         is one (a line that is not valid in the encoding: its object read with the bad bytes replaced, if it parses)."""
+        if isinstance(line, TooLong):
+            return None, None, None, None, Reason(
+                RejectCode.FIELD_TOO_LARGE, f"the line is {line.size:,} bytes, more than a row may hold (for each column "
+                f"read {opt('max_field_bytes', self.max_field_bytes, cli=size_text(self.max_field_bytes))}, and as much "
+                "for the rest of the object)")
         try:
             obj = _loads(line.decode(codec).strip())
         except UnicodeDecodeError as e:
@@ -240,8 +278,23 @@ class JsonlReader(TextReader):
             if used:
                 return text, pair, ident, obj, Reason(RejectCode.INVALID_JSON, f"the key '{used[0]}' appears "
                                                                            f"{obj.repeated[used[0]]} times in the object")
+        too_big = self._too_large(obj)
+        if too_big is not None:
+            return None, None, obj.get(self.id_column) if self.id_column else None, obj, too_big
         missing = next((c for c in (self.text_column, self.pair_column) if c and c not in obj), None)
         return text, pair, ident, obj, None if missing is None else Reason(RejectCode.MISSING_FIELD, f"no field '{missing}'")
+
+    def _too_large(self, obj: dict) -> Reason | None:
+        """A value the run reads larger than max_field_bytes (in UTF-8) makes its row a bad row; it is set to None in
+        ``obj`` (so neither the run nor the rejects file holds it)."""
+        cap, reason = self.max_field_bytes, None
+        for c in dict.fromkeys((self.text_column, self.pair_column, self.id_column, *self.keep)):
+            v = obj.get(c) if c else None
+            size = len(v.encode("utf-8", "surrogatepass")) if isinstance(v, str) and len(v) * 4 > cap else 0
+            if size > cap:
+                reason = reason or too_large(self.role(c), size, cap)
+                obj[c] = None
+        return reason
 
     def _readable(self, line: bytes, codec: str) -> dict | None:
         """The object of a line that is not valid in the encoding, its bad bytes replaced (for the id and the kept

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from ..rejects import Reason, RejectCode
+from ..rejects import Reason, RejectCode, too_large
 from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
 from .kept import cast_values, check_cast, storage
 
@@ -137,11 +138,15 @@ class ParquetReader(Reader):
 
     def _batch(self, b, first: int) -> RawBatch:
         unchecked: dict[str, dict[int, int]] = {}  # string columns whose writer let invalid UTF-8 in: cell -> byte
+        oversized: dict[int, Reason] = {}  # cell -> why: a value over max_field_bytes (nulled before it is read)
 
         def col(c, kept=False):
             if not c:
                 return None
-            values, bad = _pylist(storage(b.column(c)) if kept else b.column(c))  # (kept_array makes an extension type again)
+            column, over = _capped(storage(b.column(c)) if kept else b.column(c), self.max_field_bytes)
+            for k, size in over.items():
+                oversized.setdefault(k, too_large(self.role(c), size, self.max_field_bytes))
+            values, bad = _pylist(column)  # (kept_array makes an extension type again)
             if bad:
                 unchecked[c] = bad
             return values
@@ -153,6 +158,7 @@ class ParquetReader(Reader):
         for _, bad in cast.values():
             for k, why in bad.items():
                 rb.pre_rejected.setdefault(rows[k], why)
+        rb.pre_rejected.update({rows[k]: why for k, why in oversized.items()})
         named = [(self.text_column, rb.texts, "text"), (self.pair_column, rb.pairs, "pair text"),
                  (self.id_column, rb.ids, "id"), *((c, (rb.extra or {}).get(c), f"kept column {c!r}") for c in self.keep)]
         for c, values, what in named:
@@ -257,6 +263,76 @@ def _rows_of(pf, groups: list[int], columns: list[str], part: Partition):
         if stop is not None and end >= stop:
             return  # no batch after the partition's last row is decoded
         pos = end
+
+
+def _capped(col, cap: int):
+    """A text or binary column (a dictionary one too) with every value over ``cap`` bytes made null, so that it never
+    becomes a Python object (its bytes are not copied: the validity bitmap is replaced), and those cells -> their
+    sizes; other columns as they are."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    out, over, at = [], {}, 0
+    for a in chunks:
+        dictionary = pa.types.is_dictionary(a.type)
+        values = _value_sizes(a.dictionary if dictionary else a)
+        if values is None:
+            return col, {}
+        if dictionary:
+            valid = _valid(a.indices)
+            sizes = np.where(valid, values[np.where(valid, _raw(a.indices), 0)], 0) if len(values) else values[:0]
+        else:
+            valid, sizes = _valid(a), values
+        big = np.flatnonzero(valid & (sizes > cap))
+        if big.size:
+            valid = valid.copy()
+            valid[big] = False
+            over.update({at + int(k): int(sizes[k]) for k in big})
+            if dictionary:
+                a = pa.DictionaryArray.from_arrays(_with_valid(a.indices, valid), a.dictionary)
+            else:
+                a = _with_valid(a, valid)
+        out.append(a)
+        at += len(a)
+    if not over:
+        return col, {}
+    return (pa.chunked_array(out, col.type) if isinstance(col, pa.ChunkedArray) else out[0]), over
+
+
+def _value_sizes(a) -> np.ndarray | None:
+    """Bytes of each value of a string / binary array, from its offsets (nothing copied); None for other layouts."""
+    t = a.type
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        dtype = np.int32
+    elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        dtype = np.int64
+    elif _view(t, "is_string_view") or _view(t, "is_binary_view"):  # 16-byte views, each starting with its length
+        views = np.frombuffer(a.buffers()[1], dtype=np.int32, count=4 * (a.offset + len(a))).reshape(-1, 4)
+        return views[a.offset:, 0].astype(np.int64)
+    else:
+        return None
+    offsets = np.frombuffer(a.buffers()[1], dtype=dtype, count=a.offset + len(a) + 1)[a.offset:] if len(a) else []
+    return np.diff(offsets).astype(np.int64)
+
+
+def _raw(a) -> np.ndarray:
+    """An integer array's values as stored (a null's slot holds any value)."""
+    return np.frombuffer(a.buffers()[1], dtype=a.type.to_pandas_dtype(), count=a.offset + len(a))[a.offset:]
+
+
+def _valid(a) -> np.ndarray:
+    """An array's validity as booleans."""
+    bitmap = a.buffers()[0]
+    if bitmap is None or a.null_count == 0:
+        return np.ones(len(a), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    return bits[a.offset:a.offset + len(a)].astype(bool)
+
+
+def _with_valid(a, valid: np.ndarray):
+    """The array with this validity, its other buffers shared."""
+    bitmap = np.zeros(a.offset + len(a), dtype=bool)
+    bitmap[a.offset:] = valid
+    return pa.Array.from_buffers(a.type, len(a), [pa.py_buffer(np.packbits(bitmap, bitorder="little")), *a.buffers()[1:]],
+                                 null_count=int(len(a) - valid.sum()), offset=a.offset)
 
 
 def _pylist(col) -> tuple[list, dict[int, int]]:

@@ -31,16 +31,17 @@ class TextReader(Reader):
         return {k: v for k, v in self.__dict__.items() if k not in ("_stdin", "_head")}
 
     def _columns(self) -> list[str]:
+        self._head_skipped = 0  # lines longer than a row may be, passed over to find the columns (JsonlReader)
         if self.path == "-":
             self._stdin = standard_input()
             try:
-                head = self._head = _head_of(self._stdin)
+                head = self._head = head_of(self._stdin, self._head_limit())
             except OSError as e:
                 raise stdin_read_error(e) from None
         else:
             fh = self._open_binary()[0]
             try:
-                head = _head_of(fh)
+                head = self._read_head(fh)
             except (OSError, EOFError, ValueError, pa.ArrowException) as e:
                 raise InputError(f"{self.name}: cannot read the file ({e})", "check the file is complete and its compression") from None
             finally:
@@ -48,9 +49,17 @@ class TextReader(Reader):
         self._refuse_compressed(head)
         self._refuse_wide_unicode(head)
         cols = self._head_columns(head)
-        if len(head) < HEAD_BYTES and self.path != "-" and self.compression is None:
+        if len(head) < HEAD_BYTES and self.path != "-" and self.compression is None and not self._head_skipped:
             self.total_rows = self._exact_rows(head)  # the whole file was read: its rows are known (progress)
         return cols
+
+    def _head_limit(self) -> int:
+        """The most bytes read to find the end of the first line (HEAD_MAX_BYTES; JsonlReader: what a row may hold)."""
+        return HEAD_MAX_BYTES
+
+    def _read_head(self, fh) -> bytes:
+        """The head of a file (``head_of``)."""
+        return head_of(fh, self._head_limit())
 
     def _refuse_compressed(self, head: bytes) -> None:
         """Compressed bytes where text is expected (standard input, or a file without .gz/.bz2/.zst)."""
@@ -167,11 +176,11 @@ class TextReader(Reader):
 HEAD_MAX_BYTES = 1 << 28  # the head grows past HEAD_BYTES to the first line end, up to this
 
 
-def _head_of(fh) -> bytes:
-    """The first HEAD_BYTES of a stream, or more up to its first line end (at most HEAD_MAX_BYTES): a first line
+def head_of(fh, limit: int = HEAD_MAX_BYTES) -> bytes:
+    """The first HEAD_BYTES of a stream, or more up to its first line end (at most ``limit``): a first line
     longer than HEAD_BYTES (a JSON object with a long text) is read whole, not judged by its first MiB."""
     head = fh.read(HEAD_BYTES)
-    while len(head) >= HEAD_BYTES and b"\n" not in head and len(head) < HEAD_MAX_BYTES:
+    while len(head) >= HEAD_BYTES and b"\n" not in head and len(head) < limit:
         more = fh.read(HEAD_BYTES)
         if not more:
             break
@@ -240,10 +249,37 @@ def split_wide_lines(data: bytes, codec: str, unit: int) -> tuple[list[bytes], b
     return lines, data[start:]
 
 
-def read_wide_lines(fh, codec: str, unit: int, block: int = 1 << 20):
+class TooLong:
+    """A line longer than a reader holds (``limit`` of read_lines / read_wide_lines): its ``size`` in bytes, line
+    feed left out; its bytes were skipped as read."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+
+def read_lines(fh, limit: int | None = None):
+    """The lines of a binary stream, as bytes with their line feed (the last one without, if so); a line of more than
+    ``limit`` bytes as a TooLong, never held whole."""
+    if limit is None:
+        yield from iter(fh.readline, b"")
+        return
+    while line := fh.readline(limit + 1):
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line
+            continue
+        size = len(line)
+        while line and not line.endswith(b"\n"):
+            line = fh.readline(1 << 20)
+            size += len(line)
+        yield TooLong(size - line.endswith(b"\n"))
+
+
+def read_wide_lines(fh, codec: str, unit: int, block: int = 1 << 20, limit: int | None = None):
     """The lines of a UTF-16 / UTF-32 binary stream, as bytes (the last one without a line feed, if so). Each block is
-    split on its own, starting on a code unit (a line longer than a block is joined once, not rescanned)."""
+    split on its own, starting on a code unit (a line longer than a block is joined once, not rescanned); a line of
+    more than ``limit`` bytes as a TooLong."""
     pending: list[bytes] = []  # the start of a line that runs on past the blocks read so far
+    skipped = 0  # bytes of a line over the limit, not kept
     while data := fh.read(block):
         while len(data) % unit and (more := fh.read(unit - len(data) % unit)):
             data += more
@@ -251,7 +287,16 @@ def read_wide_lines(fh, codec: str, unit: int, block: int = 1 << 20):
         if lines:
             lines[0] = b"".join(pending) + lines[0]
             pending = []
-            yield from lines
+            if skipped:
+                lines[0], skipped = TooLong(skipped + len(lines[0]) - unit), 0
+            for x in lines:
+                over = not isinstance(x, TooLong) and limit is not None and len(x) - unit > limit
+                yield TooLong(len(x) - unit) if over else x
         pending.append(rest)
-    if tail := b"".join(pending):
-        yield tail
+        if limit is not None and sum(map(len, pending)) + skipped > limit:
+            skipped += sum(map(len, pending))
+            pending = []
+    if skipped:
+        yield TooLong(skipped + sum(map(len, pending)))
+    elif tail := b"".join(pending):
+        yield TooLong(len(tail)) if limit is not None and len(tail) > limit else tail
