@@ -535,11 +535,14 @@ def _stopped(e: BaseException | None = None) -> int:
     """The one line after Ctrl-C (exit 130) or SIGTERM (143): "Interrupted." / "Terminated.", or with what the run
     kept, "Interrupted: 5 chunk(s) are kept in ...; run the same command with --resume to continue" (also under
     --quiet). Typer may hand back only an exit code: the exception is remembered in _STOPPED."""
+    from .errors import visible
+
     e = _STOPPED.pop("stop", None) or e
     if e is not None:
         e.__traceback__ = None  # its frames (a run's readers among them) are freed now, not at interpreter exit
     word, code = ("Terminated", 143) if isinstance(e, Terminated) else ("Interrupted", 130)
     note = getattr(e, "resume_note", None)
+    note = note and visible(note)  # a partial directory's name holding a newline stays on the one line
     err_console.print(f"{word}: {note}" if note else f"{word}.", markup=False, highlight=False, soft_wrap=True)
     return code
 
