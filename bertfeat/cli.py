@@ -8,7 +8,6 @@ that does not parse, one such line with exit code 2 (usage_error).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -96,7 +95,7 @@ def info(
                      "  bertfeat extract queries.jsonl -m /models/e5-small --prompt-name query -o q.npy")
 def extract(
     input: str = typer.Argument(..., help="CSV, TSV, Parquet (file, glob or directory) or JSONL; '-' for standard input."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file (default: INPUT.features.parquet beside the input)."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Output file (default: INPUT.features.parquet beside the input)."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the text (default: text/sentence/content/review, else the only string column)."),
     pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Second text of a sentence pair (token type ids 1)."),
     id_column: Optional[str] = typer.Option(None, "--id-column", help="Column copied to the output as the row id (default: the 0-based row number)."),
@@ -115,7 +114,7 @@ def extract(
     long_text: str = typer.Option("truncate", "--long-text", help="truncate, chunk-mean, chunk-max or error."),
     stride: Optional[int] = typer.Option(None, "--stride", help="Tokens shared by neighbouring windows with --long-text chunk-* (default 32)."),
     pca: Optional[str] = typer.Option(None, "--pca", help="Reduce with PCA: a number of components (100), a variance fraction (0.95) or mle (Minka's choice)."),
-    pca_model: Optional[Path] = typer.Option(None, "--pca-model", help="Reduce with a fitted PCA (.npz of `pca fit` or `extract --pca`, e.g. the training set's) instead of fitting one; its settings are checked against these features."),
+    pca_model: Optional[str] = typer.Option(None, "--pca-model", help="Reduce with a fitted PCA (.npz of `pca fit` or `extract --pca`, e.g. the training set's) instead of fitting one; its settings are checked against these features."),
     label: Optional[str] = typer.Option(None, "--label", help="With --pca: a column of class labels (kept in the output, as --keep) whose linear probe the PCA report adds: how well the first 1, 2, 4, ... k components predict it."),
     format: Optional[str] = typer.Option(None, "--format", help="parquet (default), npy or csv."),
     wide: bool = typer.Option(False, "--wide", help="Parquet: one float column per dimension (f0..fN) instead of an embedding list."),
@@ -175,7 +174,7 @@ def extract(
 @app.command(epilog="Examples:\n\n  bertfeat verify feats.parquet\n\n"
                      "  bertfeat verify feats.parquet --sample 1000 --input moved/corpus.csv")
 def verify(
-    features: Path = typer.Argument(..., help="A feature file (or Dask output directory) written by bertfeat extract."),
+    features: str = typer.Argument(..., help="A feature file (or Dask output directory) written by bertfeat extract."),
     input: Optional[str] = typer.Option(None, "--input", help="The input the features were extracted from (default: the one their provenance names)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="The model (default: the one their provenance names; its weights' sha256 must match)."),
     sample: int = typer.Option(100, "--sample", help="Rows to encode again, chosen at random."),
@@ -221,7 +220,7 @@ def sweep(
     input: str = typer.Argument(..., help="CSV, TSV, Parquet (file, glob or directory) or JSONL; '-' for standard input."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="A feature set to compare, repeat it: own (the model's own embedding) or POOLING[@LAYERS[@AGG]], e.g. mean, cls@-2, mean@-4:, mean@-4:@concat, pooled (default: own, mean, cls, max, pooled, mean@-2, mean@-4:, mean@-4:@concat, mean@1,-1)."),
     label: Optional[str] = typer.Option(None, "--label", help="A column of class labels: each set's cross-validated ridge-classifier accuracy, on all features and on the first --n-components principal components."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Prefix of the report files PREFIX.json and PREFIX.md (default: INPUT.sweep beside the input)."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Prefix of the report files PREFIX.json and PREFIX.md (default: INPUT.sweep beside the input)."),
     sample: int = typer.Option(5000, "--sample", help="Rows compared at most: a uniform sample of the input."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sample and of the probe's folds."),
     n_components: int = typer.Option(64, "-n", "--n-components", help="With --label: also probe the first N principal components of each set."),

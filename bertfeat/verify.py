@@ -167,7 +167,9 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     from .features import open_features
     from .readers import open_input
 
-    path = Path(features)
+    from .specs import local_path
+
+    path = local_path(features, "feature file")
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
         raise BertfeatError(f"{opt('sample', sample)} is out of range", "give 1 or more rows")
     _check_tolerance(tolerance)
