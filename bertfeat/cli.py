@@ -147,19 +147,20 @@ def extract(
         raise BertfeatError("--estimate-rows applies to --estimate", "add --estimate, or drop --estimate-rows")
 
     try:
-        summary = run_extract(
-            input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
-            input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling, layers=layers,
-            layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length,
-            max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride, precision=precision, pca=pca,
-            pca_model=pca_model,
-            format=format, wide=wide, on_bad_row=on_bad_row, max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite,
-            chunk_rows=chunk_rows,
-            threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
-            command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
-            dtype=dtype,
-            estimate=(True if estimate_rows is None else estimate_rows) if estimate else False,
-            progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
+        with _dask_logs_routed(engine):
+            summary = run_extract(
+                input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
+                input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling, layers=layers,
+                layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length,
+                max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride, precision=precision, pca=pca,
+                pca_model=pca_model,
+                format=format, wide=wide, on_bad_row=on_bad_row, max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite,
+                chunk_rows=chunk_rows,
+                threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
+                command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
+                dtype=dtype,
+                estimate=(True if estimate_rows is None else estimate_rows) if estimate else False,
+                progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     except KeyboardInterrupt as e:  # its resume note is printed by _stopped (Typer hands back only 130)
         _STOPPED.setdefault("stop", e)
         raise
@@ -288,6 +289,16 @@ def render_sweep(r: dict) -> None:
                           soft_wrap=True)
     if r.get("files"):
         err_console.print("wrote " + ", ".join(r["files"].values()), markup=False, highlight=False, soft_wrap=True)
+
+
+def _dask_logs_routed(engine: str):
+    """Around a Dask run: distributed's log lines kept off stderr (dask_cluster.routed_logs), which then holds only the
+    progress and the one Error: line; --debug shows them."""
+    import contextlib
+
+    from .dask_cluster import routed_logs
+
+    return routed_logs() if engine == "dask" and not _DEBUG else contextlib.nullcontext()
 
 
 def _command_line() -> str:

@@ -8,12 +8,17 @@ reporting progress; ``cancel`` drops the rest. dask_engine.py holds the job.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import socket
 import struct
 import time
 
 from .errors import BertfeatError, opt
 
+#: the loggers distributed gives a stderr handler when it is imported (distributed/config.py), and asyncio's (a task's
+#: error never retrieved, a connection closing at shutdown)
+LOGGERS = ("distributed", "distributed.client", "distributed.gc", "tornado", "tornado.application", "bokeh", "asyncio")
 #: seconds a scheduler has to greet a new connection: Dask's server sends its handshake at once (measured: within
 #: microseconds on loopback), while distributed's client waits for it without a time limit
 GREETING_TIMEOUT = 5.0
@@ -39,6 +44,29 @@ def run_task(fn, *args):
         return fn(*args)
     except BertfeatError as e:
         return TaskFailed(e)
+
+
+@contextlib.contextmanager
+def routed_logs():
+    """While a command line runs the Dask engine, distributed's log records (and tornado's and asyncio's under it) are
+    dropped instead of printed: a scheduler that goes away mid-run, or connections closing as the client shuts down,
+    would print their tracebacks above the run's one ``Error:`` line, which says what happened (gather names a lost
+    scheduler; ``bertfeat --debug`` keeps the log). The handlers are put back after."""
+    try:
+        import distributed  # noqa: F401 - its import installs the stderr handlers set aside here
+    except ImportError:  # the plan says how to install it
+        yield
+        return
+    saved = []
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.propagate))
+        logger.handlers, logger.propagate = [logging.NullHandler()], False
+    try:
+        yield
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers, logger.propagate = handlers, propagate
 
 
 def open_client(dask):
@@ -233,7 +261,9 @@ def gather(client, futures: dict, on_result, progress=None, *, counted=None, don
     total = done + len(parts) if total is None else total
     if show is not None:
         show(done, in_flight(client, parts), total)
-    for fut in as_completed(list(futures)):
+    # the client's own loop: as_completed's default is the default client's, and a client that lost its scheduler
+    # closes itself (there is none then: "ValueError: No clients found")
+    for fut in as_completed(list(futures), loop=client.loop):
         key = futures[fut]
         try:
             res = fut.result()
@@ -243,8 +273,8 @@ def gather(client, futures: dict, on_result, progress=None, *, counted=None, don
                                 f"{opt('max_batch_tokens')} (the finished partitions are kept), or give the workers more "
                                 f"memory; a lower {opt('blocksize')} cuts the input anew, so it needs "
                                 f"{opt('overwrite', True)} (the run starts over)") from None
-        except FutureCancelledError:
-            raise ClusterError(f"partition {key}: the task was cancelled (the cluster went away?)", f"rerun with {opt('resume', True)}") from None
+        except FutureCancelledError as e:
+            raise cancelled_error(key, e, client) from None
         if isinstance(res, TaskFailed):
             raise res.error
         on_result(key, res)
@@ -252,6 +282,31 @@ def gather(client, futures: dict, on_result, progress=None, *, counted=None, don
         if show is not None and counted(key):
             done += 1
             show(done, in_flight(client, parts), total)
+
+
+def cancelled_error(key, e, client) -> ClusterError:
+    """A partition's task cancelled under the run: the client lost its scheduler, or the cluster cancelled it."""
+    reason = getattr(e, "reason", None) or "unknown"
+    if reason == "scheduler-connection-lost":
+        where = getattr(getattr(client, "scheduler", None), "address", None) or "the scheduler"
+        return ClusterError(f"partition {key}: the connection to the Dask scheduler {where} was lost (the scheduler "
+                            "stopped, or the network between it and this machine failed)",
+                            f"restart the scheduler and its workers, then rerun with {opt('resume', True)} (the "
+                            "finished partitions are kept)")
+    return ClusterError(f"partition {key}: the task was cancelled (reason: {reason})",
+                        f"rerun with {opt('resume', True)} (the finished partitions are kept)")
+
+
+def close_cluster(client, cluster=None) -> None:
+    """Close the client, then the LocalCluster we started. A client that lost its scheduler can fail to close
+    (distributed's reconnect changes its futures while close walks them: "dictionary changed size during
+    iteration"); that must not hide the run's own error or result."""
+    for part in (client, cluster):
+        try:
+            if part is not None:
+                part.close()
+        except Exception:  # noqa: BLE001 - cleanup of a cluster that is gone
+            pass
 
 
 def cancel(client, futures):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -750,7 +751,7 @@ def test_float16_parts_equal_local(client, data, tmp_path, pca):
         assert np.array_equal(b, a)  # the same chunking as the partitions: the same floats to the bit
 
 
-# --------------------------------------------------------------------------- a wrong scheduler (issue 44, 5)
+# --------------------------------------------------------------------------- a wrong or lost scheduler (issue 44, 5-6)
 ROOT = Path(__file__).resolve().parents[1]
 # A TCP server on loopback that is not a Dask scheduler; it prints its port, and stops by itself after 60 s.
 FAKE_SERVER = r"""
@@ -832,3 +833,64 @@ def test_a_real_scheduler_passes_the_greeting_check(client):
     t0 = time.monotonic()
     check_scheduler(client.scheduler.address)
     assert time.monotonic() - t0 < 5
+
+
+def test_a_scheduler_killed_mid_run_leaves_one_error_line(tmp_path):
+    """The scheduler killed while the parts run: stderr held distributed's "ERROR - ... CancelledError" traceback above
+    the error, which said "the task was cancelled (the cluster went away?)"."""
+    import socket
+    import subprocess
+
+    from extract_util import tiny_model
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"sentence number {i} of a long enough input\n" for i in range(20_000)))
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
+                              str(port), "--no-dashboard"], **quiet)
+    worker = run = None
+    try:
+        worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                                   "--nworkers", "1", "--memory-limit", "0", "--no-dashboard", "--host", "127.0.0.1",
+                                   "--death-timeout", "20"], **quiet)
+        run = subprocess.Popen([sys.executable, "-m", "bertfeat", "extract", str(src), "-o", str(tmp_path / "o.parquet"),
+                                "--engine", "dask", "--scheduler", address, "-m", str(tiny_model()), "--blocksize",
+                                "4KiB"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        lines = []
+        for line in run.stderr:  # the scheduler goes once the rows are counted and the parts are being encoded
+            lines.append(line)
+            if " started (" in line:
+                break
+        sched.kill()
+        run.wait(timeout=120)
+        lines += run.stderr.read().splitlines(keepends=True)
+    finally:
+        for p in (run, worker, sched):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert run.returncode == 1, "".join(lines)
+    assert all(line.startswith("bertfeat extract (dask): ") for line in lines[:-1]), "".join(lines)
+    assert re.fullmatch(f"Error: partition [0-9]+: the connection to the Dask scheduler {address} was lost \\(the "
+                        r"scheduler stopped, or the network between it and this machine failed\) - restart the scheduler "
+                        r"and its workers, then rerun with --resume \(the finished partitions are kept\)\n", lines[-1]), lines
+    assert (tmp_path / "o.parquet.partial").is_dir() and not (tmp_path / "o.parquet").exists()
+
+
+def test_routed_logs_keep_distributed_off_stderr_and_put_the_handlers_back(capfd):
+    import logging
+
+    from bertfeat.dask_cluster import LOGGERS, routed_logs
+
+    before = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).propagate) for name in LOGGERS}
+    capfd.readouterr()
+    with routed_logs():
+        logging.getLogger("distributed.client").error("lost the scheduler")
+        logging.getLogger("distributed.comm.tcp").warning("closed")
+        logging.getLogger("asyncio").error("Task exception was never retrieved")
+    assert capfd.readouterr().err == ""
+    assert {name: (logging.getLogger(name).handlers, logging.getLogger(name).propagate) for name in LOGGERS} == before
