@@ -505,6 +505,9 @@ def test_a_url_output_is_refused_in_full(tmp_path, good, capsys, monkeypatch):
     assert (rc, out, err) == (1, "", f"Error: the output file://{tmp_path}/f.parquet is a file:// URL, not a path - pass "
                                      f"-o with the path itself, -o {tmp_path}/f.parquet\n")
     assert list(tmp_path.iterdir()) == []
+    rc, out, err = run(capsys, "sweep", f"file://{good['corpus']}", "-m", tiny_model(), "--set", "mean")
+    assert (rc, out, err) == (1, "", "Error: a URL input needs -o PREFIX - give the report prefix, e.g. -o sweep\n")
+    assert list(tmp_path.iterdir()) == []  # its report beside the input was file:/.../corpus.sweep.json, here
     import bertfeat
 
     with pytest.raises(BertfeatError) as e:
