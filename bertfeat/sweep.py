@@ -158,7 +158,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, mode
         _check_outputs(output, input, overwrite)
     with output_lock(Path(output)) if output is not None else contextlib.nullcontext():
         if output is not None:  # again under the lock: another run may have written them
-            _check_outputs(Path(output), input, overwrite)
+            _check_outputs(output, input, overwrite)
         reader = open_input(str(input), input_format, text_column, pair_column, id_column, encoding,
                             delimiter=delimiter, keep=(label,) if label else (), label=label)
         try:

@@ -166,7 +166,6 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     from .encoder import Encoder
     from .features import open_features
     from .readers import open_input
-
     from .specs import local_path
 
     path = local_path(features, "feature file")
