@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -98,7 +97,7 @@ def info(
                      "  bertfeat extract queries.jsonl -m /models/e5-small --prompt-name query -o q.npy")
 def extract(
     input: str = typer.Argument(..., help="CSV, TSV, Parquet (file, glob or directory) or JSONL; '-' for standard input."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output file (default: INPUT.features.parquet beside the input)."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Output file (default: INPUT.features.parquet beside the input)."),
     text_column: Optional[str] = typer.Option(None, "--text-column", help="Column with the text (default: text/sentence/content/review, else the only string column)."),
     pair_column: Optional[str] = typer.Option(None, "--pair-column", help="Second text of a sentence pair (token type ids 1)."),
     id_column: Optional[str] = typer.Option(None, "--id-column", help="Column copied to the output as the row id (default: the 0-based row number)."),
@@ -117,7 +116,7 @@ def extract(
     long_text: str = typer.Option("truncate", "--long-text", help="truncate, chunk-mean, chunk-max or error."),
     stride: Optional[int] = typer.Option(None, "--stride", help="Tokens shared by neighbouring windows with --long-text chunk-* (default 32)."),
     pca: Optional[str] = typer.Option(None, "--pca", help="Reduce with PCA: a number of components (100), a variance fraction (0.95) or mle (Minka's choice)."),
-    pca_model: Optional[Path] = typer.Option(None, "--pca-model", help="Reduce with a fitted PCA (.npz of `pca fit` or `extract --pca`, e.g. the training set's) instead of fitting one; its settings are checked against these features."),
+    pca_model: Optional[str] = typer.Option(None, "--pca-model", help="Reduce with a fitted PCA (.npz of `pca fit` or `extract --pca`, e.g. the training set's) instead of fitting one; its settings are checked against these features."),
     label: Optional[str] = typer.Option(None, "--label", help="With --pca: a column of class labels (kept in the output, as --keep) whose linear probe the PCA report adds: how well the first 1, 2, 4, ... k components predict it."),
     format: Optional[str] = typer.Option(None, "--format", help="parquet (default), npy or csv."),
     wide: bool = typer.Option(False, "--wide", help="Parquet: one float column per dimension (f0..fN) instead of an embedding list."),
@@ -154,19 +153,20 @@ def extract(
         check_summary_json(summary_json, input, overwrite)
 
     try:
-        summary = run_extract(
-            input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
-            input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling, layers=layers,
-            layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length,
-            max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride, precision=precision, pca=pca,
-            pca_model=pca_model,
-            format=format, wide=wide, on_bad_row=on_bad_row, max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite,
-            chunk_rows=chunk_rows,
-            threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
-            command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
-            dtype=dtype, max_field_bytes=max_field_bytes,
-            estimate=(True if estimate_rows is None else estimate_rows) if estimate else False,
-            progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
+        with _dask_logs_routed(engine):
+            summary = run_extract(
+                input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
+                input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling, layers=layers,
+                layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length,
+                max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride, precision=precision, pca=pca,
+                pca_model=pca_model,
+                format=format, wide=wide, on_bad_row=on_bad_row, max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite,
+                chunk_rows=chunk_rows,
+                threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
+                command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
+                dtype=dtype, max_field_bytes=max_field_bytes,
+                estimate=(True if estimate_rows is None else estimate_rows) if estimate else False,
+                progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     except KeyboardInterrupt as e:  # its resume note is printed by _stopped (Typer hands back only 130)
         _STOPPED.setdefault("stop", e)
         raise
@@ -183,7 +183,7 @@ def extract(
 @app.command(epilog="Examples:\n\n  bertfeat verify feats.parquet\n\n"
                      "  bertfeat verify feats.parquet --sample 1000 --input moved/corpus.csv")
 def verify(
-    features: Path = typer.Argument(..., help="A feature file (or Dask output directory) written by bertfeat extract."),
+    features: str = typer.Argument(..., help="A feature file (or Dask output directory) written by bertfeat extract."),
     input: Optional[str] = typer.Option(None, "--input", help="The input the features were extracted from (default: the one their provenance names)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="The model (default: the one their provenance names; its weights' sha256 must match)."),
     sample: int = typer.Option(100, "--sample", help="Rows to encode again, chosen at random."),
@@ -230,7 +230,7 @@ def sweep(
     input: str = typer.Argument(..., help="CSV, TSV, Parquet (file, glob or directory) or JSONL; '-' for standard input."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="A feature set to compare, repeat it: own (the model's own embedding) or POOLING[@LAYERS[@AGG]], e.g. mean, cls@-2, mean@-4:, mean@-4:@concat, pooled (default: own, mean, cls, max, pooled, mean@-2, mean@-4:, mean@-4:@concat, mean@1,-1)."),
     label: Optional[str] = typer.Option(None, "--label", help="A column of class labels: each set's cross-validated ridge-classifier accuracy, on all features and on the first --n-components principal components."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Prefix of the report files PREFIX.json and PREFIX.md (default: INPUT.sweep beside the input)."),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Prefix of the report files PREFIX.json and PREFIX.md (default: INPUT.sweep beside the input)."),
     sample: int = typer.Option(5000, "--sample", help="Rows compared at most: a uniform sample of the input."),
     seed: int = typer.Option(0, "--seed", help="Seed of the sample and of the probe's folds."),
     n_components: Optional[int] = typer.Option(None, "-n", "--n-components", help="With --label: also probe the first N principal components of each set (default 64); given, the best set is ranked on those N components (the width your pipeline keeps), else on all its features."),
@@ -315,6 +315,16 @@ def render_sweep(r: dict) -> None:
         err_console.print("wrote " + ", ".join(r["files"].values()), markup=False, highlight=False, soft_wrap=True)
 
 
+def _dask_logs_routed(engine: str):
+    """Around a Dask run: distributed's log lines kept off stderr (dask_cluster.routed_logs), which then holds only the
+    progress and the one Error: line; --debug shows them."""
+    import contextlib
+
+    from .dask_cluster import routed_logs
+
+    return routed_logs() if engine == "dask" and not _DEBUG else contextlib.nullcontext()
+
+
 def _command_line() -> str:
     """The command as the user typed it (for the provenance): argv given to main(), else sys.argv."""
     import shlex
@@ -330,12 +340,14 @@ def check_summary_json(dest: str, input: str, overwrite: bool) -> None:
     """--summary-json FILE, before the run: not the input, not a directory; an existing file that is not an earlier
     summary needs --overwrite (a summary is replaced on every run: it is the run's log)."""
     import json
+    from pathlib import Path
 
     from .safety import check_outputs
+    from .specs import local_path
 
     if dest == "-":
         return
-    path = Path(dest)
+    path = local_path(dest, "summary JSON", "summary_json", writes=True)
     earlier = False
     if path.is_file():
         try:
@@ -633,11 +645,14 @@ def _stopped(e: BaseException | None = None) -> int:
     """The one line after Ctrl-C (exit 130) or SIGTERM (143): "Interrupted." / "Terminated.", or with what the run
     kept, "Interrupted: 5 chunk(s) are kept in ...; run the same command with --resume to continue" (also under
     --quiet). Typer may hand back only an exit code: the exception is remembered in _STOPPED."""
+    from .errors import visible
+
     e = _STOPPED.pop("stop", None) or e
     if e is not None:
         e.__traceback__ = None  # its frames (a run's readers among them) are freed now, not at interpreter exit
     word, code = ("Terminated", 143) if isinstance(e, Terminated) else ("Interrupted", 130)
     note = getattr(e, "resume_note", None)
+    note = note and visible(note)  # a partial directory's name holding a newline stays on the one line
     err_console.print(f"{word}: {note}" if note else f"{word}.", markup=False, highlight=False, soft_wrap=True)
     return code
 

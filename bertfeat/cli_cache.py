@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import typer
 
@@ -26,7 +25,7 @@ def _when(t: float) -> str:
 
 
 @cache_app.command("info", epilog="Examples:\n\n  bertfeat cache info ~/.cache/bertfeat\n\n  bertfeat cache info build/cache --json")
-def info_command(directory: Path = typer.Argument(..., help="The cache directory (extract --cache DIR)."),
+def info_command(directory: str = typer.Argument(..., help="The cache directory (extract --cache DIR)."),
                  json_out: bool = typer.Option(False, "--json", help="Machine-readable output, with every setting.")):
     """Entries, size on disk, and one line per fingerprint (model and settings, entries, last used)."""
     from .vcache import cache_info, settings_line
@@ -46,7 +45,7 @@ def info_command(directory: Path = typer.Argument(..., help="The cache directory
 
 @cache_app.command("clear", epilog="Examples:\n\n  bertfeat cache clear build/cache\n\n"
                                    "  bertfeat cache clear build/cache --fingerprint 3f2a9c")
-def clear_command(directory: Path = typer.Argument(..., help="The cache directory (extract --cache DIR)."),
+def clear_command(directory: str = typer.Argument(..., help="The cache directory (extract --cache DIR)."),
                   fingerprint: str = typer.Option(None, "--fingerprint", help="Delete only this fingerprint's entries (its id from `cache info`, or a unique prefix)."),
                   quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing.")):
     """Delete every entry of a cache, or one fingerprint's, in one transaction."""

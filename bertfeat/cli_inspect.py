@@ -101,12 +101,15 @@ def attention_command(
     """Plot attention probabilities as heatmaps with the tokens on both axes."""
     from .inspection import write_attention
     from .safety import check_outputs
-    from .specs import check_max_length
+    from .specs import check_max_length, check_output_name
 
     _check_arguments(text, pair)
     if head is not None and all_heads:
         raise BertfeatError("--head and --all-heads exclude each other", "give --head N for one head, or --all-heads for the grid")
     check_max_length(max_length)
+    check_output_name(output, "output", "attention.png")
+    if save_npy is not None:
+        check_output_name(save_npy, "--save-npy file", "attention.npy", option="save_npy")
     outs = [("output", output)] + ([("--save-npy file", save_npy)] if save_npy else [])
     if save_npy and Path(save_npy).resolve() == Path(output).resolve():
         raise BertfeatError(f"--save-npy {save_npy} is the PNG output too", "give the two outputs different names")

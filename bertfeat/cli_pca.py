@@ -80,8 +80,8 @@ def _accumulate_option(accumulate: str | None, precision: str | None) -> str:
                  "  bertfeat pca fit feats.parquet -n 256 -o feats.pca256.npz --label label\n\n"
                  "  bertfeat pca fit wide.parquet -n 64 -o wide.pca64.npz --solver randomized --random-state 1")
 def fit_command(
-    features: Annotated[Path, typer.Argument(help="Feature file (.parquet, .npy or .csv) from `bertfeat extract`.")],
-    out: Annotated[Path, typer.Option("-o", "--output", help="Model file to write (.npz).")],
+    features: Annotated[str, typer.Argument(help="Feature file (.parquet, .npy or .csv) from `bertfeat extract`.")],
+    out: Annotated[str, typer.Option("-o", "--output", help="Model file to write (.npz).")],
     n_components: Annotated[
         Optional[str],
         typer.Option("-n", "--n-components", help="Components to keep: a number (100), a variance fraction (0.95), 'mle' (Minka's choice) or 'all'."),
@@ -119,13 +119,14 @@ def fit_command(
     from .reduce import fit_pca_to_files
     from .report import build_pca_report, render_pca_report
     from .safety import check_array_file, check_outputs, feature_file_inputs, report_outputs
-    from .specs import check_count, check_model_output, check_output_name
+    from .specs import check_count, check_model_output, check_output_name, local_path
 
     check_count(batch_rows, "batch_rows")
     check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)
     check_count(random_state, "random_state", 0)
     accumulate = _accumulate_option(accumulate, precision)
     check_output_name(out, "PCA model", "pca100.npz")
+    out, features = Path(out), local_path(features, "feature file")
     _check_not_npz(features, "a PCA model (.npz) is applied with `bertfeat pca transform FEATURES --pca-model MODEL`")
     check_array_file(features, "feature file")
     with output_lock(out, _prefix_for(out)):  # one writer per output (outlock.py)
@@ -146,9 +147,9 @@ def fit_command(
 @pca_app.command("transform", epilog="Examples:\n\n  bertfeat pca transform feats.parquet --pca-model feats.pca100.npz -o reduced.parquet\n\n"
                  "  bertfeat pca transform new.npy --pca-model feats.pca100.npz -o new.reduced.npy")
 def transform_command(
-    features: Annotated[Path, typer.Argument(help="Feature file to reduce.")],
-    pca_path: Annotated[Path, typer.Option("--pca-model", help="Model file (.npz) from `bertfeat pca fit` or `extract --pca`.")],
-    out: Annotated[Path, typer.Option("-o", "--output", help="Reduced feature file to write.")],
+    features: Annotated[str, typer.Argument(help="Feature file to reduce.")],
+    pca_path: Annotated[str, typer.Option("--pca-model", help="Model file (.npz) from `bertfeat pca fit` or `extract --pca`.")],
+    out: Annotated[str, typer.Option("-o", "--output", help="Reduced feature file to write.")],
     fmt: Annotated[
         Optional[str], typer.Option("--format", help="parquet, npy or csv (default: from the output suffix).")
     ] = None,
@@ -166,12 +167,14 @@ def transform_command(
     from .reduce import reduce_features_file, unchecked_source
     from .features.base import check_dtype
     from .safety import check_array_file, check_outputs, feature_file_inputs, feature_file_outputs
-    from .specs import check_count, check_output_format, check_output_name
+    from .specs import check_count, check_output_format, check_output_name, local_path
 
     check_count(batch_rows, "batch_rows")
     check_dtype(dtype)
-    check_output_format(out, fmt)
     check_output_name(out, "output", "reduced.parquet")
+    check_output_format(out, fmt)
+    out, features = Path(out), local_path(features, "feature file")
+    pca_path = local_path(pca_path, "PCA model", "pca_model")
     _check_not_npz(features, "the PCA model (.npz) goes to --pca-model")
     check_array_file(features, "feature file")
     pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
@@ -189,12 +192,12 @@ def transform_command(
 
 
 def report_command(
-    pca_path: Annotated[Path, typer.Argument(help="Model file from `bertfeat pca fit`.")],
+    pca_path: Annotated[str, typer.Argument(help="Model file from `bertfeat pca fit`.")],
     out_prefix: Annotated[
-        Optional[Path], typer.Option("-o", "--output", help="Prefix of the report files (default: the model path without .npz, where pca fit wrote its report: --overwrite replaces it).")
+        Optional[str], typer.Option("-o", "--output", help="Prefix of the report files (default: the model path without .npz, where pca fit wrote its report: --overwrite replaces it).")
     ] = None,
     probe: Annotated[
-        Optional[Path], typer.Option("--probe", help="A feature file with a label column (extract --keep label): report "
+        Optional[str], typer.Option("--probe", help="A feature file with a label column (extract --keep label): report "
                                      "how well the first k components predict the label (ridge classifier, "
                                      "cross-validated). The features the PCA was fitted on, or the ones it reduced.")
     ] = None,
@@ -210,11 +213,15 @@ def report_command(
     from .pca import PCA
     from .report import build_pca_report, render_pca_report, write_pca_report
     from .safety import check_outputs, report_outputs
-    from .specs import check_count, check_output_name
+    from .specs import check_count, check_output_name, local_path
 
     check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)
+    pca_path = local_path(pca_path, "PCA model")
     if out_prefix is not None:
-        check_output_name(out_prefix, "report prefix", "pca100")
+        check_output_name(out_prefix, "report prefix", "pca100", kind="prefix")
+        out_prefix = Path(out_prefix)
+    if probe is not None:
+        probe = local_path(probe, "feature file", "probe")
     if (probe is None) != (label is None):
         raise BertfeatError("--probe and --label go together", "pass the feature file with --probe and its label "
                             "column with --label, e.g. --probe feats.parquet --label label")

@@ -8,7 +8,22 @@ reporting progress; ``cancel`` drops the rest. dask_engine.py holds the job.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import socket
+import struct
+import time
+
 from .errors import BertfeatError, opt
+
+#: the loggers distributed gives a stderr handler when it is imported (distributed/config.py), and asyncio's (a task's
+#: error never retrieved, a connection closing at shutdown)
+LOGGERS = ("distributed", "distributed.client", "distributed.gc", "tornado", "tornado.application", "bokeh", "asyncio")
+#: seconds a scheduler has to greet a new connection: Dask's server sends its handshake at once (measured: within
+#: microseconds on loopback), while distributed's client waits for it without a time limit
+GREETING_TIMEOUT = 5.0
+#: what bertfeat sends a server that stays silent, to learn what it is: an HTTP server answers it with its status line
+PROBE_REQUEST = b"HEAD / HTTP/1.0\r\n\r\n"
 
 
 class ClusterError(BertfeatError):
@@ -31,6 +46,29 @@ def run_task(fn, *args):
         return TaskFailed(e)
 
 
+@contextlib.contextmanager
+def routed_logs():
+    """While a command line runs the Dask engine, distributed's log records (and tornado's and asyncio's under it) are
+    dropped instead of printed: a scheduler that goes away mid-run, or connections closing as the client shuts down,
+    would print their tracebacks above the run's one ``Error:`` line, which says what happened (gather names a lost
+    scheduler; ``bertfeat --debug`` keeps the log). The handlers are put back after."""
+    try:
+        import distributed  # noqa: F401 - its import installs the stderr handlers set aside here
+    except ImportError:  # the plan says how to install it
+        yield
+        return
+    saved = []
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.propagate))
+        logger.handlers, logger.propagate = [logging.NullHandler()], False
+    try:
+        yield
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers, logger.propagate = handlers, propagate
+
+
 def open_client(dask):
     """The plan's cluster (plan.DaskSettings): -> (client, the LocalCluster we started or None)."""
     import logging
@@ -38,6 +76,7 @@ def open_client(dask):
     from distributed import Client, LocalCluster
 
     if dask.scheduler:
+        check_scheduler(dask.scheduler)
         try:
             client = Client(dask.scheduler, timeout=30)
         except ValueError as e:  # "127.0.0.1:notaport": distributed parses it before it connects
@@ -69,6 +108,79 @@ def open_client(dask):
         cluster = LocalCluster(n_workers=n, threads_per_worker=per_worker, processes=True, dashboard_address=":0",
                                silence_logs=logging.ERROR, env=env)
     return Client(cluster), cluster
+
+
+def check_scheduler(address: str, timeout: float = GREETING_TIMEOUT) -> None:
+    """Refuse a ``tcp://`` address where something other than a Dask scheduler listens, in ``timeout`` seconds or two.
+
+    distributed's client reads the server's handshake without a time limit: a server that accepts and stays silent
+    (a web server waiting for a request) hangs it for good, and one that sends other bytes makes it read their first
+    eight as a message length (a MemoryError). A Dask scheduler greets each connection at once with a message (an
+    8-byte length, then its frame count), so this connects, reads what comes, and names it in the error; a server
+    that stays silent is sent PROBE_REQUEST to learn what it is. Nothing listening (refused, unreachable) passes:
+    Client retries that for its own timeout (a scheduler may be starting) and says so. Other schemes (tls://) pass.
+    """
+    try:
+        from distributed.comm.addressing import parse_address, parse_host_port
+
+        scheme, location = parse_address(address)
+        host, port = parse_host_port(location)
+    except (TypeError, ValueError):
+        return  # Client parses it again and says what is wrong
+    if scheme != "tcp":
+        return
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError:
+        return
+    with sock:
+        data = _read_some(sock, timeout)
+        if data == b"":
+            sock.sendall(PROBE_REQUEST)
+            data = _read_some(sock, timeout)
+    if _greets_as_dask(data):
+        return
+    said = ("closed the connection without a word" if data is None else
+            f"accepted the connection but sent nothing in {2 * timeout:.0f} s" if not data else
+            f"sent {_shown(data)}")
+    raise BertfeatError(f"{opt('scheduler', address)} answered but is not a Dask scheduler (it {said})",
+                        "check the host and port: a Dask scheduler listens on 8786 by default (`dask scheduler`), its "
+                        "dashboard on 8787 is a web page, not the scheduler")
+
+
+def _read_some(sock, timeout: float) -> bytes | None:
+    """The first bytes the peer sends within ``timeout`` (up to 16, a Dask message's header): b"" when it sent
+    nothing, None when it closed the connection before sending anything."""
+    data, deadline = b"", time.monotonic() + timeout
+    while len(data) < 16:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(4096)
+        except socket.timeout:
+            break
+        except OSError:  # reset by the peer
+            return data or None
+        if not chunk:
+            return data or None
+        data += chunk
+    return data
+
+
+def _greets_as_dask(data: bytes | None) -> bool:
+    """A Dask message's start: its length (8 bytes, little-endian) and frame count, both of a sane size."""
+    if not data or len(data) < 16:
+        return False
+    length, frames = struct.unpack("<QQ", data[:16])
+    return 1 <= frames <= 1024 and 8 + 8 * frames <= length < 1 << 30
+
+
+def _shown(data: bytes) -> str:
+    """The first line of what a server sent, as a short quoted text: 'HTTP/1.0 400 Bad Request'."""
+    line = data.split(b"\n", 1)[0].rstrip(b"\r")[:60]
+    return repr(line)[1:] + ("..." if len(line) < len(data.rstrip(b"\r\n")) else "")
 
 
 def worker_threads(client, address: str = "", timeout: float = 120.0) -> dict[str, int]:
@@ -149,7 +261,9 @@ def gather(client, futures: dict, on_result, progress=None, *, counted=None, don
     total = done + len(parts) if total is None else total
     if show is not None:
         show(done, in_flight(client, parts), total)
-    for fut in as_completed(list(futures)):
+    # the client's own loop: as_completed's default is the default client's, and a client that lost its scheduler
+    # closes itself (there is none then: "ValueError: No clients found")
+    for fut in as_completed(list(futures), loop=client.loop):
         key = futures[fut]
         try:
             res = fut.result()
@@ -159,8 +273,8 @@ def gather(client, futures: dict, on_result, progress=None, *, counted=None, don
                                 f"{opt('max_batch_tokens')} (the finished partitions are kept), or give the workers more "
                                 f"memory; a lower {opt('blocksize')} cuts the input anew, so it needs "
                                 f"{opt('overwrite', True)} (the run starts over)") from None
-        except FutureCancelledError:
-            raise ClusterError(f"partition {key}: the task was cancelled (the cluster went away?)", f"rerun with {opt('resume', True)}") from None
+        except FutureCancelledError as e:
+            raise cancelled_error(key, e, client) from None
         if isinstance(res, TaskFailed):
             raise res.error
         on_result(key, res)
@@ -168,6 +282,31 @@ def gather(client, futures: dict, on_result, progress=None, *, counted=None, don
         if show is not None and counted(key):
             done += 1
             show(done, in_flight(client, parts), total)
+
+
+def cancelled_error(key, e, client) -> ClusterError:
+    """A partition's task cancelled under the run: the client lost its scheduler, or the cluster cancelled it."""
+    reason = getattr(e, "reason", None) or "unknown"
+    if reason == "scheduler-connection-lost":
+        where = getattr(getattr(client, "scheduler", None), "address", None) or "the scheduler"
+        return ClusterError(f"partition {key}: the connection to the Dask scheduler {where} was lost (the scheduler "
+                            "stopped, or the network between it and this machine failed)",
+                            f"restart the scheduler and its workers, then rerun with {opt('resume', True)} (the "
+                            "finished partitions are kept)")
+    return ClusterError(f"partition {key}: the task was cancelled (reason: {reason})",
+                        f"rerun with {opt('resume', True)} (the finished partitions are kept)")
+
+
+def close_cluster(client, cluster=None) -> None:
+    """Close the client, then the LocalCluster we started. A client that lost its scheduler can fail to close
+    (distributed's reconnect changes its futures while close walks them: "dictionary changed size during
+    iteration"); that must not hide the run's own error or result."""
+    for part in (client, cluster):
+        try:
+            if part is not None:
+                part.close()
+        except Exception:  # noqa: BLE001 - cleanup of a cluster that is gone
+            pass
 
 
 def cancel(client, futures):

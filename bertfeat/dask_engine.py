@@ -71,8 +71,8 @@ from .atomic import deferred, remove_stale_temps, replace_directory, together, w
 from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, output_columns, table_counts, validate_batch
 from .reuse import dedup_memory
 from .vcache import NETWORK_FS, RUN_STORE_DIR, CacheError, filesystem_type, open_cache
-from .dask_cluster import (ClusterError, cancel, cluster_slots, gather, open_client, run_task, task_slots, task_threads,
-                           worker_threads)
+from .dask_cluster import (ClusterError, cancel, close_cluster, cluster_slots, gather, open_client, run_task,
+                           task_slots, task_threads, worker_threads)
 from .errors import BertfeatError, BertfeatWarning, opt, render
 from .features.parquet import pages_damaged
 from .features.reader import DIRECTORY_PROVENANCE
@@ -545,10 +545,8 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
     finally:
         if started:
             progress.stop()
-        if own_client and client is not None:
-            client.close()
-            if cluster is not None:
-                cluster.close()
+        if own_client:
+            close_cluster(client, cluster)
     summary.elapsed = time.perf_counter() - t0
     return summary
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 import re
 
 _OPEN, _SEP, _CLOSE = "\ue000", "\ue002", "\ue001"
+#: characters that would break an error's one line or drive the terminal: C0 / C1 controls (newline, CR, tab, NUL, the
+#: ESC of an ANSI sequence ...), DEL and Unicode's line / paragraph separators
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _MARK = re.compile(f"{_OPEN}([^{_CLOSE}]*){_CLOSE}")
 _UNSET = object()
 
@@ -48,6 +51,15 @@ def render(text: str | None, flags: dict[str, str] | None = None) -> str | None:
     return _MARK.sub(one, text)
 
 
+def visible(text: str) -> str:
+    """``text`` with each control character written as Python writes it in a string literal (``\\n``, ``\\t``,
+    ``\\x00``, ``\\x1b`` ...): a path, column or other name holding one stays on the message's one line, visibly,
+    and never moves the cursor or colours the terminal."""
+    if not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 class BertfeatError(ValueError):
     """An error the user can act on: ``what`` happened, ``fix`` says what to do.
 
@@ -67,11 +79,11 @@ class BertfeatError(ValueError):
 
     @property
     def what(self) -> str:
-        return render(self._what)
+        return visible(render(self._what))
 
     @property
     def fix(self) -> str | None:
-        return render(self._fix)
+        return self._fix and visible(render(self._fix))
 
     @property
     def message(self) -> str:
@@ -80,18 +92,19 @@ class BertfeatError(ValueError):
 
     def what_as(self, flags: dict[str, str] | None = None) -> str:
         """``what`` alone, options named as Python parameters, or as command-line flags with ``flags``."""
-        return render(self._what, flags)
+        return visible(render(self._what, flags))
 
     def render(self, flags: dict[str, str] | None = None) -> str:
-        """``what - fix``; with ``flags`` (the CLI's), options named as command-line flags."""
+        """``what - fix`` on one line (control characters of the names in it escaped: ``visible``); with ``flags``
+        (the CLI's), options named as command-line flags."""
         what, fix = render(self._what, flags), render(self._fix, flags)
-        return f"{what} - {fix}" if fix else what
+        return visible(f"{what} - {fix}" if fix else what)
 
 
 def one_line(e: BaseException | str, limit: int = 200) -> str:
     """An exception's text (or any text) on one line, at most ``limit`` characters ("..." marks a cut); the
     exception's type name when its text is empty. For the part of a message that quotes a library's error."""
-    text = " ".join(str(e).split())
+    text = visible(" ".join(str(e).split()))
     if not text and isinstance(e, BaseException):
         text = type(e).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -267,6 +267,8 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
 
     # the output's format, and the engine's own rules
     fmt = output_format(output, format)
+    if output is not None:  # a URL, a directory ...: refused before the format's or the engine's own rules
+        check_output_name(output, "output", f"features.{fmt}", kind="directory" if engine == "dask" else "file")
     dask = None
     if engine == "dask":
         dask = dask_settings(input, output, format, scheduler, workers, blocksize)
@@ -274,8 +276,6 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         raise BertfeatError(f"{opt('wide', True)} applies to Parquet output, not npy",
                             f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
     check_output_format(output, format)
-    if output is not None:
-        check_output_name(output, "output", "features.parquet")
     keep, keep_as = check_keep(keep, fmt, id_column, wide)
     label = check_label_option(label, pca_value, pca_model, fmt, id_column)
     if label is not None and label not in keep:
@@ -463,7 +463,9 @@ def check_pca_model(pca_model, pca) -> Path | None:
     if pca is not None:
         raise BertfeatError(f"{opt('pca')} and {opt('pca_model')} exclude each other",
                             f"give {opt('pca')} to fit a new PCA on this input, or {opt('pca_model')} to apply a fitted one")
-    path = Path(os.fspath(pca_model))
+    from .specs import local_path
+
+    path = local_path(pca_model, "PCA model", "pca_model")
     if not path.is_file():
         raise BertfeatError(f"the PCA model {path} does not exist" if not path.exists() else f"the PCA model {path} is not a file",
                             f"pass {opt('pca_model')} with a .npz written by `bertfeat pca fit` or `extract --pca`")
@@ -551,8 +553,9 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     inputs = ([] if input == "-" else list(reader.files)) + ([pca_model] if pca_model is not None else [])
     if layout.engine == "local":
         if out.is_dir():
-            raise BertfeatError(f"the output {out} is a directory",
-                                f"pass {opt('output')} with a file name, e.g. {opt('output', 'features.parquet')}")
+            from .specs import directory_output_error
+
+            raise directory_output_error(out, "output", f"features.{layout.fmt}")
         if input != "-" and any(out.resolve() == Path(f).resolve() for f in reader.files):
             raise BertfeatError(f"the output {out} is the input file", f"pass {opt('output')} with another file name")
     else:

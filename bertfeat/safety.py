@@ -92,6 +92,8 @@ def user_error(e: BaseException) -> BertfeatError | None:
         return BertfeatError("out of memory", f"lower {opt('max_batch_tokens')} / {opt('batch_rows')}, or use a machine with more memory")
     if isinstance(e, OSError):
         return os_error(e)
+    if isinstance(e, ValueError) and "embedded null" in str(e):  # os.stat / open of a path holding "\x00"
+        return BertfeatError("a path holds a NUL character (\\x00), which no file name can hold", "remove it from the path")
     if isinstance(e, ValueError) and "allow_pickle" in str(e):
         return BertfeatError("a .npy/.npz file is not a plain array file (it would need pickle, which bertfeat never loads)",
                              "pass a file written by bertfeat")

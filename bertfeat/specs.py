@@ -10,7 +10,11 @@
 * ``check_threads``, ``check_max_batch_tokens``: the encoder's load settings, checked alike by ``bertfeat.extract``
   (plan.make_plan) and ``Encoder(...)``.
 * ``check_output_format``: an output whose extension names another format than ``format`` is refused.
-* ``check_input_path``, ``check_output_name``: an empty input path; an output that names no file, or ``-``.
+* ``check_input_path``, ``check_output_name``: an empty input path; an output that names no file (empty, ``-``, a
+  directory), or is no local path.
+* ``local_path``: a path bertfeat reads or writes as a local file (an output, a PCA model, a feature file, the cache):
+  a URL (``s3://``, ``file://``, ``memory://``), a Windows path on POSIX (``C:\\data``) or an unexpanded ``~`` is
+  refused, before pathlib takes it for a relative path and a run makes folders named ``s3:`` or ``~``.
 * ``check_model_output``: so is a PCA model (``pca fit -o``, always a .npz) named like another format.
 
 Each names its option by the caller's Python parameter (errors.opt); the CLI shows it as its flag.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import re
 from pathlib import Path
 
@@ -198,20 +203,116 @@ def check_input_path(path, what: str = "the input path") -> None:
         raise BertfeatError(f"{what} is empty", INPUT_FIX)
 
 
-def check_output_name(path: str | Path, what: str, example: str) -> None:
-    """Refuse an output (or a report prefix) that names no file: empty (-o "", which the CLI sees as '.') or an extension
-    alone (-o .npz), which would write hidden files such as .npz or ..report.json; and ``-``, standard output, which
-    bertfeat never writes to (its outputs are files, written atomically). (Another directory is the output checks' to
-    refuse, safety.check_outputs.)"""
-    text = str(path)
-    p = Path(text)
+#: a URL's scheme and its slashes (s3://, file:///, memory://; also as pathlib keeps it, with one slash: s3:/bucket)
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(/+)")
+#: a Windows drive or network path (C:\\data, C:/data, \\\\server\\share); on POSIX, part of a relative file name
+_WINDOWS = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")
+
+
+def not_local(path) -> tuple[str, str | None] | None:
+    """Why ``path`` is no local path of this system, and the local path it stands for when there is one:
+    ``("url", None)`` (s3://, memory:// ...), ``("file", "/data/x.csv")`` (file://), ``("windows", None)`` (C:\\x on
+    POSIX), ``("tilde", "/home/me/x")`` (a ~ no shell expanded), ``("nul", None)`` (no file name holds a NUL); None
+    for a local path."""
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
+    if "\x00" in text:
+        return "nul", None
+    m = _URL.match(text)
+    if m:
+        scheme = m.group(1).lower()
+        return ("file", "/" + text[m.end():]) if scheme == "file" else ("url", None)
+    if os.name != "nt" and _WINDOWS.match(text):
+        return "windows", None
+    if text.startswith("~"):
+        head = text.split("/", 1)[0]
+        expanded = os.path.expanduser(head)
+        if expanded != head and not os.path.lexists(head):
+            return "tilde", expanded + text[len(head):]
+    return None
+
+
+def local_path(path, what: str, option: str | None = None, writes: bool = False) -> Path:
+    """``path`` as a local ``Path``, or refused: a URL, a Windows path on POSIX or an unexpanded ``~`` would be read as a
+    relative path (a run writing it would make folders named ``s3:``, ``file:``, ``C:\\x`` or ``~``). ``what`` names
+    it (the output, the PCA model ...), ``option`` is the parameter that gives it (None: an argument), ``writes``:
+    bertfeat writes it."""
+    why = not_local(path)
+    if why is None:
+        return Path(os.fspath(path))
+    kind, local = why
+    text = os.fspath(path)
+    how = f"pass {opt(option)} with" if option else "give"
+
+    def shown(value: str) -> str:
+        return opt(option, value) if option else value
+
+    if kind == "url":
+        scheme = text.split(":", 1)[0]
+        what = f"the {what} {text} is a URL ({scheme}://): bertfeat {'writes' if writes else 'reads'} local files only"
+        fix = (f"{how} a local path, e.g. {shown(_url_name(text))}" if writes
+               else f"copy it to this machine and {how} its local path")
+    elif kind == "file":
+        what, fix = f"the {what} {text} is a file:// URL, not a path", f"{how} the path itself, {shown(local)}"
+    elif kind == "nul":
+        what, fix = f"the {what} {text} holds a NUL character, which no file name can hold", f"{how} a path without it"
+    elif kind == "windows":
+        what = f"the {what} {text} is a Windows path, which this system takes for a file name in this directory"
+        fix = f"{how} a path of this system (directories separated by /)"
+    else:
+        what = f"the {what} {text} starts with ~, which no shell expanded (bertfeat takes a path as it is given)"
+        fix = f"{how} the path itself, {shown(local)}"
+    raise BertfeatError(what, fix)
+
+
+def _url_name(url: str) -> str:
+    """A URL's last name (``s3://b/out/x.parquet`` -> ``x.parquet``), for an example of a local path."""
+    return url.rstrip("/").rsplit("/", 1)[-1] or "features.parquet"
+
+
+def names_directory(text: str) -> str | None:
+    """How an output text names a directory: it ends in / or is . or .. (pathlib drops the slash, so ``dir/`` would
+    write a file ``dir``); None when it does not."""
+    if text.endswith(("/", os.sep)):
+        return "ends in /, so it names a directory"
+    last = text.rsplit("/", 1)[-1]
+    if last == ".":
+        return "is the current directory"
+    if last == "..":
+        return "is the parent directory"
+    return None
+
+
+def directory_output_error(path, what: str, example: str, why: str = "is a directory",
+                           option: str = "output") -> BertfeatError:
+    """The one refusal of an output file that names a directory, with a file name in it as the example."""
+    inside = os.path.join(os.fspath(path), example)
+    return BertfeatError(f"the {what} {os.fspath(path)} {why}",
+                         f"pass {opt(option)} with a file name, e.g. {opt(option, inside)}")
+
+
+def check_output_name(path: str | Path, what: str, example: str, option: str = "output", kind: str = "file") -> None:
+    """Refuse an output (or a report prefix) that names no file: empty (-o "") or an extension alone (-o .npz), which
+    would write hidden files such as .npz or ..report.json; ``-``, standard output, which bertfeat never writes to
+    (its outputs are files, written atomically); a directory (``.``, ``..``, ``dir/``; with ``kind`` "file", an
+    existing directory too); and what is no local path (``local_path``: a URL, ``C:\\x``). ``kind``: "file",
+    "prefix" (report files PREFIX.*: an existing directory's name is a prefix like any) or "directory" (the Dask
+    engine's output, a directory of parts: ``out/`` is fine). ``option``: the parameter that gives it."""
+    text = os.fspath(path)
     if text == "-":
         raise BertfeatError(f"the {what} '-' means standard output, which bertfeat does not write to (its outputs are "
                             "files, written atomically)",
-                            f"pass {opt('output')} with a file name, e.g. {opt('output', example)}")
-    if text in ("", ".") or p.name.lower() in {".npz", ".parquet", ".npy", ".csv", ".json", ".md", ".png", ".pq"}:
-        shown, why = ("''", "is empty") if text in ("", ".") else (text, "is an extension with no name")
-        raise BertfeatError(f"the {what} {shown} {why}", f"pass {opt('output')} with a file name, e.g. {opt('output', example)}")
+                            f"pass {opt(option)} with a file name, e.g. {opt(option, example)}")
+    if text == "" or Path(text).name.lower() in {".npz", ".parquet", ".npy", ".csv", ".json", ".md", ".png", ".pq"}:
+        shown, why = ("''", "is empty") if text == "" else (text, "is an extension with no name")
+        raise BertfeatError(f"the {what} {shown} {why}", f"pass {opt(option)} with a file name, e.g. {opt(option, example)}")
+    local_path(text, what, option, writes=True)
+    why = names_directory(text)
+    if why is not None and not (kind == "directory" and text.endswith(("/", os.sep))):
+        raise directory_output_error(text, what, example, why, option)
+    if kind == "file" and Path(text).is_dir():
+        raise directory_output_error(text, what, example, option=option)
 
 
 def check_model_output(path: str | Path) -> None:

@@ -170,10 +170,10 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, mode
                             f"choose {opt('on_bad_row', 'error')} or {opt('on_bad_row', 'skip')}")
     tell = progress or (lambda what: None)
     if output is not None:  # before any work (and before the lock makes the output's folder)
-        _check_outputs(Path(output), input, overwrite)
+        _check_outputs(output, input, overwrite)
     with output_lock(Path(output)) if output is not None else contextlib.nullcontext():
         if output is not None:  # again under the lock: another run may have written them
-            _check_outputs(Path(output), input, overwrite)
+            _check_outputs(output, input, overwrite)
         reader = open_input(str(input), input_format, text_column, pair_column, id_column, encoding,
                             delimiter=delimiter, keep=(label,) if label else (), label=label)
         try:
@@ -323,16 +323,19 @@ def _assemble(found: dict, keys: list, missing: list[int], X_new, dim: int) -> n
 def default_prefix(input_path: str) -> Path:
     """INPUT.sweep beside the input (as extract's INPUT.features.parquet)."""
     from .plan import default_output
+    from .readers import is_url
 
+    if is_url(input_path):  # no "beside the input" for a URL (as extract)
+        raise BertfeatError(f"a URL input needs {opt('output')} PREFIX", f"give the report prefix, e.g. {opt('output', 'sweep')}")
     p = default_output(input_path, "json")  # .../STEM.features.json
     return p.with_name(p.name[: -len(".features.json")] + ".sweep")
 
 
-def _check_outputs(prefix: Path, input, overwrite: bool) -> None:
+def _check_outputs(prefix: str | os.PathLike, input, overwrite: bool) -> None:
     from .safety import check_outputs
     from .specs import check_output_name
 
-    check_output_name(prefix, "report prefix", "sweep")
+    check_output_name(prefix, "report prefix", "sweep", kind="prefix")
     check_outputs([("sweep report", p) for p in sweep_paths(prefix).values()],
                   [Path(str(input))] if str(input) != "-" else [], overwrite)
 

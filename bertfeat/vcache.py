@@ -53,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import BertfeatError, opt
+from .specs import local_path
 
 DB_NAME = "vectors.sqlite3"
 FORMAT = "2"  # the schema's version, in the meta table
@@ -176,10 +177,10 @@ def resolve_cache(cache) -> Path | None:
         env = os.environ.get(ENV, "").strip()
         if cache is True and not env:
             raise BertfeatError(f"{opt('cache', True)} needs a directory", f"give {opt('cache', 'DIR')}, or set {ENV}=DIR")
-        return check_cache_dir(Path(env)) if env else None
+        return check_cache_dir(local_path(env, f"cache ({ENV})", writes=True)) if env else None
     if not isinstance(cache, (str, os.PathLike)):
         raise BertfeatError(f"{opt('cache', cache)} is not a directory name", f"give {opt('cache', 'DIR')}, or False for no cache")
-    return check_cache_dir(Path(os.fspath(cache)))
+    return check_cache_dir(local_path(cache, "cache", "cache", writes=True))
 
 
 def check_cache_dir(path: Path) -> Path:
@@ -699,7 +700,7 @@ def open_cache(directory: Path, run_store: bool | None = None) -> VectorStore:
 
 def open_existing_cache(directory: Path) -> VectorStore:
     """An existing cache (``bertfeat cache info / clear``): refuses a directory that holds none."""
-    d = Path(directory)
+    d = local_path(directory, "cache")
     if not d.is_dir():
         raise CacheError(f"the cache {d} does not exist" if not d.exists() else f"the cache {d} is not a directory",
                          "give the directory passed to extract --cache (or BERTFEAT_CACHE)")
@@ -737,7 +738,7 @@ def settings_line(s: dict) -> str:
 def cache_info(directory) -> dict:
     """What ``bertfeat cache info`` shows: the cache's file, size on disk, entries, and per fingerprint its model,
     settings, entries, vector bytes and when it was last used (newest first)."""
-    store = open_existing_cache(Path(directory))
+    store = open_existing_cache(directory)
     try:
         fps = store.summary()
     finally:
@@ -751,7 +752,7 @@ def clear_cache(directory, fingerprint: str | None = None) -> dict:
     """``bertfeat cache clear``: every entry, or one fingerprint's (one transaction), -> entries deleted and the size
     on disk before and after."""
     before = _size_on_disk(Path(directory) / DB_NAME)  # before this connection adds its own -shm / -wal files
-    store = open_existing_cache(Path(directory))
+    store = open_existing_cache(directory)
     try:
         n = store.clear(fingerprint)
     finally:

@@ -195,8 +195,9 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     from .gemm import PRECISIONS
     from .readers import DEFAULT_MAX_FIELD_BYTES, open_input
     from .readers.formats import FORMATS
+    from .specs import local_path
 
-    path = Path(features)
+    path = local_path(features, "feature file")
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
         raise BertfeatError(f"{opt('sample', sample)} is out of range", "give 1 or more rows")
     _check_tolerance(tolerance)

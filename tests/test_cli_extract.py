@@ -284,7 +284,8 @@ def test_output_is_a_directory(tmp_path, capsys):
     src = write_csv(tmp_path / "c.csv", ["text"], [["a"]])
     (tmp_path / "d").mkdir()
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "d", "--model", tiny_model())
-    assert (rc, err) == (1, f"Error: the output {tmp_path / 'd'} is a directory - pass -o with a file name, e.g. -o features.parquet\n")
+    assert (rc, err) == (1, f"Error: the output {tmp_path / 'd'} is a directory - pass -o with a file name, e.g. "
+                            f"-o {tmp_path / 'd' / 'features.parquet'}\n")
 
 
 def test_header_only_input_gives_an_empty_output(tmp_path, capsys):

@@ -176,8 +176,8 @@ def test_attention_existing_outputs_name_their_option(capsys, tmp_path):
     d = tmp_path / "d.npy"
     d.mkdir()
     rc, out, err = run(capsys, "attention", "x", "-o", png, "--save-npy", d, "--overwrite")
-    assert (rc, err) == (1, f"Error: the --save-npy file {d} is a directory - pass --save-npy with a file name, not a "
-                            "directory\n")
+    assert (rc, err) == (1, f"Error: the --save-npy file {d} is a directory - pass --save-npy with a file name, e.g. "
+                            f"--save-npy {d / 'attention.npy'}\n")
     rc, out, err = run(capsys, "attention", "x", "-o", png, "--save-npy", npy, "--overwrite")
     assert rc == 0 and png_size(png) == (800, 800) and np.load(npy).shape[:2] == (6, 12)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -748,3 +749,148 @@ def test_float16_parts_equal_local(client, data, tmp_path, pca):
     assert np.abs(a - b).max() <= max(TOL, float(np.abs(a).max()) * 2.0 ** -10)
     if pca is None:
         assert np.array_equal(b, a)  # the same chunking as the partitions: the same floats to the bit
+
+
+# --------------------------------------------------------------------------- a wrong or lost scheduler (issue 44, 5-6)
+ROOT = Path(__file__).resolve().parents[1]
+# A TCP server on loopback that is not a Dask scheduler; it prints its port, and stops by itself after 60 s.
+FAKE_SERVER = r"""
+import socket, sys, time
+mode, end = sys.argv[1], time.monotonic() + 60
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+print(s.getsockname()[1], flush=True)
+held = []
+while time.monotonic() < end:
+    s.settimeout(max(0.1, end - time.monotonic()))
+    try:
+        c, _ = s.accept()
+    except OSError:
+        break
+    if mode == "garbage":
+        c.sendall(b"\x00\x01garbage\xff" * 4)
+    elif mode == "close":
+        c.close()
+        continue
+    elif mode == "http":  # answers whatever it is sent, as a web server answers a request it cannot parse
+        c.settimeout(max(0.1, end - time.monotonic()))
+        try:
+            c.recv(65536)
+            c.sendall(b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nbad request\r\n")
+        except OSError:
+            pass
+    held.append(c)  # "silent": accepted, and never a byte
+"""
+
+
+def _env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def _cli_process(*args, timeout: float):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "bertfeat", *map(str, args)], capture_output=True, text=True,
+                          env=_env(), timeout=timeout)
+
+
+@pytest.mark.parametrize("mode, said", [
+    ("http", "it sent 'HTTP/1.0 400 Bad Request'..."),
+    ("garbage", "it sent '\\x00\\x01garbage\\xff\\x00\\x01garbage\\xff\\x00\\x01garbage\\xff\\x00\\x01garbage\\xff'"),
+    ("silent", "it accepted the connection but sent nothing in 10 s"),
+    ("close", "it closed the connection without a word"),
+])
+def test_a_server_that_is_not_a_scheduler_is_named_in_seconds(tmp_path, mode, said):
+    """--scheduler at a web server or a silent one hung the run for good (distributed waits for the handshake without
+    a time limit); a server sending other bytes gave "out of memory"."""
+    import subprocess
+
+    from extract_util import tiny_model
+
+    server = subprocess.Popen([sys.executable, "-c", FAKE_SERVER, mode], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        src = tmp_path / "in.csv"
+        src.write_text("text\nfine\nalso fine\n")
+        t0 = time.monotonic()
+        p = _cli_process("extract", src, "-o", tmp_path / "o.parquet", "--engine", "dask", "--scheduler",
+                         f"tcp://127.0.0.1:{port}", "-m", tiny_model(), "-q", timeout=120)
+        assert time.monotonic() - t0 < 60
+    finally:
+        server.kill()
+        server.wait()
+    assert (p.returncode, p.stdout, p.stderr) == (
+        1, "", f"Error: --scheduler tcp://127.0.0.1:{port} answered but is not a Dask scheduler ({said}) - check the "
+               "host and port: a Dask scheduler listens on 8786 by default (`dask scheduler`), its dashboard on 8787 is a "
+               "web page, not the scheduler\n")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_a_real_scheduler_passes_the_greeting_check(client):
+    from bertfeat.dask_cluster import check_scheduler
+
+    t0 = time.monotonic()
+    check_scheduler(client.scheduler.address)
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_scheduler_killed_mid_run_leaves_one_error_line(tmp_path):
+    """The scheduler killed while the parts run: stderr held distributed's "ERROR - ... CancelledError" traceback above
+    the error, which said "the task was cancelled (the cluster went away?)"."""
+    import socket
+    import subprocess
+
+    from extract_util import tiny_model
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"sentence number {i} of a long enough input\n" for i in range(20_000)))
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
+                              str(port), "--no-dashboard"], **quiet)
+    worker = run = None
+    try:
+        worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                                   "--nworkers", "1", "--memory-limit", "0", "--no-dashboard", "--host", "127.0.0.1",
+                                   "--death-timeout", "20"], **quiet)
+        run = subprocess.Popen([sys.executable, "-m", "bertfeat", "extract", str(src), "-o", str(tmp_path / "o.parquet"),
+                                "--engine", "dask", "--scheduler", address, "-m", str(tiny_model()), "--blocksize",
+                                "4KiB"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        lines = []
+        for line in run.stderr:  # the scheduler goes once the rows are counted and the parts are being encoded
+            lines.append(line)
+            if " started (" in line:
+                break
+        sched.kill()
+        run.wait(timeout=120)
+        lines += run.stderr.read().splitlines(keepends=True)
+    finally:
+        for p in (run, worker, sched):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert run.returncode == 1, "".join(lines)
+    assert all(line.startswith("bertfeat extract (dask): ") for line in lines[:-1]), "".join(lines)
+    assert re.fullmatch(f"Error: partition [0-9]+: the connection to the Dask scheduler {address} was lost \\(the "
+                        r"scheduler stopped, or the network between it and this machine failed\) - restart the scheduler "
+                        r"and its workers, then rerun with --resume \(the finished partitions are kept\)\n", lines[-1]), lines
+    assert (tmp_path / "o.parquet.partial").is_dir() and not (tmp_path / "o.parquet").exists()
+
+
+def test_routed_logs_keep_distributed_off_stderr_and_put_the_handlers_back(capfd):
+    import logging
+
+    from bertfeat.dask_cluster import LOGGERS, routed_logs
+
+    before = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).propagate) for name in LOGGERS}
+    capfd.readouterr()
+    with routed_logs():
+        logging.getLogger("distributed.client").error("lost the scheduler")
+        logging.getLogger("distributed.comm.tcp").warning("closed")
+        logging.getLogger("asyncio").error("Task exception was never retrieved")
+    assert capfd.readouterr().err == ""
+    assert {name: (logging.getLogger(name).handlers, logging.getLogger(name).propagate) for name in LOGGERS} == before

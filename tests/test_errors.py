@@ -684,3 +684,59 @@ def test_info_prints_a_model_path_as_it_is(capsys):
             == [str(model), str(model)]
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------ control characters
+# Issue 44 (3): a newline, CR, NUL, tab or ANSI escape in a path or a column name split the one-line error, or coloured
+# the terminal. The error is rendered with each control character escaped as Python writes it, so stderr holds exactly
+# one line and the name is seen as it is.
+CONTROLS = {"\n": "\\n", "\r": "\\r", "\0": "\\x00", "\t": "\\t", "\x1b[31m": "\\x1b[31m", "\x85": "\\x85",
+            "\u2028": "\\u2028"}
+
+
+class TestControlCharactersInNames:
+    @staticmethod
+    def check(rc, out, err, shown):
+        assert (rc, out) == (1, "")
+        assert err.startswith("Error: ") and err.endswith("\n") and err.count("\n") == 1, repr(err)
+        assert shown in err, (shown, err)
+        assert not any(c in err[:-1] for c in "\n\r\0\t\x1b\x85\u2028"), repr(err)
+
+    @pytest.mark.parametrize("c", list(CONTROLS))
+    def test_in_a_path(self, tmp_path, corpus, capsys, c):
+        name = f"in{c}put.csv"
+        rc, out, err = run(capsys, "extract", tmp_path / name, "-o", tmp_path / "o.parquet", "--model", tiny_model())
+        self.check(rc, out, err, f"in{CONTROLS[c]}put.csv")
+        rc, out, err = run(capsys, "extract", corpus, "-o", tmp_path / f"o{c}.feather", "--model", tiny_model())
+        self.check(rc, out, err, f"o{CONTROLS[c]}.feather")
+        assert listing(tmp_path) == ["x.csv"]
+
+    @pytest.mark.parametrize("c", list(CONTROLS))
+    def test_in_a_column_name_of_the_input(self, tmp_path, capsys, c):
+        src = tmp_path / "t.parquet"
+        pq.write_table(pa.table({"id": ["a", "b"], f"te{c}xt": ["one", "two"]}), src)
+        rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model())
+        self.check(rc, out, err, f"te{CONTROLS[c]}xt")
+        assert listing(tmp_path) == ["t.parquet"]
+
+    @pytest.mark.parametrize("option", ["--keep", "--text-column", "--id-column"])
+    @pytest.mark.parametrize("c", list(CONTROLS))
+    def test_in_a_column_option(self, tmp_path, corpus, capsys, option, c):
+        rc, out, err = run(capsys, "extract", corpus, "-o", tmp_path / "o.parquet", "--model", tiny_model(),
+                           option, f"la{c}bel")
+        self.check(rc, out, err, f"la{CONTROLS[c]}bel")
+        assert listing(tmp_path) == ["x.csv"]
+
+    def test_the_python_error_is_one_line_too(self, tmp_path, corpus):
+        import bertfeat
+        from bertfeat.errors import BertfeatError
+
+        with pytest.raises(BertfeatError) as e:
+            bertfeat.extract(corpus, tmp_path / "o.parquet", model=tiny_model(), keep="a\nb\x1b[0m")
+        assert str(e.value) == e.value.message and "'a\\nb\\x1b[0m'" in str(e.value) and "\n" not in str(e.value)
+
+    def test_the_real_stderr(self, tmp_path):
+        """The console script's bytes, not only what the in-process console was handed."""
+        p = _cli("extract", tmp_path / "a\nb\x1b[31m.csv", "-o", tmp_path / "o.parquet")
+        assert (p.returncode, p.stderr) == (1, f"Error: {tmp_path}/a\\nb\\x1b[31m.csv: the pattern matches no file - check "
+                                               "the glob pattern (quote it so the shell does not expand it)\n")

@@ -84,3 +84,77 @@ def test_npy_or_csv_output_needs_its_extension(tmp_path, src, capsys, fmt, name)
     assert rc == 0, err
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "plain", "--format", "parquet", "--model", tiny_model())
     assert rc == 0, err  # Parquet is what a reader takes a file without an extension for
+
+
+# --------------------------------------------------------------------------- outputs that name a directory
+# Issue 44 (2): -o . said "the output '' is empty", -o dir/ wrote a file named dir (pathlib drops the slash). An output
+# file that names a directory is refused as one, whatever the flags, with a file name inside it as the example.
+class TestOutputsThatNameADirectory:
+    @pytest.fixture
+    def work(self, tmp_path, monkeypatch):
+        d = tmp_path / "work"
+        d.mkdir()
+        (d / "existing").mkdir()
+        monkeypatch.chdir(d)
+        return d
+
+    @pytest.mark.parametrize("flags", [[], ["--overwrite"]])
+    @pytest.mark.parametrize("fmt", ["parquet", "npy"])
+    @pytest.mark.parametrize("given, why, example", [
+        (".", "is the current directory", "./features.{fmt}"),
+        ("..", "is the parent directory", "../features.{fmt}"),
+        ("new/", "ends in /, so it names a directory", "new/features.{fmt}"),
+        ("existing/", "ends in /, so it names a directory", "existing/features.{fmt}"),
+        ("existing", "is a directory", "existing/features.{fmt}"),
+        ("existing/..", "is the parent directory", "existing/../features.{fmt}"),
+    ])
+    def test_extract(self, work, src, capsys, flags, fmt, given, why, example):
+        before = sorted(str(p) for p in work.parent.rglob("*"))
+        rc, out, err = run(capsys, "extract", src, "-o", given, "--format", fmt, "--model", tiny_model(), *flags)
+        assert (rc, out, err) == (1, "", f"Error: the output {given} {why} - pass -o with a file name, e.g. "
+                                         f"-o {example.format(fmt=fmt)}\n")
+        assert sorted(str(p) for p in work.parent.rglob("*")) == before
+
+    def test_an_empty_output_is_still_empty(self, work, src, capsys):
+        rc, _, err = run(capsys, "extract", src, "-o", "", "--model", tiny_model())
+        assert (rc, err) == (1, "Error: the output '' is empty - pass -o with a file name, e.g. -o features.parquet\n")
+
+    @pytest.mark.parametrize("command, what, example", [
+        (["pca", "fit", "F", "-n", "2", "-o"], "PCA model", "pca100.npz"),
+        (["pca", "transform", "F", "--pca-model", "M", "-o"], "output", "reduced.parquet"),
+        (["report", "M", "-o"], "report prefix", "pca100"),
+        (["sweep", "S", "--set", "mean", "-o"], "report prefix", "sweep"),
+        (["attention", "hi", "-o"], "output", "attention.png"),
+    ])
+    def test_every_command(self, work, src, capsys, command, what, example):
+        feats, model = work.parent / "f.parquet", work.parent / "m.npz"
+        assert run(capsys, "extract", src, "-o", feats, "--model", tiny_model(), "-q")[0] == 0
+        assert run(capsys, "pca", "fit", feats, "-n", "2", "-o", model, "-q")[0] == 0
+        command = [{"F": feats, "M": model, "S": src}.get(a, a) for a in command]
+        before = sorted(str(p) for p in work.parent.rglob("*"))
+        for given, why in ((".", "is the current directory"), ("new/", "ends in /, so it names a directory")):
+            rc, out, err = run(capsys, *command, given, "--model" if command[0] in ("sweep", "attention") else "-q",
+                               *([tiny_model()] if command[0] in ("sweep", "attention") else []))
+            assert (rc, out, err) == (1, "", f"Error: the {what} {given} {why} - pass -o with a file name, e.g. "
+                                             f"-o {os.path.join(given, example)}\n")
+        assert sorted(str(p) for p in work.parent.rglob("*")) == before
+
+    def test_a_report_prefix_may_be_an_existing_directory_s_name(self, work, src, capsys):
+        """PREFIX.report.json beside the folder: a prefix is no file, so only a trailing / (hidden files) is refused."""
+        feats, model = work / "f.parquet", work / "m.npz"
+        assert run(capsys, "extract", src, "-o", feats, "--model", tiny_model(), "-q")[0] == 0
+        assert run(capsys, "pca", "fit", feats, "-n", "2", "-o", model, "-q")[0] == 0
+        rc, _, err = run(capsys, "report", model, "-o", "existing", "-q")
+        assert (rc, err) == (0, "") and (work / "existing.report.json").is_file()
+
+    def test_the_dask_engine_output_may_end_in_a_slash(self, work, src):
+        """Its output is a directory of parts: out/ names it (the plan only: no cluster starts)."""
+        pytest.importorskip("distributed")
+        from bertfeat.plan import make_plan
+
+        plan = make_plan(str(src), "out/", model=str(tiny_model()), engine="dask")
+        assert plan.layout.features == work / "out"
+        for given, why in ((".", "is the current directory"), ("..", "is the parent directory")):
+            with pytest.raises(Exception) as e:
+                make_plan(str(src), given, model=str(tiny_model()), engine="dask")
+            assert str(e.value) == f"the output {given} {why} - pass output with a file name, e.g. output='{given}/features.parquet'"

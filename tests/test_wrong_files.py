@@ -465,11 +465,13 @@ def test_an_output_that_is_a_directory_is_refused_even_with_overwrite(tmp_path, 
         folder.mkdir()
         (folder / "keep.txt").write_text("mine\n")
     before = snapshot(tmp_path)
-    for folder, args in ((model, ["pca", "fit", good["features"], "-n", "2", "-o", model]),
-                         (feats, ["pca", "transform", good["features"], "--pca-model", good["model"], "-o", feats])):
+    for folder, what, name, args in (
+            (model, "PCA model", "pca100.npz", ["pca", "fit", good["features"], "-n", "2", "-o", model]),
+            (feats, "output", "reduced.parquet", ["pca", "transform", good["features"], "--pca-model", good["model"], "-o", feats])):
         for extra in ([], ["--overwrite"]):
             rc, _, err = run(capsys, *args, *extra)
-            assert (rc, err) == (1, f"Error: the output {folder} is a directory - pass -o with a file name, not a directory\n")
+            assert (rc, err) == (1, f"Error: the {what} {folder} is a directory - pass -o with a file name, e.g. "
+                                    f"-o {folder}/{name}\n")
     assert snapshot(tmp_path) == before
 
 
@@ -565,4 +567,99 @@ def test_empty_pca_sizes_are_refused(tmp_path, good, capsys):
     with pytest.raises(BertfeatError) as e:
         bertfeat.extract(good["corpus"], tmp_path / "f.parquet", model=tiny_model(), pca="")
     assert e.value.message == f"pca='' is not a number - {PCA_FIX}"
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------------ paths that are not local
+# Issue 44 (1): a URL or a Windows path given where bertfeat reads or writes a local file crashed ("this is a bug") or made
+# folders named memory:, file: or C:\x in the current directory. Every path option of every command now refuses it in
+# one line before anything is created; file:// and ~ are answered with the local path they stand for.
+def _path_cases(good) -> list[tuple[str, str, list, str | None]]:
+    """(what the error calls it, how the fix names it, the command with U where the path goes, the extension given
+    to a path bertfeat writes (None: it reads the path), ...)."""
+    f, m, c, tiny = good["features"], good["model"], good["corpus"], tiny_model()
+    return [
+        ("output", "-o", ["extract", c, "-o", "U", "-m", tiny], ".parquet"),
+        ("output", "-o", ["extract", c, "-o", "U", "-m", tiny, "--engine", "dask"], ".parquet"),
+        ("PCA model", "--pca-model", ["extract", c, "-o", "o.parquet", "-m", tiny, "--pca-model", "U"], None),
+        ("cache", "--cache", ["extract", c, "-o", "o.parquet", "-m", tiny, "--cache", "U"], ""),
+        ("feature file", None, ["pca", "fit", "U", "-n", "2", "-o", "m.npz"], None),
+        ("PCA model", "-o", ["pca", "fit", f, "-n", "2", "-o", "U"], ".npz"),
+        ("feature file", None, ["pca", "transform", "U", "--pca-model", m, "-o", "r.parquet"], None),
+        ("PCA model", "--pca-model", ["pca", "transform", f, "--pca-model", "U", "-o", "r.parquet"], None),
+        ("output", "-o", ["pca", "transform", f, "--pca-model", m, "-o", "U"], ".parquet"),
+        ("PCA model", None, ["report", "U"], None),
+        ("report prefix", "-o", ["report", m, "-o", "U"], ""),
+        ("feature file", "--probe", ["report", m, "-o", "r", "--probe", "U", "--label", "id"], None),
+        ("feature file", None, ["verify", "U"], None),
+        ("cache", None, ["cache", "info", "U"], None),
+        ("cache", None, ["cache", "clear", "U"], None),
+        ("report prefix", "-o", ["sweep", c, "-o", "U", "-m", tiny, "--set", "mean"], ""),
+        ("output", "-o", ["attention", "hi", "-o", "U", "-m", tiny], ".png"),
+        ("--save-npy file", "--save-npy", ["attention", "hi", "-o", "a.png", "--save-npy", "U", "-m", tiny], ".npy"),
+    ]
+
+
+PATHS = {  # the path given -> what the error says it is, and the local path its fix names (None: none)
+    "memory://x": ("is a URL (memory://): bertfeat {verb} local files only", None),
+    "s3://bucket/data/x": ("is a URL (s3://): bertfeat {verb} local files only", None),
+    "http://example.com/x": ("is a URL (http://): bertfeat {verb} local files only", None),
+    "file:///tmp/bertfeat-there/x": ("is a file:// URL, not a path", "/tmp/bertfeat-there/x"),
+    "C:\\data\\x": ("is a Windows path, which this system takes for a file name in this directory", None),
+    "C:/data/x": ("is a Windows path, which this system takes for a file name in this directory", None),
+    "~/bertfeat-there/x": ("starts with ~, which no shell expanded (bertfeat takes a path as it is given)",
+                           os.path.expanduser("~/bertfeat-there/x")),
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_path_that_is_not_local_is_refused_by_every_path_option(tmp_path, good, capsys, monkeypatch, path):
+    monkeypatch.chdir(tmp_path)  # where memory:, file:, C:\data\x or ~ would have been made
+    before = snapshot(tmp_path, good["dir"])
+    said, local = PATHS[path]
+    for what, flag, command, ext in _path_cases(good):
+        given = path + (ext or "")
+        rc, out, err = run(capsys, *[given if a == "U" else a for a in command])
+        head = f"Error: the {what} {given} {said.format(verb='reads' if ext is None else 'writes')} - "
+        assert (rc, out, err.count("\n")) == (1, "", 1) and err.startswith(head), (command, err)
+        if local is not None:  # file:// and ~: the fix is the local path itself
+            assert err.endswith(f"the path itself, {flag + ' ' if flag else ''}{local}{ext or ''}\n"), (command, err)
+        assert snapshot(tmp_path, good["dir"]) == before, command
+    monkeypatch.setenv("BERTFEAT_CACHE", path)
+    rc, _, err = run(capsys, "extract", good["corpus"], "-o", "o.parquet", "-m", tiny_model())
+    assert rc == 1 and err.startswith(f"Error: the cache (BERTFEAT_CACHE) {path} {said.format(verb='writes')} - "), err
+    assert snapshot(tmp_path, good["dir"]) == before
+
+
+def test_a_url_output_is_refused_in_full(tmp_path, good, capsys, monkeypatch):
+    """The issue's cases, whole lines: -o memory://... crashed, -o file:///... made a folder named file:."""
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run(capsys, "extract", good["corpus"], "-o", "memory://x/f.parquet", "-m", tiny_model())
+    assert (rc, out, err) == (1, "", "Error: the output memory://x/f.parquet is a URL (memory://): bertfeat writes local "
+                                     "files only - pass -o with a local path, e.g. -o f.parquet\n")
+    rc, out, err = run(capsys, "extract", good["corpus"], "-o", f"file://{tmp_path}/f.parquet", "-m", tiny_model())
+    assert (rc, out, err) == (1, "", f"Error: the output file://{tmp_path}/f.parquet is a file:// URL, not a path - pass "
+                                     f"-o with the path itself, -o {tmp_path}/f.parquet\n")
+    assert list(tmp_path.iterdir()) == []
+    rc, out, err = run(capsys, "sweep", f"file://{good['corpus']}", "-m", tiny_model(), "--set", "mean")
+    assert (rc, out, err) == (1, "", "Error: a URL input needs -o PREFIX - give the report prefix, e.g. -o sweep\n")
+    assert list(tmp_path.iterdir()) == []  # its report beside the input was file:/.../corpus.sweep.json, here
+    import bertfeat
+
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(good["corpus"], "s3://bucket/f.parquet", model=tiny_model())
+    assert e.value.message == ("the output s3://bucket/f.parquet is a URL (s3://): bertfeat writes local files only - "
+                               "pass output with a local path, e.g. output='f.parquet'")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_nul_in_a_path_is_one_line_not_a_bug(tmp_path, good, capsys, monkeypatch):
+    """A NUL cannot come from a shell, but can from Python (or main([...])): was "unexpected ValueError: embedded null
+    byte - this is a bug"."""
+    monkeypatch.chdir(tmp_path)
+    for what, flag, command, ext in _path_cases(good):
+        rc, out, err = run(capsys, *["a\0b" + (ext or "") if a == "U" else a for a in command])
+        assert (rc, out) == (1, "") and err == (f"Error: the {what} a\\x00b{ext or ''} holds a NUL character, which no "
+                                                f"file name can hold - {f'pass {flag} with' if flag else 'give'} a path "
+                                                "without it\n"), (command, err)
     assert list(tmp_path.iterdir()) == []
