@@ -228,91 +228,31 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
 
     Raises BertfeatError naming the parameter, before anything is read past the input's header or written.
     """
-    from .specs import (check_input_path, check_max_batch_tokens, check_max_length, check_output_format,
-                        check_output_name, check_stride, check_threads, parse_max_field_bytes)
-
-    # the run's shape
-    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
-        raise BertfeatError(f"{opt('chunk_rows', chunk_rows)} is out of range", "give 1 or more")
-    if engine not in ENGINES:
-        raise BertfeatError(f"unknown {opt('engine', engine, cli=repr(engine))}", "choose local or dask")
-    if engine == "local" and (scheduler or workers or client is not None):
-        names = f"{opt('scheduler')}, {opt('workers')} and client" if client is not None else f"{opt('scheduler')} and {opt('workers')}"
-        raise BertfeatError(f"{names} need {opt('engine', 'dask')}", f"add {opt('engine', 'dask')}")
-    if on_bad_row is not None and on_bad_row not in BAD_ROW_POLICIES:
-        raise BertfeatError(f"unknown {opt('on_bad_row', on_bad_row, cli=repr(on_bad_row))}", "choose error or skip")
+    # the steps in this order: each option's error is the one a run with several wrong options reports first
+    _check_run_shape(chunk_rows, engine, scheduler, workers, client, on_bad_row)
+    from .features.base import check_dtype
     from .rejects import resolve_bad_rows
+    from .specs import parse_max_field_bytes
+    from .vcache import resolve_cache
 
     on_bad_row, max_bad_rows = resolve_bad_rows(on_bad_row, max_bad_rows)
-    from .features.base import check_dtype
-
     dtype = check_dtype(dtype)
     max_field_bytes = parse_max_field_bytes(max_field_bytes)
     pca_value = parse_pca(pca)
     pca_model = check_pca_model(pca_model, pca_value)
-    from .vcache import resolve_cache
-
     cache = resolve_cache(cache)
+    model, max_length, threads, encoder_kwargs = _encoder_options(model, max_length, max_batch_tokens, threads, precision,
+                                                                  encoder_options)
+    fmt, dask = _engine_settings(input, output, format, engine, wide, scheduler, workers, blocksize)
+    keep, keep_as, label = _output_columns(keep, label, fmt, id_column, wide, pca_value, pca_model)
+    _check_long_text(stride, long_text, pair_column)
+    input = _check_input(input, output, fmt, resume)
+    from .readers import open_input
 
-    # the encoder
-    encoder_kwargs = encoder_settings(model, max_length, max_batch_tokens, threads, precision, encoder_options)
-    model = encoder_kwargs.pop("model")
-    max_length = encoder_kwargs.pop("max_length", None)  # a feature setting (Encoder.spec), not a load setting
-    threads = check_threads(encoder_kwargs.get("threads"))
-    check_max_length(max_length)
-    check_max_batch_tokens(encoder_kwargs.get("max_batch_tokens"))
-    from .gemm import check_precision
-
-    check_precision(encoder_kwargs["precision"])
-
-    # the output's format, and the engine's own rules
-    fmt = output_format(output, format)
-    if output is not None:  # a URL, a directory ...: refused before the format's or the engine's own rules
-        check_output_name(output, "output", f"features.{fmt}", kind="directory" if engine == "dask" else "file")
-    dask = None
-    if engine == "dask":
-        dask = dask_settings(input, output, format, scheduler, workers, blocksize)
-    elif wide and fmt == "npy":
-        raise BertfeatError(f"{opt('wide', True)} applies to Parquet output, not npy",
-                            f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
-    check_output_format(output, format)
-    keep, keep_as = check_keep(keep, fmt, id_column, wide)
-    label = check_label_option(label, pca_value, pca_model, fmt, id_column)
-    if label is not None and label not in keep:
-        keep = check_keep(keep + (label,), fmt, id_column, wide)[0]  # the probe reads it back from the output
-    check_stride(stride, long_text)
-    if pair_column is not None:
-        from .encoder import check_pairs_long_text
-
-        check_pairs_long_text(long_text)
-
-    # the input
-    if not isinstance(input, (str, os.PathLike)):
-        raise BertfeatError(f"input is a {type(input).__name__}, not a file path",
-                            "extract reads a file (CSV, TSV, Parquet, JSONL) or '-' for standard input; for texts in "
-                            "memory use bertfeat.Encoder().encode(texts), or bertfeat.sklearn.TextFeatures")
-    input = os.fspath(input)
-    check_input_path(input)
-    if resume and input == "-":
-        raise BertfeatError(f"{opt('resume', True)} cannot continue a run that read standard input", "write the input to a file first")
-    from .readers import is_url, open_input
-
-    if input == "-" and output is None:
-        default_output(input, fmt)  # raises: standard input needs an output
-    if is_url(input) and output is None:  # no "beside the input" for a URL
-        raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT",
-                            "give the output path (with the Dask engine, a directory every worker can write)")
     reader = open_input(input, input_format, text_column, pair_column, id_column, encoding, delimiter=delimiter, keep=keep,
                         label=label, keep_as=keep_as, max_field_bytes=max_field_bytes)
     check_output_columns(reader, fmt)
-
-    # the outputs
-    out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
-    layout = OutputLayout(out.resolve() if engine == "dask" else out, fmt, engine, pca_value is not None)
-    from .outlock import output_lock
-
-    with output_lock(*layout.locked(), create=False):  # a run writing this output is named first (its partial dir is live)
-        check_layout(layout, reader, input, overwrite, resume, pca_model)
+    layout = _output_layout(input, output, fmt, engine, pca_value is not None, reader, overwrite, resume, pca_model)
     check_cache_apart(cache, layout)
     return ExtractPlan(
         input=input, reader=reader, layout=layout, model=None if model is None else os.fspath(model),
@@ -323,6 +263,111 @@ def make_plan(input: str | os.PathLike, output: str | os.PathLike | None = None,
         pca=pca_value, pca_model=pca_model, pca_text=None if pca is None else str(pca), wide=wide, resume=resume, overwrite=overwrite,
         engine=engine, dask=dask, command=command, encoder_options=dict(encoder_options or {}), keep=keep, cache=cache,
         label=label, dtype=dtype, keep_as=keep_as, max_field_bytes=max_field_bytes)
+
+
+def _check_run_shape(chunk_rows, engine, scheduler, workers, client, on_bad_row) -> None:
+    """The run's shape: ``chunk_rows`` a count, a known engine (the Dask options with the Dask engine only), a known
+    ``on_bad_row`` policy."""
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise BertfeatError(f"{opt('chunk_rows', chunk_rows)} is out of range", "give 1 or more")
+    if engine not in ENGINES:
+        raise BertfeatError(f"unknown {opt('engine', engine, cli=repr(engine))}", "choose local or dask")
+    if engine == "local" and (scheduler or workers or client is not None):
+        names = f"{opt('scheduler')}, {opt('workers')} and client" if client is not None else f"{opt('scheduler')} and {opt('workers')}"
+        raise BertfeatError(f"{names} need {opt('engine', 'dask')}", f"add {opt('engine', 'dask')}")
+    if on_bad_row is not None and on_bad_row not in BAD_ROW_POLICIES:
+        raise BertfeatError(f"unknown {opt('on_bad_row', on_bad_row, cli=repr(on_bad_row))}", "choose error or skip")
+
+
+def _encoder_options(model, max_length, max_batch_tokens, threads, precision, encoder_options) -> tuple:
+    """The encoder's settings merged and checked (``encoder_settings``) -> (model, max_length, threads, the Encoder's
+    other keywords); ``max_length`` is a feature setting (Encoder.spec), not a load setting, so it leaves the keywords."""
+    from .specs import check_max_batch_tokens, check_max_length, check_threads
+
+    encoder_kwargs = encoder_settings(model, max_length, max_batch_tokens, threads, precision, encoder_options)
+    model = encoder_kwargs.pop("model")
+    max_length = encoder_kwargs.pop("max_length", None)
+    threads = check_threads(encoder_kwargs.get("threads"))
+    check_max_length(max_length)
+    check_max_batch_tokens(encoder_kwargs.get("max_batch_tokens"))
+    from .gemm import check_precision
+
+    check_precision(encoder_kwargs["precision"])
+    return model, max_length, threads, encoder_kwargs
+
+
+def _engine_settings(input, output, format, engine, wide, scheduler, workers, blocksize) -> tuple[str, DaskSettings | None]:
+    """The output's format and name, and the engine's own rules -> (the format written, the Dask settings or None)."""
+    from .specs import check_output_format, check_output_name
+
+    fmt = output_format(output, format)
+    if output is not None:  # a URL, a directory ...: refused before the format's or the engine's own rules
+        check_output_name(output, "output", f"features.{fmt}", kind="directory" if engine == "dask" else "file")
+    dask = None
+    if engine == "dask":
+        dask = dask_settings(input, output, format, scheduler, workers, blocksize)
+    elif wide and fmt == "npy":
+        raise BertfeatError(f"{opt('wide', True)} applies to Parquet output, not npy",
+                            f"drop {opt('wide')}, or use {opt('format', 'parquet')}")
+    check_output_format(output, format)
+    return fmt, dask
+
+
+def _output_columns(keep, label, fmt: str, id_column, wide: bool, pca, pca_model) -> tuple:
+    """The kept columns and the probe's label (``check_keep``, ``check_label_option``) -> (keep, keep_as, label); the
+    label is kept too, as the probe reads it back from the output."""
+    keep, keep_as = check_keep(keep, fmt, id_column, wide)
+    label = check_label_option(label, pca, pca_model, fmt, id_column)
+    if label is not None and label not in keep:
+        keep = check_keep(keep + (label,), fmt, id_column, wide)[0]
+    return keep, keep_as, label
+
+
+def _check_long_text(stride, long_text: str, pair_column) -> None:
+    """``stride`` against ``long_text``, and a ``long_text`` that text pairs allow."""
+    from .specs import check_stride
+
+    check_stride(stride, long_text)
+    if pair_column is not None:
+        from .encoder import check_pairs_long_text
+
+        check_pairs_long_text(long_text)
+
+
+def _check_input(input, output, fmt: str, resume: bool) -> str:
+    """``input``: a path or '-' (standard input: no resume), with an output where none can be derived (standard input,
+    a URL) -> the path as a string."""
+    from .specs import check_input_path
+
+    if not isinstance(input, (str, os.PathLike)):
+        raise BertfeatError(f"input is a {type(input).__name__}, not a file path",
+                            "extract reads a file (CSV, TSV, Parquet, JSONL) or '-' for standard input; for texts in "
+                            "memory use bertfeat.Encoder().encode(texts), or bertfeat.sklearn.TextFeatures")
+    input = os.fspath(input)
+    check_input_path(input)
+    if resume and input == "-":
+        raise BertfeatError(f"{opt('resume', True)} cannot continue a run that read standard input", "write the input to a file first")
+    from .readers import is_url
+
+    if input == "-" and output is None:
+        default_output(input, fmt)  # raises: standard input needs an output
+    if is_url(input) and output is None:  # no "beside the input" for a URL
+        raise BertfeatError(f"a URL input needs {opt('output')} OUTPUT",
+                            "give the output path (with the Dask engine, a directory every worker can write)")
+    return input
+
+
+def _output_layout(input: str, output, fmt: str, engine: str, want_pca: bool, reader, overwrite: bool, resume: bool,
+                   pca_model) -> OutputLayout:
+    """Every name the run may write (``OutputLayout``: the given output, else beside the input), checked against the
+    output rules (``check_layout``)."""
+    out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
+    layout = OutputLayout(out.resolve() if engine == "dask" else out, fmt, engine, want_pca)
+    from .outlock import output_lock
+
+    with output_lock(*layout.locked(), create=False):  # a run writing this output is named first (its partial dir is live)
+        check_layout(layout, reader, input, overwrite, resume, pca_model)
+    return layout
 
 
 def check_label_option(label, pca, pca_model, fmt: str, id_column: str | None) -> str | None:

@@ -188,13 +188,26 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     difference (and its row), the smallest cosine, the tolerance, ``dtype`` (the file's: a float16 file's rows are
     compared with the re-encoded vector rounded to float16) and ``ok``.
     """
-    from .chunks import prepare_rows, validate_batch
-    from .diffs import dict_differences
-    from .encoder import Encoder
     from .features import open_features
-    from .gemm import PRECISIONS
-    from .readers import DEFAULT_MAX_FIELD_BYTES, open_input
-    from .readers.formats import FORMATS
+
+    path = _check_options(features, input, sample, seed, tolerance)
+    meta, files = _read_provenance(path, input)
+    enc, spec, pca = _rebuild_settings(meta, path, model)
+    sources = [open_features(f) for f in files]
+    dtype = sources[0].dtype  # float16: the re-encoded vectors are rounded as the file's were
+    tol = _default_tolerance(enc.precision, dtype) if tolerance is None else float(tolerance)
+    n = _count_rows(sources, meta, path)
+    picked = set(_sample_positions(n, sample, seed).tolist())
+    wanted: dict[int, tuple[Any, np.ndarray]] = {}  # output position -> (id or row number, stored vector)
+    reader = _open_source(meta, path, input, encoding)
+    texts = _walk_input(reader, _output_rows(sources, picked, wanted), picked, meta, enc, spec, path)
+    rows = _encode_sample(wanted, texts, enc, spec, pca, meta, dtype, progress)
+    return _report(path, reader, enc, pca, dtype, n, rows, tol, seed)
+
+
+def _check_options(features, input, sample, seed, tolerance) -> Path:
+    """verify's own options: a local feature file, ``sample`` 1 or more, a tolerance, a non-empty ``input``, ``seed`` 0
+    or more -> the feature file's path."""
     from .specs import local_path
 
     path = local_path(features, "feature file")
@@ -206,10 +219,26 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
                             f"from, or leave {opt('input')} out for the one their provenance names")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise BertfeatError(f"{opt('seed', seed)} is out of range", "give 0 or more")
+    return path
+
+
+def _read_provenance(path: Path, input) -> tuple[dict, list[Path]]:
+    """The feature file's provenance and files, with what verify needs of it, and a given ``input`` in its format."""
     meta, files = _metadata(path)
     _need(meta, path, "fingerprint", "input", "input_format", "text_column", "model")
     if input is not None:
         _check_input_format(os.fspath(input), meta, path)
+    return meta, files
+
+
+def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
+    """The model and feature settings the provenance records, loaded and checked against its fingerprint and model
+    files -> (the Encoder, the FeatureSpec, the PCA that reduced the features or None)."""
+    from .diffs import dict_differences
+    from .encoder import Encoder
+    from .gemm import PRECISIONS
+    from .readers.formats import FORMATS
+
     fp = meta["fingerprint"]
     precision = fp.get("precision", meta.get("precision", "fp32"))
     _one_of(path, "fingerprint.precision" if "precision" in fp else "precision", precision, PRECISIONS)
@@ -229,39 +258,59 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
         raise BertfeatError(f"{path} was reduced by a PCA of {pca.n_features_in_} inputs, but the model gives "
                             f"{enc.output_dim(spec)} features: it was reduced more than once (a pca transform of reduced "
                             "features), and only the last PCA is recorded", "verify the features before the later PCA")
-    sources = [open_features(f) for f in files]
-    dtype = sources[0].dtype  # float16: the re-encoded vectors are rounded as the file's were
-    tol = _default_tolerance(enc.precision, dtype) if tolerance is None else float(tolerance)
+    return enc, spec, pca
+
+
+def _recorded_rows(meta: dict) -> dict:
+    """The provenance's row counts (written, rejected), {} where it has none."""
+    return meta.get("rows") if isinstance(meta.get("rows"), dict) else {}
+
+
+def _count_rows(sources: list, meta: dict, path: Path) -> int:
+    """The feature file's rows (counted where its layout does not say), which must be the rows its run wrote."""
     counts = [s.rows for s in sources]  # from the files' layouts; None: count them
     n = sum(counts) if None not in counts else sum(len(ids) for s in sources for ids, _, _ in s.batches())
-    recorded = meta.get("rows") if isinstance(meta.get("rows"), dict) else {}
+    recorded = _recorded_rows(meta)
     if recorded.get("written") is not None and n != recorded["written"]:
         raise BertfeatError(f"{path} has {n} rows, but its provenance says {recorded['written']} were written: rows "
                             f"were {'lost' if n < recorded['written'] else 'added'} since (a part file removed, the file "
                             "edited)", "extract the features again")
-    picked = set(_sample_positions(n, sample, seed).tolist())
+    return n
+
+
+def _output_rows(sources: list, picked: set, wanted: dict):
+    """Every output row's id (or row number), in order; the sampled rows' vectors kept in ``wanted`` (memory: the
+    sample's)."""
+    pos = 0
+    for s in sources:
+        for ids, X, _ in s.batches():
+            ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
+            for k, ident in enumerate(ids):
+                if pos in picked:
+                    wanted[pos] = (ident, X[k].copy())
+                yield ident
+                pos += 1
+
+
+def _open_source(meta: dict, path: Path, input, encoding):
+    """The input the features were extracted from, opened as the provenance says (``input`` / ``encoding`` where
+    given)."""
+    from .readers import DEFAULT_MAX_FIELD_BYTES, open_input
+
+    return open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
+                      meta.get("pair_column"), meta.get("id_column"), encoding or meta.get("encoding") or "utf-8",
+                      delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()),
+                      keep_as=meta.get("keep_as"),  # its bad kept values too
+                      max_field_bytes=meta.get("max_field_bytes") or DEFAULT_MAX_FIELD_BYTES)
+
+
+def _walk_input(reader, outputs, picked: set, meta: dict, enc, spec, path: Path) -> dict[int, tuple[str, str | None]]:
+    """The input walked alongside the output's rows (``outputs``) -> the sampled rows' (text, pair) by output position.
+    Every output row must be found in its place, and the input rows passed over must be as many as the run rejected."""
+    from .chunks import prepare_rows, validate_batch
+
     by_id = meta.get("id_column") is not None
-    wanted: dict[int, tuple[Any, np.ndarray]] = {}  # output position -> (id or row number, stored vector)
-
-    def output_rows():
-        """Every output row's id (or row number), in order; the sampled rows' vectors kept (memory: the sample's)."""
-        pos = 0
-        for s in sources:
-            for ids, X, _ in s.batches():
-                ids = ids.tolist() if isinstance(ids, np.ndarray) else list(ids)
-                for k, ident in enumerate(ids):
-                    if pos in picked:
-                        wanted[pos] = (ident, X[k].copy())
-                    yield ident
-                    pos += 1
-
-    reader = open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
-                        meta.get("pair_column"), meta.get("id_column"), encoding or meta.get("encoding") or "utf-8",
-                        delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()),
-                        keep_as=meta.get("keep_as"),  # its bad kept values too
-                        max_field_bytes=meta.get("max_field_bytes") or DEFAULT_MAX_FIELD_BYTES)
     texts: dict[int, tuple[str, str | None]] = {}  # output position -> (text, pair) of its input row
-    outputs = output_rows()
     j, current = 0, next(outputs, _END)  # the output row the input walk looks for, and its position
     # The input rows not in the output: the run's rejects (bad rows, too-long under long_text='error', a kept value of
     # the wrong type), or rows the input gained since. The whole input is read, so that rows added at its end count.
@@ -285,33 +334,55 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     if current is not _END:
         raise BertfeatError(f"{path}'s row {j} ({what} {current!r}) is not in the input {reader.name} in its place",
                             f"verify against the input the features were extracted from ({opt('input')})")
+    recorded = _recorded_rows(meta)
     if recorded.get("rejected") is not None and skipped != recorded["rejected"]:
         first = f" (the first not rejected as a bad row here: {first_skipped})" if first_skipped else ""
         raise BertfeatError(f"{skipped} rows of the input {reader.name} are not in {path}, but the run rejected "
                             f"{recorded['rejected']}{first}: the input changed since the features were extracted",
                             "extract the features again, or verify against the input they were extracted from "
                             f"({opt('input')})")
+    return texts
 
+
+def _encode_sample(wanted: dict, texts: dict, enc, spec, pca, meta: dict, dtype: str, progress) -> list[dict]:
+    """Each sampled row encoded alone and compared with the vector in the file -> one comparison per row."""
     rows = []
     for done, (p, (ident, stored)) in enumerate(sorted(wanted.items())):
         text, pair = texts[p]
-        prep = enc.prepare([text], None if pair is None else [pair], spec)
-        vec = enc.run(prep, spec)  # (1, D): a batch of one
-        if pca is not None:
-            if meta["pca"].get("input_dtype") == "float16":  # pca transform of a float16 file: its input was rounded
-                vec = vec.astype(np.float16).astype(np.float32)
-            vec = pca.transform_rows(vec).astype(np.float32)
-        if dtype == "float16":
-            vec = vec.astype(np.float16).astype(np.float32)
-        got = vec[0].astype(np.float64)
-        ref = stored.astype(np.float64)
-        norm = max(float(np.linalg.norm(ref)), 1e-30)
-        diff = float(np.max(np.abs(got - ref))) if len(ref) else 0.0
-        cos = float(got @ ref / (max(float(np.linalg.norm(got)), 1e-30) * norm))
-        rows.append({"position": p, "id": ident, "max_abs_diff": diff, "relative": diff / norm, "cosine": cos,
-                     "identical": bool(np.array_equal(vec[0], stored))})
+        vec = _encode_alone(enc, spec, text, pair, pca, meta, dtype)
+        rows.append(_compare(p, ident, vec, stored))
         if progress is not None:
             progress(done + 1, len(wanted))
+    return rows
+
+
+def _encode_alone(enc, spec, text: str, pair: str | None, pca, meta: dict, dtype: str) -> np.ndarray:
+    """One row encoded in a batch of one, reduced and rounded as the file's rows were -> (1, D)."""
+    prep = enc.prepare([text], None if pair is None else [pair], spec)
+    vec = enc.run(prep, spec)  # (1, D): a batch of one
+    if pca is not None:
+        if meta["pca"].get("input_dtype") == "float16":  # pca transform of a float16 file: its input was rounded
+            vec = vec.astype(np.float16).astype(np.float32)
+        vec = pca.transform_rows(vec).astype(np.float32)
+    if dtype == "float16":
+        vec = vec.astype(np.float16).astype(np.float32)
+    return vec
+
+
+def _compare(p: int, ident, vec: np.ndarray, stored: np.ndarray) -> dict:
+    """A re-encoded row (``vec``: (1, D)) against the stored one: the largest difference, over the stored row's norm,
+    and the cosine."""
+    got = vec[0].astype(np.float64)
+    ref = stored.astype(np.float64)
+    norm = max(float(np.linalg.norm(ref)), 1e-30)
+    diff = float(np.max(np.abs(got - ref))) if len(ref) else 0.0
+    cos = float(got @ ref / (max(float(np.linalg.norm(got)), 1e-30) * norm))
+    return {"position": p, "id": ident, "max_abs_diff": diff, "relative": diff / norm, "cosine": cos,
+            "identical": bool(np.array_equal(vec[0], stored))}
+
+
+def _report(path: Path, reader, enc, pca, dtype: str, n: int, rows: list[dict], tol: float, seed: int) -> dict:
+    """verify's report (``verify_features``' return value) from the rows compared."""
     worst = max(rows, key=lambda r: r["relative"]) if rows else None
     return {
         "features": str(path),

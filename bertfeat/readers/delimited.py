@@ -177,22 +177,27 @@ class CsvReader(TextReader):
                 block = min(block * 8, self.MAX_BLOCK_BYTES)
 
     def _parse(self, stream, counter, block: int | None = None):
-        import pyarrow.csv as pcsv
-
-        skipped: dict[int, Reason] = {}
-
-        def on_invalid(row) -> str:
-            # row.number counts records (blank lines excluded) from 1, the header included
-            n = (row.number - 2) if row.number is not None else -1
-            text = row.text if len(row.text) <= 40 else row.text[:37] + "..."
-            skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"malformed line: expected {row.expected_columns} fields, found "
-                                f"{row.actual_columns} ({json.dumps(text, ensure_ascii=False)})")
-            return "skip"
-
-        on_invalid._bertfeat_row_handler = True
-
+        """The rows of a CSV / TSV stream as RawBatches, one per block pyarrow parses (``block`` bytes): malformed
+        lines, an unclosed quote, fields over max_field_bytes and bytes the encoding cannot read are bad rows in their
+        place. A row longer than the block raises _RowTooLong (_parse_from reads again with larger blocks)."""
+        skipped: dict[int, Reason] = {}  # the malformed lines pyarrow skipped: row -> why
+        on_invalid = _malformed_line_handler(skipped)
         wanted = self._wanted()
         block = block or self.CSV_BLOCK_BYTES
+        transcoder, tracker, gate = self._parse_stream(stream, block)
+        arrowexit.opened(gate)
+        gate.wanting(True)  # opening parses the first block (more when its first row is longer)
+        try:
+            reader = self._open_csv(gate, block, on_invalid, wanted)
+            yield from self._parse_batches(reader, gate, counter, block, skipped, tracker, transcoder)
+        finally:
+            gate.close()
+            arrowexit.released(gate, on_invalid)  # pyarrow's I/O thread may hold them a moment longer (arrowexit.py)
+
+    def _parse_stream(self, stream, block: int):
+        """The stream pyarrow reads, in layers: our transcoder (an encoding other than UTF-8), a line end at the end,
+        the quote tracker (CSV, or a max_field_bytes), the read-ahead gate -> (transcoder or None, tracker or None,
+        gate)."""
         # a transcoded encoding: the gate's reads are not pyarrow's blocks, so it neither holds them back nor places
         # the batches (the bytes read stand for both)
         transcoded = self._transcoded()
@@ -209,110 +214,139 @@ class CsvReader(TextReader):
             # an unclosed quote, rows that span lines; fields over max_field_bytes left out as read
             tracker = QuoteTracker(stream, self.delimiter, cap, quoting=self.fmt == "csv")
             stream = io.BufferedReader(tracker, buffer_size=1 << 20)
-        stream = gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
-        arrowexit.opened(gate)
-        gate.wanting(True)  # opening parses the first block (more when its first row is longer)
+        gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
+        return transcoder, tracker, gate
+
+    def _open_csv(self, stream, block: int, on_invalid, wanted: list[str]):
+        """pyarrow's streaming CSV reader of ``stream`` (UTF-8, or transcoded), the wanted columns as bytes; a stream it
+        cannot open is an InputError (a first row longer than the block: _RowTooLong)."""
+        import pyarrow.csv as pcsv
+
         try:
-            try:
-                with _quiet_row_handler_errors():
-                    reader = pcsv.open_csv(
-                        stream,
-                        read_options=pcsv.ReadOptions(use_threads=False, block_size=block),  # UTF-8 (or transcoded)
-                        parse_options=self._parse_options(on_invalid),
-                        convert_options=pcsv.ConvertOptions(
-                            include_columns=wanted,
-                            column_types={c: pa.binary() for c in wanted},
-                            strings_can_be_null=False, quoted_strings_can_be_null=False),
-                    )
-            except (pa.ArrowException, OSError, EOFError, ValueError) as e:
-                self._raise_unskippable(e)
-                if _STRADDLES in str(e):
-                    raise _RowTooLong(0) from None
-                raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({one_line(e)})",
-                                 f"check the file format, {opt('input_format')} and {opt('encoding')}") from None
-            row = 0
-            start = 0  # bytes consumed before the batch
-            pending = None  # the last batch is held back: an unclosed quote at the end of the file rejects its last row
-            it = iter(reader)
-            blocks = 0  # batches pyarrow has parsed, one per block
-            while True:
-                try:
-                    gate.wanting(True)
-                    with _quiet_row_handler_errors():
-                        b = next(it)
-                except StopIteration:
-                    break
-                except UnicodeDecodeError as e:
-                    raise InputError(f"{self.name} near row {row}: invalid {self.encoding} ({one_line(e)})",
-                                     f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})") from None
-                except (pa.ArrowException, OSError, EOFError, ValueError) as e:
-                    self._raise_unskippable(e)
-                    if _STRADDLES in str(e):
-                        raise _RowTooLong(row) from None
-                    raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({one_line(e)})",
-                                     f"fix the line, or pass {opt('encoding')} if the file is not UTF-8") from None
-                finally:
-                    gate.wanting(False)
-                blocks += 1
-                gate.allow((blocks + self.READ_AHEAD_BLOCKS) * block)
-                end = counter.count if transcoded else _position(gate, blocks, counter.count, self.compression is not None,
-                                                                 tracker)
-                n = b.num_rows
-                rows, pre = [], {}
-                # the columns read (pair, id and kept columns when asked), the skipped malformed lines in their row positions
-                src = [b.column(self.text_column).to_pylist(), b.column(self.pair_column).to_pylist() if self.pair_column else None,
-                       b.column(self.id_column).to_pylist() if self.id_column else None,
-                       *(b.column(c).to_pylist() for c in self.keep)]
-                outs = [None if values is None else [] for values in src]
-                k = 0
-                while k < n:
-                    bad = row in skipped
-                    if bad:
-                        pre[row] = skipped.pop(row)
-                    rows.append(row)
-                    for values, out in zip(src, outs):
-                        if out is not None:
-                            out.append(None if bad else values[k])
-                    k += 0 if bad else 1
-                    row += 1
-                if pending is not None:
-                    yield self._mark_suspects(pending, tracker)
-                out_t, out_p, out_i, *out_k = outs
-                end = max(end, start)
-                if transcoder is not None and transcoder.escaped:  # a byte the encoding could not read: a bad row
-                    named = [("text", out_t), ("pair text", out_p), ("id", out_i),
-                             *((f"kept column {c!r}", v) for c, v in zip(self.keep, out_k))]
-                    for what, values in named:
-                        for k, v in enumerate(values or ()):
-                            bad = _unreadable(v, what, self.encoding)
-                            if bad is not None:
-                                pre.setdefault(rows[k], bad[0])
-                                values[k] = bad[1]  # as the rejects file shows it
-                pending = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, end, start,
-                                               dict(zip(self.keep, out_k)) if self.keep else None))
-                start = end
-            if tracker is not None:
-                self.multiline_rows = tracker.multiline_records
-                if tracker.unclosed:
-                    self._reject_unclosed(tracker, pending, skipped, row)
+            with _quiet_row_handler_errors():
+                return pcsv.open_csv(
+                    stream,
+                    read_options=pcsv.ReadOptions(use_threads=False, block_size=block),  # UTF-8 (or transcoded)
+                    parse_options=self._parse_options(on_invalid),
+                    convert_options=pcsv.ConvertOptions(
+                        include_columns=wanted,
+                        column_types={c: pa.binary() for c in wanted},
+                        strings_can_be_null=False, quoted_strings_can_be_null=False),
+                )
+        except (pa.ArrowException, OSError, EOFError, ValueError) as e:
+            self._raise_unskippable(e)
+            if _STRADDLES in str(e):
+                raise _RowTooLong(0) from None
+            raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({one_line(e)})",
+                             f"check the file format, {opt('input_format')} and {opt('encoding')}") from None
+
+    def _parse_batches(self, reader, gate, counter, block: int, skipped: dict[int, Reason], tracker, transcoder):
+        """pyarrow's batches as RawBatches, each placed in the file (bytes_start, bytes_read), then the end of the file
+        (_parse_end). Each batch is held back until the next is parsed: an unclosed quote at the end of the file
+        rejects its last row."""
+        row = 0
+        start = 0  # bytes consumed before the batch
+        pending = None
+        it = iter(reader)
+        blocks = 0  # batches pyarrow has parsed, one per block
+        while (b := self._next_batch(it, gate, row)) is not None:
+            blocks += 1
+            gate.allow((blocks + self.READ_AHEAD_BLOCKS) * block)
+            end = counter.count if transcoder is not None else _position(gate, blocks, counter.count,
+                                                                         self.compression is not None, tracker)
+            rows, pre, outs = self._place_rows(b, row, skipped)
+            row += len(rows)
             if pending is not None:
-                # the last batch ends where the file does (a first row longer than a block, or a last read that
-                # held only the \n of a \r\n, shifts the batches against the reads)
-                pending.bytes_read = start = max(pending.bytes_read, counter.count)
                 yield self._mark_suspects(pending, tracker)
-            if skipped:  # malformed lines after the last good row
-                rest = sorted(skipped)
-                if rest[0] != row or rest != list(range(row, row + len(rest))):
-                    raise InputError(f"{self.name}: malformed lines at rows {rest[:5]} could not be placed",
-                                     "fix the lines with the wrong number of fields")
-                none = [None] * len(rest)
-                yield self._mark_suspects(RawBatch(rest, list(none), list(none) if self.pair_column else None,
-                                                   list(none) if self.id_column else None, dict(skipped), counter.count,
-                                                   start, extra={c: list(none) for c in self.keep} if self.keep else None),
-                                          tracker)
+            out_t, out_p, out_i, *out_k = outs
+            end = max(end, start)
+            if transcoder is not None and transcoder.escaped:  # a byte the encoding could not read: a bad row
+                self._reject_unreadable(outs, rows, pre)
+            pending = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, end, start,
+                                           dict(zip(self.keep, out_k)) if self.keep else None))
+            start = end
+        yield from self._parse_end(pending, tracker, skipped, row, start, counter)
+
+    def _next_batch(self, it, gate, row: int):
+        """pyarrow's next batch (None at the end of the file); its errors as InputErrors naming the row near them (a row
+        longer than the block: _RowTooLong)."""
+        try:
+            gate.wanting(True)
+            with _quiet_row_handler_errors():
+                return next(it)
+        except StopIteration:
+            return None
+        except UnicodeDecodeError as e:
+            raise InputError(f"{self.name} near row {row}: invalid {self.encoding} ({one_line(e)})",
+                             f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})") from None
+        except (pa.ArrowException, OSError, EOFError, ValueError) as e:
+            self._raise_unskippable(e)
+            if _STRADDLES in str(e):
+                raise _RowTooLong(row) from None
+            raise InputError(f"{self.name} near row {row}: cannot parse as {self.fmt.upper()} ({one_line(e)})",
+                             f"fix the line, or pass {opt('encoding')} if the file is not UTF-8") from None
         finally:
-            stream.close()
-            arrowexit.released(gate, on_invalid)  # pyarrow's I/O thread may hold them a moment longer (arrowexit.py)
+            gate.wanting(False)
+
+    def _place_rows(self, b, row: int, skipped: dict[int, Reason]) -> tuple[list[int], dict[int, Reason], list]:
+        """A pyarrow batch's rows numbered from ``row``, the malformed lines pyarrow skipped put back in their places as
+        bad rows (taken out of ``skipped``) -> (row numbers, the bad rows' reasons, the columns read: text, pair, id,
+        then the kept columns; None for one not read)."""
+        n = b.num_rows
+        rows, pre = [], {}
+        # the columns read (pair, id and kept columns when asked), the skipped malformed lines in their row positions
+        src = [b.column(self.text_column).to_pylist(), b.column(self.pair_column).to_pylist() if self.pair_column else None,
+               b.column(self.id_column).to_pylist() if self.id_column else None,
+               *(b.column(c).to_pylist() for c in self.keep)]
+        outs = [None if values is None else [] for values in src]
+        k = 0
+        while k < n:
+            bad = row in skipped
+            if bad:
+                pre[row] = skipped.pop(row)
+            rows.append(row)
+            for values, out in zip(src, outs):
+                if out is not None:
+                    out.append(None if bad else values[k])
+            k += 0 if bad else 1
+            row += 1
+        return rows, pre, outs
+
+    def _reject_unreadable(self, outs: list, rows: list[int], pre: dict[int, Reason]) -> None:
+        """Cells holding a byte the encoding could not read (_Utf8Transcoder's escapes) make their rows bad rows; each
+        such cell is replaced by its text as the rejects file shows it."""
+        out_t, out_p, out_i, *out_k = outs
+        named = [("text", out_t), ("pair text", out_p), ("id", out_i),
+                 *((f"kept column {c!r}", v) for c, v in zip(self.keep, out_k))]
+        for what, values in named:
+            for k, v in enumerate(values or ()):
+                bad = _unreadable(v, what, self.encoding)
+                if bad is not None:
+                    pre.setdefault(rows[k], bad[0])
+                    values[k] = bad[1]  # as the rejects file shows it
+
+    def _parse_end(self, pending: RawBatch | None, tracker, skipped: dict[int, Reason], row: int, start: int, counter):
+        """The end of the file: an unclosed quote's row rejected, the last batch (ending where the file does), then the
+        malformed lines after the last good row."""
+        if tracker is not None:
+            self.multiline_rows = tracker.multiline_records
+            if tracker.unclosed:
+                self._reject_unclosed(tracker, pending, skipped, row)
+        if pending is not None:
+            # the last batch ends where the file does (a first row longer than a block, or a last read that
+            # held only the \n of a \r\n, shifts the batches against the reads)
+            pending.bytes_read = start = max(pending.bytes_read, counter.count)
+            yield self._mark_suspects(pending, tracker)
+        if skipped:  # malformed lines after the last good row
+            rest = sorted(skipped)
+            if rest[0] != row or rest != list(range(row, row + len(rest))):
+                raise InputError(f"{self.name}: malformed lines at rows {rest[:5]} could not be placed",
+                                 "fix the lines with the wrong number of fields")
+            none = [None] * len(rest)
+            yield self._mark_suspects(RawBatch(rest, list(none), list(none) if self.pair_column else None,
+                                               list(none) if self.id_column else None, dict(skipped), counter.count,
+                                               start, extra={c: list(none) for c in self.keep} if self.keep else None),
+                                      tracker)
 
     def _read_block(self, part, data: bytes, first_row: int) -> RawBatch:
         """A partition's rows; a byte range of a CSV cut into several (Dask) may not hold a quoted value that spans
@@ -445,6 +479,21 @@ def _position(gate: ReadAheadGate, blocks: int, read: int, compressed: bool, tra
     else:
         count = gate.count
     return min(read, read * at // count if compressed else at)
+
+
+def _malformed_line_handler(skipped: dict[int, Reason]):
+    """pyarrow's invalid-row handler: a malformed line is skipped, and why kept in ``skipped`` under its row (a new
+    object per reader: arrowexit waits for each to be freed)."""
+    def on_invalid(row) -> str:
+        # row.number counts records (blank lines excluded) from 1, the header included
+        n = (row.number - 2) if row.number is not None else -1
+        text = row.text if len(row.text) <= 40 else row.text[:37] + "..."
+        skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"malformed line: expected {row.expected_columns} fields, found "
+                            f"{row.actual_columns} ({json.dumps(text, ensure_ascii=False)})")
+        return "skip"
+
+    on_invalid._bertfeat_row_handler = True
+    return on_invalid
 
 
 def _skip_rows():
