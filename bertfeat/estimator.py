@@ -48,12 +48,8 @@ def _column_names(X: Any) -> np.ndarray | None:
 
 
 def _list_names(names: list) -> str:
-    out = ""
-    for i, name in enumerate(names):
-        if i >= 5:
-            return out + "- ...\n"
-        out += f"- {name}\n"
-    return out
+    """Up to five names, then ``...``."""
+    return ", ".join([repr(name) for name in names[:5]] + (["..."] if len(names) > 5 else []))
 
 
 class Estimator:
@@ -119,15 +115,15 @@ class Estimator:
             return
         if len(fitted) == len(names) and np.all(fitted == names):
             return
-        msg = "The feature names should match those that were passed during fit.\n"
+        msg = ["The feature names should match those that were passed during fit."]
         unexpected, missing = sorted(set(names) - set(fitted)), sorted(set(fitted) - set(names))
         if unexpected:
-            msg += "Feature names unseen at fit time:\n" + _list_names(unexpected)
+            msg.append(f"Feature names unseen at fit time: {_list_names(unexpected)}.")
         if missing:
-            msg += "Feature names seen at fit time, yet now missing:\n" + _list_names(missing)
+            msg.append(f"Feature names seen at fit time, yet now missing: {_list_names(missing)}.")
         if not unexpected and not missing:
-            msg += "Feature names must be in the same order as they were in fit.\n"
-        raise BertfeatError(msg)
+            msg.append("Feature names must be in the same order as they were in fit.")
+        raise BertfeatError(" ".join(msg))  # one line, as every bertfeat error (scikit-learn's has a name per line)
 
     def get_feature_names_out(self, input_features=None) -> np.ndarray:
         """Output column names: the class name in lower case and the component number (pca0, pca1, ...)."""

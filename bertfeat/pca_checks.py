@@ -165,14 +165,15 @@ def check_merge_feature_names(ours: np.ndarray | None, theirs: np.ndarray | None
     lines = ["The feature names of the PCAs merged should match."]
     unexpected, missing = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
     if unexpected:
-        lines += ["Feature names of the other PCA, unseen by this one:"] + _listed(unexpected)
+        lines.append(f"Feature names of the other PCA, unseen by this one: {_listed(unexpected)}.")
     if missing:
-        lines += ["Feature names of this PCA, missing from the other:"] + _listed(missing)
+        lines.append(f"Feature names of this PCA, missing from the other: {_listed(missing)}.")
     if not unexpected and not missing:
         lines.append("Feature names must be in the same order in both PCAs.")
-    raise BertfeatError("\n".join(lines), "merge partial fits of DataFrames with the same columns, in the same order")
+    # one line, as every bertfeat error (scikit-learn's message lists the names on lines of their own)
+    raise BertfeatError(" ".join(lines), "merge partial fits of DataFrames with the same columns, in the same order")
 
 
-def _listed(names: list) -> list[str]:
-    """Up to five names as ``- name`` lines, then ``- ...`` (scikit-learn's feature-name messages)."""
-    return [f"- {name}" for name in names[:5]] + (["- ..."] if len(names) > 5 else [])
+def _listed(names: list) -> str:
+    """Up to five names, then ``...`` (as scikit-learn's feature-name messages list them)."""
+    return ", ".join([repr(name) for name in names[:5]] + (["..."] if len(names) > 5 else []))

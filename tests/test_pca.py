@@ -811,11 +811,11 @@ def test_merge_refuses_the_statistics_of_other_columns(sk):
     first = PCA(2).partial_fit(df[:40])
     with pytest.raises(BertfeatError) as e:
         first.merge(PCA(2).partial_fit(df[df.columns[::-1]][40:]))
-    assert e.value.message == ("The feature names of the PCAs merged should match.\nFeature names must be in the same "
+    assert e.value.message == ("The feature names of the PCAs merged should match. Feature names must be in the same "
                                "order in both PCAs. - merge partial fits of DataFrames with the same columns, in the "
                                "same order")
-    with pytest.raises(BertfeatError, match="Feature names of the other PCA, unseen by this one:\n- z\n"
-                                            "Feature names of this PCA, missing from the other:\n- a -"):
+    with pytest.raises(BertfeatError, match="Feature names of the other PCA, unseen by this one: 'z'. "
+                                            "Feature names of this PCA, missing from the other: 'a'. -"):
         first.merge(PCA(2).partial_fit(df.rename(columns={"a": "z"})[40:]))
     with pytest.warns(UserWarning, match="this PCA was fitted with feature names, but the other without feature names"):
         first.merge(PCA(2).partial_fit(df[40:].to_numpy()))
