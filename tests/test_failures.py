@@ -1,0 +1,157 @@
+"""The failure policy (failures.py): what a failed or stopped extract keeps and says, written once for both engines.
+
+1. The policy as a table: a failure (kind, phase, standard input, units finished, outputs complete) -> the decision
+   (remove the partial directory or not, the interrupt's note, an OSError's path and fix), every message exact.
+2. ``kind_of`` and ``handle``: an exception -> its kind; the decision done (removed, noted, an OSError translated).
+3. The engines follow it where they used to decide otherwise (each case failed before failures.py):
+   standard input keeps nothing whatever the failure; a damaged part while the outputs are written keeps the others;
+   the parts of the interrupted run count as finished; the Dask engine's full disk names --resume.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from bertfeat.cli import FLAGS
+from bertfeat.dask_cluster import ClusterError
+from bertfeat.errors import BertfeatError, InputError, render
+from bertfeat.failures import STDIN_NOT_KEPT, Failure, decide, handle, kept_for_limit, kind_of
+from bertfeat.local_engine import DamagedPart
+from bertfeat.rejects import TooManyBadRows
+from bertfeat.safety import OutputError
+from bertfeat.vcache import CacheError
+
+P, O = Path("o.parquet.partial"), Path("o.parquet")
+CONTINUE = f"2 chunk(s) are kept in {P}; run the same command with --resume to continue"
+WRITE_THEM = f"no output was written; the 2 finished chunk(s) are kept in {P}: run the same command with --resume to write them"
+COMPLETE = f"{O} and the run's other files were written and are complete"
+FULL_DISK = f"free disk space, then rerun the same command with --resume (2 finished chunk(s) are kept in {P})"
+STDIN = ("nothing was kept: a run reading standard input cannot be resumed (write the input to a file for a run "
+         "that can)")
+
+
+# --------------------------------------------------------------------------- 1. the policy, as a table
+def f(kind, phase="encode", finished=2, **kw) -> Failure:
+    return Failure(kind, phase, P, O, finished=finished, **kw)
+
+
+# (failure, remove, note, OSError path, OSError fix as the CLI says it)
+CASES = {
+    # bad input or settings: nothing left behind
+    "input": (f("input"), True, None, None, None),
+    "input, writing": (f("input", "write"), True, None, None, None),
+    # a cache error, a damaged part, max_bad_rows, a cluster: the finished parts stay; none finished: nothing to resume
+    "resumable": (f("resumable"), False, None, None, None),
+    "resumable, writing": (f("resumable", "write"), False, None, None, None),
+    "resumable, none finished": (f("resumable", finished=0), True, None, None, None),
+    "resumable, not counted (dask)": (f("resumable", finished=None, unit="partition"), False, None, None, None),
+    # a full disk, a read-only directory: the parts stay; the fix names --resume and them
+    "disk": (f("disk"), False, None, P, FULL_DISK),
+    "disk, writing": (f("disk", "write"), False, None, O, FULL_DISK),
+    "disk, none finished": (f("disk", finished=0), False, None, P,
+                            f"free disk space, then rerun the same command with --resume (0 finished chunk(s) are kept in {P})"),
+    "disk (dask)": (f("disk", finished=None, unit="partition"), False, None, P,
+                    f"free disk space, then rerun the same command with --resume (the finished partitions are kept in {P})"),
+    # Ctrl-C / SIGTERM
+    "interrupt": (f("interrupt"), False, CONTINUE, None, None),
+    "interrupt, none finished": (f("interrupt", finished=0), False,
+                                 f"0 chunk(s) are kept in {P}; run the same command with --resume to continue", None, None),
+    "interrupt, writing": (f("interrupt", "write"), False, WRITE_THEM, None, None),
+    "interrupt (dask)": (f("interrupt", finished=None, unit="partition"), False,
+                         f"the finished partitions are kept in {P}; run the same command with --resume to continue", None, None),
+    "interrupt, writing (dask)": (f("interrupt", "write", finished=None, unit="partition"), False,
+                                  f"no output was written; the finished partitions are kept in {P}: run the same command "
+                                  "with --resume to write them", None, None),
+    "interrupt, complete": (f("interrupt", "write", complete=True), False, COMPLETE, None, None),
+    "interrupt, complete, no probe": (f("interrupt", "write", complete=True, probe_missing=True), False,
+                                      COMPLETE + " (the report has no linear probe: pca fit / report --probe adds one)", None, None),
+    # the outputs complete: the partial directory is gone, nothing to keep; a full disk's fix is the errno's own
+    "input, complete": (f("input", "write", complete=True), False, None, None, None),
+    "disk, complete": (f("disk", "write", complete=True), False, None, O, None),
+    # standard input: nothing kept, whatever happened; no advice to --resume (refused for standard input)
+    "stdin, input": (f("input", stdin=True), True, None, None, None),
+    "stdin, resumable": (f("resumable", stdin=True), True, None, None, None),
+    "stdin, disk": (f("disk", stdin=True), True, None, P, None),
+    "stdin, disk, writing": (f("disk", "write", stdin=True), True, None, O, None),
+    "stdin, interrupt": (f("interrupt", stdin=True), True, STDIN, None, None),
+    "stdin, interrupt, writing": (f("interrupt", "write", stdin=True), True, f"no output was written; {STDIN}", None, None),
+    "stdin, interrupt, complete": (f("interrupt", "write", stdin=True, complete=True), False, COMPLETE, None, None),
+    "stdin, other": (f("other", stdin=True), True, None, None, None),
+    # anything else (a bug): everything as it is
+    "other": (f("other"), False, None, None, None),
+    "other, writing": (f("other", "write"), False, None, None, None),
+}
+
+
+class TestThePolicy:
+    @pytest.mark.parametrize("case", CASES, ids=list(CASES))
+    def test_decision(self, case):
+        failure, remove, note, os_path, os_fix = CASES[case]
+        d = decide(failure)
+        assert (d.remove, d.note, d.os_path, render(d.os_fix, FLAGS)) == (remove, note, os_path, os_fix)
+
+    def test_the_python_callers_fix_names_the_parameter(self):
+        assert render(decide(f("disk")).os_fix) == ("free disk space, then rerun the same command with resume=True (2 "
+                                                    f"finished chunk(s) are kept in {P})")
+
+    def test_the_stdin_note_is_the_one_constant(self):
+        assert STDIN_NOT_KEPT == STDIN
+
+    def test_max_bad_rows_says_what_stays(self):
+        assert kept_for_limit(f("resumable", finished=5)) == f"the 5 finished chunk(s) are kept in {P}"
+        assert kept_for_limit(f("resumable", finished=None, unit="partition")) == f"the finished partitions are kept in {P}"
+        assert kept_for_limit(f("resumable", stdin=True)) is None
+
+    @pytest.mark.parametrize("failure", [f("nonsense"), f("input", "reading")])
+    def test_an_unknown_kind_or_phase_is_a_bug(self, failure):
+        with pytest.raises(ValueError, match="unknown failure"):
+            decide(failure)
+
+
+# --------------------------------------------------------------------------- 2. kinds, and the decision done
+class TestKindsAndHandle:
+    @pytest.mark.parametrize("e, kind", [
+        (KeyboardInterrupt(), "interrupt"),
+        (type("Terminated", (KeyboardInterrupt,), {})(), "interrupt"),  # cli.Terminated (SIGTERM)
+        (CacheError("c", "f"), "resumable"),
+        (TooManyBadRows("t", "f"), "resumable"),
+        (DamagedPart("d", "f"), "resumable"),
+        (ClusterError("x", "f"), "resumable"),
+        (InputError("i", "f"), "input"),
+        (BertfeatError("b", "f"), "input"),
+        (OutputError("o", "f"), "input"),
+        (OSError(errno.ENOSPC, "No space left on device"), "disk"),
+        (MemoryError(), "other"),
+        (RuntimeError("a bug"), "other"),
+    ], ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else v)
+    def test_kind_of(self, e, kind):
+        assert kind_of(e, (DamagedPart, ClusterError)) == kind
+
+    def test_an_engines_own_errors_are_resumable_only_when_it_says_so(self):
+        assert kind_of(DamagedPart("d", "f")) == "input"  # another engine's error: plain bad input
+        assert kind_of(ClusterError("x", "f"), (DamagedPart,)) == "input"
+
+    def test_an_interrupt_gets_its_note_and_the_directory_stays(self):
+        removed, e = [], KeyboardInterrupt()
+        assert handle(e, f("interrupt"), lambda: removed.append(1)) is e
+        assert (e.resume_note, removed) == (CONTINUE, [])
+
+    def test_bad_input_removes_the_directory_and_is_raised_as_it_is(self):
+        removed, e = [], InputError("x.csv row 4: empty text", "fix the row")
+        assert handle(e, f("input"), lambda: removed.append(1)) is e
+        assert removed == [1] and not hasattr(e, "resume_note")
+
+    def test_a_full_disk_becomes_one_line_naming_resume(self):
+        removed = []
+        err = handle(OSError(errno.ENOSPC, "No space left on device"), f("disk"), lambda: removed.append(1))
+        assert isinstance(err, OutputError) and removed == []
+        assert err.render(FLAGS) == f"{P}: no space left on the device - {FULL_DISK}"
+        assert err.__suppress_context__ and err.__cause__ is None
+
+    def test_an_oserror_naming_its_file_keeps_it_and_its_own_fix(self):
+        err = handle(PermissionError(errno.EACCES, "Permission denied", "/ro/o.parquet.tmp"), f("disk", "write"), lambda: None)
+        assert err.render(FLAGS) == ("/ro/o.parquet.tmp: permission denied - check the permissions of the file and its "
+                                     "directory, or choose another path")
