@@ -11,10 +11,14 @@
 from __future__ import annotations
 
 import errno
+import io
+import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+import bertfeat
 from bertfeat.cli import FLAGS
 from bertfeat.dask_cluster import ClusterError
 from bertfeat.errors import BertfeatError, InputError, render
@@ -23,6 +27,7 @@ from bertfeat.local_engine import DamagedPart
 from bertfeat.rejects import TooManyBadRows
 from bertfeat.safety import OutputError
 from bertfeat.vcache import CacheError
+from extract_util import Interrupt, no_leftovers, run, tiny_model, write_csv
 
 P, O = Path("o.parquet.partial"), Path("o.parquet")
 CONTINUE = f"2 chunk(s) are kept in {P}; run the same command with --resume to continue"
@@ -155,3 +160,132 @@ class TestKindsAndHandle:
         err = handle(PermissionError(errno.EACCES, "Permission denied", "/ro/o.parquet.tmp"), f("disk", "write"), lambda: None)
         assert err.render(FLAGS) == ("/ro/o.parquet.tmp: permission denied - check the permissions of the file and its "
                                      "directory, or choose another path")
+
+
+# --------------------------------------------------------------------------- 3. the engines follow the policy
+def _corpus(tmp_path, n=12):
+    return write_csv(tmp_path / "c.csv", ["id", "text"], [[f"id{i}", f"sentence number {i}"] for i in range(n)])
+
+
+def _stdin(monkeypatch, n=12):
+    data = "text\n" + "".join(f"sentence {i}\n" for i in range(n))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
+
+
+def _fail_on_call(monkeypatch, owner, name, n, make):
+    """``owner.name``'s n-th call raises ``make(args)`` (or runs it, when it returns None, then the real one)."""
+    real, calls = getattr(owner, name), []
+
+    def failing(*a, **k):
+        calls.append(1)
+        if len(calls) == n:
+            err = make(a)
+            if err is not None:
+                raise err
+        return real(*a, **k)
+
+    monkeypatch.setattr(owner, name, failing)
+
+
+class TestStandardInputKeepsNothing:
+    """A run reading standard input cannot be resumed (plan refuses --resume for it): whatever stops it, its finished
+    chunks go, and no message names --resume. (Before, a failing cache or a full disk kept them: the next run was
+    refused, "a partial run exists ... rerun with --overwrite", and a full disk said "rerun ... with --resume".)"""
+
+    ARGS = ("extract", "-", "--input-format", "csv", "--model", tiny_model(), "--chunk-rows", 3, "-q")
+
+    def test_a_cache_failing_mid_run(self, tmp_path, capsys, monkeypatch):
+        import bertfeat.vcache
+
+        _stdin(monkeypatch)
+        _fail_on_call(monkeypatch, bertfeat.vcache.VectorStore, "put", 3,
+                      lambda a: CacheError("cannot write the cache: the disk is full", "free disk space"))
+        out = tmp_path / "o.parquet"
+        rc, _, err = run(capsys, *self.ARGS, "-o", out, "--cache", tmp_path / "cache")
+        assert (rc, err) == (1, "Error: cannot write the cache: the disk is full - free disk space\n")
+        assert no_leftovers(out) == []
+
+    def test_a_full_disk_mid_run(self, tmp_path, capsys, monkeypatch):
+        import bertfeat.local_engine
+
+        _stdin(monkeypatch)
+        _fail_on_call(monkeypatch, bertfeat.local_engine.PartStore, "write_part", 3,
+                      lambda a: OSError(errno.ENOSPC, "No space left on device"))
+        out = tmp_path / "o.parquet"
+        rc, _, err = run(capsys, *self.ARGS, "-o", out)
+        assert (rc, err) == (1, f"Error: {out}.partial: no space left on the device - free disk space or write elsewhere "
+                                "(another -o, or redirect the output), then rerun\n")
+        assert no_leftovers(out) == []
+
+
+class TestTheLocalEngineCountsItsParts:
+    ARGS = ("--model", tiny_model(), "--chunk-rows", 3, "--id-column", "id", "-q")
+
+    def test_a_damaged_part_while_the_outputs_are_written_keeps_the_others(self, tmp_path, capsys, monkeypatch):
+        """A part damaged on disk between its write and the outputs' (read back with its page checksums): the error
+        says --resume encodes that chunk again, so the other parts stay (they were removed, as for bad input)."""
+        import bertfeat.local_engine
+        from extract_util import flip_embedding_byte
+
+        src, out = _corpus(tmp_path), tmp_path / "o.parquet"
+        store = bertfeat.local_engine.PartStore
+        _fail_on_call(monkeypatch, store, "read_part", 2, lambda a: flip_embedding_byte(a[0].part_path(a[1])))
+        rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS)
+        assert rc == 1 and "part-000001.parquet, was damaged on disk" in err, err
+        assert err.rstrip().endswith("it is removed - rerun with --resume: that chunk is encoded again"), err
+        partial = tmp_path / "o.parquet.partial"
+        assert sorted(p.name for p in partial.glob("part-*")) == ["part-000000.parquet", "part-000002.parquet",
+                                                                  "part-000003.parquet"]
+        monkeypatch.undo()
+        s = bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, id_column="id", resume=True)
+        assert s.chunks_resumed == 3
+        assert pq.read_table(out).column("id").to_pylist() == [f"id{i}" for i in range(12)]
+
+    def test_a_full_disk_while_the_outputs_are_written_says_what_is_kept(self, tmp_path, capsys, monkeypatch):
+        """The same fix as a full disk while the chunks are encoded (it said "rerun with --resume (the finished chunks
+        are kept in ...)", without their number)."""
+        import bertfeat.local_engine
+
+        src, out = _corpus(tmp_path), tmp_path / "o.parquet"
+
+        def publish(*a, **k):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(bertfeat.local_engine, "publish_rejects", publish)
+        rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS)
+        assert (rc, err) == (1, f"Error: {out}: no space left on the device - free disk space, then rerun the same command "
+                                f"with --resume (4 finished chunk(s) are kept in {out}.partial)\n")
+        assert len(list((tmp_path / "o.parquet.partial").glob("part-*"))) == 4
+
+    def test_an_interrupt_before_the_kept_chunks_are_read_counts_them(self, tmp_path, capsys, monkeypatch):
+        """A resumed run stopped before it read its kept chunks again: they are in the partial directory (the note
+        said "0 chunk(s) are kept")."""
+        src, out = _corpus(tmp_path), tmp_path / "o.parquet"
+        with pytest.raises(KeyboardInterrupt):
+            bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, id_column="id", progress=Interrupt(2))
+
+        class StopAtStart(Interrupt):
+            def start(self, total_rows, total_bytes):
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt) as e:
+            bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, id_column="id", resume=True,
+                             progress=StopAtStart(99))
+        assert e.value.resume_note == (f"2 chunk(s) are kept in {out}.partial; run the same command with --resume to "
+                                       "continue")
+
+    def test_a_cache_failing_before_the_kept_chunks_are_read_keeps_them(self, tmp_path, capsys, monkeypatch):
+        """Chunk 0 of the interrupted run damaged (removed when the resume opens the parts), the cache failing as the
+        resume encodes it: the interrupted run's other part stays (it was removed: no chunk had been read yet)."""
+        import bertfeat.vcache
+
+        src, out = _corpus(tmp_path), tmp_path / "o.parquet"
+        with pytest.raises(KeyboardInterrupt):
+            bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, id_column="id", progress=Interrupt(2))
+        partial = tmp_path / "o.parquet.partial"
+        (partial / "part-000000.parquet").write_bytes(b"")
+        _fail_on_call(monkeypatch, bertfeat.vcache.VectorStore, "put", 1,
+                      lambda a: CacheError("cannot write the cache: the disk is full", "free disk space"))
+        rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS, "--cache", tmp_path / "cache", "--resume")
+        assert (rc, err.splitlines()[-1]) == (1, "Error: cannot write the cache: the disk is full - free disk space")
+        assert [p.name for p in partial.glob("part-*")] == ["part-000001.parquet"]
