@@ -15,6 +15,7 @@ import io
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -289,3 +290,70 @@ class TestTheLocalEngineCountsItsParts:
         rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS, "--cache", tmp_path / "cache", "--resume")
         assert (rc, err.splitlines()[-1]) == (1, "Error: cannot write the cache: the disk is full - free disk space")
         assert [p.name for p in partial.glob("part-*")] == ["part-000001.parquet"]
+
+
+# --------------------------------------------------------------------------- the Dask engine
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory) -> Path:
+    """A Parquet dataset of 2 files (one partition each), with a label column."""
+    d = tmp_path_factory.mktemp("data") / "corpus"
+    d.mkdir()
+    for k in range(2):
+        pq.write_table(pa.table({"text": [f"sentence {k} {i} about {'cats' if i % 2 else 'dogs'}" for i in range(20)],
+                                 "label": [i % 2 for i in range(20)]}), d / f"part{k}.parquet")
+    return d
+
+
+class TestTheDaskEngine:
+    """The policy's rules where the Dask engine had its own: a full disk names --resume and the kept partitions (it
+    was the bare OSError); an interrupt while the outputs are written says --resume writes them; a complete output
+    whose report lacks its label's probe says so, as on the local engine."""
+
+    def opts(self, data, out, **kw):
+        return dict(input=str(data), output=str(out), model=tiny_model(), engine="dask", blocksize=None, **kw)
+
+    def test_a_full_disk_while_the_outputs_are_written(self, dask_client, labelled, tmp_path, monkeypatch):
+        import bertfeat.dask_engine
+
+        def publish(*a, **k):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(bertfeat.dask_engine, "publish_rejects", publish)
+        out = tmp_path / "f.parquet"
+        with pytest.raises(OutputError) as e:
+            bertfeat.extract(**self.opts(labelled, out), client=dask_client)
+        assert e.value.render(FLAGS) == (f"{out}: no space left on the device - free disk space, then rerun the same "
+                                         f"command with --resume (the finished partitions are kept in {out}.partial)")
+        kept = len(list((tmp_path / "f.parquet.partial").glob("part-*")))
+        assert kept >= 2 and not out.exists()
+        monkeypatch.undo()
+        s = bertfeat.extract(**self.opts(labelled, out, resume=True), client=dask_client)
+        assert s.chunks_resumed == kept and pq.read_table(out).num_rows == 40
+
+    def test_an_interrupt_while_the_outputs_are_written(self, dask_client, labelled, tmp_path, monkeypatch):
+        import bertfeat.dask_engine
+
+        def publish(*a, **k):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(bertfeat.dask_engine, "publish_rejects", publish)
+        out = tmp_path / "f.parquet"
+        with pytest.raises(KeyboardInterrupt) as e:
+            bertfeat.extract(**self.opts(labelled, out), client=dask_client)
+        assert e.value.resume_note == (f"no output was written; the finished partitions are kept in {out}.partial: run "
+                                       "the same command with --resume to write them")
+        assert not out.exists() and len(list((tmp_path / "f.parquet.partial").glob("part-*"))) >= 2
+
+    def test_an_interrupt_during_the_probe_says_the_report_has_none(self, dask_client, labelled, tmp_path, monkeypatch):
+        import bertfeat.dask_engine
+
+        def probe(*a, **k):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(bertfeat.dask_engine, "probe_into_report", probe)
+        out = tmp_path / "f.parquet"
+        with pytest.raises(KeyboardInterrupt) as e:
+            bertfeat.extract(**self.opts(labelled, out, pca=2, label="label"), client=dask_client)
+        assert e.value.resume_note == (f"{out} and the run's other files were written and are complete (the report has "
+                                       "no linear probe: pca fit / report --probe adds one)")
+        assert pq.read_table(out).num_rows == 40 and not (tmp_path / "f.parquet.partial").exists()
