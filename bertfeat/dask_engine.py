@@ -1,7 +1,7 @@
 """`bertfeat extract --engine dask`: the same extract, scheduled by Dask across worker processes or machines.
 
-Design (docs/dask.md has the user's side; the cluster plumbing is dask_cluster.py, this module the job, a little
-over 500 lines for its two passes, resume and PCA):
+Design (docs/dask.md has the user's side; the cluster plumbing is dask_cluster.py, this module the job: its two
+passes, resume and PCA, run by ``DaskRun`` step by step; what a failure keeps and says is failures.py's):
 
 Partitions
     The input's reader (readers/, the local engine's) cuts it on the client, before anything
@@ -388,6 +388,12 @@ class DaskRun:
         self.started = self.opened = self.completed = False
         self.phase = "encode"  # "write" once the outputs are being written (failures.PHASES)
         self.group = None  # the final files' atomic.together group
+        # set by connect: the workers' threads, the run's duplicates store, the partitions (split_target: how many
+        # were asked for), the part names' digits; by open: the run's key (tasks' parts carry it)
+        self.threads = self.run_store = self.split_target = self.run_key = None
+        self.parts: list[Partition] = []
+        self.width = 5
+        self.meta: dict = {}  # the provenance every part carries (tasks)
 
     def connect(self) -> None:
         """The client (the plan's scheduler, or a local cluster), the workers' threads, the run's duplicates store and

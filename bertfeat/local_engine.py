@@ -5,7 +5,8 @@ finished chunk is written atomically as a part file under ``OUTPUT.partial/`` wi
 ``resume`` after Ctrl-C or kill -9 continues from the last completed chunk. Each chunk's counts and PCA
 statistics are taken while its table is in memory; at the end the PCA is fitted, the parts are read back once and
 streamed into the output (temporary file, then rename) and the partial directory is removed. The rules both
-engines share (manifest and resume, counts, provenance, the PCA's fit and files) are in jobcore.py.
+engines share (manifest and resume, counts, provenance, the PCA's fit and files) are in jobcore.py; what a failure
+keeps or removes and says, in failures.py.
 """
 
 from __future__ import annotations
@@ -50,7 +51,16 @@ class PartStore:
         return self.dir / f"part-{index:06d}.parquet"
 
     def open(self, manifest: dict, resume: bool) -> set[int]:
-        """Start or continue: returns the indices of chunks already done."""
+        """Start or continue: returns the indices of chunks already done. A store that cannot be made is removed (a
+        BertfeatError naming it)."""
+        try:
+            return self._open(manifest, resume)
+        except OSError as e:
+            self.remove()
+            raise BertfeatError(f"cannot write {self.dir} ({e.strerror or e})",
+                                f"check the output directory exists and is writable, or pass {opt('output')}") from None
+
+    def _open(self, manifest: dict, resume: bool) -> set[int]:
         check_resume_engine(self.dir, "local", resume)
         if self.dir.exists() and resume and self.manifest_path.is_file():
             check_resume(read_manifest(self.manifest_path), manifest)
@@ -154,12 +164,7 @@ class LocalRun:
         """Start or continue the part store; tidy what a killed run left (temporaries, its duplicates store)."""
         plan, store = self.plan, self.store
         manifest = job_manifest(plan, self.fingerprint, self.encoder, format=plan.layout.fmt)
-        try:
-            self.done = store.open(manifest, plan.resume)
-        except OSError as e:
-            store.remove()
-            raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})",
-                                f"check the output directory exists and is writable, or pass {opt('output')}") from None
+        self.done = store.open(manifest, plan.resume)
         for _, path in plan.layout.outputs():  # temporaries of a run killed while it wrote its outputs (this output's only)
             remove_stale_temps(path)
         self.summary = new_summary(plan, self.encoder, self.spec, "local", chunks_resumed=len(self.done))
