@@ -173,6 +173,14 @@ def _stdin(monkeypatch, n=12):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
 
 
+def _raising(monkeypatch, owner, name, exc: BaseException):
+    """``owner.name`` raises ``exc`` whenever it is called."""
+    def fail(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(owner, name, fail)
+
+
 def _fail_on_call(monkeypatch, owner, name, n, make):
     """``owner.name``'s n-th call raises ``make(args)`` (or runs it, when it returns None, then the real one)."""
     real, calls = getattr(owner, name), []
@@ -248,11 +256,7 @@ class TestTheLocalEngineCountsItsParts:
         import bertfeat.local_engine
 
         src, out = _corpus(tmp_path), tmp_path / "o.parquet"
-
-        def publish(*a, **k):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        monkeypatch.setattr(bertfeat.local_engine, "publish_rejects", publish)
+        _raising(monkeypatch, bertfeat.local_engine, "publish_rejects", OSError(errno.ENOSPC, "No space left on device"))
         rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS)
         assert (rc, err) == (1, f"Error: {out}: no space left on the device - free disk space, then rerun the same command "
                                 f"with --resume (4 finished chunk(s) are kept in {out}.partial)\n")
@@ -315,10 +319,7 @@ class TestTheDaskEngine:
     def test_a_full_disk_while_the_outputs_are_written(self, dask_client, labelled, tmp_path, monkeypatch):
         import bertfeat.dask_engine
 
-        def publish(*a, **k):
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        monkeypatch.setattr(bertfeat.dask_engine, "publish_rejects", publish)
+        _raising(monkeypatch, bertfeat.dask_engine, "publish_rejects", OSError(errno.ENOSPC, "No space left on device"))
         out = tmp_path / "f.parquet"
         with pytest.raises(OutputError) as e:
             bertfeat.extract(**self.opts(labelled, out), client=dask_client)
@@ -333,10 +334,7 @@ class TestTheDaskEngine:
     def test_an_interrupt_while_the_outputs_are_written(self, dask_client, labelled, tmp_path, monkeypatch):
         import bertfeat.dask_engine
 
-        def publish(*a, **k):
-            raise KeyboardInterrupt
-
-        monkeypatch.setattr(bertfeat.dask_engine, "publish_rejects", publish)
+        _raising(monkeypatch, bertfeat.dask_engine, "publish_rejects", KeyboardInterrupt())
         out = tmp_path / "f.parquet"
         with pytest.raises(KeyboardInterrupt) as e:
             bertfeat.extract(**self.opts(labelled, out), client=dask_client)
@@ -347,10 +345,7 @@ class TestTheDaskEngine:
     def test_an_interrupt_during_the_probe_says_the_report_has_none(self, dask_client, labelled, tmp_path, monkeypatch):
         import bertfeat.dask_engine
 
-        def probe(*a, **k):
-            raise KeyboardInterrupt
-
-        monkeypatch.setattr(bertfeat.dask_engine, "probe_into_report", probe)
+        _raising(monkeypatch, bertfeat.dask_engine, "probe_into_report", KeyboardInterrupt())
         out = tmp_path / "f.parquet"
         with pytest.raises(KeyboardInterrupt) as e:
             bertfeat.extract(**self.opts(labelled, out, pca=2, label="label"), client=dask_client)
