@@ -1,7 +1,7 @@
 """`bertfeat extract --engine dask`: the same extract, scheduled by Dask across worker processes or machines.
 
-Design (docs/dask.md has the user's side; the cluster plumbing is dask_cluster.py, this module the job, a little
-over 500 lines for its two passes, resume and PCA):
+Design (docs/dask.md has the user's side; the cluster plumbing is dask_cluster.py, this module the job: its two
+passes, resume and PCA, run by ``DaskRun`` step by step; what a failure keeps and says is failures.py's):
 
 Partitions
     The input's reader (readers/, the local engine's) cuts it on the client, before anything
@@ -70,10 +70,11 @@ import pyarrow.parquet as pq
 from .atomic import deferred, remove_stale_temps, replace_directory, together, write_atomic
 from .chunks import EXTRA_COLUMNS, encode_chunk, extra_columns, feature_matrix, output_columns, table_counts, validate_batch
 from .reuse import dedup_memory
-from .vcache import NETWORK_FS, RUN_STORE_DIR, CacheError, filesystem_type, open_cache
+from .vcache import NETWORK_FS, RUN_STORE_DIR, filesystem_type, open_cache
 from .dask_cluster import (ClusterError, cancel, close_cluster, cluster_slots, gather, open_client, run_task,
                            task_slots, task_threads, worker_threads)
 from .errors import BertfeatError, BertfeatWarning, opt, render
+from .failures import Failure, handle, kept_for_limit, kind_of
 from .features.parquet import pages_damaged
 from .features.reader import DIRECTORY_PROVENANCE
 from .jobcore import (PARTIAL_MANIFESTS, ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume,
@@ -81,7 +82,7 @@ from .jobcore import (PARTIAL_MANIFESTS, ExtractSummary, accumulate_pca, applied
                       new_summary, probe_into_report, provenance, read_manifest, write_pca)
 from .progress import NullProgress
 from .readers import Partition, Reader
-from .rejects import TooManyBadRows, publish_rejects
+from .rejects import publish_rejects
 
 try:  # the engine module imports without Dask; extract_dask says how to install it
     from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
@@ -342,150 +343,203 @@ def _resumed_value(partial: Path, key: str):
 
 def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSummary:
     """Execute the plan on a Dask cluster (``client`` given, or the plan's scheduler / a local cluster); returns the
-    same summary as the local engine."""
-    progress = progress or NullProgress()
+    same summary as the local engine. A failure keeps or removes the partial directory as failures.py says."""
     t0 = time.perf_counter()
-    src, out, partial = plan.reader, plan.layout.features, plan.layout.partial
-    n_components = plan.pca
-    encoder = load_encoder(plan)
-    # precision "auto" is resolved here, once: every worker then runs the precision the client's manifest and
-    # fingerprint name (a worker that cannot run it refuses in one line), never a mix of precisions across parts
-    encoder_kwargs = {**plan.encoder_kwargs, "precision": encoder.precision}
-    encoder_kwargs.pop("threads", None)  # the workers' threads: worker_threads below
-    spec, fingerprint = feature_settings(encoder, plan)
-    applied = applied_pca(plan, fingerprint, encoder.output_dim(spec))  # pca_model: checked before any task runs
-    id_name = plan.id_name
-    summary = new_summary(plan, encoder, spec, "dask")
-    dask = plan.dask
-    cache_id = check_cache(plan, encoder, spec) if plan.cache is not None else None
-
-    own_client = client is None
-    outputs: dict = {}  # files written beside OUTPUT (the PCA model and report, the rejects)
-    cluster = None
-    futures: dict = {}
-    tag = uuid.uuid4().hex[:8]  # task keys unique to this run
-    started = opened = completed = False
-    group = None  # the final files' atomic.together group
+    job = DaskRun(plan, progress or NullProgress(), client)
     try:
-        if own_client:
-            client, cluster = open_client(dask)
-        threads = plan.threads or worker_threads(client, dask.scheduler or "")
-        run_store = None  # without a cache: the run's duplicates store, shared by this machine's workers
+        job.connect()
+        counts = job.open()
+        first, ctx = job.tasks(counts)
+        results, done, merged = job.encode(first, ctx)
+        final_meta = job.total(results, done)
+        job.reduce(merged, ctx, final_meta)
+        job.write(results, merged, final_meta)
+    except BaseException as e:  # what the failure keeps and says: failures.py
+        raise job.failed(e)
+    finally:
+        job.close()
+    job.summary.elapsed = time.perf_counter() - t0
+    return job.summary
+
+
+class DaskRun:
+    """One run of a plan on a cluster, in the steps ``run`` calls: ``connect`` (the cluster, the partitions), ``open``
+    OUTPUT.partial/ (the rows per partition: pass 0), ``tasks`` (what every task gets), ``encode`` (pass 1, skipping
+    the finished partitions), ``total`` (the counts), ``reduce`` (the PCA's fit and pass 2), ``write`` (the files
+    beside OUTPUT and the directory moved into place); ``failed`` asks failures.py what a failure keeps."""
+
+    def __init__(self, plan, progress: NullProgress, client=None):
+        self.plan, self.progress = plan, progress
+        self.encoder = encoder = load_encoder(plan)
+        # precision "auto" is resolved here, once: every worker then runs the precision the client's manifest and
+        # fingerprint name (a worker that cannot run it refuses in one line), never a mix of precisions across parts
+        self.encoder_kwargs = {**plan.encoder_kwargs, "precision": encoder.precision}
+        self.encoder_kwargs.pop("threads", None)  # the workers' threads: worker_threads in connect
+        self.spec, self.fingerprint = feature_settings(encoder, plan)
+        # pca_model: checked before any task runs
+        self.applied = applied_pca(plan, self.fingerprint, encoder.output_dim(self.spec))
+        self.summary = new_summary(plan, encoder, self.spec, "dask")
+        self.cache_id = check_cache(plan, encoder, self.spec) if plan.cache is not None else None
+        self.out, self.partial = plan.layout.features, plan.layout.partial
+        self.client, self.own_client, self.cluster = client, client is None, None
+        self.futures: dict = {}  # the tasks in flight (cancelled on a failure)
+        self.tag = uuid.uuid4().hex[:8]  # task keys unique to this run
+        self.outputs: dict = {}  # files written beside OUTPUT (the PCA model and report, the rejects)
+        self.started = self.opened = self.completed = False
+        self.phase = "encode"  # "write" once the outputs are being written (failures.PHASES)
+        self.group = None  # the final files' atomic.together group
+        # set by connect: the workers' threads, the run's duplicates store, the partitions (split_target: how many
+        # were asked for), the part names' digits; by open: the run's key (tasks' parts carry it)
+        self.threads = self.run_store = self.split_target = self.run_key = None
+        self.parts: list[Partition] = []
+        self.width = 5
+        self.meta: dict = {}  # the provenance every part carries (tasks)
+
+    def connect(self) -> None:
+        """The client (the plan's scheduler, or a local cluster), the workers' threads, the run's duplicates store and
+        the partitions: a few per task slot of the cluster (a resumed run keeps the interrupted run's cut)."""
+        plan, partial = self.plan, self.partial
+        if self.own_client:
+            self.client, self.cluster = open_client(plan.dask)
+        client = self.client
+        self.threads = plan.threads or worker_threads(client, plan.dask.scheduler or "")
+        self.run_store = None  # without a cache: the run's duplicates store, shared by this machine's workers
         if plan.cache is not None:
             check_worker_hosts(client, plan.cache)
         elif not workers_elsewhere(client) and filesystem_type(partial.parent) not in NETWORK_FS:
-            run_store = partial / RUN_STORE
-        # Partitions: a few per task slot of the cluster (a resumed run keeps the interrupted run's cut)
+            self.run_store = partial / RUN_STORE
         target = _resumed_value(partial, "split_target") if plan.resume else None
         if target is None:
             target = PARTS_PER_THREAD * cluster_slots(client)
-        parts = src.partitions(dask.blocksize, target)
-        width = max(5, len(str(len(parts) - 1)))
-        manifest = job_manifest(plan, fingerprint, encoder, engine="dask", blocksize=dask.blocksize, split_target=target,
-                                partitions=len(parts))
+        self.split_target = target
+        self.parts = plan.reader.partitions(plan.dask.blocksize, target)
+        self.width = max(5, len(str(len(self.parts) - 1)))
+
+    def open(self) -> list[int]:
+        """Start or continue OUTPUT.partial/ (a killed run's temporaries removed), the model loaded on every worker;
+        returns the rows of every partition (pass 0 counts those the footers do not give)."""
+        plan, partial, client, parts = self.plan, self.partial, self.client, self.parts
+        manifest = job_manifest(plan, self.fingerprint, self.encoder, engine="dask", blocksize=plan.dask.blocksize,
+                                split_target=self.split_target, partitions=len(parts))
         counts = _open_partial(partial, manifest, plan.resume)
-        opened = True
+        self.opened = True
         for _, path in plan.layout.outputs():  # a killed run's temporaries and set-aside old output directory
-            remove_stale_temps(path, DIRECTORY_PROVENANCE if path == out else None)
-        if run_store is not None:  # made here, once, before the tasks open it together
-            open_cache(run_store).close()
-        client.register_plugin(EncoderPlugin(encoder.location, plan.model, encoder_kwargs, encoder.weights_sha256,
-                                             threads), name=EncoderPlugin.name)
-        # pass 0: rows per partition (Parquet: from the footers)
-        if counts is None:
+            remove_stale_temps(path, DIRECTORY_PROVENANCE if path == self.out else None)
+        if self.run_store is not None:  # made here, once, before the tasks open it together
+            open_cache(self.run_store).close()
+        client.register_plugin(EncoderPlugin(self.encoder.location, plan.model, self.encoder_kwargs,
+                                             self.encoder.weights_sha256, self.threads), name=EncoderPlugin.name)
+        if counts is None:  # pass 0: rows per partition (Parquet: from the footers)
             counts = [p.n_rows for p in parts]
             todo = [p for p in parts if p.n_rows is None]
             if todo:
-                progress.note(f"counting the rows of {len(todo)} partition(s) on the cluster")
-                futures = {client.submit(run_task, src.count_rows, p, key=f"bertfeat-count-{p.index}-{tag}",
-                                         pure=False): p.index for p in todo}
-                gather(client, futures, lambda i, n: counts.__setitem__(i, n))
-                futures = {}
+                self.progress.note(f"counting the rows of {len(todo)} partition(s) on the cluster")
+                self.futures = {client.submit(run_task, plan.reader.count_rows, p, key=f"bertfeat-count-{p.index}-{self.tag}",
+                                              pure=False): p.index for p in todo}
+                gather(client, self.futures, lambda i, n: counts.__setitem__(i, n))
+                self.futures = {}
             manifest["partition_rows"] = counts
             write_atomic(partial / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        self.run_key = _run_key(manifest)
+        return counts
+
+    def tasks(self, counts: list[int]) -> tuple[list[int], TaskContext]:
+        """Each partition's first row, and the TaskContext every task gets (with the provenance every part carries)."""
+        plan, encoder, spec = self.plan, self.encoder, self.spec
         first = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
-        run_key = _run_key(manifest)
-
-        meta = provenance(encoder, spec, fingerprint, plan, ExtractSummary())
+        self.meta = meta = provenance(encoder, spec, self.fingerprint, plan, ExtractSummary())
         meta["engine"] = "dask"
-        ctx = TaskContext(reader=src, location=encoder.location, model_name=plan.model,
-                          encoder_kwargs=encoder_kwargs, weights_sha256=encoder.weights_sha256, threads=threads,
-                          spec=spec,
-                          on_bad_row=plan.on_bad_row, id_name=id_name, id_type=src.id_type() or pa.string(),
-                          chunk_rows=plan.chunk_rows, dim=encoder.output_dim(spec), meta=meta, run_key=run_key,
-                          out_dir=str(partial), wide=plan.wide, want_pca=plan.reduces, fit_stats=n_components is not None,
-                          n_components=plan.pca_n_components, width=width, keep_types=plan.keep_types or None,
-                          dtype=plan.dtype,
-                          cache=str(Path(plan.cache).resolve()) if plan.cache is not None else
-                          (str(run_store) if run_store is not None else None),
-                          cache_id=cache_id if plan.cache is not None else (run_store_id(encoder, spec) if run_store is not None else None))
+        if plan.cache is not None:
+            cache, cache_id = str(Path(plan.cache).resolve()), self.cache_id
+        elif self.run_store is not None:
+            cache, cache_id = str(self.run_store), run_store_id(encoder, spec)
+        else:
+            cache = cache_id = None
+        ctx = TaskContext(reader=plan.reader, location=encoder.location, model_name=plan.model,
+                          encoder_kwargs=self.encoder_kwargs, weights_sha256=encoder.weights_sha256, threads=self.threads,
+                          spec=spec, on_bad_row=plan.on_bad_row, id_name=plan.id_name,
+                          id_type=plan.reader.id_type() or pa.string(), chunk_rows=plan.chunk_rows,
+                          dim=encoder.output_dim(spec), meta=meta, run_key=self.run_key, out_dir=str(self.partial),
+                          wide=plan.wide, want_pca=plan.reduces, fit_stats=plan.pca is not None,
+                          n_components=plan.pca_n_components, width=self.width, keep_types=plan.keep_types or None,
+                          dtype=plan.dtype, cache=cache, cache_id=cache_id)
+        return first, ctx
 
-        # pass 1: encode (skipping finished partitions)
-        stage = partial / FULL_DIR if plan.reduces else partial
-        stage.mkdir(exist_ok=True)
-        done: dict[int, dict] = {}
-        paths = ((p.index, stage / part_name(p.index, width)) for p in parts)
-        finished = {i: (path, st) for i, path in paths if (st := read_part_stats(path)) is not None and st.get("run") == run_key}
-        if finished:  # every page read once (a large output takes a while): say so first
-            progress.note(f"checking {len(finished)} finished partition(s) in {stage} (their page checksums)")
-        damaged = []
-        for i, (path, st) in finished.items():
+    def finished(self, stage: Path) -> dict[int, dict]:
+        """Resume: the interrupted run's finished partitions (this run's key) whose pages pass their checksums; a
+        damaged one is removed, to be encoded again."""
+        progress, width = self.progress, self.width
+        paths = ((p.index, stage / part_name(p.index, width)) for p in self.parts)
+        found = {i: (path, st) for i, path in paths if (st := read_part_stats(path)) is not None and st.get("run") == self.run_key}
+        if found:  # every page read once (a large output takes a while): say so first
+            progress.note(f"checking {len(found)} finished partition(s) in {stage} (their page checksums)")
+        done, damaged = {}, []
+        for i, (path, st) in found.items():
             if pages_damaged(path) is None:
                 done[i] = st
             else:  # damaged on disk since (a flipped byte fails its page checksum): that partition is encoded again
                 path.unlink()
                 damaged.append(path.name)
-        summary.chunks_resumed = len(done)
         if done:
-            progress.note(f"resuming: {len(done)} of {len(parts)} partition(s) already done in {partial}")
+            progress.note(f"resuming: {len(done)} of {len(self.parts)} partition(s) already done in {self.partial}")
         if damaged:
             progress.note(f"{len(damaged)} finished partition(s) were damaged on disk ({', '.join(damaged[:3])}"
                           f"{', ...' if len(damaged) > 3 else ''}): encoded again")
-        progress.start(sum(counts), None)
-        started = True
+        return done
+
+    def encode(self, first: list[int], ctx: TaskContext) -> tuple[dict[int, dict], dict[int, dict], object]:
+        """Pass 1: every partition not finished before, on the cluster; returns (every partition's counts, the
+        resumed ones, the merged PCA statistics)."""
+        plan, client, progress, tag = self.plan, self.client, self.progress, self.tag
+        stage = self.partial / FULL_DIR if plan.reduces else self.partial
+        stage.mkdir(exist_ok=True)
+        done = self.finished(stage)
+        self.summary.chunks_resumed = len(done)
+        progress.start(first[-1], None)  # every row of the input
+        self.started = True
         for st in done.values():
             progress.advance(st["rows_read"], 0, 0)
         results: dict[int, dict] = dict(done)
-        merged = new_pca(plan.pca_n_components) if n_components is not None else None
-        limit = plan.max_bad_rows
+        merged = new_pca(plan.pca_n_components) if plan.pca is not None else None
 
-        def check_bad_rows(final: bool) -> None:
-            """max_bad_rows over the partitions finished so far (a count stops the run as soon as it is passed)."""
-            n_read = sum(st["rows_read"] for st in results.values())
-            if limit is not None and limit.exceeded(sum(len(st["rejects"]) for st in results.values()), n_read, final):
-                raise limit.error(src.name, [r for i in sorted(results) for r in results[i]["rejects"]], n_read,
-                                  f"the finished partitions are kept in {partial}")
-
-        def on_encoded(i, st):
+        def on_result(i, res):
             nonlocal merged
-            if st.get("cancelled"):
-                raise BertfeatError(f"partition {i}: {partial} vanished while the run was going on", "rerun the command")
-            pca = st.pop("pca", None)
+            if i < 0:  # a resumed partition's PCA statistics
+                merged = merged.merge(res)
+                return
+            if res.get("cancelled"):
+                raise BertfeatError(f"partition {i}: {self.partial} vanished while the run was going on", "rerun the command")
+            pca = res.pop("pca", None)
             if pca is not None:
                 merged = merged.merge(pca)
-            results[i] = st
-            progress.advance(st["rows_read"], st["tokens"], 0)
-            if st["rejects"]:
-                check_bad_rows(final=False)
+            results[i] = res
+            progress.advance(res["rows_read"], res["tokens"], 0)
+            if res["rejects"]:
+                self.check_bad_rows(results, final=False)
 
-        check_bad_rows(final=False)  # the resumed partitions' own rejects
-        futures = {client.submit(run_task, encode_partition, p, first[p.index], ctx, key=f"bertfeat-encode-{p.index}-{tag}",
-                                 pure=False): p.index for p in parts if p.index not in done}
-        if n_components is not None:  # statistics of the resumed partitions, from their files
-            futures.update({client.submit(run_task, partition_statistics, str(stage / part_name(i, width)), plan.pca_n_components,
-                                          key=f"bertfeat-stats-{i}-{tag}", pure=False): -1 - i for i in done})
+        self.check_bad_rows(results, final=False)  # the resumed partitions' own rejects
+        self.futures = {client.submit(run_task, encode_partition, p, first[p.index], ctx, key=f"bertfeat-encode-{p.index}-{tag}",
+                                      pure=False): p.index for p in self.parts if p.index not in done}
+        if plan.pca is not None:  # statistics of the resumed partitions, from their files
+            self.futures.update({client.submit(run_task, partition_statistics, str(stage / part_name(i, self.width)),
+                                               plan.pca_n_components, key=f"bertfeat-stats-{i}-{tag}", pure=False): -1 - i
+                                 for i in done})
+        gather(client, self.futures, on_result, progress, counted=lambda i: i >= 0, done=len(done), total=len(self.parts))
+        self.futures = {}
+        self.check_bad_rows(results, final=True)
+        return results, done, merged
 
-        def on_any(i, res):
-            nonlocal merged
-            if i < 0:
-                merged = merged.merge(res)
-            else:
-                on_encoded(i, res)
+    def check_bad_rows(self, results: dict[int, dict], final: bool) -> None:
+        """max_bad_rows over the partitions finished so far (a count stops the run as soon as it is passed)."""
+        limit = self.plan.max_bad_rows
+        n_read = sum(st["rows_read"] for st in results.values())
+        if limit is not None and limit.exceeded(sum(len(st["rejects"]) for st in results.values()), n_read, final):
+            raise limit.error(self.plan.reader.name, [r for i in sorted(results) for r in results[i]["rejects"]], n_read,
+                              kept_for_limit(self.failure("resumable")))
 
-        gather(client, futures, on_any, progress, counted=lambda i: i >= 0, done=len(done), total=len(parts))
-        futures = {}
-        check_bad_rows(final=True)
-
+    def total(self, results: dict[int, dict], done: dict[int, dict]) -> dict:
+        """The run's counts from its partitions'; returns the provenance of OUTPUT (_bertfeat.json)."""
+        plan, summary = self.plan, self.summary
         for i in sorted(results):
             summary.add(results[i])
             if i in done:
@@ -494,61 +548,72 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
             summary.cache_repaired += int(results[i].get("cache_repaired", 0))
             summary.rows_multiline += int(results[i].get("rows_multiline", 0))
         if summary.cache_repaired and plan.cache is not None:
-            progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged entries (checksum mismatch): "
-                          "encoded again and rewritten")
-        final_meta = provenance(encoder, spec, fingerprint, plan, summary)
+            self.progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged entries (checksum mismatch): "
+                               "encoded again and rewritten")
+        final_meta = provenance(self.encoder, self.spec, self.fingerprint, plan, summary)
         final_meta["engine"] = "dask"
-        final_meta["partitions"] = len(parts)
+        final_meta["partitions"] = len(self.parts)
+        return final_meta
 
-        def reduce_pass(pca_path: Path):
-            """Pass 2: every full-width part -> its reduced part, on the cluster; then the full parts and model go."""
-            nonlocal futures
-            futures = {client.submit(run_task, reduce_partition, p.index, ctx, str(pca_path), meta, key=f"bertfeat-reduce-{p.index}-{tag}",
-                                     pure=False): p.index for p in parts}
-            gather(client, futures, lambda i, n: None)
-            futures = {}
-            shutil.rmtree(partial / FULL_DIR, ignore_errors=True)
-            pca_path.unlink()
-
-        if n_components is not None:  # fit on the client, then pass 2 on the cluster
-            final_meta["pca"] = meta["pca"] = fit_pca(merged, summary.rows_written, plan.layout)
-            progress.note(f"PCA: {merged.n_components_} components; writing the reduced features")
-            reduce_pass(merged.save(partial / PCA_FILE, fingerprint=fingerprint))
-        elif applied is not None:  # pca_model: pass 2 with the given model (copied beside the parts for the workers)
-            final_meta["pca"] = meta["pca"] = applied_pca_entry(applied, plan)
+    def reduce(self, merged, ctx: TaskContext, final_meta: dict) -> None:
+        """pca: fit on the client, then pass 2 on the cluster; pca_model: pass 2 with the given model (copied beside
+        the parts for the workers)."""
+        plan, partial = self.plan, self.partial
+        if plan.pca is not None:
+            final_meta["pca"] = self.meta["pca"] = fit_pca(merged, self.summary.rows_written, plan.layout)
+            self.progress.note(f"PCA: {merged.n_components_} components; writing the reduced features")
+            self.reduce_pass(merged.save(partial / PCA_FILE, fingerprint=self.fingerprint), ctx)
+        elif self.applied is not None:
+            final_meta["pca"] = self.meta["pca"] = applied_pca_entry(self.applied, plan)
             shutil.copyfile(plan.pca_model, partial / PCA_FILE)
-            reduce_pass(partial / PCA_FILE)
+            self.reduce_pass(partial / PCA_FILE, ctx)
 
+    def reduce_pass(self, pca_path: Path, ctx: TaskContext) -> None:
+        """Pass 2: every full-width part -> its reduced part, on the cluster; then the full parts and model go."""
+        self.futures = {self.client.submit(run_task, reduce_partition, p.index, ctx, str(pca_path), self.meta,
+                                           key=f"bertfeat-reduce-{p.index}-{self.tag}", pure=False): p.index
+                        for p in self.parts}
+        gather(self.client, self.futures, lambda i, n: None)
+        self.futures = {}
+        shutil.rmtree(self.partial / FULL_DIR, ignore_errors=True)
+        pca_path.unlink()
+
+    def write(self, results: dict[int, dict], merged, final_meta: dict) -> None:
+        """The PCA model and report, the rejects and the output directory, together; then the label's probe."""
+        plan, summary = self.plan, self.summary
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
-        with together() as group:  # the PCA model and report, the rejects and the output directory appear together
-            if n_components is not None:
-                outputs.update(write_pca(merged, plan.layout, fingerprint, final_meta["pca"]))
-            outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
-            deferred(lambda: _finish(partial, out, final_meta))
-        completed = True
-        summary.probe = probe_into_report(plan, merged, fingerprint, out, progress)
-        summary.outputs = {"features": out, **outputs}
-    except BaseException as e:
-        cancel(client, futures)
-        if group is not None and group.done:  # a Ctrl-C held back until the files were in place: they are complete
-            completed = True
-        if isinstance(e, KeyboardInterrupt) and completed:
-            e.resume_note = f"{out} and the run's other files were written and are complete"
-        if (isinstance(e, BertfeatError) and opened and not completed
-                and not isinstance(e, (ClusterError, CacheError, TooManyBadRows))):  # the last: kept for a resume
-            shutil.rmtree(partial, ignore_errors=True)  # bad input or settings: leave nothing behind, as the local engine
-        elif isinstance(e, KeyboardInterrupt) and opened and not completed:  # Ctrl-C: the finished parts stay for --resume
-            e.resume_note = f"the finished partitions are kept in {partial}; run the same command with --resume to continue"
-            if started:
-                progress.stop()
-        raise
-    finally:
-        if started:
-            progress.stop()
-        if own_client:
-            close_cluster(client, cluster)
-    summary.elapsed = time.perf_counter() - t0
-    return summary
+        self.phase = "write"
+        with together() as self.group:  # the PCA model and report, the rejects and the output directory appear together
+            if plan.pca is not None:
+                self.outputs.update(write_pca(merged, plan.layout, self.fingerprint, final_meta["pca"]))
+            self.outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
+            deferred(lambda: _finish(self.partial, self.out, final_meta))
+        self.completed = True
+        summary.probe = probe_into_report(plan, merged, self.fingerprint, self.out, self.progress)
+        summary.outputs = {"features": self.out, **self.outputs}
+
+    def failure(self, kind: str) -> Failure:
+        """What happened, for failures.py (the partitions are not counted: the partial directory holds the input's
+        cut from the moment it is opened, which a resume reuses)."""
+        plan = self.plan
+        return Failure(kind, self.phase, self.partial, self.out, "partition", None, complete=self.completed,
+                       probe_missing=plan.label is not None and self.summary.probe is None)
+
+    def failed(self, e: BaseException) -> BaseException:
+        """The tasks cancelled; the exception to raise, OUTPUT.partial/ kept or removed (failures.handle). Before it
+        was opened, nothing on disk is this run's."""
+        cancel(self.client, self.futures)
+        if self.group is not None and self.group.done:  # a Ctrl-C held back until the files were in place: complete
+            self.completed = True
+        if not self.opened:
+            return e
+        return handle(e, self.failure(kind_of(e, (ClusterError,))), lambda: shutil.rmtree(self.partial, ignore_errors=True))
+
+    def close(self) -> None:
+        if self.started:
+            self.progress.stop()
+        if self.own_client:
+            close_cluster(self.client, self.cluster)
 
 
 def check_cache(plan, encoder, spec) -> tuple[str, dict]:

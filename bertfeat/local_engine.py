@@ -5,7 +5,8 @@ finished chunk is written atomically as a part file under ``OUTPUT.partial/`` wi
 ``resume`` after Ctrl-C or kill -9 continues from the last completed chunk. Each chunk's counts and PCA
 statistics are taken while its table is in memory; at the end the PCA is fitted, the parts are read back once and
 streamed into the output (temporary file, then rename) and the partial directory is removed. The rules both
-engines share (manifest and resume, counts, provenance, the PCA's fit and files) are in jobcore.py.
+engines share (manifest and resume, counts, provenance, the PCA's fit and files) are in jobcore.py; what a failure
+keeps or removes and says, in failures.py.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .atomic import atomic_output, remove_stale_temps, together, write_atomic
 from .chunks import (PreparedChunk, chunk_table, extra_columns, feature_matrix, iter_chunks, output_columns, prepare_chunk,
                      table_counts, validate_batch)
 from .errors import BertfeatError, one_line, opt
+from .failures import Failure, handle, kept_for_limit, kind_of
 from .features.base import check_float16_range
 from .jobcore import (PARTIAL_MANIFESTS, ExtractSummary, accumulate_pca, applied_pca, applied_pca_entry, check_resume,
                       check_resume_engine, feature_settings, finish_pca, job_manifest, load_encoder, make_reuser, new_pca,
@@ -30,7 +32,6 @@ from .jobcore import (PARTIAL_MANIFESTS, ExtractSummary, accumulate_pca, applied
 from .progress import NullProgress
 from .rejects import TooManyBadRows, publish_rejects
 from .threads import read_ahead
-from .vcache import CacheError
 
 READ_AHEAD_CHUNKS = 2  # tokenized chunks waiting for the model (bounds the memory of the read-ahead)
 
@@ -50,7 +51,16 @@ class PartStore:
         return self.dir / f"part-{index:06d}.parquet"
 
     def open(self, manifest: dict, resume: bool) -> set[int]:
-        """Start or continue: returns the indices of chunks already done."""
+        """Start or continue: returns the indices of chunks already done. A store that cannot be made is removed (a
+        BertfeatError naming it)."""
+        try:
+            return self._open(manifest, resume)
+        except OSError as e:
+            self.remove()
+            raise BertfeatError(f"cannot write {self.dir} ({e.strerror or e})",
+                                f"check the output directory exists and is writable, or pass {opt('output')}") from None
+
+    def _open(self, manifest: dict, resume: bool) -> set[int]:
         check_resume_engine(self.dir, "local", resume)
         if self.dir.exists() and resume and self.manifest_path.is_file():
             check_resume(read_manifest(self.manifest_path), manifest)
@@ -116,165 +126,141 @@ def prepared_chunks(plan, encoder, spec, done: set[int], reuser=None):
 
 
 def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
-    """Execute the plan in this process; returns the summary. Raises BertfeatError on bad input."""
-    progress = progress or NullProgress()
+    """Execute the plan in this process; returns the summary. Raises BertfeatError on bad input; a failure keeps or
+    removes the partial directory as failures.py says."""
     t0 = time.perf_counter()
-    layout = plan.layout
-    out_path = layout.features
-    encoder = load_encoder(plan)
-    spec, fingerprint = feature_settings(encoder, plan)
-    applied = applied_pca(plan, fingerprint, encoder.output_dim(spec))  # pca_model: checked before any row is encoded
-    manifest = job_manifest(plan, fingerprint, encoder, format=layout.fmt)
-    store = PartStore(layout.partial)
-    try:
-        done = store.open(manifest, plan.resume)
-    except OSError as e:
-        store.remove()
-        raise BertfeatError(f"cannot write {store.dir} ({e.strerror or e})",
-                            f"check the output directory exists and is writable, or pass {opt('output')}") from None
-    for _, path in layout.outputs():  # temporaries of a run killed while it wrote its outputs (this output's only)
-        remove_stale_temps(path)
-    summary = new_summary(plan, encoder, spec, "local", chunks_resumed=len(done))
-    if done:
-        progress.note(f"resuming: {len(done)} chunk(s) already done in {store.dir}")
-    for stale in store.dir.glob(".dedup-*"):  # the duplicates store of the interrupted run (its vectors are in its parts)
-        stale.unlink(missing_ok=True)
-    try:
+    job = LocalRun(plan, progress or NullProgress())
+    job.open()
+    for phase, step in (("encode", job.encode), ("write", job.write)):
+        try:
+            step()
+        except BaseException as e:  # what the failure keeps and says: failures.py
+            raise job.failed(e, phase)
+    job.summary.elapsed = time.perf_counter() - t0
+    return job.summary
+
+
+class LocalRun:
+    """One run of a plan in this process, in the steps ``run`` calls: ``open`` the part store, ``encode`` every chunk
+    into it (counts, rejects and PCA statistics taken as each chunk finishes), ``write`` the outputs from the parts;
+    ``failed`` asks failures.py what a failure keeps."""
+
+    def __init__(self, plan, progress: NullProgress):
+        self.plan, self.progress = plan, progress
+        self.encoder = encoder = load_encoder(plan)
+        self.spec, self.fingerprint = feature_settings(encoder, plan)
+        # pca_model: checked before any row is encoded
+        self.applied = applied_pca(plan, self.fingerprint, encoder.output_dim(self.spec))
+        self.store = PartStore(plan.layout.partial)
+        self.done: set[int] = set()  # chunks the interrupted run finished (resume)
+        self.order: list[int] = []  # chunks accounted so far (resumed ones as they are read)
+        self.rejects: dict[int, list[dict]] = {}
+        self.pca = new_pca(plan.pca_n_components) if plan.pca is not None else None
+        self.limit = plan.max_bad_rows
+        self.summary: ExtractSummary | None = None
+        self.complete = False  # the outputs are in place (the partial directory is gone)
+
+    def open(self) -> None:
+        """Start or continue the part store; tidy what a killed run left (temporaries, its duplicates store)."""
+        plan, store = self.plan, self.store
+        manifest = job_manifest(plan, self.fingerprint, self.encoder, format=plan.layout.fmt)
+        self.done = store.open(manifest, plan.resume)
+        for _, path in plan.layout.outputs():  # temporaries of a run killed while it wrote its outputs (this output's only)
+            remove_stale_temps(path)
+        self.summary = new_summary(plan, self.encoder, self.spec, "local", chunks_resumed=len(self.done))
+        if self.done:
+            self.progress.note(f"resuming: {len(self.done)} chunk(s) already done in {store.dir}")
+        for stale in store.dir.glob(".dedup-*"):  # the duplicates store of the interrupted run (its vectors are in its parts)
+            stale.unlink(missing_ok=True)
+
+    def encode(self) -> None:
+        """Every chunk: read and tokenized ahead (prepared_chunks), encoded, written as a part and accounted; the
+        interrupted run's finished chunks read back from their parts."""
+        plan, encoder, spec, store, progress, summary = self.plan, self.encoder, self.spec, self.store, self.progress, self.summary
         reuser = make_reuser(encoder, spec, plan.cache, store.dir)
-    except BaseException:
-        if not done:
-            store.remove()
-        raise
+        try:
+            progress.start(plan.reader.total_rows, plan.reader.total_bytes)
+            items = read_ahead(prepared_chunks(plan, encoder, spec, self.done, reuser), READ_AHEAD_CHUNKS,
+                               name="bertfeat-reader")
+            try:
+                for item in items:
+                    if item[0] == "done":  # finished by the interrupted run: its part is read once, here
+                        _, index, bytes_read, n = item
+                        self.account(index, *store.read_part(index), resumed=True)
+                        progress.advance(n, 0, bytes_read)
+                        continue
+                    pc: PreparedChunk = item[1]
+                    before = (reuser.encoded, reuser.reused, reuser.tokens_encoded)
+                    table = chunk_table(encoder, spec, pc, plan.id_name, plan.keep_types, reuser)
+                    reuse = {"rows_encoded": reuser.encoded - before[0], "rows_reused": reuser.reused - before[1],
+                             "tokens_encoded": reuser.tokens_encoded - before[2]}
+                    store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
+                    self.account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
+                    tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
+                    progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
+            finally:
+                items.close()
+                progress.stop()
+        finally:
+            summary.cache_repaired = reuser.corrupt
+            reuser.close()
+        if summary.cache_repaired:
+            progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged "
+                          f"entr{'y' if summary.cache_repaired == 1 else 'ies'} (checksum mismatch): encoded again and rewritten")
+        summary.rows_multiline = getattr(plan.reader, "multiline_rows", 0)
 
-    source = plan.reader
-    progress.start(source.total_rows, source.total_bytes)
-    items = read_ahead(prepared_chunks(plan, encoder, spec, done, reuser), READ_AHEAD_CHUNKS, name="bertfeat-reader")
-    order: list[int] = []
-    rejects: dict[int, list[dict]] = {}
-    pca = new_pca(plan.pca_n_components) if plan.pca is not None else None
-    limit = plan.max_bad_rows
-
-    def account(index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int, reuse: dict, resumed=False):
+    def account(self, index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int, reuse: dict, resumed=False):
         """A finished unit's counts, rejects and PCA statistics, taken while its table is in memory (``resumed``: a
         chunk kept from the interrupted run)."""
-        order.append(index)
-        rejects[index] = chunk_rejects
-        counts = table_counts(table, spec.max_length)
+        plan, summary = self.plan, self.summary
+        self.order.append(index)
+        self.rejects[index] = chunk_rejects
+        counts = table_counts(table, self.spec.max_length)
         summary.add({"rows_read": n_read, **counts, **reuse})
         if resumed:
             summary.add_resumed({**counts, **reuse})
         summary.rows_rejected += len(chunk_rejects)
-        if limit is not None and limit.exceeded(summary.rows_rejected, summary.rows_read, final=False):
-            raise too_many_bad_rows()
-        if pca is not None and table.num_rows:
-            accumulate_pca(pca, feature_matrix(table))
+        if self.limit is not None and self.limit.exceeded(summary.rows_rejected, summary.rows_read, final=False):
+            raise self.too_many_bad_rows()
+        if self.pca is not None and table.num_rows:
+            accumulate_pca(self.pca, feature_matrix(table))
         if plan.dtype == "float16" and not plan.reduces and table.num_rows:  # refused now, not after the last chunk
             first = summary.rows_written - table.num_rows
             check_float16_range(feature_matrix(table), table.column(plan.id_name), first)
 
-    def all_rejects() -> list[dict]:
-        return [r for i in sorted(rejects) for r in rejects[i]]
+    def all_rejects(self) -> list[dict]:
+        return [r for i in sorted(self.rejects) for r in self.rejects[i]]
 
-    def too_many_bad_rows() -> TooManyBadRows:
+    def too_many_bad_rows(self) -> TooManyBadRows:
         """max_bad_rows passed: the finished chunks stay for a resume with a higher limit (not from standard input)."""
-        kept = None if plan.input == "-" else f"the {len(order)} finished chunk(s) are kept in {store.dir}"
-        return limit.error(source.name, all_rejects(), summary.rows_read, kept)
+        kept = kept_for_limit(self.failure("resumable", "encode"))
+        return self.limit.error(self.plan.reader.name, self.all_rejects(), self.summary.rows_read, kept)
 
-    try:
-        for item in items:
-            if item[0] == "done":  # finished by the interrupted run: its part is read once, here
-                _, index, bytes_read, n = item
-                account(index, *store.read_part(index), resumed=True)
-                progress.advance(n, 0, bytes_read)
-                continue
-            pc: PreparedChunk = item[1]
-            before = (reuser.encoded, reuser.reused, reuser.tokens_encoded)
-            table = chunk_table(encoder, spec, pc, plan.id_name, plan.keep_types, reuser)
-            reuse = {"rows_encoded": reuser.encoded - before[0], "rows_reused": reuser.reused - before[1],
-                     "tokens_encoded": reuser.tokens_encoded - before[2]}
-            store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
-            account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
-            tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
-            progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
-    except (CacheError, DamagedPart):  # a locked, full or failing cache; a damaged saved chunk: the finished chunks stay,
-        items.close()  # and resume continues (encoding the damaged one again)
-        if not order:  # none finished: nothing to resume (a rerun after the fix would be told to pass --resume)
-            store.remove()
-        raise
-    except TooManyBadRows:  # kept for a resume with a higher limit (standard input: nothing to resume)
-        items.close()
-        if plan.input == "-":
-            store.remove()
-        raise
-    except BertfeatError:
-        items.close()
-        store.remove()  # bad input: leave nothing behind
-        raise
-    except OSError as e:  # disk full, read-only: the finished chunks stay, resume continues
-        items.close()
-        from .safety import os_error
+    def write(self) -> None:
+        """The outputs from the parts (finalize), then the label's linear probe added to the report."""
+        plan, summary = self.plan, self.summary
+        if self.limit is not None and self.limit.exceeded(summary.rows_rejected, summary.rows_read, final=True):
+            raise self.too_many_bad_rows()
+        pca = self.pca if self.pca is not None else self.applied
+        summary.outputs = finalize(plan, self.store, sorted(self.order), self.encoder, self.spec, self.fingerprint,
+                                   summary, pca, self.all_rejects())
+        self.complete = True  # the probe (reading the output again) only adds to the report
+        summary.probe = probe_into_report(plan, pca, self.fingerprint, summary.outputs["features"], self.progress)
 
-        raise os_error(e, store.dir, f"free disk space, then rerun the same command with {opt('resume', True)} "
-                                     f"({len(order)} finished chunk(s) are kept in {store.dir})") from None
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM through the CLI (cli.Terminated), which prints the note
-        items.close()
-        progress.stop()
-        if plan.input == "-":  # nothing to resume: standard input cannot be read again
-            store.remove()
-            e.resume_note = STDIN_NOT_KEPT
-        else:
-            e.resume_note = f"{len(order)} chunk(s) are kept in {store.dir}; run the same command with --resume to continue"
-        raise
-    finally:
-        items.close()
-        progress.stop()
-        summary.cache_repaired = reuser.corrupt
-        reuser.close()
-    if summary.cache_repaired:
-        progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged entr{'y' if summary.cache_repaired == 1 else 'ies'} "
-                      "(checksum mismatch): encoded again and rewritten")
-    summary.rows_multiline = getattr(source, "multiline_rows", 0)
+    def failure(self, kind: str, phase: str, e: BaseException | None = None) -> Failure:
+        """What happened, for failures.py: standard input or not, the chunks in the part store, the outputs' state."""
+        plan = self.plan
+        return Failure(kind, phase, self.store.dir, plan.layout.features, "chunk", len(self.done.union(self.order)),
+                       stdin=plan.input == "-", complete=self.complete or getattr(e, "outputs_complete", False),
+                       probe_missing=plan.label is not None and self.summary is not None and self.summary.probe is None)
 
-    try:
-        if limit is not None and limit.exceeded(summary.rows_rejected, summary.rows_read, final=True):
-            raise too_many_bad_rows()
-        summary.outputs = finalize(plan, store, sorted(order), encoder, spec, fingerprint, summary, pca if pca is not None else applied,
-                                   all_rejects(), progress)
-    except TooManyBadRows:
-        if plan.input == "-":
-            store.remove()
-        raise
-    except BertfeatError:
-        store.remove()  # e.g. the PCA does not fit the data: a rerun with other settings starts over anyway
-        raise
-    except KeyboardInterrupt as e:  # while writing: none of the run's files appeared (atomic.together), or all did
-        if getattr(e, "outputs_complete", False):
-            e.resume_note = f"{out_path} and the run's other files were written and are complete"
-            if plan.label is not None and summary.probe is None:
-                e.resume_note += " (the report has no linear probe: pca fit / report --probe adds one)"
-        elif plan.input == "-":
-            store.remove()
-            e.resume_note = f"no output was written; {STDIN_NOT_KEPT}"
-        else:
-            e.resume_note = (f"no output was written; the {len(order)} finished chunk(s) are kept in {store.dir}: run "
-                             "the same command with --resume to write them")
-        raise
-    except OSError as e:  # disk full, permissions: the parts stay, so resume only redoes the writing
-        from .safety import os_error
-
-        raise os_error(e, out_path, f"free disk space, then rerun with {opt('resume', True)} (the finished chunks are "
-                                    f"kept in {store.dir})") from None
-    summary.elapsed = time.perf_counter() - t0
-    return summary
-
-
-#: the interrupt note of a run reading standard input (its finished chunks are removed: it cannot be resumed)
-STDIN_NOT_KEPT = ("nothing was kept: a run reading standard input cannot be resumed (write the input to a file for a "
-                  "run that can)")
+    def failed(self, e: BaseException, phase: str) -> BaseException:
+        """The exception to raise for a failure in ``phase``, the part store kept or removed (failures.handle)."""
+        return handle(e, self.failure(kind_of(e, (DamagedPart,)), phase, e), self.store.remove)
 
 
 def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprint: dict, summary: ExtractSummary, pca,
-             rejects: list[dict], progress: NullProgress) -> dict:
+             rejects: list[dict]) -> dict:
     """Fit the accumulated PCA (or take the applied one: pca_model), then stream the parts (each read once) into the
     output file(s); remove the partial directory. The counts and the PCA statistics were taken as each part was made."""
     meta = provenance(encoder, spec, fingerprint, plan, summary)
@@ -289,12 +275,6 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
             e.outputs_complete = True
         raise
     store.remove()
-    # the run's files are complete: the label's probe (reading the output again) only adds to the report
-    try:
-        summary.probe = probe_into_report(plan, pca, fingerprint, outputs["features"], progress)
-    except KeyboardInterrupt as e:
-        e.outputs_complete = True
-        raise
     return outputs
 
 

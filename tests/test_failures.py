@@ -1,0 +1,354 @@
+"""The failure policy (failures.py): what a failed or stopped extract keeps and says, written once for both engines.
+
+1. The policy as a table: a failure (kind, phase, standard input, units finished, outputs complete) -> the decision
+   (remove the partial directory or not, the interrupt's note, an OSError's path and fix), every message exact.
+2. ``kind_of`` and ``handle``: an exception -> its kind; the decision done (removed, noted, an OSError translated).
+3. The engines follow it where they used to decide otherwise (each case failed before failures.py):
+   standard input keeps nothing whatever the failure; a damaged part while the outputs are written keeps the others;
+   the parts of the interrupted run count as finished; the Dask engine's full disk names --resume.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import bertfeat
+from bertfeat.cli import FLAGS
+from bertfeat.dask_cluster import ClusterError
+from bertfeat.errors import BertfeatError, InputError, render
+from bertfeat.failures import STDIN_NOT_KEPT, Failure, decide, handle, kept_for_limit, kind_of
+from bertfeat.local_engine import DamagedPart
+from bertfeat.rejects import TooManyBadRows
+from bertfeat.safety import OutputError
+from bertfeat.vcache import CacheError
+from extract_util import Interrupt, no_leftovers, run, tiny_model, write_csv
+
+P, O = Path("o.parquet.partial"), Path("o.parquet")
+CONTINUE = f"2 chunk(s) are kept in {P}; run the same command with --resume to continue"
+WRITE_THEM = f"no output was written; the 2 finished chunk(s) are kept in {P}: run the same command with --resume to write them"
+COMPLETE = f"{O} and the run's other files were written and are complete"
+FULL_DISK = f"free disk space, then rerun the same command with --resume (2 finished chunk(s) are kept in {P})"
+STDIN = ("nothing was kept: a run reading standard input cannot be resumed (write the input to a file for a run "
+         "that can)")
+
+
+# --------------------------------------------------------------------------- 1. the policy, as a table
+def f(kind, phase="encode", finished=2, **kw) -> Failure:
+    return Failure(kind, phase, P, O, finished=finished, **kw)
+
+
+# (failure, remove, note, OSError path, OSError fix as the CLI says it)
+CASES = {
+    # bad input or settings: nothing left behind
+    "input": (f("input"), True, None, None, None),
+    "input, writing": (f("input", "write"), True, None, None, None),
+    # a cache error, a damaged part, max_bad_rows, a cluster: the finished parts stay; none finished: nothing to resume
+    "resumable": (f("resumable"), False, None, None, None),
+    "resumable, writing": (f("resumable", "write"), False, None, None, None),
+    "resumable, none finished": (f("resumable", finished=0), True, None, None, None),
+    "resumable, not counted (dask)": (f("resumable", finished=None, unit="partition"), False, None, None, None),
+    # a full disk, a read-only directory: the parts stay; the fix names --resume and them
+    "disk": (f("disk"), False, None, P, FULL_DISK),
+    "disk, writing": (f("disk", "write"), False, None, O, FULL_DISK),
+    "disk, none finished": (f("disk", finished=0), False, None, P,
+                            f"free disk space, then rerun the same command with --resume (0 finished chunk(s) are kept in {P})"),
+    "disk (dask)": (f("disk", finished=None, unit="partition"), False, None, P,
+                    f"free disk space, then rerun the same command with --resume (the finished partitions are kept in {P})"),
+    # Ctrl-C / SIGTERM
+    "interrupt": (f("interrupt"), False, CONTINUE, None, None),
+    "interrupt, none finished": (f("interrupt", finished=0), False,
+                                 f"0 chunk(s) are kept in {P}; run the same command with --resume to continue", None, None),
+    "interrupt, writing": (f("interrupt", "write"), False, WRITE_THEM, None, None),
+    "interrupt (dask)": (f("interrupt", finished=None, unit="partition"), False,
+                         f"the finished partitions are kept in {P}; run the same command with --resume to continue", None, None),
+    "interrupt, writing (dask)": (f("interrupt", "write", finished=None, unit="partition"), False,
+                                  f"no output was written; the finished partitions are kept in {P}: run the same command "
+                                  "with --resume to write them", None, None),
+    "interrupt, complete": (f("interrupt", "write", complete=True), False, COMPLETE, None, None),
+    "interrupt, complete, no probe": (f("interrupt", "write", complete=True, probe_missing=True), False,
+                                      COMPLETE + " (the report has no linear probe: pca fit / report --probe adds one)", None, None),
+    # the outputs complete: the partial directory is gone, nothing to keep; a full disk's fix is the errno's own
+    "input, complete": (f("input", "write", complete=True), False, None, None, None),
+    "disk, complete": (f("disk", "write", complete=True), False, None, O, None),
+    # standard input: nothing kept, whatever happened; no advice to --resume (refused for standard input)
+    "stdin, input": (f("input", stdin=True), True, None, None, None),
+    "stdin, resumable": (f("resumable", stdin=True), True, None, None, None),
+    "stdin, disk": (f("disk", stdin=True), True, None, P, None),
+    "stdin, disk, writing": (f("disk", "write", stdin=True), True, None, O, None),
+    "stdin, interrupt": (f("interrupt", stdin=True), True, STDIN, None, None),
+    "stdin, interrupt, writing": (f("interrupt", "write", stdin=True), True, f"no output was written; {STDIN}", None, None),
+    "stdin, interrupt, complete": (f("interrupt", "write", stdin=True, complete=True), False, COMPLETE, None, None),
+    "stdin, other": (f("other", stdin=True), True, None, None, None),
+    # anything else (a bug): everything as it is
+    "other": (f("other"), False, None, None, None),
+    "other, writing": (f("other", "write"), False, None, None, None),
+}
+
+
+class TestThePolicy:
+    @pytest.mark.parametrize("case", CASES, ids=list(CASES))
+    def test_decision(self, case):
+        failure, remove, note, os_path, os_fix = CASES[case]
+        d = decide(failure)
+        assert (d.remove, d.note, d.os_path, render(d.os_fix, FLAGS)) == (remove, note, os_path, os_fix)
+
+    def test_the_python_callers_fix_names_the_parameter(self):
+        assert render(decide(f("disk")).os_fix) == ("free disk space, then rerun the same command with resume=True (2 "
+                                                    f"finished chunk(s) are kept in {P})")
+
+    def test_the_stdin_note_is_the_one_constant(self):
+        assert STDIN_NOT_KEPT == STDIN
+
+    def test_max_bad_rows_says_what_stays(self):
+        assert kept_for_limit(f("resumable", finished=5)) == f"the 5 finished chunk(s) are kept in {P}"
+        assert kept_for_limit(f("resumable", finished=None, unit="partition")) == f"the finished partitions are kept in {P}"
+        assert kept_for_limit(f("resumable", stdin=True)) is None
+
+    @pytest.mark.parametrize("failure", [f("nonsense"), f("input", "reading")])
+    def test_an_unknown_kind_or_phase_is_a_bug(self, failure):
+        with pytest.raises(ValueError, match="unknown failure"):
+            decide(failure)
+
+
+# --------------------------------------------------------------------------- 2. kinds, and the decision done
+class TestKindsAndHandle:
+    @pytest.mark.parametrize("e, kind", [
+        (KeyboardInterrupt(), "interrupt"),
+        (type("Terminated", (KeyboardInterrupt,), {})(), "interrupt"),  # cli.Terminated (SIGTERM)
+        (CacheError("c", "f"), "resumable"),
+        (TooManyBadRows("t", "f"), "resumable"),
+        (DamagedPart("d", "f"), "resumable"),
+        (ClusterError("x", "f"), "resumable"),
+        (InputError("i", "f"), "input"),
+        (BertfeatError("b", "f"), "input"),
+        (OutputError("o", "f"), "input"),
+        (OSError(errno.ENOSPC, "No space left on device"), "disk"),
+        (MemoryError(), "other"),
+        (RuntimeError("a bug"), "other"),
+    ], ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else v)
+    def test_kind_of(self, e, kind):
+        assert kind_of(e, (DamagedPart, ClusterError)) == kind
+
+    def test_an_engines_own_errors_are_resumable_only_when_it_says_so(self):
+        assert kind_of(DamagedPart("d", "f")) == "input"  # another engine's error: plain bad input
+        assert kind_of(ClusterError("x", "f"), (DamagedPart,)) == "input"
+
+    def test_an_interrupt_gets_its_note_and_the_directory_stays(self):
+        removed, e = [], KeyboardInterrupt()
+        assert handle(e, f("interrupt"), lambda: removed.append(1)) is e
+        assert (e.resume_note, removed) == (CONTINUE, [])
+
+    def test_bad_input_removes_the_directory_and_is_raised_as_it_is(self):
+        removed, e = [], InputError("x.csv row 4: empty text", "fix the row")
+        assert handle(e, f("input"), lambda: removed.append(1)) is e
+        assert removed == [1] and not hasattr(e, "resume_note")
+
+    def test_a_full_disk_becomes_one_line_naming_resume(self):
+        removed = []
+        err = handle(OSError(errno.ENOSPC, "No space left on device"), f("disk"), lambda: removed.append(1))
+        assert isinstance(err, OutputError) and removed == []
+        assert err.render(FLAGS) == f"{P}: no space left on the device - {FULL_DISK}"
+        assert err.__suppress_context__ and err.__cause__ is None
+
+    def test_an_oserror_naming_its_file_keeps_it_and_its_own_fix(self):
+        err = handle(PermissionError(errno.EACCES, "Permission denied", "/ro/o.parquet.tmp"), f("disk", "write"), lambda: None)
+        assert err.render(FLAGS) == ("/ro/o.parquet.tmp: permission denied - check the permissions of the file and its "
+                                     "directory, or choose another path")
+
+
+# --------------------------------------------------------------------------- 3. the engines follow the policy
+def _corpus(tmp_path, n=12):
+    return write_csv(tmp_path / "c.csv", ["id", "text"], [[f"id{i}", f"sentence number {i}"] for i in range(n)])
+
+
+def _stdin(monkeypatch, n=12):
+    data = "text\n" + "".join(f"sentence {i}\n" for i in range(n))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
+
+
+def _raising(monkeypatch, owner, name, exc: BaseException):
+    """``owner.name`` raises ``exc`` whenever it is called."""
+    def fail(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(owner, name, fail)
+
+
+def _fail_on_call(monkeypatch, owner, name, n, make):
+    """``owner.name``'s n-th call raises ``make(args)`` (or runs it, when it returns None, then the real one)."""
+    real, calls = getattr(owner, name), []
+
+    def failing(*a, **k):
+        calls.append(1)
+        if len(calls) == n:
+            err = make(a)
+            if err is not None:
+                raise err
+        return real(*a, **k)
+
+    monkeypatch.setattr(owner, name, failing)
+
+
+class TestStandardInputKeepsNothing:
+    """A run reading standard input cannot be resumed (plan refuses --resume for it): whatever stops it, its finished
+    chunks go, and no message names --resume. (Before, a failing cache or a full disk kept them: the next run was
+    refused, "a partial run exists ... rerun with --overwrite", and a full disk said "rerun ... with --resume".)"""
+
+    ARGS = ("extract", "-", "--input-format", "csv", "--model", tiny_model(), "--chunk-rows", 3, "-q")
+
+    def test_a_cache_failing_mid_run(self, tmp_path, capsys, monkeypatch):
+        import bertfeat.vcache
+
+        _stdin(monkeypatch)
+        _fail_on_call(monkeypatch, bertfeat.vcache.VectorStore, "put", 3,
+                      lambda a: CacheError("cannot write the cache: the disk is full", "free disk space"))
+        out = tmp_path / "o.parquet"
+        rc, _, err = run(capsys, *self.ARGS, "-o", out, "--cache", tmp_path / "cache")
+        assert (rc, err) == (1, "Error: cannot write the cache: the disk is full - free disk space\n")
+        assert no_leftovers(out) == []
+
+    def test_a_full_disk_mid_run(self, tmp_path, capsys, monkeypatch):
+        import bertfeat.local_engine
+
+        _stdin(monkeypatch)
+        _fail_on_call(monkeypatch, bertfeat.local_engine.PartStore, "write_part", 3,
+                      lambda a: OSError(errno.ENOSPC, "No space left on device"))
+        out = tmp_path / "o.parquet"
+        rc, _, err = run(capsys, *self.ARGS, "-o", out)
+        assert (rc, err) == (1, f"Error: {out}.partial: no space left on the device - free disk space or write elsewhere "
+                                "(another -o, or redirect the output), then rerun\n")
+        assert no_leftovers(out) == []
+
+
+class TestTheLocalEngineCountsItsParts:
+    ARGS = ("--model", tiny_model(), "--chunk-rows", 3, "--id-column", "id", "-q")
+
+    def test_a_damaged_part_while_the_outputs_are_written_keeps_the_others(self, tmp_path, capsys, monkeypatch):
+        """A part damaged on disk between its write and the outputs' (read back with its page checksums): the error
+        says --resume encodes that chunk again, so the other parts stay (they were removed, as for bad input)."""
+        import bertfeat.local_engine
+        from extract_util import flip_embedding_byte
+
+        src, out = _corpus(tmp_path), tmp_path / "o.parquet"
+        store = bertfeat.local_engine.PartStore
+        _fail_on_call(monkeypatch, store, "read_part", 2, lambda a: flip_embedding_byte(a[0].part_path(a[1])))
+        rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS)
+        assert rc == 1 and "part-000001.parquet, was damaged on disk" in err, err
+        assert err.rstrip().endswith("it is removed - rerun with --resume: that chunk is encoded again"), err
+        partial = tmp_path / "o.parquet.partial"
+        assert sorted(p.name for p in partial.glob("part-*")) == ["part-000000.parquet", "part-000002.parquet",
+                                                                  "part-000003.parquet"]
+        monkeypatch.undo()
+        s = bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, id_column="id", resume=True)
+        assert s.chunks_resumed == 3
+        assert pq.read_table(out).column("id").to_pylist() == [f"id{i}" for i in range(12)]
+
+    def test_a_full_disk_while_the_outputs_are_written_says_what_is_kept(self, tmp_path, capsys, monkeypatch):
+        """The same fix as a full disk while the chunks are encoded (it said "rerun with --resume (the finished chunks
+        are kept in ...)", without their number)."""
+        import bertfeat.local_engine
+
+        src, out = _corpus(tmp_path), tmp_path / "o.parquet"
+        _raising(monkeypatch, bertfeat.local_engine, "publish_rejects", OSError(errno.ENOSPC, "No space left on device"))
+        rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS)
+        assert (rc, err) == (1, f"Error: {out}: no space left on the device - free disk space, then rerun the same command "
+                                f"with --resume (4 finished chunk(s) are kept in {out}.partial)\n")
+        assert len(list((tmp_path / "o.parquet.partial").glob("part-*"))) == 4
+
+    def test_an_interrupt_before_the_kept_chunks_are_read_counts_them(self, tmp_path, capsys, monkeypatch):
+        """A resumed run stopped before it read its kept chunks again: they are in the partial directory (the note
+        said "0 chunk(s) are kept")."""
+        src, out = _corpus(tmp_path), tmp_path / "o.parquet"
+        with pytest.raises(KeyboardInterrupt):
+            bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, id_column="id", progress=Interrupt(2))
+
+        class StopAtStart(Interrupt):
+            def start(self, total_rows, total_bytes):
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt) as e:
+            bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, id_column="id", resume=True,
+                             progress=StopAtStart(99))
+        assert e.value.resume_note == (f"2 chunk(s) are kept in {out}.partial; run the same command with --resume to "
+                                       "continue")
+
+    def test_a_cache_failing_before_the_kept_chunks_are_read_keeps_them(self, tmp_path, capsys, monkeypatch):
+        """Chunk 0 of the interrupted run damaged (removed when the resume opens the parts), the cache failing as the
+        resume encodes it: the interrupted run's other part stays (it was removed: no chunk had been read yet)."""
+        import bertfeat.vcache
+
+        src, out = _corpus(tmp_path), tmp_path / "o.parquet"
+        with pytest.raises(KeyboardInterrupt):
+            bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, id_column="id", progress=Interrupt(2))
+        partial = tmp_path / "o.parquet.partial"
+        (partial / "part-000000.parquet").write_bytes(b"")
+        _fail_on_call(monkeypatch, bertfeat.vcache.VectorStore, "put", 1,
+                      lambda a: CacheError("cannot write the cache: the disk is full", "free disk space"))
+        rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS, "--cache", tmp_path / "cache", "--resume")
+        assert (rc, err.splitlines()[-1]) == (1, "Error: cannot write the cache: the disk is full - free disk space")
+        assert [p.name for p in partial.glob("part-*")] == ["part-000001.parquet"]
+
+
+# --------------------------------------------------------------------------- the Dask engine
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory) -> Path:
+    """A Parquet dataset of 2 files (one partition each), with a label column."""
+    d = tmp_path_factory.mktemp("data") / "corpus"
+    d.mkdir()
+    for k in range(2):
+        pq.write_table(pa.table({"text": [f"sentence {k} {i} about {'cats' if i % 2 else 'dogs'}" for i in range(20)],
+                                 "label": [i % 2 for i in range(20)]}), d / f"part{k}.parquet")
+    return d
+
+
+class TestTheDaskEngine:
+    """The policy's rules where the Dask engine had its own: a full disk names --resume and the kept partitions (it
+    was the bare OSError); an interrupt while the outputs are written says --resume writes them; a complete output
+    whose report lacks its label's probe says so, as on the local engine."""
+
+    def opts(self, data, out, **kw):
+        return dict(input=str(data), output=str(out), model=tiny_model(), engine="dask", blocksize=None, **kw)
+
+    def test_a_full_disk_while_the_outputs_are_written(self, dask_client, labelled, tmp_path, monkeypatch):
+        import bertfeat.dask_engine
+
+        _raising(monkeypatch, bertfeat.dask_engine, "publish_rejects", OSError(errno.ENOSPC, "No space left on device"))
+        out = tmp_path / "f.parquet"
+        with pytest.raises(OutputError) as e:
+            bertfeat.extract(**self.opts(labelled, out), client=dask_client)
+        assert e.value.render(FLAGS) == (f"{out}: no space left on the device - free disk space, then rerun the same "
+                                         f"command with --resume (the finished partitions are kept in {out}.partial)")
+        kept = len(list((tmp_path / "f.parquet.partial").glob("part-*")))
+        assert kept >= 2 and not out.exists()
+        monkeypatch.undo()
+        s = bertfeat.extract(**self.opts(labelled, out, resume=True), client=dask_client)
+        assert s.chunks_resumed == kept and pq.read_table(out).num_rows == 40
+
+    def test_an_interrupt_while_the_outputs_are_written(self, dask_client, labelled, tmp_path, monkeypatch):
+        import bertfeat.dask_engine
+
+        _raising(monkeypatch, bertfeat.dask_engine, "publish_rejects", KeyboardInterrupt())
+        out = tmp_path / "f.parquet"
+        with pytest.raises(KeyboardInterrupt) as e:
+            bertfeat.extract(**self.opts(labelled, out), client=dask_client)
+        assert e.value.resume_note == (f"no output was written; the finished partitions are kept in {out}.partial: run "
+                                       "the same command with --resume to write them")
+        assert not out.exists() and len(list((tmp_path / "f.parquet.partial").glob("part-*"))) >= 2
+
+    def test_an_interrupt_during_the_probe_says_the_report_has_none(self, dask_client, labelled, tmp_path, monkeypatch):
+        import bertfeat.dask_engine
+
+        _raising(monkeypatch, bertfeat.dask_engine, "probe_into_report", KeyboardInterrupt())
+        out = tmp_path / "f.parquet"
+        with pytest.raises(KeyboardInterrupt) as e:
+            bertfeat.extract(**self.opts(labelled, out, pca=2, label="label"), client=dask_client)
+        assert e.value.resume_note == (f"{out} and the run's other files were written and are complete (the report has "
+                                       "no linear probe: pca fit / report --probe adds one)")
+        assert pq.read_table(out).num_rows == 40 and not (tmp_path / "f.parquet.partial").exists()
