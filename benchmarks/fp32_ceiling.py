@@ -102,7 +102,7 @@ def main() -> None:
         mdir = minilm_dir() if name == "minilm" else bert_base_dir()
         cfg = json.loads((mdir / "config.json").read_text())
         texts = build_corpus(args.n if name == "minilm" else args.n_base)
-        H, L = cfg["hidden_size"], cfg["num_hidden_layers"]
+        L = cfg["num_hidden_layers"]
         shapes = linear_shapes(cfg)
         rates = {k: standalone_gflops(K, N) for k, (K, N) in shapes.items()}
         macs = {k: K * N for k, (K, N) in shapes.items()}

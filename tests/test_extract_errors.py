@@ -7,7 +7,6 @@ Rows are 0-based data-row numbers (header excluded), the same numbers as the out
 from __future__ import annotations
 
 import csv
-import io
 import os
 
 import pyarrow as pa

@@ -290,7 +290,6 @@ def test_long_text_chunks_with_the_family_max_length(family, real_sentences):
 def test_sklearn_and_dask_engine(family, real_sentences, tmp_path, capsys):
     pytest.importorskip("sklearn")
     pytest.importorskip("distributed")
-    from bertfeat.features import read_features
     from bertfeat.sklearn import TextFeatures
 
     d = st_dir(family, "mean")

@@ -11,7 +11,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import socket
 import subprocess
 import sys

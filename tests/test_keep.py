@@ -9,7 +9,6 @@ that the reader's 1 MiB head holds only the first 9 rows: the types are decided 
 from __future__ import annotations
 
 import csv
-import io
 import json
 import pickle
 from pathlib import Path

@@ -151,7 +151,6 @@ def test_a_stride_without_a_chunk_mode_is_refused_in_python_too():
     from bertfeat.sklearn import TextFeatures
 
     enc = tiny_encoder()
-    fix = "add --long-text chunk-mean (or chunk-max) to cut long texts into windows, or drop --stride"
     for call in (lambda: enc.encode(SHORT, long_text="truncate", stride=5),
                  lambda: TextFeatures(model=tiny_model(), long_text="error", stride=5).fit_transform(SHORT)):
         with pytest.raises(BertfeatError, match="applies to") as e:

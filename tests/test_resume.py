@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 import signal
 import subprocess
-import time
 
 import pyarrow.parquet as pq
 import numpy as np

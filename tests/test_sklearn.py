@@ -21,7 +21,6 @@ from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.utils.validation import check_is_fitted  # noqa: E402
 
 from bertfeat import PCA, BertfeatError, Encoder  # noqa: E402
-from bertfeat.pca import NotFittedError  # noqa: E402
 from bertfeat.sklearn import TextFeatures, as_texts  # noqa: E402
 from ckpt import make_ckpt  # noqa: E402,F401  (a fixture)
 

@@ -279,7 +279,6 @@ def test_roberta_fill_mask_matches_transformers(tmp_path):
 def test_bert_with_xlmr_tokenizer_chunks_and_one_token_type(tmp_path, capsys):
     """paraphrase-multilingual-MiniLM layout: a BERT encoder with an XLM-R tokenizer; and type_vocab_size 1 pairs."""
     from ckpt import make_checkpoint
-    from st_ckpt import _roberta_tokenizer_json
 
     x = roberta_checkpoint(tmp_path / "tok", model_type="xlm-roberta")
     d = make_checkpoint(tmp_path / "bert_xlmr", tokenizer=None, type_vocab=1, max_position=64,

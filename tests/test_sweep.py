@@ -75,7 +75,7 @@ def test_a_set_the_model_cannot_give_is_refused_before_any_work(tmp_path, small_
 
 
 def test_one_pass_gives_each_set_as_encoded_alone_and_the_probe_equals_scikit_learns(small_csv, enc):
-    sk = pytest.importorskip("sklearn")
+    pytest.importorskip("sklearn")
     from sklearn.decomposition import PCA as SkPCA
     from sklearn.linear_model import RidgeClassifier
     from sklearn.model_selection import cross_val_score
