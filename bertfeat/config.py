@@ -49,6 +49,9 @@ def model_file(path: Path) -> Path | None:
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
+        if os.path.islink(path):  # a link to nothing: the file was meant to be there, so never read another instead
+            raise ConfigError(f"{path} is a broken symbolic link (to {os.readlink(path)}, which does not exist)",
+                              "restore the file it points to, or replace the link with the model's own file") from None
         return None
     if stat.S_ISREG(mode):
         return path

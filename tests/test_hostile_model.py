@@ -737,6 +737,27 @@ class TestSpecialFilesAreRefusedNotOpened:
             Encoder(d)
         assert e.value.message == f"{d / rel} is a directory, not a regular file - {FIFO_FIX}"
 
+    @pytest.mark.parametrize("layout, rel", [
+        ("st", "tokenizer.json"), ("st", "modules.json"), ("st", "sentence_bert_config.json"),
+        ("st", "config_sentence_transformers.json"), ("st", "3_Normalize/config.json"), ("st", "1_Pooling/config.json"),
+        ("sharded", "model.safetensors"),
+    ])
+    def test_a_broken_link_is_refused_not_taken_for_absent(self, tmp_path, capsys, special_layouts, layout, rel):
+        """A link to a missing file (a half-copied Hugging Face cache) was taken for absent: the vocab.txt beside a
+        tokenizer.json link was used, modules.json's pipeline or a Normalize module silently left out (found by the
+        session's own audit)."""
+        d = tmp_path / "m"
+        shutil.copytree(special_layouts[layout], d)
+        if rel == "tokenizer.json":
+            shutil.copy(VOCABS["uncased"][0], d / "vocab.txt")
+        if (d / rel).exists():
+            (d / rel).unlink()
+        (d / rel).symlink_to(d / "gone")  # inside the folder (a link out is refused as leading out of it)
+        message = (f"Error: {d / rel} is a broken symbolic link (to {d / 'gone'}, which does not exist) - restore "
+                   "the file it points to, or replace the link with the model's own file\n")
+        assert run_with_timeout(capsys, ["info", d], d / rel) == (1, "", message)
+        assert run_with_timeout(capsys, ["info", d, "--files"], d / rel) == (1, "", message)
+
 
 # --------------------------------------------------------------------------- 8. a Dense module that computes nothing
 class TestDenseWidthsAreCheckedAtLoad:
