@@ -150,7 +150,8 @@ def extract(
     if estimate_rows is not None and not estimate:
         raise BertfeatError("--estimate-rows applies to --estimate", "add --estimate, or drop --estimate-rows")
     if summary_json is not None:
-        check_summary_json(summary_json, input, overwrite)
+        check_summary_json(summary_json, input, overwrite, output=output, format=format, model=model,
+                           cache=False if no_cache else cache)
 
     try:
         with _dask_logs_routed(engine):
@@ -336,9 +337,11 @@ def _command_line() -> str:
 SUMMARY_KIND = "bertfeat-summary"
 
 
-def check_summary_json(dest: str, input: str, overwrite: bool) -> None:
-    """--summary-json FILE, before the run: not the input, not a directory; an existing file that is not an earlier
-    summary needs --overwrite (a summary is replaced on every run: it is the run's log)."""
+def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, format=None, model=None,
+                       cache=None) -> None:
+    """--summary-json FILE, before the run: not the input, not a directory, none of the run's own files (the output
+    and the files named after it, the model's, the cache's); an existing file that is not an earlier summary needs
+    --overwrite (a summary is replaced on every run: it is the run's log)."""
     import json
     from pathlib import Path
 
@@ -348,6 +351,7 @@ def check_summary_json(dest: str, input: str, overwrite: bool) -> None:
     if dest == "-":
         return
     path = local_path(dest, "summary JSON", "summary_json", writes=True)
+    _check_not_the_runs_own(path, input, output, format, model, cache)
     earlier = False
     if path.is_file():
         try:
@@ -356,6 +360,33 @@ def check_summary_json(dest: str, input: str, overwrite: bool) -> None:
             earlier = False
     check_outputs([("summary JSON", path)], [Path(input)] if input != "-" else [], overwrite or earlier,
                   options={"summary JSON": "summary_json"})
+
+
+def _check_not_the_runs_own(path, input: str, output, format, model, cache) -> None:
+    """The summary JSON must not be a file the run writes or reads: the output or a file named after it (its
+    rejects, PCA model and report, temporaries, lock), a file of the model folder or of the vector cache."""
+    import os
+    from pathlib import Path
+
+    from .plan import default_output
+    from .vcache import ENV
+
+    where = Path(os.path.realpath(path))
+    out = Path(output) if output is not None else (default_output(input, format or "parquet") if input != "-" else None)
+    owners = []
+    if out is not None:
+        o = Path(os.path.realpath(out))
+        if where.parent == o.parent and where.name.lstrip(".").startswith(o.name):
+            owners.append(f"the output {out} (or a file named after it)")
+        if where == o or o in where.parents:
+            owners.append(f"the output {out}")
+    cache_dir = cache if isinstance(cache, str) and cache else (os.environ.get(ENV) if cache is None else None)
+    for what, d in (("the model folder", model), ("the vector cache", cache_dir)):
+        if d and Path(d).is_dir() and Path(os.path.realpath(d)) in where.parents:
+            owners.append(f"{what} {d}")
+    if owners:
+        raise BertfeatError(f"the summary JSON {path} would be written over {owners[0]}",
+                            "give --summary-json a file of its own, e.g. run.json beside the output")
 
 
 def write_summary_json(result, dest: str, what: str) -> None:

@@ -50,8 +50,26 @@ def owner_of(path: Path) -> str:
     return f"another bertfeat run (process {d.get('pid', '?')} on host {d.get('host', '?')}, started {when})"
 
 
+def _check_ours(path: Path) -> None:
+    """A file already at the lock's name must be a bertfeat lock (empty, or a run's pid / host / started): another file
+    there is the user's, which the lock would overwrite and then delete."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            ours = not path.exists() and not path.is_symlink()
+        else:
+            text = path.read_text(encoding="utf-8", errors="replace").strip()
+            ours = not text or (isinstance(d := json.loads(text), dict) and set(d) <= {"pid", "host", "started"})
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise BertfeatError(f"{path} exists and is not a bertfeat lock file (bertfeat keeps its run lock for "
+                            f"{path.with_name(path.name[1:-5])} under that name, and removes it after the run)",
+                            "rename or move that file, or write the output under another name")
+
+
 def _acquire(path: Path) -> int:
     """Open and flock the lock file (non-blocking); -> the descriptor. Raises OutputLockedError when held."""
+    _check_ours(path)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

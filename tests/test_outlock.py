@@ -209,3 +209,22 @@ def test_a_side_file_of_a_held_output_is_held_too(tmp_path, inputs, capsys):
         assert rc == 1 and err.startswith(lock_message(out)), err
         assert not any(p.name.startswith("o.ids.csv") and not p.name.endswith(".lock") for p in tmp_path.iterdir())
         assert not (tmp_path / "o.ids.csv.partial").exists()
+
+
+@pytest.mark.parametrize("content", [b"my notes\n", b'{"pid": 1, "mine": true}', b"\x00\x01binary"])
+def test_a_users_file_at_the_locks_name_is_refused_and_kept(tmp_path, capsys, content):
+    """The lock's name beside an output (.NAME.lock) holding another file: the run would write its pid into it and
+    delete it at the end (found by the session's own audit). Refused before anything is written, the file kept."""
+    from extract_util import run, tiny_model, write_csv
+
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a text"]])
+    mine = tmp_path / ".out.parquet.lock"
+    mine.write_bytes(content)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "out.parquet", "--model", tiny_model())
+    assert rc == 1 and err == (f"Error: {mine} exists and is not a bertfeat lock file (bertfeat keeps its run lock for "
+                               f"{tmp_path / 'out.parquet'} under that name, and removes it after the run) - rename or "
+                               "move that file, or write the output under another name\n")
+    assert mine.read_bytes() == content and not (tmp_path / "out.parquet").exists()
+    mine.write_text('{"pid": 12, "host": "h", "started": 1.0}')  # a killed run's own lock: taken over
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "out.parquet", "--model", tiny_model(), "-q")
+    assert (rc, err) == (0, "") and not mine.exists()

@@ -94,3 +94,24 @@ def test_a_cached_rerun_reports_no_encode_throughput(tmp_path, capsys):
     assert again["rows_per_s"] == again["tokens_per_s"] == 0
     assert summary_line(err, "throughput") == ("throughput 0.0 rows/s, 0 tokens/s (of the rows encoded; reused rows "
                                                "not counted)")
+
+
+@pytest.mark.parametrize("target", ["output", "rejects", "pca_model", "model_file", "cache_db"])
+def test_summary_json_never_names_the_runs_own_files(tmp_path, capsys, target):
+    """Found by the session's own audit: --summary-json naming the output, its rejects file, the model's own
+    config or the cache's database (with --overwrite) was written over them."""
+    import shutil
+
+    src = corpus(tmp_path / "c.csv")
+    model = tmp_path / "m"
+    shutil.copytree(tiny_model(), model)
+    out, cache = tmp_path / "o.csv", tmp_path / "cache"
+    dest = {"output": out, "rejects": tmp_path / "o.csv.rejects.csv", "pca_model": tmp_path / "o.csv.pca.npz",
+            "model_file": model / "config.json", "cache_db": cache / "vectors.sqlite3"}[target]
+    cache.mkdir()
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", model, "--cache", cache, "--summary-json", dest,
+                     "--overwrite")
+    assert rc == 1 and err.startswith(f"Error: the summary JSON {dest} would be written over ") and err.endswith(
+        " - give --summary-json a file of its own, e.g. run.json beside the output\n"), err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
