@@ -258,6 +258,10 @@ class BertConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{source}: {names.get(k, k)} must be a positive integer, not {v!r}",
                                   "restore config.json from the checkpoint")
+        pad = fields.get("pad_token_id", 0)  # a string "1" reached the position-id arithmetic (a bug line)
+        if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
+            raise ConfigError(f"{source}: pad_token_id must be a whole number >= 0, not {pad!r}",
+                              "restore config.json from the checkpoint")
         eps = fields.get("layer_norm_eps", 1e-12)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
             raise ConfigError(f"{source}: layer_norm_eps must be a small positive number, not {eps!r}",

@@ -302,6 +302,9 @@ class Encoder:
             raise BertfeatError(f"{opt('pooling', pooling)} names no pooling",
                                 f"give one such as {opt('pooling', 'mean')}, or None for the model's own embedding")
         own = pooling is None and layers is None
+        if own and self.pipeline.no_own_embedding:
+            raise BertfeatError(f"the model {self.model_id} has no embedding of its own: {self.pipeline.no_own_embedding}",
+                                f"choose a pooling, e.g. {opt('pooling', 'mean')}")
         pooling = "+".join(split_pooling(pooling or self.default_pooling))
         if layer_agg not in LAYER_AGGS:
             raise BertfeatError(f"unknown layer aggregation '{layer_agg}'", f"choose one of {', '.join(LAYER_AGGS)}")

@@ -98,6 +98,9 @@ class ModelPipeline:
     max_length_source: str = "the model's position limit"
     do_lower_case: bool = False
     modules_source: str | None = None  # "modules.json" when the folder is a sentence-transformers model
+    #: why the model's own embedding cannot be made (a modules.json without a Pooling module: sentence-transformers
+    #: fails on it too), else None; a pooling the user names still runs
+    no_own_embedding: str | None = None
 
     @property
     def dense(self) -> tuple[DenseLayer, ...]:
@@ -129,6 +132,11 @@ def _length(cfg: dict, key: str, where: str) -> int | None:
     """A max length entry (max_seq_length, model_max_length): None when absent, else a number of 3 or more, the fewest
     tokens a text takes with its special tokens (the least ``max_length`` accepts)."""
     v = typed(cfg.get(key), (int, float), f"{where}: {key}")
+    if isinstance(v, float):  # 256.0 is 256; 6.5 tokens is no length (sentence-transformers fails on it: TypeError)
+        if not v.is_integer():
+            raise ConfigError(f"{where}: {key} is {v}, not a whole number of tokens",
+                              "restore the file from the checkpoint (or set it to the model's max length)")
+        v = int(v)
     if v is not None and v < 3:
         raise ConfigError(f"{where}: {key} is {v}, below 3 (a text and its special tokens need at least 3 tokens)",
                           "restore the file from the checkpoint (or set it to the model's max length)")
@@ -349,6 +357,10 @@ def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, en
                 raise ConfigError(f"{path}/config.json: a Normalize of '{cfg['module_input_name']}' cannot be reproduced",
                                   "bertfeat normalizes the sentence embedding only")
             steps.append("normalize")
+    if not seen_pooling:  # not mean pooling in its place: sentence-transformers makes no sentence embedding either
+        p.no_own_embedding = ("its modules.json lists no Pooling module, so it defines no sentence embedding "
+                              "(sentence-transformers cannot encode with it either)")
+        return ()
     width = hidden_size * len(p.pooling)
     for s in steps:
         if isinstance(s, DenseLayer):

@@ -57,6 +57,9 @@ def test_supported_acts(act):
     ({"hidden_size": "768"}, ["hidden_size must be a positive integer, not '768'", "restore config.json"]),
     ({"num_attention_heads": 0}, ["num_attention_heads must be a positive integer, not 0"]),
     ({"num_hidden_layers": -1}, ["num_hidden_layers must be a positive integer"]),
+    ({"model_type": "roberta", "pad_token_id": "1"}, ["pad_token_id must be a whole number >= 0, not '1'"]),  # audit
+    ({"pad_token_id": -1}, ["pad_token_id must be a whole number >= 0, not -1"]),
+    ({"pad_token_id": 1.5}, ["pad_token_id must be a whole number >= 0, not 1.5"]),
     ({"vocab_size": True}, ["vocab_size must be a positive integer, not True"]),
     ({"intermediate_size": 3072.5}, ["intermediate_size must be a positive integer"]),
     ({"layer_norm_eps": "1e-12"}, ["layer_norm_eps must be a small positive number"]),

@@ -349,6 +349,8 @@ def _broken(layouts, tmp_path, name, rel, content):
      "sentence_bert_config.json: max_seq_length is -5, below 3 (a text and its special tokens need at least 3 tokens)"),
     ("sentence_bert_config.json", {"max_seq_length": 1},
      "sentence_bert_config.json: max_seq_length is 1, below 3 (a text and its special tokens need at least 3 tokens)"),
+    ("sentence_bert_config.json", {"max_seq_length": 6.5},  # the audit: sentence-transformers fails on it (TypeError)
+     "sentence_bert_config.json: max_seq_length is 6.5, not a whole number of tokens"),
     ("1_Pooling/config.json", [1], "{d}/1_Pooling/config.json is a JSON list, not a JSON object"),
     ("1_Pooling/config.json", {"pooling_mode": 3}, "1_Pooling/config.json: pooling_mode is 3, not a string or list"),
     ("config_sentence_transformers.json", ["a"],
@@ -474,3 +476,23 @@ def test_normalize_embeddings_as_sentence_transformers(layouts, minilm_dir):
                                    _st_encode(st, TEXTS, normalize_embeddings=flag), atol=1e-5, rtol=0)
     with pytest.raises(BertfeatError, match="disagree"):
         enc.encode(TEXTS, normalize=False, normalize_embeddings=True)
+
+
+@pytest.mark.parametrize("keep", [["Transformer"], ["Transformer", "Normalize"]])
+def test_a_modules_json_without_pooling_has_no_own_embedding(layouts, tmp_path, capsys, keep):
+    """Found by the session's own audit: a modules.json listing no Pooling module (sentence-transformers fails on it:
+    KeyError 'sentence_embedding') ran as mean pooling. The own embedding is refused; a pooling the user names runs."""
+    d = tmp_path / "m"
+    shutil.copytree(layouts["bge_cls_normalize"], d)
+    modules = [m for m in json.loads((d / "modules.json").read_text()) if m["type"].rsplit(".", 1)[-1] in keep]
+    (d / "modules.json").write_text(json.dumps(modules))
+    src = tmp_path / "in.csv"
+    src.write_text("text\nhello there\n")
+    assert main(["extract", str(src), "-m", str(d), "-o", str(tmp_path / "o.parquet")]) == 1
+    assert capsys.readouterr().err == (
+        f"Error: the model {d} has no embedding of its own: its modules.json lists no Pooling module, so it defines no "
+        "sentence embedding (sentence-transformers cannot encode with it either) - choose a pooling, e.g. --pooling "
+        "mean\n")
+    assert not (tmp_path / "o.parquet").exists()
+    X = Encoder(d).encode(["hello there"], pooling="mean")  # named: the encoder's states, pooled as asked
+    assert X.shape == (1, Encoder(d).config.hidden_size)
