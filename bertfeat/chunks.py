@@ -51,7 +51,8 @@ def decode_cell(value, what: str) -> tuple[str | None, Reason | None]:
 
 def kind(v) -> str:
     """A JSON-ish name of a value's type, for a reject's words."""
-    return {bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}.get(type(v), type(v).__name__)
+    return {bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}.get(
+        float if isinstance(v, float) else type(v), type(v).__name__)  # a JSONL number (kept.JsonNumber) is a float
 
 
 def id_value(v):

@@ -24,7 +24,7 @@ from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode, size_text, too_large
 from ..textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
-from .kept import convert_json, json_type
+from .kept import JsonNumber, convert_json, json_type
 from .text import TextReader, TooLong, head_of, read_lines, read_wide_lines, split_wide_lines, wide_line_codec
 
 
@@ -328,7 +328,7 @@ def _pairs(pairs: list) -> dict:
 
 def _loads(text: str):
     """json.loads, an object that repeats a key marked (_Repeated)."""
-    return json.loads(text, object_pairs_hook=_pairs)
+    return json.loads(text, object_pairs_hook=_pairs, parse_float=JsonNumber)  # numbers keep their text
 
 
 def _id_kind(v) -> str | None:
@@ -356,7 +356,7 @@ def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
 
 def _json_kind(v) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
-            type(None): "null"}.get(type(v), type(v).__name__)
+            type(None): "null"}.get(float if isinstance(v, float) else type(v), type(v).__name__)  # JsonNumber: float
 
 
 def _line_kind(v) -> str:

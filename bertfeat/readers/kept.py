@@ -161,6 +161,21 @@ def _whose(name: str, given: bool) -> str:
 
 
 # --------------------------------------------------------------------------- JSONL values
+class JsonNumber(float):
+    """A JSON number with a fraction or an exponent (jsonl's parse_float): the float, and ``text``, the number as the
+    line wrote it (1.50, 1e5, 1e400), so that a kept ``str`` column keeps that text and an overflow is seen."""
+
+    text: str
+
+    def __new__(cls, text: str):
+        self = super().__new__(cls, text)
+        self.text = text
+        return self
+
+
+JsonNumber.__name__ = "float"  # a float to every check by kind (json_type, json_kind)
+
+
 def json_type(first_kind: str | None, kinds: set[str]) -> pa.DataType:
     """The type of a JSONL column from the kind of its first value that is not null (``type(v).__name__``) and
     the kinds of the values in the first lines; no value: string. Objects and arrays are refused by the caller."""
@@ -175,9 +190,13 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False) -> t
     if value is None:
         return None, None
     name = str(typ)
-    if given and name == "string" and isinstance(value, (int, float)):
-        return json.dumps(value), None
+    if given and name == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return getattr(value, "text", None) or json.dumps(value), None  # the number as the line wrote it
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and name in ("double", "string") and not math.isfinite(value):  # 1e400: no float64 holds it
+        text = getattr(value, "text", repr(value))
+        return None, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text} is beyond float64's range "
+                                                       f"(give {opt('keep', column + ':str')} to keep its text)")
     if name == "int64" and isinstance(value, int) and not isinstance(value, bool):
         if _INT64_RANGE[0] <= value < _INT64_RANGE[1]:
             return value, None
@@ -201,7 +220,8 @@ def json_kind(v) -> str:
         return "a boolean"
     if isinstance(v, int):
         return "an integer"
-    return {float: "a number", str: "a string", dict: "an object", list: "an array"}.get(type(v), type(v).__name__)
+    return next((w for t, w in ((float, "a number"), (str, "a string"), (dict, "an object"), (list, "an array"))
+                 if isinstance(v, t)), type(v).__name__)
 
 
 # --------------------------------------------------------------------------- Parquet columns
