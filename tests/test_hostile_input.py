@@ -833,3 +833,25 @@ def test_max_field_bytes_is_checked_and_kept_for_a_resume(tmp_path, capsys):
         refused(capsys, src, tmp_path / "o.parquet", f"--max-field-bytes {what} - give bytes, e.g. 4MiB (the default), "
                 "512KiB or 16MiB, up to 1GiB", "--max-field-bytes", value)
     assert manifest_differences({"max_field_bytes": 65536}, {}) == ["max field bytes: 65536 -> 4194304"]
+
+
+# --------------------------------------------------------------------------- the session's own audit: huge headers
+@pytest.mark.parametrize("header", [b"text" + b",x" * 10_000_000, b"text" + b",x" * 100_000, b"text" + b"y" * 12_000_000],
+                         ids=["10M-columns-no-line-end", "100k-columns", "12MB-name"])
+def test_a_huge_csv_header_is_refused_in_bounded_memory(tmp_path, capsys, header):
+    """A 20 MB header line without a line end (10 million columns) grew past 4 GB; 100,000 columns ran for minutes; a
+    12 MB first line is longer than a row may be. Each is one line, before pyarrow parses it."""
+    import resource
+
+    src = tmp_path / "in.csv"
+    src.write_bytes(header + (b"\nhello" + b",1" * (header.count(b",")) if header.count(b",") < 200_000 else b""))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model())
+    assert rc == 1 and err.startswith(f"Error: {src}: ") and err.count("\n") == 1, err
+    assert ("columns, more than 10,000, which bertfeat does not read as a table" in err
+            or "its first line runs past the" in err), err
+    assert err.endswith(" - check it is a CSV / TSV file with a header line, or keep the columns you need (with cut, "
+                        "or as Parquet, whose columns are read apart)\n")
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024  # MiB (ru_maxrss in KiB)
+    assert grown < 400, f"the peak grew by {grown:.0f} MiB"
+    assert not (tmp_path / "o.parquet").exists()

@@ -77,6 +77,28 @@ class CsvReader(TextReader):
         """pyarrow reads this encoding through its Python transcoder (every encoding but UTF-8)."""
         return codecs.lookup(self.encoding).name != "utf-8"
 
+    #: columns a CSV / TSV header may have: pyarrow parses every column of every row, so a header of millions (a
+    #: file that is not a table, or has no line end) took memory and time without bound
+    MAX_COLUMNS = 10_000
+
+    def _head_limit(self) -> int:
+        """The header line is read whole to find the columns: not past what a row may hold (max_field_bytes)."""
+        return max(HEAD_BYTES, 2 * self.max_field_bytes)
+
+    def _check_header_size(self, data: bytes) -> None:
+        """Refuse a header line of more than MAX_COLUMNS columns (counted by delimiters: an upper bound), or one with
+        no line end in the head read (longer than the reader reads to find the columns)."""
+        line = data.split(b"\n", 1)[0].split(b"\r", 1)[0]
+        ends = len(line) < len(data.rstrip(b"\x00"))
+        sep = self.delimiter.encode() if self.encoding.replace("-", "").lower() in ("utf8", "ascii", "latin1") else None
+        columns = line.count(sep) + 1 if sep else None
+        if (columns or 0) > self.MAX_COLUMNS or (not ends and len(data) >= self._head_limit()):
+            what = (f"its header line has {columns:,} columns, more than {self.MAX_COLUMNS:,}" if ends and columns
+                    else f"its first line runs past the {len(data):,} bytes read to find the columns")
+            raise InputError(f"{self.path}: {what}, which bertfeat does not read as a table",
+                             "check it is a CSV / TSV file with a header line, or keep the columns you need (with cut, "
+                             "or as Parquet, whose columns are read apart)")
+
     def _header_names(self, data: bytes) -> list[str]:
         import pyarrow.csv as pcsv
 
@@ -111,6 +133,7 @@ class CsvReader(TextReader):
         option = self._delimiter_option
         if self.fmt == "csv" and option is None:
             self.delimiter = sniff_delimiter(head)  # ';', '|' or tab when the header line has no comma
+        self._check_header_size(head)
         try:
             cols = self._header_names(head)
         except (pa.ArrowException, ValueError):
