@@ -349,6 +349,8 @@ def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, f
     from .specs import local_path
 
     if dest == "-":
+        if isinstance(sys.stdout, _ClosedOutput):  # before the run, not after it
+            sys.stdout.write("")
         return
     path = local_path(dest, "summary JSON", "summary_json", writes=True)
     _check_not_the_runs_own(path, input, output, format, model, cache)
@@ -519,6 +521,27 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+class _ClosedOutput:
+    """sys.stdout when the process started with it closed: writing is one clear error (a command that writes nothing
+    there, as extract -q, runs as usual)."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        raise BertfeatError("standard output is closed (the command was started with >&-), so there is nowhere to "
+                            "write this command's output", "run it with its output going to a file or a pipe, e.g. "
+                            "> out.txt, or to /dev/null to discard it")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError("standard output is closed")
+
+
 def _run_main(argv: list[str] | None = None) -> int:
     """main() without the signal set-up."""
     from .safety import debug_enabled, unexpected, user_error
@@ -527,6 +550,8 @@ def _run_main(argv: list[str] | None = None) -> int:
     _ARGV = list(argv) if argv is not None else None
     _DEBUG = debug_enabled()
     _STOPPED.clear()
+    if sys.stdout is None:  # started with standard output closed (>&-): a command that writes there says so
+        sys.stdout = _ClosedOutput()
     try:
         with _warnings_as_lines():
             rv = app(args=argv, standalone_mode=False, prog_name="bertfeat")

@@ -302,7 +302,7 @@ def _read_meta(path: Path) -> dict:
     text = str(_read_arrays(path, ["meta"])["meta"])
     try:
         meta = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past Python's stack: not bertfeat's
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
         raise not_a_model(path, "its 'meta' entry is not bertfeat's")

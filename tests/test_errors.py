@@ -740,3 +740,31 @@ class TestControlCharactersInNames:
         p = _cli("extract", tmp_path / "a\nb\x1b[31m.csv", "-o", tmp_path / "o.parquet")
         assert (p.returncode, p.stderr) == (1, f"Error: {tmp_path}/a\\nb\\x1b[31m.csv: the pattern matches no file - check "
                                                "the glob pattern (quote it so the shell does not expand it)\n")
+
+
+@pytest.mark.parametrize("argv, rc", [(["info", "--json"], 1), (["tokens", "hello"], 1), (["--version"], 1),
+                                      (["extract", "{src}", "-o", "{out}", "-q"], 0),
+                                      (["extract", "{src}", "-o", "{out}", "-q", "--summary-json", "-"], 1)])
+def test_a_closed_standard_output_is_one_line(tmp_path, argv, rc):
+    """Found by the session's own audit: started with stdout closed (>&-), info --json printed a traceback and
+    --summary-json - the bug line. A command that writes there says so in one line; one that writes nothing runs."""
+    import os
+    import subprocess
+    import sys
+
+    src = tmp_path / "in.csv"
+    src.write_text("text\nhello\n")
+    argv = [a.format(src=src, out=tmp_path / "o.parquet") for a in argv]
+    if "info" in argv or "tokens" in argv or "extract" in argv:
+        argv += ["--model", str(tiny_model())] if argv[0] != "info" else [str(tiny_model())]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    p = subprocess.run([sys.executable, "-m", "bertfeat", *argv], stderr=subprocess.PIPE, text=True, env=env,
+                       preexec_fn=lambda: os.close(1), timeout=120)
+    assert p.returncode == rc, p.stderr
+    if rc:
+        assert p.stderr == ("Error: standard output is closed (the command was started with >&-), so there is nowhere "
+                            "to write this command's output - run it with its output going to a file or a pipe, e.g. > "
+                            "out.txt, or to /dev/null to discard it\n")
+        assert not (tmp_path / "o.parquet").exists()  # --summary-json -: refused before the run
+    else:
+        assert p.stderr == "" and (tmp_path / "o.parquet").is_file()

@@ -507,3 +507,26 @@ def test_verify_passes_over_recorded_files_that_loading_does_not_read(tmp_path, 
     assert (rc, err) == (1, f"Error: the model's files differ from the ones {out} was extracted with (sentence_bert_config"
                             f".json missing; in {model}) - extract the features again with this model, or pass --model "
                             "with the model they came from\n")
+
+
+@pytest.mark.parametrize("raw, why", [
+    (b"[1, 2]", "it is a JSON list, not an object"),
+    (b'{"model": "\xff"}', "it is not UTF-8 text (invalid start byte at byte 11)"),
+    (b"[" * 100_000 + b"]" * 100_000, "its JSON is nested deeper than any provenance"),
+], ids=["list", "not-utf8", "nested"])
+@pytest.mark.parametrize("command", ["verify", "pca fit", "pca transform"])
+def test_a_provenance_that_is_no_object_is_damaged(pristine, tmp_path, capsys, raw, why, command):
+    """Found by the session's own audit: a provenance that is a JSON list passed as none, one that is not UTF-8 or
+    nested 100,000 deep gave the bug line."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(pristine)
+    f = tmp_path / "f.parquet"
+    pq.write_table(t.replace_schema_metadata({b"bertfeat": raw}), f)
+    if command == "pca transform":
+        assert run(capsys, "pca", "fit", pristine, "-n", "2", "-o", tmp_path / "m.npz", "-q")[0] == 0
+    args = {"verify": ["verify", f], "pca fit": ["pca", "fit", f, "-n", "2", "-o", tmp_path / "p.npz"],
+            "pca transform": ["pca", "transform", f, "--pca-model", tmp_path / "m.npz", "-o", tmp_path / "r.parquet"]
+            }[command]
+    rc, _, err = run(capsys, *args)
+    assert (rc, err) == (1, f"Error: the provenance of {f} is damaged or not bertfeat's: {why} - {DAMAGED_FIX}\n")

@@ -121,10 +121,13 @@ def parse_metadata(path: Path, text: str | None) -> dict:
         meta = json.loads(text)
     except json.JSONDecodeError as e:
         raise BertfeatError(f"the bertfeat metadata of {path} is not valid JSON ({e})", "re-extract the features") from None
+    except RecursionError:  # arrays nested past Python's stack: no provenance bertfeat writes
+        raise damaged_provenance(path, "its JSON is nested deeper than any provenance") from None
     if not isinstance(meta, dict):
-        return {}
+        raise damaged_provenance(path, f"it is a JSON {type(meta).__name__.replace('dict', 'object')}, not an object")
     check_provenance(path, meta)
     return meta
+
 
 
 # ----------------------------------------------------------------------------------------

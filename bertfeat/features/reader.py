@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import FeatureSource, missing_file_error, parse_metadata
+from .base import FeatureSource, damaged_provenance, missing_file_error, parse_metadata
 from .registry import file_format
 
 
@@ -25,11 +25,19 @@ def read_feature_metadata(path: str | os.PathLike) -> dict:
     if path.is_dir():
         run = path / DIRECTORY_PROVENANCE
         if run.is_file():
-            return parse_metadata(run, run.read_text(encoding="utf-8"))
+            return parse_metadata(run, _text(run, lambda: run.read_text(encoding="utf-8")))
         return read_feature_metadata(feature_files(path)[0])
     if not path.is_file():
         raise missing_file_error(path)
-    return parse_metadata(path, file_format(path).read_metadata_text(path))
+    return parse_metadata(path, _text(path, lambda: file_format(path).read_metadata_text(path)))
+
+
+def _text(path: Path, read) -> str | None:
+    """The provenance's text: bytes that are not UTF-8 are a damaged provenance (it is written as UTF-8 JSON)."""
+    try:
+        return read()
+    except UnicodeDecodeError as e:
+        raise damaged_provenance(path, f"it is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 #: the run's provenance in a Dask output directory (written last, beside the parts)
