@@ -205,6 +205,9 @@ def check_input_path(path, what: str = "the input path") -> None:
 
 #: a URL's scheme and its slashes (s3://, file:///, memory://; also as pathlib keeps it, with one slash: s3:/bucket)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(/+)")
+#: schemes pyarrow and fsspec take for a URI even without slashes (file:out.parquet): refused as URLs too
+_BARE_SCHEME = re.compile(r"^(file|s3|s3a|gs|gcs|hdfs|viewfs|abfs|abfss|az|adl|http|https|ftp|sftp|memory|zip|tar|"
+                          r"github|hf):(?!/)", re.I)
 #: a Windows drive or network path (C:\\data, C:/data, \\\\server\\share); on POSIX, part of a relative file name
 _WINDOWS = re.compile(r"^(?:[A-Za-z]:[\\/]|\\\\)")
 
@@ -223,6 +226,9 @@ def not_local(path) -> tuple[str, str | None] | None:
     if m:
         scheme = m.group(1).lower()
         return ("file", "/" + text[m.end():]) if scheme == "file" else ("url", None)
+    m = _BARE_SCHEME.match(text)
+    if m and not os.path.lexists(text):  # an existing file of that name is local: bertfeat reads it as a path
+        return ("file", text[m.end():]) if m.group(1).lower() == "file" else ("url", None)
     if os.name != "nt" and _WINDOWS.match(text):
         return "windows", None
     if text.startswith("~"):

@@ -23,7 +23,7 @@ import pytest
 
 import bertfeat
 import bertfeat.progress
-from bertfeat.errors import InputError, render
+from bertfeat.errors import BertfeatError, InputError, render
 from bertfeat.readers import open_input, resolve_files
 from bertfeat.readers.text import split_wide_lines, wide_unicode
 from bertfeat.rejects import Reason, RejectCode, fix_for
@@ -855,3 +855,25 @@ def test_a_huge_csv_header_is_refused_in_bounded_memory(tmp_path, capsys, header
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024  # MiB (ru_maxrss in KiB)
     assert grown < 400, f"the peak grew by {grown:.0f} MiB"
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_more_of_the_sessions_audit(tmp_path, capsys):
+    """Found by the session's own audit: a header naming one column 3,000 times printed a 17,000-character line;
+    -o file:out.parquet (no slashes) gave the bug line; report --probe at a named pipe said 'not found'."""
+    src = tmp_path / "in.csv"
+    src.write_text("text," + ",".join(["x"] * 3000) + "\nhello," + ",".join(["1"] * 3000) + "\n")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model())
+    assert rc == 1 and err == (f"Error: {src}: the column name 'x' appears 3000 times in the header line (columns 2, 3, "
+                               "4, 5, 6, ... and 3001) - rename the columns so that every name is unique\n")
+    good = write_csv(tmp_path / "g.csv", ["text"], [["hello"]])
+    rc, _, err = run(capsys, "extract", good, "-o", "file:out.parquet", "--model", tiny_model())
+    assert rc == 1 and err.startswith("Error: the output file:out.parquet is a file:// URL, not a path - "), err
+    assert not list(tmp_path.glob("file*")) and not Path("file:out.parquet").exists()
+    fifo = tmp_path / "f.parquet"
+    os.mkfifo(fifo)
+    from bertfeat.features import read_feature_metadata  # what report --probe reads first
+
+    with pytest.raises(BertfeatError) as e:
+        read_feature_metadata(fifo)
+    assert e.value.message == (f"{fifo} is a named pipe (FIFO), not a feature file - write the features to a regular "
+                               "file (`bertfeat extract ... -o FILE`) and pass that")

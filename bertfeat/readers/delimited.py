@@ -170,7 +170,8 @@ class CsvReader(TextReader):
         for name in dict.fromkeys(c for c in cols if c.strip()):
             at = [i + 1 for i, c in enumerate(cols) if c == name]
             if len(at) > 1:
-                where = ", ".join(map(str, at[:-1])) + f" and {at[-1]}"
+                where = (", ".join(map(str, at[:-1])) + f" and {at[-1]}" if len(at) <= 6  # one line, however many
+                         else ", ".join(map(str, at[:5])) + f", ... and {at[-1]}")
                 raise InputError(f"{self.name}: the column name {name!r} appears {len(at)} times in the header line "
                                  f"(columns {where})", "rename the columns so that every name is unique")
 
