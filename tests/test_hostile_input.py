@@ -877,3 +877,14 @@ def test_more_of_the_sessions_audit(tmp_path, capsys):
         read_feature_metadata(fifo)
     assert e.value.message == (f"{fifo} is a named pipe (FIFO), not a feature file - write the features to a regular "
                                "file (`bertfeat extract ... -o FILE`) and pass that")
+
+
+def test_a_jsonl_whose_only_line_is_too_long_is_not_called_empty(tmp_path, capsys):
+    """Found by the session's own audit (5.19): a 14 MB object of a million keys on one line was 'the file is empty
+    (blank lines only)'."""
+    src = tmp_path / "big.jsonl"
+    src.write_text(json.dumps({"text": "hello", **{f"k{i}": i for i in range(1_000_000)}}) + "\n")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model())
+    assert (rc, err) == (1, f"Error: {src}: its first 1 line(s) are each longer than a row may be (8,388,608 bytes, "
+                            "twice --max-field-bytes), so no column can be read from them - raise --max-field-bytes, "
+                            "or check it is JSONL with one object per line\n")

@@ -167,6 +167,11 @@ class JsonlReader(TextReader):
                              'bertfeat reads JSONL with one JSON object per line ({"text": ...}); if the '
                              f"file is CSV or TSV, pass {opt('input_format', 'csv')} (or tsv)")
         if not self._json_types and other is None and not any(line.strip() for line in lines):
+            if self._head_skipped:  # every line read was longer than a row may be: not an empty file
+                raise InputError(f"{self.name}: its first {self._head_skipped:,} line(s) are each longer than a "
+                                 f"row may be ({self._head_limit():,} bytes, twice {opt('max_field_bytes')}), so no "
+                                 "column can be read from them",
+                                 f"raise {opt('max_field_bytes')}, or check it is JSONL with one object per line")
             raise InputError(f"{self.name}: the file is empty (blank lines only)" if len(head) < HEAD_BYTES
                              else f"{self.name}: its first {len(head):,} bytes are blank lines",
                              'give one JSON object per line ({"text": ...})')
