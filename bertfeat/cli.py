@@ -497,10 +497,24 @@ def _terminate_as_interrupt():
         return None
 
     def on_term(signum, frame):
+        if _in_finalizer(frame):  # an exception raised in a __del__ is ignored, and the run went on to the end
+            import os
+
+            threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()  # delivered again, outside it
+            return
         _STOPPED["stop"] = e = Terminated()
         raise e
 
     return signal.signal(signal.SIGTERM, on_term)
+
+
+def _in_finalizer(frame) -> bool:
+    """Whether the interrupted code runs inside a __del__ (garbage collection of, e.g., a ParquetWriter)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:

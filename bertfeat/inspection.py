@@ -22,9 +22,14 @@ def model_info(model: str | None = None) -> dict:
     """Config, parameter count, default pooling, max length and where the model was found (``path``; the encoder's
     files in ``encoder_files``: the same folder, or the Transformer folder of an older sentence-transformers layout)."""
     from .encoder import Encoder
+    from .errors import BertfeatError
 
     enc = Encoder(model)
     w = enc.weights
+    try:
+        own = enc.spec()
+    except BertfeatError as e:  # a modules.json without a Pooling: the model has no embedding of its own
+        own = e
     return {
         "model_id": enc.model_id,
         "path": str(enc.location.path),
@@ -36,8 +41,8 @@ def model_info(model: str | None = None) -> dict:
         "mlm_head": "yes" if w.mlm is not None else "no",
         "model_type": enc.config.model_type,
         "family": enc.config.family,
-        "embedding": enc.describe(enc.spec()),
-        "embedding_dim": enc.output_dim(enc.spec()),
+        "embedding": own.what if isinstance(own, BertfeatError) else enc.describe(own),
+        "embedding_dim": None if isinstance(own, BertfeatError) else enc.output_dim(own),
         "default_pooling": f"{enc.default_pooling} ({enc.pooling_source})",
         "prompts": enc.prompts or "none",
         "default_prompt_name": enc.pipeline.default_prompt_name,

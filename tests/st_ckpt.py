@@ -196,7 +196,7 @@ def older_layout(src, dst, *, sub: str = "0_Transformer") -> Path:
     sentence_bert_config.json) moved into ``sub``, which modules.json names for the Transformer module
     (type sentence_transformers.models.Transformer); modules.json, config_sentence_transformers.json and the other
     module folders (1_Pooling, 2_Dense, ...) stay at the top. A plain checkpoint gets a modules.json with the
-    Transformer alone."""
+    Transformer and a mean Pooling in 1_Pooling/."""
     d = Path(dst)
     shutil.copytree(src, d)
     (d / sub).mkdir()
@@ -204,7 +204,15 @@ def older_layout(src, dst, *, sub: str = "0_Transformer") -> Path:
         if f.is_file() and f.name not in _OLDER_LAYOUT_TOP:
             f.rename(d / sub / f.name)
     mods_file = d / "modules.json"
-    mods = json.loads(mods_file.read_text()) if mods_file.is_file() else [{"idx": 0, "name": "0"}]
+    if mods_file.is_file():
+        mods = json.loads(mods_file.read_text())
+    else:  # a plain checkpoint: the Transformer and a mean Pooling (without a Pooling there is no sentence embedding)
+        hidden = json.loads((d / sub / "config.json").read_text())["hidden_size"]
+        (d / "1_Pooling").mkdir()
+        (d / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": hidden,
+                                                                 "pooling_mode_mean_tokens": True}))
+        mods = [{"idx": 0, "name": "0"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
     mods[0].update(path=sub, type="sentence_transformers.models.Transformer")
     mods_file.write_text(json.dumps(mods, indent=2) + "\n")
     return d

@@ -496,3 +496,16 @@ def test_a_modules_json_without_pooling_has_no_own_embedding(layouts, tmp_path, 
     assert not (tmp_path / "o.parquet").exists()
     X = Encoder(d).encode(["hello there"], pooling="mean")  # named: the encoder's states, pooled as asked
     assert X.shape == (1, Encoder(d).config.hidden_size)
+
+
+def test_info_on_a_model_without_its_own_embedding(layouts, tmp_path, capsys):
+    """info still describes a folder whose modules.json lists no Pooling: its embedding is said to be none."""
+    d = tmp_path / "m"
+    shutil.copytree(layouts["bge_cls_normalize"], d)
+    modules = [m for m in json.loads((d / "modules.json").read_text()) if m["type"].endswith("Transformer")]
+    (d / "modules.json").write_text(json.dumps(modules))
+    assert main(["info", str(d), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["embedding"].startswith(f"the model {d} has no embedding of its own: its modules.json lists no Pooling")
+    assert info["embedding_dim"] is None
+    assert main(["info", str(d)]) == 0
