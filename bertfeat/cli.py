@@ -151,7 +151,7 @@ def extract(
         raise BertfeatError("--estimate-rows applies to --estimate", "add --estimate, or drop --estimate-rows")
     if summary_json is not None:
         check_summary_json(summary_json, input, overwrite, output=output, format=format, model=model,
-                           cache=False if no_cache else cache)
+                           cache=False if no_cache else cache, pca_model=pca_model)
 
     try:
         with _dask_logs_routed(engine):
@@ -338,7 +338,7 @@ SUMMARY_KIND = "bertfeat-summary"
 
 
 def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, format=None, model=None,
-                       cache=None) -> None:
+                       cache=None, pca_model=None) -> None:
     """--summary-json FILE, before the run: not the input, not a directory, none of the run's own files (the output
     and the files named after it, the model's, the cache's); an existing file that is not an earlier summary needs
     --overwrite (a summary is replaced on every run: it is the run's log)."""
@@ -353,7 +353,7 @@ def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, f
             sys.stdout.write("")
         return
     path = local_path(dest, "summary JSON", "summary_json", writes=True)
-    _check_not_the_runs_own(path, input, output, format, model, cache)
+    _check_not_the_runs_own(path, input, output, format, model, cache, pca_model)
     earlier = False
     if path.is_file():
         try:
@@ -364,7 +364,7 @@ def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, f
                   options={"summary JSON": "summary_json"})
 
 
-def _check_not_the_runs_own(path, input: str, output, format, model, cache) -> None:
+def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_model=None) -> None:
     """The summary JSON must not be a file the run writes or reads: the output or a file named after it (its
     rejects, PCA model and report, temporaries, lock), a file of the model folder or of the vector cache."""
     import os
@@ -378,7 +378,8 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache) -> N
     owners = []
     if out is not None:
         o = Path(os.path.realpath(out))
-        if where.parent == o.parent and where.name.lstrip(".").startswith(o.name):
+        named_after = (o.name, o.with_suffix("").name + ".pca")  # its side files; its PCA model and report
+        if where.parent == o.parent and where.name.lstrip(".").startswith(named_after):
             owners.append(f"the output {out} (or a file named after it)")
         if where == o or o in where.parents:
             owners.append(f"the output {out}")
@@ -386,6 +387,8 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache) -> N
     for what, d in (("the model folder", model), ("the vector cache", cache_dir)):
         if d and Path(d).is_dir() and Path(os.path.realpath(d)) in where.parents:
             owners.append(f"{what} {d}")
+    if pca_model is not None and where == Path(os.path.realpath(pca_model)):
+        owners.append(f"the PCA model {pca_model}")
     if owners:
         raise BertfeatError(f"the summary JSON {path} would be written over {owners[0]}",
                             "give --summary-json a file of its own, e.g. run.json beside the output")

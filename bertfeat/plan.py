@@ -616,6 +616,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     check_name_lengths(outs + [("partial directory", layout.partial)])
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
     partial = layout.partial
+    check_partial_is_ours(partial)
     if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)
         from .jobcore import PARTIAL_MANIFESTS
 
@@ -627,6 +628,23 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
             return  # resume continues it (and may rewrite an output its interrupted finish left); overwrite starts over
         raise partial_run_error(partial, stdin=input == "-")
     check_overwrite(outs, overwrite)
+
+
+def check_partial_is_ours(partial: Path) -> None:
+    """OUTPUT.partial is bertfeat's working directory, removed by --overwrite and at the end: a file there, or a
+    folder holding anything but a run's manifest, parts and temporaries, is the user's and is never deleted."""
+    from .jobcore import PARTIAL_MANIFESTS
+    from .safety import OutputError
+
+    if not (partial.exists() or partial.is_symlink()):
+        return
+    if partial.is_dir() and not partial.is_symlink():
+        names = [q.name for q in partial.iterdir()]
+        if not names or any(n in PARTIAL_MANIFESTS.values() for n in names) or all(n.startswith(".") for n in names):
+            return  # a run's (a killed one's before its manifest: only temporaries)
+    raise OutputError(f"{partial} exists and is not a bertfeat partial run (bertfeat works there while it writes "
+                      f"{partial.with_name(partial.name[:-len('.partial')])}, and deletes it)",
+                      "move or rename it, or write the output under another name")
 
 
 def check_name_lengths(outputs: list[tuple[str, Path]]) -> None:

@@ -888,3 +888,25 @@ def test_a_jsonl_whose_only_line_is_too_long_is_not_called_empty(tmp_path, capsy
     assert (rc, err) == (1, f"Error: {src}: its first 1 line(s) are each longer than a row may be (8,388,608 bytes, "
                             "twice --max-field-bytes), so no column can be read from them - raise --max-field-bytes, "
                             "or check it is JSONL with one object per line\n")
+
+
+def test_wide_inputs_list_their_columns_in_one_short_line(tmp_path, capsys):
+    """The session's own audit (7.42, 7.44, 5.47): a 3,000-column CSV or a 100,000-character name made a 38,000- /
+    100,000-character error line; a 60,000-column Parquet took minutes (a quadratic duplicate check)."""
+    import time
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "in.csv"
+    src.write_text("text," + ",".join(f"column_{i}" for i in range(3000)) + "," + "n" * 100_000 + "\nhello"
+                   + ",1" * 3001 + "\n")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--text-column", "nope")
+    assert rc == 1 and err.count("\n") == 1 and len(err) < 1000, len(err)
+    assert err.endswith(f"columns are: text, {', '.join(f'column_{i}' for i in range(29))}, ... (2,972 more)\n"), err
+    wide = tmp_path / "w.parquet"
+    pq.write_table(pa.table({"text": ["hello"], **{f"c{i}": [i] for i in range(60_000)}}), wide)
+    t0 = time.perf_counter()
+    rc, _, err = run(capsys, "extract", wide, "-o", tmp_path / "w.out.parquet", "--model", tiny_model(), "-q")
+    assert rc == 0, err
+    print(f"60,000-column Parquet: {time.perf_counter() - t0:.1f} s")

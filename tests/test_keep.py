@@ -689,3 +689,11 @@ def test_an_id_column_of_such_a_type_in_a_csv_or_npy_output(typed_input, tmp_pat
         assert list(ids) == [v for v in want if v is not None], fmt  # (a null id is a bad row)
         rc, _, err = run(capsys, "pca", "fit", out, "-n", "1", "-o", tmp_path / f"p{fmt}.npz", "-q")
         assert rc == 0, err
+
+
+def test_a_jsonl_boolean_kept_as_str_is_its_json_text(tmp_path):
+    """The session's own audit (3.53): `--keep v:str` on true / false was refused (the docs: kept as its JSON text)."""
+    src = tmp_path / "b.jsonl"
+    src.write_text('{"text": "a", "v": true}\n{"text": "b", "v": false}\n{"text": "c", "v": "x"}\n')
+    bertfeat.extract(src, tmp_path / "s.parquet", model=tiny_model(), keep="v:str")
+    assert pq.read_table(tmp_path / "s.parquet").column("v").to_pylist() == ["true", "false", "x"]

@@ -158,3 +158,24 @@ class TestOutputsThatNameADirectory:
             with pytest.raises(Exception) as e:
                 make_plan(str(src), given, model=str(tiny_model()), engine="dask")
             assert str(e.value) == f"the output {given} {why} - pass output with a file name, e.g. output='{given}/features.parquet'"
+
+
+@pytest.mark.parametrize("flag", [[], ["--overwrite"], ["--resume"]])
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_a_users_own_partial_directory_is_never_deleted(tmp_path, capsys, flag, kind):
+    """Found by the session's own audit (2.38, 2.39): the user's folder at OUTPUT.partial (no bertfeat manifest in
+    it) was deleted by --overwrite and by --resume."""
+    from extract_util import run, tiny_model, write_csv
+
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a text"], ["another"]])
+    partial = tmp_path / "out.parquet.partial"
+    if kind == "folder":
+        partial.mkdir()
+        (partial / "my-notes.txt").write_text("mine\n")
+    else:
+        partial.write_text("mine\n")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "out.parquet", "--model", tiny_model(), *flag)
+    assert (rc, err) == (1, f"Error: {partial} exists and is not a bertfeat partial run (bertfeat works there while "
+                            f"it writes {tmp_path / 'out.parquet'}, and deletes it) - move or rename it, or write the "
+                            "output under another name\n")
+    assert (partial / "my-notes.txt" if kind == "folder" else partial).read_text() == "mine\n"

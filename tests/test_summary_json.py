@@ -96,7 +96,7 @@ def test_a_cached_rerun_reports_no_encode_throughput(tmp_path, capsys):
                                                "not counted)")
 
 
-@pytest.mark.parametrize("target", ["output", "rejects", "pca_model", "model_file", "cache_db"])
+@pytest.mark.parametrize("target", ["output", "rejects", "pca_model", "model_file", "cache_db", "pca_report"])
 def test_summary_json_never_names_the_runs_own_files(tmp_path, capsys, target):
     """Found by the session's own audit: --summary-json naming the output, its rejects file, the model's own
     config or the cache's database (with --overwrite) was written over them."""
@@ -107,7 +107,8 @@ def test_summary_json_never_names_the_runs_own_files(tmp_path, capsys, target):
     shutil.copytree(tiny_model(), model)
     out, cache = tmp_path / "o.csv", tmp_path / "cache"
     dest = {"output": out, "rejects": tmp_path / "o.csv.rejects.csv", "pca_model": tmp_path / "o.csv.pca.npz",
-            "model_file": model / "config.json", "cache_db": cache / "vectors.sqlite3"}[target]
+            "model_file": model / "config.json", "cache_db": cache / "vectors.sqlite3",
+            "pca_report": tmp_path / "o.pca.report.md"}[target]
     cache.mkdir()
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     rc, _, err = run(capsys, "extract", src, "-o", out, "--model", model, "--cache", cache, "--summary-json", dest,
@@ -115,3 +116,15 @@ def test_summary_json_never_names_the_runs_own_files(tmp_path, capsys, target):
     assert rc == 1 and err.startswith(f"Error: the summary JSON {dest} would be written over ") and err.endswith(
         " - give --summary-json a file of its own, e.g. run.json beside the output\n"), err
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
+
+
+def test_summary_json_is_not_the_pca_model_it_applies(tmp_path, capsys):
+    """Found by the session's own audit (2.37): --summary-json naming --pca-model's file, with --overwrite."""
+    src = corpus(tmp_path / "c.csv")
+    assert run(capsys, "extract", src, "-o", tmp_path / "a.parquet", "--model", tiny_model(), "--pca", 2, "-q")[0] == 0
+    model = tmp_path / "a.pca.npz"
+    before = model.read_bytes()
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "b.parquet", "--model", tiny_model(), "--pca-model", model,
+                     "--summary-json", model, "--overwrite")
+    assert rc == 1 and err.startswith(f"Error: the summary JSON {model} would be written over the PCA model {model}"), err
+    assert model.read_bytes() == before

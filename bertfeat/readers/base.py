@@ -266,9 +266,19 @@ class Reader:
         return {"path": self.path, "format": self.fmt, "files": files}
 
 
+#: a message lists this many column names at most, each cut to NAME_CHARS characters: one line however wide the file
+LISTED_COLUMNS, NAME_CHARS = 30, 60
+
+
 def listing(cols: list[str]) -> str:
-    """Column names for a message, comma-separated (quoted when blank, padded or holding a comma); 'none' for none."""
-    return ", ".join(repr(c) if (not c or c != c.strip() or "," in c) else c for c in cols) or "none"
+    """Column names for a message, comma-separated (quoted when blank, padded or holding a comma); 'none' for none.
+    At most LISTED_COLUMNS of them, each at most NAME_CHARS characters ("..." marks a cut)."""
+    def shown(c: str) -> str:
+        c = c if len(c) <= NAME_CHARS else c[:NAME_CHARS - 3] + "..."
+        return repr(c) if (not c or c != c.strip() or "," in c) else c
+
+    more = f", ... ({len(cols) - LISTED_COLUMNS:,} more)" if len(cols) > LISTED_COLUMNS else ""
+    return (", ".join(shown(c) for c in cols[:LISTED_COLUMNS]) + more) or "none"
 
 
 _STDIN_FIX = ("pipe the input into bertfeat (e.g. cat in.csv | bertfeat extract - --input-format csv -o out.parquet), "

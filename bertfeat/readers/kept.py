@@ -190,7 +190,7 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False) -> t
     if value is None:
         return None, None
     name = str(typ)
-    if given and name == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if given and name == "string" and isinstance(value, (int, float)):  # a boolean too: true / false
         return getattr(value, "text", None) or json.dumps(value), None  # the number as the line wrote it
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if number and name in ("double", "string") and not math.isfinite(value):  # 1e400: no float64 holds it
