@@ -77,7 +77,9 @@ def _local_glob(path: str, fmt: str) -> tuple[list[str], int]:
     import glob as globmod
 
     root = _glob_root(path)
-    found = sorted(p for p in map(Path, globmod.glob(path, recursive=True)) if p.is_file())
+    matched = sorted(map(Path, globmod.glob(path, recursive=True)))
+    _refuse_special(matched, path)
+    found = [p for p in matched if p.is_file()]
     files = [os.path.abspath(p) for p in found if is_listed(p.parts[root:])]
     if fmt == "parquet":
         files = [f for f in files if not is_bertfeat_output(f)]
@@ -86,10 +88,26 @@ def _local_glob(path: str, fmt: str) -> tuple[list[str], int]:
 
 def _local_dir(p: Path) -> tuple[list[str], int]:
     """The .parquet files under a local directory that are input, sorted and absolute, and how many it left out."""
-    found = sorted(f for f in p.rglob("*.parquet") if f.is_file())
+    matched = sorted(p.rglob("*.parquet"))
+    _refuse_special(matched, str(p))
+    found = [f for f in matched if f.is_file()]
     files = [os.path.abspath(f) for f in found if is_listed(f.relative_to(p).parts, (".", "_"))]
     files = [f for f in files if not is_bertfeat_output(f)]
     return files, len(found) - len(files)
+
+
+def _refuse_special(matched: list[Path], pattern: str) -> None:
+    """A named pipe, socket or device among the matches is refused, not skipped (named alone it is refused too; a
+    FIFO is never opened: reading one waits for a writer)."""
+    for p in matched:
+        try:
+            mode = os.stat(p).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device")
+            raise InputError(f"{p} (matched by {pattern}) is {kind}, not a file",
+                             "move it out of the folder, or narrow the pattern to the data files")
 
 
 def _left_out(n: int, prefixes: str = ".") -> str:
