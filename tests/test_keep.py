@@ -518,18 +518,19 @@ def test_a_jsonl_number_kept_as_str_keeps_its_text_and_an_overflow_is_a_bad_row(
     """Found by the session's own audit: `--keep v:str` on JSONL numbers wrote 1.50 as "1.5" and 1e5 as "100000.0",
     and 1e400 (no float64 holds it) was kept as infinity without a word."""
     lines = ['{"text": "a", "v": 1.50}', '{"text": "b", "v": 1e5}', '{"text": "c", "v": 1e400}',
-             '{"text": "d", "v": -0.0}', '{"text": "e", "v": 12}']
+             '{"text": "d", "v": -0.0}', '{"text": "e", "v": 12}', '{"text": "f", "v": -0}']
     src = tmp_path / "j.jsonl"
     src.write_text("\n".join(lines) + "\n")
     bertfeat.extract(src, tmp_path / "s.parquet", model=tiny_model(), keep="v:str")
-    assert pq.read_table(tmp_path / "s.parquet").column("v").to_pylist() == ["1.50", "1e5", "1e400", "-0.0", "12"]
+    assert pq.read_table(tmp_path / "s.parquet").column("v").to_pylist() == ["1.50", "1e5", "1e400", "-0.0", "12",
+                                                                          "-0"]  # -0: the audit's 3.51
     with pytest.raises(BertfeatError) as e:
         bertfeat.extract(src, tmp_path / "d.parquet", model=tiny_model(), keep="v")
     assert e.value.message.startswith(f"{src} row 2: kept column 'v': 1e400 is beyond float64's range (give "
                                       "keep='v:str' to keep its text)")
     s = bertfeat.extract(src, tmp_path / "k.parquet", model=tiny_model(), keep="v", on_bad_row="skip")
     assert s.rows_rejected == 1
-    assert pq.read_table(tmp_path / "k.parquet").column("v").to_pylist() == [1.5, 100000.0, -0.0, 12.0]
+    assert pq.read_table(tmp_path / "k.parquet").column("v").to_pylist() == [1.5, 100000.0, -0.0, 12.0, 0.0]
 
 
 def test_a_given_type_on_jsonl_and_parquet(tmp_path):

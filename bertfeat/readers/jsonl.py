@@ -24,7 +24,7 @@ from ..errors import InputError, one_line, opt
 from ..rejects import Reason, RejectCode, size_text, too_large
 from ..textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
-from .kept import JsonNumber, convert_json, json_type
+from .kept import JsonNumber, convert_json, json_int, json_type
 from .text import TextReader, TooLong, head_of, read_lines, read_wide_lines, split_wide_lines, wide_line_codec
 
 
@@ -333,7 +333,7 @@ def _pairs(pairs: list) -> dict:
 
 def _loads(text: str):
     """json.loads, an object that repeats a key marked (_Repeated)."""
-    return json.loads(text, object_pairs_hook=_pairs, parse_float=JsonNumber)  # numbers keep their text
+    return json.loads(text, object_pairs_hook=_pairs, parse_float=JsonNumber, parse_int=json_int)  # as written
 
 
 def _id_kind(v) -> str | None:

@@ -176,6 +176,20 @@ class JsonNumber(float):
 JsonNumber.__name__ = "float"  # a float to every check by kind (json_type, json_kind)
 
 
+class JsonNegativeZero(int):
+    """JSON's -0 (jsonl's parse_int): the integer 0, and ``text`` "-0", kept by a ``str`` column as written."""
+
+    text = "-0"
+
+
+JsonNegativeZero.__name__ = "int"
+
+
+def json_int(text: str) -> int:
+    """json.loads' parse_int: an int, but -0 keeps its sign's text (JsonNegativeZero)."""
+    return JsonNegativeZero(0) if text.lstrip("-") == "0" and text.startswith("-") else int(text)
+
+
 def json_type(first_kind: str | None, kinds: set[str]) -> pa.DataType:
     """The type of a JSONL column from the kind of its first value that is not null (``type(v).__name__``) and
     the kinds of the values in the first lines; no value: string. Objects and arrays are refused by the caller."""
