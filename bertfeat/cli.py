@@ -371,7 +371,7 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_
     from pathlib import Path
 
     from .plan import default_output
-    from .vcache import ENV
+    from .vcache import resolve_cache
 
     where = Path(os.path.realpath(path))
     out = Path(output) if output is not None else (default_output(input, format or "parquet") if input != "-" else None)
@@ -383,7 +383,7 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_
             owners.append(f"the output {out} (or a file named after it)")
         if where == o or o in where.parents:
             owners.append(f"the output {out}")
-    cache_dir = cache if isinstance(cache, str) and cache else (os.environ.get(ENV) if cache is None else None)
+    cache_dir = resolve_cache(cache)  # as extract resolves it: the option, else BERTFEAT_CACHE; False: none
     for what, d in (("the model folder", model), ("the vector cache", cache_dir)):
         if d and Path(d).is_dir() and Path(os.path.realpath(d)) in where.parents:
             owners.append(f"{what} {d}")

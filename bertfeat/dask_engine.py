@@ -619,12 +619,12 @@ class DaskRun:
 def check_cache(plan, encoder, spec) -> tuple[str, dict]:
     """The cache opened once on the client before any task (a damaged or unwritable cache is refused here, once):
     -> (fingerprint, settings) for the workers."""
-    from .vcache import cache_fingerprint, open_cache
+    from .vcache import cache_fingerprint, open_cache, register_spec
 
     cache_id = cache_fingerprint(encoder, spec)
     store = open_cache(plan.cache)
     try:
-        store.register(cache_id[0], encoder.model_id, encoder.output_dim(spec), cache_id[1])
+        register_spec(store, encoder, spec, cache_id)
     finally:
         store.close()
     return cache_id

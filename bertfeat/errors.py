@@ -101,6 +101,14 @@ class BertfeatError(ValueError):
         return visible(f"{what} - {fix}" if fix else what)
 
 
+def special_file_kind(mode: int) -> str:
+    """What a file that is neither a regular file nor a directory is, in words (from ``os.stat``'s mode)."""
+    import stat
+
+    return ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
+
+
 def one_line(e: BaseException | str, limit: int = 200) -> str:
     """An exception's text (or any text) on one line, at most ``limit`` characters ("..." marks a cut); the
     exception's type name when its text is empty. For the part of a message that quotes a library's error."""

@@ -274,12 +274,11 @@ def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, c
     dim = encoder.output_dim(spec)
     if cache_dir is None:
         return Reuser(dim, spill_dir=spill_dir, budget=budget)
-    from .vcache import cache_fingerprint, open_cache
+    from .vcache import open_cache, register_spec
 
-    fp, settings = cache_id or cache_fingerprint(encoder, spec)
     store = open_cache(cache_dir)
     try:
-        fid = store.register(fp, encoder.model_id, dim, settings)
+        fid = register_spec(store, encoder, spec, cache_id)
     except BaseException:
         store.close()
         raise

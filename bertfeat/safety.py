@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .errors import BertfeatError, one_line, opt
+from .errors import BertfeatError, one_line, opt, special_file_kind
 
 DEBUG_ENV = "BERTFEAT_DEBUG"
 BUG_FIX = f"this is a bug in bertfeat: rerun as `bertfeat --debug COMMAND ...` (or with {DEBUG_ENV}=1) to see the traceback and report it"
@@ -212,9 +212,8 @@ def not_a_regular_file(path: Path, mode: int, what: str = "file") -> BertfeatErr
     """An input that exists but is no regular file: a directory, a named pipe (FIFO), a socket or a device."""
     if stat.S_ISDIR(mode):
         return BertfeatError(f"{path} is a directory, not a {what}", f"pass the path of a {what}, not of a directory")
-    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
-    return BertfeatError(f"{path} is {kind}, not a {what}", "write the data to a regular file first and pass that")
+    return BertfeatError(f"{path} is {special_file_kind(mode)}, not a {what}",
+                         "write the data to a regular file first and pass that")
 
 
 def check_array_file(path: str | os.PathLike, what: str = "file") -> None:

@@ -272,12 +272,12 @@ def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar) ->
     own fingerprint, the rows any set misses encoded in groups that give each set exactly extract's vectors
     (encoder.exact_groups), and stored for the sets that missed them. -> (vectors per set, counts)."""
     from .encoder import exact_groups
-    from .vcache import cache_fingerprint, open_cache, text_key
+    from .vcache import open_cache, register_spec, text_key
 
     keys = [text_key(chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i]) for i in todo]
     store = open_cache(cache)
     try:
-        fids = [store.register(*_fid_args(enc, s.spec, cache_fingerprint)) for s in chosen]
+        fids = [register_spec(store, enc, s.spec) for s in chosen]
         found = [store.get(fid, keys) for fid in fids]
         missing = [j for j, k in enumerate(keys) if any(k not in f for f in found)]
         tell(f"{len(keys) - len(missing):,} of {len(keys):,} rows in the cache {cache} for every set; encoding "
@@ -300,11 +300,6 @@ def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar) ->
     finally:
         store.close()
     return outs, {"rows_encoded": len(missing), "rows_cached": len(keys) - len(missing), "cache": str(cache)}
-
-
-def _fid_args(enc, spec, cache_fingerprint) -> tuple:
-    fp, settings = cache_fingerprint(enc, spec)
-    return fp, enc.model_id, enc.output_dim(spec), settings
 
 
 def _misses(found: dict, keys: list, missing: list[int]) -> bool:

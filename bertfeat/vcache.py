@@ -159,6 +159,12 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     return hashlib.sha256(blob).hexdigest()[:32], settings
 
 
+def register_spec(store, encoder, spec, cache_id: tuple[str, dict] | None = None) -> int:
+    """The store's id of ``spec``'s vectors (its fingerprint registered: cache_fingerprint, or ``cache_id``)."""
+    fp, settings = cache_id or cache_fingerprint(encoder, spec)
+    return store.register(fp, encoder.model_id, encoder.output_dim(spec), settings)
+
+
 def gemm_identity(encoder) -> dict:
     """What of the encoder's GEMM path changes a vector's rounding: library, kernel, bf16 / int8 mode and scheme,
     CPU model (the cache key, the resume manifest and TextFeatures' memo all take it)."""

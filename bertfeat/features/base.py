@@ -276,12 +276,9 @@ def feature_fingerprint(meta: Mapping | None) -> dict | None:
 def missing_file_error(path: Path) -> BertfeatError:
     """A feature file that is not there, or is no regular file (a named pipe, a socket: never opened)."""
     if os.path.exists(path):
-        import stat
+        from ..errors import special_file_kind
 
-        mode = os.stat(path).st_mode
-        kind = next((w for test, w in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-                                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISDIR, "a directory"))
-                     if test(mode)), "a special file")
+        kind = "a directory" if os.path.isdir(path) else special_file_kind(os.stat(path).st_mode)
         return BertfeatError(f"{path} is {kind}, not a feature file",
                              "write the features to a regular file (`bertfeat extract ... -o FILE`) and pass that")
     return BertfeatError(f"feature file not found: {path}", "check the path, or write it with `bertfeat extract`")

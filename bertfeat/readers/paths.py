@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, special_file_kind
 
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
 _SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
@@ -105,8 +105,7 @@ def _refuse_special(matched: list[Path], pattern: str) -> None:
         except OSError:
             continue
         if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device")
-            raise InputError(f"{p} (matched by {pattern}) is {kind}, not a file",
+            raise InputError(f"{p} (matched by {pattern}) is {special_file_kind(mode)}, not a file",
                              "move it out of the folder, or narrow the pattern to the data files")
 
 
