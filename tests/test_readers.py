@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import json
 import os
 
@@ -454,3 +455,16 @@ def test_parquet_partition_memory_is_bounded_by_the_partition_not_the_row_group(
           f"{got['peak'] / 2**20:.1f} MiB (before the read {got['before'] / 2**20:.1f} MiB)")
     assert (got["rows"], got["first"]) == (got["n_rows"], got["want"]) and got["parts"] >= 20
     assert got["peak"] < decoded / 3, (got, decoded)
+
+
+def test_gzip_sizes_read_from_the_trailer_and_the_position_kept(tmp_path):
+    from bertfeat.readers.stream import gzip_sizes
+
+    data = b"x" * 100_000
+    p = tmp_path / "a.gz"
+    p.write_bytes(gzip.compress(data))
+    with open(p, "rb") as fh:
+        fh.read(3)
+        assert gzip_sizes(fh) == (p.stat().st_size, len(data))
+        assert fh.tell() == 3
+    assert gzip_sizes(io.BytesIO(b"")) is None  # no trailer: the ratio read so far

@@ -276,8 +276,8 @@ class CsvReader(TextReader):
         while (b := self._next_batch(it, gate, row)) is not None:
             blocks += 1
             gate.allow((blocks + self.READ_AHEAD_BLOCKS) * block)
-            end = counter.count if transcoder is not None else _position(gate, blocks, counter.count,
-                                                                         self.compression is not None, tracker)
+            end = counter.count if transcoder is not None else _position(gate, blocks, counter, self.compression is not None,
+                                                                         tracker)
             rows, pre, outs = self._place_rows(b, row, skipped)
             row += len(rows)
             if pending is not None:
@@ -490,11 +490,12 @@ class CsvReader(TextReader):
                              f"fix the line, or pass {opt('encoding')} with the file's encoding") from None
 
 
-def _position(gate: ReadAheadGate, blocks: int, read: int, compressed: bool, tracker=None) -> int:
-    """Where the rows of pyarrow's first ``blocks`` blocks end, in bytes of the file (``read``: the bytes read from
-    it so far): the stream position of block ``blocks``'s end (in the stream before fields over max_field_bytes were
-    left out: ``tracker``); for a compressed file (the stream is decompressed) scaled by the file bytes per stream
-    byte so far."""
+def _position(gate: ReadAheadGate, blocks: int, counter, compressed: bool, tracker=None) -> int:
+    """Where the rows of pyarrow's first ``blocks`` blocks end, in bytes of the file (``counter.count``: the bytes read
+    from it so far): the stream position of block ``blocks``'s end (in the stream before fields over max_field_bytes
+    were left out: ``tracker``); for a compressed file (the stream is decompressed) scaled by the file bytes per
+    stream byte: the gzip trailer's sizes while the stream has not outgrown them, else the ratio read so far."""
+    read = counter.count
     if not gate.count:
         return read
     at = gate.ends[blocks - 1] if blocks <= len(gate.ends) else gate.count
@@ -502,7 +503,12 @@ def _position(gate: ReadAheadGate, blocks: int, read: int, compressed: bool, tra
         at, count = tracker.file_offset(at), tracker.file_offset(gate.count)
     else:
         count = gate.count
-    return min(read, read * at // count if compressed else at)
+    if not compressed:
+        return min(read, at)
+    sizes = getattr(counter, "sizes", None)
+    if sizes is not None and count <= sizes[1]:  # more than ISIZE: a file over 4 GiB or of several members
+        return min(read, at * sizes[0] // sizes[1])
+    return min(read, read * at // count)
 
 
 def _malformed_line_handler(skipped: dict[int, Reason]):

@@ -13,6 +13,7 @@ class CountingReader(io.RawIOBase):
     def __init__(self, fh):
         self._fh = fh
         self.count = 0
+        self.sizes = None  # (file bytes, decompressed bytes) when the file says (gzip_sizes)
 
     def readable(self):
         return True
@@ -25,6 +26,22 @@ class CountingReader(io.RawIOBase):
     def close(self):
         self._fh.close()
         super().close()
+
+
+def gzip_sizes(raw) -> tuple[int, int] | None:
+    """(file bytes, decompressed bytes) of a gzip file from its trailer (ISIZE: the size mod 2**32 of the last member),
+    the file position kept; None when the file cannot seek. Progress places the decompressed rows in the file by
+    this ratio: estimating it from the bytes read so far fails when the decompressor reads 1 MiB ahead."""
+    try:
+        at = raw.tell()
+        size = raw.seek(0, io.SEEK_END)
+        raw.seek(max(size - 4, 0))
+        tail = raw.read(4)
+        raw.seek(at)
+    except (OSError, ValueError, AttributeError):
+        return None
+    isize = int.from_bytes(tail, "little") if len(tail) == 4 else 0
+    return (size, isize) if isize > 0 else None
 
 
 class NewlineAtEnd(io.RawIOBase):

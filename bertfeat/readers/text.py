@@ -13,7 +13,7 @@ import pyarrow as pa
 from ..errors import InputError, opt
 from .base import HEAD_BYTES, MIN_PART_BYTES, Partition, RawBatch, Reader, standard_input, stdin_read_error
 from .paths import compression_of
-from .stream import CountingReader, NativeRaw, Prefixed
+from .stream import CountingReader, NativeRaw, Prefixed, gzip_sizes
 
 
 class TextReader(Reader):
@@ -92,6 +92,8 @@ class TextReader(Reader):
         except OSError as e:
             raise InputError(f"{self.name}: cannot open the file ({e.strerror or e})", "check the path and its permissions") from None
         counter = CountingReader(raw)
+        if self.compression == "gzip":
+            counter.sizes = gzip_sizes(raw)
         if self.compression is None:
             return io.BufferedReader(counter, buffer_size=1 << 20), counter
         native = pa.CompressedInputStream(pa.PythonFile(io.BufferedReader(counter, buffer_size=1 << 20), mode="r"), self.compression)
