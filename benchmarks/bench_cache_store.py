@@ -1,4 +1,4 @@
-"""The vector cache's store on its own (issue 29's design record): bertfeat.vcache.VectorStore's put / get rates,
+"""The vector cache's store on its own (issue 29's design record): bertfeat.cache.store.VectorStore's put / get rates,
 size on disk, and lookups and memory at 10 million entries, with alternatives measured at the same shapes.
 
 Every phase runs in its own process (so its peak RSS is its own), one store at a time (each deleted after use):
@@ -30,7 +30,7 @@ LMDB is a benchmark-only dependency (`pip install lmdb`); without it its rows ar
 
 from __future__ import annotations
 
-import bertfeat  # noqa: F401  first, before NumPy (see bertfeat/threads.py)
+import bertfeat  # noqa: F401  first, before NumPy (see bertfeat/ops/threads.py)
 import argparse
 import datetime as dt
 import json
@@ -85,7 +85,7 @@ class SqliteV1(OneFingerprint):
     4 KiB pages; otherwise VectorStore's settings and checksum."""
 
     def __init__(self, path: Path, page_size: int = 4096):
-        from bertfeat.vcache import CACHE_PAGES
+        from bertfeat.cache.store import CACHE_PAGES
 
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +98,7 @@ class SqliteV1(OneFingerprint):
         super().__init__()
 
     def put(self, fid, keys, X, n_tokens, truncated, n_chunks):
-        from bertfeat.vcache import entry_records
+        from bertfeat.cache.store import entry_records
 
         rows = [(fid, *e) for e in entry_records(FP, keys, X, n_tokens, truncated, n_chunks)]
         self.db.execute("BEGIN IMMEDIATE")
@@ -107,7 +107,7 @@ class SqliteV1(OneFingerprint):
         self.db.execute("COMMIT")
 
     def get(self, fid, keys):
-        from bertfeat.vcache import LOOKUP_BATCH, _crc
+        from bertfeat.cache.store import LOOKUP_BATCH, _crc
 
         out, dim = {}, self.dims[fid]
         for s in range(0, len(keys), LOOKUP_BATCH):
@@ -138,7 +138,7 @@ class Lmdb(OneFingerprint):
         super().__init__()
 
     def put(self, fid, keys, X, n_tokens, truncated, n_chunks):
-        from bertfeat.vcache import entry_records
+        from bertfeat.cache.store import entry_records
 
         pre = fid.to_bytes(4, "big")
         items = sorted((pre + key, vec + np.array([nt, fl, nc], "<i4").tobytes() + crc.to_bytes(8, "little", signed=True))
@@ -147,7 +147,7 @@ class Lmdb(OneFingerprint):
             txn.cursor().putmulti(items)
 
     def get(self, fid, keys):
-        from bertfeat.vcache import _crc
+        from bertfeat.cache.store import _crc
 
         dim = self.dims[fid]
         pre = fid.to_bytes(4, "big")
@@ -170,7 +170,7 @@ class Lmdb(OneFingerprint):
 
 
 def open_store(backend: str, directory: Path):
-    from bertfeat.vcache import DB_NAME, VectorStore
+    from bertfeat.cache.store import DB_NAME, VectorStore
 
     if backend == "sqlite":
         return VectorStore(directory / DB_NAME)
@@ -205,7 +205,7 @@ def mem_now() -> dict:
 
 # --------------------------------------------------------------------------- workers (one per process)
 def key_of(i: int) -> bytes:
-    from bertfeat.vcache import text_key
+    from bertfeat.cache.store import text_key
 
     return text_key(f"bench row {i}")
 
@@ -253,7 +253,7 @@ def sqlite_layout(path: Path) -> dict:
 def work_lookup(backend: str, dim: int, entries: int, directory: Path, batches: int) -> dict:
     """In a fresh process: ``batches`` lookups of BATCH random present keys, as many of absent keys (the keys hashed
     from their texts inside the timed region), and the memory it took."""
-    from bertfeat.vcache import text_key
+    from bertfeat.cache.store import text_key
 
     store = open_store(backend, directory)
     fid = store.register(FP, "bench", dim, {"bench": True})

@@ -123,9 +123,9 @@ def run_one(case: str, src: Path, out: Path) -> dict:
     if noprof:  # lc2x1:noprof - the workers' statistical profiler off (an experiment)
         os.environ["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] = "False"  # the worker processes inherit it
     if per:  # lc2x1:p8 - 8 partitions per worker thread (an experiment)
-        import bertfeat.dask_engine
+        import bertfeat.run.dask
 
-        bertfeat.dask_engine.PARTS_PER_THREAD = int(per)
+        bertfeat.run.dask.PARTS_PER_THREAD = int(per)
 
     warm = src.with_name("warm" + src.suffix)
     t0 = time.perf_counter()

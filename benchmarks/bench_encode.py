@@ -32,7 +32,7 @@ method ("transformers-sorted [sdpa]").
 
 from __future__ import annotations
 
-import bertfeat  # noqa: F401  first, before NumPy: it picks OpenBLAS's kernels (see bertfeat/threads.py)
+import bertfeat  # noqa: F401  first, before NumPy: it picks OpenBLAS's kernels (see bertfeat/ops/threads.py)
 import argparse
 import datetime as dt
 import hashlib
@@ -66,7 +66,7 @@ def default_methods() -> list[str]:
     OpenVINO only where it is installed."""
     import importlib.util
 
-    from bertfeat import gemm, onednn
+    from bertfeat.ops import gemm, onednn
 
     order = ["bertfeat", "bertfeat-bf16", "bertfeat-int8", "bertfeat-openblas", "bertfeat-extract", "transformers-naive",
              "transformers-sorted", "transformers-bf16", "sentence-transformers", "onnxruntime", "onnxruntime-int8",
@@ -85,7 +85,7 @@ def default_methods() -> list[str]:
 
 def machine() -> str:
     """CPU model, its bf16 / int8 flags, what bertfeat runs here: printed and written with every result."""
-    from bertfeat import gemm
+    from bertfeat.ops import gemm
 
     d = gemm.describe_bf16()
     fp32 = gemm.resolve("fp32")
@@ -215,7 +215,7 @@ def make_runner(method: str, mdir: Path, max_length: int):
         import pyarrow.parquet as pq
 
         import bertfeat
-        from bertfeat.encoder_cache import shared_encoder
+        from bertfeat.model.encoder_cache import shared_encoder
 
         shared_encoder(str(mdir), precision="fp32")  # loaded once, here (untimed); every extract below finds it in the process's cache
 
@@ -439,7 +439,7 @@ def main():
 
     from tokenizers import Tokenizer  # noqa: F401  (only to fail early if missing)
 
-    from bertfeat.tokenize import BertTokenizer
+    from bertfeat.model.tokenize import BertTokenizer
 
     args.methods = args.methods or ",".join(default_methods())
     print(f"machine: {machine()}")
@@ -563,7 +563,7 @@ def write_results(table: str, rows: list[dict], gflops: float, args):
         except md.PackageNotFoundError:
             return "-"
 
-    from bertfeat import gemm
+    from bertfeat.ops import gemm
 
     heading = f"## {gemm.cpu_model()}, {os.cpu_count()} cores ({', '.join(gemm.bf16_flags()) or 'no AVX2 / AVX-512 / bf16 / VNNI flags'})"
     section = f"""{heading}

@@ -60,7 +60,7 @@ def generate_csv(path: Path, rows: int) -> Path:
 
 
 def model_bytes(model: str | None) -> tuple[str, int]:
-    from bertfeat.hub import resolve_model
+    from bertfeat.model.hub import resolve_model
 
     loc = resolve_model(model)
     files = [p for p in Path(loc.path).iterdir() if p.suffix in (".safetensors", ".bin", ".h5", ".msgpack", ".pt")]

@@ -34,7 +34,7 @@ seeded random order and --rows takes the first ones, so a small smoke run sample
 
 from __future__ import annotations
 
-import bertfeat  # noqa: F401  first, before NumPy (see bertfeat/threads.py)
+import bertfeat  # noqa: F401  first, before NumPy (see bertfeat/ops/threads.py)
 import argparse
 import datetime as dt
 import json
@@ -67,7 +67,7 @@ TOLERANCE = 1e-6  # max |diff| between a reused and a freshly encoded vector (is
 # --------------------------------------------------------------------------- the machine
 def cpu() -> str:
     """`lscpu`'s model name, cores, and the bf16 / int8 flags (AMX, AVX512-BF16, VNNI), as bench_encode names them."""
-    from bertfeat import gemm
+    from bertfeat.ops import gemm
 
     model = None
     try:
@@ -81,7 +81,7 @@ def cpu() -> str:
 
 def machine() -> str:
     """The CPU (above) and what bertfeat's fp32 runs on here (bench_encode.machine's GEMM part)."""
-    from bertfeat import gemm
+    from bertfeat.ops import gemm
 
     return f"{cpu()} (fp32 GEMM: {gemm.describe_library(gemm.resolve('fp32'))})"
 
@@ -320,7 +320,7 @@ added by:
   holding the previous version's vectors, against a run of the changed corpus without the cache (goal at 5 %:
   <= 0.15x); a cold run with an empty cache against none (goal <= 1.05x); every text twice against the distinct
   texts alone, no cache (goal <= 1.1x).
-- `python benchmarks/bench_cache_store.py --write` (replaces the "Store" section): bertfeat.vcache.VectorStore's own
+- `python benchmarks/bench_cache_store.py --write` (replaces the "Store" section): bertfeat.cache.store.VectorStore's own
   put / get rates in batches of 2,048 rows (a chunk) at 384 and 768 dimensions against the model's encode rate,
   its size on disk per million rows, lookups and peak RSS at 10 million entries, and an alternative store
   measured at the same shapes.

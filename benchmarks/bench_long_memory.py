@@ -34,7 +34,7 @@ Methods: bertfeat, transformers (default attention), transformers-eager (attn_im
 
 from __future__ import annotations
 
-import bertfeat  # noqa: F401  first, before NumPy: it picks OpenBLAS's kernels (see bertfeat/threads.py)
+import bertfeat  # noqa: F401  first, before NumPy: it picks OpenBLAS's kernels (see bertfeat/ops/threads.py)
 import argparse
 import gc
 import json

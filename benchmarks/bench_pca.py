@@ -26,7 +26,7 @@ include reading the file. ``max |ratio diff|`` compares ``explained_variance_rat
 
 from __future__ import annotations
 
-import bertfeat  # noqa: F401  first, before NumPy: every method then runs on the same OpenBLAS kernels (bertfeat/threads.py)
+import bertfeat  # noqa: F401  first, before NumPy: every method then runs on the same OpenBLAS kernels (bertfeat/ops/threads.py)
 import argparse
 import json
 import os
@@ -79,7 +79,7 @@ def generate(path: Path, rows: int, dim: int, seed: int = 0, chunk: int = 50_000
 def run_worker(method: str, path: Path, k: int, batch_rows: int, ratios_out: Path) -> dict:
     """Fit one method; times exclude imports. Returns load/fit seconds and this process's peak RSS."""
     from bertfeat.features import read_features
-    from bertfeat.reduce import fit_pca_file
+    from bertfeat.pca.reduce import fit_pca_file
 
     if not method.startswith("bertfeat"):
         from sklearn.decomposition import PCA as SkPCA

@@ -11,7 +11,7 @@ bf16 arrays, but not packed for oneDNN, so measure on a CPU with native bf16 for
 
 from __future__ import annotations
 
-import bertfeat  # noqa: F401  first, before NumPy (see bertfeat/threads.py)
+import bertfeat  # noqa: F401  first, before NumPy (see bertfeat/ops/threads.py)
 import argparse
 import json
 import os
@@ -25,8 +25,8 @@ import bench_encode  # noqa: E402
 
 
 def weights_mb(mdir: Path, precision: str) -> float:
-    from bertfeat.config import BertConfig
-    from bertfeat.weights import load_weights
+    from bertfeat.model.config import BertConfig
+    from bertfeat.model.weights import load_weights
 
     return load_weights(mdir, BertConfig.from_file(mdir / "config.json"), precision).nbytes() / 2**20
 

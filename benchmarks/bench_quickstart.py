@@ -2,7 +2,7 @@
 as a new user runs it, from two source trees (a git ref, default the commit before issue 17's changes, and
 this working tree).
 
-Each run is a fresh process (`python -m bertfeat.cli` with PYTHONPATH set to the tree), so imports, numba's
+Each run is a fresh process (`python -m bertfeat.cli.app` with PYTHONPATH set to the tree), so imports, numba's
 cache loading, model loading, the encode, the PCA and the report figure are all in the time. Trees run round
 robin, --rounds times, each round starting with the other tree, and the median is reported. Each tree gets its
 own numba cache directory: the first round's first run (a "cold" run, numba compiling) is reported apart and
@@ -51,7 +51,7 @@ def one_run(tree: Path, sample: Path, out: Path, cache: Path, pca: int, extra: l
     # the first line checks which bertfeat runs: `python -c` puts the working directory first on sys.path (ahead
     # of PYTHONPATH), so the run starts in the tree itself and refuses any other tree's package
     check = f"import bertfeat, pathlib; assert pathlib.Path(bertfeat.__file__).resolve().is_relative_to({str(tree.resolve())!r}), bertfeat.__file__"
-    cmd = [sys.executable, "-c", f"{check}\nfrom bertfeat.cli import entry; entry()",
+    cmd = [sys.executable, "-c", f"{check}\nfrom bertfeat.cli.app import entry; entry()",
            "extract", str(sample), "--pca", str(pca), "-o", str(out / "s.features.parquet"), "--quiet", *extra]
     t = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tree.resolve())

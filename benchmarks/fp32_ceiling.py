@@ -39,7 +39,7 @@ def linear_shapes(cfg: dict) -> dict[str, tuple[int, int]]:
 
 def standalone_gflops(K: int, N: int, rows: int = ROWS, seconds: float = 0.4) -> float:
     """oneDNN fp32 matmul (rows, K) x (K, N), packed weight, on this thread: best of 5 loops."""
-    from bertfeat import onednn
+    from bertfeat.ops import onednn
 
     rng = np.random.default_rng(0)
     a = rng.standard_normal((rows, K), dtype=np.float32)
@@ -59,7 +59,8 @@ def standalone_gflops(K: int, N: int, rows: int = ROWS, seconds: float = 0.4) ->
 
 def timed_encode(model_dir: Path, texts: list[str], max_length: int) -> dict:
     """One fp32 encode on one thread, every gemm.matmul call timed (model.py calls it as gemm.matmul)."""
-    from bertfeat import Encoder, gemm
+    from bertfeat import Encoder
+    from bertfeat.ops import gemm
 
     enc = Encoder(model_dir, precision="fp32", threads=1, max_length=max_length)
     if enc.gemm_path.library != "onednn":

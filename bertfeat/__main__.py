@@ -1,6 +1,6 @@
 """``python -m bertfeat``: the same CLI as the ``bertfeat`` command."""
 
-from .cli import entry
+from .cli.app import entry
 
 if __name__ == "__main__":
     entry()

@@ -12,7 +12,7 @@ def model_file_paths(model: str | None = None) -> list[Path]:
     """The files a model's vectors depend on, without loading it: every file its loading reads (hub.model_files, the
     list the cache key and the resume manifest hash too), its safetensors weights (and their index) first, each
     inside the model folder. For build tools: ``bertfeat info MODEL --files``."""
-    from .hub import model_files, resolve_model
+    from .model.hub import model_files, resolve_model
 
     loc = resolve_model(model)
     return [loc.path / rel for rel in model_files(loc.path)]
@@ -21,7 +21,7 @@ def model_file_paths(model: str | None = None) -> list[Path]:
 def model_info(model: str | None = None) -> dict:
     """Config, parameter count, default pooling, max length and where the model was found (``path``; the encoder's
     files in ``encoder_files``: the same folder, or the Transformer folder of an older sentence-transformers layout)."""
-    from .encoder import Encoder
+    from .model.encoder import Encoder
     from .errors import BertfeatError
 
     enc = Encoder(model)
@@ -67,7 +67,7 @@ def config_settings(config) -> dict:
     settings bertfeat does not use (dropout, architectures) and leave out the defaults it applies, and a family's
     names differ (DistilBERT's dim, ModernBERT's norm_eps). ``config.to_dict()`` itself stays whole: it is the
     config as a record (a new field is shown unless listed below)."""
-    from .config import MODERNBERT_FIELDS, MODERNBERT_TYPES, MPNET_TYPES
+    from .model.config import MODERNBERT_FIELDS, MODERNBERT_TYPES, MPNET_TYPES
 
     own = {"relative_attention_num_buckets": MPNET_TYPES, "embedding_size": ("electra",),
            **{k: MODERNBERT_TYPES for k in MODERNBERT_FIELDS}}  # a field -> the model types that have it
@@ -77,7 +77,7 @@ def config_settings(config) -> dict:
 
 def _precision_summary() -> dict:
     """The CPU, its bf16 support, and whether --precision bf16 is available and accelerated here (gemm.py)."""
-    from . import gemm
+    from .ops import gemm
 
     d = gemm.describe_bf16()
     flags = ", ".join(gemm.bf16_flags()) or "none"
@@ -89,7 +89,7 @@ def _precision_summary() -> dict:
 
 def _kernels_summary() -> str:
     """The element-wise backend (kernels.py): fused numba kernels, or NumPy and why."""
-    from . import kernels
+    from .ops import kernels
 
     name = kernels.backend()
     if name == "numba":
@@ -106,7 +106,7 @@ def _kernels_summary() -> str:
 
 def _blas_summary() -> str:
     """NumPy's BLAS, its kernel and threads, and whether bertfeat chose the kernel (threads.py)."""
-    from . import threads
+    from .ops import threads
 
     b = threads.blas_info()
     text = f"{b.get('internal_api')} {b.get('version')} kernel {b.get('architecture')}" if b else "unknown"
@@ -118,7 +118,7 @@ def _encoder(model, max_length: int | None = None, encoder=None, precision: str 
     """The given Encoder, or one loaded for ``model`` (its max length checked) in ``precision``."""
     if encoder is not None:
         return encoder
-    from .encoder import Encoder
+    from .model.encoder import Encoder
 
     return Encoder(model, max_length=max_length, precision=precision)
 
@@ -206,7 +206,7 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
     ``a[l, h, q, k]`` is how much query token q attends to key token k in layer l (0-based), head h;
     each row sums to 1. Long texts are truncated to the max length (see ``tokenize_text``).
     """
-    from .families import forward
+    from .model.families import forward
 
     check_text(text, "text")
     check_text(pair, "pair")
@@ -368,7 +368,7 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
     ``positions`` "mask": the rows of the [MASK] tokens (an error if there is none); "all": every position.
     """
     from .errors import BertfeatError
-    from .families import forward, mlm_head_logits
+    from .model.families import forward, mlm_head_logits
 
     check_text(text, "text")
     check_text(pair, "pair")
@@ -419,7 +419,7 @@ def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | N
     (softmax of the logits over the vocabulary). Several masks are predicted independently in one pass.
     """
     from .errors import BertfeatError, opt
-    from .model import softmax
+    from .model.bert import softmax
 
     check_text(text, "text")
     check_text(pair, "pair")

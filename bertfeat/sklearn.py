@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from .encoder import Encoder, TokenPastTableError
+from .model.encoder import Encoder, TokenPastTableError
 from .errors import BertfeatError
-from .specs import check_size
-from .textcheck import check_text
+from .checks import check_size
+from .readers.textcheck import check_text
 
 __all__ = ["TextFeatures", "as_texts"]
 
@@ -41,7 +41,7 @@ _MEMO: dict[str, dict[str, np.ndarray]] = {}
 
 def _load_encoder(model, max_length, max_batch_tokens, threads, precision) -> Encoder:
     """The process's Encoder for (model, load settings), from the cache bertfeat.extract and Dask workers share."""
-    from .encoder_cache import shared_encoder
+    from .model.encoder_cache import shared_encoder
 
     return shared_encoder(model, max_length=max_length, max_batch_tokens=max_batch_tokens, threads=threads,
                           precision=precision)
@@ -181,7 +181,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             return np.zeros((0, self.n_features_out_), dtype=np.float32)
         if not self.cache:
             return enc.run(_prepare(enc, texts, spec, range(len(texts))), spec, max_rows=self.batch_size)
-        from .vcache import cache_fingerprint
+        from .cache.store import cache_fingerprint
 
         key = cache_fingerprint(enc, spec)[0]  # the vector cache's key: weights, model files, GEMM path, settings
         with _MEMO_LOCK:

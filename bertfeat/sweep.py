@@ -90,9 +90,9 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
 def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: str, bar=None) -> dict:
     """A uniform sample of at most ``rows`` accepted (and, with a label, labelled) input rows, in input order:
     {"chunk": chunks.Chunk of them, "labels", "rows_read", "rows_rejected", "rows_unlabelled"}."""
-    from .chunks import Chunk, Reservoir, validate_batch
-    from .progress import NullProgress
-    from .rejects import bad_row_error
+    from .run.chunks import Chunk, Reservoir, validate_batch
+    from .run.progress import NullProgress
+    from .readers.rejects import bad_row_error
 
     bar = bar or NullProgress()
     sample = Reservoir(rows, seed)  # (row, text, pair, id, label) of accepted, labelled rows
@@ -122,8 +122,8 @@ def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: st
 
 def _variance(X: np.ndarray) -> tuple[object, dict]:
     """A set's features (n, d) -> (its PCA on them, every component; {"thresholds", "suggestions"} from report.py)."""
-    from .pca import PCA
-    from .report import build_pca_report
+    from .pca.estimator import PCA
+    from .pca.report import build_pca_report
 
     pca = PCA(solver="covariance").fit(X)
     r = build_pca_report(pca, source={})
@@ -151,12 +151,12 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, mode
     (``progress.NullProgress``'s methods) told the rows read and encoded."""
     import contextlib
 
-    from .encoder import Encoder
-    from .outlock import output_lock
+    from .model.encoder import Encoder
+    from .run.outlock import output_lock
     from .readers import open_input
-    from .specs import check_input_path, check_size, check_stride
+    from .checks import check_input_path, check_size, check_stride
 
-    from .vcache import resolve_cache
+    from .cache.store import resolve_cache
 
     check_input_path(input)
     check_stride(stride, long_text)
@@ -201,8 +201,8 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, mode
 def _compare(enc, chosen: list, skipped: list, drawn: dict, source: str, label: str | None, *, n_components: int,
              folds: int, seed: int, on_bad_row: str, tell, cache=None, bar=None, ranked_on_pca: bool = False) -> dict:
     """The sample's rows through the model once for every set, then each set's variance and probe: -> the report."""
-    from .chunks import prepare_chunk
-    from .probe import label_codes, majority_accuracy, ridge_accuracy, stratified_folds
+    from .run.chunks import prepare_chunk
+    from .pca.probe import label_codes, majority_accuracy, ridge_accuracy, stratified_folds
     from .version import __version__
 
     chunk, labels = drawn["chunk"], drawn["labels"]
@@ -257,7 +257,7 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, source: str, label: 
 
 def _encode(enc, prep, groups: list[list], bar=None) -> list[list[np.ndarray]]:
     """Each group of specs through ``Encoder.run_sets`` on ``prep``'s rows, the bar told every batch."""
-    from .progress import NullProgress
+    from .run.progress import NullProgress
 
     bar = bar or NullProgress()
     bar.start(len(prep.ids) * len(groups), None)
@@ -271,8 +271,8 @@ def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar) ->
     """The sets' vectors of the sample's rows ``todo`` with the vector cache: each set's known rows read under its
     own fingerprint, the rows any set misses encoded in groups that give each set exactly extract's vectors
     (encoder.exact_groups), and stored for the sets that missed them. -> (vectors per set, counts)."""
-    from .encoder import exact_groups
-    from .vcache import open_cache, register_spec, text_key
+    from .model.encoder import exact_groups
+    from .cache.store import open_cache, register_spec, text_key
 
     keys = [text_key(chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i]) for i in todo]
     store = open_cache(cache)
@@ -317,7 +317,7 @@ def _assemble(found: dict, keys: list, missing: list[int], X_new, dim: int) -> n
 
 def default_prefix(input_path: str) -> Path:
     """INPUT.sweep beside the input (as extract's INPUT.features.parquet)."""
-    from .plan import default_output
+    from .run.plan import default_output
     from .readers import is_url
 
     if is_url(input_path):  # no "beside the input" for a URL (as extract)
@@ -327,8 +327,8 @@ def default_prefix(input_path: str) -> Path:
 
 
 def _check_outputs(prefix: str | os.PathLike, input, overwrite: bool) -> None:
-    from .safety import check_outputs
-    from .specs import check_output_name
+    from .run.safety import check_outputs
+    from .checks import check_output_name
 
     check_output_name(prefix, "report prefix", "sweep", kind="prefix")
     check_outputs([("sweep report", p) for p in sweep_paths(prefix).values()],

@@ -72,7 +72,7 @@ def _input_path(meta: dict, features: Path, given: str | os.PathLike | None) -> 
 
 def _spec_from(fingerprint: dict, path: Path):
     """The feature settings the provenance records (of their types: features.check_provenance), as a FeatureSpec."""
-    from .encoder import FeatureSpec
+    from .model.encoder import FeatureSpec
 
     fields = dict(fingerprint)
     try:
@@ -89,7 +89,7 @@ def _checked_spec(enc, recorded, path: Path):
     """The recorded settings made again through ``Encoder.spec``, with the checks extract made (a pooling and layers
     the model has, max_length within its positions, a stride that fits, a prompt it names): settings extract could
     not have written with this model are a damaged provenance, refused before a row is encoded."""
-    from .diffs import dict_differences
+    from .pca.diffs import dict_differences
 
     own = bool(recorded.dense) or not recorded.include_prompt  # the model's own modules chose pooling and layers
     prompt = {"prompt_name": recorded.prompt_name} if recorded.prompt_name else {"prompt": recorded.prompt or ""}
@@ -117,9 +117,9 @@ def _pca_of(meta: dict, features: Path):
     entry = meta.get("pca")
     if not entry:
         return None
-    from .pca import PCA
+    from .pca.estimator import PCA
 
-    from .reduce import file_sha256
+    from .pca.reduce import file_sha256
 
     names = [entry.get("model_path"), entry.get("model_file")]
     candidates = []
@@ -208,7 +208,7 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
 def _check_options(features, input, sample, seed, tolerance) -> Path:
     """verify's own options: a local feature file, ``sample`` 1 or more, a tolerance, a non-empty ``input``, ``seed`` 0
     or more -> the feature file's path."""
-    from .specs import local_path
+    from .checks import local_path
 
     path = local_path(features, "feature file")
     if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
@@ -234,9 +234,9 @@ def _read_provenance(path: Path, input) -> tuple[dict, list[Path]]:
 def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
     """The model and feature settings the provenance records, loaded and checked against its fingerprint and model
     files -> (the Encoder, the FeatureSpec, the PCA that reduced the features or None)."""
-    from .diffs import dict_differences
-    from .encoder import Encoder
-    from .gemm import PRECISIONS
+    from .pca.diffs import dict_differences
+    from .model.encoder import Encoder
+    from .ops.gemm import PRECISIONS
     from .readers.formats import FORMATS
 
     fp = meta["fingerprint"]
@@ -307,7 +307,7 @@ def _open_source(meta: dict, path: Path, input, encoding):
 def _walk_input(reader, outputs, picked: set, meta: dict, enc, spec, path: Path) -> dict[int, tuple[str, str | None]]:
     """The input walked alongside the output's rows (``outputs``) -> the sampled rows' (text, pair) by output position.
     Every output row must be found in its place, and the input rows passed over must be as many as the run rejected."""
-    from .chunks import prepare_rows, validate_batch
+    from .run.chunks import prepare_rows, validate_batch
 
     by_id = meta.get("id_column") is not None
     texts: dict[int, tuple[str, str | None]] = {}  # output position -> (text, pair) of its input row
@@ -409,7 +409,7 @@ def _check_model_files(meta: dict, enc, path: Path) -> None:
     """The model folder's other files (config, tokenizer, sentence-transformers modules: vcache.model_files) are the
     ones the features were extracted with, where the provenance records them (bertfeat >= 0.3): an edited
     1_Pooling/config.json changes the model's own embedding while the weights and the recorded settings still match."""
-    from .vcache import model_files_digest
+    from .cache.store import model_files_digest
 
     then = meta.get("model_files")
     if not isinstance(then, dict):

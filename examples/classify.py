@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, r in results.items():
         print(f"{name}: saved {r['_model_file']}; reloaded, it says " + ", ".join(
             f"{s!r} -> {p}" for s, p in zip(NEW_SENTENCES, r["_predictions"])), file=sys.stderr)
-    from bertfeat.hub import resolve_model
+    from bertfeat.model.hub import resolve_model
 
     cmd = " ".join(["python examples/classify.py", *(argv if argv is not None else sys.argv[1:])])
     write_docs(results, args.docs, cmd, resolve_model(args.model).model_id, dims)

@@ -37,7 +37,7 @@ import classify  # noqa: E402
 import sts  # noqa: E402
 
 from bertfeat import Encoder  # noqa: E402
-from bertfeat import gemm  # noqa: E402
+from bertfeat.ops import gemm  # noqa: E402
 
 STS_TOL = {"bf16": 0.1, "int8": 0.5}  # Spearman x 100 points (issues 13 and 26)
 CLASSIFY_TOL = {"bf16": 0.3, "int8": 0.5}  # accuracy points

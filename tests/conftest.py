@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 
 # bertfeat first, before anything imports NumPy: it chooses OpenBLAS's kernels at import
-# (bertfeat/threads.py), and in-process runs must use the same kernels as the `bertfeat`
+# (bertfeat/ops/threads.py), and in-process runs must use the same kernels as the `bertfeat`
 # subprocesses the tests start, or resumed output differs from uninterrupted output in the last bit.
 import bertfeat  # noqa: F401,E402  isort: skip
 
@@ -110,7 +110,7 @@ def _minilm_dir() -> Path:
 
 
 def pytest_report_header(config):
-    from bertfeat.threads import blas_info, blas_kernel_note
+    from bertfeat.ops.threads import blas_info, blas_kernel_note
 
     return f"bertfeat BLAS: {blas_info()} {blas_kernel_note or ''}"
 
@@ -193,7 +193,7 @@ def real_sentences(sample_data) -> list[str]:
 @pytest.fixture
 def no_onednn(monkeypatch):
     """This process as if oneDNN (the `fast` extra) were not installed: no library, no probed kernels."""
-    from bertfeat import gemm, onednn
+    from bertfeat.ops import gemm, onednn
 
     monkeypatch.setattr(onednn, "_state", {"lib": None, "error": "libdnnl was not found"})
     monkeypatch.setattr(gemm, "_kernels", {})

@@ -1,6 +1,6 @@
 """Helpers for the `bertfeat extract` tests (not a test module).
 
-Every test drives the real command line, ``bertfeat.cli.main([...])`` in-process (or a
+Every test drives the real command line, ``bertfeat.cli.app.main([...])`` in-process (or a
 subprocess where a real process matters: stdin, SIGKILL), and reads the output back with
 pyarrow / numpy.
 """
@@ -22,8 +22,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bertfeat.cli import main
-from bertfeat.encoder import Encoder
+from bertfeat.cli.app import main
+from bertfeat.model.encoder import Encoder
 
 TOL = 1e-6
 

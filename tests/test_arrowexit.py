@@ -123,7 +123,7 @@ def test_a_reader_left_suspended_at_exit_does_not_abort(tmp_path):
 def test_sigterm_handled_frees_the_runs_frames():
     """The Terminated exception cli keeps for its note loses its traceback once rendered (its frames, a run's
     readers among them, are freed then rather than during interpreter finalization)."""
-    from bertfeat import cli
+    from bertfeat.cli import app as cli
 
     def raised():
         try:

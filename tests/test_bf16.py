@@ -1,5 +1,5 @@
 """precision="bf16" and "auto": rounding, the oneDNN GEMMs, the fused bf16 kernels, quality against fp32,
-the CLI, provenance, errors. See bertfeat/gemm.py, bertfeat/onednn.py and docs/precision.md.
+the CLI, provenance, errors. See bertfeat/ops/gemm.py, bertfeat/ops/onednn.py and docs/precision.md.
 
 On a CPU with AVX512-BF16 or AMX and oneDNN installed (``pip install "bertfeat[fast]"``) the bf16 tests run
 oneDNN's native bf16 kernels. Elsewhere bertfeat refuses bf16 unless BERTFEAT_BF16_EMULATE=1: the
@@ -14,14 +14,14 @@ import json
 import numpy as np
 import pytest
 
-from bertfeat import gemm, kernels, onednn
-from bertfeat.cli import main
-from bertfeat.config import BertConfig
-from bertfeat.encoder import Encoder
+from bertfeat.ops import gemm, kernels, onednn
+from bertfeat.cli.app import main
+from bertfeat.model.config import BertConfig
+from bertfeat.model.encoder import Encoder
 from bertfeat.errors import BertfeatError
 from bertfeat.features import read_features
-from bertfeat.model import add_layer_norm_, bert_forward, bias_act_
-from bertfeat.weights import load_weights
+from bertfeat.model.bert import add_layer_norm_, bert_forward, bias_act_
+from bertfeat.model.weights import load_weights
 from ckpt import make_ckpt, row_cosines  # noqa: F401  (make_ckpt is a fixture)
 
 needs_onednn = pytest.mark.skipif(not onednn.available(),
@@ -180,7 +180,7 @@ def test_bf16_kernels_write_the_rounded_fp32_result():
         # 'reassoc' may sum in another order (a fresh clone's numba cache, written by two test workers, gave 1 ulp)
         np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6)
         np.testing.assert_array_equal(y16, gemm.to_bf16(got))  # its bf16 output is its own fp32 result rounded
-        from bertfeat.model import ctx_rows_bf16_, to_bf16_
+        from bertfeat.model.bert import ctx_rows_bf16_, to_bf16_
 
         ctx = rng.standard_normal((2, 4, 5, 8)).astype(np.float32)
         rows = np.zeros((2, 5, 4, 8), np.uint16)
@@ -213,7 +213,7 @@ def test_weights_bf16_at_load(minilm_dir):
 # --------------------------------------------------------------------------- quality
 def _per_layer(w32, w16, texts, enc):
     """Largest |bf16 - fp32| per hidden state over real rows, printed (as the parity tests do)."""
-    from bertfeat.tokenize import pad_batch
+    from bertfeat.model.tokenize import pad_batch
 
     prep = enc.prepare(texts, None, enc.spec())
     ids, types, mask = pad_batch(prep.ids, prep.type_ids, enc.tokenizer.pad_id)
@@ -379,7 +379,7 @@ def test_pca_and_report_on_bf16_features(tmp_path, capsys, minilm_dir, real_sent
 
 
 def test_resume_refuses_a_change_of_precision(tmp_path, capsys, minilm_dir, real_sentences):
-    from bertfeat.jobcore import manifest_differences
+    from bertfeat.run.jobcore import manifest_differences
 
     e32, e16 = Encoder(minilm_dir), Encoder(minilm_dir, precision="bf16")
     diffs = manifest_differences(e32.fingerprint(e32.spec()), e16.fingerprint(e16.spec()))
@@ -454,7 +454,7 @@ def test_auto_is_fp32_where_onednn_has_no_native_bf16_kernel(minilm_dir, tmp_pat
     import subprocess
     import sys
 
-    code = ("import json; from bertfeat.encoder import Encoder; from bertfeat.errors import BertfeatError\n"
+    code = ("import json; from bertfeat.model.encoder import Encoder; from bertfeat.errors import BertfeatError\n"
             f"e = Encoder({str(minilm_dir)!r}, precision='auto'); p = e.gemm_path\n"
             "try:\n    Encoder(" + repr(str(minilm_dir)) + ", precision='bf16'); bf16 = 'ran'\n"
             "except BertfeatError as x:\n    bf16 = x.message\n"
@@ -531,7 +531,7 @@ def test_dask_engine_bf16(tmp_path, capsys, minilm_dir, real_sentences):
 def test_onednn_bias_and_activation_post_ops(act):
     """oneDNN adds the bias and applies the activation as it writes the product (model.linear / linear_act): the
     same values as the GEMM followed by model.py's own functions, in float32 and rounded to bf16."""
-    from bertfeat.model import ACTIVATIONS
+    from bertfeat.model.bert import ACTIVATIONS
 
     rng = np.random.default_rng(11)
     a = rng.standard_normal((37, 64)).astype(np.float32)
@@ -552,7 +552,7 @@ def test_onednn_bias_and_activation_post_ops(act):
 def test_onednn_bf16_bias_and_activation_post_ops(act):
     """The same post-ops on bf16 x bf16 products written as bf16 (the FFN's up projection): within half a bf16 ulp
     of the float64 reference."""
-    from bertfeat.model import ACTIVATIONS
+    from bertfeat.model.bert import ACTIVATIONS
 
     rng = np.random.default_rng(11)
     a = rng.standard_normal((37, 64)).astype(np.float32)
@@ -575,7 +575,7 @@ def test_dask_engine_auto_runs_one_precision(tmp_path, capsys, minilm_dir, real_
     pytest.importorskip("distributed")
     import pyarrow.parquet as pq
 
-    from bertfeat import dask_engine
+    from bertfeat.run import dask as dask_engine
 
     texts = real_sentences[:40]
     sent = []

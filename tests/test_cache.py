@@ -27,10 +27,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import bertfeat
-import bertfeat.reuse
-import bertfeat.vcache
+import bertfeat.cache.reuse
+import bertfeat.cache.store
 from bertfeat.errors import BertfeatError
-from bertfeat.vcache import DB_NAME, CacheError
+from bertfeat.cache.store import DB_NAME, CacheError
 from conftest import dask_local_client, TEST_DATA, read_sst2, read_trec
 from extract_util import (TOL, assert_close, embeddings, metadata, no_leftovers, read_table, run, sigkill_when, summary_line,
                           tiny_encoder, tiny_model, tree_digest, write_csv)
@@ -103,7 +103,7 @@ def assert_within(X: np.ndarray, Y: np.ndarray, tol: float = TOL):
 
 
 def entries(cache: Path) -> int:
-    return bertfeat.vcache.cache_info(cache)["entries"]
+    return bertfeat.cache.store.cache_info(cache)["entries"]
 
 
 def dedup_files(root: Path) -> list[Path]:
@@ -172,7 +172,7 @@ def test_both_engines_share_one_cache(tmp_path, client):
 
 # --------------------------------------------------------------------------- 2. a changed setting reuses nothing
 def _precision_kw(precision: str, monkeypatch) -> dict:
-    from bertfeat import gemm
+    from bertfeat.ops import gemm
 
     if precision == "bf16":
         monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")  # as tests/test_bf16.py: the emulation where bf16 is not native
@@ -248,7 +248,7 @@ def test_a_changed_tokenizer_file_reuses_nothing(tmp_path):
     assert_same_features(tmp_path / "b.parquet", tmp_path / "clean.parquet")
     a, b = embeddings(read_table(tmp_path / "a.parquet")), embeddings(read_table(tmp_path / "b.parquet"))
     assert np.abs(a - b).max() > 1e-3  # cased tokens: other vectors (reusing the old ones would have been wrong)
-    assert len(bertfeat.vcache.cache_info(cache)["fingerprints"]) == 2
+    assert len(bertfeat.cache.store.cache_info(cache)["fingerprints"]) == 2
 
 
 @pytest.mark.parametrize("same", [{"chunk_rows": 7}, {"max_batch_tokens": 64}, {"threads": 1}, {"id_column": None}])
@@ -261,7 +261,7 @@ def test_a_setting_that_does_not_change_vectors_reuses_all(tmp_path, filled_cach
     shutil.copytree(filled, cache)
     s = extract(src, tmp_path / "o.parquet", cache=cache, **same)
     assert (s.rows_encoded, s.rows_reused) == (0, 40)
-    assert len(bertfeat.vcache.cache_info(cache)["fingerprints"]) == 1
+    assert len(bertfeat.cache.store.cache_info(cache)["fingerprints"]) == 1
 
 
 # --------------------------------------------------------------------------- 3. duplicates of one run encoded once
@@ -346,13 +346,13 @@ def test_duplicates_spill_past_the_memory_budget(tmp_path, request, monkeypatch,
     still exact; the file is gone afterwards."""
     monkeypatch.setenv("BERTFEAT_DEDUP_MEMORY", "2000")
     made: list[Path] = []
-    real = bertfeat.reuse.VectorStore
+    real = bertfeat.cache.reuse.VectorStore
 
     def spy(path, durable=True):
         made.append(Path(path))
         return real(path, durable)
 
-    monkeypatch.setattr(bertfeat.reuse, "VectorStore", spy)
+    monkeypatch.setattr(bertfeat.cache.reuse, "VectorStore", spy)
     rows = dup_rows(200, 50, seed=5)
     src = corpus(tmp_path / "c.csv", rows)
     out = out_path(tmp_path, engine, "o")
@@ -363,7 +363,7 @@ def test_duplicates_spill_past_the_memory_budget(tmp_path, request, monkeypatch,
     else:
         assert len(made) == 1 and made[0].name.startswith(".dedup-"), made  # it did spill, once
         assert made[0].parent.name == out.name + ".partial"
-    monkeypatch.setattr(bertfeat.reuse, "VectorStore", real)
+    monkeypatch.setattr(bertfeat.cache.reuse, "VectorStore", real)
     assert_each_row_encoded(out, rows, tmp_path)
     assert dedup_files(tmp_path) == []
     assert no_leftovers(out) == [out.name] or engine == "dask"
@@ -511,7 +511,7 @@ def test_a_cache_of_another_format_is_one_error_line(tmp_path, capsys):
 def test_a_cache_locked_too_long_is_one_error_line(tmp_path, capsys, monkeypatch):
     """Another process holding the write lock past the busy timeout (120 s; 1 s here): one Error line naming the
     file, nothing written."""
-    monkeypatch.setattr(bertfeat.vcache, "BUSY_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(bertfeat.cache.store, "BUSY_TIMEOUT_S", 1.0)
     src = corpus(tmp_path / "c.csv", base_rows(5))
     cache = tmp_path / "cache"
     extract(src, tmp_path / "a.parquet", cache=cache)
@@ -530,7 +530,7 @@ def test_a_cache_locked_too_long_is_one_error_line(tmp_path, capsys, monkeypatch
 def test_a_cache_failing_mid_run_is_one_error_line(tmp_path, capsys, monkeypatch):
     """The cache failing on the third chunk's write (a full disk, say): one Error line, no output; the finished
     chunks stay in OUTPUT.partial/ for --resume, and the chunks committed before stay in the cache for any run."""
-    real_put = bertfeat.vcache.VectorStore.put
+    real_put = bertfeat.cache.store.VectorStore.put
     calls = []
 
     def put(self, *a, **k):
@@ -539,7 +539,7 @@ def test_a_cache_failing_mid_run_is_one_error_line(tmp_path, capsys, monkeypatch
             raise CacheError(f"cannot write the cache {self.path}: the disk is full", "free disk space, or use another cache directory")
         return real_put(self, *a, **k)
 
-    monkeypatch.setattr(bertfeat.vcache.VectorStore, "put", put)
+    monkeypatch.setattr(bertfeat.cache.store.VectorStore, "put", put)
     src = corpus(tmp_path / "c.csv", base_rows(40))
     cache = tmp_path / "cache"
     out = tmp_path / "o.parquet"
@@ -668,7 +668,7 @@ def test_cache_info_lines(tmp_path, capsys):
     size = sum(p.stat().st_size for p in cache.iterdir())
     assert lines[:5] == [f"cache         {cache}", f"file          {cache / DB_NAME}",
                          f"size on disk  {size / 1024:,.1f} KiB", "entries       60", "fingerprints  2"]
-    info = bertfeat.vcache.cache_info(cache)
+    info = bertfeat.cache.store.cache_info(cache)
     newest, oldest = info["fingerprints"]  # newest first
     assert newest["settings"]["pooling"] == "cls" and oldest["settings"]["pooling"] == "mean"
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(newest["last_used"]))
@@ -688,13 +688,13 @@ def test_cache_info_lines(tmp_path, capsys):
     assert [f["bytes"] for f in d["fingerprints"]] == [30 * 32 * 4] * 2
     assert d["fingerprints"][0]["settings"]["max_length"] == 64 and d["fingerprints"][0]["dim"] == 32
     fill(tmp_path, capsys)  # the first settings used again: now the newest
-    assert [f["fingerprint"] for f in bertfeat.vcache.cache_info(cache)["fingerprints"]] == [oldest["fingerprint"], newest["fingerprint"]]
+    assert [f["fingerprint"] for f in bertfeat.cache.store.cache_info(cache)["fingerprints"]] == [oldest["fingerprint"], newest["fingerprint"]]
 
 
 def test_cache_clear(tmp_path, capsys):
     cache = fill(tmp_path, capsys)
     fill(tmp_path, capsys, "--pooling", "cls")
-    cls_fp, mean_fp = [f["fingerprint"] for f in bertfeat.vcache.cache_info(cache)["fingerprints"]]
+    cls_fp, mean_fp = [f["fingerprint"] for f in bertfeat.cache.store.cache_info(cache)["fingerprints"]]
     rc, out, err = run(capsys, "cache", "clear", cache, "--fingerprint", "zz" + cls_fp[:6])
     assert (rc, out) == (1, "")
     assert err == (f"Error: the cache {cache / DB_NAME} has no fingerprint(s) starting with 'zz{cls_fp[:6]}' - "
@@ -708,7 +708,7 @@ def test_cache_clear(tmp_path, capsys):
     rc, out, err = run(capsys, "cache", "clear", cache, "--fingerprint", cls_fp[:6])
     assert (rc, out) == (0, "")
     assert err.startswith(f"deleted 30 entries from {cache} (") and err.endswith(" on disk)\n"), err
-    info = bertfeat.vcache.cache_info(cache)
+    info = bertfeat.cache.store.cache_info(cache)
     assert [f["fingerprint"] for f in info["fingerprints"]] == [mean_fp] and info["entries"] == 30
     src = tmp_path / "c.csv"
     s = extract(src, tmp_path / "mean.parquet", cache=cache, id_column=None)
@@ -723,7 +723,7 @@ def test_cache_clear(tmp_path, capsys):
     assert m, err
     assert float(m[1]) == round(size / 1024, 1) and float(m[2]) <= float(m[1])  # 16 KiB pages: 60 small rows fit one
     assert sum(p.stat().st_size for p in cache.iterdir()) == float(m[2]) * 1024
-    assert bertfeat.vcache.cache_info(cache)["entries"] == 0
+    assert bertfeat.cache.store.cache_info(cache)["entries"] == 0
     assert run(capsys, "cache", "clear", cache, "-q")[1:] == ("", "")
 
 
@@ -789,7 +789,7 @@ def test_a_cache_path_that_is_a_file_is_refused(tmp_path, capsys):
 
 
 def test_a_cache_on_a_network_file_system_is_refused(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(bertfeat.vcache, "filesystem_type", lambda path: "nfs")
+    monkeypatch.setattr(bertfeat.cache.store, "filesystem_type", lambda path: "nfs")
     src = corpus(tmp_path / "c.csv", base_rows(5))
     cache = tmp_path / "nfs-cache"
     rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--cache", cache)
@@ -805,7 +805,7 @@ def test_a_cache_on_a_network_file_system_is_refused(tmp_path, capsys, monkeypat
 
 
 def test_dask_workers_on_another_host_are_refused(tmp_path, client, monkeypatch):
-    from bertfeat.dask_engine import check_worker_hosts
+    from bertfeat.run.dask import check_worker_hosts
 
     class FakeClient:
         def __init__(self, hosts):
@@ -876,7 +876,7 @@ def test_a_cache_that_is_an_output_or_inside_the_partial_directory_is_refused(tm
 def test_a_cache_failing_before_any_chunk_is_done_leaves_no_partial_run(tmp_path, capsys, monkeypatch):
     """A cache found damaged in the first chunk's lookups stopped the run with the partial directory left: after
     deleting the cache as the error says, the same command was refused ("a resumable partial run exists")."""
-    from bertfeat import vcache
+    from bertfeat.cache import store as vcache
 
     src = corpus(tmp_path / "c.csv", base_rows(20))
     cache = tmp_path / "cache"
@@ -990,7 +990,7 @@ def test_a_foreign_file_is_refused_on_the_dask_engine(tmp_path, client):
 def test_a_cache_of_an_earlier_bertfeat_is_adopted(tmp_path, capsys):
     """A cache an earlier bertfeat made (its exact layout, no marker): still read, and marked as bertfeat's on its
     first open (docs/cache.md); a run reuses its vectors, and clear clears it."""
-    from bertfeat.vcache import APP_ID, classify
+    from bertfeat.cache.store import APP_ID, classify
 
     src = corpus(tmp_path / "c.csv", base_rows(12))
     cache = tmp_path / "cache"

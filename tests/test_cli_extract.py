@@ -222,7 +222,7 @@ def test_csv_output_and_wide_parquet(tmp_path, capsys):
 
 
 def test_pca_writes_reduced_features_model_and_report(tmp_path, capsys):
-    from bertfeat.pca import PCA
+    from bertfeat.pca.estimator import PCA
 
     texts = [f"sentence number {i} about {w}" for i, w in enumerate(
         "cats dogs cars trains music art rivers mountains bread cheese rain snow code maths ships birds".split())]
@@ -247,7 +247,7 @@ def test_pca_writes_reduced_features_model_and_report(tmp_path, capsys):
 
 
 def test_pca_variance_fraction(tmp_path, capsys):
-    from bertfeat.pca import PCA
+    from bertfeat.pca.estimator import PCA
 
     texts = [f"{a} {b}" for a in "red green blue dark light".split() for b in "cat dog car tree sky river".split()]
     src = write_csv(tmp_path / "c.csv", ["text"], [[t] for t in texts])
@@ -332,7 +332,7 @@ def test_python_dash_m_runs_the_same_cli(tmp_path):
 def test_help_lists_every_precision_and_the_extra_by_name():
     """`extract --help` names each precision the command accepts (gemm.PRECISION_CHOICES) and the `fast` extra as
     it is installed (`bertfeat[fast]`: rich markup once swallowed the bracket, leaving "needs bertfeat")."""
-    from bertfeat.gemm import PRECISION_CHOICES
+    from bertfeat.ops.gemm import PRECISION_CHOICES
 
     p = subprocess.run([sys.executable, "-m", "bertfeat", "extract", "--help"], capture_output=True, text=True,
                        timeout=120, env={**os.environ, "COLUMNS": "400", "NO_COLOR": "1"})
@@ -349,7 +349,7 @@ def test_normalize_help_says_what_the_default_is():
     not normalized unless asked (the help said "if the model has a Normalize module", true of neither alone)."""
     import typer.main
 
-    from bertfeat.cli import app
+    from bertfeat.cli.app import app
 
     group = typer.main.get_command(app)
     helps = {name: next(p.help for p in group.commands[name].params if p.name == "normalize")
@@ -414,7 +414,7 @@ def test_other_dtypes_are_refused(tmp_path, capsys, bad):
 
 
 def test_float16_overflow_is_refused_before_the_output(tmp_path, capsys, monkeypatch):
-    import bertfeat.chunks as chunks
+    import bertfeat.run.chunks as chunks
 
     real = chunks.run_rows
 

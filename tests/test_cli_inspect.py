@@ -16,7 +16,7 @@ transformers = need_live("transformers")
 
 from ckpt import expected_tokens, make_checkpoint, reference_model  # noqa: E402
 
-from bertfeat.cli import main  # noqa: E402
+from bertfeat.cli.app import main  # noqa: E402
 from bertfeat.inspection import attention_maps, fill_mask  # noqa: E402
 
 DEFAULT_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -245,7 +245,7 @@ def test_info_json_config_lists_the_models_family_only(capsys):
 def _help(command: str, flag: str) -> str:
     import typer.main
 
-    from bertfeat.cli import app
+    from bertfeat.cli.app import app
 
     cmd = typer.main.get_command(app).commands[command]
     return next(p.help for p in cmd.params if flag in p.opts)
@@ -289,7 +289,7 @@ def test_cli_md_documents_every_inspection_option(command):
     each option of its --help."""
     import typer.main
 
-    from bertfeat.cli import app
+    from bertfeat.cli.app import app
 
     root = Path(__file__).resolve().parent.parent
     section = _section((root / "docs" / "cli.md").read_text(encoding="utf-8"), f"## `bertfeat {command}`")
@@ -310,8 +310,8 @@ def test_inspect_md_documents_attention_overwrite_and_max_length():
 def test_inspect_commands_take_the_precisions(precision, capsys, tmp_path, mlm_dir, monkeypatch):
     """attention and fill-mask run the encoder in the precision asked for (as extract does): their numbers are that
     Encoder's; where the CPU cannot run it, the same one-line refusal as extract."""
-    from bertfeat import gemm
-    from bertfeat.encoder import Encoder
+    from bertfeat.ops import gemm
+    from bertfeat.model.encoder import Encoder
     from bertfeat.errors import BertfeatError
 
     monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")  # bf16 on any CPU (native where it can)

@@ -10,8 +10,8 @@ import pytest
 
 from bertfeat.errors import BertfeatError
 from bertfeat.features import FeatureWriter, read_features
-from bertfeat.pca import PCA
-from bertfeat.reduce import fit_pca_file, reduce_features_file
+from bertfeat.pca.estimator import PCA
+from bertfeat.pca.reduce import fit_pca_file, reduce_features_file
 
 FP = {"model_id": "sentence-transformers/all-MiniLM-L6-v2", "weights_sha256": "53aa", "pooling": "mean", "layers": [-1], "normalize": False}
 N, D = 3000, 24
@@ -19,8 +19,8 @@ N, D = 3000, 24
 
 def _run_main(argv):
     """The real entry point (`bertfeat ARGV` in-process) -> exit code. No local stand-in app: a command
-    that is not registered in bertfeat.cli must fail here."""
-    from bertfeat.cli import main
+    that is not registered in bertfeat.cli.app must fail here."""
+    from bertfeat.cli.app import main
 
     return main(argv)
 
@@ -453,7 +453,7 @@ def test_report_help_examples_run_in_the_normal_workflow(tmp_path, features, cap
     `report --help` rewrites it with --overwrite."""
     import typer.main
 
-    from bertfeat.cli import app
+    from bertfeat.cli.app import app
 
     epilog = typer.main.get_command(app).commands["report"].epilog
     first = epilog.split("\n\n")[1].strip()
@@ -478,7 +478,7 @@ def test_help_and_version_import_no_numeric_module():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom bertfeat.cli import main\nrc = main(sys.argv[1:])\n"
+    code = ("import sys\nfrom bertfeat.cli.app import main\nrc = main(sys.argv[1:])\n"
             f"print('LOADED', sorted({{m.split('.')[0] for m in sys.modules}} & set({NUMERIC!r})))\nsys.exit(rc)")
     for argv in HELP_COMMANDS:
         p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
@@ -487,7 +487,8 @@ def test_help_and_version_import_no_numeric_module():
 
 
 def test_the_cli_spells_the_librarys_pca_defaults():
-    from bertfeat import cli_pca, pca_checks, pca_solvers, probe
+    from bertfeat.cli import pca as cli_pca
+    from bertfeat.pca import validation as pca_checks, solvers as pca_solvers, probe
 
     assert cli_pca.SOLVERS == pca_solvers.SOLVERS
     assert cli_pca.DEFAULT_ACCUMULATE == pca_checks.DEFAULT_ACCUMULATE

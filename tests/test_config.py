@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertfeat.config import SUPPORTED_ACTS, BertConfig
+from bertfeat.model.config import SUPPORTED_ACTS, BertConfig
 from bertfeat.errors import ConfigError
 
 
@@ -103,7 +103,7 @@ def test_position_ids_only_when_a_real_token_is_the_padding_id():
     (3, (str, list), "f.json: k is 3, not a string or list"),
 ])
 def test_typed_refuses_with_one_line(value, types, message):
-    from bertfeat.config import typed
+    from bertfeat.model.config import typed
 
     with pytest.raises(ConfigError) as e:
         typed(value, types, "f.json: k")

@@ -1,5 +1,5 @@
-"""bertfeat.csvcheck (the quote tracker behind unclosed-quote detection, the delimiter sniffer) and
-bertfeat.specs.parse_pca_spec: results independent of how the stream is cut into reads."""
+"""bertfeat.readers.csvcheck (the quote tracker behind unclosed-quote detection, the delimiter sniffer) and
+bertfeat.checks.parse_pca_spec: results independent of how the stream is cut into reads."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import io
 import pyarrow.csv as pcsv
 import pytest
 
-from bertfeat.csvcheck import QuoteTracker, sniff_delimiter
+from bertfeat.readers.csvcheck import QuoteTracker, sniff_delimiter
 from bertfeat.errors import BertfeatError
-from bertfeat.specs import parse_pca_spec
+from bertfeat.checks import parse_pca_spec
 
 CASES = {
     "clean": (b'id,text\n1,"he said ""hi"""\n2,"a\nb"\n3,5" screen\n4,"x"', False, {}, 1),
@@ -117,8 +117,8 @@ def test_parse_pca_spec_refuses(text):
 def test_option_values_name_the_parameter_in_python_and_the_flag_on_the_cli(tmp_path, capsys):
     """parse_pca_spec names the parameter it is given (pca of extract, n_components of a PCA fit); the CLI
     shows each as its flag, the value as typed (quoted when it is not a number)."""
-    from bertfeat.cli import main
-    from bertfeat.csvcheck import parse_delimiter
+    from bertfeat.cli.app import main
+    from bertfeat.readers.csvcheck import parse_delimiter
 
     fix = "give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), mle (Minka's choice), or 1.0 / all for every component"
     for text, param, python, cli in (("lots", "pca", "pca='lots' is not a number", "--pca 'lots' is not a number"),

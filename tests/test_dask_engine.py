@@ -27,13 +27,13 @@ from conftest import dask_local_client, need  # noqa: E402
 
 need("distributed", 'pip install -e ".[dask]"')
 
-from bertfeat.cli import main  # noqa: E402
+from bertfeat.cli.app import main  # noqa: E402
 import bertfeat  # noqa: E402
-from bertfeat.dask_engine import require_dask  # noqa: E402
+from bertfeat.run.dask import require_dask  # noqa: E402
 from bertfeat.errors import BertfeatError, ResumeError  # noqa: E402
-from bertfeat.plan import DaskSettings  # noqa: E402
-from bertfeat.progress import NullProgress  # noqa: E402
-from bertfeat.rejects import TooManyBadRows  # noqa: E402
+from bertfeat.run.plan import DaskSettings  # noqa: E402
+from bertfeat.run.progress import NullProgress  # noqa: E402
+from bertfeat.readers.rejects import TooManyBadRows  # noqa: E402
 
 N_ROWS = 200
 N_PARTS = 4
@@ -247,9 +247,9 @@ def test_resume_on_the_other_engine_is_refused_and_keeps_the_partial_run(client,
 # --------------------------------------------------------------------------- PCA
 def test_label_probe_equals_local(client, tmp_path, real_sentences):
     """extract --pca --label: the label is kept and the PCA report gets its linear probe, the same on both engines,
-    and the same as bertfeat.probe computes from the written output."""
-    from bertfeat.pca import PCA
-    from bertfeat.probe import probe_file
+    and the same as bertfeat.pca.probe computes from the written output."""
+    from bertfeat.pca.estimator import PCA
+    from bertfeat.pca.probe import probe_file
 
     texts = real_sentences[:N_ROWS]
     median = np.median([len(t) for t in texts])
@@ -277,7 +277,7 @@ def test_label_probe_equals_local(client, tmp_path, real_sentences):
 
 
 def test_pca_equals_local(client, data, tmp_path):
-    from bertfeat.pca import PCA
+    from bertfeat.pca.estimator import PCA
 
     local = tmp_path / "local" / "f.parquet"
     extract(_opts(data, local, pca="8", **LOCAL))
@@ -321,7 +321,7 @@ def test_overwrite_killed_while_the_old_output_is_deleted_leaves_the_new_one_who
     """The last step of an --overwrite run (dask_engine._finish): killed (SIGKILL, the OOM killer) while the old
     OUTPUT/ is being deleted, OUTPUT/ is the new run's whole. Before, the old directory was deleted in place first:
     a kill left some of its parts beside its _bertfeat.json, a directory that reads as complete with rows missing."""
-    from bertfeat import dask_engine
+    from bertfeat.run import dask as dask_engine
     from bertfeat.features.reader import DIRECTORY_PROVENANCE
 
     out, partial = tmp_path / "o", tmp_path / "o.partial"
@@ -378,7 +378,7 @@ def test_a_killed_worker_error_says_how_to_resume(real_sentences, tmp_path):
     --resume continues, the finished partitions reused."""
     import dask
 
-    from bertfeat.dask_cluster import ClusterError
+    from bertfeat.run.dask_cluster import ClusterError
 
     src = tmp_path / "one.parquet"
     pq.write_table(pa.table({"text": real_sentences[:400]}), src)
@@ -570,7 +570,7 @@ def test_encoder_options_reach_every_worker(client, data, tmp_path):
     assert s.rows_written == N_ROWS
 
     def budgets():
-        from bertfeat.encoder_cache import _ENCODERS
+        from bertfeat.model.encoder_cache import _ENCODERS
 
         return sorted(e.max_batch_tokens for e in _ENCODERS.values())
 
@@ -582,7 +582,7 @@ def test_encoder_options_reach_every_worker(client, data, tmp_path):
 def test_the_local_cluster_we_start_runs_without_the_workers_profiler():
     """The LocalCluster bertfeat starts turns off Dask's statistical profiler in its workers (it samples every
     thread every 10 ms with the GIL; measured 2 % of a one-thread worker's throughput)."""
-    from bertfeat.dask_cluster import open_client
+    from bertfeat.run.dask_cluster import open_client
 
     def profiling(dask_worker):
         import dask
@@ -680,7 +680,7 @@ def test_a_cut_csv_with_quoted_line_breaks_is_refused_and_whole_it_is_counted(cl
 
 
 def test_parquet_partitions_keep_to_the_blocksize_inside_a_row_group(tmp_path):
-    from bertfeat.dask_engine import parse_blocksize
+    from bertfeat.run.dask import parse_blocksize
     from bertfeat.readers import open_input
 
     texts = [f"unique sentence number {i} with some more words, about {i * 7} things" for i in range(20000)]
@@ -697,7 +697,7 @@ def test_parquet_partitions_keep_to_the_blocksize_inside_a_row_group(tmp_path):
 
 
 def test_encoder_threads_are_each_hosts_share():
-    from bertfeat.dask_cluster import task_slots, task_threads, worker_threads
+    from bertfeat.run.dask_cluster import task_slots, task_threads, worker_threads
 
     class Stub:
         def scheduler_info(self, n_workers=-1):
@@ -828,7 +828,7 @@ def test_a_server_that_is_not_a_scheduler_is_named_in_seconds(tmp_path, mode, sa
 
 
 def test_a_real_scheduler_passes_the_greeting_check(client):
-    from bertfeat.dask_cluster import check_scheduler
+    from bertfeat.run.dask_cluster import check_scheduler
 
     t0 = time.monotonic()
     check_scheduler(client.scheduler.address)
@@ -884,7 +884,7 @@ def test_a_scheduler_killed_mid_run_leaves_one_error_line(tmp_path):
 def test_routed_logs_keep_distributed_off_stderr_and_put_the_handlers_back(capfd):
     import logging
 
-    from bertfeat.dask_cluster import LOGGERS, routed_logs
+    from bertfeat.run.dask_cluster import LOGGERS, routed_logs
 
     before = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).propagate) for name in LOGGERS}
     capfd.readouterr()

@@ -20,7 +20,7 @@ pytest.importorskip("distributed")
 
 import bertfeat  # noqa: E402
 from bertfeat.readers import open_input  # noqa: E402
-from bertfeat.vcache import CacheError, VectorStore  # noqa: E402
+from bertfeat.cache.store import CacheError, VectorStore  # noqa: E402
 from extract_util import run, tiny_model, write_csv  # noqa: E402
 
 

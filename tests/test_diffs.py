@@ -1,4 +1,4 @@
-"""bertfeat.diffs: the one key-by-key comparison behind resume manifests and PCA fingerprints."""
+"""bertfeat.pca.diffs: the one key-by-key comparison behind resume manifests and PCA fingerprints."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertfeat.diffs import MISSING, canonical_json, dict_differences
-from bertfeat.jobcore import manifest_differences
-from bertfeat.pca_file import fingerprint_differences
+from bertfeat.pca.diffs import MISSING, canonical_json, dict_differences
+from bertfeat.run.jobcore import manifest_differences
+from bertfeat.pca.file import fingerprint_differences
 
 
 def test_values_compare_by_canonical_json():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertfeat import BertfeatError, Encoder
-from bertfeat.encoder import LongTextError
+from bertfeat.model.encoder import LongTextError
 from ckpt import (  # noqa: F401  (make_ckpt is a fixture)
     hf_tokenizer,
     make_ckpt,
@@ -297,7 +297,7 @@ def test_long_text_error_names_the_parameter(tmp_path, capsys):
 @pytest.mark.live
 def test_checkpoint_without_pooler(make_ckpt, sample_data):
     """Every pooling but 'pooled' works (and matches torch); 'pooled' says why it is unavailable."""
-    from bertfeat.cli import main  # noqa: F401
+    from bertfeat.cli.app import main  # noqa: F401
 
     d = make_ckpt(hidden=64, heads=4, layers=2, pooler=False, seed=11)
     enc = Encoder(d)

@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 
-from bertfeat.encoder_cache import clear, shared_encoder
+from bertfeat.model.encoder_cache import clear, shared_encoder
 
 
 def test_the_same_model_and_settings_share_one_encoder(minilm_dir, tmp_path):

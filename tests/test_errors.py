@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bertfeat.pca import PCA
+from bertfeat.pca.estimator import PCA
 from extract_util import embeddings, read_table, run, summary_line, tiny_encoder, tiny_model, write_csv
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
@@ -305,7 +305,7 @@ def test_existing_output_needs_overwrite(tmp_path, corpus, features, model, caps
 
 def fail_on_write(monkeypatch, n: int, exc: BaseException):
     """The local engine's n-th part write raises exc; returns a function that restores the real writer."""
-    import bertfeat.local_engine as pipeline
+    import bertfeat.run.local as pipeline
 
     real = pipeline.PartStore.write_part
     calls = []
@@ -397,7 +397,7 @@ def test_empty_and_random_npy_features(tmp_path, capsys):
 
 
 def test_unexpected_errors_are_one_line_unless_debug(tmp_path, features, capsys, monkeypatch):
-    import bertfeat.reduce as reduce
+    import bertfeat.pca.reduce as reduce
 
     def boom(*a, **k):
         raise RuntimeError("something broke")
@@ -417,7 +417,7 @@ def test_ctrl_c_is_130_in_every_command(tmp_path, features, capsys, monkeypatch)
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("bertfeat.reduce.fit_pca_file", interrupted)
+    monkeypatch.setattr("bertfeat.pca.reduce.fit_pca_file", interrupted)
     rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
     assert (rc, err) == (130, "Interrupted.\n")
     monkeypatch.setattr("bertfeat.inspection.model_info", interrupted)
@@ -502,7 +502,7 @@ def test_disk_full_while_extract_writes_a_chunk(tmp_path, corpus, capsys, monkey
 
 def _cli(*args, stdout=None):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    code = "from bertfeat.cli import entry; entry()"
+    code = "from bertfeat.cli.app import entry; entry()"
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], stdout=stdout, stderr=subprocess.PIPE, env=env,
                           text=True, timeout=300)
 
@@ -548,7 +548,7 @@ def test_an_option_is_named_as_a_parameter_in_python_and_as_a_flag_on_the_cli():
 
 def test_extract_errors_name_the_python_parameter_and_the_cli_its_flag(tmp_path, corpus, capsys):
     import bertfeat
-    from bertfeat.cli import main
+    from bertfeat.cli.app import main
     from bertfeat.errors import BertfeatError
 
     with pytest.raises(BertfeatError) as e:
@@ -564,7 +564,7 @@ def test_extract_errors_name_the_python_parameter_and_the_cli_its_flag(tmp_path,
 
 def test_an_option_value_the_cli_spells_otherwise():
     """opt(..., cli=...): the command line shows the value as typed (here quoted), Python its repr."""
-    from bertfeat.cli import FLAGS
+    from bertfeat.cli.app import FLAGS
     from bertfeat.errors import BertfeatError, opt
 
     e = BertfeatError(f"unknown {opt('on_bad_row', 'ignore', cli=repr('ignore'))}", f"choose {opt('on_bad_row', 'skip')}")
@@ -576,7 +576,7 @@ def test_an_option_value_the_cli_spells_otherwise():
 def test_pca_fit_names_n_components_as_its_long_flag(features, tmp_path, capsys):
     """`pca fit -n 0`: the library names the parameter n_components; the CLI shows --n-components (no
     cli.FLAGS entry: -n and --n-components are one option, and its errors always said --n-components)."""
-    from bertfeat.cli import FLAGS
+    from bertfeat.cli.app import FLAGS
 
     assert "n_components" not in FLAGS
     rc, _, err = run(capsys, "pca", "fit", features, "-n", "lots", "-o", tmp_path / "p.npz")
@@ -588,7 +588,7 @@ def test_ctrl_c_inside_compiled_code_is_an_interruption_not_a_bug(tmp_path, feat
     """A KeyboardInterrupt that reaches Python through compiled code comes back as another exception raised while
     handling it (numba: "SystemError: CPUDispatcher(...) returned a result with an exception set"): exit 130 with
     "Interrupted.", as for a plain Ctrl-C, not "unexpected SystemError ... this is a bug"."""
-    import bertfeat.reduce as reduce
+    import bertfeat.pca.reduce as reduce
 
     def interrupted(*a, **k):
         try:

@@ -1,4 +1,4 @@
-"""extract --estimate (bertfeat.estimate): the estimate checked against the run it estimates, on the bundled sample."""
+"""extract --estimate (bertfeat.run.estimate): the estimate checked against the run it estimates, on the bundled sample."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import bertfeat
 from bertfeat.errors import BertfeatError
-from bertfeat.estimate import Estimate, memory_limit
+from bertfeat.run.estimate import Estimate, memory_limit
 from extract_util import tiny_model, write_csv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +87,7 @@ def test_memory_limit_reads_the_cgroup_then_meminfo(tmp_path):
 
 
 def test_cli_prints_the_estimate_and_writes_nothing(corpus, tmp_path, capsys):
-    from bertfeat.cli import main
+    from bertfeat.cli.app import main
 
     out = tmp_path / "f.parquet"
     out.write_bytes(b"an earlier run's output")  # no obstacle to an estimate
@@ -126,7 +126,7 @@ def test_too_long_rows_under_long_text_error_and_kept_values(tmp_path):
 
 
 def test_the_time_comes_with_its_likely_range():
-    from bertfeat.estimate import TIMING_DRIFT, time_range
+    from bertfeat.run.estimate import TIMING_DRIFT, time_range
 
     assert time_range(100.0, 80.0, 0.0, 1.0) == pytest.approx((20 + 80 * (1 - TIMING_DRIFT), 20 + 80 * (1 + TIMING_DRIFT)))
     low, high = time_range(100.0, 80.0, 0.05, 1.0)  # a spread of tokens per row widens it
@@ -136,7 +136,7 @@ def test_the_time_comes_with_its_likely_range():
 
 
 def test_a_busy_machine_is_said(corpus, tmp_path, monkeypatch):
-    import bertfeat.estimate as est
+    import bertfeat.run.estimate as est
 
     e = bertfeat.extract(corpus, tmp_path / "f.parquet", estimate=60)
     assert e.seconds_low <= e.seconds <= e.seconds_high and 0 < e.cpu_share <= 1

@@ -458,7 +458,7 @@ def test_apply_id_and_raw_features(proj):
     import numpy as np
     import pyarrow.parquet as pq
 
-    from bertfeat.pca import PCA
+    from bertfeat.pca.estimator import PCA
 
     d, args = proj
     first = make(*args, "ID=id", "APPLY_RAW=1", cwd=d)

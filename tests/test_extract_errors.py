@@ -339,7 +339,7 @@ def test_max_bad_rows_share_is_exact_and_checked_once_every_row_is_read(tmp_path
 def test_max_bad_rows_python_api_and_option_errors(tmp_path, capsys):
     import bertfeat
     from bertfeat.errors import BertfeatError
-    from bertfeat.rejects import TooManyBadRows
+    from bertfeat.readers.rejects import TooManyBadRows
 
     src = _every_fifth_empty(tmp_path)
     with pytest.raises(TooManyBadRows, match=r"4 bad rows among the 20 rows read, more than max_bad_rows=3 allows"):
@@ -513,7 +513,7 @@ def test_a_chunk_with_every_row_rejected_in_the_middle(tmp_path, capsys, fmt, pc
     assert ids == ["a", "b", "e"]
     assert [r[:2] for r in rejects(tmp_path / f"o.{fmt}.rejects.csv")][1:] == [["2", "c"], ["3", "d"]]
     if pca:
-        from bertfeat.pca import PCA
+        from bertfeat.pca.estimator import PCA
 
         model = PCA.load(tmp_path / "o.pca.npz")
         assert X.shape == (3, 2) and model.n_samples_ == 3

@@ -1,7 +1,7 @@
 """Property tests: whatever the input, `bertfeat extract` ends with exit 0 and a correct output, or
 exit 1 and one clean `Error:` line (and nothing left behind) - never a traceback.
 
-Runs in-process through ``bertfeat.cli.main`` with the small random-weight model of tests/ckpt.py.
+Runs in-process through ``bertfeat.cli.app.main`` with the small random-weight model of tests/ckpt.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertfeat.textcheck import text_reason
+from bertfeat.readers.textcheck import text_reason
 from extract_util import assert_close, embeddings, metadata, no_leftovers, read_table, run, tiny_encoder, tiny_model
 
 SETTINGS = settings(max_examples=int(os.environ.get("BERTFEAT_FUZZ_EXAMPLES", 40)), deadline=None,

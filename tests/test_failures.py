@@ -20,14 +20,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import bertfeat
-from bertfeat.cli import FLAGS
-from bertfeat.dask_cluster import ClusterError
+from bertfeat.cli.app import FLAGS
+from bertfeat.run.dask_cluster import ClusterError
 from bertfeat.errors import BertfeatError, InputError, render
-from bertfeat.failures import STDIN_NOT_KEPT, Failure, decide, handle, kept_for_limit, kind_of
-from bertfeat.local_engine import DamagedPart
-from bertfeat.rejects import TooManyBadRows
-from bertfeat.safety import OutputError
-from bertfeat.vcache import CacheError
+from bertfeat.run.failures import STDIN_NOT_KEPT, Failure, decide, handle, kept_for_limit, kind_of
+from bertfeat.run.local import DamagedPart
+from bertfeat.readers.rejects import TooManyBadRows
+from bertfeat.run.safety import OutputError
+from bertfeat.cache.store import CacheError
 from extract_util import Interrupt, no_leftovers, run, tiny_model, write_csv
 
 P, O = Path("o.parquet.partial"), Path("o.parquet")
@@ -204,10 +204,10 @@ class TestStandardInputKeepsNothing:
     ARGS = ("extract", "-", "--input-format", "csv", "--model", tiny_model(), "--chunk-rows", 3, "-q")
 
     def test_a_cache_failing_mid_run(self, tmp_path, capsys, monkeypatch):
-        import bertfeat.vcache
+        import bertfeat.cache.store
 
         _stdin(monkeypatch)
-        _fail_on_call(monkeypatch, bertfeat.vcache.VectorStore, "put", 3,
+        _fail_on_call(monkeypatch, bertfeat.cache.store.VectorStore, "put", 3,
                       lambda a: CacheError("cannot write the cache: the disk is full", "free disk space"))
         out = tmp_path / "o.parquet"
         rc, _, err = run(capsys, *self.ARGS, "-o", out, "--cache", tmp_path / "cache")
@@ -215,10 +215,10 @@ class TestStandardInputKeepsNothing:
         assert no_leftovers(out) == []
 
     def test_a_full_disk_mid_run(self, tmp_path, capsys, monkeypatch):
-        import bertfeat.local_engine
+        import bertfeat.run.local
 
         _stdin(monkeypatch)
-        _fail_on_call(monkeypatch, bertfeat.local_engine.PartStore, "write_part", 3,
+        _fail_on_call(monkeypatch, bertfeat.run.local.PartStore, "write_part", 3,
                       lambda a: OSError(errno.ENOSPC, "No space left on device"))
         out = tmp_path / "o.parquet"
         rc, _, err = run(capsys, *self.ARGS, "-o", out)
@@ -233,11 +233,11 @@ class TestTheLocalEngineCountsItsParts:
     def test_a_damaged_part_while_the_outputs_are_written_keeps_the_others(self, tmp_path, capsys, monkeypatch):
         """A part damaged on disk between its write and the outputs' (read back with its page checksums): the error
         says --resume encodes that chunk again, so the other parts stay (they were removed, as for bad input)."""
-        import bertfeat.local_engine
+        import bertfeat.run.local
         from extract_util import flip_embedding_byte
 
         src, out = _corpus(tmp_path), tmp_path / "o.parquet"
-        store = bertfeat.local_engine.PartStore
+        store = bertfeat.run.local.PartStore
         _fail_on_call(monkeypatch, store, "read_part", 2, lambda a: flip_embedding_byte(a[0].part_path(a[1])))
         rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS)
         assert rc == 1 and "part-000001.parquet, was damaged on disk" in err, err
@@ -253,10 +253,10 @@ class TestTheLocalEngineCountsItsParts:
     def test_a_full_disk_while_the_outputs_are_written_says_what_is_kept(self, tmp_path, capsys, monkeypatch):
         """The same fix as a full disk while the chunks are encoded (it said "rerun with --resume (the finished chunks
         are kept in ...)", without their number)."""
-        import bertfeat.local_engine
+        import bertfeat.run.local
 
         src, out = _corpus(tmp_path), tmp_path / "o.parquet"
-        _raising(monkeypatch, bertfeat.local_engine, "publish_rejects", OSError(errno.ENOSPC, "No space left on device"))
+        _raising(monkeypatch, bertfeat.run.local, "publish_rejects", OSError(errno.ENOSPC, "No space left on device"))
         rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS)
         assert (rc, err) == (1, f"Error: {out}: no space left on the device - free disk space, then rerun the same command "
                                 f"with --resume (4 finished chunk(s) are kept in {out}.partial)\n")
@@ -282,14 +282,14 @@ class TestTheLocalEngineCountsItsParts:
     def test_a_cache_failing_before_the_kept_chunks_are_read_keeps_them(self, tmp_path, capsys, monkeypatch):
         """Chunk 0 of the interrupted run damaged (removed when the resume opens the parts), the cache failing as the
         resume encodes it: the interrupted run's other part stays (it was removed: no chunk had been read yet)."""
-        import bertfeat.vcache
+        import bertfeat.cache.store
 
         src, out = _corpus(tmp_path), tmp_path / "o.parquet"
         with pytest.raises(KeyboardInterrupt):
             bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, id_column="id", progress=Interrupt(2))
         partial = tmp_path / "o.parquet.partial"
         (partial / "part-000000.parquet").write_bytes(b"")
-        _fail_on_call(monkeypatch, bertfeat.vcache.VectorStore, "put", 1,
+        _fail_on_call(monkeypatch, bertfeat.cache.store.VectorStore, "put", 1,
                       lambda a: CacheError("cannot write the cache: the disk is full", "free disk space"))
         rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS, "--cache", tmp_path / "cache", "--resume")
         assert (rc, err.splitlines()[-1]) == (1, "Error: cannot write the cache: the disk is full - free disk space")
@@ -317,9 +317,9 @@ class TestTheDaskEngine:
         return dict(input=str(data), output=str(out), model=tiny_model(), engine="dask", blocksize=None, **kw)
 
     def test_a_full_disk_while_the_outputs_are_written(self, dask_client, labelled, tmp_path, monkeypatch):
-        import bertfeat.dask_engine
+        import bertfeat.run.dask
 
-        _raising(monkeypatch, bertfeat.dask_engine, "publish_rejects", OSError(errno.ENOSPC, "No space left on device"))
+        _raising(monkeypatch, bertfeat.run.dask, "publish_rejects", OSError(errno.ENOSPC, "No space left on device"))
         out = tmp_path / "f.parquet"
         with pytest.raises(OutputError) as e:
             bertfeat.extract(**self.opts(labelled, out), client=dask_client)
@@ -332,9 +332,9 @@ class TestTheDaskEngine:
         assert s.chunks_resumed == kept and pq.read_table(out).num_rows == 40
 
     def test_an_interrupt_while_the_outputs_are_written(self, dask_client, labelled, tmp_path, monkeypatch):
-        import bertfeat.dask_engine
+        import bertfeat.run.dask
 
-        _raising(monkeypatch, bertfeat.dask_engine, "publish_rejects", KeyboardInterrupt())
+        _raising(monkeypatch, bertfeat.run.dask, "publish_rejects", KeyboardInterrupt())
         out = tmp_path / "f.parquet"
         with pytest.raises(KeyboardInterrupt) as e:
             bertfeat.extract(**self.opts(labelled, out), client=dask_client)
@@ -343,9 +343,9 @@ class TestTheDaskEngine:
         assert not out.exists() and len(list((tmp_path / "f.parquet.partial").glob("part-*"))) >= 2
 
     def test_an_interrupt_during_the_probe_says_the_report_has_none(self, dask_client, labelled, tmp_path, monkeypatch):
-        import bertfeat.dask_engine
+        import bertfeat.run.dask
 
-        _raising(monkeypatch, bertfeat.dask_engine, "probe_into_report", KeyboardInterrupt())
+        _raising(monkeypatch, bertfeat.run.dask, "probe_into_report", KeyboardInterrupt())
         out = tmp_path / "f.parquet"
         with pytest.raises(KeyboardInterrupt) as e:
             bertfeat.extract(**self.opts(labelled, out, pca=2, label="label"), client=dask_client)

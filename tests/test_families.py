@@ -23,12 +23,12 @@ pytest.importorskip("torch", reason="the parity tests compare with transformers 
 pytest.importorskip("sentence_transformers", reason="the parity tests compare with sentence-transformers")
 import torch  # noqa: E402
 
-from bertfeat import gemm  # noqa: E402
-from bertfeat.config import BertConfig  # noqa: E402
-from bertfeat.encoder import Encoder  # noqa: E402
+from bertfeat.ops import gemm  # noqa: E402
+from bertfeat.model.config import BertConfig  # noqa: E402
+from bertfeat.model.encoder import Encoder  # noqa: E402
 from bertfeat.errors import BertfeatError, ConfigError, WeightsError  # noqa: E402
-from bertfeat.model import bert_forward  # noqa: E402
-from bertfeat.tokenize import pad_batch  # noqa: E402
+from bertfeat.model.bert import bert_forward  # noqa: E402
+from bertfeat.model.tokenize import pad_batch  # noqa: E402
 from ckpt import single_blas_thread, tokenizer_json, vocab_file  # noqa: E402
 from extract_util import run  # noqa: E402
 from st_ckpt import st_folder  # noqa: E402

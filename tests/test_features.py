@@ -21,7 +21,7 @@ from bertfeat.features import (
     read_feature_metadata,
     read_features,
 )
-from bertfeat.threads import read_ahead
+from bertfeat.ops.threads import read_ahead
 
 N, D = 1000, 12
 META = {

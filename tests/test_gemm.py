@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bertfeat import gemm
+from bertfeat.ops import gemm
 
 
 def test_native_kernel_names():

@@ -15,9 +15,9 @@ import json
 import numpy as np
 import pytest
 
-from bertfeat.encoder import Encoder
-from bertfeat.model import bert_forward
-from bertfeat.tokenize import pad_batch
+from bertfeat.model.encoder import Encoder
+from bertfeat.model.bert import bert_forward
+from bertfeat.model.tokenize import pad_batch
 from ckpt import make_checkpoint, single_blas_thread
 from conftest import TEST_DATA
 

@@ -22,11 +22,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import bertfeat
-import bertfeat.progress
+import bertfeat.run.progress
 from bertfeat.errors import BertfeatError, InputError, render
 from bertfeat.readers import open_input, resolve_files
 from bertfeat.readers.text import split_wide_lines, wide_unicode
-from bertfeat.rejects import Reason, RejectCode, fix_for
+from bertfeat.readers.rejects import Reason, RejectCode, fix_for
 from extract_util import (Interrupt, assert_close, embeddings, in_fresh_process, metadata, no_leftovers, read_table, run,
                           tiny_encoder, tiny_model, write_csv)
 
@@ -377,7 +377,7 @@ def test_an_interrupted_run_inside_the_input_folder_is_not_read_back(tmp_path, c
     assert rc == 0, err
 
     out = d / "o.parquet"
-    monkeypatch.setattr(bertfeat.progress, "make_progress", lambda *a, **k: Interrupt(2))
+    monkeypatch.setattr(bertfeat.run.progress, "make_progress", lambda *a, **k: Interrupt(2))
     rc, _, err = extract(capsys, d, out, *args)
     monkeypatch.undo()
     partial = d / "o.parquet.partial"
@@ -823,8 +823,8 @@ def test_reading_a_huge_field_keeps_memory_bounded(tmp_path, fmt):
 
 
 def test_max_field_bytes_is_checked_and_kept_for_a_resume(tmp_path, capsys):
-    from bertfeat.jobcore import manifest_differences
-    from bertfeat.specs import parse_max_field_bytes
+    from bertfeat.run.jobcore import manifest_differences
+    from bertfeat.checks import parse_max_field_bytes
 
     assert [parse_max_field_bytes(v) for v in ("4MiB", "512KiB", "8MB", " 1000 ", 65536, "1GiB")] == [
         4 << 20, 512 << 10, 8_000_000, 1000, 65536, 1 << 30]

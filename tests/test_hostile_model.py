@@ -35,10 +35,10 @@ import pytest
 
 import bertfeat
 from bertfeat import BertfeatError, Encoder
-from bertfeat.cli import main
-from bertfeat.encoder import NonFiniteFeaturesError, TokenPastTableError
+from bertfeat.cli.app import main
+from bertfeat.model.encoder import NonFiniteFeaturesError, TokenPastTableError
 from bertfeat.errors import BertfeatWarning, ConfigError, WeightsError
-from bertfeat.weights import load_weights
+from bertfeat.model.weights import load_weights
 from ckpt import VOCABS, make_checkpoint, write_bf16
 from extract_util import no_leftovers, run, tiny_encoder, tiny_model, write_csv
 
@@ -95,7 +95,7 @@ def test_non_finite_weights_in_float16_and_bfloat16_files(tmp_path):
     its bf16 bit patterns (the layers' linear weights under precision bf16): every path checks."""
     from safetensors.numpy import load_file, save_file
 
-    from bertfeat.config import BertConfig
+    from bertfeat.model.config import BertConfig
 
     d = checkpoint(tmp_path / "h")
     t = load_file(str(d / "model.safetensors"))
@@ -536,8 +536,8 @@ class TestModelFilesStayInsideTheFolder:
         never listed (they were, while files outside the folder that were read were not)."""
         import sys
 
-        from bertfeat.hub import model_files
-        from bertfeat.vcache import cache_fingerprint
+        from bertfeat.model.hub import model_files
+        from bertfeat.cache.store import cache_fingerprint
         from st_ckpt import older_layout
 
         opened: list[str] | None = None

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from bertfeat import Encoder
-from bertfeat import hub
-from bertfeat.cli import main
+from bertfeat.model import hub
+from bertfeat.cli.app import main
 from bertfeat.errors import ConfigError, ModelNotFoundError
-from bertfeat.hub import DEFAULT_MODEL, hf_cache_dirs, resolve_model
+from bertfeat.model.hub import DEFAULT_MODEL, hf_cache_dirs, resolve_model
 from ckpt import make_ckpt  # noqa: F401  (fixture)
 from st_ckpt import older_layout
 
@@ -357,8 +357,8 @@ def test_older_layout_without_the_encoders_config_json(make_ckpt, tmp_path):
 def test_cached_vectors_depend_on_the_transformer_folders_files(make_ckpt, tmp_path):
     """The vector cache's fingerprint and the resume manifest's model_files (vcache.model_files_digest) cover the
     encoder's files in 0_Transformer/; its weights are in the fingerprint through their sha256."""
-    from bertfeat.encoder_cache import files_stamp
-    from bertfeat.vcache import cache_fingerprint, model_files_digest
+    from bertfeat.model.encoder_cache import files_stamp
+    from bertfeat.cache.store import cache_fingerprint, model_files_digest
 
     d, _ = _older(make_ckpt, tmp_path)
     digest = model_files_digest(d)

@@ -1,5 +1,6 @@
-"""The package's import graph: no module imports another's private (underscore) names, and no two bertfeat
-modules import each other, directly or through others (every import counts, a deferred one inside a function too).
+"""The package's import graph: no module imports another's private (underscore) names, no two bertfeat modules
+import each other, directly or through others (every import counts, a deferred one inside a function too), and no
+layer's folder imports one above it (``LAYERS``: ARCHITECTURE.md's order, bottom first).
 
 Read from the source with ``ast``, so the tests need nothing imported and name the file and line at fault.
 """
@@ -48,8 +49,8 @@ def imports(mod: str, path: Path):
 def test_the_graph_is_read():
     """The parser sees the imports (a guard against a test that passes by reading nothing)."""
     edges = {(m, t) for m, p in MODULES.items() for _, t, _ in imports(m, p)}
-    assert ("bertfeat.model", "bertfeat.gemm") in edges
-    assert ("bertfeat.local_engine", "bertfeat.chunks") in edges
+    assert ("bertfeat.model.bert", "bertfeat.ops.gemm") in edges
+    assert ("bertfeat.run.local", "bertfeat.run.chunks") in edges
     assert len(MODULES) > 40
 
 
@@ -78,3 +79,44 @@ def test_no_import_cycle():
         if m not in state:
             visit(m, [m])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+# ARCHITECTURE.md's layers, bottom first: a module imports only its own layer's modules and those listed before it.
+LAYERS = [("version", "errors"), ("atomic",), ("checks",), ("console",), ("ops",), ("readers",), ("model",),
+          ("cache",), ("features",), ("pca",), ("run",), ("sklearn", "inspection", "verify", "sweep"), ("cli",),
+          ("bertfeat", "__main__")]
+RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def layer_of(mod: str) -> str:
+    """bertfeat.model.encoder -> model; bertfeat.errors -> errors; bertfeat -> bertfeat."""
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_every_layer_is_ranked_and_the_top_level_stays_small():
+    """Each top-level module or folder of the package has its place in LAYERS (a new one must be placed), and at
+    most 12 modules sit at the top level (the rest live in a layer's folder)."""
+    tops = {layer_of(m) for m in MODULES}
+    assert tops == set(RANK), (tops - set(RANK), set(RANK) - tops)
+    top_modules = [p.name for p in PKG.glob("*.py")]
+    assert len(top_modules) <= 12, sorted(top_modules)
+
+
+def test_every_layer_folder_says_what_it_owns():
+    for folder in sorted(p.parent for p in PKG.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8")))
+        assert doc and len(doc) > 80, f"{folder.name}/__init__.py needs a docstring saying what the folder owns"
+
+
+def test_no_layer_imports_one_above_it():
+    up = [f"{MODULES[m].relative_to(PKG.parent)}:{line} ({layer_of(m)}) imports {t} ({layer_of(t)})"
+          for m, p in MODULES.items() for line, t, _ in imports(m, p)
+          if layer_of(m) != layer_of(t) and RANK[layer_of(t)] >= RANK[layer_of(m)]]
+    assert not up, "imports pointing up (or sideways between two layers):\n" + "\n".join(up)
+
+
+def test_the_layer_rule_sees_an_upward_import(tmp_path):
+    """The rule above fails on a model module importing the run layer (a guard against a rule that checks nothing)."""
+    assert RANK[layer_of("bertfeat.run.plan")] > RANK[layer_of("bertfeat.model.encoder")]
+    assert RANK[layer_of("bertfeat.cli.app")] > RANK[layer_of("bertfeat.sweep")] > RANK[layer_of("bertfeat.pca.file")]

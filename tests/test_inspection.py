@@ -20,14 +20,14 @@ transformers = need_live("transformers")
 
 from ckpt import expected_tokens, make_checkpoint, reference_model  # noqa: E402
 
-from bertfeat.encoder import Encoder  # noqa: E402
+from bertfeat.model.encoder import Encoder  # noqa: E402
 from bertfeat.errors import BertfeatError  # noqa: E402
 from bertfeat.inspection import (  # noqa: E402
     attention_maps, check_layer_head, figure_pixels, fill_mask, masked_lm_logits, plot_attention,
     save_attention_npy, tokenize_text, write_attention,
 )
-from bertfeat.model import bert_forward  # noqa: E402
-from bertfeat.tokenize import pad_batch  # noqa: E402
+from bertfeat.model.bert import bert_forward  # noqa: E402
+from bertfeat.model.tokenize import pad_batch  # noqa: E402
 
 ATOL_ATTN = 1e-5
 ATOL_LOGITS = 1e-4
@@ -376,7 +376,7 @@ def test_info_config_is_the_models_family_only(minilm_dir):
 
 
 def test_config_settings_per_family():
-    from bertfeat.config import BertConfig
+    from bertfeat.model.config import BertConfig
     from bertfeat.inspection import config_settings
 
     small = {"vocab_size": 100, "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,

@@ -1,4 +1,4 @@
-"""precision="int8": the quantization scheme (bertfeat/quant.py), the fused int8 kernels, quality against fp32 on
+"""precision="int8": the quantization scheme (bertfeat/ops/quant.py), the fused int8 kernels, quality against fp32 on
 real sentences, provenance, and the refusals. See docs/precision.md.
 
 The quantization arithmetic runs anywhere; the model-level tests need oneDNN (``pip install "bertfeat[fast]"``)
@@ -15,9 +15,9 @@ import sys
 import numpy as np
 import pytest
 
-from bertfeat import gemm, kernels, onednn, quant
-from bertfeat.cli import main
-from bertfeat.encoder import Encoder
+from bertfeat.ops import gemm, kernels, onednn, quant
+from bertfeat.cli.app import main
+from bertfeat.model.encoder import Encoder
 from bertfeat.errors import BertfeatError
 from bertfeat.features import read_features
 from ckpt import make_ckpt, row_cosines  # noqa: F401  (make_ckpt is a fixture)
@@ -57,7 +57,7 @@ def test_quant_rows_per_token_asymmetric():
     if kernels.use("numba") != "numba":
         pytest.skip(f"numba kernels unavailable: {kernels.unavailable_reason()}")
     try:
-        from bertfeat.model import Workspace, quantize_
+        from bertfeat.model.bert import Workspace, quantize_
 
         kq, ks, kz = quantize_(x, Workspace(), "t", np.ones(96, np.float32))
         np.testing.assert_array_equal(kq, q)
@@ -99,8 +99,8 @@ def test_q8_linear_dequantizes_and_keeps_float_token_rows(backend, keep):
     weight (quant.dequant on sums computed here in NumPy), plus the bias; the float token rows (each sequence's first and
     last token, every token of a short one) are the float product in the keep precision, also in a block of rows that
     starts inside a sequence; and the whole is within int8's error of the float64 product."""
-    from bertfeat.bf16 import from_bf16, to_bf16
-    from bertfeat.model import Workspace, q8_linear, quantize_
+    from bertfeat.ops.bf16 import from_bf16, to_bf16
+    from bertfeat.model.bert import Workspace, q8_linear, quantize_
 
     if keep == "bf16" and gemm.resolve("int8").keep != "bf16":
         pytest.skip("the float token rows are fp32 here (no native bf16)")
@@ -191,7 +191,7 @@ def test_outlier_rows_leave_the_int8_weight_and_its_scales():
 def test_q8_linear_with_outlier_rows_is_closer_to_the_float_product(backend, monkeypatch):
     """With the planted rows in float32 the int8 layer's error is several times smaller than with them quantized
     (their 50x scale coarsens the grid of every column they top); both kernels' backends agree."""
-    from bertfeat.model import Workspace, q8_linear, quantize_
+    from bertfeat.model.bert import Workspace, q8_linear, quantize_
 
     rng = np.random.default_rng(3)
     T, B = 16, 6  # longer than SHORT_TOKENS: rows 1 .. 14 of each sequence in int8
@@ -222,7 +222,7 @@ def test_q8_linear_with_outlier_rows_is_closer_to_the_float_product(backend, mon
 def test_fused_ffn_kernel_equals_the_numpy_path(make_ckpt):
     """encoder_layer_q8's fused up projection (dequantize + bias + GELU + quantize, float rows in both FFN linears)
     against the NumPy reference of each step: the same layer output up to float rounding."""
-    from bertfeat.model import Workspace, additive_mask, encoder_layer_q8, quantize_
+    from bertfeat.model.bert import Workspace, additive_mask, encoder_layer_q8, quantize_
 
     d = make_ckpt(hidden=64, layers=1, heads=4, intermediate=256, seed=4)
     enc = Encoder(d, precision="int8")
@@ -260,7 +260,7 @@ def test_fused_ffn_kernel_equals_the_numpy_path(make_ckpt):
 def test_a_nan_row_keeps_a_nan_scale(backend):
     """A NaN reaching an int8 input must not turn into finite features: its row's scale is NaN, so the dequantized
     row is NaN and the features are refused as non-finite (encoder.check_finite_features)."""
-    from bertfeat.model import Workspace, quantize_
+    from bertfeat.model.bert import Workspace, quantize_
 
     x = np.ones((3, 16), np.float32)
     x[1, 4] = np.nan
@@ -295,7 +295,7 @@ def test_int8_kernels_equal_their_numpy_reference():
     """Each numba int8 kernel against quant.py's NumPy reference on the same inputs: dq_bias_ (int8 rows, float token
     rows, outlier weight rows), dq_bias_gelu_q8_ (the GELU, then each row quantized) and add_layer_norm_q8_ (LayerNorm
     of y + b + r, then its rows times inv quantized)."""
-    from bertfeat.model import gelu_erf, layer_norm
+    from bertfeat.model.bert import gelu_erf, layer_norm
 
     if kernels.get("dq_bias_") is None:
         pytest.skip(f"numba kernels not in use: {kernels.unavailable_reason()}")
@@ -329,7 +329,7 @@ def test_int8_kernels_equal_their_numpy_reference():
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_a_nan_input_row_stays_nan_through_q8_linear(backend):
     """A NaN in an int8 row's input makes that row of the layer's output NaN (its scale is NaN), and only that row."""
-    from bertfeat.model import Workspace, q8_linear, quantize_
+    from bertfeat.model.bert import Workspace, q8_linear, quantize_
 
     rng = np.random.default_rng(13)
     x = rng.standard_normal((16, 64)).astype(np.float32)
@@ -370,8 +370,8 @@ def test_smoothing_follows_the_layer_norm_that_feeds_each_input(minilm_dir):
     """gemm.int8_smoothing wires each int8 input to the LayerNorm that writes it: layer i's QKV input is layer i - 1's
     output LayerNorm (the embeddings' for layer 0), its FFN up input its own attention LayerNorm; the attention output
     and FFN down inputs are not smoothed. The Encoder's int8 weights carry exactly those factors."""
-    from bertfeat.config import BertConfig
-    from bertfeat.weights import load_weights
+    from bertfeat.model.config import BertConfig
+    from bertfeat.model.weights import load_weights
 
     w = load_weights(minilm_dir, BertConfig.from_file(minilm_dir / "config.json"))  # float32, as loaded
     got = gemm.int8_smoothing(w)
@@ -395,7 +395,7 @@ def test_smoothing_follows_the_layer_norm_that_feeds_each_input(minilm_dir):
 def test_q8_linear_with_no_float_rows_or_only_float_rows(backend, which):
     """A block with no float token row (the int8 GEMM on every row) and one with only float token rows (an int8
     GEMM of zero rows): each row as the references say."""
-    from bertfeat.model import Workspace, q8_linear, quantize_
+    from bertfeat.model.bert import Workspace, q8_linear, quantize_
 
     rng = np.random.default_rng(15)
     M, K, N = 20, 64, 48
@@ -424,7 +424,7 @@ def test_smoothing_keeps_the_product_and_shrinks_the_error_of_layer_norm_outputs
     """A LayerNorm output n g + beta whose few channels have a large |g| widens every row's range; with the
     smoothing factors from g, beta and W (quant.smoothing) the int8 weight is diag(s) W and the rows are quantized
     as x / s: the same product (dequantized weight = W within a step), several times closer to it."""
-    from bertfeat.model import Workspace, q8_linear, quantize_
+    from bertfeat.model.bert import Workspace, q8_linear, quantize_
 
     rng = np.random.default_rng(7)
     B, T, K, N = 4, 16, 384, 1536
@@ -570,7 +570,7 @@ def test_the_int8_scheme_is_in_the_vector_cache_key(minilm_dir):
     """Vectors of another int8 scheme (an older bertfeat) are never served from a --cache."""
     import dataclasses
 
-    from bertfeat.vcache import cache_fingerprint
+    from bertfeat.cache.store import cache_fingerprint
 
     enc = Encoder(minilm_dir, precision="int8")
     spec = enc.spec()
@@ -608,7 +608,7 @@ def test_int8_needs_onednn(minilm_dir, no_onednn):
 @needs_int8
 def test_int8_refused_where_onednn_has_no_vnni_kernel(minilm_dir):
     """A real ISA limit: ONEDNN_MAX_CPU_ISA=AVX512_CORE hides VNNI from oneDNN; int8 must then be refused."""
-    code = ("from bertfeat.encoder import Encoder; from bertfeat.errors import BertfeatError\n"
+    code = ("from bertfeat.model.encoder import Encoder; from bertfeat.errors import BertfeatError\n"
             f"try:\n    Encoder({str(minilm_dir)!r}, precision='int8'); print('ran')\n"
             "except BertfeatError as x:\n    print(x.message)")
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX512_CORE")

@@ -23,7 +23,7 @@ from conftest import dask_local_client
 import bertfeat
 from bertfeat.errors import BertfeatError, ResumeError, render
 from bertfeat.features import iter_features, read_feature_metadata
-from bertfeat.progress import NullProgress
+from bertfeat.run.progress import NullProgress
 from bertfeat.readers import open_input
 from extract_util import run, tiny_model, write_csv, write_jsonl
 

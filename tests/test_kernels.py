@@ -1,4 +1,4 @@
-"""The fused element-wise kernels (bertfeat/kernels.py) against the NumPy reference in model.py."""
+"""The fused element-wise kernels (bertfeat/ops/kernels.py) against the NumPy reference in model.py."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from bertfeat import kernels
+from bertfeat.ops import kernels
 from ckpt import make_ckpt  # noqa: F401  (a fixture)
-from bertfeat.model import ACTIVATIONS_INPLACE, add_layer_norm_, additive_mask, bias_act_, layer_norm_, masked_softmax_, softmax_
+from bertfeat.model.bert import ACTIVATIONS_INPLACE, add_layer_norm_, additive_mask, bias_act_, layer_norm_, masked_softmax_, softmax_
 
 from conftest import need  # noqa: E402
 
@@ -200,7 +200,7 @@ def test_numpy_backend_gives_the_same_model_output(make_ckpt):
 
 _CACHE_PROBE = """
 import json
-from bertfeat import kernels
+from bertfeat.ops import kernels
 assert kernels.use("numba") == "numba"
 ready = sorted(name for name, f in kernels._state["kernels"].items() if f.signatures)
 kernels.warm_bf16()

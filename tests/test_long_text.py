@@ -229,7 +229,7 @@ def piece_tokenizers(minilm_dir, tmp_path_factory):
 
     from tokenizers import AddedToken, Regex, normalizers, pre_tokenizers
 
-    from bertfeat.tokenize import BertTokenizer
+    from bertfeat.model.tokenize import BertTokenizer
     from ckpt import vocab_file
     from st_ckpt import _tokenizer
 
@@ -279,7 +279,7 @@ def _whole(tk, text, pair, max_length, side):
 
 
 def test_a_long_text_in_pieces_gives_the_whole_texts_tokens(piece_tokenizers, monkeypatch):
-    from bertfeat import tokenize
+    from bertfeat.model import tokenize
 
     monkeypatch.setattr(tokenize, "PIECE_CHARS", 150)
     rng = np.random.default_rng(44)
@@ -307,7 +307,7 @@ def test_a_long_text_in_pieces_gives_the_whole_texts_tokens(piece_tokenizers, mo
 
 def test_a_tokenizer_that_cannot_be_cut_tokenizes_the_whole_text(monkeypatch):
     """Without a pre-tokenizer (one pre-token: no boundary to cut at) the text goes to the tokenizer whole, as before."""
-    from bertfeat import tokenize
+    from bertfeat.model import tokenize
     from st_ckpt import _tokenizer
 
     tk = _tokenizer("xlm-roberta")
@@ -324,7 +324,7 @@ def test_the_features_of_a_long_row_are_those_of_its_first_max_length_tokens(mon
     tokens alone (bit for bit: the same ids reach the model), and chunk-mean windows every token of it."""
     from tokenizers import Tokenizer
 
-    from bertfeat import tokenize
+    from bertfeat.model import tokenize
 
     enc = tiny_encoder()
     rng = np.random.default_rng(7)
@@ -347,7 +347,7 @@ def test_the_features_of_a_long_row_are_those_of_its_first_max_length_tokens(mon
 _MEMORY = """
 import sys
 import numpy as np
-from bertfeat.tokenize import BertTokenizer
+from bertfeat.model.tokenize import BertTokenizer
 tok = BertTokenizer.from_dir(sys.argv[1], 512)
 words = sys.argv[2].split()
 text = " ".join(words[i] for i in np.random.default_rng(0).integers(0, len(words), 4_000_000 // 6))

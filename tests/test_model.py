@@ -15,9 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from bertfeat.encoder import Encoder, token_budget_batches
-from bertfeat.model import bert_forward, erf, gelu_erf, gelu_tanh, mlm_logits, relu
-from bertfeat.tokenize import pad_batch
+from bertfeat.model.encoder import Encoder, token_budget_batches
+from bertfeat.model.bert import bert_forward, erf, gelu_erf, gelu_tanh, mlm_logits, relu
+from bertfeat.model.tokenize import pad_batch
 from ckpt import (  # noqa: F401  (make_ckpt is a fixture)
     hf_tokenizer,
     make_ckpt,
@@ -264,7 +264,7 @@ def test_random_checkpoint_values_are_not_degenerate(make_ckpt, random_corpus):
 def test_workspace_reuse_gives_the_same_states(make_ckpt, random_corpus):
     """One Workspace across batches of other shapes (as Encoder's pool reuses it): every kept state
     equals a fresh forward pass, and earlier kept layers are not overwritten by later ones."""
-    from bertfeat.model import Workspace
+    from bertfeat.model.bert import Workspace
 
     enc = Encoder(make_ckpt(**SHAPES["uncased"], **NAMINGS["plain"], hidden_act="gelu", seed=7))
     texts = random_corpus["uncased"][0]
@@ -288,7 +288,7 @@ def test_last_layer_at_one_token_equals_the_whole_layer(make_ckpt, random_corpus
     equals the whole layer's state at those tokens, for first and last tokens and a mix; earlier kept states are
     unchanged; attentions asked for, or only the embeddings kept, run everything. int8: a position multiplied in
     int8 (not a first / last token) runs the whole layer, as its scheme says."""
-    from bertfeat.pooling import first_positions, last_positions
+    from bertfeat.model.pooling import first_positions, last_positions
 
     enc = Encoder(make_ckpt(**SHAPES["uncased"], **NAMINGS["plain"], hidden_act="gelu", seed=7), precision=precision)
     L = enc.config.num_hidden_layers
@@ -309,7 +309,7 @@ def test_last_layer_at_one_token_equals_the_whole_layer(make_ckpt, random_corpus
         np.testing.assert_array_equal(cut.hidden[1], full.hidden[1])  # an earlier kept layer: as before
     assert bert_forward(enc.weights, ids, types, mask, keep=(L,), at=at, output_attentions=True).at is None
     assert bert_forward(enc.weights, ids, types, mask, keep=(0,), at=at).at is None
-    from bertfeat.quant import SHORT_TOKENS
+    from bertfeat.ops.quant import SHORT_TOKENS
 
     middle = np.minimum(2, last_positions(mask) - 1)  # a token that is neither first nor last
     assert (mask.sum(1) > SHORT_TOKENS).any()  # so some of them are int8 rows under int8
@@ -411,7 +411,7 @@ def test_gelu_variants_against_torch():
 def test_attention_scores_are_each_sequences_own():
     """model.own_length_scores: a sequence's scores are the product of its own tokens only, bit for bit what it gets
     alone (the batched BLAS product rounds differently as the padded length changes), and padding scores are 0."""
-    from bertfeat.model import additive_mask, own_length_scores
+    from bertfeat.model.bert import additive_mask, own_length_scores
 
     rng = np.random.default_rng(0)
     B, nh, T, hs = 5, 4, 37, 32

@@ -1,4 +1,4 @@
-"""ModernBERT (issue 28; bertfeat/modernbert.py) against transformers' ModernBertModel / ModernBertForMaskedLM and
+"""ModernBERT (issue 28; bertfeat/model/modernbert.py) against transformers' ModernBertModel / ModernBertForMaskedLM and
 sentence-transformers.
 
 Random-weight ModernBERT checkpoints saved by transformers (hidden 64, 4 heads, 3 layers with
@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertfeat.config import BertConfig
-from bertfeat.encoder import Encoder
+from bertfeat.model.config import BertConfig
+from bertfeat.model.encoder import Encoder
 from bertfeat.errors import ConfigError, WeightsError
-from bertfeat.families import forward
-from bertfeat.modernbert import attend_blocked
+from bertfeat.model.families import forward
+from bertfeat.model.modernbert import attend_blocked
 from ckpt import single_blas_thread, torch_threads
 from conftest import read_sst2
 
@@ -273,7 +273,7 @@ def test_dask_engine_and_sklearn(st_mean_dir, real_sentences, long_texts, tmp_pa
 # --------------------------------------------------------------------------- precisions
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
 def test_other_precisions(mb_dir, real_sentences, precision):
-    from bertfeat import gemm
+    from bertfeat.ops import gemm
     from bertfeat.errors import BertfeatError
     from ckpt import row_cosines
 

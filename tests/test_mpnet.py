@@ -1,4 +1,4 @@
-"""MPNet (issue 28; bertfeat/mpnet.py) against transformers' MPNetModel / MPNetForMaskedLM and sentence-transformers.
+"""MPNet (issue 28; bertfeat/model/mpnet.py) against transformers' MPNetModel / MPNetForMaskedLM and sentence-transformers.
 
 Random-weight MPNet checkpoints saved by transformers (hidden 64, 2 layers, 4 heads; every tensor informative, as
 st_ckpt._randomize_any draws them) with the vocabulary laid out as all-mpnet-base-v2's: <s> <pad> </s> <unk>, the
@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertfeat.config import BertConfig
-from bertfeat.encoder import Encoder
+from bertfeat.model.config import BertConfig
+from bertfeat.model.encoder import Encoder
 from bertfeat.errors import ConfigError, WeightsError
-from bertfeat.families import forward
-from bertfeat.mpnet import relative_position_bucket
+from bertfeat.model.families import forward
+from bertfeat.model.mpnet import relative_position_bucket
 from ckpt import VOCABS, row_cosines, single_blas_thread, torch_threads
 from conftest import read_sst2
 
@@ -260,7 +260,7 @@ def test_fill_mask_matches_mpnet_for_masked_lm(tmp_path):
 # --------------------------------------------------------------------------- precisions
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
 def test_other_precisions(mpnet_dir, real_sentences, precision):
-    from bertfeat import gemm
+    from bertfeat.ops import gemm
     from bertfeat.errors import BertfeatError
 
     try:

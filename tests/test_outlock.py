@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from bertfeat.outlock import lock_path, output_lock
+from bertfeat.run.outlock import lock_path, output_lock
 from extract_util import run, tiny_model, write_csv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,7 +169,7 @@ def test_a_killed_run_releases_its_lock_and_resumes(tmp_path, inputs):
 def test_the_dask_engine_takes_the_same_lock(tmp_path, inputs):
     pytest.importorskip("distributed")
     import bertfeat
-    from bertfeat.outlock import OutputLockedError
+    from bertfeat.run.outlock import OutputLockedError
 
     out = tmp_path / "o.parquet"
     with output_lock(out), pytest.raises(OutputLockedError) as e:
@@ -187,7 +187,7 @@ def test_an_output_in_a_folder_not_made_yet_is_locked_too(tmp_path, inputs, caps
         assert lock_path(out).exists()
         rc, _, err = run(capsys, "extract", a, "-o", out, "--model", tiny_model(), "--overwrite")
         assert rc == 1 and err.startswith(lock_message(out)), err
-    from bertfeat.plan import make_plan
+    from bertfeat.run.plan import make_plan
 
     other = tmp_path / "later" / "o.parquet"
     make_plan(a, other, model=tiny_model())
@@ -199,7 +199,7 @@ def test_a_side_file_of_a_held_output_is_held_too(tmp_path, inputs, capsys):
     while the first runs (it once wrote o.ids.csv, which the first run then replaced with its ids file)."""
     a, _ = inputs
     held = tmp_path / "o.npy"
-    from bertfeat.plan import OutputLayout
+    from bertfeat.run.plan import OutputLayout
 
     layout = OutputLayout(held, "npy", "local", False)
     assert sorted(p.name for p in layout.locked()) == ["o.ids.csv", "o.npy", "o.npy.json"]

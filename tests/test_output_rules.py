@@ -150,7 +150,7 @@ class TestOutputsThatNameADirectory:
     def test_the_dask_engine_output_may_end_in_a_slash(self, work, src):
         """Its output is a directory of parts: out/ names it (the plan only: no cluster starts)."""
         pytest.importorskip("distributed")
-        from bertfeat.plan import make_plan
+        from bertfeat.run.plan import make_plan
 
         plan = make_plan(str(src), "out/", model=str(tiny_model()), engine="dask")
         assert plan.layout.features == work / "out"

@@ -1,4 +1,4 @@
-"""bertfeat.pca.PCA: parity with scikit-learn, streaming, merging, model files, errors."""
+"""bertfeat.pca.estimator.PCA: parity with scikit-learn, streaming, merging, model files, errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from bertfeat.errors import BertfeatError
 from conftest import missing, need
-from bertfeat.pca import PCA, NotFittedError, choose_solver
+from bertfeat.pca.estimator import PCA, NotFittedError, choose_solver
 
 SKLEARN_VERSION = "1.9.1"  # parity (signs, ddof, fraction rule) is pinned to this release
 
@@ -304,8 +304,8 @@ DECOMPOSED = ("components_", "explained_variance_", "explained_variance_ratio_",
 
 @pytest.fixture
 def decompositions(monkeypatch):
-    """Count decompositions of streaming statistics: bertfeat.pca's decompose_stats (the one finalize calls)."""
-    import bertfeat.pca as pca_module
+    """Count decompositions of streaming statistics: bertfeat.pca.estimator's decompose_stats (the one finalize calls)."""
+    import bertfeat.pca.estimator as pca_module
 
     calls = []
     real = pca_module.decompose_stats
@@ -919,7 +919,7 @@ def test_mixed_accumulation_falls_back_to_float64_for_rows_far_from_the_shift():
     300 standard deviations from the later rows, so their float32 products lost the variances (the smallest 15 % off
     under the default accumulate='mixed'); such a block is now multiplied in float64. A stationary stream keeps its
     float32 products (the statistics differ from float64 ones by float32 rounding, not at all when it falls back)."""
-    from bertfeat import pca_stats
+    from bertfeat.pca import stats as pca_stats
 
     rng = np.random.default_rng(0)
     X = np.vstack([np.zeros((2, 4)), 300 + rng.standard_normal((20000, 4)) * [1, .5, .2, .1]]).astype(np.float32)

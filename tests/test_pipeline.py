@@ -8,13 +8,13 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from bertfeat import local_engine as pipeline
-from bertfeat.encoder import Encoder
+from bertfeat.run import local as pipeline
+from bertfeat.model.encoder import Encoder
 from bertfeat.errors import BertfeatError
 from bertfeat.readers import RawBatch
-from bertfeat.chunks import iter_chunks, validate_batch
-from bertfeat.jobcore import manifest_differences
-from bertfeat.plan import default_output, parse_pca
+from bertfeat.run.chunks import iter_chunks, validate_batch
+from bertfeat.run.jobcore import manifest_differences
+from bertfeat.run.plan import default_output, parse_pca
 from extract_util import run, tiny_model, write_csv
 
 
@@ -172,7 +172,7 @@ def test_a_url_input_reads_through_fsspec_and_needs_an_output(tmp_path, capsys):
     """The reader layer opens every path with fsspec: file:///abs/path.csv gives the features of the plain path;
     a URL has no "beside the input", so it needs an output (Python: output, CLI: -o)."""
     import bertfeat
-    from bertfeat.cli import main
+    from bertfeat.cli.app import main
     from bertfeat.errors import BertfeatError
 
     src = tmp_path / "a.csv"

@@ -20,7 +20,7 @@ pytest.importorskip("distributed")
 
 import bertfeat  # noqa: E402
 from bertfeat.errors import BertfeatError  # noqa: E402
-from bertfeat.plan import OutputLayout, make_plan  # noqa: E402
+from bertfeat.run.plan import OutputLayout, make_plan  # noqa: E402
 from extract_util import tiny_model, write_csv  # noqa: E402
 
 

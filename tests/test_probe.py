@@ -1,4 +1,4 @@
-"""bertfeat.probe: the linear probe of a PCA report, against scikit-learn's RidgeClassifier on the same folds."""
+"""bertfeat.pca.probe: the linear probe of a PCA report, against scikit-learn's RidgeClassifier on the same folds."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bertfeat.cli import main
+from bertfeat.cli.app import main
 from bertfeat.errors import BertfeatError
 from bertfeat.features import FeatureWriter
-from bertfeat.pca import PCA
-from bertfeat.probe import default_ks, probe_file, ridge_accuracy, stratified_folds
-from bertfeat.reduce import reduce_features_file
+from bertfeat.pca.estimator import PCA
+from bertfeat.pca.probe import default_ks, probe_file, ridge_accuracy, stratified_folds
+from bertfeat.pca.reduce import reduce_features_file
 
 D = 24
 FP = {"model_id": "m", "pooling": "mean", "layers": [-1]}
@@ -175,7 +175,7 @@ def test_cli_pca_fit_label_probes_the_fitted_file_and_checks_the_column_first(tm
     probe = json.loads((tmp_path / "m.report.json").read_text())["probe"]
     assert probe["rows"] == 200 and probe["all_features"]["features"] == D and probe["class_counts"].keys() == {"no", "yes"}
     assert "Linear probe: label" in capsys.readouterr().out
-    import bertfeat.reduce as reduce
+    import bertfeat.pca.reduce as reduce
 
     def no_fit(*a, **k):
         raise AssertionError("fitted before the label column was checked")
@@ -278,7 +278,7 @@ def test_pca_fit_label_the_probe_cannot_use_keeps_the_fit(tmp_path, capsys):
 
 def test_local_extract_interrupted_in_the_probe_keeps_its_model(tmp_path, monkeypatch):
     import bertfeat
-    import bertfeat.probe as probe
+    import bertfeat.pca.probe as probe
     from extract_util import tiny_model, write_csv
 
     src = write_csv(tmp_path / "c.csv", ["text", "label"], [[f"sentence {i} about {'ab'[i % 2]}", "ab"[i % 2]] for i in range(30)])

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-import bertfeat.cli as cli
-from bertfeat.progress import LogProgress, RichProgress, make_progress
+import bertfeat.cli.app as cli
+from bertfeat.run.progress import LogProgress, RichProgress, make_progress
 from extract_util import run, summary_line, tiny_model, write_csv
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

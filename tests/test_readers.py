@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertfeat.errors import InputError
-from bertfeat.rejects import Reason, RejectCode
+from bertfeat.readers.rejects import Reason, RejectCode
 from bertfeat.readers import HEAD_BYTES, CsvReader, Reader, detect_format, open_input
 
 

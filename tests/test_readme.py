@@ -219,7 +219,7 @@ def expected_files(cmd: str) -> list[str]:
     if sub == "extract" and "--estimate" in argv:
         return []  # writes nothing
     if sub == "extract":
-        from bertfeat.plan import default_output
+        from bertfeat.run.plan import default_output
 
         out = _option(argv, "-o", "--output")
         dask = _option(argv, "--engine") == "dask"
@@ -272,7 +272,7 @@ def _run(cmd: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def _model_available(name: str) -> bool:
     from bertfeat.errors import BertfeatError
-    from bertfeat.hub import resolve_model
+    from bertfeat.model.hub import resolve_model
 
     try:
         resolve_model(name)
@@ -436,7 +436,7 @@ def test_every_cli_option_is_documented():
     """Each command and each of its options is named in docs/cli.md (or inspect.md / dask.md, where it sends them)."""
     import typer.main
 
-    from bertfeat.cli import app
+    from bertfeat.cli.app import app
 
     # the command reference, and the pages it sends the inspection and Dask options to
     ref = "".join((ROOT / "docs" / n).read_text(encoding="utf-8") for n in ("cli.md", "inspect.md", "dask.md"))

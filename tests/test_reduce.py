@@ -1,4 +1,4 @@
-"""bertfeat.reduce: file-level PCA fit / transform; what a reduced file records."""
+"""bertfeat.pca.reduce: file-level PCA fit / transform; what a reduced file records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 import bertfeat
 from bertfeat.features import read_feature_metadata, read_features
-from bertfeat.reduce import fit_pca_file, reduce_features_file
+from bertfeat.pca.reduce import fit_pca_file, reduce_features_file
 from extract_util import tiny_model, write_csv
 
 
@@ -35,7 +35,7 @@ def test_pca_fit_and_transform_read_a_dask_output_directory(tmp_path, capsys):
     """extract --engine dask writes a directory of part files; verify and report --probe read it, pca fit / transform
     refused it ("is a directory, not a feature file"). Its parts are read in order, as one file."""
     from bertfeat import PCA
-    from bertfeat.cli import main
+    from bertfeat.cli.app import main
     from bertfeat.features import FeatureWriter, open_features
 
     rng = np.random.default_rng(0)

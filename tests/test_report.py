@@ -1,4 +1,4 @@
-"""bertfeat.report: the numbers of the explained-variance report, its files and its table."""
+"""bertfeat.pca.report: the numbers of the explained-variance report, its files and its table."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from bertfeat.pca import PCA
-from bertfeat.report import build_pca_report, render_pca_report, write_pca_report
+from bertfeat.pca.estimator import PCA
+from bertfeat.pca.report import build_pca_report, render_pca_report, write_pca_report
 
 SOURCE = {"features": "train.parquet", "fingerprint": {"model_id": "m", "pooling": "mean", "layers": [-1]}}
 
@@ -156,7 +156,7 @@ def test_mle_log_likelihoods_equal_minkas_formula_rank_by_rank():
     """The O(d^2) split sum against the formula written out per rank as scikit-learn's _assess_dimension does."""
     import math
 
-    from bertfeat.pca_solvers import infer_dimension, mle_log_likelihoods
+    from bertfeat.pca.solvers import infer_dimension, mle_log_likelihoods
 
     def minka(s, rank, n):  # Minka 2000, eq. (30)-(31), two plain loops
         d = len(s)
@@ -194,7 +194,7 @@ def test_scree_axis_stops_at_the_last_meaningful_component(tmp_path, monkeypatch
     first); the log axis stops at half the 19th, and the numerical zero is not drawn."""
     from matplotlib.axes import Axes
 
-    from bertfeat.report import scree_range
+    from bertfeat.pca.report import scree_range
 
     rng = np.random.default_rng(0)
     X = (rng.standard_normal((20, 5)) @ rng.standard_normal((5, 64)) + 0.01 * rng.standard_normal((20, 64)))

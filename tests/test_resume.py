@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import numpy as np
 import pytest
 
-import bertfeat.progress
+import bertfeat.run.progress
 from extract_util import Interrupt, metadata, no_leftovers, read_table, run, sigkill_when, summary_line, tiny_model, write_csv
 
 WORDS = ("river mountain bread cheese rain snow code maths ship bird music art train car cat dog "
@@ -42,7 +42,7 @@ def assert_same_output(a, b):
 
 
 def interrupted_run(capsys, monkeypatch, src, out, *extra, after=2):
-    monkeypatch.setattr(bertfeat.progress, "make_progress", lambda *a, **k: Interrupt(after))
+    monkeypatch.setattr(bertfeat.run.progress, "make_progress", lambda *a, **k: Interrupt(after))
     rc, _, err = run(capsys, "extract", src, "-o", out, *extra)
     monkeypatch.undo()
     partial = out.with_name(out.name + ".partial")
@@ -160,7 +160,7 @@ def test_a_float16_run_resumes_float16_only(tmp_path, capsys, monkeypatch):
 def test_resume_on_another_gemm_path_is_refused(tmp_path, capsys, monkeypatch):
     """A run interrupted on oneDNN and resumed with NumPy's BLAS would mix two roundings in one file (the vector cache
     keys the GEMM path; the manifest did not): refused, naming it."""
-    from bertfeat import gemm
+    from bertfeat.ops import gemm
 
     if gemm.resolve("fp32").library != "onednn":
         pytest.skip("needs oneDNN (the fast extra) to have two GEMM paths")
@@ -184,7 +184,7 @@ def test_ctrl_c_while_the_outputs_are_written_leaves_the_old_ones_whole(tmp_path
     """extract --pca --overwrite writes the PCA model, its report (the PNG takes a second), the features and their side
     files: Ctrl-C at any point before they are all done leaves every old file as it was (a new model beside old
     features, or new ids beside an old matrix, before), no temporary file, and says --resume writes them."""
-    import bertfeat.report
+    import bertfeat.pca.report
 
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / f"o.{fmt}"
@@ -193,13 +193,13 @@ def test_ctrl_c_while_the_outputs_are_written_leaves_the_old_ones_whole(tmp_path
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     assert len(before) == {"parquet": 5, "npy": 7, "csv": 6}[fmt] + 1  # + the input
     other = corpus(tmp_path / "c.csv", 15)  # a new corpus under the same name
-    real_draw = bertfeat.report._draw
+    real_draw = bertfeat.pca.report._draw
 
     def draw(report, path):  # Ctrl-C while the report's PNG is drawn, after the model file was saved
         real_draw(report, path)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bertfeat.report, "_draw", draw)
+    monkeypatch.setattr(bertfeat.pca.report, "_draw", draw)
     rc, _, err = run(capsys, "extract", other, "-o", out, *args, "--overwrite")
     assert rc == 130 and "Interrupted: no output was written; the 5 finished chunk(s) are kept in" in err, err
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != "c.csv"}
@@ -306,7 +306,7 @@ def test_an_interrupted_stdin_run_keeps_nothing_and_says_so(tmp_path, capsys, mo
     data = "text\n" + "".join(f"sentence {i}\n" for i in range(12))
     out = tmp_path / "o.parquet"
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
-    monkeypatch.setattr(bertfeat.progress, "make_progress", lambda *a, **k: Interrupt(2))
+    monkeypatch.setattr(bertfeat.run.progress, "make_progress", lambda *a, **k: Interrupt(2))
     rc, _, err = run(capsys, "extract", "-", "--input-format", "csv", "-o", out, "--model", tiny_model(),
                      "--chunk-rows", 3)
     assert (rc, err) == (130, "Interrupted: nothing was kept: a run reading standard input cannot be resumed (write the "
@@ -337,7 +337,7 @@ def test_parts_are_read_back_once(tmp_path, capsys, monkeypatch):
     """Counts and PCA statistics are taken while each chunk's table is in memory, so the output is written
     reading every part once (it was three times: counts, PCA fit, transform); a resumed run reads each part
     the interrupted run finished once more, for its counts and statistics. Resumed or not, the same output."""
-    import bertfeat.local_engine as pipeline
+    import bertfeat.run.local as pipeline
 
     src = corpus(tmp_path / "c.csv", 40)
     args = ["--model", tiny_model(), "--chunk-rows", 10, "--pca", 4]
@@ -472,7 +472,7 @@ def test_a_sigterm_in_a_finalizer_is_delivered_again():
     signal a moment later."""
     import sys
 
-    from bertfeat.cli import _in_finalizer
+    from bertfeat.cli.app import _in_finalizer
 
     seen = []
 

@@ -42,7 +42,7 @@ def test_pca_passes_check_estimator():
     from sklearn.utils.estimator_checks import check_estimator
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "does not inherit from BaseEstimator": on purpose, see bertfeat/estimator.py
+        warnings.simplefilter("ignore")  # "does not inherit from BaseEstimator": on purpose, see bertfeat/pca/sklearn_protocol.py
         results = check_estimator(PCA(), on_fail=None)
     failed = [(r["check_name"], str(r["exception"])[:300]) for r in results if r["status"] == "failed"]
     skipped = sorted(r["check_name"] for r in results if r["status"] == "skipped")
@@ -157,7 +157,7 @@ def test_changed_weights_are_refused_after_unpickling(tmp_path, make_ckpt):
     shutil.copytree(d, local)
     tf = TextFeatures(str(local)).fit(TEXTS)
     blob, enc_blob = pickle.dumps(tf), pickle.dumps(Encoder(local))
-    from bertfeat import encoder_cache
+    from bertfeat.model import encoder_cache
 
     encoder_cache.clear()
     other = make_ckpt(hidden=32, heads=2, layers=1, seed=4)

@@ -16,11 +16,11 @@ pytestmark = pytest.mark.live  # every test compares with sentence-transformers 
 pytest.importorskip("sentence_transformers", reason="the parity tests compare with sentence-transformers")
 import torch  # noqa: E402
 
-from bertfeat.cli import main  # noqa: E402
-from bertfeat.encoder import Encoder  # noqa: E402
+from bertfeat.cli.app import main  # noqa: E402
+from bertfeat.model.encoder import Encoder  # noqa: E402
 from bertfeat.errors import BertfeatError  # noqa: E402
-from bertfeat.model import bert_forward  # noqa: E402
-from bertfeat.tokenize import pad_batch  # noqa: E402
+from bertfeat.model.bert import bert_forward  # noqa: E402
+from bertfeat.model.tokenize import pad_batch  # noqa: E402
 from st_ckpt import older_layout, reference_roberta, roberta_checkpoint, st_folder  # noqa: E402
 
 TEXTS = [
@@ -378,9 +378,9 @@ def test_model_max_length_below_3_is_refused(layouts, tmp_path):
 def test_encoder_default_pooling_helper_is_gone():
     """encoder.default_pooling(model_dir) raised on every folder with a Pooling module (hidden size 1 passed to
     read_pipeline) and had no caller: removed; Encoder.default_pooling / pooling_source give the pooling."""
-    import bertfeat.encoder
+    import bertfeat.model.encoder
 
-    assert not hasattr(bertfeat.encoder, "default_pooling")
+    assert not hasattr(bertfeat.model.encoder, "default_pooling")
 
 
 # --------------------------------------------------------------------------- the older layout: 0_Transformer/

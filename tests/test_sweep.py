@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from bertfeat import PCA, Encoder
-from bertfeat.cli import main
+from bertfeat.cli.app import main
 from bertfeat.errors import BertfeatError
-from bertfeat.probe import stratified_folds
+from bertfeat.pca.probe import stratified_folds
 from bertfeat.sweep import DEFAULT_SETS, default_prefix, parse_sets, sweep
 
 from ckpt import make_ckpt  # noqa: F401  (a fixture)

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bertfeat.errors import BertfeatError
-from bertfeat.tokenize import BertTokenizer as Ours
-from bertfeat.tokenize import longest_first as truncate_pair_rust  # HF tokenizers' LongestFirst
-from bertfeat.tokenize import pad_batch
+from bertfeat.model.tokenize import BertTokenizer as Ours
+from bertfeat.model.tokenize import longest_first as truncate_pair_rust  # HF tokenizers' LongestFirst
+from bertfeat.model.tokenize import pad_batch
 from ckpt import vocab_file
 from conftest import read_stsb, read_stsb_zh
 

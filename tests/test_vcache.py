@@ -1,4 +1,4 @@
-"""The vector cache's store and the run's reuse layer, below the engines (bertfeat/vcache.py, bertfeat/reuse.py):
+"""The vector cache's store and the run's reuse layer, below the engines (bertfeat/cache/store.py, bertfeat/cache/reuse.py):
 keys, fingerprints, checksums, all-or-nothing writes, clear by prefix, the run store's spill, and the order of
 plan / settle when chunks are read ahead of the model. End to end through both engines: test_cache.py."""
 
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from bertfeat.errors import BertfeatError
-from bertfeat.reuse import ENTRY_OVERHEAD, Reuser, RunStore
-from bertfeat.vcache import (DB_NAME, CacheError, VectorStore, cache_fingerprint, model_files_digest, open_cache,
+from bertfeat.cache.reuse import ENTRY_OVERHEAD, Reuser, RunStore
+from bertfeat.cache.store import (DB_NAME, CacheError, VectorStore, cache_fingerprint, model_files_digest, open_cache,
                              resolve_cache, text_key)
 from conftest import TEST_DATA, read_sst2
 from extract_util import tiny_encoder, tiny_model, tree_digest
@@ -276,7 +276,7 @@ def test_a_cache_cleared_between_chunks_still_gives_the_waiting_duplicates_their
     """A duplicate planned while an earlier chunk encodes its text gets that chunk's vector even when `bertfeat cache
     clear` (another process) empties the cache in between (it was read back from the cache: "a duplicate row's
     vector is missing (this is a bug)"); the held vector is dropped once every waiting chunk has settled."""
-    from bertfeat.vcache import open_cache
+    from bertfeat.cache.store import open_cache
 
     store = open_cache(tmp_path / "cache")
     fid = store.register("f" * 16, "m", D, {})
@@ -345,7 +345,7 @@ OPEN_PUT_CLOSE = """
 import sys, time
 from pathlib import Path
 import numpy as np
-from bertfeat.vcache import open_cache, text_key
+from bertfeat.cache.store import open_cache, text_key
 start, directory = float(sys.argv[1]), Path(sys.argv[2])
 keys = [text_key(f"row {i}") for i in range(20)]
 while time.time() < start:  # every process opens at the same instant
@@ -458,7 +458,7 @@ def test_run_store_errors_name_the_run_store_not_a_cache(tmp_path, monkeypatch, 
     engine's spill file in OUTPUT.partial/) failing: named as the run's store, with the local engine's fix for its
     partial directory's file system (it said "cannot write the cache ... - check the cache directory is writable
     ..., or use another one" though no cache was given); a cache elsewhere keeps the cache's words."""
-    from bertfeat.cli import FLAGS
+    from bertfeat.cli.app import FLAGS
 
     partial = tmp_path / "o.parquet.partial"
     dask = open_cache(partial / ".dedup")  # the Dask engine's (dask_engine.RUN_STORE)
@@ -487,8 +487,8 @@ def test_run_store_errors_name_the_run_store_not_a_cache(tmp_path, monkeypatch, 
 
 
 def test_run_store_damaged_or_locked(tmp_path, monkeypatch):
-    from bertfeat import vcache
-    from bertfeat.cli import FLAGS
+    from bertfeat.cache import store as vcache
+    from bertfeat.cli.app import FLAGS
 
     db = tmp_path / "o.parquet.partial" / ".dedup" / DB_NAME
     for error, message in (
@@ -512,8 +512,8 @@ _FILL = """
 import resource, sys
 from pathlib import Path
 import numpy as np
-from bertfeat.cli import FLAGS
-from bertfeat.vcache import CacheError, open_cache, text_key
+from bertfeat.cli.app import FLAGS
+from bertfeat.cache.store import CacheError, open_cache, text_key
 resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))  # ulimit -f
 store = open_cache(Path(sys.argv[1]))
 fid = store.register("a" * 32, "m", 384, {})
@@ -534,8 +534,8 @@ def test_run_store_too_large_for_its_file_system_says_so(tmp_path):
     import subprocess
     import sys
 
-    from bertfeat.cli import FLAGS
-    from bertfeat.safety import os_error
+    from bertfeat.cli.app import FLAGS
+    from bertfeat.run.safety import os_error
 
     resource = pytest.importorskip("resource")
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
@@ -570,7 +570,7 @@ def test_every_store_bertfeat_makes_carries_its_marker(tmp_path):
     """The cache, the Dask engine's run store (OUTPUT.partial/.dedup/) and the local engine's spill file: marked
     (application_id, user_version = the format, the meta row) and whole when they appear (built under a hidden name,
     then linked: no temporary left), and they keep working."""
-    from bertfeat.vcache import APP_ID, classify
+    from bertfeat.cache.store import APP_ID, classify
 
     for directory in (tmp_path / "cache", tmp_path / "o.parquet.partial" / ".dedup"):
         s = open_cache(directory)
@@ -624,7 +624,7 @@ def test_an_earlier_bertfeats_cache_is_adopted(tmp_path, killed):
     """An earlier bertfeat's cache (the exact current layout, no marker): marked on its first open and used, also when
     its tables are still in its -wal file alone (read from a private copy first: the file is not touched until it is
     known to be bertfeat's)."""
-    from bertfeat import vcache
+    from bertfeat.cache import store as vcache
 
     db = earlier_cache(tmp_path / "cache", vcache._SCHEMA, killed=killed)
     assert vcache.classify(db) == ("adopt", "")
@@ -643,7 +643,7 @@ def test_an_earlier_bertfeats_cache_is_adopted(tmp_path, killed):
 def test_an_older_layout_is_refused_without_a_byte_changed(tmp_path, layout, fmt, shown):
     """Before: the open ran CREATE ... IF NOT EXISTS (an index added to format 1's table), set WAL and wrote, then
     said "has format 1". Now the layout is recognised read-only and refused as bertfeat's older format."""
-    from bertfeat import vcache
+    from bertfeat.cache import store as vcache
 
     db = earlier_cache(tmp_path / "cache", vcache._SCHEMA if layout == "current" else vcache._OLD_SCHEMAS[layout], fmt)
     before = tree_digest(db.parent)

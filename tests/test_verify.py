@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bertfeat.cli import main
+from bertfeat.cli.app import main
 from bertfeat.errors import BertfeatError
 from bertfeat.verify import verify_features
 from extract_util import run, tiny_model, write_csv
@@ -165,7 +165,7 @@ def test_verify_finds_an_edited_model_folder(tmp_path, capsys):
     import json
     import shutil
 
-    from bertfeat.encoder import Encoder
+    from bertfeat.model.encoder import Encoder
 
     model = tmp_path / "model"
     shutil.copytree(tiny_model(), model)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from bertfeat import BertfeatError, Encoder, __version__
-from bertfeat.cli import COMMAND_FLAGS, FLAGS, main
+from bertfeat.cli.app import COMMAND_FLAGS, FLAGS, main
 from bertfeat.errors import ConfigError, ModelNotFoundError, WeightsError
-from bertfeat.weights import canonical_name, load_weights
+from bertfeat.model.weights import canonical_name, load_weights
 from ckpt import make_checkpoint, n_parameters, record_tensors, row_cosines, write_bf16
 
 
@@ -161,7 +161,7 @@ def test_float16_checkpoint_loads_as_float32(tmp_path):
 
 def test_weights_are_fused_and_transposed_from_the_file(tmp_path):
     """The one name table: q/k/v fused as (H, 3H) = [Wq^T | Wk^T | Wv^T], every linear stored (in, out)."""
-    from bertfeat.config import BertConfig
+    from bertfeat.model.config import BertConfig
 
     d = small(tmp_path / "m", prefix=True, legacy_names=True)
     w = load_weights(d, BertConfig.from_file(d / "config.json"))
@@ -181,7 +181,7 @@ def test_weights_are_fused_and_transposed_from_the_file(tmp_path):
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"bertfeat {__version__}\n"
-    r = subprocess.run([sys.executable, "-m", "bertfeat.cli", "--version"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "bertfeat.cli.app", "--version"], capture_output=True, text=True)
     if r.returncode != 0 or not r.stdout:  # no __main__ hook: use the installed console script
         import shutil
 
@@ -211,7 +211,7 @@ def test_info_minilm(capsys, minilm_dir):
 
 
 def test_info_names_the_numpy_kernels_when_turned_off(capsys, minilm_dir, monkeypatch):
-    from bertfeat import kernels
+    from bertfeat.ops import kernels
 
     monkeypatch.setenv("BERTFEAT_KERNELS", "numpy")
     kernels.use(None)
@@ -274,7 +274,7 @@ def test_allowed_and_other_heads_are_listed_not_refused(tmp_path):
 
 
 def test_real_and_test_checkpoints_use_every_tensor(minilm_dir, tmp_path):
-    from bertfeat.config import BertConfig
+    from bertfeat.model.config import BertConfig
 
     assert load_weights(minilm_dir, BertConfig.from_file(minilm_dir / "config.json")).ignored == []
     d = make_checkpoint(tmp_path / "mlm", mlm_head=True, store_decoder=True, hidden=32, heads=2, layers=1)
@@ -299,7 +299,7 @@ def test_bfloat16_checkpoint_loads_widened_exactly(tmp_path, capsys):
     enc = Encoder(d)
     assert enc.weights.word.dtype == np.float32
     np.testing.assert_array_equal(enc.encode(texts), Encoder(ref).encode(texts))
-    from bertfeat.config import BertConfig
+    from bertfeat.model.config import BertConfig
 
     c = BertConfig.from_file(d / "config.json")
     w16, r16 = load_weights(d, c, "bf16"), load_weights(ref, c, "bf16")

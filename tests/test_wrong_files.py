@@ -6,7 +6,7 @@ exit 1 and exactly one ``Error:`` line on stderr that is not "a bug", leave ever
 write nothing. A FIFO with no writer blocks whoever opens it for reading, so the code must refuse it before opening
 it; every run here has a timeout (a run that hangs is unblocked by opening the FIFO's other end, then fails).
 
-In-process through ``bertfeat.cli.main`` with the small random-weight model of tests/ckpt.py; a subprocess where
+In-process through ``bertfeat.cli.app.main`` with the small random-weight model of tests/ckpt.py; a subprocess where
 the real argv decoding matters (bytes that are not UTF-8).
 """
 
@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bertfeat.cli import main
+from bertfeat.cli.app import main
 from bertfeat.errors import BertfeatError
-from bertfeat.pca import PCA
+from bertfeat.pca.estimator import PCA
 from extract_util import run, tiny_model, write_csv
 
 TIMEOUT = 30  # seconds for one in-process run (they take well under one; a FIFO opened for reading waits forever)

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import BertfeatError, opt
-from ..threads import read_ahead
+from ..ops.threads import read_ahead
 
 METADATA_KEY = "bertfeat"
 EMBEDDING_COLUMN = "embedding"

@@ -17,8 +17,16 @@ import pyarrow as pa
 
 from ..atomic import remove_stale_temps
 from ..errors import BertfeatError
-from .base import (ROW_GROUP_BYTES, WIDE_COLUMN_RE, WriteSpec, check_dtype, check_float16_range, dumps_metadata,
-                   provenance_path, to_arrow)
+from .base import (
+    ROW_GROUP_BYTES,
+    WIDE_COLUMN_RE,
+    WriteSpec,
+    check_dtype,
+    check_float16_range,
+    dumps_metadata,
+    provenance_path,
+    to_arrow,
+)
 from .npy import ids_sidecar_path
 from .registry import FILE_FORMATS, feature_format, unwritable
 

@@ -1,7 +1,17 @@
 """Reading input rows: CSV, TSV, Parquet (a file, a glob or a directory) and JSONL, or stdin, one reader per format
 behind one protocol (``base``); ``open_input`` (``formats``) picks the reader."""
 
-from .base import DEFAULT_MAX_FIELD_BYTES, HEAD_BYTES, MIN_PART_BYTES, MIN_PART_ROWS, TEXT_COLUMN_NAMES, Partition, RawBatch, Reader, normalize_encoding
+from .base import (
+    DEFAULT_MAX_FIELD_BYTES,
+    HEAD_BYTES,
+    MIN_PART_BYTES,
+    MIN_PART_ROWS,
+    TEXT_COLUMN_NAMES,
+    Partition,
+    RawBatch,
+    Reader,
+    normalize_encoding,
+)
 from .delimited import CsvReader
 from .formats import FORMATS, detect_format, open_input
 from .jsonl import JsonlReader

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from ..specs import DEFAULT_MAX_FIELD_BYTES
+from ..checks import DEFAULT_MAX_FIELD_BYTES
 from .kept import TYPE_NAMES, TYPES
 from .paths import is_url, resolve_files
 

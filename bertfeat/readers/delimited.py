@@ -14,7 +14,7 @@ import sys
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from ..rejects import Reason, RejectCode, too_large
+from .rejects import Reason, RejectCode, too_large
 from . import arrowexit
 from .base import HEAD_BYTES, RawBatch, utf8_error_at
 from .kept import convert_cells, infer_cell_type
@@ -42,7 +42,7 @@ class CsvReader(TextReader):
     READ_AHEAD_BLOCKS = 2  # blocks pyarrow may read past the last one parsed while the run is busy (stream.ReadAheadGate)
 
     def _setup(self, delimiter):
-        from ..csvcheck import parse_delimiter
+        from .csvcheck import parse_delimiter
 
         super()._setup(delimiter)
         self._delimiter_option = parse_delimiter(delimiter)
@@ -127,7 +127,7 @@ class CsvReader(TextReader):
         """The header as pyarrow parses it (so the names always match the streaming reader's)."""
         if not head.strip():
             raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
-        from ..csvcheck import likely_delimiters_in, name_of, sniff_delimiter
+        from .csvcheck import likely_delimiters_in, name_of, sniff_delimiter
 
         self._sample = head  # the head's rows decide the kept columns' types (_decide_keep_types)
         option = self._delimiter_option
@@ -233,7 +233,7 @@ class CsvReader(TextReader):
         tracker = None
         cap = self.max_field_bytes
         if self.fmt == "csv" or cap:  # on UTF-8 (as read, or as transcoded: UTF-16's quotes and line ends are not single bytes)
-            from ..csvcheck import QuoteTracker
+            from .csvcheck import QuoteTracker
 
             # an unclosed quote, rows that span lines; fields over max_field_bytes left out as read
             tracker = QuoteTracker(stream, self.delimiter, cap, quoting=self.fmt == "csv")

@@ -21,8 +21,8 @@ import json
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from ..rejects import Reason, RejectCode, size_text, too_large
-from ..textcheck import surrogate_reason
+from .rejects import Reason, RejectCode, size_text, too_large
+from .textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
 from .kept import JsonNumber, convert_json, json_int, json_type
 from .text import TextReader, TooLong, head_of, read_lines, read_wide_lines, split_wide_lines, wide_line_codec

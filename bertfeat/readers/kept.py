@@ -27,8 +27,8 @@ import re
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from ..rejects import Reason, RejectCode
-from ..textcheck import surrogate_reason
+from .rejects import Reason, RejectCode
+from .textcheck import surrogate_reason
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE)

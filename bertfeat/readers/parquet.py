@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from ..rejects import Reason, RejectCode, too_large
+from .rejects import Reason, RejectCode, too_large
 from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
 from .kept import cast_values, check_cast, storage
 

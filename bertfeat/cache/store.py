@@ -1,0 +1,766 @@
+"""The vector cache: encoder outputs stored by content, so a re-run encodes only the texts it has not seen.
+
+A cache is a directory holding one SQLite database, ``vectors.sqlite3`` (standard library, WAL mode):
+
+    fingerprints(id, fingerprint, model, dim, settings, created, last_used)
+        one row per encoder setting: ``fingerprint`` is the sha256 (32 hex digits) of everything that changes a
+        vector (``cache_fingerprint``), ``settings`` that dict as JSON (what ``bertfeat cache info`` shows)
+    vectors(id, fp, key, vec, n_tokens, flags, n_chunks, crc)     a rowid table, with a unique index on (fp, key)
+        ``key``: 16 bytes of BLAKE2b over the text and its pair (``text_key``); ``vec``: float32 bytes (dim x 4);
+        the row's token counts; ``crc``: 8 bytes of BLAKE2b over the fingerprint, key, vector and counts, checked
+        on every read (a mismatch is a miss: the row is encoded again and the entry rewritten)
+
+The file is made with 16 KiB pages. Format 2: format 1 kept each whole row in the key's B-tree (WITHOUT ROWID,
+4 KiB pages), so a 1.5-3 KB row took an overflow page of its own and the tree's interior pages held 7 keys; the rowid
+table and the small (fp, key) index measured 2.8x less disk at 384 dimensions (1.55 against 4.37 GiB per million
+rows), 3-4x faster stores and 2.7x faster lookups (benchmarks/CACHE_RESULTS.md).
+
+Only bertfeat's own file is written. A new file is made whole (built under a hidden name beside, then hard-linked
+into place: no process sees it half made) and marked: ``PRAGMA application_id`` ``APP_ID``, ``user_version`` the
+format, and the meta table's ``format`` row. Any other file at the store's path (a user's database, an empty file, a
+directory) is refused after its header and tables were read without a byte changed (``classify``); a cache of an
+earlier bertfeat (the exact current layout, no marker) is adopted by writing the marker, an older layout (format 1,
+format 2 before AUTOINCREMENT ids) is refused as an older format.
+
+Why SQLite (measured in benchmarks/CACHE_RESULTS.md): a B-tree on (fp, key) keeps a lookup in bounded memory at
+any size (the page cache is capped: ``CACHE_PAGES``), WAL lets several runs and the Dask engine's worker processes
+on one machine read while one writes, a transaction is all or nothing (a run killed mid-write leaves the last
+committed state: never half a vector), and it ships with Python. Its locking needs one machine's shared memory,
+so a cache on a network file system (NFS, SMB, ...) is refused by name (``check_cache_dir``), and the Dask engine
+refuses a cache when its workers run on other hosts.
+
+The store holds no state of a run: ``reuse.py`` decides what to look up and what to encode. The same store is also
+a run's own temporary store of encoded rows, without a cache: the local engine's spill file (``reuse.RunStore``) and
+the Dask engine's ``OUTPUT.partial/.dedup/`` (``is_run_store``); its errors name it so, with the fixes the local
+engine gives for its partial directory (a full or too-small file system: free space and resume, or another output).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import stat
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BertfeatError, opt
+from ..checks import local_path
+
+DB_NAME = "vectors.sqlite3"
+FORMAT = "2"  # the schema's version, in the meta table
+LOOKUP_BATCH = 500  # keys per SELECT ... IN (...)
+CACHE_PAGES = -65536  # SQLite's page cache per connection: 64 MiB (negative: KiB)
+PAGE_SIZE = 16384  # bytes per page of a new cache file
+BUSY_TIMEOUT_S = 120.0  # a writer waits this long for another's transaction (they last one chunk)
+NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs", "afs",
+              "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.glusterfs", "fuse.cephfs", "9p")
+ENV = "BERTFEAT_CACHE"
+RUN_STORE_DIR = ".dedup"  # the Dask engine's run store without a cache: OUTPUT.partial/.dedup/ (dask_engine)
+RUN_STORE = "the run's temporary store of encoded rows"  # what a run store's errors call it
+APP_ID = 0x62667663  # PRAGMA application_id ("bfvc") of every store file bertfeat makes: the mark that it is bertfeat's
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS fingerprints(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, fingerprint TEXT UNIQUE NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL,
+    settings TEXT NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS vectors(
+    id INTEGER PRIMARY KEY, fp INTEGER NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, n_tokens INTEGER NOT NULL,
+    flags INTEGER NOT NULL, n_chunks INTEGER NOT NULL, crc INTEGER NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS vectors_key ON vectors(fp, key);
+"""
+
+
+#: the layouts of earlier bertfeat versions, by the format they are reported as (none carried the marker); the
+#: current one (_SCHEMA without the marker) is adopted, these are refused as older formats
+_OLD_SCHEMAS = {
+    "1": """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS fingerprints(
+    id INTEGER PRIMARY KEY, fingerprint TEXT UNIQUE NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL,
+    settings TEXT NOT NULL, created REAL NOT NULL, last_used REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS vectors(
+    fp INTEGER NOT NULL, key BLOB NOT NULL, vec BLOB NOT NULL, n_tokens INTEGER NOT NULL, flags INTEGER NOT NULL,
+    n_chunks INTEGER NOT NULL, crc INTEGER NOT NULL, PRIMARY KEY(fp, key)) WITHOUT ROWID;
+""",
+    "2 of a development version (fingerprint ids reused after a clear)": _SCHEMA.replace(" AUTOINCREMENT", ""),
+}
+
+
+class CacheError(BertfeatError):
+    """The vector cache cannot be opened, read or written."""
+
+
+class ForeignStore(CacheError):
+    """The store's path holds something bertfeat did not make (it was left as it was)."""
+
+    unsure = ""  # the fix's tail when the file may be a bertfeat cache damaged past its header
+
+
+# --------------------------------------------------------------------------- keys and fingerprints
+def text_key(text: str, pair: str | None = None) -> bytes:
+    """A row's content key: 16 bytes of BLAKE2b over its text and pair (lengths first: no two rows collide by
+    moving characters between text and pair; a row without a pair differs from one with an empty pair)."""
+    a = text.encode("utf-8", "surrogatepass")
+    h = hashlib.blake2b(len(a).to_bytes(8, "little") + a, digest_size=16, person=b"bertfeat-text")
+    if pair is not None:
+        b = pair.encode("utf-8", "surrogatepass")
+        h.update(b"\x01" + len(b).to_bytes(8, "little") + b)
+    return h.digest()
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_files(directory: Path) -> list[str]:
+    """Every file of a model folder that can change a vector besides the encoder's weights (checksummed already), as
+    paths relative to the folder: what loading the model reads (hub.model_files, the one list; config, tokenizer,
+    sentence_bert_config.json, modules.json and each module's files: 1_Pooling/config.json, 2_Dense/config.json and
+    its weights, ...; the encoder's in its Transformer folder in the older sentence-transformers layout)."""
+    from ..model.hub import model_files as read_by_loading
+
+    return read_by_loading(Path(directory), weights=False)
+
+
+def model_files_digest(directory: Path) -> dict[str, str]:
+    """sha256 of each of ``model_files(directory)``: relative path -> hex digest."""
+    root = Path(directory)
+    return {rel: _file_digest(root / rel) for rel in model_files(root)}
+
+
+def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
+    """(fingerprint, settings): everything that changes a vector, and its sha256 (32 hex digits).
+
+    The settings are the features' fingerprint (weights' sha256, precision, every FeatureSpec field:
+    pooling, layers and their aggregation, normalize, max length, long-text policy and stride, Dense modules,
+    prompt), the sha256 of the model folder's other files (tokenizer, config, sentence-transformers modules), and
+    the GEMM path's identity (library, kernel, bf16 / int8 scheme, CPU model): fp32 on OpenBLAS and on oneDNN
+    round differently, so their vectors never mix. Not the model's id or path: a model folder copied elsewhere (same
+    weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``."""
+    features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
+    settings = {"cache_format": FORMAT, **features,
+                "model_files": model_files_digest(encoder.location.path), "gemm": gemm_identity(encoder)}
+    blob = json.dumps(settings, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:32], settings
+
+
+def register_spec(store, encoder, spec, cache_id: tuple[str, dict] | None = None) -> int:
+    """The store's id of ``spec``'s vectors (its fingerprint registered: cache_fingerprint, or ``cache_id``)."""
+    fp, settings = cache_id or cache_fingerprint(encoder, spec)
+    return store.register(fp, encoder.model_id, encoder.output_dim(spec), settings)
+
+
+def gemm_identity(encoder) -> dict:
+    """What of the encoder's GEMM path changes a vector's rounding: library, kernel, bf16 / int8 mode and scheme,
+    CPU model (the cache key, the resume manifest and TextFeatures' memo all take it)."""
+    gemm = encoder.gemm_path.to_dict()
+    return {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "scheme", "cpu")
+            if gemm.get(k) is not None}
+
+
+# --------------------------------------------------------------------------- where a cache may live
+def resolve_cache(cache) -> Path | None:
+    """``cache=`` of bertfeat.extract: a directory, None (then the BERTFEAT_CACHE environment variable, if set and
+    not empty) or False / "" (no cache, whatever the environment says) -> the directory or None."""
+    if cache is False or (isinstance(cache, str) and not cache.strip()):
+        return None
+    if cache is None or cache is True:
+        env = os.environ.get(ENV, "").strip()
+        if cache is True and not env:
+            raise BertfeatError(f"{opt('cache', True)} needs a directory", f"give {opt('cache', 'DIR')}, or set {ENV}=DIR")
+        return check_cache_dir(local_path(env, f"cache ({ENV})", writes=True)) if env else None
+    if not isinstance(cache, (str, os.PathLike)):
+        raise BertfeatError(f"{opt('cache', cache)} is not a directory name", f"give {opt('cache', 'DIR')}, or False for no cache")
+    return check_cache_dir(local_path(cache, "cache", "cache", writes=True))
+
+
+def check_cache_dir(path: Path) -> Path:
+    """A cache directory must be a directory (or not exist yet, under a directory that does) on a local file system."""
+    if path.exists() and not path.is_dir():
+        raise CacheError(f"the cache {path} is not a directory", f"give {opt('cache')} a directory (it is made if missing)")
+    parent = path if path.exists() else next((p for p in path.absolute().parents if p.exists()), Path("/"))
+    fs = filesystem_type(parent)
+    if fs in NETWORK_FS:
+        raise CacheError(f"the cache {path} is on a network file system ({fs}), where SQLite's locking is not safe for "
+                         "several processes", f"put {opt('cache')} on a local disk of this machine")
+    return path
+
+
+def filesystem_type(path: Path) -> str | None:
+    """The file system type of the mount holding ``path`` (Linux: /proc/self/mounts), else None."""
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    target, best, kind = str(Path(path).resolve()), -1, None
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        mnt = parts[1].replace("\\040", " ")
+        if (target == mnt or target.startswith(mnt.rstrip("/") + "/")) and len(mnt) > best:
+            best, kind = len(mnt), parts[2]
+    return kind
+
+
+def is_run_store(path: Path) -> bool:
+    """A store file in ``OUTPUT.partial/.dedup/``: the Dask engine's own store of the run's encoded rows (without a
+    cache), not a cache a user named (make_plan refuses a cache inside the run's partial directory)."""
+    p = Path(path)
+    return p.parent.name == RUN_STORE_DIR and p.parent.parent.name.endswith(".partial")
+
+
+def _near_file_size_limit(files: list[Path]) -> bool:
+    """This process may not make a file much larger than the largest of ``files`` (``ulimit -f``; SQLite reports
+    the write's EFBIG as a "disk I/O error"): the largest is within a few pages of RLIMIT_FSIZE."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return False
+    if limit == resource.RLIM_INFINITY or limit < 0:
+        return False
+    sizes = []
+    for f in files:
+        try:
+            sizes.append(f.stat().st_size)
+        except OSError:
+            pass
+    return max(sizes, default=0) + 4 * PAGE_SIZE >= limit
+
+
+def _locked(what: str, doing: str, waited: float, fix: str) -> CacheError:
+    """A store another process held locked past the busy timeout (``err.locked``: the callers' retry test)."""
+    gerund = {"open": "opening", "read": "reading", "write": "writing"}.get(doing, doing)
+    err = CacheError(f"{what} stayed locked by another process for {waited:.0f} s while {gerund}", fix)
+    err.locked = True
+    return err
+
+
+# --------------------------------------------------------------------------- the store
+def _crc(fp_text: str, key: bytes, vec: bytes, n_tokens: int, flags: int, n_chunks: int) -> int:
+    h = hashlib.blake2b(fp_text.encode() + key + vec + np.array([n_tokens, flags, n_chunks], "<i8").tobytes(),
+                        digest_size=8)
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def entry_records(fp_text: str, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> list[tuple]:
+    """Rows as stored: (key, vector bytes, n_tokens, flags, n_chunks, checksum) each (flags bit 0: truncated)."""
+    X = np.ascontiguousarray(X, dtype="<f4")
+    out = []
+    for i, key in enumerate(keys):
+        vec, nt, fl, nc = X[i].tobytes(), int(n_tokens[i]), int(bool(truncated[i])), int(n_chunks[i])
+        out.append((key, vec, nt, fl, nc, _crc(fp_text, key, vec, nt, fl, nc)))
+    return out
+
+
+# --------------------------------------------------------------------------- whose file it is, read without writing
+def _master(db: sqlite3.Connection) -> frozenset:
+    return frozenset(db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall())
+
+
+@functools.lru_cache(maxsize=None)
+def _layout(script: str) -> frozenset:
+    """The sqlite_master rows a schema script leaves (built in memory: the stored SQL text exactly as a file has it)."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.executescript(script)
+        return _master(db)
+    finally:
+        db.close()
+
+
+def classify(path: Path) -> tuple[str, str]:
+    """What the store file ``path`` is, found without changing a byte (its header read as bytes, its tables through
+    an ``immutable`` read-only connection, which makes no -wal / -shm / journal file): ("new", "") nothing there,
+    ("ours", "") bertfeat's marker, ("adopt", "") an earlier bertfeat's cache (the exact current layout, no marker),
+    ("format", F) bertfeat's store of another format F, ("foreign", why) another program's file, ("unknown", why)
+    a file that is no readable SQLite database (another program's, or a cache damaged past its header). OSError:
+    the file or its directory cannot be read."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "new", ""
+    if stat.S_ISLNK(st.st_mode):  # a link to the store is followed, as SQLite does
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return "foreign", "it is a broken symbolic link"
+    if stat.S_ISDIR(st.st_mode):
+        return "foreign", "it is a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return "foreign", "it is not a regular file"
+    if st.st_size == 0:
+        return "foreign", "it is an empty file (0 bytes)"
+    with open(path, "rb") as f:
+        head = f.read(100)
+    if len(head) < 100 or not head.startswith(SQLITE_MAGIC):
+        return "unknown", "it is not a SQLite database"
+    app, version = int.from_bytes(head[68:72], "big"), int.from_bytes(head[60:64], "big")
+    if app == APP_ID:
+        return ("ours", "") if str(version) == FORMAT else ("format", str(version))
+    if app != 0:
+        return "foreign", f"it is another program's SQLite database (application_id {app:#010x})"
+    return _unmarked(Path(path))
+
+
+def _unmarked(path: Path) -> tuple[str, str]:
+    """A SQLite database without an application_id: an earlier bertfeat's cache when its tables are exactly one of
+    bertfeat's layouts (classify)."""
+    try:
+        master, meta = _tables(f"{path.absolute().as_uri()}?mode=ro&immutable=1")  # immutable: the main file alone
+        wal = Path(f"{path}-wal")
+        if not master and wal.is_file() and wal.stat().st_size:
+            # its tables may be in the write-ahead log alone (an earlier bertfeat killed before its first checkpoint):
+            # read a private copy of both, which SQLite recovers, never the files themselves
+            with tempfile.TemporaryDirectory(prefix="bertfeat-store-") as tmp:
+                copy = Path(tmp) / DB_NAME
+                shutil.copyfile(path, copy)
+                shutil.copyfile(wal, f"{copy}-wal")
+                master, meta = _tables(f"{copy.as_uri()}?mode=rw")
+    except sqlite3.Error as e:
+        return "unknown", f"it is a SQLite database that cannot be read ({e})"
+    if master == _layout(_SCHEMA):
+        fmt = meta.get("format", FORMAT)
+        return ("adopt", "") if fmt == FORMAT else ("format", fmt)
+    for fmt, script in _OLD_SCHEMAS.items():
+        if master == _layout(script):
+            return "format", fmt
+    tables = sorted(name for kind, name, _, _ in master if kind == "table" and not name.startswith("sqlite_"))
+    return "foreign", f"it is a SQLite database whose tables are not bertfeat's ({', '.join(tables) or 'none'})"
+
+
+def _tables(uri: str) -> tuple[frozenset, dict]:
+    """The sqlite_master rows and the meta table (when there is one) of the database at ``uri``."""
+    db = sqlite3.connect(uri, uri=True)
+    try:
+        master = _master(db)
+        has_meta = any(m[:2] == ("table", "meta") for m in master)
+        return master, dict(db.execute("SELECT key, value FROM meta")) if has_meta else {}
+    finally:
+        db.close()
+
+
+def _create(path: Path, wal: bool) -> None:
+    """A new store file, marked as bertfeat's and whole before it appears: built beside under a hidden name, then
+    hard-linked into place (a link never replaces: a file another run made meanwhile is kept, and opened)."""
+    tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        db = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before the first table (and WAL)
+            db.executescript(f"BEGIN; PRAGMA application_id={APP_ID}; PRAGMA user_version={int(FORMAT)}; {_SCHEMA}"
+                             f"INSERT INTO meta VALUES('format', '{FORMAT}'); COMMIT;")
+            if wal:
+                db.execute("PRAGMA journal_mode=WAL")
+        finally:
+            db.close()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            if not os.path.lexists(path):  # no hard links on this file system (FAT, some FUSE): a rename instead
+                os.replace(tmp, path)
+    except OSError as e:  # as SQLite's own errors, so the store names itself and its fix (VectorStore._error)
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise sqlite3.OperationalError("database or disk is full" if full else
+                                       f"unable to open database file: {e.strerror or e}") from None
+    finally:
+        for p in path.parent.glob(tmp.name + "*"):
+            p.unlink(missing_ok=True)
+
+
+class VectorStore:
+    """One SQLite database of vectors by (fingerprint, key); a connection shared by this process's threads.
+
+    ``durable=False`` (the run's temporary duplicate store): no fsync, no WAL; the file is deleted by ``close``.
+    ``run_store``: the store is the run's own store of encoded rows, not a cache (None: ``durable=False``, or a file in
+    ``OUTPUT.partial/.dedup/``, ``is_run_store``). Every SQLite failure becomes a CacheError naming the file (as
+    the cache, or as the run's temporary store) and what to do.
+    """
+
+    def __init__(self, path: Path, durable: bool = True, run_store: bool | None = None):
+        self.path = Path(path)
+        self.durable = durable
+        self.run_store = (not durable or is_run_store(self.path)) if run_store is None else run_store
+        self.corrupt = 0  # entries whose checksum failed (read as misses)
+        self._lock = threading.Lock()
+        # id -> its fingerprints row (fingerprint, model, dim, settings, created): what get / put need, and what put
+        # writes back after a concurrent clear
+        self._fp_rows: dict[int, tuple] = {}
+        self._alias: dict[int, int] = {}  # an id a concurrent clear retired -> the fingerprint's id now
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if self.run_store:
+                raise CacheError(f"cannot make the directory of {RUN_STORE} {self.path.parent} ({e.strerror or e})",
+                                 f"check the output's directory is writable, or write elsewhere with {opt('output')}"
+                                 ) from None
+            raise CacheError(f"cannot make the cache directory {self.path.parent} ({e.strerror or e})",
+                             f"give {opt('cache')} a directory you can write") from None
+        self.db = None
+        t0 = time.monotonic()
+        delay = 0.01
+        while True:  # a brand-new file opened by several processes at once: setting WAL mode answers "locked" at once
+            try:
+                with self._guard("open", t0):
+                    self._open()
+                break
+            except CacheError as e:
+                if self.db is not None:
+                    self.db.close()
+                    self.db = None
+                if not getattr(e, "locked", False) or time.monotonic() - t0 > BUSY_TIMEOUT_S:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    def _open(self) -> None:
+        kind, detail = self._classify()
+        if kind == "new":
+            _create(self.path, wal=self.durable)
+            kind, detail = self._classify()  # ours, or the file another process linked in first
+        if kind in ("foreign", "unknown"):
+            raise self._foreign(detail, maybe_ours=kind == "unknown")
+        if kind == "format":
+            raise self._format(detail)
+        if kind == "new":  # removed again at once
+            raise sqlite3.OperationalError("unable to open database file: it was removed while it was being made")
+        # mode=rw: never makes a file (a store removed since it was classified is an error, not a new unmarked file)
+        self.db = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S,
+                                  isolation_level=None, check_same_thread=False)
+        if self.durable:
+            if self.db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: a crash loses at most the last commits, never consistency
+        else:
+            self.db.execute("PRAGMA journal_mode=OFF")
+            self.db.execute("PRAGMA synchronous=OFF")
+        self.db.execute(f"PRAGMA cache_size={CACHE_PAGES}")
+        if kind == "adopt":  # an earlier bertfeat's cache (its exact layout, classify): marked as bertfeat's now
+            self.db.executescript(f"BEGIN IMMEDIATE; PRAGMA application_id={APP_ID}; PRAGMA user_version={int(FORMAT)}; "
+                                  f"INSERT OR IGNORE INTO meta VALUES('format', '{FORMAT}'); COMMIT;")
+        fmt = self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        if fmt is None or fmt[0] != FORMAT:
+            self.db.close()
+            self.db = None
+            raise self._format("unknown" if fmt is None else fmt[0])
+
+    def _classify(self) -> tuple[str, str]:
+        try:
+            return classify(self.path)
+        except OSError as e:  # an unreadable file or directory: as SQLite's error, named by _error
+            raise sqlite3.OperationalError(f"unable to open database file: {e.strerror or e}") from None
+
+    def _foreign(self, why: str, maybe_ours: bool) -> ForeignStore:
+        """The refusal of a path that holds something bertfeat did not make, or cannot tell (nothing was written)."""
+        unsure = f", or delete {self.path} if it was a bertfeat cache that got damaged" if maybe_ours else ""
+        if self.run_store:
+            err = ForeignStore(f"{RUN_STORE} {self.path} is not bertfeat's: {why}",
+                               f"bertfeat changed nothing in it: remove it, or write elsewhere with {opt('output')}")
+        else:
+            err = ForeignStore(f"{self.path} is not a bertfeat vector cache: {why}",
+                               f"bertfeat changed nothing in it: give {opt('cache')} a directory of its own (it is made "
+                               f"if missing){unsure}")
+        err.unsure = unsure
+        return err
+
+    def _format(self, fmt: str) -> CacheError:
+        where = f"{RUN_STORE} {self.path}" if self.run_store else f"the cache {self.path}"
+        return CacheError(f"{where} has format {fmt}, this bertfeat reads format {FORMAT}",
+                          f"use another {opt('cache')} directory, or delete {self.path} (its vectors are recomputed)")
+
+    # ------------------------------------------------------------------ errors
+    class _Guard:
+        def __init__(self, store: "VectorStore", doing: str, since: float | None = None):
+            self.store, self.doing, self.since = store, doing, since
+
+        def __enter__(self):
+            self.t0 = time.monotonic() if self.since is None else self.since
+            return self
+
+        def __exit__(self, kind, e, tb):
+            if e is None or not isinstance(e, sqlite3.Error):
+                return False
+            raise self.store._error(e, self.doing, time.monotonic() - self.t0) from None
+
+    def _guard(self, doing: str, since: float | None = None) -> "_Guard":
+        return VectorStore._Guard(self, doing, since)
+
+    def _error(self, e: sqlite3.Error, doing: str, waited: float = 0.0) -> CacheError:
+        if self.run_store:
+            return self._run_store_error(e, doing, waited)
+        text = str(e)
+        if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+            return _locked(f"the cache {self.path}", doing, waited, "let the other run finish, or use another cache directory")
+        if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text or "disk I/O" in text):
+            return CacheError(f"cannot {doing} the cache {self.path} ({text})",
+                              "check the cache directory is writable and its disk has room, or use another one")
+        if isinstance(e, sqlite3.OperationalError) and "full" in text:
+            return CacheError(f"cannot {doing} the cache {self.path}: the disk is full", "free disk space, or use another cache directory")
+        return CacheError(f"the cache {self.path} is damaged ({text})",
+                          f"delete {self.path} (its vectors are recomputed by the next run), or use another cache directory")
+
+    def _run_store_error(self, e: sqlite3.Error, doing: str, waited: float = 0.0) -> CacheError:
+        """A failure of the run's own store (no cache involved): it lives in the run's partial directory, so a full
+        or too-small file system gets the local engine's words for its partial directory (safety.os_error: ENOSPC,
+        EFBIG); the finished parts stay for a resume (the engines keep them on a CacheError)."""
+        text, where = str(e), f"{RUN_STORE} {self.path}"
+        resume = f"rerun the same command with {opt('resume', True)}"
+        if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+            return _locked(where, doing, waited, f"{resume} (the finished parts are kept)")
+        if isinstance(e, sqlite3.OperationalError) and "full" in text:  # SQLITE_FULL: ENOSPC
+            return CacheError(f"cannot {doing} {where}: no space left on the device", f"free disk space, then {resume}")
+        if isinstance(e, sqlite3.OperationalError) and "disk I/O" in text:
+            if _near_file_size_limit(list(self.path.parent.glob(self.path.name + "*"))):  # EFBIG (ulimit -f)
+                return CacheError(f"cannot {doing} {where}: file too large for the file system",
+                                  f"write to another file system with {opt('output')}")
+            return CacheError(f"cannot {doing} {where} ({text})",
+                              f"its file system may be full or too small for the file, or the disk failed: free disk "
+                              f"space, then {resume}, or write to another file system with {opt('output')}")
+        if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text):
+            return CacheError(f"cannot {doing} {where} ({text})",
+                              f"check the output's directory is writable, or write elsewhere with {opt('output')}")
+        return CacheError(f"{where} is damaged ({text})",
+                          f"delete {self.path} (its rows are encoded again), then {resume}")
+
+    # ------------------------------------------------------------------ fingerprints
+    def register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int:
+        """The fingerprint's id in this store (added when new); marks it used now."""
+        now = time.time()
+        row = (fingerprint, model, int(dim), json.dumps(settings, sort_keys=True, default=str), now)
+        with self._lock, self._guard("write"):
+            self.db.execute("INSERT OR IGNORE INTO fingerprints(fingerprint, model, dim, settings, created, last_used) "
+                            "VALUES(?, ?, ?, ?, ?, ?)", (*row, now))
+            fid, stored_dim = self.db.execute("SELECT id, dim FROM fingerprints WHERE fingerprint=?", (fingerprint,)).fetchone()
+            self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (now, fid))
+        if stored_dim != dim:
+            raise CacheError(f"the cache {self.path} holds {stored_dim}-dimension vectors under fingerprint {fingerprint}, "
+                             f"this run makes {dim}", f"delete {self.path} (it is damaged), or use another cache directory")
+        self._fp_rows[fid] = row
+        return fid
+
+    def known_id(self, fingerprint: str) -> int | None:
+        """The fingerprint's id if this store holds it, for ``get`` (nothing written: extract --estimate's lookups)."""
+        with self._lock, self._guard("read"):
+            row = self.db.execute("SELECT id, fingerprint, model, dim, settings, created FROM fingerprints "
+                                  "WHERE fingerprint=?", (fingerprint,)).fetchone()
+        if row is None:
+            return None
+        self._fp_rows[row[0]] = tuple(row[1:])
+        return row[0]
+
+    def _current_id(self, fid: int) -> int:
+        """``fid``, or the id its fingerprint has now: a `cache clear` while this run wrote deleted the fingerprints row
+        (its vectors, written later, would have had no row: unseen by `cache info`, never reused); the row is put back
+        (or the one another run made since is taken). Inside put's transaction."""
+        fid = self._alias.get(fid, fid)
+        fingerprint, model, dim, settings, created = self._fp_rows[fid]
+        if self.db.execute("SELECT 1 FROM fingerprints WHERE id=?", (fid,)).fetchone():
+            return fid
+        self.db.execute("INSERT OR IGNORE INTO fingerprints(id, fingerprint, model, dim, settings, created, last_used) "
+                        "VALUES(?, ?, ?, ?, ?, ?, ?)", (fid, fingerprint, model, dim, settings, created, time.time()))
+        now_id = self.db.execute("SELECT id FROM fingerprints WHERE fingerprint=?", (fingerprint,)).fetchone()[0]
+        if now_id != fid:
+            self._fp_rows[now_id] = self._fp_rows[fid]
+            self._alias[fid] = now_id
+        return now_id
+
+    # ------------------------------------------------------------------ vectors
+    def get(self, fid: int, keys: list[bytes]) -> dict[bytes, tuple[np.ndarray, int, bool, int]]:
+        """The stored entries among ``keys``: key -> (vector (dim,) float32, n_tokens, truncated, n_chunks). An
+        entry whose checksum fails is left out (counted in ``corrupt``): the caller encodes that row again."""
+        out: dict = {}
+        fid = self._alias.get(fid, fid)
+        fp_text, _, dim, _, _ = self._fp_rows[fid]
+        with self._lock, self._guard("read"):
+            for s in range(0, len(keys), LOOKUP_BATCH):
+                part = keys[s:s + LOOKUP_BATCH]
+                # CAST: a vec cell whose type went from BLOB to TEXT (a flipped bit in the record header) is read as
+                # bytes and fails its checksum (a miss), not a UTF-8 decoding error that stopped the run
+                rows = self.db.execute(f"SELECT key, CAST(vec AS BLOB), n_tokens, flags, n_chunks, crc FROM vectors WHERE fp=? AND key IN "
+                                       f"({','.join('?' * len(part))})", (fid, *part)).fetchall()
+                for key, vec, n_tok, flags, n_ch, crc in rows:
+                    if len(vec) != 4 * dim or _crc(fp_text, key, vec, n_tok, flags, n_ch) != crc:
+                        self.corrupt += 1
+                        continue
+                    out[bytes(key)] = (np.frombuffer(vec, dtype="<f4"), int(n_tok), bool(flags & 1), int(n_ch))
+        return out
+
+    def put(self, fid: int, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> None:
+        """Store rows (one transaction: all of them or none); an existing entry is replaced (a corrupt one repaired)."""
+        records = entry_records(self._fp_rows[fid][0], keys, X, n_tokens, truncated, n_chunks)
+        if not records:
+            return
+        with self._lock, self._guard("write"):
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                fid = self._current_id(fid)
+                self.db.executemany("INSERT OR REPLACE INTO vectors(fp, key, vec, n_tokens, flags, n_chunks, crc) "
+                                    "VALUES(?, ?, ?, ?, ?, ?, ?)", [(fid, *e) for e in records])
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+
+    def touch(self, fid: int) -> None:
+        with self._lock, self._guard("write"):
+            self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (time.time(), self._alias.get(fid, fid)))
+
+    # ------------------------------------------------------------------ cache info / clear
+    def summary(self) -> list[dict]:
+        """One dict per fingerprint: fingerprint, model, dim, entries, bytes (of vectors), settings, created, last_used."""
+        with self._lock, self._guard("read"):
+            counts = dict((fp, (n, b)) for fp, n, b in
+                          self.db.execute("SELECT fp, count(*), sum(length(vec)) FROM vectors GROUP BY fp"))
+            fps = self.db.execute("SELECT id, fingerprint, model, dim, settings, created, last_used FROM fingerprints "
+                                  "ORDER BY last_used DESC").fetchall()
+        out = []
+        for fid, fp, model, dim, settings, created, last_used in fps:
+            n, b = counts.get(fid, (0, 0))
+            out.append({"fingerprint": fp, "model": model, "dim": dim, "entries": int(n), "bytes": int(b or 0),
+                        "settings": json.loads(settings), "created": created, "last_used": last_used})
+        return out
+
+    def clear(self, fingerprint: str | None = None) -> int:
+        """Delete every entry (or one fingerprint's, by its full id or a unique prefix) in one transaction; returns
+        the entries deleted. The file shrinks (VACUUM) when no other process has it open."""
+        with self._lock, self._guard("write"):
+            if fingerprint is None:
+                ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints")]
+            else:
+                # a plain prefix comparison (LIKE took '_' and '%' as wildcards: '_' matched every fingerprint)
+                prefix = fingerprint.strip().lower()
+                ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints WHERE substr(fingerprint, 1, ?) = ?",
+                                                     (len(prefix), prefix))] if prefix else []
+                if len(ids) != 1:
+                    raise CacheError(f"the cache {self.path} has {'no' if not ids else len(ids)} fingerprint(s) starting "
+                                     f"with {fingerprint!r}", "give a fingerprint `bertfeat cache info` shows (or more of its digits)")
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                n = 0
+                if fingerprint is None:  # every row, those of a fingerprint cleared while a run still wrote too
+                    n = self.db.execute("DELETE FROM vectors").rowcount
+                    self.db.execute("DELETE FROM fingerprints")
+                for fid in ids if fingerprint is not None else ():
+                    n += self.db.execute("DELETE FROM vectors WHERE fp=?", (fid,)).rowcount
+                    self.db.execute("DELETE FROM fingerprints WHERE id=?", (fid,))
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+        try:
+            with self._lock:
+                self.db.execute("PRAGMA busy_timeout=2000")  # VACUUM needs the file to itself: wait a little, not 120 s
+                self.db.execute("VACUUM")
+        except sqlite3.Error:  # another process reads it: the space is reused by later writes instead
+            pass
+        return n
+
+    def size_on_disk(self) -> int:
+        return _size_on_disk(self.path)
+
+    def close(self) -> None:
+        with self._lock:  # not while another thread reads (the read-ahead thread of a run that stops)
+            try:
+                if self.db is not None:
+                    self.db.close()
+            except sqlite3.Error:
+                pass
+        if not self.durable:
+            for p in self.path.parent.glob(self.path.name + "*"):
+                p.unlink(missing_ok=True)
+
+
+def _size_on_disk(db: Path) -> int:
+    """Bytes of the database and its -wal / -shm files (those of other processes' open connections included)."""
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file())
+
+
+def open_cache(directory: Path, run_store: bool | None = None) -> VectorStore:
+    """The cache in ``directory`` (made when missing); ``run_store``: the run's own store of encoded rows instead
+    (None: when ``directory`` is ``OUTPUT.partial/.dedup/``)."""
+    return VectorStore(Path(directory) / DB_NAME, run_store=run_store)
+
+
+def open_existing_cache(directory: Path) -> VectorStore:
+    """An existing cache (``bertfeat cache info / clear``): refuses a directory that holds none."""
+    d = local_path(directory, "cache")
+    if not d.is_dir():
+        raise CacheError(f"the cache {d} does not exist" if not d.exists() else f"the cache {d} is not a directory",
+                         "give the directory passed to extract --cache (or BERTFEAT_CACHE)")
+    if not os.path.lexists(d / DB_NAME):
+        raise CacheError(f"{d} holds no bertfeat vector cache ({DB_NAME} is missing)",
+                         "give the directory passed to extract --cache (or BERTFEAT_CACHE)")
+    try:
+        return open_cache(d)
+    except ForeignStore as e:  # the fix of a look into a directory, not of a run's --cache
+        raise ForeignStore(e.what, "bertfeat changed nothing in it: give the directory passed to extract --cache (or "
+                                   f"BERTFEAT_CACHE){e.unsure}") from None
+
+
+# --------------------------------------------------------------------------- bertfeat cache info / clear
+def settings_line(s: dict) -> str:
+    """A fingerprint's settings in a few words (``bertfeat cache info``)."""
+    parts = [f"pooling {s.get('pooling')}", f"layers {','.join(str(x) for x in s.get('layers', []))}"]
+    if len(s.get("layers", [])) > 1:
+        parts.append(f"layer agg {s.get('layer_agg')}")
+    if s.get("dense"):
+        parts.append(f"dense {len(s['dense'])}")
+    parts.append("normalize" if s.get("normalize") else "no normalize")
+    parts.append(f"max length {s.get('max_length')}")
+    lt = s.get("long_text")
+    parts.append(f"{lt} stride {s.get('stride')}" if str(lt).startswith("chunk") else str(lt))
+    if s.get("prompt"):
+        parts.append(f"prompt {s['prompt']!r}")
+    parts.append(str(s.get("precision")))
+    kernel = (s.get("gemm") or {}).get("kernel")
+    if kernel:
+        parts.append(kernel)
+    return ", ".join(parts)
+
+
+def cache_info(directory) -> dict:
+    """What ``bertfeat cache info`` shows: the cache's file, size on disk, entries, and per fingerprint its model,
+    settings, entries, vector bytes and when it was last used (newest first)."""
+    store = open_existing_cache(directory)
+    try:
+        fps = store.summary()
+    finally:
+        store.close()
+    # measured with this connection closed: its own -shm / -wal files (32 KiB and more) are not the cache's size
+    return {"cache": str(directory), "file": str(store.path), "size_on_disk": store.size_on_disk(),
+            "entries": sum(f["entries"] for f in fps), "fingerprints": fps}
+
+
+def clear_cache(directory, fingerprint: str | None = None) -> dict:
+    """``bertfeat cache clear``: every entry, or one fingerprint's (one transaction), -> entries deleted and the size
+    on disk before and after."""
+    before = _size_on_disk(Path(directory) / DB_NAME)  # before this connection adds its own -shm / -wal files
+    store = open_existing_cache(directory)
+    try:
+        n = store.clear(fingerprint)
+    finally:
+        store.close()
+    return {"deleted": n, "size_before": before, "size_after": store.size_on_disk()}

@@ -1,0 +1,807 @@
+"""Encoder: texts in, pooled float32 features out.
+
+Two stages, so a pipeline can overlap them (tokenize the next chunk while the model runs):
+  prepare(texts, pairs)  -> Prepared   (tokenize, truncate or cut into windows; no model)
+  run(prepared)          -> features   (length-sorted token-budget batches through the model, pooled)
+``Encoder.encode`` is both in a row. A row's vector does not depend on its batch neighbours: attention masks padded
+keys exactly, its scores are each sequence's own products (model.own_length_scores), pooling ignores padded positions,
+and int8 never batches short sequences with long ones (split_short_batches): bit for bit on oneDNN (docs/python.md).
+
+Over 500 lines on purpose: one class whose state lives across calls (the loaded model, its tokenizer, the
+sentence-transformers pipeline, threads and batch budget) with the argument checks of its public methods beside
+them; the math it calls lives in model.py, pooling.py and the family modules.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..ops import gemm
+from .config import BertConfig
+from ..errors import BertfeatError, BertfeatWarning, InputError, opt
+from .hub import ModelLocation, model_files, resolve_model
+from .families import forward, load_model_weights
+from .bert import Workspace, pooler
+from ..ops.threads import default_threads
+from ..checks import check_max_batch_tokens, check_max_length, check_size, check_stride, check_threads
+from .pooling import (
+    LAYER_AGGS,
+    ONE_TOKEN_POOLS,
+    combine_layers,
+    dense,
+    l2_normalize,
+    parse_layers,
+    pool_tokens,
+    split_pooling,
+)
+from .stmodules import ModelPipeline, read_pipeline
+from ..readers.textcheck import check_text
+from .tokenize import BertTokenizer, Tokenized, pad_batch
+from .weights import BertWeights, weights_sha256
+
+LONG_TEXT_MODES = ("truncate", "chunk-mean", "chunk-max", "error")
+#: Token budget per batch (padded rows x length). With the fused kernels (kernels.py) a batch's
+#: working set in cache matters more than per-call overhead: on OpenBLAS 1,024 was 12-15 % faster than
+#: 2,048 on both benchmark models (2 threads, benchmarks/RESULTS.md), and 512-1,024 about level. On
+#: oneDNN's GEMMs 512 beat 1,024 in every case measured (AMD EPYC Zen 4, 2 threads, one process per
+#: run, 2 rounds, 1,500 sentences): fp32 bert-base shape 20.35 -> 19.59 s, MiniLM 2.77 -> 2.71 s; bf16
+#: 10.68 -> 10.31 s and 1.55 -> 1.48 s; int8 7.97 -> 7.66 s and 1.35 -> 1.34 s (256-384: within 1-2 % more).
+DEFAULT_BATCH_TOKENS = 512
+MAX_BATCH_ROWS = 256
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Everything that decides what a feature vector means (and so goes into provenance)."""
+
+    pooling: str
+    layers: tuple[int, ...]  # hidden-state indices 0..L
+    layer_agg: str
+    normalize: bool
+    max_length: int
+    long_text: str = "truncate"
+    stride: int = 32
+    dense: tuple[str, ...] = ()  # Dense modules of the model's pipeline applied after pooling (their folders)
+    prompt: str | None = None  # prepended to every text
+    prompt_name: str | None = None  # the model's prompt it came from, if any
+    include_prompt: bool = True  # False: the prompt's tokens are left out of the pooling (Pooling include_prompt)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["layers"] = list(self.layers)
+        d["dense"] = list(self.dense)
+        return d
+
+
+@dataclass
+class Prepared:
+    """Tokenized rows ready for the model: one or more windows per input row."""
+
+    ids: list[np.ndarray]  # per window
+    type_ids: list[np.ndarray]
+    window_row: np.ndarray  # (n_windows,) input row of each window
+    n_rows: int
+    n_tokens: np.ndarray  # (n_rows,) tokens before truncation, special tokens included
+    truncated: np.ndarray  # (n_rows,) bool
+    n_chunks: np.ndarray  # (n_rows,) int32 windows per row
+
+    @property
+    def real_tokens(self) -> int:
+        return int(sum(len(a) for a in self.ids))
+
+
+@dataclass
+class EncodeResult:
+    features: np.ndarray  # (n, D) float32
+    n_tokens: np.ndarray
+    truncated: np.ndarray
+    n_chunks: np.ndarray
+
+
+def token_budget_batches(lengths: np.ndarray, budget: int, max_rows: int = MAX_BATCH_ROWS) -> list[np.ndarray]:
+    """Sort rows by length and cut batches whose padded size (rows x longest) fits the token budget."""
+    order = np.argsort(lengths, kind="stable")
+    batches, start = [], 0
+    n = len(order)
+    while start < n:
+        end = start + 1
+        while end < n and end - start < max_rows and (end - start + 1) * lengths[order[end]] <= budget:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    return batches
+
+
+def split_short_batches(batches: list[np.ndarray], lengths: np.ndarray) -> list[np.ndarray]:
+    """int8: each batch cut into its short sequences (quant.SHORT_TOKENS tokens or fewer) and the others. A batch of
+    short sequences runs the float layers whole (model.run_layers, quant.all_float), a mixed one their rows through the
+    int8 layers' float-row products, whose rounding differs (another GELU, the bias added elsewhere): up to 3e-3 of a
+    feature's norm. Apart, a short sequence always takes the first way, so its features do not depend on its batch.
+    Batches are length-sorted, so this cuts at most one batch per boundary."""
+    from ..ops.quant import SHORT_TOKENS
+
+    out = []
+    for b in batches:
+        short = lengths[b] <= SHORT_TOKENS
+        if short.all() or not short.any():
+            out.append(b)
+        else:
+            out += [b[short], b[~short]]
+    return out
+
+
+class Encoder:
+    """A BERT checkpoint loaded for feature extraction.
+
+    >>> enc = Encoder()                                   # all-MiniLM-L6-v2
+    >>> X = enc.encode(["a sentence", "another one"])     # (2, 384) float32
+
+    ``precision``: "fp32" (default), "bf16" (linear layers as bf16 GEMMs on oneDNN, the ``fast`` extra;
+    refused, with what to do, where oneDNN or the CPU's native bf16 is missing), "int8" (uint8 x int8 GEMMs on
+    oneDNN where the CPU has VNNI or AMX; quant.py) or "auto" (bf16 where native, else fp32). ``precision`` is
+    then what runs, ``requested_precision`` what was asked, ``gemm_path`` how and why (gemm.py,
+    docs/precision.md). Features are float32 in every case.
+    """
+
+    def __init__(self, model: str | Path | None = None, *, max_length: int | None = None,
+                 max_batch_tokens: int = DEFAULT_BATCH_TOKENS, threads: int | None = None,
+                 location: ModelLocation | None = None, precision: str = "fp32"):
+        check_threads(threads)  # the checks and messages of bertfeat.extract (plan.make_plan), before any loading
+        check_max_length(max_length)
+        check_max_batch_tokens(max_batch_tokens)
+        self.gemm_path: gemm.GemmPath = gemm.resolve(precision)
+        self.requested_precision = precision
+        self.precision = self.gemm_path.precision  # what runs: "fp32", "bf16" or "int8"
+        self.bf16_mode = self.gemm_path.bf16  # "amx", "avx512_bf16", "emulated" or None
+        self.location = location or resolve_model(model)
+        self._init_kwargs = {"max_length": max_length, "max_batch_tokens": max_batch_tokens, "threads": threads,
+                             "precision": precision}
+        d = self.location.path  # the model folder: modules.json, config_sentence_transformers.json, module folders
+        e = self.location.encoder_path  # the encoder's files: d, or the Transformer folder of the older ST layout
+        model_files(d)  # every file the loading reads, checked first: inside the folder, a regular file (one line if not)
+        self.config = BertConfig.from_file(e / "config.json")
+        #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
+        self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions,
+                                                     self.location.encoder_dir)
+        self.weights: BertWeights = gemm.prepare(
+            load_model_weights(e, self.config, "bf16" if self.precision == "bf16" else "fp32"), self.gemm_path)
+        if self.precision in ("bf16", "int8"):
+            from ..ops import kernels
+
+            # their numba compile or cache load here, not in the first batch's worker threads; after the weights,
+            # so numba's own memory does not add to the load's peak (bert-base shape bf16: peak RSS 910 -> 780 MB; fp32 907 MB)
+            kernels.warm_bf16() if self.precision == "bf16" else kernels.warm_q8()
+        self.default_max_length = self.pipeline.max_seq_length
+        self.max_length = self._check_max_length(max_length) if max_length else self.default_max_length
+        self.tokenizer = BertTokenizer.from_dir(e, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
+        self.tokens_past_table = self._tokens_past_table()  # usually empty
+        self.default_pooling, self.pooling_source = "+".join(self.pipeline.pooling), self.pipeline.pooling_source
+        self._prompt_lengths: dict[tuple[str, int], int] = {}
+        self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
+        self.threads = int(threads) if threads else default_threads()
+        self._sha256: str | None = None
+        self._workspaces: queue.SimpleQueue[Workspace] = queue.SimpleQueue()  # one in use per running batch
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict:
+        """Pickle without the weights (and the locks and scratch pools that cannot be pickled): the model's
+        location, the constructor's settings and the weights' sha256. Unpickling reloads the model from that
+        location and refuses weights whose sha256 differs, so a pickled Encoder never silently changes model."""
+        return {"location": self.location, "init": dict(self._init_kwargs), "weights_sha256": self.weights_sha256}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(location=state["location"], **state["init"])
+        if self.weights_sha256 != state["weights_sha256"]:
+            raise BertfeatError(
+                f"the weights at {self.location.path} are not the ones this Encoder was saved with "
+                f"(sha256 {self.weights_sha256[:12]}... instead of {state['weights_sha256'][:12]}...)",
+                "restore the original model files there, or build a new Encoder and refit what depends on it",
+            )
+
+    def __deepcopy__(self, memo: dict) -> "Encoder":
+        """A copy shares nothing mutable with the original but the read-only weights and tokenizer."""
+        import copy
+
+        new = copy.copy(self)
+        new._workspaces = queue.SimpleQueue()
+        new._prompt_lengths = dict(self._prompt_lengths)
+        new._init_kwargs = dict(self._init_kwargs)
+        memo[id(self)] = new
+        return new
+
+    def _tokens_past_table(self) -> dict[int, str]:
+        """id -> token of the tokens the word embedding table has no row for (load_weights has checked the table
+        against config.json's vocab_size): added tokens past it, as CamemBERT's <s>NOTUSED. The model loads, as
+        sentence-transformers loads it, with a warning naming them; a text that holds one is refused (prepare). A table
+        larger than the tokenizer is fine (padded vocabularies)."""
+        rows = self.weights.word.shape[0]
+        past = self.tokenizer.tokens_from(rows)
+        if past:
+            import warnings
+
+            shown = ", ".join(f"{t!r} (id {i:,})" for i, t in list(past.items())[:5])
+            more = f" and {len(past) - 5:,} more" if len(past) > 5 else ""
+            warnings.warn(f"{self.location.path}: the tokenizer ({self.tokenizer.source}) has {len(past):,} token"
+                          f"{'s' * (len(past) != 1)} with no row in the word embedding table ({rows:,} rows, config.json "
+                          f"vocab_size {self.config.vocab_size:,}): {shown}{more}; a text that holds one is refused (a bad "
+                          "row for extract; sentence-transformers fails on it with an IndexError)",
+                          BertfeatWarning, stacklevel=3)
+        return past
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def model_id(self) -> str:
+        return self.location.model_id
+
+    @property
+    def weights_sha256(self) -> str:
+        if self._sha256 is None:
+            self._sha256 = weights_sha256(self.weights.files)
+        return self._sha256
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    def _check_max_length(self, n: int) -> int:
+        P = self.config.max_positions
+        if not 2 < int(n) <= P:
+            off = self.config.position_offset
+            raise BertfeatError(f"{opt('max_length', n)} is out of range", f"choose 3..{P} (the model's max_position_embeddings"
+                                + (f" {self.config.max_position_embeddings} less its position offset {off})" if off else ")"))
+        return int(n)
+
+    @property
+    def prompts(self) -> dict[str, str]:
+        """The model's named prompts (config_sentence_transformers.json)."""
+        return dict(self.pipeline.prompts)
+
+    def resolve_prompt(self, prompt: str | None = None, prompt_name: str | None = None) -> tuple[str | None, str | None]:
+        """(prompt text, its name) as sentence-transformers picks it: an explicit prompt, else the named one,
+        else the model's default_prompt_name; an empty prompt is no prompt."""
+        for param, v in (("prompt", prompt), ("prompt_name", prompt_name)):
+            if v is not None and not isinstance(v, str):
+                raise BertfeatError(f"{param} is {short_repr(v)}, not a string",
+                                    f"give {opt(param)} as text, e.g. {opt(param, 'query: ' if param == 'prompt' else 'query')}")
+        if prompt is not None and prompt_name is not None:
+            raise BertfeatError("both a prompt and a prompt name were given", f"give {opt('prompt')} TEXT or {opt('prompt_name')} NAME, not both")
+        if prompt is None:
+            if prompt_name is not None:
+                if prompt_name not in self.pipeline.prompts:
+                    names = ", ".join(self.pipeline.prompts) or "none"
+                    raise BertfeatError(f"the model has no prompt named '{prompt_name}' (its prompts: {names})",
+                                        f"use one of those names, or give the text with {opt('prompt')}")
+                prompt = self.pipeline.prompts[prompt_name]
+            elif self.pipeline.default_prompt_name is not None:
+                prompt_name = self.pipeline.default_prompt_name
+                prompt = self.pipeline.prompts.get(prompt_name, "")
+        return (prompt or None), (prompt_name if prompt else None)
+
+    def prompt_length(self, prompt: str, max_length: int) -> int:
+        """Tokens of the prompt at the start of a row, without the trailing special token, the prompt tokenized alone
+        and truncated to ``max_length`` (as sentence-transformers: a prompt longer than a row leaves its last token,
+        [SEP], to pool)."""
+        key = (prompt, max_length)
+        if key not in self._prompt_lengths:
+            ids = self.tokenizer.encode([prompt], None, max_length).ids[0]
+            n = len(ids) - (1 if len(ids) and int(ids[-1]) in self.tokenizer.special_ids else 0)
+            self._prompt_lengths[key] = n
+        return self._prompt_lengths[key]
+
+    def spec(self, pooling: str | None = None, layers=None, layer_agg: str = "mean", normalize: bool | None = None,
+             max_length: int | None = None, long_text: str = "truncate", stride: int | None = None, *,
+             prompt: str | None = None, prompt_name: str | None = None) -> FeatureSpec:
+        """Validate encode options into a FeatureSpec.
+
+        With neither ``pooling`` nor ``layers`` the model's own embedding: its Pooling, Dense and Normalize
+        modules. ``pooling`` / ``layers`` ask for plain pooled encoder states instead: the model's Pooling,
+        Dense and Normalize modules are all left out. ``normalize`` True / False overrides either way
+        (None: the model's Normalize module for its own embedding, no normalization for a chosen pooling).
+        """
+        if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
+            raise BertfeatError(f"{opt('normalize', normalize)} is not True, False or None",
+                                f"give {opt('normalize', True)} or {opt('normalize', False)} (None: the model's own choice)")
+        if pooling is not None and (not isinstance(pooling, str) or not pooling.strip()):
+            raise BertfeatError(f"{opt('pooling', pooling)} names no pooling",
+                                f"give one such as {opt('pooling', 'mean')}, or None for the model's own embedding")
+        own = pooling is None and layers is None
+        if own and self.pipeline.no_own_embedding:
+            raise BertfeatError(f"the model {self.model_id} has no embedding of its own: {self.pipeline.no_own_embedding}",
+                                f"choose a pooling, e.g. {opt('pooling', 'mean')}")
+        pooling = "+".join(split_pooling(pooling or self.default_pooling))
+        if layer_agg not in LAYER_AGGS:
+            raise BertfeatError(f"unknown layer aggregation '{layer_agg}'", f"choose one of {', '.join(LAYER_AGGS)}")
+        if long_text not in LONG_TEXT_MODES:
+            raise BertfeatError(f"unknown long-text mode '{long_text}'", f"choose one of {', '.join(LONG_TEXT_MODES)}")
+        L = self.config.num_hidden_layers
+        idx = parse_layers(layers, L)
+        if pooling == "pooled":
+            if self.weights.pooler_w is None:
+                raise BertfeatError(
+                    f"pooling 'pooled' is unavailable: {self.weights.missing_pooler_reason}",
+                    f"use {opt('pooling', 'cls')}, mean or max, or a checkpoint saved with its pooler (BertModel / BertForPreTraining)",
+                )
+            if idx != (L,):
+                raise BertfeatError("pooling 'pooled' is defined on the last layer only",
+                                    f"drop {opt('layers')}, or use {opt('pooling', 'cls')} to pool the [CLS] of other layers")
+        check_max_length(max_length)
+        max_length = self._check_max_length(max_length) if max_length else self.max_length
+        default = stride is None
+        if not default:
+            check_size(stride, "stride", 0, None, " (tokens shared by neighbouring windows)")
+            check_stride(stride, long_text)  # as extract: a stride another long-text mode ignores is refused
+        stride = 32 if stride is None else int(stride)
+        if long_text.startswith("chunk") and not 0 <= stride < max_length - 2:
+            raise BertfeatError(f"{opt('stride', stride)}{' (the default)' if default else ''} is out of range for max "
+                                f"length {max_length}",
+                                f"choose {opt('stride')} from 0 to {max_length - 3} (tokens shared by neighbouring windows)")
+        dense_paths = tuple(s.path for s in self.pipeline.dense) if own else ()
+        if normalize is None:
+            normalize = self.pipeline.normalize if own else False
+        prompt, prompt_name = self.resolve_prompt(prompt, prompt_name)
+        include_prompt = self.pipeline.include_prompt if own else True
+        if prompt and not include_prompt and long_text.startswith("chunk"):
+            raise BertfeatError("this model leaves its prompt out of the pooling (include_prompt false), which "
+                                f"{opt('long_text', 'chunk-*')} cannot do (the prompt is in the first window only)",
+                                f"use {opt('long_text', 'truncate')} or error with this model's prompts")
+        return FeatureSpec(pooling, idx, layer_agg, bool(normalize), max_length, long_text, stride,
+                           dense_paths, prompt, prompt_name, include_prompt)
+
+    def output_dim(self, spec: FeatureSpec) -> int:
+        H = self.config.hidden_size
+        if spec.dense:
+            return self.pipeline.dense[-1].out_features
+        if spec.pooling == "pooled":
+            return H
+        width = H * len(spec.pooling.split("+"))
+        return width * len(spec.layers) if spec.layer_agg == "concat" else width
+
+    def describe(self, spec: FeatureSpec) -> list[str]:
+        """The pipeline a spec runs, one line per step, with where each part came from."""
+        where = self.pipeline.pooling_source if spec.dense or (spec.pooling == self.default_pooling) else "chosen"
+        out = [f"Transformer {self.config.model_type} ({self.location.source}), max length {spec.max_length}"]
+        if spec.prompt:
+            out.append(f"Prompt {spec.prompt!r}" + (f" ('{spec.prompt_name}' prompt)" if spec.prompt_name else "")
+                       + ("" if spec.include_prompt else ", left out of the pooling"))
+        out.append(f"Pooling {spec.pooling} ({where})")
+        if spec.dense:
+            out += [s.describe() + f" ({s.path})" for s in self.pipeline.dense]
+        if spec.normalize:
+            out.append("Normalize")
+        return out
+
+    def fingerprint(self, spec: FeatureSpec) -> dict:
+        """What identifies the features: model, weights and every setting that changes a vector (for int8 the
+        scheme's version too, quant.SCHEME)."""
+        fp = {"model_id": self.model_id, "weights_sha256": self.weights_sha256, "precision": self.precision}
+        if self.gemm_path.scheme is not None:
+            fp["int8_scheme"] = self.gemm_path.scheme
+        return {**fp, **spec.to_dict()}
+
+    # ------------------------------------------------------------------ stage 1: tokenize
+    def refuses_rows(self, spec: FeatureSpec) -> bool:
+        """Whether ``prepare`` may refuse rows with these settings (so a caller cannot tell the first bad row before
+        it tokenizes)."""
+        return spec.long_text == "error" or bool(self.tokens_past_table)
+
+    def _embeddable(self, prep: Prepared) -> Prepared:
+        """``prep`` once check_embeddable has passed its windows (the ids the model gets): prepare's last step."""
+        self.check_embeddable(prep.ids, prep.window_row)
+        return prep
+
+    def check_embeddable(self, ids: list[np.ndarray], row_of=None, label=lambda i: f"texts[{i}]") -> None:
+        """Raise TokenPastTableError naming the rows whose ids hold a token the word embedding table has no row for
+        (tokens_past_table), each with its first such token.
+
+        Parameters
+        ----------
+        ids : list of numpy.ndarray
+            Token ids per sequence (a row, or a window of one).
+        row_of : numpy.ndarray, optional
+            The row of each sequence (Prepared.window_row); default: sequence i is row i.
+        label : callable
+            A row's name in the message, from its number.
+        """
+        if not self.tokens_past_table:
+            return
+        rows = self.weights.word.shape[0]
+        first: dict[int, int] = {}  # row -> its first id past the table
+        for w, a in enumerate(ids):
+            if a.size and int(a.max()) >= rows:
+                first.setdefault(w if row_of is None else int(row_of[w]), int(a[np.argmax(a >= rows)]))
+        if first:
+            order = sorted(first)
+            raise TokenPastTableError.at(order, [(self.tokens_past_table[first[r]], first[r]) for r in order], rows,
+                                         label)
+
+    def prepare(self, texts: list[str], pairs: list[str] | None, spec: FeatureSpec) -> Prepared:
+        """Tokenize rows and apply the long-text policy; windows for chunked rows."""
+        tok = self.tokenizer
+        if pairs is not None:
+            check_pairs_long_text(spec.long_text)
+        if spec.prompt:
+            texts = [spec.prompt + x for x in texts]
+        t: Tokenized = tok.encode(list(texts), None if pairs is None else list(pairs), spec.max_length)
+        if pairs is not None:
+            self._check_pair_types(t)
+        n = len(t)
+        n_chunks = np.ones(n, dtype=np.int32)
+        window_row = np.arange(n, dtype=np.int64)
+        if spec.long_text == "error" and t.truncated.any():
+            raise LongTextError(np.flatnonzero(t.truncated), t.n_tokens, spec.max_length)
+        if not spec.long_text.startswith("chunk") or not t.truncated.any():
+            return self._embeddable(Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks))
+        if tok.cls_id is None or tok.sep_id is None:
+            raise BertfeatError(f"{self.model_id}: the tokenizer has no [CLS]/<s> or [SEP]/</s> token to frame the windows "
+                                "of a long text", f"use {opt('long_text', 'truncate')} or error with this model")
+        ids, type_ids, rows = [], [], []
+        long_rows = set(np.flatnonzero(t.truncated).tolist())
+        content = dict(zip(sorted(long_rows), tok.encode_content([texts[i] for i in sorted(long_rows)])))
+        for r in range(n):
+            if r not in long_rows:
+                ids.append(t.ids[r]); type_ids.append(t.type_ids[r]); rows.append(r)
+                continue
+            wins = chunk_windows(content[r], spec.max_length - 2, spec.stride)
+            for w in wins:
+                a = np.concatenate([[tok.cls_id], w, [tok.sep_id]]).astype(np.int32)
+                ids.append(a); type_ids.append(np.zeros_like(a)); rows.append(r)
+            n_chunks[r] = len(wins)
+        truncated = np.zeros(n, dtype=bool)  # chunked rows keep every token
+        return self._embeddable(Prepared(ids, type_ids, np.asarray(rows, dtype=np.int64), n, t.n_tokens, truncated,
+                                         n_chunks))
+
+    def _check_pair_types(self, t: Tokenized) -> None:
+        """Sentence pairs need a second token type; RoBERTa-family models use type 0 for both texts, and DistilBERT
+        none (its pair runs as ``[CLS] A [SEP] B [SEP]`` with no token types, as DistilBertModel runs it)."""
+        TV = self.config.type_vocab_size
+        if self.config.pairs_untyped:
+            for a in t.type_ids:
+                a[:] = 0  # transformers' RoBERTa / XLM-R tokenizers return no token_type_ids: all 0
+            return
+        if TV < 2 and any(a.size and int(a.max()) >= TV for a in t.type_ids):
+            raise BertfeatError(f"{self.model_id} has one token type (type_vocab_size {TV}), so it cannot mark the second "
+                                "text of a sentence pair", f"embed the texts separately (drop {opt('pair_column')} / pairs)")
+
+    # ------------------------------------------------------------------ stage 2: model
+    def run(self, prep: Prepared, spec: FeatureSpec, max_rows: int | None = None) -> np.ndarray:
+        """Windows through the model in length-sorted token-budget batches; pooled, combined per row.
+
+        The rows' final vectors (after Dense, window combining and Normalize: what the caller gets) are checked once:
+        a NaN or inf from any step raises NonFiniteFeaturesError naming the rows (an isfinite pass over (n, D),
+        about 1.5 ms for 10,000 x 768, against the seconds the model takes for them)."""
+        return self.run_sets(prep, [spec], max_rows)[0]
+
+    def run_sets(self, prep: Prepared, specs: list[FeatureSpec], max_rows: int | None = None,
+                 on_batch=None) -> list[np.ndarray]:
+        """Several feature sets of the same rows from one pass through the model (bertfeat sweep): the layers any of
+        ``specs`` keeps are kept, and each spec is pooled from them as ``run`` pools it. The specs must tokenize alike
+        (max length, long-text policy, stride, prompt: ``prep`` was made with any of them). One spec alone is ``run``,
+        and so are specs that all read one token (cls, lasttoken or pooled: the same one) of the same deepest layer
+        (``exact_groups``); otherwise a one-token pooling reads its token from the whole last layer, where ``run``
+        computes that layer at the token alone: the same vector within float rounding (~1e-6 at fp32).
+        ``on_batch(windows, tokens)``: told after each batch."""
+        if not specs:
+            raise BertfeatError("no feature set to compute", "give at least one")
+        shared = {(s.max_length, s.long_text, s.stride, s.prompt) for s in specs}
+        if len(shared) > 1:
+            raise BertfeatError("feature sets computed in one pass must tokenize alike (max length, long-text policy, "
+                                "stride, prompt)", "give every set the same tokenization settings")
+        wins = [np.empty((len(prep.ids), self.output_dim(s)), dtype=np.float32) for s in specs]
+        lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
+        check_size(max_rows, "batch_size", 1, None, " (rows per batch at most)")
+        batches = token_budget_batches(lengths, self.max_batch_tokens, int(max_rows or MAX_BATCH_ROWS))
+        if self.precision == "int8":  # short sequences never share a batch with long ones (split_short_batches)
+            batches = split_short_batches(batches, lengths)
+
+        def one(batch: np.ndarray) -> list[np.ndarray]:
+            input_ids, types, mask = pad_batch([prep.ids[i] for i in batch], [prep.type_ids[i] for i in batch],
+                                               self.tokenizer.pad_id)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflow is refused below, once
+                return self.pool_batch_sets(input_ids, types, mask, specs)
+
+        for batch, pooled in zip(batches, parallel_map(one, batches, self.threads)):
+            for win, x in zip(wins, pooled):
+                win[batch] = x
+            if on_batch is not None:
+                on_batch(len(batch), int(lengths[batch].sum()))
+        outs = []
+        for spec, win in zip(specs, wins):
+            if len(prep.ids) == prep.n_rows:  # one window per row, in row order
+                out = win
+            else:  # each window's embedding (before the final Normalize), combined per row
+                out = combine_windows(win, prep.window_row, lengths, prep.n_rows,
+                                      "max" if spec.long_text == "chunk-max" else "mean")
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = l2_normalize(out) if spec.normalize else out
+            check_finite_features(out)
+            outs.append(out)
+        return outs
+
+    def _head_steps(self, spec: FeatureSpec) -> list:
+        """The model's steps after pooling that run per window: its Dense modules (and any Normalize between
+        them); the final Normalize runs after windows are combined (spec.normalize)."""
+        if not spec.dense:
+            return []
+        steps = list(self.pipeline.steps)
+        while steps and steps[-1] == "normalize":
+            steps.pop()
+        return steps
+
+    def pool_batch_sets(self, input_ids: np.ndarray, types: np.ndarray, mask: np.ndarray,
+                        specs: list[FeatureSpec]) -> list[np.ndarray]:
+        """One padded batch (B, T) -> each spec's (B, D) pooled features (before normalization), from one forward
+        pass keeping every layer the specs read. One spec whose pooling reads a single token of its deepest layer
+        (cls, lasttoken, pooled) runs that layer at that token alone (model.layer_at).
+
+        Scratch memory comes from a pool of workspaces, one per batch in flight, kept across calls.
+        """
+        try:
+            ws = self._workspaces.get_nowait()
+        except queue.Empty:
+            ws = Workspace()
+        try:
+            masks = [self._pooling_mask(mask, s) for s in specs]
+            token = one_token(specs)
+            # poolings that read one token of the deepest layer: that layer runs at that token alone (model.layer_at)
+            at = None if token is None else ONE_TOKEN_POOLS[token](masks[0])
+            keep = tuple(sorted({i for s in specs for i in s.layers}))
+            fwd = forward(self.weights, input_ids, types, mask, keep=keep, ws=ws, at=at)
+            return [self._pool_spec(fwd, pmask, spec) for pmask, spec in zip(masks, specs)]
+        finally:
+            self._workspaces.put(ws)
+
+    def _pooling_mask(self, mask: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+        """The (B, T) mask a spec pools over: the attention mask, less the prompt's tokens when they are not pooled."""
+        if spec.prompt and not spec.include_prompt:
+            pmask = mask.copy()
+            pmask[:, :self.prompt_length(spec.prompt, spec.max_length)] = 0
+            return pmask
+        return mask
+
+    def _pool_spec(self, fwd, pmask: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+        """A forward pass's kept states -> (B, D) one spec's pooled features, through its Dense modules (a new array:
+        the deepest state is a workspace view)."""
+        modes = tuple(spec.pooling.split("+"))
+        deepest = max(spec.layers)
+        if spec.pooling == "pooled":
+            return pooler(self.weights, fwd.hidden[deepest][:, 0, :])
+        cut = fwd.at is not None and deepest == max(fwd.hidden)  # that state was computed at one token (model.layer_at)
+        x = combine_layers([self._pooled_at(fwd.hidden[i], pmask, modes[0]) if i == deepest and cut
+                            else pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers], spec.layer_agg)
+        for step in self._head_steps(spec):
+            x = l2_normalize(x) if step == "normalize" else dense(x, step)
+        return x
+
+    @staticmethod
+    def _pooled_at(h: np.ndarray, pmask: np.ndarray, mode: str) -> np.ndarray:
+        """(B, 1, H) the deepest state computed at one token per row (fwd.at) -> (B, H) its cls / lasttoken pooling, a
+        copy (the state is a workspace view); as pool_lasttoken, a row with no token to pool is zeros."""
+        x = h[:, 0, :].copy()
+        if mode == "lasttoken":
+            x[~pmask.astype(bool).any(axis=1)] = 0.0
+        return x
+
+    # ------------------------------------------------------------------ one call
+    def encode(self, texts, pairs=None, pooling: str | None = None, layers=None, layer_agg: str = "mean",
+               normalize: bool | None = None, max_length: int | None = None, long_text: str = "truncate",
+               stride: int | None = None, return_info: bool = False, *, prompt: str | None = None,
+               prompt_name: str | None = None, normalize_embeddings: bool | None = None, batch_size: int | None = None):
+        """Texts (and optional pairs) -> (n, D) float32 features; with return_info an EncodeResult.
+
+        By default the model's own embedding (what ``SentenceTransformer(model).encode(texts)`` returns).
+        As in sentence-transformers, one string gives one (D,) vector; ``prompt`` / ``prompt_name`` pick a
+        prompt (else the model's default prompt applies); ``normalize_embeddings=True`` normalizes the vectors
+        (``normalize=True``), False adds nothing: as there, the model's own Normalize module stays (leave it out
+        with ``normalize=False``);
+        ``batch_size`` caps the rows per batch (batches are also cut by the constructor's token budget).
+        A text (or pair) that is not a string is refused naming its index; features that come out NaN or infinite
+        are refused naming their texts (NonFiniteFeaturesError), never returned.
+        """
+        single = isinstance(texts, str)
+        texts = text_list(texts, "texts")
+        pairs = None if pairs is None else text_list(pairs, "pairs")
+        if normalize_embeddings:  # as sentence-transformers: True normalizes, False adds nothing (a Normalize module stays)
+            if normalize is False:
+                raise BertfeatError("normalize=False and normalize_embeddings=True disagree", "give one of them")
+            normalize = True
+        spec = self.spec(pooling, layers, layer_agg, normalize, max_length, long_text, stride,
+                         prompt=prompt, prompt_name=prompt_name)
+        if not texts:
+            X = np.zeros((0, self.output_dim(spec)), dtype=np.float32)
+            info = EncodeResult(X, np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int32))
+            return info if return_info else X
+        prep = self.prepare(texts, pairs, spec)
+        X = self.run(prep, spec, max_rows=batch_size)
+        if return_info:
+            return EncodeResult(X, prep.n_tokens, prep.truncated, prep.n_chunks)
+        return X[0] if single else X
+
+
+def check_pairs_long_text(long_text: str) -> None:
+    """Sentence pairs are truncated (or refused when too long), never cut into windows: refused before any work."""
+    if long_text.startswith("chunk"):
+        raise BertfeatError(f"{opt('long_text', 'chunk-*')} works on single texts, not sentence pairs",
+                            f"use {opt('long_text', 'truncate')} (or error) with {opt('pair_column')}")
+
+
+def parallel_map(fn, items: list, threads: int) -> list:
+    """fn over items, in order, with BLAS held to one thread per call.
+
+    With threads > 1, batches run side by side in threads: NumPy releases the GIL in BLAS and
+    ufuncs, so the element-wise work (GELU, LayerNorm, softmax), not only the GEMMs, uses every
+    core. One BLAS thread per batch also makes a row's result independent of how many batches
+    (or threads) there are.
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        if threads <= 1 or len(items) <= 1:
+            return [fn(x) for x in items]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads, thread_name_prefix="bertfeat") as ex:
+            return list(ex.map(fn, items))
+
+
+#: the fix of a text that is not a string
+NOT_A_STRING_FIX = "pass a list of strings (drop or fill missing texts first)"
+
+
+def text_list(values, name: str) -> list[str]:
+    """``texts`` / ``pairs`` of Encoder.encode -> a list of str (one string: a list of it, as sentence-transformers).
+
+    Anything else than strings is refused naming the first bad item (``texts[1] is None, not a string``), rather than
+    reaching the tokenizer, whose TypeError names neither; so is a text that is not valid Unicode (textcheck.text_reason:
+    extract's rule for a row's text)."""
+    if isinstance(values, str):
+        values = [values]
+    elif hasattr(values, "columns") and hasattr(values, "shape"):  # a pandas / polars DataFrame (iterating gives its
+        # column names) or a pyarrow Table
+        kind = type(values).__name__
+        if len(values.shape) != 2 or values.shape[1] != 1:
+            raise BertfeatError(f"{name} is a {kind} of {values.shape[1]} columns, not a list of strings",
+                                "pass its text column, e.g. df['text']")
+        names = getattr(values, "column_names", None)  # pyarrow: columns are arrays, column_names their names
+        values = values.column(0).to_pylist() if names is not None else values[values.columns[0]]
+    elif isinstance(values, (bytes, bytearray, Mapping)) or not hasattr(values, "__iter__") \
+            or getattr(values, "ndim", 1) != 1:
+        raise BertfeatError(f"{name} is {short_repr(values)}, not a list of strings", NOT_A_STRING_FIX)
+    values = list(values)
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise BertfeatError(f"{name}[{i}] is {short_repr(v)}, not a string", NOT_A_STRING_FIX)
+        check_text(v, f"{name}[{i}]")  # extract's rule for a row's text (textcheck.text_reason)
+    return values
+
+
+def short_repr(v) -> str:
+    """A value and its type for a message: ``None``, ``3 (int)``, ``b'x' (bytes)``, ``nan (float)``."""
+    return "None" if v is None else f"{v!r:.40} ({type(v).__name__})"
+
+
+class NonFiniteFeaturesError(InputError):
+    """Feature vectors that came out NaN or infinite; ``rows``: their positions in the texts given."""
+
+    def __init__(self, what: str, fix: str | None = None, rows: tuple[int, ...] = ()):
+        self.rows = tuple(rows)
+        super().__init__(what, fix)
+
+    def __reduce__(self):  # the rows travel too (Dask workers -> client)
+        return (type(self), (self._what, self._fix, self.rows))
+
+    @classmethod
+    def at(cls, rows, label=lambda i: f"texts[{i}]") -> "NonFiniteFeaturesError":
+        """The error for these rows, each shown by ``label`` (the first three, then how many more)."""
+        rows = [int(r) for r in rows]
+        shown = ", ".join(label(r) for r in rows[:3]) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
+        return cls(f"the model gave NaN or infinite features for {shown}", NONFINITE_FIX, rows)
+
+
+NONFINITE_FIX = ("the model overflows float32 on these inputs or its files are corrupt: re-download or re-save the "
+                 "checkpoint, or leave these texts out")
+
+
+def check_finite_features(X: np.ndarray) -> None:
+    """Refuse features with a NaN or inf (never returned, never written), naming the rows."""
+    if X.size and not np.isfinite(X).all():
+        raise NonFiniteFeaturesError.at(np.flatnonzero(~np.isfinite(X).all(axis=1)))
+
+
+class TokenPastTableError(InputError):
+    """Rows whose tokens include one the word embedding table has no row for; ``rows``: their positions in the texts
+    given, ``tokens``: (token, id) of each row's first such token, ``table_rows``: the table's size."""
+
+    def __init__(self, what: str, fix: str | None = None, rows: tuple[int, ...] = (), tokens: tuple = (),
+                 table_rows: int = 0):
+        self.rows, self.tokens, self.table_rows = tuple(rows), tuple(tokens), int(table_rows)
+        super().__init__(what, fix)
+
+    def __reduce__(self):  # the rows travel too (Dask workers -> client)
+        return (type(self), (self._what, self._fix, self.rows, self.tokens, self.table_rows))
+
+    @classmethod
+    def at(cls, rows, tokens, table_rows: int, label=lambda i: f"texts[{i}]") -> "TokenPastTableError":
+        """The error for these rows, each shown by ``label`` with its token (the first three, then how many more)."""
+        shown = ", ".join(f"{label(r)} ({t!r}, id {i:,})" for r, (t, i) in list(zip(rows, tokens))[:3])
+        more = f" and {len(rows) - 3:,} more" if len(rows) > 3 else ""
+        return cls(f"{shown}{more}: a token with no row in the model's word embedding table ({table_rows:,} rows)",
+                   TOKEN_PAST_TABLE_FIX, rows, tokens, table_rows)
+
+
+TOKEN_PAST_TABLE_FIX = ("leave the token out of these texts (the model's tokenizer has tokens its weights cannot embed; "
+                        "sentence-transformers fails on them with an IndexError), or use a model whose embedding table "
+                        "covers its tokenizer (saved after transformers' resize_token_embeddings)")
+
+
+class LongTextError(BertfeatError):
+    """Rows longer than max length under ``long_text="error"``."""
+
+    def __init__(self, rows: np.ndarray, n_tokens: np.ndarray, max_length: int):
+        self.rows = rows  # indices of the rows given to prepare
+        self.n_tokens = n_tokens  # (n,) every given row's tokens, its prompt included
+        r = int(rows[0])
+        super().__init__(
+            f"row {r} has {int(n_tokens[r])} tokens, more than max length {max_length}"
+            + (f" ({len(rows)} rows are too long)" if len(rows) > 1 else ""),
+            f"use {opt('long_text', 'truncate')}, chunk-mean or chunk-max, or a larger {opt('max_length')}",
+        )
+
+
+def chunk_windows(content: np.ndarray, width: int, stride: int) -> list[np.ndarray]:
+    """Overlapping windows of at most ``width`` word pieces; neighbours share ``stride`` pieces."""
+    step = width - stride
+    out, start = [], 0
+    while True:
+        out.append(content[start:start + width])
+        if start + width >= len(content):
+            return out
+        start += step
+
+
+def combine_windows(win: np.ndarray, window_row: np.ndarray, lengths: np.ndarray, n_rows: int, how: str) -> np.ndarray:
+    """(n_windows, D) -> (n_rows, D): token-weighted mean or element-wise max of each row's windows."""
+    D = win.shape[1]
+    if how == "max":
+        out = np.full((n_rows, D), -np.inf, dtype=np.float32)
+        np.maximum.at(out, window_row, win)
+        return out
+    w = lengths.astype(np.float64)
+    out = np.zeros((n_rows, D), dtype=np.float64)
+    np.add.at(out, window_row, win.astype(np.float64) * w[:, None])
+    tot = np.bincount(window_row, weights=w, minlength=n_rows)
+    return (out / tot[:, None]).astype(np.float32)
+
+
+
+def _token_read(s: FeatureSpec):
+    """Which token of which layer a one-token pooling reads, as a key (None: not a one-token pooling). pooled reads
+    token 0, and so does cls unless a prompt is left out of the pooling."""
+    if s.pooling not in ONE_TOKEN_POOLS:
+        return None
+    if s.pooling == "pooled" or (s.pooling == "cls" and not (s.prompt and not s.include_prompt)):
+        return ("token 0", max(s.layers))
+    return (s.pooling, max(s.layers), s.prompt, s.include_prompt)
+
+
+def one_token(specs: list[FeatureSpec]) -> str | None:
+    """The one-token pooling whose token every spec reads (one token of the same deepest layer), or None: then one
+    pass runs that layer at that token alone, as ``run`` does for each of them."""
+    keys = {_token_read(s) for s in specs}
+    if len(keys) != 1 or None in keys:
+        return None
+    return "pooled" if next(iter(keys))[0] == "token 0" else specs[0].pooling
+
+
+def exact_groups(specs: list[FeatureSpec]) -> list[list[int]]:
+    """Indices of ``specs`` in groups whose ``run_sets`` gives each spec exactly ``run``'s vector: the specs that read
+    one token of a layer (by that token and layer), then all the others together (one pass: ``run`` runs their
+    layers whole too)."""
+    groups: dict = {}
+    for i, s in enumerate(specs):
+        groups.setdefault(_token_read(s), []).append(i)
+    return [g for k, g in groups.items() if k is not None] + ([groups[None]] if None in groups else [])

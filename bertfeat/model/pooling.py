@@ -1,0 +1,206 @@
+"""Pooling token states into one vector per row.
+
+Shapes: B batch, T tokens, H hidden, k selected layers.
+All functions take the (B, T) attention mask and ignore padded positions exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Token poolings (sentence-transformers' names); "pooled" is BERT's pooler on [CLS]. Token poolings
+#: combine with "+" ("mean+max"), concatenated in the order given, as a Pooling module's list does.
+TOKEN_POOLING_NAMES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+POOLINGS = ("pooled",) + TOKEN_POOLING_NAMES
+LAYER_AGGS = ("mean", "concat")
+
+
+def first_positions(mask: np.ndarray) -> np.ndarray:
+    """(B, T) mask -> (B,) the first unmasked token of each row (0 when none)."""
+    return np.argmax(mask, axis=1)
+
+
+def last_positions(mask: np.ndarray) -> np.ndarray:
+    """(B, T) mask -> (B,) the last unmasked token of each row (T - 1 when none)."""
+    return mask.shape[1] - 1 - np.argmax(mask.astype(bool)[:, ::-1], axis=1)
+
+
+#: poolings that read one token per row of the last hidden state, and where (from the pooling mask): the forward pass
+#: can compute the last layer at that token alone (model.run_layers' ``at``); the pooler reads the first token whatever
+#: the mask (an excluded prompt too)
+ONE_TOKEN_POOLS = {"cls": first_positions, "lasttoken": last_positions,
+                   "pooled": lambda mask: np.zeros(len(mask), dtype=np.int64)}
+
+
+def pool_cls(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, T, H) -> (B, H): the first unmasked token (the [CLS] / <s>; the first token after an excluded prompt)."""
+    return h[np.arange(h.shape[0]), first_positions(mask), :].copy()
+
+
+def pool_mean(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, T, H) -> (B, H): mean over real tokens only."""
+    m = mask.astype(np.float32)[:, :, None]  # (B, T, 1)
+    return (h * m).sum(axis=1) / np.maximum(m.sum(axis=1), np.float32(1e-9))
+
+
+def pool_mean_sqrt_len(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, T, H) -> (B, H): sum over real tokens / sqrt(their count)."""
+    m = mask.astype(np.float32)[:, :, None]  # (B, T, 1)
+    return (h * m).sum(axis=1) / np.sqrt(np.maximum(m.sum(axis=1), np.float32(1e-9)))
+
+
+def pool_weightedmean(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, T, H) -> (B, H): mean weighted by position 1..T over real tokens (later tokens count more)."""
+    w = mask.astype(np.float32) * np.arange(1, h.shape[1] + 1, dtype=np.float32)[None, :]  # (B, T)
+    return np.einsum("bth,bt->bh", h, w) / np.maximum(w.sum(axis=1, keepdims=True), np.float32(1e-9))
+
+
+def pool_lasttoken(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, T, H) -> (B, H): the last real token (the [SEP] / </s> of a right-padded row); zeros if none."""
+    out = h[np.arange(h.shape[0]), last_positions(mask), :].copy()
+    out[~mask.astype(bool).any(axis=1)] = 0.0
+    return out
+
+
+def pool_max(h: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(B, T, H) -> (B, H): max over real tokens only."""
+    return np.where(mask.astype(bool)[:, :, None], h, np.float32(-np.inf)).max(axis=1)
+
+
+TOKEN_POOLS = {"cls": pool_cls, "max": pool_max, "mean": pool_mean, "mean_sqrt_len_tokens": pool_mean_sqrt_len,
+               "weightedmean": pool_weightedmean, "lasttoken": pool_lasttoken}
+
+
+def split_pooling(pooling: str) -> tuple[str, ...]:
+    """'mean+max' -> ('mean', 'max'); checked against POOLINGS ('pooled' only alone)."""
+    from ..errors import BertfeatError
+
+    modes = tuple(m.strip() for m in str(pooling).split("+"))
+    for m in modes:
+        if m not in POOLINGS:
+            raise BertfeatError(f"unknown pooling '{m}'", f"choose one of {', '.join(POOLINGS)}, or token poolings "
+                                "joined with '+' such as mean+max")
+    if "pooled" in modes and len(modes) > 1:
+        raise BertfeatError("pooling 'pooled' cannot be combined with others", "use it alone, or combine cls, mean, max ...")
+    return modes
+
+
+def pool_tokens(h: np.ndarray, mask: np.ndarray, modes: tuple[str, ...]) -> np.ndarray:
+    """(B, T, H) -> (B, len(modes) * H): each token pooling, concatenated in order."""
+    outs = [TOKEN_POOLS[m](h, mask) for m in modes]
+    return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=1)
+
+
+_DENSE_ACTS = {
+    "identity": lambda x: x,
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, np.float32(0.0)),
+    "sigmoid": lambda x: np.float32(1.0) / (np.float32(1.0) + np.exp(-x)),
+}
+
+
+def dense(x: np.ndarray, layer) -> np.ndarray:
+    """(B, in) -> (B, out): a sentence-transformers Dense module, act(x W + b) (+ residual)."""
+    y = x @ layer.w
+    if layer.b is not None:
+        y += layer.b
+    if layer.activation == "gelu":
+        from .bert import gelu_erf
+        y = gelu_erf(y)
+    else:
+        y = _DENSE_ACTS[layer.activation](y)
+    if layer.residual:
+        y = y + (x if layer.residual_w is None else x @ layer.residual_w)
+    return y.astype(np.float32, copy=False)
+
+
+def combine_layers(per_layer: list[np.ndarray], how: str) -> np.ndarray:
+    """k arrays (B, H) -> (B, H) averaged, or (B, k*H) concatenated in the order given."""
+    if len(per_layer) == 1:
+        return per_layer[0]
+    if how == "concat":
+        return np.concatenate(per_layer, axis=1)
+    return np.mean(np.stack(per_layer), axis=0, dtype=np.float32)
+
+
+def l2_normalize(x: np.ndarray, eps: float = 1e-12) -> np.ndarray:
+    """Rows scaled to unit L2 norm (as torch.nn.functional.normalize)."""
+    norm = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float32))[:, None]
+    return x / np.maximum(norm, np.float32(eps))
+
+
+def _check_slice_bounds(sl: slice, spec, num_layers: int) -> None:
+    """A range's bounds must lie in the model's hidden states 0..L (n = L + 1 of them): Python would clamp '4:12' on a
+    6-layer model to 4..6 silently, and select nothing with '7:' or '9:12' (a model taken for another). A start names
+    a hidden state (-n .. n-1); a stop may also be one past the end: n going up, -(n+1) going down."""
+    from ..errors import BertfeatError, opt
+
+    n = num_layers + 1
+    down = sl.step is not None and sl.step < 0
+    stop_lo, stop_hi = (-n - 1, n - 1) if down else (-n, n)
+    for bound, lo, hi in ((sl.start, -n, n - 1), (sl.stop, stop_lo, stop_hi)):
+        if bound is not None and not lo <= bound <= hi:
+            shown = opt("layers", spec, cli=f"'{spec}'")
+            last = min(4, num_layers)
+            raise BertfeatError(f"{shown} reaches past the model: it has {num_layers} layer{'s' * (num_layers != 1)} "
+                                f"(hidden states 0..{num_layers}, or -{n}..-1)",
+                                f"choose layers in that range, e.g. -{last}: for the last {last}" if last > 1
+                                else "choose layers in that range, e.g. -1 for the last")
+
+
+def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
+    """Layer selection -> hidden-state indices in 0..L (0 = embeddings, L = last layer).
+
+    Accepts None (last layer), an int, a list of ints, or a string like "-1", "-4,-3,-2,-1",
+    "-4:" (the last four) or "9:12". Negative numbers count from the end as in
+    transformers' hidden_states tuple (which has L + 1 entries).
+    """
+    from ..errors import BertfeatError, opt
+
+    n = num_layers + 1
+    if spec is None:
+        return (num_layers,)
+    if isinstance(spec, str):
+        s = spec.strip()
+        sl = None
+        try:
+            if ":" in s:
+                a, b = s.split(":", 1)
+                sl = slice(int(a) if a.strip() else None, int(b) if b.strip() else None)
+            else:
+                idx = [int(p) for p in s.split(",") if p.strip()]
+        except ValueError:
+            shown = opt("layers", spec, cli=f"'{spec}'")
+            raise BertfeatError(f"{shown} is not understood",
+                                "give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)") from None
+        if sl is not None:
+            _check_slice_bounds(sl, spec, num_layers)
+            idx = list(range(n))[sl]
+    elif np.ndim(spec) == 0 and np.issubdtype(np.asarray(spec).dtype, np.integer):  # an int, NumPy's (0-d too); not a bool
+        idx = [int(spec)]
+    elif isinstance(spec, slice):  # layers=slice(-4, None): the slice of the hidden states, as a string "-4:" is
+        try:
+            idx = list(range(n))[spec]
+        except (TypeError, ValueError):  # a step of 0, a bound that is not an int
+            raise BertfeatError(f"{opt('layers', spec)} is not a layer selection",
+                                "give a slice of ints with a step other than 0, e.g. slice(-4, None)") from None
+        _check_slice_bounds(spec, spec, num_layers)
+    else:
+        items = list(spec) if isinstance(spec, (list, tuple, range, np.ndarray)) else None
+        if items is None or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
+            raise BertfeatError(f"{opt('layers', spec)} is not a layer selection",
+                                "give an int, a list of ints, a slice, or a string like '-1', '-4,-3,-2,-1' or '-4:' "
+                                "(0 = embeddings)")
+        idx = [int(i) for i in items]
+    if not idx:
+        shown = opt("layers", spec, cli=f"'{spec}'")
+        raise BertfeatError(f"{shown} selects no layer", "give at least one layer, e.g. -1")
+    out = []
+    for i in idx:
+        if not -n <= i < n:
+            raise BertfeatError(
+                f"layer {i} does not exist: the model has {num_layers} layers (hidden states 0..{num_layers}, or -{n}..-1)",
+                "choose layers in that range; -1 is the last layer, 0 the embeddings",
+            )
+        out.append(i % n)
+    return tuple(out)

@@ -1,0 +1,415 @@
+"""A sentence-transformers model folder, read as what bertfeat will run: the model's own embedding.
+
+``modules.json`` lists the modules in order; bertfeat reproduces these four and refuses any other
+with one line naming it (never skipping it):
+
+  Transformer  the encoder (config.json + safetensors); ``sentence_bert_config.json`` gives
+               ``max_seq_length`` and ``do_lower_case``. Its files are at the top of the folder ("path": ""), or
+               in the folder modules.json names (the older layout, "0_Transformer"; hub.encoder_folder decides)
+  Pooling      ``pooling_mode`` (a mode or a list, concatenated in order) or the legacy
+               ``pooling_mode_*_token`` flags; ``include_prompt``
+  Dense        ``act(x W^T + b)`` (+ an optional residual), weights from ``model.safetensors``
+  Normalize    L2 normalization
+
+``config_sentence_transformers.json`` gives ``prompts`` and ``default_prompt_name``. A folder without
+``modules.json`` is a plain transformers checkpoint: mean pooling, nothing after it.
+
+Max length: ``max_seq_length`` from ``sentence_bert_config.json``, else ``model_max_length`` from
+``tokenizer_config.json`` (where sentence-transformers >= 5 saves it), else the position limit;
+never more than the position limit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .config import inside_folder, model_file, typed
+from ..errors import BertfeatError, ConfigError, opt
+from .pooling import TOKEN_POOLING_NAMES
+
+#: sentence-transformers' pooling modes, in its legacy concatenation order.
+ST_POOLING_MODES = TOKEN_POOLING_NAMES  # a Pooling module's modes are the token poolings (pooling.py)
+_LEGACY_POOLING_KEYS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+#: torch activation class path (as Dense/config.json names it) -> our activation name.
+DENSE_ACTIVATIONS = {
+    "torch.nn.modules.activation.Tanh": "tanh",
+    "torch.nn.modules.linear.Identity": "identity",
+    "torch.nn.modules.activation.ReLU": "relu",
+    "torch.nn.modules.activation.GELU": "gelu",
+    "torch.nn.modules.activation.Sigmoid": "sigmoid",
+}
+SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+#: the files each module reads in its folder (a Normalize at the top of the folder, path "", reads none); the
+#: Transformer's are the encoder's (hub.model_files)
+MODULE_FILES = {"Transformer": (), "Pooling": ("config.json",), "Dense": ("config.json", "model.safetensors"),
+                "Normalize": ("config.json",)}
+#: every key sentence-transformers' Pooling takes (it fails on any other, as bertfeat does)
+_POOLING_KEYS = ("embedding_dimension", "word_embedding_dimension", "pooling_mode", "include_prompt",
+                 *_LEGACY_POOLING_KEYS)
+# tokenizer_config.json's model_max_length when the tokenizer has no limit (transformers' VERY_LARGE_INTEGER)
+_NO_LIMIT = 10**12
+
+
+@dataclass(frozen=True)
+class DenseLayer:
+    """One Dense module, weights transposed to (in, out) at load."""
+
+    path: str
+    w: np.ndarray  # (in, out)
+    b: np.ndarray | None  # (out,)
+    activation: str
+    residual_w: np.ndarray | None = None  # (in, out) when use_residual and in != out
+    residual: bool = False
+
+    @property
+    def in_features(self) -> int:
+        return int(self.w.shape[0])
+
+    @property
+    def out_features(self) -> int:
+        return int(self.w.shape[1])
+
+    def describe(self) -> str:
+        return f"Dense {self.in_features}->{self.out_features} {self.activation}" + (" +residual" if self.residual else "")
+
+
+@dataclass
+class ModelPipeline:
+    """What the model folder defines around the encoder, and where each part came from."""
+
+    pooling: tuple[str, ...] = ("mean",)
+    pooling_source: str = "default (the model has no Pooling module)"
+    include_prompt: bool = True
+    steps: tuple = ()  # after pooling, in order: DenseLayer or the string "normalize"
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    max_seq_length: int | None = None
+    max_length_source: str = "the model's position limit"
+    do_lower_case: bool = False
+    modules_source: str | None = None  # "modules.json" when the folder is a sentence-transformers model
+    #: why the model's own embedding cannot be made (a modules.json without a Pooling module: sentence-transformers
+    #: fails on it too), else None; a pooling the user names still runs
+    no_own_embedding: str | None = None
+
+    @property
+    def dense(self) -> tuple[DenseLayer, ...]:
+        return tuple(s for s in self.steps if isinstance(s, DenseLayer))
+
+    @property
+    def normalize(self) -> bool:
+        """The model's embedding ends L2-normalized."""
+        return bool(self.steps) and self.steps[-1] == "normalize"
+
+    def describe(self) -> list[str]:
+        out = [f"Pooling {'+'.join(self.pooling)} ({self.pooling_source})"]
+        for s in self.steps:
+            out.append(s.describe() + f" ({s.path})" if isinstance(s, DenseLayer) else "Normalize")
+        return out
+
+
+def _read_json(path: Path, types=dict):
+    """A model file's JSON (None when absent), of ``types`` (an object unless said otherwise)."""
+    if model_file(path) is None:
+        return None
+    try:
+        return typed(json.loads(path.read_text(encoding="utf-8")), types, str(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not valid JSON ({e})", "restore it from the model") from None
+
+
+def _length(cfg: dict, key: str, where: str) -> int | None:
+    """A max length entry (max_seq_length, model_max_length): None when absent, else a number of 3 or more, the fewest
+    tokens a text takes with its special tokens (the least ``max_length`` accepts)."""
+    v = typed(cfg.get(key), (int, float), f"{where}: {key}")
+    if isinstance(v, float):  # 256.0 is 256; 6.5 tokens is no length (sentence-transformers fails on it: TypeError)
+        if not v.is_integer():
+            raise ConfigError(f"{where}: {key} is {v}, not a whole number of tokens",
+                              "restore the file from the checkpoint (or set it to the model's max length)")
+        v = int(v)
+    if v is not None and v < 3:
+        raise ConfigError(f"{where}: {key} is {v}, below 3 (a text and its special tokens need at least 3 tokens)",
+                          "restore the file from the checkpoint (or set it to the model's max length)")
+    return v
+
+
+def pooling_modes(cfg: dict, where: str) -> tuple[str, ...]:
+    """A Pooling config -> its modes, from the new ``pooling_mode`` key or the legacy flags (mean when it has
+    neither, as sentence-transformers' Pooling). Refused, naming the keys, rather than pooled some other way: a key
+    Pooling does not take, legacy flags that are all false (sentence-transformers pools by mean then, silently), or
+    flags beside ``pooling_mode`` that say otherwise (it drops them)."""
+    unknown = [k for k in cfg if k not in _POOLING_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: {', '.join(unknown)} {'is not a setting' if len(unknown) == 1 else 'are not settings'}"
+                          " of a sentence-transformers Pooling module",
+                          "restore the file from the model (a Pooling config holds pooling_mode or the legacy "
+                          "pooling_mode_* flags, include_prompt and embedding_dimension)")
+    flags = {k: typed(v, bool, f"{where}: {k}") for k, v in cfg.items() if k in _LEGACY_POOLING_KEYS}
+    mode = typed(cfg.get("pooling_mode"), (str, list), f"{where}: pooling_mode")
+    if isinstance(mode, list):
+        for m in mode:
+            typed(m, str, f"{where}: an entry of pooling_mode")
+    if mode is None:
+        if flags and not any(flags.values()):
+            raise ConfigError(f"{where}: every pooling flag is false ({', '.join(flags)}): the file sets no pooling mode",
+                              "set the flag of the mode the model was trained with to true (or give pooling_mode, e.g. "
+                              "\"pooling_mode\": \"mean\"); bertfeat does not guess one")
+        modes = tuple(m for k, m in _LEGACY_POOLING_KEYS.items() if flags.get(k)) or ("mean",)
+    else:
+        modes = (mode,) if isinstance(mode, str) else tuple(mode)
+        clash = [f"{k} {json.dumps(v)}" for k, v in flags.items() if v != (_LEGACY_POOLING_KEYS[k] in modes)]
+        if clash:
+            raise ConfigError(f"{where}: {', '.join(clash)} contradict{'s' if len(clash) == 1 else ''} pooling_mode "
+                              f"{json.dumps(mode)}", "keep pooling_mode and remove the pooling_mode_* flags (or make "
+                              "them agree with it)")
+    bad = [m for m in modes if m not in ST_POOLING_MODES]
+    if bad or not modes:
+        raise ConfigError(f"{where}: pooling mode {bad[0] if bad else mode!r} is not supported",
+                          f"bertfeat knows {', '.join(ST_POOLING_MODES)}")
+    return modes
+
+
+def _module_kind(entry, i: int, where: str) -> tuple[str, str]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("type"), str):
+        raise ConfigError(f"{where}: module {i} has no type", "restore modules.json from the model")
+    t = entry["type"]
+    kind = t.rsplit(".", 1)[-1]
+    if not t.startswith("sentence_transformers.") or kind not in SUPPORTED_MODULES:
+        raise ConfigError(
+            f"{where}: module {i} '{t}' (path '{entry.get('path', '')}') cannot be reproduced by bertfeat",
+            f"bertfeat runs {', '.join(SUPPORTED_MODULES)} modules; use {opt('pooling')} to get plain pooled features of "
+            "the encoder instead of the model's embedding",
+        )
+    return kind, str(entry.get("path") or "")
+
+
+def _dense_config(cfg: dict | None, path: str) -> tuple[int, int, bool, bool, str]:
+    """A Dense config.json -> (in_features, out_features, bias, use_residual, activation), each checked: a count
+    of 1 or more (a Dense with no inputs or no outputs computes nothing a model can use), true / false flags, an
+    activation bertfeat runs."""
+    where = f"{path}/config.json"
+    if cfg is None:
+        raise ConfigError(f"{where} is missing", "restore the Dense module's config.json from the model")
+    for k in ("module_input_name", "module_output_name"):
+        if cfg.get(k, "sentence_embedding") != "sentence_embedding":
+            raise ConfigError(f"{where}: a Dense on '{cfg[k]}' cannot be reproduced",
+                              "bertfeat runs Dense modules on the sentence embedding only")
+    n_in, n_out = (typed(cfg.get(k), int, f"{where}: {k}") for k in ("in_features", "out_features"))
+    for k, n in (("in_features", n_in), ("out_features", n_out)):
+        if n is None or n < 1:
+            raise ConfigError(f"{where}: {k} is {'missing' if n is None else n}, not a number of features (1 or more)",
+                              "restore the Dense module's config.json and model.safetensors from the model (a Dense "
+                              "layer maps 1 or more inputs to 1 or more outputs)")
+    act_path = typed(cfg.get("activation_function"), str, f"{where}: activation_function",
+                     "torch.nn.modules.activation.Tanh")
+    if act_path not in DENSE_ACTIVATIONS:
+        raise ConfigError(f"{where}: activation '{act_path}' is not supported",
+                          f"bertfeat knows {', '.join(DENSE_ACTIVATIONS)}")
+    bias = typed(cfg.get("bias"), bool, f"{where}: bias", True)
+    residual = typed(cfg.get("use_residual"), bool, f"{where}: use_residual", False)
+    return n_in, n_out, bias, residual, DENSE_ACTIVATIONS[act_path]
+
+
+def _load_dense(d: Path, path: str) -> DenseLayer:
+    cfg_file, st_file = _module_paths(d, "Dense", path)
+    n_in, n_out, bias, residual, act = _dense_config(_read_json(cfg_file), path)
+    if model_file(st_file) is None:
+        md = d / path
+        pickled = [f.name for f in md.glob("*.bin")] + [f.name for f in md.glob("*.pt")]
+        raise BertfeatError(
+            f"{path} has no model.safetensors" + (f" (only {', '.join(pickled)}, a pickle bertfeat never loads)" if pickled else ""),
+            "re-save the model with safetensors where sentence-transformers is installed: "
+            "SentenceTransformer(dir).save(dir, safe_serialization=True)",
+        )
+    from .weights import read_safetensors_file
+
+    t = read_safetensors_file(st_file)  # float32, float16 or bfloat16 (widened exactly)
+    # the tensors this config uses, each of its shape; one more (a bias beside bias false) would be silently unused
+    want = {"linear.weight": (n_out, n_in), **({"linear.bias": (n_out,)} if bias else {}),
+            **({"residual.weight": (n_out, n_in)} if residual and n_in != n_out else {})}
+    for name, shape in want.items():
+        if name not in t or t[name].shape != shape:
+            got = f"has shape {tuple(t[name].shape)}" if name in t else "is missing"
+            raise BertfeatError(f"{st_file}: tensor '{name}' {got}, expected {shape} from its config.json",
+                                "re-save the model")
+    if set(t) - set(want):
+        raise BertfeatError(f"{st_file}: tensors {sorted(set(t) - set(want))} that its config.json does not use (bias "
+                            f"{json.dumps(bias)}, use_residual {json.dumps(residual)}, {n_in} -> {n_out})",
+                            "restore the module's config.json and model.safetensors together from the model: a Dense "
+                            "module bertfeat reproduces uses every tensor it saved")
+    b = np.ascontiguousarray(t["linear.bias"], dtype=np.float32) if bias else None
+    rw = np.ascontiguousarray(t["residual.weight"].T, dtype=np.float32) if "residual.weight" in want else None
+    return DenseLayer(path, np.ascontiguousarray(t["linear.weight"].T, dtype=np.float32), b, act, rw, residual)
+
+
+def _encoder_file(encoder_dir: str, name: str) -> str:
+    """A file of the encoder as messages name it: ``name``, or ``0_Transformer/name`` in the older layout."""
+    return f"{encoder_dir}/{name}" if encoder_dir else name
+
+
+def _module_path(path: str) -> str:
+    """A modules.json path, normalized ('.' and '' -> '', "./0_Transformer/" -> "0_Transformer")."""
+    norm = Path(path).as_posix() if path else ""
+    return "" if norm == "." else norm
+
+
+def module_entries(d: Path) -> list[tuple[str, str]]:
+    """modules.json's modules in order, as (kind, folder relative to ``d``: '' for the top); [] without modules.json.
+    The one reading of modules.json behind read_pipeline and module_files: each module one bertfeat reproduces, its
+    path inside ``d`` (a symbolic link out of it is refused where its files are named, ``_module_paths``)."""
+    modules = _read_json(d / "modules.json", (list, dict))
+    if modules is None:
+        return []
+    if not isinstance(modules, list) or not modules:
+        raise ConfigError(f"{d / 'modules.json'} is not a list of modules", "restore modules.json from the model")
+    out = []
+    for i, entry in enumerate(modules):
+        kind, path = _module_kind(entry, i, "modules.json")
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            raise ConfigError(f"modules.json: the {kind} module's path '{path}' is outside the model folder",
+                              "restore modules.json from the model (every module's files are in the model folder)")
+        out.append((kind, _module_path(path)))
+    return out
+
+
+def _module_paths(d: Path, kind: str, folder: str) -> list[Path]:
+    """The files a module of ``kind`` in ``folder`` reads (MODULE_FILES), each inside ``d`` once links are followed."""
+    names = MODULE_FILES[kind] if folder or kind != "Normalize" else ()
+    return [inside_folder(d, d / folder / name) for name in names]
+
+
+def module_files(d: Path) -> list[Path]:
+    """Every file the modules of model folder ``d`` read besides the encoder's (hub.model_files): the Pooling's and
+    the Normalize's config.json, each Dense's config.json and model.safetensors, as read_pipeline reads them."""
+    return [f for kind, folder in module_entries(d) for f in _module_paths(d, kind, folder)]
+
+
+def _check_transformer(i: int, path: str, encoder_dir: str, st_cfg: dict) -> None:
+    """The Transformer module: first, in the folder the model's encoder was loaded from, a feature-extraction
+    encoder."""
+    if i != 0:
+        raise ConfigError(f"modules.json: the Transformer module must come first (found module {i} at '{path}')",
+                          "bertfeat runs models whose first module is the Transformer")
+    if path != encoder_dir:
+        raise ConfigError(f"modules.json: the Transformer module's folder '{path}' has no config.json",
+                          f"restore the encoder's files (config.json, model.safetensors, tokenizer.json or vocab.txt) "
+                          f"into {path}, where sentence-transformers loads them from")
+    task = st_cfg.get("transformer_task", "feature-extraction")
+    out = st_cfg.get("module_output_name", "token_embeddings")
+    if task != "feature-extraction" or out != "token_embeddings":
+        raise ConfigError(f"{_encoder_file(encoder_dir, 'sentence_bert_config.json')}: transformer_task '{task}' / "
+                          f"output '{out}' cannot be reproduced",
+                          "bertfeat runs feature-extraction encoders (token embeddings)")
+
+
+def _read_pooling(d: Path, folder: str, p: ModelPipeline, hidden_size: int) -> None:
+    """A Pooling module's config.json onto ``p``: its modes (pooling_modes), include_prompt, its width checked."""
+    cfg_file, = _module_paths(d, "Pooling", folder)
+    where = f"{folder}/config.json"
+    cfg = _read_json(cfg_file)
+    if cfg is None:
+        raise ConfigError(f"{where} is missing", "restore the Pooling module's config.json")
+    p.pooling = pooling_modes(cfg, where)
+    for k in ("embedding_dimension", "word_embedding_dimension"):
+        dim = typed(cfg.get(k), int, f"{where}: {k}")
+        if dim is not None and dim != hidden_size:
+            raise ConfigError(f"{where}: {k} {dim} is not the encoder's hidden size {hidden_size}",
+                              "use the Pooling config that came with this model")
+    p.pooling_source = where
+    p.include_prompt = typed(cfg.get("include_prompt"), bool, f"{where}: include_prompt", True)
+
+
+def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, encoder_dir: str, st_cfg: dict) -> tuple:
+    """modules.json's modules (module_entries) read in order: the Pooling onto ``p``; -> the steps after it (Dense
+    layers, "normalize"), each Dense's input width checked against what comes before it."""
+    steps: list = []
+    seen_pooling = False
+    for i, (kind, path) in enumerate(modules):
+        if kind == "Transformer":
+            _check_transformer(i, path, encoder_dir, st_cfg)
+        elif i == 0:
+            raise ConfigError(f"modules.json: module 0 is {kind}, not the Transformer",
+                              "bertfeat runs models whose first module is the Transformer")
+        elif kind == "Pooling":
+            if seen_pooling or steps:
+                raise ConfigError(f"modules.json: Pooling module {i} comes after another Pooling, Dense or Normalize",
+                                  "bertfeat runs Transformer -> Pooling -> Dense / Normalize")
+            _read_pooling(d, path, p, hidden_size)
+            seen_pooling = True
+        elif kind == "Dense":
+            if not seen_pooling:
+                raise ConfigError(f"modules.json: Dense module {i} comes before any Pooling",
+                                  "bertfeat runs Dense modules on the pooled sentence embedding only")
+            steps.append(_load_dense(d, path))
+        else:  # Normalize
+            cfg = next((_read_json(f) for f in _module_paths(d, kind, path)), None)
+            if cfg and cfg.get("module_input_name", "sentence_embedding") != "sentence_embedding":
+                raise ConfigError(f"{path}/config.json: a Normalize of '{cfg['module_input_name']}' cannot be reproduced",
+                                  "bertfeat normalizes the sentence embedding only")
+            steps.append("normalize")
+    if not seen_pooling:  # not mean pooling in its place: sentence-transformers makes no sentence embedding either
+        p.no_own_embedding = ("its modules.json lists no Pooling module, so it defines no sentence embedding "
+                              "(sentence-transformers cannot encode with it either)")
+        return ()
+    width = hidden_size * len(p.pooling)
+    for s in steps:
+        if isinstance(s, DenseLayer):
+            if s.in_features != width:
+                raise ConfigError(f"{s.path}: in_features {s.in_features} does not match the {width} dimensions "
+                                  "before it", "use the modules that came with this model")
+            width = s.out_features
+    return tuple(steps)
+
+
+def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "") -> ModelPipeline:
+    """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused).
+
+    ``encoder_dir``: the encoder's folder inside ``d`` ('' for ``d`` itself; ModelLocation.encoder_dir), which holds
+    sentence_bert_config.json and tokenizer_config.json; modules.json, config_sentence_transformers.json and the
+    module folders are read from ``d``."""
+    p = ModelPipeline()
+    modules = module_entries(d)
+    st_cfg = _read_json(d / encoder_dir / "sentence_bert_config.json") or {}
+    sbc = _encoder_file(encoder_dir, "sentence_bert_config.json")
+    if modules:
+        p.modules_source = "modules.json"
+        p.steps = _read_modules(d, modules, p, hidden_size, encoder_dir, st_cfg)
+
+    cst = _read_json(d / "config_sentence_transformers.json") or {}
+    prompts = cst.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(v, (str, type(None))) for v in prompts.values()):
+        raise ConfigError("config_sentence_transformers.json: prompts must map names to texts", "restore it from the model")
+    p.prompts = {str(k): v or "" for k, v in prompts.items()}
+    p.default_prompt_name = cst.get("default_prompt_name")
+    if p.default_prompt_name is not None and p.default_prompt_name not in p.prompts:
+        raise ConfigError(f"config_sentence_transformers.json: default_prompt_name '{p.default_prompt_name}' is not one "
+                          f"of the prompts ({', '.join(p.prompts) or 'none'})", "restore it from the model")
+
+    p.do_lower_case = typed(st_cfg.get("do_lower_case"), bool, f"{sbc}: do_lower_case", False)
+    msl = _length(st_cfg, "max_seq_length", sbc)
+    if msl:
+        p.max_seq_length, p.max_length_source = int(msl), f"{sbc} max_seq_length"
+    else:
+        tcj = _encoder_file(encoder_dir, "tokenizer_config.json")
+        tc = _read_json(d / tcj) or {}
+        mml = tc.get("model_max_length")
+        if isinstance(mml, (int, float)) and not isinstance(mml, bool) and mml < _NO_LIMIT:
+            mml = _length(tc, "model_max_length", tcj)
+            p.max_seq_length, p.max_length_source = int(mml), f"{tcj} model_max_length"
+    if p.max_seq_length is None or p.max_seq_length > max_positions:
+        if p.max_seq_length is not None:
+            p.max_length_source += f", capped at the {max_positions} positions of the model"
+        else:
+            p.max_length_source = f"the {max_positions} positions of the model"
+        p.max_seq_length = max_positions
+    return p

@@ -1,0 +1,680 @@
+"""Tokenization with Hugging Face `tokenizers`.
+
+From ``tokenizer.json`` when the model has one, else built from ``vocab.txt`` and the options in
+``tokenizer_config.json`` exactly as transformers builds BertTokenizerFast (BertNormalizer with
+lower-casing / Chinese-character splitting / accent stripping, BertPreTokenizer, WordPiece,
+[CLS] A [SEP] (B [SEP]) template with token type ids 0/1).
+
+As transformers 5's AutoTokenizer (and so sentence-transformers) loads a folder: the tokenizer class it picks
+(``transformers_class``) rebuilds, for BERT / DistilBERT / ELECTRA, MPNet and RoBERTa, the normalizer,
+pre-tokenizer and post-processor from ``tokenizer_config.json`` and keeps only the vocabulary (and merges) of
+``tokenizer.json`` (``as_transformers``); other classes load ``tokenizer.json`` as stored.
+
+Padding and truncation are always set here, never taken from tokenizer.json: rows are encoded
+whole (so ``n_tokens`` is the real length), and only rows longer than ``max_length`` are encoded
+again with truncation (longest-first for pairs, as transformers does; from the left with
+``tokenizer_config.json``'s ``truncation_side: left``).
+
+Long texts in bounded memory. The tokenizer needs about 200 bytes per character of a text at once (1 MB of text:
+200 MB; 5 MB: 1 GB), so a text longer than ``PIECE_CHARS`` characters is never handed to it whole (``LongText``):
+it is tokenized in pieces of about that size, each starting where a pre-token ("word") of the text starts. A piece's
+tokens are the text's own except in its first pre-token (text-start effects: a prefix space, a prepended ``▁``) and
+in its last ones (cut off by the piece's end), so those are taken from the neighbouring pieces: the ids (and so the
+exact ``n_tokens`` and every window of a chunked text) come out as tokenizing the whole text gives them, with one
+piece in memory at a time. The model's input is then tokenized from a cut of the text that ends (starts, for
+``truncation_side: left``) on a pre-token boundary past the first (last) ``max_length`` tokens, truncated
+explicitly (longest-first from the whole texts' token counts) and framed by the post-processor: the same ids as the
+whole text truncated. This holds for tokenizers whose normalizer and pre-tokenizer work locally (``_local``: BERT's,
+byte-level BPE's, SentencePiece's Metaspace, the whitespace and regex splitters); others, and a text that has no
+pre-token boundary to cut at (a piece with too few pre-tokens doubles until the text ends), are tokenized whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .config import model_file, typed
+from ..errors import BertfeatError, ConfigError, opt
+
+
+@dataclass
+class Tokenized:
+    """Tokenized rows, unpadded."""
+
+    ids: list[np.ndarray]  # per row int32 ids with [CLS]/[SEP], at most max_length long
+    type_ids: list[np.ndarray]  # per row int32 token type ids (0, and 1 for the pair)
+    n_tokens: np.ndarray  # (n,) int64 length before truncation, special tokens included
+    truncated: np.ndarray  # (n,) bool: the row was cut to max_length
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((len(a) for a in self.ids), dtype=np.int64, count=len(self.ids))
+
+
+def read_vocab(path: Path) -> dict[str, int]:
+    """vocab.txt: one token per line, the line number is the id (as transformers' load_vocab)."""
+    vocab: dict[str, int] = {}
+    model_file(path)  # a named pipe is refused, never opened
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for i, line in enumerate(fh):
+                vocab[line.rstrip("\n")] = i
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text ({e.reason})",
+                          "restore the vocab.txt that came with the model (transformers reads it as UTF-8)") from None
+    return vocab
+
+
+def _load_json(path: Path) -> dict:
+    if model_file(path) is None:
+        return {}
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not valid JSON ({e})", "restore it from the checkpoint") from None
+    return typed(d, dict, str(path))
+
+
+def _special(cfg: dict, special_map: dict, key: str, default: str) -> str:
+    v = cfg.get(key) or special_map.get(key) or default
+    return v["content"] if isinstance(v, dict) else str(v)
+
+
+# transformers 5's AutoTokenizer: the tokenizer class by model_type when neither tokenizer_config.json nor
+# config.json names one (models/auto/tokenization_auto.py TOKENIZER_MAPPING_NAMES). "TokenizersBackend" loads
+# tokenizer.json as stored.
+_CLASS_BY_MODEL_TYPE = {
+    "bert": "BertTokenizer", "distilbert": "BertTokenizer", "electra": "BertTokenizer", "mpnet": "MPNetTokenizer",
+    "roberta": "RobertaTokenizer", "xlm-roberta": "XLMRobertaTokenizer", "camembert": "CamembertTokenizer",
+    "modernbert": "TokenizersBackend",
+}
+# classes whose __init__ is BertTokenizer's (DistilBertTokenizer subclasses it; ElectraTokenizer is an alias)
+_WORDPIECE_CLASSES = frozenset({"BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer"})
+# (cls, sep, unk, pad, mask) defaults of the classes' __init__
+_DEFAULTS = {
+    "bert": ("[CLS]", "[SEP]", "[UNK]", "[PAD]", "[MASK]"),
+    "MPNetTokenizer": ("<s>", "</s>", "[UNK]", "<pad>", "<mask>"),
+    "RobertaTokenizer": ("<s>", "</s>", "<unk>", "<pad>", "<mask>"),
+}
+
+
+def transformers_class(tok_cfg: dict, model_cfg: dict) -> str:
+    """The tokenizer class transformers 5's AutoTokenizer loads a folder as ("Fast" dropped: the same class).
+
+    tokenizer_config.json's ``tokenizer_class``, else config.json's, else the one of the ``model_type``; a class
+    named for a model_type whose own is TokenizersBackend (ModernBERT) loads as TokenizersBackend."""
+    declared = tok_cfg.get("tokenizer_class") or model_cfg.get("tokenizer_class")
+    registered = _CLASS_BY_MODEL_TYPE.get(model_cfg.get("model_type"))
+    if isinstance(declared, str) and declared:
+        name = declared.removesuffix("Fast")
+        return "TokenizersBackend" if registered == "TokenizersBackend" else name
+    return registered or "TokenizersBackend"
+
+
+def _defaults(cls_name: str) -> tuple[str, ...]:
+    return _DEFAULTS.get(cls_name, _DEFAULTS["bert"])
+
+
+def _token_id(tk, tok: str, path: Path) -> int:
+    i = tk.token_to_id(tok)
+    if i is None:
+        raise ConfigError(f"{path}: special token {tok} is not in the vocabulary",
+                          "use the tokenizer files that came with the model")
+    return i
+
+
+def as_transformers(tk, cls_name: str, tok_cfg: dict, special_map: dict, path: Path) -> None:
+    """Rebuild in place what transformers 5's ``cls_name.__init__`` rebuilds from tokenizer_config.json.
+
+    BertTokenizer (and DistilBERT's, ELECTRA's) and MPNetTokenizer: BertNormalizer from ``do_lower_case``
+    (default true), ``strip_accents``, ``tokenize_chinese_chars``; BertPreTokenizer; the class's template
+    (``[CLS] A [SEP] B [SEP]`` with type ids 0/1, MPNet's ``<s> A </s></s> B </s>``). RobertaTokenizer: no
+    normalizer, ByteLevel(``add_prefix_space``, default false), RobertaProcessing(``trim_offsets``,
+    ``add_prefix_space``). Other classes, or a tokenizer.json model the class would not build on, stay as stored."""
+    from tokenizers import models, normalizers, pre_tokenizers, processors
+
+    def flag(key: str, default: bool | None) -> bool | None:
+        return typed(tok_cfg.get(key), bool, f"{path / 'tokenizer_config.json'}: {key}", default)
+
+    cls_tok = _special(tok_cfg, special_map, "cls_token", _defaults(cls_name)[0])
+    sep_tok = _special(tok_cfg, special_map, "sep_token", _defaults(cls_name)[1])
+    if (cls_name in _WORDPIECE_CLASSES or cls_name == "MPNetTokenizer") and isinstance(tk.model, models.WordPiece):
+        tk.normalizer = normalizers.BertNormalizer(
+            clean_text=True, handle_chinese_chars=flag("tokenize_chinese_chars", True),
+            strip_accents=flag("strip_accents", None), lowercase=flag("do_lower_case", True))
+        tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        cls_id, sep_id = _token_id(tk, cls_tok, path), _token_id(tk, sep_tok, path)
+        if cls_name == "MPNetTokenizer":
+            tk.post_processor = processors.RobertaProcessing((sep_tok, sep_id), (cls_tok, cls_id), True, False)
+        else:
+            tk.post_processor = processors.TemplateProcessing(
+                single=f"{cls_tok}:0 $A:0 {sep_tok}:0", pair=f"{cls_tok}:0 $A:0 {sep_tok}:0 $B:1 {sep_tok}:1",
+                special_tokens=[(cls_tok, cls_id), (sep_tok, sep_id)])
+    elif cls_name == "RobertaTokenizer" and isinstance(tk.model, models.BPE):
+        prefix, trim = flag("add_prefix_space", False), flag("trim_offsets", True)
+        tk.normalizer = None
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix)
+        tk.post_processor = processors.RobertaProcessing(
+            (sep_tok, _token_id(tk, sep_tok, path)), (cls_tok, _token_id(tk, cls_tok, path)), trim, prefix)
+
+
+def _added_tokens(d: Path, tok_cfg: dict, special: set[str]) -> list:
+    """The added tokens transformers gives a vocab.txt tokenizer, in id order: tokenizer_config.json's
+    ``added_tokens_decoder``, else (legacy) ``added_tokens.json`` (special ones not normalized)."""
+    from tokenizers import AddedToken
+
+    dec = typed(tok_cfg.get("added_tokens_decoder"), dict, f"{d / 'tokenizer_config.json'}: added_tokens_decoder")
+    out = []
+    if dec is not None:
+        for idx, t in sorted(dec.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else -1):
+            if not isinstance(t, dict) or not isinstance(t.get("content"), str):
+                raise ConfigError(f"{d / 'tokenizer_config.json'}: added_tokens_decoder[{idx!r}] is not an added token",
+                                  "restore the file from the checkpoint")
+            out.append(AddedToken(t["content"], single_word=bool(t.get("single_word", False)),
+                                  lstrip=bool(t.get("lstrip", False)), rstrip=bool(t.get("rstrip", False)),
+                                  normalized=bool(t.get("normalized", True)), special=bool(t.get("special", False))))
+        return out
+    table = _load_json(d / "added_tokens.json")
+    for tok, idx in sorted(table.items(), key=lambda kv: kv[1] if isinstance(kv[1], int) else -1):
+        if not isinstance(idx, int) or isinstance(idx, bool):
+            raise ConfigError(f"{d / 'added_tokens.json'}: the id of {tok!r} is {json.dumps(idx)[:40]}, not an integer",
+                              "restore the file from the checkpoint")
+        out.append(AddedToken(tok, lstrip=False, rstrip=False, normalized=tok not in special, special=tok in special))
+    return out
+
+
+def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, special_map: dict, cls_name: str = "BertTokenizer"):
+    """A tokenizers.Tokenizer equivalent to transformers' BertTokenizer (MPNetTokenizer with that ``cls_name``)
+    for this vocab and config, with the folder's added tokens."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+
+    if cls_name != "MPNetTokenizer":
+        cls_name = "BertTokenizer"
+    vocab = read_vocab(vocab_path)
+    keys = ("cls_token", "sep_token", "unk_token", "pad_token", "mask_token")
+    cls, sep, unk, pad, mask = (_special(tok_cfg, special_map, k, dflt) for k, dflt in zip(keys, _defaults(cls_name)))
+    for tok in (unk, cls, sep):
+        if tok not in vocab:
+            raise ConfigError(f"{vocab_path}: special token {tok} is not in the vocabulary",
+                              "use the vocab.txt that came with the model")
+    tk = Tokenizer(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
+    tk.decoder = decoders.WordPiece(prefix="##")
+    as_transformers(tk, cls_name, tok_cfg, special_map, vocab_path.parent)
+    # added tokens the slow tokenizer never splits (MPNet's mask eats the space before it)
+    tk.add_special_tokens([AddedToken(t, lstrip=cls_name == "MPNetTokenizer" and t == mask, special=True)
+                           for t in dict.fromkeys([pad, unk, cls, sep, mask]) if t in vocab])
+    for t in _added_tokens(vocab_path.parent, tok_cfg, {pad, unk, cls, sep, mask}):
+        (tk.add_special_tokens if t.special else tk.add_tokens)([t])
+    return tk
+
+
+# Special tokens by role: the tokenizer_config.json / special_tokens_map.json entry, else the first of these
+# the vocabulary has (BERT WordPiece names, then RoBERTa / XLM-R SentencePiece names).
+_SPECIAL_NAMES = {
+    "cls": ("[CLS]", "<s>"),
+    "sep": ("[SEP]", "</s>"),
+    "pad": ("[PAD]", "<pad>"),
+    "mask": ("[MASK]", "<mask>"),
+}
+
+
+def special_tokens(vocab: dict[str, int], tok_cfg: dict, special_map: dict) -> dict[str, tuple[str | None, int | None]]:
+    """role (cls, sep, pad, mask) -> (token, id) for this vocabulary, (None, None) when it has none."""
+    out = {}
+    for role, names in _SPECIAL_NAMES.items():
+        v = tok_cfg.get(f"{role}_token") or special_map.get(f"{role}_token")
+        cand = ([v["content"] if isinstance(v, dict) else str(v)] if v else []) + list(names)
+        tok = next((t for t in cand if t in vocab), None)
+        out[role] = (tok, vocab.get(tok) if tok is not None else None)
+    return out
+
+
+def tokenizer_source(d: Path) -> Path | None:
+    """The file the tokenizer is built from: tokenizer.json, else vocab.txt (None with neither). Each checked as a
+    model file (config.model_file): a named pipe or a folder in its place is refused, never passed over."""
+    return model_file(d / "tokenizer.json") or model_file(d / "vocab.txt")
+
+
+def tokenizer_files(d: Path) -> list[Path]:
+    """Every file BertTokenizer.from_dir reads in folder ``d`` (hub.model_files lists them): tokenizer_config.json,
+    special_tokens_map.json, config.json, the source (tokenizer_source) and, for a vocab.txt whose
+    tokenizer_config.json has no added_tokens_decoder, added_tokens.json; absent ones included."""
+    source = tokenizer_source(d)
+    files = [d / "tokenizer_config.json", d / "special_tokens_map.json", d / "config.json"] + ([source] if source else [])
+    if source is not None and source.name == "vocab.txt" and "added_tokens_decoder" not in _load_json(files[0]):
+        files.append(d / "added_tokens.json")
+    return files
+
+
+#: characters tokenized at once: a longer text is tokenized in pieces of about this size (LongText), and a call's
+#: shorter texts in groups of about GROUP_CHARS characters (the tokenizer holds ~200 bytes per character: ~50 MB)
+PIECE_CHARS = 1 << 16
+GROUP_CHARS = 1 << 18
+# normalizers and pre-tokenizers whose output near a point of the text depends only on the text near it, so that
+# a piece of the text tokenizes as the text does away from its two ends (LongText)
+_LOCAL_NORMALIZERS = frozenset({"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents", "Strip",
+                                "Replace", "Precompiled", "Prepend", "Nmt", "ByteLevel", "Sequence"})
+_LOCAL_PRE_TOKENIZERS = frozenset({"BertPreTokenizer", "ByteLevel", "Metaspace", "Whitespace", "WhitespaceSplit",
+                                   "Punctuation", "Digits", "UnicodeScripts", "CharDelimiterSplit", "Split", "Sequence"})
+
+
+def _local(part, kinds: frozenset) -> bool:
+    """A normalizer / pre-tokenizer (None: none) made only of ``kinds`` (a Sequence's members checked too)."""
+    if part is None:
+        return True
+    try:
+        tree = json.loads(part.__getstate__())
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+    def ok(d) -> bool:
+        if not isinstance(d, dict) or d.get("type") not in kinds:
+            return False
+        inner = d.get("normalizers", d.get("pretokenizers"))
+        return inner is None or all(ok(x) for x in inner)
+
+    return ok(tree)
+
+
+def _word_groups(enc, base: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A content Encoding's pre-tokens, in order: (index of each one's first token, its end in characters + ``base``,
+    its tokens). A token without a word id is a pre-token of its own."""
+    words = np.fromiter((-1 if w is None else w for w in enc.word_ids), dtype=np.int64, count=len(enc.ids))
+    if not words.size:
+        return (np.zeros(0, np.int64),) * 3
+    ends = np.fromiter((e for _, e in enc.offsets), dtype=np.int64, count=len(words))
+    first = np.flatnonzero(np.r_[True, (words[1:] != words[:-1]) | (words[1:] < 0)])
+    return first, np.maximum.reduceat(ends, first) + base, np.diff(np.r_[first, len(words)])
+
+
+class _Misaligned(Exception):
+    """A piece's pre-tokens did not meet the previous piece's: the text is tokenized whole instead."""
+
+
+class LongText:
+    """One text longer than PIECE_CHARS, tokenized in pieces (see the module's docstring): its content ids
+    (``ids``, with ``keep_ids``), their number (``count``) and where to cut it so that the cut holds its first
+    (``side`` right) or last (left) ``need`` tokens as the whole text has them (``cut``).
+
+    What it rests on: tokenizing a part of the text gives the text's own pre-tokens (and so tokens) except for the
+    pre-tokens that end within ``margin`` characters of the part's end (cut off, or split otherwise for not seeing
+    what follows: a regex's look-ahead, an added token cut in two) and, when the part does not start the text, its
+    first pre-tokens (a prefix space or ``▁`` added, leading space stripped). So each piece starts on a pre-token
+    boundary at least ``margin`` characters before the last pre-token the previous piece took, skips what that one
+    took (found by its end: a piece whose pre-tokens do not end there is tokenized whole instead), and takes what
+    ends up to ``margin`` before its own end."""
+
+    def __init__(self, owner: "BertTokenizer", text: str, need: int, side: str = "right", keep_ids: bool = False):
+        self.text, self.need, self.side = text, need, side
+        self.count = 0
+        self._margin = owner.cut_margin
+        self._ids: list[np.ndarray] = []
+        self._enough_at: int | None = None  # right: the cut must end at or past this (the need met, plus margin)
+        self._cut_end: int | None = None  # right: the cut is text[:_cut_end]
+        self._tail: list[tuple[np.ndarray, np.ndarray]] = []  # left: (ends, counts) of the last pieces' pre-tokens
+        self._before = 0  # left: where the pre-tokens kept in _tail start (the end of the one before them)
+        for ids, ends, counts in self._pieces(owner.piece_tokenizer()):
+            self.count += len(ids)
+            if keep_ids:
+                self._ids.append(ids)
+            self._note(ends, counts)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return np.concatenate(self._ids) if self._ids else np.zeros(0, np.int32)
+
+    def _pieces(self, tk):
+        """(ids, pre-token ends, tokens per pre-token) of each piece, the text's own tokens in order."""
+        text, n, margin = self.text, len(self.text), self._margin
+        pos, skip_to, size = 0, None, PIECE_CHARS
+        while True:
+            reach = max(pos, skip_to or 0) + size  # past what the previous piece took
+            end = n if reach >= n else _cut_point(text, reach)
+            enc = tk.encode(text[pos:end], add_special_tokens=False)
+            first, ends, counts = _word_groups(enc, pos)
+            lo = 0
+            if skip_to is not None:  # what the previous piece took ends with the last pre-token ending at skip_to
+                hit = np.flatnonzero(ends == skip_to)
+                if not hit.size:
+                    raise _Misaligned
+                lo = int(hit[-1]) + 1
+            hi = len(ends)
+            if end < n:
+                late = np.flatnonzero(ends > end - margin)
+                hi = min(hi - 1, int(late[0]) if late.size else hi)
+                while hi > lo and not ends[hi - 1] < ends[hi]:  # no pre-token of no width right after the last taken
+                    hi -= 1
+                if hi <= lo:  # nothing to take: a larger piece
+                    size *= 2
+                    continue
+            stop = first[hi] if hi < len(first) else len(enc.ids)
+            yield np.asarray(enc.ids[first[lo]:stop] if lo < len(first) else [], dtype=np.int32), ends[lo:hi], counts[lo:hi]
+            if end >= n:
+                return
+            skip_to = int(ends[hi - 1])
+            # the next piece starts on the last pre-token boundary at least margin before skip_to (else where this did)
+            bounds = ends[max(lo - 1, 0):hi - 1]
+            ok = bounds[bounds <= skip_to - margin]
+            pos, size = (int(ok[-1]) if ok.size else pos), PIECE_CHARS
+
+    def _note(self, ends: np.ndarray, counts: np.ndarray) -> None:
+        """Keep what finding the cut needs of a piece's pre-tokens."""
+        if not ends.size:
+            return
+        if self.side == "right":
+            if self._enough_at is None:
+                upto = self.count - int(counts.sum()) + np.cumsum(counts)  # tokens up to each pre-token, itself in
+                met = np.flatnonzero(upto >= self.need)
+                if met.size:
+                    self._enough_at = int(ends[met[0]]) + self._margin
+            if self._enough_at is not None and self._cut_end is None:
+                past = np.flatnonzero(ends >= self._enough_at)
+                if past.size:
+                    self._cut_end = int(ends[past[0]])
+            return
+        self._tail.append((ends, counts))
+        while len(self._tail) > 1:  # the first piece kept goes once the cut lies past it
+            k, _ = self._left_cut()
+            if k is None or k < len(self._tail[0][0]):
+                break
+            self._before = int(self._tail.pop(0)[0][-1])
+
+    def _left_cut(self) -> tuple[int | None, int]:
+        """Among the pre-tokens kept, the last one whose region start S (the end of the one before) leaves ``need``
+        tokens in the pre-tokens starting ``margin`` or more past S, and S; (None, 0) when none does."""
+        ends = np.concatenate([e for e, _ in self._tail])
+        counts = np.concatenate([c for _, c in self._tail])
+        starts = np.r_[self._before, ends[:-1]]
+        after = np.r_[np.cumsum(counts[::-1])[::-1], 0]  # tokens from each pre-token on
+        m = np.maximum(np.arange(1, len(ends) + 1), np.searchsorted(starts, starts + self._margin, side="left"))
+        ok = np.flatnonzero(after[m] >= self.need)
+        return (int(ok[-1]), int(starts[ok[-1]])) if ok.size else (None, 0)
+
+    def cut(self) -> str:
+        """The text cut on a pre-token boundary past its first (last) ``need`` tokens (and ``margin``): the whole
+        text when it has no more than that, or when no boundary comes after them."""
+        if self.count <= self.need:
+            return self.text
+        if self.side == "right":
+            return self.text if self._cut_end is None else self.text[:self._cut_end]
+        k, start = self._left_cut() if self._tail else (None, 0)
+        return self.text if k is None else self.text[start:]
+
+
+_SPACE = re.compile(r"\s")
+
+
+def _cut_point(text: str, at: int) -> int:
+    """Where a piece ends: the first whitespace at or after ``at`` within PIECE_CHARS / 4 characters, else ``at``."""
+    m = _SPACE.search(text, at, at + PIECE_CHARS // 4)
+    return m.start() if m else at
+
+
+def longest_first(la: int, lb: int, budget: int) -> tuple[int, int]:
+    """tokenizers' LongestFirst truncation of a pair's token counts to ``budget`` (utils/truncation.rs): when both
+    must be cut, the shorter gets budget // 2 and the longer (the second on a tie) the rest."""
+    if la + lb <= budget:
+        return la, lb
+    swap = la > lb
+    n1, n2 = (lb, la) if swap else (la, lb)
+    n2 = n1 if n1 > budget else max(n1, budget - n1)
+    if n1 + n2 > budget:
+        n1 = budget // 2
+        n2 = n1 + budget % 2
+    if swap:
+        n1, n2 = n2, n1
+    return min(la, n1), min(lb, n2)
+
+
+class BertTokenizer:
+    """Text (and optional pair) -> Tokenized rows; holds the tokenizers.Tokenizer.
+
+    Works for BERT WordPiece and RoBERTa / XLM-R tokenizers alike: the special tokens
+    (``cls_id`` / ``sep_id`` / ``pad_id`` / ``mask_id``) are looked up by role, so windows of long
+    texts are framed as the model's own template frames a row (``[CLS] .. [SEP]`` or ``<s> .. </s>``).
+    """
+
+    def __init__(self, tokenizer, source: str, model_max_length: int, tok_cfg: dict | None = None,
+                 special_map: dict | None = None, lowercase: bool = False):
+        self._tk = tokenizer
+        if lowercase:  # sentence_bert_config.json do_lower_case: lower-case before the model's own normalizer
+            from tokenizers import normalizers
+            norm = self._tk.normalizer
+            self._tk.normalizer = normalizers.Sequence([normalizers.Lowercase()] + ([norm] if norm is not None else []))
+        self._tk.no_padding()
+        self._tk.no_truncation()
+        self._lock = threading.Lock()
+        self.source = source
+        self.model_max_length = model_max_length
+        vocab = tokenizer.get_vocab()  # added tokens included
+        self.vocab_size = tokenizer.get_vocab_size()
+        self.id_limit = max(vocab.values(), default=-1) + 1  # every id the tokenizer can produce is below this
+        sp = special_tokens(vocab, tok_cfg or {}, special_map or {})
+        self.cls_token, self.cls_id = sp["cls"]
+        self.sep_token, self.sep_id = sp["sep"]
+        self.mask_token, self.mask_id = sp["mask"]
+        self.pad_id = sp["pad"][1] if sp["pad"][1] is not None else 0
+        self.mask_token = self.mask_token or "[MASK]"
+        self.special_ids = frozenset(i for _, i in sp.values() if i is not None)
+        self.truncation_side = "right"  # tokenizer_config.json truncation_side (from_dir)
+        post = tokenizer.post_processor
+        #: special tokens the model's template adds to a text / a pair: the smallest max_length each fits in
+        self.specials = {p: post.num_special_tokens_to_add(p) if post is not None else 0 for p in (False, True)}
+        #: a text longer than PIECE_CHARS is tokenized in pieces (LongText), else whole
+        self.piecewise = (tokenizer.pre_tokenizer is not None and _local(tokenizer.normalizer, _LOCAL_NORMALIZERS)
+                          and _local(tokenizer.pre_tokenizer, _LOCAL_PRE_TOKENIZERS))
+        added = [t.content for t in tokenizer.get_added_tokens_decoder().values()]
+        #: characters before a piece's end within which an added token may have been cut (LongText)
+        self.cut_margin = 2 * max(map(len, added), default=0) + 8
+        self._pieces_tk = None
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path, model_max_length: int, lowercase: bool = False) -> "BertTokenizer":
+        from tokenizers import Tokenizer
+
+        d = Path(model_dir)
+        tok_cfg = _load_json(d / "tokenizer_config.json")
+        special_map = _load_json(d / "special_tokens_map.json")
+        cls_name = transformers_class(tok_cfg, _load_json(d / "config.json"))
+        src = tokenizer_source(d)
+        if src is not None and src.name == "tokenizer.json":
+            try:
+                tk = Tokenizer.from_file(str(src))
+            except Exception as e:
+                raise ConfigError(f"{d / 'tokenizer.json'} could not be read ({e})", "restore it from the checkpoint") from None
+            as_transformers(tk, cls_name, tok_cfg, special_map, d)
+            source = "tokenizer.json"
+        elif src is not None:
+            tk = build_wordpiece_tokenizer(src, tok_cfg, special_map, cls_name)
+            source = "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt"
+        elif any((d / f).is_file() for f in ("sentencepiece.bpe.model", "spiece.model", "vocab.json")):
+            raise BertfeatError(
+                f"{d} has a slow (SentencePiece / BPE) tokenizer but no tokenizer.json",
+                "convert it once where transformers is installed: "
+                "AutoTokenizer.from_pretrained(dir).save_pretrained(dir) writes tokenizer.json",
+            )
+        else:
+            raise BertfeatError(
+                f"{d} has neither tokenizer.json nor vocab.txt",
+                "copy the model's tokenizer.json (or vocab.txt and tokenizer_config.json) into the directory",
+            )
+        side = typed(tok_cfg.get("truncation_side"), str, f"{d / 'tokenizer_config.json'}: truncation_side", "right")
+        if side not in ("left", "right"):
+            raise ConfigError(f"{d / 'tokenizer_config.json'}: truncation_side is {side!r}, not 'left' or 'right'",
+                              "restore the file from the checkpoint (or fix that entry)")
+        out = cls(tk, source, model_max_length, tok_cfg, special_map, lowercase)
+        out.truncation_side = side
+        return out
+
+    # ------------------------------------------------------------------ encoding
+    def _encode_batch(self, texts: list[str], pairs: list[str] | None, max_length: int | None):
+        inputs = texts if pairs is None else list(zip(texts, pairs))
+        with self._lock:
+            if max_length is None:
+                self._tk.no_truncation()
+            else:
+                self._tk.enable_truncation(max_length, strategy="longest_first", direction=self.truncation_side)
+            try:
+                return self._tk.encode_batch(inputs, add_special_tokens=True)
+            finally:
+                self._tk.no_truncation()
+
+    def encode(self, texts: list[str], pairs: list[str] | None = None, max_length: int | None = None) -> Tokenized:
+        """Encode rows whole, then re-encode only the rows longer than max_length with truncation (a text longer than
+        PIECE_CHARS: in pieces, then from its cut, ``_encode_long``), in calls of about GROUP_CHARS characters."""
+        max_length = max_length or self.model_max_length
+        if pairs is not None and len(pairs) != len(texts):
+            raise BertfeatError(f"{len(texts)} texts but {len(pairs)} pairs", "give one pair text for each text")
+        n = len(texts)
+        ids: list = [None] * n
+        type_ids: list = [None] * n
+        n_tokens = np.zeros(n, dtype=np.int64)
+        long = [self._is_long(texts[i]) or (pairs is not None and self._is_long(pairs[i])) for i in range(n)]
+        short = [i for i in range(n) if not long[i]]
+        for rows in _groups(short, texts, pairs):
+            for i, e in zip(rows, self._encode_batch([texts[i] for i in rows], _at(pairs, rows), None)):
+                ids[i], type_ids[i] = np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32)
+                n_tokens[i] = len(e.ids)
+        for rows in _groups([i for i in short if n_tokens[i] > max_length], texts, pairs):
+            cut = self._encode_batch([texts[i] for i in rows], _at(pairs, rows), max_length)
+            self._check_cut(cut, max_length, pairs is not None)
+            for i, e in zip(rows, cut):
+                ids[i], type_ids[i] = np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32)
+        for i in (i for i in range(n) if long[i]):
+            ids[i], type_ids[i], n_tokens[i] = self._encode_long(texts[i], None if pairs is None else pairs[i], max_length)
+        return Tokenized(ids, type_ids, n_tokens, n_tokens > max_length)
+
+    def _is_long(self, text) -> bool:
+        return isinstance(text, str) and len(text) > PIECE_CHARS and self.piecewise
+
+    def piece_tokenizer(self):
+        """A copy of the tokenizer without post-processor (LongText's pieces: content ids, offsets not trimmed)."""
+        if self._pieces_tk is None:
+            from tokenizers import Tokenizer
+
+            tk = Tokenizer.from_str(self._tk.to_str())
+            tk.post_processor = None
+            tk.no_truncation()
+            tk.no_padding()
+            self._pieces_tk = tk
+        return self._pieces_tk
+
+    def _encode_long(self, text: str, pair: str | None, max_length: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """One row with a text longer than PIECE_CHARS -> (ids, type ids, tokens before truncation), as ``encode`` gives
+        them: each text's tokens counted in pieces, and the model's input tokenized from its cut, truncated by
+        longest-first from the whole counts."""
+        need = max(max_length - self.specials[pair is not None], 0)
+        try:
+            parts = [LongText(self, t, need, self.truncation_side) for t in (text, pair) if t is not None]
+        except _Misaligned:  # cannot be cut: whole, as a short row
+            e = self._encode_batch([text], None if pair is None else [pair], None)[0]
+            n = len(e.ids)
+            if n > max_length:
+                e = self._encode_batch([text], None if pair is None else [pair], max_length)[0]
+                self._check_cut([e], max_length, pair is not None)
+            return np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32), n
+        counts = [p.count for p in parts]
+        total = sum(counts) + self.specials[pair is not None]
+        keep = counts if total <= max_length else list(longest_first(*counts, need) if pair is not None else [need])
+        if total > max_length and max_length < self.specials[pair is not None]:
+            self._too_small(max_length, pair is not None)
+        with self._lock:
+            self._tk.no_truncation()
+            encs = []
+            for p, k in zip(parts, keep):
+                e = self._tk.encode(p.cut() if k < p.count else p.text, add_special_tokens=False)
+                e.truncate(k, direction=self.truncation_side)
+                encs.append(e)
+            e = self._tk.post_process(encs[0], encs[1] if len(encs) > 1 else None, add_special_tokens=True)
+        return np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32), total
+
+    def _check_cut(self, cut, max_length: int, pair: bool) -> None:
+        """Refuse a max_length the template's special tokens leave no room in (tokenizers returns such a row whole)."""
+        if any(len(e.ids) > max_length for e in cut):
+            self._too_small(max_length, pair)
+
+    def _too_small(self, max_length: int, pair: bool):
+        need = self.specials[pair]
+        raise BertfeatError(f"{opt('max_length', max_length)} is too small for "
+                            f"{'sentence pairs' if pair else 'texts'} with this model: its "
+                            f"{'pair ' if pair else ''}template adds {need} special tokens",
+                            f"use {opt('max_length', need)} or more")
+
+    def encode_content(self, texts: list[str]) -> list[np.ndarray]:
+        """Word-piece ids of each text without special tokens (for chunking long texts); a text longer than
+        PIECE_CHARS tokenized in pieces (LongText)."""
+        out: list = [None] * len(texts)
+        short = []
+        for i, t in enumerate(texts):
+            try:
+                out[i] = LongText(self, t, 0, keep_ids=True).ids if self._is_long(t) else None
+            except _Misaligned:
+                pass
+            if out[i] is None:
+                short.append(i)
+        for rows in _groups(short, texts, None):
+            with self._lock:
+                self._tk.no_truncation()
+                enc = self._tk.encode_batch([texts[i] for i in rows], add_special_tokens=False)
+            for i, e in zip(rows, enc):
+                out[i] = np.asarray(e.ids, dtype=np.int32)
+        return out
+
+    def tokens(self, text: str, pair: str | None = None, max_length: int | None = None):
+        """One row's encoding (tokens, ids, type ids, truncated) for inspection."""
+        full = self._encode_batch([text], None if pair is None else [pair], None)[0]
+        max_length = max_length or self.model_max_length
+        if len(full.ids) > max_length:
+            enc = self._encode_batch([text], None if pair is None else [pair], max_length)[0]
+            self._check_cut([enc], max_length, pair is not None)
+            return enc, True, len(full.ids)
+        return full, False, len(full.ids)
+
+    def id_to_token(self, i: int) -> str:
+        return self._tk.id_to_token(int(i))
+
+    def tokens_from(self, first_id: int) -> dict[int, str]:
+        """id -> token of every token whose id is ``first_id`` or more (added tokens included), in id order."""
+        if self.id_limit <= first_id:
+            return {}
+        return dict(sorted((i, t) for t, i in self._tk.get_vocab().items() if i >= first_id))
+
+
+def _at(values: list | None, rows: list[int]) -> list | None:
+    return None if values is None else [values[i] for i in rows]
+
+
+def _groups(rows: list[int], texts: list[str], pairs: list[str] | None):
+    """``rows`` in runs of about GROUP_CHARS characters (text and pair), so that a call holds no more at once."""
+    run, size = [], 0
+    for i in rows:
+        if run and size >= GROUP_CHARS:
+            yield run
+            run, size = [], 0
+        run.append(i)
+        size += len(texts[i]) + (len(pairs[i]) if pairs is not None else 0)
+    if run:
+        yield run
+
+
+def pad_batch(ids: list[np.ndarray], type_ids: list[np.ndarray], pad_id: int = 0):
+    """Right-pad rows to the longest: -> input_ids, token_type_ids, attention_mask, each (B, T) int."""
+    B = len(ids)
+    T = max(len(a) for a in ids)
+    input_ids = np.full((B, T), pad_id, dtype=np.int64)
+    token_types = np.zeros((B, T), dtype=np.int64)
+    mask = np.zeros((B, T), dtype=np.int64)
+    for r, (a, t) in enumerate(zip(ids, type_ids)):
+        input_ids[r, : len(a)] = a
+        token_types[r, : len(t)] = t
+        mask[r, : len(a)] = 1
+    return input_ids, token_types, mask

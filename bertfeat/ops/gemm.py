@@ -1,0 +1,373 @@
+"""Matrix products for the linear layers: the GEMM layer every model family goes through.
+
+Shapes: M rows (token rows N, or a block of them), K inputs, N outputs of a linear layer.
+
+Two libraries, chosen once per Encoder (``resolve``) and fixed in its weights (``prepare``):
+  * NumPy's ``matmul`` (OpenBLAS), the base install's fp32 path;
+  * oneDNN's matmul primitive (onednn.py, the ``fast`` extra: ``pip install "bertfeat[fast]"``), with the
+    weights reordered once at load into the layout its kernel wants (``onednn.Packed``): fp32, and bf16 on
+    CPUs that multiply bf16 natively (AMX on Intel Sapphire Rapids and later, AVX512-BF16 on AMD Zen 4 and
+    Intel Cooper Lake).
+``matmul(a, w, out)`` dispatches on what the weight is: a ``Packed`` goes to oneDNN, a float32 array to
+NumPy, a uint16 array (bf16 without oneDNN, only with BERTFEAT_BF16_EMULATE=1) to the emulation below.
+
+bf16 ("bfloat16") is the top half of a float32: 1 sign, 8 exponent and 7 mantissa bits. NumPy has no
+bf16 dtype, so bf16 arrays are ``uint16`` arrays of the bit patterns; ``to_bf16`` rounds float32 to
+the nearest bf16 (ties to even, as torch's ``.to(torch.bfloat16)``), ``from_bf16`` widens exactly.
+A bf16 GEMM multiplies bf16 inputs and sums in float32; the emulation (both operands widened, then
+NumPy's fp32 GEMM) computes the same exact products, so tests of the bf16 numerics run on any CPU.
+
+Precisions: "fp32" (the default: exact parity with sentence-transformers), "bf16" (refused, with what
+to do, where oneDNN or the CPU's bf16 is missing; BERTFEAT_BF16_EMULATE=1 runs the emulation instead,
+for tests), "auto" (the fastest precision this CPU accelerates: bf16 where oneDNN runs a native bf16
+kernel, else fp32; the choice and its reason go into provenance and ``bertfeat info``).
+fp32 library: oneDNN when installed and its kernel is brgemm (AVX-512 / AMX CPUs: measured faster than OpenBLAS,
+benchmarks/RESULTS.md, and a row's product independent of the row count), else NumPy; BERTFEAT_GEMM=numpy|onednn
+forces one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from . import onednn
+from .bf16 import from_bf16, to_bf16  # noqa: F401  (gemm.to_bf16 / gemm.from_bf16 are public here too)
+from ..errors import BertfeatError, opt
+
+PRECISIONS = ("fp32", "bf16", "int8")  # what a model runs in
+PRECISION_CHOICES = ("fp32", "bf16", "int8", "auto")  # what a user may ask for
+GEMM_BACKENDS = ("numpy", "onednn")
+FAST_HINT = onednn.HINT
+
+
+# --------------------------------------------------------------------------- CPU
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (or platform.processor())."""
+    for line in _cpuinfo().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def cpu_flags() -> set[str]:
+    for line in _cpuinfo().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def bf16_acceleration(flags: set[str] | None = None) -> str | None:
+    """How this CPU multiplies bf16: "amx" (AMX tiles), "avx512_bf16", or None (no native bf16)."""
+    flags = cpu_flags() if flags is None else flags
+    if {"amx_bf16", "amx_tile"} <= flags:
+        return "amx"
+    if "avx512_bf16" in flags:
+        return "avx512_bf16"
+    return None
+
+
+def bf16_flags(flags: set[str] | None = None) -> list[str]:
+    """The bf16 / int8 related CPU flags present (for benchmark records): AMX, AVX512-BF16, VNNI, AVX-512, AVX2."""
+    flags = cpu_flags() if flags is None else flags
+    return [f for f in ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx512f", "avx2")
+            if f in flags]
+
+
+
+
+# --------------------------------------------------------------------------- choosing the path
+@dataclass(frozen=True)
+class GemmPath:
+    """How an Encoder's linear layers multiply: fixed at load, recorded in provenance."""
+
+    precision: str  # "fp32" | "bf16" | "int8": what runs
+    library: str  # "numpy" | "onednn" | "numpy-bf16-emulated"
+    bf16: str | None = None  # "amx" | "avx512_bf16" | "emulated" (bf16 only)
+    kernel: str | None = None  # oneDNN's implementation name, e.g. "brg:avx512_core_bf16"
+    requested: str = "fp32"  # what the user asked for ("auto" included)
+    reason: str = ""  # why this path (for "auto", and where a library was chosen for the user)
+    int8: str | None = None  # "amx" | "avx512_vnni" | "avx_vnni" (int8 only)
+    keep: str | None = None  # int8: the precision of the float token rows (quant.float_token_rows)
+    scheme: str | None = None  # int8: quant.SCHEME, the scheme's version
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if v not in (None, "")}
+        d["linear_layers"] = d.pop("precision")
+        if self.precision == "int8":
+            d["layers"] = {"qkv": "int8", "attention_output": "int8", "ffn_up": "int8", "ffn_down": "int8",
+                           "float_token_rows": self.keep, "outlier_weight_rows": "fp32", "attention_scores": "fp32",
+                           "embeddings_layernorm_gelu": "fp32"}
+        d["library"] = describe_library(self)
+        d["cpu"] = cpu_model()
+        return d
+
+
+def describe_library(path: GemmPath) -> str:
+    if path.library == "onednn":
+        return f"oneDNN {onednn.version()} matmul ({path.kernel})"
+    if path.library == "numpy-bf16-emulated":
+        return "numpy matmul of the widened bf16 operands (bf16 emulated)"
+    return "numpy matmul"
+
+
+def emulation_allowed() -> bool:
+    return os.environ.get("BERTFEAT_BF16_EMULATE", "").strip().lower() in ("1", "true", "yes")
+
+
+_kernels: dict[str, str | None] = {}
+
+
+def _probe_kernel(dtype) -> str | None:
+    """The oneDNN kernel a (512, 64) x (64, 64) matmul of this type runs on here, None if oneDNN is missing."""
+    name = np.dtype(dtype).name
+    if name not in _kernels:
+        if not onednn.available():
+            return None
+        try:
+            _kernels[name] = onednn.pack(np.zeros((64, 64), dtype=dtype)).impl
+        except onednn.DnnlError as e:  # e.g. no bf16 implementation at all on this CPU
+            _kernels[name] = f"unavailable: {e}"
+    return _kernels[name]
+
+
+def native_bf16_kernel(kernel: str | None) -> bool:
+    """Does oneDNN's kernel name say it multiplies bf16 in hardware (AVX512-BF16 or AMX)?"""
+    # oneDNN names its kernels by the ISA they run on: "brg:avx512_core_bf16" (AVX512-BF16), "brg:avx512_core_amx"
+    # (AMX), "avx2_vnni_2" (AVX-NE-CONVERT). "gemm:jit:bf16" or "brg:avx512_core" convert bf16 in software.
+    return bool(kernel) and any(isa in kernel for isa in ("avx512_core_bf16", "amx", "avx2_vnni_2"))
+
+
+def fp32_library() -> tuple[str, str]:
+    """(library, reason) for fp32: BERTFEAT_GEMM if set, else oneDNN when installed, else NumPy."""
+    want = os.environ.get("BERTFEAT_GEMM", "").strip().lower()
+    if want and want not in GEMM_BACKENDS:
+        raise BertfeatError(f"unknown GEMM backend BERTFEAT_GEMM={want!r}", f"choose one of {', '.join(GEMM_BACKENDS)}, or unset it")
+    if want == "onednn" and not onednn.available():
+        raise BertfeatError(f"BERTFEAT_GEMM=onednn needs oneDNN (libdnnl), which is not installed ({onednn.load_error()})",
+                            f"{FAST_HINT}, or unset BERTFEAT_GEMM")
+    if want:
+        return want, f"BERTFEAT_GEMM={want}"
+    if not onednn.available():
+        return "numpy", "oneDNN is not installed"
+    kernel = _probe_kernel(np.float32)
+    if kernel and kernel.startswith("brg:"):
+        return "onednn", f"oneDNN's {kernel} kernel (faster fp32 GEMMs than OpenBLAS, rows independent of the row count)"
+    # e.g. gemm:jit:f32 on AVX2-only CPUs: its sums round differently for different row counts (a row's features would
+    # depend on its batch, by ~4e-6), and it was not measured faster than OpenBLAS
+    return "numpy", f"oneDNN's fp32 kernel here is {kernel}, not brgemm: OpenBLAS keeps a row independent of its batch"
+
+
+def native_int8_kernel(kernel: str | None) -> bool:
+    """Does oneDNN's kernel name say it multiplies int8 in hardware (VNNI or AMX)?"""
+    return bool(kernel) and any(isa in kernel for isa in ("vnni", "amx"))
+
+
+def int8_acceleration(flags: set[str] | None = None) -> str | None:
+    """How this CPU multiplies int8: "amx", "avx512_vnni", "avx_vnni", or None."""
+    flags = cpu_flags() if flags is None else flags
+    if {"amx_int8", "amx_tile"} <= flags:
+        return "amx"
+    if "avx512_vnni" in flags:
+        return "avx512_vnni"
+    if "avx_vnni" in flags:
+        return "avx_vnni"
+    return None
+
+
+def _resolve_int8() -> GemmPath:
+    kernel = _probe_kernel(np.int8)
+    if kernel is None:
+        raise BertfeatError(f"{opt('precision', 'int8')} needs oneDNN's int8 matmul (libdnnl), which is not installed",
+                            f"{FAST_HINT}, or use {opt('precision', 'fp32')} (or {opt('precision', 'auto')})")
+    acc = int8_acceleration()
+    if acc is None:
+        raise BertfeatError(f"this CPU ({cpu_model()}) has no VNNI or AMX (oneDNN's int8 kernel here: {kernel}), "
+                            "so int8 would not be accelerated",
+                            f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}) here")
+    if not native_int8_kernel(kernel):
+        raise BertfeatError(f"oneDNN {onednn.version()} runs int8 here on {kernel}, not on a VNNI or AMX kernel",
+                            f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}); ONEDNN_MAX_CPU_ISA may be limiting it")
+    keep = "bf16" if bf16_acceleration() is not None and native_bf16_kernel(_probe_kernel(np.uint16)) else "fp32"
+    from .quant import SCHEME
+
+    return GemmPath("int8", "onednn", None, kernel, "int8", f"native int8 ({acc.upper().replace('_', '-')}); "
+                    f"float token rows in {keep}", int8=acc, keep=keep, scheme=SCHEME)
+
+
+def check_precision(precision: str) -> None:
+    """A precision a user may ask for (PRECISION_CHOICES), else the error that lists them."""
+    if precision not in PRECISION_CHOICES:
+        raise BertfeatError(f"unknown {opt('precision', precision, cli=repr(precision))}",
+                            f"choose one of {', '.join(PRECISION_CHOICES)}")
+
+
+def resolve(precision: str) -> GemmPath:
+    """The GEMM path for a requested precision ("fp32", "bf16", "int8" or "auto"); refuses what cannot run here."""
+    check_precision(precision)
+    if precision == "fp32":
+        lib, why = fp32_library()
+        return _fp32_path(lib, why, "fp32")
+    if precision == "int8":
+        return _resolve_int8()
+    kernel = _probe_kernel(np.uint16)
+    acc = bf16_acceleration()
+    native = acc is not None and native_bf16_kernel(kernel)
+    if precision == "auto":
+        if native:
+            return GemmPath("bf16", "onednn", acc, kernel, "auto",
+                            f"this CPU multiplies bf16 natively ({_acc_name(acc)}, oneDNN kernel {kernel})")
+        lib, _ = fp32_library()
+        if acc is None:
+            why = f"this CPU ({cpu_model()}) has no AMX or AVX512-BF16"
+        elif kernel is None:
+            why = f"oneDNN, which bf16 needs, is not installed ({FAST_HINT})"
+        else:
+            why = f"oneDNN's bf16 kernel here is {kernel}, not a native one"
+        return _fp32_path(lib, f"fp32 because {why}", "auto")
+    if native:
+        return GemmPath("bf16", "onednn", acc, kernel, "bf16", f"native bf16 ({_acc_name(acc)})")
+    if emulation_allowed():
+        return GemmPath("bf16", "numpy-bf16-emulated", "emulated", None, "bf16", "BERTFEAT_BF16_EMULATE=1")
+    if kernel is None:
+        raise BertfeatError(f"{opt('precision', 'bf16')} needs oneDNN's bf16 matmul (libdnnl), which is not installed",
+                            f"{FAST_HINT}, or use {opt('precision', 'fp32')} (or {opt('precision', 'auto')})")
+    if acc is None:
+        raise BertfeatError(f"this CPU ({cpu_model()}) has no AMX or AVX512-BF16, so bf16 would be emulated, not accelerated",
+                            f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}) here, or set "
+                            "BERTFEAT_BF16_EMULATE=1 to run the emulated bf16 path anyway (for testing)")
+    raise BertfeatError(f"oneDNN {onednn.version()} runs bf16 here on {kernel}, not on a native bf16 kernel",
+                        f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}); ONEDNN_MAX_CPU_ISA may be limiting it")
+
+
+def _fp32_path(lib: str, why: str, requested: str) -> GemmPath:
+    kernel = _probe_kernel(np.float32) if lib == "onednn" else None
+    return GemmPath("fp32", lib, None, kernel, requested, why)
+
+
+def _acc_name(acc: str) -> str:
+    return "AMX" if acc == "amx" else "AVX512-BF16"
+
+
+LINEAR_WEIGHTS = ("qkv_w", "o_w", "up_w", "down_w")
+
+
+def prepare(weights, path: GemmPath):
+    """Put a model's linear weights in the form ``path`` multiplies: packed for oneDNN (once, here; the
+    plain copy is dropped layer by layer), else as loaded. Returns the weights (changed in place)."""
+    if path.library != "onednn":
+        return weights
+    if path.precision == "int8":
+        from .quant import QLinear
+
+        smooth = int8_smoothing(weights)
+        for i, lw in enumerate(weights.layers):
+            for k in LINEAR_WEIGHTS:
+                setattr(lw, k, QLinear(getattr(lw, k), path.keep or "fp32", smooth.get((i, k))))
+        # the same layers with the float (keep) weights, shared: a batch of short sequences runs them as they are
+        weights.float_layers = [replace(lw, **{k: getattr(lw, k).keep for k in LINEAR_WEIGHTS}) for lw in weights.layers]
+        weights.precision = "int8"
+        return weights
+    for lw in weights.layers:
+        for k in LINEAR_WEIGHTS:
+            setattr(lw, k, onednn.pack(getattr(lw, k)))
+    return weights
+
+
+def int8_smoothing(weights) -> dict[tuple[int, str], np.ndarray]:
+    """{(layer, "qkv_w" | "up_w"): smoothing factors} for int8 (quant.smoothing): in a post-LayerNorm encoder (BERT
+    and the families laid out like it) the QKV input of layer i is the output LayerNorm of layer i - 1 (the
+    embeddings' for layer 0, unless a projection follows it: ELECTRA) and the FFN up input is the attention
+    LayerNorm of layer i. Pre-LayerNorm families (``post_layer_norm = False`` on their weights: ModernBERT) get none
+    (not measured on a trained one)."""
+    from .quant import smoothing
+
+    if not getattr(weights, "post_layer_norm", True):
+        return {}
+    out = {}
+    for i, lw in enumerate(weights.layers):
+        if i:
+            out[(i, "qkv_w")] = smoothing(weights.layers[i - 1].ln2_g, weights.layers[i - 1].ln2_b, lw.qkv_w)
+        elif getattr(weights, "emb_proj_w", None) is None:  # ELECTRA's embeddings_project comes after the LayerNorm
+            out[(i, "qkv_w")] = smoothing(weights.emb_ln_g, weights.emb_ln_b, lw.qkv_w)
+        out[(i, "up_w")] = smoothing(lw.ln1_g, lw.ln1_b, lw.up_w)
+    return out
+
+
+def describe_bf16() -> dict:
+    """bf16 availability for `bertfeat info` and provenance: CPU support, the library, what would run."""
+    acc = bf16_acceleration()
+    kernel = _probe_kernel(np.uint16)
+    if kernel is None:
+        status = f"unavailable: oneDNN not installed ({FAST_HINT})"
+    elif acc is None:
+        status = (f"not accelerated (no AMX or AVX512-BF16 on this CPU; oneDNN kernel {kernel}): "
+                  "refused unless BERTFEAT_BF16_EMULATE=1")
+    elif not native_bf16_kernel(kernel):
+        status = (f"not accelerated (the CPU has {_acc_name(acc)}, but oneDNN's kernel here is {kernel}; "
+                  "ONEDNN_MAX_CPU_ISA may be limiting it): refused unless BERTFEAT_BF16_EMULATE=1")
+    else:
+        status = f"accelerated ({_acc_name(acc)}, oneDNN kernel {kernel})"
+    return {"status": status, "cpu": cpu_model(), "cpu_bf16": acc or "none",
+            "library": f"oneDNN {onednn.version()} ({onednn.library_path()})" if kernel else "none"}
+
+
+def describe_int8() -> str:
+    """int8 availability for `bertfeat info`."""
+    try:
+        p = _resolve_int8()
+    except BertfeatError as e:
+        return f"unavailable: {e.message}"
+    return f"accelerated ({p.int8.upper().replace('_', '-')}, oneDNN kernel {p.kernel}; float token rows in {p.keep})"
+
+
+def describe_auto() -> str:
+    """What precision="auto" picks here, and why (for `bertfeat info`)."""
+    p = resolve("auto")
+    return f"{p.precision} ({p.reason})"
+
+
+# --------------------------------------------------------------------------- products
+def matmul(a: np.ndarray, w, out: np.ndarray | None = None, bias: np.ndarray | None = None,
+           act: str | None = None) -> np.ndarray:
+    """A linear layer's product a (M, K) @ w (K, N) into ``out`` (M, N) float32, by what ``w`` is:
+    oneDNN for a packed weight (``a`` of its type), the bf16 emulation for uint16, else NumPy fp32.
+
+    ``bias`` and ``act`` only where ``fuses(w, act)``: oneDNN adds the bias and applies the activation as it
+    writes ``out``, which may then be uint16 (the result rounded to bf16, the next bf16 GEMM's input)."""
+    if isinstance(w, onednn.Packed):
+        return onednn.matmul(a, w, out, bias, act)
+    if bias is not None or act is not None:
+        raise ValueError("matmul: bias / act are fused only on oneDNN (check gemm.fuses first)")
+    if w.dtype == np.uint16:
+        return gemm_bf16_emulated(a, w, out)
+    return np.matmul(a, w, out=out)
+
+
+#: BERTFEAT_FUSE=0 turns the oneDNN post-ops off (for measuring what they buy); read once, at import
+_FUSE = os.environ.get("BERTFEAT_FUSE", "1") != "0"
+
+
+def fuses(w, act: str | None = None) -> bool:
+    """Does this weight's GEMM add the bias (and apply ``act``) itself? (oneDNN post-ops; not for int8 weights)"""
+    return _FUSE and isinstance(w, onednn.Packed) and w.out_dtype == np.float32 and (act is None or act in onednn.ACTIVATIONS)
+
+
+def gemm_bf16_emulated(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """out (M, N) float32 <- a (M, K) @ b (K, N), both bf16 bit patterns: the exact bf16 products, summed in
+    float32 by NumPy's GEMM (no bf16 speed; for CPUs without native bf16 under BERTFEAT_BF16_EMULATE=1)."""
+    if a.dtype != np.uint16 or b.dtype != np.uint16:
+        raise TypeError(f"gemm_bf16_emulated: inputs must be uint16 bf16 bit patterns, got {a.dtype} and {b.dtype}")
+    return np.matmul(from_bf16(a), from_bf16(b), out=out)

@@ -1,0 +1,257 @@
+"""The decompositions of the PCA (bertfeat.pca.estimator): from data or statistics to components and variances.
+
+Owns ``Decomposition`` (the fitted numbers, every array float64), the sign convention
+(``flip_signs``, scikit-learn >= 1.5), choosing k from a spectrum (``n_components_from_spec``,
+``components_needed``), the three solvers - ``svd`` of centred data, ``randomized`` (Halko et al.)
+and ``covariance`` (``eigh`` of the covariance built from ``pca_stats.Stats``) - and what
+``auto`` resolves to; and the probabilistic PCA model of a decomposition (Tipping & Bishop: its covariance,
+precision and log-likelihoods, scikit-learn's ``get_covariance`` / ``get_precision`` / ``score_samples``).
+Shape legend: n rows, d features, k kept components, r = min(n, d).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import BertfeatError, opt
+from .stats import Stats
+
+__all__ = ["SOLVERS", "AUTO_COVARIANCE_MAX_FEATURES", "Decomposition", "flip_signs", "choose_solver", "randomized_svd",
+           "n_components_from_spec", "components_needed", "decomposition_from_spectrum", "decompose_svd",
+           "decompose_randomized", "decompose_stats", "model_covariance", "model_precision", "log_likelihoods"]
+
+SOLVERS = ("auto", "svd", "covariance", "randomized")
+#: ``auto`` uses the covariance solver up to this many features (a d x d float64 matrix).
+AUTO_COVARIANCE_MAX_FEATURES = 4096
+
+
+@dataclass
+class Decomposition:
+    """The decomposition: every array float64."""
+
+    mean: np.ndarray  # (d,)
+    components: np.ndarray  # (k, d)
+    spectrum: np.ndarray  # (r,) all variances for exact solvers, (k,) for randomized
+    total_variance: float
+    n_samples: int
+    n_components: int
+    noise_variance: float
+    solver: str
+
+
+def flip_signs(Vt: np.ndarray) -> np.ndarray:
+    """scikit-learn >= 1.5 sign rule: make the largest-|loading| entry of each row (k, d) positive."""
+    idx = np.argmax(np.abs(Vt), axis=1)
+    signs = np.sign(Vt[np.arange(Vt.shape[0]), idx])
+    signs[signs == 0] = 1.0
+    return Vt * signs[:, None]
+
+
+def choose_solver(solver: str, n: int, d: int, spec: Any, *, exact: bool = False) -> str:
+    """Resolve ``auto`` to a concrete solver for an (n, d) matrix and n_components ``spec``.
+
+    ``covariance`` for tall data up to ``AUTO_COVARIANCE_MAX_FEATURES`` features, else ``svd`` when the matrix is
+    small or most components (or the whole spectrum) are wanted, else the approximate ``randomized``. ``exact``: never
+    ``randomized`` (``svd`` instead; ``bertfeat pca fit``'s fit of a wide file)."""
+    if solver != "auto":
+        return solver
+    if n >= d and d <= AUTO_COVARIANCE_MAX_FEATURES:
+        return "covariance"
+    r = min(n, d)
+    # 'mle' and fractions need every variance
+    if exact or r <= 1000 or not isinstance(spec, numbers.Integral) or spec >= 0.8 * r:
+        return "svd"
+    return "randomized"
+
+
+def randomized_svd(
+    A: np.ndarray, k: int, rng: np.random.Generator, n_oversamples: int = 10, n_iter: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k singular values (k,) and right singular vectors (k, d) of A (n, d) by Halko et al.
+
+    A range finder with ``l = k + n_oversamples`` Gaussian probes and ``n_iter`` QR-normalised
+    power iterations (7 when k < 0.1 r, else 4, as scikit-learn does).
+    """
+    n, d = A.shape
+    r = min(n, d)
+    if n_iter is None:
+        n_iter = 7 if k < 0.1 * r else 4
+    l_ = min(k + n_oversamples, r)
+    Q, _ = np.linalg.qr(A @ rng.standard_normal((d, l_)))  # (n, l)
+    for _ in range(n_iter):
+        Z, _ = np.linalg.qr(A.T @ Q)  # (d, l)
+        Q, _ = np.linalg.qr(A @ Z)  # (n, l)
+    B = Q.T @ A  # (l, d)
+    _, S, Vt = np.linalg.svd(B, full_matrices=False)
+    return S[:k], Vt[:k]
+
+
+def components_needed(ratio: np.ndarray, fraction: float) -> int | None:
+    """Smallest k whose cumulative ratio exceeds ``fraction`` (the k ``n_components=fraction`` picks).
+
+    None when the known part of the spectrum never exceeds it (randomized solver).
+    """
+    cumsum = np.cumsum(ratio)
+    k = int(np.searchsorted(cumsum, fraction, side="right")) + 1
+    return k if k <= len(ratio) else None
+
+
+def mle_log_likelihoods(spectrum: np.ndarray, n_samples: int) -> np.ndarray:
+    """Minka's log-likelihood of each rank 0 .. d-1 for a full spectrum of variances (d,), sorted descending
+    ("Automatic choice of dimensionality for PCA", NIPS 2000), as scikit-learn's ``_assess_dimension`` computes it
+    rank by rank; ll[0] and ranks whose last variance is below 1e-15 are -inf, as there.
+
+    scikit-learn sums log((s_i - s_j)(1/c_j - 1/c_i)) over i < rank, j > i in two Python loops, O(d^3) in all (2 s
+    for d = 768). Split, it needs O(d^2) (8 ms): log(s_i - s_j) does not depend on the rank (a running sum over i
+    of row sums); c = s for j < rank (a running sum over j); for j >= rank c_j is the tail's mean v, giving
+    (d - rank) log(1/v - 1/s_i) per i < rank. A rank whose sum is not finite (two equal variances: log 0, where
+    scikit-learn's math.log raises) is -inf.
+    """
+    s = np.asarray(spectrum, dtype=np.float64)
+    d = s.shape[0]
+    ll = np.full(d, -math.inf)
+    if d < 2 or n_samples < 1:
+        return ll
+    rank = np.arange(1, d, dtype=np.float64)  # (d-1,) the ranks 1 .. d-1
+    ln_n = math.log(n_samples)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        m_free = np.array([math.lgamma((d - i + 1) / 2.0) - math.log(math.pi) * (d - i + 1) / 2.0 for i in range(1, d)])
+        pu = -rank * math.log(2.0) + np.cumsum(m_free)
+        pl = -np.cumsum(np.log(s[:-1])) * n_samples / 2.0
+        tail = np.cumsum(s[::-1])[::-1][1:]  # (d-1,) sum of s[r:] for r = 1 .. d-1
+        v = np.maximum(1e-15, tail / (d - rank))
+        pv = -np.log(v) * n_samples * (d - rank) / 2.0
+        m = d * rank - rank * (rank + 1.0) / 2.0
+        pp = math.log(2.0 * math.pi) * (m + rank) / 2.0
+        inv = 1.0 / s
+        # the pairs i < r, j > i: log(s_i - s_j) whatever the rank (row sums over j > i, a running sum over i);
+        # log(1/c_j - 1/c_i) is log(1/s_j - 1/s_i) for j < r (a running sum over j), log(1/v - 1/s_i) for j >= r
+        gaps = np.cumsum([np.log(s[i] - s[i + 1:]).sum() for i in range(d - 1)])  # (d-1,)
+        within = np.cumsum([0.0] + [np.log(inv[j] - inv[:j]).sum() for j in range(1, d - 1)])  # (d-1,)
+        cross = (d - rank) * np.array([np.log(1.0 / v[r - 1] - inv[:r]).sum() for r in range(1, d)])
+        pairs = np.cumsum(d - np.arange(1, d))  # (d-1,) sum over i < r of (d - i - 1) pairs
+        pa = gaps + within + cross + pairs * ln_n
+        out = pu + pl + pv + pp - pa / 2.0 - rank * ln_n / 2.0
+    out[~np.isfinite(out) | (s[:-1] < 1e-15)] = -math.inf
+    ll[1:] = out
+    return ll
+
+
+def infer_dimension(spectrum: np.ndarray, n_samples: int) -> int:
+    """n_components='mle': the rank in 1 .. d-1 of largest Minka log-likelihood (scikit-learn's ``_infer_dimension``;
+    its spectrum is every variance, so n_samples >= n_features); 1 when no rank has a finite one."""
+    return max(1, int(np.argmax(mle_log_likelihoods(spectrum, n_samples))))
+
+
+def n_components_from_spec(spec: Any, ratio: np.ndarray, r: int) -> int:
+    """Number of components k for spec (None | int | fraction), given the whole ratio spectrum (r,)."""
+    if spec is None:
+        return r
+    if isinstance(spec, numbers.Integral):
+        return int(spec)
+    k = components_needed(ratio, float(spec))
+    return r if k is None else min(k, r)
+
+
+def decomposition_from_spectrum(
+    mean: np.ndarray, Vt: np.ndarray, spectrum: np.ndarray, n: int, d: int, spec: Any, solver: str
+) -> Decomposition:
+    """Pick k from the full spectrum (r,) and its sign-flipped eigenvectors Vt (r, d)."""
+    r = min(n, d)
+    total = float(spectrum.sum())
+    ratio = spectrum / total if total > 0 else np.zeros_like(spectrum)
+    if spec == "mle" and n < d:
+        raise BertfeatError(f"{opt('n_components', 'mle')} needs at least as many samples as features (n_samples {n} < "
+                            f"n_features {d}), as scikit-learn's does", "fit on more rows, or pass a number of components")
+    k = infer_dimension(spectrum, n) if spec == "mle" else n_components_from_spec(spec, ratio, r)
+    noise = float(spectrum[k:r].mean()) if k < r else 0.0
+    return Decomposition(mean, np.ascontiguousarray(Vt[:k]), spectrum, total, n, k, noise, solver)
+
+
+def decompose_svd(Xc: np.ndarray, mean: np.ndarray, spec: Any) -> Decomposition:
+    """``svd`` solver: ``numpy.linalg.svd`` of the centred data Xc (n, d), float64."""
+    n, d = Xc.shape
+    _, S, Vt = np.linalg.svd(Xc, full_matrices=False)  # S (r,), Vt (r, d)
+    spectrum = S**2 / (n - 1)
+    return decomposition_from_spectrum(mean, flip_signs(Vt), spectrum, n, d, spec, "svd")
+
+
+def decompose_randomized(Xc: np.ndarray, mean: np.ndarray, spec: Any, random_state: Any) -> Decomposition:
+    """``randomized`` solver on the centred data Xc (n, d): only the top k variances are known."""
+    n, d = Xc.shape
+    r = min(n, d)
+    if spec is not None and not isinstance(spec, numbers.Integral):
+        what = f"n_components={spec!r}" if spec == "mle" else "a fractional n_components"
+        raise BertfeatError(
+            f"{what} needs the whole spectrum, which the randomized solver does not compute",
+            f"use {opt('solver', 'covariance')} or {opt('solver', 'svd')}, or pass a whole number of components",
+        )
+    k = r if spec is None else int(spec)
+    rng = np.random.default_rng(random_state)
+    S, Vt = randomized_svd(Xc, k, rng)
+    spectrum = S**2 / (n - 1)
+    total = float(np.einsum("ij,ij->", Xc, Xc)) / (n - 1)
+    noise = (total - float(spectrum.sum())) / (r - k) if k < r else 0.0
+    return Decomposition(mean, flip_signs(Vt), spectrum, total, n, k, noise, "randomized")
+
+
+def decompose_stats(stats: Stats, spec: Any) -> Decomposition:
+    """``covariance`` solver: eigh of the (d, d) covariance built from float64 statistics."""
+    n, d = stats.n, stats.shift.shape[0]
+    C = stats.scatter() / (n - 1)
+    C = (C + C.T) * 0.5
+    w, V = np.linalg.eigh(C)  # ascending
+    r = min(n, d)
+    w = np.clip(w[::-1][:r], 0.0, None)
+    Vt = flip_signs(np.ascontiguousarray(V[:, ::-1][:, :r].T))
+    return decomposition_from_spectrum(stats.mean(), Vt, w, n, d, spec, "covariance")
+
+
+def _model_parts(components: np.ndarray, variance: np.ndarray, noise: float,
+                 whiten: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The components (k, d) and the variances above the noise (k,) of the probabilistic model, as scikit-learn's
+    ``_BasePCA`` forms them: with ``whiten`` the components scaled by sqrt(variance); a variance at or below the
+    noise counts 0."""
+    if whiten:
+        components = components * np.sqrt(variance)[:, None]
+    return components, np.where(variance > noise, variance - noise, 0.0)
+
+
+def model_covariance(components: np.ndarray, variance: np.ndarray, noise: float, whiten: bool) -> np.ndarray:
+    """The data covariance (d, d) of the probabilistic PCA model: components.T diag(variance - noise) components +
+    noise I (scikit-learn's ``get_covariance``, whiten included)."""
+    comps, above = _model_parts(components, variance, noise, whiten)
+    cov = (comps.T * above) @ comps
+    cov[np.diag_indices_from(cov)] += noise
+    return cov
+
+
+def model_precision(components: np.ndarray, variance: np.ndarray, noise: float, whiten: bool) -> np.ndarray:
+    """The inverse (d, d) of ``model_covariance`` by the matrix inversion lemma (a (k, k) inverse), or a plain
+    inverse when noise is 0 (every component kept): scikit-learn's ``get_precision``."""
+    if noise == 0.0:
+        return np.linalg.inv(model_covariance(components, variance, noise, whiten))
+    comps, above = _model_parts(components, variance, noise, whiten)
+    inner = comps @ comps.T / noise  # (k, k)
+    inner[np.diag_indices_from(inner)] += 1.0 / above
+    precision = comps.T @ np.linalg.inv(inner) @ comps
+    precision /= -(noise**2)
+    precision[np.diag_indices_from(precision)] += 1.0 / noise
+    return precision
+
+
+def log_likelihoods(Xr: np.ndarray, precision: np.ndarray) -> np.ndarray:
+    """The Gaussian log-likelihood (n,) of each centred row of Xr (n, d) under the model of ``precision`` (d, d)
+    (Bishop, PRML 12.2.1; scikit-learn's ``score_samples``): -inf throughout when the precision is not positive
+    definite (its log-determinant undefined, as scikit-learn's ``fast_logdet`` says)."""
+    d = Xr.shape[1]
+    sign, logdet = np.linalg.slogdet(precision)
+    logdet = logdet if sign > 0 else -math.inf
+    log_like = -0.5 * np.sum(Xr * (Xr @ precision), axis=1)
+    log_like -= 0.5 * (d * math.log(2.0 * math.pi) - logdet)
+    return log_like

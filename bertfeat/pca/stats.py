@@ -1,0 +1,154 @@
+"""Streaming statistics of the PCA (bertfeat.pca.estimator): what ``partial_fit`` accumulates and ``merge`` combines.
+
+Owns ``Stats`` (n, a shift vector, the sum of the shifted rows and their scatter matrix, all
+float64), starting them from a first chunk, adding a chunk block by block (float32 block
+products added to float64 totals, or float64 throughout), the test of when float32 products
+are accurate enough, and Chan et al.'s pairwise merge. Shape legend: n rows, d features,
+m rows of one chunk, b rows of one block (at most ``BLOCK_ROWS``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import BertfeatError
+from .validation import nonfinite_error
+
+__all__ = ["BLOCK_ROWS", "MIXED_MAX_OFFSET", "Stats", "first_stats", "float32_products_ok", "chunk_stats", "add_chunk",
+           "merge_stats"]
+
+#: Rows per block inside ``partial_fit`` (bounds the temporary copy to 25-50 MB at d=768).
+BLOCK_ROWS = 8192
+#: Mixed precision needs float32 values with most of their 24 bits below the spread: every
+#: column's |shift| within this many standard deviations (else float64 products are used).
+MIXED_MAX_OFFSET = 128.0
+#: ... and a block's rows near the shift: a float32 product of rows whose mean square distance from the shift is R times
+#: their variance rounds relative to R variances, which the centring then leaves on the variance (a stream whose first
+#: rows sit elsewhere: two zero rows, then data around 300 with std 0.1, R ~ 900, was 15 % off on that variance). A
+#: block whose any column has R above this is multiplied again in float64.
+MIXED_MAX_ENERGY = 17.0  # a root-mean-square offset of 4 standard deviations
+
+
+@dataclass
+class Stats:
+    """Float64 sufficient statistics of the rows seen so far (shifted by ``shift``)."""
+
+    n: int
+    shift: np.ndarray  # (d,)  mean of the first chunk's first BLOCK_ROWS rows
+    sum: np.ndarray  # (d,)  sum of (x - shift)
+    sq: np.ndarray  # (d, d) sum of (x - shift)^T (x - shift)
+
+    def mean(self) -> np.ndarray:
+        return self.shift + self.sum / self.n
+
+    def scatter(self) -> np.ndarray:
+        """Centred scatter matrix (d, d): sum of (x - mean)^T (x - mean)."""
+        return self.sq - np.outer(self.sum, self.sum) / self.n
+
+    def copy(self) -> Stats:
+        return Stats(self.n, self.shift.copy(), self.sum.copy(), self.sq.copy())
+
+
+def first_stats(X: np.ndarray) -> Stats:
+    """Empty statistics (n = 0) shifted by the mean of X's first ``BLOCK_ROWS`` rows (m, d).
+
+    For float32 X the shift is rounded to float32, so float32 blocks subtract it exactly.
+    """
+    d = X.shape[1]
+    shift = X[:BLOCK_ROWS].mean(axis=0, dtype=np.float64)  # (d,) mean of the first rows ever seen
+    if not np.isfinite(shift).all():
+        raise nonfinite_error(X[:BLOCK_ROWS], 0, "fitting")
+    if X.dtype == np.float32:
+        shift = shift.astype(np.float32).astype(np.float64)  # representable: float32 blocks subtract it exactly
+    return Stats(0, shift, np.zeros(d), np.zeros((d, d)))
+
+
+def float32_products_ok(st: Stats, X: np.ndarray) -> bool:
+    """Whether float32 block products stay accurate for these rows (the PCA's ``"mixed"`` accumulation).
+
+    Float32 values far from the shift relative to their spread carry few significant bits
+    (mean 1e4 and std 1: 10 bits), and sums of their squares then round with a bias, so the
+    variances drift by ~1e-6. Columns with |shift| <= MIXED_MAX_OFFSET * std, or constant
+    columns, are safe. The spread comes from the statistics so far, or from the first block.
+    """
+    if st.n >= 2:
+        var = (st.sq.diagonal() - st.sum**2 / st.n) / st.n  # (d,)
+    else:
+        var = X[:1024].var(axis=0, dtype=np.float64)  # (d,) a sample is enough for this test
+    std = np.sqrt(np.clip(var, 0.0, None))
+    return bool(np.all((np.abs(st.shift) <= MIXED_MAX_OFFSET * std) | (std == 0)))
+
+
+def chunk_stats(X: np.ndarray, shift: np.ndarray, row_offset: int, mixed: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Sum (d,) and scatter (d, d) of the shifted rows X - shift, both float64.
+
+    Blocks of ``BLOCK_ROWS`` rows. Float64 input, or ``mixed=False``: every block is shifted
+    and multiplied in float64. Float32 input with ``mixed`` (and a float32-representable
+    ``shift``, which ``first_stats`` arranges): the block is shifted
+    in float32 (rounding relative to x - shift, not to x) and multiplied with a float32 ``syrk``, twice
+    as fast; each block's product is added to the float64 total, so float32 rounding stays
+    within one block of at most ``BLOCK_ROWS`` rows (ratios within ~1e-9 of a float64 SVD,
+    see benchmarks/PCA_RESULTS.md). The sum is always accumulated in float64.
+    """
+    m, d = X.shape
+    shift32 = shift.astype(np.float32)
+    in_f32 = mixed and np.array_equal(shift32, shift)  # the caller passes mixed only for float32 X
+    buf = np.empty((min(m, BLOCK_ROWS), d), dtype=np.float32 if in_f32 else np.float64)  # (b, d) reused
+    total_sum, total_sq = np.zeros(d), np.zeros((d, d))
+    for start in range(0, m, BLOCK_ROWS):
+        block = X[start : start + BLOCK_ROWS]
+        Xs = np.subtract(block, shift32 if in_f32 else shift, out=buf[: block.shape[0]])  # (b, d)
+        s = Xs.sum(axis=0, dtype=np.float64)
+        if not np.isfinite(s).all():
+            raise nonfinite_error(block, row_offset + start, "fitting")
+        sq = Xs.T @ Xs  # symmetric rank-b update (BLAS syrk), float32 or float64
+        if in_f32 and _far_from_shift(sq.diagonal(), s, block.shape[0]):
+            Xs = np.subtract(block, shift, dtype=np.float64)  # (b, d) this block in float64 after all
+            sq = Xs.T @ Xs
+        total_sq += sq
+        total_sum += s
+    return total_sum, total_sq
+
+
+def _far_from_shift(energy: np.ndarray, s: np.ndarray, b: int) -> bool:
+    """A block's rows sit too far from the shift for float32 products: some column's sum of squares about the shift
+    (``energy``, (d,) from the float32 product) over MIXED_MAX_ENERGY times its sum of squares about the block mean."""
+    energy = energy.astype(np.float64)
+    centred = np.maximum(energy - s * s / b, 0.0)  # (d,)
+    return bool(np.any(energy > MIXED_MAX_ENERGY * centred))  # a column at the shift (energy 0) never is
+
+
+def add_chunk(st: Stats, X: np.ndarray, mixed: bool) -> None:
+    """Add the rows of X (m, d) to ``st`` in place, all or nothing: a refused chunk leaves ``st`` untouched."""
+    m = X.shape[0]
+    chunk_sum, chunk_sq = chunk_stats(X, st.shift, st.n, mixed=mixed)
+    if not np.isfinite(chunk_sq).all():
+        raise BertfeatError(
+            f"rows {st.n}-{st.n + m - 1}: products of these float32 features overflow (values near 1e19 or larger)",
+            "scale the features down, or pass them as float64",
+        )
+    st.sq += chunk_sq
+    st.sum += chunk_sum
+    st.n += m
+
+
+def merge_stats(a: Stats, b: Stats) -> Stats:
+    """The statistics of the rows of both a and b, around a's shift (neither input changes).
+
+    Chan et al.'s pairwise update of (n, mean, scatter); exact in float64 and
+    order-independent up to rounding.
+    """
+    if a.shift.shape != b.shift.shape:
+        raise BertfeatError(
+            f"cannot merge PCAs fitted on {a.shift.shape[0]} and {b.shift.shape[0]} features",
+            "merge partial fits of the same kind of features",
+        )
+    n = a.n + b.n
+    mean_a, mean_b = a.mean(), b.mean()
+    delta = mean_b - mean_a
+    mean = mean_a + delta * (b.n / n)
+    scatter = a.scatter() + b.scatter() + np.outer(delta, delta) * (a.n * b.n / n)
+    s = (mean - a.shift) * n
+    return Stats(n, a.shift.copy(), s, scatter + np.outer(s, s) / n)

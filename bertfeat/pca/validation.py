@@ -1,0 +1,179 @@
+"""Input and parameter checks of the PCA (bertfeat.pca.estimator): the feature matrix, ``n_components``, ``accumulate``.
+
+Owns: turning what a caller passes into a 2-D float32 / float64 array (or refusing it, saying
+why), the NaN / inf error that names the first bad row and column, the checks of
+``n_components``' type (here) and range (against min(n_samples, n_features), once they are known),
+and the ``accumulate`` mode with its deprecated name ``precision``.
+Nothing here keeps state; every function is pure apart from the errors it raises.
+"""
+
+from __future__ import annotations
+
+import numbers
+import sys
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..errors import BertfeatError, opt
+
+__all__ = ["ACCUMULATE_MODES", "DEFAULT_ACCUMULATE", "PRECISION_DEPRECATED", "as_2d_float", "nonfinite_error",
+           "check_n_components_spec", "check_max_components", "accumulate_mode", "check_merge_feature_names",
+           "check_seed"]
+
+#: How the statistics of float32 rows accumulate (PCA's ``accumulate``; see bertfeat.pca.stats.chunk_stats).
+ACCUMULATE_MODES = ("mixed", "float64")
+DEFAULT_ACCUMULATE = "mixed"
+#: The DeprecationWarning of the PCA's old keyword (``accumulate`` was called ``precision`` up to 0.2.0).
+PRECISION_DEPRECATED = ("the PCA's precision= is deprecated (it is not the encoder's precision), use accumulate= "
+                        "with the same value ('mixed' or 'float64'); precision= will be removed after the next release")
+
+
+def as_2d_float(X: Any) -> np.ndarray:
+    """Return X as a 2-D float32 or float64 array (other numeric types become float64).
+
+    Accepts NumPy arrays, pandas / polars DataFrames and anything ``np.asarray`` takes. Object
+    arrays of numbers are converted (a non-number in them raises NumPy's TypeError, as in
+    scikit-learn); sparse matrices and complex numbers are refused.
+    """
+    if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
+        raise BertfeatError("sparse input is not supported by bertfeat's PCA", "pass a dense array, e.g. X.toarray()")
+    pd = sys.modules.get("pandas")  # a pandas object means pandas is imported
+    if pd is not None and isinstance(X, (pd.DataFrame, pd.Series)):
+        dtypes = list(X.dtypes) if isinstance(X, pd.DataFrame) else [X.dtype]
+        if any(isinstance(t, pd.api.extensions.ExtensionDtype) for t in dtypes):
+            try:  # nullable columns (Float64, Int64): pd.NA becomes NaN, refused as NaN is, with its row and column
+                X = X.to_numpy(dtype=np.float64, na_value=np.nan)
+            except (TypeError, ValueError):  # not numbers: the checks below say so
+                pass
+    X = np.asarray(X)
+    if np.iscomplexobj(X):
+        raise BertfeatError("Complex data not supported", "pass real-valued features")
+    if X.dtype == object:
+        X = X.astype(np.float64)
+    if X.ndim != 2:
+        raise BertfeatError(
+            f"expected a 2-D array (n_samples, n_features), got shape {X.shape}",
+            "pass a matrix with one row per sample. Reshape your data: X.reshape(1, -1) for a single sample, "
+            "X.reshape(-1, 1) for a single feature",
+        )
+    if X.dtype not in (np.float32, np.float64):
+        if not (np.issubdtype(X.dtype, np.number) or X.dtype == np.bool_) or np.iscomplexobj(X):
+            raise BertfeatError(
+                f"expected real numbers, got an array of dtype {X.dtype}",
+                "pass a float32 or float64 feature matrix",
+            )
+        X = X.astype(np.float64)
+    if X.shape[1] == 0:
+        raise BertfeatError(f"0 feature(s) (shape={X.shape}) while a minimum of 1 is required", "pass at least one feature column")
+    return X
+
+
+def nonfinite_error(X: np.ndarray, row_offset: int, action: str) -> BertfeatError:
+    """Build the NaN/inf error, naming the first bad row and column (0-based)."""
+    bad = ~np.isfinite(X)
+    count = int(bad.sum())
+    if count == 0:
+        return BertfeatError(
+            "features are too large: the statistics overflowed to inf",
+            f"rescale the features before {action}",
+        )
+    row, col = (int(i) for i in np.argwhere(bad)[0])
+    return BertfeatError(
+        f"features contain NaN or inf: {count} value(s), first at row {row + row_offset}, "
+        f"column {col} ({X[row, col]})",
+        f"remove or repair those rows before {action}",
+    )
+
+
+def check_n_components_spec(spec: Any) -> None:
+    """Validate the *type* of n_components (range checks need n and d)."""
+    if spec is None or (isinstance(spec, str) and spec == "mle"):  # 'mle': Minka's choice (pca_solvers.infer_dimension)
+        return
+    if isinstance(spec, bool) or not isinstance(spec, numbers.Real):
+        raise BertfeatError(
+            f"n_components={spec!r} is not a number",
+            "pass a whole number of components (e.g. 100), a fraction in (0, 1) (e.g. 0.95), 'mle' or None",
+        )
+    if isinstance(spec, numbers.Integral):
+        if spec < 1:
+            raise BertfeatError(
+                f"n_components={spec} is not positive",
+                "pass a whole number of components >= 1 (e.g. 100) or a fraction in (0, 1) (e.g. 0.95)",
+            )
+        return
+    if not 0.0 < float(spec) < 1.0:
+        raise BertfeatError(
+            f"n_components={spec!r} is outside (0, 1): a float n_components is the fraction of variance to keep",
+            "pass a fraction strictly between 0 and 1 (e.g. 0.95) or a whole number of components (e.g. 100)",
+        )
+
+
+def check_max_components(spec: Any, n: int, d: int) -> None:
+    """Raise if an integer n_components exceeds min(n, d)."""
+    if isinstance(spec, numbers.Integral) and not isinstance(spec, bool) and spec > min(n, d):
+        raise BertfeatError(
+            f"{opt('n_components', spec)} is larger than min(n_samples, n_features) = min({n}, {d}) = {min(n, d)}",
+            f"choose {opt('n_components')} <= {min(n, d)}, or a fraction such as 0.95 to keep 95% of the variance",
+        )
+
+
+def check_seed(seed: Any) -> None:
+    """``random_state`` (the randomized solver's seed): None, a whole number >= 0 or a numpy Generator."""
+    if seed is None or isinstance(seed, np.random.Generator):
+        return
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise BertfeatError(f"{opt('random_state', seed)} is not a seed",
+                            "pass a whole number >= 0 (the same number gives the same fit), a numpy Generator, or None")
+
+
+def accumulate_mode(accumulate: str | None, precision: str | None = None) -> str:
+    """The accumulate mode given as ``accumulate`` or as ``precision``, its deprecated name (None: not given).
+
+    Neither given: ``DEFAULT_ACCUMULATE``. Both given with different values: an error naming both.
+    A value outside ``ACCUMULATE_MODES``: an error naming the keyword it came as.
+    """
+    if accumulate is not None and precision is not None and accumulate != precision:
+        raise BertfeatError(
+            f"{opt('accumulate', accumulate)} and {opt('precision', precision)} disagree",
+            f"pass {opt('accumulate')} only ({opt('precision')} is its deprecated name)",
+        )
+    if precision is not None:
+        name, value = "precision", precision
+    else:
+        name, value = "accumulate", DEFAULT_ACCUMULATE if accumulate is None else accumulate
+    if value not in ACCUMULATE_MODES:
+        raise BertfeatError(f"unknown {opt(name, value)}", f"use one of: {', '.join(ACCUMULATE_MODES)}")
+    return value
+
+
+def check_merge_feature_names(ours: np.ndarray | None, theirs: np.ndarray | None) -> None:
+    """``PCA.merge``: the ``feature_names_in_`` of two PCAs with rows (None: fitted without names) name the same
+    columns in the same order, as ``partial_fit`` checks a later chunk's, in the same words: else an error listing the
+    names only one has (or saying the order differs). One side without names: a UserWarning, as from
+    ``partial_fit``."""
+    if ours is None and theirs is None:
+        return
+    if ours is None or theirs is None:
+        which = ("this PCA", "the other") if theirs is None else ("the other PCA", "this one")
+        warnings.warn(f"{which[0]} was fitted with feature names, but {which[1]} without feature names: merging them "
+                      "assumes the same columns in the same order", UserWarning, stacklevel=3)
+        return
+    if len(ours) == len(theirs) and np.all(ours == theirs):
+        return
+    lines = ["The feature names of the PCAs merged should match."]
+    unexpected, missing = sorted(set(theirs) - set(ours)), sorted(set(ours) - set(theirs))
+    if unexpected:
+        lines.append(f"Feature names of the other PCA, unseen by this one: {_listed(unexpected)}.")
+    if missing:
+        lines.append(f"Feature names of this PCA, missing from the other: {_listed(missing)}.")
+    if not unexpected and not missing:
+        lines.append("Feature names must be in the same order in both PCAs.")
+    # one line, as every bertfeat error (scikit-learn's message lists the names on lines of their own)
+    raise BertfeatError(" ".join(lines), "merge partial fits of DataFrames with the same columns, in the same order")
+
+
+def _listed(names: list) -> str:
+    """Up to five names, then ``...`` (as scikit-learn's feature-name messages list them)."""
+    return ", ".join([repr(name) for name in names[:5]] + (["..."] if len(names) > 5 else []))

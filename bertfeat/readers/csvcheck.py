@@ -1,0 +1,249 @@
+"""What pyarrow's CSV reader does not tell: a quoted field that is never closed, rows whose fields span lines,
+and the delimiter of a file whose header is not comma-separated.
+
+``QuoteTracker`` wraps the binary stream pyarrow reads and follows the quoting as pyarrow does (a quote opens
+a quoted field only at the start of a field; inside one, ``""`` is a quote and ``"`` closes it). At the end
+of the file it knows whether a quoted field was left open (pyarrow then reads every line after it into that
+one field, silently) and on which line and in which field it opened, and how many records hold a quoted
+line break. It looks at the delimiter, quote and newline bytes only, so it costs little next to the model.
+
+With ``max_field`` it also keeps any field larger than that from pyarrow (``max_field_bytes``): the bytes of the
+field open at the end of a read are held back until it ends; one that grows past ``max_field`` is dropped as it is
+read and reaches pyarrow as an empty quoted field ``""``, its data row and size noted in ``oversized`` (the reader
+makes the row a bad row when the field is one it reads). So neither pyarrow nor the reader ever holds more of one
+field than ``max_field`` bytes, however long the field (an unclosed quote included).
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import re
+
+LIKELY_DELIMITERS = (";", "|", "\t")
+_NAMES = {",": "','", ";": "';'", "|": "'|'", "\t": "tab"}
+
+
+def parse_delimiter(value: str | None) -> str | None:
+    """The ``delimiter`` option: one character; 'tab', '\\t' and 'comma'/'semicolon'/'pipe' spelled out are accepted."""
+    if value is None:
+        return None
+    spelled = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
+    d = spelled.get(value.lower(), value)
+    if len(d) != 1 or d in ('"', "\n", "\r"):
+        from ..errors import InputError, opt
+
+        raise InputError(f"{opt('delimiter', value, cli=repr(value))} is not a single delimiter character",
+                         "give one character, e.g. ';', '|' or tab")
+    return d
+
+
+def name_of(delimiter: str) -> str:
+    return _NAMES.get(delimiter, repr(delimiter))
+
+
+def header_line(head: bytes) -> bytes:
+    """The first non-blank line of the file (a quoted header name may not span lines)."""
+    head = head.lstrip(b"\r\n")
+    return re.split(rb"[\r\n]", head, maxsplit=1)[0].removeprefix(b"\xef\xbb\xbf")  # pyarrow ends a line at \r too
+
+
+def sniff_delimiter(head: bytes) -> str:
+    """',' unless the header line has no comma and holds ';', '|' or a tab (the most frequent of them)."""
+    line = _unquoted(header_line(head))
+    if b"," in line:
+        return ","
+    counts = {d: line.count(d.encode()) for d in LIKELY_DELIMITERS}
+    best = max(counts, key=counts.get)
+    return best if counts[best] else ","
+
+
+def likely_delimiters_in(name: str, used: str) -> list[str]:
+    return [d for d in (",",) + LIKELY_DELIMITERS if d != used and d in name]
+
+
+def _unquoted(line: bytes) -> bytes:
+    return re.sub(rb'"[^"]*"', b"", line)
+
+
+class QuoteTracker(io.RawIOBase):
+    """A raw binary stream that follows CSV quoting while pyarrow reads through it (ASCII-compatible encodings).
+
+    Records are counted as pyarrow counts them (blank lines are not records; the header is record 0), so
+    ``suspects`` maps a 0-based *data-row* number to the reason its quoted field swallowed other lines:
+    a quote that opens a field and closes lines later followed by more text (``4,"unterminated`` ... closed by
+    the opening quote of a later row), and ``unclosed`` says a quoted field ran to the end of the file.
+    """
+
+    def __init__(self, raw, delimiter: str = ",", max_field: int | None = None, quoting: bool = True):
+        self._raw = raw
+        self._special = re.compile(b"[" + (b'"' if quoting else b"") + b"\\n\\r" + re.escape(delimiter.encode()) + b"]")
+        self._delim = ord(delimiter)
+        self.line = 1  # physical line (1-based) of the next byte
+        self.field = 0  # 0-based field index in the current record
+        self.record = 0  # record index (0 = the header), blank lines excluded
+        self.in_quotes = False
+        self._field_start = 0  # offset (in the stream) where the current field starts
+        self._record_start = 0
+        self._offset = 0
+        self._pending_quote = False  # a '"' inside quotes was the last byte of a read: close or escaped?
+        self.open_line = self.open_field = self.open_record = None  # where the quoted field now open started
+        self._record_multiline = False
+        self.multiline_records = 0
+        self.suspects: dict[int, tuple[int, int, int]] = {}  # data row -> (open line, field, close line)
+        # max_field (module docstring): the fields over it, and what reaches pyarrow
+        self._cap = max_field
+        self.oversized: dict[int, list[tuple[int, int]]] = {}  # data row -> [(field, bytes)] of fields over the cap
+        self._field_quoted = False  # the current field opened with a quote
+        self._held: list[bytes] = []  # the open field's bytes of earlier reads, not handed on yet
+        self._held_n = 0
+        self._dropping = False  # the open field is over the cap: its bytes are skipped until it ends
+        self._emit_from = 0  # offset from which the current read's bytes are not yet handed on, held or skipped
+        self._queue: list[bytes] = []
+        self._queued = 0  # bytes handed on so far
+        self._out, self._out_at, self._eof = b"", 0, False
+        self._shifts = [(0, 0)]  # (output offset, input offset - output offset from there on)
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        if self._cap is None:
+            n = self._raw.readinto(b)
+            if n:
+                self._scan(bytes(memoryview(b)[:n]))
+            return n
+        while self._out_at >= len(self._out) and not self._eof:
+            data = self._raw.read(max(len(b), 1 << 16))
+            self._queue = []
+            if data:
+                self._scan(data)
+                self._read_end(data)
+            else:
+                self._eof = True
+                self._stream_end()
+            self._out, self._out_at = b"".join(self._queue), 0
+        n = min(len(b), len(self._out) - self._out_at)
+        b[:n] = self._out[self._out_at:self._out_at + n]
+        self._out_at += n
+        return n
+
+    def close(self):
+        self._raw.close()
+        super().close()
+
+    def file_offset(self, out: int) -> int:
+        """The offset in the input stream of byte ``out`` of what was handed on (fields over the cap were left out)."""
+        k = bisect.bisect_right(self._shifts, (out, float("inf"))) - 1
+        return out + self._shifts[k][1]
+
+    # ------------------------------------------------------------------ max_field
+    def _put(self, data) -> None:
+        if data:
+            self._queue.append(data)
+            self._queued += len(data)
+
+    def _field_end(self, pos: int) -> None:
+        """The field that started at ``_field_start`` ends at ``pos`` (a delimiter or line end outside quotes)."""
+        if self.record > 0 and (self._dropping or pos - self._field_start > self._cap):
+            self._replace(pos, b'""')
+        elif self._held:  # held back while open: within the cap, handed on as it was
+            self._queue += self._held
+            self._queued += self._held_n
+            self._held, self._held_n = [], 0
+        self._field_quoted = False
+
+    def _replace(self, pos: int, replacement: bytes) -> None:
+        """The field over the cap, from ``_field_start`` to ``pos``, handed on as ``replacement``."""
+        self._put(self._chunk[self._emit_from - self._base:max(self._field_start, self._base) - self._base])
+        self._held, self._held_n, self._dropping = [], 0, False
+        self._put(replacement)
+        self._emit_from = pos
+        self._shifts.append((self._queued, pos - self._queued))
+        self.oversized.setdefault(self.record - 1, []).append((self.field, pos - self._field_start))
+
+    def _read_end(self, data: bytes) -> None:
+        """A read's bytes are handed on up to the field still open; that one's are held (or skipped, over the cap)."""
+        end = self._base + len(data)
+        if self.record == 0:  # the header is handed on whole
+            self._put(data[self._emit_from - self._base:])
+        elif not self._dropping:
+            start = max(self._field_start, self._base)
+            self._put(data[self._emit_from - self._base:start - self._base])
+            if end - self._field_start > self._cap:
+                self._dropping, self._held, self._held_n = True, [], 0
+            elif end > start:
+                self._held.append(data[start - self._base:])
+                self._held_n += end - start
+        self._emit_from = end
+
+    def _stream_end(self) -> None:
+        """The end of the input inside a field (an unclosed quote): held bytes handed on, or the field replaced."""
+        self._chunk, self._base = b"", self._offset
+        if self._dropping:
+            self._replace(self._offset, b'"' if self.unclosed else b'""')
+        elif self._held:
+            self._queue += self._held
+            self._queued += self._held_n
+            self._held, self._held_n = [], 0
+
+    @property
+    def unclosed(self) -> bool:
+        return self.in_quotes and not self._pending_quote  # a closing quote as the very last byte closes the field
+
+    def _closed(self, next_byte: int | None) -> None:
+        """The quoted field closed; text right after a quote that closed lines later means it swallowed lines."""
+        self.in_quotes = False
+        if (next_byte is not None and next_byte not in (0x0A, 0x0D, self._delim) and self.line > self.open_line
+                and self.open_record is not None and self.open_record >= 1):
+            self.suspects.setdefault(self.open_record - 1, (self.open_line, self.open_field, self.line))
+
+    def _scan(self, data: bytes) -> None:
+        base, n, i = self._offset, len(data), 0
+        self._chunk, self._base = data, base
+        cap = self._cap is not None
+        if self._pending_quote:  # the quote that ended the last read: '""' (a quote) or the closing quote
+            self._pending_quote = False
+            if data[:1] == b'"':
+                i = 1
+            else:
+                self._closed(data[0])
+        search = self._special.search
+        while (m := search(data, i)) is not None:
+            j = m.start()
+            c = data[j]
+            i = j + 1
+            if self.in_quotes:
+                if c == 0x22:  # '"': '""' is a quote, else it closes the field
+                    if j + 1 == n:
+                        self._pending_quote = True
+                    elif data[j + 1] == 0x22:
+                        i = j + 2
+                    else:
+                        self._closed(data[j + 1])
+                elif c == 0x0A:
+                    self.line += 1
+                    if not self._record_multiline:
+                        self._record_multiline = True
+                        self.multiline_records += 1
+                continue
+            pos = base + j
+            if c == 0x22:
+                if pos == self._field_start:  # a quote opens a quoted field only at its start
+                    self.in_quotes = self._field_quoted = True
+                    self.open_line, self.open_field, self.open_record = self.line, self.field, self.record
+                continue
+            if cap:
+                self._field_end(pos)
+            if c == 0x0A or c == 0x0D:  # pyarrow ends a line at \n, \r or \r\n
+                if c == 0x0A:
+                    self.line += 1
+                if pos > self._record_start:  # a blank line is not a record
+                    self.record += 1
+                self.field = 0
+                self._field_start = self._record_start = pos + 1
+                self._record_multiline = False
+            elif c == self._delim:
+                self.field += 1
+                self._field_start = pos + 1
+        self._offset = base + n

@@ -1,0 +1,724 @@
+"""`bertfeat extract --engine dask`: the same extract, scheduled by Dask across worker processes or machines.
+
+Design (docs/dask.md has the user's side; the cluster plumbing is dask_cluster.py, this module the job: its two
+passes, resume and PCA, run by ``DaskRun`` step by step; what a failure keeps and says is failures.py's):
+
+Partitions
+    The input's reader (readers/, the local engine's) cuts it on the client, before anything
+    runs, once the cluster is up: PARTS_PER_THREAD partitions per worker thread of the cluster
+    whenever the input is large enough, and never more than ``blocksize`` input bytes each.
+    (Cutting by ``blocksize`` alone made any input under 8 MiB one partition, i.e. one task on one
+    worker while the others idled.) Parquet: row ranges from the footers, nothing read. CSV/TSV/
+    JSONL: byte ranges aligned on line ends (``fsspec.utils.read_block``); a first pass over the
+    cluster counts each block's rows. Files are taken in the local engine's order, so partition
+    i's rows are global rows ``first_row[i] .. first_row[i] + n[i] - 1`` and the ``row`` column
+    holds the same 0-based row numbers as the local output. Each worker reads its partition with
+    the same reader object (pickled with the task: it holds no open file), so every bad row is
+    handled as in the local engine. Paths go through fsspec: ``s3://``, ``gs://``, ``hdfs://``
+    work when the filesystem package is installed on the client and the workers.
+
+    Why not ``dask.dataframe.read_parquet``/``read_csv``: read_parquet orders files by natural
+    sort (p2 before p10), which renumbers rows against the local engine, and read_csv parses
+    with pandas, which rejects a whole partition for one malformed line or invalid byte where
+    the local engine rejects that one row.
+
+Work
+    One task per partition (``client.submit``): read the partition -> ``chunks.validate_batch``
+    -> ``chunks.encode_chunk`` (per ``chunk_rows`` rows) -> a part file. The model lives in the
+    process's encoder cache (encoder_cache.py, through ``worker_encoder``), loaded once per worker
+    process by a WorkerPlugin and reused by every task; the weights' sha256 is checked against the client's.
+    Reuse (reuse.py): a task looks its rows up in the vector cache (``--cache``, every worker on this machine, checked)
+    or, without one, in the run's own SQLite store ``OUTPUT.partial/.dedup/`` that this machine's workers share, so
+    a text met in several partitions is encoded once (two partitions meeting it at the same moment may both encode
+    it); with workers on other hosts, once per partition.
+
+Output
+    ``OUTPUT`` is a directory: ``part-00000.parquet`` ... one per partition, each with the local
+    output's schema and provenance (plus ``engine`` and ``part`` = index, first row, counts,
+    rejects), and ``_bertfeat.json`` with the run's provenance and totals. While running, it is
+    ``OUTPUT.partial/`` (with ``_manifest.json``); a task writes its part atomically (temporary
+    name, then rename), so a recomputed task overwrites its own file and never duplicates rows.
+    At the end the directory is renamed to ``OUTPUT``. Rejects go to ``OUTPUT.rejects.csv`` and
+    the PCA model and report beside OUTPUT, at the same paths as the local engine's.
+
+Resume
+    ``--resume`` reopens ``OUTPUT.partial/``, refuses different settings, and skips partitions
+    whose part file is there and carries this run's key.
+
+PCA
+    Pass 1 writes full-width parts to ``OUTPUT.partial/_full/`` and each task returns its PCA
+    streaming statistics (``PCA.partial_fit``); the client merges them (``PCA.merge``), fits,
+    saves the model and the report, then pass 2 (cheap, always rerun on resume) transforms each
+    full part into its reduced part.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..atomic import deferred, remove_stale_temps, replace_directory, together, write_atomic
+from .chunks import (
+    EXTRA_COLUMNS,
+    encode_chunk,
+    extra_columns,
+    feature_matrix,
+    output_columns,
+    table_counts,
+    validate_batch,
+)
+from ..cache.reuse import dedup_memory
+from ..cache.store import NETWORK_FS, RUN_STORE_DIR, filesystem_type, open_cache
+from .dask_cluster import (
+    ClusterError,
+    cancel,
+    close_cluster,
+    cluster_slots,
+    gather,
+    open_client,
+    run_task,
+    task_slots,
+    task_threads,
+    worker_threads,
+)
+from ..errors import BertfeatError, BertfeatWarning, opt, render
+from .failures import Failure, handle, kept_for_limit, kind_of
+from ..features.parquet import pages_damaged
+from ..features.reader import DIRECTORY_PROVENANCE
+from .jobcore import (
+    PARTIAL_MANIFESTS,
+    ExtractSummary,
+    accumulate_pca,
+    applied_pca,
+    applied_pca_entry,
+    check_resume,
+    check_resume_engine,
+    feature_settings,
+    fit_pca,
+    job_manifest,
+    load_encoder,
+    make_reuser,
+    new_pca,
+    new_summary,
+    probe_into_report,
+    provenance,
+    read_manifest,
+    write_pca,
+)
+from .progress import NullProgress
+from ..readers import Partition, Reader
+from ..readers.rejects import publish_rejects
+
+try:  # the engine module imports without Dask; extract_dask says how to install it
+    from distributed.diagnostics.plugin import WorkerPlugin as _WorkerPluginBase
+except ImportError:  # pragma: no cover - exercised by the "dask missing" test through sys.modules
+    _WorkerPluginBase = object
+
+DEFAULT_BLOCKSIZE = 8 << 20  # input bytes per partition at most: ~80k short sentences, a few minutes on one core
+PARTS_PER_THREAD = 4  # partitions per worker thread (task slot) when the input is large enough
+MANIFEST = PARTIAL_MANIFESTS["dask"]
+FULL_DIR = "_full"
+PCA_FILE = "_pca.npz"
+RUN_STORE = RUN_STORE_DIR  # the run's duplicates store without a cache (workers on this machine), in OUTPUT.partial/
+INSTALL_HINT = 'pip install "bertfeat[dask]"'
+
+
+def require_dask():
+    """Raise the install hint when Dask's distributed scheduler is missing."""
+    try:
+        import dask  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError as e:
+        raise BertfeatError(f"{opt('engine', 'dask')} needs Dask, but {e.name or 'dask'} is not installed", INSTALL_HINT) from None
+    if _WorkerPluginBase is object:  # imported while distributed was missing
+        raise BertfeatError(f"{opt('engine', 'dask')} needs Dask, but distributed could not be imported", INSTALL_HINT)
+
+
+def parse_blocksize(value) -> int | None:
+    """'8MiB', '64MB', '1000000', 0, None, 'none' -> bytes (None: no splitting)."""
+    if value is None or value == 0 or (isinstance(value, str) and value.strip().lower() in ("", "0", "none", "file")):
+        return None
+    if isinstance(value, int):
+        n = value
+    else:
+        from dask.utils import parse_bytes
+
+        try:
+            n = int(parse_bytes(value))
+        except (ValueError, TypeError):
+            raise BertfeatError(f"{opt('blocksize', value, cli=repr(value))} is not a size", "give bytes, e.g. 8MiB, 64MB or none") from None
+    if n < 1:
+        raise BertfeatError(f"{opt('blocksize', value)} is out of range", "give a positive size, e.g. 8MiB, or none")
+    return n
+
+
+# --------------------------------------------------------------------------- worker side
+def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weights_sha256: str,
+                   threads: int | None = None):
+    """This process's Encoder for (model, Encoder keywords), from the process's shared cache (encoder_cache.py):
+    loaded once, reused by every task; its weights' sha256 checked against the client's.
+
+    ``threads``: batches encoded side by side (Encoder.threads; BLAS stays at one thread per batch).
+    """
+    import socket
+    import warnings
+
+    from ..model.encoder_cache import shared_encoder
+    from ..model.hub import resolve_model
+
+    kw = dict(encoder_kwargs)
+    if threads:
+        kw["threads"] = int(threads)
+    try:
+        loc = location if (Path(location.encoder_path) / "config.json").is_file() else resolve_model(model_name)
+        with warnings.catch_warnings():  # the client, which loaded the same model, has said them once
+            warnings.simplefilter("ignore", BertfeatWarning)
+            enc = shared_encoder(location=loc, **kw)
+    except BertfeatError as e:
+        raise BertfeatError(f"worker on {socket.gethostname()}: cannot load the model at {location.path} ({e._what})",
+                            "the model directory must be at the same path on every worker (or in each worker's Hugging Face cache)") from None
+    if enc.weights_sha256 != weights_sha256:
+        raise BertfeatError(f"worker on {socket.gethostname()}: the weights at {enc.location.path} differ from the client's "
+                            f"(sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
+                            "put the same model files on every node")
+    if not getattr(enc, "warmed_up", False):
+        enc.encode(["warm up"])  # the kernels, tokenizer and scratch memory ready (~0.6 s) before the first task
+        enc.warmed_up = True
+    return enc
+
+
+class EncoderPlugin(_WorkerPluginBase):
+    """Registered with the client: loads the model once per worker process, up front."""
+
+    name = "bertfeat-encoder"
+
+    def __init__(self, location, model_name, encoder_kwargs: dict, weights_sha256, threads: int | dict | None):
+        self.location, self.model_name, self.encoder_kwargs = location, model_name, encoder_kwargs
+        self.weights_sha256, self.threads = weights_sha256, threads
+
+    def setup(self, worker):
+        try:  # warm the cache; a failure is raised again, with its message, by the first task
+            worker_encoder(self.location, self.model_name, self.encoder_kwargs, self.weights_sha256,
+                           task_threads(self.threads, worker))
+        except BertfeatError:
+            pass
+
+
+@dataclass
+class TaskContext:
+    """Everything a partition task needs, sent with each task (small)."""
+
+    reader: Reader  # the client's reader of the input (no open file: it pickles as it is)
+    location: object
+    model_name: str | None
+    encoder_kwargs: dict  # Encoder(...) keywords (max_batch_tokens, the options the user gave)
+    weights_sha256: str
+    threads: int | dict | None  # --threads, or each worker's share of its host's cores (dask_cluster.worker_threads)
+    spec: object
+    on_bad_row: str
+    id_name: str
+    id_type: pa.DataType
+    chunk_rows: int
+    dim: int
+    meta: dict  # the provenance every part carries (counts are per part)
+    run_key: str
+    out_dir: str
+    wide: bool
+    want_pca: bool = False  # pca / pca_model: parts go to _full/ (pass 2 reduces them)
+    fit_stats: bool = False  # pca: tasks return their PCA statistics
+    n_components: object = None  # the PCA's n_components (None: every component)
+    width: int = 5
+    dtype: str = "float32"  # the output parts' feature type (the full-width parts of pass 1 under pca stay float32)
+    keep_types: dict | None = None  # the kept columns (keep) and their Arrow types
+    cache: str | None = None  # the vector cache directory (on this machine: the client checked the workers' host)
+    cache_id: tuple | None = None  # (fingerprint, settings) of the run in the cache (vcache.cache_fingerprint)
+
+
+def part_name(index: int, width: int = 5) -> str:
+    return f"part-{index:0{width}d}.parquet"
+
+
+def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool, dtype: str):
+    from ..features import FeatureWriter
+
+    return FeatureWriter(path, fmt="parquet", dim=dim, id_name=ctx.id_name, id_type=ctx.id_type, metadata=meta,
+                         wide=wide, extra_columns=output_columns(ctx.keep_types),
+                         row_group_rows=max(1024, ctx.chunk_rows), dtype=dtype)
+
+
+def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
+    """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
+    enc = worker_encoder(ctx.location, ctx.model_name, ctx.encoder_kwargs, ctx.weights_sha256, task_threads(ctx.threads))
+    raw = ctx.reader.read_partition(part, first_row)
+    multiline = getattr(ctx.reader, "multiline_rows", 0)  # CSV rows whose quoted values span lines (this partition's)
+    out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.want_pca else "")
+    path = out_dir / part_name(part.index, ctx.width)
+    stats = {"index": part.index, "first_row": first_row, "rows_read": len(raw.rows), "rows_written": 0, "rows_truncated": 0,
+             "rows_chunked": 0, "tokens": 0, "tokens_dropped": 0, "rows_encoded": 0, "rows_reused": 0, "tokens_encoded": 0,
+             "cache_repaired": 0,
+             "rejects": [], "run": ctx.run_key, "rows_multiline": multiline}
+    pca = new_pca(ctx.n_components) if ctx.fit_stats else None
+    if not (Path(ctx.out_dir) / MANIFEST).is_file():
+        return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
+    dtype = "float32" if ctx.want_pca else ctx.dtype  # full-width parts are the PCA's float32 input
+    writer = _writer(path, ctx.dim, ctx, ctx.meta, ctx.wide and not ctx.want_pca, dtype)
+    reuser = None
+    try:
+        # identical rows of the partition encoded once; with a cache, rows any run encoded before are reused
+        reuser = make_reuser(enc, ctx.spec, None if ctx.cache is None else Path(ctx.cache), Path(ctx.out_dir), ctx.cache_id,
+                             budget=dedup_memory() // task_slots())  # the process's budget, split among its tasks
+        for start in range(0, max(len(raw.rows), 1), ctx.chunk_rows):
+            chunk = validate_batch(raw.slice(start, start + ctx.chunk_rows), part.index)
+            table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.name, ctx.on_bad_row, ctx.id_name, ctx.keep_types,
+                                          reuser)
+            stats["rejects"] += rejects
+            if not table.num_rows:
+                continue
+            X = feature_matrix(table)
+            for k, v in table_counts(table, ctx.spec.max_length).items():
+                stats[k] += v
+            if pca is not None:
+                accumulate_pca(pca, X)
+            writer.write(table.column(ctx.id_name), X, extra_columns(table, ctx.keep_types or ()))
+        if not (Path(ctx.out_dir) / MANIFEST).is_file():
+            writer.abort()
+            return {"cancelled": True}
+        stats.update(rows_encoded=reuser.encoded, rows_reused=reuser.reused, tokens_encoded=reuser.tokens_encoded,
+                     cache_repaired=reuser.corrupt)
+        writer.close(_part_meta(ctx.meta, stats))
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        if reuser is not None:
+            reuser.close()
+    stats["pca"] = pca
+    return stats
+
+
+def _part_meta(meta: dict, stats: dict) -> dict:
+    """The part's provenance: the run's, with this part's counts and where it sits in the input."""
+    part = {k: v for k, v in stats.items() if k != "pca"}
+    part["rejects"] = [{**r, "reason": render(r["reason"], {})} for r in stats["rejects"]]  # as the rejects file words them
+    return {"rows": {"read": stats["rows_read"], "written": stats["rows_written"], "rejected": len(stats["rejects"]),
+                     "truncated": stats["rows_truncated"], "chunked": stats["rows_chunked"],
+                     "encoded": stats["rows_encoded"], "reused": stats["rows_reused"]},
+            "tokens": {"total": stats["tokens"], "dropped": stats["tokens_dropped"]},
+            "part": json.loads(json.dumps(part, default=str))}
+
+
+def read_part_stats(path: Path) -> dict | None:
+    """The ``part`` entry of a finished part file (None when it is not a complete bertfeat part)."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        return json.loads(meta[b"bertfeat"])["part"]
+    except (OSError, KeyError, ValueError, pa.ArrowException):
+        return None
+
+
+def partition_statistics(path: str, n_components) -> object:
+    """Task (--pca, resumed partition): the PCA statistics of a full-width part already on disk."""
+    pca = new_pca(n_components)
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=8192, columns=["embedding"]):
+        if batch.num_rows:
+            pca.partial_fit(feature_matrix(pa.Table.from_batches([batch])))
+    return pca
+
+
+_PCAS: dict = {}
+
+
+def _load_pca(path: str):
+    """The fitted PCA the client saved in OUTPUT.partial/ (a file, not scattered data: it survives lost workers)."""
+    from ..pca.estimator import PCA
+
+    st = os.stat(path)
+    key = (path, st.st_mtime_ns, st.st_size, st.st_ino)  # every run saves to the same name: the file, not the name
+    if key not in _PCAS:
+        _PCAS.clear()
+        _PCAS[key] = PCA.load(path)
+    return _PCAS[key]
+
+
+def reduce_partition(index: int, ctx: TaskContext, pca_path: str, meta: dict) -> int:
+    """Task (--pca pass 2): full-width part -> reduced part with the run's provenance; returns its rows."""
+    pca = _load_pca(pca_path)
+    src = Path(ctx.out_dir) / FULL_DIR / part_name(index, ctx.width)
+    t = pq.read_table(src)
+    part = json.loads(t.schema.metadata[b"bertfeat"])
+    X = feature_matrix(t)
+    if len(X):
+        X = pca.transform_rows(X).astype(np.float32)
+    w = _writer(Path(ctx.out_dir) / part_name(index, ctx.width), int(pca.n_components_), ctx, meta, ctx.wide, ctx.dtype)
+    with w:
+        w.write(t.column(ctx.id_name), X.reshape(len(X), int(pca.n_components_)),
+                {k: t.column(k).combine_chunks() for k in [*EXTRA_COLUMNS, *(ctx.keep_types or ())]})
+        w.close({k: part[k] for k in ("rows", "tokens", "part")})
+    return t.num_rows
+
+
+# --------------------------------------------------------------------------- client side (the cluster: dask_cluster.py)
+def _resumed_value(partial: Path, key: str):
+    """A value of the interrupted run's manifest (None when there is none)."""
+    try:
+        return json.loads((partial / MANIFEST).read_text()).get(key)
+    except (OSError, ValueError):
+        return None
+
+
+def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSummary:
+    """Execute the plan on a Dask cluster (``client`` given, or the plan's scheduler / a local cluster); returns the
+    same summary as the local engine. A failure keeps or removes the partial directory as failures.py says."""
+    t0 = time.perf_counter()
+    job = DaskRun(plan, progress or NullProgress(), client)
+    try:
+        job.connect()
+        counts = job.open()
+        first, ctx = job.tasks(counts)
+        results, done, merged = job.encode(first, ctx)
+        final_meta = job.total(results, done)
+        job.reduce(merged, ctx, final_meta)
+        job.write(results, merged, final_meta)
+    except BaseException as e:  # what the failure keeps and says: failures.py
+        raise job.failed(e)
+    finally:
+        job.close()
+    job.summary.elapsed = time.perf_counter() - t0
+    return job.summary
+
+
+class DaskRun:
+    """One run of a plan on a cluster, in the steps ``run`` calls: ``connect`` (the cluster, the partitions), ``open``
+    OUTPUT.partial/ (the rows per partition: pass 0), ``tasks`` (what every task gets), ``encode`` (pass 1, skipping
+    the finished partitions), ``total`` (the counts), ``reduce`` (the PCA's fit and pass 2), ``write`` (the files
+    beside OUTPUT and the directory moved into place); ``failed`` asks failures.py what a failure keeps."""
+
+    def __init__(self, plan, progress: NullProgress, client=None):
+        self.plan, self.progress = plan, progress
+        self.encoder = encoder = load_encoder(plan)
+        # precision "auto" is resolved here, once: every worker then runs the precision the client's manifest and
+        # fingerprint name (a worker that cannot run it refuses in one line), never a mix of precisions across parts
+        self.encoder_kwargs = {**plan.encoder_kwargs, "precision": encoder.precision}
+        self.encoder_kwargs.pop("threads", None)  # the workers' threads: worker_threads in connect
+        self.spec, self.fingerprint = feature_settings(encoder, plan)
+        # pca_model: checked before any task runs
+        self.applied = applied_pca(plan, self.fingerprint, encoder.output_dim(self.spec))
+        self.summary = new_summary(plan, encoder, self.spec, "dask")
+        self.cache_id = check_cache(plan, encoder, self.spec) if plan.cache is not None else None
+        self.out, self.partial = plan.layout.features, plan.layout.partial
+        self.client, self.own_client, self.cluster = client, client is None, None
+        self.futures: dict = {}  # the tasks in flight (cancelled on a failure)
+        self.tag = uuid.uuid4().hex[:8]  # task keys unique to this run
+        self.outputs: dict = {}  # files written beside OUTPUT (the PCA model and report, the rejects)
+        self.started = self.opened = self.completed = False
+        self.phase = "encode"  # "write" once the outputs are being written (failures.PHASES)
+        self.group = None  # the final files' atomic.together group
+        # set by connect: the workers' threads, the run's duplicates store, the partitions (split_target: how many
+        # were asked for), the part names' digits; by open: the run's key (tasks' parts carry it)
+        self.threads = self.run_store = self.split_target = self.run_key = None
+        self.parts: list[Partition] = []
+        self.width = 5
+        self.meta: dict = {}  # the provenance every part carries (tasks)
+
+    def connect(self) -> None:
+        """The client (the plan's scheduler, or a local cluster), the workers' threads, the run's duplicates store and
+        the partitions: a few per task slot of the cluster (a resumed run keeps the interrupted run's cut)."""
+        plan, partial = self.plan, self.partial
+        if self.own_client:
+            self.client, self.cluster = open_client(plan.dask)
+        client = self.client
+        self.threads = plan.threads or worker_threads(client, plan.dask.scheduler or "")
+        self.run_store = None  # without a cache: the run's duplicates store, shared by this machine's workers
+        if plan.cache is not None:
+            check_worker_hosts(client, plan.cache)
+        elif not workers_elsewhere(client) and filesystem_type(partial.parent) not in NETWORK_FS:
+            self.run_store = partial / RUN_STORE
+        target = _resumed_value(partial, "split_target") if plan.resume else None
+        if target is None:
+            target = PARTS_PER_THREAD * cluster_slots(client)
+        self.split_target = target
+        self.parts = plan.reader.partitions(plan.dask.blocksize, target)
+        self.width = max(5, len(str(len(self.parts) - 1)))
+
+    def open(self) -> list[int]:
+        """Start or continue OUTPUT.partial/ (a killed run's temporaries removed), the model loaded on every worker;
+        returns the rows of every partition (pass 0 counts those the footers do not give)."""
+        plan, partial, client, parts = self.plan, self.partial, self.client, self.parts
+        manifest = job_manifest(plan, self.fingerprint, self.encoder, engine="dask", blocksize=plan.dask.blocksize,
+                                split_target=self.split_target, partitions=len(parts))
+        counts = _open_partial(partial, manifest, plan.resume)
+        self.opened = True
+        for _, path in plan.layout.outputs():  # a killed run's temporaries and set-aside old output directory
+            remove_stale_temps(path, DIRECTORY_PROVENANCE if path == self.out else None)
+        if self.run_store is not None:  # made here, once, before the tasks open it together
+            open_cache(self.run_store).close()
+        client.register_plugin(EncoderPlugin(self.encoder.location, plan.model, self.encoder_kwargs,
+                                             self.encoder.weights_sha256, self.threads), name=EncoderPlugin.name)
+        if counts is None:  # pass 0: rows per partition (Parquet: from the footers)
+            counts = [p.n_rows for p in parts]
+            todo = [p for p in parts if p.n_rows is None]
+            if todo:
+                self.progress.note(f"counting the rows of {len(todo)} partition(s) on the cluster")
+                self.futures = {client.submit(run_task, plan.reader.count_rows, p, key=f"bertfeat-count-{p.index}-{self.tag}",
+                                              pure=False): p.index for p in todo}
+                gather(client, self.futures, lambda i, n: counts.__setitem__(i, n))
+                self.futures = {}
+            manifest["partition_rows"] = counts
+            write_atomic(partial / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        self.run_key = _run_key(manifest)
+        return counts
+
+    def tasks(self, counts: list[int]) -> tuple[list[int], TaskContext]:
+        """Each partition's first row, and the TaskContext every task gets (with the provenance every part carries)."""
+        plan, encoder, spec = self.plan, self.encoder, self.spec
+        first = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
+        self.meta = meta = provenance(encoder, spec, self.fingerprint, plan, ExtractSummary())
+        meta["engine"] = "dask"
+        if plan.cache is not None:
+            cache, cache_id = str(Path(plan.cache).resolve()), self.cache_id
+        elif self.run_store is not None:
+            cache, cache_id = str(self.run_store), run_store_id(encoder, spec)
+        else:
+            cache = cache_id = None
+        ctx = TaskContext(reader=plan.reader, location=encoder.location, model_name=plan.model,
+                          encoder_kwargs=self.encoder_kwargs, weights_sha256=encoder.weights_sha256, threads=self.threads,
+                          spec=spec, on_bad_row=plan.on_bad_row, id_name=plan.id_name,
+                          id_type=plan.reader.id_type() or pa.string(), chunk_rows=plan.chunk_rows,
+                          dim=encoder.output_dim(spec), meta=meta, run_key=self.run_key, out_dir=str(self.partial),
+                          wide=plan.wide, want_pca=plan.reduces, fit_stats=plan.pca is not None,
+                          n_components=plan.pca_n_components, width=self.width, keep_types=plan.keep_types or None,
+                          dtype=plan.dtype, cache=cache, cache_id=cache_id)
+        return first, ctx
+
+    def finished(self, stage: Path) -> dict[int, dict]:
+        """Resume: the interrupted run's finished partitions (this run's key) whose pages pass their checksums; a
+        damaged one is removed, to be encoded again."""
+        progress, width = self.progress, self.width
+        paths = ((p.index, stage / part_name(p.index, width)) for p in self.parts)
+        found = {i: (path, st) for i, path in paths if (st := read_part_stats(path)) is not None and st.get("run") == self.run_key}
+        if found:  # every page read once (a large output takes a while): say so first
+            progress.note(f"checking {len(found)} finished partition(s) in {stage} (their page checksums)")
+        done, damaged = {}, []
+        for i, (path, st) in found.items():
+            if pages_damaged(path) is None:
+                done[i] = st
+            else:  # damaged on disk since (a flipped byte fails its page checksum): that partition is encoded again
+                path.unlink()
+                damaged.append(path.name)
+        if done:
+            progress.note(f"resuming: {len(done)} of {len(self.parts)} partition(s) already done in {self.partial}")
+        if damaged:
+            progress.note(f"{len(damaged)} finished partition(s) were damaged on disk ({', '.join(damaged[:3])}"
+                          f"{', ...' if len(damaged) > 3 else ''}): encoded again")
+        return done
+
+    def encode(self, first: list[int], ctx: TaskContext) -> tuple[dict[int, dict], dict[int, dict], object]:
+        """Pass 1: every partition not finished before, on the cluster; returns (every partition's counts, the
+        resumed ones, the merged PCA statistics)."""
+        plan, client, progress, tag = self.plan, self.client, self.progress, self.tag
+        stage = self.partial / FULL_DIR if plan.reduces else self.partial
+        stage.mkdir(exist_ok=True)
+        done = self.finished(stage)
+        self.summary.chunks_resumed = len(done)
+        progress.start(first[-1], None)  # every row of the input
+        self.started = True
+        for st in done.values():
+            progress.advance(st["rows_read"], 0, 0)
+        results: dict[int, dict] = dict(done)
+        merged = new_pca(plan.pca_n_components) if plan.pca is not None else None
+
+        def on_result(i, res):
+            nonlocal merged
+            if i < 0:  # a resumed partition's PCA statistics
+                merged = merged.merge(res)
+                return
+            if res.get("cancelled"):
+                raise BertfeatError(f"partition {i}: {self.partial} vanished while the run was going on", "rerun the command")
+            pca = res.pop("pca", None)
+            if pca is not None:
+                merged = merged.merge(pca)
+            results[i] = res
+            progress.advance(res["rows_read"], res["tokens"], 0)
+            if res["rejects"]:
+                self.check_bad_rows(results, final=False)
+
+        self.check_bad_rows(results, final=False)  # the resumed partitions' own rejects
+        self.futures = {client.submit(run_task, encode_partition, p, first[p.index], ctx, key=f"bertfeat-encode-{p.index}-{tag}",
+                                      pure=False): p.index for p in self.parts if p.index not in done}
+        if plan.pca is not None:  # statistics of the resumed partitions, from their files
+            self.futures.update({client.submit(run_task, partition_statistics, str(stage / part_name(i, self.width)),
+                                               plan.pca_n_components, key=f"bertfeat-stats-{i}-{tag}", pure=False): -1 - i
+                                 for i in done})
+        gather(client, self.futures, on_result, progress, counted=lambda i: i >= 0, done=len(done), total=len(self.parts))
+        self.futures = {}
+        self.check_bad_rows(results, final=True)
+        return results, done, merged
+
+    def check_bad_rows(self, results: dict[int, dict], final: bool) -> None:
+        """max_bad_rows over the partitions finished so far (a count stops the run as soon as it is passed)."""
+        limit = self.plan.max_bad_rows
+        n_read = sum(st["rows_read"] for st in results.values())
+        if limit is not None and limit.exceeded(sum(len(st["rejects"]) for st in results.values()), n_read, final):
+            raise limit.error(self.plan.reader.name, [r for i in sorted(results) for r in results[i]["rejects"]], n_read,
+                              kept_for_limit(self.failure("resumable")))
+
+    def total(self, results: dict[int, dict], done: dict[int, dict]) -> dict:
+        """The run's counts from its partitions'; returns the provenance of OUTPUT (_bertfeat.json)."""
+        plan, summary = self.plan, self.summary
+        for i in sorted(results):
+            summary.add(results[i])
+            if i in done:
+                summary.add_resumed(results[i])
+            summary.rows_rejected += len(results[i]["rejects"])
+            summary.cache_repaired += int(results[i].get("cache_repaired", 0))
+            summary.rows_multiline += int(results[i].get("rows_multiline", 0))
+        if summary.cache_repaired and plan.cache is not None:
+            self.progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged entries (checksum mismatch): "
+                               "encoded again and rewritten")
+        final_meta = provenance(self.encoder, self.spec, self.fingerprint, plan, summary)
+        final_meta["engine"] = "dask"
+        final_meta["partitions"] = len(self.parts)
+        return final_meta
+
+    def reduce(self, merged, ctx: TaskContext, final_meta: dict) -> None:
+        """pca: fit on the client, then pass 2 on the cluster; pca_model: pass 2 with the given model (copied beside
+        the parts for the workers)."""
+        plan, partial = self.plan, self.partial
+        if plan.pca is not None:
+            final_meta["pca"] = self.meta["pca"] = fit_pca(merged, self.summary.rows_written, plan.layout)
+            self.progress.note(f"PCA: {merged.n_components_} components; writing the reduced features")
+            self.reduce_pass(merged.save(partial / PCA_FILE, fingerprint=self.fingerprint), ctx)
+        elif self.applied is not None:
+            final_meta["pca"] = self.meta["pca"] = applied_pca_entry(self.applied, plan)
+            shutil.copyfile(plan.pca_model, partial / PCA_FILE)
+            self.reduce_pass(partial / PCA_FILE, ctx)
+
+    def reduce_pass(self, pca_path: Path, ctx: TaskContext) -> None:
+        """Pass 2: every full-width part -> its reduced part, on the cluster; then the full parts and model go."""
+        self.futures = {self.client.submit(run_task, reduce_partition, p.index, ctx, str(pca_path), self.meta,
+                                           key=f"bertfeat-reduce-{p.index}-{self.tag}", pure=False): p.index
+                        for p in self.parts}
+        gather(self.client, self.futures, lambda i, n: None)
+        self.futures = {}
+        shutil.rmtree(self.partial / FULL_DIR, ignore_errors=True)
+        pca_path.unlink()
+
+    def write(self, results: dict[int, dict], merged, final_meta: dict) -> None:
+        """The PCA model and report, the rejects and the output directory, together; then the label's probe."""
+        plan, summary = self.plan, self.summary
+        rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
+        self.phase = "write"
+        with together() as self.group:  # the PCA model and report, the rejects and the output directory appear together
+            if plan.pca is not None:
+                self.outputs.update(write_pca(merged, plan.layout, self.fingerprint, final_meta["pca"]))
+            self.outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
+            deferred(lambda: _finish(self.partial, self.out, final_meta))
+        self.completed = True
+        summary.probe = probe_into_report(plan, merged, self.fingerprint, self.out, self.progress)
+        summary.outputs = {"features": self.out, **self.outputs}
+
+    def failure(self, kind: str) -> Failure:
+        """What happened, for failures.py (the partitions are not counted: the partial directory holds the input's
+        cut from the moment it is opened, which a resume reuses)."""
+        plan = self.plan
+        return Failure(kind, self.phase, self.partial, self.out, "partition", None, complete=self.completed,
+                       probe_missing=plan.label is not None and self.summary.probe is None)
+
+    def failed(self, e: BaseException) -> BaseException:
+        """The tasks cancelled; the exception to raise, OUTPUT.partial/ kept or removed (failures.handle). Before it
+        was opened, nothing on disk is this run's."""
+        cancel(self.client, self.futures)
+        if self.group is not None and self.group.done:  # a Ctrl-C held back until the files were in place: complete
+            self.completed = True
+        if not self.opened:
+            return e
+        return handle(e, self.failure(kind_of(e, (ClusterError,))), lambda: shutil.rmtree(self.partial, ignore_errors=True))
+
+    def close(self) -> None:
+        if self.started:
+            self.progress.stop()
+        if self.own_client:
+            close_cluster(self.client, self.cluster)
+
+
+def check_cache(plan, encoder, spec) -> tuple[str, dict]:
+    """The cache opened once on the client before any task (a damaged or unwritable cache is refused here, once):
+    -> (fingerprint, settings) for the workers."""
+    from ..cache.store import cache_fingerprint, open_cache, register_spec
+
+    cache_id = cache_fingerprint(encoder, spec)
+    store = open_cache(plan.cache)
+    try:
+        register_spec(store, encoder, spec, cache_id)
+    finally:
+        store.close()
+    return cache_id
+
+
+def workers_elsewhere(client) -> list[str]:
+    """The host names of the workers that do not run on this machine."""
+    import socket
+
+    here = socket.gethostname()
+    return sorted({h for h in client.run(socket.gethostname).values() if h != here})
+
+
+def run_store_id(encoder, spec) -> tuple[str, dict]:
+    """The fingerprint of the run's own duplicates store (a SQLite store like a cache, in OUTPUT.partial/.dedup/,
+    which _finish removes with the partial directory's other hidden files)."""
+    from ..cache.store import cache_fingerprint
+
+    return cache_fingerprint(encoder, spec)
+
+
+def check_worker_hosts(client, cache: Path) -> None:
+    """The vector cache is one machine's SQLite database: every worker must run on this machine."""
+    import socket
+
+    here = socket.gethostname()
+    other = workers_elsewhere(client)
+    if other:
+        raise BertfeatError(f"the vector cache {cache} is a SQLite database on this machine ({here}), and workers run on "
+                            f"{', '.join(other)}: SQLite's locking does not reach across machines",
+                            f"run without {opt('cache')} (unset BERTFEAT_CACHE), or run the workers on this machine")
+
+
+def _run_key(manifest: dict) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | None:
+    """Start or continue OUTPUT.partial/; returns the partition row counts when a resumed run knows them."""
+    mpath = partial / MANIFEST
+    check_resume_engine(partial, "dask", resume)
+    if resume and mpath.is_file():
+        old = read_manifest(mpath)
+        check_resume(old, manifest)
+        if old.get("partition_rows") is not None:
+            manifest["partition_rows"] = old["partition_rows"]
+            return list(old["partition_rows"])
+        return None
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    write_atomic(mpath, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    return None
+
+
+def _finish(partial: Path, out: Path, meta: dict):
+    """Tidy OUTPUT.partial/ (manifest, stray temporary files) and move it to OUTPUT."""
+    for p in partial.iterdir():
+        if p.name.startswith(".") or p.name == MANIFEST:
+            p.unlink() if p.is_file() else shutil.rmtree(p, ignore_errors=True)
+    write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    replace_directory(partial, out)  # the old output or the new one under OUTPUT at every moment, even under SIGKILL

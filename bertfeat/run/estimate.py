@@ -1,0 +1,413 @@
+"""``extract --estimate``: what a run will take, before it runs: rows and tokens, time on this machine, disk and
+memory, measured on a sample.
+
+The estimate executes the same plan as the run (plan.make_plan: the same options, checks and model), but writes
+nothing. It reads the whole input once (the exact row count and bad rows; a Parquet input's count from its footers),
+keeping a uniform sample of ``sample`` accepted rows; tokenizes the sample (tokens per row, truncated and chunked
+rows) and encodes it with the run's encoder settings, timed after a warm-up batch, for this machine's tokens per
+second. From those: the run's tokens and encode time, the output's size and the disk the run holds at its peak (the
+partial directory's unreduced parts, then the output beside them), and the peak memory (measured while the sample
+was encoded, plus what the run keeps besides: read-ahead chunks, the PCA statistics, the duplicates store); set
+against the memory the process may use (its cgroup's limit, else the machine's available memory) and the free disk.
+With a vector cache, the share of the sample already in it is reported and taken off the encode time.
+
+Estimates, not promises: a sample of a few hundred rows gives the tokens per row within a few per cent on ordinary
+text; the time assumes the machine stays as loaded as during the calibration.
+"""
+
+from __future__ import annotations
+
+import resource
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["DEFAULT_SAMPLE", "Estimate", "estimate_plan", "memory_limit"]
+
+DEFAULT_SAMPLE = 500
+WARM_UP_ROWS = 32
+#: bytes per row an output holds besides its features (id, n_tokens, truncated, n_chunks; Parquet's overhead)
+ROW_OVERHEAD = {"parquet": 24, "npy": 20, "csv": 24}
+#: bytes a float32 feature takes in the file (CSV: its text, e.g. "-0.012345678,")
+FEATURE_BYTES = {"parquet": 4, "npy": 4, "csv": 13}
+#: the same for float16 features (dtype="float16"; CSV: its shortest text, e.g. "-0.01234,")
+FEATURE_BYTES_FLOAT16 = {"parquet": 2, "npy": 2, "csv": 9}
+WRITE_RATE = 200e6  # bytes per second the parts and the output are written and read back at (a local disk)
+#: what a run holds besides the encoder's peak: the reader and read-ahead threads (each with its own malloc arena),
+#: Arrow's read and write buffers. Measured (MiniLM, 2 cores, AMD EPYC Zen 4): a run's peak RSS over this estimate's
+#: calibration process, 56 MiB on 300 rows and 101 MiB on 4,000 (two chunks); the larger is taken.
+PIPELINE_OVERHEAD = 100 << 20
+#: run-to-run drift of an encode's time on a quiet machine (10-25 % measured here): the floor of the time's range
+TIMING_DRIFT = 0.10
+#: below this share of its threads' CPU during the timed encode, the machine counts as busy
+BUSY_SHARE = 0.8
+
+
+@dataclass
+class Estimate:
+    """What ``extract(..., estimate=True)`` returns (``to_dict`` for JSON). Sizes in bytes, times in seconds."""
+
+    input: str
+    output: str
+    rows: int  # input rows (counted)
+    rows_bad: int  # of which rejected (a run under on_bad_row='error' stops at the first)
+    first_bad_row: int | None
+    rows_too_long: int  # long_text='error': rows estimated too long (bad rows too), from the sample
+    sample_rows: int
+    tokens_per_row: float  # real tokens the model runs per accepted row (after truncation / chunking)
+    tokens: int  # the run's, estimated
+    rows_truncated: float  # share of rows cut at max_length (long_text truncate)
+    windows_per_row: float  # chunk-* modes: windows per row (1 otherwise)
+    cached: float | None  # share of the sample already in the vector cache (None: no cache)
+    tokens_per_second: float  # measured on the sample, this machine, the run's threads and precision
+    seconds: float  # the whole run, estimated: load + read + encode (rows not in the cache) + write
+    seconds_low: float  # the likely range of ``seconds``: the sample's spread of tokens per row, the timing's drift,
+    seconds_high: float  # and a busy machine (cpu_share) widen it (time_range)
+    cpu_share: float  # of the time the process's threads wanted a core while timed, the share they had one (1: all)
+    encode_seconds: float  # encoding the rows not in the cache, estimated
+    read_seconds: float  # what reading the input took here (the run reads it once too)
+    load_seconds: float  # loading the model here
+    model: str
+    precision: str
+    threads: int
+    dim: int  # features per row before any PCA
+    dim_out: int  # in the output (a variance fraction's k is not known before the fit: then d, an upper bound)
+    output_bytes: int
+    disk_peak_bytes: int  # partial parts + the output, the most the run holds at once
+    disk_free_bytes: int | None
+    memory_peak_bytes: int
+    memory_parts: dict = field(default_factory=dict)  # what the peak is made of
+    memory_limit_bytes: int | None = None
+    memory_limit_source: str | None = None
+    warnings: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def memory_limit(root: Path = Path("/")) -> tuple[int | None, str | None]:
+    """The memory this process may use: its cgroup's limit (v2 memory.max, v1 memory.limit_in_bytes) if set, else the
+    machine's available memory (/proc/meminfo MemAvailable): (bytes, where from), or (None, None) when neither is
+    readable. ``root``: for tests."""
+    candidates = [(root / "sys/fs/cgroup/memory.max", "cgroup memory.max"),
+                  (root / "sys/fs/cgroup/memory/memory.limit_in_bytes", "cgroup memory.limit_in_bytes")]
+    try:  # the process's own cgroup (v2), when it is not the root one
+        for line in (root / "proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::") and line[3:].strip() not in ("", "/"):
+                candidates.insert(0, (root / "sys/fs/cgroup" / line[3:].strip().lstrip("/") / "memory.max",
+                                      "cgroup memory.max"))
+    except OSError:
+        pass
+    limit = None
+    for path, source in candidates:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < (1 << 60):  # v1 says "no limit" with a huge number
+            limit = (int(text), source)
+            break
+    available = None
+    try:
+        for line in (root / "proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    if limit is not None and (available is None or limit[0] <= available):
+        return limit
+    if available is not None:
+        return available, "available memory (/proc/meminfo)"
+    return limit or (None, None)
+
+
+def feature_bytes(fmt: str, dtype: str) -> int:
+    """Bytes one feature value takes in an output of ``fmt`` written as ``dtype``."""
+    return (FEATURE_BYTES_FLOAT16 if dtype == "float16" else FEATURE_BYTES)[fmt]
+
+
+def _rss_peak() -> int:
+    """This process's peak resident memory so far, bytes (Linux reports KiB)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _read(plan, sample: int, seed: int) -> dict:
+    """The whole input once: {"rows", "bad", "first_bad", "texts", "pairs" (the sample's), "text_bytes" (per accepted
+    row), "kept_bytes" (its kept columns' values, per row), "seconds"}."""
+    from .chunks import Reservoir, validate_batch
+
+    t0 = time.perf_counter()
+    rows = bad = text_bytes = kept_bytes = 0
+    first_bad = None
+    reservoir = Reservoir(sample, seed)
+    for b in plan.reader.batches():
+        chunk = validate_batch(b, 0)
+        rows += chunk.n_read
+        if chunk.rejects:
+            bad += len(chunk.rejects)
+            first_bad = chunk.rejects[0]["row"] if first_bad is None else first_bad
+        text_bytes += sum(len(t.encode("utf-8", errors="replace")) for t in chunk.texts)
+        for values in (chunk.extra or {}).values():
+            kept_bytes += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in values)
+        reservoir.add([(t, None if chunk.pairs is None else chunk.pairs[i]) for i, t in enumerate(chunk.texts)])
+    kept = reservoir.items()
+    accepted = max(rows - bad, 1)
+    return {"rows": rows, "bad": bad, "first_bad": first_bad, "texts": [t for t, _ in kept],
+            "pairs": [p for _, p in kept] if plan.pair_column is not None else None,
+            "text_bytes": text_bytes / accepted, "kept_bytes": kept_bytes / accepted,
+            "seconds": time.perf_counter() - t0}
+
+
+def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None) -> float | None:
+    """The share of the sample the vector cache already holds for these settings (None without a cache or when it
+    cannot be read)."""
+    if plan.cache is None:
+        return None
+    from ..cache.store import DB_NAME, cache_fingerprint, open_cache, text_key
+
+    if not (Path(plan.cache) / DB_NAME).is_file():
+        return 0.0
+    fp, _ = cache_fingerprint(encoder, spec)
+    try:
+        store = open_cache(Path(plan.cache))
+        try:
+            fid = store.known_id(fp)
+            if fid is None:
+                return 0.0
+            keys = [text_key(t, None if pairs is None else pairs[i]) for i, t in enumerate(texts)]
+            return len(store.get(fid, keys)) / max(len(keys), 1)
+        finally:
+            store.close()
+    except Exception:  # an estimate does not fail on a cache it cannot read: the run will say what is wrong
+        return None
+
+
+def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate:
+    """Measure what ``plan`` will take (see the module docstring); writes nothing."""
+    from .jobcore import feature_settings, load_encoder
+    from ..readers.rejects import RejectCode
+
+    read = _read(plan, sample, seed)
+    rows, bad = read["rows"], read["bad"]
+    t0 = time.perf_counter()
+    encoder = load_encoder(plan)
+    load_seconds = time.perf_counter() - t0
+    spec, _ = feature_settings(encoder, plan)
+    d = encoder.output_dim(spec)
+    m = _measure(encoder, spec, read["texts"], read["pairs"])
+    n = len(read["texts"])
+    # rows the run refuses (too long under long_text='error', a token past the embedding table) are left out of the
+    # sample, and counted
+    too_long, past_table = (round(sum(r.code == code for r in m["refused"].values()) / n * (rows - bad)) if n else 0
+                            for code in (RejectCode.TOO_LONG, RejectCode.TOKEN_PAST_TABLE))
+    accepted = rows - bad - too_long - past_table
+    cached = _cached_share(plan, encoder, spec, m["texts"], m["pairs"])
+    tokens = int(round(m["tokens_per_row"] * accepted))
+    encode_seconds = tokens * (1.0 - (cached or 0.0)) / m["tps"] if m["tps"] else 0.0
+    size = _sizes(plan, d, accepted, read["kept_bytes"])
+    # writing: the parts as the chunks finish, then the output from them (read back once); ~WRITE_RATE on a local disk
+    seconds = (load_seconds + read["seconds"] + encode_seconds
+               + (2 * size["parts_bytes"] + size["output_bytes"]) / WRITE_RATE)
+    memory_parts = _memory_parts(plan, d, accepted, read["text_bytes"], m["tokens_per_row"])
+    memory_peak = int(sum(memory_parts.values()))
+    limit, source = memory_limit()
+    out_dir = plan.layout.features.parent if str(plan.layout.features.parent) else Path(".")
+    probe = next((p for p in [out_dir, *out_dir.absolute().parents] if p.exists()), None)
+    free = shutil.disk_usage(probe).free if probe is not None else None
+    warnings = _warnings(plan, spec, read, (too_long, past_table), m, memory_peak, (limit, source), size["disk_peak"],
+                         (free, probe))
+    low, high = time_range(seconds, encode_seconds, m["token_spread"], m["cpu_share"])
+    return Estimate(
+        input=plan.input, output=str(plan.layout.features), rows=rows, rows_bad=bad, first_bad_row=read["first_bad"],
+        rows_too_long=too_long, sample_rows=len(m["texts"]), tokens_per_row=m["tokens_per_row"], tokens=tokens,
+        rows_truncated=m["truncated"], windows_per_row=m["windows"], cached=cached, tokens_per_second=m["tps"],
+        seconds=seconds, seconds_low=low, seconds_high=high, cpu_share=m["cpu_share"], encode_seconds=encode_seconds,
+        read_seconds=read["seconds"], load_seconds=load_seconds, model=encoder.model_id, precision=encoder.precision,
+        threads=int(encoder.threads), dim=d, dim_out=size["dim_out"], output_bytes=int(size["output_bytes"]),
+        disk_peak_bytes=int(size["disk_peak"]), disk_free_bytes=free, memory_peak_bytes=memory_peak,
+        memory_parts=memory_parts, memory_limit_bytes=limit, memory_limit_source=source, warnings=warnings)
+
+
+def _measure(encoder, spec, texts: list[str], pairs: list[str] | None) -> dict:
+    """Tokenize the sample (the rows the run refuses, chunks.prepare_rows, left out) and time its encode after a
+    warm-up: -> the sample's texts / pairs kept, the refused (position -> reason), tokens per row, truncated share,
+    windows per row, tokens per second, the relative standard error of tokens per row and the CPU share."""
+    from .chunks import prepare_rows, run_rows
+
+    m = {"tokens_per_row": 0.0, "tps": 0.0, "token_spread": 0.0, "cpu_share": 1.0, "truncated": 0.0, "windows": 1.0}
+    prep, keep, refused = prepare_rows(encoder, spec, texts, pairs)
+    texts, pairs = [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
+    m.update(texts=texts, pairs=pairs, refused=refused)
+    if prep is None:
+        return m
+    lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
+    warm = encoder.prepare(texts[:WARM_UP_ROWS], None if pairs is None else pairs[:WARM_UP_ROWS], spec)
+    run_rows(encoder, spec, warm, list(range(len(warm.ids))))  # numba / primitives / workspaces, not timed
+    t0, sched0 = time.perf_counter(), _sched_seconds()
+    run_rows(encoder, spec, prep, list(range(len(texts))))
+    wall = max(time.perf_counter() - t0, 1e-9)
+    per_row = np.bincount(prep.window_row, weights=lengths, minlength=len(texts))  # tokens the model runs per row
+    m.update(tokens_per_row=float(lengths.sum()) / len(texts), truncated=float(np.mean(prep.truncated)),
+             windows=len(prep.ids) / len(texts), tps=float(lengths.sum()) / wall,
+             cpu_share=_cpu_share(sched0, _sched_seconds()),
+             token_spread=float(per_row.std() / np.sqrt(len(per_row)) / max(per_row.mean(), 1e-9))
+             if len(per_row) > 1 else 0.0)
+    return m
+
+
+def _sizes(plan, d: int, accepted: int, kept_bytes: float) -> dict:
+    """The output's width and bytes, the partial directory's unreduced parts and the disk held at the peak."""
+    from .plan import ALL_COMPONENTS
+
+    fmt = plan.layout.fmt
+    if plan.pca_model is not None:
+        from ..pca.estimator import PCA
+
+        dim_out = int(PCA.load(plan.pca_model).n_components_)
+    elif isinstance(plan.pca, int) and plan.pca != ALL_COMPONENTS:
+        dim_out = min(int(plan.pca), d)
+    else:
+        dim_out = d  # a variance fraction or mle: known after the fit; d is the most it can be
+    output_bytes = accepted * (dim_out * feature_bytes(fmt, plan.dtype) + ROW_OVERHEAD[fmt] + kept_bytes)
+    parts_bytes = accepted * (d * 4 + ROW_OVERHEAD["parquet"])  # the partial directory's unreduced parts
+    return {"dim_out": dim_out, "output_bytes": output_bytes, "parts_bytes": parts_bytes,
+            "disk_peak": parts_bytes + output_bytes}
+
+
+def _memory_parts(plan, d: int, accepted: int, mean_bytes: float, tokens_per_row: float) -> dict:
+    """What the run's peak memory is made of: the encoder's measured peak, and what the run holds besides."""
+    from .local import READ_AHEAD_CHUNKS
+    from ..cache.reuse import DEDUP_MEMORY
+
+    return {
+        "measured while encoding the sample (model, batches, libraries)": _rss_peak(),
+        "read-ahead chunks (texts, tokens, vectors)": int(READ_AHEAD_CHUNKS + 1) * plan.chunk_rows
+        * int(mean_bytes * 3 + tokens_per_row * 8 + d * 4),
+        "PCA statistics (float64)": (2 * d * d * 8 + 4 * d * 8) if plan.pca is not None else 0,
+        "duplicates store (at most)": 0 if plan.cache is not None else min(DEDUP_MEMORY, accepted * (d * 4 + 200)),
+        "reading and writing (threads, Arrow buffers; measured)": PIPELINE_OVERHEAD,
+    }
+
+
+def _warnings(plan, spec, read: dict, refused: tuple, m: dict, memory_peak: int, limit_source: tuple, disk_peak: int,
+              free_probe: tuple) -> list[str]:
+    """What will not do, or may surprise: bad rows, limits, memory, disk, truncation, a busy machine."""
+    rows, bad, first_bad = read["rows"], read["bad"], read["first_bad"]
+    too_long, past_table = refused
+    (limit, source), (free, probe) = limit_source, free_probe
+    warnings = []
+    if bad and plan.on_bad_row == "error":
+        warnings.append(f"{bad:,} bad row(s): the run stops at row {first_bad} (on_bad_row='error'); skip writes them "
+                        "to the rejects file")
+    if plan.max_bad_rows is not None and plan.max_bad_rows.exceeded(bad + too_long + past_table, rows, final=True):
+        about = "~" if too_long or past_table else ""  # rows the Encoder refuses are counted on the sample
+        warnings.append(f"{about}{bad + too_long + past_table:,} bad row(s), more than max_bad_rows "
+                        f"{plan.max_bad_rows.text} allows: the run stops there and writes nothing")
+    if limit is not None and memory_peak > 0.9 * limit:
+        warnings.append(f"the run may need {memory_peak / 2**20:,.0f} MiB, {source} is {limit / 2**20:,.0f} MiB: lower "
+                        "chunk_rows or max_batch_tokens, or threads")
+    if free is not None and disk_peak > free:
+        warnings.append(f"the run needs ~{disk_peak / 2**20:,.0f} MiB of disk at its peak, {free / 2**20:,.0f} MiB "
+                        f"are free under {probe}")
+    if too_long and plan.on_bad_row == "error":
+        warnings.append(f"~{too_long:,} row(s) are longer than max_length {spec.max_length}: the run "
+                        "(long_text='error') stops at the first; on_bad_row='skip' writes them to the rejects file")
+    if past_table:
+        warnings.append(f"~{past_table:,} row(s) hold a token the model's word embedding table has no row for: "
+                        + ("the run stops at the first (on_bad_row='error')" if plan.on_bad_row == "error"
+                           else "the run writes them to the rejects file"))
+    if m["truncated"] > 0.01 and spec.long_text == "truncate":
+        warnings.append(f"{100 * m['truncated']:.1f} % of rows are longer than max_length {spec.max_length} and will be "
+                        "cut (long_text='chunk-mean' keeps every token)")
+    if plan.engine == "dask":
+        warnings.append("measured on this machine: a Dask cluster's time is this divided by its workers' share")
+    if m["cpu_share"] < BUSY_SHARE:
+        warnings.append(f"the machine was busy while the sample was timed (its threads had a core "
+                        f"{100 * m['cpu_share']:.0f} % of the time they wanted one): the time is long if the run has "
+                        "the cores to itself")
+    return warnings
+
+
+def render(e: Estimate, console, err_console=None) -> None:
+    """The estimate as a table (rich) on ``console``, its warnings on ``err_console`` (default: the same)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
+    t = Table(title="Estimate", show_header=False,
+              caption=f"measured on {e.sample_rows:,} sampled rows; nothing was written")
+    t.add_column("")
+    t.add_column("", overflow="fold")  # a long path is folded, never cut
+    t.add_row("input", Text(e.input))
+    t.add_row("rows", f"{e.rows:,}" + (f" ({e.rows_bad:,} bad, first at row {e.first_bad_row})" if e.rows_bad else "")
+              + (f" (~{e.rows_too_long:,} too long)" if e.rows_too_long else ""))
+    t.add_row("tokens", f"~{e.tokens:,} ({e.tokens_per_row:.1f} per row"
+              + (f", {100 * e.rows_truncated:.1f} % of rows truncated" if e.rows_truncated else "")
+              + (f", {e.windows_per_row:.2f} windows per row" if e.windows_per_row > 1 else "") + ")")
+    t.add_row("speed", f"{e.tokens_per_second:,.0f} tokens/s here ({e.model}, {e.precision}, {e.threads} threads)")
+    if e.cached is not None:
+        t.add_row("cache", f"{100 * e.cached:.0f} % of the sample is cached")
+    t.add_row("time", f"~{_duration(e.seconds)}, likely {_duration(e.seconds_low)} to {_duration(e.seconds_high)} "
+              f"({_duration(e.encode_seconds)} encoding, {_duration(e.read_seconds)} reading, "
+              f"{_duration(e.load_seconds)} loading the model)")
+    t.add_row("output", Text(f"{e.output}: ~{mib(e.output_bytes)}, {e.dim_out} features per row"
+                             + ("" if e.dim_out == e.dim else f" (of {e.dim})")))
+    t.add_row("disk at peak", f"~{mib(e.disk_peak_bytes)}" + (f" ({mib(e.disk_free_bytes)} free)" if e.disk_free_bytes
+                                                               is not None else ""))
+    limit = f" ({e.memory_limit_source}: {mib(e.memory_limit_bytes)})" if e.memory_limit_bytes else ""
+    t.add_row("memory at peak", f"~{mib(e.memory_peak_bytes)}{limit}")
+    console.print(t)
+    for w in e.warnings:
+        (err_console or console).print(Text(f"Warning: {w}"), soft_wrap=True)
+
+
+def _sched_seconds() -> dict[str, tuple[int, int]] | None:
+    """Thread id -> (ns on a core, ns waiting for one), for the process's threads (Linux schedstat; None elsewhere).
+    Waiting means another process held the core: a busy machine, which CPU time over wall time cannot tell from
+    threads idle for want of work."""
+    out = {}
+    try:
+        for task in Path("/proc/self/task").iterdir():
+            try:
+                fields = (task / "schedstat").read_text().split()
+            except OSError:  # a thread that ended meanwhile
+                continue
+            out[task.name] = (int(fields[0]), int(fields[1]))
+    except (OSError, ValueError, IndexError):
+        return None
+    return out
+
+
+def _cpu_share(before, after) -> float:
+    """Of the time the threads wanted a core between two _sched_seconds readings, the share they had one (threads
+    that ended meanwhile are not counted; ones that started count from zero)."""
+    if not before or not after:
+        return 1.0
+    run = wait = 0
+    for tid, (r, w) in after.items():
+        r0, w0 = before.get(tid, (0, 0))
+        run, wait = run + max(r - r0, 0), wait + max(w - w0, 0)
+    return run / (run + wait) if run + wait > 0 else 1.0
+
+
+def time_range(seconds: float, encode_seconds: float, token_spread: float, cpu_share: float) -> tuple[float, float]:
+    """The likely range of an estimated run time: the encode's share widened by twice the sample's relative standard
+    error of tokens per row and the timing's drift (TIMING_DRIFT); timed on a busy machine (``cpu_share`` below 1),
+    the low end is what the encode takes with the cores to itself."""
+    rel = float(np.hypot(2 * token_spread, TIMING_DRIFT))
+    other = seconds - encode_seconds
+    low = other + encode_seconds * (1 - rel) * min(cpu_share, 1.0)
+    high = other + encode_seconds * (1 + rel)
+    return max(low, 0.0), high
+
+
+def _duration(s: float) -> str:
+    if s < 90:
+        return f"{s:.1f} s"
+    if s < 5400:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"

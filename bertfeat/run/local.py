@@ -1,0 +1,337 @@
+"""The local engine: runs an ``ExtractPlan`` (plan.py) in this process.
+
+A background thread reads, validates and tokenizes chunk k+1 while the model encodes chunk k (chunks.py). Each
+finished chunk is written atomically as a part file under ``OUTPUT.partial/`` with a manifest of the settings, so
+``resume`` after Ctrl-C or kill -9 continues from the last completed chunk. Each chunk's counts and PCA
+statistics are taken while its table is in memory; at the end the PCA is fitted, the parts are read back once and
+streamed into the output (temporary file, then rename) and the partial directory is removed. The rules both
+engines share (manifest and resume, counts, provenance, the PCA's fit and files) are in jobcore.py; what a failure
+keeps or removes and says, in failures.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..atomic import atomic_output, remove_stale_temps, together, write_atomic
+from .chunks import (
+    PreparedChunk,
+    chunk_table,
+    extra_columns,
+    feature_matrix,
+    iter_chunks,
+    output_columns,
+    prepare_chunk,
+    table_counts,
+    validate_batch,
+)
+from ..errors import BertfeatError, one_line, opt
+from .failures import Failure, handle, kept_for_limit, kind_of
+from ..features.base import check_float16_range
+from .jobcore import (
+    PARTIAL_MANIFESTS,
+    ExtractSummary,
+    accumulate_pca,
+    applied_pca,
+    applied_pca_entry,
+    check_resume,
+    check_resume_engine,
+    feature_settings,
+    finish_pca,
+    job_manifest,
+    load_encoder,
+    make_reuser,
+    new_pca,
+    new_summary,
+    probe_into_report,
+    provenance,
+    read_manifest,
+)
+from .progress import NullProgress
+from ..readers.rejects import TooManyBadRows, publish_rejects
+from ..ops.threads import read_ahead
+
+READ_AHEAD_CHUNKS = 2  # tokenized chunks waiting for the model (bounds the memory of the read-ahead)
+
+
+class DamagedPart(BertfeatError):
+    """A saved chunk that no longer reads back (its page checksums fail): the run stops, keeping the other parts."""
+
+
+class PartStore:
+    """OUTPUT.partial/: a manifest plus one atomically written Parquet part per finished chunk."""
+
+    def __init__(self, partial: Path):
+        self.dir = partial
+        self.manifest_path = self.dir / PARTIAL_MANIFESTS["local"]
+
+    def part_path(self, index: int) -> Path:
+        return self.dir / f"part-{index:06d}.parquet"
+
+    def open(self, manifest: dict, resume: bool) -> set[int]:
+        """Start or continue: returns the indices of chunks already done. A store that cannot be made is removed (a
+        BertfeatError naming it)."""
+        try:
+            return self._open(manifest, resume)
+        except OSError as e:
+            self.remove()
+            raise BertfeatError(f"cannot write {self.dir} ({e.strerror or e})",
+                                f"check the output directory exists and is writable, or pass {opt('output')}") from None
+
+    def _open(self, manifest: dict, resume: bool) -> set[int]:
+        check_resume_engine(self.dir, "local", resume)
+        if self.dir.exists() and resume and self.manifest_path.is_file():
+            check_resume(read_manifest(self.manifest_path), manifest)
+            done = set()
+            for p in self.dir.glob("part-*.parquet"):
+                if self._intact(p):
+                    done.add(int(p.stem.split("-")[1]))
+                else:  # damaged on disk since (cut short, emptied): its chunk is encoded again
+                    p.unlink()
+            return done
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True)
+        write_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
+        return set()
+
+    @staticmethod
+    def _intact(path: Path) -> bool:
+        """A part's footer and bertfeat's metadata read back (cheap: a resumed run reads each part's pages once, later,
+        verifying their checksums: read_part)."""
+        try:
+            json.loads(pq.read_schema(path).metadata[b"bertfeat_part"])
+            return True
+        except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+            return False
+
+    def write_part(self, index: int, table: pa.Table, rejects: list[dict], n_read: int, reuse: dict | None = None):
+        meta = {b"bertfeat_part": json.dumps({"rejects": rejects, "n_read": n_read, "reuse": reuse or {}}, default=str).encode()}
+        with atomic_output(self.part_path(index)) as tmp:
+            pq.write_table(table.replace_schema_metadata(meta), tmp, write_page_checksum=True,  # no dictionary for the
+                           use_dictionary=[c for c in table.column_names if c != "embedding"])  # floats (parquet.py)
+
+    def read_part(self, index: int) -> tuple[pa.Table, list[dict], int, dict]:
+        """A finished chunk: its table, rejects, input rows and reuse counts (rows_encoded, rows_reused)."""
+        path = self.part_path(index)
+        try:
+            t = pq.read_table(path, page_checksum_verification=True)  # the CRCs write_part wrote
+        except (OSError, pa.ArrowException) as e:
+            path.unlink(missing_ok=True)  # so that the resume this error asks for encodes its chunk again
+            raise DamagedPart(f"a saved chunk of the interrupted run, {path.name}, was damaged on disk "
+                                f"({one_line(e, 100)}); it is removed",
+                                f"rerun with {opt('resume', True)}: that chunk is encoded again") from None
+        meta = json.loads(t.schema.metadata[b"bertfeat_part"])
+        return t.replace_schema_metadata(None), meta["rejects"], meta["n_read"], meta.get("reuse", {})
+
+    def remove(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def prepared_chunks(plan, encoder, spec, done: set[int], reuser=None):
+    """Read, validate, look up (``reuser``) and tokenize (run ahead of the model by read_ahead); completed chunks pass
+    through untokenized.
+
+    Yields ("done", index, bytes_read, rows) for a chunk already in the part store, else ("chunk", PreparedChunk).
+    """
+    source = plan.reader
+    for index, raw in iter_chunks(source, plan.chunk_rows):
+        if index in done:
+            yield ("done", index, raw.bytes_read, len(raw.rows))
+            continue
+        chunk = validate_batch(raw, index)
+        yield ("chunk", prepare_chunk(encoder, spec, chunk, source.name, plan.on_bad_row, reuser))
+
+
+def run(plan, progress: NullProgress | None = None) -> ExtractSummary:
+    """Execute the plan in this process; returns the summary. Raises BertfeatError on bad input; a failure keeps or
+    removes the partial directory as failures.py says."""
+    t0 = time.perf_counter()
+    job = LocalRun(plan, progress or NullProgress())
+    job.open()
+    for phase, step in (("encode", job.encode), ("write", job.write)):
+        try:
+            step()
+        except BaseException as e:  # what the failure keeps and says: failures.py
+            raise job.failed(e, phase)
+    job.summary.elapsed = time.perf_counter() - t0
+    return job.summary
+
+
+class LocalRun:
+    """One run of a plan in this process, in the steps ``run`` calls: ``open`` the part store, ``encode`` every chunk
+    into it (counts, rejects and PCA statistics taken as each chunk finishes), ``write`` the outputs from the parts;
+    ``failed`` asks failures.py what a failure keeps."""
+
+    def __init__(self, plan, progress: NullProgress):
+        self.plan, self.progress = plan, progress
+        self.encoder = encoder = load_encoder(plan)
+        self.spec, self.fingerprint = feature_settings(encoder, plan)
+        # pca_model: checked before any row is encoded
+        self.applied = applied_pca(plan, self.fingerprint, encoder.output_dim(self.spec))
+        self.store = PartStore(plan.layout.partial)
+        self.done: set[int] = set()  # chunks the interrupted run finished (resume)
+        self.order: list[int] = []  # chunks accounted so far (resumed ones as they are read)
+        self.rejects: dict[int, list[dict]] = {}
+        self.pca = new_pca(plan.pca_n_components) if plan.pca is not None else None
+        self.limit = plan.max_bad_rows
+        self.summary: ExtractSummary | None = None
+        self.complete = False  # the outputs are in place (the partial directory is gone)
+
+    def open(self) -> None:
+        """Start or continue the part store; tidy what a killed run left (temporaries, its duplicates store)."""
+        plan, store = self.plan, self.store
+        manifest = job_manifest(plan, self.fingerprint, self.encoder, format=plan.layout.fmt)
+        self.done = store.open(manifest, plan.resume)
+        for _, path in plan.layout.outputs():  # temporaries of a run killed while it wrote its outputs (this output's only)
+            remove_stale_temps(path)
+        self.summary = new_summary(plan, self.encoder, self.spec, "local", chunks_resumed=len(self.done))
+        if self.done:
+            self.progress.note(f"resuming: {len(self.done)} chunk(s) already done in {store.dir}")
+        for stale in store.dir.glob(".dedup-*"):  # the duplicates store of the interrupted run (its vectors are in its parts)
+            stale.unlink(missing_ok=True)
+
+    def encode(self) -> None:
+        """Every chunk: read and tokenized ahead (prepared_chunks), encoded, written as a part and accounted; the
+        interrupted run's finished chunks read back from their parts."""
+        plan, encoder, spec, store, progress, summary = self.plan, self.encoder, self.spec, self.store, self.progress, self.summary
+        reuser = make_reuser(encoder, spec, plan.cache, store.dir)
+        try:
+            progress.start(plan.reader.total_rows, plan.reader.total_bytes)
+            items = read_ahead(prepared_chunks(plan, encoder, spec, self.done, reuser), READ_AHEAD_CHUNKS,
+                               name="bertfeat-reader")
+            try:
+                for item in items:
+                    if item[0] == "done":  # finished by the interrupted run: its part is read once, here
+                        _, index, bytes_read, n = item
+                        self.account(index, *store.read_part(index), resumed=True)
+                        progress.advance(n, 0, bytes_read)
+                        continue
+                    pc: PreparedChunk = item[1]
+                    before = (reuser.encoded, reuser.reused, reuser.tokens_encoded)
+                    table = chunk_table(encoder, spec, pc, plan.id_name, plan.keep_types, reuser)
+                    reuse = {"rows_encoded": reuser.encoded - before[0], "rows_reused": reuser.reused - before[1],
+                             "tokens_encoded": reuser.tokens_encoded - before[2]}
+                    store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
+                    self.account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
+                    tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
+                    progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
+            finally:
+                items.close()
+                progress.stop()
+        finally:
+            summary.cache_repaired = reuser.corrupt
+            reuser.close()
+        if summary.cache_repaired:
+            progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged "
+                          f"entr{'y' if summary.cache_repaired == 1 else 'ies'} (checksum mismatch): encoded again and rewritten")
+        summary.rows_multiline = getattr(plan.reader, "multiline_rows", 0)
+
+    def account(self, index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int, reuse: dict, resumed=False):
+        """A finished unit's counts, rejects and PCA statistics, taken while its table is in memory (``resumed``: a
+        chunk kept from the interrupted run)."""
+        plan, summary = self.plan, self.summary
+        self.order.append(index)
+        self.rejects[index] = chunk_rejects
+        counts = table_counts(table, self.spec.max_length)
+        summary.add({"rows_read": n_read, **counts, **reuse})
+        if resumed:
+            summary.add_resumed({**counts, **reuse})
+        summary.rows_rejected += len(chunk_rejects)
+        if self.limit is not None and self.limit.exceeded(summary.rows_rejected, summary.rows_read, final=False):
+            raise self.too_many_bad_rows()
+        if self.pca is not None and table.num_rows:
+            accumulate_pca(self.pca, feature_matrix(table))
+        if plan.dtype == "float16" and not plan.reduces and table.num_rows:  # refused now, not after the last chunk
+            first = summary.rows_written - table.num_rows
+            check_float16_range(feature_matrix(table), table.column(plan.id_name), first)
+
+    def all_rejects(self) -> list[dict]:
+        return [r for i in sorted(self.rejects) for r in self.rejects[i]]
+
+    def too_many_bad_rows(self) -> TooManyBadRows:
+        """max_bad_rows passed: the finished chunks stay for a resume with a higher limit (not from standard input)."""
+        kept = kept_for_limit(self.failure("resumable", "encode"))
+        return self.limit.error(self.plan.reader.name, self.all_rejects(), self.summary.rows_read, kept)
+
+    def write(self) -> None:
+        """The outputs from the parts (finalize), then the label's linear probe added to the report."""
+        plan, summary = self.plan, self.summary
+        if self.limit is not None and self.limit.exceeded(summary.rows_rejected, summary.rows_read, final=True):
+            raise self.too_many_bad_rows()
+        pca = self.pca if self.pca is not None else self.applied
+        summary.outputs = finalize(plan, self.store, sorted(self.order), self.encoder, self.spec, self.fingerprint,
+                                   summary, pca, self.all_rejects())
+        self.complete = True  # the probe (reading the output again) only adds to the report
+        summary.probe = probe_into_report(plan, pca, self.fingerprint, summary.outputs["features"], self.progress)
+
+    def failure(self, kind: str, phase: str, e: BaseException | None = None) -> Failure:
+        """What happened, for failures.py: standard input or not, the chunks in the part store, the outputs' state."""
+        plan = self.plan
+        return Failure(kind, phase, self.store.dir, plan.layout.features, "chunk", len(self.done.union(self.order)),
+                       stdin=plan.input == "-", complete=self.complete or getattr(e, "outputs_complete", False),
+                       probe_missing=plan.label is not None and self.summary is not None and self.summary.probe is None)
+
+    def failed(self, e: BaseException, phase: str) -> BaseException:
+        """The exception to raise for a failure in ``phase``, the part store kept or removed (failures.handle)."""
+        return handle(e, self.failure(kind_of(e, (DamagedPart,)), phase, e), self.store.remove)
+
+
+def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprint: dict, summary: ExtractSummary, pca,
+             rejects: list[dict]) -> dict:
+    """Fit the accumulated PCA (or take the applied one: pca_model), then stream the parts (each read once) into the
+    output file(s); remove the partial directory. The counts and the PCA statistics were taken as each part was made."""
+    meta = provenance(encoder, spec, fingerprint, plan, summary)
+    outputs: dict[str, Path] = {}
+    group = None
+    try:
+        with together() as group:  # the PCA model and report, the features and the rejects appear together, or none
+            _write_outputs(plan, store, order, encoder, spec, fingerprint, summary, pca, rejects, meta, outputs)
+    except KeyboardInterrupt as e:
+        if group is not None and group.done:  # held back until the files were in place: they are complete
+            store.remove()
+            e.outputs_complete = True
+        raise
+    store.remove()
+    return outputs
+
+
+def _write_outputs(plan, store: PartStore, order: list[int], encoder, spec, fingerprint: dict, summary: ExtractSummary,
+                   pca, rejects: list[dict], meta: dict, outputs: dict) -> None:
+    """finalize's files (inside atomic.together): the PCA's, the features from the parts, the rejects."""
+    from ..features import FeatureWriter
+
+    layout, id_name = plan.layout, plan.id_name
+    if plan.pca is not None:
+        pca_outputs, meta["pca"] = finish_pca(pca, summary.rows_written, layout, fingerprint)
+        outputs.update(pca_outputs)
+    elif pca is not None:
+        meta["pca"] = applied_pca_entry(pca, plan)
+
+    dim = pca.n_components_ if pca is not None else encoder.output_dim(spec)
+    id_type = plan.reader.id_type()  # the reader's rule, as on the Dask engine
+    if id_type is None:
+        id_type = pa.string()
+        for i in order:  # the first part with an accepted row (a chunk whose rows were all rejected has no id type)
+            t = pq.read_schema(store.part_path(i)).field(id_name).type
+            if not pa.types.is_null(t):
+                id_type = t
+                break
+    writer = FeatureWriter(layout.features, fmt=layout.fmt, dim=int(dim), id_name=id_name, id_type=id_type, metadata=meta,
+                           wide=plan.wide, extra_columns=output_columns(plan.keep_types), dtype=plan.dtype)
+    with writer:
+        for i in order:
+            t, _, _, _ = store.read_part(i)
+            X = feature_matrix(t)
+            if pca is not None and len(X):
+                X = pca.transform_rows(X).astype(np.float32)
+            writer.write(t.column(id_name).to_pylist(), X, extra_columns(t, plan.keep))
+        outputs["features"] = writer.close()
+    outputs.update(publish_rejects(layout.rejects, rejects, plan.keep))

@@ -1,0 +1,120 @@
+"""One writer per output: a run holds an exclusive lock on its output for its whole life.
+
+Two runs writing the same output (a second ``extract -o out.parquet --overwrite`` started while the first runs)
+would delete each other's partial directory and could finish with a file that mixes two inputs. So every command
+that writes an output takes ``output_lock(path)`` first: an ``fcntl.flock`` on a small file beside it,
+``.NAME.lock``, holding the owner's process id, host and start time. A second run is refused at once with one
+line naming the owner. The lock belongs to an open file, so the kernel releases it when its process ends, however it
+ends (Ctrl-C, kill -9, a crash): a stale lock file is taken over by the next run. The lock file is removed on
+release; a run that locked a file since unlinked by its releasing owner checks the inode and locks again.
+
+flock is advisory and per machine: runs on one machine (and one Dask client per output) are serialized; on a
+network file system shared by several machines, locks work where the file system supports flock (NFSv4 does).
+Where ``fcntl`` does not exist (Windows), outputs are not locked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from ..errors import BertfeatError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
+
+class OutputLockedError(BertfeatError):
+    """Another run is writing the same output."""
+
+
+def lock_path(output: str | os.PathLike) -> Path:
+    """The lock file of an output: ``.NAME.lock`` beside it (hidden: never read as input)."""
+    p = Path(output)
+    return p.with_name(f".{p.name}.lock")
+
+
+def owner_of(path: Path) -> str:
+    """The run that holds a lock file, in words (``process 123 on host x, started 12:00:01``)."""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        return "another bertfeat run"
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["started"])) if "started" in d else "?"
+    return f"another bertfeat run (process {d.get('pid', '?')} on host {d.get('host', '?')}, started {when})"
+
+
+def _check_ours(path: Path) -> None:
+    """A file already at the lock's name must be a bertfeat lock (empty, or a run's pid / host / started): another file
+    there is the user's, which the lock would overwrite and then delete."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            ours = not path.exists() and not path.is_symlink()
+        else:
+            text = path.read_text(encoding="utf-8", errors="replace").strip()
+            ours = not text or (isinstance(d := json.loads(text), dict) and set(d) <= {"pid", "host", "started"})
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise BertfeatError(f"{path} exists and is not a bertfeat lock file (bertfeat keeps its run lock for "
+                            f"{path.with_name(path.name[1:-5])} under that name, and removes it after the run)",
+                            "rename or move that file, or write the output under another name")
+
+
+def _acquire(path: Path) -> int:
+    """Open and flock the lock file (non-blocking); -> the descriptor. Raises OutputLockedError when held."""
+    _check_ours(path)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputLockedError(f"{path.with_name(path.name[1:-5])} is being written by {owner_of(path)}",
+                                    "wait for that run to finish (or stop it), then rerun; two runs never write one output")
+        except OSError:  # a file system without flock: run unlocked rather than not at all
+            return fd
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the owner removed this file as we locked it: lock the current one
+
+
+@contextlib.contextmanager
+def output_lock(*outputs: str | os.PathLike, create: bool = True):
+    """Hold the lock of each output (in a fixed order) for the block; refuse at once if another run holds one.
+
+    ``create``: make an output's missing folder first (the run writing it would make it anyway, and a lock must
+    exist before anything else is written there). ``create=False`` (the plan's early probe, which must write nothing):
+    an output whose folder does not exist yet has no run writing it, so there is nothing to check."""
+    if fcntl is None:  # pragma: no cover
+        yield
+        return
+    held: list[tuple[Path, int]] = []
+    try:
+        for out in sorted({Path(o).absolute() for o in outputs}):
+            path = lock_path(out)
+            if not path.parent.is_dir():
+                if not create:
+                    continue  # no folder yet: no run is writing there (a run makes it under its lock, below)
+                path.parent.mkdir(parents=True, exist_ok=True)
+            fd = _acquire(path)
+            held.append((path, fd))
+            info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, info.encode(), 0)
+        yield
+    finally:
+        for path, fd in reversed(held):
+            with contextlib.suppress(OSError):
+                path.unlink()  # while still locked: a waiting run then locks a fresh file (see _acquire)
+            os.close(fd)
