@@ -288,13 +288,21 @@ def cancelled_error(key, e, client) -> ClusterError:
     """A partition's task cancelled under the run: the client lost its scheduler, or the cluster cancelled it."""
     reason = getattr(e, "reason", None) or "unknown"
     if reason == "scheduler-connection-lost":
-        where = getattr(getattr(client, "scheduler", None), "address", None) or "the scheduler"
+        # the address the client was started with: its live rpc object may have dropped it by now (seen under load)
+        where = (getattr(getattr(client, "scheduler", None), "address", None) or scheduler_address(client)
+                 or "the scheduler")
         return ClusterError(f"partition {key}: the connection to the Dask scheduler {where} was lost (the scheduler "
                             "stopped, or the network between it and this machine failed)",
                             f"restart the scheduler and its workers, then rerun with {opt('resume', True)} (the "
                             "finished partitions are kept)")
     return ClusterError(f"partition {key}: the task was cancelled (reason: {reason})",
                         f"rerun with {opt('resume', True)} (the finished partitions are kept)")
+
+
+def scheduler_address(client) -> str | None:
+    """The scheduler address a Client was started with (a str), or None (a LocalCluster object)."""
+    start = getattr(client, "_start_arg", None)
+    return start if isinstance(start, str) else getattr(getattr(client, "cluster", None), "scheduler_address", None)
 
 
 def close_cluster(client, cluster=None) -> None:
