@@ -9,16 +9,24 @@ and the CPU model with its bf16 / int8 flags (AMX, AVX512-BF16, VNNI) is printed
 
 Methods: bertfeat (fp32: oneDNN where the `fast` extra is installed, else OpenBLAS), bertfeat-openblas (fp32 on
 NumPy's OpenBLAS, BERTFEAT_GEMM=numpy), bertfeat-bf16 (Encoder(precision="bf16"): oneDNN's bf16 matmul),
-bertfeat-extract, transformers-naive, transformers-sorted, transformers-bf16 (weights cast with
-dtype=torch.bfloat16, sorted batches of 32), sentence-transformers, onnxruntime, openvino, openvino-bf16 (the
-ONNX export compiled by OpenVINO with INFERENCE_PRECISION_HINT f32 / bf16, sorted batches of 32). By default
-the bf16 methods run only on a CPU with AMX or AVX512-BF16, the oneDNN ones only where it is installed.
+bertfeat-int8 (Encoder(precision="int8"): no calibration), bertfeat-extract, transformers-naive,
+transformers-sorted, transformers-bf16 (weights cast with dtype=torch.bfloat16, sorted batches of 32),
+sentence-transformers, onnxruntime, onnxruntime-int8 (ONNX Runtime's dynamic int8: quantize_dynamic of the ONNX
+export), openvino, openvino-bf16 (the ONNX export compiled by OpenVINO with INFERENCE_PRECISION_HINT f32 / bf16),
+openvino-int8 (OpenVINO's static int8: NNCF's nncf.quantize of the ONNX export, model_type TRANSFORMER, calibrated
+on --calib held-out sentences that are never timed, as sentence-transformers' export_static_quantized_openvino_model
+does; see quantize_openvino). The ONNX Runtime and OpenVINO methods run sorted batches of 32. Every row names its
+precision (PRECISION) and its min cosine vs bertfeat fp32. By default the bf16 methods run only on a CPU with AMX or
+AVX512-BF16, the int8 ones only with VNNI or AMX, the oneDNN ones only where it is installed, openvino-int8 only
+where nncf is (the bench extra).
 
 The summary under the table answers issue 23's questions: bertfeat's fastest method whose min cosine vs fp32 is
 >= 0.999 over the fastest such peer, and bertfeat fp32 over the fastest fp32 peer.
 
     python benchmarks/bench_encode.py                 # full run, writes this CPU's section of benchmarks/RESULTS.md
     python benchmarks/bench_encode.py --n 300 --rounds 1 --models minilm --no-write   # smoke test
+    python benchmarks/bench_encode.py --quick --models minilm   # end to end in a minute: 40 sentences, 1 round,
+                                                      # 16 calibration sentences, nothing written
     python benchmarks/bench_encode.py --models mpnet-base --methods bertfeat,transformers-sorted --no-write
                                                       # MPNet (all-mpnet-base-v2's shape, random weights)
     python benchmarks/bench_encode.py --models modernbert-base --methods bertfeat,transformers-sorted --no-write
@@ -53,12 +61,24 @@ sys.path.insert(0, str(HERE))
 from corpus import build_corpus  # noqa: E402
 
 BF16_METHODS = ["bertfeat-bf16", "transformers-bf16", "openvino-bf16"]
-INT8_METHODS = ["bertfeat-int8", "onnxruntime-int8"]
+INT8_METHODS = ["bertfeat-int8", "onnxruntime-int8", "openvino-int8"]
 PEERS = ["transformers-naive", "transformers-sorted", "transformers-bf16", "sentence-transformers", "onnxruntime",
-         "openvino", "openvino-bf16", "onnxruntime-int8"]
+         "openvino", "openvino-bf16", "onnxruntime-int8", "openvino-int8"]
 FP32_PEERS = ["transformers-naive", "transformers-sorted", "sentence-transformers", "onnxruntime", "openvino"]
 REFERENCE = "bertfeat"  # the fp32 features every method's are compared with (min cosine)
 QUALITY = 0.999  # min cosine vs fp32 a method must keep to count as "the same features" (issue 23)
+#: what each method computes in, named in its row (a worker may add what the library chose at run time: "detail")
+PRECISION = {
+    "bertfeat": "fp32", "bertfeat-openblas": "fp32", "bertfeat-extract": "fp32",
+    "bertfeat-bf16": "bf16 linear layers", "bertfeat-int8": "int8 linear layers, no calibration",
+    "transformers-naive": "fp32", "transformers-sorted": "fp32", "transformers-bf16": "bf16 weights",
+    "sentence-transformers": "fp32", "onnxruntime": "fp32",
+    "onnxruntime-int8": "int8 dynamic (quantize_dynamic: weights per tensor, activations per tensor at run time)",
+    "openvino": "fp32 (hint f32)", "openvino-bf16": "bf16 (hint bf16)",
+    "openvino-int8": "int8 static (NNCF, model_type TRANSFORMER, {calib} calibration sentences)",
+}
+CALIB = 300  # openvino-int8's calibration sentences: sentence-transformers' default (OVQuantizationConfig.num_samples)
+CALIB_LENGTH = 384  # sentence-transformers pads every calibration sentence to 384 tokens
 
 
 def default_methods() -> list[str]:
@@ -70,7 +90,7 @@ def default_methods() -> list[str]:
 
     order = ["bertfeat", "bertfeat-bf16", "bertfeat-int8", "bertfeat-openblas", "bertfeat-extract", "transformers-naive",
              "transformers-sorted", "transformers-bf16", "sentence-transformers", "onnxruntime", "onnxruntime-int8",
-             "openvino", "openvino-bf16"]
+             "openvino", "openvino-bf16", "openvino-int8"]
     skip = set()
     if not gemm.bf16_acceleration():
         skip |= set(BF16_METHODS)
@@ -79,7 +99,9 @@ def default_methods() -> list[str]:
     if not onednn.available():
         skip |= {"bertfeat-bf16", "bertfeat-int8", "bertfeat-openblas"}
     if importlib.util.find_spec("openvino") is None:
-        skip |= {"openvino", "openvino-bf16"}
+        skip |= {"openvino", "openvino-bf16", "openvino-int8"}
+    if importlib.util.find_spec("nncf") is None:  # the bench extra installs it
+        skip.add("openvino-int8")
     return [m for m in order if m not in skip]
 
 
@@ -197,7 +219,7 @@ def _batches_sorted(texts, tok, batch=32):
     return [(order[s:s + batch], [texts[i] for i in order[s:s + batch]]) for s in range(0, len(texts), batch)]
 
 
-def make_runner(method: str, mdir: Path, max_length: int):
+def make_runner(method: str, mdir: Path, max_length: int, calib: int = CALIB):
     """Load the method's model once; return run(texts), which encodes (or extracts) texts with mean pooling
     and returns the (n, H) features in input order (extract: None; its file is read after timing)."""
     if method in ("bertfeat", "bertfeat-bf16", "bertfeat-int8", "bertfeat-openblas"):
@@ -259,45 +281,63 @@ def make_runner(method: str, mdir: Path, max_length: int):
         st.max_seq_length = max_length
         return lambda texts: st.encode(texts, batch_size=32)
     if method.startswith("onnxruntime") or method.startswith("openvino"):
-        from transformers import AutoTokenizer
-
-        onnx_path = export_onnx(mdir) if method != "onnxruntime-int8" else quantize_onnx(mdir)
-        tok = AutoTokenizer.from_pretrained(str(mdir))
-        names = model_inputs(mdir)
-        if method.startswith("onnxruntime"):
-            import onnxruntime as ort
-
-            so = ort.SessionOptions()
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
-            infer = lambda feeds: sess.run(None, feeds)[0]  # noqa: E731
-        else:
-            import openvino as ov
-
-            core = ov.Core()
-            hint = "bf16" if method == "openvino-bf16" else "f32"
-            compiled = core.compile_model(core.read_model(str(onnx_path)), "CPU", {"INFERENCE_PRECISION_HINT": hint})
-            infer = lambda feeds: compiled(feeds)[0]  # noqa: E731
-
-        def run_onnx(texts):
-            out = None
-            for idx, b in _batches_sorted(texts, tok):
-                enc = tok(b, padding=True, truncation=True, max_length=max_length, return_tensors="np")
-                feeds = {k: enc[k].astype(np.int64) for k in names}
-                h = np.asarray(infer(feeds), dtype=np.float32)
-                m = feeds["attention_mask"][..., None].astype(np.float32)
-                if out is None:
-                    out = np.empty((len(texts), h.shape[-1]), dtype=np.float32)
-                out[idx] = (h * m).sum(1) / m.sum(1)
-            return out
-
-        return run_onnx
+        return onnx_runner(method, mdir, max_length, calib)
     raise SystemExit(f"unknown method {method}")
 
 
-def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: int, warmup: int) -> dict:
-    """In its own process: load, warm up on the first ``warmup`` texts, then time ``repeats`` full runs."""
-    run = make_runner(method, mdir, max_length)
+def onnx_infer(method: str, mdir: Path, calib: int):
+    """(infer(feeds) -> last hidden state, detail) for an ONNX Runtime or OpenVINO method; ``detail`` names what
+    the library chose at run time (openvino-int8: the precision of the ops left in float), else None."""
+    if method.startswith("onnxruntime"):
+        import onnxruntime as ort
+
+        path = quantize_onnx(mdir) if method == "onnxruntime-int8" else export_onnx(mdir)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        return (lambda feeds: sess.run(None, feeds)[0]), None
+    import openvino as ov
+
+    core = ov.Core()
+    if method == "openvino-int8":  # no hint: OpenVINO's default, as sentence-transformers' OpenVINO backend runs it
+        compiled = core.compile_model(core.read_model(str(quantize_openvino(mdir, calib))), "CPU")
+        detail = f"other ops {compiled.get_property('INFERENCE_PRECISION_HINT').get_type_name()}"
+    else:
+        hint = "bf16" if method == "openvino-bf16" else "f32"
+        compiled = core.compile_model(core.read_model(str(export_onnx(mdir))), "CPU", {"INFERENCE_PRECISION_HINT": hint})
+        detail = None
+    return (lambda feeds: compiled(feeds)[0]), detail
+
+
+def onnx_runner(method: str, mdir: Path, max_length: int, calib: int):
+    """run(texts) for an ONNX Runtime or OpenVINO method: sorted batches of 32, mean pooling, input order."""
+    from transformers import AutoTokenizer
+
+    infer, detail = onnx_infer(method, mdir, calib)
+    tok = AutoTokenizer.from_pretrained(str(mdir))
+    names = model_inputs(mdir)
+
+    def run_onnx(texts):
+        out = None
+        for idx, b in _batches_sorted(texts, tok):
+            enc = tok(b, padding=True, truncation=True, max_length=max_length, return_tensors="np")
+            feeds = {k: enc[k].astype(np.int64) for k in names}
+            h = np.asarray(infer(feeds), dtype=np.float32)
+            m = feeds["attention_mask"][..., None].astype(np.float32)
+            if out is None:
+                out = np.empty((len(texts), h.shape[-1]), dtype=np.float32)
+            out[idx] = (h * m).sum(1) / m.sum(1)
+        return out
+
+    run_onnx.detail = detail  # reported with the result, in the row's precision
+    return run_onnx
+
+
+def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: int, warmup: int,
+           calib: int = CALIB) -> dict:
+    """In its own process: load (openvino-int8: calibrate first, once per model), warm up on the first ``warmup``
+    texts, then time ``repeats`` full runs."""
+    run = make_runner(method, mdir, max_length, calib)
     run(texts[:warmup])  # loads kernels, grows buffers, lets torch/ORT pick their paths
     times = []
     X = None
@@ -312,7 +352,8 @@ def worker(method: str, mdir: Path, texts: list[str], repeats: int, max_length: 
         X = read_features(WORK / "bench_corpus.features.parquet")[1]
     if X is not None:  # for the min cosine vs fp32 (driver)
         np.save(features_path(mdir, method), np.asarray(X, dtype=np.float32))
-    return {"times": times, "peak_rss_mb": peak, "attn": getattr(run, "attn_implementation", None)}
+    return {"times": times, "peak_rss_mb": peak, "attn": getattr(run, "attn_implementation", None),
+            "detail": getattr(run, "detail", None)}
 
 
 def peak_rss_mb() -> float:
@@ -354,6 +395,52 @@ def quantize_onnx(mdir: Path) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(str(export_onnx(mdir)), str(out), weight_type=QuantType.QInt8)
+    return out
+
+
+def calibration_sentences(n: int) -> list[str]:
+    """n real sentences the timed corpus never holds (corpus.held_out_sentences: SST-2 dev / test, TREC test), a
+    fixed random sample in file order."""
+    from corpus import held_out_sentences
+
+    pool = held_out_sentences()
+    return [pool[i] for i in sorted(np.random.default_rng(0).permutation(len(pool))[:n])]
+
+
+def quantize_openvino(mdir: Path, n_calib: int = CALIB) -> Path:
+    """OpenVINO's static int8 of the fp32 ONNX export, once per model and calibration size (an OpenVINO IR).
+
+    What sentence-transformers' export_static_quantized_openvino_model does (through optimum-intel's OVQuantizer with
+    OVQuantizationConfig's defaults): nncf.quantize with model_type TRANSFORMER, preset MIXED (symmetric weights,
+    asymmetric activations), fast bias correction, no overflow fix, over ``n_calib`` sentences (300 there), each one
+    alone padded to 384 tokens. sentence-transformers calibrates on GLUE SST-2 train; here the sentences are
+    held out (calibration_sentences), so none of them is timed or compared.
+    """
+    out = WORK / f"openvino-int8-{mdir.name}-calib{n_calib}" / "model.xml"
+    if out.is_file():
+        return out
+    import nncf
+    import openvino as ov
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
+    from transformers import AutoTokenizer
+
+    tok, names = AutoTokenizer.from_pretrained(str(mdir)), model_inputs(mdir)
+    length = min(CALIB_LENGTH, tok.model_max_length)
+
+    def feeds(text: str) -> dict:
+        enc = tok(text, padding="max_length", max_length=length, truncation=True, return_tensors="np")
+        return {k: enc[k].astype(np.int64) for k in names}
+
+    model = ov.Core().read_model(str(export_onnx(mdir)))
+    quantized = nncf.quantize(model, nncf.Dataset(calibration_sentences(n_calib), feeds), subset_size=n_calib,
+                              model_type=nncf.ModelType.TRANSFORMER, preset=nncf.QuantizationPreset.MIXED,
+                              fast_bias_correction=True,
+                              advanced_parameters=AdvancedQuantizationParameters(overflow_fix=OverflowFix.DISABLE))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name("partial.xml")  # model.xml last: the done mark
+    ov.save_model(quantized, str(tmp), compress_to_fp16=False)  # the float constants as exported (fp32)
+    tmp.with_suffix(".bin").replace(out.with_suffix(".bin"))
+    tmp.replace(out)
     return out
 
 
@@ -414,7 +501,7 @@ def flops_per_token(cfg: dict, mean_len: float) -> float:
 
 
 # --------------------------------------------------------------------------- driver
-def main():
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=4000, help="sentences for all-MiniLM-L6-v2")
     ap.add_argument("--n-base", type=int, default=1500, help="sentences (the first of the same corpus) for the bert-base shape")
@@ -425,15 +512,26 @@ def main():
     ap.add_argument("--models", default="minilm,bert-base")
     ap.add_argument("--methods", default=None, help="comma-separated (default: see the module docstring)")
     ap.add_argument("--max-length", type=int, default=256)
+    ap.add_argument("--calib", type=int, default=CALIB, help="openvino-int8's calibration sentences (held out, never timed)")
+    ap.add_argument("--quick", action="store_true",
+                    help="end to end on tiny sizes, nothing written: --n 40 --n-base 16 --rounds 1 --warmup 8 --calib 16")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="where the results go (default benchmarks/RESULTS.md)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.quick:
+        args.n, args.n_base, args.rounds, args.repeats, args.warmup, args.calib = 40, 16, 1, 1, 8, 16
+        args.no_write = True
+    return args
+
+
+def main():
+    args = parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     if args.worker:
         texts = build_corpus(args.n)
-        res = worker(args.worker, Path(args.model_dir), texts, args.repeats, args.max_length, args.warmup)
+        res = worker(args.worker, Path(args.model_dir), texts, args.repeats, args.max_length, args.warmup, args.calib)
         print("RESULT " + json.dumps(res))
         return
 
@@ -458,7 +556,7 @@ def main():
         print(f"\n{name}: {len(texts)} sentences, {real_tokens} real tokens (mean {lens.mean():.1f}), "
               f"GEMM ceiling {ceiling:,.0f} tokens/s")
         methods = args.methods.split(",")
-        runs = {m: {"times": [], "peak_rss_mb": 0.0, "attn": None} for m in methods}
+        runs = {m: {"times": [], "peak_rss_mb": 0.0, "attn": None, "detail": None} for m in methods}
         for m in methods:
             features_path(mdir, m).unlink(missing_ok=True)  # never compare with a stale run's features
         for rnd in range(args.rounds):
@@ -466,7 +564,8 @@ def main():
                 if runs[method] is None:  # failed in an earlier round
                     continue
                 cmd = [sys.executable, __file__, "--worker", method, "--model-dir", str(mdir), "--n", str(n),
-                       "--repeats", str(args.repeats), "--warmup", str(args.warmup), "--max-length", str(args.max_length)]
+                       "--repeats", str(args.repeats), "--warmup", str(args.warmup), "--max-length", str(args.max_length),
+                       "--calib", str(args.calib)]
                 p = subprocess.run(cmd, capture_output=True, text=True)
                 line = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
                 if p.returncode or not line:
@@ -477,6 +576,7 @@ def main():
                 runs[method]["times"] += r["times"]
                 runs[method]["peak_rss_mb"] = max(runs[method]["peak_rss_mb"], r["peak_rss_mb"])
                 runs[method]["attn"] = r.get("attn")
+                runs[method]["detail"] = r.get("detail")
                 print(f"  round {rnd + 1}: {_label(method, r.get('attn')):<28} {real_tokens / np.median(r['times']):>9,.0f} tok/s",
                       flush=True)
         for method in methods:
@@ -486,11 +586,12 @@ def main():
             med = float(np.median(r["times"]))
             row = {"model": name, "method": method, "median_s": med, "tokens_per_s": real_tokens / med,
                    "sentences_per_s": len(texts) / med, "peak_rss_mb": r["peak_rss_mb"], "ceiling": ceiling,
-                   "times": r["times"], "min_cosine": min_cosine(mdir, method), "attn": r["attn"]}
+                   "times": r["times"], "min_cosine": min_cosine(mdir, method), "attn": r["attn"],
+                   "precision": precision(method, r["detail"], args.calib)}
             rows.append(row)
             print(f"  {_label(method, r['attn']):<28} {row['tokens_per_s']:>9,.0f} tok/s  {row['sentences_per_s']:>7,.0f} sent/s  "
                   f"peak RSS {row['peak_rss_mb']:>6,.0f} MB  min cos vs fp32 {_fmt_cos(row['min_cosine'])}  "
-                  f"runs {', '.join(f'{t:.2f}' for t in r['times'])} s")
+                  f"runs {', '.join(f'{t:.2f}' for t in r['times'])} s  [{row['precision']}]")
     table = render(rows, gflops)
     print("\n" + table)
     if not args.no_write:
@@ -502,19 +603,27 @@ def _label(method: str, attn: str | None) -> str:
     return f"{method} [{attn}]" if attn else method
 
 
+def precision(method: str, detail: str | None, calib: int = CALIB) -> str:
+    """The row's precision: PRECISION's words, with what the library chose at run time ("other ops bf16")."""
+    words = PRECISION.get(method, "-").format(calib=calib)
+    return f"{words}; {detail}" if detail else words
+
+
 def _fmt_cos(c: float | None) -> str:
     return "-" if c is None else f"{c:.6f}"
 
 
 def render(rows: list[dict], gflops: float) -> str:
-    out = ["| model | method | real tokens/s | sentences/s | peak RSS MB | bertfeat / this | % of GEMM ceiling | min cosine vs fp32 |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    out = ["| model | method | precision | real tokens/s | sentences/s | peak RSS MB | bertfeat / this | % of GEMM ceiling "
+           "| min cosine vs fp32 |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
         ours = next((r for r in mine if r["method"] == "bertfeat"), None)
         for r in mine:
             ratio = f"{ours['tokens_per_s'] / r['tokens_per_s']:.2f}x" if ours else "-"
-            out.append(f"| {model} | {_label(r['method'], r.get('attn'))} | {r['tokens_per_s']:,.0f} | {r['sentences_per_s']:,.0f} | "
+            out.append(f"| {model} | {_label(r['method'], r.get('attn'))} | {r.get('precision', '-')} | "
+                       f"{r['tokens_per_s']:,.0f} | {r['sentences_per_s']:,.0f} | "
                        f"{r['peak_rss_mb']:,.0f} | {ratio} | {100 * r['tokens_per_s'] / r['ceiling']:.0f}% | "
                        f"{_fmt_cos(r.get('min_cosine'))} |")
     for model in dict.fromkeys(r["model"] for r in rows):
@@ -546,7 +655,7 @@ def summary(model: str, rows: list[dict]) -> list[str]:
     if "bertfeat-int8" in by:
         q = by["bertfeat-int8"]
         parts = [f"{model}: int8: bertfeat-int8 {q['tokens_per_s']:,.0f} tok/s (min cosine {_fmt_cos(q.get('min_cosine'))})"]
-        for other in ("bertfeat", "onnxruntime-int8"):
+        for other in ("bertfeat", "bertfeat-bf16", "onnxruntime-int8", "openvino-int8"):
             if other in by:
                 parts.append(f"{q['tokens_per_s'] / by[other]['tokens_per_s']:.2f}x {other} "
                              f"(min cosine {_fmt_cos(by[other].get('min_cosine'))})")
@@ -572,11 +681,12 @@ Measured {dt.date.today().isoformat()} by `python benchmarks/bench_encode.py`: {
 (the first {args.n_base} of them for the base shapes: bert-base, mpnet-base, modernbert-base),
 max length {args.max_length}, mean pooling. Each run is its own process (load, warm-up on {args.warmup} sentences, the
 whole corpus timed {args.repeats}x); methods run round robin for {args.rounds} rounds; medians of the {args.rounds * args.repeats} runs.
+openvino-int8 is calibrated on {args.calib} held-out sentences (never timed).
 
 Machine: {machine()}; Python {platform.python_version()}; NumPy sgemm {gflops:.0f} GFLOP/s.
 Versions: bertfeat {v('bertfeat')}, numpy {v('numpy')}, onednn-cpu-gomp {v('onednn-cpu-gomp')}, torch {v('torch')},
 transformers {v('transformers')}, sentence-transformers {v('sentence-transformers')}, onnxruntime {v('onnxruntime')},
-openvino {v('openvino')}, tokenizers {v('tokenizers')}.
+openvino {v('openvino')}, nncf {v('nncf')}, tokenizers {v('tokenizers')}.
 
 {table}
 
@@ -591,7 +701,8 @@ RESULTS_HEAD = """# Encode throughput, side by side, one section per CPU
 Written by `python benchmarks/bench_encode.py` (a run replaces its own CPU's section and keeps the others).
 "bertfeat / this" is bertfeat fp32's encode-only throughput divided by the row's; "% of GEMM ceiling" is the
 row's throughput over (NumPy sgemm FLOP/s / FLOPs per token); "min cosine vs fp32" is the smallest cosine over
-the corpus between the row's mean-pooled features and bertfeat fp32's. Timings drift 10-25 % from run to run,
+the corpus between the row's mean-pooled features and bertfeat fp32's; "precision" says what the row computes in
+(for the int8 peers, how they quantize). Timings drift 10-25 % from run to run,
 so compare rows of one section (one run, round robin), not sections.
 """
 
