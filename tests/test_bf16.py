@@ -379,7 +379,7 @@ def test_pca_and_report_on_bf16_features(tmp_path, capsys, minilm_dir, real_sent
 
 
 def test_resume_refuses_a_change_of_precision(tmp_path, capsys, minilm_dir, real_sentences):
-    from bertfeat.run.jobcore import manifest_differences
+    from bertfeat.run.manifest import manifest_differences
 
     e32, e16 = Encoder(minilm_dir), Encoder(minilm_dir, precision="bf16")
     diffs = manifest_differences(e32.fingerprint(e32.spec()), e16.fingerprint(e16.spec()))

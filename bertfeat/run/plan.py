@@ -618,7 +618,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     partial = layout.partial
     check_partial_is_ours(partial)
     if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)
-        from .jobcore import PARTIAL_MANIFESTS
+        from .manifest import PARTIAL_MANIFESTS
 
         interrupted = partial.is_dir() and any((partial / name).is_file() for name in PARTIAL_MANIFESTS.values())
     else:
@@ -633,7 +633,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 def check_partial_is_ours(partial: Path) -> None:
     """OUTPUT.partial is bertfeat's working directory, removed by --overwrite and at the end: a file there, or a
     folder holding anything but a run's manifest, parts and temporaries, is the user's and is never deleted."""
-    from .jobcore import PARTIAL_MANIFESTS
+    from .manifest import PARTIAL_MANIFESTS
     from .safety import OutputError
 
     if not (partial.exists() or partial.is_symlink()):
