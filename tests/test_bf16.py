@@ -476,13 +476,6 @@ def test_unknown_precision(capsys, minilm_dir, tmp_path):
     assert capsys.readouterr().err == "Error: unknown --precision 'fp16' - choose one of fp32, bf16, int8, auto\n"
 
 
-def test_cpu_capabilities():
-    assert gemm.bf16_acceleration({"amx_bf16", "amx_tile", "avx512_bf16"}) == "amx"
-    assert gemm.bf16_acceleration({"avx512_bf16", "avx512f"}) == "avx512_bf16"
-    assert gemm.bf16_acceleration({"avx2", "fma"}) is None
-    assert gemm.bf16_flags({"avx2", "amx_bf16", "sse"}) == ["amx_bf16", "avx2"]
-
-
 def test_info_shows_bf16(capsys, minilm_dir):
     assert main(["info", str(minilm_dir), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
