@@ -86,15 +86,15 @@ def default_methods() -> list[str]:
     OpenVINO only where it is installed."""
     import importlib.util
 
-    from bertfeat.ops import gemm, onednn
+    from bertfeat.ops import cpu, onednn
 
     order = ["bertfeat", "bertfeat-bf16", "bertfeat-int8", "bertfeat-openblas", "bertfeat-extract", "transformers-naive",
              "transformers-sorted", "transformers-bf16", "sentence-transformers", "onnxruntime", "onnxruntime-int8",
              "openvino", "openvino-bf16", "openvino-int8"]
     skip = set()
-    if not gemm.bf16_acceleration():
+    if not cpu.bf16_acceleration():
         skip |= set(BF16_METHODS)
-    if not gemm.int8_acceleration():
+    if not cpu.int8_acceleration():
         skip |= set(INT8_METHODS)
     if not onednn.available():
         skip |= {"bertfeat-bf16", "bertfeat-int8", "bertfeat-openblas"}
@@ -107,11 +107,11 @@ def default_methods() -> list[str]:
 
 def machine() -> str:
     """CPU model, its bf16 / int8 flags, what bertfeat runs here: printed and written with every result."""
-    from bertfeat.ops import gemm
+    from bertfeat.ops import cpu, gemm
 
     d = gemm.describe_bf16()
     fp32 = gemm.resolve("fp32")
-    return (f"{d['cpu']}, {os.cpu_count()} cores; flags: {', '.join(gemm.bf16_flags()) or 'none'} "
+    return (f"{d['cpu']}, {os.cpu_count()} cores; flags: {', '.join(cpu.bf16_flags()) or 'none'} "
             f"(bf16 in bertfeat: {d['status']}; fp32 GEMM: {gemm.describe_library(fp32)}; oneDNN: {d['library']})")
 
 
@@ -672,9 +672,9 @@ def write_results(table: str, rows: list[dict], gflops: float, args):
         except md.PackageNotFoundError:
             return "-"
 
-    from bertfeat.ops import gemm
+    from bertfeat.ops import cpu
 
-    heading = f"## {gemm.cpu_model()}, {os.cpu_count()} cores ({', '.join(gemm.bf16_flags()) or 'no AVX2 / AVX-512 / bf16 / VNNI flags'})"
+    heading = f"## {cpu.cpu_model()}, {os.cpu_count()} cores ({', '.join(cpu.bf16_flags()) or 'no AVX2 / AVX-512 / bf16 / VNNI flags'})"
     section = f"""{heading}
 
 Measured {dt.date.today().isoformat()} by `python benchmarks/bench_encode.py`: {args.n} real sentences from ../shared/data

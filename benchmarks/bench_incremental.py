@@ -67,7 +67,7 @@ TOLERANCE = 1e-6  # max |diff| between a reused and a freshly encoded vector (is
 # --------------------------------------------------------------------------- the machine
 def cpu() -> str:
     """`lscpu`'s model name, cores, and the bf16 / int8 flags (AMX, AVX512-BF16, VNNI), as bench_encode names them."""
-    from bertfeat.ops import gemm
+    from bertfeat.ops import cpu
 
     model = None
     try:
@@ -75,8 +75,8 @@ def cpu() -> str:
         model = next((l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name")), None)
     except (OSError, subprocess.SubprocessError):
         pass
-    return (f"{model or gemm.cpu_model()}, {os.cpu_count()} cores; flags: "
-            f"{', '.join(gemm.bf16_flags()) or 'none of amx, avx512_bf16, avx512_vnni, avx512f, avx2'}")
+    return (f"{model or cpu.cpu_model()}, {os.cpu_count()} cores; flags: "
+            f"{', '.join(cpu.bf16_flags()) or 'none of amx, avx512_bf16, avx512_vnni, avx512f, avx2'}")
 
 
 def machine() -> str:

@@ -7,10 +7,15 @@ An option named in a message is written ``opt("threads", 0)``: Python callers re
 (the parameter of ``bertfeat.extract`` and friends), the CLI shows ``--threads 0`` (its flag). The
 message keeps the option as a marker until it is shown, so one raise serves both, across threads
 and Dask workers alike (the error pickles with its markers).
+
+An OSError (a full disk, a permission, a missing directory) becomes one too: ``os_error`` names the path and gives the
+errno's fix, for every layer that reads or writes files.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 
 _OPEN, _SEP, _CLOSE = "\ue000", "\ue002", "\ue001"
@@ -141,3 +146,54 @@ class ResumeError(BertfeatError):
 class BertfeatWarning(UserWarning):
     """Something a run goes on with, but the user should know (Python: a warning; the CLI: ``Warning: ...`` on
     stderr), e.g. a tokenizer with tokens the model cannot embed."""
+
+
+class OutputError(BertfeatError):
+    """An output would replace an input, or an existing file, or cannot be written."""
+
+
+# --------------------------------------------------------------------------- an OSError -> what and how to fix
+_OS_FIX = {
+    errno.ENOSPC: ("no space left on the device",
+                   f"free disk space or write elsewhere (another {opt('output')}, or redirect the output), then rerun"),
+    errno.EDQUOT: ("disk quota exceeded", f"free space under your quota or write elsewhere with {opt('output')}, then rerun"),
+    errno.EROFS: ("read-only file system", f"write to a writable directory (pass {opt('output')} with another path)"),
+    errno.EACCES: ("permission denied", "check the permissions of the file and its directory, or choose another path"),
+    errno.EPERM: ("operation not permitted", "check the permissions of the file and its directory, or choose another path"),
+    errno.ENOENT: ("no such file or directory", "check the path (does its directory exist?)"),
+    errno.ENOTDIR: ("a part of the path is not a directory", "check the path"),
+    errno.EEXIST: ("already exists: a file where the path needs a directory", "check the path: every part before the "
+                   "file name must be a directory (or one that does not exist yet)"),
+    errno.EISDIR: ("is a directory", "pass a file name, not a directory"),
+    errno.EIO: ("input/output error", "the disk or the file system failed; check the device, then rerun"),
+    errno.EMFILE: ("too many open files", "raise the limit (ulimit -n) or read fewer files at once"),
+    errno.EFBIG: ("file too large for the file system", f"write to another file system with {opt('output')}"),
+    errno.ENAMETOOLONG: ("file name too long", f"choose a shorter name (pass {opt('output')} with a shorter file name)"),
+}
+
+
+def _errno_of(e: OSError) -> int | None:
+    if e.errno is not None:
+        return e.errno
+    m = re.search(r"\[Errno (\d+)\]|errno[ :=]+(\d+)", str(e), re.IGNORECASE)  # pyarrow's IOError text
+    if m:
+        return int(m.group(1) or m.group(2))
+    text = str(e).lower()
+    for code, (what, _) in _OS_FIX.items():
+        if what in text:
+            return code
+    return None
+
+
+def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str | None = None) -> BertfeatError:
+    """An OSError -> ``PATH: what - fix`` (the errno decides the fix; ``path`` when the error names none;
+    ``space_fix`` replaces the fix of a full disk or quota, e.g. extract's "rerun with resume=True")."""
+    code = _errno_of(e)
+    where = e.filename if getattr(e, "filename", None) else path
+    what, fix = _OS_FIX.get(code, (None, "check the path, its permissions and the free disk space"))
+    if what is None:
+        what = one_line(e.strerror or e)  # an empty text: the exception's type name
+    if space_fix and code in (errno.ENOSPC, errno.EDQUOT):
+        fix = space_fix
+    return OutputError(f"{where}: {what}" if where else what, fix)
+

@@ -77,10 +77,10 @@ def config_settings(config) -> dict:
 
 def _precision_summary() -> dict:
     """The CPU, its bf16 support, and whether --precision bf16 is available and accelerated here (gemm.py)."""
-    from .ops import gemm
+    from .ops import cpu, gemm
 
     d = gemm.describe_bf16()
-    flags = ", ".join(gemm.bf16_flags()) or "none"
+    flags = ", ".join(cpu.bf16_flags()) or "none"
     fp32 = gemm.resolve("fp32")
     return {"cpu": f"{d['cpu']} (flags: {flags})", "bf16": d["status"], "bf16_library": d["library"],
             "fp32_gemm": f"{gemm.describe_library(fp32)} ({fp32.reason})", "int8": gemm.describe_int8(),

@@ -327,7 +327,7 @@ def default_prefix(input_path: str) -> Path:
 
 
 def _check_outputs(prefix: str | os.PathLike, input, overwrite: bool) -> None:
-    from .run.safety import check_outputs
+    from .run.outputs import check_outputs
     from .checks import check_output_name
 
     check_output_name(prefix, "report prefix", "sweep", kind="prefix")

@@ -379,7 +379,7 @@ def test_pca_and_report_on_bf16_features(tmp_path, capsys, minilm_dir, real_sent
 
 
 def test_resume_refuses_a_change_of_precision(tmp_path, capsys, minilm_dir, real_sentences):
-    from bertfeat.run.jobcore import manifest_differences
+    from bertfeat.run.manifest import manifest_differences
 
     e32, e16 = Encoder(minilm_dir), Encoder(minilm_dir, precision="bf16")
     diffs = manifest_differences(e32.fingerprint(e32.spec()), e16.fingerprint(e16.spec()))
@@ -474,13 +474,6 @@ def test_unknown_precision(capsys, minilm_dir, tmp_path):
     src.write_text("text\nhello\n")
     assert main(["extract", str(src), "--model", str(minilm_dir), "--precision", "fp16", "--quiet"]) == 1
     assert capsys.readouterr().err == "Error: unknown --precision 'fp16' - choose one of fp32, bf16, int8, auto\n"
-
-
-def test_cpu_capabilities():
-    assert gemm.bf16_acceleration({"amx_bf16", "amx_tile", "avx512_bf16"}) == "amx"
-    assert gemm.bf16_acceleration({"avx512_bf16", "avx512f"}) == "avx512_bf16"
-    assert gemm.bf16_acceleration({"avx2", "fma"}) is None
-    assert gemm.bf16_flags({"avx2", "amx_bf16", "sse"}) == ["amx_bf16", "avx2"]
 
 
 def test_info_shows_bf16(capsys, minilm_dir):

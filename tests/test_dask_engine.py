@@ -428,7 +428,7 @@ def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_
     with pytest.raises(ResumeError, match="pooling") as dask_err:  # other settings are refused, and the parts kept
         extract_dask(_opts(data, out, pooling="cls", resume=True), None, client=client)
     assert {p.name for p in partial.glob("part-*.parquet")} == set(before)
-    # the local engine refuses the same change in the same words: one resume rule (jobcore.check_resume)
+    # the local engine refuses the same change in the same words: one resume rule (manifest.check_resume)
     lout = tmp_path / "local.parquet"
     with pytest.raises(KeyboardInterrupt):
         extract(_opts(data, lout, chunk_rows=64), _InterruptAfterFirst())

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bertfeat.pca.diffs import MISSING, canonical_json, dict_differences
-from bertfeat.run.jobcore import manifest_differences
+from bertfeat.run.manifest import manifest_differences
 from bertfeat.pca.file import fingerprint_differences
 
 

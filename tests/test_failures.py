@@ -26,7 +26,7 @@ from bertfeat.errors import BertfeatError, InputError, render
 from bertfeat.run.failures import STDIN_NOT_KEPT, Failure, decide, handle, kept_for_limit, kind_of
 from bertfeat.run.local import DamagedPart
 from bertfeat.readers.rejects import TooManyBadRows
-from bertfeat.run.safety import OutputError
+from bertfeat.errors import OutputError
 from bertfeat.cache.store import CacheError
 from extract_util import Interrupt, no_leftovers, run, tiny_model, write_csv
 

@@ -1,4 +1,5 @@
-"""gemm.py's choice of path: the CPU-flag and kernel-name rules on literal inputs, and what this machine must run.
+"""gemm.py's choice of path: the kernel-name rules on literal inputs (the CPU-flag rules: test_cpu.py), and what this
+machine must run.
 
 The bf16 and int8 test modules skip their native tests where ``gemm.resolve`` says the precision is not accelerated;
 a regression in resolve itself (oneDNN not found, a kernel name misread) would then skip them instead of failing.
@@ -27,15 +28,6 @@ def test_native_kernel_names():
         assert gemm.native_int8_kernel(name), name
     for name in ("brg:avx512_core", "gemm:jit:s8u8s32", "brg:avx2", "", None):
         assert not gemm.native_int8_kernel(name), name
-
-
-def test_int8_acceleration_by_flags():
-    assert gemm.int8_acceleration({"amx_int8", "amx_tile", "avx512_vnni"}) == "amx"
-    assert gemm.int8_acceleration({"amx_int8", "avx512_vnni"}) == "avx512_vnni"  # AMX needs its tiles too
-    assert gemm.int8_acceleration({"avx512_vnni", "avx512f"}) == "avx512_vnni"
-    assert gemm.int8_acceleration({"avx_vnni", "avx2"}) == "avx_vnni"
-    assert gemm.int8_acceleration({"avx2", "fma", "avx512f"}) is None
-    assert gemm.bf16_acceleration({"amx_bf16", "avx2"}) is None  # no tiles, no AVX512-BF16
 
 
 def _cpu_flags_from_proc() -> set[str]:

@@ -823,7 +823,7 @@ def test_reading_a_huge_field_keeps_memory_bounded(tmp_path, fmt):
 
 
 def test_max_field_bytes_is_checked_and_kept_for_a_resume(tmp_path, capsys):
-    from bertfeat.run.jobcore import manifest_differences
+    from bertfeat.run.manifest import manifest_differences
     from bertfeat.checks import parse_max_field_bytes
 
     assert [parse_max_field_bytes(v) for v in ("4MiB", "512KiB", "8MB", " 1000 ", 65536, "1GiB")] == [

@@ -13,7 +13,7 @@ from bertfeat.model.encoder import Encoder
 from bertfeat.errors import BertfeatError
 from bertfeat.readers import RawBatch
 from bertfeat.run.chunks import iter_chunks, validate_batch
-from bertfeat.run.jobcore import manifest_differences
+from bertfeat.run.manifest import manifest_differences
 from bertfeat.run.plan import default_output, parse_pca
 from extract_util import run, tiny_model, write_csv
 

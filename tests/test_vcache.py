@@ -528,14 +528,14 @@ except CacheError as e:
 
 def test_run_store_too_large_for_its_file_system_says_so(tmp_path):
     """A real EFBIG (RLIMIT_FSIZE, as ``ulimit -f``; SQLite says "disk I/O error"): the run's store gives the local
-    engine's words for it (safety.os_error: "file too large for the file system - write to another file system with
+    engine's words for it (errors.os_error: "file too large for the file system - write to another file system with
     -o"); a cache keeps its own."""
     import errno
     import subprocess
     import sys
 
     from bertfeat.cli.app import FLAGS
-    from bertfeat.run.safety import os_error
+    from bertfeat.errors import os_error
 
     resource = pytest.importorskip("resource")
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]

@@ -522,7 +522,7 @@ class VectorStore:
 
     def _run_store_error(self, e: sqlite3.Error, doing: str, waited: float = 0.0) -> CacheError:
         """A failure of the run's own store (no cache involved): it lives in the run's partial directory, so a full
-        or too-small file system gets the local engine's words for its partial directory (safety.os_error: ENOSPC,
+        or too-small file system gets the local engine's words for its partial directory (errors.os_error: ENOSPC,
         EFBIG); the finished parts stay for a resume (the engines keep them on a CacheError)."""
         text, where = str(e), f"{RUN_STORE} {self.path}"
         resume = f"rerun the same command with {opt('resume', True)}"

@@ -1,3 +1,4 @@
 """The command line: the Typer app (``app.py``: extract, sweep, verify, info and the app itself), one module per
-command group (``pca.py``, ``inspect.py``, ``cache.py``). A command validates its flags, calls one library function
-and renders; nothing here computes. Importing it imports no numeric module (``bertfeat --help`` is instant)."""
+command group (``pca.py``, ``inspect.py``, ``cache.py``), and how a failure is shown (``render.py``: one line, what
+and how to fix; the traceback only with ``--debug``). A command validates its flags, calls one library function and
+renders; nothing here computes. Importing it imports no numeric module (``bertfeat --help`` is instant)."""

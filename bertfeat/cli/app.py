@@ -345,7 +345,7 @@ def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, f
     import json
     from pathlib import Path
 
-    from ..run.safety import check_outputs
+    from ..run.outputs import check_outputs
     from ..checks import local_path
 
     if dest == "-":
@@ -561,7 +561,7 @@ class _ClosedOutput:
 
 def _run_main(argv: list[str] | None = None) -> int:
     """main() without the signal set-up."""
-    from ..run.safety import debug_enabled, unexpected, user_error
+    from .render import debug_enabled, unexpected, user_error
 
     global _ARGV, _DEBUG
     _ARGV = list(argv) if argv is not None else None
@@ -753,7 +753,7 @@ def entry():  # pragma: no cover
     try:  # output still buffered for a full disk or a closed pipe (bertfeat info > /dev/full): one line, not a shutdown traceback
         sys.stdout.flush()
     except OSError as e:
-        from ..run.safety import os_error
+        from ..errors import os_error
 
         if rc == 0:
             err_console.print(f"Error: {os_error(e, '<stdout>').render(_flags())}", markup=False, highlight=False, soft_wrap=True)

@@ -100,7 +100,7 @@ def attention_command(
 ):
     """Plot attention probabilities as heatmaps with the tokens on both axes."""
     from ..inspection import write_attention
-    from ..run.safety import check_outputs
+    from ..run.outputs import check_outputs
     from ..checks import check_max_length, check_output_name
 
     _check_arguments(text, pair)

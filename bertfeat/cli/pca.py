@@ -45,7 +45,7 @@ def parse_n_components(text: str | None) -> int | float | None:
 
 
 def _check_not_npz(features: Path, model_use: str) -> None:
-    """A .npz as FEATURES (pca fit, pca transform): a feature file is never one (safety.check_array_file's advice is a
+    """A .npz as FEATURES (pca fit, pca transform): a feature file is never one (arrayfile.check_array_file's advice is a
     PCA model's), so say what the command reads and where a PCA model goes."""
     from ..errors import BertfeatError
 
@@ -118,7 +118,8 @@ def fit_command(
     from ..run.outlock import output_lock
     from ..pca.reduce import fit_pca_to_files
     from ..pca.report import build_pca_report, render_pca_report
-    from ..run.safety import check_array_file, check_outputs, feature_file_inputs, report_outputs
+    from ..features.arrayfile import check_array_file
+    from ..run.outputs import check_outputs, feature_file_inputs, report_outputs
     from ..checks import check_count, check_model_output, check_output_name, local_path
 
     check_count(batch_rows, "batch_rows")
@@ -166,7 +167,8 @@ def transform_command(
     from ..pca.estimator import PCA
     from ..pca.reduce import reduce_features_file, unchecked_source
     from ..features.base import check_dtype
-    from ..run.safety import check_array_file, check_outputs, feature_file_inputs, feature_file_outputs
+    from ..features.arrayfile import check_array_file
+    from ..run.outputs import check_outputs, feature_file_inputs, feature_file_outputs
     from ..checks import check_count, check_output_format, check_output_name, local_path
 
     check_count(batch_rows, "batch_rows")
@@ -212,7 +214,7 @@ def report_command(
     from ..run.outlock import output_lock
     from ..pca.estimator import PCA
     from ..pca.report import build_pca_report, render_pca_report, write_pca_report
-    from ..run.safety import check_outputs, report_outputs
+    from ..run.outputs import check_outputs, report_outputs
     from ..checks import check_count, check_output_name, local_path
 
     check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)

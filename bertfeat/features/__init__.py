@@ -15,7 +15,8 @@ Reading streams too (``iter_features``).
 The package: ``base.py`` (the ``FeatureFile`` protocol a format implements, ``FeatureSource``,
 shared helpers), one module per format, ``registry.py`` (the table of formats: the only place
 a format is chosen), ``writer.py`` (``FeatureWriter``) and ``reader.py`` (``open_features`` and
-friends). This module only re-exports their public names.
+friends); ``arrayfile.py`` checks a ``.npy`` / ``.npz`` / ``.parquet`` before it is read. This module only
+re-exports their public names.
 """
 
 from __future__ import annotations

@@ -45,8 +45,9 @@ FEATURE_DTYPES = ("float32", "float16")
 #: The largest finite float16 (a feature beyond it would become inf: refused, check_float16_range).
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
-#: A chunk as read: (ids, X float32 (m, d), extras name -> Arrow array).
-Chunk = tuple[Any, np.ndarray, dict[str, pa.Array]]
+#: A batch of feature rows as read (not run.chunks.Chunk, a chunk of input rows): (ids, X float32 (m, d), extras name
+#: -> Arrow array).
+FeatureBatch = tuple[Any, np.ndarray, dict[str, pa.Array]]
 
 
 # ----------------------------------------------------------------------------------------
@@ -439,7 +440,7 @@ class FeatureFile:
         raise NotImplementedError
 
     @classmethod
-    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:
+    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[FeatureBatch]:
         """Yield the chunks of ``src`` in file order, at most ``batch_rows`` rows each."""
         raise NotImplementedError
 
@@ -473,7 +474,7 @@ class FeatureSource:
         """The columns to read, in order (Parquet: id, features, extras)."""
         return self._columns
 
-    def batches(self, batch_rows: int = 65536, *, ahead: int = 0) -> Iterator[Chunk]:
+    def batches(self, batch_rows: int = 65536, *, ahead: int = 0) -> Iterator[FeatureBatch]:
         """Yield (ids, X float32 (m, d), extras name -> Arrow array) chunks in file order.
 
         ``ahead`` > 0 reads that many chunks ahead in a background thread (``read_ahead``),
@@ -483,7 +484,7 @@ class FeatureSource:
         chunks = self.file_format.read_chunks(self, batch_rows)
         yield from read_ahead(chunks, ahead) if ahead > 0 else chunks
 
-    def make_chunk(self, table: pa.Table | pa.RecordBatch, X: np.ndarray, start: int) -> Chunk:
+    def make_chunk(self, table: pa.Table | pa.RecordBatch, X: np.ndarray, start: int) -> FeatureBatch:
         """(ids, X, extras) of rows start.. : ids from the id column (else row numbers), the extras from ``table``."""
         m = X.shape[0]
         if self.id_name is not None and self.id_name in table.column_names:

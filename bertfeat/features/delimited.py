@@ -24,7 +24,7 @@ from ..atomic import AtomicFile, together, write_atomic
 from ..errors import BertfeatError, one_line
 from .base import (
     WIDE_COLUMN_RE,
-    Chunk,
+    FeatureBatch,
     FeatureFile,
     FeatureSource,
     WriteSpec,
@@ -246,7 +246,7 @@ class CsvFile(FeatureFile):
                              dtype=dtype)
 
     @classmethod
-    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:
+    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[FeatureBatch]:
         types = src.csv_types() | {f"f{j}": _TEXT_TYPES[src.dtype] for j in range(src.dim)}
         start = 0
         for table in rebatch(open_csv(src.path, types), batch_rows):

@@ -21,7 +21,7 @@ import pyarrow.csv as pcsv
 from ..atomic import AtomicFile, together, write_atomic
 from ..errors import BertfeatError
 from .base import (
-    Chunk,
+    FeatureBatch,
     FeatureFile,
     FeatureSource,
     WriteSpec,
@@ -131,7 +131,7 @@ class NpyFile(FeatureFile):
                              file_format=cls, dtype=arr.dtype.name)
 
     @classmethod
-    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:
+    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[FeatureBatch]:
         arr = np.load(src.path, mmap_mode="r")
         n = arr.shape[0]
         side = ids_sidecar_path(src.path)

@@ -27,7 +27,7 @@ from ..errors import BertfeatError, one_line
 from .base import (
     EMBEDDING_COLUMN,
     METADATA_KEY,
-    Chunk,
+    FeatureBatch,
     FeatureFile,
     FeatureSource,
     WriteSpec,
@@ -197,7 +197,7 @@ class ParquetFile(FeatureFile):
                              dtype=_dtype_name(value_type))
 
     @classmethod
-    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[Chunk]:
+    def read_chunks(cls, src: FeatureSource, batch_rows: int) -> Iterator[FeatureBatch]:
         # One row group at a time: a batch never spans two row groups, so the embedding
         # column of each batch is one contiguous Arrow buffer and X is a zero-copy view of
         # it (batches across a group boundary are concatenated first, twice as slow).

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 
 import numpy as np
 
 from . import onednn
+from .cpu import bf16_acceleration, cpu_model, int8_acceleration
 from .bf16 import from_bf16, to_bf16  # noqa: F401  (gemm.to_bf16 / gemm.from_bf16 are public here too)
 from ..errors import BertfeatError, opt
 
@@ -42,50 +42,6 @@ PRECISIONS = ("fp32", "bf16", "int8")  # what a model runs in
 PRECISION_CHOICES = ("fp32", "bf16", "int8", "auto")  # what a user may ask for
 GEMM_BACKENDS = ("numpy", "onednn")
 FAST_HINT = onednn.HINT
-
-
-# --------------------------------------------------------------------------- CPU
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (or platform.processor())."""
-    for line in _cpuinfo().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    import platform
-
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def _cpuinfo() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def cpu_flags() -> set[str]:
-    for line in _cpuinfo().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def bf16_acceleration(flags: set[str] | None = None) -> str | None:
-    """How this CPU multiplies bf16: "amx" (AMX tiles), "avx512_bf16", or None (no native bf16)."""
-    flags = cpu_flags() if flags is None else flags
-    if {"amx_bf16", "amx_tile"} <= flags:
-        return "amx"
-    if "avx512_bf16" in flags:
-        return "avx512_bf16"
-    return None
-
-
-def bf16_flags(flags: set[str] | None = None) -> list[str]:
-    """The bf16 / int8 related CPU flags present (for benchmark records): AMX, AVX512-BF16, VNNI, AVX-512, AVX2."""
-    flags = cpu_flags() if flags is None else flags
-    return [f for f in ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx512f", "avx2")
-            if f in flags]
-
-
 
 
 # --------------------------------------------------------------------------- choosing the path
@@ -173,18 +129,6 @@ def fp32_library() -> tuple[str, str]:
 def native_int8_kernel(kernel: str | None) -> bool:
     """Does oneDNN's kernel name say it multiplies int8 in hardware (VNNI or AMX)?"""
     return bool(kernel) and any(isa in kernel for isa in ("vnni", "amx"))
-
-
-def int8_acceleration(flags: set[str] | None = None) -> str | None:
-    """How this CPU multiplies int8: "amx", "avx512_vnni", "avx_vnni", or None."""
-    flags = cpu_flags() if flags is None else flags
-    if {"amx_int8", "amx_tile"} <= flags:
-        return "amx"
-    if "avx512_vnni" in flags:
-        return "avx512_vnni"
-    if "avx_vnni" in flags:
-        return "avx_vnni"
-    return None
 
 
 def _resolve_int8() -> GemmPath:

@@ -20,7 +20,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 
-_AVX512_FLAGS = ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")  # what SkylakeX kernels use
+from .cpu import cpu_has_avx512
 
 
 def default_threads() -> int:
@@ -29,18 +29,6 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
-
-
-def cpu_has_avx512() -> bool:
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return all(f in flags for f in _AVX512_FLAGS)
-    except OSError:
-        pass
-    return False
 
 
 # OpenBLAS kernels older than AVX-512 that a pinned or mis-detected OPENBLAS_CORETYPE may name.

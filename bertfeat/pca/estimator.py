@@ -73,7 +73,6 @@ import numpy as np
 from ..errors import BertfeatError, one_line, opt
 from .sklearn_protocol import Estimator
 from .validation import (
-    ACCUMULATE_MODES,
     DEFAULT_ACCUMULATE,
     PRECISION_DEPRECATED,
     accumulate_mode,
@@ -105,8 +104,6 @@ from .solvers import AUTO_COVARIANCE_MAX_FEATURES, flip_signs, randomized_svd  #
 from .stats import MIXED_MAX_OFFSET  # noqa: E402,F401
 
 __all__ = ["PCA", "NotFittedError", "MODEL_FORMAT", "MODEL_FORMAT_VERSION", "BLOCK_ROWS"]
-
-PRECISIONS = ACCUMULATE_MODES  # its name before accumulate= replaced precision=
 
 
 class NotFittedError(BertfeatError, AttributeError):

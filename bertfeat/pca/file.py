@@ -176,7 +176,7 @@ def _check_model_file(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]
     one would block), an empty file, a .npy array, a text file (numpy would suggest pickle), a truncated archive, a
     member whose header does not fit its bytes. -> each .npy member's declared (shape, dtype), by array name."""
     try:
-        st = os.stat(path)  # another OSError (permission denied, ...) propagates: the CLI names it (safety.os_error)
+        st = os.stat(path)  # another OSError (permission denied, ...) propagates: the CLI names it (errors.os_error)
     except (FileNotFoundError, NotADirectoryError):
         raise BertfeatError(f"PCA model file not found: {path}", "check the path, or fit one with `bertfeat pca fit`") from None
     if not stat.S_ISREG(st.st_mode):

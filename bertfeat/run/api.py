@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal, Mapping, Sequence
 
-from .jobcore import ExtractSummary
+from .summary import ExtractSummary
 from .plan import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, DEFAULT_MAX_FIELD_BYTES, make_plan
 
 

@@ -95,26 +95,11 @@ from ..errors import BertfeatError, BertfeatWarning, opt, render
 from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.parquet import pages_damaged
 from ..features.reader import DIRECTORY_PROVENANCE
-from .jobcore import (
-    PARTIAL_MANIFESTS,
-    ExtractSummary,
-    accumulate_pca,
-    applied_pca,
-    applied_pca_entry,
-    check_resume,
-    check_resume_engine,
-    feature_settings,
-    fit_pca,
-    job_manifest,
-    load_encoder,
-    make_reuser,
-    new_pca,
-    new_summary,
-    probe_into_report,
-    provenance,
-    read_manifest,
-    write_pca,
-)
+from .encoder_setup import feature_settings, load_encoder, make_reuser
+from .manifest import PARTIAL_MANIFESTS, check_resume, check_resume_engine, job_manifest, read_manifest
+from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report, write_pca
+from .provenance import provenance
+from .summary import ExtractSummary, new_summary
 from .progress import NullProgress
 from ..readers import Partition, Reader
 from ..readers.rejects import publish_rejects

@@ -188,7 +188,7 @@ def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None
 
 def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate:
     """Measure what ``plan`` will take (see the module docstring); writes nothing."""
-    from .jobcore import feature_settings, load_encoder
+    from .encoder_setup import feature_settings, load_encoder
     from ..readers.rejects import RejectCode
 
     read = _read(plan, sample, seed)

@@ -70,7 +70,7 @@ class Failure:
 @dataclass(frozen=True)
 class Decision:
     """What the engine does: ``remove`` its partial directory; ``note``: an interrupt's resume_note; ``os_path``: an
-    OSError becomes ``safety.os_error(e, os_path, os_fix)`` (``os_fix``: the fix of a full disk, None: the errno's)."""
+    OSError becomes ``errors.os_error(e, os_path, os_fix)`` (``os_fix``: the fix of a full disk, None: the errno's)."""
 
     remove: bool
     note: str | None = None
@@ -128,7 +128,7 @@ def handle(e: BaseException, failure: Failure, remove: Callable[[], None]) -> Ba
     if decision.note is not None:
         e.resume_note = decision.note
     if decision.os_path is not None:
-        from .safety import os_error
+        from ..errors import os_error
 
         err = os_error(e, decision.os_path, decision.os_fix)
         err.__cause__, err.__suppress_context__ = None, True  # as `raise ... from None`: the one line says it all

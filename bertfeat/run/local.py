@@ -5,8 +5,9 @@ finished chunk is written atomically as a part file under ``OUTPUT.partial/`` wi
 ``resume`` after Ctrl-C or kill -9 continues from the last completed chunk. Each chunk's counts and PCA
 statistics are taken while its table is in memory; at the end the PCA is fitted, the parts are read back once and
 streamed into the output (temporary file, then rename) and the partial directory is removed. The rules both
-engines share (manifest and resume, counts, provenance, the PCA's fit and files) are in jobcore.py; what a failure
-keeps or removes and says, in failures.py.
+engines share are in their own modules: the model's setup (encoder_setup.py), manifest and resume (manifest.py),
+counts (summary.py), provenance (provenance.py), the PCA's fit and files (pca_steps.py); what a failure keeps or
+removes and says, in failures.py.
 """
 
 from __future__ import annotations
@@ -35,25 +36,11 @@ from .chunks import (
 from ..errors import BertfeatError, one_line, opt
 from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.base import check_float16_range
-from .jobcore import (
-    PARTIAL_MANIFESTS,
-    ExtractSummary,
-    accumulate_pca,
-    applied_pca,
-    applied_pca_entry,
-    check_resume,
-    check_resume_engine,
-    feature_settings,
-    finish_pca,
-    job_manifest,
-    load_encoder,
-    make_reuser,
-    new_pca,
-    new_summary,
-    probe_into_report,
-    provenance,
-    read_manifest,
-)
+from .encoder_setup import feature_settings, load_encoder, make_reuser
+from .manifest import PARTIAL_MANIFESTS, check_resume, check_resume_engine, job_manifest, read_manifest
+from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, finish_pca, new_pca, probe_into_report
+from .provenance import provenance
+from .summary import ExtractSummary, new_summary
 from .progress import NullProgress
 from ..readers.rejects import TooManyBadRows, publish_rejects
 from ..ops.threads import read_ahead

@@ -74,7 +74,7 @@ class OutputLayout:
         """The feature output with its side files (a .npy's ids file, a .npy / .csv's provenance)."""
         if self.engine == "dask":
             return [("output", self.features)]
-        from .safety import feature_file_outputs
+        from .outputs import feature_file_outputs
 
         return feature_file_outputs(self.features, self.fmt)
 
@@ -82,7 +82,7 @@ class OutputLayout:
         """(label, path) of every file the finished run may leave, for the overwrite and input-protection rules."""
         outs = self.side_files() + [("rejects file", self.rejects)]
         if self.want_pca:
-            from .safety import report_outputs
+            from .outputs import report_outputs
 
             outs.append(("PCA model", self.pca_model))
             outs += report_outputs(self.pca_prefix)
@@ -514,7 +514,7 @@ def check_pca_model(pca_model, pca) -> Path | None:
     if not path.is_file():
         raise BertfeatError(f"the PCA model {path} does not exist" if not path.exists() else f"the PCA model {path} is not a file",
                             f"pass {opt('pca_model')} with a .npz written by `bertfeat pca fit` or `extract --pca`")
-    from .safety import check_array_file
+    from ..features.arrayfile import check_array_file
 
     check_array_file(path, "PCA model")
     return path
@@ -592,7 +592,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     """The output rules, before anything is written: the output is not a directory (the Dask engine: not a
     directory bertfeat did not write), no output, side file or the partial directory is an input, an existing
     output needs ``overwrite``, and a partial run left by an interrupt needs ``resume`` (or ``overwrite``)."""
-    from .safety import check_not_input, check_overwrite, partial_run_error
+    from .outputs import check_not_input, check_overwrite, partial_run_error
 
     out = layout.features
     inputs = ([] if input == "-" else list(reader.files)) + ([pca_model] if pca_model is not None else [])
@@ -618,7 +618,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     partial = layout.partial
     check_partial_is_ours(partial)
     if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)
-        from .jobcore import PARTIAL_MANIFESTS
+        from .manifest import PARTIAL_MANIFESTS
 
         interrupted = partial.is_dir() and any((partial / name).is_file() for name in PARTIAL_MANIFESTS.values())
     else:
@@ -633,8 +633,8 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 def check_partial_is_ours(partial: Path) -> None:
     """OUTPUT.partial is bertfeat's working directory, removed by --overwrite and at the end: a file there, or a
     folder holding anything but a run's manifest, parts and temporaries, is the user's and is never deleted."""
-    from .jobcore import PARTIAL_MANIFESTS
-    from .safety import OutputError
+    from .manifest import PARTIAL_MANIFESTS
+    from ..errors import OutputError
 
     if not (partial.exists() or partial.is_symlink()):
         return

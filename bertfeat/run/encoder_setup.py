@@ -1,0 +1,54 @@
+"""The model a run loads and what it computes, on both engines: the plan's Encoder from the process's shared cache
+(``load_encoder``), what needs the loaded model (``feature_settings``: the feature spec and fingerprint, checked
+against ``pca`` and the id column), and the run's reuse of vectors (``make_reuser``: identical rows encoded once,
+the vector cache opened under the run's fingerprint). ``estimate.py`` uses the first two as well.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import BertfeatError, opt
+
+
+def load_encoder(plan):
+    """The plan's Encoder, from the process's shared cache (encoder_cache.py)."""
+    from ..model.encoder_cache import shared_encoder
+
+    return shared_encoder(plan.model, **plan.encoder_kwargs)
+
+
+def feature_settings(encoder, plan) -> tuple[object, dict]:
+    """What needs the loaded model, on both engines: -> (the FeatureSpec, the features' fingerprint)."""
+    f = plan.features
+    spec = encoder.spec(f.pooling, f.layers, f.layer_agg, f.normalize, f.max_length, f.long_text, f.stride,
+                        prompt=f.prompt, prompt_name=f.prompt_name)
+    dim = encoder.output_dim(spec)
+    if isinstance(plan.pca, int) and plan.pca > dim:
+        raise BertfeatError(f"{opt('pca', plan.pca)} is more components than the {dim} feature dimensions",
+                            f"choose {opt('pca', dim)} or fewer, or a variance fraction such as 0.95")
+    if plan.id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
+        shown = opt("id_column", plan.id_name, cli=f"'{plan.id_name}'")
+        raise BertfeatError(f"{shown} clashes with an output column", "rename the id column")
+    return spec, encoder.fingerprint(spec)
+
+
+def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, cache_id: tuple[str, dict] | None = None,
+                budget: int | None = None):
+    """The run's reuse of vectors (reuse.py): identical rows encoded once, and with ``cache_dir`` the vector cache
+    opened under this run's fingerprint (``cache_id``: (fingerprint, settings), computed here when not given).
+    ``spill_dir``: where the run's duplicate store spills past its memory ``budget`` (default reuse.DEDUP_MEMORY)."""
+    from ..cache.reuse import Reuser
+
+    dim = encoder.output_dim(spec)
+    if cache_dir is None:
+        return Reuser(dim, spill_dir=spill_dir, budget=budget)
+    from ..cache.store import open_cache, register_spec
+
+    store = open_cache(cache_dir)
+    try:
+        fid = register_spec(store, encoder, spec, cache_id)
+    except BaseException:
+        store.close()
+        raise
+    return Reuser(dim, store, fid, spill_dir)

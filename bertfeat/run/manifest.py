@@ -1,0 +1,136 @@
+"""The resume manifest: what a run must share with the interrupted run it resumes (``job_manifest``: version, the
+features' fingerprint, model files, GEMM path, input files, the options that shape the output), each engine's name for
+it in ``OUTPUT.partial/`` (``PARTIAL_MANIFESTS``), and the one rule and message that refuse a resume whose settings,
+input or engine differ (``check_resume``, ``check_resume_engine``, ``manifest_differences``). Both engines (local.py,
+dask.py) use it; plan.py reads ``PARTIAL_MANIFESTS`` to find a partial run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..checks import DEFAULT_MAX_FIELD_BYTES
+from ..errors import ResumeError, opt
+from ..pca.diffs import dict_differences
+from ..version import __version__
+
+
+def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
+    """What a run must share with the interrupted run it resumes: version, the features' fingerprint, the model
+    folder's other files (tokenizer, config, sentence-transformers modules: vcache.model_files_digest, as the cache
+    key has them), the GEMM path (vcache.gemm_identity: a resume on OpenBLAS would round its rows otherwise than the
+    interrupted run on oneDNN did), the input files (size, mtime), the options that shape the output; plus each
+    engine's own keys."""
+    from ..cache.store import gemm_identity, model_files_digest
+
+    source = plan.reader
+    return {
+        "bertfeat_version": __version__, **fingerprint, "model_files": model_files_digest(encoder.location.path),
+        "gemm": gemm_identity(encoder),
+        "input": source.identity(),
+        "text_column": source.text_column, "pair_column": plan.pair_column, "id_column": plan.id_column,
+        "encoding": source.encoding, "delimiter": getattr(source, "delimiter", None), "on_bad_row": plan.on_bad_row,
+        "chunk_rows": plan.chunk_rows,
+        "pca": plan.pca_text, "wide": plan.wide,
+        **({"pca_model": _file_identity(plan.pca_model)} if plan.pca_model is not None else {}),
+        **({"encoder_options": plan.encoder_options} if plan.encoder_options else {}),
+        **({"keep": list(plan.keep)} if plan.keep else {}), **({"keep_as": plan.keep_as} if plan.keep_as else {}),
+        **({"dtype": plan.dtype} if plan.dtype != "float32" else {}),
+        **({"max_field_bytes": plan.max_field_bytes} if plan.max_field_bytes != DEFAULT_MAX_FIELD_BYTES else {}),
+        **engine_keys,
+    }
+
+
+def check_resume(old_manifest: dict, manifest: dict) -> None:
+    """Refuse to resume a run whose settings or input differ from the interrupted run's (one rule, one message)."""
+    diffs = manifest_differences(old_manifest, manifest)
+    if diffs:
+        raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
+                          f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over, or use the original settings")
+
+
+#: each engine's manifest in OUTPUT.partial/ (local_engine.PartStore, dask_engine.MANIFEST): its name says which
+#: engine started the partial run (each keeps its own part layout)
+PARTIAL_MANIFESTS = {"local": "manifest.json", "dask": "_manifest.json"}
+
+
+def check_resume_engine(partial: Path, engine: str, resume: bool) -> None:
+    """``resume`` of a partial run the other engine started is refused naming it (it was deleted and every row encoded
+    again without a word)."""
+    if not resume:
+        return
+    for other, name in PARTIAL_MANIFESTS.items():
+        if other != engine and (partial / name).is_file() and not (partial / PARTIAL_MANIFESTS[engine]).is_file():
+            raise ResumeError(f"cannot resume: the partial run in {partial} was started by the {other} engine, and this "
+                              f"run uses the {engine} engine (each keeps its own parts)",
+                              f"rerun with {opt('engine', other)} {opt('resume', True)} to continue it, or with "
+                              f"{opt('overwrite', True)} instead of {opt('resume', True)} to start over")
+
+
+def read_manifest(path: Path) -> dict:
+    """A manifest file, or {} when it is unreadable (then every key differs and resuming is refused)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+_LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights_sha256": "model weights sha256",
+           "layers": "layers", "layer_agg": "layer aggregation", "normalize": "normalize", "max_length": "max length",
+           "long_text": "long text", "stride": "stride", "pooling": "pooling", "text_column": "text column",
+           "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "delimiter": "delimiter", "on_bad_row": "on bad row",
+           "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns",
+           "keep_as": "kept columns' given types", "gemm": "GEMM path", "dtype": "dtype",
+           "max_field_bytes": "max field bytes"}
+#: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's)
+OPTIONAL_KEYS = ("keep", "keep_as", "pca_model", "encoder_options", "dtype", "max_field_bytes")
+#: what an optional key stands for when a manifest does not have it (dtype: float32, the default, is not recorded)
+OPTIONAL_DEFAULTS = {"dtype": "float32", "max_field_bytes": DEFAULT_MAX_FIELD_BYTES}
+
+
+def manifest_differences(old: dict, new: dict) -> list[str]:
+    """What differs between the manifest of the interrupted run and this run's, in words."""
+    out = []
+    keys = list(new) + [k for k in OPTIONAL_KEYS if k in old and k not in new]
+    for k, a, b in dict_differences(old, new, keys=keys, missing=None, default=str):
+        if k == "input":
+            out += _input_differences(a or {}, b or {})
+        elif k == "model_files" and not isinstance(a, dict):
+            out.append("model files: not recorded by the interrupted run (an earlier bertfeat)")
+        elif k == "gemm" and isinstance(a, dict) and isinstance(b, dict):
+            cpu = a.get("cpu") != b.get("cpu")
+            said = [f"{g.get('library')}" + (f" on {g.get('cpu')}" if cpu else "") for g in (a, b)]
+            out.append(f"GEMM path: {said[0]} -> {said[1]}" if said[0] != said[1] else f"GEMM path: {a} -> {b}")
+        elif k == "model_files" and isinstance(b, dict):
+            changed = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+            out.append("model files changed since the interrupted run: " + ", ".join(changed))
+        else:
+            a, b = (OPTIONAL_DEFAULTS.get(k, a) if a is None else a), (OPTIONAL_DEFAULTS.get(k, b) if b is None else b)
+            out.append(f"{_LABELS.get(k, k)}: {a!r} -> {b!r}")
+    return out
+
+
+def _input_differences(a: dict, b: dict) -> list[str]:
+    if a.get("path") != b.get("path") or a.get("format") != b.get("format"):
+        return [f"input: {a.get('path')!r} -> {b.get('path')!r}"]
+    fa = {f["path"]: f for f in a.get("files", [])}
+    fb = {f["path"]: f for f in b.get("files", [])}
+    out = []
+    for path in sorted(set(fa) | set(fb)):
+        x, y = fa.get(path), fb.get(path)
+        if x is None:
+            out.append(f"input file added: {path}")
+        elif y is None:
+            out.append(f"input file removed: {path}")
+        elif x["size"] != y["size"]:
+            out.append(f"input file changed: {path} (size {x['size']} -> {y['size']} bytes)")
+        elif (x.get("mtime_ns"), x.get("stamp")) != (y.get("mtime_ns"), y.get("stamp")):  # a URL's files carry a stamp
+            out.append(f"input file changed: {path} (modified since the interrupted run)")
+    return out or ["input changed"]
+
+
+def _file_identity(path: Path) -> dict:
+    from ..pca.reduce import file_sha256
+
+    return {"path": str(path), "sha256": file_sha256(path)}

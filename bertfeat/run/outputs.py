@@ -1,0 +1,144 @@
+"""What a command writes and the rules it must pass before it writes anything: no output or side file may be an
+input (compared through symbolic and hard links) or an existing directory, an existing output is refused unless
+``overwrite`` (``check_outputs``, ``check_not_input``, ``check_overwrite``, ``check_not_directory``), and a partial
+run in the way is named (``partial_run_error``). ``feature_file_outputs`` / ``feature_file_inputs`` /
+``report_outputs`` list a feature file's or a PCA report's files with their side files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ..errors import OutputError, opt
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """a and b name the same file: the same resolved path (symbolic links), or the same inode (hard links)."""
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except (OSError, RuntimeError):
+        pass
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _inside(a: Path, d: Path) -> bool:
+    """a lies inside the directory d (e.g. an input inside an OUTPUT.partial directory)."""
+    try:
+        return d.resolve() in a.resolve().parents
+    except (OSError, RuntimeError):
+        return False
+
+
+def _named_by(label: str, options: Mapping[str, str] | None) -> str:
+    """The option that names the output ``label`` in a fix: ``options[label]`` (a parameter name), else output."""
+    return opt((options or {}).get(label, "output"))
+
+
+def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path],
+                    options: Mapping[str, str] | None = None) -> None:
+    """Refuse when an output or side file (label, path) names an input, or a directory holding one."""
+    inputs = [Path(p) for p in inputs if p is not None and str(p) != "-"]
+    for label, out in outputs:
+        out = Path(out)
+        for inp in inputs:
+            if _same_file(out, inp) or _inside(inp, out):
+                raise OutputError(f"the {label} {out} would replace the input {inp}",
+                                  f"pass {_named_by(label, options)} with another name, or rename the input")
+
+
+def file_kind(path: Path) -> str | None:
+    """What a path is when it is neither absent, a regular file nor a directory ("a named pipe (FIFO)", ...)."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None
+
+
+def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool,
+                    options: Mapping[str, str] | None = None) -> None:
+    """Refuse an output that is not a regular file (a FIFO, a device: whatever the flags), and an existing output
+    unless ``overwrite``."""
+    outputs = [(label, Path(out)) for label, out in outputs]
+    for label, out in outputs:
+        kind = file_kind(out)
+        if kind is not None:
+            raise OutputError(f"the {label} {out} is {kind}, not a regular file",
+                              f"bertfeat writes regular files (atomically: a temporary file, then a rename); pass "
+                              f"{_named_by(label, options)} with a file name")
+    if overwrite:
+        return
+    for label, out in outputs:
+        out = Path(out)
+        if out.exists() or out.is_symlink():
+            raise OutputError(f"{out} already exists", f"pass {opt('overwrite', True)} to replace it, or "
+                              f"{_named_by(label, options)} with another name")
+
+
+def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], overwrite: bool = False,
+                  existing: Iterable[tuple[str, Path]] | None = None, options: Mapping[str, str] | None = None) -> None:
+    """Both checks, before anything is written. ``existing`` (default: all outputs) are the files whose
+    existence needs --overwrite (a file a run removes when it is not needed, e.g. a stale rejects file, is not).
+    ``options``: label -> the parameter of the option that gives that output, as the fixes name it (attention's
+    ``{"--save-npy file": "save_npy"}``); an output not in it is ``output``'s (``-o``)."""
+    outputs = [(label, Path(p)) for label, p in outputs if p is not None]
+    check_not_input(outputs, inputs, options)
+    check_not_directory(outputs, options)
+    check_overwrite(outputs if existing is None else existing, overwrite, options)
+
+
+def check_not_directory(outputs: Iterable[tuple[str, Path]], options: Mapping[str, str] | None = None) -> None:
+    """Refuse an output file that names an existing directory, --overwrite or not (a file never replaces one)."""
+    for label, out in outputs:
+        if Path(out).is_dir():
+            raise OutputError(f"the {label} {out} is a directory",
+                              f"pass {_named_by(label, options)} with a file name, not a directory")
+
+
+
+def feature_file_outputs(path: str | os.PathLike, fmt: str) -> list[tuple[str, Path]]:
+    """A feature file and its side files: the ids file of a .npy, the provenance of a .npy/.csv."""
+    from ..features import ids_sidecar_path, provenance_path
+
+    path = Path(path)
+    out = [("output", path)]
+    if fmt == "npy":
+        out.append(("ids file", ids_sidecar_path(path)))
+    if fmt in ("npy", "csv"):
+        out.append(("provenance file", provenance_path(path)))
+    return out
+
+
+def report_outputs(prefix: str | os.PathLike) -> list[tuple[str, Path]]:
+    from ..pca.report import report_paths
+
+    return [("report file", p) for p in report_paths(prefix).values()]
+
+
+def feature_file_inputs(path: str | os.PathLike) -> list[Path]:
+    """A feature file read as input, with its side files (they are inputs too)."""
+    from ..features import ids_sidecar_path, provenance_path
+
+    path = Path(path)
+    return [path, ids_sidecar_path(path), provenance_path(path)] if path.suffix.lower() in (".npy", ".csv") else [path]
+
+
+def partial_run_error(partial_dir: Path, stdin: bool = False) -> OutputError:
+    if stdin:  # a run reading standard input cannot be resumed (plan.make_plan refuses resume for it)
+        return OutputError(f"a partial run exists in {partial_dir} (left by a run that was killed)",
+                           f"rerun with {opt('overwrite', True)} to start over (a run reading standard input cannot be "
+                           "resumed), or remove that directory")
+    return OutputError(f"a resumable partial run exists in {partial_dir}",
+                       f"rerun the same command with {opt('resume', True)} to continue it, or with {opt('overwrite', True)} to start over")

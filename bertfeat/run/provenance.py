@@ -1,0 +1,63 @@
+"""The provenance every feature file carries (``provenance``): model, weights, settings, GEMM path, input, command,
+counts. Both engines write it; ``bertfeat verify`` reads it back.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+
+from ..checks import DEFAULT_MAX_FIELD_BYTES
+from ..version import __version__
+from .summary import ExtractSummary, gemm_record
+
+
+def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) -> dict:
+    """The metadata every feature file carries: model, weights, settings, GEMM path, input, command, counts."""
+    from ..cache.store import model_files_digest
+
+    source = plan.reader
+    return {
+        "bertfeat_version": __version__,
+        "model": encoder.model_id,
+        "model_source": encoder.location.source,
+        "weights_sha256": encoder.weights_sha256,
+        "model_files": model_files_digest(encoder.location.path),  # config, tokenizer, modules: verify compares them
+        "fingerprint": fingerprint,
+        "precision": encoder.precision,
+        "gemm": gemm_record(encoder),
+        "pooling": spec.pooling,
+        "layers": list(spec.layers),
+        "layer_agg": spec.layer_agg,
+        "normalize": spec.normalize,
+        "dense": list(spec.dense),
+        "prompt": spec.prompt,
+        "prompt_name": spec.prompt_name,
+        "pipeline": encoder.describe(spec),
+        "max_length": spec.max_length,
+        "long_text": spec.long_text,
+        "stride": spec.stride if spec.long_text.startswith("chunk") else None,
+        "input": source.path,
+        **({"input_abspath": os.path.abspath(source.path)} if source.path != "-" and "://" not in source.path else {}),
+        "input_format": source.fmt,
+        **({"encoding": source.encoding} if source.fmt != "parquet" else {}),
+        **({"delimiter": source.delimiter} if getattr(source, "delimiter", None) else {}),
+        "text_column": source.text_column,
+        "pair_column": source.pair_column,
+        "id_column": source.id_column,
+        **({"keep": list(plan.keep)} if plan.keep else {}), **({"keep_as": plan.keep_as} if plan.keep_as else {}),
+        "on_bad_row": plan.on_bad_row,
+        **({"max_bad_rows": plan.max_bad_rows.text} if plan.max_bad_rows is not None else {}),
+        **({"max_field_bytes": plan.max_field_bytes} if plan.max_field_bytes != DEFAULT_MAX_FIELD_BYTES else {}),
+        "command": plan.command or " ".join(shlex.quote(a) for a in sys.argv),
+        "rows": {"read": summary.rows_read, "written": summary.rows_written, "rejected": summary.rows_rejected,
+                 "truncated": summary.rows_truncated, "chunked": summary.rows_chunked,
+                 "encoded": summary.rows_encoded, "reused": summary.rows_reused},
+        "cache": None if plan.cache is None else str(plan.cache),
+        "tokens": {"total": summary.tokens, "dropped": summary.tokens_dropped},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "pca": None,
+        "dtype": plan.dtype,
+    }

@@ -1,0 +1,100 @@
+"""What a run did: ``ExtractSummary`` (its counts, timing, outputs; ``bertfeat.extract`` returns it and
+``to_dict`` is ``--summary-json``), ``new_summary`` (an engine's summary before any row) and ``gemm_record`` (the GEMM
+path as the summary and the provenance record it).
+
+A unit of work (a local chunk, a Dask partition) yields its counts (chunks.table_counts); the job adds them with
+``ExtractSummary.add``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+COUNT_KEYS = ("rows_written", "rows_truncated", "rows_chunked", "tokens", "tokens_dropped")
+REUSE_KEYS = ("rows_encoded", "rows_reused", "tokens_encoded")
+
+
+@dataclass
+class ExtractSummary:
+    """What a run did: its counts, timing and outputs (name -> path); ``bertfeat.extract`` returns it.
+    ``to_dict`` is the JSON of ``extract --summary-json`` (its keys: docs/cli.md)."""
+
+    rows_read: int = 0
+    rows_written: int = 0
+    rows_rejected: int = 0
+    rows_truncated: int = 0
+    rows_chunked: int = 0
+    rows_multiline: int = 0  # CSV rows whose quoted fields span lines
+    tokens: int = 0  # tokens of accepted rows before truncation
+    tokens_dropped: int = 0
+    rows_encoded: int = 0  # distinct texts that went through the model in this run
+    rows_reused: int = 0  # rows whose vector came from the cache or from an identical earlier row of the run
+    tokens_encoded: int = 0  # tokens (before truncation) of the rows encoded
+    cache: str | None = None  # the vector cache directory (None: no cache)
+    cache_repaired: int = 0  # cache entries that failed their checksum: encoded again and rewritten
+    elapsed: float = 0.0
+    chunks_resumed: int = 0
+    rows_resumed: int = 0  # rows written by the chunks kept from an interrupted run (--resume): not this run's work
+    tokens_resumed: int = 0
+    rows_encoded_resumed: int = 0  # of rows_encoded / tokens_encoded: the kept chunks' (encoded by the interrupted run)
+    tokens_encoded_resumed: int = 0
+    outputs: dict = field(default_factory=dict)
+    dim: int = 0
+    pooling: str = ""
+    model: str = ""
+    engine: str = "local"
+    precision: str = ""
+    gemm: dict = field(default_factory=dict)  # the GEMM path, as the provenance records it (gemm_record)
+    probe: dict | None = None  # with label: the PCA report's linear probe (probe.py)
+
+    def add(self, counts: dict):
+        """Add a unit of work's counts (table_counts keys, plus rows_read when given)."""
+        for k in ("rows_read", *COUNT_KEYS, *REUSE_KEYS):
+            if k in counts:
+                setattr(self, k, getattr(self, k) + int(counts[k]))
+
+    def add_resumed(self, counts: dict):
+        """A kept chunk's counts (added with ``add`` too): its rows and tokens are left out of this run's throughput."""
+        self.rows_resumed += int(counts.get("rows_written", 0))
+        self.tokens_resumed += int(counts.get("tokens", 0))
+        self.rows_encoded_resumed += int(counts.get("rows_encoded", 0))
+        self.tokens_encoded_resumed += int(counts.get("tokens_encoded", 0))
+
+    @property
+    def rows_per_s(self) -> float:
+        """The encode throughput: rows this run put through the model per second (reused rows and a resumed run's
+        kept chunks left out)."""
+        return (self.rows_encoded - self.rows_encoded_resumed) / self.elapsed if self.elapsed else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Tokens this run put through the model per second (as ``rows_per_s``)."""
+        return (self.tokens_encoded - self.tokens_encoded_resumed) / self.elapsed if self.elapsed else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in vars(self).items()}
+        d["outputs"] = {k: str(v) for k, v in self.outputs.items()}
+        d["rows_per_s"] = round(self.rows_per_s, 2)
+        d["tokens_per_s"] = round(self.tokens_per_s, 2)
+        return d
+
+
+def new_summary(plan, encoder, spec, engine: str, **counts) -> ExtractSummary:
+    """An engine's summary before any row: the model, its features and GEMM path, the engine, the cache."""
+    return ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec), engine=engine,
+                          precision=encoder.precision, gemm=gemm_record(encoder),
+                          cache=None if plan.cache is None else str(plan.cache), **counts)
+
+
+def gemm_record(encoder) -> dict:
+    """The GEMM path in provenance; int8 adds which token rows are multiplied in float, how many outlier weight rows
+    stay float32 per kind of layer and which layers' inputs are smoothed (quant.py)."""
+    d = encoder.gemm_path.to_dict()
+    if encoder.precision == "int8":
+        from ..ops.quant import SHORT_TOKENS, float_rows, smoothed_kinds
+
+        d["float_token_rows"] = f"first and last token of each sequence, every token of one of <= {SHORT_TOKENS}"
+        d["float_weight_rows"] = float_rows(encoder.weights)
+        d["smoothed_inputs"] = smoothed_kinds(encoder.weights)
+    return d
