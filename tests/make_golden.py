@@ -1,4 +1,4 @@
-"""Freeze the golden reference files of tests/test_golden.py (run once; needs torch, transformers and
+"""Freeze the golden reference files of tests/model/test_golden.py (run once; needs torch, transformers and
 sentence-transformers, i.e. `make install`).
 
     PYTHONPATH=. python tests/make_golden.py            # writes tests/data/golden/<case>.{json,npz}

@@ -20,7 +20,7 @@ from ..console import err_console, out_console
 __all__ = ["pca_app", "fit_command", "transform_command", "report_command", "parse_n_components"]
 
 # The library's values, spelled here so that `--help` imports no numeric module (NumPy, the PCA, pyarrow): each
-# command imports what it runs. tests/test_cli_pca.py checks they are the library's.
+# command imports what it runs. tests/cli/test_cli_pca.py checks they are the library's.
 SOLVERS = ("auto", "svd", "covariance", "randomized")  # pca_solvers.SOLVERS
 DEFAULT_ACCUMULATE = "mixed"  # pca_checks.DEFAULT_ACCUMULATE
 DEFAULT_FOLDS = 5  # probe.DEFAULT_FOLDS

@@ -6,7 +6,7 @@ The classifier is scikit-learn's ``RidgeClassifier(alpha)`` written out: one-vs-
 the targets centred on the training rows, ``(X^T X + alpha I) W = X^T Y`` solved in float64, the class of the
 largest score. It is a closed form, so one Gram matrix per fold serves every k (its leading k x k block), and a
 probe of 20,000 rows takes well under a second. The folds are stratified: each class's rows, shuffled with
-``seed``, are dealt to the folds in turn. ``tests/test_probe.py`` checks the accuracies against scikit-learn's
+``seed``, are dealt to the folds in turn. ``tests/pca/test_probe.py`` checks the accuracies against scikit-learn's
 RidgeClassifier on the same folds.
 
 ``probe_file`` reads a feature file (or a Dask output directory of parts) with a label column (``extract --keep

@@ -24,7 +24,7 @@ import pytest
 from bertfeat.run.outlock import lock_path, output_lock
 from extract_util import run, tiny_model, write_csv
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 N = 3000
 
 

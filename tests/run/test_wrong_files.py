@@ -500,7 +500,7 @@ def test_a_text_argument_that_is_not_utf8_is_refused(tmp_path, capsys, command):
 
 def test_raw_bytes_on_the_command_line(tmp_path):
     """The real thing: a process started with argv bytes that are not UTF-8."""
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent), LC_ALL="C.UTF-8")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), LC_ALL="C.UTF-8")
     p = subprocess.run([sys.executable, "-m", "bertfeat", b"tokens", b"caf\xe9", b"-m", os.fsencode(tiny_model())],
                        capture_output=True, env=env, timeout=300)
     assert (p.returncode, p.stdout, p.stderr.decode()) == (
@@ -545,7 +545,7 @@ def test_pca_fit_overflow_stderr_of_the_real_command(tmp_path):
     """The same in a process of its own, where NumPy's warning went to stderr with its source line."""
     feats = tmp_path / "huge.npy"
     np.save(feats, (np.random.default_rng(0).standard_normal((40, 6)) * 1e30).astype(np.float32))
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     p = subprocess.run([sys.executable, "-m", "bertfeat", "pca", "fit", str(feats), "-n", "2", "-o", str(tmp_path / "m.npz")],
                        capture_output=True, text=True, env=env, timeout=300)
     assert (p.returncode, p.stdout, p.stderr) == (1, "", "Error: rows 0-39: products of these float32 features overflow "

@@ -291,7 +291,7 @@ def test_cli_md_documents_every_inspection_option(command):
 
     from bertfeat.cli.app import app
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     section = _section((root / "docs" / "cli.md").read_text(encoding="utf-8"), f"## `bertfeat {command}`")
     cmd = typer.main.get_command(app).commands[command]
     names = [o for p in cmd.params if p.param_type_name == "option" and "--help" not in p.opts for o in p.opts]
@@ -300,7 +300,7 @@ def test_cli_md_documents_every_inspection_option(command):
 
 
 def test_inspect_md_documents_attention_overwrite_and_max_length():
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     section = _section((root / "docs" / "inspect.md").read_text(encoding="utf-8"), "**Attention maps**", r"^\*\*")
     assert "--overwrite" in section and "--max-length" in section and "model_max_length" in section
 

@@ -19,7 +19,7 @@ from bertfeat.sweep import DEFAULT_SETS, default_prefix, parse_sets, sweep
 
 from ckpt import make_ckpt  # noqa: F401  (a fixture)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "sst2_sample.csv"  # id, label, text: 300 SST-2 rows
 
 

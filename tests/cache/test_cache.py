@@ -175,7 +175,7 @@ def _precision_kw(precision: str, monkeypatch) -> dict:
     from bertfeat.ops import gemm
 
     if precision == "bf16":
-        monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")  # as tests/test_bf16.py: the emulation where bf16 is not native
+        monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")  # as tests/ops/test_bf16.py: the emulation where bf16 is not native
     else:
         try:
             gemm.resolve(precision)

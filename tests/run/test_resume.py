@@ -373,7 +373,7 @@ def test_sigterm_keeps_the_partial_run_and_names_resume(tmp_path):
     import sys
     import time
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     src = write_csv(tmp_path / "c.csv", ["text"], [[f"a sentence numbered {i}"] for i in range(3000)])
     out = tmp_path / "o.parquet"
     args = [sys.executable, "-m", "bertfeat", "extract", str(src), "-o", str(out), "--model", str(tiny_model()),

@@ -752,7 +752,7 @@ def test_float16_parts_equal_local(client, data, tmp_path, pca):
 
 
 # --------------------------------------------------------------------------- a wrong or lost scheduler (issue 44, 5-6)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # A TCP server on loopback that is not a Dask scheduler; it prints its port, and stops by itself after 60 s.
 FAKE_SERVER = r"""
 import socket, sys, time

@@ -13,7 +13,7 @@ from bertfeat.errors import BertfeatError
 from bertfeat.run.estimate import Estimate, memory_limit
 from extract_util import tiny_model, write_csv
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "sst2_sample.csv"  # 300 rows
 
 

@@ -20,7 +20,7 @@ import pytest
 from bertfeat.readers import arrowexit
 from bertfeat.readers.delimited import CsvReader
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Held:

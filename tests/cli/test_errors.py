@@ -501,7 +501,7 @@ def test_disk_full_while_extract_writes_a_chunk(tmp_path, corpus, capsys, monkey
 
 
 def _cli(*args, stdout=None):
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     code = "from bertfeat.cli.app import entry; entry()"
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], stdout=stdout, stderr=subprocess.PIPE, env=env,
                           text=True, timeout=300)
@@ -757,7 +757,7 @@ def test_a_closed_standard_output_is_one_line(tmp_path, argv, rc):
     argv = [a.format(src=src, out=tmp_path / "o.parquet") for a in argv]
     if "info" in argv or "tokens" in argv or "extract" in argv:
         argv += ["--model", str(tiny_model())] if argv[0] != "info" else [str(tiny_model())]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     p = subprocess.run([sys.executable, "-m", "bertfeat", *argv], stderr=subprocess.PIPE, text=True, env=env,
                        preexec_fn=lambda: os.close(1), timeout=120)
     assert p.returncode == rc, p.stderr

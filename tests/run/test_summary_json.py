@@ -11,7 +11,7 @@ import pytest
 
 from extract_util import metadata, run, summary_line, tiny_model, write_csv
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def documented_keys() -> set[str]:
