@@ -24,6 +24,7 @@ from ..pca.diffs import dict_differences
 from ..version import __version__
 from ..errors import BertfeatError, ResumeError, opt
 from ..checks import DEFAULT_MAX_FIELD_BYTES
+from .options import encoder_keywords, feature_spec
 
 
 def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
@@ -39,12 +40,12 @@ def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
         "bertfeat_version": __version__, **fingerprint, "model_files": model_files_digest(encoder.location.path),
         "gemm": gemm_identity(encoder),
         "input": source.identity(),
-        "text_column": source.text_column, "pair_column": plan.pair_column, "id_column": plan.id_column,
+        "text_column": source.text_column, "pair_column": plan.options.pair_column, "id_column": plan.options.id_column,
         "encoding": source.encoding, "delimiter": getattr(source, "delimiter", None), "on_bad_row": plan.on_bad_row,
-        "chunk_rows": plan.chunk_rows,
-        "pca": plan.pca_text, "wide": plan.wide,
+        "chunk_rows": plan.options.chunk_rows,
+        "pca": plan.pca_text, "wide": plan.options.wide,
         **({"pca_model": _file_identity(plan.pca_model)} if plan.pca_model is not None else {}),
-        **({"encoder_options": plan.encoder_options} if plan.encoder_options else {}),
+        **({"encoder_options": plan.options.encoder_options} if plan.options.encoder_options else {}),
         **({"keep": list(plan.keep)} if plan.keep else {}), **({"keep_as": plan.keep_as} if plan.keep_as else {}),
         **({"dtype": plan.dtype} if plan.dtype != "float32" else {}),
         **({"max_field_bytes": plan.max_field_bytes} if plan.max_field_bytes != DEFAULT_MAX_FIELD_BYTES else {}),
@@ -246,14 +247,12 @@ def load_encoder(plan):
     """The plan's Encoder, from the process's shared cache (encoder_cache.py)."""
     from ..model.encoder_cache import shared_encoder
 
-    return shared_encoder(plan.model, **plan.encoder_kwargs)
+    return shared_encoder(plan.options.model, **encoder_keywords(plan.options))
 
 
 def feature_settings(encoder, plan) -> tuple[object, dict]:
     """What needs the loaded model, on both engines: -> (the FeatureSpec, the features' fingerprint)."""
-    f = plan.features
-    spec = encoder.spec(f.pooling, f.layers, f.layer_agg, f.normalize, f.max_length, f.long_text, f.stride,
-                        prompt=f.prompt, prompt_name=f.prompt_name)
+    spec = feature_spec(encoder, plan.options)
     dim = encoder.output_dim(spec)
     if isinstance(plan.pca, int) and plan.pca > dim:
         raise BertfeatError(f"{opt('pca', plan.pca)} is more components than the {dim} feature dimensions",
@@ -412,7 +411,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "on_bad_row": plan.on_bad_row,
         **({"max_bad_rows": plan.max_bad_rows.text} if plan.max_bad_rows is not None else {}),
         **({"max_field_bytes": plan.max_field_bytes} if plan.max_field_bytes != DEFAULT_MAX_FIELD_BYTES else {}),
-        "command": plan.command or " ".join(shlex.quote(a) for a in sys.argv),
+        "command": plan.options.command or " ".join(shlex.quote(a) for a in sys.argv),
         "rows": {"read": summary.rows_read, "written": summary.rows_written, "rejected": summary.rows_rejected,
                  "truncated": summary.rows_truncated, "chunked": summary.rows_chunked,
                  "encoded": summary.rows_encoded, "reused": summary.rows_reused},
