@@ -90,11 +90,10 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     """Sentence features of texts with a BERT-family model (``bertfeat.Encoder``), as a scikit-learn transformer.
 
     Parameters are ``bertfeat.extract``'s options of the same names (run/options.py), read as the engines read them
-    (``encoder_keywords``, ``feature_spec``): ``model`` (a directory, a hub id in the
-    Hugging Face cache, default all-MiniLM-L6-v2), ``pooling`` / ``layers`` / ``layer_agg`` / ``normalize``
-    (None: the model's own embedding), ``prompt`` / ``prompt_name``, ``max_length``, ``long_text``,
-    ``stride``, ``precision`` (None: the Encoder's default), ``threads``, ``max_batch_tokens``,
-    ``batch_size`` (a cap on rows per batch).
+    (``encoder_keywords``, ``feature_spec``): ``model`` (a directory, a hub id in the Hugging Face cache, default
+    all-MiniLM-L6-v2), ``pooling`` / ``layers`` / ``layer_agg`` / ``normalize`` (None: the model's own embedding),
+    ``prompt`` / ``prompt_name``, ``max_length``, ``long_text``, ``stride``, ``precision`` (None: the Encoder's
+    default), ``threads``, ``max_batch_tokens``; and its own: ``batch_size`` (a cap on rows per batch).
 
     ``cache=True`` keeps every text's vector in memory for the life of the process (keyed by the
     weights, every setting that changes a vector, and the text), so grid searches and

@@ -28,8 +28,8 @@ import numpy as np
 
 from .errors import BertfeatError, opt
 
-__all__ = ["DEFAULT_SETS", "DEFAULT_SAMPLE", "DEFAULT_N_COMPONENTS", "SWEEP_OPTIONS", "FeatureSet", "parse_sets", "sweep",
-           "default_prefix", "sweep_paths", "write_sweep_report", "render_markdown"]
+__all__ = ["DEFAULT_SETS", "DEFAULT_SAMPLE", "DEFAULT_N_COMPONENTS", "SWEEP_OPTIONS", "FeatureSet", "parse_sets",
+           "sweep", "default_prefix", "sweep_paths", "write_sweep_report", "render_markdown"]
 
 #: the sets a sweep compares by default; one the model cannot give (no pooler, too few layers) is listed as skipped
 DEFAULT_SETS = ("own", "mean", "cls", "max", "pooled", "mean@-2", "mean@-4:", "mean@-4:@concat", "mean@1,-1")
@@ -131,9 +131,9 @@ def _variance(X: np.ndarray) -> tuple[object, dict]:
 
 
 #: the extract options a sweep takes, as keywords of ``sweep`` (bertfeat.extract's names, declared in run/options.py)
-SWEEP_OPTIONS = ("model", "text_column", "pair_column", "id_column", "input_format", "encoding", "delimiter", "normalize",
-                 "max_length", "long_text", "stride", "prompt", "prompt_name", "precision", "threads", "on_bad_row",
-                 "overwrite", "cache")
+SWEEP_OPTIONS = ("model", "text_column", "pair_column", "id_column", "input_format", "encoding", "delimiter",
+                 "normalize", "max_length", "long_text", "stride", "prompt", "prompt_name", "precision", "threads",
+                 "on_bad_row", "overwrite", "cache")
 
 
 def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,

@@ -155,9 +155,9 @@ def extract(
         check_summary_json(summary_json, input, overwrite, output=output, format=format, model=model,
                            cache=False if no_cache else cache, pca_model=pca_model)
     flags = {name: value for name, value in given.items() if name in OPTIONS}
+    rows = True if estimate_rows is None else estimate_rows
     options = ExtractOptions(**flags | {"keep": ",".join(keep) if keep else None, "cache": False if no_cache else cache,
-                                        "estimate": (True if estimate_rows is None else estimate_rows) if estimate else False,
-                                        "command": _command_line()})
+                                        "estimate": rows if estimate else False, "command": _command_line()})
     try:
         with _dask_logs_routed(engine):
             summary = extract_options(options, progress=None if estimate else make_progress(

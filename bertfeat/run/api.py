@@ -1,10 +1,13 @@
 """``bertfeat.extract``: the public, keyword-only entry point of an extract job, on either engine.
 
-The CLI's ``extract`` command calls this function; so does Python code::
+Python code calls this function::
 
     import bertfeat
     s = bertfeat.extract("reviews.csv", "reviews.features.parquet", pca=64)
     s = bertfeat.extract("data/*.parquet", "/shared/out/f.parquet", engine="dask", scheduler="tcp://host:8786")
+
+It builds an ``ExtractOptions`` (options.py) of its keywords; the CLI's ``extract`` command builds the same of its
+flags; both run it with ``extract_options``.
 
 Errors name the Python parameters (``chunk_rows=0``); the CLI shows the same errors with its flags
 (``--chunk-rows 0``): every option is declared once, in options.py (``ExtractOptions``), and checked once, in
@@ -89,7 +92,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
 
     Every option is checked before anything is written (plan.make_plan), the same way on both engines.
     """
-    given = locals()  # the parameters, before any other name is bound: every option by its declared name
+    given = dict(locals())  # the parameters, before any other name is bound: every option by its declared name
     return extract_options(ExtractOptions(**{name: given[name] for name in OPTIONS}), progress=progress, quiet=quiet,
                            client=client)
 

@@ -261,7 +261,7 @@ class ExtractOptions:
     """Every option of ``bertfeat.extract`` (and ``bertfeat extract``), as given; see the module docstring."""
 
     input: str | os.PathLike = option(check=check_input)
-    output: str | os.PathLike | None = option(None, checked_by="with the format and engine (plan: checks.check_output_name)")
+    output: str | os.PathLike | None = option(None, checked_by="with the format and engine (checks.check_output_name)")
     text_column: str | None = option(None, checked_by=READER)
     pair_column: str | None = option(None, checked_by=READER)
     id_column: str | None = option(None, checked_by=READER)

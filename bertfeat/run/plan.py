@@ -208,8 +208,9 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
     layout = _output_layout(input, o.output, fmt, o.engine, pca is not None, reader, overwrite, o.resume, pca_model)
     check_cache_apart(cache, layout)
     return ExtractPlan(options=o, input=input, reader=reader, layout=layout, on_bad_row=on_bad_row,
-                       max_bad_rows=max_bad_rows, pca=pca, pca_model=pca_model, overwrite=overwrite, dask=dask, keep=keep,
-                       keep_as=keep_as, cache=cache, label=label, dtype=dtype, max_field_bytes=max_field_bytes)
+                       max_bad_rows=max_bad_rows, pca=pca, pca_model=pca_model, overwrite=overwrite, dask=dask,
+                       keep=keep, keep_as=keep_as, cache=cache, label=label, dtype=dtype,
+                       max_field_bytes=max_field_bytes)
 
 
 def _check_run_shape(o: ExtractOptions, client) -> None:

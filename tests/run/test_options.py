@@ -86,7 +86,8 @@ def test_sweep_and_text_features_take_the_options_by_their_declared_names():
         assert params[name] == OPTIONS[name].default, name
     tf = TextFeatures(pooling="cls", max_length=16, max_batch_tokens=64)
     assert encoder_keywords(tf) == {"max_batch_tokens": 64}  # precision None: left to the Encoder
-    assert encoder_keywords(ExtractOptions(input="x", max_batch_tokens=64)) == {"max_batch_tokens": 64, "precision": "fp32"}
+    given = ExtractOptions(input="x", max_batch_tokens=64)
+    assert encoder_keywords(given) == {"max_batch_tokens": 64, "precision": "fp32"}
     spec = feature_spec(tiny_encoder(), ExtractOptions(input="x", pooling="cls", max_length=16))
     assert feature_spec(tiny_encoder(), tf).to_dict() == spec.to_dict()
     assert (spec.pooling, spec.max_length) == ("cls", 16)
