@@ -30,6 +30,7 @@ from .model.encoder import Encoder, TokenPastTableError
 from .errors import BertfeatError
 from .checks import check_size
 from .readers.textcheck import check_text
+from .run.options import encoder_keywords, feature_spec
 
 __all__ = ["TextFeatures", "as_texts"]
 
@@ -39,12 +40,12 @@ _MEMO_LOCK = threading.Lock()
 _MEMO: dict[str, dict[str, np.ndarray]] = {}
 
 
-def _load_encoder(model, max_length, max_batch_tokens, threads, precision) -> Encoder:
-    """The process's Encoder for (model, load settings), from the cache bertfeat.extract and Dask workers share."""
+def _load_encoder(params) -> Encoder:
+    """The process's Encoder for a TextFeatures' model and load settings (named as bertfeat.extract's options:
+    run.options.encoder_keywords), from the cache bertfeat.extract and Dask workers share."""
     from .model.encoder_cache import shared_encoder
 
-    return shared_encoder(model, max_length=max_length, max_batch_tokens=max_batch_tokens, threads=threads,
-                          precision=precision)
+    return shared_encoder(params.model, **encoder_keywords(params))
 
 
 def as_texts(X: Any) -> list[str]:
@@ -88,11 +89,11 @@ def _prepare(enc: Encoder, texts: list[str], spec, where):
 class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Sentence features of texts with a BERT-family model (``bertfeat.Encoder``), as a scikit-learn transformer.
 
-    Parameters mirror ``bertfeat extract`` and ``Encoder.encode``: ``model`` (a directory, a hub id in the
-    Hugging Face cache, default all-MiniLM-L6-v2), ``pooling`` / ``layers`` / ``layer_agg`` / ``normalize``
-    (None: the model's own embedding), ``prompt`` / ``prompt_name``, ``max_length``, ``long_text``,
-    ``stride``, ``precision`` (None: the Encoder's default), ``threads``, ``max_batch_tokens``,
-    ``batch_size`` (a cap on rows per batch).
+    Parameters are ``bertfeat.extract``'s options of the same names (run/options.py), read as the engines read them
+    (``encoder_keywords``, ``feature_spec``): ``model`` (a directory, a hub id in the Hugging Face cache, default
+    all-MiniLM-L6-v2), ``pooling`` / ``layers`` / ``layer_agg`` / ``normalize`` (None: the model's own embedding),
+    ``prompt`` / ``prompt_name``, ``max_length``, ``long_text``, ``stride``, ``precision`` (None: the Encoder's
+    default), ``threads``, ``max_batch_tokens``; and its own: ``batch_size`` (a cap on rows per batch).
 
     ``cache=True`` keeps every text's vector in memory for the life of the process (keyed by the
     weights, every setting that changes a vector, and the text), so grid searches and
@@ -128,7 +129,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _encoder(self, check: bool = True) -> Encoder:
         """The model (cached per process); ``check``: refuse weights other than the ones fitted with (transform, a
         pipeline unpickled elsewhere), not at fit, which may change the model on purpose (set_params(model=...))."""
-        enc = _load_encoder(self.model, None, self.max_batch_tokens, self.threads, self.precision)
+        enc = _load_encoder(self)
         expected = getattr(self, "weights_sha256_", None) if check else None
         if expected is not None and enc.weights_sha256 != expected:
             raise BertfeatError(
@@ -139,8 +140,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         return enc
 
     def _spec(self, enc: Encoder):
-        return enc.spec(self.pooling, self.layers, self.layer_agg, self.normalize, self.max_length, self.long_text,
-                        self.stride, prompt=self.prompt, prompt_name=self.prompt_name)
+        return feature_spec(enc, self)  # the parameters named as bertfeat.extract's options, read as the engines do
 
     # -- scikit-learn API ---------------------------------------------------------------------
     def fit(self, X, y=None):

@@ -28,8 +28,8 @@ import numpy as np
 
 from .errors import BertfeatError, opt
 
-__all__ = ["DEFAULT_SETS", "DEFAULT_SAMPLE", "DEFAULT_N_COMPONENTS", "FeatureSet", "parse_sets", "sweep",
-           "default_prefix", "sweep_paths", "write_sweep_report", "render_markdown"]
+__all__ = ["DEFAULT_SETS", "DEFAULT_SAMPLE", "DEFAULT_N_COMPONENTS", "SWEEP_OPTIONS", "FeatureSet", "parse_sets",
+           "sweep", "default_prefix", "sweep_paths", "write_sweep_report", "render_markdown"]
 
 #: the sets a sweep compares by default; one the model cannot give (no pooler, too few layers) is listed as skipped
 DEFAULT_SETS = ("own", "mean", "cls", "max", "pooled", "mean@-2", "mean@-4:", "mean@-4:@concat", "mean@1,-1")
@@ -130,67 +130,72 @@ def _variance(X: np.ndarray) -> tuple[object, dict]:
     return pca, {"thresholds": r["thresholds"], "suggestions": r["suggestions"]}
 
 
-def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, model: str | os.PathLike | None = None,
-          text_column: str | None = None, pair_column: str | None = None, id_column: str | None = None,
-          input_format: str | None = None, encoding: str = "utf-8", delimiter: str | None = None,
-          sample: int = DEFAULT_SAMPLE, seed: int = 0, n_components: int | None = None, folds: int = 5,
-          normalize: bool | None = None, max_length: int | None = None, long_text: str = "truncate",
-          stride: int | None = None, prompt: str | None = None, prompt_name: str | None = None,
-          precision: str = "fp32", threads: int | None = None, on_bad_row: str = "error",
-          output: str | os.PathLike | None = None, overwrite: bool = False, cache=None, progress=None,
-          bar=None) -> dict:
+#: the extract options a sweep takes, as keywords of ``sweep`` (bertfeat.extract's names, declared in run/options.py)
+SWEEP_OPTIONS = ("model", "text_column", "pair_column", "id_column", "input_format", "encoding", "delimiter",
+                 "normalize", "max_length", "long_text", "stride", "prompt", "prompt_name", "precision", "threads",
+                 "on_bad_row", "overwrite", "cache")
+
+
+def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
+          n_components: int | None = None, folds: int = 5, output: str | os.PathLike | None = None, progress=None,
+          bar=None, **options) -> dict:
     """Compare feature sets of a sample of ``input``'s rows (see the module docstring) -> the report, a JSON-able
     dict. ``sets``: names as ``DEFAULT_SETS`` (default: those, less any the model cannot give); ``sample``: rows
     compared at most (a uniform sample); ``n_components``: the k of the probe on principal components (default
     64); given, the best set is the best on those k components (the features as a pipeline that keeps k will use
     them), else on all its features; ``output``: a prefix, to write the report as PREFIX.json and PREFIX.md (checked
     before any work: existing files need ``overwrite``; the CLI's default is ``default_prefix(input)``);
-    ``cache``: a vector cache directory as ``bertfeat.extract`` takes it (None: BERTFEAT_CACHE when set; False:
-    none): each set's vectors are read and stored under that set's own settings, exactly as ``extract`` with the
-    set's options computes them; ``progress(what)``: told each step; ``bar``: a progress object
-    (``progress.NullProgress``'s methods) told the rows read and encoded."""
+    ``progress(what)``: told each step; ``bar``: a progress object (``progress.NullProgress``'s methods) told the rows
+    read and encoded.
+
+    ``options``: ``bertfeat.extract``'s options that a sweep takes (``SWEEP_OPTIONS``), by the same names and meaning:
+    the input's (``text_column``, ``pair_column``, ``id_column``, ``input_format``, ``encoding``, ``delimiter``), the
+    model's (``model``, ``precision``, ``threads``), the texts' (``max_length``, ``long_text``, ``stride``, ``prompt``,
+    ``prompt_name``), ``normalize`` (every set), ``on_bad_row`` ("error", the default, or "skip"), ``overwrite`` and
+    ``cache``: a vector cache directory (None: BERTFEAT_CACHE when set; False: none): each set's vectors are read and
+    stored under that set's own settings, exactly as ``extract`` with the set's options computes them."""
     import contextlib
 
     from .model.encoder import Encoder
+    from .run.options import options_from
     from .run.outlock import output_lock
     from .readers import open_input
     from .checks import check_input_path, check_size, check_stride
 
-    from .cache.store import resolve_cache
-
+    o = options_from("sweep", options, SWEEP_OPTIONS, input=input, on_bad_row="error")
     check_input_path(input)
-    check_stride(stride, long_text)
+    check_stride(o.stride, o.long_text)
     ranked_on_pca = n_components is not None
     n_components = DEFAULT_N_COMPONENTS if n_components is None else n_components
     for name, v, low in (("sample", sample, 2), ("n_components", n_components, 1), ("folds", folds, 2)):
         check_size(v, name, low, None, "")
-    cache = resolve_cache(cache)
-    if on_bad_row not in ("error", "skip"):
-        raise BertfeatError(f"{opt('on_bad_row', on_bad_row)} is not error or skip",
+    cache = o.checked("cache")
+    if o.on_bad_row not in ("error", "skip"):
+        raise BertfeatError(f"{opt('on_bad_row', o.on_bad_row)} is not error or skip",
                             f"choose {opt('on_bad_row', 'error')} or {opt('on_bad_row', 'skip')}")
     tell = progress or (lambda what: None)
     if output is not None:  # before any work (and before the lock makes the output's folder)
-        _check_outputs(output, input, overwrite)
+        _check_outputs(output, input, o.overwrite)
     with output_lock(Path(output)) if output is not None else contextlib.nullcontext():
         if output is not None:  # again under the lock: another run may have written them
-            _check_outputs(output, input, overwrite)
-        reader = open_input(str(input), input_format, text_column, pair_column, id_column, encoding,
-                            delimiter=delimiter, keep=(label,) if label else (), label=label)
+            _check_outputs(output, input, o.overwrite)
+        reader = open_input(str(input), o.input_format, o.text_column, o.pair_column, o.id_column, o.encoding,
+                            delimiter=o.delimiter, keep=(label,) if label else (), label=label)
         try:
-            enc = Encoder(model, precision=precision, threads=threads)
-            tokenization = {"max_length": max_length, "long_text": long_text, "stride": stride, "prompt": prompt,
-                            "prompt_name": prompt_name}
+            enc = Encoder(o.model, precision=o.precision, threads=o.threads)
+            tokenization = {name: getattr(o, name) for name in ("max_length", "long_text", "stride", "prompt",
+                                                                 "prompt_name")}
             given = sets is not None and len(sets) > 0
-            chosen, skipped = parse_sets(sets if given else DEFAULT_SETS, enc, normalize=normalize, strict=given,
+            chosen, skipped = parse_sets(sets if given else DEFAULT_SETS, enc, normalize=o.normalize, strict=given,
                                          **tokenization)
             tell(f"reading {reader.name} (a uniform sample of {sample:,} rows at most)")
-            drawn = _read_sample(reader, label, sample, seed, on_bad_row, bar)
+            drawn = _read_sample(reader, label, sample, seed, o.on_bad_row, bar)
         finally:
             close = getattr(reader, "close", None)
             if close is not None:
                 close()
         report = _compare(enc, chosen, skipped, drawn, reader.name, label, n_components=n_components, folds=folds,
-                          seed=seed, on_bad_row=on_bad_row, tell=tell, cache=cache, bar=bar,
+                          seed=seed, on_bad_row=o.on_bad_row, tell=tell, cache=cache, bar=bar,
                           ranked_on_pca=ranked_on_pca)
         if output is not None:
             report["files"] = {k: str(v) for k, v in sweep_paths(output).items()}

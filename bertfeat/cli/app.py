@@ -15,7 +15,7 @@ import typer
 from ..version import __version__
 from ..console import err_console, out_console
 from ..errors import BertfeatError
-from ..run.plan import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS
+from ..run.options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 
 app = typer.Typer(
@@ -142,7 +142,9 @@ def extract(
     summary_json: Optional[str] = typer.Option(None, "--summary-json", help="Also write the run's summary as one JSON object to FILE, or '-' for standard output (every count, timing, output path and the GEMM path; keys in docs/cli.md)."),
 ):
     """Extract sentence features from a table of texts into a Parquet, NumPy or CSV file."""
-    from ..run.api import extract as run_extract
+    given = dict(locals())  # the flags, before any other name is bound: each option's flag is its declared name
+    from ..run.api import extract_options
+    from ..run.options import OPTIONS, ExtractOptions
     from ..run.progress import make_progress
 
     if no_cache and cache is not None:
@@ -152,22 +154,14 @@ def extract(
     if summary_json is not None:
         check_summary_json(summary_json, input, overwrite, output=output, format=format, model=model,
                            cache=False if no_cache else cache, pca_model=pca_model)
-
+    flags = {name: value for name, value in given.items() if name in OPTIONS}
+    rows = True if estimate_rows is None else estimate_rows
+    options = ExtractOptions(**flags | {"keep": ",".join(keep) if keep else None, "cache": False if no_cache else cache,
+                                        "estimate": rows if estimate else False, "command": _command_line()})
     try:
         with _dask_logs_routed(engine):
-            summary = run_extract(
-                input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
-                input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling, layers=layers,
-                layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name, max_length=max_length,
-                max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride, precision=precision, pca=pca,
-                pca_model=pca_model,
-                format=format, wide=wide, on_bad_row=on_bad_row, max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite,
-                chunk_rows=chunk_rows,
-                threads=threads, engine=engine, scheduler=scheduler, workers=workers, blocksize=blocksize,
-                command=_command_line(), keep=",".join(keep) if keep else None, cache=False if no_cache else cache, label=label,
-                dtype=dtype, max_field_bytes=max_field_bytes,
-                estimate=(True if estimate_rows is None else estimate_rows) if estimate else False,
-                progress=None if estimate else make_progress(err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
+            summary = extract_options(options, progress=None if estimate else make_progress(
+                err_console, quiet, "extract (dask)" if engine == "dask" else "extract"))
     except KeyboardInterrupt as e:  # its resume note is printed by _stopped (Typer hands back only 130)
         _STOPPED.setdefault("stop", e)
         raise
@@ -523,7 +517,7 @@ def _in_finalizer(frame) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app; every failure becomes one line ``Error: what - how to fix``.
 
-    The rule (bertfeat.run.safety): exit 1 on any error, 2 for a command line that does not parse (click's convention; one
+    The rule (bertfeat.cli.render): exit 1 on any error, 2 for a command line that does not parse (click's convention; one
     line too, see usage_error), 130 after Ctrl-C, 143 after SIGTERM, never a traceback, whatever
     the command and the cause (library errors, OS errors on read or write, truncated or foreign files). An unexpected
     exception (a bug) is one line too, unless --debug or BERTFEAT_DEBUG=1 asks for its traceback.

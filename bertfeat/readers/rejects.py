@@ -242,10 +242,10 @@ def parse_max_bad_rows(value) -> BadRowLimit | None:
     return BadRowLimit(n, None, str(n))
 
 
-def resolve_bad_rows(on_bad_row: str | None, max_bad_rows) -> tuple[str, BadRowLimit | None]:
-    """(on_bad_row, limit): ``max_bad_rows`` skips bad rows up to its limit, so on_bad_row defaults to 'skip' with it
-    and 'error' without; on_bad_row='error' with a limit is refused (the first bad row would stop the run)."""
-    limit = parse_max_bad_rows(max_bad_rows)
+def resolve_bad_rows(on_bad_row: str | None, limit: BadRowLimit | None) -> tuple[str, BadRowLimit | None]:
+    """(on_bad_row, limit): ``max_bad_rows`` (its ``limit``: parse_max_bad_rows) skips bad rows up to its limit, so
+    on_bad_row defaults to 'skip' with it and 'error' without; on_bad_row='error' with a limit is refused (the first
+    bad row would stop the run)."""
     if on_bad_row is None:
         return ("skip" if limit is not None else "error"), limit
     if on_bad_row == "error" and limit is not None:

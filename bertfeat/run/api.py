@@ -1,13 +1,17 @@
 """``bertfeat.extract``: the public, keyword-only entry point of an extract job, on either engine.
 
-The CLI's ``extract`` command calls this function; so does Python code::
+Python code calls this function::
 
     import bertfeat
     s = bertfeat.extract("reviews.csv", "reviews.features.parquet", pca=64)
     s = bertfeat.extract("data/*.parquet", "/shared/out/f.parquet", engine="dask", scheduler="tcp://host:8786")
 
+It builds an ``ExtractOptions`` (options.py) of its keywords; the CLI's ``extract`` command builds the same of its
+flags; both run it with ``extract_options``.
+
 Errors name the Python parameters (``chunk_rows=0``); the CLI shows the same errors with its flags
-(``--chunk-rows 0``): every option is checked once, in plan.make_plan.
+(``--chunk-rows 0``): every option is declared once, in options.py (``ExtractOptions``), and checked once, in
+plan.make_plan.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from __future__ import annotations
 import os
 from typing import Any, Literal, Mapping, Sequence
 
+from ..checks import DEFAULT_MAX_FIELD_BYTES
 from .summary import ExtractSummary
-from .plan import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, DEFAULT_MAX_FIELD_BYTES, make_plan
+from .options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, OPTIONS, ExtractOptions
+from .plan import make_plan
 
 
 def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *,
@@ -86,28 +92,24 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
 
     Every option is checked before anything is written (plan.make_plan), the same way on both engines.
     """
-    from ..checks import check_size
+    given = dict(locals())  # the parameters, before any other name is bound: every option by its declared name
+    return extract_options(ExtractOptions(**{name: given[name] for name in OPTIONS}), progress=progress, quiet=quiet,
+                           client=client)
 
-    if estimate is not False and estimate is not True:
-        check_size(estimate, "estimate", 2, None, " (rows to measure on), or True for the default")
-    plan = make_plan(input, output, text_column=text_column, pair_column=pair_column, id_column=id_column,
-                     input_format=input_format, encoding=encoding, delimiter=delimiter, model=model, pooling=pooling,
-                     layers=layers, layer_agg=layer_agg, normalize=normalize, prompt=prompt, prompt_name=prompt_name,
-                     max_length=max_length, max_batch_tokens=max_batch_tokens, long_text=long_text, stride=stride,
-                     precision=precision, pca=pca, pca_model=pca_model, format=format, wide=wide, on_bad_row=on_bad_row,
-                     max_bad_rows=max_bad_rows, resume=resume, overwrite=overwrite or estimate is not False,
-                     chunk_rows=chunk_rows, threads=threads, engine=engine, scheduler=scheduler, workers=workers,
-                     blocksize=blocksize, client=client, encoder_options=dict(encoder_options or {}), command=command, keep=keep, cache=cache, label=label, dtype=dtype,
-                     max_field_bytes=max_field_bytes)
-    if estimate is not False:
+
+def extract_options(options: ExtractOptions, *, progress=None, quiet: bool = True, client=None):
+    """``bertfeat.extract`` of an ``ExtractOptions`` (the CLI builds one from its flags): the plan (every option
+    checked), then the estimate or the run. ``progress``, ``quiet``, ``client``: as ``bertfeat.extract``'s."""
+    plan = make_plan(options, client)
+    if options.estimate is not False:
         from .estimate import DEFAULT_SAMPLE, estimate_plan
 
-        return estimate_plan(plan, DEFAULT_SAMPLE if estimate is True else int(estimate))
+        return estimate_plan(plan, DEFAULT_SAMPLE if options.estimate is True else int(options.estimate))
     if progress is None and not quiet:
         from ..console import err_console
         from .progress import make_progress
 
-        progress = make_progress(err_console, False, "extract (dask)" if engine == "dask" else "extract")
+        progress = make_progress(err_console, False, "extract (dask)" if options.engine == "dask" else "extract")
     return run(plan, progress, client)
 
 
@@ -120,7 +122,7 @@ def run(plan, progress=None, client=None) -> ExtractSummary:
     try:
         with output_lock(*plan.layout.locked()):
             plan.check_outputs()
-            if plan.engine == "dask":
+            if plan.options.engine == "dask":
                 from . import dask as dask_engine
 
                 return dask_engine.run(plan, progress, client=client)

@@ -100,6 +100,7 @@ from .manifest import PARTIAL_MANIFESTS, check_resume, check_resume_engine, job_
 from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report, write_pca
 from .provenance import provenance
 from .summary import ExtractSummary, new_summary
+from .options import encoder_keywords
 from .progress import NullProgress
 from ..readers import Partition, Reader
 from ..readers.rejects import publish_rejects
@@ -127,24 +128,6 @@ def require_dask():
         raise BertfeatError(f"{opt('engine', 'dask')} needs Dask, but {e.name or 'dask'} is not installed", INSTALL_HINT) from None
     if _WorkerPluginBase is object:  # imported while distributed was missing
         raise BertfeatError(f"{opt('engine', 'dask')} needs Dask, but distributed could not be imported", INSTALL_HINT)
-
-
-def parse_blocksize(value) -> int | None:
-    """'8MiB', '64MB', '1000000', 0, None, 'none' -> bytes (None: no splitting)."""
-    if value is None or value == 0 or (isinstance(value, str) and value.strip().lower() in ("", "0", "none", "file")):
-        return None
-    if isinstance(value, int):
-        n = value
-    else:
-        from dask.utils import parse_bytes
-
-        try:
-            n = int(parse_bytes(value))
-        except (ValueError, TypeError):
-            raise BertfeatError(f"{opt('blocksize', value, cli=repr(value))} is not a size", "give bytes, e.g. 8MiB, 64MB or none") from None
-    if n < 1:
-        raise BertfeatError(f"{opt('blocksize', value)} is out of range", "give a positive size, e.g. 8MiB, or none")
-    return n
 
 
 # --------------------------------------------------------------------------- worker side
@@ -393,7 +376,7 @@ class DaskRun:
         self.encoder = encoder = load_encoder(plan)
         # precision "auto" is resolved here, once: every worker then runs the precision the client's manifest and
         # fingerprint name (a worker that cannot run it refuses in one line), never a mix of precisions across parts
-        self.encoder_kwargs = {**plan.encoder_kwargs, "precision": encoder.precision}
+        self.encoder_kwargs = {**encoder_keywords(plan.options), "precision": encoder.precision}
         self.encoder_kwargs.pop("threads", None)  # the workers' threads: worker_threads in connect
         self.spec, self.fingerprint = feature_settings(encoder, plan)
         # pca_model: checked before any task runs
@@ -422,13 +405,13 @@ class DaskRun:
         if self.own_client:
             self.client, self.cluster = open_client(plan.dask)
         client = self.client
-        self.threads = plan.threads or worker_threads(client, plan.dask.scheduler or "")
+        self.threads = plan.options.threads or worker_threads(client, plan.dask.scheduler or "")
         self.run_store = None  # without a cache: the run's duplicates store, shared by this machine's workers
         if plan.cache is not None:
             check_worker_hosts(client, plan.cache)
         elif not workers_elsewhere(client) and filesystem_type(partial.parent) not in NETWORK_FS:
             self.run_store = partial / RUN_STORE
-        target = _resumed_value(partial, "split_target") if plan.resume else None
+        target = _resumed_value(partial, "split_target") if plan.options.resume else None
         if target is None:
             target = PARTS_PER_THREAD * cluster_slots(client)
         self.split_target = target
@@ -441,13 +424,13 @@ class DaskRun:
         plan, partial, client, parts = self.plan, self.partial, self.client, self.parts
         manifest = job_manifest(plan, self.fingerprint, self.encoder, engine="dask", blocksize=plan.dask.blocksize,
                                 split_target=self.split_target, partitions=len(parts))
-        counts = _open_partial(partial, manifest, plan.resume)
+        counts = _open_partial(partial, manifest, plan.options.resume)
         self.opened = True
         for _, path in plan.layout.outputs():  # a killed run's temporaries and set-aside old output directory
             remove_stale_temps(path, DIRECTORY_PROVENANCE if path == self.out else None)
         if self.run_store is not None:  # made here, once, before the tasks open it together
             open_cache(self.run_store).close()
-        client.register_plugin(EncoderPlugin(self.encoder.location, plan.model, self.encoder_kwargs,
+        client.register_plugin(EncoderPlugin(self.encoder.location, plan.options.model, self.encoder_kwargs,
                                              self.encoder.weights_sha256, self.threads), name=EncoderPlugin.name)
         if counts is None:  # pass 0: rows per partition (Parquet: from the footers)
             counts = [p.n_rows for p in parts]
@@ -475,12 +458,12 @@ class DaskRun:
             cache, cache_id = str(self.run_store), run_store_id(encoder, spec)
         else:
             cache = cache_id = None
-        ctx = TaskContext(reader=plan.reader, location=encoder.location, model_name=plan.model,
+        ctx = TaskContext(reader=plan.reader, location=encoder.location, model_name=plan.options.model,
                           encoder_kwargs=self.encoder_kwargs, weights_sha256=encoder.weights_sha256, threads=self.threads,
                           spec=spec, on_bad_row=plan.on_bad_row, id_name=plan.id_name,
-                          id_type=plan.reader.id_type() or pa.string(), chunk_rows=plan.chunk_rows,
+                          id_type=plan.reader.id_type() or pa.string(), chunk_rows=plan.options.chunk_rows,
                           dim=encoder.output_dim(spec), meta=meta, run_key=self.run_key, out_dir=str(self.partial),
-                          wide=plan.wide, want_pca=plan.reduces, fit_stats=plan.pca is not None,
+                          wide=plan.options.wide, want_pca=plan.reduces, fit_stats=plan.pca is not None,
                           n_components=plan.pca_n_components, width=self.width, keep_types=plan.keep_types or None,
                           dtype=plan.dtype, cache=cache, cache_id=cache_id)
         return first, ctx

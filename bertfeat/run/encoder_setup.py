@@ -9,20 +9,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import BertfeatError, opt
+from .options import encoder_keywords, feature_spec
 
 
 def load_encoder(plan):
     """The plan's Encoder, from the process's shared cache (encoder_cache.py)."""
     from ..model.encoder_cache import shared_encoder
 
-    return shared_encoder(plan.model, **plan.encoder_kwargs)
+    return shared_encoder(plan.options.model, **encoder_keywords(plan.options))
 
 
 def feature_settings(encoder, plan) -> tuple[object, dict]:
     """What needs the loaded model, on both engines: -> (the FeatureSpec, the features' fingerprint)."""
-    f = plan.features
-    spec = encoder.spec(f.pooling, f.layers, f.layer_agg, f.normalize, f.max_length, f.long_text, f.stride,
-                        prompt=f.prompt, prompt_name=f.prompt_name)
+    spec = feature_spec(encoder, plan.options)
     dim = encoder.output_dim(spec)
     if isinstance(plan.pca, int) and plan.pca > dim:
         raise BertfeatError(f"{opt('pca', plan.pca)} is more components than the {dim} feature dimensions",

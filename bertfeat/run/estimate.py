@@ -157,7 +157,7 @@ def _read(plan, sample: int, seed: int) -> dict:
     kept = reservoir.items()
     accepted = max(rows - bad, 1)
     return {"rows": rows, "bad": bad, "first_bad": first_bad, "texts": [t for t, _ in kept],
-            "pairs": [p for _, p in kept] if plan.pair_column is not None else None,
+            "pairs": [p for _, p in kept] if plan.options.pair_column is not None else None,
             "text_bytes": text_bytes / accepted, "kept_bytes": kept_bytes / accepted,
             "seconds": time.perf_counter() - t0}
 
@@ -261,7 +261,7 @@ def _measure(encoder, spec, texts: list[str], pairs: list[str] | None) -> dict:
 
 def _sizes(plan, d: int, accepted: int, kept_bytes: float) -> dict:
     """The output's width and bytes, the partial directory's unreduced parts and the disk held at the peak."""
-    from .plan import ALL_COMPONENTS
+    from .options import ALL_COMPONENTS
 
     fmt = plan.layout.fmt
     if plan.pca_model is not None:
@@ -285,7 +285,7 @@ def _memory_parts(plan, d: int, accepted: int, mean_bytes: float, tokens_per_row
 
     return {
         "measured while encoding the sample (model, batches, libraries)": _rss_peak(),
-        "read-ahead chunks (texts, tokens, vectors)": int(READ_AHEAD_CHUNKS + 1) * plan.chunk_rows
+        "read-ahead chunks (texts, tokens, vectors)": int(READ_AHEAD_CHUNKS + 1) * plan.options.chunk_rows
         * int(mean_bytes * 3 + tokens_per_row * 8 + d * 4),
         "PCA statistics (float64)": (2 * d * d * 8 + 4 * d * 8) if plan.pca is not None else 0,
         "duplicates store (at most)": 0 if plan.cache is not None else min(DEDUP_MEMORY, accepted * (d * 4 + 200)),
@@ -323,7 +323,7 @@ def _warnings(plan, spec, read: dict, refused: tuple, m: dict, memory_peak: int,
     if m["truncated"] > 0.01 and spec.long_text == "truncate":
         warnings.append(f"{100 * m['truncated']:.1f} % of rows are longer than max_length {spec.max_length} and will be "
                         "cut (long_text='chunk-mean' keeps every token)")
-    if plan.engine == "dask":
+    if plan.options.engine == "dask":
         warnings.append("measured on this machine: a Dask cluster's time is this divided by its workers' share")
     if m["cpu_share"] < BUSY_SHARE:
         warnings.append(f"the machine was busy while the sample was timed (its threads had a core "

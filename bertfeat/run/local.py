@@ -129,7 +129,7 @@ def prepared_chunks(plan, encoder, spec, done: set[int], reuser=None):
     Yields ("done", index, bytes_read, rows) for a chunk already in the part store, else ("chunk", PreparedChunk).
     """
     source = plan.reader
-    for index, raw in iter_chunks(source, plan.chunk_rows):
+    for index, raw in iter_chunks(source, plan.options.chunk_rows):
         if index in done:
             yield ("done", index, raw.bytes_read, len(raw.rows))
             continue
@@ -176,7 +176,7 @@ class LocalRun:
         """Start or continue the part store; tidy what a killed run left (temporaries, its duplicates store)."""
         plan, store = self.plan, self.store
         manifest = job_manifest(plan, self.fingerprint, self.encoder, format=plan.layout.fmt)
-        self.done = store.open(manifest, plan.resume)
+        self.done = store.open(manifest, plan.options.resume)
         for _, path in plan.layout.outputs():  # temporaries of a run killed while it wrote its outputs (this output's only)
             remove_stale_temps(path)
         self.summary = new_summary(plan, self.encoder, self.spec, "local", chunks_resumed=len(self.done))
@@ -312,7 +312,7 @@ def _write_outputs(plan, store: PartStore, order: list[int], encoder, spec, fing
                 id_type = t
                 break
     writer = FeatureWriter(layout.features, fmt=layout.fmt, dim=int(dim), id_name=id_name, id_type=id_type, metadata=meta,
-                           wide=plan.wide, extra_columns=output_columns(plan.keep_types), dtype=plan.dtype)
+                           wide=plan.options.wide, extra_columns=output_columns(plan.keep_types), dtype=plan.dtype)
     with writer:
         for i in order:
             t, _, _, _ = store.read_part(i)

@@ -51,7 +51,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "on_bad_row": plan.on_bad_row,
         **({"max_bad_rows": plan.max_bad_rows.text} if plan.max_bad_rows is not None else {}),
         **({"max_field_bytes": plan.max_field_bytes} if plan.max_field_bytes != DEFAULT_MAX_FIELD_BYTES else {}),
-        "command": plan.command or " ".join(shlex.quote(a) for a in sys.argv),
+        "command": plan.options.command or " ".join(shlex.quote(a) for a in sys.argv),
         "rows": {"read": summary.rows_read, "written": summary.rows_written, "rejected": summary.rows_rejected,
                  "truncated": summary.rows_truncated, "chunked": summary.rows_chunked,
                  "encoded": summary.rows_encoded, "reused": summary.rows_reused},

@@ -217,7 +217,7 @@ def test_cache_encodes_each_text_once(minilm_dir, monkeypatch):
     tf = TextFeatures(str(minilm_dir), cache=True).fit(texts)
     fresh = TextFeatures(str(minilm_dir)).fit_transform(texts)
     first = tf.transform(texts[:10])
-    enc = bsk._load_encoder(str(minilm_dir), None, None, None, None)
+    enc = bsk._load_encoder(tf)  # the process's shared Encoder, as tf loads it
     seen = []
     real_run = enc.run
     monkeypatch.setattr(enc, "run", lambda prep, spec, max_rows=None: seen.append(prep.n_rows) or real_run(prep, spec, max_rows))

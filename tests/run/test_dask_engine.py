@@ -680,7 +680,7 @@ def test_a_cut_csv_with_quoted_line_breaks_is_refused_and_whole_it_is_counted(cl
 
 
 def test_parquet_partitions_keep_to_the_blocksize_inside_a_row_group(tmp_path):
-    from bertfeat.run.dask import parse_blocksize
+    from bertfeat.run.options import parse_blocksize
     from bertfeat.readers import open_input
 
     texts = [f"unique sentence number {i} with some more words, about {i * 7} things" for i in range(20000)]

@@ -187,10 +187,11 @@ def test_an_output_in_a_folder_not_made_yet_is_locked_too(tmp_path, inputs, caps
         assert lock_path(out).exists()
         rc, _, err = run(capsys, "extract", a, "-o", out, "--model", tiny_model(), "--overwrite")
         assert rc == 1 and err.startswith(lock_message(out)), err
+    from bertfeat.run.options import ExtractOptions
     from bertfeat.run.plan import make_plan
 
     other = tmp_path / "later" / "o.parquet"
-    make_plan(a, other, model=tiny_model())
+    make_plan(ExtractOptions(input=a, output=other, model=tiny_model()))
     assert not other.parent.exists()
 
 

@@ -150,13 +150,14 @@ class TestOutputsThatNameADirectory:
     def test_the_dask_engine_output_may_end_in_a_slash(self, work, src):
         """Its output is a directory of parts: out/ names it (the plan only: no cluster starts)."""
         pytest.importorskip("distributed")
+        from bertfeat.run.options import ExtractOptions
         from bertfeat.run.plan import make_plan
 
-        plan = make_plan(str(src), "out/", model=str(tiny_model()), engine="dask")
+        plan = make_plan(ExtractOptions(input=str(src), output="out/", model=str(tiny_model()), engine="dask"))
         assert plan.layout.features == work / "out"
         for given, why in ((".", "is the current directory"), ("..", "is the parent directory")):
             with pytest.raises(Exception) as e:
-                make_plan(str(src), given, model=str(tiny_model()), engine="dask")
+                make_plan(ExtractOptions(input=str(src), output=given, model=str(tiny_model()), engine="dask"))
             assert str(e.value) == f"the output {given} {why} - pass output with a file name, e.g. output='{given}/features.parquet'"
 
 

@@ -14,7 +14,8 @@ from bertfeat.errors import BertfeatError
 from bertfeat.readers import RawBatch
 from bertfeat.run.chunks import iter_chunks, validate_batch
 from bertfeat.run.manifest import manifest_differences
-from bertfeat.run.plan import default_output, parse_pca
+from bertfeat.run.options import parse_pca
+from bertfeat.run.plan import default_output
 from extract_util import run, tiny_model, write_csv
 
 

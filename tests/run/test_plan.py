@@ -20,6 +20,7 @@ pytest.importorskip("distributed")
 
 import bertfeat  # noqa: E402
 from bertfeat.errors import BertfeatError  # noqa: E402
+from bertfeat.run.options import ExtractOptions  # noqa: E402
 from bertfeat.run.plan import OutputLayout, make_plan  # noqa: E402
 from extract_util import tiny_model, write_csv  # noqa: E402
 
@@ -105,10 +106,14 @@ def test_both_engines_agree(tmp_path, corpus, client, name, kw):
 def test_encoder_options_stand_in_for_a_default_parameter(tmp_path, corpus):
     """encoder_options={"precision": ...} was a raw TypeError on the local engine (issue 24): now it stands in for
     the parameter left at its default, and disagreeing with a given one is refused naming both."""
-    plan = make_plan(corpus, tmp_path / "o.parquet", model=tiny_model(), encoder_options={"max_batch_tokens": 64})
-    assert plan.encoder_kwargs == {"precision": "fp32", "max_batch_tokens": 64}
+    plan = make_plan(ExtractOptions(input=corpus, output=tmp_path / "o.parquet", model=tiny_model(),
+                                    encoder_options={"max_batch_tokens": 64}))
+    o = plan.options
+    assert (o.precision, o.max_batch_tokens, o.threads, o.max_length) == ("fp32", 64, None, None)
+    assert o.encoder_options == {"max_batch_tokens": 64}  # as given, for the resume manifest
     with pytest.raises(BertfeatError) as e:
-        make_plan(corpus, tmp_path / "o.parquet", max_batch_tokens=32, encoder_options={"max_batch_tokens": 64})
+        make_plan(ExtractOptions(input=corpus, output=tmp_path / "o.parquet", max_batch_tokens=32,
+                                 encoder_options={"max_batch_tokens": 64}))
     assert str(e.value) == "max_batch_tokens=32 and encoder_options['max_batch_tokens']=64 disagree - give max_batch_tokens once"
 
 
@@ -127,7 +132,7 @@ def test_every_output_name_comes_from_the_layout(tmp_path):
 def test_the_plan_refuses_before_reading_or_writing(tmp_path):
     """Option errors come before the input is opened: a missing input file with a bad option names the option."""
     with pytest.raises(BertfeatError, match=r"^max_batch_tokens=0 is out of range"):
-        make_plan(tmp_path / "missing.csv", max_batch_tokens=0)
+        make_plan(ExtractOptions(input=tmp_path / "missing.csv", max_batch_tokens=0))
     assert list(tmp_path.iterdir()) == []
 
 

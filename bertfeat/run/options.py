@@ -1,0 +1,343 @@
+"""Every option of an extract run, declared once: the fields of ``ExtractOptions``.
+
+A field is one option: its name (the keyword of ``bertfeat.extract``, the parameter its errors name through
+``errors.opt``, shown by the CLI as its flag ``--name-with-dashes``), its type, its default and its check: a function
+of the value as given that returns the value as the run keeps it, or raises the error naming the option. An option
+whose value is judged only against other options, the input or the model has no check of its own; its declaration
+says where it is judged (``checked_by``). ``plan.make_plan`` runs the checks, in the order its errors come, and the
+rules across options; the engines read the options from the plan (``plan.options``).
+
+Adding an option: its field here, its flag in ``cli/app.py:extract``, its keyword in ``bertfeat.extract``
+(``run/api.py``), and its use where it acts; tests/run/test_options.py holds the three lists equal.
+
+This module imports nothing numeric: the CLI's help reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ..checks import (DEFAULT_MAX_FIELD_BYTES, check_input_path, check_max_batch_tokens, check_max_length, check_size,
+                      check_threads, parse_max_field_bytes)
+from ..errors import BertfeatError, opt
+
+ENGINES = ("local", "dask")
+BAD_ROW_POLICIES = ("error", "skip")
+DEFAULT_CHUNK_ROWS = 2048
+DEFAULT_BLOCKSIZE = "8MiB"
+ALL_COMPONENTS = "all"  # pca=1.0 / "all": keep every component (PCA(n_components=None))
+#: the options that are Encoder(...) load keywords besides the model (encoder_keywords)
+ENCODER_OPTIONS = ("max_batch_tokens", "threads", "precision")
+
+
+def option(default: Any = dataclasses.MISSING, check: Callable[[Any], Any] | None = None, *, checked_by: str = "",
+           cli: bool = True) -> Any:
+    """One option's declaration, a field of ExtractOptions: its ``default`` (none: required), its ``check`` (value as
+    given -> value as the run keeps it; its error names the option), else ``checked_by``: where it is judged;
+    ``cli``: False for an option the command line has no flag for (it sets it itself, or Python alone gives it)."""
+    if check is None and not checked_by:
+        raise TypeError("an option without a check says where it is checked (checked_by)")
+    return field(default=default, metadata={"check": check, "checked_by": checked_by, "cli": cli})
+
+
+# --------------------------------------------------------------------------- the checks of one value
+def check_input(value) -> str:
+    """``input``: a path or '-' (standard input) -> the path as a string."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise BertfeatError(f"input is a {type(value).__name__}, not a file path",
+                            "extract reads a file (CSV, TSV, Parquet, JSONL) or '-' for standard input; for texts in "
+                            "memory use bertfeat.Encoder().encode(texts), or bertfeat.sklearn.TextFeatures")
+    value = os.fspath(value)
+    check_input_path(value)
+    return value
+
+
+def check_chunk_rows(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BertfeatError(f"{opt('chunk_rows', value)} is out of range", "give 1 or more")
+    return value
+
+
+def check_engine(value) -> str:
+    if value not in ENGINES:
+        raise BertfeatError(f"unknown {opt('engine', value, cli=repr(value))}", "choose local or dask")
+    return value
+
+
+def check_on_bad_row(value) -> str | None:
+    if value is not None and value not in BAD_ROW_POLICIES:
+        raise BertfeatError(f"unknown {opt('on_bad_row', value, cli=repr(value))}", "choose error or skip")
+    return value
+
+
+def check_max_bad_rows(value):
+    from ..readers.rejects import parse_max_bad_rows
+
+    return parse_max_bad_rows(value)
+
+
+def check_dtype(value) -> str:
+    from ..features.base import check_dtype as feature_dtype
+
+    return feature_dtype(value)
+
+
+def parse_pca(value) -> int | float | str | None:
+    """``pca``: None (no PCA), a count, a variance fraction, or ALL_COMPONENTS (the parser of ``pca fit -n``)."""
+    if isinstance(value, bool):
+        raise BertfeatError(f"{opt('pca', value)} is not a size", "give a number of components (64) or a variance fraction (0.95)")
+    if value is None:
+        return None
+    from ..checks import parse_pca_spec  # "" (or blanks) is refused there, as not a number: it never means "no PCA"
+
+    n = parse_pca_spec(value, "pca")
+    return ALL_COMPONENTS if n is None else n
+
+
+def check_pca_model_file(value) -> Path | None:
+    """``pca_model``: a PCA model file to apply, checked as a file here (its fit against the features, once the model
+    is loaded, in pca_steps.applied_pca)."""
+    if value is None:
+        return None
+    from ..checks import local_path
+
+    path = local_path(value, "PCA model", "pca_model")
+    if not path.is_file():
+        raise BertfeatError(f"the PCA model {path} does not exist" if not path.exists() else f"the PCA model {path} is not a file",
+                            f"pass {opt('pca_model')} with a .npz written by `bertfeat pca fit` or `extract --pca`")
+    from ..features.arrayfile import check_array_file
+
+    check_array_file(path, "PCA model")
+    return path
+
+
+def check_cache(value) -> Path | None:
+    from ..cache.store import resolve_cache
+
+    return resolve_cache(value)
+
+
+def check_format(value) -> str | None:
+    """``format``: None (from the output's extension) or a format written (features.FORMATS)."""
+    if value:
+        from ..features import FORMATS
+
+        if value not in FORMATS:
+            raise BertfeatError(f"unknown output format '{value}'", f"choose one of {', '.join(FORMATS)}")
+    return value
+
+
+def check_precision(value) -> str:
+    from ..ops.gemm import check_precision as gemm_precision
+
+    gemm_precision(value)
+    return value
+
+
+def check_workers(value) -> int | None:
+    if value is not None and (isinstance(value, bool) or value < 1):
+        raise BertfeatError(f"{opt('workers', value)} is out of range", "give 1 or more")
+    return value
+
+
+def parse_blocksize(value) -> int | None:
+    """'8MiB', '64MB', '1000000', 0, None, 'none' -> bytes (None: no splitting)."""
+    if value is None or value == 0 or (isinstance(value, str) and value.strip().lower() in ("", "0", "none", "file")):
+        return None
+    if isinstance(value, int):
+        n = value
+    else:
+        from dask.utils import parse_bytes
+
+        try:
+            n = int(parse_bytes(value))
+        except (ValueError, TypeError):
+            raise BertfeatError(f"{opt('blocksize', value, cli=repr(value))} is not a size", "give bytes, e.g. 8MiB, 64MB or none") from None
+    if n < 1:
+        raise BertfeatError(f"{opt('blocksize', value)} is out of range", "give a positive size, e.g. 8MiB, or none")
+    return n
+
+
+def check_label(value) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise BertfeatError(f"{opt('label', value, cli=repr(value))} is not a column name", 'give label="label"')
+    return value
+
+
+def check_estimate(value) -> bool | int:
+    if value is not False and value is not True:
+        check_size(value, "estimate", 2, None, " (rows to measure on), or True for the default")
+    return value
+
+
+def keep_columns(keep) -> list[tuple[str, str | None]]:
+    """``keep`` -> (column name, type name or None) pairs, no name empty or twice. A string is read as a CSV line
+    (``parse_keep``); a list or tuple names one column per item, exactly; a dict maps names to types (None: decided by
+    the input). Against the output (its format, the id column, its own columns): plan.check_keep."""
+    from ..readers.kept import TYPE_NAMES
+
+    if keep is None or (isinstance(keep, (list, tuple, dict)) and not keep):
+        return []
+    if isinstance(keep, str):
+        pairs = parse_keep(keep)
+    elif isinstance(keep, (list, tuple)) and all(isinstance(k, str) for k in keep):
+        pairs = [(k, None) for k in keep]
+    elif isinstance(keep, dict) and all(isinstance(k, str) and (t is None or t in TYPE_NAMES) for k, t in keep.items()):
+        pairs = list(keep.items())
+    else:
+        raise BertfeatError(f"{opt('keep', keep)} is not a column name or a list of them",
+                            f'give keep="label", keep=["label", "split"] or keep={{"label": "int"}} (types: '
+                            f'{", ".join(TYPE_NAMES)})')
+    names = [n for n, _ in pairs]
+    if any(not n for n in names):
+        raise BertfeatError(f"{opt('keep', keep, cli=repr(keep))} holds an empty column name",
+                            "separate the column names with single commas, e.g. label,split")
+    for n in dict.fromkeys(names):
+        if names.count(n) > 1:
+            raise BertfeatError(f"{opt('keep')} names the column '{n}' {names.count(n)} times", "name each column once")
+    return pairs
+
+
+def parse_keep(text: str) -> list[tuple[str, str | None]]:
+    """``keep`` as text -> (column name, type name or None) pairs. Read as a CSV line: names separated by commas; a name
+    in double quotes is taken as it is (a double quote in it doubled: ``"a,b"``, ``"x""y"`` for x"y); a name may end in
+    ``:TYPE`` (``int``, ``float``, ``bool``, ``str``: ``label:int``, ``"a,b":str``), and an unquoted name whose text
+    after its last colon is no type name is that whole text (``time:utc``)."""
+    from ..readers.kept import TYPE_NAMES
+
+    def refuse(what: str, how: str):
+        raise BertfeatError(f"{opt('keep', text, cli=shlex.quote(text))}: {what}", how)
+
+    pairs, i = [], 0
+    while True:
+        if text.startswith('"', i):
+            name, k = _quoted_name(text, i, refuse)
+            end = text.find(",", k)
+            rest = text[k:] if end < 0 else text[k:end]
+            if rest and (not rest.startswith(":") or rest[1:] not in TYPE_NAMES):
+                refuse(f"{rest!r} follows the quoted name {name!r}",
+                       "end a quoted name with its quote, or with a type: :int, :float, :bool or :str")
+            pairs.append((name, rest[1:] or None))
+        else:
+            end = text.find(",", i)
+            item = text[i:] if end < 0 else text[i:end]
+            if '"' in item:
+                refuse(f"the name {item!r} holds a double quote",
+                       'quote the whole name and double the quote in it, as in CSV: "x""y" for x"y')
+            name, _, typ = item.rpartition(":")
+            pairs.append((name, typ) if name and typ in TYPE_NAMES else (item, None))
+        if end < 0:
+            return pairs
+        i = end + 1
+
+
+def _quoted_name(text: str, i: int, refuse) -> tuple[str, int]:
+    """The name quoted from ``text[i]`` (a double quote) to the quote that is not doubled, and where after it the text
+    goes on; an unclosed quote is refused."""
+    parts, j = [], i + 1
+    while True:
+        k = text.find('"', j)
+        if k < 0:
+            refuse(f"the quote at character {i + 1} is never closed", 'close it: "a,b",label')
+        parts.append(text[j:k])
+        if not text.startswith('"', k + 1):
+            return '"'.join(parts), k + 1
+        j = k + 2
+
+
+# --------------------------------------------------------------------------- the declarations
+READER = "by the reader, as it opens the input (readers.open_input)"
+SPEC = "against the model, by Encoder.spec (encoder_setup.feature_settings)"
+SWITCH = "a switch: any truth value"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExtractOptions:
+    """Every option of ``bertfeat.extract`` (and ``bertfeat extract``), as given; see the module docstring."""
+
+    input: str | os.PathLike = option(check=check_input)
+    output: str | os.PathLike | None = option(None, checked_by="with the format and engine (checks.check_output_name)")
+    text_column: str | None = option(None, checked_by=READER)
+    pair_column: str | None = option(None, checked_by=READER)
+    id_column: str | None = option(None, checked_by=READER)
+    input_format: str | None = option(None, checked_by=READER)
+    encoding: str = option("utf-8", checked_by=READER)
+    delimiter: str | None = option(None, checked_by=READER)
+    model: str | os.PathLike | None = option(None, checked_by="as the model loads (model.hub.resolve_model)")
+    pooling: str | None = option(None, checked_by=SPEC)
+    layers: str | None = option(None, checked_by=SPEC)
+    layer_agg: str = option("mean", checked_by=SPEC)
+    normalize: bool | None = option(None, checked_by=SPEC)
+    prompt: str | None = option(None, checked_by=SPEC)
+    prompt_name: str | None = option(None, checked_by=SPEC)
+    max_length: int | None = option(None, check_max_length)
+    max_batch_tokens: int | None = option(None, check_max_batch_tokens)
+    long_text: str = option("truncate", checked_by=SPEC)
+    stride: int | None = option(None, checked_by="with long_text (checks.check_stride), then " + SPEC)
+    precision: str = option("fp32", check_precision)
+    pca: int | float | str | None = option(None, parse_pca)
+    pca_model: str | os.PathLike | None = option(None, check_pca_model_file)
+    format: str | None = option(None, check_format)
+    wide: bool = option(False, checked_by="with the format (plan._engine_settings)")
+    on_bad_row: str | None = option(None, check_on_bad_row)
+    max_bad_rows: int | str | None = option(None, check_max_bad_rows)
+    resume: bool = option(False, checked_by=SWITCH)
+    overwrite: bool = option(False, checked_by=SWITCH)
+    chunk_rows: int = option(DEFAULT_CHUNK_ROWS, check_chunk_rows)
+    threads: int | None = option(None, check_threads)
+    engine: str = option("local", check_engine)
+    scheduler: str | None = option(None, checked_by="with engine dask only (plan)")
+    workers: int | None = option(None, check_workers)
+    blocksize: int | str | None = option(DEFAULT_BLOCKSIZE, parse_blocksize)
+    encoder_options: Mapping[str, Any] | None = option(None, checked_by="merged into the encoder's options "
+                                                       "(plan.encoder_settings)", cli=False)
+    command: str | None = option(None, checked_by="kept as given, in the provenance", cli=False)
+    keep: str | Sequence[str] | Mapping[str, str | None] | None = option(None, keep_columns)
+    cache: str | os.PathLike | bool | None = option(None, check_cache)
+    label: str | None = option(None, check_label)
+    dtype: str = option("float32", check_dtype)
+    estimate: bool | int = option(False, check_estimate)
+    max_field_bytes: int | str = option(DEFAULT_MAX_FIELD_BYTES, parse_max_field_bytes)
+
+    def checked(self, name: str, value: Any = dataclasses.MISSING) -> Any:
+        """Option ``name``'s value (or ``value`` given for it) through its declared check."""
+        return check(name, getattr(self, name) if value is dataclasses.MISSING else value)
+
+
+#: name -> the option's declaration (a dataclass field: default, metadata check / checked_by / cli)
+OPTIONS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(ExtractOptions)}
+
+
+def check(name: str, value: Any) -> Any:
+    """``value`` of option ``name`` through its declared check (as given when it has none)."""
+    fn = OPTIONS[name].metadata["check"]
+    return value if fn is None else fn(value)
+
+
+def options_from(func: str, given: Mapping[str, Any], allowed: Sequence[str], **defaults) -> ExtractOptions:
+    """ExtractOptions of ``given`` keywords, each one of ``allowed`` (a TypeError naming ``func`` otherwise, as
+    Python's for an unknown keyword); ``defaults``: the caller's own defaults for options it leaves out."""
+    for name in given:
+        if name not in allowed:
+            raise TypeError(f"{func}() got an unexpected keyword argument {name!r}")
+    return ExtractOptions(**{**defaults, **given})
+
+
+# --------------------------------------------------------------------------- what the encoder reads of them
+def encoder_keywords(source) -> dict:
+    """The Encoder's load keywords of ``source`` (ExtractOptions, or any object with the same names: TextFeatures),
+    those given: None leaves the Encoder's default."""
+    values = {name: getattr(source, name) for name in ENCODER_OPTIONS}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def feature_spec(encoder, source):
+    """The FeatureSpec of ``source``'s feature options (ExtractOptions, or TextFeatures: the same names), checked
+    against the model (Encoder.spec)."""
+    return encoder.spec(source.pooling, source.layers, source.layer_agg, source.normalize, source.max_length,
+                        source.long_text, source.stride, prompt=source.prompt, prompt_name=source.prompt_name)

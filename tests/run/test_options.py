@@ -1,0 +1,195 @@
+"""run/options.py: every extract option declared once (name, default, check, the message that names it).
+
+The declarations, ``bertfeat.extract``'s keywords and ``bertfeat extract``'s flags are one list (an option cannot be
+added in one place only); every option has a default and a check, or says where it is checked; a bad value of each
+checked option gives the same message from Python (naming the parameter) and from the CLI (naming the flag), and
+that message is the declared check's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+import typer
+
+import bertfeat
+from bertfeat.cli import app as cli
+from bertfeat.errors import BertfeatError, opt, render
+from bertfeat.run.options import OPTIONS, ExtractOptions, check, encoder_keywords, feature_spec, option
+from extract_util import run, tiny_encoder, tiny_model, write_csv
+
+#: bertfeat.extract's keywords that are no option of the run: how it is shown and where it runs
+CALL_ONLY = {"client", "progress", "quiet"}
+#: the CLI's flags that are no option of their own: --no-cache is cache=False, --estimate-rows the estimate's size
+CLI_ONLY = {"quiet", "no_cache", "estimate_rows", "summary_json"}
+
+
+def cli_extract_params() -> dict:
+    """The `bertfeat extract` command's parameters: name -> click parameter (its flags in .opts)."""
+    return {p.name: p for p in typer.main.get_command(cli.app).commands["extract"].params}
+
+
+def test_every_option_has_a_default_and_a_check():
+    for name, f in OPTIONS.items():
+        assert f.default is not dataclasses.MISSING or name == "input", f"{name} has no default"
+        assert callable(f.metadata["check"]) or f.metadata["checked_by"], f"{name} has no check and no checked_by"
+    with pytest.raises(TypeError, match="checked_by"):
+        option(None)  # a declaration with neither is refused when the class is made
+    assert ExtractOptions(input="x.csv").chunk_rows == OPTIONS["chunk_rows"].default
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ExtractOptions(input="x.csv").threads = 2
+
+
+def test_the_declarations_the_keywords_and_the_flags_are_one_list():
+    keywords = inspect.signature(bertfeat.extract).parameters
+    flags = inspect.signature(cli.extract).parameters
+    python_only = {name for name, f in OPTIONS.items() if not f.metadata["cli"]}
+    assert python_only == {"encoder_options", "command"}
+    assert set(keywords) - CALL_ONLY == set(OPTIONS)
+    assert set(flags) - CLI_ONLY == set(OPTIONS) - python_only
+    for name, f in OPTIONS.items():  # bertfeat.extract's defaults are the declared ones
+        assert keywords[name].default == (inspect.Parameter.empty if name == "input" else f.default), name
+
+
+def test_the_cli_defaults_are_the_declared_ones(monkeypatch):
+    """A flag's default, as its check reads it, is the declared default as its check reads it (--max-field-bytes's
+    4MiB is 4194304); the flag an error names (errors.render with the CLI's table) is one of the command's."""
+    monkeypatch.delenv("BERTFEAT_CACHE", raising=False)
+    params = cli_extract_params()
+    shown = {flag for p in params.values() for flag in p.opts}
+    flags = cli.FLAGS | cli.COMMAND_FLAGS["extract"]
+    for name, f in OPTIONS.items():
+        if f.metadata["cli"] and name != "input":  # input: the argument, named by no error as an option
+            assert render(opt(name), flags) in shown, name
+        if not f.metadata["cli"] or name in ("input", "estimate"):
+            continue
+        assert check(name, params[name].default) == check(name, f.default), name
+
+
+def test_sweep_and_text_features_take_the_options_by_their_declared_names():
+    from bertfeat.sklearn import TextFeatures
+    from bertfeat.sweep import SWEEP_OPTIONS, sweep
+
+    assert set(SWEEP_OPTIONS) <= set(OPTIONS)
+    sweep_flags = {p.name for p in typer.main.get_command(cli.app).commands["sweep"].params}
+    own = {"input", "sets", "label", "output", "sample", "seed", "n_components", "no_cache", "quiet"}
+    assert sweep_flags - own <= set(SWEEP_OPTIONS)
+    for bad in ("pca", "batch"):  # an extract option a sweep does not take, or none at all: Python's TypeError
+        with pytest.raises(TypeError, match=f"sweep\\(\\) got an unexpected keyword argument '{bad}'"):
+            sweep("x.csv", **{bad: 4})
+    params = TextFeatures().get_params()
+    shared = {name for name in params if name in OPTIONS} - {"cache"}  # TextFeatures' cache: an in-memory one
+    assert shared >= {"model", "pooling", "layers", "max_length", "long_text", "stride", "precision", "threads"}
+    for name in shared - {"precision"}:  # precision None: the Encoder's own default
+        assert params[name] == OPTIONS[name].default, name
+    tf = TextFeatures(pooling="cls", max_length=16, max_batch_tokens=64)
+    assert encoder_keywords(tf) == {"max_batch_tokens": 64}  # precision None: left to the Encoder
+    given = ExtractOptions(input="x", max_batch_tokens=64)
+    assert encoder_keywords(given) == {"max_batch_tokens": 64, "precision": "fp32"}
+    spec = feature_spec(tiny_encoder(), ExtractOptions(input="x", pooling="cls", max_length=16))
+    assert feature_spec(tiny_encoder(), tf).to_dict() == spec.to_dict()
+    assert (spec.pooling, spec.max_length) == ("cls", 16)
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    d = tmp_path_factory.mktemp("options")
+    (d / "afile.txt").write_text("not a directory")
+    return write_csv(d / "c.csv", ["text", "label"], [["a sentence", "x"], ["another one", "y"]])
+
+
+PCA_FIX = ("give a whole number of components (e.g. 100), a variance fraction in (0, 1) (e.g. 0.95), mle (Minka's "
+           "choice), or 1.0 / all for every component")
+#: one bad value of every option with a check: (option, its Python value, the CLI's words for it, Python's message,
+#: the CLI's message); DIR is the input's folder
+BAD = [
+    ("input", "", [""], "the input path is empty - pass the input file (CSV, TSV, Parquet or JSONL), a directory or "
+     "glob of Parquet files, or - for standard input", None),
+    ("max_length", 0, ["--max-length", "0"], "max_length=0 is out of range - choose 3 or more (up to the model's "
+     "max_position_embeddings, 512 for BERT and MiniLM), or leave it out for the default", "--max-length 0"),
+    ("max_batch_tokens", 0, ["--max-batch-tokens", "0"], "max_batch_tokens=0 is out of range - choose 1 or more (tokens "
+     "per batch, padded rows x length; default 512), or leave it out for the default", "--max-batch-tokens 0"),
+    ("precision", "fp16", ["--precision", "fp16"], "unknown precision='fp16' - choose one of fp32, bf16, int8, auto",
+     "--precision 'fp16'"),
+    ("pca", 0, ["--pca", "0"], f"pca=0 is out of range - {PCA_FIX}", "--pca 0"),
+    ("pca_model", "DIR/missing.npz", ["--pca-model", "DIR/missing.npz"], "the PCA model DIR/missing.npz does not exist "
+     "- pass pca_model with a .npz written by `bertfeat pca fit` or `extract --pca`", "--pca-model"),
+    ("format", "xlsx", ["--format", "xlsx"], "unknown output format 'xlsx' - choose one of parquet, npy, csv", None),
+    ("on_bad_row", "maybe", ["--on-bad-row", "maybe"], "unknown on_bad_row='maybe' - choose error or skip",
+     "--on-bad-row 'maybe'"),
+    ("max_bad_rows", "abc", ["--max-bad-rows", "abc"], "max_bad_rows='abc' is not a number of rows or a percentage - "
+     "give a number of rows such as max_bad_rows=100, or a share of the rows read such as max_bad_rows='1%'",
+     "--max-bad-rows 'abc'"),
+    ("chunk_rows", 0, ["--chunk-rows", "0"], "chunk_rows=0 is out of range - give 1 or more", "--chunk-rows 0"),
+    ("threads", 0, ["--threads", "0"], "threads=0 is out of range - give 1 or more (default: all cores)", "--threads 0"),
+    ("engine", "spark", ["--engine", "spark"], "unknown engine='spark' - choose local or dask", "--engine 'spark'"),
+    ("workers", 0, ["--engine", "dask", "--workers", "0"], "workers=0 is out of range - give 1 or more", "--workers 0"),
+    ("blocksize", "abc", ["--engine", "dask", "--blocksize", "abc"], "blocksize='abc' is not a size - give bytes, e.g. "
+     "8MiB, 64MB or none", "--blocksize 'abc'"),
+    ("keep", "a,,b", ["--keep", "a,,b"], "keep='a,,b' holds an empty column name - separate the column names with "
+     "single commas, e.g. label,split", "--keep 'a,,b'"),
+    ("cache", "DIR/afile.txt", ["--cache", "DIR/afile.txt"], "the cache DIR/afile.txt is not a directory - give cache a "
+     "directory (it is made if missing)", "--cache"),
+    ("label", "", ["--label", ""], "label='' is not a column name - give label=\"label\"", "--label ''"),
+    ("dtype", "float64", ["--dtype", "float64"], "unknown dtype='float64' - choose one of float32, float16 (float16 "
+     "halves the file)", "--dtype float64"),
+    ("estimate", 1, ["--estimate", "--estimate-rows", "1"], "estimate=1 is out of range - choose 2 or more (rows to "
+     "measure on), or True for the default, or leave it out for the default", "--estimate-rows 1"),
+    ("max_field_bytes", 0, ["--max-field-bytes", "0"], "max_field_bytes=0 is out of range - give bytes, e.g. 4MiB (the "
+     "default), 512KiB or 16MiB, up to 1GiB", "--max-field-bytes 0"),
+]
+
+
+def test_every_checked_option_has_a_bad_value_here():
+    checked = {name for name, f in OPTIONS.items() if f.metadata["check"] is not None}
+    assert checked == {case[0] for case in BAD}
+
+
+@pytest.mark.parametrize("name, value, words, message, flag", BAD, ids=[case[0] for case in BAD])
+def test_a_bad_value_reads_the_same_from_python_and_the_cli(src, tmp_path, capsys, monkeypatch, name, value, words,
+                                                            message, flag):
+    """The declared check's message, from bertfeat.extract (the parameter: name=value) and from `bertfeat extract`
+    (the flag: --name value), otherwise word for word."""
+    monkeypatch.delenv("BERTFEAT_CACHE", raising=False)
+    d = str(src.parent)
+    value = value.replace("DIR", d) if isinstance(value, str) else value
+    words = [w.replace("DIR", d) for w in words]
+    message = message.replace("DIR", d)
+    with pytest.raises(BertfeatError) as own:
+        check(name, value)
+    assert own.value.message == message
+    out = tmp_path / "o.parquet"
+    given = {"engine": "dask"} if name in ("workers", "blocksize") else {}
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(value if name == "input" else src, out, model=tiny_model(), **given,
+                         **({} if name == "input" else {name: value}))
+    assert e.value.message == message
+    head = words if name == "input" else [src, *words]
+    rc, _, err = run(capsys, "extract", *head, "-o", out, "--model", tiny_model())
+    shown = e.value.render(cli.FLAGS | cli.COMMAND_FLAGS["extract"])
+    assert (rc, err) == (1, f"Error: {shown}\n")
+    if flag is not None:  # the CLI names the flag where Python names the parameter
+        assert flag in shown and flag not in message
+    assert not out.exists()
+
+
+def test_several_bad_options_report_the_first_in_the_plans_order(src, tmp_path):
+    """make_plan runs the declared checks in the order its errors always came: a run with several wrong options
+    names the same one first as before (estimate, chunk_rows, the engine's options, on_bad_row, max_bad_rows, dtype,
+    max_field_bytes, pca, pca_model, cache, the encoder's, format, keep, label, input)."""
+    bad = dict(estimate=1, chunk_rows=0, workers=2, on_bad_row="maybe", max_bad_rows="q", dtype="x",
+               max_field_bytes=0, pca=0, threads=0, max_length=0, keep="a,,b", input="")
+    first = [("estimate", "estimate=1 is out of range"), ("chunk_rows", "chunk_rows=0 is out of range"),
+             ("workers", "scheduler and workers need engine='dask'"), ("on_bad_row", "unknown on_bad_row='maybe'"),
+             ("max_bad_rows", "max_bad_rows='q' is not"), ("dtype", "unknown dtype='x'"),
+             ("max_field_bytes", "max_field_bytes=0 is out"), ("pca", "pca=0 is out"), ("threads", "threads=0 is out"),
+             ("max_length", "max_length=0 is out"), ("keep", "keep='a,,b' holds"), ("input", "the input path is empty")]
+    for name, words in first:
+        kw = dict(bad)
+        with pytest.raises(BertfeatError) as e:
+            bertfeat.extract(kw.pop("input", src), tmp_path / "o.parquet", model=tiny_model(), **kw)
+        assert e.value.message.startswith(words), (name, e.value.message)
+        del bad[name]
+    assert not bad
