@@ -43,7 +43,10 @@ print(json.dumps({{"seconds": dt, "tokens": tokens, "file": bertfeat.__file__}})
 WORKER_EXTRACT = r"""
 import json, time
 import bertfeat
-from bertfeat.cli.app import main
+try:
+    from bertfeat.cli.app import main
+except ImportError:  # a tree from before the layer folders (bertfeat/cli.py)
+    from bertfeat.cli import main
 t0 = time.perf_counter()
 rc = main({argv!r})
 dt = time.perf_counter() - t0
