@@ -1,45 +1,55 @@
 """The BERT forward pass in NumPy: float32, or bf16 / int8 linear layers (precision="bf16" / "int8").
 
-Shapes:  B batch, T tokens, H hidden, nh heads, hs head size (H = nh * hs),
-         F intermediate, V vocab, N = B * T token rows.
+Shapes (every comment below uses these):
+    B batch, T tokens (padded), L a sequence's own tokens, H hidden, nh heads, hs head size (H = nh * hs),
+    F intermediate, E embedding width (ELECTRA), V vocab, N = B * T token rows, M rows of a step (N, a block of
+    them, or B at one token per sequence), K / n a linear layer's inputs / outputs.
 
-Every linear layer is a 2-D GEMM on (N, H) rows with a weight stored (in, out) at load
-time (see weights.py), Q/K/V fused into one (H, 3H) product.  BERT is post-LayerNorm:
+Every linear layer is a 2-D GEMM on (M, K) rows with a weight stored (K, n) at load time (see weights.py), Q/K/V
+fused into one (H, 3H) product. BERT is post-LayerNorm:
 
     e = LN(word + position + token_type)
     h = LN(x + Attn(x))
     y = LN(h + FFN(h)),     FFN(h) = act(h W_up + b_up) W_down + b_down
     pooled = tanh(h_CLS W_p + b_p)
 
-bf16 (weights loaded with precision="bf16", see weights.py and gemm.py): each of the four linear
-layers of a layer is a bf16 x bf16 -> float32 GEMM. Its input is a bf16 copy (uint16 bit patterns,
-names ending in 16) of the float32 activation, written by the kernel that makes that activation
-(kernels.py): the embeddings' and each layer's output LayerNorm (x16), the attention LayerNorm
-(h16), the context's transpose to token rows, the FFN's bias + GELU (only the bf16 copy is read).
-Everything else is float32 as in the fp32 path: the residual stream, LayerNorm, the attention
-scores, softmax and context (fp32 batched products), GELU, pooling and the pooler.
+A layer is five steps, the same in every precision (encoder_layer): qkv (the fused Q/K/V product), attend (scores,
+softmax and context: float32 in every precision, this module's attend), attn_out (the output projection + bias +
+residual + LayerNorm), up (the FFN's up projection + activation) and down (its down projection), the FFN's output
+then + bias + residual + LayerNorm (ffn_out). Each precision is one class of these steps (Fp32Steps, Bf16Steps,
+Int8Steps), chosen once per model (layer_steps); the layer loop (run_layers) never asks which. Rows pass between
+steps as ``Rows``: the float32 rows (the residual stream) and, for bf16 and int8, the copy the next GEMM reads,
+written by the kernel that made the rows. What one batch shares (its shape, mask, workspace, the element-wise
+functions in force) travels as one ``Batch``.
 
-int8 (encoder_layer_q8, quant.py): each linear layer is a uint8 x int8 -> int32 GEMM of per-token quantized
-activations (written by the kernel that makes them, with their scales and zero points) and per-channel
-quantized weights, dequantized into the kernel that follows; each sequence's first-token rows and every row of a
-short sequence come from a float GEMM instead, a weight's few outlier input rows are multiplied in float32 and added
-in the dequantization, and the LayerNorm outputs are quantized divided by per-channel smoothing factors that the
-QKV and FFN up weights carry multiplied in.
-The same float32 steps as above around it.
+bf16 (weights loaded with precision="bf16", see weights.py and gemm.py): each of the four linear layers of a layer is
+a bf16 x bf16 -> float32 GEMM. Its input is a bf16 copy (uint16 bit patterns) of the float32 activation, written by
+the kernel that makes that activation (kernels.py): the embeddings' and each layer's output LayerNorm, the attention
+LayerNorm, the context's transpose to token rows, the FFN's bias + GELU (only the bf16 copy is read). Everything else
+is float32 as in the fp32 path: the residual stream, LayerNorm, the attention scores, softmax and context (fp32
+batched products), GELU, pooling and the pooler.
+
+int8 (Int8Steps, quant.py): each linear layer is a uint8 x int8 -> int32 GEMM of per-token quantized activations
+(written by the kernel that makes them, with their scales and zero points) and per-channel quantized weights,
+dequantized into the kernel that follows; each sequence's first-token rows and every row of a short sequence come
+from a float GEMM instead, a weight's few outlier input rows are multiplied in float32 and added in the
+dequantization, and the LayerNorm outputs are quantized divided by per-channel smoothing factors that the QKV and
+FFN up weights carry multiplied in. The same float32 steps as above around it.
 
 A pooling that reads one token per sequence of the last layer (cls, lasttoken, the pooler) gets that layer at that
 token alone (layer_at, run_layers' ``at``): the fused Q/K/V product on every token (the keys and values), everything
 after it on B rows instead of N, 3/4 of the last layer's multiply-adds not done (a 6-layer model ~12 % of its work, a
 12-layer ~6 %).
 
-Over 500 lines on purpose: each step's fp32, bf16 and int8 forms sit side by side, so the forward pass reads top to
-bottom in one file as the data flows (kernels.py holds the fused versions of these functions).
+The element-wise steps run as numba kernels (kernels.py) where it is installed; this module's NumPy functions are
+their reference and the fallback (``Ops``: the set in force, taken once per batch).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -201,18 +211,108 @@ def softmax_(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def masked_softmax_(scores: np.ndarray, scale: np.float32, mask_add: np.ndarray) -> np.ndarray:
-    """In place scores (B, nh, T, T) <- softmax(scores * scale + mask_add) over the keys; returns scores."""
-    fused = kernels.get("masked_softmax_")
-    if fused is not None:
-        return fused(scores, scale, mask_add)
+def softmax(x: np.ndarray) -> np.ndarray:
+    return softmax_(np.array(x, dtype=np.float32))
+
+
+# --------------------------------------------------------------------------- the element-wise steps in force
+# NumPy twins of kernels.py's fused kernels, with their signatures: the reference the kernels are checked against
+# (tests/test_kernels.py, test_bf16.py, test_int8.py) and what runs without numba.
+def _add_layer_norm_np(y, b, r, g, beta, eps):
+    y += b
+    y += r
+    return layer_norm_(y, g, beta, eps)
+
+
+def _add_layer_norm_bf16_np(y, b, r, g, beta, eps, out16):
+    _add_layer_norm_np(y, b, r, g, beta, eps)
+    gemm.to_bf16(y, out=out16)
+    return y
+
+
+def _masked_softmax_np(scores, scale, mask_add):
     scores *= scale
     scores += mask_add
     return softmax_(scores)
 
 
-def softmax(x: np.ndarray) -> np.ndarray:
-    return softmax_(np.array(x, dtype=np.float32))
+def _to_bf16_np(x, out16):
+    return gemm.to_bf16(x, out=out16)
+
+
+def _ctx_rows_bf16_np(ctx, out16):
+    return gemm.to_bf16(ctx.transpose(0, 2, 1, 3), out=out16)  # (B, nh, T, hs) -> (B, T, nh, hs)
+
+
+def _quant_rows_np(x, inv, q, sa, za):
+    q[...], sa[...], za[...] = quant.quant_rows(x, inv)
+    return q
+
+
+def _add_layer_norm_q8_np(y, b, r, g, beta, eps, inv, q, sa, za):
+    _add_layer_norm_np(y, b, r, g, beta, eps)
+    _quant_rows_np(y, inv, q, sa, za)
+    return y
+
+
+def _bias_act_np(act: str) -> Callable:
+    def bias_act(u, b):
+        u += b
+        return ACTIVATIONS_INPLACE[act](u)
+
+    return bias_act
+
+
+def _bias_act_bf16_np(f: Callable) -> Callable:
+    def bias_act_bf16(u, b, out16):
+        return gemm.to_bf16(f(u, b), out=out16)
+
+    return bias_act_bf16
+
+
+@dataclass(frozen=True)
+class Ops:
+    """The element-wise steps in force (kernels.use): numba's fused kernel where kernels.py has one, else the NumPy
+    twin above; each pair computes the same thing. Signatures are the kernels' (kernels.py docstring)."""
+
+    add_layer_norm_: Callable  # (y, b, r, g, beta, eps) -> y <- LN(y + b + r)
+    add_layer_norm_bf16_: Callable  # (..., out16) -> y, and out16 <- bf16(y)
+    masked_softmax_: Callable  # (scores, scale, mask_add) -> scores
+    to_bf16_: Callable  # (x, out16) -> out16
+    ctx_rows_bf16_: Callable  # (ctx (B, nh, T, hs), out16 (B, T, nh, hs)) -> out16
+    quant_rows_: Callable  # (x, inv, q, sa, za) -> q
+    dq_bias_: Callable  # (acc, sa, za, sw, cs, b, yc, src, x, rows, wr, out) -> out
+    add_layer_norm_q8_: Callable  # (y, b, r, g, beta, eps, inv, q, sa, za) -> y
+    dq_bias_gelu_q8_: Callable | None  # fused int8 up projection (numba only)
+    acts: dict[str, Callable]  # hidden_act -> (u, b) -> act(u + b), in place
+    acts16: dict[str, Callable]  # hidden_act -> (u, b, out16) -> out16 <- bf16(act(u + b))
+    fused_acts: frozenset[str]  # the activations with a fused kernel (ffn_block_rows)
+
+
+_ops: list = [None, None]  # [kernels.fused() it was built from, Ops]
+
+
+def elementwise() -> Ops:
+    """The Ops in force: rebuilt when kernels.use() changed the backend, else the same object."""
+    fused = kernels.fused()
+    if _ops[0] is not fused:
+        def pick(name: str, twin: Callable | None) -> Callable | None:
+            return fused.get(name, twin)
+
+        acts = {a: pick(a, _bias_act_np(a)) for a in ACTIVATIONS_INPLACE}
+        acts16 = {a: pick(a + "_bf16", _bias_act_bf16_np(acts[a])) for a in ACTIVATIONS_INPLACE}
+        _ops[1] = Ops(pick("add_layer_norm_", _add_layer_norm_np), pick("add_layer_norm_bf16_", _add_layer_norm_bf16_np),
+                      pick("masked_softmax_", _masked_softmax_np), pick("to_bf16_", _to_bf16_np),
+                      pick("ctx_rows_bf16_", _ctx_rows_bf16_np), pick("quant_rows_", _quant_rows_np),
+                      pick("dq_bias_", quant.dq_bias), pick("add_layer_norm_q8_", _add_layer_norm_q8_np),
+                      pick("dq_bias_gelu_q8_", None), acts, acts16, frozenset(a for a in acts if a in fused))
+        _ops[0] = fused
+    return _ops[1]
+
+
+def masked_softmax_(scores: np.ndarray, scale: np.float32, mask_add: np.ndarray) -> np.ndarray:
+    """In place scores (B, nh, T, T) <- softmax(scores * scale + mask_add) over the keys; returns scores."""
+    return elementwise().masked_softmax_(scores, scale, mask_add)
 
 
 def bias_act_(u: np.ndarray, b: np.ndarray, hidden_act: str, out16: np.ndarray | None = None) -> np.ndarray:
@@ -220,16 +320,8 @@ def bias_act_(u: np.ndarray, b: np.ndarray, hidden_act: str, out16: np.ndarray |
 
     With ``out16`` (m, F) uint16: writes bf16(act(u + b)) there and returns it (u is then scratch).
     """
-    if out16 is not None:
-        fused = kernels.get(hidden_act + "_bf16")
-        if fused is not None:
-            return fused(u, b, out16)
-        return gemm.to_bf16(bias_act_(u, b, hidden_act), out=out16)
-    fused = kernels.get(hidden_act)
-    if fused is not None:
-        return fused(u, b)
-    u += b
-    return ACTIVATIONS_INPLACE[hidden_act](u)
+    k = elementwise()
+    return k.acts[hidden_act](u, b) if out16 is None else k.acts16[hidden_act](u, b, out16)
 
 
 def add_layer_norm_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarray, beta: np.ndarray,
@@ -238,19 +330,9 @@ def add_layer_norm_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarray, 
 
     With ``out16`` (N, H) uint16, also writes bf16(y) there (the next bf16 GEMM's input).
     """
-    if out16 is not None:
-        fused = kernels.get("add_layer_norm_bf16_")
-        if fused is not None:
-            return fused(y, b, r, g, beta, eps, out16)
-        add_layer_norm_(y, b, r, g, beta, eps)
-        gemm.to_bf16(y, out=out16)
-        return y
-    fused = kernels.get("add_layer_norm_")
-    if fused is not None:
-        return fused(y, b, r, g, beta, eps)
-    y += b
-    y += r
-    return layer_norm_(y, g, beta, eps)
+    k = elementwise()
+    return k.add_layer_norm_(y, b, r, g, beta, eps) if out16 is None else k.add_layer_norm_bf16_(y, b, r, g, beta, eps,
+                                                                                                   out16)
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -263,30 +345,29 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray | None =
     return y
 
 
-def linear_act(x: np.ndarray, w, b: np.ndarray, hidden_act: str, out: np.ndarray,
+def linear_act(x: np.ndarray, w, b: np.ndarray, hidden_act: str, out: np.ndarray, k: Ops,
                out16: np.ndarray | None = None) -> np.ndarray:
     """act(x @ w + b) for (m, in) rows into ``out`` (m, F) float32; with ``out16`` (m, F) uint16 the bf16
     rounding of it is written there and returned (``out`` is then scratch). One oneDNN call (bias and
-    activation as post-ops, bf16 written directly) where it can (gemm.fuses), else the GEMM and a fused kernel."""
+    activation as post-ops, bf16 written directly) where it can (gemm.fuses), else the GEMM and ``k``'s kernel."""
     if gemm.fuses(w, hidden_act):
         return gemm.matmul(x, w, out=out if out16 is None else out16, bias=b, act=hidden_act)
-    return bias_act_(gemm.matmul(x, w, out=out), b, hidden_act, out16=out16)
+    u = gemm.matmul(x, w, out=out)
+    return k.acts[hidden_act](u, b) if out16 is None else k.acts16[hidden_act](u, b, out16)
 
 
-def to_bf16_(x: np.ndarray, out16: np.ndarray) -> np.ndarray:
-    """out16 (N, H) uint16 <- bf16(x (N, H)); fused kernel when available. ``x`` may be a view of every T-th row."""
-    fused = kernels.get("to_bf16_")
-    if fused is not None:
-        return fused(x, out16)
-    return gemm.to_bf16(x, out=out16)
+def ffn_block_rows(F: int, hidden_act: str, k: Ops | None = None) -> int:
+    """Rows per FFN block of width F, for this activation.
 
-
-def ctx_rows_bf16_(ctx: np.ndarray, out16: np.ndarray) -> np.ndarray:
-    """out16 (B, T, nh, hs) uint16 <- bf16 of ctx (B, nh, T, hs) transposed to token rows."""
-    fused = kernels.get("ctx_rows_bf16_")
-    if fused is not None:
-        return fused(ctx, out16)
-    return gemm.to_bf16(ctx.transpose(0, 2, 1, 3), out=out16)
+    NumPy activations (about 20 passes over the block): about 2 MiB of (rows, F) activations, so
+    the passes run in cache (341 rows for F=1536; 42 rows cost 9 ms more per MiniLM layer at 2048
+    tokens than 256 rows, as the GEMMs lose efficiency). The fused kernel makes one pass, so larger
+    blocks win: the GEMMs run at full speed (bert-base, 2048 tokens, one core: 110.9 ms per FFN in
+    blocks of 170 rows, 92.5 ms in blocks of 1,365), up to 16 MiB of activations.
+    """
+    if hidden_act in (k or elementwise()).fused_acts:
+        return int(max(512, min(2048, (1 << 22) // F)))
+    return int(max(64, min(512, (1 << 19) // F)))
 
 
 def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -307,241 +388,49 @@ def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out
     return linear(x, w.emb_proj_w, w.emb_proj_b, out=out) if proj else x  # (N, H)
 
 
-def attention(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
-              want_probs: bool = False, *, ws: Workspace, x16: np.ndarray | None = None,
-              bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Multi-head self-attention on (N, H) rows; mask_add (B, 1, 1, T) is 0 for tokens, MASK_NEG for padding.
+# --------------------------------------------------------------------------- one batch
+@dataclass
+class Batch:
+    """What every step of one batch's layers shares, passed instead of loose arguments."""
 
-    Returns the output projection *without* its bias lw.o_b (encoder_layer adds it with the residual),
-    in the workspace buffer "h". bf16 weights: ``x16`` is x in bf16, the Q/K/V GEMM's input.
-    """
-    N, H = x.shape
-    hs = H // nh
-    qkv = linear(x if x16 is None else x16, lw.qkv_w, lw.qkv_b, out=ws.take("qkv", (N, 3 * H)))  # (N, 3H)
-    ctx, probs = attend(qkv, mask_add, B, T, nh, want_probs, ws, bias)  # (B, nh, T, hs)
-    if x16 is not None:
-        rows16 = ctx_rows_bf16_(ctx, ws.take("ctx_rows16", (B, T, nh, hs), np.uint16))  # (B, T, nh, hs) = (N, H) rows
-        return gemm.matmul(rows16.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), probs
-    rows = ws.take("ctx_rows", (B, T, nh, hs))
-    np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, T, nh, hs) = (N, H) rows
-    return gemm.matmul(rows.reshape(N, H), lw.o_w, out=ws.take("h", (N, H))), probs
+    B: int
+    T: int
+    mask_add: np.ndarray  # (B, 1, 1, T): 0 at tokens, MASK_NEG at padding (right padding)
+    ws: Workspace
+    k: Ops  # the element-wise steps in force
+    nh: int  # attention heads
+    act: str  # hidden_act
+    eps: float  # layer_norm_eps
+    bias: np.ndarray | None = None  # (nh, T, T) added to every layer's scaled scores (MPNet's position bias)
+    want_probs: bool = False  # return each layer's attention probabilities
+    frows: np.ndarray | None = None  # int8: the float token rows (quant.float_token_rows), set by Int8Steps.mark
 
+    @classmethod
+    def of(cls, config, mask_add: np.ndarray, ws: Workspace, bias: np.ndarray | None = None,
+           want_probs: bool = False) -> Batch:
+        return cls(mask_add.shape[0], mask_add.shape[-1], mask_add, ws, elementwise(), config.num_attention_heads,
+                   config.hidden_act, config.layer_norm_eps, bias, want_probs)
 
-def ffn(h: np.ndarray, lw: LayerWeights, hidden_act: str, block: int, *, ws: Workspace,
-        h16: np.ndarray | None = None) -> np.ndarray:
-    """act(h W_up + b_up) W_down on (N, H) rows, ``block`` rows at a time; *without* the bias b_down
-    (encoder_layer adds it with the residual). The result is in the workspace buffer "y".
-    bf16 weights: ``h16`` is h in bf16; the activation is written in bf16 for the down GEMM.
-
-    Blocking keeps the (block, F) intermediate in cache, so the element-wise activation runs at
-    cache speed rather than memory speed; each row's arithmetic is the same whatever the block.
-    """
-    N, H = h.shape
-    F = lw.up_w.shape[1]
-    out = ws.take("y", (N, H))
-    buf = ws.take("ffn_act", (min(block, N), F))
-    if h16 is not None:
-        buf16 = ws.take("ffn_act16", (min(block, N), F), np.uint16)
-        for s in range(0, N, block):
-            u = buf[: min(block, N - s)]
-            u16 = linear_act(h16[s:s + block], lw.up_w, lw.up_b, hidden_act, u, out16=buf16[: u.shape[0]])  # (m, F) bf16
-            gemm.matmul(u16, lw.down_w, out=out[s:s + block])  # (m, H)
-        return out
-    for s in range(0, N, block):
-        hb = h[s:s + block]
-        u = linear_act(hb, lw.up_w, lw.up_b, hidden_act, buf[: hb.shape[0]])  # (m, F)
-        gemm.matmul(u, lw.down_w, out=out[s:s + block])  # (m, H)
-    return out
+    @property
+    def real(self) -> np.ndarray:
+        """(B, T) bool: True at real tokens."""
+        return self.mask_add.reshape(self.B, self.T) == 0
 
 
-def ffn_block_rows(F: int, hidden_act: str) -> int:
-    """Rows per FFN block of width F, for this activation.
+@dataclass
+class Rows:
+    """(M, K) float32 rows and the copy of them the next GEMM reads: None (fp32), their bf16 bit patterns (uint16
+    (M, K)) or their int8 quantization (QRows)."""
 
-    NumPy activations (about 20 passes over the block): about 2 MiB of (rows, F) activations, so
-    the passes run in cache (341 rows for F=1536; 42 rows cost 9 ms more per MiniLM layer at 2048
-    tokens than 256 rows, as the GEMMs lose efficiency). The fused kernel makes one pass, so larger
-    blocks win: the GEMMs run at full speed (bert-base, 2048 tokens, one core: 110.9 ms per FFN in
-    blocks of 170 rows, 92.5 ms in blocks of 1,365), up to 16 MiB of activations.
-    """
-    if kernels.get(hidden_act) is not None:  # fused (bias_act_ takes the same kernel)
-        return int(max(512, min(2048, (1 << 22) // F)))
-    return int(max(64, min(512, (1 << 19) // F)))
+    x: np.ndarray
+    low: object = None
 
-
-def encoder_layer(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
-                  hidden_act: str, eps: float, want_probs: bool = False, *,
-                  ws: Workspace, x16: np.ndarray | None = None,
-                  bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """One post-LN transformer layer on (N, H) rows: h = LN(x + Attn(x)), y = LN(h + FFN(h)).
-    ``bias`` (nh, T, T): an additive attention-score bias (see attend).
-
-    The result is in the workspace buffer "y"; x may be that buffer too (it is read, as the
-    residual, before the FFN writes there). bf16 weights: ``x16`` (N, H) uint16 holds x in bf16
-    and is overwritten with y in bf16 (the next layer's input).
-    """
-    a, probs = attention(x, lw, mask_add, B, T, nh, want_probs, ws=ws, x16=x16, bias=bias)
-    h16 = None if x16 is None else ws.take("h16", x.shape, np.uint16)
-    h = add_layer_norm_(a, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps, out16=h16)  # x is dead from here on
-    f = ffn(h, lw, hidden_act, ffn_block_rows(lw.up_w.shape[1], hidden_act), ws=ws, h16=h16)
-    return add_layer_norm_(f, lw.down_b, h, lw.ln2_g, lw.ln2_b, eps, out16=x16), probs
+    def block(self, s: int, e: int) -> Rows:
+        """Rows s .. e-1."""
+        return Rows(self.x[s:e], None if self.low is None else self.low[s:e])
 
 
-def layer_at(qkv: np.ndarray, x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int,
-             hidden_act: str, eps: float, at: np.ndarray, *, ws: Workspace,
-             bias: np.ndarray | None = None) -> np.ndarray:
-    """The rest of a post-LN layer at one token per sequence, ``at`` (B,) its position, from the fused Q/K/V rows
-    ``qkv`` (N, 3H) of every token (the keys and values) and the layer input ``x`` (N, H) (the residual): -> (B, H)
-    in the workspace buffer "y". The attention of one query per sequence, its output projection, both LayerNorms and
-    the FFN run on B rows instead of N: for a pooling that reads one token of the last layer (cls, lasttoken, the
-    pooler) that is 3/4 of the last layer's multiply-adds not done. Each row's arithmetic is encoder_layer's for that
-    token (``lw`` float32 or bf16).
-    """
-    N, H = x.shape
-    hs = H // nh
-    rows = np.arange(B)
-    heads = qkv.reshape(B, T, 3, nh, hs)
-    q = heads[rows, at, 0][:, :, None, :]  # (B, nh, 1, hs)
-    scores = own_length_scores(q, heads[:, :, 1].transpose(0, 2, 1, 3), mask_add, False,
-                               np.empty((B, nh, 1, T), np.float32))  # (B, nh, 1, T)
-    scale = np.float32(1.0 / np.sqrt(hs))
-    if bias is not None:  # (nh, T, T): the rows of the chosen queries
-        scores *= scale
-        scores += bias[:, at, :].transpose(1, 0, 2)[:, :, None, :]  # (B, nh, 1, T)
-        scale = np.float32(1.0)
-    probs = masked_softmax_(scores, scale, mask_add)
-    # the context of one query, each sequence's own keys only (the (1, T) x (T, hs) product rounds by T, as the scores)
-    ctx = own_length_context(probs, heads[:, :, 2].transpose(0, 2, 1, 3), mask_add, False,
-                             np.empty((B, nh, 1, hs), np.float32)).reshape(B, H)  # (B, nh, 1, hs) = (B, H) rows
-    bf16 = lw.o_w.dtype == np.uint16
-    if bf16:
-        ctx = to_bf16_(ctx, ws.take("ctx_rows16", (B, H), np.uint16))
-    a = gemm.matmul(ctx, lw.o_w, out=ws.take("h", (B, H)))
-    h16 = ws.take("h16", (B, H), np.uint16) if bf16 else None
-    h = add_layer_norm_(a, lw.o_b, x[rows * T + at], lw.ln1_g, lw.ln1_b, eps, out16=h16)  # residual: x at those tokens
-    f = ffn(h, lw, hidden_act, ffn_block_rows(lw.up_w.shape[1], hidden_act), ws=ws, h16=h16)
-    return add_layer_norm_(f, lw.down_b, h, lw.ln2_g, lw.ln2_b, eps)
-
-
-# --------------------------------------------------------------------------- int8 layers (precision="int8", quant.py)
-_ZEROS: dict[int, np.ndarray] = {}
-
-
-def zeros(n: int) -> np.ndarray:
-    """A shared read-only float32 zero vector of length n (a missing bias)."""
-    z = _ZEROS.get(n)
-    if z is None:
-        z = _ZEROS[n] = np.zeros(n, dtype=np.float32)
-    return z
-
-
-def quantize_(x: np.ndarray, ws: Workspace, name: str, inv: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(M, K) float32 rows -> (uint8 rows of x * inv, scales (M,), zero points (M,)) in workspace buffers ``name``;
-    ``inv`` (K,): the consuming QLinear's inv_smooth."""
-    M, K = x.shape
-    q, sa, za = ws.take(name + "_q", (M, K), np.uint8), ws.take(name + "_s", (M,)), ws.take(name + "_z", (M,), np.int32)
-    fused = kernels.get("quant_rows_")
-    if fused is not None:
-        fused(x, inv, q, sa, za)
-    else:
-        q[...], sa[...], za[...] = quant.quant_rows(x, inv)
-    return q, sa, za
-
-
-def q8_products(xq: tuple, x: np.ndarray, ql: quant.QLinear, frows: np.ndarray, row0: int, ws: Workspace):
-    """The two products of an int8 linear layer on (m, K) rows: the uint8 x int8 GEMM of the quantized rows ``xq``
-    that are not float token rows (int32 sums), and the float product of the float token rows (``frows``:
-    quant.float_token_rows of the whole batch; these are rows row0 .. row0 + m - 1) from the float rows ``x`` and
-    ``ql.keep`` (quant.py). Returns (acc, yc, src): src (m,) int32 says where row i's product is, yc[src[i]] for a
-    float token row, else acc[-1 - src[i]]; the weight's float rows are added by the dequantization."""
-    q = xq[0]
-    m, N = q.shape[0], ql.shape[1]
-    local = quant.local_rows(frows, row0, m)
-    n_f = len(local)
-    src = ws.take("float_src", (m,), np.int32)
-    if n_f:  # the int8 GEMM only on the other rows: a uint8 row gather is cheap next to a GEMM row
-        src.fill(0)
-        src[local] = 1
-        rest = np.flatnonzero(src == 0)  # (m - n_f,) rows multiplied in int8
-        src[rest] = -1 - np.arange(len(rest), dtype=np.int32)
-        src[local] = np.arange(n_f, dtype=np.int32)
-        q = np.take(q, rest, axis=0, out=ws.take("q_rest", (len(rest), q.shape[1]), np.uint8))  # (m - n_f, K)
-    else:
-        src[:] = -1 - np.arange(m, dtype=np.int32)
-    acc = gemm.matmul(q, ql.packed, out=ws.take("acc", (q.shape[0], N), np.int32))  # (m - n_f, N) int32
-    if ql.keep_dtype == "bf16":  # gathered, then rounded
-        xc = to_bf16_(np.take(x, local, axis=0, out=ws.take("float_rows32", (n_f, x.shape[1]))),
-                      ws.take("float_rows16", (n_f, x.shape[1]), np.uint16))
-    else:  # a contiguous copy (a strided view would make one oneDNN primitive per layout)
-        xc = np.take(x, local, axis=0, out=ws.take("float_rows32", (n_f, x.shape[1])))  # (n_f, K)
-    yc = gemm.matmul(xc, ql.keep, out=ws.take("float_y", (n_f, N)))  # (n_f, N)
-    return acc, yc, src
-
-
-def q8_linear(xq: tuple, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None, frows: np.ndarray, row0: int,
-              out: np.ndarray, ws: Workspace) -> np.ndarray:
-    """(m, K) rows -> (m, N) float32 x W (+ b) from q8_products, dequantized into ``out``."""
-    acc, yc, src = q8_products(xq, x, ql, frows, row0, ws)
-    b = zeros(ql.shape[1]) if b is None else b
-    fused = kernels.get("dq_bias_")
-    if fused is not None:
-        return fused(acc, xq[1], xq[2], ql.scale, ql.colsum, b, yc, src, x, ql.rows, ql.side, out)
-    return quant.dq_bias(acc, xq[1], xq[2], ql, b, yc, src, x, out)
-
-
-def add_layer_norm_q8_(y: np.ndarray, b: np.ndarray, r: np.ndarray, g: np.ndarray, beta: np.ndarray, eps: float,
-                       xq: tuple | None, inv: np.ndarray | None) -> np.ndarray:
-    """add_layer_norm_, and its output rows times ``inv`` (the next linear layer's inv_smooth) quantized into ``xq``
-    (the next int8 GEMM's input; None after the last layer: not quantized)."""
-    if xq is None:
-        return add_layer_norm_(y, b, r, g, beta, eps)
-    fused = kernels.get("add_layer_norm_q8_")
-    if fused is not None:
-        return fused(y, b, r, g, beta, eps, inv, *xq)
-    add_layer_norm_(y, b, r, g, beta, eps)
-    xq[0][...], xq[1][...], xq[2][...] = quant.quant_rows(y, inv)
-    return y
-
-
-def encoder_layer_q8(x: np.ndarray, lw: LayerWeights, mask_add: np.ndarray, B: int, T: int, nh: int, hidden_act: str,
-                     eps: float, want_probs: bool = False, *, ws: Workspace, xq: tuple, frows: np.ndarray,
-                     next_inv: np.ndarray | None, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """encoder_layer with int8 linear layers: ``xq`` holds x quantized and is overwritten with y * next_inv
-    quantized (the next layer's QKV input; next_inv None: the last layer, y is not quantized). ``frows``: the
-    float token rows (quant.float_token_rows). Attention scores, softmax, LayerNorm, GELU and the residual stream
-    stay float32."""
-    N, H = x.shape
-    hs = H // nh
-    qkv = q8_linear(xq, x, lw.qkv_w, lw.qkv_b, frows, 0, ws.take("qkv", (N, 3 * H)), ws)  # (N, 3H)
-    ctx, probs = attend(qkv, mask_add, B, T, nh, want_probs, ws, bias)  # (B, nh, T, hs)
-    rows = ws.take("ctx_rows", (B, T, nh, hs))
-    np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, T, nh, hs) = (N, H) rows
-    rows = rows.reshape(N, H)
-    a = q8_linear(quantize_(rows, ws, "ctx", lw.o_w.inv_smooth), rows, lw.o_w, None, frows, 0, ws.take("h", (N, H)),
-                  ws)  # bias in the LN
-    hq = (ws.take("h_q", (N, H), np.uint8), ws.take("h_s", (N,)), ws.take("h_z", (N,), np.int32))
-    h = add_layer_norm_q8_(a, lw.o_b, x, lw.ln1_g, lw.ln1_b, eps, hq, lw.up_w.inv_smooth)  # x is dead from here on
-    F = lw.up_w.shape[1]
-    block = ffn_block_rows(F, hidden_act)
-    out = ws.take("y", (N, H))
-    buf = ws.take("ffn_act", (min(block, N), F))
-    fused = kernels.get("dq_bias_gelu_q8_") if hidden_act == "gelu" else None
-    for s in range(0, N, block):
-        m = min(block, N - s)
-        hq_s = tuple(t[s:s + m] for t in hq)
-        if fused is not None:  # dequantize + bias + GELU (the float token rows' from their float product) + quantize
-            acc, yc, src = q8_products(hq_s, h[s:s + m], lw.up_w, frows, s, ws)
-            uq = (ws.take("u_q", (m, F), np.uint8), ws.take("u_s", (m,)), ws.take("u_z", (m,), np.int32))
-            up = lw.up_w
-            u = fused(acc, hq_s[1], hq_s[2], up.scale, up.colsum, lw.up_b, yc, src, h[s:s + m], up.rows, up.side,
-                      buf[:m], *uq)  # (m, F); the down projection is never smoothed (no inv here)
-        else:
-            u = q8_linear(hq_s, h[s:s + m], lw.up_w, None, frows, s, buf[:m], ws)  # (m, F), no bias yet
-            uq = quantize_(bias_act_(u, lw.up_b, hidden_act), ws, "u", lw.down_w.inv_smooth)
-        q8_linear(uq, u, lw.down_w, None, frows, s, out[s:s + m], ws)  # (m, H), bias in the LayerNorm below
-    return add_layer_norm_q8_(out, lw.down_b, h, lw.ln2_g, lw.ln2_b, eps, xq if next_inv is not None else None,
-                              next_inv), probs
-
-
+# --------------------------------------------------------------------------- attention (float32 in every precision)
 def length_runs(mask_add: np.ndarray) -> list[tuple[int, int, int]] | None:
     """(B, 1, 1, T) additive mask (right padding) -> the runs (start, stop, L) of consecutive sequences of L real
     tokens (a length-sorted batch has a few), or None when no sequence is padded."""
@@ -590,31 +479,329 @@ def own_length_context(probs: np.ndarray, v: np.ndarray, mask_add: np.ndarray, a
     return out
 
 
-def attend(qkv: np.ndarray, mask_add: np.ndarray, B: int, T: int, nh: int, want_probs: bool,
-           ws: Workspace, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """(N, 3H) fused Q/K/V rows -> the attention context (B, nh, T, hs) (a workspace buffer) and the probabilities.
+def attend(qkv: np.ndarray, bt: Batch, at: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(N, 3H) fused Q/K/V rows -> the attention context (B, nh, T, hs) and the probabilities (bt.want_probs).
 
-    ``bias`` (nh, T, T), optional: added to every sequence's scaled scores before the padding mask (MPNet's relative
-    position bias, mpnet.py): softmax(q k^T / sqrt(hs) + bias + mask_add)."""
+    softmax(q k^T / sqrt(hs) + bias + mask_add) v, each sequence over its own tokens (own_length_scores); ``bt.bias``
+    (nh, T, T), optional: added to every sequence's scaled scores before the padding mask (MPNet's relative position
+    bias, mpnet.py). ``at`` (B,): one query per sequence, at that position (layer_at): the context (B, nh, 1, hs)."""
+    B, T, nh = bt.B, bt.T, bt.nh
     hs = qkv.shape[1] // (3 * nh)
-    qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
-    q, k, v = qkv[0], qkv[1], qkv[2]
-    scores = own_length_scores(q, k, mask_add, True,  # (B, nh, T, T); kept per layer when returned
-                               np.empty((B, nh, T, T), np.float32) if want_probs else ws.take("scores", (B, nh, T, T)))
+    heads = qkv.reshape(B, T, 3, nh, hs)  # (B, T, 3, nh, hs)
+    k, v = heads[:, :, 1].transpose(0, 2, 1, 3), heads[:, :, 2].transpose(0, 2, 1, 3)  # (B, nh, T, hs)
+    if at is None:
+        q = heads[:, :, 0].transpose(0, 2, 1, 3)  # (B, nh, T, hs)
+        scores = np.empty((B, nh, T, T), np.float32) if bt.want_probs else bt.ws.take("scores", (B, nh, T, T))
+        ctx = bt.ws.take("ctx", (B, nh, T, hs))
+    else:
+        q = heads[np.arange(B), at, 0][:, :, None, :]  # (B, nh, 1, hs)
+        scores, ctx = np.empty((B, nh, 1, T), np.float32), np.empty((B, nh, 1, hs), np.float32)
+    scores = own_length_scores(q, k, bt.mask_add, at is None, scores)  # (B, nh, Tq, T); kept per layer when returned
     scale = np.float32(1.0 / np.sqrt(hs))
-    if bias is not None:
+    if bt.bias is not None:
         scores *= scale
-        scores += bias  # (nh, T, T) broadcast over the batch
+        scores += bt.bias if at is None else bt.bias[:, at, :].transpose(1, 0, 2)[:, :, None, :]  # (B, nh, 1, T) at at
         scale = np.float32(1.0)
-    probs = masked_softmax_(scores, scale, mask_add)
-    ctx = own_length_context(probs, v, mask_add, True, ws.take("ctx", (B, nh, T, hs)))  # (B, nh, T, hs)
-    return ctx, (probs if want_probs else None)
+    probs = bt.k.masked_softmax_(scores, scale, bt.mask_add)
+    ctx = own_length_context(probs, v, bt.mask_add, at is None, ctx)  # (B, nh, Tq, hs)
+    return ctx, (probs if bt.want_probs else None)
 
 
 def additive_mask(attention_mask: np.ndarray) -> np.ndarray:
     """(B, T) 1/0 mask -> (B, 1, 1, T) additive mask over keys."""
     B, T = attention_mask.shape
     return np.where(attention_mask.astype(bool), np.float32(0.0), MASK_NEG).reshape(B, 1, 1, T)
+
+
+# --------------------------------------------------------------------------- the layer, in every precision
+def encoder_layer(P: Fp32Steps, r: Rows, lw: LayerWeights, bt: Batch,
+                  nxt: LayerWeights | None) -> tuple[Rows, np.ndarray | None]:
+    """One post-LN transformer layer on (N, H) rows: h = LN(x + Attn(x)), y = LN(h + FFN(h)), in P's precision;
+    ``nxt``: the next layer's weights (its input's form is written with y), None after the last. The result is in
+    the workspace buffer "y"; r.x may be that buffer too (it is read, as the residual, before the FFN writes there)."""
+    qkv = P.qkv(r, lw, bt)  # (N, 3H)
+    ctx, probs = attend(qkv, bt)  # (B, nh, T, hs)
+    h = P.attn_out(ctx, r.x, lw, bt)  # (N, H); r is dead from here on
+    return P.ffn_out(ffn(P, h, lw, bt), h, lw, bt, nxt), probs
+
+
+def ffn(P: Fp32Steps, h: Rows, lw: LayerWeights, bt: Batch) -> np.ndarray:
+    """act(h W_up + b_up) W_down on (M, H) rows, a block of rows at a time (ffn_block_rows), *without* the bias
+    b_down (ffn_out adds it with the residual), into the workspace buffer "y" (M, H).
+
+    Blocking keeps the (block, F) intermediate in cache, so the element-wise activation runs at
+    cache speed rather than memory speed; each row's arithmetic is the same whatever the block.
+    """
+    M, H = h.x.shape
+    block = ffn_block_rows(lw.up_w.shape[1], bt.act, bt.k)
+    out = bt.ws.take("y", (M, H))
+    for s in range(0, M, block):
+        e = min(M, s + block)
+        P.down(P.up(h.block(s, e), lw, bt, s), lw, out[s:e], bt, s)  # (m, F) -> (m, H)
+    return out
+
+
+def layer_at(P: Fp32Steps, r: Rows, lw: LayerWeights, bt: Batch, at: np.ndarray) -> np.ndarray:
+    """A post-LN layer at one token per sequence, ``at`` (B,) its position: -> (B, H) in the workspace buffer "y".
+    The Q/K/V product runs on every token (the keys and values), the attention of one query per sequence, its output
+    projection, both LayerNorms and the FFN on B rows instead of N: for a pooling that reads one token of the last
+    layer (cls, lasttoken, the pooler) that is 3/4 of the last layer's multiply-adds not done. Each row's arithmetic
+    is encoder_layer's for that token."""
+    qkv = P.qkv(r, lw, bt)  # (N, 3H)
+    P, lw = P.after_qkv(lw)
+    ctx, _ = attend(qkv, bt, at)  # (B, nh, 1, hs)
+    h = P.attn_out(ctx, r.x[np.arange(bt.B) * bt.T + at], lw, bt)  # (B, H); residual: x at those tokens
+    return P.ffn_out(ffn(P, h, lw, bt), h, lw, bt, None).x
+
+
+class Fp32Steps:
+    """fp32: every product a float32 GEMM (gemm.matmul: oneDNN or NumPy); Rows.low is None."""
+
+    precision = "fp32"
+
+    def begin(self, w: BertWeights, x: np.ndarray, bt: Batch) -> tuple[Fp32Steps, list[LayerWeights], Rows]:
+        """The steps and layers this batch runs, and the first layer's input from the embeddings x (N, H)."""
+        return self, w.layers, Rows(x)
+
+    def mark(self, bt: Batch) -> None:
+        """Per-batch state of the precision (int8's float token rows)."""
+
+    def runs_at(self, at: np.ndarray, bt: Batch) -> bool:
+        """Can the last layer run at the tokens ``at`` alone (layer_at)?"""
+        return True
+
+    def after_qkv(self, lw: LayerWeights) -> tuple[Fp32Steps, LayerWeights]:
+        """The steps and weights layer_at runs after its Q/K/V product."""
+        return self, lw
+
+    def linear(self, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch, row0: int = 0) -> np.ndarray:
+        """(m, K) float32 rows (token rows row0.. of the batch) @ wt + b into ``out`` (m, n) (ModernBERT's layers)."""
+        return linear(x, wt, zeros(out.shape[1]) if b is None else b, out=out)
+
+    def qkv(self, r: Rows, lw: LayerWeights, bt: Batch) -> np.ndarray:
+        return linear(r.x, lw.qkv_w, lw.qkv_b, out=bt.ws.take("qkv", (r.x.shape[0], lw.qkv_w.shape[1])))  # (N, 3H)
+
+    def attn_out(self, ctx: np.ndarray, res: np.ndarray, lw: LayerWeights, bt: Batch) -> Rows:
+        """ctx (B, nh, Tq, hs) -> h = LN1(ctx rows W_o + b_o + res) (M, H), M = B * Tq, in the buffer "h"."""
+        B, nh, Tq, hs = ctx.shape
+        rows = bt.ws.take("ctx_rows", (B, Tq, nh, hs))
+        np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, Tq, nh, hs) = (M, H) rows
+        a = gemm.matmul(rows.reshape(B * Tq, nh * hs), lw.o_w, out=bt.ws.take("h", (B * Tq, nh * hs)))
+        return Rows(bt.k.add_layer_norm_(a, lw.o_b, res, lw.ln1_g, lw.ln1_b, bt.eps))
+
+    def up(self, h: Rows, lw: LayerWeights, bt: Batch, row0: int) -> Rows:
+        """A block of h (m, H) -> act(h W_up + b_up) (m, F), the down projection's input."""
+        u = bt.ws.take("ffn_act", (h.x.shape[0], lw.up_w.shape[1]))
+        return Rows(linear_act(h.x, lw.up_w, lw.up_b, bt.act, u, bt.k))
+
+    def down(self, u: Rows, lw: LayerWeights, out: np.ndarray, bt: Batch, row0: int) -> None:
+        """out (m, H) <- u W_down, without its bias."""
+        gemm.matmul(u.x, lw.down_w, out=out)
+
+    def ffn_out(self, f: np.ndarray, h: Rows, lw: LayerWeights, bt: Batch, nxt: LayerWeights | None) -> Rows:
+        """y = LN2(f + b_down + h) in place of f, with the form ``nxt`` reads (None: no next layer)."""
+        return Rows(bt.k.add_layer_norm_(f, lw.down_b, h.x, lw.ln2_g, lw.ln2_b, bt.eps))
+
+
+class Bf16Steps(Fp32Steps):
+    """bf16: every product bf16 x bf16 -> float32; Rows.low is the rows' bf16 copy, written by the kernel that makes
+    the rows (the LayerNorms, the activation, the context's transpose)."""
+
+    precision = "bf16"
+
+    def begin(self, w: BertWeights, x: np.ndarray, bt: Batch) -> tuple[Fp32Steps, list[LayerWeights], Rows]:
+        return self, w.layers, Rows(x, bt.k.to_bf16_(x, bt.ws.take("x16", x.shape, np.uint16)))  # (N, H) bf16
+
+    def linear(self, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch, row0: int = 0) -> np.ndarray:
+        return linear(gemm.to_bf16(x), wt, zeros(out.shape[1]) if b is None else b, out=out)
+
+    def qkv(self, r: Rows, lw: LayerWeights, bt: Batch) -> np.ndarray:
+        return linear(r.low, lw.qkv_w, lw.qkv_b, out=bt.ws.take("qkv", (r.x.shape[0], lw.qkv_w.shape[1])))  # (N, 3H)
+
+    def attn_out(self, ctx: np.ndarray, res: np.ndarray, lw: LayerWeights, bt: Batch) -> Rows:
+        B, nh, Tq, hs = ctx.shape
+        M, H = B * Tq, nh * hs
+        rows16 = bt.k.ctx_rows_bf16_(ctx, bt.ws.take("ctx_rows16", (B, Tq, nh, hs), np.uint16))  # (M, H) rows
+        a = gemm.matmul(rows16.reshape(M, H), lw.o_w, out=bt.ws.take("h", (M, H)))
+        h16 = bt.ws.take("h16", (M, H), np.uint16)
+        return Rows(bt.k.add_layer_norm_bf16_(a, lw.o_b, res, lw.ln1_g, lw.ln1_b, bt.eps, h16), h16)
+
+    def up(self, h: Rows, lw: LayerWeights, bt: Batch, row0: int) -> Rows:
+        m, F = h.x.shape[0], lw.up_w.shape[1]
+        u, u16 = bt.ws.take("ffn_act", (m, F)), bt.ws.take("ffn_act16", (m, F), np.uint16)
+        return Rows(u, linear_act(h.low, lw.up_w, lw.up_b, bt.act, u, bt.k, out16=u16))  # only the bf16 copy is read
+
+    def down(self, u: Rows, lw: LayerWeights, out: np.ndarray, bt: Batch, row0: int) -> None:
+        gemm.matmul(u.low, lw.down_w, out=out)
+
+    def ffn_out(self, f: np.ndarray, h: Rows, lw: LayerWeights, bt: Batch, nxt: LayerWeights | None) -> Rows:
+        if nxt is None:
+            return super().ffn_out(f, h, lw, bt, nxt)
+        x16 = bt.ws.take("x16", f.shape, np.uint16)
+        return Rows(bt.k.add_layer_norm_bf16_(f, lw.down_b, h.x, lw.ln2_g, lw.ln2_b, bt.eps, x16), x16)
+
+
+# --------------------------------------------------------------------------- int8 (precision="int8", quant.py)
+_ZEROS: dict[int, np.ndarray] = {}
+
+
+def zeros(n: int) -> np.ndarray:
+    """A shared read-only float32 zero vector of length n (a missing bias)."""
+    z = _ZEROS.get(n)
+    if z is None:
+        z = _ZEROS[n] = np.zeros(n, dtype=np.float32)
+    return z
+
+
+@dataclass
+class QRows:
+    """(M, K) rows quantized per row (quant.quant_rows): uint8 ``q`` (M, K), scales ``s`` (M,), zero points ``z`` (M,)."""
+
+    q: np.ndarray
+    s: np.ndarray
+    z: np.ndarray
+
+    def __getitem__(self, rows: slice) -> QRows:
+        return QRows(self.q[rows], self.s[rows], self.z[rows])
+
+    def __iter__(self):
+        return iter((self.q, self.s, self.z))
+
+    @classmethod
+    def take(cls, ws: Workspace, name: str, shape: tuple[int, int]) -> QRows:
+        """Workspace buffers ``name``_q / _s / _z for (M, K) rows."""
+        return cls(ws.take(name + "_q", shape, np.uint8), ws.take(name + "_s", shape[:1]),
+                   ws.take(name + "_z", shape[:1], np.int32))
+
+
+def quantize_(x: np.ndarray, bt: Batch, name: str, inv: np.ndarray) -> QRows:
+    """(M, K) float32 rows -> the uint8 rows of x * inv with their scales and zero points, in workspace buffers
+    ``name``; ``inv`` (K,): the consuming QLinear's inv_smooth."""
+    xq = QRows.take(bt.ws, name, x.shape)
+    bt.k.quant_rows_(x, inv, xq.q, xq.s, xq.z)
+    return xq
+
+
+def q8_products(xq: QRows, x: np.ndarray, ql: quant.QLinear, row0: int, bt: Batch):
+    """The two products of an int8 linear layer on (m, K) rows: the uint8 x int8 GEMM of the quantized rows ``xq``
+    that are not float token rows (int32 sums), and the float product of the float token rows (``bt.frows``:
+    quant.float_token_rows of the whole batch; these are rows row0 .. row0 + m - 1) from the float rows ``x`` and
+    ``ql.keep`` (quant.py). Returns (acc, yc, src): src (m,) int32 says where row i's product is, yc[src[i]] for a
+    float token row, else acc[-1 - src[i]]; the weight's float rows are added by the dequantization."""
+    ws, q = bt.ws, xq.q
+    m, N = q.shape[0], ql.shape[1]
+    local = quant.local_rows(bt.frows, row0, m)
+    n_f = len(local)
+    src = ws.take("float_src", (m,), np.int32)
+    if n_f:  # the int8 GEMM only on the other rows: a uint8 row gather is cheap next to a GEMM row
+        src.fill(0)
+        src[local] = 1
+        rest = np.flatnonzero(src == 0)  # (m - n_f,) rows multiplied in int8
+        src[rest] = -1 - np.arange(len(rest), dtype=np.int32)
+        src[local] = np.arange(n_f, dtype=np.int32)
+        q = np.take(q, rest, axis=0, out=ws.take("q_rest", (len(rest), q.shape[1]), np.uint8))  # (m - n_f, K)
+    else:
+        src[:] = -1 - np.arange(m, dtype=np.int32)
+    acc = gemm.matmul(q, ql.packed, out=ws.take("acc", (q.shape[0], N), np.int32))  # (m - n_f, N) int32
+    xc = np.take(x, local, axis=0, out=ws.take("float_rows32", (n_f, x.shape[1])))  # (n_f, K), contiguous
+    if ql.keep_dtype == "bf16":  # gathered, then rounded
+        xc = bt.k.to_bf16_(xc, ws.take("float_rows16", (n_f, x.shape[1]), np.uint16))
+    yc = gemm.matmul(xc, ql.keep, out=ws.take("float_y", (n_f, N)))  # (n_f, N)
+    return acc, yc, src
+
+
+def q8_linear(xq: QRows, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None, row0: int, out: np.ndarray,
+              bt: Batch) -> np.ndarray:
+    """(m, K) rows -> (m, N) float32 x W (+ b) from q8_products, dequantized into ``out``."""
+    acc, yc, src = q8_products(xq, x, ql, row0, bt)
+    b = zeros(ql.shape[1]) if b is None else b
+    return bt.k.dq_bias_(acc, xq.s, xq.z, ql.scale, ql.colsum, b, yc, src, x, ql.rows, ql.side, out)
+
+
+class Int8Steps(Fp32Steps):
+    """int8 (scheme 4, quant.py): uint8 x int8 GEMMs whose inputs the kernels that make them quantize (Rows.low is a
+    QRows), the float token rows through a float GEMM in the ``keep`` precision (Fp32Steps or Bf16Steps); a batch of
+    short sequences runs the float layers (the keep weights) as that precision does."""
+
+    precision = "int8"
+
+    def __init__(self, keep: Fp32Steps):
+        self.keep = keep
+
+    def begin(self, w: BertWeights, x: np.ndarray, bt: Batch) -> tuple[Fp32Steps, list[LayerWeights], Rows]:
+        if quant.all_float(bt.real):  # every sequence short: every real row float, so the float layers run as they are
+            steps, _, r = self.keep.begin(w, x, bt)
+            return steps, w.float_layers, r
+        self.mark(bt)
+        return self, w.layers, Rows(x, quantize_(x, bt, "x", w.layers[0].qkv_w.inv_smooth))  # (N, H) uint8
+
+    def mark(self, bt: Batch) -> None:
+        bt.frows = quant.float_token_rows(bt.real)  # rows multiplied in float (quant.py)
+
+    def runs_at(self, at: np.ndarray, bt: Batch) -> bool:
+        # the rest of the layer runs on float token rows, which first / last tokens are (quant.float_token_rows); a
+        # token multiplied in int8 (after an excluded prompt) runs the whole layer, as the scheme says
+        return bool(np.isin(np.arange(bt.B) * bt.T + at, bt.frows).all())
+
+    def after_qkv(self, lw: LayerWeights) -> tuple[Fp32Steps, LayerWeights]:
+        return self.keep, replace(lw, **{k: getattr(lw, k).keep for k in gemm.LINEAR_WEIGHTS})
+
+    def linear(self, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch, row0: int = 0) -> np.ndarray:
+        return q8_linear(quantize_(x, bt, "mb", wt.inv_smooth), x, wt, b, row0, out, bt)
+
+    def qkv(self, r: Rows, lw: LayerWeights, bt: Batch) -> np.ndarray:
+        return q8_linear(r.low, r.x, lw.qkv_w, lw.qkv_b, 0, bt.ws.take("qkv", (r.x.shape[0], lw.qkv_w.shape[1])), bt)
+
+    def attn_out(self, ctx: np.ndarray, res: np.ndarray, lw: LayerWeights, bt: Batch) -> Rows:
+        B, nh, Tq, hs = ctx.shape
+        M, H = B * Tq, nh * hs
+        rows = bt.ws.take("ctx_rows", (B, Tq, nh, hs))
+        np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, Tq, nh, hs) = (M, H) rows
+        rows = rows.reshape(M, H)
+        a = q8_linear(quantize_(rows, bt, "ctx", lw.o_w.inv_smooth), rows, lw.o_w, None, 0, bt.ws.take("h", (M, H)),
+                      bt)  # bias in the LayerNorm
+        hq = QRows.take(bt.ws, "h", (M, H))
+        return Rows(bt.k.add_layer_norm_q8_(a, lw.o_b, res, lw.ln1_g, lw.ln1_b, bt.eps, lw.up_w.inv_smooth, hq.q, hq.s,
+                                            hq.z), hq)
+
+    def up(self, h: Rows, lw: LayerWeights, bt: Batch, row0: int) -> Rows:
+        m, up = h.x.shape[0], lw.up_w
+        u, uq = bt.ws.take("ffn_act", (m, up.shape[1])), QRows.take(bt.ws, "u", (m, up.shape[1]))
+        fused = bt.k.dq_bias_gelu_q8_ if bt.act == "gelu" else None
+        if fused is not None:  # dequantize + bias + GELU (the float token rows' from their float product) + quantize
+            acc, yc, src = q8_products(h.low, h.x, up, row0, bt)
+            fused(acc, h.low.s, h.low.z, up.scale, up.colsum, lw.up_b, yc, src, h.x, up.rows, up.side, u, uq.q, uq.s,
+                  uq.z)  # the down projection is never smoothed (no inv here)
+            return Rows(u, uq)
+        bt.k.acts[bt.act](q8_linear(h.low, h.x, up, None, row0, u, bt), lw.up_b)  # (m, F), its bias after
+        bt.k.quant_rows_(u, lw.down_w.inv_smooth, uq.q, uq.s, uq.z)
+        return Rows(u, uq)
+
+    def down(self, u: Rows, lw: LayerWeights, out: np.ndarray, bt: Batch, row0: int) -> None:
+        q8_linear(u.low, u.x, lw.down_w, None, row0, out, bt)  # (m, H), bias in the LayerNorm
+
+    def ffn_out(self, f: np.ndarray, h: Rows, lw: LayerWeights, bt: Batch, nxt: LayerWeights | None) -> Rows:
+        if nxt is None:  # the last layer: not quantized
+            return super().ffn_out(f, h, lw, bt, nxt)
+        xq = QRows.take(bt.ws, "x", f.shape)  # the layer input's buffers (read by its qkv already)
+        return Rows(bt.k.add_layer_norm_q8_(f, lw.down_b, h.x, lw.ln2_g, lw.ln2_b, bt.eps, nxt.qkv_w.inv_smooth, xq.q,
+                                            xq.s, xq.z), xq)
+
+
+FP32, BF16 = Fp32Steps(), Bf16Steps()
+
+
+def layer_steps(w: BertWeights) -> Fp32Steps:
+    """The layer steps of a model's precision: chosen at its first forward pass (or by the Encoder at load) and kept
+    on its weights, so the layer loop never asks which precision runs."""
+    steps = w.steps
+    if steps is None or steps.precision != w.precision:
+        if w.precision == "int8":
+            steps = Int8Steps(BF16 if w.layers[0].qkv_w.keep_dtype == "bf16" else FP32)
+        else:
+            steps = BF16 if w.precision == "bf16" else FP32
+        w.steps = steps
+    return steps
 
 
 @dataclass
@@ -660,50 +847,25 @@ def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: i
     ``at`` (B,) token positions: the caller reads the last layer's state at these tokens only, so that layer runs
     there alone (layer_at; not with attentions asked for, nor for layer 0): hidden[last] is then (B, 1, H) and the
     result's ``at`` says so."""
-    c = w.config
     out = ForwardOutput(hidden={})
-    N = B * T
-    at = None if (at is None or output_attentions or last == 0) else np.asarray(at, dtype=np.int64)
-    x16 = xq = None
-    layers, bf16 = w.layers, w.precision == "bf16"
-    if w.precision == "int8" and last > 0:
-        real = mask_add.reshape(B, T) == 0
-        if quant.all_float(real):  # every sequence short: every real row float, so the float layers run as they are
-            layers, bf16 = w.float_layers, w.float_layers[0].qkv_w.dtype == np.uint16
-        else:
-            xq = quantize_(x, ws, "x", w.layers[0].qkv_w.inv_smooth)  # (N, H) uint8, scales, zero points
-            frows = quant.float_token_rows(real)  # rows multiplied in float (quant.py)
-            if at is not None and not np.isin(np.arange(B) * T + at, frows).all():
-                at = None  # a token multiplied in int8 (after an excluded prompt): the whole layer, as the scheme says
-    if bf16 and last > 0:
-        x16 = to_bf16_(x, ws.take("x16", (N, c.hidden_size), np.uint16))  # (N, H) bf16
-    for i in range(last + 1):
-        if i > 0 and i == last and at is not None:  # the last layer at one token per sequence
-            lw = layers[i - 1]
-            if xq is not None:  # int8: Q/K/V of every token as encoder_layer_q8 makes them; the rest on float token
-                lw = w.float_layers[i - 1]  # rows, which the chosen tokens are (first / last: quant.float_token_rows)
-                qkv = q8_linear(xq, x, w.layers[i - 1].qkv_w, w.layers[i - 1].qkv_b, frows, 0,
-                                ws.take("qkv", (N, 3 * c.hidden_size)), ws)  # (N, 3H)
-            else:
-                qkv = linear(x if x16 is None else x16, lw.qkv_w, lw.qkv_b, out=ws.take("qkv", (N, 3 * c.hidden_size)))
-            y = layer_at(qkv, x, lw, mask_add, B, T, c.num_attention_heads, c.hidden_act, c.layer_norm_eps, at, ws=ws,
-                         bias=bias)
-            out.hidden[i], out.at = y.reshape(B, 1, -1), at  # (B, 1, H)
+    if 0 in keep:
+        out.hidden[0] = (x if last == 0 else x.copy()).reshape(B, T, -1)  # (B, T, H)
+    if last == 0:
+        return out
+    bt = Batch.of(w.config, mask_add, ws, bias, output_attentions)
+    P, layers, r = layer_steps(w).begin(w, x, bt)
+    at = None if (at is None or output_attentions) else np.asarray(at, dtype=np.int64)
+    if at is not None and not P.runs_at(at, bt):
+        at = None
+    for i in range(1, last + 1):
+        if i == last and at is not None:  # the last layer at one token per sequence
+            out.hidden[i], out.at = layer_at(P, r, layers[i - 1], bt, at).reshape(B, 1, -1), at  # (B, 1, H)
             break
-        if i > 0 and xq is not None:
-            next_inv = w.layers[i].qkv_w.inv_smooth if i < last else None
-            x, probs = encoder_layer_q8(x, w.layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
-                                        c.layer_norm_eps, output_attentions, ws=ws, xq=xq, frows=frows,
-                                        next_inv=next_inv, bias=bias)
-            if output_attentions:
-                out.attentions.append(probs)
-        elif i > 0:
-            x, probs = encoder_layer(x, layers[i - 1], mask_add, B, T, c.num_attention_heads, c.hidden_act,
-                                     c.layer_norm_eps, output_attentions, ws=ws, x16=x16, bias=bias)
-            if output_attentions:
-                out.attentions.append(probs)
+        r, probs = encoder_layer(P, r, layers[i - 1], bt, layers[i] if i < last else None)
+        if output_attentions:
+            out.attentions.append(probs)
         if i in keep:  # buffers are reused by later layers: copy all but the deepest
-            out.hidden[i] = (x if i == last else x.copy()).reshape(B, T, -1)  # (B, T, H)
+            out.hidden[i] = (r.x if i == last else r.x.copy()).reshape(B, T, -1)  # (B, T, H)
     return out
 
 

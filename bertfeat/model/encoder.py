@@ -26,7 +26,7 @@ from .config import BertConfig
 from ..errors import BertfeatError, BertfeatWarning, InputError, opt
 from .hub import ModelLocation, model_files, resolve_model
 from .families import forward, load_model_weights
-from .bert import Workspace, pooler
+from .bert import Workspace, layer_steps, pooler
 from ..ops.threads import default_threads
 from ..checks import check_max_batch_tokens, check_max_length, check_size, check_stride, check_threads
 from .pooling import (
@@ -170,6 +170,7 @@ class Encoder:
                                                      self.location.encoder_dir)
         self.weights: BertWeights = gemm.prepare(
             load_model_weights(e, self.config, "bf16" if self.precision == "bf16" else "fp32"), self.gemm_path)
+        layer_steps(self.weights)  # the layer steps of this precision, chosen once (model.bert)
         if self.precision in ("bf16", "int8"):
             from ..ops import kernels
 

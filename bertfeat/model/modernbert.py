@@ -21,7 +21,7 @@ keys combined with the padding mask.
 Bounded memory for long texts (ModernBERT reads 8,192 tokens): attention runs in blocks of query rows
 (attend_blocked), a full-attention block against every key, a sliding-window block only against the keys its
 window can reach, so no (T, T) array is made (unless the attention maps are asked for); the MLP runs in row blocks.
-Every linear layer goes through model.linear (fp32 / bf16) or model.q8_linear (int8), so every precision runs.
+Every linear layer goes through the model's layer steps (bert.layer_steps: fp32, bf16 or int8), so every precision runs.
 
 Hidden states: index 0 the embeddings, i the residual stream after layer i, and the last (L) after final_norm, as
 transformers' last_hidden_state (what sentence-transformers pools).
@@ -37,21 +37,20 @@ from pathlib import Path
 
 import numpy as np
 
-from ..ops import quant
 from .config import BertConfig
 from ..errors import WeightsError
 from ..ops.gemm import PRECISIONS, to_bf16
 from .bert import (
     ACTIVATIONS_INPLACE,
     MASK_NEG,
+    Batch,
     ForwardOutput,
     Workspace,
+    additive_mask,
     layer_norm_,
+    layer_steps,
     layers_to_run,
-    linear,
     masked_softmax_,
-    q8_linear,
-    quantize_,
     softmax_,
     zeros,
 )
@@ -195,16 +194,12 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- linear layers, norms
-def lin(w: ModernBertWeights, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, ws: Workspace,
-        frows: np.ndarray | None, row0: int = 0) -> np.ndarray:
+def lin(w: ModernBertWeights, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch,
+        row0: int = 0) -> np.ndarray:
     """(m, in) float32 rows (token rows row0.. of the batch) @ wt + b into ``out`` (m, out), in the weights'
-    precision: model.linear for fp32 / bf16 (the rows rounded to bf16 first), model.q8_linear for int8 (``frows``:
-    the batch's float token rows, quant.float_token_rows)."""
-    n_out = out.shape[1]
-    if w.precision == "int8":
-        return q8_linear(quantize_(x, ws, "mb", wt.inv_smooth), x, wt, b, frows, row0, out, ws)
-    a = to_bf16(x) if w.precision == "bf16" else x
-    return linear(a, wt, zeros(n_out) if b is None else b, out=out)
+    precision (model.layer_steps: for bf16 the rows rounded to bf16 first, for int8 quantized, with the batch's float
+    token rows in float)."""
+    return layer_steps(w).linear(x, wt, b, out, bt, row0)
 
 
 def norm_(x: np.ndarray, g: np.ndarray, b: np.ndarray | None, eps: float) -> np.ndarray:
@@ -252,25 +247,24 @@ def attend_blocked(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray
     return ctx, probs
 
 
-def attention(w: ModernBertWeights, i: int, h: np.ndarray, keep: np.ndarray, B: int, T: int, want_probs: bool,
-              ws: Workspace, frows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+def attention(w: ModernBertWeights, i: int, h: np.ndarray, keep: np.ndarray, bt: Batch) -> tuple[np.ndarray, np.ndarray | None]:
     """Layer i's attention on (N, H) normed rows -> (N, H) output (Wo applied, its bias too) and the probabilities."""
     c, lw = w.config, w.layers[i]
+    B, T, ws = bt.B, bt.T, bt.ws
     N, H = h.shape
     nh = c.num_attention_heads
     hs = H // nh
-    qkv = lin(w, h, lw.qkv_w, lw.qkv_b, ws.take("qkv", (N, 3 * H)), ws, frows)  # (N, 3H)
+    qkv = lin(w, h, lw.qkv_w, lw.qkv_b, ws.take("qkv", (N, 3 * H)), bt)  # (N, 3H)
     qkv = qkv.reshape(B, T, 3, nh, hs).transpose(2, 0, 3, 1, 4)  # (3, B, nh, T, hs)
     local = c.layer_types[i] == "sliding_attention"
     cos, sin = rotary(T, hs, c.local_rope_theta if local else c.global_rope_theta)
     q, k = rotate(qkv[0], cos, sin), rotate(qkv[1], cos, sin)
-    ctx, probs = attend_blocked(q, k, qkv[2], keep, c.local_attention // 2 if local else None, want_probs)
+    ctx, probs = attend_blocked(q, k, qkv[2], keep, c.local_attention // 2 if local else None, bt.want_probs)
     rows = np.ascontiguousarray(ctx.transpose(0, 2, 1, 3)).reshape(N, H)  # (N, H) token rows
-    return lin(w, rows, lw.o_w, lw.o_b, ws.take("attn_out", (N, H)), ws, frows), probs
+    return lin(w, rows, lw.o_w, lw.o_b, ws.take("attn_out", (N, H)), bt), probs
 
 
-def mlp_(w: ModernBertWeights, i: int, x: np.ndarray, frows: np.ndarray | None, ws: Workspace,
-         block: int = 1024) -> np.ndarray:
+def mlp_(w: ModernBertWeights, i: int, x: np.ndarray, bt: Batch, block: int = 1024) -> np.ndarray:
     """In place x (N, H) += Wo(act(u) * g), [u | g] = Wi(LN_mlp(x)), ``block`` rows at a time; returns x."""
     c, lw = w.config, w.layers[i]
     N, H = x.shape
@@ -279,10 +273,10 @@ def mlp_(w: ModernBertWeights, i: int, x: np.ndarray, frows: np.ndarray | None, 
     for s in range(0, N, block):
         m = min(block, N - s)
         h = norm_(np.array(x[s:s + m]), lw.ln2_g, lw.ln2_b, c.layer_norm_eps)  # (m, H)
-        u = lin(w, h, lw.up_w, lw.up_b, ws.take("mlp_in", (m, 2 * F)), ws, frows, s)  # (m, 2F)
+        u = lin(w, h, lw.up_w, lw.up_b, bt.ws.take("mlp_in", (m, 2 * F)), bt, s)  # (m, 2F)
         a = act(u[:, :F])  # (m, F) view, in place
         a *= u[:, F:]
-        y = lin(w, np.ascontiguousarray(a), lw.down_w, lw.down_b, ws.take("mlp_out", (m, H)), ws, frows, s)
+        y = lin(w, np.ascontiguousarray(a), lw.down_w, lw.down_b, bt.ws.take("mlp_out", (m, H)), bt, s)
         x[s:s + m] += y
     return x
 
@@ -306,16 +300,17 @@ def modernbert_forward(w: ModernBertWeights, input_ids: np.ndarray, token_type_i
     keep, last = layers_to_run(c, T, keep, output_attentions)
     ws = ws or Workspace()
     real = np.asarray(attention_mask).astype(bool)  # (B, T)
-    frows = quant.float_token_rows(real) if w.precision == "int8" else None  # int8: rows multiplied in float
+    bt = Batch.of(c, additive_mask(attention_mask), ws, want_probs=output_attentions)
+    layer_steps(w).mark(bt)  # int8: the batch's float token rows
     x = modernbert_embed(w, input_ids)  # (N, H) residual stream
     out = ForwardOutput(hidden={})
     for i in range(last + 1):
         if i > 0:
             lw = w.layers[i - 1]
             h = x if lw.ln1_g is None else norm_(x.copy(), lw.ln1_g, lw.ln1_b, c.layer_norm_eps)
-            a, probs = attention(w, i - 1, h, real, B, T, output_attentions, ws, frows)
+            a, probs = attention(w, i - 1, h, real, bt)
             x += a
-            mlp_(w, i - 1, x, frows, ws)
+            mlp_(w, i - 1, x, bt)
             if output_attentions:
                 out.attentions.append(probs)
         if i in keep:

@@ -188,6 +188,7 @@ class BertWeights:
     ignored: list[str] = field(default_factory=list)  # other tasks' head tensors in the file, not used
     emb_proj_w: np.ndarray | None = None  # ELECTRA's embeddings_project (E, H) transposed, float32 (as the pooler)
     emb_proj_b: np.ndarray | None = None  # (H,)
+    steps: object = None  # the layer steps of its precision (bert.layer_steps), chosen once
 
     @property
     def n_params(self) -> int:

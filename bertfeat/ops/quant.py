@@ -182,12 +182,16 @@ def dequant(acc: np.ndarray, s_a: np.ndarray, z: np.ndarray, ql: QLinear, bias: 
             x: np.ndarray | None = None) -> np.ndarray:
     """(M, N) int32 sums -> float32 s_a s_w (acc - z c) (+ bias) (+ the float rows' product x[:, rows] W[rows] when
     the float inputs ``x`` (M, K) are given)."""
-    d = acc - z[:, None] * ql.colsum[None, :]  # int32, exact
-    y = d.astype(np.float32) * (s_a[:, None] * ql.scale[None, :])
+    return _dequant(acc, s_a, z, ql.scale, ql.colsum, bias, x, ql.rows, ql.side)
+
+
+def _dequant(acc, s_a, z, sw, cs, bias, x, rows, wr) -> np.ndarray:
+    d = acc - z[:, None] * cs[None, :]  # int32, exact
+    y = d.astype(np.float32) * (s_a[:, None] * sw[None, :])
     if bias is not None:
         y = y + bias
-    if x is not None and len(ql.rows):
-        y += x[:, ql.rows] @ ql.side
+    if x is not None and len(rows):
+        y += x[:, rows] @ wr
     return y
 
 
@@ -217,12 +221,14 @@ def local_rows(frows: np.ndarray, row0: int, m: int) -> np.ndarray:
     return frows[lo:hi] - row0
 
 
-def dq_bias(acc: np.ndarray, s_a: np.ndarray, z: np.ndarray, ql: QLinear, b: np.ndarray, yc: np.ndarray,
-            src: np.ndarray, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """NumPy version of kernels.dq_bias_: out <- dequant(acc) + b + x[:, rows] W[rows] for the int8 rows (src < 0,
-    their sums in acc[-1 - src]), yc[src] + b for the float token rows (src >= 0)."""
+def dq_bias(acc: np.ndarray, s_a: np.ndarray, z: np.ndarray, sw: np.ndarray, cs: np.ndarray, b: np.ndarray,
+            yc: np.ndarray, src: np.ndarray, x: np.ndarray, rows: np.ndarray, wr: np.ndarray,
+            out: np.ndarray) -> np.ndarray:
+    """NumPy version of kernels.dq_bias_ (its arguments: a QLinear's scale, colsum, rows and side as sw, cs, rows,
+    wr): out <- dequant(acc) + b + x[:, rows] wr for the int8 rows (src < 0, their sums in acc[-1 - src]),
+    yc[src] + b for the float token rows (src >= 0)."""
     i8, fl = np.flatnonzero(src < 0), np.flatnonzero(src >= 0)
-    out[i8] = dequant(acc[-1 - src[i8]], s_a[i8], z[i8], ql, b, x[i8])
+    out[i8] = _dequant(acc[-1 - src[i8]], s_a[i8], z[i8], sw, cs, b, x[i8], rows, wr)
     out[fl] = yc[src[fl]] + b
     return out
 

@@ -180,12 +180,14 @@ def test_bf16_kernels_write_the_rounded_fp32_result():
         # 'reassoc' may sum in another order (a fresh clone's numba cache, written by two test workers, gave 1 ulp)
         np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6)
         np.testing.assert_array_equal(y16, gemm.to_bf16(got))  # its bf16 output is its own fp32 result rounded
-        from bertfeat.model.bert import ctx_rows_bf16_, to_bf16_
+        from bertfeat.model.bert import elementwise
 
+        k = elementwise()
+        assert k.ctx_rows_bf16_ is kernels.get("ctx_rows_bf16_") and k.to_bf16_ is kernels.get("to_bf16_")
         ctx = rng.standard_normal((2, 4, 5, 8)).astype(np.float32)
         rows = np.zeros((2, 5, 4, 8), np.uint16)
-        np.testing.assert_array_equal(ctx_rows_bf16_(ctx, rows), gemm.to_bf16(ctx.transpose(0, 2, 1, 3)))
-        np.testing.assert_array_equal(to_bf16_(y, np.zeros(y.shape, np.uint16)), gemm.to_bf16(y))
+        np.testing.assert_array_equal(k.ctx_rows_bf16_(ctx, rows), gemm.to_bf16(ctx.transpose(0, 2, 1, 3)))
+        np.testing.assert_array_equal(k.to_bf16_(y, np.zeros(y.shape, np.uint16)), gemm.to_bf16(y))
     finally:
         kernels.use(None)
 

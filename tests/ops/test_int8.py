@@ -23,6 +23,14 @@ from bertfeat.features import read_features
 from ckpt import make_ckpt, row_cosines  # noqa: F401  (make_ckpt is a fixture)
 
 
+def _bt(frows=None, ws=None):
+    """A Batch for calling the int8 steps on loose rows (the element-wise functions in force now)."""
+    from bertfeat.model.bert import Batch, Workspace, elementwise
+
+    return Batch(1, 1, np.zeros((1, 1, 1, 1), np.float32), ws or Workspace(), elementwise(), 1, "gelu", 1e-12,
+                 frows=frows)
+
+
 def _int8_status() -> str | None:
     try:
         gemm.resolve("int8")
@@ -57,14 +65,14 @@ def test_quant_rows_per_token_asymmetric():
     if kernels.use("numba") != "numba":
         pytest.skip(f"numba kernels unavailable: {kernels.unavailable_reason()}")
     try:
-        from bertfeat.model.bert import Workspace, quantize_
+        from bertfeat.model.bert import quantize_
 
-        kq, ks, kz = quantize_(x, Workspace(), "t", np.ones(96, np.float32))
+        kq, ks, kz = quantize_(x, _bt(), "t", np.ones(96, np.float32))
         np.testing.assert_array_equal(kq, q)
         np.testing.assert_array_equal(ks, s)
         np.testing.assert_array_equal(kz, z)
         inv = rng.uniform(0.2, 3.0, 96).astype(np.float32)  # a smoothed input: x * inv quantized
-        kq, ks, kz = quantize_(x, Workspace(), "t", inv)
+        kq, ks, kz = quantize_(x, _bt(), "t", inv)
         q2, s2, z2 = quant.quant_rows((x * inv).astype(np.float32))
         np.testing.assert_array_equal(kq, q2)
         np.testing.assert_array_equal(ks, s2)
@@ -100,7 +108,7 @@ def test_q8_linear_dequantizes_and_keeps_float_token_rows(backend, keep):
     last token, every token of a short one) are the float product in the keep precision, also in a block of rows that
     starts inside a sequence; and the whole is within int8's error of the float64 product."""
     from bertfeat.ops.bf16 import from_bf16, to_bf16
-    from bertfeat.model.bert import Workspace, q8_linear, quantize_
+    from bertfeat.model.bert import QRows, Workspace, q8_linear, quantize_
 
     if keep == "bf16" and gemm.resolve("int8").keep != "bf16":
         pytest.skip("the float token rows are fp32 here (no native bf16)")
@@ -127,8 +135,8 @@ def test_q8_linear_dequantizes_and_keeps_float_token_rows(backend, keep):
         for row0 in (0, 16):  # a block of rows starting inside a sequence (the FFN's blocks)
             xs = x[row0:]
             out = np.zeros((len(xs), N), np.float32)
-            q, sa, za = (a.copy() for a in quantize_(xs, ws, "t", ql.inv_smooth))
-            got = q8_linear((q, sa, za), xs, ql, b, frows, row0, out, ws)
+            q, sa, za = (a.copy() for a in quantize_(xs, _bt(ws=ws), "t", ql.inv_smooth))
+            got = q8_linear(QRows(q, sa, za), xs, ql, b, row0, out, _bt(frows, ws))
             local = quant.local_rows(frows, row0, len(xs))
             assert list(local) == [r - row0 for r in frows if r >= row0]
             rest = np.setdiff1d(np.arange(len(xs)), local)
@@ -207,8 +215,8 @@ def test_q8_linear_with_outlier_rows_is_closer_to_the_float_product(backend, mon
             assert len(ql.rows) == (3 if ratio != np.inf else 0)
             ws = Workspace()
             frows = quant.float_token_rows(np.ones((B, T), bool))
-            got = q8_linear(quantize_(x, ws, "t", ql.inv_smooth), x, ql, b, frows, 0,
-                            np.empty((B * T, 384), np.float32), ws)
+            bt = _bt(frows, ws)
+            got = q8_linear(quantize_(x, bt, "t", ql.inv_smooth), x, ql, b, 0, np.empty((B * T, 384), np.float32), bt)
             mask = np.ones(B * T, bool)
             mask[frows] = False  # the float token rows are float products either way
             errs[label] = np.abs(got - exact)[mask].max() / np.abs(exact).max()
@@ -222,7 +230,7 @@ def test_q8_linear_with_outlier_rows_is_closer_to_the_float_product(backend, mon
 def test_fused_ffn_kernel_equals_the_numpy_path(make_ckpt):
     """encoder_layer_q8's fused up projection (dequantize + bias + GELU + quantize, float rows in both FFN linears)
     against the NumPy reference of each step: the same layer output up to float rounding."""
-    from bertfeat.model.bert import Workspace, additive_mask, encoder_layer_q8, quantize_
+    from bertfeat.model.bert import Batch, Rows, Workspace, additive_mask, encoder_layer, layer_steps, quantize_
 
     d = make_ckpt(hidden=64, layers=1, heads=4, intermediate=256, seed=4)
     enc = Encoder(d, precision="int8")
@@ -242,12 +250,12 @@ def test_fused_ffn_kernel_equals_the_numpy_path(make_ckpt):
     for backend in ("numba", "numpy"):
         kernels.use(backend)
         try:
-            ws = Workspace()
-            xq = quantize_(x, ws, "x", lw.qkv_w.inv_smooth)
-            y, _ = encoder_layer_q8(x.copy(), lw, additive_mask(mask), B, T, 4, "gelu", 1e-12, ws=ws,
-                                    xq=tuple(a.copy() for a in xq), frows=quant.float_token_rows(mask > 0),
-                                    next_inv=lw.qkv_w.inv_smooth)
-            outs[backend] = y.copy()
+            P, bt = layer_steps(enc.weights), Batch.of(enc.config, additive_mask(mask), Workspace())
+            P.mark(bt)
+            assert bt.act == "gelu" and np.array_equal(bt.frows, quant.float_token_rows(mask > 0))
+            xq = quantize_(x, bt, "x", lw.qkv_w.inv_smooth)
+            y, _ = encoder_layer(P, Rows(x.copy(), xq), lw, bt, lw)
+            outs[backend] = y.x.copy()
         finally:
             kernels.use(None)
     diff = np.abs(outs["numba"] - outs["numpy"])
@@ -260,13 +268,13 @@ def test_fused_ffn_kernel_equals_the_numpy_path(make_ckpt):
 def test_a_nan_row_keeps_a_nan_scale(backend):
     """A NaN reaching an int8 input must not turn into finite features: its row's scale is NaN, so the dequantized
     row is NaN and the features are refused as non-finite (encoder.check_finite_features)."""
-    from bertfeat.model.bert import Workspace, quantize_
+    from bertfeat.model.bert import quantize_
 
     x = np.ones((3, 16), np.float32)
     x[1, 4] = np.nan
     kernels.use(backend)
     try:
-        _, s, _ = quantize_(x, Workspace(), "t", np.ones(16, np.float32))
+        _, s, _ = quantize_(x, _bt(), "t", np.ones(16, np.float32))
     finally:
         kernels.use(None)
     assert np.isnan(s[1]) and np.isfinite(s[[0, 2]]).all()
@@ -301,7 +309,7 @@ def test_int8_kernels_equal_their_numpy_reference():
         pytest.skip(f"numba kernels not in use: {kernels.unavailable_reason()}")
     ql, x, sa, za, src, acc, yc, b = _dq_case()
     M, N = x.shape[0], ql.shape[1]
-    want = quant.dq_bias(acc, sa, za, ql, b, yc, src, x, np.empty((M, N), np.float32))
+    want = quant.dq_bias(acc, sa, za, ql.scale, ql.colsum, b, yc, src, x, ql.rows, ql.side, np.empty((M, N), np.float32))
     got = kernels.get("dq_bias_")(acc, sa, za, ql.scale, ql.colsum, b, yc, src, x, ql.rows, ql.side,
                                   np.empty((M, N), np.float32))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
@@ -329,7 +337,7 @@ def test_int8_kernels_equal_their_numpy_reference():
 @pytest.mark.parametrize("backend", ["numba", "numpy"])
 def test_a_nan_input_row_stays_nan_through_q8_linear(backend):
     """A NaN in an int8 row's input makes that row of the layer's output NaN (its scale is NaN), and only that row."""
-    from bertfeat.model.bert import Workspace, q8_linear, quantize_
+    from bertfeat.model.bert import q8_linear, quantize_
 
     rng = np.random.default_rng(13)
     x = rng.standard_normal((16, 64)).astype(np.float32)
@@ -339,9 +347,9 @@ def test_a_nan_input_row_stays_nan_through_q8_linear(backend):
     assert 3 not in frows
     kernels.use(backend)
     try:
-        ws = Workspace()
-        out = q8_linear(quantize_(x, ws, "t", ql.inv_smooth), x, ql, np.zeros(32, np.float32), frows, 0,
-                        np.empty((16, 32), np.float32), ws)
+        bt = _bt(frows)
+        out = q8_linear(quantize_(x, bt, "t", ql.inv_smooth), x, ql, np.zeros(32, np.float32), 0,
+                        np.empty((16, 32), np.float32), bt)
     finally:
         kernels.use(None)
     assert np.isnan(out[3]).all() and np.isfinite(np.delete(out, 3, axis=0)).all()
@@ -395,7 +403,7 @@ def test_smoothing_follows_the_layer_norm_that_feeds_each_input(minilm_dir):
 def test_q8_linear_with_no_float_rows_or_only_float_rows(backend, which):
     """A block with no float token row (the int8 GEMM on every row) and one with only float token rows (an int8
     GEMM of zero rows): each row as the references say."""
-    from bertfeat.model.bert import Workspace, q8_linear, quantize_
+    from bertfeat.model.bert import QRows, q8_linear, quantize_
 
     rng = np.random.default_rng(15)
     M, K, N = 20, 64, 48
@@ -405,9 +413,9 @@ def test_q8_linear_with_no_float_rows_or_only_float_rows(backend, which):
     frows = np.zeros(0, np.int64) if which == "none" else np.arange(M, dtype=np.int64)
     kernels.use(backend)
     try:
-        ws = Workspace()
-        q, sa, za = (a.copy() for a in quantize_(x, ws, "t", ql.inv_smooth))
-        got = q8_linear((q, sa, za), x, ql, b, frows, 0, np.full((M, N), np.nan, np.float32), ws)
+        bt = _bt(frows)
+        q, sa, za = (a.copy() for a in quantize_(x, bt, "t", ql.inv_smooth))
+        got = q8_linear(QRows(q, sa, za), x, ql, b, 0, np.full((M, N), np.nan, np.float32), bt)
     finally:
         kernels.use(None)
     if which == "none":
@@ -424,7 +432,7 @@ def test_smoothing_keeps_the_product_and_shrinks_the_error_of_layer_norm_outputs
     """A LayerNorm output n g + beta whose few channels have a large |g| widens every row's range; with the
     smoothing factors from g, beta and W (quant.smoothing) the int8 weight is diag(s) W and the rows are quantized
     as x / s: the same product (dequantized weight = W within a step), several times closer to it."""
-    from bertfeat.model.bert import Workspace, q8_linear, quantize_
+    from bertfeat.model.bert import q8_linear, quantize_
 
     rng = np.random.default_rng(7)
     B, T, K, N = 4, 16, 384, 1536
@@ -445,9 +453,8 @@ def test_smoothing_keeps_the_product_and_shrinks_the_error_of_layer_norm_outputs
             assert ql.smoothed == (sm is not None)
             d = ql.dequantized()
             assert np.abs(d - w).max() <= (ql.scale[None, :] * ql.inv_smooth[:, None]).max() * 0.5001
-            ws = Workspace()
-            got = q8_linear(quantize_(x, ws, "t", ql.inv_smooth), x, ql, b, frows, 0, np.empty((B * T, N), np.float32),
-                            ws)
+            bt = _bt(frows)
+            got = q8_linear(quantize_(x, bt, "t", ql.inv_smooth), x, ql, b, 0, np.empty((B * T, N), np.float32), bt)
             errs[label] = np.sqrt(((got - exact)[rest] ** 2).mean() / (exact ** 2).mean())
     finally:
         kernels.use(None)

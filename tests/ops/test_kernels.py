@@ -51,7 +51,7 @@ def test_without_numba_the_numpy_path_runs_and_says_why(monkeypatch):
     def broken():
         raise ImportError("No module named 'numba'")
 
-    monkeypatch.setattr(kernels, "_compile", broken)
+    monkeypatch.setattr(kernels, "_jit_all", broken)
     try:
         assert kernels.use(None) == "numpy" and kernels.backend() == "numpy"
         assert kernels.get("gelu") is None and kernels.get("add_layer_norm_") is None
