@@ -71,7 +71,7 @@ _ERF_SPLIT = np.float32(0.8)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """erf for float32 arrays, |error| < 2e-7 (float32 eps is 1.2e-7), checked in tests/test_model.py.
+    """erf for float32 arrays, |error| < 2e-7 (float32 eps is 1.2e-7), checked in tests/model/test_model.py.
 
     |x| < 0.8: the Maclaurin series (10 terms), free of the cancellation that ``1 - erfc`` suffers near 0
     (the single Abramowitz & Stegun 7.1.26 formula used before was off by 6e-7 there);
@@ -217,7 +217,7 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 # --------------------------------------------------------------------------- the element-wise steps in force
 # NumPy twins of kernels.py's fused kernels, with their signatures: the reference the kernels are checked against
-# (tests/test_kernels.py, test_bf16.py, test_int8.py) and what runs without numba.
+# (tests/ops/test_kernels.py, test_bf16.py, test_int8.py) and what runs without numba.
 def _add_layer_norm_np(y, b, r, g, beta, eps):
     y += b
     y += r

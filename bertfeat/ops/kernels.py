@@ -8,7 +8,7 @@ residual + LayerNorm about ten over each (N, H) output. One compiled loop does e
 pass, vectorized with the CPU's SIMD instructions (AVX-512 here). Measured on this machine
 (benchmarks/RESULTS.md): a (341, 1536) bias + GELU block takes 3.2 ms in NumPy and 0.14 ms fused.
 
-The NumPy functions in model.py stay the reference: ``tests/test_kernels.py`` checks every kernel
+The NumPy functions in model.py stay the reference: ``tests/ops/test_kernels.py`` checks every kernel
 against them, and the parity tests run the model both ways. ``BERTFEAT_KERNELS=numpy`` (or
 ``use("numpy")``) turns the kernels off; without numba they are off anyway.
 
@@ -98,7 +98,7 @@ _state: dict[str, object] = {"backend": None, "kernels": None, "error": None}
 # dispatcher compiles, or loads from numba's disk cache, at its first call (lazily: an fp32 model never compiles the
 # bf16 or int8 kernels). No kernel has closure cells: numba keys its disk cache on them, and a dispatcher in a cell
 # pickles differently in every process, so the kernels calling it were compiled again on every run (2-4 s before the
-# first batch) and added a cache entry each time; tests/test_kernels.py::test_a_second_process_compiles_nothing
+# first batch) and added a cache entry each time; tests/ops/test_kernels.py::test_a_second_process_compiles_nothing
 # checks this.
 
 _HELPERS: dict[str, Callable] = {}  # global name -> Python function, inlined into the kernels that call it
