@@ -505,7 +505,7 @@ def _position(gate: ReadAheadGate, blocks: int, counter, compressed: bool, track
         count = gate.count
     if not compressed:
         return min(read, at)
-    sizes = getattr(counter, "sizes", None)
+    sizes = counter.sizes  # a CountingReader's
     if sizes is not None and count <= sizes[1]:  # more than ISIZE: a file over 4 GiB or of several members
         return min(read, at * sizes[0] // sizes[1])
     return min(read, read * at // count)

@@ -288,9 +288,7 @@ def cancelled_error(key, e, client) -> ClusterError:
     """A partition's task cancelled under the run: the client lost its scheduler, or the cluster cancelled it."""
     reason = getattr(e, "reason", None) or "unknown"
     if reason == "scheduler-connection-lost":
-        # the address the client was started with: its live rpc object may have dropped it by now (seen under load)
-        where = (getattr(getattr(client, "scheduler", None), "address", None) or scheduler_address(client)
-                 or "the scheduler")
+        where = scheduler_address(client) or "the scheduler"
         return ClusterError(f"partition {key}: the connection to the Dask scheduler {where} was lost (the scheduler "
                             "stopped, or the network between it and this machine failed)",
                             f"restart the scheduler and its workers, then rerun with {opt('resume', True)} (the "
@@ -300,9 +298,11 @@ def cancelled_error(key, e, client) -> ClusterError:
 
 
 def scheduler_address(client) -> str | None:
-    """The scheduler address a Client was started with (a str), or None (a LocalCluster object)."""
+    """The client's scheduler address: its live connection's, else the one it was started with (the live rpc object
+    may have dropped it once the connection is lost: seen under load), else its cluster's; None when none is known."""
+    live = getattr(getattr(client, "scheduler", None), "address", None)
     start = getattr(client, "_start_arg", None)
-    return start if isinstance(start, str) else getattr(getattr(client, "cluster", None), "scheduler_address", None)
+    return live or (start if isinstance(start, str) else getattr(getattr(client, "cluster", None), "scheduler_address", None))
 
 
 def close_cluster(client, cluster=None) -> None:
