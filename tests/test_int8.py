@@ -217,7 +217,7 @@ def _dq_case(seed=11, M=24, K=96, N=80):
 @needs_int8
 def test_dequantizing_kernels_equal_their_numpy_reference():
     """dq_bias_q8_ (qkv), dq_add_ln_q8_ (attention output / FFN down: + bias + residual, LayerNorm, the next layer's
-    quantization), dq_gelu_q8_ (FFN up: + bias, GELU, quantization) and hp_combine_ (two levels) against quant.py's
+    quantization), dq_gelu_q8_ (FFN up: + bias, GELU, quantization) and hp_accumulate_ (two levels) against quant.py's
     and model.py's NumPy steps; and the dequantized product against the float one."""
     k = _fused_or_skip()
     try:
@@ -253,12 +253,10 @@ def test_dequantizing_kernels_equal_their_numpy_reference():
         print(f"dq_gelu_q8_ vs the exact GELU's quantization: {np.mean(steps > 0):.2%} of values a step apart")
         assert steps.max() <= 1 and np.mean(steps > 0) < 0.02 and np.array_equal(nq[5], ref[5])
 
-        acc2 = np.concatenate([acc, acc // 3])
-        accr = acc[::-1].copy()
-        s2, z2 = np.concatenate([xd[0], xd[0] / 300]), np.concatenate([xd[1], xd[1] // 2])
-        h_got = k["hp_combine_"](acc2, accr, s2, z2, ql.colsum, ql.colsum_r, np.empty((M, N), np.float32))
-        h_want = quant.hp_combine(acc2, accr, s2, z2, ql.colsum, ql.colsum_r, np.empty((M, N), np.float32))
-        np.testing.assert_allclose(h_got, h_want, rtol=1e-5, atol=1e-5 * np.abs(h_want).max())
+        for f, add in ((np.float32(1.0), False), (np.float32(1 / quant.RESID), True)):
+            h_got = k["hp_accumulate_"](acc, xd[0], xd[1], ql.colsum, f, want.copy(), add)
+            h_want = quant.hp_accumulate(acc, xd[0], xd[1], ql.colsum, f, want.copy(), add)
+            np.testing.assert_allclose(h_got, h_want, rtol=1e-5, atol=1e-5 * np.abs(h_want).max())
     finally:
         kernels.use(None)
 
@@ -503,6 +501,27 @@ def test_int8_weights_take_no_more_memory_than_bf16s(minilm_dir):
     got, bf16 = (sum(getattr(lw, k).nbytes for lw in e.weights.layers for k in gemm.LINEAR_WEIGHTS) for e in (e8, e16))
     print(f"linear weights: int8 {got / n:.3f} bytes a weight, bf16 {bf16 / n:.3f}")
     assert bf16 >= 2 * n and got <= 1.02 * bf16
+    # the word embeddings in bf16 too, widened exactly as their rows are gathered
+    from bertfeat.model.bert import word_rows
+
+    assert e8.weights.word.dtype == np.uint16 and e16.weights.word.dtype == np.float32
+    ids = np.array([0, 101, 2023, 101, 30521])
+    np.testing.assert_array_equal(word_rows(e8.weights.word, ids), gemm.from_bf16(gemm.to_bf16(e16.weights.word[ids])))
+    out = np.full((5, e8.config.hidden_size), np.nan, np.float32)
+    assert word_rows(e8.weights.word, ids, out=out) is out and np.array_equal(out, word_rows(e8.weights.word, ids))
+
+
+def test_short_sequences_are_batched_apart_and_in_halves():
+    """encoder.split_short_batches: a batch's short sequences apart from its long ones, cut in halves (two levels hold
+    a float32 copy of each layer's sums: half the rows keep that within bf16's workspace); every row once, in order."""
+    from bertfeat.model.encoder import split_short_batches
+
+    S = quant.SHORT_TOKENS
+    lengths = np.array([3, 4, 5, 5, 6, S, S + 1, 20, 30, 2, 9 + S])
+    batches = [np.array([9, 0, 1, 2, 3, 4, 5, 6, 7]), np.array([8, 10])]
+    got = split_short_batches(batches, lengths)
+    assert [list(b) for b in got] == [[9, 0, 1, 2], [3, 4, 5], [6, 7], [8, 10]]
+    assert sorted(np.concatenate(got)) == list(range(11))
 
 
 # --------------------------------------------------------------------------- quality on real sentences

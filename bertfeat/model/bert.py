@@ -163,7 +163,8 @@ class Workspace:
     large blocks back to the OS when they are freed and gets them again as new zeroed pages, so
     a MiniLM run over the 4,000-sentence benchmark corpus took 1.2 million page faults and spent
     about 5 % of its time in them. A Workspace keeps one buffer per name, grown to the largest
-    batch seen (a working set bounded by the token budget, not by the corpus).
+    batch seen (a working set bounded by the token budget, not by the corpus). A buffer is bytes, viewed
+    as the type asked for, so a name may hold int32 sums in one batch and float32 in the next (int8).
     """
 
     def __init__(self) -> None:
@@ -171,11 +172,12 @@ class Workspace:
 
     def take(self, name: str, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
         """A ``dtype`` (float32) array of ``shape`` backed by the buffer ``name`` (its old contents are garbage)."""
-        n = math.prod(shape)
+        dtype = np.dtype(dtype)
+        n = math.prod(shape) * dtype.itemsize
         buf = self._bufs.get(name)
-        if buf is None or buf.size < n or buf.dtype != dtype:
-            buf = self._bufs[name] = np.empty(n + n // 4, dtype=dtype)  # room for slightly larger batches
-        return buf[:n].reshape(shape)
+        if buf is None or buf.size < n:
+            buf = self._bufs[name] = np.empty(n + n // 4, dtype=np.uint8)  # room for slightly larger batches
+        return buf[:n].view(dtype).reshape(shape)
 
     @property
     def nbytes(self) -> int:
@@ -297,7 +299,7 @@ class Ops:
     dq_bias_q8_: Callable  # (acc, xd, kw, b, out) -> out: dequantized + bias
     dq_add_ln_q8_: Callable  # (acc, xd, kw, b, res, g, beta, eps, out, nq) -> out: + bias + residual, LN, quantized
     dq_acts_q8: dict[str, Callable]  # hidden_act -> (acc, xd, kw, b, nq) -> q: act(dequantized + bias), quantized
-    hp_combine_: Callable  # (acc, accr, s, z, cs, csr, out) -> out: the two levels' sums (quant.hp_combine)
+    hp_accumulate_: Callable  # (acc, s, z, cs, f, out, add) -> out (+)= s f (acc - z cs): two levels' sums
 
 
 _ops: list = [None, None]  # [kernels.fused() it was built from, Ops]
@@ -319,7 +321,7 @@ def elementwise() -> Ops:
                       pick("masked_softmax_", _masked_softmax_np), pick("to_bf16_", _to_bf16_np),
                       pick("ctx_rows_bf16_", _ctx_rows_bf16_np), acts, acts16, frozenset(a for a in acts if a in fused),
                       qr, pick("ctx_q8_", _ctx_q8_np), dq, pick("dq_add_ln_q8_", _dq_add_ln_q8_np), dq_acts,
-                      pick("hp_combine_", quant.hp_combine))
+                      pick("hp_accumulate_", quant.hp_accumulate))
         _ops[0] = fused
     return _ops[1]
 
@@ -384,6 +386,19 @@ def ffn_block_rows(F: int, hidden_act: str, k: Ops | None = None) -> int:
     return int(max(64, min(512, (1 << 19) // F)))
 
 
+def word_rows(word: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """(V, E) word embeddings at ``ids`` -> (n, E) float32 rows (into ``out`` if given): an int8 model keeps the table
+    as bf16 bit patterns (gemm.prepare), widened exactly here, row by row as gathered."""
+    if word.dtype != np.uint16:
+        return np.take(word, ids, axis=0, out=out)
+    rows = np.take(word, ids, axis=0).astype(np.uint32)  # (n, E) bf16 bits
+    rows <<= 16
+    if out is None:
+        return rows.view(np.float32)
+    np.copyto(out.view(np.uint32), rows)
+    return out
+
+
 def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """(B, T) ids -> (B*T, H) LayerNorm(word + position + token type), into ``out`` (N, H) if given.
 
@@ -392,7 +407,7 @@ def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out
     B, T = input_ids.shape
     E = w.word.shape[1]
     proj = w.emb_proj_w is not None
-    x = np.take(w.word, input_ids.reshape(-1), axis=0, out=None if proj else out).reshape(B, T, E)  # (B, T, E)
+    x = word_rows(w.word, input_ids.reshape(-1), out=None if proj else out).reshape(B, T, E)  # (B, T, E)
     off = w.config.position_offset  # 0 for BERT; padding_idx + 1 for RoBERTa (real tokens only: pads are masked)
     pos = w.config.position_ids(input_ids)  # None unless a real token is the padding id (RoBERTa, XLM-R, CamemBERT)
     x += w.position[off:off + T][None, :, :] if pos is None else w.position[pos]
@@ -534,7 +549,7 @@ def encoder_layer(P: Fp32Steps, r: Rows, lw: LayerWeights, bt: Batch,
     ``nxt``: the next layer's weights (its input's form is written with y), None after the last. The result is in
     the workspace buffer "y"; r.x may be that buffer too (it is read, as the residual, before the FFN writes there)."""
     qkv = P.qkv(r, lw, bt)  # (N, 3H)
-    ctx, probs = attend(qkv, bt)  # (B, nh, T, hs)
+    ctx, probs = P.attend(qkv, lw, bt)  # (B, nh, T, hs), or its token rows quantized (int8)
     h = P.attn_out(ctx, r.x, lw, bt)  # (N, H); r is dead from here on
     return P.ffn_out(ffn(P, h, lw, bt), h, lw, bt, nxt), probs
 
@@ -562,7 +577,7 @@ def layer_at(P: Fp32Steps, r: Rows, lw: LayerWeights, bt: Batch, at: np.ndarray)
     layer (cls, lasttoken, the pooler) that is 3/4 of the last layer's multiply-adds not done. Each row's arithmetic
     is encoder_layer's for that token."""
     qkv = P.qkv(r, lw, bt)  # (N, 3H)
-    ctx, _ = attend(qkv, bt, at)  # (B, nh, 1, hs)
+    ctx, _ = P.attend(qkv, lw, bt, at)  # (B, nh, 1, hs), or its rows quantized (int8)
     h = P.attn_out(ctx, r.x[np.arange(bt.B) * bt.T + at], lw, bt)  # (B, H); residual: x at those tokens
     return P.ffn_out(ffn(P, h, lw, bt), h, lw, bt, None).x
 
@@ -585,6 +600,10 @@ class Fp32Steps:
 
     def qkv(self, r: Rows, lw: LayerWeights, bt: Batch) -> np.ndarray:
         return linear(r.x, lw.qkv_w, lw.qkv_b, out=bt.ws.take("qkv", (r.x.shape[0], lw.qkv_w.shape[1])))  # (N, 3H)
+
+    def attend(self, qkv: np.ndarray, lw: LayerWeights, bt: Batch, at: np.ndarray | None = None):
+        """(N, 3H) Q/K/V rows -> (the context in the form attn_out takes, the probabilities or None): module attend."""
+        return attend(qkv, bt, at)
 
     def attn_out(self, ctx: np.ndarray, res: np.ndarray, lw: LayerWeights, bt: Batch) -> Rows:
         """ctx (B, nh, Tq, hs) -> h = LN1(ctx rows W_o + b_o + res) (M, H), M = B * Tq, in the buffer "h"."""
@@ -711,7 +730,7 @@ class QRows:
 
     def xd(self, levels: int) -> tuple:
         """What a kernel dequantizing a product of these rows takes: (s, z, ti, tv, xo); two levels: the sums are
-        float32 already (hp_combine), so s 1 and z 0."""
+        float32 already (q8_products), so s 1 and z 0."""
         M = self.ti.shape[0]
         if levels == 1:
             return self.s, self.z, self.ti, self.tv, self.xo
@@ -728,17 +747,20 @@ def quantize_(x: np.ndarray, bt: Batch, name: str, ql: quant.QLinear) -> QRows:
     return xq
 
 
-def q8_products(xq: QRows, ql: quant.QLinear, bt: Batch, name: str, out: np.ndarray | None = None) -> np.ndarray:
-    """The int8 GEMM of ``xq``'s rows with ``ql``: (M, N) int32 sums; two levels: the GEMM of both levels' rows and
-    of the first level with the residual weight, combined into float32 (hp_combine). Into ``out`` or a workspace
-    buffer ``name``."""
+def q8_products(xq: QRows, ql: quant.QLinear, bt: Batch, out: np.ndarray | None = None) -> np.ndarray:
+    """The int8 GEMM of ``xq``'s rows with ``ql``: (M, N) int32 sums; two levels: the GEMMs of each level's rows and of
+    the first level with the residual weight, summed into float32 as they come (hp_accumulate_: one int32 buffer,
+    not three). Into ``out``, else the workspace buffer "acc" (int32) or "acc_f" (float32): every linear layer's sums
+    are consumed before the next one's are made, so one buffer serves them all (int8's workspace stays near bf16's)."""
     M, N = xq.ti.shape[0], ql.shape[1]
     if bt.levels == 1:
-        return gemm.matmul(xq.q, ql.packed, out=bt.ws.take(name, (M, N), np.int32) if out is None else out)
-    acc = gemm.matmul(xq.q, ql.packed, out=bt.ws.take(name + "_2", (2 * M, N), np.int32))  # (2M, N)
-    accr = gemm.matmul(xq.q[:M], ql.packed_r, out=bt.ws.take(name + "_r", (M, N), np.int32))  # (M, N)
-    out = bt.ws.take(name + "_f", (M, N)) if out is None else out
-    return bt.k.hp_combine_(acc, accr, xq.s, xq.z, ql.colsum, ql.colsum_r, out)
+        return gemm.matmul(xq.q, ql.packed, out=bt.ws.take("acc", (M, N), np.int32) if out is None else out)
+    acc, hp = bt.ws.take("acc", (M, N), np.int32), bt.k.hp_accumulate_
+    out = bt.ws.take("acc_f", (M, N)) if out is None else out
+    hp(gemm.matmul(xq.q[:M], ql.packed, out=acc), xq.s[:M], xq.z[:M], ql.colsum, np.float32(1.0), out, False)
+    hp(gemm.matmul(xq.q[M:], ql.packed, out=acc), xq.s[M:], xq.z[M:], ql.colsum, np.float32(1.0), out, True)
+    return hp(gemm.matmul(xq.q[:M], ql.packed_r, out=acc), xq.s[:M], xq.z[:M], ql.colsum_r,
+              np.float32(1.0 / quant.RESID), out, True)
 
 
 _NO_Q = (np.zeros(0, np.float32), np.zeros(0, np.int64), np.zeros((0, 0), np.uint8), np.zeros(0, np.float32),
@@ -763,21 +785,27 @@ class Int8Steps(Fp32Steps):
     def linear(self, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch, row0: int = 0) -> np.ndarray:
         xq = quantize_(x, bt, "mb", wt)
         b = zeros(out.shape[1]) if b is None else b
-        return bt.k.dq_bias_q8_(q8_products(xq, wt, bt, "acc"), xq.xd(bt.levels), wt.kw, b, out)
+        return bt.k.dq_bias_q8_(q8_products(xq, wt, bt), xq.xd(bt.levels), wt.kw, b, out)
 
     def qkv(self, r: Rows, lw: LayerWeights, bt: Batch) -> np.ndarray:
         out = bt.ws.take("qkv", (r.x.shape[0], lw.qkv_w.shape[1]))  # (N, 3H)
-        return bt.k.dq_bias_q8_(q8_products(r.low, lw.qkv_w, bt, "acc"), r.low.xd(bt.levels), lw.qkv_w.kw, lw.qkv_b,
-                                out)
+        return bt.k.dq_bias_q8_(q8_products(r.low, lw.qkv_w, bt), r.low.xd(bt.levels), lw.qkv_w.kw, lw.qkv_b, out)
 
-    def attn_out(self, ctx: np.ndarray, res: np.ndarray, lw: LayerWeights, bt: Batch) -> Rows:
+    def attend(self, qkv: np.ndarray, lw: LayerWeights, bt: Batch, at: np.ndarray | None = None):
+        """The float32 attention (module attend), its context's token rows quantized for the output projection in the
+        transpose's pass (QRows). A numba kernel doing the whole attention per sequence ran 3-6x slower than NumPy's
+        batched products here (hs = 32, 20-60 tokens)."""
+        ctx, probs = attend(qkv, bt, at)  # (B, nh, Tq, hs)
         B, nh, Tq, hs = ctx.shape
-        M, H = B * Tq, nh * hs
-        cq = QRows.take(bt, "ctx", M, lw.o_w)
+        cq = QRows.take(bt, "ctx", B * Tq, lw.o_w)
         bt.k.ctx_q8_(ctx, *cq.nq(lw.o_w))  # (B, Tq, nh, hs) = (M, H) rows, quantized
+        return cq, probs
+
+    def attn_out(self, cq: QRows, res: np.ndarray, lw: LayerWeights, bt: Batch) -> Rows:
+        M, H = cq.ti.shape[0], lw.o_w.shape[1]
         h, hq = bt.ws.take("h", (M, H)), QRows.take(bt, "h", M, lw.up_w)
-        bt.k.dq_add_ln_q8_(q8_products(cq, lw.o_w, bt, "acc"), cq.xd(bt.levels), lw.o_w.kw, lw.o_b, res, lw.ln1_g,
-                           lw.ln1_b, bt.eps, h, hq.nq(lw.up_w))
+        bt.k.dq_add_ln_q8_(q8_products(cq, lw.o_w, bt), cq.xd(bt.levels), lw.o_w.kw, lw.o_b, res, lw.ln1_g, lw.ln1_b, bt.eps, h,
+                           hq.nq(lw.up_w))
         return Rows(h, hq)
 
     def block_rows(self, lw: LayerWeights, bt: Batch, M: int) -> int:
@@ -793,12 +821,12 @@ class Int8Steps(Fp32Steps):
             hq, uq = h.low[s:e], uq[s:e]
         else:
             hq = h.low
-        acc = q8_products(hq, lw.up_w, bt, "acc_up")  # (m, F)
+        acc = q8_products(hq, lw.up_w, bt)  # (m, F)
         bt.k.dq_acts_q8[bt.act](acc, hq.xd(bt.levels), lw.up_w.kw, lw.up_b, uq.nq(lw.down_w))
         return Rows(None, uq)
 
     def down(self, u: Rows, lw: LayerWeights, out: np.ndarray, bt: Batch, s: int, e: int) -> None:
-        q8_products(u.low, lw.down_w, bt, "acc_down", out=out[s:e])  # (m, H)
+        q8_products(u.low, lw.down_w, bt, out=out[s:e])  # (m, H)
 
     def ffn_out(self, f: np.ndarray, h: Rows, lw: LayerWeights, bt: Batch, nxt: LayerWeights | None) -> Rows:
         M, H = h.x.shape

@@ -121,16 +121,15 @@ def split_short_batches(batches: list[np.ndarray], lengths: np.ndarray) -> list[
     """int8: each batch cut into its short sequences (quant.SHORT_TOKENS tokens or fewer) and the others. A batch of
     short sequences runs in two levels (quant.all_short), a mixed one in one: apart, a short sequence always takes the
     first way, so its features do not depend on its batch. Batches are length-sorted, so this cuts at most one batch
-    per boundary."""
+    per boundary. A batch of short sequences is cut in halves too: two levels hold a float32 copy of each linear
+    layer's sums, and half the rows keep that buffer within bf16's workspace."""
     from ..ops.quant import SHORT_TOKENS
 
     out = []
     for b in batches:
         short = lengths[b] <= SHORT_TOKENS
-        if short.all() or not short.any():
-            out.append(b)
-        else:
-            out += [b[short], b[~short]]
+        b_short, half = b[short], (int(short.sum()) + 1) // 2
+        out += [p for p in (b_short[:half], b_short[half:], b[~short]) if len(p)]
     return out
 
 

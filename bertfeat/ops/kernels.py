@@ -609,24 +609,27 @@ def dq_gelu_q8_(acc, xd, kw, b, nq):
 
 
 @_helper
-def _combine_row(o, r1, r2, rr, a1, z1, a2, z2, ar, cs, csr):
-    for c in range(o.shape[0]):
-        o[c] = f32(r1[c] - z1 * cs[c]) * a1 + f32(r2[c] - z2 * cs[c]) * a2 + f32(rr[c] - z1 * csr[c]) * ar
+def _accumulate_row(o, r, a, z, cs, add):
+    if add:
+        for c in range(o.shape[0]):
+            o[c] += f32(r[c] - z * cs[c]) * a
+    else:
+        for c in range(o.shape[0]):
+            o[c] = f32(r[c] - z * cs[c]) * a
 
 
-@_kernel("hp_combine_")
-def hp_combine_(acc, accr, s, z, cs, csr, out):
-    """Two levels: out (M, N) <- s1 (acc[i] - z1 cs) + s2 (acc[M + i] - z2 cs) + s1 / RESID (accr[i] - z1 csr), the
-    consumer's s_w not applied (quant.hp_combine)."""
-    M = out.shape[0]
-    for i in range(M):
-        _combine_row(out[i], acc[i], acc[M + i], accr[i], s[i], z[i], s[M + i], z[M + i], s[i] * inv_resid, cs, csr)
+@_kernel("hp_accumulate_")
+def hp_accumulate_(acc, s, z, cs, f, out, add):
+    """Two levels, one of their three products: out (M, N) <- (or, with ``add``, +=) s f (acc - z cs), the consumer's
+    s_w not applied (quant.hp_accumulate)."""
+    for i in range(out.shape[0]):
+        _accumulate_row(out[i], acc[i], s[i] * f, z[i], cs, add)
     return out
 
 
 FP32_KERNELS = ("gelu", "relu", "add_layer_norm_", "masked_softmax_")
 BF16_KERNELS = ("gelu_bf16", "relu_bf16", "add_layer_norm_bf16_", "to_bf16_", "ctx_rows_bf16_")
-Q8_KERNELS = ("quant_rows_q8_", "ctx_q8_", "dq_bias_q8_", "dq_add_ln_q8_", "dq_gelu_q8_", "hp_combine_")
+Q8_KERNELS = ("quant_rows_q8_", "ctx_q8_", "dq_bias_q8_", "dq_add_ln_q8_", "dq_gelu_q8_", "hp_accumulate_")
 
 
 def _jit_all() -> dict[str, Callable]:
@@ -690,7 +693,8 @@ def _warm_q8(k: dict[str, Callable]) -> None:
         k["dq_add_ln_q8_"](acc, xd, kw, v, x, v, v, 1e-12, x.copy(), nq)
         k["dq_add_ln_q8_"](acc, xd, kw, v, x, v, v, 1e-12, x.copy(), nq[:2] + (q[:0],) + nq[3:])
         k["dq_gelu_q8_"](acc, xd, kw, v, nq)
-    k["hp_combine_"](np.zeros((2 * M, N), np.int32), np.zeros((M, N), np.int32), s, z, kw[1], kw[1], x.copy())
+    for add in (False, True):
+        k["hp_accumulate_"](np.zeros((M, N), np.int32), s[:M], z[:M], kw[1], np.float32(1.0), x.copy(), add)
 
 
 def warm_q8() -> None:

@@ -60,7 +60,7 @@ channels' weight rows at 8 bits instead of ~15: 0.99869. Scheme "4" (float token
 
 This module holds the weight quantization and the NumPy reference of the activation kernels; kernels.py has the
 fused numba versions (``quant_rows_q8_``, ``ctx_q8_``, ``dq_bias_q8_``, ``dq_add_ln_q8_``, ``dq_gelu_q8_``,
-``hp_combine_``), checked against these (tests/test_int8.py).
+``hp_accumulate_``), checked against these (tests/test_int8.py).
 """
 
 from __future__ import annotations
@@ -125,18 +125,35 @@ _OFFSETS: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray] | None] = {}
 def packed_offsets(K: int, N: int, impl: str) -> tuple[np.ndarray, np.ndarray] | None:
     """Where oneDNN's packed (K, N) int8 weight holds (k, n): byte f[k] + g[n], or None when its layout is not of
     that form. A blocked layout (oneDNN's are: tiles of k and n) always is; found once per shape by packing the base
-    127 digits of k and of n (4 packs) and checked for every (k, n)."""
+    127 digits of k and of n (4 packs; padding bytes are 0, every digit + 1 is not) and checked for every (k, n), in
+    slices, so it costs about 15 bytes a weight for a moment (a full int64 map cost 40 and set the int8 load's peak)."""
     key = (K, N, impl)
     if key not in _OFFSETS:
-        kk, nn = np.meshgrid(np.arange(K, dtype=np.int64), np.arange(N, dtype=np.int64), indexing="ij")  # (K, N)
-        p = [onednn.pack((d + 1).astype(np.int8)).data.view(np.int8).astype(np.int64)
-             for d in (kk % 127, kk // 127, nn % 127, nn // 127)]
-        at = np.flatnonzero(p[0])  # padding bytes are 0, every digit + 1 is not
-        pos = np.full((K, N), -1, np.int64)
-        pos[(p[0][at] - 1) + 127 * (p[1][at] - 1), (p[2][at] - 1) + 127 * (p[3][at] - 1)] = at
-        f, g = pos[:, 0] - pos[0, 0], pos[0]
-        _OFFSETS[key] = (f, g) if (pos == f[:, None] + g[None, :]).all() else None
+        k, n = np.arange(K), np.arange(N)
+        p = [onednn.pack(np.ascontiguousarray(np.broadcast_to(d.astype(np.int8), (K, N)))).data.view(np.int8)
+             for d in ((k % 127 + 1)[:, None], (k // 127 + 1)[:, None], (n % 127 + 1)[None, :], (n // 127 + 1)[None, :])]
+        f, g = np.full(K, -1, np.int64), np.full(N, -1, np.int64)
+        ok, step = True, 1 << 20
+        for at in range(0, p[0].size, step):  # pass 1: each (k, 0) and (0, n)
+            kk, nn, live = _digits(p, at, step)
+            first = np.flatnonzero(live & (nn == 0))
+            f[kk[first]] = at + first
+            first = np.flatnonzero(live & (kk == 0))
+            g[nn[first]] = at + first
+        ok = (f >= 0).all() and (g >= 0).all()
+        f -= g[0]
+        for at in range(0, p[0].size, step) if ok else ():  # pass 2: every byte where f + g says
+            kk, nn, live = _digits(p, at, step)
+            where = np.flatnonzero(live)
+            ok = ok and bool((f[kk[where]] + g[nn[where]] == at + where).all())
+        _OFFSETS[key] = (f, g) if ok and int(np.count_nonzero(p[0])) == K * N else None
     return _OFFSETS[key]
+
+
+def _digits(p: list[np.ndarray], at: int, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(k, n, live) of the packed bytes at .. at + step: the indices their digit patterns spell, True where not padding."""
+    d = [a[at:at + step].astype(np.int32) - 1 for a in p]
+    return d[0] + 127 * d[1], d[2] + 127 * d[3], d[0] >= 0
 
 
 class QLinear:
@@ -268,7 +285,7 @@ def top_products(ti: np.ndarray, tv: np.ndarray, xo: np.ndarray, kw: tuple) -> n
 
 def dq_bias_q8(acc: np.ndarray, xd: tuple, kw: tuple, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     """NumPy version of kernels.dq_bias_q8_: out (M, N) <- s_a s_w (acc - z c) + b + top_products; ``xd`` = (s, z,
-    ti, tv, xo) of the input rows, ``kw`` the QLinear's kw; ``acc`` int32, or float32 from hp_combine (s 1, z 0)."""
+    ti, tv, xo) of the input rows, ``kw`` the QLinear's kw; ``acc`` int32, or float32 from hp_accumulate (s 1, z 0)."""
     s, z, ti, tv, xo = xd
     sw, cs = kw[0], kw[1]
     d = (acc - z[:, None].astype(acc.dtype) * cs[None, :]).astype(np.float32)  # int32 exact (float: z is 0)
@@ -276,14 +293,16 @@ def dq_bias_q8(acc: np.ndarray, xd: tuple, kw: tuple, b: np.ndarray, out: np.nda
     return out
 
 
-def hp_combine(acc: np.ndarray, accr: np.ndarray, s: np.ndarray, z: np.ndarray, cs: np.ndarray, csr: np.ndarray,
-               out: np.ndarray) -> np.ndarray:
-    """NumPy version of kernels.hp_combine_, two levels: out (M, N) <- s1 (acc[:M] - z1 c) + s2 (acc[M:] - z2 c)
-    + s1 / RESID (accr - z1 cr), without s_w (the consumer applies it, with s 1 and z 0)."""
-    M = out.shape[0]
-    s1, s2, z1, z2 = s[:M, None], s[M:, None], z[:M, None], z[M:, None]
-    out[...] = ((acc[:M] - z1 * cs).astype(np.float32) * s1 + (acc[M:] - z2 * cs).astype(np.float32) * s2
-                + (accr - z1 * csr).astype(np.float32) * (s1 / np.float32(RESID)))
+def hp_accumulate(acc: np.ndarray, s: np.ndarray, z: np.ndarray, cs: np.ndarray, f: np.float32, out: np.ndarray,
+                  add: bool) -> np.ndarray:
+    """NumPy version of kernels.hp_accumulate_, one of two levels' three products: out (M, N) <- (or +=)
+    s f (acc - z cs), without s_w (the consumer applies it, with s 1 and z 0); f 1, or 1 / RESID for the residual
+    weight's product."""
+    y = (acc - z[:, None] * cs[None, :]).astype(np.float32) * (s[:, None] * np.float32(f))
+    if add:
+        out += y
+    else:
+        out[...] = y
     return out
 
 
