@@ -30,11 +30,11 @@ is float32 as in the fp32 path: the residual stream, LayerNorm, the attention sc
 batched products), GELU, pooling and the pooler.
 
 int8 (Int8Steps, quant.py): each linear layer is a uint8 x int8 -> int32 GEMM of per-token quantized activations
-(written by the kernel that makes them, with their scales and zero points) and per-channel quantized weights,
-dequantized into the kernel that follows; each sequence's first-token rows and every row of a short sequence come
-from a float GEMM instead, a weight's few outlier input rows are multiplied in float32 and added in the
-dequantization, and the LayerNorm outputs are quantized divided by per-channel smoothing factors that the QKV and
-FFN up weights carry multiplied in. The same float32 steps as above around it.
+and per-channel quantized weights. The kernel that makes an activation quantizes it in the same pass (the LayerNorms,
+the FFN's GELU, the context's transpose), taking each row's few outsized channels out of its quantization; the kernel
+that consumes a product dequantizes it (with the bias and residual before the LayerNorm, or before the GELU), adding
+those channels' products with ~15-bit weight rows and the float32 products of a weight's outlier rows. A batch of
+short sequences runs in two levels. The attention, the LayerNorms and the residual stream stay float32.
 
 A pooling that reads one token per sequence of the last layer (cls, lasttoken, the pooler) gets that layer at that
 token alone (layer_at, run_layers' ``at``): the fused Q/K/V product on every token (the keys and values), everything
@@ -451,12 +451,8 @@ class Rows:
     """(M, K) float32 rows and the copy of them the next GEMM reads: None (fp32), their bf16 bit patterns (uint16
     (M, K)) or their int8 quantization (QRows)."""
 
-    x: np.ndarray
+    x: np.ndarray | None  # None: only the copy is kept (int8's FFN activation)
     low: object = None
-
-    def block(self, s: int, e: int) -> Rows:
-        """Rows s .. e-1."""
-        return Rows(self.x[s:e], None if self.low is None else self.low[s:e])
 
 
 # --------------------------------------------------------------------------- attention (float32 in every precision)
@@ -674,27 +670,22 @@ class Bf16Steps(Fp32Steps):
 
 
 # --------------------------------------------------------------------------- int8 (precision="int8", quant.py)
-_ZEROS: dict[int, np.ndarray] = {}
+_CONST: dict[tuple, np.ndarray] = {}
+
+
+def const(n: int, value: float = 0.0, dtype=np.float32) -> np.ndarray:
+    """A shared vector of n ``value``s, never written (a missing bias; two levels' unit scales and zero points). Not
+    flagged read-only: numba would compile its kernels again for read-only arrays."""
+    key = (n, value, np.dtype(dtype).str)
+    v = _CONST.get(key)
+    if v is None:
+        v = _CONST[key] = np.full(n, value, dtype=dtype)
+    return v
 
 
 def zeros(n: int) -> np.ndarray:
-    """A shared read-only float32 zero vector of length n (a missing bias)."""
-    z = _ZEROS.get(n)
-    if z is None:
-        z = _ZEROS[n] = np.zeros(n, dtype=np.float32)
-    return z
-
-
-_IZEROS: dict[int, np.ndarray] = {}
-_ONES: dict[int, np.ndarray] = {}
-
-
-def ones(n: int) -> np.ndarray:
-    """A shared read-only float32 vector of n ones."""
-    v = _ONES.get(n)
-    if v is None:
-        v = _ONES[n] = np.ones(n, dtype=np.float32)
-    return v
+    """A shared float32 zero vector of length n (a missing bias)."""
+    return const(n)
 
 
 @dataclass
@@ -734,10 +725,7 @@ class QRows:
         M = self.ti.shape[0]
         if levels == 1:
             return self.s, self.z, self.ti, self.tv, self.xo
-        z = _IZEROS.get(M)
-        if z is None:
-            z = _IZEROS[M] = np.zeros(M, np.int32)
-        return ones(M), z, self.ti, self.tv, self.xo
+        return const(M, 1.0), const(M, 0, np.int32), self.ti, self.tv, self.xo
 
 
 def quantize_(x: np.ndarray, bt: Batch, name: str, ql: quant.QLinear) -> QRows:

@@ -189,26 +189,32 @@ def bias_relu_(u, b):
     return u
 
 
+@_helper
+def _add_ln_row(row, b, res, g, beta, inv_h, e):
+    """row <- LN(row + b + res) g + beta: two-pass mean and biased variance, as torch and model.layer_norm_."""
+    H = row.shape[0]
+    total = zero
+    for j in range(H):
+        v = row[j] + b[j] + res[j]
+        row[j] = v
+        total += v
+    mean = total * inv_h
+    sq = zero
+    for j in range(H):
+        d = row[j] - mean
+        sq += d * d
+    inv_std = one / np.sqrt(sq * inv_h + e)
+    for j in range(H):
+        row[j] = (row[j] - mean) * inv_std * g[j] + beta[j]
+
+
 @_kernel("add_layer_norm_")
 def add_layer_norm_(y, b, r, g, beta, eps):
     N, H = y.shape
     inv_h = f32(1.0) / f32(H)
     e = f32(eps)
     for i in range(N):
-        row, res = y[i], r[i]
-        total = zero
-        for j in range(H):
-            v = row[j] + b[j] + res[j]
-            row[j] = v
-            total += v
-        mean = total * inv_h
-        sq = zero
-        for j in range(H):
-            d = row[j] - mean
-            sq += d * d
-        inv_std = one / np.sqrt(sq * inv_h + e)
-        for j in range(H):
-            row[j] = (row[j] - mean) * inv_std * g[j] + beta[j]
+        _add_ln_row(y[i], b, r[i], g, beta, inv_h, e)
     return y
 
 
@@ -513,26 +519,6 @@ def _gelu_row(row):
         row[j] = _gelu_q(row[j])
 
 
-@_helper
-def _add_ln_row(row, res, g, beta, eps):
-    """row <- LN(row + res) g + beta (two-pass mean and biased variance, as add_layer_norm_)."""
-    H = row.shape[0]
-    inv_h = f32(1.0) / f32(H)
-    total = zero
-    for j in range(H):
-        v = row[j] + res[j]
-        row[j] = v
-        total += v
-    mean = total * inv_h
-    sq = zero
-    for j in range(H):
-        d = row[j] - mean
-        sq += d * d
-    inv_std = one / np.sqrt(sq * inv_h + f32(eps))
-    for j in range(H):
-        row[j] = (row[j] - mean) * inv_std * g[j] + beta[j]
-
-
 @_kernel("quant_rows_q8_")
 def quant_rows_q8_(x, inv, orows, q, s, z, ti, tv, xo):
     """Rows of x (M, K) quantized for an int8 GEMM (_quant_out; quant.quant_rows_q8)."""
@@ -580,13 +566,15 @@ def dq_add_ln_q8_(acc, xd, kw, b, res, g, beta, eps, out, nq):
     arguments as a tuple; q of 0 rows: not quantized, after the last layer)."""
     slot, hrows = _hp_rows(xd[2], kw)
     pair = np.empty(2, np.float32)
-    t = np.empty(out.shape[1], np.float32)
+    H = out.shape[1]
+    t, nob = np.empty(H, np.float32), np.zeros(H, np.float32)
     tb = t.view(np.int32)
+    inv_h, e = f32(1.0) / f32(H), f32(eps)
     quantize = nq[2].shape[0] > 0
     for i in range(out.shape[0]):
         row = out[i]
-        _dq_row(row, i, acc, xd, kw, b, slot, hrows)
-        _add_ln_row(row, res[i], g, beta, eps)
+        _dq_row(row, i, acc, xd, kw, nob, slot, hrows)  # the bias with the residual, in the LayerNorm's first pass
+        _add_ln_row(row, b, res[i], g, beta, inv_h, e)
         if quantize:
             _quant_out(row, i, nq, t, tb, pair)
     return out
