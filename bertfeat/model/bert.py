@@ -30,11 +30,11 @@ is float32 as in the fp32 path: the residual stream, LayerNorm, the attention sc
 batched products), GELU, pooling and the pooler.
 
 int8 (Int8Steps, quant.py): each linear layer is a uint8 x int8 -> int32 GEMM of per-token quantized activations
-(written by the kernel that makes them, with their scales and zero points) and per-channel quantized weights,
-dequantized into the kernel that follows; each sequence's first-token rows and every row of a short sequence come
-from a float GEMM instead, a weight's few outlier input rows are multiplied in float32 and added in the
-dequantization, and the LayerNorm outputs are quantized divided by per-channel smoothing factors that the QKV and
-FFN up weights carry multiplied in. The same float32 steps as above around it.
+and per-channel quantized weights. The kernel that makes an activation quantizes it in the same pass (the LayerNorms,
+the FFN's GELU, the context's transpose), taking each row's few outsized channels out of its quantization; the kernel
+that consumes a product dequantizes it (with the bias and residual before the LayerNorm, or before the GELU), adding
+those channels' products with ~15-bit weight rows and the float32 products of a weight's outlier rows. A batch of
+short sequences runs in two levels. The attention, the LayerNorms and the residual stream stay float32.
 
 A pooling that reads one token per sequence of the last layer (cls, lasttoken, the pooler) gets that layer at that
 token alone (layer_at, run_layers' ``at``): the fused Q/K/V product on every token (the keys and values), everything
@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -163,7 +163,8 @@ class Workspace:
     large blocks back to the OS when they are freed and gets them again as new zeroed pages, so
     a MiniLM run over the 4,000-sentence benchmark corpus took 1.2 million page faults and spent
     about 5 % of its time in them. A Workspace keeps one buffer per name, grown to the largest
-    batch seen (a working set bounded by the token budget, not by the corpus).
+    batch seen (a working set bounded by the token budget, not by the corpus). A buffer is bytes, viewed
+    as the type asked for, so a name may hold int32 sums in one batch and float32 in the next (int8).
     """
 
     def __init__(self) -> None:
@@ -171,11 +172,12 @@ class Workspace:
 
     def take(self, name: str, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
         """A ``dtype`` (float32) array of ``shape`` backed by the buffer ``name`` (its old contents are garbage)."""
-        n = math.prod(shape)
+        dtype = np.dtype(dtype)
+        n = math.prod(shape) * dtype.itemsize
         buf = self._bufs.get(name)
-        if buf is None or buf.size < n or buf.dtype != dtype:
-            buf = self._bufs[name] = np.empty(n + n // 4, dtype=dtype)  # room for slightly larger batches
-        return buf[:n].reshape(shape)
+        if buf is None or buf.size < n:
+            buf = self._bufs[name] = np.empty(n + n // 4, dtype=np.uint8)  # room for slightly larger batches
+        return buf[:n].view(dtype).reshape(shape)
 
     @property
     def nbytes(self) -> int:
@@ -244,15 +246,24 @@ def _ctx_rows_bf16_np(ctx, out16):
     return gemm.to_bf16(ctx.transpose(0, 2, 1, 3), out=out16)  # (B, nh, T, hs) -> (B, T, nh, hs)
 
 
-def _quant_rows_np(x, inv, q, sa, za):
-    q[...], sa[...], za[...] = quant.quant_rows(x, inv)
-    return q
+def _ctx_q8_np(ctx, *nq):
+    B, nh, T, hs = ctx.shape
+    return quant.quant_rows_q8(ctx.transpose(0, 2, 1, 3).reshape(B * T, nh * hs), *nq)  # (B, T, nh, hs) rows
 
 
-def _add_layer_norm_q8_np(y, b, r, g, beta, eps, inv, q, sa, za):
-    _add_layer_norm_np(y, b, r, g, beta, eps)
-    _quant_rows_np(y, inv, q, sa, za)
-    return y
+def _dq_add_ln_q8_np(acc, xd, kw, b, res, g, beta, eps, out, nq):
+    _add_layer_norm_np(quant.dq_bias_q8(acc, xd, kw, b, out), zeros(out.shape[1]), res, g, beta, eps)
+    if nq[2].shape[0]:
+        quant.quant_rows_q8(out, *nq)
+    return out
+
+
+def _dq_act_q8_np(act: Callable, dq: Callable, quant_rows: Callable) -> Callable:
+    def dq_act_q8(acc, xd, kw, b, nq):
+        quant_rows(act(dq(acc, xd, kw, b, np.empty(acc.shape, np.float32))), *nq)
+        return nq[2]
+
+    return dq_act_q8
 
 
 def _bias_act_np(act: str) -> Callable:
@@ -273,20 +284,22 @@ def _bias_act_bf16_np(f: Callable) -> Callable:
 @dataclass(frozen=True)
 class Ops:
     """The element-wise steps in force (kernels.use): numba's fused kernel where kernels.py has one, else the NumPy
-    twin above; each pair computes the same thing. Signatures are the kernels' (kernels.py docstring)."""
+    twin above (quant.py's for int8); each pair computes the same thing. Signatures are the kernels' (kernels.py)."""
 
     add_layer_norm_: Callable  # (y, b, r, g, beta, eps) -> y <- LN(y + b + r)
     add_layer_norm_bf16_: Callable  # (..., out16) -> y, and out16 <- bf16(y)
     masked_softmax_: Callable  # (scores, scale, mask_add) -> scores
     to_bf16_: Callable  # (x, out16) -> out16
     ctx_rows_bf16_: Callable  # (ctx (B, nh, T, hs), out16 (B, T, nh, hs)) -> out16
-    quant_rows_: Callable  # (x, inv, q, sa, za) -> q
-    dq_bias_: Callable  # (acc, sa, za, sw, cs, b, yc, src, x, rows, wr, out) -> out
-    add_layer_norm_q8_: Callable  # (y, b, r, g, beta, eps, inv, q, sa, za) -> y
-    dq_bias_gelu_q8_: Callable | None  # fused int8 up projection (numba only)
     acts: dict[str, Callable]  # hidden_act -> (u, b) -> act(u + b), in place
     acts16: dict[str, Callable]  # hidden_act -> (u, b, out16) -> out16 <- bf16(act(u + b))
     fused_acts: frozenset[str]  # the activations with a fused kernel (ffn_block_rows)
+    quant_rows_q8_: Callable  # (x, *nq) -> q: rows quantized for an int8 GEMM (quant.quant_rows_q8)
+    ctx_q8_: Callable  # (ctx (B, nh, T, hs), *nq) -> q: the context's token rows, quantized
+    dq_bias_q8_: Callable  # (acc, xd, kw, b, out) -> out: dequantized + bias
+    dq_add_ln_q8_: Callable  # (acc, xd, kw, b, res, g, beta, eps, out, nq) -> out: + bias + residual, LN, quantized
+    dq_acts_q8: dict[str, Callable]  # hidden_act -> (acc, xd, kw, b, nq) -> q: act(dequantized + bias), quantized
+    hp_accumulate_: Callable  # (acc, s, z, cs, f, out, add) -> out (+)= s f (acc - z cs): two levels' sums
 
 
 _ops: list = [None, None]  # [kernels.fused() it was built from, Ops]
@@ -296,16 +309,19 @@ def elementwise() -> Ops:
     """The Ops in force: rebuilt when kernels.use() changed the backend, else the same object."""
     fused = kernels.fused()
     if _ops[0] is not fused:
-        def pick(name: str, twin: Callable | None) -> Callable | None:
+        def pick(name: str, twin: Callable) -> Callable:
             return fused.get(name, twin)
 
         acts = {a: pick(a, _bias_act_np(a)) for a in ACTIVATIONS_INPLACE}
         acts16 = {a: pick(a + "_bf16", _bias_act_bf16_np(acts[a])) for a in ACTIVATIONS_INPLACE}
+        dq, qr = pick("dq_bias_q8_", quant.dq_bias_q8), pick("quant_rows_q8_", quant.quant_rows_q8)
+        dq_acts = {a: _dq_act_q8_np(ACTIVATIONS_INPLACE[a], dq, qr) for a in ACTIVATIONS_INPLACE}
+        dq_acts["gelu"] = pick("dq_gelu_q8_", dq_acts["gelu"])
         _ops[1] = Ops(pick("add_layer_norm_", _add_layer_norm_np), pick("add_layer_norm_bf16_", _add_layer_norm_bf16_np),
                       pick("masked_softmax_", _masked_softmax_np), pick("to_bf16_", _to_bf16_np),
-                      pick("ctx_rows_bf16_", _ctx_rows_bf16_np), pick("quant_rows_", _quant_rows_np),
-                      pick("dq_bias_", quant.dq_bias), pick("add_layer_norm_q8_", _add_layer_norm_q8_np),
-                      pick("dq_bias_gelu_q8_", None), acts, acts16, frozenset(a for a in acts if a in fused))
+                      pick("ctx_rows_bf16_", _ctx_rows_bf16_np), acts, acts16, frozenset(a for a in acts if a in fused),
+                      qr, pick("ctx_q8_", _ctx_q8_np), dq, pick("dq_add_ln_q8_", _dq_add_ln_q8_np), dq_acts,
+                      pick("hp_accumulate_", quant.hp_accumulate))
         _ops[0] = fused
     return _ops[1]
 
@@ -370,6 +386,19 @@ def ffn_block_rows(F: int, hidden_act: str, k: Ops | None = None) -> int:
     return int(max(64, min(512, (1 << 19) // F)))
 
 
+def word_rows(word: np.ndarray, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """(V, E) word embeddings at ``ids`` -> (n, E) float32 rows (into ``out`` if given): an int8 model keeps the table
+    as bf16 bit patterns (gemm.prepare), widened exactly here, row by row as gathered."""
+    if word.dtype != np.uint16:
+        return np.take(word, ids, axis=0, out=out)
+    rows = np.take(word, ids, axis=0).astype(np.uint32)  # (n, E) bf16 bits
+    rows <<= 16
+    if out is None:
+        return rows.view(np.float32)
+    np.copyto(out.view(np.uint32), rows)
+    return out
+
+
 def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """(B, T) ids -> (B*T, H) LayerNorm(word + position + token type), into ``out`` (N, H) if given.
 
@@ -378,7 +407,7 @@ def embed(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, out
     B, T = input_ids.shape
     E = w.word.shape[1]
     proj = w.emb_proj_w is not None
-    x = np.take(w.word, input_ids.reshape(-1), axis=0, out=None if proj else out).reshape(B, T, E)  # (B, T, E)
+    x = word_rows(w.word, input_ids.reshape(-1), out=None if proj else out).reshape(B, T, E)  # (B, T, E)
     off = w.config.position_offset  # 0 for BERT; padding_idx + 1 for RoBERTa (real tokens only: pads are masked)
     pos = w.config.position_ids(input_ids)  # None unless a real token is the padding id (RoBERTa, XLM-R, CamemBERT)
     x += w.position[off:off + T][None, :, :] if pos is None else w.position[pos]
@@ -403,7 +432,7 @@ class Batch:
     eps: float  # layer_norm_eps
     bias: np.ndarray | None = None  # (nh, T, T) added to every layer's scaled scores (MPNet's position bias)
     want_probs: bool = False  # return each layer's attention probabilities
-    frows: np.ndarray | None = None  # int8: the float token rows (quant.float_token_rows), set by Int8Steps.mark
+    levels: int = 1  # int8: 2 for a batch of short sequences (quant.py), set by Int8Steps.mark
 
     @classmethod
     def of(cls, config, mask_add: np.ndarray, ws: Workspace, bias: np.ndarray | None = None,
@@ -422,12 +451,8 @@ class Rows:
     """(M, K) float32 rows and the copy of them the next GEMM reads: None (fp32), their bf16 bit patterns (uint16
     (M, K)) or their int8 quantization (QRows)."""
 
-    x: np.ndarray
+    x: np.ndarray | None  # None: only the copy is kept (int8's FFN activation)
     low: object = None
-
-    def block(self, s: int, e: int) -> Rows:
-        """Rows s .. e-1."""
-        return Rows(self.x[s:e], None if self.low is None else self.low[s:e])
 
 
 # --------------------------------------------------------------------------- attention (float32 in every precision)
@@ -520,24 +545,24 @@ def encoder_layer(P: Fp32Steps, r: Rows, lw: LayerWeights, bt: Batch,
     ``nxt``: the next layer's weights (its input's form is written with y), None after the last. The result is in
     the workspace buffer "y"; r.x may be that buffer too (it is read, as the residual, before the FFN writes there)."""
     qkv = P.qkv(r, lw, bt)  # (N, 3H)
-    ctx, probs = attend(qkv, bt)  # (B, nh, T, hs)
+    ctx, probs = P.attend(qkv, lw, bt)  # (B, nh, T, hs), or its token rows quantized (int8)
     h = P.attn_out(ctx, r.x, lw, bt)  # (N, H); r is dead from here on
     return P.ffn_out(ffn(P, h, lw, bt), h, lw, bt, nxt), probs
 
 
 def ffn(P: Fp32Steps, h: Rows, lw: LayerWeights, bt: Batch) -> np.ndarray:
-    """act(h W_up + b_up) W_down on (M, H) rows, a block of rows at a time (ffn_block_rows), *without* the bias
-    b_down (ffn_out adds it with the residual), into the workspace buffer "y" (M, H).
+    """act(h W_up + b_up) W_down on (M, H) rows, a block of rows at a time (P.block_rows), *without* the bias b_down
+    (ffn_out adds it with the residual), into P's FFN buffer (M, H) (float32 "y"; int8: the sums ffn_out dequantizes).
 
     Blocking keeps the (block, F) intermediate in cache, so the element-wise activation runs at
     cache speed rather than memory speed; each row's arithmetic is the same whatever the block.
     """
-    M, H = h.x.shape
-    block = ffn_block_rows(lw.up_w.shape[1], bt.act, bt.k)
-    out = bt.ws.take("y", (M, H))
+    M = h.x.shape[0]
+    block = P.block_rows(lw, bt, M)
+    out = P.ffn_buffer(M, lw, bt)
     for s in range(0, M, block):
         e = min(M, s + block)
-        P.down(P.up(h.block(s, e), lw, bt, s), lw, out[s:e], bt, s)  # (m, F) -> (m, H)
+        P.down(P.up(h, lw, bt, s, e), lw, out, bt, s, e)  # rows s..e-1: (m, F), then (m, H)
     return out
 
 
@@ -548,8 +573,7 @@ def layer_at(P: Fp32Steps, r: Rows, lw: LayerWeights, bt: Batch, at: np.ndarray)
     layer (cls, lasttoken, the pooler) that is 3/4 of the last layer's multiply-adds not done. Each row's arithmetic
     is encoder_layer's for that token."""
     qkv = P.qkv(r, lw, bt)  # (N, 3H)
-    P, lw = P.after_qkv(lw)
-    ctx, _ = attend(qkv, bt, at)  # (B, nh, 1, hs)
+    ctx, _ = P.attend(qkv, lw, bt, at)  # (B, nh, 1, hs), or its rows quantized (int8)
     h = P.attn_out(ctx, r.x[np.arange(bt.B) * bt.T + at], lw, bt)  # (B, H); residual: x at those tokens
     return P.ffn_out(ffn(P, h, lw, bt), h, lw, bt, None).x
 
@@ -559,20 +583,12 @@ class Fp32Steps:
 
     precision = "fp32"
 
-    def begin(self, w: BertWeights, x: np.ndarray, bt: Batch) -> tuple[Fp32Steps, list[LayerWeights], Rows]:
-        """The steps and layers this batch runs, and the first layer's input from the embeddings x (N, H)."""
-        return self, w.layers, Rows(x)
+    def begin(self, w: BertWeights, x: np.ndarray, bt: Batch) -> Rows:
+        """The first layer's input from the embeddings x (N, H)."""
+        return Rows(x)
 
     def mark(self, bt: Batch) -> None:
         """Per-batch state of the precision (int8's float token rows)."""
-
-    def runs_at(self, at: np.ndarray, bt: Batch) -> bool:
-        """Can the last layer run at the tokens ``at`` alone (layer_at)?"""
-        return True
-
-    def after_qkv(self, lw: LayerWeights) -> tuple[Fp32Steps, LayerWeights]:
-        """The steps and weights layer_at runs after its Q/K/V product."""
-        return self, lw
 
     def linear(self, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch, row0: int = 0) -> np.ndarray:
         """(m, K) float32 rows (token rows row0.. of the batch) @ wt + b into ``out`` (m, n) (ModernBERT's layers)."""
@@ -580,6 +596,10 @@ class Fp32Steps:
 
     def qkv(self, r: Rows, lw: LayerWeights, bt: Batch) -> np.ndarray:
         return linear(r.x, lw.qkv_w, lw.qkv_b, out=bt.ws.take("qkv", (r.x.shape[0], lw.qkv_w.shape[1])))  # (N, 3H)
+
+    def attend(self, qkv: np.ndarray, lw: LayerWeights, bt: Batch, at: np.ndarray | None = None):
+        """(N, 3H) Q/K/V rows -> (the context in the form attn_out takes, the probabilities or None): module attend."""
+        return attend(qkv, bt, at)
 
     def attn_out(self, ctx: np.ndarray, res: np.ndarray, lw: LayerWeights, bt: Batch) -> Rows:
         """ctx (B, nh, Tq, hs) -> h = LN1(ctx rows W_o + b_o + res) (M, H), M = B * Tq, in the buffer "h"."""
@@ -589,14 +609,22 @@ class Fp32Steps:
         a = gemm.matmul(rows.reshape(B * Tq, nh * hs), lw.o_w, out=bt.ws.take("h", (B * Tq, nh * hs)))
         return Rows(bt.k.add_layer_norm_(a, lw.o_b, res, lw.ln1_g, lw.ln1_b, bt.eps))
 
-    def up(self, h: Rows, lw: LayerWeights, bt: Batch, row0: int) -> Rows:
-        """A block of h (m, H) -> act(h W_up + b_up) (m, F), the down projection's input."""
-        u = bt.ws.take("ffn_act", (h.x.shape[0], lw.up_w.shape[1]))
-        return Rows(linear_act(h.x, lw.up_w, lw.up_b, bt.act, u, bt.k))
+    def block_rows(self, lw: LayerWeights, bt: Batch, M: int) -> int:
+        """Rows per FFN block (ffn)."""
+        return ffn_block_rows(lw.up_w.shape[1], bt.act, bt.k)
 
-    def down(self, u: Rows, lw: LayerWeights, out: np.ndarray, bt: Batch, row0: int) -> None:
-        """out (m, H) <- u W_down, without its bias."""
-        gemm.matmul(u.x, lw.down_w, out=out)
+    def ffn_buffer(self, M: int, lw: LayerWeights, bt: Batch) -> np.ndarray:
+        """Where the FFN's down projection writes (M, H)."""
+        return bt.ws.take("y", (M, lw.down_w.shape[1]))
+
+    def up(self, h: Rows, lw: LayerWeights, bt: Batch, s: int, e: int) -> Rows:
+        """Rows s..e-1 of h -> act(h W_up + b_up) (m, F), the down projection's input."""
+        u = bt.ws.take("ffn_act", (e - s, lw.up_w.shape[1]))
+        return Rows(linear_act(h.x[s:e], lw.up_w, lw.up_b, bt.act, u, bt.k))
+
+    def down(self, u: Rows, lw: LayerWeights, out: np.ndarray, bt: Batch, s: int, e: int) -> None:
+        """out[s:e] (m, H) <- u W_down, without its bias."""
+        gemm.matmul(u.x, lw.down_w, out=out[s:e])
 
     def ffn_out(self, f: np.ndarray, h: Rows, lw: LayerWeights, bt: Batch, nxt: LayerWeights | None) -> Rows:
         """y = LN2(f + b_down + h) in place of f, with the form ``nxt`` reads (None: no next layer)."""
@@ -609,8 +637,8 @@ class Bf16Steps(Fp32Steps):
 
     precision = "bf16"
 
-    def begin(self, w: BertWeights, x: np.ndarray, bt: Batch) -> tuple[Fp32Steps, list[LayerWeights], Rows]:
-        return self, w.layers, Rows(x, bt.k.to_bf16_(x, bt.ws.take("x16", x.shape, np.uint16)))  # (N, H) bf16
+    def begin(self, w: BertWeights, x: np.ndarray, bt: Batch) -> Rows:
+        return Rows(x, bt.k.to_bf16_(x, bt.ws.take("x16", x.shape, np.uint16)))  # (N, H) bf16
 
     def linear(self, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch, row0: int = 0) -> np.ndarray:
         return linear(gemm.to_bf16(x), wt, zeros(out.shape[1]) if b is None else b, out=out)
@@ -626,13 +654,13 @@ class Bf16Steps(Fp32Steps):
         h16 = bt.ws.take("h16", (M, H), np.uint16)
         return Rows(bt.k.add_layer_norm_bf16_(a, lw.o_b, res, lw.ln1_g, lw.ln1_b, bt.eps, h16), h16)
 
-    def up(self, h: Rows, lw: LayerWeights, bt: Batch, row0: int) -> Rows:
-        m, F = h.x.shape[0], lw.up_w.shape[1]
-        u, u16 = bt.ws.take("ffn_act", (m, F)), bt.ws.take("ffn_act16", (m, F), np.uint16)
-        return Rows(u, linear_act(h.low, lw.up_w, lw.up_b, bt.act, u, bt.k, out16=u16))  # only the bf16 copy is read
+    def up(self, h: Rows, lw: LayerWeights, bt: Batch, s: int, e: int) -> Rows:
+        F = lw.up_w.shape[1]
+        u, u16 = bt.ws.take("ffn_act", (e - s, F)), bt.ws.take("ffn_act16", (e - s, F), np.uint16)
+        return Rows(u, linear_act(h.low[s:e], lw.up_w, lw.up_b, bt.act, u, bt.k, out16=u16))  # only bf16 is read
 
-    def down(self, u: Rows, lw: LayerWeights, out: np.ndarray, bt: Batch, row0: int) -> None:
-        gemm.matmul(u.low, lw.down_w, out=out)
+    def down(self, u: Rows, lw: LayerWeights, out: np.ndarray, bt: Batch, s: int, e: int) -> None:
+        gemm.matmul(u.low, lw.down_w, out=out[s:e])
 
     def ffn_out(self, f: np.ndarray, h: Rows, lw: LayerWeights, bt: Batch, nxt: LayerWeights | None) -> Rows:
         if nxt is None:
@@ -642,153 +670,162 @@ class Bf16Steps(Fp32Steps):
 
 
 # --------------------------------------------------------------------------- int8 (precision="int8", quant.py)
-_ZEROS: dict[int, np.ndarray] = {}
+_CONST: dict[tuple, np.ndarray] = {}
+
+
+def const(n: int, value: float = 0.0, dtype=np.float32) -> np.ndarray:
+    """A shared vector of n ``value``s, never written (a missing bias; two levels' unit scales and zero points). Not
+    flagged read-only: numba would compile its kernels again for read-only arrays."""
+    key = (n, value, np.dtype(dtype).str)
+    v = _CONST.get(key)
+    if v is None:
+        v = _CONST[key] = np.full(n, value, dtype=dtype)
+    return v
 
 
 def zeros(n: int) -> np.ndarray:
-    """A shared read-only float32 zero vector of length n (a missing bias)."""
-    z = _ZEROS.get(n)
-    if z is None:
-        z = _ZEROS[n] = np.zeros(n, dtype=np.float32)
-    return z
+    """A shared float32 zero vector of length n (a missing bias)."""
+    return const(n)
 
 
 @dataclass
 class QRows:
-    """(M, K) rows quantized per row (quant.quant_rows): uint8 ``q`` (M, K), scales ``s`` (M,), zero points ``z`` (M,)."""
+    """(M, K) rows quantized for an int8 GEMM by the kernel that wrote them (quant.quant_rows_q8): uint8 ``q``
+    (L M, K) with scales ``s`` and zero points ``z`` (L M,), L the batch's levels (2: each row's residual in row
+    M + i); the top channels' indices ``ti`` and values ``tv`` (M, TOP); the float values at the consuming weight's
+    outlier rows ``xo`` (M, k)."""
 
     q: np.ndarray
     s: np.ndarray
     z: np.ndarray
-
-    def __getitem__(self, rows: slice) -> QRows:
-        return QRows(self.q[rows], self.s[rows], self.z[rows])
-
-    def __iter__(self):
-        return iter((self.q, self.s, self.z))
+    ti: np.ndarray
+    tv: np.ndarray
+    xo: np.ndarray
 
     @classmethod
-    def take(cls, ws: Workspace, name: str, shape: tuple[int, int]) -> QRows:
-        """Workspace buffers ``name``_q / _s / _z for (M, K) rows."""
-        return cls(ws.take(name + "_q", shape, np.uint8), ws.take(name + "_s", shape[:1]),
-                   ws.take(name + "_z", shape[:1], np.int32))
+    def take(cls, bt: Batch, name: str, M: int, ql: quant.QLinear) -> QRows:
+        """Workspace buffers ``name``_* for M rows of ``ql``'s input."""
+        ws, L, K = bt.ws, bt.levels, ql.shape[0]
+        return cls(ws.take(name + "_q", (L * M, K), np.uint8), ws.take(name + "_s", (L * M,)),
+                   ws.take(name + "_z", (L * M,), np.int32), ws.take(name + "_ti", (M, quant.TOP), np.int32),
+                   ws.take(name + "_tv", (M, quant.TOP)), ws.take(name + "_xo", (M, len(ql.rows))))
+
+    def __getitem__(self, rows: slice) -> QRows:
+        """Rows of a one-level quantization."""
+        assert self.q.shape[0] == self.ti.shape[0], "a block of rows of a two-level quantization"
+        return QRows(*(a[rows] for a in (self.q, self.s, self.z, self.ti, self.tv, self.xo)))
+
+    def nq(self, ql: quant.QLinear) -> tuple:
+        """What a kernel quantizing into these buffers for ``ql`` takes (kernels._quant_out)."""
+        return ql.inv_smooth, ql.rows, self.q, self.s, self.z, self.ti, self.tv, self.xo
+
+    def xd(self, levels: int) -> tuple:
+        """What a kernel dequantizing a product of these rows takes: (s, z, ti, tv, xo); two levels: the sums are
+        float32 already (q8_products), so s 1 and z 0."""
+        M = self.ti.shape[0]
+        if levels == 1:
+            return self.s, self.z, self.ti, self.tv, self.xo
+        return const(M, 1.0), const(M, 0, np.int32), self.ti, self.tv, self.xo
 
 
-def quantize_(x: np.ndarray, bt: Batch, name: str, inv: np.ndarray) -> QRows:
-    """(M, K) float32 rows -> the uint8 rows of x * inv with their scales and zero points, in workspace buffers
-    ``name``; ``inv`` (K,): the consuming QLinear's inv_smooth."""
-    xq = QRows.take(bt.ws, name, x.shape)
-    bt.k.quant_rows_(x, inv, xq.q, xq.s, xq.z)
+def quantize_(x: np.ndarray, bt: Batch, name: str, ql: quant.QLinear) -> QRows:
+    """(M, K) float32 rows -> QRows for ``ql``'s GEMM, in workspace buffers ``name``."""
+    xq = QRows.take(bt, name, x.shape[0], ql)
+    bt.k.quant_rows_q8_(x, *xq.nq(ql))
     return xq
 
 
-def q8_products(xq: QRows, x: np.ndarray, ql: quant.QLinear, row0: int, bt: Batch):
-    """The two products of an int8 linear layer on (m, K) rows: the uint8 x int8 GEMM of the quantized rows ``xq``
-    that are not float token rows (int32 sums), and the float product of the float token rows (``bt.frows``:
-    quant.float_token_rows of the whole batch; these are rows row0 .. row0 + m - 1) from the float rows ``x`` and
-    ``ql.keep`` (quant.py). Returns (acc, yc, src): src (m,) int32 says where row i's product is, yc[src[i]] for a
-    float token row, else acc[-1 - src[i]]; the weight's float rows are added by the dequantization."""
-    ws, q = bt.ws, xq.q
-    m, N = q.shape[0], ql.shape[1]
-    local = quant.local_rows(bt.frows, row0, m)
-    n_f = len(local)
-    src = ws.take("float_src", (m,), np.int32)
-    if n_f:  # the int8 GEMM only on the other rows: a uint8 row gather is cheap next to a GEMM row
-        src.fill(0)
-        src[local] = 1
-        rest = np.flatnonzero(src == 0)  # (m - n_f,) rows multiplied in int8
-        src[rest] = -1 - np.arange(len(rest), dtype=np.int32)
-        src[local] = np.arange(n_f, dtype=np.int32)
-        q = np.take(q, rest, axis=0, out=ws.take("q_rest", (len(rest), q.shape[1]), np.uint8))  # (m - n_f, K)
-    else:
-        src[:] = -1 - np.arange(m, dtype=np.int32)
-    acc = gemm.matmul(q, ql.packed, out=ws.take("acc", (q.shape[0], N), np.int32))  # (m - n_f, N) int32
-    xc = np.take(x, local, axis=0, out=ws.take("float_rows32", (n_f, x.shape[1])))  # (n_f, K), contiguous
-    if ql.keep_dtype == "bf16":  # gathered, then rounded
-        xc = bt.k.to_bf16_(xc, ws.take("float_rows16", (n_f, x.shape[1]), np.uint16))
-    yc = gemm.matmul(xc, ql.keep, out=ws.take("float_y", (n_f, N)))  # (n_f, N)
-    return acc, yc, src
+def q8_products(xq: QRows, ql: quant.QLinear, bt: Batch, out: np.ndarray | None = None) -> np.ndarray:
+    """The int8 GEMM of ``xq``'s rows with ``ql``: (M, N) int32 sums; two levels: the GEMMs of each level's rows and of
+    the first level with the residual weight, summed into float32 as they come (hp_accumulate_: one int32 buffer,
+    not three). Into ``out``, else the workspace buffer "acc" (int32) or "acc_f" (float32): every linear layer's sums
+    are consumed before the next one's are made, so one buffer serves them all (int8's workspace stays near bf16's)."""
+    M, N = xq.ti.shape[0], ql.shape[1]
+    if bt.levels == 1:
+        return gemm.matmul(xq.q, ql.packed, out=bt.ws.take("acc", (M, N), np.int32) if out is None else out)
+    acc, hp = bt.ws.take("acc", (M, N), np.int32), bt.k.hp_accumulate_
+    out = bt.ws.take("acc_f", (M, N)) if out is None else out
+    hp(gemm.matmul(xq.q[:M], ql.packed, out=acc), xq.s[:M], xq.z[:M], ql.colsum, np.float32(1.0), out, False)
+    hp(gemm.matmul(xq.q[M:], ql.packed, out=acc), xq.s[M:], xq.z[M:], ql.colsum, np.float32(1.0), out, True)
+    return hp(gemm.matmul(xq.q[:M], ql.packed_r, out=acc), xq.s[:M], xq.z[:M], ql.colsum_r,
+              np.float32(1.0 / quant.RESID), out, True)
 
 
-def q8_linear(xq: QRows, x: np.ndarray, ql: quant.QLinear, b: np.ndarray | None, row0: int, out: np.ndarray,
-              bt: Batch) -> np.ndarray:
-    """(m, K) rows -> (m, N) float32 x W (+ b) from q8_products, dequantized into ``out``."""
-    acc, yc, src = q8_products(xq, x, ql, row0, bt)
-    b = zeros(ql.shape[1]) if b is None else b
-    return bt.k.dq_bias_(acc, xq.s, xq.z, ql.scale, ql.colsum, b, yc, src, x, ql.rows, ql.side, out)
+_NO_Q = (np.zeros(0, np.float32), np.zeros(0, np.int64), np.zeros((0, 0), np.uint8), np.zeros(0, np.float32),
+         np.zeros(0, np.int32), np.zeros((0, quant.TOP), np.int32), np.zeros((0, quant.TOP), np.float32),
+         np.zeros((0, 0), np.float32))  # dq_add_ln_q8_'s nq after the last layer: nothing quantized
 
 
 class Int8Steps(Fp32Steps):
-    """int8 (scheme 4, quant.py): uint8 x int8 GEMMs whose inputs the kernels that make them quantize (Rows.low is a
-    QRows), the float token rows through a float GEMM in the ``keep`` precision (Fp32Steps or Bf16Steps); a batch of
-    short sequences runs the float layers (the keep weights) as that precision does."""
+    """int8 (scheme 5, quant.py): every product a uint8 x int8 GEMM whose input the kernel that wrote it quantized
+    (Rows.low is a QRows), dequantized by the kernel that consumes it (bias + residual + LayerNorm, or bias + GELU,
+    which quantizes its own output in the same pass); a batch of short sequences in two levels."""
 
     precision = "int8"
 
-    def __init__(self, keep: Fp32Steps):
-        self.keep = keep
-
-    def begin(self, w: BertWeights, x: np.ndarray, bt: Batch) -> tuple[Fp32Steps, list[LayerWeights], Rows]:
-        if quant.all_float(bt.real):  # every sequence short: every real row float, so the float layers run as they are
-            steps, _, r = self.keep.begin(w, x, bt)
-            return steps, w.float_layers, r
+    def begin(self, w: BertWeights, x: np.ndarray, bt: Batch) -> Rows:
         self.mark(bt)
-        return self, w.layers, Rows(x, quantize_(x, bt, "x", w.layers[0].qkv_w.inv_smooth))  # (N, H) uint8
+        return Rows(x, quantize_(x, bt, "x", w.layers[0].qkv_w))  # (N, H) uint8
 
     def mark(self, bt: Batch) -> None:
-        bt.frows = quant.float_token_rows(bt.real)  # rows multiplied in float (quant.py)
-
-    def runs_at(self, at: np.ndarray, bt: Batch) -> bool:
-        # the rest of the layer runs on float token rows, which first / last tokens are (quant.float_token_rows); a
-        # token multiplied in int8 (after an excluded prompt) runs the whole layer, as the scheme says
-        return bool(np.isin(np.arange(bt.B) * bt.T + at, bt.frows).all())
-
-    def after_qkv(self, lw: LayerWeights) -> tuple[Fp32Steps, LayerWeights]:
-        return self.keep, replace(lw, **{k: getattr(lw, k).keep for k in gemm.LINEAR_WEIGHTS})
+        bt.levels = 2 if quant.all_short(bt.real) else 1
 
     def linear(self, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch, row0: int = 0) -> np.ndarray:
-        return q8_linear(quantize_(x, bt, "mb", wt.inv_smooth), x, wt, b, row0, out, bt)
+        xq = quantize_(x, bt, "mb", wt)
+        b = zeros(out.shape[1]) if b is None else b
+        return bt.k.dq_bias_q8_(q8_products(xq, wt, bt), xq.xd(bt.levels), wt.kw, b, out)
 
     def qkv(self, r: Rows, lw: LayerWeights, bt: Batch) -> np.ndarray:
-        return q8_linear(r.low, r.x, lw.qkv_w, lw.qkv_b, 0, bt.ws.take("qkv", (r.x.shape[0], lw.qkv_w.shape[1])), bt)
+        out = bt.ws.take("qkv", (r.x.shape[0], lw.qkv_w.shape[1]))  # (N, 3H)
+        return bt.k.dq_bias_q8_(q8_products(r.low, lw.qkv_w, bt), r.low.xd(bt.levels), lw.qkv_w.kw, lw.qkv_b, out)
 
-    def attn_out(self, ctx: np.ndarray, res: np.ndarray, lw: LayerWeights, bt: Batch) -> Rows:
+    def attend(self, qkv: np.ndarray, lw: LayerWeights, bt: Batch, at: np.ndarray | None = None):
+        """The float32 attention (module attend), its context's token rows quantized for the output projection in the
+        transpose's pass (QRows). A numba kernel doing the whole attention per sequence ran 3-6x slower than NumPy's
+        batched products here (hs = 32, 20-60 tokens)."""
+        ctx, probs = attend(qkv, bt, at)  # (B, nh, Tq, hs)
         B, nh, Tq, hs = ctx.shape
-        M, H = B * Tq, nh * hs
-        rows = bt.ws.take("ctx_rows", (B, Tq, nh, hs))
-        np.copyto(rows, ctx.transpose(0, 2, 1, 3))  # (B, Tq, nh, hs) = (M, H) rows
-        rows = rows.reshape(M, H)
-        a = q8_linear(quantize_(rows, bt, "ctx", lw.o_w.inv_smooth), rows, lw.o_w, None, 0, bt.ws.take("h", (M, H)),
-                      bt)  # bias in the LayerNorm
-        hq = QRows.take(bt.ws, "h", (M, H))
-        return Rows(bt.k.add_layer_norm_q8_(a, lw.o_b, res, lw.ln1_g, lw.ln1_b, bt.eps, lw.up_w.inv_smooth, hq.q, hq.s,
-                                            hq.z), hq)
+        cq = QRows.take(bt, "ctx", B * Tq, lw.o_w)
+        bt.k.ctx_q8_(ctx, *cq.nq(lw.o_w))  # (B, Tq, nh, hs) = (M, H) rows, quantized
+        return cq, probs
 
-    def up(self, h: Rows, lw: LayerWeights, bt: Batch, row0: int) -> Rows:
-        m, up = h.x.shape[0], lw.up_w
-        u, uq = bt.ws.take("ffn_act", (m, up.shape[1])), QRows.take(bt.ws, "u", (m, up.shape[1]))
-        fused = bt.k.dq_bias_gelu_q8_ if bt.act == "gelu" else None
-        if fused is not None:  # dequantize + bias + GELU (the float token rows' from their float product) + quantize
-            acc, yc, src = q8_products(h.low, h.x, up, row0, bt)
-            fused(acc, h.low.s, h.low.z, up.scale, up.colsum, lw.up_b, yc, src, h.x, up.rows, up.side, u, uq.q, uq.s,
-                  uq.z)  # the down projection is never smoothed (no inv here)
-            return Rows(u, uq)
-        bt.k.acts[bt.act](q8_linear(h.low, h.x, up, None, row0, u, bt), lw.up_b)  # (m, F), its bias after
-        bt.k.quant_rows_(u, lw.down_w.inv_smooth, uq.q, uq.s, uq.z)
-        return Rows(u, uq)
+    def attn_out(self, cq: QRows, res: np.ndarray, lw: LayerWeights, bt: Batch) -> Rows:
+        M, H = cq.ti.shape[0], lw.o_w.shape[1]
+        h, hq = bt.ws.take("h", (M, H)), QRows.take(bt, "h", M, lw.up_w)
+        bt.k.dq_add_ln_q8_(q8_products(cq, lw.o_w, bt), cq.xd(bt.levels), lw.o_w.kw, lw.o_b, res, lw.ln1_g, lw.ln1_b, bt.eps, h,
+                           hq.nq(lw.up_w))
+        return Rows(h, hq)
 
-    def down(self, u: Rows, lw: LayerWeights, out: np.ndarray, bt: Batch, row0: int) -> None:
-        q8_linear(u.low, u.x, lw.down_w, None, row0, out, bt)  # (m, H), bias in the LayerNorm
+    def block_rows(self, lw: LayerWeights, bt: Batch, M: int) -> int:
+        return M if bt.levels == 2 else ffn_block_rows(lw.up_w.shape[1], "gelu", bt.k)  # two levels: one block
+
+    def ffn_buffer(self, M: int, lw: LayerWeights, bt: Batch) -> np.ndarray:
+        return bt.ws.take("acc_y", (M, lw.down_w.shape[1]), np.int32 if bt.levels == 1 else np.float32)
+
+    def up(self, h: Rows, lw: LayerWeights, bt: Batch, s: int, e: int) -> Rows:
+        M = h.x.shape[0]
+        uq = QRows.take(bt, "u", M, lw.down_w)  # every row's: ffn_out dequantizes the down projection of all
+        if e - s < M:
+            hq, uq = h.low[s:e], uq[s:e]
+        else:
+            hq = h.low
+        acc = q8_products(hq, lw.up_w, bt)  # (m, F)
+        bt.k.dq_acts_q8[bt.act](acc, hq.xd(bt.levels), lw.up_w.kw, lw.up_b, uq.nq(lw.down_w))
+        return Rows(None, uq)
+
+    def down(self, u: Rows, lw: LayerWeights, out: np.ndarray, bt: Batch, s: int, e: int) -> None:
+        q8_products(u.low, lw.down_w, bt, out=out[s:e])  # (m, H)
 
     def ffn_out(self, f: np.ndarray, h: Rows, lw: LayerWeights, bt: Batch, nxt: LayerWeights | None) -> Rows:
-        if nxt is None:  # the last layer: not quantized
-            return super().ffn_out(f, h, lw, bt, nxt)
-        xq = QRows.take(bt.ws, "x", f.shape)  # the layer input's buffers (read by its qkv already)
-        return Rows(bt.k.add_layer_norm_q8_(f, lw.down_b, h.x, lw.ln2_g, lw.ln2_b, bt.eps, nxt.qkv_w.inv_smooth, xq.q,
-                                            xq.s, xq.z), xq)
+        M, H = h.x.shape
+        uq, y = QRows.take(bt, "u", M, lw.down_w), bt.ws.take("y", (M, H))
+        xq = None if nxt is None else QRows.take(bt, "x", M, nxt.qkv_w)  # the next layer's input
+        bt.k.dq_add_ln_q8_(f, uq.xd(bt.levels), lw.down_w.kw, lw.down_b, h.x, lw.ln2_g, lw.ln2_b, bt.eps, y,
+                           _NO_Q if xq is None else xq.nq(nxt.qkv_w))
+        return Rows(y, xq)
 
 
-FP32, BF16 = Fp32Steps(), Bf16Steps()
+FP32, BF16, INT8 = Fp32Steps(), Bf16Steps(), Int8Steps()
 
 
 def layer_steps(w: BertWeights) -> Fp32Steps:
@@ -796,11 +833,7 @@ def layer_steps(w: BertWeights) -> Fp32Steps:
     on its weights, so the layer loop never asks which precision runs."""
     steps = w.steps
     if steps is None or steps.precision != w.precision:
-        if w.precision == "int8":
-            steps = Int8Steps(BF16 if w.layers[0].qkv_w.keep_dtype == "bf16" else FP32)
-        else:
-            steps = BF16 if w.precision == "bf16" else FP32
-        w.steps = steps
+        steps = w.steps = {"int8": INT8, "bf16": BF16}.get(w.precision, FP32)
     return steps
 
 
@@ -853,10 +886,9 @@ def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: i
     if last == 0:
         return out
     bt = Batch.of(w.config, mask_add, ws, bias, output_attentions)
-    P, layers, r = layer_steps(w).begin(w, x, bt)
+    P, layers = layer_steps(w), w.layers
+    r = P.begin(w, x, bt)
     at = None if (at is None or output_attentions) else np.asarray(at, dtype=np.int64)
-    if at is not None and not P.runs_at(at, bt):
-        at = None
     for i in range(1, last + 1):
         if i == last and at is not None:  # the last layer at one token per sequence
             out.hidden[i], out.at = layer_at(P, r, layers[i - 1], bt, at).reshape(B, 1, -1), at  # (B, 1, H)

@@ -119,19 +119,17 @@ def token_budget_batches(lengths: np.ndarray, budget: int, max_rows: int = MAX_B
 
 def split_short_batches(batches: list[np.ndarray], lengths: np.ndarray) -> list[np.ndarray]:
     """int8: each batch cut into its short sequences (quant.SHORT_TOKENS tokens or fewer) and the others. A batch of
-    short sequences runs the float layers whole (model.run_layers, quant.all_float), a mixed one their rows through the
-    int8 layers' float-row products, whose rounding differs (another GELU, the bias added elsewhere): up to 3e-3 of a
-    feature's norm. Apart, a short sequence always takes the first way, so its features do not depend on its batch.
-    Batches are length-sorted, so this cuts at most one batch per boundary."""
+    short sequences runs in two levels (quant.all_short), a mixed one in one: apart, a short sequence always takes the
+    first way, so its features do not depend on its batch. Batches are length-sorted, so this cuts at most one batch
+    per boundary. A batch of short sequences is cut in halves too: two levels hold a float32 copy of each linear
+    layer's sums, and half the rows keep that buffer within bf16's workspace."""
     from ..ops.quant import SHORT_TOKENS
 
     out = []
     for b in batches:
         short = lengths[b] <= SHORT_TOKENS
-        if short.all() or not short.any():
-            out.append(b)
-        else:
-            out += [b[short], b[~short]]
+        b_short, half = b[short], (int(short.sum()) + 1) // 2
+        out += [p for p in (b_short[:half], b_short[half:], b[~short]) if len(p)]
     return out
 
 
@@ -168,8 +166,9 @@ class Encoder:
         #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
         self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions,
                                                      self.location.encoder_dir)
+        # int8 loads as bf16 does (its load peaks no higher) and quantizes from that (quant.py)
         self.weights: BertWeights = gemm.prepare(
-            load_model_weights(e, self.config, "bf16" if self.precision == "bf16" else "fp32"), self.gemm_path)
+            load_model_weights(e, self.config, "fp32" if self.precision == "fp32" else "bf16"), self.gemm_path)
         layer_steps(self.weights)  # the layer steps of this precision, chosen once (model.bert)
         if self.precision in ("bf16", "int8"):
             from ..ops import kernels

@@ -52,6 +52,7 @@ from .bert import (
     layers_to_run,
     masked_softmax_,
     softmax_,
+    word_rows,
     zeros,
 )
 from .weights import BertWeights, LayerWeights, leftover_tensors, read_unprefixed, take_tensor
@@ -284,7 +285,7 @@ def mlp_(w: ModernBertWeights, i: int, x: np.ndarray, bt: Batch, block: int = 10
 # --------------------------------------------------------------------------- forward
 def modernbert_embed(w: ModernBertWeights, input_ids: np.ndarray) -> np.ndarray:
     """(B, T) ids -> (B*T, H) LN(tok_embeddings[ids]) (a new array)."""
-    x = np.take(w.word, input_ids.reshape(-1), axis=0)  # (N, H)
+    x = word_rows(w.word, input_ids.reshape(-1))  # (N, H)
     return norm_(x, w.emb_ln_g, w.emb_ln_b, w.config.layer_norm_eps)
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from .config import MPNET_MAX_DISTANCE, MPNET_NUM_BUCKETS, BertConfig
 from ..errors import WeightsError
 from ..ops.gemm import PRECISIONS, to_bf16
-from .bert import ForwardOutput, Workspace, additive_mask, layer_norm_, layers_to_run, run_layers
+from .bert import ForwardOutput, Workspace, additive_mask, layer_norm_, layers_to_run, run_layers, word_rows
 from .weights import (
     LAYER_TABLE,
     MLM_DECODER,
@@ -171,7 +171,7 @@ def mpnet_embed(w: MPNetWeights, input_ids: np.ndarray, out: np.ndarray | None =
     """(B, T) ids -> (B*T, H) LayerNorm(word + position), positions from padding_idx + 1 (pads are masked)."""
     B, T = input_ids.shape
     H = w.word.shape[1]
-    x = np.take(w.word, input_ids.reshape(-1), axis=0, out=out).reshape(B, T, H)  # (B, T, H)
+    x = word_rows(w.word, input_ids.reshape(-1), out=out).reshape(B, T, H)  # (B, T, H)
     off = w.config.position_offset
     pos = w.config.position_ids(input_ids)  # None unless a real token is the padding id (a literal <pad>)
     x += w.position[off:off + T][None, :, :] if pos is None else w.position[pos]

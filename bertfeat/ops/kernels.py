@@ -86,6 +86,15 @@ log2e, ln2_hi, ln2_lo = f32(1.4426950408889634), f32(0.693145751953125), f32(1.4
 sqrt_half, half, one, two, four = f32(0.7071067811865476), f32(0.5), f32(1.0), f32(2.0), f32(4.0)
 zero = f32(0.0)
 two_m32, two_m60 = f32(2.0**-32), f32(2.0**-60)
+inv_resid = f32(1.0 / 254.0)  # quant.RESID (checked equal in tests/test_int8.py)
+top_ratio2 = f32(4.0 * 4.0)  # quant.TOP_RATIO squared (likewise)
+top_n = 2  # quant.TOP (likewise; a constant: with the count read from an array's shape, 0.35 ns an element, not 0.22)
+# GELU for int8 (_gelu_q): Phi(x) - 1/2 = x P(x^2) on |x| <= 4, P of degree 7 fitted in float64 (weighted least
+# squares, the GELU's absolute error); max |error| of the GELU 1.27e-4 (at |x| = 4, where Phi is cut to 0 / 1)
+GELU_Q8_P = tuple(np.float32(c) for c in (0.398673415184021, -0.06588786095380783, 0.009505395777523518,
+                                          -0.001006487407721579, 7.48543898225762e-05, -3.657068191387225e-06,
+                                          1.0419304175002253e-07, -1.3012406707701984e-09))
+g0, g1, g2, g3, g4, g5, g6, g7 = GELU_Q8_P
 
 _lock = threading.Lock()
 _first = threading.Lock()
@@ -102,11 +111,17 @@ _state: dict[str, object] = {"backend": None, "kernels": None, "error": None}
 # checks this.
 
 _HELPERS: dict[str, Callable] = {}  # global name -> Python function, inlined into the kernels that call it
+_ROWS: dict[str, Callable] = {}  # global name -> Python function over a row, compiled apart (a call, not inlined)
 _KERNELS: dict[str, tuple[str, Callable]] = {}  # kernel name -> (global name, Python function)
 
 
 def _helper(f: Callable) -> Callable:
     _HELPERS[f.__name__] = f
+    return f
+
+
+def _row(f: Callable) -> Callable:
+    _ROWS[f.__name__] = f
     return f
 
 
@@ -174,26 +189,32 @@ def bias_relu_(u, b):
     return u
 
 
+@_helper
+def _add_ln_row(row, b, res, g, beta, inv_h, e):
+    """row <- LN(row + b + res) g + beta: two-pass mean and biased variance, as torch and model.layer_norm_."""
+    H = row.shape[0]
+    total = zero
+    for j in range(H):
+        v = row[j] + b[j] + res[j]
+        row[j] = v
+        total += v
+    mean = total * inv_h
+    sq = zero
+    for j in range(H):
+        d = row[j] - mean
+        sq += d * d
+    inv_std = one / np.sqrt(sq * inv_h + e)
+    for j in range(H):
+        row[j] = (row[j] - mean) * inv_std * g[j] + beta[j]
+
+
 @_kernel("add_layer_norm_")
 def add_layer_norm_(y, b, r, g, beta, eps):
     N, H = y.shape
     inv_h = f32(1.0) / f32(H)
     e = f32(eps)
     for i in range(N):
-        row, res = y[i], r[i]
-        total = zero
-        for j in range(H):
-            v = row[j] + b[j] + res[j]
-            row[j] = v
-            total += v
-        mean = total * inv_h
-        sq = zero
-        for j in range(H):
-            d = row[j] - mean
-            sq += d * d
-        inv_std = one / np.sqrt(sq * inv_h + e)
-        for j in range(H):
-            row[j] = (row[j] - mean) * inv_std * g[j] + beta[j]
+        _add_ln_row(y[i], b, r[i], g, beta, inv_h, e)
     return y
 
 
@@ -289,22 +310,63 @@ def ctx_rows_bf16_(ctx, out16):
 
 
 # --------------------------------------------------------------------------- int8
+# The helpers are inlined (a call per row costs more than a short row's work), but for the weight rows' decoding
+# (_row: compiled apart, called once per call of a kernel). The top channels are found without an index search: a
+# first-index loop inlined into _quant_out stopped vectorizing (0.33 ns an element, 0.05 apart); _stats packs the
+# index into its max instead.
 @_helper
-def _quant_row(row, qr, pair):
-    """One row -> uint8 qr (per-row asymmetric, quant.quant_rows); returns its (scale, zero point).
-
-    The range [min(row, 0), max(row, 0)] is found on the float32 bits: b ^ ((b >> 31) & 0x7FFFFFFF) orders int32
-    keys as the floats they stand for, and an integer min / max loop vectorizes where a float one (NaN rules)
-    does not: 4.8x faster on a (512, 1536) block, same result. ``pair``: a float32 scratch pair (its int32 view
-    turns the two keys back into floats). A NaN in the row ends as a NaN scale, so the dequantized row is NaN
-    (and the features are refused as non-finite) rather than a finite guess."""
-    bits = row.view(np.int32)
+def _range_keys(bits):
+    """(lo, hi) int32 keys of min(row, 0) and max(row, 0): b ^ ((b >> 31) & 0x7FFFFFFF) orders int32 keys as the floats
+    they stand for, and an integer min / max loop vectorizes where a float one (NaN rules) does not."""
     lo_k, hi_k = np.int32(0), np.int32(0)  # the key of +0.0: the range always holds 0
     for j in range(bits.shape[0]):
         b = bits[j]
         k = b ^ ((b >> 31) & np.int32(0x7FFFFFFF))
         lo_k = min(lo_k, k)
         hi_k = max(hi_k, k)
+    return lo_k, hi_k
+
+
+@_helper
+def _stats(bits):
+    """(top, lo key, hi key) of a row's int32 bits (_range_keys): ``top`` packs the key of max |t| (|t|'s bits order as
+    |t| does; a NaN's are the largest) with its first index j as (key << 32) | (n - j), so one vectorized max finds
+    both."""
+    n = bits.shape[0]
+    top, lo_k, hi_k = np.int64(0), np.int32(0), np.int32(0)
+    for j in range(n):
+        b = bits[j]
+        top = max(top, (np.int64(b & np.int32(0x7FFFFFFF)) << 32) | np.int64(n - j))
+        k = b ^ ((b >> 31) & np.int32(0x7FFFFFFF))
+        lo_k = min(lo_k, k)
+        hi_k = max(hi_k, k)
+    return top, lo_k, hi_k
+
+
+@_helper
+def _scale_stats(row, inv, t):
+    """t <- row * inv; (sum of squares, _stats) of t, in one pass."""
+    tb = t.view(np.int32)
+    n = t.shape[0]
+    ss = zero
+    top, lo_k, hi_k = np.int64(0), np.int32(0), np.int32(0)
+    for j in range(n):
+        v = row[j] * inv[j]
+        t[j] = v
+        ss += v * v
+        b = tb[j]
+        top = max(top, (np.int64(b & np.int32(0x7FFFFFFF)) << 32) | np.int64(n - j))
+        k = b ^ ((b >> 31) & np.int32(0x7FFFFFFF))
+        lo_k = min(lo_k, k)
+        hi_k = max(hi_k, k)
+    return ss, top, lo_k, hi_k
+
+
+@_helper
+def _quant_keys(row, qr, lo_k, hi_k, pair):
+    """row -> uint8 qr over the range of keys (lo_k, hi_k) (per-row asymmetric, quant.quant_rows); returns (scale, zero
+    point). ``pair``: a float32 scratch pair (its int32 view turns the keys back into floats). A NaN in the row ends as
+    a NaN scale, so the dequantized row is NaN (and the features are refused as non-finite) rather than a finite guess."""
     pb = pair.view(np.int32)
     pb[0] = lo_k ^ ((lo_k >> 31) & np.int32(0x7FFFFFFF))
     pb[1] = hi_k ^ ((hi_k >> 31) & np.int32(0x7FFFFFFF))
@@ -322,77 +384,240 @@ def _quant_row(row, qr, pair):
 
 
 @_helper
-def _quant_rows_scaled(x, inv, q, sa, za):
-    """Rows of x times inv (K,) into a scratch row, each quantized from there (quant.quant_rows(x, inv))."""
-    pair = np.empty(2, np.float32)
-    t = np.empty(x.shape[1], np.float32)
-    for i in range(x.shape[0]):
-        row = x[i]
-        for j in range(t.shape[0]):
-            t[j] = row[j] * inv[j]
-        sa[i], za[i] = _quant_row(t, q[i], pair)
+def _residual(t, qi, a, zf):
+    """t <- t - a (qi - zf): what the quantization of t left out."""
+    for j in range(t.shape[0]):
+        t[j] = t[j] - a * (f32(qi[j]) - zf)
 
 
 @_helper
-def _dq_bias_row(o, i, acc, sa, za, sw, cs, b, yc, src, x, rows, wr):
-    """Row i of dq_bias_: o (N,) <- sa sw (acc[-1 - src[i]] - za cs) + b + x[i, rows] wr, or yc[src[i]] + b
-    for a float token row (src[i] >= 0)."""
-    if src[i] >= 0:
-        yr = yc[src[i]]
-        for j in range(o.shape[0]):
-            o[j] = yr[j] + b[j]
+def _quant_out(row, i, nq, t, tb, pair):
+    """Row i of a layer's output (float32 ``row``) quantized for the next int8 GEMM into ``nq`` = (inv, orows, q, s,
+    z, ti, tv, xo) (quant.quant_rows_q8): xo[i] <- row[orows]; t <- row * inv, its top channels out (up to TOP,
+    those above TOP_RATIO x its rms, largest first; -1 in ti for an empty slot; the first index on ties; a NaN is
+    taken), the rest quantized into q[i]; with two levels (q of 2M rows) the residual into q[M + i]. Every pass is
+    vectorized, on the int32 bits of t: ``t`` a float32 scratch row, ``tb`` its int32 view (made once: one per row
+    cost 0.13 ns an element), ``pair`` float32 scratch."""
+    inv, orows, q, s, z, ti, tv, xo = nq
+    M = ti.shape[0]
+    xr, tir, tvr = xo[i], ti[i], tv[i]
+    for r in range(orows.shape[0]):
+        xr[r] = row[orows[r]]
+    n = t.shape[0]
+    ss, top, lo_k, hi_k = _scale_stats(row, inv, t)
+    pair[0] = np.sqrt(ss * (top_ratio2 / f32(n)))  # TOP_RATIO rms, and its bits
+    lim = np.int64(pair.view(np.int32)[0])
+    for r in range(top_n):  # a constant count (unrolled), the stats every time: a branch around them costs more
+        if (top >> 32) > lim:
+            k = n - (top & np.int64(0xFFFFFFFF))
+            tir[r], tvr[r] = k, t[k]
+            t[k] = zero
+        else:
+            tir[r], tvr[r] = -1, zero
+            lim = np.int64(1) << 40  # no later slot either
+        top, lo_k, hi_k = _stats(tb)
+    s[i], z[i] = _quant_keys(t, q[i], lo_k, hi_k, pair)
+    if q.shape[0] > M:  # two levels (short sequences)
+        _residual(t, q[i], s[i], f32(z[i]))
+        lo_k, hi_k = _range_keys(tb)
+        s[M + i], z[M + i] = _quant_keys(t, q[M + i], lo_k, hi_k, pair)
+
+
+@_row
+def _hp_row(o, k, kw):
+    """o (N,) <- channel k's weight row at ~15 bits, s_w (Wq + Wr / RESID), from the packed bytes: byte f[k] + g[n];
+    with S > 0 the layout is oneDNN's VNNI one (g[n] = (n // 64) S + (n % 64) 4: a stride-4 read per 64 columns)."""
+    sw, _, b1, br, f, g, _, S = kw
+    N, base = o.shape[0], f[k]
+    if S > 0:
+        for c0 in range(0, N, 64):
+            cn = min(64, N - c0)
+            at = base + (c0 // 64) * S
+            r1, r2, oo, ww = b1[at:at + 4 * cn], br[at:at + 4 * cn], o[c0:c0 + cn], sw[c0:c0 + cn]
+            for c in range(cn):
+                oo[c] = ww[c] * (f32(r1[4 * c]) + f32(r2[4 * c]) * inv_resid)
         return
-    a, z, r = sa[i], za[i], acc[-1 - src[i]]
-    for j in range(o.shape[0]):
-        o[j] = f32(r[j] - z * cs[j]) * (a * sw[j]) + b[j]
-    xr = x[i]
-    for k in range(rows.shape[0]):  # the weight's float rows (quant.py) times their inputs: k axpys
-        c = xr[rows[k]]
-        w = wr[k]
-        for j in range(o.shape[0]):
-            o[j] += c * w[j]
+    r1, r2 = b1[base:], br[base:]
+    for c in range(N):
+        o[c] = sw[c] * (f32(r1[g[c]]) + f32(r2[g[c]]) * inv_resid)
 
 
-@_kernel("quant_rows_")
-def quant_rows_(x, inv, q, sa, za):
-    """Per-row asymmetric uint8 quantization of x * inv (quant.quant_rows): q, scales sa, zero points za."""
-    _quant_rows_scaled(x, inv, q, sa, za)
+@_row
+def _hp_rows(ti, kw):
+    """The distinct channels of ti (M, J) (-1: none) -> (slot (M, J), rows (n, N)): row slot[i, j] is channel
+    ti[i, j]'s weight row at ~15 bits (_hp_row), decoded once per call."""
+    K, N = kw[4].shape[0], kw[5].shape[0]
+    where = np.full(K, -1, np.int32)
+    M, J = ti.shape
+    slot = np.empty((M, J), np.int32)
+    n = 0
+    for i in range(M):
+        for j in range(J):
+            k = ti[i, j]
+            if k < 0:
+                slot[i, j] = -1
+                continue
+            if where[k] < 0:
+                where[k] = n
+                n += 1
+            slot[i, j] = where[k]
+    rows = np.empty((n, N), np.float32)
+    for k in range(K):
+        if where[k] >= 0:
+            _hp_row(rows[where[k]], k, kw)
+    return slot, rows
+
+
+@_helper
+def _dq_base(o, r, a, zf, cs, sw, b):
+    """o <- (r - zf cs) (a sw) + b, in float32 (r - z cs is below 2^31 but not 2^24: a few units of rounding, far
+    below the quantization's)."""
+    for c in range(o.shape[0]):
+        o[c] = (f32(r[c]) - zf * f32(cs[c])) * (a * sw[c]) + b[c]
+
+
+@_helper
+def _axpy(o, v, h):
+    """o <- o + v h."""
+    for c in range(o.shape[0]):
+        o[c] += v * h[c]
+
+
+@_helper
+def _dq_row(o, i, acc, xd, kw, b, slot, hrows):
+    """Row i of a dequantization: o (N,) <- s sw (acc[i] - z cs) + b + the top channels' and outlier rows'
+    products (quant.dq_bias_q8). ``xd`` = (s, z, ti, tv, xo) of the input rows, ``kw`` the QLinear's kw."""
+    s, z, _, tv, xo = xd
+    sw, cs, _, _, _, _, side, _ = kw
+    _dq_base(o, acc[i], s[i], f32(z[i]), cs, sw, b)
+    sl, tvi, xoi = slot[i], tv[i], xo[i]
+    for j in range(sl.shape[0]):
+        if sl[j] < 0:
+            break
+        _axpy(o, tvi[j], hrows[sl[j]])
+    for k in range(side.shape[0]):  # the weight's outlier rows (quant.py) times their float inputs: k axpys
+        _axpy(o, xoi[k], side[k])
+
+
+@_helper
+def _gelu_q(x):
+    """GELU within 1.3e-4 of the exact one, for int8 (its output is quantized to 1/255 of its row's range next):
+    x Phi(x), Phi(x) = 1/2 + x P(x^2) on |x| < 4 (P of degree 7, GELU_Q8_P), 0 / 1 beyond. A third of the exact
+    kernel's cost (no exp, no division)."""
+    xc = min(max(x, -four), four)
+    s = xc * xc
+    p = ((((((g7 * s + g6) * s + g5) * s + g4) * s + g3) * s + g2) * s + g1) * s + g0
+    phi = half + xc * p
+    phi = one if x >= four else phi
+    phi = zero if x <= -four else phi
+    return x * phi
+
+
+@_helper
+def _gelu_row(row):
+    for j in range(row.shape[0]):
+        row[j] = _gelu_q(row[j])
+
+
+@_kernel("quant_rows_q8_")
+def quant_rows_q8_(x, inv, orows, q, s, z, ti, tv, xo):
+    """Rows of x (M, K) quantized for an int8 GEMM (_quant_out; quant.quant_rows_q8)."""
+    nq = (inv, orows, q, s, z, ti, tv, xo)
+    pair = np.empty(2, np.float32)
+    t = np.empty(x.shape[1], np.float32)
+    tb = t.view(np.int32)
+    for i in range(x.shape[0]):
+        _quant_out(x[i], i, nq, t, tb, pair)
     return q
 
 
-@_kernel("dq_bias_")
-def dq_bias_(acc, sa, za, sw, cs, b, yc, src, x, rows, wr, out):
-    """out (M, N) <- sa sw (acc - za cs) + b + x[:, rows] wr (the weight's float rows; rows empty for none);
-    a row i with src[i] >= 0 takes yc[src[i]] (+ b) instead."""
+@_kernel("ctx_q8_")
+def ctx_q8_(ctx, inv, orows, q, s, z, ti, tv, xo):
+    """The attention context (B, nh, T, hs) as token rows (B * T, nh * hs), each quantized as quant_rows_q8_ does:
+    the transpose and the quantization in one pass."""
+    B, nh, T, hs = ctx.shape
+    nq = (inv, orows, q, s, z, ti, tv, xo)
+    pair = np.empty(2, np.float32)
+    row, t = np.empty(nh * hs, np.float32), np.empty(nh * hs, np.float32)
+    tb = t.view(np.int32)
+    for bi in range(B):
+        for tt in range(T):
+            for h in range(nh):
+                src, dst = ctx[bi, h, tt], row[h * hs:(h + 1) * hs]
+                for j in range(hs):
+                    dst[j] = src[j]
+            _quant_out(row, bi * T + tt, nq, t, tb, pair)
+    return q
+
+
+@_kernel("dq_bias_q8_")
+def dq_bias_q8_(acc, xd, kw, b, out):
+    """out (M, N) <- the dequantized product + b (_dq_row; quant.dq_bias_q8)."""
+    slot, hrows = _hp_rows(xd[2], kw)
     for i in range(out.shape[0]):
-        _dq_bias_row(out[i], i, acc, sa, za, sw, cs, b, yc, src, x, rows, wr)
+        _dq_row(out[i], i, acc, xd, kw, b, slot, hrows)
     return out
 
 
-@_kernel("dq_bias_gelu_q8_")
-def dq_bias_gelu_q8_(acc, sa, za, sw, cs, b, yc, src, x, rows, wr, u, q, qs, qz):
-    """u (M, N) <- GELU(dq_bias_ of the row), each row then quantized into q, qs, qz (quant_rows_) while it is in
-    cache: the FFN's up projection and the down projection's input in one pass over u."""
+@_kernel("dq_add_ln_q8_")
+def dq_add_ln_q8_(acc, xd, kw, b, res, g, beta, eps, out, nq):
+    """out (M, H) <- LN(dequantized product + b + res) g + beta: a layer's output projection (or FFN down) with its
+    bias, residual and LayerNorm; each row then quantized for the next int8 GEMM into ``nq`` (quant_rows_q8_'s
+    arguments as a tuple; q of 0 rows: not quantized, after the last layer)."""
+    slot, hrows = _hp_rows(xd[2], kw)
     pair = np.empty(2, np.float32)
-    for i in range(u.shape[0]):
-        row = u[i]
-        _dq_bias_row(row, i, acc, sa, za, sw, cs, b, yc, src, x, rows, wr)
-        for j in range(row.shape[0]):
-            row[j] = _gelu_erf(row[j])
-        qs[i], qz[i] = _quant_row(row, q[i], pair)
-    return u
+    H = out.shape[1]
+    t, nob = np.empty(H, np.float32), np.zeros(H, np.float32)
+    tb = t.view(np.int32)
+    inv_h, e = f32(1.0) / f32(H), f32(eps)
+    quantize = nq[2].shape[0] > 0
+    for i in range(out.shape[0]):
+        row = out[i]
+        _dq_row(row, i, acc, xd, kw, nob, slot, hrows)  # the bias with the residual, in the LayerNorm's first pass
+        _add_ln_row(row, b, res[i], g, beta, inv_h, e)
+        if quantize:
+            _quant_out(row, i, nq, t, tb, pair)
+    return out
 
 
-@_kernel("add_layer_norm_q8_")
-def add_layer_norm_q8_(y, b, r, g, beta, eps, inv, q, sa, za):
-    add_layer_norm_(y, b, r, g, beta, eps)
-    _quant_rows_scaled(y, inv, q, sa, za)
-    return y
+@_kernel("dq_gelu_q8_")
+def dq_gelu_q8_(acc, xd, kw, b, nq):
+    """The FFN's up projection: GELU(dequantized product + b) for each row (_gelu_q), quantized into ``nq`` for the
+    down projection while it is in cache (the float rows are not kept)."""
+    slot, hrows = _hp_rows(xd[2], kw)
+    pair = np.empty(2, np.float32)
+    N = acc.shape[1]
+    row, t = np.empty(N, np.float32), np.empty(N, np.float32)
+    tb = t.view(np.int32)
+    for i in range(acc.shape[0]):
+        _dq_row(row, i, acc, xd, kw, b, slot, hrows)
+        _gelu_row(row)
+        _quant_out(row, i, nq, t, tb, pair)
+    return nq[2]
+
+
+@_helper
+def _accumulate_row(o, r, a, z, cs, add):
+    if add:
+        for c in range(o.shape[0]):
+            o[c] += f32(r[c] - z * cs[c]) * a
+    else:
+        for c in range(o.shape[0]):
+            o[c] = f32(r[c] - z * cs[c]) * a
+
+
+@_kernel("hp_accumulate_")
+def hp_accumulate_(acc, s, z, cs, f, out, add):
+    """Two levels, one of their three products: out (M, N) <- (or, with ``add``, +=) s f (acc - z cs), the consumer's
+    s_w not applied (quant.hp_accumulate)."""
+    for i in range(out.shape[0]):
+        _accumulate_row(out[i], acc[i], s[i] * f, z[i], cs, add)
+    return out
 
 
 FP32_KERNELS = ("gelu", "relu", "add_layer_norm_", "masked_softmax_")
 BF16_KERNELS = ("gelu_bf16", "relu_bf16", "add_layer_norm_bf16_", "to_bf16_", "ctx_rows_bf16_")
-Q8_KERNELS = ("quant_rows_", "dq_bias_", "add_layer_norm_q8_", "dq_bias_gelu_q8_")
+Q8_KERNELS = ("quant_rows_q8_", "ctx_q8_", "dq_bias_q8_", "dq_add_ln_q8_", "dq_gelu_q8_", "hp_accumulate_")
 
 
 def _jit_all() -> dict[str, Callable]:
@@ -407,6 +632,8 @@ def _jit_all() -> dict[str, Callable]:
         g = globals()
         for name, f in _HELPERS.items():
             g[name] = numba.njit(inline="always", error_model="numpy", fastmath=fast)(f)
+        for name, f in _ROWS.items():
+            g[name] = numba.njit(nogil=True, cache=True, error_model="numpy", fastmath=fast)(f)
         jitted = {}
         for name, (gname, f) in _KERNELS.items():
             g[gname] = jitted[name] = numba.njit(nogil=True, cache=True, error_model="numpy", fastmath=fast)(f)
@@ -437,19 +664,25 @@ def _warm_bf16(k: dict[str, Callable]) -> None:
 
 
 def _warm_q8(k: dict[str, Callable]) -> None:
-    """The int8 kernels likewise, only for an int8 model."""
-    u = np.zeros((2, 8), dtype=np.float32)
-    v = np.zeros(8, dtype=np.float32)
-    q = np.zeros((2, 8), dtype=np.uint8)
-    sa, za = np.zeros(2, np.float32), np.zeros(2, np.int32)
-    acc, cs, yc = np.zeros((2, 8), np.int32), np.zeros(8, np.int32), np.zeros((1, 8), np.float32)
-    rows, wr = np.zeros(0, np.int64), np.zeros((0, 8), np.float32)  # no float rows: the same types as with some
-    src = np.array([0, -1], np.int32)  # row 0 float (yc[0]), row 1 int8 (acc[0])
-    k["quant_rows_"](u, v, q, sa, za)
-    k["to_bf16_"](u[:1], np.zeros((1, 8), np.uint16))  # the float token rows, gathered (model.q8_products)
-    k["dq_bias_"](acc, sa, za, v, cs, v, yc, src, u.copy(), rows, wr, u)
-    k["add_layer_norm_q8_"](u, v, u.copy(), v, v, 1e-12, v, q, sa, za)
-    k["dq_bias_gelu_q8_"](acc, sa, za, v, cs, v, yc, src, u.copy(), rows, wr, u, q, sa, za)
+    """The int8 kernels likewise, only for an int8 model: each with one and with two levels (float32 sums)."""
+    M, K, N, J = 2, 8, 8, 2
+    v, x = np.zeros(K, np.float32), np.zeros((M, K), np.float32)
+    kw = (np.ones(N, np.float32), np.zeros(N, np.int32), np.zeros(K * N, np.int8), np.zeros(K * N, np.int8),
+          np.arange(K, dtype=np.int64) * N, np.arange(N, dtype=np.int64), np.zeros((0, N), np.float32), 0)
+    for levels in (1, 2):
+        q, s, z = np.zeros((levels * M, K), np.uint8), np.ones(levels * M, np.float32), np.zeros(levels * M, np.int32)
+        ti, tv, xo = np.zeros((M, J), np.int32), np.zeros((M, J), np.float32), np.zeros((M, 0), np.float32)
+        nq = (v, np.zeros(0, np.int64), q, s, z, ti, tv, xo)
+        k["quant_rows_q8_"](x, *nq)
+        k["ctx_q8_"](np.zeros((1, 2, M, K // 2), np.float32), *nq)
+        acc = np.zeros((M, N), np.int32 if levels == 1 else np.float32)
+        xd = (s[:M], z[:M], ti, tv, xo)
+        k["dq_bias_q8_"](acc, xd, kw, v, x.copy())
+        k["dq_add_ln_q8_"](acc, xd, kw, v, x, v, v, 1e-12, x.copy(), nq)
+        k["dq_add_ln_q8_"](acc, xd, kw, v, x, v, v, 1e-12, x.copy(), nq[:2] + (q[:0],) + nq[3:])
+        k["dq_gelu_q8_"](acc, xd, kw, v, nq)
+    for add in (False, True):
+        k["hp_accumulate_"](np.zeros((M, N), np.int32), s[:M], z[:M], kw[1], np.float32(1.0), x.copy(), add)
 
 
 def warm_q8() -> None:

@@ -1,62 +1,66 @@
 """int8 linear layers (precision="int8"): weights per output channel, activations per token, no calibration.
 
-Shapes: M token rows, K inputs, N outputs of a linear layer.
+Shapes: M token rows, K inputs, N outputs of a linear layer, J = TOP channels per row.
 
-A linear layer y = x W (+ b) runs as one uint8 x int8 -> int32 GEMM (oneDNN, VNNI or AMX) and a dequantization:
+A linear layer y = x W (+ b) runs as one uint8 x int8 -> int32 GEMM (oneDNN, VNNI or AMX) and a dequantization in
+the kernel that consumes y (bias + residual + LayerNorm, or bias + GELU):
 
     weights (at load):  s_w[n] = max_k |W[k, n]| / 127,   Wq = round(W / s_w) in [-127, 127] (int8),
-                        c[n] = sum_k Wq[k, n] (int32)
+                        c[n] = sum_k Wq[k, n] (int32); and the residual Wr = round((W - s_w Wq) / (s_w / RESID))
     activations (per row m, by the kernel that writes x):
-                        lo = min(x_m, 0), hi = max(x_m, 0), s_a[m] = (hi - lo) / 255, z[m] = round(-lo / s_a[m]),
-                        xq = clip(round(x / s_a) + z, 0, 255) (uint8), so x ~ s_a (xq - z)
+                        the TOP channels of largest |x_m| are taken out (their index and value kept, 0 in their
+                        place), then lo = min(x_m, 0), hi = max(x_m, 0), s_a[m] = (hi - lo) / 255,
+                        z[m] = round(-lo / s_a[m]), xq = clip(round(x / s_a) + z, 0, 255) (uint8): x ~ s_a (xq - z)
     the product:        acc = xq @ Wq (int32, exact), y[m, n] = s_a[m] s_w[n] (acc[m, n] - z[m] c[n]) (+ b[n])
+                        + sum over the row's top channels k of x[m, k] s_w[n] (Wq[k, n] + Wr[k, n] / RESID)
 
 ``acc - z c`` is computed in int32, exactly (|z c| <= 255 * 127 * K < 2^31 for K < 66,000), before the float scale.
 
-Per-token asymmetric activations keep each row's own range (a row with one large value does not flatten the
-others). Some token rows are not quantized at all: their products come from a float GEMM of those rows alone
-(bf16 where the CPU multiplies bf16 natively, else fp32, the weight ``keep``) and replace the int8 result for them
-(float_token_rows):
-- the first and the last token of every sequence ([CLS] / <s> and [SEP] / </s>), which carry the largest
-  activation outliers in trained encoders;
-- every token of a sequence of at most SHORT_TOKENS tokens (special tokens included): a mean over a few tokens
-  averages little of the rounding away, and the punctuation weighs a lot in it. On all-MiniLM-L6-v2 the sentences
-  farthest from fp32 under scheme "2" were all 4-7 tokens long ("too bad .": cosine 0.9975, "wow .": 0.9979).
-The cost is one or two rows per sequence plus the tokens of short sequences: 22 % of the token rows of
-benchmarks/corpus.py (SST-2, TREC and STSb sentences, 17 tokens on average), 13 % of the held-out SST-2 / TREC
-sentences (5.8 % / 4.4 % with the first token alone). The int8 GEMM skips those rows (model.q8_products), and a batch of short
-sequences only runs the float layers as bf16 / fp32 would (all_float). A row is float or int8 by its own sequence,
-never by its batch, and the Encoder never batches short sequences with long ones (encoder.split_short_batches: the
-float-row products of a mixed batch round differently from the float layers), so features are the same bit for
-bit in any batch.
+Top channels: trained encoders put a few very large values in a few channels of some tokens (the [CLS] / [SEP] rows:
+"massive activations"); in a per-token quantization such a value sets the row's scale and flattens the others, and
+its product with an 8-bit weight row carries that row's rounding magnified. Taken out of the row (TOP = 2 per row, by
+the kernel that quantizes it, in the same pass), the row's range shrinks to its other values, and the taken values
+are multiplied by their weight rows at ~15 bits (Wq + Wr / RESID, read from the packed weights: packed_offsets). The
+consuming kernel decodes each distinct channel of a block once and adds TOP axpys per row. A row's choice depends on
+the row alone.
+
+Short sequences (at most SHORT_TOKENS tokens, special tokens included): a mean over a few tokens averages little of
+the rounding away. The Encoder batches them apart (encoder.split_short_batches) and such a batch runs in two levels
+(``levels`` = 2): each row is quantized, then its residual x - s_a (xq - z) is quantized again into a second row,
+and the product is xq1 Wq + xq2 Wq + xq1 Wr / RESID (the last term xq2 Wr / RESID is below both roundings): three
+int8 GEMM rows per row, about a bf16 row's cost, at about bf16's precision. A row is short or not by its own
+sequence, never by its batch, so features are the same bit for bit in any batch.
 
 Outlier weight rows, decided from the weights alone: a few input rows k of a trained weight are far larger than
 the rest (all-MiniLM-L6-v2's FFN down projections have rows 38-55x the median row's largest |value|), and each
 one sets the scale of every column it tops, so the other 1,535 inputs of those columns get a coarse grid. Rows whose
 largest |value| exceeds OUTLIER_ROW_RATIO x the median row's (at most 1/32 of the rows) are taken out of the int8
-weight (zero there, so the scales and column sums ignore them) and multiplied in float32 instead, k axpys per row
-inside the dequantization kernel (k is 0-7 here; a oneDNN GEMM with K = k ran at 8 GFLOP/s):
-y = dequant(xq Wq) + b + x[:, rows] W[rows, :].
+weight (zero there, so the scales and column sums ignore them; inv_smooth is 0 there, so the activations' range
+and top channels ignore them too) and multiplied in float32 instead: the quantizing kernel keeps those inputs'
+float values (``xo``), and the consuming kernel adds k axpys per row: y += xo W[rows, :].
 
 Smoothing the LayerNorm outputs, from the weights alone: the inputs of the QKV and FFN up projections are
 LayerNorm outputs n * g + beta, whose channels with a large |g| + |beta| widen every row's range. Per input channel
 k, s[k] = sqrt(|g[k]| + |beta[k]|) / sqrt(max_n |W[k, n]|) (geometric mean 1; SmoothQuant's alpha = 0.5 with the
 LayerNorm's parameters in place of calibrated activation maxima); the int8 weight is diag(s) W and the kernel that
 writes the LayerNorm output quantizes x / s (``inv_smooth``), so x W is unchanged and the range is shared between
-activations and weights. The residual stream and the float rows keep x and W as they are. Random-weight models (g
-= 1, beta = 0) get a plain weight-side scaling.
+activations and weights. The residual stream keeps x as it is. Random-weight models (g = 1, beta = 0) get a plain
+weight-side scaling. (With the top channels it buys little: 0.99918 -> 0.99924 below; it costs one multiply.)
 
-Measured on all-MiniLM-L6-v2, smallest cosine to fp32 of its own embedding over real sentences (the 4,000 of
-benchmarks/corpus.py / 3,200 held-out SST-2 dev + test and TREC test sentences it never uses), scheme "3" as built:
-0.99927 / 0.99909 (mean 0.999767 / 0.999708); scheme "2": 0.99728 on the 4,000. A NumPy simulation chose the parts
-(scheme "2" 0.99745 / 0.99821; + every row of sequences of <= 8 tokens 0.99903 / 0.99875; + smoothing 0.99923 /
-0.99915; <= 10 tokens 0.99923 / 0.99925; the last token's rows added in the real code: 0.99903 -> 0.99927 /
-0.99901 -> 0.99909). Tried and not kept: smoothing the attention output and FFN down inputs too (no gain, from
-calibrated or weight-derived maxima), MSE-chosen weight scales (no change at 8 bits), each layer's linear layers
-in float in turn (no single layer dominates).
+The weights are quantized from their bf16 rounding (the int8 model loads as bf16 does, so its load peaks no higher):
+the top channels' ~15-bit rows are then bf16's precision (simulated: no change in the smallest cosine).
+
+Measured on all-MiniLM-L6-v2, smallest cosine to fp32 of its own embedding over 7,193 real sentences (the 4,000 of
+benchmarks/corpus.py and the 3,193 held-out SST-2 dev + test and TREC test sentences), in a NumPy simulation of the
+parts: every row int8, none of the above: 0.99211; the first token's rows in float (scheme "3"'s idea): 0.99843;
+TOP = 1: 0.99841, TOP = 2: 0.99874; + short sequences (<= 8 tokens) in two levels: TOP = 1 0.99915, TOP = 2 0.99931
+(<= 6 tokens: 0.99914); without smoothing 0.99918; top channels for the LayerNorm outputs only: 0.99891; the top
+channels' weight rows at 8 bits instead of ~15: 0.99869. Scheme "4" (float token rows, float short sequences):
+0.99923. The built scheme's figures: docs/precision.md.
 
 This module holds the weight quantization and the NumPy reference of the activation kernels; kernels.py has the
-fused numba versions (``quant_rows_``, ``dq_bias_``, ``add_layer_norm_q8_``), checked against these.
+fused numba versions (``quant_rows_q8_``, ``ctx_q8_``, ``dq_bias_q8_``, ``dq_add_ln_q8_``, ``dq_gelu_q8_``,
+``hp_accumulate_``), checked against these (tests/test_int8.py).
 """
 
 from __future__ import annotations
@@ -69,19 +73,26 @@ from . import onednn
 #: the int8 scheme's version, in provenance, the features' fingerprint and the vector cache's key: features of two
 #: schemes never mix in one output or cache ("1": bertfeat 0.2.0; "2": + the outlier weight rows below; "3": + the
 #: short sequences' rows in float and the LayerNorm-output smoothing; "4": the same features whatever the batch, bit
-#: for bit: attention per sequence length, short sequences never batched with long ones; before, a row could move
-#: by up to 3e-3 of its norm with its batch)
-SCHEME = "4"
+#: for bit: attention per sequence length, short sequences never batched with long ones; "5": no float GEMM at all:
+#: the top channels of each row out of its quantization, short sequences in two int8 levels, weights from bf16)
+SCHEME = "5"
 
 #: an input row of a weight whose largest |value| is above this many times the median row's stays float32
 #: (module docstring); 6 picks the 38-55x rows of all-MiniLM-L6-v2 and no row of a random-weight model
 OUTLIER_ROW_RATIO = 6.0
 
-#: every token row of a sequence of at most this many tokens (special tokens included) is multiplied in float
-SHORT_TOKENS = 10
+#: a sequence of at most this many tokens (special tokens included) runs in two levels (module docstring)
+SHORT_TOKENS = 8
 
 #: SmoothQuant's migration strength: s = a_max^alpha / w_max^(1 - alpha), a_max from the LayerNorm's parameters
 SMOOTH_ALPHA = 0.5
+
+#: channels of largest |x| taken out of each row's quantization: at most TOP, those above TOP_RATIO x its rms
+TOP = 2
+TOP_RATIO = 4.0
+
+#: the residual weight's step is s_w / RESID (Wr in [-127, 127] holds a rounding error of at most s_w / 2)
+RESID = 254.0
 
 
 def smoothing(g: np.ndarray, beta: np.ndarray | None, w: np.ndarray) -> np.ndarray:
@@ -108,56 +119,104 @@ def outlier_rows(w: np.ndarray) -> np.ndarray:
     return np.sort(rows).astype(np.int64)
 
 
-class QLinear:
-    """A (K, N) linear weight for int8: the packed int8 weight (of diag(s) W when ``smooth`` s is given), its
-    per-channel scales and column sums, ``inv_smooth`` (K,) = 1 / s (ones without smoothing: the kernel that writes
-    the input quantizes x * inv_smooth), the float weight the float token rows are multiplied with (``keep``, packed
-    for oneDNN in bf16 or fp32), and the outlier rows kept float32 (``rows`` (k,) and ``side``, their (k, N)
-    float32 weight; k is often 0)."""
+_OFFSETS: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray] | None] = {}
 
-    def __init__(self, w: np.ndarray, keep_dtype: str = "fp32", smooth: np.ndarray | None = None):
+
+def packed_offsets(K: int, N: int, impl: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """Where oneDNN's packed (K, N) int8 weight holds (k, n): byte f[k] + g[n], or None when its layout is not of
+    that form. A blocked layout (oneDNN's are: tiles of k and n) always is; found once per shape by packing the base
+    127 digits of k and of n (4 packs; padding bytes are 0, every digit + 1 is not) and checked for every (k, n), in
+    slices, so it costs about 15 bytes a weight for a moment (a full int64 map cost 40 and set the int8 load's peak)."""
+    key = (K, N, impl)
+    if key not in _OFFSETS:
+        k, n = np.arange(K), np.arange(N)
+        p = [onednn.pack(np.ascontiguousarray(np.broadcast_to(d.astype(np.int8), (K, N)))).data.view(np.int8)
+             for d in ((k % 127 + 1)[:, None], (k // 127 + 1)[:, None], (n % 127 + 1)[None, :], (n // 127 + 1)[None, :])]
+        f, g = np.full(K, -1, np.int64), np.full(N, -1, np.int64)
+        ok, step = True, 1 << 20
+        for at in range(0, p[0].size, step):  # pass 1: each (k, 0) and (0, n)
+            kk, nn, live = _digits(p, at, step)
+            first = np.flatnonzero(live & (nn == 0))
+            f[kk[first]] = at + first
+            first = np.flatnonzero(live & (kk == 0))
+            g[nn[first]] = at + first
+        ok = (f >= 0).all() and (g >= 0).all()
+        f -= g[0]
+        for at in range(0, p[0].size, step) if ok else ():  # pass 2: every byte where f + g says
+            kk, nn, live = _digits(p, at, step)
+            where = np.flatnonzero(live)
+            ok = ok and bool((f[kk[where]] + g[nn[where]] == at + where).all())
+        _OFFSETS[key] = (f, g) if ok and int(np.count_nonzero(p[0])) == K * N else None
+    return _OFFSETS[key]
+
+
+def _digits(p: list[np.ndarray], at: int, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(k, n, live) of the packed bytes at .. at + step: the indices their digit patterns spell, True where not padding."""
+    d = [a[at:at + step].astype(np.int32) - 1 for a in p]
+    return d[0] + 127 * d[1], d[2] + 127 * d[3], d[0] >= 0
+
+
+class QLinear:
+    """A (K, N) linear weight for int8: the packed int8 weight of diag(s) W (``packed``; s the smoothing factors when
+    given) and its residual (``packed_r``), their per-channel scale and column sums, ``inv_smooth`` (K,) = 1 / s (ones
+    without smoothing, 0 at the outlier rows: the kernel that writes the input quantizes x * inv_smooth), and the
+    outlier rows kept float32 (``rows`` (k,) and ``side``, their (k, N) float32 weight; k is often 0). ``kw``: what
+    the consuming kernels take (kernels.py)."""
+
+    def __init__(self, w: np.ndarray, smooth: np.ndarray | None = None):
         w = np.ascontiguousarray(w, dtype=np.float32)
         K, N = w.shape
-        full = w
         self.smoothed = smooth is not None
-        if smooth is not None:
-            s = np.asarray(smooth, np.float32).reshape(K)
-            w = (w * s[:, None]).astype(np.float32)  # (K, N) diag(s) W
-            self.inv_smooth = (np.float32(1.0) / s).astype(np.float32)
-        else:
-            self.inv_smooth = np.ones(K, np.float32)
-        self.rows = outlier_rows(w)
-        self.side = np.ascontiguousarray(full[self.rows])  # (k, N) float32 of W itself, k possibly 0: times x
-        if len(self.rows):
-            w = w.copy()
-            w[self.rows] = 0.0  # the int8 weight, its scales and column sums without the float rows
-        amax = np.abs(w).max(axis=0)  # (N,)
-        scale = np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
-        wq = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)  # (K, N)
+        s = np.ones(K, np.float32) if smooth is None else np.asarray(smooth, np.float32).reshape(K)
+        ws = (w * s[:, None]).astype(np.float32) if smooth is not None else w.copy()  # (K, N) diag(s) W
+        self.rows = outlier_rows(ws)
+        self.side = np.ascontiguousarray(w[self.rows])  # (k, N) float32 of W itself, k possibly 0: times x
+        ws[self.rows] = 0.0  # the int8 weights, their scales and column sums without the outlier rows
+        self.inv_smooth = (np.float32(1.0) / s).astype(np.float32)
+        self.inv_smooth[self.rows] = 0.0
+        amax = np.abs(ws).max(axis=0)  # (N,)
+        self.scale = np.where(amax > 0, amax / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+        wq = np.clip(np.rint(ws / self.scale), -127, 127).astype(np.int8)  # (K, N)
+        wr = np.clip(np.rint((ws - wq * self.scale) / (self.scale / np.float32(RESID))), -127, 127).astype(np.int8)
         self.shape, self.dtype = (K, N), np.dtype(np.int8)
-        self.scale = scale
-        self.colsum = wq.sum(axis=0, dtype=np.int32)  # (N,)
-        self.packed = onednn.pack(wq)
-        if keep_dtype == "bf16":
-            from .bf16 import to_bf16
-
-            self.keep = onednn.pack(to_bf16(full))
+        self.colsum, self.colsum_r = wq.sum(axis=0, dtype=np.int32), wr.sum(axis=0, dtype=np.int32)  # (N,)
+        self.packed, self.packed_r = onednn.pack(wq), onednn.pack(wr)
+        offsets = packed_offsets(K, N, self.packed.impl)
+        plain = offsets is None  # an unknown layout: rows read from plain copies (K N bytes more)
+        if plain:
+            b1, br = wq.reshape(-1), wr.reshape(-1)
+            offsets = (np.arange(K, dtype=np.int64) * N, np.arange(N, dtype=np.int64))
         else:
-            self.keep = onednn.pack(full)
-        self.keep_dtype = keep_dtype
+            b1, br = self.packed.data.view(np.int8), self.packed_r.data.view(np.int8)
+        n = np.arange(N)
+        stride = int(offsets[1][64]) if N > 64 else 1  # oneDNN's VNNI layout: 64 columns of 4 interleaved rows
+        vnni = np.array_equal(offsets[1], (n // 64) * stride + (n % 64) * 4)
+        #: what the consuming kernels take (kernels._dq_row, _hp_row): scales, column sums, the two weights' bytes,
+        #: byte f[k] + g[n] of (k, n), the outlier rows' float32 weight, the VNNI stride (0: another layout)
+        self.kw = (self.scale, self.colsum, b1, br, offsets[0], offsets[1], self.side, stride if vnni else 0)
         self.size = K * N
-        self.nbytes = self.packed.nbytes + self.keep.nbytes + 8 * N + 4 * K + self.side.nbytes
+        self.nbytes = (self.packed.nbytes + self.packed_r.nbytes + (2 * K * N if plain else 0) + 12 * N + 4 * K
+                       + self.side.nbytes)
+
+    def hp_rows(self, ks: np.ndarray) -> np.ndarray:
+        """(len(ks), N) float32: rows ``ks`` of diag(s) W at ~15 bits, s_w (Wq + Wr / RESID), as the kernels read them
+        (the top channels' weight rows)."""
+        _, _, b1, br, f, g, _, _ = self.kw
+        at = f[np.asarray(ks)][:, None] + g[None, :]
+        return (self.scale * (b1[at].astype(np.float32) + br[at].astype(np.float32) / np.float32(RESID))).astype(
+            np.float32)
 
     def dequantized(self) -> np.ndarray:
-        """The (K, N) float32 weight int8 stands for (diag(1/s) s_w Wq, the float rows as they are), for tests."""
-        w = self.packed.plain().astype(np.float32) * self.scale * self.inv_smooth[:, None]
+        """The (K, N) float32 weight int8 stands for (diag(1/s) s_w Wq, the outlier rows as they are), for tests."""
+        inv = self.inv_smooth.copy()
+        inv[self.rows] = 1.0  # (0 there: those rows are the float ones, set below)
+        w = self.packed.plain().astype(np.float32) * self.scale * inv[:, None]
         w[self.rows] = self.side
         return w
 
     def __repr__(self) -> str:
         sm = ", smoothed" if self.smoothed else ""
-        return (f"QLinear({self.shape}, int8 {self.packed.impl}, keep {self.keep_dtype}, {len(self.rows)} float "
-                f"rows{sm})")
+        return f"QLinear({self.shape}, int8 {self.packed.impl}, {len(self.rows)} float rows{sm})"
 
 
 # --------------------------------------------------------------------------- NumPy reference of the kernels
@@ -178,59 +237,79 @@ def quant_rows(x: np.ndarray, inv: np.ndarray | None = None) -> tuple[np.ndarray
     return q, s, z
 
 
-def dequant(acc: np.ndarray, s_a: np.ndarray, z: np.ndarray, ql: QLinear, bias: np.ndarray | None = None,
-            x: np.ndarray | None = None) -> np.ndarray:
-    """(M, N) int32 sums -> float32 s_a s_w (acc - z c) (+ bias) (+ the float rows' product x[:, rows] W[rows] when
-    the float inputs ``x`` (M, K) are given)."""
-    return _dequant(acc, s_a, z, ql.scale, ql.colsum, bias, x, ql.rows, ql.side)
+def take_top(t: np.ndarray, top: int = TOP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(M, K) float32 -> (t with up to ``top`` channels per row set to 0: those of largest |value| above TOP_RATIO x
+    the row's root mean square, largest first; their indices (M, top) int32, -1 for an empty slot; their values
+    (M, top) float32, 0 for an empty slot). The first index on ties; a NaN is taken (kernels._take_top)."""
+    t = np.array(t, dtype=np.float32)
+    M, K = t.shape
+    ti, tv = np.full((M, top), -1, np.int32), np.zeros((M, top), np.float32)
+    rows = np.arange(M)
+    with np.errstate(invalid="ignore"):
+        lim = np.sqrt(np.einsum("ij,ij->i", t, t) * np.float32(TOP_RATIO * TOP_RATIO / K)).astype(np.float32)
+        for j in range(top):
+            a = np.abs(t)
+            k = np.argmax(a, axis=1)  # the first largest; the first NaN
+            v = a[rows, k]
+            take = ~(v <= lim) & (j == 0 or (ti[:, j - 1] >= 0))  # a NaN fails <=: taken
+            ti[take, j], tv[take, j] = k[take], t[rows[take], k[take]]
+            t[rows[take], k[take]] = 0.0
+    return t, ti, tv
 
 
-def _dequant(acc, s_a, z, sw, cs, bias, x, rows, wr) -> np.ndarray:
-    d = acc - z[:, None] * cs[None, :]  # int32, exact
-    y = d.astype(np.float32) * (s_a[:, None] * sw[None, :])
-    if bias is not None:
-        y = y + bias
-    if x is not None and len(rows):
-        y += x[:, rows] @ wr
-    return y
+def quant_rows_q8(x: np.ndarray, inv: np.ndarray, orows: np.ndarray, q: np.ndarray, s: np.ndarray, z: np.ndarray,
+                  ti: np.ndarray, tv: np.ndarray, xo: np.ndarray) -> np.ndarray:
+    """NumPy version of kernels.quant_rows_q8_ (the same arguments): rows of x (M, K) times ``inv`` quantized into
+    q, s, z after their top channels are taken out into ti, tv, and their float values at ``orows`` (the consumer's
+    outlier rows) into xo; with 2M rows in q, s, z each row's residual is quantized again into row M + i."""
+    M = x.shape[0]
+    xo[...] = x[:, orows]
+    t, ti[...], tv[...] = take_top((x * inv).astype(np.float32), ti.shape[1])
+    q[:M], s[:M], z[:M] = quant_rows(t)
+    if q.shape[0] > M:  # two levels
+        r = (t - s[:M, None] * (q[:M].astype(np.float32) - z[:M, None].astype(np.float32))).astype(np.float32)
+        q[M:], s[M:], z[M:] = quant_rows(r)
+    return q
 
 
-def float_token_rows(real: np.ndarray) -> np.ndarray:
-    """(B, T) bool, True at real tokens (each sequence's first token at position 0, padding at the end) -> the
-    sorted int64 indices, among the B*T token rows, multiplied in float: each sequence's first and last real token,
-    and every real token of a sequence of at most SHORT_TOKENS tokens (module docstring)."""
-    B, T = real.shape
-    n = real.sum(axis=1)  # (B,) real tokens per sequence
-    sel = np.zeros((B, T), dtype=bool)
-    sel[:, 0] = True
-    sel[np.arange(B), np.maximum(n, 1) - 1] = True  # [SEP] / </s>
-    short = n <= SHORT_TOKENS
-    sel[short] |= real[short]
-    return np.flatnonzero(sel.reshape(-1)).astype(np.int64)
+def top_products(ti: np.ndarray, tv: np.ndarray, xo: np.ndarray, kw: tuple) -> np.ndarray:
+    """(M, N) float32: the top channels' values times their ~15-bit weight rows, and the outlier rows' float inputs
+    times their float32 weight rows (``kw``: a QLinear's kw)."""
+    sw, _, b1, br, f, g, side, _ = kw
+    y = xo @ side if len(side) else np.zeros((len(ti), len(sw)), np.float32)
+    for j in range(ti.shape[1]):
+        at = f[np.maximum(ti[:, j], 0)][:, None] + g[None, :]  # (M, N) byte offsets of the rows (-1: none, tv 0)
+        y += tv[:, j:j + 1] * (sw * (b1[at].astype(np.float32) + br[at].astype(np.float32) / np.float32(RESID)))
+    return y.astype(np.float32)
 
 
-def all_float(real: np.ndarray) -> bool:
-    """True when every sequence of a (B, T) batch is short, so every real row is a float token row: the batch runs
-    the float layers (the keep weights) directly, without the int8 machinery (model.run_layers)."""
-    return bool((real.sum(axis=1) <= SHORT_TOKENS).all())
-
-
-def local_rows(frows: np.ndarray, row0: int, m: int) -> np.ndarray:
-    """The float token rows among rows row0 .. row0 + m - 1, as indices into that block (sorted int64)."""
-    lo, hi = np.searchsorted(frows, (row0, row0 + m))
-    return frows[lo:hi] - row0
-
-
-def dq_bias(acc: np.ndarray, s_a: np.ndarray, z: np.ndarray, sw: np.ndarray, cs: np.ndarray, b: np.ndarray,
-            yc: np.ndarray, src: np.ndarray, x: np.ndarray, rows: np.ndarray, wr: np.ndarray,
-            out: np.ndarray) -> np.ndarray:
-    """NumPy version of kernels.dq_bias_ (its arguments: a QLinear's scale, colsum, rows and side as sw, cs, rows,
-    wr): out <- dequant(acc) + b + x[:, rows] wr for the int8 rows (src < 0, their sums in acc[-1 - src]),
-    yc[src] + b for the float token rows (src >= 0)."""
-    i8, fl = np.flatnonzero(src < 0), np.flatnonzero(src >= 0)
-    out[i8] = _dequant(acc[-1 - src[i8]], s_a[i8], z[i8], sw, cs, b, x[i8], rows, wr)
-    out[fl] = yc[src[fl]] + b
+def dq_bias_q8(acc: np.ndarray, xd: tuple, kw: tuple, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """NumPy version of kernels.dq_bias_q8_: out (M, N) <- s_a s_w (acc - z c) + b + top_products; ``xd`` = (s, z,
+    ti, tv, xo) of the input rows, ``kw`` the QLinear's kw; ``acc`` int32, or float32 from hp_accumulate (s 1, z 0)."""
+    s, z, ti, tv, xo = xd
+    sw, cs = kw[0], kw[1]
+    d = (acc - z[:, None].astype(acc.dtype) * cs[None, :]).astype(np.float32)  # int32 exact (float: z is 0)
+    out[...] = d * (s[:, None] * sw[None, :]) + b + top_products(ti, tv, xo, kw)
     return out
+
+
+def hp_accumulate(acc: np.ndarray, s: np.ndarray, z: np.ndarray, cs: np.ndarray, f: np.float32, out: np.ndarray,
+                  add: bool) -> np.ndarray:
+    """NumPy version of kernels.hp_accumulate_, one of two levels' three products: out (M, N) <- (or +=)
+    s f (acc - z cs), without s_w (the consumer applies it, with s 1 and z 0); f 1, or 1 / RESID for the residual
+    weight's product."""
+    y = (acc - z[:, None] * cs[None, :]).astype(np.float32) * (s[:, None] * np.float32(f))
+    if add:
+        out += y
+    else:
+        out[...] = y
+    return out
+
+
+def all_short(real: np.ndarray) -> bool:
+    """True when every sequence of a (B, T) batch (True at real tokens) has at most SHORT_TOKENS tokens: the batch
+    runs in two levels (module docstring; the Encoder never batches short sequences with long ones)."""
+    return bool((real.sum(axis=1) <= SHORT_TOKENS).all())
 
 
 #: a layer's linear weight -> the kind of linear layer provenance names

@@ -88,13 +88,15 @@ def new_summary(plan, encoder, spec, engine: str, **counts) -> ExtractSummary:
 
 
 def gemm_record(encoder) -> dict:
-    """The GEMM path in provenance; int8 adds which token rows are multiplied in float, how many outlier weight rows
-    stay float32 per kind of layer and which layers' inputs are smoothed (quant.py)."""
+    """The GEMM path in provenance; int8 adds which sequences run in two levels, how many top channels per row are
+    taken out of the quantization, how many outlier weight rows stay float32 per kind of layer and which layers'
+    inputs are smoothed (quant.py)."""
     d = encoder.gemm_path.to_dict()
     if encoder.precision == "int8":
-        from ..ops.quant import SHORT_TOKENS, float_rows, smoothed_kinds
+        from ..ops.quant import SHORT_TOKENS, TOP, float_rows, smoothed_kinds
 
-        d["float_token_rows"] = f"first and last token of each sequence, every token of one of <= {SHORT_TOKENS}"
+        d["two_level_sequences"] = f"<= {SHORT_TOKENS} tokens"
+        d["top_channels_per_row"] = TOP
         d["float_weight_rows"] = float_rows(encoder.weights)
         d["smoothed_inputs"] = smoothed_kinds(encoder.weights)
     return d

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bertfeat.ops import gemm
+from bertfeat.ops import gemm, quant
 
 
 def test_native_kernel_names():
@@ -66,7 +66,7 @@ def test_this_machine_runs_what_its_cpu_accelerates(monkeypatch):
     if int8_cpu:
         p = gemm.resolve("int8")
         assert p.precision == "int8" and p.library == "onednn" and gemm.native_int8_kernel(p.kernel), p
-        assert p.keep == ("bf16" if bf16_cpu else "fp32"), p  # the float token rows in bf16 where it is native
+        assert p.scheme == quant.SCHEME, p
     fp32 = gemm.resolve("fp32")
     if "avx512f" in flags:  # oneDNN's fp32 brgemm kernel: the fp32 path on every AVX-512 CPU with the extra
         assert fp32.library == "onednn" and fp32.kernel.startswith("brg:"), fp32
