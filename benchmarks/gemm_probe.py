@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from bertfeat.errors import BertfeatError
-from bertfeat.ops import gemm, onednn, quant
+from bertfeat.ops import cpu as cpuinfo, gemm, onednn, quant
 from bertfeat.ops.threads import default_threads
 
 ROWS = 512  # token rows per product: encoder.DEFAULT_BATCH_TOKENS
@@ -64,7 +64,7 @@ def cpu_ids() -> str:
 
 def cpu() -> dict:
     """The CPU's model name and ids, cores bertfeat uses, its bf16 / int8 / AMX flags and the oneDNN version."""
-    return {"model": gemm.cpu_model(), "ids": cpu_ids(), "threads": default_threads(), "flags": gemm.bf16_flags(),
+    return {"model": cpuinfo.cpu_model(), "ids": cpu_ids(), "threads": default_threads(), "flags": cpuinfo.bf16_flags(),
             "bf16": gemm.bf16_acceleration() or "none", "int8": gemm.int8_acceleration() or "none",
             "onednn": onednn.version() or "not installed"}
 
