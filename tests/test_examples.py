@@ -147,3 +147,26 @@ def test_sts_smoke(tmp_path):
     assert len(set(rows.values())) > 3  # the configurations really differ
     assert rows["the model's own embedding (the default)"] > 60  # a real model on real pairs, not noise
     assert p.stdout.strip() and p.stdout.strip() in md  # the table printed is the table written
+
+
+def test_precision_check_cosine_reports_each_precision_against_fp32(tmp_path, monkeypatch):
+    """precision_check.py cosine on the first 24 distinct sentences: its min / mean for bf16 are the ones computed here
+    (fp32 and bf16 encodes, row-wise cosine), and its verdict and exit code follow MIN_COSINE."""
+    need_full_data()
+    out = tmp_path / "check.md"
+    p = subprocess.run([sys.executable, "examples/precision_check.py", "cosine", "--limit", "24", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in out.read_text().splitlines()
+            if line.startswith(("| bf16", "| int8"))}
+    assert "| 24 sentences: cosine to fp32 | min | mean | below 0.999 |" in out.read_text()
+    assert "bf16" in rows
+    mins = [float(r[0]) for r in rows.values()]
+    assert p.returncode == (0 if min(mins) >= 0.999 else 1), p.stderr[-2000:]
+    assert ("cosine: PASS" if p.returncode == 0 else "cosine: FAIL") in p.stdout
+    monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")  # as the script does: the same products on any CPU
+    from bertfeat import Encoder
+
+    texts = list(dict.fromkeys(load("sts").read_stsb(FULL_DATA / "stsb" / "sts-dev.csv")[0]))[:24]
+    a, b = Encoder().encode(texts), Encoder(precision="bf16").encode(texts)
+    cos = np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert rows["bf16"][0] == f"{cos.min():.5f}" and rows["bf16"][1] == f"{cos.mean():.5f}"
