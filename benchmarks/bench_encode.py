@@ -674,7 +674,10 @@ def write_results(table: str, rows: list[dict], gflops: float, args):
 
     from bertfeat.ops import cpu
 
-    heading = f"## {cpu.cpu_model()}, {os.cpu_count()} cores ({', '.join(cpu.bf16_flags()) or 'no AVX2 / AVX-512 / bf16 / VNNI flags'})"
+    from gemm_probe import cpu_ids  # "AMD EPYC" alone names Zen 4 and Zen 5: the family and model keep them apart
+
+    flags = ", ".join(cpu.bf16_flags()) or "no AVX2 / AVX-512 / bf16 / VNNI flags"
+    heading = f"## {cpu.cpu_model()} ({cpu_ids()}), {os.cpu_count()} cores ({flags})"
     section = f"""{heading}
 
 Measured {dt.date.today().isoformat()} by `python benchmarks/bench_encode.py`: {args.n} real sentences from ../shared/data
