@@ -36,15 +36,17 @@ def detect_format(path: str, input_format: str | None) -> str:
 
 def _format_of(path: str) -> str | None:
     """The format a path's extension names (a compression suffix skipped); a local directory or a URL without
-    an extension: Parquet; else None."""
-    p = Path(path.rstrip("/"))
-    if not is_url(path) and p.is_dir():
+    an extension: Parquet; else None. A chained fsspec URL (``zip://in.csv::data.zip``) is named by its first part,
+    the file read, not the container."""
+    url = is_url(path)
+    p = Path((path.split("::", 1)[0] if url else path).rstrip("/"))
+    if not url and p.is_dir():
         return "parquet"
     suffixes = [s.lower() for s in p.suffixes]
     if suffixes and suffixes[-1] in (".gz", ".bz2", ".zst"):
         suffixes = suffixes[:-1]
     fmt = _EXT.get(suffixes[-1]) if suffixes else None
-    if fmt is None and is_url(path):
+    if fmt is None and url and not suffixes:
         return "parquet"  # a URL without an extension: a directory of Parquet files (checked when listed)
     return fmt
 

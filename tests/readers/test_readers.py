@@ -45,6 +45,30 @@ def test_detect_format(name, fmt):
     assert detect_format(name, "jsonl") == "jsonl"
 
 
+@pytest.mark.parametrize("url, fmt", [("zip://in.csv::data.zip", "csv"), ("zip://a/b.jsonl.gz::s3://bucket/c.zip", "jsonl"),
+                                      ("s3://bucket/features/", "parquet"), ("s3://bucket/f.tsv", "tsv"),
+                                      ("zip://x.txt::data.zip", None), ("s3://bucket/notes.txt", None)])
+def test_detect_format_of_a_url_is_the_file_it_reads(url, fmt):
+    """A chained fsspec URL is named by the file read, not its container (zip://in.csv::data.zip was read as Parquet and
+    failed with "in.csv: not a readable Parquet file"); a URL without an extension is a Parquet directory, but one
+    whose extension names no format asks for the format rather than guessing Parquet."""
+    if fmt:
+        assert detect_format(url, None) == fmt
+    else:
+        with pytest.raises(InputError, match=r"cannot tell the format from the extension"):
+            detect_format(url, None)
+
+
+def test_a_csv_inside_a_zip_is_read_through_its_chained_url(tmp_path, monkeypatch):
+    import zipfile
+
+    monkeypatch.chdir(tmp_path)
+    with zipfile.ZipFile("data.zip", "w") as z:
+        z.writestr("in.csv", "id,text\n007,hello world\n008,second row\n")
+    assert [(r, t, i) for r, t, i, _ in rows_of(open_input("zip://in.csv::data.zip", id_column="id"))] == [
+        (0, b"hello world", b"007"), (1, b"second row", b"008")]  # the CSV reader's texts and ids: bytes
+
+
 def test_detect_format_errors():
     with pytest.raises(InputError, match=r"^a\.txt: cannot tell the format from the extension - add input_format='csv\|tsv\|parquet\|jsonl'$") as e:
         detect_format("a.txt", None)
