@@ -700,3 +700,20 @@ def test_dask_engine_int8(tmp_path, capsys, minilm_dir, real_sentences):
     print(f"dask int8 vs local int8: min cosine {row_cosines(X, local).min():.7f}")
     assert row_cosines(X, local).min() > 0.999  # other batches: int8's batch tolerance
     assert np.abs(X - Encoder(minilm_dir).encode(texts)).max() > 1e-3  # not a silent fp32 run on the workers
+
+
+@needs_int8
+@pytest.mark.parametrize("M, K, N", [(512, 384, 1536), (37, 3072, 768), (1, 768, 2304)])
+def test_the_int8_gemm_is_the_exact_integer_product(M, K, N):
+    """uint8 x int8 -> int32 on the kernel this CPU runs (VNNI, or AMX where present) equals the int64 product exactly,
+    at the extremes (255 x +-127 over K = 3,072 terms: 99.5M, no saturation) and on random values, whatever M. So an
+    int8 feature depends on the kernel only through the float kernels around it: the quality measured on a VNNI CPU
+    carries to AMX (docs/precision.md)."""
+    rng = np.random.default_rng(K + N)
+    w = rng.integers(-127, 128, (K, N)).astype(np.int8)
+    w[:, 0], w[:, 1] = 127, -127
+    a = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    a[0] = 255
+    got = gemm.matmul(a, onednn.pack(w), out=np.empty((M, N), np.int32))
+    np.testing.assert_array_equal(got, a.astype(np.int64) @ w.astype(np.int64))
+    assert got[0, 0] == 255 * 127 * K and got[0, 1] == -255 * 127 * K
