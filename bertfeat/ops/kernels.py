@@ -220,7 +220,13 @@ def add_layer_norm_(y, b, r, g, beta, eps):
 
 @_kernel("masked_softmax_")
 def masked_softmax_(scores, scale, mask_add):
+    """softmax(scores * scale + mask_add) over each row's keys up to the sequence's last real one (right padding:
+    a row's result depends on its own length only), in place. The exponentials run as one loop over all of a head's
+    rows packed at the sequence's own length (``buf``): a row of a few dozen keys is too short for the vectorized loop
+    (LLVM's vector body takes 64 at a time here) and ran scalar at ~1 ns an element; an element's exponential is the
+    same in the vector body and the scalar tail (tests/ops/test_kernels.py), so its place in ``buf`` cannot change it."""
     B, nh, T, Tk = scores.shape
+    buf = np.empty(T * Tk, np.float32)
     for bi in range(B):
         m = mask_add[bi, 0, 0]
         n = Tk  # keys up to the last unmasked one: right padding then never changes a row's sums
@@ -228,23 +234,33 @@ def masked_softmax_(scores, scale, mask_add):
             n -= 1
         for h in range(nh):
             for i in range(T):
-                row = scores[bi, h, i]
+                row, d = scores[bi, h, i], buf[i * n:(i + 1) * n]
                 top = f32(-np.inf)
                 for j in range(n):
                     v = row[j] * scale + m[j]
                     row[j] = v
                     top = max(top, v)
+                for j in range(n):
+                    d[j] = row[j] - top if row[j] > f32(-1e37) else f32(-np.inf)
+            _exp_all(buf[:T * n])
+            for i in range(T):
+                row, d = scores[bi, h, i], buf[i * n:(i + 1) * n]
                 total = zero
                 for j in range(n):
-                    e = _exp_le0(row[j] - top) if row[j] > f32(-1e37) else zero
-                    row[j] = e
-                    total += e
+                    total += d[j]
                 inv = one / total
                 for j in range(n):
-                    row[j] *= inv
+                    row[j] = d[j] * inv
                 for j in range(n, Tk):
                     row[j] = zero
     return scores
+
+
+@_row
+def _exp_all(x):
+    """x <- e^x, x <= 0 (0 below -80, at -inf and at NaN)."""
+    for j in range(x.shape[0]):
+        x[j] = _exp_le0(x[j])
 
 
 # --------------------------------------------------------------------------- bf16

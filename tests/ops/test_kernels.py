@@ -167,6 +167,27 @@ def test_masked_softmax_row_does_not_depend_on_padding_or_neighbours(fused, n):
     assert np.abs(got[1] - softmax_(scores[1] * np.float32(0.125))).max() <= 2e-7  # the full-length neighbour
 
 
+def test_an_exponential_does_not_depend_on_its_place_in_the_loop(fused):
+    """masked_softmax_ packs a head's rows at the sequence's own length and takes their exponentials in one loop, so an
+    element lands in the vector body or the scalar tail depending on its batch's row count: both must give the same
+    bits (else a row would depend on its batch). Every offset of a long run against each element alone."""
+    rng = np.random.default_rng(7)
+    y = -np.abs(rng.standard_normal(4099) * 30).astype(np.float32)
+    y[:8] = [0.0, -0.0, -79.99, -80.0, -80.01, -np.inf, np.nan, -1e-30]
+    run = y.copy()
+    kernels._exp_all(run)
+    for k in range(0, 70):  # the run started k elements later: every element's place in the vector body moves
+        part = y[k:].copy()
+        kernels._exp_all(part)
+        np.testing.assert_array_equal(part, run[k:])
+    for j in range(0, 4099, 13):
+        one = y[j:j + 1].copy()
+        kernels._exp_all(one)
+        assert one[0] == run[j] or (np.isnan(one[0]) and np.isnan(run[j])), (j, y[j])
+    assert run[5] == 0 and run[6] == 0 and run[0] == 1  # -inf and NaN (masked keys) -> 0
+    np.testing.assert_allclose(run[8:], np.exp(y[8:].astype(np.float64)), rtol=3e-7, atol=2e-35)  # 0 below -80
+
+
 def test_rows_do_not_depend_on_their_neighbours(fused):
     rng = np.random.default_rng(3)
     u = rng.standard_normal((64, 512), dtype=np.float32)
