@@ -24,6 +24,8 @@ The summary under the table answers issue 23's questions: bertfeat's fastest met
 >= 0.999 over the fastest such peer, and bertfeat fp32 over the fastest fp32 peer.
 
     python benchmarks/bench_encode.py                 # full run, writes this CPU's section of benchmarks/RESULTS.md
+    python benchmarks/gemm_probe.py --json > probe.json; python benchmarks/bench_encode.py --probe probe.json
+                                                      # "% of GEMM ceiling" over each row's own precision's ceiling
     python benchmarks/bench_encode.py --n 300 --rounds 1 --models minilm --no-write   # smoke test
     python benchmarks/bench_encode.py --quick --models minilm   # end to end in a minute: 40 sentences, 1 round,
                                                       # 16 calibration sentences, nothing written
@@ -517,6 +519,9 @@ def parse_args() -> argparse.Namespace:
                     help="end to end on tiny sizes, nothing written: --n 40 --n-base 16 --rounds 1 --warmup 8 --calib 16")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md", help="where the results go (default benchmarks/RESULTS.md)")
+    ap.add_argument("--probe", type=Path, default=None,
+                    help="gemm_probe.py --json output of this CPU: each row's %% of GEMM ceiling is then over its own "
+                         "precision's ceiling (fp32, bf16 or int8, all threads), not NumPy sgemm's")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--model-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -592,6 +597,8 @@ def main():
             print(f"  {_label(method, r['attn']):<28} {row['tokens_per_s']:>9,.0f} tok/s  {row['sentences_per_s']:>7,.0f} sent/s  "
                   f"peak RSS {row['peak_rss_mb']:>6,.0f} MB  min cos vs fp32 {_fmt_cos(row['min_cosine'])}  "
                   f"runs {', '.join(f'{t:.2f}' for t in r['times'])} s  [{row['precision']}]")
+    if args.probe:
+        use_probe_ceilings(rows, json.loads(args.probe.read_text()))
     table = render(rows, gflops)
     print("\n" + table)
     if not args.no_write:
@@ -613,6 +620,23 @@ def _fmt_cos(c: float | None) -> str:
     return "-" if c is None else f"{c:.6f}"
 
 
+def ceiling_class(method: str) -> str:
+    """Which GEMM a method's linear layers run: int8, bf16 or fp32."""
+    return "int8" if method in INT8_METHODS else "bf16" if method in BF16_METHODS else "fp32"
+
+
+def use_probe_ceilings(rows: list[dict], probe: dict) -> None:
+    """Each row's ceiling <- gemm_probe's for its model and precision at all threads (models the probe does not
+    cover keep NumPy sgemm's); row["ceiling_of"] says which."""
+    top = max(c["threads"] for c in probe["ceilings"])
+    ceil = {(c["model"], p): c[p] for c in probe["ceilings"] if c["threads"] == top for p in ("fp32", "bf16", "int8")
+            if c.get(p)}
+    for r in rows:
+        key = (r["model"], ceiling_class(r["method"]))
+        if key in ceil:
+            r["ceiling"], r["ceiling_of"] = ceil[key], f"{key[1]}, gemm_probe, {top} threads"
+
+
 def render(rows: list[dict], gflops: float) -> str:
     out = ["| model | method | precision | real tokens/s | sentences/s | peak RSS MB | bertfeat / this | % of GEMM ceiling "
            "| min cosine vs fp32 |",
@@ -624,7 +648,8 @@ def render(rows: list[dict], gflops: float) -> str:
             ratio = f"{ours['tokens_per_s'] / r['tokens_per_s']:.2f}x" if ours else "-"
             out.append(f"| {model} | {_label(r['method'], r.get('attn'))} | {r.get('precision', '-')} | "
                        f"{r['tokens_per_s']:,.0f} | {r['sentences_per_s']:,.0f} | "
-                       f"{r['peak_rss_mb']:,.0f} | {ratio} | {100 * r['tokens_per_s'] / r['ceiling']:.0f}% | "
+                       f"{r['peak_rss_mb']:,.0f} | {ratio} | {100 * r['tokens_per_s'] / r['ceiling']:.0f}%"
+                       f"{' (' + r['ceiling_of'] + ')' if r.get('ceiling_of') else ''} | "
                        f"{_fmt_cos(r.get('min_cosine'))} |")
     for model in dict.fromkeys(r["model"] for r in rows):
         out += [""] + summary(model, [r for r in rows if r["model"] == model])

@@ -36,3 +36,24 @@ def test_gemm_probe_quick_measures_each_precision_the_cpu_runs_or_says_why_not()
     assert ("minilm", "ffn_down", 1536, 384) in shapes and ("bert-base", "qkv", 768, 2304) in shapes
     for row in d["rates"] + d["ceilings"]:
         assert all(row[p] > 0 for p in d["kernels"]), row
+
+
+def test_bench_encode_takes_each_rows_ceiling_from_the_probe_by_its_precision():
+    """--probe: a row's share is over its own precision's ceiling (int8 rows over int8's, at the probe's most threads);
+    a model the probe does not cover keeps NumPy sgemm's."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("bench_encode", ROOT / "benchmarks" / "bench_encode.py")
+    be = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(be)
+    probe = {"ceilings": [{"model": "minilm", "threads": 1, "fp32": 10.0, "bf16": 20.0, "int8": 40.0},
+                          {"model": "minilm", "threads": 2, "fp32": 100.0, "bf16": 200.0, "int8": 400.0}]}
+    rows = [{"model": m, "method": meth, "ceiling": 50.0, "tokens_per_s": 100.0, "sentences_per_s": 1.0,
+             "peak_rss_mb": 1.0, "min_cosine": 1.0}
+            for m, meth in [("minilm", "bertfeat"), ("minilm", "bertfeat-int8"), ("minilm", "openvino-bf16"),
+                            ("mpnet-base", "bertfeat-int8")]]
+    be.use_probe_ceilings(rows, probe)
+    assert [r["ceiling"] for r in rows] == [100.0, 400.0, 200.0, 50.0]
+    table = be.render(rows, 1.0)
+    assert "| 25% (int8, gemm_probe, 2 threads) |" in table and "| 200% |" in table  # mpnet: sgemm's, unlabelled
