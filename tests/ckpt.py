@@ -472,6 +472,35 @@ def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+def precision_vs_fp32(model_dir, texts, precision: str, pooling: str = "mean") -> np.ndarray:
+    """Row cosines of a model's ``precision`` features against its fp32 ones; skips, saying why, where this machine
+    does not accelerate ``precision`` (bertfeat refuses it)."""
+    import pytest
+
+    from bertfeat.errors import BertfeatError
+    from bertfeat.model.encoder import Encoder
+    from bertfeat.ops import gemm
+
+    try:
+        gemm.resolve(precision)
+    except BertfeatError as e:
+        pytest.skip(f"{precision} not available here: {e.message}")
+    a = Encoder(model_dir).encode(texts, pooling=pooling)
+    return row_cosines(a, Encoder(model_dir, precision=precision).encode(texts, pooling=pooling))
+
+
+def without_tensor(src: str | os.PathLike, name: str, dst: str | os.PathLike) -> Path:
+    """A copy of checkpoint folder ``src`` at ``dst`` whose model.safetensors lacks tensor ``name``."""
+    from safetensors.numpy import load_file, save_file
+
+    dst = Path(dst)
+    shutil.copytree(src, dst)
+    t = load_file(str(dst / "model.safetensors"))
+    del t[name]
+    save_file(t, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
 def expected_tokens(d, model_id, text, pair, max_length) -> dict:
     """What `tokenize_text` / `bertfeat tokens --json` must return, from transformers' BertTokenizerFast alone."""
     from transformers import BertTokenizerFast

@@ -23,13 +23,12 @@ pytest.importorskip("torch", reason="the parity tests compare with transformers 
 pytest.importorskip("sentence_transformers", reason="the parity tests compare with sentence-transformers")
 import torch  # noqa: E402
 
-from bertfeat.ops import gemm  # noqa: E402
 from bertfeat.model.config import BertConfig  # noqa: E402
 from bertfeat.model.encoder import Encoder  # noqa: E402
 from bertfeat.errors import BertfeatError, ConfigError, WeightsError  # noqa: E402
 from bertfeat.model.bert import bert_forward  # noqa: E402
 from bertfeat.model.tokenize import pad_batch  # noqa: E402
-from ckpt import single_blas_thread, tokenizer_json, vocab_file  # noqa: E402
+from ckpt import precision_vs_fp32, single_blas_thread, tokenizer_json, vocab_file, without_tensor  # noqa: E402
 from extract_util import run  # noqa: E402
 from st_ckpt import st_folder  # noqa: E402
 
@@ -236,25 +235,10 @@ def test_sentence_transformers_folder(family, pooling, real_sentences, tmp_path,
 
 
 # --------------------------------------------------------------------------- precisions, engines, sklearn, long text
-def _available(precision: str) -> str | None:
-    try:
-        gemm.resolve(precision)
-        return None
-    except BertfeatError as e:
-        return e.message
-
-
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_low_precisions_close_to_fp32(family, precision, real_sentences):
-    why = _available(precision)
-    if why:
-        pytest.skip(f"{precision} unavailable here: {why}")
-    d = base(family)
-    texts = real_sentences[:40]
-    X = Encoder(d).encode(texts, pooling="mean")
-    Y = Encoder(d, precision=precision).encode(texts, pooling="mean")
-    cos = (X * Y).sum(1) / np.linalg.norm(X, axis=1) / np.linalg.norm(Y, axis=1)
+    cos = precision_vs_fp32(base(family), real_sentences[:40], precision)
     print(f"\n{family} {precision}: min cosine to fp32 {cos.min():.5f}")
     assert cos.min() >= 0.99
 
@@ -381,13 +365,7 @@ def _tensor_names(d: Path) -> list[str]:
     ("distilbert", "transformer.layer.1.ffn.lin2.weight"),
 ])
 def test_missing_tensor_is_named(family, drop, tmp_path):
-    from safetensors.numpy import load_file, save_file
-
-    d = tmp_path / family
-    shutil.copytree(base(family), d)
-    t = load_file(str(d / "model.safetensors"))
-    del t[drop]
-    save_file(t, str(d / "model.safetensors"), metadata={"format": "pt"})
+    d = without_tensor(base(family), drop, tmp_path / family)
     with pytest.raises(WeightsError, match=f"tensor '{drop}' is missing"):
         Encoder(d)
 

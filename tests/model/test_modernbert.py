@@ -23,7 +23,7 @@ from bertfeat.model.encoder import Encoder
 from bertfeat.errors import ConfigError, WeightsError
 from bertfeat.model.families import forward
 from bertfeat.model.modernbert import attend_blocked
-from ckpt import single_blas_thread, torch_threads
+from ckpt import precision_vs_fp32, single_blas_thread, torch_threads, without_tensor
 from conftest import read_sst2
 
 pytestmark = pytest.mark.live  # compared with transformers / sentence-transformers run live
@@ -273,33 +273,14 @@ def test_dask_engine_and_sklearn(st_mean_dir, real_sentences, long_texts, tmp_pa
 # --------------------------------------------------------------------------- precisions
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
 def test_other_precisions(mb_dir, real_sentences, precision):
-    from bertfeat.ops import gemm
-    from bertfeat.errors import BertfeatError
-    from ckpt import row_cosines
-
-    try:
-        gemm.resolve(precision)
-    except BertfeatError as e:
-        pytest.skip(f"{precision} not available here: {e}")
-    texts = real_sentences[:60]
-    a = Encoder(mb_dir).encode(texts, pooling="mean")
-    b = Encoder(mb_dir, precision=precision).encode(texts, pooling="mean")
-    cos = row_cosines(a, b)
+    cos = precision_vs_fp32(mb_dir, real_sentences[:60], precision)
     print(f"\nModernBERT {precision} vs fp32: min cosine {cos.min():.5f}")
     assert cos.min() > 0.99
 
 
 # --------------------------------------------------------------------------- refusals
 def test_missing_tensor_is_named(mb_dir, tmp_path):
-    import shutil
-
-    from safetensors.numpy import load_file, save_file
-
-    d = tmp_path / "missing"
-    shutil.copytree(mb_dir, d)
-    t = load_file(str(d / "model.safetensors"))
-    del t["layers.1.mlp.Wi.weight"]
-    save_file(t, str(d / "model.safetensors"), metadata={"format": "pt"})
+    d = without_tensor(mb_dir, "layers.1.mlp.Wi.weight", tmp_path / "missing")
     with pytest.raises(WeightsError, match=r"tensor 'layers.1.mlp.Wi.weight' is missing \(expected shape \(192, 64\)\)"):
         Encoder(d)
 

@@ -20,7 +20,7 @@ from bertfeat.model.encoder import Encoder
 from bertfeat.errors import ConfigError, WeightsError
 from bertfeat.model.families import forward
 from bertfeat.model.mpnet import relative_position_bucket
-from ckpt import VOCABS, row_cosines, single_blas_thread, torch_threads
+from ckpt import VOCABS, precision_vs_fp32, single_blas_thread, torch_threads, without_tensor
 from conftest import read_sst2
 
 pytestmark = pytest.mark.live  # compared with transformers / sentence-transformers run live
@@ -260,32 +260,14 @@ def test_fill_mask_matches_mpnet_for_masked_lm(tmp_path):
 # --------------------------------------------------------------------------- precisions
 @pytest.mark.parametrize("precision", ["bf16", "int8"])
 def test_other_precisions(mpnet_dir, real_sentences, precision):
-    from bertfeat.ops import gemm
-    from bertfeat.errors import BertfeatError
-
-    try:
-        gemm.resolve(precision)
-    except BertfeatError as e:
-        pytest.skip(f"{precision} not available here: {e}")
-    texts = real_sentences[:60]
-    a = Encoder(mpnet_dir).encode(texts, pooling="mean")
-    b = Encoder(mpnet_dir, precision=precision).encode(texts, pooling="mean")
-    cos = row_cosines(a, b)
+    cos = precision_vs_fp32(mpnet_dir, real_sentences[:60], precision)
     print(f"\nMPNet {precision} vs fp32: min cosine {cos.min():.5f}")
     assert cos.min() > 0.995
 
 
 # --------------------------------------------------------------------------- refusals
 def test_missing_tensor_is_named(mpnet_dir, tmp_path):
-    import shutil
-
-    from safetensors.numpy import load_file, save_file
-
-    d = tmp_path / "missing"
-    shutil.copytree(mpnet_dir, d)
-    t = load_file(str(d / "model.safetensors"))
-    del t["encoder.relative_attention_bias.weight"]
-    save_file(t, str(d / "model.safetensors"), metadata={"format": "pt"})
+    d = without_tensor(mpnet_dir, "encoder.relative_attention_bias.weight", tmp_path / "missing")
     with pytest.raises(WeightsError, match=r"tensor 'encoder.relative_attention_bias.weight' is missing \(expected shape \(32, 4\)\)"):
         Encoder(d)
 
