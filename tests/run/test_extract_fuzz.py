@@ -71,6 +71,8 @@ def test_random_csv_bytes(tmp_path_factory, capsys, header, body, policy, chunk)
     assert rows == sorted(rows) and rejected == sorted(rejected)
     assert sorted(rows + rejected) == list(range(meta["rows"]["read"]))
     assert (meta["rows"]["written"], meta["rows"]["rejected"]) == (len(rows), len(rejected))
+    if meta["rows"]["read"] == 0:  # a header alone: nothing to read back (pyarrow refuses a header with no newline)
+        return
     # the text of each row, read independently: pyarrow drops malformed lines, the others keep their order
     # (a row with an unclosed quote may be malformed to pyarrow or not: the rows pyarrow skips are recorded)
     skipped = set()
