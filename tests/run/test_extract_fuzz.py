@@ -48,6 +48,17 @@ def check_clean_failure(rc, err, out):
     assert no_leftovers(out) == []
 
 
+def extract_or_clean_failure(capsys, src, out, *args):
+    """``bertfeat extract SRC -o OUT --model tiny -q ARGS``: None after a clean failure (check_clean_failure), else
+    the output table, its metadata and the rejects file's rows, the run having printed nothing."""
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), *args, "-q")
+    if rc != 0:
+        check_clean_failure(rc, err, out)
+        return None
+    assert err == ""
+    return read_table(out), metadata(out), _rejects(out.parent / (out.name + ".rejects.csv"))
+
+
 @SETTINGS
 @given(header=st.sampled_from(HEADERS), body=st.lists(st.sampled_from(PIECES), max_size=40).map(b"".join),
        policy=st.sampled_from(["error", "skip"]), chunk=st.integers(1, 4))
@@ -55,14 +66,10 @@ def test_random_csv_bytes(tmp_path_factory, capsys, header, body, policy, chunk)
     d = tmp_path_factory.mktemp("fuzz")
     src, out = d / "in.csv", d / "o.parquet"
     src.write_bytes(header + body)
-    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--chunk-rows", chunk,
-                     "--on-bad-row", policy, "-q")
-    if rc != 0:
-        check_clean_failure(rc, err, out)
+    got = extract_or_clean_failure(capsys, src, out, "--chunk-rows", chunk, "--on-bad-row", policy)
+    if got is None:
         return
-    assert err == ""
-    t, meta = read_table(out), metadata(out)
-    rejects = _rejects(d / "o.parquet.rejects.csv")
+    t, meta, rejects = got
     if policy == "error":
         assert rejects == []
     rows = t.column("row").to_pylist()
@@ -160,14 +167,11 @@ def test_random_jsonl_bytes(tmp_path_factory, capsys, body, policy, with_id, chu
     d = tmp_path_factory.mktemp("fuzz")
     src, out = d / "in.jsonl", d / "o.parquet"
     src.write_bytes(body)
-    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--chunk-rows", chunk, "--text-column", "text",
-                     "--on-bad-row", policy, "-q", *(["--id-column", "id"] if with_id else []))
-    if rc != 0:
-        check_clean_failure(rc, err, out)
+    got = extract_or_clean_failure(capsys, src, out, "--chunk-rows", chunk, "--text-column", "text", "--on-bad-row",
+                                   policy, *(["--id-column", "id"] if with_id else []))
+    if got is None:
         return
-    assert err == ""
-    t, meta = read_table(out), metadata(out)
-    rejects = _rejects(d / "o.parquet.rejects.csv")
+    t, meta, rejects = got
     assert policy == "skip" or rejects == []
     lines = [line for line in body.removeprefix(b"\xef\xbb\xbf").split(b"\n") if line.strip()]
     assert meta["rows"]["read"] == len(lines)
