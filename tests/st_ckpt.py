@@ -127,8 +127,9 @@ def reference_roberta(kind: str, vocab: int, hidden: int, layers: int, heads: in
     return model.eval().float()
 
 
-def _randomize_any(model, seed: int) -> None:
-    """ckpt._randomize's values for any module names: 1-D weights are LayerNorm gains (lm_head.layer_norm too)."""
+def _randomize_any(model, seed: int, embedding=lambda name: "embeddings" in name) -> None:
+    """Every tensor informative, for any module names: 1-D weights are LayerNorm gains 1 + N(0, 0.1) (lm_head.layer_norm
+    too), biases N(0, 0.1), the tensors ``embedding(name)`` picks N(0, 0.25), (out, in) linear weights N(0, 1 / in)."""
     import math
 
     import torch
@@ -140,7 +141,7 @@ def _randomize_any(model, seed: int) -> None:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
             elif name.endswith("bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=g))
-            elif "embeddings" in name:
+            elif embedding(name):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
             else:  # (out, in) linear weight
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))

@@ -10,7 +10,6 @@ Run with ``pytest -s`` to see the largest difference per layer.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from functools import lru_cache
 from pathlib import Path
@@ -30,7 +29,7 @@ from bertfeat.model.bert import bert_forward  # noqa: E402
 from bertfeat.model.tokenize import pad_batch  # noqa: E402
 from ckpt import precision_vs_fp32, single_blas_thread, tokenizer_json, vocab_file, without_tensor  # noqa: E402
 from extract_util import run  # noqa: E402
-from st_ckpt import st_folder  # noqa: E402
+from st_ckpt import _randomize_any, st_folder  # noqa: E402
 
 FAMILIES = ("camembert", "electra", "distilbert")
 TOL = 1e-5
@@ -44,19 +43,8 @@ def _one_blas_thread():
 
 
 def _randomize(model, seed: int) -> None:
-    """Every tensor informative: LayerNorm gains 1 + N(0, 0.1), biases N(0, 0.1), embeddings N(0, 0.25),
-    linear weights N(0, 1 / fan_in) (embeddings_project too)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            if name.endswith("weight") and p.dim() == 1:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))
-            elif "embeddings." in name and "project" not in name:
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+    """st_ckpt's draw, with ELECTRA's embeddings_project a linear weight (N(0, 1 / fan_in)), not an embedding."""
+    _randomize_any(model, seed, embedding=lambda name: "embeddings." in name and "project" not in name)
 
 
 def family_config(family: str, vocab: int, **over):
