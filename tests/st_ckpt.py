@@ -9,7 +9,7 @@
 Every folder is written by the installed sentence-transformers (``SentenceTransformer.save``), as a
 user's fine-tuned model would be, so bertfeat is checked against the files the library really writes.
 The encoder weights come from ckpt.make_checkpoint (BERT) or a transformers RobertaModel /
-XLMRobertaModel re-initialised with ckpt._randomize (every tensor informative). RoBERTa-family
+XLMRobertaModel re-initialised with _randomize_any (every tensor informative). RoBERTa-family
 tokenizers are trained here with ``tokenizers`` on a few real sentences (no model hub): a byte-level
 BPE for 'roberta', a SentencePiece Unigram for 'xlm-roberta', with <s> <pad> </s> <unk> <mask> at ids
 0..4 as in the released checkpoints.
