@@ -38,12 +38,12 @@ def test_gemm_probe_quick_measures_each_precision_the_cpu_runs_or_says_why_not()
         assert all(row[p] > 0 for p in d["kernels"]), row
 
 
-def test_bench_encode_takes_each_rows_ceiling_from_the_probe_by_its_precision():
+def test_bench_encode_takes_each_rows_ceiling_from_the_probe_by_its_precision(monkeypatch):
     """--probe: a row's share is over its own precision's ceiling (int8 rows over int8's, at the probe's most threads);
     a model the probe does not cover keeps NumPy sgemm's."""
     import importlib.util
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # bench_encode imports corpus beside it
     spec = importlib.util.spec_from_file_location("bench_encode", ROOT / "benchmarks" / "bench_encode.py")
     be = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(be)
