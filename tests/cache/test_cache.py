@@ -447,7 +447,7 @@ def test_damaged_entries_are_encoded_again_and_repaired(tmp_path, capsys):
     assert_same_features(tmp_path / "c.parquet", tmp_path / "clean.parquet")
 
 
-def filled_cache(tmp_path, n: int, sql: str | None = None):
+def cache_then_altered(tmp_path, n: int, sql: str | None = None):
     """(src, cache): a corpus of ``n`` rows and the cache one extract of it filled (writing a.parquet), then changed
     by ``sql`` when given (a damaged or foreign cache)."""
     src = corpus(tmp_path / "c.csv", base_rows(n))
@@ -461,7 +461,7 @@ def filled_cache(tmp_path, n: int, sql: str | None = None):
 
 
 def test_damaged_entries_on_the_dask_engine(tmp_path, client):
-    src, cache = filled_cache(
+    src, cache = cache_then_altered(
         tmp_path, 30, "UPDATE vectors SET vec=zeroblob(length(vec)) WHERE key IN (SELECT key FROM vectors ORDER BY key LIMIT 2)")
     s = extract(src, tmp_path / "b_dask", cache=cache, engine="dask", client=client, blocksize=None)
     assert (s.rows_encoded, s.rows_reused, s.cache_repaired) == (2, 28, 2)
@@ -476,7 +476,7 @@ def test_damaged_entries_on_the_dask_engine(tmp_path, client):
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_a_damaged_cache_file_is_one_error_line(tmp_path, capsys, damage):
-    src, cache = filled_cache(tmp_path, 20)
+    src, cache = cache_then_altered(tmp_path, 20)
     db = cache / DB_NAME
     if damage == "garbage":
         db.write_bytes(os.urandom(64 << 10))
@@ -502,7 +502,7 @@ def test_a_damaged_cache_file_is_one_error_line(tmp_path, capsys, damage):
 
 
 def test_a_cache_of_another_format_is_one_error_line(tmp_path, capsys):
-    src, cache = filled_cache(tmp_path, 5, "UPDATE meta SET value='99' WHERE key='format'")
+    src, cache = cache_then_altered(tmp_path, 5, "UPDATE meta SET value='99' WHERE key='format'")
     rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "b.parquet", "--model", tiny_model(), "--cache", cache)
     assert (rc, out) == (1, "")
     assert err == (f"Error: the cache {cache / DB_NAME} has format 99, this bertfeat reads format 2 - use another --cache "
