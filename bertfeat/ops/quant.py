@@ -60,7 +60,7 @@ channels' weight rows at 8 bits instead of ~15: 0.99869. Scheme "4" (float token
 
 This module holds the weight quantization and the NumPy reference of the activation kernels; kernels.py has the
 fused numba versions (``quant_rows_q8_``, ``ctx_q8_``, ``dq_bias_q8_``, ``dq_add_ln_q8_``, ``dq_gelu_q8_``,
-``hp_accumulate_``), checked against these (tests/test_int8.py).
+``hp_accumulate_``), checked against these (tests/ops/test_int8.py).
 """
 
 from __future__ import annotations
