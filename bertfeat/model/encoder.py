@@ -9,7 +9,7 @@ and int8 never batches short sequences with long ones (split_short_batches): bit
 
 Over 500 lines on purpose: one class whose state lives across calls (the loaded model, its tokenizer, the
 sentence-transformers pipeline, threads and batch budget) with the argument checks of its public methods beside
-them; the math it calls lives in model.py, pooling.py and the family modules.
+them; the math it calls lives in bert.py, pooling.py and the family modules.
 """
 
 from __future__ import annotations

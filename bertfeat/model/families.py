@@ -1,6 +1,6 @@
 """One dispatch point per model family: which weights loader, forward pass and MLM head a config.json's model_type
 takes. BERT, RoBERTa, XLM-RoBERTa, CamemBERT, ELECTRA and DistilBERT share BERT's (weights.py maps their names;
-model.py); MPNet and ModernBERT have their own (mpnet.py, modernbert.py)."""
+bert.py); MPNet and ModernBERT have their own (mpnet.py, modernbert.py)."""
 
 from __future__ import annotations
 

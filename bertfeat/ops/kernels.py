@@ -1,28 +1,28 @@
 """Fused element-wise kernels for the forward pass, compiled by numba when it is installed.
 
-Shapes: N token rows, F intermediate, H hidden (see model.py).
+Shapes: N token rows, F intermediate, H hidden (see model/bert.py).
 
 Why: NumPy runs every element-wise operation as its own pass over the array. The exact GELU
-takes about 20 in-place passes over each (N, F) FFN activation (model.gelu_erf_), and bias +
+takes about 20 in-place passes over each (N, F) FFN activation (bert.gelu_erf_), and bias +
 residual + LayerNorm about ten over each (N, H) output. One compiled loop does each in a single
 pass, vectorized with the CPU's SIMD instructions (AVX-512 here). Measured on this machine
 (benchmarks/RESULTS.md): a (341, 1536) bias + GELU block takes 3.2 ms in NumPy and 0.14 ms fused.
 
-The NumPy functions in model.py stay the reference: ``tests/ops/test_kernels.py`` checks every kernel
+The NumPy functions in model/bert.py stay the reference: ``tests/ops/test_kernels.py`` checks every kernel
 against them, and the parity tests run the model both ways. ``BERTFEAT_KERNELS=numpy`` (or
 ``use("numpy")``) turns the kernels off; without numba they are off anyway.
 
 The kernels:
 
 ``bias_gelu_erf_(u, b)``  u <- GELU(u + b), the exact (erf) GELU of ``hidden_act: "gelu"``.
-    The same erf as model.gelu_erf_, erf(z) = tanh(t) with t = z P(z^2) on z clamped to [-4, 4],
+    The same erf as bert.gelu_erf_, erf(z) = tanh(t) with t = z P(z^2) on z clamped to [-4, 4],
     rewritten without tanh: 0.5 x (1 + tanh(t)) = x / (1 + exp(-2t)), which also has no
     cancellation for negative x. exp is computed inline (Cody-Waite reduction, a degree-8
     polynomial, 2^n from an integer shift), so the loop vectorizes without a vector math library.
     Within 6e-7 of the float64 GELU on [-12, 12] (the NumPy path: 5.4e-7; torch's float32: 1.2e-6).
 ``bias_relu_(u, b)``      u <- max(u + b, 0).
 ``add_layer_norm_(y, b, r, g, beta, eps)``  y <- LN(y + b + r) g + beta over each row: two-pass
-    mean and biased variance, as torch and model.layer_norm_.
+    mean and biased variance, as torch and bert.layer_norm_.
 ``masked_softmax_(scores, scale, mask_add)``  scores (B, nh, T, T) <- softmax(scores * scale +
     mask_add) over the keys, in one sweep per row; masked keys (MASK_NEG) get exactly 0, and
     exp is inline as in the GELU (within 2 ulp of float32 exp). The sums run over the keys up to
@@ -40,16 +40,19 @@ NaN kept, as gemm.to_bf16; the bits are read back from the float32 row while it 
 ``ctx_rows_bf16_(ctx, out16)``  out16 (B, T, nh, hs) <- bf16(ctx (B, nh, T, hs)): the attention
     context's transpose to token rows and its rounding in one pass.
 
-int8 variants (``precision="int8"``, see quant.py for the scheme and the NumPy reference):
-``quant_rows_(x, inv, q, sa, za)``  per-row asymmetric uint8 quantization of (M, K) rows times ``inv`` (K,) (the
-    consumer's inv_smooth; ones for none).
-``dq_bias_(acc, sa, za, sw, cs, b, yc, src, x, rows, wr, out)``  dequantize int32 sums (row i's in
-    acc[-1 - src[i]]), add the bias and the weight's float rows times their inputs (x[:, rows] wr, a few axpys per
-    row; rows empty for none); a row i with src[i] >= 0 (a float token row) takes the float product yc[src[i]].
-``add_layer_norm_q8_(y, b, r, g, beta, eps, inv, q, sa, za)``  add_layer_norm_, then quantize its output rows
-    times ``inv``.
-``dq_bias_gelu_q8_(acc, sa, za, sw, cs, b, yc, src, x, rows, wr, u, q, qs, qz)``  the FFN's up projection:
-    dq_bias_ and the GELU in one pass, then each row quantized for the down projection while it is in cache.
+int8 variants (``precision="int8"``, scheme "5"; quant.py has the scheme and the NumPy reference of each). ``nq`` =
+(inv, orows, q, s, z, ti, tv, xo) is where a kernel writes rows quantized for the next GEMM (uint8 q with per-row
+scale s and zero point z, the top channels' indices ti and values tv, the float inputs xo of the weight's outlier
+rows); ``xd`` = (s, z, ti, tv, xo) is how the consumer reads them back; ``kw`` is the QLinear's packed weight.
+``quant_rows_q8_(x, *nq)``  rows of x (M, K) times ``inv`` quantized into nq (the embeddings' output).
+``ctx_q8_(ctx, *nq)``  the attention context (B, nh, T, hs) transposed to token rows and quantized in one pass.
+``dq_bias_q8_(acc, xd, kw, b, out)``  out <- the dequantized int32 sums + b + the top channels' and outlier rows'
+    products (the fused Q/K/V projection; any other linear of a float input, quantized first).
+``dq_add_ln_q8_(acc, xd, kw, b, res, g, beta, eps, out, nq)``  out <- LN(dequantized + b + res) g + beta, each row
+    then quantized into nq (q of 0 rows: not quantized, after the last layer).
+``dq_gelu_q8_(acc, xd, kw, b, nq)``  the FFN's up projection: GELU(dequantized + b) (within 1.3e-4 of the exact
+    one), quantized into nq for the down projection while the row is in cache.
+``hp_accumulate_(acc, s, z, cs, f, out, add)``  short sequences' two levels: one of their three products into out.
 
 Every kernel works row by row, so a row's result does not depend on the other rows in the batch.
 
@@ -86,7 +89,7 @@ log2e, ln2_hi, ln2_lo = f32(1.4426950408889634), f32(0.693145751953125), f32(1.4
 sqrt_half, half, one, two, four = f32(0.7071067811865476), f32(0.5), f32(1.0), f32(2.0), f32(4.0)
 zero = f32(0.0)
 two_m32, two_m60 = f32(2.0**-32), f32(2.0**-60)
-inv_resid = f32(1.0 / 254.0)  # quant.RESID (checked equal in tests/test_int8.py)
+inv_resid = f32(1.0 / 254.0)  # quant.RESID (checked equal in tests/ops/test_int8.py)
 top_ratio2 = f32(4.0 * 4.0)  # quant.TOP_RATIO squared (likewise)
 top_n = 2  # quant.TOP (likewise; a constant: with the count read from an array's shape, 0.35 ns an element, not 0.22)
 # GELU for int8 (_gelu_q): Phi(x) - 1/2 = x P(x^2) on |x| <= 4, P of degree 7 fitted in float64 (weighted least
@@ -191,7 +194,7 @@ def bias_relu_(u, b):
 
 @_helper
 def _add_ln_row(row, b, res, g, beta, inv_h, e):
-    """row <- LN(row + b + res) g + beta: two-pass mean and biased variance, as torch and model.layer_norm_."""
+    """row <- LN(row + b + res) g + beta: two-pass mean and biased variance, as torch and bert.layer_norm_."""
     H = row.shape[0]
     total = zero
     for j in range(H):

@@ -41,7 +41,7 @@ _Q_IMPL_INFO_STR, _Q_WEIGHTS_MD, _Q_SCRATCHPAD_MD = 8, 131, 136
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_SCRATCHPAD = 1, 17, 33, 41, 80
 #: dnnl_alg_kind_t (oneDNN 3.x values) of the activations oneDNN applies after the product (post-op), by config.json's
 #: hidden_act: eltwise_relu 0x20, eltwise_gelu_tanh 0x2b, eltwise_gelu_erf 0x31 (tests/ops/test_bf16.py checks each
-#: against model.py's own functions, so a wrong value cannot pass)
+#: against model/bert.py's own functions, so a wrong value cannot pass)
 ACTIVATIONS = {"gelu": 0x31, "gelu_new": 0x2b, "gelu_pytorch_tanh": 0x2b, "gelu_fast": 0x2b, "relu": 0x20}
 _ENGINE_CPU, _STREAM_IN_ORDER, _SCRATCHPAD_USER = 1, 1, 1
 _STATUS = {1: "out of memory", 2: "invalid arguments", 3: "unimplemented", 4: "last implementation reached",
