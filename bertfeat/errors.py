@@ -106,6 +106,19 @@ class BertfeatError(ValueError):
         return visible(f"{what} - {fix}" if fix else what)
 
 
+def interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (Ctrl-C, or the CLI's SIGTERM) ``e`` is, or was raised while handling (its __cause__ /
+    __context__ chain), else None. Compiled code (numba's kernels) that a Ctrl-C lands in hands Python a
+    SystemError raised while handling the KeyboardInterrupt: it is still the interrupt."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, KeyboardInterrupt):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def special_file_kind(mode: int) -> str:
     """What a file that is neither a regular file nor a directory is, in words (from ``os.stat``'s mode)."""
     import stat

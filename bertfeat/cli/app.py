@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 from ..version import __version__
 from ..console import err_console, out_console
-from ..errors import BertfeatError
+from ..errors import BertfeatError, interrupt_in
 from ..run.options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 
@@ -588,7 +588,7 @@ def _run_main(argv: list[str] | None = None) -> int:
             else:  # a command line that does not parse: one line, exit code 2 (click's, as scripts expect)
                 err_console.print(f"Error: {usage_error(e)}", markup=False, highlight=False, soft_wrap=True)
             return e.exit_code
-        interrupt = _interrupt_in(e)
+        interrupt = interrupt_in(e)
         if interrupt is not None:  # Ctrl-C inside compiled code, e.g. numba's "SystemError: ... returned a result with
             return _stopped(interrupt)  # an exception set": an interruption, not a bug
         return _fail(e, user_error, unexpected)
@@ -695,17 +695,6 @@ def _flags() -> dict[str, str]:
     argv = _ARGV if _ARGV is not None else sys.argv[1:]
     command = next((a for a in argv if not a.startswith("-")), None)
     return FLAGS | COMMAND_FLAGS.get(command, {})
-
-
-def _interrupt_in(e: BaseException) -> BaseException | None:
-    """The KeyboardInterrupt (or Terminated) an exception was raised while handling, if any."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, (KeyboardInterrupt, Terminated)):
-            return e
-        e = e.__cause__ or e.__context__
-    return None
 
 
 def _stopped(e: BaseException | None = None) -> int:

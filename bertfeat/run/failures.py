@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import BertfeatError, opt
+from ..errors import BertfeatError, interrupt_in, opt
 from ..readers.rejects import TooManyBadRows
 from ..cache.store import CacheError
 
@@ -41,7 +41,7 @@ PROBE_MISSING = " (the report has no linear probe: pca fit / report --probe adds
 def kind_of(e: BaseException, resumable: tuple[type, ...] = ()) -> str:
     """The failure's kind (KINDS); ``resumable``: the engine's own errors that keep the finished parts (the local
     engine's DamagedPart, the Dask engine's ClusterError) beside the cache's and max_bad_rows'."""
-    if isinstance(e, KeyboardInterrupt):  # Ctrl-C, or SIGTERM through the CLI (cli.Terminated, a subclass)
+    if interrupt_in(e) is not None:  # Ctrl-C, SIGTERM through the CLI (cli.Terminated), or what a kernel made of them
         return "interrupt"
     if isinstance(e, (CacheError, TooManyBadRows, *resumable)):
         return "resumable"
@@ -121,7 +121,10 @@ def decide(f: Failure) -> Decision:
 
 def handle(e: BaseException, failure: Failure, remove: Callable[[], None]) -> BaseException:
     """Do what ``decide`` says for ``e``: remove the partial directory (``remove``), set an interrupt's resume_note;
-    returns the exception to raise (``e``, or the OutputError an OSError becomes)."""
+    returns the exception to raise (``e``; the KeyboardInterrupt for an interrupt, also when compiled code raised
+    another error while handling it; the OutputError an OSError becomes)."""
+    if failure.kind == "interrupt":
+        e = interrupt_in(e) or e
     decision = decide(failure)
     if decision.remove:
         remove()

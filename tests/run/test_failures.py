@@ -145,6 +145,31 @@ class TestKindsAndHandle:
         assert handle(e, f("interrupt"), lambda: removed.append(1)) is e
         assert (e.resume_note, removed) == (CONTINUE, [])
 
+    def test_an_interrupt_that_compiled_code_turned_into_another_error_is_an_interrupt(self):
+        """Ctrl-C or SIGTERM landing in a numba kernel reaches Python as a SystemError raised while handling it: the
+        run keeps its parts, the interrupt gets the note, and the interrupt is what is raised (it was kind "other":
+        no note, and a library caller got the SystemError)."""
+        for interrupt in (KeyboardInterrupt(), type("Terminated", (KeyboardInterrupt,), {})()):
+            try:
+                try:
+                    raise interrupt
+                except KeyboardInterrupt:
+                    raise SystemError("<function gelu> returned a result with an exception set")
+            except SystemError as caught:
+                e = caught
+            assert kind_of(e) == "interrupt"
+            removed = []
+            assert handle(e, f("interrupt"), lambda: removed.append(1)) is interrupt
+            assert (interrupt.resume_note, removed) == (CONTINUE, [])
+            assert not hasattr(e, "resume_note")
+
+    def test_an_error_raised_later_by_a_cleanup_is_not_an_interrupt(self):
+        """Only the chain of what was being handled counts: an interrupt met and dealt with before does not."""
+        e = RuntimeError("a bug")
+        assert kind_of(e) == "other"
+        e.__context__ = ValueError("handled")
+        assert kind_of(e) == "other"
+
     def test_bad_input_removes_the_directory_and_is_raised_as_it_is(self):
         removed, e = [], InputError("x.csv row 4: empty text", "fix the row")
         assert handle(e, f("input"), lambda: removed.append(1)) is e
