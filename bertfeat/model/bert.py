@@ -34,7 +34,7 @@ and per-channel quantized weights. The kernel that makes an activation quantizes
 the FFN's GELU, the context's transpose), taking each row's few outsized channels out of its quantization; the kernel
 that consumes a product dequantizes it (with the bias and residual before the LayerNorm, or before the GELU), adding
 those channels' products with ~15-bit weight rows and the float32 products of a weight's outlier rows. A batch of
-short sequences runs in two levels. The attention, the LayerNorms and the residual stream stay float32.
+short sequences multiplies by the weights at ~15 bits (their two int8 levels). The attention, the LayerNorms and the residual stream stay float32.
 
 A pooling that reads one token per sequence of the last layer (cls, lasttoken, the pooler) gets that layer at that
 token alone (layer_at, run_layers' ``at``): the fused Q/K/V product on every token (the keys and values), everything
@@ -299,7 +299,7 @@ class Ops:
     dq_bias_q8_: Callable  # (acc, xd, kw, b, out) -> out: dequantized + bias
     dq_add_ln_q8_: Callable  # (acc, xd, kw, b, res, g, beta, eps, out, nq) -> out: + bias + residual, LN, quantized
     dq_acts_q8: dict[str, Callable]  # hidden_act -> (acc, xd, kw, b, nq) -> q: act(dequantized + bias), quantized
-    hp_accumulate_: Callable  # (acc, s, z, cs, f, out, add) -> out (+)= s f (acc - z cs): two levels' sums
+    hp_accumulate_: Callable  # (acc, s, z, cs, f, out, add) -> out (+)= s f (acc - z cs): a short batch's sums
 
 
 _ops: list = [None, None]  # [kernels.fused() it was built from, Ops]
@@ -432,7 +432,7 @@ class Batch:
     eps: float  # layer_norm_eps
     bias: np.ndarray | None = None  # (nh, T, T) added to every layer's scaled scores (MPNet's position bias)
     want_probs: bool = False  # return each layer's attention probabilities
-    levels: int = 1  # int8: 2 for a batch of short sequences (quant.py), set by Int8Steps.mark
+    levels: int = 1  # int8: the weight's levels, 2 (Wq + Wr / RESID) for a batch of short sequences (quant.py)
 
     @classmethod
     def of(cls, config, mask_add: np.ndarray, ws: Workspace, bias: np.ndarray | None = None,
@@ -674,7 +674,7 @@ _CONST: dict[tuple, np.ndarray] = {}
 
 
 def const(n: int, value: float = 0.0, dtype=np.float32) -> np.ndarray:
-    """A shared vector of n ``value``s, never written (a missing bias; two levels' unit scales and zero points). Not
+    """A shared vector of n ``value``s, never written (a missing bias; a short batch's unit scales and zero points). Not
     flagged read-only: numba would compile its kernels again for read-only arrays."""
     key = (n, value, np.dtype(dtype).str)
     v = _CONST.get(key)
@@ -691,8 +691,7 @@ def zeros(n: int) -> np.ndarray:
 @dataclass
 class QRows:
     """(M, K) rows quantized for an int8 GEMM by the kernel that wrote them (quant.quant_rows_q8): uint8 ``q``
-    (L M, K) with scales ``s`` and zero points ``z`` (L M,), L the batch's levels (2: each row's residual in row
-    M + i); the top channels' indices ``ti`` and values ``tv`` (M, TOP); the float values at the consuming weight's
+    (M, K) with scales ``s`` and zero points ``z`` (M,); the top channels' indices ``ti`` and values ``tv`` (M, TOP); the float values at the consuming weight's
     outlier rows ``xo`` (M, k)."""
 
     q: np.ndarray
@@ -705,14 +704,13 @@ class QRows:
     @classmethod
     def take(cls, bt: Batch, name: str, M: int, ql: quant.QLinear) -> QRows:
         """Workspace buffers ``name``_* for M rows of ``ql``'s input."""
-        ws, L, K = bt.ws, bt.levels, ql.shape[0]
-        return cls(ws.take(name + "_q", (L * M, K), np.uint8), ws.take(name + "_s", (L * M,)),
-                   ws.take(name + "_z", (L * M,), np.int32), ws.take(name + "_ti", (M, quant.TOP), np.int32),
+        ws, K = bt.ws, ql.shape[0]
+        return cls(ws.take(name + "_q", (M, K), np.uint8), ws.take(name + "_s", (M,)),
+                   ws.take(name + "_z", (M,), np.int32), ws.take(name + "_ti", (M, quant.TOP), np.int32),
                    ws.take(name + "_tv", (M, quant.TOP)), ws.take(name + "_xo", (M, len(ql.rows))))
 
     def __getitem__(self, rows: slice) -> QRows:
-        """Rows of a one-level quantization."""
-        assert self.q.shape[0] == self.ti.shape[0], "a block of rows of a two-level quantization"
+        """A block of the rows."""
         return QRows(*(a[rows] for a in (self.q, self.s, self.z, self.ti, self.tv, self.xo)))
 
     def nq(self, ql: quant.QLinear) -> tuple:
@@ -720,8 +718,8 @@ class QRows:
         return ql.inv_smooth, ql.rows, self.q, self.s, self.z, self.ti, self.tv, self.xo
 
     def xd(self, levels: int) -> tuple:
-        """What a kernel dequantizing a product of these rows takes: (s, z, ti, tv, xo); two levels: the sums are
-        float32 already (q8_products), so s 1 and z 0."""
+        """What a kernel dequantizing a product of these rows takes: (s, z, ti, tv, xo); a short batch's (levels 2)
+        sums are float32 already (q8_products), so s 1 and z 0."""
         M = self.ti.shape[0]
         if levels == 1:
             return self.s, self.z, self.ti, self.tv, self.xo
@@ -736,19 +734,16 @@ def quantize_(x: np.ndarray, bt: Batch, name: str, ql: quant.QLinear) -> QRows:
 
 
 def q8_products(xq: QRows, ql: quant.QLinear, bt: Batch, out: np.ndarray | None = None) -> np.ndarray:
-    """The int8 GEMM of ``xq``'s rows with ``ql``: (M, N) int32 sums; two levels: the GEMMs of each level's rows and of
-    the first level with the residual weight, summed into float32 as they come (hp_accumulate_: one int32 buffer,
-    not three). Into ``out``, else the workspace buffer "acc" (int32) or "acc_f" (float32): every linear layer's sums
+    """The int8 GEMM of ``xq``'s rows with ``ql``: (M, N) int32 sums; levels 2 (a short batch): the GEMMs with Wq and
+    with the residual weight Wr, summed into float32 as they come (hp_accumulate_: one int32 buffer, not two). Into ``out``, else the workspace buffer "acc" (int32) or "acc_f" (float32): every linear layer's sums
     are consumed before the next one's are made, so one buffer serves them all (int8's workspace stays near bf16's)."""
     M, N = xq.ti.shape[0], ql.shape[1]
     if bt.levels == 1:
         return gemm.matmul(xq.q, ql.packed, out=bt.ws.take("acc", (M, N), np.int32) if out is None else out)
     acc, hp = bt.ws.take("acc", (M, N), np.int32), bt.k.hp_accumulate_
     out = bt.ws.take("acc_f", (M, N)) if out is None else out
-    hp(gemm.matmul(xq.q[:M], ql.packed, out=acc), xq.s[:M], xq.z[:M], ql.colsum, np.float32(1.0), out, False)
-    hp(gemm.matmul(xq.q[M:], ql.packed, out=acc), xq.s[M:], xq.z[M:], ql.colsum, np.float32(1.0), out, True)
-    return hp(gemm.matmul(xq.q[:M], ql.packed_r, out=acc), xq.s[:M], xq.z[:M], ql.colsum_r,
-              np.float32(1.0 / quant.RESID), out, True)
+    hp(gemm.matmul(xq.q, ql.packed, out=acc), xq.s, xq.z, ql.colsum, np.float32(1.0), out, False)
+    return hp(gemm.matmul(xq.q, ql.packed_r, out=acc), xq.s, xq.z, ql.colsum_r, np.float32(1.0 / quant.RESID), out, True)
 
 
 _NO_Q = (np.zeros(0, np.float32), np.zeros(0, np.int64), np.zeros((0, 0), np.uint8), np.zeros(0, np.float32),
@@ -757,9 +752,9 @@ _NO_Q = (np.zeros(0, np.float32), np.zeros(0, np.int64), np.zeros((0, 0), np.uin
 
 
 class Int8Steps(Fp32Steps):
-    """int8 (scheme 5, quant.py): every product a uint8 x int8 GEMM whose input the kernel that wrote it quantized
+    """int8 (scheme 6, quant.py): every product a uint8 x int8 GEMM whose input the kernel that wrote it quantized
     (Rows.low is a QRows), dequantized by the kernel that consumes it (bias + residual + LayerNorm, or bias + GELU,
-    which quantizes its own output in the same pass); a batch of short sequences in two levels."""
+    which quantizes its own output in the same pass); a batch of short sequences with the ~15-bit weights."""
 
     precision = "int8"
 
@@ -797,7 +792,7 @@ class Int8Steps(Fp32Steps):
         return Rows(h, hq)
 
     def block_rows(self, lw: LayerWeights, bt: Batch, M: int) -> int:
-        return M if bt.levels == 2 else ffn_block_rows(lw.up_w.shape[1], "gelu", bt.k)  # two levels: one block
+        return ffn_block_rows(lw.up_w.shape[1], "gelu", bt.k)
 
     def ffn_buffer(self, M: int, lw: LayerWeights, bt: Batch) -> np.ndarray:
         return bt.ws.take("acc_y", (M, lw.down_w.shape[1]), np.int32 if bt.levels == 1 else np.float32)

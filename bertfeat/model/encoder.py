@@ -119,10 +119,10 @@ def token_budget_batches(lengths: np.ndarray, budget: int, max_rows: int = MAX_B
 
 def split_short_batches(batches: list[np.ndarray], lengths: np.ndarray) -> list[np.ndarray]:
     """int8: each batch cut into its short sequences (quant.SHORT_TOKENS tokens or fewer) and the others. A batch of
-    short sequences runs in two levels (quant.all_short), a mixed one in one: apart, a short sequence always takes the
-    first way, so its features do not depend on its batch. Batches are length-sorted, so this cuts at most one batch
-    per boundary. A batch of short sequences is cut in halves too: two levels hold a float32 copy of each linear
-    layer's sums, and half the rows keep that buffer within bf16's workspace."""
+    short sequences multiplies by the ~15-bit weights (quant.all_short), a mixed one by the int8 weights: apart, a
+    short sequence always takes the first way, so its features do not depend on its batch. Batches are length-sorted,
+    so this cuts at most one batch per boundary. A batch of short sequences is cut in halves too: its products are
+    summed in a float32 copy of each linear layer's sums, and half the rows keep that buffer within bf16's workspace."""
     from ..ops.quant import SHORT_TOKENS
 
     out = []

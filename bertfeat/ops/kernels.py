@@ -40,7 +40,7 @@ NaN kept, as gemm.to_bf16; the bits are read back from the float32 row while it 
 ``ctx_rows_bf16_(ctx, out16)``  out16 (B, T, nh, hs) <- bf16(ctx (B, nh, T, hs)): the attention
     context's transpose to token rows and its rounding in one pass.
 
-int8 variants (``precision="int8"``, scheme "5"; quant.py has the scheme and the NumPy reference of each). ``nq`` =
+int8 variants (``precision="int8"``, scheme "6"; quant.py has the scheme and the NumPy reference of each). ``nq`` =
 (inv, orows, q, s, z, ti, tv, xo) is where a kernel writes rows quantized for the next GEMM (uint8 q with per-row
 scale s and zero point z, the top channels' indices ti and values tv, the float inputs xo of the weight's outlier
 rows); ``xd`` = (s, z, ti, tv, xo) is how the consumer reads them back; ``kw`` is the QLinear's packed weight.
@@ -52,7 +52,8 @@ rows); ``xd`` = (s, z, ti, tv, xo) is how the consumer reads them back; ``kw`` i
     then quantized into nq (q of 0 rows: not quantized, after the last layer).
 ``dq_gelu_q8_(acc, xd, kw, b, nq)``  the FFN's up projection: GELU(dequantized + b) (within 1.3e-4 of the exact
     one), quantized into nq for the down projection while the row is in cache.
-``hp_accumulate_(acc, s, z, cs, f, out, add)``  short sequences' two levels: one of their three products into out.
+``hp_accumulate_(acc, s, z, cs, f, out, add)``  a short batch's products with the weight's two levels (Wq, Wr), one
+    at a time, into float32 out.
 
 Every kernel works row by row, so a row's result does not depend on the other rows in the batch.
 
@@ -334,23 +335,11 @@ def ctx_rows_bf16_(ctx, out16):
 # first-index loop inlined into _quant_out stopped vectorizing (0.33 ns an element, 0.05 apart); _stats packs the
 # index into its max instead.
 @_helper
-def _range_keys(bits):
-    """(lo, hi) int32 keys of min(row, 0) and max(row, 0): b ^ ((b >> 31) & 0x7FFFFFFF) orders int32 keys as the floats
-    they stand for, and an integer min / max loop vectorizes where a float one (NaN rules) does not."""
-    lo_k, hi_k = np.int32(0), np.int32(0)  # the key of +0.0: the range always holds 0
-    for j in range(bits.shape[0]):
-        b = bits[j]
-        k = b ^ ((b >> 31) & np.int32(0x7FFFFFFF))
-        lo_k = min(lo_k, k)
-        hi_k = max(hi_k, k)
-    return lo_k, hi_k
-
-
-@_helper
 def _stats(bits):
-    """(top, lo key, hi key) of a row's int32 bits (_range_keys): ``top`` packs the key of max |t| (|t|'s bits order as
-    |t| does; a NaN's are the largest) with its first index j as (key << 32) | (n - j), so one vectorized max finds
-    both."""
+    """(top, lo key, hi key) of a row's int32 bits: lo / hi are the keys of min(row, 0) and max(row, 0) (b ^ ((b >> 31)
+    & 0x7FFFFFFF) orders int32 keys as the floats they stand for, and an integer min / max loop vectorizes where a
+    float one, under NaN rules, does not); ``top`` packs the key of max |t| (|t|'s bits order as |t| does; a NaN's are
+    the largest) with its first index j as (key << 32) | (n - j), so one vectorized max finds both."""
     n = bits.shape[0]
     top, lo_k, hi_k = np.int64(0), np.int32(0), np.int32(0)
     for j in range(n):
@@ -403,22 +392,14 @@ def _quant_keys(row, qr, lo_k, hi_k, pair):
 
 
 @_helper
-def _residual(t, qi, a, zf):
-    """t <- t - a (qi - zf): what the quantization of t left out."""
-    for j in range(t.shape[0]):
-        t[j] = t[j] - a * (f32(qi[j]) - zf)
-
-
-@_helper
 def _quant_out(row, i, nq, t, tb, pair):
     """Row i of a layer's output (float32 ``row``) quantized for the next int8 GEMM into ``nq`` = (inv, orows, q, s,
     z, ti, tv, xo) (quant.quant_rows_q8): xo[i] <- row[orows]; t <- row * inv, its top channels out (up to TOP,
     those above TOP_RATIO x its rms, largest first; -1 in ti for an empty slot; the first index on ties; a NaN is
-    taken), the rest quantized into q[i]; with two levels (q of 2M rows) the residual into q[M + i]. Every pass is
+    taken), the rest quantized into q[i]. Every pass is
     vectorized, on the int32 bits of t: ``t`` a float32 scratch row, ``tb`` its int32 view (made once: one per row
     cost 0.13 ns an element), ``pair`` float32 scratch."""
     inv, orows, q, s, z, ti, tv, xo = nq
-    M = ti.shape[0]
     xr, tir, tvr = xo[i], ti[i], tv[i]
     for r in range(orows.shape[0]):
         xr[r] = row[orows[r]]
@@ -436,10 +417,6 @@ def _quant_out(row, i, nq, t, tb, pair):
             lim = np.int64(1) << 40  # no later slot either
         top, lo_k, hi_k = _stats(tb)
     s[i], z[i] = _quant_keys(t, q[i], lo_k, hi_k, pair)
-    if q.shape[0] > M:  # two levels (short sequences)
-        _residual(t, q[i], s[i], f32(z[i]))
-        lo_k, hi_k = _range_keys(tb)
-        s[M + i], z[M + i] = _quant_keys(t, q[M + i], lo_k, hi_k, pair)
 
 
 @_row
@@ -627,8 +604,8 @@ def _accumulate_row(o, r, a, z, cs, add):
 
 @_kernel("hp_accumulate_")
 def hp_accumulate_(acc, s, z, cs, f, out, add):
-    """Two levels, one of their three products: out (M, N) <- (or, with ``add``, +=) s f (acc - z cs), the consumer's
-    s_w not applied (quant.hp_accumulate)."""
+    """A short batch (levels 2), one of its two products: out (M, N) <- (or, with ``add``, +=) s f (acc - z cs), the
+    consumer's s_w not applied (quant.hp_accumulate)."""
     for i in range(out.shape[0]):
         _accumulate_row(out[i], acc[i], s[i] * f, z[i], cs, add)
     return out
@@ -683,25 +660,25 @@ def _warm_bf16(k: dict[str, Callable]) -> None:
 
 
 def _warm_q8(k: dict[str, Callable]) -> None:
-    """The int8 kernels likewise, only for an int8 model: each with one and with two levels (float32 sums)."""
+    """The int8 kernels likewise, only for an int8 model: each with int32 sums and with a short batch's float32 ones."""
     M, K, N, J = 2, 8, 8, 2
     v, x = np.zeros(K, np.float32), np.zeros((M, K), np.float32)
     kw = (np.ones(N, np.float32), np.zeros(N, np.int32), np.zeros(K * N, np.int8), np.zeros(K * N, np.int8),
           np.arange(K, dtype=np.int64) * N, np.arange(N, dtype=np.int64), np.zeros((0, N), np.float32), 0)
     for levels in (1, 2):
-        q, s, z = np.zeros((levels * M, K), np.uint8), np.ones(levels * M, np.float32), np.zeros(levels * M, np.int32)
+        q, s, z = np.zeros((M, K), np.uint8), np.ones(M, np.float32), np.zeros(M, np.int32)
         ti, tv, xo = np.zeros((M, J), np.int32), np.zeros((M, J), np.float32), np.zeros((M, 0), np.float32)
         nq = (v, np.zeros(0, np.int64), q, s, z, ti, tv, xo)
         k["quant_rows_q8_"](x, *nq)
         k["ctx_q8_"](np.zeros((1, 2, M, K // 2), np.float32), *nq)
         acc = np.zeros((M, N), np.int32 if levels == 1 else np.float32)
-        xd = (s[:M], z[:M], ti, tv, xo)
+        xd = (s, z, ti, tv, xo)
         k["dq_bias_q8_"](acc, xd, kw, v, x.copy())
         k["dq_add_ln_q8_"](acc, xd, kw, v, x, v, v, 1e-12, x.copy(), nq)
         k["dq_add_ln_q8_"](acc, xd, kw, v, x, v, v, 1e-12, x.copy(), nq[:2] + (q[:0],) + nq[3:])
         k["dq_gelu_q8_"](acc, xd, kw, v, nq)
     for add in (False, True):
-        k["hp_accumulate_"](np.zeros((M, N), np.int32), s[:M], z[:M], kw[1], np.float32(1.0), x.copy(), add)
+        k["hp_accumulate_"](np.zeros((M, N), np.int32), s, z, kw[1], np.float32(1.0), x.copy(), add)
 
 
 def warm_q8() -> None:

@@ -25,15 +25,15 @@ consuming kernel decodes each distinct channel of a block once and adds TOP axpy
 the row alone.
 
 Short sequences (at most SHORT_TOKENS tokens, special tokens included): a mean over a few tokens averages little of
-the rounding away. The Encoder batches them apart (encoder.split_short_batches) and such a batch runs in two levels
-(``levels`` = 2): each row is quantized, then its residual x - s_a (xq - z) is quantized again into a second row,
-and the product is xq1 Wq + xq2 Wq + xq1 Wr / RESID (the last term xq2 Wr / RESID is below both roundings): three
-int8 GEMM rows per row, about a bf16 row's cost, at about bf16's precision. A row is short or not by its own
-sequence, never by its batch, so features are the same bit for bit in any batch. Both extra products are needed:
-over the 1,248 sentences of <= 8 tokens among the 17,511 of examples/precision_check.py, the smallest cosine to fp32
-is 0.99997 with all three, 0.99906 without xq1 Wr and 0.99937 without xq2 Wq (2026-11-29, Zen 5). Such a batch
-costs 1.7-1.9x bf16's time a token (benchmarks/corpus.py's sentences, one thread): a corpus of mostly short texts is
-faster in bf16 (docs/precision.md).
+the rounding away. The Encoder batches them apart (encoder.split_short_batches) and such a batch multiplies by the
+weights at ~15 bits, their two int8 levels (``levels`` = 2): xq Wq + xq Wr / RESID, two int8 GEMM rows per row summed
+in float32 (hp_accumulate). A row is short or not by its own sequence, never by its batch, so features are the same
+bit for bit in any batch. Over the 1,248 sentences of <= 8 tokens among the 17,511 of examples/precision_check.py,
+the smallest cosine to fp32 is 0.99937 (the longer sentences': 0.99899), against 0.99997 when scheme "5" quantized
+each row's residual x - s_a (xq - z) into a second row for a third product, xq2 Wq, at 1.4x the time of such a
+batch; 0.99906 with xq2 Wq and without xq Wr (2026-11-29, Zen 5). Such a batch still costs 1.2-1.3x bf16's time a
+token (benchmarks/corpus.py's sentences, one thread): a corpus of mostly short texts is faster in bf16
+(docs/precision.md).
 
 Outlier weight rows, decided from the weights alone: a few input rows k of a trained weight are far larger than
 the rest (all-MiniLM-L6-v2's FFN down projections have rows 38-55x the median row's largest |value|), and each
@@ -78,14 +78,15 @@ from . import onednn
 #: schemes never mix in one output or cache ("1": bertfeat 0.2.0; "2": + the outlier weight rows below; "3": + the
 #: short sequences' rows in float and the LayerNorm-output smoothing; "4": the same features whatever the batch, bit
 #: for bit: attention per sequence length, short sequences never batched with long ones; "5": no float GEMM at all:
-#: the top channels of each row out of its quantization, short sequences in two int8 levels, weights from bf16)
-SCHEME = "5"
+#: the top channels of each row out of its quantization, short sequences in two int8 levels, weights from bf16;
+#: "6": short sequences' activations in one level, by the weights' two: two products, not three)
+SCHEME = "6"
 
 #: an input row of a weight whose largest |value| is above this many times the median row's stays float32
 #: (module docstring); 6 picks the 38-55x rows of all-MiniLM-L6-v2 and no row of a random-weight model
 OUTLIER_ROW_RATIO = 6.0
 
-#: a sequence of at most this many tokens (special tokens included) runs in two levels (module docstring)
+#: a sequence of at most this many tokens (special tokens included) multiplies by the ~15-bit weights (module docstring)
 SHORT_TOKENS = 8
 
 #: SmoothQuant's migration strength: s = a_max^alpha / w_max^(1 - alpha), a_max from the LayerNorm's parameters
@@ -265,14 +266,10 @@ def quant_rows_q8(x: np.ndarray, inv: np.ndarray, orows: np.ndarray, q: np.ndarr
                   ti: np.ndarray, tv: np.ndarray, xo: np.ndarray) -> np.ndarray:
     """NumPy version of kernels.quant_rows_q8_ (the same arguments): rows of x (M, K) times ``inv`` quantized into
     q, s, z after their top channels are taken out into ti, tv, and their float values at ``orows`` (the consumer's
-    outlier rows) into xo; with 2M rows in q, s, z each row's residual is quantized again into row M + i."""
-    M = x.shape[0]
+    outlier rows) into xo."""
     xo[...] = x[:, orows]
     t, ti[...], tv[...] = take_top((x * inv).astype(np.float32), ti.shape[1])
-    q[:M], s[:M], z[:M] = quant_rows(t)
-    if q.shape[0] > M:  # two levels
-        r = (t - s[:M, None] * (q[:M].astype(np.float32) - z[:M, None].astype(np.float32))).astype(np.float32)
-        q[M:], s[M:], z[M:] = quant_rows(r)
+    q[...], s[...], z[...] = quant_rows(t)
     return q
 
 
@@ -299,7 +296,7 @@ def dq_bias_q8(acc: np.ndarray, xd: tuple, kw: tuple, b: np.ndarray, out: np.nda
 
 def hp_accumulate(acc: np.ndarray, s: np.ndarray, z: np.ndarray, cs: np.ndarray, f: np.float32, out: np.ndarray,
                   add: bool) -> np.ndarray:
-    """NumPy version of kernels.hp_accumulate_, one of two levels' three products: out (M, N) <- (or +=)
+    """NumPy version of kernels.hp_accumulate_, one of a short batch's two products: out (M, N) <- (or +=)
     s f (acc - z cs), without s_w (the consumer applies it, with s 1 and z 0); f 1, or 1 / RESID for the residual
     weight's product."""
     y = (acc - z[:, None] * cs[None, :]).astype(np.float32) * (s[:, None] * np.float32(f))
@@ -312,7 +309,7 @@ def hp_accumulate(acc: np.ndarray, s: np.ndarray, z: np.ndarray, cs: np.ndarray,
 
 def all_short(real: np.ndarray) -> bool:
     """True when every sequence of a (B, T) batch (True at real tokens) has at most SHORT_TOKENS tokens: the batch
-    runs in two levels (module docstring; the Encoder never batches short sequences with long ones)."""
+    multiplies by the ~15-bit weights (module docstring; the Encoder never batches short sequences with long ones)."""
     return bool((real.sum(axis=1) <= SHORT_TOKENS).all())
 
 

@@ -88,7 +88,7 @@ def new_summary(plan, encoder, spec, engine: str, **counts) -> ExtractSummary:
 
 
 def gemm_record(encoder) -> dict:
-    """The GEMM path in provenance; int8 adds which sequences run in two levels, how many top channels per row are
+    """The GEMM path in provenance; int8 adds which sequences multiply by the weights' two levels (~15 bits), how many top channels per row are
     taken out of the quantization, how many outlier weight rows stay float32 per kind of layer and which layers'
     inputs are smoothed (quant.py)."""
     d = encoder.gemm_path.to_dict()
