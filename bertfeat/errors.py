@@ -106,15 +106,20 @@ class BertfeatError(ValueError):
         return visible(f"{what} - {fix}" if fix else what)
 
 
-def interrupt_in(e: BaseException | None) -> KeyboardInterrupt | None:
-    """The KeyboardInterrupt (Ctrl-C, or the CLI's SIGTERM) ``e`` is, or was raised while handling (its __cause__ /
-    __context__ chain), else None. Compiled code (numba's kernels) that a Ctrl-C lands in hands Python a
-    SystemError raised while handling the KeyboardInterrupt: it is still the interrupt."""
+def interrupt_in(e: BaseException | None, anywhere: bool = False) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt (Ctrl-C, or the CLI's SIGTERM) ``e`` is, else None. Compiled code (numba's kernels) that
+    a Ctrl-C lands in hands Python a SystemError raised while handling the KeyboardInterrupt: that is the interrupt
+    too. Only that shape: any other error whose context holds an interrupt (a caller's own ``except
+    KeyboardInterrupt:`` around bertfeat.extract, a cleanup failing while one unwinds) is that error.
+    ``anywhere``: any KeyboardInterrupt in the __cause__ / __context__ chain (the CLI's process, where no caller's
+    interrupt can be pending)."""
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, KeyboardInterrupt):
             return e
+        if not anywhere and (not isinstance(e, SystemError) or e.__suppress_context__):
+            return None
         e = e.__cause__ or e.__context__
     return None
 

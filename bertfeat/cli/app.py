@@ -588,7 +588,7 @@ def _run_main(argv: list[str] | None = None) -> int:
             else:  # a command line that does not parse: one line, exit code 2 (click's, as scripts expect)
                 err_console.print(f"Error: {usage_error(e)}", markup=False, highlight=False, soft_wrap=True)
             return e.exit_code
-        interrupt = interrupt_in(e)
+        interrupt = interrupt_in(e, anywhere=True)
         if interrupt is not None:  # Ctrl-C inside compiled code, e.g. numba's "SystemError: ... returned a result with
             return _stopped(interrupt)  # an exception set": an interruption, not a bug
         return _fail(e, user_error, unexpected)

@@ -20,6 +20,7 @@ import os
 from typing import Any, Literal, Mapping, Sequence
 
 from ..checks import DEFAULT_MAX_FIELD_BYTES
+from ..errors import interrupt_in
 from .summary import ExtractSummary
 from .options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, OPTIONS, ExtractOptions
 from .plan import make_plan
@@ -129,8 +130,13 @@ def run(plan, progress=None, client=None) -> ExtractSummary:
             from . import local as local_engine
 
             return local_engine.run(plan, progress)
-    except KeyboardInterrupt as e:  # what the run kept, as the exception's message for Python callers (the CLI's
-        note = getattr(e, "resume_note", None)  # one line after Ctrl-C prints it too)
-        if note and not e.args:
-            e.args = (note,)
-        raise
+    except BaseException as e:
+        interrupt = interrupt_in(e)  # a Ctrl-C in a kernel before an engine handled it (the model's load): itself
+        if interrupt is None:
+            raise
+        note = getattr(interrupt, "resume_note", None)  # what the run kept, as the exception's message for Python
+        if note and not interrupt.args:  # callers (the CLI's one line after Ctrl-C prints it too)
+            interrupt.args = (note,)
+        if interrupt is e:
+            raise
+        raise interrupt from None

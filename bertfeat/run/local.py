@@ -33,7 +33,7 @@ from .chunks import (
     table_counts,
     validate_batch,
 )
-from ..errors import BertfeatError, one_line, opt
+from ..errors import BertfeatError, interrupt_in, one_line, opt
 from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.base import check_float16_range
 from .encoder_setup import feature_settings, load_encoder, make_reuser
@@ -268,7 +268,7 @@ class LocalRun:
 
     def failed(self, e: BaseException, phase: str) -> BaseException:
         """The exception to raise for a failure in ``phase``, the part store kept or removed (failures.handle)."""
-        return handle(e, self.failure(kind_of(e, (DamagedPart,)), phase, e), self.store.remove)
+        return handle(e, self.failure(kind_of(e, (DamagedPart,)), phase, interrupt_in(e) or e), self.store.remove)
 
 
 def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprint: dict, summary: ExtractSummary, pca,

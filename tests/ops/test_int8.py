@@ -495,6 +495,26 @@ def test_short_sequences_multiply_by_the_15_bit_weights(minilm_dir):
 
 
 @needs_int8
+def test_a_short_batch_in_ffn_blocks_gives_the_same_features(minilm_dir, monkeypatch):
+    """Scheme "6" lets a short batch's FFN run in blocks of rows, as any batch's (scheme "5" kept it whole for its
+    residual rows): the features are the same bit for bit with blocks of 3 rows."""
+    from bertfeat.model import bert
+
+    e8 = Encoder(minilm_dir, precision="int8")
+    short = ["too bad .", "wow .", "why is the sky blue ?", "a fine film", "not good", "so so", "yes", "why ?"]
+    whole = e8.encode(short)
+    calls = []
+
+    def small(self, lw, bt, M):
+        calls.append(bt.levels)
+        return 3
+
+    monkeypatch.setattr(bert.Int8Steps, "block_rows", small)
+    np.testing.assert_array_equal(e8.encode(short), whole)
+    assert calls and set(calls) == {2}  # the short batches took the blocks
+
+
+@needs_int8
 def test_int8_weights_take_no_more_memory_than_bf16s(minilm_dir):
     """Wq and Wr are a byte each: an int8 model's linear weights take about bf16's 2 bytes a weight (the outlier rows'
     float32 copies and the per-channel vectors add 1-2 %), not the 3 of scheme "4" (int8 + a bf16 copy)."""

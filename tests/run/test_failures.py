@@ -22,7 +22,7 @@ import pytest
 import bertfeat
 from bertfeat.cli.app import FLAGS
 from bertfeat.run.dask_cluster import ClusterError
-from bertfeat.errors import BertfeatError, InputError, render
+from bertfeat.errors import BertfeatError, InputError, interrupt_in, render
 from bertfeat.run.failures import STDIN_NOT_KEPT, Failure, decide, handle, kept_for_limit, kind_of
 from bertfeat.run.local import DamagedPart
 from bertfeat.readers.rejects import TooManyBadRows
@@ -163,12 +163,30 @@ class TestKindsAndHandle:
             assert (interrupt.resume_note, removed) == (CONTINUE, [])
             assert not hasattr(e, "resume_note")
 
-    def test_an_error_raised_later_by_a_cleanup_is_not_an_interrupt(self):
-        """Only the chain of what was being handled counts: an interrupt met and dealt with before does not."""
-        e = RuntimeError("a bug")
-        assert kind_of(e) == "other"
-        e.__context__ = ValueError("handled")
-        assert kind_of(e) == "other"
+    def test_an_error_raised_while_a_callers_interrupt_is_handled_is_that_error(self):
+        """A Python caller's own ``except KeyboardInterrupt:`` (a retry loop) around bertfeat.extract: the run's bad
+        input is bad input (its directory removed, the error raised), not the caller's old interrupt; likewise a
+        SystemError raised ``from None``. The CLI, where no caller's interrupt can be pending, looks anywhere."""
+        def raised_while_handling(interrupt, make, suppress=False):
+            try:
+                try:
+                    raise interrupt
+                except KeyboardInterrupt:
+                    if suppress:
+                        raise make() from None
+                    raise make()
+            except BaseException as caught:
+                return caught
+
+        old = KeyboardInterrupt()
+        e = raised_while_handling(old, lambda: InputError("x.csv row 4: empty text", "fix the row"))
+        assert interrupt_in(e) is None and interrupt_in(e, anywhere=True) is old
+        assert kind_of(e) == "input"
+        removed = []
+        assert handle(e, f(kind_of(e)), lambda: removed.append(1)) is e and removed == [1]
+        assert kind_of(raised_while_handling(old, lambda: OSError(errno.ENOSPC, "No space left on device"))) == "disk"
+        assert kind_of(raised_while_handling(old, lambda: SystemError("x"), suppress=True)) == "other"
+        assert interrupt_in(raised_while_handling(old, lambda: SystemError("x"))) is old
 
     def test_bad_input_removes_the_directory_and_is_raised_as_it_is(self):
         removed, e = [], InputError("x.csv row 4: empty text", "fix the row")

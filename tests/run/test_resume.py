@@ -402,6 +402,27 @@ def test_the_library_raises_the_interrupt_not_what_compiled_code_made_of_it(tmp_
     assert len(parts(out)) == 2 and not out.exists()
 
 
+def test_an_interrupt_inside_compiled_code_before_the_run_starts_is_the_interrupt(tmp_path, capsys, monkeypatch):
+    """Ctrl-C landing in a kernel while the model loads (its kernels warm up there), before an engine handles
+    failures: bertfeat.extract raises the KeyboardInterrupt, not the SystemError; the CLI says "Interrupted."."""
+    import bertfeat.run.local
+
+    def load(plan):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise SystemError("<function quant_rows_q8_> returned a result with an exception set")
+
+    monkeypatch.setattr(bertfeat.run.local, "load_encoder", load)
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a sentence"]])
+    out = tmp_path / "o.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        bertfeat.extract(src, out, model=tiny_model())
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model())
+    assert (rc, err) == (130, "Interrupted.\n")
+    assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+
+
 def test_sigterm_keeps_the_partial_run_and_names_resume(tmp_path):
     """SIGTERM (kill, docker stop, a scheduler's time limit) is handled as Ctrl-C: one line naming --resume, the
     finished chunks kept, exit 143; the resumed run completes the same output as an uninterrupted one."""
