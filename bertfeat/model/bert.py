@@ -34,7 +34,8 @@ and per-channel quantized weights. The kernel that makes an activation quantizes
 the FFN's GELU, the context's transpose), taking each row's few outsized channels out of its quantization; the kernel
 that consumes a product dequantizes it (with the bias and residual before the LayerNorm, or before the GELU), adding
 those channels' products with ~15-bit weight rows and the float32 products of a weight's outlier rows. A batch of
-short sequences multiplies by the weights at ~15 bits (their two int8 levels). The attention, the LayerNorms and the residual stream stay float32.
+short sequences multiplies by the weights at ~15 bits (their two int8 levels). The attention, the LayerNorms and the
+residual stream stay float32.
 
 A pooling that reads one token per sequence of the last layer (cls, lasttoken, the pooler) gets that layer at that
 token alone (layer_at, run_layers' ``at``): the fused Q/K/V product on every token (the keys and values), everything
@@ -691,8 +692,8 @@ def zeros(n: int) -> np.ndarray:
 @dataclass
 class QRows:
     """(M, K) rows quantized for an int8 GEMM by the kernel that wrote them (quant.quant_rows_q8): uint8 ``q``
-    (M, K) with scales ``s`` and zero points ``z`` (M,); the top channels' indices ``ti`` and values ``tv`` (M, TOP); the float values at the consuming weight's
-    outlier rows ``xo`` (M, k)."""
+    (M, K) with scales ``s`` and zero points ``z`` (M,); the top channels' indices ``ti`` and values ``tv`` (M, TOP);
+    the float values at the consuming weight's outlier rows ``xo`` (M, k)."""
 
     q: np.ndarray
     s: np.ndarray
@@ -735,15 +736,17 @@ def quantize_(x: np.ndarray, bt: Batch, name: str, ql: quant.QLinear) -> QRows:
 
 def q8_products(xq: QRows, ql: quant.QLinear, bt: Batch, out: np.ndarray | None = None) -> np.ndarray:
     """The int8 GEMM of ``xq``'s rows with ``ql``: (M, N) int32 sums; levels 2 (a short batch): the GEMMs with Wq and
-    with the residual weight Wr, summed into float32 as they come (hp_accumulate_: one int32 buffer, not two). Into ``out``, else the workspace buffer "acc" (int32) or "acc_f" (float32): every linear layer's sums
-    are consumed before the next one's are made, so one buffer serves them all (int8's workspace stays near bf16's)."""
+    with the residual weight Wr, summed into float32 as they come (hp_accumulate_: one int32 buffer, not two). Into
+    ``out``, else the workspace buffer "acc" (int32) or "acc_f" (float32): every linear layer's sums are consumed
+    before the next one's are made, so one buffer serves them all (int8's workspace stays near bf16's)."""
     M, N = xq.ti.shape[0], ql.shape[1]
     if bt.levels == 1:
         return gemm.matmul(xq.q, ql.packed, out=bt.ws.take("acc", (M, N), np.int32) if out is None else out)
     acc, hp = bt.ws.take("acc", (M, N), np.int32), bt.k.hp_accumulate_
     out = bt.ws.take("acc_f", (M, N)) if out is None else out
     hp(gemm.matmul(xq.q, ql.packed, out=acc), xq.s, xq.z, ql.colsum, np.float32(1.0), out, False)
-    return hp(gemm.matmul(xq.q, ql.packed_r, out=acc), xq.s, xq.z, ql.colsum_r, np.float32(1.0 / quant.RESID), out, True)
+    return hp(gemm.matmul(xq.q, ql.packed_r, out=acc), xq.s, xq.z, ql.colsum_r, np.float32(1.0 / quant.RESID), out,
+              True)
 
 
 _NO_Q = (np.zeros(0, np.float32), np.zeros(0, np.int64), np.zeros((0, 0), np.uint8), np.zeros(0, np.float32),

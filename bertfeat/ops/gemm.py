@@ -63,7 +63,8 @@ class GemmPath:
         d["linear_layers"] = d.pop("precision")
         if self.precision == "int8":
             d["layers"] = {"qkv": "int8", "attention_output": "int8", "ffn_up": "int8", "ffn_down": "int8",
-                           "short_sequences": "int8 x two-level (~15-bit) weights", "top_channels": "int8 weights + residual",
+                           "short_sequences": "int8 x two-level (~15-bit) weights",
+                           "top_channels": "int8 weights + residual",
                            "outlier_weight_rows": "fp32", "attention_scores": "fp32",
                            "embeddings_layernorm_gelu": "fp32"}
         d["library"] = describe_library(self)

@@ -228,7 +228,8 @@ def masked_softmax_(scores, scale, mask_add):
     a row's result depends on its own length only), in place. The exponentials run as one loop over all of a head's
     rows packed at the sequence's own length (``buf``): a row of a few dozen keys is too short for the vectorized loop
     (LLVM's vector body takes 64 at a time here) and ran scalar at ~1 ns an element; an element's exponential is the
-    same in the vector body and the scalar tail (tests/ops/test_kernels.py), so its place in ``buf`` cannot change it."""
+    same in the vector body and the scalar tail (tests/ops/test_kernels.py), so its place in ``buf`` cannot change
+    it."""
     B, nh, T, Tk = scores.shape
     buf = np.empty(T * Tk, np.float32)
     for bi in range(B):
@@ -396,9 +397,8 @@ def _quant_out(row, i, nq, t, tb, pair):
     """Row i of a layer's output (float32 ``row``) quantized for the next int8 GEMM into ``nq`` = (inv, orows, q, s,
     z, ti, tv, xo) (quant.quant_rows_q8): xo[i] <- row[orows]; t <- row * inv, its top channels out (up to TOP,
     those above TOP_RATIO x its rms, largest first; -1 in ti for an empty slot; the first index on ties; a NaN is
-    taken), the rest quantized into q[i]. Every pass is
-    vectorized, on the int32 bits of t: ``t`` a float32 scratch row, ``tb`` its int32 view (made once: one per row
-    cost 0.13 ns an element), ``pair`` float32 scratch."""
+    taken), the rest quantized into q[i]. Every pass is vectorized, on the int32 bits of t: ``t`` a float32 scratch
+    row, ``tb`` its int32 view (made once: one per row cost 0.13 ns an element), ``pair`` float32 scratch."""
     inv, orows, q, s, z, ti, tv, xo = nq
     xr, tir, tvr = xo[i], ti[i], tv[i]
     for r in range(orows.shape[0]):
@@ -665,14 +665,12 @@ def _warm_q8(k: dict[str, Callable]) -> None:
     v, x = np.zeros(K, np.float32), np.zeros((M, K), np.float32)
     kw = (np.ones(N, np.float32), np.zeros(N, np.int32), np.zeros(K * N, np.int8), np.zeros(K * N, np.int8),
           np.arange(K, dtype=np.int64) * N, np.arange(N, dtype=np.int64), np.zeros((0, N), np.float32), 0)
-    for levels in (1, 2):
-        q, s, z = np.zeros((M, K), np.uint8), np.ones(M, np.float32), np.zeros(M, np.int32)
-        ti, tv, xo = np.zeros((M, J), np.int32), np.zeros((M, J), np.float32), np.zeros((M, 0), np.float32)
-        nq = (v, np.zeros(0, np.int64), q, s, z, ti, tv, xo)
-        k["quant_rows_q8_"](x, *nq)
-        k["ctx_q8_"](np.zeros((1, 2, M, K // 2), np.float32), *nq)
-        acc = np.zeros((M, N), np.int32 if levels == 1 else np.float32)
-        xd = (s, z, ti, tv, xo)
+    q, s, z = np.zeros((M, K), np.uint8), np.ones(M, np.float32), np.zeros(M, np.int32)
+    ti, tv, xo = np.zeros((M, J), np.int32), np.zeros((M, J), np.float32), np.zeros((M, 0), np.float32)
+    nq, xd = (v, np.zeros(0, np.int64), q, s, z, ti, tv, xo), (s, z, ti, tv, xo)
+    k["quant_rows_q8_"](x, *nq)
+    k["ctx_q8_"](np.zeros((1, 2, M, K // 2), np.float32), *nq)
+    for acc in (np.zeros((M, N), np.int32), np.zeros((M, N), np.float32)):  # a short batch's sums are float32
         k["dq_bias_q8_"](acc, xd, kw, v, x.copy())
         k["dq_add_ln_q8_"](acc, xd, kw, v, x, v, v, 1e-12, x.copy(), nq)
         k["dq_add_ln_q8_"](acc, xd, kw, v, x, v, v, 1e-12, x.copy(), nq[:2] + (q[:0],) + nq[3:])

@@ -59,8 +59,8 @@ benchmarks/corpus.py and the 3,193 held-out SST-2 dev + test and TREC test sente
 parts: every row int8, none of the above: 0.99211; the first token's rows in float (scheme "3"'s idea): 0.99843;
 TOP = 1: 0.99841, TOP = 2: 0.99874; + short sequences (<= 8 tokens) in scheme "5"'s two activation levels: TOP = 1
 0.99915, TOP = 2 0.99931 (<= 6 tokens: 0.99914); without smoothing 0.99918; top channels for the LayerNorm outputs
-only: 0.99891; the top channels' weight rows at 8 bits instead of ~15: 0.99869. Scheme "4" (float token rows, float short sequences):
-0.99923. The built scheme's figures: docs/precision.md.
+only: 0.99891; the top channels' weight rows at 8 bits instead of ~15: 0.99869. Scheme "4" (float token rows, float
+short sequences): 0.99923. The built scheme's figures: docs/precision.md.
 
 This module holds the weight quantization and the NumPy reference of the activation kernels; kernels.py has the
 fused numba versions (``quant_rows_q8_``, ``ctx_q8_``, ``dq_bias_q8_``, ``dq_add_ln_q8_``, ``dq_gelu_q8_``,

@@ -268,7 +268,8 @@ class LocalRun:
 
     def failed(self, e: BaseException, phase: str) -> BaseException:
         """The exception to raise for a failure in ``phase``, the part store kept or removed (failures.handle)."""
-        return handle(e, self.failure(kind_of(e, (DamagedPart,)), phase, interrupt_in(e) or e), self.store.remove)
+        e = interrupt_in(e) or e  # what a kernel made of a Ctrl-C: the Ctrl-C (its outputs_complete, its note)
+        return handle(e, self.failure(kind_of(e, (DamagedPart,)), phase, e), self.store.remove)
 
 
 def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprint: dict, summary: ExtractSummary, pca,

@@ -88,14 +88,14 @@ def new_summary(plan, encoder, spec, engine: str, **counts) -> ExtractSummary:
 
 
 def gemm_record(encoder) -> dict:
-    """The GEMM path in provenance; int8 adds which sequences multiply by the weights' two levels (~15 bits), how many top channels per row are
-    taken out of the quantization, how many outlier weight rows stay float32 per kind of layer and which layers'
-    inputs are smoothed (quant.py)."""
+    """The GEMM path in provenance; int8 adds which sequences multiply by the weights' two levels (~15 bits), how
+    many top channels per row are taken out of the quantization, how many outlier weight rows stay float32 per kind
+    of layer and which layers' inputs are smoothed (quant.py)."""
     d = encoder.gemm_path.to_dict()
     if encoder.precision == "int8":
         from ..ops.quant import SHORT_TOKENS, TOP, float_rows, smoothed_kinds
 
-        d["two_level_sequences"] = f"<= {SHORT_TOKENS} tokens"  # the weights' two levels (scheme "6"), as named since "5"
+        d["two_level_sequences"] = f"<= {SHORT_TOKENS} tokens"  # the weights' two levels (the key is scheme 5's)
         d["top_channels_per_row"] = TOP
         d["float_weight_rows"] = float_rows(encoder.weights)
         d["smoothed_inputs"] = smoothed_kinds(encoder.weights)
