@@ -57,3 +57,26 @@ def test_bench_encode_takes_each_rows_ceiling_from_the_probe_by_its_precision(mo
     assert [r["ceiling"] for r in rows] == [100.0, 400.0, 200.0, 50.0]
     table = be.render(rows, 1.0)
     assert "| 25% (int8, gemm_probe, 2 threads) |" in table and "| 200% |" in table  # mpnet: sgemm's, unlabelled
+
+
+def test_int8_error_sources_removes_the_weights_share_of_the_error():
+    """benchmarks/int8_error_sources.py: the ~15-bit weights in every layer ("all") must leave less error than int8 as
+    it is, and each kind alone no more than int8 as it is plus noise: the script really switches the products it names
+    (a wrapper that did nothing would give six equal rows)."""
+    from conftest import need_full_data
+
+    from bertfeat.errors import BertfeatError
+    from bertfeat.ops import gemm
+
+    try:
+        gemm.resolve("int8")
+    except BertfeatError as e:
+        pytest.skip(f"int8 not accelerated here: {e.message}")
+    need_full_data()
+    r = run("benchmarks/int8_error_sources.py", "--n", "60", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = {row["variant"]: row for row in json.loads(r.stdout)}
+    assert list(rows) == ["scheme", "qkv", "attention_output", "ffn_up", "ffn_down", "all"]
+    assert all(0.99 < row["min_cosine"] <= 1.0 for row in rows.values()), rows
+    assert rows["all"]["mean_error"] < 0.7 * rows["scheme"]["mean_error"], rows
+    assert len({row["mean_error"] for row in rows.values()}) == 6, rows  # each variant changed the features
