@@ -21,6 +21,7 @@ Data (``BERTFEAT_DATA``, default ../shared/data, see its README):
 
 from __future__ import annotations
 
+import bertfeat  # noqa: F401  first, before NumPy: it picks OpenBLAS's kernels as the CLI does (ops/threads.py)
 import argparse
 import os
 import sys

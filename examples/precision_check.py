@@ -25,6 +25,7 @@ this script sets BERTFEAT_BF16_EMULATE=1, because the quality is the same, only 
 
 from __future__ import annotations
 
+import bertfeat  # noqa: F401  first, before NumPy: it picks OpenBLAS's kernels as the CLI does (ops/threads.py)
 import argparse
 import os
 import sys

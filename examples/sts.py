@@ -15,6 +15,7 @@ genre, file, year, id, score (0-5), sentence1, sentence2[, licence fields].
 
 from __future__ import annotations
 
+import bertfeat  # noqa: F401  first, before NumPy: it picks OpenBLAS's kernels as the CLI does (ops/threads.py)
 import argparse
 import hashlib
 import json
