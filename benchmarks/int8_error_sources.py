@@ -88,6 +88,10 @@ def measure(model, texts: list[str]) -> list[dict]:
         rows.append({"variant": variant, "min_cosine": float(cos.min()), "mean_error": float(1.0 - cos.mean()),
                      "below_0999": int((cos < 0.999).sum())})
     _active.clear()
+    if rows[-1]["mean_error"] == rows[0]["mean_error"]:
+        raise SystemExit(f"int8_error_sources: the ~15-bit weights changed nothing for {model or 'the default model'}: "
+                         "its int8 forward pass does not run through bert.Int8Steps, so this script cannot split its "
+                         "error; use a BERT-family checkpoint")
     return rows
 
 
