@@ -26,10 +26,10 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "examples")]
 from corpus import build_corpus  # noqa: E402
+from precision_check import cosine_sentences, row_cosines  # noqa: E402  the 17,511 sentences, one cosine per row
 
 from bertfeat import Encoder  # noqa: E402
 from bertfeat.model import bert  # noqa: E402
@@ -39,18 +39,8 @@ KINDS = ("qkv", "attention_output", "ffn_up", "ffn_down")
 _STEPS = {"qkv": {"qkv": -1}, "attention_output": {"attn_out": -1}, "ffn_up": {"up": 2},
           "ffn_down": {"ffn_buffer": 2, "down": 3, "ffn_out": 3}}
 _active: set[str] = set()
-_wrapped: list[str] = []
+_wrapped = False  # the Int8Steps methods are wrapped (once per process)
 
-
-def _precision_check_sentences() -> list[str]:
-    """The 17,511 distinct sentences examples/precision_check.py's cosine check reads (STSb dev, SST-2, TREC)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-    import classify
-    import sts
-
-    s1, s2, _ = sts.read_stsb(sts.DATA)
-    texts = s1 + s2 + [t for task in classify.load_tasks(classify.DATA).values() for x, _ in task.values() for t in x]
-    return list(dict.fromkeys(texts))
 
 
 def _at_15_bits(kind: str, name: str, where: int) -> None:
@@ -72,11 +62,12 @@ def _at_15_bits(kind: str, name: str, where: int) -> None:
 
 def measure(model, texts: list[str]) -> list[dict]:
     """One row per variant: {"variant", "min_cosine", "mean_error", "below_0999"} against fp32's features."""
-    if not _wrapped:  # once per process
+    global _wrapped
+    if not _wrapped:
         for kind, steps in _STEPS.items():
             for name, where in steps.items():
                 _at_15_bits(kind, name, where)
-                _wrapped.append(name)
+        _wrapped = True
     ref = Encoder(model).encode(texts)
     enc = Encoder(model, precision="int8")
     rows = []
@@ -84,7 +75,7 @@ def measure(model, texts: list[str]) -> list[dict]:
         _active.clear()
         _active.update(KINDS if variant == "all" else () if variant == "scheme" else (variant,))
         x = enc.encode(texts)
-        cos = np.einsum("ij,ij->i", x, ref) / (np.linalg.norm(x, axis=1) * np.linalg.norm(ref, axis=1))
+        cos = row_cosines(x, ref)
         rows.append({"variant": variant, "min_cosine": float(cos.min()), "mean_error": float(1.0 - cos.mean()),
                      "below_0999": int((cos < 0.999).sum())})
     _active.clear()
@@ -103,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the 17,511 sentences of examples/precision_check.py instead of --n of the corpus")
     ap.add_argument("--json", action="store_true", help="the rows as JSON on stdout")
     a = ap.parse_args(argv)
-    rows = measure(a.model, _precision_check_sentences() if a.precision_check_set else build_corpus(a.n))
+    rows = measure(a.model, cosine_sentences() if a.precision_check_set else build_corpus(a.n))
     if a.json:
         print(json.dumps(rows))
         return 0

@@ -89,18 +89,28 @@ def check_sts(model, data: Path, cache: Path, all_configs: bool, limit: int | No
     return lines, ok
 
 
-def check_cosine(model, cache: Path, limit: int | None) -> tuple[list[str], bool]:
-    """Every sentence of the three data sets (STSb dev pairs, SST-2 and TREC train + test), its own embedding at each
-    precision against fp32's: the smallest and mean cosine, and how many fall below MIN_COSINE."""
+def cosine_sentences() -> list[str]:
+    """Every distinct sentence of the three data sets (STSb dev pairs, SST-2 and TREC train + test), in file order."""
     s1, s2, _ = sts.read_stsb(sts.DATA)
     texts = s1 + s2 + [t for task in classify.load_tasks(classify.DATA).values() for x, _ in task.values() for t in x]
-    texts = list(dict.fromkeys(texts))[:limit]  # each distinct sentence once
+    return list(dict.fromkeys(texts))
+
+
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(n,) cosine of each row of a with the same row of b."""
+    return np.einsum("ij,ij->i", a, b) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def check_cosine(model, cache: Path, limit: int | None) -> tuple[list[str], bool]:
+    """cosine_sentences, each one's own embedding at each precision against fp32's: the smallest and mean cosine, and
+    how many fall below MIN_COSINE."""
+    texts = cosine_sentences()[:limit]
     ps = precisions()
     X = {p: sts.encode_cached(Encoder(model, precision=p), texts, cache) for p in ps}
     lines = [f"| {len(texts):,} sentences: cosine to fp32 | min | mean | below {MIN_COSINE} |", "|---|---:|---:|---:|"]
     ok = True
     for p in ps[1:]:
-        cos = np.einsum("ij,ij->i", X[p], X["fp32"]) / (np.linalg.norm(X[p], axis=1) * np.linalg.norm(X["fp32"], axis=1))
+        cos = row_cosines(X[p], X["fp32"])
         ok &= bool(cos.min() >= MIN_COSINE)
         lines.append(f"| {p} | {cos.min():.5f} | {cos.mean():.5f} | {int((cos < MIN_COSINE).sum()):,} |")
     return lines, ok
