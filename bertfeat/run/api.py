@@ -20,7 +20,7 @@ import os
 from typing import Any, Literal, Mapping, Sequence
 
 from ..checks import DEFAULT_MAX_FIELD_BYTES
-from ..errors import interrupt_in
+from ..errors import BertfeatError, interrupt_in, opt
 from .summary import ExtractSummary
 from .options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, OPTIONS, ExtractOptions
 from .plan import make_plan
@@ -101,6 +101,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
 def extract_options(options: ExtractOptions, *, progress=None, quiet: bool = True, client=None):
     """``bertfeat.extract`` of an ``ExtractOptions`` (the CLI builds one from its flags): the plan (every option
     checked), then the estimate or the run. ``progress``, ``quiet``, ``client``: as ``bertfeat.extract``'s."""
+    _check_progress(progress, quiet)
     plan = make_plan(options, client)
     if options.estimate is not False:
         from .estimate import DEFAULT_SAMPLE, estimate_plan
@@ -112,6 +113,18 @@ def extract_options(options: ExtractOptions, *, progress=None, quiet: bool = Tru
 
         progress = make_progress(err_console, False, "extract (dask)" if options.engine == "dask" else "extract")
     return run(plan, progress, client)
+
+
+def _check_progress(progress, quiet) -> None:
+    """``progress`` has the methods the engines call (parts is optional), ``quiet`` is a switch: checked before the plan,
+    so a wrong one stops nothing half-way (a partial run left behind)."""
+    if not isinstance(quiet, bool) and type(quiet).__name__ != "bool_":
+        raise BertfeatError(f"{opt('quiet', quiet)} is a {type(quiet).__name__}, not True or False", f"give {opt('quiet')} as True or False")
+    missing = [m for m in ("start", "advance", "note", "stop") if progress is not None and not callable(getattr(progress, m, None))]
+    if missing:
+        raise BertfeatError(f"progress={progress!r} has no {', '.join(missing)} method",
+                            "give an object with the methods of bertfeat.run.progress.NullProgress (start, advance, note, "
+                            "stop; parts for the Dask engine), or leave progress out")
 
 
 def run(plan, progress=None, client=None) -> ExtractSummary:

@@ -15,9 +15,13 @@ This module imports nothing numeric: the CLI's help reads it.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import numbers
 import os
 import shlex
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -317,6 +321,59 @@ def check(name: str, value: Any) -> Any:
     """``value`` of option ``name`` through its declared check (as given when it has none)."""
     fn = OPTIONS[name].metadata["check"]
     return value if fn is None else fn(value)
+
+
+#: how an error names a declared type (a class of an option's type hint)
+_TYPE_WORDS = {str: "a string", os.PathLike: "a path", bool: "True or False", int: "a whole number", float: "a number",
+               collections.abc.Mapping: "a dict", collections.abc.Sequence: "a list"}
+
+
+#: options whose own check says what a value of another type means (input: Encoder for texts in memory; the
+#: Encoder's sizes: the words Encoder(...) uses for them too)
+_TYPED_BY_CHECK = ("input", "keep", "threads", "max_length", "max_batch_tokens")
+
+
+def _classes(hint) -> tuple:
+    """The classes of a type hint: ``str | os.PathLike | None`` -> (str, os.PathLike, NoneType); a generic
+    (``Mapping[str, Any]``) by its origin."""
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return tuple(typing.get_origin(a) or a for a in args)
+
+
+def _as_declared(value, classes: tuple):
+    """``value`` as one of ``classes`` (a NumPy scalar as the Python number it holds), or None when it is none of them."""
+    if hasattr(value, "dtype") and getattr(value, "shape", None) == () and hasattr(value, "item"):
+        value = value.item()  # np.int64(10) -> 10, np.bool_(True) -> True, np.float32(0.5) -> 0.5
+    if isinstance(value, bool):  # where a count is declared, its own check refuses a bool (pca=True: not a size)
+        return value if bool in classes or int in classes else None
+    if isinstance(value, numbers.Integral) and int in classes:
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) and float in classes:
+        return float(value)
+    return value if isinstance(value, classes) else None
+
+
+def check_types(options: ExtractOptions) -> ExtractOptions:
+    """Every option's value against its declared type, before any check reads it (a string where a switch belongs,
+    ``overwrite="False"``, would otherwise count as true): -> the options with NumPy scalars as Python's, or the
+    error naming the first option of a wrong type."""
+    hints = typing.get_type_hints(ExtractOptions)
+    changed = {}
+    for name in OPTIONS:
+        value, classes = getattr(options, name), _classes(hints[name])
+        if Any in classes or name in _TYPED_BY_CHECK:
+            continue
+        kept = _as_declared(value, classes)
+        if kept is None and value is not None:
+            words = " or ".join(w for c, w in _TYPE_WORDS.items() if c in classes)
+            none = type(None) in classes
+            kind = type(value).__name__
+            raise BertfeatError(f"{opt(name, value)} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not {words}"
+                                + (", or None" if none else ""),
+                                f"give {opt(name)} as {words}" + (", or leave it out" if none else ""))
+        if kept is not value:
+            changed[name] = kept
+    return dataclasses.replace(options, **changed) if changed else options
 
 
 def options_from(func: str, given: Mapping[str, Any], allowed: Sequence[str], **defaults) -> ExtractOptions:

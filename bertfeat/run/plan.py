@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import BertfeatError, InputError, opt
 from ..checks import DEFAULT_MAX_FIELD_BYTES
-from .options import ALL_COMPONENTS, OPTIONS, ExtractOptions, check, keep_columns
+from .options import ALL_COMPONENTS, OPTIONS, ExtractOptions, check, check_types, keep_columns
 
 #: the options ``encoder_options`` (Encoder keywords) may give too: there they stand in for the option left at its
 #: default (encoder_settings), never silently against it
@@ -185,7 +185,7 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
     Raises BertfeatError naming the parameter, before anything is read past the input's header or written.
     """
     # the steps in this order: each option's error is the one a run with several wrong options reports first
-    o = options
+    o = check_types(options)  # a value of another type than declared, first: overwrite="False" is not a switch
     estimate = o.checked("estimate")
     _check_run_shape(o, client)
     from ..readers.rejects import resolve_bad_rows

@@ -245,3 +245,14 @@ def test_a_set_extracted_before_is_reused_and_the_others_encoded(tmp_path, capsy
     r = sweep(small_csv, ["max", "mean"], cache=cache, sample=500)
     assert (r["rows_encoded"], r["rows_cached"]) == (120, 0)  # mean was missing: its rows encoded (max's kept)
     assert sweep(small_csv, ["max", "mean"], cache=cache, sample=500)["rows_encoded"] == 0
+
+
+def test_one_set_by_name_and_a_bad_seed_or_input_are_refused_clearly(small_csv, tmp_path):
+    """sweep(path, "own") once read the name letter by letter ("feature set 'o'"); a seed or input of the wrong type
+    ended in NumPy's TypeError or a format guess."""
+    with pytest.raises(BertfeatError, match="^seed='x' is not a whole number >= 0 - give a seed such as seed=0$"):
+        sweep(small_csv, ["own"], seed="x", sample=20)
+    with pytest.raises(BertfeatError, match="^input is a NoneType, not a file path"):
+        sweep(None, ["own"])
+    report = sweep(small_csv, "own", sample=20, cache=False)
+    assert [s["name"] for s in report["sets"]] == ["own"]

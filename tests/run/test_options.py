@@ -193,3 +193,55 @@ def test_several_bad_options_report_the_first_in_the_plans_order(src, tmp_path):
         assert e.value.message.startswith(words), (name, e.value.message)
         del bad[name]
     assert not bad
+
+
+# --------------------------------------------------------------------------- values of another type than declared
+@pytest.mark.parametrize("name, value, message", [
+    ("overwrite", "False", "overwrite='False' is a str, not True or False - give overwrite as True or False"),
+    ("resume", "yes", "resume='yes' is a str, not True or False - give resume as True or False"),
+    ("wide", 1, "wide=1 is an int, not True or False - give wide as True or False"),
+    ("model", 5, "model=5 is an int, not a string or a path, or None - give model as a string or a path, or leave it out"),
+    ("delimiter", 5, "delimiter=5 is an int, not a string, or None - give delimiter as a string, or leave it out"),
+    ("encoder_options", [1], "encoder_options=[1] is a list, not a dict, or None - give encoder_options as a dict, or "
+     "leave it out"),
+    ("normalize", "yes", "normalize='yes' is a str, not True or False, or None - give normalize as True or False, or "
+     "leave it out"),
+])
+def test_a_value_of_another_type_is_refused_before_anything_is_written(tmp_path, name, value, message):
+    """A string where a switch belongs once counted as true (overwrite="False" replaced the output); an int where a
+    name belongs ended in Python's own TypeError / AttributeError. Each is now the option's error, first, and the
+    files are as they were."""
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"]])
+    out = tmp_path / "o.parquet"
+    out.write_bytes(b"the user's file")
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, out, cache=False, **{"model": tiny_model(), name: value})
+    assert e.value.message == message
+    assert out.read_bytes() == b"the user's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "o.parquet"]
+
+
+def test_numpy_scalars_are_taken_as_the_numbers_they_hold(tmp_path):
+    """np.int64 from a grid or a DataFrame cell: chunk_rows, max_bad_rows and pca once refused it as out of range."""
+    np = pytest.importorskip("numpy")
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"], ["c"], ["d"]])
+    s = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), cache=False, chunk_rows=np.int64(2),
+                         max_bad_rows=np.int64(3), on_bad_row="skip", pca=np.int64(2), overwrite=np.bool_(False))
+    assert s.rows_written == 4
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(progress=5), "progress=5 has no start, advance, note, stop method - give an object with the methods of "
+     "bertfeat.run.progress.NullProgress (start, advance, note, stop; parts for the Dask engine), or leave progress "
+     "out"),
+    (dict(quiet="no"), "quiet='no' is a str, not True or False - give quiet as True or False"),
+])
+def test_a_wrong_progress_or_quiet_leaves_no_partial_run(tmp_path, kw, message):
+    """progress=5 once failed after the partial directory was made, and the corrected run was refused as "a resumable
+    partial run exists"."""
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"]])
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), cache=False, **kw)
+    assert e.value.message == message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
+    assert bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), cache=False).rows_written == 2

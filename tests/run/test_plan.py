@@ -176,7 +176,7 @@ def test_extract_refuses_in_memory_input_and_a_non_string_prompt_before_writing(
                                "'-' for standard input; for texts in memory use bertfeat.Encoder().encode(texts), or "
                                "bertfeat.sklearn.TextFeatures")
     for prompt in (3, b"q: "):
-        with pytest.raises(BertfeatError, match=r"^prompt is .* not a string"):
+        with pytest.raises(BertfeatError, match=r"^prompt=.* is an? (int|bytes), not a string, or None - give prompt as a string"):
             bertfeat.extract(src, out, model=tiny_model(), prompt=prompt, cache=False)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
     bertfeat.extract(src, out, model=tiny_model(), prompt="q: ", cache=False)
