@@ -99,6 +99,7 @@ from .encoder_setup import feature_settings, load_encoder, make_reuser
 from .manifest import PARTIAL_MANIFESTS, check_resume, check_resume_engine, job_manifest, read_manifest
 from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report, write_pca
 from .provenance import provenance
+from .outputs import remove_stale
 from .summary import ExtractSummary, new_summary
 from .options import encoder_keywords
 from .progress import NullProgress
@@ -590,6 +591,7 @@ class DaskRun:
             if plan.pca is not None:
                 self.outputs.update(write_pca(merged, plan.layout, self.fingerprint, final_meta["pca"]))
             self.outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
+            remove_stale(plan.layout.stale_pca(plan.pca_model))
             deferred(lambda: _finish(self.partial, self.out, final_meta))
         self.completed = True
         summary.probe = probe_into_report(plan, merged, self.fingerprint, self.out, self.progress)

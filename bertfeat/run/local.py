@@ -40,6 +40,7 @@ from .encoder_setup import feature_settings, load_encoder, make_reuser
 from .manifest import PARTIAL_MANIFESTS, check_resume, check_resume_engine, job_manifest, read_manifest
 from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, finish_pca, new_pca, probe_into_report
 from .provenance import provenance
+from .outputs import remove_stale
 from .summary import ExtractSummary, new_summary
 from .progress import NullProgress
 from ..readers.rejects import TooManyBadRows, publish_rejects
@@ -323,3 +324,4 @@ def _write_outputs(plan, store: PartStore, order: list[int], encoder, spec, fing
             writer.write(t.column(id_name).to_pylist(), X, extra_columns(t, plan.keep))
         outputs["features"] = writer.close()
     outputs.update(publish_rejects(layout.rejects, rejects, plan.keep))
+    remove_stale(layout.stale_pca(plan.pca_model))

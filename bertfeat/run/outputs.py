@@ -127,6 +127,15 @@ def report_outputs(prefix: str | os.PathLike) -> list[tuple[str, Path]]:
     return [("report file", p) for p in report_paths(prefix).values()]
 
 
+def remove_stale(files: Iterable[tuple[str, Path]]) -> None:
+    """Remove an earlier run's files this run does not write again (OutputLayout.stale_pca): inside atomic.together(),
+    when the group's files appear."""
+    from ..atomic import deferred
+
+    for _, path in files:
+        deferred(lambda path=path: Path(path).unlink(missing_ok=True))
+
+
 def feature_file_inputs(path: str | os.PathLike) -> list[Path]:
     """A feature file read as input, with its side files (they are inputs too)."""
     from ..features import ids_sidecar_path, provenance_path

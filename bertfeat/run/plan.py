@@ -75,6 +75,18 @@ class OutputLayout:
 
         return feature_file_outputs(self.features, self.fmt)
 
+    def stale_pca(self, applied: Path | None = None) -> list[tuple[str, Path]]:
+        """Without pca: the PCA model and report files that exist beside the output, an earlier run's with pca (they
+        describe the features this run replaces: it removes them when its own files appear, and they need --overwrite
+        as its outputs do); ``applied`` (the run's pca_model) is never one of them."""
+        if self.want_pca:
+            return []
+        from .outputs import report_outputs
+
+        files = [("PCA model", self.pca_model)] + report_outputs(self.pca_prefix)
+        keep = None if applied is None else Path(applied).resolve()
+        return [(label, p) for label, p in files if (p.exists() or p.is_symlink()) and p.resolve() != keep]
+
     def outputs(self) -> list[tuple[str, Path]]:
         """(label, path) of every file the finished run may leave, for the overwrite and input-protection rules."""
         outs = self.side_files() + [("rejects file", self.rejects)]
@@ -452,7 +464,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 
         if is_url(input):
             inputs = [pca_model] if pca_model is not None else []
-    outs = layout.outputs()
+    outs = layout.outputs() + layout.stale_pca(pca_model)
     check_name_lengths(outs + [("partial directory", layout.partial)])
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
     partial = layout.partial

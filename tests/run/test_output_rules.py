@@ -180,3 +180,24 @@ def test_a_users_own_partial_directory_is_never_deleted(tmp_path, capsys, flag, 
                             f"it writes {tmp_path / 'out.parquet'}, and deletes it) - move or rename it, or write the "
                             "output under another name\n")
     assert (partial / "my-notes.txt" if kind == "folder" else partial).read_text() == "mine\n"
+
+
+def test_a_run_without_pca_removes_an_earlier_runs_pca_files(tmp_path, src):
+    """OUTPUT.pca.npz and its report describe the features of the run that wrote them: a later run on the same output
+    without pca needs overwrite for them (as for the features), and removes them with its own files, so no stale
+    model sits beside features it was never fitted on; a run applying that very model (pca_model) keeps it."""
+    import bertfeat
+    from bertfeat.errors import BertfeatError
+
+    out = tmp_path / "o.parquet"
+    bertfeat.extract(src, out, model=tiny_model(), cache=False, pca=2)
+    pca_files = sorted(p.name for p in tmp_path.iterdir() if ".pca." in p.name)
+    assert pca_files == ["o.pca.npz", "o.pca.report.json", "o.pca.report.md", "o.pca.report.png"]
+    out.unlink()
+    with pytest.raises(BertfeatError, match="o.pca.npz already exists - pass overwrite=True"):
+        bertfeat.extract(src, out, model=tiny_model(), cache=False)
+    bertfeat.extract(src, out, model=tiny_model(), cache=False, overwrite=True)
+    assert not [p.name for p in tmp_path.iterdir() if ".pca." in p.name]
+    bertfeat.extract(src, out, model=tiny_model(), cache=False, pca=2, overwrite=True)
+    bertfeat.extract(src, out, model=tiny_model(), cache=False, pca_model=tmp_path / "o.pca.npz", overwrite=True)
+    assert [p.name for p in tmp_path.iterdir() if ".pca." in p.name] == ["o.pca.npz"]
