@@ -49,8 +49,8 @@ def _load_encoder(params) -> Encoder:
 
 
 def as_texts(X: Any) -> list[str]:
-    """A list, tuple, iterator or generator, 1-D (or (n, 1)) NumPy array, pandas / polars Series or one-column
-    DataFrame of strings -> a list of str; anything else (a bare str or bytes too) is a ValueError naming what is
+    """A list, tuple, iterator or generator, 1-D (or (n, 1)) NumPy array, pandas / polars Series, pyarrow Array or
+    one-column DataFrame / pyarrow Table of strings -> a list of str; anything else (a bare str or bytes too) is a ValueError naming what is
     wrong. An iterator is consumed: as scikit-learn's text vectorizers, read it once."""
     if isinstance(X, (str, bytes)):
         what = "a single string" if isinstance(X, str) else "a single bytes object"
@@ -60,7 +60,9 @@ def as_texts(X: Any) -> list[str]:
     if hasattr(X, "columns") and hasattr(X, "shape"):  # pandas / polars DataFrame
         if X.shape[1] != 1:
             raise BertfeatError(f"X is a DataFrame with {X.shape[1]} columns", "pass the one column of texts, e.g. df['text']")
-        X = X.iloc[:, 0] if hasattr(X, "iloc") else X.to_series(0)
+        X = X.iloc[:, 0] if hasattr(X, "iloc") else X.column(0) if hasattr(X, "column_names") else X.to_series(0)
+    if hasattr(X, "to_pylist"):  # a pyarrow Array / ChunkedArray (a one-column Table's column)
+        X = X.to_pylist()
     if hasattr(X, "to_list"):  # pandas / polars Series
         values = X.to_list()
     else:
@@ -132,8 +134,14 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         enc = _load_encoder(self)
         expected = getattr(self, "weights_sha256_", None) if check else None
         if expected is not None and enc.weights_sha256 != expected:
+            fitted = getattr(self, "model_id_", None)
+            if fitted is not None and enc.model_id != fitted:  # set_params(model=...) since fit
+                raise BertfeatError(f"this TextFeatures was fitted with the model {fitted}, and its model is now "
+                                    f"{enc.model_id}", "fit it again after set_params(model=...)")
+            path = str(enc.location.path)
+            where = enc.model_id if path == enc.model_id else f"{enc.model_id} at {path}"
             raise BertfeatError(
-                f"the weights of {enc.model_id} at {enc.location.path} are not the ones this TextFeatures was fitted "
+                f"the weights of {where} are not the ones this TextFeatures was fitted "
                 f"with (sha256 {enc.weights_sha256[:12]}... instead of {expected[:12]}...)",
                 "restore the original model files, or refit the pipeline",
             )

@@ -20,6 +20,7 @@ import pyarrow.csv as pcsv
 
 from ..atomic import AtomicFile, together, write_atomic
 from ..errors import BertfeatError
+from .arrayfile import check_array_file
 from .base import (
     FeatureBatch,
     FeatureFile,
@@ -114,9 +115,10 @@ class NpyFile(FeatureFile):
     def open_source(cls, path: Path, meta: dict) -> FeatureSource:
         layout = meta.get("layout") or {}
         declared = declared_extra_types(layout)
+        check_array_file(path, "feature file")  # empty or truncated: said as such, not numpy's EOFError
         try:
             arr = np.load(path, mmap_mode="r")
-        except (ValueError, OSError) as e:
+        except (ValueError, OSError, EOFError) as e:
             raise BertfeatError(f"{path} is not a readable .npy file ({e})", "pass a feature file") from None
         if arr.ndim != 2 or arr.dtype.kind != "f":
             raise BertfeatError(f"{path} holds a {arr.dtype} array of shape {arr.shape}, not (rows, d) floats", "pass a feature matrix")

@@ -428,12 +428,12 @@ class Encoder:
             texts = [spec.prompt + x for x in texts]
         t: Tokenized = tok.encode(list(texts), None if pairs is None else list(pairs), spec.max_length)
         if pairs is not None:
-            self._check_pair_types(t)
+            self.check_pair_types(t.type_ids)
         n = len(t)
         n_chunks = np.ones(n, dtype=np.int32)
         window_row = np.arange(n, dtype=np.int64)
         if spec.long_text == "error" and t.truncated.any():
-            raise LongTextError(np.flatnonzero(t.truncated), t.n_tokens, spec.max_length)
+            raise LongTextError(np.flatnonzero(t.truncated), t.n_tokens, spec.max_length, pairs is not None)
         if not spec.long_text.startswith("chunk") or not t.truncated.any():
             return self._embeddable(Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks))
         if tok.cls_id is None or tok.sep_id is None:
@@ -455,15 +455,16 @@ class Encoder:
         return self._embeddable(Prepared(ids, type_ids, np.asarray(rows, dtype=np.int64), n, t.n_tokens, truncated,
                                          n_chunks))
 
-    def _check_pair_types(self, t: Tokenized) -> None:
-        """Sentence pairs need a second token type; RoBERTa-family models use type 0 for both texts, and DistilBERT
-        none (its pair runs as ``[CLS] A [SEP] B [SEP]`` with no token types, as DistilBertModel runs it)."""
+    def check_pair_types(self, type_ids: list[np.ndarray]) -> None:
+        """Sentence pairs' token types (each row's, changed in place): a pair needs a second token type; RoBERTa-family
+        models use type 0 for both texts, and DistilBERT none (its pair runs as ``[CLS] A [SEP] B [SEP]`` with no token
+        types, as DistilBertModel runs it)."""
         TV = self.config.type_vocab_size
         if self.config.pairs_untyped:
-            for a in t.type_ids:
+            for a in type_ids:
                 a[:] = 0  # transformers' RoBERTa / XLM-R tokenizers return no token_type_ids: all 0
             return
-        if TV < 2 and any(a.size and int(a.max()) >= TV for a in t.type_ids):
+        if TV < 2 and any(a.size and int(a.max()) >= TV for a in type_ids):
             raise BertfeatError(f"{self.model_id} has one token type (type_vocab_size {TV}), so it cannot mark the second "
                                 "text of a sentence pair", f"embed the texts separately (drop {opt('pair_column')} / pairs)")
 
@@ -741,14 +742,15 @@ TOKEN_PAST_TABLE_FIX = ("leave the token out of these texts (the model's tokeniz
 class LongTextError(BertfeatError):
     """Rows longer than max length under ``long_text="error"``."""
 
-    def __init__(self, rows: np.ndarray, n_tokens: np.ndarray, max_length: int):
+    def __init__(self, rows: np.ndarray, n_tokens: np.ndarray, max_length: int, pairs: bool = False):
         self.rows = rows  # indices of the rows given to prepare
         self.n_tokens = n_tokens  # (n,) every given row's tokens, its prompt included
         r = int(rows[0])
+        chunks = "" if pairs else ", chunk-mean or chunk-max"  # sentence pairs are never cut into windows
         super().__init__(
             f"row {r} has {int(n_tokens[r])} tokens, more than max length {max_length}"
             + (f" ({len(rows)} rows are too long)" if len(rows) > 1 else ""),
-            f"use {opt('long_text', 'truncate')}, chunk-mean or chunk-max, or a larger {opt('max_length')}",
+            f"use {opt('long_text', 'truncate')}{chunks}, or a larger {opt('max_length')}",
         )
 
 

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -109,8 +110,22 @@ __all__ = ["PCA", "NotFittedError", "MODEL_FORMAT", "MODEL_FORMAT_VERSION", "BLO
 class NotFittedError(BertfeatError, AttributeError):
     """A fitted attribute was read before ``fit``/``partial_fit``/``load``.
 
-    Also an ``AttributeError``, so ``hasattr(pca, "components_")`` is simply False.
+    Also an ``AttributeError``, so ``hasattr(pca, "components_")`` is simply False; and, once scikit-learn is imported,
+    a ``sklearn.exceptions.NotFittedError`` too (``not_fitted``), so either class's ``except`` catches it.
     """
+
+
+def not_fitted(message: str, fix: str) -> NotFittedError:
+    """A NotFittedError that is also scikit-learn's when scikit-learn is imported (a caller naming its class in an
+    ``except`` has imported it; bertfeat never imports it for this)."""
+    sk = sys.modules.get("sklearn.exceptions")
+    if sk is None:
+        return NotFittedError(message, fix)
+    cls = globals().get("_SklearnNotFittedError")
+    if cls is None or sk.NotFittedError not in cls.__mro__:
+        cls = type("_SklearnNotFittedError", (NotFittedError, sk.NotFittedError), {"__module__": __name__})
+        globals()["_SklearnNotFittedError"] = cls  # found by name: it pickles
+    return cls(message, fix)
 
 
 class PCA(Estimator):
@@ -216,8 +231,8 @@ class PCA(Estimator):
             self.finalize()  # NotFittedError (so hasattr is False) with fewer than 2 rows
             return self.__dict__[name]
         if name in PCA._FITTED:
-            raise NotFittedError(
-                f"this PCA is not fitted yet ({name} is set by fit or partial_fit)",
+            raise not_fitted(  # a private attribute (get_feature_names_out's) is not the user's to read
+                "this PCA is not fitted yet" + ("" if name.startswith("_") else f" ({name} is set by fit or partial_fit)"),
                 "call fit(X) or partial_fit(X), or load a saved model with PCA.load(path)",
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -388,9 +403,9 @@ class PCA(Estimator):
             return self  # decomposed, and no rows since
         st = self.__dict__.get("_stats")
         if st is None:
-            raise NotFittedError("this PCA has no data to finalize", "call partial_fit(X) first")
+            raise not_fitted("this PCA has no data to finalize", "call partial_fit(X) first")
         if st.n < 2:  # not fitted (rather than a bad argument): more rows may follow
-            raise NotFittedError(f"PCA needs at least 2 samples to fit, got n_samples = {st.n}",
+            raise not_fitted(f"PCA needs at least 2 samples to fit, got n_samples = {st.n}",
                                  "fit on the features of at least 2 texts")
         check_n_components_spec(self.n_components)  # set_params may have changed it since partial_fit
         check_max_components(self.n_components, st.n, st.shift.shape[0])

