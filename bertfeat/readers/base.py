@@ -214,10 +214,15 @@ class Reader:
             if text_column not in self.columns:
                 raise InputError(f"{self.name}: {opt('text_column')} '{text_column}' is not a column", f"columns are: {listing(self.columns)}")
             return text_column
-        lower = {c.lower(): c for c in self.columns}
-        for name in TEXT_COLUMN_NAMES:
-            if name in lower:
-                return lower[name]
+        for name in TEXT_COLUMN_NAMES:  # the name itself first; else its one spelling in other case (Text, TEXT)
+            if name in self.columns:
+                return name
+            spelled = [c for c in self.columns if c.lower() == name]
+            if len(spelled) > 1:
+                raise InputError(f"{self.name}: the columns {listing(spelled)} could each be the text",
+                                 f"pass {opt('text_column', 'NAME')} with the one to encode")
+            if spelled:
+                return spelled[0]
         strings = self._string_columns()
         if len(strings) == 1:
             return strings[0]

@@ -60,6 +60,10 @@ def open_input(path: str, fmt: str | None = None, text_column: str | None = None
     ``label``: the one of them that is the label; ``max_field_bytes``: a text, pair, id or kept value larger than this
     is a bad row, never held whole)."""
     fmt = detect_format(path, fmt)
+    squeezed = Path(path.split("::", 1)[0]).suffix.lower()
+    if fmt == "parquet" and squeezed in (".gz", ".bz2", ".zst"):  # Parquet is read by its footer, not as a stream
+        raise InputError(f"{path}: a Parquet file compressed as a whole ({squeezed}) cannot be read",
+                         "decompress it first (Parquet compresses its own pages, so the .parquet itself is as small)")
     cls = ParquetReader if fmt == "parquet" else JsonlReader if fmt == "jsonl" else CsvReader
     return cls(path, fmt, text_column=text_column, pair_column=pair_column, id_column=id_column, encoding=encoding,
                batch_rows=batch_rows, delimiter=delimiter, keep=keep, label=label, keep_as=keep_as,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from decimal import Decimal
 
 import pyarrow as pa
 
@@ -207,16 +208,27 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False) -> t
     if given and name == "string" and isinstance(value, (int, float)):  # a boolean too: true / false
         return getattr(value, "text", None) or json.dumps(value), None  # the number as the line wrote it
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if number and name in ("double", "string") and not math.isfinite(value):  # 1e400: no float64 holds it
-        text = getattr(value, "text", repr(value))
-        return None, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text} is beyond float64's range "
-                                                       f"(give {opt('keep', column + ':str')} to keep its text)")
+    if number and name in ("double", "string") and not math.isfinite(value):
+        text = getattr(value, "text", None)
+        if text is None:  # NaN / Infinity / -Infinity: Python's JSON writes them, the JSON standard has no such number
+            text = json.dumps(value)
+            why = f"{text} is not a JSON number"
+        else:  # 1e400: no float64 holds it
+            why = f"{text} is beyond float64's range"
+        return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {why} (give "
+                                                       f"{opt('keep', column + ':str')} to keep its text)")
     if name == "int64" and isinstance(value, int) and not isinstance(value, bool):
         if _INT64_RANGE[0] <= value < _INT64_RANGE[1]:
             return value, None
         return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {value} is outside the int64 range")
     if name == "double" and number:
-        return float(value), None
+        f = float(value)
+        text = str(value) if isinstance(value, int) else getattr(value, "text", None)
+        if (f != value) if isinstance(value, int) else (text is not None and Decimal(repr(f)) != Decimal(text)):
+            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text[:40]} has more digits than a "
+                                                        f"float64 holds (it would read back as {f!r}; give "
+                                                        f"{opt('keep', column + ':str')} to keep its text)")
+        return f, None
     if name == "string" and isinstance(value, str):
         bad = surrogate_reason(value, f"value of kept column {column!r}")
         return value, (Reason(RejectCode.INVALID_UNICODE, bad) if bad else None)

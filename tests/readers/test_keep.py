@@ -698,3 +698,25 @@ def test_a_jsonl_boolean_kept_as_str_is_its_json_text(tmp_path):
     src.write_text('{"text": "a", "v": true}\n{"text": "b", "v": false}\n{"text": "c", "v": "x"}\n')
     bertfeat.extract(src, tmp_path / "s.parquet", model=tiny_model(), keep="v:str")
     assert pq.read_table(tmp_path / "s.parquet").column("v").to_pylist() == ["true", "false", "x"]
+
+
+def test_a_jsonl_number_a_float64_cannot_hold_is_a_bad_row_with_its_text(tmp_path):
+    """JSONL numbers kept as double were rounded without a word (9007199254740993 -> ...992.0, 0.1000...0001 -> 0.1),
+    and NaN / -Infinity were called "beyond float64's range" with their value lost from the rejects file."""
+    lines = ['{"text": "a", "x": 1.50}', '{"text": "b", "x": 9007199254740993}', '{"text": "c", "x": 1E5}',
+             '{"text": "d", "x": 0.10000000000000000001}', '{"text": "e", "x": NaN}', '{"text": "f", "x": 2}',
+             '{"text": "g", "x": -Infinity}']
+    src = tmp_path / "j.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    s = bertfeat.extract(src, tmp_path / "k.parquet", model=tiny_model(), keep="x", on_bad_row="skip", cache=False)
+    assert s.rows_rejected == 4
+    assert pq.read_table(tmp_path / "k.parquet").column("x").to_pylist() == [1.5, 100000.0, 2.0]
+    with open(tmp_path / "k.parquet.rejects.csv", newline="") as fh:
+        rejects = [(r["row"], r["reason"], r["x"]) for r in csv.DictReader(fh)]
+    assert rejects == [
+        ("1", "kept column 'x': 9007199254740993 has more digits than a float64 holds (it would read back as "
+              "9007199254740992.0; give --keep x:str to keep its text)", "9007199254740993"),
+        ("3", "kept column 'x': 0.10000000000000000001 has more digits than a float64 holds (it would read back as "
+              "0.1; give --keep x:str to keep its text)", "0.10000000000000000001"),
+        ("4", "kept column 'x': NaN is not a JSON number (give --keep x:str to keep its text)", "NaN"),
+        ("6", "kept column 'x': -Infinity is not a JSON number (give --keep x:str to keep its text)", "-Infinity")]

@@ -82,6 +82,8 @@ def test_detect_format_errors():
     (["id", "CONTENT", "review"], "CONTENT"),
     (["id", "Text", "sentence"], "Text"),
     (["body"], "body"),  # the only column
+    (["text", "TEXT"], "text"),  # the name itself before another spelling (TEXT was picked: the wrong vectors)
+    (["TEXT", "id", "text"], "text"),
 ])
 def test_text_column_rules_csv(tmp_path, header, picked):
     (tmp_path / "a.csv").write_text(",".join(header) + "\n" + ",".join("x" for _ in header) + "\n")
@@ -492,3 +494,24 @@ def test_gzip_sizes_read_from_the_trailer_and_the_position_kept(tmp_path):
         assert gzip_sizes(fh) == (p.stat().st_size, len(data))
         assert fh.tell() == 3
     assert gzip_sizes(io.BytesIO(b"")) is None  # no trailer: the ratio read so far
+
+
+def test_two_spellings_of_a_text_column_name_are_refused(tmp_path):
+    (tmp_path / "a.csv").write_text("Text,TEXT\nx,y\n")
+    with pytest.raises(InputError) as e:
+        open_input(str(tmp_path / "a.csv"))
+    assert str(e.value) == (f"{tmp_path / 'a.csv'}: the columns Text, TEXT could each be the text - pass "
+                            "text_column='NAME' with the one to encode")
+    (tmp_path / "b.jsonl").write_text('{"Text": "x", "text": "y"}\n')
+    assert open_input(str(tmp_path / "b.jsonl")).text_column == "text"
+
+
+def test_a_parquet_file_compressed_whole_is_refused_by_name(tmp_path):
+    import gzip
+
+    pq.write_table(pa.table({"text": ["a b"]}), tmp_path / "p.parquet")
+    (tmp_path / "p.parquet.gz").write_bytes(gzip.compress((tmp_path / "p.parquet").read_bytes()))
+    with pytest.raises(InputError) as e:
+        open_input(str(tmp_path / "p.parquet.gz"))
+    assert str(e.value) == (f"{tmp_path / 'p.parquet.gz'}: a Parquet file compressed as a whole (.gz) cannot be read - "
+                            "decompress it first (Parquet compresses its own pages, so the .parquet itself is as small)")
