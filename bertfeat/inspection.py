@@ -215,6 +215,8 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
     ids = np.asarray([e.ids], dtype=np.int64)
     enc.check_embeddable(list(ids), label=lambda i: "the text")
     types = np.asarray([e.type_ids], dtype=np.int64)
+    if pair is not None:
+        enc.check_pair_types(list(types))  # one token type only: refused as extract refuses it; RoBERTa's: all 0
     mask = np.ones_like(ids)
     out = forward(enc.weights, ids, types, mask, keep=(), output_attentions=True)
     return list(e.tokens), np.stack([a[0] for a in out.attentions]).astype(np.float32, copy=False)
@@ -357,7 +359,14 @@ def require_mlm_head(enc) -> None:
     from .errors import BertfeatError
 
     if enc.weights.mlm is None:
-        raise BertfeatError(f"{enc.model_id} has no masked-language-model head (cls.predictions.*)",
+        if enc.config.model_type == "electra":  # its generator's head (generator_predictions.*) is not run here
+            raise BertfeatError(f"{enc.model_id} has no masked-language-model head bertfeat runs (an ELECTRA "
+                                "generator's head is not supported)",
+                                "use a BERT-family checkpoint saved with its MLM head, e.g. bert-base-uncased")
+        heads = {"roberta": "lm_head.*", "xlm-roberta": "lm_head.*", "camembert": "lm_head.*",
+                 "distilbert": "vocab_transform.* / vocab_projector.*", "modernbert": "head.* / decoder.*"}
+        raise BertfeatError(f"{enc.model_id} has no masked-language-model head "
+                            f"({heads.get(enc.config.model_type, 'cls.predictions.*')})",
                             "use a checkpoint saved with its MLM head, e.g. bert-base-uncased")
 
 
@@ -391,7 +400,10 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
     else:
         pos = np.arange(ids.shape[1])
     L = enc.config.num_hidden_layers
-    fwd = forward(enc.weights, ids, np.asarray([e.type_ids], dtype=np.int64), np.ones_like(ids), keep=(L,))
+    types = np.asarray([e.type_ids], dtype=np.int64)
+    if pair is not None:
+        enc.check_pair_types(list(types))
+    fwd = forward(enc.weights, ids, types, np.ones_like(ids), keep=(L,))
     return list(e.tokens), pos, mlm_head_logits(enc.weights, fwd.hidden[L][0, pos])
 
 

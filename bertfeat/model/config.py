@@ -258,6 +258,8 @@ class BertConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{source}: {names.get(k, k)} must be a positive integer, not {v!r}",
                                   "restore config.json from the checkpoint")
+        if model_type in ROBERTA_TYPES:  # transformers' RobertaConfig (XLM-R, CamemBERT) defaults it to 1, not 0:
+            fields.setdefault("pad_token_id", 1)  # positions start after it
         pad = fields.get("pad_token_id", 0)  # a string "1" reached the position-id arithmetic (a bug line)
         if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
             raise ConfigError(f"{source}: pad_token_id must be a whole number >= 0, not {pad!r}",

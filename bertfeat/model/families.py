@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import MODERNBERT_TYPES, MPNET_TYPES, BertConfig
+from .config import MODERNBERT_TYPES, MPNET_TYPES, ROBERTA_TYPES, BertConfig
 from .bert import ForwardOutput, Workspace, bert_forward, mlm_logits
 from .modernbert import ModernBertWeights, load_modernbert_weights, modernbert_forward, modernbert_mlm_logits
 from .mpnet import MPNetWeights, load_mpnet_weights, mpnet_forward
@@ -45,4 +45,6 @@ def mlm_head_logits(w: BertWeights, h: np.ndarray) -> np.ndarray:
         return mlm_logits(w, h, act="gelu")  # MPNetLMHead: the exact GELU, whatever hidden_act says
     if isinstance(w, ModernBertWeights):
         return modernbert_mlm_logits(w, h)
+    if w.config.model_type in ROBERTA_TYPES:
+        return mlm_logits(w, h, act="gelu")  # RobertaLMHead (XLM-R, CamemBERT): the exact GELU too
     return mlm_logits(w, h)

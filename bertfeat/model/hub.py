@@ -228,11 +228,17 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
     name = str(name) if name is not None else DEFAULT_MODEL
     looked: list[str] = []
 
+    if not name.strip():  # Path("") is the current directory
+        raise ModelNotFoundError("the model name is empty", "pass a model folder or name, or leave it out for the default")
     path = Path(name).expanduser()
     if path.is_dir():
         if encoder_folder(path) is not None:
             return ModelLocation(path.resolve(), str(path.resolve()), "local directory")
         raise _no_encoder_error(path)
+    if path.is_file():  # a file of a model folder (its config.json, model.safetensors): the folder is the model
+        raise ModelNotFoundError(f"the model {name} is a file, not a model folder",
+                                 f"pass the folder that holds it{', ' + str(path.parent) if path.parent.is_dir() else ''} "
+                                 "(config.json, the weights and the tokenizer files together)")
     looked.append(f"local directory {path}")
     looks_like_path = name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name
 

@@ -128,6 +128,24 @@ def _read_json(path: Path, types=dict):
         raise ConfigError(f"{path} is not valid JSON ({e})", "restore it from the model") from None
 
 
+def _processing_length(st_cfg: dict, where: str) -> int | None:
+    """sentence-transformers 6's ``processing_kwargs`` (the tokenizer's call keywords, by modality): a ``max_length``
+    for text (or "common") is the max length, as it overrides max_seq_length there; any other keyword changes how
+    texts are tokenized in ways bertfeat does not reproduce, and is refused."""
+    pk = st_cfg.get("processing_kwargs") or {}
+    if not isinstance(pk, dict) or not all(isinstance(v, dict) for v in pk.values()):
+        raise ConfigError(f"{where}: processing_kwargs must map modalities to keywords", "restore it from the model")
+    other = sorted(f"{m}.{k}" for m, kw in pk.items() for k, v in kw.items()
+                   if not (m in ("text", "common") and (k == "max_length" or (k == "truncation" and v is True))))
+    if other:
+        raise ConfigError(f"{where}: processing_kwargs {', '.join(other)} cannot be reproduced by bertfeat",
+                          "bertfeat honours a text max_length there; remove the others to run the model as bertfeat "
+                          "does (sentence-transformers would then run it the same way)")
+    lengths = {m: kw["max_length"] for m, kw in pk.items() if "max_length" in kw}
+    got = lengths.get("text", lengths.get("common"))  # text's overrides common's, as in sentence-transformers
+    return None if got is None else _length({"max_length": got}, "max_length", f"{where}: processing_kwargs")
+
+
 def _length(cfg: dict, key: str, where: str) -> int | None:
     """A max length entry (max_seq_length, model_max_length): None when absent, else a number of 3 or more, the fewest
     tokens a text takes with its special tokens (the least ``max_length`` accepts)."""
@@ -193,6 +211,13 @@ def _module_kind(entry, i: int, where: str) -> tuple[str, str]:
     return kind, str(entry.get("path") or "")
 
 
+def _io_names(cfg: dict) -> tuple[object, object]:
+    """(input, output) key of a Dense / Normalize config, as sentence-transformers reads them: the input defaults to
+    the sentence embedding, the output (missing or null) to the input."""
+    src = cfg.get("module_input_name") or "sentence_embedding"
+    return src, cfg.get("module_output_name") or src
+
+
 def _dense_config(cfg: dict | None, path: str) -> tuple[int, int, bool, bool, str]:
     """A Dense config.json -> (in_features, out_features, bias, use_residual, activation), each checked: a count
     of 1 or more (a Dense with no inputs or no outputs computes nothing a model can use), true / false flags, an
@@ -200,9 +225,9 @@ def _dense_config(cfg: dict | None, path: str) -> tuple[int, int, bool, bool, st
     where = f"{path}/config.json"
     if cfg is None:
         raise ConfigError(f"{where} is missing", "restore the Dense module's config.json from the model")
-    for k in ("module_input_name", "module_output_name"):
-        if cfg.get(k, "sentence_embedding") != "sentence_embedding":
-            raise ConfigError(f"{where}: a Dense on '{cfg[k]}' cannot be reproduced",
+    for k, name in zip(("module_input_name", "module_output_name"), _io_names(cfg)):
+        if name != "sentence_embedding":
+            raise ConfigError(f"{where}: a Dense on '{name}' cannot be reproduced",
                               "bertfeat runs Dense modules on the sentence embedding only")
     n_in, n_out = (typed(cfg.get(k), int, f"{where}: {k}") for k in ("in_features", "out_features"))
     for k, n in (("in_features", n_in), ("out_features", n_out)):
@@ -353,10 +378,12 @@ def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, en
             steps.append(_load_dense(d, path))
         else:  # Normalize
             cfg = next((_read_json(f) for f in _module_paths(d, kind, path)), None)
-            if cfg and cfg.get("module_input_name", "sentence_embedding") != "sentence_embedding":
-                raise ConfigError(f"{path}/config.json: a Normalize of '{cfg['module_input_name']}' cannot be reproduced",
+            src, dst = _io_names(cfg or {})
+            if src != "sentence_embedding":
+                raise ConfigError(f"{path}/config.json: a Normalize of '{src}' cannot be reproduced",
                                   "bertfeat normalizes the sentence embedding only")
-            steps.append("normalize")
+            if dst == "sentence_embedding":  # one writing another key leaves the sentence embedding as it is (as in ST)
+                steps.append("normalize")
     if not seen_pooling:  # not mean pooling in its place: sentence-transformers makes no sentence embedding either
         p.no_own_embedding = ("its modules.json lists no Pooling module, so it defines no sentence embedding "
                               "(sentence-transformers cannot encode with it either)")
@@ -396,9 +423,11 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
                           f"of the prompts ({', '.join(p.prompts) or 'none'})", "restore it from the model")
 
     p.do_lower_case = typed(st_cfg.get("do_lower_case"), bool, f"{sbc}: do_lower_case", False)
-    msl = _length(st_cfg, "max_seq_length", sbc)
+    msl, key = _processing_length(st_cfg, sbc), "processing_kwargs max_length"
+    if msl is None:
+        msl, key = _length(st_cfg, "max_seq_length", sbc), "max_seq_length"
     if msl:
-        p.max_seq_length, p.max_length_source = int(msl), f"{sbc} max_seq_length"
+        p.max_seq_length, p.max_length_source = int(msl), f"{sbc} {key}"
     else:
         tcj = _encoder_file(encoder_dir, "tokenizer_config.json")
         tc = _read_json(d / tcj) or {}

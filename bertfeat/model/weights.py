@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import BertConfig, model_file, typed
+from .config import FAMILIES, ROBERTA_TYPES, BertConfig, model_file, typed
 from ..errors import WeightsError, one_line
 from ..ops.gemm import PRECISIONS, from_bf16, to_bf16
 
@@ -294,10 +294,26 @@ _LAYER_LINEAR = re.compile(r"encoder\.layer\.\d+\.(attention\.self\.(query|key|v
                            r"|transformer\.layer\.\d+\.(attention\.(q|k|v|out)_lin|ffn\.lin[12])\.weight")  # DistilBERT
 
 
-def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, np.ndarray]:
+#: a task model's prefix -> the model types whose checkpoints carry it: under another model_type the prefix says
+#: the weights are another family's (RoBERTa's under "bert" would read positions from 0: every vector wrong)
+FAMILY_PREFIXES = {"bert.": ("bert",), "roberta.": ROBERTA_TYPES, "camembert.": ROBERTA_TYPES, "electra.": ("electra",),
+                   "distilbert.": ("distilbert",)}
+
+
+def check_prefix(key: str, model_type: str, where: Path) -> None:
+    """Refuse a tensor whose task-model prefix belongs to another family than config.json's model_type."""
+    for prefix, types in FAMILY_PREFIXES.items():
+        if key.startswith(prefix) and model_type not in types:
+            raise WeightsError(f"{where}: tensor '{key}' is named as in a {FAMILIES.get(types[0], types[0])} checkpoint, "
+                               f"but config.json says model_type '{model_type}'",
+                               f"use the config.json that came with these weights (model_type '{types[0]}')")
+
+
+def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: str | None = None) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint, read once, with canonical names.
 
-    Canonical: no ``bert.`` prefix, LayerNorm ``gamma``/``beta`` renamed ``weight``/``bias``.
+    Canonical: no ``bert.`` prefix, LayerNorm ``gamma``/``beta`` renamed ``weight``/``bias``. With ``model_type``, a
+    prefix of another family is refused (check_prefix).
     With a set ``bf16``: the encoder layers' floating-point linear weights are rounded to bf16 as they
     are read (their float32 copy never outlives its own read), and their names are added to the set;
     a bf16 load then peaks below a float32 one (see docs/precision.md).
@@ -309,6 +325,8 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None) -> dict[str, n
     out: dict[str, np.ndarray] = {}
     for f, (keys, get, stored16) in zip(files, opened):
         for key in keys:
+            if model_type is not None:
+                check_prefix(key, model_type, f)
             name = canonical_name(key)
             if name in out:
                 raise WeightsError(f"{f}: tensor '{name}' appears twice (as '{key}')", "remove the duplicate from the checkpoint")
@@ -351,6 +369,11 @@ def check_finite(t: np.ndarray, key: str, where: Path, bf16_bits: bool = False) 
             return
         n_nan, n_inf = int(np.count_nonzero(mag > 0x7F80)), int(np.count_nonzero(mag == 0x7F80))
     elif t.dtype.kind != "f" or t.size == 0 or (np.isfinite(t.min()) and np.isfinite(t.max())):
+        if t.dtype.kind == "f" and t.dtype.itemsize > 4 and t.size:  # float64: finite here, but read as float32
+            big = max(abs(float(t.min())), abs(float(t.max())))
+            if big > float(np.finfo(np.float32).max):
+                raise WeightsError(f"{where}: tensor '{key}' holds a value beyond float32's range ({big:.3g}), which "
+                                   "would be infinite as bertfeat reads it", NONFINITE_FIX)
         return
     else:
         n_nan, n_inf = int(np.count_nonzero(np.isnan(t))), int(np.count_nonzero(np.isinf(t)))
@@ -595,7 +618,7 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
     model_dir = Path(model_dir)
     files = checkpoint_files(model_dir)
     bf16: set[str] = set()  # names of the tensors read_tensors rounded to bf16
-    tensors = read_tensors(files, bf16 if precision == "bf16" else None)
+    tensors = read_tensors(files, bf16 if precision == "bf16" else None, config.model_type)
 
     def linear(a: np.ndarray) -> np.ndarray:  # (in, out) -> storage: bf16 in bf16 mode (already, from read_tensors)
         return to_bf16(a) if precision == "bf16" and a.dtype != np.uint16 else a

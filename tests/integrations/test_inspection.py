@@ -441,3 +441,23 @@ def test_fill_mask_untied_decoder_bias(tmp_path, family):
     diff = float(np.abs(got[0] - ref).max())
     print(f"\n{family} untied MLM logits: max |diff| {diff:.2e}")
     assert diff <= 1e-4
+
+
+def test_fill_mask_on_roberta_uses_the_exact_gelu_whatever_hidden_act_says(tmp_path):
+    """transformers' RobertaLMHead always applies the exact GELU; bertfeat took the config's hidden_act (relu here)."""
+    import json
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from st_ckpt import roberta_checkpoint
+
+    d = roberta_checkpoint(tmp_path / "m", model_type="roberta", hidden=32, layers=2, heads=2, mlm_head=True).resolve()
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["hidden_act"] = "relu"
+    (d / "config.json").write_text(json.dumps(cfg))
+    text = "hello <mask> world"
+    tok, ref = transformers.AutoTokenizer.from_pretrained(str(d)), transformers.AutoModelForMaskedLM.from_pretrained(str(d))
+    with torch.no_grad():
+        want = ref(**tok(text, return_tensors="pt")).logits[0].numpy()
+    _, pos, logits = masked_lm_logits(text, model=str(d))
+    np.testing.assert_allclose(logits, want[pos], atol=1e-4)

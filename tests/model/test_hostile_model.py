@@ -813,3 +813,75 @@ class TestDenseWidthsAreCheckedAtLoad:
             Encoder(d)
         assert e.value.message == ("2_Dense: in_features 16 does not match the 32 dimensions before it - use the "
                                    "modules that came with this model")
+
+
+# --------------------------------------------------------------------------- round three's audit of model folders
+def test_a_float64_value_beyond_float32_is_refused_not_read_as_infinity(tmp_path):
+    """Finite in the file's float64 but infinite as float32: it passed the NaN / inf check and --pooling pooled gave
+    1.0 in that column."""
+    d = checkpoint(tmp_path / "m")
+    edit_tensors(d, lambda t: [t.__setitem__(k, v.astype(np.float64)) for k, v in list(t.items())]
+                 and t["pooler.dense.bias"].__setitem__(0, 1e39))
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert str(e.value) == (f"{d / 'model.safetensors'}: tensor 'pooler.dense.bias' holds a value beyond float32's "
+                            "range (1e+39), which would be infinite as bertfeat reads it - the checkpoint is corrupt or "
+                            "was saved from a diverged training run: re-download or re-save it")
+
+
+def test_weights_named_for_another_family_than_the_config_are_refused(tmp_path):
+    """RoBERTa weights (roberta.*) under model_type "bert" loaded as BERT, positions from 0: every vector wrong."""
+    from st_ckpt import roberta_checkpoint
+
+    d = roberta_checkpoint(tmp_path / "m", model_type="roberta", hidden=32, layers=2, heads=2, prefix=True).resolve()
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["model_type"] = "bert"
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert str(e.value).startswith(f"{d / 'model.safetensors'}: tensor 'roberta.")
+    assert str(e.value).endswith("' is named as in a RoBERTa checkpoint, but config.json says model_type 'bert' - use "
+                                 "the config.json that came with these weights (model_type 'roberta')")
+
+
+def test_a_roberta_config_without_pad_token_id_counts_positions_as_transformers(tmp_path):
+    """transformers' RobertaConfig defaults pad_token_id to 1 (positions start at 2); bertfeat took 0."""
+    pytest.importorskip("transformers")
+    import torch
+    import transformers
+    from st_ckpt import roberta_checkpoint
+
+    d = roberta_checkpoint(tmp_path / "m", model_type="roberta", hidden=32, layers=2, heads=2).resolve()
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["pad_token_id"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    texts = ["a short text", "another, longer text with more words in it"]
+    tok, ref = transformers.AutoTokenizer.from_pretrained(str(d)), transformers.AutoModel.from_pretrained(str(d))
+    with torch.no_grad():
+        want = np.stack([ref(**tok(t, return_tensors="pt")).last_hidden_state[0].mean(0).numpy() for t in texts])
+    got = Encoder(d).encode(texts, pooling="mean", normalize=False)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def test_a_model_given_as_a_file_or_an_empty_name_is_refused(tmp_path):
+    from bertfeat.model.hub import ModelNotFoundError, resolve_model
+
+    d = checkpoint(tmp_path / "m")
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model(d / "config.json")
+    assert str(e.value) == (f"the model {d / 'config.json'} is a file, not a model folder - pass the folder that holds "
+                            f"it, {d} (config.json, the weights and the tokenizer files together)")
+    with pytest.raises(ModelNotFoundError, match="^the model name is empty - "):
+        resolve_model("")
+
+
+def test_inspecting_a_pair_on_a_one_token_type_model_is_refused_as_extract_refuses_it(tmp_path):
+    """attention / fill-mask with a pair on a type_vocab_size 1 model ended in 'unexpected IndexError ... a bug'."""
+    from bertfeat.inspection import attention_maps, masked_lm_logits
+
+    d = checkpoint(tmp_path / "m", type_vocab=1, mlm_head=True)
+    for call in (lambda: attention_maps("hello", "world", model=str(d)),
+                 lambda: masked_lm_logits("hello [MASK]", "world", model=str(d))):
+        with pytest.raises(BertfeatError, match=r"has one token type \(type_vocab_size 1\), so it cannot mark the "
+                                                r"second text of a sentence pair"):
+            call()

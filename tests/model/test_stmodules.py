@@ -509,3 +509,43 @@ def test_info_on_a_model_without_its_own_embedding(layouts, tmp_path, capsys):
     assert info["embedding"].startswith(f"the model {d} has no embedding of its own: its modules.json lists no Pooling")
     assert info["embedding_dim"] is None
     assert main(["info", str(d)]) == 0
+
+
+def test_a_normalize_writing_another_key_leaves_the_embedding_as_sentence_transformers_does(tmp_path):
+    """module_output_name "normalized_embedding": sentence-transformers returns the unnormalized sentence embedding;
+    bertfeat normalized it. A Dense whose module_output_name is null writes its input's key, as in ST."""
+    from sentence_transformers import SentenceTransformer
+
+    d = st_folder(tmp_path / "st", pooling="mean", dense=[(16, "tanh")], normalize=True, hidden=32, layers=2, heads=2)
+    norm = next(p for p in d.iterdir() if p.name.endswith("_Normalize"))
+    (norm / "config.json").write_text(json.dumps({"module_input_name": "sentence_embedding",
+                                                  "module_output_name": "normalized_embedding"}))
+    dense = next(p for p in d.iterdir() if p.name.endswith("_Dense"))
+    cfg = json.loads((dense / "config.json").read_text())
+    cfg["module_output_name"] = None
+    (dense / "config.json").write_text(json.dumps(cfg))
+    texts = ["a short text", "another text, with more words"]
+    want = SentenceTransformer(str(d), device="cpu").encode(texts)
+    assert np.abs(np.linalg.norm(want, axis=1) - 1).max() > 0.01  # not normalized
+    np.testing.assert_allclose(Encoder(str(d)).encode(texts), want, atol=1e-5)
+
+
+def test_processing_kwargs_max_length_is_the_max_length_and_other_keywords_are_refused(tmp_path):
+    """sentence-transformers 6's processing_kwargs {"text": {"max_length": 6}} truncates to 6 tokens; bertfeat read
+    max_seq_length only (128 here). Another tokenizer keyword is refused, never ignored."""
+    from sentence_transformers import SentenceTransformer
+
+    d = st_folder(tmp_path / "st", pooling="mean", hidden=32, layers=2, heads=2)
+    sbc = d / "sentence_bert_config.json"
+    cfg = json.loads(sbc.read_text())
+    cfg["processing_kwargs"] = {"text": {"max_length": 6}}
+    sbc.write_text(json.dumps(cfg))
+    texts = ["a rather long text that runs past six tokens by some way", "short"]
+    enc = Encoder(str(d))
+    assert enc.default_max_length == 6
+    np.testing.assert_allclose(enc.encode(texts), SentenceTransformer(str(d), device="cpu").encode(texts), atol=1e-5)
+    cfg["processing_kwargs"] = {"text": {"max_length": 6, "padding": "max_length"}}
+    sbc.write_text(json.dumps(cfg))
+    with pytest.raises(BertfeatError, match=r"sentence_bert_config.json: processing_kwargs text.padding cannot be "
+                                            r"reproduced by bertfeat - "):
+        Encoder(str(d))
