@@ -17,6 +17,7 @@ rows stream in (one parse: the same rule), and the output's type comes from the 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -138,6 +139,7 @@ class JsonlReader(TextReader):
                              "columns", "put a shorter line first, or read the file by its path (then such a line is a "
                              f"bad row), or raise {opt('max_field_bytes')}")
         codec, lines = self._head_lines(head)
+        _refuse_json_document(self.name, head, lines)
         # every line of the input was looked at
         self._head_whole = len(head) < HEAD_BYTES and len(lines) <= 1000 and not self._head_skipped
         for n, line in enumerate(lines[:1000], 1):
@@ -329,6 +331,23 @@ def _pairs(pairs: list) -> dict:
         counts[k] = counts.get(k, 0) + 1
     d.repeated = {k: n for k, n in counts.items() if n > 1}
     return d
+
+
+def _refuse_json_document(name: str, head: bytes, lines: list[bytes]) -> None:
+    """A JSON array written over several lines (a .json export: its first line "[" is no JSON value), or lines that
+    end in CR alone, is not JSON Lines: said as such, with the conversion, rather than as a bad row 0 or a file
+    that might be CSV."""
+    first = next((line.strip() for line in lines if line.strip()), b"").lstrip(b"\xef\xbb\xbf")
+    if first.startswith(b"["):
+        try:
+            json.loads(first)
+        except ValueError:
+            stem = Path(name).stem
+            raise InputError(f"{name}: a JSON array over several lines (one document), not JSON Lines (one object "
+                             "per line)", f"write one object per line, e.g. jq -c '.[]' {name} > {stem}.jsonl") from None
+    if head.count(b"\r") > 1 and b"\n" not in head:
+        raise InputError(f"{name}: its lines end in CR alone (old Mac line ends), which JSON Lines does not take",
+                         f"convert the line ends, e.g. tr '\\r' '\\n' < {name} > {Path(name).stem}.lf.jsonl")
 
 
 def _loads(text: str):

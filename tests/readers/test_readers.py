@@ -534,3 +534,20 @@ def test_a_quoted_crlf_across_a_block_boundary_keeps_its_lf(tmp_path, monkeypatc
     src = open_input(str(path), text_column="note", id_column="id")
     got = [(r[2], r[1]) for r in rows_of(src)]
     assert got == [(b"%d" % i, b"x" * i + b"\r\nline two") for i in range(2 * block)]
+
+
+def test_a_json_array_file_or_cr_line_ends_are_named_for_what_they_are(tmp_path):
+    """A pretty-printed .json array was 'row 0: invalid JSON'; a JSONL with CR-only line ends was told it might be
+    CSV."""
+    (tmp_path / "a.json").write_text('[\n  {"text": "a"},\n  {"text": "b"}\n]\n')
+    with pytest.raises(InputError) as e:
+        open_input(str(tmp_path / "a.json"))
+    assert str(e.value) == (f"{tmp_path / 'a.json'}: a JSON array over several lines (one document), not JSON Lines "
+                            f"(one object per line) - write one object per line, e.g. jq -c '.[]' {tmp_path / 'a.json'} "
+                            "> a.jsonl")
+    (tmp_path / "c.jsonl").write_bytes(b'{"text": "a"}\r{"text": "b"}\r')
+    with pytest.raises(InputError, match=r"c\.jsonl: its lines end in CR alone \(old Mac line ends\), which JSON Lines "
+                                         r"does not take - convert the line ends"):
+        open_input(str(tmp_path / "c.jsonl"))
+    (tmp_path / "ok.jsonl").write_text('{"text": "a"}\n[1, 2]\n')  # an array on a line of its own: a bad row, as before
+    assert open_input(str(tmp_path / "ok.jsonl")).text_column == "text"
