@@ -205,14 +205,16 @@ class Reader:
         self.text_column = self._pick_text_column(text_column)
         for param, col in (("pair_column", pair_column), ("id_column", id_column)):
             if col is not None and col not in self.columns:
-                raise InputError(f"{self.name}: {opt(param)} '{col}' is not a column", f"columns are: {listing(self.columns)}")
+                raise InputError(f"{self.name}: {opt(param)} '{col}' is not a column{self._columns_of()}",
+                                 f"columns are: {listing(self.columns)}{self._columns_fix()}")
         self.pair_column = pair_column
         self.id_column = id_column
 
     def _pick_text_column(self, text_column: str | None) -> str:
         if text_column is not None:
             if text_column not in self.columns:
-                raise InputError(f"{self.name}: {opt('text_column')} '{text_column}' is not a column", f"columns are: {listing(self.columns)}")
+                raise InputError(f"{self.name}: {opt('text_column')} '{text_column}' is not a column{self._columns_of()}",
+                                 f"columns are: {listing(self.columns)}{self._columns_fix()}")
             return text_column
         for name in TEXT_COLUMN_NAMES:  # the name itself first; else its one spelling in other case (Text, TEXT)
             if name in self.columns:
@@ -231,13 +233,22 @@ class Reader:
             f"pass {opt('text_column', 'NAME')}",
         )
 
+    def _columns_of(self) -> str:
+        """Where the columns were found, when not in the whole input (JSONL: its first lines), for a message."""
+        return ""
+
+    def _columns_fix(self) -> str:
+        return ""
+
     def _select_keep(self, keep: tuple[str, ...], label: str | None, keep_as: dict[str, str]) -> None:
         """Check that every kept column exists (``label``: the one kept as the label, named so), then decide the types
         of those ``keep_as`` gives none (the format's ``_decide_keep_types``)."""
         for col in keep:
             if col not in self.columns:
-                raise InputError(f"{self.name}: {opt('label' if col == label else 'keep')} '{col}' is not a column",
-                                 f"columns are: {listing(self.columns)}{'' if col == label else quoting_hint(self.columns)}")
+                raise InputError(f"{self.name}: {opt('label' if col == label else 'keep')} '{col}' is not a column"
+                                 f"{self._columns_of()}",
+                                 f"columns are: {listing(self.columns)}{'' if col == label else quoting_hint(self.columns)}"
+                                 f"{self._columns_fix()}")
         self.keep, self.keep_as = keep, keep_as
         decided = self._decide_keep_types()
         self._kept_types = {c: TYPES[TYPE_NAMES[keep_as[c]]] if c in keep_as else decided[c] for c in keep}

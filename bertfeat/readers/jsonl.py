@@ -84,6 +84,12 @@ class JsonlReader(TextReader):
             fh.close()
         return None
 
+    def _columns_of(self) -> str:
+        return "" if self._head_whole else " of its first lines (bertfeat finds the columns there)"
+
+    def _columns_fix(self) -> str:
+        return "" if self._head_whole else "; a key first found further on: put a line that has it first"
+
     def _decide_keep_types(self) -> dict[str, pa.DataType]:
         """The first value of each kept column that is not null decides its type (``kept.json_type``); a column
         whose first value is an object or an array is refused."""
@@ -248,7 +254,9 @@ class JsonlReader(TextReader):
         """Append the row's kept values (converted to their columns' types) to ``extra``: -> the row's reason, or the
         first kept value's that is of another kind."""
         for c, typ in self._kept_types.items():
-            value, why = convert_json(c, obj.get(c) if isinstance(obj, dict) else None, typ, c in self.keep_as)
+            given = c in self.keep_as
+            value, why = convert_json(c, obj.get(c) if isinstance(obj, dict) else None, typ, given,
+                                      unseen=not given and self._first_kind.get(c) is None)
             extra[c].append(value)
             reason = reason or why
         return reason

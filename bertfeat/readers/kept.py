@@ -199,9 +199,11 @@ def json_type(first_kind: str | None, kinds: set[str]) -> pa.DataType:
     return {"float": TYPES["double"], "bool": TYPES["bool"]}.get(first_kind, TYPES["string"])
 
 
-def convert_json(column: str, value, typ: pa.DataType, given: bool = False) -> tuple[object, Reason | None]:
+def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
+                 unseen: bool = False) -> tuple[object, Reason | None]:
     """A JSON value -> (its value in ``typ``, None), or (the value, an object or array as its JSON text; why the
-    row is bad). ``given``: the type was given in ``keep`` (a number or boolean given str is kept as its JSON text)."""
+    row is bad). ``given``: the type was given in ``keep`` (a number or boolean given str is kept as its JSON text);
+    ``unseen``: the first lines held no value of the column (string by default), which a message says."""
     if value is None:
         return None, None
     name = str(typ)
@@ -237,7 +239,10 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False) -> t
     text = json.dumps(value, ensure_ascii=False)
     return (text if isinstance(value, (dict, list)) else value,
             Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text if len(text) <= 40 else text[:37] + '...'} "
-                                              f"is {json_kind(value)}, not {_WORDS[name][0]} {_whose(name, given)}"))
+                                              f"is {json_kind(value)}, not {_WORDS[name][0]} "
+                                              + (f"(the column's first lines hold no value, so it is read as strings: "
+                                                 f"give its type, e.g. {opt('keep', column + ':int')})" if unseen
+                                                 else _whose(name, given))))
 
 
 def json_kind(v) -> str:

@@ -229,12 +229,13 @@ def test_jsonl_first_values_decide_the_types(tmp_path):
     assert {c: v[8:] for c, v in b.extra.items()} == {"n": [2, 2, 3.5, None, None, None], "m": [2.5, 2.5, None, None, None, 7.0],
                                                      "f": [False, False, None, None, 1, None], "s": [None, None, None, 3, None, None],
                                                      "nothing": [None, None, None, None, None, 5]}
-    assert {row: (why.code.value, why.text) for row, why in b.pre_rejected.items()} == {
+    assert {row: (why.code.value, render(why.text)) for row, why in b.pre_rejected.items()} == {
         10: ("bad-kept-value", "kept column 'n': 3.5 is a number, not an integer (the column's first rows hold integers)"),
         11: ("bad-kept-value", "kept column 's': 3 is an integer, not a string (the column's first rows hold strings)"),
         12: ("bad-kept-value", "kept column 'f': 1 is an integer, not a boolean (true or false) (the column's first rows hold "
                                "booleans)"),
-        13: ("bad-kept-value", "kept column 'nothing': 5 is an integer, not a string (the column's first rows hold strings)")}
+        13: ("bad-kept-value", "kept column 'nothing': 5 is an integer, not a string (the column's first lines hold no "
+                               "value, so it is read as strings: give its type, e.g. keep='nothing:int')")}
 
 
 def test_parquet_keeps_the_schema_types(tmp_path):
@@ -720,3 +721,24 @@ def test_a_jsonl_number_a_float64_cannot_hold_is_a_bad_row_with_its_text(tmp_pat
               "0.1; give --keep x:str to keep its text)", "0.10000000000000000001"),
         ("4", "kept column 'x': NaN is not a JSON number (give --keep x:str to keep its text)", "NaN"),
         ("6", "kept column 'x': -Infinity is not a JSON number (give --keep x:str to keep its text)", "-Infinity")]
+
+
+def test_jsonl_columns_and_types_from_the_first_lines_say_so(tmp_path):
+    """A key first found after the first lines was 'not a column' with no more said; a column whose first lines
+    hold only nulls was read as strings, and a later 5 was 'not a string (the column's first rows hold strings)'."""
+    late = tmp_path / "late.jsonl"
+    late.write_text("".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(1000)) + '{"text": "x", "label": 5}\n')
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(late, tmp_path / "l.parquet", model=tiny_model(), keep="label", cache=False)
+    assert e.value.message == (f"{late}: keep 'label' is not a column of its first lines (bertfeat finds the columns "
+                               "there) - columns are: text; a key first found further on: put a line that has it first")
+    nulls = tmp_path / "nulls.jsonl"
+    nulls.write_text("".join(json.dumps({"text": f"t{i}", "score": None}) + "\n" for i in range(1000))
+                     + '{"text": "x", "score": 5}\n')
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(nulls, tmp_path / "n.parquet", model=tiny_model(), keep="score", cache=False)
+    assert e.value.message.startswith(f"{nulls} row 1000: kept column 'score': 5 is an integer, not a string (the "
+                                      "column's first lines hold no value, so it is read as strings: give its type, "
+                                      "e.g. keep='score:int')")
+    bertfeat.extract(nulls, tmp_path / "n.parquet", model=tiny_model(), keep="score:int", cache=False)
+    assert pq.read_table(tmp_path / "n.parquet").column("score").to_pylist()[-2:] == [None, 5]
