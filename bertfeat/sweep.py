@@ -20,7 +20,6 @@ A set is ``own`` (the model's own sentence embedding: its Pooling, Dense and Nor
 from __future__ import annotations
 
 import json
-import numbers
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,15 +160,14 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     from .run.options import check_types, options_from
     from .run.outlock import output_lock
     from .readers import open_input
-    from .checks import check_size, check_stride
+    from .checks import check_count, check_size, check_stride
 
     o = check_types(options_from("sweep", options, SWEEP_OPTIONS, input=input, on_bad_row="error"))
     input = o.checked("input")
     check_stride(o.stride, o.long_text)
     if isinstance(sets, str):
         sets = [sets]  # one feature set by name, not its letters
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise BertfeatError(f"{opt('seed', seed)} is not a whole number >= 0", f"give a seed such as {opt('seed', 0)}")
+    check_count(seed, "seed", 0)
     ranked_on_pca = n_components is not None
     n_components = DEFAULT_N_COMPONENTS if n_components is None else n_components
     for name, v, low in (("sample", sample, 2), ("n_components", n_components, 1), ("folds", folds, 2)):

@@ -20,9 +20,9 @@ import os
 from typing import Any, Literal, Mapping, Sequence
 
 from ..checks import DEFAULT_MAX_FIELD_BYTES
-from ..errors import BertfeatError, interrupt_in, opt
+from ..errors import BertfeatError, interrupt_in
 from .summary import ExtractSummary
-from .options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, OPTIONS, ExtractOptions
+from .options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS, OPTIONS, ExtractOptions, check_switch
 from .plan import make_plan
 
 
@@ -118,8 +118,7 @@ def extract_options(options: ExtractOptions, *, progress=None, quiet: bool = Tru
 def _check_progress(progress, quiet) -> None:
     """``progress`` has the methods the engines call (parts is optional), ``quiet`` is a switch: checked before the plan,
     so a wrong one stops nothing half-way (a partial run left behind)."""
-    if not isinstance(quiet, bool) and type(quiet).__name__ != "bool_":
-        raise BertfeatError(f"{opt('quiet', quiet)} is a {type(quiet).__name__}, not True or False", f"give {opt('quiet')} as True or False")
+    check_switch("quiet", quiet)
     missing = [m for m in ("start", "advance", "note", "stop") if progress is not None and not callable(getattr(progress, m, None))]
     if missing:
         raise BertfeatError(f"progress={progress!r} has no {', '.join(missing)} method",

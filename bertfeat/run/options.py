@@ -174,6 +174,9 @@ def check_label(value) -> str | None:
 
 
 def check_estimate(value) -> bool | int:
+    if value is None:
+        raise BertfeatError(f"{opt('estimate', value)} is not True, False or a number of rows",
+                            f"give {opt('estimate', True)}, or a number of rows to measure on, e.g. {opt('estimate', 500)}")
     if value is not False and value is not True:
         check_size(value, "estimate", 2, None, " (rows to measure on), or True for the default")
     return value
@@ -257,7 +260,7 @@ def _quoted_name(text: str, i: int, refuse) -> tuple[str, int]:
 # --------------------------------------------------------------------------- the declarations
 READER = "by the reader, as it opens the input (readers.open_input)"
 SPEC = "against the model, by Encoder.spec (encoder_setup.feature_settings)"
-SWITCH = "a switch: any truth value"
+SWITCH = "a switch: True or False (1 / 0 too; a string is refused by check_types)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -328,9 +331,10 @@ _TYPE_WORDS = {str: "a string", os.PathLike: "a path", bool: "True or False", in
                collections.abc.Mapping: "a dict", collections.abc.Sequence: "a list"}
 
 
-#: options whose own check says what a value of another type means (input: Encoder for texts in memory; the
-#: Encoder's sizes: the words Encoder(...) uses for them too)
-_TYPED_BY_CHECK = ("input", "keep", "threads", "max_length", "max_batch_tokens")
+#: options whose own check says what a value of another type means and takes more than the type hint says (input:
+#: Encoder for texts in memory; the Encoder's sizes and layers: as Encoder(...) takes them, an int, a list or a slice
+#: of layers; pca: a Decimal fraction; blocksize: 1e6 bytes)
+_TYPED_BY_CHECK = ("input", "keep", "threads", "max_length", "max_batch_tokens", "layers", "pca", "blocksize")
 
 
 def _classes(hint) -> tuple:
@@ -340,23 +344,33 @@ def _classes(hint) -> tuple:
     return tuple(typing.get_origin(a) or a for a in args)
 
 
+_NOT = object()  # _as_declared: the value is of none of the declared classes
+
+
 def _as_declared(value, classes: tuple):
-    """``value`` as one of ``classes`` (a NumPy scalar as the Python number it holds), or None when it is none of them."""
+    """``value`` as one of ``classes`` (a NumPy scalar as the Python number it holds; a switch may be 0 / 1, None
+    is off), or _NOT when it is none of them."""
     if hasattr(value, "dtype") and getattr(value, "shape", None) == () and hasattr(value, "item"):
         value = value.item()  # np.int64(10) -> 10, np.bool_(True) -> True, np.float32(0.5) -> 0.5
+    if bool in classes and int not in classes:  # a switch: overwrite=1, resume=None (off) as before
+        if value is None:
+            return None if type(None) in classes else False
+        if isinstance(value, numbers.Integral) and value in (0, 1):
+            return bool(value)
     if isinstance(value, bool):  # where a count is declared, its own check refuses a bool (pca=True: not a size)
-        return value if bool in classes or int in classes else None
+        return value if bool in classes or int in classes else _NOT
     if isinstance(value, numbers.Integral) and int in classes:
         return int(value)
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral) and float in classes:
         return float(value)
-    return value if isinstance(value, classes) else None
+    return value if value is None or isinstance(value, classes) else _NOT
 
 
 def check_types(options: ExtractOptions) -> ExtractOptions:
     """Every option's value against its declared type, before any check reads it (a string where a switch belongs,
-    ``overwrite="False"``, would otherwise count as true): -> the options with NumPy scalars as Python's, or the
-    error naming the first option of a wrong type."""
+    ``overwrite="False"``, would otherwise count as true): -> the options with NumPy scalars as Python's (and a
+    switch's 0 / 1 as False / True), or the error naming the first option of a wrong type. None is left to each
+    option's own check (most take it as their default)."""
     hints = typing.get_type_hints(ExtractOptions)
     changed = {}
     for name in OPTIONS:
@@ -364,16 +378,28 @@ def check_types(options: ExtractOptions) -> ExtractOptions:
         if Any in classes or name in _TYPED_BY_CHECK:
             continue
         kept = _as_declared(value, classes)
-        if kept is None and value is not None:
-            words = " or ".join(w for c, w in _TYPE_WORDS.items() if c in classes)
-            none = type(None) in classes
-            kind = type(value).__name__
-            raise BertfeatError(f"{opt(name, value)} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not {words}"
-                                + (", or None" if none else ""),
-                                f"give {opt(name)} as {words}" + (", or leave it out" if none else ""))
+        if kept is _NOT:
+            raise type_error(name, value, classes)
         if kept is not value:
             changed[name] = kept
     return dataclasses.replace(options, **changed) if changed else options
+
+
+def type_error(name: str, value, classes: tuple) -> BertfeatError:
+    """The error of a value of another type than ``classes``, naming the option."""
+    words = " or ".join(w for c, w in _TYPE_WORDS.items() if c in classes)
+    none = type(None) in classes
+    kind = type(value).__name__
+    return BertfeatError(f"{opt(name, value)} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not {words}"
+                         + (", or None" if none else ""), f"give {opt(name)} as {words}" + (", or leave it out" if none else ""))
+
+
+def check_switch(name: str, value) -> bool:
+    """A switch that is no option of the run (``quiet``) checked as the options' switches are: -> True or False."""
+    kept = _as_declared(value, (bool,))
+    if kept is _NOT:
+        raise type_error(name, value, (bool,))
+    return kept
 
 
 def options_from(func: str, given: Mapping[str, Any], allowed: Sequence[str], **defaults) -> ExtractOptions:

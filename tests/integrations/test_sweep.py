@@ -250,7 +250,7 @@ def test_a_set_extracted_before_is_reused_and_the_others_encoded(tmp_path, capsy
 def test_one_set_by_name_and_a_bad_seed_or_input_are_refused_clearly(small_csv, tmp_path):
     """sweep(path, "own") once read the name letter by letter ("feature set 'o'"); a seed or input of the wrong type
     ended in NumPy's TypeError or a format guess."""
-    with pytest.raises(BertfeatError, match="^seed='x' is not a whole number >= 0 - give a seed such as seed=0$"):
+    with pytest.raises(BertfeatError, match="^seed='x' is out of range - give 0 or more$"):
         sweep(small_csv, ["own"], seed="x", sample=20)
     with pytest.raises(BertfeatError, match="^input is a NoneType, not a file path"):
         sweep(None, ["own"])

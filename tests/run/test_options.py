@@ -245,3 +245,21 @@ def test_a_wrong_progress_or_quiet_leaves_no_partial_run(tmp_path, kw, message):
     assert e.value.message == message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
     assert bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), cache=False).rows_written == 2
+
+
+def test_values_that_always_worked_still_do(tmp_path):
+    """The type check refuses only what no option takes: layers as Encoder takes them (an int, a list, a slice), a
+    switch as 1 / 0 or None, a Decimal fraction for pca; estimate=None is refused in words, not Python's TypeError."""
+    from decimal import Decimal
+
+    np = pytest.importorskip("numpy")
+    src = write_csv(tmp_path / "c.csv", ["text"], [[f"sentence {i}"] for i in range(6)])
+    out = tmp_path / "o.parquet"
+    for kw in (dict(layers=[-1, -2]), dict(layers=-1), dict(layers=np.int64(-1)), dict(layers=slice(-2, None)),
+               dict(resume=0, wide=None), dict(pca=Decimal("0.5")), dict(normalize=1)):
+        s = bertfeat.extract(src, out, model=tiny_model(), cache=False, overwrite=1, **kw)
+        assert s.rows_written == 6, kw
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, out, model=tiny_model(), cache=False, overwrite=True, estimate=None)
+    assert e.value.message == ("estimate=None is not True, False or a number of rows - give estimate=True, or a number "
+                               "of rows to measure on, e.g. estimate=500")
