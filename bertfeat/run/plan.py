@@ -76,16 +76,26 @@ class OutputLayout:
         return feature_file_outputs(self.features, self.fmt)
 
     def stale_pca(self, applied: Path | None = None) -> list[tuple[str, Path]]:
-        """Without pca: the PCA model and report files that exist beside the output, an earlier run's with pca (they
-        describe the features this run replaces: it removes them when its own files appear, and they need --overwrite
-        as its outputs do); ``applied`` (the run's pca_model) is never one of them."""
-        if self.want_pca:
+        """Without pca, on an existing output: the PCA model and report an earlier run with pca wrote for it (the
+        output's provenance names that model's sha256). They describe the features this run replaces: it removes them
+        when its own files appear. Another output's (o.parquet and o.npy share o.pca.*), a model the run applies
+        (``applied``) or one the provenance does not name are left alone."""
+        model = self.pca_model
+        if self.want_pca or not self.features.exists() or not model.is_file():
             return []
+        if applied is not None and model.resolve() == Path(applied).resolve():
+            return []
+        from ..features.reader import read_feature_metadata
+        from ..pca.reduce import file_sha256
         from .outputs import report_outputs
 
-        files = [("PCA model", self.pca_model)] + report_outputs(self.pca_prefix)
-        keep = None if applied is None else Path(applied).resolve()
-        return [(label, p) for label, p in files if (p.exists() or p.is_symlink()) and p.resolve() != keep]
+        try:
+            entry = read_feature_metadata(self.features).get("pca") or {}
+        except BertfeatError:  # an output bertfeat cannot read: its --overwrite replaces it, nothing else
+            return []
+        if not isinstance(entry, dict) or entry.get("model_sha256") != file_sha256(model):
+            return []
+        return [("PCA model", model)] + [(label, p) for label, p in report_outputs(self.pca_prefix) if p.exists()]
 
     def outputs(self) -> list[tuple[str, Path]]:
         """(label, path) of every file the finished run may leave, for the overwrite and input-protection rules."""
@@ -464,7 +474,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 
         if is_url(input):
             inputs = [pca_model] if pca_model is not None else []
-    outs = layout.outputs() + layout.stale_pca(pca_model)
+    outs = layout.outputs()
     check_name_lengths(outs + [("partial directory", layout.partial)])
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
     partial = layout.partial

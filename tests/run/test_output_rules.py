@@ -183,21 +183,22 @@ def test_a_users_own_partial_directory_is_never_deleted(tmp_path, capsys, flag, 
 
 
 def test_a_run_without_pca_removes_an_earlier_runs_pca_files(tmp_path, src):
-    """OUTPUT.pca.npz and its report describe the features of the run that wrote them: a later run on the same output
-    without pca needs overwrite for them (as for the features), and removes them with its own files, so no stale
-    model sits beside features it was never fitted on; a run applying that very model (pca_model) keeps it."""
+    """OUTPUT.pca.npz and its report describe the features of the run that wrote them (its provenance names the
+    model's sha256): a later run over that output without pca (--overwrite) removes them with its own files, so no
+    stale model sits beside features it was never fitted on. Another output sharing the prefix (o.parquet, o.npy),
+    and a model the run applies, are left alone."""
     import bertfeat
-    from bertfeat.errors import BertfeatError
+
+    def pca_files():
+        return sorted(p.name for p in tmp_path.iterdir() if ".pca." in p.name)
 
     out = tmp_path / "o.parquet"
     bertfeat.extract(src, out, model=tiny_model(), cache=False, pca=2)
-    pca_files = sorted(p.name for p in tmp_path.iterdir() if ".pca." in p.name)
-    assert pca_files == ["o.pca.npz", "o.pca.report.json", "o.pca.report.md", "o.pca.report.png"]
-    out.unlink()
-    with pytest.raises(BertfeatError, match="o.pca.npz already exists - pass overwrite=True"):
-        bertfeat.extract(src, out, model=tiny_model(), cache=False)
-    bertfeat.extract(src, out, model=tiny_model(), cache=False, overwrite=True)
-    assert not [p.name for p in tmp_path.iterdir() if ".pca." in p.name]
-    bertfeat.extract(src, out, model=tiny_model(), cache=False, pca=2, overwrite=True)
+    assert pca_files() == ["o.pca.npz", "o.pca.report.json", "o.pca.report.md", "o.pca.report.png"]
+    bertfeat.extract(src, tmp_path / "o.npy", model=tiny_model(), cache=False)  # o.parquet's PCA, not o.npy's
+    assert len(pca_files()) == 4
     bertfeat.extract(src, out, model=tiny_model(), cache=False, pca_model=tmp_path / "o.pca.npz", overwrite=True)
-    assert [p.name for p in tmp_path.iterdir() if ".pca." in p.name] == ["o.pca.npz"]
+    assert len(pca_files()) == 4  # applied: kept, and its report with it
+    bertfeat.extract(src, out, model=tiny_model(), cache=False, pca=2, overwrite=True)
+    bertfeat.extract(src, out, model=tiny_model(), cache=False, overwrite=True)
+    assert pca_files() == []
