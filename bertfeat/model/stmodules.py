@@ -128,21 +128,27 @@ def _read_json(path: Path, types=dict):
         raise ConfigError(f"{path} is not valid JSON ({e})", "restore it from the model") from None
 
 
+#: processing_kwargs values that change nothing bertfeat computes (sentence-transformers' own defaults: padding to the
+#: longest text of a batch, which the attention mask hides; truncation to max_length)
+_PROCESSING_NEUTRAL = {"padding": (True, "longest", "max_length"), "truncation": (True, "longest_first")}
+
+
 def _processing_length(st_cfg: dict, where: str) -> int | None:
-    """sentence-transformers 6's ``processing_kwargs`` (the tokenizer's call keywords, by modality): a ``max_length``
-    for text (or "common") is the max length, as it overrides max_seq_length there; any other keyword changes how
-    texts are tokenized in ways bertfeat does not reproduce, and is refused."""
+    """sentence-transformers 6's ``processing_kwargs`` (the tokenizer's call keywords, by modality): a text (or
+    "common") ``max_length`` is the max length, "common" winning as it does there (a tokenizer is called with
+    ``{**text, **common}``); padding and truncation as its defaults change nothing; any other text keyword changes
+    how texts are tokenized in ways bertfeat does not reproduce, and is refused. Other modalities (image, audio,
+    chat_template) are not used by a text encoder."""
     pk = st_cfg.get("processing_kwargs") or {}
     if not isinstance(pk, dict) or not all(isinstance(v, dict) for v in pk.values()):
         raise ConfigError(f"{where}: processing_kwargs must map modalities to keywords", "restore it from the model")
-    other = sorted(f"{m}.{k}" for m, kw in pk.items() for k, v in kw.items()
-                   if not (m in ("text", "common") and (k == "max_length" or (k == "truncation" and v is True))))
+    text = {**pk.get("text", {}), **pk.get("common", {})}
+    other = sorted(f"{k}={v!r}" for k, v in text.items() if k != "max_length" and v not in _PROCESSING_NEUTRAL.get(k, ()))
     if other:
         raise ConfigError(f"{where}: processing_kwargs {', '.join(other)} cannot be reproduced by bertfeat",
                           "bertfeat honours a text max_length there; remove the others to run the model as bertfeat "
                           "does (sentence-transformers would then run it the same way)")
-    lengths = {m: kw["max_length"] for m, kw in pk.items() if "max_length" in kw}
-    got = lengths.get("text", lengths.get("common"))  # text's overrides common's, as in sentence-transformers
+    got = text.get("max_length")
     return None if got is None else _length({"max_length": got}, "max_length", f"{where}: processing_kwargs")
 
 

@@ -544,8 +544,16 @@ def test_processing_kwargs_max_length_is_the_max_length_and_other_keywords_are_r
     enc = Encoder(str(d))
     assert enc.default_max_length == 6
     np.testing.assert_allclose(enc.encode(texts), SentenceTransformer(str(d), device="cpu").encode(texts), atol=1e-5)
-    cfg["processing_kwargs"] = {"text": {"max_length": 6, "padding": "max_length"}}
+    # common wins over text, as sentence-transformers calls the tokenizer with {**text, **common}; its own
+    # defaults (padding to the longest, truncation) change nothing; an image modality is not a text encoder's
+    cfg["processing_kwargs"] = {"common": {"max_length": 5}, "text": {"max_length": 10, "padding": True,
+                                                                      "truncation": "longest_first"}, "image": {"x": 1}}
     sbc.write_text(json.dumps(cfg))
-    with pytest.raises(BertfeatError, match=r"sentence_bert_config.json: processing_kwargs text.padding cannot be "
-                                            r"reproduced by bertfeat - "):
+    enc = Encoder(str(d))
+    assert enc.default_max_length == 5
+    np.testing.assert_allclose(enc.encode(texts), SentenceTransformer(str(d), device="cpu").encode(texts), atol=1e-5)
+    cfg["processing_kwargs"] = {"text": {"max_length": 6, "add_special_tokens": False}}
+    sbc.write_text(json.dumps(cfg))
+    with pytest.raises(BertfeatError, match=r"sentence_bert_config.json: processing_kwargs add_special_tokens=False "
+                                            r"cannot be reproduced by bertfeat - "):
         Encoder(str(d))
