@@ -146,6 +146,9 @@ class BertConfig:
     classifier_activation: str = "gelu"  # the masked-LM head's
     classifier_bias: bool = False
     decoder_bias: bool = True
+    #: RoBERTa-family config.json without pad_token_id: transformers' 1 applied (bertfeat before 0.3 took 0: the cache
+    #: key says so, Encoder.fingerprint, so no vector of then is served as one of now)
+    pad_token_defaulted: bool = False
 
     @property
     def family(self) -> str:
@@ -258,8 +261,9 @@ class BertConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{source}: {names.get(k, k)} must be a positive integer, not {v!r}",
                                   "restore config.json from the checkpoint")
-        if model_type in ROBERTA_TYPES:  # transformers' RobertaConfig (XLM-R, CamemBERT) defaults it to 1, not 0:
-            fields.setdefault("pad_token_id", 1)  # positions start after it
+        fields.pop("pad_token_defaulted", None)  # bertfeat's own, never config.json's
+        if model_type in ROBERTA_TYPES and "pad_token_id" not in fields:  # transformers' RobertaConfig (XLM-R,
+            fields.update(pad_token_id=1, pad_token_defaulted=True)  # CamemBERT) defaults it to 1: positions after it
         pad = fields.get("pad_token_id", 0)  # a string "1" reached the position-id arithmetic (a bug line)
         if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
             raise ConfigError(f"{source}: pad_token_id must be a whole number >= 0, not {pad!r}",

@@ -381,6 +381,8 @@ class Encoder:
         fp = {"model_id": self.model_id, "weights_sha256": self.weights_sha256, "precision": self.precision}
         if self.gemm_path.scheme is not None:
             fp["int8_scheme"] = self.gemm_path.scheme
+        if self.config.pad_token_defaulted:  # vectors of such a model changed in 0.3 (config.pad_token_defaulted)
+            fp["pad_token_id"] = self.config.pad_token_id
         return {**fp, **spec.to_dict()}
 
     # ------------------------------------------------------------------ stage 1: tokenize

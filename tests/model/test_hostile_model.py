@@ -845,10 +845,10 @@ def test_weights_named_for_another_family_than_the_config_are_refused(tmp_path):
 
 
 def test_a_roberta_config_without_pad_token_id_counts_positions_as_transformers(tmp_path):
-    """transformers' RobertaConfig defaults pad_token_id to 1 (positions start at 2); bertfeat took 0."""
-    pytest.importorskip("transformers")
-    import torch
-    import transformers
+    """transformers' RobertaConfig defaults pad_token_id to 1 (positions start at 2); bertfeat took 0. The vectors
+    changed, so the cache key does too (a vector cached before is never served as one of now)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
     from st_ckpt import roberta_checkpoint
 
     d = roberta_checkpoint(tmp_path / "m", model_type="roberta", hidden=32, layers=2, heads=2).resolve()
@@ -859,8 +859,13 @@ def test_a_roberta_config_without_pad_token_id_counts_positions_as_transformers(
     tok, ref = transformers.AutoTokenizer.from_pretrained(str(d)), transformers.AutoModel.from_pretrained(str(d))
     with torch.no_grad():
         want = np.stack([ref(**tok(t, return_tensors="pt")).last_hidden_state[0].mean(0).numpy() for t in texts])
-    got = Encoder(d).encode(texts, pooling="mean", normalize=False)
+    enc = Encoder(d)
+    got = enc.encode(texts, pooling="mean", normalize=False)
     np.testing.assert_allclose(got, want, atol=2e-5)
+    assert enc.fingerprint(enc.spec())["pad_token_id"] == 1
+    cfg["pad_token_id"] = 1  # the same vectors, said by the config: the key of before
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert "pad_token_id" not in Encoder(d).fingerprint(enc.spec())
 
 
 def test_a_model_given_as_a_file_or_an_empty_name_is_refused(tmp_path):
