@@ -226,7 +226,7 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
     if name == "double" and number:
         f = float(value)
         text = str(value) if isinstance(value, int) else getattr(value, "text", None)
-        if (f != value) if isinstance(value, int) else (text is not None and Decimal(repr(f)) != Decimal(text)):
+        if (f != value) if isinstance(value, int) else (text is not None and not _float_holds(f, text)):
             return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text[:40]} has more digits than a "
                                                         f"float64 holds (it would read back as {f!r}; give "
                                                         f"{opt('keep', column + ':str')} to keep its text)")
@@ -243,6 +243,13 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
                                               + (f"(the column's first lines hold no value, so it is read as strings: "
                                                  f"give its type, e.g. {opt('keep', column + ':int')})" if unseen
                                                  else _whose(name, given))))
+
+
+def _float_holds(f: float, text: str) -> bool:
+    """The float ``f`` read from a JSON number stands for it as written, at the number's own count of digits
+    (0.10000000000000001 is 0.1 written with 17: held; 0.10000000000000000001 and 1e-400 are not)."""
+    digits = text.lower().lstrip("+-").split("e")[0].replace(".", "").lstrip("0")
+    return Decimal(format(f, f".{max(len(digits), 1)}g")) == Decimal(text)
 
 
 def json_kind(v) -> str:

@@ -706,12 +706,12 @@ def test_a_jsonl_number_a_float64_cannot_hold_is_a_bad_row_with_its_text(tmp_pat
     and NaN / -Infinity were called "beyond float64's range" with their value lost from the rejects file."""
     lines = ['{"text": "a", "x": 1.50}', '{"text": "b", "x": 9007199254740993}', '{"text": "c", "x": 1E5}',
              '{"text": "d", "x": 0.10000000000000000001}', '{"text": "e", "x": NaN}', '{"text": "f", "x": 2}',
-             '{"text": "g", "x": -Infinity}']
+             '{"text": "g", "x": -Infinity}', '{"text": "h", "x": 0.10000000000000001}']  # 0.1 at 17 digits: held
     src = tmp_path / "j.jsonl"
     src.write_text("\n".join(lines) + "\n")
     s = bertfeat.extract(src, tmp_path / "k.parquet", model=tiny_model(), keep="x", on_bad_row="skip", cache=False)
     assert s.rows_rejected == 4
-    assert pq.read_table(tmp_path / "k.parquet").column("x").to_pylist() == [1.5, 100000.0, 2.0]
+    assert pq.read_table(tmp_path / "k.parquet").column("x").to_pylist() == [1.5, 100000.0, 2.0, 0.1]
     with open(tmp_path / "k.parquet.rejects.csv", newline="") as fh:
         rejects = [(r["row"], r["reason"], r["x"]) for r in csv.DictReader(fh)]
     assert rejects == [
