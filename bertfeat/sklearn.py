@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from .model.encoder import Encoder, TokenPastTableError
+from .model.encoder import Encoder, TokenPastTableError, text_list
 from .errors import BertfeatError
 from .checks import check_size
 from .readers.textcheck import check_text
@@ -57,11 +57,9 @@ def as_texts(X: Any) -> list[str]:
         raise BertfeatError(f"X is {what}", "pass a list (or array, Series, one-column DataFrame, iterator) of texts")
     if isinstance(X, Iterator):  # a generator, map(...), iter(...), an open file: no shape, read once
         X = list(X)
-    if hasattr(X, "columns") and hasattr(X, "shape"):  # pandas / polars DataFrame
-        if X.shape[1] != 1:
-            raise BertfeatError(f"X is a DataFrame with {X.shape[1]} columns", "pass the one column of texts, e.g. df['text']")
-        X = X.iloc[:, 0] if hasattr(X, "iloc") else X.column(0) if hasattr(X, "column_names") else X.to_series(0)
-    if hasattr(X, "to_pylist"):  # a pyarrow Array / ChunkedArray (a one-column Table's column)
+    if hasattr(X, "columns") and hasattr(X, "shape"):  # a pandas / polars DataFrame, a pyarrow Table: as Encoder.encode
+        return text_list(X, "X")
+    if hasattr(X, "to_pylist"):  # a pyarrow Array / ChunkedArray
         X = X.to_pylist()
     if hasattr(X, "to_list"):  # pandas / polars Series
         values = X.to_list()

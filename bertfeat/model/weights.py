@@ -567,7 +567,7 @@ _LM_HEAD_NAMES = {
 
 
 def canonical_name(key: str) -> str:
-    for prefix in ("bert.", "roberta.", "camembert.", "electra.", "distilbert."):
+    for prefix in FAMILY_PREFIXES:
         if key.startswith(prefix):
             key = key[len(prefix):]
             break

@@ -119,13 +119,25 @@ def not_fitted(message: str, fix: str) -> NotFittedError:
     """A NotFittedError that is also scikit-learn's when scikit-learn is imported (a caller naming its class in an
     ``except`` has imported it; bertfeat never imports it for this)."""
     sk = sys.modules.get("sklearn.exceptions")
-    if sk is None:
-        return NotFittedError(message, fix)
+    return NotFittedError(message, fix) if sk is None else _with_sklearn(sk)(message, fix)
+
+
+def _with_sklearn(sk) -> type:
+    """NotFittedError and scikit-learn's in one class, made once and kept as a module attribute (pickle finds it by
+    name; in another process the module's __getattr__ makes it)."""
     cls = globals().get("_SklearnNotFittedError")
     if cls is None or sk.NotFittedError not in cls.__mro__:
         cls = type("_SklearnNotFittedError", (NotFittedError, sk.NotFittedError), {"__module__": __name__})
-        globals()["_SklearnNotFittedError"] = cls  # found by name: it pickles
-    return cls(message, fix)
+        globals()["_SklearnNotFittedError"] = cls
+    return cls
+
+
+def __getattr__(name: str):
+    if name == "_SklearnNotFittedError":  # unpickling an error made where scikit-learn was imported
+        import sklearn.exceptions
+
+        return _with_sklearn(sklearn.exceptions)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class PCA(Estimator):

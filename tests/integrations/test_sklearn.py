@@ -186,7 +186,7 @@ def test_text_inputs_and_output_containers(minilm_dir):
     assert isinstance(TextFeatures(str(minilm_dir)).set_output(transform="polars").fit_transform(TEXTS[:4]), pl.DataFrame)
     with pytest.raises(ValueError, match=r"X\[1\] is NoneType None, not a string"):
         as_texts(["a", None])
-    with pytest.raises(ValueError, match="a DataFrame with 2 columns"):
+    with pytest.raises(ValueError, match="a DataFrame of 2 columns, not a list of strings"):
         as_texts(pd.DataFrame({"a": ["x"], "b": ["y"]}))
     with pytest.raises(ValueError, match="a single string"):
         TextFeatures(str(minilm_dir)).fit("just one text")
@@ -285,7 +285,7 @@ def test_a_pyarrow_table_or_array_of_texts_is_taken():
     pa = pytest.importorskip("pyarrow")
     assert as_texts(pa.table({"text": ["a b", "c d"]})) == ["a b", "c d"]
     assert as_texts(pa.chunked_array([["a"], ["b"]])) == ["a", "b"]
-    with pytest.raises(BertfeatError, match="X is a DataFrame with 2 columns"):
+    with pytest.raises(BertfeatError, match="X is a Table of 2 columns, not a list of strings"):
         as_texts(pa.table({"a": ["x"], "b": ["y"]}))
 
 

@@ -1005,3 +1005,19 @@ def test_an_overflow_names_the_dtype_it_happened_in():
         PCA(2, accumulate="float64").fit(X)
     assert str(e.value) == ("rows 0-49: products of these float64 features overflow (values near 1e154 or larger) - "
                             "scale the features down")
+
+
+def test_the_not_fitted_error_unpickles_in_a_process_that_never_made_it(tmp_path):
+    """Its class is made at the first raise after scikit-learn's import; another process rebuilds it by name."""
+    import pickle
+    import subprocess
+    import sys
+
+    pytest.importorskip("sklearn.exceptions")
+    with pytest.raises(NotFittedError) as e:
+        PCA().transform(np.ones((3, 2)))
+    (tmp_path / "e.pkl").write_bytes(pickle.dumps(e.value))
+    code = ("import pickle, sys, sklearn.exceptions; e = pickle.loads(open(sys.argv[1], 'rb').read()); "
+            "print(isinstance(e, sklearn.exceptions.NotFittedError), e.fix)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "e.pkl")], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True call fit(X) or partial_fit(X), or load a saved model with PCA.load(path)"
