@@ -147,8 +147,9 @@ class BertConfig:
     classifier_bias: bool = False
     decoder_bias: bool = True
     #: RoBERTa-family config.json without pad_token_id: transformers' 1 applied (bertfeat before 0.3 took 0: the cache
-    #: key says so, Encoder.fingerprint, so no vector of then is served as one of now)
-    pad_token_defaulted: bool = False
+    #: key says so, Encoder.fingerprint, so no vector of then is served as one of now). Not a field: the config's record
+    #: (to_dict, info) is config.json's settings
+    pad_token_defaulted = False  # (no annotation: a class attribute, not a dataclass field)
 
     @property
     def family(self) -> str:
@@ -261,9 +262,9 @@ class BertConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{source}: {names.get(k, k)} must be a positive integer, not {v!r}",
                                   "restore config.json from the checkpoint")
-        fields.pop("pad_token_defaulted", None)  # bertfeat's own, never config.json's
-        if model_type in ROBERTA_TYPES and "pad_token_id" not in fields:  # transformers' RobertaConfig (XLM-R,
-            fields.update(pad_token_id=1, pad_token_defaulted=True)  # CamemBERT) defaults it to 1: positions after it
+        defaulted = model_type in ROBERTA_TYPES and "pad_token_id" not in fields
+        if defaulted:  # transformers' RobertaConfig (XLM-R, CamemBERT) defaults it to 1: positions after it
+            fields["pad_token_id"] = 1
         pad = fields.get("pad_token_id", 0)  # a string "1" reached the position-id arithmetic (a bug line)
         if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
             raise ConfigError(f"{source}: pad_token_id must be a whole number >= 0, not {pad!r}",
@@ -276,6 +277,8 @@ class BertConfig:
             cfg = cls(**fields)
         except TypeError as e:  # pragma: no cover - dataclass field errors
             raise ConfigError(f"{source}: {e}", "check the file is a BERT config.json") from None
+        if defaulted:
+            object.__setattr__(cfg, "pad_token_defaulted", True)  # frozen: set once, here
         if cfg.max_positions < 3:
             raise ConfigError(f"{source}: max_position_embeddings {cfg.max_position_embeddings} leaves no room for a "
                               f"sequence after pad_token_id {cfg.pad_token_id}", "restore config.json from the checkpoint")

@@ -199,7 +199,7 @@ def test_several_bad_options_report_the_first_in_the_plans_order(src, tmp_path):
 @pytest.mark.parametrize("name, value, message", [
     ("overwrite", "False", "overwrite='False' is a str, not True or False - give overwrite as True or False"),
     ("resume", "yes", "resume='yes' is a str, not True or False - give resume as True or False"),
-    ("wide", 1, "wide=1 is an int, not True or False - give wide as True or False"),
+    ("wide", "yes", "wide='yes' is a str, not True or False - give wide as True or False"),
     ("model", 5, "model=5 is an int, not a string or a path, or None - give model as a string or a path, or leave it out"),
     ("delimiter", 5, "delimiter=5 is an int, not a string, or None - give delimiter as a string, or leave it out"),
     ("encoder_options", [1], "encoder_options=[1] is a list, not a dict, or None - give encoder_options as a dict, or "
