@@ -110,8 +110,13 @@ def output_lock(*outputs: str | os.PathLike, create: bool = True):
             fd = _acquire(path)
             held.append((path, fd))
             info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, info.encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, info.encode(), 0)
+            except OSError as e:  # a full disk: named by the file, not "no space left" alone
+                from ..errors import os_error
+
+                raise os_error(e, path, "free disk space there, or write elsewhere, then rerun") from None
         yield
     finally:
         for path, fd in reversed(held):

@@ -64,8 +64,9 @@ class OutputLayout:
 
     def locked(self) -> list[Path]:
         """The paths a run locks while it writes (outlock.py): the features output with its side files (a .npy's ids
-        file and provenance: another run's -o naming one of them is refused too), and with pca the PCA's prefix."""
-        return [p for _, p in self.side_files()] + ([self.pca_prefix] if self.want_pca else [])
+        file and provenance: another run's -o naming one of them is refused too), its rejects file, and with pca the
+        PCA's prefix."""
+        return [p for _, p in self.side_files()] + [self.rejects] + ([self.pca_prefix] if self.want_pca else [])
 
     def side_files(self) -> list[tuple[str, Path]]:
         """The feature output with its side files (a .npy's ids file, a .npy / .csv's provenance)."""

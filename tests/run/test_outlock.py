@@ -229,3 +229,31 @@ def test_a_users_file_at_the_locks_name_is_refused_and_kept(tmp_path, capsys, co
     mine.write_text('{"pid": 12, "host": "h", "started": 1.0}')  # a killed run's own lock: taken over
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "out.parquet", "--model", tiny_model(), "-q")
     assert (rc, err) == (0, "") and not mine.exists()
+
+
+def test_a_runs_rejects_file_is_locked_too(tmp_path, inputs, capsys):
+    """Another run's -o naming this run's rejects file (o.parquet.rejects.csv) was not refused: one replaced the
+    other's file (a run's rejects lost, its provenance still counting them)."""
+    a, _ = inputs
+    rejects = tmp_path / "o.parquet.rejects.csv"
+    with output_lock(rejects):  # held as a run writing it (its -o) holds it
+        rc, _, err = run(capsys, "extract", a, "-o", tmp_path / "o.parquet", "--model", tiny_model())
+        assert rc == 1 and err.startswith(lock_message(rejects)), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_at_the_lock_names_the_lock_file(tmp_path, monkeypatch):
+    import errno
+
+    from bertfeat.errors import BertfeatError
+
+    def full(fd, n):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "ftruncate", full)
+    out = tmp_path / "o.parquet"
+    with pytest.raises(BertfeatError) as e:
+        with output_lock(out):
+            pass
+    assert str(e.value) == (f"{lock_path(out.absolute())}: no space left on the device - free disk space there, or "
+                            "write elsewhere, then rerun")
