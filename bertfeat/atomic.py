@@ -51,7 +51,7 @@ def remove_stale_temps(path: str | os.PathLike, old_directory_marker: str | None
     ``old_directory_marker`` (the Dask engine's ``_bertfeat.json``)."""
     path = Path(path)
     try:
-        found = [p for kind in ("tmp", "old") for p in path.parent.glob(f".{glob.escape(path.name)}.{kind}-*")]
+        found = [p for kind in ("tmp", "old", "removing") for p in path.parent.glob(f".{glob.escape(path.name)}.{kind}-*")]
     except OSError:
         return
     for p in found:
@@ -62,6 +62,24 @@ def remove_stale_temps(path: str | os.PathLike, old_directory_marker: str | None
                     p.unlink()
                 elif old_directory_marker and p.name.startswith(f".{path.name}.old-") and (p / old_directory_marker).is_file():
                     shutil.rmtree(p)  # an old output directory replace_directory had set aside (a user's is left)
+                elif p.name.startswith(f".{path.name}.removing-"):
+                    shutil.rmtree(p)  # a directory remove_directory set aside, its deletion cut short
+
+
+def remove_directory(path: str | os.PathLike) -> None:
+    """Delete a directory bertfeat made (a partial run's): renamed aside in one step (Ctrl-C held) and then deleted, so
+    an interrupt leaves the whole directory or a hidden ``.<name>.removing-<pid>`` (deleted by the next run's
+    remove_stale_temps), never a half-deleted one under its own name, which would block every rerun."""
+    path = Path(path)
+    if not path.is_dir():
+        return
+    aside = path.with_name(f".{path.name}.removing-{os.getpid()}")
+    with _signals_held():
+        try:
+            os.rename(path, aside)
+        except OSError:  # not renamable here (a read-only parent): deleted in place, as before
+            aside = path
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -314,6 +332,12 @@ def deferred(step: Callable[[], None]) -> None:
         step()
     else:
         group.moves.append(step)
+
+
+def uninterrupted():
+    """A block that Ctrl-C / SIGTERM does not cut (they act when it ends): for a short write whose library leaves a
+    traceback on stderr when stopped halfway (numpy's savez: ZipFile's __del__)."""
+    return _signals_held()
 
 
 @contextlib.contextmanager

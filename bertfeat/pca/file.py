@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.lib import format as npf
 
-from ..atomic import atomic_output, remove_stale_temps
+from ..atomic import atomic_output, remove_stale_temps, uninterrupted
 from .diffs import canonical_json, dict_differences, json_default
 from ..errors import BertfeatError, one_line
 from .solvers import Decomposition
@@ -145,7 +145,7 @@ def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path)  # a killed writer's
     with atomic_output(path) as tmp:
-        with open(tmp, "wb") as f:
+        with uninterrupted(), open(tmp, "wb") as f:  # a few MB: a Ctrl-C acts after it, not in ZipFile's __del__
             np.savez(f, **arrays)
             f.flush()
             os.fsync(f.fileno())

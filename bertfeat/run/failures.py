@@ -14,7 +14,8 @@ The rules (docs/errors.md, "What a failed extract keeps", has the user's side):
   --resume; none finished: nothing to resume, the directory goes;
 - an OSError (a full disk, a read-only directory): the parts stay, and a full disk's fix names --resume and them;
 - Ctrl-C / SIGTERM: the parts stay and the note says where, and that --resume continues (while the outputs were
-  being written: that it writes them); the outputs already complete: the note says so;
+  being written: that it writes them); none finished yet: the directory goes and the note says to run again; the
+  outputs already complete: the note says so;
 - anything else (a bug): the partial directory is left as it is.
 """
 
@@ -111,6 +112,8 @@ def decide(f: Failure) -> Decision:
         return Decision(False, os_path=os_path, os_fix=f"free disk space, then rerun the same command with "
                                                       f"{opt('resume', True)} ({kept(f, 'finished')} are kept in {f.partial})")
     if f.kind == "interrupt":
+        if f.phase == "encode" and f.finished == 0:  # a kept empty directory would only block the plain rerun
+            return Decision(True, f"no {f.unit} had finished, so nothing is kept; run the same command again")
         if f.phase == "encode":
             return Decision(False, f"{kept(f, 'count')} are kept in {f.partial}; run the same command with --resume to "
                                    "continue")

@@ -13,7 +13,6 @@ removes and says, in failures.py.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..atomic import atomic_output, remove_stale_temps, together, write_atomic
+from ..atomic import atomic_output, remove_directory, remove_stale_temps, together, write_atomic
 from .chunks import (
     PreparedChunk,
     chunk_table,
@@ -84,8 +83,7 @@ class PartStore:
                 else:  # damaged on disk since (cut short, emptied): its chunk is encoded again
                     p.unlink()
             return done
-        if self.dir.exists():
-            shutil.rmtree(self.dir)
+        remove_directory(self.dir)  # --overwrite's old run: aside in one step, then deleted (atomic.remove_directory)
         self.dir.mkdir(parents=True)
         write_atomic(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True))
         return set()
@@ -120,7 +118,7 @@ class PartStore:
         return t.replace_schema_metadata(None), meta["rejects"], meta["n_read"], meta.get("reuse", {})
 
     def remove(self):
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_directory(self.dir)
 
 
 def prepared_chunks(plan, encoder, spec, done: set[int], reuser=None):
@@ -178,8 +176,8 @@ class LocalRun:
         plan, store = self.plan, self.store
         manifest = job_manifest(plan, self.fingerprint, self.encoder, format=plan.layout.fmt)
         self.done = store.open(manifest, plan.options.resume)
-        for _, path in plan.layout.outputs():  # temporaries of a run killed while it wrote its outputs (this output's only)
-            remove_stale_temps(path)
+        for _, path in plan.layout.outputs() + [("partial directory", plan.layout.partial)]:  # what a killed run left
+            remove_stale_temps(path)  # (temporaries of its outputs, a partial directory set aside to be deleted)
         self.summary = new_summary(plan, self.encoder, self.spec, "local", chunks_resumed=len(self.done))
         if self.done:
             self.progress.note(f"resuming: {len(self.done)} chunk(s) already done in {store.dir}")
@@ -283,12 +281,12 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
     try:
         with together() as group:  # the PCA model and report, the features and the rejects appear together, or none
             _write_outputs(plan, store, order, encoder, spec, fingerprint, summary, pca, rejects, meta, outputs)
+        store.remove()
     except KeyboardInterrupt as e:
-        if group is not None and group.done:  # held back until the files were in place: they are complete
-            store.remove()
+        if group is not None and group.done:  # held back until the files were in place: they are complete (and an
+            store.remove()  # interrupted removal left a hidden directory the next run deletes, not OUTPUT.partial)
             e.outputs_complete = True
         raise
-    store.remove()
     return outputs
 
 

@@ -63,8 +63,8 @@ CASES = {
                     f"free disk space, then rerun the same command with --resume (the finished partitions are kept in {P})"),
     # Ctrl-C / SIGTERM
     "interrupt": (f("interrupt"), False, CONTINUE, None, None),
-    "interrupt, none finished": (f("interrupt", finished=0), False,
-                                 f"0 chunk(s) are kept in {P}; run the same command with --resume to continue", None, None),
+    "interrupt, none finished": (f("interrupt", finished=0), True,  # a kept empty directory blocked the plain rerun
+                                 "no chunk had finished, so nothing is kept; run the same command again", None, None),
     "interrupt, writing": (f("interrupt", "write"), False, WRITE_THEM, None, None),
     "interrupt (dask)": (f("interrupt", finished=None, unit="partition"), False,
                          f"the finished partitions are kept in {P}; run the same command with --resume to continue", None, None),
@@ -395,3 +395,53 @@ class TestTheDaskEngine:
         assert e.value.resume_note == (f"{out} and the run's other files were written and are complete (the report has "
                                        "no linear probe: pca fit / report --probe adds one)")
         assert pq.read_table(out).num_rows == 40 and not (tmp_path / "f.parquet.partial").exists()
+
+
+def test_a_partial_directory_stopped_while_deleted_never_blocks_the_next_run(tmp_path, monkeypatch):
+    """A Ctrl-C while OUTPUT.partial/ was being deleted (the end of a run, or --overwrite of an old one) left a
+    half-deleted folder with no manifest, and every later run, --overwrite and --resume included, was refused. Now
+    the folder is renamed aside first; what an interrupted deletion leaves is hidden and the next run deletes it."""
+    import os
+
+    from bertfeat import atomic
+
+    partial = tmp_path / "o.parquet.partial"
+    partial.mkdir()
+    (partial / "part-000000.parquet").write_bytes(b"x")
+
+    def cut_short(path, ignore_errors=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.shutil, "rmtree", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.remove_directory(partial)
+    monkeypatch.undo()
+    assert not partial.exists()
+    (aside,) = tmp_path.glob(".o.parquet.partial.removing-*")
+    dead = aside.with_name(".o.parquet.partial.removing-999999999")  # as if its process had ended
+    os.rename(aside, dead)
+    atomic.remove_stale_temps(partial)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stop_before_any_chunk_finished_leaves_nothing_in_the_way(tmp_path):
+    """Interrupted before its first chunk was written, a run kept an empty OUTPUT.partial/ ('0 chunk(s) are kept'),
+    and the plain rerun was refused as 'a resumable partial run exists'."""
+    from bertfeat.run import local
+
+    src = write_csv(tmp_path / "in.csv", ["text"], [[f"sentence {i}"] for i in range(8)])
+    out = tmp_path / "o.parquet"
+    real = local.PartStore.write_part
+
+    def stop(self, *a, **k):
+        raise KeyboardInterrupt
+
+    local.PartStore.write_part = stop
+    try:
+        with pytest.raises(KeyboardInterrupt) as e:
+            bertfeat.extract(src, out, model=tiny_model(), cache=False)
+    finally:
+        local.PartStore.write_part = real
+    assert e.value.resume_note == "no chunk had finished, so nothing is kept; run the same command again"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    assert bertfeat.extract(src, out, model=tiny_model(), cache=False).rows_written == 8
