@@ -348,6 +348,7 @@ def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, f
         return
     path = local_path(dest, "summary JSON", "summary_json", writes=True)
     _check_not_the_runs_own(path, input, output, format, model, cache, pca_model)
+    _check_writable_folder(path)
     earlier = False
     if path.is_file():
         try:
@@ -388,6 +389,21 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_
                             "give --summary-json a file of its own, e.g. run.json beside the output")
 
 
+def _check_writable_folder(path) -> None:
+    """The summary's folder (made by write_summary_json when missing) can be written, checked before the run: after
+    it, a summary that cannot be written fails a run whose outputs are all in place."""
+    import os
+
+    from ..errors import BertfeatError, opt
+
+    folder = path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the folder write_summary_json would make it in
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise BertfeatError(f"the summary JSON {path} cannot be written: {folder} is not a writable folder",
+                            f"pass {opt('summary_json')} with a path in a folder you can write to")
+
+
 def write_summary_json(result, dest: str, what: str) -> None:
     """The run's summary (or --estimate's) as one JSON object: on stdout for '-', else a file written atomically."""
     import dataclasses
@@ -402,6 +418,9 @@ def write_summary_json(result, dest: str, what: str) -> None:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     else:
+        from pathlib import Path
+
+        Path(dest).absolute().parent.mkdir(parents=True, exist_ok=True)  # a logs/ folder not made yet
         write_atomic(dest, text + "\n")
 
 

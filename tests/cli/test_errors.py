@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import json
 import hashlib
 import os
 import subprocess
@@ -768,3 +769,22 @@ def test_a_closed_standard_output_is_one_line(tmp_path, argv, rc):
         assert not (tmp_path / "o.parquet").exists()  # --summary-json -: refused before the run
     else:
         assert p.stderr == "" and (tmp_path / "o.parquet").is_file()
+
+
+def test_a_summary_json_in_a_folder_not_made_yet_is_written_and_one_that_cannot_be_is_refused_first(tmp_path, capsys):
+    """--summary-json logs/run.json without logs/ wrote every output, then failed with the temporary file's name
+    (and the rerun met 'o.parquet already exists'). The folder is now made; a path that cannot be a folder is refused
+    before the run, naming --summary-json."""
+    src = tmp_path / "in.csv"
+    src.write_text("text\na\nb\n")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q",
+                     "--summary-json", tmp_path / "logs" / "run.json")
+    assert rc == 0, err
+    assert json.loads((tmp_path / "logs" / "run.json").read_text())["rows_written"] == 2
+    (tmp_path / "afile").write_text("x")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o2.parquet", "--model", tiny_model(), "-q",
+                     "--summary-json", tmp_path / "afile" / "run.json")
+    assert (rc, err) == (1, f"Error: the summary JSON {tmp_path / 'afile' / 'run.json'} cannot be written: "
+                            f"{tmp_path / 'afile'} is not a writable folder - pass --summary-json with a path in a folder "
+                            "you can write to\n")
+    assert not (tmp_path / "o2.parquet").exists()
