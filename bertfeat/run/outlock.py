@@ -16,6 +16,7 @@ Where ``fcntl`` does not exist (Windows), outputs are not locked.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -35,9 +36,15 @@ class OutputLockedError(BertfeatError):
 
 
 def lock_path(output: str | os.PathLike) -> Path:
-    """The lock file of an output: ``.NAME.lock`` beside it (hidden: never read as input)."""
+    """The lock file of an output: ``.NAME.lock`` beside it (hidden: never read as input); a name too long for the
+    file system with those 6 more characters (a 250-character output, or its rejects file) is cut, with a digest of
+    the whole name to keep it apart from other outputs."""
     p = Path(output)
-    return p.with_name(f".{p.name}.lock")
+    name = f".{p.name}.lock"
+    if len(name.encode()) > 255:  # NAME_MAX
+        digest = hashlib.sha256(p.name.encode()).hexdigest()[:16]
+        name = f".{p.name.encode()[:200].decode(errors='ignore')}~{digest}.lock"
+    return p.with_name(name)
 
 
 def owner_of(path: Path) -> str:
@@ -50,7 +57,7 @@ def owner_of(path: Path) -> str:
     return f"another bertfeat run (process {d.get('pid', '?')} on host {d.get('host', '?')}, started {when})"
 
 
-def _check_ours(path: Path) -> None:
+def _check_ours(path: Path, output: Path) -> None:
     """A file already at the lock's name must be a bertfeat lock (empty, or a run's pid / host / started): another file
     there is the user's, which the lock would overwrite and then delete."""
     try:
@@ -63,20 +70,21 @@ def _check_ours(path: Path) -> None:
         ours = False
     if not ours:
         raise BertfeatError(f"{path} exists and is not a bertfeat lock file (bertfeat keeps its run lock for "
-                            f"{path.with_name(path.name[1:-5])} under that name, and removes it after the run)",
+                            f"{output} under that name, and removes it after the run)",
                             "rename or move that file, or write the output under another name")
 
 
-def _acquire(path: Path) -> int:
-    """Open and flock the lock file (non-blocking); -> the descriptor. Raises OutputLockedError when held."""
-    _check_ours(path)
+def _acquire(path: Path, output: Path) -> int:
+    """Open and flock the lock file of ``output`` (non-blocking); -> the descriptor. Raises OutputLockedError when
+    held."""
+    _check_ours(path, output)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise OutputLockedError(f"{path.with_name(path.name[1:-5])} is being written by {owner_of(path)}",
+            raise OutputLockedError(f"{output} is being written by {owner_of(path)}",
                                     "wait for that run to finish (or stop it), then rerun; two runs never write one output")
         except OSError:  # a file system without flock: run unlocked rather than not at all
             return fd
@@ -107,7 +115,7 @@ def output_lock(*outputs: str | os.PathLike, create: bool = True):
                 if not create:
                     continue  # no folder yet: no run is writing there (a run makes it under its lock, below)
                 path.parent.mkdir(parents=True, exist_ok=True)
-            fd = _acquire(path)
+            fd = _acquire(path, out)
             held.append((path, fd))
             info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
             try:

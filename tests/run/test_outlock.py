@@ -203,7 +203,7 @@ def test_a_side_file_of_a_held_output_is_held_too(tmp_path, inputs, capsys):
     from bertfeat.run.plan import OutputLayout
 
     layout = OutputLayout(held, "npy", "local", False)
-    assert sorted(p.name for p in layout.locked()) == ["o.ids.csv", "o.npy", "o.npy.json"]
+    assert sorted(p.name for p in layout.locked()) == ["o.ids.csv", "o.npy", "o.npy.json", "o.npy.rejects.csv"]
     with output_lock(*layout.locked()):
         out = tmp_path / "o.ids.csv"
         rc, _, err = run(capsys, "extract", a, "-o", out, "--model", tiny_model())
@@ -257,3 +257,13 @@ def test_a_full_disk_at_the_lock_names_the_lock_file(tmp_path, monkeypatch):
             pass
     assert str(e.value) == (f"{lock_path(out.absolute())}: no space left on the device - free disk space there, or "
                             "write elsewhere, then rerun")
+
+
+def test_an_output_name_near_the_limit_gets_a_lock_name_of_its_own():
+    """.NAME.lock is 6 characters longer than the output: a long output name (or its rejects file's) had no lock name
+    the file system takes, and the plan's early lock probe refused it as if a user's file sat there, before the name
+    check could say the name is too long (test_output_rules: test_an_output_name_too_long_...)."""
+    long = Path("/d") / ("x" * 250)
+    assert lock_path(long).name.startswith("." + "x" * 200 + "~") and len(lock_path(long).name) <= 255
+    assert lock_path(long) != lock_path(Path("/d") / ("x" * 249 + "y"))
+    assert lock_path(Path("/d/o.parquet")) == Path("/d/.o.parquet.lock")
