@@ -168,7 +168,7 @@ def extract(
     if estimate:
         from ..run.estimate import render
 
-        render(summary, out_console, err_console)
+        render(summary, err_console if summary_json == "-" else out_console, err_console)  # stdout: the JSON alone
     elif not quiet:
         render_summary(summary)
     if summary_json is not None:

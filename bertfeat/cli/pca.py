@@ -184,11 +184,11 @@ def transform_command(
     with output_lock(*(p for _, p in outputs)):
         check_outputs(outputs, feature_file_inputs(features) + [pca_path], overwrite)
         path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows, dtype=dtype)
+    if unchecked_source(features, pca):  # a warning: shown under --quiet too (docs/cli.md)
+        err_console.print(f"Warning: {features} has no provenance (for a .npy, its .json beside it), so it was not "
+                          f"checked against the features {pca_path} was fitted on", markup=False, highlight=False,
+                          soft_wrap=True)
     if not quiet:
-        if unchecked_source(features, pca):
-            err_console.print(f"Warning: {features} has no provenance (for a .npy, its .json beside it), so it was not "
-                              f"checked against the features {pca_path} was fitted on", markup=False, highlight=False,
-                              soft_wrap=True)
         err_console.print(f"wrote {path} ({pca.n_components_} components)", markup=False, highlight=False,
                           soft_wrap=True)
 
@@ -214,7 +214,7 @@ def report_command(
     from ..run.outlock import output_lock
     from ..pca.estimator import PCA
     from ..pca.report import build_pca_report, render_pca_report, write_pca_report
-    from ..run.outputs import check_outputs, report_outputs
+    from ..run.outputs import check_outputs, feature_file_inputs, report_outputs
     from ..checks import check_count, check_output_name, local_path
 
     check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)
@@ -229,7 +229,8 @@ def report_command(
                             "column with --label, e.g. --probe feats.parquet --label label")
     pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
     with output_lock(out_prefix or _prefix_for(pca_path)):
-        check_outputs(report_outputs(out_prefix or _prefix_for(pca_path)), [pca_path], overwrite)
+        inputs = [pca_path] + (feature_file_inputs(probe) if probe is not None else [])  # --probe's file is read too
+        check_outputs(report_outputs(out_prefix or _prefix_for(pca_path)), inputs, overwrite)
         result = None
         if probe is not None:
             from ..pca.probe import probe_file

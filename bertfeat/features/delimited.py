@@ -168,9 +168,15 @@ def csv_column_problem(t: pa.DataType) -> str | None:
 
 
 def csv_header(path: Path) -> list[str]:
-    """The column names in the first line of a CSV ([] when it is empty)."""
-    with open(path, newline="", encoding="utf-8") as f:
-        return next(csv.reader(f), [])
+    """The column names in the first line of a CSV ([] when it is empty); a file that is no UTF-8 text (a Parquet or
+    .npy file named .csv) is refused as such."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return next(csv.reader(f), [])
+    except UnicodeDecodeError as e:
+        raise BertfeatError(f"{path} is not a CSV text file (byte {e.start} is not UTF-8: a binary "
+                            "file, a Parquet or .npy file under a .csv name?)",
+                            "pass the feature file under its own extension (.parquet, .npy, .csv)") from None
 
 
 #: The Arrow type a feature column of a CSV is written and read as, by the file's dtype (float16: its text as float64,

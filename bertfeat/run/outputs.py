@@ -42,7 +42,8 @@ def _named_by(label: str, options: Mapping[str, str] | None) -> str:
 
 def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path],
                     options: Mapping[str, str] | None = None) -> None:
-    """Refuse when an output or side file (label, path) names an input, or a directory holding one."""
+    """Refuse when an output or side file (label, path) names an input, or a directory holding one, or lies inside
+    an input directory (a Parquet dataset: a file written there becomes one of its parts)."""
     inputs = [Path(p) for p in inputs if p is not None and str(p) != "-"]
     for label, out in outputs:
         out = Path(out)
@@ -50,6 +51,9 @@ def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path],
             if _same_file(out, inp) or _inside(inp, out):
                 raise OutputError(f"the {label} {out} would replace the input {inp}",
                                   f"pass {_named_by(label, options)} with another name, or rename the input")
+            if inp.is_dir() and _inside(out, inp):
+                raise OutputError(f"the {label} {out} is inside the input directory {inp}, whose files are read as "
+                                  "one dataset", f"pass {_named_by(label, options)} with a path outside it")
 
 
 def file_kind(path: Path) -> str | None:

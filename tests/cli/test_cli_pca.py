@@ -493,3 +493,42 @@ def test_the_cli_spells_the_librarys_pca_defaults():
     assert cli_pca.SOLVERS == pca_solvers.SOLVERS
     assert cli_pca.DEFAULT_ACCUMULATE == pca_checks.DEFAULT_ACCUMULATE
     assert cli_pca.DEFAULT_FOLDS == probe.DEFAULT_FOLDS
+
+
+def test_the_audits_cli_refusals_and_warnings(tmp_path, features, X, capsys):
+    """Found by the CLI audit (each failed before): a file written into an input directory of Parquet parts became
+    one of its parts (and the directory refusal advised just that); report --probe's file was no input, so
+    --overwrite replaced it; a Parquet file named .csv ended in the bug line; --quiet hid transform's warning."""
+    import shutil
+
+    model = tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "3", "-o", str(model), "--quiet"]) == 0
+    data = tmp_path / "ds.parquet"  # a directory of parts, as extract --engine dask writes
+    data.mkdir()
+    shutil.copy(features, data / "part-00000.parquet")
+    capsys.readouterr()
+    assert _run_main(["pca", "transform", str(data), "--pca-model", str(model), "-o", str(data)]) == 1
+    assert capsys.readouterr().err.endswith(f"e.g. -o {tmp_path / 'ds.reduced.parquet'}\n")  # beside it, not in it
+    inside = data / "reduced.parquet"
+    assert _run_main(["pca", "transform", str(data), "--pca-model", str(model), "-o", str(inside)]) == 1
+    assert capsys.readouterr().err == (f"Error: the output {inside} is inside the input directory {data}, whose files "
+                                       "are read as one dataset - pass -o with a path outside it\n")
+    assert sorted(p.name for p in data.iterdir()) == ["part-00000.parquet"]
+
+    probe = tmp_path / "pr.report.md"  # the report's own name: --overwrite would have replaced the probe's file
+    shutil.copy(features, probe)
+    assert _run_main(["report", str(model), "-o", str(tmp_path / "pr"), "--probe", str(probe), "--label", "sid",
+                      "--overwrite"]) == 1
+    assert "would replace the input" in capsys.readouterr().err
+    assert probe.read_bytes() == features.read_bytes()
+
+    fake = tmp_path / "parquet.csv"
+    shutil.copy(features, fake)
+    assert _run_main(["pca", "transform", str(fake), "--pca-model", str(model), "-o", str(tmp_path / "f.parquet")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"Error: {fake} is not a CSV text file (byte ") and "this is a bug" not in err
+
+    bare = tmp_path / "bare.npy"
+    np.save(bare, X[:20])
+    assert _run_main(["pca", "transform", str(bare), "--pca-model", str(model), "-o", str(tmp_path / "b.npy"), "-q"]) == 0
+    assert capsys.readouterr().err.startswith(f"Warning: {bare} has no provenance")

@@ -788,3 +788,13 @@ def test_a_summary_json_in_a_folder_not_made_yet_is_written_and_one_that_cannot_
                             f"{tmp_path / 'afile'} is not a writable folder - pass --summary-json with a path in a folder "
                             "you can write to\n")
     assert not (tmp_path / "o2.parquet").exists()
+
+
+def test_estimate_with_summary_json_on_stdout_prints_the_json_alone(tmp_path, capsys):
+    """--estimate --summary-json - printed the estimate's table and then the JSON on stdout: not parseable."""
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"sentence {i}\n" for i in range(6)))
+    rc, out, err = run(capsys, "extract", src, "--model", tiny_model(), "--estimate", "--estimate-rows", 3,
+                       "--summary-json", "-")
+    assert rc == 0, err
+    assert json.loads(out)["of"] == "estimate" and "Estimate" in err
