@@ -157,7 +157,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     import contextlib
 
     from .model.encoder import Encoder
-    from .run.options import check_types, options_from
+    from .run.options import check, check_types, options_from
     from .run.outlock import output_lock
     from .readers import open_input
     from .checks import check_count, check_size, check_stride
@@ -168,6 +168,8 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     if isinstance(sets, str):
         sets = [sets]  # one feature set by name, not its letters
     check_count(seed, "seed", 0)
+    if label is not None:
+        check("label", label)  # extract's rule: label="" is no column name (it once ended in the bug line)
     ranked_on_pca = n_components is not None
     n_components = DEFAULT_N_COMPONENTS if n_components is None else n_components
     for name, v, low in (("sample", sample, 2), ("n_components", n_components, 1), ("folds", folds, 2)):

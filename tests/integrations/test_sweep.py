@@ -254,5 +254,7 @@ def test_one_set_by_name_and_a_bad_seed_or_input_are_refused_clearly(small_csv, 
         sweep(small_csv, ["own"], seed="x", sample=20)
     with pytest.raises(BertfeatError, match="^input is a NoneType, not a file path"):
         sweep(None, ["own"])
+    with pytest.raises(BertfeatError, match="^label='' is not a column name"):  # was the bug line
+        sweep(small_csv, ["own"], label="")
     report = sweep(small_csv, "own", sample=20, cache=False)
     assert [s["name"] for s in report["sets"]] == ["own"]
