@@ -9,7 +9,7 @@ from .base import DEFAULT_MAX_FIELD_BYTES, Reader
 from .delimited import CsvReader
 from .jsonl import JsonlReader
 from .parquet import ParquetReader
-from .paths import is_url, refuse_special_file
+from .paths import compression_of, is_url, refuse_special_file
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")
 _EXT = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".parquet": "parquet", ".pq": "parquet",
@@ -43,7 +43,7 @@ def _format_of(path: str) -> str | None:
     if not url and p.is_dir():
         return "parquet"
     suffixes = [s.lower() for s in p.suffixes]
-    if suffixes and suffixes[-1] in (".gz", ".bz2", ".zst"):
+    if suffixes and compression_of(p) is not None:
         suffixes = suffixes[:-1]
     fmt = _EXT.get(suffixes[-1]) if suffixes else None
     if fmt is None and url and not suffixes:
@@ -60,9 +60,9 @@ def open_input(path: str, fmt: str | None = None, text_column: str | None = None
     ``label``: the one of them that is the label; ``max_field_bytes``: a text, pair, id or kept value larger than this
     is a bad row, never held whole)."""
     fmt = detect_format(path, fmt)
-    squeezed = Path(path.split("::", 1)[0]).suffix.lower()
-    if fmt == "parquet" and squeezed in (".gz", ".bz2", ".zst"):  # Parquet is read by its footer, not as a stream
-        raise InputError(f"{path}: a Parquet file compressed as a whole ({squeezed}) cannot be read",
+    first = path.split("::", 1)[0]  # the file read, of a chained URL
+    if fmt == "parquet" and compression_of(first) is not None:  # Parquet is read by its footer, not as a stream
+        raise InputError(f"{path}: a Parquet file compressed as a whole ({Path(first).suffix}) cannot be read",
                          "decompress it first (Parquet compresses its own pages, so the .parquet itself is as small)")
     cls = ParquetReader if fmt == "parquet" else JsonlReader if fmt == "jsonl" else CsvReader
     return cls(path, fmt, text_column=text_column, pair_column=pair_column, id_column=id_column, encoding=encoding,
