@@ -198,6 +198,17 @@ def tokenize_text(text: str, pair: str | None = None, model: str | None = None, 
     }
 
 
+def _model_inputs(enc, e, pair: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """One tokenized row (``tokenizer.tokens``) as the model's (1, T) ids and token types, checked as extract checks
+    a row: every token has an embedding; a pair needs a second token type (RoBERTa's: all 0)."""
+    ids = np.asarray([e.ids], dtype=np.int64)
+    enc.check_embeddable(list(ids), label=lambda i: "the text")
+    types = np.asarray([e.type_ids], dtype=np.int64)
+    if pair is not None:
+        enc.check_pair_types(list(types))
+    return ids, types
+
+
 # --------------------------------------------------------------------------- attention
 def attention_maps(text: str, pair: str | None = None, model: str | None = None, max_length: int | None = None,
                    *, encoder=None, precision: str = "fp32") -> tuple[list[str], np.ndarray]:
@@ -212,11 +223,7 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
     check_text(pair, "pair")
     enc = _encoder(model, max_length, encoder, precision)
     e, _, _ = enc.tokenizer.tokens(text, pair, _max_length(enc, max_length))
-    ids = np.asarray([e.ids], dtype=np.int64)
-    enc.check_embeddable(list(ids), label=lambda i: "the text")
-    types = np.asarray([e.type_ids], dtype=np.int64)
-    if pair is not None:
-        enc.check_pair_types(list(types))  # one token type only: refused as extract refuses it; RoBERTa's: all 0
+    ids, types = _model_inputs(enc, e, pair)
     mask = np.ones_like(ids)
     out = forward(enc.weights, ids, types, mask, keep=(), output_attentions=True)
     return list(e.tokens), np.stack([a[0] for a in out.attentions]).astype(np.float32, copy=False)
@@ -387,8 +394,7 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
     if tok.mask_id is None:
         raise BertfeatError(f"{enc.model_id}: the vocabulary has no {tok.mask_token} token", "use a BERT checkpoint with [MASK] in its vocabulary")
     e, truncated, n_full = tok.tokens(text, pair, enc.max_length)
-    ids = np.asarray([e.ids], dtype=np.int64)
-    enc.check_embeddable(list(ids), label=lambda i: "the text")
+    ids, types = _model_inputs(enc, e, pair)
     if truncated:
         raise BertfeatError(f"the text has {n_full} tokens, more than the max length {enc.max_length}",
                             f"shorten the text around {tok.mask_token}")
@@ -400,9 +406,6 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
     else:
         pos = np.arange(ids.shape[1])
     L = enc.config.num_hidden_layers
-    types = np.asarray([e.type_ids], dtype=np.int64)
-    if pair is not None:
-        enc.check_pair_types(list(types))
     fwd = forward(enc.weights, ids, types, np.ones_like(ids), keep=(L,))
     return list(e.tokens), pos, mlm_head_logits(enc.weights, fwd.hidden[L][0, pos])
 
