@@ -149,7 +149,7 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     The settings are the features' fingerprint (weights' sha256, precision, every FeatureSpec field:
     pooling, layers and their aggregation, normalize, max length, long-text policy and stride, Dense modules,
     prompt), the sha256 of the model folder's other files (tokenizer, config, sentence-transformers modules), and
-    the GEMM path's identity (library, kernel, bf16 / int8 scheme, CPU model): fp32 on OpenBLAS and on oneDNN
+    the GEMM path's identity (library, kernel, bf16 / int8 scheme, CPU model, NumPy's BLAS kernel): fp32 on OpenBLAS and on oneDNN
     round differently, so their vectors never mix. Not the model's id or path: a model folder copied elsewhere (same
     weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``."""
     features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
@@ -167,9 +167,12 @@ def register_spec(store, encoder, spec, cache_id: tuple[str, dict] | None = None
 
 def gemm_identity(encoder) -> dict:
     """What of the encoder's GEMM path changes a vector's rounding: library, kernel, bf16 / int8 mode and scheme,
-    CPU model (the cache key, the resume manifest and TextFeatures' memo all take it)."""
-    gemm = encoder.gemm_path.to_dict()
-    return {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "scheme", "cpu")
+    CPU model, and NumPy's BLAS kernel (the attention products) (the cache key, the resume manifest, TextFeatures'
+    memo and the Dask workers' check all take it)."""
+    from ..ops.threads import blas_identity
+
+    gemm = {**encoder.gemm_path.to_dict(), "blas": blas_identity()}
+    return {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "scheme", "cpu", "blas")
             if gemm.get(k) is not None}
 
 

@@ -60,13 +60,32 @@ def prefer_avx512_blas() -> str | None:
 
 
 def blas_info() -> dict:
-    """The BLAS NumPy uses: library, version, kernel architecture, threads (via threadpoolctl)."""
-    from threadpoolctl import threadpool_info
+    """NumPy's own BLAS: library, version, kernel architecture, threads (via threadpoolctl).
 
-    for info in threadpool_info():
-        if info.get("user_api") == "blas":
-            return {k: info.get(k) for k in ("internal_api", "version", "architecture", "num_threads")}
-    return {}
+    threadpoolctl lists every BLAS in the process (numba loads SciPy's own OpenBLAS too); NumPy's is the one
+    under NumPy's package folder (``numpy.libs`` for the wheels), else the first listed.
+    """
+    from threadpoolctl import threadpool_info
+    import numpy
+
+    blas = [info for info in threadpool_info() if info.get("user_api") == "blas"]
+    home = os.path.dirname(numpy.__file__)
+    own = [info for info in blas if os.path.dirname(info.get("filepath") or "").startswith(home)]
+    pick = (own or blas or [{}])[0]
+    return {k: pick.get(k) for k in ("internal_api", "version", "architecture", "num_threads")} if pick else {}
+
+
+def blas_identity() -> str | None:
+    """NumPy's BLAS as it rounds: library, version and kernel (the attention products run on it; OpenBLAS's
+    Haswell and SkylakeX kernels give vectors up to ~2e-7 apart). Fixed once NumPy has loaded it."""
+    global _blas_identity
+    if _blas_identity is None:
+        b = blas_info()
+        _blas_identity = " ".join(str(b.get(k)) for k in ("internal_api", "version", "architecture")) if b else ""
+    return _blas_identity or None
+
+
+_blas_identity: str | None = None
 
 
 def read_ahead(items: Iterable, depth: int = 1, name: str = "bertfeat-read-ahead") -> Iterator:

@@ -78,7 +78,7 @@ from .chunks import (
     validate_batch,
 )
 from ..cache.reuse import dedup_memory
-from ..cache.store import NETWORK_FS, RUN_STORE_DIR, filesystem_type, open_cache
+from ..cache.store import NETWORK_FS, RUN_STORE_DIR, filesystem_type, gemm_identity, open_cache
 from .dask_cluster import (
     ClusterError,
     cancel,
@@ -133,9 +133,10 @@ def require_dask():
 
 # --------------------------------------------------------------------------- worker side
 def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weights_sha256: str,
-                   threads: int | None = None):
+                   threads: int | None = None, gemm_id: dict | None = None):
     """This process's Encoder for (model, Encoder keywords), from the process's shared cache (encoder_cache.py):
-    loaded once, reused by every task; its weights' sha256 checked against the client's.
+    loaded once, reused by every task; its weights' sha256 and GEMM identity (``gemm_id``) checked against the
+    client's.
 
     ``threads``: batches encoded side by side (Encoder.threads; BLAS stays at one thread per batch).
     """
@@ -160,10 +161,30 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
         raise BertfeatError(f"worker on {socket.gethostname()}: the weights at {enc.location.path} differ from the client's "
                             f"(sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
                             "put the same model files on every node")
+    if gemm_id is not None:
+        check_worker_gemm(gemm_identity(enc), gemm_id, socket.gethostname())
     if not getattr(enc, "warmed_up", False):
         enc.encode(["warm up"])  # the kernels, tokenizer and scratch memory ready (~0.6 s) before the first task
         enc.warmed_up = True
     return enc
+
+
+def check_worker_gemm(worker: dict, client: dict, host: str) -> None:
+    """Refuse a worker whose vectors would round otherwise than the client's (cache.store.gemm_identity): its rows
+    would differ from a local run's in the last bits, silently, in the output and in a shared cache."""
+    differ = sorted(k for k in worker.keys() | client.keys() if worker.get(k) != client.get(k))
+    if not differ:
+        return
+    what = "; ".join(f"{k} {worker.get(k)} here, {client.get(k)} on the client" for k in differ)
+    if differ == ["blas"] and str(client.get("blas", "")).startswith("openblas"):
+        kernel = str(client["blas"]).split()[-1]
+        fix = (f"start the workers with OPENBLAS_CORETYPE={kernel} in their environment (`dask worker` loads NumPy "
+               "before bertfeat can choose its kernel)")
+    elif "cpu" in differ:
+        fix = "run the job on workers with the client's CPU model, or start the client on the workers' kind of machine"
+    else:
+        fix = "install the same bertfeat, NumPy and extras (bertfeat[fast]: oneDNN) on the client and every worker"
+    raise BertfeatError(f"worker on {host}: its products would round otherwise than the client's ({what})", fix)
 
 
 class EncoderPlugin(_WorkerPluginBase):
@@ -171,14 +192,15 @@ class EncoderPlugin(_WorkerPluginBase):
 
     name = "bertfeat-encoder"
 
-    def __init__(self, location, model_name, encoder_kwargs: dict, weights_sha256, threads: int | dict | None):
+    def __init__(self, location, model_name, encoder_kwargs: dict, weights_sha256, threads: int | dict | None,
+                 gemm_id: dict | None = None):
         self.location, self.model_name, self.encoder_kwargs = location, model_name, encoder_kwargs
-        self.weights_sha256, self.threads = weights_sha256, threads
+        self.weights_sha256, self.threads, self.gemm_id = weights_sha256, threads, gemm_id
 
     def setup(self, worker):
         try:  # warm the cache; a failure is raised again, with its message, by the first task
             worker_encoder(self.location, self.model_name, self.encoder_kwargs, self.weights_sha256,
-                           task_threads(self.threads, worker))
+                           task_threads(self.threads, worker), self.gemm_id)
         except BertfeatError:
             pass
 
@@ -192,6 +214,7 @@ class TaskContext:
     model_name: str | None
     encoder_kwargs: dict  # Encoder(...) keywords (max_batch_tokens, the options the user gave)
     weights_sha256: str
+    gemm_id: dict | None  # the client's cache.store.gemm_identity: a worker that would round otherwise is refused
     threads: int | dict | None  # --threads, or each worker's share of its host's cores (dask_cluster.worker_threads)
     spec: object
     on_bad_row: str
@@ -227,7 +250,8 @@ def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool, dtyp
 
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
-    enc = worker_encoder(ctx.location, ctx.model_name, ctx.encoder_kwargs, ctx.weights_sha256, task_threads(ctx.threads))
+    enc = worker_encoder(ctx.location, ctx.model_name, ctx.encoder_kwargs, ctx.weights_sha256, task_threads(ctx.threads),
+                         ctx.gemm_id)
     raw = ctx.reader.read_partition(part, first_row)
     multiline = getattr(ctx.reader, "multiline_rows", 0)  # CSV rows whose quoted values span lines (this partition's)
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.want_pca else "")
@@ -432,7 +456,8 @@ class DaskRun:
         if self.run_store is not None:  # made here, once, before the tasks open it together
             open_cache(self.run_store).close()
         client.register_plugin(EncoderPlugin(self.encoder.location, plan.options.model, self.encoder_kwargs,
-                                             self.encoder.weights_sha256, self.threads), name=EncoderPlugin.name)
+                                             self.encoder.weights_sha256, self.threads, gemm_identity(self.encoder)),
+                               name=EncoderPlugin.name)
         if counts is None:  # pass 0: rows per partition (Parquet: from the footers)
             counts = [p.n_rows for p in parts]
             todo = [p for p in parts if p.n_rows is None]
@@ -460,7 +485,8 @@ class DaskRun:
         else:
             cache = cache_id = None
         ctx = TaskContext(reader=plan.reader, location=encoder.location, model_name=plan.options.model,
-                          encoder_kwargs=self.encoder_kwargs, weights_sha256=encoder.weights_sha256, threads=self.threads,
+                          encoder_kwargs=self.encoder_kwargs, weights_sha256=encoder.weights_sha256,
+                          gemm_id=gemm_identity(encoder), threads=self.threads,
                           spec=spec, on_bad_row=plan.on_bad_row, id_name=plan.id_name,
                           id_type=plan.reader.id_type() or pa.string(), chunk_rows=plan.options.chunk_rows,
                           dim=encoder.output_dim(spec), meta=meta, run_key=self.run_key, out_dir=str(self.partial),

@@ -894,3 +894,95 @@ def test_routed_logs_keep_distributed_off_stderr_and_put_the_handlers_back(capfd
         logging.getLogger("asyncio").error("Task exception was never retrieved")
     assert capfd.readouterr().err == ""
     assert {name: (logging.getLogger(name).handlers, logging.getLogger(name).propagate) for name in LOGGERS} == before
+
+
+# --------------------------------------------------------------------------- a worker that would round otherwise
+def _hand_started_cluster(port: int, worker_env: dict):
+    """`dask scheduler` and one `dask worker`, as a user starts them, the worker with ``worker_env`` added."""
+    import subprocess
+
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"tcp://127.0.0.1:{port}"
+    sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port",
+                              str(port), "--no-dashboard"], env=_env(), **quiet)
+    worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                               "--nworkers", "1", "--memory-limit", "0", "--no-dashboard", "--host", "127.0.0.1",
+                               "--death-timeout", "20"], env={**_env(), **worker_env}, **quiet)
+    return address, (worker, sched)
+
+
+def _stop(processes) -> None:
+    for p in processes:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_worker_on_another_blas_kernel_is_refused_and_the_fix_gives_the_local_bits(tmp_path):
+    """A hand-started `dask worker` loads NumPy before bertfeat, so OpenBLAS keeps the kernel its environment pins
+    (Haswell here) while the client runs SkylakeX: its rows differed from the local engine's by up to ~2e-7, silently,
+    into the output and a shared cache. The worker is refused, and the error's fix gives the local engine's bits."""
+    from extract_util import tiny_model
+
+    from bertfeat.features import read_features
+    from bertfeat.ops.cpu import cpu_has_avx512
+    from bertfeat.ops.threads import blas_info
+
+    if not cpu_has_avx512() or blas_info().get("internal_api") != "openblas":
+        pytest.skip("needs OpenBLAS on a CPU with AVX-512 (where the client chooses SkylakeX over a pinned Haswell)")
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"sentence number {i} of the input\n" for i in range(40)))
+    model = str(tiny_model())
+    local = tmp_path / "local.parquet"
+    assert main(["extract", str(src), "-o", str(local), "-m", model, "-q"]) == 0
+    out = tmp_path / "o.parquet"
+    address, procs = _hand_started_cluster(_free_port(), {"OPENBLAS_CORETYPE": "Haswell", "BERTFEAT_BLAS_KERNEL": ""})
+    try:
+        r = _cli_process("extract", src, "-o", out, "-m", model, "--engine", "dask", "--scheduler", address, "-q",
+                         timeout=180)
+    finally:
+        _stop(procs)
+    kernel = blas_info()["architecture"]
+    assert r.returncode == 1, r.stderr
+    line = r.stderr.splitlines()[-1]
+    assert re.fullmatch(r"Error: worker on \S+: its products would round otherwise than the client's "
+                        r"\(blas openblas \S+ Haswell here, openblas \S+ " + kernel + r" on the client\) - start the "
+                        r"workers with OPENBLAS_CORETYPE=" + kernel + r" in their environment \(`dask worker` loads "
+                        r"NumPy before bertfeat can choose its kernel\)", line), r.stderr
+    assert not out.exists()
+    address, procs = _hand_started_cluster(_free_port(), {"OPENBLAS_CORETYPE": kernel})  # the fix the error gives
+    try:
+        r = _cli_process("extract", src, "-o", out, "-m", model, "--engine", "dask", "--scheduler", address, "-q",
+                         "--overwrite", timeout=180)
+    finally:
+        _stop(procs)
+    assert r.returncode == 0, r.stderr
+    _, a, _ = read_features(local)
+    _, b, _ = read_features(out)
+    assert np.array_equal(a, b)
+
+
+def test_check_worker_gemm_names_what_differs_and_its_fix():
+    from bertfeat.run.dask import check_worker_gemm
+
+    same = {"library": "oneDNN 3.2.0 matmul (brg:avx512_core)", "cpu": "AMD EPYC", "blas": "openblas 0.3.31 SkylakeX"}
+    check_worker_gemm(dict(same), same, "h")  # nothing differs: no error
+    with pytest.raises(BertfeatError) as e:
+        check_worker_gemm({**same, "library": "numpy matmul"}, same, "h")
+    assert str(e.value) == ("worker on h: its products would round otherwise than the client's (library numpy matmul "
+                            "here, oneDNN 3.2.0 matmul (brg:avx512_core) on the client) - install the same bertfeat, "
+                            "NumPy and extras (bertfeat[fast]: oneDNN) on the client and every worker")
+    with pytest.raises(BertfeatError) as e:
+        check_worker_gemm({**same, "cpu": "Intel Xeon", "blas": "openblas 0.3.31 Haswell"}, same, "h")
+    assert str(e.value) == ("worker on h: its products would round otherwise than the client's (blas openblas 0.3.31 "
+                            "Haswell here, openblas 0.3.31 SkylakeX on the client; cpu Intel Xeon here, AMD EPYC on the "
+                            "client) - run the job on workers with the client's CPU model, or start the client on the "
+                            "workers' kind of machine")
