@@ -8,7 +8,8 @@ lower-casing / Chinese-character splitting / accent stripping, BertPreTokenizer,
 As transformers 5's AutoTokenizer (and so sentence-transformers) loads a folder: the tokenizer class it picks
 (``transformers_class``) rebuilds, for BERT / DistilBERT / ELECTRA, MPNet and RoBERTa, the normalizer,
 pre-tokenizer and post-processor from ``tokenizer_config.json`` and keeps only the vocabulary (and merges) of
-``tokenizer.json`` (``as_transformers``); other classes load ``tokenizer.json`` as stored.
+``tokenizer.json`` (``as_transformers``); other classes load ``tokenizer.json`` as stored. The added tokens
+tokenizer_config.json (or added_tokens.json) declares are added to either (``add_declared_tokens``).
 
 Padding and truncation are always set here, never taken from tokenizer.json: rows are encoded
 whole (so ``n_tokens`` is the real length), and only rows longer than ``max_length`` are encoded
@@ -192,6 +193,16 @@ def _added_tokens(d: Path, tok_cfg: dict, special: set[str]) -> list:
     return out
 
 
+def add_declared_tokens(tk, d: Path, tok_cfg: dict, special_map: dict, cls_name: str) -> None:
+    """The added tokens tokenizer_config.json (or added_tokens.json) declares that tokenizer.json lacks, added as
+    transformers' fast tokenizer adds them at load: "[unused4]" declared there is then one token (id 5), not four
+    pieces. One the file already has with the same flags changes nothing (tokenizers skips it)."""
+    keys = ("cls_token", "sep_token", "unk_token", "pad_token", "mask_token")
+    special = {_special(tok_cfg, special_map, k, dflt) for k, dflt in zip(keys, _defaults(cls_name))}
+    for t in _added_tokens(d, tok_cfg, special):
+        (tk.add_special_tokens if t.special else tk.add_tokens)([t])
+
+
 def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, special_map: dict, cls_name: str = "BertTokenizer"):
     """A tokenizers.Tokenizer equivalent to transformers' BertTokenizer (MPNetTokenizer with that ``cls_name``)
     for this vocab and config, with the folder's added tokens."""
@@ -246,11 +257,11 @@ def tokenizer_source(d: Path) -> Path | None:
 
 def tokenizer_files(d: Path) -> list[Path]:
     """Every file BertTokenizer.from_dir reads in folder ``d`` (hub.model_files lists them): tokenizer_config.json,
-    special_tokens_map.json, config.json, the source (tokenizer_source) and, for a vocab.txt whose
-    tokenizer_config.json has no added_tokens_decoder, added_tokens.json; absent ones included."""
+    special_tokens_map.json, config.json, the source (tokenizer_source) and, where tokenizer_config.json has no
+    added_tokens_decoder, added_tokens.json; absent ones included."""
     source = tokenizer_source(d)
     files = [d / "tokenizer_config.json", d / "special_tokens_map.json", d / "config.json"] + ([source] if source else [])
-    if source is not None and source.name == "vocab.txt" and "added_tokens_decoder" not in _load_json(files[0]):
+    if source is not None and "added_tokens_decoder" not in _load_json(files[0]):
         files.append(d / "added_tokens.json")
     return files
 
@@ -492,6 +503,7 @@ class BertTokenizer:
             except Exception as e:
                 raise ConfigError(f"{d / 'tokenizer.json'} could not be read ({e})", "restore it from the checkpoint") from None
             as_transformers(tk, cls_name, tok_cfg, special_map, d)
+            add_declared_tokens(tk, d, tok_cfg, special_map, cls_name)
             source = "tokenizer.json"
         elif src is not None:
             tk = build_wordpiece_tokenizer(src, tok_cfg, special_map, cls_name)

@@ -445,6 +445,32 @@ def test_vocab_txt_with_added_tokens_json(tmp_path):
     assert ours.id_to_token(30522) == "<ent>" and ours.id_limit == 30524
 
 
+def _declare_unused4(c, **flags):
+    c.setdefault("added_tokens_decoder", {})["5"] = {"content": "[unused4]", "lstrip": False, "rstrip": False,
+                                                     "single_word": False, "special": False, **flags}
+
+
+@pytest.mark.parametrize("case", ["decoder", "decoder_normalized", "added_tokens_json"])
+def test_added_tokens_declared_beside_tokenizer_json_as_transformers(minilm_dir, tmp_path, case):
+    """Added tokens that tokenizer_config.json (or added_tokens.json) declares and tokenizer.json lacks: transformers'
+    fast tokenizer adds them at load, so "[unused4]" is one token (id 5); bertfeat read tokenizer.json alone and cut
+    it in four, silently (other vectors than sentence-transformers')."""
+    from transformers import AutoTokenizer
+
+    edit = {"decoder": lambda c: _declare_unused4(c, normalized=False),
+            "decoder_normalized": lambda c: _declare_unused4(c, normalized=True),
+            "added_tokens_json": lambda c: c.pop("added_tokens_decoder", None)}[case]
+    d = _copy_tokenizer(minilm_dir, tmp_path / case, edit)
+    if case == "added_tokens_json":
+        (d / "added_tokens.json").write_text(json.dumps({"[unused4]": 5}))
+    ref = AutoTokenizer.from_pretrained(str(d))
+    ours = Ours.from_dir(d, 512)
+    texts = ["a [unused4] b", "[unused4][unused4]x", "A [UNUSED4] b", "no added token here"]
+    assert ref("a [unused4] b")["input_ids"] == [101, 1037, 5, 1038, 102]  # the case is what it says
+    assert_same(ours, ref, texts, what=case)
+    assert_same(ours, ref, texts, texts[::-1], what=case + " pairs")
+
+
 def test_truncation_side_left(minilm_dir, tmp_path):
     """tokenizer_config.json truncation_side "left": rows cut from the left, as transformers does."""
     from transformers import AutoTokenizer
