@@ -340,6 +340,8 @@ def write_attention(text: str, output: str | Path, pair: str | None = None, mode
     for p, ext, param in ((output, ".png", "output"), (save_npy, ".npy", "save_npy")):
         if p is not None and Path(p).suffix.lower() != ext:
             raise BertfeatError(f"{opt(param, str(p))} does not end in {ext}", f"give {opt(param)} a file name ending in {ext}")
+        if p is not None and not (Path(p).parent if str(Path(p).parent) else Path(".")).is_dir():  # before the PNG is written
+            raise BertfeatError(f"cannot write {p}: directory {Path(p).parent} does not exist", "create it, or choose another path")
     check_text(text, "text")
     check_text(pair, "pair")
     enc = _encoder(model, max_length, encoder, precision)

@@ -151,6 +151,10 @@ def extract(
         raise BertfeatError("--cache and --no-cache exclude each other", "give one of them")
     if estimate_rows is not None and not estimate:
         raise BertfeatError("--estimate-rows applies to --estimate", "add --estimate, or drop --estimate-rows")
+    if summary_json == "-" and not estimate:
+        from .render import require_stdout
+
+        require_stdout("the run's summary (--summary-json -)", "give --summary-json a file name")
     if summary_json is not None:
         check_summary_json(summary_json, input, overwrite, output=output, format=format, model=model,
                            cache=False if no_cache else cache, pca_model=pca_model)
@@ -256,6 +260,10 @@ def sweep(
     if no_cache and cache is not None:
         raise BertfeatError("--cache and --no-cache exclude each other", "give one of them")
 
+    if not quiet:
+        from .render import require_stdout
+
+        require_stdout("the sweep's table", "pass -q (the report files hold it)")
     say = (lambda what: None) if quiet else (lambda what: err_console.print(f"bertfeat sweep: {what}", markup=False,
                                                                             highlight=False, soft_wrap=True))
     r = run_sweep(input, sets, label=label, model=model, text_column=text_column, pair_column=pair_column,
@@ -556,6 +564,7 @@ class _ClosedOutput:
     there, as extract -q, runs as usual)."""
 
     encoding = "utf-8"
+    closed_at_start = True  # render.require_stdout: a command that writes files refuses before it starts
 
     def write(self, text: str) -> int:
         raise BertfeatError("standard output is closed (the command was started with >&-), so there is nowhere to "

@@ -16,6 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..console import err_console, out_console
+from .render import require_stdout
 
 __all__ = ["pca_app", "fit_command", "transform_command", "report_command", "parse_n_components"]
 
@@ -122,6 +123,8 @@ def fit_command(
     from ..run.outputs import check_outputs, feature_file_inputs, report_outputs
     from ..checks import check_count, check_model_output, check_output_name, local_path
 
+    if not quiet:
+        require_stdout("the report table", "pass -q (the report files hold it)")
     check_count(batch_rows, "batch_rows")
     check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)
     check_count(random_state, "random_state", 0)
@@ -217,6 +220,8 @@ def report_command(
     from ..run.outputs import check_outputs, feature_file_inputs, report_outputs
     from ..checks import check_count, check_output_name, local_path
 
+    if not quiet:
+        require_stdout("the report table", "pass -q (the report files hold it)")
     check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)
     pca_path = local_path(pca_path, "PCA model")
     if out_prefix is not None:

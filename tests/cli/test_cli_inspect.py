@@ -159,6 +159,11 @@ def test_attention_output_errors(capsys, tmp_path):
     assert (rc, err) == (1, f"Error: cannot write {tmp_path}/missing/a.png: directory {tmp_path}/missing does not exist"
                             " - create it, or choose another path\n")
     assert list(tmp_path.iterdir()) == []
+    # --save-npy into a missing folder: refused before the PNG was written (it was left behind, the run failed)
+    rc, out, err = run(capsys, "attention", "hello", "-o", tmp_path / "a.png", "--save-npy", tmp_path / "missing" / "a.npy")
+    assert (rc, err) == (1, f"Error: cannot write {tmp_path}/missing/a.npy: directory {tmp_path}/missing does not exist"
+                            " - create it, or choose another path\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_attention_existing_outputs_name_their_option(capsys, tmp_path):

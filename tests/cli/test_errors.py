@@ -743,32 +743,59 @@ class TestControlCharactersInNames:
                                                "the glob pattern (quote it so the shell does not expand it)\n")
 
 
-@pytest.mark.parametrize("argv, rc", [(["info", "--json"], 1), (["tokens", "hello"], 1), (["--version"], 1),
-                                      (["extract", "{src}", "-o", "{out}", "-q"], 0),
-                                      (["extract", "{src}", "-o", "{out}", "-q", "--summary-json", "-"], 1)])
-def test_a_closed_standard_output_is_one_line(tmp_path, argv, rc):
+CLOSED = "Error: standard output is closed (the command was started with >&-), so there is nowhere "
+WRITE_FIX = ("to write this command's output - run it with its output going to a file or a pipe, e.g. > out.txt, or to "
+             "/dev/null to discard it\n")
+
+
+def _refused_first(what: str, fix: str) -> str:
+    return (f"to print {what} - run it with its output going to a file or a pipe (> out.txt, or > /dev/null to discard "
+            f"it), or {fix}\n")
+
+
+TABLE = _refused_first("the report table", "pass -q (the report files hold it)")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["info", "--json"], WRITE_FIX), (["tokens", "hello"], WRITE_FIX), (["--version"], WRITE_FIX),
+    (["extract", "{src}", "-o", "{out}", "-q"], None),
+    (["extract", "{src}", "-o", "{out}", "-q", "--summary-json", "-"],
+     _refused_first("the run's summary (--summary-json -)", "give --summary-json a file name")),
+    (["pca", "fit", "{feats}", "-n", "2", "-o", "{out}.npz"], TABLE),
+    (["pca", "fit", "{feats}", "-n", "2", "-o", "{out}.npz", "-q"], None),
+    (["report", "{model}", "-o", "{out}"], TABLE),
+    (["sweep", "{src}", "-o", "{out}", "--set", "mean", "--sample", "20"],
+     _refused_first("the sweep's table", "pass -q (the report files hold it)")),
+])
+def test_a_closed_standard_output_is_one_line(tmp_path, capsys, argv, said):
     """Found by the session's own audit: started with stdout closed (>&-), info --json printed a traceback and
-    --summary-json - the bug line. A command that writes there says so in one line; one that writes nothing runs."""
+    --summary-json - the bug line. A command that writes there says so in one line; one that writes nothing runs.
+    pca fit, report and sweep wrote their files and then failed on the table (a rerun met "already exists"): they
+    are refused before they write anything."""
     import os
     import subprocess
     import sys
 
     src = tmp_path / "in.csv"
-    src.write_text("text\nhello\n")
-    argv = [a.format(src=src, out=tmp_path / "o.parquet") for a in argv]
-    if "info" in argv or "tokens" in argv or "extract" in argv:
+    src.write_text("text\n" + "".join(f"sentence {i} here\n" for i in range(30)))
+    feats, model, out = tmp_path / "f.parquet", tmp_path / "m.npz", tmp_path / "o"
+    if any(a in ("{feats}", "{model}") for a in argv):
+        assert run(capsys, "extract", src, "-o", feats, "--model", tiny_model(), "-q")[0] == 0
+        assert run(capsys, "pca", "fit", feats, "-n", "2", "-o", model, "-q")[0] == 0
+    argv = [a.format(src=src, out=out, feats=feats, model=model) for a in argv]
+    if argv[0] in ("info", "tokens", "extract", "sweep"):
         argv += ["--model", str(tiny_model())] if argv[0] != "info" else [str(tiny_model())]
+    before = set(tmp_path.iterdir())
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     p = subprocess.run([sys.executable, "-m", "bertfeat", *argv], stderr=subprocess.PIPE, text=True, env=env,
                        preexec_fn=lambda: os.close(1), timeout=120)
-    assert p.returncode == rc, p.stderr
-    if rc:
-        assert p.stderr == ("Error: standard output is closed (the command was started with >&-), so there is nowhere "
-                            "to write this command's output - run it with its output going to a file or a pipe, e.g. > "
-                            "out.txt, or to /dev/null to discard it\n")
-        assert not (tmp_path / "o.parquet").exists()  # --summary-json -: refused before the run
+    made = {f.name for f in set(tmp_path.iterdir()) - before}
+    if said:
+        assert (p.returncode, p.stderr) == (1, CLOSED + said)
+        assert not made  # refused before anything was written
     else:
-        assert p.stderr == "" and (tmp_path / "o.parquet").is_file()
+        assert (p.returncode, p.stderr) == (0, "")
+        assert made and all(name.startswith("o") for name in made)
 
 
 def test_a_summary_json_in_a_folder_not_made_yet_is_written_and_one_that_cannot_be_is_refused_first(tmp_path, capsys):
