@@ -168,6 +168,8 @@ class PCA(Estimator):
         far from zero relative to its spread (|mean| > 128 std in some column), and a block
         of rows far from the running shift (pca_stats.MIXED_MAX_ENERGY), fall back to
         float64 products.
+        ``n_components="mle"`` always accumulates in float64: Minka's choice reads the smallest
+        variances, which float32 products cannot resolve.
         ``float64``: every block is converted and multiplied in float64, so re-chunking or
         splitting the rows across workers changes the result only by float64 rounding
         (``bertfeat extract --pca`` uses this, locally and on Dask).
@@ -300,6 +302,10 @@ class PCA(Estimator):
             warnings.warn(PRECISION_DEPRECATED, DeprecationWarning, stacklevel=3)
         accumulate = self._accumulate_mode()
         check_n_components_spec(self.n_components)
+        if isinstance(self.n_components, str) and self.n_components == "mle":
+            # Minka's choice reads the smallest variances, which float32 products blur into ~1e-8 x the largest
+            # (300 distinct rows repeated: mixed picked 339, scikit-learn and float64 299)
+            return "float64"
         return accumulate
 
     def _accumulate_mode(self) -> str:
