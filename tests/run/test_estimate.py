@@ -146,3 +146,35 @@ def test_a_busy_machine_is_said(corpus, tmp_path, monkeypatch):
     assert e.cpu_share == 0.25 and e.seconds_low < e.seconds
     assert ("the machine was busy while the sample was timed (its threads had a core 25 % of the time they wanted "
             "one): the time is long if the run has the cores to itself") in e.warnings
+
+
+def test_repeated_rows_are_encoded_once_in_the_estimate_as_in_the_run(tmp_path, capsys):
+    """The run encodes a repeated row once (cache.reuse); the estimate timed every row, so a corpus of 300 texts
+    repeated ten times was estimated at ten times its encode."""
+    from extract_util import run
+
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
+    src = tmp_path / "dup.csv"
+    src.write_text(lines[0] + "".join(lines[1:] * 10), encoding="utf-8")
+    e = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), estimate=True)
+    assert (e.rows, e.rows_distinct) == (3000, 300)
+    assert e.encode_seconds == pytest.approx(e.tokens_per_row * 300 / e.tokens_per_second)
+    assert e.tokens == pytest.approx(e.tokens_per_row * 3000, abs=1)  # the output still has every row's tokens
+    s = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), quiet=True)
+    assert s.rows_encoded == 300  # what the estimate counted
+    rc, out, _ = run(capsys, "extract", src, "-o", tmp_path / "o2.parquet", "--model", tiny_model(), "--estimate")
+    assert rc == 0 and "│ rows           │ 3,000, ~300 distinct (a repeated row is encoded once)" in out
+    plain = bertfeat.extract(SAMPLE, tmp_path / "p.parquet", model=tiny_model(), estimate=True)
+    assert plain.rows_distinct == 300
+
+
+def test_distinct_rows_is_exact_up_to_k_then_close():
+    from bertfeat.run.estimate import DistinctRows
+
+    d = DistinctRows(k=1024)
+    for start in range(0, 50_000, 5_000):
+        d.add([(f"text {i % 20_000}", None) for i in range(start, start + 5_000)])  # 20,000 distinct, each 2.5x
+    assert abs(d.count() - 20_000) <= 0.1 * 20_000  # ~1/sqrt(1024) = 3 % typical
+    small = DistinctRows(k=1024)
+    small.add([("a", None), ("b", None), ("a", None), ("a", "b")])
+    assert small.count() == 3
