@@ -452,9 +452,10 @@ def check_cache_apart(cache: Path | None, layout: OutputLayout) -> None:
 
 
 def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resume: bool, pca_model: Path | None = None) -> None:
-    """The output rules, before anything is written: the output is not a directory (the Dask engine: not a
-    directory bertfeat did not write), no output, side file or the partial directory is an input, an existing
-    output needs ``overwrite``, and a partial run left by an interrupt needs ``resume`` (or ``overwrite``)."""
+    """The output rules, before anything is written: the output is not a directory (the Dask engine: a directory
+    holding nothing but the parts and provenance bertfeat wrote there), no output, side file or the partial
+    directory is an input, an existing output needs ``overwrite``, and a partial run left by an interrupt needs
+    ``resume`` (or ``overwrite``)."""
     from .outputs import check_not_input, check_overwrite, partial_run_error
 
     out = layout.features
@@ -467,10 +468,9 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
         if input != "-" and any(out.resolve() == Path(f).resolve() for f in reader.files):
             raise BertfeatError(f"the output {out} is the input file", f"pass {opt('output')} with another file name")
     else:
-        from ..features.reader import DIRECTORY_PROVENANCE
+        from .outputs import check_dataset_directory
 
-        if out.is_dir() and any(out.iterdir()) and not (out / DIRECTORY_PROVENANCE).is_file():
-            raise BertfeatError(f"{out} is a directory that bertfeat did not write", f"choose another {opt('output')} OUTPUT")
+        check_dataset_directory(out)  # replaced whole: nothing in it but bertfeat's parts
         from ..readers import is_url
 
         if is_url(input):
