@@ -105,12 +105,16 @@ def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], o
     check_overwrite(outputs if existing is None else existing, overwrite, options)
 
 
-def check_not_directory(outputs: Iterable[tuple[str, Path]], options: Mapping[str, str] | None = None) -> None:
-    """Refuse an output file that names an existing directory, --overwrite or not (a file never replaces one)."""
+def check_not_directory(outputs: Iterable[tuple[str, Path]], options: Mapping[str, str] | None = None,
+                        side_files: bool = False) -> None:
+    """Refuse an output file that names an existing directory, --overwrite or not (a file never replaces one).
+    ``side_files``: files named after the output (its rejects file, PCA files): the fix is to move the directory."""
     for label, out in outputs:
         if Path(out).is_dir():
+            named = _named_by(label, options)
             raise OutputError(f"the {label} {out} is a directory",
-                              f"pass {_named_by(label, options)} with a file name, not a directory")
+                              f"move or rename that directory, or pass {named} with another name" if side_files
+                              else f"pass {named} with a file name, not a directory")
 
 
 

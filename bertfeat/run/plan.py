@@ -453,10 +453,10 @@ def check_cache_apart(cache: Path | None, layout: OutputLayout) -> None:
 
 def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resume: bool, pca_model: Path | None = None) -> None:
     """The output rules, before anything is written: the output is not a directory (the Dask engine: a directory
-    holding nothing but the parts and provenance bertfeat wrote there), no output, side file or the partial
-    directory is an input, an existing output needs ``overwrite``, and a partial run left by an interrupt needs
-    ``resume`` (or ``overwrite``)."""
-    from .outputs import check_not_input, check_overwrite, partial_run_error
+    holding nothing but the parts and provenance bertfeat wrote there), no side file is a directory, no output, side
+    file or the partial directory is an input, an existing output needs ``overwrite``, and a partial run left by an
+    interrupt needs ``resume`` (or ``overwrite``)."""
+    from .outputs import check_not_directory, check_not_input, check_overwrite, partial_run_error
 
     out = layout.features
     inputs = ([] if input == "-" else list(reader.files)) + ([pca_model] if pca_model is not None else [])
@@ -478,6 +478,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     outs = layout.outputs()
     check_name_lengths(outs + [("partial directory", layout.partial)])
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
+    check_not_directory([(label, p) for label, p in outs if p != out], side_files=True)  # found up front, not at the end
     partial = layout.partial
     check_partial_is_ours(partial)
     if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)

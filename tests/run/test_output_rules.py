@@ -228,3 +228,18 @@ def test_overwrite_of_a_dask_output_never_deletes_a_users_file_in_it(tmp_path, s
     assert run(capsys, *args, "--overwrite") == (0, "", "")
     assert sorted(p.name for p in out.iterdir()) == parts
 
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_a_directory_at_the_rejects_file_is_refused_before_the_run(tmp_path, src, capsys, dask_client, engine):
+    """A directory at OUTPUT.rejects.csv was found only when the finished run wrote its rejects (all the work lost,
+    and OUTPUT.partial/ left behind), and without --overwrite it was 'already exists - pass --overwrite', which could
+    not replace it. It is refused up front, as an output that is a directory is."""
+    out = tmp_path / "o.parquet"
+    rejects = tmp_path / "o.parquet.rejects.csv"
+    rejects.mkdir()
+    dask = ["--engine", "dask", "--scheduler", dask_client.scheduler.address] if engine == "dask" else []
+    for flags in (["--overwrite"], []):
+        rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--no-cache", *dask, *flags)
+        assert (rc, err) == (1, f"Error: the rejects file {rejects.resolve() if engine == 'dask' else rejects} is a "
+                                "directory - move or rename that directory, or pass -o with another name\n"), flags
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "o.parquet.rejects.csv"]
