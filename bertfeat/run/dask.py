@@ -454,6 +454,7 @@ class DaskRun:
         first = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
         self.meta = meta = provenance(encoder, spec, self.fingerprint, plan, ExtractSummary())
         meta["engine"] = "dask"
+        meta["partitions"] = len(self.parts)  # so the parts alone say when one is lost (features.reader)
         if plan.cache is not None:
             cache, cache_id = str(Path(plan.cache).resolve()), self.cache_id
         elif self.run_store is not None:
