@@ -237,13 +237,26 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
 
 
 def _check_run_shape(o: ExtractOptions, client) -> None:
-    """The run's shape: ``chunk_rows`` a count, a known engine (the Dask options with the Dask engine only), a known
-    ``on_bad_row`` policy."""
+    """The run's shape: ``chunk_rows`` a count, a known engine (the Dask options with the Dask engine only, a given
+    client without the options that make one), a known ``on_bad_row`` policy."""
     o.checked("chunk_rows")
     if o.checked("engine") == "local" and (o.scheduler or o.workers or client is not None):
         names = f"{opt('scheduler')}, {opt('workers')} and client" if client is not None else f"{opt('scheduler')} and {opt('workers')}"
         raise BertfeatError(f"{names} need {opt('engine', 'dask')}", f"add {opt('engine', 'dask')}")
+    _check_client_alone(o, client)
     o.checked("on_bad_row")
+
+
+def _check_client_alone(o: ExtractOptions, client) -> None:
+    """A given client runs the job on its own cluster: ``scheduler`` (another cluster) or ``workers`` (a local cluster
+    to start) beside it would be ignored, so they are refused."""
+    given = [opt(name, value) for name, value in (("scheduler", o.scheduler), ("workers", o.workers)) if value]
+    if client is None or not given:
+        return
+    names = " and ".join(given)
+    other = f", or leave client out to use {names}" if len(given) == 1 else ""  # both: they exclude each other too
+    raise BertfeatError(f"client{', ' if len(given) > 1 else ' and '}{names} exclude each other (the client's cluster "
+                        f"runs the job; {names} would be ignored)", f"give client alone{other}")
 
 
 def _encoder_options(o: ExtractOptions) -> ExtractOptions:
