@@ -240,11 +240,26 @@ def _check_run_shape(o: ExtractOptions, client) -> None:
     """The run's shape: ``chunk_rows`` a count, a known engine (the Dask options with the Dask engine only, a given
     client without the options that make one), a known ``on_bad_row`` policy."""
     o.checked("chunk_rows")
-    if o.checked("engine") == "local" and (o.scheduler or o.workers or client is not None):
-        names = f"{opt('scheduler')}, {opt('workers')} and client" if client is not None else f"{opt('scheduler')} and {opt('workers')}"
-        raise BertfeatError(f"{names} need {opt('engine', 'dask')}", f"add {opt('engine', 'dask')}")
+    given = _dask_options_given(o, client)
+    if o.checked("engine") == "local" and given:  # refused, not ignored: the user expects them to act
+        one = len(given) == 1
+        names = given[0] if one else ", ".join(given[:-1]) + " and " + given[-1]
+        raise BertfeatError(f"{names} {'needs' if one else 'need'} {opt('engine', 'dask')}",
+                            f"add {opt('engine', 'dask')}, or leave {'it' if one else 'them'} out")
     _check_client_alone(o, client)
     o.checked("on_bad_row")
+
+
+def _dask_options_given(o: ExtractOptions, client) -> list[str]:
+    """The Dask engine's own options given (``blocksize``: other than its default), as the errors name them."""
+    from .options import DEFAULT_BLOCKSIZE
+
+    given = [opt(name) for name in ("scheduler", "workers") if getattr(o, name)]
+    if o.blocksize != DEFAULT_BLOCKSIZE:
+        given.append(opt("blocksize"))
+    if client is not None:
+        given.append("client")
+    return given
 
 
 def _check_client_alone(o: ExtractOptions, client) -> None:

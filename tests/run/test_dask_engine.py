@@ -499,9 +499,21 @@ def test_cli_bad_row_error_leaves_nothing(client, tmp_path, capsys):
     assert not out.exists() and not out.with_name(out.name + ".partial").exists()
 
 
-def test_cli_options_need_dask_engine(capsys, tmp_path):
-    assert main(["extract", str(tmp_path / "x.csv"), "--workers", "2"]) == 1
-    assert "--scheduler and --workers need --engine dask" in capsys.readouterr().err
+@pytest.mark.parametrize("given, said", [
+    (["--workers", "2"], "--workers needs --engine dask - add --engine dask, or leave it out"),
+    (["--blocksize", "1KiB"], "--blocksize needs --engine dask - add --engine dask, or leave it out"),
+    (["--blocksize", "none", "--scheduler", "tcp://h:8786"],
+     "--scheduler and --blocksize need --engine dask - add --engine dask, or leave them out"),
+])
+def test_cli_options_need_dask_engine(capsys, tmp_path, given, said):
+    """The Dask engine's options on the local engine are refused, naming those given (--blocksize was ignored
+    without a word: the run went on, its input read in --chunk-rows chunks)."""
+    from extract_util import tiny_model, write_csv
+
+    src = write_csv(tmp_path / "x.csv", ["text"], [["a sentence"], ["another one"]])
+    assert main(["extract", str(src), "-o", str(tmp_path / "x.parquet"), "--model", str(tiny_model()), *given]) == 1
+    assert capsys.readouterr().err == f"Error: {said}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.csv"]
 
 
 def test_missing_dask_says_how_to_install(monkeypatch, capsys, tmp_path):
