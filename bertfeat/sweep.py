@@ -332,6 +332,9 @@ def default_prefix(input_path: str) -> Path:
 
     if is_url(input_path):  # no "beside the input" for a URL (as extract)
         raise BertfeatError(f"a URL input needs {opt('output')} PREFIX", f"give the report prefix, e.g. {opt('output', 'sweep')}")
+    if input_path == "-":  # nothing to be beside: sweep's own fix, not extract's (a features file)
+        raise BertfeatError(f"reading standard input needs {opt('output', 'PREFIX')}",
+                            f"add {opt('output', 'sweep')} (the report is written as sweep.json and sweep.md)")
     p = default_output(input_path, "json")  # .../STEM.features.json
     return p.with_name(p.name[: -len(".features.json")] + ".sweep")
 

@@ -133,7 +133,7 @@ def extract(
     engine: str = typer.Option("local", "--engine", help="local (this process) or dask (a Dask cluster; output is a directory of part files)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="--engine dask: the scheduler, tcp://HOST:8786 (default: a local cluster)."),
     workers: Optional[int] = typer.Option(None, "--workers", help="--engine dask without --scheduler: N local one-thread worker processes (default: one process with a thread per core, measured fastest)."),
-    blocksize: str = typer.Option(DEFAULT_BLOCKSIZE, "--blocksize", help="--engine dask: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none."),
+    blocksize: str = typer.Option(DEFAULT_BLOCKSIZE, "--blocksize", help="--engine dask only: input bytes per partition at most (the input is also cut into a few partitions per worker thread), e.g. 64MiB, or none; keep it at 64KiB or more, and above the longest row (each partition costs a task and a part file)."),
     precision: str = typer.Option("fp32", "--precision", help="fp32 (default), bf16 (linear layers as bf16 GEMMs: needs bertfeat\\[fast] and an AMX or AVX512-BF16 CPU), int8 (uint8 x int8 GEMMs: needs bertfeat\\[fast] and VNNI or AMX) or auto (bf16 where this CPU multiplies it natively, else fp32; docs/precision.md)."),
     cache: Optional[str] = typer.Option(None, "--cache", help="Vector cache directory kept across runs: rows whose text and settings were encoded before are reused, only new texts are encoded (default: $BERTFEAT_CACHE if set; '' for none; docs/cache.md)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Use no vector cache, even if BERTFEAT_CACHE is set."),

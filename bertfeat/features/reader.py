@@ -20,13 +20,13 @@ from .registry import file_format
 def read_feature_metadata(path: str | os.PathLike) -> dict:
     """The provenance dict of a feature file ({} when it has none); of a directory of part files (extract --engine
     dask), the run's (DIRECTORY_PROVENANCE: its counts are the whole run's, a part's only that partition's), else
-    the first part's."""
+    the run's made from its parts' own (``_parts_provenance``)."""
     path = Path(path)
     if path.is_dir():
         run = path / DIRECTORY_PROVENANCE
         if run.is_file():
             return parse_metadata(run, _text(run, lambda: run.read_text(encoding="utf-8")))
-        return read_feature_metadata(feature_files(path)[0])
+        return _parts_provenance(path, _part_files(path))
     if not path.is_file():
         raise missing_file_error(path)
     return parse_metadata(path, _text(path, lambda: file_format(path).read_metadata_text(path)))
@@ -49,21 +49,80 @@ def feature_files(path: str | os.PathLike) -> list[Path]:
     path = Path(path)
     if not path.is_dir():
         return [path]
+    parts = _part_files(path)
+    n = read_feature_metadata(path).get("partitions")  # one part per partition
+    if isinstance(n, int) and not isinstance(n, bool) and len(parts) != n:
+        raise _lost_parts(path, parts, n)
+    return parts
+
+
+def _part_files(path: Path) -> list[Path]:
+    """A directory's part files, in order (none: not a feature directory)."""
     from ..errors import BertfeatError
 
     parts = sorted(path.glob("part-*.parquet"))
     if not parts:
         raise BertfeatError(f"{path} is a directory without part-*.parquet files",
                             "give a feature file, or the output directory of extract --engine dask")
-    run = path / DIRECTORY_PROVENANCE
-    n = read_feature_metadata(path).get("partitions") if run.is_file() else None  # one part per partition
-    if isinstance(n, int) and not isinstance(n, bool) and len(parts) != n:
-        width = len(parts[0].stem.split("-", 1)[1])
-        missing = [f"part-{i:0{width}d}.parquet" for i in range(n) if not (path / f"part-{i:0{width}d}.parquet").exists()]
-        said = f"missing: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}" if missing else "others added"
-        raise BertfeatError(f"{path} has {len(parts)} part files, but its run wrote {n} ({said})",
-                            "the directory lost (or gained) part files since: extract the features again")
     return parts
+
+
+def _lost_parts(path: Path, parts: list[Path], n: int, at_least: bool = False):
+    """The error of a directory whose part files are not its run's ``n`` (``at_least``: n is the last part's index + 1,
+    the run's own count unknown)."""
+    from ..errors import BertfeatError
+
+    width = len(parts[0].stem.split("-", 1)[1])
+    missing = [f"part-{i:0{width}d}.parquet" for i in range(n) if not (path / f"part-{i:0{width}d}.parquet").exists()]
+    said = f"missing: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}" if missing else "others added"
+    return BertfeatError(f"{path} has {len(parts)} part files, but its run wrote {'at least ' * at_least}{n} ({said})",
+                         "the directory lost (or gained) part files since: extract the features again")
+
+
+def _parts_provenance(path: Path, parts: list[Path]) -> dict:
+    """A Dask output directory without its run's provenance (DIRECTORY_PROVENANCE deleted, or parts gathered from
+    elsewhere): the run's, made from its parts' own. The first part's settings, with the rows and tokens summed over
+    the parts (a part's counts are its partition's only); the parts must be one run's, none missing between them.
+    Parts that do not say which run and partition they are (not a Dask run's) give their settings, no counts."""
+    metas = [read_feature_metadata(p) for p in parts]
+    run = {k: v for k, v in metas[0].items() if k not in ("part", "layout", "rows", "tokens", "partitions")}
+    placed = [m.get("part") for m in metas]
+    if not all(isinstance(e, dict) for e in placed):
+        return run
+    recorded = {m.get("partitions") for m in metas}  # the run's partitions, in every part a run writes now
+    n = recorded.pop() if len(recorded) == 1 and _is_count(next(iter(recorded))) else None
+    _check_one_run(path, parts, placed, n)
+    return run | ({"partitions": n} if n is not None else {}) | {
+        "rows": _summed([m.get("rows") for m in metas]), "tokens": _summed([m.get("tokens") for m in metas])}
+
+
+def _check_one_run(path: Path, parts: list[Path], placed: list[dict], n: int | None) -> None:
+    """The parts name one run (its key) and are its partitions 0, 1, 2 ... (``n`` of them when recorded), else
+    refused."""
+    from ..errors import BertfeatError
+
+    odd = next((p for p, e in zip(parts, placed) if e.get("run") != placed[0].get("run")), None)
+    if odd is not None:
+        raise BertfeatError(f"the part files of {path} come from different runs ({parts[0].name} and {odd.name}), and "
+                            f"its run's provenance {DIRECTORY_PROVENANCE} is missing",
+                            "extract the features again (a directory holds one run's parts)")
+    indices = [e.get("index") for e in placed]
+    if not all(_is_count(i) for i in indices):
+        raise damaged_provenance(parts[0], "a part's index is not a whole number")
+    if indices != list(range(len(parts))) or (n is not None and n != len(parts)):
+        raise _lost_parts(path, parts, max(indices) + 1 if n is None else n, at_least=n is None)
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _summed(counts: list) -> dict | None:
+    """The parts' counts ({"read": 40, "written": 39, ...}) added key by key: None where a part has no such count."""
+    if not all(isinstance(c, dict) for c in counts):
+        return None
+    keys = dict.fromkeys(k for c in counts for k in c)
+    return {k: sum(c[k] for c in counts) if all(_is_count(c.get(k)) for c in counts) else None for k in keys}
 
 
 def open_features(path: str | os.PathLike) -> FeatureSource:

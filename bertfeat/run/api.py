@@ -53,8 +53,9 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     ``overwrite``: replace an existing output (else refused). ``pca``: a number of components (64), a
     variance fraction (0.95) or "all"; ``pca_model``: apply a fitted PCA (a .npz of ``pca fit`` or ``extract --pca``,
     its fingerprint checked against these features' settings) instead of fitting one. ``engine="dask"``: on a Dask
-    cluster (``scheduler`` address or ``client``; else a local cluster of ``workers`` processes), the
-    output being a directory of part files; ``blocksize`` caps a partition's input bytes.
+    cluster (``scheduler`` address or ``client``, which excludes both; else a local cluster of ``workers`` processes), the
+    output being a directory of part files; ``blocksize`` caps a partition's input bytes (the Dask engine's
+    alone, as ``scheduler`` and ``workers``: refused with the local engine; keep it at 64 KiB or more, docs/dask.md).
     ``encoder_options``: further ``Encoder(...)`` keywords, on every worker too; a key that is also a parameter
     here (``precision``, ``max_batch_tokens``, ...) stands in for it when that parameter is left at its default,
     and giving both with different values is an error.

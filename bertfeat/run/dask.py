@@ -67,7 +67,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..atomic import deferred, remove_stale_temps, replace_directory, together, write_atomic
+from ..atomic import deferred, remove_directory, remove_stale_temps, replace_directory, together, write_atomic
 from .chunks import (
     EXTRA_COLUMNS,
     encode_chunk,
@@ -422,6 +422,7 @@ class DaskRun:
         self.parts: list[Partition] = []
         self.width = 5
         self.meta: dict = {}  # the provenance every part carries (tasks)
+        self.results: dict[int, dict] = {}  # the partitions finished (their parts in OUTPUT.partial/): index -> counts
 
     def connect(self) -> None:
         """The client (the plan's scheduler, or a local cluster), the workers' threads, the run's duplicates store and
@@ -451,8 +452,8 @@ class DaskRun:
                                 split_target=self.split_target, partitions=len(parts))
         counts = _open_partial(partial, manifest, plan.options.resume)
         self.opened = True
-        for _, path in plan.layout.outputs():  # a killed run's temporaries and set-aside old output directory
-            remove_stale_temps(path, DIRECTORY_PROVENANCE if path == self.out else None)
+        for _, path in plan.layout.outputs() + [("partial directory", partial)]:  # what a killed run left: temporaries,
+            remove_stale_temps(path, DIRECTORY_PROVENANCE if path == self.out else None)  # directories set aside
         if self.run_store is not None:  # made here, once, before the tasks open it together
             open_cache(self.run_store).close()
         client.register_plugin(EncoderPlugin(self.encoder.location, plan.options.model, self.encoder_kwargs,
@@ -478,6 +479,7 @@ class DaskRun:
         first = np.concatenate([[0], np.cumsum(counts)]).astype(int).tolist()
         self.meta = meta = provenance(encoder, spec, self.fingerprint, plan, ExtractSummary())
         meta["engine"] = "dask"
+        meta["partitions"] = len(self.parts)  # so the parts alone say when one is lost (features.reader)
         if plan.cache is not None:
             cache, cache_id = str(Path(plan.cache).resolve()), self.cache_id
         elif self.run_store is not None:
@@ -529,7 +531,7 @@ class DaskRun:
         self.started = True
         for st in done.values():
             progress.advance(st["rows_read"], 0, 0)
-        results: dict[int, dict] = dict(done)
+        self.results = results = dict(done)  # counted by failure(): what a stop keeps
         merged = new_pca(plan.pca_n_components) if plan.pca is not None else None
 
         def on_result(i, res):
@@ -624,10 +626,10 @@ class DaskRun:
         summary.outputs = {"features": self.out, **self.outputs}
 
     def failure(self, kind: str) -> Failure:
-        """What happened, for failures.py (the partitions are not counted: the partial directory holds the input's
-        cut from the moment it is opened, which a resume reuses)."""
+        """What happened, for failures.py: the partitions finished so far (a resumed run's included), so a stop before
+        any finished removes OUTPUT.partial/ as the local engine does (a resume would only cut the input again)."""
         plan = self.plan
-        return Failure(kind, self.phase, self.partial, self.out, "partition", None, complete=self.completed,
+        return Failure(kind, self.phase, self.partial, self.out, "partition", len(self.results), complete=self.completed,
                        probe_missing=plan.label is not None and self.summary.probe is None)
 
     def failed(self, e: BaseException) -> BaseException:
@@ -638,7 +640,7 @@ class DaskRun:
             self.completed = True
         if not self.opened:
             return e
-        return handle(e, self.failure(kind_of(e, (ClusterError,))), lambda: shutil.rmtree(self.partial, ignore_errors=True))
+        return handle(e, self.failure(kind_of(e, (ClusterError,))), lambda: remove_directory(self.partial))
 
     def close(self) -> None:
         if self.started:
@@ -704,8 +706,7 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
             manifest["partition_rows"] = old["partition_rows"]
             return list(old["partition_rows"])
         return None
-    if partial.exists():
-        shutil.rmtree(partial)
+    remove_directory(partial)  # --overwrite's old run: aside in one step, then deleted
     partial.mkdir(parents=True)
     write_atomic(mpath, json.dumps(manifest, indent=2, sort_keys=True, default=str))
     return None

@@ -27,7 +27,8 @@ PROBE_REQUEST = b"HEAD / HTTP/1.0\r\n\r\n"
 
 
 class ClusterError(BertfeatError):
-    """The cluster failed the run (a worker killed, tasks cancelled): the finished partitions stay for --resume."""
+    """The cluster failed the run (a worker killed, tasks cancelled): the finished partitions stay for --resume (none
+    finished: nothing stays, and --resume starts over)."""
 
 
 class TaskFailed:
@@ -270,7 +271,7 @@ def gather(client, futures: dict, on_result, progress=None, *, counted=None, don
         except KilledWorker as e:
             raise ClusterError(f"partition {key}: its task killed the workers that ran it ({e})",
                                 f"a worker probably ran out of memory: rerun with {opt('resume', True)} and a lower "
-                                f"{opt('max_batch_tokens')} (the finished partitions are kept), or give the workers more "
+                                f"{opt('max_batch_tokens')} (it reuses the partitions that finished), or give the workers more "
                                 f"memory; a lower {opt('blocksize')} cuts the input anew, so it needs "
                                 f"{opt('overwrite', True)} (the run starts over)") from None
         except FutureCancelledError as e:
@@ -291,10 +292,10 @@ def cancelled_error(key, e, client) -> ClusterError:
         where = scheduler_address(client) or "the scheduler"
         return ClusterError(f"partition {key}: the connection to the Dask scheduler {where} was lost (the scheduler "
                             "stopped, or the network between it and this machine failed)",
-                            f"restart the scheduler and its workers, then rerun with {opt('resume', True)} (the "
-                            "finished partitions are kept)")
+                            f"restart the scheduler and its workers, then rerun with {opt('resume', True)} (it "
+                            "reuses the partitions that finished)")
     return ClusterError(f"partition {key}: the task was cancelled (reason: {reason})",
-                        f"rerun with {opt('resume', True)} (the finished partitions are kept)")
+                        f"rerun with {opt('resume', True)} (it reuses the partitions that finished)")
 
 
 def scheduler_address(client) -> str | None:

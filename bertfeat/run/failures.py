@@ -62,7 +62,7 @@ class Failure:
     partial: Path  # the run's partial directory (OUTPUT.partial/)
     output: Path  # the features output
     unit: str = "chunk"  # the engine's unit of work: "chunk" (local) or "partition" (Dask)
-    finished: int | None = 0  # units finished (their parts are in ``partial``); None: kept without a count (Dask)
+    finished: int = 0  # units finished (their parts are in ``partial``; a resumed run's included)
     stdin: bool = False  # the input is standard input (it cannot be read again)
     complete: bool = False  # the outputs are all in place (the partial directory is gone)
     probe_missing: bool = False  # a label was given and the report has no linear probe yet
@@ -81,9 +81,7 @@ class Decision:
 
 def kept(f: Failure, form: str = "the") -> str:
     """Which parts stay, as the messages say it: ``form`` "count" ("5 chunk(s)"), "finished" ("5 finished
-    chunk(s)") or "the" ("the 5 finished chunk(s)"); without a count, "the finished partitions"."""
-    if f.finished is None:
-        return f"the finished {f.unit}s"
+    chunk(s)") or "the" ("the 5 finished chunk(s)")."""
     return {"count": f"{f.finished} {f.unit}(s)", "finished": f"{f.finished} finished {f.unit}(s)",
             "the": f"the {f.finished} finished {f.unit}(s)"}[form]
 

@@ -1,13 +1,15 @@
 """What a command writes and the rules it must pass before it writes anything: no output or side file may be an
 input (compared through symbolic and hard links) or an existing directory, an existing output is refused unless
-``overwrite`` (``check_outputs``, ``check_not_input``, ``check_overwrite``, ``check_not_directory``), and a partial
-run in the way is named (``partial_run_error``). ``feature_file_outputs`` / ``feature_file_inputs`` /
+``overwrite`` (``check_outputs``, ``check_not_input``, ``check_overwrite``, ``check_not_directory``), a directory
+output (the Dask engine's, replaced whole) holds only what bertfeat wrote there (``check_dataset_directory``), and a
+partial run in the way is named (``partial_run_error``). ``feature_file_outputs`` / ``feature_file_inputs`` /
 ``report_outputs`` list a feature file's or a PCA report's files with their side files.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -103,13 +105,50 @@ def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], o
     check_overwrite(outputs if existing is None else existing, overwrite, options)
 
 
-def check_not_directory(outputs: Iterable[tuple[str, Path]], options: Mapping[str, str] | None = None) -> None:
-    """Refuse an output file that names an existing directory, --overwrite or not (a file never replaces one)."""
+def check_not_directory(outputs: Iterable[tuple[str, Path]], options: Mapping[str, str] | None = None,
+                        side_files: bool = False) -> None:
+    """Refuse an output file that names an existing directory, --overwrite or not (a file never replaces one).
+    ``side_files``: files named after the output (its rejects file, PCA files): the fix is to move the directory."""
     for label, out in outputs:
         if Path(out).is_dir():
+            named = _named_by(label, options)
             raise OutputError(f"the {label} {out} is a directory",
-                              f"pass {_named_by(label, options)} with a file name, not a directory")
+                              f"move or rename that directory, or pass {named} with another name" if side_files
+                              else f"pass {named} with a file name, not a directory")
 
+
+
+#: a part file of a Dask output directory (run.dask.part_name: five digits or more)
+PART_FILE = re.compile(r"part-\d{5,}\.parquet")
+
+
+def _ours_in_dataset(entry: Path) -> bool:
+    """An entry of a Dask output directory that a run wrote: a part file or the run's provenance (a regular file, not
+    a link: a link's target is the user's)."""
+    from ..features.reader import DIRECTORY_PROVENANCE
+
+    named = entry.name == DIRECTORY_PROVENANCE or PART_FILE.fullmatch(entry.name) is not None
+    return named and entry.is_file() and not entry.is_symlink()
+
+
+def check_dataset_directory(out: Path) -> None:
+    """A directory output (the Dask engine's) is replaced whole when a run writes it (--overwrite, a resume's finish):
+    refused when it is not bertfeat's (no run provenance), and when it holds a file or folder bertfeat did not write
+    there, named, so that nothing of the user's is deleted with it."""
+    from ..features.reader import DIRECTORY_PROVENANCE
+
+    if not out.is_dir():
+        return
+    entries = sorted(out.iterdir())
+    if entries and not (out / DIRECTORY_PROVENANCE).is_file():
+        raise OutputError(f"{out} is a directory that bertfeat did not write", f"choose another {opt('output')} OUTPUT")
+    foreign = [p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in entries if not _ours_in_dataset(p)]
+    if foreign:
+        named = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        them = "it" if len(foreign) == 1 else "them"
+        raise OutputError(f"{out} holds {named}, which bertfeat did not write there (a run replaces the whole "
+                          "directory, and would delete it with the old parts)",
+                          f"move {them} out of {out}, or pass {opt('output')} with another name")
 
 
 def feature_file_outputs(path: str | os.PathLike, fmt: str) -> list[tuple[str, Path]]:

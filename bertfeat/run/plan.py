@@ -237,13 +237,41 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
 
 
 def _check_run_shape(o: ExtractOptions, client) -> None:
-    """The run's shape: ``chunk_rows`` a count, a known engine (the Dask options with the Dask engine only), a known
-    ``on_bad_row`` policy."""
+    """The run's shape: ``chunk_rows`` a count, a known engine (the Dask options with the Dask engine only, a given
+    client without the options that make one), a known ``on_bad_row`` policy."""
     o.checked("chunk_rows")
-    if o.checked("engine") == "local" and (o.scheduler or o.workers or client is not None):
-        names = f"{opt('scheduler')}, {opt('workers')} and client" if client is not None else f"{opt('scheduler')} and {opt('workers')}"
-        raise BertfeatError(f"{names} need {opt('engine', 'dask')}", f"add {opt('engine', 'dask')}")
+    given = _dask_options_given(o, client)
+    if o.checked("engine") == "local" and given:  # refused, not ignored: the user expects them to act
+        one = len(given) == 1
+        names = given[0] if one else ", ".join(given[:-1]) + " and " + given[-1]
+        raise BertfeatError(f"{names} {'needs' if one else 'need'} {opt('engine', 'dask')}",
+                            f"add {opt('engine', 'dask')}, or leave {'it' if one else 'them'} out")
+    _check_client_alone(o, client)
     o.checked("on_bad_row")
+
+
+def _dask_options_given(o: ExtractOptions, client) -> list[str]:
+    """The Dask engine's own options given (``blocksize``: other than its default), as the errors name them."""
+    from .options import DEFAULT_BLOCKSIZE
+
+    given = [opt(name) for name in ("scheduler", "workers") if getattr(o, name)]
+    if o.blocksize != DEFAULT_BLOCKSIZE:
+        given.append(opt("blocksize"))
+    if client is not None:
+        given.append("client")
+    return given
+
+
+def _check_client_alone(o: ExtractOptions, client) -> None:
+    """A given client runs the job on its own cluster: ``scheduler`` (another cluster) or ``workers`` (a local cluster
+    to start) beside it would be ignored, so they are refused."""
+    given = [opt(name, value) for name, value in (("scheduler", o.scheduler), ("workers", o.workers)) if value]
+    if client is None or not given:
+        return
+    names = " and ".join(given)
+    other = f", or leave client out to use {names}" if len(given) == 1 else ""  # both: they exclude each other too
+    raise BertfeatError(f"client{', ' if len(given) > 1 else ' and '}{names} exclude each other (the client's cluster "
+                        f"runs the job; {names} would be ignored)", f"give client alone{other}")
 
 
 def _encoder_options(o: ExtractOptions) -> ExtractOptions:
@@ -452,10 +480,11 @@ def check_cache_apart(cache: Path | None, layout: OutputLayout) -> None:
 
 
 def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resume: bool, pca_model: Path | None = None) -> None:
-    """The output rules, before anything is written: the output is not a directory (the Dask engine: not a
-    directory bertfeat did not write), no output, side file or the partial directory is an input, an existing
-    output needs ``overwrite``, and a partial run left by an interrupt needs ``resume`` (or ``overwrite``)."""
-    from .outputs import check_not_input, check_overwrite, partial_run_error
+    """The output rules, before anything is written: the output is not a directory (the Dask engine: a directory
+    holding nothing but the parts and provenance bertfeat wrote there), no side file is a directory, no output, side
+    file or the partial directory is an input, an existing output needs ``overwrite``, and a partial run left by an
+    interrupt needs ``resume`` (or ``overwrite``)."""
+    from .outputs import check_not_directory, check_not_input, check_overwrite, partial_run_error
 
     out = layout.features
     inputs = ([] if input == "-" else list(reader.files)) + ([pca_model] if pca_model is not None else [])
@@ -467,10 +496,9 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
         if input != "-" and any(out.resolve() == Path(f).resolve() for f in reader.files):
             raise BertfeatError(f"the output {out} is the input file", f"pass {opt('output')} with another file name")
     else:
-        from ..features.reader import DIRECTORY_PROVENANCE
+        from .outputs import check_dataset_directory
 
-        if out.is_dir() and any(out.iterdir()) and not (out / DIRECTORY_PROVENANCE).is_file():
-            raise BertfeatError(f"{out} is a directory that bertfeat did not write", f"choose another {opt('output')} OUTPUT")
+        check_dataset_directory(out)  # replaced whole: nothing in it but bertfeat's parts
         from ..readers import is_url
 
         if is_url(input):
@@ -478,6 +506,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     outs = layout.outputs()
     check_name_lengths(outs + [("partial directory", layout.partial)])
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
+    check_not_directory([(label, p) for label, p in outs if p != out], side_files=True)  # found up front, not at the end
     partial = layout.partial
     check_partial_is_ours(partial)
     if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)

@@ -258,3 +258,20 @@ def test_one_set_by_name_and_a_bad_seed_or_input_are_refused_clearly(small_csv, 
         sweep(small_csv, ["own"], label="")
     report = sweep(small_csv, "own", sample=20, cache=False)
     assert [s["name"] for s in report["sets"]] == ["own"]
+
+
+def test_standard_input_without_a_prefix_is_told_sweeps_own_fix(capsys, monkeypatch):
+    """`sweep -` without -o got extract's words ('needs -o OUTPUT - add -o features.parquet', a feature file sweep
+    never writes): the fix names the report prefix. Nothing is read from standard input first."""
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"text\nhello\n")))
+    assert main(["sweep", "-"]) == 1
+    assert capsys.readouterr().err == ("Error: reading standard input needs -o PREFIX - add -o sweep (the report is "
+                                       "written as sweep.json and sweep.md)\n")
+    assert sys.stdin.read() == "text\nhello\n"
+    with pytest.raises(BertfeatError) as e:
+        default_prefix("-")
+    assert e.value.message == ("reading standard input needs output='PREFIX' - add output='sweep' (the report is written "
+                               "as sweep.json and sweep.md)")

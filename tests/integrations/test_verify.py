@@ -126,6 +126,50 @@ def test_a_dask_directory_that_lost_a_part_is_refused_by_every_reader(tmp_path, 
         read_features(out)
 
 
+def test_a_dask_directory_without_its_run_provenance_is_read_from_its_parts(tmp_path, capsys, dask_client):
+    """_bertfeat.json deleted: verify took the first part's provenance for the run's and said "rows were added since"
+    (its counts are partition 0's). The run's counts are now the parts' own, summed; a part lost since (the last one
+    too: every part records the run's partitions) is named, and parts of two runs are refused."""
+    import json
+    import shutil
+
+    from bertfeat.features import read_feature_metadata
+
+    rows = [r[1:2] for r in _rows(40)]
+    rows[3][0], rows[30][0] = "", "   "  # rejected, in two partitions
+    src = write_csv(tmp_path / "in.csv", ["text"], rows)
+    dask = ["--model", tiny_model(), "--no-cache", "--engine", "dask", "--scheduler", dask_client.scheduler.address,
+            "--blocksize", "500", "--on-bad-row", "skip", "-q"]
+    out = tmp_path / "o"
+    assert run(capsys, "extract", src, "-o", out, *dask)[0] == 0
+    parts = sorted(out.glob("part-*.parquet"))
+    assert len(parts) >= 3
+    run_meta = json.loads((out / "_bertfeat.json").read_text())
+    (out / "_bertfeat.json").unlink()
+    r = verify_features(out, sample=1000)
+    assert r["ok"] and r["rows_checked"] == r["rows_in_file"] == 38
+    got = read_feature_metadata(out)
+    assert {k: got[k] for k in ("rows", "tokens", "partitions")} == {k: run_meta[k] for k in ("rows", "tokens", "partitions")}
+    assert got["rows"]["rejected"] == 2 and "part" not in got
+
+    other = tmp_path / "other"  # another run's parts (another input: another run key)
+    assert run(capsys, "extract", write_csv(tmp_path / "b.csv", ["text"], rows[::-1]), "-o", other, *dask)[0] == 0
+    shutil.copy(parts[1], tmp_path / "mine.parquet")
+    shutil.copy(other / parts[1].name, parts[1])
+    assert run(capsys, "verify", out, "-q") == (1, "", f"Error: the part files of {out} come from different runs "
+                                                       "(part-00000.parquet and part-00001.parquet), and its run's "
+                                                       "provenance _bertfeat.json is missing - extract the features "
+                                                       "again (a directory holds one run's parts)\n")
+    shutil.copy(tmp_path / "mine.parquet", parts[1])
+    for lost in (parts[-1], parts[1]):  # the last one, then one between
+        lost.unlink()
+        said = ", ".join(p.name for p in parts if not p.exists())
+        assert run(capsys, "verify", out, "-q") == (1, "", f"Error: {out} has {len(list(out.glob('part-*')))} part files, "
+                                                           f"but its run wrote {len(parts)} (missing: {said}) - the "
+                                                           "directory lost "
+                                                           "(or gained) part files since: extract the features again\n")
+
+
 def test_verify_finds_a_replaced_pca_model(tmp_path, capsys):
     """extract --pca records its model's sha256: a model of the same name fitted on other rows is named as not found
     (it was loaded, and the rows called different: 'the input, the model or the file changed')."""

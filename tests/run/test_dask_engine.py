@@ -202,7 +202,7 @@ def test_csv_blocks_with_bad_rows_equal_local(client, real_sentences, tmp_path):
             extract_dask(dict(input=str(src), output=str(out), id_column="id", max_bad_rows=limit), 1024, client=client)
         assert e.value.exit_code == 3
         assert "row 7: empty text" in str(e.value) and f"more than max_bad_rows={limit!r} allows" in str(e.value)
-        assert f"(the finished partitions are kept in {out}.partial)" in str(e.value)
+        assert re.search(rf"\(the [1-9]\d* finished partition\(s\) are kept in {re.escape(str(out))}\.partial\)", str(e.value))
         assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("lim2")) == ["lim2.parquet.partial"]
         s = extract_dask(dict(input=str(src), output=str(out), id_column="id", max_bad_rows=3, resume=True), 1024,
                          client=client)  # a higher limit resumes and writes the output
@@ -390,8 +390,9 @@ def test_a_killed_worker_error_says_how_to_resume(real_sentences, tmp_path):
                 extract_dask(_opts(src, out), "8MiB", killer, client=client)
             assert killer.killed
             assert e.value.fix == ("a worker probably ran out of memory: rerun with resume=True and a lower "
-                                   "max_batch_tokens (the finished partitions are kept), or give the workers more memory; a "
-                                   "lower blocksize cuts the input anew, so it needs overwrite=True (the run starts over)")
+                                   "max_batch_tokens (it reuses the partitions that finished), or give the workers more "
+                                   "memory; a lower blocksize cuts the input anew, so it needs overwrite=True (the run "
+                                   "starts over)")
             _wait_idle(client)
             client.wait_for_workers(2, timeout=60)
             s = extract_dask(_opts(src, out, resume=True, max_batch_tokens=256), "8MiB", client=client)
@@ -498,9 +499,21 @@ def test_cli_bad_row_error_leaves_nothing(client, tmp_path, capsys):
     assert not out.exists() and not out.with_name(out.name + ".partial").exists()
 
 
-def test_cli_options_need_dask_engine(capsys, tmp_path):
-    assert main(["extract", str(tmp_path / "x.csv"), "--workers", "2"]) == 1
-    assert "--scheduler and --workers need --engine dask" in capsys.readouterr().err
+@pytest.mark.parametrize("given, said", [
+    (["--workers", "2"], "--workers needs --engine dask - add --engine dask, or leave it out"),
+    (["--blocksize", "1KiB"], "--blocksize needs --engine dask - add --engine dask, or leave it out"),
+    (["--blocksize", "none", "--scheduler", "tcp://h:8786"],
+     "--scheduler and --blocksize need --engine dask - add --engine dask, or leave them out"),
+])
+def test_cli_options_need_dask_engine(capsys, tmp_path, given, said):
+    """The Dask engine's options on the local engine are refused, naming those given (--blocksize was ignored
+    without a word: the run went on, its input read in --chunk-rows chunks)."""
+    from extract_util import tiny_model, write_csv
+
+    src = write_csv(tmp_path / "x.csv", ["text"], [["a sentence"], ["another one"]])
+    assert main(["extract", str(src), "-o", str(tmp_path / "x.parquet"), "--model", str(tiny_model()), *given]) == 1
+    assert capsys.readouterr().err == f"Error: {said}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.csv"]
 
 
 def test_missing_dask_says_how_to_install(monkeypatch, capsys, tmp_path):
@@ -615,7 +628,7 @@ def test_interrupt_after_the_fit_leaves_no_pca_model_and_says_how_to_resume(clie
     _wait_idle(client)
     assert not out.with_name("f.pca.npz").exists() and not list(tmp_path.glob("f.pca.report.*")) and not out.exists()
     partial = out.with_name(out.name + ".partial")
-    assert stopped.value.resume_note == (f"the finished partitions are kept in {partial}; run the same command "
+    assert stopped.value.resume_note == (f"{N_PARTS} partition(s) are kept in {partial}; run the same command "
                                          "with --resume to continue")  # the CLI's one line after Ctrl-C
     s = extract_dask(_opts(data, out, pca="8", resume=True), None, client=client)  # the resume fits and writes them
     assert s.chunks_resumed == N_PARTS and out.with_name("f.pca.npz").is_file()
@@ -729,7 +742,7 @@ def test_a_resumed_run_interrupted_after_the_fit_leaves_no_pca_model(client, dat
         extract_dask(_opts(data, out, pca="8", resume=True), None, progress, client=client)
     _wait_idle(client)
     assert not out.with_name("f.pca.npz").exists() and not list(tmp_path.glob("f.pca.report.*")) and not out.exists()
-    assert stopped.value.resume_note.startswith("the finished partitions are kept in ")
+    assert stopped.value.resume_note.startswith(f"{N_PARTS} partition(s) are kept in ")
 
 
 @pytest.mark.parametrize("pca", [None, "8"])
@@ -877,8 +890,10 @@ def test_a_scheduler_killed_mid_run_leaves_one_error_line(tmp_path):
     assert all(line.startswith("bertfeat extract (dask): ") for line in lines[:-1]), "".join(lines)
     assert re.fullmatch(f"Error: partition [0-9]+: the connection to the Dask scheduler {address} was lost \\(the "
                         r"scheduler stopped, or the network between it and this machine failed\) - restart the scheduler "
-                        r"and its workers, then rerun with --resume \(the finished partitions are kept\)\n", lines[-1]), lines
-    assert (tmp_path / "o.parquet.partial").is_dir() and not (tmp_path / "o.parquet").exists()
+                        r"and its workers, then rerun with --resume \(it reuses the partitions that finished\)\n",
+                        lines[-1]), lines
+    partial = tmp_path / "o.parquet.partial"  # kept with the parts that finished; none finished: removed (failures.py)
+    assert (list(partial.glob("part-*.parquet")) if partial.exists() else True) and not (tmp_path / "o.parquet").exists()
 
 
 def test_routed_logs_keep_distributed_off_stderr_and_put_the_handlers_back(capfd):

@@ -53,24 +53,27 @@ CASES = {
     "resumable": (f("resumable"), False, None, None, None),
     "resumable, writing": (f("resumable", "write"), False, None, None, None),
     "resumable, none finished": (f("resumable", finished=0), True, None, None, None),
-    "resumable, not counted (dask)": (f("resumable", finished=None, unit="partition"), False, None, None, None),
+    "resumable, none finished (dask)": (f("resumable", finished=0, unit="partition"), True, None, None, None),
     # a full disk, a read-only directory: the parts stay; the fix names --resume and them
     "disk": (f("disk"), False, None, P, FULL_DISK),
     "disk, writing": (f("disk", "write"), False, None, O, FULL_DISK),
     "disk, none finished": (f("disk", finished=0), False, None, P,
                             f"free disk space, then rerun the same command with --resume (0 finished chunk(s) are kept in {P})"),
-    "disk (dask)": (f("disk", finished=None, unit="partition"), False, None, P,
-                    f"free disk space, then rerun the same command with --resume (the finished partitions are kept in {P})"),
+    "disk (dask)": (f("disk", unit="partition"), False, None, P,
+                    f"free disk space, then rerun the same command with --resume (2 finished partition(s) are kept in {P})"),
     # Ctrl-C / SIGTERM
     "interrupt": (f("interrupt"), False, CONTINUE, None, None),
     "interrupt, none finished": (f("interrupt", finished=0), True,  # a kept empty directory blocked the plain rerun
                                  "no chunk had finished, so nothing is kept; run the same command again", None, None),
     "interrupt, writing": (f("interrupt", "write"), False, WRITE_THEM, None, None),
-    "interrupt (dask)": (f("interrupt", finished=None, unit="partition"), False,
-                         f"the finished partitions are kept in {P}; run the same command with --resume to continue", None, None),
-    "interrupt, writing (dask)": (f("interrupt", "write", finished=None, unit="partition"), False,
-                                  f"no output was written; the finished partitions are kept in {P}: run the same command "
-                                  "with --resume to write them", None, None),
+    "interrupt (dask)": (f("interrupt", unit="partition"), False,
+                         f"2 partition(s) are kept in {P}; run the same command with --resume to continue", None, None),
+    "interrupt, none finished (dask)": (f("interrupt", finished=0, unit="partition"), True,
+                                        "no partition had finished, so nothing is kept; run the same command again", None,
+                                        None),
+    "interrupt, writing (dask)": (f("interrupt", "write", unit="partition"), False,
+                                  f"no output was written; the 2 finished partition(s) are kept in {P}: run the same "
+                                  "command with --resume to write them", None, None),
     "interrupt, complete": (f("interrupt", "write", complete=True), False, COMPLETE, None, None),
     "interrupt, complete, no probe": (f("interrupt", "write", complete=True, probe_missing=True), False,
                                       COMPLETE + " (the report has no linear probe: pca fit / report --probe adds one)", None, None),
@@ -108,7 +111,7 @@ class TestThePolicy:
 
     def test_max_bad_rows_says_what_stays(self):
         assert kept_for_limit(f("resumable", finished=5)) == f"the 5 finished chunk(s) are kept in {P}"
-        assert kept_for_limit(f("resumable", finished=None, unit="partition")) == f"the finished partitions are kept in {P}"
+        assert kept_for_limit(f("resumable", finished=3, unit="partition")) == f"the 3 finished partition(s) are kept in {P}"
         assert kept_for_limit(f("resumable", stdin=True)) is None
 
     @pytest.mark.parametrize("failure", [f("nonsense"), f("input", "reading")])
@@ -367,7 +370,7 @@ class TestTheDaskEngine:
         with pytest.raises(OutputError) as e:
             bertfeat.extract(**self.opts(labelled, out), client=dask_client)
         assert e.value.render(FLAGS) == (f"{out}: no space left on the device - free disk space, then rerun the same "
-                                         f"command with --resume (the finished partitions are kept in {out}.partial)")
+                                         f"command with --resume (2 finished partition(s) are kept in {out}.partial)")
         kept = len(list((tmp_path / "f.parquet.partial").glob("part-*")))
         assert kept >= 2 and not out.exists()
         monkeypatch.undo()
@@ -381,9 +384,31 @@ class TestTheDaskEngine:
         out = tmp_path / "f.parquet"
         with pytest.raises(KeyboardInterrupt) as e:
             bertfeat.extract(**self.opts(labelled, out), client=dask_client)
-        assert e.value.resume_note == (f"no output was written; the finished partitions are kept in {out}.partial: run "
-                                       "the same command with --resume to write them")
+        assert e.value.resume_note == (f"no output was written; the 2 finished partition(s) are kept in {out}.partial: "
+                                       "run the same command with --resume to write them")
         assert not out.exists() and len(list((tmp_path / "f.parquet.partial").glob("part-*"))) >= 2
+
+    @pytest.mark.parametrize("stop", [KeyboardInterrupt, lambda: ClusterError("partition 0: lost", "rerun")],
+                             ids=["interrupt", "cluster lost"])
+    def test_a_stop_before_any_partition_finished_leaves_nothing_in_the_way(self, dask_client, labelled, tmp_path, stop):
+        """Stopped (Ctrl-C, or a resumable error: the cluster lost) before its first partition finished, a Dask run
+        kept OUTPUT.partial/ ('the finished partitions are kept'), and the plain rerun was refused as 'a resumable
+        partial run exists'. As on the local engine, it is removed, and an interrupt's note says so."""
+        from bertfeat.run.progress import NullProgress
+
+        class StopAtStart(NullProgress):
+            def start(self, total_rows, total_bytes):
+                raise stop()
+
+        out = tmp_path / "f.parquet"
+        with pytest.raises((KeyboardInterrupt, ClusterError)) as e:
+            bertfeat.extract(**self.opts(labelled, out), client=dask_client, progress=StopAtStart())
+        interrupt = isinstance(e.value, KeyboardInterrupt)
+        assert interrupt == (stop is KeyboardInterrupt)
+        assert getattr(e.value, "resume_note", None) == (
+            "no partition had finished, so nothing is kept; run the same command again" if interrupt else None)
+        assert list(tmp_path.iterdir()) == []
+        assert bertfeat.extract(**self.opts(labelled, out), client=dask_client).rows_written == 40
 
     def test_an_interrupt_during_the_probe_says_the_report_has_none(self, dask_client, labelled, tmp_path, monkeypatch):
         import bertfeat.run.dask

@@ -182,7 +182,7 @@ def test_several_bad_options_report_the_first_in_the_plans_order(src, tmp_path):
     bad = dict(estimate=1, chunk_rows=0, workers=2, on_bad_row="maybe", max_bad_rows="q", dtype="x",
                max_field_bytes=0, pca=0, threads=0, max_length=0, keep="a,,b", input="")
     first = [("estimate", "estimate=1 is out of range"), ("chunk_rows", "chunk_rows=0 is out of range"),
-             ("workers", "scheduler and workers need engine='dask'"), ("on_bad_row", "unknown on_bad_row='maybe'"),
+             ("workers", "workers needs engine='dask'"), ("on_bad_row", "unknown on_bad_row='maybe'"),
              ("max_bad_rows", "max_bad_rows='q' is not"), ("dtype", "unknown dtype='x'"),
              ("max_field_bytes", "max_field_bytes=0 is out"), ("pca", "pca=0 is out"), ("threads", "threads=0 is out"),
              ("max_length", "max_length=0 is out"), ("keep", "keep='a,,b' holds"), ("input", "the input path is empty")]

@@ -202,3 +202,44 @@ def test_a_run_without_pca_removes_an_earlier_runs_pca_files(tmp_path, src):
     bertfeat.extract(src, out, model=tiny_model(), cache=False, pca=2, overwrite=True)
     bertfeat.extract(src, out, model=tiny_model(), cache=False, overwrite=True)
     assert pca_files() == []
+
+
+# --------------------------------------------------------------------------- the Dask engine's output directory
+@pytest.mark.parametrize("mine", ["notes.txt", "plots/"])
+def test_overwrite_of_a_dask_output_never_deletes_a_users_file_in_it(tmp_path, src, capsys, dask_client, mine):
+    """--overwrite of a Dask output (a directory of parts) replaced the whole directory: a file or folder of the
+    user's put inside it was deleted with the old parts. It is named instead, and left where it is; moved out, the
+    run goes on."""
+    out = tmp_path / "o.parquet"
+    args = ["extract", src, "-o", out, "--model", tiny_model(), "--no-cache", "--engine", "dask", "--scheduler",
+            dask_client.scheduler.address, "--blocksize", "none", "-q"]
+    assert run(capsys, *args)[0] == 0
+    parts = sorted(p.name for p in out.iterdir())
+    (out / "plots").mkdir() if mine == "plots/" else None
+    (out / "plots" / "a.txt" if mine == "plots/" else out / mine).write_text("mine\n")
+    for flags in (["--overwrite"], ["--overwrite", "--resume"], []):
+        rc, _, err = run(capsys, *args, *flags)
+        assert (rc, err) == (1, f"Error: {out} holds {mine}, which bertfeat did not write there (a run replaces the "
+                                f"whole directory, and would delete it with the old parts) - move it out of {out}, or "
+                                "pass -o with another name\n"), flags
+    assert sorted(p.name for p in out.iterdir()) == sorted(parts + [mine.rstrip("/")])
+    assert (out / "plots" / "a.txt" if mine == "plots/" else out / mine).read_text() == "mine\n"
+    (out / mine.rstrip("/")).rename(tmp_path / mine.rstrip("/"))
+    assert run(capsys, *args, "--overwrite") == (0, "", "")
+    assert sorted(p.name for p in out.iterdir()) == parts
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_a_directory_at_the_rejects_file_is_refused_before_the_run(tmp_path, src, capsys, dask_client, engine):
+    """A directory at OUTPUT.rejects.csv was found only when the finished run wrote its rejects (all the work lost,
+    and OUTPUT.partial/ left behind), and without --overwrite it was 'already exists - pass --overwrite', which could
+    not replace it. It is refused up front, as an output that is a directory is."""
+    out = tmp_path / "o.parquet"
+    rejects = tmp_path / "o.parquet.rejects.csv"
+    rejects.mkdir()
+    dask = ["--engine", "dask", "--scheduler", dask_client.scheduler.address] if engine == "dask" else []
+    for flags in (["--overwrite"], []):
+        rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--no-cache", *dask, *flags)
+        assert (rc, err) == (1, f"Error: the rejects file {rejects.resolve() if engine == 'dask' else rejects} is a "
+                                "directory - move or rename that directory, or pass -o with another name\n"), flags
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "o.parquet.rejects.csv"]

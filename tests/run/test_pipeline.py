@@ -145,7 +145,7 @@ def test_public_extract_is_keyword_only_and_names_parameters(tmp_path):
         bertfeat.extract("in.csv", chunk_rows=0)
     with pytest.raises(BertfeatError, match=r"engine='spark'"):
         bertfeat.extract("in.csv", engine="spark")
-    with pytest.raises(BertfeatError, match=r"need engine='dask'"):
+    with pytest.raises(BertfeatError, match=r"^scheduler needs engine='dask' - add engine='dask', or leave it out$"):
         bertfeat.extract("in.csv", scheduler="tcp://x:8786")
 
 

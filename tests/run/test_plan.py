@@ -181,3 +181,23 @@ def test_extract_refuses_in_memory_input_and_a_non_string_prompt_before_writing(
         assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
     bertfeat.extract(src, out, model=tiny_model(), prompt="q: ", cache=False)
     assert pq.read_table(out).num_rows == 2
+
+
+@pytest.mark.parametrize("given, message", [
+    (dict(workers=2), "client and workers=2 exclude each other (the client's cluster runs the job; workers=2 would be "
+                      "ignored) - give client alone, or leave client out to use workers=2"),
+    (dict(scheduler="tcp://127.0.0.1:1"), "client and scheduler='tcp://127.0.0.1:1' exclude each other (the client's "
+     "cluster runs the job; scheduler='tcp://127.0.0.1:1' would be ignored) - give client alone, or leave client out "
+     "to use scheduler='tcp://127.0.0.1:1'"),
+    (dict(workers=2, scheduler="tcp://127.0.0.1:1"), "client, scheduler='tcp://127.0.0.1:1' and workers=2 exclude each "
+     "other (the client's cluster runs the job; scheduler='tcp://127.0.0.1:1' and workers=2 would be ignored) - give "
+     "client alone"),
+])
+def test_a_client_with_the_options_that_make_one_is_refused(tmp_path, corpus, client, given, message):
+    """client= with workers= or scheduler=: the client silently won (the run went to its cluster, the other options
+    ignored). Refused, naming both, before anything is written."""
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(corpus, tmp_path / "o.parquet", model=tiny_model(), on_bad_row="skip", engine="dask",
+                         client=client, **given)
+    assert e.value.message == message
+    assert list(tmp_path.iterdir()) == []
