@@ -97,7 +97,8 @@ from ..features.parquet import pages_damaged
 from ..features.reader import DIRECTORY_PROVENANCE
 from .encoder_setup import feature_settings, load_encoder, make_reuser
 from .manifest import PARTIAL_MANIFESTS, check_resume, check_resume_engine, job_manifest, read_manifest
-from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report, write_pca
+from .pca_steps import (OrderedMerge, accumulate_pca, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report,
+                        write_pca)
 from .provenance import provenance
 from .outputs import remove_stale
 from .summary import ExtractSummary, new_summary
@@ -532,18 +533,18 @@ class DaskRun:
         for st in done.values():
             progress.advance(st["rows_read"], 0, 0)
         self.results = results = dict(done)  # counted by failure(): what a stop keeps
-        merged = new_pca(plan.pca_n_components) if plan.pca is not None else None
+        # the partitions' statistics merged in partition order, so a rerun writes the same bits
+        merged = OrderedMerge(new_pca(plan.pca_n_components), stage / "_stats") if plan.pca is not None else None
 
         def on_result(i, res):
-            nonlocal merged
             if i < 0:  # a resumed partition's PCA statistics
-                merged = merged.merge(res)
+                merged.add(-1 - i, res)
                 return
             if res.get("cancelled"):
                 raise BertfeatError(f"partition {i}: {self.partial} vanished while the run was going on", "rerun the command")
             pca = res.pop("pca", None)
             if pca is not None:
-                merged = merged.merge(pca)
+                merged.add(i, pca)
             results[i] = res
             progress.advance(res["rows_read"], res["tokens"], 0)
             if res["rejects"]:
@@ -559,7 +560,7 @@ class DaskRun:
         gather(client, self.futures, on_result, progress, counted=lambda i: i >= 0, done=len(done), total=len(self.parts))
         self.futures = {}
         self.check_bad_rows(results, final=True)
-        return results, done, merged
+        return results, done, None if merged is None else merged.result(len(self.parts))
 
     def check_bad_rows(self, results: dict[int, dict], final: bool) -> None:
         """max_bad_rows over the partitions finished so far (a count stops the run as soon as it is passed)."""

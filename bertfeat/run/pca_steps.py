@@ -4,7 +4,8 @@ fitted model applied instead (``applied_pca``, ``applied_pca_entry``), and the r
 probe of a label once the features exist (``probe_into_report``).
 
 A unit of work (a local chunk, a Dask partition) yields, with ``pca``, its PCA statistics; the job merges them and
-fits in ``finish_pca`` (local.py) or ``fit_pca`` + ``write_pca`` (dask.py).
+fits in ``finish_pca`` (local.py) or ``fit_pca`` + ``write_pca`` (dask.py, its partitions' statistics merged in
+their order by ``OrderedMerge``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,44 @@ def accumulate_pca(pca, X: np.ndarray) -> None:
         _BLAS = ThreadpoolController()
     with _BLAS.limit(limits=1, user_api="blas"):
         pca.partial_fit(X)
+
+
+class OrderedMerge:
+    """The PCA statistics of numbered units (Dask partitions 0 .. n-1) merged in their order, whatever order they
+    finish in: a merge rounds differently in another order (components ~1e-15 apart), so without it two runs of one
+    job could write other bits. A unit that finishes ahead of an earlier one waits; past ``hold`` waiting, the rest
+    wait on disk in ``spill`` (saved with their statistics, read back bit for bit) instead of in memory."""
+
+    HOLD = 32  # units waiting in memory at most (d = 768: 4.7 MB each)
+
+    def __init__(self, pca, spill: Path | None = None, hold: int | None = None):
+        self.merged, self.next, self.spill, self.hold = pca, 0, spill, self.HOLD if hold is None else hold
+        self.waiting: dict[int, object] = {}  # index -> PCA, or the Path it waits in
+        for old in spill.glob("stats-*.npz") if spill is not None and spill.is_dir() else ():  # a stopped run's
+            old.unlink()
+
+    def add(self, index: int, stats) -> None:
+        if len(self.waiting) >= self.hold and self.spill is not None and index != self.next:
+            self.spill.mkdir(parents=True, exist_ok=True)
+            stats = stats.save(self.spill / f"stats-{index}.npz", include_stats=True)
+        self.waiting[index] = stats
+        while self.next in self.waiting:
+            stats = self.waiting.pop(self.next)
+            if isinstance(stats, Path):
+                from ..pca.estimator import PCA
+
+                stats, path = PCA.load(stats), stats
+                path.unlink()
+            self.merged = self.merged.merge(stats)
+            self.next += 1
+
+    def result(self, n: int):
+        """The merged statistics of units 0 .. n-1 (all of them must have been added)."""
+        if self.next != n:
+            raise RuntimeError(f"PCA statistics of {n - self.next} unit(s) never arrived (from unit {self.next})")
+        if self.spill is not None and self.spill.is_dir():
+            self.spill.rmdir()  # emptied as the units were merged
+        return self.merged
 
 
 def applied_pca(plan, fingerprint: dict, dim: int):

@@ -620,6 +620,34 @@ class _InterruptAtPassTwo(_Notes):
             raise KeyboardInterrupt
 
 
+def test_pca_statistics_merge_in_partition_order_whatever_order_they_finish(client, data, tmp_path, monkeypatch):
+    """The partitions' PCA statistics were merged as they finished: another order rounds otherwise (components ~1e-15
+    apart), so two runs of one job could write other bits. Delivered in reverse, with every early one waiting on disk
+    (hold 1), the model and the reduced features are the in-order run's to the bit."""
+    import bertfeat.run.dask as dask_engine
+    from bertfeat.pca.estimator import PCA
+    from bertfeat.run.pca_steps import OrderedMerge
+
+    first = tmp_path / "a" / "f.parquet"
+    extract_dask(_opts(data, first, pca="8"), "none", client=client)
+    real_gather = dask_engine.gather
+
+    def reversed_gather(client_, futures, on_result, *args, **kw):
+        got = []
+        real_gather(client_, futures, lambda i, r: got.append((i, r)), *args, **kw)
+        for i, r in reversed(got):
+            on_result(i, r)
+
+    monkeypatch.setattr(dask_engine, "gather", reversed_gather)
+    monkeypatch.setattr(OrderedMerge, "HOLD", 1)
+    second = tmp_path / "b" / "f.parquet"
+    extract_dask(_opts(data, second, pca="8"), "none", client=client)
+    a, b = PCA.load(first.with_name("f.pca.npz")), PCA.load(second.with_name("f.pca.npz"))
+    assert np.array_equal(a.components_, b.components_) and np.array_equal(a.mean_, b.mean_)
+    assert np.array_equal(_embeddings(_read_dataset(first)), _embeddings(_read_dataset(second)))
+    assert sorted(p.name for p in second.iterdir()) == sorted(p.name for p in first.iterdir())  # no spill left
+
+
 def test_interrupt_after_the_fit_leaves_no_pca_model_and_says_how_to_resume(client, data, tmp_path):
     out = tmp_path / "f.parquet"
     progress = _InterruptAtPassTwo()
