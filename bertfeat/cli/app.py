@@ -173,10 +173,20 @@ def extract(
         from ..run.estimate import render
 
         render(summary, err_console if summary_json == "-" else out_console, err_console)  # stdout: the JSON alone
-    elif not quiet:
-        render_summary(summary)
+    else:  # a stop from here on finds the outputs complete: _stopped says so, not a bare "Interrupted."
+        _STOPPED["finished"] = _finished_note(summary, summary_json)
+        if not quiet:
+            render_summary(summary)
     if summary_json is not None:
         write_summary_json(summary, summary_json, "estimate" if estimate else "extract")
+    _STOPPED.pop("finished", None)
+
+
+def _finished_note(summary, summary_json: str | None) -> str:
+    """What a stop after the run finished says: the outputs are complete (and the summary JSON maybe not written)."""
+    names = ", ".join(dict.fromkeys(str(p) for p in (summary.outputs or {}).values()))
+    unsaid = f"; the summary JSON {summary_json} may not have been written" if summary_json not in (None, "-") else ""
+    return f"the run had finished, its outputs are complete ({names}){unsaid}"
 
 
 @app.command(epilog="Examples:\n\n  bertfeat verify feats.parquet\n\n"
@@ -735,7 +745,7 @@ def _stopped(e: BaseException | None = None) -> int:
     if e is not None:
         e.__traceback__ = None  # its frames (a run's readers among them) are freed now, not at interpreter exit
     word, code = ("Terminated", 143) if isinstance(e, Terminated) else ("Interrupted", 130)
-    note = getattr(e, "resume_note", None)
+    note = getattr(e, "resume_note", None) or _STOPPED.pop("finished", None)
     note = note and visible(note)  # a partial directory's name holding a newline stays on the one line
     err_console.print(f"{word}: {note}" if note else f"{word}.", markup=False, highlight=False, soft_wrap=True)
     return code

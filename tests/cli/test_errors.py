@@ -825,3 +825,28 @@ def test_estimate_with_summary_json_on_stdout_prints_the_json_alone(tmp_path, ca
                        "--summary-json", "-")
     assert rc == 0, err
     assert json.loads(out)["of"] == "estimate" and "Estimate" in err
+
+
+def test_a_stop_after_the_run_finished_says_its_outputs_are_complete(tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the summary was printed (the outputs all in place) said only "Interrupted.", exit 130: the user
+    could not tell a finished run from a lost one."""
+    import bertfeat.cli.app as app
+
+    def stopped_here(summary):
+        raise KeyboardInterrupt
+
+    src = tmp_path / "in.csv"
+    src.write_text("text\nhello\nworld\n")
+    out = tmp_path / "o.parquet"
+    monkeypatch.setattr(app, "render_summary", stopped_here)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--summary-json", tmp_path / "s.json")
+    assert rc == 130 and out.is_file()
+    assert err.splitlines()[-1] == (f"Interrupted: the run had finished, its outputs are complete ({out}); the summary "
+                                    f"JSON {tmp_path / 's.json'} may not have been written")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o2.parquet", "--model", tiny_model(), "--pca", "1",
+                     "--summary-json", "-")
+    assert rc == 130
+    said = err.splitlines()[-1]
+    assert said.startswith("Interrupted: the run had finished, its outputs are complete (") and said.endswith(")")
+    assert sorted(said[said.index("(") + 1:-1].split(", ")) == sorted(
+        str(tmp_path / f"o2{s}") for s in (".parquet", ".pca.npz", ".pca.report.json", ".pca.report.md", ".pca.report.png"))
