@@ -44,28 +44,36 @@ def accumulate_pca(pca, X: np.ndarray) -> None:
 class OrderedMerge:
     """The PCA statistics of numbered units (Dask partitions 0 .. n-1) merged in their order, whatever order they
     finish in: a merge rounds differently in another order (components ~1e-15 apart), so without it two runs of one
-    job could write other bits. A unit that finishes ahead of an earlier one waits; past ``hold`` waiting, the rest
-    wait on disk in ``spill`` (saved with their statistics, read back bit for bit) instead of in memory."""
+    job could write other bits. A unit that finishes ahead of an earlier one waits; past ``HOLD`` waiting, the rest
+    wait on disk in ``spill`` (this process's own files, pickled as the cluster sent them, read back bit for bit;
+    what a stopped run left there is removed first) instead of in memory."""
 
     HOLD = 32  # units waiting in memory at most (d = 768: 4.7 MB each)
 
     def __init__(self, pca, spill: Path | None = None, hold: int | None = None):
         self.merged, self.next, self.spill, self.hold = pca, 0, spill, self.HOLD if hold is None else hold
         self.waiting: dict[int, object] = {}  # index -> PCA, or the Path it waits in
-        for old in spill.glob("stats-*.npz") if spill is not None and spill.is_dir() else ():  # a stopped run's
-            old.unlink()
+        self._clear_spill()
+
+    def _clear_spill(self) -> None:
+        import shutil
+
+        if self.spill is not None:
+            shutil.rmtree(self.spill, ignore_errors=True)
 
     def add(self, index: int, stats) -> None:
+        import pickle
+
         if len(self.waiting) >= self.hold and self.spill is not None and index != self.next:
             self.spill.mkdir(parents=True, exist_ok=True)
-            stats = stats.save(self.spill / f"stats-{index}.npz", include_stats=True)
+            path = self.spill / f"stats-{index}.pickle"
+            path.write_bytes(pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL))  # no fit: a unit may have 0 rows
+            stats = path
         self.waiting[index] = stats
         while self.next in self.waiting:
             stats = self.waiting.pop(self.next)
             if isinstance(stats, Path):
-                from ..pca.estimator import PCA
-
-                stats, path = PCA.load(stats), stats
+                stats, path = pickle.loads(stats.read_bytes()), stats
                 path.unlink()
             self.merged = self.merged.merge(stats)
             self.next += 1
@@ -74,8 +82,7 @@ class OrderedMerge:
         """The merged statistics of units 0 .. n-1 (all of them must have been added)."""
         if self.next != n:
             raise RuntimeError(f"PCA statistics of {n - self.next} unit(s) never arrived (from unit {self.next})")
-        if self.spill is not None and self.spill.is_dir():
-            self.spill.rmdir()  # emptied as the units were merged
+        self._clear_spill()
         return self.merged
 
 

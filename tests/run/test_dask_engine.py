@@ -648,6 +648,35 @@ def test_pca_statistics_merge_in_partition_order_whatever_order_they_finish(clie
     assert sorted(p.name for p in second.iterdir()) == sorted(p.name for p in first.iterdir())  # no spill left
 
 
+def test_ordered_merge_spills_partitions_of_any_size_and_clears_what_a_stopped_run_left(tmp_path):
+    """The spill saved each waiting partition's statistics with PCA.save, which fits first: a partition of 0 rows, 1
+    row or fewer rows than n_components was refused, and the run's partial directory deleted (found by review). A
+    stopped run's leftover temporary in the spill made every resume fail at the end."""
+    from bertfeat.run.pca_steps import OrderedMerge, new_pca
+
+    rng = np.random.default_rng(0)
+    sizes = [50, 0, 1, 3, 40]  # rows of partitions 0 .. 4
+    parts = []
+    for n in sizes:
+        p = new_pca(8)
+        if n:
+            p.partial_fit(rng.standard_normal((n, 16)).astype(np.float32))
+        parts.append(p)
+    in_order = new_pca(8)
+    for p in parts:
+        in_order = in_order.merge(p)
+    spill = tmp_path / "_stats"
+    spill.mkdir()
+    (spill / ".stats-3.npz.tmp-99999").write_bytes(b"half")  # a killed run's
+    m = OrderedMerge(new_pca(8), spill, hold=0)  # every early partition waits on disk
+    assert not spill.exists()
+    for i in (4, 2, 1, 3, 0):
+        m.add(i, parts[i])
+    got = m.result(len(parts))
+    assert np.array_equal(got.components_, in_order.components_) and got.n_samples_ == sum(sizes)
+    assert not spill.exists()
+
+
 def test_interrupt_after_the_fit_leaves_no_pca_model_and_says_how_to_resume(client, data, tmp_path):
     out = tmp_path / "f.parquet"
     progress = _InterruptAtPassTwo()
