@@ -194,13 +194,41 @@ def _added_tokens(d: Path, tok_cfg: dict, special: set[str]) -> list:
 
 
 def add_declared_tokens(tk, d: Path, tok_cfg: dict, special_map: dict, cls_name: str) -> None:
-    """The added tokens tokenizer_config.json (or added_tokens.json) declares that tokenizer.json lacks, added as
-    transformers' fast tokenizer adds them at load: "[unused4]" declared there is then one token (id 5), not four
-    pieces. One the file already has with the same flags changes nothing (tokenizers skips it)."""
+    """The added tokens tokenizer_config.json (or added_tokens.json) declares that tokenizer.json lacks, and the extra
+    special tokens (extra_special_tokens), added as transformers' fast tokenizer adds them at load: "[unused4]"
+    declared there is then one token (id 5), not four pieces. One the file already has with the same flags changes
+    nothing (tokenizers skips it)."""
     keys = ("cls_token", "sep_token", "unk_token", "pad_token", "mask_token")
     special = {_special(tok_cfg, special_map, k, dflt) for k, dflt in zip(keys, _defaults(cls_name))}
     for t in _added_tokens(d, tok_cfg, special):
         (tk.add_special_tokens if t.special else tk.add_tokens)([t])
+    add_extra_special_tokens(tk, d, tok_cfg, special_map)
+
+
+_EXTRA_SPECIAL_KEYS = ("additional_special_tokens", "extra_special_tokens")
+
+
+def add_extra_special_tokens(tk, d: Path, tok_cfg: dict, special_map: dict) -> None:
+    """``additional_special_tokens`` / ``extra_special_tokens`` (a list, or a dict of named ones) of
+    tokenizer_config.json, else of special_tokens_map.json (transformers 5 reads the first file that has them), added
+    as special tokens: never split, matched before normalization."""
+    from tokenizers import AddedToken
+
+    source, name = (tok_cfg, "tokenizer_config.json") if any(k in tok_cfg for k in _EXTRA_SPECIAL_KEYS) \
+        else (special_map, "special_tokens_map.json")
+    for key in _EXTRA_SPECIAL_KEYS:
+        value = source.get(key)
+        entries = list(value.values()) if isinstance(value, dict) else value
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            raise ConfigError(f"{d / name}: {key} is not a list of tokens", "restore the file from the checkpoint")
+        for e in entries:
+            content = e.get("content") if isinstance(e, dict) else e
+            if not isinstance(content, str) or not content:
+                raise ConfigError(f"{d / name}: {key} holds {json.dumps(e)[:40]}, not a token",
+                                  "restore the file from the checkpoint")
+            tk.add_special_tokens([AddedToken(content, special=True, normalized=False)])
 
 
 def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, special_map: dict, cls_name: str = "BertTokenizer"):
@@ -225,6 +253,7 @@ def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, special_map: dict
                            for t in dict.fromkeys([pad, unk, cls, sep, mask]) if t in vocab])
     for t in _added_tokens(vocab_path.parent, tok_cfg, {pad, unk, cls, sep, mask}):
         (tk.add_special_tokens if t.special else tk.add_tokens)([t])
+    add_extra_special_tokens(tk, vocab_path.parent, tok_cfg, special_map)
     return tk
 
 

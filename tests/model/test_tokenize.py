@@ -471,6 +471,32 @@ def test_added_tokens_declared_beside_tokenizer_json_as_transformers(minilm_dir,
     assert_same(ours, ref, texts, texts[::-1], what=case + " pairs")
 
 
+@pytest.mark.parametrize("case", ["cfg_additional", "cfg_extra", "cfg_extra_named", "map_additional", "cfg_wins",
+                                  "vocab_txt"])
+def test_extra_special_tokens_as_transformers(minilm_dir, tmp_path, case):
+    """additional_special_tokens / extra_special_tokens (tokenizer_config.json, else special_tokens_map.json): one
+    token each in transformers, cut into pieces by bertfeat (found by review)."""
+    from transformers import AutoTokenizer
+
+    cfg = {"cfg_additional": {"additional_special_tokens": ["[unused7]"]},
+           "cfg_extra": {"extra_special_tokens": ["[unused7]"]},
+           "cfg_extra_named": {"extra_special_tokens": {"ent_token": "[unused7]"}},
+           "cfg_wins": {"additional_special_tokens": ["[unused7]"]},
+           "vocab_txt": {"additional_special_tokens": ["[unused7]"]}}.get(case)
+    d = _copy_tokenizer(minilm_dir, tmp_path / case, (lambda c: c.update(cfg)) if cfg else None,
+                        drop=("tokenizer.json",) if case == "vocab_txt" else ())
+    if case in ("map_additional", "cfg_wins"):
+        m = json.loads((d / "special_tokens_map.json").read_text())
+        m["additional_special_tokens"] = ["[unused8]" if case == "cfg_wins" else "[unused7]"]
+        (d / "special_tokens_map.json").write_text(json.dumps(m))
+    ref = AutoTokenizer.from_pretrained(str(d))
+    ours = Ours.from_dir(d, 512)
+    texts = ["a [unused7] b", "[unused7][unused8] x", "A [UNUSED7] b"]
+    assert ref("a [unused7] b")["input_ids"] == [101, 1037, 8, 1038, 102]  # the case is what it says
+    assert_same(ours, ref, texts, what=case)
+    assert_same(ours, ref, texts, texts[::-1], what=case + " pairs")
+
+
 def test_truncation_side_left(minilm_dir, tmp_path):
     """tokenizer_config.json truncation_side "left": rows cut from the left, as transformers does."""
     from transformers import AutoTokenizer
