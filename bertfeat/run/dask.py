@@ -94,7 +94,7 @@ from .dask_cluster import (
 from ..errors import BertfeatError, BertfeatWarning, opt, render
 from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.parquet import pages_damaged
-from ..features.reader import DIRECTORY_PROVENANCE
+from ..features.reader import DIRECTORY_PROVENANCE, PART_GLOB, part_name
 from .encoder_setup import feature_settings, load_encoder, make_reuser
 from .manifest import PARTIAL_MANIFESTS, check_resume, check_resume_engine, job_manifest, read_manifest
 from .pca_steps import (OrderedMerge, accumulate_pca, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report,
@@ -133,6 +133,11 @@ def require_dask():
 
 
 # --------------------------------------------------------------------------- worker side
+class WorkerSetupError(ClusterError):
+    """A worker that cannot run the job as the client would (the model missing or other, another GEMM path): the
+    finished partitions stay for --resume once the workers are set up."""
+
+
 def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weights_sha256: str,
                    threads: int | None = None, gemm_id: dict | None = None):
     """This process's Encoder for (model, Encoder keywords), from the process's shared cache (encoder_cache.py):
@@ -156,12 +161,13 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
             warnings.simplefilter("ignore", BertfeatWarning)
             enc = shared_encoder(location=loc, **kw)
     except BertfeatError as e:
-        raise BertfeatError(f"worker on {socket.gethostname()}: cannot load the model at {location.path} ({e._what})",
-                            "the model directory must be at the same path on every worker (or in each worker's Hugging Face cache)") from None
+        raise WorkerSetupError(f"worker on {socket.gethostname()}: cannot load the model at {location.path} ({e._what})",
+                               "the model directory must be at the same path on every worker (or in each worker's "
+                               "Hugging Face cache)") from None
     if enc.weights_sha256 != weights_sha256:
-        raise BertfeatError(f"worker on {socket.gethostname()}: the weights at {enc.location.path} differ from the client's "
-                            f"(sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
-                            "put the same model files on every node")
+        raise WorkerSetupError(f"worker on {socket.gethostname()}: the weights at {enc.location.path} differ from the "
+                               f"client's (sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
+                               "put the same model files on every node")
     if gemm_id is not None:
         check_worker_gemm(gemm_identity(enc), gemm_id, socket.gethostname())
     if not getattr(enc, "warmed_up", False):
@@ -177,15 +183,17 @@ def check_worker_gemm(worker: dict, client: dict, host: str) -> None:
     if not differ:
         return
     what = "; ".join(f"{k} {worker.get(k)} here, {client.get(k)} on the client" for k in differ)
-    if differ == ["blas"] and str(client.get("blas", "")).startswith("openblas"):
-        kernel = str(client["blas"]).split()[-1]
-        fix = (f"start the workers with OPENBLAS_CORETYPE={kernel} in their environment (`dask worker` loads NumPy "
+    mine, theirs = str(worker.get("blas")).split(), str(client.get("blas")).split()  # library, version, kernel
+    kernel_only = len(mine) == len(theirs) == 3 and mine[:2] == theirs[:2] and theirs[0] == "openblas"
+    if differ == ["blas"] and kernel_only and theirs[2] != "None":
+        fix = (f"start the workers with OPENBLAS_CORETYPE={theirs[2]} in their environment (`dask worker` loads NumPy "
                "before bertfeat can choose its kernel)")
     elif "cpu" in differ:
         fix = "run the job on workers with the client's CPU model, or start the client on the workers' kind of machine"
     else:
         fix = "install the same bertfeat, NumPy and extras (bertfeat[fast]: oneDNN) on the client and every worker"
-    raise BertfeatError(f"worker on {host}: its products would round otherwise than the client's ({what})", fix)
+    raise WorkerSetupError(f"worker on {host}: its products would round otherwise than the client's ({what})", fix)
+
 
 
 class EncoderPlugin(_WorkerPluginBase):
@@ -235,10 +243,6 @@ class TaskContext:
     keep_types: dict | None = None  # the kept columns (keep) and their Arrow types
     cache: str | None = None  # the vector cache directory (on this machine: the client checked the workers' host)
     cache_id: tuple | None = None  # (fingerprint, settings) of the run in the cache (vcache.cache_fingerprint)
-
-
-def part_name(index: int, width: int = 5) -> str:
-    return f"part-{index:0{width}d}.parquet"
 
 
 def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool, dtype: str):
@@ -630,8 +634,15 @@ class DaskRun:
         """What happened, for failures.py: the partitions finished so far (a resumed run's included), so a stop before
         any finished removes OUTPUT.partial/ as the local engine does (a resume would only cut the input again)."""
         plan = self.plan
-        return Failure(kind, self.phase, self.partial, self.out, "partition", len(self.results), complete=self.completed,
+        return Failure(kind, self.phase, self.partial, self.out, "partition", self.kept(), complete=self.completed,
                        probe_missing=plan.label is not None and self.summary.probe is None)
+
+    def kept(self) -> int:
+        """Partitions a stop keeps: those counted so far, or, before a resumed run has counted its kept ones (while
+        the model loads or their pages are checked), the part files in OUTPUT.partial/ (never 0 while there are)."""
+        if self.results:
+            return len(self.results)
+        return sum(1 for d in (self.partial, self.partial / FULL_DIR) if d.is_dir() for _ in d.glob(PART_GLOB))
 
     def failed(self, e: BaseException) -> BaseException:
         """The tasks cancelled; the exception to raise, OUTPUT.partial/ kept or removed (failures.handle). Before it

@@ -1052,6 +1052,14 @@ def test_check_worker_gemm_names_what_differs_and_its_fix():
     assert str(e.value) == ("worker on h: its products would round otherwise than the client's (library numpy matmul "
                             "here, oneDNN 3.2.0 matmul (brg:avx512_core) on the client) - install the same bertfeat, "
                             "NumPy and extras (bertfeat[fast]: oneDNN) on the client and every worker")
+    install = "install the same bertfeat, NumPy and extras (bertfeat[fast]: oneDNN) on the client and every worker"
+    for other in ("openblas 0.3.27 SkylakeX", "mkl 2024.0 None", None):  # not the kernel alone
+        with pytest.raises(BertfeatError) as e:
+            check_worker_gemm({**same, "blas": other}, same, "h")
+        assert str(e.value).endswith(" - " + install), other
+    with pytest.raises(BertfeatError) as e:  # the client's kernel unknown: nothing to pin the workers to
+        check_worker_gemm(same, {**same, "blas": "openblas 0.3.31 None"}, "h")
+    assert str(e.value).endswith(" - " + install)
     with pytest.raises(BertfeatError) as e:
         check_worker_gemm({**same, "cpu": "Intel Xeon", "blas": "openblas 0.3.31 Haswell"}, same, "h")
     assert str(e.value) == ("worker on h: its products would round otherwise than the client's (blas openblas 0.3.31 "

@@ -410,6 +410,36 @@ class TestTheDaskEngine:
         assert list(tmp_path.iterdir()) == []
         assert bertfeat.extract(**self.opts(labelled, out), client=dask_client).rows_written == 40
 
+    @pytest.mark.parametrize("where", ["finished", "worker"])
+    def test_a_resumed_run_stopped_before_it_counted_its_partitions_keeps_them(self, dask_client, labelled, tmp_path,
+                                                                              monkeypatch, where):
+        """A resumed run stopped while it checked its kept parts' pages (or refused by a worker, as the GEMM check
+        refuses one, whose fix leads to --resume) had counted 0 finished partitions: OUTPUT.partial/ was deleted,
+        every finished partition lost (found by review)."""
+        import bertfeat.run.dask
+        from bertfeat.run.dask import WorkerSetupError
+
+        out = tmp_path / "f.parquet"
+        _raising(monkeypatch, bertfeat.run.dask, "publish_rejects", KeyboardInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            bertfeat.extract(**self.opts(labelled, out), client=dask_client)
+        kept = sorted(p.name for p in (tmp_path / "f.parquet.partial").glob("part-*"))
+        assert len(kept) >= 2
+        monkeypatch.undo()
+        if where == "finished":
+            _raising(monkeypatch, bertfeat.run.dask.DaskRun, "finished", KeyboardInterrupt())
+        else:
+            _raising(monkeypatch, bertfeat.run.dask.DaskRun, "finished",
+                     WorkerSetupError("worker on h: its products would round otherwise", "start the workers with X"))
+        with pytest.raises((KeyboardInterrupt, WorkerSetupError)) as e:
+            bertfeat.extract(**self.opts(labelled, out, resume=True), client=dask_client)
+        assert sorted(p.name for p in (tmp_path / "f.parquet.partial").glob("part-*")) == kept
+        if where == "finished":
+            assert e.value.resume_note == (f"{len(kept)} partition(s) are kept in {out}.partial; run the same command "
+                                           "with --resume to continue")
+        monkeypatch.undo()
+        assert bertfeat.extract(**self.opts(labelled, out, resume=True), client=dask_client).chunks_resumed == len(kept)
+
     def test_an_interrupt_during_the_probe_says_the_report_has_none(self, dask_client, labelled, tmp_path, monkeypatch):
         import bertfeat.run.dask
 
