@@ -42,6 +42,19 @@ def _text(path: Path, read) -> str | None:
 
 #: the run's provenance in a Dask output directory (written last, beside the parts)
 DIRECTORY_PROVENANCE = "_bertfeat.json"
+#: a Dask output directory's part files: part-00000.parquet (five digits or more, one per partition; part_name)
+PART_GLOB = "part-*.parquet"
+
+
+def part_name(index: int, width: int = 5) -> str:
+    """Partition ``index``'s part file (``width`` digits at least)."""
+    return f"part-{index:0{width}d}.parquet"
+
+
+def part_index(name: str) -> int | None:
+    """The partition of a part file's name (part_name's), None for another name."""
+    stem = name[len("part-"):-len(".parquet")] if name.startswith("part-") and name.endswith(".parquet") else ""
+    return int(stem) if len(stem) >= 5 and stem.isascii() and stem.isdigit() else None
 
 
 def feature_files(path: str | os.PathLike) -> list[Path]:
@@ -60,7 +73,7 @@ def _part_files(path: Path) -> list[Path]:
     """A directory's part files, in order (none: not a feature directory)."""
     from ..errors import BertfeatError
 
-    parts = sorted(path.glob("part-*.parquet"))
+    parts = sorted(path.glob(PART_GLOB))
     if not parts:
         raise BertfeatError(f"{path} is a directory without part-*.parquet files",
                             "give a feature file, or the output directory of extract --engine dask")
@@ -127,8 +140,8 @@ def _summed(counts: list) -> dict | None:
 
 def open_features(path: str | os.PathLike) -> FeatureSource:
     """Open a feature file for streaming: detect its layout from metadata and columns. A directory of part files
-    (``extract --engine dask``'s output) streams its parts in order, as one file (its provenance: the first part's,
-    which carries the run's)."""
+    (``extract --engine dask``'s output) streams its parts in order, as one file (its provenance: the run's
+    DIRECTORY_PROVENANCE, else the one read_feature_metadata makes from the parts')."""
     path = Path(path)
     if path.is_dir():
         return _open_parts(path)

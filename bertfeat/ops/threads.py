@@ -62,15 +62,16 @@ def prefer_avx512_blas() -> str | None:
 def blas_info() -> dict:
     """NumPy's own BLAS: library, version, kernel architecture, threads (via threadpoolctl).
 
-    threadpoolctl lists every BLAS in the process (numba loads SciPy's own OpenBLAS too); NumPy's is the one
-    under NumPy's package folder (``numpy.libs`` for the wheels), else the first listed.
+    threadpoolctl lists every BLAS in the process (numba loads SciPy's own OpenBLAS too); NumPy's is the one in
+    NumPy's package folder or in its wheel's ``numpy.libs`` beside it, else the first listed.
     """
     from threadpoolctl import threadpool_info
     import numpy
 
     blas = [info for info in threadpool_info() if info.get("user_api") == "blas"]
     home = os.path.dirname(numpy.__file__)
-    own = [info for info in blas if os.path.dirname(info.get("filepath") or "").startswith(home)]
+    homes = (home + os.sep, home + ".libs" + os.sep)
+    own = [info for info in blas if (info.get("filepath") or "").startswith(homes)]
     pick = (own or blas or [{}])[0]
     return {k: pick.get(k) for k in ("internal_api", "version", "architecture", "num_threads")} if pick else {}
 

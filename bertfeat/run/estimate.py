@@ -166,6 +166,15 @@ def _read(plan, sample: int, seed: int) -> dict:
             "distinct": min(distinct.count(), max(rows - bad, 0)), "seconds": time.perf_counter() - t0}
 
 
+def _row_hash(text: str, pair: str | None) -> int:
+    """A row's 64-bit hash, the same in every process (Python's hash() is salted per process: the estimate would
+    change from run to run)."""
+    import hashlib
+
+    key = text if pair is None else f"{text}\x00{pair}"
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+
+
 class DistinctRows:
     """How many distinct (text, pair) rows a stream holds, in bounded memory: exact up to ``k`` of them, else the
     k-minimum-values estimate (the k smallest of the rows' 64-bit hashes: about 1/sqrt(k) = 0.4 % off at k 65,536)."""
@@ -174,7 +183,7 @@ class DistinctRows:
         self.k, self.smallest = k, np.zeros(0, np.uint64)
 
     def add(self, rows: list[tuple]) -> None:
-        h = np.fromiter((hash(r) for r in rows), dtype=np.int64, count=len(rows)).view(np.uint64)
+        h = np.fromiter((_row_hash(t, p) for t, p in rows), dtype=np.uint64, count=len(rows))
         self.smallest = np.unique(np.concatenate([self.smallest, h]))[: self.k]  # sorted, distinct
 
     def count(self) -> int:
@@ -228,7 +237,10 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     accepted = rows - bad - too_long - past_table
     cached = _cached_share(plan, encoder, spec, m["texts"], m["pairs"])
     tokens = int(round(m["tokens_per_row"] * accepted))
-    unique = min(read["distinct"], accepted)  # the run encodes a repeated row once (cache.reuse)
+    # the run encodes a repeated row once (cache.reuse), but Dask workers on other machines without a cache share no
+    # duplicates store: each partition encodes its own
+    shared = not (plan.options.engine == "dask" and plan.cache is None and plan.dask.scheduler)
+    unique = min(read["distinct"], accepted) if shared else accepted
     encode_seconds = m["tokens_per_row"] * unique * (1.0 - (cached or 0.0)) / m["tps"] if m["tps"] else 0.0
     size = _sizes(plan, d, accepted, read["kept_bytes"])
     # writing: the parts as the chunks finish, then the output from them (read back once); ~WRITE_RATE on a local disk

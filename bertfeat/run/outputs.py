@@ -9,7 +9,6 @@ partial run in the way is named (``partial_run_error``). ``feature_file_outputs`
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -118,17 +117,27 @@ def check_not_directory(outputs: Iterable[tuple[str, Path]], options: Mapping[st
 
 
 
-#: a part file of a Dask output directory (run.dask.part_name: five digits or more)
-PART_FILE = re.compile(r"part-\d{5,}\.parquet")
+def _ours_in_dataset(entry: Path, partitions: int | None) -> bool:
+    """An entry of a Dask output directory that a run wrote: the run's provenance, or a part file of one of its
+    ``partitions`` (when the provenance says how many); a regular file, not a link (a link's target is the user's)."""
+    from ..features.reader import DIRECTORY_PROVENANCE, part_index
+
+    i = part_index(entry.name)
+    named = entry.name == DIRECTORY_PROVENANCE or (i is not None and (partitions is None or i < partitions))
+    return named and entry.is_file() and not entry.is_symlink()
 
 
-def _ours_in_dataset(entry: Path) -> bool:
-    """An entry of a Dask output directory that a run wrote: a part file or the run's provenance (a regular file, not
-    a link: a link's target is the user's)."""
+def _partitions(out: Path) -> int | None:
+    """The partitions a Dask output's run wrote, from its provenance (None: not said, or not readable)."""
+    import json
+
     from ..features.reader import DIRECTORY_PROVENANCE
 
-    named = entry.name == DIRECTORY_PROVENANCE or PART_FILE.fullmatch(entry.name) is not None
-    return named and entry.is_file() and not entry.is_symlink()
+    try:
+        n = json.loads((out / DIRECTORY_PROVENANCE).read_text(encoding="utf-8")).get("partitions")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
 def check_dataset_directory(out: Path) -> None:
@@ -142,7 +151,8 @@ def check_dataset_directory(out: Path) -> None:
     entries = sorted(out.iterdir())
     if entries and not (out / DIRECTORY_PROVENANCE).is_file():
         raise OutputError(f"{out} is a directory that bertfeat did not write", f"choose another {opt('output')} OUTPUT")
-    foreign = [p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in entries if not _ours_in_dataset(p)]
+    n = _partitions(out)
+    foreign = [p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in entries if not _ours_in_dataset(p, n)]
     if foreign:
         named = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         them = "it" if len(foreign) == 1 else "them"

@@ -205,7 +205,7 @@ def test_a_run_without_pca_removes_an_earlier_runs_pca_files(tmp_path, src):
 
 
 # --------------------------------------------------------------------------- the Dask engine's output directory
-@pytest.mark.parametrize("mine", ["notes.txt", "plots/"])
+@pytest.mark.parametrize("mine", ["notes.txt", "plots/", "part-00099.parquet"])
 def test_overwrite_of_a_dask_output_never_deletes_a_users_file_in_it(tmp_path, src, capsys, dask_client, mine):
     """--overwrite of a Dask output (a directory of parts) replaced the whole directory: a file or folder of the
     user's put inside it was deleted with the old parts. It is named instead, and left where it is; moved out, the
