@@ -17,6 +17,7 @@ rows stream in (one parse: the same rule), and the output's type comes from the 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pyarrow as pa
@@ -297,7 +298,9 @@ class JsonlReader(TextReader):
         if too_big is not None:
             return None, None, obj.get(self.id_column) if self.id_column else None, obj, too_big
         missing = next((c for c in (self.text_column, self.pair_column) if c and c not in obj), None)
-        return text, pair, ident, obj, None if missing is None else Reason(RejectCode.MISSING_FIELD, f"no field '{missing}'")
+        if missing is not None:
+            return text, pair, ident, obj, Reason(RejectCode.MISSING_FIELD, f"no field '{missing}'")
+        return text, pair, ident, obj, _non_finite(text, "text") or _non_finite(pair, "pair text")
 
     def _too_large(self, obj: dict) -> Reason | None:
         """A value the run reads larger than max_field_bytes (in UTF-8) makes its row a bad row; it is set to None in
@@ -361,6 +364,15 @@ def _refuse_json_document(name: str, head: bytes, lines: list[bytes]) -> None:
 def _loads(text: str):
     """json.loads, an object that repeats a key marked (_Repeated)."""
     return json.loads(text, object_pairs_hook=_pairs, parse_float=JsonNumber, parse_int=json_int)  # as written
+
+
+def _non_finite(value, what: str) -> Reason | None:
+    """A text that is NaN, Infinity or a number past float64 (1e400) is a number the line wrote, named as written:
+    chunks.decode_cell would take a float NaN for a missing value (as it is in a Parquet float column)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        written = getattr(value, "text", None) or json.dumps(value)  # NaN, Infinity, -Infinity: json's own spellings
+        return Reason(RejectCode.NOT_STRING, f"non-string {what} (number {written})")
+    return None
 
 
 def _id_kind(v) -> str | None:

@@ -235,6 +235,21 @@ def test_jsonl_batches_and_blank_lines(tmp_path):
     assert rows_of(src) == [(i, f"t{i}", i, None) for i in range(50)]
 
 
+def test_jsonl_nan_and_infinite_texts_are_numbers_not_nulls(tmp_path):
+    """NaN / Infinity written in a line are numbers, not missing values: code not-string, named as the line wrote them
+    (a null stays a null)."""
+    texts = [b"NaN", b"-Infinity", b"1e400", b"null", b'"ok"']
+    (tmp_path / "n.jsonl").write_bytes(b"".join(b'{"text": %s, "p": "a"}\n' % t for t in texts)
+                                       + b'{"text": "ok", "p": Infinity}\n')
+    rows = rows_of(open_input(str(tmp_path / "n.jsonl"), pair_column="p"))
+    assert [r[3] for r in rows] == [
+        Reason(RejectCode.NOT_STRING, "non-string text (number NaN)"),
+        Reason(RejectCode.NOT_STRING, "non-string text (number -Infinity)"),
+        Reason(RejectCode.NOT_STRING, "non-string text (number 1e400)"),
+        None, None,  # a null text is judged null as the chunk is validated (chunks.decode_cell)
+        Reason(RejectCode.NOT_STRING, "non-string pair text (number Infinity)")]
+
+
 def test_parquet_dataset_row_numbers_and_schema_check(tmp_path):
     d = tmp_path / "ds"
     d.mkdir()

@@ -160,6 +160,12 @@ def test_csv_bad_row_error(tmp_path, capsys, case):
 JSONL_CASES = {
     "null": (b'{"text": "ok"}\n{"text": null}\n', "row 1: null text"),
     "number": (b'{"text": "ok"}\n{"text": 42}\n', "row 1: non-string text (number 42)"),
+    # NaN and the infinities are numbers the line wrote, not missing values; named as written
+    "nan": (b'{"text": "ok"}\n{"text": NaN}\n', "row 1: non-string text (number NaN)"),
+    "infinity": (b'{"text": "ok"}\n{"text": Infinity}\n', "row 1: non-string text (number Infinity)"),
+    "-infinity": (b'{"text": "ok"}\n{"text": -Infinity}\n', "row 1: non-string text (number -Infinity)"),
+    "1e400": (b'{"text": "ok"}\n{"text": 1e400}\n', "row 1: non-string text (number 1e400)"),
+    "nan-pair": (b'{"text": "ok", "p": "a"}\n{"text": "b", "p": NaN}\n', "row 1: non-string pair text (number NaN)"),
     "object": (b'{"text": "ok"}\n{"text": {"a": 1}}\n', "row 1: non-string text (object {'a': 1})"),
     "missing": (b'{"text": "ok"}\n{"body": "x"}\n', "row 1: no field 'text'"),
     "bad-json": (b'{"text": "ok"}\n{"text": "x"\n', "row 1: invalid JSON (Expecting ',' delimiter: line 1 column 13 (char 12))"),
@@ -175,7 +181,7 @@ def test_jsonl_bad_row_error(tmp_path, capsys, case):
     src = tmp_path / "j.jsonl"
     src.write_bytes(data)
     out = tmp_path / "o.parquet"
-    rc, _, err = extract(capsys, src, out, "--text-column", "text")
+    rc, _, err = extract(capsys, src, out, "--text-column", "text", *(["--pair-column", "p"] if "pair" in case else []))
     fix = "fix the line (one JSON object per line), or pass --on-bad-row skip to write it to the rejects file and go on" \
         if "invalid JSON" in what else SKIP_FIX
     if "not an object" in what:
