@@ -17,7 +17,7 @@ from ..errors import InputError, one_line, opt
 from .rejects import Reason, RejectCode, too_large
 from . import arrowexit
 from .base import HEAD_BYTES, RawBatch, utf8_error_at
-from .kept import convert_cells, infer_cell_type
+from .kept import convert_cells, infer_cell_type, written_cells
 from .paths import compression_of
 from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
 from .text import TextReader, split_wide_lines, wide_line_codec
@@ -398,8 +398,11 @@ class CsvReader(TextReader):
         if b.extra is None or not self._kept_types:
             return b
         for c, typ in self._kept_types.items():
+            cells = list(b.extra[c])  # as read, for the rejects file (converted in place below)
             for k, reason in convert_cells(c, b.extra[c], typ, c in self.keep_as).items():
                 b.pre_rejected.setdefault(b.rows[k], reason)
+            for k, text in written_cells(cells, b.extra[c]).items():
+                b.written.setdefault(b.rows[k], {})[c] = text
         return b
 
     def _decide_keep_types(self) -> dict[str, pa.DataType]:
