@@ -134,17 +134,38 @@ CSV_CASES = {
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
-def test_malformed_line_with_invalid_utf8_cannot_be_skipped(tmp_path, capsys):
-    """pyarrow cannot pass such a line to the skip handler: a clean error that names the row, even under skip."""
+def test_malformed_line_with_invalid_utf8_is_one_bad_row(tmp_path, capsys):
+    """pyarrow cannot pass such a line to the skip handler (it decodes it first): the run stopped, even under skip.
+    Now the file is read again with the line mended, so the line is one bad row naming its byte, every other row read,
+    and pyarrow's failed decode never reaches stderr."""
     src = tmp_path / "c.csv"
     src.write_bytes(b"id,text\na,hello\nb,\xff,x\nc,fine\n")
     out = tmp_path / "o.parquet"
-    for policy in ("error", "skip"):
-        rc, _, err = extract(capsys, src, out, "--on-bad-row", policy)
-        assert_failed_cleanly(rc, err, out, f"Error: {src} row 1: malformed line: expected 2 fields, found 3, and it is not "
-                                            "valid utf-8, so it cannot be skipped - fix the line, or pass --encoding with "
-                                            "the file's encoding")
-        assert err.startswith("bertfeat extract: started") or err.startswith("Error:"), err
+    why = "malformed line: expected 2 fields, found 3, and it is not valid utf-8 (byte 0xff)"
+    rc, _, err = extract(capsys, src, out, "--on-bad-row", "error")
+    assert_failed_cleanly(rc, err, out, f"Error: {src} row 1: {why} - fix the line (quote fields that hold the "
+                                        "delimiter), or pass --on-bad-row skip to write it to the rejects file and go on")
+    rc, _, err = extract(capsys, src, out, "--on-bad-row", "skip", "--id-column", "id")
+    assert rc == 0, err
+    assert rejects(tmp_path / "o.parquet.rejects.csv") == [["row", "id", "reason"], ["1", "", why]]
+    t = read_table(out)
+    assert t.column("id").to_pylist() == ["a", "c"]
+    assert_close(embeddings(t), tiny_encoder().encode(["hello", "fine"]))
+    assert summary_line(err, "rows rejected") == "rows rejected 1"
+
+
+def test_malformed_line_with_invalid_utf8_on_standard_input_cannot_be_skipped(tmp_path, capsys, monkeypatch):
+    """Standard input cannot be read again: the run stops naming the row, and how to read the line."""
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"id,text\na,hello\nb,\xff,x\nc,fine\n")))
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, "-", out, "--input-format", "csv", "--on-bad-row", "skip")
+    assert_failed_cleanly(rc, err, out, "Error: <stdin> row 1: malformed line: expected 2 fields, found 3, and it is not "
+                                        "valid utf-8, so it cannot be skipped from standard input - fix the line, pass "
+                                        "--encoding with the file's encoding (e.g. --encoding latin-1), or read the file "
+                                        "by its path")
 
 
 @pytest.mark.parametrize("case", list(CSV_CASES))
