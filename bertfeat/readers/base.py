@@ -26,7 +26,8 @@ Malformed CSV lines (wrong number of fields) are yielded as pre-rejected rows in
 Kept columns (``keep``: copied to the output beside the features) travel in ``RawBatch.extra``, already
 converted to their column's type (``keep_types()``: the type given in ``keep_as``, else Parquet's schema, JSONL's
 first values, a CSV/TSV cell's text unless the first rows read back unchanged as int64 or double: ``kept.py``); a
-value that does not convert is a bad row (``RejectCode.BAD_KEPT_VALUE``) in its place.
+value that does not convert is a bad row (``RejectCode.BAD_KEPT_VALUE``) in its place. A value the conversion shows
+otherwise (CSV ``007`` read as 7) is also kept as written, in ``RawBatch.written``: the rejects file shows that.
 """
 
 from __future__ import annotations
@@ -93,6 +94,9 @@ class RawBatch:
     bytes_read: int = 0  # bytes consumed when the batch ends (for progress on CSV/JSONL)
     bytes_start: int = 0  # ... and when it starts (a chunk that ends inside the batch interpolates)
     extra: dict[str, list] | None = None  # kept column -> its values per row (None without keep)
+    # row -> {kept column: the value as the input wrote it}, for the values ``extra`` holds converted to another form
+    # (CSV "007" read as 7): the rejects file shows a bad row's values as written
+    written: dict = field(default_factory=dict)
 
     def slice(self, start: int, stop: int, bytes_read: int = 0, bytes_start: int = 0) -> "RawBatch":
         """Rows ``start:stop`` of the batch (their pre-rejections and kept values with them)."""
@@ -100,7 +104,14 @@ class RawBatch:
         pre = {r: self.pre_rejected[r] for r in rows if r in self.pre_rejected} if self.pre_rejected else {}
         return RawBatch(rows, self.texts[start:stop], None if self.pairs is None else self.pairs[start:stop],
                         None if self.ids is None else self.ids[start:stop], pre, bytes_read, bytes_start,
-                        None if self.extra is None else {c: v[start:stop] for c, v in self.extra.items()})
+                        None if self.extra is None else {c: v[start:stop] for c, v in self.extra.items()},
+                        {r: self.written[r] for r in rows if r in self.written} if self.written else {})
+
+    def kept_written(self, k: int) -> dict | None:
+        """Row ``k``'s kept values as the rejects file shows them: as the input wrote them (None without keep)."""
+        if self.extra is None:
+            return None
+        return {c: v[k] for c, v in self.extra.items()} | self.written.get(self.rows[k], {})
 
     def extend(self, other: "RawBatch", row_offset: int = 0) -> None:
         """Append ``other``'s rows (their row numbers shifted by ``row_offset``) to this batch."""
@@ -112,6 +123,7 @@ class RawBatch:
             for c, values in self.extra.items():
                 values += other.extra[c]
         self.pre_rejected.update({row_offset + r: v for r, v in other.pre_rejected.items()})
+        self.written.update({row_offset + r: v for r, v in other.written.items()})
 
 
 @dataclass(frozen=True)

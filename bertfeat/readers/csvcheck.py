@@ -12,6 +12,9 @@ field open at the end of a read are held back until it ends; one that grows past
 read and reaches pyarrow as an empty quoted field ``""``, its data row and size noted in ``oversized`` (the reader
 makes the row a bad row when the field is one it reads). So neither pyarrow nor the reader ever holds more of one
 field than ``max_field`` bytes, however long the field (an unclosed quote included).
+
+``LineMender`` is for a second read only: pyarrow decodes a malformed line before it calls the skip handler, so one
+that is not valid UTF-8 stops the parse; read again with that line's non-ASCII bytes as ``?``, it is a bad row.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ class QuoteTracker(io.RawIOBase):
         self._record_multiline = False
         self.multiline_records = 0
         self.suspects: dict[int, tuple[int, int, int]] = {}  # data row -> (open line, field, close line)
+        self.ends: list[int] | None = None  # where each record ends (its line end's offset), when a LineMender asks
         # max_field (module docstring): the fields over it, and what reaches pyarrow
         self._cap = max_field
         self.oversized: dict[int, list[tuple[int, int]]] = {}  # data row -> [(field, bytes)] of fields over the cap
@@ -240,6 +244,8 @@ class QuoteTracker(io.RawIOBase):
                     self.line += 1
                 if pos > self._record_start:  # a blank line is not a record
                     self.record += 1
+                    if self.ends is not None:
+                        self.ends.append(pos)
                 self.field = 0
                 self._field_start = self._record_start = pos + 1
                 self._record_multiline = False
@@ -247,3 +253,64 @@ class QuoteTracker(io.RawIOBase):
                 self.field += 1
                 self._field_start = pos + 1
         self._offset = base + n
+
+
+class LineMender(io.RawIOBase):
+    """The stream of a CSV / TSV read again after pyarrow stopped at a malformed line that is not valid UTF-8: pyarrow
+    decodes such a line before it calls the invalid-row handler, and fails, so the line could not be a bad row. Here
+    the non-ASCII bytes of those lines (``rows``: data rows) read as ``?``, one byte for one, so every offset stays
+    and pyarrow hands the line to the handler; ``invalid[row]`` keeps the line's first invalid byte for its reason.
+    Records are counted as pyarrow counts them (a QuoteTracker's, which ``ends`` them)."""
+
+    _ASCII = bytes(range(128)) + b"?" * 128
+
+    def __init__(self, raw, rows: set[int], delimiter: str = ",", quoting: bool = True, escaped: bool = False):
+        import codecs
+
+        self._raw = raw
+        self.rows = rows
+        self._records = {r + 1 for r in rows}  # record 0 is the header
+        self._last = max(self._records)
+        self._counter = QuoteTracker(None, delimiter, quoting=quoting)
+        # a byte the encoding could not read: raw in UTF-8 input, a U+DC80..U+DCFF escape after our transcoder
+        self._decoders = {r: codecs.getincrementaldecoder("utf-8")("surrogatepass" if escaped else "surrogateescape")
+                          for r in self._records}
+        self.invalid: dict[int, int] = {}  # data row -> its line's first byte that is not valid in the encoding
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = self._raw.readinto(b)
+        if n and self._counter.record <= self._last:  # past the last line to mend: handed on as read
+            self._mend(memoryview(b)[:n])
+        return n
+
+    def _mend(self, view) -> None:
+        t = self._counter
+        first, base = t.record, t._offset
+        t.ends = []
+        t._scan(bytes(view))
+        for r in self._records:
+            j = r - first
+            if 0 <= j <= len(t.ends):  # record r has bytes in this read: from the end of the one before to its own
+                start = base if j == 0 else t.ends[j - 1] + 1
+                end = t.ends[j] if j < len(t.ends) else base + len(view)
+                self._note(r, bytes(view[start - base:end - base]), final=j < len(t.ends))
+                view[start - base:end - base] = bytes(view[start - base:end - base]).translate(self._ASCII)
+
+    def _note(self, record: int, data: bytes, final: bool) -> None:
+        """The first byte of the line that is not valid in the encoding (read in pieces: a character may span two;
+        ``final``: the line ends here)."""
+        decoder = self._decoders.get(record)
+        if decoder is None:
+            return
+        text = decoder.decode(data, final)
+        bad = next((ch for ch in text if "\udc80" <= ch <= "\udcff"), None)
+        if bad is not None:
+            self.invalid[record - 1] = ord(bad) - 0xDC00
+            del self._decoders[record]
+
+    def close(self):
+        self._raw.close()
+        super().close()

@@ -17,7 +17,7 @@ from ..errors import InputError, one_line, opt
 from .rejects import Reason, RejectCode, too_large
 from . import arrowexit
 from .base import HEAD_BYTES, RawBatch, utf8_error_at
-from .kept import convert_cells, infer_cell_type
+from .kept import convert_cells, infer_cell_type, written_cells
 from .paths import compression_of
 from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
 from .text import TextReader, split_wide_lines, wide_line_codec
@@ -34,12 +34,20 @@ class _RowTooLong(Exception):
         self.row = row
 
 
+class _Unskippable(InputError):
+    """A malformed line that is not valid in the encoding, at data row ``row``: pyarrow decodes such a line before it
+    calls the skip handler, and fails (CsvReader._parse_from reads again with the line mended: csvcheck.LineMender)."""
+
+    row = -1
+
+
 class CsvReader(TextReader):
     """CSV and TSV (TSV: tab-separated, no quoting)."""
 
     CSV_BLOCK_BYTES = 1 << 22  # pyarrow's streaming CSV reader parses this many bytes at a time
     MAX_BLOCK_BYTES = (1 << 31) - 1  # ... and at most this many (pyarrow's int32), for a row longer than that
     READ_AHEAD_BLOCKS = 2  # blocks pyarrow may read past the last one parsed while the run is busy (stream.ReadAheadGate)
+    MAX_MENDED_LINES = 16  # malformed lines not valid in the encoding a file is read again for (each: once more)
 
     def _setup(self, delimiter):
         from .csvcheck import parse_delimiter
@@ -179,12 +187,14 @@ class CsvReader(TextReader):
     def _parse_from(self, opener, reopenable: bool):
         """_parse with a block that fits the longest row: pyarrow's streaming reader cannot parse a row longer than its
         block (``straddling object straddles two block boundaries``), so the input is read again with blocks 8x as
-        large, the rows already handed out skipped; standard input cannot be read again, and so is refused."""
+        large, the rows already handed out skipped; and again, the line mended, after a malformed line pyarrow could
+        not skip (_Unskippable). Standard input cannot be read again: there both are refused."""
         block, done = self.CSV_BLOCK_BYTES, 0  # rows handed out so far
+        mend: set[int] = set()  # data rows of malformed lines that are not valid in the encoding
         while True:
             stream, counter = opener()
             try:
-                for b in self._parse(stream, counter, block):
+                for b in self._parse(stream, counter, block, mend):
                     if b.rows and b.rows[0] < done:
                         if b.rows[-1] < done:
                             continue
@@ -199,29 +209,34 @@ class CsvReader(TextReader):
                                      f"bertfeat reads at once{'' if reopenable else ' from standard input'}",
                                      "split or shorten the row" + ("" if reopenable else ", or read the file by its path"))
                 block = min(block * 8, self.MAX_BLOCK_BYTES)
+            except _Unskippable as e:
+                if not reopenable or e.row in mend or len(mend) >= self.MAX_MENDED_LINES:
+                    raise self._unskippable_error(e, reopenable, len(mend)) from None
+                mend.add(e.row)
 
-    def _parse(self, stream, counter, block: int | None = None):
+    def _parse(self, stream, counter, block: int | None = None, mend: set[int] | None = None):
         """The rows of a CSV / TSV stream as RawBatches, one per block pyarrow parses (``block`` bytes): malformed
         lines, an unclosed quote, fields over max_field_bytes and bytes the encoding cannot read are bad rows in their
-        place. A row longer than the block raises _RowTooLong (_parse_from reads again with larger blocks)."""
+        place. A row longer than the block raises _RowTooLong (_parse_from reads again with larger blocks); a malformed
+        line not valid in the encoding raises _Unskippable, unless it is in ``mend`` (read mended: a bad row)."""
         skipped: dict[int, Reason] = {}  # the malformed lines pyarrow skipped: row -> why
-        on_invalid = _malformed_line_handler(skipped)
         wanted = self._wanted()
         block = block or self.CSV_BLOCK_BYTES
-        transcoder, tracker, gate = self._parse_stream(stream, block)
+        transcoder, mender, tracker, gate = self._parse_stream(stream, block, mend)
+        on_invalid = _malformed_line_handler(skipped, mender, self.encoding)
         arrowexit.opened(gate)
         gate.wanting(True)  # opening parses the first block (more when its first row is longer)
         try:
             reader = self._open_csv(gate, block, on_invalid, wanted)
-            yield from self._parse_batches(reader, gate, counter, block, skipped, tracker, transcoder)
+            yield from self._parse_batches(reader, gate, counter, block, skipped, tracker, transcoder, mend)
         finally:
             gate.close()
             arrowexit.released(gate, on_invalid)  # pyarrow's I/O thread may hold them a moment longer (arrowexit.py)
 
-    def _parse_stream(self, stream, block: int):
+    def _parse_stream(self, stream, block: int, mend: set[int] | None = None):
         """The stream pyarrow reads, in layers: our transcoder (an encoding other than UTF-8), a line end at the end,
-        the quote tracker (CSV, or a max_field_bytes), the read-ahead gate -> (transcoder or None, tracker or None,
-        gate)."""
+        the lines to mend (``mend``), the quote tracker (CSV, or a max_field_bytes), the read-ahead gate ->
+        (transcoder, mender, tracker: each None when not there; gate)."""
         # a transcoded encoding: the gate's reads are not pyarrow's blocks, so it neither holds them back nor places
         # the batches (the bytes read stand for both)
         transcoded = self._transcoded()
@@ -230,6 +245,12 @@ class CsvReader(TextReader):
             transcoder = _Utf8Transcoder(stream, self.encoding)
             stream = io.BufferedReader(transcoder, buffer_size=1 << 20)
         stream = io.BufferedReader(NewlineAtEnd(stream), buffer_size=1 << 20)  # UTF-8 here: a header alone ends
+        mender = None
+        if mend:
+            from .csvcheck import LineMender
+
+            mender = LineMender(stream, mend, self.delimiter, self.fmt == "csv", escaped=transcoder is not None)
+            stream = io.BufferedReader(mender, buffer_size=1 << 20)
         tracker = None
         cap = self.max_field_bytes
         if self.fmt == "csv" or cap:  # on UTF-8 (as read, or as transcoded: UTF-16's quotes and line ends are not single bytes)
@@ -239,7 +260,7 @@ class CsvReader(TextReader):
             tracker = QuoteTracker(stream, self.delimiter, cap, quoting=self.fmt == "csv")
             stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
-        return transcoder, tracker, gate
+        return transcoder, mender, tracker, gate
 
     def _open_csv(self, stream, block: int, on_invalid, wanted: list[str]):
         """pyarrow's streaming CSV reader of ``stream`` (UTF-8, or transcoded), the wanted columns as bytes; a stream it
@@ -264,10 +285,11 @@ class CsvReader(TextReader):
             raise InputError(f"{self.name}: cannot parse as {self.fmt.upper()} ({one_line(e)})",
                              f"check the file format, {opt('input_format')} and {opt('encoding')}") from None
 
-    def _parse_batches(self, reader, gate, counter, block: int, skipped: dict[int, Reason], tracker, transcoder):
+    def _parse_batches(self, reader, gate, counter, block: int, skipped: dict[int, Reason], tracker, transcoder,
+                       mend: set[int] | None = None):
         """pyarrow's batches as RawBatches, each placed in the file (bytes_start, bytes_read), then the end of the file
         (_parse_end). Each batch is held back until the next is parsed: an unclosed quote at the end of the file
-        rejects its last row."""
+        rejects its last row. A mended line (``mend``) must come back a bad row (_check_mended)."""
         row = 0
         start = 0  # bytes consumed before the batch
         pending = None
@@ -279,6 +301,7 @@ class CsvReader(TextReader):
             end = counter.count if transcoder is not None else _position(gate, blocks, counter, self.compression is not None,
                                                                          tracker)
             rows, pre, outs = self._place_rows(b, row, skipped)
+            self._check_mended(mend, rows, pre)
             row += len(rows)
             if pending is not None:
                 yield self._mark_suspects(pending, tracker)
@@ -398,8 +421,11 @@ class CsvReader(TextReader):
         if b.extra is None or not self._kept_types:
             return b
         for c, typ in self._kept_types.items():
+            cells = list(b.extra[c])  # as read, for the rejects file (converted in place below)
             for k, reason in convert_cells(c, b.extra[c], typ, c in self.keep_as).items():
                 b.pre_rejected.setdefault(b.rows[k], reason)
+            for k, text in written_cells(cells, b.extra[c]).items():
+                b.written.setdefault(b.rows[k], {})[c] = text
         return b
 
     def _decide_keep_types(self) -> dict[str, pa.DataType]:
@@ -482,12 +508,37 @@ class CsvReader(TextReader):
         pending.texts[k] = None
 
     def _raise_unskippable(self, e: BaseException):
-        """pyarrow cannot hand a malformed line that is not valid UTF-8 to the skip handler: name the row."""
+        """pyarrow cannot hand a malformed line that is not valid UTF-8 to the skip handler (its message is the one it
+        gives when the handler fails): _Unskippable, naming the row."""
         m = re.search(r"Row #(\d+): Expected (\d+) columns, got (\d+)", str(e))
         if m:
-            raise InputError(f"{self.name} row {int(m.group(1)) - 2}: malformed line: expected {m.group(2)} fields, "
-                             f"found {m.group(3)}, and it is not valid {self.encoding}, so it cannot be skipped",
-                             f"fix the line, or pass {opt('encoding')} with the file's encoding") from None
+            row = int(m.group(1)) - 2
+            error = _Unskippable(f"{self.name} row {row}: malformed line: expected {m.group(2)} fields, found "
+                                 f"{m.group(3)}, and it is not valid {self.encoding}",
+                                 f"fix the line, or pass {opt('encoding')} with the file's encoding")
+            error.row = row
+            raise error from None
+
+    def _unskippable_error(self, e: _Unskippable, reopenable: bool, mended: int) -> InputError:
+        """The error when a malformed line not valid in the encoding cannot be read again mended: from standard input,
+        after MAX_MENDED_LINES such lines (each costs a read of the file up to it), or when mending did not help."""
+        encoding = f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})"
+        if not reopenable:
+            return InputError(f"{e.what}, so it cannot be skipped from standard input",
+                              f"fix the line, {encoding}, or read the file by its path")
+        if mended >= self.MAX_MENDED_LINES:
+            return InputError(f"{e.what}, after {mended} such lines (bertfeat reads the file again to skip each, up "
+                              f"to {self.MAX_MENDED_LINES})", f"{encoding}, or fix the lines")
+        return InputError(f"{e.what}, so it cannot be skipped", f"fix the line, or {encoding}")
+
+    def _check_mended(self, mend: set[int] | None, rows: list[int], pre: dict[int, Reason]) -> None:
+        """A mended line (csvcheck.LineMender: its non-ASCII bytes read as ?) must be a bad row, never a row read:
+        should pyarrow count it otherwise, the run stops rather than read a row whose text was changed."""
+        for r in mend or ():
+            if rows and rows[0] <= r <= rows[-1] and (r not in pre or pre[r].code != RejectCode.MALFORMED_LINE):
+                raise InputError(f"{self.name} row {r}: a malformed line not valid {self.encoding} was not found where "
+                                 "it was when the file was read again to skip it",
+                                 f"fix the line, or pass {opt('encoding')} with the file's encoding")
 
 
 def _position(gate: ReadAheadGate, blocks: int, counter, compressed: bool, tracker=None) -> int:
@@ -511,15 +562,21 @@ def _position(gate: ReadAheadGate, blocks: int, counter, compressed: bool, track
     return min(read, read * at // count)
 
 
-def _malformed_line_handler(skipped: dict[int, Reason]):
+def _malformed_line_handler(skipped: dict[int, Reason], mender=None, encoding: str = "utf-8"):
     """pyarrow's invalid-row handler: a malformed line is skipped, and why kept in ``skipped`` under its row (a new
-    object per reader: arrowexit waits for each to be freed)."""
+    object per reader: arrowexit waits for each to be freed). A line ``mender`` (csvcheck.LineMender) mended is named
+    by its invalid byte, not by its mended text."""
     def on_invalid(row) -> str:
         # row.number counts records (blank lines excluded) from 1, the header included
         n = (row.number - 2) if row.number is not None else -1
+        what = f"malformed line: expected {row.expected_columns} fields, found {row.actual_columns}"
+        if mender is not None and n in mender.rows:
+            byte = mender.invalid.get(n)
+            skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"{what}, and it is not valid {encoding}"
+                                + (f" (byte 0x{byte:02x})" if byte is not None else ""))
+            return "skip"
         text = row.text if len(row.text) <= 40 else row.text[:37] + "..."
-        skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"malformed line: expected {row.expected_columns} fields, found "
-                            f"{row.actual_columns} ({json.dumps(text, ensure_ascii=False)})")
+        skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"{what} ({json.dumps(text, ensure_ascii=False)})")
         return "skip"
 
     on_invalid._bertfeat_row_handler = True

@@ -17,15 +17,16 @@ rows stream in (one parse: the same rule), and the output's type comes from the 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from .rejects import Reason, RejectCode, size_text, too_large
+from .rejects import Reason, RejectCode, cell, size_text, too_large
 from .textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
-from .kept import JsonNumber, convert_json, json_int, json_type
+from .kept import JsonNumber, convert_json, json_int, json_type, json_written
 from .text import TextReader, TooLong, head_of, read_lines, read_wide_lines, split_wide_lines, wide_line_codec
 
 
@@ -224,7 +225,7 @@ class JsonlReader(TextReader):
         return wide_line_codec(self.encoding, head) or (self.encoding, 1)
 
     def _parse(self, fh, counter):
-        rows, texts, pairs, ids, pre, extra = [], [], [], [], {}, self.empty_extra()
+        rows, texts, pairs, ids, pre, extra, written = [], [], [], [], {}, self.empty_extra(), {}
         id_kind = self._first_id_kind.get(self.id_column) if self.id_column else None  # the file's: ids of one kind
         start = 0  # bytes consumed before the batch
         try:
@@ -236,34 +237,38 @@ class JsonlReader(TextReader):
                 if reason is None and ident is not None:
                     reason, id_kind = _check_id(ident, id_kind)
                 if extra is not None:
-                    reason = self._kept(obj, extra, reason)
+                    reason = self._kept(obj, extra, reason, written.setdefault(row, {}))
                 if reason is not None:
                     pre[row] = reason
                     ident = ident if isinstance(ident, (int, str)) else None
                 rows.append(row); texts.append(text); pairs.append(pair); ids.append(ident)
                 if len(rows) >= self.batch_rows:
-                    yield self._batch(rows, texts, pairs, ids, pre, counter.count, start, extra)
-                    rows, texts, pairs, ids, pre, extra = [], [], [], [], {}, self.empty_extra()
+                    yield self._batch(rows, texts, pairs, ids, pre, counter.count, start, extra, written)
+                    rows, texts, pairs, ids, pre, extra, written = [], [], [], [], {}, self.empty_extra(), {}
                     start = counter.count
             if rows:
-                yield self._batch(rows, texts, pairs, ids, pre, counter.count, start, extra)
+                yield self._batch(rows, texts, pairs, ids, pre, counter.count, start, extra, written)
         finally:
             fh.close()
 
-    def _kept(self, obj, extra: dict[str, list], reason: Reason | None) -> Reason | None:
-        """Append the row's kept values (converted to their columns' types) to ``extra``: -> the row's reason, or the
-        first kept value's that is of another kind."""
+    def _kept(self, obj, extra: dict[str, list], reason: Reason | None, written: dict) -> Reason | None:
+        """Append the row's kept values (converted to their columns' types) to ``extra``, and to ``written`` a number
+        whose value the rejects file would show otherwise (1e5 read as 100000.0): -> the row's reason, or the first
+        kept value's that is of another kind."""
         for c, typ in self._kept_types.items():
             given = c in self.keep_as
-            value, why = convert_json(c, obj.get(c) if isinstance(obj, dict) else None, typ, given,
-                                      unseen=not given and self._first_kind.get(c) is None)
+            raw = obj.get(c) if isinstance(obj, dict) else None
+            value, why = convert_json(c, raw, typ, given, unseen=not given and self._first_kind.get(c) is None)
             extra[c].append(value)
+            text = json_written(raw)
+            if text is not None and cell(value) != text:
+                written[c] = text
             reason = reason or why
         return reason
 
-    def _batch(self, rows, texts, pairs, ids, pre, end: int, start: int, extra=None) -> RawBatch:
+    def _batch(self, rows, texts, pairs, ids, pre, end: int, start: int, extra=None, written=None) -> RawBatch:
         return RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, end, start,
-                        extra)
+                        extra, {r: w for r, w in (written or {}).items() if w})
 
     def _row(self, line: bytes, codec: str) -> tuple:
         """One line -> (text, pair, id, the object, Reason or None): the line's values, and why it is a bad row if it
@@ -297,7 +302,9 @@ class JsonlReader(TextReader):
         if too_big is not None:
             return None, None, obj.get(self.id_column) if self.id_column else None, obj, too_big
         missing = next((c for c in (self.text_column, self.pair_column) if c and c not in obj), None)
-        return text, pair, ident, obj, None if missing is None else Reason(RejectCode.MISSING_FIELD, f"no field '{missing}'")
+        if missing is not None:
+            return text, pair, ident, obj, Reason(RejectCode.MISSING_FIELD, f"no field '{missing}'")
+        return text, pair, ident, obj, _non_finite(text, "text") or _non_finite(pair, "pair text")
 
     def _too_large(self, obj: dict) -> Reason | None:
         """A value the run reads larger than max_field_bytes (in UTF-8) makes its row a bad row; it is set to None in
@@ -361,6 +368,15 @@ def _refuse_json_document(name: str, head: bytes, lines: list[bytes]) -> None:
 def _loads(text: str):
     """json.loads, an object that repeats a key marked (_Repeated)."""
     return json.loads(text, object_pairs_hook=_pairs, parse_float=JsonNumber, parse_int=json_int)  # as written
+
+
+def _non_finite(value, what: str) -> Reason | None:
+    """A text that is NaN, Infinity or a number past float64 (1e400) is a number the line wrote, named as written:
+    chunks.decode_cell would take a float NaN for a missing value (as it is in a Parquet float column)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        written = getattr(value, "text", None) or json.dumps(value)  # NaN, Infinity, -Infinity: json's own spellings
+        return Reason(RejectCode.NOT_STRING, f"non-string {what} (number {written})")
+    return None
 
 
 def _id_kind(v) -> str | None:

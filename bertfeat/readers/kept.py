@@ -28,7 +28,7 @@ from decimal import Decimal
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from .rejects import Reason, RejectCode
+from .rejects import Reason, RejectCode, cell
 from .textcheck import surrogate_reason
 
 _INT = re.compile(r"[+-]?\d+")
@@ -139,6 +139,18 @@ def convert_cells(column: str, values: list, typ: pa.DataType, given: bool = Fal
     return bad
 
 
+def written_cells(cells: list, values: list) -> dict:
+    """The cells as read (a CSV cell's bytes or text, a Parquet value) whose converted ``values`` the rejects file would
+    show otherwise (``7`` for ``007``, ``100000.0`` for ``1e5``, ``true`` for ``TRUE``) -> position: the cell as the
+    input wrote it."""
+    out = {}
+    for k, (raw, value) in enumerate(zip(cells, values)):
+        raw = bytes(raw).decode("utf-8", errors="replace") if isinstance(raw, (bytes, bytearray)) else raw
+        if raw is not None and cell(value) != cell(raw):
+            out[k] = raw
+    return out
+
+
 def _bad_cell(column: str, text: str, name: str, given: bool) -> str:
     """Why a kept cell does not convert: not of the type at all, or (a type the first rows decided) not written as it
     would be written back."""
@@ -191,6 +203,14 @@ def json_int(text: str) -> int:
     return JsonNegativeZero(0) if text.lstrip("-") == "0" and text.startswith("-") else int(text)
 
 
+def json_written(value) -> str | None:
+    """A JSON number as the line wrote it (``1.50``, ``1e5``, ``-0``, ``2``); None for any other value (the rejects file
+    shows a string, boolean or null as it is written already)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return getattr(value, "text", None) or (str(value) if isinstance(value, int) else json.dumps(value))
+
+
 def json_type(first_kind: str | None, kinds: set[str]) -> pa.DataType:
     """The type of a JSONL column from the kind of its first value that is not null (``type(v).__name__``) and
     the kinds of the values in the first lines; no value: string. Objects and arrays are refused by the caller."""
@@ -236,7 +256,7 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
         return value, (Reason(RejectCode.INVALID_UNICODE, bad) if bad else None)
     if name == "bool" and isinstance(value, bool):
         return value, None
-    text = json.dumps(value, ensure_ascii=False)
+    text = json_written(value) or json.dumps(value, ensure_ascii=False)  # a number as written: 2.50, not 2.5
     return (text if isinstance(value, (dict, list)) else value,
             Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text if len(text) <= 40 else text[:37] + '...'} "
                                               f"is {json_kind(value)}, not {_WORDS[name][0]} "

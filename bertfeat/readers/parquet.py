@@ -14,7 +14,7 @@ import pyarrow as pa
 from ..errors import InputError, one_line, opt
 from .rejects import Reason, RejectCode, too_large
 from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
-from .kept import cast_values, check_cast, storage
+from .kept import cast_values, check_cast, storage, written_cells
 
 
 class ParquetReader(Reader):
@@ -158,9 +158,11 @@ class ParquetReader(Reader):
         cast = {c: cast_values(c, b.column(c), self._kept_types[c]) for c in self.keep_as}  # (values, bad ones)
         rb = RawBatch(rows, col(self.text_column), col(self.pair_column), col(self.id_column),
                       extra={c: cast[c][0] if c in cast else col(c, True) for c in self.keep} if self.keep else None)
-        for _, bad in cast.values():
+        for c, (values, bad) in cast.items():
             for k, why in bad.items():
                 rb.pre_rejected.setdefault(rows[k], why)
+            for k, v in written_cells(_pylist(storage(b.column(c)))[0], values).items():  # "007" cast to 7: "007"
+                rb.written.setdefault(rows[k], {})[c] = v
         rb.pre_rejected.update({rows[k]: why for k, why in oversized.items()})
         named = [(self.text_column, rb.texts, "text"), (self.pair_column, rb.pairs, "pair text"),
                  (self.id_column, rb.ids, "id"), *((c, (rb.extra or {}).get(c), f"kept column {c!r}") for c in self.keep)]

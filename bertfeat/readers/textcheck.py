@@ -9,7 +9,8 @@ has them; a byte-level BPE (RoBERTa) keeps them. The one text refused is one tha
 surrogate), which sentence-transformers' tokenizer cannot take either.
 
 A file's cell is read before it is a text (chunks.decode_cell): a null, NaN, empty or whitespace-only cell is a
-missing value, so a bad row (a CSV cannot tell an empty cell from a missing one). Python's missing values (None,
+missing value, so a bad row (a CSV cannot tell an empty cell from a missing one). A JSONL line's ``NaN`` or
+``Infinity`` is a number the line wrote, not a missing value: the JSONL reader rejects it as not a string. Python's missing values (None,
 NaN) are refused by Encoder.encode and TextFeatures as not strings; a string, "" included, is a text.
 """
 

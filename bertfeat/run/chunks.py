@@ -79,10 +79,13 @@ class Chunk:
     n_read: int  # input rows in the chunk, accepted or not
     bytes_read: int = 0
     extra: dict[str, list] | None = None  # kept column -> the accepted rows' values (None without keep)
+    written: dict | None = None  # row -> kept values as the input wrote them, where extra's differ (RawBatch.written)
 
     def kept(self, i: int) -> dict | None:
-        """The kept values of the chunk's i-th accepted row (None without keep)."""
-        return None if self.extra is None else {c: v[i] for c, v in self.extra.items()}
+        """The kept values of the chunk's i-th accepted row as the rejects file shows them (None without keep)."""
+        if self.extra is None:
+            return None
+        return {c: v[i] for c, v in self.extra.items()} | (self.written or {}).get(self.rows[i], {})
 
     def select(self, keep: list[int]) -> None:
         """Keep only the accepted rows at these positions."""
@@ -108,7 +111,7 @@ def validate_batch(b: RawBatch, chunk_index: int) -> Chunk:
         if reason is None and b.ids is not None and ident is None:
             reason = Reason(RejectCode.NULL_ID, "null id")
         if reason is not None:
-            rejects.append(reject(row, ident, reason, None if b.extra is None else {c: v[k] for c, v in b.extra.items()}))
+            rejects.append(reject(row, ident, reason, b.kept_written(k)))
             continue
         rows.append(row); texts.append(text)
         if pairs is not None: pairs.append(pair)
@@ -116,7 +119,7 @@ def validate_batch(b: RawBatch, chunk_index: int) -> Chunk:
         if extra is not None:
             for c, values in extra.items():
                 values.append(b.extra[c][k])
-    return Chunk(chunk_index, rows, texts, pairs, ids, rejects, len(b.rows), b.bytes_read, extra)
+    return Chunk(chunk_index, rows, texts, pairs, ids, rejects, len(b.rows), b.bytes_read, extra, b.written)
 
 
 class Reservoir:

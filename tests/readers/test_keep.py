@@ -85,9 +85,11 @@ def accepted(fmt: str) -> list[int]:
 
 
 def expected_rejects(fmt: str) -> str:
+    """The rejects file: each kept value as the input wrote it (a text format's score 10, read as 10.0: still 10)."""
     v = values(BAD_TEXT)
+    score = v["score"] if fmt == "parquet" else csv_cell(v["score"])
     lines = ["row,id,reason,label,score,flag,name",
-             f"{BAD_TEXT},r{BAD_TEXT},empty text,{v['label']},{v['score']},{csv_cell(v['flag'])},{v['name']}"]
+             f"{BAD_TEXT},r{BAD_TEXT},empty text,{v['label']},{score},{csv_cell(v['flag'])},{v['name']}"]
     if fmt != "parquet":
         v = values(BAD_KEPT)
         why = ('is a string, not an integer' if fmt == "jsonl" else 'is not an integer') + " (the column's first rows hold integers)"
@@ -402,6 +404,59 @@ def test_rejects_file_names_a_kept_row_id_or_reason_column_apart(tmp_path, capsy
                                        ["1", "b", "empty text", "i2", "r2", "w2"]]
     assert pq.read_table(out).select(["x", "id", "reason", "row"]).to_pylist() == [
         {"x": "a", "id": "i1", "reason": "r1", "row": "w1"}]
+
+
+def read_rejects(path: Path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.reader(f))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_the_rejects_file_shows_kept_cells_as_written_under_a_given_type(tmp_path, capsys, fmt):
+    """The rejects file showed a bad row's kept cells converted by the type given in --keep (007 as 7, 1e5 as
+    100000.0, TRUE as true); now as the input wrote them, whatever rejects the row: the reader (a bad kept value),
+    validation (an empty text) or the tokenizer (too long); the features file holds the accepted rows' values typed."""
+    long = " ".join(["word"] * 40)
+    src = write_csv(tmp_path / f"g.{fmt}", ["id", "text", "code", "score", "flag"],
+                    [["a", "fine", "007", "1.50", "TRUE"], ["b", "", "+5", "1e5", "False"],
+                     ["c", "ok", "1_000", ".5", "true"], ["d", long, "010", "-0", "FALSE"], ["e", "end", "7", "2", "true"]],
+                    delimiter="\t" if fmt == "tsv" else ",")
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "code:int,score:float,flag:bool", "--on-bad-row", "skip", "--long-text", "error",
+                     "--max-length", "16", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason", "code", "score", "flag"],
+        ["1", "b", "empty text", "+5", "1e5", "False"],
+        ["2", "c", "kept column 'code': \"1_000\" is not an integer (the type given in --keep: int)", "1_000", ".5", "true"],
+        ["3", "d", "42 tokens, more than max length 16 (--long-text error)", "010", "-0", "FALSE"]]
+    assert pq.read_table(out).select(["id", "code", "score", "flag"]).to_pylist() == [
+        {"id": "a", "code": 7, "score": 1.5, "flag": True}, {"id": "e", "code": 7, "score": 2.0, "flag": True}]
+
+
+def test_the_rejects_file_shows_jsonl_numbers_and_parquet_values_as_written(tmp_path, capsys):
+    """JSONL numbers read as double (1e5, 2.50, an integer 2, -0) and Parquet values cast to a given type ("007" to 7,
+    2.0 to 2) are shown in the rejects file as the input holds them."""
+    src = tmp_path / "j.jsonl"
+    src.write_text('{"id": 0, "text": "ok", "x": 1.50, "n": 1}\n{"id": 1, "text": "", "x": 1e5, "n": 2.50}\n'
+                   '{"id": 2, "text": "", "x": 2, "n": -0}\n')
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "j.parquet", "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "x,n:float", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "j.parquet.rejects.csv") == [["row", "id", "reason", "x", "n"],
+                                                                ["1", "1", "empty text", "1e5", "2.50"],
+                                                                ["2", "2", "empty text", "2", "-0"]]
+    (b,) = list(open_input(str(src), keep=["n"], keep_as={"n": "int"}).batches())  # the reason names it as written too
+    assert render(b.pre_rejected[1].text) == "kept column 'n': 2.50 is a number, not an integer (the type given in keep: int)"
+    pq.write_table(pa.table({"id": ["a", "b"], "text": ["ok", ""], "code": ["007", "007"], "f": [1.0, 2.0]}),
+                   tmp_path / "p.parquet")
+    rc, _, err = run(capsys, "extract", tmp_path / "p.parquet", "-o", tmp_path / "o.parquet", "--model", tiny_model(),
+                     "--id-column", "id", "--keep", "code:int,f:int", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [["row", "id", "reason", "code", "f"],
+                                                                ["1", "b", "empty text", "007", "2.0"]]
+    assert pq.read_table(tmp_path / "o.parquet").select(["code", "f"]).to_pylist() == [{"code": 7, "f": 1}]
 
 
 # --------------------------------------------------------------------------- issue 44, class 1: a CSV value kept as written

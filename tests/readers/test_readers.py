@@ -120,6 +120,85 @@ def test_csv_streaming_across_many_blocks_keeps_rows_in_place(tmp_path, monkeypa
     assert src.total_bytes == (tmp_path / "a.csv").stat().st_size
 
 
+#: a malformed line (3 fields of 2) holding the byte 0xff, as its bad row says it
+NOT_UTF8 = Reason(RejectCode.MALFORMED_LINE, "malformed line: expected 2 fields, found 3, and it is not valid utf-8 "
+                                             "(byte 0xff)")
+
+
+@pytest.mark.parametrize("fmt, compress, eol", [("csv", None, "\n"), ("csv", "gz", "\r\n"), ("tsv", None, "\n")])
+def test_a_malformed_line_not_valid_utf8_is_a_bad_row_in_its_place(tmp_path, monkeypatch, fmt, compress, eol):
+    """pyarrow decodes a malformed line before it calls the skip handler: one that is not UTF-8 stopped the whole file
+    ("cannot be skipped"). Now the file is read again with that line's non-ASCII bytes read as ?, so it is a bad row
+    in its place; the rows before it are handed out once, every other row as written (a valid é beside it too)."""
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 300)
+    sep = "," if fmt == "csv" else "\t"
+    bad = {0, 57, 58, 300, 999}
+    lines, expected = [], []
+    for r in range(1000):
+        if r in bad:
+            lines.append(f"id{r}{sep}caf\u00e9 \udcff{sep}extra")  # \udcff: the byte 0xff (surrogateescape)
+            expected.append((r, None, None, NOT_UTF8))
+        elif r % 97 == 5 and fmt == "csv":
+            lines.append(f'id{r},"multi{eol}line {r}, caf\u00e9"')
+            expected.append((r, f"multi{eol}line {r}, caf\u00e9".encode(), f"id{r}".encode(), None))
+        else:
+            lines.append(f"id{r}{sep}text {r} caf\u00e9")
+            expected.append((r, f"text {r} caf\u00e9".encode(), f"id{r}".encode(), None))
+    data = (f"id{sep}text{eol}" + eol.join(lines) + eol).encode("utf-8", "surrogateescape")
+    path = tmp_path / f"a.{fmt}{'.gz' if compress else ''}"
+    path.write_bytes(gzip.compress(data) if compress else data)
+    src = open_input(str(path), id_column="id")
+    assert rows_of(src) == expected
+
+
+def test_a_malformed_line_in_another_encoding_names_its_byte(tmp_path):
+    """cp1252 has no 0x81: a malformed line holding it is a bad row naming that byte, as read (é is 0xe9 there)."""
+    (tmp_path / "w.csv").write_bytes(b'id,text\na,ok\nb,"x \x81",y\nc,caf\xe9\n')
+    rows = rows_of(open_input(str(tmp_path / "w.csv"), id_column="id", encoding="cp1252"))
+    assert rows == [(0, b"ok", b"a", None),
+                    (1, None, None, Reason(RejectCode.MALFORMED_LINE, "malformed line: expected 2 fields, found 3, and "
+                                                                      "it is not valid cp1252 (byte 0x81)")),
+                    (2, "caf\u00e9".encode(), b"c", None)]
+
+
+def test_a_mended_line_pyarrow_counts_elsewhere_stops_the_file(tmp_path, monkeypatch):
+    """The guards of a mended read: should the lines be counted apart from pyarrow's count, no row with ? for its bytes
+    is handed out; the file stops (the line mended is not the one pyarrow stops at, or pyarrow reads it as a row)."""
+    from bertfeat.readers.csvcheck import LineMender
+
+    init = LineMender.__init__
+
+    def off_by_one(self, raw, rows, *args, **kw):  # mends the line after the one asked for
+        init(self, raw, {r + 1 for r in rows}, *args, **kw)
+        self.rows = rows
+
+    monkeypatch.setattr(LineMender, "__init__", off_by_one)
+    (tmp_path / "c.csv").write_bytes(b"id,text\na,ok\nb,\xff,x\nc,caf\xc3\xa9\n")
+    with pytest.raises(InputError) as e:
+        rows_of(open_input(str(tmp_path / "c.csv")))
+    assert e.value.message == (f"{tmp_path / 'c.csv'} row 1: malformed line: expected 2 fields, found 3, and it is not "
+                               "valid utf-8, so it cannot be skipped - fix the line, or pass encoding with the file's "
+                               "encoding (e.g. encoding='latin-1')")
+    reader = open_input(str(tmp_path / "c.csv"))
+    with pytest.raises(InputError) as e:
+        reader._check_mended({2}, [1, 2], {1: NOT_UTF8})  # row 2 read as a row, though it was mended
+    assert e.value.message == (f"{tmp_path / 'c.csv'} row 2: a malformed line not valid utf-8 was not found where it "
+                               "was when the file was read again to skip it - fix the line, or pass encoding with the "
+                               "file's encoding")
+
+
+def test_malformed_lines_not_valid_utf8_past_the_limit_stop_the_file(tmp_path, monkeypatch):
+    """Each such line costs a read of the file up to it: past MAX_MENDED_LINES the run stops, naming the encoding."""
+    monkeypatch.setattr(CsvReader, "MAX_MENDED_LINES", 2)
+    (tmp_path / "m.csv").write_bytes(b"id,text\n" + b"".join(b"%d,\xff,x\n" % i if i % 2 else b"%d,ok\n" % i
+                                                            for i in range(10)))
+    with pytest.raises(InputError) as e:
+        rows_of(open_input(str(tmp_path / "m.csv")))
+    assert e.value.message == (f"{tmp_path / 'm.csv'} row 5: malformed line: expected 2 fields, found 3, and it is not "
+                               "valid utf-8, after 2 such lines (bertfeat reads the file again to skip each, up to 2) - "
+                               "pass encoding with the file's encoding (e.g. encoding='latin-1'), or fix the lines")
+
+
 @pytest.mark.parametrize("compress", [None, "gz"])
 def test_csv_progress_follows_the_rows_parsed_not_the_bytes_read_ahead(tmp_path, monkeypatch, compress):
     """pyarrow reads up to 32 blocks ahead on its I/O thread: a batch's bytes_read (progress) used to be the bytes
@@ -233,6 +312,21 @@ def test_jsonl_batches_and_blank_lines(tmp_path):
     sizes = [len(b.rows) for b in src.batches()]
     assert sizes == [8] * 6 + [2]
     assert rows_of(src) == [(i, f"t{i}", i, None) for i in range(50)]
+
+
+def test_jsonl_nan_and_infinite_texts_are_numbers_not_nulls(tmp_path):
+    """NaN / Infinity written in a line are numbers, not missing values: code not-string, named as the line wrote them
+    (a null stays a null)."""
+    texts = [b"NaN", b"-Infinity", b"1e400", b"null", b'"ok"']
+    (tmp_path / "n.jsonl").write_bytes(b"".join(b'{"text": %s, "p": "a"}\n' % t for t in texts)
+                                       + b'{"text": "ok", "p": Infinity}\n')
+    rows = rows_of(open_input(str(tmp_path / "n.jsonl"), pair_column="p"))
+    assert [r[3] for r in rows] == [
+        Reason(RejectCode.NOT_STRING, "non-string text (number NaN)"),
+        Reason(RejectCode.NOT_STRING, "non-string text (number -Infinity)"),
+        Reason(RejectCode.NOT_STRING, "non-string text (number 1e400)"),
+        None, None,  # a null text is judged null as the chunk is validated (chunks.decode_cell)
+        Reason(RejectCode.NOT_STRING, "non-string pair text (number Infinity)")]
 
 
 def test_parquet_dataset_row_numbers_and_schema_check(tmp_path):

@@ -134,17 +134,38 @@ CSV_CASES = {
 
 
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
-def test_malformed_line_with_invalid_utf8_cannot_be_skipped(tmp_path, capsys):
-    """pyarrow cannot pass such a line to the skip handler: a clean error that names the row, even under skip."""
+def test_malformed_line_with_invalid_utf8_is_one_bad_row(tmp_path, capsys):
+    """pyarrow cannot pass such a line to the skip handler (it decodes it first): the run stopped, even under skip.
+    Now the file is read again with the line mended, so the line is one bad row naming its byte, every other row read,
+    and pyarrow's failed decode never reaches stderr."""
     src = tmp_path / "c.csv"
     src.write_bytes(b"id,text\na,hello\nb,\xff,x\nc,fine\n")
     out = tmp_path / "o.parquet"
-    for policy in ("error", "skip"):
-        rc, _, err = extract(capsys, src, out, "--on-bad-row", policy)
-        assert_failed_cleanly(rc, err, out, f"Error: {src} row 1: malformed line: expected 2 fields, found 3, and it is not "
-                                            "valid utf-8, so it cannot be skipped - fix the line, or pass --encoding with "
-                                            "the file's encoding")
-        assert err.startswith("bertfeat extract: started") or err.startswith("Error:"), err
+    why = "malformed line: expected 2 fields, found 3, and it is not valid utf-8 (byte 0xff)"
+    rc, _, err = extract(capsys, src, out, "--on-bad-row", "error")
+    assert_failed_cleanly(rc, err, out, f"Error: {src} row 1: {why} - fix the line (quote fields that hold the "
+                                        "delimiter), or pass --on-bad-row skip to write it to the rejects file and go on")
+    rc, _, err = extract(capsys, src, out, "--on-bad-row", "skip", "--id-column", "id")
+    assert rc == 0, err
+    assert rejects(tmp_path / "o.parquet.rejects.csv") == [["row", "id", "reason"], ["1", "", why]]
+    t = read_table(out)
+    assert t.column("id").to_pylist() == ["a", "c"]
+    assert_close(embeddings(t), tiny_encoder().encode(["hello", "fine"]))
+    assert summary_line(err, "rows rejected") == "rows rejected 1"
+
+
+def test_malformed_line_with_invalid_utf8_on_standard_input_cannot_be_skipped(tmp_path, capsys, monkeypatch):
+    """Standard input cannot be read again: the run stops naming the row, and how to read the line."""
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"id,text\na,hello\nb,\xff,x\nc,fine\n")))
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, "-", out, "--input-format", "csv", "--on-bad-row", "skip")
+    assert_failed_cleanly(rc, err, out, "Error: <stdin> row 1: malformed line: expected 2 fields, found 3, and it is not "
+                                        "valid utf-8, so it cannot be skipped from standard input - fix the line, pass "
+                                        "--encoding with the file's encoding (e.g. --encoding latin-1), or read the file "
+                                        "by its path")
 
 
 @pytest.mark.parametrize("case", list(CSV_CASES))
@@ -160,6 +181,12 @@ def test_csv_bad_row_error(tmp_path, capsys, case):
 JSONL_CASES = {
     "null": (b'{"text": "ok"}\n{"text": null}\n', "row 1: null text"),
     "number": (b'{"text": "ok"}\n{"text": 42}\n', "row 1: non-string text (number 42)"),
+    # NaN and the infinities are numbers the line wrote, not missing values; named as written
+    "nan": (b'{"text": "ok"}\n{"text": NaN}\n', "row 1: non-string text (number NaN)"),
+    "infinity": (b'{"text": "ok"}\n{"text": Infinity}\n', "row 1: non-string text (number Infinity)"),
+    "-infinity": (b'{"text": "ok"}\n{"text": -Infinity}\n', "row 1: non-string text (number -Infinity)"),
+    "1e400": (b'{"text": "ok"}\n{"text": 1e400}\n', "row 1: non-string text (number 1e400)"),
+    "nan-pair": (b'{"text": "ok", "p": "a"}\n{"text": "b", "p": NaN}\n', "row 1: non-string pair text (number NaN)"),
     "object": (b'{"text": "ok"}\n{"text": {"a": 1}}\n', "row 1: non-string text (object {'a': 1})"),
     "missing": (b'{"text": "ok"}\n{"body": "x"}\n', "row 1: no field 'text'"),
     "bad-json": (b'{"text": "ok"}\n{"text": "x"\n', "row 1: invalid JSON (Expecting ',' delimiter: line 1 column 13 (char 12))"),
@@ -175,7 +202,7 @@ def test_jsonl_bad_row_error(tmp_path, capsys, case):
     src = tmp_path / "j.jsonl"
     src.write_bytes(data)
     out = tmp_path / "o.parquet"
-    rc, _, err = extract(capsys, src, out, "--text-column", "text")
+    rc, _, err = extract(capsys, src, out, "--text-column", "text", *(["--pair-column", "p"] if "pair" in case else []))
     fix = "fix the line (one JSON object per line), or pass --on-bad-row skip to write it to the rejects file and go on" \
         if "invalid JSON" in what else SKIP_FIX
     if "not an object" in what:
