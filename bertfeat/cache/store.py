@@ -166,14 +166,17 @@ def register_spec(store, encoder, spec, cache_id: tuple[str, dict] | None = None
 
 
 def gemm_identity(encoder) -> dict:
-    """What of the encoder's GEMM path changes a vector's rounding: library, kernel, bf16 / int8 mode and scheme,
-    CPU model, and NumPy's BLAS kernel (the attention products) (the cache key, the resume manifest, TextFeatures'
-    memo and the Dask workers' check all take it)."""
+    """What of the encoder's numeric path changes a vector's rounding: library, kernel, bf16 / int8 mode and scheme,
+    CPU model, NumPy's BLAS kernel (the attention products), the element-wise kernels (numba and its version, or
+    NumPy) and oneDNN's post-ops when BERTFEAT_FUSE=0 turns them off (the cache key, the resume manifest, the
+    provenance, TextFeatures' memo and the Dask workers' check all take it)."""
+    from ..ops import gemm as gemm_ops, kernels
     from ..ops.threads import blas_identity
 
-    gemm = {**encoder.gemm_path.to_dict(), "blas": blas_identity()}
-    return {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "scheme", "cpu", "blas")
-            if gemm.get(k) is not None}
+    gemm = {**encoder.gemm_path.to_dict(), "blas": blas_identity(), "kernels": kernels.identity(),
+            "post_ops": "off" if gemm_ops.post_ops_off() else None}
+    return {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "scheme", "cpu", "blas",
+                                     "kernels", "post_ops") if gemm.get(k) is not None}
 
 
 # --------------------------------------------------------------------------- where a cache may live
@@ -738,9 +741,10 @@ def settings_line(s: dict) -> str:
     if s.get("prompt"):
         parts.append(f"prompt {s['prompt']!r}")
     parts.append(str(s.get("precision")))
-    kernel = (s.get("gemm") or {}).get("kernel")
-    if kernel:
-        parts.append(kernel)
+    gemm = s.get("gemm") or {}
+    parts += [str(gemm[k]) for k in ("kernel", "blas", "kernels") if gemm.get(k)]  # what tells two roundings apart
+    if gemm.get("post_ops"):
+        parts.append(f"post-ops {gemm['post_ops']}")
     return ", ".join(parts)
 
 

@@ -327,6 +327,11 @@ def matmul(a: np.ndarray, w, out: np.ndarray | None = None, bias: np.ndarray | N
 _FUSE = os.environ.get("BERTFEAT_FUSE", "1") != "0"
 
 
+def post_ops_off() -> bool:
+    """BERTFEAT_FUSE=0: the bias / GELU outside oneDNN's GEMM, which rounds otherwise (cache.store.gemm_identity)."""
+    return not _FUSE
+
+
 def fuses(w, act: str | None = None) -> bool:
     """Does this weight's GEMM add the bias (and apply ``act``) itself? (oneDNN post-ops; not for int8 weights)"""
     return _FUSE and isinstance(w, onednn.Packed) and w.out_dtype == np.float32 and (act is None or act in onednn.ACTIVATIONS)

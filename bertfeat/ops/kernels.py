@@ -740,6 +740,15 @@ def backend() -> str:
     return str(_state["backend"])
 
 
+def identity() -> str:
+    """The element-wise backend in force as it rounds: "numba VERSION" or "numpy" (their GELU, LayerNorm and int8
+    kernels differ in the last bits: up to 5e-3 on int8 features). Part of cache.store.gemm_identity."""
+    import sys
+
+    name = backend()
+    return f"numba {sys.modules['numba'].__version__}" if name == "numba" and "numba" in sys.modules else name
+
+
 def get(name: str) -> Callable | None:
     """The fused kernel ``name`` ("gelu", "relu", "add_layer_norm_", ...), or None on the NumPy backend (or for a
     name without one). A kernel not warmed yet compiles (or loads from numba's cache) at its first call."""

@@ -88,10 +88,13 @@ def new_summary(plan, encoder, spec, engine: str, **counts) -> ExtractSummary:
 
 
 def gemm_record(encoder) -> dict:
-    """The GEMM path in provenance; int8 adds which sequences multiply by the weights' two levels (~15 bits), how
+    """The GEMM path in provenance (with NumPy's BLAS and the element-wise kernels: cache.store.gemm_identity); int8 adds which sequences multiply by the weights' two levels (~15 bits), how
     many top channels per row are taken out of the quantization, how many outlier weight rows stay float32 per kind
     of layer and which layers' inputs are smoothed (quant.py)."""
+    from ..cache.store import gemm_identity
+
     d = encoder.gemm_path.to_dict()
+    d.update({k: v for k, v in gemm_identity(encoder).items() if k in ("blas", "kernels", "post_ops")})  # they round too
     if encoder.precision == "int8":
         from ..ops.quant import SHORT_TOKENS, TOP, float_rows, smoothed_kinds
 

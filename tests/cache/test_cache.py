@@ -676,7 +676,8 @@ def test_cache_info_lines(tmp_path, capsys):
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(newest["last_used"]))
     assert lines[5:8] == ["", f"{newest['fingerprint']}  30 entries, 3.8 KiB of vectors, last used {when}",
                           f"  model {tiny_model()} (dim 32): pooling cls, layers 2, no normalize, max length 64, truncate, "
-                          f"fp32" + (f", {newest['settings']['gemm']['kernel']}" if newest["settings"]["gemm"].get("kernel") else "")]
+                          "fp32" + "".join(f", {newest['settings']['gemm'][k]}" for k in ("kernel", "blas", "kernels")
+                                           if newest["settings"]["gemm"].get(k))]
     assert len(newest["fingerprint"]) == 32 and int(newest["fingerprint"], 16) >= 0
     assert lines[8] == "" and lines[9].startswith(f"{oldest['fingerprint']}  30 entries, 3.8 KiB of vectors, last used ")
     assert "pooling mean" in lines[10] and len(lines) == 11
@@ -1014,3 +1015,32 @@ def test_a_cache_of_an_earlier_bertfeat_is_adopted(tmp_path, capsys):
     assert_same_features(tmp_path / "b.parquet", tmp_path / "a.parquet")
     rc, _, err = run(capsys, "cache", "clear", cache)
     assert rc == 0 and err.startswith(f"deleted 12 entries from {cache} ("), err
+
+
+def test_the_element_wise_kernels_are_in_the_key_and_the_provenance(tmp_path, monkeypatch):
+    """BERTFEAT_KERNELS=numpy (or numba failing to import) runs GELU, LayerNorm and the int8 kernels in NumPy, which
+    rounds otherwise (5e-3 on int8 features, 2e-7 on fp32): a cache filled by one served the other's vectors, a
+    --resume mixed them, and nothing recorded which ran (found by audit)."""
+    from bertfeat.features import read_features
+    from bertfeat.ops import kernels
+
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"sentence {i} of the corpus\n" for i in range(12)))
+    cache = tmp_path / "c"
+    s = bertfeat.extract(src, tmp_path / "a.parquet", model=tiny_model(), cache=cache)
+    assert s.rows_encoded == 12
+    monkeypatch.setenv("BERTFEAT_KERNELS", "numpy")
+    kernels.use(None)
+    try:
+        s = bertfeat.extract(src, tmp_path / "b.parquet", model=tiny_model(), cache=cache)
+        assert (s.rows_encoded, s.rows_reused) == (12, 0)  # the numba run's vectors are not this run's
+        assert read_features(tmp_path / "b.parquet")[2]["gemm"]["kernels"] == "numpy"
+    finally:
+        monkeypatch.delenv("BERTFEAT_KERNELS")
+        kernels.use(None)
+    assert read_features(tmp_path / "a.parquet")[2]["gemm"]["kernels"].startswith("numba ")
+    s = bertfeat.extract(src, tmp_path / "c.parquet", model=tiny_model(), cache=cache)
+    assert (s.rows_encoded, s.rows_reused) == (0, 12)
+    info = bertfeat.cache.store.cache_info(cache)
+    lines = sorted(bertfeat.cache.store.settings_line(f["settings"]) for f in info["fingerprints"])
+    assert len(lines) == 2 and lines[0].endswith(", numba " + lines[0].rsplit(" ", 1)[1]) and lines[1].endswith(", numpy")
