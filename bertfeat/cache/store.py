@@ -155,6 +155,7 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
     settings = {"cache_format": FORMAT, **features,
                 "model_files": model_files_digest(encoder.location.path), "gemm": gemm_identity(encoder)}
+    encoder.check_files_unchanged()  # the digests are of the files this encoder read
     blob = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:32], settings
 

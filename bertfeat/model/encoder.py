@@ -23,8 +23,8 @@ import numpy as np
 
 from ..ops import gemm
 from .config import BertConfig
-from ..errors import BertfeatError, BertfeatWarning, InputError, opt
-from .hub import ModelLocation, model_files, resolve_model
+from ..errors import BertfeatError, BertfeatWarning, ConfigError, InputError, opt
+from .hub import ModelLocation, file_states, model_files, resolve_model
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
 from ..ops.threads import default_threads
@@ -161,7 +161,9 @@ class Encoder:
                              "precision": precision}
         d = self.location.path  # the model folder: modules.json, config_sentence_transformers.json, module folders
         e = self.location.encoder_path  # the encoder's files: d, or the Transformer folder of the older ST layout
-        model_files(d)  # every file the loading reads, checked first: inside the folder, a regular file (one line if not)
+        # every file the loading reads, checked first (inside the folder, a regular file: one line if not), and how
+        # it was before any is read: their hashes come later (weights_sha256, the cache key), and must be of these
+        self._files_read = file_states(d, model_files(d))
         self.config = BertConfig.from_file(e / "config.json")
         #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
         self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions,
@@ -241,8 +243,21 @@ class Encoder:
     @property
     def weights_sha256(self) -> str:
         if self._sha256 is None:
-            self._sha256 = weights_sha256(self.weights.files)
+            sha = weights_sha256(self.weights.files)
+            self.check_files_unchanged()  # the hash is of the weights that were loaded
+            self._sha256 = sha
         return self._sha256
+
+    def check_files_unchanged(self) -> None:
+        """Refuse a model folder whose files changed since this Encoder read them (a model replaced while it loaded):
+        a hash taken now would name other files than the ones that make its vectors (the cache, provenance)."""
+        d = self.location.path
+        now = file_states(d, model_files(d))
+        changed = sorted(rel for rel in now.keys() | self._files_read.keys() if now.get(rel) != self._files_read.get(rel))
+        if changed:
+            raise ConfigError(f"the model folder {d} changed while bertfeat loaded it ({', '.join(changed[:3])}"
+                              f"{' ...' if len(changed) > 3 else ''})",
+                              "run the command again once the model's files are all in place")
 
     @property
     def hidden_size(self) -> int:

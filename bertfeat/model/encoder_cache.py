@@ -22,15 +22,16 @@ _LOCK = threading.Lock()
 
 
 def files_stamp(directory: Path) -> tuple:
-    """(relative path, size, mtime_ns) of the model's files, its module folders' too (1_Pooling/config.json,
-    2_Dense/...): changes when a file is replaced or edited."""
+    """(relative path, size, mtime_ns, ctime_ns, inode) of the model's files, its module folders' too
+    (1_Pooling/config.json, 2_Dense/...): changes when a file is replaced or edited, even with its mtime set back
+    (the loaded Encoder's own check, Encoder.check_files_unchanged, would refuse it otherwise)."""
     out = []
     root = Path(directory)
     try:
         for p in sorted(root.rglob("*")):
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts):
                 st = p.stat()
-                out.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns))
+                out.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
     except OSError:
         pass
     return tuple(out)

@@ -127,6 +127,16 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
             if inside_folder(root, p) and model_file(p) is not None]
 
 
+def file_states(root: Path, rels: list[str]) -> dict[str, tuple]:
+    """Each file's (size, mtime, ctime, inode): what changes when it is written, replaced or touched (ctime even when
+    the mtime is set back, as cp -p and rsync -a do)."""
+    out = {}
+    for rel in rels:
+        st = (Path(root) / rel).stat()
+        out[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    return out
+
+
 def hf_cache_dirs() -> list[Path]:
     """The Hugging Face hub cache folders to search, in the order huggingface_hub uses them."""
     dirs = []

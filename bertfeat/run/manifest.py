@@ -25,8 +25,10 @@ def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
     from ..cache.store import gemm_identity, model_files_digest
 
     source = plan.reader
+    files = model_files_digest(encoder.location.path)
+    encoder.check_files_unchanged()  # the digests are of the files this encoder read
     return {
-        "bertfeat_version": __version__, **fingerprint, "model_files": model_files_digest(encoder.location.path),
+        "bertfeat_version": __version__, **fingerprint, "model_files": files,
         "gemm": gemm_identity(encoder),
         "input": source.identity(),
         "text_column": source.text_column, "pair_column": plan.options.pair_column, "id_column": plan.options.id_column,

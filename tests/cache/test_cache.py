@@ -1044,3 +1044,38 @@ def test_the_element_wise_kernels_are_in_the_key_and_the_provenance(tmp_path, mo
     info = bertfeat.cache.store.cache_info(cache)
     lines = sorted(bertfeat.cache.store.settings_line(f["settings"]) for f in info["fingerprints"])
     assert len(lines) == 2 and lines[0].endswith(", numba " + lines[0].rsplit(" ", 1)[1]) and lines[1].endswith(", numpy")
+
+
+def test_a_model_replaced_while_it_loads_is_refused_not_cached(tmp_path, monkeypatch):
+    """The weights' sha256 (and the other files' digests) were taken after loading: other weights copied in between
+    (a model update landing mid-load) were cached under the new weights' key with the old weights' vectors, up to
+    2.99 away, for good (found by audit). The files' states are taken before the read and checked at each hash."""
+    import bertfeat.model.weights as weights
+    from bertfeat.errors import BertfeatError
+    from bertfeat.model import encoder_cache
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_model(), model)
+    other = second_model()
+    src = tmp_path / "in.csv"
+    src.write_text("text\nhello there\nanother row\n")
+    real = weights.read_tensors
+
+    def then_replaced(files, *a, **k):
+        out = real(files, *a, **k)
+        shutil.copyfile(Path(other) / "model.safetensors", model / "model.safetensors")  # lands after the read
+        return out
+
+    monkeypatch.setattr(weights, "read_tensors", then_replaced)
+    encoder_cache.clear()
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, tmp_path / "o.parquet", model=str(model), cache=tmp_path / "c")
+    assert e.value.message == (f"the model folder {model} changed while bertfeat loaded it (model.safetensors) - run "
+                               "the command again once the model's files are all in place")
+    assert not (tmp_path / "o.parquet").exists()
+    monkeypatch.undo()
+    s = bertfeat.extract(src, tmp_path / "o.parquet", model=str(model), cache=tmp_path / "c")
+    assert s.rows_encoded == 2  # nothing was cached under the replaced weights' key
+    ref = bertfeat.extract(src, tmp_path / "ref.parquet", model=other, cache=False)
+    assert np.array_equal(embeddings(read_table(tmp_path / "o.parquet")), embeddings(read_table(tmp_path / "ref.parquet")))
+    assert ref.rows_written == 2
