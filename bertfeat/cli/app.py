@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 from ..version import __version__
 from ..console import err_console, out_console
-from ..errors import BertfeatError, interrupt_in
+from ..errors import BertfeatError, interrupt_in, visible
 from ..run.options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 
@@ -468,6 +468,7 @@ def render_summary(s) -> None:
         f"elapsed         {s.elapsed:,.1f} s",
         f"throughput      {s.rows_per_s:,.1f} rows/s, {s.tokens_per_s:,.0f} tokens/s (of the rows encoded; reused rows "
         "not counted)",
+        f"text column     {visible(s.text_column)} ({'auto-detected' if s.text_column_auto_detected else 'given'})",
         f"model           {s.model} (pooling {s.pooling}, dim {s.dim})",
     ]
     if getattr(s, "rows_multiline", 0):

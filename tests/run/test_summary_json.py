@@ -48,6 +48,7 @@ def test_summary_json_on_stdout_matches_the_run(tmp_path, capsys, engine):
     assert s["precision"] == s["gemm"]["linear_layers"] == "fp32" and s["gemm"]["cpu"] and s["gemm"]["library"]
     assert s["outputs"]["features"] == str(out) and Path(s["outputs"]["pca_model"]).is_file()
     assert s["dim"] == 32 and s["pooling"] == "mean" and s["cache"] is None
+    assert (s["text_column"], s["text_column_auto_detected"]) == ("text", True)  # found by its name
     assert s["elapsed"] > 0 and s["tokens_per_s"] == pytest.approx(s["tokens_encoded"] / s["elapsed"], rel=1e-3)
     meta = metadata(next(out.glob("*.parquet")) if engine == "dask" else out)
     assert meta["gemm"] == s["gemm"]  # the provenance's GEMM path
