@@ -384,6 +384,7 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_
     from pathlib import Path
 
     from ..run.plan import default_output
+    from ..run.outputs import runs_own_folder
     from ..cache.store import resolve_cache
 
     where = Path(os.path.realpath(path))
@@ -396,10 +397,9 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_
             owners.append(f"the output {out} (or a file named after it)")
         if where == o or o in where.parents:
             owners.append(f"the output {out}")
-    cache_dir = resolve_cache(cache)  # as extract resolves it: the option, else BERTFEAT_CACHE; False: none
-    for what, d in (("the model folder", model), ("the vector cache", cache_dir)):
-        if d and Path(d).is_dir() and Path(os.path.realpath(d)) in where.parents:
-            owners.append(f"{what} {d}")
+    owner = runs_own_folder(path, model, resolve_cache(cache))  # the cache as extract resolves it (BERTFEAT_CACHE ...)
+    if owner is not None:
+        owners.append(owner)
     if pca_model is not None and where == Path(os.path.realpath(pca_model)):
         owners.append(f"the PCA model {pca_model}")
     if owners:
