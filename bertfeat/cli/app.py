@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 from ..version import __version__
 from ..console import err_console, out_console
-from ..errors import BertfeatError, interrupt_in
+from ..errors import BertfeatError, interrupt_in, visible
 from ..run.options import DEFAULT_BLOCKSIZE, DEFAULT_CHUNK_ROWS
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 
@@ -384,6 +384,7 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_
     from pathlib import Path
 
     from ..run.plan import default_output
+    from ..run.outputs import runs_own_folder
     from ..cache.store import resolve_cache
 
     where = Path(os.path.realpath(path))
@@ -396,10 +397,9 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_
             owners.append(f"the output {out} (or a file named after it)")
         if where == o or o in where.parents:
             owners.append(f"the output {out}")
-    cache_dir = resolve_cache(cache)  # as extract resolves it: the option, else BERTFEAT_CACHE; False: none
-    for what, d in (("the model folder", model), ("the vector cache", cache_dir)):
-        if d and Path(d).is_dir() and Path(os.path.realpath(d)) in where.parents:
-            owners.append(f"{what} {d}")
+    owner = runs_own_folder(path, model, resolve_cache(cache))  # the cache as extract resolves it (BERTFEAT_CACHE ...)
+    if owner is not None:
+        owners.append(owner)
     if pca_model is not None and where == Path(os.path.realpath(pca_model)):
         owners.append(f"the PCA model {pca_model}")
     if owners:
@@ -468,6 +468,7 @@ def render_summary(s) -> None:
         f"elapsed         {s.elapsed:,.1f} s",
         f"throughput      {s.rows_per_s:,.1f} rows/s, {s.tokens_per_s:,.0f} tokens/s (of the rows encoded; reused rows "
         "not counted)",
+        f"text column     {visible(s.text_column)} ({'auto-detected' if s.text_column_auto_detected else 'given'})",
         f"model           {s.model} (pooling {s.pooling}, dim {s.dim})",
     ]
     if getattr(s, "rows_multiline", 0):

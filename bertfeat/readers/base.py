@@ -281,16 +281,26 @@ class Reader:
                 return what
         return f"kept column {column!r}" if column in self.keep else None
 
-    def identity(self) -> dict:
-        """What identifies the input for --resume: paths, sizes, modification times (or the store's stamp)."""
+    def identity(self, removed_ok: bool = False) -> dict:
+        """What identifies the input for --resume and for the check that it did not change while it was read: paths,
+        sizes, modification times (or the store's stamp). ``removed_ok``: a file gone since is listed as
+        ``{"path": ..., "removed": True}`` instead of raising."""
         files = []
         for f in self.files:
-            info = self.fs.info(f)
+            path = self.fs.unstrip_protocol(f) if is_url(self.path) else f
+            try:
+                info = self.fs.info(f)
+                mtime_ns = None if is_url(self.path) else os.stat(f).st_mtime_ns
+            except FileNotFoundError:
+                if not removed_ok:
+                    raise
+                files.append({"path": path, "removed": True})
+                continue
             if is_url(self.path):
                 stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("etag") or info.get("updated")
-                files.append({"path": self.fs.unstrip_protocol(f), "size": info.get("size"), "stamp": str(stamp)})
+                files.append({"path": path, "size": info.get("size"), "stamp": str(stamp)})
             else:
-                files.append({"path": f, "size": info["size"], "mtime_ns": os.stat(f).st_mtime_ns})
+                files.append({"path": path, "size": info["size"], "mtime_ns": mtime_ns})
         return {"path": self.path, "format": self.fmt, "files": files}
 
 

@@ -38,7 +38,9 @@ Output
     rejects), and ``_bertfeat.json`` with the run's provenance and totals. While running, it is
     ``OUTPUT.partial/`` (with ``_manifest.json``); a task writes its part atomically (temporary
     name, then rename), so a recomputed task overwrites its own file and never duplicates rows.
-    At the end the directory is renamed to ``OUTPUT``. Rejects go to ``OUTPUT.rejects.csv`` and
+    At the end the directory is renamed to ``OUTPUT`` (once every partition is read, the input's files are checked
+    against their identity at the start, as on the local engine: manifest.check_input_unchanged). Rejects go to
+    ``OUTPUT.rejects.csv`` and
     the PCA model and report beside OUTPUT, at the same paths as the local engine's.
 
 Resume
@@ -96,7 +98,8 @@ from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.parquet import pages_damaged
 from ..features.reader import DIRECTORY_PROVENANCE, PART_GLOB, part_name
 from .encoder_setup import feature_settings, load_encoder, make_reuser
-from .manifest import PARTIAL_MANIFESTS, check_resume, check_resume_engine, job_manifest, read_manifest
+from .manifest import (PARTIAL_MANIFESTS, check_input_unchanged, check_resume, check_resume_engine, job_manifest,
+                       read_manifest)
 from .pca_steps import (OrderedMerge, accumulate_pca, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report,
                         write_pca)
 from .provenance import provenance
@@ -563,6 +566,7 @@ class DaskRun:
                                  for i in done})
         gather(client, self.futures, on_result, progress, counted=lambda i: i >= 0, done=len(done), total=len(self.parts))
         self.futures = {}
+        check_input_unchanged(plan)  # every partition read: a file that grew meanwhile fails the run, nothing published
         self.check_bad_rows(results, final=True)
         return results, done, None if merged is None else merged.result(len(self.parts))
 

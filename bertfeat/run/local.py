@@ -3,8 +3,10 @@
 A background thread reads, validates and tokenizes chunk k+1 while the model encodes chunk k (chunks.py). Each
 finished chunk is written atomically as a part file under ``OUTPUT.partial/`` with a manifest of the settings, so
 ``resume`` after Ctrl-C or kill -9 continues from the last completed chunk. Each chunk's counts and PCA
-statistics are taken while its table is in memory; at the end the PCA is fitted, the parts are read back once and
-streamed into the output (temporary file, then rename) and the partial directory is removed. The rules both
+statistics are taken while its table is in memory; once the last row is read, the input's files are checked against
+their identity at the start (manifest.check_input_unchanged: a file that grew meanwhile fails the run); then the PCA
+is fitted, the parts are read back once and streamed into the output (temporary file, then rename) and the partial
+directory is removed. The rules both
 engines share are in their own modules: the model's setup (encoder_setup.py), manifest and resume (manifest.py),
 counts (summary.py), provenance (provenance.py), the PCA's fit and files (pca_steps.py); what a failure keeps or
 removes and says, in failures.py.
@@ -36,7 +38,8 @@ from ..errors import BertfeatError, interrupt_in, one_line, opt
 from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.base import check_float16_range
 from .encoder_setup import feature_settings, load_encoder, make_reuser
-from .manifest import PARTIAL_MANIFESTS, check_resume, check_resume_engine, job_manifest, read_manifest
+from .manifest import (PARTIAL_MANIFESTS, check_input_unchanged, check_resume, check_resume_engine, job_manifest,
+                       read_manifest)
 from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, finish_pca, new_pca, probe_into_report
 from .provenance import provenance
 from .outputs import remove_stale
@@ -219,6 +222,7 @@ class LocalRun:
             progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged "
                           f"entr{'y' if summary.cache_repaired == 1 else 'ies'} (checksum mismatch): encoded again and rewritten")
         summary.rows_multiline = getattr(plan.reader, "multiline_rows", 0)
+        check_input_unchanged(plan)  # every row read: a file that grew meanwhile fails the run, nothing published
 
     def account(self, index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int, reuse: dict, resumed=False):
         """A finished unit's counts, rejects and PCA statistics, taken while its table is in memory (``resumed``: a

@@ -1,17 +1,21 @@
 """The resume manifest: what a run must share with the interrupted run it resumes (``job_manifest``: version, the
 features' fingerprint, model files, GEMM path, input files, the options that shape the output), each engine's name for
 it in ``OUTPUT.partial/`` (``PARTIAL_MANIFESTS``), and the one rule and message that refuse a resume whose settings,
-input or engine differ (``check_resume``, ``check_resume_engine``, ``manifest_differences``). Both engines (local.py,
-dask.py) use it; plan.py reads ``PARTIAL_MANIFESTS`` to find a partial run.
+input or engine differ (``check_resume``, ``check_resume_engine``, ``manifest_differences``), and the input's identity
+taken when the plan opened it compared with its files once the last row is read (``check_input_unchanged``: a file
+that grew or changed while it was read fails the run before anything is published; ``input_record``: that identity as
+the provenance records it). Both engines (local.py, dask.py) use it; plan.py reads ``PARTIAL_MANIFESTS`` to find a
+partial run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 from ..checks import DEFAULT_MAX_FIELD_BYTES
-from ..errors import ResumeError, opt
+from ..errors import InputError, ResumeError, opt
 from ..pca.diffs import dict_differences
 from ..version import __version__
 
@@ -30,7 +34,7 @@ def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
     return {
         "bertfeat_version": __version__, **fingerprint, "model_files": files,
         "gemm": gemm_identity(encoder),
-        "input": source.identity(),
+        "input": plan.input_identity if plan.input_identity is not None else source.identity(),
         "text_column": source.text_column, "pair_column": plan.options.pair_column, "id_column": plan.options.id_column,
         "encoding": source.encoding, "delimiter": getattr(source, "delimiter", None), "on_bad_row": plan.on_bad_row,
         "chunk_rows": plan.options.chunk_rows,
@@ -136,3 +140,57 @@ def _file_identity(path: Path) -> dict:
     from ..pca.reduce import file_sha256
 
     return {"path": str(path), "sha256": file_sha256(path)}
+
+
+def check_input_unchanged(plan) -> None:
+    """After the last row is read, before any output is published: the input's files are still those the run started
+    on (``plan.input_identity``: size, modification time; a URL's stamp). A file that grew (appended to while it was
+    read: its new rows were not read), was rewritten or removed, fails the run with an InputError saying what changed
+    (failures.py: an input error, so the partial directory goes). Standard input has no identity: not checked."""
+    before = plan.input_identity
+    if before is None:
+        return
+    after = plan.reader.identity(removed_ok=True)
+    changes = identity_changes(before, after)
+    if changes:
+        files = "the file is" if len(before.get("files", [])) == 1 else "its files are"
+        raise InputError(f"{plan.reader.name} changed while it was read ({'; '.join(changes)})",
+                         f"run the command again once {files} complete")
+
+
+def identity_changes(before: dict, after: dict) -> list[str]:
+    """What differs between two identities of one input (Reader.identity), in words: a size, a modification, a file
+    removed; each named by its path when the input has several files."""
+    fa = {f["path"]: f for f in before.get("files", [])}
+    fb = {f["path"]: f for f in after.get("files", [])}
+    several = len(fa) > 1
+    out = []
+    for path, x in fa.items():
+        y = fb.get(path, {"removed": True})
+        where = f"{path}: " if several else ""
+        if y.get("removed"):
+            out.append(f"{where}removed")
+        elif x.get("size") != y.get("size"):
+            out.append(f"{where}size {x.get('size'):,} -> {y.get('size'):,} bytes" if isinstance(x.get("size"), int)
+                       and isinstance(y.get("size"), int) else f"{where}size {x.get('size')} -> {y.get('size')}")
+        elif (x.get("mtime_ns"), x.get("stamp")) != (y.get("mtime_ns"), y.get("stamp")):
+            out.append(f"{where}modified, its size unchanged")
+    return out
+
+
+def input_record(identity: dict | None) -> dict | None:
+    """The input's identity as the provenance records it (None: standard input): ``files`` (how many), ``size``
+    (their bytes), ``mtime_ns`` (the newest file's modification time, nanoseconds since 1970 UTC; a URL's one file
+    has the store's ``stamp`` instead), and ``sha256`` of the whole list of files (path, size, time), which a later
+    ``Reader.identity()`` of the same files reproduces. A few numbers, however many files a glob names."""
+    if identity is None:
+        return None
+    files = identity.get("files", [])
+    record = {"files": len(files), "size": sum(int(f.get("size") or 0) for f in files)}
+    mtimes = [f["mtime_ns"] for f in files if isinstance(f.get("mtime_ns"), int)]
+    if mtimes:
+        record["mtime_ns"] = max(mtimes)
+    elif len(files) == 1 and files[0].get("stamp") is not None:
+        record["stamp"] = files[0]["stamp"]
+    record["sha256"] = hashlib.sha256(json.dumps(files, sort_keys=True, default=str).encode()).hexdigest()
+    return record

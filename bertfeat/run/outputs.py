@@ -1,5 +1,6 @@
 """What a command writes and the rules it must pass before it writes anything: no output or side file may be an
-input (compared through symbolic and hard links) or an existing directory, an existing output is refused unless
+input (compared through symbolic and hard links), a file of the model folder or the vector cache
+(``check_not_runs_own``) or an existing directory, an existing output is refused unless
 ``overwrite`` (``check_outputs``, ``check_not_input``, ``check_overwrite``, ``check_not_directory``), a directory
 output (the Dask engine's, replaced whole) holds only what bertfeat wrote there (``check_dataset_directory``), and a
 partial run in the way is named (``partial_run_error``). ``feature_file_outputs`` / ``feature_file_inputs`` /
@@ -55,6 +56,31 @@ def check_not_input(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path],
             if inp.is_dir() and _inside(out, inp):
                 raise OutputError(f"the {label} {out} is inside the input directory {inp}, whose files are read as "
                                   "one dataset", f"pass {_named_by(label, options)} with a path outside it")
+
+
+def runs_own_folder(path: str | os.PathLike, model=None, cache=None) -> str | None:
+    """What a path a run writes would be written over, when it lies inside the model folder (``model``, when it is a
+    local directory: a hub id is not) or the vector cache directory (``cache``, made or not yet: the run makes its
+    database before it writes its outputs), e.g. ``"the vector cache cX"``; else None. The one rule for every file
+    ``extract`` writes (its outputs, side files and partial directory: plan.py; ``--summary-json``: the CLI)."""
+    where = Path(os.path.realpath(path))
+    for what, folder, must_exist in (("the model folder", model, True), ("the vector cache", cache, False)):
+        if folder is None or folder is False or (must_exist and not Path(folder).is_dir()):
+            continue
+        if Path(os.path.realpath(folder)) in where.parents:
+            return f"{what} {folder}"
+    return None
+
+
+def check_not_runs_own(outputs: Iterable[tuple[str, Path]], model=None, cache=None,
+                       options: Mapping[str, str] | None = None) -> None:
+    """Refuse an output or side file (label, path) inside the model folder or the vector cache (``runs_own_folder``):
+    ``-o cache/vectors.sqlite3 --overwrite`` replaced the cache's database."""
+    for label, out in outputs:
+        owner = runs_own_folder(out, model, cache)
+        if owner is not None:
+            raise OutputError(f"the {label} {out} would be written over {owner}",
+                              f"pass {_named_by(label, options)} with a path outside it")
 
 
 def file_kind(path: Path) -> str | None:

@@ -170,6 +170,10 @@ class ExtractPlan:
     label: str | None = None  # a kept column whose linear probe the PCA report adds (probe.py); needs pca
     dtype: str = "float32"  # the written features' type (FEATURE_DTYPES); computed, cached and reduced in float32
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES  # a read value larger than this is a bad row (the reader holds it)
+    #: the input's files as the run found them (reader.identity(): sizes, modification times), taken when the reader
+    #: opened the input; None for standard input. The resume manifest and the provenance record it, and the engines
+    #: compare it with the files' once the last row is read (manifest.check_input_unchanged)
+    input_identity: dict | None = None
 
     def check_outputs(self) -> None:
         """The output rules (check_layout) as they stand now: the engines' runner checks them again under the lock."""
@@ -226,14 +230,15 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
 
     reader = open_input(input, o.input_format, o.text_column, o.pair_column, o.id_column, o.encoding,
                         delimiter=o.delimiter, keep=keep, label=label, keep_as=keep_as, max_field_bytes=max_field_bytes)
+    input_identity = None if input == "-" else reader.identity()  # before a row is read (the header aside)
     check_output_columns(reader, fmt)
     overwrite = bool(o.overwrite) or estimate is not False  # an estimate writes nothing: an existing output is fine
-    layout = _output_layout(input, o.output, fmt, o.engine, pca is not None, reader, overwrite, o.resume, pca_model)
-    check_cache_apart(cache, layout)
+    layout = _output_layout(input, o.output, fmt, o.engine, pca is not None, reader, overwrite, o.resume, pca_model,
+                            cache, o.model)
     return ExtractPlan(options=o, input=input, reader=reader, layout=layout, on_bad_row=on_bad_row,
                        max_bad_rows=max_bad_rows, pca=pca, pca_model=pca_model, overwrite=overwrite, dask=dask,
                        keep=keep, keep_as=keep_as, cache=cache, label=label, dtype=dtype,
-                       max_field_bytes=max_field_bytes)
+                       max_field_bytes=max_field_bytes, input_identity=input_identity)
 
 
 def _check_run_shape(o: ExtractOptions, client) -> None:
@@ -340,11 +345,13 @@ def _check_input(o: ExtractOptions, fmt: str) -> str:
 
 
 def _output_layout(input: str, output, fmt: str, engine: str, want_pca: bool, reader, overwrite: bool, resume: bool,
-                   pca_model) -> OutputLayout:
+                   pca_model, cache: Path | None = None, model: str | None = None) -> OutputLayout:
     """Every name the run may write (``OutputLayout``: the given output, else beside the input), checked against the
-    output rules (``check_layout``)."""
+    run's own folders first (``check_cache_apart``: the cache and the model folder), then the output rules
+    (``check_layout``)."""
     out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
     layout = OutputLayout(out.resolve() if engine == "dask" else out, fmt, engine, want_pca)
+    check_cache_apart(cache, layout, model)  # before "already exists": --overwrite would not make it right
     from .outlock import output_lock
 
     with output_lock(*layout.locked(), create=False):  # a run writing this output is named first (its partial dir is live)
@@ -466,9 +473,14 @@ def dask_settings(o: ExtractOptions) -> DaskSettings:
     return DaskSettings(o.scheduler, workers, o.checked("blocksize"))
 
 
-def check_cache_apart(cache: Path | None, layout: OutputLayout) -> None:
+def check_cache_apart(cache: Path | None, layout: OutputLayout, model: str | None = None) -> None:
     """The cache directory is none of the run's outputs and not inside its partial directory (removed at the end, and
-    the cache with it)."""
+    the cache with it); and no output, side file or the partial directory lies inside the cache or the model folder
+    (outputs.check_not_runs_own, the rule --summary-json has too: ``-o cache/vectors.sqlite3`` replaced the cache's
+    database)."""
+    from .outputs import check_not_runs_own
+
+    check_not_runs_own(layout.outputs() + [("partial directory", layout.partial)], model, cache)
     if cache is None:
         return
     c = Path(cache).absolute()

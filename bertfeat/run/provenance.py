@@ -1,5 +1,5 @@
-"""The provenance every feature file carries (``provenance``): model, weights, settings, GEMM path, input, command,
-counts. Both engines write it; ``bertfeat verify`` reads it back.
+"""The provenance every feature file carries (``provenance``): model, weights, settings, GEMM path, input (with its
+files' identity: size, modification time), command, counts. Both engines write it; ``bertfeat verify`` reads it back.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import time
 
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 from ..version import __version__
+from .manifest import input_record
 from .summary import ExtractSummary, gemm_record
 
 
@@ -41,6 +42,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "stride": spec.stride if spec.long_text.startswith("chunk") else None,
         "input": source.path,
         **({"input_abspath": os.path.abspath(source.path)} if source.path != "-" and "://" not in source.path else {}),
+        **({"input_identity": input_record(plan.input_identity)} if plan.input_identity is not None else {}),
         "input_format": source.fmt,
         **({"encoding": source.encoding} if source.fmt != "parquet" else {}),
         **({"delimiter": source.delimiter} if getattr(source, "delimiter", None) else {}),

@@ -44,6 +44,8 @@ class ExtractSummary:
     pooling: str = ""
     model: str = ""
     engine: str = "local"
+    text_column: str = ""  # the input column encoded
+    text_column_auto_detected: bool = False  # chosen by bertfeat (no text_column given): a renamed column shows here
     precision: str = ""
     gemm: dict = field(default_factory=dict)  # the GEMM path, as the provenance records it (gemm_record)
     probe: dict | None = None  # with label: the PCA report's linear probe (probe.py)
@@ -81,8 +83,10 @@ class ExtractSummary:
 
 
 def new_summary(plan, encoder, spec, engine: str, **counts) -> ExtractSummary:
-    """An engine's summary before any row: the model, its features and GEMM path, the engine, the cache."""
+    """An engine's summary before any row: the model, its features and GEMM path, the engine, the text column (and
+whether it was detected), the cache."""
     return ExtractSummary(pooling=spec.pooling, model=encoder.model_id, dim=encoder.output_dim(spec), engine=engine,
+                          text_column=plan.reader.text_column, text_column_auto_detected=plan.options.text_column is None,
                           precision=encoder.precision, gemm=gemm_record(encoder),
                           cache=None if plan.cache is None else str(plan.cache), **counts)
 

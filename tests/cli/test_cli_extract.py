@@ -64,6 +64,27 @@ def test_csv_matches_encoder_in_input_order_with_ids_and_provenance(tmp_path, ca
     assert summary_line(err, "features") == f"features {out}"
 
 
+def test_the_summary_says_which_text_column_was_encoded_and_how_it_was_chosen(tmp_path, capsys):
+    """Found by the audit: an upstream rename (text -> body) moved the detection to another column (review) without a
+    word in the summary or --summary-json; both now name the column, and whether it was detected or given."""
+    import bertfeat
+
+    src = write_csv(tmp_path / "c.csv", ["id", "body", "review"], [[f"r{i}", f"body {i}", f"review {i}"] for i in range(6)])
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "a.parquet", "--model", tiny_model(), "--summary-json", "-")
+    assert rc == 0, err
+    assert summary_line(err, "text column") == "text column review (auto-detected)"
+    assert [ln for ln in err.splitlines() if ln.startswith("text column")] == ["text column     review (auto-detected)"]
+    s = json.loads(out)
+    assert (s["text_column"], s["text_column_auto_detected"]) == ("review", True)
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "b.parquet", "--model", tiny_model(), "--text-column",
+                       "body", "--summary-json", "-")
+    assert rc == 0, err
+    assert summary_line(err, "text column") == "text column body (given)"
+    assert (json.loads(out)["text_column"], json.loads(out)["text_column_auto_detected"]) == ("body", False)
+    summary = bertfeat.extract(str(src), output=str(tmp_path / "c.parquet"), model=str(tiny_model()), quiet=True)
+    assert (summary.text_column, summary.text_column_auto_detected) == ("review", True)
+
+
 def test_tsv_default_row_numbers(tmp_path, capsys):
     """TSV (no quoting), the text column found by name ('sentence'), ids = 0-based row numbers."""
     texts = [s for s in SENTENCES if "\t" not in s and "\n" not in s and '"' not in s]

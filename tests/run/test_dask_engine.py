@@ -620,6 +620,41 @@ class _InterruptAtPassTwo(_Notes):
             raise KeyboardInterrupt
 
 
+def test_an_input_that_grows_while_the_partitions_are_read_fails_the_run(client, real_sentences, tmp_path, monkeypatch):
+    """The local engine's rule (test_input_changes.py), through the same check: a CSV appended to once every
+    partition was read (its new rows in no partition) fails the run before the directory is moved into place, and
+    no partial run is left to resume; the provenance of a run whose input held still records the input's identity."""
+    import bertfeat.run.dask as dask_engine
+    from bertfeat.errors import InputError
+
+    src = tmp_path / "c.csv"
+    src.write_text("text\n" + "".join('"' + t.replace('"', '""') + '"\n' for t in real_sentences[:60]), encoding="utf-8")
+    size = src.stat().st_size
+    real_gather = dask_engine.gather
+
+    def gather(client_, futures, on_result, *args, **kw):
+        real_gather(client_, futures, on_result, *args, **kw)
+        if "counted" in kw:  # pass 1: every partition has been read
+            with open(src, "a", encoding="utf-8") as f:
+                f.write("an appended row\n" * 20)
+
+    monkeypatch.setattr(dask_engine, "gather", gather)
+    out = tmp_path / "o"
+    with pytest.raises(InputError) as e:
+        extract_dask(_opts(src, out), 1024, client=client)
+    assert str(e.value) == (f"{src} changed while it was read (size {size:,} -> {src.stat().st_size:,} bytes) - run "
+                            "the command again once the file is complete")
+    _wait_idle(client)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
+    monkeypatch.undo()
+    s = extract_dask(_opts(src, out), 1024, client=client)
+    st = src.stat()
+    assert s.rows_read == 80
+    ident = json.loads((out / "_bertfeat.json").read_text())["input_identity"]
+    assert (ident["files"], ident["size"], ident["mtime_ns"]) == (1, st.st_size, st.st_mtime_ns)
+    assert _meta(next(out.glob("part-*.parquet")))["input_identity"] == ident
+
+
 def test_pca_statistics_merge_in_partition_order_whatever_order_they_finish(client, data, tmp_path, monkeypatch):
     """The partitions' PCA statistics were merged as they finished: another order rounds otherwise (components ~1e-15
     apart), so two runs of one job could write other bits. Delivered in reverse, with every early one waiting on disk

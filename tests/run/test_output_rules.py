@@ -243,3 +243,28 @@ def test_a_directory_at_the_rejects_file_is_refused_before_the_run(tmp_path, src
         assert (rc, err) == (1, f"Error: the rejects file {rejects.resolve() if engine == 'dask' else rejects} is a "
                                 "directory - move or rename that directory, or pass -o with another name\n"), flags
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "o.parquet.rejects.csv"]
+
+
+@pytest.mark.parametrize("case", ["cache_db", "new_cache", "dask", "model_file"])
+def test_no_output_is_written_into_the_cache_or_the_model_folder(tmp_path, src, capsys, case):
+    """Found by the audit: `-o cX/vectors.sqlite3 --format parquet --cache cX --overwrite` replaced the cache's
+    database (then `cache info cX`: not a SQLite database), and with a cache not made yet the run made it and wrote
+    its output over it, --overwrite or not. --summary-json had the rule (test_summary_json.py); every output, side
+    file and the partial directory have it now, before anything runs."""
+    import shutil
+
+    from extract_util import tree_digest
+
+    model, cache = tmp_path / "m", tmp_path / "cX"
+    shutil.copytree(tiny_model(), model)
+    if case != "new_cache":
+        assert run(capsys, "extract", src, "-o", tmp_path / "first.parquet", "--model", model, "--cache", cache, "-q")[0] == 0
+    out = {"model_file": model / "model.safetensors"}.get(case, cache / "vectors.sqlite3")
+    owner = f"the model folder {model}" if case == "model_file" else f"the vector cache {cache}"
+    extra = {"dask": ["--engine", "dask", "--overwrite"], "new_cache": []}.get(case, ["--overwrite"])
+    before = tree_digest(tmp_path)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--format", "parquet", "--model", model, "--cache", cache, *extra)
+    assert (rc, err) == (1, f"Error: the output {out} would be written over {owner} - pass -o with a path outside it\n")
+    assert tree_digest(tmp_path) == before  # nothing made, nothing replaced: refused before the run
+    if case in ("cache_db", "dask"):
+        assert run(capsys, "cache", "info", cache)[0] == 0

@@ -48,6 +48,7 @@ def test_summary_json_on_stdout_matches_the_run(tmp_path, capsys, engine):
     assert s["precision"] == s["gemm"]["linear_layers"] == "fp32" and s["gemm"]["cpu"] and s["gemm"]["library"]
     assert s["outputs"]["features"] == str(out) and Path(s["outputs"]["pca_model"]).is_file()
     assert s["dim"] == 32 and s["pooling"] == "mean" and s["cache"] is None
+    assert (s["text_column"], s["text_column_auto_detected"]) == ("text", True)  # found by its name
     assert s["elapsed"] > 0 and s["tokens_per_s"] == pytest.approx(s["tokens_encoded"] / s["elapsed"], rel=1e-3)
     meta = metadata(next(out.glob("*.parquet")) if engine == "dask" else out)
     assert meta["gemm"] == s["gemm"]  # the provenance's GEMM path
@@ -96,10 +97,12 @@ def test_a_cached_rerun_reports_no_encode_throughput(tmp_path, capsys):
                                                "not counted)")
 
 
-@pytest.mark.parametrize("target", ["output", "rejects", "pca_model", "model_file", "cache_db", "pca_report"])
+@pytest.mark.parametrize("target", ["output", "rejects", "pca_model", "model_file", "cache_db", "new_cache_db",
+                                    "pca_report"])
 def test_summary_json_never_names_the_runs_own_files(tmp_path, capsys, target):
     """Found by the session's own audit: --summary-json naming the output, its rejects file, the model's own
-    config or the cache's database (with --overwrite) was written over them."""
+    config or the cache's database (with --overwrite) was written over them; a cache the run was to make (new_cache_db)
+    was made, then its database written over by the summary."""
     import shutil
 
     src = corpus(tmp_path / "c.csv")
@@ -108,8 +111,9 @@ def test_summary_json_never_names_the_runs_own_files(tmp_path, capsys, target):
     out, cache = tmp_path / "o.csv", tmp_path / "cache"
     dest = {"output": out, "rejects": tmp_path / "o.csv.rejects.csv", "pca_model": tmp_path / "o.csv.pca.npz",
             "model_file": model / "config.json", "cache_db": cache / "vectors.sqlite3",
-            "pca_report": tmp_path / "o.pca.report.md"}[target]
-    cache.mkdir()
+            "new_cache_db": cache / "vectors.sqlite3", "pca_report": tmp_path / "o.pca.report.md"}[target]
+    if target != "new_cache_db":
+        cache.mkdir()
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     rc, _, err = run(capsys, "extract", src, "-o", out, "--model", model, "--cache", cache, "--summary-json", dest,
                      "--overwrite")
