@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from bertfeat import Encoder
+from bertfeat.errors import BertfeatError
 from bertfeat.model import hub
 from bertfeat.cli.app import main
 from bertfeat.errors import ConfigError, ModelNotFoundError
@@ -370,10 +371,12 @@ def test_cached_vectors_depend_on_the_transformer_folders_files(make_ckpt, tmp_p
     spec = enc.spec()
     seen = {cache_fingerprint(enc, spec)[0]}
     (d / "0_Transformer" / "sentence_bert_config.json").write_text('{"do_lower_case": false}')  # a new file
-    seen.add(cache_fingerprint(enc, spec)[0])
+    with pytest.raises(BertfeatError, match="changed while bertfeat loaded it"):  # the loaded one's digests would lie
+        cache_fingerprint(enc, spec)
+    seen.add(cache_fingerprint(Encoder(d), spec)[0])
     for name in ("tokenizer_config.json", "vocab.txt", "config.json"):
         with open(d / "0_Transformer" / name, "a") as f:
             f.write("\n")
         assert model_files_digest(d)[f"0_Transformer/{name}"] != digest[f"0_Transformer/{name}"]
-        seen.add(cache_fingerprint(enc, spec)[0])
+        seen.add(cache_fingerprint(Encoder(d), spec)[0])
     assert len(seen) == 5

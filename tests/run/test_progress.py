@@ -125,5 +125,5 @@ def test_summary_lines(tmp_path, capsys):
                            "rows truncated 0 (0 tokens dropped, 0.00% of tokens)", "rows chunked 0", "tokens 8"]
     assert re.fullmatch(r"elapsed [\d.]+ s", summary[8])
     assert re.fullmatch(r"throughput [\d,.]+ rows/s, [\d,]+ tokens/s \(of the rows encoded; reused rows not counted\)", summary[9])
-    assert summary[10] == f"model {tiny_model()} (pooling mean, dim 32)"
-    assert summary[11:] == [f"features {out}", f"rejects {tmp_path / 'o.parquet.rejects.csv'}"]
+    assert summary[10:12] == ["text column text (auto-detected)", f"model {tiny_model()} (pooling mean, dim 32)"]
+    assert summary[12:] == [f"features {out}", f"rejects {tmp_path / 'o.parquet.rejects.csv'}"]
