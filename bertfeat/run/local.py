@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..atomic import atomic_output, remove_directory, remove_stale_temps, together, write_atomic
+from ..atomic import atomic_output, remove_directory, remove_stale_temps, together, uninterrupted, write_atomic
 from .chunks import (
     PreparedChunk,
     chunk_table,
@@ -208,8 +208,9 @@ class LocalRun:
                     table = chunk_table(encoder, spec, pc, plan.id_name, plan.keep_types, reuser)
                     reuse = {"rows_encoded": reuser.encoded - before[0], "rows_reused": reuser.reused - before[1],
                              "tokens_encoded": reuser.tokens_encoded - before[2]}
-                    store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
-                    self.account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
+                    with uninterrupted():  # a part on disk is a chunk counted: a stop between kept it uncounted (removed)
+                        store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
+                        self.account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
                     tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
                     progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
             finally:

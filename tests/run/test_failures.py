@@ -500,3 +500,29 @@ def test_a_stop_before_any_chunk_finished_leaves_nothing_in_the_way(tmp_path):
     assert e.value.resume_note == "no chunk had finished, so nothing is kept; run the same command again"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
     assert bertfeat.extract(src, out, model=tiny_model(), cache=False).rows_written == 8
+
+
+def test_a_signal_just_after_a_chunks_part_is_written_keeps_it(tmp_path, monkeypatch):
+    """Ctrl-C / SIGTERM between a chunk's part landing on disk and its count: the run counted 0 finished chunks and
+    deleted OUTPUT.partial/ with the finished part, saying nothing was kept (seen as a flaky SIGTERM test under
+    load). The write and the count are one block a signal waits for."""
+    import os
+    import signal
+
+    import bertfeat.run.local as local
+
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"row number {i}\n" for i in range(40)))
+    out = tmp_path / "o.parquet"
+    real = local.PartStore.write_part
+
+    def then_stopped(self, *a, **k):
+        real(self, *a, **k)
+        os.kill(os.getpid(), signal.SIGINT)  # arrives with the part on disk, before the count
+
+    monkeypatch.setattr(local.PartStore, "write_part", then_stopped)
+    with pytest.raises(KeyboardInterrupt) as e:
+        bertfeat.extract(src, out, model=tiny_model(), chunk_rows=8, cache=False)
+    assert e.value.resume_note == (f"1 chunk(s) are kept in {out}.partial; run the same command with --resume to "
+                                   "continue")
+    assert len(list((tmp_path / "o.parquet.partial").glob("part-*"))) == 1
