@@ -194,10 +194,10 @@ def _added_tokens(d: Path, tok_cfg: dict, special: set[str]) -> list:
 
 
 def add_declared_tokens(tk, d: Path, tok_cfg: dict, special_map: dict, cls_name: str) -> None:
-    """The added tokens tokenizer_config.json (or added_tokens.json) declares that tokenizer.json lacks, and the extra
-    special tokens (extra_special_tokens), added as transformers' fast tokenizer adds them at load: "[unused4]"
-    declared there is then one token (id 5), not four pieces. One the file already has with the same flags changes
-    nothing (tokenizers skips it)."""
+    """The added tokens tokenizer_config.json (or added_tokens.json) declares, and the extra special tokens
+    (extra_special_tokens), added as transformers adds them at load, to a tokenizer built from vocab.txt or read from
+    tokenizer.json: "[unused4]" declared there is then one token (id 5), not four pieces. One tokenizer.json already
+    has with the same flags changes nothing (tokenizers skips it)."""
     keys = ("cls_token", "sep_token", "unk_token", "pad_token", "mask_token")
     special = {_special(tok_cfg, special_map, k, dflt) for k, dflt in zip(keys, _defaults(cls_name))}
     for t in _added_tokens(d, tok_cfg, special):
@@ -251,9 +251,7 @@ def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, special_map: dict
     # added tokens the slow tokenizer never splits (MPNet's mask eats the space before it)
     tk.add_special_tokens([AddedToken(t, lstrip=cls_name == "MPNetTokenizer" and t == mask, special=True)
                            for t in dict.fromkeys([pad, unk, cls, sep, mask]) if t in vocab])
-    for t in _added_tokens(vocab_path.parent, tok_cfg, {pad, unk, cls, sep, mask}):
-        (tk.add_special_tokens if t.special else tk.add_tokens)([t])
-    add_extra_special_tokens(tk, vocab_path.parent, tok_cfg, special_map)
+    add_declared_tokens(tk, vocab_path.parent, tok_cfg, special_map, cls_name)
     return tk
 
 
