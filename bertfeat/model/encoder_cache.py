@@ -15,6 +15,8 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from .hub import file_state
+
 MAX_ENCODERS = 4
 
 _ENCODERS: "OrderedDict[tuple, object]" = OrderedDict()
@@ -30,8 +32,7 @@ def files_stamp(directory: Path) -> tuple:
     try:
         for p in sorted(root.rglob("*")):
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts):
-                st = p.stat()
-                out.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+                out.append((str(p.relative_to(root)), *file_state(p)))
     except OSError:
         pass
     return tuple(out)

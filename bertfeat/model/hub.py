@@ -127,14 +127,16 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
             if inside_folder(root, p) and model_file(p) is not None]
 
 
+def file_state(path: Path) -> tuple:
+    """A file's (size, mtime, ctime, inode): what changes when it is written, replaced or touched (ctime even when the
+    mtime is set back, as cp -p and rsync -a do)."""
+    st = Path(path).stat()
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
+
+
 def file_states(root: Path, rels: list[str]) -> dict[str, tuple]:
-    """Each file's (size, mtime, ctime, inode): what changes when it is written, replaced or touched (ctime even when
-    the mtime is set back, as cp -p and rsync -a do)."""
-    out = {}
-    for rel in rels:
-        st = (Path(root) / rel).stat()
-        out[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-    return out
+    """Each of the files ``rels`` (relative to ``root``): its file_state."""
+    return {rel: file_state(Path(root) / rel) for rel in rels}
 
 
 def hf_cache_dirs() -> list[Path]:
