@@ -143,6 +143,14 @@ def model_files_digest(directory: Path) -> dict[str, str]:
     return {rel: _file_digest(root / rel) for rel in model_files(root)}
 
 
+def encoder_files_digest(encoder) -> dict[str, str]:
+    """model_files_digest of the encoder's model folder, refused when its files changed since the encoder read them
+    (Encoder.check_files_unchanged: the digests must be of the files that make its vectors)."""
+    digest = model_files_digest(encoder.location.path)
+    encoder.check_files_unchanged()
+    return digest
+
+
 def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     """(fingerprint, settings): everything that changes a vector, and its sha256 (32 hex digits).
 
@@ -153,9 +161,8 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     round differently, so their vectors never mix. Not the model's id or path: a model folder copied elsewhere (same
     weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``."""
     features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
-    settings = {"cache_format": FORMAT, **features,
-                "model_files": model_files_digest(encoder.location.path), "gemm": gemm_identity(encoder)}
-    encoder.check_files_unchanged()  # the digests are of the files this encoder read
+    settings = {"cache_format": FORMAT, **features, "model_files": encoder_files_digest(encoder),
+                "gemm": gemm_identity(encoder)}
     blob = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:32], settings
 

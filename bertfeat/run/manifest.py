@@ -22,17 +22,15 @@ from ..version import __version__
 
 def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
     """What a run must share with the interrupted run it resumes: version, the features' fingerprint, the model
-    folder's other files (tokenizer, config, sentence-transformers modules: vcache.model_files_digest, as the cache
+    folder's other files (tokenizer, config, sentence-transformers modules: vcache.encoder_files_digest, as the cache
     key has them), the GEMM path (vcache.gemm_identity: a resume on OpenBLAS would round its rows otherwise than the
     interrupted run on oneDNN did), the input files (size, mtime), the options that shape the output; plus each
     engine's own keys."""
-    from ..cache.store import gemm_identity, model_files_digest
+    from ..cache.store import encoder_files_digest, gemm_identity
 
     source = plan.reader
-    files = model_files_digest(encoder.location.path)
-    encoder.check_files_unchanged()  # the digests are of the files this encoder read
     return {
-        "bertfeat_version": __version__, **fingerprint, "model_files": files,
+        "bertfeat_version": __version__, **fingerprint, "model_files": encoder_files_digest(encoder),
         "gemm": gemm_identity(encoder),
         "input": plan.input_identity if plan.input_identity is not None else source.identity(),
         "text_column": source.text_column, "pair_column": plan.options.pair_column, "id_column": plan.options.id_column,
