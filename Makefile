@@ -111,12 +111,14 @@ APPLIED := $(foreach f,$(APPLY),$(call apply_out,$f)) $(if $(strip $(APPLY_RAW))
 EXTRACT_FLAGS := $(strip $(if $(MODEL),--model $(MODEL)) $(if $(POOLING),--pooling $(POOLING)) $(if $(LAYERS),--layers=$(LAYERS)) $(if $(ID),--id-column $(ID)) $(if $(KEEP),--keep $(KEEP)) $(EXTRACT_OPTS))
 CACHE_FLAG := $(if $(strip $(CACHE)),--cache $(CACHE),--no-cache)
 
-# -n / -q (dry run, question) never write a stamp; a changed setting then forces the extract instead.
+# -n / -q (dry run, question) never write a stamp; a changed setting forces the extract either way.
 DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS)))
 FEATURES_GOAL := $(filter features $(BUILD)/%,$(MAKECMDGOALS))
-# $(call stamp,FILE,TEXT): rewrites FILE (and makes its directory) if its text is not TEXT, at parse time;
-# under -n / -q it writes nothing and expands to settings-changed (a phony prerequisite) instead.
-stamp = $(if $(FEATURES_GOAL),$(if $(subst $2,,$(file < $1))$(subst $(file < $1),,$2),$(if $(DRY_RUN),settings-changed,$(shell mkdir -p $(dir $1))$(file > $1,$2))))
+# $(call stamp,FILE,TEXT): if FILE's text is not TEXT, rewrites FILE (and makes its directory) at parse time, except
+# under -n / -q, and expands to settings-changed (a phony prerequisite), so the target is rebuilt even when the new
+# stamp is not newer than it (a filesystem with 1 or 2 s times, an output dated by a clock ahead): a run never takes
+# in a change without rebuilding, which -q would have reported and the next run would no longer see.
+stamp = $(if $(FEATURES_GOAL),$(if $(subst $2,,$(file < $1))$(subst $(file < $1),,$2),$(if $(DRY_RUN),,$(shell mkdir -p $(dir $1))$(file > $1,$2))settings-changed))
 
 ifneq ($(FEATURES_GOAL),)
 # Checks before anything is written: computed names are not settings, every input exists, applied stems differ.

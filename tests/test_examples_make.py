@@ -254,6 +254,22 @@ def test_make_features_a_model_file_replaced_by_an_older_one_re_extracts(tiny, t
     assert after.shape == before.shape and not np.allclose(after, before, atol=1e-3)  # they did change
 
 
+def test_make_features_a_changed_stamp_rebuilds_an_output_not_older_than_it(tiny, tmp_path):
+    """The stamp is written when make reads the Makefile; an output not older than the new stamp (times of 1 or 2 s,
+    an output dated by a clock ahead) is re-extracted all the same: a run that rewrites the stamp never skips the
+    extract, whose change -q reports and the next run would no longer see."""
+    model, args, out = built_model_run(tiny, tmp_path)
+    (model / "modules.json").unlink()
+    raw = out["raw"]
+    future = raw.stat().st_mtime_ns + 3600 * 10**9
+    os.utime(raw, ns=(future, future))
+    assert make("-q", "features", *args, check=False).returncode == 1
+    run = make("features", *args)
+    assert [c.split()[1] for c in commands_in(run.stdout)][:1] == ["extract"], run.stdout
+    assert raw.stat().st_mtime_ns < future and "modules.json" not in out["settings"].read_text()
+    assert make("-q", "features", *args, check=False).returncode == 0
+
+
 # ------------------------------------------------------------------------------------------ APPLY, outside the clone
 SAMPLE = ROOT / "examples" / "sst2_sample.csv"
 
