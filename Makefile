@@ -118,7 +118,17 @@ FEATURES_GOAL := $(filter features $(BUILD)/%,$(MAKECMDGOALS))
 # under -n / -q, and expands to settings-changed (a phony prerequisite), so the target is rebuilt even when the new
 # stamp is not newer than it (a filesystem with 1 or 2 s times, an output dated by a clock ahead): a run never takes
 # in a change without rebuilding, which -q would have reported and the next run would no longer see.
-stamp = $(if $(FEATURES_GOAL),$(if $(subst $2,,$(file < $1))$(subst $(file < $1),,$2),$(if $(DRY_RUN),,$(shell mkdir -p $(dir $1))$(file > $1,$2))settings-changed))
+# FILE is read with cat, not $(file <): GNU make 4.3's $(file <) now and then returns a text unequal to the file's
+# (seen on stamps of about 1 kB: make -q then always reported the features out of date). $(shell) turns newlines
+# into spaces, so TEXT is compared that way too. $(call differ,A,B) is empty when A and B are the same text.
+define newline
+
+
+endef
+empty :=
+space := $(empty) $(empty)
+differ = $(subst $1,,$2)$(subst $2,,$1)
+stamp = $(if $(FEATURES_GOAL),$(if $(call differ,$(shell cat '$1' 2>/dev/null),$(subst $(newline),$(space),$2)),$(if $(DRY_RUN),,$(shell mkdir -p $(dir $1))$(file > $1,$2))settings-changed))
 
 ifneq ($(FEATURES_GOAL),)
 # Checks before anything is written: computed names are not settings, every input exists, applied stems differ.
@@ -139,12 +149,6 @@ endif
 MODEL_FILES := $(if $(FEATURES_GOAL),$(shell $(BERTFEAT) info $(MODEL) --files 2>/dev/null))
 MODEL_STAT := $(if $(MODEL_FILES),$(shell $(PYTHON) -c 'import os, sys; print(" ".join("%s:%d:%d" % (f, s.st_size, s.st_mtime_ns) for f in sys.argv[1:] for s in [os.stat(f)]))' $(MODEL_FILES)))
 $(if $(MODEL_FILES),$(if $(MODEL_STAT),,$(error could not read the model files' sizes and times with $(PYTHON) (set PYTHON to a Python 3); nothing was written)))
-define newline
-
-
-endef
-empty :=
-space := $(empty) $(empty)
 SETTINGS_TEXT := input=$(abspath $(INPUT)) flags=$(strip $(EXTRACT_FLAGS))$(if $(MODEL_STAT),$(newline)model-file=$(subst $(space),$(newline)model-file=,$(strip $(MODEL_STAT))))
 SETTINGS_CHANGED := $(call stamp,$(SETTINGS),$(SETTINGS_TEXT))
 

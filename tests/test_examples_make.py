@@ -254,6 +254,35 @@ def test_make_features_a_model_file_replaced_by_an_older_one_re_extracts(tiny, t
     assert after.shape == before.shape and not np.allclose(after, before, atol=1e-3)  # they did change
 
 
+def test_the_stamp_reads_back_equal_at_every_length(tmp_path):
+    """A stamp read back equals the text make wrote, whatever its length: GNU make 4.3's $(file <) returned a text
+    unequal to the file's for some stamps of about 1 kB and more (a stamp listing the model's files under a long
+    path), so `make -q features` reported the features out of date after every run. The Makefile's own stamp
+    function is called (at parse time, under -n, where it writes nothing and names settings-changed when the texts
+    differ) on stamps of 60 B to 6 kB, each written as make writes it."""
+    build, inp = tmp_path / "build", tmp_path / "in.csv"
+    inp.write_text("text\na\n")
+    probe = tmp_path / "probe.mk"
+    probe.write_text("define probe_nl\n\n\nendef\ninclude $(PROBE_TEXT_MK)\n"
+                     "$(info same=[$(call stamp,$(PROBE_STAMP),$(PROBE_TEXT))])\n"
+                     "$(info other=[$(call stamp,$(PROBE_STAMP),$(PROBE_TEXT)x)])\n"
+                     "$(BUILD)/probe: ;\n")
+    wrong = []
+    for n in range(60, 6000, 37):
+        lines = [f"model-file=/m/{i}/" + "x" * (40 + i % 7) for i in range(n // 47 + 1)]
+        stamp, text_mk = tmp_path / f"s{n}", tmp_path / f"t{n}.mk"
+        stamp.write_text("\n".join(lines) + "\n")  # as $(file >FILE,TEXT) writes it
+        text_mk.write_text("PROBE_TEXT := " + "$(probe_nl)".join(lines) + "\n")
+        p = subprocess.run(["make", "--no-print-directory", "-n", "-f", str(ROOT / "Makefile"), "-f", str(probe),
+                            "BERTFEAT=true", f"BUILD={build}", f"INPUT={inp}", f"PROBE_STAMP={stamp}",
+                            f"PROBE_TEXT_MK={text_mk}", f"{build}/probe"],
+                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        if p.stdout.splitlines()[:2] != ["same=[]", "other=[settings-changed]"]:
+            wrong.append((len(stamp.read_bytes()), p.stdout.splitlines()[:2]))
+    assert wrong == []
+
+
 def test_make_features_a_changed_stamp_rebuilds_an_output_not_older_than_it(tiny, tmp_path):
     """The stamp is written when make reads the Makefile; an output not older than the new stamp (times of 1 or 2 s,
     an output dated by a clock ahead) is re-extracted all the same: a run that rewrites the stamp never skips the
