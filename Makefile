@@ -56,7 +56,7 @@ bench:
 #   <stem>.pca<PCA>.npz                   PCA model           (bertfeat pca fit)
 #   <stem>.pca<PCA>.report.{json,md,png}  explained variance  (bertfeat pca fit / report)
 #   <stem>.pca<PCA>.parquet               reduced features    (bertfeat pca transform)
-#   extract.settings                      stamp of the extract settings
+#   extract.settings                      stamp of the extract settings and of the model's files
 # Each APPLY file (dev / test sets): its features reduced with INPUT's PCA in one step, in the
 # training's directory (two trainings applied to one test file do not collide):
 #   apply/<its stem>.pca<PCA>.parquet     reduced features    (bertfeat extract --pca-model <stem>.pca<PCA>.npz)
@@ -71,8 +71,9 @@ bench:
 # refits the PCA (the raw features are reused), and bertfeat writes every file atomically, so an
 # interrupted run never leaves a file that looks complete to make. extract.settings is rewritten
 # (when make reads this file) only if the settings differ from the last run's, so a changed
-# MODEL/POOLING/LAYERS/KEEP/EXTRACT_OPTS/INPUT re-extracts, and so does a model file newer than the features (an
-# edited or upgraded model folder: MODEL_FILES below); nothing else does. PCA is in the file
+# MODEL/POOLING/LAYERS/KEEP/EXTRACT_OPTS/INPUT re-extracts, and so does any change to the model's files: it holds
+# each file's path, size and modification time (MODEL_STAT below), so a file edited, removed, added or replaced,
+# even by an older one (cp -p, rsync -a, tar x), re-extracts; nothing else does. PCA is in the file
 # names, so PCA=100 and PCA=64 outputs live side by side; INPUT's stem names the directory.
 # Every extract keeps its vectors in the vector cache $(CACHE) (default $(BUILD)/cache, shared by every INPUT and
 # APPLY file and every setting; CACHE= turns it off): after an edit of INPUT the extract re-runs, but it encodes only
@@ -108,19 +109,30 @@ apply_stamp = $(FEAT_DIR)/apply/$(call feat_stem,$1).settings
 apply_raw = $(FEAT_DIR)/apply/$(call feat_stem,$1).features.parquet
 APPLIED := $(foreach f,$(APPLY),$(call apply_out,$f)) $(if $(strip $(APPLY_RAW)),$(foreach f,$(APPLY),$(call apply_raw,$f)))
 EXTRACT_FLAGS := $(strip $(if $(MODEL),--model $(MODEL)) $(if $(POOLING),--pooling $(POOLING)) $(if $(LAYERS),--layers=$(LAYERS)) $(if $(ID),--id-column $(ID)) $(if $(KEEP),--keep $(KEEP)) $(EXTRACT_OPTS))
-SETTINGS_TEXT := input=$(abspath $(INPUT)) flags=$(strip $(EXTRACT_FLAGS))
 CACHE_FLAG := $(if $(strip $(CACHE)),--cache $(CACHE),--no-cache)
 
-# -n / -q (dry run, question) never write a stamp; a changed setting then forces the extract instead.
+# -n / -q (dry run, question) never write a stamp; a changed setting forces the extract either way.
 DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS)))
 FEATURES_GOAL := $(filter features $(BUILD)/%,$(MAKECMDGOALS))
-# $(call stamp,FILE,TEXT): rewrites FILE (and makes its directory) if its text is not TEXT, at parse time;
-# under -n / -q it writes nothing and expands to settings-changed (a phony prerequisite) instead.
-stamp = $(if $(FEATURES_GOAL),$(if $(subst $2,,$(file < $1))$(subst $(file < $1),,$2),$(if $(DRY_RUN),settings-changed,$(shell mkdir -p $(dir $1))$(file > $1,$2))))
+# $(call stamp,FILE,TEXT): if FILE's text is not TEXT, rewrites FILE (and makes its directory) at parse time, except
+# under -n / -q, and expands to settings-changed (a phony prerequisite), so the target is rebuilt even when the new
+# stamp is not newer than it (a filesystem with 1 or 2 s times, an output dated by a clock ahead): a run never takes
+# in a change without rebuilding, which -q would have reported and the next run would no longer see.
+# FILE is read with cat, not $(file <): GNU make 4.3's $(file <) now and then returns a text unequal to the file's
+# (seen on stamps of about 1 kB: make -q then always reported the features out of date). $(shell) turns newlines
+# into spaces, so TEXT is compared that way too. $(call differ,A,B) is empty when A and B are the same text.
+define newline
+
+
+endef
+empty :=
+space := $(empty) $(empty)
+differ = $(subst $1,,$2)$(subst $2,,$1)
+stamp = $(if $(FEATURES_GOAL),$(if $(call differ,$(shell cat '$1' 2>/dev/null),$(subst $(newline),$(space),$2)),$(if $(DRY_RUN),,$(shell mkdir -p $(dir $1))$(file > $1,$2))settings-changed))
 
 ifneq ($(FEATURES_GOAL),)
 # Checks before anything is written: computed names are not settings, every input exists, applied stems differ.
-$(foreach v,STEM FEAT_DIR RAW PCA_MODEL PCA_REPORT REDUCED SETTINGS APPLIED EXTRACT_FLAGS SETTINGS_TEXT CACHE_FLAG,$(if $(filter command line environment override,$(origin $v)),\
+$(foreach v,STEM FEAT_DIR RAW PCA_MODEL PCA_REPORT REDUCED SETTINGS APPLIED EXTRACT_FLAGS MODEL_FILES MODEL_STAT SETTINGS_TEXT CACHE_FLAG,$(if $(filter command line environment override,$(origin $v)),\
   $(error $v is computed by this Makefile and is not a setting (INPUT APPLY APPLY_RAW PCA MODEL POOLING LAYERS ID KEEP EXTRACT_OPTS BUILD CACHE); the PCA is always fitted on INPUT - to reduce other files with INPUT's PCA, name them in APPLY: make features INPUT=train.csv APPLY="test.csv")))
 $(if $(strip $(INPUT)),,$(error INPUT is empty))
 $(foreach f,$(INPUT) $(APPLY),$(if $(wildcard $f),,$(error $f: no such file (INPUT / APPLY are relative to $(CURDIR)); nothing was written)))
@@ -128,10 +140,17 @@ $(foreach s,$(sort $(foreach f,$(APPLY),$(call feat_stem,$f))),$(if $(word 2,$(f
   $(error APPLY: $(strip $(foreach f,$(APPLY),$(if $(filter $s,$(call feat_stem,$f)),$f))) have the same stem $s (their outputs would be one file); rename one)))
 endif
 
-SETTINGS_CHANGED := $(call stamp,$(SETTINGS),$(SETTINGS_TEXT))
-# The files the model's vectors depend on (`bertfeat info MODEL --files`: weights, config, tokenizer, modules): an
-# edited or upgraded model folder re-extracts (the cache keys vectors by those files too, so all rows are encoded anew).
+# The files the model's vectors depend on (`bertfeat info MODEL --files`: every file loading reads, weights, config,
+# tokenizer, sentence-transformers modules; the list the vector cache hashes too), and each one's identity,
+# PATH:SIZE:MTIME_NS (os.stat, which follows a Hugging Face snapshot's links into its blobs/). Size and mtime, not a
+# content hash: hashing would read every weight file (hundreds of MB to GB) at each make, -q and -n included, while
+# a copied, restored or edited file has another mtime than the one it replaces (unless it was set to the very
+# nanosecond on purpose). A model that cannot be listed has no files here: the extract then says why it fails.
 MODEL_FILES := $(if $(FEATURES_GOAL),$(shell $(BERTFEAT) info $(MODEL) --files 2>/dev/null))
+MODEL_STAT := $(if $(MODEL_FILES),$(shell $(PYTHON) -c 'import os, sys; print(" ".join("%s:%d:%d" % (f, s.st_size, s.st_mtime_ns) for f in sys.argv[1:] for s in [os.stat(f)]))' $(MODEL_FILES)))
+$(if $(MODEL_FILES),$(if $(MODEL_STAT),,$(error could not read the model files' sizes and times with $(PYTHON) (set PYTHON to a Python 3); nothing was written)))
+SETTINGS_TEXT := input=$(abspath $(INPUT)) flags=$(strip $(EXTRACT_FLAGS))$(if $(MODEL_STAT),$(newline)model-file=$(subst $(space),$(newline)model-file=,$(strip $(MODEL_STAT))))
+SETTINGS_CHANGED := $(call stamp,$(SETTINGS),$(SETTINGS_TEXT))
 
 features: $(RAW) $(PCA_MODEL) $(PCA_REPORT) $(REDUCED) $(APPLIED)
 
@@ -139,7 +158,7 @@ features: $(RAW) $(PCA_MODEL) $(PCA_REPORT) $(REDUCED) $(APPLIED)
 settings-changed:
 $(SETTINGS): ;
 
-$(RAW): $(INPUT) $(SETTINGS) $(SETTINGS_CHANGED) $(MODEL_FILES)
+$(RAW): $(INPUT) $(SETTINGS) $(SETTINGS_CHANGED)
 	$(BERTFEAT) extract $(INPUT) -o $@ --overwrite $(CACHE_FLAG) $(EXTRACT_FLAGS)
 
 $(PCA_MODEL): $(RAW)
@@ -155,7 +174,7 @@ $(REDUCED): $(RAW) $(PCA_MODEL)
 define apply_rule
 $(call apply_out,$1): $1 $(call apply_stamp,$1) $(PCA_MODEL) $(call stamp,$(call apply_stamp,$1),input=$(abspath $1))
 	$$(BERTFEAT) extract $1 -o $$@ --pca-model $(PCA_MODEL) --overwrite $$(CACHE_FLAG) $$(EXTRACT_FLAGS)
-$(call apply_raw,$1): $1 $(call apply_stamp,$1) $(SETTINGS) $(SETTINGS_CHANGED) $(MODEL_FILES) | $(call apply_out,$1)
+$(call apply_raw,$1): $1 $(call apply_stamp,$1) $(SETTINGS) $(SETTINGS_CHANGED) | $(call apply_out,$1)
 	$$(BERTFEAT) extract $1 -o $$@ --overwrite $$(CACHE_FLAG) $$(EXTRACT_FLAGS)
 $(call apply_stamp,$1): ;
 endef

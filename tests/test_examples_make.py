@@ -134,7 +134,7 @@ def test_make_features_overrides(tiny):
 
 def test_an_edited_model_folder_re_extracts(tiny, tmp_path):
     """A model file newer than the features (an edited pooling config, an upgraded model) re-extracts: the settings
-    stamp holds only the flags, `bertfeat info MODEL --files` lists the model's files as prerequisites."""
+    stamp holds each of the files `bertfeat info MODEL --files` lists with its size and mtime."""
     from extract_util import tiny_model
 
     inp, _, _ = tiny
@@ -152,6 +152,150 @@ def test_an_edited_model_folder_re_extracts(tiny, tmp_path):
     assert make("-q", "features", *args, check=False).returncode != 0
     again = make("features", *args)
     assert [c.split()[1] for c in commands_in(again.stdout)][:1] == ["extract"]
+    assert make("-q", "features", *args, check=False).returncode == 0
+
+
+def st_model(tmp_path: Path) -> Path:
+    """A copy of the tiny model with sentence-transformers modules Transformer -> mean Pooling -> Normalize, so its
+    features are unit vectors while modules.json is there (copied in this process: tiny_model() is gone at exit)."""
+    from extract_util import tiny_model
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(), model)
+    (model / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                 "pooling_mode_mean_tokens": True}))
+    return model
+
+
+def raw_vectors(raw: Path):
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    return np.asarray(pq.read_table(raw).column("embedding").to_pylist(), dtype=np.float64)
+
+
+def built_model_run(tiny, tmp_path) -> tuple[Path, list[str], dict[str, Path]]:
+    """`make features` with st_model(), then checks that nothing changed is a no-op that writes nothing."""
+    inp, _, _ = tiny
+    model = st_model(tmp_path)
+    args = [f"INPUT={inp}", f"BUILD={tmp_path / 'build'}", "PCA=4", f"MODEL={model}"]
+    first = make("features", *args)
+    assert [c.split()[1] for c in commands_in(first.stdout)] == ["extract", "pca", "pca"]
+    out = outputs(tmp_path / "build")
+    # the stamp names every file loading reads, each with its size and mtime
+    listed = subprocess.run([*BERTFEAT.split(), "info", str(model), "--files"], capture_output=True, text=True,
+                            env=_env(), check=True).stdout.split()
+    assert str(model / "modules.json") in listed and str(model / "model.safetensors") in listed
+    lines = out["settings"].read_text().splitlines()
+    assert lines[1:] == [f"model-file={f}:{os.stat(f).st_size}:{os.stat(f).st_mtime_ns}" for f in listed]
+    # (a) nothing changed: a no-op, and -q / -n / a second make write nothing, the stamp included
+    before, stamp = mtimes(out), out["settings"].read_text()
+    assert make("-q", "features", *args, check=False).returncode == 0
+    dry = make("-n", "features", *args)
+    assert commands_in(dry.stdout) == [] and "Nothing to be done" in dry.stdout
+    again = make("features", *args)
+    assert commands_in(again.stdout) == [] and "Nothing to be done" in again.stdout
+    assert mtimes(out) == before and out["settings"].read_text() == stamp
+    return model, args, out
+
+
+def assert_re_extracts(args: list[str], out: dict[str, Path]) -> None:
+    """The model changed: -q says so, -n plans the extract, neither writes the stamp; make re-extracts, then is a
+    no-op again."""
+    stamp, stamp_mtime = out["settings"].read_text(), out["settings"].stat().st_mtime_ns
+    assert make("-q", "features", *args, check=False).returncode == 1
+    dry = make("-n", "features", *args)
+    assert [c.split()[1] for c in commands_in(dry.stdout)][:1] == ["extract"]
+    assert out["settings"].read_text() == stamp and out["settings"].stat().st_mtime_ns == stamp_mtime
+    run = make("features", *args)
+    assert [c.split()[1] for c in commands_in(run.stdout)] == ["extract", "pca", "pca"]
+    assert out["settings"].read_text() != stamp
+    assert make("-q", "features", *args, check=False).returncode == 0
+
+
+def test_make_features_a_removed_model_file_re_extracts(tiny, tmp_path):
+    """Removing a model file (modules.json: the Normalize module goes with it) leaves no file newer than the features,
+    yet changes them: the stamp's file list differs, so make re-extracts."""
+    import numpy as np
+
+    model, args, out = built_model_run(tiny, tmp_path)
+    np.testing.assert_allclose(np.linalg.norm(raw_vectors(out["raw"]), axis=1), 1.0, rtol=1e-5)  # Normalize
+    (model / "modules.json").unlink()
+    assert_re_extracts(args, out)
+    assert not np.allclose(np.linalg.norm(raw_vectors(out["raw"]), axis=1), 1.0, rtol=1e-3)  # they did change
+    assert "modules.json" not in out["settings"].read_text()
+
+
+def test_make_features_a_model_file_replaced_by_an_older_one_re_extracts(tiny, tmp_path):
+    """Weights of the same size put in place with an older mtime (cp -p, rsync -a, tar x, an older download restored)
+    are not newer than the features, yet change them: the stamp's mtime for that file differs, so make re-extracts."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    model, args, out = built_model_run(tiny, tmp_path)
+    before = raw_vectors(out["raw"])
+    weights = model / "model.safetensors"
+    tensors = load_file(str(weights))
+    name = next(k for k in tensors if k.endswith("embeddings.word_embeddings.weight"))
+    tensors[name] = (tensors[name] * 2 + 0.5).astype(tensors[name].dtype)
+    other = tmp_path / "other.safetensors"
+    save_file(tensors, str(other), metadata={"format": "pt"})
+    assert other.stat().st_size == weights.stat().st_size  # only the mtime tells them apart
+    os.utime(other, ns=(0, 1_704_067_200 * 10**9))  # 2024-01-01, older than the features
+    shutil.copy2(other, weights)  # cp -p
+    assert weights.stat().st_mtime_ns < out["raw"].stat().st_mtime_ns
+    assert_re_extracts(args, out)
+    after = raw_vectors(out["raw"])
+    assert after.shape == before.shape and not np.allclose(after, before, atol=1e-3)  # they did change
+
+
+def test_the_stamp_reads_back_equal_at_every_length(tmp_path):
+    """A stamp read back equals the text make wrote, whatever its length: GNU make 4.3's $(file <) returned a text
+    unequal to the file's for some stamps of about 1 kB and more (a stamp listing the model's files under a long
+    path), so `make -q features` reported the features out of date after every run. The Makefile's own stamp
+    function is called (at parse time, under -n, where it writes nothing and names settings-changed when the texts
+    differ) on stamps of 60 B to 6 kB, each written as make writes it."""
+    build, inp = tmp_path / "build", tmp_path / "in.csv"
+    inp.write_text("text\na\n")
+    probe = tmp_path / "probe.mk"
+    probe.write_text("define probe_nl\n\n\nendef\ninclude $(PROBE_TEXT_MK)\n"
+                     "$(info same=[$(call stamp,$(PROBE_STAMP),$(PROBE_TEXT))])\n"
+                     "$(info other=[$(call stamp,$(PROBE_STAMP),$(PROBE_TEXT)x)])\n"
+                     "$(BUILD)/probe: ;\n")
+    wrong = []
+    for n in range(60, 6000, 37):
+        lines = [f"model-file=/m/{i}/" + "x" * (40 + i % 7) for i in range(n // 47 + 1)]
+        stamp, text_mk = tmp_path / f"s{n}", tmp_path / f"t{n}.mk"
+        stamp.write_text("\n".join(lines) + "\n")  # as $(file >FILE,TEXT) writes it
+        text_mk.write_text("PROBE_TEXT := " + "$(probe_nl)".join(lines) + "\n")
+        p = subprocess.run(["make", "--no-print-directory", "-n", "-f", str(ROOT / "Makefile"), "-f", str(probe),
+                            "BERTFEAT=true", f"BUILD={build}", f"INPUT={inp}", f"PROBE_STAMP={stamp}",
+                            f"PROBE_TEXT_MK={text_mk}", f"{build}/probe"],
+                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        if p.stdout.splitlines()[:2] != ["same=[]", "other=[settings-changed]"]:
+            wrong.append((len(stamp.read_bytes()), p.stdout.splitlines()[:2]))
+    assert wrong == []
+
+
+def test_make_features_a_changed_stamp_rebuilds_an_output_not_older_than_it(tiny, tmp_path):
+    """The stamp is written when make reads the Makefile; an output not older than the new stamp (times of 1 or 2 s,
+    an output dated by a clock ahead) is re-extracted all the same: a run that rewrites the stamp never skips the
+    extract, whose change -q reports and the next run would no longer see."""
+    model, args, out = built_model_run(tiny, tmp_path)
+    (model / "modules.json").unlink()
+    raw = out["raw"]
+    future = raw.stat().st_mtime_ns + 3600 * 10**9
+    os.utime(raw, ns=(future, future))
+    assert make("-q", "features", *args, check=False).returncode == 1
+    run = make("features", *args)
+    assert [c.split()[1] for c in commands_in(run.stdout)][:1] == ["extract"], run.stdout
+    assert raw.stat().st_mtime_ns < future and "modules.json" not in out["settings"].read_text()
     assert make("-q", "features", *args, check=False).returncode == 0
 
 
