@@ -526,7 +526,9 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 
         interrupted = partial.is_dir() and any((partial / name).is_file() for name in PARTIAL_MANIFESTS.values())
     else:
-        interrupted = partial.is_dir() and any(partial.iterdir())
+        from .outputs import browser_file
+
+        interrupted = partial.is_dir() and any(not browser_file(q) for q in partial.iterdir())
     if interrupted:
         if resume or overwrite:
             return  # resume continues it (and may rewrite an output its interrupted finish left); overwrite starts over
@@ -536,14 +538,16 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 
 def check_partial_is_ours(partial: Path) -> None:
     """OUTPUT.partial is bertfeat's working directory, removed by --overwrite and at the end: a file there, or a
-    folder holding anything but a run's manifest, parts and temporaries, is the user's and is never deleted."""
+    folder holding anything but a run's manifest, parts and temporaries (and a file browser's files), is the user's
+    and is never deleted."""
     from .manifest import PARTIAL_MANIFESTS
+    from .outputs import browser_file
     from ..errors import OutputError
 
     if not (partial.exists() or partial.is_symlink()):
         return
     if partial.is_dir() and not partial.is_symlink():
-        names = [q.name for q in partial.iterdir()]
+        names = [q.name for q in partial.iterdir() if not browser_file(q)]
         if not names or any(n in PARTIAL_MANIFESTS.values() for n in names) or all(n.startswith(".") for n in names):
             return  # a run's (a killed one's before its manifest: only temporaries)
     raise OutputError(f"{partial} exists and is not a bertfeat partial run (bertfeat works there while it writes "
