@@ -151,10 +151,11 @@ def extract(
         raise BertfeatError("--cache and --no-cache exclude each other", "give one of them")
     if estimate_rows is not None and not estimate:
         raise BertfeatError("--estimate-rows applies to --estimate", "add --estimate, or drop --estimate-rows")
-    if summary_json == "-" and not estimate:
+    if summary_json == "-":
         from .render import require_stdout
 
-        require_stdout("the run's summary (--summary-json -)", "give --summary-json a file name")
+        require_stdout(f"the {'estimate' if estimate else 'run'}'s summary (--summary-json -)",
+                       "give --summary-json a file name")
     if summary_json is not None:
         check_summary_json(summary_json, input, overwrite, output=output, format=format, model=model,
                            cache=False if no_cache else cache, pca_model=pca_model)
@@ -360,9 +361,7 @@ def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, f
     from ..run.outputs import check_outputs
     from ..checks import local_path
 
-    if dest == "-":
-        if isinstance(sys.stdout, _ClosedOutput):  # before the run, not after it
-            sys.stdout.write("")
+    if dest == "-":  # a closed standard output: refused by extract (require_stdout)
         return
     path = local_path(dest, "summary JSON", "summary_json", writes=True)
     _check_not_the_runs_own(path, input, output, format, model, cache, pca_model)
@@ -605,9 +604,9 @@ class _ClosedOutput:
     closed_at_start = True  # render.require_stdout: a command that writes files refuses before it starts
 
     def write(self, text: str) -> int:
-        raise BertfeatError("standard output is closed (the command was started with >&-), so there is nowhere to "
-                            "write this command's output", "run it with its output going to a file or a pipe, e.g. "
-                            "> out.txt, or to /dev/null to discard it")
+        from .render import closed_stdout_error
+
+        raise closed_stdout_error()
 
     def flush(self) -> None:
         pass
