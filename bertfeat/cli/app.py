@@ -151,10 +151,11 @@ def extract(
         raise BertfeatError("--cache and --no-cache exclude each other", "give one of them")
     if estimate_rows is not None and not estimate:
         raise BertfeatError("--estimate-rows applies to --estimate", "add --estimate, or drop --estimate-rows")
-    if summary_json == "-" and not estimate:
+    if summary_json == "-":
         from .render import require_stdout
 
-        require_stdout("the run's summary (--summary-json -)", "give --summary-json a file name")
+        require_stdout(f"the {'estimate' if estimate else 'run'}'s summary (--summary-json -)",
+                       "give --summary-json a file name")
     if summary_json is not None:
         check_summary_json(summary_json, input, overwrite, output=output, format=format, model=model,
                            cache=False if no_cache else cache, pca_model=pca_model)
@@ -360,9 +361,7 @@ def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, f
     from ..run.outputs import check_outputs
     from ..checks import local_path
 
-    if dest == "-":
-        if isinstance(sys.stdout, _ClosedOutput):  # before the run, not after it
-            sys.stdout.write("")
+    if dest == "-":  # a closed standard output: refused by extract (require_stdout)
         return
     path = local_path(dest, "summary JSON", "summary_json", writes=True)
     _check_not_the_runs_own(path, input, output, format, model, cache, pca_model)
@@ -391,12 +390,7 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_
     out = Path(output) if output is not None else (default_output(input, format or "parquet") if input != "-" else None)
     owners = []
     if out is not None:
-        o = Path(os.path.realpath(out))
-        named_after = (o.name, o.with_suffix("").name + ".pca")  # its side files; its PCA model and report
-        if where.parent == o.parent and where.name.lstrip(".").startswith(named_after):
-            owners.append(f"the output {out} (or a file named after it)")
-        if where == o or o in where.parents:
-            owners.append(f"the output {out}")
+        owners += _output_owners(where, out, format)
     owner = runs_own_folder(path, model, resolve_cache(cache))  # the cache as extract resolves it (BERTFEAT_CACHE ...)
     if owner is not None:
         owners.append(owner)
@@ -405,6 +399,38 @@ def _check_not_the_runs_own(path, input: str, output, format, model, cache, pca_
     if owners:
         raise BertfeatError(f"the summary JSON {path} would be written over {owners[0]}",
                             "give --summary-json a file of its own, e.g. run.json beside the output")
+
+
+def _output_owners(where, out, format) -> list[str]:
+    """What of the run's own the summary JSON at ``where`` (resolved) would be written over: its partial directory
+    (OUTPUT.partial/, deleted when the run ends: a summary there blocked the next run), the output (a Dask output
+    directory included), or a file or folder named after one of the run's files (its rejects, a .npy's ids file, the
+    PCA model and report, their temporaries and locks). The output as named (the local engine's files go beside that
+    name) and resolved (the Dask engine's)."""
+    import os
+    from pathlib import Path
+
+    from ..run.plan import OutputLayout, output_format
+
+    try:
+        fmt = output_format(out, format)
+    except BertfeatError:  # the plan names a bad format
+        fmt = "parquet"
+    owners = []
+    for o in dict.fromkeys((Path(os.path.realpath(Path(out).absolute().parent)) / Path(out).name,
+                            Path(os.path.realpath(out)))):
+        layout = OutputLayout(o, fmt, want_pca=True)
+        if where == layout.partial or layout.partial in where.parents:
+            partial = OutputLayout(Path(out), fmt).partial  # as the user named the output
+            owners.append(f"the run's partial directory {partial} (where it works; deleted when it ends)")
+        if where == o or o in where.parents:
+            owners.append(f"the output {out}")
+        own = [p.name for _, p in layout.outputs()] + [layout.partial.name]
+        # where's own entry in the output's folder: the file itself, or the folder it would be written in
+        top = next((p.name.lstrip(".") for p in (where, *where.parents) if p.parent == o.parent), None)
+        if top is not None and any(top == name or top.startswith(name + ".") for name in own):
+            owners.append(f"the output {out} (or a file named after it)")
+    return owners
 
 
 def _check_writable_folder(path) -> None:
@@ -578,9 +604,9 @@ class _ClosedOutput:
     closed_at_start = True  # render.require_stdout: a command that writes files refuses before it starts
 
     def write(self, text: str) -> int:
-        raise BertfeatError("standard output is closed (the command was started with >&-), so there is nowhere to "
-                            "write this command's output", "run it with its output going to a file or a pipe, e.g. "
-                            "> out.txt, or to /dev/null to discard it")
+        from .render import closed_stdout_error
+
+        raise closed_stdout_error()
 
     def flush(self) -> None:
         pass

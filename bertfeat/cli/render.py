@@ -15,15 +15,21 @@ DEBUG_ENV = "BERTFEAT_DEBUG"
 BUG_FIX = f"this is a bug in bertfeat: rerun as `bertfeat --debug COMMAND ...` (or with {DEBUG_ENV}=1) to see the traceback and report it"
 
 
-def require_stdout(what: str, fix: str) -> None:
+def closed_stdout_error(what: str = "this command's output", fix: str | None = None) -> BertfeatError:
+    """The one error of a standard output that was closed when the process started (``>&-``): nowhere to print
+    ``what``; ``fix``, another way out besides redirecting it (e.g. "pass -q")."""
+    return BertfeatError(f"standard output is closed (the command was started with >&-), so there is nowhere to print "
+                         f"{what}", "run it with its output going to a file or a pipe (> out.txt, or > /dev/null to "
+                         "discard it)" + (f", or {fix}" if fix else ""))
+
+
+def require_stdout(what: str, fix: str | None = None) -> None:
     """Refuse up front, before a file is written, a command that would print ``what`` on a standard output that was
     closed when the process started (app._ClosedOutput): the run would write its files and then fail."""
     import sys
 
     if getattr(sys.stdout, "closed_at_start", False):
-        raise BertfeatError(f"standard output is closed (the command was started with >&-), so there is nowhere to "
-                            f"print {what}", f"run it with its output going to a file or a pipe (> out.txt, or > "
-                            f"/dev/null to discard it), or {fix}")
+        raise closed_stdout_error(what, fix)
 
 
 def user_error(e: BaseException) -> BertfeatError | None:

@@ -97,15 +97,22 @@ def fit_pca_file(
 
 
 def save_pca_outputs(pca: PCA, model_path: Path, report_prefix: Path, fingerprint: dict | None, source: dict | None,
-                     probe: dict | None = None) -> dict:
+                     probe: dict | None = None, saved: Path | None = None) -> dict:
     """Save a fitted PCA and write its report beside it (PREFIX.report.{json,md,png}, with ``probe``'s result if
     given), each file atomically: -> outputs name -> path (``pca_model``, ``pca_report_json``, ...). ``extract --pca``
-    and ``pca fit`` both end here."""
-    from ..atomic import together
+    and ``pca fit`` both end here. ``saved``: the model as ``pca.save`` already wrote it elsewhere, copied byte for
+    byte (a save again would differ in its archive's timestamps, and so in a sha256 taken of ``saved``)."""
+    import shutil
+
+    from ..atomic import atomic_output, together
     from .report import write_pca_report
 
     with together():  # the model and its report appear together (an interrupted run leaves the old ones)
-        pca.save(model_path, fingerprint=fingerprint)
+        if saved is None:
+            pca.save(model_path, fingerprint=fingerprint)
+        else:
+            with atomic_output(model_path) as tmp:
+                shutil.copyfile(saved, tmp)
         report_paths = write_pca_report(pca, report_prefix, source=source, probe=probe)
     return {"pca_model": Path(model_path), **{f"pca_report_{k}": v for k, v in report_paths.items()}}
 

@@ -599,25 +599,31 @@ class DaskRun:
     def reduce(self, merged, ctx: TaskContext, final_meta: dict) -> None:
         """pca: fit on the client, then pass 2 on the cluster; pca_model: pass 2 with the given model (copied beside
         the parts for the workers)."""
+        from ..pca.reduce import file_sha256
+
         plan, partial = self.plan, self.partial
         if plan.pca is not None:
-            final_meta["pca"] = self.meta["pca"] = fit_pca(merged, self.summary.rows_written, plan.layout)
+            entry = final_meta["pca"] = self.meta["pca"] = fit_pca(merged, self.summary.rows_written, plan.layout)
             self.progress.note(f"PCA: {merged.n_components_} components; writing the reduced features")
-            self.reduce_pass(merged.save(partial / PCA_FILE, fingerprint=self.fingerprint), ctx)
+            saved = merged.save(partial / PCA_FILE, fingerprint=self.fingerprint)
+            # the model is published as these bytes (write), so the parts of pass 2 record its sha256 too: the
+            # provenance made from the parts alone (features.reader) names the model as _bertfeat.json does
+            entry["model_sha256"] = file_sha256(saved)
+            self.reduce_pass(saved, ctx)
         elif self.applied is not None:
             final_meta["pca"] = self.meta["pca"] = applied_pca_entry(self.applied, plan)
             shutil.copyfile(plan.pca_model, partial / PCA_FILE)
             self.reduce_pass(partial / PCA_FILE, ctx)
 
     def reduce_pass(self, pca_path: Path, ctx: TaskContext) -> None:
-        """Pass 2: every full-width part -> its reduced part, on the cluster; then the full parts and model go."""
+        """Pass 2: every full-width part -> its reduced part, on the cluster; then the full parts go (the model at the
+        finish: the fitted one is published from it)."""
         self.futures = {self.client.submit(run_task, reduce_partition, p.index, ctx, str(pca_path), self.meta,
                                            key=f"bertfeat-reduce-{p.index}-{self.tag}", pure=False): p.index
                         for p in self.parts}
         gather(self.client, self.futures, lambda i, n: None)
         self.futures = {}
-        shutil.rmtree(self.partial / FULL_DIR, ignore_errors=True)
-        pca_path.unlink()
+        shutil.rmtree(self.partial / FULL_DIR, ignore_errors=True)  # the model goes with the run's finish (_finish)
 
     def write(self, results: dict[int, dict], merged, final_meta: dict) -> None:
         """The PCA model and report, the rejects and the output directory, together; then the label's probe."""
@@ -626,7 +632,8 @@ class DaskRun:
         self.phase = "write"
         with together() as self.group:  # the PCA model and report, the rejects and the output directory appear together
             if plan.pca is not None:
-                self.outputs.update(write_pca(merged, plan.layout, self.fingerprint, final_meta["pca"]))
+                self.outputs.update(write_pca(merged, plan.layout, self.fingerprint, final_meta["pca"],
+                                              saved=self.partial / PCA_FILE))
             self.outputs.update(publish_rejects(plan.layout.rejects, rejects, plan.keep))
             remove_stale(plan.layout.stale_pca(plan.pca_model))
             deferred(lambda: _finish(self.partial, self.out, final_meta))
@@ -729,9 +736,9 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
 
 
 def _finish(partial: Path, out: Path, meta: dict):
-    """Tidy OUTPUT.partial/ (manifest, stray temporary files) and move it to OUTPUT."""
+    """Tidy OUTPUT.partial/ (manifest, the PCA model of pass 2, stray temporary files) and move it to OUTPUT."""
     for p in partial.iterdir():
-        if p.name.startswith(".") or p.name == MANIFEST:
+        if p.name.startswith(".") or p.name in (MANIFEST, PCA_FILE):
             p.unlink() if p.is_file() else shutil.rmtree(p, ignore_errors=True)
     write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     replace_directory(partial, out)  # the old output or the new one under OUTPUT at every moment, even under SIGKILL

@@ -180,16 +180,17 @@ class DistinctRows:
     k-minimum-values estimate (the k smallest of the rows' 64-bit hashes: about 1/sqrt(k) = 0.4 % off at k 65,536)."""
 
     def __init__(self, k: int = 1 << 16):
+        # k + 1 hashes kept: k of them alone cannot tell exactly k distinct rows from more
         self.k, self.smallest = k, np.zeros(0, np.uint64)
 
     def add(self, rows: list[tuple]) -> None:
         h = np.fromiter((_row_hash(t, p) for t, p in rows), dtype=np.uint64, count=len(rows))
-        self.smallest = np.unique(np.concatenate([self.smallest, h]))[: self.k]  # sorted, distinct
+        self.smallest = np.unique(np.concatenate([self.smallest, h]))[: self.k + 1]  # sorted, distinct
 
     def count(self) -> int:
-        if len(self.smallest) < self.k:
+        if len(self.smallest) <= self.k:
             return len(self.smallest)
-        return int(round((self.k - 1) / ((float(self.smallest[-1]) + 1.0) / 2.0**64)))
+        return int(round((self.k - 1) / ((float(self.smallest[self.k - 1]) + 1.0) / 2.0**64)))
 
 
 def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None) -> float | None:

@@ -2,7 +2,8 @@
 input (compared through symbolic and hard links), a file of the model folder or the vector cache
 (``check_not_runs_own``) or an existing directory, an existing output is refused unless
 ``overwrite`` (``check_outputs``, ``check_not_input``, ``check_overwrite``, ``check_not_directory``), a directory
-output (the Dask engine's, replaced whole) holds only what bertfeat wrote there (``check_dataset_directory``), and a
+output (the Dask engine's, replaced whole) holds only what bertfeat wrote there and a file browser's files
+(``check_dataset_directory``, ``browser_file``), and a
 partial run in the way is named (``partial_run_error``). ``feature_file_outputs`` / ``feature_file_inputs`` /
 ``report_outputs`` list a feature file's or a PCA report's files with their side files.
 """
@@ -143,6 +144,18 @@ def check_not_directory(outputs: Iterable[tuple[str, Path]], options: Mapping[st
 
 
 
+#: the files a file browser leaves in a folder it shows (macOS Finder, Windows Explorer), compared without case; with
+#: macOS's AppleDouble ``._NAME`` files: not the user's work, so a directory bertfeat replaces whole may hold them
+BROWSER_FILES = (".ds_store", "thumbs.db", "desktop.ini")
+
+
+def browser_file(entry: Path) -> bool:
+    """``entry`` is a regular file a file browser made (``BROWSER_FILES``, ``._NAME``), removed with its directory."""
+    name = entry.name
+    return ((name.casefold() in BROWSER_FILES or (name.startswith("._") and len(name) > 2)) and entry.is_file()
+            and not entry.is_symlink())
+
+
 def _ours_in_dataset(entry: Path, partitions: int | None) -> bool:
     """An entry of a Dask output directory that a run wrote: the run's provenance, or a part file of one of its
     ``partitions`` (when the provenance says how many); a regular file, not a link (a link's target is the user's)."""
@@ -169,12 +182,13 @@ def _partitions(out: Path) -> int | None:
 def check_dataset_directory(out: Path) -> None:
     """A directory output (the Dask engine's) is replaced whole when a run writes it (--overwrite, a resume's finish):
     refused when it is not bertfeat's (no run provenance), and when it holds a file or folder bertfeat did not write
-    there, named, so that nothing of the user's is deleted with it."""
+    there, named, so that nothing of the user's is deleted with it. A file browser's files (``browser_file``: .DS_Store,
+    Thumbs.db ...) go with the directory."""
     from ..features.reader import DIRECTORY_PROVENANCE
 
     if not out.is_dir():
         return
-    entries = sorted(out.iterdir())
+    entries = sorted(p for p in out.iterdir() if not browser_file(p))
     if entries and not (out / DIRECTORY_PROVENANCE).is_file():
         raise OutputError(f"{out} is a directory that bertfeat did not write", f"choose another {opt('output')} OUTPUT")
     n = _partitions(out)

@@ -118,14 +118,15 @@ def fit_pca(pca, rows_written: int, layout) -> dict:
             "explained_variance": float(np.sum(pca.explained_variance_ratio_))}
 
 
-def write_pca(pca, layout, fingerprint: dict, entry: dict) -> dict:
+def write_pca(pca, layout, fingerprint: dict, entry: dict, saved: Path | None = None) -> dict:
     """A fitted PCA's model and report where the layout says (OUTPUT.pca.npz, OUTPUT.pca.report.{json,md,png}):
     -> outputs name -> path. Inside atomic.together() they appear with the run's other files. The model file's sha256
-    goes into ``entry`` (the provenance's "pca" entry), so that verify knows a replaced model from the written one."""
+    goes into ``entry`` (the provenance's "pca" entry), so that verify knows a replaced model from the written one.
+    ``saved``: the model saved before (the Dask engine's, whose sha256 its parts record), written as those bytes."""
     from ..atomic import pending
     from ..pca.reduce import file_sha256, save_pca_outputs
 
-    outputs = save_pca_outputs(pca, layout.pca_model, layout.pca_prefix, fingerprint, source=fingerprint)
+    outputs = save_pca_outputs(pca, layout.pca_model, layout.pca_prefix, fingerprint, source=fingerprint, saved=saved)
     entry["model_sha256"] = file_sha256(pending(layout.pca_model))
     return outputs
 

@@ -12,6 +12,7 @@ the loaded model (the feature spec, the fingerprint) is resolved by both through
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
@@ -234,7 +235,7 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
     check_output_columns(reader, fmt)
     overwrite = bool(o.overwrite) or estimate is not False  # an estimate writes nothing: an existing output is fine
     layout = _output_layout(input, o.output, fmt, o.engine, pca is not None, reader, overwrite, o.resume, pca_model,
-                            cache, o.model)
+                            cache, o.model, writes=estimate is False)
     return ExtractPlan(options=o, input=input, reader=reader, layout=layout, on_bad_row=on_bad_row,
                        max_bad_rows=max_bad_rows, pca=pca, pca_model=pca_model, overwrite=overwrite, dask=dask,
                        keep=keep, keep_as=keep_as, cache=cache, label=label, dtype=dtype,
@@ -345,16 +346,18 @@ def _check_input(o: ExtractOptions, fmt: str) -> str:
 
 
 def _output_layout(input: str, output, fmt: str, engine: str, want_pca: bool, reader, overwrite: bool, resume: bool,
-                   pca_model, cache: Path | None = None, model: str | None = None) -> OutputLayout:
+                   pca_model, cache: Path | None = None, model: str | None = None, writes: bool = True) -> OutputLayout:
     """Every name the run may write (``OutputLayout``: the given output, else beside the input), checked against the
     run's own folders first (``check_cache_apart``: the cache and the model folder), then the output rules
-    (``check_layout``)."""
+    (``check_layout``). ``writes``: False for an estimate, which writes nothing and so takes no lock (outlock.py): it
+    runs beside a run writing the output."""
     out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
     layout = OutputLayout(out.resolve() if engine == "dask" else out, fmt, engine, want_pca)
     check_cache_apart(cache, layout, model)  # before "already exists": --overwrite would not make it right
     from .outlock import output_lock
 
-    with output_lock(*layout.locked(), create=False):  # a run writing this output is named first (its partial dir is live)
+    # a run writing this output is named first (its partial dir is live)
+    with output_lock(*layout.locked(), create=False) if writes else contextlib.nullcontext():
         check_layout(layout, reader, input, overwrite, resume, pca_model)
     return layout
 
@@ -526,7 +529,9 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 
         interrupted = partial.is_dir() and any((partial / name).is_file() for name in PARTIAL_MANIFESTS.values())
     else:
-        interrupted = partial.is_dir() and any(partial.iterdir())
+        from .outputs import browser_file
+
+        interrupted = partial.is_dir() and any(not browser_file(q) for q in partial.iterdir())
     if interrupted:
         if resume or overwrite:
             return  # resume continues it (and may rewrite an output its interrupted finish left); overwrite starts over
@@ -536,14 +541,16 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 
 def check_partial_is_ours(partial: Path) -> None:
     """OUTPUT.partial is bertfeat's working directory, removed by --overwrite and at the end: a file there, or a
-    folder holding anything but a run's manifest, parts and temporaries, is the user's and is never deleted."""
+    folder holding anything but a run's manifest, parts and temporaries (and a file browser's files), is the user's
+    and is never deleted."""
     from .manifest import PARTIAL_MANIFESTS
+    from .outputs import browser_file
     from ..errors import OutputError
 
     if not (partial.exists() or partial.is_symlink()):
         return
     if partial.is_dir() and not partial.is_symlink():
-        names = [q.name for q in partial.iterdir()]
+        names = [q.name for q in partial.iterdir() if not browser_file(q)]
         if not names or any(n in PARTIAL_MANIFESTS.values() for n in names) or all(n.startswith(".") for n in names):
             return  # a run's (a killed one's before its manifest: only temporaries)
     raise OutputError(f"{partial} exists and is not a bertfeat partial run (bertfeat works there while it writes "

@@ -743,29 +743,30 @@ class TestControlCharactersInNames:
                                                "the glob pattern (quote it so the shell does not expand it)\n")
 
 
-CLOSED = "Error: standard output is closed (the command was started with >&-), so there is nowhere "
-WRITE_FIX = ("to write this command's output - run it with its output going to a file or a pipe, e.g. > out.txt, or to "
-             "/dev/null to discard it\n")
+def closed(what: str = "this command's output", fix: str | None = None) -> str:
+    """The one line of a standard output closed at start, whichever command meets it (render.closed_stdout_error)."""
+    return (f"Error: standard output is closed (the command was started with >&-), so there is nowhere to print {what} "
+            "- run it with its output going to a file or a pipe (> out.txt, or > /dev/null to discard it)"
+            + (f", or {fix}" if fix else "") + "\n")
 
 
-def _refused_first(what: str, fix: str) -> str:
-    return (f"to print {what} - run it with its output going to a file or a pipe (> out.txt, or > /dev/null to discard "
-            f"it), or {fix}\n")
-
-
-TABLE = _refused_first("the report table", "pass -q (the report files hold it)")
+WRITE_FIX = closed()
+TABLE = closed("the report table", "pass -q (the report files hold it)")
 
 
 @pytest.mark.parametrize("argv, said", [
     (["info", "--json"], WRITE_FIX), (["tokens", "hello"], WRITE_FIX), (["--version"], WRITE_FIX),
     (["extract", "{src}", "-o", "{out}", "-q"], None),
     (["extract", "{src}", "-o", "{out}", "-q", "--summary-json", "-"],
-     _refused_first("the run's summary (--summary-json -)", "give --summary-json a file name")),
+     closed("the run's summary (--summary-json -)", "give --summary-json a file name")),
+    (["extract", "{src}", "--estimate", "--estimate-rows", "3", "--summary-json", "-"],
+     closed("the estimate's summary (--summary-json -)", "give --summary-json a file name")),
+    (["extract", "{src}", "--estimate", "--estimate-rows", "3"], WRITE_FIX),
     (["pca", "fit", "{feats}", "-n", "2", "-o", "{out}.npz"], TABLE),
     (["pca", "fit", "{feats}", "-n", "2", "-o", "{out}.npz", "-q"], None),
     (["report", "{model}", "-o", "{out}"], TABLE),
     (["sweep", "{src}", "-o", "{out}", "--set", "mean", "--sample", "20"],
-     _refused_first("the sweep's table", "pass -q (the report files hold it)")),
+     closed("the sweep's table", "pass -q (the report files hold it)")),
 ])
 def test_a_closed_standard_output_is_one_line(tmp_path, capsys, argv, said):
     """Found by the session's own audit: started with stdout closed (>&-), info --json printed a traceback and
@@ -791,7 +792,7 @@ def test_a_closed_standard_output_is_one_line(tmp_path, capsys, argv, said):
                        preexec_fn=lambda: os.close(1), timeout=120)
     made = {f.name for f in set(tmp_path.iterdir()) - before}
     if said:
-        assert (p.returncode, p.stderr) == (1, CLOSED + said)
+        assert (p.returncode, p.stderr) == (1, said)  # one phrasing, refused up front or at the first write
         assert not made  # refused before anything was written
     else:
         assert (p.returncode, p.stderr) == (0, "")

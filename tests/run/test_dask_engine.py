@@ -299,6 +299,50 @@ def test_pca_equals_local(client, data, tmp_path):
     assert s.outputs["pca_model"] == out.with_name("f.pca.npz")
 
 
+class TestProvenanceFromThePartsAlone:
+    """A Dask output without its _bertfeat.json has its provenance made from its parts (features.reader). Under
+    --pca the parts were written before the model's sha256 was known, so that provenance lacked pca.model_sha256:
+    verify then took any file at the model's name (a replaced model) for the one that reduced the features. The
+    parts now carry the whole "pca" entry of _bertfeat.json, the fitted model's sha256 included (the model file is
+    published as the bytes the parts were reduced with), with --pca and with --pca-model."""
+
+    @pytest.mark.parametrize("how", ["pca", "pca_model"])
+    def test_the_pca_entry_is_the_runs(self, client, data, tmp_path, how):
+        from bertfeat.features.reader import read_feature_metadata
+        from bertfeat.pca.reduce import file_sha256
+
+        out = tmp_path / "f.parquet"
+        if how == "pca_model":
+            extract(_opts(data, tmp_path / "fit" / "g.parquet", pca="3", **LOCAL))
+            model = tmp_path / "fit" / "g.pca.npz"
+            extract_dask(_opts(data, out, pca_model=str(model)), None, client=client)
+        else:
+            extract_dask(_opts(data, out, pca="3"), None, client=client)
+            model = tmp_path / "f.pca.npz"
+        whole = json.loads((out / "_bertfeat.json").read_text())["pca"]
+        assert whole["model_sha256"] == file_sha256(model)
+        for i in range(N_PARTS):
+            assert _meta(out / f"part-{i:05d}.parquet")["pca"] == whole
+        (out / "_bertfeat.json").unlink()
+        assert read_feature_metadata(out)["pca"] == whole
+
+    def test_verify_refuses_a_replaced_model(self, client, data, tmp_path, capsys):
+        from bertfeat.pca.reduce import file_sha256
+
+        out = tmp_path / "f.parquet"
+        extract_dask(_opts(data, out, pca="3"), None, client=client)
+        (out / "_bertfeat.json").unlink()
+        model = tmp_path / "f.pca.npz"
+        sha = file_sha256(model)
+        extract(_opts(data, tmp_path / "other.parquet", pca="3", max_length=8))  # another model under its name
+        (tmp_path / "other.pca.npz").replace(model)
+        capsys.readouterr()
+        assert main(["verify", str(out), "--sample", "2"]) == 1
+        assert capsys.readouterr().err == (f"Error: the features of {out} were reduced by a PCA model that is not found "
+                                           f"(f.pca.npz, sha256 {sha[:12]}) - put the model file back beside the "
+                                           "features\n")
+
+
 # --------------------------------------------------------------------------- faults
 class _KillBusyWorkerAfterFirst(NullProgress):
     """As soon as one partition is encoded, SIGKILL the process of a worker that is encoding another."""

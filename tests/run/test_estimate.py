@@ -178,3 +178,36 @@ def test_distinct_rows_is_exact_up_to_k_then_close():
     small = DistinctRows(k=1024)
     small.add([("a", None), ("b", None), ("a", None), ("a", "b")])
     assert small.count() == 3
+
+
+class TestDistinctRowsAtItsBoundary:
+    """DistinctRows kept k hashes, so exactly k distinct rows were taken for more and estimated (k - 1 or so, a
+    different number for other texts). It is exact up to k distinct rows and estimates from k + 1 on, however the
+    rows come (in batches, repeated, with pairs)."""
+
+    K = 16
+
+    def rows(self, n: int, word: str = "text") -> list[tuple]:
+        return [(f"{word} {i}", None if i % 3 else f"pair {i}") for i in range(n)]
+
+    def counted(self, n: int, k: int, word: str = "text") -> int:
+        from bertfeat.run.estimate import DistinctRows
+
+        d = DistinctRows(k=k)
+        rows = self.rows(n, word)
+        for start in range(0, len(rows), 5):  # batches of 5, each row twice, the second time in another batch
+            d.add(rows[start:start + 5] + rows[max(0, start - 5):start])
+        d.add(rows[::-1])
+        return d.count()
+
+    @pytest.mark.parametrize("k", [K, 1 << 10])
+    @pytest.mark.parametrize("word", ["text", "row", "zeile", "ligne"])  # other hashes: never right by chance
+    def test_exact_up_to_k(self, k, word):
+        assert [self.counted(n, k, word) for n in (1, k - 1, k)] == [1, k - 1, k]
+
+    def test_the_estimate_starts_past_k(self):
+        from bertfeat.run.estimate import _row_hash
+
+        k = self.K
+        kth = sorted({_row_hash(t, p) for t, p in self.rows(k + 1)})[k - 1]  # the k-th smallest of the rows' hashes
+        assert self.counted(k + 1, k) == round((k - 1) / ((kth + 1) / 2**64))  # the k-minimum-values estimate

@@ -267,3 +267,68 @@ def test_an_output_name_near_the_limit_gets_a_lock_name_of_its_own():
     assert lock_path(long).name.startswith("." + "x" * 200 + "~") and len(lock_path(long).name) <= 255
     assert lock_path(long) != lock_path(Path("/d") / ("x" * 249 + "y"))
     assert lock_path(Path("/d/o.parquet")) == Path("/d/.o.parquet.lock")
+
+
+# --------------------------------------------------------------------------- an estimate takes no lock
+HOLDER = """
+import sys
+from bertfeat.run.outlock import output_lock
+with output_lock(*sys.argv[1:]):
+    print("held", flush=True)
+    sys.stdin.read()  # until the test closes it
+"""
+
+
+def only_warnings(err: str) -> bool:
+    """An estimate's stderr: its warnings (a busy machine, a Dask cluster's share), no Error line."""
+    return all(line.startswith("Warning: ") for line in err.splitlines())
+
+
+class TestAnEstimateTakesNoLock:
+    """extract --estimate was refused while another run held the output's lock ("is being written by another bertfeat
+    run"), although an estimate writes nothing. It runs beside that run, on either engine, and leaves its lock and
+    files as they were."""
+
+    @pytest.mark.parametrize("engine, pca", [("local", []), ("local", ["--pca", "2"]), ("dask", ["--pca", "2"])])
+    def test_beside_a_process_holding_the_lock(self, tmp_path, inputs, capsys, engine, pca):
+        from bertfeat.run.plan import OutputLayout
+        from extract_util import tree_digest
+
+        if engine == "dask":
+            pytest.importorskip("distributed")
+        a, _ = inputs
+        out = tmp_path / "o.parquet"
+        held = OutputLayout(out, "parquet", engine, bool(pca)).locked()  # as that run holds them
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, *map(str, held)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        try:
+            assert holder.stdout.readline() == "held\n"
+            before = tree_digest(tmp_path)
+            args = ["extract", a, "-o", out, "--model", tiny_model(), "--engine", engine, *pca, "--estimate",
+                    "--estimate-rows", 20]
+            rc, stdout, err = run(capsys, *args)
+            assert rc == 0 and "nothing was written" in stdout and only_warnings(err), err
+            assert tree_digest(tmp_path) == before  # the holder's lock files untouched, nothing made
+            rc, _, err = run(capsys, *args[:-3])  # the run itself is still refused
+            assert rc == 1 and f"is being written by another bertfeat run (process {holder.pid} on host" in err, err
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=60)
+        assert not any(p.exists() for p in map(lock_path, held))  # released by its holder
+
+    def test_beside_a_run_writing_the_output(self, tmp_path, inputs, capsys):
+        """A real run mid-way (its partial directory live), held there while the estimate runs."""
+        a, _ = inputs
+        out = tmp_path / "o.parquet"
+        first = start(a, out)
+        wait_mid_run(out, first)
+        first.send_signal(signal.SIGSTOP)
+        try:
+            rc, stdout, err = run(capsys, "extract", a, "-o", out, "--model", tiny_model(), "--estimate",
+                                  "--estimate-rows", 20)
+            assert rc == 0 and "nothing was written" in stdout and only_warnings(err), err
+        finally:
+            first.send_signal(signal.SIGCONT)
+        _, err = first.communicate(timeout=300)
+        assert first.returncode == 0, err
+        whole_output_of(out, a, N)

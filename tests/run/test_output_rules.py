@@ -229,6 +229,76 @@ def test_overwrite_of_a_dask_output_never_deletes_a_users_file_in_it(tmp_path, s
     assert sorted(p.name for p in out.iterdir()) == parts
 
 
+class TestFileBrowsersFilesGoWithTheDirectory:
+    """A Dask output directory a file browser had shown (.DS_Store, Thumbs.db, desktop.ini, AppleDouble ._NAME files)
+    refused --overwrite for a "file bertfeat did not write there". Those files are a browser's, not the user's work:
+    they go with the directory it replaces (and with a partial directory), while any other file is still refused."""
+
+    BROWSER = (".DS_Store", "Thumbs.db", "desktop.ini", "._part-00000.parquet", "._notes.txt", "THUMBS.DB")
+
+    @staticmethod
+    def dask_args(src, out, client):
+        return ["extract", src, "-o", out, "--model", tiny_model(), "--no-cache", "--engine", "dask", "--scheduler",
+                client.scheduler.address, "--blocksize", "none", "-q"]
+
+    def test_overwrite_replaces_them_with_the_directory(self, tmp_path, src, capsys, dask_client):
+        out = tmp_path / "o.parquet"
+        args = self.dask_args(src, out, dask_client)
+        assert run(capsys, *args) == (0, "", "")
+        parts = sorted(p.name for p in out.iterdir())
+        for name in self.BROWSER:
+            (out / name).write_bytes(b"\x00\x05\x16\x07 browser")
+        assert run(capsys, *args, "--overwrite") == (0, "", "")
+        assert sorted(p.name for p in out.iterdir()) == parts  # replaced whole, the browser's files with it
+
+    def test_a_folder_holding_only_them_is_an_empty_output_folder(self, tmp_path, src, capsys, dask_client):
+        """As an empty folder: it exists (--overwrite), and it is not "a directory that bertfeat did not write"."""
+        out = tmp_path / "new"
+        out.mkdir()
+        (out / ".DS_Store").write_bytes(b"Bud1")
+        args = self.dask_args(src, out, dask_client)
+        assert run(capsys, *args) == (1, "", f"Error: {out} already exists - pass --overwrite to replace it, or -o with "
+                                             "another name\n")
+        assert run(capsys, *args, "--overwrite") == (0, "", "")
+        assert sorted(p.name for p in out.iterdir()) == ["_bertfeat.json", "part-00000.parquet"]
+
+    @pytest.mark.parametrize("mine", ["notes.txt", "Thumbs.db/", "._x/", "~$report.docx"])
+    def test_any_other_file_beside_them_is_still_refused(self, tmp_path, src, capsys, dask_client, mine):
+        """Named alone (the browser's files are not listed); a folder under a browser file's name is the user's."""
+        from extract_util import tree_digest
+
+        out = tmp_path / "o.parquet"
+        args = self.dask_args(src, out, dask_client)
+        assert run(capsys, *args)[0] == 0
+        for name in (".DS_Store", "desktop.ini", "._part-00000.parquet"):
+            (out / name).write_bytes(b"browser")
+        if mine.endswith("/"):
+            (out / mine).mkdir()
+            (out / mine / "a.txt").write_text("mine\n")
+        else:
+            (out / mine).write_text("mine\n")
+        before = tree_digest(tmp_path)
+        rc, _, err = run(capsys, *args, "--overwrite")
+        assert (rc, err) == (1, f"Error: {out} holds {mine}, which bertfeat did not write there (a run replaces the "
+                                f"whole directory, and would delete it with the old parts) - move it out of {out}, or "
+                                "pass -o with another name\n")
+        assert tree_digest(tmp_path) == before  # nothing deleted, the browser's files included
+
+    def test_a_partial_directory_holding_only_them_is_taken_over(self, tmp_path, src, capsys):
+        partial = tmp_path / "o.parquet.partial"
+        partial.mkdir()
+        for name in ("Thumbs.db", "desktop.ini"):
+            (partial / name).write_text("browser")
+        assert run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q") == (0, "", "")
+        assert not partial.exists() and (tmp_path / "o.parquet").is_file()
+        partial.mkdir()
+        (partial / "Thumbs.db").write_text("browser")
+        (partial / "mine.txt").write_text("mine\n")
+        rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--overwrite")
+        assert rc == 1 and err.startswith(f"Error: {partial} exists and is not a bertfeat partial run"), err
+        assert (partial / "mine.txt").read_text() == "mine\n"
+
+
 @pytest.mark.parametrize("engine", ["local", "dask"])
 def test_a_directory_at_the_rejects_file_is_refused_before_the_run(tmp_path, src, capsys, dask_client, engine):
     """A directory at OUTPUT.rejects.csv was found only when the finished run wrote its rejects (all the work lost,

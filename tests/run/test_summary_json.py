@@ -132,3 +132,45 @@ def test_summary_json_is_not_the_pca_model_it_applies(tmp_path, capsys):
                      "--summary-json", model, "--overwrite")
     assert rc == 1 and err.startswith(f"Error: the summary JSON {model} would be written over the PCA model {model}"), err
     assert model.read_bytes() == before
+
+
+# --------------------------------------------------------------------------- inside the run's own folders
+class TestSummaryJsonInsideTheRunsOwnFolders:
+    """--summary-json OUTPUT.partial/run.json was written there after the run, and the next run was refused for a
+    foreign file in its partial directory. A summary inside the partial directory (at any depth, the Dask engine's
+    and the default output's too), inside a folder named after the output, or at a .npy's ids file is refused before
+    anything runs, nothing written."""
+
+    @pytest.mark.parametrize("output, dest, owner", [
+        ("o.parquet", "o.parquet.partial/run.json", "the run's partial directory o.parquet.partial (where it works; "
+                                                     "deleted when it ends)"),
+        ("o.parquet", "o.parquet.partial/logs/run.json", "the run's partial directory o.parquet.partial (where it "
+                                                          "works; deleted when it ends)"),
+        (None, "c.features.parquet.partial/run.json", "the run's partial directory c.features.parquet.partial (where "
+                                                       "it works; deleted when it ends)"),
+        ("d", "d.partial/run.json", "the run's partial directory d.partial (where it works; deleted when it ends)"),
+        ("o.parquet", ".o.parquet.partial.removing-7/run.json", "the output o.parquet (or a file named after it)"),
+        ("o.npy", "o.ids.csv", "the output o.npy (or a file named after it)"),
+    ])
+    def test_refused_before_the_run(self, tmp_path, capsys, monkeypatch, output, dest, owner):
+        from extract_util import tree_digest
+
+        monkeypatch.chdir(tmp_path)
+        src = corpus(tmp_path / "c.csv")
+        args = ["extract", "c.csv", "--model", tiny_model(), "--summary-json", dest, "-q", "--overwrite"]
+        args += ["-o", output] if output else []
+        args += ["--engine", "dask"] if output == "d" else []
+        before = tree_digest(tmp_path)
+        rc, _, err = run(capsys, *args)
+        assert (rc, err) == (1, f"Error: the summary JSON {dest} would be written over {owner} - give --summary-json a "
+                                "file of its own, e.g. run.json beside the output\n")
+        assert tree_digest(tmp_path) == before and src.is_file()  # nothing made: refused before the run
+
+    def test_a_folder_only_starting_like_the_output_is_fine(self, tmp_path, capsys, monkeypatch):
+        monkeypatch.chdir(tmp_path)
+        corpus(tmp_path / "c.csv")
+        rc, _, err = run(capsys, "extract", "c.csv", "-o", "d.parquet", "--model", tiny_model(), "-q",
+                         "--summary-json", "d.parquet-logs/run.json")
+        assert (rc, err) == (0, "")
+        assert json.loads((tmp_path / "d.parquet-logs" / "run.json").read_text())["rows_written"] == 9
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "d.parquet", "d.parquet-logs"]
