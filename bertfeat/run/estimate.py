@@ -139,13 +139,14 @@ def _rss_peak() -> int:
 
 def _read(plan, sample: int, seed: int) -> dict:
     """The whole input once: {"rows", "bad", "first_bad", "texts", "pairs" (the sample's), "text_bytes" (per accepted
-    row), "kept_bytes" (its kept columns' values, per row), "seconds"}."""
+    row), "kept_bytes" (its kept columns' values, per row), "distinct" (rows of distinct text), "distinct_sample" (a uniform
+    sample of those, (text, pair) each), "seconds"}."""
     from .chunks import Reservoir, validate_batch
 
     t0 = time.perf_counter()
     rows = bad = text_bytes = kept_bytes = 0
     first_bad = None
-    reservoir, distinct = Reservoir(sample, seed), DistinctRows()
+    reservoir, distinct = Reservoir(sample, seed), DistinctRows(keep=sample)
     for b in plan.reader.batches():
         chunk = validate_batch(b, 0)
         rows += chunk.n_read
@@ -163,7 +164,8 @@ def _read(plan, sample: int, seed: int) -> dict:
     return {"rows": rows, "bad": bad, "first_bad": first_bad, "texts": [t for t, _ in kept],
             "pairs": [p for _, p in kept] if plan.options.pair_column is not None else None,
             "text_bytes": text_bytes / accepted, "kept_bytes": kept_bytes / accepted,
-            "distinct": min(distinct.count(), max(rows - bad, 0)), "seconds": time.perf_counter() - t0}
+            "distinct": min(distinct.count(), max(rows - bad, 0)), "distinct_sample": distinct.sample(),
+            "seconds": time.perf_counter() - t0}
 
 
 def _row_hash(text: str, pair: str | None) -> int:
@@ -177,20 +179,39 @@ def _row_hash(text: str, pair: str | None) -> int:
 
 class DistinctRows:
     """How many distinct (text, pair) rows a stream holds, in bounded memory: exact up to ``k`` of them, else the
-    k-minimum-values estimate (the k smallest of the rows' 64-bit hashes: about 1/sqrt(k) = 0.4 % off at k 65,536)."""
+    k-minimum-values estimate (the k smallest of the rows' 64-bit hashes: about 1/sqrt(k) = 0.4 % off at k 65,536).
+    With ``keep``, also a uniform sample of the distinct rows (``sample()``): those of the ``keep`` smallest hashes,
+    whatever each row's count (a uniform sample of the rows favours the repeated ones)."""
 
-    def __init__(self, k: int = 1 << 16):
+    def __init__(self, k: int = 1 << 16, keep: int = 0):
         # k + 1 hashes kept: k of them alone cannot tell exactly k distinct rows from more
-        self.k, self.smallest = k, np.zeros(0, np.uint64)
+        self.k, self.keep, self.smallest = k, min(int(keep), k), np.zeros(0, np.uint64)
+        self.kept: dict[int, tuple] = {}  # hash -> row, for hashes among the keep smallest when they came
 
     def add(self, rows: list[tuple]) -> None:
         h = np.fromiter((_row_hash(t, p) for t, p in rows), dtype=np.uint64, count=len(rows))
         self.smallest = np.unique(np.concatenate([self.smallest, h]))[: self.k + 1]  # sorted, distinct
+        if self.keep and len(self.smallest):
+            cut = int(self.smallest[min(self.keep, len(self.smallest)) - 1])
+            for hv, row in zip(h.tolist(), rows):
+                if hv <= cut:
+                    self.kept.setdefault(hv, row)
+            if len(self.kept) > 2 * self.keep:
+                self._trim()
+
+    def _trim(self) -> None:
+        keep = set(self.smallest[: self.keep].tolist())
+        self.kept = {hv: row for hv, row in self.kept.items() if hv in keep}
 
     def count(self) -> int:
         if len(self.smallest) <= self.k:
             return len(self.smallest)
         return int(round((self.k - 1) / ((float(self.smallest[self.k - 1]) + 1.0) / 2.0**64)))
+
+    def sample(self) -> list[tuple]:
+        """The distinct rows kept (``keep`` of them at most), in hash order: a uniform sample of the distinct rows."""
+        self._trim()
+        return [self.kept[hv] for hv in sorted(self.kept)]
 
 
 def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None) -> float | None:
@@ -236,13 +257,17 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     too_long, past_table = (round(sum(r.code == code for r in m["refused"].values()) / n * (rows - bad)) if n else 0
                             for code in (RejectCode.TOO_LONG, RejectCode.TOKEN_PAST_TABLE))
     accepted = rows - bad - too_long - past_table
-    cached = _cached_share(plan, encoder, spec, m["texts"], m["pairs"])
     tokens = int(round(m["tokens_per_row"] * accepted))
     # the run encodes a repeated row once (cache.reuse), but Dask workers on other machines without a cache share no
     # duplicates store: each partition encodes its own
     shared = not (plan.options.engine == "dask" and plan.cache is None and plan.dask.scheduler)
     unique = min(read["distinct"], accepted) if shared else accepted
-    encode_seconds = m["tokens_per_row"] * unique * (1.0 - (cached or 0.0)) / m["tps"] if m["tps"] else 0.0
+    # what is encoded: the distinct rows (their own tokens per row: repeats may be shorter or longer), less the cached
+    texts, pairs, per_row = m["texts"], m["pairs"], m["tokens_per_row"]
+    if shared and unique < accepted:
+        texts, pairs, per_row = _distinct_tokens(encoder, spec, read["distinct_sample"], plan, per_row)
+    cached = _cached_share(plan, encoder, spec, texts, pairs)
+    encode_seconds = per_row * unique * (1.0 - (cached or 0.0)) / m["tps"] if m["tps"] else 0.0
     size = _sizes(plan, d, accepted, read["kept_bytes"])
     # writing: the parts as the chunks finish, then the output from them (read back once); ~WRITE_RATE on a local disk
     seconds = (load_seconds + read["seconds"] + encode_seconds
@@ -266,6 +291,20 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
         threads=int(encoder.threads), dim=d, dim_out=size["dim_out"], output_bytes=int(size["output_bytes"]),
         disk_peak_bytes=int(size["disk_peak"]), disk_free_bytes=free, memory_peak_bytes=memory_peak,
         memory_parts=memory_parts, memory_limit_bytes=limit, memory_limit_source=source, warnings=warnings)
+
+
+def _distinct_tokens(encoder, spec, rows: list[tuple], plan, fallback: float) -> tuple[list, list | None, float]:
+    """The distinct rows' sample as (texts, pairs) without the rows the run refuses, and their tokens per row (the
+    model's tokens, windows included; ``fallback`` when none is left)."""
+    from .chunks import prepare_rows
+
+    texts = [t for t, _ in rows]
+    pairs = [p for _, p in rows] if plan.options.pair_column is not None else None
+    prep, keep, _ = prepare_rows(encoder, spec, texts, pairs)
+    texts, pairs = [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
+    if prep is None or not texts:
+        return texts, pairs, fallback
+    return texts, pairs, sum(len(a) for a in prep.ids) / len(texts)
 
 
 def _measure(encoder, spec, texts: list[str], pairs: list[str] | None) -> dict:

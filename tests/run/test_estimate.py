@@ -158,14 +158,42 @@ def test_repeated_rows_are_encoded_once_in_the_estimate_as_in_the_run(tmp_path, 
     src.write_text(lines[0] + "".join(lines[1:] * 10), encoding="utf-8")
     e = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), estimate=True)
     assert (e.rows, e.rows_distinct) == (3000, 300)
-    assert e.encode_seconds == pytest.approx(e.tokens_per_row * 300 / e.tokens_per_second)
+    plain = bertfeat.extract(SAMPLE, tmp_path / "p.parquet", model=tiny_model(), estimate=True)
+    assert plain.rows_distinct == 300 and plain.sample_rows == 300  # every row sampled: its exact tokens per row
+    assert e.encode_seconds == pytest.approx(plain.tokens_per_row * 300 / e.tokens_per_second)
     assert e.tokens == pytest.approx(e.tokens_per_row * 3000, abs=1)  # the output still has every row's tokens
     s = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), quiet=True)
     assert s.rows_encoded == 300  # what the estimate counted
     rc, out, _ = run(capsys, "extract", src, "-o", tmp_path / "o2.parquet", "--model", tiny_model(), "--estimate")
     assert rc == 0 and "│ rows           │ 3,000, ~300 distinct (a repeated row is encoded once)" in out
-    plain = bertfeat.extract(SAMPLE, tmp_path / "p.parquet", model=tiny_model(), estimate=True)
-    assert plain.rows_distinct == 300
+
+
+class TestTheDistinctRowsOwnTokens:
+    """The run encodes the distinct rows; the estimate multiplied their count by the tokens per row of a sample of all
+    rows, where a repeated row weighs its count: 540 copies of "ok" and 60 long texts were estimated at a ninth of
+    the tokens the run encoded."""
+
+    def test_repeats_shorter_than_the_distinct_rows(self, tmp_path):
+        long = [f"review {i} of the film said that the plot was good and the cast was fine" for i in range(60)]
+        src = tmp_path / "skew.csv"
+        src.write_text("text\n" + "ok\n" * 540 + "".join(f"{t}\n" for t in long), encoding="utf-8")
+        e = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), estimate=True, cache=None)
+        s = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), quiet=True, cache=None)
+        assert (e.rows_distinct, s.rows_encoded) == (61, 61)
+        assert s.rows_truncated == 0  # tokens_encoded counts before truncation, the estimate the tokens run
+        assert e.encode_seconds * e.tokens_per_second == pytest.approx(s.tokens_encoded, rel=1e-9)
+        assert e.tokens == pytest.approx(e.tokens_per_row * 600, abs=1)  # the output's tokens: every row's
+
+    def test_the_sample_of_distinct_rows_does_not_favour_repeats(self):
+        from bertfeat.run.estimate import DistinctRows
+
+        d = DistinctRows(keep=100)
+        for start in range(0, 1000, 250):  # 1,000 distinct rows, one in ten repeated 100 times
+            d.add([(f"row {i}", None) for i in range(start, start + 250) for _ in range(100 if i % 10 == 0 else 1)])
+        rows = d.sample()
+        assert len(rows) == len(set(rows)) == 100
+        heavy = sum(int(t.split()[1]) % 10 == 0 for t, _ in rows)
+        assert 3 <= heavy <= 20, heavy  # about 10 %, where a sample of all rows holds ~92 %
 
 
 def test_distinct_rows_is_exact_up_to_k_then_close():
