@@ -167,7 +167,11 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
         raise WorkerSetupError(f"worker on {socket.gethostname()}: cannot load the model at {location.path} ({e._what})",
                                "the model directory must be at the same path on every worker (or in each worker's "
                                "Hugging Face cache)") from None
-    if enc.weights_sha256 != weights_sha256:
+    try:
+        sha256 = enc.weights_sha256  # hashed once, after checking the files are still the ones it loaded
+    except BertfeatError as e:  # the model changed on this worker: the finished partitions stay for --resume
+        raise WorkerSetupError(f"worker on {socket.gethostname()}: {e._what}", e._fix) from None
+    if sha256 != weights_sha256:
         raise WorkerSetupError(f"worker on {socket.gethostname()}: the weights at {enc.location.path} differ from the "
                                f"client's (sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
                                "put the same model files on every node")

@@ -1121,6 +1121,39 @@ def test_a_worker_on_another_blas_kernel_is_refused_and_the_fix_gives_the_local_
     assert np.array_equal(a, b)
 
 
+def test_a_model_changed_on_a_worker_is_a_worker_setup_error(tmp_path, monkeypatch):
+    """A worker whose model files changed between its load and its hash (a node's model updated during the job)
+    raised the Encoder's ConfigError, an input error, so the run deleted every finished partition; it is a
+    WorkerSetupError, which keeps them for --resume (found by review)."""
+    from bertfeat.errors import ConfigError
+    from bertfeat.model import encoder_cache
+    from bertfeat.model.encoder import Encoder
+    from bertfeat.model.hub import resolve_model
+    from bertfeat.run.dask import WorkerSetupError, worker_encoder
+    from bertfeat.run.failures import kind_of
+    from extract_util import tiny_model
+
+    model = tiny_model()
+    sha = Encoder(model).weights_sha256
+    encoder_cache.clear()
+
+    def changed(self):
+        raise ConfigError(f"the model folder {self.location.path} changed while bertfeat loaded it (config.json)",
+                          "run the command again once the model's files are all in place")
+
+    monkeypatch.setattr(Encoder, "check_files_unchanged", changed)
+    try:
+        with pytest.raises(WorkerSetupError) as e:
+            worker_encoder(resolve_model(str(model)), str(model), {}, sha)
+    finally:
+        encoder_cache.clear()
+    host = __import__("socket").gethostname()
+    assert str(e.value) == (f"worker on {host}: the model folder {resolve_model(str(model)).path} changed while "
+                            "bertfeat loaded it (config.json) - run the command again once the model's files are all "
+                            "in place")
+    assert kind_of(e.value, (WorkerSetupError,)) == "resumable"
+
+
 def test_check_worker_gemm_names_what_differs_and_its_fix():
     from bertfeat.run.dask import check_worker_gemm
 
