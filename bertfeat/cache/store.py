@@ -156,13 +156,16 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
 
     The settings are the features' fingerprint (weights' sha256, precision, every FeatureSpec field:
     pooling, layers and their aggregation, normalize, max length, long-text policy and stride, Dense modules,
-    prompt), the sha256 of the model folder's other files (tokenizer, config, sentence-transformers modules), and
+    prompt), the sha256 of the model folder's other files (tokenizer, config, sentence-transformers modules), the
+    ``tokenizers`` library's version (another may split a text otherwise: tokenize.library_version), and
     the GEMM path's identity (library, kernel, bf16 / int8 scheme, CPU model, NumPy's BLAS kernel): fp32 on OpenBLAS and on oneDNN
     round differently, so their vectors never mix. Not the model's id or path: a model folder copied elsewhere (same
     weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``."""
+    from ..model.tokenize import library_version
+
     features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
     settings = {"cache_format": FORMAT, **features, "model_files": encoder_files_digest(encoder),
-                "gemm": gemm_identity(encoder)}
+                "tokenizers": library_version(), "gemm": gemm_identity(encoder)}
     blob = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:32], settings
 

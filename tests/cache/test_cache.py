@@ -1046,6 +1046,30 @@ def test_the_element_wise_kernels_are_in_the_key_and_the_provenance(tmp_path, mo
     assert len(lines) == 2 and lines[0].endswith(", numba " + lines[0].rsplit(" ", 1)[1]) and lines[1].endswith(", numpy")
 
 
+def test_the_tokenizers_version_is_in_the_key_and_the_provenance(tmp_path, monkeypatch):
+    """An upgrade of the tokenizers library may split a text into other tokens (a normalizer or pre-tokenizer
+    changed), and its version was in no key: the cache served the old version's vectors (found by audit)."""
+    import tokenizers
+    from bertfeat.features import read_features
+
+    real = tokenizers.__version__
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"sentence {i} of the corpus\n" for i in range(12)))
+    cache = tmp_path / "c"
+    s = bertfeat.extract(src, tmp_path / "a.parquet", model=tiny_model(), cache=cache)
+    assert s.rows_encoded == 12
+    monkeypatch.setattr(tokenizers, "__version__", "0.0.1")
+    s = bertfeat.extract(src, tmp_path / "b.parquet", model=tiny_model(), cache=cache)
+    assert (s.rows_encoded, s.rows_reused) == (12, 0)  # the other version's vectors are not this run's
+    assert read_features(tmp_path / "b.parquet")[2]["tokenizers"] == "0.0.1"
+    monkeypatch.undo()
+    assert read_features(tmp_path / "a.parquet")[2]["tokenizers"] == real
+    s = bertfeat.extract(src, tmp_path / "c.parquet", model=tiny_model(), cache=cache)
+    assert (s.rows_encoded, s.rows_reused) == (0, 12)
+    info = bertfeat.cache.store.cache_info(cache)
+    assert sorted(f["settings"]["tokenizers"] for f in info["fingerprints"]) == sorted([real, "0.0.1"])
+
+
 def test_a_model_replaced_while_it_loads_is_refused_not_cached(tmp_path, monkeypatch):
     """The weights' sha256 (and the other files' digests) were taken after loading: other weights copied in between
     (a model update landing mid-load) were cached under the new weights' key with the old weights' vectors, up to
