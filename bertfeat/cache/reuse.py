@@ -127,7 +127,8 @@ class Reuser:
         if not keys:
             return {}
         if self.cache is not None:
-            return self.cache.get(self.fid, list(dict.fromkeys(keys)))
+            with self.cache.guard("read"):  # any failure of the cache (an OSError too) is named as the cache's
+                return self.cache.get(self.fid, list(dict.fromkeys(keys)))
         with self._lock:
             return self.store.get(list(dict.fromkeys(keys)))
 
@@ -175,7 +176,8 @@ class Reuser:
             Xn = X[np.array([encoded[i][0] for i in new])]
             nt, tr, nc = ([encoded[i][j] for i in new] for j in (1, 2, 3))
             if self.cache is not None:
-                self.cache.put(self.fid, keys, Xn, nt, tr, nc)
+                with self.cache.guard("write"):  # a full disk (an OSError too) is named as the cache's, with its fix
+                    self.cache.put(self.fid, keys, Xn, nt, tr, nc)
         with self._lock:
             if new and self.store is not None:
                 self.store.put(keys, Xn, nt, tr, nc)

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertfeatError, opt
+from ..errors import BertfeatError, one_line, opt
 from ..checks import local_path
 
 DB_NAME = "vectors.sqlite3"
@@ -81,6 +81,22 @@ CREATE UNIQUE INDEX IF NOT EXISTS vectors_key ON vectors(fp, key);
 """
 
 
+#: a failure of the cache by its cause (VectorStore._cause) -> (what happened, None: SQLite's or the OS's words; the
+#: fix). Mid-run, the failure policy adds how --resume continues (run.failures, CacheError.kept_for_resume).
+_ELSEWHERE = f"run with {opt('cache', False)} or another {opt('cache')} directory"
+CACHE_FAILURES = {
+    "full": (": no space left on the device", f"free disk space there, or {_ELSEWHERE}"),
+    "quota": (": disk quota exceeded", f"free space under your quota, or {_ELSEWHERE}"),
+    "too_large": (": file too large for the file system", f"{_ELSEWHERE} on another file system"),
+    "io": (None, f"its file system may be full, over quota or too small for the file, or the disk failed: free disk "
+                 f"space there, or {_ELSEWHERE}"),
+    "readonly": (None, f"give {opt('cache')} a directory you can write, or run with {opt('cache', False)}"),
+    "open": (None, "check the cache directory is writable and its disk has room, or use another one"),
+}
+#: an OSError's cause by its errno (any other: "io")
+_ERRNO_CAUSES = {errno.ENOSPC: "full", errno.EDQUOT: "quota", errno.EFBIG: "too_large", errno.EROFS: "readonly",
+                 errno.EACCES: "readonly", errno.EPERM: "readonly"}
+
 #: the layouts of earlier bertfeat versions, by the format they are reported as (none carried the marker); the
 #: current one (_SCHEMA without the marker) is adopted, these are refused as older formats
 _OLD_SCHEMAS = {
@@ -99,6 +115,18 @@ CREATE TABLE IF NOT EXISTS vectors(
 
 class CacheError(BertfeatError):
     """The vector cache cannot be opened, read or written."""
+
+    def kept_for_resume(self, how: str) -> "CacheError":
+        """This error with ``how`` a rerun continues after its fix (run.failures: the run's finished chunks are
+        kept for a resume)."""
+        return type(self)(self._what, f"{self._fix}; then {how}" if self._fix else how)
+
+
+class RunStoreError(CacheError):
+    """The run's own store of encoded rows failed (no cache involved): its fix already says how to resume."""
+
+    def kept_for_resume(self, how: str) -> "CacheError":
+        return self
 
 
 class ForeignStore(CacheError):
@@ -262,10 +290,10 @@ def _near_file_size_limit(files: list[Path]) -> bool:
     return max(sizes, default=0) + 4 * PAGE_SIZE >= limit
 
 
-def _locked(what: str, doing: str, waited: float, fix: str) -> CacheError:
+def _locked(what: str, doing: str, waited: float, fix: str, kind: type = CacheError) -> CacheError:
     """A store another process held locked past the busy timeout (``err.locked``: the callers' retry test)."""
     gerund = {"open": "opening", "read": "reading", "write": "writing"}.get(doing, doing)
-    err = CacheError(f"{what} stayed locked by another process for {waited:.0f} s while {gerund}", fix)
+    err = kind(f"{what} stayed locked by another process for {waited:.0f} s while {gerund}", fix)
     err.locked = True
     return err
 
@@ -439,7 +467,7 @@ class VectorStore:
         delay = 0.01
         while True:  # a brand-new file opened by several processes at once: setting WAL mode answers "locked" at once
             try:
-                with self._guard("open", t0):
+                with self.guard("open", t0):
                     self._open()
                 break
             except CacheError as e:
@@ -516,56 +544,71 @@ class VectorStore:
             return self
 
         def __exit__(self, kind, e, tb):
-            if e is None or not isinstance(e, sqlite3.Error):
+            if e is None or not isinstance(e, (sqlite3.Error, OSError)):
                 return False
             raise self.store._error(e, self.doing, time.monotonic() - self.t0) from None
 
-    def _guard(self, doing: str, since: float | None = None) -> "_Guard":
+    def guard(self, doing: str, since: float | None = None) -> "_Guard":
+        """A context in which a failure of this store (SQLite's error, or an OSError: ENOSPC, EDQUOT, EIO ...) while
+        ``doing`` ("open", "read", "write") becomes one CacheError naming the store, what happened and the fix."""
         return VectorStore._Guard(self, doing, since)
 
-    def _error(self, e: sqlite3.Error, doing: str, waited: float = 0.0) -> CacheError:
-        if self.run_store:
-            return self._run_store_error(e, doing, waited)
+    def _cause(self, e: BaseException) -> str:
+        """What a failure is (FAILURES' keys), from an OSError's errno or SQLite's error text."""
+        if isinstance(e, OSError):
+            return _ERRNO_CAUSES.get(e.errno, "io")
         text = str(e)
-        if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-            return _locked(f"the cache {self.path}", doing, waited, "let the other run finish, or use another cache directory")
-        if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text or "disk I/O" in text):
-            return CacheError(f"cannot {doing} the cache {self.path} ({text})",
-                              "check the cache directory is writable and its disk has room, or use another one")
-        if isinstance(e, sqlite3.OperationalError) and "full" in text:
-            return CacheError(f"cannot {doing} the cache {self.path}: the disk is full", "free disk space, or use another cache directory")
-        return CacheError(f"the cache {self.path} is damaged ({text})",
-                          f"delete {self.path} (its vectors are recomputed by the next run), or use another cache directory")
+        if not isinstance(e, sqlite3.OperationalError):
+            return "damaged"
+        for words, cause in (("locked", "locked"), ("busy", "locked"), ("full", "full"), ("readonly", "readonly"),
+                             ("unable to open", "open")):
+            if words in text:
+                return cause
+        if "disk I/O" not in text:
+            return "damaged"
+        # SQLite reports a write's EFBIG (ulimit -f) and EDQUOT as a bare "disk I/O error": the first can be told
+        return "too_large" if _near_file_size_limit(list(self.path.parent.glob(self.path.name + "*"))) else "io"
 
-    def _run_store_error(self, e: sqlite3.Error, doing: str, waited: float = 0.0) -> CacheError:
+    def _error(self, e: BaseException, doing: str, waited: float = 0.0) -> CacheError:
+        """The CacheError of a failure ``e`` while ``doing``: the cache's words (FAILURES), or the run store's."""
+        cause = self._cause(e)
+        text = one_line(e.strerror or e) if isinstance(e, OSError) else str(e)
+        if self.run_store:
+            return self._run_store_error(cause, text, doing, waited)
+        where = f"the cache {self.path}"
+        if cause == "locked":
+            return _locked(where, doing, waited, "let the other run finish, or use another cache directory")
+        if cause == "damaged":
+            return CacheError(f"{where} is damaged ({text})",
+                              f"delete {self.path} (its vectors are recomputed by the next run), or use another cache directory")
+        said, fix = CACHE_FAILURES[cause]
+        return CacheError(f"cannot {doing} {where}{said or f' ({text})'}", fix)
+
+    def _run_store_error(self, cause: str, text: str, doing: str, waited: float = 0.0) -> CacheError:
         """A failure of the run's own store (no cache involved): it lives in the run's partial directory, so a full
         or too-small file system gets the local engine's words for its partial directory (errors.os_error: ENOSPC,
-        EFBIG); the finished parts stay for a resume (the engines keep them on a CacheError)."""
-        text, where = str(e), f"{RUN_STORE} {self.path}"
+        EFBIG); the finished parts stay for a resume (the engines keep them on a CacheError, and its fix says so)."""
+        where = f"{RUN_STORE} {self.path}"
         resume = f"rerun the same command with {opt('resume', True)}"
-        if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-            return _locked(where, doing, waited, f"{resume} (the finished parts are kept)")
-        if isinstance(e, sqlite3.OperationalError) and "full" in text:  # SQLITE_FULL: ENOSPC
-            return CacheError(f"cannot {doing} {where}: no space left on the device", f"free disk space, then {resume}")
-        if isinstance(e, sqlite3.OperationalError) and "disk I/O" in text:
-            if _near_file_size_limit(list(self.path.parent.glob(self.path.name + "*"))):  # EFBIG (ulimit -f)
-                return CacheError(f"cannot {doing} {where}: file too large for the file system",
-                                  f"write to another file system with {opt('output')}")
-            return CacheError(f"cannot {doing} {where} ({text})",
-                              f"its file system may be full or too small for the file, or the disk failed: free disk "
-                              f"space, then {resume}, or write to another file system with {opt('output')}")
-        if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text):
-            return CacheError(f"cannot {doing} {where} ({text})",
-                              f"check the output's directory is writable, or write elsewhere with {opt('output')}")
-        return CacheError(f"{where} is damaged ({text})",
-                          f"delete {self.path} (its rows are encoded again), then {resume}")
+        if cause == "locked":
+            return _locked(where, doing, waited, f"{resume} (the finished parts are kept)", RunStoreError)
+        if cause == "damaged":
+            return RunStoreError(f"{where} is damaged ({text})", f"delete {self.path} (its rows are encoded again), then {resume}")
+        said, fix = {
+            "full": (": no space left on the device", f"free disk space, then {resume}"),
+            "quota": (": disk quota exceeded", f"free space under your quota, then {resume}"),
+            "too_large": (": file too large for the file system", f"write to another file system with {opt('output')}"),
+            "io": (None, f"its file system may be full or too small for the file, or the disk failed: free disk "
+                         f"space, then {resume}, or write to another file system with {opt('output')}"),
+        }.get(cause, (None, f"check the output's directory is writable, or write elsewhere with {opt('output')}"))
+        return RunStoreError(f"cannot {doing} {where}{said or f' ({text})'}", fix)
 
     # ------------------------------------------------------------------ fingerprints
     def register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int:
         """The fingerprint's id in this store (added when new); marks it used now."""
         now = time.time()
         row = (fingerprint, model, int(dim), json.dumps(settings, sort_keys=True, default=str), now)
-        with self._lock, self._guard("write"):
+        with self._lock, self.guard("write"):
             self.db.execute("INSERT OR IGNORE INTO fingerprints(fingerprint, model, dim, settings, created, last_used) "
                             "VALUES(?, ?, ?, ?, ?, ?)", (*row, now))
             fid, stored_dim = self.db.execute("SELECT id, dim FROM fingerprints WHERE fingerprint=?", (fingerprint,)).fetchone()
@@ -578,7 +621,7 @@ class VectorStore:
 
     def known_id(self, fingerprint: str) -> int | None:
         """The fingerprint's id if this store holds it, for ``get`` (nothing written: extract --estimate's lookups)."""
-        with self._lock, self._guard("read"):
+        with self._lock, self.guard("read"):
             row = self.db.execute("SELECT id, fingerprint, model, dim, settings, created FROM fingerprints "
                                   "WHERE fingerprint=?", (fingerprint,)).fetchone()
         if row is None:
@@ -609,7 +652,7 @@ class VectorStore:
         out: dict = {}
         fid = self._alias.get(fid, fid)
         fp_text, _, dim, _, _ = self._fp_rows[fid]
-        with self._lock, self._guard("read"):
+        with self._lock, self.guard("read"):
             for s in range(0, len(keys), LOOKUP_BATCH):
                 part = keys[s:s + LOOKUP_BATCH]
                 # CAST: a vec cell whose type went from BLOB to TEXT (a flipped bit in the record header) is read as
@@ -628,7 +671,7 @@ class VectorStore:
         records = entry_records(self._fp_rows[fid][0], keys, X, n_tokens, truncated, n_chunks)
         if not records:
             return
-        with self._lock, self._guard("write"):
+        with self._lock, self.guard("write"):
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 fid = self._current_id(fid)
@@ -641,13 +684,13 @@ class VectorStore:
                 raise
 
     def touch(self, fid: int) -> None:
-        with self._lock, self._guard("write"):
+        with self._lock, self.guard("write"):
             self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (time.time(), self._alias.get(fid, fid)))
 
     # ------------------------------------------------------------------ cache info / clear
     def summary(self) -> list[dict]:
         """One dict per fingerprint: fingerprint, model, dim, entries, bytes (of vectors), settings, created, last_used."""
-        with self._lock, self._guard("read"):
+        with self._lock, self.guard("read"):
             counts = dict((fp, (n, b)) for fp, n, b in
                           self.db.execute("SELECT fp, count(*), sum(length(vec)) FROM vectors GROUP BY fp"))
             fps = self.db.execute("SELECT id, fingerprint, model, dim, settings, created, last_used FROM fingerprints "
@@ -662,7 +705,7 @@ class VectorStore:
     def clear(self, fingerprint: str | None = None) -> int:
         """Delete every entry (or one fingerprint's, by its full id or a unique prefix) in one transaction; returns
         the entries deleted. The file shrinks (VACUUM) when no other process has it open."""
-        with self._lock, self._guard("write"):
+        with self._lock, self.guard("write"):
             if fingerprint is None:
                 ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints")]
             else:

@@ -8,6 +8,7 @@ needs more. The reference for "the right vectors" is always the same corpus extr
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -547,7 +548,8 @@ def test_a_cache_failing_mid_run_is_one_error_line(tmp_path, capsys, monkeypatch
     out = tmp_path / "o.parquet"
     rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--cache", cache, "--chunk-rows", 8, "-q")
     assert (rc, stdout) == (1, "")
-    assert err == f"Error: cannot write the cache {cache / DB_NAME}: the disk is full - free disk space, or use another cache directory\n"
+    assert err == (f"Error: cannot write the cache {cache / DB_NAME}: the disk is full - free disk space, or use another "
+                   f"cache directory; then rerun with --resume to continue (2 finished chunk(s) are kept in {out}.partial)\n")
     assert not out.exists()
     assert sorted(p.name for p in (tmp_path / "o.parquet.partial").glob("part-*")) == ["part-000000.parquet", "part-000001.parquet"]
     monkeypatch.undo()
@@ -556,6 +558,74 @@ def test_a_cache_failing_mid_run_is_one_error_line(tmp_path, capsys, monkeypatch
     assert (s.rows_encoded, s.rows_reused, s.chunks_resumed) == (40, 0, 2)
     s = extract(src, out, cache=cache, chunk_rows=8, overwrite=True)  # a fresh run: everything from the cache
     assert (s.rows_encoded, s.rows_reused) == (0, 40)
+
+
+# --------------------------------------------------------------------------- 4b. a cache write failing: what, where, the fix, --resume
+def failing_write(monkeypatch, error: BaseException, at: int) -> None:
+    """The cache's ``at``-th write (a chunk's new vectors) fails inside the store with ``error``: its connection's
+    statements raise it, as SQLite or the file system would (the earlier writes succeed)."""
+    from test_vcache import _Failing
+
+    real_put = bertfeat.cache.store.VectorStore.put
+    calls = []
+
+    def put(self, *a, **k):
+        calls.append(1)
+        if len(calls) != at:
+            return real_put(self, *a, **k)
+        db, self.db = self.db, _Failing(self.db, error)
+        try:
+            return real_put(self, *a, **k)
+        finally:
+            self.db = db
+
+    monkeypatch.setattr(bertfeat.cache.store.VectorStore, "put", put)
+
+
+FULL_FIX = "free disk space there, or run with --no-cache or another --cache directory"
+
+
+@pytest.mark.parametrize("error, what, fix", [
+    (OSError(errno.ENOSPC, "No space left on device"), ": no space left on the device", FULL_FIX),
+    (sqlite3.OperationalError("database or disk is full"), ": no space left on the device", FULL_FIX),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), ": disk quota exceeded",
+     "free space under your quota, or run with --no-cache or another --cache directory"),
+    (OSError(errno.EIO, "Input/output error"), " (Input/output error)",
+     "its file system may be full, over quota or too small for the file, or the disk failed: " + FULL_FIX),
+], ids=["enospc", "sqlite-full", "edquot", "eio"])
+def test_a_cache_write_failure_mid_run_names_the_cache_the_fix_and_resume(tmp_path, capsys, monkeypatch, error, what,
+                                                                          fix):
+    """The cache's disk full (or over quota, or failing) on the third chunk: exit 1 and one line that says what
+    happened, where (the cache's file), the fix (free space, or --no-cache / another --cache) and that --resume
+    continues from the two finished chunks, which are kept (it said "the disk is full - free disk space, or use
+    another cache directory", and an OSError named the output's partial directory). Resumed without the cache, the
+    output is the uninterrupted run's, bit for bit."""
+    src = corpus(tmp_path / "c.csv", base_rows(40))
+    cache, out = tmp_path / "cache", tmp_path / "o.parquet"
+    args = ("--model", tiny_model(), "--chunk-rows", 8, "-q")
+    failing_write(monkeypatch, error, at=3)
+    rc, stdout, err = run(capsys, "extract", src, "-o", out, "--cache", cache, *args)
+    assert (rc, stdout) == (1, "")
+    assert err == (f"Error: cannot write the cache {cache / DB_NAME}{what} - {fix}; then rerun with --resume to continue "
+                   f"(2 finished chunk(s) are kept in {out}.partial)\n")
+    assert not out.exists() and len(list((tmp_path / "o.parquet.partial").glob("part-*"))) == 2
+    monkeypatch.undo()
+    assert entries(cache) == 16  # the two chunks committed before stay
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--no-cache", *args, "--resume")
+    assert rc == 0, err
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "ref.parquet", "--no-cache", *args)
+    assert rc == 0, err
+    assert read_table(out).replace_schema_metadata(None).equals(read_table(tmp_path / "ref.parquet").replace_schema_metadata(None))
+
+
+def test_a_cache_write_failure_before_any_chunk_finished_does_not_name_resume(tmp_path, capsys, monkeypatch):
+    """Nothing finished, nothing kept: the line gives the fix alone (no --resume, which would have nothing to continue)."""
+    src = corpus(tmp_path / "c.csv", base_rows(20))
+    cache, out = tmp_path / "cache", tmp_path / "o.parquet"
+    failing_write(monkeypatch, OSError(errno.ENOSPC, "No space left on device"), at=1)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--cache", cache, "--chunk-rows", 8, "-q")
+    assert (rc, err) == (1, f"Error: cannot write the cache {cache / DB_NAME}: no space left on the device - {FULL_FIX}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "cache"]  # no partial directory, no output
 
 
 # --------------------------------------------------------------------------- 5. two runs filling one cache at once
