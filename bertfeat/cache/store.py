@@ -22,6 +22,11 @@ directory) is refused after its header and tables were read without a byte chang
 earlier bertfeat (the exact current layout, no marker) is adopted by writing the marker, an older layout (format 1,
 format 2 before AUTOINCREMENT ids) is refused as an older format.
 
+A cache this process may not write (``unwritable``: a read-only mount, permissions, an immutable file; or SQLite
+refusing the first write) is opened to read only (``VectorStore.read_only`` says why): lookups work, ``register``
+adds nothing (None for a fingerprint it does not hold), ``put`` stores nothing, ``clear`` is refused; the run keeps
+its own vectors (reuse.Reuser) and says so once (``read_only_note``).
+
 Why SQLite (measured in benchmarks/CACHE_RESULTS.md): a B-tree on (fp, key) keeps a lookup in bounded memory at
 any size (the page cache is capped: ``CACHE_PAGES``), WAL lets several runs and the Dask engine's worker processes
 on one machine read while one writes, a transaction is all or nothing (a run killed mid-write leaves the last
@@ -270,6 +275,27 @@ def is_run_store(path: Path) -> bool:
     return p.parent.name == RUN_STORE_DIR and p.parent.parent.name.endswith(".partial")
 
 
+def unwritable(path: Path) -> str | None:
+    """Why this process may not write the store file ``path`` or make files beside it (its -wal / -shm): "read-only
+    file system" (a read-only mount), "no permission to write PATH" (permissions, an immutable file), or None."""
+    for p in (Path(path), Path(path).parent):
+        if os.access(p, os.W_OK):
+            continue
+        try:
+            if os.statvfs(p).f_flag & os.ST_RDONLY:
+                return "read-only file system"
+        except OSError:
+            pass
+        return f"no permission to write {p}"
+    return None
+
+
+def read_only_note(directory, why: str, encoded: int) -> str:
+    """What a run says once when its cache could not be written (``why``): its hits were used, nothing stored."""
+    return (f"the cache {directory} is read-only ({why}): the vectors it holds were reused, and the {encoded:,} this "
+            "run encoded were not stored - give --cache a directory you can write to keep them")
+
+
 def _near_file_size_limit(files: list[Path]) -> bool:
     """This process may not make a file much larger than the largest of ``files`` (``ulimit -f``; SQLite reports
     the write's EFBIG as a "disk I/O error"): the largest is within a few pages of RLIMIT_FSIZE."""
@@ -448,6 +474,7 @@ class VectorStore:
         self.durable = durable
         self.run_store = (not durable or is_run_store(self.path)) if run_store is None else run_store
         self.corrupt = 0  # entries whose checksum failed (read as misses)
+        self.read_only: str | None = None  # why this process may not write the cache (read, nothing stored), or None
         self._lock = threading.Lock()
         # id -> its fingerprints row (fingerprint, model, dim, settings, created): what get / put need, and what put
         # writes back after a concurrent clear
@@ -490,6 +517,9 @@ class VectorStore:
             raise self._format(detail)
         if kind == "new":  # removed again at once
             raise sqlite3.OperationalError("unable to open database file: it was removed while it was being made")
+        why = None if self.run_store else unwritable(self.path)
+        if why is not None:
+            return self._open_read_only(kind, why)
         # mode=rw: never makes a file (a store removed since it was classified is an error, not a new unmarked file)
         self.db = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S,
                                   isolation_level=None, check_same_thread=False)
@@ -504,7 +534,39 @@ class VectorStore:
         if kind == "adopt":  # an earlier bertfeat's cache (its exact layout, classify): marked as bertfeat's now
             self.db.executescript(f"BEGIN IMMEDIATE; PRAGMA application_id={APP_ID}; PRAGMA user_version={int(FORMAT)}; "
                                   f"INSERT OR IGNORE INTO meta VALUES('format', '{FORMAT}'); COMMIT;")
-        fmt = self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        self._check_format(self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone())
+
+    def _open_read_only(self, kind: str, why: str) -> None:
+        """A cache this process may not write (``why``), opened to read only: its hits are used, nothing is stored
+        and nothing of it changes (an earlier bertfeat's cache is read unmarked). Through its -shm file (mode=ro) the
+        commits of runs writing it elsewhere are seen; where there is none and none can be made (a read-only mount),
+        the main file is read alone (immutable=1: vectors still in a -wal file are not seen, and are encoded again)."""
+        self.read_only = why
+        uri = self.path.absolute().as_uri()
+        for query in ("mode=ro", "mode=ro&immutable=1"):
+            self.db = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                      check_same_thread=False)
+            try:
+                self.db.execute(f"PRAGMA cache_size={CACHE_PAGES}")
+                fmt = self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+                break
+            except sqlite3.OperationalError as e:  # no -shm, and none can be made: the main file alone
+                if "immutable" in query or not ("unable to open" in str(e) or "readonly" in str(e)):
+                    raise
+                self.db.close()
+                self.db = None
+        self._check_format(fmt if fmt is not None or kind != "adopt" else (FORMAT,))
+
+    def _become_read_only(self, why: str) -> None:
+        """SQLite refused a write that os.access allowed (``unwritable`` saw nothing): opened again to read only."""
+        with self._lock:
+            self.db.close()
+            self.db = None
+            with self.guard("open"):
+                self._open_read_only("ours", why)
+
+    def _check_format(self, fmt: tuple | None) -> None:
+        """The meta table's format row (None: none) is this bertfeat's, else the store is refused as another format."""
         if fmt is None or fmt[0] != FORMAT:
             self.db.close()
             self.db = None
@@ -582,7 +644,9 @@ class VectorStore:
             return CacheError(f"{where} is damaged ({text})",
                               f"delete {self.path} (its vectors are recomputed by the next run), or use another cache directory")
         said, fix = CACHE_FAILURES[cause]
-        return CacheError(f"cannot {doing} {where}{said or f' ({text})'}", fix)
+        err = CacheError(f"cannot {doing} {where}{said or f' ({text})'}", fix)
+        err.readonly = text if cause == "readonly" else None  # register's test: SQLite refused a write os.access allowed
+        return err
 
     def _run_store_error(self, cause: str, text: str, doing: str, waited: float = 0.0) -> CacheError:
         """A failure of the run's own store (no cache involved): it lives in the run's partial directory, so a full
@@ -604,8 +668,22 @@ class VectorStore:
         return RunStoreError(f"cannot {doing} {where}{said or f' ({text})'}", fix)
 
     # ------------------------------------------------------------------ fingerprints
-    def register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int:
-        """The fingerprint's id in this store (added when new); marks it used now."""
+    def register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int | None:
+        """The fingerprint's id in this store (added when new); marks it used now. A read-only cache adds nothing:
+        its id when the cache holds it, else None (``get`` finds nothing under None)."""
+        if self.read_only is None:
+            try:
+                return self._register(fingerprint, model, dim, settings)
+            except CacheError as e:
+                if not getattr(e, "readonly", None):
+                    raise
+                self._become_read_only(e.readonly)
+        fid = self.known_id(fingerprint)
+        if fid is not None:
+            self._check_dim(fingerprint, self._fp_rows[fid][2], dim)
+        return fid
+
+    def _register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int:
         now = time.time()
         row = (fingerprint, model, int(dim), json.dumps(settings, sort_keys=True, default=str), now)
         with self._lock, self.guard("write"):
@@ -613,11 +691,14 @@ class VectorStore:
                             "VALUES(?, ?, ?, ?, ?, ?)", (*row, now))
             fid, stored_dim = self.db.execute("SELECT id, dim FROM fingerprints WHERE fingerprint=?", (fingerprint,)).fetchone()
             self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (now, fid))
+        self._check_dim(fingerprint, stored_dim, dim)
+        self._fp_rows[fid] = row
+        return fid
+
+    def _check_dim(self, fingerprint: str, stored_dim: int, dim: int) -> None:
         if stored_dim != dim:
             raise CacheError(f"the cache {self.path} holds {stored_dim}-dimension vectors under fingerprint {fingerprint}, "
                              f"this run makes {dim}", f"delete {self.path} (it is damaged), or use another cache directory")
-        self._fp_rows[fid] = row
-        return fid
 
     def known_id(self, fingerprint: str) -> int | None:
         """The fingerprint's id if this store holds it, for ``get`` (nothing written: extract --estimate's lookups)."""
@@ -650,6 +731,8 @@ class VectorStore:
         """The stored entries among ``keys``: key -> (vector (dim,) float32, n_tokens, truncated, n_chunks). An
         entry whose checksum fails is left out (counted in ``corrupt``): the caller encodes that row again."""
         out: dict = {}
+        if fid is None:  # a fingerprint a read-only cache does not hold (register)
+            return out
         fid = self._alias.get(fid, fid)
         fp_text, _, dim, _, _ = self._fp_rows[fid]
         with self._lock, self.guard("read"):
@@ -667,7 +750,10 @@ class VectorStore:
         return out
 
     def put(self, fid: int, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> None:
-        """Store rows (one transaction: all of them or none); an existing entry is replaced (a corrupt one repaired)."""
+        """Store rows (one transaction: all of them or none); an existing entry is replaced (a corrupt one repaired).
+        A read-only cache stores nothing (its reader keeps the run's vectors itself: reuse.Reuser)."""
+        if self.read_only is not None:
+            return
         records = entry_records(self._fp_rows[fid][0], keys, X, n_tokens, truncated, n_chunks)
         if not records:
             return
@@ -683,7 +769,9 @@ class VectorStore:
                     self.db.execute("ROLLBACK")
                 raise
 
-    def touch(self, fid: int) -> None:
+    def touch(self, fid: int | None) -> None:
+        if self.read_only is not None:
+            return
         with self._lock, self.guard("write"):
             self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (time.time(), self._alias.get(fid, fid)))
 
@@ -705,6 +793,10 @@ class VectorStore:
     def clear(self, fingerprint: str | None = None) -> int:
         """Delete every entry (or one fingerprint's, by its full id or a unique prefix) in one transaction; returns
         the entries deleted. The file shrinks (VACUUM) when no other process has it open."""
+        if self.read_only is not None:
+            raise CacheError(f"cannot clear the cache {self.path}: it is read-only here ({self.read_only})",
+                             "bertfeat changed nothing in it: clear it where it can be written (as its owner, or on a "
+                             "writable mount), or delete its directory there")
         with self._lock, self.guard("write"):
             if fingerprint is None:
                 ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints")]

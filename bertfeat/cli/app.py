@@ -474,7 +474,9 @@ def render_summary(s) -> None:
     if getattr(s, "rows_multiline", 0):
         lines.insert(7, f"rows multi-line {s.rows_multiline:,} (quoted fields that span lines; check them if unexpected)")
     if s.cache:
-        lines.append(f"cache           {s.cache}" + (f" ({s.cache_repaired:,} damaged entries encoded again)" if s.cache_repaired else ""))
+        said = [f"{s.cache_repaired:,} damaged entries encoded again"] * bool(s.cache_repaired)
+        said += ["read-only: nothing stored"] * (s.cache_read_only is not None)
+        lines.append(f"cache           {s.cache}" + (f" ({'; '.join(said)})" if said else ""))
     if s.chunks_resumed:
         lines.append(f"resumed         {s.chunks_resumed} chunk(s), {s.rows_resumed:,} rows, from the interrupted run "
                      "(counted above, not in the throughput)")
