@@ -641,11 +641,11 @@ class VectorStore:
         if cause == "locked":
             return _locked(where, doing, waited, "let the other run finish, or use another cache directory")
         if cause == "damaged":
-            return CacheError(f"{where} is damaged ({text})",
-                              f"delete {self.path} (its vectors are recomputed by the next run), or use another cache directory")
+            return CacheError(f"{where} is damaged ({text})", f"delete {self.path} (its vectors are recomputed by the "
+                                                             "next run), or use another cache directory")
         said, fix = CACHE_FAILURES[cause]
         err = CacheError(f"cannot {doing} {where}{said or f' ({text})'}", fix)
-        err.readonly = text if cause == "readonly" else None  # register's test: SQLite refused a write os.access allowed
+        err.readonly = text if cause == "readonly" else None  # register's test: SQLite refused what os.access allowed
         return err
 
     def _run_store_error(self, cause: str, text: str, doing: str, waited: float = 0.0) -> CacheError:
@@ -657,7 +657,8 @@ class VectorStore:
         if cause == "locked":
             return _locked(where, doing, waited, f"{resume} (the finished parts are kept)", RunStoreError)
         if cause == "damaged":
-            return RunStoreError(f"{where} is damaged ({text})", f"delete {self.path} (its rows are encoded again), then {resume}")
+            return RunStoreError(f"{where} is damaged ({text})",
+                                 f"delete {self.path} (its rows are encoded again), then {resume}")
         said, fix = {
             "full": (": no space left on the device", f"free disk space, then {resume}"),
             "quota": (": disk quota exceeded", f"free space under your quota, then {resume}"),

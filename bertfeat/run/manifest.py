@@ -104,7 +104,8 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
             out += _input_differences(a or {}, b or {})
         elif k == "tokenizers":  # a library, not a setting: the fix is the version the interrupted run had
             out.append(f"tokenizers library: {a} -> {b}, which may split texts into other tokens: pip install "
-                       f"tokenizers=={a} to resume" if a else f"tokenizers library: not recorded (an earlier bertfeat) -> {b}")
+                       f"tokenizers=={a} to resume" if a else
+                       f"tokenizers library: not recorded (an earlier bertfeat) -> {b}")
         elif k == "model_files" and not isinstance(a, dict):
             out.append("model files: not recorded by the interrupted run (an earlier bertfeat)")
         elif k == "gemm" and isinstance(a, dict) and isinstance(b, dict):

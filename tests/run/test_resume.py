@@ -4,6 +4,7 @@ settings or a changed input is refused with a message that says what differs."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 import signal
@@ -508,6 +509,12 @@ def test_resume_with_another_tokenizers_version_is_refused(tmp_path, capsys, mon
                             "original settings\n")
     assert not out.exists() and len(parts(out)) == 2  # refused, nothing touched
     monkeypatch.undo()
+    manifest = tmp_path / "o.parquet.partial" / "manifest.json"  # a partial run of a bertfeat before the key
+    kept = manifest.read_text()
+    manifest.write_text(json.dumps({k: v for k, v in json.loads(kept).items() if k != "tokenizers"}))
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 1 and f"(tokenizers library: not recorded (an earlier bertfeat) -> {real}) - rerun with --overwrite" in err
+    manifest.write_text(kept)
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
     assert metadata(out)["tokenizers"] == real
