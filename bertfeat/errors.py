@@ -30,7 +30,8 @@ def opt(name: str, value=_UNSET, *, cli: str | None = None) -> str:
     """An option in an error message, by its Python parameter ``name`` (and the value given, if any).
 
     Rendered ``name=value`` (``repr`` of the value) for Python callers, ``--name-with-dashes value``
-    by the CLI (cli.FLAGS maps a parameter whose flag is spelled otherwise). ``True`` shows as the bare flag.
+    by the CLI (cli.FLAGS maps a parameter whose flag is spelled otherwise, and ``name=value`` to a flag of that value:
+    ``cache=False`` to ``--no-cache``). ``True`` shows as the bare flag.
     ``cli``: the value as the command line shows it, when not ``str(value)`` (e.g. quoted, ``--pca 'abc'``).
     """
     if value is _UNSET:
@@ -50,6 +51,8 @@ def render(text: str | None, flags: dict[str, str] | None = None) -> str | None:
         name, *value = m.group(1).split(_SEP)
         if flags is None:
             return name if not value else f"{name}={value[0]}"
+        if value and f"{name}={value[0]}" in flags:  # a value with a flag of its own: cache=False is --no-cache
+            return flags[f"{name}={value[0]}"]
         flag = flags.get(name) or "--" + name.replace("_", "-")
         return flag if not value or not value[1] else f"{flag} {value[1]}"
 

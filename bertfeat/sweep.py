@@ -282,7 +282,7 @@ def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar) ->
     own fingerprint, the rows any set misses encoded in groups that give each set exactly extract's vectors
     (encoder.exact_groups), and stored for the sets that missed them. -> (vectors per set, counts)."""
     from .model.encoder import exact_groups
-    from .cache.store import open_cache, register_spec, text_key
+    from .cache.store import open_cache, read_only_note, register_spec, text_key
 
     keys = [text_key(chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i]) for i in todo]
     store = open_cache(cache)
@@ -307,6 +307,8 @@ def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar) ->
         outs = [_assemble(found[i], keys, missing, new[i], enc.output_dim(s.spec)) for i, s in enumerate(chosen)]
         for fid in fids:
             store.touch(fid)
+        if store.read_only is not None:  # its hits were read, and put stored nothing
+            tell(read_only_note(cache, store.read_only, len(missing)))
     finally:
         store.close()
     return outs, {"rows_encoded": len(missing), "rows_cached": len(keys) - len(missing), "cache": str(cache)}

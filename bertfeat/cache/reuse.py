@@ -12,7 +12,8 @@ Without a cache, the run's store (``RunStore``) keeps the vectors of this run's 
 not encoded again: in memory up to ``DEDUP_MEMORY`` bytes (the BERTFEAT_DEDUP_MEMORY environment variable), then in
 a temporary SQLite file (``spill_dir``: the run's partial directory beside the output), deleted at the end. With a
 cache, the cache is that store (a duplicate's vector is read back from it), so a run's memory does not grow with
-its corpus either way.
+its corpus either way. A read-only cache (``VectorStore.read_only``) is read, and the run's store keeps the run's
+own vectors beside it.
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ class Reuser:
     def __init__(self, dim: int, cache: VectorStore | None = None, fid: int | None = None, spill_dir: Path | None = None,
                  budget: int | None = None):
         self.cache, self.fid = cache, fid
-        self.store = RunStore(dim, spill_dir, budget) if cache is None else None
+        # the run's own vectors: in the cache, or (no cache, or one this process may not write) in a store of the run's
+        self.store = RunStore(dim, spill_dir, budget) if cache is None or cache.read_only is not None else None
         self.pending: dict[bytes, int] = {}  # keys being encoded (chunks planned, not settled) -> how many chunks
         self.rejected: dict[bytes, object] = {}  # keys whose first row was refused (too long): its duplicates too
         # a key an earlier chunk is encoding that later chunks wait for -> how many chunks; its vector is held here
@@ -118,6 +120,11 @@ class Reuser:
         self.tokens_encoded = 0  # tokens of the encoded rows (before truncation): the run's encode throughput
 
     @property
+    def read_only(self) -> str | None:
+        """Why the cache could not be written (its hits were used, nothing was stored), or None."""
+        return self.cache.read_only if self.cache is not None else None
+
+    @property
     def corrupt(self) -> int:
         """Cache entries that failed their checksum (encoded again and rewritten)."""
         return self.cache.corrupt if self.cache is not None else 0
@@ -126,10 +133,15 @@ class Reuser:
         """Entries of these keys in the run's store or the cache (the cache is read outside the Reuser's lock)."""
         if not keys:
             return {}
+        keys = list(dict.fromkeys(keys))
+        found = {}
         if self.cache is not None:
-            return self.cache.get(self.fid, list(dict.fromkeys(keys)))
-        with self._lock:
-            return self.store.get(list(dict.fromkeys(keys)))
+            with self.cache.guard("read"):  # any failure of the cache (an OSError too) is named as the cache's
+                found = self.cache.get(self.fid, keys)
+        if self.store is not None and len(found) < len(keys):
+            with self._lock:
+                found.update(self.store.get([k for k in keys if k not in found]))
+        return found
 
     def plan(self, texts: list[str], pairs: list[str] | None) -> ChunkReuse:
         """Look a chunk's rows up (the read-ahead thread): -> which rows are known, which wait for an identical row
@@ -175,7 +187,8 @@ class Reuser:
             Xn = X[np.array([encoded[i][0] for i in new])]
             nt, tr, nc = ([encoded[i][j] for i in new] for j in (1, 2, 3))
             if self.cache is not None:
-                self.cache.put(self.fid, keys, Xn, nt, tr, nc)
+                with self.cache.guard("write"):  # a full disk (an OSError too) is named as the cache's, with its fix
+                    self.cache.put(self.fid, keys, Xn, nt, tr, nc)
         with self._lock:
             if new and self.store is not None:
                 self.store.put(keys, Xn, nt, tr, nc)

@@ -22,6 +22,11 @@ directory) is refused after its header and tables were read without a byte chang
 earlier bertfeat (the exact current layout, no marker) is adopted by writing the marker, an older layout (format 1,
 format 2 before AUTOINCREMENT ids) is refused as an older format.
 
+A cache this process may not write (``unwritable``: a read-only mount, permissions, an immutable file; or SQLite
+refusing the first write) is opened to read only (``VectorStore.read_only`` says why): lookups work, ``register``
+adds nothing (None for a fingerprint it does not hold), ``put`` stores nothing, ``clear`` is refused; the run keeps
+its own vectors (reuse.Reuser) and says so once (``read_only_note``).
+
 Why SQLite (measured in benchmarks/CACHE_RESULTS.md): a B-tree on (fp, key) keeps a lookup in bounded memory at
 any size (the page cache is capped: ``CACHE_PAGES``), WAL lets several runs and the Dask engine's worker processes
 on one machine read while one writes, a transaction is all or nothing (a run killed mid-write leaves the last
@@ -52,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertfeatError, opt
+from ..errors import BertfeatError, one_line, opt
 from ..checks import local_path
 
 DB_NAME = "vectors.sqlite3"
@@ -81,6 +86,22 @@ CREATE UNIQUE INDEX IF NOT EXISTS vectors_key ON vectors(fp, key);
 """
 
 
+#: a failure of the cache by its cause (VectorStore._cause) -> (what happened, None: SQLite's or the OS's words; the
+#: fix). Mid-run, the failure policy adds how --resume continues (run.failures, CacheError.kept_for_resume).
+_ELSEWHERE = f"run with {opt('cache', False)} or another {opt('cache')} directory"
+CACHE_FAILURES = {
+    "full": (": no space left on the device", f"free disk space there, or {_ELSEWHERE}"),
+    "quota": (": disk quota exceeded", f"free space under your quota, or {_ELSEWHERE}"),
+    "too_large": (": file too large for the file system", f"{_ELSEWHERE} on another file system"),
+    "io": (None, f"its file system may be full, over quota or too small for the file, or the disk failed: free disk "
+                 f"space there, or {_ELSEWHERE}"),
+    "readonly": (None, f"give {opt('cache')} a directory you can write, or run with {opt('cache', False)}"),
+    "open": (None, "check the cache directory is writable and its disk has room, or use another one"),
+}
+#: an OSError's cause by its errno (any other: "io")
+_ERRNO_CAUSES = {errno.ENOSPC: "full", errno.EDQUOT: "quota", errno.EFBIG: "too_large", errno.EROFS: "readonly",
+                 errno.EACCES: "readonly", errno.EPERM: "readonly"}
+
 #: the layouts of earlier bertfeat versions, by the format they are reported as (none carried the marker); the
 #: current one (_SCHEMA without the marker) is adopted, these are refused as older formats
 _OLD_SCHEMAS = {
@@ -99,6 +120,18 @@ CREATE TABLE IF NOT EXISTS vectors(
 
 class CacheError(BertfeatError):
     """The vector cache cannot be opened, read or written."""
+
+    def kept_for_resume(self, how: str) -> "CacheError":
+        """This error with ``how`` a rerun continues after its fix (run.failures: the run's finished chunks are
+        kept for a resume)."""
+        return type(self)(self._what, f"{self._fix}; then {how}" if self._fix else how)
+
+
+class RunStoreError(CacheError):
+    """The run's own store of encoded rows failed (no cache involved): its fix already says how to resume."""
+
+    def kept_for_resume(self, how: str) -> "CacheError":
+        return self
 
 
 class ForeignStore(CacheError):
@@ -156,13 +189,16 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
 
     The settings are the features' fingerprint (weights' sha256, precision, every FeatureSpec field:
     pooling, layers and their aggregation, normalize, max length, long-text policy and stride, Dense modules,
-    prompt), the sha256 of the model folder's other files (tokenizer, config, sentence-transformers modules), and
+    prompt), the sha256 of the model folder's other files (tokenizer, config, sentence-transformers modules), the
+    ``tokenizers`` library's version (another may split a text otherwise: tokenize.library_version), and
     the GEMM path's identity (library, kernel, bf16 / int8 scheme, CPU model, NumPy's BLAS kernel): fp32 on OpenBLAS and on oneDNN
     round differently, so their vectors never mix. Not the model's id or path: a model folder copied elsewhere (same
     weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``."""
+    from ..model.tokenize import library_version
+
     features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
     settings = {"cache_format": FORMAT, **features, "model_files": encoder_files_digest(encoder),
-                "gemm": gemm_identity(encoder)}
+                "tokenizers": library_version(), "gemm": gemm_identity(encoder)}
     blob = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:32], settings
 
@@ -239,6 +275,27 @@ def is_run_store(path: Path) -> bool:
     return p.parent.name == RUN_STORE_DIR and p.parent.parent.name.endswith(".partial")
 
 
+def unwritable(path: Path) -> str | None:
+    """Why this process may not write the store file ``path`` or make files beside it (its -wal / -shm): "read-only
+    file system" (a read-only mount), "no permission to write PATH" (permissions, an immutable file), or None."""
+    for p in (Path(path), Path(path).parent):
+        if os.access(p, os.W_OK):
+            continue
+        try:
+            if os.statvfs(p).f_flag & os.ST_RDONLY:
+                return "read-only file system"
+        except OSError:
+            pass
+        return f"no permission to write {p}"
+    return None
+
+
+def read_only_note(directory, why: str, encoded: int) -> str:
+    """What a run says once when its cache could not be written (``why``): its hits were used, nothing stored."""
+    return (f"the cache {directory} is read-only ({why}): the vectors it holds were reused, and the {encoded:,} this "
+            "run encoded were not stored - give --cache a directory you can write to keep them")
+
+
 def _near_file_size_limit(files: list[Path]) -> bool:
     """This process may not make a file much larger than the largest of ``files`` (``ulimit -f``; SQLite reports
     the write's EFBIG as a "disk I/O error"): the largest is within a few pages of RLIMIT_FSIZE."""
@@ -259,10 +316,10 @@ def _near_file_size_limit(files: list[Path]) -> bool:
     return max(sizes, default=0) + 4 * PAGE_SIZE >= limit
 
 
-def _locked(what: str, doing: str, waited: float, fix: str) -> CacheError:
+def _locked(what: str, doing: str, waited: float, fix: str, kind: type = CacheError) -> CacheError:
     """A store another process held locked past the busy timeout (``err.locked``: the callers' retry test)."""
     gerund = {"open": "opening", "read": "reading", "write": "writing"}.get(doing, doing)
-    err = CacheError(f"{what} stayed locked by another process for {waited:.0f} s while {gerund}", fix)
+    err = kind(f"{what} stayed locked by another process for {waited:.0f} s while {gerund}", fix)
     err.locked = True
     return err
 
@@ -417,6 +474,7 @@ class VectorStore:
         self.durable = durable
         self.run_store = (not durable or is_run_store(self.path)) if run_store is None else run_store
         self.corrupt = 0  # entries whose checksum failed (read as misses)
+        self.read_only: str | None = None  # why this process may not write the cache (read, nothing stored), or None
         self._lock = threading.Lock()
         # id -> its fingerprints row (fingerprint, model, dim, settings, created): what get / put need, and what put
         # writes back after a concurrent clear
@@ -436,7 +494,7 @@ class VectorStore:
         delay = 0.01
         while True:  # a brand-new file opened by several processes at once: setting WAL mode answers "locked" at once
             try:
-                with self._guard("open", t0):
+                with self.guard("open", t0):
                     self._open()
                 break
             except CacheError as e:
@@ -459,6 +517,9 @@ class VectorStore:
             raise self._format(detail)
         if kind == "new":  # removed again at once
             raise sqlite3.OperationalError("unable to open database file: it was removed while it was being made")
+        why = None if self.run_store else unwritable(self.path)
+        if why is not None:
+            return self._open_read_only(kind, why)
         # mode=rw: never makes a file (a store removed since it was classified is an error, not a new unmarked file)
         self.db = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S,
                                   isolation_level=None, check_same_thread=False)
@@ -473,7 +534,39 @@ class VectorStore:
         if kind == "adopt":  # an earlier bertfeat's cache (its exact layout, classify): marked as bertfeat's now
             self.db.executescript(f"BEGIN IMMEDIATE; PRAGMA application_id={APP_ID}; PRAGMA user_version={int(FORMAT)}; "
                                   f"INSERT OR IGNORE INTO meta VALUES('format', '{FORMAT}'); COMMIT;")
-        fmt = self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+        self._check_format(self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone())
+
+    def _open_read_only(self, kind: str, why: str) -> None:
+        """A cache this process may not write (``why``), opened to read only: its hits are used, nothing is stored
+        and nothing of it changes (an earlier bertfeat's cache is read unmarked). Through its -shm file (mode=ro) the
+        commits of runs writing it elsewhere are seen; where there is none and none can be made (a read-only mount),
+        the main file is read alone (immutable=1: vectors still in a -wal file are not seen, and are encoded again)."""
+        self.read_only = why
+        uri = self.path.absolute().as_uri()
+        for query in ("mode=ro", "mode=ro&immutable=1"):
+            self.db = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                      check_same_thread=False)
+            try:
+                self.db.execute(f"PRAGMA cache_size={CACHE_PAGES}")
+                fmt = self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+                break
+            except sqlite3.OperationalError as e:  # no -shm, and none can be made: the main file alone
+                if "immutable" in query or not ("unable to open" in str(e) or "readonly" in str(e)):
+                    raise
+                self.db.close()
+                self.db = None
+        self._check_format(fmt if fmt is not None or kind != "adopt" else (FORMAT,))
+
+    def _become_read_only(self, why: str) -> None:
+        """SQLite refused a write that os.access allowed (``unwritable`` saw nothing): opened again to read only."""
+        with self._lock:
+            self.db.close()
+            self.db = None
+            with self.guard("open"):
+                self._open_read_only("ours", why)
+
+    def _check_format(self, fmt: tuple | None) -> None:
+        """The meta table's format row (None: none) is this bertfeat's, else the store is refused as another format."""
         if fmt is None or fmt[0] != FORMAT:
             self.db.close()
             self.db = None
@@ -513,69 +606,104 @@ class VectorStore:
             return self
 
         def __exit__(self, kind, e, tb):
-            if e is None or not isinstance(e, sqlite3.Error):
+            if e is None or not isinstance(e, (sqlite3.Error, OSError)):
                 return False
             raise self.store._error(e, self.doing, time.monotonic() - self.t0) from None
 
-    def _guard(self, doing: str, since: float | None = None) -> "_Guard":
+    def guard(self, doing: str, since: float | None = None) -> "_Guard":
+        """A context in which a failure of this store (SQLite's error, or an OSError: ENOSPC, EDQUOT, EIO ...) while
+        ``doing`` ("open", "read", "write") becomes one CacheError naming the store, what happened and the fix."""
         return VectorStore._Guard(self, doing, since)
 
-    def _error(self, e: sqlite3.Error, doing: str, waited: float = 0.0) -> CacheError:
-        if self.run_store:
-            return self._run_store_error(e, doing, waited)
+    def _cause(self, e: BaseException) -> str:
+        """What a failure is (FAILURES' keys), from an OSError's errno or SQLite's error text."""
+        if isinstance(e, OSError):
+            return _ERRNO_CAUSES.get(e.errno, "io")
         text = str(e)
-        if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-            return _locked(f"the cache {self.path}", doing, waited, "let the other run finish, or use another cache directory")
-        if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text or "disk I/O" in text):
-            return CacheError(f"cannot {doing} the cache {self.path} ({text})",
-                              "check the cache directory is writable and its disk has room, or use another one")
-        if isinstance(e, sqlite3.OperationalError) and "full" in text:
-            return CacheError(f"cannot {doing} the cache {self.path}: the disk is full", "free disk space, or use another cache directory")
-        return CacheError(f"the cache {self.path} is damaged ({text})",
-                          f"delete {self.path} (its vectors are recomputed by the next run), or use another cache directory")
+        if not isinstance(e, sqlite3.OperationalError):
+            return "damaged"
+        for words, cause in (("locked", "locked"), ("busy", "locked"), ("full", "full"), ("readonly", "readonly"),
+                             ("unable to open", "open")):
+            if words in text:
+                return cause
+        if "disk I/O" not in text:
+            return "damaged"
+        # SQLite reports a write's EFBIG (ulimit -f) and EDQUOT as a bare "disk I/O error": the first can be told
+        return "too_large" if _near_file_size_limit(list(self.path.parent.glob(self.path.name + "*"))) else "io"
 
-    def _run_store_error(self, e: sqlite3.Error, doing: str, waited: float = 0.0) -> CacheError:
+    def _error(self, e: BaseException, doing: str, waited: float = 0.0) -> CacheError:
+        """The CacheError of a failure ``e`` while ``doing``: the cache's words (FAILURES), or the run store's."""
+        cause = self._cause(e)
+        text = one_line(e.strerror or e) if isinstance(e, OSError) else str(e)
+        if self.run_store:
+            return self._run_store_error(cause, text, doing, waited)
+        where = f"the cache {self.path}"
+        if cause == "locked":
+            return _locked(where, doing, waited, "let the other run finish, or use another cache directory")
+        if cause == "damaged":
+            return CacheError(f"{where} is damaged ({text})", f"delete {self.path} (its vectors are recomputed by the "
+                                                             "next run), or use another cache directory")
+        said, fix = CACHE_FAILURES[cause]
+        err = CacheError(f"cannot {doing} {where}{said or f' ({text})'}", fix)
+        err.readonly = text if cause == "readonly" else None  # register's test: SQLite refused what os.access allowed
+        return err
+
+    def _run_store_error(self, cause: str, text: str, doing: str, waited: float = 0.0) -> CacheError:
         """A failure of the run's own store (no cache involved): it lives in the run's partial directory, so a full
         or too-small file system gets the local engine's words for its partial directory (errors.os_error: ENOSPC,
-        EFBIG); the finished parts stay for a resume (the engines keep them on a CacheError)."""
-        text, where = str(e), f"{RUN_STORE} {self.path}"
+        EFBIG); the finished parts stay for a resume (the engines keep them on a CacheError, and its fix says so)."""
+        where = f"{RUN_STORE} {self.path}"
         resume = f"rerun the same command with {opt('resume', True)}"
-        if isinstance(e, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-            return _locked(where, doing, waited, f"{resume} (the finished parts are kept)")
-        if isinstance(e, sqlite3.OperationalError) and "full" in text:  # SQLITE_FULL: ENOSPC
-            return CacheError(f"cannot {doing} {where}: no space left on the device", f"free disk space, then {resume}")
-        if isinstance(e, sqlite3.OperationalError) and "disk I/O" in text:
-            if _near_file_size_limit(list(self.path.parent.glob(self.path.name + "*"))):  # EFBIG (ulimit -f)
-                return CacheError(f"cannot {doing} {where}: file too large for the file system",
-                                  f"write to another file system with {opt('output')}")
-            return CacheError(f"cannot {doing} {where} ({text})",
-                              f"its file system may be full or too small for the file, or the disk failed: free disk "
-                              f"space, then {resume}, or write to another file system with {opt('output')}")
-        if isinstance(e, sqlite3.OperationalError) and ("readonly" in text or "unable to open" in text):
-            return CacheError(f"cannot {doing} {where} ({text})",
-                              f"check the output's directory is writable, or write elsewhere with {opt('output')}")
-        return CacheError(f"{where} is damaged ({text})",
-                          f"delete {self.path} (its rows are encoded again), then {resume}")
+        if cause == "locked":
+            return _locked(where, doing, waited, f"{resume} (the finished parts are kept)", RunStoreError)
+        if cause == "damaged":
+            return RunStoreError(f"{where} is damaged ({text})",
+                                 f"delete {self.path} (its rows are encoded again), then {resume}")
+        said, fix = {
+            "full": (": no space left on the device", f"free disk space, then {resume}"),
+            "quota": (": disk quota exceeded", f"free space under your quota, then {resume}"),
+            "too_large": (": file too large for the file system", f"write to another file system with {opt('output')}"),
+            "io": (None, f"its file system may be full or too small for the file, or the disk failed: free disk "
+                         f"space, then {resume}, or write to another file system with {opt('output')}"),
+        }.get(cause, (None, f"check the output's directory is writable, or write elsewhere with {opt('output')}"))
+        return RunStoreError(f"cannot {doing} {where}{said or f' ({text})'}", fix)
 
     # ------------------------------------------------------------------ fingerprints
-    def register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int:
-        """The fingerprint's id in this store (added when new); marks it used now."""
+    def register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int | None:
+        """The fingerprint's id in this store (added when new); marks it used now. A read-only cache adds nothing:
+        its id when the cache holds it, else None (``get`` finds nothing under None)."""
+        if self.read_only is None:
+            try:
+                return self._register(fingerprint, model, dim, settings)
+            except CacheError as e:
+                if not getattr(e, "readonly", None):
+                    raise
+                self._become_read_only(e.readonly)
+        fid = self.known_id(fingerprint)
+        if fid is not None:
+            self._check_dim(fingerprint, self._fp_rows[fid][2], dim)
+        return fid
+
+    def _register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int:
         now = time.time()
         row = (fingerprint, model, int(dim), json.dumps(settings, sort_keys=True, default=str), now)
-        with self._lock, self._guard("write"):
+        with self._lock, self.guard("write"):
             self.db.execute("INSERT OR IGNORE INTO fingerprints(fingerprint, model, dim, settings, created, last_used) "
                             "VALUES(?, ?, ?, ?, ?, ?)", (*row, now))
             fid, stored_dim = self.db.execute("SELECT id, dim FROM fingerprints WHERE fingerprint=?", (fingerprint,)).fetchone()
             self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (now, fid))
-        if stored_dim != dim:
-            raise CacheError(f"the cache {self.path} holds {stored_dim}-dimension vectors under fingerprint {fingerprint}, "
-                             f"this run makes {dim}", f"delete {self.path} (it is damaged), or use another cache directory")
+        self._check_dim(fingerprint, stored_dim, dim)
         self._fp_rows[fid] = row
         return fid
 
+    def _check_dim(self, fingerprint: str, stored_dim: int, dim: int) -> None:
+        if stored_dim != dim:
+            raise CacheError(f"the cache {self.path} holds {stored_dim}-dimension vectors under fingerprint {fingerprint}, "
+                             f"this run makes {dim}", f"delete {self.path} (it is damaged), or use another cache directory")
+
     def known_id(self, fingerprint: str) -> int | None:
         """The fingerprint's id if this store holds it, for ``get`` (nothing written: extract --estimate's lookups)."""
-        with self._lock, self._guard("read"):
+        with self._lock, self.guard("read"):
             row = self.db.execute("SELECT id, fingerprint, model, dim, settings, created FROM fingerprints "
                                   "WHERE fingerprint=?", (fingerprint,)).fetchone()
         if row is None:
@@ -604,9 +732,11 @@ class VectorStore:
         """The stored entries among ``keys``: key -> (vector (dim,) float32, n_tokens, truncated, n_chunks). An
         entry whose checksum fails is left out (counted in ``corrupt``): the caller encodes that row again."""
         out: dict = {}
+        if fid is None:  # a fingerprint a read-only cache does not hold (register)
+            return out
         fid = self._alias.get(fid, fid)
         fp_text, _, dim, _, _ = self._fp_rows[fid]
-        with self._lock, self._guard("read"):
+        with self._lock, self.guard("read"):
             for s in range(0, len(keys), LOOKUP_BATCH):
                 part = keys[s:s + LOOKUP_BATCH]
                 # CAST: a vec cell whose type went from BLOB to TEXT (a flipped bit in the record header) is read as
@@ -621,11 +751,14 @@ class VectorStore:
         return out
 
     def put(self, fid: int, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> None:
-        """Store rows (one transaction: all of them or none); an existing entry is replaced (a corrupt one repaired)."""
+        """Store rows (one transaction: all of them or none); an existing entry is replaced (a corrupt one repaired).
+        A read-only cache stores nothing (its reader keeps the run's vectors itself: reuse.Reuser)."""
+        if self.read_only is not None:
+            return
         records = entry_records(self._fp_rows[fid][0], keys, X, n_tokens, truncated, n_chunks)
         if not records:
             return
-        with self._lock, self._guard("write"):
+        with self._lock, self.guard("write"):
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 fid = self._current_id(fid)
@@ -637,14 +770,16 @@ class VectorStore:
                     self.db.execute("ROLLBACK")
                 raise
 
-    def touch(self, fid: int) -> None:
-        with self._lock, self._guard("write"):
+    def touch(self, fid: int | None) -> None:
+        if self.read_only is not None:
+            return
+        with self._lock, self.guard("write"):
             self.db.execute("UPDATE fingerprints SET last_used=? WHERE id=?", (time.time(), self._alias.get(fid, fid)))
 
     # ------------------------------------------------------------------ cache info / clear
     def summary(self) -> list[dict]:
         """One dict per fingerprint: fingerprint, model, dim, entries, bytes (of vectors), settings, created, last_used."""
-        with self._lock, self._guard("read"):
+        with self._lock, self.guard("read"):
             counts = dict((fp, (n, b)) for fp, n, b in
                           self.db.execute("SELECT fp, count(*), sum(length(vec)) FROM vectors GROUP BY fp"))
             fps = self.db.execute("SELECT id, fingerprint, model, dim, settings, created, last_used FROM fingerprints "
@@ -659,7 +794,11 @@ class VectorStore:
     def clear(self, fingerprint: str | None = None) -> int:
         """Delete every entry (or one fingerprint's, by its full id or a unique prefix) in one transaction; returns
         the entries deleted. The file shrinks (VACUUM) when no other process has it open."""
-        with self._lock, self._guard("write"):
+        if self.read_only is not None:
+            raise CacheError(f"cannot clear the cache {self.path}: it is read-only here ({self.read_only})",
+                             "bertfeat changed nothing in it: clear it where it can be written (as its owner, or on a "
+                             "writable mount), or delete its directory there")
+        with self._lock, self.guard("write"):
             if fingerprint is None:
                 ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints")]
             else:

@@ -30,7 +30,7 @@ _DEBUG = False  # --debug: unexpected exceptions keep their traceback
 _ARGV: list[str] | None = None  # the arguments main() was called with (for the provenance's command line)
 # A library error names options by their Python parameters (errors.opt); shown here, each is the flag that
 # sets it: "--" + the name with dashes, or as this table spells it.
-FLAGS = {"output": "-o"}
+FLAGS = {"output": "-o", "cache=False": "--no-cache"}  # (a value with a flag of its own: errors.render)
 #: a parameter whose flag depends on the command: the PCA's n_components is extract's --pca (pca fit's --n-components);
 #: info takes the model as its argument, not as --model; verify reads its input as the provenance says (no flags)
 COMMAND_FLAGS = {"extract": {"n_components": "--pca", "estimate": "--estimate-rows"},
@@ -500,7 +500,9 @@ def render_summary(s) -> None:
     if getattr(s, "rows_multiline", 0):
         lines.insert(7, f"rows multi-line {s.rows_multiline:,} (quoted fields that span lines; check them if unexpected)")
     if s.cache:
-        lines.append(f"cache           {s.cache}" + (f" ({s.cache_repaired:,} damaged entries encoded again)" if s.cache_repaired else ""))
+        said = [f"{s.cache_repaired:,} damaged entries encoded again"] * bool(s.cache_repaired)
+        said += ["read-only: nothing stored"] * (s.cache_read_only is not None)
+        lines.append(f"cache           {s.cache}" + (f" ({'; '.join(said)})" if said else ""))
     if s.chunks_resumed:
         lines.append(f"resumed         {s.chunks_resumed} chunk(s), {s.rows_resumed:,} rows, from the interrupted run "
                      "(counted above, not in the throughput)")

@@ -44,6 +44,23 @@ from .config import model_file, typed
 from ..errors import BertfeatError, ConfigError, opt
 
 
+def library_version() -> str:
+    """The ``tokenizers`` library's version, read at each call.
+
+    Another version may split a text into other tokens (a normalizer or pre-tokenizer fixed or changed), so it is
+    part of what identifies a vector: the cache key (``cache.store.cache_fingerprint``), the resume manifest and
+    the provenance record it.
+
+    Returns
+    -------
+    str
+        ``tokenizers.__version__``, e.g. ``"0.23.3"``.
+    """
+    import tokenizers
+
+    return str(tokenizers.__version__)
+
+
 @dataclass
 class Tokenized:
     """Tokenized rows, unpadded."""

@@ -299,7 +299,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
             writer.abort()
             return {"cancelled": True}
         stats.update(rows_encoded=reuser.encoded, rows_reused=reuser.reused, tokens_encoded=reuser.tokens_encoded,
-                     cache_repaired=reuser.corrupt)
+                     cache_repaired=reuser.corrupt, cache_read_only=reuser.read_only)
         writer.close(_part_meta(ctx.meta, stats))
     except BaseException:
         writer.abort()
@@ -591,10 +591,10 @@ class DaskRun:
                 summary.add_resumed(results[i])
             summary.rows_rejected += len(results[i]["rejects"])
             summary.cache_repaired += int(results[i].get("cache_repaired", 0))
+            summary.cache_read_only = summary.cache_read_only or results[i].get("cache_read_only")
             summary.rows_multiline += int(results[i].get("rows_multiline", 0))
-        if summary.cache_repaired and plan.cache is not None:
-            self.progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged entries (checksum mismatch): "
-                               "encoded again and rewritten")
+        for note in summary.cache_notes():
+            self.progress.note(note)
         final_meta = provenance(self.encoder, self.spec, self.fingerprint, plan, summary)
         final_meta["engine"] = "dask"
         final_meta["partitions"] = len(self.parts)

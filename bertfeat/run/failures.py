@@ -11,7 +11,8 @@ The rules (docs/errors.md, "What a failed extract keeps", has the user's side):
 - standard input: nothing is kept (it cannot be read again: a resume is refused);
 - bad input or settings (a BertfeatError): the partial directory is removed (a rerun starts over anyway);
 - a cache error, a damaged part, max_bad_rows passed, a failed cluster (``resumable``): the finished parts stay for
-  --resume; none finished: nothing to resume, the directory goes;
+  --resume (a cache error's fix then ends with how --resume continues: a full disk's, a lock's ...); none finished:
+  nothing to resume, the directory goes;
 - an OSError (a full disk, a read-only directory): the parts stay, and a full disk's fix names --resume and them;
 - Ctrl-C / SIGTERM: the parts stay and the note says where, and that --resume continues (while the outputs were
   being written: that it writes them); none finished yet: the directory goes and the note says to run again; the
@@ -71,12 +72,14 @@ class Failure:
 @dataclass(frozen=True)
 class Decision:
     """What the engine does: ``remove`` its partial directory; ``note``: an interrupt's resume_note; ``os_path``: an
-    OSError becomes ``errors.os_error(e, os_path, os_fix)`` (``os_fix``: the fix of a full disk, None: the errno's)."""
+    OSError becomes ``errors.os_error(e, os_path, os_fix)`` (``os_fix``: the fix of a full disk, None: the errno's);
+    ``resume``: how a rerun continues from the kept parts, after a cache error's fix (CacheError.kept_for_resume)."""
 
     remove: bool
     note: str | None = None
     os_path: Path | None = None
     os_fix: str | None = None
+    resume: str | None = None
 
 
 def kept(f: Failure, form: str = "the") -> str:
@@ -105,7 +108,10 @@ def decide(f: Failure) -> Decision:
     if f.kind == "input":
         return Decision(True)
     if f.kind == "resumable":
-        return Decision(f.finished == 0)
+        if f.finished == 0:
+            return Decision(True)
+        return Decision(False, resume=f"rerun with {opt('resume', True)} to continue ({kept(f, 'finished')} are kept "
+                                      f"in {f.partial})")
     if f.kind == "disk":
         return Decision(False, os_path=os_path, os_fix=f"free disk space, then rerun the same command with "
                                                       f"{opt('resume', True)} ({kept(f, 'finished')} are kept in {f.partial})")
@@ -123,7 +129,7 @@ def decide(f: Failure) -> Decision:
 def handle(e: BaseException, failure: Failure, remove: Callable[[], None]) -> BaseException:
     """Do what ``decide`` says for ``e``: remove the partial directory (``remove``), set an interrupt's resume_note;
     returns the exception to raise (``e``; the KeyboardInterrupt for an interrupt, also when compiled code raised
-    another error while handling it; the OutputError an OSError becomes)."""
+    another error while handling it; the OutputError an OSError becomes; a cache error saying how --resume continues)."""
     if failure.kind == "interrupt":
         e = interrupt_in(e) or e
     decision = decide(failure)
@@ -131,6 +137,11 @@ def handle(e: BaseException, failure: Failure, remove: Callable[[], None]) -> Ba
         remove()
     if decision.note is not None:
         e.resume_note = decision.note
+    if decision.resume is not None and isinstance(e, CacheError):
+        err = e.kept_for_resume(decision.resume)
+        if err is not e:
+            err.__cause__, err.__suppress_context__ = None, True  # as the cache's `raise ... from None`
+        return err
     if decision.os_path is not None:
         from ..errors import os_error
 

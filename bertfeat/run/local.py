@@ -217,11 +217,10 @@ class LocalRun:
                 items.close()
                 progress.stop()
         finally:
-            summary.cache_repaired = reuser.corrupt
+            summary.cache_repaired, summary.cache_read_only = reuser.corrupt, reuser.read_only
             reuser.close()
-        if summary.cache_repaired:
-            progress.note(f"the cache {plan.cache} had {summary.cache_repaired} damaged "
-                          f"entr{'y' if summary.cache_repaired == 1 else 'ies'} (checksum mismatch): encoded again and rewritten")
+        for note in summary.cache_notes():
+            progress.note(note)
         summary.rows_multiline = getattr(plan.reader, "multiline_rows", 0)
         check_input_unchanged(plan)  # every row read: a file that grew meanwhile fails the run, nothing published
 

@@ -23,15 +23,17 @@ from ..version import __version__
 def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
     """What a run must share with the interrupted run it resumes: version, the features' fingerprint, the model
     folder's other files (tokenizer, config, sentence-transformers modules: vcache.encoder_files_digest, as the cache
-    key has them), the GEMM path (vcache.gemm_identity: a resume on OpenBLAS would round its rows otherwise than the
+    key has them), the tokenizers library's version (another may split the kept chunks' texts otherwise), the GEMM
+    path (vcache.gemm_identity: a resume on OpenBLAS would round its rows otherwise than the
     interrupted run on oneDNN did), the input files (size, mtime), the options that shape the output; plus each
     engine's own keys."""
     from ..cache.store import encoder_files_digest, gemm_identity
+    from ..model.tokenize import library_version
 
     source = plan.reader
     return {
         "bertfeat_version": __version__, **fingerprint, "model_files": encoder_files_digest(encoder),
-        "gemm": gemm_identity(encoder),
+        "tokenizers": library_version(), "gemm": gemm_identity(encoder),
         "input": plan.input_identity if plan.input_identity is not None else source.identity(),
         "text_column": source.text_column, "pair_column": plan.options.pair_column, "id_column": plan.options.id_column,
         "encoding": source.encoding, "delimiter": getattr(source, "delimiter", None), "on_bad_row": plan.on_bad_row,
@@ -100,6 +102,10 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
     for k, a, b in dict_differences(old, new, keys=keys, missing=None, default=str):
         if k == "input":
             out += _input_differences(a or {}, b or {})
+        elif k == "tokenizers":  # a library, not a setting: the fix is the version the interrupted run had
+            out.append(f"tokenizers library: {a} -> {b}, which may split texts into other tokens: pip install "
+                       f"tokenizers=={a} to resume" if a else
+                       f"tokenizers library: not recorded (an earlier bertfeat) -> {b}")
         elif k == "model_files" and not isinstance(a, dict):
             out.append("model files: not recorded by the interrupted run (an earlier bertfeat)")
         elif k == "gemm" and isinstance(a, dict) and isinstance(b, dict):

@@ -1,5 +1,6 @@
-"""The provenance every feature file carries (``provenance``): model, weights, settings, GEMM path, input (with its
-files' identity: size, modification time), command, counts. Both engines write it; ``bertfeat verify`` reads it back.
+"""The provenance every feature file carries (``provenance``): model, weights, settings, GEMM path, the tokenizers
+library's version, input (with its files' identity: size, modification time), command, counts. Both engines write
+it; ``bertfeat verify`` reads it back.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .summary import ExtractSummary, gemm_record
 def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) -> dict:
     """The metadata every feature file carries: model, weights, settings, GEMM path, input, command, counts."""
     from ..cache.store import model_files_digest
+    from ..model.tokenize import library_version
 
     source = plan.reader
     return {
@@ -29,6 +31,7 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "fingerprint": fingerprint,
         "precision": encoder.precision,
         "gemm": gemm_record(encoder),
+        "tokenizers": library_version(),  # another version may split texts otherwise (the cache key has it too)
         "pooling": spec.pooling,
         "layers": list(spec.layers),
         "layer_agg": spec.layer_agg,

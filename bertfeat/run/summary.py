@@ -33,6 +33,7 @@ class ExtractSummary:
     tokens_encoded: int = 0  # tokens (before truncation) of the rows encoded
     cache: str | None = None  # the vector cache directory (None: no cache)
     cache_repaired: int = 0  # cache entries that failed their checksum: encoded again and rewritten
+    cache_read_only: str | None = None  # why the cache could not be written (its hits were used, nothing stored)
     elapsed: float = 0.0
     chunks_resumed: int = 0
     rows_resumed: int = 0  # rows written by the chunks kept from an interrupted run (--resume): not this run's work
@@ -73,6 +74,20 @@ class ExtractSummary:
     def tokens_per_s(self) -> float:
         """Tokens this run put through the model per second (as ``rows_per_s``)."""
         return (self.tokens_encoded - self.tokens_encoded_resumed) / self.elapsed if self.elapsed else 0.0
+
+    def cache_notes(self) -> list[str]:
+        """What a run says once about its cache, on both engines (progress notes): damaged entries encoded again (and
+        rewritten, unless the cache is read-only), and a cache it could not write."""
+        from ..cache.store import read_only_note
+
+        notes = []
+        if self.cache is not None and self.cache_repaired:
+            notes.append(f"the cache {self.cache} had {self.cache_repaired} damaged entr"
+                         f"{'y' if self.cache_repaired == 1 else 'ies'} (checksum mismatch): encoded again"
+                         + (" and rewritten" if self.cache_read_only is None else ""))
+        if self.cache is not None and self.cache_read_only is not None:
+            notes.append(read_only_note(self.cache, self.cache_read_only, self.rows_encoded - self.rows_encoded_resumed))
+        return notes
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in vars(self).items()}

@@ -8,6 +8,7 @@ needs more. The reference for "the right vectors" is always the same corpus extr
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -547,7 +548,8 @@ def test_a_cache_failing_mid_run_is_one_error_line(tmp_path, capsys, monkeypatch
     out = tmp_path / "o.parquet"
     rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--cache", cache, "--chunk-rows", 8, "-q")
     assert (rc, stdout) == (1, "")
-    assert err == f"Error: cannot write the cache {cache / DB_NAME}: the disk is full - free disk space, or use another cache directory\n"
+    assert err == (f"Error: cannot write the cache {cache / DB_NAME}: the disk is full - free disk space, or use another "
+                   f"cache directory; then rerun with --resume to continue (2 finished chunk(s) are kept in {out}.partial)\n")
     assert not out.exists()
     assert sorted(p.name for p in (tmp_path / "o.parquet.partial").glob("part-*")) == ["part-000000.parquet", "part-000001.parquet"]
     monkeypatch.undo()
@@ -556,6 +558,197 @@ def test_a_cache_failing_mid_run_is_one_error_line(tmp_path, capsys, monkeypatch
     assert (s.rows_encoded, s.rows_reused, s.chunks_resumed) == (40, 0, 2)
     s = extract(src, out, cache=cache, chunk_rows=8, overwrite=True)  # a fresh run: everything from the cache
     assert (s.rows_encoded, s.rows_reused) == (0, 40)
+
+
+# --------------------------------------------------------------------------- 4b. a cache write failing: what, where, the fix, --resume
+def failing_write(monkeypatch, error: BaseException, at: int) -> None:
+    """The cache's ``at``-th write (a chunk's new vectors) fails inside the store with ``error``: its connection's
+    statements raise it, as SQLite or the file system would (the earlier writes succeed)."""
+    from test_vcache import _Failing
+
+    real_put = bertfeat.cache.store.VectorStore.put
+    calls = []
+
+    def put(self, *a, **k):
+        calls.append(1)
+        if len(calls) != at:
+            return real_put(self, *a, **k)
+        db, self.db = self.db, _Failing(self.db, error)
+        try:
+            return real_put(self, *a, **k)
+        finally:
+            self.db = db
+
+    monkeypatch.setattr(bertfeat.cache.store.VectorStore, "put", put)
+
+
+FULL_FIX = "free disk space there, or run with --no-cache or another --cache directory"
+
+
+@pytest.mark.parametrize("error, what, fix", [
+    (OSError(errno.ENOSPC, "No space left on device"), ": no space left on the device", FULL_FIX),
+    (sqlite3.OperationalError("database or disk is full"), ": no space left on the device", FULL_FIX),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), ": disk quota exceeded",
+     "free space under your quota, or run with --no-cache or another --cache directory"),
+    (OSError(errno.EIO, "Input/output error"), " (Input/output error)",
+     "its file system may be full, over quota or too small for the file, or the disk failed: " + FULL_FIX),
+], ids=["enospc", "sqlite-full", "edquot", "eio"])
+def test_a_cache_write_failure_mid_run_names_the_cache_the_fix_and_resume(tmp_path, capsys, monkeypatch, error, what,
+                                                                          fix):
+    """The cache's disk full (or over quota, or failing) on the third chunk: exit 1 and one line that says what
+    happened, where (the cache's file), the fix (free space, or --no-cache / another --cache) and that --resume
+    continues from the two finished chunks, which are kept (it said "the disk is full - free disk space, or use
+    another cache directory", and an OSError named the output's partial directory). Resumed without the cache, the
+    output is the uninterrupted run's, bit for bit."""
+    src = corpus(tmp_path / "c.csv", base_rows(40))
+    cache, out = tmp_path / "cache", tmp_path / "o.parquet"
+    args = ("--model", tiny_model(), "--chunk-rows", 8, "-q")
+    failing_write(monkeypatch, error, at=3)
+    rc, stdout, err = run(capsys, "extract", src, "-o", out, "--cache", cache, *args)
+    assert (rc, stdout) == (1, "")
+    assert err == (f"Error: cannot write the cache {cache / DB_NAME}{what} - {fix}; then rerun with --resume to continue "
+                   f"(2 finished chunk(s) are kept in {out}.partial)\n")
+    assert not out.exists() and len(list((tmp_path / "o.parquet.partial").glob("part-*"))) == 2
+    monkeypatch.undo()
+    assert entries(cache) == 16  # the two chunks committed before stay
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--no-cache", *args, "--resume")
+    assert rc == 0, err
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "ref.parquet", "--no-cache", *args)
+    assert rc == 0, err
+    assert read_table(out).replace_schema_metadata(None).equals(read_table(tmp_path / "ref.parquet").replace_schema_metadata(None))
+
+
+def test_a_cache_write_failure_before_any_chunk_finished_does_not_name_resume(tmp_path, capsys, monkeypatch):
+    """Nothing finished, nothing kept: the line gives the fix alone (no --resume, which would have nothing to continue)."""
+    src = corpus(tmp_path / "c.csv", base_rows(20))
+    cache, out = tmp_path / "cache", tmp_path / "o.parquet"
+    failing_write(monkeypatch, OSError(errno.ENOSPC, "No space left on device"), at=1)
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--cache", cache, "--chunk-rows", 8, "-q")
+    assert (rc, err) == (1, f"Error: cannot write the cache {cache / DB_NAME}: no space left on the device - {FULL_FIX}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "cache"]  # no partial directory, no output
+
+
+# --------------------------------------------------------------------------- 4c. a read-only cache: its hits read, nothing stored
+def read_only(monkeypatch, cache: Path) -> None:
+    """This process may not write ``cache`` or its file, as os.access tells it (a read-only mount, another user's
+    files: the sandbox runs as root, whom permissions do not stop)."""
+    real = os.access
+
+    def access(path, mode, *a, **k):
+        if mode & os.W_OK and Path(path).absolute().is_relative_to(cache.absolute()):
+            return False
+        return real(path, mode, *a, **k)
+
+    monkeypatch.setattr(os, "access", access)
+
+
+def half_cached(tmp_path: Path) -> tuple[Path, Path, Path, list]:
+    """A cache holding 30 of a corpus' 60 distinct texts (and a writable copy of it), and the corpus: the 60 rows and
+    10 repeats of new ones (a read-only cache cannot hold the run's own rows for their duplicates).
+    -> (corpus, cache, copy, rows)."""
+    cache = tmp_path / "cache"
+    extract(corpus(tmp_path / "first.csv", base_rows(30)), tmp_path / "first.parquet", cache=cache)
+    shutil.copytree(cache, tmp_path / "copy")
+    rows = base_rows(60) + [(f"d{i:03d}", SST2[40 + i]) for i in range(10)]
+    return corpus(tmp_path / "c.csv", rows), cache, tmp_path / "copy", rows
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_a_read_only_cache_is_read_and_nothing_is_stored(tmp_path, request, monkeypatch, engine):
+    """A cache this process may not write (a team's on a read-only mount, a folder of another user) stopped every run
+    with "cannot open the cache ... (unable to open database file)". Its hits are read, the rest encoded, nothing
+    stored, and the output is the one a writable cache gives, bit for bit."""
+    src, cache, copy, rows = half_cached(tmp_path)
+    db = cache / DB_NAME
+    before = (db.read_bytes(), entries(cache))
+    kw = engine_kw(engine, request)
+    writable = extract(src, out_path(tmp_path, engine, "writable"), cache=copy, chunk_rows=8, **kw)
+    read_only(monkeypatch, cache)
+    s = extract(src, out_path(tmp_path, engine, "ro"), cache=cache, chunk_rows=8, **kw)
+    assert s.cache_read_only == f"no permission to write {db}"
+    assert s.cache_notes() == [f"the cache {cache} is read-only (no permission to write {db}): the vectors it holds "
+                               f"were reused, and the {s.rows_encoded} this run encoded were not stored - give --cache a "
+                               "directory you can write to keep them"]
+    assert features(out_path(tmp_path, engine, "ro")).equals(features(out_path(tmp_path, engine, "writable")))
+    if engine == "local":
+        assert (s.rows_encoded, s.rows_reused) == (writable.rows_encoded, writable.rows_reused) == (30, 40)
+    else:  # a partition's duplicates of another's new rows are encoded again (they are found in no store)
+        assert s.rows_encoded + s.rows_reused == 70 and 30 <= s.rows_encoded <= 40 and s.rows_reused >= 30
+    monkeypatch.undo()
+    assert (db.read_bytes(), entries(cache)) == before  # nothing stored, not even the fingerprint's last use
+    assert s.to_dict()["cache_read_only"] == f"no permission to write {db}"
+
+
+def test_a_write_sqlite_refuses_makes_the_cache_read_only_too(tmp_path, monkeypatch):
+    """os.access may allow what SQLite refuses (a security module, a file opened read-only): its "attempt to write
+    a readonly database" at the run's first write opens the cache again to read only, as above."""
+    src, cache, copy, rows = half_cached(tmp_path)
+    before = (cache / DB_NAME).read_bytes()
+    real = sqlite3.connect
+
+    def read_only_connect(database, *a, **k):
+        if isinstance(database, str) and database.startswith(cache.absolute().as_uri()):
+            database = database.replace("mode=rw", "mode=ro")
+        return real(database, *a, **k)
+
+    monkeypatch.setattr(sqlite3, "connect", read_only_connect)
+    s = extract(src, tmp_path / "ro.parquet", cache=cache, chunk_rows=8)
+    assert (s.rows_encoded, s.rows_reused, s.cache_read_only) == (30, 40, "attempt to write a readonly database")
+    monkeypatch.undo()
+    extract(src, tmp_path / "writable.parquet", cache=copy, chunk_rows=8)
+    assert features(tmp_path / "ro.parquet").equals(features(tmp_path / "writable.parquet"))
+    assert (cache / DB_NAME).read_bytes() == before
+
+
+def test_a_read_only_cache_through_the_cli(tmp_path, capsys, monkeypatch):
+    """The command line says it once, beside the other cache notes (not under -q), and in the summary's cache line;
+    ``cache info`` reads a read-only cache, ``cache clear`` refuses it and changes nothing."""
+    src, cache, copy, rows = half_cached(tmp_path)
+    db = cache / DB_NAME
+    before = tree_digest(cache)
+    read_only(monkeypatch, cache)
+    args = ("--model", tiny_model(), "--id-column", "id", "--cache", cache)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", *args)
+    assert rc == 0, err
+    note = (f"the cache {cache} is read-only (no permission to write {db}): the vectors it holds were reused, and the "
+            "30 this run encoded were not stored - give --cache a directory you can write to keep them")
+    assert [line for line in err.splitlines() if "read-only" in line] == [  # the progress log's line, the summary's
+        f"bertfeat extract: {note}", f"cache           {cache} (read-only: nothing stored)"]
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "q.parquet", *args, "-q")
+    assert (rc, err) == (0, "")
+    rc, out, err = run(capsys, "cache", "info", cache)
+    assert (rc, err, out.splitlines()[3]) == (0, "", "entries       30")
+    rc, out, err = run(capsys, "cache", "clear", cache)
+    assert (rc, out, err) == (1, "", f"Error: cannot clear the cache {db}: it is read-only here (no permission to write "
+                                     f"{db}) - bertfeat changed nothing in it: clear it where it can be written (as its "
+                                     "owner, or on a writable mount), or delete its directory there\n")
+    monkeypatch.undo()
+    assert {k: v for k, v in tree_digest(cache).items() if not k.endswith(("-wal", "-shm"))} == before
+
+
+def test_a_cache_on_a_read_only_mount(tmp_path):
+    """A real read-only mount (a bind mount in a mount namespace of its own; root is not stopped by permissions): the
+    run reads the cache through the command line, stores nothing, and the folder is left byte for byte (SQLite can
+    make no -wal / -shm there: the file is read alone, immutable)."""
+    import shutil as sh
+
+    if not sh.which("unshare") or subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind -o ro {tmp_path} {tmp_path}"],
+                                                 capture_output=True).returncode:
+        from conftest import missing
+
+        missing("a read-only bind mount needs `unshare -m` and mount (root, or CAP_SYS_ADMIN)")
+    src, cache, copy, rows = half_cached(tmp_path)
+    before = tree_digest(cache)
+    ro = ["unshare", "-m", "sh", "-c", 'mount --bind -o ro "$1" "$1" && shift && exec "$@"', "sh", str(cache)]
+    p = subprocess.run(ro + cli("extract", src, "-o", tmp_path / "ro.parquet", "--model", tiny_model(), "--id-column",
+                                "id", "--cache", cache, "--chunk-rows", 8), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert f"the cache {cache} is read-only (read-only file system): the vectors it holds were reused, and the 30 this " \
+           "run encoded were not stored - give --cache a directory you can write to keep them" in p.stderr
+    assert summary_line(p.stderr, "cache") == f"cache {cache} (read-only: nothing stored)"
+    assert tree_digest(cache) == before
+    extract(src, tmp_path / "writable.parquet", cache=copy, chunk_rows=8)
+    assert features(tmp_path / "ro.parquet").equals(features(tmp_path / "writable.parquet"))
 
 
 # --------------------------------------------------------------------------- 5. two runs filling one cache at once
@@ -1044,6 +1237,30 @@ def test_the_element_wise_kernels_are_in_the_key_and_the_provenance(tmp_path, mo
     info = bertfeat.cache.store.cache_info(cache)
     lines = sorted(bertfeat.cache.store.settings_line(f["settings"]) for f in info["fingerprints"])
     assert len(lines) == 2 and lines[0].endswith(", numba " + lines[0].rsplit(" ", 1)[1]) and lines[1].endswith(", numpy")
+
+
+def test_the_tokenizers_version_is_in_the_key_and_the_provenance(tmp_path, monkeypatch):
+    """An upgrade of the tokenizers library may split a text into other tokens (a normalizer or pre-tokenizer
+    changed), and its version was in no key: the cache served the old version's vectors (found by audit)."""
+    import tokenizers
+    from bertfeat.features import read_features
+
+    real = tokenizers.__version__
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"sentence {i} of the corpus\n" for i in range(12)))
+    cache = tmp_path / "c"
+    s = bertfeat.extract(src, tmp_path / "a.parquet", model=tiny_model(), cache=cache)
+    assert s.rows_encoded == 12
+    monkeypatch.setattr(tokenizers, "__version__", "0.0.1")
+    s = bertfeat.extract(src, tmp_path / "b.parquet", model=tiny_model(), cache=cache)
+    assert (s.rows_encoded, s.rows_reused) == (12, 0)  # the other version's vectors are not this run's
+    assert read_features(tmp_path / "b.parquet")[2]["tokenizers"] == "0.0.1"
+    monkeypatch.undo()
+    assert read_features(tmp_path / "a.parquet")[2]["tokenizers"] == real
+    s = bertfeat.extract(src, tmp_path / "c.parquet", model=tiny_model(), cache=cache)
+    assert (s.rows_encoded, s.rows_reused) == (0, 12)
+    info = bertfeat.cache.store.cache_info(cache)
+    assert sorted(f["settings"]["tokenizers"] for f in info["fingerprints"]) == sorted([real, "0.0.1"])
 
 
 def test_a_model_replaced_while_it_loads_is_refused_not_cached(tmp_path, monkeypatch):

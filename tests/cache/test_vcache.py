@@ -4,6 +4,7 @@ plan / settle when chunks are read ahead of the model. End to end through both e
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 import shutil
@@ -508,6 +509,42 @@ def test_run_store_damaged_or_locked(tmp_path, monkeypatch):
         assert e.value.render(FLAGS) == message
 
 
+# --------------------------------------------------------------------------- the cache's write fails: what, where, the fix
+ELSEWHERE = "run with --no-cache or another --cache directory"
+IO_FIX = ("its file system may be full, over quota or too small for the file, or the disk failed: free disk space "
+          f"there, or {ELSEWHERE}")
+CACHE_WRITE_CASES = [
+    (sqlite3.OperationalError("database or disk is full"), ": no space left on the device",
+     f"free disk space there, or {ELSEWHERE}"),
+    (OSError(errno.ENOSPC, "No space left on device"), ": no space left on the device", f"free disk space there, or {ELSEWHERE}"),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), ": disk quota exceeded", f"free space under your quota, or {ELSEWHERE}"),
+    (OSError(errno.EIO, "Input/output error"), " (Input/output error)", IO_FIX),
+    (sqlite3.OperationalError("disk I/O error"), " (disk I/O error)", IO_FIX),  # SQLite's words for EDQUOT and EIO
+]
+
+
+@pytest.mark.parametrize("error, what, fix", CACHE_WRITE_CASES, ids=["sqlite-full", "enospc", "edquot", "eio", "sqlite-io"])
+def test_a_cache_write_failure_says_what_where_and_the_fix(tmp_path, error, what, fix):
+    """A write of the cache failing (SQLite's error, or an OSError raised in the write: ENOSPC, EDQUOT, EIO): one
+    CacheError naming the cache's file, what happened and the fix: free the space, or run without the cache or with
+    another one (an OSError went out as the run's partial directory's; EIO and SQLite's I/O error only said to check
+    the directory is writable). Python callers read the keyword."""
+    from bertfeat.cli.app import FLAGS
+
+    store = open_cache(tmp_path / "cache")
+    fid = store.register("a" * 32, "m", D, {})
+    real, store.db = store.db, _Failing(store.db, error)
+    with pytest.raises(CacheError) as e:
+        store.put(fid, keys(SST2[:2]), vectors(2), [1, 1], [False, False], [1, 1])
+    db = tmp_path / "cache" / DB_NAME
+    assert e.value.render(FLAGS) == f"cannot write the cache {db}{what} - {fix}"
+    assert e.value.message == f"cannot write the cache {db}{what} - {fix}".replace(
+        "--no-cache or another --cache", "cache=False or another cache")
+    store.db = real
+    assert store.get(fid, keys(SST2[:2])) == {}  # nothing of the failed write stored
+    store.close()
+
+
 _FILL = """
 import resource, sys
 from pathlib import Path
@@ -552,8 +589,8 @@ def test_run_store_too_large_for_its_file_system_says_so(tmp_path):
     assert fill(db.parent) == (f"cannot write the run's temporary store of encoded rows {db}: "
                                f"{local.split(': ', 1)[1]}")
     cache = tmp_path / "cache" / DB_NAME
-    assert fill(cache.parent) == (f"cannot write the cache {cache} (disk I/O error) - check the cache directory is "
-                                  "writable and its disk has room, or use another one")
+    assert fill(cache.parent) == (f"cannot write the cache {cache}: file too large for the file system - run with "
+                                  "--no-cache or another --cache directory on another file system")
 
 
 # --------------------------------------------------------------------------- whose file it is: only bertfeat's own store is written

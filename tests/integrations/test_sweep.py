@@ -247,6 +247,29 @@ def test_a_set_extracted_before_is_reused_and_the_others_encoded(tmp_path, capsy
     assert sweep(small_csv, ["max", "mean"], cache=cache, sample=500)["rows_encoded"] == 0
 
 
+def test_a_read_only_cache_is_read_and_nothing_is_stored(tmp_path, small_csv, monkeypatch):
+    """A cache this process may not write (a read-only mount, another user's folder; os.access says so): a sweep
+    stopped with "cannot open the cache". Its sets' hits are read, the rest encoded, nothing stored, and it says so."""
+    import os
+
+    from bertfeat.cache.store import DB_NAME
+
+    cache = tmp_path / "cache"
+    sweep(small_csv, ["max"], cache=cache, sample=500)
+    before = (cache / DB_NAME).read_bytes()
+    real, told = os.access, []
+    monkeypatch.setattr(os, "access", lambda p, mode, *a, **k: False if mode & os.W_OK and str(p).startswith(str(cache))
+                        else real(p, mode, *a, **k))
+    r = sweep(small_csv, ["max", "mean"], cache=cache, sample=500, progress=told.append)
+    assert (r["rows_encoded"], r["rows_cached"]) == (120, 0)  # mean's rows: max's were read
+    assert (f"the cache {cache} is read-only (no permission to write {cache / DB_NAME}): the vectors it holds were "
+            "reused, and the 120 this run encoded were not stored - give --cache a directory you can write to keep "
+            "them") in told
+    monkeypatch.undo()
+    assert (cache / DB_NAME).read_bytes() == before
+    assert sweep(small_csv, ["max", "mean"], cache=cache, sample=500)["sets"] == r["sets"]  # writable: the same sets
+
+
 def test_one_set_by_name_and_a_bad_seed_or_input_are_refused_clearly(small_csv, tmp_path):
     """sweep(path, "own") once read the name letter by letter ("feature set 'o'"); a seed or input of the wrong type
     ended in NumPy's TypeError or a format guess."""

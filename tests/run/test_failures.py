@@ -102,6 +102,29 @@ class TestThePolicy:
         d = decide(failure)
         assert (d.remove, d.note, d.os_path, render(d.os_fix, FLAGS)) == (remove, note, os_path, os_fix)
 
+    @pytest.mark.parametrize("failure, resume", [
+        (f("resumable"), f"rerun with --resume to continue (2 finished chunk(s) are kept in {P})"),
+        (f("resumable", "write", unit="partition"), f"rerun with --resume to continue (2 finished partition(s) are kept in {P})"),
+        (f("resumable", finished=0), None),  # nothing kept: nothing to continue
+        (f("resumable", stdin=True), None),  # standard input: a resume is refused
+    ])
+    def test_a_resumable_failure_says_how_resume_continues(self, failure, resume):
+        """A cache failing mid-run (a full disk) kept the finished parts, and its line did not say that --resume
+        continues from them: the decision carries the words, ``handle`` puts them after a cache error's fix."""
+        assert render(decide(failure).resume, FLAGS) == resume
+
+    def test_a_cache_error_gets_the_resume_words_after_its_fix(self):
+        from bertfeat.cache.store import RunStoreError
+
+        e = handle(CacheError("cannot write the cache c: no space left on the device", "free disk space there"),
+                   f("resumable"), lambda: None)
+        assert isinstance(e, CacheError) and e.render(FLAGS) == (
+            "cannot write the cache c: no space left on the device - free disk space there; then rerun with --resume "
+            f"to continue (2 finished chunk(s) are kept in {P})")
+        assert e.message.endswith(f"then rerun with resume=True to continue (2 finished chunk(s) are kept in {P})")
+        own = RunStoreError("cannot write the run's store", "free disk space, then rerun the same command with --resume")
+        assert handle(own, f("resumable"), lambda: None) is own  # its fix says it already
+
     def test_the_python_callers_fix_names_the_parameter(self):
         assert render(decide(f("disk")).os_fix) == ("free disk space, then rerun the same command with resume=True (2 "
                                                     f"finished chunk(s) are kept in {P})")
@@ -338,7 +361,9 @@ class TestTheLocalEngineCountsItsParts:
         _fail_on_call(monkeypatch, bertfeat.cache.store.VectorStore, "put", 1,
                       lambda a: CacheError("cannot write the cache: the disk is full", "free disk space"))
         rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS, "--cache", tmp_path / "cache", "--resume")
-        assert (rc, err.splitlines()[-1]) == (1, "Error: cannot write the cache: the disk is full - free disk space")
+        assert (rc, err.splitlines()[-1]) == (1, "Error: cannot write the cache: the disk is full - free disk space; then "
+                                                 "rerun with --resume to continue (1 finished chunk(s) are kept in "
+                                                 f"{partial})")
         assert [p.name for p in partial.glob("part-*")] == ["part-000001.parquet"]
 
 

@@ -4,6 +4,7 @@ settings or a changed input is refused with a message that says what differs."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 import signal
@@ -487,6 +488,36 @@ def test_resume_with_a_changed_model_file_but_the_same_weights_is_refused(tmp_pa
                                              "with --overwrite instead of --resume to start over, or use the original "
                                              "settings")
     assert len(parts(out)) == 2  # the interrupted run's parts are kept for a resume with the original files
+
+
+def test_resume_with_another_tokenizers_version_is_refused(tmp_path, capsys, monkeypatch):
+    """An upgrade of the tokenizers library may split texts into other tokens: the manifest did not record its version,
+    so a resume mixed the kept chunks' tokens with the new version's in one output. Refused, naming both versions;
+    the original version resumes, and the provenance records it."""
+    import tokenizers
+
+    real = tokenizers.__version__
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ("--model", tiny_model(), "--chunk-rows", 3)
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    monkeypatch.setattr(tokenizers, "__version__", "0.0.1")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run (tokenizers "
+                            f"library: {real} -> 0.0.1, which may split texts into other tokens: pip install tokenizers=="
+                            f"{real} to resume) - rerun with --overwrite instead of --resume to start over, or use the "
+                            "original settings\n")
+    assert not out.exists() and len(parts(out)) == 2  # refused, nothing touched
+    monkeypatch.undo()
+    manifest = tmp_path / "o.parquet.partial" / "manifest.json"  # a partial run of a bertfeat before the key
+    kept = manifest.read_text()
+    manifest.write_text(json.dumps({k: v for k, v in json.loads(kept).items() if k != "tokenizers"}))
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 1 and f"(tokenizers library: not recorded (an earlier bertfeat) -> {real}) - rerun with --overwrite" in err
+    manifest.write_text(kept)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+    assert metadata(out)["tokenizers"] == real
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
