@@ -176,19 +176,33 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
                                f"client's (sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
                                "put the same model files on every node")
     if gemm_id is not None:
-        check_worker_gemm(gemm_identity(enc), gemm_id, socket.gethostname())
+        check_worker_gemm(worker_identity(enc), gemm_id, socket.gethostname())
     if not getattr(enc, "warmed_up", False):
         enc.encode(["warm up"])  # the kernels, tokenizer and scratch memory ready (~0.6 s) before the first task
         enc.warmed_up = True
     return enc
 
 
+def worker_identity(encoder) -> dict:
+    """What a worker must share with the client besides the model (check_worker_gemm): the GEMM path
+    (cache.store.gemm_identity) and the tokenizers library's version, both in the cache key the client writes under."""
+    from ..model.tokenize import library_version
+
+    return {**gemm_identity(encoder), "tokenizers": library_version()}
+
+
 def check_worker_gemm(worker: dict, client: dict, host: str) -> None:
     """Refuse a worker whose vectors would round otherwise than the client's (cache.store.gemm_identity): its rows
-    would differ from a local run's in the last bits, silently, in the output and in a shared cache."""
+    would differ from a local run's in the last bits, silently, in the output and in a shared cache. Likewise a
+    worker with another tokenizers library (worker_identity), which may split a text into other tokens."""
     differ = sorted(k for k in worker.keys() | client.keys() if worker.get(k) != client.get(k))
     if not differ:
         return
+    if differ == ["tokenizers"]:
+        raise WorkerSetupError(f"worker on {host}: its tokenizers library may split texts otherwise than the client's "
+                               f"(tokenizers {worker.get('tokenizers')} here, {client.get('tokenizers')} on the client)",
+                               f"install tokenizers=={client.get('tokenizers')} on every worker (or the workers' "
+                               "version on the client)")
     what = "; ".join(f"{k} {worker.get(k)} here, {client.get(k)} on the client" for k in differ)
     mine, theirs = str(worker.get("blas")).split(), str(client.get("blas")).split()  # library, version, kernel
     kernel_only = len(mine) == len(theirs) == 3 and mine[:2] == theirs[:2] and theirs[0] == "openblas"
@@ -198,7 +212,8 @@ def check_worker_gemm(worker: dict, client: dict, host: str) -> None:
     elif "cpu" in differ:
         fix = "run the job on workers with the client's CPU model, or start the client on the workers' kind of machine"
     else:
-        fix = "install the same bertfeat, NumPy and extras (bertfeat[fast]: oneDNN) on the client and every worker"
+        fix = (f"install the same bertfeat, NumPy{', tokenizers' if 'tokenizers' in differ else ''} and extras "
+               "(bertfeat[fast]: oneDNN) on the client and every worker")
     raise WorkerSetupError(f"worker on {host}: its products would round otherwise than the client's ({what})", fix)
 
 
@@ -230,7 +245,7 @@ class TaskContext:
     model_name: str | None
     encoder_kwargs: dict  # Encoder(...) keywords (max_batch_tokens, the options the user gave)
     weights_sha256: str
-    gemm_id: dict | None  # the client's cache.store.gemm_identity: a worker that would round otherwise is refused
+    gemm_id: dict | None  # the client's worker_identity: a worker that would round or tokenize otherwise is refused
     threads: int | dict | None  # --threads, or each worker's share of its host's cores (dask_cluster.worker_threads)
     spec: object
     on_bad_row: str
@@ -469,7 +484,7 @@ class DaskRun:
         if self.run_store is not None:  # made here, once, before the tasks open it together
             open_cache(self.run_store).close()
         client.register_plugin(EncoderPlugin(self.encoder.location, plan.options.model, self.encoder_kwargs,
-                                             self.encoder.weights_sha256, self.threads, gemm_identity(self.encoder)),
+                                             self.encoder.weights_sha256, self.threads, worker_identity(self.encoder)),
                                name=EncoderPlugin.name)
         if counts is None:  # pass 0: rows per partition (Parquet: from the footers)
             counts = [p.n_rows for p in parts]
@@ -500,7 +515,7 @@ class DaskRun:
             cache = cache_id = None
         ctx = TaskContext(reader=plan.reader, location=encoder.location, model_name=plan.options.model,
                           encoder_kwargs=self.encoder_kwargs, weights_sha256=encoder.weights_sha256,
-                          gemm_id=gemm_identity(encoder), threads=self.threads,
+                          gemm_id=worker_identity(encoder), threads=self.threads,
                           spec=spec, on_bad_row=plan.on_bad_row, id_name=plan.id_name,
                           id_type=plan.reader.id_type() or pa.string(), chunk_rows=plan.options.chunk_rows,
                           dim=encoder.output_dim(spec), meta=meta, run_key=self.run_key, out_dir=str(self.partial),

@@ -1154,6 +1154,32 @@ def test_a_model_changed_on_a_worker_is_a_worker_setup_error(tmp_path, monkeypat
     assert kind_of(e.value, (WorkerSetupError,)) == "resumable"
 
 
+def test_a_worker_with_another_tokenizers_library_is_refused(monkeypatch):
+    """The tokenizers version is in the cache key the client writes under, but a worker tokenizes with its own: a
+    worker with another version is refused as one on another BLAS is (resumable), saying which version to install."""
+    import socket
+
+    import tokenizers
+
+    from bertfeat.model.encoder import Encoder
+    from bertfeat.run.dask import WorkerSetupError, check_worker_gemm, worker_identity
+    from extract_util import tiny_model
+
+    enc = Encoder(tiny_model())
+    client = worker_identity(enc)
+    assert client["tokenizers"] == tokenizers.__version__
+    monkeypatch.setattr(tokenizers, "__version__", "0.0.1")
+    with pytest.raises(WorkerSetupError) as e:
+        check_worker_gemm(worker_identity(enc), client, socket.gethostname())
+    assert str(e.value) == (f"worker on {socket.gethostname()}: its tokenizers library may split texts otherwise than "
+                            f"the client's (tokenizers 0.0.1 here, {client['tokenizers']} on the client) - install "
+                            f"tokenizers=={client['tokenizers']} on every worker (or the workers' version on the client)")
+    with pytest.raises(WorkerSetupError) as e:  # with the GEMM library too: the one fix names both
+        check_worker_gemm({**worker_identity(enc), "library": "numpy matmul"}, client, "h")
+    assert str(e.value).endswith(" - install the same bertfeat, NumPy, tokenizers and extras (bertfeat[fast]: oneDNN) "
+                                 "on the client and every worker")
+
+
 def test_check_worker_gemm_names_what_differs_and_its_fix():
     from bertfeat.run.dask import check_worker_gemm
 
