@@ -144,8 +144,8 @@ def _legacy(d: Path, kw: dict, own: dict, special_map: dict, stored: dict) -> tu
     added_tokens.json, then of tokenizer.json (``stored``): (id -> AddedToken, text -> AddedToken)."""
     where = d / "special_tokens_map.json"
     for key, value in special_map.items():
-        if isinstance(value, dict) and key != "extra_special_tokens":
-            value = json_token(value, f"{where}: {key}", special=True)
+        if isinstance(value, dict) and key != "extra_special_tokens":  # an AddedToken; without content, unusable
+            value = json_token(value, f"{where}: {key}", special=True) if value.get("content") else None
         elif key == "extra_special_tokens" and isinstance(value, list):
             existing = list(kw.get("extra_special_tokens") or [])
             for t in _tokens(value, f"{where}: {key}", special=True):

@@ -164,18 +164,19 @@ def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, declared: Declare
 
 
 def read_tokenizer_json(path: Path, keep_added: bool):
-    """tokenizer.json -> (tokenizers.Tokenizer, its added tokens by id). Without ``keep_added`` the Tokenizer has none
-    of them: a class that builds its own tokenizer (declared.own_class) takes only the vocabulary."""
+    """tokenizer.json -> (tokenizers.Tokenizer, its added tokens by the ids the file gives them). Without
+    ``keep_added`` the Tokenizer has none of them: a class that builds its own tokenizer (declared.own_class) takes
+    only the vocabulary."""
     from tokenizers import Tokenizer
 
     try:
-        if keep_added:
-            tk = Tokenizer.from_file(str(path))
-            return tk, dict(tk.get_added_tokens_decoder())
-        data = typed(json.loads(path.read_text(encoding="utf-8")), dict, str(path))
-        added = typed(data.pop("added_tokens", None), list, f"{path}: added_tokens", [])
+        text = path.read_text(encoding="utf-8")
+        data = typed(json.loads(text), dict, str(path))
+        added = typed(data.get("added_tokens"), list, f"{path}: added_tokens", [])
         stored = {t["id"]: json_token(t, f"{path}: added_tokens") for t in added}
-        return Tokenizer.from_str(json.dumps(data)), stored
+        if not keep_added:
+            text = json.dumps({**data, "added_tokens": []})
+        return Tokenizer.from_str(text), stored
     except ConfigError:
         raise
     except Exception as e:
