@@ -648,6 +648,7 @@ OTHER_CASES = {  # name -> (folder, tokenizer_config.json edit, special_tokens_m
     # (no space beside an added token: transformers rebuilds XLM-R's pre-tokenizer, bertfeat keeps it as stored)
     "xlmr_map_additional": ("xlm-roberta", lambda c: None, {"additional_special_tokens": ["<ent>"]},
                             ["hello<ent>world", "Hello<ent>world<ENT>x"]),
+    "camembert_class_extras": ("camembert", lambda c: None, {}, ["hello<s>NOTUSEDworld", "a<unk>NOTUSED<mask>b"]),
     "modernbert_extra_and_map": ("modernbert", lambda c: c.update(extra_special_tokens=["<x>"]),
                                  {"additional_special_tokens": ["<ent>"]},
                                  ["hello <ent> world <x>", "Hello<ent>world <ENT> <mask> x<x>"]),
