@@ -61,6 +61,17 @@ def model_file(path: Path) -> Path | None:
                       "device or socket in their place)")
 
 
+def json_object(path: Path) -> dict:
+    """A model folder's JSON object file (tokenizer_config.json, special_tokens_map.json, ...): {} when absent."""
+    if model_file(path) is None:
+        return {}
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not valid JSON ({e})", "restore it from the checkpoint") from None
+    return typed(d, dict, str(path))
+
+
 def inside_folder(root: Path, path: Path) -> Path:
     """``path`` when it stays inside the model folder ``root`` once every symbolic link on its way is followed (a
     Hugging Face cache snapshot's files link into its repository's blobs/, which counts as inside), else a one-line

@@ -8,8 +8,9 @@ lower-casing / Chinese-character splitting / accent stripping, BertPreTokenizer,
 As transformers 5's AutoTokenizer (and so sentence-transformers) loads a folder: the tokenizer class it picks
 (``transformers_class``) rebuilds, for BERT / DistilBERT / ELECTRA, MPNet and RoBERTa, the normalizer,
 pre-tokenizer and post-processor from ``tokenizer_config.json`` and keeps only the vocabulary (and merges) of
-``tokenizer.json`` (``as_transformers``); other classes load ``tokenizer.json`` as stored. The added tokens
-tokenizer_config.json (or added_tokens.json) declares are added to either (``add_declared_tokens``).
+``tokenizer.json`` (``as_transformers``); other classes load ``tokenizer.json`` as stored. The special and added
+tokens are added to either as transformers adds them, from the files and keys it reads, in its order
+(``declared.py``: ``declared_tokens``, ``DeclaredTokens.add_to``).
 
 Padding and truncation are always set here, never taken from tokenizer.json: rows are encoded
 whole (so ``n_tokens`` is the real length), and only rows longer than ``max_length`` are encoded
@@ -40,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import model_file, typed
+from .config import json_object, model_file, typed
+from .declared import DeclaredTokens, declared_tokens, json_token, own_class
 from ..errors import BertfeatError, ConfigError, opt
 
 
@@ -92,21 +94,6 @@ def read_vocab(path: Path) -> dict[str, int]:
     return vocab
 
 
-def _load_json(path: Path) -> dict:
-    if model_file(path) is None:
-        return {}
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON ({e})", "restore it from the checkpoint") from None
-    return typed(d, dict, str(path))
-
-
-def _special(cfg: dict, special_map: dict, key: str, default: str) -> str:
-    v = cfg.get(key) or special_map.get(key) or default
-    return v["content"] if isinstance(v, dict) else str(v)
-
-
 # transformers 5's AutoTokenizer: the tokenizer class by model_type when neither tokenizer_config.json nor
 # config.json names one (models/auto/tokenization_auto.py TOKENIZER_MAPPING_NAMES). "TokenizersBackend" loads
 # tokenizer.json as stored.
@@ -117,12 +104,6 @@ _CLASS_BY_MODEL_TYPE = {
 }
 # classes whose __init__ is BertTokenizer's (DistilBertTokenizer subclasses it; ElectraTokenizer is an alias)
 _WORDPIECE_CLASSES = frozenset({"BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer"})
-# (cls, sep, unk, pad, mask) defaults of the classes' __init__
-_DEFAULTS = {
-    "bert": ("[CLS]", "[SEP]", "[UNK]", "[PAD]", "[MASK]"),
-    "MPNetTokenizer": ("<s>", "</s>", "[UNK]", "<pad>", "<mask>"),
-    "RobertaTokenizer": ("<s>", "</s>", "<unk>", "<pad>", "<mask>"),
-}
 
 
 def transformers_class(tok_cfg: dict, model_cfg: dict) -> str:
@@ -138,10 +119,6 @@ def transformers_class(tok_cfg: dict, model_cfg: dict) -> str:
     return registered or "TokenizersBackend"
 
 
-def _defaults(cls_name: str) -> tuple[str, ...]:
-    return _DEFAULTS.get(cls_name, _DEFAULTS["bert"])
-
-
 def _token_id(tk, tok: str, path: Path) -> int:
     i = tk.token_to_id(tok)
     if i is None:
@@ -150,7 +127,7 @@ def _token_id(tk, tok: str, path: Path) -> int:
     return i
 
 
-def as_transformers(tk, cls_name: str, tok_cfg: dict, special_map: dict, path: Path) -> None:
+def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, path: Path) -> None:
     """Rebuild in place what transformers 5's ``cls_name.__init__`` rebuilds from tokenizer_config.json.
 
     BertTokenizer (and DistilBERT's, ELECTRA's) and MPNetTokenizer: BertNormalizer from ``do_lower_case``
@@ -163,8 +140,7 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, special_map: dict, path: P
     def flag(key: str, default: bool | None) -> bool | None:
         return typed(tok_cfg.get(key), bool, f"{path / 'tokenizer_config.json'}: {key}", default)
 
-    cls_tok = _special(tok_cfg, special_map, "cls_token", _defaults(cls_name)[0])
-    sep_tok = _special(tok_cfg, special_map, "sep_token", _defaults(cls_name)[1])
+    cls_tok, sep_tok = declared.text("cls_token", "[CLS]"), declared.text("sep_token", "[SEP]")
     if (cls_name in _WORDPIECE_CLASSES or cls_name == "MPNetTokenizer") and isinstance(tk.model, models.WordPiece):
         tk.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=flag("tokenize_chinese_chars", True),
@@ -185,95 +161,47 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, special_map: dict, path: P
             (sep_tok, _token_id(tk, sep_tok, path)), (cls_tok, _token_id(tk, cls_tok, path)), trim, prefix)
 
 
-def _added_tokens(d: Path, tok_cfg: dict, special: set[str]) -> list:
-    """The added tokens transformers gives a vocab.txt tokenizer, in id order: tokenizer_config.json's
-    ``added_tokens_decoder``, else (legacy) ``added_tokens.json`` (special ones not normalized)."""
-    from tokenizers import AddedToken
-
-    dec = typed(tok_cfg.get("added_tokens_decoder"), dict, f"{d / 'tokenizer_config.json'}: added_tokens_decoder")
-    out = []
-    if dec is not None:
-        for idx, t in sorted(dec.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else -1):
-            if not isinstance(t, dict) or not isinstance(t.get("content"), str):
-                raise ConfigError(f"{d / 'tokenizer_config.json'}: added_tokens_decoder[{idx!r}] is not an added token",
-                                  "restore the file from the checkpoint")
-            out.append(AddedToken(t["content"], single_word=bool(t.get("single_word", False)),
-                                  lstrip=bool(t.get("lstrip", False)), rstrip=bool(t.get("rstrip", False)),
-                                  normalized=bool(t.get("normalized", True)), special=bool(t.get("special", False))))
-        return out
-    table = _load_json(d / "added_tokens.json")
-    for tok, idx in sorted(table.items(), key=lambda kv: kv[1] if isinstance(kv[1], int) else -1):
-        if not isinstance(idx, int) or isinstance(idx, bool):
-            raise ConfigError(f"{d / 'added_tokens.json'}: the id of {tok!r} is {json.dumps(idx)[:40]}, not an integer",
-                              "restore the file from the checkpoint")
-        out.append(AddedToken(tok, lstrip=False, rstrip=False, normalized=tok not in special, special=tok in special))
-    return out
-
-
-def add_declared_tokens(tk, d: Path, tok_cfg: dict, special_map: dict, cls_name: str) -> None:
-    """The added tokens tokenizer_config.json (or added_tokens.json) declares, and the extra special tokens
-    (extra_special_tokens), added as transformers adds them at load, to a tokenizer built from vocab.txt or read from
-    tokenizer.json: "[unused4]" declared there is then one token (id 5), not four pieces. One tokenizer.json already
-    has with the same flags changes nothing (tokenizers skips it)."""
-    keys = ("cls_token", "sep_token", "unk_token", "pad_token", "mask_token")
-    special = {_special(tok_cfg, special_map, k, dflt) for k, dflt in zip(keys, _defaults(cls_name))}
-    for t in _added_tokens(d, tok_cfg, special):
-        (tk.add_special_tokens if t.special else tk.add_tokens)([t])
-    add_extra_special_tokens(tk, d, tok_cfg, special_map)
-
-
-_EXTRA_SPECIAL_KEYS = ("additional_special_tokens", "extra_special_tokens")
-
-
-def add_extra_special_tokens(tk, d: Path, tok_cfg: dict, special_map: dict) -> None:
-    """``additional_special_tokens`` / ``extra_special_tokens`` (a list, or a dict of named ones) of
-    tokenizer_config.json, else of special_tokens_map.json (transformers 5 reads the first file that has them), added
-    as special tokens: never split, matched before normalization."""
-    from tokenizers import AddedToken
-
-    source, name = (tok_cfg, "tokenizer_config.json") if any(k in tok_cfg for k in _EXTRA_SPECIAL_KEYS) \
-        else (special_map, "special_tokens_map.json")
-    for key in _EXTRA_SPECIAL_KEYS:
-        value = source.get(key)
-        entries = list(value.values()) if isinstance(value, dict) else value
-        if entries is None:
-            continue
-        if not isinstance(entries, list):
-            raise ConfigError(f"{d / name}: {key} is not a list of tokens", "restore the file from the checkpoint")
-        for e in entries:
-            content = e.get("content") if isinstance(e, dict) else e
-            if not isinstance(content, str) or not content:
-                raise ConfigError(f"{d / name}: {key} holds {json.dumps(e)[:40]}, not a token",
-                                  "restore the file from the checkpoint")
-            tk.add_special_tokens([AddedToken(content, special=True, normalized=False)])
-
-
-def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, special_map: dict, cls_name: str = "BertTokenizer"):
+def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, declared: DeclaredTokens,
+                              cls_name: str = "BertTokenizer"):
     """A tokenizers.Tokenizer equivalent to transformers' BertTokenizer (MPNetTokenizer with that ``cls_name``)
-    for this vocab and config, with the folder's added tokens."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models
+    for this vocab and config, with the folder's special and added tokens (``declared``, read for that class)."""
+    from tokenizers import Tokenizer, decoders, models
 
-    if cls_name != "MPNetTokenizer":
-        cls_name = "BertTokenizer"
     vocab = read_vocab(vocab_path)
-    keys = ("cls_token", "sep_token", "unk_token", "pad_token", "mask_token")
-    cls, sep, unk, pad, mask = (_special(tok_cfg, special_map, k, dflt) for k, dflt in zip(keys, _defaults(cls_name)))
+    unk, cls, sep = (declared.text(k, "") for k in ("unk_token", "cls_token", "sep_token"))
     for tok in (unk, cls, sep):
         if tok not in vocab:
             raise ConfigError(f"{vocab_path}: special token {tok} is not in the vocabulary",
                               "use the vocab.txt that came with the model")
     tk = Tokenizer(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
     tk.decoder = decoders.WordPiece(prefix="##")
-    as_transformers(tk, cls_name, tok_cfg, special_map, vocab_path.parent)
-    # added tokens the slow tokenizer never splits (MPNet's mask eats the space before it)
-    tk.add_special_tokens([AddedToken(t, lstrip=cls_name == "MPNetTokenizer" and t == mask, special=True)
-                           for t in dict.fromkeys([pad, unk, cls, sep, mask]) if t in vocab])
-    add_declared_tokens(tk, vocab_path.parent, tok_cfg, special_map, cls_name)
+    as_transformers(tk, cls_name, tok_cfg, declared, vocab_path.parent)
+    declared.add_to(tk, [])
     return tk
 
 
-# Special tokens by role: the tokenizer_config.json / special_tokens_map.json entry, else the first of these
-# the vocabulary has (BERT WordPiece names, then RoBERTa / XLM-R SentencePiece names).
+def read_tokenizer_json(path: Path, keep_added: bool):
+    """tokenizer.json -> (tokenizers.Tokenizer, its added tokens by the ids the file gives them). Without
+    ``keep_added`` the Tokenizer has none of them: a class that builds its own tokenizer (declared.own_class) takes
+    only the vocabulary."""
+    from tokenizers import Tokenizer
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = typed(json.loads(text), dict, str(path))
+        added = typed(data.get("added_tokens"), list, f"{path}: added_tokens", [])
+        stored = {t["id"]: json_token(t, f"{path}: added_tokens") for t in added}
+        if not keep_added:
+            text = json.dumps({**data, "added_tokens": []})
+        return Tokenizer.from_str(text), stored
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise ConfigError(f"{path} could not be read ({e})", "restore it from the checkpoint") from None
+
+
+# Special tokens by role: the named special token transformers gives the folder (declared.py), else the first of
+# these the vocabulary has (BERT WordPiece names, then RoBERTa / XLM-R SentencePiece names).
 _SPECIAL_NAMES = {
     "cls": ("[CLS]", "<s>"),
     "sep": ("[SEP]", "</s>"),
@@ -282,13 +210,14 @@ _SPECIAL_NAMES = {
 }
 
 
-def special_tokens(vocab: dict[str, int], tok_cfg: dict, special_map: dict) -> dict[str, tuple[str | None, int | None]]:
-    """role (cls, sep, pad, mask) -> (token, id) for this vocabulary, (None, None) when it has none."""
+def special_tokens(vocab: dict[str, int], declared: DeclaredTokens | None = None
+                   ) -> dict[str, tuple[str | None, int | None]]:
+    """role (cls, sep, pad, mask) -> (token, id) for this vocabulary, (None, None) when it has none: the named special
+    token transformers gives the folder (``declared``), else the first of _SPECIAL_NAMES the vocabulary has."""
     out = {}
     for role, names in _SPECIAL_NAMES.items():
-        v = tok_cfg.get(f"{role}_token") or special_map.get(f"{role}_token")
-        cand = ([v["content"] if isinstance(v, dict) else str(v)] if v else []) + list(names)
-        tok = next((t for t in cand if t in vocab), None)
+        v = declared.text(f"{role}_token") if declared is not None else None
+        tok = next((t for t in ([v] if v else []) + list(names) if t in vocab), None)
         out[role] = (tok, vocab.get(tok) if tok is not None else None)
     return out
 
@@ -305,9 +234,40 @@ def tokenizer_files(d: Path) -> list[Path]:
     added_tokens_decoder, added_tokens.json; absent ones included."""
     source = tokenizer_source(d)
     files = [d / "tokenizer_config.json", d / "special_tokens_map.json", d / "config.json"] + ([source] if source else [])
-    if source is not None and "added_tokens_decoder" not in _load_json(files[0]):
+    if source is not None and "added_tokens_decoder" not in json_object(files[0]):
         files.append(d / "added_tokens.json")
     return files
+
+
+def load_tokenizer(d: Path, tok_cfg: dict):
+    """Folder ``d``'s tokenizer as transformers 5's AutoTokenizer loads it -> (tokenizers.Tokenizer, its source,
+    DeclaredTokens): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
+    (``build_wordpiece_tokenizer``), with the special and added tokens transformers adds (``declared.py``)."""
+    special_map = json_object(d / "special_tokens_map.json")
+    cls_name = transformers_class(tok_cfg, json_object(d / "config.json"))
+    src = tokenizer_source(d)
+    if src is not None and src.name == "tokenizer.json":
+        rebuilt = own_class(cls_name) is not None
+        tk, stored = read_tokenizer_json(src, keep_added=not rebuilt)
+        declared = declared_tokens(d, tok_cfg, special_map, cls_name, stored)
+        as_transformers(tk, cls_name, tok_cfg, declared, d)
+        declared.add_to(tk, [] if rebuilt else [str(t) for t in stored.values()])
+        return tk, "tokenizer.json", declared
+    if src is not None:
+        cls_name = cls_name if cls_name == "MPNetTokenizer" else "BertTokenizer"
+        declared = declared_tokens(d, tok_cfg, special_map, cls_name, {})
+        tk = build_wordpiece_tokenizer(src, tok_cfg, declared, cls_name)
+        return tk, "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt", declared
+    if any((d / f).is_file() for f in ("sentencepiece.bpe.model", "spiece.model", "vocab.json")):
+        raise BertfeatError(
+            f"{d} has a slow (SentencePiece / BPE) tokenizer but no tokenizer.json",
+            "convert it once where transformers is installed: "
+            "AutoTokenizer.from_pretrained(dir).save_pretrained(dir) writes tokenizer.json",
+        )
+    raise BertfeatError(
+        f"{d} has neither tokenizer.json nor vocab.txt",
+        "copy the model's tokenizer.json (or vocab.txt and tokenizer_config.json) into the directory",
+    )
 
 
 #: characters tokenized at once: a longer text is tokenized in pieces of about this size (LongText), and a call's
@@ -498,8 +458,8 @@ class BertTokenizer:
     texts are framed as the model's own template frames a row (``[CLS] .. [SEP]`` or ``<s> .. </s>``).
     """
 
-    def __init__(self, tokenizer, source: str, model_max_length: int, tok_cfg: dict | None = None,
-                 special_map: dict | None = None, lowercase: bool = False):
+    def __init__(self, tokenizer, source: str, model_max_length: int, declared: DeclaredTokens | None = None,
+                 lowercase: bool = False):
         self._tk = tokenizer
         if lowercase:  # sentence_bert_config.json do_lower_case: lower-case before the model's own normalizer
             from tokenizers import normalizers
@@ -513,7 +473,7 @@ class BertTokenizer:
         vocab = tokenizer.get_vocab()  # added tokens included
         self.vocab_size = tokenizer.get_vocab_size()
         self.id_limit = max(vocab.values(), default=-1) + 1  # every id the tokenizer can produce is below this
-        sp = special_tokens(vocab, tok_cfg or {}, special_map or {})
+        sp = special_tokens(vocab, declared)
         self.cls_token, self.cls_id = sp["cls"]
         self.sep_token, self.sep_id = sp["sep"]
         self.mask_token, self.mask_id = sp["mask"]
@@ -534,40 +494,14 @@ class BertTokenizer:
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, model_max_length: int, lowercase: bool = False) -> "BertTokenizer":
-        from tokenizers import Tokenizer
-
         d = Path(model_dir)
-        tok_cfg = _load_json(d / "tokenizer_config.json")
-        special_map = _load_json(d / "special_tokens_map.json")
-        cls_name = transformers_class(tok_cfg, _load_json(d / "config.json"))
-        src = tokenizer_source(d)
-        if src is not None and src.name == "tokenizer.json":
-            try:
-                tk = Tokenizer.from_file(str(src))
-            except Exception as e:
-                raise ConfigError(f"{d / 'tokenizer.json'} could not be read ({e})", "restore it from the checkpoint") from None
-            as_transformers(tk, cls_name, tok_cfg, special_map, d)
-            add_declared_tokens(tk, d, tok_cfg, special_map, cls_name)
-            source = "tokenizer.json"
-        elif src is not None:
-            tk = build_wordpiece_tokenizer(src, tok_cfg, special_map, cls_name)
-            source = "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt"
-        elif any((d / f).is_file() for f in ("sentencepiece.bpe.model", "spiece.model", "vocab.json")):
-            raise BertfeatError(
-                f"{d} has a slow (SentencePiece / BPE) tokenizer but no tokenizer.json",
-                "convert it once where transformers is installed: "
-                "AutoTokenizer.from_pretrained(dir).save_pretrained(dir) writes tokenizer.json",
-            )
-        else:
-            raise BertfeatError(
-                f"{d} has neither tokenizer.json nor vocab.txt",
-                "copy the model's tokenizer.json (or vocab.txt and tokenizer_config.json) into the directory",
-            )
+        tok_cfg = json_object(d / "tokenizer_config.json")
+        tk, source, declared = load_tokenizer(d, tok_cfg)
         side = typed(tok_cfg.get("truncation_side"), str, f"{d / 'tokenizer_config.json'}: truncation_side", "right")
         if side not in ("left", "right"):
             raise ConfigError(f"{d / 'tokenizer_config.json'}: truncation_side is {side!r}, not 'left' or 'right'",
                               "restore the file from the checkpoint (or fix that entry)")
-        out = cls(tk, source, model_max_length, tok_cfg, special_map, lowercase)
+        out = cls(tk, source, model_max_length, declared, lowercase)
         out.truncation_side = side
         return out
 

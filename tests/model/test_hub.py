@@ -380,3 +380,25 @@ def test_cached_vectors_depend_on_the_transformer_folders_files(make_ckpt, tmp_p
         assert model_files_digest(d)[f"0_Transformer/{name}"] != digest[f"0_Transformer/{name}"]
         seen.add(cache_fingerprint(Encoder(d), spec)[0])
     assert len(seen) == 5
+
+
+def test_cached_vectors_depend_on_the_files_that_declare_tokens(make_ckpt, tmp_path):
+    """special_tokens_map.json and added_tokens.json (read when tokenizer_config.json has no added_tokens_decoder)
+    decide which text is one token (model/declared.py): each is in the fingerprint, so a token declared there gives
+    the vectors another key."""
+    from bertfeat.cache.store import cache_fingerprint, model_files_digest
+
+    d = tmp_path / "m"
+    shutil.copytree(make_ckpt(hidden=32, heads=2, layers=2, tokenizer="both", seed=33), d)
+    assert "added_tokens_decoder" not in json.loads((d / "tokenizer_config.json").read_text())
+    enc = Encoder(d)
+    spec = enc.spec()
+    seen = {cache_fingerprint(enc, spec)[0]}
+    for name, content, token, i in (("special_tokens_map.json", {"additional_special_tokens": ["[unused7]"]},
+                                     "[unused7]", 8), ("added_tokens.json", {"[unused8]": 9}, "[unused8]", 9)):
+        (d / name).write_text(json.dumps(content))
+        assert name in model_files_digest(d)
+        enc = Encoder(d)
+        assert enc.tokenizer.encode([f"a {token} b"]).ids[0].tolist()[2] == i  # one token now
+        seen.add(cache_fingerprint(enc, spec)[0])
+    assert len(seen) == 3

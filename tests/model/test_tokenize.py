@@ -369,18 +369,25 @@ def test_ckpt_tokenizer_json_without_transformers_is_what_transformers_saves(voc
 
 
 # --------------------------------------------------------------------------- tokenizer_config.json as transformers 5
-def _copy_tokenizer(src, d, cfg_edit=None, json_edit=None, drop=()):
-    """src's tokenizer files (and config.json) in d, tokenizer_config.json / tokenizer.json edited."""
+def _copy_tokenizer(src, d, cfg_edit=None, json_edit=None, drop=(), map_edit=None):
+    """src's tokenizer files (and config.json) in d, tokenizer_config.json / tokenizer.json / special_tokens_map.json
+    edited."""
     d.mkdir(parents=True, exist_ok=True)
     for f in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
         if (src / f).is_file() and f not in drop:
             shutil.copyfile(src / f, d / f)
-    for name, edit in (("tokenizer_config.json", cfg_edit), ("tokenizer.json", json_edit)):
-        if edit is not None:
-            data = json.loads((d / name).read_text())
-            edit(data)
-            (d / name).write_text(json.dumps(data))
+    for name, edit in (("tokenizer_config.json", cfg_edit), ("tokenizer.json", json_edit),
+                       ("special_tokens_map.json", map_edit)):
+        _edit_json(d / name, edit)
     return d
+
+
+def _edit_json(path, edit) -> None:
+    """The JSON file at path changed in place by edit(data) (nothing when edit is None or the file is absent)."""
+    if edit is not None and path.is_file():
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
 
 
 TOKCFG_CASES = {  # tokenizer_config.json / tokenizer.json that disagree: transformers follows tokenizer_config.json
@@ -495,6 +502,194 @@ def test_extra_special_tokens_as_transformers(minilm_dir, tmp_path, case):
     assert ref("a [unused7] b")["input_ids"] == [101, 1037, 8, 1038, 102]  # the case is what it says
     assert_same(ours, ref, texts, what=case)
     assert_same(ours, ref, texts, texts[::-1], what=case + " pairs")
+
+
+# --------------------------------------------------------------------------- which special / added tokens win
+# transformers 5 (tokenization_utils_base.py _from_pretrained, TokenizersBackend.__init__): a non-empty
+# extra_special_tokens replaces additional_special_tokens; special_tokens_map.json is read only without an
+# added_tokens_decoder, and then replaces tokenizer_config.json's entries; an added token's normalized defaults to
+# `not special`; a token that is an added token already keeps its flags when it is listed as a special token too.
+# bertfeat took both lists, read special_tokens_map.json beside an added_tokens_decoder, normalized an unflagged
+# special token and changed an added token's flags: other token ids than sentence-transformers', silently.
+U4, U7, U8, U9 = "[unused4]", "[unused7]", "[unused8]", "[unused9]"  # ids 5, 8, 9, 10 of the BERT vocabulary
+SPECIAL_TEXTS = [f"a {U4} b {U7} c {U8} d {U9} e", "A [UNUSED4] B [UNUSED7] C [UNUSED8] D [UNUSED9]",
+                 f"x{U4}y{U7}z{U8}w{U9}v", "[CLS] q [MASK] r [unused1] [UNUSED1] [mask]"]
+NAMED5 = {str(i): {"content": t, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                   "special": True} for t, i in (("[PAD]", 0), ("[UNK]", 100), ("[CLS]", 101), ("[SEP]", 102),
+                                                 ("[MASK]", 103))}
+ABSENT = "absent"
+KEY_VALUES = {"cfg_additional": [ABSENT, [], [U7]],
+              "cfg_extra": [ABSENT, [], {}, [U8], {"ent_token": U8}],
+              "map_additional": [ABSENT, [U9]]}
+
+
+def _set(d: dict, key: str, value) -> None:
+    if value is not ABSENT:
+        d[key] = value
+
+
+def _matches_transformers(d, what, texts=SPECIAL_TEXTS, max_length=512):
+    """bertfeat's ids (texts and pairs) are AutoTokenizer's for folder d."""
+    from transformers import AutoTokenizer
+
+    ref = AutoTokenizer.from_pretrained(str(d))
+    ours = Ours.from_dir(d, max_length)
+    assert_same(ours, ref, texts, what=what)
+    assert_same(ours, ref, texts, texts[::-1], what=what + " pairs")
+    return ours, ref
+
+
+KEY_CASES = [(src, dec, a, e, m) for src in ("tokenizer.json", "vocab.txt") for dec in (False, True)
+             for a in range(3) for e in range(5) for m in range(2)]
+
+
+@pytest.mark.parametrize("src,decoder,a,e,m", KEY_CASES)
+def test_special_token_lists_win_as_in_transformers(minilm_dir, tmp_path, src, decoder, a, e, m):
+    """additional_special_tokens / extra_special_tokens of tokenizer_config.json (absent, empty, a list, a dict) x
+    special_tokens_map.json's additional_special_tokens x added_tokens_decoder present or not x tokenizer.json or
+    vocab.txt alone: the ids AutoTokenizer gives, lower- and upper-case tokens, tokens inside words."""
+    add, extra, mapped = (KEY_VALUES[k][i] for k, i in zip(KEY_VALUES, (a, e, m)))
+
+    def cfg_edit(c):
+        _set(c, "additional_special_tokens", add)
+        _set(c, "extra_special_tokens", extra)
+        if decoder:
+            c["added_tokens_decoder"] = NAMED5
+
+    d = _copy_tokenizer(minilm_dir, tmp_path / "m", cfg_edit, map_edit=lambda x: _set(x, "additional_special_tokens", mapped),
+                        drop=("tokenizer.json",) if src == "vocab.txt" else ("vocab.txt",))
+    _matches_transformers(d, f"{src} decoder={decoder} additional={add} extra={extra} map={mapped}")
+
+
+def _u7(**flags):
+    return {"content": U7, "lstrip": False, "rstrip": False, "single_word": False, **flags}
+
+
+FLAG_CASES = ([("decoder", src, sp, norm, listed) for src in ("tokenizer.json", "vocab.txt") for sp in (True, False)
+               for norm in (ABSENT, True, False) for listed in (None, "extra_special_tokens", "additional_special_tokens")]
+              + [("tokenizer.json added_tokens", "tokenizer.json", sp, norm, listed) for sp in (True, False)
+                 for norm in (True, False) for listed in (None, "extra_special_tokens")]
+              + [("added_tokens.json", src, None, ABSENT, listed) for src in ("tokenizer.json", "vocab.txt")
+                 for listed in (None, "extra_special_tokens", "additional_special_tokens")])
+
+
+@pytest.mark.parametrize("where,src,special,normalized,listed", FLAG_CASES)
+def test_added_token_flags_as_in_transformers(minilm_dir, tmp_path, where, src, special, normalized, listed):
+    """[unused7] an added token (added_tokens_decoder, tokenizer.json's added_tokens without a decoder, or
+    added_tokens.json) with special / normalized set or not, and maybe listed as an extra special token too: its flags
+    (normalized defaults to not special; a listed token keeps its added token's) decide whether [UNUSED7] and
+    x[unused7]y are it, as in AutoTokenizer."""
+    flags = {"special": special} if special is not None else {}
+    _set(flags, "normalized", normalized)
+
+    def cfg_edit(c):
+        if where == "decoder":
+            c["added_tokens_decoder"] = {**NAMED5, "8": _u7(**flags)}
+        if listed:
+            c[listed] = [U7]
+
+    def json_edit(j):
+        j["added_tokens"].insert(1, {"id": 8, **_u7(**flags)})
+
+    d = _copy_tokenizer(minilm_dir, tmp_path / "m", cfg_edit,
+                        json_edit if where == "tokenizer.json added_tokens" else None,
+                        drop=("tokenizer.json",) if src == "vocab.txt" else ("vocab.txt",))
+    if where == "added_tokens.json":
+        (d / "added_tokens.json").write_text(json.dumps({U7: 8}))
+    _matches_transformers(d, f"{where} {src} {flags} listed in {listed}")
+
+
+def _mpnet_vocab_folder(d):
+    """A vocab.txt-only MPNetTokenizer folder (BERT's vocabulary with MPNet's special tokens appended)."""
+    d.mkdir(parents=True)
+    vocab = vocab_file("uncased").read_text(encoding="utf-8").splitlines()
+    (d / "vocab.txt").write_text("\n".join(vocab + ["<s>", "</s>", "<pad>", "<mask>"]) + "\n", encoding="utf-8")
+    (d / "config.json").write_text(json.dumps({"model_type": "mpnet"}))
+    (d / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "MPNetTokenizer"}))
+    return d
+
+
+def _backend_folder(d, kind, model_type):
+    """A tokenizer.json folder of the st_ckpt tokenizers (``kind`` roberta / xlm-roberta) for ``model_type``."""
+    from st_ckpt import _roberta_tokenizer_json
+
+    d.mkdir(parents=True)
+    (d / "tokenizer.json").write_text(_roberta_tokenizer_json(kind))
+    (d / "config.json").write_text(json.dumps({"model_type": model_type}))
+    names = ("bos", "eos", "cls", "sep", "pad", "unk", "mask")
+    tokens = ("<s>", "</s>", "<s>", "</s>", "<pad>", "<unk>", "<mask>")
+    (d / "tokenizer_config.json").write_text(json.dumps({f"{n}_token": t for n, t in zip(names, tokens)}))
+    return d
+
+
+OTHER_CASES = {  # name -> (folder, tokenizer_config.json edit, special_tokens_map.json, texts)
+    "map_cls_wins_without_decoder": ("minilm", lambda c: None, {"cls_token": "[unused1]"}, SPECIAL_TEXTS),
+    "map_cls_ignored_with_decoder": ("minilm", lambda c: c.update(added_tokens_decoder=NAMED5),
+                                     {"cls_token": "[unused1]"}, SPECIAL_TEXTS),
+    "map_mask_object": ("minilm", lambda c: None, {"mask_token": {"content": U7, "lstrip": True, "rstrip": False}},
+                        SPECIAL_TEXTS),
+    "map_extra_list_merged": ("minilm", lambda c: c.update(extra_special_tokens=[U8]),
+                              {"extra_special_tokens": [U9, {"content": U4, "normalized": True}]}, SPECIAL_TEXTS),
+    "own_named_token": ("minilm", lambda c: c.update(ent_token=U8, bos_token=U9), {}, SPECIAL_TEXTS),
+    "typed_named_token": ("minilm", lambda c: c.update(cls_token={"__type": "AddedToken", "content": "[CLS]",
+                                                                  "normalized": True, "special": True}), {},
+                          SPECIAL_TEXTS),
+    "split_special_tokens": ("minilm", lambda c: c.update(split_special_tokens=True, extra_special_tokens=[U7]), {},
+                             SPECIAL_TEXTS),
+    "json_token_not_in_decoder_dropped": ("minilm+u4", lambda c: c.update(added_tokens_decoder=NAMED5), {},
+                                          SPECIAL_TEXTS),
+    "json_token_kept_by_backend": ("minilm+u4", lambda c: c.update(added_tokens_decoder=NAMED5,
+                                                                   tokenizer_class="PreTrainedTokenizerFast"), {},
+                                   SPECIAL_TEXTS),
+    "mpnet_vocab_named_tokens": ("mpnet", lambda c: c.update(extra_special_tokens=[U7]), {},
+                                 SPECIAL_TEXTS + ["a <s> b <S> </s> <MASK> <mask> c <pad>"]),
+    "roberta_extra": ("roberta", lambda c: c.update(extra_special_tokens=["<ent>"]), {},
+                      ["hello <ent> world", "Hello<ent>world <ENT> <mask> x"]),
+    # (no space beside an added token: transformers rebuilds XLM-R's pre-tokenizer, bertfeat keeps it as stored)
+    "xlmr_map_additional": ("xlm-roberta", lambda c: None, {"additional_special_tokens": ["<ent>"]},
+                            ["hello<ent>world", "Hello<ent>world<ENT>x"]),
+    "camembert_class_extras": ("camembert", lambda c: None, {}, ["hello<s>NOTUSEDworld", "a<unk>NOTUSED<mask>b"]),
+    "modernbert_extra_and_map": ("modernbert", lambda c: c.update(extra_special_tokens=["<x>"]),
+                                 {"additional_special_tokens": ["<ent>"]},
+                                 ["hello <ent> world <x>", "Hello<ent>world <ENT> <mask> x<x>"]),
+}
+
+
+@pytest.mark.parametrize("case", list(OTHER_CASES))
+def test_named_and_stored_tokens_as_in_transformers(minilm_dir, tmp_path, case):
+    """The named special tokens (special_tokens_map.json's win without an added_tokens_decoder; a JSON object is an
+    AddedToken; a model's own *_token), split_special_tokens, tokenizer.json's added tokens (a class that builds its
+    own tokenizer keeps only those the decoder declares; TokenizersBackend keeps them), and the other classes."""
+    kind, cfg_edit, mapped, texts = OTHER_CASES[case]
+    d = tmp_path / "m"
+    if kind.startswith("minilm"):
+        json_edit = (lambda j: j["added_tokens"].insert(1, {"id": 5, "content": U4, "special": False, "lstrip": False,
+                                                            "rstrip": False, "normalized": True,
+                                                            "single_word": False})) if kind == "minilm+u4" else None
+        _copy_tokenizer(minilm_dir, d, json_edit=json_edit, drop=("vocab.txt",))
+    elif kind == "mpnet":
+        _mpnet_vocab_folder(d)
+    else:
+        _backend_folder(d, "roberta" if kind == "roberta" else "xlm-roberta", kind)
+    _edit_json(d / "tokenizer_config.json", cfg_edit)
+    if mapped:
+        (d / "special_tokens_map.json").write_text(json.dumps(mapped))
+    _matches_transformers(d, case, texts, max_length=128)
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"cls_token": 5}, "cls_token is 5, not a token - restore the file from the checkpoint"),
+    ({"added_tokens_decoder": {"x": {"content": U7}}}, "added_tokens_decoder has the id 'x', not an integer - "),
+    ({"split_special_tokens": "yes"}, 'split_special_tokens is "yes", not true / false - '),
+])
+def test_a_token_entry_transformers_refuses_is_refused(minilm_dir, tmp_path, edit, message):
+    """Entries transformers 5 fails to load (TypeError / ValueError) are refused naming the file and key; bertfeat took
+    5 as the text "5", ordered the id 'x' first and took "yes" as false."""
+    d = _copy_tokenizer(minilm_dir, tmp_path / "m", lambda c: c.update(edit),
+                        drop=("vocab.txt", "special_tokens_map.json"))  # whose cls_token would replace the config's
+    with pytest.raises(BertfeatError) as e:
+        Ours.from_dir(d, 512)
+    assert str(e.value).startswith(f"{d / 'tokenizer_config.json'}: ") and message in str(e.value)
 
 
 def test_truncation_side_left(minilm_dir, tmp_path):
