@@ -160,6 +160,15 @@ class InputError(BertfeatError):
     """The input data (file, row, column) is bad."""
 
 
+class ResumableError(BertfeatError):
+    """A failure after which a run's finished units stay (a cache that failed, a worker set up otherwise than the
+    client): the failure policy (run.failures) adds to its fix how a rerun continues (``kept_for_resume``)."""
+
+    def kept_for_resume(self, how: str) -> "ResumableError":
+        """This error with ``how`` a rerun continues after its fix."""
+        return type(self)(self._what, f"{self._fix}; then {how}" if self._fix else how)
+
+
 class ResumeError(BertfeatError):
     """A resume was refused because settings or inputs differ."""
 

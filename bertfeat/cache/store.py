@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertfeatError, one_line, opt
+from ..errors import BertfeatError, ResumableError, one_line, opt
 from ..checks import local_path
 
 DB_NAME = "vectors.sqlite3"
@@ -118,13 +118,9 @@ CREATE TABLE IF NOT EXISTS vectors(
 }
 
 
-class CacheError(BertfeatError):
-    """The vector cache cannot be opened, read or written."""
-
-    def kept_for_resume(self, how: str) -> "CacheError":
-        """This error with ``how`` a rerun continues after its fix (run.failures: the run's finished chunks are
-        kept for a resume)."""
-        return type(self)(self._what, f"{self._fix}; then {how}" if self._fix else how)
+class CacheError(ResumableError):
+    """The vector cache cannot be opened, read or written (run.failures: the run's finished chunks are kept for a
+    resume, which its fix then names)."""
 
 
 class RunStoreError(CacheError):

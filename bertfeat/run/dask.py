@@ -93,7 +93,7 @@ from .dask_cluster import (
     task_threads,
     worker_threads,
 )
-from ..errors import BertfeatError, BertfeatWarning, opt, render
+from ..errors import BertfeatError, BertfeatWarning, ResumableError, opt, render
 from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.parquet import pages_damaged
 from ..features.reader import DIRECTORY_PROVENANCE, PART_GLOB, part_name
@@ -136,9 +136,9 @@ def require_dask():
 
 
 # --------------------------------------------------------------------------- worker side
-class WorkerSetupError(ClusterError):
+class WorkerSetupError(ClusterError, ResumableError):
     """A worker that cannot run the job as the client would (the model missing or other, another GEMM path): the
-    finished partitions stay for --resume once the workers are set up."""
+    finished partitions stay for --resume once the workers are set up (its fix then says so: run.failures)."""
 
 
 def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weights_sha256: str,
@@ -170,7 +170,8 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
     try:
         sha256 = enc.weights_sha256  # hashed once, after checking the files are still the ones it loaded
     except BertfeatError as e:  # the model changed on this worker: the finished partitions stay for --resume
-        raise WorkerSetupError(f"worker on {socket.gethostname()}: {e._what}", e._fix) from None
+        raise WorkerSetupError(f"worker on {socket.gethostname()}: {e._what}",
+                               "wait until the model's files are all in place on that worker") from None
     if sha256 != weights_sha256:
         raise WorkerSetupError(f"worker on {socket.gethostname()}: the weights at {enc.location.path} differ from the "
                                f"client's (sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
@@ -605,8 +606,9 @@ class DaskRun:
             if i in done:
                 summary.add_resumed(results[i])
             summary.rows_rejected += len(results[i]["rejects"])
-            summary.cache_repaired += int(results[i].get("cache_repaired", 0))
-            summary.cache_read_only = summary.cache_read_only or results[i].get("cache_read_only")
+            if i not in done:  # what this run's own tasks met in the cache, as the local engine counts it
+                summary.cache_repaired += int(results[i].get("cache_repaired", 0))
+                summary.cache_read_only = summary.cache_read_only or results[i].get("cache_read_only")
             summary.rows_multiline += int(results[i].get("rows_multiline", 0))
         for note in summary.cache_notes():
             self.progress.note(note)

@@ -11,8 +11,8 @@ The rules (docs/errors.md, "What a failed extract keeps", has the user's side):
 - standard input: nothing is kept (it cannot be read again: a resume is refused);
 - bad input or settings (a BertfeatError): the partial directory is removed (a rerun starts over anyway);
 - a cache error, a damaged part, max_bad_rows passed, a failed cluster (``resumable``): the finished parts stay for
-  --resume (a cache error's fix then ends with how --resume continues: a full disk's, a lock's ...); none finished:
-  nothing to resume, the directory goes;
+  --resume (a cache error's or a worker refusal's fix then ends with how --resume continues: a full disk's, a
+  lock's, a worker's model changed ...); none finished: nothing to resume, the directory goes;
 - an OSError (a full disk, a read-only directory): the parts stay, and a full disk's fix names --resume and them;
 - Ctrl-C / SIGTERM: the parts stay and the note says where, and that --resume continues (while the outputs were
   being written: that it writes them); none finished yet: the directory goes and the note says to run again; the
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import BertfeatError, interrupt_in, opt
+from ..errors import BertfeatError, ResumableError, interrupt_in, opt
 from ..readers.rejects import TooManyBadRows
 from ..cache.store import CacheError
 
@@ -73,7 +73,8 @@ class Failure:
 class Decision:
     """What the engine does: ``remove`` its partial directory; ``note``: an interrupt's resume_note; ``os_path``: an
     OSError becomes ``errors.os_error(e, os_path, os_fix)`` (``os_fix``: the fix of a full disk, None: the errno's);
-    ``resume``: how a rerun continues from the kept parts, after a cache error's fix (CacheError.kept_for_resume)."""
+    ``resume``: how a rerun continues from the kept parts, after the fix of a ResumableError (a cache error, a worker
+    set up otherwise: its kept_for_resume)."""
 
     remove: bool
     note: str | None = None
@@ -129,7 +130,7 @@ def decide(f: Failure) -> Decision:
 def handle(e: BaseException, failure: Failure, remove: Callable[[], None]) -> BaseException:
     """Do what ``decide`` says for ``e``: remove the partial directory (``remove``), set an interrupt's resume_note;
     returns the exception to raise (``e``; the KeyboardInterrupt for an interrupt, also when compiled code raised
-    another error while handling it; the OutputError an OSError becomes; a cache error saying how --resume continues)."""
+    another error while handling it; the OutputError an OSError becomes; a cache error or worker refusal saying how --resume continues)."""
     if failure.kind == "interrupt":
         e = interrupt_in(e) or e
     decision = decide(failure)
@@ -137,7 +138,7 @@ def handle(e: BaseException, failure: Failure, remove: Callable[[], None]) -> Ba
         remove()
     if decision.note is not None:
         e.resume_note = decision.note
-    if decision.resume is not None and isinstance(e, CacheError):
+    if decision.resume is not None and isinstance(e, ResumableError):
         err = e.kept_for_resume(decision.resume)
         if err is not e:
             err.__cause__, err.__suppress_context__ = None, True  # as the cache's `raise ... from None`

@@ -679,6 +679,30 @@ def test_a_read_only_cache_is_read_and_nothing_is_stored(tmp_path, request, monk
     assert s.to_dict()["cache_read_only"] == f"no permission to write {db}"
 
 
+def test_a_dask_resume_with_a_writable_cache_is_not_called_read_only(tmp_path, request, monkeypatch):
+    """A Dask run on a read-only cache, stopped after its partitions finished, then resumed with the cache writable:
+    the resume took the kept partitions' read-only mark and said the cache was read-only, its rows not stored (found
+    by review). Only this run's own tasks say what the cache was."""
+    import bertfeat.run.dask
+
+    src, cache, _, _ = half_cached(tmp_path)
+    out = out_path(tmp_path, "dask", "o")
+    kw = engine_kw("dask", request)
+    read_only(monkeypatch, cache)
+
+    def stop(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bertfeat.run.dask.DaskRun, "total", stop)
+    with pytest.raises(KeyboardInterrupt):
+        extract(src, out, cache=cache, chunk_rows=8, **kw)
+    assert len(list((tmp_path / "o_dask.partial").glob("part-*"))) >= 2
+    monkeypatch.undo()
+    s = extract(src, out, cache=cache, chunk_rows=8, resume=True, **kw)
+    assert s.chunks_resumed >= 2 and s.cache_read_only is None
+    assert not any("read-only" in n for n in s.cache_notes())
+
+
 def test_a_write_sqlite_refuses_makes_the_cache_read_only_too(tmp_path, monkeypatch):
     """os.access may allow what SQLite refuses (a security module, a file opened read-only): its "attempt to write
     a readonly database" at the run's first write opens the cache again to read only, as above."""

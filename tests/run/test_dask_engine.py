@@ -1149,8 +1149,8 @@ def test_a_model_changed_on_a_worker_is_a_worker_setup_error(tmp_path, monkeypat
         encoder_cache.clear()
     host = __import__("socket").gethostname()
     assert str(e.value) == (f"worker on {host}: the model folder {resolve_model(str(model)).path} changed while "
-                            "bertfeat loaded it (config.json) - run the command again once the model's files are all "
-                            "in place")
+                            "bertfeat loaded it (config.json) - wait until the model's files are all in place on that "
+                            "worker")
     assert kind_of(e.value, (WorkerSetupError,)) == "resumable"
 
 

@@ -125,6 +125,20 @@ class TestThePolicy:
         own = RunStoreError("cannot write the run's store", "free disk space, then rerun the same command with --resume")
         assert handle(own, f("resumable"), lambda: None) is own  # its fix says it already
 
+    def test_a_worker_refusal_gets_the_resume_words_after_its_fix(self):
+        """A worker refused mid-run (its model changed while it loaded, as a node's model updated during the job) kept
+        the finished partitions, but its fix said "run the command again", which is then refused for the partial
+        directory it kept (found by review): it says how --resume continues, as a cache error does."""
+        from bertfeat.run.dask import WorkerSetupError
+
+        e = handle(WorkerSetupError("worker on h: the model folder m changed while bertfeat loaded it (config.json)",
+                                    "wait until the model's files are all in place on that worker"),
+                   f("resumable", unit="partition"), lambda: None)
+        assert isinstance(e, WorkerSetupError) and e.render(FLAGS) == (
+            "worker on h: the model folder m changed while bertfeat loaded it (config.json) - wait until the model's "
+            "files are all in place on that worker; then rerun with --resume to continue (2 finished partition(s) are "
+            f"kept in {P})")
+
     def test_the_python_callers_fix_names_the_parameter(self):
         assert render(decide(f("disk")).os_fix) == ("free disk space, then rerun the same command with resume=True (2 "
                                                     f"finished chunk(s) are kept in {P})")
