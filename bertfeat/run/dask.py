@@ -637,14 +637,14 @@ class DaskRun:
             self.reduce_pass(partial / PCA_FILE, ctx)
 
     def reduce_pass(self, pca_path: Path, ctx: TaskContext) -> None:
-        """Pass 2: every full-width part -> its reduced part, on the cluster; then the full parts go (the model at the
-        finish: the fitted one is published from it)."""
+        """Pass 2: every full-width part -> its reduced part, on the cluster (the full parts and the model stay until
+        the finish: the fitted model is published from its file, and a resume starts from the full parts)."""
         self.futures = {self.client.submit(run_task, reduce_partition, p.index, ctx, str(pca_path), self.meta,
                                            key=f"bertfeat-reduce-{p.index}-{self.tag}", pure=False): p.index
                         for p in self.parts}
         gather(self.client, self.futures, lambda i, n: None)
-        self.futures = {}
-        shutil.rmtree(self.partial / FULL_DIR, ignore_errors=True)  # the model goes with the run's finish (_finish)
+        self.futures = {}  # the full-width parts and the model go at the run's finish (_finish): a stop before the
+        # outputs are in place resumes from them, encoding nothing again
 
     def write(self, results: dict[int, dict], merged, final_meta: dict) -> None:
         """The PCA model and report, the rejects and the output directory, together; then the label's probe."""
@@ -674,7 +674,9 @@ class DaskRun:
         the model loads or their pages are checked), the part files in OUTPUT.partial/ (never 0 while there are)."""
         if self.results:
             return len(self.results)
-        return sum(1 for d in (self.partial, self.partial / FULL_DIR) if d.is_dir() for _ in d.glob(PART_GLOB))
+        # --pca: each partition's full-width part, and its reduced part once pass 2 wrote it
+        return max((sum(1 for _ in d.glob(PART_GLOB)) for d in (self.partial, self.partial / FULL_DIR) if d.is_dir()),
+                   default=0)
 
     def failed(self, e: BaseException) -> BaseException:
         """The tasks cancelled; the exception to raise, OUTPUT.partial/ kept or removed (failures.handle). Before it
@@ -757,9 +759,10 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
 
 
 def _finish(partial: Path, out: Path, meta: dict):
-    """Tidy OUTPUT.partial/ (manifest, the PCA model of pass 2, stray temporary files) and move it to OUTPUT."""
+    """Tidy OUTPUT.partial/ (manifest, the full-width parts and PCA model of pass 2, stray temporary files) and move
+    it to OUTPUT."""
     for p in partial.iterdir():
-        if p.name.startswith(".") or p.name in (MANIFEST, PCA_FILE):
+        if p.name.startswith(".") or p.name in (MANIFEST, PCA_FILE, FULL_DIR):
             p.unlink() if p.is_file() else shutil.rmtree(p, ignore_errors=True)
     write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     replace_directory(partial, out)  # the old output or the new one under OUTPUT at every moment, even under SIGKILL

@@ -416,6 +416,24 @@ class TestTheDaskEngine:
         s = bertfeat.extract(**self.opts(labelled, out, resume=True), client=dask_client)
         assert s.chunks_resumed == kept and pq.read_table(out).num_rows == 40
 
+    @pytest.mark.parametrize("stop", [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space left on device")])
+    def test_with_pca_a_stop_while_the_outputs_are_written_encodes_nothing_again(self, dask_client, labelled, tmp_path,
+                                                                                 monkeypatch, stop):
+        """--pca: the full-width parts were deleted after the reduction pass, before the outputs were written, so a
+        stop there left reduced parts only and the --resume its note promised "to write them" encoded every
+        partition again (found by review). The full-width parts stay until the output is in place."""
+        import bertfeat.run.dask
+
+        _raising(monkeypatch, bertfeat.run.dask, "publish_rejects", stop)
+        out = tmp_path / "f.parquet"
+        with pytest.raises((KeyboardInterrupt, OutputError)):
+            bertfeat.extract(**self.opts(labelled, out, pca=2, cache=None), client=dask_client)
+        assert len(list((tmp_path / "f.parquet.partial" / "_full").glob("part-*"))) == 2
+        monkeypatch.undo()
+        s = bertfeat.extract(**self.opts(labelled, out, pca=2, cache=None, resume=True), client=dask_client)
+        assert (s.chunks_resumed, s.rows_encoded - s.rows_encoded_resumed, pq.read_table(out).num_rows) == (2, 0, 40)
+        assert sorted(p.name for p in out.iterdir()) == ["_bertfeat.json", "part-00000.parquet", "part-00001.parquet"]
+
     def test_an_interrupt_while_the_outputs_are_written(self, dask_client, labelled, tmp_path, monkeypatch):
         import bertfeat.run.dask
 
