@@ -13,7 +13,7 @@ not encoded again: in memory up to ``DEDUP_MEMORY`` bytes (the BERTFEAT_DEDUP_ME
 a temporary SQLite file (``spill_dir``: the run's partial directory beside the output), deleted at the end. With a
 cache, the cache is that store (a duplicate's vector is read back from it), so a run's memory does not grow with
 its corpus either way. A read-only cache (``VectorStore.read_only``) is read, and the run's store keeps the run's
-own vectors beside it.
+own vectors beside it (on the Dask engine, the store its tasks share: ``SharedRunStore``).
 """
 
 from __future__ import annotations
@@ -99,16 +99,36 @@ class RunStore:
             self.spill = None
 
 
+class SharedRunStore:
+    """The run's vectors in a store its processes share (the Dask engine's ``OUTPUT.partial/.dedup/``), as RunStore:
+    what a task encodes, the other partitions find."""
+
+    def __init__(self, store: VectorStore, fid: int):
+        self.store, self.fid = store, fid
+
+    def get(self, keys: list[bytes]) -> dict[bytes, Entry]:
+        return self.store.get(self.fid, keys)
+
+    def put(self, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> None:
+        self.store.put(self.fid, keys, X, n_tokens, truncated, n_chunks)
+
+    def close(self) -> None:
+        self.store.close()
+
+
 class Reuser:
     """One run's reuse of vectors: the cache (``cache``, a VectorStore, with this run's fingerprint id ``fid``) and
     the run's own earlier rows (in the cache when there is one, else in a RunStore). ``encoded`` / ``reused`` count
     rows as the summary reports them."""
 
     def __init__(self, dim: int, cache: VectorStore | None = None, fid: int | None = None, spill_dir: Path | None = None,
-                 budget: int | None = None):
+                 budget: int | None = None, shared: tuple[VectorStore, int] | None = None):
         self.cache, self.fid = cache, fid
-        # the run's own vectors: in the cache, or (no cache, or one this process may not write) in a store of the run's
-        self.store = RunStore(dim, spill_dir, budget) if cache is None or cache.read_only is not None else None
+        # the run's own vectors: in the cache, or (no cache, or one this process may not write) in a store of the run's:
+        # ``shared`` (a store and its id) when the run's processes share one, else this process's own
+        self.store = None
+        if cache is None or cache.read_only is not None:
+            self.store = SharedRunStore(*shared) if shared is not None else RunStore(dim, spill_dir, budget)
         self.pending: dict[bytes, int] = {}  # keys being encoded (chunks planned, not settled) -> how many chunks
         self.rejected: dict[bytes, object] = {}  # keys whose first row was refused (too long): its duplicates too
         # a key an earlier chunk is encoding that later chunks wait for -> how many chunks; its vector is held here

@@ -271,9 +271,40 @@ def is_run_store(path: Path) -> bool:
     return p.parent.name == RUN_STORE_DIR and p.parent.parent.name.endswith(".partial")
 
 
+#: the end of ``foreign_sidecars``' reason (read_only_note gives its own fix then)
+_SIDECAR_TAIL = "made by a read-only run of an earlier bertfeat"
+
+
+def foreign_sidecars(path: Path) -> str | None:
+    """Why the store file ``path`` cannot be written although it and its folder can: its -wal / -shm file is there
+    and this process may not write it (SQLite then refuses every write with "attempt to write a readonly
+    database"), e.g. "vectors.sqlite3-shm belongs to another user (nobody), ..."; else None."""
+    theirs = []
+    for p in (Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            uid = p.stat().st_uid
+        except OSError:
+            continue
+        if uid == os.geteuid() or os.access(p, os.W_OK):
+            continue
+        try:
+            import pwd
+
+            owner = pwd.getpwuid(uid).pw_name
+        except (ImportError, KeyError):
+            owner = f"uid {uid}"
+        theirs.append((p.name, owner))
+    if not theirs:
+        return None
+    owners = sorted({o for _, o in theirs})
+    names = " and ".join(n for n, _ in theirs)
+    return f"{names} {'belongs' if len(theirs) == 1 else 'belong'} to another user ({', '.join(owners)}), {_SIDECAR_TAIL}"
+
+
 def unwritable(path: Path) -> str | None:
     """Why this process may not write the store file ``path`` or make files beside it (its -wal / -shm): "read-only
-    file system" (a read-only mount), "no permission to write PATH" (permissions, an immutable file), or None."""
+    file system" (a read-only mount), "no permission to write PATH" (permissions, an immutable file), another
+    user's -wal / -shm file beside it (``foreign_sidecars``), or None."""
     for p in (Path(path), Path(path).parent):
         if os.access(p, os.W_OK):
             continue
@@ -283,13 +314,15 @@ def unwritable(path: Path) -> str | None:
         except OSError:
             pass
         return f"no permission to write {p}"
-    return None
+    return foreign_sidecars(Path(path))
 
 
 def read_only_note(directory, why: str, encoded: int) -> str:
     """What a run says once when its cache could not be written (``why``): its hits were used, nothing stored."""
+    fix = ("remove those files while no run uses the cache (bertfeat makes its own again) to store a run's vectors"
+           if why.endswith(_SIDECAR_TAIL) else "give --cache a directory you can write to keep them")
     return (f"the cache {directory} is read-only ({why}): the vectors it holds were reused, and the {encoded:,} this "
-            "run encoded were not stored - give --cache a directory you can write to keep them")
+            f"run encoded were not stored - {fix}")
 
 
 def _near_file_size_limit(files: list[Path]) -> bool:
@@ -471,6 +504,7 @@ class VectorStore:
         self.run_store = (not durable or is_run_store(self.path)) if run_store is None else run_store
         self.corrupt = 0  # entries whose checksum failed (read as misses)
         self.read_only: str | None = None  # why this process may not write the cache (read, nothing stored), or None
+        self.immutable = False  # read-only, its main file read alone without locks (_open_read_only)
         self._lock = threading.Lock()
         # id -> its fingerprints row (fingerprint, model, dim, settings, created): what get / put need, and what put
         # writes back after a concurrent clear
@@ -535,11 +569,15 @@ class VectorStore:
     def _open_read_only(self, kind: str, why: str) -> None:
         """A cache this process may not write (``why``), opened to read only: its hits are used, nothing is stored
         and nothing of it changes (an earlier bertfeat's cache is read unmarked). Through its -shm file (mode=ro) the
-        commits of runs writing it elsewhere are seen; where there is none and none can be made (a read-only mount),
-        the main file is read alone (immutable=1: vectors still in a -wal file are not seen, and are encoded again)."""
+        commits of runs writing it elsewhere are seen. It makes no file: without both the -wal and the -shm there
+        (no run has the cache open), mode=ro would make them, as this process's and unwritable for the cache's owner,
+        whose runs SQLite then refuses every write; the main file is read alone instead (immutable=1: vectors still
+        in a -wal file are not seen, and are encoded again; a run that starts writing meanwhile is not seen)."""
         self.read_only = why
         uri = self.path.absolute().as_uri()
-        for query in ("mode=ro", "mode=ro&immutable=1"):
+        both = all(os.path.isfile(f"{self.path}-{s}") for s in ("wal", "shm"))
+        for query in ("mode=ro", "mode=ro&immutable=1")[0 if both else 1:]:
+            self.immutable = "immutable" in query
             self.db = sqlite3.connect(f"{uri}?{query}", uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
                                       check_same_thread=False)
             try:
@@ -559,7 +597,7 @@ class VectorStore:
             self.db.close()
             self.db = None
             with self.guard("open"):
-                self._open_read_only("ours", why)
+                self._open_read_only("ours", foreign_sidecars(self.path) or why)
 
     def _check_format(self, fmt: tuple | None) -> None:
         """The meta table's format row (None: none) is this bertfeat's, else the store is refused as another format."""
@@ -636,6 +674,10 @@ class VectorStore:
         where = f"the cache {self.path}"
         if cause == "locked":
             return _locked(where, doing, waited, "let the other run finish, or use another cache directory")
+        if cause == "damaged" and self.immutable:  # read without locks: a run writing it elsewhere may have changed it
+            return CacheError(f"cannot read {where} ({text}): it is read-only here and read without locks",
+                              "a run that writes it elsewhere may have changed it while this run read it: rerun when "
+                              f"that run finished, or run with {opt('cache', False)}")
         if cause == "damaged":
             return CacheError(f"{where} is damaged ({text})", f"delete {self.path} (its vectors are recomputed by the "
                                                              "next run), or use another cache directory")

@@ -28,7 +28,8 @@ Work
     process's encoder cache (encoder_cache.py, through ``worker_encoder``), loaded once per worker
     process by a WorkerPlugin and reused by every task; the weights' sha256 is checked against the client's.
     Reuse (reuse.py): a task looks its rows up in the vector cache (``--cache``, every worker on this machine, checked)
-    or, without one, in the run's own SQLite store ``OUTPUT.partial/.dedup/`` that this machine's workers share, so
+    or, without one (or beside one it may not write), in the run's own SQLite store ``OUTPUT.partial/.dedup/`` that
+    this machine's workers share, so
     a text met in several partitions is encoded once (two partitions meeting it at the same moment may both encode
     it); with workers on other hosts, once per partition.
 
@@ -266,6 +267,9 @@ class TaskContext:
     keep_types: dict | None = None  # the kept columns (keep) and their Arrow types
     cache: str | None = None  # the vector cache directory (on this machine: the client checked the workers' host)
     cache_id: tuple | None = None  # (fingerprint, settings) of the run in the cache (vcache.cache_fingerprint)
+    # the run's duplicates store beside a cache no task may write (read-only): OUTPUT.partial/.dedup/, and its id
+    run_store: str | None = None
+    run_store_id: tuple | None = None
 
 
 def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool, dtype: str):
@@ -297,7 +301,8 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     try:
         # identical rows of the partition encoded once; with a cache, rows any run encoded before are reused
         reuser = make_reuser(enc, ctx.spec, None if ctx.cache is None else Path(ctx.cache), Path(ctx.out_dir), ctx.cache_id,
-                             budget=dedup_memory() // task_slots())  # the process's budget, split among its tasks
+                             budget=dedup_memory() // task_slots(),  # the process's budget, split among its tasks
+                             run_store=(ctx.run_store, ctx.run_store_id) if ctx.run_store else None)
         for start in range(0, max(len(raw.rows), 1), ctx.chunk_rows):
             chunk = validate_batch(raw.slice(start, start + ctx.chunk_rows), part.index)
             table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.name, ctx.on_bad_row, ctx.id_name, ctx.keep_types,
@@ -435,7 +440,8 @@ class DaskRun:
         # pca_model: checked before any task runs
         self.applied = applied_pca(plan, self.fingerprint, encoder.output_dim(self.spec))
         self.summary = new_summary(plan, encoder, self.spec, "dask")
-        self.cache_id = check_cache(plan, encoder, self.spec) if plan.cache is not None else None
+        # (None, None) without a cache; read_only: why the client may not write it (its tasks then share a run store)
+        self.cache_id, self.cache_read_only = check_cache(plan, encoder, self.spec) if plan.cache is not None else (None, None)
         self.out, self.partial = plan.layout.features, plan.layout.partial
         self.client, self.own_client, self.cluster = client, client is None, None
         self.futures: dict = {}  # the tasks in flight (cancelled on a failure)
@@ -460,10 +466,12 @@ class DaskRun:
             self.client, self.cluster = open_client(plan.dask)
         client = self.client
         self.threads = plan.options.threads or worker_threads(client, plan.dask.scheduler or "")
-        self.run_store = None  # without a cache: the run's duplicates store, shared by this machine's workers
+        # without a cache, or beside one it may not write: the run's duplicates store, shared by this machine's workers
+        self.run_store = None
         if plan.cache is not None:
             check_worker_hosts(client, plan.cache)
-        elif not workers_elsewhere(client) and filesystem_type(partial.parent) not in NETWORK_FS:
+        if ((plan.cache is None or self.cache_read_only is not None) and filesystem_type(partial.parent) not in NETWORK_FS
+                and (plan.cache is not None or not workers_elsewhere(client))):  # with a cache: checked just above
             self.run_store = partial / RUN_STORE
         target = _resumed_value(partial, "split_target") if plan.options.resume else None
         if target is None:
@@ -508,12 +516,11 @@ class DaskRun:
         self.meta = meta = provenance(encoder, spec, self.fingerprint, plan, ExtractSummary())
         meta["engine"] = "dask"
         meta["partitions"] = len(self.parts)  # so the parts alone say when one is lost (features.reader)
+        run_store = (str(self.run_store), run_store_id(encoder, spec)) if self.run_store is not None else (None, None)
         if plan.cache is not None:
             cache, cache_id = str(Path(plan.cache).resolve()), self.cache_id
-        elif self.run_store is not None:
-            cache, cache_id = str(self.run_store), run_store_id(encoder, spec)
-        else:
-            cache = cache_id = None
+        else:  # the run's store is the tasks' cache
+            (cache, cache_id), run_store = run_store, (None, None)
         ctx = TaskContext(reader=plan.reader, location=encoder.location, model_name=plan.options.model,
                           encoder_kwargs=self.encoder_kwargs, weights_sha256=encoder.weights_sha256,
                           gemm_id=worker_identity(encoder), threads=self.threads,
@@ -522,7 +529,8 @@ class DaskRun:
                           dim=encoder.output_dim(spec), meta=meta, run_key=self.run_key, out_dir=str(self.partial),
                           wide=plan.options.wide, want_pca=plan.reduces, fit_stats=plan.pca is not None,
                           n_components=plan.pca_n_components, width=self.width, keep_types=plan.keep_types or None,
-                          dtype=plan.dtype, cache=cache, cache_id=cache_id)
+                          dtype=plan.dtype, cache=cache, cache_id=cache_id, run_store=run_store[0],
+                          run_store_id=run_store[1])
         return first, ctx
 
     def finished(self, stage: Path) -> dict[int, dict]:
@@ -695,9 +703,9 @@ class DaskRun:
             close_cluster(self.client, self.cluster)
 
 
-def check_cache(plan, encoder, spec) -> tuple[str, dict]:
-    """The cache opened once on the client before any task (a damaged or unwritable cache is refused here, once):
-    -> (fingerprint, settings) for the workers."""
+def check_cache(plan, encoder, spec) -> tuple[tuple[str, dict], str | None]:
+    """The cache opened once on the client before any task (a damaged cache is refused here, once): -> ((fingerprint,
+    settings) for the workers, why the cache cannot be written or None)."""
     from ..cache.store import cache_fingerprint, open_cache, register_spec
 
     cache_id = cache_fingerprint(encoder, spec)
@@ -706,7 +714,7 @@ def check_cache(plan, encoder, spec) -> tuple[str, dict]:
         register_spec(store, encoder, spec, cache_id)
     finally:
         store.close()
-    return cache_id
+    return cache_id, store.read_only
 
 
 def workers_elsewhere(client) -> list[str]:

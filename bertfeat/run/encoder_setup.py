@@ -33,10 +33,12 @@ def feature_settings(encoder, plan) -> tuple[object, dict]:
 
 
 def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, cache_id: tuple[str, dict] | None = None,
-                budget: int | None = None):
+                budget: int | None = None, run_store: tuple | None = None):
     """The run's reuse of vectors (reuse.py): identical rows encoded once, and with ``cache_dir`` the vector cache
     opened under this run's fingerprint (``cache_id``: (fingerprint, settings), computed here when not given).
-    ``spill_dir``: where the run's duplicate store spills past its memory ``budget`` (default reuse.DEDUP_MEMORY)."""
+    ``spill_dir``: where the run's duplicate store spills past its memory ``budget`` (default reuse.DEDUP_MEMORY).
+    ``run_store``: (directory, its (fingerprint, settings)) of a store the run's processes share (the Dask engine's
+    ``.dedup``), holding the run's rows when the cache turns out read-only."""
     from ..cache.reuse import Reuser
 
     dim = encoder.output_dim(spec)
@@ -44,10 +46,17 @@ def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, c
         return Reuser(dim, spill_dir=spill_dir, budget=budget)
     from ..cache.store import open_cache, register_spec
 
-    store = open_cache(cache_dir)
+    store, own = open_cache(cache_dir), None
     try:
         fid = register_spec(store, encoder, spec, cache_id)
+        if store.read_only is not None and run_store is not None:
+            own = open_cache(Path(run_store[0]))
+            shared = (own, register_spec(own, encoder, spec, run_store[1]))
+        else:
+            shared = None
     except BaseException:
-        store.close()
+        for s in (store, own):
+            if s is not None:
+                s.close()
         raise
-    return Reuser(dim, store, fid, spill_dir)
+    return Reuser(dim, store, fid, spill_dir, shared=shared)

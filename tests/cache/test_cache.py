@@ -672,7 +672,7 @@ def test_a_read_only_cache_is_read_and_nothing_is_stored(tmp_path, request, monk
     assert features(out_path(tmp_path, engine, "ro")).equals(features(out_path(tmp_path, engine, "writable")))
     if engine == "local":
         assert (s.rows_encoded, s.rows_reused) == (writable.rows_encoded, writable.rows_reused) == (30, 40)
-    else:  # a partition's duplicates of another's new rows are encoded again (they are found in no store)
+    else:  # partitions share the run's new rows (below), but two may meet one at the same moment and both encode it
         assert s.rows_encoded + s.rows_reused == 70 and 30 <= s.rows_encoded <= 40 and s.rows_reused >= 30
     monkeypatch.undo()
     assert (db.read_bytes(), entries(cache)) == before  # nothing stored, not even the fingerprint's last use
@@ -701,6 +701,31 @@ def test_a_dask_resume_with_a_writable_cache_is_not_called_read_only(tmp_path, r
     s = extract(src, out, cache=cache, chunk_rows=8, resume=True, **kw)
     assert s.chunks_resumed >= 2 and s.cache_read_only is None
     assert not any("read-only" in n for n in s.cache_notes())
+
+
+class TestDaskPartitionsShareDuplicatesBesideAReadOnlyCache:
+    """The Dask engine made its run store (OUTPUT.partial/.dedup/) only without a cache: beside a read-only one each
+    task kept its own, so a text met in several partitions was encoded once per partition (246 rows encoded where
+    the local engine and --estimate said 153). Its tasks now share the run store, as without a cache."""
+
+    def test_rows_encoded_as_the_local_engine_and_the_estimate(self, tmp_path, request, monkeypatch):
+        cache = tmp_path / "cache"
+        extract(corpus(tmp_path / "first.csv", base_rows(20)), tmp_path / "first.parquet", cache=cache)
+        # 20 cached texts and 30 new ones, the new ones repeated in every part of the file (one partition each)
+        rows = [(f"r{k}-{i:03d}", SST2[i]) for k in range(4) for i in range(50)]
+        src = corpus(tmp_path / "dup.csv", rows)
+        before = tree_digest(cache)
+        read_only(monkeypatch, cache)
+        local = extract(src, tmp_path / "local.parquet", cache=cache, chunk_rows=8)
+        kw = engine_kw("dask", request, blocksize="2KiB")
+        s = extract(src, tmp_path / "dask", cache=cache, chunk_rows=8, **kw)
+        e = extract(src, tmp_path / "e", cache=cache, estimate=True, **kw)
+        assert s.cache_read_only == local.cache_read_only == f"no permission to write {cache / DB_NAME}"
+        assert (s.rows_encoded, s.rows_reused) == (local.rows_encoded, local.rows_reused) == (30, 170)
+        assert (e.rows_distinct, round(e.rows_distinct * (1 - e.cached))) == (50, 30)
+        assert features(tmp_path / "dask").equals(features(tmp_path / "local.parquet"))
+        monkeypatch.undo()
+        assert {k: v for k, v in tree_digest(cache).items() if not k.endswith(("-wal", "-shm"))} == before
 
 
 def test_a_write_sqlite_refuses_makes_the_cache_read_only_too(tmp_path, monkeypatch):
@@ -773,6 +798,90 @@ def test_a_cache_on_a_read_only_mount(tmp_path):
     assert tree_digest(cache) == before
     extract(src, tmp_path / "writable.parquet", cache=copy, chunk_rows=8)
     assert features(tmp_path / "ro.parquet").equals(features(tmp_path / "writable.parquet"))
+
+
+class TestAReadOnlyReaderMakesNoFileInTheCacheFolder:
+    """A reader as another user, in a folder anyone can write (real users through setpriv): its mode=ro connection
+    made vectors.sqlite3-wal / -shm there as its own (644), and from then on SQLite refused the owner's every write
+    ("attempt to write a readonly database"): the owner's runs stored nothing and said to pick another directory."""
+
+    OWNER, READER = 1001, 65534
+
+    def as_user(self, uid: int, *args, python: bool = False) -> subprocess.CompletedProcess:
+        """``python -m bertfeat ARGS`` (``python ARGS``) as ``uid`` (it may read every file: CAP_DAC_READ_SEARCH, as the tests' tree and
+        model are root's; it writes only where anyone may)."""
+        caps = ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
+        cmd = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *caps,
+               *([sys.executable, *args] if python else cli(*args))]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+    @pytest.fixture
+    def tmp_path(self):
+        """A folder every user may enter (pytest's is root's alone; bertfeat checks the input with access(2), which
+        takes no capability), with a copy of the tiny model; removed after."""
+        import tempfile
+
+        if not shutil.which("setpriv") or os.geteuid() != 0:
+            pytest.skip("switching users needs setpriv and root")
+        if subprocess.run(["setpriv", f"--reuid={self.READER}", "--regid=0", "--clear-groups", "true"]).returncode:
+            pytest.skip("setpriv cannot switch users here")
+        root = Path(tempfile.mkdtemp(prefix="bertfeat-users-"))
+        try:
+            root.chmod(0o755)
+            shutil.copytree(tiny_model(), root / "model")
+            yield root
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def setup(self, tmp_path: Path) -> tuple[Path, Path]:
+        folder, out = tmp_path / "c2", tmp_path / "out"
+        for d in (folder, out):
+            d.mkdir()
+            d.chmod(0o777)  # anyone may write: the reader could make files there
+        return folder, out
+
+    def extract(self, uid: int, src: Path, out: Path, folder: Path) -> subprocess.CompletedProcess:
+        model = src.parent / "model"
+        p = self.as_user(uid, "extract", src, "-o", out, "--model", model, "--id-column", "id", "--cache", folder)
+        assert p.returncode == 0, p.stderr
+        return p
+
+    def test_the_owner_still_stores_after_another_user_read(self, tmp_path):
+        folder, out = self.setup(tmp_path)
+        a = corpus(tmp_path / "a.csv", base_rows(20))
+        b = corpus(tmp_path / "b.csv", base_rows(40))
+        self.extract(self.OWNER, a, out / "o1.parquet", folder)
+        assert sorted(p.name for p in folder.iterdir()) == [DB_NAME] and (folder / DB_NAME).stat().st_uid == self.OWNER
+        p = self.extract(self.READER, b, out / "r.parquet", folder)
+        assert f"no permission to write {folder / DB_NAME}" in p.stderr
+        assert sorted(p.name for p in folder.iterdir()) == [DB_NAME]  # the reader made no file there
+        p = self.extract(self.OWNER, b, out / "o2.parquet", folder)
+        assert "read-only" not in p.stderr
+        assert (summary_line(p.stderr, "rows encoded"), entries(folder)) == ("rows encoded 20", 40)
+
+    def test_another_users_wal_and_shm_are_named(self, tmp_path):
+        """What a reader of an earlier bertfeat left (made here as it did, by SQLite's mode=ro as the other user):
+        the owner is told whose files stop its writes and to remove them, not to pick another directory."""
+        folder, out = self.setup(tmp_path)
+        a = corpus(tmp_path / "a.csv", base_rows(20))
+        self.extract(self.OWNER, a, out / "o1.parquet", folder)
+        uri = f"{(folder / DB_NAME).as_uri()}?mode=ro"
+        p = self.as_user(self.READER, "-c", f"import sqlite3; sqlite3.connect({uri!r}, uri=True).execute('SELECT 1 FROM meta')",
+                         python=True)
+        assert p.returncode == 0, p.stderr
+        left = sorted(p.name for p in folder.iterdir())
+        assert left == [DB_NAME, f"{DB_NAME}-shm", f"{DB_NAME}-wal"]
+        p = self.extract(self.OWNER, corpus(tmp_path / "b.csv", base_rows(30)), out / "o2.parquet", folder)
+        assert (f"the cache {folder} is read-only ({DB_NAME}-wal and {DB_NAME}-shm belong to another user (nobody), made "
+                "by a read-only run of an earlier bertfeat): the vectors it holds were reused, and the 10 this run encoded "
+                "were not stored - remove those files while no run uses the cache (bertfeat makes its own again) to "
+                "store a run's vectors") in p.stderr
+        assert sorted(p.name for p in folder.iterdir()) == left
+        for name in left[1:]:  # as the note says (root's look below would take them over)
+            (folder / name).unlink()
+        assert entries(folder) == 20
+        p = self.extract(self.OWNER, corpus(tmp_path / "b.csv", base_rows(30)), out / "o3.parquet", folder)
+        assert "read-only" not in p.stderr and entries(folder) == 30
 
 
 # --------------------------------------------------------------------------- 5. two runs filling one cache at once
