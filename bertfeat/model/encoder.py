@@ -223,6 +223,14 @@ class Encoder:
         larger than the tokenizer is fine (padded vocabularies)."""
         rows = self.weights.word.shape[0]
         past = self.tokenizer.tokens_from(rows)
+        every = [(t, i) for t, i in ((self.tokenizer.cls_token, self.tokenizer.cls_id),
+                                     (self.tokenizer.sep_token, self.tokenizer.sep_id)) if i in past]
+        if every:  # a token added as cls / sep (transformers adds one the vocabulary lacks): every row holds it
+            t, i = every[0]
+            raise ConfigError(f"{self.location.path}: the tokenizer's special token {t} (id {i:,}) has no row in the "
+                              f"word embedding table ({rows:,} rows), and every text holds it",
+                              "use the tokenizer files that came with the model (a token added to the tokenizer needs "
+                              "the model's embeddings resized and saved with it)")
         if past:
             import warnings
 

@@ -134,31 +134,53 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, 
     (default true), ``strip_accents``, ``tokenize_chinese_chars``; BertPreTokenizer; the class's template
     (``[CLS] A [SEP] B [SEP]`` with type ids 0/1, MPNet's ``<s> A </s></s> B </s>``). RobertaTokenizer: no
     normalizer, ByteLevel(``add_prefix_space``, default false), RobertaProcessing(``trim_offsets``,
-    ``add_prefix_space``). Other classes, or a tokenizer.json model the class would not build on, stay as stored."""
-    from tokenizers import models, normalizers, pre_tokenizers, processors
+    ``add_prefix_space``). Other classes, or a tokenizer.json model the class would not build on, stay as stored.
+    The template (``set_template``) comes once the declared tokens are added: a new ``cls_token`` / ``sep_token`` is
+    one of them."""
+    from tokenizers import normalizers, pre_tokenizers
 
     def flag(key: str, default: bool | None) -> bool | None:
         return typed(tok_cfg.get(key), bool, f"{path / 'tokenizer_config.json'}: {key}", default)
 
-    cls_tok, sep_tok = declared.text("cls_token", "[CLS]"), declared.text("sep_token", "[SEP]")
-    if (cls_name in _WORDPIECE_CLASSES or cls_name == "MPNetTokenizer") and isinstance(tk.model, models.WordPiece):
+    if _rebuilds(tk, cls_name) == "wordpiece":
         tk.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=flag("tokenize_chinese_chars", True),
             strip_accents=flag("strip_accents", None), lowercase=flag("do_lower_case", True))
         tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        cls_id, sep_id = _token_id(tk, cls_tok, path), _token_id(tk, sep_tok, path)
-        if cls_name == "MPNetTokenizer":
-            tk.post_processor = processors.RobertaProcessing((sep_tok, sep_id), (cls_tok, cls_id), True, False)
-        else:
-            tk.post_processor = processors.TemplateProcessing(
-                single=f"{cls_tok}:0 $A:0 {sep_tok}:0", pair=f"{cls_tok}:0 $A:0 {sep_tok}:0 $B:1 {sep_tok}:1",
-                special_tokens=[(cls_tok, cls_id), (sep_tok, sep_id)])
-    elif cls_name == "RobertaTokenizer" and isinstance(tk.model, models.BPE):
-        prefix, trim = flag("add_prefix_space", False), flag("trim_offsets", True)
+    elif _rebuilds(tk, cls_name) == "roberta":
         tk.normalizer = None
-        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix)
-        tk.post_processor = processors.RobertaProcessing(
-            (sep_tok, _token_id(tk, sep_tok, path)), (cls_tok, _token_id(tk, cls_tok, path)), trim, prefix)
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=flag("add_prefix_space", False))
+
+
+def _rebuilds(tk, cls_name: str) -> str | None:
+    """Which rebuild of as_transformers / set_template ``cls_name`` does on ``tk``'s model (None: none)."""
+    from tokenizers import models
+
+    if (cls_name in _WORDPIECE_CLASSES or cls_name == "MPNetTokenizer") and isinstance(tk.model, models.WordPiece):
+        return "wordpiece"
+    return "roberta" if cls_name == "RobertaTokenizer" and isinstance(tk.model, models.BPE) else None
+
+
+def set_template(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, path: Path) -> None:
+    """The class's template (as_transformers' classes), its cls / sep tokens' ids read once the declared tokens are
+    added (a ``sep_token`` added by ``add_special_tokens`` is not in the vocabulary)."""
+    from tokenizers import processors
+
+    cls_tok, sep_tok = declared.text("cls_token", "[CLS]"), declared.text("sep_token", "[SEP]")
+    kind = _rebuilds(tk, cls_name)
+    if kind is None:
+        return
+    cls_id, sep_id = _token_id(tk, cls_tok, path), _token_id(tk, sep_tok, path)
+    if kind == "roberta":
+        prefix = typed(tok_cfg.get("add_prefix_space"), bool, f"{path / 'tokenizer_config.json'}: add_prefix_space", False)
+        trim = typed(tok_cfg.get("trim_offsets"), bool, f"{path / 'tokenizer_config.json'}: trim_offsets", True)
+        tk.post_processor = processors.RobertaProcessing((sep_tok, sep_id), (cls_tok, cls_id), trim, prefix)
+    elif cls_name == "MPNetTokenizer":
+        tk.post_processor = processors.RobertaProcessing((sep_tok, sep_id), (cls_tok, cls_id), True, False)
+    else:
+        tk.post_processor = processors.TemplateProcessing(
+            single=f"{cls_tok}:0 $A:0 {sep_tok}:0", pair=f"{cls_tok}:0 $A:0 {sep_tok}:0 $B:1 {sep_tok}:1",
+            special_tokens=[(cls_tok, cls_id), (sep_tok, sep_id)])
 
 
 def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, declared: DeclaredTokens,
@@ -168,15 +190,15 @@ def build_wordpiece_tokenizer(vocab_path: Path, tok_cfg: dict, declared: Declare
     from tokenizers import Tokenizer, decoders, models
 
     vocab = read_vocab(vocab_path)
-    unk, cls, sep = (declared.text(k, "") for k in ("unk_token", "cls_token", "sep_token"))
-    for tok in (unk, cls, sep):
-        if tok not in vocab:
-            raise ConfigError(f"{vocab_path}: special token {tok} is not in the vocabulary",
-                              "use the vocab.txt that came with the model")
+    unk = declared.text("unk_token", "")
+    if unk not in vocab:  # WordPiece's own: the cls / sep tokens may be added ones (set_template checks them)
+        raise ConfigError(f"{vocab_path}: special token {unk} is not in the vocabulary",
+                          "use the vocab.txt that came with the model")
     tk = Tokenizer(models.WordPiece(vocab, unk_token=unk, max_input_chars_per_word=100))
     tk.decoder = decoders.WordPiece(prefix="##")
     as_transformers(tk, cls_name, tok_cfg, declared, vocab_path.parent)
     declared.add_to(tk, [])
+    set_template(tk, cls_name, tok_cfg, declared, vocab_path)
     return tk
 
 
@@ -252,6 +274,7 @@ def load_tokenizer(d: Path, tok_cfg: dict):
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, stored)
         as_transformers(tk, cls_name, tok_cfg, declared, d)
         declared.add_to(tk, [] if rebuilt else [str(t) for t in stored.values()])
+        set_template(tk, cls_name, tok_cfg, declared, d)
         return tk, "tokenizer.json", declared
     if src is not None:
         cls_name = cls_name if cls_name == "MPNetTokenizer" else "BertTokenizer"

@@ -283,9 +283,12 @@ def test_tokenizer_helpers(toks, minilm_toks):
 
 def test_missing_special_token_and_missing_files_are_clear(tmp_path):
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\nhello\n[SEP]\n")
+    ours = Ours.from_dir(tmp_path, 512)  # [CLS] added past the vocabulary, as transformers adds it (the Encoder refuses
+    assert ours.cls_id == 4 and list(ours.tokens("hello")[0].ids) == [4, 2, 3]  # a model without its row: below)
+    (tmp_path / "vocab.txt").write_text("[PAD]\nhello\n[SEP]\n[CLS]\n")
     with pytest.raises(BertfeatError) as e:
         Ours.from_dir(tmp_path, 512)
-    assert "special token [CLS] is not in the vocabulary" in e.value.message and "\n" not in e.value.message
+    assert "special token [UNK] is not in the vocabulary" in e.value.message and "\n" not in e.value.message
     (tmp_path / "vocab.txt").unlink()
     with pytest.raises(BertfeatError) as e:
         Ours.from_dir(tmp_path, 512)
@@ -675,6 +678,55 @@ def test_named_and_stored_tokens_as_in_transformers(minilm_dir, tmp_path, case):
     if mapped:
         (d / "special_tokens_map.json").write_text(json.dumps(mapped))
     _matches_transformers(d, case, texts, max_length=128)
+
+
+@pytest.mark.parametrize("stored", ["tokenizer.json", "vocab.txt"])
+def test_a_new_sep_token_added_by_add_special_tokens(minilm_dir, tmp_path, stored):
+    """add_special_tokens({"sep_token": "<sep>"}) and save_pretrained: <sep> is an added token past the vocabulary,
+    and the template uses it. bertfeat checked the template's tokens before adding the declared ones and refused the
+    folder ("special token <sep> is not in the vocabulary"; found by review)."""
+    import warnings
+
+    from transformers import AutoTokenizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = AutoTokenizer.from_pretrained(str(minilm_dir))
+        t.add_special_tokens({"sep_token": "<sep>", "cls_token": "<cls>"})
+        t.save_pretrained(str(tmp_path / "m"))
+    shutil.copyfile(minilm_dir / "config.json", tmp_path / "m" / "config.json")
+    if stored == "vocab.txt":  # (transformers 5 saves no vocab.txt)
+        shutil.copyfile(minilm_dir / "vocab.txt", tmp_path / "m" / "vocab.txt")
+        (tmp_path / "m" / "tokenizer.json").unlink()
+    _matches_transformers(tmp_path / "m", stored, ["hello world", "a <sep> b <SEP> [SEP] c", "x<cls>y"])
+    ours = Ours.from_dir(tmp_path / "m", 512)
+    assert (ours.cls_id, ours.sep_id) == (t.cls_token_id, t.sep_token_id) and ours.sep_id >= 30522
+
+
+def test_a_model_without_a_row_for_its_template_token_is_refused(minilm_dir, tmp_path):
+    """A sep token added to the tokenizer but not to the model's embeddings (vocab_size 30,522): every text holds it,
+    so the Encoder refuses the folder at load instead of refusing every row."""
+    import warnings
+
+    from transformers import AutoTokenizer
+
+    from bertfeat.model.encoder import Encoder
+
+    d = tmp_path / "m"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = AutoTokenizer.from_pretrained(str(minilm_dir))
+        t.add_special_tokens({"sep_token": "<sep>"})
+        t.save_pretrained(str(d))
+    for f in minilm_dir.iterdir():  # the weights, modules and configs (copies: a link out of the folder is refused)
+        if not (d / f.name).exists() and f.name not in ("special_tokens_map.json", "vocab.txt"):
+            shutil.copytree(f, d / f.name) if f.is_dir() else shutil.copyfile(f, d / f.name)
+    with pytest.raises(BertfeatError) as e:
+        Encoder(str(d))
+    assert str(e.value) == (f"{d}: the tokenizer's special token <sep> (id 30,522) has no row in the word embedding "
+                            "table (30,522 rows), and every text holds it - use the tokenizer files that came with the "
+                            "model (a token added to the tokenizer needs the model's embeddings resized and saved with "
+                            "it)")
 
 
 @pytest.mark.parametrize("edit,message", [
