@@ -833,9 +833,28 @@ class VectorStore:
         """Delete every entry (or one fingerprint's, by its full id or a unique prefix) in one transaction; returns
         the entries deleted. The file shrinks (VACUUM) when no other process has it open."""
         if self.read_only is not None:
-            raise CacheError(f"cannot clear the cache {self.path}: it is read-only here ({self.read_only})",
-                             "bertfeat changed nothing in it: clear it where it can be written (as its owner, or on a "
-                             "writable mount), or delete its directory there")
+            raise self._read_only_clear(self.read_only)
+        try:
+            n = self._delete(fingerprint)
+        except CacheError as e:  # SQLite refused what os.access allowed: the cache's words, not a run's flags
+            if getattr(e, "readonly", None) is None:
+                raise
+            raise self._read_only_clear(e.readonly) from None
+        try:
+            with self._lock:
+                self.db.execute("PRAGMA busy_timeout=2000")  # VACUUM needs the file to itself: wait a little, not 120 s
+                self.db.execute("VACUUM")
+        except sqlite3.Error:  # another process reads it: the space is reused by later writes instead
+            pass
+        return n
+
+    def _read_only_clear(self, why: str) -> CacheError:
+        return CacheError(f"cannot clear the cache {self.path}: it is read-only here ({why})",
+                          "bertfeat changed nothing in it: clear it where it can be written (as its owner, or on a "
+                          "writable mount), or delete its directory there")
+
+    def _delete(self, fingerprint: str | None) -> int:
+        """clear's deletion, in one transaction -> the entries deleted."""
         with self._lock, self.guard("write"):
             if fingerprint is None:
                 ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints")]
@@ -861,12 +880,6 @@ class VectorStore:
                 if self.db.in_transaction:
                     self.db.execute("ROLLBACK")
                 raise
-        try:
-            with self._lock:
-                self.db.execute("PRAGMA busy_timeout=2000")  # VACUUM needs the file to itself: wait a little, not 120 s
-                self.db.execute("VACUUM")
-        except sqlite3.Error:  # another process reads it: the space is reused by later writes instead
-            pass
         return n
 
     def size_on_disk(self) -> int:

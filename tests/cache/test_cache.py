@@ -775,6 +775,29 @@ def test_a_read_only_cache_through_the_cli(tmp_path, capsys, monkeypatch):
     assert {k: v for k, v in tree_digest(cache).items() if not k.endswith(("-wal", "-shm"))} == before
 
 
+def test_cache_clear_on_a_cache_sqlite_refuses_says_so_in_its_own_words(tmp_path, capsys, monkeypatch):
+    """os.access allowed the clear and SQLite refused it: `cache clear` said "give --cache a directory you can write,
+    or run with --no-cache", a run's flags that command does not have (found by review). It refuses as it refuses a
+    cache os.access calls read-only, and changes nothing."""
+    _, cache, _, _ = half_cached(tmp_path)
+    db = cache / DB_NAME
+    before = db.read_bytes()
+    real = sqlite3.connect
+
+    def read_only_connect(database, *a, **k):
+        if isinstance(database, str) and database.startswith(cache.absolute().as_uri()):
+            database = database.replace("mode=rw", "mode=ro")
+        return real(database, *a, **k)
+
+    monkeypatch.setattr(sqlite3, "connect", read_only_connect)
+    rc, out, err = run(capsys, "cache", "clear", cache)
+    assert (rc, out, err) == (1, "", f"Error: cannot clear the cache {db}: it is read-only here (attempt to write a "
+                                     "readonly database) - bertfeat changed nothing in it: clear it where it can be "
+                                     "written (as its owner, or on a writable mount), or delete its directory there\n")
+    monkeypatch.undo()
+    assert db.read_bytes() == before and entries(cache) == 30
+
+
 def test_a_cache_on_a_read_only_mount(tmp_path):
     """A real read-only mount (a bind mount in a mount namespace of its own; root is not stopped by permissions): the
     run reads the cache through the command line, stores nothing, and the folder is left byte for byte (SQLite can
