@@ -728,11 +728,9 @@ class TestDaskPartitionsShareDuplicatesBesideAReadOnlyCache:
         assert {k: v for k, v in tree_digest(cache).items() if not k.endswith(("-wal", "-shm"))} == before
 
 
-def test_a_write_sqlite_refuses_makes_the_cache_read_only_too(tmp_path, monkeypatch):
-    """os.access may allow what SQLite refuses (a security module, a file opened read-only): its "attempt to write
-    a readonly database" at the run's first write opens the cache again to read only, as above."""
-    src, cache, copy, rows = half_cached(tmp_path)
-    before = (cache / DB_NAME).read_bytes()
+def sqlite_refuses_writes(monkeypatch, cache: Path) -> None:
+    """SQLite opens ``cache``'s file read-only while os.access allows writing it (a security module, a file opened
+    read-only): its "attempt to write a readonly database" comes at the first write."""
     real = sqlite3.connect
 
     def read_only_connect(database, *a, **k):
@@ -741,6 +739,14 @@ def test_a_write_sqlite_refuses_makes_the_cache_read_only_too(tmp_path, monkeypa
         return real(database, *a, **k)
 
     monkeypatch.setattr(sqlite3, "connect", read_only_connect)
+
+
+def test_a_write_sqlite_refuses_makes_the_cache_read_only_too(tmp_path, monkeypatch):
+    """os.access may allow what SQLite refuses (a security module, a file opened read-only): its "attempt to write
+    a readonly database" at the run's first write opens the cache again to read only, as above."""
+    src, cache, copy, rows = half_cached(tmp_path)
+    before = (cache / DB_NAME).read_bytes()
+    sqlite_refuses_writes(monkeypatch, cache)
     s = extract(src, tmp_path / "ro.parquet", cache=cache, chunk_rows=8)
     assert (s.rows_encoded, s.rows_reused, s.cache_read_only) == (30, 40, "attempt to write a readonly database")
     monkeypatch.undo()
@@ -782,14 +788,7 @@ def test_cache_clear_on_a_cache_sqlite_refuses_says_so_in_its_own_words(tmp_path
     _, cache, _, _ = half_cached(tmp_path)
     db = cache / DB_NAME
     before = db.read_bytes()
-    real = sqlite3.connect
-
-    def read_only_connect(database, *a, **k):
-        if isinstance(database, str) and database.startswith(cache.absolute().as_uri()):
-            database = database.replace("mode=rw", "mode=ro")
-        return real(database, *a, **k)
-
-    monkeypatch.setattr(sqlite3, "connect", read_only_connect)
+    sqlite_refuses_writes(monkeypatch, cache)
     rc, out, err = run(capsys, "cache", "clear", cache)
     assert (rc, out, err) == (1, "", f"Error: cannot clear the cache {db}: it is read-only here (attempt to write a "
                                      "readonly database) - bertfeat changed nothing in it: clear it where it can be "
