@@ -175,7 +175,7 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
                                "wait until the model's files are all in place on that worker") from None
     if sha256 != weights_sha256:
         raise WorkerSetupError(f"worker on {socket.gethostname()}: the weights at {enc.location.path} differ from the "
-                               f"client's (sha256 {enc.weights_sha256[:12]} vs {weights_sha256[:12]})",
+                               f"client's (sha256 {sha256[:12]} vs {weights_sha256[:12]})",
                                "put the same model files on every node")
     if gemm_id is not None:
         check_worker_gemm(worker_identity(enc), gemm_id, socket.gethostname())
@@ -651,8 +651,9 @@ class DaskRun:
                                            key=f"bertfeat-reduce-{p.index}-{self.tag}", pure=False): p.index
                         for p in self.parts}
         gather(self.client, self.futures, lambda i, n: None)
-        self.futures = {}  # the full-width parts and the model go at the run's finish (_finish): a stop before the
-        # outputs are in place resumes from them, encoding nothing again
+        # the full-width parts and the model go at the run's finish (_finish): a stop before the outputs are in place
+        # resumes from them, encoding nothing again
+        self.futures = {}
 
     def write(self, results: dict[int, dict], merged, final_meta: dict) -> None:
         """The PCA model and report, the rejects and the output directory, together; then the label's probe."""

@@ -293,15 +293,20 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
         memory_parts=memory_parts, memory_limit_bytes=limit, memory_limit_source=source, warnings=warnings)
 
 
+def _tokenized(encoder, spec, texts: list[str], pairs: list[str] | None) -> tuple:
+    """Tokenize a sample as the run does (chunks.prepare_rows): -> (the prepared rows or None, the texts and pairs
+    without the rows the run refuses, the refused: position -> reason)."""
+    from .chunks import prepare_rows
+
+    prep, keep, refused = prepare_rows(encoder, spec, texts, pairs)
+    return prep, [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep], refused
+
+
 def _distinct_tokens(encoder, spec, rows: list[tuple], plan, fallback: float) -> tuple[list, list | None, float]:
     """The distinct rows' sample as (texts, pairs) without the rows the run refuses, and their tokens per row (the
     model's tokens, windows included; ``fallback`` when none is left)."""
-    from .chunks import prepare_rows
-
-    texts = [t for t, _ in rows]
     pairs = [p for _, p in rows] if plan.options.pair_column is not None else None
-    prep, keep, _ = prepare_rows(encoder, spec, texts, pairs)
-    texts, pairs = [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
+    prep, texts, pairs, _ = _tokenized(encoder, spec, [t for t, _ in rows], pairs)
     if prep is None or not texts:
         return texts, pairs, fallback
     return texts, pairs, sum(len(a) for a in prep.ids) / len(texts)
@@ -311,11 +316,10 @@ def _measure(encoder, spec, texts: list[str], pairs: list[str] | None) -> dict:
     """Tokenize the sample (the rows the run refuses, chunks.prepare_rows, left out) and time its encode after a
     warm-up: -> the sample's texts / pairs kept, the refused (position -> reason), tokens per row, truncated share,
     windows per row, tokens per second, the relative standard error of tokens per row and the CPU share."""
-    from .chunks import prepare_rows, run_rows
+    from .chunks import run_rows
 
     m = {"tokens_per_row": 0.0, "tps": 0.0, "token_spread": 0.0, "cpu_share": 1.0, "truncated": 0.0, "windows": 1.0}
-    prep, keep, refused = prepare_rows(encoder, spec, texts, pairs)
-    texts, pairs = [texts[i] for i in keep], None if pairs is None else [pairs[i] for i in keep]
+    prep, texts, pairs, refused = _tokenized(encoder, spec, texts, pairs)
     m.update(texts=texts, pairs=pairs, refused=refused)
     if prep is None:
         return m
