@@ -938,6 +938,8 @@ def settings_line(s: dict) -> str:
     parts.append(f"{lt} stride {s.get('stride')}" if str(lt).startswith("chunk") else str(lt))
     if s.get("prompt"):
         parts.append(f"prompt {s['prompt']!r}")
+    if s.get("tokenizers"):  # after an upgrade, what tells the old split's vectors from the new
+        parts.append(f"tokenizers {s['tokenizers']}")
     parts.append(str(s.get("precision")))
     gemm = s.get("gemm") or {}
     parts += [str(gemm[k]) for k in ("kernel", "blas", "kernels") if gemm.get(k)]  # what tells two roundings apart

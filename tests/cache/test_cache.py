@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tokenizers
 
 import bertfeat
 import bertfeat.cache.reuse
@@ -1024,8 +1025,9 @@ def test_cache_info_lines(tmp_path, capsys):
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(newest["last_used"]))
     assert lines[5:8] == ["", f"{newest['fingerprint']}  30 entries, 3.8 KiB of vectors, last used {when}",
                           f"  model {tiny_model()} (dim 32): pooling cls, layers 2, no normalize, max length 64, truncate, "
-                          "fp32" + "".join(f", {newest['settings']['gemm'][k]}" for k in ("kernel", "blas", "kernels")
-                                           if newest["settings"]["gemm"].get(k))]
+                          f"tokenizers {tokenizers.__version__}, fp32"
+                          + "".join(f", {newest['settings']['gemm'][k]}" for k in ("kernel", "blas", "kernels")
+                                    if newest["settings"]["gemm"].get(k))]
     assert len(newest["fingerprint"]) == 32 and int(newest["fingerprint"], 16) >= 0
     assert lines[8] == "" and lines[9].startswith(f"{oldest['fingerprint']}  30 entries, 3.8 KiB of vectors, last used ")
     assert "pooling mean" in lines[10] and len(lines) == 11
