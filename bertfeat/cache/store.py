@@ -561,10 +561,24 @@ class VectorStore:
             self.db.execute("PRAGMA journal_mode=OFF")
             self.db.execute("PRAGMA synchronous=OFF")
         self.db.execute(f"PRAGMA cache_size={CACHE_PAGES}")
-        if kind == "adopt":  # an earlier bertfeat's cache (its exact layout, classify): marked as bertfeat's now
+        if kind == "adopt" and not self._mark_adopted():
+            return
+        self._check_format(self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone())
+
+    def _mark_adopted(self) -> bool:
+        """An earlier bertfeat's cache (its exact layout, classify) marked as bertfeat's now; False: SQLite refused
+        the write os.access allowed, and the cache is opened to read only, unmarked."""
+        try:
             self.db.executescript(f"BEGIN IMMEDIATE; PRAGMA application_id={APP_ID}; PRAGMA user_version={int(FORMAT)}; "
                                   f"INSERT OR IGNORE INTO meta VALUES('format', '{FORMAT}'); COMMIT;")
-        self._check_format(self.db.execute("SELECT value FROM meta WHERE key='format'").fetchone())
+            return True
+        except sqlite3.OperationalError as e:
+            if "readonly" not in str(e):
+                raise
+            self.db.close()
+            self.db = None
+            self._open_read_only("adopt", foreign_sidecars(self.path) or str(e))
+            return False
 
     def _open_read_only(self, kind: str, why: str) -> None:
         """A cache this process may not write (``why``), opened to read only: its hits are used, nothing is stored
@@ -938,6 +952,8 @@ def settings_line(s: dict) -> str:
     parts.append(f"{lt} stride {s.get('stride')}" if str(lt).startswith("chunk") else str(lt))
     if s.get("prompt"):
         parts.append(f"prompt {s['prompt']!r}")
+    if s.get("tokenizers"):  # after an upgrade, what tells the old split's vectors from the new
+        parts.append(f"tokenizers {s['tokenizers']}")
     parts.append(str(s.get("precision")))
     gemm = s.get("gemm") or {}
     parts += [str(gemm[k]) for k in ("kernel", "blas", "kernels") if gemm.get(k)]  # what tells two roundings apart

@@ -82,7 +82,8 @@ class QuoteTracker(io.RawIOBase):
         self._raw = raw
         self._special = re.compile(b"[" + (b'"' if quoting else b"") + b"\\n\\r" + re.escape(delimiter.encode()) + b"]")
         self._delim = ord(delimiter)
-        self.line = 1  # physical line (1-based) of the next byte
+        self.line = 1  # physical line (1-based) of the next byte; a line ends at \n, \r\n or \r, as pyarrow's
+        self._last = -1  # the last byte of the previous read (a \r there and a \n here are one line end)
         self.field = 0  # 0-based field index in the current record
         self.record = 0  # record index (0 = the header), blank lines excluded
         self.in_quotes = False
@@ -225,9 +226,9 @@ class QuoteTracker(io.RawIOBase):
                         i = j + 2
                     else:
                         self._closed(data[j + 1])
-                elif c == 0x0A:
-                    self.line += 1
-                    if not self._record_multiline:
+                elif c == 0x0A or c == 0x0D:
+                    self._line_end(data, j, c)
+                    if c == 0x0A and not self._record_multiline:  # a \n in a value: a cut of the file may split it
                         self._record_multiline = True
                         self.multiline_records += 1
                 continue
@@ -240,8 +241,7 @@ class QuoteTracker(io.RawIOBase):
             if cap:
                 self._field_end(pos)
             if c == 0x0A or c == 0x0D:  # pyarrow ends a line at \n, \r or \r\n
-                if c == 0x0A:
-                    self.line += 1
+                self._line_end(data, j, c)
                 if pos > self._record_start:  # a blank line is not a record
                     self.record += 1
                     if self.ends is not None:
@@ -253,6 +253,13 @@ class QuoteTracker(io.RawIOBase):
                 self.field += 1
                 self._field_start = pos + 1
         self._offset = base + n
+        if n:
+            self._last = data[-1]
+
+    def _line_end(self, data: bytes, j: int, c: int) -> None:
+        """Counts the line end ``c`` at ``data[j]``: \n, \r, and \r\n as one."""
+        if c == 0x0D or (data[j - 1] if j else self._last) != 0x0D:
+            self.line += 1
 
 
 class LineMender(io.RawIOBase):

@@ -147,7 +147,7 @@ class CsvReader(TextReader):
         except (pa.ArrowException, ValueError):
             # the data rows of the head may be what fails (a malformed line with invalid bytes): the header line alone
             start = len(head) - len(head.lstrip(b"\r\n"))
-            end = head.find(b"\n", start)
+            end = min((i for i in (head.find(b"\n", start), head.find(b"\r", start)) if i >= 0), default=-1)
             try:
                 cols = self._header_names(head if end < 0 else head[:end + 1])
             except UnicodeDecodeError as e:

@@ -28,7 +28,6 @@ from typing import Callable
 
 from ..errors import BertfeatError, ResumableError, interrupt_in, opt
 from ..readers.rejects import TooManyBadRows
-from ..cache.store import CacheError
 
 KINDS = ("input", "resumable", "disk", "interrupt", "other")
 PHASES = ("encode", "write")  # making the parts (no output touched); writing the outputs from them
@@ -42,10 +41,11 @@ PROBE_MISSING = " (the report has no linear probe: pca fit / report --probe adds
 
 def kind_of(e: BaseException, resumable: tuple[type, ...] = ()) -> str:
     """The failure's kind (KINDS); ``resumable``: the engine's own errors that keep the finished parts (the local
-    engine's DamagedPart, the Dask engine's ClusterError) beside the cache's and max_bad_rows'."""
+    engine's DamagedPart, the Dask engine's ClusterError) beside every ResumableError (a cache's, a worker's setup)
+    and max_bad_rows'."""
     if interrupt_in(e) is not None:  # Ctrl-C, SIGTERM through the CLI (cli.Terminated), or what a kernel made of them
         return "interrupt"
-    if isinstance(e, (CacheError, TooManyBadRows, *resumable)):
+    if isinstance(e, (ResumableError, TooManyBadRows, *resumable)):
         return "resumable"
     if isinstance(e, BertfeatError):
         return "input"

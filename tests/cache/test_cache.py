@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tokenizers
 
 import bertfeat
 import bertfeat.cache.reuse
@@ -1024,8 +1025,9 @@ def test_cache_info_lines(tmp_path, capsys):
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(newest["last_used"]))
     assert lines[5:8] == ["", f"{newest['fingerprint']}  30 entries, 3.8 KiB of vectors, last used {when}",
                           f"  model {tiny_model()} (dim 32): pooling cls, layers 2, no normalize, max length 64, truncate, "
-                          "fp32" + "".join(f", {newest['settings']['gemm'][k]}" for k in ("kernel", "blas", "kernels")
-                                           if newest["settings"]["gemm"].get(k))]
+                          f"tokenizers {tokenizers.__version__}, fp32"
+                          + "".join(f", {newest['settings']['gemm'][k]}" for k in ("kernel", "blas", "kernels")
+                                    if newest["settings"]["gemm"].get(k))]
     assert len(newest["fingerprint"]) == 32 and int(newest["fingerprint"], 16) >= 0
     assert lines[8] == "" and lines[9].startswith(f"{oldest['fingerprint']}  30 entries, 3.8 KiB of vectors, last used ")
     assert "pooling mean" in lines[10] and len(lines) == 11
@@ -1363,6 +1365,29 @@ def test_a_cache_of_an_earlier_bertfeat_is_adopted(tmp_path, capsys):
     assert_same_features(tmp_path / "b.parquet", tmp_path / "a.parquet")
     rc, _, err = run(capsys, "cache", "clear", cache)
     assert rc == 0 and err.startswith(f"deleted 12 entries from {cache} ("), err
+
+
+def test_an_earlier_bertfeats_cache_sqlite_refuses_to_write_is_read_unmarked(tmp_path, monkeypatch):
+    """An earlier bertfeat's cache (no marker) that SQLite refuses to write while os.access allows it: its marker
+    could not be written, and the run failed outright (the marker came before the read-only fallback). It is read
+    as it is now: hits used, nothing stored, the file unchanged."""
+    from bertfeat.cache.store import classify
+
+    src = corpus(tmp_path / "c.csv", base_rows(12))
+    cache = tmp_path / "cache"
+    extract(src, tmp_path / "a.parquet", cache=cache)
+    db = cache / DB_NAME
+    with sqlite3.connect(db) as con:  # as bertfeat before the marker left it
+        con.execute("PRAGMA application_id=0")
+        con.execute("PRAGMA user_version=0")
+    con.close()
+    before = db.read_bytes()
+    sqlite_refuses_writes(monkeypatch, cache)
+    s = extract(src, tmp_path / "b.parquet", cache=cache)
+    assert (s.rows_encoded, s.rows_reused, s.cache_read_only) == (0, 12, "attempt to write a readonly database")
+    assert_same_features(tmp_path / "b.parquet", tmp_path / "a.parquet")
+    monkeypatch.undo()
+    assert db.read_bytes() == before and classify(db) == ("adopt", "")
 
 
 def test_the_element_wise_kernels_are_in_the_key_and_the_provenance(tmp_path, monkeypatch):

@@ -120,6 +120,27 @@ def test_unclosed_quote_is_a_bad_row_not_a_silent_merge(tmp_path, capsys):
     assert digest(src) == before
 
 
+def test_lines_that_end_at_a_carriage_return_alone(tmp_path, capsys):
+    """A file whose lines end at \\r alone (pyarrow reads it so): its errors named line 1 for every line, and a
+    malformed line that is not valid UTF-8 in the first block was called the header line's fault."""
+    src = tmp_path / "q.csv"
+    src.write_bytes(unclosed_quote_file(tmp_path / "lf.csv").read_bytes().replace(b"\n", b"\r"))
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src} row 4: unclosed quote: the quoted field in column 'text' that opens on line 6 is never "
+                      "closed, so every line after it was read into this row - close the quote (a quote inside a quoted "
+                      'field is written ""), or pass --on-bad-row skip to write it to the rejects file and go on')
+    lines = [b"id,text"] + [f"{i},{t}".encode() for i, t in enumerate(texts(30))]
+    lines[5] = b"4,bad \xff,extra"
+    src.write_bytes(b"\r".join(lines) + b"\r")
+    rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
+    one_line(rc, err, f"Error: {src} row 4: malformed line: expected 2 fields, found 3, and it is not valid utf-8 (byte "
+                      "0xff) - fix the line (quote fields that hold the delimiter), or pass --on-bad-row skip to write it "
+                      "to the rejects file and go on")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--on-bad-row", "skip")
+    assert rc == 0 and summary_line(err, "rows rejected") == "rows rejected 1", err
+    assert read_table(tmp_path / "o.parquet").column("row").to_pylist() == [i for i in range(30) if i != 4]
+
+
 def test_unclosed_quote_closed_by_a_later_rows_quote(tmp_path, capsys):
     """The issue's case: the open quote swallows lines until the opening quote of a later quoted field."""
     import csv

@@ -17,6 +17,9 @@ CASES = {
     "unclosed at eof": (b"id,text\n1,hello\n2,\"world\n3,more\n4,again\n", True, {}, 1),
     "closed by a later quote": (b'id,text\r\n\r\n0,"a\r\n1,b\r\n2,"c"\r\n3,d\r\n', False, {0: (3, 1, 5)}, 1),
     "escaped quote at a read boundary": (b'text\n"a""\nb"\n', False, {}, 1),
+    # lines end at \r alone too (pyarrow's reading): the lines are numbered so, whatever the reads
+    "closed by a later quote, \\r line ends": (b'id,text\r\r0,"a\r1,b\r2,"c"\r3,d\r', False, {0: (3, 1, 5)}, 0),
+    "closed by a later quote, mixed line ends": (b'id,text\n\r\n0,"a\r1,b\r\n2,"c"\n3,d\r', False, {0: (3, 1, 5)}, 1),
 }
 
 
