@@ -11,6 +11,7 @@ from .base import (
     RawBatch,
     Reader,
     normalize_encoding,
+    resume_identity,
 )
 from .delimited import CsvReader
 from .formats import FORMATS, detect_format, open_input
@@ -34,6 +35,7 @@ __all__ = [
     "JsonlReader",
     "ParquetReader",
     "open_input",
+    "resume_identity",
     "detect_format",
     "resolve_files",
     "is_url",

@@ -11,7 +11,7 @@ reads its share with ``read_partition()``):
     count_rows(part)            rows in a partition (Parquet: from the footer, nothing read)
     id_type()                   the output id column's Arrow type, when the input's schema says it
     keep, keep_types()          the kept columns (``keep``) and their Arrow types, decided up front
-    identity()                  files, sizes and stamps, for --resume
+    identity(), listing()       files, sizes and stamps, for --resume and the check that the input held still
 
 ``open_input(path, ...)`` (``formats``) picks the reader. Every path goes through fsspec: local files, and
 ``s3://``, ``gs://``, ``hdfs://`` ... when that filesystem's package is installed. A reader holds
@@ -281,27 +281,59 @@ class Reader:
                 return what
         return f"kept column {column!r}" if column in self.keep else None
 
-    def identity(self, removed_ok: bool = False) -> dict:
-        """What identifies the input for --resume and for the check that it did not change while it was read: paths,
-        sizes, modification times (or the store's stamp). ``removed_ok``: a file gone since is listed as
-        ``{"path": ..., "removed": True}`` instead of raising."""
-        files = []
-        for f in self.files:
-            path = self.fs.unstrip_protocol(f) if is_url(self.path) else f
-            try:
-                info = self.fs.info(f)
-                mtime_ns = None if is_url(self.path) else os.stat(f).st_mtime_ns
-            except FileNotFoundError:
-                if not removed_ok:
-                    raise
-                files.append({"path": path, "removed": True})
-                continue
-            if is_url(self.path):
-                stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or info.get("etag") or info.get("updated")
-                files.append({"path": path, "size": info.get("size"), "stamp": str(stamp)})
-            else:
-                files.append({"path": path, "size": info["size"], "mtime_ns": mtime_ns})
-        return {"path": self.path, "format": self.fmt, "files": files}
+    def identity(self, removed_ok: bool = False, within_run: bool = False) -> dict:
+        """What identifies the input: its path, format and files, each with its size and modification time (a URL's:
+        the store's ``stamp``), as --resume compares them. ``within_run``: also what a change made while a run reads
+        the input leaves and a copy of it (``cp -p`` to another disk, which --resume must pass) does not: each local
+        file's ``ctime_ns``, ``inode`` and ``device``, each URL file's ``stamps`` (every field of URL_STAMPS its store
+        gives). ``removed_ok``: a file gone since is listed as ``{"path": ..., "removed": True}`` instead of raising."""
+        found = {"path": self.path, "format": self.fmt, "files": [self._file_identity(f, removed_ok) for f in self.files]}
+        return found if within_run else resume_identity(found)
+
+    def _file_identity(self, f: str, removed_ok: bool) -> dict:
+        url = is_url(self.path)
+        path = self.fs.unstrip_protocol(f) if url else f
+        try:
+            info = self.fs.info(f) if url else os.stat(f)
+        except FileNotFoundError:
+            if not removed_ok:
+                raise
+            return {"path": path, "removed": True}
+        if url:
+            stamp = next((info.get(k) for k in URL_STAMPS[:5] if info.get(k)), None)
+            return {"path": path, "size": info.get("size"), "stamp": str(stamp),
+                    "stamps": {k: str(info[k]) for k in URL_STAMPS if info.get(k) is not None}}
+        return {"path": path, "size": info.st_size, "mtime_ns": info.st_mtime_ns, "ctime_ns": info.st_ctime_ns,
+                "inode": info.st_ino, "device": info.st_dev}
+
+    def listing(self) -> list[str]:
+        """The files the input's path names now, as identity() names them: a glob or a folder may have gained one
+        since the reader listed it (none when the path names nothing now). A store's cached listings and file
+        information are dropped first (s3fs and gcsfs keep them), so a later identity() sees the store as it is."""
+        if self.path == "-":
+            return []
+        if is_url(self.path):
+            self.fs.invalidate_cache()
+        try:
+            _, files = resolve_files(self.path, self.fmt, known=self.files)
+        except (InputError, OSError):
+            return []
+        return [self.fs.unstrip_protocol(f) if is_url(self.path) else f for f in files]
+
+
+#: what an fsspec store may say of a file that a rewrite changes (S3: ETag, LastModified, VersionId; GCS: etag, updated,
+#: generation, md5Hash, crc32c; HTTP: ETag, Content-MD5; Azure: etag, last_modified; file://: mtime, ino, created (the
+#: ctime); the in-memory store: created). The first five in this order are --resume's ``stamp`` (its first one given)
+URL_STAMPS = ("mtime", "LastModified", "ETag", "etag", "updated", "generation", "VersionId", "md5Hash", "crc32c",
+              "Content-MD5", "last_modified", "ino", "created")
+#: a file's keys in the within-run identity only (identity(within_run=True)): --resume compares the others
+WITHIN_RUN_KEYS = ("ctime_ns", "inode", "device", "stamps")
+
+
+def resume_identity(identity: dict) -> dict:
+    """An input's within-run identity (Reader.identity(within_run=True)) as --resume and the provenance keep it: each
+    file's path, size and modification time or stamp (one stat gives both, so they describe the same files)."""
+    return {**identity, "files": [{k: v for k, v in f.items() if k not in WITHIN_RUN_KEYS} for f in identity["files"]]}
 
 
 #: a message lists this many column names at most, each cut to NAME_CHARS characters: one line however wide the file

@@ -72,8 +72,9 @@ def _glob_root(pattern: str) -> int:
     return next((i for i, p in enumerate(parts) if any(ch in p for ch in "*?[")), len(parts))
 
 
-def _local_glob(path: str, fmt: str) -> tuple[list[str], int]:
-    """The files a local glob matches that are input, sorted and absolute, and how many it left out."""
+def _local_glob(path: str, fmt: str, known: frozenset = frozenset()) -> tuple[list[str], int]:
+    """The files a local glob matches that are input, sorted and absolute, and how many it left out (``known``: files
+    already judged input, whose footer is not read again)."""
     import glob as globmod
 
     root = _glob_root(path)
@@ -82,17 +83,18 @@ def _local_glob(path: str, fmt: str) -> tuple[list[str], int]:
     found = [p for p in matched if p.is_file()]
     files = [os.path.abspath(p) for p in found if is_listed(p.parts[root:])]
     if fmt == "parquet":
-        files = [f for f in files if not is_bertfeat_output(f)]
+        files = [f for f in files if f in known or not is_bertfeat_output(f)]
     return files, len(found) - len(files)
 
 
-def _local_dir(p: Path) -> tuple[list[str], int]:
-    """The .parquet files under a local directory that are input, sorted and absolute, and how many it left out."""
+def _local_dir(p: Path, known: frozenset = frozenset()) -> tuple[list[str], int]:
+    """The .parquet files under a local directory that are input, sorted and absolute, and how many it left out
+    (``known``: as in _local_glob)."""
     matched = sorted(p.rglob("*.parquet"))
     _refuse_special(matched, str(p))
     found = [f for f in matched if f.is_file()]
     files = [os.path.abspath(f) for f in found if is_listed(f.relative_to(p).parts, (".", "_"))]
-    files = [f for f in files if not is_bertfeat_output(f)]
+    files = [f for f in files if f in known or not is_bertfeat_output(f)]
     return files, len(found) - len(files)
 
 
@@ -132,7 +134,7 @@ def _url_files(path: str) -> tuple:
     return fs, paths
 
 
-def resolve_files(path: str, fmt: str):
+def resolve_files(path: str, fmt: str, known=()):
     """A file, a glob, or a directory of Parquet files -> (fsspec filesystem, the files sorted: one dataset).
 
     Local paths are checked here with their own messages and made absolute (a Dask worker may run elsewhere);
@@ -140,7 +142,8 @@ def resolve_files(path: str, fmt: str):
     a listing leaves out what is not input (``is_listed``: hidden names and ``.partial`` folders; a directory
     also names starting with ``_``) and, for local Parquet, bertfeat's outputs (``is_bertfeat_output``, one footer
     read per file; a URL's listing keeps the name rules only). A named pipe, device or socket is refused before
-    it is opened (``refuse_special_file``).
+    it is opened (``refuse_special_file``). ``known``: files an earlier listing took as input (Reader.listing: the
+    files the path names now), whose footers are not read again.
     """
     import fsspec
 
@@ -150,7 +153,7 @@ def resolve_files(path: str, fmt: str):
         return _url_files(path)
     fs = fsspec.filesystem("file")
     if any(ch in path for ch in "*?["):
-        files, n_out = _local_glob(path, fmt)
+        files, n_out = _local_glob(path, fmt, frozenset(known))
         if not files:
             raise InputError(f"{path}: the pattern matches no {'input ' if n_out else ''}file{_left_out(n_out)}",
                              "check the glob pattern (quote it so the shell does not expand it)")
@@ -159,7 +162,7 @@ def resolve_files(path: str, fmt: str):
     if p.is_dir() and fmt != "parquet":
         raise InputError(f"{path}: is a directory", f"pass a {fmt.upper()} file (a directory works for Parquet only)")
     if p.is_dir():
-        files, n_out = _local_dir(p)
+        files, n_out = _local_dir(p, frozenset(known))
         if not files:
             what = f"no {'input ' if n_out else ''}.parquet file{_left_out(n_out, '. or _')}"
             raise InputError(f"{path}: the directory holds {what}",

@@ -39,8 +39,9 @@ Output
     rejects), and ``_bertfeat.json`` with the run's provenance and totals. While running, it is
     ``OUTPUT.partial/`` (with ``_manifest.json``); a task writes its part atomically (temporary
     name, then rename), so a recomputed task overwrites its own file and never duplicates rows.
-    At the end the directory is renamed to ``OUTPUT`` (once every partition is read, the input's files are checked
-    against their identity at the start, as on the local engine: manifest.check_input_unchanged). Rejects go to
+    At the end the directory is renamed to ``OUTPUT`` (once every partition is read, the client checks the input's
+    files against their identity at the start, as on the local engine: each file's size, mtime, ctime, inode and
+    device as the client sees them, and the files the path names: manifest.check_input_unchanged). Rejects go to
     ``OUTPUT.rejects.csv`` and
     the PCA model and report beside OUTPUT, at the same paths as the local engine's.
 

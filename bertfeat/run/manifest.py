@@ -3,8 +3,8 @@ features' fingerprint, model files, GEMM path, input files, the options that sha
 it in ``OUTPUT.partial/`` (``PARTIAL_MANIFESTS``), and the one rule and message that refuse a resume whose settings,
 input or engine differ (``check_resume``, ``check_resume_engine``, ``manifest_differences``), and the input's identity
 taken when the plan opened it compared with its files once the last row is read (``check_input_unchanged``: a file
-that grew or changed while it was read fails the run before anything is published; ``input_record``: that identity as
-the provenance records it). Both engines (local.py, dask.py) use it; plan.py reads ``PARTIAL_MANIFESTS`` to find a
+that grew, changed, was replaced, removed or added while it was read fails the run before anything is published;
+``input_record``: the identity --resume compares, as the provenance records it). Both engines (local.py, dask.py) use it; plan.py reads ``PARTIAL_MANIFESTS`` to find a
 partial run.
 """
 
@@ -148,38 +148,57 @@ def _file_identity(path: Path) -> dict:
 
 def check_input_unchanged(plan) -> None:
     """After the last row is read, before any output is published: the input's files are still those the run started
-    on (``plan.input_identity``: size, modification time; a URL's stamp). A file that grew (appended to while it was
-    read: its new rows were not read), was rewritten or removed, fails the run with an InputError saying what changed
-    (failures.py: an input error, so the partial directory goes). Standard input has no identity: not checked."""
-    before = plan.input_identity
+    on (``plan.input_state``: each file's size, modification time, ctime, inode and device; a URL's size and every
+    stamp its store gives) and its path names no other file (a glob or folder that gained one: Reader.listing). A file
+    that grew (appended to while it was read: its new rows were not read), was rewritten (its mtime set back or not),
+    replaced by a rename, removed or added fails the run with an InputError saying what changed (failures.py: an input
+    error, so the partial directory goes). Standard input has no identity: not checked."""
+    before = plan.input_state
     if before is None:
         return
-    after = plan.reader.identity(removed_ok=True)
-    changes = identity_changes(before, after)
+    listed = plan.reader.listing()  # first: it drops a store's cached file information
+    after = plan.reader.identity(removed_ok=True, within_run=True)
+    changes = identity_changes(before, after, listed)
     if changes:
-        files = "the file is" if len(before.get("files", [])) == 1 else "its files are"
+        one = len({f["path"] for f in before.get("files", [])} | set(listed)) == 1  # a file, not a set of them
         raise InputError(f"{plan.reader.name} changed while it was read ({'; '.join(changes)})",
-                         f"run the command again once {files} complete")
+                         f"run the command again once {'the file is' if one else 'its files are'} complete")
 
 
-def identity_changes(before: dict, after: dict) -> list[str]:
+def identity_changes(before: dict, after: dict, listed=()) -> list[str]:
     """What differs between two identities of one input (Reader.identity), in words: a size, a modification, a file
-    removed; each named by its path when the input has several files."""
+    replaced (another inode or device) or changed with its size and mtime kept (its ctime), removed, or among
+    ``listed`` (the files its path names now) and not before: added; each named by its path when the input has
+    several files."""
     fa = {f["path"]: f for f in before.get("files", [])}
     fb = {f["path"]: f for f in after.get("files", [])}
-    several = len(fa) > 1
+    added = [p for p in listed if p not in fa]
+    several = len(fa) + len(added) > 1
     out = []
     for path, x in fa.items():
         y = fb.get(path, {"removed": True})
-        where = f"{path}: " if several else ""
-        if y.get("removed"):
-            out.append(f"{where}removed")
-        elif x.get("size") != y.get("size"):
-            out.append(f"{where}size {x.get('size'):,} -> {y.get('size'):,} bytes" if isinstance(x.get("size"), int)
-                       and isinstance(y.get("size"), int) else f"{where}size {x.get('size')} -> {y.get('size')}")
-        elif (x.get("mtime_ns"), x.get("stamp")) != (y.get("mtime_ns"), y.get("stamp")):
-            out.append(f"{where}modified, its size unchanged")
-    return out
+        said = _file_change(x, y)
+        if said:
+            out.append(f"{path}: {said}" if several else said)
+    return out + [f"{path}: added" for path in added]
+
+
+def _file_change(x: dict, y: dict) -> str | None:
+    """How one file's identity changed (None: not), the most telling difference first."""
+    if y.get("removed"):
+        return "removed"
+    if x.get("size") != y.get("size"):
+        if isinstance(x.get("size"), int) and isinstance(y.get("size"), int):
+            return f"size {x['size']:,} -> {y['size']:,} bytes"
+        return f"size {x.get('size')} -> {y.get('size')}"
+    if any(x.get(k) != y.get(k) for k in ("mtime_ns", "stamp", "stamps")):  # a URL's files carry stamps
+        return "modified, its size unchanged"
+    if (x.get("device"), x.get("inode")) != (y.get("device"), y.get("inode")):  # a rename over it (mv new in)
+        moved = "inode" if x.get("device") == y.get("device") else "device"
+        return f"replaced by another file ({moved} {x.get(moved)} -> {y.get(moved)}), its size and modification time kept"
+    if x.get("ctime_ns") != y.get("ctime_ns"):  # only the kernel sets it: a rewrite whose mtime was set back
+        return "rewritten or its attributes changed, its size and modification time kept (its ctime moved)"
+    return None
 
 
 def input_record(identity: dict | None) -> dict | None:

@@ -172,9 +172,12 @@ class ExtractPlan:
     dtype: str = "float32"  # the written features' type (FEATURE_DTYPES); computed, cached and reduced in float32
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES  # a read value larger than this is a bad row (the reader holds it)
     #: the input's files as the run found them (reader.identity(): sizes, modification times), taken when the reader
-    #: opened the input; None for standard input. The resume manifest and the provenance record it, and the engines
-    #: compare it with the files' once the last row is read (manifest.check_input_unchanged)
+    #: opened the input; None for standard input. The resume manifest and the provenance record it
     input_identity: dict | None = None
+    #: the same files with what a change during the run leaves and a copy does not (identity(within_run=True): ctime,
+    #: inode, device; a URL's every stamp), from the same stat: the engines compare it with the files, and with the
+    #: files the path names then, once the last row is read (manifest.check_input_unchanged)
+    input_state: dict | None = None
 
     def check_outputs(self) -> None:
         """The output rules (check_layout) as they stand now: the engines' runner checks them again under the lock."""
@@ -227,11 +230,12 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
     keep, keep_as, label = _output_columns(o, fmt, pca, pca_model)
     _check_long_text(o.stride, o.long_text, o.pair_column)
     input = _check_input(o, fmt)
-    from ..readers import open_input
+    from ..readers import open_input, resume_identity
 
     reader = open_input(input, o.input_format, o.text_column, o.pair_column, o.id_column, o.encoding,
                         delimiter=o.delimiter, keep=keep, label=label, keep_as=keep_as, max_field_bytes=max_field_bytes)
-    input_identity = None if input == "-" else reader.identity()  # before a row is read (the header aside)
+    input_state = None if input == "-" else reader.identity(within_run=True)  # before a row is read (the header aside)
+    input_identity = None if input_state is None else resume_identity(input_state)
     check_output_columns(reader, fmt)
     overwrite = bool(o.overwrite) or estimate is not False  # an estimate writes nothing: an existing output is fine
     layout = _output_layout(input, o.output, fmt, o.engine, pca is not None, reader, overwrite, o.resume, pca_model,
@@ -239,7 +243,7 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
     return ExtractPlan(options=o, input=input, reader=reader, layout=layout, on_bad_row=on_bad_row,
                        max_bad_rows=max_bad_rows, pca=pca, pca_model=pca_model, overwrite=overwrite, dask=dask,
                        keep=keep, keep_as=keep_as, cache=cache, label=label, dtype=dtype,
-                       max_field_bytes=max_field_bytes, input_identity=input_identity)
+                       max_field_bytes=max_field_bytes, input_identity=input_identity, input_state=input_state)
 
 
 def _check_run_shape(o: ExtractOptions, client) -> None:

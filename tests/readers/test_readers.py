@@ -357,6 +357,32 @@ def test_identity_changes_with_the_file(tmp_path):
     assert a["files"][0]["size"] != b["files"][0]["size"]
 
 
+# --------------------------------------------------------------------------- the input's two identities
+def test_the_within_run_identity_sees_a_copy_and_the_resume_identity_does_not(tmp_path):
+    """One stat a file: the within-run identity (ctime, inode, device beside size and mtime) and --resume's (size and
+    mtime, the provenance's too). A `cp -p` over the file changes the first only; listing() names the files now."""
+    import shutil
+
+    from bertfeat.readers import resume_identity
+
+    f = tmp_path / "a.csv"
+    f.write_text("text\na\n")
+    src = open_input(str(f))
+    st = os.stat(f)
+    kept = {"path": str(f), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    during = src.identity(within_run=True)
+    assert during == {"path": str(f), "format": "csv", "files": [
+        {**kept, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino, "device": st.st_dev}]}
+    assert resume_identity(during) == src.identity() == {"path": str(f), "format": "csv", "files": [kept]}
+    shutil.copy2(f, tmp_path / "b.csv")
+    os.replace(tmp_path / "b.csv", f)
+    assert src.identity() == {"path": str(f), "format": "csv", "files": [kept]}
+    assert src.identity(within_run=True)["files"][0]["inode"] != st.st_ino
+    assert src.listing() == [str(f)]
+    f.unlink()
+    assert src.listing() == [] and src.identity(removed_ok=True, within_run=True)["files"] == [{"path": str(f), "removed": True}]
+
+
 def test_jsonl_with_byte_order_mark(tmp_path):
     (tmp_path / "a.jsonl").write_bytes(b'\xef\xbb\xbf{"id": 1, "text": "a"}\n{"id": 2, "text": "b"}\n')
     src = open_input(str(tmp_path / "a.jsonl"), id_column="id")

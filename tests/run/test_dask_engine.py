@@ -699,6 +699,64 @@ def test_an_input_that_grows_while_the_partitions_are_read_fails_the_run(client,
     assert _meta(next(out.glob("part-*.parquet")))["input_identity"] == ident
 
 
+class TestTheIdentityWithinARun:
+    """The local engine's stronger check (test_input_changes.py), on the client once pass 1 has read every partition:
+    each file's size, mtime, ctime, inode and device, and the files the path names. Before, a same-size rewrite with
+    its mtime set back, a rename over the input, and a file added to the folder published a mix with no word."""
+
+    @staticmethod
+    def change_after_pass_one(monkeypatch, change):
+        import bertfeat.run.dask as dask_engine
+
+        real_gather = dask_engine.gather
+
+        def gather(client_, futures, on_result, *args, **kw):
+            real_gather(client_, futures, on_result, *args, **kw)
+            if "counted" in kw:  # pass 1: every partition has been read
+                change()
+
+        monkeypatch.setattr(dask_engine, "gather", gather)
+
+    @pytest.mark.parametrize("how", ["rewritten", "renamed"])
+    def test_a_file_changed_with_its_size_and_mtime_kept_fails_the_run(self, client, real_sentences, tmp_path,
+                                                                          monkeypatch, how):
+        from bertfeat.errors import InputError
+
+        src = tmp_path / "c.csv"
+        src.write_text("text\n" + "".join('"' + t.replace('"', '""') + '"\n' for t in real_sentences[:60]), encoding="utf-8")
+        st = src.stat()
+        new = tmp_path / "new.csv" if how == "renamed" else src
+
+        def change():
+            new.write_bytes(src.read_bytes().replace(b"e", b"E"))
+            os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.replace(new, src)
+
+        self.change_after_pass_one(monkeypatch, change)
+        with pytest.raises(InputError) as e:
+            extract_dask(_opts(src, tmp_path / "o"), 1024, client=client)
+        what = ("rewritten or its attributes changed, its size and modification time kept (its ctime moved)"
+                if how == "rewritten" else
+                f"replaced by another file (inode {st.st_ino} -> {src.stat().st_ino}), its size and modification time kept")
+        assert str(e.value) == f"{src} changed while it was read ({what}) - run the command again once the file is complete"
+        _wait_idle(client)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
+
+    def test_a_file_added_to_the_folder_fails_the_run(self, client, data, tmp_path, monkeypatch):
+        from bertfeat.errors import InputError
+
+        d = tmp_path / "corpus"
+        shutil.copytree(data, d)
+        added = d / "part9.parquet"
+        self.change_after_pass_one(monkeypatch, lambda: shutil.copy(d / "part0.parquet", added))
+        with pytest.raises(InputError) as e:
+            extract_dask(_opts(d, tmp_path / "o"), "none", client=client)
+        assert str(e.value) == (f"{d} changed while it was read ({added}: added) - run the command again once its "
+                                "files are complete")
+        _wait_idle(client)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
 def test_pca_statistics_merge_in_partition_order_whatever_order_they_finish(client, data, tmp_path, monkeypatch):
     """The partitions' PCA statistics were merged as they finished: another order rounds otherwise (components ~1e-15
     apart), so two runs of one job could write other bits. Delivered in reverse, with every early one waiting on disk

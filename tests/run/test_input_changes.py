@@ -113,3 +113,160 @@ def test_standard_input_has_no_identity_to_check(tmp_path):
     assert p.returncode == 0, p.stderr.decode()
     meta = metadata(out)
     assert meta["input"] == "-" and "input_identity" not in meta
+
+
+# --------------------------------------------------------------------------- what size and mtime alone did not see
+def rewrite_keeping_mtime(path):
+    """An editor or sync tool that keeps the modification time: other rows of the same size, the mtime set back
+    (its ctime moves: only the kernel sets it)."""
+    st = os.stat(path)
+    path.write_bytes(path.read_bytes().replace(b"cats", b"bats"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def replace_by_rename(path):
+    """`mv new.csv grow.csv` of a file of the same size and modification time: another inode under the name."""
+    st = os.stat(path)
+    new = path.with_name("new.csv")
+    new.write_bytes(path.read_bytes().replace(b"cats", b"bats"))
+    os.utime(new, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(new, path)
+
+
+class TestTheIdentityWithinARun:
+    """Found by an audit: the identity taken at the start was a file's size and mtime, and a glob's files as they
+    were then, so a same-size rewrite with its mtime set back, a rename of a same-size same-mtime file over the input,
+    and a file added to a glob or folder during the run gave rc 0 and features of a mix of old and new rows. Within a
+    run the check now compares each file's size, mtime, ctime, inode and device and the files the path names."""
+
+    @pytest.mark.parametrize("how", ["rewritten", "renamed"])
+    def test_a_file_changed_with_its_size_and_mtime_kept_fails_the_run(self, tmp_path, capsys, monkeypatch, how):
+        src = corpus(tmp_path / "grow.csv")
+        inode = src.stat().st_ino
+        change_after_the_last_row(monkeypatch, lambda: (rewrite_keeping_mtime if how == "rewritten" else replace_by_rename)(src))
+        before = src.read_bytes()
+        rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "grow.parquet", "--model", tiny_model(), "-q")
+        what = ("rewritten or its attributes changed, its size and modification time kept (its ctime moved)"
+                if how == "rewritten" else
+                f"replaced by another file (inode {inode} -> {src.stat().st_ino}), its size and modification time kept")
+        assert (rc, err) == (1, f"Error: {src} changed while it was read ({what}) - run the command again once the "
+                                "file is complete\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["grow.csv"]  # nothing published, no partial run
+        assert src.read_bytes() == before.replace(b"cats", b"bats")  # the user's file as they left it
+
+    @pytest.mark.parametrize("how", ["added", "removed"])
+    def test_a_file_added_to_or_removed_from_a_glob_fails_the_run(self, tmp_path, capsys, monkeypatch, how):
+        d = tmp_path / "d"
+        d.mkdir()
+        a, b, c = (d / f"{n}.parquet" for n in "abc")
+        for f in (a, b):
+            write_parquet(f, 40)
+        change_after_the_last_row(monkeypatch, lambda: write_parquet(c, 40) if how == "added" else b.unlink())
+        pattern = str(d / "*.parquet")
+        rc, _, err = run(capsys, "extract", pattern, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")
+        assert (rc, err) == (1, f"Error: {pattern} changed while it was read ({c if how == 'added' else b}: {how}) - "
+                                "run the command again once its files are complete\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+        assert sorted(p.name for p in d.iterdir()) == (["a.parquet", "b.parquet", "c.parquet"] if how == "added"
+                                                       else ["a.parquet"])
+
+    def test_a_second_file_matching_a_csv_glob_fails_the_run(self, tmp_path, capsys, monkeypatch):
+        """A glob of CSV files matching one file reads that one: another one matching it by the end is named."""
+        src, other = corpus(tmp_path / "a.csv", 40), tmp_path / "b.csv"
+        change_after_the_last_row(monkeypatch, lambda: corpus(other, 10))
+        pattern = str(tmp_path / "*.csv")
+        rc, _, err = run(capsys, "extract", pattern, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")
+        assert (rc, err) == (1, f"Error: {pattern} changed while it was read ({other}: added) - run the command again "
+                                "once its files are complete\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "b.csv"]
+        assert src.exists()
+
+    def test_a_parquet_file_added_to_a_folder_fails_the_run(self, tmp_path, capsys, monkeypatch):
+        """A folder of one file: the one added is named (its files, not the file, as the folder is no one file)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        d = tmp_path / "d"
+        d.mkdir()
+        pq.write_table(pa.table({"text": [f"a sentence {i}" for i in range(40)]}), d / "a.parquet")
+        new = d / "sub" / "b.parquet"
+        change_after_the_last_row(monkeypatch, lambda: (new.parent.mkdir(), pq.write_table(pa.table({"text": ["new"]}), new)))
+        rc, _, err = run(capsys, "extract", d, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")
+        assert (rc, err) == (1, f"Error: {d} changed while it was read ({new}: added) - run the command again once its "
+                                "files are complete\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+    def test_what_is_not_input_may_come_and_go_and_the_output_inside_the_folder_is_written(self, tmp_path, capsys,
+                                                                                            monkeypatch):
+        """Hidden files, a .partial folder's parts and bertfeat's own outputs are no input: they appearing during the
+        run changes nothing (here the run's own output, written inside the folder it reads, and its partial run)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        d = tmp_path / "d"
+        d.mkdir()
+        pq.write_table(pa.table({"text": [f"a sentence {i}" for i in range(40)]}), d / "a.parquet")
+        out = d / "o.parquet"
+        assert run(capsys, "extract", d, "-o", out, "--model", tiny_model(), "-q")[0] == 0
+
+        def litter():
+            (d / ".sync-tmp.parquet").write_bytes(b"x")
+            (d / "_SUCCESS.parquet").write_bytes(b"x")
+            pq.write_table(pa.table({"text": ["x"]}).replace_schema_metadata({"bertfeat": "{}"}), d / "other.parquet")
+
+        change_after_the_last_row(monkeypatch, litter)
+        rc, _, err = run(capsys, "extract", d, "-o", out, "--model", tiny_model(), "-q", "--overwrite", "--chunk-rows", 8)
+        assert (rc, err) == (0, "")
+        assert pq.read_table(out).num_rows == 40
+
+    def test_a_url_rewritten_with_its_size_kept_fails_the_run(self, tmp_path, capsys, monkeypatch):
+        """An fsspec URL has what its store gives (size; mtime, ETag, generation, created ... when it gives them): the
+        in-memory store's creation time shows a same-size rewrite its size alone did not."""
+        import fsspec
+
+        fs = fsspec.filesystem("memory")
+        data = corpus(tmp_path / "c.csv").read_bytes()
+        fs.pipe("/inputid/c.csv", data)
+        try:
+            change_after_the_last_row(monkeypatch, lambda: fs.pipe("/inputid/c.csv", data.replace(b"cats", b"bats")))
+            rc, _, err = run(capsys, "extract", "memory://inputid/c.csv", "-o", tmp_path / "o.parquet", "--model",
+                             tiny_model(), "-q")
+        finally:
+            fs.rm("/inputid", recursive=True)
+        assert (rc, err) == (1, "Error: memory://inputid/c.csv changed while it was read (modified, its size unchanged) "
+                                "- run the command again once the file is complete\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
+
+    def test_a_copy_with_its_times_kept_still_resumes(self, tmp_path, capsys, monkeypatch):
+        """`cp -p` of the input to a new disk (a new inode and ctime; the same bytes, size and mtime) keeps resuming:
+        --resume compares size and mtime only, as before."""
+        import shutil
+
+        from extract_util import Interrupt
+        import bertfeat.run.progress
+
+        src = corpus(tmp_path / "c.csv", 12)
+        out = tmp_path / "o.parquet"
+        args = ["--model", tiny_model(), "--chunk-rows", 3, "-q"]
+        monkeypatch.setattr(bertfeat.run.progress, "make_progress", lambda *a, **k: Interrupt(2))
+        assert run(capsys, "extract", src, "-o", out, *args)[0] == 130
+        monkeypatch.undo()
+        copy = tmp_path / "copy.csv"
+        shutil.copy2(src, copy)  # cp -p: the bytes and the times
+        os.replace(copy, src)
+        rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+        assert (rc, err) == (0, "")
+        assert pq_rows(out) == 12
+
+
+def pq_rows(path):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).num_rows
+
+
+def write_parquet(path, n):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": [f"{path.stem} sentence {i}" for i in range(n)]}), path)
