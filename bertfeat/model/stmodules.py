@@ -27,10 +27,12 @@ never more than the position limit.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
+from ..ops import gemm
 
 from .config import inside_folder, model_file, typed
 from ..errors import BertfeatError, ConfigError, opt
@@ -115,6 +117,12 @@ class ModelPipeline:
     def normalize(self) -> bool:
         """The model's embedding ends L2-normalized."""
         return bool(self.steps) and self.steps[-1] == "normalize"
+
+    def prepare(self, path) -> None:
+        """Its Dense modules' weights in the form that keeps a row's product independent of its batch on the model's
+        GEMM path (gemm.row_stable)."""
+        self.steps = tuple(replace(s, w=gemm.row_stable(s.w, path), residual_w=gemm.row_stable(s.residual_w, path))
+                           if isinstance(s, DenseLayer) else s for s in self.steps)
 
     def describe(self) -> list[str]:
         out = [f"Pooling {'+'.join(self.pooling)} ({self.pooling_source})"]
