@@ -341,7 +341,8 @@ def modernbert_fields(d: dict, source: str) -> dict:
     """A ModernBERT config.json dict under BertConfig's names: hidden_activation, norm_eps -> hidden_act,
     layer_norm_eps; one (unused) token type; layer_types from transformers 5's list or, in the hub's config.json,
     from global_attn_every_n_layers (layer i global when i % n == 0); the rotary bases from rope_parameters or
-    global_rope_theta / local_rope_theta. Refuses rotary scaling (rope_type other than 'default')."""
+    global_rope_theta / local_rope_theta; the window from local_attention, or sliding_window (half of it), which wins
+    as in transformers. Refuses rotary scaling (rope_type other than 'default')."""
     out = {k: v for k, v in d.items() if k not in MODERNBERT_NAMES.values() and k != "type_vocab_size"}
     for theirs, ours in MODERNBERT_NAMES.items():
         if theirs in d:
@@ -372,6 +373,12 @@ def modernbert_fields(d: dict, source: str) -> dict:
                               "restore config.json from the checkpoint")
         out[key] = float(theta)
     w = d.get("local_attention", 128)
+    half = d.get("sliding_window")
+    if half is not None:  # transformers' ModernBertConfig sets local_attention = 2 * sliding_window, over local_attention
+        if isinstance(half, bool) or not isinstance(half, int) or half < 1:
+            raise ConfigError(f"{source}: sliding_window must be a positive integer, not {half!r}",
+                              "restore config.json from the checkpoint")
+        w = out["local_attention"] = 2 * half
     if isinstance(w, bool) or not isinstance(w, int) or w < 2:
         raise ConfigError(f"{source}: local_attention must be an integer of at least 2, not {w!r}",
                           "restore config.json from the checkpoint")
