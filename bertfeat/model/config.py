@@ -108,6 +108,8 @@ DISTILBERT_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_he
 # MPNet (bertfeat/model/mpnet.py): BERT-like post-LN layers under other tensor names, no token types, RoBERTa-style
 # position ids (transformers' MPNetEmbeddings fixes padding_idx at 1, whatever pad_token_id says) and a relative
 # position bias shared by all layers, of relative_attention_num_buckets rows.
+#: transformers' DistilBertConfig.attribute_map: config.json's BERT names that set dim / n_heads / n_layers, over them
+DISTILBERT_ALIASES = ("hidden_size", "num_attention_heads", "num_hidden_layers")
 MPNET_TYPES = ("mpnet",)
 MPNET_PADDING_IDX = 1
 MPNET_NUM_BUCKETS = 32  # transformers' MPNetEncoder.compute_position_bias always buckets into 32, whatever the config
@@ -319,11 +321,15 @@ class BertConfig:
 
 def distilbert_fields(d: dict) -> dict:
     """A DistilBERT config.json dict under BertConfig's names: dim, n_layers, n_heads, hidden_dim, activation ->
-    hidden_size, ...; LayerNorm eps 1e-12 (DistilBERT's modules hard-code it); one (unused) token type.
+    hidden_size, ... (hidden_size, num_attention_heads, num_hidden_layers win when given too, as transformers'
+    attribute_map sets dim, n_heads, n_layers from them); LayerNorm eps 1e-12 (DistilBERT's modules hard-code it);
+    one (unused) token type.
     ``sinusoidal_pos_embds`` needs nothing: the position table is in the checkpoint either way."""
     out = {k: v for k, v in d.items() if k not in DISTILBERT_NAMES.values() and k != "type_vocab_size"}
     for ours, bert in DISTILBERT_NAMES.items():
-        if ours in d:
+        if bert in DISTILBERT_ALIASES and d.get(bert) is not None:  # set through the alias, it wins (transformers)
+            out[bert] = d[bert]
+        elif ours in d:
             out[bert] = d[ours]
     out.update(layer_norm_eps=1e-12, type_vocab_size=1)
     return out

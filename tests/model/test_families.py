@@ -259,6 +259,27 @@ def test_dense_pooler_and_projection_give_a_text_the_same_vector_in_any_batch(pr
         assert np.abs(encs[0][0].encode(texts) - ref).max() <= TOL
 
 
+# --------------------------------------------------------------------------- config.json names transformers reads
+def test_distilbert_bert_names_win_as_transformers_attribute_map(real_sentences, tmp_path):
+    """DistilBertConfig.attribute_map: num_attention_heads (and hidden_size, num_hidden_layers) in config.json set
+    n_heads (dim, n_layers), over them; bertfeat dropped them, so 2 heads ran as 4 (cos 0.93 to sentence-transformers').
+    A layer count below the checkpoint's is refused (transformers drops the other layers' weights silently)."""
+    from sentence_transformers import SentenceTransformer
+
+    d = tmp_path / "heads"
+    shutil.copytree(st_dir("distilbert", "mean"), d)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "num_attention_heads": 2}))
+    enc = Encoder(d)
+    assert enc.config.num_attention_heads == 2
+    texts = list(real_sentences[:20])
+    ref = SentenceTransformer(str(d), device="cpu").encode(texts, batch_size=8, convert_to_numpy=True)
+    assert np.abs(enc.encode(texts) - ref).max() <= TOL
+    (d / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 1}))
+    with pytest.raises(WeightsError, match="more layers than"):
+        Encoder(d)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_long_text_chunks_with_the_family_max_length(family, real_sentences):
     """chunk-mean: windows framed by the family's CLS / SEP, up to its own max length; the row is the
