@@ -900,8 +900,8 @@ def run_layers(w: BertWeights, x: np.ndarray, mask_add: np.ndarray, B: int, T: i
 
 
 def pooler(w: BertWeights, h_cls: np.ndarray) -> np.ndarray:
-    """(B, H) last-layer [CLS] -> tanh(h W + b)."""
-    return np.tanh(h_cls @ w.pooler_w + w.pooler_b)
+    """(B, H) last-layer [CLS] -> tanh(h W + b) (a row's product independent of B: gemm.row_stable)."""
+    return np.tanh(linear(h_cls, w.pooler_w, w.pooler_b))
 
 
 def mlm_logits(w: BertWeights, h: np.ndarray, act: str | None = None) -> np.ndarray:

@@ -108,6 +108,8 @@ DISTILBERT_NAMES = {"dim": "hidden_size", "n_layers": "num_hidden_layers", "n_he
 # MPNet (bertfeat/model/mpnet.py): BERT-like post-LN layers under other tensor names, no token types, RoBERTa-style
 # position ids (transformers' MPNetEmbeddings fixes padding_idx at 1, whatever pad_token_id says) and a relative
 # position bias shared by all layers, of relative_attention_num_buckets rows.
+#: transformers' DistilBertConfig.attribute_map: config.json's BERT names that set dim / n_heads / n_layers, over them
+DISTILBERT_ALIASES = ("hidden_size", "num_attention_heads", "num_hidden_layers")
 MPNET_TYPES = ("mpnet",)
 MPNET_PADDING_IDX = 1
 MPNET_NUM_BUCKETS = 32  # transformers' MPNetEncoder.compute_position_bias always buckets into 32, whatever the config
@@ -319,11 +321,15 @@ class BertConfig:
 
 def distilbert_fields(d: dict) -> dict:
     """A DistilBERT config.json dict under BertConfig's names: dim, n_layers, n_heads, hidden_dim, activation ->
-    hidden_size, ...; LayerNorm eps 1e-12 (DistilBERT's modules hard-code it); one (unused) token type.
+    hidden_size, ... (hidden_size, num_attention_heads, num_hidden_layers win when given too, as transformers'
+    attribute_map sets dim, n_heads, n_layers from them); LayerNorm eps 1e-12 (DistilBERT's modules hard-code it);
+    one (unused) token type.
     ``sinusoidal_pos_embds`` needs nothing: the position table is in the checkpoint either way."""
     out = {k: v for k, v in d.items() if k not in DISTILBERT_NAMES.values() and k != "type_vocab_size"}
     for ours, bert in DISTILBERT_NAMES.items():
-        if ours in d:
+        if bert in DISTILBERT_ALIASES and d.get(bert) is not None:  # set through the alias, it wins (transformers)
+            out[bert] = d[bert]
+        elif ours in d:
             out[bert] = d[ours]
     out.update(layer_norm_eps=1e-12, type_vocab_size=1)
     return out
@@ -341,7 +347,8 @@ def modernbert_fields(d: dict, source: str) -> dict:
     """A ModernBERT config.json dict under BertConfig's names: hidden_activation, norm_eps -> hidden_act,
     layer_norm_eps; one (unused) token type; layer_types from transformers 5's list or, in the hub's config.json,
     from global_attn_every_n_layers (layer i global when i % n == 0); the rotary bases from rope_parameters or
-    global_rope_theta / local_rope_theta. Refuses rotary scaling (rope_type other than 'default')."""
+    global_rope_theta / local_rope_theta; the window from local_attention, or sliding_window (half of it), which wins
+    as in transformers. Refuses rotary scaling (rope_type other than 'default')."""
     out = {k: v for k, v in d.items() if k not in MODERNBERT_NAMES.values() and k != "type_vocab_size"}
     for theirs, ours in MODERNBERT_NAMES.items():
         if theirs in d:
@@ -372,6 +379,12 @@ def modernbert_fields(d: dict, source: str) -> dict:
                               "restore config.json from the checkpoint")
         out[key] = float(theta)
     w = d.get("local_attention", 128)
+    half = d.get("sliding_window")
+    if half is not None:  # transformers' ModernBertConfig sets local_attention = 2 * sliding_window, over local_attention
+        if isinstance(half, bool) or not isinstance(half, int) or half < 1:
+            raise ConfigError(f"{source}: sliding_window must be a positive integer, not {half!r}",
+                              "restore config.json from the checkpoint")
+        w = out["local_attention"] = 2 * half
     if isinstance(w, bool) or not isinstance(w, int) or w < 2:
         raise ConfigError(f"{source}: local_attention must be an integer of at least 2, not {w!r}",
                           "restore config.json from the checkpoint")

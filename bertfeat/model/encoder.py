@@ -172,6 +172,7 @@ class Encoder:
         self.weights: BertWeights = gemm.prepare(
             load_model_weights(e, self.config, "fp32" if self.precision == "fp32" else "bf16"), self.gemm_path)
         layer_steps(self.weights)  # the layer steps of this precision, chosen once (model.bert)
+        self.pipeline.prepare(self.gemm_path)  # its Dense modules' weights as the path multiplies them
         if self.precision in ("bf16", "int8"):
             from ..ops import kernels
 

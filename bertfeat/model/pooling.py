@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ops import gemm
+
 #: Token poolings (sentence-transformers' names); "pooled" is BERT's pooler on [CLS]. Token poolings
 #: combine with "+" ("mean+max"), concatenated in the order given, as a Pooling module's list does.
 TOKEN_POOLING_NAMES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
@@ -100,8 +102,9 @@ _DENSE_ACTS = {
 
 
 def dense(x: np.ndarray, layer) -> np.ndarray:
-    """(B, in) -> (B, out): a sentence-transformers Dense module, act(x W + b) (+ residual)."""
-    y = x @ layer.w
+    """(B, in) -> (B, out): a sentence-transformers Dense module, act(x W + b) (+ residual); a row's product
+    independent of B where the weights are packed for it (gemm.row_stable)."""
+    y = gemm.matmul(x, layer.w)
     if layer.b is not None:
         y += layer.b
     if layer.activation == "gelu":
@@ -110,7 +113,7 @@ def dense(x: np.ndarray, layer) -> np.ndarray:
     else:
         y = _DENSE_ACTS[layer.activation](y)
     if layer.residual:
-        y = y + (x if layer.residual_w is None else x @ layer.residual_w)
+        y = y + (x if layer.residual_w is None else gemm.matmul(x, layer.residual_w))
     return y.astype(np.float32, copy=False)
 
 

@@ -11,10 +11,15 @@ with one line naming it (never skipping it):
   Dense        ``act(x W^T + b)`` (+ an optional residual), weights from ``model.safetensors``
   Normalize    L2 normalization
 
-``config_sentence_transformers.json`` gives ``prompts`` and ``default_prompt_name``. A folder without
+``sentence_bert_config.json``'s keywords for transformers' loaders (``processor_kwargs`` ...): the tokenizer's
+``model_max_length``; any entry that changes the model or its tokenizer is refused (_loader_length).
+
+``config_sentence_transformers.json`` gives ``prompts`` and ``default_prompt_name`` (a ``truncate_dim`` that would
+cut the embedding is refused). A folder without
 ``modules.json`` is a plain transformers checkpoint: mean pooling, nothing after it.
 
-Max length: ``max_seq_length`` from ``sentence_bert_config.json``, else ``model_max_length`` from
+Max length: ``processing_kwargs`` max_length, else ``processor_kwargs`` model_max_length, else ``max_seq_length``
+from ``sentence_bert_config.json``, else ``model_max_length`` from
 ``tokenizer_config.json`` (where sentence-transformers >= 5 saves it), else the position limit;
 never more than the position limit.
 """
@@ -22,10 +27,12 @@ never more than the position limit.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
+
+from ..ops import gemm
 
 from .config import inside_folder, model_file, typed
 from ..errors import BertfeatError, ConfigError, opt
@@ -111,6 +118,12 @@ class ModelPipeline:
         """The model's embedding ends L2-normalized."""
         return bool(self.steps) and self.steps[-1] == "normalize"
 
+    def prepare(self, path) -> None:
+        """Its Dense modules' weights in the form that keeps a row's product independent of its batch on the model's
+        GEMM path (gemm.row_stable)."""
+        self.steps = tuple(replace(s, w=gemm.row_stable(s.w, path), residual_w=gemm.row_stable(s.residual_w, path))
+                           if isinstance(s, DenseLayer) else s for s in self.steps)
+
     def describe(self) -> list[str]:
         out = [f"Pooling {'+'.join(self.pooling)} ({self.pooling_source})"]
         for s in self.steps:
@@ -150,6 +163,41 @@ def _processing_length(st_cfg: dict, where: str) -> int | None:
                           "does (sentence-transformers would then run it the same way)")
     got = text.get("max_length")
     return None if got is None else _length({"max_length": got}, "max_length", f"{where}: processing_kwargs")
+
+
+#: sentence_bert_config.json's keywords for transformers' loaders, by sentence-transformers' new name: (its old name,
+#: {entry: the values that change no vector bertfeat computes (None: any)}). Its loading arguments (subfolder, revision,
+#: trust_remote_code ...) are sentence-transformers' own, passed over the file's, so none changes anything; a model's
+#: load dtype is a precision, which bertfeat chooses itself (as it does for config.json's dtype).
+_HUB_KEYS = dict.fromkeys(("subfolder", "token", "cache_dir", "revision", "local_files_only", "trust_remote_code"))
+_LOADER_KWARGS = {
+    "model_kwargs": ("model_args", {**_HUB_KEYS, "attn_implementation": None, "dtype": None, "torch_dtype": None}),
+    "processor_kwargs": ("tokenizer_args", {**_HUB_KEYS, "use_fast": (True,), "model_max_length": None}),
+    "config_kwargs": ("config_args", {**_HUB_KEYS, "use_cache": None}),
+}
+
+
+def _loader_length(st_cfg: dict, where: str) -> tuple[int | None, str]:
+    """sentence_bert_config.json's keywords for transformers' loaders (``model_kwargs``, ``processor_kwargs``,
+    ``config_kwargs``, or their old names ``model_args``, ``tokenizer_args``, ``config_args``, which win as
+    sentence-transformers renames them): the tokenizer's ``model_max_length`` -> (the max length, where it is: it wins
+    over max_seq_length there), None without one. Any other entry overrides the model's config, the model's
+    loading or the tokenizer's settings, which bertfeat does not reproduce: refused by name, never ignored."""
+    got = None, ""
+    for new, (old, neutral) in _LOADER_KWARGS.items():
+        name = old if old in st_cfg else new
+        kw = typed(st_cfg.get(name), dict, f"{where}: {name}", {})
+        other = sorted(f"{k}={v!r}" for k, v in kw.items()
+                       if k not in neutral or (neutral[k] is not None and v not in neutral[k]))
+        if other:
+            raise ConfigError(f"{where}: {name} {', '.join(other)} cannot be reproduced by bertfeat (sentence-transformers "
+                              "passes it to transformers over config.json and tokenizer_config.json)",
+                              "remove it to run the model as bertfeat does (sentence-transformers then runs it the same "
+                              "way), or move it into config.json or tokenizer_config.json, which bertfeat reads as "
+                              "transformers does")
+        if kw.get("model_max_length") is not None:  # no limit (1e30) is the model's positions, as any larger one
+            got = _length(kw, "model_max_length", f"{where}: {name}"), f"{name} model_max_length"
+    return got
 
 
 def _length(cfg: dict, key: str, where: str) -> int | None:
@@ -404,6 +452,18 @@ def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, en
     return tuple(steps)
 
 
+def _check_truncate_dim(cst: dict, width: int) -> None:
+    """config_sentence_transformers.json's ``truncate_dim``: sentence-transformers' encode keeps that many of the
+    embedding's features (after every module, Normalize included), which bertfeat does not do: refused when it would
+    cut the ``width`` features of the model's embedding (as many or more keep them all, as there)."""
+    t = typed(cst.get("truncate_dim"), int, "config_sentence_transformers.json: truncate_dim")
+    if t is not None and t < width:
+        raise ConfigError(f"config_sentence_transformers.json: truncate_dim {t} cuts the model's embedding of {width} "
+                          "features, which bertfeat does not do",
+                          f"remove truncate_dim to get the whole embedding (sentence-transformers then encodes it too), "
+                          f"and keep its first {t} features yourself")
+
+
 def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "") -> ModelPipeline:
     """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused).
 
@@ -424,12 +484,17 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
         raise ConfigError("config_sentence_transformers.json: prompts must map names to texts", "restore it from the model")
     p.prompts = {str(k): v or "" for k, v in prompts.items()}
     p.default_prompt_name = cst.get("default_prompt_name")
+    if not p.no_own_embedding:
+        _check_truncate_dim(cst, p.dense[-1].out_features if p.dense else hidden_size * len(p.pooling))
     if p.default_prompt_name is not None and p.default_prompt_name not in p.prompts:
         raise ConfigError(f"config_sentence_transformers.json: default_prompt_name '{p.default_prompt_name}' is not one "
                           f"of the prompts ({', '.join(p.prompts) or 'none'})", "restore it from the model")
 
     p.do_lower_case = typed(st_cfg.get("do_lower_case"), bool, f"{sbc}: do_lower_case", False)
     msl, key = _processing_length(st_cfg, sbc), "processing_kwargs max_length"
+    loader = _loader_length(st_cfg, sbc)  # checked whether or not processing_kwargs sets the length
+    if msl is None:
+        msl, key = loader
     if msl is None:
         msl, key = _length(st_cfg, "max_seq_length", sbc), "max_seq_length"
     if msl:

@@ -208,11 +208,24 @@ def _acc_name(acc: str) -> str:
 LINEAR_WEIGHTS = ("qkv_w", "o_w", "up_w", "down_w")
 
 
+def row_stable(w: np.ndarray | None, path: GemmPath):
+    """A float32 weight outside the layers (a Dense module, the pooler, ELECTRA's embeddings_project) in the form whose
+    ``matmul`` keeps a row's product independent of how many rows it is computed with: packed for oneDNN's fp32 brgemm
+    kernel where the model runs on oneDNN (in every precision: these stay float32), else as it is. NumPy's BLAS rounds
+    a row by the row count, so such a layer made a text's vector depend on its batch (by ~1e-6) where the layers did
+    not."""
+    if w is None or path.library != "onednn" or not (_probe_kernel(np.float32) or "").startswith("brg:"):
+        return w
+    return onednn.pack(np.ascontiguousarray(w, dtype=np.float32))
+
+
 def prepare(weights, path: GemmPath):
     """Put a model's linear weights in the form ``path`` multiplies: packed for oneDNN (once, here; the
     plain copy is dropped layer by layer), else as loaded. Returns the weights (changed in place)."""
     if path.library != "onednn":
         return weights
+    for k in ("emb_proj_w", "pooler_w"):  # float32 in every precision (row_stable)
+        setattr(weights, k, row_stable(getattr(weights, k, None), path))
     if path.precision == "int8":
         from .quant import QLinear
 

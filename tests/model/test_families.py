@@ -231,6 +231,55 @@ def test_low_precisions_close_to_fp32(family, precision, real_sentences):
     assert cos.min() >= 0.99
 
 
+# --------------------------------------------------------------------------- batch independence of the float32
+# linear layers outside the encoder's: a Dense module, the pooler and ELECTRA's embeddings_project were NumPy products,
+# whose rows OpenBLAS rounds by the row count, so a text's vector moved by ~1e-6 with its batch where the layers'
+# oneDNN products keep it bit for bit (gemm.row_stable)
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
+def test_dense_pooler_and_projection_give_a_text_the_same_vector_in_any_batch(precision, real_sentences, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from ckpt import make_checkpoint
+
+    d = st_folder(tmp_path / "electra_st", base=base("electra"), pooling="mean", dense=[(24, "tanh"), (16, "identity")])
+    bert = make_checkpoint(tmp_path / "bert", hidden=32, layers=2, heads=2, max_position=128)
+    try:
+        encs = [(Encoder(d, precision=precision), {}), (Encoder(bert, precision=precision), {"pooling": "pooled"})]
+    except BertfeatError as e:  # bf16 / int8 need oneDNN and the CPU's support
+        pytest.skip(str(e))
+    if encs[0][0].gemm_path.library != "onednn":
+        pytest.skip("NumPy's BLAS rounds a row by the row count (a tolerance of 1e-6 applies there)")
+    texts = list(real_sentences[:30]) + ["", "x"]
+    for enc, kw in encs:
+        together = enc.encode(texts, **kw)
+        alone = np.concatenate([enc.encode([t], **kw) for t in texts])
+        np.testing.assert_array_equal(together, alone)
+    if precision == "fp32":  # and still sentence-transformers' embedding
+        ref = SentenceTransformer(str(d), device="cpu").encode(texts, batch_size=8, convert_to_numpy=True)
+        assert np.abs(encs[0][0].encode(texts) - ref).max() <= TOL
+
+
+# --------------------------------------------------------------------------- config.json names transformers reads
+def test_distilbert_bert_names_win_as_transformers_attribute_map(real_sentences, tmp_path):
+    """DistilBertConfig.attribute_map: num_attention_heads (and hidden_size, num_hidden_layers) in config.json set
+    n_heads (dim, n_layers), over them; bertfeat dropped them, so 2 heads ran as 4 (cos 0.93 to sentence-transformers').
+    A layer count below the checkpoint's is refused (transformers drops the other layers' weights silently)."""
+    from sentence_transformers import SentenceTransformer
+
+    d = tmp_path / "heads"
+    shutil.copytree(st_dir("distilbert", "mean"), d)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "num_attention_heads": 2}))
+    enc = Encoder(d)
+    assert enc.config.num_attention_heads == 2
+    texts = list(real_sentences[:20])
+    ref = SentenceTransformer(str(d), device="cpu").encode(texts, batch_size=8, convert_to_numpy=True)
+    assert np.abs(enc.encode(texts) - ref).max() <= TOL
+    (d / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 1}))
+    with pytest.raises(WeightsError, match="more layers than"):
+        Encoder(d)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_long_text_chunks_with_the_family_max_length(family, real_sentences):
     """chunk-mean: windows framed by the family's CLS / SEP, up to its own max length; the row is the

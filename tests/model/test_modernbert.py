@@ -321,3 +321,30 @@ def test_hub_config_names():
     assert [i for i, t in enumerate(c.layer_types) if t == "full_attention"] == [0, 3, 6, 9, 12, 15, 18, 21]
     assert (c.global_rope_theta, c.local_rope_theta, c.local_attention, c.layer_norm_eps) == (160000.0, 10000.0, 128, 1e-5)
     assert c.family == "ModernBERT"
+
+
+# --------------------------------------------------------------------------- config.json names transformers reads
+def test_sliding_window_sets_the_window_as_in_transformers(mb_dir, tmp_path_factory, long_texts):
+    """ModernBertConfig's sliding_window (half the window) sets local_attention = 2 * sliding_window, over a
+    local_attention beside it: bertfeat read local_attention only (its default 128 without one), so every text longer
+    than the window got other vectors than sentence-transformers' (cos 0.979)."""
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+
+    from st_ckpt import st_folder
+
+    st_dir = st_folder(tmp_path_factory.mktemp("st") / "mb-sw", base=mb_dir, pooling="mean", max_seq_length=256)
+    texts = [" ".join(long_texts)[:400 * k] for k in (1, 2, 3)]
+    for i, edit in enumerate(({"sliding_window": 4}, {"sliding_window": 4, "local_attention": None})):
+        d = tmp_path_factory.mktemp("sw") / f"m{i}"
+        shutil.copytree(st_dir, d)
+        cfg = {k: v for k, v in {**json.loads((d / "config.json").read_text()), **edit}.items() if v is not None}
+        (d / "config.json").write_text(json.dumps(cfg))
+        enc = Encoder(d)
+        assert enc.config.local_attention == 8
+        with torch_threads(1):
+            ref = SentenceTransformer(str(d), device="cpu").encode(texts, batch_size=4, convert_to_numpy=True)
+        assert np.abs(enc.encode(texts) - ref).max() <= TOL
+    with pytest.raises(ConfigError, match="sliding_window must be a positive integer, not 0"):
+        BertConfig.from_dict({**json.loads((mb_dir / "config.json").read_text()), "sliding_window": 0})

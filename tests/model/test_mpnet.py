@@ -18,6 +18,7 @@ import pytest
 from bertfeat.model.config import BertConfig
 from bertfeat.model.encoder import Encoder
 from bertfeat.errors import ConfigError, WeightsError
+from bertfeat.model.bert import pooler
 from bertfeat.model.families import forward
 from bertfeat.model.mpnet import relative_position_bucket
 from ckpt import VOCABS, precision_vs_fp32, single_blas_thread, torch_threads, without_tensor
@@ -132,7 +133,7 @@ def test_hidden_states_match_transformers(mpnet_dir, real_sentences, long_texts)
             for i in range(L):
                 a = ours.attentions[i][r, :, :n, :n] - ref.attentions[i][r, :, :n, :n].numpy()
                 worst_att = max(worst_att, float(np.abs(a).max()))
-        pooled = np.tanh(ours.hidden[L][:, 0] @ enc.weights.pooler_w + enc.weights.pooler_b)
+        pooled = pooler(enc.weights, ours.hidden[L][:, 0])
         worst_pool = max(worst_pool, float(np.abs(pooled - ref.pooler_output.numpy()).max()))
         last = mask.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)  # the last layer at each last token alone
         at = forward(enc.weights, ids, np.zeros_like(ids), mask, keep=(L,), at=last)  # (the relative bias's rows)

@@ -7,6 +7,7 @@ Every folder is saved by the installed sentence-transformers with random weights
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -557,3 +558,91 @@ def test_processing_kwargs_max_length_is_the_max_length_and_other_keywords_are_r
     with pytest.raises(BertfeatError, match=r"sentence_bert_config.json: processing_kwargs add_special_tokens=False "
                                             r"cannot be reproduced by bertfeat - "):
         Encoder(str(d))
+
+
+# --------------------------------------------------------------------------- settings sentence-transformers applies
+# that bertfeat read past: sentence_bert_config.json's keywords for transformers' loaders and
+# config_sentence_transformers.json's truncate_dim. Each changed sentence-transformers' vectors (cos down to 0.89, or
+# another width) while bertfeat ran the model without them, silently.
+class TestSettingsSentenceTransformersAppliesAreAppliedOrRefused:
+    LONG = ["a rather long text that runs well past sixteen word pieces, on and on, until it stops at last", "short"]
+
+    @pytest.fixture(scope="class")
+    def base(self, tmp_path_factory):
+        return st_folder(tmp_path_factory.mktemp("loader") / "st", pooling="mean", normalize=True, hidden=32, layers=2,
+                         heads=2, max_seq_length=32)
+
+    @staticmethod
+    def _edit(base, tmp_path, name: str, edit: dict):
+        d = tmp_path / "m"
+        shutil.copytree(base, d)
+        f = d / name
+        f.write_text(json.dumps({**json.loads(f.read_text()), **edit}))
+        return d
+
+    @pytest.mark.parametrize("edit, want", [
+        ({"tokenizer_args": {"model_max_length": 16}}, (16, "tokenizer_args model_max_length")),
+        ({"max_seq_length": 12, "processor_kwargs": {"model_max_length": 16}}, (16, "processor_kwargs model_max_length")),
+        ({"tokenizer_args": {"model_max_length": 10}, "processor_kwargs": {"model_max_length": 20}},
+         (10, "tokenizer_args model_max_length")),  # the old name wins, as sentence-transformers renames it over the new
+        ({"processor_kwargs": {"model_max_length": 10}, "processing_kwargs": {"text": {"max_length": 20}}},
+         (20, "processing_kwargs max_length")),
+    ], ids=["tokenizer_args", "over-max_seq_length", "old-name-wins", "processing_kwargs-wins"])
+    def test_a_tokenizer_model_max_length_is_the_max_length(self, base, tmp_path, edit, want):
+        from sentence_transformers import SentenceTransformer
+
+        d = self._edit(base, tmp_path, "sentence_bert_config.json", edit)
+        enc = Encoder(str(d))
+        assert (enc.default_max_length, enc.pipeline.max_length_source) == (want[0], f"sentence_bert_config.json {want[1]}")
+        st = SentenceTransformer(str(d), device="cpu")
+        np.testing.assert_allclose(enc.encode(self.LONG), _st_encode(st, self.LONG), atol=1e-5, rtol=0)
+
+    def test_loading_arguments_sentence_transformers_overrides_change_nothing(self, base, tmp_path):
+        from sentence_transformers import SentenceTransformer
+
+        d = self._edit(base, tmp_path, "sentence_bert_config.json", {
+            "model_args": {"trust_remote_code": True, "revision": "v1", "subfolder": "elsewhere",
+                           "attn_implementation": "eager"},
+            "config_kwargs": {"cache_dir": "/nowhere", "use_cache": False}, "tokenizer_args": {"use_fast": True}})
+        st = SentenceTransformer(str(d), device="cpu")
+        np.testing.assert_allclose(Encoder(str(d)).encode(self.LONG), _st_encode(st, self.LONG), atol=1e-5, rtol=0)
+
+    @pytest.mark.parametrize("edit, what", [
+        ({"config_kwargs": {"layer_norm_eps": 0.5}}, "config_kwargs layer_norm_eps=0.5"),
+        ({"config_args": {"hidden_act": "relu"}}, "config_args hidden_act='relu'"),
+        ({"tokenizer_args": {"do_lower_case": False}}, "tokenizer_args do_lower_case=False"),
+        ({"processor_kwargs": {"truncation_side": "left", "use_fast": False}},
+         "processor_kwargs truncation_side='left', use_fast=False"),
+        ({"model_kwargs": {"add_pooling_layer": False}}, "model_kwargs add_pooling_layer=False"),
+    ], ids=["config-eps", "config-act", "lowercase", "tokenizer", "model"])
+    def test_a_setting_bertfeat_does_not_reproduce_is_refused(self, base, tmp_path, capsys, edit, what):
+        d = self._edit(base, tmp_path, "sentence_bert_config.json", edit)
+        with pytest.raises(BertfeatError, match=f"^sentence_bert_config.json: {re.escape(what)} cannot be reproduced by "
+                                                "bertfeat .* - remove it"):
+            Encoder(str(d))
+        src = tmp_path / "in.csv"
+        src.write_text("text\nhello\n")
+        assert main(["extract", str(src), "-m", str(d), "-o", str(tmp_path / "o.parquet"), "-q"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"Error: sentence_bert_config.json: {what} cannot") and "\n" not in err
+        assert not (tmp_path / "o.parquet").exists()
+
+    def test_loader_keywords_that_are_not_an_object_are_refused(self, base, tmp_path):
+        d = self._edit(base, tmp_path, "sentence_bert_config.json", {"model_kwargs": ["dtype"]})
+        with pytest.raises(BertfeatError, match="sentence_bert_config.json: model_kwargs is a JSON list, not a JSON object"):
+            Encoder(str(d))
+
+    @pytest.mark.parametrize("dim", [8, 0])
+    def test_a_truncate_dim_that_cuts_the_embedding_is_refused(self, base, tmp_path, dim):
+        d = self._edit(base, tmp_path, "config_sentence_transformers.json", {"truncate_dim": dim})
+        with pytest.raises(BertfeatError, match=f"config_sentence_transformers.json: truncate_dim {dim} cuts the model's "
+                                                "embedding of 32 features, which bertfeat does not do - remove truncate_dim"):
+            Encoder(str(d))
+
+    @pytest.mark.parametrize("dim", [32, 100])
+    def test_a_truncate_dim_that_keeps_every_feature_loads(self, base, tmp_path, dim):
+        from sentence_transformers import SentenceTransformer
+
+        d = self._edit(base, tmp_path, "config_sentence_transformers.json", {"truncate_dim": dim})
+        st = SentenceTransformer(str(d), device="cpu")
+        np.testing.assert_allclose(Encoder(str(d)).encode(self.LONG), _st_encode(st, self.LONG), atol=1e-5, rtol=0)
