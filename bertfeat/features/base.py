@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ..errors import BertfeatError, opt
 from ..ops.threads import read_ahead
+from ..readers.kept import python_values
 
 METADATA_KEY = "bertfeat"
 EMBEDDING_COLUMN = "embedding"
@@ -332,10 +333,11 @@ def wide_arrays(X: np.ndarray) -> list[pa.Array]:
 
 
 def batch_ids(col: pa.Array | pa.ChunkedArray) -> np.ndarray | list:
-    """Ids as a NumPy array for integer ids, else a Python list."""
+    """Ids as a NumPy array for integer ids, else a Python list (of objects that give the same values back:
+    ``readers.kept.python_values``)."""
     if pa.types.is_integer(col.type) and col.null_count == 0:
         return col.to_numpy()
-    return col.to_pylist()
+    return python_values(col)
 
 
 def rebatch(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.Table]:
