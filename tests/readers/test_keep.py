@@ -880,6 +880,20 @@ class TestValuesNoPythonObjectHolds:
         want = _read(beyond_python, name)
         assert _exact(pa.array(ids, want.type), want)
 
+    @pytest.mark.parametrize("fmt", ["csv", "npy"])
+    @pytest.mark.parametrize("name", list(NOT_IN_CSV))
+    def test_a_value_a_csv_cannot_give_back_is_refused_naming_its_row(self, beyond_python, tmp_path, capsys, name, fmt):
+        """Arrow wrote them as text its own CSV reader refuses: the run succeeded and the output could not be read."""
+        args = ["--keep", name] if fmt == "csv" else ["--id-column", name]
+        rc, _, err = run(capsys, "extract", beyond_python, "-o", tmp_path / f"o.{fmt}", "--model", tiny_model(),
+                         "--on-bad-row", "skip", "-q", *args)
+        what, other = (f"--keep column '{name}'", "leave it out of --keep") if fmt == "csv" else \
+            (f"--id-column '{name}'", "choose another --id-column")
+        assert (rc, err) == (1, f"Error: {beyond_python} row 2: {what} holds {SHOWN[name]}, which a {'CSV' if fmt == 'csv' else '.npy'} "
+                                f"output cannot give back (it is written as '{NOT_IN_CSV[name]}', which Arrow's CSV "
+                                f"reader refuses) - write a Parquet output (-o NAME.parquet), or {other}\n")
+        assert list(tmp_path.iterdir()) == []
+
     def test_the_rejects_file_shows_them_as_arrow_writes_them(self, beyond_python, tmp_path):
         out = tmp_path / "o.parquet"
         bertfeat.extract(beyond_python, out, model=tiny_model(), keep=list(NOT_IN_CSV), on_bad_row="skip",
