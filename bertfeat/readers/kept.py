@@ -374,13 +374,14 @@ def python_values(values) -> list:
     ``to_pylist``'s, but where a date, time, timestamp or duration has no Python object of the same value (a
     time64[ns]'s nanoseconds, a time of day past 24 h, a year past 9999: cut, wrapped or an OverflowError), the
     integers Arrow stores (``Stored`` at the top level, printed as Arrow's text)."""
+    t = values.type.value_type if pa.types.is_dictionary(values.type) else values.type
+    plain = _plain(t)
+    if plain is None:
+        return values.to_pylist()
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if pa.types.is_dictionary(values.type):
         values = values.dictionary_decode()
-    plain = _plain(values.type)
-    if plain is None:
-        return values.to_pylist()
     try:
         objects = values.to_pylist()
         if pa.array(objects, values.type).equals(values):
