@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ..errors import BertfeatError, opt
 from ..ops.threads import read_ahead
+from ..readers.kept import python_values
 
 METADATA_KEY = "bertfeat"
 EMBEDDING_COLUMN = "embedding"
@@ -325,6 +326,13 @@ def to_arrow(values: Any, typ: pa.DataType, m: int, name: str) -> pa.Array:
     return arr
 
 
+def value_why(written: str, back: str | None) -> str:
+    """``FeatureFile.value_problem``'s finding in words."""
+    if back is None:
+        return f"it is written as {written!r}, which Arrow's CSV reader refuses"
+    return f"it is written as {written!r}, which reads back as {back}"
+
+
 def wide_arrays(X: np.ndarray) -> list[pa.Array]:
     """The columns f0..f{d-1} of a (m, d) chunk as Arrow arrays (of its dtype)."""
     XT = np.ascontiguousarray(X.T)  # (dim, m): one contiguous buffer per column
@@ -332,10 +340,11 @@ def wide_arrays(X: np.ndarray) -> list[pa.Array]:
 
 
 def batch_ids(col: pa.Array | pa.ChunkedArray) -> np.ndarray | list:
-    """Ids as a NumPy array for integer ids, else a Python list."""
+    """Ids as a NumPy array for integer ids, else a Python list (of objects that give the same values back:
+    ``readers.kept.python_values``)."""
     if pa.types.is_integer(col.type) and col.null_count == 0:
         return col.to_numpy()
-    return col.to_pylist()
+    return python_values(col)
 
 
 def rebatch(batches: Iterator[pa.RecordBatch], n: int) -> Iterator[pa.Table]:
@@ -406,6 +415,12 @@ class FeatureFile:
     def column_problem(t: pa.DataType) -> str | None:
         """Why an id or extra column of type ``t`` cannot be written in this format and read back as ``t`` (None: it
         can)."""
+        return None
+
+    @staticmethod
+    def value_problem(values: pa.Array) -> tuple[int, str, str | None] | None:
+        """The first value of an id or extra column (of a type ``column_problem`` passes) that this format would not
+        give back as itself: (its position, its text in the file, what is read back: None when nothing is), or None."""
         return None
 
     # -- write side: streaming ---------------------------------------------------------------------

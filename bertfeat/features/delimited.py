@@ -22,6 +22,7 @@ import pyarrow.csv as pcsv
 
 from ..atomic import AtomicFile, together, write_atomic
 from ..errors import BertfeatError, one_line
+from ..readers.kept import python_values
 from .base import (
     WIDE_COLUMN_RE,
     FeatureBatch,
@@ -33,6 +34,7 @@ from .base import (
     provenance_path,
     rebatch,
     type_from_str,
+    value_why,
     wide_arrays,
     wide_dim,
 )
@@ -125,10 +127,18 @@ def _view(t: pa.DataType, kind: str) -> bool:
 
 def _as_written(t: pa.DataType) -> pa.DataType:
     """The type a column of type ``t`` is handed to Arrow's CSV writer as (``csv_column``): an extension type as its
-    storage's, binary as text, a string view as a string."""
+    storage's, binary as text, a string view as a string, a timestamp with a time zone in UTC."""
     if isinstance(t, pa.BaseExtensionType):
         return _as_written(t.storage_type)
+    if _zoned(t):
+        return pa.timestamp(t.unit, "UTC")
     return pa.string() if _binary(t) or _view(t, "string") else t
+
+
+def _zoned(t: pa.DataType) -> bool:
+    """A timestamp with a time zone: Arrow writes its local time with the offset in whole minutes (+0009 for Paris's
+    +00:09:21 before 1911), which reads back shifted; in UTC (``Z``) it reads back as written, in its zone."""
+    return pa.types.is_timestamp(t) and t.tz is not None
 
 
 def csv_fields(fields) -> list[pa.Field]:
@@ -143,7 +153,59 @@ def csv_column(values: pa.Array) -> pa.Array:
         values = values.storage
     if _binary(values.type):
         return pa.array([None if v is None else bytes_text(v) for v in values.to_pylist()], pa.string())
+    if _zoned(values.type):
+        return values.cast(_as_written(values.type))
     return values.cast(pa.string()) if _view(values.type, "string") else values
+
+
+def csv_unreadable(values: pa.Array) -> tuple[int, str, str | None] | None:
+    """The first value of an id or extra column that a CSV feature file would not give back as itself: (its position,
+    the text Arrow writes for it, what ``open_csv`` reads back: None when it refuses the text), or None. Arrow writes
+    a date, time or timestamp past its reader's range (a year before 0 or after 9999, a time of day past 24 h) as text
+    its CSV reader refuses (``10000-01-01``, ``<value out of range: N>``); only such columns are written and read
+    back here."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    t = values.type
+    if not (pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t)):
+        return None
+    sink = io.BytesIO()
+    schema = pa.schema(csv_fields([pa.field("x", t), pa.field("n", pa.int64())]))  # (n: a null is not a blank line)
+    pcsv.write_csv(pa.table([csv_column(values), pa.array(range(len(values)), pa.int64())], schema=schema), sink)
+    data = sink.getvalue()
+    try:
+        back = pa.Table.from_batches(list(open_csv(io.BytesIO(data), {"x": t}))).column("x").combine_chunks()
+    except BertfeatError:  # a text the reader refuses: which one
+        k = 0 if len(values) == 1 else next(k for k in range(len(values)) if csv_unreadable(values.slice(k, 1)))
+        return k, _written(data, k), None
+    ints = pa.int32() if t.bit_width == 32 else pa.int64()
+    same = np.asarray(back.view(ints).fill_null(0)) == np.asarray(values.view(ints).fill_null(0))
+    same &= np.asarray(back.is_null()) == np.asarray(values.is_null())
+    if same.all():
+        return None
+    k = int(np.argmin(same))
+    return k, _written(data, k), str(python_values(back.slice(k, 1))[0])
+
+
+def _written(data: bytes, k: int) -> str:
+    """The k-th value's text in ``csv_unreadable``'s CSV."""
+    texts = pcsv.read_csv(io.BytesIO(data), convert_options=pcsv.ConvertOptions(column_types={"x": pa.string()}))
+    return texts.column("x")[k].as_py()
+
+
+def check_csv_values(path: Path, columns: Mapping[str, pa.Array], first_row: int) -> None:
+    """Refuse a chunk's id or extra value (``columns``: the id column first) that the CSV ``path`` would not give back
+    (``csv_unreadable``), naming its row of the file, its id and column: nothing of it is written."""
+    id_name = next(iter(columns), None)
+    for name, values in columns.items():
+        problem = csv_unreadable(values)
+        if problem is not None:
+            k, written, back = problem
+            value, ident = (python_values(c.slice(k, 1))[0] for c in (values, columns[id_name]))
+            ident = repr(ident) if isinstance(ident, str) else ident
+            raise BertfeatError(f"{path}: row {first_row + k} (id {ident}): column {name!r} holds {value}, which a CSV "
+                                f"file cannot give back ({value_why(written, back)})",
+                                "write a Parquet file (pass -o with a .parquet name)")
 
 
 def csv_column_problem(t: pa.DataType) -> str | None:
@@ -216,10 +278,13 @@ class CsvFile(FeatureFile):
         except BaseException:  # e.g. a nested column type CSV cannot hold: no temporary file left behind
             self._main.discard()
             raise
+        self._rows = 0
 
     def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
+        check_csv_values(self.spec.path, columns, self._rows)
         X = float16_text(X) if X.dtype == np.float16 else X
         self._csv.write_batch(pa.record_batch([*map(csv_column, columns.values()), *wide_arrays(X)], schema=self._schema))
+        self._rows += X.shape[0]
 
     def finish(self, metadata_text: str) -> None:
         self._csv.close()
@@ -233,6 +298,7 @@ class CsvFile(FeatureFile):
         self._main.discard()
 
     column_problem = staticmethod(csv_column_problem)
+    value_problem = staticmethod(csv_unreadable)
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from .base import (
     rebatch,
     type_from_str,
 )
-from .delimited import csv_column, csv_column_problem, csv_fields, csv_header, open_csv
+from .delimited import check_csv_values, csv_column, csv_column_problem, csv_fields, csv_header, csv_unreadable, open_csv
 
 #: Total size of the .npy header we reserve (magic + length + padded dict), rewritten at close.
 NPY_HEADER_BYTES = 128
@@ -67,6 +67,7 @@ class NpyFile(FeatureFile):
         return False
 
     column_problem = staticmethod(csv_column_problem)  # the ids and extras are a CSV
+    value_problem = staticmethod(csv_unreadable)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -87,6 +88,7 @@ class NpyFile(FeatureFile):
         self._rows = 0
 
     def append(self, columns: dict[str, pa.Array], X: np.ndarray) -> None:
+        check_csv_values(ids_sidecar_path(self.spec.path), columns, self._rows)
         if X.size:  # memoryview cannot cast a view with a zero in its shape
             self._npy.write(memoryview(X).cast("B"))
         self._csv.write_batch(pa.record_batch([csv_column(c) for c in columns.values()], schema=self._schema))

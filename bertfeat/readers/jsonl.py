@@ -393,8 +393,8 @@ def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
         bad = surrogate_reason(ident, "id")
         if bad:
             return Reason(RejectCode.INVALID_UNICODE, bad), id_kind
-    if kind is None:
-        return Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {_json_kind(ident)}, "
+    if kind is None:  # a number as the line wrote it (1e2, 2.50: not 100.0, 2.5)
+        return Reason(RejectCode.BAD_ID, f"id {(json_written(ident) or json.dumps(ident))[:40]} is {_json_kind(ident)}, "
                                          "not a string or an integer"), id_kind
     if id_kind is not None and kind != id_kind:
         return Reason(RejectCode.BAD_ID, f"id {json.dumps(ident)[:40]} is {'an' if kind == 'integer' else 'a'} {kind}, "

@@ -322,6 +322,101 @@ def _textual(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
 
 
+# --------------------------------------------------------------------------- Arrow values as Python objects
+class Stored(int):
+    """A date, time, timestamp or duration as the integer Arrow stores it (days; units since midnight or 1970; units),
+    for a value whose Python object would not be the same value (``python_values``): ``pa.array`` makes that value of
+    it again, and it prints as Arrow's text of it (in the rejects file, a message)."""
+
+    text: str
+
+    def __new__(cls, value: int, text: str):
+        self = super().__new__(cls, value)
+        self.text = text
+        return self
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+    def __reduce__(self):  # (a Dask partition's rows travel pickled)
+        return Stored, (int(self), self.text)
+
+
+def _plain(t: pa.DataType) -> pa.DataType | None:
+    """``t`` with every date, time, timestamp and duration in it replaced by the integer it is stored as (a view of
+    the same buffers); None when it holds none."""
+    if pa.types.is_temporal(t) and not pa.types.is_interval(t):
+        return pa.int32() if t.bit_width == 32 else pa.int64()
+    if pa.types.is_map(t):
+        key, item = _plain(t.key_type), _plain(t.item_type)
+        return None if key is None and item is None else pa.map_(key or t.key_type, item or t.item_type)
+    if pa.types.is_struct(t):
+        fields = [t.field(i) for i in range(t.num_fields)]
+        plain = [_plain(f.type) for f in fields]
+        if all(p is None for p in plain):
+            return None
+        return pa.struct([f.with_type(p or f.type) for f, p in zip(fields, plain)])
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        item = _plain(t.value_type)
+        if item is None:
+            return None
+        field = t.value_field.with_type(item)
+        if pa.types.is_fixed_size_list(t):
+            return pa.list_(field, t.list_size)
+        return pa.large_list(field) if pa.types.is_large_list(t) else pa.list_(field)
+    return None
+
+
+def python_values(values) -> list:
+    """An Arrow column's values as Python objects of which ``pa.array(objects, its type)`` makes the same values:
+    ``to_pylist``'s, but where a date, time, timestamp or duration has no Python object of the same value (a
+    time64[ns]'s nanoseconds, a time of day past 24 h, a year past 9999: cut, wrapped or an OverflowError), the
+    integers Arrow stores (``Stored`` at the top level, printed as Arrow's text)."""
+    t = values.type.value_type if pa.types.is_dictionary(values.type) else values.type
+    plain = _plain(t)
+    if plain is None:
+        return values.to_pylist()
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    try:
+        objects = values.to_pylist()
+        if pa.array(objects, values.type).equals(values):
+            return objects
+    except (OverflowError, ValueError, pa.ArrowException):
+        pass
+    ints = values.view(plain).to_pylist()
+    if not pa.types.is_temporal(values.type):
+        return ints  # (nested: the integers as they are)
+    try:
+        texts = values.cast(pa.string()).to_pylist()
+    except pa.ArrowException:
+        texts = [None] * len(ints)
+    return [None if n is None else Stored(n, t if t and not t.startswith("<") else f"{n} ({values.type})")
+            for n, t in zip(ints, texts)]  # (Arrow's text of a value past its range: "<value out of range: N>")
+
+
+def duplicate_field(t: pa.DataType) -> str | None:
+    """A field name that appears twice in one struct of ``t`` (nested anywhere), or None: such a value has no Python
+    object (a dict) and no one name to read its field by."""
+    if pa.types.is_struct(t):
+        names = [t.field(i).name for i in range(t.num_fields)]
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            return twice
+        return next((d for i in range(t.num_fields) if (d := duplicate_field(t.field(i).type)) is not None), None)
+    if pa.types.is_map(t):
+        return duplicate_field(t.key_type) or duplicate_field(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return duplicate_field(t.value_type)
+    if pa.types.is_dictionary(t):
+        return duplicate_field(t.value_type)
+    return None
+
+
 def storage(values):
     """A column of an extension type (uuid, json, bool8 ...) as its storage: the values a kept column carries as Python
     objects (``kept_array`` makes the extension array again)."""

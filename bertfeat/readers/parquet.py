@@ -14,7 +14,7 @@ import pyarrow as pa
 from ..errors import InputError, one_line, opt
 from .rejects import Reason, RejectCode, too_large
 from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
-from .kept import cast_values, check_cast, storage, written_cells
+from .kept import cast_values, check_cast, duplicate_field, python_values, storage, written_cells
 
 
 class ParquetReader(Reader):
@@ -107,11 +107,23 @@ class ParquetReader(Reader):
                                  "a Parquet dataset needs each column to have one type in every file: cast it when "
                                  "writing the files (e.g. table.cast in pyarrow)")
 
+    def _refuse_duplicate_field(self, col: str, what: str) -> None:
+        """A struct whose field name appears twice (nested anywhere): its values have no Python form (a dict), which
+        an id or kept value travels as, and no one name reads that field back."""
+        t = self._pq_schema.field(col).type
+        twice = duplicate_field(t)
+        if twice is not None:
+            raise InputError(f"{self.name}: {what} '{col}' holds {t} values, a struct whose field name {twice!r} appears "
+                             "more than once", "rename the struct's fields so that each name is unique (e.g. "
+                             "pyarrow's StructArray.from_arrays with other names), or leave the column out")
+
     def _select_columns(self, text_column, pair_column, id_column):
         super()._select_columns(text_column, pair_column, id_column)
         for col, text in ((self.text_column, True), (pair_column, True), (id_column, False)):
             if col:
                 self._same_type(col, text)
+        if id_column:
+            self._refuse_duplicate_field(id_column, opt("id_column"))
         for param, col in (("text_column", self.text_column), ("pair_column", pair_column)):
             if col:
                 t = self._pq_schema.field(col).type
@@ -133,6 +145,7 @@ class ParquetReader(Reader):
         """The schema's types (a dictionary column's value type); the values are written as read."""
         for c in self.keep:
             self._same_type(c)
+            self._refuse_duplicate_field(c, f"{opt('keep')} column")
         types = {c: self._pq_schema.field(c).type for c in self.keep}
         types = {c: t.value_type if pa.types.is_dictionary(t) else t for c, t in types.items()}
         for c, name in self.keep_as.items():
@@ -345,7 +358,7 @@ def _pylist(col) -> tuple[list, dict[int, int]]:
     them; pyarrow's to_pylist raises on the first): position -> the byte where UTF-8 stops; those stay bytes, for the
     caller to reject."""
     try:
-        return col.to_pylist(), {}
+        return python_values(col), {}  # (a date past year 9999, a time64[ns]: the integers Arrow stores)
     except UnicodeDecodeError:
         if isinstance(col, pa.ChunkedArray):  # a partition's Table (Dask) holds chunked columns
             col = col.combine_chunks()

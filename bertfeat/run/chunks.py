@@ -243,10 +243,12 @@ def prepare_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str
     return PreparedChunk(chunk, prepared, reuse, todo, refused)
 
 
-def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict | None = None, reuser=None) -> pa.Table:
+def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict | None = None, reuser=None,
+                id_type: pa.DataType | None = None) -> pa.Table:
     """Run the model on a prepared chunk's rows to encode, take the others' vectors (``reuser``), -> Arrow table: id,
     embedding, n_tokens, truncated, n_chunks, then the kept columns (``keep_types``: name -> Arrow type, the
-    reader's ``keep_types()``). Rows refused as too long join the chunk's rejects."""
+    reader's ``keep_types()``). Rows refused as too long join the chunk's rejects. ``id_type``: the reader's
+    ``id_type()`` (None: the ids' own)."""
     chunk, prep = pc.chunk, pc.prepared
     D = encoder.output_dim(spec)
     todo = pc.todo or []
@@ -274,7 +276,7 @@ def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict
     n_tok = np.fromiter((entries[i][1] for i in order), np.int32, len(order))
     trunc = np.fromiter((entries[i][2] for i in order), bool, len(order))
     n_ch = np.fromiter((entries[i][3] for i in order), np.int32, len(order))
-    ids = pa.array(chunk.rows, pa.int64()) if chunk.ids is None else id_array(chunk.ids)
+    ids = pa.array(chunk.rows, pa.int64()) if chunk.ids is None else id_array(chunk.ids, id_type)
     emb = pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1), pa.float32()), D)
     columns = {id_name: ids, "embedding": emb, "n_tokens": pa.array(n_tok), "truncated": pa.array(trunc),
                "n_chunks": pa.array(n_ch)}
@@ -283,8 +285,14 @@ def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict
     return pa.table(columns)
 
 
-def id_array(ids: list) -> pa.Array:
-    """A chunk's ids as Arrow infers them; integers beyond int64 (a Parquet uint64 id column) as uint64."""
+def id_array(ids: list, id_type: pa.DataType | None = None) -> pa.Array:
+    """A chunk's ids as an array of ``id_type`` (the input's: Arrow's guess from Python objects drops a timestamp's
+    nanoseconds), else as Arrow infers them; integers beyond int64 (a Parquet uint64 id column) as uint64."""
+    if id_type is not None:
+        try:
+            return pa.array(ids, id_type)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass  # (Arrow's guess, which the writer casts to the id type)
     try:
         return pa.array(ids)
     except OverflowError:
@@ -302,10 +310,11 @@ def run_rows(encoder, spec, prep, rows: list[int]) -> np.ndarray:
 
 
 def encode_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str, id_name: str,
-                 keep_types: dict | None = None, reuser=None) -> tuple[pa.Table, list[dict]]:
+                 keep_types: dict | None = None, reuser=None, id_type: pa.DataType | None = None
+                 ) -> tuple[pa.Table, list[dict]]:
     """One chunk end to end (the call a Dask partition task makes): -> (features table, rejects)."""
     pc = prepare_chunk(encoder, spec, chunk, source_name, on_bad_row, reuser)
-    return chunk_table(encoder, spec, pc, id_name, keep_types, reuser), pc.chunk.rejects
+    return chunk_table(encoder, spec, pc, id_name, keep_types, reuser, id_type), pc.chunk.rejects
 
 
 def table_counts(t: pa.Table, max_length: int) -> dict:

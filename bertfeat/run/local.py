@@ -43,6 +43,7 @@ from .manifest import (PARTIAL_MANIFESTS, check_input_unchanged, check_resume, c
 from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, finish_pca, new_pca, probe_into_report
 from .provenance import provenance
 from .outputs import remove_stale
+from .plan import check_output_values
 from .summary import ExtractSummary, new_summary
 from .progress import NullProgress
 from ..readers.rejects import TooManyBadRows, publish_rejects
@@ -205,7 +206,8 @@ class LocalRun:
                         continue
                     pc: PreparedChunk = item[1]
                     before = (reuser.encoded, reuser.reused, reuser.tokens_encoded)
-                    table = chunk_table(encoder, spec, pc, plan.id_name, plan.keep_types, reuser)
+                    table = chunk_table(encoder, spec, pc, plan.id_name, plan.keep_types, reuser, plan.reader.id_type())
+                    check_output_values(plan, table, pc.chunk.rows)  # (a CSV output: no date past year 9999)
                     reuse = {"rows_encoded": reuser.encoded - before[0], "rows_reused": reuser.reused - before[1],
                              "tokens_encoded": reuser.tokens_encoded - before[2]}
                     with uninterrupted():  # a part on disk is a chunk counted: a stop between kept it uncounted (removed)
@@ -323,7 +325,7 @@ def _write_outputs(plan, store: PartStore, order: list[int], encoder, spec, fing
             X = feature_matrix(t)
             if pca is not None and len(X):
                 X = pca.transform_rows(X).astype(np.float32)
-            writer.write(t.column(id_name).to_pylist(), X, extra_columns(t, plan.keep))
+            writer.write(t.column(id_name), X, extra_columns(t, plan.keep))  # (Arrow's: to_pylist cuts a time64[ns])
         outputs["features"] = writer.close()
     outputs.update(publish_rejects(layout.rejects, rejects, plan.keep))
     remove_stale(layout.stale_pca(plan.pca_model))

@@ -410,3 +410,39 @@ def test_an_empty_npy_is_named_as_such(tmp_path):
     with pytest.raises(BertfeatError) as e:
         read_features(path)
     assert str(e.value) == f"{path}: the feature file is empty (0 bytes) - pass a complete file (rerun the command that wrote it)"
+
+
+# --------------------------------------------------------------------------- CSV text that reads back as another value
+#: Before 1911 Paris ran at +00:09:21 and Kolkata at +05:21:10: Arrow wrote their local time with the offset cut to
+#: whole minutes (+0009), which read back 21 and 10 seconds off. Written in UTC (Z) now, read back in their zone.
+LMT = {"paris": pa.array([-2_208_988_800_000_000, None, 1_704_110_400_000_000], pa.timestamp("us", tz="Europe/Paris")),
+       "kolkata": pa.array([-2_208_988_800, 0, None], pa.timestamp("s", tz="Asia/Kolkata"))}
+
+
+@pytest.mark.parametrize("name", ["out.csv", "out.npy"])
+def test_a_time_zone_whose_offset_has_seconds_reads_back_as_written(tmp_path, name):
+    path = tmp_path / name
+    ids = LMT["paris"].fill_null(0)  # the id column too
+    with FeatureWriter(path, dim=2, id_name="when", id_type=ids.type, extra_columns={k: v.type for k, v in LMT.items()}) as w:
+        w.write(ids, np.zeros((3, 2), np.float32), LMT)
+    (got_ids, _, extras), = list(iter_features(path, with_extras=True))
+    assert pa.array(got_ids, ids.type).equals(ids)
+    for k, want in LMT.items():
+        assert extras[k].type == want.type and extras[k].equals(want), k
+
+
+@pytest.mark.parametrize("name", ["out.csv", "out.npy"])
+def test_a_value_whose_text_a_csv_reader_refuses_is_refused_naming_its_row(tmp_path, name):
+    """Arrow wrote a year past 9999 as text its CSV reader refuses: the file was written and could not be read
+    (pca transform to CSV, or any FeatureWriter)."""
+    path = tmp_path / name
+    far = pa.array([0, 253_402_300_800_000], pa.timestamp("ms"))
+    with pytest.raises(BertfeatError) as e:
+        with FeatureWriter(path, dim=2, id_name="doc", id_type=pa.string(), extra_columns={"when": far.type}) as w:
+            w.write(["a", "b"], np.zeros((2, 2), np.float32), {"when": far.take([0, 0])})
+            w.write(["c", "d"], np.zeros((2, 2), np.float32), {"when": far})
+    side = ids_sidecar_path(path) if name.endswith(".npy") else path
+    assert e.value.message == (f"{side}: row 3 (id 'd'): column 'when' holds 10000-01-01 00:00:00.000, which a CSV file "
+                               "cannot give back (it is written as '10000-01-01 00:00:00.000', which Arrow's CSV reader "
+                               "refuses) - write a Parquet file (pass -o with a .parquet name)")
+    assert list(tmp_path.iterdir()) == []

@@ -701,7 +701,9 @@ def typed_input(tmp_path_factory) -> Path:
 
 
 def _same(got: pa.Array, want: pa.Array) -> bool:
-    return got.type == want.type and str(got.to_pylist()) == str(want.to_pylist())  # (str: NaN equals NaN)
+    if pa.types.is_floating(want.type):
+        return got.type == want.type and str(got.to_pylist()) == str(want.to_pylist())  # (str: NaN equals NaN)
+    return got.type == want.type and got.equals(want)  # (to_pylist would cut time64's nanoseconds)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
@@ -797,3 +799,123 @@ def test_jsonl_columns_and_types_from_the_first_lines_say_so(tmp_path):
                                       "e.g. keep='score:int')")
     bertfeat.extract(nulls, tmp_path / "n.parquet", model=tiny_model(), keep="score:int", cache=False)
     assert pq.read_table(tmp_path / "n.parquet").column("score").to_pylist()[-2:] == [None, 5]
+
+
+# --------------------------------------------------------------------------- values no Python object holds
+#: Parquet values Python's objects hold otherwise: datetime.time has microseconds and no hour past the 24th,
+#: datetime no year past 9999, timedelta no 2**62 seconds. Carried as to_pylist's objects they were cut (1 ns -> 0),
+#: wrapped (12 days -> 17:25) or an OverflowError ("a bug in bertfeat"); an id's nanoseconds were dropped by Arrow's
+#: guess of the type of pandas Timestamps.
+BEYOND_PYTHON = {
+    "time_ns": pa.array([1, None, 1_500], pa.time64("ns")),
+    "time_past_day": pa.array([5, None, 2 ** 40], pa.time64("us")),
+    "year_10000": pa.array([0, None, 253_402_300_800], pa.timestamp("s")),
+    "date_far": pa.array([0, None, 2 ** 31 - 1], pa.date32()),
+    "duration_far": pa.array([0, None, 2 ** 62], pa.duration("s")),
+    "ns_in_zone": pa.array([1, None, 2], pa.timestamp("ns", tz="Asia/Tokyo")),
+    "list_time_ns": pa.array([[1], None, [1_500]], pa.list_(pa.time64("ns"))),
+}
+#: those a CSV output cannot give back: Arrow writes them as text its CSV reader refuses ("10000-01-01 00:00:00",
+#: "<value out of range: 2147483647>"); the run refuses them naming the row
+NOT_IN_CSV = {"time_past_day": "<value out of range: 1099511627776>", "year_10000": "10000-01-01 00:00:00.000",
+              "date_far": "<value out of range: 2147483647>"}
+#: how the rejects file, and a message, show such a value (Arrow's text; past Arrow's range, the number and type)
+SHOWN = {"time_past_day": "1099511627776 (time64[us])", "year_10000": "10000-01-01 00:00:00.000",
+         "date_far": "2147483647 (date32[day])"}
+
+
+@pytest.fixture(scope="module")
+def beyond_python(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("beyond") / "in.parquet"
+    pq.write_table(pa.table({"text": ["one text", "", "three texts"], **BEYOND_PYTHON}), path)  # row 1: a bad row
+    return path
+
+
+def _read(path: Path, name: str) -> pa.Array:
+    """The input's column as Parquet gives it back (seconds are stored as milliseconds), rows 0 and 2."""
+    return pq.read_table(path, columns=[name]).column(name).combine_chunks().take([0, 2])
+
+
+def _exact(got, want: pa.Array) -> bool:
+    """The same type and values, nanoseconds and days past 9999 included (to_pylist would compare them cut)."""
+    got = got.combine_chunks() if isinstance(got, pa.ChunkedArray) else got
+    return got.type == want.type and got.equals(want)
+
+
+class TestValuesNoPythonObjectHolds:
+    @pytest.mark.parametrize("name", list(BEYOND_PYTHON))
+    def test_a_parquet_output_keeps_them_exactly(self, beyond_python, tmp_path, name):
+        out = tmp_path / "o.parquet"
+        bertfeat.extract(beyond_python, out, model=tiny_model(), keep=name, on_bad_row="skip")
+        want = _read(beyond_python, name)
+        assert _exact(pq.read_table(out).column(name), want)
+        (_, _, extras), = list(iter_features(out, with_extras=True))
+        assert _exact(extras[name], want)
+
+    @pytest.mark.parametrize("name", ["time_ns", "year_10000", "ns_in_zone", "date_far"])
+    def test_as_the_id_column_of_a_parquet_output(self, beyond_python, tmp_path, name):
+        out = tmp_path / "o.parquet"
+        bertfeat.extract(beyond_python, out, model=tiny_model(), id_column=name, on_bad_row="skip")  # row 1: null id
+        assert _exact(pq.read_table(out).column(name), _read(beyond_python, name))
+
+    @pytest.mark.parametrize("name", [n for n in BEYOND_PYTHON if n not in NOT_IN_CSV and not n.startswith("list")])
+    def test_a_csv_output_gives_them_back_and_so_does_pca_transform(self, beyond_python, tmp_path, capsys, name):
+        out = tmp_path / "o.csv"
+        bertfeat.extract(beyond_python, out, model=tiny_model(), keep=name, on_bad_row="skip")
+        want = _read(beyond_python, name)
+        (_, _, extras), = list(iter_features(out, with_extras=True))
+        assert _exact(extras[name], want)
+        rc, _, err = run(capsys, "pca", "fit", out, "-n", "1", "-o", tmp_path / "p.npz", "-q")
+        assert rc == 0, err
+        rc, _, err = run(capsys, "pca", "transform", out, "--pca-model", tmp_path / "p.npz", "-o", tmp_path / "r.csv", "-q")
+        assert rc == 0, err
+        (_, _, extras), = list(iter_features(tmp_path / "r.csv", with_extras=True))
+        assert _exact(extras[name], want)
+
+    @pytest.mark.parametrize("name", ["time_ns", "ns_in_zone"])
+    def test_as_the_id_column_of_an_npy_output(self, beyond_python, tmp_path, name):
+        out = tmp_path / "o.npy"
+        bertfeat.extract(beyond_python, out, model=tiny_model(), id_column=name, on_bad_row="skip")
+        (ids, _, _), = list(iter_features(out, with_extras=True))
+        want = _read(beyond_python, name)
+        assert _exact(pa.array(ids, want.type), want)
+
+    @pytest.mark.parametrize("fmt", ["csv", "npy"])
+    @pytest.mark.parametrize("name", list(NOT_IN_CSV))
+    def test_a_value_a_csv_cannot_give_back_is_refused_naming_its_row(self, beyond_python, tmp_path, capsys, name, fmt):
+        """Arrow wrote them as text its own CSV reader refuses: the run succeeded and the output could not be read."""
+        args = ["--keep", name] if fmt == "csv" else ["--id-column", name]
+        rc, _, err = run(capsys, "extract", beyond_python, "-o", tmp_path / f"o.{fmt}", "--model", tiny_model(),
+                         "--on-bad-row", "skip", "-q", *args)
+        what, other = (f"--keep column '{name}'", "leave it out of --keep") if fmt == "csv" else \
+            (f"--id-column '{name}'", "choose another --id-column")
+        assert (rc, err) == (1, f"Error: {beyond_python} row 2: {what} holds {SHOWN[name]}, which a {'CSV' if fmt == 'csv' else '.npy'} "
+                                f"output cannot give back (it is written as '{NOT_IN_CSV[name]}', which Arrow's CSV "
+                                f"reader refuses) - write a Parquet output (-o NAME.parquet), or {other}\n")
+        assert list(tmp_path.iterdir()) == []
+
+    def test_the_rejects_file_shows_them_as_arrow_writes_them(self, beyond_python, tmp_path):
+        out = tmp_path / "o.parquet"
+        bertfeat.extract(beyond_python, out, model=tiny_model(), keep=list(NOT_IN_CSV), on_bad_row="skip",
+                         id_column="time_ns")
+        table = pq.read_table(beyond_python).slice(2)  # row 2 again, rejected this time: its text is empty
+        pq.write_table(table.set_column(0, "text", pa.array([""])), tmp_path / "bad.parquet")
+        bertfeat.extract(tmp_path / "bad.parquet", tmp_path / "b.parquet", model=tiny_model(), keep=list(NOT_IN_CSV),
+                         on_bad_row="skip", id_column="time_ns")
+        assert (tmp_path / "b.parquet.rejects.csv").read_text().splitlines() == [
+            "row,id,reason," + ",".join(NOT_IN_CSV), "0,00:00:00.000001500,empty text," + ",".join(SHOWN.values())]
+
+    @pytest.mark.parametrize("option", ["keep", "id_column"])
+    def test_a_struct_whose_field_name_repeats_is_refused_naming_it(self, tmp_path, capsys, option):
+        """Its values have no dict: the run failed with "unexpected ValueError ... a bug in bertfeat"."""
+        src = tmp_path / "s.parquet"
+        twice = pa.StructArray.from_arrays([pa.array([1, 2]), pa.array([3, 4])], names=["a", "a"])
+        pq.write_table(pa.table({"text": ["one", "two"], "s": pa.array([[{"a": 1}], []], pa.list_(pa.struct([("a", pa.int64())]))),
+                                 "d": twice}), src)
+        flag = f"--{option.replace('_', '-')}"
+        rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), flag, "d")
+        what = "--keep column" if option == "keep" else "--id-column"
+        assert (rc, err) == (1, f"Error: {src}: {what} 'd' holds struct<a: int64, a: int64> values, a struct whose field "
+                                "name 'a' appears more than once - rename the struct's fields so that each name is unique "
+                                "(e.g. pyarrow's StructArray.from_arrays with other names), or leave the column out\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["s.parquet"]

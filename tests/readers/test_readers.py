@@ -671,3 +671,18 @@ def test_a_json_array_file_or_cr_line_ends_are_named_for_what_they_are(tmp_path)
         open_input(str(tmp_path / "c.jsonl"))
     (tmp_path / "ok.jsonl").write_text('{"text": "a"}\n[1, 2]\n')  # an array on a line of its own: a bad row, as before
     assert open_input(str(tmp_path / "ok.jsonl")).text_column == "text"
+
+
+def test_a_jsonl_id_that_is_a_number_is_named_as_the_line_wrote_it(tmp_path, capsys):
+    """A bad id was named as Python prints the float (1e2 as 100.0, 2.50 as 2.5): the rejects file showed a value
+    the file does not hold."""
+    from extract_util import run, tiny_model
+
+    src = tmp_path / "n.jsonl"
+    src.write_text('{"id": 1, "text": "one"}\n{"id": 1e2, "text": "two"}\n{"id": 2.50, "text": "three"}\n'
+                   '{"id": -0.0, "text": "four"}\n')
+    rc, _, err = run(capsys, "extract", src, "--model", tiny_model(), "--id-column", "id", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert (tmp_path / "n.features.parquet.rejects.csv").read_text().splitlines() == [
+        "row,id,reason", "1,,\"id 1e2 is a number, not a string or an integer\"",
+        "2,,\"id 2.50 is a number, not a string or an integer\"", "3,,\"id -0.0 is a number, not a string or an integer\""]
