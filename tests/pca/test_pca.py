@@ -1044,3 +1044,57 @@ def test_the_not_fitted_error_unpickles_in_a_process_that_never_made_it(tmp_path
             "print(isinstance(e, sklearn.exceptions.NotFittedError), e.fix)")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "e.pkl")], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True call fit(X) or partial_fit(X), or load a saved model with PCA.load(path)"
+
+
+# -- overflow: float32 products that overflow are redone in float64; float64 overflow is refused by every solver -----
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("scale", [1e30, "max"])
+def test_mixed_accumulation_fits_what_float64_fits(sk, scale):
+    """float32 rows near 1e30 (float32 products overflow) or at float32's largest (their differences overflow) were
+    refused under the default accumulate="mixed" ("pass them as float64", "the statistics overflowed to inf") while
+    accumulate="float64" and the svd solver fit them: mixed redoes such a block in float64, so all agree, streamed
+    or not, with scikit-learn on the float64 upcast, and no NumPy warning is shown."""
+    rng = np.random.default_rng(3)
+    if scale == "max":
+        X = np.full((6, 3), np.finfo(np.float32).max, dtype=np.float32)
+        X[::2, 0] *= -1
+        X[1::3, 2] = 0
+    else:
+        X = (rng.standard_normal((50, 4)) * scale).astype(np.float32)
+    theirs = sk(svd_solver="full").fit(X.astype(np.float64))
+    stream = PCA()
+    for chunk in np.array_split(X, 3):
+        stream.partial_fit(chunk)
+    for ours in (PCA().fit(X), PCA(solver="covariance").fit(X), stream):
+        assert ours.n_components_ == theirs.n_components_
+        np.testing.assert_allclose(ours.explained_variance_, theirs.explained_variance_, rtol=1e-10,
+                                   atol=1e-10 * theirs.explained_variance_[0])
+        np.testing.assert_allclose(ours.mean_, theirs.mean_, rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("solver", ["auto", "covariance", "svd", "randomized"])
+def test_float64_overflow_is_refused_by_every_solver(solver):
+    """float64 rows near 1e160: the covariance solver refused them, but the svd solver returned NaN variances and
+    components and the randomized one inf, silently; now each refuses them with the same error, without warnings."""
+    X = np.random.default_rng(0).standard_normal((50, 4)) * 1e160
+    with pytest.raises(BertfeatError) as e:
+        PCA(2, solver=solver).fit(X)
+    assert str(e.value) == ("rows 0-49: products of these float64 features overflow (values near 1e154 or larger) - "
+                            "scale the features down")
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_float32_projections_that_overflow_say_so():
+    """Finite float32 rows whose projections pass float32's largest: the error said "the statistics overflowed"
+    (there are none in a transform), with NumPy's overflow warning above it."""
+    X = np.full((3, 2), np.finfo(np.float32).max, dtype=np.float32)
+    X[0, 0] *= -1
+    pca = PCA().fit(X)
+    with pytest.raises(BertfeatError) as e:
+        pca.transform(X)
+    assert str(e.value) == ("features are too large: their projections overflow float32 - scale the features down "
+                            "before transforming, or pass them as float64")
+    assert np.isfinite(pca.transform(X.astype(np.float64))).all()
