@@ -196,7 +196,9 @@ def decompose_randomized(Xc: np.ndarray, mean: np.ndarray, spec: Any, random_sta
     S, Vt = randomized_svd(Xc, k, rng)
     spectrum = S**2 / (n - 1)
     total = float(np.einsum("ij,ij->", Xc, Xc)) / (n - 1)
-    noise = (total - float(spectrum.sum())) / (r - k) if k < r else 0.0
+    # the variance the top k leave; on data of rank k it is 0 but rounds either way, and a negative variance made
+    # the model's own file refused by load (its variances checked) and its precision meaningless
+    noise = max((total - float(spectrum.sum())) / (r - k), 0.0) if k < r else 0.0
     return Decomposition(mean, flip_signs(Vt), spectrum, total, n, k, noise, "randomized")
 
 

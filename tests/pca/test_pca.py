@@ -1098,3 +1098,32 @@ def test_float32_projections_that_overflow_say_so():
     assert str(e.value) == ("features are too large: their projections overflow float32 - scale the features down "
                             "before transforming, or pass them as float64")
     assert np.isfinite(pca.transform(X.astype(np.float64))).all()
+
+
+# -- a variance below 0 by rounding: the randomized solver's noise on data of rank k -----------------------------
+
+
+@pytest.mark.parametrize("rank", [1, 3, 4])
+def test_randomized_fit_of_rank_k_data_saves_a_model_that_loads(tmp_path, rank):
+    """On data of rank k, total - the top k variances rounds to a tiny negative noise_variance_ (-4e-16 ...): the
+    saved model was refused by PCA.load (and `pca transform`) as "not a bertfeat PCA model: its variances are
+    negative". The noise is a variance, so never below 0; a file already written so loads, its noise as 0."""
+    rng = np.random.default_rng(rank)
+    X = rng.standard_normal((60, rank)) @ rng.standard_normal((rank, 40))
+    pca = PCA(rank, solver="randomized", random_state=0).fit(X)
+    assert 0.0 <= pca.noise_variance_ < 1e-13 * pca.total_variance_
+    loaded = PCA.load(pca.save(tmp_path / "r.npz"))
+    np.testing.assert_array_equal(loaded.transform(X), pca.transform(X))
+    assert loaded.noise_variance_ == pca.noise_variance_
+    with np.load(tmp_path / "r.npz", allow_pickle=False) as z:  # as earlier releases wrote it: the rounded value
+        arrays = {key: z[key] for key in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    for noise, loads in ((-4e-16, True), (-1e-3 * meta["total_variance"], False)):
+        arrays["meta"] = np.array(json.dumps(meta | {"noise_variance": noise}, sort_keys=True))
+        with open(tmp_path / "old.npz", "wb") as f:
+            np.savez(f, **arrays)
+        if loads:
+            assert PCA.load(tmp_path / "old.npz").noise_variance_ == 0.0
+        else:  # not rounding: a damaged or foreign file, refused as before
+            with pytest.raises(BertfeatError, match="its variances are negative or not finite"):
+                PCA.load(tmp_path / "old.npz")
