@@ -669,4 +669,5 @@ class PCA(Estimator):
     def components_needed(self, fraction: float) -> int | None:
         """Smallest k whose cumulative ratio exceeds ``fraction`` (None if unknown)."""
         r = self._result()
-        return components_needed(r.spectrum / r.total_variance, fraction)
+        return components_needed(r.spectrum / r.total_variance if r.total_variance > 0 else np.zeros_like(r.spectrum),
+                                 fraction)

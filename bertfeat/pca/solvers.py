@@ -94,8 +94,11 @@ def randomized_svd(
 def components_needed(ratio: np.ndarray, fraction: float) -> int | None:
     """Smallest k whose cumulative ratio exceeds ``fraction`` (the k ``n_components=fraction`` picks).
 
-    None when the known part of the spectrum never exceeds it (randomized solver).
+    None when the known part of the spectrum never exceeds it (randomized solver). No variance at all (every row the
+    same: ratios all 0, or NaN from 0 / 0): 1, as scikit-learn keeps (its ratios are NaN there).
     """
+    if len(ratio) and not np.any(ratio > 0):
+        return 1
     cumsum = np.cumsum(ratio)
     k = int(np.searchsorted(cumsum, fraction, side="right")) + 1
     return k if k <= len(ratio) else None

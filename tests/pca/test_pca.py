@@ -1127,3 +1127,31 @@ def test_randomized_fit_of_rank_k_data_saves_a_model_that_loads(tmp_path, rank):
         else:  # not rounding: a damaged or foreign file, refused as before
             with pytest.raises(BertfeatError, match="its variances are negative or not finite"):
                 PCA.load(tmp_path / "old.npz")
+
+
+# -- no variance at all (every row the same): a fraction keeps 1 component, as scikit-learn -------------------------
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("solver", ["auto", "svd", "covariance", "stream"])
+def test_a_fraction_of_no_variance_keeps_one_component(sk, solver):
+    """Rows all alike: no k has a cumulative ratio above 0.95, and the fit kept every component (min(n, d)) where
+    scikit-learn keeps 1 (its ratios are 0 / 0); PCA.components_needed said 1 (with a RuntimeWarning) and the report's
+    thresholds "not reached". Now 1 everywhere, as n_components='mle' keeps there."""
+    from bertfeat.pca.report import build_pca_report
+
+    X = np.zeros((20, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # scikit-learn's 0 / 0
+        theirs = sk(0.95, svd_solver="full").fit(X)
+    if solver == "stream":
+        ours = PCA(0.95)
+        for chunk in np.array_split(X, 5):
+            ours.partial_fit(chunk)
+    else:
+        ours = PCA(0.95, solver=solver).fit(X)
+    assert ours.n_components_ == theirs.n_components_ == 1
+    assert ours.transform(X).shape == theirs.transform(X).shape == (20, 1)
+    assert ours.components_needed(0.5) == 1
+    assert [t["components"] for t in build_pca_report(ours)["thresholds"]] == [1, 1, 1, 1]
+    assert PCA(0.5, solver=solver if solver != "stream" else "auto").fit(np.full((5, 3), 7.25)).n_components_ == 1
