@@ -587,7 +587,11 @@ class PCA(Estimator):
         Xa = self._check_transform_input(X)
         if not np.isfinite(Xa).all():
             raise nonfinite_error(Xa, 0, "scoring")
-        return log_likelihoods(Xa - self.mean_, self.get_precision())
+        try:
+            precision = model_precision(self.components_, self.explained_variance_, self.noise_variance_, self.whiten)
+        except BertfeatError:  # singular: no density off its subspace, -inf as scikit-learn's fast_logdet gives
+            return np.full(Xa.shape[0], -np.inf)
+        return log_likelihoods(Xa - self.mean_, precision)
 
     def score(self, X: Any, y: Any = None) -> float:
         """The mean log-likelihood of X's rows (``score_samples``): what cross_val_score and GridSearchCV maximise."""

@@ -23,7 +23,9 @@ from .stats import Stats
 
 __all__ = ["SOLVERS", "AUTO_COVARIANCE_MAX_FEATURES", "Decomposition", "flip_signs", "choose_solver", "randomized_svd",
            "n_components_from_spec", "components_needed", "decomposition_from_spectrum", "decompose_svd",
-           "decompose_randomized", "decompose_stats", "model_covariance", "model_precision", "log_likelihoods"]
+           "decompose_randomized", "decompose_stats", "model_covariance", "model_singular", "singular_model_error",
+           "model_precision",
+           "log_likelihoods"]
 
 SOLVERS = ("auto", "svd", "covariance", "randomized")
 #: ``auto`` uses the covariance solver up to this many features (a d x d float64 matrix).
@@ -236,9 +238,35 @@ def model_covariance(components: np.ndarray, variance: np.ndarray, noise: float,
     return cov
 
 
+def model_singular(components: np.ndarray, variance: np.ndarray, noise: float, whiten: bool) -> bool:
+    """Whether ``model_covariance`` is singular, so has no inverse: no noise (every component of the spectrum kept,
+    or the rest of it 0) and fewer than d directions of variance - k < d components (fewer rows than features and
+    n_components=None), or a kept component's eigenvalue of the covariance (its variance; squared with ``whiten``)
+    at most d * eps of the largest (constant or repeated columns: 0 up to rounding; ``numpy.linalg.matrix_rank``'s
+    tolerance). With noise, the (k, k) inverse of the matrix inversion lemma is well defined."""
+    k, d = components.shape
+    if noise != 0.0:
+        return False
+    eig = variance * variance if whiten else variance  # (k,) the covariance's eigenvalues along the components
+    return k < d or not eig.max() > 0.0 or bool(eig.min() <= eig.max() * d * np.finfo(np.float64).eps)
+
+
+def singular_model_error(d: int, k: int) -> BertfeatError:
+    """``get_precision`` of a singular model (``model_singular``)."""
+    return BertfeatError(
+        f"the PCA's probabilistic model has no precision: its covariance is singular (noise_variance_ is 0 and its "
+        f"{k} components leave directions of the {d} features without variance)",
+        f"fit with {opt('n_components')} below the rank of the rows (below min(n_samples, n_features), fewer still "
+        "with constant or repeated columns), so that the variance left over is the noise")
+
+
 def model_precision(components: np.ndarray, variance: np.ndarray, noise: float, whiten: bool) -> np.ndarray:
     """The inverse (d, d) of ``model_covariance`` by the matrix inversion lemma (a (k, k) inverse), or a plain
-    inverse when noise is 0 (every component kept): scikit-learn's ``get_precision``."""
+    inverse when noise is 0 (every component kept): scikit-learn's ``get_precision``. A singular covariance has none:
+    an error (``singular_model_error``) where scikit-learn's inverse raises LinAlgError or returns rounding noise."""
+    k, d = components.shape
+    if model_singular(components, variance, noise, whiten):
+        raise singular_model_error(d, k)
     if noise == 0.0:
         return np.linalg.inv(model_covariance(components, variance, noise, whiten))
     comps, above = _model_parts(components, variance, noise, whiten)

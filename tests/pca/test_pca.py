@@ -1155,3 +1155,56 @@ def test_a_fraction_of_no_variance_keeps_one_component(sk, solver):
     assert ours.components_needed(0.5) == 1
     assert [t["components"] for t in build_pca_report(ours)["thresholds"]] == [1, 1, 1, 1]
     assert PCA(0.5, solver=solver if solver != "stream" else "auto").fit(np.full((5, 3), 7.25)).n_components_ == 1
+
+
+# -- a singular probabilistic model: no precision, log-likelihood -inf (GridSearchCV ranks it as scikit-learn) -----
+
+
+def _singular_fits():
+    """Data whose PCA keeps no noise and leaves directions without variance: (name, X, d, k)."""
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((40, 5))
+    return [("constant column", np.hstack([base, np.full((40, 1), 2.5)]), 6, 6),
+            ("repeated columns", np.hstack([base, base[:, :2]]), 7, 7),
+            ("two rows", rng.standard_normal((2, 4)), 4, 2),
+            ("fewer rows than features", rng.standard_normal((5, 10)), 10, 5)]
+
+
+@pytest.mark.parametrize("solver", ["svd", "covariance"])
+@pytest.mark.parametrize("case", _singular_fits(), ids=lambda c: c[0])
+def test_a_singular_model_has_no_precision_and_scores_minus_inf(case, solver):
+    """Every component kept (noise_variance_ 0) of rows that vary in fewer directions than they have features: the
+    model covariance is singular. get_precision raised NumPy's LinAlgError or inverted it into rounding noise, and
+    score_samples gave finite numbers (+100, +2e16) where scikit-learn's are -inf (or LinAlgError)."""
+    _, X, d, k = case
+    pca = PCA(solver=solver).fit(X)
+    assert pca.n_components_ == k and pca.noise_variance_ == 0.0
+    with pytest.raises(BertfeatError) as e:
+        pca.get_precision()
+    assert e.value.message == (
+        f"the PCA's probabilistic model has no precision: its covariance is singular (noise_variance_ is 0 and its {k} "
+        f"components leave directions of the {d} features without variance) - fit with n_components below the rank "
+        "of the rows (below min(n_samples, n_features), fewer still with constant or repeated columns), so that the "
+        "variance left over is the noise")
+    assert np.isfinite(pca.get_covariance()).all()
+    assert np.all(pca.score_samples(X) == -np.inf) and pca.score(X) == -np.inf
+    whitened = PCA(solver=solver, whiten=True).fit(X)
+    assert np.all(whitened.score_samples(X[:3]) == -np.inf)
+
+
+def test_grid_search_on_fewer_rows_than_features_picks_as_scikit_learn(sk):
+    """GridSearchCV(PCA(), {"n_components": [2, 3, None]}) on 15 x 30 rows: None (every component of 10 training rows)
+    scored +2e16 from an inverse of a singular matrix (its rounding decides: -inf on other rows), so it won. Now
+    -inf, which scikit-learn's fast_logdet gives too when its inverse is not positive definite (here it is: -1e16)."""
+    from sklearn.model_selection import GridSearchCV
+
+    X = np.random.default_rng(2).standard_normal((15, 30))
+    grid = {"n_components": [2, 3, None]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # GridSearchCV warns of the -inf score; scikit-learn's inverse of the matrix
+        ours = GridSearchCV(PCA(), grid, cv=3).fit(X)
+        theirs = GridSearchCV(sk(), grid, cv=3).fit(X)
+    assert ours.best_params_ == theirs.best_params_ == {"n_components": 3}
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"][:2], theirs.cv_results_["mean_test_score"][:2],
+                               rtol=1e-10)
+    assert ours.cv_results_["mean_test_score"][2] == -np.inf
