@@ -191,7 +191,7 @@ def decompose_randomized(Xc: np.ndarray, mean: np.ndarray, spec: Any, random_sta
     n, d = Xc.shape
     r = min(n, d)
     if spec is not None and not isinstance(spec, numbers.Integral):
-        what = f"n_components={spec!r}" if spec == "mle" else "a fractional n_components"
+        what = opt("n_components", spec) if spec == "mle" else f"a fractional {opt('n_components')}"  # the CLI's flag
         raise BertfeatError(
             f"{what} needs the whole spectrum, which the randomized solver does not compute",
             f"use {opt('solver', 'covariance')} or {opt('solver', 'svd')}, or pass a whole number of components",
