@@ -83,6 +83,7 @@ from .validation import (
     check_n_components_spec,
     check_seed,
     nonfinite_error,
+    overflow_error,
 )
 from .file import SavedModel, load_model, merge_sources, not_a_model, save_model, source_differences
 from .solvers import (
@@ -165,9 +166,9 @@ class PCA(Estimator):
         added to float64 totals - twice as fast; on BERT features ratios within ~1e-8 of a
         float64 fit, in general a component's variance about 1e-7 x (largest variance / its
         own) off (use float64 when the trailing components of a steep spectrum matter). Data
-        far from zero relative to its spread (|mean| > 128 std in some column), and a block
-        of rows far from the running shift (pca_stats.MIXED_MAX_ENERGY), fall back to
-        float64 products.
+        far from zero relative to its spread (|mean| > 128 std in some column), a block
+        of rows far from the running shift (pca_stats.MIXED_MAX_ENERGY), and a block whose
+        float32 products overflow (values near 1e19 or larger) fall back to float64 products.
         ``n_components="mle"`` always accumulates in float64: Minka's choice reads the smallest
         variances, which float32 products cannot resolve.
         ``float64``: every block is converted and multiplied in float64, so re-chunking or
@@ -340,10 +341,16 @@ class PCA(Estimator):
             raise nonfinite_error(X, 0, "fitting")
         mean = col_sum / n
         Xc = np.subtract(X, mean, dtype=np.float64)  # (n, d) centred copy
-        if solver == "svd":
-            self._result_ = decompose_svd(Xc, mean, self.n_components)
-        else:
-            self._result_ = decompose_randomized(Xc, mean, self.n_components, self.random_state)
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below, by its rows
+            if solver == "svd":
+                result = decompose_svd(Xc, mean, self.n_components)
+            else:
+                result = decompose_randomized(Xc, mean, self.n_components, self.random_state)
+        # the SVD of values near 1e154 or more gave NaN, or inf variances, where the covariance solver refuses them
+        if not (np.isfinite(result.spectrum).all() and np.isfinite(result.components).all()
+                and np.isfinite(result.total_variance)):
+            raise overflow_error(0, n - 1)
+        self._result_ = result
         self._d = d
         self._set_fitted(self._result_, d)
         return self
@@ -531,10 +538,11 @@ class PCA(Estimator):
         r = self._result_
         dt = Xa.dtype
         C = r.components.astype(dt)  # (k, d)
-        Y = Xa @ C.T  # (n, k): project first, then subtract the projected mean (no centred (n, d) copy)
-        Y -= (r.mean @ r.components.T).astype(dt)
-        if self.whiten:
-            Y /= self._whiten_scale(dt)
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, not warned about
+            Y = Xa @ C.T  # (n, k): project first, then subtract the projected mean (no centred (n, d) copy)
+            Y -= (r.mean @ r.components.T).astype(dt)
+            if self.whiten:
+                Y /= self._whiten_scale(dt)
         if not np.isfinite(Y).all():  # NaN/inf in X always reaches Y; checking Y is cheaper
             raise nonfinite_error(Xa, row_offset, "transforming")
         return self._wrap_output(Y, original)
@@ -579,7 +587,11 @@ class PCA(Estimator):
         Xa = self._check_transform_input(X)
         if not np.isfinite(Xa).all():
             raise nonfinite_error(Xa, 0, "scoring")
-        return log_likelihoods(Xa - self.mean_, self.get_precision())
+        try:
+            precision = model_precision(self.components_, self.explained_variance_, self.noise_variance_, self.whiten)
+        except BertfeatError:  # singular: no density off its subspace, -inf as scikit-learn's fast_logdet gives
+            return np.full(Xa.shape[0], -np.inf)
+        return log_likelihoods(Xa - self.mean_, precision)
 
     def score(self, X: Any, y: Any = None) -> float:
         """The mean log-likelihood of X's rows (``score_samples``): what cross_val_score and GridSearchCV maximise."""
@@ -661,4 +673,5 @@ class PCA(Estimator):
     def components_needed(self, fraction: float) -> int | None:
         """Smallest k whose cumulative ratio exceeds ``fraction`` (None if unknown)."""
         r = self._result()
-        return components_needed(r.spectrum / r.total_variance, fraction)
+        return components_needed(r.spectrum / r.total_variance if r.total_variance > 0 else np.zeros_like(r.spectrum),
+                                 fraction)

@@ -270,9 +270,13 @@ def _check_values(path: Path, r: Decomposition, stats: Stats | None) -> None:
     k = r.n_components
     for name, a in (("components", r.components), ("mean", r.mean), ("spectrum", r.spectrum)):
         finite(name, a)
+    # a noise variance below 0 by rounding (total - the top k's, on data of rank k: earlier bertfeat saved
+    # randomized fits so) is 0; the 1e-6 of the total, as the check of the components' sum below allows
+    rounding = -1e-6 * r.total_variance if np.isfinite(r.total_variance) else 0.0
     if (r.spectrum < 0).any() or not (np.isfinite(r.total_variance) and r.total_variance >= 0) \
-            or not (np.isfinite(r.noise_variance) and r.noise_variance >= 0):
+            or not (np.isfinite(r.noise_variance) and r.noise_variance >= rounding):
         raise not_a_model(path, "its variances are negative or not finite")
+    r.noise_variance = max(r.noise_variance, 0.0)
     if r.spectrum[:k].sum() > r.total_variance * (1 + 1e-6) + 1e-300:
         raise not_a_model(path, f"its total variance {r.total_variance:g} is less than its components' "
                                 f"({r.spectrum[:k].sum():g})")

@@ -24,10 +24,11 @@ __all__ = ["fit_pca_file", "reduce_features_file", "pca_metadata_entry", "file_s
 
 
 def fit_errstate() -> np.errstate:
-    """NumPy's floating-point warnings off while the PCA takes its statistics: an overflow there (float32 block
-    products of values near 1e19 and more) or an invalid value ends in the PCA's own error anyway ("products of
-    these float32 features overflow", "features contain NaN or inf"), so a warning and its source line would only
-    stand above the one Error line. A new errstate per use (one instance cannot be entered twice)."""
+    """NumPy's floating-point warnings off while the PCA takes its statistics: an overflow there (float64 products
+    of values near 1e154 and more; float32 blocks that overflow float32 are redone in float64) or an invalid value
+    ends in the PCA's own error anyway ("products of these float64 features overflow", "features contain NaN or
+    inf"), so a warning and its source line would only stand above the one Error line. A new errstate per use (one
+    instance cannot be entered twice)."""
     return np.errstate(over="ignore", invalid="ignore")
 
 

@@ -23,7 +23,9 @@ from .stats import Stats
 
 __all__ = ["SOLVERS", "AUTO_COVARIANCE_MAX_FEATURES", "Decomposition", "flip_signs", "choose_solver", "randomized_svd",
            "n_components_from_spec", "components_needed", "decomposition_from_spectrum", "decompose_svd",
-           "decompose_randomized", "decompose_stats", "model_covariance", "model_precision", "log_likelihoods"]
+           "decompose_randomized", "decompose_stats", "model_covariance", "model_singular", "singular_model_error",
+           "model_precision",
+           "log_likelihoods"]
 
 SOLVERS = ("auto", "svd", "covariance", "randomized")
 #: ``auto`` uses the covariance solver up to this many features (a d x d float64 matrix).
@@ -94,8 +96,11 @@ def randomized_svd(
 def components_needed(ratio: np.ndarray, fraction: float) -> int | None:
     """Smallest k whose cumulative ratio exceeds ``fraction`` (the k ``n_components=fraction`` picks).
 
-    None when the known part of the spectrum never exceeds it (randomized solver).
+    None when the known part of the spectrum never exceeds it (randomized solver). No variance at all (every row the
+    same: ratios all 0, or NaN from 0 / 0): 1, as scikit-learn keeps (its ratios are NaN there).
     """
+    if len(ratio) and not np.any(ratio > 0):
+        return 1
     cumsum = np.cumsum(ratio)
     k = int(np.searchsorted(cumsum, fraction, side="right")) + 1
     return k if k <= len(ratio) else None
@@ -186,7 +191,7 @@ def decompose_randomized(Xc: np.ndarray, mean: np.ndarray, spec: Any, random_sta
     n, d = Xc.shape
     r = min(n, d)
     if spec is not None and not isinstance(spec, numbers.Integral):
-        what = f"n_components={spec!r}" if spec == "mle" else "a fractional n_components"
+        what = opt("n_components", spec) if spec == "mle" else f"a fractional {opt('n_components')}"  # the CLI's flag
         raise BertfeatError(
             f"{what} needs the whole spectrum, which the randomized solver does not compute",
             f"use {opt('solver', 'covariance')} or {opt('solver', 'svd')}, or pass a whole number of components",
@@ -196,7 +201,9 @@ def decompose_randomized(Xc: np.ndarray, mean: np.ndarray, spec: Any, random_sta
     S, Vt = randomized_svd(Xc, k, rng)
     spectrum = S**2 / (n - 1)
     total = float(np.einsum("ij,ij->", Xc, Xc)) / (n - 1)
-    noise = (total - float(spectrum.sum())) / (r - k) if k < r else 0.0
+    # the variance the top k leave; on data of rank k it is 0 but rounds either way, and a negative variance made
+    # the model's own file refused by load (its variances checked) and its precision meaningless
+    noise = max((total - float(spectrum.sum())) / (r - k), 0.0) if k < r else 0.0
     return Decomposition(mean, flip_signs(Vt), spectrum, total, n, k, noise, "randomized")
 
 
@@ -231,9 +238,35 @@ def model_covariance(components: np.ndarray, variance: np.ndarray, noise: float,
     return cov
 
 
+def model_singular(components: np.ndarray, variance: np.ndarray, noise: float, whiten: bool) -> bool:
+    """Whether ``model_covariance`` is singular, so has no inverse: no noise (every component of the spectrum kept,
+    or the rest of it 0) and fewer than d directions of variance - k < d components (fewer rows than features and
+    n_components=None), or a kept component's eigenvalue of the covariance (its variance; squared with ``whiten``)
+    at most d * eps of the largest (constant or repeated columns: 0 up to rounding; ``numpy.linalg.matrix_rank``'s
+    tolerance). With noise, the (k, k) inverse of the matrix inversion lemma is well defined."""
+    k, d = components.shape
+    if noise != 0.0:
+        return False
+    eig = variance * variance if whiten else variance  # (k,) the covariance's eigenvalues along the components
+    return k < d or not eig.max() > 0.0 or bool(eig.min() <= eig.max() * d * np.finfo(np.float64).eps)
+
+
+def singular_model_error(d: int, k: int) -> BertfeatError:
+    """``get_precision`` of a singular model (``model_singular``)."""
+    return BertfeatError(
+        f"the PCA's probabilistic model has no precision: its covariance is singular (noise_variance_ is 0 and its "
+        f"{k} components leave directions of the {d} features without variance)",
+        f"fit with {opt('n_components')} below the rank of the rows (below min(n_samples, n_features), fewer still "
+        "with constant or repeated columns), so that the variance left over is the noise")
+
+
 def model_precision(components: np.ndarray, variance: np.ndarray, noise: float, whiten: bool) -> np.ndarray:
     """The inverse (d, d) of ``model_covariance`` by the matrix inversion lemma (a (k, k) inverse), or a plain
-    inverse when noise is 0 (every component kept): scikit-learn's ``get_precision``."""
+    inverse when noise is 0 (every component kept): scikit-learn's ``get_precision``. A singular covariance has none:
+    an error (``singular_model_error``) where scikit-learn's inverse raises LinAlgError or returns rounding noise."""
+    k, d = components.shape
+    if model_singular(components, variance, noise, whiten):
+        raise singular_model_error(d, k)
     if noise == 0.0:
         return np.linalg.inv(model_covariance(components, variance, noise, whiten))
     comps, above = _model_parts(components, variance, noise, whiten)

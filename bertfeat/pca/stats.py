@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BertfeatError
-from .validation import nonfinite_error
+from .validation import nonfinite_error, overflow_error
 
 __all__ = ["BLOCK_ROWS", "MIXED_MAX_OFFSET", "Stats", "first_stats", "float32_products_ok", "chunk_stats", "add_chunk",
            "merge_stats"]
@@ -90,26 +90,42 @@ def chunk_stats(X: np.ndarray, shift: np.ndarray, row_offset: int, mixed: bool =
     in float32 (rounding relative to x - shift, not to x) and multiplied with a float32 ``syrk``, twice
     as fast; each block's product is added to the float64 total, so float32 rounding stays
     within one block of at most ``BLOCK_ROWS`` rows (ratios within ~1e-9 of a float64 SVD,
-    see benchmarks/PCA_RESULTS.md). The sum is always accumulated in float64.
+    see benchmarks/PCA_RESULTS.md). A block whose float32 products would not be accurate (rows far from the shift) or
+    overflow float32 (values near 1e19 or larger, or a difference past float32's largest) is done again in float64,
+    so ``mixed`` fits whatever ``float64`` fits. The sum is always accumulated in float64.
     """
     m, d = X.shape
-    shift32 = shift.astype(np.float32)
+    with np.errstate(over="ignore"):  # a shift past float32's range is not float32-representable: float64 blocks
+        shift32 = shift.astype(np.float32)
     in_f32 = mixed and np.array_equal(shift32, shift)  # the caller passes mixed only for float32 X
-    buf = np.empty((min(m, BLOCK_ROWS), d), dtype=np.float32 if in_f32 else np.float64)  # (b, d) reused
+    buf = np.empty((min(m, BLOCK_ROWS), d), dtype=np.float32) if in_f32 else None  # (b, d) reused
     total_sum, total_sq = np.zeros(d), np.zeros((d, d))
     for start in range(0, m, BLOCK_ROWS):
         block = X[start : start + BLOCK_ROWS]
-        Xs = np.subtract(block, shift32 if in_f32 else shift, out=buf[: block.shape[0]])  # (b, d)
-        s = Xs.sum(axis=0, dtype=np.float64)
+        s = sq = None
+        if in_f32:
+            s, sq = _block_products(block, shift32, buf)
+            if not np.isfinite(sq).all() or _far_from_shift(sq.diagonal(), s, block.shape[0]):
+                s = None  # redone in float64 (a NaN / inf in the rows too: the float64 sum below names it)
+        if s is None:
+            s, sq = _block_products(block, shift, None)
         if not np.isfinite(s).all():
             raise nonfinite_error(block, row_offset + start, "fitting")
-        sq = Xs.T @ Xs  # symmetric rank-b update (BLAS syrk), float32 or float64
-        if in_f32 and _far_from_shift(sq.diagonal(), s, block.shape[0]):
-            Xs = np.subtract(block, shift, dtype=np.float64)  # (b, d) this block in float64 after all
-            sq = Xs.T @ Xs
         total_sq += sq
         total_sum += s
     return total_sum, total_sq
+
+
+def _block_products(block: np.ndarray, shift: np.ndarray, buf: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Sum (d,) in float64 and scatter (d, d) of block - shift (b, d): in float32 into ``buf``, or in float64 (None).
+    NumPy's overflow warnings off: the caller checks both for inf and NaN (a float32 block is redone in float64, a
+    float64 one refused), so a warning would only stand above the error."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if buf is None:
+            Xs = np.subtract(block, shift, dtype=np.float64)  # (b, d)
+        else:
+            Xs = np.subtract(block, shift, out=buf[: block.shape[0]])  # (b, d)
+        return Xs.sum(axis=0, dtype=np.float64), Xs.T @ Xs  # symmetric rank-b update (BLAS syrk)
 
 
 def _far_from_shift(energy: np.ndarray, s: np.ndarray, b: int) -> bool:
@@ -124,12 +140,8 @@ def add_chunk(st: Stats, X: np.ndarray, mixed: bool) -> None:
     """Add the rows of X (m, d) to ``st`` in place, all or nothing: a refused chunk leaves ``st`` untouched."""
     m = X.shape[0]
     chunk_sum, chunk_sq = chunk_stats(X, st.shift, st.n, mixed=mixed)
-    if not np.isfinite(chunk_sq).all():
-        if X.dtype == np.float32:
-            what, how = "float32 features overflow (values near 1e19 or larger)", "scale the features down, or pass them as float64"
-        else:
-            what, how = f"{X.dtype} features overflow (values near 1e154 or larger)", "scale the features down"
-        raise BertfeatError(f"rows {st.n}-{st.n + m - 1}: products of these {what}", how)
+    if not np.isfinite(chunk_sq).all():  # float64 products (float32 blocks overflowing float32 were redone in float64)
+        raise overflow_error(st.n, st.n + m - 1)
     st.sq += chunk_sq
     st.sum += chunk_sum
     st.n += m

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import BertfeatError, opt
 
 __all__ = ["ACCUMULATE_MODES", "DEFAULT_ACCUMULATE", "PRECISION_DEPRECATED", "as_2d_float", "nonfinite_error",
+           "overflow_error",
            "check_n_components_spec", "check_max_components", "accumulate_mode", "check_merge_feature_names",
            "check_seed"]
 
@@ -75,6 +76,10 @@ def nonfinite_error(X: np.ndarray, row_offset: int, action: str) -> BertfeatErro
     bad = ~np.isfinite(X)
     count = int(bad.sum())
     if count == 0:
+        if action == "transforming":  # float32 rows project in float32 (the output's type), which can overflow
+            return BertfeatError(f"features are too large: their projections overflow {X.dtype}",
+                                 "scale the features down before transforming" +
+                                 (", or pass them as float64" if X.dtype != np.float64 else ""))
         return BertfeatError(
             "features are too large: the statistics overflowed to inf",
             f"rescale the features before {action}",
@@ -85,6 +90,13 @@ def nonfinite_error(X: np.ndarray, row_offset: int, action: str) -> BertfeatErro
         f"column {col} ({X[row, col]})",
         f"remove or repair those rows before {action}",
     )
+
+
+def overflow_error(first: int, last: int) -> BertfeatError:
+    """The error of finite features whose float64 products overflow (rows ``first``-``last``, 0-based): the
+    statistics' scatter matrix or an SVD's squared singular values (values near 1e154 or larger)."""
+    return BertfeatError(f"rows {first}-{last}: products of these float64 features overflow (values near 1e154 or "
+                         "larger)", "scale the features down")
 
 
 def check_n_components_spec(spec: Any) -> None:

@@ -368,6 +368,16 @@ def test_fit_command_takes_mle(tmp_path, features, X, capsys):
                                        "number of components\n")
 
 
+def test_the_randomized_solvers_refusals_name_the_flag(tmp_path, features, capsys):
+    """-n 0.9 / mle with --solver randomized: the error said `a fractional n_components`, `n_components='mle'`."""
+    for n, what in (("0.9", "a fractional --n-components"), ("mle", "--n-components mle")):
+        assert _run_main(["pca", "fit", str(features), "-n", n, "-o", str(tmp_path / "r.npz"), "--solver", "randomized"]) == 1
+        assert capsys.readouterr().err == (f"Error: {what} needs the whole spectrum, which the randomized solver does not "
+                                           "compute - use --solver covariance or --solver svd, or pass a whole number of "
+                                           "components\n")
+    assert not (tmp_path / "r.npz").exists()
+
+
 # --------------------------------------------------------------------------- what the commands print
 def test_paths_are_printed_as_they_are_never_as_rich_markup(tmp_path, features, capsys):
     """`[train]` was taken for a style and dropped ("wrote feats.parquet"), `[/b]` and `[/]` for closing tags (an

@@ -1044,3 +1044,167 @@ def test_the_not_fitted_error_unpickles_in_a_process_that_never_made_it(tmp_path
             "print(isinstance(e, sklearn.exceptions.NotFittedError), e.fix)")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "e.pkl")], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True call fit(X) or partial_fit(X), or load a saved model with PCA.load(path)"
+
+
+# -- overflow: float32 products that overflow are redone in float64; float64 overflow is refused by every solver -----
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("scale", [1e30, "max"])
+def test_mixed_accumulation_fits_what_float64_fits(sk, scale):
+    """float32 rows near 1e30 (float32 products overflow) or at float32's largest (their differences overflow) were
+    refused under the default accumulate="mixed" ("pass them as float64", "the statistics overflowed to inf") while
+    accumulate="float64" and the svd solver fit them: mixed redoes such a block in float64, so all agree, streamed
+    or not, with scikit-learn on the float64 upcast, and no NumPy warning is shown."""
+    rng = np.random.default_rng(3)
+    if scale == "max":
+        X = np.full((6, 3), np.finfo(np.float32).max, dtype=np.float32)
+        X[::2, 0] *= -1
+        X[1::3, 2] = 0
+    else:
+        X = (rng.standard_normal((50, 4)) * scale).astype(np.float32)
+    theirs = sk(svd_solver="full").fit(X.astype(np.float64))
+    stream = PCA()
+    for chunk in np.array_split(X, 3):
+        stream.partial_fit(chunk)
+    for ours in (PCA().fit(X), PCA(solver="covariance").fit(X), stream):
+        assert ours.n_components_ == theirs.n_components_
+        np.testing.assert_allclose(ours.explained_variance_, theirs.explained_variance_, rtol=1e-10,
+                                   atol=1e-10 * theirs.explained_variance_[0])
+        np.testing.assert_allclose(ours.mean_, theirs.mean_, rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("solver", ["auto", "covariance", "svd", "randomized"])
+def test_float64_overflow_is_refused_by_every_solver(solver):
+    """float64 rows near 1e160: the covariance solver refused them, but the svd solver returned NaN variances and
+    components and the randomized one inf, silently; now each refuses them with the same error, without warnings."""
+    X = np.random.default_rng(0).standard_normal((50, 4)) * 1e160
+    with pytest.raises(BertfeatError) as e:
+        PCA(2, solver=solver).fit(X)
+    assert str(e.value) == ("rows 0-49: products of these float64 features overflow (values near 1e154 or larger) - "
+                            "scale the features down")
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_float32_projections_that_overflow_say_so():
+    """Finite float32 rows whose projections pass float32's largest: the error said "the statistics overflowed"
+    (there are none in a transform), with NumPy's overflow warning above it."""
+    X = np.full((3, 2), np.finfo(np.float32).max, dtype=np.float32)
+    X[0, 0] *= -1
+    pca = PCA().fit(X)
+    with pytest.raises(BertfeatError) as e:
+        pca.transform(X)
+    assert str(e.value) == ("features are too large: their projections overflow float32 - scale the features down "
+                            "before transforming, or pass them as float64")
+    assert np.isfinite(pca.transform(X.astype(np.float64))).all()
+
+
+# -- a variance below 0 by rounding: the randomized solver's noise on data of rank k -----------------------------
+
+
+@pytest.mark.parametrize("rank", [1, 3, 4])
+def test_randomized_fit_of_rank_k_data_saves_a_model_that_loads(tmp_path, rank):
+    """On data of rank k, total - the top k variances rounds to a tiny negative noise_variance_ (-4e-16 ...): the
+    saved model was refused by PCA.load (and `pca transform`) as "not a bertfeat PCA model: its variances are
+    negative". The noise is a variance, so never below 0; a file already written so loads, its noise as 0."""
+    rng = np.random.default_rng(rank)
+    X = rng.standard_normal((60, rank)) @ rng.standard_normal((rank, 40))
+    pca = PCA(rank, solver="randomized", random_state=0).fit(X)
+    assert 0.0 <= pca.noise_variance_ < 1e-13 * pca.total_variance_
+    loaded = PCA.load(pca.save(tmp_path / "r.npz"))
+    np.testing.assert_array_equal(loaded.transform(X), pca.transform(X))
+    assert loaded.noise_variance_ == pca.noise_variance_
+    with np.load(tmp_path / "r.npz", allow_pickle=False) as z:  # as earlier releases wrote it: the rounded value
+        arrays = {key: z[key] for key in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    for noise, loads in ((-4e-16, True), (-1e-3 * meta["total_variance"], False)):
+        arrays["meta"] = np.array(json.dumps(meta | {"noise_variance": noise}, sort_keys=True))
+        with open(tmp_path / "old.npz", "wb") as f:
+            np.savez(f, **arrays)
+        if loads:
+            assert PCA.load(tmp_path / "old.npz").noise_variance_ == 0.0
+        else:  # not rounding: a damaged or foreign file, refused as before
+            with pytest.raises(BertfeatError, match="its variances are negative or not finite"):
+                PCA.load(tmp_path / "old.npz")
+
+
+# -- no variance at all (every row the same): a fraction keeps 1 component, as scikit-learn -------------------------
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("solver", ["auto", "svd", "covariance", "stream"])
+def test_a_fraction_of_no_variance_keeps_one_component(sk, solver):
+    """Rows all alike: no k has a cumulative ratio above 0.95, and the fit kept every component (min(n, d)) where
+    scikit-learn keeps 1 (its ratios are 0 / 0); PCA.components_needed said 1 (with a RuntimeWarning) and the report's
+    thresholds "not reached". Now 1 everywhere, as n_components='mle' keeps there."""
+    from bertfeat.pca.report import build_pca_report
+
+    X = np.zeros((20, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # scikit-learn's 0 / 0
+        theirs = sk(0.95, svd_solver="full").fit(X)
+    if solver == "stream":
+        ours = PCA(0.95)
+        for chunk in np.array_split(X, 5):
+            ours.partial_fit(chunk)
+    else:
+        ours = PCA(0.95, solver=solver).fit(X)
+    assert ours.n_components_ == theirs.n_components_ == 1
+    assert ours.transform(X).shape == theirs.transform(X).shape == (20, 1)
+    assert ours.components_needed(0.5) == 1
+    assert [t["components"] for t in build_pca_report(ours)["thresholds"]] == [1, 1, 1, 1]
+    assert PCA(0.5, solver=solver if solver != "stream" else "auto").fit(np.full((5, 3), 7.25)).n_components_ == 1
+
+
+# -- a singular probabilistic model: no precision, log-likelihood -inf (GridSearchCV ranks it as scikit-learn) -----
+
+
+def _singular_fits():
+    """Data whose PCA keeps no noise and leaves directions without variance: (name, X, d, k)."""
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((40, 5))
+    return [("constant column", np.hstack([base, np.full((40, 1), 2.5)]), 6, 6),
+            ("repeated columns", np.hstack([base, base[:, :2]]), 7, 7),
+            ("two rows", rng.standard_normal((2, 4)), 4, 2),
+            ("fewer rows than features", rng.standard_normal((5, 10)), 10, 5)]
+
+
+@pytest.mark.parametrize("solver", ["svd", "covariance"])
+@pytest.mark.parametrize("case", _singular_fits(), ids=lambda c: c[0])
+def test_a_singular_model_has_no_precision_and_scores_minus_inf(case, solver):
+    """Every component kept (noise_variance_ 0) of rows that vary in fewer directions than they have features: the
+    model covariance is singular. get_precision raised NumPy's LinAlgError or inverted it into rounding noise, and
+    score_samples gave finite numbers (+100, +2e16) where scikit-learn's are -inf (or LinAlgError)."""
+    _, X, d, k = case
+    pca = PCA(solver=solver).fit(X)
+    assert pca.n_components_ == k and pca.noise_variance_ == 0.0
+    with pytest.raises(BertfeatError) as e:
+        pca.get_precision()
+    assert e.value.message == (
+        f"the PCA's probabilistic model has no precision: its covariance is singular (noise_variance_ is 0 and its {k} "
+        f"components leave directions of the {d} features without variance) - fit with n_components below the rank "
+        "of the rows (below min(n_samples, n_features), fewer still with constant or repeated columns), so that the "
+        "variance left over is the noise")
+    assert np.isfinite(pca.get_covariance()).all()
+    assert np.all(pca.score_samples(X) == -np.inf) and pca.score(X) == -np.inf
+    whitened = PCA(solver=solver, whiten=True).fit(X)
+    assert np.all(whitened.score_samples(X[:3]) == -np.inf)
+
+
+def test_grid_search_on_fewer_rows_than_features_picks_as_scikit_learn(sk):
+    """GridSearchCV(PCA(), {"n_components": [2, 3, None]}) on 15 x 30 rows: None (every component of 10 training rows)
+    scored +2e16 from an inverse of a singular matrix (its rounding decides: -inf on other rows), so it won. Now
+    -inf, which scikit-learn's fast_logdet gives too when its inverse is not positive definite (here it is: -1e16)."""
+    from sklearn.model_selection import GridSearchCV
+
+    X = np.random.default_rng(2).standard_normal((15, 30))
+    grid = {"n_components": [2, 3, None]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # GridSearchCV warns of the -inf score; scikit-learn's inverse of the matrix
+        ours = GridSearchCV(PCA(), grid, cv=3).fit(X)
+        theirs = GridSearchCV(sk(), grid, cv=3).fit(X)
+    assert ours.best_params_ == theirs.best_params_ == {"n_components": 3}
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"][:2], theirs.cv_results_["mean_test_score"][:2],
+                               rtol=1e-10)
+    assert ours.cv_results_["mean_test_score"][2] == -np.inf
