@@ -333,6 +333,22 @@ def value_why(written: str, back: str | None) -> str:
     return f"it is written as {written!r}, which reads back as {back}"
 
 
+def as_float32(x: np.ndarray, path, first_row: int, first_col: int = 0) -> np.ndarray:
+    """(m, d) feature values as float32, as bertfeat reads every feature file; a finite value beyond float32's range
+    (a foreign file's float64) is refused by its row and column: cast, it would read as inf."""
+    if x.dtype.itemsize <= 4:
+        return x.astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):
+        y = x.astype(np.float32)
+    over = np.isinf(y) & np.isfinite(x)
+    if over.any():
+        r, c = np.unravel_index(int(np.argmax(over)), over.shape)
+        raise BertfeatError(f"{path}: row {first_row + r}, column {first_col + c} holds {x[r, c]:.6g}, beyond float32's "
+                            "range (|x| < 3.4e38), in which bertfeat reads features",
+                            "scale the features into that range, or write them as float32")
+    return y
+
+
 def wide_arrays(X: np.ndarray) -> list[pa.Array]:
     """The columns f0..f{d-1} of a (m, d) chunk as Arrow arrays (of its dtype)."""
     XT = np.ascontiguousarray(X.T)  # (dim, m): one contiguous buffer per column
@@ -512,15 +528,16 @@ class FeatureSource:
             extras[name] = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         return ids, X, extras
 
-    def wide_matrix(self, table: pa.Table | pa.RecordBatch) -> np.ndarray:
-        """(m, d) float32 from the columns f0..f{d-1} of ``table`` (a float16 file's values rounded to float16 first:
-        a CSV's text is read as float64)."""
+    def wide_matrix(self, table: pa.Table | pa.RecordBatch, start: int) -> np.ndarray:
+        """(m, d) float32 from the columns f0..f{d-1} of ``table``, rows ``start``.. (a float16 file's values rounded
+        to float16 first: a CSV's text is read as float64)."""
         X = np.empty((table.num_rows, self.dim), dtype=np.float32)
         for j in range(self.dim):
             col = table.column(f"f{j}")
             if col.null_count:
                 raise BertfeatError(f"{self.path}: column f{j} has missing values", "re-extract the features")
-            X[:, j] = col.to_numpy().astype(np.float16) if self.dtype == "float16" else col.to_numpy()
+            v = col.to_numpy()[:, None]  # (m, 1)
+            X[:, j:j + 1] = v.astype(np.float16) if self.dtype == "float16" else as_float32(v, self.path, start, j)
         return X
 
     def csv_types(self) -> dict[str, pa.DataType]:

@@ -322,5 +322,5 @@ class CsvFile(FeatureFile):
         types = src.csv_types() | {f"f{j}": _TEXT_TYPES[src.dtype] for j in range(src.dim)}
         start = 0
         for table in rebatch(open_csv(src.path, types), batch_rows):
-            yield src.make_chunk(table, src.wide_matrix(table), start)
+            yield src.make_chunk(table, src.wide_matrix(table, start), start)
             start += table.num_rows

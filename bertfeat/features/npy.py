@@ -22,6 +22,7 @@ from ..atomic import AtomicFile, together, write_atomic
 from ..errors import BertfeatError
 from .arrayfile import check_array_file
 from .base import (
+    as_float32,
     FeatureBatch,
     FeatureFile,
     FeatureSource,
@@ -123,7 +124,8 @@ class NpyFile(FeatureFile):
         except (ValueError, OSError, EOFError) as e:
             raise BertfeatError(f"{path} is not a readable .npy file ({e})", "pass a feature file") from None
         if arr.ndim != 2 or arr.dtype.kind != "f":
-            raise BertfeatError(f"{path} holds a {arr.dtype} array of shape {arr.shape}, not (rows, d) floats", "pass a feature matrix")
+            a = "an" if arr.dtype.name[:1] in "aeio" else "a"  # an int64, a uint8, a float64
+            raise BertfeatError(f"{path} holds {a} {arr.dtype} array of shape {arr.shape}, not (rows, d) floats", "pass a feature matrix")
         side = ids_sidecar_path(path)
         id_name, id_type, extras = None, pa.int64(), {}
         if side.is_file():
@@ -145,7 +147,7 @@ class NpyFile(FeatureFile):
         else:
             tables = iter(lambda: None, 0)  # endless Nones: ids are row numbers
         for start in range(0, n, batch_rows):
-            X = np.array(arr[start : start + batch_rows], dtype=np.float32)
+            X = as_float32(np.array(arr[start : start + batch_rows]), src.path, start)
             table = next(tables, None)
             if side.is_file() and (table is None or table.num_rows != X.shape[0]):
                 raise BertfeatError(f"{side} does not have one row per row of {src.path}", "re-extract the features")

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from ..atomic import AtomicFile
 from ..errors import BertfeatError, one_line
 from .base import (
+    as_float32,
     EMBEDDING_COLUMN,
     METADATA_KEY,
     FeatureBatch,
@@ -69,7 +70,7 @@ def embedding_matrix(col: pa.Array, d: int, path: Path, start: int) -> np.ndarra
             bad = start + int(np.argmax(lengths != d))
             raise BertfeatError(f"{path}: row {bad} has an embedding of length {lengths[bad - start]}, expected {d}", "re-extract the features")
     values = col.flatten().to_numpy(zero_copy_only=False)  # flatten respects slicing
-    return np.asarray(values, dtype=np.float32).reshape(len(col), d)
+    return as_float32(np.asarray(values).reshape(len(col), d), path, start)
 
 
 def _dtype_name(t: pa.DataType) -> str:
@@ -206,7 +207,7 @@ class ParquetFile(FeatureFile):
         for group in range(pf.num_row_groups):
             for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=src.columns, use_threads=True):
                 if src.wide:
-                    X = src.wide_matrix(batch)
+                    X = src.wide_matrix(batch, start)
                 else:
                     X = embedding_matrix(batch.column(EMBEDDING_COLUMN), src.dim, src.path, start)
                 yield src.make_chunk(batch, X, start)

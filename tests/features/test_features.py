@@ -267,6 +267,39 @@ def test_npy_without_sidecar_uses_row_numbers(tmp_path):
     assert got.dtype == np.float32 and meta == {}
 
 
+# --------------------------------------------------------------------------- a foreign file's float64 beyond float32
+def _float64_files(tmp_path, X):
+    """X (float64) as a .npy, a Parquet embedding column and wide Parquet columns (a CSV's text is read as float32
+    by Arrow itself)."""
+    np.save(tmp_path / "x.npy", X)
+    pq.write_table(pa.table({"embedding": pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), X.shape[1])}),
+                   tmp_path / "x.parquet", row_group_size=4)
+    pq.write_table(pa.table({f"f{j}": X[:, j] for j in range(X.shape[1])}), tmp_path / "w.parquet", row_group_size=4)
+    return [tmp_path / n for n in ("x.npy", "x.parquet", "w.parquet")]
+
+
+def test_float64_beyond_float32_is_refused_by_row_and_column(tmp_path):
+    """Every feature file is read as float32: a float64 value past 3.4e38 became inf, and the PCA then blamed "NaN or
+    inf" the file does not hold (with NumPy's overflow warning). Refused naming its row and column; in range, read
+    as the float32 cast."""
+    X = np.random.default_rng(3).standard_normal((10, 3))
+    for path in _float64_files(tmp_path, X):
+        np.testing.assert_array_equal(read_features(path)[1], X.astype(np.float32))
+    X[6, 2] = -5e40
+    for path in _float64_files(tmp_path, X):
+        with pytest.raises(BertfeatError) as e:
+            list(iter_features(path, batch_rows=3))
+        assert str(e.value) == (f"{path}: row 6, column 2 holds -5e+40, beyond float32's range (|x| < 3.4e38), in which "
+                                "bertfeat reads features - scale the features into that range, or write them as float32")
+
+
+def test_an_npy_of_another_type_is_named_with_its_article(tmp_path):
+    for dtype, said in ((np.int64, "an int64"), (np.uint8, "a uint8")):
+        np.save(tmp_path / "i.npy", np.zeros((2, 3), dtype))
+        with pytest.raises(BertfeatError, match=rf"i\.npy holds {said} array of shape \(2, 3\), not \(rows, d\) floats - "):
+            open_features(tmp_path / "i.npy")
+
+
 def test_feature_fingerprint():
     assert feature_fingerprint(META) == META["fingerprint"]
     assert feature_fingerprint({"model_id": "m", "pooling": "cls", "other": 1}) == {"model_id": "m", "pooling": "cls"}
