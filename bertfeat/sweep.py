@@ -104,7 +104,7 @@ def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: st
         bar.advance(chunk.n_read, 0, chunk.bytes_read)
         if chunk.rejects:
             if on_bad_row == "error":
-                raise bad_row_error(reader.name, chunk.rejects[0], "leave it out of the sweep")
+                raise bad_row_error(reader.row_label, chunk.rejects[0], "leave it out of the sweep")
             rejected += len(chunk.rejects)
         values = chunk.extra[label] if label is not None else [0] * len(chunk.rows)
         labelled = [label is None or not (v is None or v != v or v == "") for v in values]  # None, NaN, "": no label
@@ -199,7 +199,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
             close = getattr(reader, "close", None)
             if close is not None:
                 close()
-        report = _compare(enc, chosen, skipped, drawn, reader.name, label, n_components=n_components, folds=folds,
+        report = _compare(enc, chosen, skipped, drawn, reader, label, n_components=n_components, folds=folds,
                           seed=seed, on_bad_row=o.on_bad_row, tell=tell, cache=cache, bar=bar,
                           ranked_on_pca=ranked_on_pca)
         if output is not None:
@@ -208,7 +208,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     return report
 
 
-def _compare(enc, chosen: list, skipped: list, drawn: dict, source: str, label: str | None, *, n_components: int,
+def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str | None, *, n_components: int,
              folds: int, seed: int, on_bad_row: str, tell, cache=None, bar=None, ranked_on_pca: bool = False) -> dict:
     """The sample's rows through the model once for every set, then each set's variance and probe: -> the report."""
     from .run.chunks import prepare_chunk
@@ -216,7 +216,8 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, source: str, label: 
     from .version import __version__
 
     chunk, labels = drawn["chunk"], drawn["labels"]
-    pc = prepare_chunk(enc, chosen[0].spec, chunk, source, on_bad_row)
+    source = reader.name
+    pc = prepare_chunk(enc, chosen[0].spec, chunk, reader.row_label, on_bad_row)
     todo = pc.todo or []
     labels = [labels[i] for i in todo]  # rows refused as too long (long_text error, skip) are left out
     n = len(todo)

@@ -209,6 +209,11 @@ class Reader:
     def _fname(self, f) -> str:
         return self.name if self.path == "-" else str(f)
 
+    def row_label(self, row: int) -> str:
+        """Where a row is, for a message: ``NAME row N`` (N: the row's number in the whole input, as the rejects file
+        and the features number it)."""
+        return f"{self.name} row {row}"
+
     def _string_columns(self) -> list[str]:
         return list(self.columns)
 

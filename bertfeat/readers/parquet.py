@@ -53,6 +53,17 @@ class ParquetReader(Reader):
 
         return pq.ParquetFile(fh, **options)
 
+    def row_label(self, row: int) -> str:
+        """``NAME row N``, and for a dataset of several files the file that holds the row and its row there."""
+        label = super().row_label(row)
+        if len(self.files) < 2:
+            return label
+        for f, n in zip(self.files, self.file_rows):
+            if row < n:
+                return f"{label} ({self._fname(f)} row {row})"
+            row -= n
+        return label
+
     def _columns(self) -> list[str]:
         self._pq_schema = None
         total = 0
@@ -78,6 +89,7 @@ class ParquetReader(Reader):
             self._metas.append(meta)
             self._schemas.append(schema)
         self.total_rows = total
+        self.file_rows = [m.num_rows for m in self._metas]  # (travels to Dask workers; the footers do not)
         return list(self._pq_schema.names)
 
     def __getstate__(self):  # the footers and schemas stay on the client (partitions() has used them)

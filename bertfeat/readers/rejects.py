@@ -127,9 +127,10 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
     return fixes.get(RejectCode(code), f"fix the row, {skip}")
 
 
-def bad_row_error(source_name: str, r: dict, skip_does: str = SKIP_WRITES) -> InputError:
-    """``on_bad_row='error'``: the run stops at this reject, ``FILE row N: reason - fix``."""
-    return InputError(f"{source_name} row {r['row']}: {r['reason']}", fix_for(r["code"], skip_does))
+def bad_row_error(row_label, r: dict, skip_does: str = SKIP_WRITES) -> InputError:
+    """``on_bad_row='error'``: the run stops at this reject, ``FILE row N: reason - fix`` (``row_label``: the reader's
+    ``row_label``, which names a dataset's file and its row too)."""
+    return InputError(f"{row_label(r['row'])}: {r['reason']}", fix_for(r["code"], skip_does))
 
 
 def rejects_csv(rejects: list[dict], keep: tuple[str, ...] | list[str] = ()) -> str:

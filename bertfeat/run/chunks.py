@@ -221,16 +221,16 @@ def prepare_rows(encoder, spec, texts: list[str], pairs: list[str] | None):
     return None, todo, refused
 
 
-def prepare_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str, reuser=None) -> PreparedChunk:
+def prepare_chunk(encoder, spec, chunk: Chunk, row_label, on_bad_row: str, reuser=None) -> PreparedChunk:
     """Look the chunk's rows up (``reuser``: reuse.Reuser, the cache and the run's earlier rows) and tokenize the
     rest, one row per distinct text; a row the Encoder refuses (over-long under long_text='error', a token past the
     embedding table) is a bad row.
 
     Under ``on_bad_row='error'`` the first bad row of the chunk (lowest row number, whatever its reason) raises
-    ``FILE row N: reason - fix``.
+    ``FILE row N: reason - fix`` (``row_label``: the reader's, row -> ``FILE row N``).
     """
     if on_bad_row == "error" and chunk.rejects and not encoder.refuses_rows(spec):
-        raise bad_row_error(source_name, chunk.rejects[0])
+        raise bad_row_error(row_label, chunk.rejects[0])
     reuse = reuser.plan(chunk.texts, chunk.pairs) if reuser is not None and chunk.rows else None
     rows = list(range(len(chunk.rows))) if reuse is None else list(reuse.todo)
     prepared, kept, bad = prepare_rows(encoder, spec, [chunk.texts[i] for i in rows],
@@ -239,7 +239,7 @@ def prepare_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str
     if on_bad_row == "error" and (chunk.rejects or refused):
         first = sorted(chunk.rejects + [reject(chunk.rows[i], None if chunk.ids is None else chunk.ids[i], why, chunk.kept(i))
                                         for i, why in refused.items()], key=lambda r: r["row"])[0]
-        raise bad_row_error(source_name, first)
+        raise bad_row_error(row_label, first)
     return PreparedChunk(chunk, prepared, reuse, todo, refused)
 
 
@@ -309,11 +309,11 @@ def run_rows(encoder, spec, prep, rows: list[int]) -> np.ndarray:
         raise NonFiniteFeaturesError.at([rows[i] for i in e.rows], lambda r: f"row {r}") from None
 
 
-def encode_chunk(encoder, spec, chunk: Chunk, source_name: str, on_bad_row: str, id_name: str,
+def encode_chunk(encoder, spec, chunk: Chunk, row_label, on_bad_row: str, id_name: str,
                  keep_types: dict | None = None, reuser=None, id_type: pa.DataType | None = None
                  ) -> tuple[pa.Table, list[dict]]:
     """One chunk end to end (the call a Dask partition task makes): -> (features table, rejects)."""
-    pc = prepare_chunk(encoder, spec, chunk, source_name, on_bad_row, reuser)
+    pc = prepare_chunk(encoder, spec, chunk, row_label, on_bad_row, reuser)
     return chunk_table(encoder, spec, pc, id_name, keep_types, reuser, id_type), pc.chunk.rejects
 
 

@@ -306,7 +306,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
                              run_store=(ctx.run_store, ctx.run_store_id) if ctx.run_store else None)
         for start in range(0, max(len(raw.rows), 1), ctx.chunk_rows):
             chunk = validate_batch(raw.slice(start, start + ctx.chunk_rows), part.index)
-            table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.name, ctx.on_bad_row, ctx.id_name, ctx.keep_types,
+            table, rejects = encode_chunk(enc, ctx.spec, chunk, ctx.reader.row_label, ctx.on_bad_row, ctx.id_name, ctx.keep_types,
                                           reuser, ctx.reader.id_type())
             stats["rejects"] += rejects
             if not table.num_rows:

@@ -137,7 +137,7 @@ def prepared_chunks(plan, encoder, spec, done: set[int], reuser=None):
             yield ("done", index, raw.bytes_read, len(raw.rows))
             continue
         chunk = validate_batch(raw, index)
-        yield ("chunk", prepare_chunk(encoder, spec, chunk, source.name, plan.on_bad_row, reuser))
+        yield ("chunk", prepare_chunk(encoder, spec, chunk, source.row_label, plan.on_bad_row, reuser))
 
 
 def run(plan, progress: NullProgress | None = None) -> ExtractSummary:

@@ -543,6 +543,19 @@ def test_cli_bad_row_error_leaves_nothing(client, tmp_path, capsys):
     assert not out.exists() and not out.with_name(out.name + ".partial").exists()
 
 
+def test_a_bad_row_of_a_parquet_dataset_names_its_file_and_row_there(client, tmp_path, capsys):
+    d = tmp_path / "ds"
+    d.mkdir()
+    for k, texts in enumerate((["a", "b", "c"], ["d", "  ", "f"])):
+        pq.write_table(pa.table({"text": texts}), d / f"p{k}.parquet")
+    out = tmp_path / "o"
+    rc = main(["extract", str(d), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.splitlines()[-1] == (f"Error: {d} row 4 ({d / 'p1.parquet'} row 1): whitespace-only text - "
+                                                "fix the row, or pass --on-bad-row skip to write it to the rejects "
+                                                "file and go on")
+
+
 @pytest.mark.parametrize("given, said", [
     (["--workers", "2"], "--workers needs --engine dask - add --engine dask, or leave it out"),
     (["--blocksize", "1KiB"], "--blocksize needs --engine dask - add --engine dask, or leave it out"),

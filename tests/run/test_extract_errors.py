@@ -178,6 +178,22 @@ def test_csv_bad_row_error(tmp_path, capsys, case):
     assert_failed_cleanly(rc, err, out, f"Error: {src} {what} - {fix}")
 
 
+def test_a_bad_row_of_a_parquet_dataset_names_its_file_and_row_there(tmp_path, capsys):
+    """A folder or glob of Parquet files numbers its rows across the files (the output's and the rejects' `row`): the
+    error named that number alone, so finding row 1,234,567 of a folder meant counting the files' rows."""
+    d = tmp_path / "ds"
+    d.mkdir()
+    for k, texts in enumerate((["a", "b", "c"], ["d", "  ", "f"])):
+        pq.write_table(pa.table({"text": texts}), d / f"p{k}.parquet")
+    out = tmp_path / "o.parquet"
+    for src in (d, d / "*.parquet"):
+        rc, _, err = extract(capsys, src, out)
+        assert_failed_cleanly(rc, err, out, f"Error: {src} row 4 ({d / 'p1.parquet'} row 1): whitespace-only text - "
+                                            f"{SKIP_FIX}")
+    rc, _, err = extract(capsys, d / "p1.parquet", out)  # one file: its own rows
+    assert_failed_cleanly(rc, err, out, f"Error: {d / 'p1.parquet'} row 1: whitespace-only text - {SKIP_FIX}")
+
+
 JSONL_CASES = {
     "null": (b'{"text": "ok"}\n{"text": null}\n', "row 1: null text"),
     "number": (b'{"text": "ok"}\n{"text": 42}\n', "row 1: non-string text (number 42)"),
