@@ -170,10 +170,17 @@ def _processing_length(st_cfg: dict, where: str) -> int | None:
 #: trust_remote_code ...) are sentence-transformers' own, passed over the file's, so none changes anything; a model's
 #: load dtype is a precision, which bertfeat chooses itself (as it does for config.json's dtype).
 _HUB_KEYS = dict.fromkeys(("subfolder", "token", "cache_dir", "revision", "local_files_only", "trust_remote_code"))
-_LOADER_KWARGS = {
-    "model_kwargs": ("model_args", {**_HUB_KEYS, "attn_implementation": None, "dtype": None, "torch_dtype": None}),
-    "processor_kwargs": ("tokenizer_args", {**_HUB_KEYS, "use_fast": (True,), "model_max_length": None}),
-    "config_kwargs": ("config_args", {**_HUB_KEYS, "use_cache": None}),
+#: a config's settings that do nothing when encoding (dropout is off; what the forward pass returns besides the states)
+_INACTIVE_CONFIG = dict.fromkeys(("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout", "dropout",
+                                  "attention_dropout", "embedding_dropout", "mlp_dropout", "seq_classif_dropout",
+                                  "qa_dropout", "summary_last_dropout", "output_hidden_states", "output_attentions",
+                                  "return_dict"))
+_LOADER_KWARGS = {  # (use_fast: transformers 5's AutoTokenizer drops it; the pooler is no Pooling module's input)
+    "model_kwargs": ("model_args", {**_HUB_KEYS, "attn_implementation": None, "dtype": None, "torch_dtype": None,
+                                    "add_pooling_layer": None, "low_cpu_mem_usage": None}),
+    "processor_kwargs": ("tokenizer_args", {**_HUB_KEYS, "use_fast": None, "clean_up_tokenization_spaces": None,
+                                            "model_max_length": None}),
+    "config_kwargs": ("config_args", {**_HUB_KEYS, "use_cache": None, **_INACTIVE_CONFIG}),
 }
 
 

@@ -327,10 +327,11 @@ class Reader:
 
 
 #: what an fsspec store may say of a file that a rewrite changes (S3: ETag, LastModified, VersionId; GCS: etag, updated,
-#: generation, md5Hash, crc32c; HTTP: ETag, Content-MD5; Azure: etag, last_modified; file://: mtime, ino, created (the
-#: ctime); the in-memory store: created). The first five in this order are --resume's ``stamp`` (its first one given)
+#: generation, md5Hash, crc32c; HTTP: the headers ETag, Content-MD5, Digest, Last-Modified; Azure: etag, last_modified;
+#: file://: mtime, ino, created (the ctime); the in-memory store: created). The first five in this order are
+#: --resume's ``stamp`` (its first one given; the others joined later, so a partial run's stamp stays as it was)
 URL_STAMPS = ("mtime", "LastModified", "ETag", "etag", "updated", "generation", "VersionId", "md5Hash", "crc32c",
-              "Content-MD5", "last_modified", "ino", "created")
+              "Content-MD5", "last_modified", "ino", "created", "Last-Modified", "Digest")
 #: a file's keys in the within-run identity only (identity(within_run=True)): --resume compares the others
 WITHIN_RUN_KEYS = ("ctime_ns", "inode", "device", "stamps")
 

@@ -611,9 +611,8 @@ class TestSettingsSentenceTransformersAppliesAreAppliedOrRefused:
         ({"config_kwargs": {"layer_norm_eps": 0.5}}, "config_kwargs layer_norm_eps=0.5"),
         ({"config_args": {"hidden_act": "relu"}}, "config_args hidden_act='relu'"),
         ({"tokenizer_args": {"do_lower_case": False}}, "tokenizer_args do_lower_case=False"),
-        ({"processor_kwargs": {"truncation_side": "left", "use_fast": False}},
-         "processor_kwargs truncation_side='left', use_fast=False"),
-        ({"model_kwargs": {"add_pooling_layer": False}}, "model_kwargs add_pooling_layer=False"),
+        ({"processor_kwargs": {"truncation_side": "left", "use_fast": False}}, "processor_kwargs truncation_side='left'"),
+        ({"model_kwargs": {"variant": "fp16", "add_pooling_layer": False}}, "model_kwargs variant='fp16'"),
     ], ids=["config-eps", "config-act", "lowercase", "tokenizer", "model"])
     def test_a_setting_bertfeat_does_not_reproduce_is_refused(self, base, tmp_path, capsys, edit, what):
         d = self._edit(base, tmp_path, "sentence_bert_config.json", edit)
@@ -646,3 +645,31 @@ class TestSettingsSentenceTransformersAppliesAreAppliedOrRefused:
         d = self._edit(base, tmp_path, "config_sentence_transformers.json", {"truncate_dim": dim})
         st = SentenceTransformer(str(d), device="cpu")
         np.testing.assert_allclose(Encoder(str(d)).encode(self.LONG), _st_encode(st, self.LONG), atol=1e-5, rtol=0)
+
+
+# --------------------------------------------------------------------------- loader keywords that change no vector
+class TestLoaderKeywordsThatChangeNoVectorLoad:
+    """Found by review: the refusal of sentence_bert_config.json's loader keywords took every entry but a few for one
+    that changes the model, and refused folders sentence-transformers 6 encodes exactly as without them: use_fast
+    (transformers 5's AutoTokenizer drops it: every tokenizer is fast), clean_up_tokenization_spaces (decoding only),
+    add_pooling_layer and low_cpu_mem_usage (the pooler is no Pooling module's input; how the weights load), dropout
+    rates and output flags of the config (inactive when encoding)."""
+
+    @pytest.mark.parametrize("edit", [
+        {"tokenizer_args": {"use_fast": False, "clean_up_tokenization_spaces": False}},
+        {"processor_kwargs": {"use_fast": False}},
+        {"model_args": {"add_pooling_layer": False, "low_cpu_mem_usage": True}},
+        {"config_kwargs": {"hidden_dropout_prob": 0.5, "attention_probs_dropout_prob": 0.5, "classifier_dropout": 0.5,
+                           "output_hidden_states": True, "output_attentions": True, "return_dict": False}},
+    ], ids=["tokenizer_args", "processor_kwargs", "model_args", "config_kwargs"])
+    def test_they_load_and_encode_as_sentence_transformers(self, tmp_path, edit):
+        from sentence_transformers import SentenceTransformer
+
+        base = st_folder(tmp_path / "st", pooling="mean", normalize=True, hidden=32, layers=2, heads=2)
+        d = TestSettingsSentenceTransformersAppliesAreAppliedOrRefused._edit(base, tmp_path, "sentence_bert_config.json",
+                                                                              edit)
+        texts = TestSettingsSentenceTransformersAppliesAreAppliedOrRefused.LONG
+        st = SentenceTransformer(str(d), device="cpu")
+        np.testing.assert_allclose(Encoder(str(d)).encode(texts), _st_encode(st, texts), atol=1e-5, rtol=0)
+        np.testing.assert_allclose(_st_encode(SentenceTransformer(str(base), device="cpu"), texts),
+                                   _st_encode(st, texts), atol=1e-6, rtol=0)  # they change nothing there either
