@@ -1340,19 +1340,25 @@ def test_a_foreign_file_is_refused_on_the_dask_engine(tmp_path, client):
     assert not out.parent.exists() or list(out.parent.iterdir()) == []
 
 
+def earlier_bertfeats_cache(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(input, cache, its file): 12 rows' vectors (a.parquet's) in a cache as bertfeat before its marker left it."""
+    src = corpus(tmp_path / "c.csv", base_rows(12))
+    cache = tmp_path / "cache"
+    extract(src, tmp_path / "a.parquet", cache=cache)
+    db = cache / DB_NAME
+    with sqlite3.connect(db) as con:
+        con.execute("PRAGMA application_id=0")
+        con.execute("PRAGMA user_version=0")
+    con.close()
+    return src, cache, db
+
+
 def test_a_cache_of_an_earlier_bertfeat_is_adopted(tmp_path, capsys):
     """A cache an earlier bertfeat made (its exact layout, no marker): still read, and marked as bertfeat's on its
     first open (docs/cache.md); a run reuses its vectors, and clear clears it."""
     from bertfeat.cache.store import APP_ID, classify
 
-    src = corpus(tmp_path / "c.csv", base_rows(12))
-    cache = tmp_path / "cache"
-    extract(src, tmp_path / "a.parquet", cache=cache)
-    db = cache / DB_NAME
-    with sqlite3.connect(db) as con:  # as bertfeat before the marker left it
-        con.execute("PRAGMA application_id=0")
-        con.execute("PRAGMA user_version=0")
-    con.close()
+    src, cache, db = earlier_bertfeats_cache(tmp_path)
     assert classify(db) == ("adopt", "")
     rc, out, err = run(capsys, "cache", "info", cache)
     assert (rc, err) == (0, "") and "entries       12" in out.splitlines()
@@ -1373,14 +1379,7 @@ def test_an_earlier_bertfeats_cache_sqlite_refuses_to_write_is_read_unmarked(tmp
     as it is now: hits used, nothing stored, the file unchanged."""
     from bertfeat.cache.store import classify
 
-    src = corpus(tmp_path / "c.csv", base_rows(12))
-    cache = tmp_path / "cache"
-    extract(src, tmp_path / "a.parquet", cache=cache)
-    db = cache / DB_NAME
-    with sqlite3.connect(db) as con:  # as bertfeat before the marker left it
-        con.execute("PRAGMA application_id=0")
-        con.execute("PRAGMA user_version=0")
-    con.close()
+    src, cache, db = earlier_bertfeats_cache(tmp_path)
     before = db.read_bytes()
     sqlite_refuses_writes(monkeypatch, cache)
     s = extract(src, tmp_path / "b.parquet", cache=cache)
