@@ -27,7 +27,7 @@ def _when(t: float) -> str:
 @cache_app.command("info", epilog="Examples:\n\n  bertfeat cache info ~/.cache/bertfeat\n\n  bertfeat cache info build/cache --json")
 def info_command(directory: str = typer.Argument(..., help="The cache directory (extract --cache DIR)."),
                  json_out: bool = typer.Option(False, "--json", help="Machine-readable output, with every setting.")):
-    """Entries, size on disk, and one line per fingerprint (model and settings, entries, last used)."""
+    """Entries, size on disk, and per fingerprint its entries, last use, model and settings."""
     from ..cache.store import cache_info, settings_line
 
     d = cache_info(directory)

@@ -443,7 +443,8 @@ def check_output_columns(reader, fmt: str) -> None:
 def check_output_values(plan, table, rows: list[int]) -> None:
     """Every id and kept value of an encoded chunk (``table``; ``rows``: its input rows) must be one the output's format
     gives back as itself (``FeatureFile.value_problem``: a CSV or npy output cannot hold a date past year 9999);
-    refused naming the input row and column, as the chunk is encoded (not after the last one)."""
+    refused naming the input row (a Parquet dataset's file and its row there too: Reader.row_label) and column, as
+    the chunk is encoded (not after the last one)."""
     from ..features.base import value_why
     from ..features.registry import FILE_FORMATS
     from ..readers.kept import python_values
@@ -457,7 +458,7 @@ def check_output_values(plan, table, rows: list[int]) -> None:
         value = python_values(table.column(name).slice(k, 1))[0]
         what, other = ((f"{opt('id_column')} '{name}'", f"choose another {opt('id_column')}")
                        if name == plan.reader.id_column else (f"{opt('keep')} column '{name}'", f"leave it out of {opt('keep')}"))
-        raise BertfeatError(f"{plan.reader.name} row {rows[k]}: {what} holds {value}, which a {fmt} output cannot give "
+        raise BertfeatError(f"{plan.reader.row_label(rows[k])}: {what} holds {value}, which a {fmt} output cannot give "
                             f"back ({value_why(written, back)})",
                             f"write a Parquet output ({opt('output', 'NAME.parquet')}), or {other}")
 

@@ -894,6 +894,22 @@ class TestValuesNoPythonObjectHolds:
                                 f"reader refuses) - write a Parquet output (-o NAME.parquet), or {other}\n")
         assert list(tmp_path.iterdir()) == []
 
+    def test_in_a_parquet_dataset_the_refusal_names_the_file_and_its_row(self, beyond_python, tmp_path, capsys):
+        """A folder of Parquet files numbers its rows across the files: the refusal named that number alone, where a bad
+        row names the file and its row there too (Reader.row_label)."""
+        d = tmp_path / "ds"
+        d.mkdir()
+        table = pq.read_table(beyond_python, columns=["text", "year_10000"])
+        pq.write_table(table.slice(0, 1), d / "p0.parquet")
+        pq.write_table(table.slice(1), d / "p1.parquet")  # its row 1: the dataset's row 2
+        rc, _, err = run(capsys, "extract", d, "-o", tmp_path / "o.csv", "--model", tiny_model(), "--on-bad-row", "skip",
+                         "-q", "--keep", "year_10000")
+        assert (rc, err) == (1, f"Error: {d} row 2 ({d / 'p1.parquet'} row 1): --keep column 'year_10000' holds "
+                                f"{SHOWN['year_10000']}, which a CSV output cannot give back (it is written as "
+                                f"'{NOT_IN_CSV['year_10000']}', which Arrow's CSV reader refuses) - write a Parquet output "
+                                "(-o NAME.parquet), or leave it out of --keep\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["ds"]
+
     def test_the_rejects_file_shows_them_as_arrow_writes_them(self, beyond_python, tmp_path):
         out = tmp_path / "o.parquet"
         bertfeat.extract(beyond_python, out, model=tiny_model(), keep=list(NOT_IN_CSV), on_bad_row="skip",
