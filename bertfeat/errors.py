@@ -20,8 +20,9 @@ import re
 
 _OPEN, _SEP, _CLOSE = "\ue000", "\ue002", "\ue001"
 #: characters that would break an error's one line or drive the terminal: C0 / C1 controls (newline, CR, tab, NUL, the
-#: ESC of an ANSI sequence ...), DEL and Unicode's line / paragraph separators
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: ESC of an ANSI sequence ...), DEL and Unicode's line / paragraph separators; and lone surrogates (a file name's
+#: bytes that are not UTF-8, as Python decodes them), which a stream that encodes strictly cannot write at all
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _MARK = re.compile(f"{_OPEN}([^{_CLOSE}]*){_CLOSE}")
 _UNSET = object()
 
