@@ -99,6 +99,11 @@ class BertfeatError(ValueError):
         """``what - fix``, options named as Python parameters."""
         return self.render()
 
+    def prefixed(self, context: str) -> "BertfeatError":
+        """This error said within ``context`` (``feature set 'mean': ...``), its options still named for the caller:
+        one made again from ``what`` / ``fix`` spelled them as Python parameters on the command line too."""
+        return BertfeatError(f"{context}: {self._what}", self._fix)
+
     def what_as(self, flags: dict[str, str] | None = None) -> str:
         """``what`` alone, options named as Python parameters, or as command-line flags with ``flags``."""
         return visible(render(self._what, flags))
