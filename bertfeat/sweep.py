@@ -402,7 +402,7 @@ def write_sweep_report(report: dict, prefix: str | os.PathLike) -> dict[str, Pat
         remove_stale_temps(p)
     with together():  # both appear together (an interrupted run leaves the old ones)
         with atomic_output(paths["markdown"]) as tmp:
-            tmp.write_text(render_markdown(report), encoding="utf-8")
+            tmp.write_text(render_markdown(report), encoding="utf-8", errors="backslashreplace")  # a name not UTF-8
         with atomic_output(paths["json"]) as tmp:
             tmp.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     return paths

@@ -740,3 +740,15 @@ def test_an_output_named_after_an_input_that_is_not_utf8(tmp_path, good):
         1, b"", f"Error: the output {out} is not a UTF-8 name (byte 0xe9 at character {len(str(tmp_path)) + 5}) - "
                 f"pass -o with a UTF-8 name ({NOT_UTF8_WHY})\n")
     assert os.listdir(os.fsencode(tmp_path)) == [b"caf\xe9.csv"]
+
+
+def test_an_input_named_not_in_utf8_is_named_escaped_in_the_sweeps_report(tmp_path, good, capsys):
+    """The input is read (fsspec takes the name); the sweep's Markdown report named it raw and ended in the bug line
+    after the whole sweep ran."""
+    src = tmp_path / "caf\udce9.csv"  # the bytes b"caf\xe9.csv" on disk
+    shutil.copy(good["corpus"], src)
+    rc, out, err = run(capsys, "sweep", src, "-o", tmp_path / "s", "--set", "mean", "--sample", "10", "-q",
+                       "-m", tiny_model())
+    assert (rc, out, err) == (0, "", "")
+    assert (tmp_path / "s.md").read_text(encoding="utf-8").startswith(f"# Feature sets of {tmp_path}/caf\\udce9.csv\n")
+    assert json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))["input"] == str(src)
