@@ -14,7 +14,8 @@
   directory), or is no local path.
 * ``local_path``: a path bertfeat reads or writes as a local file (an output, a PCA model, a feature file, the cache):
   a URL (``s3://``, ``file://``, ``memory://``), a Windows path on POSIX (``C:\\data``) or an unexpanded ``~`` is
-  refused, before pathlib takes it for a relative path and a run makes folders named ``s3:`` or ``~``.
+  refused, before pathlib takes it for a relative path and a run makes folders named ``s3:`` or ``~``; so are an
+  empty path (the current directory to pathlib) and a name that is not UTF-8 (``invalid_unicode``).
 * ``check_model_output``: so is a PCA model (``pca fit -o``, always a .npz) named like another format.
 
 Each names its option by the caller's Python parameter (errors.opt); the CLI shows it as its flag.
@@ -239,17 +240,40 @@ def not_local(path) -> tuple[str, str | None] | None:
     return None
 
 
+def invalid_unicode(value: str) -> str | None:
+    """Where ``value`` is not valid Unicode text, as words ("byte 0xe9 at character 4"), else None.
+
+    A command-line argument with bytes that are not UTF-8 reaches Python as lone surrogates U+DC80..U+DCFF
+    (``surrogateescape``), each standing for one byte; any other lone surrogate is named as such."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(value[e.start])
+        what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"lone surrogate U+{code:04X}"
+        return f"{what} at character {e.start + 1}"
+    return None
+
+
 def local_path(path, what: str, option: str | None = None, writes: bool = False) -> Path:
     """``path`` as a local ``Path``, or refused: a URL, a Windows path on POSIX or an unexpanded ``~`` would be read as a
     relative path (a run writing it would make folders named ``s3:``, ``file:``, ``C:\\x`` or ``~``). ``what`` names
     it (the output, the PCA model ...), ``option`` is the parameter that gives it (None: an argument), ``writes``:
-    bertfeat writes it."""
+    bertfeat writes it. An empty path is refused too: pathlib takes it for the current directory (``cache clear ""``
+    cleared the cache of the directory it ran in, ``verify ""`` read it as a Dask output)."""
+    how = f"pass {opt(option)} with" if option else "give"
+    if not os.fspath(path):
+        raise BertfeatError(f"the {what} path is empty ('', which would name the current directory)",
+                            f"{how} the {what}'s path")
+    bad = invalid_unicode(os.fsdecode(path))  # Arrow takes UTF-8 paths only; provenance and reports name the file
+    if bad:
+        why = "Arrow opens UTF-8 paths only, and provenance and reports name the file in UTF-8"
+        raise BertfeatError(f"the {what} {os.fsdecode(path)} is not a UTF-8 name ({bad})",
+                            f"{how} a UTF-8 name ({why})" if writes else f"rename it with a UTF-8 name ({why})")
     why = not_local(path)
     if why is None:
         return Path(os.fspath(path))
     kind, local = why
     text = os.fspath(path)
-    how = f"pass {opt(option)} with" if option else "give"
 
     def shown(value: str) -> str:
         return opt(option, value) if option else value

@@ -3,9 +3,69 @@
 Both print text as it is: no rich markup, no emoji codes, no highlighting. What bertfeat prints holds paths, column
 names, model ids and texts the user chose, where ``[red]``, ``[/b]`` or ``:smile:`` are ordinary characters (a
 string given to ``print``, a table's title, caption or cell alike). Styling, where wanted, is a ``rich.text.Text``.
+
+What goes to stderr (progress, notes, warnings, the Error line) is a diagnostic: a stderr that cannot be written (closed,
+``2>&-``; full, ``2>/dev/full``; a pipe whose reader left, ``2>&1 | head``) loses those lines, never the command's work.
 """
+
+import sys
 
 from rich.console import Console
 
-err_console = Console(stderr=True, markup=False, emoji=False, highlight=False)
+
+class _Stderr:
+    """sys.stderr as the diagnostics console writes it: looked up at each write (pytest's capture and rich's live
+    display replace sys.stderr), a write or flush that fails dropped. A progress line that could not be shown once
+    failed the run it reported on (extract stopped with "OUTPUT.partial: no space left on the device" and kept a
+    partial run; pca fit wrote its files, then exited 1), and rich's broken-pipe exit did the same."""
+
+    @staticmethod
+    def _stream():
+        s = sys.stderr
+        return getattr(s, "rich_proxied_file", s)  # rich's live display wraps stderr: write beneath it, as rich does
+
+    def write(self, text: str) -> int:
+        try:
+            s = self._stream()
+            if s is not None:
+                self._write(s, text)
+        except (OSError, ValueError):  # ValueError: a closed file
+            pass
+        return len(text)
+
+    @staticmethod
+    def _write(s, text: str) -> None:
+        try:
+            s.write(text)
+        except UnicodeEncodeError:  # a character its encoding lacks: escaped (as Python's own stderr does), not lost
+            encoding = getattr(s, "encoding", None) or "utf-8"
+            s.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+    def flush(self) -> None:
+        try:
+            s = self._stream()
+            if s is not None:
+                s.flush()
+        except (OSError, ValueError):
+            pass
+
+    def isatty(self) -> bool:
+        try:
+            s = self._stream()
+            return bool(s is not None and s.isatty())
+        except (OSError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        s = self._stream()
+        if s is None:
+            raise OSError("standard error is closed")
+        return s.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._stream(), "encoding", None) or "utf-8"
+
+
+err_console = Console(file=_Stderr(), markup=False, emoji=False, highlight=False)
 out_console = Console(markup=False, emoji=False, highlight=False)

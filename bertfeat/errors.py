@@ -20,8 +20,9 @@ import re
 
 _OPEN, _SEP, _CLOSE = "\ue000", "\ue002", "\ue001"
 #: characters that would break an error's one line or drive the terminal: C0 / C1 controls (newline, CR, tab, NUL, the
-#: ESC of an ANSI sequence ...), DEL and Unicode's line / paragraph separators
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: ESC of an ANSI sequence ...), DEL and Unicode's line / paragraph separators; and lone surrogates (a file name's
+#: bytes that are not UTF-8, as Python decodes them), which a stream that encodes strictly cannot write at all
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _MARK = re.compile(f"{_OPEN}([^{_CLOSE}]*){_CLOSE}")
 _UNSET = object()
 
@@ -97,6 +98,11 @@ class BertfeatError(ValueError):
     def message(self) -> str:
         """``what - fix``, options named as Python parameters."""
         return self.render()
+
+    def prefixed(self, context: str) -> "BertfeatError":
+        """This error said within ``context`` (``feature set 'mean': ...``), its options still named for the caller:
+        one made again from ``what`` / ``fix`` spelled them as Python parameters on the command line too."""
+        return BertfeatError(f"{context}: {self._what}", self._fix)
 
     def what_as(self, flags: dict[str, str] | None = None) -> str:
         """``what`` alone, options named as Python parameters, or as command-line flags with ``flags``."""

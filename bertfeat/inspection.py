@@ -142,26 +142,13 @@ def atomic_write(path: str | Path, write) -> Path:
     return path
 
 
-def invalid_unicode(value: str) -> str | None:
-    """Where ``value`` is not valid Unicode text, as words ("byte 0xe9 at character 4"), else None.
-
-    A command-line argument with bytes that are not UTF-8 reaches Python as lone surrogates U+DC80..U+DCFF
-    (``surrogateescape``), each standing for one byte; any other lone surrogate is named as such."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        code = ord(value[e.start])
-        what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"lone surrogate U+{code:04X}"
-        return f"{what} at character {e.start + 1}"
-    return None
-
-
 TEXT_FIX = ("decode it with its real encoding first (bytes.decode('latin-1'), say), or read a file in another "
             "encoding with bertfeat.extract(..., encoding=...)")
 
 
 def check_text(value: str | None, param: str = "text") -> None:
     """Refuse a text the tokenizer cannot take: one with lone surrogates (undecodable bytes kept by surrogateescape)."""
+    from .checks import invalid_unicode
     from .errors import BertfeatError, opt
 
     where = invalid_unicode(value) if isinstance(value, str) else None

@@ -60,6 +60,9 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
     """The set names -> ([FeatureSet], [{"name", "why"}] skipped). ``tokenization``: max_length, long_text, stride,
     prompt, prompt_name (shared by every set). ``strict``: a set the model cannot give is an error (sets the user
     named), else skipped with the reason (the default sets)."""
+    # the settings every set shares, checked once as extract checks them: a bad one (max_length=0, an unknown
+    # prompt_name) skipped every default set, and the sweep ended in a bug line once the input was read
+    enc.spec(None, None, "mean", normalize, **tokenization)
     sets, skipped, seen = [], [], set()
     for text in texts:
         name = str(text).strip()
@@ -80,7 +83,7 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
             spec = enc.spec(pooling, layers, agg, normalize, **tokenization)
         except BertfeatError as e:
             if strict:
-                raise BertfeatError(f"feature set {name!r}: {e.what}", e.fix) from None
+                raise e.prefixed(f"feature set {name!r}") from None
             skipped.append({"name": name, "why": e.what_as({})})  # as the sets: in extract's flags
             continue
         sets.append(FeatureSet(name, spec, _set_options(pooling, layers, agg, spec.normalize, own)))
@@ -399,7 +402,7 @@ def write_sweep_report(report: dict, prefix: str | os.PathLike) -> dict[str, Pat
         remove_stale_temps(p)
     with together():  # both appear together (an interrupted run leaves the old ones)
         with atomic_output(paths["markdown"]) as tmp:
-            tmp.write_text(render_markdown(report), encoding="utf-8")
+            tmp.write_text(render_markdown(report), encoding="utf-8", errors="backslashreplace")  # a name not UTF-8
         with atomic_output(paths["json"]) as tmp:
             tmp.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     return paths

@@ -243,7 +243,7 @@ def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
     precision = fp.get("precision", meta.get("precision", "fp32"))
     _one_of(path, "fingerprint.precision" if "precision" in fp else "precision", precision, PRECISIONS)
     _one_of(path, "input_format", meta["input_format"], FORMATS)
-    enc = Encoder(model or meta["model"], precision=precision)
+    enc = Encoder(meta["model"] if model is None else model, precision=precision)  # model="" refused, not passed over
     spec = _spec_from(fp, path)
     # the weights' sha256 names the model: the same files elsewhere (another model_id, a local path) are the same model
     diffs = [d for d in dict_differences(fp, enc.fingerprint(spec)) if d[0] != "model_id"]
@@ -272,9 +272,10 @@ def _count_rows(sources: list, meta: dict, path: Path) -> int:
     n = sum(counts) if None not in counts else sum(len(ids) for s in sources for ids, _, _ in s.batches())
     recorded = _recorded_rows(meta)
     if recorded.get("written") is not None and n != recorded["written"]:
+        how = "lost since (a part file removed, the file edited)" if n < recorded["written"] else \
+            "added since (the file edited, a part file added)"
         raise BertfeatError(f"{path} has {n} rows, but its provenance says {recorded['written']} were written: rows "
-                            f"were {'lost' if n < recorded['written'] else 'added'} since (a part file removed, the file "
-                            "edited)", "extract the features again")
+                            f"were {how}", "extract the features again")
     return n
 
 
@@ -297,8 +298,10 @@ def _open_source(meta: dict, path: Path, input, encoding):
     given)."""
     from .readers import DEFAULT_MAX_FIELD_BYTES, open_input
 
+    if encoding is None:  # encoding="" is refused by the reader, not passed over
+        encoding = meta.get("encoding") or "utf-8"
     return open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
-                      meta.get("pair_column"), meta.get("id_column"), encoding or meta.get("encoding") or "utf-8",
+                      meta.get("pair_column"), meta.get("id_column"), encoding,
                       delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()),
                       keep_as=meta.get("keep_as"),  # its bad kept values too
                       max_field_bytes=meta.get("max_field_bytes") or DEFAULT_MAX_FIELD_BYTES)

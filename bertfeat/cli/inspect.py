@@ -37,7 +37,7 @@ ARGUMENT_FIX = ("pass the text as UTF-8 (convert it first, e.g. with iconv -f la
 def _check_arguments(text: str, pair: str | None) -> None:
     """A text given on the command line in another encoding than UTF-8 (its bytes kept as lone surrogates by
     Python's argv decoding) is refused, naming the argument, before any model loads."""
-    from ..inspection import invalid_unicode
+    from ..checks import invalid_unicode
 
     for label, value in (("the TEXT argument", text), ("--pair", pair)):
         where = invalid_unicode(value) if value is not None else None

@@ -511,7 +511,8 @@ class FeatureSource:
         ``ahead`` > 0 reads that many chunks ahead in a background thread (``read_ahead``),
         so decoding the next chunk overlaps the caller's work on this one.
         """
-        batch_rows = max(1, int(batch_rows))
+        # past int64 (--batch-rows 1e20, "all at once") pyarrow's C long overflowed: no file holds more rows
+        batch_rows = min(max(1, int(batch_rows)), np.iinfo(np.int64).max)
         chunks = self.file_format.read_chunks(self, batch_rows)
         yield from read_ahead(chunks, ahead) if ahead > 0 else chunks
 

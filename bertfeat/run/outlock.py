@@ -79,7 +79,11 @@ def _acquire(path: Path, output: Path) -> int:
     held."""
     _check_ours(path, output)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # its folder, made by a run that failed, removed as that run ended: made again
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -108,12 +112,14 @@ def output_lock(*outputs: str | os.PathLike, create: bool = True):
         yield
         return
     held: list[tuple[Path, int]] = []
+    made: list[Path] = []  # the folders made here for the locks
     try:
         for out in sorted({Path(o).absolute() for o in outputs}):
             path = lock_path(out)
             if not path.parent.is_dir():
                 if not create:
                     continue  # no folder yet: no run is writing there (a run makes it under its lock, below)
+                made += _missing_folders(path.parent)
                 path.parent.mkdir(parents=True, exist_ok=True)
             fd = _acquire(path, out)
             held.append((path, fd))
@@ -131,3 +137,17 @@ def output_lock(*outputs: str | os.PathLike, create: bool = True):
             with contextlib.suppress(OSError):
                 path.unlink()  # while still locked: a waiting run then locks a fresh file (see _acquire)
             os.close(fd)
+        # a run that wrote nothing there (refused, or failed) leaves no folder it made: pca fit -o new/p.npz --label
+        # nope left new/ behind; a folder that holds anything (the outputs) stays
+        for folder in sorted(set(made), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist yet (what ``mkdir(parents=True)`` makes)."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing

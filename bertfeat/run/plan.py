@@ -356,6 +356,10 @@ def _output_layout(input: str, output, fmt: str, engine: str, want_pca: bool, re
     (``check_layout``). ``writes``: False for an estimate, which writes nothing and so takes no lock (outlock.py): it
     runs beside a run writing the output."""
     out = Path(os.fspath(output)) if output is not None else default_output(input, fmt)
+    if output is None:  # named after the input (the given output's name is checked with the options)
+        from ..checks import local_path
+
+        local_path(out, "output", "output", writes=True)
     layout = OutputLayout(out.resolve() if engine == "dask" else out, fmt, engine, want_pca)
     check_cache_apart(cache, layout, model)  # before "already exists": --overwrite would not make it right
     from .outlock import output_lock

@@ -207,6 +207,26 @@ def test_transform_command_keeps_ids_extras_and_metadata(tmp_path, features, X, 
         assert meta["layout"]["extra_columns"] == {"n_tokens": "int32", "truncated": "bool"}
 
 
+# --------------------------------------------------------------------------- a batch larger than any file
+def test_batch_rows_past_int64_reads_a_file_in_one_batch(tmp_path, features, X, capsys):
+    """Found by the CLI audit: --batch-rows past int64 ("all at once") ended pca fit and pca transform in the bug line
+    (pyarrow's C long overflowed). Any batch larger than the file reads it whole: the same model, the same rows."""
+    huge, model = str(10**20), tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "4", "-o", str(model), "-q"]) == 0
+    pca = PCA.load(model)
+    for name in ("r.parquet", "r.npy", "r.csv"):  # every format's reader, as transform's input and as fit's
+        out, refit = tmp_path / name, tmp_path / f"{name}.npz"
+        assert _run_main(["pca", "transform", str(features), "--pca-model", str(model), "-o", str(out), "-q",
+                          "--batch-rows", huge]) == 0
+        ids, Y, _ = read_features(out)
+        np.testing.assert_allclose(Y, pca.transform(X), rtol=0, atol=1e-5)
+        assert list(ids[:2]) == ["s0", "s1"] and len(ids) == N
+        assert _run_main(["pca", "fit", str(out), "-n", "2", "-o", str(refit), "-q", "--batch-rows", huge]) == 0
+        one = fit_pca_file(out, 2, batch_rows=N)
+        np.testing.assert_array_equal(PCA.load(refit).components_, one.components_)
+    assert capsys.readouterr() == ("", "")
+
+
 def test_transform_refuses_other_features_unless_forced(tmp_path, features, X, capsys):
     model = tmp_path / "pca.npz"
     fit_pca_file(features, 4).save(model)

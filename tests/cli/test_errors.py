@@ -548,6 +548,53 @@ def test_commands_printing_to_a_full_device(args, mlm_dir):
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("Error: ") and "no space left on the device" in p.stderr, p.stderr
 
 
+# --------------------------------------------------------------------------- a stderr that cannot be written
+# Found by the CLI audit: progress, notes and "wrote ..." go to stderr, and a stderr that could not be written failed
+# the command: `extract 2>/dev/full` or `extract 2>&1 | head -1` stopped with "OUTPUT.partial: no space left on the
+# device" (or rich's broken-pipe exit 1) and kept a partial run; `pca fit 2>/dev/full` wrote its files, then exited 1.
+# Losing diagnostics loses the lines, never the work: the exit code still says how it went.
+def _stderr_to(where: str):
+    """A stderr for a subprocess that no write reaches: a full device, or a pipe whose reader has gone."""
+    if where == "full":
+        return open("/dev/full", "w")
+    r, w = os.pipe()
+    os.close(r)
+    return os.fdopen(w, "w")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("where", ["full", "broken-pipe"])
+def test_a_stderr_that_cannot_be_written_fails_no_command(tmp_path, corpus, where):
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out, model = tmp_path / "o.parquet", tmp_path / "p.npz"
+    runs = [(["extract", corpus, "-o", out, "--model", tiny_model(), "--chunk-rows", "10"], 0),
+            (["pca", "fit", out, "-n", "2", "-o", model], 0),  # the table on stdout, "wrote ..." on stderr
+            (["sweep", corpus, "-o", tmp_path / "s", "--model", tiny_model(), "--set", "mean", "--sample", "20"], 0),
+            (["pca", "fit", tmp_path / "missing.parquet", "-n", "2", "-o", tmp_path / "q.npz"], 1)]  # the Error line lost
+    for args, code in runs:
+        with _stderr_to(where) as err:
+            p = subprocess.run([sys.executable, "-m", "bertfeat", *map(str, args)], stdout=subprocess.DEVNULL,
+                               stderr=err, env=env, timeout=300)
+        assert p.returncode == code, args
+    assert read_table(out).num_rows == 40 and not (tmp_path / "o.parquet.partial").exists()
+    assert PCA.load(model).n_components_ == 2 and json.loads((tmp_path / "s.json").read_text())["rows"] == 20
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.parquet", "p.npz", "p.report.json", "p.report.md",
+                                                          "p.report.png", "s.json", "s.md", "x.csv"]
+
+
+def test_a_line_its_stderr_cannot_encode_is_escaped_not_lost(monkeypatch):
+    """A stream that encodes strictly (PYTHONIOENCODING=utf-8:strict) and a lone surrogate (a name's byte that is not
+    UTF-8) in a line: the line is written with the character escaped."""
+    import io
+
+    from bertfeat.console import err_console
+
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stderr", io.TextIOWrapper(raw, encoding="utf-8", errors="strict", write_through=True))
+    err_console.print("wrote caf\udce9.parquet", markup=False, highlight=False, soft_wrap=True)
+    assert raw.getvalue() == b"wrote caf\\udce9.parquet\n"
+
+
 # --------------------------------------------------------------------------- options named for the caller
 def test_an_option_is_named_as_a_parameter_in_python_and_as_a_flag_on_the_cli():
     """errors.opt: one message, ``threads=0`` for Python callers, ``--threads 0`` on the command line; the

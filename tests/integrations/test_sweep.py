@@ -74,6 +74,44 @@ def test_a_set_the_model_cannot_give_is_refused_before_any_work(tmp_path, small_
     assert list(tmp_path.iterdir()) == []
 
 
+# --------------------------------------------------------------------------- options every set shares
+# Found by the CLI audit: with the default sets, an option each set refuses alike (--max-length 0, an unknown
+# --prompt-name, a --stride past the windows) skipped every set, and the sweep read the whole input, then ended in
+# "unexpected IndexError ... this is a bug"; named sets said it once per set, with Python's names (max_length=0).
+@pytest.mark.parametrize("args, message", [
+    (["--max-length", "0"], "--max-length 0 is out of range - choose 3 or more (up to the model's "
+                            "max_position_embeddings, 512 for BERT and MiniLM), or leave it out for the default"),
+    (["--max-length", "600"], "--max-length 600 is out of range - choose 3..512 (the model's max_position_embeddings)"),
+    (["--prompt-name", "query"], "the model has no prompt named 'query' (its prompts: none) - use one of those names, "
+                                 "or give the text with --prompt"),
+    (["--prompt", "q: ", "--prompt-name", "query"], "both a prompt and a prompt name were given - give --prompt TEXT or "
+                                                    "--prompt-name NAME, not both"),
+    (["--long-text", "chunk-mean", "--stride", "600"], "--stride 600 is out of range for max length 256 - choose "
+                                                       "--stride from 0 to 253 (tokens shared by neighbouring windows)"),
+])
+@pytest.mark.parametrize("sets", [[], ["--set", "mean", "--set", "cls@-2"]], ids=["default-sets", "named-sets"])
+def test_an_option_every_set_shares_is_refused_once_before_any_work(tmp_path, small_csv, capsys, args, message, sets):
+    assert main(["sweep", str(small_csv), "-o", str(tmp_path / "s"), "-q", *sets, *args]) == 1
+    assert capsys.readouterr() == ("", f"Error: {message}\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sets_own_refusal_names_extracts_flags_on_the_command_line(tmp_path, small_csv, capsys):
+    """The set's own error (its layers, pooling) keeps its option for the caller: --layers on the command line (as the
+    skipped default sets say it), layers= in Python."""
+    assert main(["sweep", str(small_csv), "--set", "mean@0:9", "-o", str(tmp_path / "s"), "-q"]) == 1
+    why = "reaches past the model: it has 6 layers (hidden states 0..6, or -7..-1) - choose layers in that range, e.g. -4: " \
+          "for the last 4"
+    assert capsys.readouterr() == ("", f"Error: feature set 'mean@0:9': --layers '0:9' {why}\n")
+    with pytest.raises(BertfeatError) as e:
+        sweep(small_csv, ["mean@0:9"])
+    assert e.value.message == f"feature set 'mean@0:9': layers='0:9' {why}"
+    with pytest.raises(BertfeatError) as e:  # a shared option: once, by its parameter
+        sweep(small_csv, max_length=0)
+    assert e.value.message.startswith("max_length=0 is out of range - ")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_one_pass_gives_each_set_as_encoded_alone_and_the_probe_equals_scikit_learns(small_csv, enc):
     pytest.importorskip("sklearn")
     from sklearn.decomposition import PCA as SkPCA

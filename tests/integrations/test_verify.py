@@ -336,6 +336,32 @@ def test_verify_refuses_a_negative_seed_and_an_empty_input(extracted, capsys):
                "the one their provenance names\n")
 
 
+def test_verify_refuses_an_empty_model_or_encoding(extracted, capsys):
+    """Found by the CLI audit: -m "" and --encoding "" were passed over for the provenance's (an empty value is falsy),
+    and the file verified "ok"; every other command refuses them."""
+    _, out = extracted
+    assert run(capsys, "verify", out, "-m", "", "-q") == (
+        1, "", "Error: the model name is empty - pass a model folder or name, or leave it out for the default\n")
+    assert run(capsys, "verify", out, "--encoding", "", "-q") == (
+        1, "", "Error: unknown encoding '' - pass a Python codec name such as utf-8, latin-1 or cp1252\n")
+    assert run(capsys, "verify", out, "-m", tiny_model(), "--encoding", "utf-8", "--sample", "3", "-q") == (0, "", "")
+
+
+def test_verify_says_how_rows_came_to_be_added_to_a_file(extracted, tmp_path, capsys):
+    """Found by the CLI audit: a file with a row more than its provenance says was explained as "rows were added since
+    (a part file removed, ...)"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src, out = extracted
+    t = pq.read_table(out)
+    grown = tmp_path / "grown.parquet"
+    pq.write_table(pa.concat_tables([t, t.slice(0, 1)]).replace_schema_metadata(t.schema.metadata), grown)
+    assert run(capsys, "verify", grown, "--input", src, "-q") == (
+        1, "", f"Error: {grown} has 61 rows, but its provenance says 60 were written: rows were added since (the file "
+               "edited, a part file added) - extract the features again\n")
+
+
 def test_verify_reads_its_input_as_the_provenance_says(extracted, tmp_path, capsys):
     """verify has no --input-format / --text-column: another format is refused saying how it reads --input, and a
     missing column is named without a flag verify does not have."""

@@ -332,3 +332,45 @@ class TestAnEstimateTakesNoLock:
         _, err = first.communicate(timeout=300)
         assert first.returncode == 0, err
         whole_output_of(out, a, N)
+
+
+# --------------------------------------------------------------------------- a refused run leaves no folder
+def test_a_refused_run_leaves_no_folder_it_made_for_its_lock(tmp_path, capsys):
+    """Found by the CLI audit: the lock makes an output's missing folders, and a run refused under it (a label that is
+    not a column, a PCA of another width, a bad row) left them behind, empty. A folder the run wrote into stays."""
+    src = write_csv(tmp_path / "in.csv", ["text", "label"], [[f"sentence {i} about cats", "ab"[i % 2]] for i in range(24)])
+    bad = write_csv(tmp_path / "bad.csv", ["text"], [[""]])
+    feats, model = tmp_path / "f.parquet", tmp_path / "p.npz"
+    assert run(capsys, "extract", src, "-o", feats, "--model", tiny_model(), "-q", "--keep", "label")[0] == 0
+    assert run(capsys, "pca", "fit", feats, "-n", "2", "-o", model, "-q")[0] == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    refused = [["pca", "fit", feats, "-n", "2", "-o", tmp_path / "n1" / "a" / "p.npz", "--label", "nope"],
+               ["pca", "fit", feats, "-n", "99", "-o", tmp_path / "n2" / "p.npz"],
+               ["report", model, "-o", tmp_path / "n3" / "r", "--probe", feats, "--label", "nope"],
+               ["sweep", src, "-o", tmp_path / "n4" / "s", "--model", tiny_model(), "--set", "mean", "--label", "text"],
+               ["extract", bad, "-o", tmp_path / "n5" / "o.parquet", "--model", tiny_model()]]
+    for args in refused:
+        rc, _, err = run(capsys, *args, "-q")
+        assert rc == 1 and err.startswith("Error: ") and err.count("\n") == 1, (args, err)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before, args
+    assert run(capsys, "pca", "fit", feats, "-n", "2", "-o", tmp_path / "n6" / "a" / "p.npz", "-q")[0] == 0
+    assert sorted(p.name for p in (tmp_path / "n6" / "a").iterdir()) == ["p.npz", "p.report.json", "p.report.md",
+                                                                         "p.report.png"]
+
+
+def test_a_lock_whose_new_folder_vanishes_makes_it_again(tmp_path, monkeypatch):
+    """Two runs in one new folder: the first, refused, removes the folder it made as the second is about to lock
+    there; the second makes it again and locks."""
+    from bertfeat.run import outlock
+
+    out = tmp_path / "new" / "o.parquet"
+    real = outlock._check_ours
+
+    def vanishing(path, output):
+        real(path, output)
+        path.parent.rmdir()
+
+    monkeypatch.setattr(outlock, "_check_ours", vanishing)
+    with output_lock(out):
+        assert lock_path(out).exists()
+    assert not (tmp_path / "new").exists()  # and it made no folder the run left empty

@@ -666,3 +666,89 @@ def test_a_nul_in_a_path_is_one_line_not_a_bug(tmp_path, good, capsys, monkeypat
                                                 f"file name can hold - {f'pass {flag} with' if flag else 'give'} a path "
                                                 "without it\n"), (command, err)
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------------ empty paths
+# Found by the CLI audit: pathlib takes "" for the current directory, so an empty path argument or option read it:
+# `cache clear ""` cleared the cache of the directory it ran in, `verify ""` read it as a Dask output, `report ""`,
+# `pca transform --pca-model ""` called it "not a bertfeat PCA model: it is a directory", `extract --summary-json ""`
+# "would replace the input". Every path bertfeat reads (and the summary JSON) refuses it; an empty output was already
+# refused as one ("the output '' is empty"), and an empty --cache means no cache (docs/cli.md).
+EMPTY = "path is empty ('', which would name the current directory)"
+
+
+def test_an_empty_path_is_refused_by_every_path_it_reads(tmp_path, good, capsys, monkeypatch):
+    monkeypatch.chdir(good["dir"])  # what "" named: a folder of feature files, a model, a corpus
+    before = snapshot(good["dir"])
+    cases = [c for c in _path_cases(good) if c[3] is None]
+    cases.append(("summary JSON", "--summary-json", ["extract", good["corpus"], "-o", tmp_path / "o.parquet", "-m",
+                                                     tiny_model(), "--summary-json", "U"], None))
+    assert len(cases) == 10
+    for what, flag, command, _ in cases:
+        rc, out, err = run(capsys, *["" if a == "U" else a for a in command])
+        how = f"pass {flag} with" if flag else "give"
+        assert (rc, out, err) == (1, "", f"Error: the {what} {EMPTY} - {how} the {what}'s path\n"), command
+    assert snapshot(good["dir"]) == before and list(tmp_path.iterdir()) == []
+
+
+def test_cache_clear_of_an_empty_path_leaves_the_cache_it_runs_in(tmp_path, good, capsys, monkeypatch):
+    cache = tmp_path / "c"
+    assert run(capsys, "extract", good["corpus"], "-o", tmp_path / "o.parquet", "-m", tiny_model(), "-q",
+               "--cache", cache)[0] == 0
+    monkeypatch.chdir(cache)
+    before = snapshot(cache)
+    for command in ("info", "clear"):
+        rc, out, err = run(capsys, "cache", command, "")
+        assert (rc, out, err) == (1, "", f"Error: the cache {EMPTY} - give the cache's path\n")
+    assert snapshot(cache) == before  # the 24 entries are there: it deleted them and said "deleted 24 entries from "
+    rc, out, _ = run(capsys, "cache", "info", cache, "--json")
+    assert (rc, json.loads(out)["entries"]) == (0, 24)
+
+
+# ------------------------------------------------------------------------------------------------ names not UTF-8
+# Found by the CLI audit: a file name whose bytes are not UTF-8 (a latin-1 name on Linux; Python hands it over as
+# lone surrogates) ended `verify`, `extract -o` / its default output, `sweep -o`, `report -o`, `pca transform -o` .npy
+# in "unexpected UnicodeEncodeError ... this is a bug", and `pca fit` / `transform` called a sound feature file "not a
+# readable Parquet file": Arrow opens UTF-8 paths only, and the reports and provenance name the file.
+NOT_UTF8_WHY = "Arrow opens UTF-8 paths only, and provenance and reports name the file in UTF-8"
+
+
+def test_a_name_that_is_not_utf8_is_refused_by_every_path_option(tmp_path, good, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(good["dir"])
+    for what, flag, command, ext in _path_cases(good):
+        given = "a\udcffb" + (ext or "")  # the bytes b"a\xffb" as Python's argv decoding gives them
+        rc, out, err = run(capsys, *[given if a == "U" else a for a in command])
+        fix = (f"{f'pass {flag} with' if flag else 'give'} a UTF-8 name" if ext is not None
+               else "rename it with a UTF-8 name")
+        shown = "a\\udcffb" + (ext or "")  # the error line escapes it, as a control character
+        assert (rc, out, err) == (1, "", f"Error: the {what} {shown} is not a UTF-8 name (byte 0xff at character 2) - "
+                                         f"{fix} ({NOT_UTF8_WHY})\n"), command
+    assert list(tmp_path.iterdir()) == [] and snapshot(good["dir"]) == before
+
+
+def test_an_output_named_after_an_input_that_is_not_utf8(tmp_path, good):
+    """The real bytes, in a process of its own: the input is read (fsspec takes the name), its default output beside it
+    is refused before anything is written."""
+    src = os.fsencode(tmp_path) + b"/caf\xe9.csv"
+    shutil.copy(good["corpus"], src)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), LC_ALL="C.UTF-8")
+    p = subprocess.run([sys.executable, "-m", "bertfeat", b"extract", src, b"-m", os.fsencode(tiny_model()), b"-q"],
+                       capture_output=True, env=env, timeout=300)
+    out = f"{tmp_path}/caf\\udce9.features.parquet"  # stderr writes the byte as Python escapes it
+    assert (p.returncode, p.stdout, p.stderr.decode()) == (
+        1, b"", f"Error: the output {out} is not a UTF-8 name (byte 0xe9 at character {len(str(tmp_path)) + 5}) - "
+                f"pass -o with a UTF-8 name ({NOT_UTF8_WHY})\n")
+    assert os.listdir(os.fsencode(tmp_path)) == [b"caf\xe9.csv"]
+
+
+def test_an_input_named_not_in_utf8_is_named_escaped_in_the_sweeps_report(tmp_path, good, capsys):
+    """The input is read (fsspec takes the name); the sweep's Markdown report named it raw and ended in the bug line
+    after the whole sweep ran."""
+    src = tmp_path / "caf\udce9.csv"  # the bytes b"caf\xe9.csv" on disk
+    shutil.copy(good["corpus"], src)
+    rc, out, err = run(capsys, "sweep", src, "-o", tmp_path / "s", "--set", "mean", "--sample", "10", "-q",
+                       "-m", tiny_model())
+    assert (rc, out, err) == (0, "", "")
+    assert (tmp_path / "s.md").read_text(encoding="utf-8").startswith(f"# Feature sets of {tmp_path}/caf\\udce9.csv\n")
+    assert json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))["input"] == str(src)
