@@ -124,7 +124,10 @@ def assert_close(X: np.ndarray, Y: np.ndarray, tol: float = TOL):
 
 
 def no_leftovers(out: Path) -> list[str]:
-    """Files the run left beside `out` that look like output (the output, its partial dir, temporaries)."""
+    """Files the run left beside `out` that look like output (the output, its partial dir, temporaries); none when
+    the folder is gone (a failed run removes the empty output folder it made)."""
+    if not out.parent.exists():
+        return []
     return sorted(p.name for p in out.parent.iterdir()
                   if p.name.startswith(out.name) or p.name.startswith("." + out.name))
 
