@@ -216,12 +216,13 @@ def verify(
         t.add_row("rows checked", f"{r['rows_checked']:,} of {r['rows_in_file']:,} (seed {r['seed']})")
         t.add_row("bit-identical", f"{r['rows_identical']:,}" + (" (after the PCA: the projection rounds by its batch; "
                                                                    "bit identity holds before it)" if r["reduced"] else ""))
-        t.add_row("largest difference", f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's norm)")
-        t.add_row("smallest cosine", f"{r['min_cosine']:.9f}")
+        none = "- (no row to check)" if not r["rows_checked"] else None  # (the file has no rows)
+        t.add_row("largest difference", none or f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's norm)")
+        t.add_row("smallest cosine", none or f"{r['min_cosine']:.9f}")
         t.add_row("tolerance", f"{r['tolerance']:g} of the row's norm ({r['precision']}"
                   + (", after the PCA" if r["reduced"] else "")
                   + (", both rounded to float16 as the file" if r.get("dtype") == "float16" else "") + ")")
-        t.add_row("verdict", "ok" if r["ok"] else "DIFFERENT")
+        t.add_row("verdict", ("ok" if r["rows_checked"] else "ok: nothing to check") if r["ok"] else "DIFFERENT")
         out_console.print(t)
     if not r["ok"]:
         bad = sum(x["relative"] > r["tolerance"] for x in r["rows"])

@@ -143,9 +143,21 @@ def check_precision(value) -> str:
     return value
 
 
+#: local Dask workers per core at most: each is a process with its own model copy, and the encode is CPU-bound
+WORKERS_PER_CORE = 4
+
+
 def check_workers(value) -> int | None:
     if value is not None and (isinstance(value, bool) or value < 1):
         raise BertfeatError(f"{opt('workers', value)} is out of range", "give 1 or more")
+    from ..ops.threads import default_threads
+
+    most = WORKERS_PER_CORE * default_threads()
+    if value is not None and value > most:  # (99999999999999999999 got the process killed, out of memory)
+        raise BertfeatError(f"{opt('workers', value)} would start {value:,} local processes, each with its own copy of "
+                            f"the model, on {default_threads()} core(s)",
+                            f"give at most {most} ({WORKERS_PER_CORE} per core), or start a cluster with `dask "
+                            f"scheduler` / `dask worker` and pass {opt('scheduler')}")
     return value
 
 

@@ -41,6 +41,19 @@ def test_verify_a_fresh_file_row_for_row(extracted, capsys):
     assert run(capsys, "verify", out, "--quiet") == (0, "", "")
 
 
+def test_verify_a_file_without_rows_says_it_checked_nothing(tmp_path, capsys):
+    """A 0-row file (an input of a header alone) showed "smallest cosine 1.000000000" and "ok", as if rows matched."""
+    src = tmp_path / "e.csv"
+    src.write_text("text\n")
+    out = tmp_path / "e.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q")[0] == 0
+    rc, stdout, err = run(capsys, "verify", out)
+    assert (rc, err) == (0, "")
+    cells = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in stdout.splitlines() if line.count("│") == 3}
+    assert (cells["rows checked"], cells["largest difference"], cells["smallest cosine"], cells["verdict"]) == (
+        "0 of 0 (seed 0)", "- (no row to check)", "- (no row to check)", "ok: nothing to check")
+
+
 def test_verify_passes_over_rejected_rows_and_applies_the_pca(tmp_path, capsys):
     rows = _rows()
     rows[5][1] = ""  # rejected under --on-bad-row skip

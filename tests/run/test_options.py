@@ -17,6 +17,7 @@ import typer
 import bertfeat
 from bertfeat.cli import app as cli
 from bertfeat.errors import BertfeatError, opt, render
+from bertfeat.ops.threads import default_threads
 from bertfeat.run.options import OPTIONS, ExtractOptions, check, encoder_keywords, feature_spec, option
 from extract_util import run, tiny_encoder, tiny_model, write_csv
 
@@ -104,6 +105,8 @@ PCA_FIX = ("give a whole number of components (e.g. 100), a variance fraction in
            "choice), or 1.0 / all for every component")
 #: one bad value of every option with a check: (option, its Python value, the CLI's words for it, Python's message,
 #: the CLI's message); DIR is the input's folder
+CORES = default_threads()
+CORES = default_threads()
 BAD = [
     ("input", "", [""], "the input path is empty - pass the input file (CSV, TSV, Parquet or JSONL), a directory or "
      "glob of Parquet files, or - for standard input", None),
@@ -126,6 +129,10 @@ BAD = [
     ("threads", 0, ["--threads", "0"], "threads=0 is out of range - give 1 or more (default: all cores)", "--threads 0"),
     ("engine", "spark", ["--engine", "spark"], "unknown engine='spark' - choose local or dask", "--engine 'spark'"),
     ("workers", 0, ["--engine", "dask", "--workers", "0"], "workers=0 is out of range - give 1 or more", "--workers 0"),
+    # (got the process killed, out of memory, starting the processes)
+    ("workers", 10**20, ["--engine", "dask", "--workers", str(10**20)], f"workers={10**20} would start {10**20:,} local "
+     f"processes, each with its own copy of the model, on {CORES} core(s) - give at most {4 * CORES} (4 per core), or "
+     "start a cluster with `dask scheduler` / `dask worker` and pass scheduler", f"--workers {10**20}"),
     ("blocksize", "abc", ["--engine", "dask", "--blocksize", "abc"], "blocksize='abc' is not a size - give bytes, e.g. "
      "8MiB, 64MB or none", "--blocksize 'abc'"),
     ("keep", "a,,b", ["--keep", "a,,b"], "keep='a,,b' holds an empty column name - separate the column names with "
