@@ -42,17 +42,17 @@ class _Stderr:
             s.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
     def flush(self) -> None:
+        flush = getattr(self._stream(), "flush", None)  # a stand-in stream with write alone needs none
         try:
-            s = self._stream()
-            if s is not None:
-                s.flush()
+            if flush is not None:
+                flush()
         except (OSError, ValueError):
             pass
 
     def isatty(self) -> bool:
+        isatty = getattr(self._stream(), "isatty", None)  # none: no terminal, as rich takes it
         try:
-            s = self._stream()
-            return bool(s is not None and s.isatty())
+            return bool(isatty is not None and isatty())
         except (OSError, ValueError):
             return False
 

@@ -61,8 +61,10 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
     prompt, prompt_name (shared by every set). ``strict``: a set the model cannot give is an error (sets the user
     named), else skipped with the reason (the default sets)."""
     # the settings every set shares, checked once as extract checks them: a bad one (max_length=0, an unknown
-    # prompt_name) skipped every default set, and the sweep ended in a bug line once the input was read
-    enc.spec(None, None, "mean", normalize, **tokenization)
+    # prompt_name) skipped every default set, and the sweep ended in a bug line once the input was read. Checked
+    # with a pooling named: what the model's own embedding alone cannot do (it has none, or leaves the prompt out)
+    # is the set own's refusal, not the sweep's
+    enc.spec("mean", None, "mean", normalize, **tokenization)
     sets, skipped, seen = [], [], set()
     for text in texts:
         name = str(text).strip()

@@ -74,15 +74,15 @@ def _check_ours(path: Path, output: Path) -> None:
                             "rename or move that file, or write the output under another name")
 
 
-def _acquire(path: Path, output: Path) -> int:
+def _acquire(path: Path, output: Path, made: list) -> int:
     """Open and flock the lock file of ``output`` (non-blocking); -> the descriptor. Raises OutputLockedError when
-    held."""
+    held. ``made``: the folders made for the locks (``_make_folders``), added to."""
     _check_ours(path, output)
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:  # its folder, made by a run that failed, removed as that run ended: made again
-            path.parent.mkdir(parents=True, exist_ok=True)
+            made += _make_folders(path.parent)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -112,16 +112,15 @@ def output_lock(*outputs: str | os.PathLike, create: bool = True):
         yield
         return
     held: list[tuple[Path, int]] = []
-    made: list[Path] = []  # the folders made here for the locks
+    made: list[tuple[Path, tuple[int, int]]] = []  # the folders made here for the locks, parents first
     try:
         for out in sorted({Path(o).absolute() for o in outputs}):
             path = lock_path(out)
             if not path.parent.is_dir():
                 if not create:
                     continue  # no folder yet: no run is writing there (a run makes it under its lock, below)
-                made += _missing_folders(path.parent)
-                path.parent.mkdir(parents=True, exist_ok=True)
-            fd = _acquire(path, out)
+                made += _make_folders(path.parent)
+            fd = _acquire(path, out, made)
             held.append((path, fd))
             info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
             try:
@@ -138,16 +137,28 @@ def output_lock(*outputs: str | os.PathLike, create: bool = True):
                 path.unlink()  # while still locked: a waiting run then locks a fresh file (see _acquire)
             os.close(fd)
         # a run that wrote nothing there (refused, or failed) leaves no folder it made: pca fit -o new/p.npz --label
-        # nope left new/ behind; a folder that holds anything (the outputs) stays
-        for folder in sorted(set(made), key=lambda p: len(p.parts), reverse=True):
+        # nope left new/ behind; a folder that holds anything (the outputs) stays, and so does one put in its place
+        for folder, identity in reversed(made):
             with contextlib.suppress(OSError):
-                folder.rmdir()
+                st = os.lstat(folder)
+                if (st.st_dev, st.st_ino) == identity:
+                    folder.rmdir()
 
 
-def _missing_folders(folder: Path) -> list[Path]:
-    """``folder`` and its parents that do not exist yet (what ``mkdir(parents=True)`` makes)."""
-    missing = []
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    return missing
+def _make_folders(folder: Path) -> list[tuple[Path, tuple[int, int]]]:
+    """Make ``folder`` and its missing parents (as ``mkdir(parents=True, exist_ok=True)``); -> each folder this call's
+    own mkdir made, parents first, with its device and inode. Found by the mkdir, not by name beforehand: a path
+    through a folder not there yet (``new/../keep``) names an existing folder (keep/) that no lexical walk sees."""
+    try:
+        os.mkdir(folder)
+    except FileNotFoundError:
+        if folder.parent == folder:
+            raise
+        made = _make_folders(folder.parent)
+        return made + _make_folders(folder)
+    except OSError:  # there already (as pathlib's exist_ok, whatever the error says), else refused as it says
+        if not folder.is_dir():
+            raise
+        return []
+    st = os.lstat(folder)
+    return [(folder, (st.st_dev, st.st_ino))]

@@ -595,6 +595,26 @@ def test_a_line_its_stderr_cannot_encode_is_escaped_not_lost(monkeypatch):
     assert raw.getvalue() == b"wrote caf\\udce9.parquet\n"
 
 
+def test_a_stderr_without_isatty_or_flush_is_written_as_before(monkeypatch):
+    """Review of the CLI audit: a sys.stderr object with write alone (a logger's stand-in, an IDE's) made
+    bertfeat.extract(quiet=False) fail with AttributeError 'isatty' once the console wrote through console._Stderr;
+    rich takes a stream without isatty for no terminal, and one without flush needs none."""
+    from bertfeat.console import err_console
+
+    class WriteOnly:
+        def __init__(self):
+            self.text = []
+
+        def write(self, text):
+            self.text.append(text)
+            return len(text)
+
+    monkeypatch.setattr(sys, "stderr", WriteOnly())
+    assert err_console.is_terminal is False
+    err_console.print("a note", markup=False, highlight=False, soft_wrap=True)
+    assert "".join(sys.stderr.text) == "a note\n"
+
+
 # --------------------------------------------------------------------------- options named for the caller
 def test_an_option_is_named_as_a_parameter_in_python_and_as_a_flag_on_the_cli():
     """errors.opt: one message, ``threads=0`` for Python callers, ``--threads 0`` on the command line; the

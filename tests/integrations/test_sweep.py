@@ -112,6 +112,55 @@ def test_a_sets_own_refusal_names_extracts_flags_on_the_command_line(tmp_path, s
     assert list(tmp_path.iterdir()) == []
 
 
+# The shared check above judged the options as the model's own embedding would take them: a model without one (a
+# modules.json with no Pooling) or one that leaves its prompt out of the pooling (include_prompt false, with a prompt
+# and --long-text chunk-*) refused the whole sweep, where only the set `own` cannot be given (review of the CLI audit).
+def _model_with(tmp_path, modules: list[dict], pooling: dict | None = None, prompts: dict | None = None) -> Path:
+    import shutil
+
+    from extract_util import tiny_model
+
+    d = tmp_path / "model"
+    shutil.copytree(tiny_model(), d)
+    (d / "modules.json").write_text(json.dumps([{"idx": i, "name": str(i), **m} for i, m in enumerate(modules)]))
+    if pooling is not None:
+        (d / "1_Pooling").mkdir()
+        (d / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **pooling}))
+    if prompts is not None:
+        (d / "config_sentence_transformers.json").write_text(json.dumps({"prompts": prompts}))
+    return d
+
+
+TRANSFORMER = {"path": "", "type": "sentence_transformers.models.Transformer"}
+POOLING = {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}
+
+
+@pytest.mark.parametrize("case", ["no-own-embedding", "prompt-not-pooled"])
+def test_a_set_only_own_cannot_give_leaves_the_other_sets(tmp_path, small_csv, capsys, case):
+    if case == "no-own-embedding":
+        model, args = _model_with(tmp_path, [TRANSFORMER]), []
+        why = (f"the model {tmp_path / 'model'} has no embedding of its own: its modules.json lists no Pooling module, so "
+               "it defines no sentence embedding (sentence-transformers cannot encode with it either)")
+    else:
+        model = _model_with(tmp_path, [TRANSFORMER, POOLING], {"pooling_mode_mean_tokens": True, "include_prompt": False},
+                            {"query": "query: "})
+        args = ["--prompt-name", "query", "--long-text", "chunk-mean", "--stride", "8"]
+        why = ("this model leaves its prompt out of the pooling (include_prompt false), which --long-text chunk-* "
+               "cannot do (the prompt is in the first window only)")
+    out = tmp_path / "s"
+    assert main(["sweep", str(small_csv), "-m", str(model), "-o", str(out), "--sample", "20", "-q", *args]) == 0
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert {"name": "own", "why": why} in report["skipped"]
+    assert "mean" in [s["name"] for s in report["sets"]]
+    assert main(["sweep", str(small_csv), "-m", str(model), "-o", str(out), "--sample", "20", "-q", "--overwrite",
+                 "--set", "mean", "--set", "cls", *args]) == 0  # named sets the model can give
+    assert [s["name"] for s in json.loads(out.with_suffix(".json").read_text())["sets"]] == ["mean", "cls"]
+    assert main(["sweep", str(small_csv), "-m", str(model), "-o", str(tmp_path / "t"), "-q", "--set", "own", *args]) == 1
+    assert capsys.readouterr() == ("", f"Error: feature set 'own': {why} - " + (
+        "choose a pooling, e.g. --pooling mean\n" if case == "no-own-embedding" else
+        "use --long-text truncate or error with this model's prompts\n"))
+
+
 def test_one_pass_gives_each_set_as_encoded_alone_and_the_probe_equals_scikit_learns(small_csv, enc):
     pytest.importorskip("sklearn")
     from sklearn.decomposition import PCA as SkPCA

@@ -106,7 +106,6 @@ PCA_FIX = ("give a whole number of components (e.g. 100), a variance fraction in
 #: one bad value of every option with a check: (option, its Python value, the CLI's words for it, Python's message,
 #: the CLI's message); DIR is the input's folder
 CORES = default_threads()
-CORES = default_threads()
 BAD = [
     ("input", "", [""], "the input path is empty - pass the input file (CSV, TSV, Parquet or JSONL), a directory or "
      "glob of Parquet files, or - for standard input", None),

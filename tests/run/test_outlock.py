@@ -374,3 +374,45 @@ def test_a_lock_whose_new_folder_vanishes_makes_it_again(tmp_path, monkeypatch):
     with output_lock(out):
         assert lock_path(out).exists()
     assert not (tmp_path / "new").exists()  # and it made no folder the run left empty
+
+
+# --------------------------------------------------------------------------- only the folders the run made go
+# Review of the CLI audit: the folders to remove were the path's parts missing before mkdir, found by name; a path
+# through a folder not there yet (new/../keep/o.npz) named the user's empty folder keep/ as missing, and a refused run
+# deleted it. Only a folder this run's own mkdir made is removed, and only while it is still that folder.
+@pytest.mark.parametrize("given", ["new/../keep/o.parquet", "new/../new2/../keep/o.parquet", "a/b/../../keep/o.parquet"])
+def test_a_refused_run_leaves_the_users_empty_folder_however_the_path_names_it(tmp_path, monkeypatch, given):
+    from bertfeat.errors import BertfeatError
+
+    (tmp_path / "keep").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BertfeatError):
+        with output_lock(given):
+            assert (tmp_path / "keep" / ".o.parquet.lock").exists()
+            raise BertfeatError("refused", "as a run is")
+    assert sorted(os.listdir(tmp_path)) == ["keep"] and os.listdir(tmp_path / "keep") == []
+
+
+def test_a_refused_run_through_a_new_folder_removes_what_it_made(tmp_path, monkeypatch):
+    from bertfeat.errors import BertfeatError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BertfeatError):
+        with output_lock("new/../x/y/o.parquet"):
+            assert sorted(os.listdir(tmp_path)) == ["new", "x"]
+            raise BertfeatError("refused", "as a run is")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_folder_put_in_place_of_the_one_made_stays(tmp_path):
+    """The folder the lock made, replaced during the run by another (empty) one: that one is not the run's to remove."""
+    from bertfeat.errors import BertfeatError
+
+    new = tmp_path / "new"
+    with pytest.raises(BertfeatError):
+        with output_lock(new / "o.parquet"):
+            os.unlink(lock_path(new / "o.parquet"))
+            new.rmdir()
+            new.mkdir()  # another process's, made after the lock's
+            raise BertfeatError("refused", "as a run is")
+    assert new.is_dir()
