@@ -25,10 +25,17 @@ import contextlib
 import bertfeat  # noqa: F401,E402  isort: skip
 
 import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
+
+# A suite started in the background of a non-interactive shell (`make test &`, a CI step run so) inherits SIGINT
+# ignored, and Python then installs no KeyboardInterrupt handler: the tests of what Ctrl-C does (and the processes
+# they start, which inherit the disposition) need Python's own.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_DATA = ROOT / "tests" / "data"
