@@ -24,8 +24,7 @@ from .stats import Stats
 __all__ = ["SOLVERS", "AUTO_COVARIANCE_MAX_FEATURES", "Decomposition", "flip_signs", "choose_solver", "randomized_svd",
            "n_components_from_spec", "components_needed", "decomposition_from_spectrum", "decompose_svd",
            "decompose_randomized", "decompose_stats", "model_covariance", "model_singular", "singular_model_error",
-           "model_precision",
-           "log_likelihoods"]
+           "model_precision", "log_likelihoods"]
 
 SOLVERS = ("auto", "svd", "covariance", "randomized")
 #: ``auto`` uses the covariance solver up to this many features (a d x d float64 matrix).
