@@ -82,3 +82,24 @@ def test_int8_error_sources_removes_the_weights_share_of_the_error():
     for kind in ("qkv", "attention_output", "ffn_up", "ffn_down"):  # each alone: less error, more than all four
         assert rows["all"]["mean_error"] < rows[kind]["mean_error"] < 1.05 * rows["scheme"]["mean_error"], (kind, rows)
     assert len({row["mean_error"] for row in rows.values()}) == 6, rows  # each variant changed the features
+
+
+def test_time_split_counts_the_gemms_and_attention_of_every_precision_it_runs():
+    """benchmarks/time_split.py: its timers must see the products and the attention (a wrapper the forward pass no longer
+    calls would read 0 s), leave the rest positive, and int8 must make more GEMM calls than bf16 only where short batches
+    run their second products (never fewer)."""
+    from conftest import need_full_data
+
+    need_full_data()
+    r = run("benchmarks/time_split.py", "--quick", "--json", "--models", "minilm")
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+    assert set(d["models"]) == {"minilm"}
+    runs = d["models"]["minilm"]
+    assert "fp32" in runs and set(runs) | set(d["skipped"]) == {"fp32", "bf16", "int8"}
+    for prec, m in runs.items():
+        assert m["tokens"] > 0 and m["calls"] >= 6 * 4, (prec, m)  # 6 layers x 4 linear layers, at least one batch
+        assert 0 < m["gemm"] < m["total"] and 0 < m["attend"] < m["total"] and m["rest"] > 0, (prec, m)
+        assert m["gflops"] > 0, (prec, m)
+    if "int8" in runs and "bf16" in runs:
+        assert runs["int8"]["calls"] >= runs["bf16"]["calls"], runs
