@@ -138,7 +138,8 @@ BAD = [
      "single commas, e.g. label,split", "--keep 'a,,b'"),
     ("cache", "DIR/afile.txt", ["--cache", "DIR/afile.txt"], "the cache DIR/afile.txt is not a directory - give cache a "
      "directory (it is made if missing)", "--cache"),
-    ("label", "", ["--label", ""], "label='' is not a column name - give label=\"label\"", "--label ''"),
+    ("label", "", ["--label", ""], "label='' is empty - give label the name of the input's column that holds the "
+     "labels, e.g. label='label'", "--label ''"),
     ("dtype", "float64", ["--dtype", "float64"], "unknown dtype='float64' - choose one of float32, float16 (float16 "
      "halves the file)", "--dtype float64"),
     ("estimate", 1, ["--estimate", "--estimate-rows", "1"], "estimate=1 is out of range - choose 2 or more (rows to "
