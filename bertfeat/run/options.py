@@ -157,7 +157,7 @@ def check_workers(value) -> int | None:
         raise BertfeatError(f"{opt('workers', value)} would start {value:,} local processes, each with its own copy of "
                             f"the model, on {default_threads()} core(s)",
                             f"give at most {most} ({WORKERS_PER_CORE} per core), or start a cluster with `dask "
-                            f"scheduler` / `dask worker` and pass {opt('scheduler')}")
+                            f"scheduler` / `dask worker` and pass {opt('scheduler')} in place of {opt('workers')}")
     return value
 
 

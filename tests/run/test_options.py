@@ -131,7 +131,8 @@ BAD = [
     # (got the process killed, out of memory, starting the processes)
     ("workers", 10**20, ["--engine", "dask", "--workers", str(10**20)], f"workers={10**20} would start {10**20:,} local "
      f"processes, each with its own copy of the model, on {CORES} core(s) - give at most {4 * CORES} (4 per core), or "
-     "start a cluster with `dask scheduler` / `dask worker` and pass scheduler", f"--workers {10**20}"),
+     "start a cluster with `dask scheduler` / `dask worker` and pass scheduler in place of workers",
+     f"--workers {10**20}"),
     ("blocksize", "abc", ["--engine", "dask", "--blocksize", "abc"], "blocksize='abc' is not a size - give bytes, e.g. "
      "8MiB, 64MB or none", "--blocksize 'abc'"),
     ("keep", "a,,b", ["--keep", "a,,b"], "keep='a,,b' holds an empty column name - separate the column names with "
