@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import BertfeatError
+from ..errors import BertfeatError, visible
 
 MODEL_HELP = "Model: a local directory, a hub id in the Hugging Face cache, or all-MiniLM-L6-v2 (default)."
 
@@ -27,7 +27,7 @@ def _consoles():
 def _text(s) -> "object":
     from rich.text import Text
 
-    return Text(str(s))  # never rich markup: wordpieces like [CLS] or [unused0] must print as they are
+    return Text(visible(str(s)))  # never rich markup: wordpieces like [CLS] or [unused0] must print as they are
 
 
 ARGUMENT_FIX = ("pass the text as UTF-8 (convert it first, e.g. with iconv -f latin1 -t utf-8), or put it in a file "
