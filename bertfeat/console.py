@@ -2,7 +2,8 @@
 
 Both print text as it is: no rich markup, no emoji codes, no highlighting. What bertfeat prints holds paths, column
 names, model ids and texts the user chose, where ``[red]``, ``[/b]`` or ``:smile:`` are ordinary characters (a
-string given to ``print``, a table's title, caption or cell alike). Styling, where wanted, is a ``rich.text.Text``.
+string given to ``print``, a table's title, caption or cell alike), and a control character is shown escaped
+(``_Console``). Styling, where wanted, is a ``rich.text.Text``.
 
 What goes to stderr (progress, notes, warnings, the Error line) is a diagnostic: a stderr that cannot be written (closed,
 ``2>&-``; full, ``2>/dev/full``; a pipe whose reader left, ``2>&1 | head``) loses those lines, never the command's work.
@@ -11,6 +12,8 @@ What goes to stderr (progress, notes, warnings, the Error line) is a diagnostic:
 import sys
 
 from rich.console import Console
+
+from .errors import visible
 
 
 class _Stderr:
@@ -67,5 +70,16 @@ class _Stderr:
         return getattr(self._stream(), "encoding", None) or "utf-8"
 
 
-err_console = Console(file=_Stderr(), markup=False, emoji=False, highlight=False)
-out_console = Console(markup=False, emoji=False, highlight=False)
+class _Console(Console):
+    """rich's Console, every string it renders (a printed ``str``, a table's cell, title or caption) with its control
+    characters escaped (``errors.visible``): a path or name holding a newline, CR or ESC (a file named $'a\\nb.csv')
+    stays on its line, visibly, and never moves the cursor or colours the terminal, in the summary, a progress note,
+    a warning or a ``wrote ...`` line as in an error. Lines meant as lines are printed as separate strings
+    (``print(*lines, sep="\\n")``); a ``rich.text.Text`` is shown as made (make it of ``visible(...)``)."""
+
+    def render_str(self, text: str, **kwargs):
+        return super().render_str(visible(text), **kwargs)
+
+
+err_console = _Console(file=_Stderr(), markup=False, emoji=False, highlight=False)
+out_console = _Console(markup=False, emoji=False, highlight=False)

@@ -216,7 +216,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
 def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str | None, *, n_components: int,
              folds: int, seed: int, on_bad_row: str, tell, cache=None, bar=None, ranked_on_pca: bool = False) -> dict:
     """The sample's rows through the model once for every set, then each set's variance and probe: -> the report."""
-    from .run.chunks import prepare_chunk
+    from .run.chunks import named_rows, prepare_chunk
     from .pca.probe import label_codes, majority_accuracy, ridge_accuracy, stratified_folds
     from .version import __version__
 
@@ -235,10 +235,11 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str |
         fold = stratified_folds(codes, folds, seed)
     if cache is None:
         tell(f"encoding {n:,} rows once for {len(chosen)} feature sets")
-        outs = _encode(enc, pc.prepared, [[s.spec for s in chosen]], bar)[0]
+        with named_rows([chunk.rows[i] for i in todo], reader.row_label):
+            outs = _encode(enc, pc.prepared, [[s.spec for s in chosen]], bar)[0]
         reuse = {"rows_encoded": n, "rows_cached": 0, "cache": None}
     else:
-        outs, reuse = _cached_sets(enc, chosen, chunk, todo, cache, tell, bar)
+        outs, reuse = _cached_sets(enc, chosen, chunk, todo, cache, tell, bar, reader.row_label)
     tell("comparing the sets")
     results = []
     for s, X in zip(chosen, outs):
@@ -283,11 +284,14 @@ def _encode(enc, prep, groups: list[list], bar=None) -> list[list[np.ndarray]]:
         bar.stop()
 
 
-def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar) -> tuple[list[np.ndarray], dict]:
+def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar,
+                 row_label=None) -> tuple[list[np.ndarray], dict]:
     """The sets' vectors of the sample's rows ``todo`` with the vector cache: each set's known rows read under its
     own fingerprint, the rows any set misses encoded in groups that give each set exactly extract's vectors
-    (encoder.exact_groups), and stored for the sets that missed them. -> (vectors per set, counts)."""
+    (encoder.exact_groups), and stored for the sets that missed them (``row_label``: the reader's, for a row whose
+    features come out NaN). -> (vectors per set, counts)."""
     from .model.encoder import exact_groups
+    from .run.chunks import named_rows
     from .cache.store import open_cache, read_only_note, register_spec, text_key
 
     keys = [text_key(chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i]) for i in todo]
@@ -303,7 +307,9 @@ def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar) ->
             prep = enc.prepare([chunk.texts[todo[j]] for j in missing],
                                None if chunk.pairs is None else [chunk.pairs[todo[j]] for j in missing], chosen[0].spec)
             groups = [g for g in exact_groups([s.spec for s in chosen]) if any(_misses(found[i], keys, missing) for i in g)]
-            for g, outs in zip(groups, _encode(enc, prep, [[chosen[i].spec for i in g] for g in groups], bar)):
+            with named_rows([chunk.rows[todo[j]] for j in missing], row_label):
+                encoded = _encode(enc, prep, [[chosen[i].spec for i in g] for g in groups], bar)
+            for g, outs in zip(groups, encoded):
                 for i, X in zip(g, outs):
                     new[i] = X
                     rows = [r for r, j in enumerate(missing) if keys[j] not in found[i]]

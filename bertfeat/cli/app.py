@@ -518,7 +518,7 @@ def render_summary(s) -> None:
         lines.append(f"probe {probe['label']:<9} none: {probe['skipped']}")
     for k, v in s.outputs.items():
         lines.append(f"{k:<15} {v}")
-    err_console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+    err_console.print(*lines, sep="\n", markup=False, highlight=False, soft_wrap=True)  # each line's names escaped
 
 
 def _register_optional():
@@ -789,12 +789,14 @@ def _fail(e: BaseException, user_error, unexpected) -> int:
         if _DEBUG:
             import traceback
 
-            err_console.print("".join(traceback.format_exception(e)), markup=False, highlight=False, soft_wrap=True)
+            err_console.print(*"".join(traceback.format_exception(e)).splitlines(), sep="\n", markup=False,
+                              highlight=False, soft_wrap=True)
         return err.exit_code
     if _DEBUG:
         import traceback
 
-        err_console.print("".join(traceback.format_exception(e)), markup=False, highlight=False, soft_wrap=True)
+        err_console.print(*"".join(traceback.format_exception(e)).splitlines(), sep="\n", markup=False,
+                          highlight=False, soft_wrap=True)
     err_console.print(unexpected(e), markup=False, highlight=False, soft_wrap=True)
     return 1
 

@@ -40,7 +40,7 @@ def info_command(directory: str = typer.Argument(..., help="The cache directory 
         lines.append("")
         lines.append(f"{f['fingerprint']}  {f['entries']:,} entries, {_size(f['bytes'])} of vectors, last used {_when(f['last_used'])}")
         lines.append(f"  model {f['model']} (dim {f['dim']}): {settings_line(f['settings'])}")
-    out_console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+    out_console.print(*lines, sep="\n", markup=False, highlight=False, soft_wrap=True)  # each line's names escaped
 
 
 @cache_app.command("clear", epilog="Examples:\n\n  bertfeat cache clear build/cache\n\n"

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import BertfeatError
+from ..errors import BertfeatError, visible
 
 MODEL_HELP = "Model: a local directory, a hub id in the Hugging Face cache, or all-MiniLM-L6-v2 (default)."
 
@@ -27,7 +27,7 @@ def _consoles():
 def _text(s) -> "object":
     from rich.text import Text
 
-    return Text(str(s))  # never rich markup: wordpieces like [CLS] or [unused0] must print as they are
+    return Text(visible(str(s)))  # never rich markup: wordpieces like [CLS] or [unused0] must print as they are
 
 
 ARGUMENT_FIX = ("pass the text as UTF-8 (convert it first, e.g. with iconv -f latin1 -t utf-8), or put it in a file "
@@ -97,9 +97,11 @@ def attention_command(
     max_length: Optional[int] = typer.Option(None, "--max-length", help=MAX_LENGTH_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing output files (else refused)."),
     precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing on success."),
 ):
     """Plot attention probabilities as heatmaps with the tokens on both axes."""
     from ..inspection import write_attention
+    from ..run.outlock import output_lock
     from ..run.outputs import check_outputs
     from ..checks import check_max_length, check_output_name
 
@@ -113,9 +115,14 @@ def attention_command(
     outs = [("output", output)] + ([("--save-npy file", save_npy)] if save_npy else [])
     if save_npy and Path(save_npy).resolve() == Path(output).resolve():
         raise BertfeatError(f"--save-npy {save_npy} is the PNG output too", "give the two outputs different names")
-    check_outputs(outs, [], overwrite, options={"--save-npy file": "save_npy"})  # its fixes name --save-npy, not -o
-    r = write_attention(text, output, pair, model, layer, None if all_heads else (0 if head is None else head),
-                        save_npy, max_length, precision=precision)
+    # one writer per output (outlock.py): a second run started meanwhile, --overwrite or not, is refused rather than
+    # replacing the files this one checked; a folder that does not exist is refused by write_attention, not made
+    with output_lock(*(p for _, p in outs), create=False):
+        check_outputs(outs, [], overwrite, options={"--save-npy file": "save_npy"})  # its fixes name --save-npy, not -o
+        r = write_attention(text, output, pair, model, layer, None if all_heads else (0 if head is None else head),
+                            save_npy, max_length, precision=precision)
+    if quiet:
+        return
     _, err = _consoles()  # "wrote ..." goes to stderr, as for every command that writes files
     heads = f"head {r['heads'][0]}" if len(r["heads"]) == 1 else f"{len(r['heads'])} heads"
     w, h = r["png_pixels"]

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_output, remove_stale_temps, together
+from ..errors import visible
 from .estimator import PCA
 from .solvers import components_needed, infer_dimension
 
@@ -322,7 +323,7 @@ def render_pca_report(report: dict, console: Any) -> None:
         console.print(f"Linear probe of {probe['label']!r}: none ({probe['skipped']})", markup=False, highlight=False,
                       emoji=False)
     elif probe:
-        t = Table(title=Text(f"Linear probe: {probe['label']}", style="table.title"),
+        t = Table(title=Text(visible(f"Linear probe: {probe['label']}"), style="table.title"),
                   caption=f"{probe['rows']:,} rows, {probe['classes']} classes, {probe['folds']}-fold")
         t.add_column("input")
         t.add_column("accuracy", justify="right")

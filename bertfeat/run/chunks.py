@@ -13,6 +13,7 @@ reader decided (``Reader.keep_types``).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -198,6 +199,7 @@ class PreparedChunk:
     reuse: object = None  # reuse.ChunkReuse: the rows taken from the cache or an identical row (None: no reuse)
     todo: list[int] | None = None  # positions (among the chunk's accepted rows) of the prepared rows, in order
     refused: dict | None = None  # position -> Reason of rows the Encoder refused (prepare_rows; under skip)
+    row_label: object = None  # the reader's row -> ``FILE row N`` (a dataset's file and its row too), for messages
 
 
 def prepare_rows(encoder, spec, texts: list[str], pairs: list[str] | None):
@@ -240,7 +242,7 @@ def prepare_chunk(encoder, spec, chunk: Chunk, row_label, on_bad_row: str, reuse
         first = sorted(chunk.rejects + [reject(chunk.rows[i], None if chunk.ids is None else chunk.ids[i], why, chunk.kept(i))
                                         for i, why in refused.items()], key=lambda r: r["row"])[0]
         raise bad_row_error(row_label, first)
-    return PreparedChunk(chunk, prepared, reuse, todo, refused)
+    return PreparedChunk(chunk, prepared, reuse, todo, refused, row_label)
 
 
 def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict | None = None, reuser=None,
@@ -252,7 +254,8 @@ def chunk_table(encoder, spec, pc: PreparedChunk, id_name: str, keep_types: dict
     chunk, prep = pc.chunk, pc.prepared
     D = encoder.output_dim(spec)
     todo = pc.todo or []
-    X = run_rows(encoder, spec, prep, [chunk.rows[i] for i in todo]) if prep is not None else np.zeros((0, D), np.float32)
+    X = (run_rows(encoder, spec, prep, [chunk.rows[i] for i in todo], pc.row_label) if prep is not None
+         else np.zeros((0, D), np.float32))
     encoded = {}
     if prep is not None:
         n_tok, trunc, n_ch = prep.n_tokens, prep.truncated, prep.n_chunks
@@ -299,14 +302,23 @@ def id_array(ids: list, id_type: pa.DataType | None = None) -> pa.Array:
         return pa.array(ids, pa.uint64())
 
 
-def run_rows(encoder, spec, prep, rows: list[int]) -> np.ndarray:
-    """encoder.run; features that come out NaN or infinite are refused naming the input rows (not chunk positions)."""
+def run_rows(encoder, spec, prep, rows: list[int], row_label=None) -> np.ndarray:
+    """encoder.run; features that come out NaN or infinite are refused naming the input rows (``named_rows``)."""
+    with named_rows(rows, row_label):
+        return encoder.run(prep, spec)
+
+
+@contextmanager
+def named_rows(rows: list[int], row_label=None):
+    """A NonFiniteFeaturesError inside names the input rows, not positions among the texts encoded: position i is
+    input row ``rows[i]``, shown by ``row_label`` (the reader's: ``FILE row N``, a dataset's file and its row there
+    too; None: ``row N``)."""
     from ..model.encoder import NonFiniteFeaturesError
 
     try:
-        return encoder.run(prep, spec)
+        yield
     except NonFiniteFeaturesError as e:
-        raise NonFiniteFeaturesError.at([rows[i] for i in e.rows], lambda r: f"row {r}") from None
+        raise NonFiniteFeaturesError.at([rows[i] for i in e.rows], row_label or (lambda r: f"row {r}")) from None
 
 
 def encode_chunk(encoder, spec, chunk: Chunk, row_label, on_bad_row: str, id_name: str,

@@ -416,12 +416,14 @@ def render(e: Estimate, console, err_console=None) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from ..errors import visible
+
     mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
     t = Table(title="Estimate", show_header=False,
               caption=f"measured on {e.sample_rows:,} sampled rows; nothing was written")
     t.add_column("")
     t.add_column("", overflow="fold")  # a long path is folded, never cut
-    t.add_row("input", Text(e.input))
+    t.add_row("input", Text(visible(e.input)))  # (a Text: never markup, whatever the console)
     t.add_row("rows", f"{e.rows:,}" + (f" ({e.rows_bad:,} bad, first at row {e.first_bad_row})" if e.rows_bad else "")
               + (f" (~{e.rows_too_long:,} too long)" if e.rows_too_long else "")
               + (f", ~{e.rows_distinct:,} distinct (a repeated row is encoded once)"
@@ -435,7 +437,7 @@ def render(e: Estimate, console, err_console=None) -> None:
     t.add_row("time", f"~{_duration(e.seconds)}, likely {_duration(e.seconds_low)} to {_duration(e.seconds_high)} "
               f"({_duration(e.encode_seconds)} encoding, {_duration(e.read_seconds)} reading, "
               f"{_duration(e.load_seconds)} loading the model)")
-    t.add_row("output", Text(f"{e.output}: ~{mib(e.output_bytes)}, {e.dim_out} features per row"
+    t.add_row("output", Text(f"{visible(str(e.output))}: ~{mib(e.output_bytes)}, {e.dim_out} features per row"
                              + ("" if e.dim_out == e.dim else f" (of {e.dim})")))
     t.add_row("disk at peak", f"~{mib(e.disk_peak_bytes)}" + (f" ({mib(e.disk_free_bytes)} free)" if e.disk_free_bytes
                                                                is not None else ""))
@@ -443,7 +445,7 @@ def render(e: Estimate, console, err_console=None) -> None:
     t.add_row("memory at peak", f"~{mib(e.memory_peak_bytes)}{limit}")
     console.print(t)
     for w in e.warnings:
-        (err_console or console).print(Text(f"Warning: {w}"), soft_wrap=True)
+        (err_console or console).print(Text(visible(f"Warning: {w}")), soft_wrap=True)
 
 
 def _sched_seconds() -> dict[str, tuple[int, int]] | None:

@@ -157,7 +157,7 @@ def check_workers(value) -> int | None:
         raise BertfeatError(f"{opt('workers', value)} would start {value:,} local processes, each with its own copy of "
                             f"the model, on {default_threads()} core(s)",
                             f"give at most {most} ({WORKERS_PER_CORE} per core), or start a cluster with `dask "
-                            f"scheduler` / `dask worker` and pass {opt('scheduler')}")
+                            f"scheduler` / `dask worker` and pass {opt('scheduler')} in place of {opt('workers')}")
     return value
 
 
@@ -179,9 +179,14 @@ def parse_blocksize(value) -> int | None:
     return n
 
 
+#: what to give for the label (an empty name or another type is refused before the input is opened: its columns unknown)
+LABEL_FIX = f"give {opt('label')} the name of the input's column that holds the labels, e.g. {opt('label', 'label')}"
+
+
 def check_label(value) -> str | None:
     if value is not None and (not isinstance(value, str) or not value):
-        raise BertfeatError(f"{opt('label', value, cli=repr(value))} is not a column name", 'give label="label"')
+        why = "is empty" if isinstance(value, str) else "is not a column name"
+        raise BertfeatError(f"{opt('label', value, cli=repr(value))} {why}", LABEL_FIX)
     return value
 
 

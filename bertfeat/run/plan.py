@@ -500,11 +500,13 @@ def dask_settings(o: ExtractOptions) -> DaskSettings:
     if (o.format or "parquet") != "parquet" or (o.output is not None and Path(os.fspath(o.output)).suffix.lower() in (".npy", ".csv")):
         raise BertfeatError(f"{opt('engine', 'dask')} writes a Parquet dataset (a directory of part files)",
                             f"drop {opt('format')}/{opt('output')} .npy/.csv, or use {opt('engine', 'local')}")
-    workers = o.checked("workers")
-    if o.scheduler and workers:
-        raise BertfeatError(f"{opt('workers')} starts a local cluster; it cannot be combined with {opt('scheduler')}",
-                            f"start the workers with `dask worker SCHEDULER` on each machine, or drop {opt('scheduler')}")
-    return DaskSettings(o.scheduler, workers, o.checked("blocksize"))
+    counted = o.workers is not None and not isinstance(o.workers, bool) and o.workers >= 1  # (else: out of range)
+    if o.scheduler and counted:  # before workers' own check: its cap counts this machine's cores, not the cluster's
+        raise BertfeatError(f"{opt('workers', o.workers)} starts a local cluster, but with {opt('scheduler')} the job "
+                            "runs on that scheduler's workers", f"drop {opt('workers')} (the cluster's workers are the "
+                            f"ones started with `dask worker {o.scheduler}`), or drop {opt('scheduler')} to start a "
+                            "local cluster")
+    return DaskSettings(o.scheduler, o.checked("workers"), o.checked("blocksize"))
 
 
 def check_cache_apart(cache: Path | None, layout: OutputLayout, model: str | None = None) -> None:

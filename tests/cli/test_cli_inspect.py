@@ -187,6 +187,19 @@ def test_attention_existing_outputs_name_their_option(capsys, tmp_path):
     assert rc == 0 and png_size(png) == (800, 800) and np.load(npy).shape[:2] == (6, 12)
 
 
+def test_attention_quiet_prints_nothing_and_writes_the_same_files(capsys, tmp_path):
+    """-q as pca transform's: nothing on success (the `wrote` lines went to stderr with no way to silence them)."""
+    png, npy = tmp_path / "q.png", tmp_path / "q.npy"
+    for flag in ("-q", "--quiet"):
+        rc, out, err = run(capsys, "attention", "The cat sat.", "-o", png, "--save-npy", npy, flag, "--overwrite")
+        assert (rc, out, err) == (0, "", "")
+        assert png_size(png) == (800, 800) and np.array_equal(np.load(npy), attention_maps("The cat sat.")[1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.npy", "q.png"]
+    rc, out, err = run(capsys, "attention", "The cat sat.", "-o", png, "-q")  # errors still say why
+    assert (rc, out, err) == (1, "", f"Error: {png} already exists - pass --overwrite to replace it, or -o with another "
+                                     "name\n")
+
+
 def test_attention_output_is_required(capsys):
     rc, out, err = run(capsys, "attention", "hello")  # a usage error: one line, exit code 2 (click's)
     assert (rc, out, err) == (2, "", "Error: missing option -o/--output - see bertfeat attention --help\n")

@@ -824,6 +824,26 @@ class TestControlCharactersInNames:
             bertfeat.extract(corpus, tmp_path / "o.parquet", model=tiny_model(), keep="a\nb\x1b[0m")
         assert str(e.value) == e.value.message and "'a\\nb\\x1b[0m'" in str(e.value) and "\n" not in str(e.value)
 
+    @pytest.mark.parametrize("c", ["\n", "\r", "\t", "\x1bc", "\x1b]0;t\x07", "\x85", "\u2028"])
+    def test_in_the_summary_and_wrote_lines_of_a_run_that_succeeds(self, tmp_path, corpus, capsys, c):
+        """Not only errors: the closing summary (the default output is named after the input) and `pca fit`'s `wrote`
+        line printed the name raw, a newline splitting the line, an ESC c resetting the terminal (ESC [ is left out
+        here: a name with [ is read as a glob)."""
+        from bertfeat.errors import visible
+
+        src = tmp_path / f"in{c}put.csv"
+        src.write_bytes(corpus.read_bytes())
+        rc, out, err = run(capsys, "extract", src, "--model", tiny_model())
+        assert (rc, out) == (0, "")
+        shown = visible(str(tmp_path / f"in{c}put.features.parquet"))
+        assert f"features        {shown}" in err.split("\n"), err
+        assert not any(ch in err.replace("\n", "") for ch in "\r\0\t\x1b\x07\x85\u2028"), repr(err)
+        model = tmp_path / f"m{c}.npz"
+        rc, _, err = run(capsys, "pca", "fit", tmp_path / f"in{c}put.features.parquet", "-n", "2", "-o", model)
+        wrote = [line for line in err.split("\n") if line.startswith("wrote ")]
+        assert rc == 0 and len(wrote) == 1 and wrote[0].startswith(f"wrote {visible(str(model))}, "), err
+        assert not any(ch in err.replace("\n", "") for ch in "\r\0\t\x1b\x07\x85\u2028"), repr(err)
+
     def test_the_real_stderr(self, tmp_path):
         """The console script's bytes, not only what the in-process console was handed."""
         p = _cli("extract", tmp_path / "a\nb\x1b[31m.csv", "-o", tmp_path / "o.parquet")

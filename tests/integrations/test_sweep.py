@@ -284,6 +284,22 @@ def test_cli_names_a_missing_label_column_as_label(tmp_path, small_csv, capsys):
     assert capsys.readouterr().err.strip() == f"Error: {small_csv}: --label 'sentiment' is not a column - columns are: id, label, text"
 
 
+def test_cli_an_empty_label_says_to_give_a_column_of_the_input(tmp_path, small_csv, capsys):
+    """`--label ''` once said `give label="label"`, Python's spelling on the command line and no word of what a label
+    is: the fix names the flag and what to give it, in sweep and extract alike."""
+    fix = "give --label the name of the input's column that holds the labels, e.g. --label label"
+    assert main(["sweep", str(small_csv), "--label", "", "-o", str(tmp_path / "s"), "-q"]) == 1
+    assert capsys.readouterr().err == f"Error: --label '' is empty - {fix}\n"
+    out = tmp_path / "x.parquet"
+    assert main(["extract", str(small_csv), "--pca", "4", "--label", "", "-o", str(out), "-q"]) == 1
+    assert capsys.readouterr().err == f"Error: --label '' is empty - {fix}\n"
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    with pytest.raises(BertfeatError) as e:
+        sweep(small_csv, ["own"], label=3)
+    assert e.value.message == "label=3 is not a column name - give label the name of the input's column that holds " \
+                              "the labels, e.g. label='label'"
+
+
 # --------------------------------------------------------------------------- progress and the vector cache
 def test_cli_shows_progress_of_reading_and_encoding(tmp_path, capsys, small_csv):
     """Not a terminal: the plain progress lines extract prints (rows, %), for the read and for the encode."""
@@ -364,7 +380,7 @@ def test_one_set_by_name_and_a_bad_seed_or_input_are_refused_clearly(small_csv, 
         sweep(small_csv, ["own"], seed="x", sample=20)
     with pytest.raises(BertfeatError, match="^input is a NoneType, not a file path"):
         sweep(None, ["own"])
-    with pytest.raises(BertfeatError, match="^label='' is not a column name"):  # was the bug line
+    with pytest.raises(BertfeatError, match="^label='' is empty - give label the name of the input's column"):  # was the bug line
         sweep(small_csv, ["own"], label="")
     report = sweep(small_csv, "own", sample=20, cache=False)
     assert [s["name"] for s in report["sets"]] == ["own"]

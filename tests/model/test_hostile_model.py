@@ -156,13 +156,42 @@ def test_nan_features_are_refused_naming_the_texts(overflowing):
 
 
 def test_nan_features_are_refused_naming_the_input_rows_on_the_command_line(overflowing, tmp_path, capsys):
-    """Rows are the file's data rows (as in the rejects file), not positions in a chunk; with a rejected row before
-    them and two-row chunks, the first chunk with a NaN stops the run."""
+    """Rows are the file's data rows (as in the rejects file), not positions in a chunk, named as a bad row is
+    (Reader.row_label: the file and its row); with a rejected row before them and two-row chunks, the first chunk with
+    a NaN stops the run."""
     rows = ["a cat", "", "a dog", "a zebra", "ok", "two zebra"]
-    extract_refuses(capsys, tmp_path, overflowing, f"the model gave NaN or infinite features for row 3 - {OVERFLOW}",
+    src = tmp_path / "in.csv"
+    extract_refuses(capsys, tmp_path, overflowing, f"the model gave NaN or infinite features for {src} row 3 - {OVERFLOW}",
                     rows, "--on-bad-row", "skip", "--chunk-rows", "2")
-    extract_refuses(capsys, tmp_path, overflowing, f"the model gave NaN or infinite features for row 3, row 5 - {OVERFLOW}",
+    extract_refuses(capsys, tmp_path, overflowing,
+                    f"the model gave NaN or infinite features for {src} row 3, {src} row 5 - {OVERFLOW}",
                     rows, "--on-bad-row", "skip")
+
+
+def test_nan_features_in_a_parquet_dataset_name_the_file_that_holds_the_row(overflowing, tmp_path, capsys):
+    """A folder of Parquet files is one input: the row is named by its number in the whole input and by its file and
+    its row there, as a bad row is."""
+    import pyarrow as pa
+
+    d = tmp_path / "data"
+    d.mkdir()
+    pq.write_table(pa.table({"text": ["a cat", "a dog", "ok"]}), d / "p0.parquet")
+    pq.write_table(pa.table({"text": ["fine", "a zebra"]}), d / "p1.parquet")
+    out = tmp_path / "out.parquet"
+    message = f"the model gave NaN or infinite features for {d} row 4 ({d / 'p1.parquet'} row 1) - {OVERFLOW}"
+    assert run(capsys, "extract", d, "-o", out, "--model", overflowing, "-q") == (1, "", f"Error: {message}\n")
+    assert no_leftovers(out) == []
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_nan_features_in_a_sweep_name_the_input_row(overflowing, tmp_path, capsys, cache):
+    """`bertfeat sweep` encodes a sample: the row is the input's (its file and its row), not a position in the
+    sample, with the vector cache or without."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a cat"], ["a dog"], ["ok"], ["a zebra"], ["fine"]])
+    args = ["--cache", tmp_path / "cache"] if cache else ["--no-cache"]
+    message = f"the model gave NaN or infinite features for {src} row 3 - {OVERFLOW}"
+    assert run(capsys, "sweep", src, "-m", overflowing, "--set", "mean", "--set", "cls", "-o", tmp_path / "s", "-q",
+               *args) == (1, "", f"Error: {message}\n")
 
 
 # --------------------------------------------------------------------------- 3. tokens past the embedding table

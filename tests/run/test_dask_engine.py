@@ -878,6 +878,27 @@ def test_a_malformed_scheduler_address_is_named(tmp_path, capsys):
     assert err.rstrip().endswith("- give tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786")
 
 
+@pytest.mark.parametrize("n", ["2", "100000"])
+def test_workers_with_a_scheduler_are_refused_as_the_remote_clusters_whatever_their_number(tmp_path, capsys, n):
+    """--workers starts a local cluster; with --scheduler the job runs on that scheduler's workers. A number above
+    the local cap (4 per core) was refused by the cap, whose fix said to pass --scheduler: the one given."""
+    from extract_util import tiny_model
+
+    src = tmp_path / "in.csv"
+    src.write_text("text\nfine\n")
+    rc = main(["extract", str(src), "-o", str(tmp_path / "o.parquet"), "--engine", "dask", "--scheduler",
+               "tcp://10.0.0.5:8786", "--workers", n, "--model", str(tiny_model()), "-q"])
+    assert (rc, capsys.readouterr().err) == (1, f"Error: --workers {n} starts a local cluster, but with --scheduler the "
+                                                "job runs on that scheduler's workers - drop --workers (the cluster's "
+                                                "workers are the ones started with `dask worker tcp://10.0.0.5:8786`), "
+                                                "or drop --scheduler to start a local cluster\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    with pytest.raises(BertfeatError) as e:  # Python names its parameters
+        bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), engine="dask", scheduler="tcp://h:1",
+                         workers=int(n))
+    assert e.value.message.startswith(f"workers={n} starts a local cluster, but with scheduler the job runs")
+
+
 def test_a_cut_csv_with_quoted_line_breaks_is_refused_and_whole_it_is_counted(client, tmp_path, real_sentences):
     texts = real_sentences[:120]
     rows = [[str(i), t + ("\nsecond line" if i % 10 == 3 else "")] for i, t in enumerate(texts)]

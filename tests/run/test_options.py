@@ -131,14 +131,16 @@ BAD = [
     # (got the process killed, out of memory, starting the processes)
     ("workers", 10**20, ["--engine", "dask", "--workers", str(10**20)], f"workers={10**20} would start {10**20:,} local "
      f"processes, each with its own copy of the model, on {CORES} core(s) - give at most {4 * CORES} (4 per core), or "
-     "start a cluster with `dask scheduler` / `dask worker` and pass scheduler", f"--workers {10**20}"),
+     "start a cluster with `dask scheduler` / `dask worker` and pass scheduler in place of workers",
+     f"--workers {10**20}"),
     ("blocksize", "abc", ["--engine", "dask", "--blocksize", "abc"], "blocksize='abc' is not a size - give bytes, e.g. "
      "8MiB, 64MB or none", "--blocksize 'abc'"),
     ("keep", "a,,b", ["--keep", "a,,b"], "keep='a,,b' holds an empty column name - separate the column names with "
      "single commas, e.g. label,split", "--keep 'a,,b'"),
     ("cache", "DIR/afile.txt", ["--cache", "DIR/afile.txt"], "the cache DIR/afile.txt is not a directory - give cache a "
      "directory (it is made if missing)", "--cache"),
-    ("label", "", ["--label", ""], "label='' is not a column name - give label=\"label\"", "--label ''"),
+    ("label", "", ["--label", ""], "label='' is empty - give label the name of the input's column that holds the "
+     "labels, e.g. label='label'", "--label ''"),
     ("dtype", "float64", ["--dtype", "float64"], "unknown dtype='float64' - choose one of float32, float16 (float16 "
      "halves the file)", "--dtype float64"),
     ("estimate", 1, ["--estimate", "--estimate-rows", "1"], "estimate=1 is out of range - choose 2 or more (rows to "

@@ -1,5 +1,5 @@
-"""One writer per output (outlock.py): a second run on an output another run is writing is refused at once, with
-one line naming the other run, whatever its flags; the first run finishes with its own complete output; a lock
+"""One writer per output (outlock.py): a second run on an output another run is writing (extract, pca, report,
+attention) is refused at once, with one line naming the other run, whatever its flags; the first run finishes with its own complete output; a lock
 left by a killed run is taken over.
 
 The interleavings are forced with real processes: a run started beside another, a run started mid-run (once the
@@ -92,6 +92,27 @@ def test_a_held_output_refuses_every_second_writer(tmp_path, inputs, capsys):
             rc, _, err = run(capsys, *args)
             assert rc == 1 and err.startswith(lock_message(held)), err
     assert not any(p.name.startswith(("m.", "r.", "rep")) for p in tmp_path.iterdir())
+
+
+def test_attention_holds_the_lock_of_its_png_and_npy(tmp_path, capsys):
+    """`bertfeat attention` writes files as the other commands do: under their run lock. A run holding the PNG or the
+    .npy refuses it (with --overwrite too), nothing written; free, it writes both and leaves no lock file. A folder
+    that does not exist is still refused, not made for the lock."""
+    png, npy = tmp_path / "a.png", tmp_path / "a.npy"
+    for held in (png, npy):
+        with output_lock(held):
+            for flags in ([], ["--overwrite"]):
+                rc, _, err = run(capsys, "attention", "a cat", "-o", png, "--save-npy", npy, "--model", tiny_model(),
+                                 *flags)
+                assert rc == 1 and err.startswith(lock_message(held)) and err.count("\n") == 1, err
+            assert sorted(p.name for p in tmp_path.iterdir()) == [f".{held.name}.lock"]
+    rc, _, err = run(capsys, "attention", "a cat", "-o", png, "--save-npy", npy, "--model", tiny_model())
+    assert rc == 0 and err.startswith(f"wrote {png} ("), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "a.png"]
+    rc, _, err = run(capsys, "attention", "a cat", "-o", tmp_path / "new" / "b.png", "--model", tiny_model())
+    assert (rc, err) == (1, f"Error: cannot write {tmp_path}/new/b.png: directory {tmp_path}/new does not exist - "
+                            "create it, or choose another path\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "a.png"]
 
 
 def test_a_stale_lock_file_is_taken_over(tmp_path, inputs, capsys):
