@@ -17,7 +17,7 @@ from .delimited import CsvReader
 from .formats import FORMATS, detect_format, open_input
 from .jsonl import JsonlReader
 from .parquet import ParquetReader
-from .paths import compression_of, is_url, resolve_files
+from .paths import compression_of, is_pattern, is_url, resolve_files
 from .text import TextReader
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "detect_format",
     "resolve_files",
     "is_url",
+    "is_pattern",
     "compression_of",
     "normalize_encoding",
 ]

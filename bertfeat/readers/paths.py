@@ -66,10 +66,21 @@ def is_bertfeat_output(path: str) -> bool:
     return any(k in (meta or {}) for k in OUTPUT_METADATA_KEYS)
 
 
+GLOB_CHARS = "*?["
+
+
+def is_pattern(path: str) -> bool:
+    """Whether a local ``path`` is a glob: it holds a wildcard (``*``, ``?``, ``[``) and names no file or folder as
+    written. A file named ``report[1].csv`` is that file (a glob would match report1.csv instead), as it is to a shell
+    that finds no match; a file so named beside the files a pattern should match is reached with the pattern's
+    wildcards in brackets (``glob.escape``: ``report[[]1].csv``)."""
+    return any(ch in path for ch in GLOB_CHARS) and not os.path.exists(path)
+
+
 def _glob_root(pattern: str) -> int:
     """How many leading parts of a glob pattern hold no wildcard (the folder it lists)."""
     parts = Path(pattern).parts
-    return next((i for i, p in enumerate(parts) if any(ch in p for ch in "*?[")), len(parts))
+    return next((i for i, p in enumerate(parts) if any(ch in p for ch in GLOB_CHARS)), len(parts))
 
 
 def _local_glob(path: str, fmt: str, known: frozenset = frozenset()) -> tuple[list[str], int]:
@@ -152,7 +163,7 @@ def resolve_files(path: str, fmt: str, known=()):
     if is_url(path):
         return _url_files(path)
     fs = fsspec.filesystem("file")
-    if any(ch in path for ch in "*?["):
+    if is_pattern(path):
         files, n_out = _local_glob(path, fmt, frozenset(known))
         if not files:
             raise InputError(f"{path}: the pattern matches no {'input ' if n_out else ''}file{_left_out(n_out)}",

@@ -110,6 +110,24 @@ def _parquet_dataset(d, parts):
         k += len(part)
 
 
+@pytest.mark.parametrize("name", ["report[1].csv", "q?.csv", "all*.csv"])
+def test_a_file_named_with_wildcard_characters_is_that_file_not_a_pattern(tmp_path, capsys, name):
+    """A file that exists as written is read as that file, and its features go beside it under its own name: a glob
+    would have matched report1.csv (here a decoy with other texts) or nothing at all."""
+    texts = SENTENCES[:5]
+    pcsv.write_csv(pa.table({"text": texts}), tmp_path / name)
+    (tmp_path / "report1.csv").write_text("text\nnot this one\n", encoding="utf-8")  # what report[1].csv matches as a glob
+    (tmp_path / "qq.csv").write_text("text\nnor this one\n", encoding="utf-8")  # q?.csv
+    rc, out, err = run(capsys, "extract", tmp_path / name, "--model", tiny_model())
+    assert (rc, out) == (0, ""), err
+    t = read_table(tmp_path / (name[:-len(".csv")] + ".features.parquet"))
+    assert metadata(tmp_path / (name[:-len(".csv")] + ".features.parquet"))["rows"]["read"] == len(texts)
+    assert_close(embeddings(t), tiny_encoder().encode(texts))
+    # a pattern that names no file as written is still a glob: here it matches the decoys
+    rc, _, err = run(capsys, "extract", str(tmp_path / "q[q].csv"), "-o", tmp_path / "g.parquet", "--model", tiny_model())
+    assert rc == 0 and metadata(tmp_path / "g.parquet")["rows"]["read"] == 1, err
+
+
 @pytest.mark.parametrize("form", ["file", "glob", "directory"])
 def test_parquet_file_glob_and_directory(tmp_path, capsys, form):
     """Parquet read by row groups; several files are one dataset (row numbers run on across files).
