@@ -139,7 +139,7 @@ def load_modernbert_weights(model_dir: str | Path, config: BertConfig, precision
 
     def linear_w(a: np.ndarray) -> np.ndarray:  # (out, in) checkpoint weight -> (in, out), bf16 when asked
         a = np.ascontiguousarray(a.T)
-        return to_bf16(a) if precision == "bf16" else a
+        return to_bf16(a, saturate=True) if precision == "bf16" else a
 
     emb = take_table(MB_EMB)
     layers = []

