@@ -19,7 +19,9 @@ import pytest
 from bertfeat.errors import BertfeatError
 from bertfeat.model.encoder import Encoder
 from bertfeat.ops import gemm
+from bertfeat.verify import verify_features
 from ckpt import make_checkpoint, row_cosines
+from extract_util import run, write_csv
 
 
 def _missing(precision: str) -> str | None:
@@ -33,6 +35,7 @@ def _missing(precision: str) -> str | None:
 INT8_MISSING = _missing("int8")
 NATIVE_BF16 = gemm.resolve("auto").precision == "bf16"
 needs_int8 = pytest.mark.skipif(INT8_MISSING is not None, reason=f"int8 not accelerated here: {INT8_MISSING}")
+needs_native_bf16 = pytest.mark.skipif(not NATIVE_BF16, reason=f"no native bf16 here: {gemm.describe_bf16()['status']}")
 PRECISIONS = [pytest.param("bf16", id="bf16"), pytest.param("int8", id="int8", marks=needs_int8)]
 MIN_COSINE = {"bf16": 0.9999, "int8": 0.999}  # the random models here: bf16 0.99997+, int8 0.99986+ (2026-11-29)
 
@@ -100,3 +103,69 @@ def test_a_finite_weight_beyond_bf16s_range_stays_finite(tmp_path, real_sentence
     cos = row_cosines(x32, x)
     print(f"{precision}: min cosine to fp32 {cos.min():.6f}")
     assert np.isfinite(x).all() and cos.min() >= MIN_COSINE[precision]
+
+
+HOSTILE = {
+    # shapes no 16 / 64 block divides, odd head counts (head sizes 10, 6, 4, 8)
+    "h40_nh4_i100": (None, {"hidden": 40, "heads": 4, "intermediate": 100}),
+    "h42_nh7_i90": (None, {"hidden": 42, "heads": 7, "intermediate": 90}),
+    "h20_nh5_i30": (None, {"hidden": 20, "heads": 5, "intermediate": 30}),
+    "h8_nh1_i8_relu": (None, {"hidden": 8, "heads": 1, "intermediate": 8, "hidden_act": "relu"}),
+    # all-zero output channels and input rows; output channels and an input row of 1e-30 and of subnormals
+    "zero_channels": (lambda t: (t[layer(0, "attention.self.query.weight")].__setitem__(3, 0.0),
+                                 t[layer(0, "intermediate.dense.weight")].__setitem__(11, 0.0),
+                                 t[layer(0, "output.dense.weight")].__setitem__((slice(None), 9), 0.0),
+                                 t[layer(1, "attention.self.value.weight")].__setitem__((slice(None), 2), 0.0)), {}),
+    "tiny_channels": (lambda t: (t[layer(0, "attention.self.query.weight")].__setitem__(3, 1e-30),
+                                 t[layer(0, "attention.self.key.weight")].__setitem__(4, 1e-40),
+                                 t[layer(0, "output.dense.weight")].__setitem__(5, 1e-44),
+                                 t[layer(1, "intermediate.dense.weight")].__setitem__((slice(None), 4), 1e-41),
+                                 t.__setitem__(layer(1, "attention.output.dense.weight"),
+                                               np.full_like(t[layer(1, "attention.output.dense.weight")], 1e-42))), {}),
+    # a LayerNorm channel at 0 everywhere; the embeddings' LayerNorm all 0 (every row 0) and all beta (rows equal)
+    "layernorm_channel_zero": (dead_channel, {}),
+    "embedding_rows_zero": (lambda t: (t["embeddings.LayerNorm.weight"].__setitem__(slice(None), 0.0),
+                                       t["embeddings.LayerNorm.bias"].__setitem__(slice(None), 0.0)), {}),
+    "embedding_rows_equal": (lambda t: (t["embeddings.LayerNorm.weight"].__setitem__(slice(None), 0.0),
+                                        t["embeddings.LayerNorm.bias"].__setitem__(slice(None), 0.7)), {}),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_hostile_models_give_fp32s_vectors_whatever_the_batch(tmp_path, real_sentences, precision, case):
+    """Each hostile model above: bf16's and int8's features finite and close to fp32's (mean, cls, and long texts cut
+    into windows), and, on oneDNN, each text's features the same bit for bit alone as in one call with the others
+    (short and long, empty and special-token-only texts together)."""
+    fn, kw = HOSTILE[case]
+    d = edited(tmp_path / case, fn, **kw)
+    xs = texts(real_sentences)
+    x32, x, enc = vs_fp32(d, precision, xs)
+    cos = {"mean": row_cosines(x32, x)}
+    cos["cls"] = row_cosines(Encoder(d).encode(xs, pooling="cls"), enc.encode(xs, pooling="cls"))
+    win = {"long_text": "chunk-mean", "max_length": 16, "stride": 4}
+    cos["windows"] = row_cosines(Encoder(d).encode(xs, **win), enc.encode(xs, **win))
+    print(f"{case} {precision}: min cosine to fp32 " + ", ".join(f"{k} {v.min():.6f}" for k, v in cos.items()))
+    assert np.isfinite(x).all()
+    for k, v in cos.items():
+        assert v.min() >= MIN_COSINE[precision], k
+    if precision == "bf16" and not NATIVE_BF16:
+        return  # emulated: NumPy's BLAS rounds a row by the row count
+    np.testing.assert_array_equal(np.concatenate([enc.encode([s]) for s in xs]), x)
+    np.testing.assert_array_equal(np.concatenate([enc.encode([s], **win) for s in xs]), enc.encode(xs, **win))
+
+
+@pytest.mark.parametrize("precision", [pytest.param("bf16", marks=needs_native_bf16), pytest.param("int8", marks=needs_int8)])
+def test_verify_finds_every_row_bit_for_bit_on_an_odd_shaped_model(tmp_path, capsys, real_sentences, precision):
+    """`bertfeat extract --precision bf16 / int8` on hidden 42, 7 heads, intermediate 90, texts of every kind mixed
+    in one file (extract refuses an empty text), then `bertfeat verify` (each row again alone) with tolerance 0: every
+    row identical."""
+    d = edited(tmp_path / "m", None, hidden=42, heads=7, intermediate=90)
+    rows = texts(real_sentences)[1:]
+    src = write_csv(tmp_path / "in.csv", ["text"], [[s] for s in rows])
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", d, "--precision", precision, "-q")
+    assert rc == 0, err
+    r = verify_features(out, sample=1000, tolerance=0.0)
+    assert r["precision"] == precision and r["ok"]
+    assert r["rows_checked"] == r["rows_identical"] == len(rows)
