@@ -105,6 +105,30 @@ def test_a_finite_weight_beyond_bf16s_range_stays_finite(tmp_path, real_sentence
     assert np.isfinite(x).all() and cos.min() >= MIN_COSINE[precision]
 
 
+def tiny_qkv_input(t) -> None:
+    """The embeddings' LayerNorm writes values of ~1e-37 (weight and bias x 1e-37) into Q/K/V weights x 1e37: the
+    same attention as before in fp32 (the residual carries the tiny rows: the model's own business)."""
+    for name in ("embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"):
+        t[name] *= np.float32(1e-37)
+    for p in ("query", "key", "value"):
+        t[layer(0, f"attention.self.{p}.weight")] *= np.float32(1e37)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_rows_of_tiny_activations_are_quantized_on_their_own_range(tmp_path, real_sentences, precision):
+    """int8 quantizes each row on its range; a range of ~1e-37 made its scale's inverse overflow float32 (zero point
+    -2^31, the row read back 1e7 times too large), so int8's features were nothing like fp32's (cosine -0.24); now
+    0.9999, as bf16's (which holds 1e-37 as a normal number; at 1e-38, bf16's subnormals, bf16 gives 0.82 and
+    int8 0.9998)."""
+    d = edited(tmp_path / "m", tiny_qkv_input)
+    xs = texts(real_sentences)
+    x32, x, enc = vs_fp32(d, precision, xs)
+    cos = {"mean": row_cosines(x32, x), "cls": row_cosines(Encoder(d).encode(xs, pooling="cls"),
+                                                           enc.encode(xs, pooling="cls"))}
+    print(f"{precision}: min cosine to fp32 " + ", ".join(f"{k} {v.min():.6f}" for k, v in cos.items()))
+    assert np.isfinite(x).all() and min(v.min() for v in cos.values()) >= 0.999
+
+
 HOSTILE = {
     # shapes no 16 / 64 block divides, odd head counts (head sizes 10, 6, 4, 8)
     "h40_nh4_i100": (None, {"hidden": 40, "heads": 4, "intermediate": 100}),
