@@ -179,6 +179,26 @@ def test_hostile_models_give_fp32s_vectors_whatever_the_batch(tmp_path, real_sen
     np.testing.assert_array_equal(np.concatenate([enc.encode([s], **win) for s in xs]), enc.encode(xs, **win))
 
 
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=needs_native_bf16),
+                                       pytest.param("int8", marks=needs_int8)])
+def test_the_numpy_kernels_keep_a_text_independent_of_its_batch(minilm_dir, real_sentences, precision):
+    """Without numba's kernels (BERTFEAT_KERNELS=numpy, or numba missing) the NumPy twins run: each text alone equals
+    its features in one call with the others, bit for bit. Before: the NumPy softmax summed over the padded length,
+    2e-7 apart at fp32, 7e-4 at bf16 and 2e-3 at int8 (more than `bertfeat verify`'s 1e-3 for them)."""
+    from bertfeat.ops import kernels
+
+    assert kernels.use("numpy") == "numpy"
+    try:
+        enc = Encoder(minilm_dir, precision=precision, threads=1)
+        xs = real_sentences[:40]
+        together = enc.encode(xs)
+        alone = np.concatenate([enc.encode([s]) for s in xs])
+    finally:
+        kernels.use(None)
+    print(f"{precision}, NumPy kernels: max |alone - together| {np.abs(alone - together).max():.2e}")
+    np.testing.assert_array_equal(alone, together)
+
+
 @pytest.mark.parametrize("precision", [pytest.param("bf16", marks=needs_native_bf16), pytest.param("int8", marks=needs_int8)])
 def test_verify_finds_every_row_bit_for_bit_on_an_odd_shaped_model(tmp_path, capsys, real_sentences, precision):
     """`bertfeat extract --precision bf16 / int8` on hidden 42, 7 heads, intermediate 90, texts of every kind mixed
