@@ -1,9 +1,10 @@
 """bf16 and int8 (model/bert.py's Bf16Steps / Int8Steps, ops/quant.py, ops/kernels.py) on hostile models and inputs:
-shapes no kernel block divides (hidden 40 / 42 / 20 / 8, odd head counts, intermediate 100 / 90 / 30 / 8), weights
-with an all-zero or tiny (1e-30, subnormal) channel, a LayerNorm channel or table at 0, a tiny vocabulary, a finite
-weight beyond bf16's range; texts empty, of special tokens only, one token, short (int8's <= 8-token path) and long
-(cut into windows). Each precision's features against fp32's (cosine), finite, and the same bit for bit whatever the
-batch (one at a time against all together; `bertfeat verify` on an extract).
+shapes no kernel block divides (hidden 40 / 42 / 20 / 8 / 9 / 130, odd head counts and sizes, intermediate 100 / 90 /
+30 / 8 / 13 / 515), weights with an all-zero or tiny (1e-30, subnormal) channel, a LayerNorm channel or table at 0,
+a vocabulary of 8 tokens, a finite weight beyond bf16's range, activations of ~1e-37; texts empty, of special tokens
+only, one token, short (int8's <= 8-token path) and long (cut into windows). Each precision's features against
+fp32's (cosine), finite, and the same bit for bit whatever the batch (one at a time against all together, on numba's
+kernels and on their NumPy twins; `bertfeat verify` on an extract).
 
 bf16 runs natively where the CPU has AVX512-BF16 / AMX and oneDNN is installed, else emulated
 (BERTFEAT_BF16_EMULATE=1, the same products), as in tests/ops/test_bf16.py; its bit-for-bit checks need oneDNN's
@@ -54,6 +55,9 @@ def edited(path, fn, **kw):
     to its model.safetensors (the file's own names, (out, in) linear weights)."""
     from safetensors.numpy import load_file, save_file
 
+    if kw.get("vocab") == "tiny":  # [PAD] [UNK] [CLS] [SEP] [MASK] a b c: most words are [UNK]
+        kw["vocab"] = path.parent / "tiny_vocab.txt"
+        kw["vocab"].write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"]) + "\n")
     d = make_checkpoint(path, **{"hidden": 64, "layers": 2, "heads": 4, "max_position": 512, "seed": 3, **kw})
     if fn is not None:
         t = load_file(str(d / "model.safetensors"))
@@ -130,11 +134,13 @@ def test_rows_of_tiny_activations_are_quantized_on_their_own_range(tmp_path, rea
 
 
 HOSTILE = {
-    # shapes no 16 / 64 block divides, odd head counts (head sizes 10, 6, 4, 8)
+    # shapes no 16 / 64 block divides, odd head counts (head sizes 10, 6, 4, 8, 3, 65)
     "h40_nh4_i100": (None, {"hidden": 40, "heads": 4, "intermediate": 100}),
     "h42_nh7_i90": (None, {"hidden": 42, "heads": 7, "intermediate": 90}),
     "h20_nh5_i30": (None, {"hidden": 20, "heads": 5, "intermediate": 30}),
     "h8_nh1_i8_relu": (None, {"hidden": 8, "heads": 1, "intermediate": 8, "hidden_act": "relu"}),
+    "h9_nh3_i13": (None, {"hidden": 9, "heads": 3, "intermediate": 13}),
+    "h130_nh2_i515": (None, {"hidden": 130, "heads": 2, "intermediate": 515}),
     # all-zero output channels and input rows; output channels and an input row of 1e-30 and of subnormals
     "zero_channels": (lambda t: (t[layer(0, "attention.self.query.weight")].__setitem__(3, 0.0),
                                  t[layer(0, "intermediate.dense.weight")].__setitem__(11, 0.0),
@@ -152,6 +158,7 @@ HOSTILE = {
                                        t["embeddings.LayerNorm.bias"].__setitem__(slice(None), 0.0)), {}),
     "embedding_rows_equal": (lambda t: (t["embeddings.LayerNorm.weight"].__setitem__(slice(None), 0.0),
                                         t["embeddings.LayerNorm.bias"].__setitem__(slice(None), 0.7)), {}),
+    "vocabulary_of_8": (None, {"vocab": "tiny"}),
 }
 
 
