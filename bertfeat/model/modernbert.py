@@ -15,8 +15,9 @@ norm_bias):
 Attention: q, k rotated (rotary(), base global_rope_theta in full-attention layers, local_rope_theta in the others);
 softmax(q k^T / sqrt(hs) + mask) v. Full-attention layers (layer_types; from the hub's config.json every
 global_attn_every_n_layers-th layer, i % n == 0) see every real token; sliding-window layers only keys with
-|i - j| <= local_attention // 2 (transformers' bidirectional sliding-window mask), the window an additive mask over
-keys combined with the padding mask.
+|i - j| <= local_attention // 2 (transformers' bidirectional sliding-window mask). Each sequence attends over its own
+tokens only (right padding), in blocks sized by its length alone, so its features are the same bit for bit in any
+batch (attend_blocked).
 
 Bounded memory for long texts (ModernBERT reads 8,192 tokens): attention runs in blocks of query rows
 (attend_blocked), a full-attention block against every key, a sliding-window block only against the keys its
@@ -139,7 +140,7 @@ def load_modernbert_weights(model_dir: str | Path, config: BertConfig, precision
 
     def linear_w(a: np.ndarray) -> np.ndarray:  # (out, in) checkpoint weight -> (in, out), bf16 when asked
         a = np.ascontiguousarray(a.T)
-        return to_bf16(a) if precision == "bf16" else a
+        return to_bf16(a, saturate=True) if precision == "bf16" else a
 
     emb = take_table(MB_EMB)
     layers = []
@@ -219,33 +220,55 @@ def window_mask(q0: int, q1: int, k0: int, k1: int, side: int | None) -> np.ndar
 
 def attend_blocked(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, side: int | None,
                    want_probs: bool = False, block_floats: int = QUERY_BLOCK_FLOATS) -> tuple[np.ndarray, np.ndarray | None]:
-    """q, k, v (B, nh, T, hs) (rotated), keep (B, T) bool (real tokens) -> context (B, nh, T, hs) and, when asked,
-    the probabilities (B, nh, T, T). Query rows in blocks: a global block (side None) against every key, a
-    sliding-window block only against keys q0 - side .. q1 + side, its mask the window and padding in one."""
+    """q, k, v (B, nh, T, hs) (rotated), keep (B, T) bool (real tokens, right padding) -> context (B, nh, T, hs) and,
+    when asked, the probabilities (B, nh, T, T); a padding query's context and probabilities are 0.
+
+    Each sequence over its own tokens, sequences of one length together (bert.length_runs' runs), in blocks whose
+    size depends on that length alone (attend_run), so a sequence's context is the same bit for bit alone and in any
+    batch: the batched products and softmax sums over the padded length, in blocks sized by the batch, rounded it by
+    the batch (~5e-7 of a feature at fp32, which bf16's rounding and int8's steps turned into ~1e-3)."""
     B, nh, T, hs = q.shape
-    scale = np.float32(1.0 / np.sqrt(hs))
-    pad_add = np.where(keep, np.float32(0.0), MASK_NEG).reshape(B, 1, 1, T)  # (B, 1, 1, T)
-    ctx = np.empty_like(q)
+    ctx = np.zeros_like(q)
     probs = np.zeros((B, nh, T, T), dtype=np.float32) if want_probs else None
-    if side is None:  # qb rows against all T keys
-        qb = max(16, block_floats // max(1, B * nh * T))
-    else:  # qb rows against qb + 2 side keys: 2 side rows (half the products are outside the window), fewer if B is large
-        qb = max(16, min(2 * side, block_floats // max(1, B * nh * 4 * side)))
-    for q0 in range(0, T, qb):
-        q1 = min(T, q0 + qb)
-        k0, k1 = (0, T) if side is None else (max(0, q0 - side), min(T, q1 + side))
-        s = np.matmul(q[:, :, q0:q1], k[:, :, k0:k1].transpose(0, 1, 3, 2))  # (B, nh, qb, kb)
-        win = window_mask(q0, q1, k0, k1, side)
-        if win is None:
-            s = masked_softmax_(s, scale, np.ascontiguousarray(pad_add[..., k0:k1]))
-        else:
-            s *= scale
-            s += np.where(win[None, None] & keep[:, None, None, k0:k1], np.float32(0.0), MASK_NEG)  # (B, 1, qb, kb)
-            s = softmax_(s)
-        np.matmul(s, v[:, :, k0:k1], out=ctx[:, :, q0:q1])
-        if probs is not None:
-            probs[:, :, q0:q1, k0:k1] = s
+    lengths = keep.sum(axis=1)  # (B,)
+    cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), B]
+    for s, e in zip(cuts[:-1], cuts[1:]):  # sequences s..e-1 have L real tokens each
+        L = int(lengths[s])
+        if L:
+            attend_run(q[s:e, :, :L], k[s:e, :, :L], v[s:e, :, :L], side, ctx[s:e, :, :L],
+                       None if probs is None else probs[s:e, :, :L, :L], block_floats)
     return ctx, probs
+
+
+def attend_run(q: np.ndarray, k: np.ndarray, v: np.ndarray, side: int | None, out: np.ndarray,
+               probs: np.ndarray | None, block_floats: int) -> None:
+    """n sequences of L tokens each, no padding: q, k, v (n, nh, L, hs) -> out (n, nh, L, hs) (and probs (n, nh, L, L)).
+    Query rows in blocks: a global block (side None) against every key, a sliding-window block only against keys
+    q0 - side .. q1 + side, masked to the window; the block's rows and its sequences per product from L, nh and
+    side alone (within ``block_floats`` scores), never from n."""
+    n, nh, L, hs = q.shape
+    scale = np.float32(1.0 / np.sqrt(hs))
+    if side is None:  # qb rows against all L keys
+        qb = max(16, block_floats // max(1, nh * L))
+    else:  # qb rows against qb + 2 side keys: 2 side rows (half the products are outside the window)
+        qb = max(16, min(2 * side, block_floats // max(1, nh * 4 * side)))
+    per = max(1, block_floats // max(1, nh * qb * (L if side is None else min(L, qb + 2 * side))))  # sequences a product
+    for b0 in range(0, n, per):
+        b1 = min(n, b0 + per)
+        for q0 in range(0, L, qb):
+            q1 = min(L, q0 + qb)
+            k0, k1 = (0, L) if side is None else (max(0, q0 - side), min(L, q1 + side))
+            s = np.matmul(q[b0:b1, :, q0:q1], k[b0:b1, :, k0:k1].transpose(0, 1, 3, 2))  # (m, nh, qb, kb)
+            win = window_mask(q0, q1, k0, k1, side)
+            if win is None:
+                s = masked_softmax_(s, scale, np.zeros((b1 - b0, 1, 1, k1 - k0), np.float32))
+            else:
+                s *= scale
+                s += np.where(win, np.float32(0.0), MASK_NEG)[None, None]  # (1, 1, qb, kb)
+                s = softmax_(s)
+            np.matmul(s, v[b0:b1, :, k0:k1], out=out[b0:b1, :, q0:q1])
+            if probs is not None:
+                probs[b0:b1, :, q0:q1, k0:k1] = s
 
 
 def attention(w: ModernBertWeights, i: int, h: np.ndarray, keep: np.ndarray, bt: Batch) -> tuple[np.ndarray, np.ndarray | None]:

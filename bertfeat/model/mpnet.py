@@ -103,7 +103,7 @@ def load_mpnet_weights(model_dir: str | Path, config: BertConfig, precision: str
 
     def linear(a: np.ndarray) -> np.ndarray:  # (out, in) checkpoint weight -> (in, out), bf16 when asked
         a = np.ascontiguousarray(a.T)
-        return to_bf16(a) if precision == "bf16" else a
+        return to_bf16(a, saturate=True) if precision == "bf16" else a
 
     emb = {k: take(n, s(c)) for k, (n, s) in MPNET_EMB.items()}
     layers = []

@@ -20,8 +20,9 @@ Tensors stored in float16 or bfloat16 are widened to float32 as they are read (e
 float32); safetensors' NumPy reader has no bfloat16, so such files are read by their format (_raw_safetensors).
 
 ``precision="bf16"`` stores the four linear weights of every layer (qkv_w, o_w, up_w, down_w) once,
-at load, as bf16 bit patterns (uint16, rounded to nearest even from float32: gemm.to_bf16), the
-operands of the bf16 GEMM; embeddings, LayerNorm, biases and the pooler stay float32.
+at load, as bf16 bit patterns (uint16, rounded to nearest even from float32: gemm.to_bf16, saturating: a finite
+weight beyond bf16's range becomes bf16's largest value, never infinity), the operands of the bf16 GEMM; embeddings,
+LayerNorm, biases and the pooler stay float32.
 """
 
 from __future__ import annotations
@@ -339,7 +340,7 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: st
                 t = _guarded(f, get, key)
                 check_finite(t, key, f)  # the file's own values (before any rounding to bf16)
                 if to16 and t.dtype.kind == "f":
-                    t = to_bf16(t)
+                    t = to_bf16(t, saturate=True)
                     bf16.add(name)
             out[name] = t
     return out
@@ -621,7 +622,7 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
     tensors = read_tensors(files, bf16 if precision == "bf16" else None, config.model_type)
 
     def linear(a: np.ndarray) -> np.ndarray:  # (in, out) -> storage: bf16 in bf16 mode (already, from read_tensors)
-        return to_bf16(a) if precision == "bf16" and a.dtype != np.uint16 else a
+        return to_bf16(a, saturate=True) if precision == "bf16" and a.dtype != np.uint16 else a
 
     where = files[0] if len(files) == 1 else model_dir
     c = config

@@ -239,7 +239,7 @@ def prepare(weights, path: GemmPath):
         word = weights.word
         weights.word = np.empty(word.shape, np.uint16)
         for a in range(0, len(word), 4096):  # in slices: a whole-table conversion's temporaries would set the peak
-            to_bf16(word[a:a + 4096], out=weights.word[a:a + 4096])
+            to_bf16(word[a:a + 4096], out=weights.word[a:a + 4096], saturate=True)
         del word
         weights.precision = "int8"
         release_freed_memory()

@@ -90,6 +90,9 @@ log2e, ln2_hi, ln2_lo = f32(1.4426950408889634), f32(0.693145751953125), f32(1.4
 sqrt_half, half, one, two, four = f32(0.7071067811865476), f32(0.5), f32(1.0), f32(2.0), f32(4.0)
 zero = f32(0.0)
 two_m32, two_m60 = f32(2.0**-32), f32(2.0**-60)
+#: int8: a row whose range is below TINY_RANGE is quantized scaled by 2^64 (quant.TINY_RANGE, checked equal in
+#: tests/ops/test_int8.py): its scale's inverse would overflow float32
+tiny_range, two_p64, two_m64 = f32(2.0**-118), f32(2.0**64), f32(2.0**-64)
 inv_resid = f32(1.0 / 254.0)  # quant.RESID (checked equal in tests/ops/test_int8.py)
 top_ratio2 = f32(4.0 * 4.0)  # quant.TOP_RATIO squared (likewise)
 top_n = 2  # quant.TOP (likewise; a constant: with the count read from an array's shape, 0.35 ns an element, not 0.22)
@@ -372,14 +375,30 @@ def _scale_stats(row, inv, t):
 
 
 @_helper
-def _quant_keys(row, qr, lo_k, hi_k, pair):
-    """row -> uint8 qr over the range of keys (lo_k, hi_k) (per-row asymmetric, quant.quant_rows); returns (scale, zero
-    point). ``pair``: a float32 scratch pair (its int32 view turns the keys back into floats). A NaN in the row ends as
-    a NaN scale, so the dequantized row is NaN (and the features are refused as non-finite) rather than a finite guess."""
+def _key_floats(lo_k, hi_k, pair):
+    """The floats that the keys lo_k, hi_k stand for (_stats), through ``pair``'s int32 view."""
     pb = pair.view(np.int32)
     pb[0] = lo_k ^ ((lo_k >> 31) & np.int32(0x7FFFFFFF))
     pb[1] = hi_k ^ ((hi_k >> 31) & np.int32(0x7FFFFFFF))
-    lo, hi = pair[0], pair[1]
+    return pair[0], pair[1]
+
+
+@_helper
+def _quant_keys(row, qr, lo_k, hi_k, pair):
+    """row -> uint8 qr over the range of keys (lo_k, hi_k) (per-row asymmetric, quant.quant_rows); returns (scale, zero
+    point). ``pair``: a float32 scratch pair (its int32 view turns the keys back into floats). A NaN in the row ends as
+    a NaN scale, so the dequantized row is NaN (and the features are refused as non-finite) rather than a finite guess.
+    A row of range below tiny_range (quant.TINY_RANGE) is scaled by 2^64 in place first (exact; ``row`` is scratch)
+    and its scale by 2^-64 after: 1 / s would overflow. Its range is read again from the scaled row, not multiplied:
+    fastmath may regroup lo 2^64 / s into lo (2^64 / s), which overflows."""
+    lo, hi = _key_floats(lo_k, hi_k, pair)
+    back = one
+    if zero < hi - lo < tiny_range:
+        for j in range(row.shape[0]):
+            row[j] *= two_p64
+        _, lo_k, hi_k = _stats(row.view(np.int32))
+        lo, hi = _key_floats(lo_k, hi_k, pair)
+        back = two_m64
     s = (hi - lo) * f32(1.0 / 255.0)
     if s == zero:
         s = one
@@ -389,7 +408,7 @@ def _quant_keys(row, qr, lo_k, hi_k, pair):
     for j in range(row.shape[0]):
         t = min(max(row[j] * inv + zf, zero), f32(255.0))
         qr[j] = np.uint8(t + half)
-    return s, np.int32(z)
+    return s * back, np.int32(z)
 
 
 @_helper

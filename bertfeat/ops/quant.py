@@ -99,6 +99,12 @@ TOP_RATIO = 4.0
 #: the residual weight's step is s_w / RESID (Wr in [-127, 127] holds a rounding error of at most s_w / 2)
 RESID = 254.0
 
+#: a row whose range (max(x, 0) - min(x, 0)) is below this (2^-118, 3e-36) is quantized scaled by 2^64 and its scale
+#: scaled back by 2^-64: its scale's inverse would overflow float32 (a zero point of -2^31 and a row of garbage, 1e7
+#: times its own size: a model whose LayerNorm writes values of 1e-37 into weights of 1e37 gave int8 cosines of -0.24
+#: to fp32's features); the scale, a subnormal there, keeps 13 bits at a range of 1e-37
+TINY_RANGE = 2.0**-118
+
 
 def smoothing(g: np.ndarray, beta: np.ndarray | None, w: np.ndarray) -> np.ndarray:
     """(K,) float32 per-input-channel factors s for a (K, N) weight whose input is a LayerNorm's output n g + beta:
@@ -232,6 +238,11 @@ def quant_rows(x: np.ndarray, inv: np.ndarray | None = None) -> tuple[np.ndarray
         x = (x * inv).astype(np.float32)
     lo = np.minimum(x.min(axis=1), 0).astype(np.float32)
     hi = np.maximum(x.max(axis=1), 0).astype(np.float32)
+    tiny = (hi - lo > 0) & (hi - lo < np.float32(TINY_RANGE))  # (M,): 1 / s would overflow: scaled by 2^64 (exact)
+    if tiny.any():
+        x, lo, hi = x.copy(), lo.copy(), hi.copy()
+        for a in (x, lo, hi):
+            a[tiny] *= np.float32(2.0**64)
     s = (hi - lo) * np.float32(1.0 / 255.0)
     s = np.where(s == 0, np.float32(1.0), s).astype(np.float32)  # a row of zeros; a NaN row keeps its NaN scale
     inv = (np.float32(1.0) / s).astype(np.float32)
@@ -239,6 +250,7 @@ def quant_rows(x: np.ndarray, inv: np.ndarray | None = None) -> tuple[np.ndarray
         z = np.floor(-lo * inv + np.float32(0.5)).astype(np.int32)
         t = np.clip(x * inv[:, None] + z[:, None].astype(np.float32), 0, 255)
         q = np.floor(t + np.float32(0.5)).astype(np.uint8)
+    s[tiny] *= np.float32(2.0**-64)
     return q, s, z
 
 

@@ -66,6 +66,23 @@ def test_to_bf16_rounds_like_torch():
     assert np.isnan(gemm.from_bf16(nan)).all()
 
 
+def test_weights_round_to_bf16_saturating():
+    """saturate=True (weights at load): a finite float32 beyond bf16's largest value gives that value of its sign,
+    not infinity (from 3.39618e38, half way between it and infinity, up to float32's largest); all else as torch
+    rounds, inf and NaN kept. The default stays torch's (infinity)."""
+    tie = np.array([0x7F7F8000], np.uint32).view(np.float32)[0]  # 3.39618e38: half way to inf, rounds to even (inf)
+    big = np.array([3.3895314e38, tie, 3.4e38, np.finfo(np.float32).max, -np.finfo(np.float32).max,
+                     3.39e38, 1.0, -2.5, 0.0, np.inf, -np.inf, np.nan], np.float32)
+    got = gemm.to_bf16(big, saturate=True)
+    np.testing.assert_array_equal(got[:5], [0x7F7F, 0x7F7F, 0x7F7F, 0x7F7F, 0xFF7F])
+    np.testing.assert_array_equal(got[5:11], torch_bf16_bits(big)[5:11])
+    assert np.isnan(gemm.from_bf16(got[11:])).all()
+    np.testing.assert_array_equal(gemm.to_bf16(big)[:5], torch_bf16_bits(big)[:5])  # 0x7F7F, then inf: as torch
+    assert gemm.to_bf16(big)[1] == 0x7F80 and gemm.to_bf16(big)[4] == 0xFF80
+    out = np.zeros(big.shape, np.uint16)
+    assert gemm.to_bf16(big, out=out, saturate=True) is out and np.array_equal(out[:11], got[:11])
+
+
 @pytest.mark.parametrize("name,prep", bf16_gemms(), ids=[n for n, _ in bf16_gemms()])
 def test_gemm_bf16_accumulates_in_fp32(name, prep):
     rng = np.random.default_rng(1)

@@ -91,6 +91,56 @@ def test_quant_rows_per_token_asymmetric():
     assert err[6].max() < np.abs(x[6]).max() / 200  # other rows keep their resolution
 
 
+def _tiny_rows() -> np.ndarray:
+    """Rows whose range is below quant.TINY_RANGE (3e-36; 1 / s would overflow), each beside normal rows: values of
+    1e-37, subnormals of 1e-40 (all >= 0: z from -0 x inf was NaN) and of 1e-44, and a range just below the limit."""
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    for i, scale in ((1, 1e-37), (2, 1e-40), (4, 1e-44), (6, 1e-36)):
+        x[i] *= np.float32(scale)
+    x[2] = np.abs(x[2])
+    x[5] = 0.0
+    return x
+
+
+def test_a_row_of_tiny_values_is_quantized_on_its_own_range():
+    """quant.quant_rows on rows whose scale's inverse overflows float32: quantized scaled by 2^64, the scale scaled
+    back: z in 0..255 and each value within half a step (plus the subnormal scale's rounding) of itself, as any row.
+    Before: z was -2^31 and the dequantized row ~1e-33, 1e7 times its own values."""
+    x = _tiny_rows()
+    q, s, z = quant.quant_rows(x)
+    assert ((0 <= z) & (z <= 255)).all() and np.isfinite(s).all() and (s >= 0).all()
+    back = s[:, None] * (q.astype(np.float32) - z[:, None])
+    err = np.abs(back - x).max(axis=1)
+    assert (err <= s * 0.5001 + 255 * 2.0**-149).all(), err
+    for i in (1, 6):  # ranges of 1e-37 / 1e-36: the usual 8 bits of the row's range
+        assert err[i] < np.ptp(x[i]) / 400
+    assert quant.TINY_RANGE == 2.0**-118 and kernels.tiny_range == np.float32(quant.TINY_RANGE)
+
+
+@needs_int8
+def test_the_quantizing_kernel_takes_a_row_of_tiny_values_as_its_reference_does():
+    """kernels.quant_rows_q8_ on the tiny rows: the same q, s and z as quant.quant_rows_q8, bit for bit."""
+    k = _fused_or_skip()
+    try:
+        x = _tiny_rows()
+        M, K = x.shape
+        ql = quant.QLinear((np.random.default_rng(22).standard_normal((K, 16)) * 0.05).astype(np.float32))
+
+        def bufs():
+            return (np.zeros((M, K), np.uint8), np.zeros(M, np.float32), np.zeros(M, np.int32),
+                    np.zeros((M, quant.TOP), np.int32), np.zeros((M, quant.TOP), np.float32), np.zeros((M, 0), np.float32))
+
+        got, want = bufs(), bufs()
+        k["quant_rows_q8_"](x, ql.inv_smooth, ql.rows, *got)
+        quant.quant_rows_q8(x, ql.inv_smooth, ql.rows, *want)
+        for a, b, name in zip(got, want, ("q", "s", "z", "ti", "tv", "xo")):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+        assert ((0 <= got[2]) & (got[2] <= 255)).all()
+    finally:
+        kernels.use(None)
+
+
 def test_top_channels_are_each_rows_largest_above_its_rms():
     """quant.take_top: up to TOP channels per row, those of largest |x| above TOP_RATIO x the row's rms, largest first,
     0 in their place; a plain Gaussian row gives none (-1, value 0); a NaN is taken."""

@@ -148,10 +148,19 @@ def test_masked_softmax_matches_numpy_and_float64(fused):
     np.testing.assert_allclose(p[0, 0, :, 1], ey / (1 + ey), rtol=3e-7, atol=2e-35)  # 0 below e^-80
 
 
+@pytest.fixture(params=["numba", "numpy"])
+def either(request):
+    """Each element-wise backend for one test (the fused kernel, then its NumPy twin), then back to the default."""
+    assert kernels.use(request.param) == request.param
+    yield request.param
+    kernels.use(None)
+
+
 @pytest.mark.parametrize("n", [5, 20, 64, 65, 100])
-def test_masked_softmax_row_does_not_depend_on_padding_or_neighbours(fused, n):
+def test_masked_softmax_row_does_not_depend_on_padding_or_neighbours(either, n):
     """A sequence's probabilities are bit for bit the same alone (T = n) and padded in a batch beside a longer one
-    (the sums run over its own keys only), short or long."""
+    (the sums run over its own keys only), short or long, on the fused kernel and on its NumPy twin (whose sums over
+    the padded length moved a text's features with its batch: 2e-7 at fp32, 2e-3 at int8 on all-MiniLM-L6-v2)."""
     rng = np.random.default_rng(n)
     T, nh = n + 30, 3
     scores = rng.standard_normal((2, nh, T, T), dtype=np.float32) * 8
