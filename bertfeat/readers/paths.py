@@ -83,6 +83,21 @@ def _glob_root(pattern: str) -> int:
     return next((i for i, p in enumerate(parts) if any(ch in p for ch in GLOB_CHARS)), len(parts))
 
 
+def _escape_fix(pattern: str) -> str | None:
+    """A pattern that matches nothing because a folder on its path has a wildcard in its name (``data[2024]/*.csv``:
+    its ``[2024]`` matches one character) -> how to write it (``data[[]2024]/*.csv``); None otherwise."""
+    import glob as globmod
+
+    parts = Path(pattern).parts
+    for i in range(len(parts) - 1, 0, -1):
+        folder = Path(*parts[:i])
+        chars = [ch for ch in GLOB_CHARS if ch in folder.name]
+        if chars and folder.is_dir():
+            said = f"the {', '.join(chars)} in its name as {'a wildcard' if len(chars) == 1 else 'wildcards'}"
+            return f"{folder} is a folder, but a pattern reads {said}: write {Path(globmod.escape(str(folder)), *parts[i:])}"
+    return None
+
+
 def _local_glob(path: str, fmt: str, known: frozenset = frozenset()) -> tuple[list[str], int]:
     """The files a local glob matches that are input, sorted and absolute, and how many it left out (``known``: files
     already judged input, whose footer is not read again)."""
@@ -167,6 +182,7 @@ def resolve_files(path: str, fmt: str, known=()):
         files, n_out = _local_glob(path, fmt, frozenset(known))
         if not files:
             raise InputError(f"{path}: the pattern matches no {'input ' if n_out else ''}file{_left_out(n_out)}",
+                             (not n_out and _escape_fix(path)) or
                              "check the glob pattern (quote it so the shell does not expand it)")
         return fs, files
     p = Path(path)
