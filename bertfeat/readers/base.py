@@ -314,14 +314,15 @@ class Reader:
 
     def listing(self) -> list[str]:
         """The files the input's path names now, as identity() names them: a glob or a folder may have gained one
-        since the reader listed it (none when the path names nothing now). A store's cached listings and file
+        since the reader listed it (none when the path names nothing now). The path is read as it was at open, a glob
+        or a file (``glob``): report[1].csv removed names nothing, not report1.csv. A store's cached listings and file
         information are dropped first (s3fs and gcsfs keep them), so a later identity() sees the store as it is."""
         if self.path == "-":
             return []
         if is_url(self.path):
             self.fs.invalidate_cache()
         try:
-            _, files = resolve_files(self.path, self.fmt, known=self.files)
+            _, files = resolve_files(self.path, self.fmt, known=self.files, glob=self.glob)
         except (InputError, OSError):
             return []
         return [self.fs.unstrip_protocol(f) if is_url(self.path) else f for f in files]

@@ -160,7 +160,7 @@ def _url_files(path: str) -> tuple:
     return fs, paths
 
 
-def resolve_files(path: str, fmt: str, known=()):
+def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
     """A file, a glob, or a directory of Parquet files -> (fsspec filesystem, the files sorted: one dataset).
 
     Local paths are checked here with their own messages and made absolute (a Dask worker may run elsewhere);
@@ -169,7 +169,8 @@ def resolve_files(path: str, fmt: str, known=()):
     also names starting with ``_``) and, for local Parquet, bertfeat's outputs (``is_bertfeat_output``, one footer
     read per file; a URL's listing keeps the name rules only). A named pipe, device or socket is refused before
     it is opened (``refuse_special_file``). ``known``: files an earlier listing took as input (Reader.listing: the
-    files the path names now), whose footers are not read again.
+    files the path names now), whose footers are not read again; ``glob``: the path read as a glob or not, as that
+    listing read it (None: ``is_pattern`` decides).
     """
     import fsspec
 
@@ -178,7 +179,7 @@ def resolve_files(path: str, fmt: str, known=()):
     if is_url(path):
         return _url_files(path)
     fs = fsspec.filesystem("file")
-    if is_pattern(path):
+    if is_pattern(path) if glob is None else glob:
         files, n_out = _local_glob(path, fmt, frozenset(known))
         if not files:
             raise InputError(f"{path}: the pattern matches no {'input ' if n_out else ''}file{_left_out(n_out)}",
