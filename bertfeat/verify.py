@@ -53,18 +53,22 @@ def _need(meta: dict, path: Path, *keys: str) -> None:
 
 def _input_path(meta: dict, features: Path, given: str | os.PathLike | None) -> str:
     """The input to read again: ``given``, else the provenance's (as the run named it: from the current directory,
-    else from the feature file's)."""
+    else from the feature file's). A path the run read as a file (``input_glob`` false: report[1].csv) is looked up
+    as a file only: moved away, its name as a glob could match a file the run never read (report1.csv)."""
     if given is not None:
         return os.fspath(given)
     import glob
 
+    from .readers import is_pattern
+
+    globbed = meta.get("input_glob", True)  # (a file from before it was recorded: a glob if it names no file)
     name = meta["input"]
     if name == "-":
         raise BertfeatError(f"{features} was extracted from standard input, which cannot be read again",
                             f"pass the input file with {opt('input')}")
     named = [meta.get("input_abspath"), name, features.parent / name, features.parent / Path(name).name]
     for candidate in (os.fspath(c) for c in named if c):
-        if Path(candidate).exists() or (any(ch in candidate for ch in "*?[") and glob.glob(candidate)):
+        if Path(candidate).exists() or (globbed and is_pattern(candidate) and glob.glob(candidate)):
             return candidate
     raise BertfeatError(f"the input {name} of {features} is not found (where the run was, from here or beside the "
                         "features)", f"pass it with {opt('input')}")

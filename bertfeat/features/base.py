@@ -174,7 +174,7 @@ _FINGERPRINT = Field(("object",), keys={
 })
 #: The provenance keys bertfeat reads (verify, the feature readers, pca fit / transform, the probe) and their types.
 PROVENANCE = Field(("object",), keys={
-    "model": _TEXT, "fingerprint": _FINGERPRINT, "precision": _TEXT, "input": _TEXT, "input_abspath": _TEXT,
+    "model": _TEXT, "fingerprint": _FINGERPRINT, "precision": _TEXT, "input": _TEXT, "input_abspath": _TEXT, "input_glob": Field(("bool",)),
     "input_format": _TEXT, "encoding": _TEXT, "delimiter": _TEXT, "text_column": _TEXT, "pair_column": _OPT_TEXT,
     "id_column": _OPT_TEXT, "keep": Field(("list",), _TEXT), "model_files": Field(("object",), _TEXT),
     "rows": Field(("count", "object", "null"), Field(("count", "null"))), "partitions": Field(("size",)),

@@ -43,7 +43,7 @@ import pyarrow as pa
 from ..errors import InputError, one_line, opt
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 from .kept import TYPE_NAMES, TYPES
-from .paths import is_url, resolve_files
+from .paths import is_pattern, is_url, resolve_files
 
 TEXT_COLUMN_NAMES = ("text", "sentence", "content", "review")
 HEAD_BYTES = 1 << 20  # bytes read up front to find the columns
@@ -154,6 +154,7 @@ class Reader:
         self.encoding = normalize_encoding(encoding)
         self.batch_rows = batch_rows
         self.multiline_rows = 0  # CSV records whose quoted fields span lines (known once the file is read)
+        self.glob = path != "-" and not is_url(path) and is_pattern(path)  # a local glob (the provenance says so)
         self.fs, self.files = resolve_files(path, fmt)
         self.total_rows: int | None = None  # known up front for Parquet (footers) and for text that fits the head
         # progress by bytes counts the bytes read from disk, compressed or not
@@ -313,14 +314,15 @@ class Reader:
 
     def listing(self) -> list[str]:
         """The files the input's path names now, as identity() names them: a glob or a folder may have gained one
-        since the reader listed it (none when the path names nothing now). A store's cached listings and file
+        since the reader listed it (none when the path names nothing now). The path is read as it was at open, a glob
+        or a file (``glob``): report[1].csv removed names nothing, not report1.csv. A store's cached listings and file
         information are dropped first (s3fs and gcsfs keep them), so a later identity() sees the store as it is."""
         if self.path == "-":
             return []
         if is_url(self.path):
             self.fs.invalidate_cache()
         try:
-            _, files = resolve_files(self.path, self.fmt, known=self.files)
+            _, files = resolve_files(self.path, self.fmt, known=self.files, glob=self.glob)
         except (InputError, OSError):
             return []
         return [self.fs.unstrip_protocol(f) if is_url(self.path) else f for f in files]

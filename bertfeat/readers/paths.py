@@ -83,6 +83,21 @@ def _glob_root(pattern: str) -> int:
     return next((i for i, p in enumerate(parts) if any(ch in p for ch in GLOB_CHARS)), len(parts))
 
 
+def _escape_fix(pattern: str) -> str | None:
+    """A pattern that matches nothing because a folder on its path has a wildcard in its name (``data[2024]/*.csv``:
+    its ``[2024]`` matches one character) -> how to write it (``data[[]2024]/*.csv``); None otherwise."""
+    import glob as globmod
+
+    parts = Path(pattern).parts
+    for i in range(len(parts) - 1, 0, -1):
+        folder = Path(*parts[:i])
+        chars = [ch for ch in GLOB_CHARS if ch in folder.name]
+        if chars and folder.is_dir():
+            said = f"the {', '.join(chars)} in its name as {'a wildcard' if len(chars) == 1 else 'wildcards'}"
+            return f"{folder} is a folder, but a pattern reads {said}: write {Path(globmod.escape(str(folder)), *parts[i:])}"
+    return None
+
+
 def _local_glob(path: str, fmt: str, known: frozenset = frozenset()) -> tuple[list[str], int]:
     """The files a local glob matches that are input, sorted and absolute, and how many it left out (``known``: files
     already judged input, whose footer is not read again)."""
@@ -145,7 +160,7 @@ def _url_files(path: str) -> tuple:
     return fs, paths
 
 
-def resolve_files(path: str, fmt: str, known=()):
+def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
     """A file, a glob, or a directory of Parquet files -> (fsspec filesystem, the files sorted: one dataset).
 
     Local paths are checked here with their own messages and made absolute (a Dask worker may run elsewhere);
@@ -154,7 +169,8 @@ def resolve_files(path: str, fmt: str, known=()):
     also names starting with ``_``) and, for local Parquet, bertfeat's outputs (``is_bertfeat_output``, one footer
     read per file; a URL's listing keeps the name rules only). A named pipe, device or socket is refused before
     it is opened (``refuse_special_file``). ``known``: files an earlier listing took as input (Reader.listing: the
-    files the path names now), whose footers are not read again.
+    files the path names now), whose footers are not read again; ``glob``: the path read as a glob or not, as that
+    listing read it (None: ``is_pattern`` decides).
     """
     import fsspec
 
@@ -163,10 +179,11 @@ def resolve_files(path: str, fmt: str, known=()):
     if is_url(path):
         return _url_files(path)
     fs = fsspec.filesystem("file")
-    if is_pattern(path):
+    if is_pattern(path) if glob is None else glob:
         files, n_out = _local_glob(path, fmt, frozenset(known))
         if not files:
             raise InputError(f"{path}: the pattern matches no {'input ' if n_out else ''}file{_left_out(n_out)}",
+                             (not n_out and _escape_fix(path)) or
                              "check the glob pattern (quote it so the shell does not expand it)")
         return fs, files
     p = Path(path)

@@ -138,7 +138,8 @@ def _rss_peak() -> int:
 
 
 def _read(plan, sample: int, seed: int) -> dict:
-    """The whole input once: {"rows", "bad", "first_bad", "texts", "pairs" (the sample's), "text_bytes" (per accepted
+    """The whole input once: {"rows", "bad", "first_bad", "texts", "pairs", "sample_rows" (the sample's: its rows'
+    numbers in the input), "text_bytes" (per accepted
     row), "kept_bytes" (its kept columns' values, per row), "distinct" (rows of distinct text), "distinct_sample" (a uniform
     sample of those, (text, pair) each), "seconds"}."""
     from .chunks import Reservoir, validate_batch
@@ -157,12 +158,13 @@ def _read(plan, sample: int, seed: int) -> dict:
         for values in (chunk.extra or {}).values():
             kept_bytes += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in values)
         rows_in = [(t, None if chunk.pairs is None else chunk.pairs[i]) for i, t in enumerate(chunk.texts)]
-        reservoir.add(rows_in)
+        reservoir.add(list(zip(chunk.rows, rows_in)))  # (the same draws as without the row numbers)
         distinct.add(rows_in)
     kept = reservoir.items()
     accepted = max(rows - bad, 1)
-    return {"rows": rows, "bad": bad, "first_bad": first_bad, "texts": [t for t, _ in kept],
-            "pairs": [p for _, p in kept] if plan.options.pair_column is not None else None,
+    return {"rows": rows, "bad": bad, "first_bad": first_bad, "texts": [t for _, (t, _) in kept],
+            "pairs": [p for _, (_, p) in kept] if plan.options.pair_column is not None else None,
+            "sample_rows": [r for r, _ in kept],
             "text_bytes": text_bytes / accepted, "kept_bytes": kept_bytes / accepted,
             "distinct": min(distinct.count(), max(rows - bad, 0)), "distinct_sample": distinct.sample(),
             "seconds": time.perf_counter() - t0}
@@ -250,7 +252,7 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     load_seconds = time.perf_counter() - t0
     spec, _ = feature_settings(encoder, plan)
     d = encoder.output_dim(spec)
-    m = _measure(encoder, spec, read["texts"], read["pairs"])
+    m = _measure(encoder, spec, read["texts"], read["pairs"], read["sample_rows"], plan.reader.row_label)
     n = len(read["texts"])
     # rows the run refuses (too long under long_text='error', a token past the embedding table) are left out of the
     # sample, and counted
@@ -312,10 +314,12 @@ def _distinct_tokens(encoder, spec, rows: list[tuple], plan, fallback: float) ->
     return texts, pairs, sum(len(a) for a in prep.ids) / len(texts)
 
 
-def _measure(encoder, spec, texts: list[str], pairs: list[str] | None) -> dict:
+def _measure(encoder, spec, texts: list[str], pairs: list[str] | None, rows: list[int], row_label) -> dict:
     """Tokenize the sample (the rows the run refuses, chunks.prepare_rows, left out) and time its encode after a
     warm-up: -> the sample's texts / pairs kept, the refused (position -> reason), tokens per row, truncated share,
-    windows per row, tokens per second, the relative standard error of tokens per row and the CPU share."""
+    windows per row, tokens per second, the relative standard error of tokens per row and the CPU share. ``rows``:
+    the sample's row numbers in the input, and ``row_label`` the reader's, so that features that come out NaN are
+    refused naming the input's row, as the run would."""
     from .chunks import run_rows
 
     m = {"tokens_per_row": 0.0, "tps": 0.0, "token_spread": 0.0, "cpu_share": 1.0, "truncated": 0.0, "windows": 1.0}
@@ -324,10 +328,11 @@ def _measure(encoder, spec, texts: list[str], pairs: list[str] | None) -> dict:
     if prep is None:
         return m
     lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
+    at = [r for i, r in enumerate(rows) if i not in refused]  # the input's rows of the texts kept
     warm = encoder.prepare(texts[:WARM_UP_ROWS], None if pairs is None else pairs[:WARM_UP_ROWS], spec)
-    run_rows(encoder, spec, warm, list(range(len(warm.ids))))  # numba / primitives / workspaces, not timed
+    run_rows(encoder, spec, warm, at[:WARM_UP_ROWS], row_label)  # numba / primitives / workspaces, not timed
     t0, sched0 = time.perf_counter(), _sched_seconds()
-    run_rows(encoder, spec, prep, list(range(len(texts))))
+    run_rows(encoder, spec, prep, at, row_label)
     wall = max(time.perf_counter() - t0, 1e-9)
     per_row = np.bincount(prep.window_row, weights=lengths, minlength=len(texts))  # tokens the model runs per row
     m.update(tokens_per_row=float(lengths.sum()) / len(texts), truncated=float(np.mean(prep.truncated)),

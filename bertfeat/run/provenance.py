@@ -44,7 +44,9 @@ def provenance(encoder, spec, fingerprint: dict, plan, summary: ExtractSummary) 
         "long_text": spec.long_text,
         "stride": spec.stride if spec.long_text.startswith("chunk") else None,
         "input": source.path,
-        **({"input_abspath": os.path.abspath(source.path)} if source.path != "-" and "://" not in source.path else {}),
+        # a local input: where it is, and whether its path was a glob (verify reads a file's name as a file only)
+        **({"input_abspath": os.path.abspath(source.path), "input_glob": source.glob}
+           if source.path != "-" and "://" not in source.path else {}),
         **({"input_identity": input_record(plan.input_identity)} if plan.input_identity is not None else {}),
         "input_format": source.fmt,
         **({"encoding": source.encoding} if source.fmt != "parquet" else {}),

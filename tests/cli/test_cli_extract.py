@@ -128,6 +128,20 @@ def test_a_file_named_with_wildcard_characters_is_that_file_not_a_pattern(tmp_pa
     assert rc == 0 and metadata(tmp_path / "g.parquet")["rows"]["read"] == 1, err
 
 
+def test_a_glob_inside_a_folder_named_with_brackets_says_how_to_write_it(tmp_path, capsys):
+    """A folder named data[2024] is read as that folder, but in data[2024]/*.parquet its [2024] is a wildcard (a
+    shell's too): the pattern matches nothing, and the fix said only to check the pattern. It says how to write it."""
+    d = tmp_path / "data[2024]"
+    _parquet_dataset(d, [SENTENCES[:3]])
+    pattern = f"{d}/*.parquet"
+    rc, _, err = run(capsys, "extract", pattern, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")
+    escaped = f"{tmp_path}/data[[]2024]/*.parquet"
+    assert (rc, err) == (1, f"Error: {pattern}: the pattern matches no file - {d} is a folder, but a pattern reads "
+                            f"the [ in its name as a wildcard: write {escaped}\n")
+    rc, _, err = run(capsys, "extract", escaped, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")
+    assert rc == 0 and metadata(tmp_path / "o.parquet")["rows"]["read"] == 3, err
+
+
 @pytest.mark.parametrize("form", ["file", "glob", "directory"])
 def test_parquet_file_glob_and_directory(tmp_path, capsys, form):
     """Parquet read by row groups; several files are one dataset (row numbers run on across files).

@@ -308,6 +308,25 @@ def test_verify_finds_a_relative_input_from_elsewhere(tmp_path, capsys, monkeypa
     assert verify_features("old.parquet")["ok"]
 
 
+def test_verify_reads_a_file_named_with_wildcards_as_the_run_did(tmp_path, capsys):
+    """A run on report[1].csv read that file (readers.paths.is_pattern); moved away, verify took the name for a glob
+    and read report1.csv, a file the run never read, and blamed the features (`row 10 is not in the input`). The
+    provenance says whether the run's path was a glob (input_glob): a file's name is looked up as a file only."""
+    src = write_csv(tmp_path / "report[1].csv", ["text"], [r[1:2] for r in _rows(20)])
+    write_csv(tmp_path / "report1.csv", ["text"], [r[1:2] for r in _rows(30)][10:])  # what report[1].csv globs
+    out = tmp_path / "o.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q")[0] == 0
+    assert verify_features(out, sample=1000)["rows_checked"] == 20
+    src.rename(tmp_path / "moved.csv")
+    assert run(capsys, "verify", out) == (1, "", f"Error: the input {src} of {out} is not found (where the run was, "
+                                                 "from here or beside the features) - pass it with --input\n")
+    assert verify_features(out, input=tmp_path / "moved.csv", sample=1000)["ok"]
+    # a glob stays a glob: the files it matches now are read
+    pattern = str(tmp_path / "report[1].csv")
+    assert run(capsys, "extract", pattern, "-o", tmp_path / "g.parquet", "--model", tiny_model(), "-q")[0] == 0
+    assert verify_features(tmp_path / "g.parquet", sample=1000)["rows_checked"] == 20
+
+
 def test_verify_passes_over_rows_refused_as_too_long(tmp_path, capsys):
     rows = [["a", "word " * 200], ["a", "a short one ."], ["b", "another short one ."]]
     src = write_csv(tmp_path / "dup.csv", ["id", "text"], rows)
@@ -507,6 +526,7 @@ def edited_provenance(pristine: Path, dst: Path, key: str, value) -> Path:
     ("model", None, "model is null, not a string"),
     ("input", 5, "input is 5, not a string"),
     ("input_abspath", 5, "input_abspath is 5, not a string"),
+    ("input_glob", "no", 'input_glob is "no", not true or false'),
     ("text_column", None, "text_column is null, not a string"),
     ("id_column", 5, "id_column is 5, not a string or null"),
     ("delimiter", 5, "delimiter is 5, not a string"),

@@ -183,6 +183,18 @@ def test_nan_features_in_a_parquet_dataset_name_the_file_that_holds_the_row(over
     assert no_leftovers(out) == []
 
 
+def test_nan_features_in_an_estimate_name_the_input_row(overflowing, tmp_path, capsys):
+    """`extract --estimate` encodes a sample: the row is the input's, as the run would name it, not a position among
+    the sampled rows the model ran on (a rejected row and one refused as too long before it once made it `row 2`,
+    the input's "ok")."""
+    rows = ["a cat", "", "one two three four five six seven eight nine ten", "ok", "a zebra"]
+    src = write_csv(tmp_path / "in.csv", ["text"], [[r] for r in rows])
+    message = f"the model gave NaN or infinite features for {src} row 4 - {OVERFLOW}"
+    assert run(capsys, "extract", src, "--model", overflowing, "--estimate", "--on-bad-row", "skip", "--long-text",
+               "error", "--max-length", "8") == (1, "", f"Error: {message}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]  # an estimate writes nothing
+
+
 @pytest.mark.parametrize("cache", [False, True])
 def test_nan_features_in_a_sweep_name_the_input_row(overflowing, tmp_path, capsys, cache):
     """`bertfeat sweep` encodes a sample: the row is the input's (its file and its row), not a position in the

@@ -88,6 +88,18 @@ def test_a_dataset_input_names_the_file_that_changed(tmp_path, capsys, monkeypat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
 
 
+def test_a_file_named_with_wildcards_is_listed_again_as_that_file(tmp_path, capsys, monkeypatch):
+    """report[1].csv is read as that file (readers.paths.is_pattern); removed during the run, the check after the last
+    row listed its name as a glob, and said report1.csv, a file the run never reads, was "added" to its input."""
+    src = corpus(tmp_path / "report[1].csv", 40)
+    corpus(tmp_path / "report1.csv", 10)  # what report[1].csv matches as a glob
+    change_after_the_last_row(monkeypatch, src.unlink)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")
+    assert (rc, err) == (1, f"Error: {src} changed while it was read (removed) - run the command again once the file "
+                            "is complete\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report1.csv"]
+
+
 def test_the_provenance_records_the_inputs_identity(tmp_path, capsys):
     src = corpus(tmp_path / "c.csv", 20)
     out = tmp_path / "o.parquet"
