@@ -243,10 +243,9 @@ def _masked_softmax_np(scores, scale, mask_add):
     B, Tk = scores.shape[0], scores.shape[-1]
     unmasked = mask_add.reshape(B, Tk) > np.float32(-1e37)  # (B, Tk)
     n = np.where(unmasked.any(axis=1), Tk - np.argmax(unmasked[:, ::-1], axis=1), 1)  # (B,) keys up to the last real one
-    cuts = [0, *(np.flatnonzero(np.diff(n)) + 1).tolist(), B]
-    for a, b in zip(cuts[:-1], cuts[1:]):  # sequences a..b-1 with n[a] keys
-        softmax_(scores[a:b, ..., :n[a]])
-        scores[a:b, ..., n[a]:] = 0.0
+    for a, b, L in equal_runs(n):  # sequences a..b-1 with L keys
+        softmax_(scores[a:b, ..., :L])
+        scores[a:b, ..., L:] = 0.0
     return scores
 
 
@@ -468,15 +467,21 @@ class Rows:
 
 
 # --------------------------------------------------------------------------- attention (float32 in every precision)
+def equal_runs(lengths: np.ndarray) -> list[tuple[int, int, int]]:
+    """(B,) lengths -> the runs (start, stop, L) of consecutive sequences of length L (a length-sorted batch has a
+    few): each run is computed over its own length, so a sequence's sums do not depend on its batch."""
+    cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), len(lengths)]
+    return [(s, e, int(lengths[s])) for s, e in zip(cuts[:-1], cuts[1:])]
+
+
 def length_runs(mask_add: np.ndarray) -> list[tuple[int, int, int]] | None:
     """(B, 1, 1, T) additive mask (right padding) -> the runs (start, stop, L) of consecutive sequences of L real
-    tokens (a length-sorted batch has a few), or None when no sequence is padded."""
+    tokens (equal_runs), or None when no sequence is padded."""
     B, T = mask_add.shape[0], mask_add.shape[-1]
     lengths = (mask_add.reshape(B, T) == 0).sum(axis=1)  # (B,) real tokens per sequence
     if lengths.min() == T:
         return None
-    cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), B]
-    return [(s, e, int(lengths[s])) for s, e in zip(cuts[:-1], cuts[1:])]
+    return equal_runs(lengths)
 
 
 def own_length_scores(q: np.ndarray, k: np.ndarray, mask_add: np.ndarray, all_queries: bool,

@@ -48,6 +48,7 @@ from .bert import (
     ForwardOutput,
     Workspace,
     additive_mask,
+    equal_runs,
     layer_norm_,
     layer_steps,
     layers_to_run,
@@ -223,17 +224,14 @@ def attend_blocked(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray
     """q, k, v (B, nh, T, hs) (rotated), keep (B, T) bool (real tokens, right padding) -> context (B, nh, T, hs) and,
     when asked, the probabilities (B, nh, T, T); a padding query's context and probabilities are 0.
 
-    Each sequence over its own tokens, sequences of one length together (bert.length_runs' runs), in blocks whose
+    Each sequence over its own tokens, sequences of one length together (bert.equal_runs), in blocks whose
     size depends on that length alone (attend_run), so a sequence's context is the same bit for bit alone and in any
     batch: the batched products and softmax sums over the padded length, in blocks sized by the batch, rounded it by
     the batch (~5e-7 of a feature at fp32, which bf16's rounding and int8's steps turned into ~1e-3)."""
     B, nh, T, hs = q.shape
     ctx = np.zeros_like(q)
     probs = np.zeros((B, nh, T, T), dtype=np.float32) if want_probs else None
-    lengths = keep.sum(axis=1)  # (B,)
-    cuts = [0, *(np.flatnonzero(np.diff(lengths)) + 1).tolist(), B]
-    for s, e in zip(cuts[:-1], cuts[1:]):  # sequences s..e-1 have L real tokens each
-        L = int(lengths[s])
+    for s, e, L in equal_runs(keep.sum(axis=1)):  # sequences s..e-1 have L real tokens each
         if L:
             attend_run(q[s:e, :, :L], k[s:e, :, :L], v[s:e, :, :L], side, ctx[s:e, :, :L],
                        None if probs is None else probs[s:e, :, :L, :L], block_floats)
