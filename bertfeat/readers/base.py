@@ -155,7 +155,7 @@ class Reader:
         self.batch_rows = batch_rows
         self.multiline_rows = 0  # CSV records whose quoted fields span lines (known once the file is read)
         self.glob = path != "-" and not is_url(path) and is_pattern(path)  # a local glob (the provenance says so)
-        self.fs, self.files = resolve_files(path, fmt)
+        self.fs, self.files = resolve_files(path, fmt, glob=self.glob)  # decided once: listing() reads it so again
         self.total_rows: int | None = None  # known up front for Parquet (footers) and for text that fits the head
         # progress by bytes counts the bytes read from disk, compressed or not
         self.total_bytes: int | None = sum(self.fs.size(f) for f in self.files) if self.files else None
