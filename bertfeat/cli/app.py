@@ -786,19 +786,20 @@ def _fail(e: BaseException, user_error, unexpected) -> int:
     err = user_error(e)
     if err is not None:
         err_console.print(f"Error: {err.render(_flags())}", markup=False, highlight=False, soft_wrap=True)
-        if _DEBUG:
-            import traceback
-
-            err_console.print(*"".join(traceback.format_exception(e)).splitlines(), sep="\n", markup=False,
-                              highlight=False, soft_wrap=True)
+        _debug_traceback(e)
         return err.exit_code
+    _debug_traceback(e)
+    err_console.print(unexpected(e), markup=False, highlight=False, soft_wrap=True)
+    return 1
+
+
+def _debug_traceback(e: BaseException) -> None:
+    """Under --debug, e's traceback on stderr, line by line (each line's control characters escaped, not its breaks)."""
     if _DEBUG:
         import traceback
 
         err_console.print(*"".join(traceback.format_exception(e)).splitlines(), sep="\n", markup=False,
                           highlight=False, soft_wrap=True)
-    err_console.print(unexpected(e), markup=False, highlight=False, soft_wrap=True)
-    return 1
 
 
 def entry():  # pragma: no cover
