@@ -208,15 +208,32 @@ def register_spec(store, encoder, spec, cache_id: tuple[str, dict] | None = None
 def gemm_identity(encoder) -> dict:
     """What of the encoder's numeric path changes a vector's rounding: library, kernel, bf16 / int8 mode and scheme,
     CPU model, NumPy's BLAS kernel (the attention products), the element-wise kernels (numba and its version, or
-    NumPy) and oneDNN's post-ops when BERTFEAT_FUSE=0 turns them off (the cache key, the resume manifest, the
-    provenance, TextFeatures' memo and the Dask workers' check all take it)."""
+    NumPy), oneDNN's post-ops when BERTFEAT_FUSE=0 turns them off, and the attention's revision where it changed
+    (attention_revision) (the cache key, the resume manifest, the provenance, TextFeatures' memo and the Dask
+    workers' check all take it)."""
     from ..ops import gemm as gemm_ops, kernels
     from ..ops.threads import blas_identity
 
     gemm = {**encoder.gemm_path.to_dict(), "blas": blas_identity(), "kernels": kernels.identity(),
-            "post_ops": "off" if gemm_ops.post_ops_off() else None}
+            "post_ops": "off" if gemm_ops.post_ops_off() else None, "attention": attention_revision(encoder)}
     return {k: gemm.get(k) for k in ("linear_layers", "library", "kernel", "bf16", "int8", "keep", "scheme", "cpu", "blas",
-                                     "kernels", "post_ops") if gemm.get(k) is not None}
+                                     "kernels", "post_ops", "attention") if gemm.get(k) is not None}
+
+
+def attention_revision(encoder) -> str | None:
+    """The attention's revision: "per sequence" on the paths whose attention rounds otherwise than when their vectors
+    were first cached, else None (no key: every other path's cache key, resume manifest and provenance stay as they
+    were).
+
+    In 0.3.0.dev0 (2026-11-29) ModernBERT's attention (modernbert.attend_blocked, any kernels) and the NumPy softmax
+    twin (kernels "numpy": bert._masked_softmax_np, in the BERT-like families' and MPNet's attention) came to run
+    each sequence over its own tokens, so that a text's features are the same bit for bit in any batch. Their
+    vectors cached before differ in the last bits (up to ~1e-3 at bf16 / int8); served beside new ones they would
+    make a run's features depend on what the cache held. A later change of a path's rounding gives it another value."""
+    from ..model.config import MODERNBERT_TYPES
+    from ..ops import kernels
+
+    return "per sequence" if encoder.config.model_type in MODERNBERT_TYPES or kernels.backend() == "numpy" else None
 
 
 # --------------------------------------------------------------------------- where a cache may live
@@ -959,6 +976,8 @@ def settings_line(s: dict) -> str:
     parts += [str(gemm[k]) for k in ("kernel", "blas", "kernels") if gemm.get(k)]  # what tells two roundings apart
     if gemm.get("post_ops"):
         parts.append(f"post-ops {gemm['post_ops']}")
+    if gemm.get("attention"):  # what tells a ModernBERT / NumPy-kernels cache's new vectors from its old ones
+        parts.append(f"attention {gemm['attention']}")
     return ", ".join(parts)
 
 

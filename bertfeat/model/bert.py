@@ -237,7 +237,8 @@ def _masked_softmax_np(scores, scale, mask_add):
     """As kernels.masked_softmax_: each sequence's rows over its keys up to its last unmasked one (right padding), the
     keys past it 0, so a row's sums do not depend on how far its batch pads it (NumPy's pairwise sums group a row by
     its length: over the padded length a text's features moved with its batch, by 2e-7 at fp32 and, crossing a bf16
-    rounding or an int8 step, by 7e-4 / 2e-3 at bf16 / int8 on all-MiniLM-L6-v2)."""
+    rounding or an int8 step, by 7e-4 / 2e-3 at bf16 / int8 on all-MiniLM-L6-v2). A change of its rounding must
+    change cache.store.attention_revision's value, so that vectors cached before it are not served."""
     scores *= scale
     scores += mask_add
     B, Tk = scores.shape[0], scores.shape[-1]

@@ -227,7 +227,8 @@ def attend_blocked(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray
     Each sequence over its own tokens, sequences of one length together (bert.equal_runs), in blocks whose
     size depends on that length alone (attend_run), so a sequence's context is the same bit for bit alone and in any
     batch: the batched products and softmax sums over the padded length, in blocks sized by the batch, rounded it by
-    the batch (~5e-7 of a feature at fp32, which bf16's rounding and int8's steps turned into ~1e-3)."""
+    the batch (~5e-7 of a feature at fp32, which bf16's rounding and int8's steps turned into ~1e-3). A change of its
+    rounding must change cache.store.attention_revision's value, so that vectors cached before it are not served."""
     B, nh, T, hs = q.shape
     ctx = np.zeros_like(q)
     probs = np.zeros((B, nh, T, T), dtype=np.float32) if want_probs else None

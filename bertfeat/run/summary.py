@@ -113,7 +113,7 @@ def gemm_record(encoder) -> dict:
     from ..cache.store import gemm_identity
 
     d = encoder.gemm_path.to_dict()
-    d.update({k: v for k, v in gemm_identity(encoder).items() if k in ("blas", "kernels", "post_ops")})  # they round too
+    d.update({k: v for k, v in gemm_identity(encoder).items() if k in ("blas", "kernels", "post_ops", "attention")})  # they round too
     if encoder.precision == "int8":
         from ..ops.quant import SHORT_TOKENS, TOP, float_rows, smoothed_kinds
 

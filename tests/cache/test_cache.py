@@ -1415,7 +1415,41 @@ def test_the_element_wise_kernels_are_in_the_key_and_the_provenance(tmp_path, mo
     assert (s.rows_encoded, s.rows_reused) == (0, 12)
     info = bertfeat.cache.store.cache_info(cache)
     lines = sorted(bertfeat.cache.store.settings_line(f["settings"]) for f in info["fingerprints"])
-    assert len(lines) == 2 and lines[0].endswith(", numba " + lines[0].rsplit(" ", 1)[1]) and lines[1].endswith(", numpy")
+    assert len(lines) == 2 and lines[0].endswith(", numba " + lines[0].rsplit(" ", 1)[1]) and lines[1].endswith(", numpy, attention per sequence")
+
+
+def test_a_cache_filled_before_the_numpy_softmax_ran_per_sequence_is_not_served(tmp_path, monkeypatch):
+    """0.3.0.dev0's NumPy softmax twin sums each sequence over its own keys, as numba's kernel does (a text's features
+    the same bit for bit in any batch), which rounds otherwise than before; with the key unchanged, a cache filled
+    before served its vectors beside newly encoded ones, so the features depended on what the cache held. A cache
+    filled under the key before (store.attention_revision off, as the code before had it) is not served now; numba's
+    vectors still are (its key did not change)."""
+    from bertfeat.features import read_features
+    from bertfeat.ops import kernels
+
+    src = corpus(tmp_path / "in.csv", base_rows(12))
+    cache = tmp_path / "c"
+    assert extract(src, tmp_path / "numba.parquet", cache=cache).rows_encoded == 12
+    monkeypatch.setenv("BERTFEAT_KERNELS", "numpy")
+    kernels.use(None)
+    try:
+        with monkeypatch.context() as m:  # the key before the revision (raising=False: the code before had none)
+            m.setattr(bertfeat.cache.store, "attention_revision", lambda encoder: None, raising=False)
+            s = extract(src, tmp_path / "before.parquet", cache=cache)
+        assert (s.rows_encoded, s.rows_reused) == (12, 0)
+        s = extract(src, tmp_path / "now.parquet", cache=cache)
+        assert (s.rows_encoded, s.rows_reused) == (12, 0)  # the vectors cached before are not this run's
+        assert read_features(tmp_path / "now.parquet")[2]["gemm"]["attention"] == "per sequence"
+        assert extract(src, tmp_path / "again.parquet", cache=cache).rows_reused == 12
+    finally:
+        monkeypatch.delenv("BERTFEAT_KERNELS")
+        kernels.use(None)
+    if kernels.backend() == "numba":
+        s = extract(src, tmp_path / "numba2.parquet", cache=cache)
+        assert (s.rows_encoded, s.rows_reused) == (0, 12)
+        assert "attention" not in read_features(tmp_path / "numba2.parquet")[2]["gemm"]
+    lines = [bertfeat.cache.store.settings_line(f["settings"]) for f in bertfeat.cache.store.cache_info(cache)["fingerprints"]]
+    assert sum(line.endswith(", numpy, attention per sequence") for line in lines) == 1
 
 
 def test_the_tokenizers_version_is_in_the_key_and_the_provenance(tmp_path, monkeypatch):

@@ -66,6 +66,32 @@ def test_cache_fingerprint_holds_every_setting_that_changes_a_vector():
     assert len(set(fps)) == len(fps) and base not in fps
 
 
+def test_the_attention_revision_is_in_the_key_of_only_the_paths_it_changed(monkeypatch):
+    """0.3.0.dev0 made the NumPy softmax twin (kernels "numpy") and ModernBERT's attention run each sequence over its
+    own keys, which rounds otherwise: their keys changed (store.attention_revision; ModernBERT: test_modernbert.py),
+    every other path's is the key before (no "attention" in its settings), so its cache stays valid."""
+    import bertfeat.cache.store
+    from bertfeat.ops import kernels
+
+    enc = tiny_encoder()
+
+    def keys() -> tuple[str, dict, str]:  # (fingerprint, settings, the fingerprint before the revision)
+        fp, settings = cache_fingerprint(enc, enc.spec())
+        with monkeypatch.context() as m:  # raising=False: the code before had no attention_revision
+            m.setattr(bertfeat.cache.store, "attention_revision", lambda encoder: None, raising=False)
+            return fp, settings, cache_fingerprint(enc, enc.spec())[0]
+
+    try:
+        if kernels.use(None) == "numba":
+            fp, settings, before = keys()
+            assert "attention" not in settings["gemm"] and fp == before  # BERT on numba: the key it had
+        assert kernels.use("numpy") == "numpy"
+        fp, settings, before = keys()
+        assert settings["gemm"].get("attention") == "per sequence" and fp != before
+    finally:
+        kernels.use(None)
+
+
 def test_model_files_digest_reads_the_module_folders(tmp_path):
     m = tmp_path / "m"
     shutil.copytree(tiny_model(), m)

@@ -299,6 +299,33 @@ def test_a_texts_features_do_not_depend_on_its_batch(mb_dir, real_sentences, lon
     np.testing.assert_array_equal(alone, together)
 
 
+def test_a_cache_filled_before_the_attention_ran_per_sequence_is_not_served(mb_dir, real_sentences, tmp_path,
+                                                                             monkeypatch):
+    """ModernBERT's attention per sequence (0.3.0.dev0, above) rounds otherwise than before, on any kernels: with its
+    cache key unchanged, a cache filled before served its vectors beside newly encoded ones, so the features depended
+    on what the cache held. A cache filled under the key before (store.attention_revision off, as the code before
+    had it) is not served now, and the provenance records the revision."""
+    import bertfeat
+    import bertfeat.cache.store
+    from bertfeat.cache.store import cache_fingerprint
+    from bertfeat.features import read_features
+
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f'"{t}"\n' for t in (s.replace('"', '""') for s in real_sentences[:10])))
+    cache = tmp_path / "c"
+    enc = Encoder(mb_dir)
+    fp, settings = cache_fingerprint(enc, enc.spec())
+    with monkeypatch.context() as m:  # the key before the revision (raising=False: the code before had none)
+        m.setattr(bertfeat.cache.store, "attention_revision", lambda encoder: None, raising=False)
+        s = bertfeat.extract(src, tmp_path / "before.parquet", model=str(mb_dir), cache=cache, quiet=True)
+        before = cache_fingerprint(enc, enc.spec())[0]
+    assert (s.rows_encoded, s.rows_reused) == (10, 0)
+    s = bertfeat.extract(src, tmp_path / "now.parquet", model=str(mb_dir), cache=cache, quiet=True)
+    assert (s.rows_encoded, s.rows_reused) == (10, 0)  # the vectors cached before are not this run's
+    assert fp != before
+    assert settings["gemm"]["attention"] == read_features(tmp_path / "now.parquet")[2]["gemm"]["attention"] == "per sequence"
+
+
 # --------------------------------------------------------------------------- refusals
 def test_missing_tensor_is_named(mb_dir, tmp_path):
     d = without_tensor(mb_dir, "layers.1.mlp.Wi.weight", tmp_path / "missing")
