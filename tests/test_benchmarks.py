@@ -87,11 +87,12 @@ def test_int8_error_sources_removes_the_weights_share_of_the_error():
 def test_time_split_counts_the_gemms_and_attention_of_every_precision_it_runs():
     """benchmarks/time_split.py: its timers must see the products and the attention (a wrapper the forward pass no longer
     calls would read 0 s), leave the rest positive, and int8 must make more GEMM calls than bf16 only where short batches
-    run their second products (never fewer)."""
+    run their second products (never fewer). --kernels: each precision's own element-wise kernels are timed, and
+    only its own (a wrapper the forward pass bypasses would read nothing)."""
     from conftest import need_full_data
 
     need_full_data()
-    r = run("benchmarks/time_split.py", "--quick", "--json", "--models", "minilm")
+    r = run("benchmarks/time_split.py", "--quick", "--json", "--kernels", "--models", "minilm")
     assert r.returncode == 0, r.stderr[-2000:]
     d = json.loads(r.stdout)
     assert set(d["models"]) == {"minilm"}
@@ -103,3 +104,12 @@ def test_time_split_counts_the_gemms_and_attention_of_every_precision_it_runs():
         assert m["gflops"] > 0, (prec, m)
     if "int8" in runs and "bf16" in runs:
         assert runs["int8"]["calls"] >= runs["bf16"]["calls"], runs
+    own = {"fp32": {"add_layer_norm_", "masked_softmax_"},
+           "bf16": {"add_layer_norm_bf16_", "masked_softmax_", "ctx_rows_bf16_"},
+           "int8": {"dq_add_ln_q8_", "masked_softmax_", "ctx_q8_", "dq_bias_q8_", "dq_acts_q8[gelu]", "quant_rows_q8_"}}
+    for prec, m in runs.items():
+        k = m["kernels"]
+        assert own[prec] <= set(k), (prec, sorted(k))
+        assert not any(("q8" if prec != "int8" else "bf16") in n for n in k), (prec, sorted(k))
+        assert all(v["s"] > 0 and v["calls"] >= 1 and v["elements"] > 0 for v in k.values()), (prec, k)
+        assert sum(v["s"] for n, v in k.items() if n != "masked_softmax_") < m["rest"], (prec, k, m["rest"])
