@@ -84,7 +84,8 @@ def _spec_from(fingerprint: dict, path: Path):
                            normalize=fields["normalize"], max_length=fields["max_length"],
                            long_text=fields.get("long_text", "truncate"), stride=fields.get("stride", 32),
                            dense=tuple(fields.get("dense", ())), prompt=fields.get("prompt"),
-                           prompt_name=fields.get("prompt_name"), include_prompt=fields.get("include_prompt", True))
+                           prompt_name=fields.get("prompt_name"), include_prompt=fields.get("include_prompt", True),
+                           truncate_dim=fields.get("truncate_dim"))
     except KeyError as e:
         raise damaged_provenance(path, f"its fingerprint has no {e.args[0]}") from None
 
@@ -100,7 +101,8 @@ def _checked_spec(enc, recorded, path: Path):
     try:
         spec = enc.spec(None if own else recorded.pooling, None if own else list(recorded.layers), recorded.layer_agg,
                         recorded.normalize, recorded.max_length, recorded.long_text,
-                        recorded.stride if recorded.long_text.startswith("chunk") else None, **prompt)
+                        recorded.stride if recorded.long_text.startswith("chunk") else None,
+                        truncate_dim=recorded.truncate_dim, **prompt)
     except BertfeatError as e:
         raise damaged_provenance(path, f"its fingerprint records settings this model does not take ({e.what})") from None
     differ = dict_differences(recorded.to_dict(), spec.to_dict())

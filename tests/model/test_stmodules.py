@@ -616,6 +616,18 @@ def test_a_chosen_pooling_is_not_cut_by_the_models_truncate_dim(truncated):
     assert enc.encode(TEXTS, layers="-2:", layer_agg="concat", truncate_dim=40).shape == (len(TEXTS), 40)
 
 
+def test_info_says_the_models_truncate_dim(truncated, capsys):
+    d = truncated["mean_normalize"]
+    capsys.readouterr()
+    assert main(["info", str(d), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["embedding_dim"] == 8
+    assert info["embedding"][-2:] == ["Normalize", "Truncate to the first 8 of 32 features (the model's truncate_dim)"]
+    assert main(["info", str(d)]) == 0
+    out = capsys.readouterr().out  # (the table folds the embedding line)
+    assert "Truncate to the" in out and re.search(r"│ embedding_dim\s+│ 8\s+│", out), out
+
+
 @pytest.mark.parametrize("kw, message", [
     (dict(truncate_dim=33), "truncate_dim=33 is more than the 32 features of the model's embedding - choose truncate_dim "
      "from 1 to 32 (its first features are kept), or leave it out"),
