@@ -200,6 +200,7 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     meta, files = _read_provenance(path, input)
     enc, spec, pca = _rebuild_settings(meta, path, model)
     sources = [open_features(f) for f in files]
+    _check_width(sources[0].dim, enc.output_dim(spec) if pca is None else pca.n_components_, path)
     dtype = sources[0].dtype  # float16: the re-encoded vectors are rounded as the file's were
     tol = _default_tolerance(enc.precision, dtype) if tolerance is None else float(tolerance)
     n = _count_rows(sources, meta, path)
@@ -265,6 +266,13 @@ def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
                             f"{enc.output_dim(spec)} features: it was reduced more than once (a pca transform of reduced "
                             "features), and only the last PCA is recorded", "verify the features before the later PCA")
     return enc, spec, pca
+
+
+def _check_width(dim: int, settings_dim: int, path: Path) -> None:
+    """The file's features are as wide as the settings its provenance records make them (an edited truncate_dim or
+    pooling would compare vectors of two widths)."""
+    if dim != settings_dim:
+        raise damaged_provenance(path, f"its features are {dim} wide, but the settings it records give {settings_dim}")
 
 
 def _recorded_rows(meta: dict) -> dict:

@@ -581,6 +581,8 @@ def edited_provenance(pristine: Path, dst: Path, key: str, value) -> Path:
                                        "['2_Dense'], the model gives [])"),
     ("fingerprint.prompt_name", "nope", f"{NOT_TAKEN} (the model has no prompt named 'nope' (its prompts: none))"),
     ("fingerprint.truncate_dim", 99, f"{NOT_TAKEN} (truncate_dim=99 is more than the 32 features of the chosen pooling)"),
+    ("fingerprint.truncate_dim", 8, "its features are 32 wide, but the settings it records give 8"),
+    ("fingerprint.pooling", "mean+max", "its features are 32 wide, but the settings it records give 64"),
     ("fingerprint.precision", "fp64", "fingerprint.precision is 'fp64', not one of fp32, bf16, int8"),
     ("input_format", "xls", "input_format is 'xls', not one of csv, tsv, parquet, jsonl"),
 ])
