@@ -15,6 +15,8 @@ L2 norm, and the cosine.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import math
 import numbers
 import os
@@ -85,7 +87,7 @@ def _spec_from(fingerprint: dict, path: Path):
                            long_text=fields.get("long_text", "truncate"), stride=fields.get("stride", 32),
                            dense=tuple(fields.get("dense", ())), prompt=fields.get("prompt"),
                            prompt_name=fields.get("prompt_name"), include_prompt=fields.get("include_prompt", True),
-                           truncate_dim=fields.get("truncate_dim"))
+                           truncate_dim=fields.get("truncate_dim"), renormalize=fields.get("renormalize", False))
     except KeyError as e:
         raise damaged_provenance(path, f"its fingerprint has no {e.args[0]}") from None
 
@@ -105,6 +107,8 @@ def _checked_spec(enc, recorded, path: Path):
                         truncate_dim=recorded.truncate_dim, **prompt)
     except BertfeatError as e:
         raise damaged_provenance(path, f"its fingerprint records settings this model does not take ({e.what})") from None
+    if spec.truncate_dim is not None:  # normalized again after the cut or not: as the run was asked (an explicit
+        spec = replace(spec, renormalize=recorded.renormalize)  # normalize=True), which the recorded flags cannot tell
     differ = dict_differences(recorded.to_dict(), spec.to_dict())
     if differ:
         said = "; ".join(f"{k}: recorded {a!r}, the model gives {b!r}" for k, a, b in differ[:4])

@@ -73,6 +73,9 @@ class FeatureSpec:
     include_prompt: bool = True  # False: the prompt's tokens are left out of the pooling (Pooling include_prompt)
     #: the first features kept, after normalization (sentence-transformers' truncate_dim); None: all
     truncate_dim: int | None = None
+    #: the kept features normalized again after the cut (normalize=True asked for with a cut: unit vectors, as
+    #: sentence-transformers' normalize_embeddings and TEI's normalize with dimensions)
+    renormalize: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -80,6 +83,8 @@ class FeatureSpec:
         d["dense"] = list(self.dense)
         if self.truncate_dim is None:  # absent, not null: the fingerprints (cache, resume, PCA) of runs that keep
             del d["truncate_dim"]      # every feature stay those they were before truncate_dim existed
+        if not self.renormalize:
+            del d["renormalize"]
         return d
 
 
@@ -333,7 +338,8 @@ class Encoder:
         overrides either way (None: the model's Normalize module for its own embedding, no normalization for a chosen
         pooling). ``truncate_dim``: keep the first N features of either, 1 up to their width (None: as the model says
         for its own embedding, all for a chosen pooling); the cut comes last, after normalization, as
-        sentence-transformers' truncate_dim.
+        sentence-transformers' truncate_dim; with ``normalize=True`` given, the kept features are normalized again
+        (unit vectors, as its ``normalize_embeddings=True``).
         """
         if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
             raise BertfeatError(f"{opt('normalize', normalize)} is not True, False or None",
@@ -373,6 +379,7 @@ class Encoder:
                                 f"length {max_length}",
                                 f"choose {opt('stride')} from 0 to {max_length - 3} (tokens shared by neighbouring windows)")
         dense_paths = tuple(s.path for s in self.pipeline.dense) if own else ()
+        asked = normalize is not None and bool(normalize)  # normalize=True given: unit vectors, after a cut too (FeatureSpec.renormalize)
         if normalize is None:
             normalize = self.pipeline.normalize if own else False
         prompt, prompt_name = self.resolve_prompt(prompt, prompt_name)
@@ -383,7 +390,8 @@ class Encoder:
                                 f"use {opt('long_text', 'truncate')} or error with this model's prompts")
         spec = FeatureSpec(pooling, idx, layer_agg, bool(normalize), max_length, long_text, stride,
                            dense_paths, prompt, prompt_name, include_prompt)
-        return self._truncated(spec, truncate_dim, own)
+        spec = self._truncated(spec, truncate_dim, own)
+        return replace(spec, renormalize=True) if asked and spec.truncate_dim is not None else spec
 
     def _truncated(self, spec: FeatureSpec, n, own: bool) -> FeatureSpec:
         """``spec`` keeping its first ``n`` features (1 up to its width); None: the model's truncate_dim for its own
@@ -428,6 +436,8 @@ class Encoder:
         if spec.truncate_dim is not None:
             where = "the model's truncate_dim" if spec.truncate_dim == self.pipeline.truncate_dim else "chosen"
             out.append(f"Truncate to the first {spec.truncate_dim} of {self._width(spec)} features ({where})")
+        if spec.renormalize:
+            out.append("Normalize (after the cut)")
         return out
 
     def fingerprint(self, spec: FeatureSpec) -> dict:
@@ -576,8 +586,11 @@ class Encoder:
                                       "max" if spec.long_text == "chunk-max" else "mean")
             with np.errstate(over="ignore", invalid="ignore"):
                 out = l2_normalize(out) if spec.normalize else out
-            if spec.truncate_dim is not None:  # last, not normalized again: sentence-transformers' truncate_dim
+            if spec.truncate_dim is not None:  # last, as sentence-transformers' truncate_dim
                 out = np.ascontiguousarray(out[:, :spec.truncate_dim])
+                if spec.renormalize:  # normalize=True asked for: unit vectors after the cut
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        out = l2_normalize(out)
             check_finite_features(out)
             outs.append(out)
         return outs
@@ -679,8 +692,6 @@ class Encoder:
             return info if return_info else X
         prep = self.prepare(texts, pairs, spec)
         X = self.run(prep, spec, max_rows=batch_size)
-        if normalize_embeddings and spec.truncate_dim is not None:  # sentence-transformers normalizes after the cut
-            X = l2_normalize(X)
         if return_info:
             return EncodeResult(X, prep.n_tokens, prep.truncated, prep.n_chunks)
         return X[0] if single else X

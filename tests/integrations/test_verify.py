@@ -5,12 +5,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bertfeat.cli.app import main
 from bertfeat.errors import BertfeatError
 from bertfeat.verify import verify_features
-from extract_util import run, tiny_model, write_csv
+from extract_util import embeddings, metadata, read_table, run, tiny_model, write_csv
 
 
 def _rows(n: int = 60) -> list[list[str]]:
@@ -263,12 +264,18 @@ def test_verify_features_cut_by_truncate_dim(tmp_path, capsys):
     (model / "config_sentence_transformers.json").write_text(json.dumps({"truncate_dim": 8}))
     src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], _rows(20))
     for i, (flags, width) in enumerate([([], 8), (["--truncate-dim", "32"], 32), (["--truncate-dim", "3"], 3),
-                                        (["--pooling", "cls"], 32), (["--pooling", "cls", "--truncate-dim", "4"], 4)]):
+                                        (["--pooling", "cls"], 32), (["--pooling", "cls", "--truncate-dim", "4"], 4),
+                                        (["--normalize"], 8), (["--pooling", "cls", "--normalize", "--truncate-dim", "4"], 4),
+                                        (["--no-normalize"], 8)]):
         out = tmp_path / f"o{i}.parquet"
         assert run(capsys, "extract", src, "-o", out, "--model", model, "-q", *flags)[0] == 0
         assert pq.read_schema(out).field("embedding").type.list_size == width
         r = verify_features(out, sample=1000)
         assert r["ok"] and r["rows_checked"] == 20 and r["max_relative_diff"] <= 1e-6, (flags, r["worst"])
+        again = "--normalize" in flags and width < 32  # asked for with a cut: unit vectors after it
+        assert metadata(out)["fingerprint"].get("renormalize", False) is again, flags
+        norms = np.linalg.norm(embeddings(read_table(out)), axis=1)
+        assert np.allclose(norms, 1.0, atol=1e-6) is (again or (width == 32 and "cls" not in flags)), (flags, norms[:3])
 
 
 def test_verify_a_dask_output_directory(tmp_path, capsys):

@@ -606,6 +606,27 @@ def test_a_truncate_dim_given_overrides_the_models_as_sentence_transformers(trun
     assert enc.spec(truncate_dim=32).truncate_dim == 32 and enc.output_dim(enc.spec(truncate_dim=32)) == 32
 
 
+def test_normalize_asked_for_with_a_cut_gives_unit_vectors_as_sentence_transformers(truncated):
+    """normalize=True given with a cut normalizes the kept features again (sentence-transformers'
+    encode(truncate_dim=N, normalize_embeddings=True), TEI's dimensions + normalize); the model's own Normalize before
+    its cut does not (the test above), nor does a run without a cut."""
+    d = truncated["mean_normalize"]
+    st, enc = _st(d), Encoder(d)
+    for n in (5, 8):
+        ours = enc.encode(TEXTS, normalize=True, truncate_dim=n)
+        np.testing.assert_allclose(ours, _st_encode(st, TEXTS, truncate_dim=n, normalize_embeddings=True), atol=1e-5,
+                                   rtol=0)
+        np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+    spec = enc.spec(pooling="cls", normalize=True, truncate_dim=4)
+    assert spec.renormalize and spec.to_dict()["renormalize"] is True
+    assert enc.describe(spec)[-2:] == ["Truncate to the first 4 of 32 features (chosen)", "Normalize (after the cut)"]
+    full = enc.encode(TEXTS, pooling="cls", normalize=True)
+    cut = full[:, :4] / np.linalg.norm(full[:, :4], axis=1, keepdims=True)
+    np.testing.assert_allclose(enc.encode(TEXTS, pooling="cls", normalize=True, truncate_dim=4), cut, atol=1e-6, rtol=0)
+    for kw in ({}, {"normalize": False, "truncate_dim": 4}, {"pooling": "cls", "normalize": True}):
+        assert "renormalize" not in enc.spec(**kw).to_dict() and not enc.spec(**kw).renormalize, kw
+
+
 def test_a_chosen_pooling_is_not_cut_by_the_models_truncate_dim(truncated):
     """The model's truncate_dim belongs to its embedding: a pooling the user names (the model's modules left out)
     keeps every feature, unless truncate_dim is given for it too."""
