@@ -6,6 +6,7 @@
 * ``check_size``: ``max_length``, ``max_batch_tokens`` and friends: 0 is refused, never "default".
 * ``check_count``: ``pca fit`` / ``transform --batch-rows``, ``--probe-rows``: a count below its minimum is refused.
 * ``check_stride``: ``stride`` without a chunk-* ``long_text`` is refused.
+* ``check_truncate_dim``: ``truncate_dim`` a number of features, 1 or more (extract and ``Encoder.spec`` alike).
 * ``parse_max_field_bytes``: ``max_field_bytes`` as bytes (``4MiB``, ``512KiB``, ``1000``).
 * ``check_threads``, ``check_max_batch_tokens``: the encoder's load settings, checked alike by ``bertfeat.extract``
   (plan.make_plan) and ``Encoder(...)``.
@@ -115,6 +116,13 @@ def check_count(value: int, param: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise BertfeatError(f"{opt(param, value)} is out of range", f"give {minimum} or more")
     return value
+
+
+def check_truncate_dim(value) -> int | None:
+    """``truncate_dim``: None (the model's own choice) or a number of features, 1 or more (its upper bound, the
+    features' width, is the model's: Encoder.spec)."""
+    check_size(value, "truncate_dim", 1, None, " (the first features of each vector are kept)")
+    return None if value is None else int(value)
 
 
 def check_stride(stride: int | None, long_text) -> None:

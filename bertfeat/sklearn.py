@@ -92,7 +92,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     Parameters are ``bertfeat.extract``'s options of the same names (run/options.py), read as the engines read them
     (``encoder_keywords``, ``feature_spec``): ``model`` (a directory, a hub id in the Hugging Face cache, default
     all-MiniLM-L6-v2), ``pooling`` / ``layers`` / ``layer_agg`` / ``normalize`` (None: the model's own embedding),
-    ``prompt`` / ``prompt_name``, ``max_length``, ``long_text``, ``stride``, ``precision`` (None: the Encoder's
+    ``truncate_dim``, ``prompt`` / ``prompt_name``, ``max_length``, ``long_text``, ``stride``, ``precision`` (None: the Encoder's
     default), ``threads``, ``max_batch_tokens``; and its own: ``batch_size`` (a cap on rows per batch).
 
     ``cache=True`` keeps every text's vector in memory for the life of the process (keyed by the
@@ -108,7 +108,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     def __init__(self, model=None, *, pooling=None, layers=None, layer_agg="mean", normalize=None, prompt=None,
                  prompt_name=None, max_length=None, long_text="truncate", stride=None, precision=None, threads=None,
-                 max_batch_tokens=None, batch_size=None, cache=False):
+                 max_batch_tokens=None, batch_size=None, cache=False, truncate_dim=None):
         self.model = model
         self.pooling = pooling
         self.layers = layers
@@ -124,6 +124,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         self.max_batch_tokens = max_batch_tokens
         self.batch_size = batch_size
         self.cache = cache
+        self.truncate_dim = truncate_dim
 
     # -- the model, loaded lazily -------------------------------------------------------------
     def _encoder(self, check: bool = True) -> Encoder:

@@ -15,6 +15,8 @@ L2 norm, and the cosine.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import math
 import numbers
 import os
@@ -84,7 +86,8 @@ def _spec_from(fingerprint: dict, path: Path):
                            normalize=fields["normalize"], max_length=fields["max_length"],
                            long_text=fields.get("long_text", "truncate"), stride=fields.get("stride", 32),
                            dense=tuple(fields.get("dense", ())), prompt=fields.get("prompt"),
-                           prompt_name=fields.get("prompt_name"), include_prompt=fields.get("include_prompt", True))
+                           prompt_name=fields.get("prompt_name"), include_prompt=fields.get("include_prompt", True),
+                           truncate_dim=fields.get("truncate_dim"), renormalize=fields.get("renormalize", False))
     except KeyError as e:
         raise damaged_provenance(path, f"its fingerprint has no {e.args[0]}") from None
 
@@ -100,9 +103,12 @@ def _checked_spec(enc, recorded, path: Path):
     try:
         spec = enc.spec(None if own else recorded.pooling, None if own else list(recorded.layers), recorded.layer_agg,
                         recorded.normalize, recorded.max_length, recorded.long_text,
-                        recorded.stride if recorded.long_text.startswith("chunk") else None, **prompt)
+                        recorded.stride if recorded.long_text.startswith("chunk") else None,
+                        truncate_dim=recorded.truncate_dim, **prompt)
     except BertfeatError as e:
         raise damaged_provenance(path, f"its fingerprint records settings this model does not take ({e.what})") from None
+    if spec.truncate_dim is not None:  # normalized again after the cut or not: as the run was asked (an explicit
+        spec = replace(spec, renormalize=recorded.renormalize)  # normalize=True), which the recorded flags cannot tell
     differ = dict_differences(recorded.to_dict(), spec.to_dict())
     if differ:
         said = "; ".join(f"{k}: recorded {a!r}, the model gives {b!r}" for k, a, b in differ[:4])
@@ -198,6 +204,7 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     meta, files = _read_provenance(path, input)
     enc, spec, pca = _rebuild_settings(meta, path, model)
     sources = [open_features(f) for f in files]
+    _check_width(sources[0].dim, enc.output_dim(spec) if pca is None else pca.n_components_, path)
     dtype = sources[0].dtype  # float16: the re-encoded vectors are rounded as the file's were
     tol = _default_tolerance(enc.precision, dtype) if tolerance is None else float(tolerance)
     n = _count_rows(sources, meta, path)
@@ -263,6 +270,13 @@ def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
                             f"{enc.output_dim(spec)} features: it was reduced more than once (a pca transform of reduced "
                             "features), and only the last PCA is recorded", "verify the features before the later PCA")
     return enc, spec, pca
+
+
+def _check_width(dim: int, settings_dim: int, path: Path) -> None:
+    """The file's features are as wide as the settings its provenance records make them (an edited truncate_dim or
+    pooling would compare vectors of two widths)."""
+    if dim != settings_dim:
+        raise damaged_provenance(path, f"its features are {dim} wide, but the settings it records give {settings_dim}")
 
 
 def _recorded_rows(meta: dict) -> dict:

@@ -149,12 +149,14 @@ def _randomize_any(model, seed: int, embedding=lambda name: "embeddings" in name
 
 def st_folder(dir, *, base: Path | None = None, pooling="mean", include_prompt: bool = True,
               dense: list[tuple[int, str]] = (), normalize: bool = False, prompts: dict | None = None,
-              default_prompt_name: str | None = None, max_seq_length: int | None = None, **ckpt_kwargs) -> Path:
+              default_prompt_name: str | None = None, max_seq_length: int | None = None, truncate_dim: int | None = None,
+              **ckpt_kwargs) -> Path:
     """A sentence-transformers model saved by the installed library: Transformer -> Pooling -> Dense* -> Normalize.
 
     ``base``: an existing encoder checkpoint (default: ckpt.make_checkpoint with a tokenizer.json);
     ``pooling``: a mode or a list (concatenated); ``dense``: (out_features, activation) per Dense layer,
-    activation one of tanh, identity, relu, gelu, sigmoid.
+    activation one of tanh, identity, relu, gelu, sigmoid; ``truncate_dim``: saved by the library in
+    config_sentence_transformers.json (a Matryoshka model's shorter embedding).
     """
     import torch
     from sentence_transformers import SentenceTransformer
@@ -180,7 +182,8 @@ def st_folder(dir, *, base: Path | None = None, pooling="mean", include_prompt: 
         width = out
     if normalize:
         mods.append(Normalize())
-    m = SentenceTransformer(modules=mods, prompts=prompts, default_prompt_name=default_prompt_name, device="cpu")
+    m = SentenceTransformer(modules=mods, prompts=prompts, default_prompt_name=default_prompt_name, device="cpu",
+                            truncate_dim=truncate_dim)
     if d.exists():
         shutil.rmtree(d)
     m.save(str(d))

@@ -111,6 +111,7 @@ def extract(
     normalize: Optional[bool] = typer.Option(None, "--normalize/--no-normalize", help="L2-normalize each vector (default: the model's own embedding as its Normalize module says; a chosen --pooling or --layers is not normalized)."),
     prompt_name: Optional[str] = typer.Option(None, "--prompt-name", help="One of the model's prompts (config_sentence_transformers.json), prepended to every text (default: the model's default_prompt_name)."),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="A prompt text prepended to every text, e.g. 'query: '."),
+    truncate_dim: Optional[int] = typer.Option(None, "--truncate-dim", help="Keep the first N features of each vector (a Matryoshka model's shorter embedding), after normalization, as sentence-transformers' truncate_dim; with --normalize normalized again after the cut (default: the model's truncate_dim in config_sentence_transformers.json for its own embedding, else all)."),
     max_length: Optional[int] = typer.Option(None, "--max-length", help="Max tokens per text (default: the model's max_seq_length, else its tokenizer's model_max_length, else its max positions)."),
     max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="Token budget per batch (padded rows x length)."),
     long_text: str = typer.Option("truncate", "--long-text", help="truncate, chunk-mean, chunk-max or error."),

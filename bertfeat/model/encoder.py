@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,8 @@ from .hub import ModelLocation, file_states, model_files, resolve_model
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
 from ..ops.threads import default_threads
-from ..checks import check_max_batch_tokens, check_max_length, check_size, check_stride, check_threads
+from ..checks import (check_max_batch_tokens, check_max_length, check_size, check_stride, check_threads,
+                      check_truncate_dim)
 from .pooling import (
     LAYER_AGGS,
     ONE_TOKEN_POOLS,
@@ -70,11 +71,20 @@ class FeatureSpec:
     prompt: str | None = None  # prepended to every text
     prompt_name: str | None = None  # the model's prompt it came from, if any
     include_prompt: bool = True  # False: the prompt's tokens are left out of the pooling (Pooling include_prompt)
+    #: the first features kept, after normalization (sentence-transformers' truncate_dim); None: all
+    truncate_dim: int | None = None
+    #: the kept features normalized again after the cut (normalize=True asked for with a cut: unit vectors, as
+    #: sentence-transformers' normalize_embeddings and TEI's normalize with dimensions)
+    renormalize: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["layers"] = list(self.layers)
         d["dense"] = list(self.dense)
+        if self.truncate_dim is None:  # absent, not null: the fingerprints (cache, resume, PCA) of runs that keep
+            del d["truncate_dim"]      # every feature stay those they were before truncate_dim existed
+        if not self.renormalize:
+            del d["renormalize"]
         return d
 
 
@@ -319,13 +329,17 @@ class Encoder:
 
     def spec(self, pooling: str | None = None, layers=None, layer_agg: str = "mean", normalize: bool | None = None,
              max_length: int | None = None, long_text: str = "truncate", stride: int | None = None, *,
-             prompt: str | None = None, prompt_name: str | None = None) -> FeatureSpec:
+             prompt: str | None = None, prompt_name: str | None = None, truncate_dim: int | None = None) -> FeatureSpec:
         """Validate encode options into a FeatureSpec.
 
         With neither ``pooling`` nor ``layers`` the model's own embedding: its Pooling, Dense and Normalize
-        modules. ``pooling`` / ``layers`` ask for plain pooled encoder states instead: the model's Pooling,
-        Dense and Normalize modules are all left out. ``normalize`` True / False overrides either way
-        (None: the model's Normalize module for its own embedding, no normalization for a chosen pooling).
+        modules, and its truncate_dim. ``pooling`` / ``layers`` ask for plain pooled encoder states instead: the
+        model's Pooling, Dense and Normalize modules and its truncate_dim are all left out. ``normalize`` True / False
+        overrides either way (None: the model's Normalize module for its own embedding, no normalization for a chosen
+        pooling). ``truncate_dim``: keep the first N features of either, 1 up to their width (None: as the model says
+        for its own embedding, all for a chosen pooling); the cut comes last, after normalization, as
+        sentence-transformers' truncate_dim; with ``normalize=True`` given, the kept features are normalized again
+        (unit vectors, as its ``normalize_embeddings=True``).
         """
         if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
             raise BertfeatError(f"{opt('normalize', normalize)} is not True, False or None",
@@ -365,6 +379,7 @@ class Encoder:
                                 f"length {max_length}",
                                 f"choose {opt('stride')} from 0 to {max_length - 3} (tokens shared by neighbouring windows)")
         dense_paths = tuple(s.path for s in self.pipeline.dense) if own else ()
+        asked = normalize is not None and bool(normalize)  # normalize=True given: unit vectors, after a cut too (FeatureSpec.renormalize)
         if normalize is None:
             normalize = self.pipeline.normalize if own else False
         prompt, prompt_name = self.resolve_prompt(prompt, prompt_name)
@@ -373,10 +388,31 @@ class Encoder:
             raise BertfeatError("this model leaves its prompt out of the pooling (include_prompt false), which "
                                 f"{opt('long_text', 'chunk-*')} cannot do (the prompt is in the first window only)",
                                 f"use {opt('long_text', 'truncate')} or error with this model's prompts")
-        return FeatureSpec(pooling, idx, layer_agg, bool(normalize), max_length, long_text, stride,
+        spec = FeatureSpec(pooling, idx, layer_agg, bool(normalize), max_length, long_text, stride,
                            dense_paths, prompt, prompt_name, include_prompt)
+        spec = self._truncated(spec, truncate_dim, own)
+        return replace(spec, renormalize=True) if asked and spec.truncate_dim is not None else spec
+
+    def _truncated(self, spec: FeatureSpec, n, own: bool) -> FeatureSpec:
+        """``spec`` keeping its first ``n`` features (1 up to its width); None: the model's truncate_dim for its own
+        embedding (sentence-transformers cuts the model's embedding, which a chosen pooling is not), else all."""
+        if n is None:
+            return replace(spec, truncate_dim=self.pipeline.truncate_dim if own else None)
+        n = check_truncate_dim(n)
+        width = self._width(spec)
+        if n > width:
+            what = "the model's embedding" if own else "the chosen pooling"
+            raise BertfeatError(f"{opt('truncate_dim', n)} is more than the {width} features of {what}",
+                                f"choose {opt('truncate_dim')} from 1 to {width} (its first features are kept), or leave "
+                                "it out")
+        return replace(spec, truncate_dim=n)
 
     def output_dim(self, spec: FeatureSpec) -> int:
+        """The width of a spec's features: its truncate_dim, else all of them."""
+        return spec.truncate_dim or self._width(spec)
+
+    def _width(self, spec: FeatureSpec) -> int:
+        """The width of a spec's features before truncate_dim's cut."""
         H = self.config.hidden_size
         if spec.dense:
             return self.pipeline.dense[-1].out_features
@@ -397,6 +433,11 @@ class Encoder:
             out += [s.describe() + f" ({s.path})" for s in self.pipeline.dense]
         if spec.normalize:
             out.append("Normalize")
+        if spec.truncate_dim is not None:
+            where = "the model's truncate_dim" if spec.truncate_dim == self.pipeline.truncate_dim else "chosen"
+            out.append(f"Truncate to the first {spec.truncate_dim} of {self._width(spec)} features ({where})")
+        if spec.renormalize:
+            out.append("Normalize (after the cut)")
         return out
 
     def fingerprint(self, spec: FeatureSpec) -> dict:
@@ -518,7 +559,7 @@ class Encoder:
         if len(shared) > 1:
             raise BertfeatError("feature sets computed in one pass must tokenize alike (max length, long-text policy, "
                                 "stride, prompt)", "give every set the same tokenization settings")
-        wins = [np.empty((len(prep.ids), self.output_dim(s)), dtype=np.float32) for s in specs]
+        wins = [np.empty((len(prep.ids), self._width(s)), dtype=np.float32) for s in specs]
         lengths = np.fromiter((len(a) for a in prep.ids), dtype=np.int64, count=len(prep.ids))
         check_size(max_rows, "batch_size", 1, None, " (rows per batch at most)")
         batches = token_budget_batches(lengths, self.max_batch_tokens, int(max_rows or MAX_BATCH_ROWS))
@@ -545,6 +586,11 @@ class Encoder:
                                       "max" if spec.long_text == "chunk-max" else "mean")
             with np.errstate(over="ignore", invalid="ignore"):
                 out = l2_normalize(out) if spec.normalize else out
+            if spec.truncate_dim is not None:  # last, as sentence-transformers' truncate_dim
+                out = np.ascontiguousarray(out[:, :spec.truncate_dim])
+                if spec.renormalize:  # normalize=True asked for: unit vectors after the cut
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        out = l2_normalize(out)
             check_finite_features(out)
             outs.append(out)
         return outs
@@ -617,13 +663,15 @@ class Encoder:
     def encode(self, texts, pairs=None, pooling: str | None = None, layers=None, layer_agg: str = "mean",
                normalize: bool | None = None, max_length: int | None = None, long_text: str = "truncate",
                stride: int | None = None, return_info: bool = False, *, prompt: str | None = None,
-               prompt_name: str | None = None, normalize_embeddings: bool | None = None, batch_size: int | None = None):
+               prompt_name: str | None = None, normalize_embeddings: bool | None = None, batch_size: int | None = None,
+               truncate_dim: int | None = None):
         """Texts (and optional pairs) -> (n, D) float32 features; with return_info an EncodeResult.
 
         By default the model's own embedding (what ``SentenceTransformer(model).encode(texts)`` returns).
         As in sentence-transformers, one string gives one (D,) vector; ``prompt`` / ``prompt_name`` pick a
-        prompt (else the model's default prompt applies); ``normalize_embeddings=True`` normalizes the vectors
-        (``normalize=True``), False adds nothing: as there, the model's own Normalize module stays (leave it out
+        prompt (else the model's default prompt applies); ``truncate_dim`` keeps the first features (``spec``);
+        ``normalize_embeddings=True`` normalizes the vectors (``normalize=True``; after truncate_dim's cut, as
+        there), False adds nothing: as there, the model's own Normalize module stays (leave it out
         with ``normalize=False``);
         ``batch_size`` caps the rows per batch (batches are also cut by the constructor's token budget).
         A text (or pair) that is not a string is refused naming its index; features that come out NaN or infinite
@@ -637,7 +685,7 @@ class Encoder:
                 raise BertfeatError("normalize=False and normalize_embeddings=True disagree", "give one of them")
             normalize = True
         spec = self.spec(pooling, layers, layer_agg, normalize, max_length, long_text, stride,
-                         prompt=prompt, prompt_name=prompt_name)
+                         prompt=prompt, prompt_name=prompt_name, truncate_dim=truncate_dim)
         if not texts:
             X = np.zeros((0, self.output_dim(spec)), dtype=np.float32)
             info = EncodeResult(X, np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int32))

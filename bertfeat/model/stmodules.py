@@ -14,9 +14,11 @@ with one line naming it (never skipping it):
 ``sentence_bert_config.json``'s keywords for transformers' loaders (``processor_kwargs`` ...): the tokenizer's
 ``model_max_length``; any entry that changes the model or its tokenizer is refused (_loader_length).
 
-``config_sentence_transformers.json`` gives ``prompts`` and ``default_prompt_name`` (a ``truncate_dim`` that would
-cut the embedding is refused). A folder without
-``modules.json`` is a plain transformers checkpoint: mean pooling, nothing after it.
+``config_sentence_transformers.json`` gives ``prompts``, ``default_prompt_name`` and ``truncate_dim``: as
+sentence-transformers' ``encode``, the model's own embedding keeps its first ``truncate_dim`` features, cut after
+every module (Normalize included) and not normalized again; one of the embedding's width or more keeps them all
+(``ModelPipeline.truncate_dim`` None). It is the model's embedding's: a pooling the user chooses is not cut by it
+(Encoder.spec). A folder without ``modules.json`` is a plain transformers checkpoint: mean pooling, nothing after it.
 
 Max length: ``processing_kwargs`` max_length, else ``processor_kwargs`` model_max_length, else ``max_seq_length``
 from ``sentence_bert_config.json``, else ``model_max_length`` from
@@ -108,6 +110,9 @@ class ModelPipeline:
     #: why the model's own embedding cannot be made (a modules.json without a Pooling module: sentence-transformers
     #: fails on it too), else None; a pooling the user names still runs
     no_own_embedding: str | None = None
+    #: the features the model's own embedding keeps (config_sentence_transformers.json's truncate_dim, below its
+    #: width), else None: all
+    truncate_dim: int | None = None
 
     @property
     def dense(self) -> tuple[DenseLayer, ...]:
@@ -128,6 +133,8 @@ class ModelPipeline:
         out = [f"Pooling {'+'.join(self.pooling)} ({self.pooling_source})"]
         for s in self.steps:
             out.append(s.describe() + f" ({s.path})" if isinstance(s, DenseLayer) else "Normalize")
+        if self.truncate_dim is not None:
+            out.append(f"Truncate to the first {self.truncate_dim} features (config_sentence_transformers.json)")
         return out
 
 
@@ -459,16 +466,15 @@ def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, en
     return tuple(steps)
 
 
-def _check_truncate_dim(cst: dict, width: int) -> None:
-    """config_sentence_transformers.json's ``truncate_dim``: sentence-transformers' encode keeps that many of the
-    embedding's features (after every module, Normalize included), which bertfeat does not do: refused when it would
-    cut the ``width`` features of the model's embedding (as many or more keep them all, as there)."""
+def _truncate_dim(cst: dict, width: int) -> int | None:
+    """config_sentence_transformers.json's ``truncate_dim`` -> the features the model's embedding of ``width`` keeps,
+    None for all (absent, or ``width`` or more: sentence-transformers keeps them all then). 0 or less is refused: there
+    it gives empty vectors, or drops the last features."""
     t = typed(cst.get("truncate_dim"), int, "config_sentence_transformers.json: truncate_dim")
-    if t is not None and t < width:
-        raise ConfigError(f"config_sentence_transformers.json: truncate_dim {t} cuts the model's embedding of {width} "
-                          "features, which bertfeat does not do",
-                          f"remove truncate_dim to get the whole embedding (sentence-transformers then encodes it too), "
-                          f"and keep its first {t} features yourself")
+    if t is not None and t < 1:
+        raise ConfigError(f"config_sentence_transformers.json: truncate_dim is {t}, not a number of features (1 or more)",
+                          "restore the file from the model, or remove truncate_dim to keep the whole embedding")
+    return t if t is not None and t < width else None
 
 
 def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "") -> ModelPipeline:
@@ -492,7 +498,7 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
     p.prompts = {str(k): v or "" for k, v in prompts.items()}
     p.default_prompt_name = cst.get("default_prompt_name")
     if not p.no_own_embedding:
-        _check_truncate_dim(cst, p.dense[-1].out_features if p.dense else hidden_size * len(p.pooling))
+        p.truncate_dim = _truncate_dim(cst, p.dense[-1].out_features if p.dense else hidden_size * len(p.pooling))
     if p.default_prompt_name is not None and p.default_prompt_name not in p.prompts:
         raise ConfigError(f"config_sentence_transformers.json: default_prompt_name '{p.default_prompt_name}' is not one "
                           f"of the prompts ({', '.join(p.prompts) or 'none'})", "restore it from the model")

@@ -31,7 +31,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             input_format: str | None = None, encoding: str = "utf-8", delimiter: str | None = None,
             model: str | os.PathLike | None = None, pooling: str | None = None, layers: str | None = None,
             layer_agg: str = "mean", normalize: bool | None = None, prompt: str | None = None,
-            prompt_name: str | None = None, max_length: int | None = None,
+            prompt_name: str | None = None, truncate_dim: int | None = None, max_length: int | None = None,
             max_batch_tokens: int | None = None, long_text: str = "truncate", stride: int | None = None,
             precision: Literal["fp32", "bf16", "int8", "auto"] = "fp32",
             pca: int | float | str | None = None, pca_model: str | os.PathLike | None = None,
@@ -50,6 +50,9 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
     By default the model's own embedding (its Pooling, Dense and Normalize modules and default prompt);
     ``pooling`` / ``layers`` choose plain pooled states instead, ``normalize`` overrides normalization,
     ``prompt`` / ``prompt_name`` pick a prompt, ``precision`` the GEMMs' precision (docs/precision.md).
+    ``truncate_dim``: keep the first N features of each vector, after normalization, as sentence-transformers'
+    truncate_dim (None: the model's own truncate_dim for its embedding, else all); with ``normalize=True`` the kept
+    features are normalized again (unit vectors); ``pca`` then reduces what is kept.
     ``overwrite``: replace an existing output (else refused). ``pca``: a number of components (64), a
     variance fraction (0.95) or "all"; ``pca_model``: apply a fitted PCA (a .npz of ``pca fit`` or ``extract --pca``,
     its fingerprint checked against these features' settings) instead of fitting one. ``engine="dask"``: on a Dask

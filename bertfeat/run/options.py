@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..checks import (DEFAULT_MAX_FIELD_BYTES, check_input_path, check_max_batch_tokens, check_max_length, check_size,
-                      check_threads, parse_max_field_bytes)
+                      check_threads, check_truncate_dim, parse_max_field_bytes)
 from ..errors import BertfeatError, opt
 
 ENGINES = ("local", "dask")
@@ -299,6 +299,7 @@ class ExtractOptions:
     normalize: bool | None = option(None, checked_by=SPEC)
     prompt: str | None = option(None, checked_by=SPEC)
     prompt_name: str | None = option(None, checked_by=SPEC)
+    truncate_dim: int | None = option(None, check_truncate_dim)  # its upper bound, the width: by Encoder.spec
     max_length: int | None = option(None, check_max_length)
     max_batch_tokens: int | None = option(None, check_max_batch_tokens)
     long_text: str = option("truncate", checked_by=SPEC)
@@ -440,4 +441,5 @@ def feature_spec(encoder, source):
     """The FeatureSpec of ``source``'s feature options (ExtractOptions, or TextFeatures: the same names), checked
     against the model (Encoder.spec)."""
     return encoder.spec(source.pooling, source.layers, source.layer_agg, source.normalize, source.max_length,
-                        source.long_text, source.stride, prompt=source.prompt, prompt_name=source.prompt_name)
+                        source.long_text, source.stride, prompt=source.prompt, prompt_name=source.prompt_name,
+                        truncate_dim=source.truncate_dim)

@@ -225,6 +225,7 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
 
     on_bad_row, max_bad_rows = resolve_bad_rows(o.on_bad_row, o.checked("max_bad_rows"))
     dtype, max_field_bytes, pca = o.checked("dtype"), o.checked("max_field_bytes"), o.checked("pca")
+    o.checked("truncate_dim")  # 1 or more here; its upper bound, the features' width, once the model loads (Encoder.spec)
     pca_model = check_pca_model(o, pca)
     cache = o.checked("cache")
     o = _encoder_options(o)

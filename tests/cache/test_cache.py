@@ -172,6 +172,25 @@ def test_both_engines_share_one_cache(tmp_path, client):
     assert_same_features(tmp_path / "b_dask", tmp_path / "b.parquet")
 
 
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_full_and_truncated_vectors_are_never_served_for_each_other(tmp_path, request, engine):
+    """The cache holds a run's final vectors (after the model's modules and truncate_dim's cut), under a fingerprint
+    that holds truncate_dim: full, truncated, then each again, each run reads back its own width and values."""
+    kw = engine_kw(engine, request)
+    cache = tmp_path / "cache"
+    rows = base_rows(40)
+    src = corpus(tmp_path / "c.csv", rows)
+    full = tiny_encoder().encode([t for _, t in rows])
+    for i, (n, encoded) in enumerate([(None, 40), (8, 40), (None, 0), (8, 0), (5, 40), (32, 40)]):
+        out = out_path(tmp_path, engine, f"o{i}")
+        s = extract(src, out, cache=cache, truncate_dim=n, **kw)
+        assert (s.rows_encoded, s.rows_reused, s.dim) == (encoded, 40 - encoded, n or 32), n
+        assert_within(embeddings(features(out)), np.ascontiguousarray(full[:, :n]))
+        meta = json.loads((out / "_bertfeat.json").read_text()) if engine == "dask" else metadata(out)
+        assert meta["fingerprint"].get("truncate_dim") == n  # absent without it: the fingerprint it always had
+    assert len(bertfeat.cache.store.cache_info(cache)["fingerprints"]) == 4 and entries(cache) == 160
+
+
 # --------------------------------------------------------------------------- 2. a changed setting reuses nothing
 def _precision_kw(precision: str, monkeypatch) -> dict:
     from bertfeat.ops import gemm
@@ -194,6 +213,7 @@ CHANGES = {
     "max_length": lambda mp: {"max_length": 16},
     "prompt": lambda mp: {"prompt": "query: "},
     "normalize": lambda mp: {"normalize": True},
+    "truncate_dim": lambda mp: {"truncate_dim": 8},  # dim 8 in the same store
     "long_text": lambda mp: {"long_text": "chunk-mean", "max_length": 16, "stride": 4},
     "precision bf16": lambda mp: _precision_kw("bf16", mp),
     "precision int8": lambda mp: _precision_kw("int8", mp),

@@ -325,6 +325,57 @@ def test_pca_more_components_than_dimensions_is_refused_up_front(tmp_path, capsy
     assert no_leftovers(out) == []
 
 
+def test_truncate_dim_keeps_the_first_features_and_pca_reduces_them(tmp_path, capsys):
+    """--truncate-dim N writes each vector's first N features (a Matryoshka model's shorter embedding): recorded in
+    the provenance and its fingerprint, checked by verify; --pca is fitted on the N kept features."""
+    from bertfeat.pca.estimator import PCA
+
+    texts = [f"sentence number {i} about {w}" for i, w in enumerate("cats dogs cars trains music art rivers bread "
+                                                                   "cheese rain snow code maths ships birds".split())]
+    src = write_csv(tmp_path / "c.csv", ["text"], [[t] for t in texts])
+    full = tiny_encoder().encode(texts)
+    out = tmp_path / "t.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--truncate-dim", 8, "--chunk-rows", 5)
+    assert rc == 0, err
+    assert read_table(out).schema.field("embedding").type == pa.list_(pa.float32(), 8)
+    assert_close(embeddings(read_table(out)), full[:, :8])
+    assert summary_line(err, "model").endswith("(pooling mean, dim 8)")
+    meta = metadata(out)
+    assert meta["fingerprint"]["truncate_dim"] == 8
+    assert meta["pipeline"][-1] == "Truncate to the first 8 of 32 features (chosen)"
+    assert run(capsys, "verify", out, "-q")[0] == 0
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "all.parquet", "--model", tiny_model(), "--truncate-dim",
+                     32, "-q")
+    assert rc == 0, err  # as many as there are: every feature
+    assert_close(embeddings(read_table(tmp_path / "all.parquet")), full)
+    assert metadata(tmp_path / "all.parquet")["fingerprint"]["truncate_dim"] == 32
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "p.parquet", "--model", tiny_model(), "--truncate-dim", 8,
+                     "--pca", 4, "-q")
+    assert rc == 0, err
+    pca = PCA.load(tmp_path / "p.pca.npz")
+    assert (pca.n_features_in_, pca.n_components_) == (8, 4)
+    assert_close(embeddings(read_table(tmp_path / "p.parquet")), pca.transform(full[:, :8]).astype(np.float32), tol=1e-5)
+
+
+@pytest.mark.parametrize("words, code, message", [
+    (["--truncate-dim", "0"], 1, "Error: --truncate-dim 0 is out of range - choose 1 or more (the first features of "
+     "each vector are kept), or leave it out for the default\n"),
+    (["--truncate-dim", "33"], 1, "Error: --truncate-dim 33 is more than the 32 features of the model's embedding - "
+     "choose --truncate-dim from 1 to 32 (its first features are kept), or leave it out\n"),
+    (["--truncate-dim", "64", "--pooling", "cls"], 1, "Error: --truncate-dim 64 is more than the 32 features of the "
+     "chosen pooling - choose --truncate-dim from 1 to 32 (its first features are kept), or leave it out\n"),
+    (["--truncate-dim", "8", "--pca", "9"], 1, "Error: --pca 9 is more components than the 8 feature dimensions - "
+     "choose --pca 8 or fewer, or a variance fraction such as 0.95\n"),
+    (["--truncate-dim", "abc"], 2, "Error: --truncate-dim 'abc' is not a whole number - see bertfeat extract --help\n"),
+])
+def test_a_truncate_dim_outside_the_features_is_refused_and_writes_nothing(tmp_path, capsys, words, code, message):
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"]])
+    out = tmp_path / "f.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), *words)
+    assert (rc, err) == (code, message)  # 2: not a number, the command line does not parse
+    assert no_leftovers(out) == []
+
+
 def test_pca_more_components_than_rows_leaves_nothing(tmp_path, capsys):
     src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"], ["c"]])
     out = tmp_path / "f.parquet"

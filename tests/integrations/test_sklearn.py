@@ -123,6 +123,18 @@ def test_text_features_equal_the_encoder(minilm_dir):
     assert tf.spec_["pooling"] == "cls" and len(tf.weights_sha256_) == 64
 
 
+def test_text_features_take_truncate_dim_as_extract(minilm_dir):
+    """truncate_dim keeps the first features (after the model's Normalize), as Encoder.encode and extract; a
+    set_params of it after fit is a changed parameter."""
+    tf = TextFeatures(str(minilm_dir), truncate_dim=64, cache=True)
+    X = tf.fit_transform(TEXTS)
+    assert X.shape == (len(TEXTS), 64) and tf.n_features_out_ == 64 and tf.spec_["truncate_dim"] == 64
+    np.testing.assert_array_equal(X, Encoder(minilm_dir).encode(TEXTS)[:, :64])
+    assert TextFeatures(str(minilm_dir), cache=True).fit_transform(TEXTS).shape == (len(TEXTS), 384)  # not its vectors
+    with pytest.raises(BertfeatError, match="the parameters changed since fit"):
+        tf.set_params(truncate_dim=32).transform(TEXTS)
+
+
 def test_pipeline_clone_pickle_joblib_cross_val(fitted_pipe, tmp_path):
     import joblib
 

@@ -161,6 +161,24 @@ def test_a_set_only_own_cannot_give_leaves_the_other_sets(tmp_path, small_csv, c
         "use --long-text truncate or error with this model's prompts\n"))
 
 
+def test_the_models_truncate_dim_cuts_the_set_own_as_extract_does(tmp_path, small_csv, capsys):
+    """A model whose config_sentence_transformers.json sets truncate_dim: the set own is its embedding cut, as extract's
+    default (its vectors serve extract from the cache); a chosen pooling keeps every feature."""
+    from extract_util import embeddings, read_table, run, summary_line
+
+    normalize = {"path": "", "type": "sentence_transformers.models.Normalize"}
+    model = _model_with(tmp_path, [TRANSFORMER, POOLING, normalize], {"pooling_mode_mean_tokens": True})
+    (model / "config_sentence_transformers.json").write_text(json.dumps({"truncate_dim": 8}))
+    cache = tmp_path / "cache"
+    r = sweep(small_csv, ["own", "mean"], model=str(model), cache=cache, sample=500)
+    assert [(s["name"], s["dim"], s["options"]) for s in r["sets"]] == [("own", 8, ""), ("mean", 32, "--pooling mean")]
+    for name, options, width in (("own", [], 8), ("mean", ["--pooling", "mean"], 32)):
+        out = tmp_path / f"{name}.parquet"
+        rc, _, err = run(capsys, "extract", small_csv, "-o", out, "-m", model, "--cache", cache, *options)
+        assert rc == 0, err
+        assert summary_line(err, "rows reused") == "rows reused 120" and embeddings(read_table(out)).shape == (120, width)
+
+
 def test_one_pass_gives_each_set_as_encoded_alone_and_the_probe_equals_scikit_learns(small_csv, enc):
     pytest.importorskip("sklearn")
     from sklearn.decomposition import PCA as SkPCA

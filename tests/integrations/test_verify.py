@@ -5,12 +5,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bertfeat.cli.app import main
 from bertfeat.errors import BertfeatError
 from bertfeat.verify import verify_features
-from extract_util import run, tiny_model, write_csv
+from extract_util import embeddings, metadata, read_table, run, tiny_model, write_csv
 
 
 def _rows(n: int = 60) -> list[list[str]]:
@@ -241,6 +242,40 @@ def test_verify_finds_an_edited_model_folder(tmp_path, capsys):
     assert (rc, err) == (1, f"Error: the model's files differ from the ones {out} was extracted with (1_Pooling/config.json "
                             f"added, modules.json added; in {model}) - extract the features again with this model, "
                             "or pass --model with the model they came from\n")
+
+
+def test_verify_features_cut_by_truncate_dim(tmp_path, capsys):
+    """The model's truncate_dim (config_sentence_transformers.json) and --truncate-dim are in the fingerprint, and
+    verify encodes the rows again with them: every run below checks, at the width it wrote."""
+    import json
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(), model)
+    (model / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    for sub, cfg in (("1_Pooling", {"pooling_mode": "mean"}), ("2_Normalize", {})):
+        (model / sub).mkdir()
+        (model / sub / "config.json").write_text(json.dumps(cfg))
+    (model / "config_sentence_transformers.json").write_text(json.dumps({"truncate_dim": 8}))
+    src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], _rows(20))
+    for i, (flags, width) in enumerate([([], 8), (["--truncate-dim", "32"], 32), (["--truncate-dim", "3"], 3),
+                                        (["--pooling", "cls"], 32), (["--pooling", "cls", "--truncate-dim", "4"], 4),
+                                        (["--normalize"], 8), (["--pooling", "cls", "--normalize", "--truncate-dim", "4"], 4),
+                                        (["--no-normalize"], 8)]):
+        out = tmp_path / f"o{i}.parquet"
+        assert run(capsys, "extract", src, "-o", out, "--model", model, "-q", *flags)[0] == 0
+        assert pq.read_schema(out).field("embedding").type.list_size == width
+        r = verify_features(out, sample=1000)
+        assert r["ok"] and r["rows_checked"] == 20 and r["max_relative_diff"] <= 1e-6, (flags, r["worst"])
+        again = "--normalize" in flags and width < 32  # asked for with a cut: unit vectors after it
+        assert metadata(out)["fingerprint"].get("renormalize", False) is again, flags
+        norms = np.linalg.norm(embeddings(read_table(out)), axis=1)
+        assert np.allclose(norms, 1.0, atol=1e-6) is (again or (width == 32 and "cls" not in flags)), (flags, norms[:3])
 
 
 def test_verify_a_dask_output_directory(tmp_path, capsys):
@@ -522,6 +557,7 @@ def edited_provenance(pristine: Path, dst: Path, key: str, value) -> Path:
     ("fingerprint.normalize", "yes", 'fingerprint.normalize is "yes", not true or false'),
     ("fingerprint.stride", -4, "fingerprint.stride is -4, not a whole number >= 0"),
     ("fingerprint.prompt", 5, "fingerprint.prompt is 5, not a string or null"),
+    ("fingerprint.truncate_dim", 0, "fingerprint.truncate_dim is 0, not a whole number >= 1"),
     ("fingerprint.weights_sha256", None, "fingerprint.weights_sha256 is null, not a string"),
     ("model", None, "model is null, not a string"),
     ("input", 5, "input is 5, not a string"),
@@ -551,6 +587,9 @@ def edited_provenance(pristine: Path, dst: Path, key: str, value) -> Path:
     ("fingerprint.dense", ["2_Dense"], "its fingerprint records settings this model does not give (dense: recorded "
                                        "['2_Dense'], the model gives [])"),
     ("fingerprint.prompt_name", "nope", f"{NOT_TAKEN} (the model has no prompt named 'nope' (its prompts: none))"),
+    ("fingerprint.truncate_dim", 99, f"{NOT_TAKEN} (truncate_dim=99 is more than the 32 features of the chosen pooling)"),
+    ("fingerprint.truncate_dim", 8, "its features are 32 wide, but the settings it records give 8"),
+    ("fingerprint.pooling", "mean+max", "its features are 32 wide, but the settings it records give 64"),
     ("fingerprint.precision", "fp64", "fingerprint.precision is 'fp64', not one of fp32, bf16, int8"),
     ("input_format", "xls", "input_format is 'xls', not one of csv, tsv, parquet, jsonl"),
 ])

@@ -560,10 +560,116 @@ def test_processing_kwargs_max_length_is_the_max_length_and_other_keywords_are_r
         Encoder(str(d))
 
 
+# --------------------------------------------------------------------------- truncate_dim (Matryoshka models)
+# config_sentence_transformers.json's truncate_dim was refused; sentence-transformers' encode keeps the first
+# truncate_dim features of the embedding, after every module (Normalize included), not normalized again.
+TRUNCATED = {"mean_normalize": dict(pooling="mean", normalize=True),
+             "cls_dense_normalize": dict(pooling="cls", dense=[(24, "tanh")], normalize=True),
+             "mean_max": dict(pooling=["mean", "max"])}
+
+
+@pytest.fixture(scope="module")
+def truncated(tmp_path_factory):
+    """Folders saved by sentence-transformers with truncate_dim 8 (its config_sentence_transformers.json)."""
+    root = tmp_path_factory.mktemp("truncate_dim")
+    return {name: st_folder(root / name, hidden=32, layers=2, heads=2, max_seq_length=32, truncate_dim=8, **kw)
+            for name, kw in TRUNCATED.items()}
+
+
+@pytest.mark.parametrize("name", list(TRUNCATED))
+def test_the_models_truncate_dim_is_sentence_transformers_encode(truncated, name):
+    d = truncated[name]
+    assert json.loads((d / "config_sentence_transformers.json").read_text())["truncate_dim"] == 8
+    st, enc = _st(d), Encoder(d)
+    ref, ours = _st_encode(st, TEXTS), enc.encode(TEXTS)
+    print(f"\n{name}: shape {ours.shape}, max |diff| {np.abs(ours - ref).max():.2e}")
+    assert ours.shape == ref.shape == (len(TEXTS), 8) and enc.output_dim(enc.spec()) == 8
+    np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+    if "normalize" in name:  # cut after the Normalize module, not normalized again
+        assert np.linalg.norm(ours, axis=1).max() < 0.99
+    width = 24 if "dense" in name else 32 * (2 if name == "mean_max" else 1)
+    assert enc.describe(enc.spec())[-1] == f"Truncate to the first 8 of {width} features (the model's truncate_dim)"
+
+
+def test_a_truncate_dim_given_overrides_the_models_as_sentence_transformers(truncated):
+    """encode(truncate_dim=N) wins over the model's, as there: N up to the width (all of it: every feature);
+    normalize_embeddings=True normalizes after the cut, as there."""
+    d = truncated["mean_normalize"]
+    st, enc = _st(d), Encoder(d)
+    for n in (1, 5, 8, 20, 32):
+        np.testing.assert_allclose(enc.encode(TEXTS, truncate_dim=n), _st_encode(st, TEXTS, truncate_dim=n),
+                                   atol=1e-5, rtol=0)
+    ours, ref = (enc.encode(TEXTS, normalize_embeddings=True), _st_encode(st, TEXTS, normalize_embeddings=True))
+    assert ours.shape == (len(TEXTS), 8)
+    np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+    assert enc.spec(truncate_dim=32).truncate_dim == 32 and enc.output_dim(enc.spec(truncate_dim=32)) == 32
+
+
+def test_normalize_asked_for_with_a_cut_gives_unit_vectors_as_sentence_transformers(truncated):
+    """normalize=True given with a cut normalizes the kept features again (sentence-transformers'
+    encode(truncate_dim=N, normalize_embeddings=True), TEI's dimensions + normalize); the model's own Normalize before
+    its cut does not (the test above), nor does a run without a cut."""
+    d = truncated["mean_normalize"]
+    st, enc = _st(d), Encoder(d)
+    for n in (5, 8):
+        ours = enc.encode(TEXTS, normalize=True, truncate_dim=n)
+        np.testing.assert_allclose(ours, _st_encode(st, TEXTS, truncate_dim=n, normalize_embeddings=True), atol=1e-5,
+                                   rtol=0)
+        np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-6)
+    spec = enc.spec(pooling="cls", normalize=True, truncate_dim=4)
+    assert spec.renormalize and spec.to_dict()["renormalize"] is True
+    assert enc.describe(spec)[-2:] == ["Truncate to the first 4 of 32 features (chosen)", "Normalize (after the cut)"]
+    full = enc.encode(TEXTS, pooling="cls", normalize=True)
+    cut = full[:, :4] / np.linalg.norm(full[:, :4], axis=1, keepdims=True)
+    np.testing.assert_allclose(enc.encode(TEXTS, pooling="cls", normalize=True, truncate_dim=4), cut, atol=1e-6, rtol=0)
+    for kw in ({}, {"normalize": False, "truncate_dim": 4}, {"pooling": "cls", "normalize": True}):
+        assert "renormalize" not in enc.spec(**kw).to_dict() and not enc.spec(**kw).renormalize, kw
+
+
+def test_a_chosen_pooling_is_not_cut_by_the_models_truncate_dim(truncated):
+    """The model's truncate_dim belongs to its embedding: a pooling the user names (the model's modules left out)
+    keeps every feature, unless truncate_dim is given for it too."""
+    enc = Encoder(truncated["mean_normalize"])
+    full = enc.encode(TEXTS, pooling="mean")
+    assert full.shape == (len(TEXTS), 32) and enc.spec(pooling="mean").truncate_dim is None
+    np.testing.assert_array_equal(enc.encode(TEXTS, pooling="mean", truncate_dim=5), full[:, :5])
+    assert enc.encode(TEXTS, layers="-2:", layer_agg="concat", truncate_dim=40).shape == (len(TEXTS), 40)
+
+
+def test_info_says_the_models_truncate_dim(truncated, capsys):
+    d = truncated["mean_normalize"]
+    capsys.readouterr()
+    assert main(["info", str(d), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["embedding_dim"] == 8
+    assert info["embedding"][-2:] == ["Normalize", "Truncate to the first 8 of 32 features (the model's truncate_dim)"]
+    assert main(["info", str(d)]) == 0
+    out = capsys.readouterr().out  # (the table folds the embedding line)
+    assert "Truncate to the" in out and re.search(r"│ embedding_dim\s+│ 8\s+│", out), out
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(truncate_dim=33), "truncate_dim=33 is more than the 32 features of the model's embedding - choose truncate_dim "
+     "from 1 to 32 (its first features are kept), or leave it out"),
+    (dict(pooling="cls", truncate_dim=64), "truncate_dim=64 is more than the 32 features of the chosen pooling - choose "
+     "truncate_dim from 1 to 32 (its first features are kept), or leave it out"),
+    (dict(truncate_dim=0), "truncate_dim=0 is out of range - choose 1 or more (the first features of each vector are "
+     "kept), or leave it out for the default"),
+    (dict(truncate_dim=2.5), "truncate_dim=2.5 is not a whole number - choose 1 or more (the first features of each "
+     "vector are kept), or leave it out for the default"),
+])
+def test_a_truncate_dim_outside_the_features_is_refused(truncated, kw, message):
+    with pytest.raises(BertfeatError) as e:
+        Encoder(truncated["mean_normalize"]).encode(TEXTS, **kw)
+    assert e.value.message == message
+
+
 # --------------------------------------------------------------------------- settings sentence-transformers applies
 # that bertfeat read past: sentence_bert_config.json's keywords for transformers' loaders and
-# config_sentence_transformers.json's truncate_dim. Each changed sentence-transformers' vectors (cos down to 0.89, or
-# another width) while bertfeat ran the model without them, silently.
+# config_sentence_transformers.json's truncate_dim (now applied, above; one that is no number of features is refused).
+# Each changed sentence-transformers' vectors (cos down to 0.89, or another width) while bertfeat ran the model without
+# them, silently.
 class TestSettingsSentenceTransformersAppliesAreAppliedOrRefused:
     LONG = ["a rather long text that runs well past sixteen word pieces, on and on, until it stops at last", "short"]
 
@@ -631,12 +737,13 @@ class TestSettingsSentenceTransformersAppliesAreAppliedOrRefused:
         with pytest.raises(BertfeatError, match="sentence_bert_config.json: model_kwargs is a JSON list, not a JSON object"):
             Encoder(str(d))
 
-    @pytest.mark.parametrize("dim", [8, 0])
-    def test_a_truncate_dim_that_cuts_the_embedding_is_refused(self, base, tmp_path, dim):
+    @pytest.mark.parametrize("dim, text", [(0, "0"), (-4, "-4"), (True, "true"), (8.5, "8.5")])
+    def test_a_truncate_dim_that_is_no_number_of_features_is_refused(self, base, tmp_path, dim, text):
+        """sentence-transformers slices with it: 0 gives empty vectors, -4 drops the last 4 features."""
         d = self._edit(base, tmp_path, "config_sentence_transformers.json", {"truncate_dim": dim})
-        with pytest.raises(BertfeatError, match=f"config_sentence_transformers.json: truncate_dim {dim} cuts the model's "
-                                                "embedding of 32 features, which bertfeat does not do - remove truncate_dim"):
+        with pytest.raises(BertfeatError) as e:
             Encoder(str(d))
+        assert e.value.message.startswith(f"config_sentence_transformers.json: truncate_dim is {text}, not ")
 
     @pytest.mark.parametrize("dim", [32, 100])
     def test_a_truncate_dim_that_keeps_every_feature_loads(self, base, tmp_path, dim):

@@ -113,6 +113,8 @@ BAD = [
      "max_position_embeddings, 512 for BERT and MiniLM), or leave it out for the default", "--max-length 0"),
     ("max_batch_tokens", 0, ["--max-batch-tokens", "0"], "max_batch_tokens=0 is out of range - choose 1 or more (tokens "
      "per batch, padded rows x length; default 512), or leave it out for the default", "--max-batch-tokens 0"),
+    ("truncate_dim", 0, ["--truncate-dim", "0"], "truncate_dim=0 is out of range - choose 1 or more (the first "
+     "features of each vector are kept), or leave it out for the default", "--truncate-dim 0"),
     ("precision", "fp16", ["--precision", "fp16"], "unknown precision='fp16' - choose one of fp32, bf16, int8, auto",
      "--precision 'fp16'"),
     ("pca", 0, ["--pca", "0"], f"pca=0 is out of range - {PCA_FIX}", "--pca 0"),
