@@ -38,6 +38,23 @@ def tiny_model() -> Path:
     return cached_checkpoint(root, hidden=32, layers=2, heads=2, max_position=128, seed=7)
 
 
+def tiny_st_model(model: Path) -> Path:
+    """A copy of the tiny model at ``model`` with sentence-transformers modules Transformer -> mean Pooling ->
+    Normalize (its own embedding: unit vectors)."""
+    import json
+
+    shutil.copytree(tiny_model(), model)
+    (model / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    for sub, cfg in (("1_Pooling", {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}),
+                     ("2_Normalize", {})):
+        (model / sub).mkdir()
+        (model / sub / "config.json").write_text(json.dumps(cfg))
+    return model
+
+
 @functools.lru_cache(maxsize=None)
 def tiny_encoder() -> Encoder:
     return Encoder(tiny_model())

@@ -158,18 +158,9 @@ def test_an_edited_model_folder_re_extracts(tiny, tmp_path):
 def st_model(tmp_path: Path) -> Path:
     """A copy of the tiny model with sentence-transformers modules Transformer -> mean Pooling -> Normalize, so its
     features are unit vectors while modules.json is there (copied in this process: tiny_model() is gone at exit)."""
-    from extract_util import tiny_model
+    from extract_util import tiny_st_model
 
-    model = tmp_path / "model"
-    shutil.copytree(tiny_model(), model)
-    (model / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
-    (model / "1_Pooling").mkdir()
-    (model / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
-                                                                 "pooling_mode_mean_tokens": True}))
-    return model
+    return tiny_st_model(tmp_path / "model")
 
 
 def raw_vectors(raw: Path):

@@ -11,7 +11,7 @@ import pytest
 from bertfeat.cli.app import main
 from bertfeat.errors import BertfeatError
 from bertfeat.verify import verify_features
-from extract_util import embeddings, metadata, read_table, run, tiny_model, write_csv
+from extract_util import embeddings, metadata, read_table, run, tiny_model, tiny_st_model, write_csv
 
 
 def _rows(n: int = 60) -> list[list[str]]:
@@ -248,19 +248,10 @@ def test_verify_features_cut_by_truncate_dim(tmp_path, capsys):
     """The model's truncate_dim (config_sentence_transformers.json) and --truncate-dim are in the fingerprint, and
     verify encodes the rows again with them: every run below checks, at the width it wrote."""
     import json
-    import shutil
 
     import pyarrow.parquet as pq
 
-    model = tmp_path / "model"
-    shutil.copytree(tiny_model(), model)
-    (model / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
-    for sub, cfg in (("1_Pooling", {"pooling_mode": "mean"}), ("2_Normalize", {})):
-        (model / sub).mkdir()
-        (model / sub / "config.json").write_text(json.dumps(cfg))
+    model = tiny_st_model(tmp_path / "model")
     (model / "config_sentence_transformers.json").write_text(json.dumps({"truncate_dim": 8}))
     src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], _rows(20))
     for i, (flags, width) in enumerate([([], 8), (["--truncate-dim", "32"], 32), (["--truncate-dim", "3"], 3),
