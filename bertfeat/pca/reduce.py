@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import BertfeatError
+from ..errors import BertfeatError, opt
 from ..features import FeatureWriter, feature_fingerprint, feature_format, open_features, read_features
 from ..features.registry import unwritable
 from .estimator import AUTO_COVARIANCE_MAX_FEATURES, PCA
@@ -184,7 +184,7 @@ def reduce_features_file(
     if src.dim != d:
         raise BertfeatError(
             f"{src.path} has {src.dim} features per row but the PCA was fitted on {d}",
-            "transform features from the same model, pooling and layers the PCA was fitted on",
+            f"transform features from the same model, pooling, layers and {opt('truncate_dim')} the PCA was fitted on",
         )
     src_fp = feature_fingerprint(src.meta)
     diffs = pca.check_fingerprint(src_fp, force=force)

@@ -88,11 +88,14 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
            "pair_column": "pair column", "id_column": "id column", "encoding": "encoding", "delimiter": "delimiter", "on_bad_row": "on bad row",
            "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns",
            "keep_as": "kept columns' given types", "gemm": "GEMM path", "dtype": "dtype",
-           "max_field_bytes": "max field bytes"}
-#: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's)
-OPTIONAL_KEYS = ("keep", "keep_as", "pca_model", "encoder_options", "dtype", "max_field_bytes")
+           "max_field_bytes": "max field bytes", "truncate_dim": "truncate dim",
+           "renormalize": "normalized again after the cut"}
+#: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's);
+#: the fingerprint's truncate_dim and renormalize among them (FeatureSpec.to_dict leaves them out without a cut)
+OPTIONAL_KEYS = ("keep", "keep_as", "pca_model", "encoder_options", "dtype", "max_field_bytes", "truncate_dim",
+                 "renormalize")
 #: what an optional key stands for when a manifest does not have it (dtype: float32, the default, is not recorded)
-OPTIONAL_DEFAULTS = {"dtype": "float32", "max_field_bytes": DEFAULT_MAX_FIELD_BYTES}
+OPTIONAL_DEFAULTS = {"dtype": "float32", "max_field_bytes": DEFAULT_MAX_FIELD_BYTES, "renormalize": False}
 
 
 def manifest_differences(old: dict, new: dict) -> list[str]:

@@ -96,7 +96,8 @@ def applied_pca(plan, fingerprint: dict, dim: int):
     pca = PCA.load(plan.pca_model)
     if pca.n_features_in_ != dim:
         raise BertfeatError(f"the PCA model {plan.pca_model} was fitted on {pca.n_features_in_} features per row, these "
-                            f"features have {dim}", "apply a PCA fitted on features of the same model, pooling and layers")
+                            f"features have {dim}", "apply a PCA fitted on features of the same model, pooling, layers and "
+                            f"{opt('truncate_dim')}")
     pca.check_fingerprint(fingerprint, fix=f"extract with the settings the model was fitted on, or fit a model on these "
                                            f"features ({opt('pca')} N instead of {opt('pca_model')})")
     return pca

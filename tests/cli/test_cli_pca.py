@@ -255,7 +255,7 @@ def test_reduce_refuses_other_width(tmp_path, features):
         reduce_features_file(narrow, tmp_path / "o.parquet", pca)
     assert e.value.message == (
         f"{narrow} has {D - 1} features per row but the PCA was fitted on {D} - "
-        "transform features from the same model, pooling and layers the PCA was fitted on"
+        "transform features from the same model, pooling, layers and truncate_dim the PCA was fitted on"
     )
     assert not (tmp_path / "o.parquet").exists()
 

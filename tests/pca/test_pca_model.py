@@ -81,7 +81,12 @@ def test_a_model_of_other_settings_is_refused_before_encoding(trained, capsys):
     rc, _, err = run(capsys, "extract", test, "-o", d / "x.parquet", "--model", tiny_model(), "--pca-model", model,
                      "--layers=-1,-2", "--layer-agg", "concat")
     assert (rc, err) == (1, f"Error: the PCA model {model} was fitted on 32 features per row, these features have 64 - "
-                            "apply a PCA fitted on features of the same model, pooling and layers\n")
+                            "apply a PCA fitted on features of the same model, pooling, layers and --truncate-dim\n")
+    rc, _, err = run(capsys, "extract", test, "-o", d / "x.parquet", "--model", tiny_model(), "--pca-model", model,
+                     "--truncate-dim", 8)  # a PCA of whole vectors on cut ones: the fix names the cut
+    assert (rc, err) == (1, f"Error: the PCA model {model} was fitted on 32 features per row, these features have 8 - "
+                            "apply a PCA fitted on features of the same model, pooling, layers and --truncate-dim\n")
+    assert not (d / "x.parquet").exists() and not (d / "x.parquet.partial").exists()
 
 
 def test_pca_model_options_are_checked(trained, tmp_path):

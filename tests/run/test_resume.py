@@ -158,6 +158,35 @@ def test_a_float16_run_resumes_float16_only(tmp_path, capsys, monkeypatch):
     assert np.load(out).dtype == np.float16 and np.load(out).shape[0] == 12
 
 
+@pytest.mark.parametrize("first, then, differs", [
+    (["--truncate-dim", "8"], [], "truncate dim: 8 -> None"),  # the key only the interrupted run's fingerprint has
+    ([], ["--truncate-dim", "8"], "truncate dim: None -> 8"),
+    (["--truncate-dim", "8"], ["--truncate-dim", "16"], "truncate dim: 8 -> 16"),
+])
+def test_resume_with_another_truncate_dim_is_refused(tmp_path, capsys, monkeypatch, first, then, differs):
+    """The parts of a run cut to 8 features were resumed by a run keeping all 32 (and their rows mixed in one file)."""
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, src, out, *args, *first)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, *then, "--resume")
+    assert (rc, err) == (1, f"Error: cannot resume: the settings or the input differ from the interrupted run ({differs}) - "
+                            "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
+    assert not out.exists() and len(parts(out)) == 2
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, *first, "--resume")
+    assert rc == 0, err
+    assert read_table(out).schema.field("embedding").type.list_size == (8 if first else 32)
+
+
+def test_resume_compares_every_fingerprint_key_either_run_has():
+    """renormalize (normalize=True with a cut) is in the fingerprint only when true: a resume without it compared it not."""
+    from bertfeat.run.manifest import manifest_differences
+
+    cut = {"normalize": True, "truncate_dim": 8}
+    assert manifest_differences({**cut, "renormalize": True}, cut) == ["normalized again after the cut: True -> False"]
+    assert manifest_differences(cut, {**cut, "renormalize": True}) == ["normalized again after the cut: False -> True"]
+
+
 def test_resume_on_another_gemm_path_is_refused(tmp_path, capsys, monkeypatch):
     """A run interrupted on oneDNN and resumed with NumPy's BLAS would mix two roundings in one file (the vector cache
     keys the GEMM path; the manifest did not): refused, naming it."""
