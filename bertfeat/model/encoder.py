@@ -405,6 +405,8 @@ class Encoder:
             raise BertfeatError(f"{opt('truncate_dim', n)} is more than the {width} features of {what}",
                                 f"choose {opt('truncate_dim')} from 1 to {width} (its first features are kept), or leave "
                                 "it out")
+        if n == width and self.pipeline.truncate_dim is None:  # every feature of a model that cuts nothing: a plain
+            return replace(spec, truncate_dim=None)  # run's features and fingerprint (its caches and PCA models apply)
         return replace(spec, truncate_dim=n)
 
     def output_dim(self, spec: FeatureSpec) -> int:
