@@ -588,11 +588,9 @@ class Encoder:
                                       "max" if spec.long_text == "chunk-max" else "mean")
             with np.errstate(over="ignore", invalid="ignore"):
                 out = l2_normalize(out) if spec.normalize else out
-            if spec.truncate_dim is not None:  # last, as sentence-transformers' truncate_dim
-                out = np.ascontiguousarray(out[:, :spec.truncate_dim])
-                if spec.renormalize:  # normalize=True asked for: unit vectors after the cut
-                    with np.errstate(over="ignore", invalid="ignore"):
-                        out = l2_normalize(out)
+                if spec.truncate_dim is not None:  # last, as sentence-transformers' truncate_dim
+                    out = np.ascontiguousarray(out[:, :spec.truncate_dim])
+                    out = l2_normalize(out) if spec.renormalize else out  # normalize=True asked for: unit vectors
             check_finite_features(out)
             outs.append(out)
         return outs
