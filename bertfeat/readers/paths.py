@@ -77,7 +77,7 @@ def is_pattern(path: str) -> bool:
     return any(ch in path for ch in GLOB_CHARS) and not os.path.exists(path)
 
 
-def _glob_root(pattern: str) -> int:
+def glob_root(pattern: str) -> int:
     """How many leading parts of a glob pattern hold no wildcard (the folder it lists)."""
     parts = Path(pattern).parts
     return next((i for i, p in enumerate(parts) if any(ch in p for ch in GLOB_CHARS)), len(parts))
@@ -103,7 +103,7 @@ def _local_glob(path: str, fmt: str, known: frozenset = frozenset()) -> tuple[li
     already judged input, whose footer is not read again)."""
     import glob as globmod
 
-    root = _glob_root(path)
+    root = glob_root(path)
     matched = sorted(map(Path, globmod.glob(path, recursive=True)))
     _refuse_special(matched, path)
     found = [p for p in matched if p.is_file()]

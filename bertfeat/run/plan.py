@@ -114,15 +114,11 @@ def default_output(input_path: str, fmt: str) -> Path:
     """INPUT.features.FMT beside the input (a glob: named after the directory above its first wildcard)."""
     if input_path == "-":
         raise InputError(f"reading standard input needs {opt('output', 'OUTPUT')}", f"add {opt('output', 'features.parquet')}")
-    from ..readers.paths import GLOB_CHARS, is_pattern
+    from ..readers.paths import glob_root, is_pattern
 
     p = Path(input_path.rstrip("/"))
     if is_pattern(input_path):
-        parts = []
-        for part in Path(input_path).parts:
-            if any(ch in part for ch in GLOB_CHARS):
-                break
-            parts.append(part)
+        parts = Path(input_path).parts[:glob_root(input_path)]  # the folders above the first wildcard
         p = Path(*parts) if parts else Path("dataset")
         if not p.name:
             p = Path("dataset")
