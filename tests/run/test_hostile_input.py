@@ -357,7 +357,7 @@ def test_a_folder_of_nothing_but_outputs_says_what_was_left_out(tmp_path, capsys
     leave_debris(d)
     (d / "sub").mkdir(exist_ok=True)
     out = tmp_path / "o.parquet"
-    refused(capsys, d, out, f"{d}: the directory holds no input .parquet file (7 left out: names starting with . or _, "
+    refused(capsys, d, out, f"{d}: the directory holds no input .parquet or .pq file (7 left out: names starting with . or _, "
                             "OUTPUT.partial/ folders and bertfeat's own outputs are not input) - "
                             "point at a Parquet file, a directory of them, or a glob")
     refused(capsys, f"{d}/*.parquet", out, f"{d}/*.parquet: the pattern matches no input file (1 left out: names starting "
