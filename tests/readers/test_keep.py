@@ -315,6 +315,38 @@ def test_refusals(small, tmp_path, capsys, kw, python, cli):
     assert not list(tmp_path.glob("o.*"))
 
 
+TYPE_FIX = "give its type as int, float, bool or str, e.g. {}"
+
+
+@pytest.mark.parametrize("keep, what, fix, values", [
+    ("label, id", "' id' is not a column ('id' is: the spaces around a name are part of it)",
+     "write it as the input names it, {} (no space after a comma: {})", ["id", "label,split"]),
+    ("Label", "'Label' is not a column ('label' is: names are case-sensitive)", "write it as the input names it, {}",
+     ["label"]),
+    ("label:INT", "'label:INT' is not a column ('label' is; 'INT' is the type int written otherwise, so the whole text "
+     "was read as the name)", TYPE_FIX, ["label:int"]),
+    ("label:integer", "'label:integer' is not a column ('label' is; 'integer' is no type, so the whole text was read as "
+     "the name)", TYPE_FIX, ["label:int"]),
+    ("label:", "'label:' is not a column ('label' is; nothing follows its colon)", TYPE_FIX, ["label:int"]),
+])
+def test_a_name_written_otherwise_than_the_column_says_how_to_write_it(small, tmp_path, capsys, keep, what, fix, values):
+    """A space after a comma, another case, a type keep does not know: the error listed the columns, which hold the
+    name, and left the reader to see why; it says what differs now."""
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(str(small), str(tmp_path / "o.parquet"), model=tiny_model(), keep=keep)
+    assert e.value.message == f"{small}: keep {what} - {fix.format(*(f'keep={v!r}' for v in values))}"
+    rc, _, err = run(capsys, "extract", small, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", keep)
+    assert (rc, err) == (1, f"Error: {small}: --keep {what} - {fix.format(*(f'--keep {v}' for v in values))}\n")
+    assert not list(tmp_path.glob("o.*"))
+
+
+def test_a_header_name_with_spaces_is_named_as_written(tmp_path, capsys):
+    src = write_csv(tmp_path / "s.csv", ["text", " label"], [["one", "1"]])
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", "label")
+    assert (rc, err) == (1, f"Error: {src}: --keep 'label' is not a column (' label' is: the spaces around a name are part "
+                            "of it) - write it as the input names it, --keep ' label'\n")
+
+
 def test_allowed_names(small, tmp_path, capsys):
     """The text column may be kept; f0 may be kept where the features are one embedding column; --keep repeats."""
     out = tmp_path / "o.parquet"
