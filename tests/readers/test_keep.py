@@ -491,6 +491,29 @@ def test_the_rejects_file_shows_jsonl_numbers_and_parquet_values_as_written(tmp_
     assert pq.read_table(tmp_path / "o.parquet").select(["code", "f"]).to_pylist() == [{"code": 7, "f": 1}]
 
 
+def test_the_rejects_file_shows_parquet_float32_and_binary_values_as_the_file_holds_them(tmp_path, capsys):
+    """A float32 0.1 was shown as the double it widens to (0.10000000149011612), a binary value's bytes that are not
+    UTF-8 as U+FFFD and a binary id as Python's b'...': now as their shortest text (0.1, as the double 0.1 is shown) and
+    as a CSV output writes binary (\\xNN, a backslash doubled), the accepted rows' values unchanged."""
+    src = tmp_path / "p.parquet"
+    pq.write_table(pa.table({
+        "bid": pa.array([b"ok", b"\xff1", b"a\\b"], pa.binary()), "text": ["fine", "", None],
+        "f32": pa.array([0.1, 0.1, 2.0], pa.float32()), "f16": pa.array([0.1, 0.1, None], pa.float16()),
+        "raw": pa.array([b"\xfe", b"\xff\x00a\\b", b"x"]).dictionary_encode(),
+        "s": pa.array([0.1, 0.7, 1.5], pa.float32())}), src)
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "bid",
+                     "--keep", "f32,f16,raw,s:str", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason", "f32", "f16", "raw", "s"],
+        ["1", "\\xff1", "empty text", "0.1", "0.1", "\\xff\x00a\\\\b", "0.7"],
+        ["2", "a\\b", "null text", "2.0", "", "x", "1.5"]]  # (a UTF-8 id is its text)
+    t = pq.read_table(out)
+    assert t.column("f32").type == pa.float32() and t.column("raw").to_pylist() == [b"\xfe"]
+    assert t.select(["bid", "s"]).to_pylist() == [{"bid": b"ok", "s": "0.1"}]
+
+
 # --------------------------------------------------------------------------- issue 44, class 1: a CSV value kept as written
 #: kept CSV / TSV cells as written: the columns that read back unchanged as int64 or double are typed (an empty cell a
 #: null), every other cell is kept as its exact text (an empty cell "", not a null)
