@@ -23,6 +23,7 @@ import pyarrow.csv as pcsv
 from ..atomic import AtomicFile, together, write_atomic
 from ..errors import BertfeatError, one_line
 from ..readers.kept import python_values
+from ..readers.rejects import bytes_text
 from .base import (
     WIDE_COLUMN_RE,
     FeatureBatch,
@@ -97,12 +98,6 @@ def _csv_converts(t: pa.DataType) -> bool:
 
 
 _ESCAPE = re.compile(r"\\\\|\\x([0-9a-f]{2})")
-
-
-def bytes_text(v: bytes) -> str:
-    """Binary as CSV text: UTF-8 as it is, a backslash doubled, a byte that is not UTF-8 as \\xNN (text_bytes reverses
-    it)."""
-    return bytes(v).replace(b"\\", b"\\\\").decode("utf-8", errors="backslashreplace")
 
 
 def text_bytes(s: str) -> bytes:

@@ -263,8 +263,10 @@ class Reader:
         of those ``keep_as`` gives none (the format's ``_decide_keep_types``)."""
         for col in keep:
             if col not in self.columns:
+                near = None if col == label else near_miss(col, self.columns)
                 raise InputError(f"{self.name}: {opt('label' if col == label else 'keep')} '{col}' is not a column"
-                                 f"{self._columns_of()}",
+                                 f"{self._columns_of()}{near[0] if near else ''}",
+                                 near[1] if near else
                                  f"columns are: {listing(self.columns)}{'' if col == label else quoting_hint(self.columns)}"
                                  f"{self._columns_fix()}")
         self.keep, self.keep_as = keep, keep_as
@@ -386,6 +388,31 @@ def quoting_hint(cols: list[str]) -> str:
     quoted = '"' + odd.replace('"', '""') + '"'
     return (f" (a name holding a comma, a double quote or a colon is quoted as in CSV, e.g. "
             f"{opt('keep', quoted, cli=shlex.quote(quoted))})")
+
+
+def near_miss(name: str, cols: list[str]) -> tuple[str, str] | None:
+    """A kept name that is no column but one written otherwise (``label, split``: its " split"; ``label:INT``: a type
+    keep does not know, so the whole text was taken for the name) -> (what, for the message; how to write it); None
+    when it is none of these (the caller lists the columns)."""
+    from .kept import TYPE_NAMES
+
+    as_header = "write it as the input names it, {}"
+    for same, why in ((lambda c: c.strip() == name.strip(), "the spaces around a name are part of it"),
+                      (lambda c: c.lower() == name.lower(), "names are case-sensitive")):
+        found = [c for c in cols if same(c)]
+        if len(found) == 1:
+            c = found[0]
+            space = c.strip() == c and name.strip() != name
+            return (f" ({c!r} is: {why})", as_header.format(opt('keep', c, cli=shlex.quote(c))) + (
+                f" (no space after a comma: {opt('keep', 'label,split')})" if space else ""))
+    base, _, typ = name.rpartition(":")
+    if base in cols:
+        spelled = typ.strip().lower()
+        why = ("one type at most follows it" if typ in TYPE_NAMES else "nothing follows its colon" if not typ else
+               f"'{typ}' is {'the type ' + spelled + ' written otherwise' if spelled in TYPE_NAMES else 'no type'}, so "
+               "the whole text was read as the name")
+        return f" ('{base}' is; {why})", f"give its type as int, float, bool or str, e.g. {opt('keep', base + ':int')}"
+    return None
 
 
 def utf8_error_at(raw: bytes) -> int:

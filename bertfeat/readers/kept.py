@@ -25,10 +25,11 @@ import math
 import re
 from decimal import Decimal
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import InputError, one_line, opt
-from .rejects import Reason, RejectCode, cell
+from .rejects import Reason, RejectCode, bytes_text, cell
 from .textcheck import surrogate_reason
 
 _INT = re.compile(r"[+-]?\d+")
@@ -414,6 +415,25 @@ def duplicate_field(t: pa.DataType) -> str | None:
         return duplicate_field(t.value_type)
     if pa.types.is_dictionary(t):
         return duplicate_field(t.value_type)
+    return None
+
+
+def shown_values(values) -> list | None:
+    """A Parquet column's values as the rejects file shows them, where ``str`` of their Python objects would show
+    another value than the file holds: float16 / float32 as their shortest text (``0.1``, not the double it widens to,
+    0.10000000149011612), binary as ``bytes_text`` (not UTF-8 with U+FFFD for a byte that is not); None for other
+    types (their objects show them)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    t = values.type
+    if pa.types.is_float16(t) or pa.types.is_float32(t):  # the shortest text that reads back as that float
+        kind = np.float16 if pa.types.is_float16(t) else np.float32
+        return [None if v is None else str(kind(v)) for v in values.to_pylist()]
+    if (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+            or getattr(pa.types, "is_binary_view", lambda _: False)(t)):
+        return [None if v is None else bytes_text(v) for v in values.to_pylist()]
     return None
 
 

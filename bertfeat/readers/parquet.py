@@ -14,7 +14,7 @@ import pyarrow as pa
 from ..errors import InputError, one_line, opt
 from .rejects import Reason, RejectCode, too_large
 from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
-from .kept import cast_values, check_cast, duplicate_field, python_values, storage, written_cells
+from .kept import cast_values, check_cast, duplicate_field, python_values, shown_values, storage, written_cells
 
 
 class ParquetReader(Reader):
@@ -186,8 +186,15 @@ class ParquetReader(Reader):
         for c, (values, bad) in cast.items():
             for k, why in bad.items():
                 rb.pre_rejected.setdefault(rows[k], why)
-            for k, v in written_cells(_pylist(storage(b.column(c)))[0], values).items():  # "007" cast to 7: "007"
-                rb.written.setdefault(rows[k], {})[c] = v
+        for c in self.keep:  # the rejects file shows a value as the file holds it: "007" cast to 7, a float32's 0.1
+            shown = shown_values(storage(b.column(c)))
+            raw = _pylist(storage(b.column(c)))[0] if shown is None and c in cast else shown
+            if raw is None:
+                continue
+            values = cast[c][0] if c in cast else rb.extra[c]
+            for k, v in written_cells(raw, values).items():
+                if values[k] is not None or k not in oversized:  # (a value over max_field_bytes is not shown)
+                    rb.written.setdefault(rows[k], {})[c] = v
         rb.pre_rejected.update({rows[k]: why for k, why in oversized.items()})
         named = [(self.text_column, rb.texts, "text"), (self.pair_column, rb.pairs, "pair text"),
                  (self.id_column, rb.ids, "id"), *((c, (rb.extra or {}).get(c), f"kept column {c!r}") for c in self.keep)]

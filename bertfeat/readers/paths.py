@@ -14,6 +14,7 @@ from pathlib import Path
 from ..errors import InputError, special_file_kind
 
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
+PARQUET_SUFFIXES = (".parquet", ".pq")  # a directory's Parquet files, in any case (as a file named alone: formats.py)
 _SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 OUTPUT_METADATA_KEYS = (b"bertfeat", b"bertfeat_part")  # a Parquet file bertfeat wrote: a feature file, or a part of one
@@ -22,6 +23,13 @@ OUTPUT_METADATA_KEYS = (b"bertfeat", b"bertfeat_part")  # a Parquet file bertfea
 def compression_of(path) -> str | None:
     """gzip/bz2/zstd from a .gz/.bz2/.zst suffix, else None."""
     return _COMPRESSION.get(Path(str(path)).suffix.lower())
+
+
+def is_parquet_name(name: str) -> bool:
+    """A file a directory of Parquet files holds by its name: ``.parquet`` or ``.pq``, in any case (``part-0.PQ``), as
+    ``--input-format`` is told from one file's extension; a listing that took ``*.parquet`` alone left the others out
+    without a word."""
+    return Path(name).suffix.lower() in PARQUET_SUFFIXES
 
 
 def is_url(path: str) -> bool:
@@ -114,9 +122,9 @@ def _local_glob(path: str, fmt: str, known: frozenset = frozenset()) -> tuple[li
 
 
 def _local_dir(p: Path, known: frozenset = frozenset()) -> tuple[list[str], int]:
-    """The .parquet files under a local directory that are input, sorted and absolute, and how many it left out
-    (``known``: as in _local_glob)."""
-    matched = sorted(p.rglob("*.parquet"))
+    """The Parquet files (``is_parquet_name``) under a local directory that are input, sorted and absolute, and how
+    many it left out (``known``: as in _local_glob)."""
+    matched = sorted(f for f in p.rglob("*") if is_parquet_name(f.name))
     _refuse_special(matched, str(p))
     found = [f for f in matched if f.is_file()]
     files = [os.path.abspath(f) for f in found if is_listed(f.relative_to(p).parts, (".", "_"))]
@@ -152,7 +160,7 @@ def _url_files(path: str) -> tuple:
                          "install the fsspec filesystem for it (e.g. s3fs, gcsfs)") from None
     if len(paths) == 1 and fs.isdir(paths[0]):
         root = paths[0].rstrip("/")
-        paths = [p for p in fs.find(root) if p.endswith((".parquet", ".pq"))
+        paths = [p for p in fs.find(root) if is_parquet_name(p)
                  and is_listed(tuple(p[len(root):].strip("/").split("/")), (".", "_"))]
     paths = sorted((p for p in paths if fs.isfile(p)), key=_path_key)
     if not paths:
@@ -192,7 +200,7 @@ def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
     if p.is_dir():
         files, n_out = _local_dir(p, frozenset(known))
         if not files:
-            what = f"no {'input ' if n_out else ''}.parquet file{_left_out(n_out, '. or _')}"
+            what = f"no {'input ' if n_out else ''}.parquet or .pq file{_left_out(n_out, '. or _')}"
             raise InputError(f"{path}: the directory holds {what}",
                              "point at a Parquet file, a directory of them, or a glob")
         return fs, files

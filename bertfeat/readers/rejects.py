@@ -54,7 +54,8 @@ class Reason:
 def reject(row: int, ident, reason: Reason, kept: dict | None = None) -> dict:
     """A reject as it travels: row, id, reason (words, option markers kept) and code; with kept columns, ``keep``:
     column -> the row's value (bytes decoded)."""
-    r = {"row": row, "id": _writable(ident), "reason": _writable(reason.text), "code": reason.code.value}
+    shown = bytes_text(ident) if isinstance(ident, (bytes, bytearray)) else _writable(ident)  # a binary id's bytes
+    r = {"row": row, "id": shown, "reason": _writable(reason.text), "code": reason.code.value}
     if kept is not None:
         r["keep"] = {c: bytes(v).decode("utf-8", errors="replace") if isinstance(v, (bytes, bytearray)) else _writable(v)
                      for c, v in kept.items()}
@@ -143,6 +144,12 @@ def rejects_csv(rejects: list[dict], keep: tuple[str, ...] | list[str] = ()) -> 
         kept = r.get("keep") or {}
         w.writerow([r["row"], "" if r["id"] is None else r["id"], render(r["reason"], {}), *(cell(kept.get(c)) for c in keep)])
     return buf.getvalue()
+
+
+def bytes_text(v: bytes) -> str:
+    """Binary as text (a CSV output's cell, the rejects file's): UTF-8 as it is, a backslash doubled, a byte that is not
+    UTF-8 as \\xNN (``features.delimited.text_bytes`` reverses it)."""
+    return bytes(v).replace(b"\\", b"\\\\").decode("utf-8", errors="backslashreplace")
 
 
 def cell(value) -> str:

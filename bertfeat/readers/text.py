@@ -47,7 +47,7 @@ class TextReader(Reader):
             finally:
                 fh.close()
         self._refuse_compressed(head)
-        self._refuse_wide_unicode(head)
+        self._refuse_other_unicode(head)
         cols = self._head_columns(head)
         if len(head) < HEAD_BYTES and self.path != "-" and self.compression is None and not self._head_skipped:
             self.total_rows = self._exact_rows(head)  # the whole file was read: its rows are known (progress)
@@ -74,10 +74,14 @@ class TextReader(Reader):
                 raise InputError(f"{self.name}: the file is {kind}-compressed but its name does not end in {suffix}",
                                  f"rename it to end in {suffix}, or decompress it")
 
-    def _refuse_wide_unicode(self, head: bytes) -> None:
-        """UTF-16 / UTF-32 bytes read as another encoding give names with NUL bytes, or a misleading decode error."""
+    def _refuse_other_unicode(self, head: bytes) -> None:
+        """UTF-16 / UTF-32 bytes read as another encoding give names with NUL bytes, or a misleading decode error; a
+        UTF-8 byte order mark read as another encoding (cp1252, latin-1) gives every accented letter of the file as two
+        or three others (``café`` as ``cafÃ©``, the text encoded and the kept values written so) without an error."""
         what = "the input" if self.path == "-" else "the file"
         seen = None if self.encoding.startswith(("utf-16", "utf-32")) else wide_unicode(head, what)
+        if seen is None and self.encoding != "utf-8" and head.startswith(codecs.BOM_UTF8):
+            seen = "utf-8", f"{what} starts with a UTF-8 byte order mark: it is UTF-8 text"
         if seen is not None:
             encoding, how = seen
             raise InputError(f"{self.name}: {how}, not {self.encoding}", f"pass {opt('encoding', encoding)}")

@@ -315,6 +315,38 @@ def test_refusals(small, tmp_path, capsys, kw, python, cli):
     assert not list(tmp_path.glob("o.*"))
 
 
+TYPE_FIX = "give its type as int, float, bool or str, e.g. {}"
+
+
+@pytest.mark.parametrize("keep, what, fix, values", [
+    ("label, id", "' id' is not a column ('id' is: the spaces around a name are part of it)",
+     "write it as the input names it, {} (no space after a comma: {})", ["id", "label,split"]),
+    ("Label", "'Label' is not a column ('label' is: names are case-sensitive)", "write it as the input names it, {}",
+     ["label"]),
+    ("label:INT", "'label:INT' is not a column ('label' is; 'INT' is the type int written otherwise, so the whole text "
+     "was read as the name)", TYPE_FIX, ["label:int"]),
+    ("label:integer", "'label:integer' is not a column ('label' is; 'integer' is no type, so the whole text was read as "
+     "the name)", TYPE_FIX, ["label:int"]),
+    ("label:", "'label:' is not a column ('label' is; nothing follows its colon)", TYPE_FIX, ["label:int"]),
+])
+def test_a_name_written_otherwise_than_the_column_says_how_to_write_it(small, tmp_path, capsys, keep, what, fix, values):
+    """A space after a comma, another case, a type keep does not know: the error listed the columns, which hold the
+    name, and left the reader to see why; it says what differs now."""
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(str(small), str(tmp_path / "o.parquet"), model=tiny_model(), keep=keep)
+    assert e.value.message == f"{small}: keep {what} - {fix.format(*(f'keep={v!r}' for v in values))}"
+    rc, _, err = run(capsys, "extract", small, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", keep)
+    assert (rc, err) == (1, f"Error: {small}: --keep {what} - {fix.format(*(f'--keep {v}' for v in values))}\n")
+    assert not list(tmp_path.glob("o.*"))
+
+
+def test_a_header_name_with_spaces_is_named_as_written(tmp_path, capsys):
+    src = write_csv(tmp_path / "s.csv", ["text", " label"], [["one", "1"]])
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", "label")
+    assert (rc, err) == (1, f"Error: {src}: --keep 'label' is not a column (' label' is: the spaces around a name are part "
+                            "of it) - write it as the input names it, --keep ' label'\n")
+
+
 def test_allowed_names(small, tmp_path, capsys):
     """The text column may be kept; f0 may be kept where the features are one embedding column; --keep repeats."""
     out = tmp_path / "o.parquet"
@@ -457,6 +489,29 @@ def test_the_rejects_file_shows_jsonl_numbers_and_parquet_values_as_written(tmp_
     assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [["row", "id", "reason", "code", "f"],
                                                                 ["1", "b", "empty text", "007", "2.0"]]
     assert pq.read_table(tmp_path / "o.parquet").select(["code", "f"]).to_pylist() == [{"code": 7, "f": 1}]
+
+
+def test_the_rejects_file_shows_parquet_float32_and_binary_values_as_the_file_holds_them(tmp_path, capsys):
+    """A float32 0.1 was shown as the double it widens to (0.10000000149011612), a binary value's bytes that are not
+    UTF-8 as U+FFFD and a binary id as Python's b'...': now as their shortest text (0.1, as the double 0.1 is shown) and
+    as a CSV output writes binary (\\xNN, a backslash doubled), the accepted rows' values unchanged."""
+    src = tmp_path / "p.parquet"
+    pq.write_table(pa.table({
+        "bid": pa.array([b"ok", b"\xff1", b"a\\b"], pa.binary()), "text": ["fine", "", None],
+        "f32": pa.array([0.1, 0.1, 2.0], pa.float32()), "f16": pa.array([0.1, 0.1, None], pa.float16()),
+        "raw": pa.array([b"\xfe", b"\xff\x00a\\b", b"x"]).dictionary_encode(),
+        "s": pa.array([0.1, 0.7, 1.5], pa.float32())}), src)
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "bid",
+                     "--keep", "f32,f16,raw,s:str", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason", "f32", "f16", "raw", "s"],
+        ["1", "\\xff1", "empty text", "0.1", "0.1", "\\xff\x00a\\\\b", "0.7"],
+        ["2", "a\\b", "null text", "2.0", "", "x", "1.5"]]  # (a UTF-8 id is its text)
+    t = pq.read_table(out)
+    assert t.column("f32").type == pa.float32() and t.column("raw").to_pylist() == [b"\xfe"]
+    assert t.select(["bid", "s"]).to_pylist() == [{"bid": b"ok", "s": "0.1"}]
 
 
 # --------------------------------------------------------------------------- issue 44, class 1: a CSV value kept as written

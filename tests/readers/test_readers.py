@@ -343,6 +343,20 @@ def test_parquet_dataset_row_numbers_and_schema_check(tmp_path):
         rows_of(open_input(str(d)))
 
 
+def test_a_directory_reads_every_parquet_extension_in_any_case_as_a_url_does(tmp_path):
+    """.pq and .PARQUET name Parquet files as .parquet does (a file given alone is read as one): a directory's listing
+    took *.parquet alone, leaving the others' rows out without a word, while a file:// URL of it read the .pq files."""
+    d = tmp_path / "ds"
+    d.mkdir()
+    for name, texts in (("a.parquet", ["a", "b"]), ("b.pq", ["c"]), ("c.PARQUET", ["d"]), ("d.Pq", ["e"])):
+        pq.write_table(pa.table({"text": texts}), d / name)
+    (d / "notes.txt").write_text("not data")
+    for path in (str(d), f"file://{d}"):
+        src = open_input(path)
+        assert [os.path.basename(f) for f in src.files] == ["a.parquet", "b.pq", "c.PARQUET", "d.Pq"]
+        assert [t for _, t, _, _ in rows_of(src)] == ["a", "b", "c", "d", "e"]
+
+
 def test_not_a_parquet_file(tmp_path):
     (tmp_path / "a.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(InputError, match=r"a\.parquet: not a readable Parquet file .* - check the file is Parquet and complete"):

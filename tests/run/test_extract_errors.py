@@ -64,7 +64,7 @@ def test_a_directory_given_as_csv(tmp_path, capsys):
     rc, _, err = extract(capsys, tmp_path / "d", tmp_path / "o.parquet", "--input-format", "csv")
     assert (rc, err) == (1, f"Error: {tmp_path / 'd'}: is a directory - pass a CSV file (a directory works for Parquet only)\n")
     rc, _, err = extract(capsys, tmp_path / "d", tmp_path / "o.parquet")
-    assert (rc, err) == (1, f"Error: {tmp_path / 'd'}: the directory holds no .parquet file - "
+    assert (rc, err) == (1, f"Error: {tmp_path / 'd'}: the directory holds no .parquet or .pq file - "
                             "point at a Parquet file, a directory of them, or a glob\n")
 
 

@@ -7,6 +7,7 @@ Every refusal is one exact `Error: what - fix` line, exit 1, nothing written, th
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import io
 import json
@@ -160,6 +161,28 @@ def test_utf16_input_names_its_encoding_and_reads_with_it(tmp_path, capsys, fmt,
     assert rc == 0, err
     assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS))
     assert metadata(out)["rows"]["written"] == len(TEXTS)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+@pytest.mark.parametrize("encoding", ["cp1252", "latin-1", "utf-16"])
+def test_a_utf8_byte_order_mark_read_as_another_encoding_is_refused(tmp_path, capsys, fmt, encoding):
+    """A UTF-8 file (its byte order mark says so) read with --encoding cp1252 encoded every accented letter as two or
+    three others ("wörld" as "wÃ¶rld"), kept values too, and said nothing (its first column named "ï»¿id"); it is
+    refused as UTF-16 bytes read as UTF-8 are. UTF-8 (the default, utf-8-sig) reads it."""
+    src = tmp_path / f"b.{fmt}"
+    sep = "\t" if fmt == "tsv" else ","
+    body = (f"id{sep}text{sep}note\n" + "".join(f"{i}{sep}{t}{sep}{t}\n" for i, t in enumerate(TEXTS)) if fmt != "jsonl"
+            else "".join(json.dumps({"id": i, "text": t, "note": t}, ensure_ascii=False) + "\n" for i, t in enumerate(TEXTS)))
+    src.write_bytes(codecs.BOM_UTF8 + body.encode("utf-8"))
+    out = tmp_path / "o.parquet"
+    name = codecs.lookup(encoding).name
+    refused(capsys, src, out, f"{src}: the file starts with a UTF-8 byte order mark: it is UTF-8 text, not {name} - "
+                              "pass --encoding utf-8", "--encoding", encoding, "--keep", "note")
+    for given in ((), ("--encoding", "utf-8-sig")):
+        rc, _, err = extract(capsys, src, out, "--keep", "note", "--overwrite", *given)
+        assert rc == 0, err
+        assert read_table(out).column("note").to_pylist() == TEXTS
+        assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS))
 
 
 def test_utf16_on_standard_input(tmp_path, capsys, monkeypatch):
@@ -357,7 +380,7 @@ def test_a_folder_of_nothing_but_outputs_says_what_was_left_out(tmp_path, capsys
     leave_debris(d)
     (d / "sub").mkdir(exist_ok=True)
     out = tmp_path / "o.parquet"
-    refused(capsys, d, out, f"{d}: the directory holds no input .parquet file (7 left out: names starting with . or _, "
+    refused(capsys, d, out, f"{d}: the directory holds no input .parquet or .pq file (7 left out: names starting with . or _, "
                             "OUTPUT.partial/ folders and bertfeat's own outputs are not input) - "
                             "point at a Parquet file, a directory of them, or a glob")
     refused(capsys, f"{d}/*.parquet", out, f"{d}/*.parquet: the pattern matches no input file (1 left out: names starting "
