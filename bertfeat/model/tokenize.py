@@ -142,14 +142,31 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, 
     def flag(key: str, default: bool | None) -> bool | None:
         return typed(tok_cfg.get(key), bool, f"{path / 'tokenizer_config.json'}: {key}", default)
 
-    if _rebuilds(tk, cls_name) == "wordpiece":
+    kind = _rebuilds(tk, cls_name)
+    if kind is not None:
+        class_model_settings(tk.model, kind, declared)
+    if kind == "wordpiece":
         tk.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=flag("tokenize_chinese_chars", True),
             strip_accents=flag("strip_accents", None), lowercase=flag("do_lower_case", True))
         tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    elif _rebuilds(tk, cls_name) == "roberta":
+    elif kind == "roberta":
         tk.normalizer = None
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=flag("add_prefix_space", False))
+
+
+def class_model_settings(model, kind: str, declared: DeclaredTokens) -> None:
+    """The model's settings as the class's __init__ builds its model (it takes only the vocabulary, and RoBERTa's
+    merges, from tokenizer.json): WordPiece with the declared unk_token, '##' and 100 characters a word; BPE without
+    dropout (which would tokenize a text differently on every call), unk token, prefix or suffix, fusing, byte fallback
+    or ignore_merges. A tokenizer.json saying otherwise tokenized otherwise than sentence-transformers."""
+    if kind == "wordpiece":
+        model.unk_token = declared.text("unk_token", model.unk_token)
+        model.continuing_subword_prefix, model.max_input_chars_per_word = "##", 100
+    else:
+        model.dropout, model.unk_token, model.fuse_unk = None, None, False
+        model.continuing_subword_prefix, model.end_of_word_suffix = "", ""
+        model.byte_fallback, model.ignore_merges = False, False
 
 
 def _rebuilds(tk, cls_name: str) -> str | None:
@@ -220,6 +237,11 @@ def read_tokenizer_json(path: Path, keep_added: bool):
         raise
     except Exception as e:
         raise ConfigError(f"{path} could not be read ({e})", "restore it from the checkpoint") from None
+    except BaseException as e:  # tokenizers' Rust code panicking on a file it cannot build (pyo3's PanicException)
+        if type(e).__name__ != "PanicException":
+            raise
+        raise ConfigError(f"{path} could not be read (the tokenizers library failed on it: {e})",
+                          "restore it from the checkpoint") from None
 
 
 # Special tokens by role: the named special token transformers gives the folder (declared.py), else the first of
