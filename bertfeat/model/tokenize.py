@@ -8,7 +8,8 @@ lower-casing / Chinese-character splitting / accent stripping, BertPreTokenizer,
 As transformers 5's AutoTokenizer (and so sentence-transformers) loads a folder: the tokenizer class it picks
 (``transformers_class``) rebuilds, for BERT / DistilBERT / ELECTRA, MPNet and RoBERTa, the normalizer,
 pre-tokenizer and post-processor from ``tokenizer_config.json`` and keeps only the vocabulary (and merges) of
-``tokenizer.json`` (``as_transformers``); other classes load ``tokenizer.json`` as stored. The special and added
+``tokenizer.json`` (``as_transformers``); for XLM-R and CamemBERT the same but for the SentencePiece charsmap and the
+Unigram model, kept; other classes load ``tokenizer.json`` as stored. The special and added
 tokens are added to either as transformers adds them, from the files and keys it reads, in its order
 (``declared.py``: ``declared_tokens``, ``DeclaredTokens.add_to``).
 
@@ -104,6 +105,8 @@ _CLASS_BY_MODEL_TYPE = {
 }
 # classes whose __init__ is BertTokenizer's (DistilBertTokenizer subclasses it; ElectraTokenizer is an alias)
 _WORDPIECE_CLASSES = frozenset({"BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer"})
+# classes whose __init__ rebuilds a SentencePiece (Unigram) tokenizer's normalizer, pre-tokenizer and template
+_SENTENCEPIECE_CLASSES = frozenset({"XLMRobertaTokenizer", "CamembertTokenizer"})
 
 
 def transformers_class(tok_cfg: dict, model_cfg: dict) -> str:
@@ -134,8 +137,10 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, 
     (default true), ``strip_accents``, ``tokenize_chinese_chars``; BertPreTokenizer; the class's template
     (``[CLS] A [SEP] B [SEP]`` with type ids 0/1, MPNet's ``<s> A </s></s> B </s>``). RobertaTokenizer: no
     normalizer, ByteLevel(``add_prefix_space``, default false), RobertaProcessing(``trim_offsets``,
-    ``add_prefix_space``). Other classes, or a tokenizer.json model the class would not build on, stay as stored.
-    The template (``set_template``) comes once the declared tokens are added: a new ``cls_token`` / ``sep_token`` is
+    ``add_prefix_space``). XLMRobertaTokenizer and CamembertTokenizer: only the SentencePiece charsmap (Precompiled)
+    of the stored normalizer; WhitespaceSplit then Metaspace (``add_prefix_space``, default true); ``<s> A </s></s> B
+    </s>`` with the bos / eos tokens. Other classes, or a tokenizer.json model the class would not build on, stay as
+    stored. The template (``set_template``) comes once the declared tokens are added: a new ``cls_token`` / ``sep_token`` is
     one of them."""
     from tokenizers import normalizers, pre_tokenizers
 
@@ -143,7 +148,7 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, 
         return typed(tok_cfg.get(key), bool, f"{path / 'tokenizer_config.json'}: {key}", default)
 
     kind = _rebuilds(tk, cls_name)
-    if kind is not None:
+    if kind in ("wordpiece", "roberta"):
         class_model_settings(tk.model, kind, declared)
     if kind == "wordpiece":
         tk.normalizer = normalizers.BertNormalizer(
@@ -153,6 +158,20 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, 
     elif kind == "roberta":
         tk.normalizer = None
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=flag("add_prefix_space", False))
+    elif kind == "sentencepiece":  # a stored Replace, Strip, NFKC ... or a lone Metaspace would keep ends and runs of spaces
+        tk.normalizer = _precompiled(tk.normalizer)
+        scheme = "always" if flag("add_prefix_space", True) else "never"
+        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(
+            replacement="\u2581", prepend_scheme=scheme, split=True)])
+
+
+def _precompiled(normalizer):
+    """The SentencePiece charsmap (Precompiled) of a normalizer, alone or in a Sequence, None without one: all that
+    transformers 5 takes of tokenizer.json's normalizer for the SentencePiece classes."""
+    from tokenizers import normalizers
+
+    parts = list(normalizer) if isinstance(normalizer, normalizers.Sequence) else [normalizer]
+    return next((p for p in parts if isinstance(p, normalizers.Precompiled)), None)
 
 
 def class_model_settings(model, kind: str, declared: DeclaredTokens) -> None:
@@ -175,6 +194,8 @@ def _rebuilds(tk, cls_name: str) -> str | None:
 
     if (cls_name in _WORDPIECE_CLASSES or cls_name == "MPNetTokenizer") and isinstance(tk.model, models.WordPiece):
         return "wordpiece"
+    if cls_name in _SENTENCEPIECE_CLASSES and isinstance(tk.model, models.Unigram):
+        return "sentencepiece"
     return "roberta" if cls_name == "RobertaTokenizer" and isinstance(tk.model, models.BPE) else None
 
 
@@ -183,10 +204,16 @@ def set_template(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, pat
     added (a ``sep_token`` added by ``add_special_tokens`` is not in the vocabulary)."""
     from tokenizers import processors
 
-    cls_tok, sep_tok = declared.text("cls_token", "[CLS]"), declared.text("sep_token", "[SEP]")
     kind = _rebuilds(tk, cls_name)
     if kind is None:
         return
+    if kind == "sentencepiece":  # <s> A </s> </s> B </s> with the bos and eos tokens, every type id 0
+        bos, eos = declared.text("bos_token", "<s>"), declared.text("eos_token", "</s>")
+        tk.post_processor = processors.TemplateProcessing(
+            single=[bos, "$A", eos], pair=[bos, "$A", eos, eos, "$B", eos],
+            special_tokens=[(bos, _token_id(tk, bos, path)), (eos, _token_id(tk, eos, path))])
+        return
+    cls_tok, sep_tok = declared.text("cls_token", "[CLS]"), declared.text("sep_token", "[SEP]")
     cls_id, sep_id = _token_id(tk, cls_tok, path), _token_id(tk, sep_tok, path)
     if kind == "roberta":
         prefix = typed(tok_cfg.get("add_prefix_space"), bool, f"{path / 'tokenizer_config.json'}: add_prefix_space", False)

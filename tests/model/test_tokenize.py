@@ -465,6 +465,34 @@ def test_roberta_bpe_settings_of_tokenizer_json_are_rebuilt_as_transformers(tmp_
         assert [ours.encode([t]).ids[0].tolist() for t in texts] == [ref(t)["input_ids"] for t in texts]
 
 
+#: tokenizer.json's normalizer as transformers 4 saved XLM-R's (its charsmap aside): runs of spaces made one
+_T4_NORMALIZER = {"type": "Sequence", "normalizers": [{"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
+
+
+@pytest.mark.parametrize("cls", ["XLMRobertaTokenizer", "CamembertTokenizer"])
+@pytest.mark.parametrize("prefix", [None, True, False])
+@pytest.mark.parametrize("stored", ["nfkc", "t4_replace"])
+def test_sentencepiece_classes_rebuild_the_pipeline_as_transformers(tmp_path, cls, prefix, stored):
+    """XLMRobertaTokenizer / CamembertTokenizer keep of tokenizer.json's normalizer only its SentencePiece charsmap and
+    split on whitespace before Metaspace (add_prefix_space): the stored pipeline (an NFKC, a Replace of runs of spaces,
+    a lone Metaspace) gave other ids for trailing spaces, tabs, newlines, ligatures."""
+    from transformers import AutoTokenizer
+
+    from st_ckpt import roberta_checkpoint
+
+    src = roberta_checkpoint(tmp_path / "src", model_type="xlm-roberta")
+    cfg = {"tokenizer_class": cls, **({} if prefix is None else {"add_prefix_space": prefix})}
+    d = _copy_tokenizer(src, tmp_path / "d", lambda c: c.update(cfg),
+                        None if stored == "nfkc" else lambda j: j.update(normalizer=_T4_NORMALIZER))
+    ref = AutoTokenizer.from_pretrained(str(d))
+    assert type(ref).__name__ == cls
+    ours = Ours.from_dir(d, 128)
+    texts = ["ﬁne ﬂour Ｆｕｌｌｗｉｄｔｈ", "  two   spaces  ", "trailing space ", "tab\there\nnewline\n", "plain text"]
+    for t, p in zip(texts, texts[::-1]):
+        assert ours.encode([t]).ids[0].tolist() == ref(t)["input_ids"], t
+        assert ours.encode([t], [p]).ids[0].tolist() == ref(t, p)["input_ids"], (t, p)
+
+
 def test_a_tokenizer_json_the_tokenizers_library_panics_on_is_one_line(tmp_path):
     """tokenizers panics in Rust building this BPE (a pyo3 PanicException, no Exception): one ConfigError line."""
     from st_ckpt import roberta_checkpoint
