@@ -312,7 +312,7 @@ def tokenizer_files(d: Path) -> list[Path]:
 
 def load_tokenizer(d: Path, tok_cfg: dict):
     """Folder ``d``'s tokenizer as transformers 5's AutoTokenizer loads it -> (tokenizers.Tokenizer, its source,
-    DeclaredTokens): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
+    DeclaredTokens, the rebuild as_transformers did: 'wordpiece', 'roberta', 'sentencepiece' or None): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
     (``build_wordpiece_tokenizer``), with the special and added tokens transformers adds (``declared.py``)."""
     special_map = json_object(d / "special_tokens_map.json")
     cls_name = transformers_class(tok_cfg, json_object(d / "config.json"))
@@ -324,12 +324,12 @@ def load_tokenizer(d: Path, tok_cfg: dict):
         as_transformers(tk, cls_name, tok_cfg, declared, d)
         declared.add_to(tk, [] if rebuilt else [str(t) for t in stored.values()])
         set_template(tk, cls_name, tok_cfg, declared, d)
-        return tk, "tokenizer.json", declared
+        return tk, "tokenizer.json", declared, _rebuilds(tk, cls_name)
     if src is not None:
         cls_name = cls_name if cls_name == "MPNetTokenizer" else "BertTokenizer"
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, {})
         tk = build_wordpiece_tokenizer(src, tok_cfg, declared, cls_name)
-        return tk, "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt", declared
+        return tk, "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt", declared, "wordpiece"
     if any((d / f).is_file() for f in ("sentencepiece.bpe.model", "spiece.model", "vocab.json")):
         raise BertfeatError(
             f"{d} has a slow (SentencePiece / BPE) tokenizer but no tokenizer.json",
@@ -553,6 +553,8 @@ class BertTokenizer:
         self.mask_token = self.mask_token or "[MASK]"
         self.special_ids = frozenset(i for _, i in sp.values() if i is not None)
         self.truncation_side = "right"  # tokenizer_config.json truncation_side (from_dir)
+        #: the class's rebuild of tokenizer.json (load_tokenizer: 'wordpiece', 'roberta', 'sentencepiece'; from_dir)
+        self.rebuilt: str | None = None
         post = tokenizer.post_processor
         #: special tokens the model's template adds to a text / a pair: the smallest max_length each fits in
         self.specials = {p: post.num_special_tokens_to_add(p) if post is not None else 0 for p in (False, True)}
@@ -568,13 +570,14 @@ class BertTokenizer:
     def from_dir(cls, model_dir: str | Path, model_max_length: int, lowercase: bool = False) -> "BertTokenizer":
         d = Path(model_dir)
         tok_cfg = json_object(d / "tokenizer_config.json")
-        tk, source, declared = load_tokenizer(d, tok_cfg)
+        tk, source, declared, rebuilt = load_tokenizer(d, tok_cfg)
         side = typed(tok_cfg.get("truncation_side"), str, f"{d / 'tokenizer_config.json'}: truncation_side", "right")
         if side not in ("left", "right"):
             raise ConfigError(f"{d / 'tokenizer_config.json'}: truncation_side is {side!r}, not 'left' or 'right'",
                               "restore the file from the checkpoint (or fix that entry)")
         out = cls(tk, source, model_max_length, declared, lowercase)
         out.truncation_side = side
+        out.rebuilt = rebuilt
         return out
 
     # ------------------------------------------------------------------ encoding
