@@ -366,9 +366,13 @@ def modernbert_fields(d: dict, source: str) -> dict:
         raise ConfigError(f"{source}: layer_types must list {L} of 'full_attention' / 'sliding_attention', not "
                           f"{types!r}", "restore config.json from the checkpoint")
     out["layer_types"] = tuple(types)
-    rope = d.get("rope_parameters") or {}
+    rope = typed(d.get("rope_parameters"), dict, f"{source}: rope_parameters", {})
+    other = [k for k in rope if k not in MODERNBERT_LAYER_TYPES]
+    if other:  # transformers refuses it too: a flat {"rope_theta": ...} would otherwise be passed over for the default
+        raise ConfigError(f"{source}: rope_parameters has {', '.join(map(repr, other))}; it holds one object per layer "
+                          "type, under 'full_attention' / 'sliding_attention'", "restore config.json from the checkpoint")
     for kind, key in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
-        p = rope.get(kind) or {}
+        p = typed(rope.get(kind), dict, f"{source}: rope_parameters {kind}", {})
         scaling = d.get("rope_scaling") or (p if p.get("rope_type", "default") != "default" else None)
         if scaling:
             raise ConfigError(f"{source}: rotary scaling ({scaling}) is not supported",

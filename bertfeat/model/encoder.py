@@ -450,6 +450,8 @@ class Encoder:
             fp["int8_scheme"] = self.gemm_path.scheme
         if self.config.pad_token_defaulted:  # vectors of such a model changed in 0.3 (config.pad_token_defaulted)
             fp["pad_token_id"] = self.config.pad_token_id
+        if self.tokenizer.rebuilt == "sentencepiece":  # XLM-R / CamemBERT's tokenizer rebuilt as transformers 5 since 0.3:
+            fp["tokenizer_rebuild"] = "sentencepiece"  # a text's tokens (and vector) of before may differ
         return {**fp, **spec.to_dict()}
 
     # ------------------------------------------------------------------ stage 1: tokenize

@@ -496,7 +496,8 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
     if not isinstance(prompts, dict) or not all(isinstance(v, (str, type(None))) for v in prompts.values()):
         raise ConfigError("config_sentence_transformers.json: prompts must map names to texts", "restore it from the model")
     p.prompts = {str(k): v or "" for k, v in prompts.items()}
-    p.default_prompt_name = cst.get("default_prompt_name")
+    p.default_prompt_name = typed(cst.get("default_prompt_name"), str, "config_sentence_transformers.json: "
+                                  "default_prompt_name")
     if not p.no_own_embedding:
         p.truncate_dim = _truncate_dim(cst, p.dense[-1].out_features if p.dense else hidden_size * len(p.pooling))
     if p.default_prompt_name is not None and p.default_prompt_name not in p.prompts:

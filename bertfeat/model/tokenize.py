@@ -8,7 +8,8 @@ lower-casing / Chinese-character splitting / accent stripping, BertPreTokenizer,
 As transformers 5's AutoTokenizer (and so sentence-transformers) loads a folder: the tokenizer class it picks
 (``transformers_class``) rebuilds, for BERT / DistilBERT / ELECTRA, MPNet and RoBERTa, the normalizer,
 pre-tokenizer and post-processor from ``tokenizer_config.json`` and keeps only the vocabulary (and merges) of
-``tokenizer.json`` (``as_transformers``); other classes load ``tokenizer.json`` as stored. The special and added
+``tokenizer.json`` (``as_transformers``); for XLM-R and CamemBERT the same but for the SentencePiece charsmap and the
+Unigram model, kept; other classes load ``tokenizer.json`` as stored. The special and added
 tokens are added to either as transformers adds them, from the files and keys it reads, in its order
 (``declared.py``: ``declared_tokens``, ``DeclaredTokens.add_to``).
 
@@ -104,6 +105,8 @@ _CLASS_BY_MODEL_TYPE = {
 }
 # classes whose __init__ is BertTokenizer's (DistilBertTokenizer subclasses it; ElectraTokenizer is an alias)
 _WORDPIECE_CLASSES = frozenset({"BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer"})
+# classes whose __init__ rebuilds a SentencePiece (Unigram) tokenizer's normalizer, pre-tokenizer and template
+_SENTENCEPIECE_CLASSES = frozenset({"XLMRobertaTokenizer", "CamembertTokenizer"})
 
 
 def transformers_class(tok_cfg: dict, model_cfg: dict) -> str:
@@ -134,22 +137,55 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, 
     (default true), ``strip_accents``, ``tokenize_chinese_chars``; BertPreTokenizer; the class's template
     (``[CLS] A [SEP] B [SEP]`` with type ids 0/1, MPNet's ``<s> A </s></s> B </s>``). RobertaTokenizer: no
     normalizer, ByteLevel(``add_prefix_space``, default false), RobertaProcessing(``trim_offsets``,
-    ``add_prefix_space``). Other classes, or a tokenizer.json model the class would not build on, stay as stored.
-    The template (``set_template``) comes once the declared tokens are added: a new ``cls_token`` / ``sep_token`` is
+    ``add_prefix_space``). XLMRobertaTokenizer and CamembertTokenizer: only the SentencePiece charsmap (Precompiled)
+    of the stored normalizer; WhitespaceSplit then Metaspace (``add_prefix_space``, default true); ``<s> A </s></s> B
+    </s>`` with the bos / eos tokens. Other classes, or a tokenizer.json model the class would not build on, stay as
+    stored. The template (``set_template``) comes once the declared tokens are added: a new ``cls_token`` / ``sep_token`` is
     one of them."""
     from tokenizers import normalizers, pre_tokenizers
 
     def flag(key: str, default: bool | None) -> bool | None:
         return typed(tok_cfg.get(key), bool, f"{path / 'tokenizer_config.json'}: {key}", default)
 
-    if _rebuilds(tk, cls_name) == "wordpiece":
+    kind = _rebuilds(tk, cls_name)
+    if kind in ("wordpiece", "roberta"):
+        class_model_settings(tk.model, kind, declared)
+    if kind == "wordpiece":
         tk.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=flag("tokenize_chinese_chars", True),
             strip_accents=flag("strip_accents", None), lowercase=flag("do_lower_case", True))
         tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    elif _rebuilds(tk, cls_name) == "roberta":
+    elif kind == "roberta":
         tk.normalizer = None
         tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=flag("add_prefix_space", False))
+    elif kind == "sentencepiece":  # a stored Replace, Strip, NFKC ... or a lone Metaspace would keep ends and runs of spaces
+        tk.normalizer = _precompiled(tk.normalizer)
+        scheme = "always" if flag("add_prefix_space", True) else "never"
+        tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(
+            replacement="\u2581", prepend_scheme=scheme, split=True)])
+
+
+def _precompiled(normalizer):
+    """The SentencePiece charsmap (Precompiled) of a normalizer, alone or in a Sequence, None without one: all that
+    transformers 5 takes of tokenizer.json's normalizer for the SentencePiece classes."""
+    from tokenizers import normalizers
+
+    parts = list(normalizer) if isinstance(normalizer, normalizers.Sequence) else [normalizer]
+    return next((p for p in parts if isinstance(p, normalizers.Precompiled)), None)
+
+
+def class_model_settings(model, kind: str, declared: DeclaredTokens) -> None:
+    """The model's settings as the class's __init__ builds its model (it takes only the vocabulary, and RoBERTa's
+    merges, from tokenizer.json): WordPiece with the declared unk_token, '##' and 100 characters a word; BPE without
+    dropout (which would tokenize a text differently on every call), unk token, prefix or suffix, fusing, byte fallback
+    or ignore_merges. A tokenizer.json saying otherwise tokenized otherwise than sentence-transformers."""
+    if kind == "wordpiece":
+        model.unk_token = declared.text("unk_token", model.unk_token)
+        model.continuing_subword_prefix, model.max_input_chars_per_word = "##", 100
+    else:
+        model.dropout, model.unk_token, model.fuse_unk = None, None, False
+        model.continuing_subword_prefix, model.end_of_word_suffix = "", ""
+        model.byte_fallback, model.ignore_merges = False, False
 
 
 def _rebuilds(tk, cls_name: str) -> str | None:
@@ -158,6 +194,8 @@ def _rebuilds(tk, cls_name: str) -> str | None:
 
     if (cls_name in _WORDPIECE_CLASSES or cls_name == "MPNetTokenizer") and isinstance(tk.model, models.WordPiece):
         return "wordpiece"
+    if cls_name in _SENTENCEPIECE_CLASSES and isinstance(tk.model, models.Unigram):
+        return "sentencepiece"
     return "roberta" if cls_name == "RobertaTokenizer" and isinstance(tk.model, models.BPE) else None
 
 
@@ -166,10 +204,16 @@ def set_template(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, pat
     added (a ``sep_token`` added by ``add_special_tokens`` is not in the vocabulary)."""
     from tokenizers import processors
 
-    cls_tok, sep_tok = declared.text("cls_token", "[CLS]"), declared.text("sep_token", "[SEP]")
     kind = _rebuilds(tk, cls_name)
     if kind is None:
         return
+    if kind == "sentencepiece":  # <s> A </s> </s> B </s> with the bos and eos tokens, every type id 0
+        bos, eos = declared.text("bos_token", "<s>"), declared.text("eos_token", "</s>")
+        tk.post_processor = processors.TemplateProcessing(
+            single=[bos, "$A", eos], pair=[bos, "$A", eos, eos, "$B", eos],
+            special_tokens=[(bos, _token_id(tk, bos, path)), (eos, _token_id(tk, eos, path))])
+        return
+    cls_tok, sep_tok = declared.text("cls_token", "[CLS]"), declared.text("sep_token", "[SEP]")
     cls_id, sep_id = _token_id(tk, cls_tok, path), _token_id(tk, sep_tok, path)
     if kind == "roberta":
         prefix = typed(tok_cfg.get("add_prefix_space"), bool, f"{path / 'tokenizer_config.json'}: add_prefix_space", False)
@@ -220,6 +264,11 @@ def read_tokenizer_json(path: Path, keep_added: bool):
         raise
     except Exception as e:
         raise ConfigError(f"{path} could not be read ({e})", "restore it from the checkpoint") from None
+    except BaseException as e:  # tokenizers' Rust code panicking on a file it cannot build (pyo3's PanicException)
+        if type(e).__name__ != "PanicException":
+            raise
+        raise ConfigError(f"{path} could not be read (the tokenizers library failed on it: {e})",
+                          "restore it from the checkpoint") from None
 
 
 # Special tokens by role: the named special token transformers gives the folder (declared.py), else the first of
@@ -263,7 +312,7 @@ def tokenizer_files(d: Path) -> list[Path]:
 
 def load_tokenizer(d: Path, tok_cfg: dict):
     """Folder ``d``'s tokenizer as transformers 5's AutoTokenizer loads it -> (tokenizers.Tokenizer, its source,
-    DeclaredTokens): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
+    DeclaredTokens, the rebuild as_transformers did: 'wordpiece', 'roberta', 'sentencepiece' or None): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
     (``build_wordpiece_tokenizer``), with the special and added tokens transformers adds (``declared.py``)."""
     special_map = json_object(d / "special_tokens_map.json")
     cls_name = transformers_class(tok_cfg, json_object(d / "config.json"))
@@ -275,12 +324,12 @@ def load_tokenizer(d: Path, tok_cfg: dict):
         as_transformers(tk, cls_name, tok_cfg, declared, d)
         declared.add_to(tk, [] if rebuilt else [str(t) for t in stored.values()])
         set_template(tk, cls_name, tok_cfg, declared, d)
-        return tk, "tokenizer.json", declared
+        return tk, "tokenizer.json", declared, _rebuilds(tk, cls_name)
     if src is not None:
         cls_name = cls_name if cls_name == "MPNetTokenizer" else "BertTokenizer"
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, {})
         tk = build_wordpiece_tokenizer(src, tok_cfg, declared, cls_name)
-        return tk, "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt", declared
+        return tk, "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt", declared, "wordpiece"
     if any((d / f).is_file() for f in ("sentencepiece.bpe.model", "spiece.model", "vocab.json")):
         raise BertfeatError(
             f"{d} has a slow (SentencePiece / BPE) tokenizer but no tokenizer.json",
@@ -504,6 +553,8 @@ class BertTokenizer:
         self.mask_token = self.mask_token or "[MASK]"
         self.special_ids = frozenset(i for _, i in sp.values() if i is not None)
         self.truncation_side = "right"  # tokenizer_config.json truncation_side (from_dir)
+        #: the class's rebuild of tokenizer.json (load_tokenizer: 'wordpiece', 'roberta', 'sentencepiece'; from_dir)
+        self.rebuilt: str | None = None
         post = tokenizer.post_processor
         #: special tokens the model's template adds to a text / a pair: the smallest max_length each fits in
         self.specials = {p: post.num_special_tokens_to_add(p) if post is not None else 0 for p in (False, True)}
@@ -519,13 +570,14 @@ class BertTokenizer:
     def from_dir(cls, model_dir: str | Path, model_max_length: int, lowercase: bool = False) -> "BertTokenizer":
         d = Path(model_dir)
         tok_cfg = json_object(d / "tokenizer_config.json")
-        tk, source, declared = load_tokenizer(d, tok_cfg)
+        tk, source, declared, rebuilt = load_tokenizer(d, tok_cfg)
         side = typed(tok_cfg.get("truncation_side"), str, f"{d / 'tokenizer_config.json'}: truncation_side", "right")
         if side not in ("left", "right"):
             raise ConfigError(f"{d / 'tokenizer_config.json'}: truncation_side is {side!r}, not 'left' or 'right'",
                               "restore the file from the checkpoint (or fix that entry)")
         out = cls(tk, source, model_max_length, declared, lowercase)
         out.truncation_side = side
+        out.rebuilt = rebuilt
         return out
 
     # ------------------------------------------------------------------ encoding

@@ -355,6 +355,17 @@ def test_bad_configs_are_refused(mb_dir):
         BertConfig.from_dict({**cfg, "rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 2.0}}})
     with pytest.raises(ConfigError, match="layer_types must list 3"):
         BertConfig.from_dict({**cfg, "layer_types": ["full_attention"]})
+    # a flat rope_parameters (transformers refuses it) was passed over for the default base, one not an object failed
+    with pytest.raises(ConfigError) as e:
+        BertConfig.from_dict({**cfg, "rope_parameters": {"rope_theta": 5000.0, "rope_type": "default"}})
+    assert str(e.value) == ("config.json: rope_parameters has 'rope_theta', 'rope_type'; it holds one object per layer "
+                            "type, under 'full_attention' / 'sliding_attention' - restore config.json from the checkpoint")
+    for bad, what in (([1], "rope_parameters is a JSON list"), ({"full_attention": 5000}, "rope_parameters full_attention is 5000")):
+        with pytest.raises(ConfigError) as e:
+            BertConfig.from_dict({**cfg, "rope_parameters": bad})
+        assert str(e.value).startswith(f"config.json: {what}, not a JSON object - ")
+    part = BertConfig.from_dict({**cfg, "rope_parameters": {"full_attention": {"rope_theta": 5000.0}}})
+    assert (part.global_rope_theta, part.local_rope_theta) == (5000.0, 10000.0)  # as transformers fills it
     c = BertConfig.from_dict(cfg)
     assert (c.position_offset, c.max_positions, c.token_types) == (0, 8192, False)
 

@@ -356,6 +356,8 @@ def _broken(layouts, tmp_path, name, rel, content):
     ("1_Pooling/config.json", {"pooling_mode": 3}, "1_Pooling/config.json: pooling_mode is 3, not a string or list"),
     ("config_sentence_transformers.json", ["a"],
      "{d}/config_sentence_transformers.json is a JSON list, not a JSON object"),
+    ("config_sentence_transformers.json", {"prompts": {"query": "q: "}, "default_prompt_name": ["query"]},
+     "config_sentence_transformers.json: default_prompt_name is a JSON list, not a string"),
     ("2_Dense/config.json", {"in_features": "x", "out_features": 32},
      '2_Dense/config.json: in_features is "x", not an integer'),
 ])

@@ -402,8 +402,15 @@ TOKCFG_CASES = {  # tokenizer_config.json / tokenizer.json that disagree: transf
     "backend_class_keeps_json": (lambda c: c.update(do_lower_case=False, tokenizer_class="PreTrainedTokenizerFast"),
                                  None),
     "distilbert_class": (lambda c: c.update(do_lower_case=False, tokenizer_class="DistilBertTokenizerFast"), None),
+    # the WordPiece model is rebuilt from the vocabulary alone: '##', 100 characters a word, the declared unk_token
+    "json_max_chars_per_word": (None, lambda j: j["model"].update(max_input_chars_per_word=5)),
+    "json_subword_prefix": (None, lambda j: j["model"].update(continuing_subword_prefix="@@")),
+    "json_unk_token": (None, lambda j: j["model"].update(unk_token="[MASK]")),
+    "json_settings_kept_by_backend": (lambda c: c.update(tokenizer_class="PreTrainedTokenizerFast"),
+                                      lambda j: j["model"].update(max_input_chars_per_word=5, unk_token="[MASK]")),
 }
-TOKCFG_TEXTS = ["Hello World", "Café naïve RÉSUMÉ", "我爱NLP", "[CLS] x [MASK] y", "ÉCOLE élémentaire"]
+TOKCFG_TEXTS = ["Hello World", "Café naïve RÉSUMÉ", "我爱NLP", "[CLS] x [MASK] y", "ÉCOLE élémentaire",
+                "unbelievable antidisestablishmentarianism", "a snowman \u2603 and \U0001d518"]
 
 
 @pytest.mark.parametrize("case", list(TOKCFG_CASES))
@@ -437,6 +444,65 @@ def test_roberta_add_prefix_space_from_tokenizer_config(tmp_path, prefix):
     for t, p in zip(texts, texts[::-1]):
         assert ours.encode([t], [p]).ids[0].tolist() == ref(t, p)["input_ids"], (t, p)
         assert ours.encode([t]).ids[0].tolist() == ref(t)["input_ids"], t
+
+
+@pytest.mark.parametrize("edit", [dict(dropout=0.5), dict(end_of_word_suffix="</w>"), dict(fuse_unk=True, unk_token="<unk>")],
+                         ids=["dropout", "end_of_word_suffix", "fuse_unk"])
+def test_roberta_bpe_settings_of_tokenizer_json_are_rebuilt_as_transformers(tmp_path, edit):
+    """RobertaTokenizer builds its BPE from tokenizer.json's vocabulary and merges alone (no dropout, suffix, unk):
+    a tokenizer.json saying otherwise tokenized otherwise, and with dropout differently on every call."""
+    from transformers import AutoTokenizer
+
+    from st_ckpt import roberta_checkpoint
+
+    src = roberta_checkpoint(tmp_path / "src", model_type="roberta")
+    d = _copy_tokenizer(src, tmp_path / "d", lambda c: c.update(tokenizer_class="RobertaTokenizer"),
+                        lambda j: j["model"].update(edit))
+    ref = AutoTokenizer.from_pretrained(str(d))
+    ours = Ours.from_dir(d, 128)
+    texts = ["The quick brown fox jumps over the lazy dog.", "plain text here with several words", "unbelievable"]
+    for _ in range(3):
+        assert [ours.encode([t]).ids[0].tolist() for t in texts] == [ref(t)["input_ids"] for t in texts]
+
+
+#: tokenizer.json's normalizer as transformers 4 saved XLM-R's (its charsmap aside): runs of spaces made one
+_T4_NORMALIZER = {"type": "Sequence", "normalizers": [{"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
+
+
+@pytest.mark.parametrize("cls", ["XLMRobertaTokenizer", "CamembertTokenizer"])
+@pytest.mark.parametrize("prefix", [None, True, False])
+@pytest.mark.parametrize("stored", ["nfkc", "t4_replace"])
+def test_sentencepiece_classes_rebuild_the_pipeline_as_transformers(tmp_path, cls, prefix, stored):
+    """XLMRobertaTokenizer / CamembertTokenizer keep of tokenizer.json's normalizer only its SentencePiece charsmap and
+    split on whitespace before Metaspace (add_prefix_space): the stored pipeline (an NFKC, a Replace of runs of spaces,
+    a lone Metaspace) gave other ids for trailing spaces, tabs, newlines, ligatures."""
+    from transformers import AutoTokenizer
+
+    from st_ckpt import roberta_checkpoint
+
+    src = roberta_checkpoint(tmp_path / "src", model_type="xlm-roberta")
+    cfg = {"tokenizer_class": cls, **({} if prefix is None else {"add_prefix_space": prefix})}
+    d = _copy_tokenizer(src, tmp_path / "d", lambda c: c.update(cfg),
+                        None if stored == "nfkc" else lambda j: j.update(normalizer=_T4_NORMALIZER))
+    ref = AutoTokenizer.from_pretrained(str(d))
+    assert type(ref).__name__ == cls
+    ours = Ours.from_dir(d, 128)
+    texts = ["ﬁne ﬂour Ｆｕｌｌｗｉｄｔｈ", "  two   spaces  ", "trailing space ", "tab\there\nnewline\n", "plain text"]
+    for t, p in zip(texts, texts[::-1]):
+        assert ours.encode([t]).ids[0].tolist() == ref(t)["input_ids"], t
+        assert ours.encode([t], [p]).ids[0].tolist() == ref(t, p)["input_ids"], (t, p)
+
+
+def test_a_tokenizer_json_the_tokenizers_library_panics_on_is_one_line(tmp_path):
+    """tokenizers panics in Rust building this BPE (a pyo3 PanicException, no Exception): one ConfigError line."""
+    from st_ckpt import roberta_checkpoint
+
+    src = roberta_checkpoint(tmp_path / "src", model_type="roberta")
+    d = _copy_tokenizer(src, tmp_path / "d", None, lambda j: j["model"].update(continuing_subword_prefix="##"))
+    with pytest.raises(BertfeatError) as e:
+        Ours.from_dir(d, 128)
+    assert str(e.value).startswith(f"{d / 'tokenizer.json'} could not be read (the tokenizers library failed on it: ")
+    assert str(e.value).endswith("- restore it from the checkpoint")
 
 
 def test_vocab_txt_with_added_tokens_json(tmp_path):
