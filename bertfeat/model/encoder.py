@@ -452,6 +452,8 @@ class Encoder:
             fp["pad_token_id"] = self.config.pad_token_id
         if self.tokenizer.rebuilt == "sentencepiece":  # XLM-R / CamemBERT's tokenizer rebuilt as transformers 5 since 0.3:
             fp["tokenizer_rebuild"] = "sentencepiece"  # a text's tokens (and vector) of before may differ
+        elif self.tokenizer.replaced:  # tokenizer.json's WordPiece / BPE settings replaced by the class's (0.3) likewise
+            fp["tokenizer_rebuild"] = "model settings: " + ", ".join(self.tokenizer.replaced)
         return {**fp, **spec.to_dict()}
 
     # ------------------------------------------------------------------ stage 1: tokenize

@@ -130,7 +130,7 @@ def _token_id(tk, tok: str, path: Path) -> int:
     return i
 
 
-def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, path: Path) -> None:
+def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, path: Path) -> tuple[str, ...]:
     """Rebuild in place what transformers 5's ``cls_name.__init__`` rebuilds from tokenizer_config.json.
 
     BertTokenizer (and DistilBERT's, ELECTRA's) and MPNetTokenizer: BertNormalizer from ``do_lower_case``
@@ -141,15 +141,14 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, 
     of the stored normalizer; WhitespaceSplit then Metaspace (``add_prefix_space``, default true); ``<s> A </s></s> B
     </s>`` with the bos / eos tokens. Other classes, or a tokenizer.json model the class would not build on, stay as
     stored. The template (``set_template``) comes once the declared tokens are added: a new ``cls_token`` / ``sep_token`` is
-    one of them."""
+    one of them. Returns the model settings replaced (``class_model_settings``)."""
     from tokenizers import normalizers, pre_tokenizers
 
     def flag(key: str, default: bool | None) -> bool | None:
         return typed(tok_cfg.get(key), bool, f"{path / 'tokenizer_config.json'}: {key}", default)
 
     kind = _rebuilds(tk, cls_name)
-    if kind in ("wordpiece", "roberta"):
-        class_model_settings(tk.model, kind, declared)
+    replaced = class_model_settings(tk.model, kind, declared) if kind in ("wordpiece", "roberta") else ()
     if kind == "wordpiece":
         tk.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=flag("tokenize_chinese_chars", True),
@@ -163,6 +162,7 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, 
         scheme = "always" if flag("add_prefix_space", True) else "never"
         tk.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace(
             replacement="\u2581", prepend_scheme=scheme, split=True)])
+    return replaced
 
 
 def _precompiled(normalizer):
@@ -174,18 +174,22 @@ def _precompiled(normalizer):
     return next((p for p in parts if isinstance(p, normalizers.Precompiled)), None)
 
 
-def class_model_settings(model, kind: str, declared: DeclaredTokens) -> None:
+def class_model_settings(model, kind: str, declared: DeclaredTokens) -> tuple[str, ...]:
     """The model's settings as the class's __init__ builds its model (it takes only the vocabulary, and RoBERTa's
     merges, from tokenizer.json): WordPiece with the declared unk_token, '##' and 100 characters a word; BPE without
     dropout (which would tokenize a text differently on every call), unk token, prefix or suffix, fusing, byte fallback
-    or ignore_merges. A tokenizer.json saying otherwise tokenized otherwise than sentence-transformers."""
+    or ignore_merges. A tokenizer.json saying otherwise tokenized otherwise than sentence-transformers. Returns the
+    names of the settings whose stored value was replaced (the vector cache keys such a tokenizer apart)."""
     if kind == "wordpiece":
-        model.unk_token = declared.text("unk_token", model.unk_token)
-        model.continuing_subword_prefix, model.max_input_chars_per_word = "##", 100
+        want = {"unk_token": declared.text("unk_token", model.unk_token), "continuing_subword_prefix": "##",
+                "max_input_chars_per_word": 100}
     else:
-        model.dropout, model.unk_token, model.fuse_unk = None, None, False
-        model.continuing_subword_prefix, model.end_of_word_suffix = "", ""
-        model.byte_fallback, model.ignore_merges = False, False
+        want = {"dropout": None, "unk_token": None, "fuse_unk": False, "continuing_subword_prefix": "",
+                "end_of_word_suffix": "", "byte_fallback": False, "ignore_merges": False}
+    replaced = tuple(k for k, v in want.items() if (getattr(model, k) or None) != (v or None))  # None, "", False, 0 alike
+    for k, v in want.items():
+        setattr(model, k, v)
+    return replaced
 
 
 def _rebuilds(tk, cls_name: str) -> str | None:
@@ -312,7 +316,8 @@ def tokenizer_files(d: Path) -> list[Path]:
 
 def load_tokenizer(d: Path, tok_cfg: dict):
     """Folder ``d``'s tokenizer as transformers 5's AutoTokenizer loads it -> (tokenizers.Tokenizer, its source,
-    DeclaredTokens, the rebuild as_transformers did: 'wordpiece', 'roberta', 'sentencepiece' or None): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
+    DeclaredTokens, the rebuild as_transformers did: 'wordpiece', 'roberta', 'sentencepiece' or None, and the stored
+    model settings it replaced): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
     (``build_wordpiece_tokenizer``), with the special and added tokens transformers adds (``declared.py``)."""
     special_map = json_object(d / "special_tokens_map.json")
     cls_name = transformers_class(tok_cfg, json_object(d / "config.json"))
@@ -321,15 +326,15 @@ def load_tokenizer(d: Path, tok_cfg: dict):
         rebuilt = own_class(cls_name) is not None
         tk, stored = read_tokenizer_json(src, keep_added=not rebuilt)
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, stored)
-        as_transformers(tk, cls_name, tok_cfg, declared, d)
+        replaced = as_transformers(tk, cls_name, tok_cfg, declared, d)
         declared.add_to(tk, [] if rebuilt else [str(t) for t in stored.values()])
         set_template(tk, cls_name, tok_cfg, declared, d)
-        return tk, "tokenizer.json", declared, _rebuilds(tk, cls_name)
+        return tk, "tokenizer.json", declared, _rebuilds(tk, cls_name), replaced
     if src is not None:
         cls_name = cls_name if cls_name == "MPNetTokenizer" else "BertTokenizer"
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, {})
         tk = build_wordpiece_tokenizer(src, tok_cfg, declared, cls_name)
-        return tk, "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt", declared, "wordpiece"
+        return tk, "vocab.txt + tokenizer_config.json" if tok_cfg else "vocab.txt", declared, "wordpiece", ()
     if any((d / f).is_file() for f in ("sentencepiece.bpe.model", "spiece.model", "vocab.json")):
         raise BertfeatError(
             f"{d} has a slow (SentencePiece / BPE) tokenizer but no tokenizer.json",
@@ -555,6 +560,8 @@ class BertTokenizer:
         self.truncation_side = "right"  # tokenizer_config.json truncation_side (from_dir)
         #: the class's rebuild of tokenizer.json (load_tokenizer: 'wordpiece', 'roberta', 'sentencepiece'; from_dir)
         self.rebuilt: str | None = None
+        #: tokenizer.json's model settings that rebuild replaced (as_transformers; from_dir): () for every usual file
+        self.replaced: tuple[str, ...] = ()
         post = tokenizer.post_processor
         #: special tokens the model's template adds to a text / a pair: the smallest max_length each fits in
         self.specials = {p: post.num_special_tokens_to_add(p) if post is not None else 0 for p in (False, True)}
@@ -570,14 +577,14 @@ class BertTokenizer:
     def from_dir(cls, model_dir: str | Path, model_max_length: int, lowercase: bool = False) -> "BertTokenizer":
         d = Path(model_dir)
         tok_cfg = json_object(d / "tokenizer_config.json")
-        tk, source, declared, rebuilt = load_tokenizer(d, tok_cfg)
+        tk, source, declared, rebuilt, replaced = load_tokenizer(d, tok_cfg)
         side = typed(tok_cfg.get("truncation_side"), str, f"{d / 'tokenizer_config.json'}: truncation_side", "right")
         if side not in ("left", "right"):
             raise ConfigError(f"{d / 'tokenizer_config.json'}: truncation_side is {side!r}, not 'left' or 'right'",
                               "restore the file from the checkpoint (or fix that entry)")
         out = cls(tk, source, model_max_length, declared, lowercase)
         out.truncation_side = side
-        out.rebuilt = rebuilt
+        out.rebuilt, out.replaced = rebuilt, replaced
         return out
 
     # ------------------------------------------------------------------ encoding

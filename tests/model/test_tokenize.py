@@ -425,6 +425,9 @@ def test_tokenizer_config_overrides_tokenizer_json_as_transformers(minilm_dir, t
     ours = Ours.from_dir(d, 512)
     assert_same(ours, ref, TOKCFG_TEXTS, what=case)
     assert_same(ours, ref, TOKCFG_TEXTS, TOKCFG_TEXTS[::-1], what=case + " pairs")
+    replaced = {"json_max_chars_per_word": ("max_input_chars_per_word",), "json_subword_prefix":
+                ("continuing_subword_prefix",), "json_unk_token": ("unk_token",)}
+    assert ours.replaced == replaced.get(case, ())  # a usual tokenizer.json (MiniLM's) replaces nothing
 
 
 @pytest.mark.parametrize("prefix", [True, False])
@@ -463,6 +466,8 @@ def test_roberta_bpe_settings_of_tokenizer_json_are_rebuilt_as_transformers(tmp_
     texts = ["The quick brown fox jumps over the lazy dog.", "plain text here with several words", "unbelievable"]
     for _ in range(3):
         assert [ours.encode([t]).ids[0].tolist() for t in texts] == [ref(t)["input_ids"] for t in texts]
+    assert sorted(ours.replaced) == sorted(edit)  # what the vector cache keys apart (test_replaced_settings_are_keyed_apart)
+    assert Ours.from_dir(src, 128).replaced == ()
 
 
 #: tokenizer.json's normalizer as transformers 4 saved XLM-R's (its charsmap aside): runs of spaces made one
@@ -844,3 +849,17 @@ def test_pair_max_length_below_the_template_is_refused(tmp_path):
     assert t.lengths.tolist() == [4, 4] and t.truncated.tolist() == [True, True]
     t = ours.encode(a, None, max_length=3)  # single texts fit in 3
     assert t.lengths.tolist() == [3, 3] and t.truncated.tolist() == [True, False]
+
+
+def test_replaced_settings_are_keyed_apart(minilm_dir, tmp_path):
+    """A tokenizer.json whose WordPiece settings the class replaces (so its texts may tokenize otherwise than before
+    0.3) keys its vectors apart in the cache and resume manifest; a usual one keeps the key it had."""
+    from bertfeat import Encoder
+
+    d = _copy_tokenizer(minilm_dir, tmp_path / "d", None, lambda j: j["model"].update(max_input_chars_per_word=5))
+    shutil.copyfile(minilm_dir / "model.safetensors", d / "model.safetensors")  # (a link out of the folder is refused)
+    enc, plain = Encoder(d), Encoder(minilm_dir)
+    assert enc.fingerprint(enc.spec())["tokenizer_rebuild"] == "model settings: max_input_chars_per_word"
+    assert "tokenizer_rebuild" not in plain.fingerprint(plain.spec())
+    t = ["a supercalifragilistic word"]  # the class's 100 characters a word, not the file's 5: the same vector
+    np.testing.assert_array_equal(enc.encode(t, pooling="mean", normalize=False), plain.encode(t, pooling="mean", normalize=False))
