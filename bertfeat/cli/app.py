@@ -361,11 +361,14 @@ def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, f
     from pathlib import Path
 
     from ..run.outputs import check_outputs
-    from ..checks import local_path
+    from ..checks import check_output_name, local_path
 
     if dest == "-":  # a closed standard output: refused by extract (require_stdout)
         return
     path = local_path(dest, "summary JSON", "summary_json", writes=True)
+    # a name that is no file: pathlib wrote dir/ as a file named dir, and .json as a hidden file; . and .. hold the
+    # input, and were refused as "would replace the input" (an existing folder's name: check_outputs says so)
+    check_output_name(dest, "summary JSON", "run.json", option="summary_json", kind="prefix")
     _check_not_the_runs_own(path, input, output, format, model, cache, pca_model)
     _check_writable_folder(path)
     earlier = False
