@@ -246,8 +246,9 @@ def reduce_features_file(
     Returns the output path.
     """
     src = open_features(src_path)
-    check_pca_input(pca, getattr(pca, "source_path_", None) or "model", reduced_by(src.meta) if src.fingerprint else _UNKNOWN,
-                    str(src.path), "the features before it (the extract output without --pca or --pca-model)")
+    given = reduced_by(src.meta) if src.fingerprint else _UNKNOWN  # no provenance: not known
+    check_pca_input(pca, getattr(pca, "source_path_", None) or "(in memory)", given, str(src.path),
+                    "the features before it (the extract output without --pca or --pca-model)")
     d = pca.n_features_in_
     if src.dim != d:
         raise BertfeatError(
