@@ -326,9 +326,9 @@ def directory_output_error(path, what: str, example: str, why: str = "is a direc
                            option: str = "output") -> BertfeatError:
     """The one refusal of an output file that names a directory, with a file name in it as the example; beside it
     when the directory holds Parquet files (a dataset, a Dask engine's output: a file written into it would be read
-    as one of its parts)."""
+    as one of its parts; not for ``.`` or ``dir/..``, which have no name to put a file beside)."""
     p = Path(os.fspath(path))
-    dataset = p.is_dir() and next(p.glob("*.parquet"), None) is not None
+    dataset = p.name not in ("", "..") and p.is_dir() and next(p.glob("*.parquet"), None) is not None
     inside = os.fspath(p.with_name(f"{p.stem}.{example}")) if dataset else os.path.join(os.fspath(path), example)
     return BertfeatError(f"the {what} {os.fspath(path)} {why}",
                          f"pass {opt(option)} with a file name, e.g. {opt(option, inside)}")

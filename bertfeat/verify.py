@@ -269,6 +269,10 @@ def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
         raise BertfeatError(f"{path} was reduced by a PCA of {pca.n_features_in_} inputs, but the model gives "
                             f"{enc.output_dim(spec)} features: it was reduced more than once (a pca transform of reduced "
                             "features), and only the last PCA is recorded", "verify the features before the later PCA")
+    if pca is not None and (pca.source_ or {}).get("reduced_by"):  # widths agree when the first PCA kept them all
+        raise BertfeatError(f"{path} was reduced by a PCA fitted on features a PCA had reduced before: it was reduced "
+                            "more than once (a pca transform of reduced features), and only the last PCA is recorded",
+                            "verify the features before the later PCA")
     return enc, spec, pca
 
 

@@ -361,11 +361,14 @@ def check_summary_json(dest: str, input: str, overwrite: bool, *, output=None, f
     from pathlib import Path
 
     from ..run.outputs import check_outputs
-    from ..checks import local_path
+    from ..checks import check_output_name, local_path
 
     if dest == "-":  # a closed standard output: refused by extract (require_stdout)
         return
     path = local_path(dest, "summary JSON", "summary_json", writes=True)
+    # a name that is no file: pathlib wrote dir/ as a file named dir, and .json as a hidden file; . and .. hold the
+    # input, and were refused as "would replace the input" (an existing folder's name: check_outputs says so)
+    check_output_name(dest, "summary JSON", "run.json", option="summary_json", kind="prefix")
     _check_not_the_runs_own(path, input, output, format, model, cache, pca_model)
     _check_writable_folder(path)
     earlier = False
@@ -546,6 +549,7 @@ _register_optional()
 #: "stop": the KeyboardInterrupt (Ctrl-C) or Terminated (SIGTERM) that stopped this command, kept because Typer hands
 #: back only exit code 130 for a Ctrl-C; the engine sets its resume note (what was kept) on the way up
 _STOPPED: dict = {}
+_LIVE: dict = {}  # "running": a command runs in main() (a stop delivered again after it ended would hit its caller)
 
 
 class Terminated(KeyboardInterrupt):
@@ -562,24 +566,44 @@ def _terminate_as_interrupt():
         return None
 
     def on_term(signum, frame):
-        if _in_finalizer(frame):  # an exception raised in a __del__ is ignored, and the run went on to the end
-            import os
-
-            threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()  # delivered again, outside it
-            return
         _STOPPED["stop"] = e = Terminated()
         raise e
 
     return signal.signal(signal.SIGTERM, on_term)
 
 
-def _in_finalizer(frame) -> bool:
-    """Whether the interrupted code runs inside a __del__ (garbage collection of, e.g., a ParquetWriter)."""
-    while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return True
-        frame = frame.f_back
-    return False
+def _stops_delivered_again():
+    """While a command runs, a Ctrl-C or SIGTERM whose exception Python had to drop is delivered again: raised in a
+    finalizer (a __del__: pyarrow's writers, garbage collected) or a weak reference's callback (importlib's module
+    locks), it was printed as "Exception ignored in ..." with its traceback, and the run went on to exit 0. The hook
+    raises it once more in the main thread a moment later, outside that code (raised at once, it would land in the
+    hook itself, and be dropped again); any other such exception goes to the hook before it. -> that hook."""
+    import signal
+    import threading
+
+    previous = sys.unraisablehook
+
+    def hook(u):
+        if isinstance(u.exc_value, KeyboardInterrupt):
+            signum = signal.SIGTERM if isinstance(u.exc_value, Terminated) else signal.SIGINT
+            timer = threading.Timer(0.05, _deliver_again, (signum,))
+            timer.daemon = True
+            timer.start()
+            return
+        previous(u)
+
+    _LIVE["running"] = True
+    sys.unraisablehook = hook
+    return previous
+
+
+def _deliver_again(signum) -> None:
+    """The signal raised again in the main thread (Python's handler for SIGINT, _terminate_as_interrupt's for
+    SIGTERM), unless the command has ended meanwhile."""
+    import _thread
+
+    if _LIVE.get("running"):
+        _thread.interrupt_main(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -592,10 +616,12 @@ def main(argv: list[str] | None = None) -> int:
     """
     import signal
 
-    previous = _terminate_as_interrupt()
+    previous, unraisable = _terminate_as_interrupt(), _stops_delivered_again()
     try:
         return _run_main(argv)
     finally:
+        _LIVE.pop("running", None)
+        sys.unraisablehook = unraisable
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 

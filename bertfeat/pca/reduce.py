@@ -20,7 +20,8 @@ from ..features import FeatureWriter, feature_fingerprint, feature_format, open_
 from ..features.registry import unwritable
 from .estimator import AUTO_COVARIANCE_MAX_FEATURES, PCA
 
-__all__ = ["fit_pca_file", "reduce_features_file", "pca_metadata_entry", "file_sha256", "fit_errstate"]
+__all__ = ["fit_pca_file", "reduce_features_file", "pca_metadata_entry", "file_sha256", "fit_errstate", "reduced_by",
+           "check_pca_input"]
 
 
 def fit_errstate() -> np.errstate:
@@ -94,7 +95,72 @@ def fit_pca_file(
         "model": src.meta.get("model") or src.meta.get("model_id"),
         "fingerprint": src.fingerprint,
     }
+    if src.fingerprint:  # features with provenance: whether a PCA reduced them is known (check_pca_input)
+        pca.source_["reduced_by"] = reduced_by(src.meta)
     return pca
+
+
+def reduced_by(meta: dict | None) -> dict | None:
+    """The PCA that reduced features with this provenance (its ``pca`` entry: components and model file sha256), or
+    None for features no PCA reduced."""
+    entry = (meta or {}).get("pca")
+    if not isinstance(entry, dict):
+        return None
+    return {k: entry[k] for k in ("n_components", "model_sha256") if k in entry}
+
+
+_UNKNOWN = object()
+
+
+def _model_input(pca):
+    """What reduced the features ``pca`` was fitted on: ``pca fit`` records it (``source_["reduced_by"]``), extract
+    --pca fits on its own features before any PCA (no source_, a fingerprint); else unknown (an older model, a PCA
+    fitted in Python)."""
+    source = getattr(pca, "source_", None)
+    if source and "reduced_by" in source:
+        return source["reduced_by"]
+    return None if not source and getattr(pca, "fingerprint_", None) else _UNKNOWN
+
+
+def _same_pca(a: dict, b: dict) -> bool:
+    if "model_sha256" in a and "model_sha256" in b:
+        return a["model_sha256"] == b["model_sha256"]
+    return a.get("n_components") == b.get("n_components")
+
+
+def _said(entry: dict) -> str:
+    sha = entry.get("model_sha256")
+    return f"{entry.get('n_components', '?')} components" + (f", model sha256 {sha[:12]}" if sha else "")
+
+
+def check_pca_input(pca, model_name, features_reduced, features_name: str, fix_raw: str,
+                    fix_reduced: str = "reduce them with that first PCA before this one, or apply a PCA fitted on "
+                                       "features before any PCA", raw_clause: str | None = None) -> None:
+    """Refuse to apply ``pca`` to features in another space than the ones it was fitted on: features a PCA reduced
+    (``features_reduced``: reduced_by of their provenance; None: not reduced; ``_UNKNOWN``: no provenance) under a
+    PCA fitted before any PCA, or the other way round, or reduced by another PCA. Their widths may agree (a PCA
+    keeping every component), and their fingerprints do (the model's settings), so nothing else tells them apart;
+    ``--force`` does not pass it (the product would mean nothing). ``fix_raw``: how to get features before any PCA;
+    ``fix_reduced``: what to do with features before any PCA, ``raw_clause`` how to say they are (default:
+    FEATURES_NAME holds features before any PCA). Skipped when either side is unknown."""
+    fitted_on = _model_input(pca)
+    if fitted_on is _UNKNOWN or features_reduced is _UNKNOWN:
+        return
+    if fitted_on is None and features_reduced is None:
+        return
+    if fitted_on is not None and features_reduced is not None and _same_pca(fitted_on, features_reduced):
+        return
+    if fitted_on is None:
+        raise BertfeatError(f"{features_name} holds features already reduced by a PCA ({_said(features_reduced)}), "
+                            f"and the PCA model {model_name} was fitted on features before any PCA",
+                            f"apply it to {fix_raw}, or fit a PCA on these features (bertfeat pca fit)")
+    if features_reduced is None:
+        raise BertfeatError(f"the PCA model {model_name} was fitted on features already reduced by a PCA "
+                            f"({_said(fitted_on)}), and {raw_clause or features_name + ' holds features before any PCA'}",
+                            fix_reduced)
+    raise BertfeatError(f"{features_name} was reduced by another PCA ({_said(features_reduced)}) than the features the "
+                        f"PCA model {model_name} was fitted on ({_said(fitted_on)})",
+                        "apply it to features reduced by that same PCA, or fit a PCA on these features (bertfeat pca fit)")
 
 
 def save_pca_outputs(pca: PCA, model_path: Path, report_prefix: Path, fingerprint: dict | None, source: dict | None,
@@ -180,6 +246,9 @@ def reduce_features_file(
     Returns the output path.
     """
     src = open_features(src_path)
+    given = reduced_by(src.meta) if src.fingerprint else _UNKNOWN  # no provenance: not known
+    check_pca_input(pca, getattr(pca, "source_path_", None) or "(in memory)", given, str(src.path),
+                    "the features before it (the extract output without --pca or --pca-model)")
     d = pca.n_features_in_
     if src.dim != d:
         raise BertfeatError(

@@ -92,8 +92,12 @@ def applied_pca(plan, fingerprint: dict, dim: int):
     if plan.pca_model is None:
         return None
     from ..pca.estimator import PCA
+    from ..pca.reduce import check_pca_input
 
     pca = PCA.load(plan.pca_model)
+    check_pca_input(pca, plan.pca_model, None, "this run", "",  # the run's features: before any PCA
+                    f"apply a PCA fitted on the features before any PCA (the first one), or fit one on these features "
+                    f"({opt('pca')} N instead of {opt('pca_model')})", raw_clause="this run's features are before any PCA")
     if pca.n_features_in_ != dim:
         raise BertfeatError(f"the PCA model {plan.pca_model} was fitted on {pca.n_features_in_} features per row, these "
                             f"features have {dim}", "apply a PCA fitted on features of the same model, pooling, layers and "

@@ -116,3 +116,76 @@ def test_a_resume_that_drops_or_changes_the_model_is_refused(trained, tmp_path):
         bertfeat.extract(test, out, model=tiny_model(), chunk_rows=5, resume=True)
     s = bertfeat.extract(test, out, model=tiny_model(), pca_model=model, chunk_rows=5, resume=True)
     assert s.chunks_resumed == 2 and pq.read_table(out).num_rows == 30
+
+
+# ------------------------------------------------------------------------------ a PCA and features of another space
+@pytest.fixture(scope="module")
+def rotated(tmp_path_factory):
+    """extract --pca all on 80 rows of 32 features: features rotated by a PCA that keeps their width, its model, the
+    same rows before any PCA, and a PCA fitted (pca fit) on the rotated ones."""
+    d = tmp_path_factory.mktemp("rot")
+    train = write_csv(d / "train.csv", ["text"], [[f"training sentence {i} about topic {i % 7}"] for i in range(80)])
+    bertfeat.extract(train, d / "rot.parquet", model=tiny_model(), pca="all")
+    bertfeat.extract(train, d / "raw.parquet", model=tiny_model())
+    from bertfeat.cli.app import main
+
+    assert main(["pca", "fit", str(d / "rot.parquet"), "-n", "3", "-o", str(d / "onrot.npz"), "-q"]) == 0
+    return d, train
+
+
+def _sha(path):
+    from bertfeat.pca.reduce import file_sha256
+
+    return file_sha256(path)[:12]
+
+
+def test_a_pca_is_not_applied_again_to_the_features_it_reduced(rotated, trained, capsys):
+    """pca transform of features a PCA reduced, with a PCA fitted before any PCA: refused whatever their widths (a PCA
+    keeping every component leaves them equal, and the product was written with exit code 0), --force or not."""
+    d, _ = rotated
+    for extra in ([], ["--force"]):
+        rc, _, err = run(capsys, "pca", "transform", d / "rot.parquet", "--pca-model", d / "rot.pca.npz",
+                         "-o", d / "twice.parquet", *extra)
+        assert (rc, err) == (1, f"Error: {d / 'rot.parquet'} holds features already reduced by a PCA (32 components, "
+                                f"model sha256 {_sha(d / 'rot.pca.npz')}), and the PCA model {d / 'rot.pca.npz'} was "
+                                "fitted on features before any PCA - apply it to the features before it (the extract "
+                                "output without --pca or --pca-model), or fit a PCA on these features (bertfeat pca fit)\n")
+        assert not list(d.glob("*twice*"))
+    t, model, _ = trained  # 6 of 32 components: named so, not as features of another model or pooling
+    rc, _, err = run(capsys, "pca", "transform", t / "train.parquet", "--pca-model", model, "-o", t / "twice.parquet")
+    assert rc == 1 and err.startswith(f"Error: {t / 'train.parquet'} holds features already reduced by a PCA (6 components")
+
+
+def test_a_pca_fitted_on_reduced_features_applies_only_to_features_that_pca_reduced(rotated, capsys):
+    d, train = rotated
+    onrot, sha = d / "onrot.npz", _sha(d / "rot.pca.npz")
+    rc, _, err = run(capsys, "extract", train, "-o", d / "x.parquet", "--model", tiny_model(), "--pca-model", onrot, "-q")
+    assert (rc, err) == (1, f"Error: the PCA model {onrot} was fitted on features already reduced by a PCA (32 "
+                            f"components, model sha256 {sha}), and this run's features are before any PCA - apply a PCA "
+                            "fitted on the features before any PCA (the first one), or fit one on these features (--pca "
+                            "N instead of --pca-model)\n")
+    rc, _, err = run(capsys, "pca", "transform", d / "raw.parquet", "--pca-model", onrot, "-o", d / "x.parquet")
+    assert (rc, err) == (1, f"Error: the PCA model {onrot} was fitted on features already reduced by a PCA (32 "
+                            f"components, model sha256 {sha}), and {d / 'raw.parquet'} holds features before any PCA - "
+                            "reduce them with that first PCA before this one, or apply a PCA fitted on features before "
+                            "any PCA\n")
+    bertfeat.extract(train, d / "other.parquet", model=tiny_model(), pca=31)  # another PCA's space
+    rc, _, err = run(capsys, "pca", "transform", d / "other.parquet", "--pca-model", onrot, "-o", d / "x.parquet")
+    assert (rc, err) == (1, f"Error: {d / 'other.parquet'} was reduced by another PCA (31 components, model sha256 "
+                            f"{_sha(d / 'other.pca.npz')}) than the features the PCA model {onrot} was fitted on (32 "
+                            f"components, model sha256 {sha}) - apply it to features reduced by that same PCA, or fit a "
+                            "PCA on these features (bertfeat pca fit)\n")
+    assert not list(d.glob("x.*"))
+
+    # the features it was fitted on: reduced again, as pca fit's own transform does; verify says it cannot check them
+    rc, _, err = run(capsys, "pca", "transform", d / "rot.parquet", "--pca-model", onrot, "-o", d / "chain.parquet", "-q")
+    assert rc == 0, err
+    X = np.stack(pq.read_table(d / "chain.parquet").column("embedding").to_numpy(zero_copy_only=False))
+    R = np.stack(pq.read_table(d / "rot.parquet").column("embedding").to_numpy(zero_copy_only=False))
+    from bertfeat.pca.estimator import PCA
+
+    np.testing.assert_allclose(X, PCA.load(onrot).transform(R), atol=1e-6)
+    rc, _, err = run(capsys, "verify", d / "chain.parquet", "-q")
+    assert (rc, err) == (1, f"Error: {d / 'chain.parquet'} was reduced by a PCA fitted on features a PCA had reduced "
+                            "before: it was reduced more than once (a pca transform of reduced features), and only the "
+                            "last PCA is recorded - verify the features before the later PCA\n")

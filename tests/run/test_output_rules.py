@@ -139,6 +139,27 @@ class TestOutputsThatNameADirectory:
                                              f"-o {os.path.join(given, example)}\n")
         assert sorted(str(p) for p in work.parent.rglob("*")) == before
 
+    @pytest.mark.parametrize("given, why", [(".", "is the current directory"), ("./", "ends in /, so it names a directory"),
+                                            ("existing/..", "is the parent directory")])
+    def test_a_folder_of_parquet_files_named_without_a_name(self, work, src, capsys, given, why):
+        """Found by the fourth run audit: in a folder holding Parquet files (a user's data folder), -o . and -o ./
+        failed with "unexpected ValueError: PosixPath('.') has an empty name - this is a bug", and -o existing/.. gave
+        the example -o existing/...features.parquet (a dataset's folder is given a file beside it, by its name: these
+        have none)."""
+        feats, model = work / "f.parquet", work / "m.npz"
+        assert run(capsys, "extract", src, "-o", feats, "--model", tiny_model(), "-q")[0] == 0
+        assert run(capsys, "pca", "fit", feats, "-n", "2", "-o", model, "-q")[0] == 0
+        before = sorted(str(p) for p in work.parent.rglob("*"))
+        for command, what, example in (
+                (["extract", src, "--model", tiny_model(), "-o"], "output", "features.parquet"),
+                (["pca", "fit", feats, "-n", "2", "-o"], "PCA model", "pca100.npz"),
+                (["pca", "transform", feats, "--pca-model", model, "-o"], "output", "reduced.parquet"),
+                (["report", model, "-q", "-o"], "report prefix", "pca100")):
+            rc, out, err = run(capsys, *command, given)
+            assert (rc, out, err) == (1, "", f"Error: the {what} {given} {why} - pass -o with a file name, e.g. "
+                                             f"-o {os.path.join(given, example)}\n")
+        assert sorted(str(p) for p in work.parent.rglob("*")) == before
+
     def test_a_report_prefix_may_be_an_existing_directory_s_name(self, work, src, capsys):
         """PREFIX.report.json beside the folder: a prefix is no file, so only a trailing / (hidden files) is refused."""
         feats, model = work / "f.parquet", work / "m.npz"

@@ -134,6 +134,29 @@ def test_summary_json_is_not_the_pca_model_it_applies(tmp_path, capsys):
     assert model.read_bytes() == before
 
 
+@pytest.mark.parametrize("dest, why, example", [
+    ("logs/", "ends in /, so it names a directory", "logs/run.json"),
+    (".", "is the current directory", "./run.json"),
+    ("..", "is the parent directory", "../run.json"),
+    ("sub/..", "is the parent directory", "sub/../run.json"),
+    ("logs/.json", "is an extension with no name", "run.json"),
+])
+def test_summary_json_that_names_no_file_is_refused(tmp_path, capsys, monkeypatch, dest, why, example):
+    """Found by the fourth run audit: --summary-json logs/ wrote a file named logs (pathlib drops the slash) and
+    logs/.json a hidden file, exit 0; . and .. were refused as "would replace the input" (they hold it). Refused as
+    -o refuses such names, before anything runs."""
+    from extract_util import tree_digest
+
+    (tmp_path / "w").mkdir()
+    monkeypatch.chdir(tmp_path / "w")
+    corpus(tmp_path / "w" / "c.csv")
+    before = tree_digest(tmp_path)
+    rc, _, err = run(capsys, "extract", "c.csv", "-o", "o.parquet", "--model", tiny_model(), "-q", "--summary-json", dest)
+    assert (rc, err) == (1, f"Error: the summary JSON {dest} {why} - pass --summary-json with a file name, e.g. "
+                            f"--summary-json {example}\n")
+    assert tree_digest(tmp_path) == before
+
+
 # --------------------------------------------------------------------------- inside the run's own folders
 class TestSummaryJsonInsideTheRunsOwnFolders:
     """--summary-json OUTPUT.partial/run.json was written there after the run, and the next run was refused for a
