@@ -1,4 +1,4 @@
-"""Only new work: each row's vector is taken from the cache (vcache.py) or from an identical earlier row of the same
+"""Only new work: each row's vector is taken from the cache (store.py) or from an identical earlier row of the same
 run when it can be, and only the rest go through the model. Both engines use it per chunk (chunks.py).
 
 Two steps per chunk, so the lookups run in the read-ahead thread while the model encodes the previous chunk:

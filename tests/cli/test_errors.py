@@ -424,7 +424,7 @@ def test_unexpected_errors_are_one_line_unless_debug(tmp_path, features, capsys,
     def boom(*a, **k):
         raise RuntimeError("something broke")
 
-    monkeypatch.setattr(reduce, "fit_pca_file", boom)  # what cli_pca's fit_pca_to_files calls
+    monkeypatch.setattr(reduce, "fit_pca_file", boom)  # what cli/pca.py's fit_pca_to_files calls
     rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
     one_line(rc, err, "Error: unexpected RuntimeError: something broke - this is a bug in bertfeat: rerun as "
                       "`bertfeat --debug COMMAND ...` (or with BERTFEAT_DEBUG=1) to see the traceback and report it")
