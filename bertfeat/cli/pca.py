@@ -2,7 +2,7 @@
 
 The logic lives in ``bertfeat.pca.reduce`` (files), ``bertfeat.pca.estimator`` (the estimator) and
 ``bertfeat.pca.report``. Errors are raised as ``BertfeatError``; the main CLI turns them into
-``Error: <what> - <fix>`` on stderr and exit code 1. The main ``cli.py`` registers::
+``Error: <what> - <fix>`` on stderr and exit code 1. ``app.py`` (``_register_optional``) registers::
 
     app.add_typer(pca_app, name="pca")
     app.command("report")(report_command)

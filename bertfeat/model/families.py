@@ -31,7 +31,7 @@ def load_model_weights(model_dir: str | Path, config: BertConfig, precision: str
 def forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray,
             keep: tuple[int, ...] | None = None, output_attentions: bool = False,
             ws: Workspace | None = None, at: np.ndarray | None = None) -> ForwardOutput:
-    """The family's forward pass (model.bert_forward's arguments and result)."""
+    """The family's forward pass (bert.bert_forward's arguments and result)."""
     if isinstance(w, MPNetWeights):
         return mpnet_forward(w, input_ids, token_type_ids, attention_mask, keep, output_attentions, ws, at)
     if isinstance(w, ModernBertWeights):

@@ -307,7 +307,7 @@ def test_onednn_rows_do_not_depend_on_the_row_count(dtype):
 
 def test_bf16_rows_do_not_depend_on_the_batch(minilm_dir, real_sentences):
     """As in fp32, a row's features do not depend on its batch neighbours or padding, bit for bit: GEMM rows do not
-    depend on the row count on oneDNN, and attention scores are each sequence's own (model.own_length_scores; before,
+    depend on the row count on oneDNN, and attention scores are each sequence's own (bert.own_length_scores; before,
     the batched score product's rounding changed with the padded length by ~6e-7, which a bf16 rounding of an
     activation then carried to ~2e-3)."""
     texts = real_sentences[:30]
@@ -541,7 +541,7 @@ def test_dask_engine_bf16(tmp_path, capsys, minilm_dir, real_sentences):
 @needs_onednn
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", None])
 def test_onednn_bias_and_activation_post_ops(act):
-    """oneDNN adds the bias and applies the activation as it writes the product (model.linear / linear_act): the
+    """oneDNN adds the bias and applies the activation as it writes the product (bert.linear / linear_act): the
     same values as the GEMM followed by model/bert.py's own functions, in float32 and rounded to bf16."""
     from bertfeat.model.bert import ACTIVATIONS
 
