@@ -52,10 +52,6 @@ class ChunkReuse:
     todo: list[int] = field(default_factory=list)  # rows to encode: the first of each distinct text not found
     waits: set[bytes] = field(default_factory=set)  # keys of ``later`` rows being encoded by an earlier chunk
 
-    @property
-    def n_reused(self) -> int:
-        return len(self.known) + len(self.later)
-
 
 class RunStore:
     """This run's vectors by key: memory first, then a temporary SQLite file once the memory budget is spent."""

@@ -14,10 +14,6 @@ from .modernbert import ModernBertWeights, load_modernbert_weights, modernbert_f
 from .mpnet import MPNetWeights, load_mpnet_weights, mpnet_forward
 from .weights import BertWeights, load_weights
 
-def family_name(config: BertConfig) -> str:
-    """The family `bertfeat info` names ('BERT', 'CamemBERT (RoBERTa)', 'MPNet', ...: config.FAMILIES)."""
-    return config.family
-
 
 def load_model_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp32") -> BertWeights:
     """The family's weights loader (every tensor name and shape checked)."""
