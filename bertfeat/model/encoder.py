@@ -1,8 +1,8 @@
 """Encoder: texts in, pooled float32 features out.
 
 Two stages, so a pipeline can overlap them (tokenize the next chunk while the model runs):
-  prepare(texts, pairs)  -> Prepared   (tokenize, truncate or cut into windows; no model)
-  run(prepared)          -> features   (length-sorted token-budget batches through the model, pooled)
+  prepare(texts, pairs, spec)  -> Prepared   (tokenize, truncate or cut into windows; no model)
+  run(prepared, spec)          -> features   (length-sorted token-budget batches through the model, pooled)
 ``Encoder.encode`` is both in a row. A row's vector does not depend on its batch neighbours: attention masks padded
 keys exactly, its scores are each sequence's own products (bert.own_length_scores), pooling ignores padded positions,
 and int8 never batches short sequences with long ones (split_short_batches): bit for bit on oneDNN (docs/python.md).
