@@ -5,7 +5,7 @@ Every phase runs in its own process (so its peak RSS is its own), one store at a
 
   (a) per backend and dimension (384 and 768: MiniLM's and bert-base's), a store of --entries rows (1,000,000)
       filled in batches of 2,048 rows (one chunk of `bertfeat extract`: one put, one transaction), random float32
-      vectors under keys vcache.text_key(f"bench row {i}"); then, in a fresh process, --batches batches of 2,048
+      vectors under keys cache.store.text_key(f"bench row {i}"); then, in a fresh process, --batches batches of 2,048
       random present keys (hits) and as many absent ones (misses), each batch's 2,048 keys hashed from their texts
       inside the timed region (as reuse.plan does). Rates in rows/s; the size on disk per million rows; the
       lookups set against the model's encode rate (measured here for all-MiniLM-L6-v2 fp32; the fastest
@@ -17,7 +17,7 @@ Every phase runs in its own process (so its peak RSS is its own), one store at a
       transaction; metasync=False: one fsync per commit, a system crash may drop the last commit but never
       corrupts, the guarantee of SQLite's WAL + synchronous=NORMAL); and VectorStore's format 1 layout (each whole
       row in the (fp, key) B-tree, WITHOUT ROWID, 4 KiB pages), which format 2 replaced after the first run of this
-      benchmark. Every backend stores and checks the same 8-byte BLAKE2b checksum (vcache._crc).
+      benchmark. Every backend stores and checks the same 8-byte BLAKE2b checksum (cache.store._crc).
 
 The SQLite files' page layout (dbstat: B-tree depth, interior / leaf / overflow pages) is read after each build.
 Lookups run with the store in the OS file cache (this machine has the RAM; the file cache is not dropped).
@@ -53,7 +53,7 @@ WORK = HERE / "_work" / "store"
 sys.path.insert(0, str(HERE))
 
 BATCH = 2048  # rows per chunk (`bertfeat extract --chunk-rows` default): one put, one lookup
-FP = "0123456789abcdef0123456789abcdef"  # a fingerprint (32 hex digits, as vcache.cache_fingerprint makes)
+FP = "0123456789abcdef0123456789abcdef"  # a fingerprint (32 hex digits, as cache.store.cache_fingerprint makes)
 BACKENDS = ("sqlite", "sqlite-v1", "lmdb")
 LABEL = {"sqlite": "SQLite, VectorStore as shipped (format 2: rowid table + unique index on (fp, key), 16 KiB pages)",
          "sqlite-v1": "SQLite, VectorStore's format 1 (WITHOUT ROWID on (fp, key), 4 KiB pages)",

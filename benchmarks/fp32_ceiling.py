@@ -58,7 +58,7 @@ def standalone_gflops(K: int, N: int, rows: int = ROWS, seconds: float = 0.4) ->
 
 
 def timed_encode(model_dir: Path, texts: list[str], max_length: int) -> dict:
-    """One fp32 encode on one thread, every gemm.matmul call timed (model.py calls it as gemm.matmul)."""
+    """One fp32 encode on one thread, every gemm.matmul call timed (model/bert.py calls it as gemm.matmul)."""
     from bertfeat import Encoder
     from bertfeat.ops import gemm
 

@@ -31,7 +31,7 @@ def opt(name: str, value=_UNSET, *, cli: str | None = None) -> str:
     """An option in an error message, by its Python parameter ``name`` (and the value given, if any).
 
     Rendered ``name=value`` (``repr`` of the value) for Python callers, ``--name-with-dashes value``
-    by the CLI (cli.FLAGS maps a parameter whose flag is spelled otherwise, and ``name=value`` to a flag of that value:
+    by the CLI (cli.app.FLAGS maps a parameter whose flag is spelled otherwise, and ``name=value`` to a flag of that value:
     ``cache=False`` to ``--no-cache``). ``True`` shows as the bare flag.
     ``cli``: the value as the command line shows it, when not ``str(value)`` (e.g. quoted, ``--pca 'abc'``).
     """

@@ -35,7 +35,7 @@ from .run.options import encoder_keywords, feature_spec
 __all__ = ["TextFeatures", "as_texts"]
 
 _MEMO_LOCK = threading.Lock()
-#: cache=True: the vector cache's key (vcache.cache_fingerprint: every setting and file that changes a vector) ->
+#: cache=True: the vector cache's key (cache.store.cache_fingerprint: every setting and file that changes a vector) ->
 #: {text: its (D,) vector}, per process.
 _MEMO: dict[str, dict[str, np.ndarray]] = {}
 

@@ -77,7 +77,7 @@ def _input_path(meta: dict, features: Path, given: str | os.PathLike | None) -> 
 
 
 def _spec_from(fingerprint: dict, path: Path):
-    """The feature settings the provenance records (of their types: features.check_provenance), as a FeatureSpec."""
+    """The feature settings the provenance records (of their types: features.base.check_provenance), as a FeatureSpec."""
     from .model.encoder import FeatureSpec
 
     fields = dict(fingerprint)
@@ -431,7 +431,7 @@ def _report(path: Path, reader, enc, pca, dtype: str, n: int, rows: list[dict], 
 
 
 def _check_model_files(meta: dict, enc, path: Path) -> None:
-    """The model folder's other files (config, tokenizer, sentence-transformers modules: vcache.model_files) are the
+    """The model folder's other files (config, tokenizer, sentence-transformers modules: cache.store.model_files) are the
     ones the features were extracted with, where the provenance records them (bertfeat >= 0.3): an edited
     1_Pooling/config.json changes the model's own embedding while the weights and the recorded settings still match."""
     from .cache.store import model_files_digest

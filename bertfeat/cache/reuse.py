@@ -1,4 +1,4 @@
-"""Only new work: each row's vector is taken from the cache (vcache.py) or from an identical earlier row of the same
+"""Only new work: each row's vector is taken from the cache (store.py) or from an identical earlier row of the same
 run when it can be, and only the rest go through the model. Both engines use it per chunk (chunks.py).
 
 Two steps per chunk, so the lookups run in the read-ahead thread while the model encodes the previous chunk:
@@ -51,10 +51,6 @@ class ChunkReuse:
     later: dict[int, bytes] = field(default_factory=dict)  # a duplicate of a row being encoded (this chunk or one before)
     todo: list[int] = field(default_factory=list)  # rows to encode: the first of each distinct text not found
     waits: set[bytes] = field(default_factory=set)  # keys of ``later`` rows being encoded by an earlier chunk
-
-    @property
-    def n_reused(self) -> int:
-        return len(self.known) + len(self.later)
 
 
 class RunStore:

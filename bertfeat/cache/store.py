@@ -69,7 +69,7 @@ BUSY_TIMEOUT_S = 120.0  # a writer waits this long for another's transaction (th
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs", "afs",
               "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.glusterfs", "fuse.cephfs", "9p")
 ENV = "BERTFEAT_CACHE"
-RUN_STORE_DIR = ".dedup"  # the Dask engine's run store without a cache: OUTPUT.partial/.dedup/ (dask_engine)
+RUN_STORE_DIR = ".dedup"  # the Dask engine's run store without a cache: OUTPUT.partial/.dedup/ (run/dask.py)
 RUN_STORE = "the run's temporary store of encoded rows"  # what a run store's errors call it
 APP_ID = 0x62667663  # PRAGMA application_id ("bfvc") of every store file bertfeat makes: the mark that it is bertfeat's
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file

@@ -1,4 +1,4 @@
-"""``bertfeat cache info|clear``: thin Typer wrappers over vcache.cache_info / vcache.clear_cache."""
+"""``bertfeat cache info|clear``: thin Typer wrappers over cache.store.cache_info / cache.store.clear_cache."""
 
 from __future__ import annotations
 

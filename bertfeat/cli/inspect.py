@@ -1,8 +1,8 @@
 """``bertfeat tokens``, ``bertfeat attention`` and ``bertfeat fill-mask``: thin Typer wrappers.
 
 Each validates its options, calls one function of ``bertfeat.inspection`` and renders the result
-with rich. Errors are ``BertfeatError``; ``cli.main`` prints them as ``Error: what - fix``, exit 1.
-``cli._register_optional`` calls ``register(app)``.
+with rich. Errors are ``BertfeatError``; ``app.main`` prints them as ``Error: what - fix``, exit 1.
+``app._register_optional`` calls ``register(app)``.
 """
 
 from __future__ import annotations

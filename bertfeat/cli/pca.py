@@ -2,7 +2,7 @@
 
 The logic lives in ``bertfeat.pca.reduce`` (files), ``bertfeat.pca.estimator`` (the estimator) and
 ``bertfeat.pca.report``. Errors are raised as ``BertfeatError``; the main CLI turns them into
-``Error: <what> - <fix>`` on stderr and exit code 1. The main ``cli.py`` registers::
+``Error: <what> - <fix>`` on stderr and exit code 1. ``app.py`` (``_register_optional``) registers::
 
     app.add_typer(pca_app, name="pca")
     app.command("report")(report_command)
@@ -22,8 +22,8 @@ __all__ = ["pca_app", "fit_command", "transform_command", "report_command", "par
 
 # The library's values, spelled here so that `--help` imports no numeric module (NumPy, the PCA, pyarrow): each
 # command imports what it runs. tests/cli/test_cli_pca.py checks they are the library's.
-SOLVERS = ("auto", "svd", "covariance", "randomized")  # pca_solvers.SOLVERS
-DEFAULT_ACCUMULATE = "mixed"  # pca_checks.DEFAULT_ACCUMULATE
+SOLVERS = ("auto", "svd", "covariance", "randomized")  # pca.solvers.SOLVERS
+DEFAULT_ACCUMULATE = "mixed"  # pca.validation.DEFAULT_ACCUMULATE
 DEFAULT_FOLDS = 5  # probe.DEFAULT_FOLDS
 MIN_PROBE_ROWS = 2 * DEFAULT_FOLDS  # --probe-rows: two rows per fold of the probe's cross-validation at least
 

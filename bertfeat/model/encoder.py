@@ -1,10 +1,10 @@
 """Encoder: texts in, pooled float32 features out.
 
 Two stages, so a pipeline can overlap them (tokenize the next chunk while the model runs):
-  prepare(texts, pairs)  -> Prepared   (tokenize, truncate or cut into windows; no model)
-  run(prepared)          -> features   (length-sorted token-budget batches through the model, pooled)
+  prepare(texts, pairs, spec)  -> Prepared   (tokenize, truncate or cut into windows; no model)
+  run(prepared, spec)          -> features   (length-sorted token-budget batches through the model, pooled)
 ``Encoder.encode`` is both in a row. A row's vector does not depend on its batch neighbours: attention masks padded
-keys exactly, its scores are each sequence's own products (model.own_length_scores), pooling ignores padded positions,
+keys exactly, its scores are each sequence's own products (bert.own_length_scores), pooling ignores padded positions,
 and int8 never batches short sequences with long ones (split_short_batches): bit for bit on oneDNN (docs/python.md).
 
 Over 500 lines on purpose: one class whose state lives across calls (the loaded model, its tokenizer, the
@@ -613,7 +613,7 @@ class Encoder:
                         specs: list[FeatureSpec]) -> list[np.ndarray]:
         """One padded batch (B, T) -> each spec's (B, D) pooled features (before normalization), from one forward
         pass keeping every layer the specs read. One spec whose pooling reads a single token of its deepest layer
-        (cls, lasttoken, pooled) runs that layer at that token alone (model.layer_at).
+        (cls, lasttoken, pooled) runs that layer at that token alone (bert.layer_at).
 
         Scratch memory comes from a pool of workspaces, one per batch in flight, kept across calls.
         """
@@ -624,7 +624,7 @@ class Encoder:
         try:
             masks = [self._pooling_mask(mask, s) for s in specs]
             token = one_token(specs)
-            # poolings that read one token of the deepest layer: that layer runs at that token alone (model.layer_at)
+            # poolings that read one token of the deepest layer: that layer runs at that token alone (bert.layer_at)
             at = None if token is None else ONE_TOKEN_POOLS[token](masks[0])
             keep = tuple(sorted({i for s in specs for i in s.layers}))
             fwd = forward(self.weights, input_ids, types, mask, keep=keep, ws=ws, at=at)
@@ -647,7 +647,7 @@ class Encoder:
         deepest = max(spec.layers)
         if spec.pooling == "pooled":
             return pooler(self.weights, fwd.hidden[deepest][:, 0, :])
-        cut = fwd.at is not None and deepest == max(fwd.hidden)  # that state was computed at one token (model.layer_at)
+        cut = fwd.at is not None and deepest == max(fwd.hidden)  # that state was computed at one token (bert.layer_at)
         x = combine_layers([self._pooled_at(fwd.hidden[i], pmask, modes[0]) if i == deepest and cut
                             else pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers], spec.layer_agg)
         for step in self._head_steps(spec):

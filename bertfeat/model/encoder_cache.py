@@ -1,5 +1,5 @@
 """One loaded Encoder per (model files, load settings) per process, shared by ``bertfeat.extract`` (the local
-engine), the scikit-learn transformer (sklearn.py) and the Dask workers (dask_engine.py).
+engine), the scikit-learn transformer (sklearn.py) and the Dask workers (run/dask.py).
 
 Loading a model reads and checksums its weights and warms its kernels (about a second for MiniLM); a process
 that extracts several files, fits a scikit-learn grid, or runs many Dask tasks does it once. The key holds the

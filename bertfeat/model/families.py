@@ -14,10 +14,6 @@ from .modernbert import ModernBertWeights, load_modernbert_weights, modernbert_f
 from .mpnet import MPNetWeights, load_mpnet_weights, mpnet_forward
 from .weights import BertWeights, load_weights
 
-def family_name(config: BertConfig) -> str:
-    """The family `bertfeat info` names ('BERT', 'CamemBERT (RoBERTa)', 'MPNet', ...: config.FAMILIES)."""
-    return config.family
-
 
 def load_model_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp32") -> BertWeights:
     """The family's weights loader (every tensor name and shape checked)."""
@@ -31,7 +27,7 @@ def load_model_weights(model_dir: str | Path, config: BertConfig, precision: str
 def forward(w: BertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray,
             keep: tuple[int, ...] | None = None, output_attentions: bool = False,
             ws: Workspace | None = None, at: np.ndarray | None = None) -> ForwardOutput:
-    """The family's forward pass (model.bert_forward's arguments and result)."""
+    """The family's forward pass (bert.bert_forward's arguments and result)."""
     if isinstance(w, MPNetWeights):
         return mpnet_forward(w, input_ids, token_type_ids, attention_mask, keep, output_attentions, ws, at)
     if isinstance(w, ModernBertWeights):

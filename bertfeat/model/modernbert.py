@@ -200,7 +200,7 @@ def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 def lin(w: ModernBertWeights, x: np.ndarray, wt, b: np.ndarray | None, out: np.ndarray, bt: Batch,
         row0: int = 0) -> np.ndarray:
     """(m, in) float32 rows (token rows row0.. of the batch) @ wt + b into ``out`` (m, out), in the weights'
-    precision (model.layer_steps: for bf16 the rows rounded to bf16 first, for int8 quantized, with the batch's float
+    precision (bert.layer_steps: for bf16 the rows rounded to bf16 first, for int8 quantized, with the batch's float
     token rows in float)."""
     return layer_steps(w).linear(x, wt, b, out, bt, row0)
 
@@ -314,7 +314,7 @@ def modernbert_embed(w: ModernBertWeights, input_ids: np.ndarray) -> np.ndarray:
 def modernbert_forward(w: ModernBertWeights, input_ids: np.ndarray, token_type_ids: np.ndarray | None,
                        attention_mask: np.ndarray, keep: tuple[int, ...] | None = None, output_attentions: bool = False,
                        ws: Workspace | None = None, at: np.ndarray | None = None) -> ForwardOutput:
-    """model.bert_forward for ModernBERT (same arguments and result; ``token_type_ids`` ignored, as ModernBertModel
+    """bert.bert_forward for ModernBERT (same arguments and result; ``token_type_ids`` ignored, as ModernBertModel
     takes none). Hidden state L is after final_norm; the others are the residual stream. ``at`` is not used (every
     layer runs on every token: the result's ``at`` stays None)."""
     c = w.config

@@ -3,12 +3,12 @@
 Shapes: B batch, T tokens, H hidden, nh heads, NB relative-position buckets (relative_attention_num_buckets),
         V vocab, P position rows, N = B * T token rows.
 
-MPNet's layers are BERT's post-LN layers (model.encoder_layer, every linear layer through gemm.matmul, so fp32 /
+MPNet's layers are BERT's post-LN layers (bert.encoder_layer, every linear layer through gemm.matmul, so fp32 /
 bf16 / int8 all run) under other tensor names; what differs is around them:
 
     e = LN(word + position)                   no token types; position ids from padding_idx + 1 = 2 (as RoBERTa)
     bias[h, i, j] = table[bucket(j - i), h]   (nh, T, T), one for every layer (encoder.relative_attention_bias)
-    scores = q k^T / sqrt(hs) + bias + mask   (model.attend's optional bias)
+    scores = q k^T / sqrt(hs) + bias + mask   (bert.attend's optional bias)
 
 bucket(): T5's bidirectional bucketing as transformers' MPNetEncoder.relative_position_bucket: 32 buckets (half per
 direction), exact for |d| < 8, logarithmic up to max_distance 128, the last bucket beyond. transformers always uses 32
@@ -181,7 +181,7 @@ def mpnet_embed(w: MPNetWeights, input_ids: np.ndarray, out: np.ndarray | None =
 def mpnet_forward(w: MPNetWeights, input_ids: np.ndarray, token_type_ids: np.ndarray | None,
                   attention_mask: np.ndarray, keep: tuple[int, ...] | None = None, output_attentions: bool = False,
                   ws: Workspace | None = None, at: np.ndarray | None = None) -> ForwardOutput:
-    """model.bert_forward for MPNet (same arguments and result); ``token_type_ids`` is ignored, as MPNetModel does."""
+    """bert.bert_forward for MPNet (same arguments and result); ``token_type_ids`` is ignored, as MPNetModel does."""
     c = w.config
     B, T = input_ids.shape
     keep, last = layers_to_run(c, T, keep, output_attentions)

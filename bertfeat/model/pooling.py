@@ -28,7 +28,7 @@ def last_positions(mask: np.ndarray) -> np.ndarray:
 
 
 #: poolings that read one token per row of the last hidden state, and where (from the pooling mask): the forward pass
-#: can compute the last layer at that token alone (model.run_layers' ``at``); the pooler reads the first token whatever
+#: can compute the last layer at that token alone (bert.run_layers' ``at``); the pooler reads the first token whatever
 #: the mask (an excluded prompt too)
 ONE_TOKEN_POOLS = {"cls": first_positions, "lasttoken": last_positions,
                    "pooled": lambda mask: np.zeros(len(mask), dtype=np.int64)}

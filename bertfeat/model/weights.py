@@ -185,7 +185,7 @@ class BertWeights:
     mlm: dict | None = None  # dense_w (H,H) transposed, dense_b, ln_g, ln_b, bias (V,)
     files: list[Path] = field(default_factory=list)
     missing_pooler_reason: str | None = None
-    precision: str = "fp32"  # "bf16": the layers' linear weights are bf16 (uint16) for gemm.gemm_bf16
+    precision: str = "fp32"  # "bf16": the layers' linear weights are bf16 (uint16) for gemm.matmul
     ignored: list[str] = field(default_factory=list)  # other tasks' head tensors in the file, not used
     emb_proj_w: np.ndarray | None = None  # ELECTRA's embeddings_project (E, H) transposed, float32 (as the pooler)
     emb_proj_b: np.ndarray | None = None  # (H,)

@@ -630,7 +630,6 @@ def hp_accumulate_(acc, s, z, cs, f, out, add):
     return out
 
 
-FP32_KERNELS = ("gelu", "relu", "add_layer_norm_", "masked_softmax_")
 BF16_KERNELS = ("gelu_bf16", "relu_bf16", "add_layer_norm_bf16_", "to_bf16_", "ctx_rows_bf16_")
 Q8_KERNELS = ("quant_rows_q8_", "ctx_q8_", "dq_bias_q8_", "dq_add_ln_q8_", "dq_gelu_q8_", "hp_accumulate_")
 

@@ -9,9 +9,10 @@ VNNI for int8, plain AVX-512 / AVX2 elsewhere. It comes from the PyPI wheel ``on
 Only its C API is used, through ctypes: engine, stream, memory descriptors, the matmul primitive and the
 reorder that packs weights.
 
-``pack(w, dtype)``: a (K, N) weight, float32 or bf16 bit patterns (uint16), reordered ONCE, at load, into
+``pack(w)``: a (K, N) weight, float32, bf16 bit patterns (uint16) or int8, reordered ONCE, at load, into
 the blocked layout oneDNN's kernel prefers for that shape and type (a ``Packed``; the plain array can be
-dropped). ``matmul(a, p, out)``: out (M, N) float32 <- a @ p, where ``a`` has the packed weight's type.
+dropped). ``matmul(a, p, out, bias, act)``: out (M, N) <- act(a @ p + bias), where ``a`` is of the packed weight's
+input type (uint8 for int8 weights) and ``out`` of its output type (float32, int32 for int8; see ``matmul``).
 
 Every call runs on the calling thread alone (OpenMP held to one thread there): bertfeat runs batches side
 by side in threads (encoder.parallel_map), one GEMM per thread, as it does with OpenBLAS. Each thread has

@@ -257,7 +257,7 @@ def quant_rows(x: np.ndarray, inv: np.ndarray | None = None) -> tuple[np.ndarray
 def take_top(t: np.ndarray, top: int = TOP) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(M, K) float32 -> (t with up to ``top`` channels per row set to 0: those of largest |value| above TOP_RATIO x
     the row's root mean square, largest first; their indices (M, top) int32, -1 for an empty slot; their values
-    (M, top) float32, 0 for an empty slot). The first index on ties; a NaN is taken (kernels._take_top)."""
+    (M, top) float32, 0 for an empty slot). The first index on ties; a NaN is taken (kernels._quant_out)."""
     t = np.array(t, dtype=np.float32)
     M, K = t.shape
     ti, tv = np.full((M, top), -1, np.int32), np.zeros((M, top), np.float32)

@@ -2,7 +2,7 @@
 
 Two values are equal when their canonical JSON (sorted keys) is equal, so ``[1, 2]`` equals
 ``(1, 2)`` and ``np.float64(0.5)`` equals ``0.5``. ``run.manifest.manifest_differences`` (may a run
-resume?) and ``pca_file.fingerprint_differences`` (were these features made like the PCA's?)
+resume?) and ``pca.file.fingerprint_differences`` (were these features made like the PCA's?)
 both call ``dict_differences``; they differ only in the keys they compare, what an absent
 key reads as, and how they write types JSON does not know.
 """

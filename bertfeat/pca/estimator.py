@@ -3,12 +3,12 @@
 This module is the estimator's home: ``PCA`` and ``NotFittedError``. The rest lives beside it,
 and every name callers used to import from here is still importable from here:
 
-* ``pca_checks``  input, ``n_components`` and ``accumulate`` checks, the NaN / inf error;
-* ``pca_stats``   streaming statistics (``Stats``), their blockwise accumulation and merge;
-* ``pca_solvers`` the decompositions (svd, randomized, covariance eigh), the sign rule, ``auto``;
-* ``pca_file``    the ``.npz`` model file and fingerprint comparison.
+* ``validation`` input, ``n_components`` and ``accumulate`` checks, the NaN / inf error;
+* ``stats``      streaming statistics (``Stats``), their blockwise accumulation and merge;
+* ``solvers``    the decompositions (svd, randomized, covariance eigh), the sign rule, ``auto``;
+* ``file``       the ``.npz`` model file and fingerprint comparison.
 
-A little over 500 lines on purpose: what is left is one class, scikit-learn's estimator surface (fit, partial_fit,
+Long on purpose: what is left is one class, scikit-learn's estimator surface (fit, partial_fit,
 merge, finalize, transform, inverse_transform, save / load, first-use decomposition), which reads best in one place.
 
 Shape legend (used in every docstring and comment below)::
@@ -44,7 +44,7 @@ Streaming
 ---------
 ``partial_fit`` only accumulates statistics (one ``syrk`` per block of ``BLOCK_ROWS``
 rows, in float32 for float32 input under ``accumulate="mixed"``, added to float64 totals: see
-``pca_stats.chunk_stats``); it never decomposes. The decomposition of everything seen so far
+``stats.chunk_stats``); it never decomposes. The decomposition of everything seen so far
 runs on first use - the first read of a fitted attribute (``components_``, ...) or call of
 ``transform`` / ``inverse_transform`` / ``save`` / ``get_feature_names_out`` after new rows
 arrived - or at an explicit ``finalize()``, and is kept until the next ``partial_fit``
@@ -149,7 +149,7 @@ class PCA(Estimator):
     n_components : None, int, float in (0, 1) or "mle"
         None keeps all r = min(n, d) components; an int keeps that many; a fraction keeps
         the smallest k whose cumulative explained-variance ratio exceeds it; "mle" the k of
-        Minka's MLE (pca_solvers.infer_dimension, scikit-learn's choice; n >= d, not randomized).
+        Minka's MLE (solvers.infer_dimension, scikit-learn's choice; n >= d, not randomized).
     solver : "auto", "svd", "covariance" or "randomized"
         How ``fit`` decomposes in-memory data. ``partial_fit`` always accumulates
         covariance statistics, and their decomposition is always ``eigh``.
@@ -167,7 +167,7 @@ class PCA(Estimator):
         float64 fit, in general a component's variance about 1e-7 x (largest variance / its
         own) off (use float64 when the trailing components of a steep spectrum matter). Data
         far from zero relative to its spread (|mean| > 128 std in some column), a block
-        of rows far from the running shift (pca_stats.MIXED_MAX_ENERGY), and a block whose
+        of rows far from the running shift (stats.MIXED_MAX_ENERGY), and a block whose
         float32 products overflow (values near 1e19 or larger) fall back to float64 products.
         ``n_components="mle"`` always accumulates in float64: Minka's choice reads the smallest
         variances, which float32 products cannot resolve.
@@ -322,7 +322,7 @@ class PCA(Estimator):
 
     def _fit(self, X: Any, accumulate: str, exact: bool) -> PCA:
         """``fit`` with the parameters checked (-> ``accumulate``); ``exact``: ``solver="auto"`` never picks the
-        randomized solver (pca_solvers.choose_solver)."""
+        randomized solver (solvers.choose_solver)."""
         names_from = X
         X = as_2d_float(X)
         n, d = X.shape

@@ -3,7 +3,7 @@
 Owns ``Decomposition`` (the fitted numbers, every array float64), the sign convention
 (``flip_signs``, scikit-learn >= 1.5), choosing k from a spectrum (``n_components_from_spec``,
 ``components_needed``), the three solvers - ``svd`` of centred data, ``randomized`` (Halko et al.)
-and ``covariance`` (``eigh`` of the covariance built from ``pca_stats.Stats``) - and what
+and ``covariance`` (``eigh`` of the covariance built from ``stats.Stats``) - and what
 ``auto`` resolves to; and the probabilistic PCA model of a decomposition (Tipping & Bishop: its covariance,
 precision and log-likelihoods, scikit-learn's ``get_covariance`` / ``get_precision`` / ``score_samples``).
 Shape legend: n rows, d features, k kept components, r = min(n, d).

@@ -101,7 +101,7 @@ def overflow_error(first: int, last: int) -> BertfeatError:
 
 def check_n_components_spec(spec: Any) -> None:
     """Validate the *type* of n_components (range checks need n and d)."""
-    if spec is None or (isinstance(spec, str) and spec == "mle"):  # 'mle': Minka's choice (pca_solvers.infer_dimension)
+    if spec is None or (isinstance(spec, str) and spec == "mle"):  # 'mle': Minka's choice (solvers.infer_dimension)
         return
     if isinstance(spec, bool) or not isinstance(spec, numbers.Real):
         raise BertfeatError(

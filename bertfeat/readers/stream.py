@@ -1,5 +1,6 @@
-"""Binary stream adapters: a counter of the bytes read (progress), standard input with its peeked head put back,
-and a pyarrow input stream (e.g. decompressing) as a Python raw stream.
+"""Binary stream adapters: a counter of the bytes read (progress; a gzip file's sizes from its trailer), a UTF-8
+stream given its final line feed, standard input with its peeked head put back, a pyarrow input stream (e.g.
+decompressing) as a Python raw stream, and the gate that keeps pyarrow's CSV read-ahead near the rows parsed.
 """
 
 from __future__ import annotations

@@ -267,7 +267,7 @@ class TaskContext:
     dtype: str = "float32"  # the output parts' feature type (the full-width parts of pass 1 under pca stay float32)
     keep_types: dict | None = None  # the kept columns (keep) and their Arrow types
     cache: str | None = None  # the vector cache directory (on this machine: the client checked the workers' host)
-    cache_id: tuple | None = None  # (fingerprint, settings) of the run in the cache (vcache.cache_fingerprint)
+    cache_id: tuple | None = None  # (fingerprint, settings) of the run in the cache (cache.store.cache_fingerprint)
     # the run's duplicates store beside a cache no task may write (read-only): OUTPUT.partial/.dedup/, and its id
     run_store: str | None = None
     run_store_id: tuple | None = None

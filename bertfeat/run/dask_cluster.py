@@ -3,7 +3,7 @@
 ``open_client`` joins a scheduler or starts a LocalCluster (one worker process with a thread per core by default;
 measured fastest); ``worker_threads`` / ``cluster_slots`` size the partitions and the encoder threads to the workers
 that joined; ``gather`` collects task results as they finish, turning a task's error into the run's error and
-reporting progress; ``cancel`` drops the rest. dask_engine.py holds the job.
+reporting progress; ``cancel`` drops the rest. dask.py holds the job.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def kind_of(e: BaseException, resumable: tuple[type, ...] = ()) -> str:
     """The failure's kind (KINDS); ``resumable``: the engine's own errors that keep the finished parts (the local
     engine's DamagedPart, the Dask engine's ClusterError) beside every ResumableError (a cache's, a worker's setup)
     and max_bad_rows'."""
-    if interrupt_in(e) is not None:  # Ctrl-C, SIGTERM through the CLI (cli.Terminated), or what a kernel made of them
+    if interrupt_in(e) is not None:  # Ctrl-C, SIGTERM through the CLI (cli.app.Terminated), or what a kernel made of them
         return "interrupt"
     if isinstance(e, (ResumableError, TooManyBadRows, *resumable)):
         return "resumable"

@@ -22,9 +22,9 @@ from ..version import __version__
 
 def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
     """What a run must share with the interrupted run it resumes: version, the features' fingerprint, the model
-    folder's other files (tokenizer, config, sentence-transformers modules: vcache.encoder_files_digest, as the cache
+    folder's other files (tokenizer, config, sentence-transformers modules: cache.store.encoder_files_digest, as the cache
     key has them), the tokenizers library's version (another may split the kept chunks' texts otherwise), the GEMM
-    path (vcache.gemm_identity: a resume on OpenBLAS would round its rows otherwise than the
+    path (cache.store.gemm_identity: a resume on OpenBLAS would round its rows otherwise than the
     interrupted run on oneDNN did), the input files (size, mtime), the options that shape the output; plus each
     engine's own keys."""
     from ..cache.store import encoder_files_digest, gemm_identity
@@ -56,7 +56,7 @@ def check_resume(old_manifest: dict, manifest: dict) -> None:
                           f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over, or use the original settings")
 
 
-#: each engine's manifest in OUTPUT.partial/ (local_engine.PartStore, dask_engine.MANIFEST): its name says which
+#: each engine's manifest in OUTPUT.partial/ (local.PartStore, dask.MANIFEST): its name says which
 #: engine started the partial run (each keeps its own part layout)
 PARTIAL_MANIFESTS = {"local": "manifest.json", "dask": "_manifest.json"}
 

@@ -165,7 +165,7 @@ class ExtractPlan:
     dask: DaskSettings | None
     keep: tuple[str, ...] = ()  # input columns copied to the output (the reader reads them: keep_types)
     keep_as: dict = field(default_factory=dict)  # kept column -> the type given for it (keep="label:int"), else decided
-    cache: Path | None = None  # the vector cache directory (vcache.py), None: no cache
+    cache: Path | None = None  # the vector cache directory (cache/store.py), None: no cache
     label: str | None = None  # a kept column whose linear probe the PCA report adds (probe.py); needs pca
     dtype: str = "float32"  # the written features' type (FEATURE_DTYPES); computed, cached and reduced in float32
     max_field_bytes: int = DEFAULT_MAX_FIELD_BYTES  # a read value larger than this is a bad row (the reader holds it)

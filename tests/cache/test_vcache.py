@@ -490,7 +490,7 @@ def test_run_store_errors_name_the_run_store_not_a_cache(tmp_path, monkeypatch, 
     from bertfeat.cli.app import FLAGS
 
     partial = tmp_path / "o.parquet.partial"
-    dask = open_cache(partial / ".dedup")  # the Dask engine's (dask_engine.RUN_STORE)
+    dask = open_cache(partial / ".dedup")  # the Dask engine's (run.dask.RUN_STORE)
     fid = dask.register("a" * 32, "m", D, {})
     dask.db = _Failing(dask.db, error)
     with pytest.raises(CacheError) as e:

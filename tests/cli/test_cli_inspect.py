@@ -1,4 +1,4 @@
-"""`bertfeat tokens`, `bertfeat attention`, `bertfeat fill-mask` through ``cli.main``: output, files, errors."""
+"""`bertfeat tokens`, `bertfeat attention`, `bertfeat fill-mask` through ``cli.app.main``: output, files, errors."""
 
 from __future__ import annotations
 

@@ -424,7 +424,7 @@ def test_unexpected_errors_are_one_line_unless_debug(tmp_path, features, capsys,
     def boom(*a, **k):
         raise RuntimeError("something broke")
 
-    monkeypatch.setattr(reduce, "fit_pca_file", boom)  # what cli_pca's fit_pca_to_files calls
+    monkeypatch.setattr(reduce, "fit_pca_file", boom)  # what cli/pca.py's fit_pca_to_files calls
     rc, _, err = run(capsys, "pca", "fit", features, "-o", tmp_path / "p.npz")
     one_line(rc, err, "Error: unexpected RuntimeError: something broke - this is a bug in bertfeat: rerun as "
                       "`bertfeat --debug COMMAND ...` (or with BERTFEAT_DEBUG=1) to see the traceback and report it")
@@ -664,7 +664,7 @@ def test_an_option_value_the_cli_spells_otherwise():
 
 def test_pca_fit_names_n_components_as_its_long_flag(features, tmp_path, capsys):
     """`pca fit -n 0`: the library names the parameter n_components; the CLI shows --n-components (no
-    cli.FLAGS entry: -n and --n-components are one option, and its errors always said --n-components)."""
+    cli.app.FLAGS entry: -n and --n-components are one option, and its errors always said --n-components)."""
     from bertfeat.cli.app import FLAGS
 
     assert "n_components" not in FLAGS
@@ -747,7 +747,7 @@ def test_no_command_prints_the_help(capsys):
 
 def test_info_names_its_model_argument_not_a_model_flag(tmp_path, capsys):
     """info takes the model as an argument: the library's "pass --model ..." reads "the MODEL argument" there
-    (cli.COMMAND_FLAGS), and stays --model for the commands that have that flag."""
+    (cli.app.COMMAND_FLAGS), and stays --model for the commands that have that flag."""
     empty = tmp_path / "empty"
     empty.mkdir()
     fix = "at a Hugging Face model directory (config.json, model.safetensors, tokenizer.json or vocab.txt)"

@@ -97,7 +97,7 @@ def test_vector_does_not_depend_on_batch_neighbours_or_order(enc, real_sentences
     shuffled = enc.encode([texts[i] for i in perm])[np.argsort(perm)]
     tiny = Encoder(enc.location.path, max_batch_tokens=64).encode(texts)  # many small batches
     # on oneDNN a GEMM row does not depend on the row count, and attention scores are each sequence's own
-    # (model.own_length_scores): bit for bit; NumPy's BLAS may round a row by the batch's row count
+    # (bert.own_length_scores): bit for bit; NumPy's BLAS may round a row by the batch's row count
     tol = 0.0 if enc.gemm_path.library == "onednn" else 1e-6
     for name, X in (("alone", alone), ("shuffled", shuffled), ("small batches", tiny)):
         d = np.abs(X - batch).max()
@@ -115,7 +115,7 @@ def test_vector_does_not_depend_on_batch_neighbours_or_order(enc, real_sentences
 def test_every_pooling_is_batch_independent(enc, real_sentences, long_text, kw):
     """Bit for bit on oneDNN for every pooling, layers and long-text mode: cls / lasttoken run the last layer at one
     token, whose (1, T) x (T, hs) context product rounded by the padded length (4.5e-7) before
-    model.own_length_context."""
+    bert.own_length_context."""
     texts = list(real_sentences[:40]) + [long_text[:1500]]
     together = enc.encode(texts, **kw)
     alone = np.concatenate([enc.encode([t], **kw) for t in texts])
@@ -125,7 +125,7 @@ def test_every_pooling_is_batch_independent(enc, real_sentences, long_text, kw):
 
 def test_run_sets_gives_each_spec_as_run_gives_it(enc, real_sentences, long_text):
     """Several feature sets from one pass (bertfeat sweep): a set that reads whole layers is run's bit for bit; a
-    one-token pooling reads the whole last layer there (run computes it at the token alone: model.layer_at)."""
+    one-token pooling reads the whole last layer there (run computes it at the token alone: bert.layer_at)."""
     texts = list(real_sentences[:30]) + [long_text[:1500]]
     specs = [enc.spec(), enc.spec("mean", layers=-2), enc.spec("max+mean", layers="1,-1"),
              enc.spec("mean", layers="-4:", layer_agg="concat"), enc.spec("cls"), enc.spec("pooled"),

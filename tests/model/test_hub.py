@@ -356,7 +356,7 @@ def test_older_layout_without_the_encoders_config_json(make_ckpt, tmp_path):
 
 
 def test_cached_vectors_depend_on_the_transformer_folders_files(make_ckpt, tmp_path):
-    """The vector cache's fingerprint and the resume manifest's model_files (vcache.model_files_digest) cover the
+    """The vector cache's fingerprint and the resume manifest's model_files (cache.store.model_files_digest) cover the
     encoder's files in 0_Transformer/; its weights are in the fingerprint through their sha256."""
     from bertfeat.model.encoder_cache import files_stamp
     from bertfeat.cache.store import cache_fingerprint, model_files_digest

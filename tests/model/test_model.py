@@ -407,7 +407,7 @@ def test_gelu_variants_against_torch():
 
 
 def test_attention_scores_are_each_sequences_own():
-    """model.own_length_scores: a sequence's scores are the product of its own tokens only, bit for bit what it gets
+    """bert.own_length_scores: a sequence's scores are the product of its own tokens only, bit for bit what it gets
     alone (the batched BLAS product rounds differently as the padded length changes), and padding scores are 0."""
     from bertfeat.model.bert import additive_mask, own_length_scores
 

@@ -166,8 +166,8 @@ def test_fp32_forward_on_onednn_matches_numpy(minilm_dir, real_sentences, monkey
 # --------------------------------------------------------------------------- fused kernels write bf16
 def test_bf16_kernels_write_the_rounded_fp32_result():
     """The numba kernels that write bf16 (bias + activation, add + LayerNorm, the context's transpose, a plain
-    conversion): exactly their fused fp32 twin rounded by gemm.to_bf16, that twin within float rounding of model.py's
-    NumPy steps. (On the NumPy backend model.py runs those very steps: nothing to compare there.)"""
+    conversion): exactly their fused fp32 twin rounded by gemm.to_bf16, that twin within float rounding of model/bert.py's
+    NumPy steps. (On the NumPy backend model/bert.py runs those very steps: nothing to compare there.)"""
     if kernels.use("numba") != "numba":
         pytest.skip(f"numba kernels unavailable: {kernels.unavailable_reason()}")
     try:
@@ -177,7 +177,7 @@ def test_bf16_kernels_write_the_rounded_fp32_result():
         for act in ("gelu", "relu"):  # the activations with a fused bf16 kernel
             assert kernels.get(act + "_bf16") is not None
             kernels.use("numpy")
-            numpy_ref = bias_act_(u.copy(), b, act)  # model.py's NumPy steps
+            numpy_ref = bias_act_(u.copy(), b, act)  # model/bert.py's NumPy steps
             kernels.use("numba")
             ref = bias_act_(u.copy(), b, act)  # the fused fp32 kernel, the bf16 kernel's twin
             np.testing.assert_allclose(ref, numpy_ref, rtol=0, atol=2e-6, err_msg=act)
@@ -307,7 +307,7 @@ def test_onednn_rows_do_not_depend_on_the_row_count(dtype):
 
 def test_bf16_rows_do_not_depend_on_the_batch(minilm_dir, real_sentences):
     """As in fp32, a row's features do not depend on its batch neighbours or padding, bit for bit: GEMM rows do not
-    depend on the row count on oneDNN, and attention scores are each sequence's own (model.own_length_scores; before,
+    depend on the row count on oneDNN, and attention scores are each sequence's own (bert.own_length_scores; before,
     the batched score product's rounding changed with the padded length by ~6e-7, which a bf16 rounding of an
     activation then carried to ~2e-3)."""
     texts = real_sentences[:30]
@@ -541,8 +541,8 @@ def test_dask_engine_bf16(tmp_path, capsys, minilm_dir, real_sentences):
 @needs_onednn
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", None])
 def test_onednn_bias_and_activation_post_ops(act):
-    """oneDNN adds the bias and applies the activation as it writes the product (model.linear / linear_act): the
-    same values as the GEMM followed by model.py's own functions, in float32 and rounded to bf16."""
+    """oneDNN adds the bias and applies the activation as it writes the product (bert.linear / linear_act): the
+    same values as the GEMM followed by model/bert.py's own functions, in float32 and rounded to bf16."""
     from bertfeat.model.bert import ACTIVATIONS
 
     rng = np.random.default_rng(11)
@@ -554,7 +554,7 @@ def test_onednn_bias_and_activation_post_ops(act):
     want = ref.astype(np.float32) if act is None else ACTIVATIONS[act](ref.astype(np.float32))
     got = gemm.matmul(a, p, bias=b, act=act)
     err = np.abs(got - want).max()
-    print(f"{act}: oneDNN post-op vs GEMM + model.py function: max abs diff {err:.2e}")
+    print(f"{act}: oneDNN post-op vs GEMM + model/bert.py function: max abs diff {err:.2e}")
     assert err < 5e-6
 
 

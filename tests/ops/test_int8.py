@@ -262,7 +262,7 @@ def _dq_case(seed=11, M=24, K=96, N=80):
 def test_dequantizing_kernels_equal_their_numpy_reference():
     """dq_bias_q8_ (qkv), dq_add_ln_q8_ (attention output / FFN down: + bias + residual, LayerNorm, the next layer's
     quantization), dq_gelu_q8_ (FFN up: + bias, GELU, quantization) and hp_accumulate_ (a short batch's sums) against quant.py's
-    and model.py's NumPy steps; and the dequantized product against the float one."""
+    and model/bert.py's NumPy steps; and the dequantized product against the float one."""
     k = _fused_or_skip()
     try:
         from bertfeat.model.bert import gelu_erf, layer_norm

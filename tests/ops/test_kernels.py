@@ -1,4 +1,4 @@
-"""The fused element-wise kernels (bertfeat/ops/kernels.py) against the NumPy reference in model.py."""
+"""The fused element-wise kernels (bertfeat/ops/kernels.py) against the NumPy reference in model/bert.py."""
 
 from __future__ import annotations
 

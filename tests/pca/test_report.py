@@ -53,7 +53,7 @@ def test_report_numbers_match_an_independent_computation(X, fitted):
 
 
 def test_thresholds_are_the_k_that_a_fraction_n_components_keeps(X, fitted):
-    # one rule (pca_solvers.components_needed) behind the report, PCA.components_needed and n_components=0.95
+    # one rule (solvers.components_needed) behind the report, PCA.components_needed and n_components=0.95
     report = build_pca_report(fitted)
     for entry in report["thresholds"]:
         t = entry["fraction"]

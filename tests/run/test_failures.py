@@ -161,7 +161,7 @@ class TestThePolicy:
 class TestKindsAndHandle:
     @pytest.mark.parametrize("e, kind", [
         (KeyboardInterrupt(), "interrupt"),
-        (type("Terminated", (KeyboardInterrupt,), {})(), "interrupt"),  # cli.Terminated (SIGTERM)
+        (type("Terminated", (KeyboardInterrupt,), {})(), "interrupt"),  # cli.app.Terminated (SIGTERM)
         (CacheError("c", "f"), "resumable"),
         (TooManyBadRows("t", "f"), "resumable"),
         (DamagedPart("d", "f"), "resumable"),
