@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 from typing import Optional
 
 import typer
@@ -549,7 +550,10 @@ _register_optional()
 #: "stop": the KeyboardInterrupt (Ctrl-C) or Terminated (SIGTERM) that stopped this command, kept because Typer hands
 #: back only exit code 130 for a Ctrl-C; the engine sets its resume note (what was kept) on the way up
 _STOPPED: dict = {}
-_LIVE: dict = {}  # "running": a command runs in main() (a stop delivered again after it ended would hit its caller)
+#: "token": the running command's (a stop delivered again must reach that command, not its caller or the next
+#: command); "dropped": a stop Python dropped and the hook has not delivered again yet
+_LIVE: dict = {}
+_LIVE_LOCK = threading.Lock()
 
 
 class Terminated(KeyboardInterrupt):
@@ -576,34 +580,51 @@ def _stops_delivered_again():
     """While a command runs, a Ctrl-C or SIGTERM whose exception Python had to drop is delivered again: raised in a
     finalizer (a __del__: pyarrow's writers, garbage collected) or a weak reference's callback (importlib's module
     locks), it was printed as "Exception ignored in ..." with its traceback, and the run went on to exit 0. The hook
-    raises it once more in the main thread a moment later, outside that code (raised at once, it would land in the
-    hook itself, and be dropped again); any other such exception goes to the hook before it. -> that hook."""
+    sends the signal once more to the main thread a moment later, outside that code (raised at once, it would land in
+    the hook itself, and be dropped again); any other such exception goes to the hook before it. -> (the hook before,
+    this hook), or None off the main thread (signals reach the main thread only)."""
     import signal
-    import threading
 
-    previous = sys.unraisablehook
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous, token = sys.unraisablehook, object()
 
     def hook(u):
-        if isinstance(u.exc_value, KeyboardInterrupt):
-            signum = signal.SIGTERM if isinstance(u.exc_value, Terminated) else signal.SIGINT
-            timer = threading.Timer(0.05, _deliver_again, (signum,))
-            timer.daemon = True
-            timer.start()
-            return
-        previous(u)
+        if not isinstance(u.exc_value, KeyboardInterrupt):
+            return previous(u)
+        signum = signal.SIGTERM if isinstance(u.exc_value, Terminated) else signal.SIGINT
+        _LIVE["dropped"] = u.exc_value
+        timer = threading.Timer(0.05, _deliver_again, (token, signum))
+        timer.daemon = True
+        timer.start()
 
-    _LIVE["running"] = True
+    _LIVE["token"] = token
     sys.unraisablehook = hook
-    return previous
+    return previous, hook
 
 
-def _deliver_again(signum) -> None:
-    """The signal raised again in the main thread (Python's handler for SIGINT, _terminate_as_interrupt's for
-    SIGTERM), unless the command has ended meanwhile."""
-    import _thread
+def _deliver_again(token, signum) -> None:
+    """The signal sent again to the main thread (Python's handler for SIGINT, _terminate_as_interrupt's for SIGTERM;
+    a real signal, which wakes a wait on a lock or a future), unless the command that dropped it has ended."""
+    import signal
 
-    if _LIVE.get("running"):
-        _thread.interrupt_main(signum)
+    with _LIVE_LOCK:
+        if _LIVE.get("token") is token and _LIVE.pop("dropped", None) is not None:
+            signal.pthread_kill(threading.main_thread().ident, signum)
+
+
+def _end_redelivery(hooked) -> BaseException | None:
+    """main()'s end: no stop is delivered again from here on, the hook before is back (unless another took the
+    place since); returns a stop dropped too late to be delivered (in the command's last moment)."""
+    if hooked is None:
+        return None
+    with _LIVE_LOCK:
+        _LIVE.pop("token", None)
+        dropped = _LIVE.pop("dropped", None)
+    previous, hook = hooked
+    if sys.unraisablehook is hook:
+        sys.unraisablehook = previous
+    return dropped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -616,14 +637,16 @@ def main(argv: list[str] | None = None) -> int:
     """
     import signal
 
-    previous, unraisable = _terminate_as_interrupt(), _stops_delivered_again()
+    previous, hooked = _terminate_as_interrupt(), _stops_delivered_again()
     try:
-        return _run_main(argv)
+        code = _run_main(argv)
     finally:
-        _LIVE.pop("running", None)
-        sys.unraisablehook = unraisable
+        dropped = _end_redelivery(hooked)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+    if dropped is not None and code == 0:  # a stop dropped as the command ended: said, and its exit code
+        return _stopped(dropped)
+    return code
 
 
 class _ClosedOutput:

@@ -450,10 +450,10 @@ class Encoder:
             fp["int8_scheme"] = self.gemm_path.scheme
         if self.config.pad_token_defaulted:  # vectors of such a model changed in 0.3 (config.pad_token_defaulted)
             fp["pad_token_id"] = self.config.pad_token_id
-        if self.tokenizer.rebuilt == "sentencepiece":  # XLM-R / CamemBERT's tokenizer rebuilt as transformers 5 since 0.3:
-            fp["tokenizer_rebuild"] = "sentencepiece"  # a text's tokens (and vector) of before may differ
-        elif self.tokenizer.replaced:  # tokenizer.json's WordPiece / BPE settings replaced by the class's (0.3) likewise
-            fp["tokenizer_rebuild"] = "model settings: " + ", ".join(self.tokenizer.replaced)
+        replaced = self.tokenizer.replaced  # what the class's rebuild (transformers 5's, since 0.3) changed of the file:
+        if replaced:  # a text's tokens (and vector) of before may differ; a file it leaves as it was keeps its key
+            fp["tokenizer_rebuild"] = ("sentencepiece" if self.tokenizer.rebuilt == "sentencepiece" else
+                                       "model settings: " + ", ".join(replaced))
         return {**fp, **spec.to_dict()}
 
     # ------------------------------------------------------------------ stage 1: tokenize

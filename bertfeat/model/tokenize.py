@@ -314,10 +314,16 @@ def tokenizer_files(d: Path) -> list[Path]:
     return files
 
 
+def _pipeline(tk) -> tuple:
+    """tk's normalizer, pre-tokenizer and post-processor as their JSON (None for a missing one)."""
+    return tuple(None if c is None else c.__getstate__() for c in (tk.normalizer, tk.pre_tokenizer, tk.post_processor))
+
+
 def load_tokenizer(d: Path, tok_cfg: dict):
     """Folder ``d``'s tokenizer as transformers 5's AutoTokenizer loads it -> (tokenizers.Tokenizer, its source,
-    DeclaredTokens, the rebuild as_transformers did: 'wordpiece', 'roberta', 'sentencepiece' or None, and the stored
-    model settings it replaced): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
+    DeclaredTokens, the rebuild as_transformers did: 'wordpiece', 'roberta', 'sentencepiece' or None, and what it
+    changed of the file: the model settings it replaced, and "pipeline" when a SentencePiece class's rebuild changed
+    the stored normalizer, pre-tokenizer or template): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
     (``build_wordpiece_tokenizer``), with the special and added tokens transformers adds (``declared.py``)."""
     special_map = json_object(d / "special_tokens_map.json")
     cls_name = transformers_class(tok_cfg, json_object(d / "config.json"))
@@ -326,10 +332,14 @@ def load_tokenizer(d: Path, tok_cfg: dict):
         rebuilt = own_class(cls_name) is not None
         tk, stored = read_tokenizer_json(src, keep_added=not rebuilt)
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, stored)
+        before = _pipeline(tk)
         replaced = as_transformers(tk, cls_name, tok_cfg, declared, d)
         declared.add_to(tk, [] if rebuilt else [str(t) for t in stored.values()])
         set_template(tk, cls_name, tok_cfg, declared, d)
-        return tk, "tokenizer.json", declared, _rebuilds(tk, cls_name), replaced
+        kind = _rebuilds(tk, cls_name)
+        if kind == "sentencepiece" and _pipeline(tk) != before:  # (a file transformers 5 saved is as it rebuilds it)
+            replaced += ("pipeline",)
+        return tk, "tokenizer.json", declared, kind, replaced
     if src is not None:
         cls_name = cls_name if cls_name == "MPNetTokenizer" else "BertTokenizer"
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, {})

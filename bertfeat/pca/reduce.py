@@ -113,13 +113,17 @@ _UNKNOWN = object()
 
 
 def _model_input(pca):
-    """What reduced the features ``pca`` was fitted on: ``pca fit`` records it (``source_["reduced_by"]``), extract
-    --pca fits on its own features before any PCA (no source_, a fingerprint); else unknown (an older model, a PCA
-    fitted in Python)."""
+    """What reduced the features ``pca`` was fitted on: ``pca fit`` records it (``source_["reduced_by"]``); else
+    unknown (extract --pca's model, which records no source_ and so looks as a PCA fitted in Python on any features
+    and saved with their fingerprint; an older model)."""
     source = getattr(pca, "source_", None)
-    if source and "reduced_by" in source:
-        return source["reduced_by"]
-    return None if not source and getattr(pca, "fingerprint_", None) else _UNKNOWN
+    return source["reduced_by"] if source and "reduced_by" in source else _UNKNOWN
+
+
+def _reduced_by_this(pca, features_reduced) -> bool:
+    """Whether the features' provenance names this very model file (its sha256) as the PCA that reduced them."""
+    sha, path = (features_reduced or {}).get("model_sha256"), getattr(pca, "source_path_", None)
+    return bool(sha and path and Path(path).is_file() and file_sha256(path) == sha)
 
 
 def _same_pca(a: dict, b: dict) -> bool:
@@ -143,8 +147,14 @@ def check_pca_input(pca, model_name, features_reduced, features_name: str, fix_r
     ``--force`` does not pass it (the product would mean nothing). ``fix_raw``: how to get features before any PCA;
     ``fix_reduced``: what to do with features before any PCA, ``raw_clause`` how to say they are (default:
     FEATURES_NAME holds features before any PCA). Skipped when either side is unknown."""
+    if features_reduced is _UNKNOWN:
+        return
+    if features_reduced is not None and _reduced_by_this(pca, features_reduced):
+        raise BertfeatError(f"{features_name} holds features this PCA model {model_name} already reduced "
+                            f"({_said(features_reduced)})", f"apply it to {fix_raw}, or fit a PCA on these features "
+                            "(bertfeat pca fit)")
     fitted_on = _model_input(pca)
-    if fitted_on is _UNKNOWN or features_reduced is _UNKNOWN:
+    if fitted_on is _UNKNOWN:
         return
     if fitted_on is None and features_reduced is None:
         return

@@ -935,6 +935,28 @@ def test_an_xlm_roberta_tokenizer_class_tokenizes_as_transformers_5_and_keys_its
     assert "tokenizer_rebuild" not in Encoder(d).fingerprint(enc.spec())
 
 
+def test_an_xlm_roberta_folder_saved_by_transformers_5_keeps_its_key(tmp_path):
+    """An XLMRobertaTokenizer folder whose tokenizer.json transformers 5 wrote (AutoTokenizer.save_pretrained: the
+    pipeline as it rebuilds it) tokenizes as it did before the rebuild, so its vectors keep their cache key; a folder
+    whose stored pipeline the rebuild changes does not."""
+    transformers = pytest.importorskip("transformers")
+    from st_ckpt import roberta_checkpoint
+
+    src = roberta_checkpoint(tmp_path / "m", model_type="xlm-roberta", hidden=32, layers=2, heads=2).resolve()
+    tc = json.loads((src / "tokenizer_config.json").read_text())
+    (src / "tokenizer_config.json").write_text(json.dumps({**tc, "tokenizer_class": "XLMRobertaTokenizer"}))
+    saved = tmp_path / "saved"
+    transformers.AutoTokenizer.from_pretrained(str(src)).save_pretrained(str(saved))
+    for f in ("config.json", "model.safetensors"):
+        shutil.copyfile(src / f, saved / f)
+    enc = Encoder(saved)
+    assert enc.tokenizer.rebuilt == "sentencepiece" and "tokenizer_rebuild" not in enc.fingerprint(enc.spec())
+    tj = json.loads((saved / "tokenizer.json").read_text())
+    tj["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+    (saved / "tokenizer.json").write_text(json.dumps(tj))  # transformers 4's lone Metaspace: rebuilt, keyed apart
+    assert Encoder(saved).fingerprint(enc.spec())["tokenizer_rebuild"] == "sentencepiece"
+
+
 def test_a_model_given_as_a_file_or_an_empty_name_is_refused(tmp_path):
     from bertfeat.model.hub import ModelNotFoundError, resolve_model
 

@@ -146,14 +146,29 @@ def test_a_pca_is_not_applied_again_to_the_features_it_reduced(rotated, trained,
     for extra in ([], ["--force"]):
         rc, _, err = run(capsys, "pca", "transform", d / "rot.parquet", "--pca-model", d / "rot.pca.npz",
                          "-o", d / "twice.parquet", *extra)
-        assert (rc, err) == (1, f"Error: {d / 'rot.parquet'} holds features already reduced by a PCA (32 components, "
-                                f"model sha256 {_sha(d / 'rot.pca.npz')}), and the PCA model {d / 'rot.pca.npz'} was "
-                                "fitted on features before any PCA - apply it to the features before it (the extract "
-                                "output without --pca or --pca-model), or fit a PCA on these features (bertfeat pca fit)\n")
+        assert (rc, err) == (1, f"Error: {d / 'rot.parquet'} holds features this PCA model {d / 'rot.pca.npz'} "
+                                f"already reduced (32 components, model sha256 {_sha(d / 'rot.pca.npz')}) - apply it to "
+                                "the features before it (the extract output without --pca or --pca-model), or fit a "
+                                "PCA on these features (bertfeat pca fit)\n")
         assert not list(d.glob("*twice*"))
     t, model, _ = trained  # 6 of 32 components: named so, not as features of another model or pooling
     rc, _, err = run(capsys, "pca", "transform", t / "train.parquet", "--pca-model", model, "-o", t / "twice.parquet")
-    assert rc == 1 and err.startswith(f"Error: {t / 'train.parquet'} holds features already reduced by a PCA (6 components")
+    assert rc == 1 and err.startswith(f"Error: {t / 'train.parquet'} holds features this PCA model {model} already "
+                                      "reduced (6 components")
+
+
+def test_a_pca_fitted_in_python_on_reduced_features_applies_to_them(rotated, tmp_path):
+    """A PCA fitted in Python on features a PCA reduced and saved with their fingerprint (no pca fit record of what
+    reduced them) is not taken for extract --pca's model (fitted before any PCA): it applies to those features."""
+    from bertfeat.features import open_features, read_features
+    from bertfeat.pca.estimator import PCA
+    from bertfeat.pca.reduce import reduce_features_file
+
+    d, _ = rotated
+    _, X, _ = read_features(d / "rot.parquet")
+    PCA(n_components=4).fit(X).save(tmp_path / "py.npz", fingerprint=open_features(d / "rot.parquet").fingerprint)
+    out = reduce_features_file(d / "rot.parquet", tmp_path / "py_out.parquet", PCA.load(tmp_path / "py.npz"))
+    np.testing.assert_allclose(read_features(out)[1], PCA.load(tmp_path / "py.npz").transform(X), rtol=1e-5, atol=1e-5)
 
 
 def test_a_pca_fitted_on_reduced_features_applies_only_to_features_that_pca_reduced(rotated, capsys):

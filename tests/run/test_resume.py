@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 import signal
 import subprocess
+import sys
+import time
 
 import pyarrow.parquet as pq
 import numpy as np
@@ -638,3 +640,57 @@ def test_a_stop_lost_in_a_finalizer_or_callback_still_stops_the_run(tmp_path, ca
     assert (rc, err) == (code, f"{word}: 2 chunk(s) are kept in {partial}; run the same command with --resume to "
                                "continue\n")
     assert not out.exists() and len(parts(out)) == 2
+
+
+class _DropsStop:
+    """An object whose __del__ raises ``stop`` as a signal's handler would there: Python prints and drops it."""
+
+    def __init__(self, stop):
+        self.stop = stop
+
+    def __del__(self):
+        raise self.stop
+
+
+def test_a_stop_dropped_as_a_command_ends_is_its_exit_code_and_spares_the_next_command(monkeypatch, capsys):
+    """A Ctrl-C / SIGTERM dropped in a finalizer in the command's last moment (too late to deliver again) is the
+    command's exit code and line, not lost (rc 0); and it never reaches the next command run in the same process."""
+    from bertfeat.cli import app as cli_app
+
+    real = cli_app._run_main
+
+    def ends_with_a_drop(stop):
+        def run(argv):
+            rv = real(argv)
+            _DropsStop(stop)  # collected at once: the stop dropped
+            return rv
+        return run
+
+    for stop, code, word in ((KeyboardInterrupt(), 130, "Interrupted"), (cli_app.Terminated(), 143, "Terminated")):
+        monkeypatch.setattr(cli_app, "_run_main", ends_with_a_drop(stop))
+        assert cli_app.main(["--version"]) == code
+        monkeypatch.setattr(cli_app, "_run_main", real)
+        assert capsys.readouterr().err.endswith(f"{word}.\n")
+        assert cli_app.main(["--version"]) == 0  # the next command: not interrupted
+        time.sleep(0.2)  # past the moment a stale delivery would have come
+        assert cli_app.main(["--version"]) == 0
+        assert "Interrupted" not in capsys.readouterr().err
+
+
+def test_overlapping_commands_in_threads_leave_no_hook_behind(monkeypatch):
+    """main() called from threads (a library's caller), the second starting before the first ends: only the main
+    thread's call hooks dropped stops (signals reach that thread alone), so no call's hook outlives the calls (each
+    restored the hook it found: the first one's stayed, and swallowed every later dropped Ctrl-C of the process)."""
+    import threading
+
+    from bertfeat.cli import app as cli_app
+
+    monkeypatch.setattr(cli_app, "_run_main", lambda argv: (time.sleep(float(argv[0])), 0)[1])
+    before = sys.unraisablehook
+    first, second = (threading.Thread(target=cli_app.main, args=([s],)) for s in ("0.2", "0.4"))
+    first.start()
+    time.sleep(0.05)
+    second.start()
+    first.join()
+    second.join()
+    assert sys.unraisablehook is before and "token" not in cli_app._LIVE
