@@ -332,12 +332,12 @@ def load_tokenizer(d: Path, tok_cfg: dict):
         rebuilt = own_class(cls_name) is not None
         tk, stored = read_tokenizer_json(src, keep_added=not rebuilt)
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, stored)
-        before = _pipeline(tk)
+        kind = _rebuilds(tk, cls_name)  # (of the model's type, which the rebuild keeps)
+        before = _pipeline(tk) if kind == "sentencepiece" else None
         replaced = as_transformers(tk, cls_name, tok_cfg, declared, d)
         declared.add_to(tk, [] if rebuilt else [str(t) for t in stored.values()])
         set_template(tk, cls_name, tok_cfg, declared, d)
-        kind = _rebuilds(tk, cls_name)
-        if kind == "sentencepiece" and _pipeline(tk) != before:  # (a file transformers 5 saved is as it rebuilds it)
+        if before is not None and _pipeline(tk) != before:  # (a file transformers 5 saved is as it rebuilds it)
             replaced += ("pipeline",)
         return tk, "tokenizer.json", declared, kind, replaced
     if src is not None:
