@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import InputError, special_file_kind
 
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
-PARQUET_SUFFIXES = (".parquet", ".pq")  # a directory's Parquet files, in any case (as a file named alone: formats.py)
+PARQUET_SUFFIXES = (".parquet", ".pq")  # Parquet by the name, in any case: a file named alone (formats.py), a folder's
 _SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 OUTPUT_METADATA_KEYS = (b"bertfeat", b"bertfeat_part")  # a Parquet file bertfeat wrote: a feature file, or a part of one
