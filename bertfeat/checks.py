@@ -322,13 +322,30 @@ def names_directory(text: str) -> str | None:
     return None
 
 
+PARQUET_SUFFIXES = (".parquet", ".pq")  # Parquet by the name, in any case: a file named alone, a folder's listing
+
+
+def is_parquet_name(name: str) -> bool:
+    """A file a directory of Parquet files holds by its name: ``.parquet`` or ``.pq``, in any case (``part-0.PQ``), as
+    ``--input-format`` is told from one file's extension; a listing that took ``*.parquet`` alone left the others out
+    without a word."""
+    return Path(name).suffix.lower() in PARQUET_SUFFIXES
+
+
+def _holds_parquet(p: Path) -> bool:
+    try:
+        return any(is_parquet_name(c.name) for c in p.iterdir())
+    except OSError:  # a folder we may not list: no dataset we could read either
+        return False
+
+
 def directory_output_error(path, what: str, example: str, why: str = "is a directory",
                            option: str = "output") -> BertfeatError:
     """The one refusal of an output file that names a directory, with a file name in it as the example; beside it
     when the directory holds Parquet files (a dataset, a Dask engine's output: a file written into it would be read
     as one of its parts; not for ``.`` or ``dir/..``, which have no name to put a file beside)."""
     p = Path(os.fspath(path))
-    dataset = p.name not in ("", "..") and p.is_dir() and next(p.glob("*.parquet"), None) is not None
+    dataset = p.name not in ("", "..") and p.is_dir() and _holds_parquet(p)
     inside = os.fspath(p.with_name(f"{p.stem}.{example}")) if dataset else os.path.join(os.fspath(path), example)
     return BertfeatError(f"the {what} {os.fspath(path)} {why}",
                          f"pass {opt(option)} with a file name, e.g. {opt(option, inside)}")

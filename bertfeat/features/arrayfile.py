@@ -11,6 +11,7 @@ import stat
 import zipfile
 from pathlib import Path
 
+from ..checks import is_parquet_name
 from ..errors import BertfeatError, one_line, os_error, special_file_kind
 
 
@@ -60,7 +61,7 @@ def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
     elif p.suffix.lower() == ".npy":
         if not head.startswith(b"\x93NUMPY"):
             raise BertfeatError(f"{p}: not a .npy array file", "pass a .npy written by bertfeat")
-    elif p.suffix.lower() in (".parquet", ".pq"):
+    elif is_parquet_name(p.name):
         import pyarrow.parquet as pq
 
         try:

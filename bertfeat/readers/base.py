@@ -263,7 +263,7 @@ class Reader:
         of those ``keep_as`` gives none (the format's ``_decide_keep_types``)."""
         for col in keep:
             if col not in self.columns:
-                near = None if col == label else near_miss(col, self.columns)
+                near = None if col == label else near_miss(col, self.columns, keep, keep_as)
                 raise InputError(f"{self.name}: {opt('label' if col == label else 'keep')} '{col}' is not a column"
                                  f"{self._columns_of()}{near[0] if near else ''}",
                                  near[1] if near else
@@ -390,10 +390,12 @@ def quoting_hint(cols: list[str]) -> str:
             f"{opt('keep', quoted, cli=shlex.quote(quoted))})")
 
 
-def near_miss(name: str, cols: list[str]) -> tuple[str, str] | None:
+def near_miss(name: str, cols: list[str], keep: tuple[str, ...] = (),
+              keep_as: dict[str, str] | None = None) -> tuple[str, str] | None:
     """A kept name that is no column but one written otherwise (``label, split``: its " split"; ``label:INT``: a type
     keep does not know, so the whole text was taken for the name) -> (what, for the message; how to write it); None
-    when it is none of these (the caller lists the columns)."""
+    when it is none of these (the caller lists the columns). ``keep`` / ``keep_as``: every kept name and the types
+    given, for the whole list written without the spaces after its commas."""
     from .kept import TYPE_NAMES
 
     as_header = "write it as the input names it, {}"
@@ -402,9 +404,9 @@ def near_miss(name: str, cols: list[str]) -> tuple[str, str] | None:
         found = [c for c in cols if same(c)]
         if len(found) == 1:
             c = found[0]
-            space = c.strip() == c and name.strip() != name
+            comma = len(keep) > 1 and c.strip() == c and name.strip() != name
             return (f" ({c!r} is: {why})", as_header.format(opt('keep', c, cli=shlex.quote(c))) + (
-                f" (no space after a comma: {opt('keep', 'label,split')})" if space else ""))
+                f" (no space after a comma: {_keep_written(keep, keep_as or {}, cols)})" if comma else ""))
     base, _, typ = name.rpartition(":")
     if base in cols:
         spelled = typ.strip().lower()
@@ -413,6 +415,20 @@ def near_miss(name: str, cols: list[str]) -> tuple[str, str] | None:
                "the whole text was read as the name")
         return f" ('{base}' is; {why})", f"give its type as int, float, bool or str, e.g. {opt('keep', base + ':int')}"
     return None
+
+
+def _keep_written(keep: tuple[str, ...], keep_as: dict[str, str], cols: list[str]) -> str:
+    """The kept list as --keep / keep= would take it: a name that is no column but one with spaces around it is that
+    column's name; the types given follow their names."""
+    from .kept import TYPE_NAMES
+
+    def written(name: str) -> str:  # as options.parse_keep reads it back: quoted where a comma, quote or type would cut it
+        bare = not any(c in name for c in ',"') and name.rpartition(":")[2] not in TYPE_NAMES
+        return name if bare else '"' + name.replace('"', '""') + '"'
+
+    names = [k if k in cols or k.strip() not in cols else k.strip() for k in keep]
+    text = ",".join(written(n) + (f":{keep_as[k]}" if k in keep_as else "") for k, n in zip(keep, names))
+    return opt("keep", text, cli=shlex.quote(text))
 
 
 def utf8_error_at(raw: bytes) -> int:

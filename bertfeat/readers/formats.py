@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..checks import PARQUET_SUFFIXES
 from ..errors import InputError, opt
 from .base import DEFAULT_MAX_FIELD_BYTES, Reader
 from .delimited import CsvReader
 from .jsonl import JsonlReader
 from .parquet import ParquetReader
-from .paths import PARQUET_SUFFIXES, compression_of, is_url, refuse_special_file
+from .paths import compression_of, is_url, refuse_special_file
 
 FORMATS = ("csv", "tsv", "parquet", "jsonl")
 _EXT = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", **dict.fromkeys(PARQUET_SUFFIXES, "parquet"),
-        ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}  # (a folder's listing: paths.is_parquet_name)
+        ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}  # (a folder's listing: checks.is_parquet_name)
 
 
 def detect_format(path: str, input_format: str | None) -> str:

@@ -11,10 +11,10 @@ import os
 import stat
 from pathlib import Path
 
+from ..checks import is_parquet_name
 from ..errors import InputError, special_file_kind
 
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
-PARQUET_SUFFIXES = (".parquet", ".pq")  # Parquet by the name, in any case: a file named alone (formats.py), a folder's
 _SPECIAL = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 OUTPUT_METADATA_KEYS = (b"bertfeat", b"bertfeat_part")  # a Parquet file bertfeat wrote: a feature file, or a part of one
@@ -23,13 +23,6 @@ OUTPUT_METADATA_KEYS = (b"bertfeat", b"bertfeat_part")  # a Parquet file bertfea
 def compression_of(path) -> str | None:
     """gzip/bz2/zstd from a .gz/.bz2/.zst suffix, else None."""
     return _COMPRESSION.get(Path(str(path)).suffix.lower())
-
-
-def is_parquet_name(name: str) -> bool:
-    """A file a directory of Parquet files holds by its name: ``.parquet`` or ``.pq``, in any case (``part-0.PQ``), as
-    ``--input-format`` is told from one file's extension; a listing that took ``*.parquet`` alone left the others out
-    without a word."""
-    return Path(name).suffix.lower() in PARQUET_SUFFIXES
 
 
 def is_url(path: str) -> bool:

@@ -320,7 +320,11 @@ TYPE_FIX = "give its type as int, float, bool or str, e.g. {}"
 
 @pytest.mark.parametrize("keep, what, fix, values", [
     ("label, id", "' id' is not a column ('id' is: the spaces around a name are part of it)",
-     "write it as the input names it, {} (no space after a comma: {})", ["id", "label,split"]),
+     "write it as the input names it, {} (no space after a comma: {})", ["id", "label,id"]),
+    ("label:str, id", "' id' is not a column ('id' is: the spaces around a name are part of it)",
+     "write it as the input names it, {} (no space after a comma: {})", ["id", "label:str,id"]),
+    (" id", "' id' is not a column ('id' is: the spaces around a name are part of it)",
+     "write it as the input names it, {}", ["id"]),  # no comma: no word of one
     ("Label", "'Label' is not a column ('label' is: names are case-sensitive)", "write it as the input names it, {}",
      ["label"]),
     ("label:INT", "'label:INT' is not a column ('label' is; 'INT' is the type int written otherwise, so the whole text "

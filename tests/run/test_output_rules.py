@@ -160,6 +160,15 @@ class TestOutputsThatNameADirectory:
                                              f"-o {os.path.join(given, example)}\n")
         assert sorted(str(p) for p in work.parent.rglob("*")) == before
 
+    @pytest.mark.parametrize("part", ["x.pq", "x.PARQUET"])
+    def test_a_folder_of_pq_files_gets_a_file_beside_it(self, work, src, capsys, part):
+        """A folder holding .pq / .PARQUET files is read as a dataset as one of .parquet files is: -o naming it was
+        given the example -o existing/features.parquet inside it, which is then read as one of its parts."""
+        (work / "existing" / part).write_bytes(b"")
+        rc, out, err = run(capsys, "extract", src, "-o", "existing", "--model", tiny_model())
+        assert (rc, out, err) == (1, "", "Error: the output existing is a directory - pass -o with a file name, e.g. "
+                                         "-o existing.features.parquet\n")
+
     def test_a_report_prefix_may_be_an_existing_directory_s_name(self, work, src, capsys):
         """PREFIX.report.json beside the folder: a prefix is no file, so only a trailing / (hidden files) is refused."""
         feats, model = work / "f.parquet", work / "m.npz"
