@@ -254,7 +254,9 @@ def plot_attention(tokens: list[str], attn: np.ndarray, path: str | Path, layer:
 
     Rows are queries, columns keys, tokens on both axes; colour scale 0..max of the maps shown.
     The figure size is fixed (see ``figure_pixels``); the PNG is written atomically. Chinese and other
-    wordpieces use an installed CJK font when there is one (else they show as boxes, without warnings).
+    wordpieces use an installed CJK font when there is one (else they show as boxes, without warnings). Every label
+    is drawn as the text it is, never as matplotlib's mathtext: a wordpiece such as ``$$`` or ``$x^$`` (or a model
+    folder with ``$`` in its name, in the title) is not a formula to parse.
     """
     import warnings
 
@@ -263,7 +265,7 @@ def plot_attention(tokens: list[str], attn: np.ndarray, path: str | Path, layer:
 
     installed = {f.name for f in font_manager.fontManager.ttflist}
     family = ["DejaVu Sans"] + [f for f in _CJK_FONTS if f in installed]
-    with matplotlib.rc_context({"font.family": family}), warnings.catch_warnings():
+    with matplotlib.rc_context({"font.family": family, "text.parse_math": False}), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing from")
         return _plot_attention(tokens, attn, path, layer, head, title)
 

@@ -235,6 +235,23 @@ def test_plot_attention_chinese_tokens_no_warnings(tmp_path, encoders, recwarn):
     assert not [w for w in recwarn if "Glyph" in str(w.message)]
 
 
+def test_plot_attention_draws_dollar_signs_as_text(tmp_path, encoders):
+    """Wordpieces and titles are text, not matplotlib mathtext: an XLM-R wordpiece "$$" or a model folder named
+    m$\\frac{a$b in the title failed the plot ("unexpected ValueError: ... ParseSyntaxException ... this is a bug in
+    bertfeat"); the folder's name is drawn as it is, in a plot of a model loaded from it."""
+    import shutil
+
+    attn = np.random.default_rng(0).random((1, 2, 4, 4)).astype(np.float32)
+    for head, size in ((0, (800, 800)), (None, (800, 400))):
+        p = plot_attention(["<s>", "$$", "$x^$", "</s>"], attn, tmp_path / f"d{head}.png", layer=0, head=head,
+                           title="m$\\frac{a$b: layer 0")
+        assert png_size(p) == size
+    d = tmp_path / "m$\\frac{a$b"
+    shutil.copytree(make_checkpoint(tmp_path / "src", hidden=32, layers=1, heads=2, seed=4), d)
+    r = write_attention("a $ b $ c", tmp_path / "w.png", model=str(d))
+    assert r["model"] == str(d) and png_size(tmp_path / "w.png") == (800, 800)
+
+
 def test_write_attention_validates_before_running(tmp_path, encoders):
     enc = encoders["base"]
     with pytest.raises(BertfeatError) as e:
