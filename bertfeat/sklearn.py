@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from .model.encoder import Encoder, TokenPastTableError, text_list
+from .model.encoder import Encoder, LongTextError, TokenPastTableError, text_list
 from .errors import BertfeatError
 from .checks import check_size
 from .readers.textcheck import check_text
@@ -79,11 +79,14 @@ def as_texts(X: Any) -> list[str]:
 
 
 def _prepare(enc: Encoder, texts: list[str], spec, where):
-    """enc.prepare; a text with a token the model cannot embed is named by its place in X (``where[i]``: text i's)."""
+    """enc.prepare; a text with a token the model cannot embed is named by its place in X (``where[i]``: text i's),
+    a text too long under long_text='error' as ``X[i]`` (``texts`` is X whole then: the memo's caller sees to it)."""
     try:
         return enc.prepare(texts, None, spec)
     except TokenPastTableError as e:
         raise TokenPastTableError.at([where[r] for r in e.rows], e.tokens, e.table_rows, lambda i: f"X[{i}]") from None
+    except LongTextError as e:
+        raise LongTextError(e.rows, e.n_tokens, e.max_length, e.pairs, label=lambda i: f"X[{i}]") from None
 
 
 class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -198,7 +201,11 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         todo = list(dict.fromkeys(t for t in texts if t not in memo))
         if todo:
             first = {t: i for i, t in reversed(list(enumerate(texts)))}  # a text's first place in X
-            prep = _prepare(enc, todo, spec, [first[t] for t in todo])
+            try:
+                prep = _prepare(enc, todo, spec, [first[t] for t in todo])
+            except LongTextError:  # its rows are todo's (distinct, not cached): X tokenized whole names X's, and counts them
+                _prepare(enc, texts, spec, range(len(texts)))
+                raise
             memo.update(zip(todo, enc.run(prep, spec, max_rows=self.batch_size)))
         return np.stack([memo[t] for t in texts])  # (n, D) float32
 
