@@ -19,10 +19,17 @@ import os
 import re
 
 _OPEN, _SEP, _CLOSE = "\ue000", "\ue002", "\ue001"
+#: Unicode's bidirectional controls (the Arabic letter mark, LRM / RLM, the embeddings, overrides and isolates): a
+#: right-to-left override in a name or a wordpiece reorders the rest of the line in a terminal that applies the bidi
+#: algorithm, and each is invisible where it does not
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 #: characters that would break an error's one line or drive the terminal: C0 / C1 controls (newline, CR, tab, NUL, the
-#: ESC of an ANSI sequence ...), DEL and Unicode's line / paragraph separators; and lone surrogates (a file name's
-#: bytes that are not UTF-8, as Python decodes them), which a stream that encodes strictly cannot write at all
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+#: ESC of an ANSI sequence ...), DEL, Unicode's line / paragraph separators and its bidirectional controls; and lone
+#: surrogates (a file name's bytes that are not UTF-8, as Python decodes them), which a stream that encodes strictly
+#: cannot write at all
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029{_BIDI}\ud800-\udfff]")
+#: the same, less C0, which JSON escapes itself (a raw newline in JSON text is its layout's)
+_JSON_CONTROL = re.compile(f"[\x7f-\x9f\u2028\u2029{_BIDI}\ud800-\udfff]")
 _MARK = re.compile(f"{_OPEN}([^{_CLOSE}]*){_CLOSE}")
 _UNSET = object()
 
@@ -62,11 +69,18 @@ def render(text: str | None, flags: dict[str, str] | None = None) -> str | None:
 
 def visible(text: str) -> str:
     """``text`` with each control character written as Python writes it in a string literal (``\\n``, ``\\t``,
-    ``\\x00``, ``\\x1b`` ...): a path, column or other name holding one stays on the message's one line, visibly,
-    and never moves the cursor or colours the terminal."""
+    ``\\x00``, ``\\x1b``, ``\\u202e`` ...): a path, column or other name holding one stays on the message's one
+    line, visibly, and never moves the cursor, colours the terminal or reorders the line."""
     if not _CONTROL.search(text):
         return text
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def json_visible(text: str) -> str:
+    """JSON text (``json.dumps(..., ensure_ascii=False)``) with each character ``visible`` escapes that JSON leaves as
+    it is (DEL, C1 controls such as U+009B, the CSI of an 8-bit escape sequence, line separators, bidi controls)
+    written as a ``\\uXXXX`` escape: the same JSON value, which prints on a terminal without driving it."""
+    return _JSON_CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 class BertfeatError(ValueError):

@@ -146,14 +146,27 @@ TEXT_FIX = ("decode it with its real encoding first (bytes.decode('latin-1'), sa
             "encoding with bertfeat.extract(..., encoding=...)")
 
 
-def check_text(value: str | None, param: str = "text") -> None:
-    """Refuse a text the tokenizer cannot take: one with lone surrogates (undecodable bytes kept by surrogateescape)."""
+def check_text(value: str, param: str = "text") -> None:
+    """Refuse a text the tokenizer cannot take: anything but a str (None, bytes, a number reached the tokenizer as its
+    TypeError, and a list of two texts was tokenized as a sentence pair), or a str with lone surrogates (undecodable
+    bytes kept by surrogateescape)."""
     from .checks import invalid_unicode
     from .errors import BertfeatError, opt
 
-    where = invalid_unicode(value) if isinstance(value, str) else None
+    if not isinstance(value, str):
+        shown = "None" if value is None else f"{value!r:.40} ({type(value).__name__})"
+        raise BertfeatError(f"{opt(param)} is {shown}, not a string",
+                            f"give {opt(param)} as one str (Encoder.encode takes a list of texts)")
+    where = invalid_unicode(value)
     if where:
         raise BertfeatError(f"{opt(param)} is not valid Unicode ({where})", TEXT_FIX)
+
+
+def check_texts(text: str, pair: str | None) -> None:
+    """check_text of a text and of its pair, if any (None: none)."""
+    check_text(text, "text")
+    if pair is not None:
+        check_text(pair, "pair")
 
 
 # --------------------------------------------------------------------------- tokens
@@ -165,8 +178,7 @@ def tokenize_text(text: str, pair: str | None = None, model: str | None = None, 
     truncated, tokens, input_ids, token_type_ids, attention_mask (the last four per position,
     special tokens included, as transformers' tokenizer returns them).
     """
-    check_text(text, "text")
-    check_text(pair, "pair")
+    check_texts(text, pair)
     enc = _encoder(model, max_length, encoder)
     ml = _max_length(enc, max_length)
     e, truncated, n_full = enc.tokenizer.tokens(text, pair, ml)
@@ -206,8 +218,7 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
     """
     from .model.families import forward
 
-    check_text(text, "text")
-    check_text(pair, "pair")
+    check_texts(text, pair)
     enc = _encoder(model, max_length, encoder, precision)
     e, _, _ = enc.tokenizer.tokens(text, pair, _max_length(enc, max_length))
     ids, types = _model_inputs(enc, e, pair)
@@ -217,16 +228,38 @@ def attention_maps(text: str, pair: str | None = None, model: str | None = None,
 
 
 def check_layer_head(n_layers: int, n_heads: int, layer: int, head: int | None) -> tuple[int, int | None]:
-    """Python-style indices (negative from the end) -> 0-based (layer, head); clear errors when out of range."""
+    """Python-style indices (negative from the end) -> 0-based (layer, head); clear errors when out of range or not
+    whole numbers (NumPy integers and 2.0 pass; a bool, a string or 1.5 are refused naming it, not left to fail as
+    an array index)."""
     from .errors import BertfeatError, opt
 
-    if not -n_layers <= layer < n_layers:
-        raise BertfeatError(f"{opt('layer', layer)} is out of range",
-                            f"the model has {n_layers} layers: choose 0..{n_layers - 1}, or -{n_layers}..-1 from the end")
-    if head is not None and not -n_heads <= head < n_heads:
-        raise BertfeatError(f"{opt('head', head)} is out of range", f"the model has {n_heads} heads per layer: "
-                            f"choose 0..{n_heads - 1}, or -{n_heads}..-1 from the end")
-    return layer % n_layers, (None if head is None else head % n_heads)
+    layer_i = _index(layer, "layer")
+    if not -n_layers <= layer_i < n_layers:
+        raise BertfeatError(f"{opt('layer', layer)} is out of range", _index_range(n_layers, "layer", "layers"))
+    head_i = None if head is None else _index(head, "head")
+    if head_i is not None and not -n_heads <= head_i < n_heads:
+        raise BertfeatError(f"{opt('head', head)} is out of range",
+                            _index_range(n_heads, "head per layer", "heads per layer"))
+    return layer_i % n_layers, (None if head_i is None else head_i % n_heads)
+
+
+def _index(value, name: str) -> int:
+    """A layer or head index as an int, or an error naming ``name``."""
+    import numbers
+
+    from .errors import BertfeatError, opt
+
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if real and (isinstance(value, numbers.Integral) or float(value).is_integer()):
+        return int(value)
+    raise BertfeatError(f"{opt(name, value)} is not a whole number",
+                        f"give {opt(name)} a 0-based index, negative counting from the end (-1: the last)")
+
+
+def _index_range(n: int, one: str, many: str) -> str:
+    if n == 1:
+        return f"the model has 1 {one}: choose 0, or -1 from the end"
+    return f"the model has {n} {many}: choose 0..{n - 1}, or -{n}..-1 from the end"
 
 
 PLOT_DPI = 100
@@ -254,7 +287,9 @@ def plot_attention(tokens: list[str], attn: np.ndarray, path: str | Path, layer:
 
     Rows are queries, columns keys, tokens on both axes; colour scale 0..max of the maps shown.
     The figure size is fixed (see ``figure_pixels``); the PNG is written atomically. Chinese and other
-    wordpieces use an installed CJK font when there is one (else they show as boxes, without warnings).
+    wordpieces use an installed CJK font when there is one (else they show as boxes, without warnings). Every label
+    is drawn as the text it is, never as matplotlib's mathtext: a wordpiece such as ``$$`` or ``$x^$`` (or a model
+    folder with ``$`` in its name, in the title) is not a formula to parse.
     """
     import warnings
 
@@ -263,7 +298,7 @@ def plot_attention(tokens: list[str], attn: np.ndarray, path: str | Path, layer:
 
     installed = {f.name for f in font_manager.fontManager.ttflist}
     family = ["DejaVu Sans"] + [f for f in _CJK_FONTS if f in installed]
-    with matplotlib.rc_context({"font.family": family}), warnings.catch_warnings():
+    with matplotlib.rc_context({"font.family": family, "text.parse_math": False}), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Glyph .* missing from")
         return _plot_attention(tokens, attn, path, layer, head, title)
 
@@ -329,8 +364,7 @@ def write_attention(text: str, output: str | Path, pair: str | None = None, mode
             raise BertfeatError(f"{opt(param, str(p))} does not end in {ext}", f"give {opt(param)} a file name ending in {ext}")
         if p is not None and not (Path(p).parent if str(Path(p).parent) else Path(".")).is_dir():  # before the PNG is written
             raise BertfeatError(f"cannot write {p}: directory {Path(p).parent} does not exist", "create it, or choose another path")
-    check_text(text, "text")
-    check_text(pair, "pair")
+    check_texts(text, pair)
     enc = _encoder(model, max_length, encoder, precision)
     c = enc.config
     layer_i, head_i = check_layer_head(c.num_hidden_layers, c.num_attention_heads, layer, head)
@@ -372,11 +406,13 @@ def masked_lm_logits(text: str, pair: str | None = None, model: str | None = Non
 
     ``positions`` "mask": the rows of the [MASK] tokens (an error if there is none); "all": every position.
     """
-    from .errors import BertfeatError
+    from .errors import BertfeatError, opt
     from .model.families import forward, mlm_head_logits
 
-    check_text(text, "text")
-    check_text(pair, "pair")
+    check_texts(text, pair)
+    if positions not in ("mask", "all"):  # anything else was taken for "all"
+        raise BertfeatError(f"{opt('positions', positions)} is neither 'mask' nor 'all'",
+                            "give positions='mask' (the [MASK] tokens' rows) or positions='all' (every position)")
     enc = _encoder(model, None, encoder, precision)
     require_mlm_head(enc)
     tok = enc.tokenizer
@@ -425,8 +461,7 @@ def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | N
     from .errors import BertfeatError, opt
     from .model.bert import softmax
 
-    check_text(text, "text")
-    check_text(pair, "pair")
+    check_texts(text, pair)
     top_k = check_top_k(top_k)
     enc = _encoder(model, None, encoder, precision)
     V = enc.config.vocab_size

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from .model.encoder import Encoder, TokenPastTableError, text_list
+from .model.encoder import Encoder, LongTextError, TokenPastTableError, text_list
 from .errors import BertfeatError
 from .checks import check_size
 from .readers.textcheck import check_text
@@ -52,9 +52,9 @@ def as_texts(X: Any) -> list[str]:
     """A list, tuple, iterator or generator, 1-D (or (n, 1)) NumPy array, pandas / polars Series, pyarrow Array or
     one-column DataFrame / pyarrow Table of strings -> a list of str; anything else (a bare str or bytes too) is a ValueError naming what is
     wrong. An iterator is consumed: as scikit-learn's text vectorizers, read it once."""
-    if isinstance(X, (str, bytes)):
-        what = "a single string" if isinstance(X, str) else "a single bytes object"
-        raise BertfeatError(f"X is {what}", "pass a list (or array, Series, one-column DataFrame, iterator) of texts")
+    if isinstance(X, (str, bytes, bytearray, memoryview)):  # not a sequence of texts, but of characters or bytes
+        what = "a single string" if isinstance(X, str) else f"a single {type(X).__name__} object"
+        raise BertfeatError(f"X is {what}", LIST_FIX)
     if isinstance(X, Iterator):  # a generator, map(...), iter(...), an open file: no shape, read once
         X = list(X)
     if hasattr(X, "columns") and hasattr(X, "shape"):  # a pandas / polars DataFrame, a pyarrow Table: as Encoder.encode
@@ -64,7 +64,10 @@ def as_texts(X: Any) -> list[str]:
     if hasattr(X, "to_list"):  # pandas / polars Series
         values = X.to_list()
     else:
+        _check_unmasked(X)
         arr = np.asarray(X, dtype=object)
+        if arr.ndim == 0:  # None, a number, a set, a dict, a SciPy sparse matrix: one object, not texts
+            raise BertfeatError(f"X is {_what(X)}, not a list of texts", LIST_FIX)
         if arr.ndim == 2 and arr.shape[1] == 1:
             arr = arr[:, 0]
         if arr.ndim != 1:
@@ -78,12 +81,37 @@ def as_texts(X: Any) -> list[str]:
     return values
 
 
+LIST_FIX = "pass a list (or array, Series, one-column DataFrame, iterator) of texts"
+
+
+def _what(X) -> str:
+    """How a message names an X that is one object, not texts."""
+    if X is None:
+        return "None"
+    if isinstance(X, (set, frozenset)):
+        return f"a {type(X).__name__} (no order, so no rows)"
+    if hasattr(X, "shape"):
+        return f"a {type(X).__name__} of shape {tuple(X.shape)}"
+    return f"{type(X).__name__} {X!r:.40}"
+
+
+def _check_unmasked(X) -> None:
+    """A NumPy masked array's masked entries are missing values (np.asarray would give the values under the mask)."""
+    mask = np.ma.getmaskarray(X) if isinstance(X, np.ma.MaskedArray) else None
+    if mask is not None and mask.any():
+        i = int(np.flatnonzero(mask.reshape(len(mask), -1).any(axis=1))[0]) if mask.ndim else 0
+        raise BertfeatError(f"X[{i}] is masked, not a string", "pass texts only (fill or drop missing values first)")
+
+
 def _prepare(enc: Encoder, texts: list[str], spec, where):
-    """enc.prepare; a text with a token the model cannot embed is named by its place in X (``where[i]``: text i's)."""
+    """enc.prepare; a text with a token the model cannot embed is named by its place in X (``where[i]``: text i's),
+    a text too long under long_text='error' as ``X[i]`` (``texts`` is X whole then: the memo's caller sees to it)."""
     try:
         return enc.prepare(texts, None, spec)
     except TokenPastTableError as e:
         raise TokenPastTableError.at([where[r] for r in e.rows], e.tokens, e.table_rows, lambda i: f"X[{i}]") from None
+    except LongTextError as e:
+        raise LongTextError(e.rows, e.n_tokens, e.max_length, e.pairs, label=lambda i: f"X[{i}]") from None
 
 
 class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -198,7 +226,11 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         todo = list(dict.fromkeys(t for t in texts if t not in memo))
         if todo:
             first = {t: i for i, t in reversed(list(enumerate(texts)))}  # a text's first place in X
-            prep = _prepare(enc, todo, spec, [first[t] for t in todo])
+            try:
+                prep = _prepare(enc, todo, spec, [first[t] for t in todo])
+            except LongTextError:  # its rows are todo's (distinct, not cached): X tokenized whole names X's, and counts them
+                _prepare(enc, texts, spec, range(len(texts)))
+                raise
             memo.update(zip(todo, enc.run(prep, spec, max_rows=self.batch_size)))
         return np.stack([memo[t] for t in texts])  # (n, D) float32
 

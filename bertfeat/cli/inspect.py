@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import BertfeatError, visible
+from ..errors import BertfeatError, json_visible, visible
 
 MODEL_HELP = "Model: a local directory, a hub id in the Hugging Face cache, or all-MiniLM-L6-v2 (default)."
 
@@ -28,6 +28,12 @@ def _text(s) -> "object":
     from rich.text import Text
 
     return Text(visible(str(s)))  # never rich markup: wordpieces like [CLS] or [unused0] must print as they are
+
+
+def _json(obj) -> str:
+    """``--json``'s text: non-ASCII as it is (a wordpiece reads as the model's), a C1 control, DEL or bidi control as
+    a JSON escape (json.dumps escapes C0 alone): the same value, never driving the terminal it is printed on."""
+    return json_visible(json.dumps(obj, ensure_ascii=False, indent=2))
 
 
 ARGUMENT_FIX = ("pass the text as UTF-8 (convert it first, e.g. with iconv -f latin1 -t utf-8), or put it in a file "
@@ -67,7 +73,7 @@ def tokens_command(
 
     d = tokenize_text(text, pair, model, max_length)
     if json_out:
-        typer.echo(json.dumps(d, ensure_ascii=False, indent=2))
+        typer.echo(_json(d))
         return
     from rich.table import Table
 
@@ -150,7 +156,7 @@ def fill_mask_command(
         raise BertfeatError(f"--top-k {top_k} is out of range", "give 1 or more")
     preds = fill_mask(text, top_k, model, pair, precision=precision)  # past the vocabulary: "--top-k N is out of range"
     if json_out:
-        typer.echo(json.dumps(preds, ensure_ascii=False, indent=2))
+        typer.echo(_json(preds))
         return
     from rich.table import Table
 

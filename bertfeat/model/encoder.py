@@ -820,13 +820,15 @@ TOKEN_PAST_TABLE_FIX = ("leave the token out of these texts (the model's tokeniz
 class LongTextError(BertfeatError):
     """Rows longer than max length under ``long_text="error"``."""
 
-    def __init__(self, rows: np.ndarray, n_tokens: np.ndarray, max_length: int, pairs: bool = False):
+    def __init__(self, rows: np.ndarray, n_tokens: np.ndarray, max_length: int, pairs: bool = False, *,
+                 label=lambda r: f"row {r}"):
         self.rows = rows  # indices of the rows given to prepare
         self.n_tokens = n_tokens  # (n,) every given row's tokens, its prompt included
+        self.max_length, self.pairs = max_length, pairs
         r = int(rows[0])
         chunks = "" if pairs else ", chunk-mean or chunk-max"  # sentence pairs are never cut into windows
         super().__init__(
-            f"row {r} has {int(n_tokens[r])} tokens, more than max length {max_length}"
+            f"{label(r)} has {int(n_tokens[r])} tokens, more than max length {max_length}"
             + (f" ({len(rows)} rows are too long)" if len(rows) > 1 else ""),
             f"use {opt('long_text', 'truncate')}{chunks}, or a larger {opt('max_length')}",
         )

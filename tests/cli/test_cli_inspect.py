@@ -101,6 +101,27 @@ def test_tokens_table(capsys, minilm_dir):
     assert out.rstrip().splitlines()[-1] == "truncated: 7 tokens cut to 4 (max length 4)"
 
 
+def test_tokens_escape_c1_del_and_bidi_controls(capsys, tmp_path):
+    """An XLM-R tokenizer keeps U+009B (an 8-bit CSI), DEL and a right-to-left override as wordpieces: the table
+    printed them raw (the override reorders the rest of the row in a bidi terminal), and --json printed them and
+    the text raw too (json.dumps escapes C0 alone). Each is now escaped, in the table as Python writes it, in the
+    JSON as a \\u escape: the same JSON value."""
+    from st_ckpt import roberta_checkpoint
+
+    d = roberta_checkpoint(tmp_path / "xlmr", hidden=32, layers=1, heads=2)
+    text = "a\x9b31mX \u202eb\x7f \u2066c\u200f"
+    raw = "\x9b\x7f\u202e\u2066\u200f"
+    rc, out, err = run(capsys, "tokens", text, "--model", d, "--json")
+    assert (rc, err) == (0, "") and not any(c in out for c in raw), repr(out)
+    got = json.loads(out)
+    assert got["text"] == text and {"\x9b", "\u202e"} <= set(got["tokens"])
+    assert '"text": "a\\u009b31mX \\u202eb\\u007f \\u2066c\\u200f"' in out
+    rc, out, err = run(capsys, "tokens", text, "--model", d)
+    assert (rc, err) == (0, "") and not any(c in out for c in raw), repr(out)
+    cells = [r[1] for r in _table_rows(out)]
+    assert "\\x9b" in cells and "\\u202e" in cells
+
+
 def test_tokens_errors(capsys):
     rc, out, err = run(capsys, "tokens", "hi", "--max-length", 1000)
     assert (rc, out) == (1, "")

