@@ -12,9 +12,9 @@ Importing this module imports scikit-learn (``pip install "bertfeat[sklearn]"``)
 does not. The constructor only stores parameters (scikit-learn's rule), so ``clone``,
 ``GridSearchCV`` and ``set_params`` work as for any estimator. The model is loaded on first use, once
 per process (a module cache keyed by the model's location and load settings), never pickled: a
-pickled ``TextFeatures`` holds its parameters and the sha256 of the weights it was fitted with, and
-after unpickling (``joblib.load``, a ``cross_val_score`` worker process) it reloads the model from
-its location and refuses weights with another sha256.
+pickled ``TextFeatures`` holds its parameters and the sha256 of the weights and of the model's other
+files it was fitted with, and after unpickling (``joblib.load``, a ``cross_val_score`` worker process)
+it reloads the model from its location and refuses weights or files with another sha256.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ def as_texts(X: Any) -> list[str]:
     return values
 
 
+REFIT_FIX = "restore the original model files, or refit the pipeline"
 LIST_FIX = "pass a list (or array, Series, one-column DataFrame, iterator) of texts"
 
 
@@ -131,6 +132,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     distinct text (1.5 kB at D = 384).
 
     Fitted attributes: ``n_features_out_`` (the feature width), ``model_id_``, ``weights_sha256_``,
+    ``model_files_sha256_`` (the model's other files: config, tokenizer, modules),
     ``precision_`` (the precision that runs), ``spec_`` (the settings that define the vectors, as in provenance).
     """
 
@@ -169,9 +171,9 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             where = enc.model_id if path == enc.model_id else f"{enc.model_id} at {path}"
             raise BertfeatError(
                 f"the weights of {where} are not the ones this TextFeatures was fitted "
-                f"with (sha256 {enc.weights_sha256[:12]}... instead of {expected[:12]}...)",
-                "restore the original model files, or refit the pipeline",
-            )
+                f"with (sha256 {enc.weights_sha256[:12]}... instead of {expected[:12]}...)", REFIT_FIX)
+        if check:  # its tokenizer, config and modules too (a TextFeatures pickled before 0.3.0 recorded none)
+            enc.check_files_as(getattr(self, "model_files_sha256_", None), "this TextFeatures was fitted with", REFIT_FIX)
         return enc
 
     def _spec(self, enc: Encoder):
@@ -189,6 +191,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         spec = self._spec(enc)
         self.model_id_ = enc.model_id
         self.weights_sha256_ = enc.weights_sha256
+        self.model_files_sha256_ = enc.files_sha256()
         self.precision_ = enc.precision  # what runs ("auto" resolved)
         self.spec_ = spec.to_dict()
         self.n_features_out_ = self._n_features_out = enc.output_dim(spec)

@@ -148,14 +148,6 @@ def text_key(text: str, pair: str | None = None) -> bytes:
     return h.digest()
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def model_files(directory: Path) -> list[str]:
     """Every file of a model folder that can change a vector besides the encoder's weights (checksummed already), as
     paths relative to the folder: what loading the model reads (hub.model_files, the one list; config, tokenizer,
@@ -167,17 +159,16 @@ def model_files(directory: Path) -> list[str]:
 
 
 def model_files_digest(directory: Path) -> dict[str, str]:
-    """sha256 of each of ``model_files(directory)``: relative path -> hex digest."""
-    root = Path(directory)
-    return {rel: _file_digest(root / rel) for rel in model_files(root)}
+    """sha256 of each of ``model_files(directory)``: relative path -> hex digest (hub.model_files_digest)."""
+    from ..model.hub import model_files_digest as digest
+
+    return digest(Path(directory))
 
 
 def encoder_files_digest(encoder) -> dict[str, str]:
     """model_files_digest of the encoder's model folder, refused when its files changed since the encoder read them
-    (Encoder.check_files_unchanged: the digests must be of the files that make its vectors)."""
-    digest = model_files_digest(encoder.location.path)
-    encoder.check_files_unchanged()
-    return digest
+    (Encoder.files_sha256: the digests must be of the files that make its vectors)."""
+    return encoder.files_sha256()
 
 
 def cache_fingerprint(encoder, spec) -> tuple[str, dict]:

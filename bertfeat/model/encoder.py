@@ -24,7 +24,7 @@ import numpy as np
 from ..ops import gemm
 from .config import BertConfig
 from ..errors import BertfeatError, BertfeatWarning, ConfigError, InputError, opt
-from .hub import ModelLocation, file_states, model_files, resolve_model
+from .hub import ModelLocation, file_states, files_differ, model_files, model_files_digest, resolve_model
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
 from ..ops.threads import default_threads
@@ -203,18 +203,28 @@ class Encoder:
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict:
         """Pickle without the weights (and the locks and scratch pools that cannot be pickled): the model's
-        location, the constructor's settings and the weights' sha256. Unpickling reloads the model from that
-        location and refuses weights whose sha256 differs, so a pickled Encoder never silently changes model."""
-        return {"location": self.location, "init": dict(self._init_kwargs), "weights_sha256": self.weights_sha256}
+        location, the constructor's settings, the weights' sha256 and the other files' (config, tokenizer, modules).
+        Unpickling reloads the model from that location and refuses weights or files whose sha256 differs, so a
+        pickled Encoder never silently changes model."""
+        return {"location": self.location, "init": dict(self._init_kwargs), "weights_sha256": self.weights_sha256,
+                "files_sha256": self.files_sha256()}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(location=state["location"], **state["init"])
+        fix = "restore the original model files there, or build a new Encoder and refit what depends on it"
         if self.weights_sha256 != state["weights_sha256"]:
             raise BertfeatError(
                 f"the weights at {self.location.path} are not the ones this Encoder was saved with "
-                f"(sha256 {self.weights_sha256[:12]}... instead of {state['weights_sha256'][:12]}...)",
-                "restore the original model files there, or build a new Encoder and refit what depends on it",
-            )
+                f"(sha256 {self.weights_sha256[:12]}... instead of {state['weights_sha256'][:12]}...)", fix)
+        self.check_files_as(state.get("files_sha256"), "this Encoder was saved with", fix)  # (none in older pickles)
+
+    def check_files_as(self, then: dict[str, str] | None, whose: str, fix: str) -> None:
+        """Refuse a model folder whose files (config, tokenizer, modules) are not ``then`` (a ``files_sha256()`` taken
+        before: a pickle's, a fitted TextFeatures'); None: nothing to compare."""
+        differ = files_differ(then, self.files_sha256()) if then is not None else []
+        if differ:
+            raise BertfeatError(f"the model files at {self.location.path} are not the ones {whose} "
+                                f"({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''})", fix)
 
     def __deepcopy__(self, memo: dict) -> "Encoder":
         """A copy shares nothing mutable with the original but the read-only weights and tokenizer."""
@@ -266,6 +276,14 @@ class Encoder:
             self.check_files_unchanged()  # the hash is of the weights that were loaded
             self._sha256 = sha
         return self._sha256
+
+    def files_sha256(self) -> dict[str, str]:
+        """sha256 of each file the loading read but the weights (hub.model_files_digest: config, tokenizer,
+        sentence-transformers modules), refused when they changed since the loading read them (the digests must be
+        of the files that make its vectors)."""
+        digest = model_files_digest(self.location.path)
+        self.check_files_unchanged()
+        return digest
 
     def check_files_unchanged(self) -> None:
         """Refuse a model folder whose files changed since this Encoder read them (a model replaced while it loaded):

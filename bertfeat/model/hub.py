@@ -11,6 +11,7 @@ Never touches the network. Looks, in order, at:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -125,6 +126,29 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
              *modules]
     return [str(p.relative_to(root)) for p in dict.fromkeys(found)
             if inside_folder(root, p) and model_file(p) is not None]
+
+
+def file_sha256(path: Path) -> str:
+    """A file's sha256, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_files_digest(directory: Path) -> dict[str, str]:
+    """sha256 of each file loading reads but the weights (``model_files(weights=False)``: config, tokenizer,
+    sentence-transformers modules; the weights have their own sha256): relative path -> hex digest."""
+    root = Path(directory)
+    return {rel: file_sha256(root / rel) for rel in model_files(root, weights=False)}
+
+
+def files_differ(then: dict[str, str], now: dict[str, str]) -> list[str]:
+    """How two ``model_files_digest`` differ, a phrase a file: ``tokenizer.json changed``, ``... added``, ``... missing``."""
+    return ([f"{f} changed" for f in sorted(then.keys() & now.keys()) if then[f] != now[f]]
+            + [f"{f} added" for f in sorted(now.keys() - then.keys())]
+            + [f"{f} missing" for f in sorted(then.keys() - now.keys())])
 
 
 def file_state(path: Path) -> tuple:

@@ -180,6 +180,42 @@ def test_changed_weights_are_refused_after_unpickling(tmp_path, make_ckpt):
         pickle.loads(enc_blob)
 
 
+def _edit(name, old, new):
+    return lambda d: (d / name).write_text((d / name).read_text().replace(old, new, 1))
+
+
+@pytest.mark.parametrize("edit, said", [
+    (_edit("tokenizer_config.json", '"do_lower_case": true', '"do_lower_case": false'), "tokenizer_config.json changed"),
+    (_edit("config.json", '"layer_norm_eps": 1e-12', '"layer_norm_eps": 1e-05'), "config.json changed"),
+])
+def test_changed_model_files_are_refused_after_unpickling(tmp_path, minilm_dir, edit, said):
+    """Found by the fifth hostile-input round: the weights alone were compared, so a fitted pipeline unpickled where
+    the model's tokenizer or config is another gave other vectors without a word (do_lower_case false: cosine 0.19 to
+    the fitted model's on "Hello World")."""
+    import shutil
+
+    local = tmp_path / "m"
+    shutil.copytree(minilm_dir, local)
+    tf = TextFeatures(str(local)).fit(["Hello World"])
+    blob, enc_blob = pickle.dumps(tf), pickle.dumps(Encoder(local))
+    before = tf.transform(["Hello World"])
+    from bertfeat.model import encoder_cache
+
+    encoder_cache.clear()
+    text = {f: (local / f).read_bytes() for f in ("tokenizer_config.json", "config.json")}
+    edit(local)
+    assert text != {f: (local / f).read_bytes() for f in text}
+    with pytest.raises(BertfeatError) as e:
+        pickle.loads(blob).transform(["Hello World"])
+    assert e.value.message == (f"the model files at {local} are not the ones this TextFeatures was fitted with ({said}) "
+                               "- restore the original model files, or refit the pipeline")
+    with pytest.raises(BertfeatError) as e:
+        pickle.loads(enc_blob)
+    assert e.value.message == (f"the model files at {local} are not the ones this Encoder was saved with ({said}) - "
+                               "restore the original model files there, or build a new Encoder and refit what depends on it")
+    np.testing.assert_array_equal(TextFeatures(str(local)).fit_transform(["Hello World"]).shape, before.shape)  # a refit works
+
+
 def test_grid_search_over_pca_width_and_pooling(minilm_dir):
     pipe = make_pipeline(TextFeatures(str(minilm_dir)), PCA(), LogisticRegression(max_iter=1000))
     grid = GridSearchCV(pipe, {"pca__n_components": [4, 8], "textfeatures__pooling": [None, "cls"]}, cv=3).fit(TEXTS, LABELS)
