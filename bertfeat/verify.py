@@ -396,14 +396,17 @@ def _encode_alone(enc, spec, text: str, pair: str | None, pca, meta: dict, dtype
 
 def _compare(p: int, ident, vec: np.ndarray, stored: np.ndarray) -> dict:
     """A re-encoded row (``vec``: (1, D)) against the stored one: the largest difference, over the stored row's norm,
-    and the cosine."""
+    and the cosine. A row holding NaN or an infinity differs infinitely (NaN compares as no difference)."""
     got = vec[0].astype(np.float64)
     ref = stored.astype(np.float64)
+    if not (np.isfinite(got).all() and np.isfinite(ref).all()):
+        return {"position": p, "id": ident, "max_abs_diff": math.inf, "relative": math.inf, "cosine": math.nan,
+                "identical": False, "finite": False}
     norm = max(float(np.linalg.norm(ref)), 1e-30)
     diff = float(np.max(np.abs(got - ref))) if len(ref) else 0.0
     cos = float(got @ ref / (max(float(np.linalg.norm(got)), 1e-30) * norm))
     return {"position": p, "id": ident, "max_abs_diff": diff, "relative": diff / norm, "cosine": cos,
-            "identical": bool(np.array_equal(vec[0], stored))}
+            "identical": bool(np.array_equal(vec[0], stored)), "finite": True}
 
 
 def _report(path: Path, reader, enc, pca, dtype: str, n: int, rows: list[dict], tol: float, seed: int) -> dict:
@@ -421,7 +424,7 @@ def _report(path: Path, reader, enc, pca, dtype: str, n: int, rows: list[dict], 
         "rows_identical": sum(r["identical"] for r in rows),
         "max_abs_diff": max((r["max_abs_diff"] for r in rows), default=0.0),
         "max_relative_diff": worst["relative"] if worst else 0.0,
-        "min_cosine": min((r["cosine"] for r in rows), default=1.0),
+        "min_cosine": min((r["cosine"] for r in rows), default=1.0) if all(r["finite"] for r in rows) else math.nan,
         "worst": worst,
         "tolerance": tol,
         "ok": all(r["relative"] <= tol for r in rows),
