@@ -186,10 +186,10 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
                             f"choose {opt('on_bad_row', 'error')} or {opt('on_bad_row', 'skip')}")
     tell = progress or (lambda what: None)
     if output is not None:  # before any work (and before the lock makes the output's folder)
-        _check_outputs(output, input, o.overwrite)
+        _check_outputs(output, input, o.overwrite, o.model, cache)
     with output_lock(Path(output)) if output is not None else contextlib.nullcontext():
         if output is not None:  # again under the lock: another run may have written them
-            _check_outputs(output, input, o.overwrite)
+            _check_outputs(output, input, o.overwrite, o.model, cache)
         reader = open_input(str(input), o.input_format, o.text_column, o.pair_column, o.id_column, o.encoding,
                             delimiter=o.delimiter, keep=(label,) if label else (), label=label)
         try:
@@ -354,13 +354,16 @@ def default_prefix(input_path: str) -> Path:
     return p.with_name(p.name[: -len(".features.json")] + ".sweep")
 
 
-def _check_outputs(prefix: str | os.PathLike, input, overwrite: bool) -> None:
-    from .run.outputs import check_outputs
+def _check_outputs(prefix: str | os.PathLike, input, overwrite: bool, model=None, cache=None) -> None:
+    """The report files' names, as extract's outputs: not the input, not in the model folder or the vector cache
+    (``-o MODEL/config --overwrite`` replaced the model's config.json), not existing unless ``overwrite``."""
+    from .run.outputs import check_not_runs_own, check_outputs
     from .checks import check_output_name
 
     check_output_name(prefix, "report prefix", "sweep", kind="prefix")
-    check_outputs([("sweep report", p) for p in sweep_paths(prefix).values()],
-                  [Path(str(input))] if str(input) != "-" else [], overwrite)
+    reports = [("sweep report", p) for p in sweep_paths(prefix).values()]
+    check_not_runs_own(reports, model, cache)  # before "already exists": --overwrite would not make it right
+    check_outputs(reports, [Path(str(input))] if str(input) != "-" else [], overwrite)
 
 
 def sweep_paths(prefix: str | os.PathLike) -> dict[str, Path]:

@@ -419,3 +419,24 @@ def test_standard_input_without_a_prefix_is_told_sweeps_own_fix(capsys, monkeypa
         default_prefix("-")
     assert e.value.message == ("reading standard input needs output='PREFIX' - add output='sweep' (the report is written "
                                "as sweep.json and sweep.md)")
+
+
+def test_the_report_is_not_written_into_the_model_folder_or_the_cache(make_ckpt, tmp_path, small_csv, capsys):
+    """`sweep -m MODEL -o MODEL/config --overwrite` replaced the model's config.json with the report (extract refuses an
+    output there); the vector cache's folder likewise."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(make_ckpt(hidden=64, heads=4, layers=2, seed=11), model)
+    before = {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()}
+    assert main(["sweep", str(small_csv), "-m", str(model), "--set", "mean", "-o", str(model / "config"), "--overwrite",
+                 "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: the sweep report {model / 'config.json'} would be written over the model "
+                                       f"folder {model} - pass -o with a path outside it\n")
+    assert {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()} == before
+    cache = tmp_path / "cache"
+    with pytest.raises(BertfeatError) as e:
+        sweep(small_csv, ["mean"], model=model, cache=cache, output=cache / "sweep", sample=20)
+    assert e.value.message == (f"the sweep report {cache / 'sweep.json'} would be written over the vector cache {cache} - "
+                               "pass output with a path outside it")
+    assert not cache.exists()
