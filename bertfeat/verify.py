@@ -360,12 +360,14 @@ def _walk_input(reader, outputs, picked: set, meta: dict, enc, spec, path: Path)
         raise BertfeatError(f"{path}'s row {j} ({what} {current!r}) is not in the input {reader.name} in its place",
                             f"verify against the input the features were extracted from ({opt('input')})")
     recorded = _recorded_rows(meta)
+    fix = f"extract the features again, or verify against the input they were extracted from ({opt('input')})"
     if recorded.get("rejected") is not None and skipped != recorded["rejected"]:
         first = f" (the first not rejected as a bad row here: {first_skipped})" if first_skipped else ""
         raise BertfeatError(f"{skipped} rows of the input {reader.name} are not in {path}, but the run rejected "
-                            f"{recorded['rejected']}{first}: the input changed since the features were extracted",
-                            "extract the features again, or verify against the input they were extracted from "
-                            f"({opt('input')})")
+                            f"{recorded['rejected']}{first}: the input changed since the features were extracted", fix)
+    if first_skipped is not None:  # as many passed over as rejected, but one of them is no bad row now: mended since
+        raise BertfeatError(f"{first_skipped} of the input {reader.name} is not in {path}, and it is not a bad row: the "
+                            "input changed since the features were extracted (a row the run rejected mended since)", fix)
     return texts
 
 

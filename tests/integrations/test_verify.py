@@ -691,3 +691,22 @@ def test_verify_names_a_row_that_holds_nan_or_an_infinity(extracted, tmp_path, c
     cells = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in stdout.splitlines() if line.count("│") == 3}
     assert (cells["largest difference"], cells["smallest cosine"], cells["verdict"]) == (
         "inf (inf of the row's norm)", "nan", "DIFFERENT")
+
+
+def test_verify_finds_a_rejected_row_mended_in_the_input(tmp_path, capsys):
+    """A row the run rejected, mended in the input since (its text filled in): as many rows were passed over as the
+    run rejected, so verify said ok, though the file lacks the row the input now has."""
+    rows = _rows()
+    rows[5][1] = ""  # rejected under --on-bad-row skip
+    src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], rows)
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "--on-bad-row",
+                     "skip", "-q")
+    assert rc == 0, err
+    assert verify_features(out)["ok"]
+    rows[5][1] = "cats and dogs"  # mended
+    write_csv(src, ["id", "text", "label"], rows)
+    rc, _, err = run(capsys, "verify", out, "-q")
+    assert (rc, err) == (1, f"Error: row 5 (id 'r5') of the input {src} is not in {out}, and it is not a bad row: the input "
+                            "changed since the features were extracted (a row the run rejected mended since) - extract "
+                            "the features again, or verify against the input they were extracted from (--input)\n")
