@@ -228,8 +228,7 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str |
     labels = [labels[i] for i in todo]  # rows refused as too long (long_text error, skip) are left out
     n = len(todo)
     if n < 2:
-        raise BertfeatError(f"{source} gave {n} usable row(s) for the sweep", "sweep an input with at least 2 rows"
-                            + (" that have a label" if label else ""))
+        _too_few_rows(source, n, drawn, len(pc.refused or {}), label)
     codes = fold = None
     if label is not None:
         codes, classes = label_codes(labels, label, source, folds)
@@ -271,6 +270,18 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str |
                        "best": best_pca if ranked_on_pca else best_all, "ranked_on": "pca" if ranked_on_pca else "all",
                        "best_all": best_all, "best_pca": best_pca})
     return report
+
+
+def _too_few_rows(source: str, n: int, drawn: dict, refused: int, label: str | None) -> None:
+    """Fewer than 2 rows to compare: said with where the others went (bad rows left out, rows without a label)."""
+    bad, unlabelled = drawn["rows_rejected"] + refused, drawn["rows_unlabelled"]
+    why = [f"{bad:,} bad rows left out"] if bad else []
+    why += [f"{unlabelled:,} without a label"] if label is not None else []
+    fix = "sweep an input with at least 2 rows" + (" that have a label" if label else "")
+    if bad:  # left out by on_bad_row='skip': the first one's error says what is wrong with them
+        fix += f"; drop {opt('on_bad_row', 'skip')} to see what is wrong with the first bad row"
+    raise BertfeatError(f"{source} gave {n} usable row(s) for the sweep ({drawn['rows_read']:,} read"
+                        + "".join(f", {w}" for w in why) + ")", fix)
 
 
 def _encode(enc, prep, groups: list[list], bar=None) -> list[list[np.ndarray]]:
