@@ -246,7 +246,6 @@ def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
     """The model and feature settings the provenance records, loaded and checked against its fingerprint and model
     files -> (the Encoder, the FeatureSpec, the PCA that reduced the features or None)."""
     from .pca.diffs import dict_differences
-    from .model.encoder import Encoder
     from .ops.gemm import PRECISIONS
     from .readers.formats import FORMATS
 
@@ -254,7 +253,7 @@ def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
     precision = fp.get("precision", meta.get("precision", "fp32"))
     _one_of(path, "fingerprint.precision" if "precision" in fp else "precision", precision, PRECISIONS)
     _one_of(path, "input_format", meta["input_format"], FORMATS)
-    enc = Encoder(meta["model"] if model is None else model, precision=precision)  # model="" refused, not passed over
+    enc = _load_model(meta, path, model, precision)
     spec = _spec_from(fp, path)
     # the weights' sha256 names the model: the same files elsewhere (another model_id, a local path) are the same model
     diffs = [d for d in dict_differences(fp, enc.fingerprint(spec)) if d[0] != "model_id"]
@@ -274,6 +273,21 @@ def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
                             "more than once (a pca transform of reduced features), and only the last PCA is recorded",
                             "verify the features before the later PCA")
     return enc, spec, pca
+
+
+def _load_model(meta: dict, path: Path, model, precision: str):
+    """The Encoder of ``model`` (given: model="" refused, not passed over), else of the model the provenance names: not
+    found there (a folder moved since), the fix is verify's ``model``, not the path the user never gave."""
+    from .errors import ModelNotFoundError
+    from .model.encoder import Encoder
+
+    if model is not None:
+        return Encoder(model, precision=precision)
+    try:
+        return Encoder(meta["model"], precision=precision)
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"the model {path} was extracted with is not found ({e.what})",
+                                 f"pass {opt('model')} with where it is now (its weights' sha256 must match)") from None
 
 
 def _check_width(dim: int, settings_dim: int, path: Path) -> None:

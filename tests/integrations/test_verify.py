@@ -710,3 +710,22 @@ def test_verify_finds_a_rejected_row_mended_in_the_input(tmp_path, capsys):
     assert (rc, err) == (1, f"Error: row 5 (id 'r5') of the input {src} is not in {out}, and it is not a bad row: the input "
                             "changed since the features were extracted (a row the run rejected mended since) - extract "
                             "the features again, or verify against the input they were extracted from (--input)\n")
+
+
+def test_verify_says_to_pass_the_model_when_its_folder_moved(tmp_path, capsys):
+    """The model folder the provenance names, moved since, gave the hub's 'model ... not found - check the path' (a path
+    the user never gave): the fix is --model with where it is now."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(), model)
+    src = write_csv(tmp_path / "in.csv", ["text"], [[r[1]] for r in _rows(10)])
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", model, "-q")
+    assert rc == 0, err
+    moved = model.rename(tmp_path / "moved")
+    rc, _, err = run(capsys, "verify", out, "-q")
+    assert (rc, err) == (1, f"Error: the model {out} was extracted with is not found (model '{model}' not found; looked "
+                            f"in: local directory {model}) - pass --model with where it is now (its weights' sha256 "
+                            "must match)\n")
+    assert run(capsys, "verify", out, "--model", moved, "-q") == (0, "", "")
