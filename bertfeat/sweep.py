@@ -186,10 +186,10 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
                             f"choose {opt('on_bad_row', 'error')} or {opt('on_bad_row', 'skip')}")
     tell = progress or (lambda what: None)
     if output is not None:  # before any work (and before the lock makes the output's folder)
-        _check_outputs(output, input, o.overwrite)
+        _check_outputs(output, input, o.overwrite, o.model, cache)
     with output_lock(Path(output)) if output is not None else contextlib.nullcontext():
         if output is not None:  # again under the lock: another run may have written them
-            _check_outputs(output, input, o.overwrite)
+            _check_outputs(output, input, o.overwrite, o.model, cache)
         reader = open_input(str(input), o.input_format, o.text_column, o.pair_column, o.id_column, o.encoding,
                             delimiter=o.delimiter, keep=(label,) if label else (), label=label)
         try:
@@ -228,8 +228,7 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str |
     labels = [labels[i] for i in todo]  # rows refused as too long (long_text error, skip) are left out
     n = len(todo)
     if n < 2:
-        raise BertfeatError(f"{source} gave {n} usable row(s) for the sweep", "sweep an input with at least 2 rows"
-                            + (" that have a label" if label else ""))
+        _too_few_rows(source, n, drawn, len(pc.refused or {}), label)
     codes = fold = None
     if label is not None:
         codes, classes = label_codes(labels, label, source, folds)
@@ -271,6 +270,18 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str |
                        "best": best_pca if ranked_on_pca else best_all, "ranked_on": "pca" if ranked_on_pca else "all",
                        "best_all": best_all, "best_pca": best_pca})
     return report
+
+
+def _too_few_rows(source: str, n: int, drawn: dict, refused: int, label: str | None) -> None:
+    """Fewer than 2 rows to compare: said with where the others went (bad rows left out, rows without a label)."""
+    bad, unlabelled = drawn["rows_rejected"] + refused, drawn["rows_unlabelled"]
+    why = [f"{bad:,} bad rows left out"] if bad else []
+    why += [f"{unlabelled:,} without a label"] if label is not None else []
+    fix = "sweep an input with at least 2 rows" + (" that have a label" if label else "")
+    if bad:  # left out by on_bad_row='skip': the first one's error says what is wrong with them
+        fix += f"; drop {opt('on_bad_row', 'skip')} to see what is wrong with the first bad row"
+    raise BertfeatError(f"{source} gave {n} usable row(s) for the sweep ({drawn['rows_read']:,} read"
+                        + "".join(f", {w}" for w in why) + ")", fix)
 
 
 def _encode(enc, prep, groups: list[list], bar=None) -> list[list[np.ndarray]]:
@@ -354,13 +365,16 @@ def default_prefix(input_path: str) -> Path:
     return p.with_name(p.name[: -len(".features.json")] + ".sweep")
 
 
-def _check_outputs(prefix: str | os.PathLike, input, overwrite: bool) -> None:
-    from .run.outputs import check_outputs
+def _check_outputs(prefix: str | os.PathLike, input, overwrite: bool, model=None, cache=None) -> None:
+    """The report files' names, as extract's outputs: not the input, not in the model folder or the vector cache
+    (``-o MODEL/config --overwrite`` replaced the model's config.json), not existing unless ``overwrite``."""
+    from .run.outputs import check_not_runs_own, check_outputs
     from .checks import check_output_name
 
     check_output_name(prefix, "report prefix", "sweep", kind="prefix")
-    check_outputs([("sweep report", p) for p in sweep_paths(prefix).values()],
-                  [Path(str(input))] if str(input) != "-" else [], overwrite)
+    reports = [("sweep report", p) for p in sweep_paths(prefix).values()]
+    check_not_runs_own(reports, model, cache)  # before "already exists": --overwrite would not make it right
+    check_outputs(reports, [Path(str(input))] if str(input) != "-" else [], overwrite)
 
 
 def sweep_paths(prefix: str | os.PathLike) -> dict[str, Path]:

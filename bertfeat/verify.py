@@ -246,7 +246,6 @@ def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
     """The model and feature settings the provenance records, loaded and checked against its fingerprint and model
     files -> (the Encoder, the FeatureSpec, the PCA that reduced the features or None)."""
     from .pca.diffs import dict_differences
-    from .model.encoder import Encoder
     from .ops.gemm import PRECISIONS
     from .readers.formats import FORMATS
 
@@ -254,7 +253,7 @@ def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
     precision = fp.get("precision", meta.get("precision", "fp32"))
     _one_of(path, "fingerprint.precision" if "precision" in fp else "precision", precision, PRECISIONS)
     _one_of(path, "input_format", meta["input_format"], FORMATS)
-    enc = Encoder(meta["model"] if model is None else model, precision=precision)  # model="" refused, not passed over
+    enc = _load_model(meta, path, model, precision)
     spec = _spec_from(fp, path)
     # the weights' sha256 names the model: the same files elsewhere (another model_id, a local path) are the same model
     diffs = [d for d in dict_differences(fp, enc.fingerprint(spec)) if d[0] != "model_id"]
@@ -274,6 +273,21 @@ def _rebuild_settings(meta: dict, path: Path, model) -> tuple:
                             "more than once (a pca transform of reduced features), and only the last PCA is recorded",
                             "verify the features before the later PCA")
     return enc, spec, pca
+
+
+def _load_model(meta: dict, path: Path, model, precision: str):
+    """The Encoder of ``model`` (given: model="" refused, not passed over), else of the model the provenance names: not
+    found there (a folder moved since), the fix is verify's ``model``, not the path the user never gave."""
+    from .errors import ModelNotFoundError
+    from .model.encoder import Encoder
+
+    if model is not None:
+        return Encoder(model, precision=precision)
+    try:
+        return Encoder(meta["model"], precision=precision)
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"the model {path} was extracted with is not found ({e.what})",
+                                 f"pass {opt('model')} with where it is now (its weights' sha256 must match)") from None
 
 
 def _check_width(dim: int, settings_dim: int, path: Path) -> None:
@@ -360,12 +374,14 @@ def _walk_input(reader, outputs, picked: set, meta: dict, enc, spec, path: Path)
         raise BertfeatError(f"{path}'s row {j} ({what} {current!r}) is not in the input {reader.name} in its place",
                             f"verify against the input the features were extracted from ({opt('input')})")
     recorded = _recorded_rows(meta)
+    fix = f"extract the features again, or verify against the input they were extracted from ({opt('input')})"
     if recorded.get("rejected") is not None and skipped != recorded["rejected"]:
         first = f" (the first not rejected as a bad row here: {first_skipped})" if first_skipped else ""
         raise BertfeatError(f"{skipped} rows of the input {reader.name} are not in {path}, but the run rejected "
-                            f"{recorded['rejected']}{first}: the input changed since the features were extracted",
-                            "extract the features again, or verify against the input they were extracted from "
-                            f"({opt('input')})")
+                            f"{recorded['rejected']}{first}: the input changed since the features were extracted", fix)
+    if first_skipped is not None:  # as many passed over as rejected, but one of them is no bad row now: mended since
+        raise BertfeatError(f"{first_skipped} of the input {reader.name} is not in {path}, and it is not a bad row: the "
+                            "input changed since the features were extracted (a row the run rejected mended since)", fix)
     return texts
 
 
@@ -396,14 +412,17 @@ def _encode_alone(enc, spec, text: str, pair: str | None, pca, meta: dict, dtype
 
 def _compare(p: int, ident, vec: np.ndarray, stored: np.ndarray) -> dict:
     """A re-encoded row (``vec``: (1, D)) against the stored one: the largest difference, over the stored row's norm,
-    and the cosine."""
+    and the cosine. A row holding NaN or an infinity differs infinitely (NaN compares as no difference)."""
     got = vec[0].astype(np.float64)
     ref = stored.astype(np.float64)
+    if not (np.isfinite(got).all() and np.isfinite(ref).all()):
+        return {"position": p, "id": ident, "max_abs_diff": math.inf, "relative": math.inf, "cosine": math.nan,
+                "identical": False, "finite": False}
     norm = max(float(np.linalg.norm(ref)), 1e-30)
     diff = float(np.max(np.abs(got - ref))) if len(ref) else 0.0
     cos = float(got @ ref / (max(float(np.linalg.norm(got)), 1e-30) * norm))
     return {"position": p, "id": ident, "max_abs_diff": diff, "relative": diff / norm, "cosine": cos,
-            "identical": bool(np.array_equal(vec[0], stored))}
+            "identical": bool(np.array_equal(vec[0], stored)), "finite": True}
 
 
 def _report(path: Path, reader, enc, pca, dtype: str, n: int, rows: list[dict], tol: float, seed: int) -> dict:
@@ -421,7 +440,7 @@ def _report(path: Path, reader, enc, pca, dtype: str, n: int, rows: list[dict], 
         "rows_identical": sum(r["identical"] for r in rows),
         "max_abs_diff": max((r["max_abs_diff"] for r in rows), default=0.0),
         "max_relative_diff": worst["relative"] if worst else 0.0,
-        "min_cosine": min((r["cosine"] for r in rows), default=1.0),
+        "min_cosine": min((r["cosine"] for r in rows), default=1.0) if all(r["finite"] for r in rows) else math.nan,
         "worst": worst,
         "tolerance": tol,
         "ok": all(r["relative"] <= tol for r in rows),

@@ -229,9 +229,10 @@ def verify(
     if not r["ok"]:
         bad = sum(x["relative"] > r["tolerance"] for x in r["rows"])
         w = r["worst"]
+        how = (f"{w['relative']:.3g}, cosine {w['cosine']:.6f}" if w["finite"] else
+               "it holds NaN or infinite values")  # (a damaged or edited file: the model gives none)
         raise BertfeatError(f"{bad} of {r['rows_checked']} rows differ from their vector encoded alone by more than "
-                            f"{r['tolerance']:g} of their norm (row {w['position']}, id {w['id']!r}: {w['relative']:.3g}, "
-                            f"cosine {w['cosine']:.6f})",
+                            f"{r['tolerance']:g} of their norm (row {w['position']}, id {w['id']!r}: {how})",
                             "the features do not match what the model gives for their input now: the input, the model "
                             "or the file changed since they were extracted; extract them again")
 

@@ -419,3 +419,44 @@ def test_standard_input_without_a_prefix_is_told_sweeps_own_fix(capsys, monkeypa
         default_prefix("-")
     assert e.value.message == ("reading standard input needs output='PREFIX' - add output='sweep' (the report is written "
                                "as sweep.json and sweep.md)")
+
+
+def test_the_report_is_not_written_into_the_model_folder_or_the_cache(make_ckpt, tmp_path, small_csv, capsys):
+    """`sweep -m MODEL -o MODEL/config --overwrite` replaced the model's config.json with the report (extract refuses an
+    output there); the vector cache's folder likewise."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(make_ckpt(hidden=64, heads=4, layers=2, seed=11), model)
+    before = {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()}
+    assert main(["sweep", str(small_csv), "-m", str(model), "--set", "mean", "-o", str(model / "config"), "--overwrite",
+                 "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: the sweep report {model / 'config.json'} would be written over the model "
+                                       f"folder {model} - pass -o with a path outside it\n")
+    assert {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()} == before
+    cache = tmp_path / "cache"
+    with pytest.raises(BertfeatError) as e:
+        sweep(small_csv, ["mean"], model=model, cache=cache, output=cache / "sweep", sample=20)
+    assert e.value.message == (f"the sweep report {cache / 'sweep.json'} would be written over the vector cache {cache} - "
+                               "pass output with a path outside it")
+    assert not cache.exists()
+
+
+def test_too_few_rows_says_where_the_others_went(tmp_path, capsys):
+    """Every row left out as too long (--long-text error --on-bad-row skip) was told as 'sweep an input with at least 2
+    rows that have a label', though every row had one: the message counts the rows read, bad and unlabelled."""
+    path = tmp_path / "long.csv"
+    path.write_text("label,text\n" + "".join(f"{i % 2},{'word ' * 300}\n" for i in range(12)) + ",short\n")
+    args = ["sweep", str(path), "--set", "mean", "--long-text", "error", "--max-length", "16", "-o", str(tmp_path / "s"),
+            "-q"]
+    assert main(args + ["--label", "label", "--on-bad-row", "skip"]) == 1
+    assert capsys.readouterr().err == (f"Error: {path} gave 0 usable row(s) for the sweep (13 read, 12 bad rows left out, "
+                                       "1 without a label) - sweep an input with at least 2 rows that have a label; drop "
+                                       "--on-bad-row skip to see what is wrong with the first bad row\n")
+    assert main(args + ["--on-bad-row", "skip"]) == 1
+    assert capsys.readouterr().err == (f"Error: {path} gave 1 usable row(s) for the sweep (13 read, 12 bad rows left "
+                                       "out) - sweep an input with at least 2 rows; drop --on-bad-row skip to see what is "
+                                       "wrong with the first bad row\n")
+    assert main(args) == 1  # what the fix says to do
+    assert capsys.readouterr().err.startswith(f"Error: {path} row 0: 302 tokens, more than max length 16")
+    assert not (tmp_path / "s.json").exists()

@@ -663,3 +663,69 @@ def test_a_provenance_that_is_no_object_is_damaged(pristine, tmp_path, capsys, r
             }[command]
     rc, _, err = run(capsys, *args)
     assert (rc, err) == (1, f"Error: the provenance of {f} is damaged or not bertfeat's: {why} - {DAMAGED_FIX}\n")
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_verify_names_a_row_that_holds_nan_or_an_infinity(extracted, tmp_path, capsys, value):
+    """A NaN in the file compared as no difference: "0 of 60 rows differ ... (row 0 ...: 0, cosine 1.000000)", the
+    table's largest difference 0 and smallest cosine 1 beside a DIFFERENT verdict."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src, out = extracted
+    t = pq.read_table(out)
+    X = embeddings(t).copy()
+    X[4, 3] = value
+    edited = tmp_path / "edited.parquet"
+    column = pa.FixedSizeListArray.from_arrays(pa.array(X.ravel()), X.shape[1])
+    pq.write_table(t.set_column(t.schema.get_field_index("embedding"), "embedding", column), edited)
+    r = verify_features(edited, sample=1000)
+    assert not r["ok"] and r["worst"]["id"] == "r4" and not r["worst"]["finite"]
+    assert r["max_relative_diff"] == np.inf and np.isnan(r["min_cosine"])
+    assert [x["id"] for x in r["rows"] if x["relative"] > r["tolerance"]] == ["r4"]
+    rc, stdout, err = run(capsys, "verify", edited, "--sample", "1000")
+    assert (rc, err) == (1, "Error: 1 of 60 rows differ from their vector encoded alone by more than 1e-05 of their "
+                            "norm (row 4, id 'r4': it holds NaN or infinite values) - the features do not match what "
+                            "the model gives for their input now: the input, the model or the file changed since they "
+                            "were extracted; extract them again\n")
+    cells = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in stdout.splitlines() if line.count("│") == 3}
+    assert (cells["largest difference"], cells["smallest cosine"], cells["verdict"]) == (
+        "inf (inf of the row's norm)", "nan", "DIFFERENT")
+
+
+def test_verify_finds_a_rejected_row_mended_in_the_input(tmp_path, capsys):
+    """A row the run rejected, mended in the input since (its text filled in): as many rows were passed over as the
+    run rejected, so verify said ok, though the file lacks the row the input now has."""
+    rows = _rows()
+    rows[5][1] = ""  # rejected under --on-bad-row skip
+    src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], rows)
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "--on-bad-row",
+                     "skip", "-q")
+    assert rc == 0, err
+    assert verify_features(out)["ok"]
+    rows[5][1] = "cats and dogs"  # mended
+    write_csv(src, ["id", "text", "label"], rows)
+    rc, _, err = run(capsys, "verify", out, "-q")
+    assert (rc, err) == (1, f"Error: row 5 (id 'r5') of the input {src} is not in {out}, and it is not a bad row: the input "
+                            "changed since the features were extracted (a row the run rejected mended since) - extract "
+                            "the features again, or verify against the input they were extracted from (--input)\n")
+
+
+def test_verify_says_to_pass_the_model_when_its_folder_moved(tmp_path, capsys):
+    """The model folder the provenance names, moved since, gave the hub's 'model ... not found - check the path' (a path
+    the user never gave): the fix is --model with where it is now."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(), model)
+    src = write_csv(tmp_path / "in.csv", ["text"], [[r[1]] for r in _rows(10)])
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", model, "-q")
+    assert rc == 0, err
+    moved = model.rename(tmp_path / "moved")
+    rc, _, err = run(capsys, "verify", out, "-q")
+    assert (rc, err) == (1, f"Error: the model {out} was extracted with is not found (model '{model}' not found; looked "
+                            f"in: local directory {model}) - pass --model with where it is now (its weights' sha256 "
+                            "must match)\n")
+    assert run(capsys, "verify", out, "--model", moved, "-q") == (0, "", "")
