@@ -1439,6 +1439,36 @@ def test_the_element_wise_kernels_are_in_the_key_and_the_provenance(tmp_path, mo
     assert len(lines) == 2 and lines[0].endswith(", numba " + lines[0].rsplit(" ", 1)[1]) and lines[1].endswith(", numpy, attention per sequence")
 
 
+@pytest.mark.slow  # two `python -m bertfeat` subprocesses (numba reads its settings once, at import)
+def test_numbas_code_generation_settings_are_in_the_key(tmp_path):
+    """NUMBA_DISABLE_JIT=1 (a debugging setting left in a shell), NUMBA_OPT=0, NUMBA_CPU_NAME=generic ... change how
+    numba compiles the kernels, so how they round (a tiny model's fp32 features moved by up to 7e-7), and the key
+    said "numba VERSION" either way: a cache filled by a usual run served its vectors to a run under
+    NUMBA_DISABLE_JIT=1, whose own differ, so the features depended on what the cache held (found by audit)."""
+    from bertfeat.features import read_features
+
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"sentence {i} of the corpus with a few more words\n" for i in range(12)))
+    cache = tmp_path / "c"
+    assert bertfeat.extract(src, tmp_path / "jit.parquet", model=tiny_model(), cache=cache).rows_encoded == 12
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+
+    def no_jit(name: str) -> dict:
+        p = subprocess.run(cli("extract", src, "-o", tmp_path / name, "--model", tiny_model(), "--cache", cache,
+                               "--quiet", "--summary-json", "-"), capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    s = no_jit("a.parquet")
+    assert (s["rows_encoded"], s["rows_reused"]) == (12, 0)  # the JIT-compiled kernels' vectors are not this run's
+    a, jit = embeddings(read_table(tmp_path / "a.parquet")), embeddings(read_table(tmp_path / "jit.parquet"))
+    assert not np.array_equal(a, jit)  # what serving them would have changed
+    assert read_features(tmp_path / "a.parquet")[2]["gemm"]["kernels"].endswith(" (NUMBA_DISABLE_JIT=1)")
+    s = no_jit("b.parquet")
+    assert (s["rows_encoded"], s["rows_reused"]) == (0, 12)
+    assert np.array_equal(embeddings(read_table(tmp_path / "b.parquet")), a)
+
+
 def test_a_cache_filled_before_the_numpy_softmax_ran_per_sequence_is_not_served(tmp_path, monkeypatch):
     """0.3.0.dev0's NumPy softmax twin sums each sequence over its own keys, as numba's kernel does (a text's features
     the same bit for bit in any batch), which rounds otherwise than before; with the key unchanged, a cache filled
