@@ -298,6 +298,31 @@ def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
                             "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
 
 
+@pytest.mark.parametrize("damage, why", [
+    (b'{"bertfeat_version": "0.3', "not a manifest bertfeat wrote: Unterminated string starting at: line 1 column 22 "
+                                   "(char 21)"),
+    (b"[]", "not a manifest bertfeat wrote"),
+    (b"{}", "not a manifest bertfeat wrote"),
+])
+def test_resume_with_a_damaged_manifest_names_it(tmp_path, capsys, monkeypatch, damage, why):
+    """A manifest cut short or edited was compared as {}: the refusal listed every setting as changed from None
+    ("bertfeat version: None -> '0.3.0...'; model: None -> ...", a screenful) instead of naming the file (found by
+    audit). The partial run is left as it was; --overwrite starts over."""
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    manifest = tmp_path / "o.parquet.partial" / "manifest.json"
+    manifest.write_bytes(damage)
+    kept = sorted(p.name for p in manifest.parent.iterdir())
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert (rc, err) == (1, f"Error: cannot resume: the interrupted run's manifest {manifest} cannot be read ({why}) - "
+                            "rerun with --overwrite instead of --resume to start over\n")
+    assert sorted(p.name for p in manifest.parent.iterdir()) == kept and manifest.read_bytes() == damage
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--overwrite")
+    assert rc == 0 and read_table(out).num_rows == 12, err
+
+
 def test_resume_without_an_interrupted_run_starts_from_scratch(tmp_path, capsys):
     src = corpus(tmp_path / "c.csv", 5)
     out = tmp_path / "o.parquet"
