@@ -1101,6 +1101,24 @@ def test_cache_clear(tmp_path, capsys):
     assert run(capsys, "cache", "clear", cache, "-q")[1:] == ("", "")
 
 
+def test_the_size_on_disk_is_the_caches_own_files(tmp_path, capsys):
+    """A user's copy beside the database (vectors.sqlite3.bak, .old) was counted as the cache's size, by `cache info`
+    and by `cache clear`'s before -> after, which then seemed to free little (found by audit): only the database and
+    SQLite's -wal / -shm / -journal files are the cache's; the copy is left as it was."""
+    cache = fill(tmp_path, capsys)
+    db = cache / DB_NAME
+    backup = cache / (DB_NAME + ".bak")
+    shutil.copyfile(db, backup)
+    (cache / (DB_NAME + "-old")).mkdir()  # a folder so named holds no bytes of the cache either
+    own = db.stat().st_size
+    rc, out, err = run(capsys, "cache", "info", cache)
+    assert (rc, err, out.splitlines()[2]) == (0, "", f"size on disk  {own / 1024:,.1f} KiB")
+    rc, out, err = run(capsys, "cache", "clear", cache)
+    after = db.stat().st_size + sum(p.stat().st_size for p in cache.glob(DB_NAME + "-[ws][ah][lm]"))
+    assert (rc, err) == (0, f"deleted 30 entries from {cache} ({own / 1024:,.1f} KiB -> {after / 1024:,.1f} KiB on disk)\n")
+    assert backup.read_bytes()[:16] == bertfeat.cache.store.SQLITE_MAGIC and entries(cache) == 0
+
+
 def test_cache_info_on_no_cache_is_one_error_line(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "file").write_text("x")
