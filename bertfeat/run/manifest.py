@@ -124,7 +124,11 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
         elif k == "gemm" and isinstance(a, dict) and isinstance(b, dict):
             cpu = a.get("cpu") != b.get("cpu")
             said = [f"{g.get('library')}" + (f" on {g.get('cpu')}" if cpu else "") for g in (a, b)]
-            out.append(f"GEMM path: {said[0]} -> {said[1]}" if said[0] != said[1] else f"GEMM path: {a} -> {b}")
+            if said[0] != said[1]:
+                out.append(f"GEMM path: {said[0]} -> {said[1]}")
+            else:  # the same library: its keys that differ (the kernels, NumPy's BLAS ...), not both dicts whole
+                keys = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+                out.append("GEMM path: " + "; ".join(f"{n} {a.get(n)!r} -> {b.get(n)!r}" for n in keys))
         elif k == "model_files" and isinstance(b, dict):
             changed = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
             out.append("model files changed since the interrupted run: " + ", ".join(changed))

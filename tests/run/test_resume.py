@@ -211,6 +211,34 @@ def test_resume_on_another_gemm_path_is_refused(tmp_path, capsys, monkeypatch):
     assert rc == 0, err
 
 
+def test_resume_on_other_kernels_names_what_differs(tmp_path, capsys, monkeypatch):
+    """The same GEMM library with other element-wise kernels (BERTFEAT_KERNELS=numpy, a NUMBA_* setting): the refusal
+    printed both GEMM dicts whole, six keys each, for the one or two that differ (found by audit)."""
+    import sys
+
+    from bertfeat.ops import kernels
+
+    if kernels.backend() != "numba":
+        pytest.skip("needs numba to have two kernel backends")
+    numba = f"numba {sys.modules['numba'].__version__}"
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    monkeypatch.setenv("BERTFEAT_KERNELS", "numpy")
+    kernels.use(None)
+    try:
+        rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    finally:
+        monkeypatch.delenv("BERTFEAT_KERNELS")
+        kernels.use(None)
+    assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run (GEMM path: "
+                            f"attention None -> 'per sequence'; kernels '{numba}' -> 'numpy') - rerun with --overwrite "
+                            "instead of --resume to start over, or use the original settings\n")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "npy", "csv"])
 def test_ctrl_c_while_the_outputs_are_written_leaves_the_old_ones_whole(tmp_path, capsys, monkeypatch, fmt):
     """extract --pca --overwrite writes the PCA model, its report (the PNG takes a second), the features and their side
