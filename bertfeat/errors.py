@@ -235,11 +235,26 @@ def _errno_of(e: OSError) -> int | None:
     return None
 
 
+#: atomic.py's temporary and second names beside a file NAME: ``.NAME.tmp-PID``, ``.NAME.old-PID``
+_TEMP_NAME = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-\d+")
+
+
+def _written_as(path):
+    """The file an atomic write's temporary stands for (``.NAME.tmp-PID`` -> ``NAME`` beside it), else ``path``: the
+    temporary is gone when the error is shown, and its name is not one the user gave."""
+    if path is None:
+        return None
+    m = _TEMP_NAME.fullmatch(os.path.basename(os.fsdecode(path)))
+    return os.path.join(os.path.dirname(os.fsdecode(path)), m["name"]) if m else path
+
+
 def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str | None = None) -> BertfeatError:
     """An OSError -> ``PATH: what - fix`` (the errno decides the fix; ``path`` when the error names none;
     ``space_fix`` replaces the fix of a full disk or quota, e.g. extract's "rerun with resume=True")."""
     code = _errno_of(e)
-    where = e.filename if getattr(e, "filename", None) else path
+    # a rename or link names its destination second: the user's file, not the temporary moved onto it
+    where = next((f for f in (getattr(e, "filename2", None), getattr(e, "filename", None)) if f), path)
+    where = _written_as(where)
     what, fix = _OS_FIX.get(code, (None, "check the path, its permissions and the free disk space"))
     if what is None:
         what = one_line(e.strerror or e)  # an empty text: the exception's type name

@@ -919,9 +919,21 @@ class VectorStore:
                 p.unlink(missing_ok=True)
 
 
+#: the files SQLite keeps beside a database (its write-ahead log and shared memory, a rollback journal)
+SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
 def _size_on_disk(db: Path) -> int:
-    """Bytes of the database and its -wal / -shm files (those of other processes' open connections included)."""
-    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*") if p.is_file())
+    """Bytes of the database and its -wal / -shm files (those of other processes' open connections included); not
+    another file whose name starts as the database's (a user's copy, vectors.sqlite3.bak, is not the cache's size)."""
+    total = 0
+    for p in [db] + [Path(f"{db}{side}") for side in SIDE_FILES]:
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
 
 
 def open_cache(directory: Path, run_store: bool | None = None) -> VectorStore:

@@ -758,13 +758,41 @@ def backend() -> str:
     return str(_state["backend"])
 
 
+#: numba's settings (numba.core.config, from its NUMBA_* variables) that change how the kernels compile, so how they
+#: round, with numba's defaults: each of DISABLE_JIT=1, OPT=0, LOOP_VECTORIZE=0, BOUNDSCHECK=1, CPU_NAME=generic
+#: moved a tiny model's fp32 features by up to 7e-7. ENABLE_AVX's default depends on the CPU: named when its
+#: variable is set.
+NUMBA_CODEGEN = (("DISABLE_JIT", 0), ("OPT", 3), ("LOOP_VECTORIZE", 1), ("SLP_VECTORIZE", 0), ("BOUNDSCHECK", None),
+                 ("CPU_NAME", None), ("CPU_FEATURES", None))
+
+
 def identity() -> str:
     """The element-wise backend in force as it rounds: "numba VERSION" or "numpy" (their GELU, LayerNorm and int8
-    kernels differ in the last bits: up to 5e-3 on int8 features). Part of cache.store.gemm_identity."""
+    kernels differ in the last bits: up to 5e-3 on int8 features), with numba's code generation settings that differ
+    from its defaults (``numba_settings``: "numba 0.61.0 (NUMBA_DISABLE_JIT=1)"). Part of cache.store.gemm_identity."""
     import sys
 
     name = backend()
-    return f"numba {sys.modules['numba'].__version__}" if name == "numba" and "numba" in sys.modules else name
+    if name != "numba" or "numba" not in sys.modules:
+        return name
+    settings = numba_settings()
+    return f"numba {sys.modules['numba'].__version__}" + (f" ({', '.join(settings)})" if settings else "")
+
+
+def numba_settings() -> list[str]:
+    """numba's settings in force that change the kernels' code (NUMBA_CODEGEN) and are not its defaults, as
+    ``NUMBA_NAME=value``: a run under NUMBA_DISABLE_JIT=1 or NUMBA_OPT=0 rounds otherwise than one without."""
+    from numba.core import config
+
+    out = []
+    for key, default in NUMBA_CODEGEN:
+        value = getattr(config, key, default)
+        value = int(value) if key == "OPT" else value  # an _OptLevel
+        if value != default and not (key == "CPU_FEATURES" and not value):  # "" beside CPU_NAME=generic: its default
+            out.append(f"NUMBA_{key}={value}")
+    if os.environ.get("NUMBA_ENABLE_AVX", "").strip():
+        out.append(f"NUMBA_ENABLE_AVX={int(bool(config.ENABLE_AVX))}")
+    return out
 
 
 def get(name: str) -> Callable | None:

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from ..checks import DEFAULT_MAX_FIELD_BYTES
-from ..errors import InputError, ResumeError, opt
+from ..errors import InputError, ResumeError, one_line, opt
 from ..pca.diffs import dict_differences
 from ..version import __version__
 
@@ -75,11 +75,21 @@ def check_resume_engine(partial: Path, engine: str, resume: bool) -> None:
 
 
 def read_manifest(path: Path) -> dict:
-    """A manifest file, or {} when it is unreadable (then every key differs and resuming is refused)."""
+    """The interrupted run's manifest file; one that cannot be read (cut short, edited, not JSON) refuses the resume
+    naming it (compared as {}, it listed every setting as changed, from None)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else f"not a manifest bertfeat wrote: {one_line(e, 80)}"
+        raise _unreadable(path, why) from None
+    if not isinstance(manifest, dict) or not manifest:
+        raise _unreadable(path, "not a manifest bertfeat wrote")
+    return manifest
+
+
+def _unreadable(path: Path, why: str) -> ResumeError:
+    return ResumeError(f"cannot resume: the interrupted run's manifest {path} cannot be read ({why})",
+                       f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over")
 
 
 _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights_sha256": "model weights sha256",
@@ -114,7 +124,11 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
         elif k == "gemm" and isinstance(a, dict) and isinstance(b, dict):
             cpu = a.get("cpu") != b.get("cpu")
             said = [f"{g.get('library')}" + (f" on {g.get('cpu')}" if cpu else "") for g in (a, b)]
-            out.append(f"GEMM path: {said[0]} -> {said[1]}" if said[0] != said[1] else f"GEMM path: {a} -> {b}")
+            if said[0] != said[1]:
+                out.append(f"GEMM path: {said[0]} -> {said[1]}")
+            else:  # the same library: its keys that differ (the kernels, NumPy's BLAS ...), not both dicts whole
+                keys = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+                out.append("GEMM path: " + "; ".join(f"{n} {a.get(n)!r} -> {b.get(n)!r}" for n in keys))
         elif k == "model_files" and isinstance(b, dict):
             changed = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
             out.append("model files changed since the interrupted run: " + ", ".join(changed))

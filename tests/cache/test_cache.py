@@ -1101,6 +1101,24 @@ def test_cache_clear(tmp_path, capsys):
     assert run(capsys, "cache", "clear", cache, "-q")[1:] == ("", "")
 
 
+def test_the_size_on_disk_is_the_caches_own_files(tmp_path, capsys):
+    """A user's copy beside the database (vectors.sqlite3.bak, .old) was counted as the cache's size, by `cache info`
+    and by `cache clear`'s before -> after, which then seemed to free little (found by audit): only the database and
+    SQLite's -wal / -shm / -journal files are the cache's; the copy is left as it was."""
+    cache = fill(tmp_path, capsys)
+    db = cache / DB_NAME
+    backup = cache / (DB_NAME + ".bak")
+    shutil.copyfile(db, backup)
+    (cache / (DB_NAME + "-old")).mkdir()  # a folder so named holds no bytes of the cache either
+    own = db.stat().st_size
+    rc, out, err = run(capsys, "cache", "info", cache)
+    assert (rc, err, out.splitlines()[2]) == (0, "", f"size on disk  {own / 1024:,.1f} KiB")
+    rc, out, err = run(capsys, "cache", "clear", cache)
+    after = db.stat().st_size + sum(p.stat().st_size for p in cache.glob(DB_NAME + "-[ws][ah][lm]"))
+    assert (rc, err) == (0, f"deleted 30 entries from {cache} ({own / 1024:,.1f} KiB -> {after / 1024:,.1f} KiB on disk)\n")
+    assert backup.read_bytes()[:16] == bertfeat.cache.store.SQLITE_MAGIC and entries(cache) == 0
+
+
 def test_cache_info_on_no_cache_is_one_error_line(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     (tmp_path / "file").write_text("x")
@@ -1437,6 +1455,36 @@ def test_the_element_wise_kernels_are_in_the_key_and_the_provenance(tmp_path, mo
     info = bertfeat.cache.store.cache_info(cache)
     lines = sorted(bertfeat.cache.store.settings_line(f["settings"]) for f in info["fingerprints"])
     assert len(lines) == 2 and lines[0].endswith(", numba " + lines[0].rsplit(" ", 1)[1]) and lines[1].endswith(", numpy, attention per sequence")
+
+
+@pytest.mark.slow  # two `python -m bertfeat` subprocesses (numba reads its settings once, at import)
+def test_numbas_code_generation_settings_are_in_the_key(tmp_path):
+    """NUMBA_DISABLE_JIT=1 (a debugging setting left in a shell), NUMBA_OPT=0, NUMBA_CPU_NAME=generic ... change how
+    numba compiles the kernels, so how they round (a tiny model's fp32 features moved by up to 7e-7), and the key
+    said "numba VERSION" either way: a cache filled by a usual run served its vectors to a run under
+    NUMBA_DISABLE_JIT=1, whose own differ, so the features depended on what the cache held (found by audit)."""
+    from bertfeat.features import read_features
+
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"sentence {i} of the corpus with a few more words\n" for i in range(12)))
+    cache = tmp_path / "c"
+    assert bertfeat.extract(src, tmp_path / "jit.parquet", model=tiny_model(), cache=cache).rows_encoded == 12
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+
+    def no_jit(name: str) -> dict:
+        p = subprocess.run(cli("extract", src, "-o", tmp_path / name, "--model", tiny_model(), "--cache", cache,
+                               "--quiet", "--summary-json", "-"), capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    s = no_jit("a.parquet")
+    assert (s["rows_encoded"], s["rows_reused"]) == (12, 0)  # the JIT-compiled kernels' vectors are not this run's
+    a, jit = embeddings(read_table(tmp_path / "a.parquet")), embeddings(read_table(tmp_path / "jit.parquet"))
+    assert not np.array_equal(a, jit)  # what serving them would have changed
+    assert read_features(tmp_path / "a.parquet")[2]["gemm"]["kernels"].endswith(" (NUMBA_DISABLE_JIT=1)")
+    s = no_jit("b.parquet")
+    assert (s["rows_encoded"], s["rows_reused"]) == (0, 12)
+    assert np.array_equal(embeddings(read_table(tmp_path / "b.parquet")), a)
 
 
 def test_a_cache_filled_before_the_numpy_softmax_ran_per_sequence_is_not_served(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import sys
 from pathlib import Path
 
@@ -344,6 +345,28 @@ class TestTheLocalEngineCountsItsParts:
         assert (rc, err) == (1, f"Error: {out}: no space left on the device - free disk space, then rerun the same command "
                                 f"with --resume (4 finished chunk(s) are kept in {out}.partial)\n")
         assert len(list((tmp_path / "o.parquet.partial").glob("part-*"))) == 4
+
+    def test_an_output_that_cannot_be_replaced_is_named_not_its_temporary(self, tmp_path, capsys, monkeypatch):
+        """--overwrite over an output the rename may not replace (an immutable file, chattr +i): the error named the
+        temporary moved onto it, gone by then ("Error: .o.parquet.tmp-4242: operation not permitted"), not the
+        user's file (found by audit). The old output stays whole, the chunks stay for --resume."""
+        src, out = _corpus(tmp_path), tmp_path / "o.parquet"
+        out.write_bytes(b"the old output")
+        real = os.replace
+
+        def replace(a, b, **kw):  # what os.replace raises there: both names, the temporary first
+            if Path(b) == out:
+                raise OSError(errno.EPERM, "Operation not permitted", str(a), None, str(b))
+            return real(a, b, **kw)
+
+        monkeypatch.setattr(os, "replace", replace)
+        rc, _, err = run(capsys, "extract", src, "-o", out, *self.ARGS, "--overwrite")
+        assert (rc, err) == (1, f"Error: {out}: operation not permitted - check the permissions of the file and its "
+                                "directory, or choose another path\n")
+        assert out.read_bytes() == b"the old output" and not list(tmp_path.glob(".o.parquet.tmp-*"))
+        assert len(list((tmp_path / "o.parquet.partial").glob("part-*"))) == 4
+        monkeypatch.undo()
+        assert bertfeat.extract(src, out, model=tiny_model(), chunk_rows=3, id_column="id", resume=True).chunks_resumed == 4
 
     def test_an_interrupt_before_the_kept_chunks_are_read_counts_them(self, tmp_path, capsys, monkeypatch):
         """A resumed run stopped before it read its kept chunks again: they are in the partial directory (the note

@@ -211,6 +211,34 @@ def test_resume_on_another_gemm_path_is_refused(tmp_path, capsys, monkeypatch):
     assert rc == 0, err
 
 
+def test_resume_on_other_kernels_names_what_differs(tmp_path, capsys, monkeypatch):
+    """The same GEMM library with other element-wise kernels (BERTFEAT_KERNELS=numpy, a NUMBA_* setting): the refusal
+    printed both GEMM dicts whole, six keys each, for the one or two that differ (found by audit)."""
+    import sys
+
+    from bertfeat.ops import kernels
+
+    if kernels.backend() != "numba":
+        pytest.skip("needs numba to have two kernel backends")
+    numba = f"numba {sys.modules['numba'].__version__}"
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    monkeypatch.setenv("BERTFEAT_KERNELS", "numpy")
+    kernels.use(None)
+    try:
+        rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    finally:
+        monkeypatch.delenv("BERTFEAT_KERNELS")
+        kernels.use(None)
+    assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run (GEMM path: "
+                            f"attention None -> 'per sequence'; kernels '{numba}' -> 'numpy') - rerun with --overwrite "
+                            "instead of --resume to start over, or use the original settings\n")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "npy", "csv"])
 def test_ctrl_c_while_the_outputs_are_written_leaves_the_old_ones_whole(tmp_path, capsys, monkeypatch, fmt):
     """extract --pca --overwrite writes the PCA model, its report (the PNG takes a second), the features and their side
@@ -296,6 +324,31 @@ def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
                             f"(input file changed: {src.resolve()} (modified since the interrupted run)) - "
                             "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
+
+
+@pytest.mark.parametrize("damage, why", [
+    (b'{"bertfeat_version": "0.3', "not a manifest bertfeat wrote: Unterminated string starting at: line 1 column 22 "
+                                   "(char 21)"),
+    (b"[]", "not a manifest bertfeat wrote"),
+    (b"{}", "not a manifest bertfeat wrote"),
+])
+def test_resume_with_a_damaged_manifest_names_it(tmp_path, capsys, monkeypatch, damage, why):
+    """A manifest cut short or edited was compared as {}: the refusal listed every setting as changed from None
+    ("bertfeat version: None -> '0.3.0...'; model: None -> ...", a screenful) instead of naming the file (found by
+    audit). The partial run is left as it was; --overwrite starts over."""
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    manifest = tmp_path / "o.parquet.partial" / "manifest.json"
+    manifest.write_bytes(damage)
+    kept = sorted(p.name for p in manifest.parent.iterdir())
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert (rc, err) == (1, f"Error: cannot resume: the interrupted run's manifest {manifest} cannot be read ({why}) - "
+                            "rerun with --overwrite instead of --resume to start over\n")
+    assert sorted(p.name for p in manifest.parent.iterdir()) == kept and manifest.read_bytes() == damage
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--overwrite")
+    assert rc == 0 and read_table(out).num_rows == 12, err
 
 
 def test_resume_without_an_interrupted_run_starts_from_scratch(tmp_path, capsys):
