@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from bertfeat.errors import BertfeatError
-from bertfeat.features import FeatureWriter, read_features
+from bertfeat.features import FeatureWriter, read_feature_metadata, read_features
 from bertfeat.pca.estimator import PCA
 from bertfeat.pca.reduce import fit_pca_file, reduce_features_file
 
@@ -562,3 +562,53 @@ def test_the_audits_cli_refusals_and_warnings(tmp_path, features, X, capsys):
     np.save(bare, X[:20])
     assert _run_main(["pca", "transform", str(bare), "--pca-model", str(model), "-o", str(tmp_path / "b.npy"), "-q"]) == 0
     assert capsys.readouterr().err.startswith(f"Warning: {bare} has no provenance")
+
+
+def test_a_nan_or_inf_in_a_feature_file_is_named_by_file_row_id_and_column(tmp_path, X, capsys):
+    """pca fit, pca transform and report --probe named a NaN or inf by the row of the chunk or sample the PCA was
+    given ("features contain NaN or inf: 1 value(s), first at row 0, column 1"): no file, no id, and for the probe a
+    row of its sample, not of the file; a reduced file's NaN went into the probe unchecked. Now the file's row and
+    id, whatever the chunk, solver or sample; nothing is written."""
+    src = tmp_path / "bad.parquet"
+    labels, sids = [None if r % 3 == 0 else "ab"[r % 2] for r in range(200)], [f"s{r}" for r in range(200)]
+    bad = X[:200].copy()
+    bad[137, 5] = np.nan
+    with FeatureWriter(src, dim=D, id_name="sid", id_type=pa.string(), metadata={"fingerprint": FP},
+                       extra_columns={"label": pa.string()}) as w:
+        w.write(sids, bad, {"label": labels})
+    model = tmp_path / "good.npz"
+    np.save(tmp_path / "train.npy", X[:500])
+    assert _run_main(["pca", "fit", str(tmp_path / "train.npy"), "-o", str(model), "-n", "4", "-q"]) == 0
+    capsys.readouterr()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    said = f"Error: {src}: features contain NaN or inf, first at row 137 (id 's137'), column 5 (nan) - remove or repair those rows before "
+    for argv, action in [(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q", "--batch-rows", "50"], "fitting"),
+                         (["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q", "--solver", "svd"], "fitting"),
+                         (["pca", "transform", str(src), "--pca-model", str(model), "-o", str(tmp_path / "r.csv"),
+                           "--batch-rows", "64"], "transforming"),
+                         (["report", str(model), "-o", str(tmp_path / "p"), "--probe", str(src), "--label", "label",
+                           "-q", "--probe-rows", "40"], "probing")]:
+        assert _run_main(argv) == 1
+        assert capsys.readouterr().err == said + action + "\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    bare = tmp_path / "bare.npy"  # no id column: the row alone
+    np.save(bare, bad)
+    assert _run_main(["pca", "fit", str(bare), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {bare}: features contain NaN or inf, first at row 137, column 5 (nan) - "
+                                       "remove or repair those rows before fitting\n")
+    fixed = tmp_path / "fixed.parquet"  # the file repaired, reduced, and an inf put in its reduced rows
+    with FeatureWriter(fixed, dim=D, id_name="sid", id_type=pa.string(), metadata={"fingerprint": FP},
+                       extra_columns={"label": pa.string()}) as w:
+        w.write(sids, X[:200], {"label": labels})
+    reduce_features_file(fixed, tmp_path / "r.parquet", PCA.load(model))
+    _, Y, _ = read_features(tmp_path / "r.parquet")
+    Y[61, 2] = np.inf
+    reduced = tmp_path / "reduced.parquet"
+    with FeatureWriter(reduced, dim=4, id_name="sid", id_type=pa.string(), extra_columns={"label": pa.string()},
+                       metadata={k: v for k, v in read_feature_metadata(tmp_path / "r.parquet").items()
+                                 if k not in ("layout", "rows")}) as w:
+        w.write(sids, Y, {"label": labels})
+    assert _run_main(["report", str(model), "-o", str(tmp_path / "p"), "--probe", str(reduced), "--label", "label",
+                      "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {reduced}: features contain NaN or inf, first at row 61 (id 's61'), "
+                                       "column 2 (inf) - remove or repair those rows before probing\n")
