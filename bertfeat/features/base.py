@@ -238,7 +238,7 @@ _PARAMETRIZED = (  # str() of pyarrow types that type_for_alias does not read ba
 
 def type_from_str(text: str | None) -> pa.DataType | None:
     """``"int64"`` -> pa.int64(), ``"decimal128(5, 2)"`` -> pa.decimal128(5, 2), ``"timestamp[us, tz=UTC]"`` ...: a
-    type as ``str(type)`` wrote it (None when unknown: pyarrow will infer)."""
+    type as ``str(type)`` wrote it (None when unknown: a CSV reads such a column as text, ``FeatureSource.csv_types``)."""
     if not text:
         return None
     try:
@@ -486,7 +486,7 @@ class FeatureSource:
     meta: dict
     dim: int
     id_name: str | None  # None: no id column, ids are row numbers
-    id_type: pa.DataType | None  # None: unknown (CSV without layout), inferred when read
+    id_type: pa.DataType | None  # None: unknown (CSV without layout), read as text (csv_types)
     wide: bool
     extra_columns: dict[str, pa.DataType | None] = field(default_factory=dict)
     rows: int | None = None
@@ -543,8 +543,10 @@ class FeatureSource:
         return X
 
     def csv_types(self) -> dict[str, pa.DataType]:
-        """Column types to read a CSV of this source with: the known id and extra types."""
-        types = {k: t for k, t in self.extra_columns.items() if t is not None}
-        if self.id_name is not None and self.id_type is not None:
-            types[self.id_name] = self.id_type
+        """Column types to read a CSV of this source with: the id and extra types its provenance declares, and text
+        for a column it declares none for (a CSV without provenance): its values as written, never a type guessed
+        from them (which read the id 001 as 1 and 1e5 as 100000, and written again they stayed so)."""
+        types = {k: pa.string() if t is None else t for k, t in self.extra_columns.items()}
+        if self.id_name is not None:
+            types[self.id_name] = pa.string() if self.id_type is None else self.id_type
         return types

@@ -2,8 +2,8 @@
 
 Columns: the id column, the extras, then ``f0 .. f{d-1}`` (float32 written by Arrow's CSV
 writer; float16 as its shortest text, ``float16_text``); provenance in ``<path>.json`` (e.g.
-``out.csv.json``). A CSV without provenance is read with its first non-feature column as the id and the
-column types inferred.
+``out.csv.json``). A CSV without provenance is read with its first non-feature column as the id, and its id and
+other columns as text, as written (``FeatureSource.csv_types``).
 """
 
 from __future__ import annotations

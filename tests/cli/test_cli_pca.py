@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from bertfeat.errors import BertfeatError
-from bertfeat.features import FeatureWriter, read_feature_metadata, read_features
+from bertfeat.features import FeatureWriter, open_features, read_feature_metadata, read_features
 from bertfeat.pca.estimator import PCA
 from bertfeat.pca.reduce import fit_pca_file, reduce_features_file
 
@@ -612,3 +612,25 @@ def test_a_nan_or_inf_in_a_feature_file_is_named_by_file_row_id_and_column(tmp_p
                       "-q"]) == 1
     assert capsys.readouterr().err == (f"Error: {reduced}: features contain NaN or inf, first at row 61 (id 's61'), "
                                        "column 2 (inf) - remove or repair those rows before probing\n")
+
+
+@pytest.mark.parametrize("out", ["r.csv", "r.parquet", "r.npy"])
+def test_a_csv_without_provenance_keeps_its_ids_and_columns_as_written(tmp_path, capsys, out):
+    """A feature CSV without its .json (a file from elsewhere, or copied alone) had its id and other columns' types
+    guessed from their text: pca transform wrote the id 001 as 1, 1e5 as 100000, 1.50 as 1.5 and 00 as 0. They are
+    text, read and written as they are; a quoted empty string and an empty cell (a null) stay apart."""
+    src = tmp_path / "bare.csv"
+    src.write_text('id,code,amt,f0,f1,f2\n001,007,1e5,1,2,3\n002,,1.50,2,4,7\n003,"",00,1,1,1\n004,0x1F,-0,0,5,2\n')
+    model = tmp_path / "m.npz"
+    assert _run_main(["pca", "fit", str(src), "-o", str(model), "-n", "2", "-q"]) == 0
+    dst = tmp_path / out
+    assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(dst), "-q"]) == 0
+    assert capsys.readouterr().err == ""  # (a model fitted on features without provenance: nothing to check)
+    (ids, Y, extras), = open_features(dst).batches(100)
+    assert list(ids) == ["001", "002", "003", "004"]
+    assert {k: v.to_pylist() for k, v in extras.items()} == {"code": ["007", None, "", "0x1F"],
+                                                             "amt": ["1e5", "1.50", "00", "-0"]}
+    np.testing.assert_allclose(Y, PCA.load(model).transform(np.array([[1, 2, 3], [2, 4, 7], [1, 1, 1], [0, 5, 2.0]])),
+                               atol=1e-5)
+    if out == "r.csv":
+        assert dst.read_text().splitlines()[1].startswith('"001","007","1e5",')
