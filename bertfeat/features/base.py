@@ -536,8 +536,10 @@ class FeatureSource:
         X = np.empty((table.num_rows, self.dim), dtype=np.float32)
         for j in range(self.dim):
             col = table.column(f"f{j}")
-            if col.null_count:
-                raise BertfeatError(f"{self.path}: column f{j} has missing values", "re-extract the features")
+            if col.null_count:  # the first one's row, as a Parquet embedding's null is named
+                bad = start + int(col.is_null().to_numpy(zero_copy_only=False).argmax())
+                raise BertfeatError(f"{self.path}: row {bad}, column f{j} has no value (an empty cell or a null)",
+                                    "re-extract the features")
             v = col.to_numpy()[:, None]  # (m, 1)
             X[:, j:j + 1] = v.astype(np.float16) if self.dtype == "float16" else as_float32(v, self.path, start, j)
         return X

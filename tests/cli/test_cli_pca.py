@@ -634,3 +634,14 @@ def test_a_csv_without_provenance_keeps_its_ids_and_columns_as_written(tmp_path,
                                atol=1e-5)
     if out == "r.csv":
         assert dst.read_text().splitlines()[1].startswith('"001","007","1e5",')
+
+
+def test_an_empty_feature_cell_is_named_by_its_row(tmp_path, capsys):
+    """An empty cell (a null) among a feature CSV's or a wide Parquet file's f0..f{d-1} was "column f0 has missing
+    values", no row; a Parquet embedding's null named its row already."""
+    src = tmp_path / "holes.csv"
+    src.write_text("id,f0,f1,f2\n1,1,2,3\n2,2.5,4,7\n3,1,,1\n4,0,5,2\n")
+    assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q", "--batch-rows", "2"]) == 1
+    assert capsys.readouterr().err == (f"Error: {src}: row 2, column f1 has no value (an empty cell or a null) - "
+                                       "re-extract the features\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["holes.csv"]
