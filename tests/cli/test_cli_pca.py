@@ -645,3 +645,13 @@ def test_an_empty_feature_cell_is_named_by_its_row(tmp_path, capsys):
     assert capsys.readouterr().err == (f"Error: {src}: row 2, column f1 has no value (an empty cell or a null) - "
                                        "re-extract the features\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["holes.csv"]
+
+
+def test_a_npy_of_rows_without_features_is_named(tmp_path, capsys):
+    """A (5, 0) .npy: pca fit said "0 feature(s) (shape=(5, 0)) while a minimum of 1 is required" (no file), as the
+    PCA says of an array; now as any .npy that is no feature matrix, naming the file."""
+    src = tmp_path / "none.npy"
+    np.save(src, np.zeros((5, 0), np.float32))
+    assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {src} holds a float32 array of shape (5, 0), not (rows, d) floats - "
+                                       "pass a feature matrix\n")
