@@ -37,7 +37,7 @@ EMBEDDING_COLUMN = "embedding"
 #: Keys of a feature-source fingerprint, picked from the metadata when it has no ``fingerprint`` dict.
 FINGERPRINT_KEYS = ("model_id", "weights_sha256", "pooling", "layers", "normalize", "dense", "prompt")
 #: A feature column of a wide layout: ``f0 .. f{d-1}``.
-WIDE_COLUMN_RE = re.compile(r"^f(\d+)$")
+WIDE_COLUMN_RE = re.compile(r"^f(0|[1-9][0-9]*)$")  # f0, f1 ...: f01, or a digit other than 0-9, is no feature
 #: Target bytes of float data per Parquet row group (the writer's default ``row_group_rows``).
 ROW_GROUP_BYTES = 64 << 20
 
@@ -295,12 +295,19 @@ def no_features_error(path: Path, columns: list[str]) -> BertfeatError:
 
 
 def wide_dim(path: Path, columns: list[str]) -> int:
-    """d of a wide layout: the columns f0..f{d-1} must all be there."""
+    """d of a wide layout: the columns f0..f{d-1} must all be there, each once (a CSV's header may name one twice)."""
     idx = sorted(int(m.group(1)) for c in columns if (m := WIDE_COLUMN_RE.match(c)))
     if not idx:
         raise no_features_error(path, columns)
     if idx != list(range(len(idx))):
-        raise BertfeatError(f"{path}: feature columns f0..f{{d-1}} are not contiguous", "re-extract the features")
+        twice = next((i for i, j in zip(idx, idx[1:]) if i == j), None)
+        if twice is not None:
+            raise BertfeatError(f"{path}: the feature column f{twice} appears {idx.count(twice)} times",
+                                "rename the columns so that every name is unique (f0 .. f{d-1}, once each)")
+        have = set(idx)
+        gap = next(j for j in range(len(idx) + 1) if j not in have)
+        raise BertfeatError(f"{path}: feature columns f0..f{{d-1}} are not contiguous (f{gap} is missing, f{idx[-1]} "
+                            "is there)", "re-extract the features")
     return len(idx)
 
 

@@ -655,3 +655,19 @@ def test_a_npy_of_rows_without_features_is_named(tmp_path, capsys):
     assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
     assert capsys.readouterr().err == (f"Error: {src} holds a float32 array of shape (5, 0), not (rows, d) floats - "
                                        "pass a feature matrix\n")
+
+
+def test_feature_columns_named_twice_or_with_leading_zeros(tmp_path, capsys):
+    """A CSV header naming f0 twice was "feature columns f0..f{d-1} are not contiguous"; f01 was read as f1, and the
+    read then failed as a bug ("unexpected KeyError: 'Field \\"f1\\" does not exist in schema'"). f01 is no feature
+    column (so f1 is missing here, named), and a name given twice is named."""
+    twice, zero = tmp_path / "twice.csv", tmp_path / "zero.csv"
+    twice.write_text("id,f0,f0,f1\n1,1,2,3\n2,2,4,7\n3,1,1,1\n")
+    zero.write_text("id,f0,f01,f2\n1,1,2,3\n2,2,4,7\n3,1,1,1\n")
+    assert _run_main(["pca", "fit", str(twice), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {twice}: the feature column f0 appears 2 times - rename the columns so "
+                                       "that every name is unique (f0 .. f{d-1}, once each)\n")
+    assert _run_main(["pca", "fit", str(zero), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {zero}: feature columns f0..f{{d-1}} are not contiguous (f1 is missing, "
+                                       "f2 is there) - re-extract the features\n")
+    assert not (tmp_path / "m.npz").exists()
