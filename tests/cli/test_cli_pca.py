@@ -671,3 +671,25 @@ def test_feature_columns_named_twice_or_with_leading_zeros(tmp_path, capsys):
     assert capsys.readouterr().err == (f"Error: {zero}: feature columns f0..f{{d-1}} are not contiguous (f1 is missing, "
                                        "f2 is there) - re-extract the features\n")
     assert not (tmp_path / "m.npz").exists()
+
+
+def test_a_cell_a_feature_csv_cannot_convert_is_named_by_row_and_column(tmp_path, capsys):
+    """Text in a feature column, or in a kept column of a type the provenance declares, was Arrow's "cannot read
+    f.csv as CSV (In CSV column #3: CSV conversion error to float: invalid value 'x')": a column position, no row.
+    Now its row and column by name."""
+    src = tmp_path / "text.csv"
+    src.write_text("id,f0,f1,f2\n1,1,2,3\n2,1,2,x\n3,1,1,1\n")
+    assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {src}: row 1, column 'f2' holds 'x', which does not read as float - "
+                                       "write a number (a feature) there, or re-extract the features\n")
+    kept = tmp_path / "kept.csv"
+    with FeatureWriter(kept, dim=2, metadata={"fingerprint": FP}, extra_columns={"n": pa.int64()}) as w:
+        w.write(np.arange(4), np.ones((4, 2), np.float32), {"n": [1, 2, 3, 4]})
+    lines = kept.read_text().splitlines()
+    lines[3] = lines[3].replace(",3,", ",three,")
+    kept.write_text("\n".join(lines) + "\n")
+    assert _run_main(["pca", "fit", str(kept), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {kept}: row 2, column 'n' holds 'three', which does not read as int64 - "
+                                       "write an int64 (the column's type in its provenance) there, or re-extract the "
+                                       "features\n")
+    assert not (tmp_path / "m.npz").exists()
