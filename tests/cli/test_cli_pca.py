@@ -693,3 +693,36 @@ def test_a_cell_a_feature_csv_cannot_convert_is_named_by_row_and_column(tmp_path
                                        "write an int64 (the column's type in its provenance) there, or re-extract the "
                                        "features\n")
     assert not (tmp_path / "m.npz").exists()
+
+
+def test_parquet_feature_columns_that_hold_no_numbers(tmp_path, capsys):
+    """A Parquet file whose f0 holds text, decimals or booleans failed as a bug ("unexpected ArrowInvalid: Needed to
+    copy 1 chunks with 0 nulls, but zero_copy_only was True"); an embedding column of lists of any length, without the
+    provenance that gives its length, was said to be "not a list of floats" (it is one)."""
+    import decimal
+
+    import pyarrow.parquet as pq
+
+    cases = {
+        "text": ({"f0": ["1.5", "2", "3"]}, "the feature column 'f0' holds string values, not floats or integers - "
+                 "write the features as floats (float32), or re-extract the features"),
+        "dec": ({"f0": pa.array([decimal.Decimal(v) for v in ("1.5", "2", "3")], pa.decimal128(5, 2))},
+                "the feature column 'f0' holds decimal128(5, 2) values, not floats or integers - write the features as "
+                "floats (float32), or re-extract the features"),
+        "bool": ({"f0": [True, False, True]}, "the feature column 'f0' holds bool values, not floats or integers - "
+                 "write the features as floats (float32), or re-extract the features"),
+        "lists": ({"embedding": pa.array([[1.0, 2], [3, 4], [5, 7]], pa.list_(pa.float32()))},
+                  "column 'embedding' is a list of any length (list<element: float>) and the file has no bertfeat "
+                  "provenance to say its length - write it as a fixed-size list (pa.list_(pa.float32(), d)), or "
+                  "re-extract the features"),
+    }
+    for name, (columns, why) in cases.items():
+        path = tmp_path / f"{name}.parquet"
+        wide = {"f1": [1.0, 2, 4]} if "f0" in columns else {}
+        pq.write_table(pa.table({"id": [1, 2, 3], **columns, **wide}), path)
+        assert _run_main(["pca", "fit", str(path), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+        assert capsys.readouterr().err == f"Error: {path}: {why}\n"
+    assert not (tmp_path / "m.npz").exists()
+    ints = tmp_path / "ints.parquet"  # integers are numbers: read as float32, as before
+    pq.write_table(pa.table({"id": [1, 2, 3], "f0": [1, 2, 5], "f1": [3, 1, 4]}), ints)
+    assert _run_main(["pca", "fit", str(ints), "-o", str(tmp_path / "m.npz"), "-q"]) == 0
