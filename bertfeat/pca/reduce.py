@@ -72,6 +72,7 @@ def fit_pca_file(
     in_memory = solver in ("svd", "randomized") or (solver == "auto" and src.dim > AUTO_COVARIANCE_MAX_FEATURES)
     if in_memory:
         ids, X, _ = read_features(path)
+        _check_rows(src, X.shape[0])
         with fit_errstate(), _rows_of(src, ids, 0):
             pca._fit(X, pca._check_params(), exact=True)  # auto: svd, the whole spectrum exactly, as pca fit promises
         if on_batch:
@@ -84,8 +85,7 @@ def fit_pca_file(
             seen += X.shape[0]
             if on_batch:
                 on_batch(seen)
-        if seen == 0:
-            raise BertfeatError(f"PCA needs at least 2 rows to fit, got 0 in {src.path}", "fit on a feature file with rows")
+        _check_rows(src, seen)
         with fit_errstate():
             pca.finalize()
     pca.fingerprint_ = src.fingerprint
@@ -99,6 +99,13 @@ def fit_pca_file(
     if src.fingerprint:  # features with provenance: whether a PCA reduced them is known (check_pca_input)
         pca.source_["reduced_by"] = reduced_by(src.meta)
     return pca
+
+
+def _check_rows(src, n: int) -> None:
+    """A fit needs 2 rows: fewer is said of the file (the PCA's own error names no file)."""
+    if n < 2:
+        raise BertfeatError(f"PCA needs at least 2 rows to fit, got {n} in {src.path}",
+                            "fit on a feature file with rows" if n == 0 else "fit on a feature file of at least 2 rows")
 
 
 def reduced_by(meta: dict | None) -> dict | None:

@@ -726,3 +726,15 @@ def test_parquet_feature_columns_that_hold_no_numbers(tmp_path, capsys):
     ints = tmp_path / "ints.parquet"  # integers are numbers: read as float32, as before
     pq.write_table(pa.table({"id": [1, 2, 3], "f0": [1, 2, 5], "f1": [3, 1, 4]}), ints)
     assert _run_main(["pca", "fit", str(ints), "-o", str(tmp_path / "m.npz"), "-q"]) == 0
+
+
+@pytest.mark.parametrize("solver", ["auto", "svd"])
+def test_a_feature_file_of_fewer_than_two_rows_is_named(tmp_path, capsys, solver):
+    """One row: "PCA needs at least 2 samples to fit, got n_samples = 1" (the PCA's words, no file); a header alone
+    named its file when streamed but not with --solver svd."""
+    for rows, fix in ((1, "fit on a feature file of at least 2 rows"), (0, "fit on a feature file with rows")):
+        src = tmp_path / f"rows{rows}.csv"
+        src.write_text("id,f0,f1,f2\n" + "1,1,2,3\n" * rows)
+        assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q", "--solver", solver]) == 1
+        assert capsys.readouterr().err == f"Error: PCA needs at least 2 rows to fit, got {rows} in {src} - {fix}\n"
+    assert not (tmp_path / "m.npz").exists()
