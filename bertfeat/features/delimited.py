@@ -74,7 +74,7 @@ def _bad_cell(path, e: Exception) -> BertfeatError | None:
         return None
     col, typ, text = int(m[1]), m[2], m[3]
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             rows = csv.reader(f)
             header = next(rows, [])
             row = next((r for r, cells in enumerate(rows) if col < len(cells) and cells[col] == text), None)
@@ -254,7 +254,8 @@ def csv_header(path: Path) -> list[str]:
     """The column names in the first line of a CSV ([] when it is empty); a file that is no UTF-8 text (a Parquet or
     .npy file named .csv) is refused as such."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        # utf-8-sig: a leading BOM (Excel's "CSV UTF-8") is no part of the first name; Arrow's reader drops it too
+        with open(path, newline="", encoding="utf-8-sig") as f:
             return next(csv.reader(f), [])
     except UnicodeDecodeError as e:
         raise BertfeatError(f"{path} is not a CSV text file (byte {e.start} is not UTF-8: a binary "

@@ -738,3 +738,16 @@ def test_a_feature_file_of_fewer_than_two_rows_is_named(tmp_path, capsys, solver
         assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q", "--solver", solver]) == 1
         assert capsys.readouterr().err == f"Error: PCA needs at least 2 rows to fit, got {rows} in {src} - {fix}\n"
     assert not (tmp_path / "m.npz").exists()
+
+
+def test_a_feature_csv_with_a_byte_order_mark_keeps_its_ids(tmp_path, capsys):
+    """A feature CSV saved with a UTF-8 BOM (Excel's "CSV UTF-8"): its header was read with the BOM in the first name,
+    which Arrow's reader drops, so the id column was not found: pca transform wrote the row numbers 0, 1, 2 as the
+    ids, under a column named '\\ufeffid'."""
+    src = tmp_path / "bom.csv"
+    src.write_bytes(b"\xef\xbb\xbfid,f0,f1\nA,1,2\nB,2,4\nC,5,1\n")
+    model, out = tmp_path / "m.npz", tmp_path / "r.csv"
+    assert _run_main(["pca", "fit", str(src), "-o", str(model), "-q"]) == 0
+    assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(out), "-q"]) == 0
+    (ids, _, _), = open_features(out).batches(10)
+    assert list(ids) == ["A", "B", "C"] and out.read_text().startswith('"id","f0","f1"\n"A",')
