@@ -37,7 +37,7 @@ EMBEDDING_COLUMN = "embedding"
 #: Keys of a feature-source fingerprint, picked from the metadata when it has no ``fingerprint`` dict.
 FINGERPRINT_KEYS = ("model_id", "weights_sha256", "pooling", "layers", "normalize", "dense", "prompt")
 #: A feature column of a wide layout: ``f0 .. f{d-1}``.
-WIDE_COLUMN_RE = re.compile(r"^f(\d+)$")
+WIDE_COLUMN_RE = re.compile(r"^f(0|[1-9][0-9]*)$")  # f0, f1 ...: f01, or a digit other than 0-9, is no feature
 #: Target bytes of float data per Parquet row group (the writer's default ``row_group_rows``).
 ROW_GROUP_BYTES = 64 << 20
 
@@ -238,7 +238,7 @@ _PARAMETRIZED = (  # str() of pyarrow types that type_for_alias does not read ba
 
 def type_from_str(text: str | None) -> pa.DataType | None:
     """``"int64"`` -> pa.int64(), ``"decimal128(5, 2)"`` -> pa.decimal128(5, 2), ``"timestamp[us, tz=UTC]"`` ...: a
-    type as ``str(type)`` wrote it (None when unknown: pyarrow will infer)."""
+    type as ``str(type)`` wrote it (None when unknown: a CSV reads such a column as text, ``FeatureSource.csv_types``)."""
     if not text:
         return None
     try:
@@ -295,12 +295,19 @@ def no_features_error(path: Path, columns: list[str]) -> BertfeatError:
 
 
 def wide_dim(path: Path, columns: list[str]) -> int:
-    """d of a wide layout: the columns f0..f{d-1} must all be there."""
+    """d of a wide layout: the columns f0..f{d-1} must all be there, each once (a CSV's header may name one twice)."""
     idx = sorted(int(m.group(1)) for c in columns if (m := WIDE_COLUMN_RE.match(c)))
     if not idx:
         raise no_features_error(path, columns)
     if idx != list(range(len(idx))):
-        raise BertfeatError(f"{path}: feature columns f0..f{{d-1}} are not contiguous", "re-extract the features")
+        twice = next((i for i, j in zip(idx, idx[1:]) if i == j), None)
+        if twice is not None:
+            raise BertfeatError(f"{path}: the feature column f{twice} appears {idx.count(twice)} times",
+                                "rename the columns so that every name is unique (f0 .. f{d-1}, once each)")
+        have = set(idx)
+        gap = next(j for j in range(len(idx) + 1) if j not in have)
+        raise BertfeatError(f"{path}: feature columns f0..f{{d-1}} are not contiguous (f{gap} is missing, f{idx[-1]} "
+                            "is there)", "re-extract the features")
     return len(idx)
 
 
@@ -486,7 +493,7 @@ class FeatureSource:
     meta: dict
     dim: int
     id_name: str | None  # None: no id column, ids are row numbers
-    id_type: pa.DataType | None  # None: unknown (CSV without layout), inferred when read
+    id_type: pa.DataType | None  # None: unknown (CSV without layout), read as text (csv_types)
     wide: bool
     extra_columns: dict[str, pa.DataType | None] = field(default_factory=dict)
     rows: int | None = None
@@ -536,15 +543,19 @@ class FeatureSource:
         X = np.empty((table.num_rows, self.dim), dtype=np.float32)
         for j in range(self.dim):
             col = table.column(f"f{j}")
-            if col.null_count:
-                raise BertfeatError(f"{self.path}: column f{j} has missing values", "re-extract the features")
+            if col.null_count:  # the first one's row, as a Parquet embedding's null is named
+                bad = start + int(col.is_null().to_numpy(zero_copy_only=False).argmax())
+                raise BertfeatError(f"{self.path}: row {bad}, column f{j} has no value (an empty cell or a null)",
+                                    "re-extract the features")
             v = col.to_numpy()[:, None]  # (m, 1)
             X[:, j:j + 1] = v.astype(np.float16) if self.dtype == "float16" else as_float32(v, self.path, start, j)
         return X
 
     def csv_types(self) -> dict[str, pa.DataType]:
-        """Column types to read a CSV of this source with: the known id and extra types."""
-        types = {k: t for k, t in self.extra_columns.items() if t is not None}
-        if self.id_name is not None and self.id_type is not None:
-            types[self.id_name] = self.id_type
+        """Column types to read a CSV of this source with: the id and extra types its provenance declares, and text
+        for a column it declares none for (a CSV without provenance): its values as written, never a type guessed
+        from them (which read the id 001 as 1 and 1e5 as 100000, and written again they stayed so)."""
+        types = {k: pa.string() if t is None else t for k, t in self.extra_columns.items()}
+        if self.id_name is not None:
+            types[self.id_name] = pa.string() if self.id_type is None else self.id_type
         return types

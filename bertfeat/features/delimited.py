@@ -2,8 +2,8 @@
 
 Columns: the id column, the extras, then ``f0 .. f{d-1}`` (float32 written by Arrow's CSV
 writer; float16 as its shortest text, ``float16_text``); provenance in ``<path>.json`` (e.g.
-``out.csv.json``). A CSV without provenance is read with its first non-feature column as the id and the
-column types inferred.
+``out.csv.json``). A CSV without provenance is read with its first non-feature column as the id, and its id and
+other columns as text, as written (``FeatureSource.csv_types``).
 """
 
 from __future__ import annotations
@@ -51,15 +51,41 @@ def open_csv(path: Path, types: Mapping[str, pa.DataType]) -> Iterator[pa.Record
     try:
         reader = pcsv.open_csv(path, convert_options=opts, read_options=pcsv.ReadOptions(block_size=8 << 20))
     except (pa.ArrowInvalid, OSError) as e:
-        raise BertfeatError(f"cannot read {path} as CSV ({e})", "pass a feature CSV written by bertfeat") from None
+        raise _bad_cell(path, e) or BertfeatError(f"cannot read {path} as CSV ({e})",
+                                                  "pass a feature CSV written by bertfeat") from None
     while True:
         try:
             batch = reader.read_next_batch()
         except StopIteration:
             return
         except pa.ArrowInvalid as e:
-            raise BertfeatError(f"bad value in {path} ({e})", "re-extract the features") from None
+            raise _bad_cell(path, e) or BertfeatError(f"bad value in {path} ({e})", "re-extract the features") from None
         yield _typed(batch, types, plans, path)
+
+
+_CONVERSION = re.compile(r"In CSV column #(\d+): CSV conversion error to (.+?): invalid value '(.*)'$", re.S)
+
+
+def _bad_cell(path, e: Exception) -> BertfeatError | None:
+    """The cell Arrow's CSV reader could not convert (it names the column's position and the text, not the row),
+    found by reading the file again up to it: its row and column named; None when the error is another one."""
+    m = _CONVERSION.search(str(e))
+    if m is None or not isinstance(path, (str, Path)):
+        return None
+    col, typ, text = int(m[1]), m[2], m[3]
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = csv.reader(f)
+            header = next(rows, [])
+            row = next((r for r, cells in enumerate(rows) if col < len(cells) and cells[col] == text), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    if row is None or col >= len(header):
+        return None
+    a = "an" if typ[:1] in "aeiou" else "a"  # an int64, a float
+    what = "a number (a feature)" if WIDE_COLUMN_RE.match(header[col]) else f"{a} {typ} (the column's type in its provenance)"
+    return BertfeatError(f"{path}: row {row}, column {header[col]!r} holds {text!r}, which does not read as {typ}",
+                         f"write {what} there, or re-extract the features")
 
 
 def _typed(batch: pa.RecordBatch, types: Mapping[str, pa.DataType], plans: dict, path) -> pa.RecordBatch:
@@ -228,7 +254,8 @@ def csv_header(path: Path) -> list[str]:
     """The column names in the first line of a CSV ([] when it is empty); a file that is no UTF-8 text (a Parquet or
     .npy file named .csv) is refused as such."""
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        # utf-8-sig: a leading BOM (Excel's "CSV UTF-8") is no part of the first name; Arrow's reader drops it too
+        with open(path, newline="", encoding="utf-8-sig") as f:
             return next(csv.reader(f), [])
     except UnicodeDecodeError as e:
         raise BertfeatError(f"{path} is not a CSV text file (byte {e.start} is not UTF-8: a binary "

@@ -123,7 +123,7 @@ class NpyFile(FeatureFile):
             arr = np.load(path, mmap_mode="r")
         except (ValueError, OSError, EOFError) as e:
             raise BertfeatError(f"{path} is not a readable .npy file ({e})", "pass a feature file") from None
-        if arr.ndim != 2 or arr.dtype.kind != "f":
+        if arr.ndim != 2 or arr.dtype.kind != "f" or arr.shape[1] == 0:  # (n, 0): rows without features
             a = "an" if arr.dtype.name[:1] in "aeio" else "a"  # an int64, a uint8, a float64
             raise BertfeatError(f"{path} holds {a} {arr.dtype} array of shape {arr.shape}, not (rows, d) floats", "pass a feature matrix")
         side = ids_sidecar_path(path)

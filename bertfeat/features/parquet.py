@@ -73,6 +73,17 @@ def embedding_matrix(col: pa.Array, d: int, path: Path, start: int) -> np.ndarra
     return as_float32(np.asarray(values).reshape(len(col), d), path, start)
 
 
+def _check_numbers(path: Path, schema: pa.Schema, feature_cols: list[str], wide: bool) -> None:
+    """The feature columns (f0.. or the embedding's values) hold integers or floats: text, decimals or booleans there
+    were NumPy's zero-copy error, reported as a bug."""
+    for name in feature_cols:
+        t = schema.field(name).type
+        t = t if wide else t.value_type
+        if not (pa.types.is_floating(t) or pa.types.is_integer(t)):
+            raise BertfeatError(f"{path}: the feature column {name!r} holds {t} values, not floats or integers",
+                                "write the features as floats (float32), or re-extract the features")
+
+
 def _dtype_name(t: pa.DataType) -> str:
     """The NumPy name of a feature column's value type (float16, float32, ...; a non-float type: as Arrow says)."""
     return np.dtype(t.to_pandas_dtype()).name if pa.types.is_floating(t) else str(t)
@@ -181,12 +192,17 @@ class ParquetFile(FeatureFile):
                 dim = typ.list_size
             elif (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and layout.get("dim"):
                 dim = int(layout["dim"])
+            elif pa.types.is_list(typ) or pa.types.is_large_list(typ):  # its length d is the provenance's
+                raise BertfeatError(f"{path}: column '{EMBEDDING_COLUMN}' is a list of any length ({typ}) and the file "
+                                    "has no bertfeat provenance to say its length", "write it as a fixed-size list "
+                                    "(pa.list_(pa.float32(), d)), or re-extract the features")
             else:
                 raise BertfeatError(f"{path}: column '{EMBEDDING_COLUMN}' has type {typ}, not a list of floats", "re-extract the features")
             wide, feature_cols = False, [EMBEDDING_COLUMN]
         else:
             dim, wide = wide_dim(path, names), True
             feature_cols = [f"f{j}" for j in range(dim)]
+        _check_numbers(path, schema, feature_cols, wide)
         value_type = schema.field(feature_cols[0]).type
         value_type = value_type if wide else getattr(value_type, "value_type", value_type)
         others = [c for c in names if c not in feature_cols]

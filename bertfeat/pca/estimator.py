@@ -168,7 +168,8 @@ class PCA(Estimator):
         own) off (use float64 when the trailing components of a steep spectrum matter). Data
         far from zero relative to its spread (|mean| > 128 std in some column), a block
         of rows far from the running shift (stats.MIXED_MAX_ENERGY), and a block whose
-        float32 products overflow (values near 1e19 or larger) fall back to float64 products.
+        float32 products overflow (values near 1e19 or larger) or underflow (a column varying by less than ~1e-15,
+        stats.MIXED_MIN_ENERGY) fall back to float64 products.
         ``n_components="mle"`` always accumulates in float64: Minka's choice reads the smallest
         variances, which float32 products cannot resolve.
         ``float64``: every block is converted and multiplied in float64, so re-chunking or

@@ -323,6 +323,21 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
+def _check_provenance(path: Path, meta: dict) -> None:
+    """The solver's name is text, and the fingerprint, the source and the source's reduced_by are JSON objects or
+    null: transform, report and the PCA-space check read them as such (an edited file's string or list there was an
+    "unexpected TypeError" of theirs)."""
+    if not isinstance(meta["fit_solver"], str):
+        raise not_a_model(path, f"its fit_solver {meta['fit_solver']!r} is not a solver's name")
+    source = meta.get("source")
+    objects = {"fingerprint": meta.get("fingerprint"), "source": source}
+    if isinstance(source, dict):
+        objects |= {"source's reduced_by": source.get("reduced_by")}
+    for name, value in objects.items():
+        if value is not None and not isinstance(value, dict):
+            raise not_a_model(path, f"its {name} is not a JSON object (it is {canonical_json(value)[:40]})")
+
+
 def load_model(path: str | os.PathLike) -> SavedModel:
     """Read and check a file written by ``save_model`` (``np.load(allow_pickle=False)``).
 
@@ -352,5 +367,6 @@ def load_model(path: str | os.PathLike) -> SavedModel:
     if names is not None and (not isinstance(names, list) or len(names) != d
                               or not all(isinstance(n, str) for n in names)):
         raise not_a_model(path, f"its feature_names are not {d} strings")
+    _check_provenance(path, meta)
     return SavedModel(params_from_file(meta["params"]), decomposition, d, stats,
                       meta.get("fingerprint"), meta.get("source"), names)

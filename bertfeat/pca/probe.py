@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import BertfeatError, opt
 from ..features.base import feature_fingerprint
+from .validation import nonfinite_error, rows_of
 
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_FOLDS", "DEFAULT_MAX_ROWS", "default_ks", "stratified_folds", "ridge_accuracy",
            "check_label", "label_codes", "majority_accuracy", "probe_file"]
@@ -128,9 +129,13 @@ def _sample(sources: list, label: str, max_rows: int, seed: int) -> tuple[np.nda
     X = np.zeros((0, sources[0].dim), dtype=np.float32)
     labels: list = []
     unlabelled = 0
-    for _, Xb, extras in (chunk for src in sources for chunk in src.batches(65536)):
+    for src, first, (ids, Xb, extras) in _chunks(sources):
         values = extras[label].to_pylist()
         ok = np.array([v is not None and v == v and v != "" for v in values], dtype=bool)  # None, NaN, "": no label
+        bad = ~np.isfinite(Xb) & ok[:, None]  # a row the probe uses: refused as the file's row (a reduced file's rows
+        if bad.any():  # are used as they are, and a sample's row numbers are not the file's)
+            with rows_of(src, ids, first):
+                raise nonfinite_error(np.where(bad, Xb, 0), first, "probing")
         unlabelled += int((~ok).sum())
         kb = rng.random(len(values))[ok]
         keys = np.concatenate([keys, kb])
@@ -140,6 +145,15 @@ def _sample(sources: list, label: str, max_rows: int, seed: int) -> tuple[np.nda
             keep = np.sort(np.argpartition(keys, max_rows)[:max_rows])
             keys, X, labels = keys[keep], X[keep], [labels[i] for i in keep]
     return X, labels, unlabelled
+
+
+def _chunks(sources: list):
+    """(source, its first row, (ids, X, extras)) of each chunk of the sources, in order."""
+    for src in sources:
+        first = 0
+        for chunk in src.batches(65536):
+            yield src, first, chunk
+            first += chunk[1].shape[0]
 
 
 def _sources(features: str | os.PathLike) -> list:

@@ -19,6 +19,7 @@ from ..errors import BertfeatError, opt
 from ..features import FeatureWriter, feature_fingerprint, feature_format, open_features, read_features
 from ..features.registry import unwritable
 from .estimator import AUTO_COVARIANCE_MAX_FEATURES, PCA
+from .validation import rows_of as _rows_of
 
 __all__ = ["fit_pca_file", "reduce_features_file", "pca_metadata_entry", "file_sha256", "fit_errstate", "reduced_by",
            "check_pca_input"]
@@ -70,21 +71,21 @@ def fit_pca_file(
     pca.set_params(accumulate=pca._check_params(), precision=None)  # precision= warned once; the PCA returned uses accumulate
     in_memory = solver in ("svd", "randomized") or (solver == "auto" and src.dim > AUTO_COVARIANCE_MAX_FEATURES)
     if in_memory:
-        _, X, _ = read_features(path)
-        with fit_errstate():
+        ids, X, _ = read_features(path)
+        _check_rows(src, X.shape[0])
+        with fit_errstate(), _rows_of(src, ids, 0):
             pca._fit(X, pca._check_params(), exact=True)  # auto: svd, the whole spectrum exactly, as pca fit promises
         if on_batch:
             on_batch(X.shape[0])
     else:
         seen = 0
-        for _, X, _ in src.batches(batch_rows, ahead=1):
-            with fit_errstate():
+        for ids, X, _ in src.batches(batch_rows, ahead=1):
+            with fit_errstate(), _rows_of(src, ids, seen):
                 pca.partial_fit(X)
             seen += X.shape[0]
             if on_batch:
                 on_batch(seen)
-        if seen == 0:
-            raise BertfeatError(f"PCA needs at least 2 rows to fit, got 0 in {src.path}", "fit on a feature file with rows")
+        _check_rows(src, seen)
         with fit_errstate():
             pca.finalize()
     pca.fingerprint_ = src.fingerprint
@@ -98,6 +99,13 @@ def fit_pca_file(
     if src.fingerprint:  # features with provenance: whether a PCA reduced them is known (check_pca_input)
         pca.source_["reduced_by"] = reduced_by(src.meta)
     return pca
+
+
+def _check_rows(src, n: int) -> None:
+    """A fit needs 2 rows: fewer is said of the file (the PCA's own error names no file)."""
+    if n < 2:
+        raise BertfeatError(f"PCA needs at least 2 rows to fit, got {n} in {src.path}",
+                            "fit on a feature file with rows" if n == 0 else "fit on a feature file of at least 2 rows")
 
 
 def reduced_by(meta: dict | None) -> dict | None:
@@ -283,7 +291,8 @@ def reduce_features_file(
         for ids, X, extras in src.batches(batch_rows, ahead=1):
             if writer is None:
                 writer = _open_writer(dst, fmt, pca.n_components_, src, meta, ids, extras, dtype)
-            Y = pca.transform_rows(X, row_offset=seen).astype(np.float32, copy=False)
+            with _rows_of(src, ids, seen):
+                Y = pca.transform_rows(X, row_offset=seen).astype(np.float32, copy=False)
             writer.write(ids, Y, extras)
             seen += X.shape[0]
             if on_batch:

@@ -29,6 +29,11 @@ MIXED_MAX_OFFSET = 128.0
 #: rows sit elsewhere: two zero rows, then data around 300 with std 0.1, R ~ 900, was 15 % off on that variance). A
 #: block whose any column has R above this is multiplied again in float64.
 MIXED_MAX_ENERGY = 17.0  # a root-mean-square offset of 4 standard deviations
+#: ... and products that do not underflow: a column whose float32 sum of squares about the shift is below this, and
+#: which is not constant, is multiplied again in float64 (its values are below 2^-50, ~1e-15: their float32 squares
+#: lose bits as they near float32's smallest normal number, 2^-126, and below ~1e-23 vanish; features of scale 1e-30
+#: fitted variances of 0 and an arbitrary basis, where float64 and scikit-learn give 1e-60)
+MIXED_MIN_ENERGY = 2.0 ** -100
 
 
 @dataclass
@@ -90,8 +95,9 @@ def chunk_stats(X: np.ndarray, shift: np.ndarray, row_offset: int, mixed: bool =
     in float32 (rounding relative to x - shift, not to x) and multiplied with a float32 ``syrk``, twice
     as fast; each block's product is added to the float64 total, so float32 rounding stays
     within one block of at most ``BLOCK_ROWS`` rows (ratios within ~1e-9 of a float64 SVD,
-    see benchmarks/PCA_RESULTS.md). A block whose float32 products would not be accurate (rows far from the shift) or
-    overflow float32 (values near 1e19 or larger, or a difference past float32's largest) is done again in float64,
+    see benchmarks/PCA_RESULTS.md). A block whose float32 products would not be accurate (rows far from the shift),
+    overflow float32 (values near 1e19 or larger, or a difference past float32's largest) or underflow it (a column
+    of values below ~1e-15 about the shift, MIXED_MIN_ENERGY) is done again in float64,
     so ``mixed`` fits whatever ``float64`` fits. The sum is always accumulated in float64.
     """
     m, d = X.shape
@@ -105,7 +111,8 @@ def chunk_stats(X: np.ndarray, shift: np.ndarray, row_offset: int, mixed: bool =
         s = sq = None
         if in_f32:
             s, sq = _block_products(block, shift32, buf)
-            if not np.isfinite(sq).all() or _far_from_shift(sq.diagonal(), s, block.shape[0]):
+            if (not np.isfinite(sq).all() or _far_from_shift(sq.diagonal(), s, block.shape[0])
+                    or _underflows(sq.diagonal(), block, shift32)):
                 s = None  # redone in float64 (a NaN / inf in the rows too: the float64 sum below names it)
         if s is None:
             s, sq = _block_products(block, shift, None)
@@ -134,6 +141,13 @@ def _far_from_shift(energy: np.ndarray, s: np.ndarray, b: int) -> bool:
     energy = energy.astype(np.float64)
     centred = np.maximum(energy - s * s / b, 0.0)  # (d,)
     return bool(np.any(energy > MIXED_MAX_ENERGY * centred))  # a column at the shift (energy 0) never is
+
+
+def _underflows(energy: np.ndarray, block: np.ndarray, shift32: np.ndarray) -> bool:
+    """A block's float32 squares underflow: some column's sum of squares about the shift (``energy``, (d,) from the
+    float32 product) is below MIXED_MIN_ENERGY while the column is not at the shift (a constant column is exact)."""
+    low = np.flatnonzero(energy < MIXED_MIN_ENERGY)  # usually none: only those columns are read again
+    return bool(low.size) and bool(np.any(block[:, low] != shift32[low]))
 
 
 def add_chunk(st: Stats, X: np.ndarray, mixed: bool) -> None:

@@ -1,9 +1,9 @@
 """Input and parameter checks of the PCA (bertfeat.pca.estimator): the feature matrix, ``n_components``, ``accumulate``.
 
 Owns: turning what a caller passes into a 2-D float32 / float64 array (or refusing it, saying
-why), the NaN / inf error that names the first bad row and column, the checks of
-``n_components``' type (here) and range (against min(n_samples, n_features), once they are known),
-and the ``accumulate`` mode with its deprecated name ``precision``.
+why), the NaN / inf error that names the first bad row and column (a feature file's row and id: ``rows_of``),
+the checks of ``n_components``' type (here) and range (against min(n_samples, n_features), once they are
+known), and the ``accumulate`` mode with its deprecated name ``precision``.
 Nothing here keeps state; every function is pure apart from the errors it raises.
 """
 
@@ -12,13 +12,16 @@ from __future__ import annotations
 import numbers
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from ..errors import BertfeatError, opt
 
-__all__ = ["ACCUMULATE_MODES", "DEFAULT_ACCUMULATE", "PRECISION_DEPRECATED", "as_2d_float", "nonfinite_error",
+__all__ = ["ACCUMULATE_MODES", "DEFAULT_ACCUMULATE", "PRECISION_DEPRECATED", "as_2d_float", "NonFiniteError",
+           "rows_of", "nonfinite_error",
            "overflow_error",
            "check_n_components_spec", "check_max_components", "accumulate_mode", "check_merge_feature_names",
            "check_seed"]
@@ -71,6 +74,38 @@ def as_2d_float(X: Any) -> np.ndarray:
     return X
 
 
+class NonFiniteError(BertfeatError):
+    """Features holding NaN or inf: the first one's ``row`` (0-based, the caller's ``row_offset`` added), ``col`` and
+    ``value``, and the step that refused them (``action``: fitting, transforming ...), so that a caller reading a
+    feature file can say which of its rows it is (``in_file``)."""
+
+    def __init__(self, what: str, fix: str | None = None, row: int = 0, col: int = 0, value: float = float("nan"),
+                 action: str = "fitting"):
+        super().__init__(what, fix)
+        self.row, self.col, self.value, self.action = row, col, value, action
+
+    def __reduce__(self):
+        return (type(self), (self._what, self._fix, self.row, self.col, self.value, self.action))
+
+    def in_file(self, path: Any, ident: Any = None) -> BertfeatError:
+        """This error said of ``path``'s row (its id ``ident``, when the file has an id column)."""
+        shown = "" if ident is None else f" (id {ident!r})" if isinstance(ident, str) else f" (id {ident})"
+        return BertfeatError(f"{path}: features contain NaN or inf, first at row {self.row}{shown}, column {self.col} "
+                             f"({self.value})", f"remove or repair those rows before {self.action}")
+
+
+@contextmanager
+def rows_of(src: Any, ids: Any, first: int) -> Iterator[None]:
+    """A NaN or inf in the rows ``first``.. of the feature file ``src`` (a features.FeatureSource; ``ids``: those
+    rows' ids) refused as that file's row, with its id when the file has an id column: the PCA's own error numbers
+    the rows it was given and names no file."""
+    try:
+        yield
+    except NonFiniteError as e:
+        ident = None if src.id_name is None or ids is None else ids[e.row - first]
+        raise e.in_file(src.path, ident.item() if isinstance(ident, np.generic) else ident) from None
+
+
 def nonfinite_error(X: np.ndarray, row_offset: int, action: str) -> BertfeatError:
     """Build the NaN/inf error, naming the first bad row and column (0-based)."""
     bad = ~np.isfinite(X)
@@ -85,10 +120,10 @@ def nonfinite_error(X: np.ndarray, row_offset: int, action: str) -> BertfeatErro
             f"rescale the features before {action}",
         )
     row, col = (int(i) for i in np.argwhere(bad)[0])
-    return BertfeatError(
+    return NonFiniteError(
         f"features contain NaN or inf: {count} value(s), first at row {row + row_offset}, "
         f"column {col} ({X[row, col]})",
-        f"remove or repair those rows before {action}",
+        f"remove or repair those rows before {action}", row + row_offset, col, float(X[row, col]), action,
     )
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from bertfeat.errors import BertfeatError
-from bertfeat.features import FeatureWriter, read_features
+from bertfeat.features import FeatureWriter, open_features, read_feature_metadata, read_features
 from bertfeat.pca.estimator import PCA
 from bertfeat.pca.reduce import fit_pca_file, reduce_features_file
 
@@ -562,3 +562,192 @@ def test_the_audits_cli_refusals_and_warnings(tmp_path, features, X, capsys):
     np.save(bare, X[:20])
     assert _run_main(["pca", "transform", str(bare), "--pca-model", str(model), "-o", str(tmp_path / "b.npy"), "-q"]) == 0
     assert capsys.readouterr().err.startswith(f"Warning: {bare} has no provenance")
+
+
+def test_a_nan_or_inf_in_a_feature_file_is_named_by_file_row_id_and_column(tmp_path, X, capsys):
+    """pca fit, pca transform and report --probe named a NaN or inf by the row of the chunk or sample the PCA was
+    given ("features contain NaN or inf: 1 value(s), first at row 0, column 1"): no file, no id, and for the probe a
+    row of its sample, not of the file; a reduced file's NaN went into the probe unchecked. Now the file's row and
+    id, whatever the chunk, solver or sample; nothing is written."""
+    src = tmp_path / "bad.parquet"
+    labels, sids = [None if r % 3 == 0 else "ab"[r % 2] for r in range(200)], [f"s{r}" for r in range(200)]
+    bad = X[:200].copy()
+    bad[137, 5] = np.nan
+    with FeatureWriter(src, dim=D, id_name="sid", id_type=pa.string(), metadata={"fingerprint": FP},
+                       extra_columns={"label": pa.string()}) as w:
+        w.write(sids, bad, {"label": labels})
+    model = tmp_path / "good.npz"
+    np.save(tmp_path / "train.npy", X[:500])
+    assert _run_main(["pca", "fit", str(tmp_path / "train.npy"), "-o", str(model), "-n", "4", "-q"]) == 0
+    capsys.readouterr()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    said = f"Error: {src}: features contain NaN or inf, first at row 137 (id 's137'), column 5 (nan) - remove or repair those rows before "
+    for argv, action in [(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q", "--batch-rows", "50"], "fitting"),
+                         (["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q", "--solver", "svd"], "fitting"),
+                         (["pca", "transform", str(src), "--pca-model", str(model), "-o", str(tmp_path / "r.csv"),
+                           "--batch-rows", "64"], "transforming"),
+                         (["report", str(model), "-o", str(tmp_path / "p"), "--probe", str(src), "--label", "label",
+                           "-q", "--probe-rows", "40"], "probing")]:
+        assert _run_main(argv) == 1
+        assert capsys.readouterr().err == said + action + "\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    bare = tmp_path / "bare.npy"  # no id column: the row alone
+    np.save(bare, bad)
+    assert _run_main(["pca", "fit", str(bare), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {bare}: features contain NaN or inf, first at row 137, column 5 (nan) - "
+                                       "remove or repair those rows before fitting\n")
+    fixed = tmp_path / "fixed.parquet"  # the file repaired, reduced, and an inf put in its reduced rows
+    with FeatureWriter(fixed, dim=D, id_name="sid", id_type=pa.string(), metadata={"fingerprint": FP},
+                       extra_columns={"label": pa.string()}) as w:
+        w.write(sids, X[:200], {"label": labels})
+    reduce_features_file(fixed, tmp_path / "r.parquet", PCA.load(model))
+    _, Y, _ = read_features(tmp_path / "r.parquet")
+    Y[61, 2] = np.inf
+    reduced = tmp_path / "reduced.parquet"
+    with FeatureWriter(reduced, dim=4, id_name="sid", id_type=pa.string(), extra_columns={"label": pa.string()},
+                       metadata={k: v for k, v in read_feature_metadata(tmp_path / "r.parquet").items()
+                                 if k not in ("layout", "rows")}) as w:
+        w.write(sids, Y, {"label": labels})
+    assert _run_main(["report", str(model), "-o", str(tmp_path / "p"), "--probe", str(reduced), "--label", "label",
+                      "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {reduced}: features contain NaN or inf, first at row 61 (id 's61'), "
+                                       "column 2 (inf) - remove or repair those rows before probing\n")
+
+
+@pytest.mark.parametrize("out", ["r.csv", "r.parquet", "r.npy"])
+def test_a_csv_without_provenance_keeps_its_ids_and_columns_as_written(tmp_path, capsys, out):
+    """A feature CSV without its .json (a file from elsewhere, or copied alone) had its id and other columns' types
+    guessed from their text: pca transform wrote the id 001 as 1, 1e5 as 100000, 1.50 as 1.5 and 00 as 0. They are
+    text, read and written as they are; a quoted empty string and an empty cell (a null) stay apart."""
+    src = tmp_path / "bare.csv"
+    src.write_text('id,code,amt,f0,f1,f2\n001,007,1e5,1,2,3\n002,,1.50,2,4,7\n003,"",00,1,1,1\n004,0x1F,-0,0,5,2\n')
+    model = tmp_path / "m.npz"
+    assert _run_main(["pca", "fit", str(src), "-o", str(model), "-n", "2", "-q"]) == 0
+    dst = tmp_path / out
+    assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(dst), "-q"]) == 0
+    assert capsys.readouterr().err == ""  # (a model fitted on features without provenance: nothing to check)
+    (ids, Y, extras), = open_features(dst).batches(100)
+    assert list(ids) == ["001", "002", "003", "004"]
+    assert {k: v.to_pylist() for k, v in extras.items()} == {"code": ["007", None, "", "0x1F"],
+                                                             "amt": ["1e5", "1.50", "00", "-0"]}
+    np.testing.assert_allclose(Y, PCA.load(model).transform(np.array([[1, 2, 3], [2, 4, 7], [1, 1, 1], [0, 5, 2.0]])),
+                               atol=1e-5)
+    if out == "r.csv":
+        assert dst.read_text().splitlines()[1].startswith('"001","007","1e5",')
+
+
+def test_an_empty_feature_cell_is_named_by_its_row(tmp_path, capsys):
+    """An empty cell (a null) among a feature CSV's or a wide Parquet file's f0..f{d-1} was "column f0 has missing
+    values", no row; a Parquet embedding's null named its row already."""
+    src = tmp_path / "holes.csv"
+    src.write_text("id,f0,f1,f2\n1,1,2,3\n2,2.5,4,7\n3,1,,1\n4,0,5,2\n")
+    assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q", "--batch-rows", "2"]) == 1
+    assert capsys.readouterr().err == (f"Error: {src}: row 2, column f1 has no value (an empty cell or a null) - "
+                                       "re-extract the features\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["holes.csv"]
+
+
+def test_a_npy_of_rows_without_features_is_named(tmp_path, capsys):
+    """A (5, 0) .npy: pca fit said "0 feature(s) (shape=(5, 0)) while a minimum of 1 is required" (no file), as the
+    PCA says of an array; now as any .npy that is no feature matrix, naming the file."""
+    src = tmp_path / "none.npy"
+    np.save(src, np.zeros((5, 0), np.float32))
+    assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {src} holds a float32 array of shape (5, 0), not (rows, d) floats - "
+                                       "pass a feature matrix\n")
+
+
+def test_feature_columns_named_twice_or_with_leading_zeros(tmp_path, capsys):
+    """A CSV header naming f0 twice was "feature columns f0..f{d-1} are not contiguous"; f01 was read as f1, and the
+    read then failed as a bug ("unexpected KeyError: 'Field \\"f1\\" does not exist in schema'"). f01 is no feature
+    column (so f1 is missing here, named), and a name given twice is named."""
+    twice, zero = tmp_path / "twice.csv", tmp_path / "zero.csv"
+    twice.write_text("id,f0,f0,f1\n1,1,2,3\n2,2,4,7\n3,1,1,1\n")
+    zero.write_text("id,f0,f01,f2\n1,1,2,3\n2,2,4,7\n3,1,1,1\n")
+    assert _run_main(["pca", "fit", str(twice), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {twice}: the feature column f0 appears 2 times - rename the columns so "
+                                       "that every name is unique (f0 .. f{d-1}, once each)\n")
+    assert _run_main(["pca", "fit", str(zero), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {zero}: feature columns f0..f{{d-1}} are not contiguous (f1 is missing, "
+                                       "f2 is there) - re-extract the features\n")
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_a_cell_a_feature_csv_cannot_convert_is_named_by_row_and_column(tmp_path, capsys):
+    """Text in a feature column, or in a kept column of a type the provenance declares, was Arrow's "cannot read
+    f.csv as CSV (In CSV column #3: CSV conversion error to float: invalid value 'x')": a column position, no row.
+    Now its row and column by name."""
+    src = tmp_path / "text.csv"
+    src.write_text("id,f0,f1,f2\n1,1,2,3\n2,1,2,x\n3,1,1,1\n")
+    assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {src}: row 1, column 'f2' holds 'x', which does not read as float - "
+                                       "write a number (a feature) there, or re-extract the features\n")
+    kept = tmp_path / "kept.csv"
+    with FeatureWriter(kept, dim=2, metadata={"fingerprint": FP}, extra_columns={"n": pa.int64()}) as w:
+        w.write(np.arange(4), np.ones((4, 2), np.float32), {"n": [1, 2, 3, 4]})
+    lines = kept.read_text().splitlines()
+    lines[3] = lines[3].replace(",3,", ",three,")
+    kept.write_text("\n".join(lines) + "\n")
+    assert _run_main(["pca", "fit", str(kept), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {kept}: row 2, column 'n' holds 'three', which does not read as int64 - "
+                                       "write an int64 (the column's type in its provenance) there, or re-extract the "
+                                       "features\n")
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_parquet_feature_columns_that_hold_no_numbers(tmp_path, capsys):
+    """A Parquet file whose f0 holds text, decimals or booleans failed as a bug ("unexpected ArrowInvalid: Needed to
+    copy 1 chunks with 0 nulls, but zero_copy_only was True"); an embedding column of lists of any length, without the
+    provenance that gives its length, was said to be "not a list of floats" (it is one)."""
+    import decimal
+
+    import pyarrow.parquet as pq
+
+    cases = {
+        "text": ({"f0": ["1.5", "2", "3"]}, "the feature column 'f0' holds string values, not floats or integers - "
+                 "write the features as floats (float32), or re-extract the features"),
+        "dec": ({"f0": pa.array([decimal.Decimal(v) for v in ("1.5", "2", "3")], pa.decimal128(5, 2))},
+                "the feature column 'f0' holds decimal128(5, 2) values, not floats or integers - write the features as "
+                "floats (float32), or re-extract the features"),
+        "bool": ({"f0": [True, False, True]}, "the feature column 'f0' holds bool values, not floats or integers - "
+                 "write the features as floats (float32), or re-extract the features"),
+        "lists": ({"embedding": pa.array([[1.0, 2], [3, 4], [5, 7]], pa.list_(pa.float32()))},
+                  "column 'embedding' is a list of any length (list<element: float>) and the file has no bertfeat "
+                  "provenance to say its length - write it as a fixed-size list (pa.list_(pa.float32(), d)), or "
+                  "re-extract the features"),
+    }
+    for name, (columns, why) in cases.items():
+        path = tmp_path / f"{name}.parquet"
+        wide = {"f1": [1.0, 2, 4]} if "f0" in columns else {}
+        pq.write_table(pa.table({"id": [1, 2, 3], **columns, **wide}), path)
+        assert _run_main(["pca", "fit", str(path), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+        assert capsys.readouterr().err == f"Error: {path}: {why}\n"
+    assert not (tmp_path / "m.npz").exists()
+    ints = tmp_path / "ints.parquet"  # integers are numbers: read as float32, as before
+    pq.write_table(pa.table({"id": [1, 2, 3], "f0": [1, 2, 5], "f1": [3, 1, 4]}), ints)
+    assert _run_main(["pca", "fit", str(ints), "-o", str(tmp_path / "m.npz"), "-q"]) == 0
+
+
+@pytest.mark.parametrize("solver", ["auto", "svd"])
+def test_a_feature_file_of_fewer_than_two_rows_is_named(tmp_path, capsys, solver):
+    """One row: "PCA needs at least 2 samples to fit, got n_samples = 1" (the PCA's words, no file); a header alone
+    named its file when streamed but not with --solver svd."""
+    for rows, fix in ((1, "fit on a feature file of at least 2 rows"), (0, "fit on a feature file with rows")):
+        src = tmp_path / f"rows{rows}.csv"
+        src.write_text("id,f0,f1,f2\n" + "1,1,2,3\n" * rows)
+        assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q", "--solver", solver]) == 1
+        assert capsys.readouterr().err == f"Error: PCA needs at least 2 rows to fit, got {rows} in {src} - {fix}\n"
+    assert not (tmp_path / "m.npz").exists()
+
+
+def test_a_feature_csv_with_a_byte_order_mark_keeps_its_ids(tmp_path, capsys):
+    """A feature CSV saved with a UTF-8 BOM (Excel's "CSV UTF-8"): its header was read with the BOM in the first name,
+    which Arrow's reader drops, so the id column was not found: pca transform wrote the row numbers 0, 1, 2 as the
+    ids, under a column named '\\ufeffid'."""
+    src = tmp_path / "bom.csv"
+    src.write_bytes(b"\xef\xbb\xbfid,f0,f1\nA,1,2\nB,2,4\nC,5,1\n")
+    model, out = tmp_path / "m.npz", tmp_path / "r.csv"
+    assert _run_main(["pca", "fit", str(src), "-o", str(model), "-q"]) == 0
+    assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(out), "-q"]) == 0
+    (ids, _, _), = open_features(out).batches(10)
+    assert list(ids) == ["A", "B", "C"] and out.read_text().startswith('"id","f0","f1"\n"A",')

@@ -1074,6 +1074,27 @@ def test_mixed_accumulation_fits_what_float64_fits(sk, scale):
         np.testing.assert_allclose(ours.mean_, theirs.mean_, rtol=1e-12)
 
 
+@pytest.mark.parametrize("scale", [1e-20, 1e-30, 1e-40])
+def test_mixed_accumulation_fits_features_of_tiny_scale(sk, scale):
+    """float32 rows of scale 1e-30 (1e-40: subnormal) under the default accumulate="mixed": their float32 squares
+    underflowed to 0, so the fit had variances of 0 and an arbitrary basis (ratios 0, transform and report meaningless)
+    where accumulate="float64", the svd solver and scikit-learn on the float64 upcast give 1e-60 and the true
+    components. Such a block is redone in float64; a constant column beside it is not what triggers it."""
+    rng = np.random.default_rng(5)
+    X = ((rng.standard_normal((200, 4)) * [3.0, 2.0, 1.0, 0.5]) @ np.linalg.qr(rng.standard_normal((4, 4)))[0]
+         * scale).astype(np.float32)
+    theirs = sk(svd_solver="full").fit(X.astype(np.float64))
+    stream = PCA()
+    for chunk in np.array_split(X, 3):
+        stream.partial_fit(chunk)
+    for ours in (PCA().fit(X), stream):
+        np.testing.assert_allclose(ours.explained_variance_, theirs.explained_variance_, rtol=1e-9)
+        np.testing.assert_allclose(ours.explained_variance_ratio_, theirs.explained_variance_ratio_, rtol=1e-9)
+        np.testing.assert_allclose(ours.components_, theirs.components_, atol=1e-9)
+    Y = np.c_[X, np.zeros(200, np.float32)] + np.float32(1.0)  # mean 1 (the shift), values 1 + 1e-30: float32's 1
+    assert PCA().fit(Y).explained_variance_.max() == 0.0  # rows equal in float32: nothing to redo, nothing to find
+
+
 @pytest.mark.filterwarnings("error::RuntimeWarning")
 @pytest.mark.parametrize("solver", ["auto", "covariance", "svd", "randomized"])
 def test_float64_overflow_is_refused_by_every_solver(solver):

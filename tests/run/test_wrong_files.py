@@ -256,6 +256,12 @@ def pca_model_cases(d: Path, good: dict) -> list[tuple[Path, str, str]]:
          "its parameters are not valid (unknown solver='bogus' - use one of: auto, svd, covariance, randomized)"),
         (edited("extra.npz", params_change={"extra": 1}),
          "its parameters are not valid (PCA.__init__() got an unexpected keyword argument 'extra')"),
+        # provenance of another shape: transform and report read them as objects ("unexpected TypeError" before)
+        (edited("fpstr.npz", meta_change={"fingerprint": "abc"}), 'its fingerprint is not a JSON object (it is "abc")'),
+        (edited("srclist.npz", meta_change={"source": [1, 2]}), "its source is not a JSON object (it is [1, 2])"),
+        (edited("reducedby.npz", meta_change={"source": meta["source"] | {"reduced_by": "zz"}}),
+         'its source\'s reduced_by is not a JSON object (it is "zz")'),
+        (edited("fitsolver.npz", meta_change={"fit_solver": ["svd"]}), "its fit_solver ['svd'] is not a solver's name"),
     ]
     return [*((path, why, MODEL_FIX) for path, why in inconsistent),
         (npy, "it is a .npy array file, not a .npz model", MODEL_FIX),
