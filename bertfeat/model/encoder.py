@@ -198,6 +198,7 @@ class Encoder:
         self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
         self.threads = int(threads) if threads else default_threads()
         self._sha256: str | None = None
+        self._files_sha256: dict[str, str] | None = None  # files_sha256(), taken once
         self._workspaces: queue.SimpleQueue[Workspace] = queue.SimpleQueue()  # one in use per running batch
 
     # ------------------------------------------------------------------ pickling
@@ -280,10 +281,13 @@ class Encoder:
     def files_sha256(self) -> dict[str, str]:
         """sha256 of each file the loading read but the weights (hub.model_files_digest: config, tokenizer,
         sentence-transformers modules), refused when they changed since the loading read them (the digests must be
-        of the files that make its vectors)."""
-        digest = model_files_digest(self.location.path)
-        self.check_files_unchanged()
-        return digest
+        of the files that make its vectors). Taken once, as ``weights_sha256``: a fitted TextFeatures compares them
+        at every transform, and hashing a tokenizer again each time cost more than encoding a short text."""
+        if self._files_sha256 is None:
+            digest = model_files_digest(self.location.path)
+            self.check_files_unchanged()
+            self._files_sha256 = digest
+        return dict(self._files_sha256)
 
     def check_files_unchanged(self) -> None:
         """Refuse a model folder whose files changed since this Encoder read them (a model replaced while it loaded):

@@ -216,6 +216,32 @@ def test_changed_model_files_are_refused_after_unpickling(tmp_path, minilm_dir, 
     np.testing.assert_array_equal(TextFeatures(str(local)).fit_transform(["Hello World"]).shape, before.shape)  # a refit works
 
 
+def test_transform_hashes_the_model_files_once(tmp_path, minilm_dir, monkeypatch):
+    """Found by the round-five review: every transform hashed the model's config and tokenizer files again to compare
+    them with fit's (about 7 ms a call on all-MiniLM-L6-v2, more than encoding a short text; tens of ms with a
+    multilingual tokenizer). The Encoder takes them once; a folder edited since is still refused, in this process
+    too (the edited folder's files give another Encoder, whose own digest differs)."""
+    import shutil
+
+    from bertfeat.model import encoder as encoder_module
+
+    local = tmp_path / "m"
+    shutil.copytree(minilm_dir, local)
+    tf = TextFeatures(str(local)).fit(TEXTS[:2])
+    tf.transform(TEXTS[:2])
+    hashed = []
+    real = encoder_module.model_files_digest
+    monkeypatch.setattr(encoder_module, "model_files_digest", lambda d: hashed.append(d) or real(d))
+    for _ in range(3):
+        tf.transform(TEXTS[:2])
+    assert hashed == []
+    _edit("tokenizer_config.json", '"do_lower_case": true', '"do_lower_case": false')(local)
+    with pytest.raises(BertfeatError) as e:
+        tf.transform(TEXTS[:2])
+    assert e.value.message == (f"the model files at {local} are not the ones this TextFeatures was fitted with "
+                               "(tokenizer_config.json changed) - restore the original model files, or refit the pipeline")
+
+
 def test_grid_search_over_pca_width_and_pooling(minilm_dir):
     pipe = make_pipeline(TextFeatures(str(minilm_dir)), PCA(), LogisticRegression(max_iter=1000))
     grid = GridSearchCV(pipe, {"pca__n_components": [4, 8], "textfeatures__pooling": [None, "cls"]}, cv=3).fit(TEXTS, LABELS)
