@@ -228,10 +228,10 @@ class Encoder:
                                 f"({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''})", fix)
 
     def __deepcopy__(self, memo: dict) -> "Encoder":
-        """A copy shares nothing mutable with the original but the read-only weights and tokenizer."""
-        import copy
-
-        new = copy.copy(self)
+        """A copy shares nothing mutable with the original but the read-only weights and tokenizer (made here:
+        copy.copy goes through __getstate__ / __setstate__, which load the model again and hash its files)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
         new._workspaces = queue.SimpleQueue()
         new._prompt_lengths = dict(self._prompt_lengths)
         new._init_kwargs = dict(self._init_kwargs)

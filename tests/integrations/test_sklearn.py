@@ -161,6 +161,24 @@ def test_encoder_pickles_and_copies(minilm_dir):
     assert len(pickle.dumps(enc)) < 5_000
 
 
+def test_an_encoder_deep_copy_shares_its_weights(tmp_path, make_ckpt):
+    """Found by the round-five review: copy.deepcopy(Encoder) went through pickling's __getstate__ / __setstate__, so
+    it loaded the model again from disk (a second copy of the weights; 0.6 s for all-MiniLM-L6-v2) and hashed its
+    files, and a model folder edited since the Encoder loaded it refused the copy ('changed while bertfeat loaded
+    it'). A copy is of the model as loaded: the same weights and tokenizer, the same vectors."""
+    import shutil
+
+    local = tmp_path / "m"
+    shutil.copytree(make_ckpt(hidden=32, heads=2, layers=1, seed=3), local)
+    enc = Encoder(local)
+    with open(local / "config.json", "a") as f:  # the folder changes after the load
+        f.write("\n")
+    twin = copy.deepcopy(enc)
+    assert twin.weights is enc.weights and twin.tokenizer is enc.tokenizer
+    assert twin._workspaces is not enc._workspaces and twin._init_kwargs == enc._init_kwargs
+    np.testing.assert_array_equal(twin.encode(TEXTS[:3]), enc.encode(TEXTS[:3]))
+
+
 def test_changed_weights_are_refused_after_unpickling(tmp_path, make_ckpt):
     d = make_ckpt(hidden=32, heads=2, layers=1, seed=3)
     local = tmp_path / "m"
