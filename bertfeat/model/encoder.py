@@ -855,6 +855,17 @@ class LongTextError(BertfeatError):
             f"use {opt('long_text', 'truncate')}{chunks}, or a larger {opt('max_length')}",
         )
 
+    def __reduce__(self):  # the message as made (its label may be a lambda) and the rows travel: worker -> caller
+        return (type(self)._rebuilt, (self._what, self._fix, self.rows, self.n_tokens, self.max_length, self.pairs))
+
+    @classmethod
+    def _rebuilt(cls, what: str, fix: str | None, rows, n_tokens, max_length: int, pairs: bool) -> "LongTextError":
+        """The error unpickled (BertfeatError's own reduce passed (what, fix) as rows and n_tokens: a TypeError)."""
+        e = cls.__new__(cls)
+        BertfeatError.__init__(e, what, fix)
+        e.rows, e.n_tokens, e.max_length, e.pairs = rows, n_tokens, max_length, pairs
+        return e
+
 
 def chunk_windows(content: np.ndarray, width: int, stride: int) -> list[np.ndarray]:
     """Overlapping windows of at most ``width`` word pieces; neighbours share ``stride`` pieces."""

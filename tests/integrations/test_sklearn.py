@@ -413,6 +413,25 @@ def test_a_text_too_long_under_long_text_error_is_named_by_its_place_in_x(cache)
     assert list(e.value.rows) == [3, 5]
 
 
+def test_a_too_long_text_in_a_worker_process_reaches_the_caller():
+    """Found by the round-five review: LongTextError did not survive pickling (BertfeatError's reduce passed its
+    (what, fix) as rows and n_tokens), so a transform under joblib.Parallel(n_jobs=2) failed as "BrokenProcessPool: A
+    result has failed to un-serialize", the too-long text unnamed."""
+    from extract_util import tiny_model
+    from joblib import Parallel, delayed
+
+    from bertfeat.model.encoder import LongTextError
+
+    tf = TextFeatures(model=str(tiny_model()), long_text="error").fit(["a"])
+    with pytest.raises(LongTextError) as e:
+        Parallel(n_jobs=2)(delayed(tf.transform)(x) for x in (["short"], ["short", "word " * 200]))
+    assert str(e.value) == ("X[1] has 202 tokens, more than max length 128 - use long_text='truncate', chunk-mean or "
+                            "chunk-max, or a larger max_length")
+    assert list(e.value.rows) == [1] and e.value.max_length == 128 and e.value.pairs is False
+    again = pickle.loads(pickle.dumps(e.value))
+    assert (again.message, again.fix, list(again.n_tokens)) == (e.value.message, e.value.fix, list(e.value.n_tokens))
+
+
 def test_an_x_that_is_one_object_is_named_as_it_is():
     """None, a number, a set, a dict or a SciPy sparse matrix were all "X has shape (), not a list of texts" (the
     shape of np.asarray of one object; a sparse matrix has a shape of its own); a bytearray was "X[0] is int 97"; a
