@@ -167,8 +167,11 @@ def model_files_digest(directory: Path) -> dict[str, str]:
 
 def encoder_files_digest(encoder) -> dict[str, str]:
     """model_files_digest of the encoder's model folder, refused when its files changed since the encoder read them
-    (Encoder.files_sha256: the digests must be of the files that make its vectors)."""
-    return encoder.files_sha256()
+    (Encoder.files_sha256: the digests must be of the files that make its vectors; taken once, so the folder is
+    checked again here: a run or cache key made after an edit is refused, as when the digest was taken each time)."""
+    digest = encoder.files_sha256()
+    encoder.check_files_unchanged()
+    return digest
 
 
 def cache_fingerprint(encoder, spec) -> tuple[str, dict]:

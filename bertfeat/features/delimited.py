@@ -77,7 +77,8 @@ def _bad_cell(path, e: Exception) -> BertfeatError | None:
         with open(path, newline="", encoding="utf-8-sig") as f:
             rows = csv.reader(f)
             header = next(rows, [])
-            row = next((r for r, cells in enumerate(rows) if col < len(cells) and cells[col] == text), None)
+            records = (cells for cells in rows if cells)  # Arrow skips a blank line: it is no row of the file
+            row = next((r for r, cells in enumerate(records) if col < len(cells) and cells[col] == text), None)
     except (OSError, UnicodeDecodeError, csv.Error):
         return None
     if row is None or col >= len(header):

@@ -198,6 +198,7 @@ class Encoder:
         self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
         self.threads = int(threads) if threads else default_threads()
         self._sha256: str | None = None
+        self._files_sha256: dict[str, str] | None = None  # files_sha256(), taken once
         self._workspaces: queue.SimpleQueue[Workspace] = queue.SimpleQueue()  # one in use per running batch
 
     # ------------------------------------------------------------------ pickling
@@ -227,10 +228,10 @@ class Encoder:
                                 f"({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''})", fix)
 
     def __deepcopy__(self, memo: dict) -> "Encoder":
-        """A copy shares nothing mutable with the original but the read-only weights and tokenizer."""
-        import copy
-
-        new = copy.copy(self)
+        """A copy shares nothing mutable with the original but the read-only weights and tokenizer (made here:
+        copy.copy goes through __getstate__ / __setstate__, which load the model again and hash its files)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
         new._workspaces = queue.SimpleQueue()
         new._prompt_lengths = dict(self._prompt_lengths)
         new._init_kwargs = dict(self._init_kwargs)
@@ -280,10 +281,13 @@ class Encoder:
     def files_sha256(self) -> dict[str, str]:
         """sha256 of each file the loading read but the weights (hub.model_files_digest: config, tokenizer,
         sentence-transformers modules), refused when they changed since the loading read them (the digests must be
-        of the files that make its vectors)."""
-        digest = model_files_digest(self.location.path)
-        self.check_files_unchanged()
-        return digest
+        of the files that make its vectors). Taken once, as ``weights_sha256``: a fitted TextFeatures compares them
+        at every transform, and hashing a tokenizer again each time cost more than encoding a short text."""
+        if self._files_sha256 is None:
+            digest = model_files_digest(self.location.path)
+            self.check_files_unchanged()
+            self._files_sha256 = digest
+        return dict(self._files_sha256)
 
     def check_files_unchanged(self) -> None:
         """Refuse a model folder whose files changed since this Encoder read them (a model replaced while it loaded):
@@ -850,6 +854,17 @@ class LongTextError(BertfeatError):
             + (f" ({len(rows)} rows are too long)" if len(rows) > 1 else ""),
             f"use {opt('long_text', 'truncate')}{chunks}, or a larger {opt('max_length')}",
         )
+
+    def __reduce__(self):  # the message as made (its label may be a lambda) and the rows travel: worker -> caller
+        return (type(self)._rebuilt, (self._what, self._fix, self.rows, self.n_tokens, self.max_length, self.pairs))
+
+    @classmethod
+    def _rebuilt(cls, what: str, fix: str | None, rows, n_tokens, max_length: int, pairs: bool) -> "LongTextError":
+        """The error unpickled (BertfeatError's own reduce passed (what, fix) as rows and n_tokens: a TypeError)."""
+        e = cls.__new__(cls)
+        BertfeatError.__init__(e, what, fix)
+        e.rows, e.n_tokens, e.max_length, e.pairs = rows, n_tokens, max_length, pairs
+        return e
 
 
 def chunk_windows(content: np.ndarray, width: int, stride: int) -> list[np.ndarray]:

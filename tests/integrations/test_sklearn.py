@@ -161,6 +161,24 @@ def test_encoder_pickles_and_copies(minilm_dir):
     assert len(pickle.dumps(enc)) < 5_000
 
 
+def test_an_encoder_deep_copy_shares_its_weights(tmp_path, make_ckpt):
+    """Found by the round-five review: copy.deepcopy(Encoder) went through pickling's __getstate__ / __setstate__, so
+    it loaded the model again from disk (a second copy of the weights; 0.6 s for all-MiniLM-L6-v2) and hashed its
+    files, and a model folder edited since the Encoder loaded it refused the copy ('changed while bertfeat loaded
+    it'). A copy is of the model as loaded: the same weights and tokenizer, the same vectors."""
+    import shutil
+
+    local = tmp_path / "m"
+    shutil.copytree(make_ckpt(hidden=32, heads=2, layers=1, seed=3), local)
+    enc = Encoder(local)
+    with open(local / "config.json", "a") as f:  # the folder changes after the load
+        f.write("\n")
+    twin = copy.deepcopy(enc)
+    assert twin.weights is enc.weights and twin.tokenizer is enc.tokenizer
+    assert twin._workspaces is not enc._workspaces and twin._init_kwargs == enc._init_kwargs
+    np.testing.assert_array_equal(twin.encode(TEXTS[:3]), enc.encode(TEXTS[:3]))
+
+
 def test_changed_weights_are_refused_after_unpickling(tmp_path, make_ckpt):
     d = make_ckpt(hidden=32, heads=2, layers=1, seed=3)
     local = tmp_path / "m"
@@ -214,6 +232,32 @@ def test_changed_model_files_are_refused_after_unpickling(tmp_path, minilm_dir, 
     assert e.value.message == (f"the model files at {local} are not the ones this Encoder was saved with ({said}) - "
                                "restore the original model files there, or build a new Encoder and refit what depends on it")
     np.testing.assert_array_equal(TextFeatures(str(local)).fit_transform(["Hello World"]).shape, before.shape)  # a refit works
+
+
+def test_transform_hashes_the_model_files_once(tmp_path, minilm_dir, monkeypatch):
+    """Found by the round-five review: every transform hashed the model's config and tokenizer files again to compare
+    them with fit's (about 7 ms a call on all-MiniLM-L6-v2, more than encoding a short text; tens of ms with a
+    multilingual tokenizer). The Encoder takes them once; a folder edited since is still refused, in this process
+    too (the edited folder's files give another Encoder, whose own digest differs)."""
+    import shutil
+
+    from bertfeat.model import encoder as encoder_module
+
+    local = tmp_path / "m"
+    shutil.copytree(minilm_dir, local)
+    tf = TextFeatures(str(local)).fit(TEXTS[:2])
+    tf.transform(TEXTS[:2])
+    hashed = []
+    real = encoder_module.model_files_digest
+    monkeypatch.setattr(encoder_module, "model_files_digest", lambda d: hashed.append(d) or real(d))
+    for _ in range(3):
+        tf.transform(TEXTS[:2])
+    assert hashed == []
+    _edit("tokenizer_config.json", '"do_lower_case": true', '"do_lower_case": false')(local)
+    with pytest.raises(BertfeatError) as e:
+        tf.transform(TEXTS[:2])
+    assert e.value.message == (f"the model files at {local} are not the ones this TextFeatures was fitted with "
+                               "(tokenizer_config.json changed) - restore the original model files, or refit the pipeline")
 
 
 def test_grid_search_over_pca_width_and_pooling(minilm_dir):
@@ -367,6 +411,25 @@ def test_a_text_too_long_under_long_text_error_is_named_by_its_place_in_x(cache)
     assert str(e.value) == ("X[3] has 202 tokens, more than max length 128 (2 rows are too long) - use "
                             "long_text='truncate', chunk-mean or chunk-max, or a larger max_length")
     assert list(e.value.rows) == [3, 5]
+
+
+def test_a_too_long_text_in_a_worker_process_reaches_the_caller():
+    """Found by the round-five review: LongTextError did not survive pickling (BertfeatError's reduce passed its
+    (what, fix) as rows and n_tokens), so a transform under joblib.Parallel(n_jobs=2) failed as "BrokenProcessPool: A
+    result has failed to un-serialize", the too-long text unnamed."""
+    from extract_util import tiny_model
+    from joblib import Parallel, delayed
+
+    from bertfeat.model.encoder import LongTextError
+
+    tf = TextFeatures(model=str(tiny_model()), long_text="error").fit(["a"])
+    with pytest.raises(LongTextError) as e:
+        Parallel(n_jobs=2)(delayed(tf.transform)(x) for x in (["short"], ["short", "word " * 200]))
+    assert str(e.value) == ("X[1] has 202 tokens, more than max length 128 - use long_text='truncate', chunk-mean or "
+                            "chunk-max, or a larger max_length")
+    assert list(e.value.rows) == [1] and e.value.max_length == 128 and e.value.pairs is False
+    again = pickle.loads(pickle.dumps(e.value))
+    assert (again.message, again.fix, list(again.n_tokens)) == (e.value.message, e.value.fix, list(e.value.n_tokens))
 
 
 def test_an_x_that_is_one_object_is_named_as_it_is():
