@@ -379,9 +379,10 @@ def _walk_input(reader, outputs, picked: set, meta: dict, enc, spec, path: Path)
         first = f" (the first not rejected as a bad row here: {first_skipped})" if first_skipped else ""
         raise BertfeatError(f"{skipped} rows of the input {reader.name} are not in {path}, but the run rejected "
                             f"{recorded['rejected']}{first}: the input changed since the features were extracted", fix)
-    if first_skipped is not None:  # as many passed over as rejected, but one of them is no bad row now: mended since
+    if first_skipped is not None:  # no bad row now: mended since (as many passed over as rejected), or added
+        how = "a row the run rejected mended since" if recorded.get("rejected") is not None else "a row added or mended since"
         raise BertfeatError(f"{first_skipped} of the input {reader.name} is not in {path}, and it is not a bad row: the "
-                            "input changed since the features were extracted (a row the run rejected mended since)", fix)
+                            f"input changed since the features were extracted ({how})", fix)
     return texts
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -710,6 +711,26 @@ def test_verify_finds_a_rejected_row_mended_in_the_input(tmp_path, capsys):
     assert (rc, err) == (1, f"Error: row 5 (id 'r5') of the input {src} is not in {out}, and it is not a bad row: the input "
                             "changed since the features were extracted (a row the run rejected mended since) - extract "
                             "the features again, or verify against the input they were extracted from (--input)\n")
+
+
+def test_a_row_added_is_not_called_mended_when_the_provenance_has_no_row_counts(tmp_path, capsys):
+    """Provenance without its row counts (an older bertfeat's, or edited): a row appended to the input since was
+    named "a row the run rejected mended since", though the run rejected none."""
+    rows = _rows()
+    src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], rows[:-1])
+    out = tmp_path / "o.csv"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "-q")
+    assert rc == 0, err
+    side = tmp_path / "o.csv.json"
+    meta = json.loads(side.read_text())
+    del meta["rows"]
+    side.write_text(json.dumps(meta))
+    write_csv(src, ["id", "text", "label"], rows)  # a row appended
+    rc, _, err = run(capsys, "verify", out, "-q")
+    last = len(rows) - 1
+    assert (rc, err) == (1, f"Error: row {last} (id 'r{last}') of the input {src} is not in {out}, and it is not a bad "
+                            "row: the input changed since the features were extracted (a row added or mended since) - "
+                            "extract the features again, or verify against the input they were extracted from (--input)\n")
 
 
 def test_verify_says_to_pass_the_model_when_its_folder_moved(tmp_path, capsys):
