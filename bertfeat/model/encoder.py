@@ -29,7 +29,7 @@ from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
 from ..ops.threads import default_threads
 from ..checks import (check_max_batch_tokens, check_max_length, check_size, check_stride, check_threads,
-                      check_truncate_dim)
+                      check_truncate_dim, invalid_unicode)
 from .pooling import (
     LAYER_AGGS,
     ONE_TOKEN_POOLS,
@@ -326,6 +326,9 @@ class Encoder:
                                     f"give {opt(param)} as text, e.g. {opt(param, 'query: ' if param == 'prompt' else 'query')}")
         if prompt is not None and prompt_name is not None:
             raise BertfeatError("both a prompt and a prompt name were given", f"give {opt('prompt')} TEXT or {opt('prompt_name')} NAME, not both")
+        bad = invalid_unicode(prompt) if prompt is not None else None
+        if bad:  # the tokenizer's TypeError would name neither the prompt nor the character
+            raise BertfeatError(f"{opt('prompt')} is not valid Unicode ({bad})", PROMPT_FIX)
         if prompt is None:
             if prompt_name is not None:
                 if prompt_name not in self.pipeline.prompts:
@@ -749,6 +752,9 @@ def parallel_map(fn, items: list, threads: int) -> list:
             return list(ex.map(fn, items))
 
 
+#: the fix of a prompt that is not valid Unicode (a command-line argument's bytes not UTF-8, a lone surrogate in Python)
+PROMPT_FIX = ("give the prompt as UTF-8 text (convert it first, e.g. with iconv -f latin1 -t utf-8; in Python, a str "
+              "without lone surrogates, which come from a broken \\ud800-\\udfff escape or errors='surrogateescape')")
 #: the fix of a text that is not a string
 NOT_A_STRING_FIX = "pass a list of strings (drop or fill missing texts first)"
 

@@ -39,6 +39,7 @@ from ..ops import gemm
 from .config import inside_folder, model_file, typed
 from ..errors import BertfeatError, ConfigError, opt
 from .pooling import TOKEN_POOLING_NAMES
+from ..readers.textcheck import surrogate_reason
 
 #: sentence-transformers' pooling modes, in its legacy concatenation order.
 ST_POOLING_MODES = TOKEN_POOLING_NAMES  # a Pooling module's modes are the token poolings (pooling.py)
@@ -496,6 +497,10 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
     if not isinstance(prompts, dict) or not all(isinstance(v, (str, type(None))) for v in prompts.values()):
         raise ConfigError("config_sentence_transformers.json: prompts must map names to texts", "restore it from the model")
     p.prompts = {str(k): v or "" for k, v in prompts.items()}
+    for k, v in p.prompts.items():  # no tokenizer takes such a text (sentence-transformers fails on it: TypeError)
+        bad = surrogate_reason(v, f"prompt {k!r}")
+        if bad:
+            raise ConfigError(f"config_sentence_transformers.json: {bad}", "restore the file from the model")
     p.default_prompt_name = typed(cst.get("default_prompt_name"), str, "config_sentence_transformers.json: "
                                   "default_prompt_name")
     if not p.no_own_embedding:

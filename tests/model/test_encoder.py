@@ -245,6 +245,8 @@ def test_bad_pooling_and_layer_options_are_clear(enc):
             assert w in msg, (kwargs, msg)
 
 
+PROMPT_FIX = ("give the prompt as UTF-8 text (convert it first, e.g. with iconv -f latin1 -t utf-8; in Python, a str "
+              "without lone surrogates, which come from a broken \\ud800-\\udfff escape or errors='surrogateescape')")
 _LONG = "word " * 200  # 202 tokens with [CLS] and [SEP] in the tiny test model (max length 128)
 ENCODER_OPTIONS = [  # (id, encode keywords, the same on `bertfeat extract`, the Python message, the CLI's stderr line)
     ("prompt-and-name", {"prompt": "query: ", "prompt_name": "query"}, ["--prompt", "query: ", "--prompt-name", "query"],
@@ -258,6 +260,9 @@ ENCODER_OPTIONS = [  # (id, encode keywords, the same on `bertfeat extract`, the
      "choose layers in that range, e.g. -2: for the last 2",
      "--layers '-4:' reaches past the model: it has 2 layers (hidden states 0..2, or -3..-1) - "
      "choose layers in that range, e.g. -2: for the last 2"),
+    ("prompt-not-unicode", {"prompt": "q\udcff: "}, ["--prompt", "q\udcff: "],  # a latin-1 byte in argv (surrogateescape)
+     "prompt is not valid Unicode (byte 0xff at character 2) - " + PROMPT_FIX,
+     "--prompt is not valid Unicode (byte 0xff at character 2) - " + PROMPT_FIX),
     ("layers-none", {"layers": ","}, ["--layers", ","],
      "layers=',' selects no layer - give at least one layer, e.g. -1", "--layers ',' selects no layer - give at least one layer, e.g. -1"),
 ]

@@ -360,6 +360,9 @@ def _broken(layouts, tmp_path, name, rel, content):
      "config_sentence_transformers.json: default_prompt_name is a JSON list, not a string"),
     ("2_Dense/config.json", {"in_features": "x", "out_features": 32},
      '2_Dense/config.json: in_features is "x", not an integer'),
+    ("config_sentence_transformers.json", '{"prompts": {"query": "q\\ud800: "}}',  # the tokenizer's TypeError, a "bug"
+     "config_sentence_transformers.json: unpaired surrogate U+D800 at character 1 of the prompt 'query': not valid "
+     "Unicode (a JSON \\ud800 escape without its pair)"),
 ])
 def test_malformed_pipeline_files_are_one_line_errors(layouts, tmp_path, rel, content, what):
     """Each file's JSON is type-checked where it is parsed: one line naming the file and the entry, never "unexpected
