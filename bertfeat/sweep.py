@@ -110,7 +110,7 @@ def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: st
         bar.advance(chunk.n_read, 0, chunk.bytes_read)
         if chunk.rejects:
             if on_bad_row == "error":
-                raise bad_row_error(reader.row_label, chunk.rejects[0], "leave it out of the sweep")
+                raise bad_row_error(reader.row_label, chunk.rejects[0], "leave it out of the sweep", no_keep=True)
             rejected += len(chunk.rejects)
         values = chunk.extra[label] if label is not None else [0] * len(chunk.rows)
         labelled = [label is None or not (v is None or v != v or v == "") for v in values]  # None, NaN, "": no label

@@ -100,9 +100,9 @@ def token_past_table(token: str, token_id: int, table_rows: int) -> Reason:
 SKIP_WRITES = "write it to the rejects file and go on"
 
 
-def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
+def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES, no_keep: bool = False) -> str:
     """How to fix a bad row, by its code (options named with errors.opt); ``skip_does``: what on_bad_row='skip'
-    would do with it."""
+    would do with it; ``no_keep``: the command has no ``keep`` to give a column's type with (sweep's label)."""
     skip = f"or pass {opt('on_bad_row', 'skip')} to {skip_does}"
     fixes = {
         RejectCode.BINARY_COLUMN: (f"write the column as UTF-8 strings (decode it with its real encoding first; "
@@ -114,7 +114,9 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
         RejectCode.MALFORMED_LINE: f"fix the line (quote fields that hold the delimiter), {skip}",
         RejectCode.INVALID_JSON: f"fix the line (one JSON object per line), {skip}",
         RejectCode.NOT_OBJECT: f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}',
-        RejectCode.BAD_KEPT_VALUE: (f"fix the value, or give the column's type in {opt('keep')} (COLUMN:str keeps every "
+        RejectCode.BAD_KEPT_VALUE: (f"fix the value (the column's values are of the kind its first rows hold), {skip}"
+                                    if no_keep else
+                                    f"fix the value, or give the column's type in {opt('keep')} (COLUMN:str keeps every "
                                     f"value as the text it is written as; :int, :float or :bool reads each as one), {skip}"),
         RejectCode.TOKEN_PAST_TABLE: (f"leave the token out of the row (the model's tokenizer has tokens its weights "
                                       "cannot embed; sentence-transformers fails on them too), or use a model whose "
@@ -128,10 +130,10 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES) -> str:
     return fixes.get(RejectCode(code), f"fix the row, {skip}")
 
 
-def bad_row_error(row_label, r: dict, skip_does: str = SKIP_WRITES) -> InputError:
+def bad_row_error(row_label, r: dict, skip_does: str = SKIP_WRITES, no_keep: bool = False) -> InputError:
     """``on_bad_row='error'``: the run stops at this reject, ``FILE row N: reason - fix`` (``row_label``: the reader's
-    ``row_label``, which names a dataset's file and its row too)."""
-    return InputError(f"{row_label(r['row'])}: {r['reason']}", fix_for(r["code"], skip_does))
+    ``row_label``, which names a dataset's file and its row too; ``skip_does``, ``no_keep``: as fix_for's)."""
+    return InputError(f"{row_label(r['row'])}: {r['reason']}", fix_for(r["code"], skip_does, no_keep))
 
 
 def rejects_csv(rejects: list[dict], keep: tuple[str, ...] | list[str] = ()) -> str:

@@ -460,3 +460,16 @@ def test_too_few_rows_says_where_the_others_went(tmp_path, capsys):
     assert main(args) == 1  # what the fix says to do
     assert capsys.readouterr().err.startswith(f"Error: {path} row 0: 302 tokens, more than max length 16")
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_label_of_another_kind_says_a_fix_sweep_takes(tmp_path, capsys):
+    """A JSONL label column holding 1 and "1": the bad row's fix said to give the column's type in --keep, which sweep
+    has not (its label is read by its first rows' kind)."""
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps({"text": f"text number {i}", "label": '1' if i == 3 else i % 2}) + "\n"
+                            for i in range(12)))
+    assert main(["sweep", str(path), "--set", "mean", "--label", "label", "-o", str(tmp_path / "s"), "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {path} row 3: kept column 'label': \"1\" is a string, not an integer (the "
+                                       "column's first rows hold integers) - fix the value (the column's values are of "
+                                       "the kind its first rows hold), or pass --on-bad-row skip to leave it out of the "
+                                       "sweep\n")
