@@ -506,6 +506,17 @@ def test_extract_skips_a_row_with_no_tokens_in_a_mixed_batch(no_specials, tmp_pa
     assert rc == 0, err
 
 
+@pytest.mark.parametrize("on_bad_row, then", [("skip", "the run writes them to the rejects file"),
+                                               ("error", "the run stops at the first (on_bad_row='error')")])
+def test_extract_estimate_counts_the_rows_with_no_tokens(no_specials, tmp_path, on_bad_row, then):
+    """--estimate leaves such rows out of its sample (they were counted as rows the run writes) and says so."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [[t] for t in ["hi there", "\u200b", "the cat sat", "\x01"]])
+    est = bertfeat.extract(src, tmp_path / "e.parquet", model=no_specials, estimate=True, on_bad_row=on_bad_row)
+    assert (est.rows, est.rows_bad, est.sample_rows) == (4, 0, 2)
+    assert ("~2 row(s) have no tokens the model keeps (its tokenizer drops every character and adds no special "
+            f"tokens): {then}") in est.warnings
+
+
 # --------------------------------------------------------------------------- 4. arguments of the Python API
 @pytest.mark.parametrize("kwargs, message", [
     ({"threads": 0}, "threads=0 is out of range - give 1 or more (default: all cores)"),
