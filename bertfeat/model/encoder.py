@@ -717,7 +717,8 @@ class Encoder:
         with ``normalize=False``);
         ``batch_size`` caps the rows per batch (batches are also cut by the constructor's token budget).
         A text (or pair) that is not a string is refused naming its index; features that come out NaN or infinite
-        are refused naming their texts (NonFiniteFeaturesError), never returned.
+        are refused naming their texts (NonFiniteFeaturesError), never returned; so is a text the tokenizer leaves no
+        token of (NoTokensError: a tokenizer that adds no special tokens, ``may_give_no_tokens``).
         """
         single = isinstance(texts, str)
         texts = text_list(texts, "texts")

@@ -6,6 +6,8 @@
 * a tokenizer with tokens past the word embedding table loads, as sentence-transformers loads it, with one warning
   naming them; a text that holds one is refused naming it (issue 44: a bad row in extract; a table larger than the
   tokenizer, as padded vocabularies have, loads silently);
+* a text a tokenizer that adds no special tokens leaves no token of is refused naming it (a bad row in extract,
+  code no-tokens), never pooled from padding, -inf or zeros;
 * ``Encoder(threads=0)`` / ``Encoder(max_batch_tokens=0)`` are refused in the words ``bertfeat.extract`` uses, and
   ``Encoder.encode`` refuses a text that is not a string naming its index.
 
