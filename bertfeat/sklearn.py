@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from .model.encoder import Encoder, LongTextError, TokenPastTableError, text_list
+from .model.encoder import Encoder, LongTextError, NoTokensError, TokenPastTableError, text_list
 from .errors import BertfeatError
 from .checks import check_size
 from .readers.textcheck import check_text
@@ -105,12 +105,14 @@ def _check_unmasked(X) -> None:
 
 
 def _prepare(enc: Encoder, texts: list[str], spec, where):
-    """enc.prepare; a text with a token the model cannot embed is named by its place in X (``where[i]``: text i's),
-    a text too long under long_text='error' as ``X[i]`` (``texts`` is X whole then: the memo's caller sees to it)."""
+    """enc.prepare; a text with a token the model cannot embed, or with no token, is named by its place in X
+    (``where[i]``: text i's), a text too long under long_text='error' as ``X[i]`` (``texts`` is X whole then: the memo's caller sees to it)."""
     try:
         return enc.prepare(texts, None, spec)
     except TokenPastTableError as e:
         raise TokenPastTableError.at([where[r] for r in e.rows], e.tokens, e.table_rows, lambda i: f"X[{i}]") from None
+    except NoTokensError as e:
+        raise NoTokensError.at([where[r] for r in e.rows], lambda i: f"X[{i}]") from None
     except LongTextError as e:
         raise LongTextError(e.rows, e.n_tokens, e.max_length, e.pairs, label=lambda i: f"X[{i}]") from None
 

@@ -359,7 +359,7 @@ def _walk_input(reader, outputs, picked: set, meta: dict, enc, spec, path: Path)
         chunk = validate_batch(b, 0)
         skipped += len(chunk.rejects)
         keys = chunk.ids if by_id else chunk.rows
-        # rows the run's Encoder refused (too long under long_text='error', a token past the embedding table)
+        # rows the run's Encoder refused (too long under long_text='error', a token past the embedding table, no token)
         over = set(prepare_rows(enc, spec, chunk.texts, chunk.pairs)[2]) if enc.refuses_rows(spec) else set()
         for k, key in enumerate(keys):
             if current is not _END and k not in over and _same(key, current):

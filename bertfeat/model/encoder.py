@@ -485,7 +485,19 @@ class Encoder:
     def refuses_rows(self, spec: FeatureSpec) -> bool:
         """Whether ``prepare`` may refuse rows with these settings (so a caller cannot tell the first bad row before
         it tokenizes)."""
-        return spec.long_text == "error" or bool(self.tokens_past_table)
+        return spec.long_text == "error" or bool(self.tokens_past_table) or self.may_give_no_tokens
+
+    @property
+    def may_give_no_tokens(self) -> bool:
+        """Whether a row can tokenize to no token at all: a tokenizer that adds no special tokens (most add [CLS] /
+        [SEP]) and drops every character of a text ("", a zero-width space, control characters); prepare refuses it."""
+        return min(self.tokenizer.specials.values()) == 0
+
+    def check_has_tokens(self, n_tokens: np.ndarray, label=lambda i: f"texts[{i}]") -> None:
+        """Raise NoTokensError naming the rows with no token (``n_tokens``: each row's, Tokenized.n_tokens): the model
+        has nothing to pool (cls would read padding, max give -inf, mean zeros), and sentence-transformers fails."""
+        if self.may_give_no_tokens and n_tokens.size and not n_tokens.all():
+            raise NoTokensError.at(np.flatnonzero(n_tokens == 0), label)
 
     def _embeddable(self, prep: Prepared) -> Prepared:
         """``prep`` once check_embeddable has passed its windows (the ids the model gets): prepare's last step."""
@@ -525,6 +537,7 @@ class Encoder:
         if spec.prompt:
             texts = [spec.prompt + x for x in texts]
         t: Tokenized = tok.encode(list(texts), None if pairs is None else list(pairs), spec.max_length)
+        self.check_has_tokens(t.n_tokens)
         if pairs is not None:
             self.check_pair_types(t.type_ids)
         n = len(t)
@@ -704,7 +717,8 @@ class Encoder:
         with ``normalize=False``);
         ``batch_size`` caps the rows per batch (batches are also cut by the constructor's token budget).
         A text (or pair) that is not a string is refused naming its index; features that come out NaN or infinite
-        are refused naming their texts (NonFiniteFeaturesError), never returned.
+        are refused naming their texts (NonFiniteFeaturesError), never returned; so is a text the tokenizer leaves no
+        token of (NoTokensError: a tokenizer that adds no special tokens, ``may_give_no_tokens``).
         """
         single = isinstance(texts, str)
         texts = text_list(texts, "texts")
@@ -843,6 +857,31 @@ class TokenPastTableError(InputError):
 TOKEN_PAST_TABLE_FIX = ("leave the token out of these texts (the model's tokenizer has tokens its weights cannot embed; "
                         "sentence-transformers fails on them with an IndexError), or use a model whose embedding table "
                         "covers its tokenizer (saved after transformers' resize_token_embeddings)")
+
+
+class NoTokensError(InputError):
+    """Rows whose tokenization holds no token (a tokenizer that adds no special tokens dropped every character);
+    ``rows``: their positions in the texts given."""
+
+    def __init__(self, what: str, fix: str | None = None, rows: tuple[int, ...] = ()):
+        self.rows = tuple(rows)
+        super().__init__(what, fix)
+
+    def __reduce__(self):  # the rows travel too (Dask workers -> client)
+        return (type(self), (self._what, self._fix, self.rows))
+
+    @classmethod
+    def at(cls, rows, label=lambda i: f"texts[{i}]") -> "NoTokensError":
+        """The error for these rows, each shown by ``label`` (the first three, then how many more)."""
+        rows = [int(r) for r in rows]
+        shown = ", ".join(label(r) for r in rows[:3]) + (f" and {len(rows) - 3:,} more" if len(rows) > 3 else "")
+        return cls(f"{shown}: a text with no tokens the model keeps (its tokenizer drops every character and adds no "
+                   "special tokens)", NO_TOKENS_FIX, rows)
+
+
+NO_TOKENS_FIX = ("leave these texts out, or give each a word the tokenizer keeps (this model's tokenizer adds no special "
+                 "tokens such as [CLS], so a text it drops whole leaves nothing to embed; sentence-transformers fails "
+                 "on it with a RuntimeError)")
 
 
 class LongTextError(BertfeatError):

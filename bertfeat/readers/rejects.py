@@ -2,7 +2,7 @@
 
 Readers (a malformed CSV line, invalid JSON, a JSONL line that is not an object, an unclosed quote, a binary
 Parquet cell), validation (chunks.py and textcheck.py: null, empty, non-string, bad bytes, lone surrogates), the
-long-text rule and tokens the model cannot embed make ``Reason``s; the fix shown to the user is looked up by code
+long-text rule, tokens the model cannot embed and texts the tokenizer leaves no token of make ``Reason``s; the fix shown to the user is looked up by code
 (``fix_for``), never by parsing the text.
 A reject travels as a plain dict (``{"row", "id", "reason", "code"}``, plus ``"keep"``: the row's kept values, with
 ``keep``): it pickles to and from Dask workers and sits in a part file's metadata; the rejects file has the columns
@@ -36,6 +36,7 @@ class RejectCode(str, Enum):
     NOT_OBJECT = "not-object"  # a JSONL line that is valid JSON but not an object (an array, a string, a number ...)
     TOO_LONG = "too-long"  # more tokens than max_length under long_text='error'
     TOKEN_PAST_TABLE = "token-past-table"  # a token the model's word embedding table has no row for
+    NO_TOKENS = "no-tokens"  # no token at all: a tokenizer that adds no special tokens dropped every character
     NULL_ID = "null-id"
     MISSING_FIELD = "missing-field"  # a JSONL object without the text (or pair) field
     BAD_ID = "bad-id"  # a JSONL id that is not a string or an integer, or not of the kind of the ids before it
@@ -97,6 +98,14 @@ def token_past_table(token: str, token_id: int, table_rows: int) -> Reason:
                                                f"embedding table ({table_rows:,} rows)")
 
 
+def no_tokens(pair: bool) -> Reason:
+    """A row the tokenizer leaves no token of (it drops every character, and the model's tokenizer adds no special
+    tokens): nothing for the model to embed."""
+    what = "the text and pair text have" if pair else "the text has"
+    return Reason(RejectCode.NO_TOKENS, f"{what} no tokens the model keeps (its tokenizer drops every character and "
+                                        "adds no special tokens)")
+
+
 SKIP_WRITES = "write it to the rejects file and go on"
 
 
@@ -121,6 +130,9 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES, no_keep: bool 
         RejectCode.TOKEN_PAST_TABLE: (f"leave the token out of the row (the model's tokenizer has tokens its weights "
                                       "cannot embed; sentence-transformers fails on them too), or use a model whose "
                                       f"embedding table covers its tokenizer, {skip}"),
+        RejectCode.NO_TOKENS: (f"leave the row out, or give it a word the tokenizer keeps (this model's tokenizer adds "
+                               "no special tokens such as [CLS], so a text it drops whole leaves nothing to embed; "
+                               f"sentence-transformers fails on it too), {skip}"),
         RejectCode.FIELD_TOO_LARGE: (f"shorten or split the value (an unclosed quote or a binary blob in a text column "
                                      f"is a common cause), or raise {opt('max_field_bytes')} (the reader holds a value that "
                                      f"large in memory), {skip}"),

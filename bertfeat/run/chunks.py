@@ -3,7 +3,8 @@
 A *chunk* is ``chunk_rows`` consecutive input rows (by 0-based data-row number). ``iter_chunks`` cuts a
 reader's batches into chunks (the local engine), ``validate_batch`` splits a chunk's rows into accepted texts and
 rejects (rejects.py; a text's rule: textcheck.py), ``prepare_chunk`` tokenizes (an over-long row under
-``long_text='error'``, and a row with a token past the model's embedding table, is a bad row),
+``long_text='error'``, a row with a token past the model's embedding table, and one with no token at all, is a bad
+row),
 ``chunk_table`` runs the model. ``encode_chunk`` is all three, the call a Dask partition task makes per chunk.
 
 Kept columns (``keep``) ride along: a chunk holds the accepted rows' kept values (``Chunk.extra``), a reject its
@@ -21,7 +22,7 @@ import pyarrow as pa
 
 from ..readers import RawBatch, Reader
 from ..readers.kept import kept_array
-from ..readers.rejects import Reason, RejectCode, bad_row_error, reject, token_past_table, too_long
+from ..readers.rejects import Reason, RejectCode, bad_row_error, no_tokens, reject, token_past_table, too_long
 from ..readers.textcheck import text_reason
 
 #: the columns of a features table besides the id and the embedding, with their Arrow types
@@ -204,9 +205,9 @@ class PreparedChunk:
 
 def prepare_rows(encoder, spec, texts: list[str], pairs: list[str] | None):
     """Tokenize rows, leaving out those the Encoder refuses (too long under long_text='error', a token past the
-    model's embedding table), each with its Reason: -> (encoder.Prepared of the rest or None, their positions,
+    model's embedding table, no token at all), each with its Reason: -> (encoder.Prepared of the rest or None, their positions,
     {refused position: Reason}). Every refused row is found, so that the first bad row is the lowest."""
-    from ..model.encoder import LongTextError, TokenPastTableError
+    from ..model.encoder import LongTextError, NoTokensError, TokenPastTableError
 
     todo = list(range(len(texts)))
     refused: dict[int, Reason] = {}
@@ -218,6 +219,8 @@ def prepare_rows(encoder, spec, texts: list[str], pairs: list[str] | None):
             bad = {int(j): too_long(int(e.n_tokens[j]), spec.max_length) for j in e.rows.tolist()}
         except TokenPastTableError as e:
             bad = {j: token_past_table(t, i, e.table_rows) for j, (t, i) in zip(e.rows, e.tokens)}
+        except NoTokensError as e:
+            bad = dict.fromkeys(e.rows, no_tokens(pairs is not None))
         refused.update({todo[j]: why for j, why in bad.items()})
         todo = [p for j, p in enumerate(todo) if j not in bad]
     return None, todo, refused
@@ -226,7 +229,7 @@ def prepare_rows(encoder, spec, texts: list[str], pairs: list[str] | None):
 def prepare_chunk(encoder, spec, chunk: Chunk, row_label, on_bad_row: str, reuser=None) -> PreparedChunk:
     """Look the chunk's rows up (``reuser``: reuse.Reuser, the cache and the run's earlier rows) and tokenize the
     rest, one row per distinct text; a row the Encoder refuses (over-long under long_text='error', a token past the
-    embedding table) is a bad row.
+    embedding table, no token at all) is a bad row.
 
     Under ``on_bad_row='error'`` the first bad row of the chunk (lowest row number, whatever its reason) raises
     ``FILE row N: reason - fix`` (``row_label``: the reader's, row -> ``FILE row N``).

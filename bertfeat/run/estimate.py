@@ -254,11 +254,12 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     d = encoder.output_dim(spec)
     m = _measure(encoder, spec, read["texts"], read["pairs"], read["sample_rows"], plan.reader.row_label)
     n = len(read["texts"])
-    # rows the run refuses (too long under long_text='error', a token past the embedding table) are left out of the
-    # sample, and counted
-    too_long, past_table = (round(sum(r.code == code for r in m["refused"].values()) / n * (rows - bad)) if n else 0
-                            for code in (RejectCode.TOO_LONG, RejectCode.TOKEN_PAST_TABLE))
-    accepted = rows - bad - too_long - past_table
+    # rows the run refuses (too long under long_text='error', a token past the embedding table, no token) are left
+    # out of the sample, and counted
+    too_long, past_table, no_tokens = (
+        round(sum(r.code == code for r in m["refused"].values()) / n * (rows - bad)) if n else 0
+        for code in (RejectCode.TOO_LONG, RejectCode.TOKEN_PAST_TABLE, RejectCode.NO_TOKENS))
+    accepted = rows - bad - too_long - past_table - no_tokens
     tokens = int(round(m["tokens_per_row"] * accepted))
     # the run encodes a repeated row once (cache.reuse), but Dask workers on other machines without a cache share no
     # duplicates store: each partition encodes its own
@@ -280,7 +281,7 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     out_dir = plan.layout.features.parent if str(plan.layout.features.parent) else Path(".")
     probe = next((p for p in [out_dir, *out_dir.absolute().parents] if p.exists()), None)
     free = shutil.disk_usage(probe).free if probe is not None else None
-    warnings = _warnings(plan, spec, read, (too_long, past_table), m, memory_peak, (limit, source), size["disk_peak"],
+    warnings = _warnings(plan, spec, read, (too_long, past_table, no_tokens), m, memory_peak, (limit, source), size["disk_peak"],
                          (free, probe))
     low, high = time_range(seconds, encode_seconds, m["token_spread"], m["cpu_share"])
     return Estimate(
@@ -381,15 +382,16 @@ def _warnings(plan, spec, read: dict, refused: tuple, m: dict, memory_peak: int,
               free_probe: tuple) -> list[str]:
     """What will not do, or may surprise: bad rows, limits, memory, disk, truncation, a busy machine."""
     rows, bad, first_bad = read["rows"], read["bad"], read["first_bad"]
-    too_long, past_table = refused
+    too_long, past_table, no_tokens = refused
+    refused_rows = too_long + past_table + no_tokens
     (limit, source), (free, probe) = limit_source, free_probe
     warnings = []
     if bad and plan.on_bad_row == "error":
         warnings.append(f"{bad:,} bad row(s): the run stops at row {first_bad} (on_bad_row='error'); skip writes them "
                         "to the rejects file")
-    if plan.max_bad_rows is not None and plan.max_bad_rows.exceeded(bad + too_long + past_table, rows, final=True):
-        about = "~" if too_long or past_table else ""  # rows the Encoder refuses are counted on the sample
-        warnings.append(f"{about}{bad + too_long + past_table:,} bad row(s), more than max_bad_rows "
+    if plan.max_bad_rows is not None and plan.max_bad_rows.exceeded(bad + refused_rows, rows, final=True):
+        about = "~" if refused_rows else ""  # rows the Encoder refuses are counted on the sample
+        warnings.append(f"{about}{bad + refused_rows:,} bad row(s), more than max_bad_rows "
                         f"{plan.max_bad_rows.text} allows: the run stops there and writes nothing")
     if limit is not None and memory_peak > 0.9 * limit:
         warnings.append(f"the run may need {memory_peak / 2**20:,.0f} MiB, {source} is {limit / 2**20:,.0f} MiB: lower "
@@ -400,10 +402,13 @@ def _warnings(plan, spec, read: dict, refused: tuple, m: dict, memory_peak: int,
     if too_long and plan.on_bad_row == "error":
         warnings.append(f"~{too_long:,} row(s) are longer than max_length {spec.max_length}: the run "
                         "(long_text='error') stops at the first; on_bad_row='skip' writes them to the rejects file")
+    then = ("the run stops at the first (on_bad_row='error')" if plan.on_bad_row == "error"
+            else "the run writes them to the rejects file")
     if past_table:
-        warnings.append(f"~{past_table:,} row(s) hold a token the model's word embedding table has no row for: "
-                        + ("the run stops at the first (on_bad_row='error')" if plan.on_bad_row == "error"
-                           else "the run writes them to the rejects file"))
+        warnings.append(f"~{past_table:,} row(s) hold a token the model's word embedding table has no row for: {then}")
+    if no_tokens:
+        warnings.append(f"~{no_tokens:,} row(s) have no tokens the model keeps (its tokenizer drops every character "
+                        f"and adds no special tokens): {then}")
     if m["truncated"] > 0.01 and spec.long_text == "truncate":
         warnings.append(f"{100 * m['truncated']:.1f} % of rows are longer than max_length {spec.max_length} and will be "
                         "cut (long_text='chunk-mean' keeps every token)")

@@ -6,6 +6,8 @@
 * a tokenizer with tokens past the word embedding table loads, as sentence-transformers loads it, with one warning
   naming them; a text that holds one is refused naming it (issue 44: a bad row in extract; a table larger than the
   tokenizer, as padded vocabularies have, loads silently);
+* a text a tokenizer that adds no special tokens leaves no token of is refused naming it (a bad row in extract,
+  code no-tokens), never pooled from padding, -inf or zeros;
 * ``Encoder(threads=0)`` / ``Encoder(max_batch_tokens=0)`` are refused in the words ``bertfeat.extract`` uses, and
   ``Encoder.encode`` refuses a text that is not a string naming its index.
 
@@ -36,7 +38,7 @@ import pytest
 import bertfeat
 from bertfeat import BertfeatError, Encoder
 from bertfeat.cli.app import main
-from bertfeat.model.encoder import NonFiniteFeaturesError, TokenPastTableError
+from bertfeat.model.encoder import NoTokensError, NonFiniteFeaturesError, TokenPastTableError
 from bertfeat.errors import BertfeatWarning, ConfigError, WeightsError
 from bertfeat.model.weights import load_weights
 from ckpt import VOCABS, make_checkpoint, write_bf16
@@ -380,6 +382,141 @@ def test_embedding_table_larger_than_the_tokenizer_loads(tmp_path, capsys):
     src = write_csv(tmp_path / "in.csv", ["text"], [["the cat sat"], ["ok"]])
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", d, "-q")
     assert rc == 0, err
+
+
+# --------------------------------------------------------------------------- 3b. a text that tokenizes to no token
+NO_TOKENS = "a text with no tokens the model keeps (its tokenizer drops every character and adds no special tokens)"
+NO_TOKENS_FIX = ("leave these texts out, or give each a word the tokenizer keeps (this model's tokenizer adds no special "
+                 "tokens such as [CLS], so a text it drops whole leaves nothing to embed; sentence-transformers fails on "
+                 "it with a RuntimeError)")
+NO_TOKENS_REASON = "the text has no tokens the model keeps (its tokenizer drops every character and adds no special tokens)"
+NO_TOKENS_ROW_FIX = ("leave the row out, or give it a word the tokenizer keeps (this model's tokenizer adds no special "
+                     "tokens such as [CLS], so a text it drops whole leaves nothing to embed; sentence-transformers fails "
+                     "on it too), or pass --on-bad-row skip to write it to the rejects file and go on")
+#: texts BERT's tokenizer drops whole: a zero-width space, control characters ("" only in Python: a file's empty cell
+#: is a missing value, its own bad row)
+DROPPED = ["\u200b", "\x01\x02"]
+
+
+@pytest.fixture(scope="module")
+def no_specials(tmp_path_factory) -> Path:
+    """A tiny BERT saved by transformers whose tokenizer.json has ``"post_processor": null`` and whose
+    tokenizer_config.json names PreTrainedTokenizerFast: transformers 5 loads it as stored (TokenizersBackend), adding no
+    [CLS] / [SEP], so a text the tokenizer drops whole is 0 tokens."""
+    d = checkpoint(tmp_path_factory.mktemp("nospecials") / "m", tokenizer="json", st_pooling="mean")
+    tj = json.loads((d / "tokenizer.json").read_text(encoding="utf-8"))
+    tj["post_processor"] = None
+    (d / "tokenizer.json").write_text(json.dumps(tj), encoding="utf-8")
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg.update(tokenizer_class="PreTrainedTokenizerFast", pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+               sep_token="[SEP]", mask_token="[MASK]")
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return d
+
+
+@pytest.mark.live
+def test_a_tokenizer_without_special_tokens_gives_no_token_for_such_texts_in_transformers(no_specials):
+    """What the test model is: transformers' AutoTokenizer gives no token for these texts, and sentence-transformers
+    fails on such a text alone (RuntimeError); bertfeat's tokens and the other texts' vectors are its own."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(no_specials))
+    assert tok(["hi there", "", *DROPPED])["input_ids"] == [[7632, 2045], [], [], []]
+    enc = Encoder(no_specials)
+    assert [list(a) for a in enc.tokenizer.encode(["hi there", "", *DROPPED]).ids] == [[7632, 2045], [], [], []]
+    st = SentenceTransformer(str(no_specials), device="cpu")
+    with pytest.raises(RuntimeError):
+        st.encode(["\u200b"])
+    texts = ["hi there", "the cat sat on the mat"]
+    np.testing.assert_allclose(enc.encode(texts), st.encode(texts), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("pooling", ["cls", "max", "mean", "lasttoken"])
+def test_a_text_with_no_tokens_is_refused_by_encode_naming_it(no_specials, pooling):
+    """Such a row was cls: a padding position's vector (it changed with its batch), max: -inf (refused as a model that
+    overflows), mean / lasttoken: zeros, and alone a reshape ValueError. Now one error naming every such text."""
+    enc = Encoder(no_specials)
+    with pytest.raises(NoTokensError) as e:
+        enc.encode(["hi there", "\u200b", "ok", "", "\x01\x02"], pooling=pooling)
+    assert e.value.message == f"texts[1], texts[3], texts[4]: {NO_TOKENS} - {NO_TOKENS_FIX}"
+    assert e.value.rows == (1, 3, 4)
+    with pytest.raises(NoTokensError) as e:  # alone (it was a ValueError: cannot reshape array of size 0)
+        enc.encode("", pooling=pooling)
+    assert e.value.message == f"texts[0]: {NO_TOKENS} - {NO_TOKENS_FIX}"
+    with pytest.raises(NoTokensError) as e:  # a pair of two such texts has no token either
+        enc.encode(["a", "\u200b"], pairs=["b", "\x01"], pooling=pooling)
+    assert e.value.rows == (1,)
+    assert pickle.loads(pickle.dumps(e.value)).rows == (1,)  # the rows travel (Dask workers)
+    assert enc.encode(["\u200b"], pairs=["ok"], pooling=pooling).shape == (1, 32)  # its pair has a token
+    assert enc.encode(["hi there"], pooling=pooling).shape == (1, 32)
+
+
+def test_text_features_name_a_text_with_no_tokens_by_its_place_in_x(no_specials):
+    from bertfeat.sklearn import TextFeatures
+
+    with pytest.raises(NoTokensError) as e:
+        TextFeatures(no_specials).fit_transform(["hi there", "\u200b"])
+    assert e.value.message == f"X[1]: {NO_TOKENS} - {NO_TOKENS_FIX}"
+    with pytest.raises(NoTokensError) as e:  # with the cache's duplicates: each text's first place in X
+        TextFeatures(no_specials, cache=True).fit_transform(["ok", "ok", "", "\u200b", ""])
+    assert e.value.message == f"X[2], X[3]: {NO_TOKENS} - {NO_TOKENS_FIX}"
+
+
+def test_only_a_tokenizer_that_adds_no_special_tokens_refuses_rows_for_it(no_specials):
+    """Models whose tokenizer adds [CLS] / [SEP] (nearly all) never give 0 tokens: their rows are not tokenized before
+    a bad row stops the run (refuses_rows false), as before."""
+    tiny = tiny_encoder()
+    assert not tiny.may_give_no_tokens and not tiny.refuses_rows(tiny.spec())
+    assert [list(a) for a in tiny.tokenizer.encode(["\u200b"]).ids] == [[101, 102]]
+    enc = Encoder(no_specials)
+    assert enc.may_give_no_tokens and enc.refuses_rows(enc.spec())
+
+
+@pytest.mark.parametrize("pooling", ["cls", "max"])
+def test_extract_of_only_rows_with_no_tokens(no_specials, tmp_path, capsys, pooling):
+    """A batch of only such rows crashed (`unexpected ValueError: cannot reshape array of size 0 ... this is a bug in
+    bertfeat`, an out.parquet.partial folder left): now a bad row of its own code and fix."""
+    rc, err, out = extract_rows(capsys, tmp_path, no_specials, DROPPED, "--pooling", pooling)
+    assert (rc, err) == (1, f"Error: {tmp_path / 'in.csv'} row 0: {NO_TOKENS_REASON} - {NO_TOKENS_ROW_FIX}\n")
+    assert no_leftovers(out) == []
+    rc, err, out = extract_rows(capsys, tmp_path, no_specials, DROPPED, "--pooling", pooling, "--on-bad-row", "skip")
+    assert (rc, err) == (0, "")
+    assert pq.read_table(out).num_rows == 0
+    with open(tmp_path / "out.parquet.rejects.csv", newline="") as fh:
+        assert list(csv.reader(fh)) == [["row", "id", "reason"], ["0", "", NO_TOKENS_REASON], ["1", "", NO_TOKENS_REASON]]
+
+
+@pytest.mark.parametrize("pooling", ["cls", "max", "mean"])
+def test_extract_skips_a_row_with_no_tokens_in_a_mixed_batch(no_specials, tmp_path, capsys, pooling):
+    """Beside other rows such a row was written (cls: a padding position's vector, mean: zeros) or stopped the run as
+    a model that overflows float32 (max: -inf). Now the first such row stops the run naming it, or is skipped and
+    written to the rejects file; the other rows are written as Encoder.encode gives them."""
+    rows = ["hi there", "\u200b", "the cat sat", "\x01"]
+    rc, err, out = extract_rows(capsys, tmp_path, no_specials, rows, "--pooling", pooling)
+    assert (rc, err) == (1, f"Error: {tmp_path / 'in.csv'} row 1: {NO_TOKENS_REASON} - {NO_TOKENS_ROW_FIX}\n")
+    assert no_leftovers(out) == []
+    rc, err, out = extract_rows(capsys, tmp_path, no_specials, rows, "--pooling", pooling, "--on-bad-row", "skip")
+    assert (rc, err) == (0, "")
+    t = pq.read_table(out)
+    assert t.column("row").to_pylist() == [0, 2]
+    np.testing.assert_array_equal(np.stack(t.column("embedding").to_numpy(zero_copy_only=False)),
+                                  Encoder(no_specials).encode(["hi there", "the cat sat"], pooling=pooling))
+    with open(tmp_path / "out.parquet.rejects.csv", newline="") as fh:
+        assert list(csv.reader(fh)) == [["row", "id", "reason"], ["1", "", NO_TOKENS_REASON], ["3", "", NO_TOKENS_REASON]]
+    rc, _, err = run(capsys, "verify", out, "--model", no_specials)  # verify passes over the rows the run refused
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("on_bad_row, then", [("skip", "the run writes them to the rejects file"),
+                                               ("error", "the run stops at the first (on_bad_row='error')")])
+def test_extract_estimate_counts_the_rows_with_no_tokens(no_specials, tmp_path, on_bad_row, then):
+    """--estimate leaves such rows out of its sample (they were counted as rows the run writes) and says so."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [[t] for t in ["hi there", "\u200b", "the cat sat", "\x01"]])
+    est = bertfeat.extract(src, tmp_path / "e.parquet", model=no_specials, estimate=True, on_bad_row=on_bad_row)
+    assert (est.rows, est.rows_bad, est.sample_rows) == (4, 0, 2)
+    assert ("~2 row(s) have no tokens the model keeps (its tokenizer drops every character and adds no special "
+            f"tokens): {then}") in est.warnings
 
 
 # --------------------------------------------------------------------------- 4. arguments of the Python API
