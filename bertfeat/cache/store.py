@@ -1003,7 +1003,8 @@ def cache_info(directory) -> dict:
 def clear_cache(directory, fingerprint: str | None = None) -> dict:
     """``bertfeat cache clear``: every entry, or one fingerprint's (one transaction), -> entries deleted and the size
     on disk before and after."""
-    before = _size_on_disk(Path(directory) / DB_NAME)  # before this connection adds its own -shm / -wal files
+    # before this connection adds its own -shm / -wal files; the path checked first (a NUL in it: one line)
+    before = _size_on_disk(local_path(directory, "cache") / DB_NAME)
     store = open_existing_cache(directory)
     try:
         n = store.clear(fingerprint)
