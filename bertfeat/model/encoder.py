@@ -805,22 +805,30 @@ def short_repr(v) -> str:
     return "None" if v is None else f"{v!r:.40} ({type(v).__name__})"
 
 
-class NonFiniteFeaturesError(InputError):
-    """Feature vectors that came out NaN or infinite; ``rows``: their positions in the texts given."""
+class RowsError(InputError):
+    """An error about some of the texts given; ``rows``: their positions (they travel with it from a Dask worker)."""
 
     def __init__(self, what: str, fix: str | None = None, rows: tuple[int, ...] = ()):
         self.rows = tuple(rows)
         super().__init__(what, fix)
 
-    def __reduce__(self):  # the rows travel too (Dask workers -> client)
+    def __reduce__(self):
         return (type(self), (self._what, self._fix, self.rows))
+
+
+def shown_rows(rows, label) -> str:
+    """The first three rows as ``label`` shows them, then how many more."""
+    return ", ".join(label(r) for r in rows[:3]) + (f" and {len(rows) - 3:,} more" if len(rows) > 3 else "")
+
+
+class NonFiniteFeaturesError(RowsError):
+    """Feature vectors that came out NaN or infinite; ``rows``: their positions in the texts given."""
 
     @classmethod
     def at(cls, rows, label=lambda i: f"texts[{i}]") -> "NonFiniteFeaturesError":
         """The error for these rows, each shown by ``label`` (the first three, then how many more)."""
         rows = [int(r) for r in rows]
-        shown = ", ".join(label(r) for r in rows[:3]) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
-        return cls(f"the model gave NaN or infinite features for {shown}", NONFINITE_FIX, rows)
+        return cls(f"the model gave NaN or infinite features for {shown_rows(rows, label)}", NONFINITE_FIX, rows)
 
 
 NONFINITE_FIX = ("the model overflows float32 on these inputs or its files are corrupt: re-download or re-save the "
@@ -859,24 +867,16 @@ TOKEN_PAST_TABLE_FIX = ("leave the token out of these texts (the model's tokeniz
                         "covers its tokenizer (saved after transformers' resize_token_embeddings)")
 
 
-class NoTokensError(InputError):
+class NoTokensError(RowsError):
     """Rows whose tokenization holds no token (a tokenizer that adds no special tokens dropped every character);
     ``rows``: their positions in the texts given."""
-
-    def __init__(self, what: str, fix: str | None = None, rows: tuple[int, ...] = ()):
-        self.rows = tuple(rows)
-        super().__init__(what, fix)
-
-    def __reduce__(self):  # the rows travel too (Dask workers -> client)
-        return (type(self), (self._what, self._fix, self.rows))
 
     @classmethod
     def at(cls, rows, label=lambda i: f"texts[{i}]") -> "NoTokensError":
         """The error for these rows, each shown by ``label`` (the first three, then how many more)."""
         rows = [int(r) for r in rows]
-        shown = ", ".join(label(r) for r in rows[:3]) + (f" and {len(rows) - 3:,} more" if len(rows) > 3 else "")
-        return cls(f"{shown}: a text with no tokens the model keeps (its tokenizer drops every character and adds no "
-                   "special tokens)", NO_TOKENS_FIX, rows)
+        return cls(f"{shown_rows(rows, label)}: a text with no tokens the model keeps (its tokenizer drops every "
+                   "character and adds no special tokens)", NO_TOKENS_FIX, rows)
 
 
 NO_TOKENS_FIX = ("leave these texts out, or give each a word the tokenizer keeps (this model's tokenizer adds no special "
