@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -234,6 +235,8 @@ class BertConfig:
     def from_dict(cls, d: dict, source: str = "config.json") -> "BertConfig":
         """Validate a config.json dict and keep the fields the encoder uses."""
         model_type = d.get("model_type", "bert")
+        if "model_type" not in d:
+            check_architectures(d, source)
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
                 f"{source}: model_type '{model_type}' is not supported",
@@ -317,6 +320,29 @@ class BertConfig:
         if not isinstance(d, dict):
             raise ConfigError(f"{path} is not a JSON object", "restore config.json from the checkpoint")
         return cls.from_dict(d, source=str(path))
+
+
+#: a task model's class name (config.json's architectures) -> its family's model_type: RobertaModel, XLMRobertaFor...
+_ARCHITECTURE = re.compile(r"(XLMRoberta|Roberta|Camembert|Electra|DistilBert|MPNet|ModernBert|Bert)"
+                           r"(?:Model|LMHeadModel|For[A-Z][A-Za-z]*)")
+_ARCHITECTURE_TYPES = {"XLMRoberta": "xlm-roberta", "Roberta": "roberta", "Camembert": "camembert",
+                       "Electra": "electra", "DistilBert": "distilbert", "MPNet": "mpnet", "ModernBert": "modernbert",
+                       "Bert": "bert"}
+
+
+def check_architectures(d: dict, source: str) -> None:
+    """A config.json without model_type is read as BERT's (as old BERT checkpoints are); one whose ``architectures``
+    names another family's model is refused: RoBERTa's weights have BERT's names, and read as BERT's (positions from
+    0) they give other vectors, silently. transformers refuses a config.json without model_type too."""
+    archs = d.get("architectures")
+    for a in archs if isinstance(archs, list) else []:
+        m = _ARCHITECTURE.fullmatch(a) if isinstance(a, str) else None
+        if m and _ARCHITECTURE_TYPES[m.group(1)] != "bert":
+            t = _ARCHITECTURE_TYPES[m.group(1)]
+            raise ConfigError(f"{source} has no model_type, and its architectures name {a} ({FAMILIES[t]}, model_type "
+                              f"'{t}')",
+                              f'add "model_type": "{t}" to config.json (without it bertfeat reads the model as a BERT, '
+                              "which it is not; transformers refuses a config.json without model_type too)")
 
 
 def distilbert_fields(d: dict) -> dict:
