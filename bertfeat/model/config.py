@@ -306,6 +306,11 @@ class BertConfig:
                 f"{cfg.name_of('num_attention_heads')} {cfg.num_attention_heads}",
                 "fix config.json",
             )
+        if cfg.model_type in MODERNBERT_TYPES and cfg.head_size % 2:
+            raise ConfigError(  # each rotary position turns pairs of features: transformers fails at the first text too
+                f"{source}: hidden_size {cfg.hidden_size} / num_attention_heads {cfg.num_attention_heads} gives an odd "
+                f"head size {cfg.head_size}, which ModernBERT's rotary positions cannot turn (they rotate features in "
+                "pairs)", "restore config.json from the checkpoint (a ModernBERT's head size is even)")
         return cfg
 
     @classmethod

@@ -97,6 +97,21 @@ def test_no_model_type_is_still_bert_unless_the_architectures_name_another_famil
     assert BertConfig.from_dict({"architectures": archs}).model_type == "bert"
 
 
+@pytest.mark.parametrize("hidden,heads", [(30, 6), (36, 4), (9, 1)])
+def test_a_modernbert_head_size_rotary_positions_cannot_turn_is_refused(hidden, heads):
+    """An odd head size loaded, then every text failed in the forward pass with NumPy's broadcasting error (the CLI:
+    'unexpected ValueError ... this is a bug in bertfeat'); transformers fails at the first text too."""
+    d = {"model_type": "modernbert", "hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": 2}
+    with pytest.raises(ConfigError) as e:
+        BertConfig.from_dict(d, source="x/config.json")
+    assert e.value.message == (
+        f"x/config.json: hidden_size {hidden} / num_attention_heads {heads} gives an odd head size {hidden // heads}, "
+        "which ModernBERT's rotary positions cannot turn (they rotate features in pairs) - restore config.json from "
+        "the checkpoint (a ModernBERT's head size is even)")
+    assert BertConfig.from_dict({**d, "hidden_size": 2 * hidden}).head_size == 2 * hidden // heads  # even: it loads
+    assert BertConfig.from_dict({**d, "model_type": "bert"}).head_size == hidden // heads  # no rotary: any size
+
+
 def test_missing_and_unreadable_files(tmp_path):
     with pytest.raises(ConfigError, match="config.json not found - a model directory needs config.json"):
         BertConfig.from_file(tmp_path / "config.json")
