@@ -588,6 +588,13 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
     if used is not None:
         used.add(name)
     if name not in tensors:
+        held = next((k for k in tensors if k.endswith("." + name)), None)
+        if held is not None:  # a wrapper's save (Lightning's model., ...): config.json is not what is wrong
+            prefix = held[: -len(name)]
+            raise WeightsError(f"{where}: tensor '{name}' is missing; the checkpoint has it as '{held}', under a "
+                               f"prefix bertfeat does not take ('{prefix}')",
+                               "save the encoder itself with transformers' save_pretrained (not a module that holds "
+                               f"it), or rename its tensors without '{prefix}'")
         raise WeightsError(
             f"{where}: tensor '{name}' is missing (expected shape {shape})",
             "the checkpoint does not match config.json; use the config.json that came with these weights",

@@ -78,6 +78,12 @@ CASES = [
      ["tensor 'embeddings.word_embeddings.weight' has shape (30522, 64), expected (30000, 64)"]),
     ("missing-tensor", lambda d: rewrite_tensors(d, lambda t: t.pop("encoder.layer.1.output.LayerNorm.bias")),
      WeightsError, ["{d}/model.safetensors: tensor 'encoder.layer.1.output.LayerNorm.bias' is missing (expected shape (64,))"]),
+    # a wrapper's save (model.*, 0.auto_model.*): the fix named config.json, which is right
+    ("wrapper-prefix", lambda d: rewrite_tensors(d, lambda t: t.update({"model." + k: t.pop(k) for k in list(t)})),
+     WeightsError, ["{d}/model.safetensors: tensor 'embeddings.word_embeddings.weight' is missing; the checkpoint has "
+                    "it as 'model.embeddings.word_embeddings.weight', under a prefix bertfeat does not take ('model.') - "
+                    "save the encoder itself with transformers' save_pretrained (not a module that holds it), or "
+                    "rename its tensors without 'model.'"]),
     ("too-many-layers", lambda d: edit_config(d, num_hidden_layers=1), WeightsError,
      ["the checkpoint has more layers than num_hidden_layers=1 in config.json"]),
     ("duplicate-tensor", lambda d: rewrite_tensors(d, lambda t: t.__setitem__("bert.pooler.dense.bias", t["pooler.dense.bias"])),
