@@ -588,7 +588,7 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
     if used is not None:
         used.add(name)
     if name not in tensors:
-        held = next((k for k in tensors if k.endswith("." + name)), None)
+        held = next((k for k in tensors if k.endswith(("." + name, "/" + name))), None)
         if held is not None:  # a wrapper's save (Lightning's model., ...): config.json is not what is wrong
             prefix = held[: -len(name)]
             raise WeightsError(f"{where}: tensor '{name}' is missing; the checkpoint has it as '{held}', under a "

@@ -84,6 +84,9 @@ CASES = [
                     "it as 'model.embeddings.word_embeddings.weight', under a prefix bertfeat does not take ('model.') - "
                     "save the encoder itself with transformers' save_pretrained (not a module that holds it), or "
                     "rename its tensors without 'model.'"]),
+    ("wrapper-path-prefix", lambda d: rewrite_tensors(d, lambda t: t.update({"0_Transformer/" + k: t.pop(k) for k in list(t)})),
+     WeightsError, ["the checkpoint has it as '0_Transformer/embeddings.word_embeddings.weight', under a prefix "
+                    "bertfeat does not take ('0_Transformer/')"]),
     ("too-many-layers", lambda d: edit_config(d, num_hidden_layers=1), WeightsError,
      ["the checkpoint has more layers than num_hidden_layers=1 in config.json"]),
     ("duplicate-tensor", lambda d: rewrite_tensors(d, lambda t: t.__setitem__("bert.pooler.dense.bias", t["pooler.dense.bias"])),
