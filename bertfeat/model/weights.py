@@ -228,12 +228,38 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
         return files
     others = sorted(f for f in model_dir.glob("*.safetensors") if model_file(f))
     if others:
+        _check_unindexed_shards(model_dir, others)
         return others
     hint = " (found pytorch_model.bin: convert it to safetensors, e.g. with transformers' save_pretrained(safe_serialization=True))" if (model_dir / "pytorch_model.bin").exists() else ""
     raise WeightsError(
         f"{model_dir} has no model.safetensors{hint}",
         "a model directory needs model.safetensors or sharded model-*.safetensors with model.safetensors.index.json",
     )
+
+
+_SHARD_NAME = re.compile(r"model-(\d+)-of-(\d+)\.safetensors")
+
+
+def _check_unindexed_shards(model_dir: Path, files: list[Path]) -> None:
+    """Shards without their index (model-0000k-of-0000n.safetensors): every one of the n is there, else the missing
+    are named (one missing would otherwise show as a missing tensor, blamed on config.json)."""
+    names = {f.name for f in files}
+    sets = {(len(m.group(1)), m.group(2)) for m in map(_SHARD_NAME.fullmatch, names) if m}
+    for width, n in sorted(sets):
+        have = sum(1 for k in names if (m := _SHARD_NAME.fullmatch(k)) and (len(m.group(1)), m.group(2)) == (width, n)
+                   and 1 <= int(m.group(1)) <= int(n))
+        if have == int(n):
+            continue
+        shown = []
+        for k in range(1, int(n) + 1):  # the first few missing (n may be absurd: stop early)
+            if (want := f"model-{k:0{width}d}-of-{n}.safetensors") not in names:
+                shown.append(want)
+                if len(shown) == 3:
+                    break
+        more = int(n) - have - len(shown)
+        raise WeightsError(f"{model_dir}: {int(n) - have:,} of {int(n):,} shards are missing ({', '.join(shown)}"
+                           f"{f' and {more:,} more' if more > 0 else ''}), and {INDEX}, which lists them, is missing too",
+                           f"copy every model-*.safetensors shard and {INDEX} into the model directory")
 
 
 _INDEX_FIX = "restore it from the checkpoint"

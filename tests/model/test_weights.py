@@ -61,6 +61,12 @@ CASES = [
     ("missing-shard", lambda d: (d / "model-00002-of-00003.safetensors").unlink(), WeightsError,
      ["{d}: shard(s) model-00002-of-00003.safetensors listed in model.safetensors.index.json are missing",
       "copy every model-*.safetensors shard"]),
+    # without the index a missing shard showed as a missing tensor, and the fix named config.json
+    ("missing-shard-and-index", lambda d: [(d / f).unlink() for f in ("model.safetensors.index.json",
+                                                                      "model-00002-of-00003.safetensors")],
+     WeightsError, ["{d}: 1 of 3 shards are missing (model-00002-of-00003.safetensors), and "
+                    "model.safetensors.index.json, which lists them, is missing too - copy every model-*.safetensors "
+                    "shard and model.safetensors.index.json into the model directory"]),
     ("bad-index", lambda d: (d / "model.safetensors.index.json").write_text("{}"), WeightsError,
      ["{d}/model.safetensors.index.json is not a valid safetensors index"]),
     ("corrupt-weights", lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 64), WeightsError,
@@ -115,7 +121,7 @@ CASES = [
 
 
 def _checkpoint_for(case_id, d):
-    if case_id in ("missing-shard", "bad-index"):
+    if case_id in ("missing-shard", "missing-shard-and-index", "bad-index"):
         return small(d, sharded=3)
     if case_id == "bad-tokenizer-json":
         return small(d, tokenizer="both")
@@ -537,3 +543,25 @@ def test_an_index_that_lies_is_refused(tmp_path, edit, what):
         Encoder(d)
     i = d.resolve() / "model.safetensors.index.json"
     assert e.value.message == what.format(i=i, d=d.resolve(), n=first) + " - restore it from the checkpoint"
+
+
+def test_shards_without_their_index_load_whole_and_name_the_missing_ones(tmp_path):
+    """Every shard there, the index lost: the shards load (as before). One missing was a 'missing tensor' error whose
+    fix named config.json; an absurd shard count is named without listing every shard."""
+    d = small(tmp_path / "m", sharded=3)
+    want = Encoder(d).encode(["a few words"], pooling="mean")
+    (d / "model.safetensors.index.json").unlink()
+    np.testing.assert_array_equal(Encoder(d).encode(["a few words"], pooling="mean"), want)
+    (d / SHARD(3)).rename(d / "model-00003-of-99999999999.safetensors")
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.message.startswith(
+        f"{d.resolve()}: 1 of 3 shards are missing (model-00003-of-00003.safetensors), and model.safetensors.index.json")
+    (d / SHARD(1)).unlink()
+    (d / SHARD(2)).unlink()
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.what == (
+        f"{d.resolve()}: 99,999,999,998 of 99,999,999,999 shards are missing (model-00001-of-99999999999.safetensors, "
+        "model-00002-of-99999999999.safetensors, model-00004-of-99999999999.safetensors and 99,999,999,995 more), and "
+        "model.safetensors.index.json, which lists them, is missing too")
