@@ -81,18 +81,32 @@ _MLM = {
     "bias": ("cls.predictions.bias", lambda c: (c.vocab_size,)),
 }
 _MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hidden_size))
+class Tensors(dict):
+    """read_tensors' dict (canonical name -> array) with ``stored``: each canonical name as the checkpoint spells it
+    ('lm_head.bias' for 'cls.predictions.bias', 'bert.embeddings.LayerNorm.gamma' ...), which errors name."""
+
+    def __init__(self):
+        super().__init__()
+        self.stored: dict[str, str] = {}
+
+    def shown(self, name: str) -> str:
+        return self.stored.get(name, name)
+
+
 def read_unprefixed(model_dir: Path, prefix: str) -> tuple[dict[str, np.ndarray], list[Path], Path]:
     """A family's checkpoint read once (read_tensors), its task-model ``prefix`` (``mpnet.``, ``model.``) taken off
     every name; a tensor saved both with and without it is refused: -> (tensors, the files, where: the file or the
     folder, for messages)."""
     files = checkpoint_files(model_dir)
-    tensors: dict[str, np.ndarray] = {}
-    for k, t in read_tensors(files).items():
+    tensors = Tensors()
+    read = read_tensors(files)
+    for k, t in read.items():
         name = k[len(prefix):] if k.startswith(prefix) else k
         if name in tensors:
             raise WeightsError(f"{model_dir}: tensor '{name}' appears twice (with and without '{prefix}')",
                                "remove the duplicate from the checkpoint")
         tensors[name] = t
+        tensors.stored[name] = read.shown(k)
     return tensors, files, files[0] if len(files) == 1 else model_dir
 
 
@@ -336,7 +350,7 @@ def check_prefix(key: str, model_type: str, where: Path) -> None:
                                f"use the config.json that came with these weights (model_type '{types[0]}')")
 
 
-def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: str | None = None) -> dict[str, np.ndarray]:
+def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: str | None = None) -> Tensors:
     """Every tensor of the checkpoint, read once, with canonical names.
 
     Canonical: no ``bert.`` prefix, LayerNorm ``gamma``/``beta`` renamed ``weight``/``bias``. With ``model_type``, a
@@ -349,7 +363,7 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: st
     weight_map = _weight_map(files[0].parent) if files else None
     if weight_map is not None:
         _check_shards(files[0].parent, weight_map, {f.name: keys for f, (keys, _, _) in zip(files, opened)})
-    out: dict[str, np.ndarray] = {}
+    out = Tensors()
     for f, (keys, get, stored16) in zip(files, opened):
         for key in keys:
             if model_type is not None:
@@ -369,6 +383,7 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: st
                     t = to_bf16(t, saturate=True)
                     bf16.add(name)
             out[name] = t
+            out.stored[name] = key
     return out
 
 
@@ -626,15 +641,16 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
             "the checkpoint does not match config.json; use the config.json that came with these weights",
         )
     t = tensors[name]
+    shown = tensors.shown(name) if isinstance(tensors, Tensors) else name  # as the file spells it
     if tuple(t.shape) != tuple(shape):
         raise WeightsError(
-            f"{where}: tensor '{name}' has shape {tuple(t.shape)}, expected {tuple(shape)} from config.json",
+            f"{where}: tensor '{shown}' has shape {tuple(t.shape)}, expected {tuple(shape)} from config.json",
             "the checkpoint does not match config.json; use the config.json that came with these weights",
         )
     if name in bf16:  # rounded to bf16 by read_tensors
         return np.ascontiguousarray(t)
     if t.dtype.kind != "f":
-        raise WeightsError(f"{where}: tensor '{name}' has dtype {t.dtype}, expected floating point", "re-save the checkpoint in float32")
+        raise WeightsError(f"{where}: tensor '{shown}' has dtype {t.dtype}, expected floating point", "re-save the checkpoint in float32")
     return np.ascontiguousarray(t, dtype=np.float32)
 
 
@@ -742,7 +758,8 @@ def leftover_tensors(tensors: dict, used: set, where, family: str, other_heads: 
     unused = [n for n in tensors if n not in used and n not in allowed]
     unknown = sorted(n for n in unused if not n.startswith(other_heads))
     if unknown:
-        shown = ", ".join(f"'{n}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (
+        spelled = tensors.shown if isinstance(tensors, Tensors) else str  # as the file spells them
+        shown = ", ".join(f"'{spelled(n)}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (
             f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise WeightsError(f"{where}: {len(unknown)} tensor(s) that {article} {family} encoder does not use: {shown}",
                            f"these weights are not a plain {family} as config.json says{hint}; "

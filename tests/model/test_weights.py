@@ -259,7 +259,7 @@ def test_info_random_checkpoint(capsys, tmp_path):
 def test_unknown_tensor_is_refused_with_its_name(tmp_path, capsys, extra, shape):
     d = small(tmp_path / "m")
     rewrite_tensors(d, lambda t: t.update({extra: np.ones(shape, np.float32)}))
-    name = extra[len("bert."):] if extra.startswith("bert.") else extra
+    name = extra  # as the file spells it (the bert. prefix too)
     with pytest.raises(WeightsError) as e:
         Encoder(d)
     assert e.value.message.startswith(f"{d / 'model.safetensors'}: 1 tensor(s) that a BERT encoder does not use: '{name}' {shape} - ")
@@ -565,3 +565,26 @@ def test_shards_without_their_index_load_whole_and_name_the_missing_ones(tmp_pat
         f"{d.resolve()}: 99,999,999,998 of 99,999,999,999 shards are missing (model-00001-of-99999999999.safetensors, "
         "model-00002-of-99999999999.safetensors, model-00004-of-99999999999.safetensors and 99,999,999,995 more), and "
         "model.safetensors.index.json, which lists them, is missing too")
+
+
+@pytest.mark.parametrize("stored,canonical", [
+    ("bert.encoder.layer.1.output.LayerNorm.gamma", "encoder.layer.1.output.LayerNorm.weight"),
+    ("lm_head.bias", "cls.predictions.bias"),
+])
+def test_errors_name_a_tensor_as_the_file_spells_it(tmp_path, stored, canonical):
+    """A misshapen tensor was named by bertfeat's own name for it (gamma as weight, RoBERTa's lm_head.bias as
+    cls.predictions.bias), which is not in the file."""
+    d = small(tmp_path / "m", prefix=True, legacy_names=True, mlm_head=True)
+
+    def misshape(t):
+        if stored not in t:  # the head's bias under RoBERTa's name
+            t[stored] = t.pop(canonical)
+        t[stored] = np.zeros(t[stored].shape[:-1] + (t[stored].shape[-1] - 1,), np.float32)
+
+    rewrite_tensors(d, misshape)
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.what.startswith(f"{d.resolve() / 'model.safetensors'}: tensor '{stored}' has shape "), e.value.what
+    rewrite_tensors(d, lambda t: t.update({stored: np.zeros(t[stored].shape[:-1] + (t[stored].shape[-1] + 1,), np.int32)}))
+    with pytest.raises(WeightsError, match=f"tensor '{stored}' has dtype int32, expected floating point"):
+        Encoder(d)
