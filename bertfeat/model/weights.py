@@ -85,9 +85,10 @@ class Tensors(dict):
     """read_tensors' dict (canonical name -> array) with ``stored``: each canonical name as the checkpoint spells it
     ('lm_head.bias' for 'cls.predictions.bias', 'bert.embeddings.LayerNorm.gamma' ...), which errors name."""
 
-    def __init__(self):
+    def __init__(self, files: list[Path] = ()):
         super().__init__()
         self.stored: dict[str, str] = {}
+        self.files = list(files)  # the safetensors files read
 
     def shown(self, name: str) -> str:
         return self.stored.get(name, name)
@@ -98,7 +99,7 @@ def read_unprefixed(model_dir: Path, prefix: str) -> tuple[dict[str, np.ndarray]
     every name; a tensor saved both with and without it is refused: -> (tensors, the files, where: the file or the
     folder, for messages)."""
     files = checkpoint_files(model_dir)
-    tensors = Tensors()
+    tensors = Tensors(files)
     read = read_tensors(files)
     for k, t in read.items():
         name = k[len(prefix):] if k.startswith(prefix) else k
@@ -363,7 +364,7 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: st
     weight_map = _weight_map(files[0].parent) if files else None
     if weight_map is not None:
         _check_shards(files[0].parent, weight_map, {f.name: keys for f, (keys, _, _) in zip(files, opened)})
-    out = Tensors()
+    out = Tensors(files)
     for f, (keys, get, stored16) in zip(files, opened):
         for key in keys:
             if model_type is not None:
@@ -629,6 +630,14 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
     if used is not None:
         used.add(name)
     if name not in tensors:
+        foreign = _foreign_format(tensors.files) if isinstance(tensors, Tensors) else None
+        if foreign is not None:  # TensorFlow's / Flax's names (and transposed kernels): none is PyTorch's
+            fmt, f = foreign
+            raise WeightsError(f"{where}: tensor '{name}' is missing: {f.name} was saved by {_FOREIGN[fmt]} (its "
+                               f"metadata says format '{fmt}'), whose tensor names and layouts are not PyTorch's",
+                               "convert it to a PyTorch checkpoint where transformers 4 is installed (which reads "
+                               f"such a file as {_FOREIGN[fmt]}'s; transformers 5 does not): "
+                               "AutoModel.from_pretrained(DIR).save_pretrained(NEW_DIR)")
         held = next((k for k in tensors if k.endswith(("." + name, "/" + name))), None)
         if held is not None:  # a wrapper's save (Lightning's model., ...): config.json is not what is wrong
             prefix = held[: -len(name)]
@@ -652,6 +661,24 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
     if t.dtype.kind != "f":
         raise WeightsError(f"{where}: tensor '{shown}' has dtype {t.dtype}, expected floating point", "re-save the checkpoint in float32")
     return np.ascontiguousarray(t, dtype=np.float32)
+
+
+_FOREIGN = {"tf": "TensorFlow", "flax": "Flax"}
+
+
+def _foreign_format(files: list[Path]) -> tuple[str, Path] | None:
+    """(format, file) of the first file whose safetensors metadata says it was saved by TensorFlow or Flax (transformers
+    4's TF / Flax save_pretrained: "format": "tf" / "flax"), else None. Read again, on the error's path only."""
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                meta = json.loads(fh.read(min(n, _HEADER_MAX))).get("__metadata__") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(meta, dict) and meta.get("format") in _FOREIGN:
+            return meta["format"], f
+    return None
 
 
 def take_tensor(tensors: dict, name: str, shape: tuple, where: Path, used: set | None = None) -> np.ndarray:

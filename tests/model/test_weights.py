@@ -588,3 +588,26 @@ def test_errors_name_a_tensor_as_the_file_spells_it(tmp_path, stored, canonical)
     rewrite_tensors(d, lambda t: t.update({stored: np.zeros(t[stored].shape[:-1] + (t[stored].shape[-1] + 1,), np.int32)}))
     with pytest.raises(WeightsError, match=f"tensor '{stored}' has dtype int32, expected floating point"):
         Encoder(d)
+
+
+@pytest.mark.parametrize("fmt,saver", [("tf", "TensorFlow"), ("flax", "Flax")])
+def test_a_tensorflow_or_flax_safetensors_file_is_named_as_such(tmp_path, fmt, saver):
+    """transformers 4's TF / Flax save_pretrained writes model.safetensors with format 'tf' / 'flax' and its own names
+    (bert/embeddings/word_embeddings/weight:0, kernels (in, out)): the error was a missing tensor whose fix named
+    config.json. A file with PyTorch's names under that format still loads (transformers 5 loads it too)."""
+    from safetensors.numpy import load_file, save_file
+
+    d = small(tmp_path / "m")
+    want = Encoder(d).encode(["a few words"], pooling="mean")
+    t = load_file(str(d / "model.safetensors"))
+    save_file(t, str(d / "model.safetensors"), metadata={"format": fmt})
+    np.testing.assert_array_equal(Encoder(d).encode(["a few words"], pooling="mean"), want)
+    save_file({"bert/" + k.replace(".", "/") + ":0": v for k, v in t.items()}, str(d / "model.safetensors"),
+              metadata={"format": fmt})
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.message == (
+        f"{d.resolve() / 'model.safetensors'}: tensor 'embeddings.word_embeddings.weight' is missing: model.safetensors "
+        f"was saved by {saver} (its metadata says format '{fmt}'), whose tensor names and layouts are not PyTorch's - "
+        f"convert it to a PyTorch checkpoint where transformers 4 is installed (which reads such a file as {saver}'s; "
+        "transformers 5 does not): AutoModel.from_pretrained(DIR).save_pretrained(NEW_DIR)")
