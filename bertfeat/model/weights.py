@@ -630,7 +630,8 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
     if used is not None:
         used.add(name)
     if name not in tensors:
-        foreign = _foreign_format(tensors.files) if isinstance(tensors, Tensors) else None
+        foreign = _foreign_format(tensors.files) if isinstance(tensors, Tensors) and any(
+            k.endswith(_FOREIGN_ENDS) for k in tensors.stored.values()) else None
         if foreign is not None:  # TensorFlow's / Flax's names (and transposed kernels): none is PyTorch's
             fmt, f = foreign
             raise WeightsError(f"{where}: tensor '{name}' is missing: {f.name} was saved by {_FOREIGN[fmt]} (its "
@@ -664,6 +665,7 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
 
 
 _FOREIGN = {"tf": "TensorFlow", "flax": "Flax"}
+_FOREIGN_ENDS = (":0", ".kernel", ".embedding", ".scale")  # TensorFlow's variable names, Flax's parameter names
 
 
 def _foreign_format(files: list[Path]) -> tuple[str, Path] | None:

@@ -602,8 +602,13 @@ def test_a_tensorflow_or_flax_safetensors_file_is_named_as_such(tmp_path, fmt, s
     t = load_file(str(d / "model.safetensors"))
     save_file(t, str(d / "model.safetensors"), metadata={"format": fmt})
     np.testing.assert_array_equal(Encoder(d).encode(["a few words"], pooling="mean"), want)
-    save_file({"bert/" + k.replace(".", "/") + ":0": v for k, v in t.items()}, str(d / "model.safetensors"),
-              metadata={"format": fmt})
+    save_file({k: v for k, v in t.items() if k != "embeddings.LayerNorm.bias"}, str(d / "model.safetensors"),
+              metadata={"format": fmt})  # PyTorch's names, one missing: that one is named as for any file
+    with pytest.raises(WeightsError, match="tensor 'embeddings.LayerNorm.bias' is missing .expected shape"):
+        Encoder(d)
+    names = ({"bert/" + k.replace(".", "/") + ":0": v for k, v in t.items()} if fmt == "tf" else  # TF's, Flax's
+             {k.replace("word_embeddings.weight", "word_embeddings.embedding"): v for k, v in t.items()})
+    save_file(names, str(d / "model.safetensors"), metadata={"format": fmt})
     with pytest.raises(WeightsError) as e:
         Encoder(d)
     assert e.value.message == (
