@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -54,6 +55,11 @@ def model_file(path: Path) -> Path | None:
             raise ConfigError(f"{path} is a broken symbolic link (to {os.readlink(path)}, which does not exist)",
                               "restore the file it points to, or replace the link with the model's own file") from None
         return None
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise ConfigError(f"{path} is a loop of symbolic links (to {os.readlink(path)}, which leads back to it)",
+                          "replace the link with the model's own file") from None
     if stat.S_ISREG(mode):
         return path
     kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
