@@ -4,7 +4,9 @@ Reads safetensors once (one file, or shards listed in model.safetensors.index.js
 safetensors' own reader checks it, and every shard against the index, before a tensor is read: _read_header,
 _check_shards), maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
 to (in, out) so the forward pass does ``x @ W``, and checks every key and shape, and that
-every floating-point tensor is finite (a NaN or inf is refused with the tensor's name).
+every floating-point tensor is finite (a NaN or inf is refused with the tensor's name). Errors name a tensor as the
+file spells it (Tensors.stored); a missing one says why when it can tell (_missing: a TensorFlow / Flax file, a wrapper's
+prefix).
 
 Name variants accepted for each tensor:
   * with or without the ``bert.`` / ``roberta.`` / ``camembert.`` / ``electra.`` / ``distilbert.`` prefix (BertModel
@@ -81,6 +83,8 @@ _MLM = {
     "bias": ("cls.predictions.bias", lambda c: (c.vocab_size,)),
 }
 _MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hidden_size))
+
+
 class Tensors(dict):
     """read_tensors' dict (canonical name -> array) with ``stored``: each canonical name as the checkpoint spells it
     ('lm_head.bias' for 'cls.predictions.bias', 'bert.embeddings.LayerNorm.gamma' ...), which errors name."""
@@ -630,26 +634,7 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
     if used is not None:
         used.add(name)
     if name not in tensors:
-        foreign = _foreign_format(tensors.files) if isinstance(tensors, Tensors) and any(
-            k.endswith(_FOREIGN_ENDS) for k in tensors.stored.values()) else None
-        if foreign is not None:  # TensorFlow's / Flax's names (and transposed kernels): none is PyTorch's
-            fmt, f = foreign
-            raise WeightsError(f"{where}: tensor '{name}' is missing: {f.name} was saved by {_FOREIGN[fmt]} (its "
-                               f"metadata says format '{fmt}'), whose tensor names and layouts are not PyTorch's",
-                               "convert it to a PyTorch checkpoint where transformers 4 is installed (which reads "
-                               f"such a file as {_FOREIGN[fmt]}'s; transformers 5 does not): "
-                               "AutoModel.from_pretrained(DIR).save_pretrained(NEW_DIR)")
-        held = next((k for k in tensors if k.endswith(("." + name, "/" + name))), None)
-        if held is not None:  # a wrapper's save (Lightning's model., ...): config.json is not what is wrong
-            prefix = held[: -len(name)]
-            raise WeightsError(f"{where}: tensor '{name}' is missing; the checkpoint has it as '{held}', under a "
-                               f"prefix bertfeat does not take ('{prefix}')",
-                               "save the encoder itself with transformers' save_pretrained (not a module that holds "
-                               f"it), or rename its tensors without '{prefix}'")
-        raise WeightsError(
-            f"{where}: tensor '{name}' is missing (expected shape {shape})",
-            "the checkpoint does not match config.json; use the config.json that came with these weights",
-        )
+        raise _missing(tensors, name, shape, where)
     t = tensors[name]
     shown = tensors.shown(name) if isinstance(tensors, Tensors) else name  # as the file spells it
     if tuple(t.shape) != tuple(shape):
@@ -662,6 +647,29 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
     if t.dtype.kind != "f":
         raise WeightsError(f"{where}: tensor '{shown}' has dtype {t.dtype}, expected floating point", "re-save the checkpoint in float32")
     return np.ascontiguousarray(t, dtype=np.float32)
+
+
+def _missing(tensors: dict, name: str, shape: tuple, where: Path) -> WeightsError:
+    """The error of a tensor ``name`` the checkpoint lacks: saved by TensorFlow / Flax (their names, none PyTorch's),
+    under a wrapper's prefix (Lightning's model., ...), or simply missing (then config.json does not match)."""
+    foreign = _foreign_format(tensors.files) if isinstance(tensors, Tensors) and any(
+        k.endswith(_FOREIGN_ENDS) for k in tensors.stored.values()) else None
+    if foreign is not None:
+        fmt, f = foreign
+        return WeightsError(f"{where}: tensor '{name}' is missing: {f.name} was saved by {_FOREIGN[fmt]} (its metadata "
+                            f"says format '{fmt}'), whose tensor names and layouts are not PyTorch's",
+                            "convert it to a PyTorch checkpoint where transformers 4 is installed (which reads such a "
+                            f"file as {_FOREIGN[fmt]}'s; transformers 5 does not): "
+                            "AutoModel.from_pretrained(DIR).save_pretrained(NEW_DIR)")
+    held = next((k for k in tensors if k.endswith(("." + name, "/" + name))), None)
+    if held is not None:
+        prefix = held[: -len(name)]
+        return WeightsError(f"{where}: tensor '{name}' is missing; the checkpoint has it as '{held}', under a prefix "
+                            f"bertfeat does not take ('{prefix}')",
+                            "save the encoder itself with transformers' save_pretrained (not a module that holds it), "
+                            f"or rename its tensors without '{prefix}'")
+    return WeightsError(f"{where}: tensor '{name}' is missing (expected shape {shape})",
+                        "the checkpoint does not match config.json; use the config.json that came with these weights")
 
 
 _FOREIGN = {"tf": "TensorFlow", "flax": "Flax"}
