@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -53,6 +55,11 @@ def model_file(path: Path) -> Path | None:
             raise ConfigError(f"{path} is a broken symbolic link (to {os.readlink(path)}, which does not exist)",
                               "restore the file it points to, or replace the link with the model's own file") from None
         return None
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise ConfigError(f"{path} is a loop of symbolic links (to {os.readlink(path)}, which leads back to it)",
+                          "replace the link with the model's own file") from None
     if stat.S_ISREG(mode):
         return path
     kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
@@ -234,6 +241,8 @@ class BertConfig:
     def from_dict(cls, d: dict, source: str = "config.json") -> "BertConfig":
         """Validate a config.json dict and keep the fields the encoder uses."""
         model_type = d.get("model_type", "bert")
+        if "model_type" not in d:
+            check_architectures(d, source)
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
                 f"{source}: model_type '{model_type}' is not supported",
@@ -303,6 +312,11 @@ class BertConfig:
                 f"{cfg.name_of('num_attention_heads')} {cfg.num_attention_heads}",
                 "fix config.json",
             )
+        if cfg.model_type in MODERNBERT_TYPES and cfg.head_size % 2:
+            raise ConfigError(  # each rotary position turns pairs of features: transformers fails at the first text too
+                f"{source}: hidden_size {cfg.hidden_size} / num_attention_heads {cfg.num_attention_heads} gives an odd "
+                f"head size {cfg.head_size}, which ModernBERT's rotary positions cannot turn (they rotate features in "
+                "pairs)", "restore config.json from the checkpoint (a ModernBERT's head size is even)")
         return cfg
 
     @classmethod
@@ -317,6 +331,29 @@ class BertConfig:
         if not isinstance(d, dict):
             raise ConfigError(f"{path} is not a JSON object", "restore config.json from the checkpoint")
         return cls.from_dict(d, source=str(path))
+
+
+#: a task model's class name (config.json's architectures) -> its family's model_type: RobertaModel, XLMRobertaFor...
+_ARCHITECTURE = re.compile(r"(XLMRoberta|Roberta|Camembert|Electra|DistilBert|MPNet|ModernBert|Bert)"
+                           r"(?:Model|LMHeadModel|For[A-Z][A-Za-z]*)")
+_ARCHITECTURE_TYPES = {"XLMRoberta": "xlm-roberta", "Roberta": "roberta", "Camembert": "camembert",
+                       "Electra": "electra", "DistilBert": "distilbert", "MPNet": "mpnet", "ModernBert": "modernbert",
+                       "Bert": "bert"}
+
+
+def check_architectures(d: dict, source: str) -> None:
+    """A config.json without model_type is read as BERT's (as old BERT checkpoints are); one whose ``architectures``
+    names another family's model is refused: RoBERTa's weights have BERT's names, and read as BERT's (positions from
+    0) they give other vectors, silently. transformers refuses a config.json without model_type too."""
+    archs = d.get("architectures")
+    for a in archs if isinstance(archs, list) else []:
+        m = _ARCHITECTURE.fullmatch(a) if isinstance(a, str) else None
+        if m and _ARCHITECTURE_TYPES[m.group(1)] != "bert":
+            t = _ARCHITECTURE_TYPES[m.group(1)]
+            raise ConfigError(f"{source} has no model_type, and its architectures name {a} ({FAMILIES[t]}, model_type "
+                              f"'{t}')",
+                              f'add "model_type": "{t}" to config.json (without it bertfeat reads the model as a BERT, '
+                              "which it is not; transformers refuses a config.json without model_type too)")
 
 
 def distilbert_fields(d: dict) -> dict:

@@ -234,7 +234,8 @@ def _snapshot_in_cache_unchecked(cache: Path, repo_id: str) -> Path | None:
     ref = repo / "refs" / "main"
     if model_file(ref):
         rev = ref.read_text().strip()
-        if encoder_folder(snaps / rev) is not None:
+        # a snapshot folder's name, as huggingface_hub takes it ("../x" led out of the repository's snapshots)
+        if rev and rev in {p.name for p in snaps.iterdir()} and encoder_folder(snaps / rev) is not None:
             return snaps / rev
     found = [p for p in snaps.iterdir() if encoder_folder(p) is not None]
     if not found:

@@ -4,7 +4,9 @@ Reads safetensors once (one file, or shards listed in model.safetensors.index.js
 safetensors' own reader checks it, and every shard against the index, before a tensor is read: _read_header,
 _check_shards), maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
 to (in, out) so the forward pass does ``x @ W``, and checks every key and shape, and that
-every floating-point tensor is finite (a NaN or inf is refused with the tensor's name).
+every floating-point tensor is finite (a NaN or inf is refused with the tensor's name). Errors name a tensor as the
+file spells it (Tensors.stored); a missing one says why when it can tell (_missing: a TensorFlow / Flax file, a wrapper's
+prefix).
 
 Name variants accepted for each tensor:
   * with or without the ``bert.`` / ``roberta.`` / ``camembert.`` / ``electra.`` / ``distilbert.`` prefix (BertModel
@@ -81,18 +83,35 @@ _MLM = {
     "bias": ("cls.predictions.bias", lambda c: (c.vocab_size,)),
 }
 _MLM_DECODER = ("cls.predictions.decoder.weight", lambda c: (c.vocab_size, c.hidden_size))
+
+
+class Tensors(dict):
+    """read_tensors' dict (canonical name -> array) with ``stored``: each canonical name as the checkpoint spells it
+    ('lm_head.bias' for 'cls.predictions.bias', 'bert.embeddings.LayerNorm.gamma' ...), which errors name."""
+
+    def __init__(self, files: list[Path] = ()):
+        super().__init__()
+        self.stored: dict[str, str] = {}
+        self.files = list(files)  # the safetensors files read
+
+    def shown(self, name: str) -> str:
+        return self.stored.get(name, name)
+
+
 def read_unprefixed(model_dir: Path, prefix: str) -> tuple[dict[str, np.ndarray], list[Path], Path]:
     """A family's checkpoint read once (read_tensors), its task-model ``prefix`` (``mpnet.``, ``model.``) taken off
     every name; a tensor saved both with and without it is refused: -> (tensors, the files, where: the file or the
     folder, for messages)."""
     files = checkpoint_files(model_dir)
-    tensors: dict[str, np.ndarray] = {}
-    for k, t in read_tensors(files).items():
+    tensors = Tensors(files)
+    read = read_tensors(files)
+    for k, t in read.items():
         name = k[len(prefix):] if k.startswith(prefix) else k
         if name in tensors:
             raise WeightsError(f"{model_dir}: tensor '{name}' appears twice (with and without '{prefix}')",
                                "remove the duplicate from the checkpoint")
         tensors[name] = t
+        tensors.stored[name] = read.shown(k)
     return tensors, files, files[0] if len(files) == 1 else model_dir
 
 
@@ -228,12 +247,38 @@ def checkpoint_files(model_dir: Path) -> list[Path]:
         return files
     others = sorted(f for f in model_dir.glob("*.safetensors") if model_file(f))
     if others:
+        _check_unindexed_shards(model_dir, others)
         return others
     hint = " (found pytorch_model.bin: convert it to safetensors, e.g. with transformers' save_pretrained(safe_serialization=True))" if (model_dir / "pytorch_model.bin").exists() else ""
     raise WeightsError(
         f"{model_dir} has no model.safetensors{hint}",
         "a model directory needs model.safetensors or sharded model-*.safetensors with model.safetensors.index.json",
     )
+
+
+_SHARD_NAME = re.compile(r"model-(\d+)-of-(\d+)\.safetensors")
+
+
+def _check_unindexed_shards(model_dir: Path, files: list[Path]) -> None:
+    """Shards without their index (model-0000k-of-0000n.safetensors): every one of the n is there, else the missing
+    are named (one missing would otherwise show as a missing tensor, blamed on config.json)."""
+    names = {f.name for f in files}
+    sets = {(len(m.group(1)), m.group(2)) for m in map(_SHARD_NAME.fullmatch, names) if m}
+    for width, n in sorted(sets):
+        have = sum(1 for k in names if (m := _SHARD_NAME.fullmatch(k)) and (len(m.group(1)), m.group(2)) == (width, n)
+                   and 1 <= int(m.group(1)) <= int(n))
+        if have == int(n):
+            continue
+        shown = []
+        for k in range(1, int(n) + 1):  # the first few missing (n may be absurd: stop early)
+            if (want := f"model-{k:0{width}d}-of-{n}.safetensors") not in names:
+                shown.append(want)
+                if len(shown) == 3:
+                    break
+        more = int(n) - have - len(shown)
+        raise WeightsError(f"{model_dir}: {int(n) - have:,} of {int(n):,} shards are missing ({', '.join(shown)}"
+                           f"{f' and {more:,} more' if more > 0 else ''}), and {INDEX}, which lists them, is missing too",
+                           f"copy every model-*.safetensors shard and {INDEX} into the model directory")
 
 
 _INDEX_FIX = "restore it from the checkpoint"
@@ -310,7 +355,7 @@ def check_prefix(key: str, model_type: str, where: Path) -> None:
                                f"use the config.json that came with these weights (model_type '{types[0]}')")
 
 
-def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: str | None = None) -> dict[str, np.ndarray]:
+def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: str | None = None) -> Tensors:
     """Every tensor of the checkpoint, read once, with canonical names.
 
     Canonical: no ``bert.`` prefix, LayerNorm ``gamma``/``beta`` renamed ``weight``/``bias``. With ``model_type``, a
@@ -323,7 +368,7 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: st
     weight_map = _weight_map(files[0].parent) if files else None
     if weight_map is not None:
         _check_shards(files[0].parent, weight_map, {f.name: keys for f, (keys, _, _) in zip(files, opened)})
-    out: dict[str, np.ndarray] = {}
+    out = Tensors(files)
     for f, (keys, get, stored16) in zip(files, opened):
         for key in keys:
             if model_type is not None:
@@ -343,6 +388,7 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: st
                     t = to_bf16(t, saturate=True)
                     bf16.add(name)
             out[name] = t
+            out.stored[name] = key
     return out
 
 
@@ -588,21 +634,61 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
     if used is not None:
         used.add(name)
     if name not in tensors:
-        raise WeightsError(
-            f"{where}: tensor '{name}' is missing (expected shape {shape})",
-            "the checkpoint does not match config.json; use the config.json that came with these weights",
-        )
+        raise _missing(tensors, name, shape, where)
     t = tensors[name]
+    shown = tensors.shown(name) if isinstance(tensors, Tensors) else name  # as the file spells it
     if tuple(t.shape) != tuple(shape):
         raise WeightsError(
-            f"{where}: tensor '{name}' has shape {tuple(t.shape)}, expected {tuple(shape)} from config.json",
+            f"{where}: tensor '{shown}' has shape {tuple(t.shape)}, expected {tuple(shape)} from config.json",
             "the checkpoint does not match config.json; use the config.json that came with these weights",
         )
     if name in bf16:  # rounded to bf16 by read_tensors
         return np.ascontiguousarray(t)
     if t.dtype.kind != "f":
-        raise WeightsError(f"{where}: tensor '{name}' has dtype {t.dtype}, expected floating point", "re-save the checkpoint in float32")
+        raise WeightsError(f"{where}: tensor '{shown}' has dtype {t.dtype}, expected floating point", "re-save the checkpoint in float32")
     return np.ascontiguousarray(t, dtype=np.float32)
+
+
+def _missing(tensors: dict, name: str, shape: tuple, where: Path) -> WeightsError:
+    """The error of a tensor ``name`` the checkpoint lacks: saved by TensorFlow / Flax (their names, none PyTorch's),
+    under a wrapper's prefix (Lightning's model., ...), or simply missing (then config.json does not match)."""
+    foreign = _foreign_format(tensors.files) if isinstance(tensors, Tensors) and any(
+        k.endswith(_FOREIGN_ENDS) for k in tensors.stored.values()) else None
+    if foreign is not None:
+        fmt, f = foreign
+        return WeightsError(f"{where}: tensor '{name}' is missing: {f.name} was saved by {_FOREIGN[fmt]} (its metadata "
+                            f"says format '{fmt}'), whose tensor names and layouts are not PyTorch's",
+                            "convert it to a PyTorch checkpoint where transformers 4 is installed (which reads such a "
+                            f"file as {_FOREIGN[fmt]}'s; transformers 5 does not): "
+                            "AutoModel.from_pretrained(DIR).save_pretrained(NEW_DIR)")
+    held = next((k for k in tensors if k.endswith(("." + name, "/" + name))), None)
+    if held is not None:
+        prefix = held[: -len(name)]
+        return WeightsError(f"{where}: tensor '{name}' is missing; the checkpoint has it as '{held}', under a prefix "
+                            f"bertfeat does not take ('{prefix}')",
+                            "save the encoder itself with transformers' save_pretrained (not a module that holds it), "
+                            f"or rename its tensors without '{prefix}'")
+    return WeightsError(f"{where}: tensor '{name}' is missing (expected shape {shape})",
+                        "the checkpoint does not match config.json; use the config.json that came with these weights")
+
+
+_FOREIGN = {"tf": "TensorFlow", "flax": "Flax"}
+_FOREIGN_ENDS = (":0", ".kernel", ".embedding", ".scale")  # TensorFlow's variable names, Flax's parameter names
+
+
+def _foreign_format(files: list[Path]) -> tuple[str, Path] | None:
+    """(format, file) of the first file whose safetensors metadata says it was saved by TensorFlow or Flax (transformers
+    4's TF / Flax save_pretrained: "format": "tf" / "flax"), else None. Read again, on the error's path only."""
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                meta = json.loads(fh.read(min(n, _HEADER_MAX))).get("__metadata__") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(meta, dict) and meta.get("format") in _FOREIGN:
+            return meta["format"], f
+    return None
 
 
 def take_tensor(tensors: dict, name: str, shape: tuple, where: Path, used: set | None = None) -> np.ndarray:
@@ -709,7 +795,8 @@ def leftover_tensors(tensors: dict, used: set, where, family: str, other_heads: 
     unused = [n for n in tensors if n not in used and n not in allowed]
     unknown = sorted(n for n in unused if not n.startswith(other_heads))
     if unknown:
-        shown = ", ".join(f"'{n}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (
+        spelled = tensors.shown if isinstance(tensors, Tensors) else str  # as the file spells them
+        shown = ", ".join(f"'{spelled(n)}' {tuple(tensors[n].shape)}" for n in unknown[:5]) + (
             f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise WeightsError(f"{where}: {len(unknown)} tensor(s) that {article} {family} encoder does not use: {shown}",
                            f"these weights are not a plain {family} as config.json says{hint}; "

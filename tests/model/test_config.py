@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bertfeat.model.config import SUPPORTED_ACTS, BertConfig
+from bertfeat.model.config import FAMILIES, SUPPORTED_ACTS, BertConfig
 from bertfeat.errors import ConfigError
 
 
@@ -72,6 +72,44 @@ def test_unsupported_configs(d, words):
     assert msg.startswith("x/config.json: ") and " - " in msg and "\n" not in msg
     for w in words:
         assert w in msg
+
+
+@pytest.mark.parametrize("arch,model_type", [("RobertaModel", "roberta"), ("XLMRobertaForMaskedLM", "xlm-roberta"),
+                                             ("CamembertForSequenceClassification", "camembert"),
+                                             ("ElectraForPreTraining", "electra"), ("MPNetForMaskedLM", "mpnet")])
+def test_no_model_type_with_another_familys_architecture_is_refused(arch, model_type):
+    """Read as BERT's (the default without model_type), a RobertaModel's weights loaded (BERT's tensor names) and gave
+    other vectors than transformers' (positions from 0, not pad_token_id + 1), silently."""
+    d = {"architectures": [arch], "pad_token_id": 1, "type_vocab_size": 1, "max_position_embeddings": 514}
+    with pytest.raises(ConfigError) as e:
+        BertConfig.from_dict(d, source="x/config.json")
+    family = FAMILIES[model_type]
+    assert e.value.message == (
+        f"x/config.json has no model_type, and its architectures name {arch} ({family}, model_type '{model_type}') - "
+        f'add "model_type": "{model_type}" to config.json (without it bertfeat reads the model as a BERT, which it is '
+        "not; transformers refuses a config.json without model_type too)")
+    assert BertConfig.from_dict({**d, "model_type": model_type}).model_type == model_type  # named: it loads
+
+
+@pytest.mark.parametrize("archs", [["BertModel"], ["BertForMaskedLM", "BertForPreTraining"], [], None, "RobertaModel",
+                                   ["RobertaPreLayerNormModel"], ["XLMRobertaXLModel"], [3]])
+def test_no_model_type_is_still_bert_unless_the_architectures_name_another_family(archs):
+    assert BertConfig.from_dict({"architectures": archs}).model_type == "bert"
+
+
+@pytest.mark.parametrize("hidden,heads", [(30, 6), (36, 4), (9, 1)])
+def test_a_modernbert_head_size_rotary_positions_cannot_turn_is_refused(hidden, heads):
+    """An odd head size loaded, then every text failed in the forward pass with NumPy's broadcasting error (the CLI:
+    'unexpected ValueError ... this is a bug in bertfeat'); transformers fails at the first text too."""
+    d = {"model_type": "modernbert", "hidden_size": hidden, "num_attention_heads": heads, "num_hidden_layers": 2}
+    with pytest.raises(ConfigError) as e:
+        BertConfig.from_dict(d, source="x/config.json")
+    assert e.value.message == (
+        f"x/config.json: hidden_size {hidden} / num_attention_heads {heads} gives an odd head size {hidden // heads}, "
+        "which ModernBERT's rotary positions cannot turn (they rotate features in pairs) - restore config.json from "
+        "the checkpoint (a ModernBERT's head size is even)")
+    assert BertConfig.from_dict({**d, "hidden_size": 2 * hidden}).head_size == 2 * hidden // heads  # even: it loads
+    assert BertConfig.from_dict({**d, "model_type": "bert"}).head_size == hidden // heads  # no rotary: any size
 
 
 def test_missing_and_unreadable_files(tmp_path):

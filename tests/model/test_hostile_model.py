@@ -936,6 +936,25 @@ class TestSpecialFilesAreRefusedNotOpened:
         assert run_with_timeout(capsys, ["info", d], d / rel) == (1, "", message)
         assert run_with_timeout(capsys, ["info", d, "--files"], d / rel) == (1, "", message)
 
+    @pytest.mark.parametrize("layout, rel", [("st", "config.json"), ("st", "tokenizer.json"), ("st", "modules.json"),
+                                             ("sharded", "model.safetensors"),
+                                             ("sharded", "model-00002-of-00003.safetensors")])
+    def test_a_loop_of_links_is_refused_by_name(self, tmp_path, capsys, special_layouts, layout, rel):
+        """A link that leads round in a loop raised OSError (Python) and, on the command line, a fix about permissions
+        and free disk space (a module's file, or sentence_bert_config.json, was refused as one that cannot be
+        resolved already)."""
+        d = tmp_path / "m"
+        shutil.copytree(special_layouts[layout], d)
+        if (d / rel).exists():
+            (d / rel).unlink()
+        (d / rel).symlink_to(d / rel)
+        message = (f"{d / rel} is a loop of symbolic links (to {d / rel}, which leads back to it) - replace the link "
+                   "with the model's own file")
+        with pytest.raises(ConfigError) as e:
+            Encoder(d)
+        assert e.value.message == message
+        assert run_with_timeout(capsys, ["info", d], d / rel) == (1, "", f"Error: {message}\n")
+
 
 # --------------------------------------------------------------------------- 8. a Dense module that computes nothing
 class TestDenseWidthsAreCheckedAtLoad:

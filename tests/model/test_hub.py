@@ -186,6 +186,21 @@ def test_refs_main_picks_the_revision_else_the_newest(make_ckpt, empty_caches, n
     assert resolve_model("bert-base-uncased").path == old
 
 
+
+def test_refs_main_naming_a_folder_out_of_the_snapshots_is_not_followed(make_ckpt, empty_caches, no_network, tmp_path):
+    """refs/main holds a revision, a snapshot folder's name (huggingface_hub looks it up among them): '../../x' loaded
+    a model folder out of the cache, its id in provenance '' (the name of the folder above it, cut)."""
+    import shutil
+
+    cache = empty_caches["HF_HUB_CACHE"]
+    snap = fake_hf_cache(cache, "org/m", make_ckpt(hidden=64, heads=4, layers=2, seed=24), rev="a" * 40)
+    shutil.copytree(snap, cache / "elsewhere")
+    for bad in ("../../elsewhere", "../../elsewhere/", str(cache / "elsewhere"), "."):
+        (cache / "models--org--m" / "refs" / "main").write_text(bad)
+        loc = resolve_model("org/m")
+        assert (loc.path, loc.model_id) == (snap, "org/m"), bad  # the snapshot there, as without refs/main
+
+
 def test_cli_info_on_a_cached_model(make_ckpt, empty_caches, capsys):
     src = make_ckpt(vocab="chinese", hidden=64, heads=4, layers=2, seed=23)
     snap = fake_hf_cache(empty_caches["HF_HOME"] / "hub", "google-bert/bert-base-chinese", src)

@@ -61,6 +61,12 @@ CASES = [
     ("missing-shard", lambda d: (d / "model-00002-of-00003.safetensors").unlink(), WeightsError,
      ["{d}: shard(s) model-00002-of-00003.safetensors listed in model.safetensors.index.json are missing",
       "copy every model-*.safetensors shard"]),
+    # without the index a missing shard showed as a missing tensor, and the fix named config.json
+    ("missing-shard-and-index", lambda d: [(d / f).unlink() for f in ("model.safetensors.index.json",
+                                                                      "model-00002-of-00003.safetensors")],
+     WeightsError, ["{d}: 1 of 3 shards are missing (model-00002-of-00003.safetensors), and "
+                    "model.safetensors.index.json, which lists them, is missing too - copy every model-*.safetensors "
+                    "shard and model.safetensors.index.json into the model directory"]),
     ("bad-index", lambda d: (d / "model.safetensors.index.json").write_text("{}"), WeightsError,
      ["{d}/model.safetensors.index.json is not a valid safetensors index"]),
     ("corrupt-weights", lambda d: (d / "model.safetensors").write_bytes(b"\x00" * 64), WeightsError,
@@ -78,6 +84,15 @@ CASES = [
      ["tensor 'embeddings.word_embeddings.weight' has shape (30522, 64), expected (30000, 64)"]),
     ("missing-tensor", lambda d: rewrite_tensors(d, lambda t: t.pop("encoder.layer.1.output.LayerNorm.bias")),
      WeightsError, ["{d}/model.safetensors: tensor 'encoder.layer.1.output.LayerNorm.bias' is missing (expected shape (64,))"]),
+    # a wrapper's save (model.*, 0.auto_model.*): the fix named config.json, which is right
+    ("wrapper-prefix", lambda d: rewrite_tensors(d, lambda t: t.update({"model." + k: t.pop(k) for k in list(t)})),
+     WeightsError, ["{d}/model.safetensors: tensor 'embeddings.word_embeddings.weight' is missing; the checkpoint has "
+                    "it as 'model.embeddings.word_embeddings.weight', under a prefix bertfeat does not take ('model.') - "
+                    "save the encoder itself with transformers' save_pretrained (not a module that holds it), or "
+                    "rename its tensors without 'model.'"]),
+    ("wrapper-path-prefix", lambda d: rewrite_tensors(d, lambda t: t.update({"0_Transformer/" + k: t.pop(k) for k in list(t)})),
+     WeightsError, ["the checkpoint has it as '0_Transformer/embeddings.word_embeddings.weight', under a prefix "
+                    "bertfeat does not take ('0_Transformer/')"]),
     ("too-many-layers", lambda d: edit_config(d, num_hidden_layers=1), WeightsError,
      ["the checkpoint has more layers than num_hidden_layers=1 in config.json"]),
     ("duplicate-tensor", lambda d: rewrite_tensors(d, lambda t: t.__setitem__("bert.pooler.dense.bias", t["pooler.dense.bias"])),
@@ -106,7 +121,7 @@ CASES = [
 
 
 def _checkpoint_for(case_id, d):
-    if case_id in ("missing-shard", "bad-index"):
+    if case_id in ("missing-shard", "missing-shard-and-index", "bad-index"):
         return small(d, sharded=3)
     if case_id == "bad-tokenizer-json":
         return small(d, tokenizer="both")
@@ -244,7 +259,7 @@ def test_info_random_checkpoint(capsys, tmp_path):
 def test_unknown_tensor_is_refused_with_its_name(tmp_path, capsys, extra, shape):
     d = small(tmp_path / "m")
     rewrite_tensors(d, lambda t: t.update({extra: np.ones(shape, np.float32)}))
-    name = extra[len("bert."):] if extra.startswith("bert.") else extra
+    name = extra  # as the file spells it (the bert. prefix too)
     with pytest.raises(WeightsError) as e:
         Encoder(d)
     assert e.value.message.startswith(f"{d / 'model.safetensors'}: 1 tensor(s) that a BERT encoder does not use: '{name}' {shape} - ")
@@ -528,3 +543,76 @@ def test_an_index_that_lies_is_refused(tmp_path, edit, what):
         Encoder(d)
     i = d.resolve() / "model.safetensors.index.json"
     assert e.value.message == what.format(i=i, d=d.resolve(), n=first) + " - restore it from the checkpoint"
+
+
+def test_shards_without_their_index_load_whole_and_name_the_missing_ones(tmp_path):
+    """Every shard there, the index lost: the shards load (as before). One missing was a 'missing tensor' error whose
+    fix named config.json; an absurd shard count is named without listing every shard."""
+    d = small(tmp_path / "m", sharded=3)
+    want = Encoder(d).encode(["a few words"], pooling="mean")
+    (d / "model.safetensors.index.json").unlink()
+    np.testing.assert_array_equal(Encoder(d).encode(["a few words"], pooling="mean"), want)
+    (d / SHARD(3)).rename(d / "model-00003-of-99999999999.safetensors")
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.message.startswith(
+        f"{d.resolve()}: 1 of 3 shards are missing (model-00003-of-00003.safetensors), and model.safetensors.index.json")
+    (d / SHARD(1)).unlink()
+    (d / SHARD(2)).unlink()
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.what == (
+        f"{d.resolve()}: 99,999,999,998 of 99,999,999,999 shards are missing (model-00001-of-99999999999.safetensors, "
+        "model-00002-of-99999999999.safetensors, model-00004-of-99999999999.safetensors and 99,999,999,995 more), and "
+        "model.safetensors.index.json, which lists them, is missing too")
+
+
+@pytest.mark.parametrize("stored,canonical", [
+    ("bert.encoder.layer.1.output.LayerNorm.gamma", "encoder.layer.1.output.LayerNorm.weight"),
+    ("lm_head.bias", "cls.predictions.bias"),
+])
+def test_errors_name_a_tensor_as_the_file_spells_it(tmp_path, stored, canonical):
+    """A misshapen tensor was named by bertfeat's own name for it (gamma as weight, RoBERTa's lm_head.bias as
+    cls.predictions.bias), which is not in the file."""
+    d = small(tmp_path / "m", prefix=True, legacy_names=True, mlm_head=True)
+
+    def misshape(t):
+        if stored not in t:  # the head's bias under RoBERTa's name
+            t[stored] = t.pop(canonical)
+        t[stored] = np.zeros(t[stored].shape[:-1] + (t[stored].shape[-1] - 1,), np.float32)
+
+    rewrite_tensors(d, misshape)
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.what.startswith(f"{d.resolve() / 'model.safetensors'}: tensor '{stored}' has shape "), e.value.what
+    rewrite_tensors(d, lambda t: t.update({stored: np.zeros(t[stored].shape[:-1] + (t[stored].shape[-1] + 1,), np.int32)}))
+    with pytest.raises(WeightsError, match=f"tensor '{stored}' has dtype int32, expected floating point"):
+        Encoder(d)
+
+
+@pytest.mark.parametrize("fmt,saver", [("tf", "TensorFlow"), ("flax", "Flax")])
+def test_a_tensorflow_or_flax_safetensors_file_is_named_as_such(tmp_path, fmt, saver):
+    """transformers 4's TF / Flax save_pretrained writes model.safetensors with format 'tf' / 'flax' and its own names
+    (bert/embeddings/word_embeddings/weight:0, kernels (in, out)): the error was a missing tensor whose fix named
+    config.json. A file with PyTorch's names under that format still loads (transformers 5 loads it too)."""
+    from safetensors.numpy import load_file, save_file
+
+    d = small(tmp_path / "m")
+    want = Encoder(d).encode(["a few words"], pooling="mean")
+    t = load_file(str(d / "model.safetensors"))
+    save_file(t, str(d / "model.safetensors"), metadata={"format": fmt})
+    np.testing.assert_array_equal(Encoder(d).encode(["a few words"], pooling="mean"), want)
+    save_file({k: v for k, v in t.items() if k != "embeddings.LayerNorm.bias"}, str(d / "model.safetensors"),
+              metadata={"format": fmt})  # PyTorch's names, one missing: that one is named as for any file
+    with pytest.raises(WeightsError, match="tensor 'embeddings.LayerNorm.bias' is missing .expected shape"):
+        Encoder(d)
+    names = ({"bert/" + k.replace(".", "/") + ":0": v for k, v in t.items()} if fmt == "tf" else  # TF's, Flax's
+             {k.replace("word_embeddings.weight", "word_embeddings.embedding"): v for k, v in t.items()})
+    save_file(names, str(d / "model.safetensors"), metadata={"format": fmt})
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert e.value.message == (
+        f"{d.resolve() / 'model.safetensors'}: tensor 'embeddings.word_embeddings.weight' is missing: model.safetensors "
+        f"was saved by {saver} (its metadata says format '{fmt}'), whose tensor names and layouts are not PyTorch's - "
+        f"convert it to a PyTorch checkpoint where transformers 4 is installed (which reads such a file as {saver}'s; "
+        "transformers 5 does not): AutoModel.from_pretrained(DIR).save_pretrained(NEW_DIR)")
