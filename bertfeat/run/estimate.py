@@ -283,6 +283,9 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     free = shutil.disk_usage(probe).free if probe is not None else None
     warnings = _warnings(plan, spec, read, (too_long, past_table, no_tokens), m, memory_peak, (limit, source), size["disk_peak"],
                          (free, probe))
+    pca_short = _pca_rows_warning(plan, accepted, d, approx=accepted != rows - bad)
+    if pca_short:
+        warnings.insert(0, pca_short)
     low, high = time_range(seconds, encode_seconds, m["token_spread"], m["cpu_share"])
     return Estimate(
         input=plan.input, output=str(plan.layout.features), rows=rows, rows_bad=bad, first_bad_row=read["first_bad"],
@@ -419,6 +422,23 @@ def _warnings(plan, spec, read: dict, refused: tuple, m: dict, memory_peak: int,
                         f"{100 * m['cpu_share']:.0f} % of the time they wanted one): the time is long if the run has "
                         "the cores to itself")
     return warnings
+
+
+def _pca_rows_warning(plan, accepted: int, d: int, approx: bool) -> str | None:
+    """The PCA the run would fit and fail on, having encoded every row: fewer rows than it needs (the run's checks:
+    pca_steps.fit_pca, pca.validation.check_max_components, Minka's MLE)."""
+    k, n, about = plan.pca, accepted, "~" if approx else ""
+    if k is None:
+        return None
+    stop = "the run stops after encoding them and writes nothing"
+    if n < 2:
+        return f"{about}{n:,} row(s) to fit the PCA on, it needs at least 2: {stop}"
+    if isinstance(k, int) and k > n:  # (ALL_COMPONENTS is a str)
+        return f"pca={k} needs at least {k} rows, the run has {about}{n:,}: {stop}; choose pca <= {n:,} or a fraction such as 0.95"
+    if k == "mle" and n < d:
+        return (f"pca='mle' needs at least as many rows as features ({d:,}), the run has {about}{n:,}: {stop}; pass a number "
+                "of components or a fraction such as 0.95")
+    return None
 
 
 def render(e: Estimate, console, err_console=None) -> None:

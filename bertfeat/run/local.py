@@ -327,5 +327,7 @@ def _write_outputs(plan, store: PartStore, order: list[int], encoder, spec, fing
                 X = pca.transform_rows(X).astype(np.float32)
             writer.write(t.column(id_name), X, extra_columns(t, plan.keep))  # (Arrow's: to_pylist cuts a time64[ns])
         outputs["features"] = writer.close()
+    for name, path in layout.side_files()[1:]:  # a .npy's ids file, a .npy / .csv's provenance: written too
+        outputs[name.removesuffix(" file")] = path
     outputs.update(publish_rejects(layout.rejects, rejects, plan.keep))
     remove_stale(layout.stale_pca(plan.pca_model))

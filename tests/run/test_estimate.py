@@ -239,3 +239,30 @@ class TestDistinctRowsAtItsBoundary:
         k = self.K
         kth = sorted({_row_hash(t, p) for t, p in self.rows(k + 1)})[k - 1]  # the k-th smallest of the rows' hashes
         assert self.counted(k + 1, k) == round((k - 1) / ((kth + 1) / 2**64))  # the k-minimum-values estimate
+
+
+@pytest.mark.parametrize("rows, pca, warning", [
+    (6, 7, "pca=7 needs at least 7 rows, the run has 6: the run stops after encoding them and writes nothing; choose "
+           "pca <= 6 or a fraction such as 0.95"),
+    (6, "mle", "pca='mle' needs at least as many rows as features (32), the run has 6: the run stops after encoding "
+               "them and writes nothing; pass a number of components or a fraction such as 0.95"),
+    (1, 0.95, "1 row(s) to fit the PCA on, it needs at least 2: the run stops after encoding them and writes nothing"),
+    (6, 6, None), (6, "all", None), (40, "mle", None)])
+def test_a_pca_the_rows_cannot_give_is_warned_of(tmp_path, rows, pca, warning):
+    # the run fails only once every row is encoded (rows are counted as they are read): the estimate knows the count
+    src = write_csv(tmp_path / "c.csv", ["text"], [[f"sentence {i} about things"] for i in range(rows)])
+    e = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca=pca, estimate=True)
+    got = [w for w in e.warnings if "pca" in w.lower()]
+    assert got == ([warning] if warning else []), e.warnings
+    if warning:
+        with pytest.raises(BertfeatError):
+            bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca=pca)
+    else:
+        bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca=pca)
+
+
+def test_a_pca_warning_counts_the_rows_left_after_bad_ones(tmp_path):
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a sentence"], [""], ["another one"], [" "]])
+    e = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca=3, on_bad_row="skip", estimate=True)
+    assert e.warnings[0] == ("pca=3 needs at least 3 rows, the run has 2: the run stops after encoding them and writes "
+                             "nothing; choose pca <= 2 or a fraction such as 0.95")

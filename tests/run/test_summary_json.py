@@ -197,3 +197,16 @@ class TestSummaryJsonInsideTheRunsOwnFolders:
         assert (rc, err) == (0, "")
         assert json.loads((tmp_path / "d.parquet-logs" / "run.json").read_text())["rows_written"] == 9
         assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv", "d.parquet", "d.parquet-logs"]
+
+
+@pytest.mark.parametrize("fmt, side", [("parquet", {}), ("csv", {"provenance": "o.csv.json"}),
+                                       ("npy", {"ids": "o.ids.csv", "provenance": "o.npy.json"})])
+def test_summary_outputs_name_every_file_written(tmp_path, capsys, fmt, side):
+    # a pipeline that ships the files `outputs` names lost a .npy's ids and provenance, a CSV's provenance
+    src = corpus(tmp_path / "c.csv")
+    out = tmp_path / f"o.{fmt}"
+    rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--summary-json", "-", "-q")
+    assert rc == 0, err
+    outputs = one_json_object(stdout)["outputs"]
+    assert outputs == {"features": str(out), **{k: str(tmp_path / v) for k, v in side.items()}}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["c.csv", f"o.{fmt}", *side.values()])
