@@ -7,6 +7,7 @@ from __future__ import annotations
 import codecs
 import io
 import sys
+import zlib
 
 import pyarrow as pa
 
@@ -139,7 +140,10 @@ class TextReader(Reader):
         try:
             with self.fs.open(part.file, "rb", compression=part.compression) as fh:
                 data = fh.read() if part.length is None else read_block(fh, part.offset, part.length, delimiter=b"\n")
-        except OSError as e:
+        except (OSError, EOFError, zlib.error) as e:  # gzip / bz2 raise EOFError for a truncated stream, zlib.error
+            if part.compression:  # for damaged data: said as the local engine says them, not as a bug
+                raise InputError(f"{self.name}: cannot read the file ({e})", "check the file is complete and its "
+                                 "compression") from None
             raise InputError(f"{self.name}: cannot read {part.file} at byte {part.offset} ({e})", "check the file is complete") from None
         if part.header is not None and part.offset > 0:
             data = part.header + data if data.strip() else b""

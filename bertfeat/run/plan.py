@@ -509,8 +509,9 @@ def dask_settings(o: ExtractOptions) -> DaskSettings:
 
 
 def check_cache_apart(cache: Path | None, layout: OutputLayout, model: str | None = None) -> None:
-    """The cache directory is none of the run's outputs and not inside its partial directory (removed at the end, and
-    the cache with it); and no output, side file or the partial directory lies inside the cache or the model folder
+    """The cache directory is none of the run's outputs and not inside one (the Dask engine's output directory is
+    replaced whole at the end, the cache with it; a file's path holds no directory) nor inside its partial directory
+    (removed at the end); and no output, side file or the partial directory lies inside the cache or the model folder
     (outputs.check_not_runs_own, the rule --summary-json has too: ``-o cache/vectors.sqlite3`` replaced the cache's
     database)."""
     from .outputs import check_not_runs_own
@@ -521,7 +522,7 @@ def check_cache_apart(cache: Path | None, layout: OutputLayout, model: str | Non
     c = Path(cache).absolute()
     for label, path in layout.outputs() + [("partial directory", layout.partial)]:
         p = Path(path).absolute()
-        if c == p or (label == "partial directory" and p in c.parents):
+        if c == p or p in c.parents:  # a file's path, or a directory replaced whole (Dask's output, the partial one)
             raise BertfeatError(f"the cache {cache} is {'inside ' if c != p else ''}the run's {label} {path}",
                                 f"give {opt('cache')} a directory of its own, e.g. {opt('cache', 'bertfeat-cache')}")
 

@@ -1265,6 +1265,23 @@ def test_a_cache_that_is_an_output_or_inside_the_partial_directory_is_refused(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 
+@pytest.mark.parametrize("engine", ["dask", "local"])
+def test_a_cache_inside_the_output_path_is_refused(tmp_path, capsys, engine):
+    """--cache OUT/c with -o OUT: the Dask engine made the cache inside its output directory, then replaced that
+    directory whole at the end, deleting the cache (every run, rc 0, nothing said); the local engine made OUT a
+    directory holding the cache and failed with "is a directory" about its own output, OUT.partial left behind.
+    Both are refused before anything is written."""
+    pytest.importorskip("distributed")
+    src = tmp_path / "in.csv"
+    src.write_text("text\na cat\na dog\n")
+    out, cache = tmp_path / "o.parquet", tmp_path / "o.parquet" / "c"
+    extra = ["--engine", "dask", "--workers", "1"] if engine == "dask" else []
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--cache", cache, "--model", tiny_model(), *extra)
+    assert (rc, err) == (1, f"Error: the cache {cache} is inside the run's output {out} - give --cache a directory of "
+                            "its own, e.g. --cache bertfeat-cache\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
 def test_a_cache_failing_before_any_chunk_is_done_leaves_no_partial_run(tmp_path, capsys, monkeypatch):
     """A cache found damaged in the first chunk's lookups stopped the run with the partial directory left: after
     deleting the cache as the error says, the same command was refused ("a resumable partial run exists")."""

@@ -109,3 +109,25 @@ def test_run_store_disk_error_names_the_run_store_not_a_cache(client, tmp_path, 
     assert e.value.message.startswith("cannot open the run's temporary store of encoded rows ")
     assert e.value.message.endswith(" then rerun the same command with resume=True, or write to another file system "
                                     "with output")
+
+
+@pytest.mark.parametrize("suffix, compress", [(".gz", "gzip"), (".bz2", "bz2")])
+def test_a_compressed_file_cut_short_past_its_head_is_one_line_naming_it(client, tmp_path, capsys, suffix, compress):
+    """A .csv.gz / .csv.bz2 cut short after its first MiB (the head the client reads is whole): the workers' count
+    of its rows met the truncated stream. It was Python's EOFError, said without the file ("unexpected end of a
+    file ... rerun the command that wrote it"), and the bug's rule left OUTPUT.partial/ behind; it is now the local
+    engine's line naming the file, and the partial directory goes (no partition finished)."""
+    import importlib
+
+    lines = "".join(f"sentence {i} of a file long enough to pass its head, {i * 7919 % 10007}\n" for i in range(60000))
+    whole = importlib.import_module(compress).compress(("text\n" + lines).encode())
+    src = tmp_path / f"long.csv{suffix}"
+    src.write_bytes(whole[: len(whole) * 3 // 4])
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--engine", "dask", "--scheduler",
+                     client.scheduler.address, "-q")
+    assert rc == 1, err
+    assert err.strip().splitlines()[-1] == (
+        f"Error: {src}: cannot read the file (Compressed file ended before the end-of-stream marker was reached) - "
+        "check the file is complete and its compression")
+    assert not out.exists() and not (tmp_path / "o.parquet.partial").exists()
