@@ -32,7 +32,8 @@ Solvers
 ``svd``         ``numpy.linalg.svd`` of the centred (n, d) data, in float64.
 ``covariance``  float64 sufficient statistics (n, a shift vector, the sum of shifted
                 rows (d,) and the shifted scatter matrix (d, d)), then ``eigh`` of the
-                (d, d) covariance. Memory is O(d^2), independent of n; this is what
+                (d, d) covariance (through its correlations when the columns' scales differ
+                widely: solvers.covariance_eigh). Memory is O(d^2), independent of n; this is what
                 ``partial_fit`` and ``merge`` use.
 ``randomized``  Halko et al. randomized SVD with power iterations (``random_state``),
                 for very wide in-memory data. Approximate; only the top k variances are known.

@@ -23,12 +23,16 @@ from .stats import Stats
 
 __all__ = ["SOLVERS", "AUTO_COVARIANCE_MAX_FEATURES", "Decomposition", "flip_signs", "choose_solver", "randomized_svd",
            "n_components_from_spec", "components_needed", "decomposition_from_spectrum", "decompose_svd",
-           "decompose_randomized", "decompose_stats", "model_covariance", "model_singular", "singular_model_error",
-           "model_precision", "log_likelihoods"]
+           "decompose_randomized", "decompose_stats", "GRADED_MIN_SPREAD", "covariance_eigh", "graded_eigh",
+           "model_covariance", "model_singular", "singular_model_error", "model_precision", "log_likelihoods"]
 
 SOLVERS = ("auto", "svd", "covariance", "randomized")
 #: ``auto`` uses the covariance solver up to this many features (a d x d float64 matrix).
 AUTO_COVARIANCE_MAX_FEATURES = 4096
+#: The covariance solver goes through ``graded_eigh`` when the columns' variances span more than this: a plain
+#: ``eigh``'s error, ~eps x the largest variance, is then over ~1e-10 of the smallest column's variance (the graded
+#: path is 1.5x slower than ``eigh`` at d=384, 3.3x at d=768).
+GRADED_MIN_SPREAD = 1e6
 
 
 @dataclass
@@ -207,15 +211,53 @@ def decompose_randomized(Xc: np.ndarray, mean: np.ndarray, spec: Any, random_sta
 
 
 def decompose_stats(stats: Stats, spec: Any) -> Decomposition:
-    """``covariance`` solver: eigh of the (d, d) covariance built from float64 statistics."""
+    """``covariance`` solver: the eigenpairs of the (d, d) covariance built from float64 statistics."""
     n, d = stats.n, stats.shift.shape[0]
     C = stats.scatter() / (n - 1)
     C = (C + C.T) * 0.5
-    w, V = np.linalg.eigh(C)  # ascending
+    w, Vt = covariance_eigh(C)  # descending
     r = min(n, d)
-    w = np.clip(w[::-1][:r], 0.0, None)
-    Vt = flip_signs(np.ascontiguousarray(V[:, ::-1][:, :r].T))
+    w = np.clip(w[:r], 0.0, None)
+    Vt = flip_signs(np.ascontiguousarray(Vt[:r]))
     return decomposition_from_spectrum(stats.mean(), Vt, w, n, d, spec, "covariance")
+
+
+def covariance_eigh(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenvalues (d,) descending and eigenvectors (d, d, one a row) of a covariance C (d, d).
+
+    ``eigh``'s error is ~eps times the largest eigenvalue, which swamps the variance of a column on a far smaller
+    scale (1e-6 beside 1e6: variance 1e-12 beside 1e12). Columns whose variances span more than
+    ``GRADED_MIN_SPREAD`` go through ``graded_eigh``, whose error is relative to each column's own scale.
+    """
+    diag = np.clip(np.diag(C), 0.0, None)
+    live = diag[diag > 0]
+    if live.size < 2 or diag.max() <= GRADED_MIN_SPREAD * live.min():
+        w, V = np.linalg.eigh(C)  # ascending
+        return w[::-1], np.ascontiguousarray(V[:, ::-1].T)
+    return graded_eigh(C, np.sqrt(diag))
+
+
+def graded_eigh(C: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``covariance_eigh`` of C (d, d) = D R D with D = diag(``scale``) (d,), each column's standard deviation.
+
+    R (the correlations, within [-1, 1]) is well scaled, so its ``eigh`` is accurate: C = G G^T with
+    G = D Q sqrt(L) (d, d), whose SVD (rows in decreasing scale) gives C's eigenvalues (the squared singular values)
+    and eigenvectors (the left singular vectors) to a precision relative to each column's scale (Demmel and
+    Veselic). A column of no variance (scale 0) is a zero row of G: eigenvalue 0 along that column.
+    """
+    live = scale > 0
+    s = np.where(live, scale, 1.0)
+    R = np.clip(C / np.outer(s, s), -1.0, 1.0)  # a correlation is within [-1, 1]: rounding past it is clipped
+    R[~live, :] = 0.0
+    R[:, ~live] = 0.0
+    np.fill_diagonal(R, live.astype(np.float64))
+    lam, Q = np.linalg.eigh(R)
+    G = scale[:, None] * Q * np.sqrt(np.clip(lam, 0.0, None))  # (d, d) C = G G^T
+    order = np.argsort(-scale, kind="stable")  # largest rows first, as Householder bidiagonalisation wants
+    U, sv, _ = np.linalg.svd(G[order])
+    V = np.empty_like(U)
+    V[order] = U
+    return sv * sv, np.ascontiguousarray(V.T)
 
 
 def _model_parts(components: np.ndarray, variance: np.ndarray, noise: float,

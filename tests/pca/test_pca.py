@@ -250,6 +250,31 @@ def test_large_offset_keeps_accuracy():
         np.testing.assert_allclose(est.mean_, exact.mean_, rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("chunks", [None, "one row each", "unequal, last of one row"])
+def test_columns_of_very_different_scales_keep_every_variance(sk, chunks):
+    # columns of scale 1e-6 .. 1e6 (variances 1e-12 .. 1e12): eigh of the covariance errs by ~eps x 1e12, which left
+    # the variance 1e-12 66x off and 1e-6 by 6e-5 (and partial_fit has no svd to fall back to); every variance is
+    # scikit-learn's to 1e-6 now, relative to itself
+    rng = np.random.default_rng(5)
+    n = 300
+    X = rng.standard_normal((n, 6)) * np.array([1e-6, 1e6, 1.0, 1e-3, 1e3, 10.0])
+    X[:, 2] += 1e-3 * X[:, 4]  # one correlated pair
+    theirs = sk(svd_solver="full").fit(X)
+    ours = PCA()
+    if chunks is None:
+        ours.fit(X)
+    else:
+        sizes = [1] * n if chunks == "one row each" else [7, 150, 1, 141, 1]
+        for part in np.split(X, np.cumsum(sizes)[:-1]):
+            ours.partial_fit(part)
+    assert ours.fit_solver_ == "covariance"
+    np.testing.assert_allclose(ours.explained_variance_, theirs.explained_variance_, rtol=1e-6)
+    np.testing.assert_allclose(ours.components_, theirs.components_, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(ours.explained_variance_ratio_, theirs.explained_variance_ratio_, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(ours.transform(X), theirs.transform(X), rtol=0, atol=1e-9 * np.abs(X).max())
+    np.testing.assert_allclose(ours.inverse_transform(ours.transform(X)), X, rtol=1e-9, atol=1e-15)
+
+
 @pytest.mark.parametrize("offset", [3.0, 1e4])
 def test_accumulate_on_float32_input(offset):
     # more rows than one block, so several float32 products are added in float64
