@@ -51,7 +51,8 @@ runs on first use - the first read of a fitted attribute (``components_``, ...) 
 arrived - or at an explicit ``finalize()``, and is kept until the next ``partial_fit``
 (``merge`` returns a new PCA, which decomposes on its own first use). For d = 768 that is one
 768 x 768 ``eigh``, well under a second. Shifting every row by the first chunk's mean keeps
-the accumulation exact for data far from the origin (mean 1e4, variance 1).
+the accumulation exact for data far from the origin (mean 1e4, variance 1); a chunk far from that
+shift is summed about its own mean and merged, the statistics re-centred (``stats.add_chunk``).
 
 Model files
 -----------

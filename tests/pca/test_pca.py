@@ -250,6 +250,31 @@ def test_large_offset_keeps_accuracy():
         np.testing.assert_allclose(est.mean_, exact.mean_, rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("sizes", [[1, 999], [1] * 1000, [1, 300, 1, 697, 1]], ids=["1+999", "one row each", "unequal"])
+def test_a_stream_whose_first_row_sits_far_from_the_rest_keeps_its_variances(sk, sizes):
+    # a first row of zeros (padding), then rows around 1e7 with spreads ~1: the statistics summed the later rows'
+    # squares about the first row, and taking the scatter cancelled ~eps x 1e14 of it: the trailing variances were off
+    # by 1.2e-13 .. 3e-13 of the largest, where a fit in one call is at eigh's own limit (~1e-15 of the largest); such
+    # a chunk is now summed about its own mean and merged, the statistics re-centred on the mean of all rows
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((1000, 6)) @ rng.standard_normal((6, 6)) + 1e7
+    X[0] = 0.0
+    theirs = sk(svd_solver="full").fit(X)
+    ours = PCA()
+    for part in np.split(X, np.cumsum(sizes)[:-1]):
+        ours.partial_fit(part)
+    lam = theirs.explained_variance_
+    err = np.abs(ours.explained_variance_ / lam - 1) * lam / lam[0]  # relative to the largest variance
+    assert err.max() <= 2e-14, err
+    np.testing.assert_allclose(ours.mean_, theirs.mean_, rtol=1e-15)
+    np.testing.assert_allclose(ours.components_[0], theirs.components_[0], atol=1e-12)
+    # the same rows in two partial fits merged (a worker that saw only the first row): the merge kept the first row
+    # as its shift (1.7e-14 of the largest off); it is re-centred too
+    merged = PCA().partial_fit(X[:1]).merge(PCA().partial_fit(X[1:]))
+    err = np.abs(merged.explained_variance_ / lam - 1) * lam / lam[0]
+    assert err.max() <= 4e-15, err
+
+
 @pytest.mark.parametrize("chunks", [None, "one row each", "unequal, last of one row"])
 def test_columns_of_very_different_scales_keep_every_variance(sk, chunks):
     # columns of scale 1e-6 .. 1e6 (variances 1e-12 .. 1e12): eigh of the covariance errs by ~eps x 1e12, which left
