@@ -284,19 +284,23 @@ def model_singular(components: np.ndarray, variance: np.ndarray, noise: float, w
     or the rest of it 0) and fewer than d directions of variance - k < d components (fewer rows than features and
     n_components=None), or a kept component's eigenvalue of the covariance (its variance; squared with ``whiten``)
     at most d * eps of the largest (constant or repeated columns: 0 up to rounding; ``numpy.linalg.matrix_rank``'s
-    tolerance). With noise, the (k, k) inverse of the matrix inversion lemma is well defined."""
+    tolerance). A noise within that tolerance is rounding, no noise: n_components at the rank of the rows left
+    2e-33 or 4e-16 of noise, whose inverse scored +3e16 or +67 where scikit-learn's is mostly -inf. With noise, the
+    (k, k) inverse of the matrix inversion lemma is well defined."""
     k, d = components.shape
-    if noise != 0.0:
-        return False
     eig = variance * variance if whiten else variance  # (k,) the covariance's eigenvalues along the components
-    return k < d or not eig.max() > 0.0 or bool(eig.min() <= eig.max() * d * np.finfo(np.float64).eps)
+    tol = eig.max() * d * np.finfo(np.float64).eps if k else 0.0
+    if noise > tol:
+        return False
+    return k < d or not eig.max() > 0.0 or bool(eig.min() <= tol)
 
 
-def singular_model_error(d: int, k: int) -> BertfeatError:
-    """``get_precision`` of a singular model (``model_singular``)."""
+def singular_model_error(d: int, k: int, noise: float = 0.0) -> BertfeatError:
+    """``get_precision`` of a singular model (``model_singular``; ``noise``: its noise_variance_, 0 or rounding)."""
+    what = "0" if noise == 0.0 else f"{noise:.3g}, 0 up to rounding,"
     return BertfeatError(
-        f"the PCA's probabilistic model has no precision: its covariance is singular (noise_variance_ is 0 and its "
-        f"{k} components leave directions of the {d} features without variance)",
+        f"the PCA's probabilistic model has no precision: its covariance is singular (noise_variance_ is {what} and "
+        f"its {k} components leave directions of the {d} features without variance)",
         f"fit with {opt('n_components')} below the rank of the rows (below min(n_samples, n_features), fewer still "
         "with constant or repeated columns), so that the variance left over is the noise")
 
@@ -307,7 +311,7 @@ def model_precision(components: np.ndarray, variance: np.ndarray, noise: float, 
     an error (``singular_model_error``) where scikit-learn's inverse raises LinAlgError or returns rounding noise."""
     k, d = components.shape
     if model_singular(components, variance, noise, whiten):
-        raise singular_model_error(d, k)
+        raise singular_model_error(d, k, noise)
     if noise == 0.0:
         return np.linalg.inv(model_covariance(components, variance, noise, whiten))
     comps, above = _model_parts(components, variance, noise, whiten)

@@ -1263,6 +1263,40 @@ def test_a_singular_model_has_no_precision_and_scores_minus_inf(case, solver):
     assert np.all(whitened.score_samples(X[:3]) == -np.inf)
 
 
+def _rounding_noise_fits():
+    """n_components at the rank of the rows: the noise left is rounding (name, X, k, solver, whiten)."""
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((200, 6)) @ rng.standard_normal((6, 6))
+    const, dup = base.copy(), base.copy()
+    const[:, 2], dup[:, 3] = 3.5, dup[:, 1]
+    rank2 = rng.standard_normal((200, 2)) @ rng.standard_normal((2, 6))
+    return [("rank 2, covariance, whiten", rank2, 2, "covariance", True),  # noise 3.6e-16: scored +67
+            ("constant column, svd, whiten", const, 5, "svd", True),  # noise 2.3e-33: +3.3e16
+            ("repeated column, svd", dup, 5, "svd", False)]  # noise 8.9e-33: +2.6e17 (scikit-learn's +2.5e17)
+
+
+@pytest.mark.parametrize("case", _rounding_noise_fits(), ids=lambda c: c[0])
+def test_a_model_whose_noise_is_rounding_is_singular_too(sk, case):
+    """noise_variance_ of 1e-33 .. 1e-16 (n_components at the rank of rows with constant or repeated columns) was
+    taken for noise: its inverse gave log-likelihoods of +67 .. +2.6e17, which win a grid search. Noise within
+    numpy.linalg.matrix_rank's tolerance of the largest eigenvalue (d * eps) is no noise: -inf, as scikit-learn's in
+    the first two cases, and get_precision refuses, saying so."""
+    _, X, k, solver, whiten = case
+    ours = PCA(k, solver=solver, whiten=whiten).fit(X)
+    assert ours.n_components_ == k and 0.0 < ours.noise_variance_ <= 1e-15 * ours.explained_variance_[0]
+    assert ours.score(X) == -np.inf and np.all(ours.score_samples(X[:5]) == -np.inf)
+    with pytest.raises(BertfeatError) as e:
+        ours.get_precision()
+    assert e.value.message.startswith("the PCA's probabilistic model has no precision: its covariance is singular "
+                                      f"(noise_variance_ is {ours.noise_variance_:.3g}, 0 up to rounding, and its {k} "
+                                      "components leave directions of the 6 features without variance)")
+    if whiten:
+        assert sk(k, svd_solver="full", whiten=True).fit(X).score(X) == -np.inf
+    # a real noise is still scikit-learn's
+    theirs = sk(k - 1, svd_solver="full", whiten=whiten).fit(X)
+    assert PCA(k - 1, solver=solver, whiten=whiten).fit(X).score(X) == pytest.approx(theirs.score(X), rel=1e-9)
+
+
 def test_grid_search_on_fewer_rows_than_features_picks_as_scikit_learn(sk):
     """GridSearchCV(PCA(), {"n_components": [2, 3, None]}) on 15 x 30 rows: None (every component of 10 training rows)
     scored +2e16 from an inverse of a singular matrix (its rounding decides: -inf on other rows), so it won. Now
