@@ -31,7 +31,7 @@ SOLVERS = ("auto", "svd", "covariance", "randomized")
 AUTO_COVARIANCE_MAX_FEATURES = 4096
 #: The covariance solver goes through ``graded_eigh`` when the columns' variances span more than this: a plain
 #: ``eigh``'s error, ~eps x the largest variance, is then over ~1e-10 of the smallest column's variance (the graded
-#: path is 1.5x slower than ``eigh`` at d=384, 3.3x at d=768).
+#: path takes ~4x ``eigh``'s time: 0.57 s against 0.15 s at d=768, one thread).
 GRADED_MIN_SPREAD = 1e6
 
 
