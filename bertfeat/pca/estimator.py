@@ -32,7 +32,8 @@ Solvers
 ``svd``         ``numpy.linalg.svd`` of the centred (n, d) data, in float64.
 ``covariance``  float64 sufficient statistics (n, a shift vector, the sum of shifted
                 rows (d,) and the shifted scatter matrix (d, d)), then ``eigh`` of the
-                (d, d) covariance. Memory is O(d^2), independent of n; this is what
+                (d, d) covariance (through its correlations when the columns' scales differ
+                widely: solvers.covariance_eigh). Memory is O(d^2), independent of n; this is what
                 ``partial_fit`` and ``merge`` use.
 ``randomized``  Halko et al. randomized SVD with power iterations (``random_state``),
                 for very wide in-memory data. Approximate; only the top k variances are known.
@@ -50,7 +51,8 @@ runs on first use - the first read of a fitted attribute (``components_``, ...) 
 arrived - or at an explicit ``finalize()``, and is kept until the next ``partial_fit``
 (``merge`` returns a new PCA, which decomposes on its own first use). For d = 768 that is one
 768 x 768 ``eigh``, well under a second. Shifting every row by the first chunk's mean keeps
-the accumulation exact for data far from the origin (mean 1e4, variance 1).
+the accumulation exact for data far from the origin (mean 1e4, variance 1); a chunk far from that
+shift is summed about its own mean and merged, the statistics re-centred (``stats.add_chunk``).
 
 Model files
 -----------

@@ -3,7 +3,8 @@
 Owns ``Stats`` (n, a shift vector, the sum of the shifted rows and their scatter matrix, all
 float64), starting them from a first chunk, adding a chunk block by block (float32 block
 products added to float64 totals, or float64 throughout), the test of when float32 products
-are accurate enough, and Chan et al.'s pairwise merge. Shape legend: n rows, d features,
+are accurate enough, and Chan et al.'s pairwise merge, which also takes a chunk far from the shift (the
+statistics then re-centred on the mean of all rows). Shape legend: n rows, d features,
 m rows of one chunk, b rows of one block (at most ``BLOCK_ROWS``).
 """
 
@@ -16,8 +17,8 @@ import numpy as np
 from ..errors import BertfeatError
 from .validation import nonfinite_error, overflow_error
 
-__all__ = ["BLOCK_ROWS", "MIXED_MAX_OFFSET", "Stats", "first_stats", "float32_products_ok", "chunk_stats", "add_chunk",
-           "merge_stats"]
+__all__ = ["BLOCK_ROWS", "MIXED_MAX_OFFSET", "DRIFT_MAX_OFFSET2", "Stats", "first_stats", "float32_products_ok",
+           "chunk_stats", "add_chunk", "merge_stats"]
 
 #: Rows per block inside ``partial_fit`` (bounds the temporary copy to 25-50 MB at d=768).
 BLOCK_ROWS = 8192
@@ -34,6 +35,11 @@ MIXED_MAX_ENERGY = 17.0  # a root-mean-square offset of 4 standard deviations
 #: lose bits as they near float32's smallest normal number, 2^-126, and below ~1e-23 vanish; features of scale 1e-30
 #: fitted variances of 0 and an arbitrary basis, where float64 and scikit-learn give 1e-60)
 MIXED_MIN_ENERGY = 2.0 ** -100
+#: A chunk whose mean sits more than sqrt(this) = 4 standard deviations from the shift in some column is summed
+#: about its own mean and merged (``add_chunk``): the scatter taken from sums of squares about a far shift loses
+#: ~eps x distance^2 of each variance, where eigh loses ~eps x the largest variance (a first row of zeros, then rows
+#: around 1e7 with std ~1: the trailing variances were ~3e-13 of the largest off, 100x eigh's error in one call)
+DRIFT_MAX_OFFSET2 = 16.0
 
 
 @dataclass
@@ -151,21 +157,72 @@ def _underflows(energy: np.ndarray, block: np.ndarray, shift32: np.ndarray) -> b
 
 
 def add_chunk(st: Stats, X: np.ndarray, mixed: bool) -> None:
-    """Add the rows of X (m, d) to ``st`` in place, all or nothing: a refused chunk leaves ``st`` untouched."""
+    """Add the rows of X (m, d) to ``st`` in place, all or nothing: a refused chunk leaves ``st`` untouched.
+
+    A chunk far from the shift (``_drifted``) is summed about its own mean instead and merged (Chan), the total
+    re-centred on the mean of all rows: sums of squares about a far shift cancel when the scatter is taken.
+    """
     m = X.shape[0]
     chunk_sum, chunk_sq = chunk_stats(X, st.shift, st.n, mixed=mixed)
     if not np.isfinite(chunk_sq).all():  # float64 products (float32 blocks overflowing float32 were redone in float64)
         raise overflow_error(st.n, st.n + m - 1)
+    if _drifted(st, chunk_sum, chunk_sq, m):
+        own = X.mean(axis=0, dtype=np.float64)  # (d,) finite: the sums above were
+        own_sum, own_sq = chunk_stats(X, own, st.n, mixed=False)  # float64, as mixed redoes a block far from the shift
+        if not np.isfinite(own_sq).all():
+            raise overflow_error(st.n, st.n + m - 1)
+        part = Stats(m, own, own_sum, own_sq)
+        total = merge_stats(st, part, recentre=True) if st.n else _recentred(part, _like(own, st.shift))
+        st.n, st.shift, st.sum, st.sq = total.n, total.shift, total.sum, total.sq
+        return
     st.sq += chunk_sq
     st.sum += chunk_sum
     st.n += m
 
 
-def merge_stats(a: Stats, b: Stats) -> Stats:
+def _drifted(st: Stats, s: np.ndarray, sq: np.ndarray, m: int) -> bool:
+    """Whether a chunk's rows (their sum ``s`` (d,) and scatter ``sq`` (d, d) about the shift) sit so far from the
+    shift that the scatter would lose digits: in some column, the squared distance of their mean from the shift over
+    DRIFT_MAX_OFFSET2 times the larger of their own variance and the rows' so far (``_far``). A chunk of one row has
+    no variance of its own; the rows so far give it."""
+    var = np.maximum(sq.diagonal() - s * s / m, 0.0) / m  # (d,)
+    if st.n:
+        var = np.maximum(var, np.maximum(st.sq.diagonal() - st.sum**2 / st.n, 0.0) / st.n)
+    return _far(s / m, var, st.shift)
+
+
+def _far(offset: np.ndarray, var: np.ndarray, shift: np.ndarray) -> bool:
+    """Some column's mean ``offset`` (d,) from the shift (d,) is over sqrt(DRIFT_MAX_OFFSET2) standard deviations
+    (``var`` (d,)) and over a few ulps of the shift: no shift sits closer than its own rounding (a constant column's
+    mean rounds a little off its value, which is harmless)."""
+    offset2 = offset * offset
+    ulps2 = (8.0 * np.finfo(np.float64).eps * shift) ** 2
+    return bool(np.any((offset2 > DRIFT_MAX_OFFSET2 * var) & (offset2 > ulps2)))
+
+
+def _like(mean: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """A new shift at ``mean`` (d,), rounded to float32 when the old ``shift`` (d,) was float32-representable: float32
+    rows then keep subtracting it exactly (first_stats)."""
+    with np.errstate(over="ignore"):
+        if not np.array_equal(shift.astype(np.float32), shift):
+            return mean.copy()
+        rounded = mean.astype(np.float32).astype(np.float64)
+    return np.where(np.isfinite(rounded), rounded, mean)
+
+
+def _recentred(st: Stats, shift: np.ndarray) -> Stats:
+    """The same rows' statistics about ``shift`` (d,)."""
+    s = (st.mean() - shift) * st.n
+    return Stats(st.n, shift, s, st.scatter() + np.outer(s, s) / st.n)
+
+
+def merge_stats(a: Stats, b: Stats, recentre: bool = False) -> Stats:
     """The statistics of the rows of both a and b, around a's shift (neither input changes).
 
     Chan et al.'s pairwise update of (n, mean, scatter); exact in float64 and
-    order-independent up to rounding.
+    order-independent up to rounding. Around the mean of all rows instead (``_like`` a's shift) when ``recentre``, or
+    when that mean is more than 4 standard deviations from a's shift in some column (DRIFT_MAX_OFFSET2): sums of
+    squares about a far shift cancel when the scatter is taken.
     """
     if a.shift.shape != b.shift.shape:
         raise BertfeatError(
@@ -177,5 +234,9 @@ def merge_stats(a: Stats, b: Stats) -> Stats:
     delta = mean_b - mean_a
     mean = mean_a + delta * (b.n / n)
     scatter = a.scatter() + b.scatter() + np.outer(delta, delta) * (a.n * b.n / n)
-    s = (mean - a.shift) * n
-    return Stats(n, a.shift.copy(), s, scatter + np.outer(s, s) / n)
+    if recentre or _far(mean - a.shift, np.maximum(scatter.diagonal(), 0.0) / n, a.shift):
+        shift = _like(mean, a.shift)
+    else:
+        shift = a.shift.copy()
+    s = (mean - shift) * n
+    return Stats(n, shift, s, scatter + np.outer(s, s) / n)

@@ -250,6 +250,56 @@ def test_large_offset_keeps_accuracy():
         np.testing.assert_allclose(est.mean_, exact.mean_, rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("sizes", [[1, 999], [1] * 1000, [1, 300, 1, 697, 1]], ids=["1+999", "one row each", "unequal"])
+def test_a_stream_whose_first_row_sits_far_from_the_rest_keeps_its_variances(sk, sizes):
+    # a first row of zeros (padding), then rows around 1e7 with spreads ~1: the statistics summed the later rows'
+    # squares about the first row, and taking the scatter cancelled ~eps x 1e14 of it: the trailing variances were off
+    # by 1.2e-13 .. 3e-13 of the largest, where a fit in one call is at eigh's own limit (~1e-15 of the largest); such
+    # a chunk is now summed about its own mean and merged, the statistics re-centred on the mean of all rows
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((1000, 6)) @ rng.standard_normal((6, 6)) + 1e7
+    X[0] = 0.0
+    theirs = sk(svd_solver="full").fit(X)
+    ours = PCA()
+    for part in np.split(X, np.cumsum(sizes)[:-1]):
+        ours.partial_fit(part)
+    lam = theirs.explained_variance_
+    err = np.abs(ours.explained_variance_ / lam - 1) * lam / lam[0]  # relative to the largest variance
+    assert err.max() <= 2e-14, err
+    np.testing.assert_allclose(ours.mean_, theirs.mean_, rtol=1e-15)
+    np.testing.assert_allclose(ours.components_[0], theirs.components_[0], atol=1e-12)
+    # the same rows in two partial fits merged (a worker that saw only the first row): the merge kept the first row
+    # as its shift (1.7e-14 of the largest off); it is re-centred too
+    merged = PCA().partial_fit(X[:1]).merge(PCA().partial_fit(X[1:]))
+    err = np.abs(merged.explained_variance_ / lam - 1) * lam / lam[0]
+    assert err.max() <= 4e-15, err
+
+
+@pytest.mark.parametrize("chunks", [None, "one row each", "unequal, last of one row"])
+def test_columns_of_very_different_scales_keep_every_variance(sk, chunks):
+    # columns of scale 1e-6 .. 1e6 (variances 1e-12 .. 1e12): eigh of the covariance errs by ~eps x 1e12, which left
+    # the variance 1e-12 66x off and 1e-6 by 6e-5 (and partial_fit has no svd to fall back to); every variance is
+    # scikit-learn's to 1e-6 now, relative to itself
+    rng = np.random.default_rng(5)
+    n = 300
+    X = rng.standard_normal((n, 6)) * np.array([1e-6, 1e6, 1.0, 1e-3, 1e3, 10.0])
+    X[:, 2] += 1e-3 * X[:, 4]  # one correlated pair
+    theirs = sk(svd_solver="full").fit(X)
+    ours = PCA()
+    if chunks is None:
+        ours.fit(X)
+    else:
+        sizes = [1] * n if chunks == "one row each" else [7, 150, 1, 141, 1]
+        for part in np.split(X, np.cumsum(sizes)[:-1]):
+            ours.partial_fit(part)
+    assert ours.fit_solver_ == "covariance"
+    np.testing.assert_allclose(ours.explained_variance_, theirs.explained_variance_, rtol=1e-6)
+    np.testing.assert_allclose(ours.components_, theirs.components_, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(ours.explained_variance_ratio_, theirs.explained_variance_ratio_, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(ours.transform(X), theirs.transform(X), rtol=0, atol=1e-9 * np.abs(X).max())
+    np.testing.assert_allclose(ours.inverse_transform(ours.transform(X)), X, rtol=1e-9, atol=1e-15)
+
+
 @pytest.mark.parametrize("offset", [3.0, 1e4])
 def test_accumulate_on_float32_input(offset):
     # more rows than one block, so several float32 products are added in float64
@@ -1211,6 +1261,40 @@ def test_a_singular_model_has_no_precision_and_scores_minus_inf(case, solver):
     assert np.all(pca.score_samples(X) == -np.inf) and pca.score(X) == -np.inf
     whitened = PCA(solver=solver, whiten=True).fit(X)
     assert np.all(whitened.score_samples(X[:3]) == -np.inf)
+
+
+def _rounding_noise_fits():
+    """n_components at the rank of the rows: the noise left is rounding (name, X, k, solver, whiten)."""
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((200, 6)) @ rng.standard_normal((6, 6))
+    const, dup = base.copy(), base.copy()
+    const[:, 2], dup[:, 3] = 3.5, dup[:, 1]
+    rank2 = rng.standard_normal((200, 2)) @ rng.standard_normal((2, 6))
+    return [("rank 2, covariance, whiten", rank2, 2, "covariance", True),  # noise 3.6e-16: scored +67
+            ("constant column, svd, whiten", const, 5, "svd", True),  # noise 2.3e-33: +3.3e16
+            ("repeated column, svd", dup, 5, "svd", False)]  # noise 8.9e-33: +2.6e17 (scikit-learn's +2.5e17)
+
+
+@pytest.mark.parametrize("case", _rounding_noise_fits(), ids=lambda c: c[0])
+def test_a_model_whose_noise_is_rounding_is_singular_too(sk, case):
+    """noise_variance_ of 1e-33 .. 1e-16 (n_components at the rank of rows with constant or repeated columns) was
+    taken for noise: its inverse gave log-likelihoods of +67 .. +2.6e17, which win a grid search. Noise within
+    numpy.linalg.matrix_rank's tolerance of the largest eigenvalue (d * eps) is no noise: -inf, as scikit-learn's in
+    the first two cases, and get_precision refuses, saying so."""
+    _, X, k, solver, whiten = case
+    ours = PCA(k, solver=solver, whiten=whiten).fit(X)
+    assert ours.n_components_ == k and 0.0 < ours.noise_variance_ <= 1e-15 * ours.explained_variance_[0]
+    assert ours.score(X) == -np.inf and np.all(ours.score_samples(X[:5]) == -np.inf)
+    with pytest.raises(BertfeatError) as e:
+        ours.get_precision()
+    assert e.value.message.startswith("the PCA's probabilistic model has no precision: its covariance is singular "
+                                      f"(noise_variance_ is {ours.noise_variance_:.3g}, 0 up to rounding, and its {k} "
+                                      "components leave directions of the 6 features without variance)")
+    if whiten:
+        assert sk(k, svd_solver="full", whiten=True).fit(X).score(X) == -np.inf
+    # a real noise is still scikit-learn's
+    theirs = sk(k - 1, svd_solver="full", whiten=whiten).fit(X)
+    assert PCA(k - 1, solver=solver, whiten=whiten).fit(X).score(X) == pytest.approx(theirs.score(X), rel=1e-9)
 
 
 def test_grid_search_on_fewer_rows_than_features_picks_as_scikit_learn(sk):
