@@ -592,9 +592,10 @@ except CacheError as e:
 
 
 def test_run_store_too_large_for_its_file_system_says_so(tmp_path):
-    """A real EFBIG (RLIMIT_FSIZE, as ``ulimit -f``; SQLite says "disk I/O error"): the run's store gives the local
-    engine's words for it (errors.os_error: "file too large for the file system - write to another file system with
-    -o"); a cache keeps its own."""
+    """A real EFBIG (RLIMIT_FSIZE, as ``ulimit -f``; SQLite says "disk I/O error"): the run's store and the cache name
+    the process's file-size limit and its fix (found by the environment audit: they said "too large for the file
+    system - write to another file system", where any file system has the same limit, and the run store's fix did not
+    say --resume); without a limit, EFBIG is the file system's."""
     import errno
     import subprocess
     import sys
@@ -611,14 +612,47 @@ def test_run_store_too_large_for_its_file_system_says_so(tmp_path):
         return subprocess.run([sys.executable, "-c", _FILL, str(directory)], capture_output=True, text=True,
                               check=True).stdout.strip()
 
-    db = tmp_path / "o.parquet.partial" / ".dedup" / DB_NAME
     local = os_error(OSError(errno.EFBIG, "File too large"), "o.parquet.partial").render(FLAGS)
     assert local == "o.parquet.partial: file too large for the file system - write to another file system with -o"
-    assert fill(db.parent) == (f"cannot write the run's temporary store of encoded rows {db}: "
-                               f"{local.split(': ', 1)[1]}")
+    limit = "file too large: this process may not write a file past 300,000 bytes (its file-size limit, ulimit -f)"
+    db = tmp_path / "o.parquet.partial" / ".dedup" / DB_NAME
+    assert fill(db.parent) == (f"cannot write the run's temporary store of encoded rows {db}: {limit} - raise the "
+                               "limit (ulimit -f unlimited), then rerun the same command with --resume")
     cache = tmp_path / "cache" / DB_NAME
-    assert fill(cache.parent) == (f"cannot write the cache {cache}: file too large for the file system - run with "
-                                  "--no-cache or another --cache directory on another file system")
+    assert fill(cache.parent) == (f"cannot write the cache {cache}: {limit} - raise the limit (ulimit -f unlimited), or "
+                                  "run with --no-cache")
+
+
+_MAKE = """
+import resource, sys
+from pathlib import Path
+from bertfeat.cli.app import FLAGS
+from bertfeat.cache.store import CacheError, open_cache
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))  # ulimit -f 97
+try:
+    open_cache(Path(sys.argv[1]))
+except CacheError as e:
+    print(e.render(FLAGS))
+"""
+
+
+def test_a_cache_the_file_size_limit_stops_being_made_says_so(tmp_path):
+    """Found by the environment audit: under ``ulimit -f`` below a new store's size, SQLite's "disk I/O error" while the
+    store was made was reported as a full or failing disk (the files it could have been told by were gone)."""
+    import subprocess
+    import sys
+
+    resource = pytest.importorskip("resource")
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 100_000:
+        pytest.skip("the hard file size limit is below the test's")
+    cache = tmp_path / "cache"
+    said = subprocess.run([sys.executable, "-c", _MAKE, str(cache)], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert said == (f"cannot open the cache {cache / DB_NAME}: file too large: this process may not write a file past "
+                    "100,000 bytes (its file-size limit, ulimit -f) - raise the limit (ulimit -f unlimited), or run "
+                    "with --no-cache")
+    assert list(cache.iterdir()) == []  # nothing half-made left
 
 
 # --------------------------------------------------------------------------- whose file it is: only bertfeat's own store is written
