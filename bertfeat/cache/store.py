@@ -474,6 +474,9 @@ def _create(path: Path, wal: bool) -> None:
     hard-linked into place (a link never replaces: a file another run made meanwhile is kept, and opened)."""
     tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
     try:
+        # made here with 0666 & ~umask, as any file the run writes (SQLite makes its files 0644 & ~umask: a group's
+        # cache under umask 002 was not group-writable); its -wal / -shm take this file's mode
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         db = sqlite3.connect(tmp, isolation_level=None)
         try:
             db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before the first table (and WAL)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -653,6 +654,23 @@ def test_a_cache_the_file_size_limit_stops_being_made_says_so(tmp_path):
                     "100,000 bytes (its file-size limit, ulimit -f) - raise the limit (ulimit -f unlimited), or run "
                     "with --no-cache")
     assert list(cache.iterdir()) == []  # nothing half-made left
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o022, 0o077])
+def test_a_new_store_has_the_mode_the_umask_gives(tmp_path, umask):
+    """Found by the environment audit: SQLite makes its files 0644 & ~umask, so under umask 002 a team's cache was
+    not group-writable while every other file a run writes was (0666 & ~umask); its -wal / -shm follow its mode."""
+    old = os.umask(umask)
+    try:
+        store = open_cache(tmp_path / "c")
+        fid = store.register("a" * 32, "m", 4, {})
+        store.put(fid, [text_key("x")], np.ones((1, 4), "f4"), [1], [0], [1])
+        modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "c").iterdir()}
+        store.close()
+    finally:
+        os.umask(old)
+    assert modes[DB_NAME] == 0o666 & ~umask
+    assert all(m == 0o666 & ~umask for m in modes.values()), modes
 
 
 # --------------------------------------------------------------------------- whose file it is: only bertfeat's own store is written
