@@ -215,8 +215,20 @@ class AtomicFile:
         try:
             if exc_type is None:
                 self.commit()
+        except OSError as e:
+            _name(e, self.tmp)
+            raise
         finally:
             self.discard()
+        if isinstance(exc, OSError):
+            _name(exc, self.tmp)
+
+
+def _name(e: OSError, tmp: Path) -> None:
+    """A write's or close's OSError names no file (a full disk, ulimit -f): it gets the temporary's name, which
+    errors.os_error shows as the file it stands for, not the command's output."""
+    if not e.filename:
+        e.filename = os.fspath(tmp)
 
 
 @contextlib.contextmanager

@@ -217,7 +217,7 @@ _OS_FIX = {
     errno.EISDIR: ("is a directory", "pass a file name, not a directory"),
     errno.EIO: ("input/output error", "the disk or the file system failed; check the device, then rerun"),
     errno.EMFILE: ("too many open files", "raise the limit (ulimit -n) or read fewer files at once"),
-    errno.EFBIG: ("file too large for the file system", f"write to another file system with {opt('output')}"),
+    errno.EFBIG: ("file too large for the file system", f"write to another file system with {opt('output')}"),  # file_too_large
     errno.ENAMETOOLONG: ("file name too long", f"choose a shorter name (pass {opt('output')} with a shorter file name)"),
 }
 
@@ -248,9 +248,45 @@ def _written_as(path):
     return os.path.join(os.path.dirname(os.fsdecode(path)), m["name"]) if m else path
 
 
-def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str | None = None) -> BertfeatError:
+def file_size_limit() -> int | None:
+    """The largest file this process may write, in bytes (RLIMIT_FSIZE: ``ulimit -f``), or None when unlimited."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
+
+
+def file_too_large(then: str | None = None, elsewhere: str | None = None) -> tuple[str, str]:
+    """What a write's EFBIG means here and its fix: past this process's file-size limit when it has one (Python ignores
+    SIGXFSZ, so ``ulimit -f`` surfaces as EFBIG; another file system would not help), else past the file system's
+    largest file. ``then``: what to do after raising the limit (default: rerun); ``elsewhere``: the fix of a file
+    system too small (default: another output)."""
+    limit = file_size_limit()
+    if limit is None:
+        return "file too large for the file system", elsewhere or f"write to another file system with {opt('output')}"
+    return (f"file too large: this process may not write a file past {limit:,} bytes (its file-size limit, ulimit -f)",
+            f"raise the limit (ulimit -f unlimited), then {then or 'rerun'}")
+
+
+def _cwd_gone() -> bool:
+    """The current directory was deleted (or moved away) under this process: a relative path names nothing."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str | None = None,
+             rerun: str | None = None) -> BertfeatError:
     """An OSError -> ``PATH: what - fix`` (the errno decides the fix; ``path`` when the error names none;
-    ``space_fix`` replaces the fix of a full disk or quota, e.g. extract's "rerun with resume=True")."""
+    ``space_fix`` replaces the fix of a full disk or quota, e.g. extract's "free disk space, then rerun with
+    resume=True"; ``rerun``: how a rerun continues once a full disk, a quota or a file-size limit is dealt with)."""
     code = _errno_of(e)
     # a rename or link names its destination second: the user's file, not the temporary moved onto it
     where = next((f for f in (getattr(e, "filename2", None), getattr(e, "filename", None)) if f), path)
@@ -258,7 +294,14 @@ def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str |
     what, fix = _OS_FIX.get(code, (None, "check the path, its permissions and the free disk space"))
     if what is None:
         what = one_line(e.strerror or e)  # an empty text: the exception's type name
+    if code == errno.EFBIG:
+        what, fix = file_too_large(rerun)
+    elif rerun and code in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"{'free disk space' if code == errno.ENOSPC else 'free space under your quota'}, then {rerun}"
     if space_fix and code in (errno.ENOSPC, errno.EDQUOT):
         fix = space_fix
+    if code == errno.ENOENT and _cwd_gone() and not (where and os.path.isabs(os.fsdecode(where))):
+        what = f"{what} (the current directory no longer exists: it was deleted or moved)"
+        fix = "cd to an existing directory (or give absolute paths), then rerun"
     return OutputError(f"{where}: {what}" if where else what, fix)
 

@@ -325,3 +325,30 @@ def test_replace_directory_falls_back_when_the_swap_fails(tmp_path, monkeypatch)
         atomic.replace_directory(tmp_path / "missing", out)
     assert e.value.filename == str(tmp_path / "missing")
     assert listing(tmp_path) == ["out"] and _contents(out) == {"part-00.parquet": "old 0\n", "part-01.parquet": "old 1\n"}
+
+
+@pytest.mark.parametrize("how", ["atomic_output", "write_atomic", "commit"])
+def test_a_write_error_naming_no_file_names_the_file_written(tmp_path, monkeypatch, how):
+    """Found by the environment audit: a write or close that fails (a full disk, ulimit -f) raises an OSError naming no
+    file, so the line named whatever its caller guessed (extract's output for its PCA report). It gets the temporary's
+    name, which errors.os_error shows as the file it stands for."""
+    import errno
+
+    from bertfeat.errors import os_error
+
+    dest = tmp_path / "r.json"
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(OSError) as caught:
+        if how == "atomic_output":
+            with atomic_output(dest):
+                raise full
+        elif how == "write_atomic":
+            monkeypatch.setattr(Path, "write_text", lambda *a, **k: (_ for _ in ()).throw(full))
+            write_atomic(dest, "x")
+        else:
+            monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(full))
+            with AtomicFile(dest) as f:
+                f.tmp.write_text("x")
+    assert os_error(caught.value, "elsewhere").render() == f"{dest}: no space left on the device - free disk space or " \
+                                                           "write elsewhere (another output, or redirect the output), then rerun"
+    assert list(tmp_path.iterdir()) == []

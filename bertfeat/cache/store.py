@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertfeatError, ResumableError, one_line, opt
+from ..errors import BertfeatError, ResumableError, file_size_limit, file_too_large, one_line, opt
 from ..checks import local_path
 
 DB_NAME = "vectors.sqlite3"
@@ -65,6 +65,7 @@ FORMAT = "2"  # the schema's version, in the meta table
 LOOKUP_BATCH = 500  # keys per SELECT ... IN (...)
 CACHE_PAGES = -65536  # SQLite's page cache per connection: 64 MiB (negative: KiB)
 PAGE_SIZE = 16384  # bytes per page of a new cache file
+NEW_STORE_BYTES = 8 * PAGE_SIZE  # a new store's file: its schema's pages, before any vector
 BUSY_TIMEOUT_S = 120.0  # a writer waits this long for another's transaction (they last one chunk)
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "gpfs", "beegfs", "afs",
               "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse", "fuse.glusterfs", "fuse.cephfs", "9p")
@@ -473,6 +474,9 @@ def _create(path: Path, wal: bool) -> None:
     hard-linked into place (a link never replaces: a file another run made meanwhile is kept, and opened)."""
     tmp = path.with_name(f".{path.name}.new-{os.getpid()}-{os.urandom(4).hex()}")
     try:
+        # made here with 0666 & ~umask, as any file the run writes (SQLite makes its files 0644 & ~umask: a group's
+        # cache under umask 002 was not group-writable); its -wal / -shm take this file's mode
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         db = sqlite3.connect(tmp, isolation_level=None)
         try:
             db.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before the first table (and WAL)
@@ -491,6 +495,12 @@ def _create(path: Path, wal: bool) -> None:
                 raise
             if not os.path.lexists(path):  # no hard links on this file system (FAT, some FUSE): a rename instead
                 os.replace(tmp, path)
+    except sqlite3.OperationalError as e:  # SQLite's "disk I/O error" for the file-size limit (ulimit -f), told apart
+        limit = file_size_limit()  # while the files it wrote are there (a new store is NEW_STORE_BYTES)
+        if "disk I/O" in str(e) and limit is not None and (limit < NEW_STORE_BYTES or _near_file_size_limit(
+                list(path.parent.glob(tmp.name + "*")))):
+            raise OSError(errno.EFBIG, os.strerror(errno.EFBIG)) from None
+        raise
     except OSError as e:  # as SQLite's own errors, so the store names itself and its fix (VectorStore._error)
         full = e.errno in (errno.ENOSPC, errno.EDQUOT)
         raise sqlite3.OperationalError("database or disk is full" if full else
@@ -707,6 +717,9 @@ class VectorStore:
             return CacheError(f"{where} is damaged ({text})", f"delete {self.path} (its vectors are recomputed by the "
                                                              "next run), or use another cache directory")
         said, fix = CACHE_FAILURES[cause]
+        if cause == "too_large":  # past this process's file-size limit: no other directory helps
+            said, fix = f": {file_too_large()[0]}", (fix if file_size_limit() is None else
+                                                     f"raise the limit (ulimit -f unlimited), or run with {opt('cache', False)}")
         err = CacheError(f"cannot {doing} {where}{said or f' ({text})'}", fix)
         err.readonly = text if cause == "readonly" else None  # register's test: SQLite refused what os.access allowed
         return err
@@ -725,7 +738,7 @@ class VectorStore:
         said, fix = {
             "full": (": no space left on the device", f"free disk space, then {resume}"),
             "quota": (": disk quota exceeded", f"free space under your quota, then {resume}"),
-            "too_large": (": file too large for the file system", f"write to another file system with {opt('output')}"),
+            "too_large": (f": {file_too_large()[0]}", file_too_large(resume)[1]),
             "io": (None, f"its file system may be full or too small for the file, or the disk failed: free disk "
                          f"space, then {resume}, or write to another file system with {opt('output')}"),
         }.get(cause, (None, f"check the output's directory is writable, or write elsewhere with {opt('output')}"))

@@ -72,7 +72,8 @@ class Failure:
 @dataclass(frozen=True)
 class Decision:
     """What the engine does: ``remove`` its partial directory; ``note``: an interrupt's resume_note; ``os_path``: an
-    OSError becomes ``errors.os_error(e, os_path, os_fix)`` (``os_fix``: the fix of a full disk, None: the errno's);
+    OSError becomes ``errors.os_error(e, os_path, os_fix, os_rerun)`` (``os_fix``: the fix of a full disk, None: the
+    errno's; ``os_rerun``: how a rerun continues once the limit a file passed (ulimit -f) is raised);
     ``resume``: how a rerun continues from the kept parts, after the fix of a ResumableError (a cache error, a worker
     set up otherwise: its kept_for_resume)."""
 
@@ -80,6 +81,7 @@ class Decision:
     note: str | None = None
     os_path: Path | None = None
     os_fix: str | None = None
+    os_rerun: str | None = None
     resume: str | None = None
 
 
@@ -102,6 +104,10 @@ def decide(f: Failure) -> Decision:
     os_path = (f.partial if f.phase == "encode" else f.output) if f.kind == "disk" else None
     if f.complete:  # the partial directory is gone (the outputs were made from it): nothing to keep or remove
         note = f"{f.output} and the run's other files were written and are complete" + PROBE_MISSING * f.probe_missing
+        if f.kind == "disk":  # writing the report again with the label's probe: a rerun would find the outputs there
+            done = f"{f.output} and the run's other files were written and are complete"
+            then = f"add the linear probe with report --probe ({done})" if f.probe_missing else done
+            return Decision(False, None, None, f"free disk space, then {then}", then)
         return Decision(False, note if f.kind == "interrupt" else None, os_path)
     if f.stdin:  # nothing to resume: a resume is refused, and a kept directory would only block the next run
         note = STDIN_NOT_KEPT if f.phase == "encode" else f"no output was written; {STDIN_NOT_KEPT}"
@@ -114,8 +120,8 @@ def decide(f: Failure) -> Decision:
         return Decision(False, resume=f"rerun with {opt('resume', True)} to continue ({kept(f, 'finished')} are kept "
                                       f"in {f.partial})")
     if f.kind == "disk":
-        return Decision(False, os_path=os_path, os_fix=f"free disk space, then rerun the same command with "
-                                                      f"{opt('resume', True)} ({kept(f, 'finished')} are kept in {f.partial})")
+        rerun = f"rerun the same command with {opt('resume', True)} ({kept(f, 'finished')} are kept in {f.partial})"
+        return Decision(False, os_path=os_path, os_fix=f"free disk space, then {rerun}", os_rerun=rerun)
     if f.kind == "interrupt":
         if f.phase == "encode" and f.finished == 0:  # a kept empty directory would only block the plain rerun
             return Decision(True, f"no {f.unit} had finished, so nothing is kept; run the same command again")
@@ -143,10 +149,10 @@ def handle(e: BaseException, failure: Failure, remove: Callable[[], None]) -> Ba
         if err is not e:
             err.__cause__, err.__suppress_context__ = None, True  # as the cache's `raise ... from None`
         return err
-    if decision.os_path is not None:
+    if decision.os_path is not None or decision.os_fix is not None:
         from ..errors import os_error
 
-        err = os_error(e, decision.os_path, decision.os_fix)
+        err = os_error(e, decision.os_path, decision.os_fix, decision.os_rerun)
         err.__cause__, err.__suppress_context__ = None, True  # as `raise ... from None`: the one line says it all
         return err
     return e

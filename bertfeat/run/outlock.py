@@ -80,10 +80,10 @@ def _acquire(path: Path, output: Path, made: list) -> int:
     _check_ours(path, output)
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         except FileNotFoundError:  # its folder, made by a run that failed, removed as that run ended: made again
             made += _make_folders(path.parent)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -592,9 +593,10 @@ except CacheError as e:
 
 
 def test_run_store_too_large_for_its_file_system_says_so(tmp_path):
-    """A real EFBIG (RLIMIT_FSIZE, as ``ulimit -f``; SQLite says "disk I/O error"): the run's store gives the local
-    engine's words for it (errors.os_error: "file too large for the file system - write to another file system with
-    -o"); a cache keeps its own."""
+    """A real EFBIG (RLIMIT_FSIZE, as ``ulimit -f``; SQLite says "disk I/O error"): the run's store and the cache name
+    the process's file-size limit and its fix (found by the environment audit: they said "too large for the file
+    system - write to another file system", where any file system has the same limit, and the run store's fix did not
+    say --resume); without a limit, EFBIG is the file system's."""
     import errno
     import subprocess
     import sys
@@ -611,14 +613,64 @@ def test_run_store_too_large_for_its_file_system_says_so(tmp_path):
         return subprocess.run([sys.executable, "-c", _FILL, str(directory)], capture_output=True, text=True,
                               check=True).stdout.strip()
 
-    db = tmp_path / "o.parquet.partial" / ".dedup" / DB_NAME
     local = os_error(OSError(errno.EFBIG, "File too large"), "o.parquet.partial").render(FLAGS)
     assert local == "o.parquet.partial: file too large for the file system - write to another file system with -o"
-    assert fill(db.parent) == (f"cannot write the run's temporary store of encoded rows {db}: "
-                               f"{local.split(': ', 1)[1]}")
+    limit = "file too large: this process may not write a file past 300,000 bytes (its file-size limit, ulimit -f)"
+    db = tmp_path / "o.parquet.partial" / ".dedup" / DB_NAME
+    assert fill(db.parent) == (f"cannot write the run's temporary store of encoded rows {db}: {limit} - raise the "
+                               "limit (ulimit -f unlimited), then rerun the same command with --resume")
     cache = tmp_path / "cache" / DB_NAME
-    assert fill(cache.parent) == (f"cannot write the cache {cache}: file too large for the file system - run with "
-                                  "--no-cache or another --cache directory on another file system")
+    assert fill(cache.parent) == (f"cannot write the cache {cache}: {limit} - raise the limit (ulimit -f unlimited), or "
+                                  "run with --no-cache")
+
+
+_MAKE = """
+import resource, sys
+from pathlib import Path
+from bertfeat.cli.app import FLAGS
+from bertfeat.cache.store import CacheError, open_cache
+resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))  # ulimit -f 97
+try:
+    open_cache(Path(sys.argv[1]))
+except CacheError as e:
+    print(e.render(FLAGS))
+"""
+
+
+def test_a_cache_the_file_size_limit_stops_being_made_says_so(tmp_path):
+    """Found by the environment audit: under ``ulimit -f`` below a new store's size, SQLite's "disk I/O error" while the
+    store was made was reported as a full or failing disk (the files it could have been told by were gone)."""
+    import subprocess
+    import sys
+
+    resource = pytest.importorskip("resource")
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 100_000:
+        pytest.skip("the hard file size limit is below the test's")
+    cache = tmp_path / "cache"
+    said = subprocess.run([sys.executable, "-c", _MAKE, str(cache)], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert said == (f"cannot open the cache {cache / DB_NAME}: file too large: this process may not write a file past "
+                    "100,000 bytes (its file-size limit, ulimit -f) - raise the limit (ulimit -f unlimited), or run "
+                    "with --no-cache")
+    assert list(cache.iterdir()) == []  # nothing half-made left
+
+
+@pytest.mark.parametrize("umask", [0o002, 0o022, 0o077])
+def test_a_new_store_has_the_mode_the_umask_gives(tmp_path, umask):
+    """Found by the environment audit: SQLite makes its files 0644 & ~umask, so under umask 002 a team's cache was
+    not group-writable while every other file a run writes was (0666 & ~umask); its -wal / -shm follow its mode."""
+    old = os.umask(umask)
+    try:
+        store = open_cache(tmp_path / "c")
+        fid = store.register("a" * 32, "m", 4, {})
+        store.put(fid, [text_key("x")], np.ones((1, 4), "f4"), [1], [0], [1])
+        modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "c").iterdir()}
+        store.close()
+    finally:
+        os.umask(old)
+    assert modes[DB_NAME] == 0o666 & ~umask
+    assert all(m == 0o666 & ~umask for m in modes.values()), modes
 
 
 # --------------------------------------------------------------------------- whose file it is: only bertfeat's own store is written

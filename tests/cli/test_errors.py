@@ -522,6 +522,79 @@ def test_disk_full_while_extract_writes_a_chunk(tmp_path, corpus, capsys, monkey
     assert read_table(out).num_rows == 40 and digest(corpus) == before
 
 
+# --------------------------------------------------------------------------- a hostile environment (found by its audit)
+def _limited(limit: int):
+    """A preexec_fn: the child may write no file past ``limit`` bytes (``ulimit -f``)."""
+    import resource
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+def test_a_file_size_limit_names_itself_and_resume_continues(tmp_path, corpus):
+    """``ulimit -f`` (EFBIG: Python ignores SIGXFSZ) while extract writes its output said "file too large for the file
+    system - write to another file system with -o": no file system helps, and the finished chunks it kept were not
+    named. The line names the limit and --resume, nothing partial is left, and the resume writes the output."""
+    resource = pytest.importorskip("resource")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    full = tmp_path / "full.parquet"
+    args = [sys.executable, "-m", "bertfeat", "extract", str(corpus), "--model", str(tiny_model()), "-q", "--chunk-rows", "10"]
+    assert subprocess.run([*args, "-o", full], env=env, timeout=300).returncode == 0
+    limit = full.stat().st_size // 2  # each 10-row part fits, the 40-row output does not
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    if hard != resource.RLIM_INFINITY and hard < limit:
+        pytest.skip("the hard file size limit is below the test's")
+    before, out = digest(corpus), tmp_path / "o.parquet"
+    p = subprocess.run([*args, "-o", out], env=env, timeout=300, stderr=subprocess.PIPE, text=True,
+                       preexec_fn=_limited(limit))
+    one_line(p.returncode, p.stderr, f"Error: {out}: file too large: this process may not write a file past {limit:,} "
+                                     "bytes (its file-size limit, ulimit -f) - raise the limit (ulimit -f unlimited), "
+                                     f"then rerun the same command with --resume (4 finished chunk(s) are kept in {out}.partial)")
+    assert listing(tmp_path) == ["full.parquet", "o.parquet.partial", "x.csv"]
+    p = subprocess.run([*args, "-o", out, "--resume"], env=env, timeout=300)
+    assert p.returncode == 0 and read_table(out).equals(read_table(full)) and digest(corpus) == before
+    assert listing(tmp_path) == ["full.parquet", "o.parquet", "x.csv"]
+
+
+def test_a_full_disk_while_the_probe_is_added_names_the_report(tmp_path, capsys, monkeypatch):
+    """extract --pca --label writes the report again with the label's probe once the outputs are in place: a full disk
+    there said "o.parquet: no space left on the device - ... then rerun", and the rerun found o.parquet there. The line
+    names the report file, says the outputs are complete and how the probe is added; the first report stays."""
+    import bertfeat.pca.report as report
+    from bertfeat.atomic import atomic_output
+
+    src = write_csv(tmp_path / "l.csv", ["text", "label"], [[t, i % 2] for i, t in enumerate(texts(40))])
+    real = report.write_pca_report
+
+    def write_pca_report(pca, prefix, source=None, probe=None):
+        if probe is None:
+            return real(pca, prefix, source=source, probe=probe)
+        with atomic_output(f"{prefix}.report.png") as tmp:
+            tmp.write_bytes(b"part of a png")
+            raise OSError(errno.ENOSPC, "No space left on device")  # as a write or close says it: no file named
+
+    monkeypatch.setattr(report, "write_pca_report", write_pca_report)
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--pca", "4", "--keep", "label", "--label", "label")
+    one_line(rc, err, f"Error: {tmp_path}/o.pca.report.png: no space left on the device - free disk space, then add the "
+                      f"linear probe with report --probe ({out} and the run's other files were written and are complete)")
+    assert listing(tmp_path) == ["l.csv", "o.parquet", "o.pca.npz", "o.pca.report.json", "o.pca.report.md",
+                                 "o.pca.report.png"]
+    assert read_table(out).num_rows == 40 and "probe" not in json.loads((tmp_path / "o.pca.report.json").read_text())
+
+
+def test_a_deleted_current_directory_is_named(tmp_path, corpus, capsys, monkeypatch):
+    """A relative -o in a current directory deleted under the shell: "Error: no such file or directory - check the
+    path", naming no path (os.getcwd failed)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    rc, _, err = extract(capsys, corpus, "o.parquet")
+    one_line(rc, err, "Error: no such file or directory (the current directory no longer exists: it was deleted or "
+                      "moved) - cd to an existing directory (or give absolute paths), then rerun")
+    assert listing(tmp_path) == ["x.csv"]
+
+
 def _cli(*args, stdout=None):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     code = "from bertfeat.cli.app import entry; entry()"

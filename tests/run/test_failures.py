@@ -78,9 +78,13 @@ CASES = {
     "interrupt, complete": (f("interrupt", "write", complete=True), False, COMPLETE, None, None),
     "interrupt, complete, no probe": (f("interrupt", "write", complete=True, probe_missing=True), False,
                                       COMPLETE + " (the report has no linear probe: pca fit / report --probe adds one)", None, None),
-    # the outputs complete: the partial directory is gone, nothing to keep; a full disk's fix is the errno's own
+    # the outputs complete: the partial directory is gone, nothing to keep; a full disk while the report is written
+    # again with the label's probe names the file that failed (not the output) and never says to rerun (found by the
+    # environment audit: "o.parquet: no space left ... then rerun", and the rerun found o.parquet there)
     "input, complete": (f("input", "write", complete=True), False, None, None, None),
-    "disk, complete": (f("disk", "write", complete=True), False, None, O, None),
+    "disk, complete": (f("disk", "write", complete=True), False, None, None, f"free disk space, then {COMPLETE}"),
+    "disk, complete, no probe": (f("disk", "write", complete=True, probe_missing=True), False, None, None,
+                                 f"free disk space, then add the linear probe with report --probe ({COMPLETE})"),
     # standard input: nothing kept, whatever happened; no advice to --resume (refused for standard input)
     "stdin, input": (f("input", stdin=True), True, None, None, None),
     "stdin, resumable": (f("resumable", stdin=True), True, None, None, None),
@@ -143,6 +147,25 @@ class TestThePolicy:
     def test_the_python_callers_fix_names_the_parameter(self):
         assert render(decide(f("disk")).os_fix) == ("free disk space, then rerun the same command with resume=True (2 "
                                                     f"finished chunk(s) are kept in {P})")
+
+    @pytest.mark.parametrize("failure, said", [
+        (f("disk"), f"{P}/part-000001.parquet: file too large: this process may not write a file past 1,024 bytes (its "
+                    "file-size limit, ulimit -f) - raise the limit (ulimit -f unlimited), then rerun the same command "
+                    f"with --resume (2 finished chunk(s) are kept in {P})"),
+        (f("disk", "write", complete=True, probe_missing=True),
+         f"{P}/part-000001.parquet: file too large: this process may not write a file past 1,024 bytes (its file-size "
+         "limit, ulimit -f) - raise the limit (ulimit -f unlimited), then add the linear probe with report --probe "
+         f"({COMPLETE})"),
+    ])
+    def test_a_file_size_limit_is_named_with_how_to_continue(self, failure, said, monkeypatch):
+        """Found by the environment audit: under ``ulimit -f`` (EFBIG: Python ignores SIGXFSZ) the line said "file too
+        large for the file system - write to another file system with -o", which no file system helps with, and left
+        out that --resume continues from the kept chunks."""
+        import bertfeat.errors as errors
+
+        monkeypatch.setattr(errors, "file_size_limit", lambda: 1024)
+        e = OSError(errno.EFBIG, "File too large", str(P / ".part-000001.parquet.tmp-7"))
+        assert handle(e, failure, lambda: None).render(FLAGS) == said
 
     def test_the_stdin_note_is_the_one_constant(self):
         assert STDIN_NOT_KEPT == STDIN

@@ -437,3 +437,16 @@ def test_a_folder_put_in_place_of_the_one_made_stays(tmp_path):
             new.mkdir()  # another process's, made after the lock's
             raise BertfeatError("refused", "as a run is")
     assert new.is_dir()
+
+
+def test_a_lock_file_has_the_mode_the_umask_gives(tmp_path):
+    """Found by the environment audit: the lock was made 0644 whatever the umask, so under umask 002 a lock a killed
+    run left in a group's folder could not be opened by the next run of another member of the group (it takes over
+    a stale lock by opening it for writing)."""
+    old = os.umask(0o002)
+    try:
+        with output_lock(tmp_path / "o.parquet"):
+            mode = lock_path(tmp_path / "o.parquet").stat().st_mode & 0o777
+    finally:
+        os.umask(old)
+    assert mode == 0o664
