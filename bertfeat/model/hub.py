@@ -105,8 +105,8 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
     covers the shards in their index's order, so the index too) and ``bertfeat info --files`` (the weights first).
 
     The encoder's safetensors weights (and their index), config.json, the tokenizer's files (tokenize.tokenizer_files),
-    sentence_bert_config.json, modules.json, config_sentence_transformers.json and each module's files
-    (stmodules.module_files), the ones present. Each is checked as the loading checks it (Encoder calls this first):
+    and, beside a modules.json, sentence_bert_config.json, modules.json, config_sentence_transformers.json and each
+    module's files (stmodules.module_files), the ones present. Each is checked as the loading checks it (Encoder calls this first):
     inside ``root`` once symbolic links are followed (config.inside_folder) and a regular file (config.model_file),
     else one line saying which file and why."""
     from .stmodules import module_files
@@ -121,9 +121,10 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
     modules = module_files(root)  # modules.json first: a module path out of the folder is refused before all else
     shards = checkpoint_files(enc)
     index = [enc / "model.safetensors.index.json"] if shards != [enc / "model.safetensors"] else []  # if present
-    found = [*(shards + index if weights else []), enc / "config.json", *tokenizer_files(enc),
-             enc / "sentence_bert_config.json", root / "modules.json", root / "config_sentence_transformers.json",
-             *modules]
+    # sentence_bert_config.json and config_sentence_transformers.json are read beside modules.json only (as there)
+    st = ([enc / "sentence_bert_config.json", root / "modules.json", root / "config_sentence_transformers.json"]
+          if model_file(root / "modules.json") is not None else [])
+    found = [*(shards + index if weights else []), enc / "config.json", *tokenizer_files(enc), *st, *modules]
     return [str(p.relative_to(root)) for p in dict.fromkeys(found)
             if inside_folder(root, p) and model_file(p) is not None]
 

@@ -18,7 +18,10 @@ with one line naming it (never skipping it):
 sentence-transformers' ``encode``, the model's own embedding keeps its first ``truncate_dim`` features, cut after
 every module (Normalize included) and not normalized again; one of the embedding's width or more keeps them all
 (``ModelPipeline.truncate_dim`` None). It is the model's embedding's: a pooling the user chooses is not cut by it
-(Encoder.spec). A folder without ``modules.json`` is a plain transformers checkpoint: mean pooling, nothing after it.
+(Encoder.spec). A folder without ``modules.json`` is a plain transformers checkpoint: mean pooling (the last token
+of a ...ForCausalLM), nothing after it, and neither sentence_bert_config.json nor config_sentence_transformers.json
+read (SentenceTransformer reads them beside a modules.json only). A ``model_type`` there other than
+SentenceTransformer: no own embedding (SentenceTransformer ignores such a folder's modules).
 
 Max length: ``processing_kwargs`` max_length, else ``processor_kwargs`` model_max_length, else ``max_seq_length``
 from ``sentence_bert_config.json``, else ``model_max_length`` from
@@ -367,8 +370,14 @@ def module_entries(d: Path) -> list[tuple[str, str]]:
     if not isinstance(modules, list) or not modules:
         raise ConfigError(f"{d / 'modules.json'} is not a list of modules", "restore modules.json from the model")
     out = []
+    names: dict[str, int] = {}
     for i, entry in enumerate(modules):
         kind, path = _module_kind(entry, i, "modules.json")
+        name = entry.get("name")
+        if isinstance(name, str) and names.setdefault(name, i) != i:  # SentenceTransformer keys its modules by name
+            raise ConfigError(f"modules.json: modules {names[name]} and {i} are both named '{name}' "
+                              f"(sentence-transformers keeps only module {i}, in the place of module {names[name]})",
+                              "restore modules.json from the model (each module has a name of its own)")
         if Path(path).is_absolute() or ".." in Path(path).parts:
             raise ConfigError(f"modules.json: the {kind} module's path '{path}' is outside the model folder",
                               "restore modules.json from the model (every module's files are in the model folder)")
@@ -478,6 +487,29 @@ def _truncate_dim(cst: dict, width: int) -> int | None:
     return t if t is not None and t < width else None
 
 
+def _default_pooling(e: Path) -> tuple[tuple[str, ...], str]:
+    """A folder without modules.json: the pooling SentenceTransformer gives it (its _load_default_modules), the last
+    token when config.json's first architecture is a ...ForCausalLM (unless ``is_causal`` is false), else the mean."""
+    cfg = _read_json(e / "config.json") or {}
+    archs = cfg.get("architectures")
+    first = archs[0] if isinstance(archs, (list, str)) and archs else None
+    if isinstance(first, str) and first.endswith("ForCausalLM") and cfg.get("is_causal", True):
+        return ("lasttoken",), (f"default (the model has no Pooling module; sentence-transformers pools the last "
+                                f"token of a {first})")
+    return ("mean",), ModelPipeline.pooling_source
+
+
+def _check_model_type(cst: dict, p: ModelPipeline) -> None:
+    """config_sentence_transformers.json's ``model_type``: a folder of another kind (SparseEncoder, CrossEncoder ...)
+    is not run by its modules.json in SentenceTransformer (it pools the encoder by mean instead, ignoring the modules,
+    prompts and truncate_dim): it has no own embedding bertfeat would give as sentence-transformers does."""
+    mt = cst.get("model_type", "SentenceTransformer")
+    if mt != "SentenceTransformer" and not p.no_own_embedding:
+        p.no_own_embedding = (f"its config_sentence_transformers.json says model_type {json.dumps(mt)}, not "
+                              "\"SentenceTransformer\" (sentence-transformers' SentenceTransformer runs none of its "
+                              "modules.json on such a folder: it pools the encoder by mean instead)")
+
+
 def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "") -> ModelPipeline:
     """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused).
 
@@ -486,13 +518,17 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
     module folders are read from ``d``."""
     p = ModelPipeline()
     modules = module_entries(d)
-    st_cfg = _read_json(d / encoder_dir / "sentence_bert_config.json") or {}
+    # without modules.json, SentenceTransformer builds its own Transformer and Pooling and reads neither file
+    st_cfg = (_read_json(d / encoder_dir / "sentence_bert_config.json") or {}) if modules else {}
     sbc = _encoder_file(encoder_dir, "sentence_bert_config.json")
     if modules:
         p.modules_source = "modules.json"
         p.steps = _read_modules(d, modules, p, hidden_size, encoder_dir, st_cfg)
+    else:
+        p.pooling, p.pooling_source = _default_pooling(d / encoder_dir)
 
-    cst = _read_json(d / "config_sentence_transformers.json") or {}
+    cst = (_read_json(d / "config_sentence_transformers.json") or {}) if modules else {}
+    _check_model_type(cst, p)
     prompts = cst.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(v, (str, type(None))) for v in prompts.values()):
         raise ConfigError("config_sentence_transformers.json: prompts must map names to texts", "restore it from the model")

@@ -785,3 +785,87 @@ class TestLoaderKeywordsThatChangeNoVectorLoad:
         np.testing.assert_allclose(Encoder(str(d)).encode(texts), _st_encode(st, texts), atol=1e-5, rtol=0)
         np.testing.assert_allclose(_st_encode(SentenceTransformer(str(base), device="cpu"), texts),
                                    _st_encode(st, texts), atol=1e-6, rtol=0)  # they change nothing there either
+
+
+# --------------------------------------------------------------------------- what SentenceTransformer reads, and when
+class TestWhatSentenceTransformerReadsOfAFolder:
+    """Found by the hostile-model audit (round six): each gave other vectors than SentenceTransformer(folder).encode,
+    rc 0. Without modules.json, sentence-transformers builds its own Transformer and Pooling (mean, or the last token
+    of a ...ForCausalLM) and reads neither sentence_bert_config.json nor config_sentence_transformers.json; bertfeat
+    applied their max_seq_length, do_lower_case, prompts and truncate_dim, and pooled a causal-LM checkpoint by mean. A
+    config_sentence_transformers.json model_type other than SentenceTransformer makes it ignore modules.json (mean
+    pooling); bertfeat ran the modules. Two modules of one name: it keeps the later in the earlier's place; bertfeat
+    ran both."""
+
+    TEXTS = ["A Man Is Playing A GUITAR.", "x", "Sentence embeddings are compared with the cosine similarity " * 4]
+
+    @staticmethod
+    def _check(d, texts, **kw):
+        from sentence_transformers import SentenceTransformer
+
+        want = _st_encode(SentenceTransformer(str(d), device="cpu"), texts)
+        got = Encoder(d).encode(texts, **kw)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+    def test_without_modules_json_the_sentence_transformers_files_are_not_read(self, tmp_path, capsys):
+        from ckpt import make_checkpoint
+
+        d = make_checkpoint(tmp_path / "m", hidden=32, layers=2, heads=2, tokenizer="json")
+        (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 6, "do_lower_case": True}))
+        (d / "config_sentence_transformers.json").write_text(json.dumps(
+            {"prompts": {"query": "query: "}, "default_prompt_name": "query", "truncate_dim": 8}))
+        self._check(d, self.TEXTS)
+        enc = Encoder(d)
+        assert (enc.max_length, enc.default_pooling, enc.prompts) == (512, "mean", {})
+        assert main(["info", str(d), "--files"]) == 0
+        listed = capsys.readouterr().out
+        assert "sentence_bert_config.json" not in listed and "config_sentence_transformers.json" not in listed
+
+    @pytest.mark.parametrize("arch,extra,pooling", [
+        ("RobertaForCausalLM", {}, "lasttoken"), ("RobertaForCausalLM", {"is_causal": False}, "mean"),
+        ("RobertaForMaskedLM", {}, "mean")])
+    def test_a_causal_lm_checkpoint_without_modules_json_pools_as_sentence_transformers(self, tmp_path, arch, extra,
+                                                                                       pooling):
+        d = roberta_checkpoint(tmp_path / "r", model_type="roberta", hidden=32, layers=2, heads=2)
+        cfg = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**cfg, "architectures": [arch], **extra}))
+        self._check(d, self.TEXTS)
+        assert Encoder(d).default_pooling == pooling
+
+    @pytest.mark.parametrize("model_type", ["SparseEncoder", "CrossEncoder", None])
+    def test_a_folder_of_another_model_type_has_no_own_embedding(self, tmp_path, capsys, model_type):
+        d = st_folder(tmp_path / "st", pooling="cls", dense=[(16, "tanh")], normalize=True, hidden=32, layers=2,
+                      heads=2)
+        cst = json.loads((d / "config_sentence_transformers.json").read_text())
+        (d / "config_sentence_transformers.json").write_text(json.dumps({**cst, "model_type": model_type}))
+        with pytest.raises(BertfeatError, match=f"model_type {json.dumps(model_type)}, not \"SentenceTransformer\""):
+            Encoder(d).encode(["hello"])
+        src = tmp_path / "in.csv"
+        src.write_text("text\nhello there\n")
+        capsys.readouterr()
+        assert main(["extract", str(src), "-m", str(d), "-o", str(tmp_path / "o.parquet")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"Error: the model {d} has no embedding of its own: its config_sentence_transformers.json"
+                              f" says model_type {json.dumps(model_type)}") and err.count("\n") == 1
+        assert not (tmp_path / "o.parquet").exists()
+        # what sentence-transformers gives it is the encoder pooled by mean, which a pooling named still gives
+        self._check(d, self.TEXTS, pooling="mean")
+
+    @pytest.mark.parametrize("rename", [(3, "2"), (2, "3")], ids=["normalize-replaces-dense", "dense-replaces-normalize"])
+    def test_modules_sharing_a_name_are_refused(self, tmp_path, capsys, rename):
+        from sentence_transformers import SentenceTransformer
+
+        d = st_folder(tmp_path / "st", pooling="cls", dense=[(16, "tanh")], normalize=True, hidden=32, layers=2,
+                      heads=2)
+        modules = json.loads((d / "modules.json").read_text())
+        i, name = rename
+        modules[i]["name"] = name
+        (d / "modules.json").write_text(json.dumps(modules))
+        assert len(SentenceTransformer(str(d), device="cpu")) == 3  # one of the two is dropped there
+        first, second = sorted((i, int(name)))
+        with pytest.raises(BertfeatError, match=re.escape(
+                f"modules.json: modules {first} and {second} are both named '{name}' (sentence-transformers keeps only "
+                f"module {second}, in the place of module {first})")):
+            Encoder(d)
+
