@@ -54,13 +54,15 @@ _LEGACY_POOLING_KEYS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
-#: torch activation class path (as Dense/config.json names it) -> our activation name.
+#: torch.nn activation classes -> our activation name; sentence-transformers saves the class only and builds it with
+#: its defaults (GELU's erf form, LeakyReLU's slope 0.01, ELU's alpha 1, Softplus' beta 1 and threshold 20)
+_TORCH_ACTIVATIONS = {"Tanh": "tanh", "Identity": "identity", "ReLU": "relu", "GELU": "gelu", "Sigmoid": "sigmoid",
+                      "SiLU": "silu", "LeakyReLU": "leaky_relu", "ELU": "elu", "Softplus": "softplus", "Mish": "mish"}
+#: torch activation class path (as Dense/config.json names it: its full name, as sentence-transformers saves it, or
+#: a shorter path it imports the same class from) -> our activation name.
 DENSE_ACTIVATIONS = {
-    "torch.nn.modules.activation.Tanh": "tanh",
-    "torch.nn.modules.linear.Identity": "identity",
-    "torch.nn.modules.activation.ReLU": "relu",
-    "torch.nn.modules.activation.GELU": "gelu",
-    "torch.nn.modules.activation.Sigmoid": "sigmoid",
+    f"torch.nn.{sub}{cls}": name for cls, name in _TORCH_ACTIVATIONS.items()
+    for sub in ("modules." + ("linear." if cls == "Identity" else "activation."), "modules.", "")
 }
 SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 #: the files each module reads in its folder (a Normalize at the top of the folder, path "", reads none); the
@@ -311,7 +313,8 @@ def _dense_config(cfg: dict | None, path: str) -> tuple[int, int, bool, bool, st
                      "torch.nn.modules.activation.Tanh")
     if act_path not in DENSE_ACTIVATIONS:
         raise ConfigError(f"{where}: activation '{act_path}' is not supported",
-                          f"bertfeat knows {', '.join(DENSE_ACTIVATIONS)}")
+                          f"bertfeat knows torch.nn's {', '.join(_TORCH_ACTIVATIONS)} "
+                          "(e.g. torch.nn.modules.activation.Tanh)")
     bias = typed(cfg.get("bias"), bool, f"{where}: bias", True)
     residual = typed(cfg.get("use_residual"), bool, f"{where}: use_residual", False)
     return n_in, n_out, bias, residual, DENSE_ACTIVATIONS[act_path]

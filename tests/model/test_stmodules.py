@@ -869,3 +869,35 @@ class TestWhatSentenceTransformerReadsOfAFolder:
                 f"module {second}, in the place of module {first})")):
             Encoder(d)
 
+
+# --------------------------------------------------------------------------- Dense activations
+@pytest.mark.parametrize("act,path", [
+    ("SiLU", "torch.nn.modules.activation.SiLU"), ("LeakyReLU", "torch.nn.modules.activation.LeakyReLU"),
+    ("ELU", "torch.nn.modules.activation.ELU"), ("Softplus", "torch.nn.modules.activation.Softplus"),
+    ("Mish", "torch.nn.modules.activation.Mish"), ("Tanh", "torch.nn.Tanh"), ("Identity", "torch.nn.Identity"),
+    ("SiLU", "torch.nn.modules.SiLU")])
+def test_dense_activations_torch_builds_from_the_path_as_sentence_transformers(tmp_path, act, path):
+    """Found by the hostile-model audit (round six): a Dense with SiLU (or LeakyReLU, ELU, Softplus, Mish), which
+    sentence-transformers saves and loads, or a shorter path to a supported class (torch.nn.Tanh, which it imports as
+    well), was refused. Each runs now, with torch's defaults for the class (the only thing saved); the Dense has no
+    bias and maps 32 -> 24, after a Normalize, with weights large enough to reach every branch (x > 20, x < 0)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    from ckpt import make_checkpoint
+
+    base = make_checkpoint(tmp_path / "base", hidden=32, layers=2, heads=2, tokenizer="json")
+    t = Transformer(str(base), max_seq_length=32)
+    dense = Dense(32, 24, bias=False, activation_function=getattr(torch.nn, act)())
+    with torch.no_grad():
+        dense.linear.weight.copy_(torch.randn(24, 32, generator=torch.Generator().manual_seed(5)) * 12)
+    d = tmp_path / "st"
+    SentenceTransformer(modules=[t, Pooling(32, "mean"), Normalize(), dense], device="cpu").save(str(d))
+    cfg_file = d / "3_Dense" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    assert cfg["activation_function"] == f"torch.nn.modules.{'linear' if act == 'Identity' else 'activation'}.{act}"
+    cfg_file.write_text(json.dumps({**cfg, "activation_function": path}))
+    texts = ["A man is playing a guitar.", "x", "Sentence embeddings are compared with the cosine similarity"]
+    want = _st_encode(SentenceTransformer(str(d), device="cpu"), texts)
+    np.testing.assert_allclose(Encoder(d).encode(texts), want, atol=1e-5, rtol=0)
