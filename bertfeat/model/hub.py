@@ -70,6 +70,19 @@ def transformer_folder(root: Path) -> str | None:
     return None
 
 
+def _first_module(root: Path) -> str | None:
+    """The type of modules.json's first module when none of its modules is a Transformer; None without a readable
+    modules.json listing such modules."""
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    types = [m.get("type") if isinstance(m, dict) else None for m in (modules if isinstance(modules, list) else [])]
+    if not types or not isinstance(types[0], str) or any(str(t).rsplit(".", 1)[-1] == "Transformer" for t in types):
+        return None
+    return types[0]
+
+
 def encoder_folder(root: Path) -> str | None:
     """The one place that decides where a model folder's encoder lives, relative to ``root``: the Transformer
     module's folder when modules.json names one holding config.json (the older sentence-transformers layout; it wins
@@ -91,6 +104,12 @@ def _no_encoder_error(path: Path) -> ModelNotFoundError:
             f"{path}: {sub}, the Transformer folder its modules.json names, has no config.json",
             f"restore the encoder's files (config.json, model.safetensors, tokenizer.json or vocab.txt) into {sub}, "
             f"or point {opt('model')} at a Hugging Face model directory")
+    first = _first_module(path) if sub is None else None
+    if first is not None:  # a sentence-transformers model of no encoder bertfeat runs (StaticEmbedding, Router ...)
+        return ModelNotFoundError(
+            f"{path}: its modules.json lists no Transformer module (module 0 is '{first}'), so it has no encoder "
+            "bertfeat runs", "bertfeat runs sentence-transformers models whose first module is a Transformer (a "
+            f"BERT-family encoder); encode this one with sentence-transformers, or point {opt('model')} at such a model")
     return ModelNotFoundError(
         f"{path} has no config.json",
         f"point {opt('model')} at a Hugging Face model directory (config.json, model.safetensors, "

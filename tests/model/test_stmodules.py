@@ -901,3 +901,38 @@ def test_dense_activations_torch_builds_from_the_path_as_sentence_transformers(t
     texts = ["A man is playing a guitar.", "x", "Sentence embeddings are compared with the cosine similarity"]
     want = _st_encode(SentenceTransformer(str(d), device="cpu"), texts)
     np.testing.assert_allclose(Encoder(d).encode(texts), want, atol=1e-5, rtol=0)
+
+
+# --------------------------------------------------------------------------- models with no Transformer
+@pytest.mark.parametrize("kind", ["StaticEmbedding", "Router"])
+def test_a_model_with_no_transformer_module_is_refused_naming_its_first_module(tmp_path, capsys, kind):
+    """Found by the hostile-model audit (round six): a StaticEmbedding model, or a Router of a query and a document
+    Transformer (each encoded by sentence-transformers), was refused as a folder with 'no config.json - point the
+    model at a Hugging Face model directory', as if it were no model. The refusal now names the module it starts with."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Router, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, StaticEmbedding
+    from tokenizers import Tokenizer
+
+    from ckpt import make_checkpoint
+
+    base = make_checkpoint(tmp_path / "base", hidden=32, layers=2, heads=2, tokenizer="json")
+    if kind == "StaticEmbedding":
+        mods = [StaticEmbedding(Tokenizer.from_file(str(base / "tokenizer.json")), embedding_dim=16)]
+        ref = "sentence_transformers.sentence_transformer.modules.static_embedding.StaticEmbedding"
+    else:
+        mods = [Router.for_query_document([Transformer(str(base)), Pooling(32, "mean")],
+                                          [Transformer(str(base)), Pooling(32, "cls")])]
+        ref = "sentence_transformers.base.modules.router.Router"
+    d = tmp_path / "st"
+    SentenceTransformer(modules=mods, device="cpu").save(str(d))
+    assert SentenceTransformer(str(d), device="cpu").encode(["a text"]).shape[0] == 1  # a model sentence-transformers runs
+    message = (f"{d}: its modules.json lists no Transformer module (module 0 is '{ref}'), so it has no encoder bertfeat "
+               "runs - bertfeat runs sentence-transformers models whose first module is a Transformer (a BERT-family "
+               "encoder); encode this one with sentence-transformers, or point ")
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value).startswith(message)
+    capsys.readouterr()
+    assert main(["info", str(d)]) == 1
+    assert capsys.readouterr().err == f"Error: {message}the MODEL argument at such a model\n"
