@@ -109,7 +109,8 @@ def make_checkpoint(
     transformers' BertTokenizer + tokenizer_config.json, no vocab.txt), 'both', or None.
     ``do_lower_case`` defaults to the original checkpoint's (True for uncased, False for chinese).
 
-    sentence-transformers files: ``st_max_seq_length`` writes sentence_bert_config.json;
+    sentence-transformers files: ``st_max_seq_length`` writes sentence_bert_config.json (read beside a
+    modules.json only, as sentence-transformers reads it: give ``st_pooling`` too);
     ``st_pooling`` ('mean' / 'cls' / 'max') writes modules.json and 1_Pooling/config.json.
     ``config_overrides`` is merged into config.json last (e.g. {"model_type": "roberta"}).
     """

@@ -70,6 +70,19 @@ def transformer_folder(root: Path) -> str | None:
     return None
 
 
+def _first_module(root: Path) -> str | None:
+    """The type of modules.json's first module when none of its modules is a Transformer; None without a readable
+    modules.json listing such modules."""
+    try:
+        modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    types = [m.get("type") if isinstance(m, dict) else None for m in (modules if isinstance(modules, list) else [])]
+    if not types or not isinstance(types[0], str) or any(str(t).rsplit(".", 1)[-1] == "Transformer" for t in types):
+        return None
+    return types[0]
+
+
 def encoder_folder(root: Path) -> str | None:
     """The one place that decides where a model folder's encoder lives, relative to ``root``: the Transformer
     module's folder when modules.json names one holding config.json (the older sentence-transformers layout; it wins
@@ -91,6 +104,12 @@ def _no_encoder_error(path: Path) -> ModelNotFoundError:
             f"{path}: {sub}, the Transformer folder its modules.json names, has no config.json",
             f"restore the encoder's files (config.json, model.safetensors, tokenizer.json or vocab.txt) into {sub}, "
             f"or point {opt('model')} at a Hugging Face model directory")
+    first = _first_module(path) if sub is None else None
+    if first is not None:  # a sentence-transformers model of no encoder bertfeat runs (StaticEmbedding, Router ...)
+        return ModelNotFoundError(
+            f"{path}: its modules.json lists no Transformer module (module 0 is '{first}'), so it has no encoder "
+            "bertfeat runs", "bertfeat runs sentence-transformers models whose first module is a Transformer (a "
+            f"BERT-family encoder); encode this one with sentence-transformers, or point {opt('model')} at such a model")
     return ModelNotFoundError(
         f"{path} has no config.json",
         f"point {opt('model')} at a Hugging Face model directory (config.json, model.safetensors, "
@@ -105,8 +124,8 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
     covers the shards in their index's order, so the index too) and ``bertfeat info --files`` (the weights first).
 
     The encoder's safetensors weights (and their index), config.json, the tokenizer's files (tokenize.tokenizer_files),
-    sentence_bert_config.json, modules.json, config_sentence_transformers.json and each module's files
-    (stmodules.module_files), the ones present. Each is checked as the loading checks it (Encoder calls this first):
+    and, beside a modules.json, sentence_bert_config.json, modules.json, config_sentence_transformers.json and each
+    module's files (stmodules.module_files), the ones present. Each is checked as the loading checks it (Encoder calls this first):
     inside ``root`` once symbolic links are followed (config.inside_folder) and a regular file (config.model_file),
     else one line saying which file and why."""
     from .stmodules import module_files
@@ -121,9 +140,10 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
     modules = module_files(root)  # modules.json first: a module path out of the folder is refused before all else
     shards = checkpoint_files(enc)
     index = [enc / "model.safetensors.index.json"] if shards != [enc / "model.safetensors"] else []  # if present
-    found = [*(shards + index if weights else []), enc / "config.json", *tokenizer_files(enc),
-             enc / "sentence_bert_config.json", root / "modules.json", root / "config_sentence_transformers.json",
-             *modules]
+    # sentence_bert_config.json and config_sentence_transformers.json are read beside modules.json only (as there)
+    st = ([enc / "sentence_bert_config.json", root / "modules.json", root / "config_sentence_transformers.json"]
+          if model_file(root / "modules.json") is not None else [])
+    found = [*(shards + index if weights else []), enc / "config.json", *tokenizer_files(enc), *st, *modules]
     return [str(p.relative_to(root)) for p in dict.fromkeys(found)
             if inside_folder(root, p) and model_file(p) is not None]
 

@@ -93,11 +93,27 @@ def pool_tokens(h: np.ndarray, mask: np.ndarray, modes: tuple[str, ...]) -> np.n
     return outs[0] if len(outs) == 1 else np.concatenate(outs, axis=1)
 
 
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # exp(-x) of a very negative x is inf: 1 / inf is the 0 wanted
+        return np.float32(1.0) / (np.float32(1.0) + np.exp(-x))
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    """torch.nn.Softplus() (beta 1): log(1 + e^x), x itself above the threshold 20."""
+    return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, np.float32(20.0)))))
+
+
+#: torch.nn's activations with their defaults (stmodules.DENSE_ACTIVATIONS), in float32
 _DENSE_ACTS = {
     "identity": lambda x: x,
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, np.float32(0.0)),
-    "sigmoid": lambda x: np.float32(1.0) / (np.float32(1.0) + np.exp(-x)),
+    "sigmoid": _sigmoid,
+    "silu": lambda x: x * _sigmoid(x),
+    "leaky_relu": lambda x: np.where(x > 0, x, x * np.float32(0.01)),
+    "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, np.float32(0.0)))),
+    "softplus": _softplus,
+    "mish": lambda x: x * np.tanh(_softplus(x)),
 }
 
 

@@ -18,7 +18,10 @@ with one line naming it (never skipping it):
 sentence-transformers' ``encode``, the model's own embedding keeps its first ``truncate_dim`` features, cut after
 every module (Normalize included) and not normalized again; one of the embedding's width or more keeps them all
 (``ModelPipeline.truncate_dim`` None). It is the model's embedding's: a pooling the user chooses is not cut by it
-(Encoder.spec). A folder without ``modules.json`` is a plain transformers checkpoint: mean pooling, nothing after it.
+(Encoder.spec). A folder without ``modules.json`` is a plain transformers checkpoint: mean pooling (the last token
+of a ...ForCausalLM), nothing after it, and neither sentence_bert_config.json nor config_sentence_transformers.json
+read (SentenceTransformer reads them beside a modules.json only). A ``model_type`` there other than
+SentenceTransformer: no own embedding (SentenceTransformer ignores such a folder's modules).
 
 Max length: ``processing_kwargs`` max_length, else ``processor_kwargs`` model_max_length, else ``max_seq_length``
 from ``sentence_bert_config.json``, else ``model_max_length`` from
@@ -51,13 +54,15 @@ _LEGACY_POOLING_KEYS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
-#: torch activation class path (as Dense/config.json names it) -> our activation name.
+#: torch.nn activation classes -> our activation name; sentence-transformers saves the class only and builds it with
+#: its defaults (GELU's erf form, LeakyReLU's slope 0.01, ELU's alpha 1, Softplus' beta 1 and threshold 20)
+_TORCH_ACTIVATIONS = {"Tanh": "tanh", "Identity": "identity", "ReLU": "relu", "GELU": "gelu", "Sigmoid": "sigmoid",
+                      "SiLU": "silu", "LeakyReLU": "leaky_relu", "ELU": "elu", "Softplus": "softplus", "Mish": "mish"}
+#: torch activation class path (as Dense/config.json names it: its full name, as sentence-transformers saves it, or
+#: a shorter path it imports the same class from) -> our activation name.
 DENSE_ACTIVATIONS = {
-    "torch.nn.modules.activation.Tanh": "tanh",
-    "torch.nn.modules.linear.Identity": "identity",
-    "torch.nn.modules.activation.ReLU": "relu",
-    "torch.nn.modules.activation.GELU": "gelu",
-    "torch.nn.modules.activation.Sigmoid": "sigmoid",
+    f"torch.nn.{sub}{cls}": name for cls, name in _TORCH_ACTIVATIONS.items()
+    for sub in ("modules." + ("linear." if cls == "Identity" else "activation."), "modules.", "")
 }
 SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 #: the files each module reads in its folder (a Normalize at the top of the folder, path "", reads none); the
@@ -308,7 +313,8 @@ def _dense_config(cfg: dict | None, path: str) -> tuple[int, int, bool, bool, st
                      "torch.nn.modules.activation.Tanh")
     if act_path not in DENSE_ACTIVATIONS:
         raise ConfigError(f"{where}: activation '{act_path}' is not supported",
-                          f"bertfeat knows {', '.join(DENSE_ACTIVATIONS)}")
+                          f"bertfeat knows torch.nn's {', '.join(_TORCH_ACTIVATIONS)} "
+                          "(e.g. torch.nn.modules.activation.Tanh)")
     bias = typed(cfg.get("bias"), bool, f"{where}: bias", True)
     residual = typed(cfg.get("use_residual"), bool, f"{where}: use_residual", False)
     return n_in, n_out, bias, residual, DENSE_ACTIVATIONS[act_path]
@@ -367,8 +373,14 @@ def module_entries(d: Path) -> list[tuple[str, str]]:
     if not isinstance(modules, list) or not modules:
         raise ConfigError(f"{d / 'modules.json'} is not a list of modules", "restore modules.json from the model")
     out = []
+    names: dict[str, int] = {}
     for i, entry in enumerate(modules):
         kind, path = _module_kind(entry, i, "modules.json")
+        name = entry.get("name")
+        if isinstance(name, str) and names.setdefault(name, i) != i:  # SentenceTransformer keys its modules by name
+            raise ConfigError(f"modules.json: modules {names[name]} and {i} are both named '{name}' "
+                              f"(sentence-transformers keeps only module {i}, in the place of module {names[name]})",
+                              "restore modules.json from the model (each module has a name of its own)")
         if Path(path).is_absolute() or ".." in Path(path).parts:
             raise ConfigError(f"modules.json: the {kind} module's path '{path}' is outside the model folder",
                               "restore modules.json from the model (every module's files are in the model folder)")
@@ -478,6 +490,29 @@ def _truncate_dim(cst: dict, width: int) -> int | None:
     return t if t is not None and t < width else None
 
 
+def _default_pooling(e: Path) -> tuple[tuple[str, ...], str]:
+    """A folder without modules.json: the pooling SentenceTransformer gives it (its _load_default_modules), the last
+    token when config.json's first architecture is a ...ForCausalLM (unless ``is_causal`` is false), else the mean."""
+    cfg = _read_json(e / "config.json") or {}
+    archs = cfg.get("architectures")
+    first = archs[0] if isinstance(archs, (list, str)) and archs else None
+    if isinstance(first, str) and first.endswith("ForCausalLM") and cfg.get("is_causal", True):
+        return ("lasttoken",), (f"default (the model has no Pooling module; sentence-transformers pools the last "
+                                f"token of a {first})")
+    return ("mean",), ModelPipeline.pooling_source
+
+
+def _check_model_type(cst: dict, p: ModelPipeline) -> None:
+    """config_sentence_transformers.json's ``model_type``: a folder of another kind (SparseEncoder, CrossEncoder ...)
+    is not run by its modules.json in SentenceTransformer (it pools the encoder by mean instead, ignoring the modules,
+    prompts and truncate_dim): it has no own embedding bertfeat would give as sentence-transformers does."""
+    mt = cst.get("model_type", "SentenceTransformer")
+    if mt != "SentenceTransformer" and not p.no_own_embedding:
+        p.no_own_embedding = (f"its config_sentence_transformers.json says model_type {json.dumps(mt)}, not "
+                              "\"SentenceTransformer\" (sentence-transformers' SentenceTransformer runs none of its "
+                              "modules.json on such a folder: it pools the encoder by mean instead)")
+
+
 def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "") -> ModelPipeline:
     """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused).
 
@@ -486,13 +521,17 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
     module folders are read from ``d``."""
     p = ModelPipeline()
     modules = module_entries(d)
-    st_cfg = _read_json(d / encoder_dir / "sentence_bert_config.json") or {}
+    # without modules.json, SentenceTransformer builds its own Transformer and Pooling and reads neither file
+    st_cfg = (_read_json(d / encoder_dir / "sentence_bert_config.json") or {}) if modules else {}
     sbc = _encoder_file(encoder_dir, "sentence_bert_config.json")
     if modules:
         p.modules_source = "modules.json"
         p.steps = _read_modules(d, modules, p, hidden_size, encoder_dir, st_cfg)
+    else:
+        p.pooling, p.pooling_source = _default_pooling(d / encoder_dir)
 
-    cst = _read_json(d / "config_sentence_transformers.json") or {}
+    cst = (_read_json(d / "config_sentence_transformers.json") or {}) if modules else {}
+    _check_model_type(cst, p)
     prompts = cst.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(v, (str, type(None))) for v in prompts.values()):
         raise ConfigError("config_sentence_transformers.json: prompts must map names to texts", "restore it from the model")

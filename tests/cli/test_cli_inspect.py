@@ -302,7 +302,7 @@ def test_max_length_default_is_what_the_help_says(capsys, tmp_path):
         assert rc == 0, err
         return json.loads(out)["max_length"]
 
-    d = make_checkpoint(tmp_path / "m", st_max_seq_length=64)
+    d = make_checkpoint(tmp_path / "m", st_max_seq_length=64, st_pooling="mean")  # read beside modules.json only
     cfg = json.loads((d / "tokenizer_config.json").read_text())
     assert default_max_length(d) == 64  # max_seq_length
     (d / "sentence_bert_config.json").unlink()

@@ -358,9 +358,10 @@ def test_max_length_defaults(enc, make_ckpt):
     assert Encoder(d).max_length == 512
     d = make_ckpt(hidden=64, heads=4, layers=2, max_position=128, seed=13)
     assert Encoder(d).max_length == 128
-    d = make_ckpt(hidden=64, heads=4, layers=2, max_position=128, st_max_seq_length=1000, seed=13)
+    # sentence_bert_config.json is read beside a modules.json only (as sentence-transformers reads it)
+    d = make_ckpt(hidden=64, heads=4, layers=2, max_position=128, st_max_seq_length=1000, st_pooling="mean", seed=13)
     assert Encoder(d).max_length == 128  # never past the position table
-    d = make_ckpt(hidden=64, heads=4, layers=2, st_max_seq_length=64, seed=13)
+    d = make_ckpt(hidden=64, heads=4, layers=2, st_max_seq_length=64, st_pooling="mean", seed=13)
     e = Encoder(d)
     assert e.max_length == 64
     assert Encoder(d, max_length=100).max_length == 100

@@ -785,3 +785,154 @@ class TestLoaderKeywordsThatChangeNoVectorLoad:
         np.testing.assert_allclose(Encoder(str(d)).encode(texts), _st_encode(st, texts), atol=1e-5, rtol=0)
         np.testing.assert_allclose(_st_encode(SentenceTransformer(str(base), device="cpu"), texts),
                                    _st_encode(st, texts), atol=1e-6, rtol=0)  # they change nothing there either
+
+
+# --------------------------------------------------------------------------- what SentenceTransformer reads, and when
+class TestWhatSentenceTransformerReadsOfAFolder:
+    """Found by the hostile-model audit (round six): each gave other vectors than SentenceTransformer(folder).encode,
+    rc 0. Without modules.json, sentence-transformers builds its own Transformer and Pooling (mean, or the last token
+    of a ...ForCausalLM) and reads neither sentence_bert_config.json nor config_sentence_transformers.json; bertfeat
+    applied their max_seq_length, do_lower_case, prompts and truncate_dim, and pooled a causal-LM checkpoint by mean. A
+    config_sentence_transformers.json model_type other than SentenceTransformer makes it ignore modules.json (mean
+    pooling); bertfeat ran the modules. Two modules of one name: it keeps the later in the earlier's place; bertfeat
+    ran both."""
+
+    TEXTS = ["A Man Is Playing A GUITAR.", "x", "Sentence embeddings are compared with the cosine similarity " * 4]
+
+    @staticmethod
+    def _check(d, texts, **kw):
+        from sentence_transformers import SentenceTransformer
+
+        want = _st_encode(SentenceTransformer(str(d), device="cpu"), texts)
+        got = Encoder(d).encode(texts, **kw)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+
+    def test_without_modules_json_the_sentence_transformers_files_are_not_read(self, tmp_path, capsys):
+        from ckpt import make_checkpoint
+
+        d = make_checkpoint(tmp_path / "m", hidden=32, layers=2, heads=2, tokenizer="json")
+        (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 6, "do_lower_case": True}))
+        (d / "config_sentence_transformers.json").write_text(json.dumps(
+            {"prompts": {"query": "query: "}, "default_prompt_name": "query", "truncate_dim": 8}))
+        self._check(d, self.TEXTS)
+        enc = Encoder(d)
+        assert (enc.max_length, enc.default_pooling, enc.prompts) == (512, "mean", {})
+        assert main(["info", str(d), "--files"]) == 0
+        listed = capsys.readouterr().out
+        assert "sentence_bert_config.json" not in listed and "config_sentence_transformers.json" not in listed
+
+    @pytest.mark.parametrize("arch,extra,pooling", [
+        ("RobertaForCausalLM", {}, "lasttoken"), ("RobertaForCausalLM", {"is_causal": False}, "mean"),
+        ("RobertaForMaskedLM", {}, "mean")])
+    def test_a_causal_lm_checkpoint_without_modules_json_pools_as_sentence_transformers(self, tmp_path, arch, extra,
+                                                                                       pooling):
+        d = roberta_checkpoint(tmp_path / "r", model_type="roberta", hidden=32, layers=2, heads=2)
+        cfg = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**cfg, "architectures": [arch], **extra}))
+        self._check(d, self.TEXTS)
+        assert Encoder(d).default_pooling == pooling
+
+    @pytest.mark.parametrize("model_type", ["SparseEncoder", "CrossEncoder", None])
+    def test_a_folder_of_another_model_type_has_no_own_embedding(self, tmp_path, capsys, model_type):
+        d = st_folder(tmp_path / "st", pooling="cls", dense=[(16, "tanh")], normalize=True, hidden=32, layers=2,
+                      heads=2)
+        cst = json.loads((d / "config_sentence_transformers.json").read_text())
+        (d / "config_sentence_transformers.json").write_text(json.dumps({**cst, "model_type": model_type}))
+        with pytest.raises(BertfeatError, match=f"model_type {json.dumps(model_type)}, not \"SentenceTransformer\""):
+            Encoder(d).encode(["hello"])
+        src = tmp_path / "in.csv"
+        src.write_text("text\nhello there\n")
+        capsys.readouterr()
+        assert main(["extract", str(src), "-m", str(d), "-o", str(tmp_path / "o.parquet")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"Error: the model {d} has no embedding of its own: its config_sentence_transformers.json"
+                              f" says model_type {json.dumps(model_type)}") and err.count("\n") == 1
+        assert not (tmp_path / "o.parquet").exists()
+        # what sentence-transformers gives it is the encoder pooled by mean, which a pooling named still gives
+        self._check(d, self.TEXTS, pooling="mean")
+
+    @pytest.mark.parametrize("rename", [(3, "2"), (2, "3")], ids=["normalize-replaces-dense", "dense-replaces-normalize"])
+    def test_modules_sharing_a_name_are_refused(self, tmp_path, capsys, rename):
+        from sentence_transformers import SentenceTransformer
+
+        d = st_folder(tmp_path / "st", pooling="cls", dense=[(16, "tanh")], normalize=True, hidden=32, layers=2,
+                      heads=2)
+        modules = json.loads((d / "modules.json").read_text())
+        i, name = rename
+        modules[i]["name"] = name
+        (d / "modules.json").write_text(json.dumps(modules))
+        assert len(SentenceTransformer(str(d), device="cpu")) == 3  # one of the two is dropped there
+        first, second = sorted((i, int(name)))
+        with pytest.raises(BertfeatError, match=re.escape(
+                f"modules.json: modules {first} and {second} are both named '{name}' (sentence-transformers keeps only "
+                f"module {second}, in the place of module {first})")):
+            Encoder(d)
+
+
+# --------------------------------------------------------------------------- Dense activations
+@pytest.mark.parametrize("act,path", [
+    ("SiLU", "torch.nn.modules.activation.SiLU"), ("LeakyReLU", "torch.nn.modules.activation.LeakyReLU"),
+    ("ELU", "torch.nn.modules.activation.ELU"), ("Softplus", "torch.nn.modules.activation.Softplus"),
+    ("Mish", "torch.nn.modules.activation.Mish"), ("Tanh", "torch.nn.Tanh"), ("Identity", "torch.nn.Identity"),
+    ("SiLU", "torch.nn.modules.SiLU")])
+def test_dense_activations_torch_builds_from_the_path_as_sentence_transformers(tmp_path, act, path):
+    """Found by the hostile-model audit (round six): a Dense with SiLU (or LeakyReLU, ELU, Softplus, Mish), which
+    sentence-transformers saves and loads, or a shorter path to a supported class (torch.nn.Tanh, which it imports as
+    well), was refused. Each runs now, with torch's defaults for the class (the only thing saved); the Dense has no
+    bias and maps 32 -> 24, after a Normalize, with weights large enough to reach every branch (x > 20, x < 0)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+
+    from ckpt import make_checkpoint
+
+    base = make_checkpoint(tmp_path / "base", hidden=32, layers=2, heads=2, tokenizer="json")
+    t = Transformer(str(base), max_seq_length=32)
+    dense = Dense(32, 24, bias=False, activation_function=getattr(torch.nn, act)())
+    with torch.no_grad():
+        dense.linear.weight.copy_(torch.randn(24, 32, generator=torch.Generator().manual_seed(5)) * 12)
+    d = tmp_path / "st"
+    SentenceTransformer(modules=[t, Pooling(32, "mean"), Normalize(), dense], device="cpu").save(str(d))
+    cfg_file = d / "3_Dense" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    assert cfg["activation_function"] == f"torch.nn.modules.{'linear' if act == 'Identity' else 'activation'}.{act}"
+    cfg_file.write_text(json.dumps({**cfg, "activation_function": path}))
+    texts = ["A man is playing a guitar.", "x", "Sentence embeddings are compared with the cosine similarity"]
+    want = _st_encode(SentenceTransformer(str(d), device="cpu"), texts)
+    np.testing.assert_allclose(Encoder(d).encode(texts), want, atol=1e-5, rtol=0)
+
+
+# --------------------------------------------------------------------------- models with no Transformer
+@pytest.mark.parametrize("kind", ["StaticEmbedding", "Router"])
+def test_a_model_with_no_transformer_module_is_refused_naming_its_first_module(tmp_path, capsys, kind):
+    """Found by the hostile-model audit (round six): a StaticEmbedding model, or a Router of a query and a document
+    Transformer (each encoded by sentence-transformers), was refused as a folder with 'no config.json - point the
+    model at a Hugging Face model directory', as if it were no model. The refusal now names the module it starts with."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Router, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, StaticEmbedding
+    from tokenizers import Tokenizer
+
+    from ckpt import make_checkpoint
+
+    base = make_checkpoint(tmp_path / "base", hidden=32, layers=2, heads=2, tokenizer="json")
+    if kind == "StaticEmbedding":
+        mods = [StaticEmbedding(Tokenizer.from_file(str(base / "tokenizer.json")), embedding_dim=16)]
+        ref = "sentence_transformers.sentence_transformer.modules.static_embedding.StaticEmbedding"
+    else:
+        mods = [Router.for_query_document([Transformer(str(base)), Pooling(32, "mean")],
+                                          [Transformer(str(base)), Pooling(32, "cls")])]
+        ref = "sentence_transformers.base.modules.router.Router"
+    d = tmp_path / "st"
+    SentenceTransformer(modules=mods, device="cpu").save(str(d))
+    assert SentenceTransformer(str(d), device="cpu").encode(["a text"]).shape[0] == 1  # a model sentence-transformers runs
+    message = (f"{d}: its modules.json lists no Transformer module (module 0 is '{ref}'), so it has no encoder bertfeat "
+               "runs - bertfeat runs sentence-transformers models whose first module is a Transformer (a BERT-family "
+               "encoder); encode this one with sentence-transformers, or point ")
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value).startswith(message)
+    capsys.readouterr()
+    assert main(["info", str(d)]) == 1
+    assert capsys.readouterr().err == f"Error: {message}the MODEL argument at such a model\n"
