@@ -766,13 +766,23 @@ NUMBA_CODEGEN = (("DISABLE_JIT", 0), ("OPT", 3), ("LOOP_VECTORIZE", 1), ("SLP_VE
                  ("CPU_NAME", None), ("CPU_FEATURES", None))
 
 
+#: NumPy's settings that switch its SIMD loops off or on (read once, at its import): on the NumPy backend the GELU,
+#: softmax and LayerNorm run on those loops, and AVX2 and AVX-512 off moved all-MiniLM-L6-v2's int8 features by
+#: 2.3e-3 (fp32 by 1.5e-7); numba's kernels do not use them (its features were the same bits)
+NUMPY_DISPATCH = ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES")
+
+
 def identity() -> str:
     """The element-wise backend in force as it rounds: "numba VERSION" or "numpy" (their GELU, LayerNorm and int8
     kernels differ in the last bits: up to 5e-3 on int8 features), with numba's code generation settings that differ
-    from its defaults (``numba_settings``: "numba 0.61.0 (NUMBA_DISABLE_JIT=1)"). Part of cache.store.gemm_identity."""
+    from its defaults (``numba_settings``: "numba 0.61.0 (NUMBA_DISABLE_JIT=1)"), or on NumPy its CPU feature settings
+    when set (``numpy_settings``: "numpy (NPY_DISABLE_CPU_FEATURES=AVX512F)"). Part of cache.store.gemm_identity."""
     import sys
 
     name = backend()
+    if name == "numpy":
+        settings = numpy_settings()
+        return name + (f" ({', '.join(settings)})" if settings else "")
     if name != "numba" or "numba" not in sys.modules:
         return name
     settings = numba_settings()
@@ -792,6 +802,17 @@ def numba_settings() -> list[str]:
             out.append(f"NUMBA_{key}={value}")
     if os.environ.get("NUMBA_ENABLE_AVX", "").strip():
         out.append(f"NUMBA_ENABLE_AVX={int(bool(config.ENABLE_AVX))}")
+    return out
+
+
+def numpy_settings() -> list[str]:
+    """NumPy's CPU feature settings in force (``NUMPY_DISPATCH``), as ``NAME=FEATURES`` with the features sorted (its
+    own order and separators do not matter to NumPy, so they do not change the key)."""
+    out = []
+    for key in NUMPY_DISPATCH:
+        features = sorted(set(os.environ.get(key, "").replace(",", " ").upper().split()))
+        if features:
+            out.append(f"{key}={' '.join(features)}")
     return out
 
 

@@ -144,10 +144,11 @@ class WorkerSetupError(ClusterError, ResumableError):
 
 
 def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weights_sha256: str,
-                   threads: int | None = None, gemm_id: dict | None = None):
+                   threads: int | None = None, gemm_id: dict | None = None, files_sha256: dict | None = None):
     """This process's Encoder for (model, Encoder keywords), from the process's shared cache (encoder_cache.py):
-    loaded once, reused by every task; its weights' sha256 and GEMM identity (``gemm_id``) checked against the
-    client's.
+    loaded once, reused by every task; its weights' sha256, its other files' (``files_sha256``: the client's
+    Encoder.files_sha256, the tokenizer's, config's and modules' files the cache key holds) and GEMM identity
+    (``gemm_id``) checked against the client's.
 
     ``threads``: batches encoded side by side (Encoder.threads; BLAS stays at one thread per batch).
     """
@@ -178,12 +179,32 @@ def worker_encoder(location, model_name: str | None, encoder_kwargs: dict, weigh
         raise WorkerSetupError(f"worker on {socket.gethostname()}: the weights at {enc.location.path} differ from the "
                                f"client's (sha256 {sha256[:12]} vs {weights_sha256[:12]})",
                                "put the same model files on every node")
+    if files_sha256 is not None:
+        check_worker_files(enc, files_sha256, socket.gethostname())
     if gemm_id is not None:
         check_worker_gemm(worker_identity(enc), gemm_id, socket.gethostname())
     if not getattr(enc, "warmed_up", False):
         enc.encode(["warm up"])  # the kernels, tokenizer and scratch memory ready (~0.6 s) before the first task
         enc.warmed_up = True
     return enc
+
+
+def check_worker_files(enc, client: dict, host: str) -> None:
+    """Refuse a worker whose model files but the weights (tokenizer, config, sentence-transformers modules) are not
+    the client's: edited after the client loaded them, or another copy on that node. Its vectors (a text tokenized
+    otherwise) would go into the output and into the cache under the client's key, which holds the client's files."""
+    from ..model.hub import files_differ
+
+    try:
+        mine = enc.files_sha256()
+    except BertfeatError as e:  # changed on this worker while it loaded them
+        raise WorkerSetupError(f"worker on {host}: {e._what}", "wait until the model's files are all in place on that "
+                               "worker") from None
+    differ = files_differ(client, mine)
+    if differ:
+        raise WorkerSetupError(f"worker on {host}: the model files at {enc.location.path} differ from the client's "
+                               f"({', '.join(differ)})", "put the same model files on every node, and leave them "
+                               "unchanged while a job runs")
 
 
 def worker_identity(encoder) -> dict:
@@ -227,14 +248,15 @@ class EncoderPlugin(_WorkerPluginBase):
     name = "bertfeat-encoder"
 
     def __init__(self, location, model_name, encoder_kwargs: dict, weights_sha256, threads: int | dict | None,
-                 gemm_id: dict | None = None):
+                 gemm_id: dict | None = None, files_sha256: dict | None = None):
         self.location, self.model_name, self.encoder_kwargs = location, model_name, encoder_kwargs
         self.weights_sha256, self.threads, self.gemm_id = weights_sha256, threads, gemm_id
+        self.files_sha256 = files_sha256
 
     def setup(self, worker):
         try:  # warm the cache; a failure is raised again, with its message, by the first task
             worker_encoder(self.location, self.model_name, self.encoder_kwargs, self.weights_sha256,
-                           task_threads(self.threads, worker), self.gemm_id)
+                           task_threads(self.threads, worker), self.gemm_id, self.files_sha256)
         except BertfeatError:
             pass
 
@@ -249,6 +271,7 @@ class TaskContext:
     encoder_kwargs: dict  # Encoder(...) keywords (max_batch_tokens, the options the user gave)
     weights_sha256: str
     gemm_id: dict | None  # the client's worker_identity: a worker that would round or tokenize otherwise is refused
+    files_sha256: dict | None  # the client's model files but the weights (Encoder.files_sha256): a worker's must match
     threads: int | dict | None  # --threads, or each worker's share of its host's cores (dask_cluster.worker_threads)
     spec: object
     on_bad_row: str
@@ -284,7 +307,7 @@ def _writer(path: Path, dim: int, ctx: TaskContext, meta: dict, wide: bool, dtyp
 def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
     """Task: read, validate, encode and write one partition; returns its counts (and PCA statistics)."""
     enc = worker_encoder(ctx.location, ctx.model_name, ctx.encoder_kwargs, ctx.weights_sha256, task_threads(ctx.threads),
-                         ctx.gemm_id)
+                         ctx.gemm_id, ctx.files_sha256)
     raw = ctx.reader.read_partition(part, first_row)
     multiline = getattr(ctx.reader, "multiline_rows", 0)  # CSV rows whose quoted values span lines (this partition's)
     out_dir = Path(ctx.out_dir) / (FULL_DIR if ctx.want_pca else "")
@@ -494,7 +517,8 @@ class DaskRun:
         if self.run_store is not None:  # made here, once, before the tasks open it together
             open_cache(self.run_store).close()
         client.register_plugin(EncoderPlugin(self.encoder.location, plan.options.model, self.encoder_kwargs,
-                                             self.encoder.weights_sha256, self.threads, worker_identity(self.encoder)),
+                                             self.encoder.weights_sha256, self.threads, worker_identity(self.encoder),
+                                             self.encoder.files_sha256()),
                                name=EncoderPlugin.name)
         if counts is None:  # pass 0: rows per partition (Parquet: from the footers)
             counts = [p.n_rows for p in parts]
@@ -524,7 +548,7 @@ class DaskRun:
             (cache, cache_id), run_store = run_store, (None, None)
         ctx = TaskContext(reader=plan.reader, location=encoder.location, model_name=plan.options.model,
                           encoder_kwargs=self.encoder_kwargs, weights_sha256=encoder.weights_sha256,
-                          gemm_id=worker_identity(encoder), threads=self.threads,
+                          gemm_id=worker_identity(encoder), files_sha256=encoder.files_sha256(), threads=self.threads,
                           spec=spec, on_bad_row=plan.on_bad_row, id_name=plan.id_name,
                           id_type=plan.reader.id_type() or pa.string(), chunk_rows=plan.options.chunk_rows,
                           dim=encoder.output_dim(spec), meta=meta, run_key=self.run_key, out_dir=str(self.partial),

@@ -1504,6 +1504,37 @@ def test_numbas_code_generation_settings_are_in_the_key(tmp_path):
     assert np.array_equal(embeddings(read_table(tmp_path / "b.parquet")), a)
 
 
+@pytest.mark.slow  # three `python -m bertfeat` subprocesses (NumPy reads its CPU feature settings once, at import)
+def test_numpys_cpu_feature_settings_are_in_the_key_of_the_numpy_kernels(tmp_path):
+    """On the NumPy element-wise kernels (BERTFEAT_KERNELS=numpy, or no numba) the GELU, softmax and LayerNorm run on
+    NumPy's SIMD loops, which NPY_DISABLE_CPU_FEATURES / NPY_ENABLE_CPU_FEATURES switch (all-MiniLM-L6-v2's int8
+    features moved by 2.3e-3 with AVX2 and AVX-512 off, fp32 by 1.5e-7), and the key said "numpy" either way: a cache
+    filled by a usual run served its vectors to a run under the setting, whose own differ (found by audit)."""
+    from bertfeat.features import read_features
+
+    src = tmp_path / "in.csv"
+    src.write_text("text\n" + "".join(f"Sentence {i} of the corpus with a few more words\n" for i in range(12)))
+    cache = tmp_path / "c"
+
+    def numpy_kernels(name: str, **env) -> dict:
+        p = subprocess.run(cli("extract", src, "-o", tmp_path / name, "--model", tiny_model(), "--cache", cache,
+                               "--quiet", "--summary-json", "-"), capture_output=True, text=True,
+                           env={**os.environ, "BERTFEAT_KERNELS": "numpy", **env})
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    assert numpy_kernels("usual.parquet")["rows_encoded"] == 12
+    off = {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX2 AVX512F AVX512_SKX"}  # NumPy 2.4's and 1.x's names
+    s = numpy_kernels("a.parquet", **off)
+    assert (s["rows_encoded"], s["rows_reused"]) == (12, 0)  # the usual run's vectors are not this run's
+    kernels = read_features(tmp_path / "a.parquet")[2]["gemm"]["kernels"]
+    assert kernels == "numpy (NPY_DISABLE_CPU_FEATURES=AVX2 AVX512F AVX512_ICL AVX512_SKX X86_V3 X86_V4)"
+    assert read_features(tmp_path / "usual.parquet")[2]["gemm"]["kernels"] == "numpy"  # unset: the key as it was
+    s = numpy_kernels("b.parquet", **off)
+    assert (s["rows_encoded"], s["rows_reused"]) == (0, 12)
+    assert np.array_equal(embeddings(read_table(tmp_path / "b.parquet")), embeddings(read_table(tmp_path / "a.parquet")))
+
+
 def test_a_cache_filled_before_the_numpy_softmax_ran_per_sequence_is_not_served(tmp_path, monkeypatch):
     """0.3.0.dev0's NumPy softmax twin sums each sequence over its own keys, as numba's kernel does (a text's features
     the same bit for bit in any batch), which rounds otherwise than before; with the key unchanged, a cache filled

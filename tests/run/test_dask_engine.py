@@ -1246,6 +1246,39 @@ def test_a_model_changed_on_a_worker_is_a_worker_setup_error(tmp_path, monkeypat
     assert kind_of(e.value, (WorkerSetupError,)) == "resumable"
 
 
+def test_a_worker_whose_tokenizer_files_differ_from_the_clients_is_refused(tmp_path, monkeypatch, client):
+    """The workers compared the weights' sha256 with the client's, not the model's other files: tokenizer_config.json
+    edited after the client loaded the model (an update landing during the job; a node's older copy) made the workers
+    tokenize otherwise (do_lower_case), rc 0, and their vectors went into the cache under the client's key, so a later
+    run with the client's files was served them (0.3 apart on all-MiniLM-L6-v2). The worker is refused naming the file
+    (a WorkerSetupError: finished partitions would be kept for --resume), and the cache holds nothing of it."""
+    from extract_util import tiny_model
+
+    from bertfeat.cache.store import cache_info
+    from bertfeat.run import dask as engine
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model(), model)
+    cfg = model / "tokenizer_config.json"
+    src = tmp_path / "t.csv"
+    src.write_text("text\n" + "".join(f"Hello World THE FOX {i}\n" for i in range(8)))
+    real = engine._open_partial
+
+    def then_edited(*a):  # the client has loaded the model and written its manifest: the files change now
+        out = real(*a)
+        cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "do_lower_case": False}))
+        return out
+
+    monkeypatch.setattr(engine, "_open_partial", then_edited)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    with pytest.raises(BertfeatError) as e:
+        extract_dask(_opts(src, out, model=str(model), cache=str(cache), quiet=True), client=client)
+    assert re.fullmatch(rf"worker on \S+: the model files at {re.escape(str(model))} differ from the client's "
+                        r"\(tokenizer_config.json changed\)", e.value._what), str(e.value)
+    assert e.value._fix == "put the same model files on every node, and leave them unchanged while a job runs"
+    assert not out.exists() and cache_info(cache)["entries"] == 0
+
+
 def test_a_worker_with_another_tokenizers_library_is_refused(monkeypatch):
     """The tokenizers version is in the cache key the client writes under, but a worker tokenizes with its own: a
     worker with another version is refused as one on another BLAS is (resumable), saying which version to install."""
