@@ -93,6 +93,7 @@ class Tensors(dict):
         super().__init__()
         self.stored: dict[str, str] = {}
         self.files = list(files)  # the safetensors files read
+        self.formats: dict[Path, str] = {}  # file -> its metadata's "format" ("pt", "tf", "flax"), where it says one
 
     def shown(self, name: str) -> str:
         return self.stored.get(name, name)
@@ -112,6 +113,7 @@ def read_unprefixed(model_dir: Path, prefix: str) -> tuple[dict[str, np.ndarray]
                                "remove the duplicate from the checkpoint")
         tensors[name] = t
         tensors.stored[name] = read.shown(k)
+    tensors.formats = read.formats
     return tensors, files, files[0] if len(files) == 1 else model_dir
 
 
@@ -367,9 +369,10 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: st
     opened = [_guarded(f, _open_safetensors, f) for f in files]  # every header checked before any tensor is read
     weight_map = _weight_map(files[0].parent) if files else None
     if weight_map is not None:
-        _check_shards(files[0].parent, weight_map, {f.name: keys for f, (keys, _, _) in zip(files, opened)})
+        _check_shards(files[0].parent, weight_map, {f.name: keys for f, (keys, _, _, _) in zip(files, opened)})
     out = Tensors(files)
-    for f, (keys, get, stored16) in zip(files, opened):
+    out.formats = {f: fmt for f, (_, _, _, fmt) in zip(files, opened) if fmt is not None}
+    for f, (keys, get, stored16, _) in zip(files, opened):
         for key in keys:
             if model_type is not None:
                 check_prefix(key, model_type, f)
@@ -429,7 +432,8 @@ def check_finite(t: np.ndarray, key: str, where: Path, bf16_bits: bool = False) 
 
 
 def _open_safetensors(f: Path):
-    """(tensor names, get(name) -> NumPy array, names of the tensors stored in bf16) for one safetensors file.
+    """(tensor names, get(name) -> NumPy array, names of the tensors stored in bf16, its metadata's "format" or None)
+    for one safetensors file.
 
     The file is read by its format (safetensors' own reader memory-maps it: every page it touches counts in the
     process's resident memory until the file is closed, so a load peaked at twice the weights: a ModernBERT-base
@@ -437,8 +441,8 @@ def _open_safetensors(f: Path):
     tensors (checkpoints saved with torch_dtype=bfloat16; NumPy has no bfloat16) are widened exactly to float32 (a
     bf16 value is the upper half of a float32) or, with ``get(name, bits=True)`` (the layers' linear weights under
     precision="bf16"), kept as their bf16 bit patterns with no round trip."""
-    keys, get, header = _raw_safetensors(f)
-    return keys, get, {k for k in keys if header[k]["dtype"] == "BF16"}
+    keys, get, header, fmt = _raw_safetensors(f)
+    return keys, get, {k for k in keys if header[k]["dtype"] == "BF16"}, fmt
 
 
 _RAW_DTYPES = {"F32": np.float32, "F64": np.float64, "F16": np.float16, "I64": np.int64, "I32": np.int32,
@@ -485,9 +489,9 @@ def _loads_unique(text: str):
     return doc
 
 
-def _read_header(f: Path) -> tuple[dict, int]:
+def _read_header(f: Path) -> tuple[dict, int, str | None]:
     """A safetensors file's JSON header, checked as safetensors' reader checks it (``Metadata.validate``): ->
-    (tensor name -> entry, the byte where the data starts)."""
+    (tensor name -> entry, the byte where the data starts, its __metadata__'s "format" or None)."""
     size = f.stat().st_size
     with open(f, "rb") as fh:
         head = fh.read(8)
@@ -515,7 +519,7 @@ def _read_header(f: Path) -> tuple[dict, int]:
     for key, h in header.items():
         _check_entry(f, key, h)
     _check_layout(f, header, size - 8 - n)
-    return header, 8 + n
+    return header, 8 + n, (meta or {}).get("format")
 
 
 def _whole(v, length: int | None = None) -> bool:
@@ -569,10 +573,10 @@ def _check_layout(f: Path, header: dict, data: int) -> None:
 
 def _raw_safetensors(f: Path):
     """Read a safetensors file by its format (8-byte little-endian header length, JSON header, raw little-endian
-    data): -> (names, get(name, bits=False), header). The header is checked whole before anything is read
+    data): -> (names, get(name, bits=False), header, its metadata's "format" or None). The header is checked whole before anything is read
     (_read_header: a truncated, foreign or lying file is a WeightsError naming it and the tensor); ``get`` reads one
     tensor with ``readinto`` into its own array."""
-    header, base = _read_header(f)
+    header, base, fmt = _read_header(f)
 
     def get(key: str, bits: bool = False) -> np.ndarray:
         """The tensor ``key``; a BF16 one widened to float32, or with ``bits`` as its uint16 bit patterns."""
@@ -588,13 +592,13 @@ def _raw_safetensors(f: Path):
             a = from_bf16(a)
         return a.reshape(h["shape"])
 
-    return list(header), get, header
+    return list(header), get, header, fmt
 
 
 def read_safetensors_file(f: Path) -> dict[str, np.ndarray]:
     """Every tensor of one safetensors file under its own name, each checked finite, BF16 / F16 widened exactly to
     float32 (a sentence-transformers Dense module saved with the model in bfloat16). A WeightsError names the file."""
-    keys, get, _ = _guarded(f, _raw_safetensors, f)
+    keys, get, _, _ = _guarded(f, _raw_safetensors, f)
     out = {}
     for k in keys:
         t = _guarded(f, get, k)
@@ -652,8 +656,9 @@ def _take(tensors: dict, name: str, shape: tuple, where: Path, used: set | None 
 def _missing(tensors: dict, name: str, shape: tuple, where: Path) -> WeightsError:
     """The error of a tensor ``name`` the checkpoint lacks: saved by TensorFlow / Flax (their names, none PyTorch's),
     under a wrapper's prefix (Lightning's model., ...), or simply missing (then config.json does not match)."""
-    foreign = _foreign_format(tensors.files) if isinstance(tensors, Tensors) and any(
-        k.endswith(_FOREIGN_ENDS) for k in tensors.stored.values()) else None
+    foreign = None
+    if isinstance(tensors, Tensors) and any(k.endswith(_FOREIGN_ENDS) for k in tensors.stored.values()):
+        foreign = next(((fmt, f) for f, fmt in tensors.formats.items() if fmt in _FOREIGN), None)  # read at load
     if foreign is not None:
         fmt, f = foreign
         return WeightsError(f"{where}: tensor '{name}' is missing: {f.name} was saved by {_FOREIGN[fmt]} (its metadata "
@@ -674,21 +679,6 @@ def _missing(tensors: dict, name: str, shape: tuple, where: Path) -> WeightsErro
 
 _FOREIGN = {"tf": "TensorFlow", "flax": "Flax"}
 _FOREIGN_ENDS = (":0", ".kernel", ".embedding", ".scale")  # TensorFlow's variable names, Flax's parameter names
-
-
-def _foreign_format(files: list[Path]) -> tuple[str, Path] | None:
-    """(format, file) of the first file whose safetensors metadata says it was saved by TensorFlow or Flax (transformers
-    4's TF / Flax save_pretrained: "format": "tf" / "flax"), else None. Read again, on the error's path only."""
-    for f in files:
-        try:
-            with open(f, "rb") as fh:
-                n = int.from_bytes(fh.read(8), "little")
-                meta = json.loads(fh.read(min(n, _HEADER_MAX))).get("__metadata__") or {}
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(meta, dict) and meta.get("format") in _FOREIGN:
-            return meta["format"], f
-    return None
 
 
 def take_tensor(tensors: dict, name: str, shape: tuple, where: Path, used: set | None = None) -> np.ndarray:
