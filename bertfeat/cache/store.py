@@ -44,9 +44,11 @@ from __future__ import annotations
 
 import errno
 import functools
+import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -469,6 +471,25 @@ def _tables(uri: str) -> tuple[frozenset, dict]:
         db.close()
 
 
+#: a store is made in milliseconds (_create): a hidden new file older than this was left by a run killed meanwhile
+STALE_NEW_S = 600.0
+
+
+def _remove_stale_new(path: Path) -> None:
+    """The hidden files of a store being made (``_create``: ``.vectors.sqlite3.new-PID-XXXXXXXX`` and its SQLite side
+    files) that a run killed meanwhile (kill -9) left beside the store, older than STALE_NEW_S, removed; one being
+    made now (by this host or another sharing the folder) is younger, and a file of another name is not looked at."""
+    made = re.compile(rf"\.{re.escape(path.name)}\.new-\d+-[0-9a-f]{{8}}(?:{'|'.join(SIDE_FILES)})?")
+    now = time.time()
+    for p in path.parent.glob(f".{glob.escape(path.name)}.new-*"):
+        try:
+            st = p.lstat()
+            if made.fullmatch(p.name) and stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_NEW_S:
+                p.unlink()
+        except OSError:  # gone meanwhile, or not ours to remove: left
+            continue
+
+
 def _create(path: Path, wal: bool) -> None:
     """A new store file, marked as bertfeat's and whole before it appears: built beside under a hidden name, then
     hard-linked into place (a link never replaces: a file another run made meanwhile is kept, and opened)."""
@@ -571,6 +592,8 @@ class VectorStore:
         why = None if self.run_store else unwritable(self.path)
         if why is not None:
             return self._open_read_only(kind, why)
+        if self.durable and not self.run_store:
+            _remove_stale_new(self.path)
         # mode=rw: never makes a file (a store removed since it was classified is an error, not a new unmarked file)
         self.db = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw", uri=True, timeout=BUSY_TIMEOUT_S,
                                   isolation_level=None, check_same_thread=False)

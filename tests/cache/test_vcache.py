@@ -673,6 +673,25 @@ def test_a_new_store_has_the_mode_the_umask_gives(tmp_path, umask):
     assert all(m == 0o666 & ~umask for m in modes.values()), modes
 
 
+def test_a_killed_runs_half_made_store_files_are_removed_once_stale(tmp_path):
+    """kill -9 while a cache was first made left its hidden new file (and SQLite's side files) beside the cache for
+    good. An opening for writing removes those older than STALE_NEW_S; one being made now (younger), a user's file of
+    a like name, and the cache's own files stay."""
+    from bertfeat.cache.store import STALE_NEW_S
+
+    c = tmp_path / "c"
+    open_cache(c).close()
+    stale = [f".{DB_NAME}.new-4242-0a1b2c3d", f".{DB_NAME}.new-4242-0a1b2c3d-journal", f".{DB_NAME}.new-7-ffffffff-wal"]
+    kept = [f".{DB_NAME}.new-99-12345678", f".{DB_NAME}.new-notes.txt", f".{DB_NAME}.new-5-0a1b2c3d.bak"]
+    old = __import__("time").time() - STALE_NEW_S - 60
+    for name in stale + kept:
+        (c / name).write_bytes(b"x")
+        if name != kept[0]:  # the first kept one is young: a store another process is making now
+            os.utime(c / name, (old, old))
+    open_cache(c).close()
+    assert sorted(p.name for p in c.iterdir()) == sorted([DB_NAME, *kept])
+
+
 # --------------------------------------------------------------------------- whose file it is: only bertfeat's own store is written
 def _marker(db: Path) -> tuple:
     con = sqlite3.connect(f"{db.absolute().as_uri()}?mode=ro", uri=True)
