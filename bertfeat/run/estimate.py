@@ -61,6 +61,8 @@ class Estimate:
     tokens_per_row: float  # real tokens the model runs per accepted row (after truncation / chunking)
     tokens: int  # the run's, estimated
     rows_distinct: int  # accepted rows of distinct text (pair): the run encodes each once (DistinctRows)
+    chunks_kept: int  # resume: the interrupted run's finished chunks, not encoded again (tokens and times are the rest's)
+    rows_kept: int  # resume: the input rows of those chunks
     rows_truncated: float  # share of rows cut at max_length (long_text truncate)
     windows_per_row: float  # chunk-* modes: windows per row (1 otherwise)
     cached: float | None  # share of the sample already in the vector cache (None: no cache)
@@ -250,7 +252,8 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     t0 = time.perf_counter()
     encoder = load_encoder(plan)
     load_seconds = time.perf_counter() - t0
-    spec, _ = feature_settings(encoder, plan)
+    spec, fingerprint = feature_settings(encoder, plan)
+    chunks_kept, rows_kept = _kept(plan, encoder, fingerprint, rows)
     d = encoder.output_dim(spec)
     m = _measure(encoder, spec, read["texts"], read["pairs"], read["sample_rows"], plan.reader.row_label)
     n = len(read["texts"])
@@ -260,7 +263,8 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
         round(sum(r.code == code for r in m["refused"].values()) / n * (rows - bad)) if n else 0
         for code in (RejectCode.TOO_LONG, RejectCode.TOKEN_PAST_TABLE, RejectCode.NO_TOKENS))
     accepted = rows - bad - too_long - past_table - no_tokens
-    tokens = int(round(m["tokens_per_row"] * accepted))
+    left = 1.0 - rows_kept / rows if rows else 1.0  # the share of the input a --resume run encodes
+    tokens = int(round(m["tokens_per_row"] * accepted * left))
     # the run encodes a repeated row once (cache.reuse), but Dask workers on other machines without a cache share no
     # duplicates store: each partition encodes its own
     shared = not (plan.options.engine == "dask" and plan.cache is None and plan.dask.scheduler)
@@ -270,7 +274,7 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     if shared and unique < accepted:
         texts, pairs, per_row = _distinct_tokens(encoder, spec, read["distinct_sample"], plan, per_row)
     cached = _cached_share(plan, encoder, spec, texts, pairs)
-    encode_seconds = per_row * unique * (1.0 - (cached or 0.0)) / m["tps"] if m["tps"] else 0.0
+    encode_seconds = per_row * unique * left * (1.0 - (cached or 0.0)) / m["tps"] if m["tps"] else 0.0
     size = _sizes(plan, d, accepted, read["kept_bytes"])
     # writing: the parts as the chunks finish, then the output from them (read back once); ~WRITE_RATE on a local disk
     seconds = (load_seconds + read["seconds"] + encode_seconds
@@ -290,13 +294,28 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     return Estimate(
         input=plan.input, output=str(plan.layout.features), rows=rows, rows_bad=bad, first_bad_row=read["first_bad"],
         rows_too_long=too_long, sample_rows=len(m["texts"]), tokens_per_row=m["tokens_per_row"], tokens=tokens,
-        rows_distinct=unique,
+        rows_distinct=unique, chunks_kept=chunks_kept, rows_kept=rows_kept,
         rows_truncated=m["truncated"], windows_per_row=m["windows"], cached=cached, tokens_per_second=m["tps"],
         seconds=seconds, seconds_low=low, seconds_high=high, cpu_share=m["cpu_share"], encode_seconds=encode_seconds,
         read_seconds=read["seconds"], load_seconds=load_seconds, model=encoder.model_id, precision=encoder.precision,
         threads=int(encoder.threads), dim=d, dim_out=size["dim_out"], output_bytes=int(size["output_bytes"]),
         disk_peak_bytes=int(size["disk_peak"]), disk_free_bytes=free, memory_peak_bytes=memory_peak,
         memory_parts=memory_parts, memory_limit_bytes=limit, memory_limit_source=source, warnings=warnings)
+
+
+def _kept(plan, encoder, fingerprint: dict, rows: int) -> tuple[int, int]:
+    """(chunks, input rows) a ``resume`` run keeps from the interrupted run's partial directory and does not encode
+    again, after the same checks of its manifest (local.PartStore.kept: a ResumeError when the settings or the input
+    differ); (0, 0) without resume, or on the Dask engine (its partitions are sized in bytes: the whole input is
+    estimated)."""
+    if not plan.options.resume or plan.options.engine != "local":
+        return 0, 0
+    from .local import PartStore
+    from .manifest import job_manifest
+
+    done = PartStore(plan.layout.partial).kept(job_manifest(plan, fingerprint, encoder, format=plan.layout.fmt))
+    cr = plan.options.chunk_rows
+    return len(done), sum(max(0, min(cr, rows - i * cr)) for i in done)
 
 
 def _tokenized(encoder, spec, texts: list[str], pairs: list[str] | None) -> tuple:
@@ -458,6 +477,9 @@ def render(e: Estimate, console, err_console=None) -> None:
               + (f" (~{e.rows_too_long:,} too long)" if e.rows_too_long else "")
               + (f", ~{e.rows_distinct:,} distinct (a repeated row is encoded once)"
                  if e.rows_distinct < 0.99 * (e.rows - e.rows_bad - e.rows_too_long) else ""))
+    if e.chunks_kept:
+        t.add_row("resume", Text(visible(f"{e.rows_kept:,} rows in {e.chunks_kept:,} finished chunk(s) are kept; the "
+                                         "tokens and times below are the rest's")))
     t.add_row("tokens", f"~{e.tokens:,} ({e.tokens_per_row:.1f} per row"
               + (f", {100 * e.rows_truncated:.1f} % of rows truncated" if e.rows_truncated else "")
               + (f", {e.windows_per_row:.2f} windows per row" if e.windows_per_row > 1 else "") + ")")

@@ -66,6 +66,16 @@ class PartStore:
     def part_path(self, index: int) -> Path:
         return self.dir / f"part-{index:06d}.parquet"
 
+    def kept(self, manifest: dict) -> list[int]:
+        """What a resume of this run would keep (``--estimate``, which writes nothing): the indices of the finished
+        chunks' parts, once the interrupted run's manifest passes the resume's checks (a ResumeError otherwise, as the
+        run would raise); a part is not read back here (one found damaged by the run is encoded again)."""
+        check_resume_engine(self.dir, "local", True)
+        if not self.manifest_path.is_file():
+            return []
+        check_resume(read_manifest(self.manifest_path), manifest)
+        return sorted(int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet"))
+
     def open(self, manifest: dict, resume: bool) -> set[int]:
         """Start or continue: returns the indices of chunks already done. A store that cannot be made is removed (a
         BertfeatError naming it)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 import signal
 import subprocess
@@ -747,3 +748,28 @@ def test_overlapping_commands_in_threads_leave_no_hook_behind(monkeypatch):
     first.join()
     second.join()
     assert sys.unraisablehook is before and "token" not in cli_app._LIVE
+
+
+def test_an_estimate_of_a_resume_counts_only_the_rows_left(tmp_path, capsys, monkeypatch):
+    """--estimate --resume estimated the whole input, as if nothing were kept: it now takes off the finished chunks
+    the resume keeps (tokens and encode time are the rest's), says so, and refuses what the resume would refuse."""
+    import bertfeat
+    from bertfeat.errors import ResumeError
+
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    kw = dict(model=tiny_model(), chunk_rows=3, estimate=100)
+    whole = bertfeat.extract(src, out, overwrite=True, **kw)
+    rest = bertfeat.extract(src, out, resume=True, **kw)
+    assert (whole.chunks_kept, whole.rows_kept, rest.chunks_kept, rest.rows_kept) == (0, 0, 2, 6)
+    assert abs(2 * rest.tokens - whole.tokens) <= 1  # 6 of 12 rows left (every row sampled: the same tokens per row)
+    assert rest.encode_seconds < whole.encode_seconds and rest.rows == whole.rows == 12
+    rc, shown, err = run(capsys, "extract", src, "-o", out, *args, "--resume", "--estimate")
+    assert rc == 0, err
+    squashed = re.sub(r"[\s│┌┐└┘├┤┬┴┼─]", "", shown)  # the table's cells, wrapped lines joined
+    assert "resume6rowsin2finishedchunk(s)arekept;thetokensandtimesbelowaretherest's" in squashed, shown
+    with pytest.raises(ResumeError, match=r"^cannot resume: the settings or the input differ from the interrupted run \(max length: 128 -> 16\)"):
+        bertfeat.extract(src, out, resume=True, max_length=16, **kw)
+    assert len(parts(out)) == 2 and not out.exists()  # an estimate writes nothing: the kept chunks still resume
