@@ -284,8 +284,9 @@ def model_singular(components: np.ndarray, variance: np.ndarray, noise: float, w
     or the rest of it 0) and fewer than d directions of variance - k < d components (fewer rows than features and
     n_components=None), or a kept component's eigenvalue of the covariance (its variance; squared with ``whiten``)
     at most d * eps of the largest (constant or repeated columns: 0 up to rounding; ``numpy.linalg.matrix_rank``'s
-    tolerance). A noise within that tolerance is rounding, no noise: n_components at the rank of the rows left
-    2e-33 or 4e-16 of noise, whose inverse scored +3e16 or +67 where scikit-learn's is mostly -inf. With noise, the
+    tolerance). A noise within that tolerance counts as none: n_components at the rank of the rows left 2e-33 or
+    4e-16 of noise, whose inverse scored +3e16 or +67 where scikit-learn's is mostly -inf (columns on scales far apart
+    leave a real noise there, 1e-12 beside 1e12, which the model's inverse cannot resolve either). With noise, the
     (k, k) inverse of the matrix inversion lemma is well defined."""
     k, d = components.shape
     eig = variance * variance if whiten else variance  # (k,) the covariance's eigenvalues along the components
@@ -295,14 +296,21 @@ def model_singular(components: np.ndarray, variance: np.ndarray, noise: float, w
     return k < d or not eig.max() > 0.0 or bool(eig.min() <= tol)
 
 
-def singular_model_error(d: int, k: int, noise: float = 0.0) -> BertfeatError:
-    """``get_precision`` of a singular model (``model_singular``; ``noise``: its noise_variance_, 0 or rounding)."""
-    what = "0" if noise == 0.0 else f"{noise:.3g}, 0 up to rounding,"
+def singular_model_error(d: int, k: int, noise: float = 0.0, largest: float = 0.0) -> BertfeatError:
+    """``get_precision`` of a singular model (``model_singular``; ``noise``: its noise_variance_, 0 or within the
+    rounding of ``largest``, the covariance's largest eigenvalue). Such a noise is left by rows of a lower rank, or by
+    columns on scales so far apart that the smaller ones' variance is below the larger ones' rounding (1e-6 beside
+    1e6): it is real there, so the line says what it is below, not that it is 0."""
+    fix = (f"fit with {opt('n_components')} below the rank of the rows (below min(n_samples, n_features), fewer still "
+           "with constant or repeated columns), so that the variance left over is the noise")
+    if noise == 0.0:
+        return BertfeatError(
+            f"the PCA's probabilistic model has no precision: its covariance is singular (noise_variance_ is 0 and its "
+            f"{k} components leave directions of the {d} features without variance)", fix)
     return BertfeatError(
-        f"the PCA's probabilistic model has no precision: its covariance is singular (noise_variance_ is {what} and "
-        f"its {k} components leave directions of the {d} features without variance)",
-        f"fit with {opt('n_components')} below the rank of the rows (below min(n_samples, n_features), fewer still "
-        "with constant or repeated columns), so that the variance left over is the noise")
+        f"the PCA's probabilistic model has no precision: its covariance is singular to rounding (noise_variance_ "
+        f"{noise:.3g} is within {d} x eps of its largest eigenvalue {largest:.3g}, numpy.linalg.matrix_rank's "
+        "tolerance)", f"{fix}; or, for columns on very different scales, standardize them first (StandardScaler)")
 
 
 def model_precision(components: np.ndarray, variance: np.ndarray, noise: float, whiten: bool) -> np.ndarray:
@@ -311,7 +319,8 @@ def model_precision(components: np.ndarray, variance: np.ndarray, noise: float, 
     an error (``singular_model_error``) where scikit-learn's inverse raises LinAlgError or returns rounding noise."""
     k, d = components.shape
     if model_singular(components, variance, noise, whiten):
-        raise singular_model_error(d, k, noise)
+        eig = variance * variance if whiten else variance  # (k,) as model_singular weighs them
+        raise singular_model_error(d, k, noise, float(eig.max()) if k else 0.0)
     if noise == 0.0:
         return np.linalg.inv(model_covariance(components, variance, noise, whiten))
     comps, above = _model_parts(components, variance, noise, whiten)

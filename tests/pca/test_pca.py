@@ -1287,14 +1287,37 @@ def test_a_model_whose_noise_is_rounding_is_singular_too(sk, case):
     assert ours.score(X) == -np.inf and np.all(ours.score_samples(X[:5]) == -np.inf)
     with pytest.raises(BertfeatError) as e:
         ours.get_precision()
-    assert e.value.message.startswith("the PCA's probabilistic model has no precision: its covariance is singular "
-                                      f"(noise_variance_ is {ours.noise_variance_:.3g}, 0 up to rounding, and its {k} "
-                                      "components leave directions of the 6 features without variance)")
+    largest = ours.explained_variance_[0] ** (2 if whiten else 1)
+    assert e.value.what == ("the PCA's probabilistic model has no precision: its covariance is singular to rounding "
+                            f"(noise_variance_ {ours.noise_variance_:.3g} is within 6 x eps of its largest eigenvalue "
+                            f"{largest:.3g}, numpy.linalg.matrix_rank's tolerance)")
     if whiten:
         assert sk(k, svd_solver="full", whiten=True).fit(X).score(X) == -np.inf
     # a real noise is still scikit-learn's
     theirs = sk(k - 1, svd_solver="full", whiten=whiten).fit(X)
     assert PCA(k - 1, solver=solver, whiten=whiten).fit(X).score(X) == pytest.approx(theirs.score(X), rel=1e-9)
+
+
+def test_a_real_noise_below_the_largest_variances_rounding_is_not_called_zero(sk):
+    """Columns of scale 1e6 and 1e-6, one component kept: the noise left, ~1e-12, is the small columns' real variance
+    (the covariance solver's graded path gets it to 1e-13 of itself), below the largest eigenvalue's rounding. The
+    refusal said "noise_variance_ is 9.84e-13, 0 up to rounding" and to fit fewer components than the rank of the
+    rows, which one component already is; it now says what the noise is below, and the fix that works: standardize."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((500, 4)) * np.array([1e6, 1e-6, 1e-6, 1e-6])
+    ours = PCA(1).fit(X)
+    theirs = sk(1, svd_solver="full").fit(X)
+    assert ours.noise_variance_ == pytest.approx(theirs.noise_variance_, rel=1e-9)
+    with pytest.raises(BertfeatError) as e:
+        ours.get_precision()
+    assert e.value.what == ("the PCA's probabilistic model has no precision: its covariance is singular to rounding "
+                            f"(noise_variance_ {ours.noise_variance_:.3g} is within 4 x eps of its largest eigenvalue "
+                            f"{ours.explained_variance_[0]:.3g}, numpy.linalg.matrix_rank's tolerance)")
+    assert e.value.fix.endswith("; or, for columns on very different scales, standardize them first (StandardScaler)")
+    assert "0 up to rounding" not in e.value.render()
+    standardized = (X - X.mean(axis=0)) / X.std(axis=0)  # what the fix says: a real noise, a precision
+    np.testing.assert_allclose(PCA(1).fit(standardized).get_precision(),
+                               sk(1, svd_solver="full").fit(standardized).get_precision(), rtol=1e-9, atol=1e-12)
 
 
 def test_grid_search_on_fewer_rows_than_features_picks_as_scikit_learn(sk):
