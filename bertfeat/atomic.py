@@ -24,6 +24,7 @@ a mix), or all discarded if the block fails.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 import shutil
@@ -220,8 +221,12 @@ class AtomicFile:
             raise
         finally:
             self.discard()
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:  # a read's error in the block is not the file's
             _name(exc, self.tmp)
+
+
+#: the errors of a write that name no file (a full disk, a quota, ulimit -f)
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _name(e: OSError, tmp: Path) -> None:

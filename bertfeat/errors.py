@@ -259,16 +259,26 @@ def file_size_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY or soft < 0 else soft
 
 
-def file_too_large(then: str | None = None, elsewhere: str | None = None) -> tuple[str, str]:
-    """What a write's EFBIG means here and its fix: past this process's file-size limit when it has one (Python ignores
-    SIGXFSZ, so ``ulimit -f`` surfaces as EFBIG; another file system would not help), else past the file system's
-    largest file. ``then``: what to do after raising the limit (default: rerun); ``elsewhere``: the fix of a file
-    system too small (default: another output)."""
+#: the smallest largest file of a file system still in use (FAT32: 4 GiB - 1): a file-size limit below it is what
+#: stopped a write with EFBIG; above it, the file system may have
+FAT32_MAX_FILE = 2**32 - 1
+
+
+def file_too_large(then: str | None = None) -> tuple[str, str]:
+    """What a write's EFBIG means here and its fix: past this process's file-size limit when it has one below any file
+    system's largest file (Python ignores SIGXFSZ, so ``ulimit -f`` surfaces as EFBIG; another file system would not
+    help), past the file system's largest file when it has none, either when its limit is larger (``FAT32_MAX_FILE``).
+    ``then``: what to do after raising the limit (default: rerun)."""
     limit = file_size_limit()
+    fs_fix = f"write to another file system with {opt('output')}"
     if limit is None:
-        return "file too large for the file system", elsewhere or f"write to another file system with {opt('output')}"
-    return (f"file too large: this process may not write a file past {limit:,} bytes (its file-size limit, ulimit -f)",
-            f"raise the limit (ulimit -f unlimited), then {then or 'rerun'}")
+        return "file too large for the file system", fs_fix
+    rerun = f"raise the limit (ulimit -f unlimited), then {then or 'rerun'}"
+    if limit < FAT32_MAX_FILE:
+        return (f"file too large: this process may not write a file past {limit:,} bytes (its file-size limit, "
+                "ulimit -f)"), rerun
+    return (f"file too large for the file system, or past this process's file-size limit of {limit:,} bytes "
+            "(ulimit -f)"), f"{fs_fix}, or {rerun}"
 
 
 def _cwd_gone() -> bool:

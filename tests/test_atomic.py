@@ -352,3 +352,37 @@ def test_a_write_error_naming_no_file_names_the_file_written(tmp_path, monkeypat
     assert os_error(caught.value, "elsewhere").render() == f"{dest}: no space left on the device - free disk space or " \
                                                            "write elsewhere (another output, or redirect the output), then rerun"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_error_in_the_block_is_not_put_on_the_file_written(tmp_path):
+    """Found by the review of the environment audit: every OSError naming no file was put on the temporary, so a read
+    that failed inside the block (EIO copying a source) was shown as the output's error. Only a write's errors (a full
+    disk, a quota, ulimit -f) are the file's."""
+    import errno
+
+    from bertfeat.errors import os_error
+
+    with pytest.raises(OSError) as caught:
+        with atomic_output(tmp_path / "r.json"):
+            raise OSError(errno.EIO, "Input/output error")
+    assert caught.value.filename is None
+    assert os_error(caught.value, "the source").render() == ("the source: input/output error - the disk or the file "
+                                                            "system failed; check the device, then rerun")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("limit,said", [
+    (None, "file too large for the file system - write to another file system with output"),
+    (153_600, "file too large: this process may not write a file past 153,600 bytes (its file-size limit, ulimit -f) - "
+              "raise the limit (ulimit -f unlimited), then rerun"),
+    (8 << 30, "file too large for the file system, or past this process's file-size limit of 8,589,934,592 bytes "
+              "(ulimit -f) - write to another file system with output, or raise the limit (ulimit -f unlimited), then "
+              "rerun"),
+])
+def test_efbig_blames_the_file_size_limit_only_below_any_file_systems_largest_file(monkeypatch, limit, said):
+    """Found by the review: with any ulimit -f set, EFBIG was blamed on it, though a limit above FAT32's 4 GiB leaves
+    the file system's own largest file as the likelier cause; both are said there."""
+    from bertfeat import errors
+
+    monkeypatch.setattr(errors, "file_size_limit", lambda: limit)
+    assert errors.BertfeatError(*errors.file_too_large()).render() == said  # (the CLI shows -o for output)

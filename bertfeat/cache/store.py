@@ -342,13 +342,8 @@ def read_only_note(directory, why: str, encoded: int) -> str:
 def _near_file_size_limit(files: list[Path]) -> bool:
     """This process may not make a file much larger than the largest of ``files`` (``ulimit -f``; SQLite reports
     the write's EFBIG as a "disk I/O error"): the largest is within a few pages of RLIMIT_FSIZE."""
-    try:
-        import resource
-
-        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    except (ImportError, OSError, ValueError):
-        return False
-    if limit == resource.RLIM_INFINITY or limit < 0:
+    limit = file_size_limit()
+    if limit is None:
         return False
     sizes = []
     for f in files:

@@ -47,7 +47,7 @@ class Stats:
     """Float64 sufficient statistics of the rows seen so far (shifted by ``shift``)."""
 
     n: int
-    shift: np.ndarray  # (d,)  mean of the first chunk's first BLOCK_ROWS rows
+    shift: np.ndarray  # (d,)  mean of the first chunk's first BLOCK_ROWS rows; moved to the mean when a chunk is far
     sum: np.ndarray  # (d,)  sum of (x - shift)
     sq: np.ndarray  # (d, d) sum of (x - shift)^T (x - shift)
 
