@@ -106,7 +106,9 @@ def decide(f: Failure) -> Decision:
         note = f"{f.output} and the run's other files were written and are complete" + PROBE_MISSING * f.probe_missing
         if f.kind == "disk":  # writing the report again with the label's probe: a rerun would find the outputs there
             done = f"{f.output} and the run's other files were written and are complete"
-            then = f"add the linear probe with report --probe ({done})" if f.probe_missing else done
+            if not f.probe_missing:  # nothing left to do but free the space
+                return Decision(False, None, None, f"free disk space; nothing needs a rerun ({done})", done)
+            then = f"add the linear probe with report --probe ({done})"
             return Decision(False, None, None, f"free disk space, then {then}", then)
         return Decision(False, note if f.kind == "interrupt" else None, os_path)
     if f.stdin:  # nothing to resume: a resume is refused, and a kept directory would only block the next run

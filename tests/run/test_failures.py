@@ -82,7 +82,7 @@ CASES = {
     # again with the label's probe names the file that failed (not the output) and never says to rerun (found by the
     # environment audit: "o.parquet: no space left ... then rerun", and the rerun found o.parquet there)
     "input, complete": (f("input", "write", complete=True), False, None, None, None),
-    "disk, complete": (f("disk", "write", complete=True), False, None, None, f"free disk space, then {COMPLETE}"),
+    "disk, complete": (f("disk", "write", complete=True), False, None, None, f"free disk space; nothing needs a rerun ({COMPLETE})"),
     "disk, complete, no probe": (f("disk", "write", complete=True, probe_missing=True), False, None, None,
                                  f"free disk space, then add the linear probe with report --probe ({COMPLETE})"),
     # standard input: nothing kept, whatever happened; no advice to --resume (refused for standard input)
