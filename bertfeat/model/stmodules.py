@@ -504,13 +504,14 @@ def _default_pooling(e: Path) -> tuple[tuple[str, ...], str]:
 
 def _check_model_type(cst: dict, p: ModelPipeline) -> None:
     """config_sentence_transformers.json's ``model_type``: a folder of another kind (SparseEncoder, CrossEncoder ...)
-    is not run by its modules.json in SentenceTransformer (it pools the encoder by mean instead, ignoring the modules,
-    prompts and truncate_dim): it has no own embedding bertfeat would give as sentence-transformers does."""
+    is not run by its modules.json in SentenceTransformer (it pools the encoder as a plain checkpoint's, _default_pooling,
+    ignoring the modules, prompts and truncate_dim): it has no own embedding bertfeat would give as
+    sentence-transformers does."""
     mt = cst.get("model_type", "SentenceTransformer")
     if mt != "SentenceTransformer" and not p.no_own_embedding:
         p.no_own_embedding = (f"its config_sentence_transformers.json says model_type {json.dumps(mt)}, not "
                               "\"SentenceTransformer\" (sentence-transformers' SentenceTransformer runs none of its "
-                              "modules.json on such a folder: it pools the encoder by mean instead)")
+                              "modules.json on such a folder: it pools the encoder as a plain checkpoint's instead)")
 
 
 def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "") -> ModelPipeline:
