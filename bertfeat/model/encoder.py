@@ -27,7 +27,7 @@ from ..errors import BertfeatError, BertfeatWarning, ConfigError, InputError, op
 from .hub import ModelLocation, file_states, files_differ, model_files, model_files_digest, resolve_model
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
-from ..ops.threads import default_threads
+from ..ops.threads import default_threads, one_blas_thread
 from ..checks import (check_max_batch_tokens, check_max_length, check_size, check_stride, check_threads,
                       check_truncate_dim, invalid_unicode)
 from .pooling import (
@@ -755,9 +755,7 @@ def parallel_map(fn, items: list, threads: int) -> list:
     core. One BLAS thread per batch also makes a row's result independent of how many batches
     (or threads) there are.
     """
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
+    with one_blas_thread():  # counted: encodes in several threads at once restore the caller's BLAS threads once
         if threads <= 1 or len(items) <= 1:
             return [fn(x) for x in items]
         from concurrent.futures import ThreadPoolExecutor

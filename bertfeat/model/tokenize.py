@@ -35,8 +35,10 @@ pre-token boundary to cut at (a piece with too few pre-tokens doubles until the 
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -537,6 +539,23 @@ def longest_first(la: int, lb: int, budget: int) -> tuple[int, int]:
     return min(la, n1), min(lb, n2)
 
 
+#: every BertTokenizer of this process, for _after_fork
+_LIVE: "weakref.WeakSet[BertTokenizer]" = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a child forked while another thread tokenized, that thread is gone but its locks stay held: the
+    tokenizer's Python lock and the Rust tokenizer's own, so the child's next call would wait forever. The child
+    gets new Python locks, and each tokenizer is rebuilt from its JSON at its next use (``_tk``, ~35 ms for BERT's)."""
+    for tok in list(_LIVE):
+        tok._lock = threading.Lock()
+        tok._forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 class BertTokenizer:
     """Text (and optional pair) -> Tokenized rows; holds the tokenizers.Tokenizer.
 
@@ -547,7 +566,8 @@ class BertTokenizer:
 
     def __init__(self, tokenizer, source: str, model_max_length: int, declared: DeclaredTokens | None = None,
                  lowercase: bool = False):
-        self._tk = tokenizer
+        self._tk_now = tokenizer  # through _tk
+        self._forked = False  # set in a forked child (_after_fork)
         if lowercase:  # sentence_bert_config.json do_lower_case: lower-case before the model's own normalizer
             from tokenizers import normalizers
             norm = self._tk.normalizer
@@ -555,6 +575,7 @@ class BertTokenizer:
         self._tk.no_padding()
         self._tk.no_truncation()
         self._lock = threading.Lock()
+        _LIVE.add(self)
         self.source = source
         self.model_max_length = model_max_length
         vocab = tokenizer.get_vocab()  # added tokens included
@@ -582,6 +603,16 @@ class BertTokenizer:
         #: characters before a piece's end within which an added token may have been cut (LongText)
         self.cut_margin = 2 * max(map(len, added), default=0) + 8
         self._pieces_tk = None
+
+    @property
+    def _tk(self):
+        """The tokenizers.Tokenizer; in a forked child a copy made there, as the parent's may be mid-call (_after_fork)."""
+        if self._forked:
+            from tokenizers import Tokenizer
+
+            self._forked = False
+            self._tk_now, self._pieces_tk = Tokenizer.from_str(self._tk_now.to_str()), None
+        return self._tk_now
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, model_max_length: int, lowercase: bool = False) -> "BertTokenizer":

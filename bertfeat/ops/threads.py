@@ -19,6 +19,7 @@ import queue
 import sys
 import threading
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from .cpu import cpu_has_avx512
 
@@ -87,6 +88,74 @@ def blas_identity() -> str | None:
 
 
 _blas_identity: str | None = None
+
+
+# one_blas_thread's state: threadpoolctl's limit is one process-wide setting of the BLAS library, so callers in several
+# threads share one limit, set by the first to enter and restored by the last to leave (thread id -> depth)
+_blas_lock = threading.Lock()
+_blas_inside: dict[int, int] = {}
+_blas_limiter = None
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS held to one thread while any caller, in any thread, is inside; the setting before restored after the last.
+
+    A context manager of threadpoolctl's own, entered by overlapping callers in two threads, restores in the wrong
+    order: the second saves the first's limit of 1 and puts it back last, so BLAS stays at one thread for the rest
+    of the process.
+    """
+    global _blas_limiter
+    me = threading.get_ident()
+    with _blas_lock:
+        if not _blas_inside:
+            from threadpoolctl import threadpool_limits
+
+            _blas_limiter = _as_controller(lambda: threadpool_limits(limits=1, user_api="blas"))
+        _blas_inside[me] = _blas_inside.get(me, 0) + 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_inside[me] -= 1
+            if not _blas_inside[me]:
+                del _blas_inside[me]
+            if not _blas_inside and _blas_limiter is not None:
+                _as_controller(_blas_limiter.restore_original_limits)
+                _blas_limiter = None
+
+
+def _as_controller(fn):
+    """fn() as the thread allowed to set OpenBLAS's limit: threadpoolctl 3.8 lets only one thread (the first to set
+    it) change a process-wide pool, and silently ignores the others, so the limit set in one thread and restored
+    from another would stay. Called under _blas_lock; control is handed back after."""
+    import threadpoolctl
+
+    clear = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
+    if clear is None:  # threadpoolctl before 3.8: any thread sets the limit
+        return fn()
+    clear(force=True)
+    try:
+        return fn()
+    finally:
+        clear(force=True)
+
+
+def _blas_after_fork() -> None:
+    """In a forked child only the forking thread runs on: a lock another thread held is released, and the limit of
+    callers that are gone is restored (else the child's BLAS stays at one thread)."""
+    global _blas_lock, _blas_limiter
+    _blas_lock = threading.Lock()
+    me = threading.get_ident()
+    for ident in [t for t in _blas_inside if t != me]:
+        del _blas_inside[ident]
+    if not _blas_inside and _blas_limiter is not None:
+        _as_controller(_blas_limiter.restore_original_limits)
+        _blas_limiter = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_blas_after_fork)
 
 
 def read_ahead(items: Iterable, depth: int = 1, name: str = "bertfeat-read-ahead") -> Iterator:
