@@ -11,6 +11,7 @@ Encoder keyword, and the GEMM path the precision resolves to here (gemm.resolve:
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -21,6 +22,18 @@ MAX_ENCODERS = 4
 
 _ENCODERS: "OrderedDict[tuple, object]" = OrderedDict()
 _LOCK = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A child forked while another thread loaded a model under _LOCK: that thread is gone, its lock stays held, and
+    the child's first shared_encoder waited forever. The child gets a new lock (the half-loaded model was never
+    stored, so the child loads it itself)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def files_stamp(directory: Path) -> tuple:

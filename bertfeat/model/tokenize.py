@@ -550,6 +550,19 @@ def _after_fork() -> None:
     for tok in list(_LIVE):
         tok._lock = threading.Lock()
         tok._forked = True
+    _serial_after_fork()
+
+
+#: TOKENIZERS_PARALLELISM values the tokenizers library reads as off (its utils/parallelism.rs)
+_PARALLELISM_OFF = ("", "off", "false", "f", "no", "n", "0")
+
+
+def _serial_after_fork() -> None:
+    """The tokenizers library turns its thread pool off in a forked child only when TOKENIZERS_PARALLELISM is unset:
+    set to true, the child's first batch waited forever on the parent's pool threads, gone in the child. The child
+    tokenizes on one thread (its vectors are the same); the parent keeps the user's setting."""
+    if os.environ.get("TOKENIZERS_PARALLELISM", "").strip().lower() not in _PARALLELISM_OFF:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
 if hasattr(os, "register_at_fork"):

@@ -4,6 +4,7 @@ Fork tests run in a subprocess with a timeout (a deadlock fails the test, never 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -103,3 +104,34 @@ def test_fork_while_another_thread_tokenizes(minilm_dir):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "child 0", r.stderr[-2000:]
+
+
+FORK_WITH_TOKENIZERS_PARALLELISM = textwrap.dedent("""
+    import faulthandler, os, sys
+    import numpy as np
+    from bertfeat import Encoder
+
+    enc = Encoder(sys.argv[1])
+    texts = ["a sentence of a few words for the tokenizer %d" % i for i in range(40)]
+    ref = enc.encode(texts)  # the tokenizers library's thread pool runs here
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(40, exit=True)  # a deadlock: exit 1 with the stack
+        same = np.array_equal(enc.encode(texts), ref)
+        os._exit(0 if same and os.environ["TOKENIZERS_PARALLELISM"] == "false" else 3)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status), os.environ["TOKENIZERS_PARALLELISM"])
+""")
+
+
+@pytest.mark.parametrize("value", ["true", "1"])
+def test_fork_with_tokenizers_parallelism_set(minilm_dir, value):
+    """TOKENIZERS_PARALLELISM=true set by the user, a fork after an encode: the child encodes, with the parent's
+    vectors, tokenizing on one thread (it waited forever on the parent's tokenizer thread pool: the tokenizers
+    library turns the pool off in a child only when the variable is unset); the parent keeps the user's value."""
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": value}
+    r = subprocess.run([sys.executable, "-c", FORK_WITH_TOKENIZERS_PARALLELISM, str(minilm_dir)], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == f"child 0 {value}", r.stderr[-2000:]
+    assert "huggingface/tokenizers" not in r.stderr
