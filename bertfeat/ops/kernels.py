@@ -107,6 +107,19 @@ _lock = threading.Lock()
 _first = threading.Lock()
 _state: dict[str, object] = {"backend": None, "kernels": None, "error": None}
 
+
+def _after_fork() -> None:
+    """A child forked while another thread chose the backend or warmed a precision's kernels (an int8 or bf16 Encoder
+    loading) waited forever on these locks, held by a thread gone in the child: new ones there (a warm cut short was
+    not marked done, so the child warms again). A fork in the middle of numba's own compile or import still hangs the
+    child in numba's locks (docs/python.md): not waited for here, as a fork hook that blocks deadlocks with logging's."""
+    global _lock, _first
+    _lock, _first = threading.Lock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
 # --------------------------------------------------------------------------- the kernels, one by one
 # Each kernel and each helper it inlines is a plain module-level function here, registered by name. numba is imported
 # only when the numba backend is chosen (use): every registered function is then wrapped in a numba dispatcher that

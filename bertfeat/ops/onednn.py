@@ -72,6 +72,16 @@ _state: dict[str, object] = {}  # "lib", "gomp", "engine", "path", "version", "e
 _local = threading.local()  # per thread: stream, primitives (OrderedDict), scratchpad buffer
 
 
+def _after_fork() -> None:
+    """A child forked while another thread loaded the library (_load) would wait forever on _lock: a new one there."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 # --------------------------------------------------------------------------- loading
 def _candidates() -> list[str]:
     """Where libdnnl may be: BERTFEAT_DNNL, this Python's lib folders (the onednn-cpu-gomp wheel puts it in
