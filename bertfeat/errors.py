@@ -296,7 +296,7 @@ def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str |
              rerun: str | None = None) -> BertfeatError:
     """An OSError -> ``PATH: what - fix`` (the errno decides the fix; ``path`` when the error names none;
     ``space_fix`` replaces the fix of a full disk or quota, e.g. extract's "free disk space, then rerun with
-    resume=True"; ``rerun``: how a rerun continues once a full disk, a quota or a file-size limit is dealt with)."""
+    resume=True"; ``rerun``: how a rerun continues once a file-size limit is raised, file_too_large)."""
     code = _errno_of(e)
     # a rename or link names its destination second: the user's file, not the temporary moved onto it
     where = next((f for f in (getattr(e, "filename2", None), getattr(e, "filename", None)) if f), path)
@@ -306,8 +306,6 @@ def os_error(e: OSError, path: str | os.PathLike | None = None, space_fix: str |
         what = one_line(e.strerror or e)  # an empty text: the exception's type name
     if code == errno.EFBIG:
         what, fix = file_too_large(rerun)
-    elif rerun and code in (errno.ENOSPC, errno.EDQUOT):
-        fix = f"{'free disk space' if code == errno.ENOSPC else 'free space under your quota'}, then {rerun}"
     if space_fix and code in (errno.ENOSPC, errno.EDQUOT):
         fix = space_fix
     if code == errno.ENOENT and _cwd_gone() and not (where and os.path.isabs(os.fsdecode(where))):

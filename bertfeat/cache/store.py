@@ -59,7 +59,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertfeatError, ResumableError, file_size_limit, file_too_large, one_line, opt
+from ..errors import (FAT32_MAX_FILE, BertfeatError, ResumableError, file_size_limit, file_too_large, one_line,
+                      opt)
 from ..checks import local_path
 
 DB_NAME = "vectors.sqlite3"
@@ -735,9 +736,11 @@ class VectorStore:
             return CacheError(f"{where} is damaged ({text})", f"delete {self.path} (its vectors are recomputed by the "
                                                              "next run), or use another cache directory")
         said, fix = CACHE_FAILURES[cause]
-        if cause == "too_large":  # past this process's file-size limit: no other directory helps
-            said, fix = f": {file_too_large()[0]}", (fix if file_size_limit() is None else
-                                                     f"raise the limit (ulimit -f unlimited), or run with {opt('cache', False)}")
+        limit = file_size_limit() if cause == "too_large" else None
+        if limit is not None:  # this process's file-size limit: another directory alone does not help below 4 GiB
+            raise_it = f"raise the limit (ulimit -f unlimited), or run with {opt('cache', False)}"
+            fs = f"use another {opt('cache')} directory on another file system, or "  # above 4 GiB either may be it
+            said, fix = f": {file_too_large()[0]}", (fs if limit >= FAT32_MAX_FILE else "") + raise_it
         err = CacheError(f"cannot {doing} {where}{said or f' ({text})'}", fix)
         err.readonly = text if cause == "readonly" else None  # register's test: SQLite refused what os.access allowed
         return err

@@ -11,11 +11,11 @@ Encoder keyword, and the GEMM path the precision resolves to here (gemm.resolve:
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from ..ops.threads import new_locks_after_fork
 from .hub import file_state
 
 MAX_ENCODERS = 4
@@ -24,16 +24,9 @@ _ENCODERS: "OrderedDict[tuple, object]" = OrderedDict()
 _LOCK = threading.Lock()
 
 
-def _after_fork() -> None:
-    """A child forked while another thread loaded a model under _LOCK: that thread is gone, its lock stays held, and
-    the child's first shared_encoder waited forever. The child gets a new lock (the half-loaded model was never
-    stored, so the child loads it itself)."""
-    global _LOCK
-    _LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
+# a child forked while another thread loaded a model under _LOCK gets a new one (the half-loaded model was never
+# stored, so the child loads it itself)
+new_locks_after_fork(globals(), "_LOCK")
 
 
 def files_stamp(directory: Path) -> tuple:

@@ -71,6 +71,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .threads import new_locks_after_fork
+
 # erf(z) = tanh(z P(z^2)) for |z| <= 4 (erf(4) = 1 - 1.5e-8 rounds to 1 in float32): P is a weighted least-
 # squares fit of atanh(erf(z)) / z in z^2, degree 6 (P(0) = 2/sqrt(pi)). Fitted in float64 with scipy's erf;
 # |erf error| < 7e-8, and the GELU built on it is within 8e-7 of the float64 exact GELU on [-12, 12]
@@ -107,18 +109,11 @@ _lock = threading.Lock()
 _first = threading.Lock()
 _state: dict[str, object] = {"backend": None, "kernels": None, "error": None}
 
-
-def _after_fork() -> None:
-    """A child forked while another thread chose the backend or warmed a precision's kernels (an int8 or bf16 Encoder
-    loading) waited forever on these locks, held by a thread gone in the child: new ones there (a warm cut short was
-    not marked done, so the child warms again). A fork in the middle of numba's own compile or import still hangs the
-    child in numba's locks (docs/python.md): not waited for here, as a fork hook that blocks deadlocks with logging's."""
-    global _lock, _first
-    _lock, _first = threading.Lock(), threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
+# A child forked while another thread chose the backend or warmed a precision's kernels (an int8 or bf16 Encoder
+# loading) waited forever on these locks: new ones there (a warm cut short was not marked done, so the child warms
+# again). A fork in the middle of numba's own compile or import still hangs the child in numba's locks
+# (docs/python.md): not waited for here, as a fork hook that blocks deadlocks with logging's.
+new_locks_after_fork(globals(), "_lock", "_first")
 
 # --------------------------------------------------------------------------- the kernels, one by one
 # Each kernel and each helper it inlines is a plain module-level function here, registered by name. numba is imported

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .threads import new_locks_after_fork
+
 HINT = 'pip install "bertfeat[fast]" (the PyPI package onednn-cpu-gomp)'
 
 # dnnl_data_type_t, dnnl_format_tag_any, dnnl_query_t, exec args, flags (oneDNN 3.x dnnl_types.h / dnnl_common_types.h)
@@ -72,14 +74,7 @@ _state: dict[str, object] = {}  # "lib", "gomp", "engine", "path", "version", "e
 _local = threading.local()  # per thread: stream, primitives (OrderedDict), scratchpad buffer
 
 
-def _after_fork() -> None:
-    """A child forked while another thread loaded the library (_load) would wait forever on _lock: a new one there."""
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
+new_locks_after_fork(globals(), "_lock")  # a child forked while another thread loaded the library (_load)
 
 
 # --------------------------------------------------------------------------- loading

@@ -141,6 +141,18 @@ def _as_controller(fn):
         clear(force=True)
 
 
+def new_locks_after_fork(namespace: dict, *names: str) -> None:
+    """In a forked child, new locks in place of the module-level locks ``names`` of ``namespace`` (a module's
+    ``globals()``): a lock another thread held at the fork stays held in the child, where that thread is gone, and
+    the child's next acquire would wait forever."""
+    def renew() -> None:
+        for name in names:
+            namespace[name] = threading.Lock()
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=renew)
+
+
 def _blas_after_fork() -> None:
     """In a forked child only the forking thread runs on: a lock another thread held is released, and the limit of
     callers that are gone is restored (else the child's BLAS stays at one thread)."""

@@ -74,7 +74,11 @@ class PartStore:
         if not self.manifest_path.is_file():
             return []
         check_resume(read_manifest(self.manifest_path), manifest)
-        return sorted(int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet"))
+        return sorted(self._parts())
+
+    def _parts(self) -> dict[int, Path]:
+        """The parts on disk by chunk index (part_path's names)."""
+        return {int(p.stem.split("-")[1]): p for p in self.dir.glob("part-*.parquet")}
 
     def open(self, manifest: dict, resume: bool) -> set[int]:
         """Start or continue: returns the indices of chunks already done. A store that cannot be made is removed (a
@@ -91,9 +95,9 @@ class PartStore:
         if self.dir.exists() and resume and self.manifest_path.is_file():
             check_resume(read_manifest(self.manifest_path), manifest)
             done = set()
-            for p in self.dir.glob("part-*.parquet"):
+            for index, p in self._parts().items():
                 if self._intact(p):
-                    done.add(int(p.stem.split("-")[1]))
+                    done.add(index)
                 else:  # damaged on disk since (cut short, emptied): its chunk is encoded again
                     p.unlink()
             return done

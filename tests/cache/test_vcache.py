@@ -624,6 +624,27 @@ def test_run_store_too_large_for_its_file_system_says_so(tmp_path):
                                   "run with --no-cache")
 
 
+def test_a_file_size_limit_above_4_gib_names_the_file_system_too(tmp_path, monkeypatch):
+    """Found by the re-read: above FAT32's 4 GiB the line names both causes (errors.file_too_large), so its fix names
+    both: another file system, or the limit."""
+    import errno
+
+    from bertfeat import errors
+    from bertfeat.cache import store as store_module
+    from bertfeat.cli.app import FLAGS
+
+    for module in (errors, store_module):
+        monkeypatch.setattr(module, "file_size_limit", lambda: 8 << 30)
+    s = open_cache(tmp_path / "c")
+    try:
+        said = s._error(OSError(errno.EFBIG, "File too large"), "write").render(FLAGS)
+    finally:
+        s.close()
+    assert said == (f"cannot write the cache {tmp_path / 'c' / DB_NAME}: file too large for the file system, or past "
+                    "this process's file-size limit of 8,589,934,592 bytes (ulimit -f) - use another --cache directory "
+                    "on another file system, or raise the limit (ulimit -f unlimited), or run with --no-cache")
+
+
 _MAKE = """
 import resource, sys
 from pathlib import Path
