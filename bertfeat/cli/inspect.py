@@ -141,20 +141,23 @@ def attention_command(
 
 
 def fill_mask_command(
-    text: str = typer.Argument(..., help='Text with one or more [MASK] tokens, e.g. "The capital of France is [MASK]."'),
-    top_k: int = typer.Option(5, "--top-k", "-k", help="Predictions per [MASK]."),
+    text: str = typer.Argument(..., help='Text with one or more mask tokens ([MASK], or <mask> in RoBERTa-style '
+                               'models), e.g. "The capital of France is [MASK]."'),
+    top_k: int = typer.Option(5, "--top-k", "-k", help="Predictions per mask token."),
     pair: Optional[str] = typer.Option(None, "--pair", help="Second text of a sentence pair (token type id 1)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON (a list per [MASK] of token, id, score) instead of tables."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON (a list per mask token of token, id, score) instead of tables."),
     precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
 ):
-    """Predict the tokens behind [MASK] with the model's masked-language-model head."""
+    """Predict the tokens behind [MASK] (the model's mask token) with its masked-language-model head."""
     from ..inspection import fill_mask
+    from ..model.encoder import Encoder
 
     _check_arguments(text, pair)
     if top_k < 1:
         raise BertfeatError(f"--top-k {top_k} is out of range", "give 1 or more")
-    preds = fill_mask(text, top_k, model, pair, precision=precision)  # past the vocabulary: "--top-k N is out of range"
+    enc = Encoder(model, precision=precision)
+    preds = fill_mask(text, top_k, pair=pair, encoder=enc)  # past the vocabulary: "--top-k N is out of range"
     if json_out:
         typer.echo(_json(preds))
         return
@@ -162,7 +165,7 @@ def fill_mask_command(
 
     out, _ = _consoles()
     for n, cands in enumerate(preds, 1):
-        t = Table(title=_text(f"[MASK] {n} of {len(preds)}"))
+        t = Table(title=_text(f"{enc.tokenizer.mask_token} {n} of {len(preds)}"))  # <mask> in RoBERTa-style models
         t.add_column("rank", justify="right")
         t.add_column("token")
         t.add_column("id", justify="right")

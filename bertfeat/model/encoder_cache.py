@@ -11,22 +11,30 @@ Encoder keyword, and the GEMM path the precision resolves to here (gemm.resolve:
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from ..ops.threads import new_locks_after_fork
 from .hub import file_state
 
 MAX_ENCODERS = 4
 
 _ENCODERS: "OrderedDict[tuple, object]" = OrderedDict()
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # guards _ENCODERS and _LOADING; never held while a model loads
+_LOADING: dict[tuple, threading.Lock] = {}  # key -> the lock its one loader holds (two models load side by side)
 
 
-# a child forked while another thread loaded a model under _LOCK gets a new one (the half-loaded model was never
-# stored, so the child loads it itself)
-new_locks_after_fork(globals(), "_LOCK")
+def _after_fork_in_child() -> None:
+    """A child forked while another thread loaded a model gets new locks (the half-loaded model was never stored,
+    so the child loads it itself)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    _LOADING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def files_stamp(directory: Path) -> tuple:
@@ -45,7 +53,10 @@ def files_stamp(directory: Path) -> tuple:
 
 
 def shared_encoder(model=None, *, location=None, **kwargs):
-    """The process's Encoder for ``model`` (or a resolved ``location``) with these Encoder keywords."""
+    """The process's Encoder for ``model`` (or a resolved ``location``) with these Encoder keywords.
+
+    Loaded once per key: a thread asking for a model another thread is loading waits for that load; one asking for
+    another model loads it side by side."""
     from .encoder import Encoder
     from .hub import resolve_model
 
@@ -56,15 +67,34 @@ def shared_encoder(model=None, *, location=None, **kwargs):
     path = gemm.resolve(kwargs.get("precision", "fp32"))  # refuses here what cannot run; the GEMM path is in the key
     key = (str(loc.path), files_stamp(loc.path), json.dumps(kwargs, sort_keys=True, default=str),
            json.dumps(path.to_dict(), sort_keys=True, default=str))
+    enc = _cached(key)
+    if enc is not None:
+        return enc
+    with _LOCK:
+        loading = _LOADING.setdefault(key, threading.Lock())
+    with loading:  # one load per key; a caller asking for it meanwhile waits here, one asking for another does not
+        enc = _cached(key)
+        if enc is not None:
+            return enc
+        try:
+            enc = Encoder(location=loc, **kwargs)
+        except BaseException:
+            with _LOCK:
+                _LOADING.pop(key, None)
+            raise
+        with _LOCK:  # stored and its load lock dropped at once: a caller after this finds it stored
+            _ENCODERS[key] = enc
+            _LOADING.pop(key, None)
+            while len(_ENCODERS) > MAX_ENCODERS:
+                _ENCODERS.popitem(last=False)
+        return enc
+
+
+def _cached(key: tuple):
     with _LOCK:
         enc = _ENCODERS.get(key)
         if enc is not None:
             _ENCODERS.move_to_end(key)
-            return enc
-        enc = Encoder(location=loc, **kwargs)
-        _ENCODERS[key] = enc
-        while len(_ENCODERS) > MAX_ENCODERS:
-            _ENCODERS.popitem(last=False)
         return enc
 
 

@@ -74,16 +74,29 @@ def _check_ours(path: Path, output: Path) -> None:
                             "rename or move that file, or write the output under another name")
 
 
+def _open(path: Path) -> int:
+    """The lock file, opened or made; a folder that refuses it is named, not the hidden lock file (the user never
+    named it: ``/out/.x.parquet.lock: operation not permitted`` said nothing of the folder)."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        from ..errors import os_error
+
+        raise os_error(OSError(e.errno, e.strerror, str(path.parent))) from None
+
+
 def _acquire(path: Path, output: Path, made: list) -> int:
     """Open and flock the lock file of ``output`` (non-blocking); -> the descriptor. Raises OutputLockedError when
     held. ``made``: the folders made for the locks (``_make_folders``), added to."""
     _check_ours(path, output)
     while True:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = _open(path)
         except FileNotFoundError:  # its folder, made by a run that failed, removed as that run ended: made again
             made += _make_folders(path.parent)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fd = _open(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -255,6 +255,25 @@ def test_fill_mask_json_and_table(capsys, mlm_dir):
     assert rows == [[str(r), c["token"], str(c["id"]), f"{c['score']:.4f}"] for preds in got for r, c in enumerate(preds, 1)]
 
 
+def test_fill_mask_table_names_the_models_mask_token(capsys, tmp_path):
+    """A RoBERTa-style model's mask is <mask>: the tables say so (they said [MASK] whatever the model)."""
+    from st_ckpt import roberta_checkpoint
+    from transformers import RobertaForMaskedLM, RobertaTokenizerFast
+
+    d = roberta_checkpoint(tmp_path / "rob", model_type="roberta", mlm_head=True, seed=3)
+    text = "hello <mask> world"
+    rc, out, err = run(capsys, "fill-mask", text, "--top-k", 2, "--model", d)
+    assert (rc, err) == (0, "")
+    assert "<mask> 1 of 1" in out and "[MASK]" not in out
+    tok = RobertaTokenizerFast.from_pretrained(str(d))
+    enc = tok(text, return_tensors="pt")
+    with torch.no_grad():
+        logits = RobertaForMaskedLM.from_pretrained(str(d)).eval()(**enc).logits[0]
+    p = int((enc["input_ids"][0] == tok.mask_token_id).nonzero()[0, 0])
+    ids = [int(line.split("│")[3]) for line in out.splitlines() if line.startswith("│")]
+    assert ids == torch.topk(logits[p], 2).indices.tolist()
+
+
 def test_fill_mask_errors(capsys, mlm_dir):
     rc, out, err = run(capsys, "fill-mask", "The capital of France is [MASK].")
     assert (rc, out, err) == (1, "", f"Error: {DEFAULT_ID} {NO_HEAD}\n")

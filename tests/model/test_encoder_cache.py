@@ -62,6 +62,35 @@ def test_two_threads_asking_for_one_model_load_it_once(minilm_dir, monkeypatch):
     assert len(built) == 1 and got[0] is got[1] is not None
 
 
+def test_two_models_load_side_by_side(minilm_dir, tmp_path, monkeypatch):
+    """A thread loading one model does not hold up a thread asking for another (one lock for every load made a
+    server's second model wait for the first's load)."""
+    import threading
+
+    from bertfeat.model import encoder as encoder_module
+
+    clear()
+    other = tmp_path / "other"
+    shutil.copytree(minilm_dir, other)
+    real_init, first_started, second_done = encoder_module.Encoder.__init__, threading.Event(), threading.Event()
+
+    def slow_first(self, *a, **k):
+        if str(k["location"].path) == str(minilm_dir):
+            first_started.set()
+            assert second_done.wait(20), "the second model waited for the first's load"
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(encoder_module.Encoder, "__init__", slow_first)
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("a", shared_encoder(str(minilm_dir))))
+    t.start()
+    assert first_started.wait(60)
+    got["b"] = shared_encoder(str(other))
+    second_done.set()
+    t.join(120)
+    assert got["a"] is not got["b"] and got["a"] is shared_encoder(str(minilm_dir))
+
+
 FORK_WHILE_LOADING = textwrap.dedent("""
     import faulthandler, os, sys, threading, time
     from bertfeat.model import encoder as em, encoder_cache

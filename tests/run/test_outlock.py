@@ -280,6 +280,26 @@ def test_a_full_disk_at_the_lock_names_the_lock_file(tmp_path, monkeypatch):
                             "write elsewhere, then rerun")
 
 
+def test_a_folder_that_refuses_new_files_is_named_not_the_hidden_lock(tmp_path, inputs, capsys, monkeypatch):
+    """An output folder where files cannot be made (no write permission, immutable, read-only): the error named the
+    hidden lock file (`DIR/.o.parquet.lock: permission denied`), a file the user never gave; it names the folder."""
+    import errno
+
+    real_open = os.open
+
+    def refusing(path, flags, *a, **k):
+        if os.fspath(path).endswith(".lock") and flags & os.O_CREAT:
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(os, "open", refusing)
+    for name in ("o.parquet", "o.npy"):
+        rc, _, err = run(capsys, "extract", inputs[1], "-o", tmp_path / name, "--model", tiny_model(), "-q")
+        assert (rc, err) == (1, f"Error: {tmp_path}: permission denied - check the permissions of the file and its "
+                                "directory, or choose another path\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_output_name_near_the_limit_gets_a_lock_name_of_its_own():
     """.NAME.lock is 6 characters longer than the output: a long output name (or its rejects file's) had no lock name
     the file system takes, and the plan's early lock probe refused it as if a user's file sat there, before the name
