@@ -457,7 +457,7 @@ class Encoder:
                        + ("" if spec.include_prompt else ", left out of the pooling"))
         out.append(f"Pooling {spec.pooling} ({where})")
         if spec.dense:
-            out += [s.describe() + f" ({s.path})" for s in self.pipeline.dense]
+            out += [s.describe() + f" ({s.source})" for s in self.pipeline.dense]
         if spec.normalize:
             out.append("Normalize")
         if spec.truncate_dim is not None:

@@ -8,7 +8,9 @@ with one line naming it (never skipping it):
                in the folder modules.json names (the older layout, "0_Transformer"; hub.encoder_folder decides)
   Pooling      ``pooling_mode`` (a mode or a list, concatenated in order) or the legacy
                ``pooling_mode_*_token`` flags; ``include_prompt``
-  Dense        ``act(x W^T + b)`` (+ an optional residual), weights from ``model.safetensors``
+  Dense        ``act(x W^T + b)`` (+ an optional residual), weights from ``model.safetensors``, else (as
+               sentence-transformers loads a module saved by its older versions) from torch.save's
+               ``pytorch_model.bin``, read without unpickling it (torchfile.py: only a plain state dict's globals)
   Normalize    L2 normalization
 
 ``sentence_bert_config.json``'s keywords for transformers' loaders (``processor_kwargs`` ...): the tokenizer's
@@ -66,7 +68,8 @@ DENSE_ACTIVATIONS = {
 }
 SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 #: the files each module reads in its folder (a Normalize at the top of the folder, path "", reads none); the
-#: Transformer's are the encoder's (hub.model_files)
+#: Transformer's are the encoder's (hub.model_files). "model.safetensors" stands for the module's weights file, the
+#: one _weights_file picks (pytorch_model.bin when only it is there)
 MODULE_FILES = {"Transformer": (), "Pooling": ("config.json",), "Dense": ("config.json", "model.safetensors"),
                 "Normalize": ("config.json",)}
 #: every key sentence-transformers' Pooling takes (it fails on any other, as bertfeat does)
@@ -86,6 +89,7 @@ class DenseLayer:
     activation: str
     residual_w: np.ndarray | None = None  # (in, out) when use_residual and in != out
     residual: bool = False
+    weights_file: str = "model.safetensors"  # the file its weights were read from, in its folder
 
     @property
     def in_features(self) -> int:
@@ -94,6 +98,11 @@ class DenseLayer:
     @property
     def out_features(self) -> int:
         return int(self.w.shape[1])
+
+    @property
+    def source(self) -> str:
+        """Its weights file relative to the model folder, as ``info`` shows where it came from."""
+        return f"{self.path}/{self.weights_file}" if self.path else self.weights_file
 
     def describe(self) -> str:
         return f"Dense {self.in_features}->{self.out_features} {self.activation}" + (" +residual" if self.residual else "")
@@ -138,7 +147,7 @@ class ModelPipeline:
     def describe(self) -> list[str]:
         out = [f"Pooling {'+'.join(self.pooling)} ({self.pooling_source})"]
         for s in self.steps:
-            out.append(s.describe() + f" ({s.path})" if isinstance(s, DenseLayer) else "Normalize")
+            out.append(s.describe() + f" ({s.source})" if isinstance(s, DenseLayer) else "Normalize")
         if self.truncate_dim is not None:
             out.append(f"Truncate to the first {self.truncate_dim} features (config_sentence_transformers.json)")
         return out
@@ -320,20 +329,35 @@ def _dense_config(cfg: dict | None, path: str) -> tuple[int, int, bool, bool, st
     return n_in, n_out, bias, residual, DENSE_ACTIVATIONS[act_path]
 
 
+def _weights_file(folder: Path) -> Path:
+    """A module's weights file, as sentence-transformers picks it: model.safetensors, else pytorch_model.bin (older
+    versions saved a Dense so), else model.safetensors (absent: _module_weights refuses)."""
+    st, pt = folder / "model.safetensors", folder / "pytorch_model.bin"
+    return pt if model_file(st) is None and model_file(pt) is not None else st
+
+
+def _module_weights(f: Path, path: str, kind: str) -> dict[str, np.ndarray]:
+    """The tensors of a module's weights file ``f`` (_weights_file), by name: float32 (float16 and bfloat16 widened
+    exactly), each finite. A pytorch_model.bin is read as torch.load(weights_only=True) reads it, never unpickled."""
+    if model_file(f) is None:
+        other = sorted(p.name for p in f.parent.glob("*") if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+        raise BertfeatError(f"{path} has no model.safetensors or pytorch_model.bin" + (
+            f" (only {', '.join(other)}, which sentence-transformers does not load either)" if other else ""),
+            f"restore the {kind} module's weights from the model, or re-save it where sentence-transformers is "
+            "installed: SentenceTransformer(dir).save(dir, safe_serialization=True)")
+    if f.name == "pytorch_model.bin":
+        from .torchfile import read_torch_file
+
+        return read_torch_file(f)
+    from .weights import read_safetensors_file
+
+    return read_safetensors_file(f)
+
+
 def _load_dense(d: Path, path: str) -> DenseLayer:
     cfg_file, st_file = _module_paths(d, "Dense", path)
     n_in, n_out, bias, residual, act = _dense_config(_read_json(cfg_file), path)
-    if model_file(st_file) is None:
-        md = d / path
-        pickled = [f.name for f in md.glob("*.bin")] + [f.name for f in md.glob("*.pt")]
-        raise BertfeatError(
-            f"{path} has no model.safetensors" + (f" (only {', '.join(pickled)}, a pickle bertfeat never loads)" if pickled else ""),
-            "re-save the model with safetensors where sentence-transformers is installed: "
-            "SentenceTransformer(dir).save(dir, safe_serialization=True)",
-        )
-    from .weights import read_safetensors_file
-
-    t = read_safetensors_file(st_file)  # float32, float16 or bfloat16 (widened exactly)
+    t = _module_weights(st_file, path, "Dense")
     # the tensors this config uses, each of its shape; one more (a bias beside bias false) would be silently unused
     want = {"linear.weight": (n_out, n_in), **({"linear.bias": (n_out,)} if bias else {}),
             **({"residual.weight": (n_out, n_in)} if residual and n_in != n_out else {})}
@@ -345,11 +369,12 @@ def _load_dense(d: Path, path: str) -> DenseLayer:
     if set(t) - set(want):
         raise BertfeatError(f"{st_file}: tensors {sorted(set(t) - set(want))} that its config.json does not use (bias "
                             f"{json.dumps(bias)}, use_residual {json.dumps(residual)}, {n_in} -> {n_out})",
-                            "restore the module's config.json and model.safetensors together from the model: a Dense "
+                            f"restore the module's config.json and {st_file.name} together from the model: a Dense "
                             "module bertfeat reproduces uses every tensor it saved")
     b = np.ascontiguousarray(t["linear.bias"], dtype=np.float32) if bias else None
     rw = np.ascontiguousarray(t["residual.weight"].T, dtype=np.float32) if "residual.weight" in want else None
-    return DenseLayer(path, np.ascontiguousarray(t["linear.weight"].T, dtype=np.float32), b, act, rw, residual)
+    return DenseLayer(path, np.ascontiguousarray(t["linear.weight"].T, dtype=np.float32), b, act, rw, residual,
+                      st_file.name)
 
 
 def _encoder_file(encoder_dir: str, name: str) -> str:
@@ -391,12 +416,14 @@ def module_entries(d: Path) -> list[tuple[str, str]]:
 def _module_paths(d: Path, kind: str, folder: str) -> list[Path]:
     """The files a module of ``kind`` in ``folder`` reads (MODULE_FILES), each inside ``d`` once links are followed."""
     names = MODULE_FILES[kind] if folder or kind != "Normalize" else ()
-    return [inside_folder(d, d / folder / name) for name in names]
+    return [inside_folder(d, _weights_file(d / folder) if name == "model.safetensors" else d / folder / name)
+            for name in names]
 
 
 def module_files(d: Path) -> list[Path]:
     """Every file the modules of model folder ``d`` read besides the encoder's (hub.model_files): the Pooling's and
-    the Normalize's config.json, each Dense's config.json and model.safetensors, as read_pipeline reads them."""
+    the Normalize's config.json, each Dense's config.json and weights file (model.safetensors, or pytorch_model.bin:
+    _weights_file), as read_pipeline reads them."""
     return [f for kind, folder in module_entries(d) for f in _module_paths(d, kind, folder)]
 
 

@@ -185,11 +185,17 @@ def test_unsupported_modules_are_refused(layouts, tmp_path, capsys):
                           "cannot be reproduced by bertfeat - ") and "\n" not in err
     assert not (tmp_path / "o.parquet").exists()
 
-    # a Dense stored only as a pickle is refused, never loaded
-    p = tmp_path / "pickled"
+    # a Dense with neither weights file is refused naming what it holds; a pytorch_model.bin that is no torch.save
+    # archive (here a safetensors file renamed) is refused naming the file
+    p = tmp_path / "no_weights"
     shutil.copytree(layouts["labse_cls_dense_tanh_normalize"], p)
-    (p / "2_Dense" / "model.safetensors").rename(p / "2_Dense" / "pytorch_model.bin")
-    with pytest.raises(BertfeatError, match=r"2_Dense has no model.safetensors \(only pytorch_model.bin, a pickle"):
+    (p / "2_Dense" / "model.safetensors").rename(p / "2_Dense" / "dense.pt")
+    with pytest.raises(BertfeatError, match=r"^2_Dense has no model.safetensors or pytorch_model.bin \(only dense.pt, "
+                                            r"which sentence-transformers does not load either\) - restore the Dense"):
+        Encoder(p)
+    (p / "2_Dense" / "dense.pt").rename(p / "2_Dense" / "pytorch_model.bin")
+    with pytest.raises(BertfeatError, match=f"^{re.escape(str(p / '2_Dense' / 'pytorch_model.bin'))} is not a torch.save "
+                                            r"zip archive \(File is not a zip file\)"):
         Encoder(p)
 
 
@@ -331,6 +337,103 @@ def test_dense_saved_in_bfloat16(tmp_path):
     d_max = float(np.abs(ours - ref).max())
     print(f"\nbf16-saved Dense: max |diff| {d_max:.2e}")
     assert d_max <= 1e-5
+
+
+def _dense_as_pytorch_model_bin(src, dst, state_dict=None):
+    """A copy of sentence-transformers folder ``src`` whose Dense keeps its weights only as ``pytorch_model.bin``:
+    torch.save of the module's own state dict (``state_dict``: another one), as sentence-transformers before
+    safetensors saved it (distiluse-base-multilingual-cased, LaBSE)."""
+    shutil.copytree(src, dst)
+    sd = _st(src)[2].state_dict() if state_dict is None else state_dict
+    (dst / "2_Dense" / "model.safetensors").unlink()
+    torch.save(sd, dst / "2_Dense" / "pytorch_model.bin")
+    return dst
+
+
+def test_a_dense_saved_as_pytorch_model_bin_is_sentence_transformers_encode(layouts, tmp_path, capsys):
+    """A Dense whose weights are only torch.save's pytorch_model.bin was refused ("a pickle bertfeat never loads"):
+    it is read now without PyTorch or unpickling (torchfile.py), and the model's own embedding equals
+    SentenceTransformer.encode (which loads that file with torch.load(weights_only=True)); info names the file."""
+    src = layouts["labse_cls_dense_tanh_normalize"]
+    d = _dense_as_pytorch_model_bin(src, tmp_path / "bin")
+    assert sorted(f.name for f in (d / "2_Dense").iterdir()) == ["config.json", "pytorch_model.bin"]
+    enc = Encoder(d)
+    for kw in ({}, {"prompt_name": "passage"}):
+        ref = _st_encode(_st(d), TEXTS, **kw)
+        d_max = float(np.abs(enc.encode(TEXTS, **kw) - ref).max())
+        print(f"\nDense from pytorch_model.bin {kw}: max |diff| {d_max:.2e}")
+        assert d_max <= 1e-5
+    np.testing.assert_array_equal(enc.encode(TEXTS), Encoder(src).encode(TEXTS))  # the same weights, exactly
+    capsys.readouterr()
+    assert main(["info", str(d), "--json"]) == 0
+    dense = [line for line in json.loads(capsys.readouterr().out)["embedding"] if line.startswith("Dense")]
+    assert dense == ["Dense 64->32 tanh (2_Dense/pytorch_model.bin)"]
+    assert main(["info", str(src), "--json"]) == 0
+    assert "Dense 64->32 tanh (2_Dense/model.safetensors)" in json.loads(capsys.readouterr().out)["embedding"]
+    assert main(["info", str(d), "--files"]) == 0
+    assert str(d / "2_Dense" / "pytorch_model.bin") in capsys.readouterr().out.splitlines()
+
+
+def test_an_edited_pytorch_model_bin_changes_the_cache_key(layouts, tmp_path):
+    """The Dense's pytorch_model.bin is one of the files the cache fingerprint and the Dask workers' check hash
+    (stmodules.module_files): new weights there give another key, never the old vectors."""
+    from bertfeat.cache.store import cache_fingerprint
+    from bertfeat.model.hub import model_files, model_files_digest
+
+    d = _dense_as_pytorch_model_bin(layouts["labse_cls_dense_tanh_normalize"], tmp_path / "bin")
+    assert "2_Dense/pytorch_model.bin" in model_files(d) and "2_Dense/model.safetensors" not in model_files(d)
+    enc = Encoder(d)
+    key, _ = cache_fingerprint(enc, enc.spec())
+    before = model_files_digest(d)
+    sd = _st(d)[2].state_dict()
+    sd["linear.bias"] = sd["linear.bias"] + 0.5
+    torch.save(sd, d / "2_Dense" / "pytorch_model.bin")
+    after = model_files_digest(d)
+    assert [f for f in before if before[f] != after[f]] == ["2_Dense/pytorch_model.bin"]
+    edited = Encoder(d)
+    assert cache_fingerprint(edited, edited.spec())[0] != key
+    assert float(np.abs(edited.encode(TEXTS) - enc.encode(TEXTS)).max()) > 1e-3
+
+
+def test_model_safetensors_wins_over_pytorch_model_bin(layouts, tmp_path, capsys):
+    """Both files in the Dense folder: model.safetensors is read (as sentence-transformers picks it), and only it is
+    among the model's files."""
+    src = layouts["labse_cls_dense_tanh_normalize"]
+    d = tmp_path / "both"
+    shutil.copytree(src, d)
+    sd = _st(src)[2].state_dict()
+    torch.save({k: v * 3 for k, v in sd.items()}, d / "2_Dense" / "pytorch_model.bin")
+    from bertfeat.model.hub import model_files
+
+    assert "2_Dense/model.safetensors" in model_files(d) and "2_Dense/pytorch_model.bin" not in model_files(d)
+    np.testing.assert_allclose(Encoder(d).encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(Encoder(d).encode(TEXTS), Encoder(src).encode(TEXTS))
+
+
+def test_a_dense_pytorch_model_bin_that_would_run_code_is_refused_unrun(layouts, tmp_path, capsys):
+    """A pytorch_model.bin whose pickle calls os.system: refused naming the file and the global, the command never
+    run, no output written."""
+    import os
+
+    marker = tmp_path / "ran"
+
+    class Run:
+        def __reduce__(self):
+            return os.system, (f"touch {marker}",)
+
+    sd = dict(_st(layouts["labse_cls_dense_tanh_normalize"])[2].state_dict())
+    sd["linear.bias"] = Run()
+    d = _dense_as_pytorch_model_bin(layouts["labse_cls_dense_tanh_normalize"], tmp_path / "evil", sd)
+    src = tmp_path / "in.csv"
+    src.write_text("text\nhello\n")
+    out = tmp_path / "o.parquet"
+    capsys.readouterr()
+    assert main(["extract", str(src), "-m", str(d), "-o", str(out), "-q"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"Error: {d / '2_Dense' / 'pytorch_model.bin'} names the global "
+                          f"{os.system.__module__}.system in its pickle, which a plain state dict does not need: "
+                          "bertfeat refused it without running it") and "\n" not in err
+    assert not marker.exists() and not out.exists()
 
 
 def _broken(layouts, tmp_path, name, rel, content):

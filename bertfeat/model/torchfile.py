@@ -1,0 +1,467 @@
+"""torch.save's zip checkpoints, read without PyTorch as ``torch.load(f, weights_only=True)`` reads a state dict.
+
+What it owns: a sentence-transformers module's ``pytorch_model.bin`` -> {name: array}, as
+weights.read_safetensors_file reads a ``model.safetensors`` (each tensor checked finite, float16 and bfloat16 widened
+exactly to float32). Older sentence-transformers saved a Dense module's weights only so (distiluse-base-multilingual-
+cased-v1/v2, LaBSE, models fine-tuned with them). Used for those module weights only: the encoder's own weights stay
+safetensors (weights.py).
+
+The safety rule: the pickle in the file is never given to Python's unpickler. A small interpreter of its opcodes
+(_Unpickler, as torch's own _weights_only_unpickler) resolves ONLY the globals a plain state dict names (_GLOBALS:
+collections.OrderedDict, torch._utils._rebuild_tensor_v2, _rebuild_parameter (_with_state), and the storage classes
+of float32, float16, bfloat16 and float64, the dtypes a module's weights are saved in), each to a stand-in of its own,
+never to an import. Any other global (os.system, a module's class, a tensor subclass's rebuilder ...) is refused by
+name before anything is built, and so is every opcode a state dict does not use: nothing in the file is run. A
+storage (persistent_load) is read from the archive's ``data/KEY`` record as raw bytes of its dtype, nothing else.
+
+The format (torch/serialization.py ``_save`` / ``_load``, caffe2's PyTorchStreamReader):
+  * a zip of stored records in one top folder of any name (torch names it after the file it saved to: ``archive``
+    for a buffer, ``pytorch_model`` for pytorch_model.bin); the first record's folder is it, as torch reads it;
+  * ``version`` (or ``.data/version``): the archive's format, 1 to 10 as torch reads it;
+  * ``byteorder``: ``little`` or ``big`` (absent: little, as torch >= 2.1 reads it);
+  * ``data.pkl``: the pickle. A tensor is ``_rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks
+    [, metadata])``, offset and strides counted in elements (a transpose or slice saved as the view it is; size ()
+    and stride () for a 0-d tensor); a storage is ``('storage', torch.FloatStorage, key, location, numel)``, the
+    record ``data/KEY`` of numel elements, read once and shared by every tensor viewing it.
+Refused, each with a line saying how to re-save: torch's legacy format (before 1.6, or
+``_use_new_zipfile_serialization=False``), a TorchScript archive, a compressed or encrypted record, a storage of
+another dtype, a tensor with its conj or neg bit set, a view reaching past its storage or holding more elements than
+it, anything but one flat dict of names to tensors.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+import struct
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import WeightsError, one_line
+from ..ops.bf16 import from_bf16
+from .weights import check_finite
+
+#: how to get a file bertfeat reads (the fix of every refusal)
+RESAVE = ("re-save the module's weights where sentence-transformers is installed: "
+          "SentenceTransformer(dir).save(dir, safe_serialization=True) writes model.safetensors")
+#: torch.save's legacy format starts with a pickle of its magic number (protocol 2, LONG1 of 10 bytes)
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+_VERSIONS = range(1, 11)  # caffe2's kMinSupportedFileFormatVersion .. kMaxSupportedFileFormatVersion
+_BYTEORDERS = {b"little": "<", b"big": ">"}
+
+
+class _StorageType:
+    """What GLOBAL torch.FloatStorage (...) gives: a dtype, never torch's class."""
+
+    def __init__(self, name: str, dtype, label: str):
+        self.name, self.dtype, self.label = name, np.dtype(dtype), label
+
+
+#: the storage classes a module's weights are saved in; bfloat16 is read as its bit patterns and widened exactly
+_STORAGES = {f"torch.{n}": _StorageType(f"torch.{n}", dt, label) for n, dt, label in (
+    ("FloatStorage", np.float32, "float32"), ("HalfStorage", np.float16, "float16"),
+    ("BFloat16Storage", np.uint16, "bfloat16"), ("DoubleStorage", np.float64, "float64"))}
+
+
+class _Storage:
+    """A storage persistent_load read: ``data``, its record's elements in the file's byte order."""
+
+    def __init__(self, key: str, kind: _StorageType, data: np.ndarray):
+        self.key, self.kind, self.data = key, kind, data
+
+
+class _Tensor:
+    """A tensor _rebuild_tensor_v2 made (the only thing a state dict's values may be): a float array of its own."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+
+class _Refused(Exception):
+    """The file asks for something a state dict does not hold (``what``: the words after the file's name)."""
+
+
+class _Invalid(Exception):
+    """data.pkl is not a pickle as torch.save writes one."""
+
+
+def _ints(v, what: str) -> tuple[int, ...]:
+    if not isinstance(v, tuple) or not all(type(x) is int and x >= 0 for x in v):
+        raise _Invalid(f"a tensor's {what} is {one_line(repr(v), 80)}, not a tuple of whole numbers")
+    return v
+
+
+def _no_hooks(hooks) -> None:
+    """torch saves an empty OrderedDict of backward hooks (Note [Don't serialize hooks])."""
+    if type(hooks) not in (dict, OrderedDict) or hooks:
+        raise _Invalid(f"a tensor's backward hooks are {one_line(repr(hooks), 80)}, not the empty OrderedDict "
+                       "torch.save writes")
+
+
+def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks, metadata=None) -> _Tensor:
+    """torch._utils._rebuild_tensor_v2's stand-in: the view (offset, size, stride in elements) of ``storage``, copied
+    into an array of its own, float32 for bfloat16 and float16."""
+    if not isinstance(storage, _Storage) or type(offset) is not int or offset < 0 or type(requires_grad) is not bool:
+        raise _Invalid("a tensor is rebuilt from something other than a storage, an offset and a requires_grad flag")
+    size, stride = _ints(size, "size"), _ints(stride, "stride")
+    _no_hooks(hooks)
+    if metadata is not None and (not isinstance(metadata, dict) or any(metadata.values())):
+        raise _Refused(f"holds a tensor with metadata {one_line(repr(metadata), 80)} (its conj or neg bit set: a "
+                       "complex tensor's view), which no module weight is")
+    if len(size) != len(stride):
+        raise _Invalid(f"a tensor has size {size} but stride {stride}")
+    n, have = math.prod(size), storage.data.size
+    last = offset + sum((s - 1) * st for s, st in zip(size, stride)) if n else offset - 1
+    if last >= have or n > have:
+        raise _Refused(f"holds a tensor of size {size}, stride {stride}, offset {offset} on storage "
+                       f"'{one_line(storage.key, 40)}' of {have:,} elements: " + (
+                           "it reaches past the storage's end" if last >= have
+                           else "it holds more elements than the storage (an expanded view)"))
+    item = storage.data.itemsize
+    view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=size, strides=[s * item for s in stride])
+    a = np.array(view, dtype=storage.data.dtype.newbyteorder("="), order="C")  # copied out, native byte order
+    return _Tensor(from_bf16(a.reshape(-1)).reshape(size) if storage.kind.label == "bfloat16" else a)
+
+
+def _rebuild_parameter(data, requires_grad, hooks, state=None) -> _Tensor:
+    """torch._utils._rebuild_parameter (and _with_state: the Parameter's Python attributes, which hold no value)."""
+    if not isinstance(data, _Tensor) or type(requires_grad) is not bool:
+        raise _Invalid("a Parameter is rebuilt from something other than a tensor")
+    _no_hooks(hooks)
+    return data
+
+
+def _ordered_dict(*args) -> OrderedDict:
+    """collections.OrderedDict, called with no arguments as a pickled OrderedDict is (its items come after)."""
+    if args:
+        raise _Invalid("an OrderedDict is built with arguments")
+    return OrderedDict()
+
+
+#: every global bertfeat resolves, to its own stand-in
+_GLOBALS = {"collections.OrderedDict": _ordered_dict, "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
+            "torch._utils._rebuild_parameter": _rebuild_parameter,
+            "torch._utils._rebuild_parameter_with_state": _rebuild_parameter, **_STORAGES}
+_CALLABLE = (_ordered_dict, _rebuild_tensor_v2, _rebuild_parameter)
+
+
+def _refused_global(full: str) -> _Refused:
+    if full.startswith("torch.") and full.endswith("Storage"):
+        return _Refused(f"holds tensors of {full}, a dtype bertfeat does not read as a module's weights (it reads "
+                        f"{', '.join(k.label for k in _STORAGES.values())})")
+    return _Refused(f"names the global {one_line(full, 120)} in its pickle, which a plain state dict does not need: "
+                    "bertfeat refused it without running it (the file is not only tensors; do not open it with "
+                    "torch.load(weights_only=False) either)")
+
+
+class _Unpickler:
+    """The opcodes torch.save writes for a state dict (pickle protocol 2, and 4's framing), nothing else: no
+    global but _GLOBALS, no call but theirs, BUILD only on an OrderedDict (a state dict's ``_metadata``, dropped)."""
+
+    def __init__(self, data: bytes, storage):
+        self.file = io.BytesIO(data)
+        self.storage = storage  # persistent_load: (key, type, numel) -> _Storage
+        self.stack: list = []
+        self.marks: list[list] = []
+        self.memo: dict[int, object] = {}
+        self.ops = {op[0]: fn for op, fn in (
+            (pickle.PROTO, lambda: self.read(1)), (pickle.FRAME, lambda: self.read(8)),
+            (pickle.MARK, self.mark), (pickle.NONE, lambda: self.push(None)),
+            (pickle.NEWTRUE, lambda: self.push(True)), (pickle.NEWFALSE, lambda: self.push(False)),
+            (pickle.BININT, lambda: self.push(self.unpack("<i"))), (pickle.BININT1, lambda: self.push(self.read(1)[0])),
+            (pickle.BININT2, lambda: self.push(self.unpack("<H"))),
+            (pickle.LONG1, lambda: self.push(int.from_bytes(self.read(self.read(1)[0]), "little", signed=True))),
+            (pickle.BINUNICODE, lambda: self.push(self.read(self.unpack("<I")).decode("utf-8"))),
+            (pickle.SHORT_BINUNICODE, lambda: self.push(self.read(self.read(1)[0]).decode("utf-8"))),
+            (pickle.EMPTY_TUPLE, lambda: self.push(())), (pickle.TUPLE, lambda: self.push(tuple(self.pop_mark()))),
+            (pickle.TUPLE1, lambda: self.tuple(1)), (pickle.TUPLE2, lambda: self.tuple(2)),
+            (pickle.TUPLE3, lambda: self.tuple(3)), (pickle.EMPTY_DICT, lambda: self.push({})),
+            (pickle.EMPTY_LIST, lambda: self.push([])), (pickle.SETITEM, self.setitem),
+            (pickle.SETITEMS, self.setitems), (pickle.APPEND, self.append), (pickle.APPENDS, self.appends),
+            (pickle.BINPUT, lambda: self.put(self.read(1)[0])), (pickle.LONG_BINPUT, lambda: self.put(self.unpack("<I"))),
+            (pickle.MEMOIZE, lambda: self.put(len(self.memo))), (pickle.BINGET, lambda: self.get(self.read(1)[0])),
+            (pickle.LONG_BINGET, lambda: self.get(self.unpack("<I"))), (pickle.GLOBAL, self.global_),
+            (pickle.STACK_GLOBAL, self.stack_global), (pickle.REDUCE, self.reduce), (pickle.BUILD, self.build),
+            (pickle.BINPERSID, self.persistent))}
+
+    def load(self):
+        while True:
+            op = self.file.read(1)
+            if not op:
+                raise _Invalid("data.pkl ends before its STOP opcode: it is cut short")
+            op = op[0]
+            if op == pickle.STOP[0]:
+                if len(self.stack) != 1 or self.marks:
+                    raise _Invalid("it ends with other than one object built")
+                return self.stack[0]
+            if op not in self.ops:
+                raise _Refused(f"uses pickle opcode {_opname(op)}, which torch.save does not write for a state dict")
+            self.ops[op]()
+
+    # reading
+    def read(self, n: int) -> bytes:
+        b = self.file.read(n)
+        if len(b) != n:
+            raise _Invalid("data.pkl ends in the middle of an opcode")
+        return b
+
+    def unpack(self, fmt: str) -> int:
+        return struct.unpack(fmt, self.read(struct.calcsize(fmt)))[0]
+
+    def readline(self) -> str:
+        line = self.file.readline()
+        if not line.endswith(b"\n"):
+            raise _Invalid("data.pkl ends in the middle of a global's name")
+        return line[:-1].decode("utf-8")
+
+    # the stack
+    def push(self, v) -> None:
+        self.stack.append(v)
+
+    def pop(self):
+        if not self.stack:
+            raise _Invalid("an opcode takes more objects than were built")
+        return self.stack.pop()
+
+    def mark(self) -> None:
+        self.marks.append(self.stack)
+        self.stack = []
+
+    def pop_mark(self) -> list:
+        if not self.marks:
+            raise _Invalid("an opcode closes a MARK that was never opened")
+        items, self.stack = self.stack, self.marks.pop()
+        return items
+
+    def tuple(self, n: int) -> None:
+        items = [self.pop() for _ in range(n)][::-1]
+        self.push(tuple(items))
+
+    def put(self, i: int) -> None:
+        if not self.stack:
+            raise _Invalid("an opcode takes more objects than were built")
+        self.memo[i] = self.stack[-1]
+
+    def get(self, i: int) -> None:
+        if i not in self.memo:
+            raise _Invalid(f"it refers to object {i}, which was never stored")
+        self.push(self.memo[i])
+
+    # containers
+    def top(self, kinds: tuple, what: str):
+        if not self.stack or type(self.stack[-1]) not in kinds:
+            raise _Invalid(f"it {what} something other than a {kinds[0].__name__}")
+        return self.stack[-1]
+
+    def setitem(self) -> None:
+        v, k = self.pop(), self.pop()
+        self._set(self.top((dict, OrderedDict), "sets an item of"), [k, v])
+
+    def setitems(self) -> None:
+        items = self.pop_mark()
+        self._set(self.top((dict, OrderedDict), "sets items of"), items)
+
+    @staticmethod
+    def _set(d: dict, items: list) -> None:
+        if len(items) % 2:
+            raise _Invalid("it sets a key without a value")
+        for k, v in zip(items[::2], items[1::2]):
+            if type(k) not in (str, int):
+                raise _Invalid(f"a dict's key is a {type(k).__name__}, not a name")
+            d[k] = v
+
+    def append(self) -> None:
+        v = self.pop()
+        self.top((list,), "appends to").append(v)
+
+    def appends(self) -> None:
+        items = self.pop_mark()
+        self.top((list,), "appends to").extend(items)
+
+    # the risky ones, each restricted to a state dict's needs
+    def global_(self) -> None:
+        module = self.readline()
+        self.resolve(module, self.readline())
+
+    def stack_global(self) -> None:
+        name, module = self.pop(), self.pop()
+        if type(module) is not str or type(name) is not str:
+            raise _Invalid("STACK_GLOBAL names a global with other than two strings")
+        self.resolve(module, name)
+
+    def resolve(self, module: str, name: str) -> None:
+        full = f"{module}.{name}"
+        if full not in _GLOBALS:
+            raise _refused_global(full)
+        self.push(_GLOBALS[full])
+
+    def reduce(self) -> None:
+        args, fn = self.pop(), self.pop()
+        if not any(fn is c for c in _CALLABLE) or type(args) is not tuple:
+            raise _Invalid("it calls something other than the functions of a state dict")
+        try:
+            self.push(fn(*args))
+        except TypeError as e:  # a wrong number of arguments
+            raise _Invalid(f"it calls a function with other arguments than torch.save writes ({one_line(e)})") from None
+
+    def build(self) -> None:
+        state = self.pop()
+        self.top((OrderedDict,), "sets the state of")  # torch's: an OrderedDict's attributes (_metadata), no values
+        if type(state) is not dict:
+            raise _Invalid("an OrderedDict's state is not a dict")
+
+    def persistent(self) -> None:
+        pid = self.pop()
+        if (type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage" or not isinstance(pid[1], _StorageType)
+                or type(pid[2]) is not str or type(pid[3]) is not str or type(pid[4]) is not int or pid[4] < 0):
+            raise _Invalid(f"persistent id {one_line(repr(pid), 80)} is not ('storage', type, key, location, numel)")
+        self.push(self.storage(pid[2], pid[1], pid[4]))
+
+
+def _opname(op: int) -> str:
+    names = {getattr(pickle, n)[0]: n for n in dir(pickle) if n.isupper() and isinstance(getattr(pickle, n), bytes)
+             and len(getattr(pickle, n)) == 1}
+    return f"{names[op]} (0x{op:02x})" if op in names else f"0x{op:02x}"
+
+
+def _refuse(f: Path, what: str, fix: str = RESAVE) -> WeightsError:
+    return WeightsError(f"{f} {what}", fix)
+
+
+def _open(f: Path) -> zipfile.ZipFile:
+    """The zip archive, or a refusal saying what the file is instead (torch's legacy format, empty, damaged)."""
+    with open(f, "rb") as fh:
+        head = fh.read(len(_LEGACY_MAGIC))
+    if head.startswith(_LEGACY_MAGIC):
+        raise _refuse(f, "is in torch.save's legacy format (PyTorch before 1.6, or _use_new_zipfile_serialization="
+                         "False), which bertfeat does not read",
+                      "re-save it in the zip format where PyTorch is installed: torch.save(torch.load(path, "
+                      f"weights_only=True), path); or {RESAVE}")
+    if not head:
+        raise _refuse(f, "is empty (0 bytes)", f"restore the file from the model, or {RESAVE}")
+    try:
+        return zipfile.ZipFile(f)
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+        raise _refuse(f, f"is not a torch.save zip archive ({one_line(e)}): it is truncated or damaged, or was "
+                         "written by something else", f"re-download the model, or {RESAVE}") from None
+
+
+def _records(f: Path, z: zipfile.ZipFile) -> tuple[str, dict[str, zipfile.ZipInfo]]:
+    """(the top folder, record name inside it -> its entry): the records in the folder of the first, as torch
+    reads them (others are not read)."""
+    infos = z.infolist()
+    if not infos or "/" not in infos[0].filename:
+        first = infos[0].filename if infos else None
+        raise _refuse(f, "is a zip archive but not torch.save's: " + (
+            "it holds no record" if first is None else f"its first record '{one_line(first, 80)}' is in no folder"))
+    top = infos[0].filename.split("/", 1)[0] + "/"
+    records: dict[str, zipfile.ZipInfo] = {}
+    for i in infos:
+        if i.filename.startswith(top):
+            if i.filename[len(top):] in records:
+                raise _refuse(f, f"has record '{one_line(i.filename, 80)}' twice: it is damaged")
+            records[i.filename[len(top):]] = i
+    return top, records
+
+
+def _check_archive(f: Path, z: zipfile.ZipFile, records: dict) -> str:
+    """The archive's version and byte order checked: -> the byte order of its storages ('<' or '>')."""
+    if "constants.pkl" in records:
+        raise _refuse(f, "is a TorchScript archive (torch.jit.save), not a state dict saved by torch.save")
+    packed = next((i.filename for i in records.values() if i.compress_type != zipfile.ZIP_STORED or i.flag_bits & 1),
+                  None)
+    if packed is not None:  # read as stored bytes only: memory bounded by the file's size, no zip bomb
+        raise _refuse(f, f"has record '{one_line(packed, 80)}' compressed or encrypted, as torch.save never writes one")
+    if "data.pkl" not in records:
+        raise _refuse(f, "is a zip archive without data.pkl: it is not a torch.save checkpoint")
+    ver = records.get(".data/version", records.get("version"))
+    text = z.read(ver).decode("ascii", "replace").strip() if ver else ""
+    if not text.isdigit() or int(text) not in _VERSIONS:
+        raise _refuse(f, f"has archive version {one_line(text, 20) or '(none)'}, where torch reads 1 to 10")
+    order = z.read(records["byteorder"]) if "byteorder" in records else b"little"
+    if order not in _BYTEORDERS:
+        raise _refuse(f, f"has byte order {one_line(order.decode('ascii', 'replace'), 20)!r}, not little or big")
+    return _BYTEORDERS[order]
+
+
+def _storage_reader(f: Path, z: zipfile.ZipFile, records: dict, order: str):
+    """persistent_load: (key, type, numel) -> the _Storage of record data/KEY, read once (tensors share it)."""
+    read: dict[str, _Storage] = {}
+
+    def load(key: str, kind: _StorageType, numel: int) -> _Storage:
+        if key in read:
+            s = read[key]
+            if s.kind is not kind or s.data.size != numel:
+                raise _Refused(f"views storage '{key}' as {s.kind.label} of {s.data.size:,} elements and as "
+                               f"{kind.label} of {numel:,}")
+            return s
+        info = records.get(f"data/{key}")
+        need = numel * kind.dtype.itemsize
+        if info is None or info.file_size != need:
+            got = "is missing" if info is None else f"holds {info.file_size:,} bytes"
+            raise _Refused(f"names storage '{one_line(key, 40)}' of {numel:,} {kind.label} values ({need:,} bytes), "
+                           f"but record data/{one_line(key, 40)} {got}: the file is damaged")
+        read[key] = _Storage(key, kind, np.frombuffer(z.read(info), dtype=kind.dtype.newbyteorder(order)))
+        return read[key]
+
+    return load
+
+
+def _state_dict(f: Path, obj) -> dict[str, np.ndarray]:
+    """The pickle's object as a flat state dict: names -> arrays."""
+    if type(obj) not in (dict, OrderedDict):
+        raise _refuse(f, f"holds a {type(obj).__name__}, not a state dict (names -> tensors)")
+    out = {}
+    for k, v in obj.items():
+        if type(k) is not str or not isinstance(v, _Tensor):
+            raise _refuse(f, f"holds entry {one_line(repr(k), 60)}, a {type(v).__name__} where a state dict holds a "
+                             "tensor under a name")
+        out[k] = v.array
+    return out
+
+
+def read_torch_file(f: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a torch.save zip checkpoint of a state dict, read without PyTorch and without unpickling.
+
+    Parameters
+    ----------
+    f : Path
+        A ``pytorch_model.bin`` (any name) written by ``torch.save(state_dict, f)``.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Each tensor under its own name, in the file's order, as an array of its own (a transposed or sliced view
+        copied out in C order); float32 and float64 as stored, float16 and bfloat16 widened exactly to float32.
+
+    Raises
+    ------
+    WeightsError
+        Naming the file: a global or opcode a state dict does not need (never run), torch's legacy format, a
+        truncated or damaged archive, a dtype other than float32 / float16 / bfloat16 / float64, a NaN or infinite
+        value (the tensor named).
+    """
+    try:
+        with _open(f) as z:
+            _, records = _records(f, z)
+            order = _check_archive(f, z, records)
+            obj = _Unpickler(z.read(records["data.pkl"]), _storage_reader(f, z, records, order)).load()
+    except _Refused as e:
+        raise _refuse(f, str(e)) from None
+    except (_Invalid, IndexError, UnicodeDecodeError, struct.error) as e:
+        raise _refuse(f, f"holds a data.pkl that is not a state dict as torch.save writes it ({one_line(e)})") from None
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:  # a damaged record (its CRC, its header)
+        if isinstance(e, WeightsError):
+            raise
+        raise _refuse(f, f"could not be read as a torch.save zip archive ({one_line(e)}): it is truncated or damaged",
+                      f"re-download the model, or {RESAVE}") from None
+    out = _state_dict(f, obj)
+    for k, a in out.items():
+        check_finite(a, k, f)
+        if a.dtype == np.float16:
+            out[k] = a.astype(np.float32)
+    return out

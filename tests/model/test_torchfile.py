@@ -1,0 +1,291 @@
+"""bertfeat/model/torchfile.py: torch.save's zip checkpoints read without PyTorch and without unpickling.
+
+Files written by torch.save itself (the tests that need torch skip with the reason when it is absent) are read to
+exactly the values torch holds: float32, float16, bfloat16 (widened exactly) and float64 tensors, transposed and
+sliced views, storages shared between tensors, 0-d tensors, big-endian storages, any top folder name, pickle
+protocol 4. Pickles built by hand (no torch needed) that name another global are refused without running it; a
+truncated, damaged or legacy-format file is refused naming the file, with how to re-save it.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import shutil
+import zipfile
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertfeat.errors import WeightsError
+from bertfeat.model.torchfile import read_torch_file
+from conftest import need_live
+
+
+@pytest.fixture
+def torch():
+    return need_live("torch")
+
+
+def _reference(t) -> np.ndarray:
+    """What bertfeat should give for torch tensor ``t``: its values, float16 / bfloat16 as float32."""
+    import torch
+
+    t = t.detach()
+    return (t.float() if t.dtype in (torch.float16, torch.bfloat16) else t).numpy()
+
+
+def _assert_same(got: dict, sd: dict) -> None:
+    assert list(got) == list(sd)
+    for k, t in sd.items():
+        want = _reference(t)
+        assert got[k].shape == want.shape and got[k].dtype == want.dtype, (k, got[k].dtype, want.dtype)
+        assert got[k].flags.c_contiguous and got[k].flags.writeable
+        np.testing.assert_array_equal(got[k], want, err_msg=k)
+    arrays = list(got.values())  # each an array of its own, though the tensors shared a storage
+    assert not any(np.shares_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1:])
+
+
+def _records(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as z:
+        return {i.filename: z.read(i) for i in z.infolist()}
+
+
+def _write_zip(path: Path, records: dict[str, bytes]) -> Path:
+    """An archive of stored records, as torch.save writes them."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, data in records.items():
+            z.writestr(name, data)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- read as torch does
+@pytest.mark.live
+def test_a_state_dict_torch_saved_reads_to_torchs_values(torch, tmp_path):
+    """float32, float16, bfloat16 and float64 tensors, a transposed and a sliced view sharing the first tensor's
+    storage, a 0-d tensor of each kind, an empty tensor, a Parameter, a tensor big enough for 4-byte sizes: every
+    value equal to the torch tensor's."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(6, 5, generator=g)
+    b16 = torch.randn(4, 3, generator=g).bfloat16()
+    sd = OrderedDict(
+        weight=w, transposed=w.t(), sliced=w[1:5:2, 1:4], scalar=torch.tensor(-2.75), half=torch.randn(7, generator=g).half(),
+        bf16=b16, bf16_t=b16.t(), bf16_scalar=torch.tensor(1.5, dtype=torch.bfloat16),
+        double=torch.randn(3, dtype=torch.float64, generator=g), empty=torch.empty(0, 3),
+        param=torch.nn.Parameter(torch.randn(2, generator=g)), big=torch.randn(300, 300, generator=g))
+    f = tmp_path / "pytorch_model.bin"
+    torch.save(sd, f)
+    # the views really share the storage in the file: one data record for weight, transposed and sliced
+    data = sorted(n for n in _records(f) if "/data/" in n)
+    assert len(data) == len(sd) - 2 - 1  # transposed and sliced share weight's; bf16_t shares bf16's
+    _assert_same(read_torch_file(f), sd)
+    assert read_torch_file(f)["scalar"].shape == ()
+
+
+@pytest.mark.live
+def test_a_modules_state_dict_with_its_metadata(torch, tmp_path):
+    """What sentence-transformers' older Dense.save wrote: torch.save(self.state_dict()), an OrderedDict carrying
+    _metadata (a BUILD of the dict), read as its tensors."""
+    layer = torch.nn.Linear(8, 3)
+    f = tmp_path / "pytorch_model.bin"
+    torch.save(layer.state_dict(), f)
+    assert hasattr(layer.state_dict(), "_metadata")
+    _assert_same(read_torch_file(f), layer.state_dict())
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("how", ["renamed", "protocol 4", "no byteorder record", "big-endian", "in a buffer"])
+def test_archive_variants_torch_reads(torch, tmp_path, how):
+    """The top folder is whatever torch named it (here 'weights_v2', saved under another name and renamed; 'archive'
+    from a buffer), pickle protocol 4's framing, a file without the byteorder record (read little-endian, as torch
+    >= 2.1 does), and big-endian storages (each record's bytes swapped, byteorder 'big'): the same values."""
+    g = torch.Generator().manual_seed(1)
+    sd = {"w": torch.randn(3, 4, generator=g), "h": torch.randn(5, generator=g).half(),
+          "b": torch.randn(2, 2, generator=g).bfloat16(), "d": torch.randn(2, dtype=torch.float64, generator=g)}
+    f = tmp_path / "pytorch_model.bin"
+    if how == "renamed":
+        torch.save(sd, tmp_path / "weights_v2.pt")
+        (tmp_path / "weights_v2.pt").rename(f)
+        assert next(iter(_records(f))).startswith("weights_v2/")
+    elif how == "protocol 4":
+        torch.save(sd, f, pickle_protocol=4)
+    elif how == "no byteorder record":  # as torch < 2.1 wrote (torch.save's own switch for it writes one now)
+        torch.save(sd, tmp_path / "with.bin")
+        _write_zip(f, {n: data for n, data in _records(tmp_path / "with.bin").items() if not n.endswith("/byteorder")})
+        assert "with/byteorder" in _records(tmp_path / "with.bin") and "with/byteorder" not in _records(f)
+    elif how == "in a buffer":
+        buf = io.BytesIO()
+        torch.save(sd, buf)
+        f.write_bytes(buf.getvalue())
+        assert next(iter(_records(f))).startswith("archive/")
+    else:
+        torch.save(sd, tmp_path / "little.bin")
+        recs = _records(tmp_path / "little.bin")
+        sizes = {str(i): t.element_size() for i, t in enumerate(sd.values())}  # storage keys in the order saved
+        big = {}
+        for name, data in recs.items():
+            key = name.split("/data/")[-1] if "/data/" in name else None
+            if key is not None:
+                data = np.frombuffer(data, dtype=f"<u{sizes[key]}").byteswap().tobytes()
+            big[name] = b"big" if name.endswith("/byteorder") else data
+        _write_zip(f, big)
+        assert _records(f)["little/data/0"] != recs["little/data/0"]
+    _assert_same(read_torch_file(f), sd)
+
+
+# -------------------------------------------------------------------------------------------- never run, refused
+class _Run:
+    """Pickles as a call of ``fn(*args)``: what a malicious checkpoint holds."""
+
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
+
+
+def _hand_made(path: Path, obj, protocol: int = 2, top: str = "archive") -> Path:
+    """A torch.save-shaped archive (data.pkl, byteorder, version) around the pickle of ``obj``, built without torch."""
+    return _write_zip(path, {f"{top}/data.pkl": pickle.dumps(obj, protocol=protocol), f"{top}/byteorder": b"little",
+                             f"{top}/version": b"3\n"})
+
+
+@pytest.mark.parametrize("protocol,in_dict", [(2, True), (4, True), (0, False), (2, False)])
+def test_a_pickle_naming_another_global_is_refused_and_not_run(tmp_path, protocol, in_dict):
+    """A state dict whose pickle calls os.system (here: to create a file), or a pickle that is that call alone, is
+    refused naming the file and the global; the call never happens (the file is not created), whatever the pickle
+    protocol."""
+    import os
+
+    marker = tmp_path / "ran"
+    call = _Run(os.system, f"touch {marker}")
+    f = _hand_made(tmp_path / "pytorch_model.bin", {"linear.weight": call} if in_dict else call, protocol)
+    assert b"system" in _records(f)["archive/data.pkl"]
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert not marker.exists()
+    assert e.value.what.startswith(f"{f} names the global {os.system.__module__}.system in its pickle, which a plain "
+                                   "state dict does not need: bertfeat refused it without running it")
+    assert "SentenceTransformer(dir).save(dir, safe_serialization=True)" in e.value.fix
+
+
+@pytest.mark.parametrize("obj,named", [
+    (_Run(eval, "1 + 1"), "__builtin__.eval"),  # protocol 2 spells builtins as Python 2 did
+    (_Run(getattr, OrderedDict, "fromkeys"), "__builtin__.getattr"),
+    (_Run(shutil.rmtree, "/nonexistent-ptbin"), "shutil.rmtree"),
+    ({"w": _Run(np.ones, 3)}, "numpy"),  # a real array: NumPy's own reconstructor is no global of a state dict
+])
+def test_other_globals_are_refused_by_name(tmp_path, obj, named):
+    f = _hand_made(tmp_path / "m.bin", obj)
+    with pytest.raises(WeightsError, match=f"names the global {named}"):
+        read_torch_file(f)
+
+
+def test_opcodes_a_state_dict_does_not_use_are_refused(tmp_path):
+    """INST (protocol 0's class instantiation), with a harmless name: refused as an opcode, nothing looked up."""
+    f = _write_zip(tmp_path / "m.bin", {"archive/data.pkl": b"(ios\ngetcwd\n.", "archive/version": b"3"})
+    with pytest.raises(WeightsError, match=r"uses pickle opcode INST \(0x69\), which torch.save does not write"):
+        read_torch_file(f)
+
+
+@pytest.mark.live
+def test_tensors_a_modules_weights_never_are_are_refused(torch, tmp_path):
+    """An int64 tensor, an expanded view (more elements than its storage), a whole module pickled (its class a
+    global), a tensor with a Python attribute (a subclass rebuilder): each refused by what it is."""
+    cases = {"int": {"w": torch.ones(2, dtype=torch.int64)}, "expanded": {"w": torch.ones(1, 2).expand(3, 2)},
+             "module": torch.nn.Linear(2, 2), "attribute": {"w": torch.ones(2)}}
+    cases["attribute"]["w"].note = "x"
+    want = {"int": "holds tensors of torch.LongStorage, a dtype bertfeat does not read as a module's weights",
+            "expanded": "holds a tensor of size (3, 2), stride (0, 1), offset 0 on storage '0' of 2 elements: it holds "
+                        "more elements than the storage",
+            "module": "names the global torch.nn.modules.linear.Linear in its pickle",
+            "attribute": "names the global torch._tensor._rebuild_from_type_v2 in its pickle"}
+    for name, obj in cases.items():
+        f = tmp_path / f"{name}.bin"
+        torch.save(obj, f)
+        with pytest.raises(WeightsError) as e:
+            read_torch_file(f)
+        assert e.value.what.startswith(f"{f} {want[name]}"), e.value.what
+
+
+@pytest.mark.live
+def test_a_nan_is_refused_naming_the_tensor(torch, tmp_path):
+    f = tmp_path / "pytorch_model.bin"
+    torch.save({"linear.bias": torch.tensor([1.0, float("nan"), float("inf")]).half()}, f)
+    with pytest.raises(WeightsError, match=r"pytorch_model.bin: tensor 'linear.bias' has 2 NaN or infinite value\(s\) "
+                                           r"of 3 \(1 NaN, 1 infinite\)"):
+        read_torch_file(f)
+
+
+# ------------------------------------------------------------------------------------------- damaged or foreign
+@pytest.mark.live
+def test_a_truncated_or_damaged_file_is_refused_naming_it(torch, tmp_path):
+    good = tmp_path / "good.bin"
+    w = torch.randn(64, 64, generator=torch.Generator().manual_seed(2))
+    torch.save({"w": w}, good)
+    raw = good.read_bytes()
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(cut)
+    assert e.value.what == (f"{cut} is not a torch.save zip archive (File is not a zip file): it is truncated or "
+                            "damaged, or was written by something else")
+    flipped = tmp_path / "flipped.bin"
+    at = raw.index(w[10, 3].numpy().tobytes())  # a byte inside the tensor's data
+    flipped.write_bytes(raw[:at] + bytes([raw[at] ^ 0xFF]) + raw[at + 1:])
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(flipped)
+    assert e.value.what == (f"{flipped} could not be read as a torch.save zip archive (Bad CRC-32 for file "
+                            "'good/data/0'): it is truncated or damaged")
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    with pytest.raises(WeightsError, match=r"empty.bin is empty \(0 bytes\) - restore the file from the model"):
+        read_torch_file(empty)
+
+
+@pytest.mark.live
+def test_the_legacy_format_is_refused_with_how_to_resave(torch, tmp_path):
+    f = tmp_path / "pytorch_model.bin"
+    torch.save({"w": torch.ones(2)}, f, _use_new_zipfile_serialization=False)
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} is in torch.save's legacy format (PyTorch before 1.6, or "
+                            "_use_new_zipfile_serialization=False), which bertfeat does not read")
+    assert e.value.fix.startswith("re-save it in the zip format where PyTorch is installed: "
+                                  "torch.save(torch.load(path, weights_only=True), path)")
+
+
+@pytest.mark.parametrize("records,what", [
+    ({"data.pkl": b"\x80\x02}q\x00."}, "is a zip archive but not torch.save's: its first record 'data.pkl' is in no folder"),
+    ({"a/data.pkl": b"\x80\x02}.", "a/version": b"3", "a/constants.pkl": b""},
+     "is a TorchScript archive (torch.jit.save), not a state dict saved by torch.save"),
+    ({"a/data.pkl": b"\x80\x02}."}, "has archive version (none), where torch reads 1 to 10"),
+    ({"a/data.pkl": b"\x80\x02}.", "a/version": b"99"}, "has archive version 99, where torch reads 1 to 10"),
+    ({"a/data.pkl": b"\x80\x02}.", "a/version": b"3", "a/byteorder": b"middle"},
+     "has byte order 'middle', not little or big"),
+    ({"a/data.pkl": b"\x80\x02]q\x00.", "a/version": b"3"}, "holds a list, not a state dict (names -> tensors)"),
+    ({"a/data.pkl": b"\x80\x02}q\x00(X\x01\x00\x00\x00wK\x01u", "a/version": b"3"},
+     "holds a data.pkl that is not a state dict as torch.save writes it (data.pkl ends before its STOP opcode: it is "
+     "cut short)"),
+    # ('storage', torch.FloatStorage, '0', 'cpu', 4) with no record data/0
+    ({"a/data.pkl": b"\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\n"
+                    b"FloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x04tQK\x00K\x04\x85K\x01\x85\x89"
+                    b"ccollections\nOrderedDict\n)RtRs.", "a/version": b"3"},
+     "names storage '0' of 4 float32 values (16 bytes), but record data/0 is missing: the file is damaged"),
+])
+def test_archives_torch_save_does_not_write_are_refused(tmp_path, records, what):
+    f = _write_zip(tmp_path / "m.bin", records)
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == f"{f} {what}"
+
+
+def test_a_compressed_record_is_refused(tmp_path):
+    f = tmp_path / "m.bin"
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("a/data.pkl", b"\x80\x02}.")
+        z.writestr("a/version", b"3")
+    with pytest.raises(WeightsError, match="has record 'a/data.pkl' compressed or encrypted, as torch.save never"):
+        read_torch_file(f)
