@@ -8,6 +8,7 @@ that does not parse, one such line with exit code 2 (usage_error).
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import threading
 from typing import Optional
@@ -219,7 +220,10 @@ def verify(
         t.add_row("bit-identical", f"{r['rows_identical']:,}" + (" (after the PCA: the projection rounds by its batch; "
                                                                    "bit identity holds before it)" if r["reduced"] else ""))
         none = "- (no row to check)" if not r["rows_checked"] else None  # (the file has no rows)
-        t.add_row("largest difference", none or f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's norm)")
+        w = r["worst"]  # named when it differs at all: a value edited within the tolerance is found by it
+        at = f"; row {w['position']}, id {w['id']!r}" if w and 0 < w["max_abs_diff"] < math.inf else ""
+        t.add_row("largest difference", none or f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's "
+                                                f"norm{at})")
         t.add_row("smallest cosine", none or f"{r['min_cosine']:.9f}")
         t.add_row("tolerance", f"{r['tolerance']:g} of the row's norm ({r['precision']}"
                   + (", after the PCA" if r["reduced"] else "")

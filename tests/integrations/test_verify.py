@@ -812,3 +812,21 @@ def test_verify_names_a_missing_ids_file_of_a_npy(tmp_path, capsys):
     assert (rc, err) == (1, f"Error: {out}'s ids file {tmp_path / 'o.ids.csv'} is missing (its ids and columns id, "
                             "n_chunks, n_tokens, truncated) - put it back beside the .npy file, or extract the features "
                             "again\n")
+
+
+def test_verify_names_the_row_of_its_largest_difference(tmp_path, capsys):
+    """Found by the seventh hostile-input round: a value edited in its last digit is within the tolerance (verify says ok,
+    as float32 rounding may differ so much), and the table said only "bit-identical 29" of 30, not which row differs."""
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [r[:2] for r in _rows(12)])
+    out = tmp_path / "o.npy"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "-q")[0] == 0
+    X = np.load(out)
+    X[4, 3] = np.nextafter(X[4, 3], np.float32(np.inf))
+    np.save(out, X)
+    rc, stdout, err = run(capsys, "verify", out, "--sample", "100")
+    assert (rc, err) == (0, "")
+    cells = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in stdout.splitlines() if line.count("│") == 3}
+    r = verify_features(out, sample=100)
+    assert r["rows_identical"] == 11 and r["worst"]["id"] == "r4" and r["ok"]
+    assert cells["largest difference"] == (f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's norm; "
+                                           "row 4, id 'r4')")
