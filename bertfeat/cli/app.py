@@ -299,8 +299,10 @@ def render_sweep(r: dict) -> None:
     """The sweep's table on stdout, the files written on stderr."""
     from rich.table import Table
 
+    from ..sweep import rows_said
+
     probe = "label" in r
-    caption = f"{r['rows']:,} rows of {r['input']}, {r['model']} ({r['precision']})"
+    caption = f"{r['input']}: {rows_said(r)}, {r['model']} ({r['precision']})"
     if probe:
         caption += f"; {r['label']}: {r['classes']} classes, {r['folds']}-fold, majority {100 * r['majority_baseline']:.2f} %"
         caption += (f"; best on the first {r['n_components']} PCs" if r["ranked_on"] == "pca" else
@@ -322,6 +324,8 @@ def render_sweep(r: dict) -> None:
     out_console.print(t)
     for s in r["skipped"]:
         err_console.print(f"skipped {s['name']}: {s['why']}", markup=False, highlight=False, soft_wrap=True)
+    for note in r.get("notes", []):
+        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if r.get("best"):
         best = next(e for e in r["sets"] if e["name"] == r["best"])
         how = best["options"] or "(no options: the model's own embedding)"
