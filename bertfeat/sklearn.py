@@ -208,6 +208,13 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             enc.check_files_as(getattr(self, "model_files_sha256_", None), "this TextFeatures was fitted with", REFIT_FIX)
         return enc
 
+    def _check_cache(self) -> None:
+        """cache is True or False (at fit, and at transform after a set_params): cache="no" is truthy, and kept every
+        vector in memory."""
+        if not isinstance(self.cache, (bool, np.bool_)):
+            raise BertfeatError(f"cache={self.cache!r} is not True or False",
+                                "pass cache=True to keep each text's vector in memory, or cache=False")
+
     def _spec(self, enc: Encoder):
         return feature_spec(enc, self)  # the parameters named as bertfeat.extract's options, read as the engines do
 
@@ -219,9 +226,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _fit(self, texts: list[str]):
         """fit on texts already checked (as_texts)."""
         check_size(self.batch_size, "batch_size", 1, None, " (rows per batch at most)")
-        if not isinstance(self.cache, (bool, np.bool_)):  # cache="no" is truthy: it kept every vector in memory
-            raise BertfeatError(f"cache={self.cache!r} is not True or False",
-                                "pass cache=True to keep each text's vector in memory, or cache=False")
+        self._check_cache()
         enc = self._encoder(check=False)
         spec = self._spec(enc)
         self.model_id_ = enc.model_id
@@ -250,6 +255,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         spec = self._spec(enc)
         if spec.to_dict() != self.spec_ or enc.precision != getattr(self, "precision_", enc.precision):
             raise BertfeatError("the parameters changed since fit", "fit again after set_params")
+        self._check_cache()
         if not texts:
             return np.zeros((0, self.n_features_out_), dtype=np.float32)
         if not self.cache:

@@ -498,6 +498,9 @@ def test_cache_must_be_true_or_false(minilm_dir):
         assert str(e.value) == (f"cache={value!r} is not True or False - pass cache=True to keep each text's vector in "
                                 "memory, or cache=False")
     assert TextFeatures(str(minilm_dir), cache=np.True_).fit(["a"]).cache  # a NumPy bool (a grid's np.array([...]))
+    tf = TextFeatures(str(minilm_dir)).fit(["a"]).set_params(cache="yes")  # after fit: transform checks it too
+    with pytest.raises(BertfeatError, match=r"^cache='yes' is not True or False - "):
+        tf.transform(["a"])
 
 
 def test_text_features_follows_scikit_learns_conventions():
