@@ -20,13 +20,14 @@ it reloads the model from its location and refuses weights or files with another
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 
-from .model.encoder import Encoder, LongTextError, NoTokensError, TokenPastTableError, text_list
+from .model.encoder import (Encoder, LongTextError, NoTokensError, NonFiniteFeaturesError, TokenPastTableError,
+                            text_list)
 from .errors import BertfeatError
 from .checks import check_size
 from .readers.textcheck import check_text
@@ -52,13 +53,21 @@ def as_texts(X: Any) -> list[str]:
     """A list, tuple, iterator or generator, 1-D (or (n, 1)) NumPy array, pandas / polars Series, pyarrow Array or
     one-column DataFrame / pyarrow Table of strings -> a list of str; anything else (a bare str or bytes too) is a ValueError naming what is
     wrong. An iterator is consumed: as scikit-learn's text vectorizers, read it once."""
+    return _texts(X)[0]
+
+
+def _texts(X: Any) -> tuple[list[str], Callable[[int], str]]:
+    """as_texts(X), and how a message names X's row i (``row_label``)."""
     if isinstance(X, (str, bytes, bytearray, memoryview)):  # not a sequence of texts, but of characters or bytes
         what = "a single string" if isinstance(X, str) else f"a single {type(X).__name__} object"
         raise BertfeatError(f"X is {what}", LIST_FIX)
     if isinstance(X, Iterator):  # a generator, map(...), iter(...), an open file: no shape, read once
         X = list(X)
-    if hasattr(X, "columns") and hasattr(X, "shape"):  # a pandas / polars DataFrame, a pyarrow Table: as Encoder.encode
-        return text_list(X, "X")
+    if hasattr(X, "iloc") and hasattr(X, "columns") and len(X.shape) == 2 and X.shape[1] == 1:
+        X = X.iloc[:, 0]  # a one-column pandas DataFrame: its column, whose index names its rows
+    label = row_label(X)
+    if hasattr(X, "columns") and hasattr(X, "shape"):  # a polars DataFrame, a pyarrow Table, a wider frame: as Encoder.encode
+        return text_list(X, "X"), label
     if hasattr(X, "to_pylist"):  # a pyarrow Array / ChunkedArray
         X = X.to_pylist()
     if hasattr(X, "to_list"):  # pandas / polars Series
@@ -75,10 +84,21 @@ def as_texts(X: Any) -> list[str]:
         values = arr.tolist()
     for i, v in enumerate(values):
         if not isinstance(v, str):
-            raise BertfeatError(f"X[{i}] is {type(v).__name__} {v!r:.40}, not a string",
+            raise BertfeatError(f"{label(i)} is {type(v).__name__} {v!r:.40}, not a string",
                                 "pass texts only (fill or drop missing values first)")
-        check_text(v, f"X[{i}]")  # the rule of Encoder.encode and extract (textcheck.text_reason)
-    return values
+        check_text(v, label(i))  # the rule of Encoder.encode and extract (textcheck.text_reason)
+    return values, label
+
+
+def row_label(X) -> Callable[[int], str]:
+    """How a message names row i of X: ``X[i]``, and for a pandas Series whose index is not 0, 1, ... its label too
+    (``X[1] (index label 7)``: a Series of a filtered frame, where ``X[1]`` would look up the label 1)."""
+    index = getattr(X, "index", None)
+    if index is None or not hasattr(X, "iloc") or (type(index).__name__ == "RangeIndex" and index.start == 0
+                                                    and index.step == 1):
+        return lambda i: f"X[{i}]"
+    labels = index.tolist()  # Python values: 7, not np.int64(7)
+    return lambda i: f"X[{i}] (index label {labels[i]!r:.40})"
 
 
 REFIT_FIX = "restore the original model files, or refit the pipeline"
@@ -104,17 +124,27 @@ def _check_unmasked(X) -> None:
         raise BertfeatError(f"X[{i}] is masked, not a string", "pass texts only (fill or drop missing values first)")
 
 
-def _prepare(enc: Encoder, texts: list[str], spec, where):
+def _prepare(enc: Encoder, texts: list[str], spec, where, label):
     """enc.prepare; a text with a token the model cannot embed, or with no token, is named by its place in X
-    (``where[i]``: text i's), a text too long under long_text='error' as ``X[i]`` (``texts`` is X whole then: the memo's caller sees to it)."""
+    (``where[i]``: text i's; ``label``: row_label's), a text too long under long_text='error' by ``label`` (``texts``
+    is X whole then: the memo's caller sees to it)."""
     try:
         return enc.prepare(texts, None, spec)
     except TokenPastTableError as e:
-        raise TokenPastTableError.at([where[r] for r in e.rows], e.tokens, e.table_rows, lambda i: f"X[{i}]") from None
+        raise TokenPastTableError.at([where[r] for r in e.rows], e.tokens, e.table_rows, label) from None
     except NoTokensError as e:
-        raise NoTokensError.at([where[r] for r in e.rows], lambda i: f"X[{i}]") from None
+        raise NoTokensError.at([where[r] for r in e.rows], label) from None
     except LongTextError as e:
-        raise LongTextError(e.rows, e.n_tokens, e.max_length, e.pairs, label=lambda i: f"X[{i}]") from None
+        raise LongTextError(e.rows, e.n_tokens, e.max_length, e.pairs, label=label) from None
+
+
+def _run(enc: Encoder, prep, spec, max_rows, where, label) -> np.ndarray:
+    """enc.run; a row whose features come out NaN or infinite is named by its place in X, as _prepare's (it said
+    ``texts[0]``, Encoder.encode's name, or its place among the memo's new texts)."""
+    try:
+        return enc.run(prep, spec, max_rows=max_rows)
+    except NonFiniteFeaturesError as e:
+        raise NonFiniteFeaturesError.at([where[r] for r in e.rows], label) from None
 
 
 class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -178,6 +208,13 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             enc.check_files_as(getattr(self, "model_files_sha256_", None), "this TextFeatures was fitted with", REFIT_FIX)
         return enc
 
+    def _check_cache(self) -> None:
+        """cache is True or False (at fit, and at transform after a set_params): cache="no" is truthy, and kept every
+        vector in memory."""
+        if not isinstance(self.cache, (bool, np.bool_)):
+            raise BertfeatError(f"cache={self.cache!r} is not True or False",
+                                "pass cache=True to keep each text's vector in memory, or cache=False")
+
     def _spec(self, enc: Encoder):
         return feature_spec(enc, self)  # the parameters named as bertfeat.extract's options, read as the engines do
 
@@ -189,6 +226,7 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _fit(self, texts: list[str]):
         """fit on texts already checked (as_texts)."""
         check_size(self.batch_size, "batch_size", 1, None, " (rows per batch at most)")
+        self._check_cache()
         enc = self._encoder(check=False)
         spec = self._spec(enc)
         self.model_id_ = enc.model_id
@@ -204,23 +242,25 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, "n_features_out_")
-        return self._transform(as_texts(X))
+        return self._transform(*_texts(X))
 
     def fit_transform(self, X, y=None) -> np.ndarray:
         """fit(X), then transform(X), reading X once (an iterator of texts too)."""
-        texts = as_texts(X)
-        return self._fit(texts)._transform(texts)
+        texts, label = _texts(X)
+        return self._fit(texts)._transform(texts, label)
 
-    def _transform(self, texts: list[str]) -> np.ndarray:
-        """transform texts already checked (as_texts); a fitted TextFeatures."""
+    def _transform(self, texts: list[str], label) -> np.ndarray:
+        """transform texts already checked (as_texts; ``label``: how a message names row i); a fitted TextFeatures."""
         enc = self._encoder()
         spec = self._spec(enc)
         if spec.to_dict() != self.spec_ or enc.precision != getattr(self, "precision_", enc.precision):
             raise BertfeatError("the parameters changed since fit", "fit again after set_params")
+        self._check_cache()
         if not texts:
             return np.zeros((0, self.n_features_out_), dtype=np.float32)
         if not self.cache:
-            return enc.run(_prepare(enc, texts, spec, range(len(texts))), spec, max_rows=self.batch_size)
+            rows = range(len(texts))
+            return _run(enc, _prepare(enc, texts, spec, rows, label), spec, self.batch_size, rows, label)
         from .cache.store import cache_fingerprint
 
         key = cache_fingerprint(enc, spec)[0]  # the vector cache's key: weights, model files, GEMM path, settings
@@ -231,12 +271,13 @@ class TextFeatures(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         todo = list(dict.fromkeys(t for t in texts if t not in memo))
         if todo:
             first = {t: i for i, t in reversed(list(enumerate(texts)))}  # a text's first place in X
+            where = [first[t] for t in todo]
             try:
-                prep = _prepare(enc, todo, spec, [first[t] for t in todo])
+                prep = _prepare(enc, todo, spec, where, label)
             except LongTextError:  # its rows are todo's (distinct, not cached): X tokenized whole names X's, and counts them
-                _prepare(enc, texts, spec, range(len(texts)))
+                _prepare(enc, texts, spec, range(len(texts)), label)
                 raise
-            memo.update(zip(todo, enc.run(prep, spec, max_rows=self.batch_size)))
+            memo.update(zip(todo, _run(enc, prep, spec, self.batch_size, where, label)))
         return np.stack([memo[t] for t in texts])  # (n, D) float32
 
     def __sklearn_tags__(self):

@@ -30,7 +30,7 @@ import numpy as np
 from .errors import BertfeatError, opt
 
 __all__ = ["DEFAULT_SETS", "DEFAULT_SAMPLE", "DEFAULT_N_COMPONENTS", "SWEEP_OPTIONS", "FeatureSet", "parse_sets",
-           "sweep", "default_prefix", "sweep_paths", "write_sweep_report", "render_markdown"]
+           "sweep", "default_prefix", "sweep_paths", "write_sweep_report", "render_markdown", "rows_said"]
 
 #: the sets a sweep compares by default; one the model cannot give (no pooler, too few layers) is listed as skipped
 DEFAULT_SETS = ("own", "mean", "cls", "max", "pooled", "mean@-2", "mean@-4:", "mean@-4:@concat", "mean@1,-1")
@@ -265,11 +265,42 @@ def _compare(enc, chosen: list, skipped: list, drawn: dict, reader, label: str |
     if codes is not None:
         best_all = max(results, key=lambda e: e["probe"]["accuracy"])["name"]
         best_pca = max(results, key=lambda e: e["probe"]["accuracy_pca"])["name"]
+        counts = np.bincount(codes, minlength=len(classes))
         report.update({"label": label, "folds": folds, "classes": len(classes), "n_components": int(n_components),
+                       "class_counts": {str(v): int(c) for v, c in zip(classes, counts)},
+                       "notes": _small_classes(classes, counts, folds),
                        "majority_baseline": float(np.mean(majority_accuracy(codes, fold, len(classes)))),
                        "best": best_pca if ranked_on_pca else best_all, "ranked_on": "pca" if ranked_on_pca else "all",
                        "best_all": best_all, "best_pca": best_pca})
     return report
+
+
+def _small_classes(classes: list, counts: np.ndarray, folds: int) -> list[str]:
+    """A note per class with fewer labelled rows than folds (scikit-learn's StratifiedKFold warns of them): some folds
+    test none of its rows, and a row whose class has no other row is always missed."""
+    small = [(v, int(c)) for v, c in zip(classes, counts) if c < folds]
+    if not small:
+        return []
+    said = ", ".join(f"{_class_name(v)} ({c} row{'s' if c > 1 else ''})" for v, c in small[:5]) + (
+        f" and {len(small) - 5} more" if len(small) > 5 else "")
+    return [f"{len(small)} of {len(classes)} classes have fewer labelled rows than the {folds} folds: {said}; the probe "
+            "can hardly learn them (a row whose class has no other row is always missed): sweep more rows of them, or "
+            "fewer folds"]
+
+
+def _class_name(v) -> str:
+    """A class as a report names it: quoted when its ends are blank (\" \" and \"a \" are classes of their own)."""
+    text = str(v)
+    return text if text and text == text.strip() else repr(text)
+
+
+def rows_said(report: dict) -> str:
+    """The rows compared, and the rows read that were left out: ``16 rows (a uniform sample, seed 0, of 24 read; left
+    out: 8 without a label)``."""
+    out = [f"{report['rows_rejected']:,} bad rows"] if report["rows_rejected"] else []
+    out += [f"{report['rows_unlabelled']:,} without a label"] if report["rows_unlabelled"] else []
+    return (f"{report['rows']:,} rows (a uniform sample, seed {report['seed']}, of {report['rows_read']:,} read"
+            + (f"; left out: {', '.join(out)}" if out else "") + ")")
 
 
 def _too_few_rows(source: str, n: int, drawn: dict, refused: int, label: str | None) -> None:
@@ -391,10 +422,13 @@ def render_markdown(report: dict) -> str:
     """The report as Markdown: the settings, then one table row per set."""
     probe = "label" in report
     lines = [f"# Feature sets of {report['input']}", "",
-             f"Model {report['model']} ({report['precision']}, max length {report['max_length']}); "
-             f"{report['rows']:,} rows (a uniform sample, seed {report['seed']}, of {report['rows_read']:,} read)"
+             f"Model {report['model']} ({report['precision']}, max length {report['max_length']}); {rows_said(report)}"
              + (f"; label `{report['label']}`: {report['classes']} classes, {report['folds']}-fold ridge probe, "
                 f"majority class {_pct(report['majority_baseline'])} %" if probe else "") + ".", ""]
+    counts = report.get("class_counts") or {}
+    if 0 < len(counts) <= 20:  # which classes: a label " " or "a " beside "a" is a class of its own
+        lines += ["Classes (rows): " + ", ".join(f"{_class_name(v)} {c:,}" for v, c in counts.items()) + ".", ""]
+    lines += [f"Note: {note}." for note in report.get("notes", [])] + ([""] if report.get("notes") else [])
     head = ["set", "`bertfeat extract` options", "dim", "PCs for 90 %", "PCs for 95 %", "Minka MLE"]
     if probe:
         head += ["probe accuracy %", f"probe on {report['n_components']} PCs %"]

@@ -205,15 +205,23 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     enc, spec, pca = _rebuild_settings(meta, path, model)
     sources = [open_features(f) for f in files]
     _check_width(sources[0].dim, enc.output_dim(spec) if pca is None else pca.n_components_, path)
+    _check_columns(sources)
     dtype = sources[0].dtype  # float16: the re-encoded vectors are rounded as the file's were
     tol = _default_tolerance(enc.precision, dtype) if tolerance is None else float(tolerance)
     n = _count_rows(sources, meta, path)
     picked = set(_sample_positions(n, sample, seed).tolist())
     wanted: dict[int, tuple[Any, np.ndarray]] = {}  # output position -> (id or row number, stored vector)
     reader = _open_source(meta, path, input, encoding)
-    texts = _walk_input(reader, _output_rows(sources, picked, wanted), picked, meta, enc, spec, path)
+    outputs = _Counted(_output_rows(sources, picked, wanted))
+    try:
+        texts = _walk_input(reader, outputs, picked, meta, enc, spec, path)
+    except BertfeatError:  # a file that lost or gained rows is said to have, not its input to have changed
+        if outputs.drain():
+            _check_count(outputs.n, n, meta, path)
+        raise
+    _check_count(outputs.n, n, meta, path)
     rows = _encode_sample(wanted, texts, enc, spec, pca, meta, dtype, progress)
-    return _report(path, reader, enc, pca, dtype, n, rows, tol, seed)
+    return _report(path, reader, enc, pca, dtype, outputs.n, rows, tol, seed)
 
 
 def _check_options(features, input, sample, seed, tolerance) -> Path:
@@ -303,16 +311,85 @@ def _recorded_rows(meta: dict) -> dict:
 
 
 def _count_rows(sources: list, meta: dict, path: Path) -> int:
-    """The feature file's rows (counted where its layout does not say), which must be the rows its run wrote."""
+    """The feature file's rows (counted where its layout does not say), which must be the rows its run wrote. A CSV's
+    count is its provenance's (the file says none): the walk counts its rows (``_check_count``)."""
     counts = [s.rows for s in sources]  # from the files' layouts; None: count them
     n = sum(counts) if None not in counts else sum(len(ids) for s in sources for ids, _, _ in s.batches())
-    recorded = _recorded_rows(meta)
-    if recorded.get("written") is not None and n != recorded["written"]:
-        how = "lost since (a part file removed, the file edited)" if n < recorded["written"] else \
-            "added since (the file edited, a part file added)"
-        raise BertfeatError(f"{path} has {n} rows, but its provenance says {recorded['written']} were written: rows "
-                            f"were {how}", "extract the features again")
+    _check_count(n, n, meta, path)
     return n
+
+
+def _check_count(n: int, expected: int, meta: dict, path: Path) -> None:
+    """``n`` rows read from the file: the rows its provenance says were written (else ``expected``, the count it
+    was sampled by), or the file lost or gained rows since."""
+    written = _recorded_rows(meta).get("written")
+    written = expected if written is None else written
+    if n != written:
+        how = "lost since (a part file removed, the file edited)" if n < written else \
+            "added since (the file edited, a part file added)"
+        raise BertfeatError(f"{path} has {n} rows, but its provenance says {written} were written: rows were {how}",
+                            "extract the features again")
+
+
+class _Counted:
+    """The output rows' ids as the walk reads them (``_output_rows``), counted; ``drain`` reads the rest."""
+
+    def __init__(self, rows):
+        self._rows, self.n, self.broken = rows, 0, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            ident = next(self._rows)
+        except StopIteration:
+            raise
+        except BaseException:  # the file cannot be read on (its error is the walk's): no count
+            self.broken = True
+            raise
+        self.n += 1
+        return ident
+
+    def drain(self) -> bool:
+        """Count the rows not read yet (the walk stopped early) -> False if the file cannot be read to its end."""
+        try:
+            for _ in self:
+                pass
+        except BertfeatError:  # the walk's own error says what is wrong
+            pass
+        return not self.broken
+
+
+def _check_columns(sources: list) -> None:
+    """Each file's id and extra columns are the ones its run wrote (its layout): a renamed id column (or a .npy's
+    missing ids file) read row numbers as ids, and the walk then named a row 'not in the input', blaming the input;
+    a renamed or removed extra column (n_tokens, a kept label) passed unseen."""
+    from .features import ids_sidecar_path
+
+    for s in sources:
+        layout = s.meta.get("layout")
+        if not isinstance(layout, dict) or not isinstance(layout.get("extra_columns"), dict):
+            continue  # a file from before bertfeat recorded its columns
+        if s.fmt == "npy" and not ids_sidecar_path(s.path).is_file():
+            raise BertfeatError(f"{s.path}'s ids file {ids_sidecar_path(s.path)} is missing (its ids and columns "
+                                f"{', '.join(_wrote(layout))})", "put it back beside the .npy file, or extract the "
+                                "features again")
+        wrote, has = _wrote(layout), ([s.id_name] if s.id_name else []) + list(s.extra_columns)
+        problems = [f"{'id column ' if c == layout.get('id_column') else ''}{c!r} missing" for c in wrote if c not in has]
+        problems += [f"{c!r} added" for c in has if c not in wrote]
+        if problems:
+            where = ids_sidecar_path(s.path) if s.fmt == "npy" else s.path
+            raise BertfeatError(f"the columns of {where} are not the ones its provenance records ({'; '.join(problems)})",
+                                COLUMNS_FIX)
+
+
+COLUMNS_FIX = "restore the file and its provenance as bertfeat extract wrote them, or extract the features again"
+
+
+def _wrote(layout: dict) -> list[str]:
+    """The id and extra columns a feature file's run wrote, as its layout records them."""
+    return ([layout["id_column"]] if layout.get("id_column") else []) + list(layout["extra_columns"])
 
 
 def _output_rows(sources: list, picked: set, wanted: dict):

@@ -8,6 +8,7 @@ that does not parse, one such line with exit code 2 (usage_error).
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import threading
 from typing import Optional
@@ -219,7 +220,10 @@ def verify(
         t.add_row("bit-identical", f"{r['rows_identical']:,}" + (" (after the PCA: the projection rounds by its batch; "
                                                                    "bit identity holds before it)" if r["reduced"] else ""))
         none = "- (no row to check)" if not r["rows_checked"] else None  # (the file has no rows)
-        t.add_row("largest difference", none or f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's norm)")
+        w = r["worst"]  # named when it differs at all: a value edited within the tolerance is found by it
+        at = f"; row {w['position']}, id {w['id']!r}" if w and 0 < w["max_abs_diff"] < math.inf else ""
+        t.add_row("largest difference", none or f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's "
+                                                f"norm{at})")
         t.add_row("smallest cosine", none or f"{r['min_cosine']:.9f}")
         t.add_row("tolerance", f"{r['tolerance']:g} of the row's norm ({r['precision']}"
                   + (", after the PCA" if r["reduced"] else "")
@@ -295,8 +299,10 @@ def render_sweep(r: dict) -> None:
     """The sweep's table on stdout, the files written on stderr."""
     from rich.table import Table
 
+    from ..sweep import rows_said
+
     probe = "label" in r
-    caption = f"{r['rows']:,} rows of {r['input']}, {r['model']} ({r['precision']})"
+    caption = f"{r['input']}: {rows_said(r)}, {r['model']} ({r['precision']})"
     if probe:
         caption += f"; {r['label']}: {r['classes']} classes, {r['folds']}-fold, majority {100 * r['majority_baseline']:.2f} %"
         caption += (f"; best on the first {r['n_components']} PCs" if r["ranked_on"] == "pca" else
@@ -318,6 +324,8 @@ def render_sweep(r: dict) -> None:
     out_console.print(t)
     for s in r["skipped"]:
         err_console.print(f"skipped {s['name']}: {s['why']}", markup=False, highlight=False, soft_wrap=True)
+    for note in r.get("notes", []):
+        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if r.get("best"):
         best = next(e for e in r["sets"] if e["name"] == r["best"])
         how = best["options"] or "(no options: the model's own embedding)"

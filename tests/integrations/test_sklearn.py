@@ -452,3 +452,94 @@ def test_an_x_that_is_one_object_is_named_as_it_is():
             as_texts(X)
         assert str(e.value) == "X[1] is masked, not a string - pass texts only (fill or drop missing values first)"
     assert as_texts(np.ma.array(["a", "b"], mask=[0, 0])) == ["a", "b"]
+
+
+def test_a_row_of_a_series_with_its_own_index_is_named_by_its_label_too(tmp_path):
+    """Found by the seventh hostile-input round: a bad row of a pandas Series (or one-column DataFrame) was named by its
+    position alone, "X[1] is float nan": for a Series taken from a filtered frame (index 10, 7, 3) X[1] looks up the
+    label 1, another row or a KeyError. Its label is said too; a Series indexed 0, 1, ... is named as before."""
+    import shutil
+
+    pd = pytest.importorskip("pandas")
+    from extract_util import tiny_model
+    from safetensors.numpy import load_file, save_file
+
+    tf = TextFeatures(model=str(tiny_model())).fit(["a"])
+    fix = "pass texts only (fill or drop missing values first)"
+    for X, said in ((pd.Series(["a", None, "b"], index=[10, 7, 3], dtype=object), "X[1] (index label 7) is NoneType None"),
+                    (pd.DataFrame({"text": ["a", "b", np.nan]}, index=["x", "y", "z"]), "X[2] (index label 'z') is float nan"),
+                    (pd.Series(["a", None, "b"], dtype=object), "X[1] is NoneType None")):
+        for call in (tf.transform, TextFeatures(model=str(tiny_model())).fit_transform):
+            with pytest.raises(BertfeatError) as e:
+                call(X)
+            assert str(e.value) == f"{said}, not a string - {fix}"
+    with pytest.raises(BertfeatError) as e:  # too long under long_text='error': its label too
+        TextFeatures(model=str(tiny_model()), long_text="error").fit_transform(pd.Series(["ok", "word " * 200], index=[5, 9]))
+    assert str(e.value).startswith("X[1] (index label 9) has 202 tokens, more than max length 128 - ")
+    # features that come out NaN or infinite (a model whose last layer overflows float32): named as X's rows, not as
+    # Encoder.encode's texts[i] (and with cache=True not by their place among the texts not cached yet)
+    bad = tmp_path / "overflow"
+    shutil.copytree(tiny_model(), bad)
+    w = load_file(bad / "model.safetensors")
+    w["encoder.layer.1.output.dense.weight"] = np.full_like(w["encoder.layer.1.output.dense.weight"], 3e38)
+    save_file(w, bad / "model.safetensors")
+    for cache, X, said in ((False, pd.Series(["ok", "the cat"], index=[5, 9]), "X[0] (index label 5), X[1] (index label 9)"),
+                           (True, ["ok", "the cat", "ok", "a dog"], "X[0], X[1], X[3]")):
+        with pytest.raises(BertfeatError) as e:
+            TextFeatures(model=str(bad), cache=cache).fit_transform(X)
+        assert str(e.value).startswith(f"the model gave NaN or infinite features for {said} - ")
+
+
+def test_cache_must_be_true_or_false(minilm_dir):
+    """cache="no" (or "false") is truthy: it kept every text's vector in memory for the life of the process."""
+    for value in ("no", "false", 0, None):
+        with pytest.raises(BertfeatError) as e:
+            TextFeatures(str(minilm_dir), cache=value).fit(["a"])
+        assert str(e.value) == (f"cache={value!r} is not True or False - pass cache=True to keep each text's vector in "
+                                "memory, or cache=False")
+    assert TextFeatures(str(minilm_dir), cache=np.True_).fit(["a"]).cache  # a NumPy bool (a grid's np.array([...]))
+    tf = TextFeatures(str(minilm_dir)).fit(["a"]).set_params(cache="yes")  # after fit: transform checks it too
+    with pytest.raises(BertfeatError, match=r"^cache='yes' is not True or False - "):
+        tf.transform(["a"])
+
+
+def test_text_features_follows_scikit_learns_conventions():
+    """scikit-learn 1.9's check_estimator yields no check but check_estimator_cloneable for an estimator whose input
+    is not a 2-D array (tags.input_tags.two_d_array False, string True: CountVectorizer's tags), as it generates
+    numeric X. Its API checks that need no data are run here one by one, and the rest as text: fit returns self and
+    changes no parameter, no fitted attribute before fit, NotFittedError, no n_features_in_ / feature_names_in_ (texts
+    have no features in: as CountVectorizer), the same numbers for a list, an array, a Series and after a pickle."""
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils import estimator_checks as ec
+    from sklearn.utils.estimator_checks import check_estimator
+
+    from extract_util import tiny_model
+
+    model = str(tiny_model())
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        results = check_estimator(TextFeatures(model), on_fail=None)
+    assert [(r["check_name"], r["status"]) for r in results] == [("check_estimator_cloneable", "passed")]
+    assert any("Can't test estimator TextFeatures" in str(x.message) for x in w)
+    for name in ("check_estimator_tags_renamed", "check_valid_tag_types", "check_estimator_repr",
+                 "check_no_attributes_set_in_init", "check_do_not_raise_errors_in_init_or_set_params",
+                 "check_mixin_order", "check_get_params_invariance", "check_set_params",
+                 "check_parameters_default_constructible"):
+        getattr(ec, name)("TextFeatures", TextFeatures(model, layers=[-1], pooling="mean"))
+    texts = TEXTS[:5]
+    tf = TextFeatures(model, layers=[-1])
+    params = tf.get_params()
+    assert not [k for k in vars(tf) if k.endswith("_")]
+    for call in (lambda: tf.transform(texts), tf.get_feature_names_out):
+        with pytest.raises(NotFittedError):
+            call()
+    assert tf.fit(texts, LABELS[:5]) is tf
+    assert tf.get_params() == params and tf.get_params()["layers"] is params["layers"]  # stored as given, unchanged
+    assert not hasattr(tf, "n_features_in_") and not hasattr(tf, "feature_names_in_")
+    ref = tf.transform(texts)
+    pd = pytest.importorskip("pandas")
+    for X in (np.array(texts), np.array(texts, dtype=object), pd.Series(texts), tuple(texts)):
+        np.testing.assert_array_equal(tf.transform(X), ref)
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(tf)).transform(texts), ref)
+    assert tf.transform([]).shape == (0, tf.n_features_out_) and tf.transform([]).dtype == np.float32
+    assert not [k for k in vars(clone(tf)) if k.endswith("_")]

@@ -473,3 +473,52 @@ def test_a_label_of_another_kind_says_a_fix_sweep_takes(tmp_path, capsys):
                                        "column's first rows hold integers) - fix the value (the column's values are of "
                                        "the kind its first rows hold), or pass --on-bad-row skip to leave it out of the "
                                        "sweep\n")
+
+
+def _labelled_csv(path: Path, labels: list) -> Path:
+    words = ["cat", "dog", "bird", "fish", "cow", "pig", "hen", "fox"]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["label", "text"])
+        w.writerows([label, f"text {i} about a {words[i % 8]} and a {words[i * 3 % 8]}"] for i, label in enumerate(labels))
+    return path
+
+
+def test_the_report_says_the_rows_left_out_and_the_classes(tmp_path, capsys):
+    """Found by the seventh hostile-input round: rows without a label (an empty string) were left out and counted in the
+    JSON alone; the Markdown and the table said "24 rows (a uniform sample, seed 0, of 36 read)", as if 24 had been drawn
+    from 36, and named no class, so a label " " beside "a" and "b" was a third class unseen."""
+    from extract_util import tiny_model
+
+    path = _labelled_csv(tmp_path / "l.csv", ["a", "b", "", "a", " ", ""] * 6)
+    assert main(["sweep", str(path), "--set", "mean", "--label", "label", "-m", str(tiny_model()), "-o",
+                 str(tmp_path / "s")]) == 0
+    out = capsys.readouterr().out
+    said = "24 rows (a uniform sample, seed 0, of 36 read; left out: 12 without a label)"
+    assert said in " ".join(out.replace("│", " ").split())  # the table's caption, its lines joined
+    md = (tmp_path / "s.md").read_text().splitlines()
+    assert md[2].startswith(f"Model {tiny_model()} (fp32, max length 128); {said}; label `label`: 3 classes,")
+    assert md[4] == "Classes (rows): ' ' 6, a 12, b 6."
+    r = json.loads((tmp_path / "s.json").read_text())
+    assert (r["rows"], r["rows_unlabelled"], r["class_counts"], r["notes"]) == (24, 12, {" ": 6, "a": 12, "b": 6}, [])
+
+
+def test_classes_with_fewer_rows_than_folds_are_noted(tmp_path, capsys):
+    """A class of one row (or fewer rows than folds) was probed without a word: its one row, never in its own training
+    folds, is always missed. scikit-learn's StratifiedKFold warns of it; the sweep says it in the report, the JSON and
+    on stderr."""
+    from extract_util import tiny_model
+
+    path = _labelled_csv(tmp_path / "l.csv", [0, 1] * 10 + [2, 3, 3])
+    assert main(["sweep", str(path), "--set", "mean", "--label", "label", "-m", str(tiny_model()), "-o",
+                 str(tmp_path / "s")]) == 0
+    note = ("2 of 4 classes have fewer labelled rows than the 5 folds: 2 (1 row), 3 (2 rows); the probe can hardly "
+            "learn them (a row whose class has no other row is always missed): sweep more rows of them, or fewer folds")
+    assert f"note: {note}\n" in capsys.readouterr().err
+    r = json.loads((tmp_path / "s.json").read_text())
+    assert (r["class_counts"], r["notes"]) == ({"0": 10, "1": 10, "2": 1, "3": 2}, [note])
+    md = (tmp_path / "s.md").read_text()
+    assert "Classes (rows): 0 10, 1 10, 2 1, 3 2.\n" in md and f"\nNote: {note}.\n" in md
+    assert main(["sweep", str(path), "--set", "mean", "--label", "label", "-m", str(tiny_model()), "-o",
+                 str(tmp_path / "t"), "-q"]) == 0
+    assert capsys.readouterr().err == ""  # -q: the notes are in the files

@@ -750,3 +750,83 @@ def test_verify_says_to_pass_the_model_when_its_folder_moved(tmp_path, capsys):
                             f"in: local directory {model}) - pass --model with where it is now (its weights' sha256 "
                             "must match)\n")
     assert run(capsys, "verify", out, "--model", moved, "-q") == (0, "", "")
+
+
+# --------------------------------------------------------------------------- a feature file edited by hand
+@pytest.fixture()
+def csv_features(tmp_path, capsys):
+    """A CSV feature file (its provenance in f.csv.json) with an id column and a kept label."""
+    src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], _rows(20))
+    out = tmp_path / "f.csv"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "--keep", "label",
+                     "-q")
+    assert rc == 0, err
+    return out
+
+
+def test_verify_counts_the_rows_of_a_csv_file_itself(csv_features, capsys):
+    """Found by the seventh hostile-input round: a CSV's row count was its provenance's, never the file's. Its last
+    row deleted, verify blamed the input ("1 rows of the input in.csv are not in f.csv ...: the input changed since
+    the features were extracted"); its provenance edited to say 19 rows were written, it said ok, "20 of 19" rows."""
+    lines = csv_features.read_text().splitlines(keepends=True)
+    csv_features.write_text("".join(lines[:-1]))
+    rc, _, err = run(capsys, "verify", csv_features, "-q")
+    assert (rc, err) == (1, f"Error: {csv_features} has 19 rows, but its provenance says 20 were written: rows were lost "
+                            "since (a part file removed, the file edited) - extract the features again\n")
+    csv_features.write_text("".join(lines))
+    side = Path(f"{csv_features}.json")
+    meta = json.loads(side.read_text())
+    meta["rows"]["written"] = meta["layout"]["rows"] = 19
+    side.write_text(json.dumps(meta))
+    rc, _, err = run(capsys, "verify", csv_features, "-q")
+    assert (rc, err) == (1, f"Error: {csv_features} has 20 rows, but its provenance says 19 were written: rows were "
+                            "added since (the file edited, a part file added) - extract the features again\n")
+
+
+@pytest.mark.parametrize("old, new, said", [
+    ('"n_tokens"', '"ntok"', "'n_tokens' missing; 'ntok' added"),  # was: ok, exit 0
+    ('"label"', '"Label"', "'label' missing; 'Label' added"),  # was: ok, exit 0
+    ('"id"', '"ident"', "id column 'id' missing; 'ident' added"),  # was: "row 0 (id 0) is not in the input ... in its place"
+])
+def test_verify_finds_a_column_renamed_in_the_file(csv_features, capsys, old, new, said):
+    """Found by the seventh hostile-input round: a renamed extra column passed unseen (exit 0), and a renamed id column
+    made its rows' numbers their ids, so the walk blamed the input. The file's columns are its layout's."""
+    text = csv_features.read_text()
+    header, rest = text.split("\n", 1)
+    csv_features.write_text(header.replace(old, new, 1) + "\n" + rest)
+    rc, _, err = run(capsys, "verify", csv_features, "-q")
+    assert (rc, err) == (1, f"Error: the columns of {csv_features} are not the ones its provenance records ({said}) - "
+                            "restore the file and its provenance as bertfeat extract wrote them, or extract the features "
+                            "again\n")
+
+
+def test_verify_names_a_missing_ids_file_of_a_npy(tmp_path, capsys):
+    """A .npy whose ids file (out.ids.csv) was deleted read its rows' numbers as ids: "o.npy's row 0 (id 0) is not in
+    the input in.csv in its place", as if the input had changed."""
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [r[:2] for r in _rows(12)])
+    out = tmp_path / "o.npy"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "-q")[0] == 0
+    assert run(capsys, "verify", out, "-q") == (0, "", "")
+    (tmp_path / "o.ids.csv").unlink()
+    rc, _, err = run(capsys, "verify", out, "-q")
+    assert (rc, err) == (1, f"Error: {out}'s ids file {tmp_path / 'o.ids.csv'} is missing (its ids and columns id, "
+                            "n_chunks, n_tokens, truncated) - put it back beside the .npy file, or extract the features "
+                            "again\n")
+
+
+def test_verify_names_the_row_of_its_largest_difference(tmp_path, capsys):
+    """Found by the seventh hostile-input round: a value edited in its last digit is within the tolerance (verify says ok,
+    as float32 rounding may differ so much), and the table said only "bit-identical 29" of 30, not which row differs."""
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [r[:2] for r in _rows(12)])
+    out = tmp_path / "o.npy"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id", "-q")[0] == 0
+    X = np.load(out)
+    X[4, 3] = np.nextafter(X[4, 3], np.float32(np.inf))
+    np.save(out, X)
+    rc, stdout, err = run(capsys, "verify", out, "--sample", "100")
+    assert (rc, err) == (0, "")
+    cells = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in stdout.splitlines() if line.count("│") == 3}
+    r = verify_features(out, sample=100)
+    assert r["rows_identical"] == 11 and r["worst"]["id"] == "r4" and r["ok"]
+    assert cells["largest difference"] == (f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's norm; "
+                                           "row 4, id 'r4')")
