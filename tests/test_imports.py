@@ -1,6 +1,7 @@
 """The package's import graph: no module imports another's private (underscore) names, no two bertfeat modules
 import each other, directly or through others (every import counts, a deferred one inside a function too), and no
-layer's folder imports one above it (``LAYERS``: ARCHITECTURE.md's order, bottom first).
+layer's folder imports one above it (``LAYERS``: ARCHITECTURE.md's order, bottom first); every module is named in
+ARCHITECTURE.md's row for its layer and in its folder's ``__init__.py`` docstring.
 
 Read from the source with ``ast``, so the tests need nothing imported and name the file and line at fault.
 """
@@ -8,6 +9,7 @@ Read from the source with ``ast``, so the tests need nothing imported and name t
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "bertfeat"
@@ -107,6 +109,36 @@ def test_every_layer_folder_says_what_it_owns():
     for folder in sorted(p.parent for p in PKG.glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8")))
         assert doc and len(doc) > 80, f"{folder.name}/__init__.py needs a docstring saying what the folder owns"
+
+
+def architecture_rows() -> dict[str, str]:
+    """ARCHITECTURE.md's table of layers: its second cell (the folder or the top-level modules) -> the whole row."""
+    text = (PKG.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    return {line.split("|")[2].strip(): line for line in text.splitlines() if re.match(r"\| [a-z]", line)}
+
+
+def unnamed_modules(folder: Path, text: str) -> list[str]:
+    """The modules of ``folder`` (``__init__`` aside) that ``text`` does not name (as ``x.py`` or ````x````)."""
+    return [p.name for p in sorted(folder.glob("*.py")) if p.name != "__init__.py"
+            and not re.search(rf"(?<![\w/])({re.escape(p.name)}|``{p.stem}``)", text)]
+
+
+def test_every_module_is_named_where_its_layer_is_described():
+    """A newcomer finds each module in ARCHITECTURE.md's row for its layer and in its folder's docstring, and every
+    module a row names exists (a module added, renamed or removed shows here)."""
+    rows = architecture_rows()
+    top = " ".join(cell for cell in rows if not cell.endswith("/`"))
+    missing = [p.name for p in sorted(PKG.glob("*.py")) if f"`{p.name}`" not in top]
+    gone = [n for n in re.findall(r"`(\w+\.py)`", top) if not (PKG / n).is_file()]
+    for folder in sorted(p.parent for p in PKG.glob("*/__init__.py")):
+        row = rows.get(f"`{folder.name}/`", "")
+        missing += [f"{folder.name}/{n}" for n in unnamed_modules(folder, row)]
+        named = re.findall(r"`((?:\w+/)?\w+\.py)`", row.split("|")[3])
+        gone += [n for n in named if not (folder / n).is_file() and not (PKG / n).is_file()]
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))) or ""
+        missing += [f"{folder.name}/{n} (its __init__.py)" for n in unnamed_modules(folder, doc)]
+    assert not missing, f"modules ARCHITECTURE.md's layer table (or the folder's docstring) does not name: {missing}"
+    assert not gone, f"ARCHITECTURE.md names modules that do not exist: {gone}"
 
 
 def test_no_layer_imports_one_above_it():

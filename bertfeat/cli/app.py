@@ -201,7 +201,7 @@ def verify(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="The model (default: the one their provenance names; its weights' sha256 must match)."),
     sample: int = typer.Option(100, "--sample", help="Rows to encode again, chosen at random."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random choice."),
-    tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Largest difference allowed, over a row's norm (default: 1e-5 for fp32, 1e-3 for bf16 and int8)."),
+    tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Largest difference allowed, over a row's norm (default: 1e-5 for fp32, 1e-3 for bf16 and int8 and for a float16 file)."),
     encoding: Optional[str] = typer.Option(None, "--encoding", help="Text encoding of a CSV/JSONL input, if its provenance does not say."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No table: the exit code says it (an Error line still says why when it is 1)."),
 ):

@@ -2,5 +2,5 @@
 one name table per family, every shape asserted), tokenization (``tokenize.py``; the special and added tokens a folder declares: ``declared.py``), the forward passes (``bert.py``,
 ``mpnet.py``, ``modernbert.py``; ``families.py`` dispatches on model_type), pooling (``pooling.py``), the model's own
 sentence-transformers modules (``stmodules.py``; a module's torch.save ``pytorch_model.bin``, read without unpickling:
-``torchfile.py``) and ``Encoder`` (batches, long texts, threads; ``encoder_cache.py``
+``torchfile.py``) and ``Encoder`` (``encoder.py``: batches, long texts, threads; ``encoder_cache.py``
 keeps one per model and settings per process). Every linear layer goes through ``bertfeat.ops``."""
