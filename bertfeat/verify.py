@@ -175,7 +175,7 @@ def _check_tolerance(tolerance) -> None:
     """None (the precision's default) or a finite difference of 0 or more over a row's norm (0: bit for bit)."""
     if tolerance is None:
         return
-    fix = "give a difference over a row's norm of 0 or more, e.g. 1e-5 (default: 1e-5 for fp32, 1e-3 for bf16 and int8)"
+    fix = "give a difference over a row's norm of 0 or more, e.g. 1e-5 (default: 1e-5 for fp32, 1e-3 for bf16 and int8 and for a float16 file)"
     if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real):
         raise BertfeatError(f"{opt('tolerance', tolerance)} is not a number", fix)
     if not math.isfinite(tolerance) or tolerance < 0:

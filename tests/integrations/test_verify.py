@@ -381,7 +381,7 @@ def test_verify_refuses_a_tolerance_out_of_range(extracted, capsys, value, shown
     _, out = extracted
     assert run(capsys, "verify", out, "--tolerance", value) == (
         1, "", f"Error: --tolerance {shown} is out of range - give a difference over a row's norm of 0 or more, e.g. "
-               "1e-5 (default: 1e-5 for fp32, 1e-3 for bf16 and int8)\n")
+               "1e-5 (default: 1e-5 for fp32, 1e-3 for bf16 and int8 and for a float16 file)\n")
     with pytest.raises(BertfeatError, match=r"^tolerance=(nan|-1\.0|inf|-0\.5) is out of range"):
         verify_features(out, tolerance=float(value))
     assert run(capsys, "verify", out, "--tolerance", "0", "--sample", "3", "-q") == (0, "", "")  # 0: bit for bit
