@@ -34,13 +34,12 @@ from .pooling import (
     LAYER_AGGS,
     ONE_TOKEN_POOLS,
     combine_layers,
-    dense,
     l2_normalize,
     parse_layers,
     pool_tokens,
     split_pooling,
 )
-from .stmodules import ModelPipeline, read_pipeline
+from .stmodules import ModelPipeline, read_pipeline, run_step
 from ..readers.textcheck import check_text
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, weights_sha256
@@ -76,15 +75,23 @@ class FeatureSpec:
     #: the kept features normalized again after the cut (normalize=True asked for with a cut: unit vectors, as
     #: sentence-transformers' normalize_embeddings and TEI's normalize with dimensions)
     renormalize: bool = False
+    layer_norm: tuple[str, ...] = ()  # LayerNorm modules of the model's pipeline applied after pooling (their folders)
+
+    @property
+    def own_head(self) -> bool:
+        """The model's modules after its Pooling run (its own embedding, with a Dense or LayerNorm to run)."""
+        return bool(self.dense or self.layer_norm)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["layers"] = list(self.layers)
         d["dense"] = list(self.dense)
+        d["layer_norm"] = list(self.layer_norm)
         if self.truncate_dim is None:  # absent, not null: the fingerprints (cache, resume, PCA) of runs that keep
             del d["truncate_dim"]      # every feature stay those they were before truncate_dim existed
-        if not self.renormalize:
-            del d["renormalize"]
+        for k in ("renormalize", "layer_norm"):  # likewise, absent when they change nothing
+            if not d[k]:
+                del d[k]
         return d
 
 
@@ -175,7 +182,7 @@ class Encoder:
         # it was before any is read: their hashes come later (weights_sha256, the cache key), and must be of these
         self._files_read = file_states(d, model_files(d))
         self.config = BertConfig.from_file(e / "config.json")
-        #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
+        #: the model's own embedding around the encoder: modules.json's Pooling, Dense, LayerNorm, Normalize; prompts
         self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions,
                                                      self.location.encoder_dir)
         # int8 loads as bf16 does (its load peaks no higher) and quantizes from that (quant.py)
@@ -357,9 +364,9 @@ class Encoder:
              prompt: str | None = None, prompt_name: str | None = None, truncate_dim: int | None = None) -> FeatureSpec:
         """Validate encode options into a FeatureSpec.
 
-        With neither ``pooling`` nor ``layers`` the model's own embedding: its Pooling, Dense and Normalize
-        modules, and its truncate_dim. ``pooling`` / ``layers`` ask for plain pooled encoder states instead: the
-        model's Pooling, Dense and Normalize modules and its truncate_dim are all left out. ``normalize`` True / False
+        With neither ``pooling`` nor ``layers`` the model's own embedding: its Pooling and the modules after it
+        (Dense, LayerNorm, Normalize, Dropout), and its truncate_dim. ``pooling`` / ``layers`` ask for plain pooled
+        encoder states instead: the model's Pooling, the modules after it and its truncate_dim are all left out. ``normalize`` True / False
         overrides either way (None: the model's Normalize module for its own embedding, no normalization for a chosen
         pooling). ``truncate_dim``: keep the first N features of either, 1 up to their width (None: as the model says
         for its own embedding, all for a chosen pooling); the cut comes last, after normalization, as
@@ -404,6 +411,7 @@ class Encoder:
                                 f"length {max_length}",
                                 f"choose {opt('stride')} from 0 to {max_length - 3} (tokens shared by neighbouring windows)")
         dense_paths = tuple(s.path for s in self.pipeline.dense) if own else ()
+        norm_paths = tuple(s.path for s in self.pipeline.layer_norm) if own else ()
         asked = normalize is not None and bool(normalize)  # normalize=True given: unit vectors, after a cut too (FeatureSpec.renormalize)
         if normalize is None:
             normalize = self.pipeline.normalize if own else False
@@ -414,7 +422,7 @@ class Encoder:
                                 f"{opt('long_text', 'chunk-*')} cannot do (the prompt is in the first window only)",
                                 f"use {opt('long_text', 'truncate')} or error with this model's prompts")
         spec = FeatureSpec(pooling, idx, layer_agg, bool(normalize), max_length, long_text, stride,
-                           dense_paths, prompt, prompt_name, include_prompt)
+                           dense_paths, prompt, prompt_name, include_prompt, layer_norm=norm_paths)
         spec = self._truncated(spec, truncate_dim, own)
         return replace(spec, renormalize=True) if asked and spec.truncate_dim is not None else spec
 
@@ -450,22 +458,27 @@ class Encoder:
 
     def describe(self, spec: FeatureSpec) -> list[str]:
         """The pipeline a spec runs, one line per step, with where each part came from."""
-        where = self.pipeline.pooling_source if spec.dense or (spec.pooling == self.default_pooling) else "chosen"
+        where = self.pipeline.pooling_source if spec.own_head or (spec.pooling == self.default_pooling) else "chosen"
         out = [f"Transformer {self.config.model_type} ({self.location.source}), max length {spec.max_length}"]
         if spec.prompt:
             out.append(f"Prompt {spec.prompt!r}" + (f" ('{spec.prompt_name}' prompt)" if spec.prompt_name else "")
                        + ("" if spec.include_prompt else ", left out of the pooling"))
         out.append(f"Pooling {spec.pooling} ({where})")
-        if spec.dense:
-            out += [s.describe() + f" ({s.source})" for s in self.pipeline.dense]
-        if spec.normalize:
-            out.append("Normalize")
+        out += self._module_lines(spec)
         if spec.truncate_dim is not None:
             where = "the model's truncate_dim" if spec.truncate_dim == self.pipeline.truncate_dim else "chosen"
             out.append(f"Truncate to the first {spec.truncate_dim} of {self._width(spec)} features ({where})")
         if spec.renormalize:
             out.append("Normalize (after the cut)")
         return out
+
+    def _module_lines(self, spec: FeatureSpec) -> list[str]:
+        """describe's lines after the Pooling: the model's modules when the spec runs them (its own embedding; a
+        model with no Dense or LayerNorm: a spec pooling as its Pooling does, the same vectors), the final Normalize
+        when ``spec.normalize``."""
+        L = self.config.num_hidden_layers
+        own = spec.own_head if self.pipeline.head else (spec.pooling == self.default_pooling and spec.layers == (L,))
+        return self.pipeline.lines(own, spec.normalize)
 
     def fingerprint(self, spec: FeatureSpec) -> dict:
         """What identifies the features: model, weights and every setting that changes a vector (for int8 the
@@ -637,15 +650,10 @@ class Encoder:
             outs.append(out)
         return outs
 
-    def _head_steps(self, spec: FeatureSpec) -> list:
-        """The model's steps after pooling that run per window: its Dense modules (and any Normalize between
-        them); the final Normalize runs after windows are combined (spec.normalize)."""
-        if not spec.dense:
-            return []
-        steps = list(self.pipeline.steps)
-        while steps and steps[-1] == "normalize":
-            steps.pop()
-        return steps
+    def _head_steps(self, spec: FeatureSpec) -> tuple:
+        """The model's steps after pooling that run per window: its Dense and LayerNorm modules (and any Normalize
+        between them; ModelPipeline.head); the final Normalize runs after windows are combined (spec.normalize)."""
+        return self.pipeline.head if spec.own_head else ()
 
     def pool_batch_sets(self, input_ids: np.ndarray, types: np.ndarray, mask: np.ndarray,
                         specs: list[FeatureSpec]) -> list[np.ndarray]:
@@ -689,7 +697,7 @@ class Encoder:
         x = combine_layers([self._pooled_at(fwd.hidden[i], pmask, modes[0]) if i == deepest and cut
                             else pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers], spec.layer_agg)
         for step in self._head_steps(spec):
-            x = l2_normalize(x) if step == "normalize" else dense(x, step)
+            x = run_step(x, step)
         return x
 
     @staticmethod

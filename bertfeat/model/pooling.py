@@ -133,6 +133,14 @@ def dense(x: np.ndarray, layer) -> np.ndarray:
     return y.astype(np.float32, copy=False)
 
 
+def layer_norm(x: np.ndarray, step) -> np.ndarray:
+    """(B, D) -> (B, D): a sentence-transformers LayerNorm module (torch.nn.LayerNorm: biased variance, its eps), on
+    a copy (``x`` may be a workspace's); each row on its own, so independent of its batch."""
+    from .bert import layer_norm_
+
+    return layer_norm_(np.array(x, dtype=np.float32), step.g, step.b, step.eps)
+
+
 def combine_layers(per_layer: list[np.ndarray], how: str) -> np.ndarray:
     """k arrays (B, H) -> (B, H) averaged, or (B, k*H) concatenated in the order given."""
     if len(per_layer) == 1:

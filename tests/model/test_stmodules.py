@@ -170,19 +170,20 @@ def test_user_flags_override_the_pipeline(layouts):
 
 
 def test_unsupported_modules_are_refused(layouts, tmp_path, capsys):
-    d = tmp_path / "ln"
+    d = tmp_path / "cnn"
     shutil.copytree(layouts["bge_cls_normalize"], d)
     modules = json.loads((d / "modules.json").read_text())
-    modules.insert(2, {"idx": 2, "name": "2", "path": "2_LayerNorm", "type": "sentence_transformers.models.LayerNorm"})
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_CNN", "type": "sentence_transformers.models.CNN"})
     (d / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(BertfeatError, match="module 2 'sentence_transformers.models.LayerNorm' .* cannot be reproduced"):
+    with pytest.raises(BertfeatError, match="module 2 'sentence_transformers.models.CNN' .* cannot be reproduced"):
         Encoder(d)
     src = tmp_path / "in.csv"
     src.write_text("text\nhello\n")
     assert main(["extract", str(src), "-m", str(d), "-o", str(tmp_path / "o.parquet"), "-q"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("Error: modules.json: module 2 'sentence_transformers.models.LayerNorm' (path '2_LayerNorm') "
-                          "cannot be reproduced by bertfeat - ") and "\n" not in err
+    assert err == ("Error: modules.json: module 2 'sentence_transformers.models.CNN' (path '2_CNN') cannot be "
+                   "reproduced by bertfeat - bertfeat runs Transformer, Pooling, Dense, Normalize, Dropout, LayerNorm "
+                   "modules; use --pooling to get plain pooled features of the encoder instead of the model's embedding")
     assert not (tmp_path / "o.parquet").exists()
 
     # a Dense with neither weights file is refused naming what it holds; a pytorch_model.bin that is no torch.save
@@ -1039,3 +1040,265 @@ def test_a_model_with_no_transformer_module_is_refused_naming_its_first_module(t
     capsys.readouterr()
     assert main(["info", str(d)]) == 1
     assert capsys.readouterr().err == f"Error: {message}the MODEL argument at such a model\n"
+
+
+# --------------------------------------------------------------------------- Dropout and LayerNorm
+def _layer_norm(n: int, seed: int):
+    """sentence-transformers' LayerNorm(n) with an informative gain and bias (it starts at 1 and 0)."""
+    from sentence_transformers.sentence_transformer.modules import LayerNorm
+
+    m = LayerNorm(n)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        m.norm.weight.copy_(1 + 0.3 * torch.randn(n, generator=g))
+        m.norm.bias.copy_(0.2 * torch.randn(n, generator=g))
+    return m
+
+
+def _around_pooling(name: str) -> list:
+    """The modules after the Transformer (hidden size 32) of each AROUND_POOLING folder."""
+    from sentence_transformers.base.modules import Dense, Normalize
+    from sentence_transformers.sentence_transformer.modules import Dropout, Pooling
+
+    return {
+        "layernorm_dense_dropout_normalize": lambda: [Pooling(32, "mean"), _layer_norm(32, 1), Dense(32, 16), Dropout(0.3),
+                                                      Normalize()],
+        "dropout_layernorm_of_cls_max": lambda: [Pooling(32, ["cls", "max"]), Dropout(0.1), _layer_norm(64, 2)],
+        "normalize_then_dropout": lambda: [Pooling(32, "mean"), Normalize(), Dropout(0.1)],
+        "dense_layernorm_normalize_layernorm": lambda: [Pooling(32, "mean"), Dense(32, 24), _layer_norm(24, 3), Normalize(),
+                                                        _layer_norm(24, 4)],
+    }[name]()
+
+
+AROUND_POOLING = ["layernorm_dense_dropout_normalize", "dropout_layernorm_of_cls_max", "normalize_then_dropout",
+                  "dense_layernorm_normalize_layernorm"]
+
+
+@pytest.fixture(scope="module")
+def around(tmp_path_factory):
+    """Folders saved by sentence-transformers with Dropout and LayerNorm modules around Dense / Normalize."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+
+    from ckpt import make_checkpoint
+
+    root = tmp_path_factory.mktemp("around")
+    base = make_checkpoint(root / "base", hidden=32, layers=2, heads=2, tokenizer="json")
+    out = {}
+    for name in AROUND_POOLING:
+        torch.manual_seed(3)  # the Dense modules' initial weights
+        t = Transformer(str(base), max_seq_length=32)
+        SentenceTransformer(modules=[t, *_around_pooling(name)], device="cpu").save(str(root / name))
+        out[name] = root / name
+    return out
+
+
+@pytest.mark.parametrize("name", AROUND_POOLING)
+def test_dropout_and_layer_norm_modules_are_sentence_transformers_encode(around, name):
+    """A Dropout (nothing at inference) or LayerNorm (torch's, eps 1e-5) module anywhere after the Pooling, between,
+    before or after Dense and Normalize modules: bertfeat's default output is SentenceTransformer.encode within
+    1e-5, each module shown in its place, the LayerNorm folders in the features' fingerprint."""
+    d = around[name]
+    enc = Encoder(d)
+    spec = enc.spec()
+    desc = enc.describe(spec)
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in json.loads((d / "modules.json").read_text())]
+    assert [line.split()[0] for line in desc] == kinds, desc
+    layer_norms = tuple(p for k, p in zip(kinds, (m["path"] for m in json.loads((d / "modules.json").read_text())))
+                        if k == "LayerNorm")
+    assert spec.layer_norm == layer_norms
+    assert enc.fingerprint(spec).get("layer_norm", []) == list(layer_norms)  # absent without one: keys as before
+    ref = _st_encode(_st(d), TEXTS)
+    ours = enc.encode(TEXTS)
+    assert ours.shape == ref.shape
+    np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+    # a chosen pooling leaves the model's modules out, LayerNorm included
+    raw = enc.encode(TEXTS, pooling="mean")
+    tok = _st_encode(_st(d), TEXTS, output_value="token_embeddings")
+    np.testing.assert_allclose(raw, np.stack([t.numpy().mean(axis=0) for t in tok]), atol=1e-5, rtol=0)
+    assert enc.spec(pooling="mean").layer_norm == ()
+
+
+def test_describe_shows_dropout_and_layer_norm_lines(around):
+    enc = Encoder(around["layernorm_dense_dropout_normalize"])
+    assert enc.describe(enc.spec())[1:] == ["Pooling mean (1_Pooling/config.json)",
+                                            "LayerNorm 32 (2_LayerNorm/model.safetensors)",
+                                            "Dense 32->16 tanh (3_Dense/model.safetensors)",
+                                            "Dropout 0.3, off at inference (4_Dropout/config.json)", "Normalize"]
+    assert enc.describe(enc.spec(normalize=False))[-2:] == ["Dense 32->16 tanh (3_Dense/model.safetensors)",
+                                                            "Dropout 0.3, off at inference (4_Dropout/config.json)"]
+    assert enc.describe(enc.spec(pooling="cls"))[1:] == ["Pooling cls (chosen)"]  # none of the model's modules
+    enc = Encoder(around["normalize_then_dropout"])
+    assert enc.pipeline.normalize and enc.spec().normalize  # a Dropout after the Normalize changes nothing
+    assert enc.describe(enc.spec())[2:] == ["Normalize", "Dropout 0.1, off at inference (3_Dropout/config.json)"]
+
+
+def test_a_dropout_without_config_json_is_sentence_transformers_default(around, tmp_path):
+    d = tmp_path / "m"
+    shutil.copytree(around["normalize_then_dropout"], d)
+    (d / "3_Dropout" / "config.json").unlink()
+    enc = Encoder(d)
+    assert enc.describe(enc.spec())[-1] == "Dropout 0.2, off at inference (3_Dropout, without config.json)"
+    np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
+
+
+def test_cli_extract_info_and_verify_with_a_layer_norm(around, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    d = around["layernorm_dense_dropout_normalize"]
+    texts = [t for t in TEXTS if t]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "out.parquet"
+    assert main(["extract", str(src), "-m", str(d), "-o", str(out), "-q"]) == 0
+    table = pq.read_table(out)
+    X = np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    np.testing.assert_allclose(X, _st_encode(_st(d), texts), atol=1e-5, rtol=0)
+    meta = json.loads(table.schema.metadata[b"bertfeat"])
+    assert meta["fingerprint"]["layer_norm"] == ["2_LayerNorm"] and meta["dense"] == ["3_Dense"]
+    assert meta["pipeline"][2:4] == ["LayerNorm 32 (2_LayerNorm/model.safetensors)",
+                                     "Dense 32->16 tanh (3_Dense/model.safetensors)"]
+    assert {"2_LayerNorm/config.json", "2_LayerNorm/model.safetensors", "4_Dropout/config.json"} <= set(meta["model_files"])
+    capsys.readouterr()
+    assert main(["verify", str(out), "-q"]) == 0
+    assert main(["info", str(d), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["embedding"][2:] == meta["pipeline"][2:] and info["embedding_dim"] == 16
+
+
+def test_a_changed_layer_norm_weight_changes_the_cache_key(around, tmp_path):
+    """The LayerNorm's model.safetensors is one of the files the cache key, --resume and the Dask workers hash
+    (stmodules.MODULE_FILES): new weights reuse no vector of the old."""
+    from safetensors.numpy import load_file, save_file
+
+    from bertfeat.cache.store import cache_fingerprint
+    from bertfeat.model.hub import model_files
+
+    d = tmp_path / "m"
+    shutil.copytree(around["dropout_layernorm_of_cls_max"], d)
+    assert {"2_Dropout/config.json", "3_LayerNorm/config.json", "3_LayerNorm/model.safetensors"} <= set(model_files(d))
+    enc = Encoder(d)
+    key, _ = cache_fingerprint(enc, enc.spec())
+    before = enc.encode(TEXTS[:2])
+    t = load_file(str(d / "3_LayerNorm" / "model.safetensors"))
+    t["norm.weight"][0] += 1.0
+    save_file(t, str(d / "3_LayerNorm" / "model.safetensors"))
+    enc = Encoder(d)
+    assert cache_fingerprint(enc, enc.spec())[0] != key
+    after = enc.encode(TEXTS[:2])
+    assert np.abs(after[:, 0] - before[:, 0]).min() > 0.1 and np.array_equal(after[:, 1:], before[:, 1:])
+    np.testing.assert_allclose(after, _st_encode(_st(d), TEXTS[:2]), atol=1e-5, rtol=0)
+
+
+def _edit_module(d, folder: str, *, config=None, tensors=None, drop_config: bool = False):
+    """Rewrite one module's config.json (a dict) and / or its model.safetensors (tensors: a function of the dict)."""
+    from safetensors.numpy import load_file, save_file
+
+    if drop_config:
+        (d / folder / "config.json").unlink()
+    if config is not None:
+        (d / folder / "config.json").write_text(json.dumps(config))
+    if tensors is not None:
+        f = d / folder / "model.safetensors"
+        save_file(tensors(load_file(str(f))), str(f))
+
+
+_FROM_MODEL = "restore the LayerNorm module's config.json and model.safetensors from the model"
+
+
+@pytest.mark.parametrize("name, edit, message, st_fails", [
+    ("normalize_then_dropout", dict(folder="3_Dropout", config={"dropout": 0.1, "p": 0.5}),
+     "3_Dropout/config.json: p is not a setting of sentence-transformers' Dropout module (it takes dropout, and fails on "
+     "any other) - restore the Dropout module's config.json from the model", True),
+    ("normalize_then_dropout", dict(folder="3_Dropout", config={"dropout": 1.5}),
+     "3_Dropout/config.json: dropout is 1.5, not a probability from 0 to 1 (torch's Dropout refuses it) - restore the "
+     "Dropout module's config.json from the model", True),
+    ("normalize_then_dropout", dict(folder="3_Dropout", config={"dropout": "0.1"}),
+     "3_Dropout/config.json: dropout is \"0.1\", not a number - restore the file from the checkpoint (or correct that "
+     "entry)", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", drop_config=True),
+     "3_LayerNorm/config.json is missing (sentence-transformers cannot build the LayerNorm module without it) - restore "
+     "the LayerNorm module's config.json from the model", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", config={"dimension": 64, "eps": 1e-6}),
+     "3_LayerNorm/config.json: eps is not a setting of sentence-transformers' LayerNorm module (it takes dimension, and "
+     "fails on any other) - restore the LayerNorm module's config.json from the model", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", config={}),
+     f"3_LayerNorm/config.json: dimension is missing, not a number of features (1 or more) - {_FROM_MODEL}", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", config={"dimension": 32}),
+     "{d}/3_LayerNorm/model.safetensors: tensor 'norm.weight' has shape (64,), expected (32,) from its config.json - "
+     "re-save the model", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", tensors=lambda t: {"norm.weight": t["norm.weight"]}),
+     "{d}/3_LayerNorm/model.safetensors: tensor 'norm.bias' is missing, expected (64,) from its config.json - re-save "
+     "the model", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", tensors=lambda t: {**t, "norm.scale": t["norm.bias"]}),
+     "{d}/3_LayerNorm/model.safetensors: tensors ['norm.scale'] that its config.json does not use (dimension 64) - "
+     "restore the LayerNorm module's config.json and model.safetensors together from the model (sentence-transformers "
+     "refuses a tensor its LayerNorm does not have)", True),
+])
+def test_a_dropout_or_layer_norm_bertfeat_cannot_reproduce_is_refused(around, tmp_path, capsys, name, edit, message,
+                                                                       st_fails):
+    """Each is refused in one line naming the file and the entry (sentence-transformers fails on each as well)."""
+    from sentence_transformers import SentenceTransformer
+
+    d = tmp_path / "m"
+    shutil.copytree(around[name], d)
+    _edit_module(d, **edit)
+    message = message.format(d=d)
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == message
+    capsys.readouterr()
+    assert main(["info", str(d)]) == 1
+    assert capsys.readouterr().err == f"Error: {message}\n"
+    if st_fails:
+        with pytest.raises(Exception):
+            SentenceTransformer(str(d), device="cpu")
+
+
+def test_a_layer_norm_of_another_width_and_modules_before_the_pooling_are_refused(tmp_path):
+    """sentence-transformers saves these and fails on the first text; bertfeat refuses them at load, naming them."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Dropout, Pooling
+
+    from ckpt import make_checkpoint
+
+    base = make_checkpoint(tmp_path / "base", hidden=32, layers=2, heads=2, tokenizer="json")
+    cases = {"wide": ([Pooling(32, ["mean", "max"]), _layer_norm(32, 1)],
+                      "2_LayerNorm/config.json: dimension 32 does not match the 64 dimensions before it - use the "
+                      "modules that came with this model"),
+             "ln_first": ([_layer_norm(32, 1), Pooling(32, "mean")],
+                          "modules.json: LayerNorm module 1 comes before any Pooling - bertfeat runs LayerNorm modules "
+                          "on the pooled sentence embedding only"),
+             "dropout_first": ([Dropout(0.1), Pooling(32, "mean")],
+                               "modules.json: Dropout module 1 comes before any Pooling - bertfeat runs Dropout modules "
+                               "on the pooled sentence embedding only")}
+    for name, (mods, message) in cases.items():
+        d = tmp_path / name
+        SentenceTransformer(modules=[Transformer(str(base)), *mods], device="cpu").save(str(d))
+        with pytest.raises(Exception):
+            SentenceTransformer(str(d), device="cpu").encode(["a text"])
+        with pytest.raises(BertfeatError) as e:
+            Encoder(d)
+        assert str(e.value) == message
+
+
+def test_a_layer_norm_saved_as_pytorch_model_bin_is_read_as_a_dense_is(around, tmp_path):
+    """sentence-transformers' save(safe_serialization=False) writes each module's weights as torch.save's
+    pytorch_model.bin: the LayerNorm's is read through the same lookup and torch-free reader as a Dense's; a
+    LayerNorm with neither file is refused as a Dense is."""
+    from sentence_transformers import SentenceTransformer
+
+    d = tmp_path / "bin"
+    SentenceTransformer(str(around["dense_layernorm_normalize_layernorm"]), device="cpu").save(
+        str(d), safe_serialization=False)
+    assert sorted(f.name for f in (d / "3_LayerNorm").iterdir()) == ["config.json", "pytorch_model.bin"]
+    enc = Encoder(d)
+    assert enc.describe(enc.spec())[3] == "LayerNorm 24 (3_LayerNorm/pytorch_model.bin)"
+    np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
+    (d / "3_LayerNorm" / "pytorch_model.bin").unlink()
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == ("3_LayerNorm has no model.safetensors or pytorch_model.bin - restore the LayerNorm "
+                            "module's weights from the model, or re-save it where sentence-transformers is installed: "
+                            "SentenceTransformer(dir).save(dir, safe_serialization=True)")
