@@ -1,6 +1,6 @@
 """A sentence-transformers model folder, read as what bertfeat will run: the model's own embedding.
 
-``modules.json`` lists the modules in order; bertfeat reproduces these six and refuses any other
+``modules.json`` lists the modules in order; bertfeat reproduces these seven and refuses any other
 with one line naming it (never skipping it):
 
   Transformer  the encoder (config.json + safetensors); ``sentence_bert_config.json`` gives
@@ -15,14 +15,20 @@ with one line naming it (never skipping it):
   Dropout      nothing at inference (torch's Dropout in eval mode); config.json's ``dropout`` checked as torch does
                (0 to 1; 0.2 without a config.json, as there)
   LayerNorm    torch.nn.LayerNorm(``dimension``) over the sentence embedding (eps 1e-5, its default, as
-               sentence-transformers builds it), ``norm.weight`` / ``norm.bias`` from ``model.safetensors``
+               sentence-transformers builds it), ``norm.weight`` / ``norm.bias`` from its weights file
+  WeightedLayerPooling  right after the Transformer: each token's states of hidden states ``layer_start`` .. L
+               averaged with ``layer_weights`` (its weights file) before the Pooling; the Encoder keeps those
+               layers (FeatureSpec.layers / layer_weights) only for it. sentence-transformers gives the module every
+               layer's states only when the encoder's config says ``output_hidden_states`` (config.json, or
+               ``config_kwargs``): without it the module does nothing, here too (LayerWeights.off)
 
 Dense, Dropout and LayerNorm come after the Pooling (sentence-transformers reads the sentence embedding there, which
 only the Pooling makes), in any order with each other and with Normalize; each Dense's inputs and each LayerNorm's
-dimension is the width before it. A Dropout or LayerNorm config.json with a key sentence-transformers does not take is
-refused (it builds them as ``cls(**config)``, and fails), as is a weights file with a tensor missing, of another shape
-or one more (it loads them strictly); a module saved only as ``pytorch_model.bin`` is refused (_module_weights: the one
-lookup of a module's weights file).
+dimension is the width before it. A Dropout, LayerNorm or WeightedLayerPooling config.json with a key
+sentence-transformers does not take is refused (it builds them as ``cls(**config)``, and fails), as is a weights file
+with a tensor missing, of another shape or one more (it loads them strictly). Every module's weights file is picked and
+read in one place, as a Dense's (_weights_file, _module_weights, _module_tensors): ``model.safetensors``, else
+``pytorch_model.bin``.
 
 ``sentence_bert_config.json``'s keywords for transformers' loaders (``processor_kwargs`` ...): the tokenizer's
 ``model_max_length``; any entry that changes the model or its tokenizer is refused (_loader_length).
@@ -77,17 +83,20 @@ DENSE_ACTIVATIONS = {
     f"torch.nn.{sub}{cls}": name for cls, name in _TORCH_ACTIVATIONS.items()
     for sub in ("modules." + ("linear." if cls == "Identity" else "activation."), "modules.", "")
 }
-SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "Dropout", "LayerNorm")
+SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "Dropout", "LayerNorm", "WeightedLayerPooling")
 #: the files each module reads in its folder (a Normalize at the top of the folder, path "", reads none); the
 #: Transformer's are the encoder's (hub.model_files). "model.safetensors" stands for the module's weights file, the
 #: one _weights_file picks (pytorch_model.bin when only it is there)
 MODULE_FILES = {"Transformer": (), "Pooling": ("config.json",), "Dense": ("config.json", "model.safetensors"),
                 "Normalize": ("config.json",), "Dropout": ("config.json",),
-                "LayerNorm": ("config.json", "model.safetensors")}
+                "LayerNorm": ("config.json", "model.safetensors"),
+                "WeightedLayerPooling": ("config.json", "model.safetensors")}
 #: the config.json keys sentence-transformers' Dropout and LayerNorm take (their config_keys: it builds them as
 #: cls(**config), so it fails on any other key) -> whether a missing config.json is refused (LayerNorm has no
 #: default dimension; a Dropout without one is Dropout(0.2))
-_MODULE_KEYS = {"Dropout": (("dropout",), False), "LayerNorm": (("dimension",), True)}
+_MODULE_KEYS = {"Dropout": (("dropout",), False), "LayerNorm": (("dimension",), True),
+                "WeightedLayerPooling": (("embedding_dimension", "word_embedding_dimension", "layer_start",
+                                          "num_hidden_layers"), True)}
 #: torch.nn.LayerNorm's eps, which sentence-transformers' LayerNorm builds it with (nn.LayerNorm(dimension))
 ST_LAYER_NORM_EPS = 1e-5
 #: every key sentence-transformers' Pooling takes (it fails on any other, as bertfeat does)
@@ -164,6 +173,27 @@ class DropoutStep:
         return f"Dropout {self.p:g}, off at inference"
 
 
+@dataclass(frozen=True)
+class LayerWeights:
+    """A WeightedLayerPooling module: each token's states of hidden states ``start`` .. L averaged with ``weights``
+    before the Pooling (sentence-transformers' all_layer_embeddings[layer_start:]). ``off``: why it passes the last
+    layer's states on unchanged instead (the encoder returns no state of every layer: config.json's
+    output_hidden_states is not true, and sentence-transformers' module then does nothing), else None."""
+
+    path: str
+    start: int
+    weights: np.ndarray  # (L + 1 - start,) float32
+    off: str | None = None
+    weights_file: str = "model.safetensors"  # the file its weights were read from, in its folder
+
+    def describe(self) -> str:
+        if self.off:
+            return f"WeightedLayerPooling, off: {self.off} ({_rel_file(self.path, 'config.json')})"
+        end = self.start + len(self.weights) - 1
+        layers = f"layers {self.start}..{end}" if end > self.start else f"layer {end}"
+        return f"WeightedLayerPooling of {layers} ({_rel_file(self.path, self.weights_file)})"
+
+
 def _is_identity(step) -> bool:
     return isinstance(step, DropoutStep)
 
@@ -176,6 +206,7 @@ class ModelPipeline:
     pooling_source: str = "default (the model has no Pooling module)"
     include_prompt: bool = True
     steps: tuple = ()  # after pooling, in order: DenseLayer, LayerNormStep, DropoutStep or the string "normalize"
+    layer_weights: LayerWeights | None = None  # a WeightedLayerPooling before the Pooling
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     max_seq_length: int | None = None
@@ -232,8 +263,15 @@ class ModelPipeline:
             out.append(step_line(s))
         return out + (["Normalize"] if normalize else [])
 
+    @property
+    def weighted_layers(self) -> LayerWeights | None:
+        """The WeightedLayerPooling the model's embedding runs (None: none, or one that does nothing)."""
+        lw = self.layer_weights
+        return lw if lw is not None and not lw.off else None
+
     def describe(self) -> list[str]:
-        out = [f"Pooling {'+'.join(self.pooling)} ({self.pooling_source})"] + self.lines(True, self.normalize)
+        out = [self.layer_weights.describe()] if self.layer_weights else []
+        out += [f"Pooling {'+'.join(self.pooling)} ({self.pooling_source})"] + self.lines(True, self.normalize)
         if self.truncate_dim is not None:
             out.append(f"Truncate to the first {self.truncate_dim} features (config_sentence_transformers.json)")
         return out
@@ -529,6 +567,62 @@ def _load_layer_norm(d: Path, path: str) -> LayerNormStep:
     return LayerNormStep(path, t["norm.weight"], t["norm.bias"], f.name)
 
 
+def _hidden_states_off(d: Path, encoder_dir: str, st_cfg: dict) -> str | None:
+    """Why the encoder returns no hidden state of every layer to sentence-transformers (its Transformer module passes
+    them on as all_layer_embeddings only when the model's config says output_hidden_states, from config.json or
+    sentence_bert_config.json's config_kwargs, which win), else None. A value other than true / false (transformers'
+    selection of some layers) or tie_last_hidden_states false (the last state taken before its final norm) is refused:
+    bertfeat keeps every layer, the last one as the model returns it."""
+    cfg_name = _rel_file(encoder_dir, "config.json")
+    cfg = _read_json(d / cfg_name) or {}
+    name = "config_args" if "config_args" in st_cfg else "config_kwargs"
+    kw = st_cfg.get(name) if isinstance(st_cfg.get(name), dict) else {}
+    where, on = ((f"{_rel_file(encoder_dir, 'sentence_bert_config.json')}: {name}", kw["output_hidden_states"])
+                 if "output_hidden_states" in kw else (cfg_name, cfg.get("output_hidden_states", False)))
+    if not isinstance(on, bool):
+        raise ConfigError(f"{where}: output_hidden_states {json.dumps(on)} selects some layers, which bertfeat cannot "
+                          "reproduce under a WeightedLayerPooling", "set it to true (every layer) or false")
+    tie = cfg.get("tie_last_hidden_states")
+    if on and tie not in (None, True):
+        raise ConfigError(f"{cfg_name}: tie_last_hidden_states {json.dumps(tie)} (the last hidden state taken before "
+                          "the encoder's final norm) cannot be reproduced by bertfeat under a WeightedLayerPooling",
+                          "remove tie_last_hidden_states from config.json (the last hidden state is then the "
+                          "encoder's output, as for every text encoder)")
+    return None if on else f"{where} does not set output_hidden_states"
+
+
+def _load_layer_weights(d: Path, path: str, hidden_size: int, num_layers: int, off: str | None) -> LayerWeights:
+    """A WeightedLayerPooling module: config.json's embedding_dimension (the encoder's hidden size), num_hidden_layers
+    (the encoder's layers, which sentence-transformers stacks: another count fails there) and layer_start (0 .. L;
+    4 by default, as there), its weights file's layer_weights of one weight per layer from layer_start to L, which do
+    not sum to 0 (the average would be infinite)."""
+    cfg = _module_config(d, "WeightedLayerPooling", path)
+    where = _rel_file(path, "config.json")
+    for k in ("embedding_dimension", "word_embedding_dimension"):
+        dim = typed(cfg.get(k), int, f"{where}: {k}")
+        if dim is not None and dim != hidden_size:
+            raise ConfigError(f"{where}: {k} {dim} is not the encoder's hidden size {hidden_size}",
+                              "use the WeightedLayerPooling config that came with this model")
+    if cfg.get("embedding_dimension", cfg.get("word_embedding_dimension")) is None:
+        raise ConfigError(f"{where}: embedding_dimension is missing (sentence-transformers cannot build the module "
+                          "without it)", "restore the WeightedLayerPooling module's config.json from the model")
+    n = typed(cfg.get("num_hidden_layers"), int, f"{where}: num_hidden_layers", 12)
+    start = typed(cfg.get("layer_start"), int, f"{where}: layer_start", 4)
+    if n != num_layers or not 0 <= start <= n:
+        raise ConfigError(f"{where}: num_hidden_layers {n}, layer_start {start} do not name layers of the encoder's "
+                          f"{num_layers} (num_hidden_layers {num_layers}, layer_start 0 to {num_layers})",
+                          "use the WeightedLayerPooling config that came with this model")
+    k = n + 1 - start
+    t, f = _module_tensors(d, "WeightedLayerPooling", path, {"layer_weights": (k,)}, f"num_hidden_layers {n}, "
+                           f"layer_start {start}", "restore the WeightedLayerPooling module's config.json and {file} "
+                           "together from the model")
+    w = t["layer_weights"]
+    if not np.isfinite(w).all() or w.sum(dtype=np.float32) == 0:
+        raise ConfigError(f"{f}: layer_weights {w.tolist()} are not finite weights of a nonzero sum",
+                          f"restore the module's {f.name} from the model")
+    return LayerWeights(path, start, w, off, f.name)
+
+
 def _rel_file(folder: str, name: str) -> str:
     """A file of a folder of the model (the encoder's, a module's) as messages name it: ``name`` at the top of the
     model folder (''), else ``folder/name`` (``0_Transformer/config.json`` in the older layout, ``2_Dense/config.json``)."""
@@ -574,9 +668,9 @@ def _module_paths(d: Path, kind: str, folder: str) -> list[Path]:
 
 
 def module_files(d: Path) -> list[Path]:
-    """Every file the modules of model folder ``d`` read besides the encoder's (hub.model_files): the Pooling's and
-    the Normalize's config.json, each Dense's config.json and weights file (model.safetensors, or pytorch_model.bin:
-    _weights_file), as read_pipeline reads them."""
+    """Every file the modules of model folder ``d`` read besides the encoder's (hub.model_files): the Pooling's,
+    Normalize's and Dropout's config.json, each Dense's, LayerNorm's and WeightedLayerPooling's config.json and weights
+    file (model.safetensors, or pytorch_model.bin: _weights_file), as read_pipeline reads them (MODULE_FILES)."""
     return [f for kind, folder in module_entries(d) for f in _module_paths(d, kind, folder)]
 
 
@@ -619,9 +713,11 @@ def _read_pooling(d: Path, folder: str, p: ModelPipeline, hidden_size: int) -> N
 _LOADERS = {"Dense": _load_dense, "Dropout": _load_dropout, "LayerNorm": _load_layer_norm}
 
 
-def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, encoder_dir: str, st_cfg: dict) -> tuple:
-    """modules.json's modules (module_entries) read in order: the Pooling onto ``p``; -> the steps after it (Dense,
-    LayerNorm, Dropout, "normalize"), each one's width checked against what comes before it (_check_widths)."""
+def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, encoder_dir: str, st_cfg: dict,
+                  num_layers: int) -> tuple:
+    """modules.json's modules (module_entries) read in order: a WeightedLayerPooling and the Pooling onto ``p``; -> the
+    steps after it (Dense, LayerNorm, Dropout, "normalize"), each one's width checked against what comes before it
+    (_check_widths)."""
     steps: list = []
     seen_pooling = False
     for i, (kind, path) in enumerate(modules):
@@ -630,6 +726,13 @@ def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, en
         elif i == 0:
             raise ConfigError(f"modules.json: module 0 is {kind}, not the Transformer",
                               "bertfeat runs models whose first module is the Transformer")
+        elif kind == "WeightedLayerPooling":  # it reads every layer's states, which only the Transformer gives
+            if i != 1:
+                raise ConfigError(f"modules.json: WeightedLayerPooling module {i} does not come right after the "
+                                  "Transformer", "bertfeat runs one WeightedLayerPooling, between the Transformer and "
+                                  "the Pooling")
+            p.layer_weights = _load_layer_weights(d, path, hidden_size, num_layers,
+                                                  _hidden_states_off(d, encoder_dir, st_cfg))
         elif kind == "Pooling":
             if seen_pooling or steps:
                 raise ConfigError(f"modules.json: Pooling module {i} comes after another Pooling, Dense, Normalize, "
@@ -712,12 +815,13 @@ def _check_model_type(cst: dict, p: ModelPipeline) -> None:
                               "modules.json on such a folder: it pools the encoder as a plain checkpoint's instead)")
 
 
-def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "") -> ModelPipeline:
+def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "", *,
+                  num_layers: int) -> ModelPipeline:
     """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused).
 
     ``encoder_dir``: the encoder's folder inside ``d`` ('' for ``d`` itself; ModelLocation.encoder_dir), which holds
     sentence_bert_config.json and tokenizer_config.json; modules.json, config_sentence_transformers.json and the
-    module folders are read from ``d``."""
+    module folders are read from ``d``. ``num_layers``: the encoder's (a WeightedLayerPooling names its layers)."""
     p = ModelPipeline()
     modules = module_entries(d)
     # without modules.json, SentenceTransformer builds its own Transformer and Pooling and reads neither file
@@ -725,7 +829,7 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
     sbc = _rel_file(encoder_dir, "sentence_bert_config.json")
     if modules:
         p.modules_source = "modules.json"
-        p.steps = _read_modules(d, modules, p, hidden_size, encoder_dir, st_cfg)
+        p.steps = _read_modules(d, modules, p, hidden_size, encoder_dir, st_cfg, num_layers)
     else:
         p.pooling, p.pooling_source = _default_pooling(d / encoder_dir)
 

@@ -182,8 +182,8 @@ def test_unsupported_modules_are_refused(layouts, tmp_path, capsys):
     assert main(["extract", str(src), "-m", str(d), "-o", str(tmp_path / "o.parquet"), "-q"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == ("Error: modules.json: module 2 'sentence_transformers.models.CNN' (path '2_CNN') cannot be "
-                   "reproduced by bertfeat - bertfeat runs Transformer, Pooling, Dense, Normalize, Dropout, LayerNorm "
-                   "modules; use --pooling to get plain pooled features of the encoder instead of the model's embedding")
+                   "reproduced by bertfeat - bertfeat runs Transformer, Pooling, Dense, Normalize, Dropout, LayerNorm, "
+                   "WeightedLayerPooling modules; use --pooling to get plain pooled features of the encoder instead of the model's embedding")
     assert not (tmp_path / "o.parquet").exists()
 
     # a Dense with neither weights file is refused naming what it holds; a pytorch_model.bin that is no torch.save
@@ -1302,3 +1302,204 @@ def test_a_layer_norm_saved_as_pytorch_model_bin_is_read_as_a_dense_is(around, t
     assert str(e.value) == ("3_LayerNorm has no model.safetensors or pytorch_model.bin - restore the LayerNorm "
                             "module's weights from the model, or re-save it where sentence-transformers is installed: "
                             "SentenceTransformer(dir).save(dir, safe_serialization=True)")
+
+
+# --------------------------------------------------------------------------- WeightedLayerPooling
+def _wlp_folder(d, base, *, start: int, pooling="mean", dense: bool = False, hidden_states=True, seed: int = 0):
+    """A model folder saved by sentence-transformers: Transformer (config.json's output_hidden_states as given) ->
+    WeightedLayerPooling(layer_start ``start``, informative weights) -> Pooling [-> Dense -> Normalize]."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, WeightedLayerPooling
+
+    t = Transformer(str(base), max_seq_length=32, config_kwargs={"output_hidden_states": hidden_states})
+    H, L = t.get_embedding_dimension(), t.auto_model.config.num_hidden_layers
+    wl = WeightedLayerPooling(H, num_hidden_layers=L, layer_start=start)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        wl.layer_weights.copy_(0.2 + torch.rand(L + 1 - start, generator=g) * 2)
+    p = Pooling(H, pooling)
+    torch.manual_seed(seed)
+    mods = [t, wl, p] + ([Dense(p.get_embedding_dimension(), 16), Normalize()] if dense else [])
+    SentenceTransformer(modules=mods, device="cpu").save(str(d))
+    return d
+
+
+@pytest.fixture(scope="module")
+def wlp_bases(tmp_path_factory):
+    """Random-weight encoders of three families (3, 2 and 3 layers)."""
+    from ckpt import make_checkpoint
+    from test_modernbert import modernbert_checkpoint
+    from test_mpnet import mpnet_checkpoint
+
+    root = tmp_path_factory.mktemp("wlp")
+    return {"bert": make_checkpoint(root / "bert", hidden=32, layers=3, heads=2, tokenizer="json"),
+            "mpnet": mpnet_checkpoint(root / "mpnet", hidden=32, layers=2, heads=2),
+            "modernbert": modernbert_checkpoint(root / "modernbert", [t for t in TEXTS if t] * 4, layers=3)}
+
+
+@pytest.mark.parametrize("family, start, pooling, dense", [
+    ("bert", 1, "mean", True), ("bert", 0, "cls", False), ("bert", 2, ["max", "lasttoken"], True),
+    ("bert", 3, "weightedmean", False), ("mpnet", 1, "mean", False), ("modernbert", 1, "cls", True)])
+def test_weighted_layer_pooling_is_sentence_transformers_encode(wlp_bases, tmp_path, family, start, pooling, dense):
+    """The model's WeightedLayerPooling (each token's states of layers layer_start..L averaged with its weights, before
+    the Pooling) on BERT, MPNet and ModernBERT encoders: SentenceTransformer.encode within 1e-5, the same vector
+    whatever the batch, shown in its place; its layers and weights are in the features' fingerprint. A chosen pooling
+    leaves it out (the last layer alone)."""
+    d = _wlp_folder(tmp_path / "m", wlp_bases[family], start=start, pooling=pooling, dense=dense)
+    enc = Encoder(d)
+    spec = enc.spec()
+    L = enc.config.num_hidden_layers
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in json.loads((d / "modules.json").read_text())]
+    desc = enc.describe(spec)
+    assert [line.split()[0] for line in desc] == kinds, desc
+    assert desc[1] == f"WeightedLayerPooling of layer{'s' if start < L else ''} {f'{start}..' if start < L else ''}{L} " \
+                      "(1_WeightedLayerPooling/model.safetensors)"
+    weights = _st(d)[1].layer_weights.detach().numpy()
+    assert spec.layers == tuple(range(start, L + 1)) and np.array_equal(np.float32(spec.layer_weights), weights)
+    assert enc.fingerprint(spec)["layer_weights"] == [float(w) for w in weights]
+    ref = _st_encode(_st(d), TEXTS)
+    ours = enc.encode(TEXTS)
+    np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+    alone = np.concatenate([enc.encode([t]) for t in TEXTS])
+    assert np.abs(alone - ours).max() <= (0.0 if enc.gemm_path.library == "onednn" else 1e-6)
+    plain = enc.spec(pooling="mean")
+    assert plain.layers == (L,) and plain.layer_weights == () and "layer_weights" not in enc.fingerprint(plain)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_weighted_layer_pooling_is_batch_independent_at_every_precision(wlp_bases, tmp_path, precision):
+    from bertfeat.ops import gemm
+
+    try:
+        gemm.resolve(precision)
+    except BertfeatError as e:  # bf16 / int8 need oneDNN and the CPU's instructions
+        pytest.skip(str(e))
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1, pooling=["mean", "cls"], dense=True)
+    enc = Encoder(d, precision=precision)
+    together = enc.encode(TEXTS)
+    alone = np.concatenate([enc.encode([t]) for t in TEXTS])
+    assert np.abs(alone - together).max() <= (0.0 if enc.gemm_path.library == "onednn" else 1e-6)
+    cos = np.sum(together * _st_encode(_st(d), TEXTS), axis=1)  # unit vectors (Normalize)
+    assert cos.min() > 0.99, cos
+
+
+@pytest.mark.parametrize("where", ["config.json", "sentence_bert_config.json"])
+def test_weighted_layer_pooling_without_every_layers_states_does_nothing_as_in_sentence_transformers(wlp_bases, tmp_path,
+                                                                                                     where):
+    """sentence-transformers passes every layer's states to the module only when the encoder's config says
+    output_hidden_states (config.json, or sentence_bert_config.json's config_kwargs, which win): without it the
+    module passes the last layer's states on. bertfeat does the same, and says so."""
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1, hidden_states=where != "config.json")
+    if where == "sentence_bert_config.json":  # config.json says true; the loader keywords say false, and win
+        sbc = d / "sentence_bert_config.json"
+        sbc.write_text(json.dumps({**json.loads(sbc.read_text()), "config_kwargs": {"output_hidden_states": False}}))
+    enc = Encoder(d)
+    spec = enc.spec()
+    assert spec.layers == (3,) and spec.layer_weights == ()
+    said = ("config.json does not set output_hidden_states" if where == "config.json" else
+            "sentence_bert_config.json: config_kwargs does not set output_hidden_states")
+    assert enc.describe(spec)[1] == f"WeightedLayerPooling, off: {said} (1_WeightedLayerPooling/config.json)"
+    np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(enc.encode(TEXTS), enc.encode(TEXTS, pooling="mean"))
+
+
+def test_cli_extract_and_verify_with_a_weighted_layer_pooling(wlp_bases, tmp_path, capsys):
+    import pyarrow.parquet as pq
+    from safetensors.numpy import load_file, save_file
+
+    from bertfeat.cache.store import cache_fingerprint
+
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1, dense=True)
+    texts = [t for t in TEXTS if t]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "out.parquet"
+    assert main(["extract", str(src), "-m", str(d), "-o", str(out), "-q"]) == 0
+    table = pq.read_table(out)
+    X = np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    np.testing.assert_allclose(X, _st_encode(_st(d), texts), atol=1e-5, rtol=0)
+    meta = json.loads(table.schema.metadata[b"bertfeat"])
+    assert meta["layers"] == [1, 2, 3] and len(meta["fingerprint"]["layer_weights"]) == 3
+    assert meta["pipeline"][1] == "WeightedLayerPooling of layers 1..3 (1_WeightedLayerPooling/model.safetensors)"
+    assert {"1_WeightedLayerPooling/config.json", "1_WeightedLayerPooling/model.safetensors"} <= set(meta["model_files"])
+    capsys.readouterr()
+    assert main(["verify", str(out), "-q"]) == 0
+    # new weights: another cache key
+    enc = Encoder(d)
+    key = cache_fingerprint(enc, enc.spec())[0]
+    f = d / "1_WeightedLayerPooling" / "model.safetensors"
+    save_file({"layer_weights": load_file(str(f))["layer_weights"][::-1].copy()}, str(f))
+    enc = Encoder(d)
+    assert cache_fingerprint(enc, enc.spec())[0] != key
+
+
+_WLP_CONFIG = {"embedding_dimension": 32, "layer_start": 1, "num_hidden_layers": 3}
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(config={**_WLP_CONFIG, "layer_weights": [1, 1, 1]}),
+     "1_WeightedLayerPooling/config.json: layer_weights is not a setting of sentence-transformers' WeightedLayerPooling "
+     "module (it takes embedding_dimension, word_embedding_dimension, layer_start, num_hidden_layers, and fails on any "
+     "other) - restore the WeightedLayerPooling module's config.json from the model"),
+    (dict(config={"embedding_dimension": 32, "layer_start": 1}),  # num_hidden_layers 12 by default, as there
+     "1_WeightedLayerPooling/config.json: num_hidden_layers 12, layer_start 1 do not name layers of the encoder's 3 "
+     "(num_hidden_layers 3, layer_start 0 to 3) - use the WeightedLayerPooling config that came with this model"),
+    (dict(config={**_WLP_CONFIG, "layer_start": 4}),
+     "1_WeightedLayerPooling/config.json: num_hidden_layers 3, layer_start 4 do not name layers of the encoder's 3 "
+     "(num_hidden_layers 3, layer_start 0 to 3) - use the WeightedLayerPooling config that came with this model"),
+    (dict(config={**_WLP_CONFIG, "embedding_dimension": 64}),
+     "1_WeightedLayerPooling/config.json: embedding_dimension 64 is not the encoder's hidden size 32 - use the "
+     "WeightedLayerPooling config that came with this model"),
+    (dict(config={**_WLP_CONFIG, "layer_start": 2}),
+     "{d}/1_WeightedLayerPooling/model.safetensors: tensor 'layer_weights' has shape (3,), expected (2,) from its "
+     "config.json - re-save the model"),
+    (dict(tensors=lambda t: {"layer_weights": np.float32([1.0, -1.0, 0.0])}),
+     "{d}/1_WeightedLayerPooling/model.safetensors: layer_weights [1.0, -1.0, 0.0] are not finite weights of a nonzero "
+     "sum - restore the module's model.safetensors from the model"),
+])
+def test_a_weighted_layer_pooling_bertfeat_cannot_reproduce_is_refused(wlp_bases, tmp_path, capsys, edit, message):
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1)
+    _edit_module(d, "1_WeightedLayerPooling", **edit)
+    message = message.format(d=d)
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == message
+    capsys.readouterr()
+    assert main(["info", str(d)]) == 1
+    assert capsys.readouterr().err == f"Error: {message}\n"
+
+
+def test_a_weighted_layer_pooling_out_of_place_or_over_some_layers_is_refused(wlp_bases, tmp_path):
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1)
+    modules = json.loads((d / "modules.json").read_text())
+    (d / "modules.json").write_text(json.dumps([modules[0], modules[2], modules[1]]))  # after the Pooling
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == ("modules.json: WeightedLayerPooling module 2 does not come right after the Transformer - "
+                            "bertfeat runs one WeightedLayerPooling, between the Transformer and the Pooling")
+    (d / "modules.json").write_text(json.dumps(modules))
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "output_hidden_states": [1, 3]}))
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == ("config.json: output_hidden_states [1, 3] selects some layers, which bertfeat cannot "
+                            "reproduce under a WeightedLayerPooling - set it to true (every layer) or false")
+    (d / "config.json").write_text(json.dumps({**cfg, "tie_last_hidden_states": False}))
+    with pytest.raises(BertfeatError, match=r"^config.json: tie_last_hidden_states false \(the last hidden state taken "):
+        Encoder(d)
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "1_WeightedLayerPooling" / "model.safetensors").unlink()
+    with pytest.raises(BertfeatError, match=r"^1_WeightedLayerPooling has no model.safetensors or pytorch_model.bin - "):
+        Encoder(d)
+
+
+def test_a_weighted_layer_pooling_saved_as_pytorch_model_bin_is_sentence_transformers_encode(wlp_bases, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    src = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=2, pooling="max")
+    d = tmp_path / "bin"
+    SentenceTransformer(str(src), device="cpu").save(str(d), safe_serialization=False)
+    enc = Encoder(d)
+    assert enc.describe(enc.spec())[1] == "WeightedLayerPooling of layers 2..3 (1_WeightedLayerPooling/pytorch_model.bin)"
+    np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
