@@ -12,7 +12,7 @@ broken stick: report.py), and, with ``label``, the cross-validated accuracy of a
 and on the first k principal components (probe.py: scikit-learn's RidgeClassifier on stratified folds). The PCA of a
 set is fitted on the whole sample (it sees no label); the probe's folds are the same for every set.
 
-A set is ``own`` (the model's own sentence embedding: its Pooling, Dense and Normalize modules, and its
+A set is ``own`` (the model's own sentence embedding: its Pooling and the modules after it, and its
 truncate_dim) or ``POOLING[@LAYERS[@AGG]]``: ``mean``, ``cls@-2``, ``mean@-4:`` (the last four layers averaged),
 ``mean@-4:@concat``, ``mean+max@-1``, ``pooled``; POOLING, LAYERS and AGG as ``extract --pooling / --layers /
 --layer-agg`` take them.

@@ -87,7 +87,9 @@ def _spec_from(fingerprint: dict, path: Path):
                            long_text=fields.get("long_text", "truncate"), stride=fields.get("stride", 32),
                            dense=tuple(fields.get("dense", ())), prompt=fields.get("prompt"),
                            prompt_name=fields.get("prompt_name"), include_prompt=fields.get("include_prompt", True),
-                           truncate_dim=fields.get("truncate_dim"), renormalize=fields.get("renormalize", False))
+                           truncate_dim=fields.get("truncate_dim"), renormalize=fields.get("renormalize", False),
+                           layer_norm=tuple(fields.get("layer_norm", ())),
+                           layer_weights=tuple(fields.get("layer_weights", ())))
     except KeyError as e:
         raise damaged_provenance(path, f"its fingerprint has no {e.args[0]}") from None
 
@@ -98,7 +100,7 @@ def _checked_spec(enc, recorded, path: Path):
     not have written with this model are a damaged provenance, refused before a row is encoded."""
     from .pca.diffs import dict_differences
 
-    own = bool(recorded.dense) or not recorded.include_prompt  # the model's own modules chose pooling and layers
+    own = recorded.own_modules or not recorded.include_prompt  # the model's own modules chose pooling and layers
     prompt = {"prompt_name": recorded.prompt_name} if recorded.prompt_name else {"prompt": recorded.prompt or ""}
     try:
         spec = enc.spec(None if own else recorded.pooling, None if own else list(recorded.layers), recorded.layer_agg,

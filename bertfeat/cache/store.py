@@ -1003,6 +1003,10 @@ def settings_line(s: dict) -> str:
         parts.append(f"layer agg {s.get('layer_agg')}")
     if s.get("dense"):
         parts.append(f"dense {len(s['dense'])}")
+    if s.get("layer_weights"):
+        parts.append(f"weighted layers {len(s['layer_weights'])}")
+    if s.get("layer_norm"):
+        parts.append(f"layer norm {len(s['layer_norm'])}")
     parts.append("normalize" if s.get("normalize") else "no normalize")
     parts.append(f"max length {s.get('max_length')}")
     lt = s.get("long_text")

@@ -171,7 +171,8 @@ _FINGERPRINT = Field(("object",), keys={
     "layers": Field(("list",), Field(("int",))), "layer_agg": _TEXT, "normalize": Field(("bool",)),
     "max_length": Field(("size",)), "long_text": _TEXT, "stride": Field(("count",)),
     "dense": Field(("list",), _TEXT), "prompt": _OPT_TEXT, "prompt_name": _OPT_TEXT, "include_prompt": Field(("bool",)),
-    "truncate_dim": Field(("size",)), "renormalize": Field(("bool",)),
+    "truncate_dim": Field(("size",)), "renormalize": Field(("bool",)), "layer_norm": Field(("list",), _TEXT),
+    "layer_weights": Field(("list",), Field(("number",))),
 })
 #: The provenance keys bertfeat reads (verify, the feature readers, pca fit / transform, the probe) and their types.
 PROVENANCE = Field(("object",), keys={

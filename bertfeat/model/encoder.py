@@ -34,13 +34,13 @@ from .pooling import (
     LAYER_AGGS,
     ONE_TOKEN_POOLS,
     combine_layers,
-    dense,
     l2_normalize,
+    weighted_layers,
     parse_layers,
     pool_tokens,
     split_pooling,
 )
-from .stmodules import ModelPipeline, read_pipeline
+from .stmodules import ModelPipeline, read_pipeline, run_step
 from ..readers.textcheck import check_text
 from .tokenize import BertTokenizer, Tokenized, pad_batch
 from .weights import BertWeights, weights_sha256
@@ -76,15 +76,27 @@ class FeatureSpec:
     #: the kept features normalized again after the cut (normalize=True asked for with a cut: unit vectors, as
     #: sentence-transformers' normalize_embeddings and TEI's normalize with dimensions)
     renormalize: bool = False
+    layer_norm: tuple[str, ...] = ()  # LayerNorm modules of the model's pipeline applied after pooling (their folders)
+    #: the model's WeightedLayerPooling: each token's states of ``layers`` averaged with these weights, then pooled
+    layer_weights: tuple[float, ...] = ()
+
+    @property
+    def own_modules(self) -> bool:
+        """The model's own modules besides its Pooling and Normalize run (its own embedding, with a WeightedLayerPooling,
+        Dense or LayerNorm)."""
+        return bool(self.dense or self.layer_norm or self.layer_weights)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["layers"] = list(self.layers)
         d["dense"] = list(self.dense)
+        d["layer_norm"] = list(self.layer_norm)
+        d["layer_weights"] = list(self.layer_weights)
         if self.truncate_dim is None:  # absent, not null: the fingerprints (cache, resume, PCA) of runs that keep
             del d["truncate_dim"]      # every feature stay those they were before truncate_dim existed
-        if not self.renormalize:
-            del d["renormalize"]
+        for k in ("renormalize", "layer_norm", "layer_weights"):  # likewise, absent when they change nothing
+            if not d[k]:
+                del d[k]
         return d
 
 
@@ -175,9 +187,9 @@ class Encoder:
         # it was before any is read: their hashes come later (weights_sha256, the cache key), and must be of these
         self._files_read = file_states(d, model_files(d))
         self.config = BertConfig.from_file(e / "config.json")
-        #: the model's own embedding around the encoder: modules.json's Pooling, Dense, Normalize; prompts
+        #: the model's own embedding around the encoder: modules.json's Pooling, Dense, LayerNorm, Normalize; prompts
         self.pipeline: ModelPipeline = read_pipeline(d, self.config.hidden_size, self.config.max_positions,
-                                                     self.location.encoder_dir)
+                                                     self.location.encoder_dir, num_layers=self.config.num_hidden_layers)
         # int8 loads as bf16 does (its load peaks no higher) and quantizes from that (quant.py)
         self.weights: BertWeights = gemm.prepare(
             load_model_weights(e, self.config, "fp32" if self.precision == "fp32" else "bf16"), self.gemm_path)
@@ -357,9 +369,9 @@ class Encoder:
              prompt: str | None = None, prompt_name: str | None = None, truncate_dim: int | None = None) -> FeatureSpec:
         """Validate encode options into a FeatureSpec.
 
-        With neither ``pooling`` nor ``layers`` the model's own embedding: its Pooling, Dense and Normalize
-        modules, and its truncate_dim. ``pooling`` / ``layers`` ask for plain pooled encoder states instead: the
-        model's Pooling, Dense and Normalize modules and its truncate_dim are all left out. ``normalize`` True / False
+        With neither ``pooling`` nor ``layers`` the model's own embedding: its Pooling and the modules after it
+        (Dense, LayerNorm, Normalize, Dropout), and its truncate_dim. ``pooling`` / ``layers`` ask for plain pooled
+        encoder states instead: the model's Pooling, the modules after it and its truncate_dim are all left out. ``normalize`` True / False
         overrides either way (None: the model's Normalize module for its own embedding, no normalization for a chosen
         pooling). ``truncate_dim``: keep the first N features of either, 1 up to their width (None: as the model says
         for its own embedding, all for a chosen pooling); the cut comes last, after normalization, as
@@ -383,6 +395,9 @@ class Encoder:
             raise BertfeatError(f"unknown long-text mode '{long_text}'", f"choose one of {', '.join(LONG_TEXT_MODES)}")
         L = self.config.num_hidden_layers
         idx = parse_layers(layers, L)
+        lw = self.pipeline.weighted_layers if own else None
+        if lw is not None:  # the model's WeightedLayerPooling: its layers, averaged with its weights
+            idx = tuple(range(lw.start, L + 1))
         if pooling == "pooled":
             if self.weights.pooler_w is None:
                 raise BertfeatError(
@@ -404,6 +419,7 @@ class Encoder:
                                 f"length {max_length}",
                                 f"choose {opt('stride')} from 0 to {max_length - 3} (tokens shared by neighbouring windows)")
         dense_paths = tuple(s.path for s in self.pipeline.dense) if own else ()
+        norm_paths = tuple(s.path for s in self.pipeline.layer_norm) if own else ()
         asked = normalize is not None and bool(normalize)  # normalize=True given: unit vectors, after a cut too (FeatureSpec.renormalize)
         if normalize is None:
             normalize = self.pipeline.normalize if own else False
@@ -414,7 +430,8 @@ class Encoder:
                                 f"{opt('long_text', 'chunk-*')} cannot do (the prompt is in the first window only)",
                                 f"use {opt('long_text', 'truncate')} or error with this model's prompts")
         spec = FeatureSpec(pooling, idx, layer_agg, bool(normalize), max_length, long_text, stride,
-                           dense_paths, prompt, prompt_name, include_prompt)
+                           dense_paths, prompt, prompt_name, include_prompt, layer_norm=norm_paths,
+                           layer_weights=tuple(float(w) for w in lw.weights) if lw is not None else ())
         spec = self._truncated(spec, truncate_dim, own)
         return replace(spec, renormalize=True) if asked and spec.truncate_dim is not None else spec
 
@@ -446,26 +463,34 @@ class Encoder:
         if spec.pooling == "pooled":
             return H
         width = H * len(spec.pooling.split("+"))
-        return width * len(spec.layers) if spec.layer_agg == "concat" else width
+        return width * len(spec.layers) if spec.layer_agg == "concat" and not spec.layer_weights else width
 
     def describe(self, spec: FeatureSpec) -> list[str]:
         """The pipeline a spec runs, one line per step, with where each part came from."""
-        where = self.pipeline.pooling_source if spec.dense or (spec.pooling == self.default_pooling) else "chosen"
+        where = self.pipeline.pooling_source if spec.own_modules or (spec.pooling == self.default_pooling) else "chosen"
         out = [f"Transformer {self.config.model_type} ({self.location.source}), max length {spec.max_length}"]
         if spec.prompt:
             out.append(f"Prompt {spec.prompt!r}" + (f" ('{spec.prompt_name}' prompt)" if spec.prompt_name else "")
                        + ("" if spec.include_prompt else ", left out of the pooling"))
+        own = self._runs_own_modules(spec)
+        if own and self.pipeline.layer_weights is not None:
+            out.append(self.pipeline.layer_weights.describe())
         out.append(f"Pooling {spec.pooling} ({where})")
-        if spec.dense:
-            out += [s.describe() + f" ({s.source})" for s in self.pipeline.dense]
-        if spec.normalize:
-            out.append("Normalize")
+        out += self.pipeline.lines(own, spec.normalize)
         if spec.truncate_dim is not None:
             where = "the model's truncate_dim" if spec.truncate_dim == self.pipeline.truncate_dim else "chosen"
             out.append(f"Truncate to the first {spec.truncate_dim} of {self._width(spec)} features ({where})")
         if spec.renormalize:
             out.append("Normalize (after the cut)")
         return out
+
+    def _runs_own_modules(self, spec: FeatureSpec) -> bool:
+        """Whether describe shows the model's modules around the Pooling: the spec runs them (its own embedding; for
+        a model with no WeightedLayerPooling, Dense or LayerNorm that does something: a spec pooling the last layer as
+        its Pooling does, the same vectors)."""
+        if self.pipeline.head or self.pipeline.weighted_layers:
+            return spec.own_modules
+        return spec.pooling == self.default_pooling and spec.layers == (self.config.num_hidden_layers,)
 
     def fingerprint(self, spec: FeatureSpec) -> dict:
         """What identifies the features: model, weights and every setting that changes a vector (for int8 the
@@ -637,15 +662,10 @@ class Encoder:
             outs.append(out)
         return outs
 
-    def _head_steps(self, spec: FeatureSpec) -> list:
-        """The model's steps after pooling that run per window: its Dense modules (and any Normalize between
-        them); the final Normalize runs after windows are combined (spec.normalize)."""
-        if not spec.dense:
-            return []
-        steps = list(self.pipeline.steps)
-        while steps and steps[-1] == "normalize":
-            steps.pop()
-        return steps
+    def _head_steps(self, spec: FeatureSpec) -> tuple:
+        """The model's steps after pooling that run per window: its Dense and LayerNorm modules (and any Normalize
+        between them; ModelPipeline.head); the final Normalize runs after windows are combined (spec.normalize)."""
+        return self.pipeline.head if spec.own_modules else ()
 
     def pool_batch_sets(self, input_ids: np.ndarray, types: np.ndarray, mask: np.ndarray,
                         specs: list[FeatureSpec]) -> list[np.ndarray]:
@@ -686,10 +706,19 @@ class Encoder:
         if spec.pooling == "pooled":
             return pooler(self.weights, fwd.hidden[deepest][:, 0, :])
         cut = fwd.at is not None and deepest == max(fwd.hidden)  # that state was computed at one token (bert.layer_at)
-        x = combine_layers([self._pooled_at(fwd.hidden[i], pmask, modes[0]) if i == deepest and cut
-                            else pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers], spec.layer_agg)
+        if spec.layer_weights and not cut:  # the model's WeightedLayerPooling: each token's layers averaged, then pooled
+            x = pool_tokens(weighted_layers([fwd.hidden[i] for i in spec.layers], spec.layer_weights), pmask, modes)
+            return self._run_head(x, spec)
+        pooled = [self._pooled_at(fwd.hidden[i], pmask, modes[0]) if i == deepest and cut
+                  else pool_tokens(fwd.hidden[i], pmask, modes) for i in spec.layers]
+        # cls / lasttoken read one token of each layer: averaging the tokens read is reading the averaged tokens
+        x = weighted_layers(pooled, spec.layer_weights) if spec.layer_weights else combine_layers(pooled, spec.layer_agg)
+        return self._run_head(x, spec)
+
+    def _run_head(self, x: np.ndarray, spec: FeatureSpec) -> np.ndarray:
+        """(B, D) pooled features through the model's modules after the Pooling that run per window (_head_steps)."""
         for step in self._head_steps(spec):
-            x = l2_normalize(x) if step == "normalize" else dense(x, step)
+            x = run_step(x, step)
         return x
 
     @staticmethod

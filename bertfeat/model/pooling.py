@@ -133,6 +133,26 @@ def dense(x: np.ndarray, layer) -> np.ndarray:
     return y.astype(np.float32, copy=False)
 
 
+def layer_norm(x: np.ndarray, step) -> np.ndarray:
+    """(B, D) -> (B, D): a sentence-transformers LayerNorm module (torch.nn.LayerNorm: biased variance, its eps), on
+    a copy (``x`` may be a workspace's); each row on its own, so independent of its batch."""
+    from .bert import layer_norm_
+
+    return layer_norm_(np.array(x, dtype=np.float32), step.g, step.b, step.eps)
+
+
+def weighted_layers(per_layer: list[np.ndarray], weights) -> np.ndarray:
+    """k arrays of one shape (each layer's token states, or their one-token poolings) -> their average with ``weights``
+    (k,), as sentence-transformers' WeightedLayerPooling: sum(w_k x_k) / sum(w), in float32; elementwise, so a row's
+    result does not depend on its batch."""
+    w = np.asarray(weights, dtype=np.float32)
+    acc = per_layer[0] * w[0]
+    for x, wk in zip(per_layer[1:], w[1:]):
+        acc += x * wk
+    acc /= w.sum(dtype=np.float32)
+    return acc
+
+
 def combine_layers(per_layer: list[np.ndarray], how: str) -> np.ndarray:
     """k arrays (B, H) -> (B, H) averaged, or (B, k*H) concatenated in the order given."""
     if len(per_layer) == 1:

@@ -1,6 +1,6 @@
 """A sentence-transformers model folder, read as what bertfeat will run: the model's own embedding.
 
-``modules.json`` lists the modules in order; bertfeat reproduces these four and refuses any other
+``modules.json`` lists the modules in order; bertfeat reproduces these seven and refuses any other
 with one line naming it (never skipping it):
 
   Transformer  the encoder (config.json + safetensors); ``sentence_bert_config.json`` gives
@@ -12,6 +12,23 @@ with one line naming it (never skipping it):
                sentence-transformers loads a module saved by its older versions) from torch.save's
                ``pytorch_model.bin``, read without unpickling it (torchfile.py: only a plain state dict's globals)
   Normalize    L2 normalization
+  Dropout      nothing at inference (torch's Dropout in eval mode); config.json's ``dropout`` checked as torch does
+               (0 to 1; 0.2 without a config.json, as there)
+  LayerNorm    torch.nn.LayerNorm(``dimension``) over the sentence embedding (eps 1e-5, its default, as
+               sentence-transformers builds it), ``norm.weight`` / ``norm.bias`` from its weights file
+  WeightedLayerPooling  right after the Transformer: each token's states of hidden states ``layer_start`` .. L
+               averaged with ``layer_weights`` (its weights file) before the Pooling; the Encoder keeps those
+               layers (FeatureSpec.layers / layer_weights) only for it. sentence-transformers gives the module every
+               layer's states only when the encoder's config says ``output_hidden_states`` (config.json, or
+               ``config_kwargs``): without it the module does nothing, here too (LayerWeights.off)
+
+Dense, Dropout and LayerNorm come after the Pooling (sentence-transformers reads the sentence embedding there, which
+only the Pooling makes), in any order with each other and with Normalize; each Dense's inputs and each LayerNorm's
+dimension is the width before it. A Dropout, LayerNorm or WeightedLayerPooling config.json with a key
+sentence-transformers does not take is refused (it builds them as ``cls(**config)``, and fails), as is a weights file
+with a tensor missing, of another shape or one more (it loads them strictly). Every module's weights file is picked and
+read in one place, as a Dense's (_weights_file, _module_weights, _module_tensors): ``model.safetensors``, else
+``pytorch_model.bin``.
 
 ``sentence_bert_config.json``'s keywords for transformers' loaders (``processor_kwargs`` ...): the tokenizer's
 ``model_max_length``; any entry that changes the model or its tokenizer is refused (_loader_length).
@@ -43,7 +60,7 @@ from ..ops import gemm
 
 from .config import inside_folder, model_file, typed
 from ..errors import BertfeatError, ConfigError, opt
-from .pooling import TOKEN_POOLING_NAMES
+from .pooling import TOKEN_POOLING_NAMES, dense, l2_normalize, layer_norm
 from ..readers.textcheck import surrogate_reason
 
 #: sentence-transformers' pooling modes, in its legacy concatenation order.
@@ -66,12 +83,22 @@ DENSE_ACTIVATIONS = {
     f"torch.nn.{sub}{cls}": name for cls, name in _TORCH_ACTIVATIONS.items()
     for sub in ("modules." + ("linear." if cls == "Identity" else "activation."), "modules.", "")
 }
-SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize", "Dropout", "LayerNorm", "WeightedLayerPooling")
 #: the files each module reads in its folder (a Normalize at the top of the folder, path "", reads none); the
 #: Transformer's are the encoder's (hub.model_files). "model.safetensors" stands for the module's weights file, the
 #: one _weights_file picks (pytorch_model.bin when only it is there)
 MODULE_FILES = {"Transformer": (), "Pooling": ("config.json",), "Dense": ("config.json", "model.safetensors"),
-                "Normalize": ("config.json",)}
+                "Normalize": ("config.json",), "Dropout": ("config.json",),
+                "LayerNorm": ("config.json", "model.safetensors"),
+                "WeightedLayerPooling": ("config.json", "model.safetensors")}
+#: the config.json keys sentence-transformers' Dropout and LayerNorm take (their config_keys: it builds them as
+#: cls(**config), so it fails on any other key) -> whether a missing config.json is refused (LayerNorm has no
+#: default dimension; a Dropout without one is Dropout(0.2))
+_MODULE_KEYS = {"Dropout": (("dropout",), False), "LayerNorm": (("dimension",), True),
+                "WeightedLayerPooling": (("embedding_dimension", "word_embedding_dimension", "layer_start",
+                                          "num_hidden_layers"), True)}
+#: torch.nn.LayerNorm's eps, which sentence-transformers' LayerNorm builds it with (nn.LayerNorm(dimension))
+ST_LAYER_NORM_EPS = 1e-5
 #: every key sentence-transformers' Pooling takes (it fails on any other, as bertfeat does)
 _POOLING_KEYS = ("embedding_dimension", "word_embedding_dimension", "pooling_mode", "include_prompt",
                  *_LEGACY_POOLING_KEYS)
@@ -108,6 +135,69 @@ class DenseLayer:
         return f"Dense {self.in_features}->{self.out_features} {self.activation}" + (" +residual" if self.residual else "")
 
 
+@dataclass(frozen=True)
+class LayerNormStep:
+    """One LayerNorm module: torch.nn.LayerNorm over the sentence embedding (its gain and bias, eps 1e-5)."""
+
+    path: str
+    g: np.ndarray  # (dimension,)
+    b: np.ndarray  # (dimension,)
+    weights_file: str = "model.safetensors"  # the file its weights were read from, in its folder
+    eps: float = ST_LAYER_NORM_EPS
+
+    @property
+    def dimension(self) -> int:
+        return int(self.g.shape[0])
+
+    @property
+    def source(self) -> str:
+        return _rel_file(self.path, self.weights_file)
+
+    def describe(self) -> str:
+        return f"LayerNorm {self.dimension}"
+
+
+@dataclass(frozen=True)
+class DropoutStep:
+    """One Dropout module: nothing at inference (torch's Dropout is the identity in eval mode); kept to be shown."""
+
+    path: str
+    p: float
+    configured: bool = True  # False: no config.json, sentence-transformers' default rate
+
+    @property
+    def source(self) -> str:
+        return _rel_file(self.path, "config.json") if self.configured else f"{self.path}, without config.json"
+
+    def describe(self) -> str:
+        return f"Dropout {self.p:g}, off at inference"
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """A WeightedLayerPooling module: each token's states of hidden states ``start`` .. L averaged with ``weights``
+    before the Pooling (sentence-transformers' all_layer_embeddings[layer_start:]). ``off``: why it passes the last
+    layer's states on unchanged instead (the encoder returns no state of every layer: config.json's
+    output_hidden_states is not true, and sentence-transformers' module then does nothing), else None."""
+
+    path: str
+    start: int
+    weights: np.ndarray  # (L + 1 - start,) float32
+    off: str | None = None
+    weights_file: str = "model.safetensors"  # the file its weights were read from, in its folder
+
+    def describe(self) -> str:
+        if self.off:
+            return f"WeightedLayerPooling, off: {self.off} ({_rel_file(self.path, 'config.json')})"
+        end = self.start + len(self.weights) - 1
+        layers = f"layers {self.start}..{end}" if end > self.start else f"layer {end}"
+        return f"WeightedLayerPooling of {layers} ({_rel_file(self.path, self.weights_file)})"
+
+
+def _is_identity(step) -> bool:
+    return isinstance(step, DropoutStep)
+
+
 @dataclass
 class ModelPipeline:
     """What the model folder defines around the encoder, and where each part came from."""
@@ -115,7 +205,8 @@ class ModelPipeline:
     pooling: tuple[str, ...] = ("mean",)
     pooling_source: str = "default (the model has no Pooling module)"
     include_prompt: bool = True
-    steps: tuple = ()  # after pooling, in order: DenseLayer or the string "normalize"
+    steps: tuple = ()  # after pooling, in order: DenseLayer, LayerNormStep, DropoutStep or the string "normalize"
+    layer_weights: LayerWeights | None = None  # a WeightedLayerPooling before the Pooling
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     max_seq_length: int | None = None
@@ -134,9 +225,23 @@ class ModelPipeline:
         return tuple(s for s in self.steps if isinstance(s, DenseLayer))
 
     @property
+    def layer_norm(self) -> tuple[LayerNormStep, ...]:
+        return tuple(s for s in self.steps if isinstance(s, LayerNormStep))
+
+    @property
+    def head(self) -> tuple:
+        """The steps that change a window's vector before the final Normalize: ``steps`` less the Dropouts (nothing
+        at inference) and the trailing Normalize (which runs after a row's windows are combined: ``normalize``)."""
+        run = [s for s in self.steps if not _is_identity(s)]
+        while run and run[-1] == "normalize":
+            run.pop()
+        return tuple(run)
+
+    @property
     def normalize(self) -> bool:
-        """The model's embedding ends L2-normalized."""
-        return bool(self.steps) and self.steps[-1] == "normalize"
+        """The model's embedding ends L2-normalized (a Dropout after the Normalize changes nothing)."""
+        run = [s for s in self.steps if not _is_identity(s)]
+        return bool(run) and run[-1] == "normalize"
 
     def prepare(self, path) -> None:
         """Its Dense modules' weights in the form that keeps a row's product independent of its batch on the model's
@@ -144,13 +249,45 @@ class ModelPipeline:
         self.steps = tuple(replace(s, w=gemm.row_stable(s.w, path), residual_w=gemm.row_stable(s.residual_w, path))
                            if isinstance(s, DenseLayer) else s for s in self.steps)
 
+    def lines(self, own: bool, normalize: bool) -> list[str]:
+        """The lines of the steps after pooling: with ``own`` the modules in their order (each Dense, LayerNorm and
+        Dropout, a Normalize between them), the final Normalize (one line) when ``normalize`` (also without ``own``:
+        a normalization asked for)."""
+        out, left = [], len(self.head)
+        for s in self.steps if own else ():
+            if s == "normalize" and not left:  # the final Normalize, as ``normalize`` says
+                out += ["Normalize"] if normalize else []
+                normalize = False
+                continue
+            left -= not _is_identity(s)
+            out.append(step_line(s))
+        return out + (["Normalize"] if normalize else [])
+
+    @property
+    def weighted_layers(self) -> LayerWeights | None:
+        """The WeightedLayerPooling the model's embedding runs (None: none, or one that does nothing)."""
+        lw = self.layer_weights
+        return lw if lw is not None and not lw.off else None
+
     def describe(self) -> list[str]:
-        out = [f"Pooling {'+'.join(self.pooling)} ({self.pooling_source})"]
-        for s in self.steps:
-            out.append(s.describe() + f" ({s.source})" if isinstance(s, DenseLayer) else "Normalize")
+        out = [self.layer_weights.describe()] if self.layer_weights else []
+        out += [f"Pooling {'+'.join(self.pooling)} ({self.pooling_source})"] + self.lines(True, self.normalize)
         if self.truncate_dim is not None:
             out.append(f"Truncate to the first {self.truncate_dim} features (config_sentence_transformers.json)")
         return out
+
+
+def run_step(x: np.ndarray, step) -> np.ndarray:
+    """(B, D) -> one step of ModelPipeline.head applied: "normalize", a DenseLayer or a LayerNormStep."""
+    if step == "normalize":
+        return l2_normalize(x)
+    return layer_norm(x, step) if isinstance(step, LayerNormStep) else dense(x, step)
+
+
+def step_line(step) -> str:
+    """A step after pooling as ``describe`` lines show it: what it does and the file it came from (``Dense 64->32 tanh
+    (2_Dense/model.safetensors)``); a Normalize as ``Normalize``."""
+    return "Normalize" if step == "normalize" else f"{step.describe()} ({step.source})"
 
 
 def _read_json(path: Path, types=dict):
@@ -354,32 +491,142 @@ def _module_weights(f: Path, path: str, kind: str) -> dict[str, np.ndarray]:
     return read_safetensors_file(f)
 
 
-def _load_dense(d: Path, path: str) -> DenseLayer:
-    cfg_file, st_file = _module_paths(d, "Dense", path)
-    n_in, n_out, bias, residual, act = _dense_config(_read_json(cfg_file), path)
-    t = _module_weights(st_file, path, "Dense")
-    # the tensors this config uses, each of its shape; one more (a bias beside bias false) would be silently unused
-    want = {"linear.weight": (n_out, n_in), **({"linear.bias": (n_out,)} if bias else {}),
-            **({"residual.weight": (n_out, n_in)} if residual and n_in != n_out else {})}
+def _module_tensors(d: Path, kind: str, path: str, want: dict[str, tuple], config: str,
+                    fix: str) -> tuple[dict[str, np.ndarray], Path]:
+    """The weights of the ``kind`` module in folder ``path`` (its weights file: _weights_file, read by
+    _module_weights), holding exactly the tensors of ``want`` (name -> shape, from its config.json, described by
+    ``config``), each as float32, and the file; a missing tensor, one of another shape or one more (a tensor the config
+    does not use: sentence-transformers loads them strictly) is refused naming it (``fix``: what to restore, the file
+    named by ``{file}``)."""
+    f = _module_paths(d, kind, path)[-1]
+    t = _module_weights(f, path, kind)
     for name, shape in want.items():
         if name not in t or t[name].shape != shape:
             got = f"has shape {tuple(t[name].shape)}" if name in t else "is missing"
-            raise BertfeatError(f"{st_file}: tensor '{name}' {got}, expected {shape} from its config.json",
+            raise BertfeatError(f"{f}: tensor '{name}' {got}, expected {shape} from its config.json",
                                 "re-save the model")
     if set(t) - set(want):
-        raise BertfeatError(f"{st_file}: tensors {sorted(set(t) - set(want))} that its config.json does not use (bias "
-                            f"{json.dumps(bias)}, use_residual {json.dumps(residual)}, {n_in} -> {n_out})",
-                            f"restore the module's config.json and {st_file.name} together from the model: a Dense "
-                            "module bertfeat reproduces uses every tensor it saved")
-    b = np.ascontiguousarray(t["linear.bias"], dtype=np.float32) if bias else None
-    rw = np.ascontiguousarray(t["residual.weight"].T, dtype=np.float32) if "residual.weight" in want else None
-    return DenseLayer(path, np.ascontiguousarray(t["linear.weight"].T, dtype=np.float32), b, act, rw, residual,
-                      st_file.name)
+        raise BertfeatError(f"{f}: tensors {sorted(set(t) - set(want))} that its config.json does not use "
+                            f"({config})", fix.format(file=f.name))
+    return {name: np.ascontiguousarray(t[name], dtype=np.float32) for name in want}, f
 
 
-def _encoder_file(encoder_dir: str, name: str) -> str:
-    """A file of the encoder as messages name it: ``name``, or ``0_Transformer/name`` in the older layout."""
-    return f"{encoder_dir}/{name}" if encoder_dir else name
+def _load_dense(d: Path, path: str) -> DenseLayer:
+    cfg_file = _module_paths(d, "Dense", path)[0]
+    n_in, n_out, bias, residual, act = _dense_config(_read_json(cfg_file), path)
+    # the tensors this config uses, each of its shape; one more (a bias beside bias false) would be silently unused
+    want = {"linear.weight": (n_out, n_in), **({"linear.bias": (n_out,)} if bias else {}),
+            **({"residual.weight": (n_out, n_in)} if residual and n_in != n_out else {})}
+    t, f = _module_tensors(d, "Dense", path, want, f"bias {json.dumps(bias)}, use_residual {json.dumps(residual)}, "
+                           f"{n_in} -> {n_out}", "restore the module's config.json and {file} together from the model: "
+                           "a Dense module bertfeat reproduces uses every tensor it saved")
+    rw = np.ascontiguousarray(t["residual.weight"].T) if "residual.weight" in want else None
+    return DenseLayer(path, np.ascontiguousarray(t["linear.weight"].T), t.get("linear.bias"), act, rw, residual, f.name)
+
+
+def _module_config(d: Path, kind: str, path: str) -> dict | None:
+    """The config.json of a Dropout, LayerNorm or WeightedLayerPooling module as sentence-transformers builds it
+    (cls(**config)): only the keys it takes (_MODULE_KEYS), a missing file refused where it has no defaults; None for
+    a Dropout without one."""
+    keys, required = _MODULE_KEYS[kind]
+    where = _rel_file(path, "config.json")
+    cfg = _read_json(_module_paths(d, kind, path)[0])
+    if cfg is None and required:
+        raise ConfigError(f"{where} is missing (sentence-transformers cannot build the {kind} module without it)",
+                          f"restore the {kind} module's config.json from the model")
+    other = sorted(set(cfg or {}) - set(keys))
+    if other:
+        raise ConfigError(f"{where}: {', '.join(other)} {'is' if len(other) == 1 else 'are'} not a setting of "
+                          f"sentence-transformers' {kind} module (it takes {', '.join(keys)}, and fails on any other)",
+                          f"restore the {kind} module's config.json from the model")
+    return cfg
+
+
+def _load_dropout(d: Path, path: str) -> DropoutStep:
+    """A Dropout module: its rate checked as torch's Dropout checks it (0 to 1; 0.2 without a config.json)."""
+    where = f"{_rel_file(path, 'config.json')}: dropout"
+    cfg = _module_config(d, "Dropout", path)
+    p = typed((cfg or {}).get("dropout"), float, where, 0.2)
+    if not 0 <= p <= 1:
+        raise ConfigError(f"{where} is {p}, not a probability from 0 to 1 (torch's Dropout refuses it)",
+                          "restore the Dropout module's config.json from the model")
+    return DropoutStep(path, float(p), cfg is not None)
+
+
+def _load_layer_norm(d: Path, path: str) -> LayerNormStep:
+    """A LayerNorm module: config.json's dimension, its weights file's norm.weight and norm.bias of that shape
+    (sentence-transformers loads them strictly: none missing, none more)."""
+    where = f"{_rel_file(path, 'config.json')}: dimension"
+    n = typed(_module_config(d, "LayerNorm", path).get("dimension"), int, where)
+    if n is None or n < 1:
+        raise ConfigError(f"{where} is {'missing' if n is None else n}, not a number of features (1 or more)",
+                          "restore the LayerNorm module's config.json and model.safetensors from the model")
+    t, f = _module_tensors(d, "LayerNorm", path, {"norm.weight": (n,), "norm.bias": (n,)}, f"dimension {n}",
+                           "restore the LayerNorm module's config.json and {file} together from the model "
+                           "(sentence-transformers refuses a tensor its LayerNorm does not have)")
+    return LayerNormStep(path, t["norm.weight"], t["norm.bias"], f.name)
+
+
+def _hidden_states_off(d: Path, encoder_dir: str, st_cfg: dict) -> str | None:
+    """Why the encoder returns no hidden state of every layer to sentence-transformers (its Transformer module passes
+    them on as all_layer_embeddings only when the model's config says output_hidden_states, from config.json or
+    sentence_bert_config.json's config_kwargs, which win), else None. A value other than true / false (transformers'
+    selection of some layers) or tie_last_hidden_states false (the last state taken before its final norm) is refused:
+    bertfeat keeps every layer, the last one as the model returns it."""
+    cfg_name = _rel_file(encoder_dir, "config.json")
+    cfg = _read_json(d / cfg_name) or {}
+    name = "config_args" if "config_args" in st_cfg else "config_kwargs"
+    kw = st_cfg.get(name) if isinstance(st_cfg.get(name), dict) else {}
+    where, on = ((f"{_rel_file(encoder_dir, 'sentence_bert_config.json')}: {name}", kw["output_hidden_states"])
+                 if "output_hidden_states" in kw else (cfg_name, cfg.get("output_hidden_states", False)))
+    if not isinstance(on, bool):
+        raise ConfigError(f"{where}: output_hidden_states {json.dumps(on)} selects some layers, which bertfeat cannot "
+                          "reproduce under a WeightedLayerPooling", "set it to true (every layer) or false")
+    tie = cfg.get("tie_last_hidden_states")
+    if on and tie not in (None, True):
+        raise ConfigError(f"{cfg_name}: tie_last_hidden_states {json.dumps(tie)} (the last hidden state taken before "
+                          "the encoder's final norm) cannot be reproduced by bertfeat under a WeightedLayerPooling",
+                          "remove tie_last_hidden_states from config.json (the last hidden state is then the "
+                          "encoder's output, as for every text encoder)")
+    return None if on else f"{where} does not set output_hidden_states"
+
+
+def _load_layer_weights(d: Path, path: str, hidden_size: int, num_layers: int, off: str | None) -> LayerWeights:
+    """A WeightedLayerPooling module: config.json's embedding_dimension (the encoder's hidden size), num_hidden_layers
+    (the encoder's layers, which sentence-transformers stacks: another count fails there) and layer_start (0 .. L;
+    4 by default, as there), its weights file's layer_weights of one weight per layer from layer_start to L, which do
+    not sum to 0 (the average would be infinite)."""
+    cfg = _module_config(d, "WeightedLayerPooling", path)
+    where = _rel_file(path, "config.json")
+    for k in ("embedding_dimension", "word_embedding_dimension"):
+        dim = typed(cfg.get(k), int, f"{where}: {k}")
+        if dim is not None and dim != hidden_size:
+            raise ConfigError(f"{where}: {k} {dim} is not the encoder's hidden size {hidden_size}",
+                              "use the WeightedLayerPooling config that came with this model")
+    if cfg.get("embedding_dimension", cfg.get("word_embedding_dimension")) is None:
+        raise ConfigError(f"{where}: embedding_dimension is missing (sentence-transformers cannot build the module "
+                          "without it)", "restore the WeightedLayerPooling module's config.json from the model")
+    n = typed(cfg.get("num_hidden_layers"), int, f"{where}: num_hidden_layers", 12)
+    start = typed(cfg.get("layer_start"), int, f"{where}: layer_start", 4)
+    if n != num_layers or not 0 <= start <= n:
+        raise ConfigError(f"{where}: num_hidden_layers {n}, layer_start {start} do not name layers of the encoder's "
+                          f"{num_layers} (num_hidden_layers {num_layers}, layer_start 0 to {num_layers})",
+                          "use the WeightedLayerPooling config that came with this model")
+    k = n + 1 - start
+    t, f = _module_tensors(d, "WeightedLayerPooling", path, {"layer_weights": (k,)}, f"num_hidden_layers {n}, "
+                           f"layer_start {start}", "restore the WeightedLayerPooling module's config.json and {file} "
+                           "together from the model")
+    w = t["layer_weights"]
+    if not np.isfinite(w).all() or w.sum(dtype=np.float32) == 0:
+        raise ConfigError(f"{f}: layer_weights {w.tolist()} are not finite weights of a nonzero sum",
+                          f"restore the module's {f.name} from the model")
+    return LayerWeights(path, start, w, off, f.name)
+
+
+def _rel_file(folder: str, name: str) -> str:
+    """A file of a folder of the model (the encoder's, a module's) as messages name it: ``name`` at the top of the
+    model folder (''), else ``folder/name`` (``0_Transformer/config.json`` in the older layout, ``2_Dense/config.json``)."""
+    return f"{folder}/{name}" if folder else name
 
 
 def _module_path(path: str) -> str:
@@ -421,9 +668,9 @@ def _module_paths(d: Path, kind: str, folder: str) -> list[Path]:
 
 
 def module_files(d: Path) -> list[Path]:
-    """Every file the modules of model folder ``d`` read besides the encoder's (hub.model_files): the Pooling's and
-    the Normalize's config.json, each Dense's config.json and weights file (model.safetensors, or pytorch_model.bin:
-    _weights_file), as read_pipeline reads them."""
+    """Every file the modules of model folder ``d`` read besides the encoder's (hub.model_files): the Pooling's,
+    Normalize's and Dropout's config.json, each Dense's, LayerNorm's and WeightedLayerPooling's config.json and weights
+    file (model.safetensors, or pytorch_model.bin: _weights_file), as read_pipeline reads them (MODULE_FILES)."""
     return [f for kind, folder in module_entries(d) for f in _module_paths(d, kind, folder)]
 
 
@@ -440,7 +687,7 @@ def _check_transformer(i: int, path: str, encoder_dir: str, st_cfg: dict) -> Non
     task = st_cfg.get("transformer_task", "feature-extraction")
     out = st_cfg.get("module_output_name", "token_embeddings")
     if task != "feature-extraction" or out != "token_embeddings":
-        raise ConfigError(f"{_encoder_file(encoder_dir, 'sentence_bert_config.json')}: transformer_task '{task}' / "
+        raise ConfigError(f"{_rel_file(encoder_dir, 'sentence_bert_config.json')}: transformer_task '{task}' / "
                           f"output '{out}' cannot be reproduced",
                           "bertfeat runs feature-extraction encoders (token embeddings)")
 
@@ -462,9 +709,15 @@ def _read_pooling(d: Path, folder: str, p: ModelPipeline, hidden_size: int) -> N
     p.include_prompt = typed(cfg.get("include_prompt"), bool, f"{where}: include_prompt", True)
 
 
-def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, encoder_dir: str, st_cfg: dict) -> tuple:
-    """modules.json's modules (module_entries) read in order: the Pooling onto ``p``; -> the steps after it (Dense
-    layers, "normalize"), each Dense's input width checked against what comes before it."""
+#: the modules after the Pooling that read a folder -> their loader (Normalize is read in _read_normalize)
+_LOADERS = {"Dense": _load_dense, "Dropout": _load_dropout, "LayerNorm": _load_layer_norm}
+
+
+def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, encoder_dir: str, st_cfg: dict,
+                  num_layers: int) -> tuple:
+    """modules.json's modules (module_entries) read in order: a WeightedLayerPooling and the Pooling onto ``p``; -> the
+    steps after it (Dense, LayerNorm, Dropout, "normalize"), each one's width checked against what comes before it
+    (_check_widths)."""
     steps: list = []
     seen_pooling = False
     for i, (kind, path) in enumerate(modules):
@@ -473,37 +726,58 @@ def _read_modules(d: Path, modules: list, p: ModelPipeline, hidden_size: int, en
         elif i == 0:
             raise ConfigError(f"modules.json: module 0 is {kind}, not the Transformer",
                               "bertfeat runs models whose first module is the Transformer")
+        elif kind == "WeightedLayerPooling":  # it reads every layer's states, which only the Transformer gives
+            if i != 1:
+                raise ConfigError(f"modules.json: WeightedLayerPooling module {i} does not come right after the "
+                                  "Transformer", "bertfeat runs one WeightedLayerPooling, between the Transformer and "
+                                  "the Pooling")
+            p.layer_weights = _load_layer_weights(d, path, hidden_size, num_layers,
+                                                  _hidden_states_off(d, encoder_dir, st_cfg))
         elif kind == "Pooling":
             if seen_pooling or steps:
-                raise ConfigError(f"modules.json: Pooling module {i} comes after another Pooling, Dense or Normalize",
-                                  "bertfeat runs Transformer -> Pooling -> Dense / Normalize")
+                raise ConfigError(f"modules.json: Pooling module {i} comes after another Pooling, Dense, Normalize, "
+                                  "Dropout or LayerNorm",
+                                  "bertfeat runs Transformer -> Pooling -> Dense / Normalize / Dropout / LayerNorm")
             _read_pooling(d, path, p, hidden_size)
             seen_pooling = True
-        elif kind == "Dense":
-            if not seen_pooling:
-                raise ConfigError(f"modules.json: Dense module {i} comes before any Pooling",
-                                  "bertfeat runs Dense modules on the pooled sentence embedding only")
-            steps.append(_load_dense(d, path))
-        else:  # Normalize
-            cfg = next((_read_json(f) for f in _module_paths(d, kind, path)), None)
-            src, dst = _io_names(cfg or {})
-            if src != "sentence_embedding":
-                raise ConfigError(f"{path}/config.json: a Normalize of '{src}' cannot be reproduced",
-                                  "bertfeat normalizes the sentence embedding only")
-            if dst == "sentence_embedding":  # one writing another key leaves the sentence embedding as it is (as in ST)
-                steps.append("normalize")
+        elif kind == "Normalize":
+            steps += _read_normalize(d, path)
+        elif not seen_pooling:  # sentence-transformers fails on it: only a Pooling makes the sentence embedding
+            raise ConfigError(f"modules.json: {kind} module {i} comes before any Pooling",
+                              f"bertfeat runs {kind} modules on the pooled sentence embedding only")
+        else:
+            steps.append(_LOADERS[kind](d, path))
     if not seen_pooling:  # not mean pooling in its place: sentence-transformers makes no sentence embedding either
         p.no_own_embedding = ("its modules.json lists no Pooling module, so it defines no sentence embedding "
                               "(sentence-transformers cannot encode with it either)")
         return ()
-    width = hidden_size * len(p.pooling)
+    _check_widths(steps, hidden_size * len(p.pooling))
+    return tuple(steps)
+
+
+def _read_normalize(d: Path, path: str) -> list:
+    """A Normalize module -> ["normalize"], or [] for one that writes another key than the sentence embedding (it
+    leaves the sentence embedding as it is, as in sentence-transformers)."""
+    cfg = next((_read_json(f) for f in _module_paths(d, "Normalize", path)), None)
+    src, dst = _io_names(cfg or {})
+    if src != "sentence_embedding":
+        raise ConfigError(f"{path}/config.json: a Normalize of '{src}' cannot be reproduced",
+                          "bertfeat normalizes the sentence embedding only")
+    return ["normalize"] if dst == "sentence_embedding" else []
+
+
+def _check_widths(steps: list, width: int) -> None:
+    """Each Dense's in_features and each LayerNorm's dimension is the width of the embedding before it (``width``
+    after the Pooling): sentence-transformers would fail on the first text."""
     for s in steps:
         if isinstance(s, DenseLayer):
             if s.in_features != width:
                 raise ConfigError(f"{s.path}: in_features {s.in_features} does not match the {width} dimensions "
                                   "before it", "use the modules that came with this model")
             width = s.out_features
-    return tuple(steps)
+        elif isinstance(s, LayerNormStep) and s.dimension != width:
+            raise ConfigError(f"{_rel_file(s.path, 'config.json')}: dimension {s.dimension} does not match the {width} "
+                              "dimensions before it", "use the modules that came with this model")
 
 
 def _truncate_dim(cst: dict, width: int) -> int | None:
@@ -541,20 +815,21 @@ def _check_model_type(cst: dict, p: ModelPipeline) -> None:
                               "modules.json on such a folder: it pools the encoder as a plain checkpoint's instead)")
 
 
-def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "") -> ModelPipeline:
+def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: str = "", *,
+                  num_layers: int) -> ModelPipeline:
     """The sentence-transformers pipeline of model folder ``d`` (checked; unsupported parts refused).
 
     ``encoder_dir``: the encoder's folder inside ``d`` ('' for ``d`` itself; ModelLocation.encoder_dir), which holds
     sentence_bert_config.json and tokenizer_config.json; modules.json, config_sentence_transformers.json and the
-    module folders are read from ``d``."""
+    module folders are read from ``d``. ``num_layers``: the encoder's (a WeightedLayerPooling names its layers)."""
     p = ModelPipeline()
     modules = module_entries(d)
     # without modules.json, SentenceTransformer builds its own Transformer and Pooling and reads neither file
     st_cfg = (_read_json(d / encoder_dir / "sentence_bert_config.json") or {}) if modules else {}
-    sbc = _encoder_file(encoder_dir, "sentence_bert_config.json")
+    sbc = _rel_file(encoder_dir, "sentence_bert_config.json")
     if modules:
         p.modules_source = "modules.json"
-        p.steps = _read_modules(d, modules, p, hidden_size, encoder_dir, st_cfg)
+        p.steps = _read_modules(d, modules, p, hidden_size, encoder_dir, st_cfg, num_layers)
     else:
         p.pooling, p.pooling_source = _default_pooling(d / encoder_dir)
 
@@ -586,7 +861,7 @@ def read_pipeline(d: Path, hidden_size: int, max_positions: int, encoder_dir: st
     if msl:
         p.max_seq_length, p.max_length_source = int(msl), f"{sbc} {key}"
     else:
-        tcj = _encoder_file(encoder_dir, "tokenizer_config.json")
+        tcj = _rel_file(encoder_dir, "tokenizer_config.json")
         tc = _read_json(d / tcj) or {}
         mml = tc.get("model_max_length")
         if isinstance(mml, (int, float)) and not isinstance(mml, bool) and mml < _NO_LIMIT:

@@ -47,7 +47,7 @@ def extract(input: str | os.PathLike, output: str | os.PathLike | None = None, *
             max_field_bytes: int | str = DEFAULT_MAX_FIELD_BYTES):
     """Extract sentence features of ``input`` into ``output`` (default: INPUT.features.parquet beside it).
 
-    By default the model's own embedding (its Pooling, Dense and Normalize modules and default prompt);
+    By default the model's own embedding (its Pooling, the modules after it and its default prompt);
     ``pooling`` / ``layers`` choose plain pooled states instead, ``normalize`` overrides normalization,
     ``prompt`` / ``prompt_name`` pick a prompt, ``precision`` the GEMMs' precision (docs/precision.md).
     ``truncate_dim``: keep the first N features of each vector, after normalization, as sentence-transformers'

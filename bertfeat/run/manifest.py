@@ -99,11 +99,13 @@ _LABELS = {"bertfeat_version": "bertfeat version", "model_id": "model", "weights
            "chunk_rows": "chunk rows", "pca": "pca", "format": "output format", "wide": "wide", "keep": "kept columns",
            "keep_as": "kept columns' given types", "gemm": "GEMM path", "dtype": "dtype",
            "max_field_bytes": "max field bytes", "truncate_dim": "truncate dim",
-           "renormalize": "normalized again after the cut"}
+           "renormalize": "normalized again after the cut", "layer_norm": "LayerNorm modules",
+           "layer_weights": "WeightedLayerPooling weights"}
 #: keys a manifest has only when their option is given, compared when either manifest has them (the others: this run's);
-#: the fingerprint's truncate_dim and renormalize among them (FeatureSpec.to_dict leaves them out without a cut)
+#: the fingerprint's truncate_dim, renormalize, layer_norm and layer_weights among them (FeatureSpec.to_dict leaves them
+#: out without a cut, a LayerNorm or a WeightedLayerPooling module)
 OPTIONAL_KEYS = ("keep", "keep_as", "pca_model", "encoder_options", "dtype", "max_field_bytes", "truncate_dim",
-                 "renormalize")
+                 "renormalize", "layer_norm", "layer_weights")
 #: what an optional key stands for when a manifest does not have it (dtype: float32, the default, is not recorded)
 OPTIONAL_DEFAULTS = {"dtype": "float32", "max_field_bytes": DEFAULT_MAX_FIELD_BYTES, "renormalize": False}
 

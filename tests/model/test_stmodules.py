@@ -170,19 +170,20 @@ def test_user_flags_override_the_pipeline(layouts):
 
 
 def test_unsupported_modules_are_refused(layouts, tmp_path, capsys):
-    d = tmp_path / "ln"
+    d = tmp_path / "cnn"
     shutil.copytree(layouts["bge_cls_normalize"], d)
     modules = json.loads((d / "modules.json").read_text())
-    modules.insert(2, {"idx": 2, "name": "2", "path": "2_LayerNorm", "type": "sentence_transformers.models.LayerNorm"})
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_CNN", "type": "sentence_transformers.models.CNN"})
     (d / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(BertfeatError, match="module 2 'sentence_transformers.models.LayerNorm' .* cannot be reproduced"):
+    with pytest.raises(BertfeatError, match="module 2 'sentence_transformers.models.CNN' .* cannot be reproduced"):
         Encoder(d)
     src = tmp_path / "in.csv"
     src.write_text("text\nhello\n")
     assert main(["extract", str(src), "-m", str(d), "-o", str(tmp_path / "o.parquet"), "-q"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("Error: modules.json: module 2 'sentence_transformers.models.LayerNorm' (path '2_LayerNorm') "
-                          "cannot be reproduced by bertfeat - ") and "\n" not in err
+    assert err == ("Error: modules.json: module 2 'sentence_transformers.models.CNN' (path '2_CNN') cannot be "
+                   "reproduced by bertfeat - bertfeat runs Transformer, Pooling, Dense, Normalize, Dropout, LayerNorm, "
+                   "WeightedLayerPooling modules; use --pooling to get plain pooled features of the encoder instead of the model's embedding")
     assert not (tmp_path / "o.parquet").exists()
 
     # a Dense with neither weights file is refused naming what it holds; a pytorch_model.bin that is no torch.save
@@ -1039,3 +1040,466 @@ def test_a_model_with_no_transformer_module_is_refused_naming_its_first_module(t
     capsys.readouterr()
     assert main(["info", str(d)]) == 1
     assert capsys.readouterr().err == f"Error: {message}the MODEL argument at such a model\n"
+
+
+# --------------------------------------------------------------------------- Dropout and LayerNorm
+def _layer_norm(n: int, seed: int):
+    """sentence-transformers' LayerNorm(n) with an informative gain and bias (it starts at 1 and 0)."""
+    from sentence_transformers.sentence_transformer.modules import LayerNorm
+
+    m = LayerNorm(n)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        m.norm.weight.copy_(1 + 0.3 * torch.randn(n, generator=g))
+        m.norm.bias.copy_(0.2 * torch.randn(n, generator=g))
+    return m
+
+
+def _around_pooling(name: str) -> list:
+    """The modules after the Transformer (hidden size 32) of each AROUND_POOLING folder."""
+    from sentence_transformers.base.modules import Dense, Normalize
+    from sentence_transformers.sentence_transformer.modules import Dropout, Pooling
+
+    return {
+        "layernorm_dense_dropout_normalize": lambda: [Pooling(32, "mean"), _layer_norm(32, 1), Dense(32, 16), Dropout(0.3),
+                                                      Normalize()],
+        "dropout_layernorm_of_cls_max": lambda: [Pooling(32, ["cls", "max"]), Dropout(0.1), _layer_norm(64, 2)],
+        "normalize_then_dropout": lambda: [Pooling(32, "mean"), Normalize(), Dropout(0.1)],
+        "dense_layernorm_normalize_layernorm": lambda: [Pooling(32, "mean"), Dense(32, 24), _layer_norm(24, 3), Normalize(),
+                                                        _layer_norm(24, 4)],
+    }[name]()
+
+
+AROUND_POOLING = ["layernorm_dense_dropout_normalize", "dropout_layernorm_of_cls_max", "normalize_then_dropout",
+                  "dense_layernorm_normalize_layernorm"]
+
+
+@pytest.fixture(scope="module")
+def around(tmp_path_factory):
+    """Folders saved by sentence-transformers with Dropout and LayerNorm modules around Dense / Normalize."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+
+    from ckpt import make_checkpoint
+
+    root = tmp_path_factory.mktemp("around")
+    base = make_checkpoint(root / "base", hidden=32, layers=2, heads=2, tokenizer="json")
+    out = {}
+    for name in AROUND_POOLING:
+        torch.manual_seed(3)  # the Dense modules' initial weights
+        t = Transformer(str(base), max_seq_length=32)
+        SentenceTransformer(modules=[t, *_around_pooling(name)], device="cpu").save(str(root / name))
+        out[name] = root / name
+    return out
+
+
+@pytest.mark.parametrize("name", AROUND_POOLING)
+def test_dropout_and_layer_norm_modules_are_sentence_transformers_encode(around, name):
+    """A Dropout (nothing at inference) or LayerNorm (torch's, eps 1e-5) module anywhere after the Pooling, between,
+    before or after Dense and Normalize modules: bertfeat's default output is SentenceTransformer.encode within
+    1e-5, each module shown in its place, the LayerNorm folders in the features' fingerprint."""
+    d = around[name]
+    enc = Encoder(d)
+    spec = enc.spec()
+    desc = enc.describe(spec)
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in json.loads((d / "modules.json").read_text())]
+    assert [line.split()[0] for line in desc] == kinds, desc
+    layer_norms = tuple(p for k, p in zip(kinds, (m["path"] for m in json.loads((d / "modules.json").read_text())))
+                        if k == "LayerNorm")
+    assert spec.layer_norm == layer_norms
+    assert enc.fingerprint(spec).get("layer_norm", []) == list(layer_norms)  # absent without one: keys as before
+    ref = _st_encode(_st(d), TEXTS)
+    ours = enc.encode(TEXTS)
+    assert ours.shape == ref.shape
+    np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+    # a chosen pooling leaves the model's modules out, LayerNorm included
+    raw = enc.encode(TEXTS, pooling="mean")
+    tok = _st_encode(_st(d), TEXTS, output_value="token_embeddings")
+    np.testing.assert_allclose(raw, np.stack([t.numpy().mean(axis=0) for t in tok]), atol=1e-5, rtol=0)
+    assert enc.spec(pooling="mean").layer_norm == ()
+
+
+def test_describe_shows_dropout_and_layer_norm_lines(around):
+    enc = Encoder(around["layernorm_dense_dropout_normalize"])
+    assert enc.describe(enc.spec())[1:] == ["Pooling mean (1_Pooling/config.json)",
+                                            "LayerNorm 32 (2_LayerNorm/model.safetensors)",
+                                            "Dense 32->16 tanh (3_Dense/model.safetensors)",
+                                            "Dropout 0.3, off at inference (4_Dropout/config.json)", "Normalize"]
+    assert enc.describe(enc.spec(normalize=False))[-2:] == ["Dense 32->16 tanh (3_Dense/model.safetensors)",
+                                                            "Dropout 0.3, off at inference (4_Dropout/config.json)"]
+    assert enc.describe(enc.spec(pooling="cls"))[1:] == ["Pooling cls (chosen)"]  # none of the model's modules
+    enc = Encoder(around["normalize_then_dropout"])
+    assert enc.pipeline.normalize and enc.spec().normalize  # a Dropout after the Normalize changes nothing
+    assert enc.describe(enc.spec())[2:] == ["Normalize", "Dropout 0.1, off at inference (3_Dropout/config.json)"]
+
+
+def test_a_dropout_without_config_json_is_sentence_transformers_default(around, tmp_path):
+    d = tmp_path / "m"
+    shutil.copytree(around["normalize_then_dropout"], d)
+    (d / "3_Dropout" / "config.json").unlink()
+    enc = Encoder(d)
+    assert enc.describe(enc.spec())[-1] == "Dropout 0.2, off at inference (3_Dropout, without config.json)"
+    np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
+
+
+def test_cli_extract_info_and_verify_with_a_layer_norm(around, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    d = around["layernorm_dense_dropout_normalize"]
+    texts = [t for t in TEXTS if t]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "out.parquet"
+    assert main(["extract", str(src), "-m", str(d), "-o", str(out), "-q"]) == 0
+    table = pq.read_table(out)
+    X = np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    np.testing.assert_allclose(X, _st_encode(_st(d), texts), atol=1e-5, rtol=0)
+    meta = json.loads(table.schema.metadata[b"bertfeat"])
+    assert meta["fingerprint"]["layer_norm"] == ["2_LayerNorm"] and meta["dense"] == ["3_Dense"]
+    assert meta["pipeline"][2:4] == ["LayerNorm 32 (2_LayerNorm/model.safetensors)",
+                                     "Dense 32->16 tanh (3_Dense/model.safetensors)"]
+    assert {"2_LayerNorm/config.json", "2_LayerNorm/model.safetensors", "4_Dropout/config.json"} <= set(meta["model_files"])
+    capsys.readouterr()
+    assert main(["verify", str(out), "-q"]) == 0
+    assert main(["info", str(d), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["embedding"][2:] == meta["pipeline"][2:] and info["embedding_dim"] == 16
+
+
+def test_a_changed_layer_norm_weight_changes_the_cache_key(around, tmp_path):
+    """The LayerNorm's model.safetensors is one of the files the cache key, --resume and the Dask workers hash
+    (stmodules.MODULE_FILES): new weights reuse no vector of the old."""
+    from safetensors.numpy import load_file, save_file
+
+    from bertfeat.cache.store import cache_fingerprint
+    from bertfeat.model.hub import model_files
+
+    d = tmp_path / "m"
+    shutil.copytree(around["dropout_layernorm_of_cls_max"], d)
+    assert {"2_Dropout/config.json", "3_LayerNorm/config.json", "3_LayerNorm/model.safetensors"} <= set(model_files(d))
+    enc = Encoder(d)
+    key, _ = cache_fingerprint(enc, enc.spec())
+    before = enc.encode(TEXTS[:2])
+    t = load_file(str(d / "3_LayerNorm" / "model.safetensors"))
+    t["norm.weight"][0] += 1.0
+    save_file(t, str(d / "3_LayerNorm" / "model.safetensors"))
+    enc = Encoder(d)
+    assert cache_fingerprint(enc, enc.spec())[0] != key
+    after = enc.encode(TEXTS[:2])
+    assert np.abs(after[:, 0] - before[:, 0]).min() > 0.1 and np.array_equal(after[:, 1:], before[:, 1:])
+    np.testing.assert_allclose(after, _st_encode(_st(d), TEXTS[:2]), atol=1e-5, rtol=0)
+
+
+def _edit_module(d, folder: str, *, config=None, tensors=None, drop_config: bool = False):
+    """Rewrite one module's config.json (a dict) and / or its model.safetensors (tensors: a function of the dict)."""
+    from safetensors.numpy import load_file, save_file
+
+    if drop_config:
+        (d / folder / "config.json").unlink()
+    if config is not None:
+        (d / folder / "config.json").write_text(json.dumps(config))
+    if tensors is not None:
+        f = d / folder / "model.safetensors"
+        save_file(tensors(load_file(str(f))), str(f))
+
+
+_FROM_MODEL = "restore the LayerNorm module's config.json and model.safetensors from the model"
+
+
+@pytest.mark.parametrize("name, edit, message, st_fails", [
+    ("normalize_then_dropout", dict(folder="3_Dropout", config={"dropout": 0.1, "p": 0.5}),
+     "3_Dropout/config.json: p is not a setting of sentence-transformers' Dropout module (it takes dropout, and fails on "
+     "any other) - restore the Dropout module's config.json from the model", True),
+    ("normalize_then_dropout", dict(folder="3_Dropout", config={"dropout": 1.5}),
+     "3_Dropout/config.json: dropout is 1.5, not a probability from 0 to 1 (torch's Dropout refuses it) - restore the "
+     "Dropout module's config.json from the model", True),
+    ("normalize_then_dropout", dict(folder="3_Dropout", config={"dropout": "0.1"}),
+     "3_Dropout/config.json: dropout is \"0.1\", not a number - restore the file from the checkpoint (or correct that "
+     "entry)", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", drop_config=True),
+     "3_LayerNorm/config.json is missing (sentence-transformers cannot build the LayerNorm module without it) - restore "
+     "the LayerNorm module's config.json from the model", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", config={"dimension": 64, "eps": 1e-6}),
+     "3_LayerNorm/config.json: eps is not a setting of sentence-transformers' LayerNorm module (it takes dimension, and "
+     "fails on any other) - restore the LayerNorm module's config.json from the model", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", config={}),
+     f"3_LayerNorm/config.json: dimension is missing, not a number of features (1 or more) - {_FROM_MODEL}", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", config={"dimension": 32}),
+     "{d}/3_LayerNorm/model.safetensors: tensor 'norm.weight' has shape (64,), expected (32,) from its config.json - "
+     "re-save the model", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", tensors=lambda t: {"norm.weight": t["norm.weight"]}),
+     "{d}/3_LayerNorm/model.safetensors: tensor 'norm.bias' is missing, expected (64,) from its config.json - re-save "
+     "the model", True),
+    ("dropout_layernorm_of_cls_max", dict(folder="3_LayerNorm", tensors=lambda t: {**t, "norm.scale": t["norm.bias"]}),
+     "{d}/3_LayerNorm/model.safetensors: tensors ['norm.scale'] that its config.json does not use (dimension 64) - "
+     "restore the LayerNorm module's config.json and model.safetensors together from the model (sentence-transformers "
+     "refuses a tensor its LayerNorm does not have)", True),
+])
+def test_a_dropout_or_layer_norm_bertfeat_cannot_reproduce_is_refused(around, tmp_path, capsys, name, edit, message,
+                                                                       st_fails):
+    """Each is refused in one line naming the file and the entry (sentence-transformers fails on each as well)."""
+    from sentence_transformers import SentenceTransformer
+
+    d = tmp_path / "m"
+    shutil.copytree(around[name], d)
+    _edit_module(d, **edit)
+    message = message.format(d=d)
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == message
+    capsys.readouterr()
+    assert main(["info", str(d)]) == 1
+    assert capsys.readouterr().err == f"Error: {message}\n"
+    if st_fails:
+        with pytest.raises(Exception):
+            SentenceTransformer(str(d), device="cpu")
+
+
+def test_a_layer_norm_of_another_width_and_modules_before_the_pooling_are_refused(tmp_path):
+    """sentence-transformers saves these and fails on the first text; bertfeat refuses them at load, naming them."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.sentence_transformer.modules import Dropout, Pooling
+
+    from ckpt import make_checkpoint
+
+    base = make_checkpoint(tmp_path / "base", hidden=32, layers=2, heads=2, tokenizer="json")
+    cases = {"wide": ([Pooling(32, ["mean", "max"]), _layer_norm(32, 1)],
+                      "2_LayerNorm/config.json: dimension 32 does not match the 64 dimensions before it - use the "
+                      "modules that came with this model"),
+             "ln_first": ([_layer_norm(32, 1), Pooling(32, "mean")],
+                          "modules.json: LayerNorm module 1 comes before any Pooling - bertfeat runs LayerNorm modules "
+                          "on the pooled sentence embedding only"),
+             "dropout_first": ([Dropout(0.1), Pooling(32, "mean")],
+                               "modules.json: Dropout module 1 comes before any Pooling - bertfeat runs Dropout modules "
+                               "on the pooled sentence embedding only")}
+    for name, (mods, message) in cases.items():
+        d = tmp_path / name
+        SentenceTransformer(modules=[Transformer(str(base)), *mods], device="cpu").save(str(d))
+        with pytest.raises(Exception):
+            SentenceTransformer(str(d), device="cpu").encode(["a text"])
+        with pytest.raises(BertfeatError) as e:
+            Encoder(d)
+        assert str(e.value) == message
+
+
+def test_a_layer_norm_saved_as_pytorch_model_bin_is_read_as_a_dense_is(around, tmp_path):
+    """sentence-transformers' save(safe_serialization=False) writes each module's weights as torch.save's
+    pytorch_model.bin: the LayerNorm's is read through the same lookup and torch-free reader as a Dense's; a
+    LayerNorm with neither file is refused as a Dense is."""
+    from sentence_transformers import SentenceTransformer
+
+    d = tmp_path / "bin"
+    SentenceTransformer(str(around["dense_layernorm_normalize_layernorm"]), device="cpu").save(
+        str(d), safe_serialization=False)
+    assert sorted(f.name for f in (d / "3_LayerNorm").iterdir()) == ["config.json", "pytorch_model.bin"]
+    enc = Encoder(d)
+    assert enc.describe(enc.spec())[3] == "LayerNorm 24 (3_LayerNorm/pytorch_model.bin)"
+    np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
+    (d / "3_LayerNorm" / "pytorch_model.bin").unlink()
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == ("3_LayerNorm has no model.safetensors or pytorch_model.bin - restore the LayerNorm "
+                            "module's weights from the model, or re-save it where sentence-transformers is installed: "
+                            "SentenceTransformer(dir).save(dir, safe_serialization=True)")
+
+
+# --------------------------------------------------------------------------- WeightedLayerPooling
+def _wlp_folder(d, base, *, start: int, pooling="mean", dense: bool = False, hidden_states=True, seed: int = 0):
+    """A model folder saved by sentence-transformers: Transformer (config.json's output_hidden_states as given) ->
+    WeightedLayerPooling(layer_start ``start``, informative weights) -> Pooling [-> Dense -> Normalize]."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, WeightedLayerPooling
+
+    t = Transformer(str(base), max_seq_length=32, config_kwargs={"output_hidden_states": hidden_states})
+    H, L = t.get_embedding_dimension(), t.auto_model.config.num_hidden_layers
+    wl = WeightedLayerPooling(H, num_hidden_layers=L, layer_start=start)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        wl.layer_weights.copy_(0.2 + torch.rand(L + 1 - start, generator=g) * 2)
+    p = Pooling(H, pooling)
+    torch.manual_seed(seed)
+    mods = [t, wl, p] + ([Dense(p.get_embedding_dimension(), 16), Normalize()] if dense else [])
+    SentenceTransformer(modules=mods, device="cpu").save(str(d))
+    return d
+
+
+@pytest.fixture(scope="module")
+def wlp_bases(tmp_path_factory):
+    """Random-weight encoders of three families (3, 2 and 3 layers)."""
+    from ckpt import make_checkpoint
+    from test_modernbert import modernbert_checkpoint
+    from test_mpnet import mpnet_checkpoint
+
+    root = tmp_path_factory.mktemp("wlp")
+    return {"bert": make_checkpoint(root / "bert", hidden=32, layers=3, heads=2, tokenizer="json"),
+            "mpnet": mpnet_checkpoint(root / "mpnet", hidden=32, layers=2, heads=2),
+            "modernbert": modernbert_checkpoint(root / "modernbert", [t for t in TEXTS if t] * 4, layers=3)}
+
+
+@pytest.mark.parametrize("family, start, pooling, dense", [
+    ("bert", 1, "mean", True), ("bert", 0, "cls", False), ("bert", 2, ["max", "lasttoken"], True),
+    ("bert", 3, "weightedmean", False), ("mpnet", 1, "mean", False), ("modernbert", 1, "cls", True)])
+def test_weighted_layer_pooling_is_sentence_transformers_encode(wlp_bases, tmp_path, family, start, pooling, dense):
+    """The model's WeightedLayerPooling (each token's states of layers layer_start..L averaged with its weights, before
+    the Pooling) on BERT, MPNet and ModernBERT encoders: SentenceTransformer.encode within 1e-5, the same vector
+    whatever the batch, shown in its place; its layers and weights are in the features' fingerprint. A chosen pooling
+    leaves it out (the last layer alone)."""
+    d = _wlp_folder(tmp_path / "m", wlp_bases[family], start=start, pooling=pooling, dense=dense)
+    enc = Encoder(d)
+    spec = enc.spec()
+    L = enc.config.num_hidden_layers
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in json.loads((d / "modules.json").read_text())]
+    desc = enc.describe(spec)
+    assert [line.split()[0] for line in desc] == kinds, desc
+    assert desc[1] == f"WeightedLayerPooling of layer{'s' if start < L else ''} {f'{start}..' if start < L else ''}{L} " \
+                      "(1_WeightedLayerPooling/model.safetensors)"
+    weights = _st(d)[1].layer_weights.detach().numpy()
+    assert spec.layers == tuple(range(start, L + 1)) and np.array_equal(np.float32(spec.layer_weights), weights)
+    assert enc.fingerprint(spec)["layer_weights"] == [float(w) for w in weights]
+    ref = _st_encode(_st(d), TEXTS)
+    ours = enc.encode(TEXTS)
+    np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+    alone = np.concatenate([enc.encode([t]) for t in TEXTS])
+    assert np.abs(alone - ours).max() <= (0.0 if enc.gemm_path.library == "onednn" else 1e-6)
+    plain = enc.spec(pooling="mean")
+    assert plain.layers == (L,) and plain.layer_weights == () and "layer_weights" not in enc.fingerprint(plain)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_weighted_layer_pooling_is_batch_independent_at_every_precision(wlp_bases, tmp_path, precision):
+    from bertfeat.ops import gemm
+
+    try:
+        gemm.resolve(precision)
+    except BertfeatError as e:  # bf16 / int8 need oneDNN and the CPU's instructions
+        pytest.skip(str(e))
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1, pooling=["mean", "cls"], dense=True)
+    enc = Encoder(d, precision=precision)
+    together = enc.encode(TEXTS)
+    alone = np.concatenate([enc.encode([t]) for t in TEXTS])
+    assert np.abs(alone - together).max() <= (0.0 if enc.gemm_path.library == "onednn" else 1e-6)
+    cos = np.sum(together * _st_encode(_st(d), TEXTS), axis=1)  # unit vectors (Normalize)
+    assert cos.min() > 0.99, cos
+
+
+@pytest.mark.parametrize("where", ["config.json", "sentence_bert_config.json"])
+def test_weighted_layer_pooling_without_every_layers_states_does_nothing_as_in_sentence_transformers(wlp_bases, tmp_path,
+                                                                                                     where):
+    """sentence-transformers passes every layer's states to the module only when the encoder's config says
+    output_hidden_states (config.json, or sentence_bert_config.json's config_kwargs, which win): without it the
+    module passes the last layer's states on. bertfeat does the same, and says so."""
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1, hidden_states=where != "config.json")
+    if where == "sentence_bert_config.json":  # config.json says true; the loader keywords say false, and win
+        sbc = d / "sentence_bert_config.json"
+        sbc.write_text(json.dumps({**json.loads(sbc.read_text()), "config_kwargs": {"output_hidden_states": False}}))
+    enc = Encoder(d)
+    spec = enc.spec()
+    assert spec.layers == (3,) and spec.layer_weights == ()
+    said = ("config.json does not set output_hidden_states" if where == "config.json" else
+            "sentence_bert_config.json: config_kwargs does not set output_hidden_states")
+    assert enc.describe(spec)[1] == f"WeightedLayerPooling, off: {said} (1_WeightedLayerPooling/config.json)"
+    np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(enc.encode(TEXTS), enc.encode(TEXTS, pooling="mean"))
+
+
+def test_cli_extract_and_verify_with_a_weighted_layer_pooling(wlp_bases, tmp_path, capsys):
+    import pyarrow.parquet as pq
+    from safetensors.numpy import load_file, save_file
+
+    from bertfeat.cache.store import cache_fingerprint
+
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1, dense=True)
+    texts = [t for t in TEXTS if t]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "out.parquet"
+    assert main(["extract", str(src), "-m", str(d), "-o", str(out), "-q"]) == 0
+    table = pq.read_table(out)
+    X = np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    np.testing.assert_allclose(X, _st_encode(_st(d), texts), atol=1e-5, rtol=0)
+    meta = json.loads(table.schema.metadata[b"bertfeat"])
+    assert meta["layers"] == [1, 2, 3] and len(meta["fingerprint"]["layer_weights"]) == 3
+    assert meta["pipeline"][1] == "WeightedLayerPooling of layers 1..3 (1_WeightedLayerPooling/model.safetensors)"
+    assert {"1_WeightedLayerPooling/config.json", "1_WeightedLayerPooling/model.safetensors"} <= set(meta["model_files"])
+    capsys.readouterr()
+    assert main(["verify", str(out), "-q"]) == 0
+    # new weights: another cache key
+    enc = Encoder(d)
+    key = cache_fingerprint(enc, enc.spec())[0]
+    f = d / "1_WeightedLayerPooling" / "model.safetensors"
+    save_file({"layer_weights": load_file(str(f))["layer_weights"][::-1].copy()}, str(f))
+    enc = Encoder(d)
+    assert cache_fingerprint(enc, enc.spec())[0] != key
+
+
+_WLP_CONFIG = {"embedding_dimension": 32, "layer_start": 1, "num_hidden_layers": 3}
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(config={**_WLP_CONFIG, "layer_weights": [1, 1, 1]}),
+     "1_WeightedLayerPooling/config.json: layer_weights is not a setting of sentence-transformers' WeightedLayerPooling "
+     "module (it takes embedding_dimension, word_embedding_dimension, layer_start, num_hidden_layers, and fails on any "
+     "other) - restore the WeightedLayerPooling module's config.json from the model"),
+    (dict(config={"embedding_dimension": 32, "layer_start": 1}),  # num_hidden_layers 12 by default, as there
+     "1_WeightedLayerPooling/config.json: num_hidden_layers 12, layer_start 1 do not name layers of the encoder's 3 "
+     "(num_hidden_layers 3, layer_start 0 to 3) - use the WeightedLayerPooling config that came with this model"),
+    (dict(config={**_WLP_CONFIG, "layer_start": 4}),
+     "1_WeightedLayerPooling/config.json: num_hidden_layers 3, layer_start 4 do not name layers of the encoder's 3 "
+     "(num_hidden_layers 3, layer_start 0 to 3) - use the WeightedLayerPooling config that came with this model"),
+    (dict(config={**_WLP_CONFIG, "embedding_dimension": 64}),
+     "1_WeightedLayerPooling/config.json: embedding_dimension 64 is not the encoder's hidden size 32 - use the "
+     "WeightedLayerPooling config that came with this model"),
+    (dict(config={**_WLP_CONFIG, "layer_start": 2}),
+     "{d}/1_WeightedLayerPooling/model.safetensors: tensor 'layer_weights' has shape (3,), expected (2,) from its "
+     "config.json - re-save the model"),
+    (dict(tensors=lambda t: {"layer_weights": np.float32([1.0, -1.0, 0.0])}),
+     "{d}/1_WeightedLayerPooling/model.safetensors: layer_weights [1.0, -1.0, 0.0] are not finite weights of a nonzero "
+     "sum - restore the module's model.safetensors from the model"),
+])
+def test_a_weighted_layer_pooling_bertfeat_cannot_reproduce_is_refused(wlp_bases, tmp_path, capsys, edit, message):
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1)
+    _edit_module(d, "1_WeightedLayerPooling", **edit)
+    message = message.format(d=d)
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == message
+    capsys.readouterr()
+    assert main(["info", str(d)]) == 1
+    assert capsys.readouterr().err == f"Error: {message}\n"
+
+
+def test_a_weighted_layer_pooling_out_of_place_or_over_some_layers_is_refused(wlp_bases, tmp_path):
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1)
+    modules = json.loads((d / "modules.json").read_text())
+    (d / "modules.json").write_text(json.dumps([modules[0], modules[2], modules[1]]))  # after the Pooling
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == ("modules.json: WeightedLayerPooling module 2 does not come right after the Transformer - "
+                            "bertfeat runs one WeightedLayerPooling, between the Transformer and the Pooling")
+    (d / "modules.json").write_text(json.dumps(modules))
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "output_hidden_states": [1, 3]}))
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == ("config.json: output_hidden_states [1, 3] selects some layers, which bertfeat cannot "
+                            "reproduce under a WeightedLayerPooling - set it to true (every layer) or false")
+    (d / "config.json").write_text(json.dumps({**cfg, "tie_last_hidden_states": False}))
+    with pytest.raises(BertfeatError, match=r"^config.json: tie_last_hidden_states false \(the last hidden state taken "):
+        Encoder(d)
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "1_WeightedLayerPooling" / "model.safetensors").unlink()
+    with pytest.raises(BertfeatError, match=r"^1_WeightedLayerPooling has no model.safetensors or pytorch_model.bin - "):
+        Encoder(d)
+
+
+def test_a_weighted_layer_pooling_saved_as_pytorch_model_bin_is_sentence_transformers_encode(wlp_bases, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    src = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=2, pooling="max")
+    d = tmp_path / "bin"
+    SentenceTransformer(str(src), device="cpu").save(str(d), safe_serialization=False)
+    enc = Encoder(d)
+    assert enc.describe(enc.spec())[1] == "WeightedLayerPooling of layers 2..3 (1_WeightedLayerPooling/pytorch_model.bin)"
+    np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
