@@ -34,6 +34,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
+import reprlib
 import struct
 import zipfile
 from collections import OrderedDict
@@ -60,6 +61,9 @@ class _StorageType:
     def __init__(self, name: str, dtype, label: str):
         self.name, self.dtype, self.label = name, np.dtype(dtype), label
 
+    def __repr__(self) -> str:
+        return self.name
+
 
 #: the storage classes a module's weights are saved in; bfloat16 is read as its bit patterns and widened exactly
 _STORAGES = {f"torch.{n}": _StorageType(f"torch.{n}", dt, label) for n, dt, label in (
@@ -73,12 +77,18 @@ class _Storage:
     def __init__(self, key: str, kind: _StorageType, data: np.ndarray):
         self.key, self.kind, self.data = key, kind, data
 
+    def __repr__(self) -> str:
+        return f"storage '{self.key}'"
+
 
 class _Tensor:
     """A tensor _rebuild_tensor_v2 made (the only thing a state dict's values may be): a float array of its own."""
 
     def __init__(self, array: np.ndarray):
         self.array = array
+
+    def __repr__(self) -> str:
+        return f"tensor of size {self.array.shape}"
 
 
 class _Refused(Exception):
@@ -89,16 +99,31 @@ class _Invalid(Exception):
     """data.pkl is not a pickle as torch.save writes one."""
 
 
+class _Brief(reprlib.Repr):
+    """A bounded repr for messages (a few items, a few levels deep): a small pickle's memo can nest its objects deeper
+    than repr recurses, or share one so often that its whole repr would never end."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxother = 3, 40, 40
+
+    repr_OrderedDict = reprlib.Repr.repr_dict  # (else repr() of the whole of it)
+
+
+def _show(v) -> str:
+    return one_line(_Brief().repr(v), 80)
+
+
 def _ints(v, what: str) -> tuple[int, ...]:
     if not isinstance(v, tuple) or not all(type(x) is int and x >= 0 for x in v):
-        raise _Invalid(f"a tensor's {what} is {one_line(repr(v), 80)}, not a tuple of whole numbers")
+        raise _Invalid(f"a tensor's {what} is {_show(v)}, not a tuple of whole numbers")
     return v
 
 
 def _no_hooks(hooks) -> None:
     """torch saves an empty OrderedDict of backward hooks (Note [Don't serialize hooks])."""
     if type(hooks) not in (dict, OrderedDict) or hooks:
-        raise _Invalid(f"a tensor's backward hooks are {one_line(repr(hooks), 80)}, not the empty OrderedDict "
+        raise _Invalid(f"a tensor's backward hooks are {_show(hooks)}, not the empty OrderedDict "
                        "torch.save writes")
 
 
@@ -110,7 +135,7 @@ def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks, meta
     size, stride = _ints(size, "size"), _ints(stride, "stride")
     _no_hooks(hooks)
     if metadata is not None and (not isinstance(metadata, dict) or any(metadata.values())):
-        raise _Refused(f"holds a tensor with metadata {one_line(repr(metadata), 80)} (its conj or neg bit set: a "
+        raise _Refused(f"holds a tensor with metadata {_show(metadata)} (its conj or neg bit set: a "
                        "complex tensor's view), which no module weight is")
     if len(size) != len(stride):
         raise _Invalid(f"a tensor has size {size} but stride {stride}")
@@ -318,7 +343,7 @@ class _Unpickler:
         pid = self.pop()
         if (type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage" or not isinstance(pid[1], _StorageType)
                 or type(pid[2]) is not str or type(pid[3]) is not str or type(pid[4]) is not int or pid[4] < 0):
-            raise _Invalid(f"persistent id {one_line(repr(pid), 80)} is not ('storage', type, key, location, numel)")
+            raise _Invalid(f"persistent id {_show(pid)} is not ('storage', type, key, location, numel)")
         self.push(self.storage(pid[2], pid[1], pid[4]))
 
 
@@ -418,7 +443,7 @@ def _state_dict(f: Path, obj) -> dict[str, np.ndarray]:
     out = {}
     for k, v in obj.items():
         if type(k) is not str or not isinstance(v, _Tensor):
-            raise _refuse(f, f"holds entry {one_line(repr(k), 60)}, a {type(v).__name__} where a state dict holds a "
+            raise _refuse(f, f"holds entry {_show(k)}, a {type(v).__name__} where a state dict holds a "
                              "tensor under a name")
         out[k] = v.array
     return out

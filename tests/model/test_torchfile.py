@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import pickle
 import shutil
+import struct
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -59,6 +60,48 @@ def _write_zip(path: Path, records: dict[str, bytes]) -> Path:
         for name, data in records.items():
             z.writestr(name, data)
     return path
+
+
+# pickles by hand, opcode by opcode (protocol 2), for what pickle.dumps never writes
+def _u(s: str) -> bytes:
+    return b"X" + struct.pack("<I", len(s.encode())) + s.encode()  # BINUNICODE
+
+
+def _i(n: int) -> bytes:
+    if 0 <= n < 2**31:
+        return b"J" + struct.pack("<i", n)  # BININT
+    b = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(b)]) + b  # LONG1
+
+
+def _t(*items: bytes) -> bytes:
+    return b"(" + b"".join(items) + b"t"  # MARK ... TUPLE
+
+
+_HOOKS = b"ccollections\nOrderedDict\n)R"  # OrderedDict(): a tensor's backward hooks
+
+
+def _storage(key: str, numel: int, cls: str = "FloatStorage") -> bytes:
+    """('storage', torch.FloatStorage, key, 'cpu', numel) as a persistent id (BINPERSID)."""
+    return _t(_u("storage"), f"ctorch\n{cls}\n".encode(), _u(key), _u("cpu"), _i(numel)) + b"Q"
+
+
+def _tensor(storage: bytes, offset: int, size: tuple, stride: tuple, hooks: bytes = _HOOKS) -> bytes:
+    """_rebuild_tensor_v2(storage, offset, size, stride, False, hooks)."""
+    return (b"ctorch._utils\n_rebuild_tensor_v2\n" + _t(storage, _i(offset), _t(*map(_i, size)), _t(*map(_i, stride)),
+                                                          b"\x89", hooks) + b"R")
+
+
+def _pickled_state_dict(**tensors: bytes) -> bytes:
+    return b"\x80\x02}(" + b"".join(_u(k) + v for k, v in tensors.items()) + b"u."
+
+
+def _archive(path: Path, pkl: bytes, storages: dict[str, bytes] = {}) -> Path:  # noqa: B006 (never mutated)
+    return _write_zip(path, {"a/data.pkl": pkl, "a/byteorder": b"little", "a/version": b"3",
+                             **{f"a/data/{k}": v for k, v in storages.items()}})
+
+
+_FOUR = np.arange(4, dtype="<f4").tobytes()  # a storage of 4 float32 values
 
 
 # ---------------------------------------------------------------------------------------------- read as torch does
@@ -289,3 +332,53 @@ def test_a_compressed_record_is_refused(tmp_path):
         z.writestr("a/version", b"3")
     with pytest.raises(WeightsError, match="has record 'a/data.pkl' compressed or encrypted, as torch.save never"):
         read_torch_file(f)
+
+
+# ------------------------------------------------------------------------------------- hostile pickles, one line each
+_NOT_SD = "holds a data.pkl that is not a state dict as torch.save writes it"
+
+
+@pytest.mark.parametrize("where,what", [
+    ("size", "a tensor's size is ((((...),),),), not a tuple of whole numbers"),
+    ("hooks", "a tensor's backward hooks are {'k': {'k': {'k': {...}}}}, not the empty OrderedDict torch.save writes"),
+    ("persistent id", "persistent id ((((...),),),) is not ('storage', type, key, location, numel)"),
+])
+def test_objects_nested_deeper_than_python_recurses_are_named_in_one_line(tmp_path, where, what):
+    """200,000 nested tuples (or dicts) cost 2 (or 11) bytes of pickle a level, far deeper than repr() recurses: the
+    message quoting them was a RecursionError's traceback. Now the first levels are quoted."""
+    n = 200_000
+    deep = b")" + b"\x85" * n  # EMPTY_TUPLE, then TUPLE1 around it n times
+    pkl = {"size": _pickled_state_dict(w=b"ctorch._utils\n_rebuild_tensor_v2\n" + _t(
+               _storage("0", 4), _i(0), deep, _t(_i(1)), b"\x89", _HOOKS) + b"R"),
+           "hooks": _pickled_state_dict(w=_tensor(_storage("0", 4), 0, (4,), (1,),
+                                                  hooks=(b"}" + _u("k")) * n + b"}" + b"s" * n)),
+           "persistent id": b"\x80\x02" + deep + b"Q."}[where]
+    f = _archive(tmp_path / "m.bin", pkl, {"0": _FOUR})
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == f"{f} {_NOT_SD} ({what})"
+
+
+def test_an_object_shared_again_and_again_is_named_briefly(tmp_path):
+    """A list holding another ten times over (the memo: 2 bytes each), four levels deep, under 100-character strings:
+    its repr is 10,000 times the pickle, 10**(levels + 2) characters (at 8 levels, from a 10 KB file, bertfeat hung
+    building it). Quoted now as a few items of a few levels, whatever it holds."""
+    def shared(level: int) -> bytes:  # list `level`, memoized as `level`, holds list `level - 1` ten times
+        if level == 0:
+            return b"](" + _u("x" * 100) * 10 + b"eq\x00"
+        return b"](" + shared(level - 1) + (b"h" + bytes([level - 1])) * 9 + b"eq" + bytes([level])
+
+    f = _archive(tmp_path / "m.bin", b"\x80\x02" + shared(3) + b"Q.")
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} {_NOT_SD} (persistent id [[[[...], [...], [...], [...], [...], [...], ...], [[...], "
+                            "[...], [...], [...... is not ('storage', type, key, location, numel))")
+
+
+def test_a_persistent_id_is_quoted_with_its_storage_class_by_name(tmp_path):
+    f = _archive(tmp_path / "m.bin", b"\x80\x02" + _t(_u("storage"), b"ctorch\nFloatStorage\n", _u("0"), _u("cpu")) +
+                 b"Q.")
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} {_NOT_SD} (persistent id ('storage', torch.FloatStorage, '0', 'cpu') is not "
+                            "('storage', type, key, location, numel))")
