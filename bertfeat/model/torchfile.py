@@ -53,6 +53,7 @@ RESAVE = ("re-save the module's weights where sentence-transformers is installed
 _LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 _VERSIONS = range(1, 11)  # caffe2's kMinSupportedFileFormatVersion .. kMaxSupportedFileFormatVersion
 _BYTEORDERS = {b"little": "<", b"big": ">"}
+_MAX_DIMS = 64  # the most dimensions a NumPy array has (NumPy 2)
 
 
 class _StorageType:
@@ -138,16 +139,22 @@ def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks, meta
         raise _Refused(f"holds a tensor with metadata {_show(metadata)} (its conj or neg bit set: a "
                        "complex tensor's view), which no module weight is")
     if len(size) != len(stride):
-        raise _Invalid(f"a tensor has size {size} but stride {stride}")
+        raise _Invalid(f"a tensor has size {_show(size)} but stride {_show(stride)}")
+    if len(size) > _MAX_DIMS:  # (before math.prod, quadratic in the number of large sizes)
+        raise _Refused(f"holds a tensor of {len(size):,} dimensions, more than NumPy's {_MAX_DIMS}")
     n, have = math.prod(size), storage.data.size
     last = offset + sum((s - 1) * st for s, st in zip(size, stride)) if n else offset - 1
     if last >= have or n > have:
-        raise _Refused(f"holds a tensor of size {size}, stride {stride}, offset {offset} on storage "
+        raise _Refused(f"holds a tensor of size {_show(size)}, stride {_show(stride)}, offset {offset} on storage "
                        f"'{one_line(storage.key, 40)}' of {have:,} elements: " + (
                            "it reaches past the storage's end" if last >= have
                            else "it holds more elements than the storage (an expanded view)"))
-    item = storage.data.itemsize
-    view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=size, strides=[s * item for s in stride])
+    # a dimension of size 0 or 1 never steps: its stride (torch keeps any) is 0 here, within NumPy's range
+    strides = [st * storage.data.itemsize if s > 1 else 0 for s, st in zip(size, stride)]
+    try:
+        view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=size, strides=strides)
+    except (ValueError, OverflowError) as e:  # more than NumPy's 64 dimensions; an empty shape too large for it
+        raise _Refused(f"holds a tensor of size {_show(size)}, which NumPy cannot hold ({one_line(e)})") from None
     a = np.array(view, dtype=storage.data.dtype.newbyteorder("="), order="C")  # copied out, native byte order
     return _Tensor(from_bf16(a.reshape(-1)).reshape(size) if storage.kind.label == "bfloat16" else a)
 
@@ -421,7 +428,7 @@ def _storage_reader(f: Path, z: zipfile.ZipFile, records: dict, order: str):
         if key in read:
             s = read[key]
             if s.kind is not kind or s.data.size != numel:
-                raise _Refused(f"views storage '{key}' as {s.kind.label} of {s.data.size:,} elements and as "
+                raise _Refused(f"views storage '{one_line(key, 40)}' as {s.kind.label} of {s.data.size:,} elements and as "
                                f"{kind.label} of {numel:,}")
             return s
         info = records.get(f"data/{key}")

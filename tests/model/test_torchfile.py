@@ -382,3 +382,45 @@ def test_a_persistent_id_is_quoted_with_its_storage_class_by_name(tmp_path):
         read_torch_file(f)
     assert e.value.what == (f"{f} {_NOT_SD} (persistent id ('storage', torch.FloatStorage, '0', 'cpu') is not "
                             "('storage', type, key, location, numel))")
+
+
+@pytest.mark.parametrize("size,stride,want", [
+    ((1, 4), (2**62, 1), np.arange(4, dtype=np.float32).reshape(1, 4)),
+    ((0, 5), (2**70, 1), np.zeros((0, 5), np.float32)),
+])
+def test_the_stride_of_a_dimension_that_never_steps_is_any(tmp_path, size, stride, want):
+    """A dimension of size 1 (or 0) never steps, so torch keeps whatever stride it had (torch.load gives these
+    tensors): it was an OverflowError's traceback (NumPy's strides are C longs). Read as torch reads them."""
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w=_tensor(_storage("0", 4), 0, size, stride)), {"0": _FOUR})
+    got = read_torch_file(f)["w"]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("size,what", [
+    ((0, 2**62), "holds a tensor of size (0, 4611686018427387904), which NumPy cannot hold ("),
+    ((0, 2**70), "holds a tensor of size (0, 1180591620717411303424), which NumPy cannot hold ("),
+    ((1,) * 65, "holds a tensor of 65 dimensions, more than NumPy's 64"),
+    ((2**31 - 1,) * 100_000, "holds a tensor of 100,000 dimensions, more than NumPy's 64"),
+])
+def test_a_shape_numpy_cannot_hold_is_refused_in_one_line(tmp_path, size, what):
+    """An empty tensor whose other sizes NumPy cannot hold (an OverflowError's traceback, or 'could not be read as a
+    torch.save zip archive ... truncated or damaged'), 65 dimensions (the same), 100,000 large sizes (700 KB of
+    pickle: 8 s multiplying them, then a 2 MB message line): each one line, at once."""
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w=_tensor(_storage("0", 4), 0, size, (1,) * len(size))),
+                 {"0": _FOUR})
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what.startswith(f"{f} {what}") and len(e.value.what) < 300 and "\n" not in e.value.what
+
+
+def test_a_storage_key_is_quoted_on_one_line(tmp_path):
+    """The key of a storage viewed as two dtypes is a string of the pickle (a line break, any length): cut to one line."""
+    key = "0\n" + "k" * 10_000
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(a=_tensor(_storage(key, 4), 0, (4,), (1,)),
+                                                         b=_tensor(_storage(key, 8, "HalfStorage"), 0, (8,), (1,))),
+                 {key: _FOUR})
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} views storage '0 kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...' as float32 of 4 elements and "
+                            "as float16 of 8")
