@@ -27,6 +27,11 @@ Refused, each with a line saying how to re-save: torch's legacy format (before 1
 ``_use_new_zipfile_serialization=False``), a TorchScript archive, a compressed or encrypted record, a storage of
 another dtype, a tensor with its conj or neg bit set, a view reaching past its storage or holding more elements than
 it, anything but one flat dict of names to tensors.
+
+Memory stays within a few times the file's size: records are read as stored (never inflated), data.pkl up to 1 MiB
+(_MAX_PICKLE), and each tensor is copied out of its storage only after the whole pickle is read, the copies holding at
+most twice the values of the storages they view (_arrays). Messages quote the pickle's objects a few levels deep
+(_show), however deep or shared they are.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ _LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "lit
 _VERSIONS = range(1, 11)  # caffe2's kMinSupportedFileFormatVersion .. kMaxSupportedFileFormatVersion
 _BYTEORDERS = {b"little": "<", b"big": ">"}
 _MAX_DIMS = 64  # the most dimensions a NumPy array has (NumPy 2)
+#: the largest data.pkl read: a state dict's takes some 140 bytes a tensor, and each of its bytes may cost up to ~100
+#: of memory as objects (a MARK, a memo entry)
+_MAX_PICKLE = 1 << 20
 
 
 class _StorageType:
@@ -83,13 +91,14 @@ class _Storage:
 
 
 class _Tensor:
-    """A tensor _rebuild_tensor_v2 made (the only thing a state dict's values may be): a float array of its own."""
+    """A tensor _rebuild_tensor_v2 made (the only thing a state dict's values may be): ``view``, the elements of its
+    storage it views, copied out only once the whole pickle is read (_arrays)."""
 
-    def __init__(self, array: np.ndarray):
-        self.array = array
+    def __init__(self, storage: _Storage, view: np.ndarray):
+        self.storage, self.view = storage, view
 
     def __repr__(self) -> str:
-        return f"tensor of size {self.array.shape}"
+        return f"tensor of size {self.view.shape}"
 
 
 class _Refused(Exception):
@@ -129,8 +138,7 @@ def _no_hooks(hooks) -> None:
 
 
 def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks, metadata=None) -> _Tensor:
-    """torch._utils._rebuild_tensor_v2's stand-in: the view (offset, size, stride in elements) of ``storage``, copied
-    into an array of its own, float32 for bfloat16 and float16."""
+    """torch._utils._rebuild_tensor_v2's stand-in: the view (offset, size, stride in elements) of ``storage``."""
     if not isinstance(storage, _Storage) or type(offset) is not int or offset < 0 or type(requires_grad) is not bool:
         raise _Invalid("a tensor is rebuilt from something other than a storage, an offset and a requires_grad flag")
     size, stride = _ints(size, "size"), _ints(stride, "stride")
@@ -155,8 +163,7 @@ def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks, meta
         view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=size, strides=strides)
     except (ValueError, OverflowError) as e:  # more than NumPy's 64 dimensions; an empty shape too large for it
         raise _Refused(f"holds a tensor of size {_show(size)}, which NumPy cannot hold ({one_line(e)})") from None
-    a = np.array(view, dtype=storage.data.dtype.newbyteorder("="), order="C")  # copied out, native byte order
-    return _Tensor(from_bf16(a.reshape(-1)).reshape(size) if storage.kind.label == "bfloat16" else a)
+    return _Tensor(storage, view)
 
 
 def _rebuild_parameter(data, requires_grad, hooks, state=None) -> _Tensor:
@@ -410,6 +417,9 @@ def _check_archive(f: Path, z: zipfile.ZipFile, records: dict) -> str:
         raise _refuse(f, f"has record '{one_line(packed, 80)}' compressed or encrypted, as torch.save never writes one")
     if "data.pkl" not in records:
         raise _refuse(f, "is a zip archive without data.pkl: it is not a torch.save checkpoint")
+    if records["data.pkl"].file_size > _MAX_PICKLE:
+        raise _refuse(f, f"has a data.pkl of {records['data.pkl'].file_size:,} bytes, more than a state dict's pickle "
+                         f"takes (about 140 a tensor; bertfeat reads up to {_MAX_PICKLE:,})")
     ver = records.get(".data/version", records.get("version"))
     text = z.read(ver).decode("ascii", "replace").strip() if ver else ""
     if not text.isdigit() or int(text) not in _VERSIONS:
@@ -443,8 +453,8 @@ def _storage_reader(f: Path, z: zipfile.ZipFile, records: dict, order: str):
     return load
 
 
-def _state_dict(f: Path, obj) -> dict[str, np.ndarray]:
-    """The pickle's object as a flat state dict: names -> arrays."""
+def _state_dict(f: Path, obj) -> dict[str, _Tensor]:
+    """The pickle's object as a flat state dict: names -> tensors."""
     if type(obj) not in (dict, OrderedDict):
         raise _refuse(f, f"holds a {type(obj).__name__}, not a state dict (names -> tensors)")
     out = {}
@@ -452,7 +462,23 @@ def _state_dict(f: Path, obj) -> dict[str, np.ndarray]:
         if type(k) is not str or not isinstance(v, _Tensor):
             raise _refuse(f, f"holds entry {_show(k)}, a {type(v).__name__} where a state dict holds a "
                              "tensor under a name")
-        out[k] = v.array
+        out[k] = v
+    return out
+
+
+def _arrays(f: Path, tensors: dict[str, _Tensor]) -> dict[str, np.ndarray]:
+    """Each tensor copied out of its storage into an array of its own (native byte order, bfloat16 widened exactly to
+    float32), once the copies are known to hold at most twice the values of the storages they view: a view saved again
+    under another name costs the pickle some 100 bytes, and its copy a whole storage (torch.load shares it)."""
+    total = sum(t.view.size for t in tensors.values())
+    stored = sum({id(t.storage): t.storage.data.size for t in tensors.values()}.values())
+    if total > 2 * stored:
+        raise _refuse(f, f"holds tensors of {total:,} values in all, more than twice the {stored:,} values of the "
+                         "storages they view (the same values under many names), as a module's weights never are")
+    out = {}
+    for k, t in tensors.items():
+        a = np.array(t.view, dtype=t.view.dtype.newbyteorder("="), order="C")
+        out[k] = from_bf16(a.reshape(-1)).reshape(a.shape) if t.storage.kind.label == "bfloat16" else a
     return out
 
 
@@ -491,7 +517,7 @@ def read_torch_file(f: Path) -> dict[str, np.ndarray]:
             raise
         raise _refuse(f, f"could not be read as a torch.save zip archive ({one_line(e)}): it is truncated or damaged",
                       f"re-download the model, or {RESAVE}") from None
-    out = _state_dict(f, obj)
+    out = _arrays(f, _state_dict(f, obj))
     for k, a in out.items():
         check_finite(a, k, f)
         if a.dtype == np.float16:

@@ -344,9 +344,9 @@ _NOT_SD = "holds a data.pkl that is not a state dict as torch.save writes it"
     ("persistent id", "persistent id ((((...),),),) is not ('storage', type, key, location, numel)"),
 ])
 def test_objects_nested_deeper_than_python_recurses_are_named_in_one_line(tmp_path, where, what):
-    """200,000 nested tuples (or dicts) cost 2 (or 11) bytes of pickle a level, far deeper than repr() recurses: the
+    """100,000 nested tuples (or dicts) cost 2 (or 8) bytes of pickle a level, far deeper than repr() recurses: the
     message quoting them was a RecursionError's traceback. Now the first levels are quoted."""
-    n = 200_000
+    n = 100_000
     deep = b")" + b"\x85" * n  # EMPTY_TUPLE, then TUPLE1 around it n times
     pkl = {"size": _pickled_state_dict(w=b"ctorch._utils\n_rebuild_tensor_v2\n" + _t(
                _storage("0", 4), _i(0), deep, _t(_i(1)), b"\x89", _HOOKS) + b"R"),
@@ -424,3 +424,50 @@ def test_a_storage_key_is_quoted_on_one_line(tmp_path):
         read_torch_file(f)
     assert e.value.what == (f"{f} views storage '0 kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...' as float32 of 4 elements and "
                             "as float16 of 8")
+
+
+# ------------------------------------------------------------------------------------ memory bounded by the file
+@pytest.mark.parametrize("shared", ["storage", "tensor"])
+def test_one_storage_viewed_under_many_names_is_refused_before_copying(tmp_path, shared):
+    """A 1 MB storage viewed whole under 100 names (each ~60 bytes of pickle through the memo: the storage's, or the
+    tensor's itself): bertfeat copied each view out, 100 MB from a 1 MB file (a few KB more of pickle: gigabytes).
+    The copies may hold twice the values of the storages they view (a weight and its transpose); beyond, refused
+    before any is made."""
+    import tracemalloc
+
+    n = 1 << 18
+    first = _tensor(_storage("0", n) + b"q\x01", 0, (n,), (1,)) + b"q\x02"
+    again = {"storage": _tensor(b"h\x01", 0, (n,), (1,)), "tensor": b"h\x02"}[shared]
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w0=first, **{f"w{i}": again for i in range(1, 100)}),
+                 {"0": np.zeros(n, "<f4").tobytes()})
+    tracemalloc.start()
+    try:
+        with pytest.raises(WeightsError) as e:
+            read_torch_file(f)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert e.value.what == (f"{f} holds tensors of 26,214,400 values in all, more than twice the 262,144 values of the "
+                            "storages they view (the same values under many names), as a module's weights never are")
+    assert peak < 3 * 4 * n, peak
+
+
+def test_a_storage_viewed_twice_whole_is_read(tmp_path):
+    """Twice the storage's values (a weight and its transpose, as in the torch test above): read, each its own array."""
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w=_tensor(_storage("0", 4) + b"q\x01", 0, (2, 2), (2, 1)),
+                                                         t=_tensor(b"h\x01", 0, (2, 2), (1, 2))), {"0": _FOUR})
+    got = read_torch_file(f)
+    np.testing.assert_array_equal(got["w"], [[0, 1], [2, 3]])
+    np.testing.assert_array_equal(got["t"], [[0, 2], [1, 3]])
+    assert not np.shares_memory(got["w"], got["t"]) and got["t"].flags.c_contiguous
+
+
+def test_a_data_pkl_larger_than_a_state_dict_needs_is_refused_unread(tmp_path):
+    """Each byte of a pickle may cost ~100 bytes of memory as the objects it makes (a MARK: a list; MEMOIZE: a memo
+    entry): 10 MB of MARKs took 900 MB and 5 s. A state dict's pickle takes some 140 bytes a tensor: over 1 MiB
+    (7,000 tensors; a Dense has 2 or 3) is refused before it is read."""
+    f = _archive(tmp_path / "m.bin", b"\x80\x02" + b"(" * (1 << 20) + b"}.")
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} has a data.pkl of 1,048,580 bytes, more than a state dict's pickle takes (about 140 a "
+                            "tensor; bertfeat reads up to 1,048,576)")
