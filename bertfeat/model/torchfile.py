@@ -383,10 +383,15 @@ def _open(f: Path) -> zipfile.ZipFile:
     if not head:
         raise _refuse(f, "is empty (0 bytes)", f"restore the file from the model, or {RESAVE}")
     try:
-        return zipfile.ZipFile(f)
+        z = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
         raise _refuse(f, f"is not a torch.save zip archive ({one_line(e)}): it is truncated or damaged, or was "
                          "written by something else", f"re-download the model, or {RESAVE}") from None
+    if not head.startswith(b"PK\x03\x04"):  # zipfile finds an archive anywhere before its end; torch.load does not
+        z.close()
+        raise _refuse(f, "is a zip archive after other bytes, which torch.load does not read (a torch.save file starts "
+                         "with its first record)", f"re-download the model, or {RESAVE}")
+    return z
 
 
 def _records(f: Path, z: zipfile.ZipFile) -> tuple[str, dict[str, zipfile.ZipInfo]]:
@@ -443,11 +448,13 @@ def _storage_reader(f: Path, z: zipfile.ZipFile, records: dict, order: str):
             return s
         info = records.get(f"data/{key}")
         need = numel * kind.dtype.itemsize
-        if info is None or info.file_size != need:
-            got = "is missing" if info is None else f"holds {info.file_size:,} bytes"
+        # the bytes read count, not the entry's size: a stored record is read to its compressed size, which may differ
+        raw = z.read(info) if info is not None and info.file_size == need else None
+        if raw is None or len(raw) != need:
+            got = "is missing" if info is None else f"holds {info.file_size if raw is None else len(raw):,} bytes"
             raise _Refused(f"names storage '{one_line(key, 40)}' of {numel:,} {kind.label} values ({need:,} bytes), "
                            f"but record data/{one_line(key, 40)} {got}: the file is damaged")
-        read[key] = _Storage(key, kind, np.frombuffer(z.read(info), dtype=kind.dtype.newbyteorder(order)))
+        read[key] = _Storage(key, kind, np.frombuffer(raw, dtype=kind.dtype.newbyteorder(order)))
         return read[key]
 
     return load

@@ -471,3 +471,37 @@ def test_a_data_pkl_larger_than_a_state_dict_needs_is_refused_unread(tmp_path):
         read_torch_file(f)
     assert e.value.what == (f"{f} has a data.pkl of 1,048,580 bytes, more than a state dict's pickle takes (about 140 a "
                             "tensor; bertfeat reads up to 1,048,576)")
+
+
+# ----------------------------------------------------------------------------- zip archives torch does not read
+def test_a_zip_archive_after_other_bytes_is_refused(tmp_path):
+    """zipfile finds an archive at the end of any file; torch.load reads a zip only when the file starts with its
+    first record (else it tries the legacy format, and fails). bertfeat read the tensors torch.load cannot."""
+    good = _archive(tmp_path / "good.bin", _pickled_state_dict(w=_tensor(_storage("0", 4), 0, (4,), (1,))), {"0": _FOUR})
+    np.testing.assert_array_equal(read_torch_file(good)["w"], [0, 1, 2, 3])
+    f = tmp_path / "m.bin"
+    f.write_bytes(b"#!/bin/sh\necho hello\n" + good.read_bytes())
+    with zipfile.ZipFile(f) as z:
+        assert "a/data/0" in z.namelist()  # still an archive to zipfile
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} is a zip archive after other bytes, which torch.load does not read (a torch.save "
+                            "file starts with its first record)")
+
+
+def test_a_storage_record_shorter_than_its_entry_says_is_refused(tmp_path):
+    """data/0's central directory entry: 16 bytes (the storage's 4 float32 values), but a compressed size of 8 (its
+    CRC of those 8): zipfile reads 8 bytes, and bertfeat gave a tensor of the 2 values there as if all were well."""
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w=_tensor(_storage("0", 4), 0, (2,), (1,))), {"0": _FOUR[:8]})
+    raw = bytearray(f.read_bytes())
+    at = raw.index(b"PK\x01\x02")  # the first central directory entry
+    while raw[at + 46:at + 46 + struct.unpack_from("<H", raw, at + 28)[0]] != b"a/data/0":  # its name
+        at = raw.index(b"PK\x01\x02", at + 1)
+    struct.pack_into("<I", raw, at + 24, 16)  # its uncompressed size; the compressed size stays 8
+    f.write_bytes(bytes(raw))
+    with zipfile.ZipFile(f) as z:
+        assert z.getinfo("a/data/0").file_size == 16 and len(z.read("a/data/0")) == 8
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} names storage '0' of 4 float32 values (16 bytes), but record data/0 holds 8 bytes: "
+                            "the file is damaged")
