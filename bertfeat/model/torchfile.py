@@ -293,7 +293,7 @@ class _Unpickler:
     # containers
     def top(self, kinds: tuple, what: str):
         if not self.stack or type(self.stack[-1]) not in kinds:
-            raise _Invalid(f"it {what} something other than a {kinds[0].__name__}")
+            raise _Invalid(f"it {what} something other than {_a(kinds[0].__name__)}")
         return self.stack[-1]
 
     def setitem(self) -> None:
@@ -460,15 +460,30 @@ def _storage_reader(f: Path, z: zipfile.ZipFile, records: dict, order: str):
     return load
 
 
+def _kind(v) -> str:
+    """What an object of the pickle is, for a message (never bertfeat's stand-ins' own names)."""
+    if isinstance(v, (_Tensor, _Storage)):
+        return "a tensor" if isinstance(v, _Tensor) else "a storage no tensor views"
+    name = next((n for n, g in _GLOBALS.items() if g is v), None)
+    if name is not None:
+        return f"the global {name}, uncalled"
+    return "None" if v is None else _a(type(v).__name__)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiouAEIOU' else 'a'} {noun}"
+
+
 def _state_dict(f: Path, obj) -> dict[str, _Tensor]:
     """The pickle's object as a flat state dict: names -> tensors."""
     if type(obj) not in (dict, OrderedDict):
-        raise _refuse(f, f"holds a {type(obj).__name__}, not a state dict (names -> tensors)")
+        raise _refuse(f, f"holds {_kind(obj)}, not a state dict (names -> tensors)")
     out = {}
     for k, v in obj.items():
-        if type(k) is not str or not isinstance(v, _Tensor):
-            raise _refuse(f, f"holds entry {_show(k)}, a {type(v).__name__} where a state dict holds a "
-                             "tensor under a name")
+        if type(k) is not str:
+            raise _refuse(f, f"holds {_kind(v)} under the key {_show(k)}, where a state dict holds tensors under names")
+        if not isinstance(v, _Tensor):
+            raise _refuse(f, f"holds entry {_show(k)}, {_kind(v)} where a state dict holds a tensor under a name")
         out[k] = v
     return out
 

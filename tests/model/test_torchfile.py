@@ -505,3 +505,23 @@ def test_a_storage_record_shorter_than_its_entry_says_is_refused(tmp_path):
         read_torch_file(f)
     assert e.value.what == (f"{f} names storage '0' of 4 float32 values (16 bytes), but record data/0 holds 8 bytes: "
                             "the file is damaged")
+
+
+@pytest.mark.parametrize("pkl,what", [
+    (b"\x80\x02}(J\x01\x00\x00\x00" + _tensor(_storage("0", 4), 0, (4,), (1,)) + b"u.",
+     "holds a tensor under the key 1, where a state dict holds tensors under names"),
+    (_pickled_state_dict(w=_storage("0", 4)), "holds entry 'w', a storage no tensor views where a state dict holds a "
+                                              "tensor under a name"),
+    (_pickled_state_dict(w=b"N"), "holds entry 'w', None where a state dict holds a tensor under a name"),
+    (b"\x80\x02ctorch\nFloatStorage\n.", "holds the global torch.FloatStorage, uncalled, not a state dict (names -> "
+                                         "tensors)"),
+    (b"\x80\x02J\x01\x00\x00\x00.", "holds an int, not a state dict (names -> tensors)"),
+    (b"\x80\x02}}b.", f"{_NOT_SD} (it sets the state of something other than an OrderedDict)"),
+], ids=["int key", "bare storage", "None", "storage class", "int", "BUILD on a dict"])
+def test_what_the_pickle_holds_instead_is_said_in_torchs_words(tmp_path, pkl, what):
+    """A tensor under a number was 'entry 1, a _Tensor where a state dict holds a tensor': the value blamed, in the
+    name of bertfeat's stand-in class; so were a storage (_Storage), None (NoneType), a storage class (_StorageType)."""
+    f = _archive(tmp_path / "m.bin", pkl, {"0": _FOUR})
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == f"{f} {what}"
