@@ -28,7 +28,8 @@ Refused, each with a line saying how to re-save: torch's legacy format (before 1
 another dtype, a tensor with its conj or neg bit set, a view reaching past its storage or holding more elements than
 it, anything but one flat dict of names to tensors.
 
-Memory stays within a few times the file's size: records are read as stored (never inflated), data.pkl up to 1 MiB
+Memory stays within a few times the file's size: records are read as stored (never inflated), the storages no more
+bytes than the file (records nested in others, a zip bomb's trick, would read it many times), data.pkl up to 1 MiB
 (_MAX_PICKLE), and each tensor is copied out of its storage only after the whole pickle is read, the copies holding at
 most twice the values of the storages they view (_arrays). Messages quote the pickle's objects a few levels deep
 (_show), however deep or shared they are.
@@ -438,8 +439,10 @@ def _check_archive(f: Path, z: zipfile.ZipFile, records: dict) -> str:
 def _storage_reader(f: Path, z: zipfile.ZipFile, records: dict, order: str):
     """persistent_load: (key, type, numel) -> the _Storage of record data/KEY, read once (tensors share it)."""
     read: dict[str, _Storage] = {}
+    size = left = f.stat().st_size  # the bytes the storages may take in all (records nested in others would take more)
 
     def load(key: str, kind: _StorageType, numel: int) -> _Storage:
+        nonlocal left
         if key in read:
             s = read[key]
             if s.kind is not kind or s.data.size != numel:
@@ -448,12 +451,16 @@ def _storage_reader(f: Path, z: zipfile.ZipFile, records: dict, order: str):
             return s
         info = records.get(f"data/{key}")
         need = numel * kind.dtype.itemsize
+        if info is not None and info.file_size == need and need > left:  # records nested in others
+            raise _Refused(f"has storage records that overlap: with storage '{one_line(key, 40)}' they would hold more "
+                           f"bytes than the file's {size:,} (a zip bomb's trick): it is damaged or made to exhaust memory")
         # the bytes read count, not the entry's size: a stored record is read to its compressed size, which may differ
         raw = z.read(info) if info is not None and info.file_size == need else None
         if raw is None or len(raw) != need:
             got = "is missing" if info is None else f"holds {info.file_size if raw is None else len(raw):,} bytes"
             raise _Refused(f"names storage '{one_line(key, 40)}' of {numel:,} {kind.label} values ({need:,} bytes), "
                            f"but record data/{one_line(key, 40)} {got}: the file is damaged")
+        left -= need
         read[key] = _Storage(key, kind, np.frombuffer(raw, dtype=kind.dtype.newbyteorder(order)))
         return read[key]
 

@@ -525,3 +525,59 @@ def test_what_the_pickle_holds_instead_is_said_in_torchs_words(tmp_path, pkl, wh
     with pytest.raises(WeightsError) as e:
         read_torch_file(f)
     assert e.value.what == f"{f} {what}"
+
+
+def _nested_records(path: Path, levels: int) -> Path:
+    """A zip whose record data/0 holds (as its data) data/1's header and data, which holds data/2's ...: the quoted
+    overlap of a zip bomb, made of stored records. Each record's data is all the file's from it on, so reading
+    ``levels`` of them reads about levels / 2 times the file. data.pkl: a state dict of one tensor on each."""
+    import zlib
+
+    def local(name: bytes, data: bytes, extra: int = 0) -> bytes:  # a record's local header
+        crc, n = zlib.crc32(data), len(data)
+        return b"PK\x03\x04" + struct.pack("<5H3I2H", 20, 0, 0, 0, 0x21, crc, n, n, len(name), extra) + name + b"\0" * extra
+
+    def central(name: bytes, data: bytes, offset: int) -> bytes:  # its entry in the central directory
+        crc, n = zlib.crc32(data), len(data)
+        return b"PK\x01\x02" + struct.pack("<6H3I5H2I", 20, 20, 0, 0, 0, 0x21, crc, n, n, len(name), 0, 0, 0, 0, 0,
+                                            offset) + name
+
+    names = [f"a/data/{i:04d}".encode() for i in range(levels)]
+    blob = b"\0" * 4
+    for name in reversed(names):  # innermost first; 44-byte headers (3 bytes of extra field): whole float32 values
+        blob = local(name, blob, extra=3) + blob
+    datas = [blob[44 * (i + 1):] for i in range(levels)]
+    pkl = _pickled_state_dict(**{f"w{i}": _tensor(_storage(f"{i:04d}", len(d) // 4), 0, (len(d) // 4,), (1,))
+                                 for i, d in enumerate(datas)})
+    front, entries = b"", b""
+    for name, data in ((b"a/data.pkl", pkl), (b"a/version", b"3")):
+        entries += central(name, data, len(front))
+        front += local(name, data) + data
+    entries += b"".join(central(name, d, len(front) + 44 * i) for i, (name, d) in enumerate(zip(names, datas)))
+    body = front + blob
+    end = b"PK\x05\x06" + struct.pack("<4H2IH", 0, 0, levels + 2, levels + 2, len(entries), len(body), 0)
+    path.write_bytes(body + entries + end)
+    return path
+
+
+def test_storage_records_nested_in_each_other_are_refused_before_reading_past_the_file(tmp_path):
+    """300 records each holding the next (a 75 KB file): their storages held 2 MB, 26 times the file (2,000 levels, a
+    309 KB file: 84 MB; quadratic in the levels). The storages may hold no more bytes than the file: refused at the
+    first record past it, before reading it."""
+    import tracemalloc
+
+    f = _nested_records(tmp_path / "m.bin", 300)
+    with zipfile.ZipFile(f) as z:  # zipfile reads every record, each to its CRC (no overlap check in Python 3.11)
+        nested = sum(len(z.read(n)) for n in z.namelist() if "/data/" in n)
+    assert nested > 25 * f.stat().st_size
+    tracemalloc.start()
+    try:
+        with pytest.raises(WeightsError) as e:
+            read_torch_file(f)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert e.value.what == (f"{f} has storage records that overlap: with storage '0005' they would hold more bytes "
+                            f"than the file's {f.stat().st_size:,} (a zip bomb's trick): it is damaged or made to "
+                            "exhaust memory")
+    assert peak < nested / 4, (peak, nested)  # (the archive's entries and the pickle: a few times the file)
