@@ -27,6 +27,12 @@ Refused, each with a line saying how to re-save: torch's legacy format (before 1
 ``_use_new_zipfile_serialization=False``), a TorchScript archive, a compressed or encrypted record, a storage of
 another dtype, a tensor with its conj or neg bit set, a view reaching past its storage or holding more elements than
 it, anything but one flat dict of names to tensors.
+
+Memory stays within a few times the file's size: records are read as stored (never inflated), the storages no more
+bytes than the file (records nested in others, a zip bomb's trick, would read it many times), data.pkl up to 1 MiB
+(_MAX_PICKLE), and each tensor is copied out of its storage only after the whole pickle is read, the copies holding at
+most twice the values of the storages they view (_arrays). Messages quote the pickle's objects a few levels deep
+(_show), however deep or shared they are.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
+import reprlib
 import struct
 import zipfile
 from collections import OrderedDict
@@ -52,6 +59,10 @@ RESAVE = ("re-save the module's weights where sentence-transformers is installed
 _LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 _VERSIONS = range(1, 11)  # caffe2's kMinSupportedFileFormatVersion .. kMaxSupportedFileFormatVersion
 _BYTEORDERS = {b"little": "<", b"big": ">"}
+_MAX_DIMS = 64  # the most dimensions a NumPy array has (NumPy 2)
+#: the largest data.pkl read: a state dict's takes some 140 bytes a tensor, and each of its bytes may cost up to ~100
+#: of memory as objects (a MARK, a memo entry)
+_MAX_PICKLE = 1 << 20
 
 
 class _StorageType:
@@ -59,6 +70,9 @@ class _StorageType:
 
     def __init__(self, name: str, dtype, label: str):
         self.name, self.dtype, self.label = name, np.dtype(dtype), label
+
+    def __repr__(self) -> str:
+        return self.name
 
 
 #: the storage classes a module's weights are saved in; bfloat16 is read as its bit patterns and widened exactly
@@ -73,12 +87,19 @@ class _Storage:
     def __init__(self, key: str, kind: _StorageType, data: np.ndarray):
         self.key, self.kind, self.data = key, kind, data
 
+    def __repr__(self) -> str:
+        return f"storage '{self.key}'"
+
 
 class _Tensor:
-    """A tensor _rebuild_tensor_v2 made (the only thing a state dict's values may be): a float array of its own."""
+    """A tensor _rebuild_tensor_v2 made (the only thing a state dict's values may be): ``view``, the elements of its
+    storage it views, copied out only once the whole pickle is read (_arrays)."""
 
-    def __init__(self, array: np.ndarray):
-        self.array = array
+    def __init__(self, storage: _Storage, view: np.ndarray):
+        self.storage, self.view = storage, view
+
+    def __repr__(self) -> str:
+        return f"tensor of size {self.view.shape}"
 
 
 class _Refused(Exception):
@@ -89,42 +110,61 @@ class _Invalid(Exception):
     """data.pkl is not a pickle as torch.save writes one."""
 
 
+class _Brief(reprlib.Repr):
+    """A bounded repr for messages (a few items, a few levels deep): a small pickle's memo can nest its objects deeper
+    than repr recurses, or share one so often that its whole repr would never end."""
+
+    def __init__(self):
+        super().__init__()
+        self.maxlevel, self.maxstring, self.maxother = 3, 40, 40
+
+    repr_OrderedDict = reprlib.Repr.repr_dict  # (else repr() of the whole of it)
+
+
+def _show(v) -> str:
+    return one_line(_Brief().repr(v), 80)
+
+
 def _ints(v, what: str) -> tuple[int, ...]:
     if not isinstance(v, tuple) or not all(type(x) is int and x >= 0 for x in v):
-        raise _Invalid(f"a tensor's {what} is {one_line(repr(v), 80)}, not a tuple of whole numbers")
+        raise _Invalid(f"a tensor's {what} is {_show(v)}, not a tuple of whole numbers")
     return v
 
 
 def _no_hooks(hooks) -> None:
     """torch saves an empty OrderedDict of backward hooks (Note [Don't serialize hooks])."""
     if type(hooks) not in (dict, OrderedDict) or hooks:
-        raise _Invalid(f"a tensor's backward hooks are {one_line(repr(hooks), 80)}, not the empty OrderedDict "
+        raise _Invalid(f"a tensor's backward hooks are {_show(hooks)}, not the empty OrderedDict "
                        "torch.save writes")
 
 
 def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks, metadata=None) -> _Tensor:
-    """torch._utils._rebuild_tensor_v2's stand-in: the view (offset, size, stride in elements) of ``storage``, copied
-    into an array of its own, float32 for bfloat16 and float16."""
+    """torch._utils._rebuild_tensor_v2's stand-in: the view (offset, size, stride in elements) of ``storage``."""
     if not isinstance(storage, _Storage) or type(offset) is not int or offset < 0 or type(requires_grad) is not bool:
         raise _Invalid("a tensor is rebuilt from something other than a storage, an offset and a requires_grad flag")
     size, stride = _ints(size, "size"), _ints(stride, "stride")
     _no_hooks(hooks)
     if metadata is not None and (not isinstance(metadata, dict) or any(metadata.values())):
-        raise _Refused(f"holds a tensor with metadata {one_line(repr(metadata), 80)} (its conj or neg bit set: a "
+        raise _Refused(f"holds a tensor with metadata {_show(metadata)} (its conj or neg bit set: a "
                        "complex tensor's view), which no module weight is")
     if len(size) != len(stride):
-        raise _Invalid(f"a tensor has size {size} but stride {stride}")
+        raise _Invalid(f"a tensor has size {_show(size)} but stride {_show(stride)}")
+    if len(size) > _MAX_DIMS:  # (before math.prod, quadratic in the number of large sizes)
+        raise _Refused(f"holds a tensor of {len(size):,} dimensions, more than NumPy's {_MAX_DIMS}")
     n, have = math.prod(size), storage.data.size
     last = offset + sum((s - 1) * st for s, st in zip(size, stride)) if n else offset - 1
     if last >= have or n > have:
-        raise _Refused(f"holds a tensor of size {size}, stride {stride}, offset {offset} on storage "
+        raise _Refused(f"holds a tensor of size {_show(size)}, stride {_show(stride)}, offset {offset} on storage "
                        f"'{one_line(storage.key, 40)}' of {have:,} elements: " + (
                            "it reaches past the storage's end" if last >= have
                            else "it holds more elements than the storage (an expanded view)"))
-    item = storage.data.itemsize
-    view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=size, strides=[s * item for s in stride])
-    a = np.array(view, dtype=storage.data.dtype.newbyteorder("="), order="C")  # copied out, native byte order
-    return _Tensor(from_bf16(a.reshape(-1)).reshape(size) if storage.kind.label == "bfloat16" else a)
+    # a dimension of size 0 or 1 never steps: its stride (torch keeps any) is 0 here, within NumPy's range
+    strides = [st * storage.data.itemsize if s > 1 else 0 for s, st in zip(size, stride)]
+    try:
+        view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=size, strides=strides)
+    except (ValueError, OverflowError) as e:  # more than NumPy's 64 dimensions; an empty shape too large for it
+        raise _Refused(f"holds a tensor of size {_show(size)}, which NumPy cannot hold ({one_line(e)})") from None
+    return _Tensor(storage, view)
 
 
 def _rebuild_parameter(data, requires_grad, hooks, state=None) -> _Tensor:
@@ -254,7 +294,7 @@ class _Unpickler:
     # containers
     def top(self, kinds: tuple, what: str):
         if not self.stack or type(self.stack[-1]) not in kinds:
-            raise _Invalid(f"it {what} something other than a {kinds[0].__name__}")
+            raise _Invalid(f"it {what} something other than {_a(kinds[0].__name__)}")
         return self.stack[-1]
 
     def setitem(self) -> None:
@@ -318,7 +358,7 @@ class _Unpickler:
         pid = self.pop()
         if (type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage" or not isinstance(pid[1], _StorageType)
                 or type(pid[2]) is not str or type(pid[3]) is not str or type(pid[4]) is not int or pid[4] < 0):
-            raise _Invalid(f"persistent id {one_line(repr(pid), 80)} is not ('storage', type, key, location, numel)")
+            raise _Invalid(f"persistent id {_show(pid)} is not ('storage', type, key, location, numel)")
         self.push(self.storage(pid[2], pid[1], pid[4]))
 
 
@@ -344,10 +384,15 @@ def _open(f: Path) -> zipfile.ZipFile:
     if not head:
         raise _refuse(f, "is empty (0 bytes)", f"restore the file from the model, or {RESAVE}")
     try:
-        return zipfile.ZipFile(f)
+        z = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
         raise _refuse(f, f"is not a torch.save zip archive ({one_line(e)}): it is truncated or damaged, or was "
                          "written by something else", f"re-download the model, or {RESAVE}") from None
+    if not head.startswith(b"PK\x03\x04"):  # zipfile finds an archive anywhere before its end; torch.load does not
+        z.close()
+        raise _refuse(f, "is a zip archive after other bytes, which torch.load does not read (a torch.save file starts "
+                         "with its first record)", f"re-download the model, or {RESAVE}")
+    return z
 
 
 def _records(f: Path, z: zipfile.ZipFile) -> tuple[str, dict[str, zipfile.ZipInfo]]:
@@ -378,6 +423,9 @@ def _check_archive(f: Path, z: zipfile.ZipFile, records: dict) -> str:
         raise _refuse(f, f"has record '{one_line(packed, 80)}' compressed or encrypted, as torch.save never writes one")
     if "data.pkl" not in records:
         raise _refuse(f, "is a zip archive without data.pkl: it is not a torch.save checkpoint")
+    if records["data.pkl"].file_size > _MAX_PICKLE:
+        raise _refuse(f, f"has a data.pkl of {records['data.pkl'].file_size:,} bytes, more than a state dict's pickle "
+                         f"takes (about 140 a tensor; bertfeat reads up to {_MAX_PICKLE:,})")
     ver = records.get(".data/version", records.get("version"))
     text = z.read(ver).decode("ascii", "replace").strip() if ver else ""
     if not text.isdigit() or int(text) not in _VERSIONS:
@@ -391,36 +439,75 @@ def _check_archive(f: Path, z: zipfile.ZipFile, records: dict) -> str:
 def _storage_reader(f: Path, z: zipfile.ZipFile, records: dict, order: str):
     """persistent_load: (key, type, numel) -> the _Storage of record data/KEY, read once (tensors share it)."""
     read: dict[str, _Storage] = {}
+    size = left = f.stat().st_size  # the bytes the storages may take in all (records nested in others would take more)
 
     def load(key: str, kind: _StorageType, numel: int) -> _Storage:
+        nonlocal left
         if key in read:
             s = read[key]
             if s.kind is not kind or s.data.size != numel:
-                raise _Refused(f"views storage '{key}' as {s.kind.label} of {s.data.size:,} elements and as "
+                raise _Refused(f"views storage '{one_line(key, 40)}' as {s.kind.label} of {s.data.size:,} elements and as "
                                f"{kind.label} of {numel:,}")
             return s
         info = records.get(f"data/{key}")
         need = numel * kind.dtype.itemsize
-        if info is None or info.file_size != need:
-            got = "is missing" if info is None else f"holds {info.file_size:,} bytes"
+        if info is not None and info.file_size == need and need > left:  # records nested in others
+            raise _Refused(f"has storage records that overlap: with storage '{one_line(key, 40)}' they would hold more "
+                           f"bytes than the file's {size:,} (a zip bomb's trick): it is damaged or made to exhaust memory")
+        # the bytes read count, not the entry's size: a stored record is read to its compressed size, which may differ
+        raw = z.read(info) if info is not None and info.file_size == need else None
+        if raw is None or len(raw) != need:
+            got = "is missing" if info is None else f"holds {info.file_size if raw is None else len(raw):,} bytes"
             raise _Refused(f"names storage '{one_line(key, 40)}' of {numel:,} {kind.label} values ({need:,} bytes), "
                            f"but record data/{one_line(key, 40)} {got}: the file is damaged")
-        read[key] = _Storage(key, kind, np.frombuffer(z.read(info), dtype=kind.dtype.newbyteorder(order)))
+        left -= need
+        read[key] = _Storage(key, kind, np.frombuffer(raw, dtype=kind.dtype.newbyteorder(order)))
         return read[key]
 
     return load
 
 
-def _state_dict(f: Path, obj) -> dict[str, np.ndarray]:
-    """The pickle's object as a flat state dict: names -> arrays."""
+def _kind(v) -> str:
+    """What an object of the pickle is, for a message (never bertfeat's stand-ins' own names)."""
+    if isinstance(v, (_Tensor, _Storage)):
+        return "a tensor" if isinstance(v, _Tensor) else "a storage no tensor views"
+    name = next((n for n, g in _GLOBALS.items() if g is v), None)
+    if name is not None:
+        return f"the global {name}, uncalled"
+    return "None" if v is None else _a(type(v).__name__)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiouAEIOU' else 'a'} {noun}"
+
+
+def _state_dict(f: Path, obj) -> dict[str, _Tensor]:
+    """The pickle's object as a flat state dict: names -> tensors."""
     if type(obj) not in (dict, OrderedDict):
-        raise _refuse(f, f"holds a {type(obj).__name__}, not a state dict (names -> tensors)")
+        raise _refuse(f, f"holds {_kind(obj)}, not a state dict (names -> tensors)")
     out = {}
     for k, v in obj.items():
-        if type(k) is not str or not isinstance(v, _Tensor):
-            raise _refuse(f, f"holds entry {one_line(repr(k), 60)}, a {type(v).__name__} where a state dict holds a "
-                             "tensor under a name")
-        out[k] = v.array
+        if type(k) is not str:
+            raise _refuse(f, f"holds {_kind(v)} under the key {_show(k)}, where a state dict holds tensors under names")
+        if not isinstance(v, _Tensor):
+            raise _refuse(f, f"holds entry {_show(k)}, {_kind(v)} where a state dict holds a tensor under a name")
+        out[k] = v
+    return out
+
+
+def _arrays(f: Path, tensors: dict[str, _Tensor]) -> dict[str, np.ndarray]:
+    """Each tensor copied out of its storage into an array of its own (native byte order, bfloat16 widened exactly to
+    float32), once the copies are known to hold at most twice the values of the storages they view: a view saved again
+    under another name costs the pickle some 100 bytes, and its copy a whole storage (torch.load shares it)."""
+    total = sum(t.view.size for t in tensors.values())
+    stored = sum({id(t.storage): t.storage.data.size for t in tensors.values()}.values())
+    if total > 2 * stored:
+        raise _refuse(f, f"holds tensors of {total:,} values in all, more than twice the {stored:,} values of the "
+                         "storages they view (the same values under many names), as a module's weights never are")
+    out = {}
+    for k, t in tensors.items():
+        a = np.array(t.view, dtype=t.view.dtype.newbyteorder("="), order="C")
+        out[k] = from_bf16(a.reshape(-1)).reshape(a.shape) if t.storage.kind.label == "bfloat16" else a
     return out
 
 
@@ -459,7 +546,7 @@ def read_torch_file(f: Path) -> dict[str, np.ndarray]:
             raise
         raise _refuse(f, f"could not be read as a torch.save zip archive ({one_line(e)}): it is truncated or damaged",
                       f"re-download the model, or {RESAVE}") from None
-    out = _state_dict(f, obj)
+    out = _arrays(f, _state_dict(f, obj))
     for k, a in out.items():
         check_finite(a, k, f)
         if a.dtype == np.float16:

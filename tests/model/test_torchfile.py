@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import pickle
 import shutil
+import struct
 import zipfile
 from collections import OrderedDict
 from pathlib import Path
@@ -59,6 +60,48 @@ def _write_zip(path: Path, records: dict[str, bytes]) -> Path:
         for name, data in records.items():
             z.writestr(name, data)
     return path
+
+
+# pickles by hand, opcode by opcode (protocol 2), for what pickle.dumps never writes
+def _u(s: str) -> bytes:
+    return b"X" + struct.pack("<I", len(s.encode())) + s.encode()  # BINUNICODE
+
+
+def _i(n: int) -> bytes:
+    if 0 <= n < 2**31:
+        return b"J" + struct.pack("<i", n)  # BININT
+    b = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
+    return b"\x8a" + bytes([len(b)]) + b  # LONG1
+
+
+def _t(*items: bytes) -> bytes:
+    return b"(" + b"".join(items) + b"t"  # MARK ... TUPLE
+
+
+_HOOKS = b"ccollections\nOrderedDict\n)R"  # OrderedDict(): a tensor's backward hooks
+
+
+def _storage(key: str, numel: int, cls: str = "FloatStorage") -> bytes:
+    """('storage', torch.FloatStorage, key, 'cpu', numel) as a persistent id (BINPERSID)."""
+    return _t(_u("storage"), f"ctorch\n{cls}\n".encode(), _u(key), _u("cpu"), _i(numel)) + b"Q"
+
+
+def _tensor(storage: bytes, offset: int, size: tuple, stride: tuple, hooks: bytes = _HOOKS) -> bytes:
+    """_rebuild_tensor_v2(storage, offset, size, stride, False, hooks)."""
+    return (b"ctorch._utils\n_rebuild_tensor_v2\n" + _t(storage, _i(offset), _t(*map(_i, size)), _t(*map(_i, stride)),
+                                                          b"\x89", hooks) + b"R")
+
+
+def _pickled_state_dict(**tensors: bytes) -> bytes:
+    return b"\x80\x02}(" + b"".join(_u(k) + v for k, v in tensors.items()) + b"u."
+
+
+def _archive(path: Path, pkl: bytes, storages: dict[str, bytes] = {}) -> Path:  # noqa: B006 (never mutated)
+    return _write_zip(path, {"a/data.pkl": pkl, "a/byteorder": b"little", "a/version": b"3",
+                             **{f"a/data/{k}": v for k, v in storages.items()}})
+
+
+_FOUR = np.arange(4, dtype="<f4").tobytes()  # a storage of 4 float32 values
 
 
 # ---------------------------------------------------------------------------------------------- read as torch does
@@ -289,3 +332,252 @@ def test_a_compressed_record_is_refused(tmp_path):
         z.writestr("a/version", b"3")
     with pytest.raises(WeightsError, match="has record 'a/data.pkl' compressed or encrypted, as torch.save never"):
         read_torch_file(f)
+
+
+# ------------------------------------------------------------------------------------- hostile pickles, one line each
+_NOT_SD = "holds a data.pkl that is not a state dict as torch.save writes it"
+
+
+@pytest.mark.parametrize("where,what", [
+    ("size", "a tensor's size is ((((...),),),), not a tuple of whole numbers"),
+    ("hooks", "a tensor's backward hooks are {'k': {'k': {'k': {...}}}}, not the empty OrderedDict torch.save writes"),
+    ("persistent id", "persistent id ((((...),),),) is not ('storage', type, key, location, numel)"),
+])
+def test_objects_nested_deeper_than_python_recurses_are_named_in_one_line(tmp_path, where, what):
+    """100,000 nested tuples (or dicts) cost 2 (or 8) bytes of pickle a level, far deeper than repr() recurses: the
+    message quoting them was a RecursionError's traceback. Now the first levels are quoted."""
+    n = 100_000
+    deep = b")" + b"\x85" * n  # EMPTY_TUPLE, then TUPLE1 around it n times
+    pkl = {"size": _pickled_state_dict(w=b"ctorch._utils\n_rebuild_tensor_v2\n" + _t(
+               _storage("0", 4), _i(0), deep, _t(_i(1)), b"\x89", _HOOKS) + b"R"),
+           "hooks": _pickled_state_dict(w=_tensor(_storage("0", 4), 0, (4,), (1,),
+                                                  hooks=(b"}" + _u("k")) * n + b"}" + b"s" * n)),
+           "persistent id": b"\x80\x02" + deep + b"Q."}[where]
+    f = _archive(tmp_path / "m.bin", pkl, {"0": _FOUR})
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == f"{f} {_NOT_SD} ({what})"
+
+
+def test_an_object_shared_again_and_again_is_named_briefly(tmp_path):
+    """A list holding another ten times over (the memo: 2 bytes each), four levels deep, under 100-character strings:
+    its repr is 10,000 times the pickle, 10**(levels + 2) characters (at 8 levels, from a 10 KB file, bertfeat hung
+    building it). Quoted now as a few items of a few levels, whatever it holds."""
+    def shared(level: int) -> bytes:  # list `level`, memoized as `level`, holds list `level - 1` ten times
+        if level == 0:
+            return b"](" + _u("x" * 100) * 10 + b"eq\x00"
+        return b"](" + shared(level - 1) + (b"h" + bytes([level - 1])) * 9 + b"eq" + bytes([level])
+
+    f = _archive(tmp_path / "m.bin", b"\x80\x02" + shared(3) + b"Q.")
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} {_NOT_SD} (persistent id [[[[...], [...], [...], [...], [...], [...], ...], [[...], "
+                            "[...], [...], [...... is not ('storage', type, key, location, numel))")
+
+
+def test_a_persistent_id_is_quoted_with_its_storage_class_by_name(tmp_path):
+    f = _archive(tmp_path / "m.bin", b"\x80\x02" + _t(_u("storage"), b"ctorch\nFloatStorage\n", _u("0"), _u("cpu")) +
+                 b"Q.")
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} {_NOT_SD} (persistent id ('storage', torch.FloatStorage, '0', 'cpu') is not "
+                            "('storage', type, key, location, numel))")
+
+
+@pytest.mark.parametrize("size,stride,want", [
+    ((1, 4), (2**62, 1), np.arange(4, dtype=np.float32).reshape(1, 4)),
+    ((0, 5), (2**70, 1), np.zeros((0, 5), np.float32)),
+])
+def test_the_stride_of_a_dimension_that_never_steps_is_any(tmp_path, size, stride, want):
+    """A dimension of size 1 (or 0) never steps, so torch keeps whatever stride it had (torch.load gives these
+    tensors): it was an OverflowError's traceback (NumPy's strides are C longs). Read as torch reads them."""
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w=_tensor(_storage("0", 4), 0, size, stride)), {"0": _FOUR})
+    got = read_torch_file(f)["w"]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("size,what", [
+    ((0, 2**62), "holds a tensor of size (0, 4611686018427387904), which NumPy cannot hold ("),
+    ((0, 2**70), "holds a tensor of size (0, 1180591620717411303424), which NumPy cannot hold ("),
+    ((1,) * 65, "holds a tensor of 65 dimensions, more than NumPy's 64"),
+    ((2**31 - 1,) * 100_000, "holds a tensor of 100,000 dimensions, more than NumPy's 64"),
+])
+def test_a_shape_numpy_cannot_hold_is_refused_in_one_line(tmp_path, size, what):
+    """An empty tensor whose other sizes NumPy cannot hold (an OverflowError's traceback, or 'could not be read as a
+    torch.save zip archive ... truncated or damaged'), 65 dimensions (the same), 100,000 large sizes (700 KB of
+    pickle: 8 s multiplying them, then a 2 MB message line): each one line, at once."""
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w=_tensor(_storage("0", 4), 0, size, (1,) * len(size))),
+                 {"0": _FOUR})
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what.startswith(f"{f} {what}") and len(e.value.what) < 300 and "\n" not in e.value.what
+
+
+def test_a_storage_key_is_quoted_on_one_line(tmp_path):
+    """The key of a storage viewed as two dtypes is a string of the pickle (a line break, any length): cut to one line."""
+    key = "0\n" + "k" * 10_000
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(a=_tensor(_storage(key, 4), 0, (4,), (1,)),
+                                                         b=_tensor(_storage(key, 8, "HalfStorage"), 0, (8,), (1,))),
+                 {key: _FOUR})
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} views storage '0 kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...' as float32 of 4 elements and "
+                            "as float16 of 8")
+
+
+# ------------------------------------------------------------------------------------ memory bounded by the file
+@pytest.mark.parametrize("shared", ["storage", "tensor"])
+def test_one_storage_viewed_under_many_names_is_refused_before_copying(tmp_path, shared):
+    """A 1 MB storage viewed whole under 100 names (each ~60 bytes of pickle through the memo: the storage's, or the
+    tensor's itself): bertfeat copied each view out, 100 MB from a 1 MB file (a few KB more of pickle: gigabytes).
+    The copies may hold twice the values of the storages they view (a weight and its transpose); beyond, refused
+    before any is made."""
+    import tracemalloc
+
+    n = 1 << 18
+    first = _tensor(_storage("0", n) + b"q\x01", 0, (n,), (1,)) + b"q\x02"
+    again = {"storage": _tensor(b"h\x01", 0, (n,), (1,)), "tensor": b"h\x02"}[shared]
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w0=first, **{f"w{i}": again for i in range(1, 100)}),
+                 {"0": np.zeros(n, "<f4").tobytes()})
+    tracemalloc.start()
+    try:
+        with pytest.raises(WeightsError) as e:
+            read_torch_file(f)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert e.value.what == (f"{f} holds tensors of 26,214,400 values in all, more than twice the 262,144 values of the "
+                            "storages they view (the same values under many names), as a module's weights never are")
+    assert peak < 3 * 4 * n, peak
+
+
+def test_a_storage_viewed_twice_whole_is_read(tmp_path):
+    """Twice the storage's values (a weight and its transpose, as in the torch test above): read, each its own array."""
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w=_tensor(_storage("0", 4) + b"q\x01", 0, (2, 2), (2, 1)),
+                                                         t=_tensor(b"h\x01", 0, (2, 2), (1, 2))), {"0": _FOUR})
+    got = read_torch_file(f)
+    np.testing.assert_array_equal(got["w"], [[0, 1], [2, 3]])
+    np.testing.assert_array_equal(got["t"], [[0, 2], [1, 3]])
+    assert not np.shares_memory(got["w"], got["t"]) and got["t"].flags.c_contiguous
+
+
+def test_a_data_pkl_larger_than_a_state_dict_needs_is_refused_unread(tmp_path):
+    """Each byte of a pickle may cost ~100 bytes of memory as the objects it makes (a MARK: a list; MEMOIZE: a memo
+    entry): 10 MB of MARKs took 900 MB and 5 s. A state dict's pickle takes some 140 bytes a tensor: over 1 MiB
+    (7,000 tensors; a Dense has 2 or 3) is refused before it is read."""
+    f = _archive(tmp_path / "m.bin", b"\x80\x02" + b"(" * (1 << 20) + b"}.")
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} has a data.pkl of 1,048,580 bytes, more than a state dict's pickle takes (about 140 a "
+                            "tensor; bertfeat reads up to 1,048,576)")
+
+
+# ----------------------------------------------------------------------------- zip archives torch does not read
+def test_a_zip_archive_after_other_bytes_is_refused(tmp_path):
+    """zipfile finds an archive at the end of any file; torch.load reads a zip only when the file starts with its
+    first record (else it tries the legacy format, and fails). bertfeat read the tensors torch.load cannot."""
+    good = _archive(tmp_path / "good.bin", _pickled_state_dict(w=_tensor(_storage("0", 4), 0, (4,), (1,))), {"0": _FOUR})
+    np.testing.assert_array_equal(read_torch_file(good)["w"], [0, 1, 2, 3])
+    f = tmp_path / "m.bin"
+    f.write_bytes(b"#!/bin/sh\necho hello\n" + good.read_bytes())
+    with zipfile.ZipFile(f) as z:
+        assert "a/data/0" in z.namelist()  # still an archive to zipfile
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} is a zip archive after other bytes, which torch.load does not read (a torch.save "
+                            "file starts with its first record)")
+
+
+def test_a_storage_record_shorter_than_its_entry_says_is_refused(tmp_path):
+    """data/0's central directory entry: 16 bytes (the storage's 4 float32 values), but a compressed size of 8 (its
+    CRC of those 8): zipfile reads 8 bytes, and bertfeat gave a tensor of the 2 values there as if all were well."""
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w=_tensor(_storage("0", 4), 0, (2,), (1,))), {"0": _FOUR[:8]})
+    raw = bytearray(f.read_bytes())
+    at = raw.index(b"PK\x01\x02")  # the first central directory entry
+    while raw[at + 46:at + 46 + struct.unpack_from("<H", raw, at + 28)[0]] != b"a/data/0":  # its name
+        at = raw.index(b"PK\x01\x02", at + 1)
+    struct.pack_into("<I", raw, at + 24, 16)  # its uncompressed size; the compressed size stays 8
+    f.write_bytes(bytes(raw))
+    with zipfile.ZipFile(f) as z:
+        assert z.getinfo("a/data/0").file_size == 16 and len(z.read("a/data/0")) == 8
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == (f"{f} names storage '0' of 4 float32 values (16 bytes), but record data/0 holds 8 bytes: "
+                            "the file is damaged")
+
+
+@pytest.mark.parametrize("pkl,what", [
+    (b"\x80\x02}(J\x01\x00\x00\x00" + _tensor(_storage("0", 4), 0, (4,), (1,)) + b"u.",
+     "holds a tensor under the key 1, where a state dict holds tensors under names"),
+    (_pickled_state_dict(w=_storage("0", 4)), "holds entry 'w', a storage no tensor views where a state dict holds a "
+                                              "tensor under a name"),
+    (_pickled_state_dict(w=b"N"), "holds entry 'w', None where a state dict holds a tensor under a name"),
+    (b"\x80\x02ctorch\nFloatStorage\n.", "holds the global torch.FloatStorage, uncalled, not a state dict (names -> "
+                                         "tensors)"),
+    (b"\x80\x02J\x01\x00\x00\x00.", "holds an int, not a state dict (names -> tensors)"),
+    (b"\x80\x02}}b.", f"{_NOT_SD} (it sets the state of something other than an OrderedDict)"),
+], ids=["int key", "bare storage", "None", "storage class", "int", "BUILD on a dict"])
+def test_what_the_pickle_holds_instead_is_said_in_torchs_words(tmp_path, pkl, what):
+    """A tensor under a number was 'entry 1, a _Tensor where a state dict holds a tensor': the value blamed, in the
+    name of bertfeat's stand-in class; so were a storage (_Storage), None (NoneType), a storage class (_StorageType)."""
+    f = _archive(tmp_path / "m.bin", pkl, {"0": _FOUR})
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    assert e.value.what == f"{f} {what}"
+
+
+def _nested_records(path: Path, levels: int) -> Path:
+    """A zip whose record data/0 holds (as its data) data/1's header and data, which holds data/2's ...: the quoted
+    overlap of a zip bomb, made of stored records. Each record's data is all the file's from it on, so reading
+    ``levels`` of them reads about levels / 2 times the file. data.pkl: a state dict of one tensor on each."""
+    import zlib
+
+    def local(name: bytes, data: bytes, extra: int = 0) -> bytes:  # a record's local header
+        crc, n = zlib.crc32(data), len(data)
+        return b"PK\x03\x04" + struct.pack("<5H3I2H", 20, 0, 0, 0, 0x21, crc, n, n, len(name), extra) + name + b"\0" * extra
+
+    def central(name: bytes, data: bytes, offset: int) -> bytes:  # its entry in the central directory
+        crc, n = zlib.crc32(data), len(data)
+        return b"PK\x01\x02" + struct.pack("<6H3I5H2I", 20, 20, 0, 0, 0, 0x21, crc, n, n, len(name), 0, 0, 0, 0, 0,
+                                            offset) + name
+
+    names = [f"a/data/{i:04d}".encode() for i in range(levels)]
+    blob = b"\0" * 4
+    for name in reversed(names):  # innermost first; 44-byte headers (3 bytes of extra field): whole float32 values
+        blob = local(name, blob, extra=3) + blob
+    datas = [blob[44 * (i + 1):] for i in range(levels)]
+    pkl = _pickled_state_dict(**{f"w{i}": _tensor(_storage(f"{i:04d}", len(d) // 4), 0, (len(d) // 4,), (1,))
+                                 for i, d in enumerate(datas)})
+    front, entries = b"", b""
+    for name, data in ((b"a/data.pkl", pkl), (b"a/version", b"3")):
+        entries += central(name, data, len(front))
+        front += local(name, data) + data
+    entries += b"".join(central(name, d, len(front) + 44 * i) for i, (name, d) in enumerate(zip(names, datas)))
+    body = front + blob
+    end = b"PK\x05\x06" + struct.pack("<4H2IH", 0, 0, levels + 2, levels + 2, len(entries), len(body), 0)
+    path.write_bytes(body + entries + end)
+    return path
+
+
+def test_storage_records_nested_in_each_other_are_refused_before_reading_past_the_file(tmp_path):
+    """300 records each holding the next (a 75 KB file): their storages held 2 MB, 26 times the file (2,000 levels, a
+    309 KB file: 84 MB; quadratic in the levels). The storages may hold no more bytes than the file: refused at the
+    first record past it, before reading it."""
+    import tracemalloc
+
+    f = _nested_records(tmp_path / "m.bin", 300)
+    with zipfile.ZipFile(f) as z:  # zipfile reads every record, each to its CRC (no overlap check in Python 3.11)
+        nested = sum(len(z.read(n)) for n in z.namelist() if "/data/" in n)
+    assert nested > 25 * f.stat().st_size
+    tracemalloc.start()
+    try:
+        with pytest.raises(WeightsError) as e:
+            read_torch_file(f)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert e.value.what == (f"{f} has storage records that overlap: with storage '0005' they would hold more bytes "
+                            f"than the file's {f.stat().st_size:,} (a zip bomb's trick): it is damaged or made to "
+                            "exhaust memory")
+    assert peak < nested / 4, (peak, nested)  # (the archive's entries and the pickle: a few times the file)
