@@ -1142,10 +1142,21 @@ def test_a_dropout_without_config_json_is_sentence_transformers_default(around, 
     np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
 
 
-def test_cli_extract_info_and_verify_with_a_layer_norm(around, tmp_path, capsys):
+def _refused_in_python_and_cli(d, message: str, capsys) -> None:
+    """Encoder(d) raises ``message``; `bertfeat info d` prints it as its one Error line, exit 1."""
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == message
+    capsys.readouterr()
+    assert main(["info", str(d)]) == 1
+    assert capsys.readouterr().err == f"Error: {message}\n"
+
+
+def _extract_matches_st(d, tmp_path):
+    """`bertfeat extract` of TEXTS (the non-empty ones) with model ``d``: its features equal SentenceTransformer's;
+    -> (texts, output path, provenance)."""
     import pyarrow.parquet as pq
 
-    d = around["layernorm_dense_dropout_normalize"]
     texts = [t for t in TEXTS if t]
     src = tmp_path / "in.jsonl"
     src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
@@ -1154,7 +1165,12 @@ def test_cli_extract_info_and_verify_with_a_layer_norm(around, tmp_path, capsys)
     table = pq.read_table(out)
     X = np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
     np.testing.assert_allclose(X, _st_encode(_st(d), texts), atol=1e-5, rtol=0)
-    meta = json.loads(table.schema.metadata[b"bertfeat"])
+    return texts, out, json.loads(table.schema.metadata[b"bertfeat"])
+
+
+def test_cli_extract_info_and_verify_with_a_layer_norm(around, tmp_path, capsys):
+    d = around["layernorm_dense_dropout_normalize"]
+    _, out, meta = _extract_matches_st(d, tmp_path)
     assert meta["fingerprint"]["layer_norm"] == ["2_LayerNorm"] and meta["dense"] == ["3_Dense"]
     assert meta["pipeline"][2:4] == ["LayerNorm 32 (2_LayerNorm/model.safetensors)",
                                      "Dense 32->16 tanh (3_Dense/model.safetensors)"]
@@ -1243,13 +1259,7 @@ def test_a_dropout_or_layer_norm_bertfeat_cannot_reproduce_is_refused(around, tm
     d = tmp_path / "m"
     shutil.copytree(around[name], d)
     _edit_module(d, **edit)
-    message = message.format(d=d)
-    with pytest.raises(BertfeatError) as e:
-        Encoder(d)
-    assert str(e.value) == message
-    capsys.readouterr()
-    assert main(["info", str(d)]) == 1
-    assert capsys.readouterr().err == f"Error: {message}\n"
+    _refused_in_python_and_cli(d, message.format(d=d), capsys)
     if st_fails:
         with pytest.raises(Exception):
             SentenceTransformer(str(d), device="cpu")
@@ -1405,21 +1415,12 @@ def test_weighted_layer_pooling_without_every_layers_states_does_nothing_as_in_s
 
 
 def test_cli_extract_and_verify_with_a_weighted_layer_pooling(wlp_bases, tmp_path, capsys):
-    import pyarrow.parquet as pq
     from safetensors.numpy import load_file, save_file
 
     from bertfeat.cache.store import cache_fingerprint
 
     d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1, dense=True)
-    texts = [t for t in TEXTS if t]
-    src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-    out = tmp_path / "out.parquet"
-    assert main(["extract", str(src), "-m", str(d), "-o", str(out), "-q"]) == 0
-    table = pq.read_table(out)
-    X = np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
-    np.testing.assert_allclose(X, _st_encode(_st(d), texts), atol=1e-5, rtol=0)
-    meta = json.loads(table.schema.metadata[b"bertfeat"])
+    _, out, meta = _extract_matches_st(d, tmp_path)
     assert meta["layers"] == [1, 2, 3] and len(meta["fingerprint"]["layer_weights"]) == 3
     assert meta["pipeline"][1] == "WeightedLayerPooling of layers 1..3 (1_WeightedLayerPooling/model.safetensors)"
     assert {"1_WeightedLayerPooling/config.json", "1_WeightedLayerPooling/model.safetensors"} <= set(meta["model_files"])
@@ -1461,13 +1462,7 @@ _WLP_CONFIG = {"embedding_dimension": 32, "layer_start": 1, "num_hidden_layers":
 def test_a_weighted_layer_pooling_bertfeat_cannot_reproduce_is_refused(wlp_bases, tmp_path, capsys, edit, message):
     d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1)
     _edit_module(d, "1_WeightedLayerPooling", **edit)
-    message = message.format(d=d)
-    with pytest.raises(BertfeatError) as e:
-        Encoder(d)
-    assert str(e.value) == message
-    capsys.readouterr()
-    assert main(["info", str(d)]) == 1
-    assert capsys.readouterr().err == f"Error: {message}\n"
+    _refused_in_python_and_cli(d, message.format(d=d), capsys)
 
 
 def test_a_weighted_layer_pooling_out_of_place_or_over_some_layers_is_refused(wlp_bases, tmp_path):

@@ -426,20 +426,10 @@ def test_a_storage_key_is_quoted_on_one_line(tmp_path):
                             "as float16 of 8")
 
 
-# ------------------------------------------------------------------------------------ memory bounded by the file
-@pytest.mark.parametrize("shared", ["storage", "tensor"])
-def test_one_storage_viewed_under_many_names_is_refused_before_copying(tmp_path, shared):
-    """A 1 MB storage viewed whole under 100 names (each ~60 bytes of pickle through the memo: the storage's, or the
-    tensor's itself): bertfeat copied each view out, 100 MB from a 1 MB file (a few KB more of pickle: gigabytes).
-    The copies may hold twice the values of the storages they view (a weight and its transpose); beyond, refused
-    before any is made."""
+def _refused_with_peak(f):
+    """read_torch_file(f) refused: -> (the pytest ExceptionInfo, the peak bytes Python allocated meanwhile)."""
     import tracemalloc
 
-    n = 1 << 18
-    first = _tensor(_storage("0", n) + b"q\x01", 0, (n,), (1,)) + b"q\x02"
-    again = {"storage": _tensor(b"h\x01", 0, (n,), (1,)), "tensor": b"h\x02"}[shared]
-    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w0=first, **{f"w{i}": again for i in range(1, 100)}),
-                 {"0": np.zeros(n, "<f4").tobytes()})
     tracemalloc.start()
     try:
         with pytest.raises(WeightsError) as e:
@@ -447,6 +437,23 @@ def test_one_storage_viewed_under_many_names_is_refused_before_copying(tmp_path,
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+    return e, peak
+
+
+# ------------------------------------------------------------------------------------ memory bounded by the file
+@pytest.mark.parametrize("shared", ["storage", "tensor"])
+def test_one_storage_viewed_under_many_names_is_refused_before_copying(tmp_path, shared):
+    """A 1 MB storage viewed whole under 100 names (each ~60 bytes of pickle through the memo: the storage's, or the
+    tensor's itself): bertfeat copied each view out, 100 MB from a 1 MB file (a few KB more of pickle: gigabytes).
+    The copies may hold twice the values of the storages they view (a weight and its transpose); beyond, refused
+    before any is made."""
+
+    n = 1 << 18
+    first = _tensor(_storage("0", n) + b"q\x01", 0, (n,), (1,)) + b"q\x02"
+    again = {"storage": _tensor(b"h\x01", 0, (n,), (1,)), "tensor": b"h\x02"}[shared]
+    f = _archive(tmp_path / "m.bin", _pickled_state_dict(w0=first, **{f"w{i}": again for i in range(1, 100)}),
+                 {"0": np.zeros(n, "<f4").tobytes()})
+    e, peak = _refused_with_peak(f)
     assert e.value.what == (f"{f} holds tensors of 26,214,400 values in all, more than twice the 262,144 values of the "
                             "storages they view (the same values under many names), as a module's weights never are")
     assert peak < 3 * 4 * n, peak
@@ -564,19 +571,12 @@ def test_storage_records_nested_in_each_other_are_refused_before_reading_past_th
     """300 records each holding the next (a 75 KB file): their storages held 2 MB, 26 times the file (2,000 levels, a
     309 KB file: 84 MB; quadratic in the levels). The storages may hold no more bytes than the file: refused at the
     first record past it, before reading it."""
-    import tracemalloc
 
     f = _nested_records(tmp_path / "m.bin", 300)
     with zipfile.ZipFile(f) as z:  # zipfile reads every record, each to its CRC (no overlap check in Python 3.11)
         nested = sum(len(z.read(n)) for n in z.namelist() if "/data/" in n)
     assert nested > 25 * f.stat().st_size
-    tracemalloc.start()
-    try:
-        with pytest.raises(WeightsError) as e:
-            read_torch_file(f)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    e, peak = _refused_with_peak(f)
     assert e.value.what == (f"{f} has storage records that overlap: with storage '0005' they would hold more bytes "
                             f"than the file's {f.stat().st_size:,} (a zip bomb's trick): it is damaged or made to "
                             "exhaust memory")
