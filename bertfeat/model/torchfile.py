@@ -587,7 +587,12 @@ def _load(use: _Use, f: Path) -> dict[str, _Tensor]:
         with _open(use, f) as z:
             _, records = _records(use, f, z)
             order = _check_archive(use, f, z, records)
-            obj = _Unpickler(z.read(records["data.pkl"]), _storage_reader(f, z, records, order), use).load()
+            unpickler = _Unpickler(z.read(records["data.pkl"]), _storage_reader(f, z, records, order), use)
+            try:
+                obj = unpickler.load()
+            finally:  # its opcode table refers to it (a cycle only the collector frees): its memo held every storage
+                unpickler.ops.clear()
+                unpickler.memo.clear()
     except _Refused as e:
         raise _refuse(use, f, str(e)) from None
     except (_Invalid, IndexError, UnicodeDecodeError, struct.error) as e:
