@@ -1,8 +1,9 @@
 """Weight loading, in one place.
 
-Reads safetensors once (one file, or shards listed in model.safetensors.index.json; every header checked as
+Reads the checkpoint once: safetensors (one file, or shards listed in model.safetensors.index.json; every header checked as
 safetensors' own reader checks it, and every shard against the index, before a tensor is read: _read_header,
-_check_shards), maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
+_check_shards), else, as transformers picks files, torch.save's pytorch_model.bin or its shards (torchfile.py:
+never unpickled; the shards checked against pytorch_model.bin.index.json alike); maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
 to (in, out) so the forward pass does ``x @ W``, and checks every key and shape, and that
 every floating-point tensor is finite (a NaN or inf is refused with the tensor's name). Errors name a tensor as the
 file spells it (Tensors.stored); a missing one says why when it can tell (_missing: a TensorFlow / Flax file, a wrapper's
