@@ -10,7 +10,7 @@ import numpy as np
 
 def model_file_paths(model: str | None = None) -> list[Path]:
     """The files a model's vectors depend on, without loading it: every file its loading reads (hub.model_files, the
-    list the cache key and the resume manifest hash too), its safetensors weights (and their index) first, each
+    list the cache key and the resume manifest hash too), its weights (safetensors, or pytorch_model.bin; and their index) first, each
     inside the model folder. For build tools: ``bertfeat info MODEL --files``."""
     from .model.hub import model_files, resolve_model
 

@@ -1,7 +1,7 @@
 """Model resolution: a name or path on the command line -> a local model directory.
 
 Never touches the network. Looks, in order, at:
-  1. a local directory (Hugging Face layout: config.json, *.safetensors, tokenizer files; or a sentence-transformers
+  1. a local directory (Hugging Face layout: config.json, *.safetensors or pytorch_model.bin, tokenizer files; or a sentence-transformers
      folder in the older layout, the encoder's files in the Transformer module's folder modules.json names);
   2. the Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub):
      models--ORG--NAME/snapshots/REV/;
@@ -123,14 +123,14 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
     cache's fingerprint and the resume manifest (``weights=False``: the weights are in them by their sha256, which
     covers the shards in their index's order, so the index too) and ``bertfeat info --files`` (the weights first).
 
-    The encoder's safetensors weights (and their index), config.json, the tokenizer's files (tokenize.tokenizer_files),
+    The encoder's weights (weights.checkpoint_files: safetensors, else pytorch_model.bin; and their index), config.json, the tokenizer's files (tokenize.tokenizer_files),
     and, beside a modules.json, sentence_bert_config.json, modules.json, config_sentence_transformers.json and each
     module's files (stmodules.module_files), the ones present. Each is checked as the loading checks it (Encoder calls this first):
     inside ``root`` once symbolic links are followed (config.inside_folder) and a regular file (config.model_file),
     else one line saying which file and why."""
     from .stmodules import module_files
     from .tokenize import tokenizer_files
-    from .weights import checkpoint_files
+    from .weights import checkpoint_files, checkpoint_index
 
     root = Path(root)
     sub = encoder_folder(root)
@@ -138,8 +138,8 @@ def model_files(root: Path, weights: bool = True) -> list[str]:
         raise _no_encoder_error(root)
     enc = root / sub
     modules = module_files(root)  # modules.json first: a module path out of the folder is refused before all else
-    shards = checkpoint_files(enc)
-    index = [enc / "model.safetensors.index.json"] if shards != [enc / "model.safetensors"] else []  # if present
+    shards = checkpoint_files(enc)  # safetensors, else torch.save's pytorch_model.bin (or its shards)
+    index = [i] if (i := checkpoint_index(shards)) is not None else []  # if present
     # sentence_bert_config.json and config_sentence_transformers.json are read beside modules.json only (as there)
     st = ([enc / "sentence_bert_config.json", root / "modules.json", root / "config_sentence_transformers.json"]
           if model_file(root / "modules.json") is not None else [])

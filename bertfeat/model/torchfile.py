@@ -1,10 +1,14 @@
 """torch.save's zip checkpoints, read without PyTorch as ``torch.load(f, weights_only=True)`` reads a state dict.
 
-What it owns: a sentence-transformers module's ``pytorch_model.bin`` -> {name: array}, as
-weights.read_safetensors_file reads a ``model.safetensors`` (each tensor checked finite, float16 and bfloat16 widened
-exactly to float32). Older sentence-transformers saved a Dense module's weights only so (distiluse-base-multilingual-
-cased-v1/v2, LaBSE, models fine-tuned with them). Used for those module weights only: the encoder's own weights stay
-safetensors (weights.py).
+What it owns: torch.save's ``pytorch_model.bin`` read as a state dict, and the finite check of a tensor both
+formats' readers share (check_finite). Two uses:
+  * a sentence-transformers module's (read_torch_file -> {name: array}, as weights.read_safetensors_file reads a
+    ``model.safetensors``: each tensor checked finite, float16 and bfloat16 widened exactly to float32). Older
+    sentence-transformers saved a Dense module's weights only so (distiluse-base-multilingual-cased-v1/v2, LaBSE);
+  * the encoder's, when its folder has no safetensors weights (transformers before 4.35 saved ``pytorch_model.bin``,
+    or its shards, by default): open_torch_file gives weights.read_tensors what a safetensors file gives it (names,
+    get one tensor, the names stored in bfloat16), so every name table, shape check and bf16 load is the same. It
+    reads int64 buffers too (transformers < 4.31 saved ``embeddings.position_ids``); a module's file may not hold one.
 
 The safety rule: the pickle in the file is never given to Python's unpickler. A small interpreter of its opcodes
 (_Unpickler, as torch's own _weights_only_unpickler) resolves ONLY the globals a plain state dict names (_GLOBALS:
@@ -28,7 +32,9 @@ Refused, each with a line saying how to re-save: torch's legacy format (before 1
 another dtype, a tensor with its conj or neg bit set, a view reaching past its storage or holding more elements than
 it, anything but one flat dict of names to tensors.
 
-Memory stays within a few times the file's size: records are read as stored (never inflated), the storages no more
+Memory: an encoder's load holds the file's size and the arrays copied out (each storage let go once its last tensor
+is copied: a bert-base .bin loads at the peak RSS of its safetensors copy in fp32, 796 vs 792 MB; in bf16 541 vs 333
+MB, the file's bytes held at the start). Always within a few times the file's size: records are read as stored (never inflated), the storages no more
 bytes than the file (records nested in others, a zip bomb's trick, would read it many times), data.pkl up to 1 MiB
 (_MAX_PICKLE), and each tensor is copied out of its storage only after the whole pickle is read, the copies holding at
 most twice the values of the storages they view (_arrays). Messages quote the pickle's objects a few levels deep
@@ -43,14 +49,14 @@ import pickle
 import reprlib
 import struct
 import zipfile
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import WeightsError, one_line
 from ..ops.bf16 import from_bf16
-from .weights import check_finite
 
 #: how to get a file bertfeat reads (the fix of every refusal)
 RESAVE = ("re-save the module's weights where sentence-transformers is installed: "
@@ -63,6 +69,32 @@ _MAX_DIMS = 64  # the most dimensions a NumPy array has (NumPy 2)
 #: the largest data.pkl read: a state dict's takes some 140 bytes a tensor, and each of its bytes may cost up to ~100
 #: of memory as objects (a MARK, a memo entry)
 _MAX_PICKLE = 1 << 20
+
+
+NONFINITE_FIX = "the checkpoint is corrupt or was saved from a diverged training run: re-download or re-save it"
+
+
+def check_finite(t: np.ndarray, key: str, where: Path, bf16_bits: bool = False) -> None:
+    """Refuse a floating-point tensor holding NaN or infinity, named as the checkpoint names it.
+
+    A float tensor costs a min and a max (NaN propagates through both; no temporary array): bert-base's 110 M values
+    in about 30 ms. ``bf16_bits``: ``t`` holds bf16 bit patterns (uint16), judged by their exponent."""
+    if bf16_bits:
+        mag = t & np.uint16(0x7FFF)  # the bits without the sign: all-ones exponent = inf (0x7F80) or NaN (above)
+        if mag.max(initial=0) < 0x7F80:
+            return
+        n_nan, n_inf = int(np.count_nonzero(mag > 0x7F80)), int(np.count_nonzero(mag == 0x7F80))
+    elif t.dtype.kind != "f" or t.size == 0 or (np.isfinite(t.min()) and np.isfinite(t.max())):
+        if t.dtype.kind == "f" and t.dtype.itemsize > 4 and t.size:  # float64: finite here, but read as float32
+            big = max(abs(float(t.min())), abs(float(t.max())))
+            if big > float(np.finfo(np.float32).max):
+                raise WeightsError(f"{where}: tensor '{key}' holds a value beyond float32's range ({big:.3g}), which "
+                                   "would be infinite as bertfeat reads it", NONFINITE_FIX)
+        return
+    else:
+        n_nan, n_inf = int(np.count_nonzero(np.isnan(t))), int(np.count_nonzero(np.isinf(t)))
+    raise WeightsError(f"{where}: tensor '{key}' has {n_nan + n_inf:,} NaN or infinite value(s) of {t.size:,} "
+                       f"({n_nan:,} NaN, {n_inf:,} infinite)", NONFINITE_FIX)
 
 
 class _StorageType:
@@ -79,6 +111,28 @@ class _StorageType:
 _STORAGES = {f"torch.{n}": _StorageType(f"torch.{n}", dt, label) for n, dt, label in (
     ("FloatStorage", np.float32, "float32"), ("HalfStorage", np.float16, "float16"),
     ("BFloat16Storage", np.uint16, "bfloat16"), ("DoubleStorage", np.float64, "float64"))}
+#: an encoder's checkpoint may hold int64 buffers too: transformers before 4.31 saved embeddings.position_ids
+#: (weights.ALLOWED_UNUSED), as its safetensors do as I64
+_INT_STORAGES = {"torch.LongStorage": _StorageType("torch.LongStorage", np.int64, "int64")}
+
+
+@dataclass(frozen=True)
+class _Use:
+    """What a file is read as: the storage classes resolved, the words messages call its tensors, the fix."""
+
+    storages: dict
+    noun: str
+    resave: str
+
+    @property
+    def globals(self) -> dict:
+        return {**_GLOBALS, **self.storages}
+
+
+#: how to get an encoder's file bertfeat reads (the fix of every refusal of one)
+ENCODER_RESAVE = ("re-save the model where transformers is installed: AutoModel.from_pretrained(dir)."
+                  "save_pretrained(dir) writes model.safetensors (a sentence-transformers model: "
+                  "SentenceTransformer(dir).save(dir))")
 
 
 class _Storage:
@@ -146,7 +200,7 @@ def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks, meta
     _no_hooks(hooks)
     if metadata is not None and (not isinstance(metadata, dict) or any(metadata.values())):
         raise _Refused(f"holds a tensor with metadata {_show(metadata)} (its conj or neg bit set: a "
-                       "complex tensor's view), which no module weight is")
+                       "complex tensor's view), which no model's weight is")
     if len(size) != len(stride):
         raise _Invalid(f"a tensor has size {_show(size)} but stride {_show(stride)}")
     if len(size) > _MAX_DIMS:  # (before math.prod, quadratic in the number of large sizes)
@@ -182,17 +236,19 @@ def _ordered_dict(*args) -> OrderedDict:
     return OrderedDict()
 
 
-#: every global bertfeat resolves, to its own stand-in
+#: every global bertfeat resolves but the storage classes (_Use.storages), to its own stand-in
 _GLOBALS = {"collections.OrderedDict": _ordered_dict, "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
             "torch._utils._rebuild_parameter": _rebuild_parameter,
-            "torch._utils._rebuild_parameter_with_state": _rebuild_parameter, **_STORAGES}
+            "torch._utils._rebuild_parameter_with_state": _rebuild_parameter}
 _CALLABLE = (_ordered_dict, _rebuild_tensor_v2, _rebuild_parameter)
+_MODULE = _Use(_STORAGES, "a module's weights", RESAVE)
+_ENCODER = _Use({**_STORAGES, **_INT_STORAGES}, "an encoder's weights", ENCODER_RESAVE)
 
 
-def _refused_global(full: str) -> _Refused:
+def _refused_global(use: _Use, full: str) -> _Refused:
     if full.startswith("torch.") and full.endswith("Storage"):
-        return _Refused(f"holds tensors of {full}, a dtype bertfeat does not read as a module's weights (it reads "
-                        f"{', '.join(k.label for k in _STORAGES.values())})")
+        return _Refused(f"holds tensors of {full}, a dtype bertfeat does not read as {use.noun} (it reads "
+                        f"{', '.join(k.label for k in use.storages.values())})")
     return _Refused(f"names the global {one_line(full, 120)} in its pickle, which a plain state dict does not need: "
                     "bertfeat refused it without running it (the file is not only tensors; do not open it with "
                     "torch.load(weights_only=False) either)")
@@ -202,8 +258,9 @@ class _Unpickler:
     """The opcodes torch.save writes for a state dict (pickle protocol 2, and 4's framing), nothing else: no
     global but _GLOBALS, no call but theirs, BUILD only on an OrderedDict (a state dict's ``_metadata``, dropped)."""
 
-    def __init__(self, data: bytes, storage):
+    def __init__(self, data: bytes, storage, use: _Use):
         self.file = io.BytesIO(data)
+        self.use, self.globals = use, use.globals
         self.storage = storage  # persistent_load: (key, type, numel) -> _Storage
         self.stack: list = []
         self.marks: list[list] = []
@@ -335,9 +392,9 @@ class _Unpickler:
 
     def resolve(self, module: str, name: str) -> None:
         full = f"{module}.{name}"
-        if full not in _GLOBALS:
-            raise _refused_global(full)
-        self.push(_GLOBALS[full])
+        if full not in self.globals:
+            raise _refused_global(self.use, full)
+        self.push(self.globals[full])
 
     def reduce(self) -> None:
         args, fn = self.pop(), self.pop()
@@ -368,71 +425,71 @@ def _opname(op: int) -> str:
     return f"{names[op]} (0x{op:02x})" if op in names else f"0x{op:02x}"
 
 
-def _refuse(f: Path, what: str, fix: str = RESAVE) -> WeightsError:
-    return WeightsError(f"{f} {what}", fix)
+def _refuse(use: "_Use", f: Path, what: str, fix: str | None = None) -> WeightsError:
+    return WeightsError(f"{f} {what}", fix or use.resave)
 
 
-def _open(f: Path) -> zipfile.ZipFile:
+def _open(use: "_Use", f: Path) -> zipfile.ZipFile:
     """The zip archive, or a refusal saying what the file is instead (torch's legacy format, empty, damaged)."""
     with open(f, "rb") as fh:
         head = fh.read(len(_LEGACY_MAGIC))
     if head.startswith(_LEGACY_MAGIC):
-        raise _refuse(f, "is in torch.save's legacy format (PyTorch before 1.6, or _use_new_zipfile_serialization="
+        raise _refuse(use, f, "is in torch.save's legacy format (PyTorch before 1.6, or _use_new_zipfile_serialization="
                          "False), which bertfeat does not read",
                       "re-save it in the zip format where PyTorch is installed: torch.save(torch.load(path, "
-                      f"weights_only=True), path); or {RESAVE}")
+                      f"weights_only=True), path); or {use.resave}")
     if not head:
-        raise _refuse(f, "is empty (0 bytes)", f"restore the file from the model, or {RESAVE}")
+        raise _refuse(use, f, "is empty (0 bytes)", f"restore the file from the model, or {use.resave}")
     try:
         z = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
-        raise _refuse(f, f"is not a torch.save zip archive ({one_line(e)}): it is truncated or damaged, or was "
-                         "written by something else", f"re-download the model, or {RESAVE}") from None
+        raise _refuse(use, f, f"is not a torch.save zip archive ({one_line(e)}): it is truncated or damaged, or was "
+                         "written by something else", f"re-download the model, or {use.resave}") from None
     if not head.startswith(b"PK\x03\x04"):  # zipfile finds an archive anywhere before its end; torch.load does not
         z.close()
-        raise _refuse(f, "is a zip archive after other bytes, which torch.load does not read (a torch.save file starts "
-                         "with its first record)", f"re-download the model, or {RESAVE}")
+        raise _refuse(use, f, "is a zip archive after other bytes, which torch.load does not read (a torch.save file starts "
+                         "with its first record)", f"re-download the model, or {use.resave}")
     return z
 
 
-def _records(f: Path, z: zipfile.ZipFile) -> tuple[str, dict[str, zipfile.ZipInfo]]:
+def _records(use: "_Use", f: Path, z: zipfile.ZipFile) -> tuple[str, dict[str, zipfile.ZipInfo]]:
     """(the top folder, record name inside it -> its entry): the records in the folder of the first, as torch
     reads them (others are not read)."""
     infos = z.infolist()
     if not infos or "/" not in infos[0].filename:
         first = infos[0].filename if infos else None
-        raise _refuse(f, "is a zip archive but not torch.save's: " + (
+        raise _refuse(use, f, "is a zip archive but not torch.save's: " + (
             "it holds no record" if first is None else f"its first record '{one_line(first, 80)}' is in no folder"))
     top = infos[0].filename.split("/", 1)[0] + "/"
     records: dict[str, zipfile.ZipInfo] = {}
     for i in infos:
         if i.filename.startswith(top):
             if i.filename[len(top):] in records:
-                raise _refuse(f, f"has record '{one_line(i.filename, 80)}' twice: it is damaged")
+                raise _refuse(use, f, f"has record '{one_line(i.filename, 80)}' twice: it is damaged")
             records[i.filename[len(top):]] = i
     return top, records
 
 
-def _check_archive(f: Path, z: zipfile.ZipFile, records: dict) -> str:
+def _check_archive(use: "_Use", f: Path, z: zipfile.ZipFile, records: dict) -> str:
     """The archive's version and byte order checked: -> the byte order of its storages ('<' or '>')."""
     if "constants.pkl" in records:
-        raise _refuse(f, "is a TorchScript archive (torch.jit.save), not a state dict saved by torch.save")
+        raise _refuse(use, f, "is a TorchScript archive (torch.jit.save), not a state dict saved by torch.save")
     packed = next((i.filename for i in records.values() if i.compress_type != zipfile.ZIP_STORED or i.flag_bits & 1),
                   None)
     if packed is not None:  # read as stored bytes only: memory bounded by the file's size, no zip bomb
-        raise _refuse(f, f"has record '{one_line(packed, 80)}' compressed or encrypted, as torch.save never writes one")
+        raise _refuse(use, f, f"has record '{one_line(packed, 80)}' compressed or encrypted, as torch.save never writes one")
     if "data.pkl" not in records:
-        raise _refuse(f, "is a zip archive without data.pkl: it is not a torch.save checkpoint")
+        raise _refuse(use, f, "is a zip archive without data.pkl: it is not a torch.save checkpoint")
     if records["data.pkl"].file_size > _MAX_PICKLE:
-        raise _refuse(f, f"has a data.pkl of {records['data.pkl'].file_size:,} bytes, more than a state dict's pickle "
+        raise _refuse(use, f, f"has a data.pkl of {records['data.pkl'].file_size:,} bytes, more than a state dict's pickle "
                          f"takes (about 140 a tensor; bertfeat reads up to {_MAX_PICKLE:,})")
     ver = records.get(".data/version", records.get("version"))
     text = z.read(ver).decode("ascii", "replace").strip() if ver else ""
     if not text.isdigit() or int(text) not in _VERSIONS:
-        raise _refuse(f, f"has archive version {one_line(text, 20) or '(none)'}, where torch reads 1 to 10")
+        raise _refuse(use, f, f"has archive version {one_line(text, 20) or '(none)'}, where torch reads 1 to 10")
     order = z.read(records["byteorder"]) if "byteorder" in records else b"little"
     if order not in _BYTEORDERS:
-        raise _refuse(f, f"has byte order {one_line(order.decode('ascii', 'replace'), 20)!r}, not little or big")
+        raise _refuse(use, f, f"has byte order {one_line(order.decode('ascii', 'replace'), 20)!r}, not little or big")
     return _BYTEORDERS[order]
 
 
@@ -471,7 +528,7 @@ def _kind(v) -> str:
     """What an object of the pickle is, for a message (never bertfeat's stand-ins' own names)."""
     if isinstance(v, (_Tensor, _Storage)):
         return "a tensor" if isinstance(v, _Tensor) else "a storage no tensor views"
-    name = next((n for n, g in _GLOBALS.items() if g is v), None)
+    name = v.name if isinstance(v, _StorageType) else next((n for n, g in _GLOBALS.items() if g is v), None)
     if name is not None:
         return f"the global {name}, uncalled"
     return "None" if v is None else _a(type(v).__name__)
@@ -481,34 +538,90 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[0] in 'aeiouAEIOU' else 'a'} {noun}"
 
 
-def _state_dict(f: Path, obj) -> dict[str, _Tensor]:
+def _state_dict(use: "_Use", f: Path, obj) -> dict[str, _Tensor]:
     """The pickle's object as a flat state dict: names -> tensors."""
     if type(obj) not in (dict, OrderedDict):
-        raise _refuse(f, f"holds {_kind(obj)}, not a state dict (names -> tensors)")
+        raise _refuse(use, f, f"holds {_kind(obj)}, not a state dict (names -> tensors)")
     out = {}
     for k, v in obj.items():
         if type(k) is not str:
-            raise _refuse(f, f"holds {_kind(v)} under the key {_show(k)}, where a state dict holds tensors under names")
+            raise _refuse(use, f, f"holds {_kind(v)} under the key {_show(k)}, where a state dict holds tensors under names")
         if not isinstance(v, _Tensor):
-            raise _refuse(f, f"holds entry {_show(k)}, {_kind(v)} where a state dict holds a tensor under a name")
+            raise _refuse(use, f, f"holds entry {_show(k)}, {_kind(v)} where a state dict holds a tensor under a name")
         out[k] = v
     return out
 
 
-def _arrays(f: Path, tensors: dict[str, _Tensor]) -> dict[str, np.ndarray]:
-    """Each tensor copied out of its storage into an array of its own (native byte order, bfloat16 widened exactly to
-    float32), once the copies are known to hold at most twice the values of the storages they view: a view saved again
-    under another name costs the pickle some 100 bytes, and its copy a whole storage (torch.load shares it)."""
+def _copier(use: _Use, f: Path, tensors: dict[str, _Tensor]):
+    """get(name, bits=False): the tensor copied out of its storage into an array of its own (native byte order,
+    bfloat16 widened exactly to float32, or with ``bits`` kept as its uint16 bit patterns), each name once: a storage
+    is let go when its last tensor is copied out, so a load holds about the file's size and what it has copied.
+
+    Refused first: copies that would hold more than twice the values of the storages they view (a view saved again
+    under another name costs the pickle some 100 bytes, and its copy a whole storage; torch.load shares it). Two
+    names viewing the same elements alike (tied weights: one storage in the file) get the same array, as in torch."""
     total = sum(t.view.size for t in tensors.values())
     stored = sum({id(t.storage): t.storage.data.size for t in tensors.values()}.values())
     if total > 2 * stored:
-        raise _refuse(f, f"holds tensors of {total:,} values in all, more than twice the {stored:,} values of the "
-                         "storages they view (the same values under many names), as a module's weights never are")
-    out = {}
-    for k, t in tensors.items():
-        a = np.array(t.view, dtype=t.view.dtype.newbyteorder("="), order="C")
-        out[k] = from_bf16(a.reshape(-1)).reshape(a.shape) if t.storage.kind.label == "bfloat16" else a
-    return out
+        raise _refuse(use, f, f"holds tensors of {total:,} values in all, more than twice the {stored:,} values of the "
+                              f"storages they view (the same values under many names), as {use.noun} never are")
+    tensors = dict(tensors)  # popped as copied: the last view of a storage gone, its bytes are freed
+    left = Counter(id(t.storage) for t in tensors.values())  # storage -> its views not copied out yet
+    same: dict[int, dict[tuple, np.ndarray]] = {}  # storage -> its copies, kept while another view may want one
+
+    def get(name: str, bits: bool = False) -> np.ndarray:
+        t = tensors.pop(name)
+        sid, key = id(t.storage), (t.view.__array_interface__["data"][0], t.view.shape, t.view.strides, bits)
+        a = same.get(sid, {}).get(key)
+        if a is None:
+            a = np.array(t.view, dtype=t.view.dtype.newbyteorder("="), order="C")
+            if t.storage.kind.label == "bfloat16" and not bits:
+                a = from_bf16(a.reshape(-1)).reshape(a.shape)
+        left[sid] -= 1
+        if left[sid]:
+            same.setdefault(sid, {})[key] = a
+        else:
+            same.pop(sid, None)
+        return a
+
+    return get
+
+
+def _load(use: _Use, f: Path) -> dict[str, _Tensor]:
+    """The file's state dict, every storage read and every view checked, nothing copied out yet."""
+    try:
+        with _open(use, f) as z:
+            _, records = _records(use, f, z)
+            order = _check_archive(use, f, z, records)
+            unpickler = _Unpickler(z.read(records["data.pkl"]), _storage_reader(f, z, records, order), use)
+            try:
+                obj = unpickler.load()
+            finally:  # its opcode table refers to it (a cycle only the collector frees): its memo held every storage
+                unpickler.ops.clear()
+                unpickler.memo.clear()
+    except _Refused as e:
+        raise _refuse(use, f, str(e)) from None
+    except (_Invalid, IndexError, UnicodeDecodeError, struct.error) as e:
+        raise _refuse(use, f, f"holds a data.pkl that is not a state dict as torch.save writes it ({one_line(e)})") from None
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:  # a damaged record (its CRC, its header)
+        if isinstance(e, WeightsError):
+            raise
+        raise _refuse(use, f, f"could not be read as a torch.save zip archive ({one_line(e)}): it is truncated or damaged",
+                      f"re-download the model, or {use.resave}") from None
+    return _state_dict(use, f, obj)
+
+
+def open_torch_file(f: Path) -> tuple[list[str], object, set[str]]:
+    """An encoder's ``pytorch_model.bin`` (or one of its shards), opened as weights.read_tensors opens a safetensors
+    file: -> (its tensor names in the file's order, get(name, bits=False), the names stored in bfloat16).
+
+    The storages are read and every view checked before this returns; ``get`` copies one tensor out (each name once;
+    float16, float64 and int64 as stored, bfloat16 widened exactly to float32 unless ``bits``). Reads int64 buffers
+    too (embeddings.position_ids, saved by transformers before 4.31). The caller checks each tensor finite. Refusals
+    are read_torch_file's, their fix saying how to re-save the model (ENCODER_RESAVE)."""
+    tensors = _load(_ENCODER, f)
+    stored16 = {k for k, t in tensors.items() if t.storage.kind.label == "bfloat16"}
+    return list(tensors), _copier(_ENCODER, f, tensors), stored16
 
 
 def read_torch_file(f: Path) -> dict[str, np.ndarray]:
@@ -532,21 +645,9 @@ def read_torch_file(f: Path) -> dict[str, np.ndarray]:
         truncated or damaged archive, a dtype other than float32 / float16 / bfloat16 / float64, a NaN or infinite
         value (the tensor named).
     """
-    try:
-        with _open(f) as z:
-            _, records = _records(f, z)
-            order = _check_archive(f, z, records)
-            obj = _Unpickler(z.read(records["data.pkl"]), _storage_reader(f, z, records, order)).load()
-    except _Refused as e:
-        raise _refuse(f, str(e)) from None
-    except (_Invalid, IndexError, UnicodeDecodeError, struct.error) as e:
-        raise _refuse(f, f"holds a data.pkl that is not a state dict as torch.save writes it ({one_line(e)})") from None
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:  # a damaged record (its CRC, its header)
-        if isinstance(e, WeightsError):
-            raise
-        raise _refuse(f, f"could not be read as a torch.save zip archive ({one_line(e)}): it is truncated or damaged",
-                      f"re-download the model, or {RESAVE}") from None
-    out = _arrays(f, _state_dict(f, obj))
+    tensors = _load(_MODULE, f)
+    get = _copier(_MODULE, f, tensors)
+    out = {k: get(k) for k in list(tensors)}
     for k, a in out.items():
         check_finite(a, k, f)
         if a.dtype == np.float16:

@@ -1,8 +1,9 @@
 """Weight loading, in one place.
 
-Reads safetensors once (one file, or shards listed in model.safetensors.index.json; every header checked as
+Reads the checkpoint once: safetensors (one file, or shards listed in model.safetensors.index.json; every header checked as
 safetensors' own reader checks it, and every shard against the index, before a tensor is read: _read_header,
-_check_shards), maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
+_check_shards), else, as transformers picks files, torch.save's pytorch_model.bin or its shards (torchfile.py:
+never unpickled; the shards checked against pytorch_model.bin.index.json alike); maps checkpoint names through one table, fuses Q/K/V, transposes every linear weight
 to (in, out) so the forward pass does ``x @ W``, and checks every key and shape, and that
 every floating-point tensor is finite (a NaN or inf is refused with the tensor's name). Errors name a tensor as the
 file spells it (Tensors.stored); a missing one says why when it can tell (_missing: a TensorFlow / Flax file, a wrapper's
@@ -42,6 +43,7 @@ import numpy as np
 from .config import FAMILIES, ROBERTA_TYPES, BertConfig, model_file, typed
 from ..errors import WeightsError, one_line
 from ..ops.gemm import PRECISIONS, from_bf16, to_bf16
+from .torchfile import check_finite, open_torch_file
 
 # One table: our name -> (checkpoint name, expected shape as a function of the config).
 # {i} is the layer index.  "T" marks linear weights stored (out, in) that we transpose.
@@ -230,32 +232,54 @@ class BertWeights:
 
 
 INDEX = "model.safetensors.index.json"
+BIN, BIN_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"  # torch.save's, as transformers names them
 
 
 def checkpoint_files(model_dir: Path) -> list[Path]:
-    """The safetensors files of a model directory: one file, or the shards of an index."""
-    single = model_dir / "model.safetensors"
-    if model_file(single):  # each file checked as a model file: a named pipe is refused, never opened
-        return [single]
-    weight_map = _weight_map(model_dir)
-    if weight_map is not None:
-        files = [model_dir / f for f in dict.fromkeys(weight_map.values())]
-        missing = [f.name for f in files if not model_file(f)]
-        if missing:
-            raise WeightsError(
-                f"{model_dir}: shard(s) {', '.join(missing)} listed in {INDEX} are missing",
-                "copy every model-*.safetensors shard into the model directory",
-            )
-        return files
-    others = sorted(f for f in model_dir.glob("*.safetensors") if model_file(f))
-    if others:
-        _check_unindexed_shards(model_dir, others)
-        return others
-    hint = " (found pytorch_model.bin: convert it to safetensors, e.g. with transformers' save_pretrained(safe_serialization=True))" if (model_dir / "pytorch_model.bin").exists() else ""
+    """The weight files of a model directory, picked as transformers' from_pretrained picks them (safetensors
+    first): model.safetensors, else the shards of model.safetensors.index.json, else (bertfeat's own) every
+    model-*.safetensors shard without its index, else pytorch_model.bin, else the shards of
+    pytorch_model.bin.index.json (torch.save's files, read without unpickling: torchfile.py)."""
+    for single, index in (("model.safetensors", INDEX), (BIN, BIN_INDEX)):
+        files = _indexed(model_dir, single, index)
+        if files:
+            return files
+        if single == "model.safetensors":
+            others = sorted(f for f in model_dir.glob("*.safetensors") if model_file(f))
+            if others:
+                _check_unindexed_shards(model_dir, others)
+                return others
+    bins = sorted(f.name for f in model_dir.glob("pytorch_model-*.bin"))
+    hint = f" (found {', '.join(bins[:3])}{' ...' if len(bins) > 3 else ''} without {BIN_INDEX})" if bins else ""
     raise WeightsError(
-        f"{model_dir} has no model.safetensors{hint}",
-        "a model directory needs model.safetensors or sharded model-*.safetensors with model.safetensors.index.json",
+        f"{model_dir} has no model.safetensors or {BIN}{hint}",
+        "a model directory needs model.safetensors (or sharded model-*.safetensors with model.safetensors.index.json)"
+        f", or {BIN} (or sharded pytorch_model-*.bin with {BIN_INDEX})",
     )
+
+
+def _indexed(model_dir: Path, single: str, index: str) -> list[Path]:
+    """[the file ``single``], else the shards ``index`` lists (each there), else []."""
+    if model_file(model_dir / single):  # each file checked as a model file: a named pipe is refused, never opened
+        return [model_dir / single]
+    weight_map = _weight_map(model_dir, index, single)
+    if weight_map is None:
+        return []
+    files = [model_dir / f for f in dict.fromkeys(weight_map.values())]
+    missing = [f.name for f in files if not model_file(f)]
+    if missing:
+        raise WeightsError(
+            f"{model_dir}: shard(s) {', '.join(missing)} listed in {index} are missing",
+            f"copy every {single.replace('.', '-*.', 1)} shard into the model directory",
+        )
+    return files
+
+
+def checkpoint_index(files: list[Path]) -> Path | None:
+    """The index that lists ``files`` (checkpoint_files' answer) when they are shards, else None."""
+    if not files or len(files) == 1 and files[0].name in ("model.safetensors", BIN):
+        return None
+    return files[0].parent / (BIN_INDEX if files[0].suffix == ".bin" else INDEX)
 
 
 _SHARD_NAME = re.compile(r"model-(\d+)-of-(\d+)\.safetensors")
@@ -286,19 +310,20 @@ def _check_unindexed_shards(model_dir: Path, files: list[Path]) -> None:
 _INDEX_FIX = "restore it from the checkpoint"
 
 
-def _weight_map(model_dir: Path) -> dict[str, str] | None:
-    """The index's weight_map (tensor name -> shard file name) when the checkpoint is sharded (no model.safetensors,
-    an index beside), else None. Checked as safetensors' own readers would: an object of names to plain file names
-    in the folder, each name once."""
-    index = model_dir / INDEX
-    if model_file(model_dir / "model.safetensors") or not model_file(index):
+def _weight_map(model_dir: Path, name: str = INDEX, single: str = "model.safetensors") -> dict[str, str] | None:
+    """The weight_map (tensor name -> shard file name) of the index ``name`` when the checkpoint is sharded (no
+    ``single`` file, the index beside), else None. Checked as safetensors' own readers would: an object of names to
+    plain file names in the folder, each name once."""
+    index = model_dir / name
+    if model_file(model_dir / single) or not model_file(index):
         return None
     try:
         weight_map = typed(_loads_unique(index.read_bytes().decode("utf-8")), dict, str(index))["weight_map"]
     except _Repeated as e:  # json.loads would keep the last shard of a tensor listed twice
         raise WeightsError(f"{index} names '{e.key}' twice (a tensor listed twice in weight_map?)", _INDEX_FIX) from None
     except (KeyError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise WeightsError(f"{index} is not a valid safetensors index ({e})", _INDEX_FIX) from None
+        raise WeightsError(f"{index} is not a valid {'safetensors' if name == INDEX else 'checkpoint'} index ({e})",
+                           _INDEX_FIX) from None
     typed(weight_map, dict, f"{index}: weight_map")
     for name, shard in weight_map.items():
         typed(shard, str, f"{index}: a weight_map entry")
@@ -310,10 +335,11 @@ def _weight_map(model_dir: Path) -> dict[str, str] | None:
     return weight_map
 
 
-def _check_shards(model_dir: Path, weight_map: dict[str, str], held: dict[str, list[str]]) -> None:
-    """The shards hold what the index says (``held``: shard file name -> its tensor names): each tensor in the one
-    shard the index maps it to, and nothing else. A shard from another save of the model would otherwise mix weights."""
-    index = model_dir / INDEX
+def _check_shards(model_dir: Path, weight_map: dict[str, str], held: dict[str, list[str]], index_name: str = INDEX) -> None:
+    """The shards hold what the index ``index_name`` says (``held``: shard file name -> its tensor names): each tensor in
+    the one shard the index maps it to, and nothing else. A shard from another save of the model would otherwise mix
+    weights."""
+    index = model_dir / index_name
     where: dict[str, list[str]] = {}
     for shard, names in held.items():
         for name in names:
@@ -322,18 +348,18 @@ def _check_shards(model_dir: Path, weight_map: dict[str, str], held: dict[str, l
         if len(shards) > 1:
             raise _invalid_shards(index, f"tensor '{name}' is in {len(shards)} shards ({', '.join(shards)})")
         if name not in weight_map:
-            raise _invalid_shards(index, f"shard {shards[0]} holds tensor '{name}', which {INDEX} does not list")
+            raise _invalid_shards(index, f"shard {shards[0]} holds tensor '{name}', which {index_name} does not list")
         if weight_map[name] != shards[0]:
-            raise _invalid_shards(index, f"{INDEX} maps tensor '{name}' to {weight_map[name]}, but it is in {shards[0]}")
+            raise _invalid_shards(index, f"{index_name} maps tensor '{name}' to {weight_map[name]}, but it is in {shards[0]}")
     for name, shard in weight_map.items():
         if name not in where:
-            raise _invalid_shards(index, f"{INDEX} maps tensor '{name}' to {shard}, which does not hold it")
+            raise _invalid_shards(index, f"{index_name} maps tensor '{name}' to {shard}, which does not hold it")
 
 
 def _invalid_shards(index: Path, problem: str) -> WeightsError:
     return WeightsError(f"{index.parent}: the shards do not match their index: {problem}",
                         "the shards and the index come from different saves or were edited: download the checkpoint "
-                        "again (every shard and model.safetensors.index.json)")
+                        f"again (every shard and {index.name})")
 
 
 #: the linear weights of the encoder layers, stored in bf16 under precision="bf16" (canonical names)
@@ -366,10 +392,13 @@ def read_tensors(files: list[Path], bf16: set[str] | None = None, model_type: st
     are read (their float32 copy never outlives its own read), and their names are added to the set;
     a bf16 load then peaks below a float32 one (see docs/precision.md).
     """
-    opened = [_guarded(f, _open_safetensors, f) for f in files]  # every header checked before any tensor is read
-    weight_map = _weight_map(files[0].parent) if files else None
+    opened = [_guarded(f, _open_weights, f) for f in files]  # every header checked before any tensor is read
+    index = checkpoint_index(files)
+    weight_map = _weight_map(index.parent, index.name, BIN if index.name == BIN_INDEX else "model.safetensors") \
+        if index is not None else None
     if weight_map is not None:
-        _check_shards(files[0].parent, weight_map, {f.name: keys for f, (keys, _, _, _) in zip(files, opened)})
+        _check_shards(index.parent, weight_map, {f.name: keys for f, (keys, _, _, _) in zip(files, opened)},
+                      index.name)
     out = Tensors(files)
     out.formats = {f: fmt for f, (_, _, _, fmt) in zip(files, opened) if fmt is not None}
     for f, (keys, get, stored16, _) in zip(files, opened):
@@ -405,30 +434,12 @@ def _guarded(f: Path, fn, *args, **kwargs):
         raise _unreadable(f, one_line(e)) from None
 
 
-NONFINITE_FIX = "the checkpoint is corrupt or was saved from a diverged training run: re-download or re-save it"
-
-
-def check_finite(t: np.ndarray, key: str, where: Path, bf16_bits: bool = False) -> None:
-    """Refuse a floating-point tensor holding NaN or infinity, named as the checkpoint names it.
-
-    A float tensor costs a min and a max (NaN propagates through both; no temporary array): bert-base's 110 M values
-    in about 30 ms. ``bf16_bits``: ``t`` holds bf16 bit patterns (uint16), judged by their exponent."""
-    if bf16_bits:
-        mag = t & np.uint16(0x7FFF)  # the bits without the sign: all-ones exponent = inf (0x7F80) or NaN (above)
-        if mag.max(initial=0) < 0x7F80:
-            return
-        n_nan, n_inf = int(np.count_nonzero(mag > 0x7F80)), int(np.count_nonzero(mag == 0x7F80))
-    elif t.dtype.kind != "f" or t.size == 0 or (np.isfinite(t.min()) and np.isfinite(t.max())):
-        if t.dtype.kind == "f" and t.dtype.itemsize > 4 and t.size:  # float64: finite here, but read as float32
-            big = max(abs(float(t.min())), abs(float(t.max())))
-            if big > float(np.finfo(np.float32).max):
-                raise WeightsError(f"{where}: tensor '{key}' holds a value beyond float32's range ({big:.3g}), which "
-                                   "would be infinite as bertfeat reads it", NONFINITE_FIX)
-        return
-    else:
-        n_nan, n_inf = int(np.count_nonzero(np.isnan(t))), int(np.count_nonzero(np.isinf(t)))
-    raise WeightsError(f"{where}: tensor '{key}' has {n_nan + n_inf:,} NaN or infinite value(s) of {t.size:,} "
-                       f"({n_nan:,} NaN, {n_inf:,} infinite)", NONFINITE_FIX)
+def _open_weights(f: Path):
+    """(tensor names, get(name, bits=False), names stored in bf16, format or None) of a safetensors file, or of a
+    torch.save one (.bin: torchfile.open_torch_file, never unpickled; no format)."""
+    if f.suffix == ".bin":
+        return (*open_torch_file(f), None)
+    return _open_safetensors(f)
 
 
 def _open_safetensors(f: Path):
@@ -451,7 +462,8 @@ _HEADER_MAX = 100_000_000  # safetensors' own limit on the JSON header (MAX_HEAD
 
 
 def _unreadable(f: Path, why: str) -> WeightsError:
-    return WeightsError(f"{f} could not be read as safetensors ({why})", "re-download or re-save the checkpoint")
+    kind = "a torch.save checkpoint" if f.suffix == ".bin" else "safetensors"
+    return WeightsError(f"{f} could not be read as {kind} ({why})", "re-download or re-save the checkpoint")
 
 
 def _invalid(f: Path, problem: str) -> WeightsError:

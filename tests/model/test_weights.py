@@ -55,9 +55,18 @@ CASES = [
     ("config-not-object", lambda d: (d / "config.json").write_text("[1, 2]"), ConfigError,
      ["{d}/config.json is not a JSON object"]),
     ("no-weights", lambda d: (d / "model.safetensors").unlink(), WeightsError,
-     ["{d} has no model.safetensors - a model directory needs model.safetensors or sharded model-*.safetensors"]),
+     ["{d} has no model.safetensors or pytorch_model.bin - a model directory needs model.safetensors (or sharded "
+      "model-*.safetensors with model.safetensors.index.json), or pytorch_model.bin (or sharded pytorch_model-*.bin "
+      "with pytorch_model.bin.index.json)"]),
+    # a pytorch_model.bin is read (torchfile.py): one that is not torch.save's zip is refused as such
     ("pytorch-bin-only", lambda d: ((d / "model.safetensors").unlink(), (d / "pytorch_model.bin").write_bytes(b"x")),
-     WeightsError, ["{d} has no model.safetensors (found pytorch_model.bin: convert it to safetensors"]),
+     WeightsError, ["{d}/pytorch_model.bin is not a torch.save zip archive (File is not a zip file)",
+                    "re-download the model, or re-save the model where transformers is installed: "
+                    "AutoModel.from_pretrained(dir).save_pretrained(dir) writes model.safetensors"]),
+    ("bin-shards-without-index", lambda d: ((d / "model.safetensors").unlink(),
+                                            (d / "pytorch_model-00001-of-00002.bin").write_bytes(b"x")),
+     WeightsError, ["{d} has no model.safetensors or pytorch_model.bin (found pytorch_model-00001-of-00002.bin "
+                    "without pytorch_model.bin.index.json)"]),
     ("missing-shard", lambda d: (d / "model-00002-of-00003.safetensors").unlink(), WeightsError,
      ["{d}: shard(s) model-00002-of-00003.safetensors listed in model.safetensors.index.json are missing",
       "copy every model-*.safetensors shard"]),
