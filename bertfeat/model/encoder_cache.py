@@ -22,7 +22,9 @@ MAX_ENCODERS = 4
 
 _ENCODERS: "OrderedDict[tuple, object]" = OrderedDict()
 _LOCK = threading.Lock()  # guards _ENCODERS and _LOADING; never held while a model loads
-_LOADING: dict[tuple, threading.Lock] = {}  # key -> the lock its one loader holds (two models load side by side)
+#: key -> [the lock its one loader holds, the callers holding or waiting for it]: two models load side by side; the
+#: entry goes when its last caller leaves (a failed load's waiters and newcomers still share it, one load at a time)
+_LOADING: dict[tuple, list] = {}
 
 
 def _after_fork_in_child() -> None:
@@ -71,23 +73,23 @@ def shared_encoder(model=None, *, location=None, **kwargs):
     if enc is not None:
         return enc
     with _LOCK:
-        loading = _LOADING.setdefault(key, threading.Lock())
-    with loading:  # one load per key; a caller asking for it meanwhile waits here, one asking for another does not
-        enc = _cached(key)
-        if enc is not None:
+        entry = _LOADING.setdefault(key, [threading.Lock(), 0])
+        entry[1] += 1
+    try:
+        with entry[0]:  # one load per key; a caller asking for it meanwhile waits here, one asking for another does not
+            enc = _cached(key)
+            if enc is None:
+                enc = Encoder(location=loc, **kwargs)
+                with _LOCK:
+                    _ENCODERS[key] = enc
+                    while len(_ENCODERS) > MAX_ENCODERS:
+                        _ENCODERS.popitem(last=False)
             return enc
-        try:
-            enc = Encoder(location=loc, **kwargs)
-        except BaseException:
-            with _LOCK:
-                _LOADING.pop(key, None)
-            raise
-        with _LOCK:  # stored and its load lock dropped at once: a caller after this finds it stored
-            _ENCODERS[key] = enc
-            _LOADING.pop(key, None)
-            while len(_ENCODERS) > MAX_ENCODERS:
-                _ENCODERS.popitem(last=False)
-        return enc
+    finally:  # dropped by its last caller only: popped at a failed load, a waiter and a newcomer loaded side by side
+        with _LOCK:
+            entry[1] -= 1
+            if not entry[1] and _LOADING.get(key) is entry:
+                del _LOADING[key]
 
 
 def _cached(key: tuple):

@@ -570,18 +570,20 @@ def _load_layer_norm(d: Path, path: str) -> LayerNormStep:
 def _hidden_states_off(d: Path, encoder_dir: str, st_cfg: dict) -> str | None:
     """Why the encoder returns no hidden state of every layer to sentence-transformers (its Transformer module passes
     them on as all_layer_embeddings only when the model's config says output_hidden_states, from config.json or
-    sentence_bert_config.json's config_kwargs, which win), else None. A value other than true / false (transformers'
-    selection of some layers) or tie_last_hidden_states false (the last state taken before its final norm) is refused:
-    bertfeat keeps every layer, the last one as the model returns it."""
+    sentence_bert_config.json's config_kwargs, which win), else None; null (as 0 or []) is false there. A value that
+    selects some layers (an index or a list of them, as transformers takes it) or tie_last_hidden_states false (the
+    last state taken before its final norm) is refused: bertfeat keeps every layer, the last one as the model returns
+    it."""
     cfg_name = _rel_file(encoder_dir, "config.json")
     cfg = _read_json(d / cfg_name) or {}
     name = "config_args" if "config_args" in st_cfg else "config_kwargs"
     kw = st_cfg.get(name) if isinstance(st_cfg.get(name), dict) else {}
     where, on = ((f"{_rel_file(encoder_dir, 'sentence_bert_config.json')}: {name}", kw["output_hidden_states"])
                  if "output_hidden_states" in kw else (cfg_name, cfg.get("output_hidden_states", False)))
-    if not isinstance(on, bool):
+    if on and on is not True:  # an index or a list of them: transformers' selection of some layers
         raise ConfigError(f"{where}: output_hidden_states {json.dumps(on)} selects some layers, which bertfeat cannot "
                           "reproduce under a WeightedLayerPooling", "set it to true (every layer) or false")
+    on = bool(on)  # false, null, 0, []: transformers captures no hidden state, and the module does nothing there
     tie = cfg.get("tie_last_hidden_states")
     if on and tie not in (None, True):
         raise ConfigError(f"{cfg_name}: tie_last_hidden_states {json.dumps(tie)} (the last hidden state taken before "

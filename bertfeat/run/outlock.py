@@ -75,8 +75,10 @@ def _check_ours(path: Path, output: Path) -> None:
 
 
 def _open(path: Path) -> int:
-    """The lock file, opened or made; a folder that refuses it is named, not the hidden lock file (the user never
-    named it: ``/out/.x.parquet.lock: operation not permitted`` said nothing of the folder)."""
+    """The lock file, opened or made; a folder that refuses to make it is named, not the hidden lock file (the user
+    never named it: ``/out/.x.parquet.lock: operation not permitted`` said nothing of the folder). A lock file that
+    is there and cannot be opened (another user's, left by a run killed before it removed it) is named itself: the
+    folder may take new files."""
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except FileNotFoundError:
@@ -84,7 +86,8 @@ def _open(path: Path) -> int:
     except OSError as e:
         from ..errors import os_error
 
-        raise os_error(OSError(e.errno, e.strerror, str(path.parent))) from None
+        there = os.path.lexists(path)
+        raise os_error(OSError(e.errno, e.strerror, str(path if there else path.parent))) from None
 
 
 def _acquire(path: Path, output: Path, made: list) -> int:

@@ -91,6 +91,61 @@ def test_two_models_load_side_by_side(minilm_dir, tmp_path, monkeypatch):
     assert got["a"] is not got["b"] and got["a"] is shared_encoder(str(minilm_dir))
 
 
+def test_after_a_failed_load_one_model_still_loads_once_at_a_time(minilm_dir, monkeypatch):
+    """A load fails while a second thread waits for it: the waiter loads the model itself, and a third thread asking
+    meanwhile waits for that load. The failed load dropped the key's lock though the waiter held it, so the third
+    thread took a new lock and loaded the same model beside it (two copies in memory, one thrown away)."""
+    import threading
+    import time
+
+    from bertfeat.errors import BertfeatError
+    from bertfeat.model import encoder as encoder_module
+
+    clear()
+    real_init = encoder_module.Encoder.__init__
+    first_in, fail_first, second_in, finish_second = (threading.Event() for _ in range(4))
+    calls = []
+
+    def scripted(self, *a, **k):
+        calls.append(len(calls))
+        if len(calls) == 1:  # the first load: fails once the second thread waits for it
+            first_in.set()
+            assert fail_first.wait(30)
+            raise BertfeatError("the first load failed", "nothing")
+        if len(calls) == 2:  # the waiter's load: held while a third thread asks
+            second_in.set()
+            assert finish_second.wait(30)
+        real_init(self, *a, **k)
+
+    monkeypatch.setattr(encoder_module.Encoder, "__init__", scripted)
+    got, errors = {}, []
+
+    def ask(name):
+        try:
+            got[name] = shared_encoder(str(minilm_dir))
+        except BertfeatError as e:
+            errors.append(str(e))
+
+    a = threading.Thread(target=ask, args=("a",))
+    a.start()
+    assert first_in.wait(30)
+    b = threading.Thread(target=ask, args=("b",))
+    b.start()
+    time.sleep(0.5)  # b waits for a's load
+    fail_first.set()
+    assert second_in.wait(30)
+    c = threading.Thread(target=ask, args=("c",))
+    c.start()
+    time.sleep(0.5)  # c asks while b loads
+    loads_meanwhile = len(calls)
+    finish_second.set()
+    for t in (a, b, c):
+        t.join(120)
+    assert errors == ["the first load failed - nothing"]
+    assert loads_meanwhile == 2 and len(calls) == 2
+    assert got["b"] is got["c"] is shared_encoder(str(minilm_dir))
+
+
 FORK_WHILE_LOADING = textwrap.dedent("""
     import faulthandler, os, sys, threading, time
     from bertfeat.model import encoder as em, encoder_cache

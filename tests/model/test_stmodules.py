@@ -1414,6 +1414,22 @@ def test_weighted_layer_pooling_without_every_layers_states_does_nothing_as_in_s
     np.testing.assert_array_equal(enc.encode(TEXTS), enc.encode(TEXTS, pooling="mean"))
 
 
+@pytest.mark.parametrize("value", [None, 0, []])
+def test_output_hidden_states_null_is_false_as_in_transformers(wlp_bases, tmp_path, value):
+    """config.json's output_hidden_states null (or 0, []: falsy, selecting nothing) captures no hidden state in
+    transformers, and sentence-transformers' WeightedLayerPooling then does nothing. bertfeat refused the model, saying
+    'output_hidden_states null selects some layers'; it runs it as sentence-transformers does."""
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=1)
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "output_hidden_states": value}))
+    enc = Encoder(d)
+    spec = enc.spec()
+    assert spec.layers == (3,) and spec.layer_weights == ()
+    assert enc.describe(spec)[1] == ("WeightedLayerPooling, off: config.json does not set output_hidden_states "
+                                     "(1_WeightedLayerPooling/config.json)")
+    np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
+
+
 def test_cli_extract_and_verify_with_a_weighted_layer_pooling(wlp_bases, tmp_path, capsys):
     from safetensors.numpy import load_file, save_file
 

@@ -300,6 +300,29 @@ def test_a_folder_that_refuses_new_files_is_named_not_the_hidden_lock(tmp_path, 
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_lock_file_that_cannot_be_opened_is_named_not_its_folder(tmp_path, inputs, capsys, monkeypatch):
+    """Another user's run killed before it removed its lock leaves .o.parquet.lock (mode 0644, theirs): opening it to
+    write is refused while the folder takes new files. The error named the folder (`DIR: permission denied`), which
+    the user can write to; it names the lock file."""
+    import errno
+
+    out = tmp_path / "o.parquet"
+    stale = lock_path(out)
+    stale.write_text(json.dumps({"pid": 999999, "host": "elsewhere", "started": 0.0}))
+    real_open = os.open
+
+    def theirs(path, flags, *a, **k):
+        if os.fspath(path) == os.fspath(stale) and flags & (os.O_RDWR | os.O_WRONLY):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real_open(path, flags, *a, **k)
+
+    monkeypatch.setattr(os, "open", theirs)
+    rc, _, err = run(capsys, "extract", inputs[1], "-o", out, "--model", tiny_model(), "-q")
+    assert (rc, err) == (1, f"Error: {stale}: permission denied - check the permissions of the file and its "
+                            "directory, or choose another path\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [stale.name]  # nothing written, the lock file left as it was
+
+
 def test_an_output_name_near_the_limit_gets_a_lock_name_of_its_own():
     """.NAME.lock is 6 characters longer than the output: a long output name (or its rejects file's) had no lock name
     the file system takes, and the plan's early lock probe refused it as if a user's file sat there, before the name
