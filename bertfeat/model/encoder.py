@@ -398,6 +398,8 @@ class Encoder:
         lw = self.pipeline.weighted_layers if own else None
         if lw is not None:  # the model's WeightedLayerPooling: its layers, averaged with its weights
             idx = tuple(range(lw.start, L + 1))
+        if lw is not None or len(idx) == 1:  # nothing to aggregate: recorded (fingerprint, cache key) as the default,
+            layer_agg = "mean"                 # not as a setting that changed nothing
         if pooling == "pooled":
             if self.weights.pooler_w is None:
                 raise BertfeatError(

@@ -218,6 +218,15 @@ def test_layer_selection_matches_torch_hidden_states(enc, pooling_case, pooling)
     assert_close_rows(enc.encode(texts[:5], pooling=pooling, layers=1), per_layer[1][:5], f"{pooling} layers=1")
 
 
+def test_layer_agg_with_one_layer_is_recorded_as_the_default(enc):
+    """concat (or mean) of one layer changes nothing: the spec, fingerprint and cache key are the default's (a run
+    given --layer-agg concat without --layers recorded concat, a second key for the same vectors)."""
+    for kwargs in ({}, {"pooling": "cls"}, {"pooling": "mean", "layers": -2}):
+        assert enc.spec(layer_agg="concat", **kwargs) == enc.spec(**kwargs)
+    assert enc.spec(layer_agg="concat").layer_agg == "mean"
+    assert enc.spec("mean", layers="-2:", layer_agg="concat").layer_agg == "concat"  # two layers: it counts
+
+
 def test_bad_pooling_and_layer_options_are_clear(enc):
     for kwargs, words in (
         (dict(pooling="avg"), ["unknown pooling 'avg'", "mean"]),
