@@ -237,18 +237,19 @@ BIN, BIN_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"  # torch.sa
 
 def checkpoint_files(model_dir: Path) -> list[Path]:
     """The weight files of a model directory, picked as transformers' from_pretrained picks them (safetensors
-    first): model.safetensors, else the shards of model.safetensors.index.json, else (bertfeat's own) every
-    model-*.safetensors shard without its index, else pytorch_model.bin, else the shards of
-    pytorch_model.bin.index.json (torch.save's files, read without unpickling: torchfile.py)."""
+    first): model.safetensors, else the shards of model.safetensors.index.json, else pytorch_model.bin, else the
+    shards of pytorch_model.bin.index.json (torch.save's files, read without unpickling: torchfile.py), else
+    (bertfeat's own, where transformers finds no weights) every *.safetensors file, shards without their index. Last,
+    so that a stray .safetensors (an adapter's, another save's shard) never stands in for the pytorch_model.bin
+    transformers reads."""
     for single, index in (("model.safetensors", INDEX), (BIN, BIN_INDEX)):
         files = _indexed(model_dir, single, index)
         if files:
             return files
-        if single == "model.safetensors":
-            others = sorted(f for f in model_dir.glob("*.safetensors") if model_file(f))
-            if others:
-                _check_unindexed_shards(model_dir, others)
-                return others
+    others = sorted(f for f in model_dir.glob("*.safetensors") if model_file(f))
+    if others:
+        _check_unindexed_shards(model_dir, others)
+        return others
     bins = sorted(f.name for f in model_dir.glob("pytorch_model-*.bin"))
     hint = f" (found {', '.join(bins[:3])}{' ...' if len(bins) > 3 else ''} without {BIN_INDEX})" if bins else ""
     raise WeightsError(

@@ -148,6 +148,24 @@ def test_shards_with_their_index_and_the_files_listed(torch, tmp_path, capsys):
         Encoder(b)
 
 
+@pytest.mark.parametrize("stray, shard", [("model-00001-of-00001.safetensors", None), ("adapter_model.safetensors", "300KB")])
+def test_a_stray_safetensors_beside_the_bin_is_not_read_in_its_place(torch, stray, shard, tmp_path):
+    """transformers reads pytorch_model.bin (or the shards of its index) when the folder has neither
+    model.safetensors nor model.safetensors.index.json, whatever other .safetensors lie beside (here another
+    model's weights, as a shard without its index or under an adapter's name): they were read in its place."""
+    st = make_checkpoint(tmp_path / "st", tokenizer="both")
+    b = as_bin(st, tmp_path / "bin", max_shard_size=shard)
+    files = [f.name for f in Encoder(b).weights.files]
+    want = Encoder(b).encode(TEXTS)
+    shutil.copy(make_checkpoint(tmp_path / "other", tokenizer="both", seed=1) / "model.safetensors", b / stray)
+    enc = Encoder(b)
+    assert [f.name for f in enc.weights.files] == files and files[0].startswith("pytorch_model")
+    got = enc.encode(TEXTS)
+    assert np.array_equal(got, want)
+    assert np.abs(got - transformers_mean(b, TEXTS)).max() <= TOL
+    assert model_files(b)[0] == files[0] and stray not in model_files(b)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_half_and_bfloat16_bins_read_as_their_safetensors(torch, dtype, tmp_path):
     """A .bin in float16 / bfloat16 gives the vectors of the same tensors saved as safetensors (fp32 exactly; bf16
