@@ -485,8 +485,8 @@ def _check_sys_info(info) -> bool:
     if (type(info) is not dict or info.get("protocol_version") != _LEGACY_PROTOCOL
             or type(info.get("little_endian")) is not bool or type(sizes) is not dict
             or sizes.get("short") != 2 or sizes.get("int") != 4 or sizes.get("long") not in (4, 8)):
-        raise _Refused(f"has sys_info {_show(info)}, where torch.save writes {{'protocol_version': 1001, "
-                       "'little_endian': True or False, 'type_sizes': {'short': 2, 'int': 4, 'long': 4 or 8}}")
+        raise _Refused("has a sys_info pickle unlike torch.save's (protocol_version 1001, little_endian True or False, "
+                       f"type_sizes short 2, int 4, long 4 or 8): {_show(info)}")
     return info["little_endian"]
 
 
