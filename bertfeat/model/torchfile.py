@@ -1,4 +1,5 @@
-"""torch.save's zip checkpoints, read without PyTorch as ``torch.load(f, weights_only=True)`` reads a state dict.
+"""torch.save's checkpoints (zip and legacy format), read without PyTorch as ``torch.load(f, weights_only=True)``
+reads a state dict.
 
 What it owns: torch.save's ``pytorch_model.bin`` read as a state dict, and the finite check of a tensor both
 formats' readers share (check_finite). Two uses:
@@ -16,7 +17,9 @@ collections.OrderedDict, torch._utils._rebuild_tensor_v2, _rebuild_parameter (_w
 of float32, float16, bfloat16 and float64, the dtypes a module's weights are saved in), each to a stand-in of its own,
 never to an import. Any other global (os.system, a module's class, a tensor subclass's rebuilder ...) is refused by
 name before anything is built, and so is every opcode a state dict does not use: nothing in the file is run. A
-storage (persistent_load) is read from the archive's ``data/KEY`` record as raw bytes of its dtype, nothing else.
+storage (persistent_load) is read from the archive's ``data/KEY`` record (the legacy format: from its place after
+the pickle) as raw bytes of its dtype, nothing else. Every pickle of the legacy format goes through the same
+interpreter; those before the state dict's (magic number, protocol version, sys_info) resolve no global at all.
 
 The format (torch/serialization.py ``_save`` / ``_load``, caffe2's PyTorchStreamReader):
   * a zip of stored records in one top folder of any name (torch names it after the file it saved to: ``archive``
@@ -27,16 +30,31 @@ The format (torch/serialization.py ``_save`` / ``_load``, caffe2's PyTorchStream
     [, metadata])``, offset and strides counted in elements (a transpose or slice saved as the view it is; size ()
     and stride () for a 0-d tensor); a storage is ``('storage', torch.FloatStorage, key, location, numel)``, the
     record ``data/KEY`` of numel elements, read once and shared by every tensor viewing it.
-Refused, each with a line saying how to re-save: torch's legacy format (before 1.6, or
-``_use_new_zipfile_serialization=False``), a TorchScript archive, a compressed or encrypted record, a storage of
-another dtype, a tensor with its conj or neg bit set, a view reaching past its storage or holding more elements than
-it, anything but one flat dict of names to tensors.
+
+The legacy format (PyTorch before 1.6, or ``_use_new_zipfile_serialization=False``; torch/serialization.py
+``_legacy_save`` / ``_legacy_load``): the hub's pytorch_model.bin of bert-base-uncased, roberta-base ... One file of
+pickles and bytes in a row:
+  * pickles of torch's magic number (0x1950A86A20F9469CFC6C), of its protocol version (1001) and of sys_info
+    (protocol_version, little_endian, type_sizes: short 2, int 4, long 4 or 8), each checked;
+  * the state dict's pickle, as data.pkl but for its persistent ids, ``('storage', torch.FloatStorage, key,
+    location, numel, view)``: view None, or ``(view key, offset, size)`` for a tensor on a storage view (PyTorch
+    before 1.6 wrote them; later never): a storage of its own, elements offset to offset + size of storage ``key``;
+  * the pickled list of the storage keys (each the pickle names, once);
+  * per key in that order, the storage (torch's ``_write_file``): an int64 count of elements, then the elements, both
+    little-endian whatever the writer's order (PyTorch before 1.5 on a big-endian machine wrote the count in its own
+    order: read when sys_info says so). The count must be the pickle's numel, the file must end with the last one.
+Refused, each with a line saying how to re-save or re-download: torch.save's .tar format (before PyTorch 0.4, which
+torch reads only by running its pickle), a TorchScript archive, a compressed or encrypted record, a truncated file, a
+count unlike the pickle's, bytes after the last storage, a storage of another dtype, a tensor with its conj or neg
+bit set, a view reaching past its storage or holding more elements than it, anything but one flat dict of names to
+tensors.
 
 Memory: an encoder's load holds the file's size and the arrays copied out (each storage let go once its last tensor
 is copied: a bert-base .bin loads at the peak RSS of its safetensors copy in fp32, 796 vs 792 MB; in bf16 541 vs 333
 MB, the file's bytes held at the start). Always within a few times the file's size: records are read as stored (never inflated), the storages no more
 bytes than the file (records nested in others, a zip bomb's trick, would read it many times), data.pkl up to 1 MiB
-(_MAX_PICKLE), and each tensor is copied out of its storage only after the whole pickle is read, the copies holding at
+(_MAX_PICKLE; the legacy format: its header's pickles up to 4 KiB, the state dict's and the key list up to 1 MiB
+each, the storages read in order, each only when the bytes left hold it), and each tensor is copied out of its storage only after the whole pickle is read, the copies holding at
 most twice the values of the storages they view (_arrays). Messages quote the pickle's objects a few levels deep
 (_show), however deep or shared they are.
 """
@@ -796,7 +814,8 @@ def open_torch_file(f: Path) -> tuple[list[str], object, set[str]]:
 
 
 def read_torch_file(f: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a torch.save zip checkpoint of a state dict, read without PyTorch and without unpickling.
+    """Every tensor of a torch.save checkpoint of a state dict (zip or legacy format), read without PyTorch and
+    without unpickling.
 
     Parameters
     ----------
@@ -812,8 +831,8 @@ def read_torch_file(f: Path) -> dict[str, np.ndarray]:
     Raises
     ------
     WeightsError
-        Naming the file: a global or opcode a state dict does not need (never run), torch's legacy format, a
-        truncated or damaged archive, a dtype other than float32 / float16 / bfloat16 / float64, a NaN or infinite
+        Naming the file: a global or opcode a state dict does not need (never run), torch's .tar format (before
+        PyTorch 0.4), a truncated or damaged file, a dtype other than float32 / float16 / bfloat16 / float64, a NaN or infinite
         value (the tensor named).
     """
     tensors = _load(_MODULE, f)
