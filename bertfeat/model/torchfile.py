@@ -543,9 +543,9 @@ def _read_storages(fh, size: int, keys, storage, little: bool) -> None:
     order (torch's _write_file). The count must be the pickle's, the file must end with the last storage."""
     if type(keys) is not list or any(type(k) is not str for k in keys):
         raise _Invalid(f"its storage key list is {_show(keys)}, not a list of keys")
-    roots = storage.roots
-    odd = next((k for k in keys if k not in roots), None) or next((k for k in roots if k not in keys), None)
-    if odd is not None or len(set(keys)) != len(keys):
+    roots, listed = storage.roots, set(keys)  # (a set: the list may name tens of thousands)
+    odd = next((k for k in keys if k not in roots), None) or next((k for k in roots if k not in listed), None)
+    if odd is not None or len(listed) != len(keys):
         what = ("lists a storage twice" if odd is None else f"lists storage '{one_line(odd, 40)}' its pickle never names"
                 if odd not in roots else f"names storage '{one_line(odd, 40)}' its key list omits (no bytes for it)")
         raise _Damaged(f"{what}: it is damaged")
