@@ -1,4 +1,5 @@
-"""torch.save's zip checkpoints, read without PyTorch as ``torch.load(f, weights_only=True)`` reads a state dict.
+"""torch.save's checkpoints (zip and legacy format), read without PyTorch as ``torch.load(f, weights_only=True)``
+reads a state dict.
 
 What it owns: torch.save's ``pytorch_model.bin`` read as a state dict, and the finite check of a tensor both
 formats' readers share (check_finite). Two uses:
@@ -16,7 +17,9 @@ collections.OrderedDict, torch._utils._rebuild_tensor_v2, _rebuild_parameter (_w
 of float32, float16, bfloat16 and float64, the dtypes a module's weights are saved in), each to a stand-in of its own,
 never to an import. Any other global (os.system, a module's class, a tensor subclass's rebuilder ...) is refused by
 name before anything is built, and so is every opcode a state dict does not use: nothing in the file is run. A
-storage (persistent_load) is read from the archive's ``data/KEY`` record as raw bytes of its dtype, nothing else.
+storage (persistent_load) is read from the archive's ``data/KEY`` record (the legacy format: from its place after
+the pickle) as raw bytes of its dtype, nothing else. Every pickle of the legacy format goes through the same
+interpreter; those before the state dict's (magic number, protocol version, sys_info) resolve no global at all.
 
 The format (torch/serialization.py ``_save`` / ``_load``, caffe2's PyTorchStreamReader):
   * a zip of stored records in one top folder of any name (torch names it after the file it saved to: ``archive``
@@ -27,16 +30,31 @@ The format (torch/serialization.py ``_save`` / ``_load``, caffe2's PyTorchStream
     [, metadata])``, offset and strides counted in elements (a transpose or slice saved as the view it is; size ()
     and stride () for a 0-d tensor); a storage is ``('storage', torch.FloatStorage, key, location, numel)``, the
     record ``data/KEY`` of numel elements, read once and shared by every tensor viewing it.
-Refused, each with a line saying how to re-save: torch's legacy format (before 1.6, or
-``_use_new_zipfile_serialization=False``), a TorchScript archive, a compressed or encrypted record, a storage of
-another dtype, a tensor with its conj or neg bit set, a view reaching past its storage or holding more elements than
-it, anything but one flat dict of names to tensors.
+
+The legacy format (PyTorch before 1.6, or ``_use_new_zipfile_serialization=False``; torch/serialization.py
+``_legacy_save`` / ``_legacy_load``): the hub's pytorch_model.bin of bert-base-uncased, roberta-base ... One file of
+pickles and bytes in a row:
+  * pickles of torch's magic number (0x1950A86A20F9469CFC6C), of its protocol version (1001) and of sys_info
+    (protocol_version, little_endian, type_sizes: short 2, int 4, long 4 or 8), each checked;
+  * the state dict's pickle, as data.pkl but for its persistent ids, ``('storage', torch.FloatStorage, key,
+    location, numel, view)``: view None, or ``(view key, offset, size)`` for a tensor on a storage view (PyTorch
+    before 1.6 wrote them; later never): a storage of its own, elements offset to offset + size of storage ``key``;
+  * the pickled list of the storage keys (each the pickle names, once);
+  * per key in that order, the storage (torch's ``_write_file``): an int64 count of elements, then the elements, both
+    little-endian whatever the writer's order (PyTorch before 1.5 on a big-endian machine wrote the count in its own
+    order: read when sys_info says so). The count must be the pickle's numel, the file must end with the last one.
+Refused, each with a line saying how to re-save or re-download: torch.save's .tar format (before PyTorch 0.4, which
+torch reads only by running its pickle), a TorchScript archive, a compressed or encrypted record, a truncated file, a
+count unlike the pickle's, bytes after the last storage, a storage of another dtype, a tensor with its conj or neg
+bit set, a view reaching past its storage or holding more elements than it, anything but one flat dict of names to
+tensors.
 
 Memory: an encoder's load holds the file's size and the arrays copied out (each storage let go once its last tensor
 is copied: a bert-base .bin loads at the peak RSS of its safetensors copy in fp32, 796 vs 792 MB; in bf16 541 vs 333
 MB, the file's bytes held at the start). Always within a few times the file's size: records are read as stored (never inflated), the storages no more
 bytes than the file (records nested in others, a zip bomb's trick, would read it many times), data.pkl up to 1 MiB
-(_MAX_PICKLE), and each tensor is copied out of its storage only after the whole pickle is read, the copies holding at
+(_MAX_PICKLE; the legacy format: its header's pickles up to 4 KiB, the state dict's and the key list up to 1 MiB
+each, the storages read in order, each only when the bytes left hold it), and each tensor is copied out of its storage only after the whole pickle is read, the copies holding at
 most twice the values of the storages they view (_arrays). Messages quote the pickle's objects a few levels deep
 (_show), however deep or shared they are.
 """
@@ -45,6 +63,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import pickle
 import reprlib
 import struct
@@ -61,8 +80,9 @@ from ..ops.bf16 import from_bf16
 #: how to get a file bertfeat reads (the fix of every refusal)
 RESAVE = ("re-save the module's weights where sentence-transformers is installed: "
           "SentenceTransformer(dir).save(dir, safe_serialization=True) writes model.safetensors")
-#: torch.save's legacy format starts with a pickle of its magic number (protocol 2, LONG1 of 10 bytes)
-_LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+#: torch.save's legacy format starts with a pickle of its magic number, then one of its protocol version
+_LEGACY_NUMBER, _LEGACY_PROTOCOL = 0x1950A86A20F9469CFC6C, 1001
+_MAX_HEADER = 1 << 12  # the magic number's, protocol version's and sys_info's pickles: some 140 bytes in all
 _VERSIONS = range(1, 11)  # caffe2's kMinSupportedFileFormatVersion .. kMaxSupportedFileFormatVersion
 _BYTEORDERS = {b"little": "<", b"big": ">"}
 _MAX_DIMS = 64  # the most dimensions a NumPy array has (NumPy 2)
@@ -136,24 +156,50 @@ ENCODER_RESAVE = ("re-save the model where transformers is installed: AutoModel.
 
 
 class _Storage:
-    """A storage persistent_load read: ``data``, its record's elements in the file's byte order."""
+    """A storage persistent_load named: ``numel`` elements of ``kind``; ``data``, its elements in the file's byte order,
+    once read (the zip format reads it at once, the legacy format after its pickle). A legacy storage view is a
+    _Storage of its own, elements ``offset`` to ``offset + numel`` of ``root`` (else ``root`` is itself)."""
 
-    def __init__(self, key: str, kind: _StorageType, data: np.ndarray):
-        self.key, self.kind, self.data = key, kind, data
+    def __init__(self, key: str, kind: _StorageType, numel: int, data: np.ndarray | None = None,
+                 root: "_Storage | None" = None, offset: int = 0):
+        self.key, self.kind, self.numel, self.data = key, kind, numel, data
+        self.root, self.offset = root or self, offset
+        self.waiting: list[_Tensor] = []  # tensors viewing it made before its data was read
 
     def __repr__(self) -> str:
         return f"storage '{self.key}'"
 
+    def fill(self, data: np.ndarray) -> None:
+        """Its data read: every tensor made on it before gets its view."""
+        self.data = data
+        for t in self.waiting:
+            t.build()
+        self.waiting.clear()
+
 
 class _Tensor:
     """A tensor _rebuild_tensor_v2 made (the only thing a state dict's values may be): ``view``, the elements of its
-    storage it views, copied out only once the whole pickle is read (_arrays)."""
+    storage it views (once the storage's data is read), copied out only once the whole pickle is read (_arrays)."""
 
-    def __init__(self, storage: _Storage, view: np.ndarray):
-        self.storage, self.view = storage, view
+    def __init__(self, storage: _Storage, offset: int, size: tuple, stride: tuple):
+        self.storage, self.offset, self.size, self.stride = storage, offset, size, stride
+        self.view: np.ndarray | None = None
+        if storage.data is None:
+            storage.waiting.append(self)
+        else:
+            self.build()
+
+    def build(self) -> None:
+        data, size = self.storage.data, self.size
+        # a dimension of size 0 or 1 never steps: its stride (torch keeps any) is 0 here, within NumPy's range
+        strides = [st * data.itemsize if s > 1 else 0 for s, st in zip(size, self.stride)]
+        try:
+            self.view = np.lib.stride_tricks.as_strided(data[self.offset:], shape=size, strides=strides)
+        except (ValueError, OverflowError) as e:  # more than NumPy's 64 dimensions; an empty shape too large for it
+            raise _Refused(f"holds a tensor of size {_show(size)}, which NumPy cannot hold ({one_line(e)})") from None
 
     def __repr__(self) -> str:
-        return f"tensor of size {self.view.shape}"
+        return f"tensor of size {self.size}"
 
 
 class _Refused(Exception):
@@ -161,7 +207,11 @@ class _Refused(Exception):
 
 
 class _Invalid(Exception):
-    """data.pkl is not a pickle as torch.save writes one."""
+    """A pickle is not one as torch.save writes it."""
+
+
+class _Cut(_Invalid):
+    """A pickle ends before its STOP opcode (the legacy format tells a truncated file from an oversized pickle)."""
 
 
 class _Brief(reprlib.Repr):
@@ -205,20 +255,14 @@ def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks, meta
         raise _Invalid(f"a tensor has size {_show(size)} but stride {_show(stride)}")
     if len(size) > _MAX_DIMS:  # (before math.prod, quadratic in the number of large sizes)
         raise _Refused(f"holds a tensor of {len(size):,} dimensions, more than NumPy's {_MAX_DIMS}")
-    n, have = math.prod(size), storage.data.size
+    n, have = math.prod(size), storage.numel
     last = offset + sum((s - 1) * st for s, st in zip(size, stride)) if n else offset - 1
     if last >= have or n > have:
         raise _Refused(f"holds a tensor of size {_show(size)}, stride {_show(stride)}, offset {offset} on storage "
                        f"'{one_line(storage.key, 40)}' of {have:,} elements: " + (
                            "it reaches past the storage's end" if last >= have
                            else "it holds more elements than the storage (an expanded view)"))
-    # a dimension of size 0 or 1 never steps: its stride (torch keeps any) is 0 here, within NumPy's range
-    strides = [st * storage.data.itemsize if s > 1 else 0 for s, st in zip(size, stride)]
-    try:
-        view = np.lib.stride_tricks.as_strided(storage.data[offset:], shape=size, strides=strides)
-    except (ValueError, OverflowError) as e:  # more than NumPy's 64 dimensions; an empty shape too large for it
-        raise _Refused(f"holds a tensor of size {_show(size)}, which NumPy cannot hold ({one_line(e)})") from None
-    return _Tensor(storage, view)
+    return _Tensor(storage, offset, size, stride)
 
 
 def _rebuild_parameter(data, requires_grad, hooks, state=None) -> _Tensor:
@@ -258,10 +302,10 @@ class _Unpickler:
     """The opcodes torch.save writes for a state dict (pickle protocol 2, and 4's framing), nothing else: no
     global but _GLOBALS, no call but theirs, BUILD only on an OrderedDict (a state dict's ``_metadata``, dropped)."""
 
-    def __init__(self, data: bytes, storage, use: _Use):
-        self.file = io.BytesIO(data)
-        self.use, self.globals = use, use.globals
-        self.storage = storage  # persistent_load: (key, type, numel) -> _Storage
+    def __init__(self, file: io.BytesIO, storage, use: _Use, name: str = "data.pkl", globals_: dict | None = None):
+        self.file, self.name = file, name  # (the words messages call the pickle)
+        self.use, self.globals = use, use.globals if globals_ is None else globals_
+        self.storage = storage  # persistent_load: the persistent id's items after 'storage' -> _Storage; None: refused
         self.stack: list = []
         self.marks: list[list] = []
         self.memo: dict[int, object] = {}
@@ -289,7 +333,7 @@ class _Unpickler:
         while True:
             op = self.file.read(1)
             if not op:
-                raise _Invalid("data.pkl ends before its STOP opcode: it is cut short")
+                raise _Cut(f"{self.name} ends before its STOP opcode: it is cut short")
             op = op[0]
             if op == pickle.STOP[0]:
                 if len(self.stack) != 1 or self.marks:
@@ -303,7 +347,7 @@ class _Unpickler:
     def read(self, n: int) -> bytes:
         b = self.file.read(n)
         if len(b) != n:
-            raise _Invalid("data.pkl ends in the middle of an opcode")
+            raise _Cut(f"{self.name} ends in the middle of an opcode")
         return b
 
     def unpack(self, fmt: str) -> int:
@@ -312,7 +356,7 @@ class _Unpickler:
     def readline(self) -> str:
         line = self.file.readline()
         if not line.endswith(b"\n"):
-            raise _Invalid("data.pkl ends in the middle of a global's name")
+            raise _Cut(f"{self.name} ends in the middle of a global's name")
         return line[:-1].decode("utf-8")
 
     # the stack
@@ -413,10 +457,13 @@ class _Unpickler:
 
     def persistent(self) -> None:
         pid = self.pop()
-        if (type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage" or not isinstance(pid[1], _StorageType)
+        if self.storage is None:
+            raise _Invalid(f"the {self.name} names a storage ({_show(pid)}), as only the state dict's pickle may")
+        n, spelled = (6, "key, location, numel, view") if self.storage.legacy else (5, "key, location, numel")
+        if (type(pid) is not tuple or len(pid) != n or pid[0] != "storage" or not isinstance(pid[1], _StorageType)
                 or type(pid[2]) is not str or type(pid[3]) is not str or type(pid[4]) is not int or pid[4] < 0):
-            raise _Invalid(f"persistent id {_show(pid)} is not ('storage', type, key, location, numel)")
-        self.push(self.storage(pid[2], pid[1], pid[4]))
+            raise _Invalid(f"persistent id {_show(pid)} is not ('storage', type, {spelled})")
+        self.push(self.storage(pid[2], pid[1], pid[4], *pid[5:]))
 
 
 def _opname(op: int) -> str:
@@ -429,17 +476,141 @@ def _refuse(use: "_Use", f: Path, what: str, fix: str | None = None) -> WeightsE
     return WeightsError(f"{f} {what}", fix or use.resave)
 
 
-def _open(use: "_Use", f: Path) -> zipfile.ZipFile:
-    """The zip archive, or a refusal saying what the file is instead (torch's legacy format, empty, damaged)."""
+class _Damaged(_Refused):
+    """The file is cut short or damaged (its fix: re-download it)."""
+
+
+def _pickle_at(fh, size: int, use: _Use, name: str, limit: int, storage=None, globals_: dict | None = None):
+    """The object of the legacy file's pickle at ``fh``'s position, read from at most ``limit`` bytes; ``fh`` left
+    just after it. Its globals: ``globals_`` (the header's pickles: none), else the state dict's."""
+    at = fh.tell()
+    chunk = io.BytesIO(fh.read(limit))
+    try:
+        obj = _run(_Unpickler(chunk, storage, use, name, globals_))
+    except _Cut:
+        if at + limit < size:
+            raise _Refused(f"has a {name} of more than {limit:,} bytes, more than torch.save writes (a state dict's "
+                           "takes about 140 a tensor)") from None
+        raise _Damaged(f"is cut short: it ends in its {name} (a truncated download)") from None
+    fh.seek(at + chunk.tell())
+    return obj
+
+
+def _check_sys_info(info) -> bool:
+    """torch.save's sys_info as it writes it (-> little_endian): the writer's byte order, the C sizes of short, int and long (torch ignores it;
+    the storages are little-endian whatever the writer's order)."""
+    sizes = info.get("type_sizes") if type(info) is dict else None
+    if (type(info) is not dict or info.get("protocol_version") != _LEGACY_PROTOCOL
+            or type(info.get("little_endian")) is not bool or type(sizes) is not dict
+            or sizes.get("short") != 2 or sizes.get("int") != 4 or sizes.get("long") not in (4, 8)):
+        raise _Refused("has a sys_info pickle unlike torch.save's (protocol_version 1001, little_endian True or False, "
+                       f"type_sizes short 2, int 4, long 4 or 8): {_show(info)}")
+    return info["little_endian"]
+
+
+def _legacy_storage():
+    """persistent_load of the legacy format: (key, type, numel, view) -> a _Storage, its data read after the pickle
+    (_read_storages). ``view``: None, or (view key, offset, size), a storage of elements offset to offset + size of
+    storage key (PyTorch before 1.6 saved one for a tensor on a storage view; later versions never do)."""
+    roots: dict[str, _Storage] = {}
+    views: dict[str, _Storage] = {}
+
+    def load(key: str, kind: _StorageType, numel: int, view=None) -> _Storage:
+        if key in views:
+            raise _Damaged(f"names storage '{one_line(key, 40)}' both as a storage and as a view: it is damaged")
+        s = _again(roots[key], kind, numel) if key in roots else roots.setdefault(key, _Storage(key, kind, numel))
+        if view is None:
+            return s
+        if (type(view) is not tuple or len(view) != 3 or type(view[0]) is not str
+                or any(type(x) is not int or x < 0 for x in view[1:])):
+            raise _Invalid(f"a storage's view {_show(view)} is not (key, offset, size)")
+        vkey, offset, n = view
+        if offset + n > numel:
+            raise _Refused(f"views elements {offset:,} to {offset + n:,} of storage '{one_line(key, 40)}' of {numel:,} "
+                           "elements: past its end")
+        v = views.get(vkey)
+        if vkey in roots or (v is not None and (v.root is not s or v.offset != offset or v.numel != n)):
+            raise _Damaged(f"names storage view '{one_line(vkey, 40)}' as two different storages: it is damaged")
+        return views.setdefault(vkey, _Storage(vkey, kind, n, root=s, offset=offset))
+
+    load.legacy, load.roots, load.views = True, roots, views
+    return load
+
+
+def _read_storages(fh, size: int, keys, storage, little: bool) -> None:
+    """Each storage's bytes, in the order of the key list: an int64 count of elements (little-endian; PyTorch before
+    1.5 on a big-endian machine wrote it in its own order), then the elements, little-endian whatever the writer's
+    order (torch's _write_file). The count must be the pickle's, the file must end with the last storage."""
+    if type(keys) is not list or any(type(k) is not str for k in keys):
+        raise _Invalid(f"its storage key list is {_show(keys)}, not a list of keys")
+    roots, listed = storage.roots, set(keys)  # (a set: the list may name tens of thousands)
+    odd = next((k for k in keys if k not in roots), None) or next((k for k in roots if k not in listed), None)
+    if odd is not None or len(listed) != len(keys):
+        what = ("lists a storage twice" if odd is None else f"lists storage '{one_line(odd, 40)}' its pickle never names"
+                if odd not in roots else f"names storage '{one_line(odd, 40)}' its key list omits (no bytes for it)")
+        raise _Damaged(f"{what}: it is damaged")
+    for i, key in enumerate(keys):
+        s = roots[key]
+        where = f"storage '{one_line(key, 40)}' ({i + 1} of {len(keys)})"
+        head = fh.read(8)
+        if len(head) < 8:
+            raise _Damaged(f"is cut short: it ends before {where} (a truncated download)")
+        count = int.from_bytes(head, "little", signed=True)
+        if count != s.numel and not little and int.from_bytes(head, "big", signed=True) == s.numel:
+            count = s.numel
+        if count != s.numel:
+            raise _Damaged(f"holds {count:,} elements for {where}, whose pickle says {s.numel:,}: it is damaged")
+        need, left = s.numel * s.kind.dtype.itemsize, size - fh.tell()
+        if need > left:  # (before reading: never more bytes than the file)
+            raise _Damaged(f"is cut short: {where} takes {need:,} bytes, {left:,} are left (a truncated download)")
+        raw = fh.read(need)
+        if len(raw) != need:
+            raise _Damaged(f"is cut short: {where} takes {need:,} bytes, {len(raw):,} were read (it changed while read)")
+        s.fill(np.frombuffer(raw, dtype=s.kind.dtype.newbyteorder("<")))
+    for v in storage.views.values():
+        v.fill(v.root.data[v.offset:v.offset + v.numel])
+    trailing = size - fh.tell()
+    if trailing:
+        raise _Damaged(f"has {trailing:,} bytes after its last storage, which torch.save never writes: it is damaged "
+                       "or another file was appended to it")
+
+
+def _load_legacy(use: _Use, f: Path):
+    """torch.save's legacy format (torch/serialization.py _legacy_save): pickles of its magic number, its protocol
+    version (1001) and sys_info; the state dict's pickle; the pickled list of storage keys; each storage's bytes."""
     with open(f, "rb") as fh:
-        head = fh.read(len(_LEGACY_MAGIC))
-    if head.startswith(_LEGACY_MAGIC):
-        raise _refuse(use, f, "is in torch.save's legacy format (PyTorch before 1.6, or _use_new_zipfile_serialization="
-                         "False), which bertfeat does not read",
-                      "re-save it in the zip format where PyTorch is installed: torch.save(torch.load(path, "
-                      f"weights_only=True), path); or {use.resave}")
+        size = os.fstat(fh.fileno()).st_size
+        header = {"globals_": {}}  # the header's pickles name no global, no storage
+        number = _pickle_at(fh, size, use, "magic number pickle", _MAX_HEADER, **header)
+        if type(number) is not int or number != _LEGACY_NUMBER:
+            raise _Refused(f"starts with a pickle of {_show(number)}, not torch.save's magic number: it is a pickle "
+                           "but not a torch.save checkpoint")
+        version = _pickle_at(fh, size, use, "protocol version pickle", _MAX_HEADER, **header)
+        if type(version) is not int or version != _LEGACY_PROTOCOL:
+            raise _Refused(f"has legacy protocol version {_show(version)}, where torch reads {_LEGACY_PROTOCOL}")
+        little = _check_sys_info(_pickle_at(fh, size, use, "sys_info pickle", _MAX_HEADER, **header))
+        storage = _legacy_storage()
+        obj = _pickle_at(fh, size, use, "main pickle", _MAX_PICKLE, storage)
+        keys = _pickle_at(fh, size, use, "storage key list", _MAX_PICKLE, **header)
+        _read_storages(fh, size, keys, storage, little)
+    return obj
+
+
+def _head(use: "_Use", f: Path) -> bytes:
+    """The file's first bytes, or a refusal of a file neither format is (empty, the .tar format)."""
+    with open(f, "rb") as fh:
+        head = fh.read(512)
     if not head:
         raise _refuse(use, f, "is empty (0 bytes)", f"restore the file from the model, or {use.resave}")
+    if head[257:262] == b"ustar":  # a tar header's magic: torch.save's format before PyTorch 0.4
+        raise _refuse(use, f, "is in torch.save's .tar format of PyTorch before 0.4, which bertfeat does not read",
+                      "if you trust the file, re-save it where PyTorch is installed (torch reads this format only by "
+                      "running its pickle): torch.save(torch.load(path, weights_only=False), path); or " + use.resave)
+    return head
+
+
+def _open(use: "_Use", f: Path, head: bytes) -> zipfile.ZipFile:
+    """The zip archive, or a refusal saying what the file is instead (damaged, written by something else)."""
     try:
         z = zipfile.ZipFile(f)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
@@ -501,11 +672,7 @@ def _storage_reader(f: Path, z: zipfile.ZipFile, records: dict, order: str):
     def load(key: str, kind: _StorageType, numel: int) -> _Storage:
         nonlocal left
         if key in read:
-            s = read[key]
-            if s.kind is not kind or s.data.size != numel:
-                raise _Refused(f"views storage '{one_line(key, 40)}' as {s.kind.label} of {s.data.size:,} elements and as "
-                               f"{kind.label} of {numel:,}")
-            return s
+            return _again(read[key], kind, numel)
         info = records.get(f"data/{key}")
         need = numel * kind.dtype.itemsize
         if info is not None and info.file_size == need and need > left:  # records nested in others
@@ -518,10 +685,19 @@ def _storage_reader(f: Path, z: zipfile.ZipFile, records: dict, order: str):
             raise _Refused(f"names storage '{one_line(key, 40)}' of {numel:,} {kind.label} values ({need:,} bytes), "
                            f"but record data/{one_line(key, 40)} {got}: the file is damaged")
         left -= need
-        read[key] = _Storage(key, kind, np.frombuffer(raw, dtype=kind.dtype.newbyteorder(order)))
+        read[key] = _Storage(key, kind, numel, np.frombuffer(raw, dtype=kind.dtype.newbyteorder(order)))
         return read[key]
 
+    load.legacy = False
     return load
+
+
+def _again(s: _Storage, kind: _StorageType, numel: int) -> _Storage:
+    """A storage named again: the same, as torch reads it, if named alike."""
+    if s.kind is not kind or s.numel != numel:
+        raise _Refused(f"views storage '{one_line(s.key, 40)}' as {s.kind.label} of {s.numel:,} elements and as "
+                       f"{kind.label} of {numel:,}")
+    return s
 
 
 def _kind(v) -> str:
@@ -561,17 +737,17 @@ def _copier(use: _Use, f: Path, tensors: dict[str, _Tensor]):
     under another name costs the pickle some 100 bytes, and its copy a whole storage; torch.load shares it). Two
     names viewing the same elements alike (tied weights: one storage in the file) get the same array, as in torch."""
     total = sum(t.view.size for t in tensors.values())
-    stored = sum({id(t.storage): t.storage.data.size for t in tensors.values()}.values())
+    stored = sum({id(t.storage.root): t.storage.root.numel for t in tensors.values()}.values())
     if total > 2 * stored:
         raise _refuse(use, f, f"holds tensors of {total:,} values in all, more than twice the {stored:,} values of the "
                               f"storages they view (the same values under many names), as {use.noun} never are")
     tensors = dict(tensors)  # popped as copied: the last view of a storage gone, its bytes are freed
-    left = Counter(id(t.storage) for t in tensors.values())  # storage -> its views not copied out yet
+    left = Counter(id(t.storage.root) for t in tensors.values())  # storage -> its views not copied out yet
     same: dict[int, dict[tuple, np.ndarray]] = {}  # storage -> its copies, kept while another view may want one
 
     def get(name: str, bits: bool = False) -> np.ndarray:
         t = tensors.pop(name)
-        sid, key = id(t.storage), (t.view.__array_interface__["data"][0], t.view.shape, t.view.strides, bits)
+        sid, key = id(t.storage.root), (t.view.__array_interface__["data"][0], t.view.shape, t.view.strides, bits)
         a = same.get(sid, {}).get(key)
         if a is None:
             a = np.array(t.view, dtype=t.view.dtype.newbyteorder("="), order="C")
@@ -587,27 +763,40 @@ def _copier(use: _Use, f: Path, tensors: dict[str, _Tensor]):
     return get
 
 
+def _load_zip(use: _Use, f: Path, head: bytes):
+    """The zip format's pickled object, its storages read."""
+    with _open(use, f, head) as z:
+        _, records = _records(use, f, z)
+        order = _check_archive(use, f, z, records)
+        return _run(_Unpickler(io.BytesIO(z.read(records["data.pkl"])), _storage_reader(f, z, records, order), use))
+
+
+def _run(unpickler: _Unpickler):
+    try:
+        return unpickler.load()
+    finally:  # its opcode table refers to it (a cycle only the collector frees): its memo held every storage
+        unpickler.ops.clear()
+        unpickler.memo.clear()
+
+
 def _load(use: _Use, f: Path) -> dict[str, _Tensor]:
     """The file's state dict, every storage read and every view checked, nothing copied out yet."""
+    head = _head(use, f)
+    legacy = head.startswith(pickle.PROTO)  # a zip starts with PK; the legacy format with its magic number's pickle
     try:
-        with _open(use, f) as z:
-            _, records = _records(use, f, z)
-            order = _check_archive(use, f, z, records)
-            unpickler = _Unpickler(z.read(records["data.pkl"]), _storage_reader(f, z, records, order), use)
-            try:
-                obj = unpickler.load()
-            finally:  # its opcode table refers to it (a cycle only the collector frees): its memo held every storage
-                unpickler.ops.clear()
-                unpickler.memo.clear()
+        obj = _load_legacy(use, f) if legacy else _load_zip(use, f, head)
+    except _Damaged as e:
+        raise _refuse(use, f, str(e), f"re-download the model, or {use.resave}") from None
     except _Refused as e:
         raise _refuse(use, f, str(e)) from None
     except (_Invalid, IndexError, UnicodeDecodeError, struct.error) as e:
-        raise _refuse(use, f, f"holds a data.pkl that is not a state dict as torch.save writes it ({one_line(e)})") from None
+        raise _refuse(use, f, f"holds a {'pickle' if legacy else 'data.pkl'} that is not a state dict as torch.save "
+                              f"writes it ({one_line(e)})") from None
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:  # a damaged record (its CRC, its header)
         if isinstance(e, WeightsError):
             raise
-        raise _refuse(use, f, f"could not be read as a torch.save zip archive ({one_line(e)}): it is truncated or damaged",
-                      f"re-download the model, or {use.resave}") from None
+        raise _refuse(use, f, f"could not be read as a torch.save {'file' if legacy else 'zip archive'} "
+                              f"({one_line(e)}): it is truncated or damaged", f"re-download the model, or {use.resave}") from None
     return _state_dict(use, f, obj)
 
 
@@ -625,7 +814,8 @@ def open_torch_file(f: Path) -> tuple[list[str], object, set[str]]:
 
 
 def read_torch_file(f: Path) -> dict[str, np.ndarray]:
-    """Every tensor of a torch.save zip checkpoint of a state dict, read without PyTorch and without unpickling.
+    """Every tensor of a torch.save checkpoint of a state dict (zip or legacy format), read without PyTorch and
+    without unpickling.
 
     Parameters
     ----------
@@ -641,8 +831,8 @@ def read_torch_file(f: Path) -> dict[str, np.ndarray]:
     Raises
     ------
     WeightsError
-        Naming the file: a global or opcode a state dict does not need (never run), torch's legacy format, a
-        truncated or damaged archive, a dtype other than float32 / float16 / bfloat16 / float64, a NaN or infinite
+        Naming the file: a global or opcode a state dict does not need (never run), torch's .tar format (before
+        PyTorch 0.4), a truncated or damaged file, a dtype other than float32 / float16 / bfloat16 / float64, a NaN or infinite
         value (the tensor named).
     """
     tensors = _load(_MODULE, f)

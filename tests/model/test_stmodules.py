@@ -340,23 +340,27 @@ def test_dense_saved_in_bfloat16(tmp_path):
     assert d_max <= 1e-5
 
 
-def _dense_as_pytorch_model_bin(src, dst, state_dict=None):
+def _dense_as_pytorch_model_bin(src, dst, state_dict=None, legacy: bool = False):
     """A copy of sentence-transformers folder ``src`` whose Dense keeps its weights only as ``pytorch_model.bin``:
     torch.save of the module's own state dict (``state_dict``: another one), as sentence-transformers before
-    safetensors saved it (distiluse-base-multilingual-cased, LaBSE)."""
+    safetensors saved it (distiluse-base-multilingual-cased, LaBSE; ``legacy``: in torch.save's format of PyTorch
+    before 1.6, as the hub serves the oldest of them)."""
     shutil.copytree(src, dst)
     sd = _st(src)[2].state_dict() if state_dict is None else state_dict
     (dst / "2_Dense" / "model.safetensors").unlink()
-    torch.save(sd, dst / "2_Dense" / "pytorch_model.bin")
+    torch.save(sd, dst / "2_Dense" / "pytorch_model.bin", _use_new_zipfile_serialization=not legacy)
     return dst
 
 
-def test_a_dense_saved_as_pytorch_model_bin_is_sentence_transformers_encode(layouts, tmp_path, capsys):
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_dense_saved_as_pytorch_model_bin_is_sentence_transformers_encode(layouts, tmp_path, capsys, legacy):
     """A Dense whose weights are only torch.save's pytorch_model.bin was refused ("a pickle bertfeat never loads"):
     it is read now without PyTorch or unpickling (torchfile.py), and the model's own embedding equals
-    SentenceTransformer.encode (which loads that file with torch.load(weights_only=True)); info names the file."""
+    SentenceTransformer.encode (which loads that file with torch.load(weights_only=True)); info names the file. In
+    torch.save's legacy format too (PyTorch < 1.6), which was refused."""
     src = layouts["labse_cls_dense_tanh_normalize"]
-    d = _dense_as_pytorch_model_bin(src, tmp_path / "bin")
+    d = _dense_as_pytorch_model_bin(src, tmp_path / "bin", legacy=legacy)
+    assert (d / "2_Dense" / "pytorch_model.bin").read_bytes().startswith(b"PK") is not legacy
     assert sorted(f.name for f in (d / "2_Dense").iterdir()) == ["config.json", "pytorch_model.bin"]
     enc = Encoder(d)
     for kw in ({}, {"prompt_name": "passage"}):

@@ -41,10 +41,12 @@ def torch():
     return need_live("torch")
 
 
-def as_bin(src: Path, dst: Path, *, head=None, dtype=None, max_shard_size=None, position_ids: bool = False) -> Path:
+def as_bin(src: Path, dst: Path, *, head=None, dtype=None, max_shard_size=None, position_ids: bool = False,
+           legacy: bool = False) -> Path:
     """A copy of checkpoint folder ``src`` whose weights are torch.save's, as transformers < 4.35 saved them: the
     model's state_dict() (``head``: the AutoModelFor... class; tied tensors share a storage), in ``dtype``, sharded at
-    ``max_shard_size`` with pytorch_model.bin.index.json; ``position_ids``: the int64 buffer transformers < 4.31 saved."""
+    ``max_shard_size`` with pytorch_model.bin.index.json; ``position_ids``: the int64 buffer transformers < 4.31 saved;
+    ``legacy``: in torch.save's legacy format, as PyTorch < 1.6 wrote the hub's classic models' files."""
     import torch
     from transformers import AutoModel
 
@@ -56,7 +58,7 @@ def as_bin(src: Path, dst: Path, *, head=None, dtype=None, max_shard_size=None, 
     for f in [*dst.glob("*.safetensors"), dst / "model.safetensors.index.json"]:
         f.unlink(missing_ok=True)
     if max_shard_size is None:
-        torch.save(sd, dst / "pytorch_model.bin")
+        torch.save(sd, dst / "pytorch_model.bin", _use_new_zipfile_serialization=not legacy)
         return dst
     from huggingface_hub import split_torch_state_dict_into_shards
 
@@ -260,13 +262,41 @@ def test_a_hostile_bin_is_refused_by_extract_with_one_line_and_nothing_run(tmp_p
                                  "SentenceTransformer(dir).save(dir))")
 
 
-def test_the_legacy_format_is_refused_with_torchfiles_message(torch, tmp_path):
-    d = make_checkpoint(tmp_path / "m", tokenizer="both")
-    from safetensors.torch import load_file
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_legacy_format_bin_gives_its_safetensors_copys_vectors(torch, dtype, tmp_path):
+    """pytorch_model.bin in torch.save's legacy format (PyTorch < 1.6: bert-base-uncased's, roberta-base's ... as the
+    hub served them) was refused: read now, its vectors bit-equal to its safetensors copy's; the tied MLM decoder and
+    the int64 position_ids buffer read as in the zip format."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForMaskedLM
 
-    torch.save(load_file(str(d / "model.safetensors")), d / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    st = make_checkpoint(tmp_path / "st", tokenizer="both", mlm_head=True, pooler=False)
+    b = as_bin(st, tmp_path / "bin", head=AutoModelForMaskedLM, dtype=getattr(torch, dtype), position_ids=True,
+               legacy=True)
+    assert not (b / "pytorch_model.bin").read_bytes().startswith(b"PK")
+    sd = torch.load(b / "pytorch_model.bin", weights_only=True)
+    same = tmp_path / "same"
+    shutil.copytree(st, same)
+    save_file({k: v.contiguous() for k, v in sd.items() if not k.startswith("cls.predictions.decoder.")},
+              str(same / "model.safetensors"), metadata={"format": "pt"})
+    enc = Encoder(b)
+    assert enc.weights.files == [b / "pytorch_model.bin"]
+    assert np.array_equal(enc.encode(TEXTS), Encoder(same).encode(TEXTS))
+    assert np.array_equal(enc.weights.mlm["decoder_w"], enc.weights.word)
+
+
+def test_a_hostile_legacy_bin_is_refused_by_extract_and_nothing_run(tmp_path, capsys):
+    """The legacy format's pickles (here its sys_info's, before the state dict's) are read as the zip's data.pkl is:
+    a global not a state dict's is refused by name, never run."""
+    d = make_checkpoint(tmp_path / "m", tokenizer="both")
     (d / "model.safetensors").unlink()
-    with pytest.raises(WeightsError, match=r"pytorch_model.bin is in torch.save's legacy format \(PyTorch before 1.6, "
-                                           r"or _use_new_zipfile_serialization=False\), which bertfeat does not read - "
-                                           r"re-save it in the zip format where PyTorch is installed"):
-        Encoder(d)
+    marker = tmp_path / "ran"
+    (d / "pytorch_model.bin").write_bytes(
+        pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + pickle.dumps(1001, protocol=2)
+        + pickle.dumps(_System(f"touch {marker}"), protocol=2) + pickle.dumps({}, protocol=2))
+    src = tmp_path / "in.csv"
+    src.write_text("text\nhello\n")
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "out.parquet", "--model", d)
+    assert rc == 1 and out == "" and not marker.exists() and not (tmp_path / "out.parquet").exists()
+    assert err.count("\n") == 1 and err.startswith(f"Error: {d / 'pytorch_model.bin'} names the global posix.system in "
+                                                   "its pickle, which a plain state dict does not need")
