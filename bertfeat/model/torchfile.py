@@ -38,7 +38,8 @@ The legacy format (PyTorch before 1.6, or ``_use_new_zipfile_serialization=False
 pickles and bytes in a row:
   * pickles of torch's magic number (0x1950A86A20F9469CFC6C), of its protocol version (1001) and of sys_info
     (protocol_version, little_endian, type_sizes: short 2, int 4, long 4 or 8), each checked;
-  * the state dict's pickle, as data.pkl but for its persistent ids, ``('storage', torch.FloatStorage, key,
+  * the state dict's pickle (Python 2's too, PyTorch up to 1.4: its str as BINSTRING, an OrderedDict built from its
+    [key, value] pairs), as data.pkl but for its persistent ids, ``('storage', torch.FloatStorage, key,
     location, numel, view)``: view None, or ``(view key, offset, size)`` for a tensor on a storage view (PyTorch
     before 1.6 wrote them; later never): a storage of its own, elements offset to offset + size of storage ``key``;
   * the pickled list of the storage keys (each the pickle names, once);
@@ -282,10 +283,14 @@ def _rebuild_parameter(data, requires_grad, hooks, state=None) -> _Tensor:
 
 
 def _ordered_dict(*args) -> OrderedDict:
-    """collections.OrderedDict, called with no arguments as a pickled OrderedDict is (its items come after)."""
-    if args:
-        raise _Invalid("an OrderedDict is built with arguments")
-    return OrderedDict()
+    """collections.OrderedDict, called with no arguments as Python 3 pickles one (its items come after), or with the
+    list of its [key, value] pairs as Python 2 did (PyTorch up to 1.4 ran on it)."""
+    if not args:
+        return OrderedDict()
+    if (len(args) != 1 or type(args[0]) is not list
+            or any(type(p) is not list or len(p) != 2 or type(p[0]) not in (str, int) for p in args[0])):
+        raise _Invalid(f"an OrderedDict is built from {_show(args)}, not the list of [key, value] pairs Python 2 wrote")
+    return OrderedDict(args[0])
 
 
 #: every global bertfeat resolves but the storage classes (_Use.storages), to its own stand-in
@@ -308,7 +313,7 @@ def _refused_global(use: _Use, full: str) -> _Refused:
 
 
 class _Unpickler:
-    """The opcodes torch.save writes for a state dict (pickle protocol 2, and 4's framing), nothing else: no
+    """The opcodes torch.save writes for a state dict (pickle protocol 2, Python 2's str, and 4's framing), nothing else: no
     global but _GLOBALS, no call but theirs, BUILD only on an OrderedDict (a state dict's ``_metadata``, dropped)."""
 
     def __init__(self, file: io.BytesIO, storage, use: _Use, name: str = "data.pkl", globals_: dict | None = None):
@@ -327,6 +332,9 @@ class _Unpickler:
             (pickle.LONG1, lambda: self.push(int.from_bytes(self.read(self.read(1)[0]), "little", signed=True))),
             (pickle.BINUNICODE, lambda: self.push(self.read(self.unpack("<I")).decode("utf-8"))),
             (pickle.SHORT_BINUNICODE, lambda: self.push(self.read(self.read(1)[0]).decode("utf-8"))),
+            # Python 2's str (its pickles' names and keys), decoded as torch.load decodes them (encoding="utf-8")
+            (pickle.BINSTRING, lambda: self.push(self.read(self.unpack("<I")).decode("utf-8"))),
+            (pickle.SHORT_BINSTRING, lambda: self.push(self.read(self.read(1)[0]).decode("utf-8"))),
             (pickle.EMPTY_TUPLE, lambda: self.push(())), (pickle.TUPLE, lambda: self.push(tuple(self.pop_mark()))),
             (pickle.TUPLE1, lambda: self.tuple(1)), (pickle.TUPLE2, lambda: self.tuple(2)),
             (pickle.TUPLE3, lambda: self.tuple(3)), (pickle.EMPTY_DICT, lambda: self.push({})),

@@ -827,3 +827,29 @@ def test_a_state_dicts_global_in_a_legacy_header_pickle_is_named_as_out_of_place
     what = {"magic": "magic number pickle", "sys_info": "sys_info pickle", "keys": "storage key list"}[where]
     assert e.value.what == (f"{f} holds a pickle that is not a state dict as torch.save writes it (its {what} names "
                             f"the global {name}, where torch.save's names none)")
+
+
+def test_a_legacy_file_python_2_wrote_reads_as_torch_reads_it(tmp_path):
+    """PyTorch up to 1.4 ran on Python 2, whose pickles hold str as SHORT_BINSTRING / BINSTRING and build an
+    OrderedDict from its list of [key, value] pairs (the state dict, each tensor's empty hooks): torch.load reads such a
+    file to these values, as bertfeat does now (it refused SHORT_BINSTRING as not torch.save's)."""
+    def s(x: str) -> bytes:  # a Python 2 str
+        return b"U" + bytes([len(x)]) + x.encode() if len(x) < 256 else b"T" + struct.pack("<I", len(x)) + x.encode()
+
+    def od(*pairs: tuple[bytes, bytes]) -> bytes:  # Python 2's OrderedDict.__reduce__: (OrderedDict, ([[k, v], ...],))
+        items = b"](" + b"".join(b"](" + k + v + b"e" for k, v in pairs) + b"e" if pairs else b"]"
+        return b"ccollections\nOrderedDict\n" + items + b"\x85R"
+
+    def tensor(offset: int, size: tuple, stride: tuple) -> bytes:
+        storage = _t(s("storage"), b"ctorch\nFloatStorage\n", s("0"), s("cpu"), _i(4), b"N") + b"Q"
+        return (b"ctorch._utils\n_rebuild_tensor_v2\n" + _t(storage, _i(offset), _t(*map(_i, size)), _t(*map(_i, stride)),
+                                                              b"\x89", od()) + b"R")
+
+    long_name = "encoder." * 40 + "bias"  # over 255 bytes: BINSTRING
+    main = b"\x80\x02" + od((s("w"), tensor(0, (2, 2), (2, 1))), (s(long_name), tensor(2, (2,), (1,)))) + b"."
+    info = (b"\x80\x02}(" + s("protocol_version") + b"M\xe9\x03" + s("little_endian") + b"\x88" + s("type_sizes")
+            + b"}(" + s("short") + b"K\x02" + s("int") + b"K\x04" + s("long") + b"K\x08uu.")
+    f = _legacy(tmp_path / "pytorch_model.bin", main, {"0": _FOUR}, sys_info=info)
+    f.write_bytes(f.read_bytes().replace(pickle.dumps(["0"], protocol=2), b"\x80\x02]" + s("0") + b"a."))
+    got = read_torch_file(f)
+    assert {k: a.tolist() for k, a in got.items()} == {"w": [[0, 1], [2, 3]], long_name: [2, 3]}
