@@ -13,13 +13,15 @@ formats' readers share (check_finite). Two uses:
 
 The safety rule: the pickle in the file is never given to Python's unpickler. A small interpreter of its opcodes
 (_Unpickler, as torch's own _weights_only_unpickler) resolves ONLY the globals a plain state dict names (_GLOBALS:
-collections.OrderedDict, torch._utils._rebuild_tensor_v2, _rebuild_parameter (_with_state), and the storage classes
+collections.OrderedDict, torch._utils._rebuild_tensor_v2 (and _rebuild_tensor, PyTorch 0.1.10 to 0.3's),
+_rebuild_parameter (_with_state), and the storage classes
 of float32, float16, bfloat16 and float64, the dtypes a module's weights are saved in), each to a stand-in of its own,
 never to an import. Any other global (os.system, a module's class, a tensor subclass's rebuilder ...) is refused by
 name before anything is built, and so is every opcode a state dict does not use: nothing in the file is run. A
 storage (persistent_load) is read from the archive's ``data/KEY`` record (the legacy format: from its place after
 the pickle) as raw bytes of its dtype, nothing else. Every pickle of the legacy format goes through the same
-interpreter; those before the state dict's (magic number, protocol version, sys_info) resolve no global at all.
+interpreter; those before the state dict's (magic number, protocol version, sys_info) and the key list after
+it resolve no global at all.
 
 The format (torch/serialization.py ``_save`` / ``_load``, caffe2's PyTorchStreamReader):
   * a zip of stored records in one top folder of any name (torch names it after the file it saved to: ``archive``
@@ -36,14 +38,15 @@ The legacy format (PyTorch before 1.6, or ``_use_new_zipfile_serialization=False
 pickles and bytes in a row:
   * pickles of torch's magic number (0x1950A86A20F9469CFC6C), of its protocol version (1001) and of sys_info
     (protocol_version, little_endian, type_sizes: short 2, int 4, long 4 or 8), each checked;
-  * the state dict's pickle, as data.pkl but for its persistent ids, ``('storage', torch.FloatStorage, key,
+  * the state dict's pickle (Python 2's too, PyTorch up to 1.4: its str as BINSTRING, an OrderedDict built from its
+    [key, value] pairs), as data.pkl but for its persistent ids, ``('storage', torch.FloatStorage, key,
     location, numel, view)``: view None, or ``(view key, offset, size)`` for a tensor on a storage view (PyTorch
     before 1.6 wrote them; later never): a storage of its own, elements offset to offset + size of storage ``key``;
   * the pickled list of the storage keys (each the pickle names, once);
   * per key in that order, the storage (torch's ``_write_file``): an int64 count of elements, then the elements, both
     little-endian whatever the writer's order (PyTorch before 1.5 on a big-endian machine wrote the count in its own
     order: read when sys_info says so). The count must be the pickle's numel, the file must end with the last one.
-Refused, each with a line saying how to re-save or re-download: torch.save's .tar format (before PyTorch 0.4, which
+Refused, each with a line saying how to re-save or re-download: torch.save's .tar format (before PyTorch 0.1.10, which
 torch reads only by running its pickle), a TorchScript archive, a compressed or encrypted record, a truncated file, a
 count unlike the pickle's, bytes after the last storage, a storage of another dtype, a tensor with its conj or neg
 bit set, a view reaching past its storage or holding more elements than it, anything but one flat dict of names to
@@ -265,6 +268,12 @@ def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks, meta
     return _Tensor(storage, offset, size, stride)
 
 
+def _rebuild_tensor(storage, offset, size, stride) -> _Tensor:
+    """torch._utils._rebuild_tensor: a tensor as PyTorch 0.1.10 to 0.3 saved it (no requires_grad, no hooks; torch.load
+    with weights_only=True reads it too)."""
+    return _rebuild_tensor_v2(storage, offset, size, stride, False, OrderedDict())
+
+
 def _rebuild_parameter(data, requires_grad, hooks, state=None) -> _Tensor:
     """torch._utils._rebuild_parameter (and _with_state: the Parameter's Python attributes, which hold no value)."""
     if not isinstance(data, _Tensor) or type(requires_grad) is not bool:
@@ -274,17 +283,22 @@ def _rebuild_parameter(data, requires_grad, hooks, state=None) -> _Tensor:
 
 
 def _ordered_dict(*args) -> OrderedDict:
-    """collections.OrderedDict, called with no arguments as a pickled OrderedDict is (its items come after)."""
-    if args:
-        raise _Invalid("an OrderedDict is built with arguments")
-    return OrderedDict()
+    """collections.OrderedDict, called with no arguments as Python 3 pickles one (its items come after), or with the
+    list of its [key, value] pairs as Python 2 did (PyTorch up to 1.4 ran on it)."""
+    if not args:
+        return OrderedDict()
+    if (len(args) != 1 or type(args[0]) is not list
+            or any(type(p) is not list or len(p) != 2 or type(p[0]) not in (str, int) for p in args[0])):
+        raise _Invalid(f"an OrderedDict is built from {_show(args)}, not the list of [key, value] pairs Python 2 wrote")
+    return OrderedDict(args[0])
 
 
 #: every global bertfeat resolves but the storage classes (_Use.storages), to its own stand-in
 _GLOBALS = {"collections.OrderedDict": _ordered_dict, "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
+            "torch._utils._rebuild_tensor": _rebuild_tensor,
             "torch._utils._rebuild_parameter": _rebuild_parameter,
             "torch._utils._rebuild_parameter_with_state": _rebuild_parameter}
-_CALLABLE = (_ordered_dict, _rebuild_tensor_v2, _rebuild_parameter)
+_CALLABLE = (_ordered_dict, _rebuild_tensor_v2, _rebuild_tensor, _rebuild_parameter)
 _MODULE = _Use(_STORAGES, "a module's weights", RESAVE)
 _ENCODER = _Use({**_STORAGES, **_INT_STORAGES}, "an encoder's weights", ENCODER_RESAVE)
 
@@ -299,7 +313,7 @@ def _refused_global(use: _Use, full: str) -> _Refused:
 
 
 class _Unpickler:
-    """The opcodes torch.save writes for a state dict (pickle protocol 2, and 4's framing), nothing else: no
+    """The opcodes torch.save writes for a state dict (pickle protocol 2, Python 2's str, and 4's framing), nothing else: no
     global but _GLOBALS, no call but theirs, BUILD only on an OrderedDict (a state dict's ``_metadata``, dropped)."""
 
     def __init__(self, file: io.BytesIO, storage, use: _Use, name: str = "data.pkl", globals_: dict | None = None):
@@ -318,6 +332,9 @@ class _Unpickler:
             (pickle.LONG1, lambda: self.push(int.from_bytes(self.read(self.read(1)[0]), "little", signed=True))),
             (pickle.BINUNICODE, lambda: self.push(self.read(self.unpack("<I")).decode("utf-8"))),
             (pickle.SHORT_BINUNICODE, lambda: self.push(self.read(self.read(1)[0]).decode("utf-8"))),
+            # Python 2's str (its pickles' names and keys), decoded as torch.load decodes them (encoding="utf-8")
+            (pickle.BINSTRING, lambda: self.push(self.read(self.unpack("<I")).decode("utf-8"))),
+            (pickle.SHORT_BINSTRING, lambda: self.push(self.read(self.read(1)[0]).decode("utf-8"))),
             (pickle.EMPTY_TUPLE, lambda: self.push(())), (pickle.TUPLE, lambda: self.push(tuple(self.pop_mark()))),
             (pickle.TUPLE1, lambda: self.tuple(1)), (pickle.TUPLE2, lambda: self.tuple(2)),
             (pickle.TUPLE3, lambda: self.tuple(3)), (pickle.EMPTY_DICT, lambda: self.push({})),
@@ -437,6 +454,9 @@ class _Unpickler:
     def resolve(self, module: str, name: str) -> None:
         full = f"{module}.{name}"
         if full not in self.globals:
+            if not self.globals and (full in _GLOBALS or full.startswith("torch.") and full.endswith("Storage")):
+                # a legacy header's pickle or key list: a state dict's own global, out of place (not a dtype refused)
+                raise _Invalid(f"its {self.name} names the global {full}, where torch.save's names none")
             raise _refused_global(self.use, full)
         self.push(self.globals[full])
 
@@ -602,8 +622,9 @@ def _head(use: "_Use", f: Path) -> bytes:
         head = fh.read(512)
     if not head:
         raise _refuse(use, f, "is empty (0 bytes)", f"restore the file from the model, or {use.resave}")
-    if head[257:262] == b"ustar":  # a tar header's magic: torch.save's format before PyTorch 0.4
-        raise _refuse(use, f, "is in torch.save's .tar format of PyTorch before 0.4, which bertfeat does not read",
+    # a tar header's magic: torch.save's format before PyTorch 0.1.10 (a zip's or a pickle's byte 257 may spell it too)
+    if head[257:262] == b"ustar" and not head.startswith((b"PK\x03\x04", pickle.PROTO)):
+        raise _refuse(use, f, "is in torch.save's .tar format of PyTorch before 0.1.10, which bertfeat does not read",
                       "if you trust the file, re-save it where PyTorch is installed (torch reads this format only by "
                       "running its pickle): torch.save(torch.load(path, weights_only=False), path); or " + use.resave)
     return head
@@ -832,7 +853,7 @@ def read_torch_file(f: Path) -> dict[str, np.ndarray]:
     ------
     WeightsError
         Naming the file: a global or opcode a state dict does not need (never run), torch's .tar format (before
-        PyTorch 0.4), a truncated or damaged file, a dtype other than float32 / float16 / bfloat16 / float64, a NaN or infinite
+        PyTorch 0.1.10), a truncated or damaged file, a dtype other than float32 / float16 / bfloat16 / float64, a NaN or infinite
         value (the tensor named).
     """
     tensors = _load(_MODULE, f)

@@ -754,8 +754,8 @@ def test_a_truncated_legacy_file_torch_wrote_is_refused(torch, tmp_path):
         "(1 of 1) takes 16,384 bytes, 16,284 are left (a truncated download)")
 
 
-def test_the_tar_format_of_pytorch_before_0_4_is_refused(tmp_path):
-    """torch.save before PyTorch 0.4 wrote a tar of pickles, which torch reads only by running them: refused."""
+def test_the_tar_format_of_pytorch_before_0_1_10_is_refused(tmp_path):
+    """torch.save before PyTorch 0.1.10 wrote a tar of pickles, which torch reads only by running them: refused."""
     import tarfile
 
     f = tmp_path / "pytorch_model.bin"
@@ -766,7 +766,90 @@ def test_the_tar_format_of_pytorch_before_0_4_is_refused(tmp_path):
         tar.addfile(info, io.BytesIO(data))
     with pytest.raises(WeightsError) as e:
         read_torch_file(f)
-    assert e.value.what == f"{f} is in torch.save's .tar format of PyTorch before 0.4, which bertfeat does not read"
+    assert e.value.what == f"{f} is in torch.save's .tar format of PyTorch before 0.1.10, which bertfeat does not read"
     assert e.value.fix.startswith("if you trust the file, re-save it where PyTorch is installed (torch reads this "
                                   "format only by running its pickle): torch.save(torch.load(path, "
                                   "weights_only=False), path); or re-save the module's weights")
+
+
+def test_a_legacy_file_of_pytorch_0_3_reads_as_torch_reads_it(tmp_path):
+    """PyTorch 0.1.10 to 0.3 saved a tensor as torch._utils._rebuild_tensor(storage, offset, size, stride), which
+    torch.load(weights_only=True) reads: read too (it was refused as 'not only tensors'), a transposed view included."""
+    def v1(storage: bytes, offset: int, size: tuple, stride: tuple) -> bytes:
+        return b"ctorch._utils\n_rebuild_tensor\n" + _t(storage, _i(offset), _t(*map(_i, size)), _t(*map(_i, stride))) + b"R"
+
+    eight = _legacy_storage("0", 8)
+    f = _legacy(tmp_path / "pytorch_model.bin", _pickled_state_dict(w=v1(eight, 0, (2, 3), (3, 1)),
+                                                                    t=v1(eight, 0, (3, 2), (1, 3)),
+                                                                    tail=v1(eight, 6, (2,), (1,))),
+                {"0": np.arange(8, dtype="<f4").tobytes()})
+    got = read_torch_file(f)
+    assert {k: a.tolist() for k, a in got.items()} == {"w": [[0, 1, 2], [3, 4, 5]], "t": [[0, 3], [1, 4], [2, 5]],
+                                                       "tail": [6, 7]}
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "zip"])
+def test_a_file_whose_byte_257_spells_ustar_is_not_taken_for_the_tar_format(tmp_path, fmt):
+    """The .tar format's test (its header's magic at byte 257) must not refuse a legacy or zip file whose tensor name
+    happens to put 'ustar' there ('mustard'): they start with a pickle's or a zip's magic, as no tar does."""
+    for pad in range(300):
+        name = "x" * pad + "mustard"
+        pkl = _pickled_state_dict(**{name: _tensor((_legacy_storage if fmt == "legacy" else _storage)("0", 4),
+                                                   0, (4,), (1,))})
+        f = (_legacy(tmp_path / "m.bin", pkl, {"0": _FOUR}) if fmt == "legacy"
+             else _archive(tmp_path / "m.bin", pkl, {"0": _FOUR}))
+        if f.read_bytes()[257:262] == b"ustar":
+            break
+    else:
+        pytest.fail("no padding put 'ustar' at byte 257")
+    assert read_torch_file(f)[name].tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("where", ["magic", "sys_info", "keys"])
+@pytest.mark.parametrize("name", ["torch.FloatStorage", "collections.OrderedDict"])
+def test_a_state_dicts_global_in_a_legacy_header_pickle_is_named_as_out_of_place(tmp_path, where, name):
+    """A global a state dict names (a storage class bertfeat reads, OrderedDict), in a pickle where torch.save names
+    none: said so, not 'a dtype bertfeat does not read (it reads float32 ...)' nor 'not only tensors'."""
+    module, attr = name.rsplit(".", 1)
+    pkl = b"\x80\x02c" + f"{module}\n{attr}\n".encode() + b"."
+    f = tmp_path / "pytorch_model.bin"
+    if where == "magic":
+        good = _one_legacy(tmp_path / "good.bin").read_bytes()
+        f.write_bytes(pkl + good[len(pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)):])
+    elif where == "sys_info":
+        _one_legacy(f, sys_info=pkl)
+    else:
+        _one_legacy(f)
+        keys = pickle.dumps(["0"], protocol=2)
+        f.write_bytes(f.read_bytes().replace(keys, pkl))
+    with pytest.raises(WeightsError) as e:
+        read_torch_file(f)
+    what = {"magic": "magic number pickle", "sys_info": "sys_info pickle", "keys": "storage key list"}[where]
+    assert e.value.what == (f"{f} holds a pickle that is not a state dict as torch.save writes it (its {what} names "
+                            f"the global {name}, where torch.save's names none)")
+
+
+def test_a_legacy_file_python_2_wrote_reads_as_torch_reads_it(tmp_path):
+    """PyTorch up to 1.4 ran on Python 2, whose pickles hold str as SHORT_BINSTRING / BINSTRING and build an
+    OrderedDict from its list of [key, value] pairs (the state dict, each tensor's empty hooks): torch.load reads such a
+    file to these values, as bertfeat does now (it refused SHORT_BINSTRING as not torch.save's)."""
+    def s(x: str) -> bytes:  # a Python 2 str
+        return b"U" + bytes([len(x)]) + x.encode() if len(x) < 256 else b"T" + struct.pack("<I", len(x)) + x.encode()
+
+    def od(*pairs: tuple[bytes, bytes]) -> bytes:  # Python 2's OrderedDict.__reduce__: (OrderedDict, ([[k, v], ...],))
+        items = b"](" + b"".join(b"](" + k + v + b"e" for k, v in pairs) + b"e" if pairs else b"]"
+        return b"ccollections\nOrderedDict\n" + items + b"\x85R"
+
+    def tensor(offset: int, size: tuple, stride: tuple) -> bytes:
+        storage = _t(s("storage"), b"ctorch\nFloatStorage\n", s("0"), s("cpu"), _i(4), b"N") + b"Q"
+        return (b"ctorch._utils\n_rebuild_tensor_v2\n" + _t(storage, _i(offset), _t(*map(_i, size)), _t(*map(_i, stride)),
+                                                              b"\x89", od()) + b"R")
+
+    long_name = "encoder." * 40 + "bias"  # over 255 bytes: BINSTRING
+    main = b"\x80\x02" + od((s("w"), tensor(0, (2, 2), (2, 1))), (s(long_name), tensor(2, (2,), (1,)))) + b"."
+    info = (b"\x80\x02}(" + s("protocol_version") + b"M\xe9\x03" + s("little_endian") + b"\x88" + s("type_sizes")
+            + b"}(" + s("short") + b"K\x02" + s("int") + b"K\x04" + s("long") + b"K\x08uu.")
+    f = _legacy(tmp_path / "pytorch_model.bin", main, {"0": _FOUR}, sys_info=info)
+    f.write_bytes(f.read_bytes().replace(pickle.dumps(["0"], protocol=2), b"\x80\x02]" + s("0") + b"a."))
+    got = read_torch_file(f)
+    assert {k: a.tolist() for k, a in got.items()} == {"w": [[0, 1], [2, 3]], long_name: [2, 3]}
