@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import FAMILIES, ROBERTA_TYPES, BertConfig, model_file, typed
-from ..errors import WeightsError, one_line
+from ..errors import WeightsError, one_line, os_error
 from ..ops.gemm import PRECISIONS, from_bf16, to_bf16
 from .torchfile import check_finite, open_torch_file
 
@@ -431,6 +431,9 @@ def _guarded(f: Path, fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except WeightsError:
         raise
+    except PermissionError as e:  # the file may be fine, its access is not: not "re-download it"
+        err = os_error(e, f)
+        raise WeightsError(err.what, err.fix) from None
     except Exception as e:
         raise _unreadable(f, one_line(e)) from None
 

@@ -169,6 +169,38 @@ def test_canonical_names(key, canonical):
     assert canonical_name(key) == canonical
 
 
+@pytest.mark.parametrize("fmt", ["safetensors", "bin"])
+def test_a_weights_file_that_cannot_be_opened_says_so(tmp_path, capsys, monkeypatch, fmt):
+    """A weights file this user may not read was "could not be read as safetensors (... Permission denied) - re-download
+    or re-save the checkpoint": the file is fine, its permissions are not (root here: open is refused by a patch)."""
+    import builtins
+    import errno
+
+    d = small(tmp_path / "m")
+    if fmt == "bin":
+        torch = pytest.importorskip("torch", reason="writes a pytorch_model.bin with torch.save")
+        from safetensors.torch import load_file
+
+        torch.save(load_file(str(d / "model.safetensors")), d / "pytorch_model.bin")
+        (d / "model.safetensors").unlink()
+    f = d / ("model.safetensors" if fmt == "safetensors" else "pytorch_model.bin")
+    real = builtins.open
+
+    def refusing(path, *a, **k):
+        if str(path) == str(f):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", refusing)
+    message = f"{f}: permission denied - check the permissions of the file and its directory, or choose another path"
+    with pytest.raises(WeightsError) as e:
+        Encoder(d)
+    assert str(e.value) == message
+    capsys.readouterr()
+    assert main(["info", str(d)]) == 1
+    assert capsys.readouterr().err == f"Error: {message}\n"
+
+
 def test_float16_checkpoint_loads_as_float32(tmp_path):
     from safetensors.numpy import load_file, save_file
 
