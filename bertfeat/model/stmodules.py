@@ -106,8 +106,17 @@ _POOLING_KEYS = ("embedding_dimension", "word_embedding_dimension", "pooling_mod
 _NO_LIMIT = 10**12
 
 
+class _ReadFromFile:
+    """A module step read from its folder's weights file (``path``, ``weights_file``: fields of the dataclass)."""
+
+    @property
+    def source(self) -> str:
+        """Its weights file relative to the model folder, as ``info`` shows where it came from."""
+        return _rel_file(self.path, self.weights_file)
+
+
 @dataclass(frozen=True)
-class DenseLayer:
+class DenseLayer(_ReadFromFile):
     """One Dense module, weights transposed to (in, out) at load."""
 
     path: str
@@ -126,17 +135,12 @@ class DenseLayer:
     def out_features(self) -> int:
         return int(self.w.shape[1])
 
-    @property
-    def source(self) -> str:
-        """Its weights file relative to the model folder, as ``info`` shows where it came from."""
-        return f"{self.path}/{self.weights_file}" if self.path else self.weights_file
-
     def describe(self) -> str:
         return f"Dense {self.in_features}->{self.out_features} {self.activation}" + (" +residual" if self.residual else "")
 
 
 @dataclass(frozen=True)
-class LayerNormStep:
+class LayerNormStep(_ReadFromFile):
     """One LayerNorm module: torch.nn.LayerNorm over the sentence embedding (its gain and bias, eps 1e-5)."""
 
     path: str
@@ -148,10 +152,6 @@ class LayerNormStep:
     @property
     def dimension(self) -> int:
         return int(self.g.shape[0])
-
-    @property
-    def source(self) -> str:
-        return _rel_file(self.path, self.weights_file)
 
     def describe(self) -> str:
         return f"LayerNorm {self.dimension}"
@@ -228,11 +228,15 @@ class ModelPipeline:
     def layer_norm(self) -> tuple[LayerNormStep, ...]:
         return tuple(s for s in self.steps if isinstance(s, LayerNormStep))
 
+    def _running(self) -> list:
+        """``steps`` less the Dropouts (nothing at inference)."""
+        return [s for s in self.steps if not _is_identity(s)]
+
     @property
     def head(self) -> tuple:
-        """The steps that change a window's vector before the final Normalize: ``steps`` less the Dropouts (nothing
-        at inference) and the trailing Normalize (which runs after a row's windows are combined: ``normalize``)."""
-        run = [s for s in self.steps if not _is_identity(s)]
+        """The steps that change a window's vector before the final Normalize: ``steps`` less the Dropouts and the
+        trailing Normalize (which runs after a row's windows are combined: ``normalize``)."""
+        run = self._running()
         while run and run[-1] == "normalize":
             run.pop()
         return tuple(run)
@@ -240,7 +244,7 @@ class ModelPipeline:
     @property
     def normalize(self) -> bool:
         """The model's embedding ends L2-normalized (a Dropout after the Normalize changes nothing)."""
-        run = [s for s in self.steps if not _is_identity(s)]
+        run = self._running()
         return bool(run) and run[-1] == "normalize"
 
     def prepare(self, path) -> None:
