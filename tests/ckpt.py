@@ -533,3 +533,19 @@ def write_bf16(path: str | os.PathLike) -> None:
     h = json.dumps(header).encode()
     h += b" " * (-len(h) % 8)
     Path(path).write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def refused(capsys, d, message: str, kind: type | None = None) -> None:
+    """Encoder(d) raises ``kind`` (WeightsError unless given) with exactly ``message``, printing nothing, and
+    `bertfeat info d` prints it as its one Error line, exit 1."""
+    import pytest
+
+    from bertfeat.cli.app import main
+    from bertfeat.errors import WeightsError
+    from bertfeat.model.encoder import Encoder
+
+    with pytest.raises(kind or WeightsError) as e:
+        Encoder(d)
+    assert e.value.message == message
+    assert main(["info", str(d)]) == 1
+    assert capsys.readouterr() == ("", f"Error: {message}\n")
