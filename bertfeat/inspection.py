@@ -352,11 +352,53 @@ def save_attention_npy(attn: np.ndarray, path: str | Path) -> Path:
 
 def write_attention(text: str, output: str | Path, pair: str | None = None, model: str | None = None, layer: int = -1,
                     head: int | None = 0, save_npy: str | Path | None = None, max_length: int | None = None,
-                    *, encoder=None, precision: str = "fp32") -> dict:
+                    *, encoder=None, precision: str = "fp32", overwrite: bool = False) -> dict:
     """Attention heatmap PNG of one layer (one head, or every head with head None), and optionally the raw .npy.
 
-    Layer and head are checked before the model runs. Returns what was written (for the CLI).
+    Parameters
+    ----------
+    text, pair : str
+        The text (and the second text of a sentence pair, token type id 1).
+    output : str or Path
+        The PNG file to write (a name ending in .png, in an existing folder).
+    model, max_length, encoder, precision
+        The model, as for ``bertfeat.extract`` (``encoder``: an ``Encoder`` already loaded, used as it is).
+    layer, head : int
+        0-based; negative counts from the end. ``head`` None: every head of the layer, in a grid.
+    save_npy : str or Path, optional
+        Also write the raw (layers, heads, T, T) float32 array there (a name ending in .npy).
+    overwrite : bool, default False
+        Replace an existing ``output`` or ``save_npy`` file. Without it an existing one is refused (a
+        ``BertfeatError`` naming the file) and nothing is written, as ``bertfeat.extract`` and
+        ``bertfeat attention`` (``--overwrite``) do.
+
+    Returns
+    -------
+    dict
+        What was written (for the CLI): model, layer, heads, n_tokens, png, png_pixels, npy, npy_shape.
+
+    Both files are written atomically, under the run lock of each (a second writer of the same files is refused);
+    layer and head are checked before the model runs.
     """
+    from .errors import opt
+    from .run.options import check_switch
+    from .run.outlock import output_lock
+    from .run.outputs import check_outputs
+
+    overwrite = check_switch("overwrite", overwrite)
+    _check_attention_outputs(output, save_npy)
+    check_texts(text, pair)
+    npy_file = f"{opt('save_npy')} file"  # "the --save-npy file ..." on the command line, "the save_npy file" here
+    outs = [("output", output)] + ([(npy_file, save_npy)] if save_npy is not None else [])
+    # then what overwrite decides (a wrong name first: overwrite would not make it right), under each file's run
+    # lock: a second writer is refused rather than replacing the files checked here
+    with output_lock(*(p for _, p in outs), create=False):
+        check_outputs(outs, [], overwrite, options={npy_file: "save_npy"})  # its fixes name save_npy, not output
+        return _write_attention(text, output, pair, model, layer, head, save_npy, max_length, encoder, precision)
+
+
+def _check_attention_outputs(output, save_npy) -> None:
+    """The PNG's and the .npy's names: their extension, and a folder that exists (refused, not made)."""
     from .errors import BertfeatError, opt
 
     for p, ext, param in ((output, ".png", "output"), (save_npy, ".npy", "save_npy")):
@@ -364,7 +406,9 @@ def write_attention(text: str, output: str | Path, pair: str | None = None, mode
             raise BertfeatError(f"{opt(param, str(p))} does not end in {ext}", f"give {opt(param)} a file name ending in {ext}")
         if p is not None and not (Path(p).parent if str(Path(p).parent) else Path(".")).is_dir():  # before the PNG is written
             raise BertfeatError(f"cannot write {p}: directory {Path(p).parent} does not exist", "create it, or choose another path")
-    check_texts(text, pair)
+
+
+def _write_attention(text, output, pair, model, layer, head, save_npy, max_length, encoder, precision) -> dict:
     enc = _encoder(model, max_length, encoder, precision)
     c = enc.config
     layer_i, head_i = check_layer_head(c.num_hidden_layers, c.num_attention_heads, layer, head)

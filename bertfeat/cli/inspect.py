@@ -107,8 +107,6 @@ def attention_command(
 ):
     """Plot attention probabilities as heatmaps with the tokens on both axes."""
     from ..inspection import write_attention
-    from ..run.outlock import output_lock
-    from ..run.outputs import check_outputs
     from ..checks import check_max_length, check_output_name
 
     _check_arguments(text, pair)
@@ -118,15 +116,12 @@ def attention_command(
     check_output_name(output, "output", "attention.png")
     if save_npy is not None:
         check_output_name(save_npy, "--save-npy file", "attention.npy", option="save_npy")
-    outs = [("output", output)] + ([("--save-npy file", save_npy)] if save_npy else [])
     if save_npy and Path(save_npy).resolve() == Path(output).resolve():
         raise BertfeatError(f"--save-npy {save_npy} is the PNG output too", "give the two outputs different names")
-    # one writer per output (outlock.py): a second run started meanwhile, --overwrite or not, is refused rather than
-    # replacing the files this one checked; a folder that does not exist is refused by write_attention, not made
-    with output_lock(*(p for _, p in outs), create=False):
-        check_outputs(outs, [], overwrite, options={"--save-npy file": "save_npy"})  # its fixes name --save-npy, not -o
-        r = write_attention(text, output, pair, model, layer, None if all_heads else (0 if head is None else head),
-                            save_npy, max_length, precision=precision)
+    # write_attention checks the names (a folder that does not exist is refused, not made), then holds each output's
+    # run lock and refuses an existing one unless --overwrite (its fix names -o or --save-npy)
+    r = write_attention(text, output, pair, model, layer, None if all_heads else (0 if head is None else head),
+                        save_npy, max_length, precision=precision, overwrite=overwrite)
     if quiet:
         return
     _, err = _consoles()  # "wrote ..." goes to stderr, as for every command that writes files

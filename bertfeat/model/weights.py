@@ -326,14 +326,37 @@ def _weight_map(model_dir: Path, name: str = INDEX, single: str = "model.safeten
         raise WeightsError(f"{index} is not a valid {'safetensors' if name == INDEX else 'checkpoint'} index ({e})",
                            _INDEX_FIX) from None
     typed(weight_map, dict, f"{index}: weight_map")
-    for name, shard in weight_map.items():
+    for tensor, shard in weight_map.items():
         typed(shard, str, f"{index}: a weight_map entry")
         if shard in ("", ".", "..") or Path(shard).name != shard or "\\" in shard:
-            raise WeightsError(f"{index}: weight_map maps tensor '{name}' to {shard!r}, which is not a file name in "
+            raise WeightsError(f"{index}: weight_map maps tensor '{tensor}' to {shard!r}, which is not a file name in "
                                f"{model_dir}", _INDEX_FIX)
+        _check_shard_kind(index, tensor, shard)
     if not weight_map:
         raise WeightsError(f"{index}: weight_map lists no tensor", _INDEX_FIX)
     return weight_map
+
+
+#: an index's name -> the extension of the shards it lists, and what they are
+_SHARD_KINDS = {INDEX: (".safetensors", "safetensors"), BIN_INDEX: (".bin", "torch.save")}
+
+
+def _check_shard_kind(index: Path, tensor: str, shard: str) -> None:
+    """A shard of the kind its index names: model.safetensors.index.json lists .safetensors files,
+    pytorch_model.bin.index.json .bin files. Another entry was read by its own extension under the other index's
+    checks (a .bin index of safetensors shards: the shards were never checked against it, and the index was left out
+    of the files hashed for the cache and the resume manifest). transformers goes by the shards' extensions, not by
+    the index's name: the fix is the rename."""
+    ext, kind = _SHARD_KINDS[index.name]
+    if shard.endswith(ext):
+        return
+    other = next((name for name, (e, _) in _SHARD_KINDS.items() if shard.endswith(e)), None)
+    fix = (f"its shards are {_SHARD_KINDS[other][1]} files: rename {index.name} to {other}, the name transformers' "
+           "save_pretrained gives their index" if other is not None else
+           f"bertfeat reads .safetensors shards listed in {INDEX} and .bin shards (torch.save's) listed in "
+           f"{BIN_INDEX}: save the checkpoint again with save_pretrained")
+    raise WeightsError(f"{index}: weight_map maps tensor '{tensor}' to '{shard}', which is not a {ext} file "
+                       f"({index.name} lists {kind} shards)", fix)
 
 
 def _check_shards(model_dir: Path, weight_map: dict[str, str], held: dict[str, list[str]], index_name: str = INDEX) -> None:

@@ -34,7 +34,7 @@ from .chunks import (
     table_counts,
     validate_batch,
 )
-from ..errors import BertfeatError, interrupt_in, one_line, opt
+from ..errors import BertfeatError, BertfeatWarning, interrupt_in, one_line, opt
 from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.base import check_float16_range
 from .encoder_setup import feature_settings, load_encoder, make_reuser
@@ -44,7 +44,7 @@ from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, finish_pc
 from .provenance import provenance
 from .outputs import remove_stale
 from .plan import check_output_values
-from .summary import ExtractSummary, new_summary
+from .summary import ExtractSummary, RepeatedIds, new_summary
 from .progress import NullProgress
 from ..readers.rejects import TooManyBadRows, publish_rejects
 from ..ops.threads import read_ahead
@@ -143,12 +143,13 @@ def prepared_chunks(plan, encoder, spec, done: set[int], reuser=None):
     """Read, validate, look up (``reuser``) and tokenize (run ahead of the model by read_ahead); completed chunks pass
     through untokenized.
 
-    Yields ("done", index, bytes_read, rows) for a chunk already in the part store, else ("chunk", PreparedChunk).
+    Yields ("done", index, bytes_read, rows: the chunk's input rows) for a chunk already in the part store, else
+    ("chunk", PreparedChunk).
     """
     source = plan.reader
     for index, raw in iter_chunks(source, plan.options.chunk_rows):
         if index in done:
-            yield ("done", index, raw.bytes_read, len(raw.rows))
+            yield ("done", index, raw.bytes_read, raw.rows)
             continue
         chunk = validate_batch(raw, index)
         yield ("chunk", prepare_chunk(encoder, spec, chunk, source.row_label, plan.on_bad_row, reuser))
@@ -186,6 +187,7 @@ class LocalRun:
         self.rejects: dict[int, list[dict]] = {}
         self.pca = new_pca(plan.pca_n_components) if plan.pca is not None else None
         self.limit = plan.max_bad_rows
+        self.repeats = RepeatedIds() if plan.reader.id_column else None  # row numbers (no id column) never repeat
         self.summary: ExtractSummary | None = None
         self.complete = False  # the outputs are in place (the partial directory is gone)
 
@@ -214,9 +216,9 @@ class LocalRun:
             try:
                 for item in items:
                     if item[0] == "done":  # finished by the interrupted run: its part is read once, here
-                        _, index, bytes_read, n = item
-                        self.account(index, *store.read_part(index), resumed=True)
-                        progress.advance(n, 0, bytes_read)
+                        _, index, bytes_read, rows = item
+                        self.account(index, *store.read_part(index), rows=rows, resumed=True)
+                        progress.advance(len(rows), 0, bytes_read)
                         continue
                     pc: PreparedChunk = item[1]
                     before = (reuser.encoded, reuser.reused, reuser.tokens_encoded)
@@ -226,7 +228,7 @@ class LocalRun:
                              "tokens_encoded": reuser.tokens_encoded - before[2]}
                     with uninterrupted():  # a part on disk is a chunk counted: a stop between kept it uncounted (removed)
                         store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
-                        self.account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
+                        self.account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse, pc.chunk.rows)
                     tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
                     progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
             finally:
@@ -240,12 +242,19 @@ class LocalRun:
         summary.rows_multiline = getattr(plan.reader, "multiline_rows", 0)
         check_input_unchanged(plan)  # every row read: a file that grew meanwhile fails the run, nothing published
 
-    def account(self, index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int, reuse: dict, resumed=False):
-        """A finished unit's counts, rejects and PCA statistics, taken while its table is in memory (``resumed``: a
-        chunk kept from the interrupted run)."""
+    def account(self, index: int, table: pa.Table, chunk_rejects: list[dict], n_read: int, reuse: dict, rows: list[int],
+                resumed=False):
+        """A finished unit's counts, rejects, ids and PCA statistics, taken while its table is in memory (``rows``: its
+        input rows, the written ones when not ``resumed``; ``resumed``: a chunk kept from the interrupted run, whose
+        written rows are its rows less its rejects)."""
         plan, summary = self.plan, self.summary
         self.order.append(index)
         self.rejects[index] = chunk_rejects
+        if self.repeats is not None:
+            if resumed:
+                bad = {r["row"] for r in chunk_rejects}
+                rows = [r for r in rows if r not in bad]
+            self.repeats.add(table.column(plan.id_name).to_pylist(), rows)
         counts = table_counts(table, self.spec.max_length)
         summary.add({"rows_read": n_read, **counts, **reuse})
         if resumed:
@@ -276,7 +285,19 @@ class LocalRun:
         summary.outputs = finalize(plan, self.store, sorted(self.order), self.encoder, self.spec, self.fingerprint,
                                    summary, pca, self.all_rejects())
         self.complete = True  # the probe (reading the output again) only adds to the report
+        self.warn_repeated_ids()
         summary.probe = probe_into_report(plan, pca, self.fingerprint, summary.outputs["features"], self.progress)
+
+    def warn_repeated_ids(self) -> None:
+        """Ids written on more than one row: counted in the summary, and one warning (the CLI's ``Warning:`` line)."""
+        if self.repeats is None:
+            return
+        self.summary.ids_repeated = self.repeats.count
+        words = self.repeats.warning(self.plan.reader.name, self.plan.reader.id_column)
+        if words is not None:
+            import warnings
+
+            warnings.warn(words, BertfeatWarning, stacklevel=2)
 
     def failure(self, kind: str, phase: str, e: BaseException | None = None) -> Failure:
         """What happened, for failures.py: standard input or not, the chunks in the part store, the outputs' state."""

@@ -1,6 +1,7 @@
 """What a run did: ``ExtractSummary`` (its counts, timing, outputs; ``bertfeat.extract`` returns it and
-``to_dict`` is ``--summary-json``), ``new_summary`` (an engine's summary before any row) and ``gemm_record`` (the GEMM
-path as the summary and the provenance record it).
+``to_dict`` is ``--summary-json``), ``new_summary`` (an engine's summary before any row), ``gemm_record`` (the GEMM
+path as the summary and the provenance record it) and ``RepeatedIds`` (ids written on more than one row: the local
+engine's warning and ``ids_repeated``).
 
 A unit of work (a local chunk, a Dask partition) yields its counts (chunks.table_counts); the job adds them with
 ``ExtractSummary.add``.
@@ -50,6 +51,7 @@ class ExtractSummary:
     precision: str = ""
     gemm: dict = field(default_factory=dict)  # the GEMM path, as the provenance records it (gemm_record)
     probe: dict | None = None  # with label: the PCA report's linear probe (probe.py)
+    ids_repeated: int | None = None  # ids written on more than one row (RepeatedIds); None: not checked
 
     def add(self, counts: dict):
         """Add a unit of work's counts (table_counts keys, plus rows_read when given)."""
@@ -95,6 +97,59 @@ class ExtractSummary:
         d["rows_per_s"] = round(self.rows_per_s, 2)
         d["tokens_per_s"] = round(self.tokens_per_s, 2)
         return d
+
+
+class RepeatedIds:
+    """The ids of ``id_column`` a run wrote on more than one row: users join the features back by id, and a repeated
+    id matches each of its rows. Every row is still written; the run warns (``warning``). Ids are compared as the
+    output holds them (CSV ids are text: '010' and '10' are two ids). Holds every distinct id with the row it was
+    first written for, in a dict: ~100-130 bytes a distinct id (short strings or integers), ~1.2 GB at 10 million."""
+
+    def __init__(self):
+        self._rows: dict = {}  # id -> the row it was first written for; -1 once it repeated (counted)
+        self.count = 0  # distinct ids on more than one row
+        self.first: tuple | None = None  # the first repeat, in row order: (id, its first row, the row repeating it)
+
+    def add(self, ids: list, rows: list[int]) -> None:
+        """A unit's written ids and their 0-based input rows, units in row order."""
+        seen = self._rows
+        for ident, row in zip(ids, rows):
+            key = _hashable(ident)
+            was = seen.get(key)
+            if was is None:
+                seen[key] = row
+            elif was >= 0:  # its first repeat
+                self.count += 1
+                if self.first is None:
+                    self.first = (ident, was, row)
+                seen[key] = -1
+
+    def warning(self, source: str, column: str) -> str | None:
+        """The warning's words (None: every id is on one row), e.g. ``in.csv: the id column 'id' repeats 2 ids ...``."""
+        if self.first is None:
+            return None
+        ident, a, b = self.first
+        shown = _shown_id(ident)
+        return (f"{source}: the id column '{column}' repeats {self.count:,} id{'s' * (self.count != 1)} (the first, "
+                f"{shown}, on rows {a} and {b}); every row is written, so a join on '{column}' matches each of them")
+
+
+def _hashable(ident):
+    """An id as a dict key: a struct or list id (a dict, a list) by its repr."""
+    try:
+        hash(ident)
+    except TypeError:
+        return ("unhashable", repr(ident))
+    return ident
+
+
+def _shown_id(ident, limit: int = 40) -> str:
+    """An id in a warning: a string quoted, anything else as str; at most ``limit`` characters."""
+    from ..readers.rejects import bytes_text
+
+    text = bytes_text(ident) if isinstance(ident, (bytes, bytearray)) else str(ident)
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return f"'{text}'" if isinstance(ident, (str, bytes, bytearray)) else text
 
 
 def new_summary(plan, encoder, spec, engine: str, **counts) -> ExtractSummary:

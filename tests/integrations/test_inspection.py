@@ -331,6 +331,41 @@ def test_write_attention_validates_before_running(tmp_path, encoders):
     assert np.array_equal(np.load(tmp_path / "a.npy"), attention_maps(EN, encoder=enc)[1])
 
 
+def test_write_attention_refuses_an_existing_output_unless_overwrite(tmp_path, encoders):
+    """An existing PNG or .npy is refused (as extract and `bertfeat attention` refuse it), naming the file and the
+    parameter that gave it; nothing is written; overwrite=True replaces both (it was silently replaced)."""
+    enc = encoders["base"]
+    png, npy = tmp_path / "a.png", tmp_path / "a.npy"
+    npy.write_bytes(b"old")
+    with pytest.raises(BertfeatError) as e:
+        write_attention(EN, png, save_npy=npy, encoder=enc)
+    assert e.value.message == f"{npy} already exists - pass overwrite=True to replace it, or save_npy with another name"
+    png.write_bytes(b"old")
+    with pytest.raises(BertfeatError) as e:
+        write_attention(EN, png, encoder=enc)
+    assert e.value.message == f"{png} already exists - pass overwrite=True to replace it, or output with another name"
+    assert png.read_bytes() == npy.read_bytes() == b"old"
+    d = tmp_path / "d.npy"
+    d.mkdir()
+    with pytest.raises(BertfeatError) as e:
+        write_attention(EN, png, save_npy=d, encoder=enc, overwrite=True)
+    assert e.value.message == f"the save_npy file {d} is a directory - pass save_npy with a file name, not a directory"
+    d.rmdir()
+    pdf = tmp_path / "a.pdf"
+    pdf.write_bytes(b"old")  # a wrong name is said first: overwrite would not make it right
+    with pytest.raises(BertfeatError, match=r"^output='.*a\.pdf' does not end in \.png - "):
+        write_attention(EN, pdf, encoder=enc)
+    pdf.unlink()
+    assert png.read_bytes() == npy.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "a.png"]  # no lock file or temp left behind
+    with pytest.raises(BertfeatError) as e:
+        write_attention(EN, png, encoder=enc, overwrite="yes")
+    assert e.value.message == "overwrite='yes' is a str, not True or False - give overwrite as True or False"
+    r = write_attention(EN, png, save_npy=npy, encoder=enc, overwrite=True)
+    assert r["png"] == str(png) and png_size(png) == (800, 800)
+    assert np.array_equal(np.load(npy), attention_maps(EN, encoder=enc)[1])
+
+
 # --------------------------------------------------------------------------- masked LM
 MLM_CASES = [
     ("mlm_uncased", "The capital of France is [MASK].", None),

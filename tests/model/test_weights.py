@@ -572,6 +572,39 @@ def test_an_index_that_lies_is_refused(tmp_path, edit, what):
     assert e.value.message == what.format(i=i, d=d.resolve(), n=first) + " - restore it from the checkpoint"
 
 
+@pytest.mark.parametrize("index_name,entry,fix", [
+    ("pytorch_model.bin.index.json", None,
+     "its shards are safetensors files: rename pytorch_model.bin.index.json to model.safetensors.index.json, the name "
+     "transformers' save_pretrained gives their index"),
+    ("model.safetensors.index.json", "pytorch_model-00002-of-00003.bin",
+     "its shards are torch.save files: rename model.safetensors.index.json to pytorch_model.bin.index.json, the name "
+     "transformers' save_pretrained gives their index"),
+    ("model.safetensors.index.json", "model-00002-of-00003.pt",
+     "bertfeat reads .safetensors shards listed in model.safetensors.index.json and .bin shards (torch.save's) listed "
+     "in pytorch_model.bin.index.json: save the checkpoint again with save_pretrained"),
+], ids=["bin-index-of-safetensors", "safetensors-index-of-a-bin", "neither"])
+def test_an_index_listing_shards_of_another_kind_is_refused(tmp_path, capsys, index_name, entry, fix):
+    """A pytorch_model.bin.index.json of safetensors shards loaded them unchecked against it (and left it out of the
+    files hashed for the cache and the resume manifest); an entry of neither kind was read as safetensors. Each is
+    refused naming the index and its first odd entry; the rename the fix gives loads the model."""
+    d = small(tmp_path / "m", sharded=3)
+    want = Encoder(d).encode(["a few words"], pooling="mean")
+    index = _index(d)
+    if entry is not None:  # one shard listed under another name (the file itself renamed too)
+        index["weight_map"] = {n: entry if s == SHARD(2) else s for n, s in index["weight_map"].items()}
+        (d / SHARD(2)).rename(d / entry)
+    odd = next((n, s) for n, s in index["weight_map"].items() if not s.endswith(".bin" if "bin" in index_name else
+                                                                                     ".safetensors"))
+    (d / "model.safetensors.index.json").unlink()
+    (d / index_name).write_text(json.dumps(index))
+    ext, kind = (".bin", "torch.save") if "bin" in index_name else (".safetensors", "safetensors")
+    refused(capsys, d, f"{d.resolve() / index_name}: weight_map maps tensor '{odd[0]}' to '{odd[1]}', which is not a "
+                       f"{ext} file ({index_name} lists {kind} shards) - {fix}")
+    if entry is None:  # the fix
+        (d / index_name).rename(d / "model.safetensors.index.json")
+        assert np.array_equal(Encoder(d).encode(["a few words"], pooling="mean"), want)
+
+
 def test_shards_without_their_index_load_whole_and_name_the_missing_ones(tmp_path):
     """Every shard there, the index lost: the shards load (as before). One missing was a 'missing tensor' error whose
     fix named config.json; an absurd shard count is named without listing every shard."""

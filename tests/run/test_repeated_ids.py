@@ -1,0 +1,85 @@
+"""`extract --id-column` with an id on more than one row: every row is still encoded and written, and the run says so
+(one `Warning:` line, also under --quiet, and `ids_repeated` in the summary), as users join the features back by id.
+Ids are compared as the output holds them: CSV ids are text, so '010' and '10' are two ids."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from extract_util import Interrupt, read_table, run, tiny_model, write_csv
+
+import bertfeat
+from bertfeat.errors import BertfeatWarning
+
+# row 0 is bad (an empty text), so the rows written are 1..6: numbered as the input's rows, as the rejects file does
+ROWS = [["8", ""], ["10", "a cat sat"], ["010", "a dog ran"], ["7", "a cat sat"], ["10", "birds fly"],
+        ["7", "fish swim"], ["10", "the end"]]
+
+
+def warning_line(src, n: int = 2, first: str = "'10'", rows: str = "1 and 4") -> str:
+    return (f"Warning: {src}: the id column 'id' repeats {n} ids (the first, {first}, on rows {rows}); every row is "
+            "written, so a join on 'id' matches each of them")
+
+
+@pytest.mark.parametrize("chunk_rows", [2, 100])  # repeats across chunks of a streamed run, and within one chunk
+def test_a_repeated_id_is_one_warning_line_and_a_summary_field(tmp_path, capsys, chunk_rows):
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], ROWS)
+    out, log = tmp_path / "o.parquet", tmp_path / "run.json"
+    rc, stdout, err = run(capsys, "extract", src, "--id-column", "id", "-o", out, "--model", tiny_model(), "--quiet",
+                          "--on-bad-row", "skip", "--chunk-rows", chunk_rows, "--summary-json", log)
+    assert (rc, stdout, err) == (0, "", warning_line(src) + "\n")  # --quiet: the warning alone, as every warning
+    assert json.loads(log.read_text())["ids_repeated"] == 2  # '10' (rows 1, 4, 6) and '7' (rows 3, 5)
+    assert read_table(out).column("id").to_pylist() == ["10", "010", "7", "10", "7", "10"]  # nothing lost
+    assert (tmp_path / "o.parquet.rejects.csv").read_text().splitlines()[1] == "0,8,empty text"
+
+
+def test_the_warning_comes_with_the_summary_without_quiet(tmp_path, capsys):
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [["a", "one"], ["b", "two"], ["a", "three"]])
+    rc, stdout, err = run(capsys, "extract", src, "--id-column", "id", "-o", tmp_path / "o.parquet", "--model",
+                          tiny_model())
+    assert rc == 0 and stdout == ""
+    assert err.splitlines().count(warning_line(src, 1, "'a'", "0 and 2").replace("1 ids", "1 id")) == 1
+
+
+def test_unique_ids_and_ids_that_differ_only_as_text_give_no_warning(tmp_path, capsys):
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [["10", "a"], ["010", "b"], ["0010", "c"], [" 10", "d"],
+                                                          ["10.0", "e"]])
+    log = tmp_path / "run.json"
+    rc, stdout, err = run(capsys, "extract", src, "--id-column", "id", "-o", tmp_path / "o.parquet", "--model",
+                          tiny_model(), "--quiet", "--summary-json", log)
+    assert (rc, stdout, err) == (0, "", "")
+    assert json.loads(log.read_text())["ids_repeated"] == 0
+    rc, stdout, err = run(capsys, "extract", src, "-o", tmp_path / "rows.parquet", "--model", tiny_model(), "--quiet",
+                          "--summary-json", log)  # no id column: the row numbers, which never repeat, are not checked
+    assert (rc, stdout, err) == (0, "", "") and json.loads(log.read_text())["ids_repeated"] is None
+
+
+def test_python_gets_a_bertfeat_warning(tmp_path):
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], ROWS)
+    with pytest.warns(BertfeatWarning) as got:
+        s = bertfeat.extract(src, tmp_path / "o.parquet", id_column="id", model=str(tiny_model()), on_bad_row="skip")
+    assert [str(w.message) for w in got] == [warning_line(src).removeprefix("Warning: ")]
+    assert s.ids_repeated == 2 and s.to_dict()["ids_repeated"] == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BertfeatWarning)  # no id column: nothing checked, no warning
+        s = bertfeat.extract(src, tmp_path / "u.parquet", model=str(tiny_model()), on_bad_row="skip")
+    assert s.ids_repeated is None
+
+
+def test_a_resumed_run_sees_the_ids_of_its_kept_chunks(tmp_path, capsys):
+    """The first '10' and '7' are in the chunks the interrupted run kept: the resume reads their ids back from the
+    parts, and their rows (a kept chunk's rows less its rejects: '10' is on row 1, after the bad row 0)."""
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], ROWS)
+    out = tmp_path / "o.parquet"
+    kw = dict(id_column="id", model=str(tiny_model()), on_bad_row="skip", chunk_rows=2)
+    with pytest.raises(KeyboardInterrupt):
+        bertfeat.extract(src, out, progress=Interrupt(after=2), **kw)  # chunks 0 and 1 (rows 0-3) kept
+    assert len(list((tmp_path / "o.parquet.partial").glob("part-*.parquet"))) == 2
+    with pytest.warns(BertfeatWarning) as got:
+        s = bertfeat.extract(src, out, resume=True, **kw)
+    assert s.chunks_resumed == 2 and s.ids_repeated == 2
+    assert [str(w.message) for w in got] == [warning_line(src).removeprefix("Warning: ")]
+    assert read_table(out).column("id").to_pylist() == ["10", "010", "7", "10", "7", "10"]
