@@ -389,6 +389,27 @@ def python_values(values) -> list:
             return objects
     except (OverflowError, ValueError, pa.ArrowException):
         pass
+    return _stored(values, plain)
+
+
+def stored_values(values) -> list:
+    """An Arrow column's values as Python objects equal where the values are: ``to_pylist``'s, but a date, time,
+    timestamp or duration always as the integer Arrow stores (``Stored``, printed as Arrow's text), whether or not
+    a Python object would hold it (``python_values`` chooses per call, so one value could come back as a datetime
+    from one chunk and as an integer from another)."""
+    t = values.type.value_type if pa.types.is_dictionary(values.type) else values.type
+    plain = _plain(t)
+    if plain is None:
+        return values.to_pylist()
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    return _stored(values, plain)
+
+
+def _stored(values, plain) -> list:
+    """``values`` (no dictionary, one chunk) viewed as ``plain``: its integers, a top-level temporal value as Stored."""
     ints = values.view(plain).to_pylist()
     if not pa.types.is_temporal(values.type):
         return ints  # (nested: the integers as they are)

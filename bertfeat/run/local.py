@@ -46,6 +46,7 @@ from .outputs import remove_stale
 from .plan import check_output_values
 from .summary import ExtractSummary, RepeatedIds, new_summary
 from .progress import NullProgress
+from ..readers.kept import stored_values
 from ..readers.rejects import TooManyBadRows, publish_rejects
 from ..ops.threads import read_ahead
 
@@ -254,7 +255,7 @@ class LocalRun:
             if resumed:
                 bad = {r["row"] for r in chunk_rejects}
                 rows = [r for r in rows if r not in bad]
-            self.repeats.add(table.column(plan.id_name).to_pylist(), rows)
+            self.repeats.add(stored_values(table.column(plan.id_name)), rows)  # no Python object cut or overflowing
         counts = table_counts(table, self.spec.max_length)
         summary.add({"rows_read": n_read, **counts, **reuse})
         if resumed:

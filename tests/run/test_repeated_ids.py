@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import warnings
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from extract_util import Interrupt, read_table, run, tiny_model, write_csv
@@ -83,3 +85,22 @@ def test_a_resumed_run_sees_the_ids_of_its_kept_chunks(tmp_path, capsys):
     assert s.chunks_resumed == 2 and s.ids_repeated == 2
     assert [str(w.message) for w in got] == [warning_line(src).removeprefix("Warning: ")]
     assert read_table(out).column("id").to_pylist() == ["10", "010", "7", "10", "7", "10"]
+
+
+@pytest.mark.parametrize("typ, values, shown", [
+    (pa.time64("ns"), [1, 1_500, 1], "00:00:00.000000001"),  # nanoseconds: Python's time would cut them
+    (pa.date32(), [2 ** 31 - 1, 0, 2 ** 31 - 1], "2147483647 (date32[day])"),  # past Python's (and Arrow's text) range
+    (pa.timestamp("s"), [253_402_300_800, 0, 253_402_300_800], "10000-01-01 00:00:00.000"),  # the year 10000 (stored as ms)
+])
+def test_ids_no_python_object_holds_are_compared_as_stored(tmp_path, typ, values, shown):
+    """A Parquet id column of times, dates or timestamps that Python's objects cut or cannot hold (the run failed
+    with an OverflowError after writing its parts): compared by the integers Arrow stores, shown as Arrow's text."""
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": pa.array(values, typ), "text": ["one", "two", "three"]}), src)
+    with pytest.warns(BertfeatWarning) as got:
+        s = bertfeat.extract(src, tmp_path / "o.parquet", id_column="id", model=str(tiny_model()))
+    assert s.ids_repeated == 1
+    assert [str(w.message) for w in got] == [
+        f"{src}: the id column 'id' repeats 1 id (the first, {shown}, on rows 0 and 2); every row is written, so a "
+        "join on 'id' matches each of them"]
+    assert pq.read_table(tmp_path / "o.parquet").column("id").equals(pq.read_table(src).column("id"))  # as read
