@@ -46,7 +46,6 @@ from .outputs import remove_stale
 from .plan import check_output_values
 from .summary import ExtractSummary, RepeatedIds, new_summary
 from .progress import NullProgress
-from ..readers.kept import stored_values
 from ..readers.rejects import TooManyBadRows, publish_rejects
 from ..ops.threads import read_ahead
 
@@ -255,7 +254,7 @@ class LocalRun:
             if resumed:
                 bad = {r["row"] for r in chunk_rejects}
                 rows = [r for r in rows if r not in bad]
-            self.repeats.add(stored_values(table.column(plan.id_name)), rows)  # no Python object cut or overflowing
+            self.repeats.add(table.column(plan.id_name), rows)
         counts = table_counts(table, self.spec.max_length)
         summary.add({"rows_read": n_read, **counts, **reuse})
         if resumed:

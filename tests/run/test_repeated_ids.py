@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import warnings
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -104,3 +105,48 @@ def test_ids_no_python_object_holds_are_compared_as_stored(tmp_path, typ, values
         f"{src}: the id column 'id' repeats 1 id (the first, {shown}, on rows 0 and 2); every row is written, so a "
         "join on 'id' matches each of them"]
     assert pq.read_table(tmp_path / "o.parquet").column("id").equals(pq.read_table(src).column("id"))  # as read
+
+
+def _python_reference(ids: list, rows: list[int]):
+    """(count, first) by a dict of Python objects, in row order: what RepeatedIds must give."""
+    seen, count, first = {}, 0, None
+    for ident, row in zip(ids, rows):
+        if ident not in seen:
+            seen[ident] = [row]
+        else:
+            seen[ident].append(row)
+            if len(seen[ident]) == 2:
+                count += 1
+                first = first or (ident, seen[ident][0], row)
+    return count, first
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_arrow_sort_finds_what_a_dict_of_python_ids_finds(seed):
+    """RepeatedIds sorts the run's ids once (Arrow) instead of holding a dict of Python objects: the same count and
+    first repeat (its id, its first row, the earliest row repeating an id) as a dict over the rows in order, over
+    units of several sizes, ints or strings (one of them a dictionary array), with bad rows' gaps in the numbering."""
+    from bertfeat.run.summary import RepeatedIds
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    values = rng.integers(0, max(2, n // int(rng.integers(1, 4))), n)
+    ids = [f"id{v:03d}" for v in values] if seed % 2 else values.tolist()
+    rows = np.cumsum(rng.integers(1, 3, n)).tolist()  # increasing, with gaps
+    r, at = RepeatedIds(), 0
+    while at < n:
+        step = int(rng.integers(1, 60))
+        arr = pa.array(ids[at:at + step])
+        r.add(arr.dictionary_encode() if seed == 3 else arr, rows[at:at + step])
+        at += step
+    assert (r.count, r.first) == _python_reference(ids, rows)
+
+
+def test_list_ids_arrow_cannot_sort_are_compared_as_python_objects():
+    from bertfeat.run.summary import RepeatedIds
+
+    r = RepeatedIds()
+    r.add(pa.array([[1, 2], [3], [1, 2]]), [0, 1, 5])
+    assert (r.count, r.first) == (1, ([1, 2], 0, 5))
+    empty = RepeatedIds()
+    assert (empty.count, empty.first, empty.warning("in.csv", "id")) == (0, None, None)
