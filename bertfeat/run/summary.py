@@ -155,9 +155,10 @@ def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:
 
     from ..readers.kept import stored_values
 
-    if not arrays:
+    ids = pa.chunked_array(arrays, arrays[0].type).combine_chunks() if arrays else []
+    if len(ids) < 2:  # (a run whose rows were all rejected writes none)
         return 0, None
-    ids, at = pa.chunked_array(arrays, arrays[0].type).combine_chunks(), np.concatenate(rows)
+    at = np.concatenate(rows)
     try:
         order = pc.sort_indices(ids).to_numpy()  # stable: equal ids stay in row order
     except pa.ArrowNotImplementedError:

@@ -148,5 +148,8 @@ def test_list_ids_arrow_cannot_sort_are_compared_as_python_objects():
     r = RepeatedIds()
     r.add(pa.array([[1, 2], [3], [1, 2]]), [0, 1, 5])
     assert (r.count, r.first) == (1, ([1, 2], 0, 5))
-    empty = RepeatedIds()
-    assert (empty.count, empty.first, empty.warning("in.csv", "id")) == (0, None, None)
+    for units in ([], [([], [])], [(["a"], [3])]):  # no unit, a unit of no written row (all rejected), one row
+        r = RepeatedIds()
+        for ids, rows in units:
+            r.add(pa.array(ids, pa.string()), rows)
+        assert (r.count, r.first, r.warning("in.csv", "id")) == (0, None, None)
