@@ -106,7 +106,7 @@ from .pca_steps import (OrderedMerge, accumulate_pca, applied_pca, applied_pca_e
                         write_pca)
 from .provenance import provenance
 from .outputs import remove_stale
-from .summary import ExtractSummary, new_summary
+from .summary import ExtractSummary, RepeatedIds, new_summary
 from .options import encoder_keywords
 from .progress import NullProgress
 from ..readers import Partition, Reader
@@ -437,8 +437,11 @@ def run(plan, progress: NullProgress | None = None, client=None) -> ExtractSumma
         first, ctx = job.tasks(counts)
         results, done, merged = job.encode(first, ctx)
         final_meta = job.total(results, done)
+        repeats = job.repeated_ids(results)
         job.reduce(merged, ctx, final_meta)
         job.write(results, merged, final_meta)
+        if repeats is not None:  # the outputs are complete: then the warning, as the local engine gives it
+            repeats.report(job.summary, plan.reader.name, plan.reader.id_column)
     except BaseException as e:  # what the failure keeps and says: failures.py
         raise job.failed(e)
     finally:
@@ -649,6 +652,22 @@ class DaskRun:
         final_meta["engine"] = "dask"
         final_meta["partitions"] = len(self.parts)
         return final_meta
+
+    def repeated_ids(self, results: dict[int, dict]) -> RepeatedIds | None:
+        """With an id column, every partition's written ids, read back from its part with the rows they were written
+        for (its rows less its rejects): the tasks never see each other's ids, so the client checks them."""
+        plan = self.plan
+        if not plan.reader.id_column:
+            return None
+        stage = self.partial / FULL_DIR if plan.reduces else self.partial
+        repeats = RepeatedIds()
+        for i in sorted(results):
+            st = results[i]
+            bad = {r["row"] for r in st["rejects"]}
+            rows = [n for n in range(st["first_row"], st["first_row"] + st["rows_read"]) if n not in bad]
+            ids = pq.read_table(stage / part_name(i, self.width), columns=[plan.id_name]).column(plan.id_name)
+            repeats.add(ids, rows)
+        return repeats
 
     def reduce(self, merged, ctx: TaskContext, final_meta: dict) -> None:
         """pca: fit on the client, then pass 2 on the cluster; pca_model: pass 2 with the given model (copied beside

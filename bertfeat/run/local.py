@@ -34,7 +34,7 @@ from .chunks import (
     table_counts,
     validate_batch,
 )
-from ..errors import BertfeatError, BertfeatWarning, interrupt_in, one_line, opt
+from ..errors import BertfeatError, interrupt_in, one_line, opt
 from .failures import Failure, handle, kept_for_limit, kind_of
 from ..features.base import check_float16_range
 from .encoder_setup import feature_settings, load_encoder, make_reuser
@@ -290,14 +290,8 @@ class LocalRun:
 
     def warn_repeated_ids(self) -> None:
         """Ids written on more than one row: counted in the summary, and one warning (the CLI's ``Warning:`` line)."""
-        if self.repeats is None:
-            return
-        self.summary.ids_repeated = self.repeats.count
-        words = self.repeats.warning(self.plan.reader.name, self.plan.reader.id_column)
-        if words is not None:
-            import warnings
-
-            warnings.warn(words, BertfeatWarning, stacklevel=2)
+        if self.repeats is not None:
+            self.repeats.report(self.summary, self.plan.reader.name, self.plan.reader.id_column)
 
     def failure(self, kind: str, phase: str, e: BaseException | None = None) -> Failure:
         """What happened, for failures.py: standard input or not, the chunks in the part store, the outputs' state."""

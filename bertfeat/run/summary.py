@@ -136,6 +136,18 @@ class RepeatedIds:
             self._found = _repeats(self._ids, self._rows)
         return self._found
 
+    def report(self, summary: "ExtractSummary", source: str, column: str) -> None:
+        """Into ``summary.ids_repeated``, and one ``BertfeatWarning`` when an id repeats (the CLI's ``Warning:`` line),
+        after the outputs are complete (either engine)."""
+        import warnings
+
+        from ..errors import BertfeatWarning
+
+        summary.ids_repeated = self.count
+        words = self.warning(source, column)
+        if words is not None:
+            warnings.warn(words, BertfeatWarning, stacklevel=3)
+
     def warning(self, source: str, column: str) -> str | None:
         """The warning's words (None: every id is on one row), e.g. ``in.csv: the id column 'id' repeats 2 ids ...``."""
         if self.first is None:

@@ -153,3 +153,18 @@ def test_list_ids_arrow_cannot_sort_are_compared_as_python_objects():
         for ids, rows in units:
             r.add(pa.array(ids, pa.string()), rows)
         assert (r.count, r.first, r.warning("in.csv", "id")) == (0, None, None)
+
+
+@pytest.mark.parametrize("pca", [False, True])  # the parts read back from OUTPUT.partial/ or its full-width stage
+def test_the_dask_engine_gives_the_same_warning_and_count(tmp_path, capsys, pca):
+    """Each partition's task sees only its own ids: the client reads every part's ids back (with its rows less its
+    rejects) and warns as the local engine does, across partitions (--blocksize 20: a few rows each) and with the bad row 0."""
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], ROWS)
+    out, log = tmp_path / "o", tmp_path / "run.json"
+    rc, stdout, err = run(capsys, "extract", src, "--id-column", "id", "-o", out, "--model", tiny_model(), "--quiet",
+                          "--on-bad-row", "skip", "--engine", "dask", "--workers", "1", "--threads", "1",
+                          "--blocksize", 20, "--summary-json", log, *(["--pca", 2] if pca else []))
+    assert (rc, stdout) == (0, "") and err.splitlines().count(warning_line(src)) == 1, err
+    assert json.loads(log.read_text())["ids_repeated"] == 2
+    assert read_table(out).column("id").to_pylist() == ["10", "010", "7", "10", "7", "10"]
+    assert len(list(out.glob("*.parquet"))) >= 3  # the repeats cross partitions

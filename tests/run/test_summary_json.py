@@ -53,7 +53,7 @@ def test_summary_json_on_stdout_matches_the_run(tmp_path, capsys, engine):
     meta = metadata(next(out.glob("*.parquet")) if engine == "dask" else out)
     assert meta["gemm"] == s["gemm"]  # the provenance's GEMM path
     assert s["command"].startswith("bertfeat extract ") and "--summary-json -" in s["command"]
-    assert s["ids_repeated"] == (0 if engine == "local" else None)  # unique ids; the Dask engine does not check
+    assert s["ids_repeated"] == 0  # unique ids (either engine checks)
 
 
 def test_summary_json_file_is_replaced_each_run_but_a_users_file_is_not(tmp_path, capsys):
