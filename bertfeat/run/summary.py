@@ -117,6 +117,8 @@ class RepeatedIds:
         import pyarrow as pa
 
         ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+        if not len(ids):  # no row written (all rejected): nothing to compare, and no type where the reader has
+            return  # none to give (standard input whose first lines hold no id: Arrow's null type)
         self._ids.append(ids.dictionary_decode() if pa.types.is_dictionary(ids.type) else ids)
         self._rows.append(np.asarray(rows, np.int64))
         self._found = None
@@ -155,10 +157,13 @@ def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:
 
     from ..readers.kept import stored_values
 
-    ids = pa.chunked_array(arrays, arrays[0].type).combine_chunks() if arrays else []
-    if len(ids) < 2:  # (a run whose rows were all rejected writes none)
+    if sum(map(len, arrays)) < 2:  # (a run whose rows were all rejected writes none)
         return 0, None
+    typ = arrays[0].type  # the output's id type, to which its writer casts every unit's ids
+    ids = pa.chunked_array([a if a.type == typ else a.cast(typ) for a in arrays], typ).combine_chunks()
     at = np.concatenate(rows)
+    if pa.types.is_nested(typ):  # (Arrow sorts no list, and raises ArrowInvalid for a struct)
+        return _repeats_in_python(stored_values(ids), at)
     try:
         order = pc.sort_indices(ids).to_numpy()  # stable: equal ids stay in row order
     except pa.ArrowNotImplementedError:
