@@ -170,12 +170,16 @@ def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:
         return _repeats_in_python(stored_values(ids), at)
     ids, at = ids.take(order), at[order]
     same = pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1)).fill_null(False).to_numpy(zero_copy_only=False)
+    if pa.types.is_floating(typ):  # NaN != NaN, but a join matches NaN ids (pandas, Polars); sorted together
+        nan = pc.is_nan(ids).fill_null(False).to_numpy(zero_copy_only=False)
+        same = same | (nan[1:] & nan[:-1])
     if not same.any():
         return 0, None
     starts = same & ~np.concatenate([[False], same[:-1]])  # a repeated id's second row, in sorted order
     # the earliest row that repeats an id is that id's second: the row before it in the sort is the id's first
     i = int(np.argmin(np.where(same, at[1:], np.iinfo(np.int64).max)))
-    return int(starts.sum()), (stored_values(ids.slice(i + 1, 1))[0], int(at[i]), int(at[i + 1]))
+    # shown as the first row holds it (0.0 and -0.0 are one id)
+    return int(starts.sum()), (stored_values(ids.slice(i, 1))[0], int(at[i]), int(at[i + 1]))
 
 
 def _repeats_in_python(values: list, rows) -> tuple[int, tuple | None]:

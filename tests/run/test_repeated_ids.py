@@ -199,3 +199,18 @@ def test_a_stdin_run_whose_first_chunk_is_all_rejected(tmp_path):
                "written, so a join on 'id' matches each of them\n")
     assert read_table(out).column("id").to_pylist() == [5, 5]
 
+
+def test_nan_ids_repeat_and_the_first_rows_id_is_shown():
+    """NaN ids: Arrow's equal says NaN != NaN, but a join matches them (pandas' merge, Polars), so two NaN
+    rows are a repeat. 0.0 and -0.0 are one id (a join matches them): the id shown is the first row's, not -0.0 for a
+    row that holds 0.0."""
+    from bertfeat.run.summary import RepeatedIds
+
+    r = RepeatedIds()
+    r.add(pa.array([float("nan"), 1.0]), [0, 1])
+    r.add(pa.array([float("nan"), 2.0, float("nan")], pa.float64()), [3, 4, 7])
+    assert r.count == 1 and r.first[1:] == (0, 3) and np.isnan(r.first[0])
+    r = RepeatedIds()
+    r.add(pa.array([0.0, 3.0, -0.0]), [0, 1, 2])
+    assert (r.count, r.first) == (1, (0.0, 0, 2)) and str(r.first[0]) == "0.0"
+    assert "(the first, 0.0, on rows 0 and 2)" in r.warning("in.parquet", "id")
