@@ -280,7 +280,11 @@ def checkpoint_index(files: list[Path]) -> Path | None:
     """The index that lists ``files`` (checkpoint_files' answer) when they are shards, else None."""
     if not files or len(files) == 1 and files[0].name in ("model.safetensors", BIN):
         return None
-    return files[0].parent / (BIN_INDEX if files[0].suffix == ".bin" else INDEX)
+    d = files[0].parent
+    for name in (INDEX, BIN_INDEX):  # the one checkpoint_files read (safetensors' first), whatever its shards' kind
+        if model_file(d / name):
+            return d / name
+    return d / (BIN_INDEX if files[0].suffix == ".bin" else INDEX)  # (shards without their index: not there)
 
 
 _SHARD_NAME = re.compile(r"model-(\d+)-of-(\d+)\.safetensors")
@@ -337,26 +341,14 @@ def _weight_map(model_dir: Path, name: str = INDEX, single: str = "model.safeten
     return weight_map
 
 
-#: an index's name -> the extension of the shards it lists, and what they are
-_SHARD_KINDS = {INDEX: (".safetensors", "safetensors"), BIN_INDEX: (".bin", "torch.save")}
-
-
 def _check_shard_kind(index: Path, tensor: str, shard: str) -> None:
-    """A shard of the kind its index names: model.safetensors.index.json lists .safetensors files,
-    pytorch_model.bin.index.json .bin files. Another entry was read by its own extension under the other index's
-    checks (a .bin index of safetensors shards: the shards were never checked against it, and the index was left out
-    of the files hashed for the cache and the resume manifest). transformers goes by the shards' extensions, not by
-    the index's name: the fix is the rename."""
-    ext, kind = _SHARD_KINDS[index.name]
-    if shard.endswith(ext):
+    """A shard bertfeat can read: a .safetensors file or torch.save's .bin, under either index, as transformers reads
+    each shard by its own extension whatever the index's name. Another (a .pt) was read as safetensors."""
+    if shard.endswith((".safetensors", ".bin")):
         return
-    other = next((name for name, (e, _) in _SHARD_KINDS.items() if shard.endswith(e)), None)
-    fix = (f"its shards are {_SHARD_KINDS[other][1]} files: rename {index.name} to {other}, the name transformers' "
-           "save_pretrained gives their index" if other is not None else
-           f"bertfeat reads .safetensors shards listed in {INDEX} and .bin shards (torch.save's) listed in "
-           f"{BIN_INDEX}: save the checkpoint again with save_pretrained")
-    raise WeightsError(f"{index}: weight_map maps tensor '{tensor}' to '{shard}', which is not a {ext} file "
-                       f"({index.name} lists {kind} shards)", fix)
+    raise WeightsError(f"{index}: weight_map maps tensor '{tensor}' to '{shard}', which is neither a .safetensors nor a "
+                       ".bin file", "bertfeat reads safetensors shards (.safetensors) and torch.save's (.bin): save the "
+                       "checkpoint again with save_pretrained")
 
 
 def _check_shards(model_dir: Path, weight_map: dict[str, str], held: dict[str, list[str]], index_name: str = INDEX) -> None:

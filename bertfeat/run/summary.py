@@ -104,7 +104,7 @@ class RepeatedIds:
     id matches each of its rows. Every row is still written; the run warns (``warning``). Ids are compared as the
     output holds them, by Arrow (CSV ids are text: '010' and '10' are two ids; a date or time past Python's range by
     its value). Holds the written ids as Arrow arrays and their rows as int64 until the run ends, then sorts them
-    once: ~52 MB for 1 million ids like 'doc-00000001' (a dict of their Python objects held 124 MB)."""
+    once: 1 million ids like 'doc-00000001' hold 24 MB, ~80 MB at the sort (a dict of their Python objects: 124 MB)."""
 
     def __init__(self):
         self._ids: list = []  # Arrow arrays, a unit's written ids each
@@ -117,6 +117,8 @@ class RepeatedIds:
         import pyarrow as pa
 
         ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+        if not len(ids):  # no row written (all rejected): nothing to compare, and no type where the reader has
+            return  # none to give (standard input whose first lines hold no id: Arrow's null type)
         self._ids.append(ids.dictionary_decode() if pa.types.is_dictionary(ids.type) else ids)
         self._rows.append(np.asarray(rows, np.int64))
         self._found = None
@@ -167,22 +169,29 @@ def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:
 
     from ..readers.kept import stored_values
 
-    ids = pa.chunked_array(arrays, arrays[0].type).combine_chunks() if arrays else []
-    if len(ids) < 2:  # (a run whose rows were all rejected writes none)
+    if sum(map(len, arrays)) < 2:  # (a run whose rows were all rejected writes none)
         return 0, None
+    typ = arrays[0].type  # the output's id type, to which its writer casts every unit's ids
+    ids = pa.chunked_array([a if a.type == typ else a.cast(typ) for a in arrays], typ).combine_chunks()
     at = np.concatenate(rows)
+    if pa.types.is_nested(typ):  # (Arrow sorts no list, and raises ArrowInvalid for a struct)
+        return _repeats_in_python(stored_values(ids), at)
     try:
         order = pc.sort_indices(ids).to_numpy()  # stable: equal ids stay in row order
     except pa.ArrowNotImplementedError:
         return _repeats_in_python(stored_values(ids), at)
     ids, at = ids.take(order), at[order]
     same = pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1)).fill_null(False).to_numpy(zero_copy_only=False)
+    if pa.types.is_floating(typ):  # NaN != NaN, but a join matches NaN ids (pandas, Polars); sorted together
+        nan = pc.is_nan(ids).fill_null(False).to_numpy(zero_copy_only=False)
+        same = same | (nan[1:] & nan[:-1])
     if not same.any():
         return 0, None
     starts = same & ~np.concatenate([[False], same[:-1]])  # a repeated id's second row, in sorted order
     # the earliest row that repeats an id is that id's second: the row before it in the sort is the id's first
     i = int(np.argmin(np.where(same, at[1:], np.iinfo(np.int64).max)))
-    return int(starts.sum()), (stored_values(ids.slice(i + 1, 1))[0], int(at[i]), int(at[i + 1]))
+    # shown as the first row holds it (0.0 and -0.0 are one id)
+    return int(starts.sum()), (stored_values(ids.slice(i, 1))[0], int(at[i]), int(at[i + 1]))
 
 
 def _repeats_in_python(values: list, rows) -> tuple[int, tuple | None]:

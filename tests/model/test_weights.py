@@ -572,37 +572,51 @@ def test_an_index_that_lies_is_refused(tmp_path, edit, what):
     assert e.value.message == what.format(i=i, d=d.resolve(), n=first) + " - restore it from the checkpoint"
 
 
-@pytest.mark.parametrize("index_name,entry,fix", [
-    ("pytorch_model.bin.index.json", None,
-     "its shards are safetensors files: rename pytorch_model.bin.index.json to model.safetensors.index.json, the name "
-     "transformers' save_pretrained gives their index"),
-    ("model.safetensors.index.json", "pytorch_model-00002-of-00003.bin",
-     "its shards are torch.save files: rename model.safetensors.index.json to pytorch_model.bin.index.json, the name "
-     "transformers' save_pretrained gives their index"),
-    ("model.safetensors.index.json", "model-00002-of-00003.pt",
-     "bertfeat reads .safetensors shards listed in model.safetensors.index.json and .bin shards (torch.save's) listed "
-     "in pytorch_model.bin.index.json: save the checkpoint again with save_pretrained"),
-], ids=["bin-index-of-safetensors", "safetensors-index-of-a-bin", "neither"])
-def test_an_index_listing_shards_of_another_kind_is_refused(tmp_path, capsys, index_name, entry, fix):
-    """A pytorch_model.bin.index.json of safetensors shards loaded them unchecked against it (and left it out of the
-    files hashed for the cache and the resume manifest); an entry of neither kind was read as safetensors. Each is
-    refused naming the index and its first odd entry; the rename the fix gives loads the model."""
+@pytest.mark.parametrize("index_name,entry", [
+    ("pytorch_model.bin.index.json", None),  # its shards all safetensors files
+    ("model.safetensors.index.json", "pytorch_model-00002-of-00003.bin"),  # one shard torch.save's
+], ids=["bin-index-of-safetensors", "safetensors-index-of-a-bin"])
+def test_an_index_listing_shards_of_the_other_kind_loads_as_transformers_loads_it(tmp_path, capsys, index_name, entry):
+    """transformers (5.24: checked) reads each shard by its own extension, whatever the index's name: such a checkpoint
+    loads there, and was refused here ("rename the index"). It loads, its shards checked against the index that
+    lists them (a tensor mapped to another shard is refused naming that index), and that index is among the model's
+    files (the cache's and the resume manifest's fingerprint)."""
+    from bertfeat.model.hub import model_files
+
     d = small(tmp_path / "m", sharded=3)
     want = Encoder(d).encode(["a few words"], pooling="mean")
     index = _index(d)
-    if entry is not None:  # one shard listed under another name (the file itself renamed too)
+    if entry is not None:  # shard 2 saved by torch.save instead, under its name
+        torch = pytest.importorskip("torch", reason="writes a shard with torch.save")
+        from safetensors.torch import load_file
+
+        torch.save(load_file(str(d / SHARD(2))), d / entry)
+        (d / SHARD(2)).unlink()
         index["weight_map"] = {n: entry if s == SHARD(2) else s for n, s in index["weight_map"].items()}
-        (d / SHARD(2)).rename(d / entry)
-    odd = next((n, s) for n, s in index["weight_map"].items() if not s.endswith(".bin" if "bin" in index_name else
-                                                                                     ".safetensors"))
     (d / "model.safetensors.index.json").unlink()
     (d / index_name).write_text(json.dumps(index))
-    ext, kind = (".bin", "torch.save") if "bin" in index_name else (".safetensors", "safetensors")
-    refused(capsys, d, f"{d.resolve() / index_name}: weight_map maps tensor '{odd[0]}' to '{odd[1]}', which is not a "
-                       f"{ext} file ({index_name} lists {kind} shards) - {fix}")
-    if entry is None:  # the fix
-        (d / index_name).rename(d / "model.safetensors.index.json")
-        assert np.array_equal(Encoder(d).encode(["a few words"], pooling="mean"), want)
+    assert np.array_equal(Encoder(d).encode(["a few words"], pooling="mean"), want)
+    assert index_name in model_files(d)
+    moved = next(n for n, s in index["weight_map"].items() if s == SHARD(1))
+    index["weight_map"][moved] = SHARD(3)
+    (d / index_name).write_text(json.dumps(index))
+    refused(capsys, d, f"{d.resolve()}: the shards do not match their index: {index_name} maps tensor '{moved}' to "
+                       f"{SHARD(3)}, but it is in {SHARD(1)} - the shards and the index come from different saves or "
+                       f"were edited: download the checkpoint again (every shard and {index_name})")
+
+
+def test_an_index_entry_of_neither_kind_is_refused(tmp_path, capsys):
+    """A shard that is neither .safetensors nor .bin was read as safetensors: refused naming the index and the entry."""
+    d = small(tmp_path / "m", sharded=3)
+    index = _index(d)
+    index["weight_map"] = {n: "model-00002-of-00003.pt" if s == SHARD(2) else s for n, s in index["weight_map"].items()}
+    (d / SHARD(2)).rename(d / "model-00002-of-00003.pt")
+    _write_index(d, index)
+    odd = next(n for n, s in index["weight_map"].items() if s.endswith(".pt"))
+    i = d.resolve() / "model.safetensors.index.json"
+    refused(capsys, d, f"{i}: weight_map maps tensor '{odd}' to 'model-00002-of-00003.pt', which is neither a "
+                       ".safetensors nor a .bin file - bertfeat reads safetensors shards (.safetensors) and torch.save's "
+                       "(.bin): save the checkpoint again with save_pretrained")
 
 
 def test_shards_without_their_index_load_whole_and_name_the_missing_ones(tmp_path):

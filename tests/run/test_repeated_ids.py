@@ -168,3 +168,64 @@ def test_the_dask_engine_gives_the_same_warning_and_count(tmp_path, capsys, pca)
     assert json.loads(log.read_text())["ids_repeated"] == 2
     assert read_table(out).column("id").to_pylist() == ["10", "010", "7", "10", "7", "10"]
     assert len(list(out.glob("*.parquet"))) >= 3  # the repeats cross partitions
+
+
+def test_struct_ids_arrow_cannot_sort_warn_instead_of_failing_the_run(tmp_path, capsys):
+    """A Parquet struct id column: Arrow's sort raises ArrowInvalid for a struct (not ArrowNotImplementedError, as for
+    a list), so the run failed ("unexpected ArrowInvalid ... a bug", exit 1) after writing its outputs."""
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [{"a": 1}, {"a": 2}, {"a": 1}], "text": ["one", "two", "three"]}), src)
+    out = tmp_path / "o.parquet"
+    rc, stdout, err = run(capsys, "extract", src, "--id-column", "id", "-o", out, "--model", tiny_model(), "--quiet")
+    assert (rc, stdout, err) == (0, "", f"Warning: {src}: the id column 'id' repeats 1 id (the first, {{'a': 1}}, on "
+                                        "rows 0 and 2); every row is written, so a join on 'id' matches each of them\n")
+    assert read_table(out).column("id").to_pylist() == [{"a": 1}, {"a": 2}, {"a": 1}]
+
+
+def test_a_unit_of_no_written_row_and_no_id_type_is_left_out():
+    """Standard input whose first lines decide no id type (id_type None): a chunk whose rows were all rejected has an
+    id column of Arrow's null type, and the ids of the run could not be put together ("Array chunks must all be same
+    type": exit 1 after the outputs were written). The output's writer takes the first written id's type."""
+    from bertfeat.run.summary import RepeatedIds
+
+    r = RepeatedIds()
+    r.add(pa.array([]), [])
+    r.add(pa.array([5, 6]), [1001, 1002])
+    r.add(pa.array([], pa.int64()), [])
+    r.add(pa.array([5]), [1004])
+    assert (r.count, r.first) == (1, (5, 1001, 1004))
+
+
+def test_a_stdin_run_whose_first_chunk_is_all_rejected(tmp_path):
+    """The real thing: JSONL on standard input whose first 1,000 lines (the head the columns are found in) hold no id,
+    then a repeated id."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    lines = [json.dumps({"id": None, "text": "x"})] * 1001 + [json.dumps({"id": 5, "text": t}) for t in ("a", "b")]
+    out = tmp_path / "o.parquet"
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    p = subprocess.run([sys.executable, "-m", "bertfeat", "extract", "-", "--input-format", "jsonl", "--id-column", "id",
+                        "-o", str(out), "--model", str(tiny_model()), "--max-bad-rows", "2000", "--chunk-rows", "500",
+                        "--quiet"], input="\n".join(lines) + "\n", capture_output=True, text=True, env=env, timeout=300)
+    assert (p.returncode, p.stdout, p.stderr) == (
+        0, "", "Warning: <stdin>: the id column 'id' repeats 1 id (the first, 5, on rows 1001 and 1002); every row is "
+               "written, so a join on 'id' matches each of them\n")
+    assert read_table(out).column("id").to_pylist() == [5, 5]
+
+
+def test_nan_ids_repeat_and_the_first_rows_id_is_shown():
+    """NaN ids: Arrow's equal says NaN != NaN, but a join matches them (pandas' merge, Polars), so two NaN
+    rows are a repeat. 0.0 and -0.0 are one id (a join matches them): the id shown is the first row's, not -0.0 for a
+    row that holds 0.0."""
+    from bertfeat.run.summary import RepeatedIds
+
+    r = RepeatedIds()
+    r.add(pa.array([float("nan"), 1.0]), [0, 1])
+    r.add(pa.array([float("nan"), 2.0, float("nan")], pa.float64()), [3, 4, 7])
+    assert r.count == 1 and r.first[1:] == (0, 3) and np.isnan(r.first[0])
+    r = RepeatedIds()
+    r.add(pa.array([0.0, 3.0, -0.0]), [0, 1, 2])
+    assert (r.count, r.first) == (1, (0.0, 0, 2)) and str(r.first[0]) == "0.0"
+    assert "(the first, 0.0, on rows 0 and 2)" in r.warning("in.parquet", "id")
