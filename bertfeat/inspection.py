@@ -406,6 +406,8 @@ def _check_attention_outputs(output, save_npy) -> None:
             raise BertfeatError(f"{opt(param, str(p))} does not end in {ext}", f"give {opt(param)} a file name ending in {ext}")
         if p is not None and not (Path(p).parent if str(Path(p).parent) else Path(".")).is_dir():  # before the PNG is written
             raise BertfeatError(f"cannot write {p}: directory {Path(p).parent} does not exist", "create it, or choose another path")
+    if save_npy is not None and Path(save_npy).resolve() == Path(output).resolve():  # one file through a link
+        raise BertfeatError(f"{opt('save_npy', str(save_npy))} is the PNG output too", "give the two outputs different names")
 
 
 def _write_attention(text, output, pair, model, layer, head, save_npy, max_length, encoder, precision) -> dict:

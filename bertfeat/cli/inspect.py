@@ -8,7 +8,6 @@ with rich. Errors are ``BertfeatError``; ``app.main`` prints them as ``Error: wh
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -116,8 +115,6 @@ def attention_command(
     check_output_name(output, "output", "attention.png")
     if save_npy is not None:
         check_output_name(save_npy, "--save-npy file", "attention.npy", option="save_npy")
-    if save_npy and Path(save_npy).resolve() == Path(output).resolve():
-        raise BertfeatError(f"--save-npy {save_npy} is the PNG output too", "give the two outputs different names")
     # write_attention checks the names (a folder that does not exist is refused, not made), then holds each output's
     # run lock and refuses an existing one unless --overwrite (its fix names -o or --save-npy)
     r = write_attention(text, output, pair, model, layer, None if all_heads else (0 if head is None else head),

@@ -187,6 +187,15 @@ def test_attention_output_errors(capsys, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_attention_npy_through_a_link_to_the_png_is_refused(capsys, tmp_path):
+    png, npy = tmp_path / "a.png", tmp_path / "a.npy"
+    npy.symlink_to(png)
+    rc, out, err = run(capsys, "attention", "x", "-o", png, "--save-npy", npy, "--overwrite")
+    assert (rc, out, err) == (1, "", f"Error: --save-npy {npy} is the PNG output too - give the two outputs different "
+                                     "names\n")
+    assert not png.exists()
+
+
 def test_attention_existing_outputs_name_their_option(capsys, tmp_path):
     """An existing (or directory) output's fix names the option that gave it: -o for the PNG, --save-npy for the
     .npy; --overwrite replaces both."""

@@ -571,3 +571,15 @@ def test_fill_mask_on_roberta_uses_the_exact_gelu_whatever_hidden_act_says(tmp_p
         want = ref(**tok(text, return_tensors="pt")).logits[0].numpy()
     _, pos, logits = masked_lm_logits(text, model=str(d))
     np.testing.assert_allclose(logits, want[pos], atol=1e-4)
+
+
+def test_write_attention_refuses_a_npy_that_is_the_png_through_a_link(tmp_path, encoders):
+    """save_npy a symbolic link to the PNG output: refused before anything is written, as `bertfeat attention` refuses
+    it (the .npy would have overwritten the PNG just written through the link)."""
+    png, npy = tmp_path / "a.png", tmp_path / "a.npy"
+    npy.symlink_to(png)
+    for overwrite in (False, True):
+        with pytest.raises(BertfeatError) as e:
+            write_attention(EN, png, save_npy=npy, encoder=encoders["base"], overwrite=overwrite)
+        assert e.value.message == f"save_npy={str(npy)!r} is the PNG output too - give the two outputs different names"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy"] and not png.exists()
