@@ -190,8 +190,12 @@ def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:
     starts = same & ~np.concatenate([[False], same[:-1]])  # a repeated id's second row, in sorted order
     # the earliest row that repeats an id is that id's second: the row before it in the sort is the id's first
     i = int(np.argmin(np.where(same, at[1:], np.iinfo(np.int64).max)))
-    # shown as the first row holds it (0.0 and -0.0 are one id)
-    return int(starts.sum()), (stored_values(ids.slice(i, 1))[0], int(at[i]), int(at[i + 1]))
+    # shown as the first row holds it (0.0 and -0.0 are one id); a float16 / float32 as its own shortest text (0.1,
+    # not the double it widens to, 0.10000000149011612), as the rejects file shows it
+    shown = stored_values(ids.slice(i, 1))[0]
+    if pa.types.is_float16(typ) or pa.types.is_float32(typ):
+        shown = (np.float16 if pa.types.is_float16(typ) else np.float32)(shown)
+    return int(starts.sum()), (shown, int(at[i]), int(at[i + 1]))
 
 
 def _repeats_in_python(values: list, rows) -> tuple[int, tuple | None]:

@@ -229,3 +229,14 @@ def test_nan_ids_repeat_and_the_first_rows_id_is_shown():
     r.add(pa.array([0.0, 3.0, -0.0]), [0, 1, 2])
     assert (r.count, r.first) == (1, (0.0, 0, 2)) and str(r.first[0]) == "0.0"
     assert "(the first, 0.0, on rows 0 and 2)" in r.warning("in.parquet", "id")
+
+
+def test_a_float32_id_is_shown_as_its_shortest_text(tmp_path, capsys):
+    """Not as the double it widens to ('0.10000000149011612'): as the rejects file shows such a value."""
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": pa.array(np.array([0.1, 0.2, 0.1], np.float32)),
+                             "text": ["one", "two", "three"]}), src)
+    rc, stdout, err = run(capsys, "extract", src, "--id-column", "id", "-o", tmp_path / "o.parquet", "--model",
+                          tiny_model(), "--quiet")
+    assert (rc, stdout, err) == (0, "", f"Warning: {src}: the id column 'id' repeats 1 id (the first, 0.1, on rows 0 "
+                                        "and 2); every row is written, so a join on 'id' matches each of them\n")
