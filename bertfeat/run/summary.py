@@ -1,6 +1,6 @@
 """What a run did: ``ExtractSummary`` (its counts, timing, outputs; ``bertfeat.extract`` returns it and
 ``to_dict`` is ``--summary-json``), ``new_summary`` (an engine's summary before any row), ``gemm_record`` (the GEMM
-path as the summary and the provenance record it) and ``RepeatedIds`` (ids written on more than one row: the local
+path as the summary and the provenance record it) and ``RepeatedIds`` (ids written on more than one row: either
 engine's warning and ``ids_repeated``).
 
 A unit of work (a local chunk, a Dask partition) yields its counts (chunks.table_counts); the job adds them with
