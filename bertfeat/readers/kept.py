@@ -375,14 +375,9 @@ def python_values(values) -> list:
     ``to_pylist``'s, but where a date, time, timestamp or duration has no Python object of the same value (a
     time64[ns]'s nanoseconds, a time of day past 24 h, a year past 9999: cut, wrapped or an OverflowError), the
     integers Arrow stores (``Stored`` at the top level, printed as Arrow's text)."""
-    t = values.type.value_type if pa.types.is_dictionary(values.type) else values.type
-    plain = _plain(t)
+    values, plain = _temporal(values)
     if plain is None:
         return values.to_pylist()
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    if pa.types.is_dictionary(values.type):
-        values = values.dictionary_decode()
     try:
         objects = values.to_pylist()
         if pa.array(objects, values.type).equals(values):
@@ -397,15 +392,19 @@ def stored_values(values) -> list:
     timestamp or duration always as the integer Arrow stores (``Stored``, printed as Arrow's text), whether or not
     a Python object would hold it (``python_values`` chooses per call, so one value could come back as a datetime
     from one chunk and as an integer from another)."""
-    t = values.type.value_type if pa.types.is_dictionary(values.type) else values.type
-    plain = _plain(t)
+    values, plain = _temporal(values)
+    return values.to_pylist() if plain is None else _stored(values, plain)
+
+
+def _temporal(values):
+    """(values, the type they are stored as) for values holding a date, time, timestamp or duration (in one chunk,
+    dictionary decoded), else (values as given, None)."""
+    plain = _plain(values.type.value_type if pa.types.is_dictionary(values.type) else values.type)
     if plain is None:
-        return values.to_pylist()
+        return values, None
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
-    if pa.types.is_dictionary(values.type):
-        values = values.dictionary_decode()
-    return _stored(values, plain)
+    return (values.dictionary_decode() if pa.types.is_dictionary(values.type) else values), plain
 
 
 def _stored(values, plain) -> list:
