@@ -375,40 +375,20 @@ def python_values(values) -> list:
     ``to_pylist``'s, but where a date, time, timestamp or duration has no Python object of the same value (a
     time64[ns]'s nanoseconds, a time of day past 24 h, a year past 9999: cut, wrapped or an OverflowError), the
     integers Arrow stores (``Stored`` at the top level, printed as Arrow's text)."""
-    values, plain = _temporal(values)
+    t = values.type.value_type if pa.types.is_dictionary(values.type) else values.type
+    plain = _plain(t)
     if plain is None:
         return values.to_pylist()
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
     try:
         objects = values.to_pylist()
         if pa.array(objects, values.type).equals(values):
             return objects
     except (OverflowError, ValueError, pa.ArrowException):
         pass
-    return _stored(values, plain)
-
-
-def stored_values(values) -> list:
-    """An Arrow column's values as Python objects equal where the values are: ``to_pylist``'s, but a date, time,
-    timestamp or duration always as the integer Arrow stores (``Stored``, printed as Arrow's text), whether or not
-    a Python object would hold it (``python_values`` chooses per call, so one value could come back as a datetime
-    from one chunk and as an integer from another)."""
-    values, plain = _temporal(values)
-    return values.to_pylist() if plain is None else _stored(values, plain)
-
-
-def _temporal(values):
-    """(values, the type they are stored as) for values holding a date, time, timestamp or duration (in one chunk,
-    dictionary decoded), else (values as given, None)."""
-    plain = _plain(values.type.value_type if pa.types.is_dictionary(values.type) else values.type)
-    if plain is None:
-        return values, None
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    return (values.dictionary_decode() if pa.types.is_dictionary(values.type) else values), plain
-
-
-def _stored(values, plain) -> list:
-    """``values`` (no dictionary, one chunk) viewed as ``plain``: its integers, a top-level temporal value as Stored."""
     ints = values.view(plain).to_pylist()
     if not pa.types.is_temporal(values.type):
         return ints  # (nested: the integers as they are)

@@ -167,7 +167,7 @@ def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..readers.kept import stored_values
+    from ..readers.kept import python_values
 
     if sum(map(len, arrays)) < 2:  # (a run whose rows were all rejected writes none)
         return 0, None
@@ -175,11 +175,11 @@ def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:
     ids = pa.chunked_array([a if a.type == typ else a.cast(typ) for a in arrays], typ).combine_chunks()
     at = np.concatenate(rows)
     if pa.types.is_nested(typ):  # (Arrow sorts no list, and raises ArrowInvalid for a struct)
-        return _repeats_in_python(stored_values(ids), at)
+        return _repeats_in_python(python_values(ids), at)
     try:
         order = pc.sort_indices(ids).to_numpy()  # stable: equal ids stay in row order
     except pa.ArrowNotImplementedError:
-        return _repeats_in_python(stored_values(ids), at)
+        return _repeats_in_python(python_values(ids), at)
     ids, at = ids.take(order), at[order]
     same = pc.equal(ids.slice(1), ids.slice(0, len(ids) - 1)).fill_null(False).to_numpy(zero_copy_only=False)
     if pa.types.is_floating(typ):  # NaN != NaN, but a join matches NaN ids (pandas, Polars); sorted together
@@ -192,7 +192,7 @@ def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:
     i = int(np.argmin(np.where(same, at[1:], np.iinfo(np.int64).max)))
     # shown as the first row holds it (0.0 and -0.0 are one id); a float16 / float32 as its own shortest text (0.1,
     # not the double it widens to, 0.10000000149011612), as the rejects file shows it
-    shown = stored_values(ids.slice(i, 1))[0]
+    shown = python_values(ids.slice(i, 1))[0]
     if pa.types.is_float16(typ) or pa.types.is_float32(typ):
         shown = (np.float16 if pa.types.is_float16(typ) else np.float32)(shown)
     return int(starts.sum()), (shown, int(at[i]), int(at[i + 1]))
