@@ -9,7 +9,7 @@ formats' readers share (check_finite). Two uses:
   * the encoder's, when its folder has no safetensors weights (transformers before 4.35 saved ``pytorch_model.bin``,
     or its shards, by default): open_torch_file gives weights.read_tensors what a safetensors file gives it (names,
     get one tensor, the names stored in bfloat16), so every name table, shape check and bf16 load is the same. It
-    reads int64 buffers too (transformers < 4.31 saved ``embeddings.position_ids``); a module's file may not hold one.
+    reads int64 and int32 buffers too (transformers < 4.31 saved ``embeddings.position_ids``); a module's file may not hold one.
 
 The safety rule: the pickle in the file is never given to Python's unpickler. A small interpreter of its opcodes
 (_Unpickler, as torch's own _weights_only_unpickler) resolves ONLY the globals a plain state dict names (_GLOBALS:
@@ -134,9 +134,10 @@ class _StorageType:
 _STORAGES = {f"torch.{n}": _StorageType(f"torch.{n}", dt, label) for n, dt, label in (
     ("FloatStorage", np.float32, "float32"), ("HalfStorage", np.float16, "float16"),
     ("BFloat16Storage", np.uint16, "bfloat16"), ("DoubleStorage", np.float64, "float64"))}
-#: an encoder's checkpoint may hold int64 buffers too: transformers before 4.31 saved embeddings.position_ids
-#: (weights.ALLOWED_UNUSED), as its safetensors do as I64
-_INT_STORAGES = {"torch.LongStorage": _StorageType("torch.LongStorage", np.int64, "int64")}
+#: an encoder's checkpoint may hold integer buffers too: transformers before 4.31 saved embeddings.position_ids
+#: (weights.ALLOWED_UNUSED) as int64, a converted checkpoint may hold them as int32 (its safetensors as I64 / I32)
+_INT_STORAGES = {f"torch.{n}": _StorageType(f"torch.{n}", dt, label) for n, dt, label in (
+    ("LongStorage", np.int64, "int64"), ("IntStorage", np.int32, "int32"))}
 
 
 @dataclass(frozen=True)
@@ -826,7 +827,7 @@ def open_torch_file(f: Path) -> tuple[list[str], object, set[str]]:
     file: -> (its tensor names in the file's order, get(name, bits=False), the names stored in bfloat16).
 
     The storages are read and every view checked before this returns; ``get`` copies one tensor out (each name once;
-    float16, float64 and int64 as stored, bfloat16 widened exactly to float32 unless ``bits``). Reads int64 buffers
+    float16, float64, int64 and int32 as stored, bfloat16 widened exactly to float32 unless ``bits``). Reads integer buffers
     too (embeddings.position_ids, saved by transformers before 4.31). The caller checks each tensor finite. Refusals
     are read_torch_file's, their fix saying how to re-save the model (ENCODER_RESAVE)."""
     tensors = _load(_ENCODER, f)

@@ -41,11 +41,12 @@ def torch():
     return need_live("torch")
 
 
-def as_bin(src: Path, dst: Path, *, head=None, dtype=None, max_shard_size=None, position_ids: bool = False,
+def as_bin(src: Path, dst: Path, *, head=None, dtype=None, max_shard_size=None, position_ids=False,
            legacy: bool = False) -> Path:
     """A copy of checkpoint folder ``src`` whose weights are torch.save's, as transformers < 4.35 saved them: the
     model's state_dict() (``head``: the AutoModelFor... class; tied tensors share a storage), in ``dtype``, sharded at
-    ``max_shard_size`` with pytorch_model.bin.index.json; ``position_ids``: the int64 buffer transformers < 4.31 saved;
+    ``max_shard_size`` with pytorch_model.bin.index.json; ``position_ids``: the int64 buffer transformers < 4.31 saved
+    (True), or of that torch dtype;
     ``legacy``: in torch.save's legacy format, as PyTorch < 1.6 wrote the hub's classic models' files."""
     import torch
     from transformers import AutoModel
@@ -54,7 +55,8 @@ def as_bin(src: Path, dst: Path, *, head=None, dtype=None, max_shard_size=None, 
     model = (head or AutoModel).from_pretrained(str(src))
     sd = (model if dtype is None else model.to(dtype)).state_dict()  # the model cast: tied tensors stay tied
     if position_ids:
-        sd = {**sd, "embeddings.position_ids": torch.arange(512)[None]}
+        sd = {**sd, "embeddings.position_ids": torch.arange(512, dtype=torch.int64 if position_ids is True
+                                                            else position_ids)[None]}
     for f in [*dst.glob("*.safetensors"), dst / "model.safetensors.index.json"]:
         f.unlink(missing_ok=True)
     if max_shard_size is None:
@@ -190,6 +192,19 @@ def test_half_and_bfloat16_bins_read_as_their_safetensors(torch, dtype, tmp_path
         assert np.array_equal(a.encode(TEXTS), c.encode(TEXTS)), precision
         assert "embeddings.position_ids" not in c.weights.ignored and c.weights.mlm is not None
         assert np.array_equal(c.weights.mlm["decoder_w"], c.weights.word)
+
+
+def test_int32_position_ids_in_a_bin_load_as_transformers_loads_them(torch, tmp_path):
+    """A converted checkpoint's position_ids buffer stored as int32 (torch.IntStorage): transformers loads the file,
+    and so does bertfeat, with the vectors of the same weights without the buffer (before: refused as a dtype it
+    does not read)."""
+    from transformers import AutoModel
+
+    st = make_checkpoint(tmp_path / "st", tokenizer="both")
+    b = as_bin(st, tmp_path / "bin", position_ids=torch.int32)
+    assert torch.load(b / "pytorch_model.bin", weights_only=True)["embeddings.position_ids"].dtype == torch.int32
+    AutoModel.from_pretrained(str(b))  # the reference loads it
+    assert np.array_equal(Encoder(st).encode(TEXTS), Encoder(b).encode(TEXTS))
 
 
 def test_a_sentence_transformers_folder_whose_encoder_is_a_bin(torch, tmp_path, capsys):
