@@ -486,13 +486,9 @@ def _module_weights(f: Path, path: str, kind: str) -> dict[str, np.ndarray]:
             f" (only {', '.join(other)}, which sentence-transformers does not load either)" if other else ""),
             f"restore the {kind} module's weights from the model, or re-save it where sentence-transformers is "
             "installed: SentenceTransformer(dir).save(dir, safe_serialization=True)")
-    if f.name == "pytorch_model.bin":
-        from .torchfile import read_torch_file
+    from .weights import read_module_file
 
-        return read_torch_file(f)
-    from .weights import read_safetensors_file
-
-    return read_safetensors_file(f)
+    return read_module_file(f)
 
 
 def _module_tensors(d: Path, kind: str, path: str, want: dict[str, tuple], config: str,

@@ -7,7 +7,7 @@ never unpickled; the shards checked against pytorch_model.bin.index.json alike);
 to (in, out) so the forward pass does ``x @ W``, and checks every key and shape, and that
 every floating-point tensor is finite (a NaN or inf is refused with the tensor's name). Errors name a tensor as the
 file spells it (Tensors.stored); a missing one says why when it can tell (_missing: a TensorFlow / Flax file, a wrapper's
-prefix).
+prefix). A sentence-transformers module's own file (a Dense layer's weights) is read here too: read_module_file.
 
 Name variants accepted for each tensor:
   * with or without the ``bert.`` / ``roberta.`` / ``camembert.`` / ``electra.`` / ``distilbert.`` prefix (BertModel
@@ -43,7 +43,7 @@ import numpy as np
 from .config import FAMILIES, ROBERTA_TYPES, BertConfig, model_file, typed
 from ..errors import WeightsError, one_line, os_error
 from ..ops.gemm import PRECISIONS, from_bf16, to_bf16
-from .torchfile import check_finite, open_torch_file
+from .torchfile import check_finite, open_torch_file, read_torch_file
 
 # One table: our name -> (checkpoint name, expected shape as a function of the config).
 # {i} is the layer index.  "T" marks linear weights stored (out, in) that we transpose.
@@ -624,6 +624,15 @@ def _raw_safetensors(f: Path):
         return a.reshape(h["shape"])
 
     return list(header), get, header, fmt
+
+
+def read_module_file(f: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a sentence-transformers module's weights file by its own name, float32 (float16 and bfloat16
+    widened exactly), each finite: a safetensors file, or a torch.save one (.bin: torchfile.read_torch_file, never
+    unpickled). The encoder's files are read by read_tensors (_open_weights); both dispatch on the suffix here."""
+    if f.suffix == ".bin":
+        return read_torch_file(f)
+    return read_safetensors_file(f)
 
 
 def read_safetensors_file(f: Path) -> dict[str, np.ndarray]:
