@@ -121,7 +121,9 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES, no_keep: bool 
         RejectCode.INVALID_UNICODE: ("fix the JSON escape (a \\ud800-\\udbff escape needs its \\udc00-\\udfff pair right "
                                      f"after it, as in \\ud83d\\ude00), {skip}"),
         RejectCode.UNCLOSED_QUOTE: f'close the quote (a quote inside a quoted field is written ""), {skip}',
-        RejectCode.MALFORMED_LINE: f"fix the line (quote fields that hold the delimiter), {skip}",
+        RejectCode.MALFORMED_LINE: (f"fix the line (quote CSV fields that hold the delimiter; TSV has no quoting: a TSV "
+                                    f"quoted as CSV reads with {opt('input_format', 'csv')} {opt('delimiter', 'tab')}), "
+                                    f"{skip}"),
         RejectCode.QUOTED_TSV: (f"if the file's values are quoted as in CSV (pandas, Python's csv module and R write "
                                 f"TSV so), read it as CSV with tabs: {opt('input_format', 'csv')} "
                                 f"{opt('delimiter', 'tab')}; else fix the value, {skip}"),
