@@ -23,6 +23,8 @@ from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
 from .text import TextReader, split_wide_lines, wide_line_codec
 
 
+#: a value as a CSV writer quotes one that holds a quote: in quotes, its own quotes doubled (at least one pair)
+_CSV_QUOTED = re.compile(rb'"(?:[^"]|"")*""(?:[^"]|"")*"', re.DOTALL)
 _STRADDLES = "straddling object straddles two block boundaries"  # pyarrow: a row longer than the CSV block
 
 
@@ -42,7 +44,7 @@ class _Unskippable(InputError):
 
 
 class CsvReader(TextReader):
-    """CSV and TSV (TSV: tab-separated, no quoting)."""
+    """CSV and TSV (TSV: tab-separated, no quoting; a value quoted as CSV quotes one is a bad row there)."""
 
     CSV_BLOCK_BYTES = 1 << 22  # pyarrow's streaming CSV reader parses this many bytes at a time
     MAX_BLOCK_BYTES = (1 << 31) - 1  # ... and at most this many (pyarrow's int32), for a row longer than that
@@ -169,7 +171,19 @@ class CsvReader(TextReader):
                              f"pass {opt('delimiter', name_of(likely[0]))} if that separates the columns "
                              f"(or {opt('delimiter', name_of(self.delimiter))} to read one column)")
         self._refuse_duplicates(cols)
+        if self.fmt == "tsv":
+            self._refuse_quoted_names(cols)
         return cols
+
+    def _refuse_quoted_names(self, cols: list[str]) -> None:
+        """A TSV header whose every name is in quotes was written by a CSV writer (R's write.table, Excel; quoting on):
+        read without quoting, its names and values would keep their quotes."""
+        names = [c for c in cols if c.strip()]
+        if all(len(c) >= 2 and c[0] == c[-1] == '"' for c in names):
+            shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+            raise InputError(f"{self.name}: the header line's names are in quotes ({shown}), as CSV quotes them, but TSV "
+                             "is read without quoting", f"read the file as CSV with tabs: {opt('input_format', 'csv')} "
+                             f"{opt('delimiter', 'tab')}")
 
     def _refuse_duplicates(self, cols: list[str]) -> None:
         """Refuse a header name that appears more than once, used or not (as Parquet input is): pyarrow would read
@@ -412,6 +426,8 @@ class CsvReader(TextReader):
         """The kept cells converted to their columns' types; a cell that does not convert makes its row a bad row, and
         so does an id that is not UTF-8 (CSV / TSV ids are text: replacing its bytes could make two ids one).
         (While the head decides the types, ``_decide_keep_types``, the kept cells stay as read.)"""
+        if self.fmt == "tsv":
+            self._reject_csv_quoted(b)
         for k, v in enumerate(b.ids or ()):  # a UTF-8 id is decoded as the chunk is validated (chunks.id_value)
             at = utf8_error_at(bytes(v)) if isinstance(v, (bytes, bytearray)) else -1
             if at >= 0:
@@ -427,6 +443,22 @@ class CsvReader(TextReader):
             for k, text in written_cells(cells, b.extra[c]).items():
                 b.written.setdefault(b.rows[k], {})[c] = text
         return b
+
+    def _reject_csv_quoted(self, b: RawBatch) -> None:
+        """TSV has no quoting: a value written as a CSV writer quotes one (``"a ""b"" c"``: pandas' and Python's csv
+        module's TSV) would be read with its quotes. Such a value makes its row a bad row, as a CSV-quoted TSV also
+        splits a value holding a line break into rows; a file quoted so reads with input_format='csv', tab."""
+        named = [("the text", b.texts), ("the pair text", b.pairs), ("the id", b.ids),
+                 *((f"kept column {c!r}", b.extra[c]) for c in self.keep)]
+        for what, values in named:
+            for k, v in enumerate(values or ()):
+                if isinstance(v, (bytes, bytearray)) and _CSV_QUOTED.fullmatch(v):
+                    text = bytes(v).decode("utf-8", errors="replace")
+                    shown = text if len(text) <= 40 else text[:37] + "..."
+                    b.pre_rejected.setdefault(b.rows[k], Reason(
+                        RejectCode.QUOTED_TSV, f"{what} is quoted as CSV quotes a value ({shown}: in quotes, its own quotes "
+                                               "doubled), but TSV is read without quoting, so the quotes would be part "
+                                               "of it"))
 
     def _decide_keep_types(self) -> dict[str, pa.DataType]:
         """Each kept column's type from the cells of the head's rows (``kept.infer_cell_type``; a row that is bad

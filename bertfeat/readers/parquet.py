@@ -84,7 +84,7 @@ class ParquetReader(Reader):
                     raise InputError(f"{self._fname(f)}: the column name {dup[0]!r} appears {counts[dup[0]]} times",
                                      "rename the columns so that every name is unique (e.g. table.rename_columns in pyarrow)")
             elif schema.names != self._pq_schema.names:
-                raise InputError(f"{self._fname(f)}: its columns differ from {self.files[0]}", "a Parquet dataset needs the same columns in every file")
+                raise _columns_differ(self._fname(f), schema.names, self.files[0], self._pq_schema.names)
             total += meta.num_rows
             self._metas.append(meta)
             self._schemas.append(schema)
@@ -420,3 +420,19 @@ def _is_textual(t: pa.DataType) -> bool:
     if pa.types.is_dictionary(t):
         t = t.value_type
     return _is_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) or _view(t, "is_binary_view")
+
+
+def _columns_differ(name: str, names: list[str], first: str, first_names: list[str]) -> InputError:
+    """A dataset file whose columns are not the first file's: which it lacks, which it adds, or that only their order
+    differs (a file's columns are read by their place in it)."""
+    have, want = set(names), set(first_names)
+    lacks, adds = [c for c in first_names if c not in have], [c for c in names if c not in want]
+    if lacks or adds:
+        what = "; ".join(w for w in (f"it lacks {listing(lacks)}" if lacks else "",
+                                     f"it adds {listing(adds)}" if adds else "") if w)
+        return InputError(f"{name}: its columns differ from {first}'s ({what})",
+                          "a Parquet dataset needs the same columns in every file: write them with one schema, or "
+                          "read the files apart")
+    return InputError(f"{name}: its columns are in another order than {first}'s ({listing(names)}; there: "
+                      f"{listing(first_names)})", "a Parquet dataset needs its columns in one order in every file: write "
+                      "each file's columns in the first file's order (e.g. table.select(names) in pyarrow)")

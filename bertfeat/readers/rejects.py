@@ -42,6 +42,7 @@ class RejectCode(str, Enum):
     BAD_ID = "bad-id"  # a JSONL id that is not a string or an integer, or not of the kind of the ids before it
     BAD_KEPT_VALUE = "bad-kept-value"  # a kept column's value (keep) not of the type given or its first rows decided
     FIELD_TOO_LARGE = "field-too-large"  # a text, pair, id or kept value larger than max_field_bytes (never held whole)
+    QUOTED_TSV = "quoted-tsv"  # a TSV value written as a CSV writer quotes one ("a ""b"""), which TSV does not undo
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,12 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES, no_keep: bool 
         RejectCode.INVALID_UNICODE: ("fix the JSON escape (a \\ud800-\\udbff escape needs its \\udc00-\\udfff pair right "
                                      f"after it, as in \\ud83d\\ude00), {skip}"),
         RejectCode.UNCLOSED_QUOTE: f'close the quote (a quote inside a quoted field is written ""), {skip}',
-        RejectCode.MALFORMED_LINE: f"fix the line (quote fields that hold the delimiter), {skip}",
+        RejectCode.MALFORMED_LINE: (f"fix the line (quote CSV fields that hold the delimiter; TSV has no quoting: a TSV "
+                                    f"quoted as CSV reads with {opt('input_format', 'csv')} {opt('delimiter', 'tab')}), "
+                                    f"{skip}"),
+        RejectCode.QUOTED_TSV: (f"if the file's values are quoted as in CSV (pandas, Python's csv module and R write "
+                                f"TSV so), read it as CSV with tabs: {opt('input_format', 'csv')} "
+                                f"{opt('delimiter', 'tab')}; else fix the value, {skip}"),
         RejectCode.INVALID_JSON: f"fix the line (one JSON object per line), {skip}",
         RejectCode.NOT_OBJECT: f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}',
         RejectCode.BAD_KEPT_VALUE: (f"fix the value (the column's values are of the kind its first rows hold), {skip}"

@@ -134,7 +134,8 @@ def test_lines_that_end_at_a_carriage_return_alone(tmp_path, capsys):
     src.write_bytes(b"\r".join(lines) + b"\r")
     rc, _, err = extract(capsys, src, tmp_path / "o.parquet")
     one_line(rc, err, f"Error: {src} row 4: malformed line: expected 2 fields, found 3, and it is not valid utf-8 (byte "
-                      "0xff) - fix the line (quote fields that hold the delimiter), or pass --on-bad-row skip to write it "
+                      "0xff) - fix the line (quote CSV fields that hold the delimiter; TSV has no quoting: a TSV quoted as "
+                      "CSV reads with --input-format csv --delimiter tab), or pass --on-bad-row skip to write it "
                       "to the rejects file and go on")
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--on-bad-row", "skip")
     assert rc == 0 and summary_line(err, "rows rejected") == "rows rejected 1", err

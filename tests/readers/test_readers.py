@@ -343,6 +343,26 @@ def test_parquet_dataset_row_numbers_and_schema_check(tmp_path):
         rows_of(open_input(str(d)))
 
 
+@pytest.mark.parametrize("second, what, fix", [
+    ({"id": [3], "text": ["c"]}, "its columns are in another order than {first}'s (id, text; there: text, id)",
+     "a Parquet dataset needs its columns in one order in every file: write each file's columns in the first file's "
+     "order (e.g. table.select(names) in pyarrow)"),
+    ({"text": ["c"]}, "its columns differ from {first}'s (it lacks id)", None),
+    ({"text": ["c"], "idx": [1], "more": [2]}, "its columns differ from {first}'s (it lacks id; it adds idx, more)", None),
+])
+def test_a_dataset_file_with_other_columns_says_which(tmp_path, second, what, fix):
+    """The session's hunt: a file with the same columns in another order was said to have other columns."""
+    d = tmp_path / "ds"
+    d.mkdir()
+    pq.write_table(pa.table({"text": ["a", "b"], "id": [1, 2]}), d / "p1.parquet")
+    pq.write_table(pa.table(second), d / "p2.parquet")
+    with pytest.raises(InputError) as e:
+        open_input(str(d))
+    fix = fix or ("a Parquet dataset needs the same columns in every file: write them with one schema, or read the "
+                  "files apart")
+    assert e.value.render({}) == f"{d / 'p2.parquet'}: {what.format(first=d / 'p1.parquet')} - {fix}"
+
+
 def test_a_directory_reads_every_parquet_extension_in_any_case_as_a_url_does(tmp_path):
     """.pq and .PARQUET name Parquet files as .parquet does (a file given alone is read as one): a directory's listing
     took *.parquet alone, leaving the others' rows out without a word, while a file:// URL of it read the .pq files."""

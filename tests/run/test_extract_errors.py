@@ -119,16 +119,17 @@ def test_parquet_non_string_text_column(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------ bad rows, one by one
+MALFORMED_FIX = ("fix the line (quote CSV fields that hold the delimiter; TSV has no quoting: a TSV quoted as CSV reads "
+                 "with --input-format csv --delimiter tab), or pass --on-bad-row skip to write it to the rejects file "
+                 "and go on")
 CSV_CASES = {
     "empty": (b"id,text\na,hello\nb,\nc,fine\n", "row 1: empty text", SKIP_FIX),
     "quoted-empty": (b'id,text\na,hello\nb,""\nc,fine\n', "row 1: empty text", SKIP_FIX),
     "whitespace": (b"id,text\na,hello\nb,fine\nc, \t \n", "row 2: whitespace-only text", SKIP_FIX),
     "malformed": (b"id,text\na,hello\nb,x,y\nc,fine\n", 'row 1: malformed line: expected 2 fields, found 3 ("b,x,y")',
-                  "fix the line (quote fields that hold the delimiter), or pass --on-bad-row skip to write it to the "
-                  "rejects file and go on"),
+                  MALFORMED_FIX),
     "too-few": (b"id,text\na,hello\nb,fine\nc\n", 'row 2: malformed line: expected 2 fields, found 1 ("c")',
-                "fix the line (quote fields that hold the delimiter), or pass --on-bad-row skip to write it to the "
-                "rejects file and go on"),
+                MALFORMED_FIX),
     "utf8": (b"id,text\na,hello\nb,caf\xe9 au lait\nc,fine\n", "row 1: invalid UTF-8 at byte 3 of the text", ENC_FIX),
 }
 
@@ -143,8 +144,7 @@ def test_malformed_line_with_invalid_utf8_is_one_bad_row(tmp_path, capsys):
     out = tmp_path / "o.parquet"
     why = "malformed line: expected 2 fields, found 3, and it is not valid utf-8 (byte 0xff)"
     rc, _, err = extract(capsys, src, out, "--on-bad-row", "error")
-    assert_failed_cleanly(rc, err, out, f"Error: {src} row 1: {why} - fix the line (quote fields that hold the "
-                                        "delimiter), or pass --on-bad-row skip to write it to the rejects file and go on")
+    assert_failed_cleanly(rc, err, out, f"Error: {src} row 1: {why} - {MALFORMED_FIX}")
     rc, _, err = extract(capsys, src, out, "--on-bad-row", "skip", "--id-column", "id")
     assert rc == 0, err
     assert rejects(tmp_path / "o.parquet.rejects.csv") == [["row", "id", "reason"], ["1", "", why]]
@@ -176,6 +176,20 @@ def test_csv_bad_row_error(tmp_path, capsys, case):
     out = tmp_path / "o.parquet"
     rc, _, err = extract(capsys, src, out, "--id-column", "id")
     assert_failed_cleanly(rc, err, out, f"Error: {src} {what} - {fix}")
+
+
+def test_a_malformed_tsv_line_is_not_told_to_quote(tmp_path, capsys):
+    """TSV has no quoting, so the fix 'quote fields that hold the delimiter' did not work there: a TSV written with
+    CSV quoting (pandas) whose value holds a tab is read as CSV with tabs, as the fix says."""
+    src = tmp_path / "c.tsv"
+    src.write_bytes(b'id\ttext\na\thello\nb\t"tab\there"\nc\tfine\n')
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id")
+    assert_failed_cleanly(rc, err, out, f'Error: {src} row 1: malformed line: expected 2 fields, found 3 ("b\\t\\"tab\\there\\"") '
+                                        f"- {MALFORMED_FIX}")
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--input-format", "csv", "--delimiter", "tab", "-q")
+    assert (rc, err) == (0, "")
+    assert read_table(out).column("id").to_pylist() == ["a", "b", "c"]
 
 
 def test_a_bad_row_of_a_parquet_dataset_names_its_file_and_row_there(tmp_path, capsys):

@@ -949,3 +949,70 @@ def test_a_named_pipe_matched_by_a_glob_or_in_a_folder_is_refused(tmp_path, caps
     rc, _, err = run(capsys, "extract", tmp_path / pattern, "-o", tmp_path / "o.parquet", "--model", tiny_model())
     assert (rc, err) == (1, f"Error: {d / 'b.parquet'} (matched by {tmp_path / pattern}) is a named pipe (FIFO), not a "
                             "file - move it out of the folder, or narrow the pattern to the data files\n")
+
+
+# ------------------------------------------------------------------------------------------ TSV written with CSV quoting
+# TSV is read without quoting (the STS Benchmark's lines start values with a quote that never closes). A TSV written
+# with quoting on (pandas' to_csv(sep="\t"), Python's csv module, R) was read with its quotes in the texts, and a
+# quoted line break made two rows: silently other vectors, and row numbers shifted.
+QUOTED_TSV_FIX = ("if the file's values are quoted as in CSV (pandas, Python's csv module and R write TSV so), read it "
+                  "as CSV with tabs: --input-format csv --delimiter tab; else fix the value, or pass --on-bad-row skip "
+                  "to write it to the rejects file and go on")
+
+
+def _quoted_tsv(path: Path, rows: list[list[str]]) -> Path:
+    """A TSV as pandas / Python's csv module write it (QUOTE_MINIMAL: a value holding a quote is quoted)."""
+    import csv as _csv
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        _csv.writer(fh, delimiter="\t", lineterminator="\n").writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize("column, what", [("text", "the text"), ("id", "the id"), ("note", "kept column 'note'")])
+def test_a_tsv_value_quoted_as_csv_is_a_bad_row(tmp_path, capsys, column, what):
+    rows = [{"id": "a", "text": "plain words", "note": "x"}, {"id": "b", "text": "more words", "note": "y"},
+            {"id": "c", "text": "last words", "note": "z"}]
+    rows[1][column] = 'he said "hi"'
+    src = _quoted_tsv(tmp_path / "in.tsv", [["id", "text", "note"], *(list(r.values()) for r in rows)])
+    assert '"he said ""hi"""' in src.read_text()
+    out = tmp_path / "o.parquet"
+    reason = (f'{what} is quoted as CSV quotes a value ("he said ""hi""": in quotes, its own quotes doubled), but TSV '
+              "is read without quoting, so the quotes would be part of it")
+    refused(capsys, src, out, f"{src} row 1: {reason} - {QUOTED_TSV_FIX}", "--id-column", "id", "--keep", "note")
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--keep", "note", "--on-bad-row", "skip")
+    assert (rc, err) == (0, "")
+    assert read_table(out).column("id").to_pylist() == ["a", "c"]
+    written = '"he said ""hi"""'  # the rejects file shows the values as the file has them
+    assert _rejects(out) == [["1", written if column == "id" else "b", reason, written if column == "note" else "y"]]
+    # the fix given: read as CSV with tabs, every value as it was meant
+    out2 = tmp_path / "o2.parquet"
+    rc, _, err = extract(capsys, src, out2, "--id-column", "id", "--keep", "note", "--input-format", "csv",
+                         "--delimiter", "tab")
+    assert (rc, err) == (0, "")
+    t = read_table(out2)
+    assert (t.column("id").to_pylist(), t.column("note").to_pylist()) == ([r["id"] for r in rows], [r["note"] for r in rows])
+    assert_close(embeddings(t), tiny_encoder().encode([r["text"] for r in rows]))
+
+
+def test_a_tsv_without_quoting_keeps_its_quotes(tmp_path, capsys):
+    """A value that starts with a quote (closed or not, STS Benchmark's lines) is read as written: TSV has no quoting."""
+    texts = ['"The grass family is one of the most widely distributed', '"Phoneme" is a theoretical construct',
+             'a 5" screen', '"Stop!"', '""']
+    src = tmp_path / "in.tsv"
+    src.write_text("".join(f"{t}\t{k}\n" for k, t in [("text", "id"), *((t, str(k)) for k, t in enumerate(texts))]))
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id")
+    assert (rc, err) == (0, "")
+    t = read_table(out)
+    assert t.column("id").to_pylist() == ["0", "1", "2", "3", "4"]
+    assert_close(embeddings(t), tiny_encoder().encode(texts))
+
+
+def test_a_tsv_header_in_quotes_is_refused(tmp_path, capsys):
+    """R's write.table(sep="\\t") quotes every name and string: read without quoting, none would lose its quotes."""
+    src = tmp_path / "r.tsv"
+    src.write_text('"text"\t"id"\n"hello"\t"1"\n')
+    refused(capsys, src, tmp_path / "o.parquet", f'{src}: the header line\'s names are in quotes ("text", "id"), as '
+            "CSV quotes them, but TSV is read without quoting - read the file as CSV with tabs: --input-format csv "
+            "--delimiter tab")
