@@ -23,8 +23,6 @@ from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
 from .text import TextReader, split_wide_lines, wide_line_codec
 
 
-#: a value as a CSV writer quotes one that holds a quote: in quotes, its own quotes doubled (at least one pair)
-_CSV_QUOTED = re.compile(rb'"(?:[^"]|"")*""(?:[^"]|"")*"', re.DOTALL)
 _STRADDLES = "straddling object straddles two block boundaries"  # pyarrow: a row longer than the CSV block
 
 
@@ -452,7 +450,7 @@ class CsvReader(TextReader):
                  *((f"kept column {c!r}", b.extra[c]) for c in self.keep)]
         for what, values in named:
             for k, v in enumerate(values or ()):
-                if isinstance(v, (bytes, bytearray)) and _CSV_QUOTED.fullmatch(v):
+                if isinstance(v, (bytes, bytearray)) and _csv_quoted(bytes(v)):
                     text = bytes(v).decode("utf-8", errors="replace")
                     shown = text if len(text) <= 40 else text[:37] + "..."
                     b.pre_rejected.setdefault(b.rows[k], Reason(
@@ -695,3 +693,12 @@ def _unreadable(value, what: str, encoding: str) -> tuple[Reason, str] | None:
     at = escaped[0]
     return Reason(RejectCode.ENCODING, f"invalid {encoding}: byte 0x{ord(text[at]) - 0xDC00:02x} at character {at} of "
                                        f"the {what}"), shown
+
+
+def _csv_quoted(v: bytes) -> bool:
+    """Is ``v`` a value as a CSV writer quotes one that holds a quote: in quotes, its own quotes doubled (at least one
+    pair)? Linear in len(v) (the regular expression it replaces backtracked quadratically: 0.7 s on 15 KB of a"")."""
+    if len(v) < 4 or v[0] != 34 or v[-1] != 34:  # 34: '"'
+        return False
+    inner = v[1:-1]
+    return b'""' in inner and b'"' not in inner.replace(b'""', b"")
