@@ -7,6 +7,7 @@ Rows are 0-based data-row numbers (header excluded), the same numbers as the out
 from __future__ import annotations
 
 import csv
+import gzip
 import os
 
 import pyarrow as pa
@@ -66,6 +67,21 @@ def test_a_directory_given_as_csv(tmp_path, capsys):
     rc, _, err = extract(capsys, tmp_path / "d", tmp_path / "o.parquet")
     assert (rc, err) == (1, f"Error: {tmp_path / 'd'}: the directory holds no .parquet or .pq file - "
                             "point at a Parquet file, a directory of them, or a glob\n")
+
+
+def test_a_directory_of_csv_files_says_so(tmp_path, capsys):
+    """A folder of CSV / JSONL files (compressed too): the error names what it holds and how to read them (before: only
+    'holds no .parquet or .pq file - point at a Parquet file, ...', which says nothing a CSV user can do)."""
+    d = tmp_path / "d"
+    d.mkdir()
+    for name in ("a.csv", "b.CSV", "c.jsonl", ".hidden.csv", "notes.txt"):
+        (d / name).write_text("text\nhello\n")
+    (d / "e.csv.gz").write_bytes(gzip.compress(b"text\nhello\n"))
+    rc, _, err = extract(capsys, d, tmp_path / "o.parquet")
+    assert (rc, err) == (1, f"Error: {d}: the directory holds no .parquet or .pq file, but 3 .csv files and 1 .jsonl "
+                            "file (a directory is read as Parquet; CSV, TSV and JSONL are read one file at a time) - "
+                            "pass one file, concatenate them into one, or convert them to Parquet\n")
+    assert not (tmp_path / "o.parquet").exists()
 
 
 def test_unknown_extension(tmp_path, capsys):
