@@ -8,6 +8,9 @@ Two steps per chunk, so the lookups run in the read-ahead thread while the model
     settle(reuse, ...)   -> the chunk's vectors and counts in row order, after the model ran on the todo rows;
                             the new vectors go to the run's store and to the cache
 
+A row within max length is also found under the fingerprint of another long-text policy or stride (its vector is
+the same bits under each: store.within_max_length), so changing ``--long-text`` encodes only the long rows.
+
 Without a cache, the run's store (``RunStore``) keeps the vectors of this run's rows by key so a text seen again is
 not encoded again: in memory up to ``DEDUP_MEMORY`` bytes (the BERTFEAT_DEDUP_MEMORY environment variable), then in
 a temporary SQLite file (``spill_dir``: the run's partial directory beside the output), deleted at the end. With a
@@ -118,8 +121,11 @@ class Reuser:
     rows as the summary reports them."""
 
     def __init__(self, dim: int, cache: VectorStore | None = None, fid: int | None = None, spill_dir: Path | None = None,
-                 budget: int | None = None, shared: tuple[VectorStore, int] | None = None):
+                 budget: int | None = None, shared: tuple[VectorStore, int] | None = None, siblings: list[int] = ()):
         self.cache, self.fid = cache, fid
+        # the cache's fingerprints of this run's settings under another long-text policy or stride: their rows within
+        # max length are this run's vectors too (VectorStore.long_text_siblings); those that served one are touched
+        self.siblings, self.siblings_used = list(siblings), set()
         # the run's own vectors: in the cache, or (no cache, or one this process may not write) in a store of the run's:
         # ``shared`` (a store and its id) when the run's processes share one, else this process's own
         self.store = None
@@ -153,7 +159,7 @@ class Reuser:
         found = {}
         if self.cache is not None:
             with self.cache.guard("read"):  # any failure of the cache (an OSError too) is named as the cache's
-                found = self.cache.get(self.fid, keys)
+                found = self.cache.get_reusable(self.fid, self.siblings, keys, self.siblings_used)
         if self.store is not None and len(found) < len(keys):
             with self._lock:
                 found.update(self.store.get([k for k in keys if k not in found]))
@@ -246,7 +252,8 @@ class Reuser:
         with self._lock:
             if self.cache is not None:
                 try:
-                    self.cache.touch(self.fid)
+                    for fid in [self.fid, *sorted(self.siblings_used)]:
+                        self.cache.touch(fid)
                 except Exception:  # the run's result stands; the next run marks it
                     pass
                 self.cache.close()

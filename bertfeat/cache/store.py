@@ -187,7 +187,9 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     ``tokenizers`` library's version (another may split a text otherwise: tokenize.library_version), and
     the GEMM path's identity (library, kernel, bf16 / int8 scheme, CPU model, NumPy's BLAS kernel): fp32 on OpenBLAS and on oneDNN
     round differently, so their vectors never mix. Not the model's id or path: a model folder copied elsewhere (same
-    weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``."""
+    weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``. A row within max
+    length is also served by the fingerprints that differ only in the long-text policy or stride
+    (``VectorStore.long_text_siblings``)."""
     from ..model.tokenize import library_version
 
     features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
@@ -195,6 +197,19 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
                 "tokenizers": library_version(), "gemm": gemm_identity(encoder)}
     blob = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:32], settings
+
+
+#: the settings that change only the vectors of rows longer than max length: a row within it is tokenized alike and
+#: runs as one window under each (Encoder.prepare), so its vector is the same bits (within_max_length)
+LONG_TEXT_SETTINGS = ("long_text", "stride")
+
+
+def within_max_length(entry: tuple) -> bool:
+    """Whether a cached entry (vector, n_tokens, truncated, n_chunks) serves a run with another long-text policy or
+    stride: a row within max length (not truncated, one window) whose vector holds no zero (chunk-mean's combining,
+    when its chunk has a long row, turns a -0.0 into 0.0: the one bit it can change; encoder.combine_windows)."""
+    vec, _, truncated, n_chunks = entry
+    return not truncated and n_chunks == 1 and bool(vec.all())
 
 
 def register_spec(store, encoder, spec, cache_id: tuple[str, dict] | None = None) -> int:
@@ -808,6 +823,30 @@ class VectorStore:
         self._fp_rows[row[0]] = tuple(row[1:])
         return row[0]
 
+    def long_text_siblings(self, fingerprint: str, settings: dict, dim: int) -> list[int]:
+        """Ids of the fingerprints whose settings are ``settings`` but for LONG_TEXT_SETTINGS (another long-text
+        policy or stride, everything else the same: the vectors of rows within max length are the same bits), for
+        ``get_reusable``. Only a row of this ``dim`` whose stored settings hash to its fingerprint
+        (cache_fingerprint) counts."""
+        def rest(s: dict) -> dict:
+            return {k: v for k, v in s.items() if k not in LONG_TEXT_SETTINGS}
+
+        mine = rest(json.loads(json.dumps(settings, default=str)))
+        with self._lock, self.guard("read"):
+            rows = self.db.execute("SELECT id, fingerprint, model, dim, settings, created FROM fingerprints "
+                                   "WHERE fingerprint != ?", (fingerprint,)).fetchall()
+        out = []
+        for fid, fp, model, dim_of, text, created in rows:
+            try:
+                theirs = json.loads(text)
+            except ValueError:
+                continue
+            if (isinstance(theirs, dict) and rest(theirs) == mine and dim == int(dim_of) and
+                    hashlib.sha256(text.encode()).hexdigest()[:32] == fp):
+                self._fp_rows[fid] = (fp, model, dim_of, text, created)
+                out.append(fid)
+        return out
+
     def _current_id(self, fid: int) -> int:
         """``fid``, or the id its fingerprint has now: a `cache clear` while this run wrote deleted the fingerprints row
         (its vectors, written later, would have had no row: unseen by `cache info`, never reused); the row is put back
@@ -845,6 +884,20 @@ class VectorStore:
                         self.corrupt += 1
                         continue
                     out[bytes(key)] = (np.frombuffer(vec, dtype="<f4"), int(n_tok), bool(flags & 1), int(n_ch))
+        return out
+
+    def get_reusable(self, fid: int | None, siblings: list[int], keys: list[bytes], used: set | None = None) -> dict:
+        """``get`` under ``fid``, then for the keys not found the entries of rows within max length under its
+        long-text siblings (long_text_siblings, within_max_length); ``used`` gets the siblings that served one."""
+        out = self.get(fid, keys)
+        for sid in siblings:
+            rest = [k for k in keys if k not in out]
+            if not rest:
+                break
+            hits = {k: e for k, e in self.get(sid, rest).items() if within_max_length(e)}
+            if hits and used is not None:
+                used.add(sid)
+            out.update(hits)
         return out
 
     def put(self, fid: int, keys: list[bytes], X: np.ndarray, n_tokens, truncated, n_chunks) -> None:

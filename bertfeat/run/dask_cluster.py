@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
 import socket
 import struct
 import time
@@ -106,9 +108,57 @@ def open_client(dask):
     # cluster we start (measured 2 %: 2 one-thread workers 0.91x -> 0.93x the local engine, 8,000 rows, 2
     # rounds). The Nanny hands this config to its worker process; an env= variable comes too late for it.
     with dask.config.set({"distributed.worker.profile.enabled": False}):
-        cluster = LocalCluster(n_workers=n, threads_per_worker=per_worker, processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR, env=env)
-    return Client(cluster), cluster
+        cluster = start_local_cluster(LocalCluster, n_workers=n, threads_per_worker=per_worker, processes=True,
+                                      dashboard_address=":0", silence_logs=logging.ERROR, env=env)
+    try:
+        return Client(cluster), cluster
+    except BaseException:  # a Ctrl-C as the client connects: the cluster is the run's to close
+        close_cluster(None, cluster)
+        raise
+
+
+def start_local_cluster(make, **kw):
+    """``make(**kw)`` (a LocalCluster). One stopped while it starts (Ctrl-C, SIGTERM: its workers still starting) is
+    closed here and forgotten: left to distributed's own closing at exit, it failed with a traceback
+    (``AssertionError: Status.init``) below the run's ``Interrupted`` line."""
+    from distributed.deploy.spec import SpecCluster
+
+    started = getattr(SpecCluster, "_instances", None)  # distributed's registry of clusters it closes at exit
+    before = set(started) if started is not None else set()
+    try:
+        return make(**kw)
+    except BaseException:
+        for cluster in (set(started) - before) if started is not None else ():
+            _close_interrupted(cluster)
+            started.discard(cluster)
+        raise
+
+
+def _close_interrupted(cluster) -> None:
+    """Close a cluster whose start was interrupted (what closes, closes), and stop its worker processes still
+    running."""
+    procs = _worker_processes(cluster)  # before the close, which forgets its workers
+    with contextlib.suppress(Exception):
+        cluster.close(timeout=10)
+    _stop(procs)
+
+
+def _worker_processes(cluster) -> list:
+    """The worker processes of a cluster's Nannies (distributed's AsyncProcess handles)."""
+    nannies = list(getattr(cluster, "_created", ())) + list(getattr(cluster, "workers", {}).values())
+    procs = (getattr(getattr(w, "process", None), "process", None) for w in nannies)
+    return list({id(p): p for p in procs if p is not None}.values())
+
+
+def _stop(procs: list, wait: float = 5.0) -> None:
+    """Stop the worker processes still running (a Nanny stopped in its start may leave its process)."""
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        with contextlib.suppress(OSError, TypeError):
+            os.kill(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + wait
+    while any(p.is_alive() for p in alive) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def check_scheduler(address: str, timeout: float = GREETING_TIMEOUT) -> None:

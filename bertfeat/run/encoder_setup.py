@@ -35,7 +35,8 @@ def feature_settings(encoder, plan) -> tuple[object, dict]:
 def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, cache_id: tuple[str, dict] | None = None,
                 budget: int | None = None, run_store: tuple | None = None):
     """The run's reuse of vectors (reuse.py): identical rows encoded once, and with ``cache_dir`` the vector cache
-    opened under this run's fingerprint (``cache_id``: (fingerprint, settings), computed here when not given).
+    opened under this run's fingerprint (``cache_id``: (fingerprint, settings), computed here when not given), its rows
+    within max length found under another long-text policy's too (VectorStore.long_text_siblings).
     ``spill_dir``: where the run's duplicate store spills past its memory ``budget`` (default reuse.DEDUP_MEMORY).
     ``run_store``: (directory, its (fingerprint, settings)) of a store the run's processes share (the Dask engine's
     ``.dedup``), holding the run's rows when the cache turns out read-only."""
@@ -44,11 +45,13 @@ def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, c
     dim = encoder.output_dim(spec)
     if cache_dir is None:
         return Reuser(dim, spill_dir=spill_dir, budget=budget)
-    from ..cache.store import open_cache, register_spec
+    from ..cache.store import cache_fingerprint, open_cache, register_spec
 
     store, own = open_cache(cache_dir), None
     try:
+        cache_id = cache_id or cache_fingerprint(encoder, spec)
         fid = register_spec(store, encoder, spec, cache_id)
+        siblings = store.long_text_siblings(*cache_id, dim)
         if store.read_only is not None and run_store is not None:
             own = open_cache(Path(run_store[0]))
             shared = (own, register_spec(own, encoder, spec, run_store[1]))
@@ -59,4 +62,4 @@ def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, c
             if s is not None:
                 s.close()
         raise
-    return Reuser(dim, store, fid, spill_dir, shared=shared)
+    return Reuser(dim, store, fid, spill_dir, shared=shared, siblings=siblings)

@@ -227,15 +227,15 @@ def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None
 
     if not (Path(plan.cache) / DB_NAME).is_file():
         return 0.0
-    fp, _ = cache_fingerprint(encoder, spec)
+    fp, settings = cache_fingerprint(encoder, spec)
     try:
         store = open_cache(Path(plan.cache))
         try:
-            fid = store.known_id(fp)
-            if fid is None:
-                return 0.0
+            # as the run looks up (cache.reuse): its own fingerprint, then its rows within max length under another
+            # long-text policy's
+            fid, siblings = store.known_id(fp), store.long_text_siblings(fp, settings, encoder.output_dim(spec))
             keys = [text_key(t, None if pairs is None else pairs[i]) for i, t in enumerate(texts)]
-            return len(store.get(fid, keys)) / max(len(keys), 1)
+            return len(store.get_reusable(fid, siblings, keys)) / max(len(keys), 1)
         finally:
             store.close()
     except Exception:  # an estimate does not fail on a cache it cannot read: the run will say what is wrong

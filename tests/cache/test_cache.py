@@ -253,6 +253,51 @@ def test_a_changed_setting_reuses_nothing(tmp_path, capsys, monkeypatch, filled_
     assert (s.rows_encoded, s.rows_reused) == (0, 40)
 
 
+def long_text_rows() -> list[tuple[str, str]]:
+    """44 rows, 10 of them longer than max_length 32 tokens: 40 real sentences (6 are longer, 2 exactly 32 tokens)
+    and 4 texts of several sentences joined."""
+    rows = base_rows(40)
+    for i in range(4):
+        rows.insert(7 + 9 * i, (f"long{i}", " ".join(SST2[100 + 5 * i:105 + 5 * i])))
+    return rows
+
+
+def bits(path: Path) -> np.ndarray:
+    return embeddings(features(path)).view(np.uint32)
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_a_long_text_setting_reuses_the_rows_within_max_length(tmp_path, request, engine):
+    """The long-text policy and stride change only the vectors of rows longer than max length: a row within it is
+    the same bits under each (one window, the text's own tokens), so a run with another policy reuses it and encodes
+    only the long rows (before: every row). Each run equals its own settings' run without a cache, bit for bit, ids
+    and token counts (the long rows' truncated / n_chunks) included."""
+    kw = dict(max_length=32, chunk_rows=8, **engine_kw(engine, request))
+    cache = tmp_path / "cache"
+    src = corpus(tmp_path / "c.csv", long_text_rows())
+    runs = [({"long_text": "truncate"}, 44, 0, 0),  # (settings, encoded, reused, rejected)
+            ({"long_text": "chunk-mean", "stride": 8}, 10, 34, 0),
+            ({"long_text": "chunk-max", "stride": 4}, 10, 34, 0),
+            ({"long_text": "error", "on_bad_row": "skip"}, 0, 34, 10),
+            ({"long_text": "chunk-mean", "stride": 8}, 0, 44, 0),
+            ({"long_text": "truncate"}, 0, 44, 0)]
+    for i, (setting, encoded, reused, rejected) in enumerate(runs):
+        out, clean = out_path(tmp_path, engine, f"o{i}"), tmp_path / f"clean{i}.parquet"
+        s = extract(src, out, cache=cache, **kw, **setting)
+        assert (s.rows_encoded, s.rows_reused, s.rows_rejected) == (encoded, reused, rejected), setting
+        c = extract(src, clean, cache=False, max_length=32, chunk_rows=8, **setting)
+        assert (c.rows_encoded, c.rows_rejected) == (44 - rejected, rejected)
+        assert features(out).column("id").to_pylist() == features(clean).column("id").to_pylist()
+        for col in COUNTS:
+            assert features(out).column(col).to_pylist() == features(clean).column(col).to_pylist(), (setting, col)
+        assert np.array_equal(bits(out), bits(clean)), setting
+    assert sum(n > 1 for n in features(tmp_path / "clean1.parquet").column("n_chunks").to_pylist()) == 10
+    assert sum(features(tmp_path / "clean0.parquet").column("truncated").to_pylist()) == 10
+    # each policy's own fingerprint holds only what it encoded: the long rows under chunk-mean and chunk-max, none
+    # under error (its long rows refused)
+    assert sorted(f["entries"] for f in bertfeat.cache.store.cache_info(cache)["fingerprints"]) == [0, 10, 10, 44]
+
+
 def test_a_changed_tokenizer_file_reuses_nothing(tmp_path):
     """The same model folder (same path, same weights) with its tokenizer_config.json edited in place: the key holds
     the folder's files, so nothing is reused, and the vectors are the new tokenizer's."""

@@ -157,6 +157,47 @@ def test_put_and_get_round_trip(store):
     assert store.get(fid, keys(SST2[:600])) .keys() == set(ks)  # more keys than one SELECT takes
 
 
+def keyed(settings: dict) -> tuple[str, dict]:
+    """(fingerprint, settings) as cache_fingerprint makes them: the sha256 of the settings' JSON."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32], settings
+
+
+def test_rows_within_max_length_are_found_under_another_long_text_policy(store):
+    """Another long-text policy or stride, every other setting the same: its entries of rows within max length (not
+    truncated, one window, no zero in the vector) are found; a long row's (truncated, or in windows), one with a
+    zero (chunk-mean's combining may turn -0.0 into 0.0), another setting's, another width's and a fingerprint
+    whose settings do not hash to it are not."""
+    base = {"pooling": "mean", "max_length": 32, "weights_sha256": "w", "gemm": {"library": "onednn"}}
+    run = keyed({**base, "long_text": "chunk-mean", "stride": 8})
+    trunc = keyed({**base, "long_text": "truncate", "stride": 32})
+    other = keyed({**base, "pooling": "cls", "long_text": "truncate", "stride": 32})
+    forged = ("f" * 32, trunc[1])
+    ids = {name: store.register(fp, "m", D, s) for name, (fp, s) in
+           [("run", run), ("trunc", trunc), ("other", other), ("forged", forged)]}
+    wide = keyed({**base, "long_text": "error", "stride": 32})
+    ids["wide"] = store.register(*wide[:1], "m", 2 * D, wide[1])
+    X = vectors(5)
+    X[4, 3] = -0.0
+    ks = keys(SST2[:5])
+    # rows 0, 1 within max length; 2 truncated; 3 in windows; 4 holds a -0.0
+    store.put(ids["trunc"], ks, X, [9, 32, 40, 40, 9], [False, False, True, False, False], [1, 1, 1, 3, 1])
+    store.put(ids["other"], keys(SST2[5:6]), vectors(1), [9], [False], [1])
+    store.put(ids["forged"], keys(SST2[6:7]), vectors(1), [9], [False], [1])
+    store.put(ids["wide"], keys(SST2[7:8]), np.ones((1, 2 * D), np.float32), [9], [False], [1])
+    siblings = store.long_text_siblings(*run, D)
+    assert siblings == [ids["trunc"]]
+    used = set()
+    got = store.get_reusable(ids["run"], siblings, keys(SST2[:8]), used)
+    assert set(got) == set(ks[:2]) and used == {ids["trunc"]}
+    assert [got[k][0].tobytes() for k in ks[:2]] == [X[0].tobytes(), X[1].tobytes()]
+    # the run's own entries first, whatever they hold
+    store.put(ids["run"], ks[2:4], X[2:4] + 1, [40, 40], [False, False], [2, 2])
+    got = store.get_reusable(ids["run"], siblings, ks)
+    assert set(got) == set(ks[:4]) and got[ks[2]][0].tobytes() == (X[2] + 1).tobytes() and got[ks[3]][3] == 2
+
+
 def flip(vec: bytes) -> bytes:
     b = bytearray(vec)
     b[6] ^= 0x10

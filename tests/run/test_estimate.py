@@ -62,6 +62,11 @@ def test_bad_rows_truncation_and_the_cache_are_reported(tmp_path):
     assert again.cached == 1.0 and again.encode_seconds == 0.0
     other = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=16, cache=cache, estimate=True)
     assert other.cached == 0.0  # other settings: other vectors
+    # another long-text policy: the run reuses the rows within max length (31 of the 41 it encodes), so the estimate
+    # counts them cached too
+    chunked = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, cache=cache,
+                               long_text="chunk-mean", stride=4, estimate=True)
+    assert chunked.cached == pytest.approx(31 / 41)
 
 
 def test_estimate_checks_its_sample_size(corpus):
