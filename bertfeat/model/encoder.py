@@ -767,6 +767,10 @@ class Encoder:
         single = isinstance(texts, str)
         texts = text_list(texts, "texts")
         pairs = None if pairs is None else text_list(pairs, "pairs")
+        if normalize_embeddings is not None and not isinstance(normalize_embeddings, (bool, np.bool_)):
+            # "no" / "False" are truthy: they normalized the vectors (normalize="no" was refused already)
+            raise BertfeatError(f"{opt('normalize_embeddings', normalize_embeddings)} is not True, False or None",
+                                f"give {opt('normalize_embeddings', True)} or {opt('normalize_embeddings', False)}")
         if normalize_embeddings:  # as sentence-transformers: True normalizes, False adds nothing (a Normalize module stays)
             if normalize is False:
                 raise BertfeatError("normalize=False and normalize_embeddings=True disagree", "give one of them")

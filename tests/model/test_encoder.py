@@ -488,6 +488,8 @@ def test_encode_refuses_inputs_it_would_misread(enc):
     ({"prompt_name": b"q"}, "prompt_name is b'q' (bytes), not a string - give prompt_name as text, e.g. prompt_name='query'"),
     ({"normalize": "no"}, "normalize='no' is not True, False or None - give normalize=True or normalize=False (None: the "
                           "model's own choice)"),
+    ({"normalize_embeddings": "False"}, "normalize_embeddings='False' is not True, False or None - give "
+                                        "normalize_embeddings=True or normalize_embeddings=False"),
     ({"pooling": ""}, "pooling='' names no pooling - give one such as pooling='mean', or None for the model's own embedding"),
     ({"long_text": "chunk-mean", "stride": "x"}, "stride='x' is not a number - choose 0 or more (tokens shared by "
                                                  "neighbouring windows), or leave it out for the default"),
@@ -505,7 +507,7 @@ def test_encode_refuses_inputs_it_would_misread(enc):
                         "'-1', '-4,-3,-2,-1' or '-4:' (0 = embeddings)"),
 ])
 def test_encode_options_of_the_wrong_type_are_refused_not_coerced(enc, kwargs, message):
-    """"no" is truthy, 3.5 truncates to 3, "" pools as mean: such values are refused with the parameter's name, not
+    """"no" is truthy ("False" as normalize_embeddings normalized), 3.5 truncates to 3, "" pools as mean: such values are refused with the parameter's name, not
     silently turned into something else (or a raw TypeError from deep inside)."""
     with pytest.raises(BertfeatError) as e:
         enc.encode(["a text here"], **kwargs)
