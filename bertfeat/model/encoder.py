@@ -835,6 +835,9 @@ def text_list(values, name: str) -> list[str]:
                                 "pass its text column, e.g. df['text']")
         names = getattr(values, "column_names", None)  # pyarrow: columns are arrays, column_names their names
         values = values.column(0).to_pylist() if names is not None else values[values.columns[0]]
+    elif isinstance(values, (set, frozenset)):  # its order is the strings' hashes, new in every process
+        raise BertfeatError(f"{name} is a {type(values).__name__} (no order, so no rows), not a list of strings",
+                            f"pass a list, e.g. sorted({name})")
     elif isinstance(values, (bytes, bytearray, Mapping)) or not hasattr(values, "__iter__") \
             or getattr(values, "ndim", 1) != 1:
         raise BertfeatError(f"{name} is {short_repr(values)}, not a list of strings", NOT_A_STRING_FIX)

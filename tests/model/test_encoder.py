@@ -459,7 +459,8 @@ def test_stsb_dev_spearman(enc, full_data):
 
 
 def test_encode_refuses_inputs_it_would_misread(enc):
-    """A DataFrame iterates over its column names, a dict over its keys, a 0-d array not at all: a one-column DataFrame
+    """A DataFrame iterates over its column names, a dict over its keys, a 0-d array not at all, a set in its strings'
+    hash order (another in every process, so its rows came back in no order the caller knew): a one-column DataFrame
     is read as its column (as TextFeatures does), the others are refused naming what they are; a lone surrogate (not
     valid Unicode) is refused naming its index instead of reaching the tokenizer's TypeError."""
     pd = pytest.importorskip("pandas")
@@ -472,6 +473,7 @@ def test_encode_refuses_inputs_it_would_misread(enc):
                           "missing texts first)"),
         (np.array("hello"), "texts is array('hello', dtype='<U5') (ndarray), not a list of strings - pass a list of "
                             "strings (drop or fill missing texts first)"),
+        ({"b", "a"}, "texts is a set (no order, so no rows), not a list of strings - pass a list, e.g. sorted(texts)"),
         (["ok", "bad \udc80 text"], "unpaired surrogate U+DC80 at character 4 of the texts[1]: not valid Unicode (a JSON "
                                     "\\udc80 escape without its pair) - encode the text from valid Unicode (a lone "
                                     "surrogate comes from a broken \\ud800-\\udfff escape or from decoding with "
