@@ -820,7 +820,8 @@ NOT_A_STRING_FIX = "pass a list of strings (drop or fill missing texts first)"
 
 
 def text_list(values, name: str) -> list[str]:
-    """``texts`` / ``pairs`` of Encoder.encode -> a list of str (one string: a list of it, as sentence-transformers).
+    """``texts`` / ``pairs`` of Encoder.encode -> a list of str (one string: a list of it, as sentence-transformers; a
+    one-column DataFrame or (n, 1) array: its column).
 
     Anything else than strings is refused naming the first bad item (``texts[1] is None, not a string``), rather than
     reaching the tokenizer, whose TypeError names neither; so is a text that is not valid Unicode (textcheck.text_reason:
@@ -838,6 +839,11 @@ def text_list(values, name: str) -> list[str]:
     elif isinstance(values, (set, frozenset)):  # its order is the strings' hashes, new in every process
         raise BertfeatError(f"{name} is a {type(values).__name__} (no order, so no rows), not a list of strings",
                             f"pass a list, e.g. sorted({name})")
+    elif isinstance(values, np.ndarray) and values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]  # one column (df[["text"]].to_numpy()), as a one-column DataFrame and TextFeatures
+    elif isinstance(values, np.ndarray) and values.ndim > 1:  # its repr spanned lines, cut at 40 characters
+        raise BertfeatError(f"{name} is an array of shape {values.shape}, not a list of strings",
+                            "pass a 1-D array (or an (n, 1) column) of strings")
     elif isinstance(values, (bytes, bytearray, Mapping)) or not hasattr(values, "__iter__") \
             or getattr(values, "ndim", 1) != 1:
         raise BertfeatError(f"{name} is {short_repr(values)}, not a list of strings", NOT_A_STRING_FIX)

@@ -461,12 +461,16 @@ def test_stsb_dev_spearman(enc, full_data):
 def test_encode_refuses_inputs_it_would_misread(enc):
     """A DataFrame iterates over its column names, a dict over its keys, a 0-d array not at all, a set in its strings'
     hash order (another in every process, so its rows came back in no order the caller knew): a one-column DataFrame
-    is read as its column (as TextFeatures does), the others are refused naming what they are; a lone surrogate (not
+    or (n, 1) array is read as its column (as TextFeatures does; the array was refused, its repr over lines), the others are refused naming what they are; a lone surrogate (not
     valid Unicode) is refused naming its index instead of reaching the tokenizer's TypeError."""
     pd = pytest.importorskip("pandas")
     texts = ["a film", "another one"]
     np.testing.assert_array_equal(enc.encode(pd.DataFrame({"text": texts})), enc.encode(texts))
+    column = np.array(texts, dtype=object).reshape(-1, 1)  # df[["text"]].to_numpy(): read as its column, as TextFeatures
+    np.testing.assert_array_equal(enc.encode(column), enc.encode(texts))
     cases = [
+        (np.array([texts, texts]), "texts is an array of shape (2, 2), not a list of strings - pass a 1-D array (or an "
+                                   "(n, 1) column) of strings"),
         (pd.DataFrame({"a": ["x"], "b": ["y"]}), "texts is a DataFrame of 2 columns, not a list of strings - pass its text "
                                                  "column, e.g. df['text']"),
         ({"x": "a film"}, "texts is {'x': 'a film'} (dict), not a list of strings - pass a list of strings (drop or fill "
