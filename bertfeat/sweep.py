@@ -93,6 +93,24 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
     return sets, skipped
 
 
+def _set_names(sets) -> list[str] | None:
+    """``sets`` as a list of names (None: the default sets): one name (not its letters), or an iterable of names (a
+    generator too: it has no len). Anything else is refused naming it, before any work (3 ended in a TypeError about
+    len, None in a list became the set 'None')."""
+    if sets is None:
+        return None
+    if isinstance(sets, str):
+        return [sets]
+    fix = f"give {opt('sets')} as a list of names, e.g. ['own', 'cls@-2', 'mean@-4:']"
+    if isinstance(sets, (bytes, bytearray, dict, set, frozenset)) or not hasattr(sets, "__iter__"):
+        raise BertfeatError(f"{opt('sets', sets)} is not a feature set name or a list of them", fix)
+    names = list(sets)
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise BertfeatError(f"sets[{i}] is {name!r:.40} ({type(name).__name__}), not a feature set name", fix)
+    return names
+
+
 def _read_sample(reader, label: str | None, rows: int, seed: int, on_bad_row: str, bar=None) -> dict:
     """A uniform sample of at most ``rows`` accepted (and, with a label, labelled) input rows, in input order:
     {"chunk": chunks.Chunk of them, "labels", "rows_read", "rows_rejected", "rows_unlabelled"}."""
@@ -171,8 +189,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     o = check_types(options_from("sweep", options, SWEEP_OPTIONS, input=input, on_bad_row="error"))
     input = o.checked("input")
     check_stride(o.stride, o.long_text)
-    if isinstance(sets, str):
-        sets = [sets]  # one feature set by name, not its letters
+    sets = _set_names(sets)
     check_count(seed, "seed", 0)
     if label is not None:
         check("label", label)  # extract's rule: label="" is no column name (it once ended in the bug line)

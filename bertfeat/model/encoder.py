@@ -767,6 +767,10 @@ class Encoder:
         single = isinstance(texts, str)
         texts = text_list(texts, "texts")
         pairs = None if pairs is None else text_list(pairs, "pairs")
+        if normalize_embeddings is not None and not isinstance(normalize_embeddings, (bool, np.bool_)):
+            # "no" / "False" are truthy: they normalized the vectors (normalize="no" was refused already)
+            raise BertfeatError(f"{opt('normalize_embeddings', normalize_embeddings)} is not True, False or None",
+                                f"give {opt('normalize_embeddings', True)} or {opt('normalize_embeddings', False)}")
         if normalize_embeddings:  # as sentence-transformers: True normalizes, False adds nothing (a Normalize module stays)
             if normalize is False:
                 raise BertfeatError("normalize=False and normalize_embeddings=True disagree", "give one of them")
@@ -816,7 +820,8 @@ NOT_A_STRING_FIX = "pass a list of strings (drop or fill missing texts first)"
 
 
 def text_list(values, name: str) -> list[str]:
-    """``texts`` / ``pairs`` of Encoder.encode -> a list of str (one string: a list of it, as sentence-transformers).
+    """``texts`` / ``pairs`` of Encoder.encode -> a list of str (one string: a list of it, as sentence-transformers; a
+    one-column DataFrame or (n, 1) array: its column).
 
     Anything else than strings is refused naming the first bad item (``texts[1] is None, not a string``), rather than
     reaching the tokenizer, whose TypeError names neither; so is a text that is not valid Unicode (textcheck.text_reason:
@@ -831,6 +836,14 @@ def text_list(values, name: str) -> list[str]:
                                 "pass its text column, e.g. df['text']")
         names = getattr(values, "column_names", None)  # pyarrow: columns are arrays, column_names their names
         values = values.column(0).to_pylist() if names is not None else values[values.columns[0]]
+    elif isinstance(values, (set, frozenset)):  # its order is the strings' hashes, new in every process
+        raise BertfeatError(f"{name} is a {type(values).__name__} (no order, so no rows), not a list of strings",
+                            f"pass a list, e.g. sorted({name})")
+    elif isinstance(values, np.ndarray) and values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]  # one column (df[["text"]].to_numpy()), as a one-column DataFrame and TextFeatures
+    elif isinstance(values, np.ndarray) and values.ndim > 1:  # its repr spanned lines, cut at 40 characters
+        raise BertfeatError(f"{name} is an array of shape {values.shape}, not a list of strings",
+                            "pass a 1-D array (or an (n, 1) column) of strings")
     elif isinstance(values, (bytes, bytearray, Mapping)) or not hasattr(values, "__iter__") \
             or getattr(values, "ndim", 1) != 1:
         raise BertfeatError(f"{name} is {short_repr(values)}, not a list of strings", NOT_A_STRING_FIX)

@@ -404,6 +404,23 @@ def test_one_set_by_name_and_a_bad_seed_or_input_are_refused_clearly(small_csv, 
     assert [s["name"] for s in report["sets"]] == ["own"]
 
 
+@pytest.mark.parametrize("sets,message", [
+    (3, "sets=3 is not a feature set name or a list of them"),  # was len()'s TypeError
+    ({"own", "cls"}, "sets={"),  # no order: the report's order would be the names' hashes
+    (["own", None], "sets[1] is None (NoneType), not a feature set name"),  # was the set 'None': unknown pooling 'None'
+])
+def test_sets_that_are_not_names_are_refused_naming_them(small_csv, sets, message):
+    with pytest.raises(BertfeatError) as e:
+        sweep(small_csv, sets, sample=20, cache=False)
+    assert e.value.message.startswith(message)
+    assert e.value.message.endswith(" - give sets as a list of names, e.g. ['own', 'cls@-2', 'mean@-4:']")
+
+
+def test_sets_as_a_generator_are_read_once(small_csv):
+    report = sweep(small_csv, (name for name in ["own", "cls@-2"]), sample=20, cache=False)  # was len()'s TypeError
+    assert [s["name"] for s in report["sets"]] == ["own", "cls@-2"]
+
+
 def test_standard_input_without_a_prefix_is_told_sweeps_own_fix(capsys, monkeypatch):
     """`sweep -` without -o got extract's words ('needs -o OUTPUT - add -o features.parquet', a feature file sweep
     never writes): the fix names the report prefix. Nothing is read from standard input first."""

@@ -459,19 +459,25 @@ def test_stsb_dev_spearman(enc, full_data):
 
 
 def test_encode_refuses_inputs_it_would_misread(enc):
-    """A DataFrame iterates over its column names, a dict over its keys, a 0-d array not at all: a one-column DataFrame
-    is read as its column (as TextFeatures does), the others are refused naming what they are; a lone surrogate (not
+    """A DataFrame iterates over its column names, a dict over its keys, a 0-d array not at all, a set in its strings'
+    hash order (another in every process, so its rows came back in no order the caller knew): a one-column DataFrame
+    or (n, 1) array is read as its column (as TextFeatures does; the array was refused, its repr over lines), the others are refused naming what they are; a lone surrogate (not
     valid Unicode) is refused naming its index instead of reaching the tokenizer's TypeError."""
     pd = pytest.importorskip("pandas")
     texts = ["a film", "another one"]
     np.testing.assert_array_equal(enc.encode(pd.DataFrame({"text": texts})), enc.encode(texts))
+    column = np.array(texts, dtype=object).reshape(-1, 1)  # df[["text"]].to_numpy(): read as its column, as TextFeatures
+    np.testing.assert_array_equal(enc.encode(column), enc.encode(texts))
     cases = [
+        (np.array([texts, texts]), "texts is an array of shape (2, 2), not a list of strings - pass a 1-D array (or an "
+                                   "(n, 1) column) of strings"),
         (pd.DataFrame({"a": ["x"], "b": ["y"]}), "texts is a DataFrame of 2 columns, not a list of strings - pass its text "
                                                  "column, e.g. df['text']"),
         ({"x": "a film"}, "texts is {'x': 'a film'} (dict), not a list of strings - pass a list of strings (drop or fill "
                           "missing texts first)"),
         (np.array("hello"), "texts is array('hello', dtype='<U5') (ndarray), not a list of strings - pass a list of "
                             "strings (drop or fill missing texts first)"),
+        ({"b", "a"}, "texts is a set (no order, so no rows), not a list of strings - pass a list, e.g. sorted(texts)"),
         (["ok", "bad \udc80 text"], "unpaired surrogate U+DC80 at character 4 of the texts[1]: not valid Unicode (a JSON "
                                     "\\udc80 escape without its pair) - encode the text from valid Unicode (a lone "
                                     "surrogate comes from a broken \\ud800-\\udfff escape or from decoding with "
@@ -488,6 +494,8 @@ def test_encode_refuses_inputs_it_would_misread(enc):
     ({"prompt_name": b"q"}, "prompt_name is b'q' (bytes), not a string - give prompt_name as text, e.g. prompt_name='query'"),
     ({"normalize": "no"}, "normalize='no' is not True, False or None - give normalize=True or normalize=False (None: the "
                           "model's own choice)"),
+    ({"normalize_embeddings": "False"}, "normalize_embeddings='False' is not True, False or None - give "
+                                        "normalize_embeddings=True or normalize_embeddings=False"),
     ({"pooling": ""}, "pooling='' names no pooling - give one such as pooling='mean', or None for the model's own embedding"),
     ({"long_text": "chunk-mean", "stride": "x"}, "stride='x' is not a number - choose 0 or more (tokens shared by "
                                                  "neighbouring windows), or leave it out for the default"),
@@ -505,7 +513,7 @@ def test_encode_refuses_inputs_it_would_misread(enc):
                         "'-1', '-4,-3,-2,-1' or '-4:' (0 = embeddings)"),
 ])
 def test_encode_options_of_the_wrong_type_are_refused_not_coerced(enc, kwargs, message):
-    """"no" is truthy, 3.5 truncates to 3, "" pools as mean: such values are refused with the parameter's name, not
+    """"no" is truthy ("False" as normalize_embeddings normalized), 3.5 truncates to 3, "" pools as mean: such values are refused with the parameter's name, not
     silently turned into something else (or a raw TypeError from deep inside)."""
     with pytest.raises(BertfeatError) as e:
         enc.encode(["a text here"], **kwargs)
