@@ -124,6 +124,48 @@ def transformers_class(tok_cfg: dict, model_cfg: dict) -> str:
     return registered or "TokenizersBackend"
 
 
+def _class_origin(tok_cfg: dict, model_cfg: dict) -> str:
+    """Where transformers_class found the class, for messages."""
+    for f, c in (("tokenizer_config.json", tok_cfg), ("config.json", model_cfg)):
+        if isinstance(c.get("tokenizer_class"), str) and c["tokenizer_class"]:
+            return f"{f}'s tokenizer_class {c['tokenizer_class']!r}"
+    return f"config.json's model_type {model_cfg.get('model_type')!r}"
+
+
+#: what the tokenizer of each class that builds its own (declared.own_class) is, and the class named for each kind of
+#: tokenizer.json model
+_CLASS_KINDS = {"BertTokenizer": "WordPiece", "MPNetTokenizer": "WordPiece", "RobertaTokenizer": "byte-level BPE",
+                "XLMRobertaTokenizer": "SentencePiece (Unigram)", "CamembertTokenizer": "SentencePiece (Unigram)"}
+_MODEL_CLASS = {"WordPiece": "BertTokenizer", "BPE": "RobertaTokenizer", "Unigram": "XLMRobertaTokenizer"}
+
+
+def check_class_fits(d: Path, cls_name: str, model: str, tok_cfg: dict, model_cfg: dict) -> None:
+    """Refuse a folder whose tokenizer class (transformers_class) builds another kind of tokenizer than its file holds
+    (``model``: tokenizer.json's model type, or "vocab.txt"): transformers 5's class then builds its own tokenizer over
+    that vocabulary (a byte-level BPE over WordPiece pieces, an empty one without vocab.json and merges) or fails to
+    load it, so no tokenizer bertfeat builds from the file gives sentence-transformers' tokens. A guess either way."""
+    own = own_class(cls_name)
+    want = _CLASS_KINDS.get(own)
+    fits = {"vocab.txt": ("WordPiece",), "WordPiece": ("WordPiece",), "BPE": ("byte-level BPE",),
+            "Unigram": ("SentencePiece (Unigram)",)}.get(model, ())
+    if want is None or want in fits:
+        return
+    origin = _class_origin(tok_cfg, model_cfg)
+    if model == "vocab.txt":
+        raise ConfigError(f"{d / 'vocab.txt'} is a WordPiece vocabulary, but transformers loads this folder's tokenizer "
+                          f"as {cls_name} ({origin}), a {want} tokenizer that does not read vocab.txt (transformers 5 builds "
+                          "it empty: sentence-transformers gets only special and unknown tokens)",
+                          f"add \"tokenizer_class\": \"BertTokenizer\" to {d / 'tokenizer_config.json'} if the model "
+                          "was trained with this vocabulary, or add the model's own tokenizer.json")
+    named = _MODEL_CLASS.get(model)
+    raise ConfigError(f"{d / 'tokenizer.json'} holds a {model} tokenizer, but transformers loads this folder's tokenizer "
+                      f"as {cls_name} ({origin}), which builds a {want} tokenizer over its vocabulary (transformers 5 then "
+                      "tokenizes otherwise than the file, or fails to load it)",
+                      f"set \"tokenizer_class\" in {d / 'tokenizer_config.json'} to the class the tokenizer was made "
+                      f"with{f' ({named!r} for a {model} tokenizer)' if named else ''}, or to "
+                      "'PreTrainedTokenizerFast' to use tokenizer.json as stored")
+
+
 def _token_id(tk, tok: str, path: Path) -> int:
     i = tk.token_to_id(tok)
     if i is None:
@@ -328,11 +370,13 @@ def load_tokenizer(d: Path, tok_cfg: dict):
     the stored normalizer, pre-tokenizer or template): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
     (``build_wordpiece_tokenizer``), with the special and added tokens transformers adds (``declared.py``)."""
     special_map = json_object(d / "special_tokens_map.json")
-    cls_name = transformers_class(tok_cfg, json_object(d / "config.json"))
+    model_cfg = json_object(d / "config.json")
+    cls_name = transformers_class(tok_cfg, model_cfg)
     src = tokenizer_source(d)
     if src is not None and src.name == "tokenizer.json":
         rebuilt = own_class(cls_name) is not None
         tk, stored = read_tokenizer_json(src, keep_added=not rebuilt)
+        check_class_fits(d, cls_name, type(tk.model).__name__, tok_cfg, model_cfg)
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, stored)
         kind = _rebuilds(tk, cls_name)  # (of the model's type, which the rebuild keeps)
         before = _pipeline(tk) if kind == "sentencepiece" else None
@@ -343,6 +387,7 @@ def load_tokenizer(d: Path, tok_cfg: dict):
             replaced += ("pipeline",)
         return tk, "tokenizer.json", declared, kind, replaced
     if src is not None:
+        check_class_fits(d, cls_name, "vocab.txt", tok_cfg, model_cfg)
         cls_name = cls_name if cls_name == "MPNetTokenizer" else "BertTokenizer"
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, {})
         tk = build_wordpiece_tokenizer(src, tok_cfg, declared, cls_name)
