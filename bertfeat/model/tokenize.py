@@ -166,6 +166,23 @@ def check_class_fits(d: Path, cls_name: str, model: str, tok_cfg: dict, model_cf
                       "'PreTrainedTokenizerFast' to use tokenizer.json as stored")
 
 
+#: the classes whose model_input_names (transformers 5's defaults) hold token_type_ids, and those whose do not (a class
+#: bertfeat does not know keeps its template's token types)
+_TYPED_CLASSES = frozenset({"BertTokenizer", "ElectraTokenizer"})
+_UNTYPED_CLASSES = frozenset({"DistilBertTokenizer", "MPNetTokenizer", "RobertaTokenizer", "XLMRobertaTokenizer",
+                              "CamembertTokenizer", "PreTrainedTokenizer", "TokenizersBackend"})
+
+
+def returns_type_ids(tok_cfg: dict, cls_name: str, path: Path) -> bool:
+    """Does transformers' tokenizer give the model token_type_ids? Only when ``model_input_names`` holds them:
+    tokenizer_config.json's list, else the class's. Without them the model embeds every token as type 0, the second
+    text of a pair too (a BERT folder whose class is PreTrainedTokenizerFast or DistilBertTokenizer, ...)."""
+    names = typed(tok_cfg.get("model_input_names"), list, f"{path / 'tokenizer_config.json'}: model_input_names")
+    if names is not None:
+        return "token_type_ids" in names
+    return cls_name not in _UNTYPED_CLASSES
+
+
 def _token_id(tk, tok: str, path: Path) -> int:
     i = tk.token_to_id(tok)
     if i is None:
@@ -651,6 +668,8 @@ class BertTokenizer:
         self.rebuilt: str | None = None
         #: tokenizer.json's model settings that rebuild replaced (as_transformers; from_dir): () for every usual file
         self.replaced: tuple[str, ...] = ()
+        #: does transformers' tokenizer give the model token_type_ids (returns_type_ids; from_dir)? Else all are 0
+        self.returns_type_ids = True
         post = tokenizer.post_processor
         #: special tokens the model's template adds to a text / a pair: the smallest max_length each fits in
         self.specials = {p: post.num_special_tokens_to_add(p) if post is not None else 0 for p in (False, True)}
@@ -677,6 +696,7 @@ class BertTokenizer:
         d = Path(model_dir)
         tok_cfg = json_object(d / "tokenizer_config.json")
         tk, source, declared, rebuilt, replaced = load_tokenizer(d, tok_cfg)
+        typed_pairs = returns_type_ids(tok_cfg, transformers_class(tok_cfg, json_object(d / "config.json")), d)
         side = typed(tok_cfg.get("truncation_side"), str, f"{d / 'tokenizer_config.json'}: truncation_side", "right")
         if side not in ("left", "right"):
             raise ConfigError(f"{d / 'tokenizer_config.json'}: truncation_side is {side!r}, not 'left' or 'right'",
@@ -684,6 +704,7 @@ class BertTokenizer:
         out = cls(tk, source, model_max_length, declared, lowercase)
         out.truncation_side = side
         out.rebuilt, out.replaced = rebuilt, replaced
+        out.returns_type_ids = typed_pairs
         return out
 
     # ------------------------------------------------------------------ encoding
