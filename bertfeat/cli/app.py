@@ -86,7 +86,8 @@ def info(
     for k, v in d.items():
         if k == "config":
             continue
-        t.add_row(k, " -> ".join(v) if k == "embedding" else str(v))
+        # the pipeline's steps, or the one line saying why the model has none (joined, it was cut into characters)
+        t.add_row(k, " -> ".join(v) if k == "embedding" and isinstance(v, list) else str(v))
     for k, v in d["config"].items():
         t.add_row(f"config.{k}", str(v))
     out_console.print(t)

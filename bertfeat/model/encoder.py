@@ -515,6 +515,8 @@ class Encoder:
             fp["int8_scheme"] = self.gemm_path.scheme
         if self.config.pad_token_defaulted:  # vectors of such a model changed in 0.3 (config.pad_token_defaulted)
             fp["pad_token_id"] = self.config.pad_token_id
+        if self.pairs_untyped and not self.config.pairs_untyped:  # a pair's vectors changed in 0.3 (check_pair_types)
+            fp["pair_token_types"] = "none (the tokenizer gives no token_type_ids)"
         replaced = self.tokenizer.replaced  # what the class's rebuild (transformers 5's, since 0.3) changed of the file:
         if replaced:  # a text's tokens (and vector) of before may differ; a file it leaves as it was keeps its key
             fp["tokenizer_rebuild"] = ("sentencepiece" if self.tokenizer.rebuilt == "sentencepiece" else
@@ -606,14 +608,20 @@ class Encoder:
         return self._embeddable(Prepared(ids, type_ids, np.asarray(rows, dtype=np.int64), n, t.n_tokens, truncated,
                                          n_chunks))
 
+    @property
+    def pairs_untyped(self) -> bool:
+        """Are both texts of a pair token type 0? The family's rule (BertConfig.pairs_untyped), or a tokenizer that
+        gives the model no token_type_ids (tokenize.returns_type_ids), as transformers then runs a BERT."""
+        return self.config.pairs_untyped or not self.tokenizer.returns_type_ids
+
     def check_pair_types(self, type_ids: list[np.ndarray]) -> None:
         """Sentence pairs' token types (each row's, changed in place): a pair needs a second token type; RoBERTa-family
         models use type 0 for both texts, and DistilBERT none (its pair runs as ``[CLS] A [SEP] B [SEP]`` with no token
         types, as DistilBertModel runs it)."""
         TV = self.config.type_vocab_size
-        if self.config.pairs_untyped:
+        if self.pairs_untyped:
             for a in type_ids:
-                a[:] = 0  # transformers' RoBERTa / XLM-R tokenizers return no token_type_ids: all 0
+                a[:] = 0  # transformers' RoBERTa / XLM-R tokenizers (and others: returns_type_ids) give none: all 0
             return
         if TV < 2 and any(a.size and int(a.max()) >= TV for a in type_ids):
             raise BertfeatError(f"{self.model_id} has one token type (type_vocab_size {TV}), so it cannot mark the second "

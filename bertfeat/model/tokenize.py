@@ -124,6 +124,65 @@ def transformers_class(tok_cfg: dict, model_cfg: dict) -> str:
     return registered or "TokenizersBackend"
 
 
+def _class_origin(tok_cfg: dict, model_cfg: dict) -> str:
+    """Where transformers_class found the class, for messages."""
+    for f, c in (("tokenizer_config.json", tok_cfg), ("config.json", model_cfg)):
+        if isinstance(c.get("tokenizer_class"), str) and c["tokenizer_class"]:
+            return f"{f}'s tokenizer_class {c['tokenizer_class']!r}"
+    return f"config.json's model_type {model_cfg.get('model_type')!r}"
+
+
+#: what the tokenizer of each class that builds its own (declared.own_class) is, and the class named for each kind of
+#: tokenizer.json model
+_CLASS_KINDS = {"BertTokenizer": "WordPiece", "MPNetTokenizer": "WordPiece", "RobertaTokenizer": "byte-level BPE",
+                "XLMRobertaTokenizer": "SentencePiece (Unigram)", "CamembertTokenizer": "SentencePiece (Unigram)"}
+_MODEL_CLASS = {"WordPiece": "BertTokenizer", "BPE": "RobertaTokenizer", "Unigram": "XLMRobertaTokenizer"}
+
+
+def check_class_fits(d: Path, cls_name: str, model: str, tok_cfg: dict, model_cfg: dict) -> None:
+    """Refuse a folder whose tokenizer class (transformers_class) builds another kind of tokenizer than its file holds
+    (``model``: tokenizer.json's model type, or "vocab.txt"): transformers 5's class then builds its own tokenizer over
+    that vocabulary (a byte-level BPE over WordPiece pieces, an empty one without vocab.json and merges) or fails to
+    load it, so no tokenizer bertfeat builds from the file gives sentence-transformers' tokens. A guess either way."""
+    own = own_class(cls_name)
+    want = _CLASS_KINDS.get(own)
+    fits = {"vocab.txt": ("WordPiece",), "WordPiece": ("WordPiece",), "BPE": ("byte-level BPE",),
+            "Unigram": ("SentencePiece (Unigram)",)}.get(model, ())
+    if want is None or want in fits:
+        return
+    origin = _class_origin(tok_cfg, model_cfg)
+    if model == "vocab.txt":
+        raise ConfigError(f"{d / 'vocab.txt'} is a WordPiece vocabulary, but transformers loads this folder's tokenizer "
+                          f"as {cls_name} ({origin}), a {want} tokenizer that does not read vocab.txt (transformers 5 builds "
+                          "it empty: sentence-transformers gets only special and unknown tokens)",
+                          f"add \"tokenizer_class\": \"BertTokenizer\" to {d / 'tokenizer_config.json'} if the model "
+                          "was trained with this vocabulary, or add the model's own tokenizer.json")
+    named = _MODEL_CLASS.get(model)
+    raise ConfigError(f"{d / 'tokenizer.json'} holds a {model} tokenizer, but transformers loads this folder's tokenizer "
+                      f"as {cls_name} ({origin}), which builds a {want} tokenizer over its vocabulary (transformers 5 then "
+                      "tokenizes otherwise than the file, or fails to load it)",
+                      f"set \"tokenizer_class\" in {d / 'tokenizer_config.json'} to the class the tokenizer was made "
+                      f"with{f' ({named!r} for a {model} tokenizer)' if named else ''}, or to "
+                      "'PreTrainedTokenizerFast' to use tokenizer.json as stored")
+
+
+#: the classes whose model_input_names (transformers 5's defaults) hold token_type_ids, and those whose do not (a class
+#: bertfeat does not know keeps its template's token types)
+_TYPED_CLASSES = frozenset({"BertTokenizer", "ElectraTokenizer"})
+_UNTYPED_CLASSES = frozenset({"DistilBertTokenizer", "MPNetTokenizer", "RobertaTokenizer", "XLMRobertaTokenizer",
+                              "CamembertTokenizer", "PreTrainedTokenizer", "TokenizersBackend"})
+
+
+def returns_type_ids(tok_cfg: dict, cls_name: str, path: Path) -> bool:
+    """Does transformers' tokenizer give the model token_type_ids? Only when ``model_input_names`` holds them:
+    tokenizer_config.json's list, else the class's. Without them the model embeds every token as type 0, the second
+    text of a pair too (a BERT folder whose class is PreTrainedTokenizerFast or DistilBertTokenizer, ...)."""
+    names = typed(tok_cfg.get("model_input_names"), list, f"{path / 'tokenizer_config.json'}: model_input_names")
+    if names is not None:
+        return "token_type_ids" in names
+    return cls_name not in _UNTYPED_CLASSES
+
+
 def _token_id(tk, tok: str, path: Path) -> int:
     i = tk.token_to_id(tok)
     if i is None:
@@ -328,11 +387,13 @@ def load_tokenizer(d: Path, tok_cfg: dict):
     the stored normalizer, pre-tokenizer or template): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
     (``build_wordpiece_tokenizer``), with the special and added tokens transformers adds (``declared.py``)."""
     special_map = json_object(d / "special_tokens_map.json")
-    cls_name = transformers_class(tok_cfg, json_object(d / "config.json"))
+    model_cfg = json_object(d / "config.json")
+    cls_name = transformers_class(tok_cfg, model_cfg)
     src = tokenizer_source(d)
     if src is not None and src.name == "tokenizer.json":
         rebuilt = own_class(cls_name) is not None
         tk, stored = read_tokenizer_json(src, keep_added=not rebuilt)
+        check_class_fits(d, cls_name, type(tk.model).__name__, tok_cfg, model_cfg)
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, stored)
         kind = _rebuilds(tk, cls_name)  # (of the model's type, which the rebuild keeps)
         before = _pipeline(tk) if kind == "sentencepiece" else None
@@ -343,6 +404,7 @@ def load_tokenizer(d: Path, tok_cfg: dict):
             replaced += ("pipeline",)
         return tk, "tokenizer.json", declared, kind, replaced
     if src is not None:
+        check_class_fits(d, cls_name, "vocab.txt", tok_cfg, model_cfg)
         cls_name = cls_name if cls_name == "MPNetTokenizer" else "BertTokenizer"
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, {})
         tk = build_wordpiece_tokenizer(src, tok_cfg, declared, cls_name)
@@ -606,6 +668,8 @@ class BertTokenizer:
         self.rebuilt: str | None = None
         #: tokenizer.json's model settings that rebuild replaced (as_transformers; from_dir): () for every usual file
         self.replaced: tuple[str, ...] = ()
+        #: does transformers' tokenizer give the model token_type_ids (returns_type_ids; from_dir)? Else all are 0
+        self.returns_type_ids = True
         post = tokenizer.post_processor
         #: special tokens the model's template adds to a text / a pair: the smallest max_length each fits in
         self.specials = {p: post.num_special_tokens_to_add(p) if post is not None else 0 for p in (False, True)}
@@ -632,6 +696,7 @@ class BertTokenizer:
         d = Path(model_dir)
         tok_cfg = json_object(d / "tokenizer_config.json")
         tk, source, declared, rebuilt, replaced = load_tokenizer(d, tok_cfg)
+        typed_pairs = returns_type_ids(tok_cfg, transformers_class(tok_cfg, json_object(d / "config.json")), d)
         side = typed(tok_cfg.get("truncation_side"), str, f"{d / 'tokenizer_config.json'}: truncation_side", "right")
         if side not in ("left", "right"):
             raise ConfigError(f"{d / 'tokenizer_config.json'}: truncation_side is {side!r}, not 'left' or 'right'",
@@ -639,6 +704,7 @@ class BertTokenizer:
         out = cls(tk, source, model_max_length, declared, lowercase)
         out.truncation_side = side
         out.rebuilt, out.replaced = rebuilt, replaced
+        out.returns_type_ids = typed_pairs
         return out
 
     # ------------------------------------------------------------------ encoding

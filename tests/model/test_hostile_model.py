@@ -1135,3 +1135,42 @@ def test_inspecting_a_pair_on_a_one_token_type_model_is_refused_as_extract_refus
         with pytest.raises(BertfeatError, match=r"has one token type \(type_vocab_size 1\), so it cannot mark the "
                                                 r"second text of a sentence pair"):
             call()
+
+
+#: tokenizer_config.json edits -> do transformers' tokenizers give the model token_type_ids (model_input_names)?
+PAIR_TYPE_CASES = {
+    "model_input_names_without_types": ({"model_input_names": ["input_ids", "attention_mask"]}, False),
+    "pretrained_tokenizer_fast_class": ({"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "[PAD]"}, False),
+    "distilbert_tokenizer_class": ({"tokenizer_class": "DistilBertTokenizer"}, False),
+    "bert_tokenizer_class": ({"tokenizer_class": "BertTokenizer"}, True),
+    "model_input_names_with_types": ({"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "[PAD]",
+                                      "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}, True),
+}
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("case", list(PAIR_TYPE_CASES))
+def test_pairs_take_token_types_only_from_a_tokenizer_that_gives_them(tmp_path, case):
+    """A BERT (two token types) whose tokenizer gives no token_type_ids (tokenizer_config.json's model_input_names,
+    else its class's: PreTrainedTokenizerFast, DistilBertTokenizer ...) runs a pair with every token of type 0 in
+    transformers; bertfeat gave the second text type 1 (cos 0.69-0.82 against transformers). Pooled vectors within
+    1e-5 of AutoTokenizer + AutoModel's now, and such a model's cache key says so."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    edit, typed_pairs = PAIR_TYPE_CASES[case]
+    d = make_checkpoint(tmp_path / "m", tokenizer="json")
+    tc = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**tc, **edit}))
+    A, B = ["a first text here", "short"], ["the second text of the pair", "another one, longer than the first"]
+    tok = AutoTokenizer.from_pretrained(str(d))
+    batch = tok(A, B, padding=True, return_tensors="pt")
+    assert ("token_type_ids" in batch) == typed_pairs
+    with torch.no_grad():
+        h = AutoModel.from_pretrained(str(d)).eval()(**batch).last_hidden_state
+    mask = batch["attention_mask"][..., None].float()
+    want = ((h * mask).sum(1) / mask.sum(1)).numpy()
+    enc = Encoder(d)
+    np.testing.assert_allclose(enc.encode(A, B, pooling="mean"), want, atol=1e-5)
+    fp = enc.fingerprint(enc.spec(pooling="mean"))
+    assert fp.get("pair_token_types") == (None if typed_pairs else "none (the tokenizer gives no token_type_ids)")

@@ -624,6 +624,9 @@ def test_info_on_a_model_without_its_own_embedding(layouts, tmp_path, capsys):
     assert info["embedding"].startswith(f"the model {d} has no embedding of its own: its modules.json lists no Pooling")
     assert info["embedding_dim"] is None
     assert main(["info", str(d)]) == 0
+    table = " ".join(line.strip("│ ") for line in capsys.readouterr().out.splitlines())
+    # the reason as one sentence: the table cut it into characters joined by ' -> ' ("t -> h -> e ->   -> m ...")
+    assert "t -> h -> e" not in table and "has no embedding of its own" in " ".join(table.split())
 
 
 def test_a_normalize_writing_another_key_leaves_the_embedding_as_sentence_transformers_does(tmp_path):

@@ -498,6 +498,62 @@ def test_sentencepiece_classes_rebuild_the_pipeline_as_transformers(tmp_path, cl
         assert ours.encode([t], [p]).ids[0].tolist() == ref(t, p)["input_ids"], (t, p)
 
 
+#: folders whose tokenizer class (tokenizer_class, else model_type) builds another kind of tokenizer than their file:
+#: name -> (source, tokenizer_config.json edit, config.json's model_type, files left out, the message's start)
+CLASS_MISFITS = {
+    "wordpiece_json_roberta_type": ("minilm", lambda c: c.pop("tokenizer_class"), "roberta", (),
+                                    "tokenizer.json holds a WordPiece tokenizer, but transformers loads this folder's "
+                                    "tokenizer as RobertaTokenizer (config.json's model_type 'roberta'), which builds a "
+                                    "byte-level BPE tokenizer over its vocabulary"),
+    "wordpiece_json_roberta_class": ("minilm", lambda c: c.update(tokenizer_class="RobertaTokenizer"), "bert", (),
+                                     "tokenizer.json holds a WordPiece tokenizer, but transformers loads this folder's "
+                                     "tokenizer as RobertaTokenizer (tokenizer_config.json's tokenizer_class "
+                                     "'RobertaTokenizer'), which builds a byte-level BPE tokenizer over its vocabulary"),
+    "unigram_json_roberta_class": ("xlmr", lambda c: c.update(tokenizer_class="RobertaTokenizer"), "xlm-roberta", (),
+                                   "tokenizer.json holds a Unigram tokenizer, but transformers loads this folder's "
+                                   "tokenizer as RobertaTokenizer (tokenizer_config.json's tokenizer_class "
+                                   "'RobertaTokenizer'), which builds a byte-level BPE tokenizer over its vocabulary"),
+    "vocab_txt_xlmr_type": ("minilm", lambda c: c.pop("tokenizer_class"), "xlm-roberta", ("tokenizer.json",),
+                            "vocab.txt is a WordPiece vocabulary, but transformers loads this folder's tokenizer as "
+                            "XLMRobertaTokenizer (config.json's model_type 'xlm-roberta'), a SentencePiece (Unigram) "
+                            "tokenizer that does not read vocab.txt"),
+}
+
+
+@pytest.mark.parametrize("case", list(CLASS_MISFITS))
+def test_a_tokenizer_class_that_does_not_fit_its_file_is_refused(minilm_dir, tmp_path, case):
+    """transformers 5's class rebuilds its own kind of tokenizer over the file's vocabulary (a byte-level BPE over
+    WordPiece pieces; without vocab.json and merges, an empty one): its ids are not the file's. bertfeat tokenized the
+    file as stored, silently unlike sentence-transformers; now it refuses, and the fix it names tokenizes as
+    transformers does."""
+    from transformers import AutoTokenizer
+
+    from st_ckpt import roberta_checkpoint
+
+    src_name, cfg_edit, model_type, drop, start = CLASS_MISFITS[case]
+    src = minilm_dir if src_name == "minilm" else roberta_checkpoint(tmp_path / "src", model_type="xlm-roberta")
+    d = _copy_tokenizer(src, tmp_path / "d", cfg_edit, drop=drop)
+    (d / "config.json").write_text(json.dumps({"model_type": model_type}))
+    texts = ["Hello World, the quick brown fox", "plain text here"]
+    stored = Ours.from_dir(src, 128)
+    ref = AutoTokenizer.from_pretrained(str(d))
+    assert [ref(t)["input_ids"] for t in texts] != [stored.encode([t]).ids[0].tolist() for t in texts]
+    with pytest.raises(BertfeatError) as e:
+        Ours.from_dir(d, 128)
+    assert str(e.value).startswith(f"{d / ('vocab.txt' if drop else 'tokenizer.json')} {start.split(' ', 1)[1]}")
+    if not drop:
+        assert str(e.value).endswith(f"set \"tokenizer_class\" in {d / 'tokenizer_config.json'} to the class the "
+                                     "tokenizer was made with ('" + ("BertTokenizer' for a WordPiece" if src_name ==
+                                     "minilm" else "XLMRobertaTokenizer' for a Unigram") + " tokenizer), or to "
+                                     "'PreTrainedTokenizerFast' to use tokenizer.json as stored")
+    # the fix named: the class of the file's own kind (or tokenizer.json as stored) tokenizes as transformers does
+    fixed = "BertTokenizer" if src_name == "minilm" else "XLMRobertaTokenizer"
+    for cls in (fixed,) + (() if drop else ("PreTrainedTokenizerFast",)):
+        _edit_json(d / "tokenizer_config.json", lambda c: c.update(tokenizer_class=cls))
+        ref = AutoTokenizer.from_pretrained(str(d))
+        assert [Ours.from_dir(d, 128).encode([t]).ids[0].tolist() for t in texts] == [ref(t)["input_ids"] for t in texts]
+
+
 def test_a_tokenizer_json_the_tokenizers_library_panics_on_is_one_line(tmp_path):
     """tokenizers panics in Rust building this BPE (a pyo3 PanicException, no Exception): one ConfigError line."""
     from st_ckpt import roberta_checkpoint
