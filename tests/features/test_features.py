@@ -425,6 +425,33 @@ def test_float16_overflow_is_refused_naming_the_row_and_nothing_is_left(tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # NumPy's overflow warning of a float16 cast
+def test_wide_columns_of_mixed_float_types_read_each_as_its_own(tmp_path):
+    """A wide Parquet whose f0 alone is float16 (edited, or written by another tool): the float16 of f0 was taken as
+    the whole file's, so every float32 column was rounded to float16 (0.004 off, the PCA fitted on that without a
+    word), and a float32 value past 65504 read as inf ("features contain NaN or inf", under NumPy's overflow
+    warning). Each column is read as its own type; a float16 CSV's text is still rounded to float16, but a value
+    float16 cannot hold is read as written."""
+    X = np.random.default_rng(5).standard_normal((20, 4)).astype(np.float32) * np.float32(3.3)
+    X[7, 2] = 1e5
+    columns = {"f0": pa.array(X[:, 0].astype(np.float16))} | {f"f{j}": pa.array(X[:, j]) for j in range(1, 4)}
+    pq.write_table(pa.table(columns), tmp_path / "w.parquet")
+    want = X.copy()
+    want[:, 0] = X[:, 0].astype(np.float16)
+    assert open_features(tmp_path / "w.parquet").dtype == "float16"
+    np.testing.assert_array_equal(read_features(tmp_path / "w.parquet")[1], want)
+    with FeatureWriter(tmp_path / "h.csv", dim=4, dtype="float16") as w:
+        w.write(None, X.clip(-60000, 60000))
+    rows = list(csv.reader((tmp_path / "h.csv").open(newline="")))
+    assert rows[0] == ["row", "f0", "f1", "f2", "f3"]
+    rows[8][3] = "100000"  # row 7's f2, edited past float16's range
+    with (tmp_path / "h.csv").open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    back = read_features(tmp_path / "h.csv")[1]
+    assert back[7, 2] == 1e5
+    np.testing.assert_array_equal(np.delete(back, 7, 0), np.delete(X, 7, 0).astype(np.float16).astype(np.float32))
+
+
 def test_unknown_dtype_is_refused(tmp_path):
     from bertfeat.features import FeatureWriter
 
