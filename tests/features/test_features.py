@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -470,6 +471,41 @@ def test_an_empty_npy_is_named_as_such(tmp_path):
     with pytest.raises(BertfeatError) as e:
         read_features(path)
     assert str(e.value) == f"{path}: the feature file is empty (0 bytes) - pass a complete file (rerun the command that wrote it)"
+
+
+def _npy_declaring(path, raw: bytes, shape: str) -> None:
+    """``raw`` (bertfeat's .npy: a 128-byte header) with its header's shape replaced by ``shape``, same length."""
+    head = raw[:128].decode("latin1")
+    text = re.sub(r"'shape': \([^)]*\)", f"'shape': {shape}", head[10:].rstrip())
+    path.write_bytes(raw[:10] + (text.ljust(117) + "\n").encode("latin1") + raw[128:])
+
+
+def test_a_npy_whose_header_does_not_fit_its_bytes_is_named(tmp_path):
+    """A .npy cut short, or whose header declares another shape than its bytes hold (edited), was numpy's "mmap length
+    is greater than file size" ('pass a feature file'), and a negative dimension an "unexpected OverflowError" (a bug
+    report); a header NumPy cannot parse, its own message. The header is read and checked against the file's bytes
+    before NumPy maps it."""
+    from bertfeat.features import read_features
+
+    with FeatureWriter(tmp_path / "x.npy", dim=4) as w:
+        w.write(None, np.ones((10, 4), np.float32))
+    raw = (tmp_path / "x.npy").read_bytes()
+    cut, neg, big, garbled = (tmp_path / n for n in ("cut.npy", "neg.npy", "big.npy", "garbled.npy"))
+    cut.write_bytes(raw[:-20])
+    _npy_declaring(neg, raw, "(10, -4)")
+    _npy_declaring(big, raw, "(10000000000, 4)")
+    _npy_declaring(garbled, raw, "(10, 4")
+    fix = "pass a complete file (rerun the command that wrote it)"
+    for path, why in ((cut, "its header declares shape (10, 4) of float32 (160 bytes), but the file holds 140 bytes "
+                            "after it: the file is cut short"),
+                      (neg, "its header declares shape (10, -4), which no array has"),
+                      (big, "its header declares shape (10000000000, 4) of float32 (160,000,000,000 bytes), but the "
+                            "file holds 160 bytes after it: the file is cut short"),
+                      (garbled, "its header cannot be read (")):
+        with pytest.raises(BertfeatError) as e:
+            read_features(path)
+        assert e.value.message.startswith(f"{path}: not a readable .npy file: {why}") and e.value.fix == fix, str(e.value)
+    np.testing.assert_array_equal(read_features(tmp_path / "x.npy")[1], np.ones((10, 4), np.float32))
 
 
 # --------------------------------------------------------------------------- CSV text that reads back as another value
