@@ -816,3 +816,25 @@ def test_a_model_whose_arrays_were_edited_is_refused(tmp_path, features, X, caps
     older = PCA.load(_edited_model(model, tmp_path / "older.npz", lambda a: None, drop_digests=True))
     for loaded in (unchanged, older):
         np.testing.assert_array_equal(loaded.transform(X), good.transform(X))
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_row_whose_projection_overflows_float32_is_named_by_file_row_and_id(tmp_path, features, X, capsys):
+    """Finite features whose projection passes float32's largest: pca transform said "features are too large: their
+    projections overflow float32 - ..., or pass them as float64", naming no file or row, and advising a float64 a
+    feature file cannot be read as (every one is read in float32). Now the file, the row and its id."""
+    model = tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "3", "-o", str(model), "-q"]) == 0
+    big = X[:10].copy()
+    big[6] = np.float32(3e38) * np.sign(PCA.load(model).components_[0]).astype(np.float32)  # finite, each below 3.4e38
+    path = tmp_path / "big.parquet"
+    with FeatureWriter(path, dim=D, id_name="sid", id_type=pa.string(), metadata={"model": "all-MiniLM-L6-v2", "fingerprint": FP}) as w:
+        w.write([f"s{r}" for r in range(10)], big)
+    capsys.readouterr()
+    out = tmp_path / "r.parquet"
+    assert _run_main(["pca", "transform", str(path), "--pca-model", str(model), "-o", str(out), "--batch-rows", "4",
+                      "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {path}: row 6 (id 's6'): its features are too large, their projection "
+                                       "overflows float32 (feature files are read and projected in float32) - scale "
+                                       "the features down before transforming\n")
+    assert not out.exists()
