@@ -6,6 +6,7 @@ PCA model files (``.npz``) pass it before ``bertfeat pca`` or ``extract --pca-mo
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import zipfile
@@ -61,6 +62,10 @@ def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
     elif p.suffix.lower() == ".npy":
         if not head.startswith(b"\x93NUMPY"):
             raise BertfeatError(f"{p}: not a .npy array file", "pass a .npy written by bertfeat")
+        problem = _npy_problem(p, size)
+        if problem:
+            raise BertfeatError(f"{p}: not a readable .npy file: {problem}",
+                                "pass a complete file (rerun the command that wrote it)")
     elif is_parquet_name(p.name):
         import pyarrow.parquet as pq
 
@@ -73,3 +78,36 @@ def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
         if dup:
             raise BertfeatError(f"{p}: the column name {dup[0]!r} appears {names.count(dup[0])} times",
                                 "rename the columns so that every name is unique")
+
+
+_NPY_VERSIONS = ((1, 0), (2, 0), (3, 0))  # numpy's .npy format versions (3.0: a UTF-8 header, read as 2.0's)
+
+
+def _npy_problem(p: Path, size: int) -> str | None:
+    """What keeps the .npy ``p`` (``size`` bytes) from being read, from its header alone, or None: a header NumPy
+    cannot parse, a shape no array has, or more bytes declared than the file holds after the header (cut short, or
+    its shape edited). NumPy would map it and fail with "mmap length is greater than file size" or an OverflowError.
+    An object array is left to the reader (it refuses it as such)."""
+    from numpy.lib import format as npf
+
+    try:
+        with open(p, "rb") as f:
+            version = npf.read_magic(f)
+            if version not in _NPY_VERSIONS:
+                raise ValueError(f".npy format version {version[0]}.{version[1]}")
+            read = npf.read_array_header_1_0 if version == (1, 0) else npf.read_array_header_2_0
+            shape, _, dtype = read(f)
+            start = f.tell()
+    except OSError as e:
+        raise os_error(e, p) from None
+    except Exception as e:  # noqa: BLE001 - numpy's parser of the header's text raises ValueError, SyntaxError ...
+        return f"its header cannot be read ({one_line(e)})"
+    if dtype.hasobject:
+        return None
+    if any(n < 0 for n in shape):
+        return f"its header declares shape {shape}, which no array has"
+    declared, held = math.prod(shape) * dtype.itemsize, size - start
+    if declared > held:
+        return (f"its header declares shape {shape} of {dtype} ({declared:,} bytes), but the file holds {held:,} bytes "
+                "after it: the file is cut short")
+    return None

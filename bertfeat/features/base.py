@@ -358,6 +358,15 @@ def as_float32(x: np.ndarray, path, first_row: int, first_col: int = 0) -> np.nd
     return y
 
 
+def _float16_text(x: np.ndarray, path, first_row: int, first_col: int) -> np.ndarray:
+    """A float16 CSV's values (m, 1), read from its text as float64, rounded to the float16 they were written from; a
+    value float16 cannot hold (edited past 65504: it would round to inf) is read as written, in float32."""
+    with np.errstate(over="ignore"):
+        y = x.astype(np.float16)
+    past = np.isinf(y) & np.isfinite(x)
+    return np.where(past, as_float32(x, path, first_row, first_col), y) if past.any() else y
+
+
 def wide_arrays(X: np.ndarray) -> list[pa.Array]:
     """The columns f0..f{d-1} of a (m, d) chunk as Arrow arrays (of its dtype)."""
     XT = np.ascontiguousarray(X.T)  # (dim, m): one contiguous buffer per column
@@ -539,8 +548,8 @@ class FeatureSource:
         return ids, X, extras
 
     def wide_matrix(self, table: pa.Table | pa.RecordBatch, start: int) -> np.ndarray:
-        """(m, d) float32 from the columns f0..f{d-1} of ``table``, rows ``start``.. (a float16 file's values rounded
-        to float16 first: a CSV's text is read as float64)."""
+        """(m, d) float32 from the columns f0..f{d-1} of ``table``, rows ``start``.., each read as its own type (a
+        float16 CSV's text, read as float64, rounded to float16 first: ``_float16_text``)."""
         X = np.empty((table.num_rows, self.dim), dtype=np.float32)
         for j in range(self.dim):
             col = table.column(f"f{j}")
@@ -549,7 +558,9 @@ class FeatureSource:
                 raise BertfeatError(f"{self.path}: row {bad}, column f{j} has no value (an empty cell or a null)",
                                     "re-extract the features")
             v = col.to_numpy()[:, None]  # (m, 1)
-            X[:, j:j + 1] = v.astype(np.float16) if self.dtype == "float16" else as_float32(v, self.path, start, j)
+            # only a CSV's text is rounded: a Parquet's dtype is its f0's, which says nothing of the other columns
+            rounded = self.dtype == "float16" and self.fmt == "csv"
+            X[:, j:j + 1] = _float16_text(v, self.path, start, j) if rounded else as_float32(v, self.path, start, j)
         return X
 
     def csv_types(self) -> dict[str, pa.DataType]:

@@ -547,7 +547,7 @@ class PCA(Estimator):
             if self.whiten:
                 Y /= self._whiten_scale(dt)
         if not np.isfinite(Y).all():  # NaN/inf in X always reaches Y; checking Y is cheaper
-            raise nonfinite_error(Xa, row_offset, "transforming")
+            raise nonfinite_error(Xa, row_offset, "transforming", Y)
         return self._wrap_output(Y, original)
 
     def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:

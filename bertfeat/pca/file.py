@@ -10,6 +10,7 @@ turn an estimator into a ``SavedModel`` and back.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import numbers
@@ -141,6 +142,7 @@ def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
     if model.stats is not None:
         arrays |= {"stats_shift": model.stats.shift, "stats_sum": model.stats.sum, "stats_sq": model.stats.sq}
         meta["stats_n"] = model.stats.n
+    meta["arrays_sha256"] = {name: array_sha256(a) for name, a in arrays.items()}
     arrays["meta"] = np.array(json.dumps(meta, default=json_default, sort_keys=True))
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path)  # a killed writer's
@@ -150,6 +152,33 @@ def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
             f.flush()
             os.fsync(f.fileno())
     return path
+
+
+def array_sha256(a: np.ndarray) -> str:
+    """Hex SHA-256 of an array's values as little-endian float64 in C order, and its shape: what a model file records
+    of each array it saves (the same numbers stored in another byte order or layout hash the same)."""
+    values = np.ascontiguousarray(a, dtype="<f8")
+    return hashlib.sha256(repr(values.shape).encode() + values.tobytes()).hexdigest()
+
+
+#: The fix of a model whose arrays are not the ones saved with it.
+EDITED_MODEL_FIX = ("pass the model file as `bertfeat pca fit`, `bertfeat extract --pca` or PCA.save wrote it (fit it "
+                    "again rather than edit it)")
+
+
+def _check_digests(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    """Each array read is the one saved with the file (``arrays_sha256``, recorded by save_model): an edit that keeps
+    every shape and value plausible (two components swapped, a spectrum reversed) would transform and report wrongly
+    without a word. A file of an earlier release records none: not checked."""
+    recorded = meta.get("arrays_sha256")
+    if recorded is None:
+        return
+    if not isinstance(recorded, dict) or not all(isinstance(v, str) for v in recorded.values()):
+        raise not_a_model(path, "its arrays_sha256 is not an object of sha256 strings")
+    for name, a in arrays.items():
+        if name in recorded and recorded[name] != array_sha256(a):
+            raise not_a_model(path, f"its {name!r} array is not the one saved with it (its sha256 differs from the one "
+                                    "its metadata records: the file was edited)", EDITED_MODEL_FIX)
 
 
 #: The fix of every "not a bertfeat PCA model" error, and of a damaged (empty, truncated) model file.
@@ -363,6 +392,7 @@ def load_model(path: str | os.PathLike) -> SavedModel:
                                   total_variance=total, n_samples=n, n_components=k, noise_variance=noise, solver=solver)
     stats = None if stats_n is None else Stats(stats_n, arrays["stats_shift"], arrays["stats_sum"], arrays["stats_sq"])
     _check_values(path, decomposition, stats)
+    _check_digests(path, meta, arrays)
     names = meta.get("feature_names")
     if names is not None and (not isinstance(names, list) or len(names) != d
                               or not all(isinstance(n, str) for n in names)):

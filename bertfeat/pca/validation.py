@@ -21,7 +21,7 @@ import numpy as np
 from ..errors import BertfeatError, opt
 
 __all__ = ["ACCUMULATE_MODES", "DEFAULT_ACCUMULATE", "PRECISION_DEPRECATED", "as_2d_float", "NonFiniteError",
-           "rows_of", "nonfinite_error",
+           "ProjectionOverflowError", "rows_of", "nonfinite_error",
            "overflow_error",
            "check_n_components_spec", "check_max_components", "accumulate_mode", "check_merge_feature_names",
            "check_seed"]
@@ -94,6 +94,17 @@ class NonFiniteError(BertfeatError):
                              f"({self.value})", f"remove or repair those rows before {self.action}")
 
 
+class ProjectionOverflowError(NonFiniteError):
+    """Finite float32 rows whose projections pass float32's largest (``transform``): ``row`` is the first such row, so
+    that a caller reading a feature file names it (``in_file``); in a file there is no float64 to pass instead."""
+
+    def in_file(self, path: Any, ident: Any = None) -> BertfeatError:
+        shown = "" if ident is None else f" (id {ident!r})" if isinstance(ident, str) else f" (id {ident})"
+        return BertfeatError(f"{path}: row {self.row}{shown}: its features are too large, their projection overflows "
+                             "float32 (feature files are read and projected in float32)",
+                             "scale the features down before transforming")
+
+
 @contextmanager
 def rows_of(src: Any, ids: Any, first: int) -> Iterator[None]:
     """A NaN or inf in the rows ``first``.. of the feature file ``src`` (a features.FeatureSource; ``ids``: those
@@ -106,15 +117,18 @@ def rows_of(src: Any, ids: Any, first: int) -> Iterator[None]:
         raise e.in_file(src.path, ident.item() if isinstance(ident, np.generic) else ident) from None
 
 
-def nonfinite_error(X: np.ndarray, row_offset: int, action: str) -> BertfeatError:
-    """Build the NaN/inf error, naming the first bad row and column (0-based)."""
+def nonfinite_error(X: np.ndarray, row_offset: int, action: str, Y: np.ndarray | None = None) -> BertfeatError:
+    """Build the NaN/inf error, naming the first bad row and column (0-based); of finite rows whose projections ``Y``
+    (transforming) overflow, the first such row."""
     bad = ~np.isfinite(X)
     count = int(bad.sum())
     if count == 0:
         if action == "transforming":  # float32 rows project in float32 (the output's type), which can overflow
-            return BertfeatError(f"features are too large: their projections overflow {X.dtype}",
-                                 "scale the features down before transforming" +
-                                 (", or pass them as float64" if X.dtype != np.float64 else ""))
+            row = row_offset + (int(np.argmin(np.isfinite(Y).all(axis=1))) if Y is not None else 0)
+            return ProjectionOverflowError(f"features are too large: their projections overflow {X.dtype}",
+                                           "scale the features down before transforming" +
+                                           (", or pass them as float64" if X.dtype != np.float64 else ""), row,
+                                           action=action)
         return BertfeatError(
             "features are too large: the statistics overflowed to inf",
             f"rescale the features before {action}",

@@ -767,3 +767,74 @@ def test_a_feature_csv_with_a_byte_order_mark_keeps_its_ids(tmp_path, capsys):
     assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(out), "-q"]) == 0
     (ids, _, _), = open_features(out).batches(10)
     assert list(ids) == ["A", "B", "C"] and out.read_text().startswith('"id","f0","f1"\n"A",')
+
+
+def _edited_model(src, dst, change, drop_digests=False):
+    """``src`` saved again with its arrays changed by ``change(arrays)``, its metadata as it was (an edit by hand)."""
+    with np.load(src, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    change(arrays)
+    if drop_digests:  # as releases before the digests wrote it
+        meta = json.loads(str(arrays["meta"]))
+        del meta["arrays_sha256"]
+        arrays["meta"] = np.array(json.dumps(meta))
+    with open(dst, "wb") as f:
+        np.savez(f, **arrays)
+    return dst
+
+
+def test_a_model_whose_arrays_were_edited_is_refused(tmp_path, features, X, capsys):
+    """A model file saved again with its components swapped (or scaled, or its spectrum reversed) loaded as a model:
+    pca transform wrote the components' projections in the wrong columns and report a variance kept of 2 %, without a
+    word. Each array's sha256 is recorded when it is saved, and an array that no longer has it is refused by name;
+    a file of an earlier release (no digests) loads as before, and a file saved again unchanged loads."""
+    model = tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "5", "-o", str(model), "-q"]) == 0
+    good = PCA.load(model)
+
+    def swap(a):
+        a["components"] = a["components"][[1, 0, 2, 3, 4]]
+
+    def reverse(a):
+        a["spectrum"] = a["spectrum"][::-1].copy()
+
+    for name, change, array in (("swapped", swap, "components"), ("reversed", reverse, "spectrum")):
+        path = _edited_model(model, tmp_path / f"{name}.npz", change)
+        want = (f"{path} is not a bertfeat PCA model: its '{array}' array is not the one saved with it (its sha256 "
+                "differs from the one its metadata records: the file was edited) - pass the model file as `bertfeat "
+                "pca fit`, `bertfeat extract --pca` or PCA.save wrote it (fit it again rather than edit it)")
+        with pytest.raises(BertfeatError) as e:
+            PCA.load(path)
+        assert str(e.value) == want
+        capsys.readouterr()
+        out = tmp_path / f"{name}.reduced.parquet"
+        assert _run_main(["pca", "transform", str(features), "--pca-model", str(path), "-o", str(out), "-q"]) == 1
+        assert capsys.readouterr().err == f"Error: {want}\n" and not out.exists()
+        assert _run_main(["report", str(path), "-o", str(tmp_path / name), "-q"]) == 1
+        assert capsys.readouterr().err == f"Error: {want}\n" and not list(tmp_path.glob(f"{name}.report.*"))
+    unchanged = PCA.load(_edited_model(model, tmp_path / "same.npz", lambda a: None))
+    older = PCA.load(_edited_model(model, tmp_path / "older.npz", lambda a: None, drop_digests=True))
+    for loaded in (unchanged, older):
+        np.testing.assert_array_equal(loaded.transform(X), good.transform(X))
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_a_row_whose_projection_overflows_float32_is_named_by_file_row_and_id(tmp_path, features, X, capsys):
+    """Finite features whose projection passes float32's largest: pca transform said "features are too large: their
+    projections overflow float32 - ..., or pass them as float64", naming no file or row, and advising a float64 a
+    feature file cannot be read as (every one is read in float32). Now the file, the row and its id."""
+    model = tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(features), "-n", "3", "-o", str(model), "-q"]) == 0
+    big = X[:10].copy()
+    big[6] = np.float32(3e38) * np.sign(PCA.load(model).components_[0]).astype(np.float32)  # finite, each below 3.4e38
+    path = tmp_path / "big.parquet"
+    with FeatureWriter(path, dim=D, id_name="sid", id_type=pa.string(), metadata={"model": "all-MiniLM-L6-v2", "fingerprint": FP}) as w:
+        w.write([f"s{r}" for r in range(10)], big)
+    capsys.readouterr()
+    out = tmp_path / "r.parquet"
+    assert _run_main(["pca", "transform", str(path), "--pca-model", str(model), "-o", str(out), "--batch-rows", "4",
+                      "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {path}: row 6 (id 's6'): its features are too large, their projection "
+                                       "overflows float32 (feature files are read and projected in float32) - scale "
+                                       "the features down before transforming\n")
+    assert not out.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -425,6 +426,33 @@ def test_float16_overflow_is_refused_naming_the_row_and_nothing_is_left(tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # NumPy's overflow warning of a float16 cast
+def test_wide_columns_of_mixed_float_types_read_each_as_its_own(tmp_path):
+    """A wide Parquet whose f0 alone is float16 (edited, or written by another tool): the float16 of f0 was taken as
+    the whole file's, so every float32 column was rounded to float16 (0.004 off, the PCA fitted on that without a
+    word), and a float32 value past 65504 read as inf ("features contain NaN or inf", under NumPy's overflow
+    warning). Each column is read as its own type; a float16 CSV's text is still rounded to float16, but a value
+    float16 cannot hold is read as written."""
+    X = np.random.default_rng(5).standard_normal((20, 4)).astype(np.float32) * np.float32(3.3)
+    X[7, 2] = 1e5
+    columns = {"f0": pa.array(X[:, 0].astype(np.float16))} | {f"f{j}": pa.array(X[:, j]) for j in range(1, 4)}
+    pq.write_table(pa.table(columns), tmp_path / "w.parquet")
+    want = X.copy()
+    want[:, 0] = X[:, 0].astype(np.float16)
+    assert open_features(tmp_path / "w.parquet").dtype == "float16"
+    np.testing.assert_array_equal(read_features(tmp_path / "w.parquet")[1], want)
+    with FeatureWriter(tmp_path / "h.csv", dim=4, dtype="float16") as w:
+        w.write(None, X.clip(-60000, 60000))
+    rows = list(csv.reader((tmp_path / "h.csv").open(newline="")))
+    assert rows[0] == ["row", "f0", "f1", "f2", "f3"]
+    rows[8][3] = "100000"  # row 7's f2, edited past float16's range
+    with (tmp_path / "h.csv").open("w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    back = read_features(tmp_path / "h.csv")[1]
+    assert back[7, 2] == 1e5
+    np.testing.assert_array_equal(np.delete(back, 7, 0), np.delete(X, 7, 0).astype(np.float16).astype(np.float32))
+
+
 def test_unknown_dtype_is_refused(tmp_path):
     from bertfeat.features import FeatureWriter
 
@@ -443,6 +471,41 @@ def test_an_empty_npy_is_named_as_such(tmp_path):
     with pytest.raises(BertfeatError) as e:
         read_features(path)
     assert str(e.value) == f"{path}: the feature file is empty (0 bytes) - pass a complete file (rerun the command that wrote it)"
+
+
+def _npy_declaring(path, raw: bytes, shape: str) -> None:
+    """``raw`` (bertfeat's .npy: a 128-byte header) with its header's shape replaced by ``shape``, same length."""
+    head = raw[:128].decode("latin1")
+    text = re.sub(r"'shape': \([^)]*\)", f"'shape': {shape}", head[10:].rstrip())
+    path.write_bytes(raw[:10] + (text.ljust(117) + "\n").encode("latin1") + raw[128:])
+
+
+def test_a_npy_whose_header_does_not_fit_its_bytes_is_named(tmp_path):
+    """A .npy cut short, or whose header declares another shape than its bytes hold (edited), was numpy's "mmap length
+    is greater than file size" ('pass a feature file'), and a negative dimension an "unexpected OverflowError" (a bug
+    report); a header NumPy cannot parse, its own message. The header is read and checked against the file's bytes
+    before NumPy maps it."""
+    from bertfeat.features import read_features
+
+    with FeatureWriter(tmp_path / "x.npy", dim=4) as w:
+        w.write(None, np.ones((10, 4), np.float32))
+    raw = (tmp_path / "x.npy").read_bytes()
+    cut, neg, big, garbled = (tmp_path / n for n in ("cut.npy", "neg.npy", "big.npy", "garbled.npy"))
+    cut.write_bytes(raw[:-20])
+    _npy_declaring(neg, raw, "(10, -4)")
+    _npy_declaring(big, raw, "(10000000000, 4)")
+    _npy_declaring(garbled, raw, "(10, 4")
+    fix = "pass a complete file (rerun the command that wrote it)"
+    for path, why in ((cut, "its header declares shape (10, 4) of float32 (160 bytes), but the file holds 140 bytes "
+                            "after it: the file is cut short"),
+                      (neg, "its header declares shape (10, -4), which no array has"),
+                      (big, "its header declares shape (10000000000, 4) of float32 (160,000,000,000 bytes), but the "
+                            "file holds 160 bytes after it: the file is cut short"),
+                      (garbled, "its header cannot be read (")):
+        with pytest.raises(BertfeatError) as e:
+            read_features(path)
+        assert e.value.message.startswith(f"{path}: not a readable .npy file: {why}") and e.value.fix == fix, str(e.value)
+    np.testing.assert_array_equal(read_features(tmp_path / "x.npy")[1], np.ones((10, 4), np.float32))
 
 
 # --------------------------------------------------------------------------- CSV text that reads back as another value
