@@ -207,7 +207,8 @@ LONG_TEXT_SETTINGS = ("long_text", "stride")
 def within_max_length(entry: tuple) -> bool:
     """Whether a cached entry (vector, n_tokens, truncated, n_chunks) serves a run with another long-text policy or
     stride: a row within max length (not truncated, one window) whose vector holds no zero (chunk-mean's combining,
-    when its chunk has a long row, turns a -0.0 into 0.0: the one bit it can change; encoder.combine_windows)."""
+    when its chunk had a long row, turned a -0.0 into 0.0 until combine_windows summed from -0.0: a vector cached
+    before may hold that 0.0)."""
     vec, _, truncated, n_chunks = entry
     return not truncated and n_chunks == 1 and bool(vec.all())
 

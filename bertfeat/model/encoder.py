@@ -994,7 +994,9 @@ def combine_windows(win: np.ndarray, window_row: np.ndarray, lengths: np.ndarray
         np.maximum.at(out, window_row, win)
         return out
     w = lengths.astype(np.float64)
-    out = np.zeros((n_rows, D), dtype=np.float64)
+    # summed from -0.0, not 0.0: a row of one window is then its window's bits (0.0 + -0.0 is 0.0, so a -0.0 feature
+    # became 0.0 only when its call had a long row: a vector that depended on the batch's composition)
+    out = np.full((n_rows, D), -0.0, dtype=np.float64)
     np.add.at(out, window_row, win.astype(np.float64) * w[:, None])
     tot = np.bincount(window_row, weights=w, minlength=n_rows)
     return (out / tot[:, None]).astype(np.float32)

@@ -379,3 +379,21 @@ def test_a_too_long_pair_is_not_told_to_use_chunks():
     with pytest.raises(LongTextError) as e:
         enc.encode(["word " * 40], max_length=8, long_text="error")
     assert e.value.fix == "use long_text='truncate', chunk-mean or chunk-max, or a larger max_length"
+
+
+@pytest.mark.parametrize("how", ["mean", "max"])
+def test_a_row_of_one_window_keeps_its_vectors_bits(how):
+    """combine_windows: a row of one window is its window bit for bit, a -0.0 feature too (chunk-mean summed from
+    0.0 made it 0.0, but only in a call that also held a long row: the same text's bits depended on its batch); a row
+    of several windows is their token-weighted mean (float64) or element-wise max."""
+    from bertfeat.model.encoder import combine_windows
+
+    win = np.array([[-0.0, 1.5, -2.0], [3.0, -0.0, 0.25], [1.0, 0.5, -0.0], [-0.0, -0.0, 7.0]], dtype=np.float32)
+    window_row = np.array([0, 1, 1, 2])  # rows 0 and 2: one window each; row 1: two
+    lengths = np.array([5, 3, 1, 8])
+    out = combine_windows(win, window_row, lengths, 3, how)
+    assert out.dtype == np.float32
+    assert out[0].tobytes() == win[0].tobytes() and out[2].tobytes() == win[3].tobytes()
+    want = (np.maximum(win[1], win[2]) if how == "max" else
+            ((win[1].astype(np.float64) * 3 + win[2].astype(np.float64) * 1) / 4).astype(np.float32))
+    assert out[1].tobytes() == want.tobytes()
