@@ -42,7 +42,7 @@ class ExtractSummary:
     rows_encoded_resumed: int = 0  # of rows_encoded / tokens_encoded: the kept chunks' (encoded by the interrupted run)
     tokens_encoded_resumed: int = 0
     outputs: dict = field(default_factory=dict)
-    dim: int = 0
+    dim: int = 0  # features per row before any PCA (the model's embedding width; with pca the file holds fewer)
     pooling: str = ""
     model: str = ""
     engine: str = "local"
