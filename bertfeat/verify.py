@@ -89,7 +89,8 @@ def _spec_from(fingerprint: dict, path: Path):
                            prompt_name=fields.get("prompt_name"), include_prompt=fields.get("include_prompt", True),
                            truncate_dim=fields.get("truncate_dim"), renormalize=fields.get("renormalize", False),
                            layer_norm=tuple(fields.get("layer_norm", ())),
-                           layer_weights=tuple(fields.get("layer_weights", ())))
+                           layer_weights=tuple(fields.get("layer_weights", ())),
+                           pair_token_types=fields.get("pair_token_types"))
     except KeyError as e:
         raise damaged_provenance(path, f"its fingerprint has no {e.args[0]}") from None
 
@@ -106,7 +107,7 @@ def _checked_spec(enc, recorded, path: Path):
         spec = enc.spec(None if own else recorded.pooling, None if own else list(recorded.layers), recorded.layer_agg,
                         recorded.normalize, recorded.max_length, recorded.long_text,
                         recorded.stride if recorded.long_text.startswith("chunk") else None,
-                        truncate_dim=recorded.truncate_dim, **prompt)
+                        truncate_dim=recorded.truncate_dim, pairs=recorded.pair_token_types is not None, **prompt)
     except BertfeatError as e:
         raise damaged_provenance(path, f"its fingerprint records settings this model does not take ({e.what})") from None
     if spec.truncate_dim is not None:  # normalized again after the cut or not: as the run was asked (an explicit

@@ -79,6 +79,9 @@ class FeatureSpec:
     layer_norm: tuple[str, ...] = ()  # LayerNorm modules of the model's pipeline applied after pooling (their folders)
     #: the model's WeightedLayerPooling: each token's states of ``layers`` averaged with these weights, then pooled
     layer_weights: tuple[float, ...] = ()
+    #: sentence pairs whose second text is token type 0 too, as the model's tokenizer gives no token_type_ids
+    #: (Encoder.pairs_untyped; a pair's vectors changed in 0.3): set for runs of pairs only, so single texts keep their key
+    pair_token_types: str | None = None
 
     @property
     def own_modules(self) -> bool:
@@ -94,7 +97,8 @@ class FeatureSpec:
         d["layer_weights"] = list(self.layer_weights)
         if self.truncate_dim is None:  # absent, not null: the fingerprints (cache, resume, PCA) of runs that keep
             del d["truncate_dim"]      # every feature stay those they were before truncate_dim existed
-        for k in ("renormalize", "layer_norm", "layer_weights"):  # likewise, absent when they change nothing
+        for k in ("renormalize", "layer_norm", "layer_weights", "pair_token_types"):  # likewise, absent when they
+            # change nothing
             if not d[k]:
                 del d[k]
         return d
@@ -379,7 +383,8 @@ class Encoder:
 
     def spec(self, pooling: str | None = None, layers=None, layer_agg: str = "mean", normalize: bool | None = None,
              max_length: int | None = None, long_text: str = "truncate", stride: int | None = None, *,
-             prompt: str | None = None, prompt_name: str | None = None, truncate_dim: int | None = None) -> FeatureSpec:
+             prompt: str | None = None, prompt_name: str | None = None, truncate_dim: int | None = None,
+             pairs: bool = False) -> FeatureSpec:
         """Validate encode options into a FeatureSpec.
 
         With neither ``pooling`` nor ``layers`` the model's own embedding: its Pooling and the modules after it
@@ -389,7 +394,8 @@ class Encoder:
         pooling). ``truncate_dim``: keep the first N features of either, 1 up to their width (None: as the model says
         for its own embedding, all for a chosen pooling); the cut comes last, after normalization, as
         sentence-transformers' truncate_dim; with ``normalize=True`` given, the kept features are normalized again
-        (unit vectors, as its ``normalize_embeddings=True``).
+        (unit vectors, as its ``normalize_embeddings=True``). ``pairs``: the features are of sentence pairs (a model
+        whose tokenizer gives no token_type_ids records so: FeatureSpec.pair_token_types).
         """
         if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
             raise BertfeatError(f"{opt('normalize', normalize)} is not True, False or None",
@@ -448,6 +454,8 @@ class Encoder:
                            dense_paths, prompt, prompt_name, include_prompt, layer_norm=norm_paths,
                            layer_weights=tuple(float(w) for w in lw.weights) if lw is not None else ())
         spec = self._truncated(spec, truncate_dim, own)
+        if pairs and self.pairs_untyped and not self.config.pairs_untyped:  # check_pair_types: all type 0
+            spec = replace(spec, pair_token_types="none (the tokenizer gives no token_type_ids)")
         return replace(spec, renormalize=True) if asked and spec.truncate_dim is not None else spec
 
     def _truncated(self, spec: FeatureSpec, n, own: bool) -> FeatureSpec:
@@ -515,8 +523,6 @@ class Encoder:
             fp["int8_scheme"] = self.gemm_path.scheme
         if self.config.pad_token_defaulted:  # vectors of such a model changed in 0.3 (config.pad_token_defaulted)
             fp["pad_token_id"] = self.config.pad_token_id
-        if self.pairs_untyped and not self.config.pairs_untyped:  # a pair's vectors changed in 0.3 (check_pair_types)
-            fp["pair_token_types"] = "none (the tokenizer gives no token_type_ids)"
         replaced = self.tokenizer.replaced  # what the class's rebuild (transformers 5's, since 0.3) changed of the file:
         if replaced:  # a text's tokens (and vector) of before may differ; a file it leaves as it was keeps its key
             fp["tokenizer_rebuild"] = ("sentencepiece" if self.tokenizer.rebuilt == "sentencepiece" else

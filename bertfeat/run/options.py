@@ -442,4 +442,4 @@ def feature_spec(encoder, source):
     against the model (Encoder.spec)."""
     return encoder.spec(source.pooling, source.layers, source.layer_agg, source.normalize, source.max_length,
                         source.long_text, source.stride, prompt=source.prompt, prompt_name=source.prompt_name,
-                        truncate_dim=source.truncate_dim)
+                        truncate_dim=source.truncate_dim, pairs=getattr(source, "pair_column", None) is not None)

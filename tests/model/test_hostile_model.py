@@ -1172,5 +1172,31 @@ def test_pairs_take_token_types_only_from_a_tokenizer_that_gives_them(tmp_path, 
     want = ((h * mask).sum(1) / mask.sum(1)).numpy()
     enc = Encoder(d)
     np.testing.assert_allclose(enc.encode(A, B, pooling="mean"), want, atol=1e-5)
-    fp = enc.fingerprint(enc.spec(pooling="mean"))
+    fp = enc.fingerprint(enc.spec(pooling="mean", pairs=True))
     assert fp.get("pair_token_types") == (None if typed_pairs else "none (the tokenizer gives no token_type_ids)")
+    # single texts keep their key (a PCA fitted on them, their cache entries): only runs of pairs record it
+    assert "pair_token_types" not in enc.fingerprint(enc.spec(pooling="mean"))
+
+
+def test_only_runs_of_pairs_record_untyped_pair_token_types(tmp_path):
+    """A BERT whose tokenizer gives no token_type_ids (DistilBertTokenizer here; paraphrase-multilingual-MiniLM's
+    XLMRobertaTokenizer in the wild): a run of single texts keeps the fingerprint it had before pairs were typed 0 (a
+    PCA model fitted on such features, and their cache entries, still serve); a run of pairs records the setting, and
+    verify re-encodes its rows as written."""
+    from bertfeat.verify import verify_features
+
+    d = make_checkpoint(tmp_path / "m", tokenizer="json")
+    tc = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**tc, "tokenizer_class": "DistilBertTokenizer"}))
+    src = write_csv(tmp_path / "in.csv", ["text", "pair"], [["a first text", "its pair"], ["another", "one more"]])
+    single = bertfeat.extract(src, tmp_path / "single.parquet", model=str(d), text_column="text", quiet=True)
+    pairs = bertfeat.extract(src, tmp_path / "pairs.parquet", model=str(d), text_column="text", pair_column="pair",
+                             quiet=True)
+
+    def fingerprint(s):
+        return json.loads(pq.read_schema(s.outputs["features"]).metadata[b"bertfeat"])["fingerprint"]
+
+    assert "pair_token_types" not in fingerprint(single)
+    assert fingerprint(pairs)["pair_token_types"] == "none (the tokenizer gives no token_type_ids)"
+    assert verify_features(pairs.outputs["features"])["ok"]
+    assert verify_features(single.outputs["features"])["ok"]
