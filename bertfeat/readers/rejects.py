@@ -126,7 +126,9 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES, no_keep: bool 
                                     f"{skip}"),
         RejectCode.QUOTED_TSV: (f"if the file's values are quoted as in CSV (pandas, Python's csv module and R write "
                                 f"TSV so), read it as CSV with tabs: {opt('input_format', 'csv')} "
-                                f"{opt('delimiter', 'tab')}; else fix the value, {skip}"),
+                                f"{opt('delimiter', 'tab')}; if the quotes are the value's own (a Python docstring "
+                                f"\"\"\"...\"\"\" is written so too, and TSV cannot tell them apart), write the rows as "
+                                f"JSONL or Parquet; {skip}"),
         RejectCode.INVALID_JSON: f"fix the line (one JSON object per line), {skip}",
         RejectCode.NOT_OBJECT: f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}',
         RejectCode.BAD_KEPT_VALUE: (f"fix the value (the column's values are of the kind its first rows hold), {skip}"

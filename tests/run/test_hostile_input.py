@@ -956,8 +956,9 @@ def test_a_named_pipe_matched_by_a_glob_or_in_a_folder_is_refused(tmp_path, caps
 # with quoting on (pandas' to_csv(sep="\t"), Python's csv module, R) was read with its quotes in the texts, and a
 # quoted line break made two rows: silently other vectors, and row numbers shifted.
 QUOTED_TSV_FIX = ("if the file's values are quoted as in CSV (pandas, Python's csv module and R write TSV so), read it "
-                  "as CSV with tabs: --input-format csv --delimiter tab; else fix the value, or pass --on-bad-row skip "
-                  "to write it to the rejects file and go on")
+                  "as CSV with tabs: --input-format csv --delimiter tab; if the quotes are the value's own (a Python "
+                  'docstring """...""" is written so too, and TSV cannot tell them apart), write the rows as JSONL or '
+                  "Parquet; or pass --on-bad-row skip to write it to the rejects file and go on")
 
 
 def _quoted_tsv(path: Path, rows: list[list[str]]) -> Path:
