@@ -11,9 +11,13 @@ import os
 import stat
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..checks import is_parquet_name
 from ..errors import BertfeatError, one_line, os_error, special_file_kind
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def not_a_regular_file(path: Path, mode: int, what: str = "file") -> BertfeatError:
@@ -83,21 +87,28 @@ def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
 _NPY_VERSIONS = ((1, 0), (2, 0), (3, 0))  # numpy's .npy format versions (3.0: a UTF-8 header, read as 2.0's)
 
 
+def npy_header(fh) -> tuple[tuple[int, ...], np.dtype, int]:
+    """A .npy stream's declared (shape, dtype, offset of its data), from its header alone (NumPy allocates or maps
+    what a header declares before it reads: the caller checks it against the bytes there are). Raises ValueError
+    (and NumPy's parser SyntaxError, ...) on a header it cannot read."""
+    from numpy.lib import format as npf
+
+    version = npf.read_magic(fh)
+    if version not in _NPY_VERSIONS:
+        raise ValueError(f".npy format version {version[0]}.{version[1]}")
+    read = npf.read_array_header_1_0 if version == (1, 0) else npf.read_array_header_2_0
+    shape, _, dtype = read(fh)
+    return shape, dtype, fh.tell()
+
+
 def _npy_problem(p: Path, size: int) -> str | None:
     """What keeps the .npy ``p`` (``size`` bytes) from being read, from its header alone, or None: a header NumPy
     cannot parse, a shape no array has, or more bytes declared than the file holds after the header (cut short, or
     its shape edited). NumPy would map it and fail with "mmap length is greater than file size" or an OverflowError.
     An object array is left to the reader (it refuses it as such)."""
-    from numpy.lib import format as npf
-
     try:
         with open(p, "rb") as f:
-            version = npf.read_magic(f)
-            if version not in _NPY_VERSIONS:
-                raise ValueError(f".npy format version {version[0]}.{version[1]}")
-            read = npf.read_array_header_1_0 if version == (1, 0) else npf.read_array_header_2_0
-            shape, _, dtype = read(f)
-            start = f.tell()
+            shape, dtype, start = npy_header(f)
     except OSError as e:
         raise os_error(e, p) from None
     except Exception as e:  # noqa: BLE001 - numpy's parser of the header's text raises ValueError, SyntaxError ...

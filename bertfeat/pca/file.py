@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.lib import format as npf
 
 from ..atomic import atomic_output, remove_stale_temps, uninterrupted
 from .diffs import canonical_json, dict_differences, json_default
 from ..errors import BertfeatError, one_line
+from ..features.arrayfile import npy_header
 from .solvers import Decomposition
 from .stats import Stats
 
@@ -233,9 +233,6 @@ def _check_model_file(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]
                 if info.filename.endswith(".npy")}
 
 
-_NPY_VERSIONS = ((1, 0), (2, 0), (3, 0))  # numpy's .npy format versions (3.0: a UTF-8 header, read as 2.0's)
-
-
 def _member_header(path: Path, z: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple[int, ...], np.dtype]:
     """One .npy member's declared (shape, dtype), read from its header alone and checked against the bytes the
     archive holds for it: numpy allocates what a header declares before it reads, so a shape the member cannot
@@ -243,12 +240,7 @@ def _member_header(path: Path, z: zipfile.ZipFile, info: zipfile.ZipInfo) -> tup
     name = info.filename[:-4]
     try:
         with z.open(info) as fh:
-            version = npf.read_magic(fh)
-            if version not in _NPY_VERSIONS:
-                raise ValueError(f".npy format version {version[0]}.{version[1]}")
-            read = npf.read_array_header_1_0 if version == (1, 0) else npf.read_array_header_2_0
-            shape, _, dtype = read(fh)
-            start = fh.tell()
+            shape, dtype, start = npy_header(fh)
     except Exception as e:  # numpy's parser of the header's text raises ValueError, SyntaxError, tokenize's TokenError ...
         raise not_a_model(path, f"its {name!r} array is damaged: its header cannot be read ({one_line(e)})",
                           DAMAGED_MODEL_FIX) from None
