@@ -68,8 +68,7 @@ def check_array_file(path: str | os.PathLike, what: str = "file") -> None:
             raise BertfeatError(f"{p}: not a .npy array file", "pass a .npy written by bertfeat")
         problem = _npy_problem(p, size)
         if problem:
-            raise BertfeatError(f"{p}: not a readable .npy file: {problem}",
-                                "pass a complete file (rerun the command that wrote it)")
+            raise BertfeatError(f"{p}: not a readable .npy file: {problem[0]}", problem[1])
     elif is_parquet_name(p.name):
         import pyarrow.parquet as pq
 
@@ -101,24 +100,28 @@ def npy_header(fh) -> tuple[tuple[int, ...], np.dtype, int]:
     return shape, dtype, fh.tell()
 
 
-def _npy_problem(p: Path, size: int) -> str | None:
+_COMPLETE_FIX = "pass a complete file (rerun the command that wrote it)"
+
+
+def _npy_problem(p: Path, size: int) -> tuple[str, str] | None:
     """What keeps the .npy ``p`` (``size`` bytes) from being read, from its header alone, or None: a header NumPy
     cannot parse, a shape no array has, or more bytes declared than the file holds after the header (cut short, or
-    its shape edited). NumPy would map it and fail with "mmap length is greater than file size" or an OverflowError.
-    An object array is left to the reader (it refuses it as such)."""
+    its shape edited), or Python objects (a pickle, never loaded). NumPy would map it and fail with "mmap length is
+    greater than file size", an OverflowError or "Array can't be memory-mapped". -> (what, fix)."""
     try:
         with open(p, "rb") as f:
             shape, dtype, start = npy_header(f)
     except OSError as e:
         raise os_error(e, p) from None
     except Exception as e:  # noqa: BLE001 - numpy's parser of the header's text raises ValueError, SyntaxError ...
-        return f"its header cannot be read ({one_line(e)})"
+        return f"its header cannot be read ({one_line(e)})", _COMPLETE_FIX
     if dtype.hasobject:
-        return None
+        return ("it holds Python objects (a pickled object array), which bertfeat never loads",
+                "save the features as a float array, e.g. np.save(path, X.astype(np.float32))")
     if any(n < 0 for n in shape):
-        return f"its header declares shape {shape}, which no array has"
+        return f"its header declares shape {shape}, which no array has", _COMPLETE_FIX
     declared, held = math.prod(shape) * dtype.itemsize, size - start
     if declared > held:
         return (f"its header declares shape {shape} of {dtype} ({declared:,} bytes), but the file holds {held:,} bytes "
-                "after it: the file is cut short")
+                "after it: the file is cut short"), _COMPLETE_FIX
     return None

@@ -506,6 +506,13 @@ def test_a_npy_whose_header_does_not_fit_its_bytes_is_named(tmp_path):
             read_features(path)
         assert e.value.message.startswith(f"{path}: not a readable .npy file: {why}") and e.value.fix == fix, str(e.value)
     np.testing.assert_array_equal(read_features(tmp_path / "x.npy")[1], np.ones((10, 4), np.float32))
+    obj = tmp_path / "obj.npy"  # was NumPy's "Array can't be memory-mapped: Python objects in dtype."
+    np.save(obj, np.array([[1.0, "a"], [2.0, "b"]], dtype=object), allow_pickle=True)
+    with pytest.raises(BertfeatError) as e:
+        read_features(obj)
+    assert str(e.value) == (f"{obj}: not a readable .npy file: it holds Python objects (a pickled object array), which "
+                            "bertfeat never loads - save the features as a float array, e.g. "
+                            "np.save(path, X.astype(np.float32))")
 
 
 # --------------------------------------------------------------------------- CSV text that reads back as another value
