@@ -66,11 +66,19 @@ def open_csv(path: Path, types: Mapping[str, pa.DataType]) -> Iterator[pa.Record
 _CONVERSION = re.compile(r"In CSV column #(\d+): CSV conversion error to (.+?): invalid value '(.*)'$", re.S)
 
 
+_RAGGED = re.compile(r"Expected (\d+) columns, got (\d+)")
+
+
 def _bad_cell(path, e: Exception) -> BertfeatError | None:
     """The cell Arrow's CSV reader could not convert (it names the column's position and the text, not the row),
-    found by reading the file again up to it: its row and column named; None when the error is another one."""
+    found by reading the file again up to it: its row and column named (a row of another number of cells: its row);
+    None when the error is another one."""
+    if not isinstance(path, (str, Path)):
+        return None
+    if _RAGGED.search(str(e)):
+        return _ragged_row(path)
     m = _CONVERSION.search(str(e))
-    if m is None or not isinstance(path, (str, Path)):
+    if m is None:
         return None
     col, typ, text = int(m[1]), m[2], m[3]
     try:
@@ -87,6 +95,23 @@ def _bad_cell(path, e: Exception) -> BertfeatError | None:
     what = "a number (a feature)" if WIDE_COLUMN_RE.match(header[col]) else f"{a} {typ} (the column's type in its provenance)"
     return BertfeatError(f"{path}: row {row}, column {header[col]!r} holds {text!r}, which does not read as {typ}",
                          f"write {what} there, or re-extract the features")
+
+
+def _ragged_row(path) -> BertfeatError | None:
+    """The first row of a feature CSV whose number of cells is not its header's (Arrow names neither the row nor the
+    file's line), or None."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = csv.reader(f)
+            header = next(rows, [])
+            records = (cells for cells in rows if cells)  # Arrow skips a blank line: it is no row of the file
+            bad = next(((r, len(cells)) for r, cells in enumerate(records) if len(cells) != len(header)), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    if bad is None:
+        return None
+    return BertfeatError(f"{path}: row {bad[0]} has {bad[1]} cells, its header {len(header)}",
+                         "give the row a value for every column, or re-extract the features")
 
 
 def _typed(batch: pa.RecordBatch, types: Mapping[str, pa.DataType], plans: dict, path) -> pa.RecordBatch:

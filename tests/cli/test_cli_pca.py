@@ -711,6 +711,20 @@ def test_a_bad_cell_after_blank_lines_is_named_by_the_row_arrow_reads(tmp_path, 
     assert not (tmp_path / "m.npz").exists()
 
 
+def test_a_feature_csv_row_of_another_number_of_cells_is_named(tmp_path, capsys):
+    """A row with a cell missing (or one more) was Arrow's "cannot read f.csv as CSV (CSV parse error: Expected 4
+    columns, got 3: 2,1,2) - pass a feature CSV written by bertfeat", naming no row; blank lines are no rows (as
+    Arrow reads them)."""
+    short, long = tmp_path / "short.csv", tmp_path / "long.csv"
+    short.write_text("id,f0,f1,f2\n1,1,2,3\n\n2,1,2\n3,1,1,1\n")
+    long.write_text("id,f0,f1,f2\n1,1,2,3\n2,1,2,3\n3,1,1,1,9\n")
+    for src, row, cells in ((short, 1, 3), (long, 2, 5)):
+        assert _run_main(["pca", "fit", str(src), "-o", str(tmp_path / "m.npz"), "-q"]) == 1
+        assert capsys.readouterr().err == (f"Error: {src}: row {row} has {cells} cells, its header 4 - give the row a "
+                                           "value for every column, or re-extract the features\n")
+    assert not (tmp_path / "m.npz").exists()
+
+
 def test_parquet_feature_columns_that_hold_no_numbers(tmp_path, capsys):
     """A Parquet file whose f0 holds text, decimals or booleans failed as a bug ("unexpected ArrowInvalid: Needed to
     copy 1 chunks with 0 nulls, but zero_copy_only was True"); an embedding column of lists of any length, without the
