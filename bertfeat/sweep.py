@@ -183,6 +183,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     from .model.encoder import Encoder
     from .run.options import check, check_types, options_from
     from .run.outlock import output_lock
+    from .run.plan import check_pair_column
     from .readers import open_input
     from .checks import check_count, check_size, check_stride
 
@@ -210,6 +211,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
         reader = open_input(str(input), o.input_format, o.text_column, o.pair_column, o.id_column, o.encoding,
                             delimiter=o.delimiter, keep=(label,) if label else (), label=label)
         try:
+            check_pair_column(reader, o.text_column)
             enc = Encoder(o.model, precision=o.precision, threads=o.threads)
             tokenization = {name: getattr(o, name) for name in ("max_length", "long_text", "stride", "prompt",
                                                                  "prompt_name")}

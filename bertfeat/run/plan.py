@@ -235,6 +235,7 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
                         delimiter=o.delimiter, keep=keep, label=label, keep_as=keep_as, max_field_bytes=max_field_bytes)
     input_state = None if input == "-" else reader.identity(within_run=True)  # before a row is read (the header aside)
     input_identity = None if input_state is None else resume_identity(input_state)
+    check_pair_column(reader, o.text_column)
     check_output_columns(reader, fmt)
     overwrite = bool(o.overwrite) or estimate is not False  # an estimate writes nothing: an existing output is fine
     layout = _output_layout(input, o.output, fmt, o.engine, pca is not None, reader, overwrite, o.resume, pca_model,
@@ -427,6 +428,20 @@ def check_pca_model(o: ExtractOptions, pca) -> Path | None:
         raise BertfeatError(f"{opt('pca')} and {opt('pca_model')} exclude each other",
                             f"give {opt('pca')} to fit a new PCA on this input, or {opt('pca_model')} to apply a fitted one")
     return o.checked("pca_model")
+
+
+def check_pair_column(reader, text_column: str | None) -> None:
+    """The pair column must be another column than the text column (``text_column``: as given, None when the reader
+    found it): the same column as both would encode every text as a pair with itself, ``[CLS] t [SEP] t [SEP]``,
+    without a word (extract and sweep)."""
+    pair = reader.pair_column
+    if pair is None or pair != reader.text_column:
+        return
+    how = (f"the text column too ({opt('text_column', text_column)})" if text_column is not None else
+           "the text column too (auto-detected)")
+    raise BertfeatError(f"{reader.name}: {opt('pair_column', pair)} is {how}, so each text would be encoded as a pair "
+                        "with itself", f"give {opt('pair_column')} the column that holds each row's second text"
+                        + ("" if text_column is not None else f", and {opt('text_column')} the first's"))
 
 
 def check_output_columns(reader, fmt: str) -> None:
