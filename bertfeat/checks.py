@@ -9,7 +9,7 @@
 * ``check_truncate_dim``: ``truncate_dim`` a number of features, 1 or more (extract and ``Encoder.spec`` alike).
 * ``parse_max_field_bytes``: ``max_field_bytes`` as bytes (``4MiB``, ``512KiB``, ``1000``).
 * ``check_threads``, ``check_max_batch_tokens``: the encoder's load settings, checked alike by ``bertfeat.extract``
-  (plan.make_plan) and ``Encoder(...)``; threads at most THREADS_PER_CORE per core (more only hold more memory).
+  (plan.make_plan) and ``Encoder(...)``.
 * ``check_output_format``: an output whose extension names another format than ``format`` is refused.
 * ``check_input_path``, ``check_output_name``: an empty input path; an output that names no file (empty, ``-``, a
   directory), or is no local path.
@@ -166,23 +166,8 @@ def check_max_batch_tokens(value: int | None, param: str = "max_batch_tokens") -
     return check_size(value, param, 1, None, " (tokens per batch, padded rows x length; default 512)")
 
 
-#: encoder threads per core at most: each runs one batch at a time with its own activations, so threads past the cores
-#: add memory, not speed (--threads 10000 held a chunk's every batch in memory at once: 120 rows of MiniLM, +330 MB)
-THREADS_PER_CORE = 4
-
-
-def usable_cores() -> int:
-    """The cores this process may use (its CPU affinity; ops.threads.default_threads, which this layer cannot import)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def check_threads(value: int | None, param: str = "threads") -> int | None:
-    """None passes (every core); anything else must be a number of threads, 1 or more (the Encoder takes its int),
-    at most THREADS_PER_CORE per core of this machine (the Encoder that takes them is loaded here, also for a Dask
-    run, whose workers' threads are by default each host's cores shared among its task slots)."""
+    """None passes (every core); anything else must be a number of threads, 1 or more (the Encoder takes its int)."""
     if value is None:
         return None
     fix = "give 1 or more (default: all cores)"
@@ -191,12 +176,6 @@ def check_threads(value: int | None, param: str = "threads") -> int | None:
     if isinstance(value, bool) or not value >= 1:
         raise BertfeatError(f"{opt(param, value)} is out of range", fix)
     _check_whole(value, param, fix)
-    cores = usable_cores()
-    if value > THREADS_PER_CORE * cores:
-        raise BertfeatError(f"{opt(param, value)} would encode {int(value):,} batches side by side on {cores} core(s), "
-                            "each holding its own activations in memory, no faster than one per core",
-                            f"give at most {THREADS_PER_CORE * cores} ({THREADS_PER_CORE} per core), or leave it out "
-                            "for one per core")
     return value
 
 

@@ -728,8 +728,12 @@ def use(backend: str | None = None) -> str:
     (numba when it imports, unless BERTFEAT_KERNELS=numpy). Returns the backend in force."""
     with _lock:
         want = backend or os.environ.get("BERTFEAT_KERNELS", "").strip().lower() or "numba"
-        if want not in BACKENDS:
-            raise ValueError(f"unknown kernel backend {want!r}; use one of {BACKENDS}")
+        if want not in BACKENDS:  # the variable named: it ended as "unexpected ValueError ... a bug in bertfeat"
+            from ..errors import BertfeatError
+
+            shown = f"kernel backend {want!r}" if backend else f"kernel backend BERTFEAT_KERNELS={want!r}"
+            raise BertfeatError(f"unknown element-wise {shown}", f"choose one of {', '.join(BACKENDS)}"
+                                + ("" if backend else ", or unset it"))
         kernels = None
         if want == "numba":
             try:

@@ -1,13 +1,11 @@
 """Hostile option values found by running the CLI: each was accepted (or said wrongly) before its fix.
 
 * ``--pair-column`` naming the text column encoded every text as a pair with itself, without a word.
-* ``--threads 10000`` ran a chunk's every batch side by side, each with its own activations in memory.
 * ``pca transform --format CSV -o r.csv`` said "ends in .csv, but --format CSV writes CSV - name the output .parquet".
 """
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -40,33 +38,6 @@ def test_sweep_refuses_the_pair_column_that_is_the_text_column(corpus, capsys):
                             "text would be encoded as a pair with itself - give --pair-column the column that holds "
                             "each row's second text, and --text-column the first's\n")
     assert sorted(p.name for p in corpus.parent.iterdir()) == ["in.csv"]
-
-
-THREADS_PER_CORE = 4  # (checks.THREADS_PER_CORE)
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0))
-
-
-def test_threads_far_past_the_cores_are_refused(corpus, capsys):
-    most = THREADS_PER_CORE * usable_cores()
-    out = corpus.parent / "o.parquet"
-    rc, _, err = run(capsys, "extract", corpus, "-m", tiny_model(), "-o", out, "--threads", most + 1)
-    assert (rc, err) == (1, f"Error: --threads {most + 1:,} would encode {most + 1:,} batches side by side on "
-                            f"{usable_cores()} core(s), each holding its own activations in memory, no faster than one "
-                            f"per core - give at most {most} ({THREADS_PER_CORE} per core), or leave it out for one "
-                            "per core\n")
-    assert no_leftovers(out) == []
-    rc, _, err = run(capsys, "extract", corpus, "-m", tiny_model(), "-o", out, "--threads", most, "-q")
-    assert (rc, err) == (0, "")
-
-
-def test_encoder_refuses_threads_far_past_the_cores():
-    from bertfeat import BertfeatError, Encoder
-
-    with pytest.raises(BertfeatError, match=r"^threads=10000 would encode 10,000 batches side by side"):
-        Encoder(tiny_model(), threads=10000)
 
 
 def test_pca_transform_format_in_upper_case(tmp_path, capsys):
