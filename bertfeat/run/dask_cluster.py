@@ -128,9 +128,6 @@ def start_local_cluster(make, **kw):
     try:
         return make(**kw)
     except BaseException:
-        # the run stops: distributed's own errors about the workers it was starting (a Nanny whose process start
-        # fails as its pipe closes, logged with a traceback) would follow the run's `Interrupted.` line
-        logging.getLogger("distributed").setLevel(logging.CRITICAL)
         for cluster in (set(started) - before) if started is not None else ():
             _close_interrupted(cluster)
             started.discard(cluster)
