@@ -76,42 +76,38 @@ def _bad_cell(path, e: Exception) -> BertfeatError | None:
     if not isinstance(path, (str, Path)):
         return None
     if _RAGGED.search(str(e)):
-        return _ragged_row(path)
+        found = _first_row(path, lambda header, cells: len(cells) != len(header))
+        if found is None:
+            return None
+        header, row, cells = found
+        return BertfeatError(f"{path}: row {row} has {len(cells)} cells, its header {len(header)}",
+                             "give the row a value for every column, or re-extract the features")
     m = _CONVERSION.search(str(e))
     if m is None:
         return None
     col, typ, text = int(m[1]), m[2], m[3]
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = csv.reader(f)
-            header = next(rows, [])
-            records = (cells for cells in rows if cells)  # Arrow skips a blank line: it is no row of the file
-            row = next((r for r, cells in enumerate(records) if col < len(cells) and cells[col] == text), None)
-    except (OSError, UnicodeDecodeError, csv.Error):
+    found = _first_row(path, lambda header, cells: col < len(cells) and cells[col] == text)
+    if found is None or col >= len(found[0]):
         return None
-    if row is None or col >= len(header):
-        return None
+    header, row, _ = found
     a = "an" if typ[:1] in "aeiou" else "a"  # an int64, a float
     what = "a number (a feature)" if WIDE_COLUMN_RE.match(header[col]) else f"{a} {typ} (the column's type in its provenance)"
     return BertfeatError(f"{path}: row {row}, column {header[col]!r} holds {text!r}, which does not read as {typ}",
                          f"write {what} there, or re-extract the features")
 
 
-def _ragged_row(path) -> BertfeatError | None:
-    """The first row of a feature CSV whose number of cells is not its header's (Arrow names neither the row nor the
-    file's line), or None."""
+def _first_row(path, wanted) -> tuple[list[str], int, list[str]] | None:
+    """(header, row, cells) of the first data row of a feature CSV for which ``wanted(header, cells)`` holds, rows
+    counted as Arrow counts them (a blank line is no row); None when none does or the file cannot be read again."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             rows = csv.reader(f)
             header = next(rows, [])
             records = (cells for cells in rows if cells)  # Arrow skips a blank line: it is no row of the file
-            bad = next(((r, len(cells)) for r, cells in enumerate(records) if len(cells) != len(header)), None)
+            found = next(((r, cells) for r, cells in enumerate(records) if wanted(header, cells)), None)
     except (OSError, UnicodeDecodeError, csv.Error):
         return None
-    if bad is None:
-        return None
-    return BertfeatError(f"{path}: row {bad[0]} has {bad[1]} cells, its header {len(header)}",
-                         "give the row a value for every column, or re-extract the features")
+    return None if found is None else (header, *found)
 
 
 def _typed(batch: pa.RecordBatch, types: Mapping[str, pa.DataType], plans: dict, path) -> pa.RecordBatch:
