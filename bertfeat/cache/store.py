@@ -195,8 +195,17 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
     settings = {"cache_format": FORMAT, **features, "model_files": encoder_files_digest(encoder),
                 "tokenizers": library_version(), "gemm": gemm_identity(encoder)}
-    blob = json.dumps(settings, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:32], settings
+    return settings_id(settings_text(settings)), settings
+
+
+def settings_text(settings: dict) -> str:
+    """A fingerprint's settings as the fingerprints table stores them (and settings_id hashes them)."""
+    return json.dumps(settings, sort_keys=True, default=str)
+
+
+def settings_id(text: str) -> str:
+    """The fingerprint of settings stored as ``text`` (settings_text)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 #: the settings that change only the vectors of rows longer than max length: a row within it is tokenized alike and
@@ -799,7 +808,7 @@ class VectorStore:
 
     def _register(self, fingerprint: str, model: str, dim: int, settings: dict) -> int:
         now = time.time()
-        row = (fingerprint, model, int(dim), json.dumps(settings, sort_keys=True, default=str), now)
+        row = (fingerprint, model, int(dim), settings_text(settings), now)
         with self._lock, self.guard("write"):
             self.db.execute("INSERT OR IGNORE INTO fingerprints(fingerprint, model, dim, settings, created, last_used) "
                             "VALUES(?, ?, ?, ?, ?, ?)", (*row, now))
@@ -832,7 +841,7 @@ class VectorStore:
         def rest(s: dict) -> dict:
             return {k: v for k, v in s.items() if k not in LONG_TEXT_SETTINGS}
 
-        mine = rest(json.loads(json.dumps(settings, default=str)))
+        mine = rest(json.loads(settings_text(settings)))
         with self._lock, self.guard("read"):
             rows = self.db.execute("SELECT id, fingerprint, model, dim, settings, created FROM fingerprints "
                                    "WHERE fingerprint != ?", (fingerprint,)).fetchall()
@@ -843,7 +852,7 @@ class VectorStore:
             except ValueError:
                 continue
             if (isinstance(theirs, dict) and rest(theirs) == mine and dim == int(dim_of) and
-                    hashlib.sha256(text.encode()).hexdigest()[:32] == fp):
+                    settings_id(text) == fp):
                 self._fp_rows[fid] = (fp, model, dim_of, text, created)
                 out.append(fid)
         return out
