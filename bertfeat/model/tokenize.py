@@ -380,15 +380,14 @@ def _pipeline(tk) -> tuple:
     return tuple(None if c is None else c.__getstate__() for c in (tk.normalizer, tk.pre_tokenizer, tk.post_processor))
 
 
-def load_tokenizer(d: Path, tok_cfg: dict):
-    """Folder ``d``'s tokenizer as transformers 5's AutoTokenizer loads it -> (tokenizers.Tokenizer, its source,
+def load_tokenizer(d: Path, tok_cfg: dict, model_cfg: dict, cls_name: str):
+    """Folder ``d``'s tokenizer (its tokenizer_config.json and config.json ``tok_cfg`` / ``model_cfg``, the class
+    transformers picks from them: transformers_class) as transformers 5's AutoTokenizer loads it -> (tokenizers.Tokenizer, its source,
     DeclaredTokens, the rebuild as_transformers did: 'wordpiece', 'roberta', 'sentencepiece' or None, and what it
     changed of the file: the model settings it replaced, and "pipeline" when a SentencePiece class's rebuild changed
     the stored normalizer, pre-tokenizer or template): tokenizer.json (the class's rebuild, ``as_transformers``), else vocab.txt
     (``build_wordpiece_tokenizer``), with the special and added tokens transformers adds (``declared.py``)."""
     special_map = json_object(d / "special_tokens_map.json")
-    model_cfg = json_object(d / "config.json")
-    cls_name = transformers_class(tok_cfg, model_cfg)
     src = tokenizer_source(d)
     if src is not None and src.name == "tokenizer.json":
         rebuilt = own_class(cls_name) is not None
@@ -695,8 +694,10 @@ class BertTokenizer:
     def from_dir(cls, model_dir: str | Path, model_max_length: int, lowercase: bool = False) -> "BertTokenizer":
         d = Path(model_dir)
         tok_cfg = json_object(d / "tokenizer_config.json")
-        tk, source, declared, rebuilt, replaced = load_tokenizer(d, tok_cfg)
-        typed_pairs = returns_type_ids(tok_cfg, transformers_class(tok_cfg, json_object(d / "config.json")), d)
+        model_cfg = json_object(d / "config.json")
+        cls_name = transformers_class(tok_cfg, model_cfg)
+        tk, source, declared, rebuilt, replaced = load_tokenizer(d, tok_cfg, model_cfg, cls_name)
+        typed_pairs = returns_type_ids(tok_cfg, cls_name, d)
         side = typed(tok_cfg.get("truncation_side"), str, f"{d / 'tokenizer_config.json'}: truncation_side", "right")
         if side not in ("left", "right"):
             raise ConfigError(f"{d / 'tokenizer_config.json'}: truncation_side is {side!r}, not 'left' or 'right'",
