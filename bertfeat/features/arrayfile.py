@@ -1,7 +1,8 @@
 """The check of an array file before NumPy or pyarrow reads it (``check_array_file``): an empty, truncated or
 foreign ``.npy`` / ``.npz`` / ``.parquet`` is named as such (never numpy's advice to load it with pickle), and a
 directory or a FIFO is refused before anything opens it (opening a FIFO with no writer blocks). Feature files and
-PCA model files (``.npz``) pass it before ``bertfeat pca`` or ``extract --pca-model`` read them.
+PCA model files (``.npz``) pass it before ``bertfeat pca`` or ``extract --pca-model`` read them. ``npy_header``
+reads a .npy header alone (a feature file's here, a PCA model's members in pca/file.py).
 """
 
 from __future__ import annotations
