@@ -126,16 +126,14 @@ def _local_dir(p: Path, known: frozenset = frozenset()) -> tuple[list[str], int]
 
 
 def _text_files(p: Path) -> str:
-    """The CSV / TSV / JSONL files directly in folder ``p`` (as formats.py tells them by extension, compressed too),
-    counted by extension ("3 .csv files"), or ""."""
-    from .formats import _format_of  # (formats imports this module)
-
+    """The CSV / TSV / JSONL files directly in folder ``p`` (compressed too), counted by extension ("3 .csv files"),
+    or ""."""
     counts: dict[str, int] = {}
     for f in p.iterdir():
-        if f.name.startswith(".") or not f.is_file() or _format_of(str(f)) not in ("csv", "tsv", "jsonl"):
-            continue
-        kind = Path(f.stem if compression_of(f) else f.name).suffix.lower()
-        counts[kind] = counts.get(kind, 0) + 1
+        name = f.name[:-len(f.suffix)] if f.suffix.lower() in _COMPRESSION else f.name
+        kind = Path(name).suffix.lower()
+        if kind in (".csv", ".tsv", ".tab", ".jsonl", ".ndjson", ".json") and not f.name.startswith(".") and f.is_file():
+            counts[kind] = counts.get(kind, 0) + 1
     return " and ".join(f"{n} {k} file{'s' if n > 1 else ''}" for k, n in sorted(counts.items()))
 
 
