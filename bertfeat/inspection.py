@@ -114,13 +114,23 @@ def _blas_summary() -> str:
 
 
 # --------------------------------------------------------------------------- shared
-def _encoder(model, max_length: int | None = None, encoder=None, precision: str = "fp32"):
-    """The given Encoder, or one loaded for ``model`` (its max length checked) in ``precision``."""
+def _encoder(model, max_length: int | None = None, encoder=None, precision: str | None = None):
+    """The given Encoder, or one loaded for ``model`` (its max length checked) in ``precision`` (None: fp32). A
+    model or precision given beside an encoder is refused: it would be ignored (the encoder's runs)."""
+    from .errors import BertfeatError
+
     if encoder is not None:
+        if model is not None:
+            raise BertfeatError(f"model={model!r} given with encoder=: the encoder's own model would run",
+                                "give either model= or encoder=, not both")
+        if precision is not None and precision not in (encoder.precision, encoder.requested_precision):
+            raise BertfeatError(f"precision={precision!r} given with an encoder that runs {encoder.precision!r}",
+                                f"leave precision out (the encoder's is used), or load "
+                                f"Encoder(..., precision={precision!r}) and pass that")
         return encoder
     from .model.encoder import Encoder
 
-    return Encoder(model, max_length=max_length, precision=precision)
+    return Encoder(model, max_length=max_length, precision=precision or "fp32")
 
 
 def _max_length(enc, max_length: int | None) -> int:
@@ -210,7 +220,7 @@ def _model_inputs(enc, e, pair: str | None) -> tuple[np.ndarray, np.ndarray]:
 
 # --------------------------------------------------------------------------- attention
 def attention_maps(text: str, pair: str | None = None, model: str | None = None, max_length: int | None = None,
-                   *, encoder=None, precision: str = "fp32") -> tuple[list[str], np.ndarray]:
+                   *, encoder=None, precision: str | None = None) -> tuple[list[str], np.ndarray]:
     """Attention probabilities of every layer and head: (tokens, float32 array (layers, heads, T, T)).
 
     ``a[l, h, q, k]`` is how much query token q attends to key token k in layer l (0-based), head h;
@@ -352,7 +362,7 @@ def save_attention_npy(attn: np.ndarray, path: str | Path) -> Path:
 
 def write_attention(text: str, output: str | Path, pair: str | None = None, model: str | None = None, layer: int = -1,
                     head: int | None = 0, save_npy: str | Path | None = None, max_length: int | None = None,
-                    *, encoder=None, precision: str = "fp32", overwrite: bool = False) -> dict:
+                    *, encoder=None, precision: str | None = None, overwrite: bool = False) -> dict:
     """Attention heatmap PNG of one layer (one head, or every head with head None), and optionally the raw .npy.
 
     Parameters
@@ -362,7 +372,8 @@ def write_attention(text: str, output: str | Path, pair: str | None = None, mode
     output : str or Path
         The PNG file to write (a name ending in .png, in an existing folder).
     model, max_length, encoder, precision
-        The model, as for ``bertfeat.extract`` (``encoder``: an ``Encoder`` already loaded, used as it is).
+        The model, as for ``bertfeat.extract`` (``encoder``: an ``Encoder`` already loaded, used as it is: a
+        ``model`` or a ``precision`` other than the encoder's given beside it is refused; ``precision`` None: fp32).
     layer, head : int
         0-based; negative counts from the end. ``head`` None: every head of the layer, in a grid.
     save_npy : str or Path, optional
@@ -447,7 +458,7 @@ def require_mlm_head(enc) -> None:
 
 
 def masked_lm_logits(text: str, pair: str | None = None, model: str | None = None, *, encoder=None,
-                     positions: str = "mask", precision: str = "fp32") -> tuple[list[str], np.ndarray, np.ndarray]:
+                     positions: str = "mask", precision: str | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Masked-LM logits of one text: (tokens, positions (M,), float32 logits (M, vocab)).
 
     ``positions`` "mask": the rows of the [MASK] tokens (an error if there is none); "all": every position.
@@ -498,7 +509,7 @@ def check_top_k(top_k) -> int:
 
 
 def fill_mask(text: str, top_k: int = 5, model: str | None = None, pair: str | None = None, *, encoder=None,
-              precision: str = "fp32") -> list[list[dict]]:
+              precision: str | None = None) -> list[list[dict]]:
     """The ``top_k`` most likely tokens for each [MASK] of ``text``, in order of the masks.
 
     Each mask gets a list of {"token", "id", "score"}, best first; score is the probability

@@ -123,6 +123,21 @@ def test_tokens_bad_max_length(encoders):
         tokenize_text("hi", max_length=2, encoder=encoders["minilm"])
 
 
+def test_encoder_with_model_or_other_precision_refused(encoders):
+    """A model or precision beside encoder= was ignored silently (the encoder's ran): now refused; the encoder's own
+    precision, by name or as requested, still passes."""
+    enc = encoders["base"]
+    with pytest.raises(BertfeatError, match=r"^precision='bf16' given with an encoder that runs 'fp32' - leave "
+                                            r"precision out \(the encoder's is used\), or load "
+                                            r"Encoder\(\.\.\., precision='bf16'\) and pass that$"):
+        attention_maps("a b", encoder=enc, precision="bf16")
+    with pytest.raises(BertfeatError, match=r"^model='x' given with encoder=: the encoder's own model would run - "
+                                            r"give either model= or encoder=, not both$"):
+        fill_mask("a [MASK]", 3, "x", encoder=encoders["mlm_uncased"])
+    assert np.array_equal(attention_maps("a b", encoder=enc, precision="fp32")[1],
+                          attention_maps("a b", encoder=enc)[1])
+
+
 # --------------------------------------------------------------------------- attention
 @pytest.mark.parametrize("name", ["minilm", "base", "mlm_chinese"])
 @pytest.mark.parametrize("pair", [False, True])
