@@ -294,6 +294,61 @@ def test_float64_beyond_float32_is_refused_by_row_and_column(tmp_path):
                                 "bertfeat reads features - scale the features into that range, or write them as float32")
 
 
+def _edited_csv(tmp_path, name, cell, dtype="float32"):
+    """A bertfeat CSV of 6 rows (ids 10..15), a blank line after its 2nd row, the cell of row 4, column f1 replaced
+    by ``cell`` as a user's editor writes it."""
+    path = tmp_path / name
+    with FeatureWriter(path, dim=3, dtype=dtype) as w:
+        w.write([10, 11, 12, 13, 14, 15], np.arange(18, dtype=np.float32).reshape(6, 3))
+    lines = path.read_text().splitlines()
+    lines[5] = lines[5].replace(",13,", f",{cell},")  # row 4: 14,12,13,14
+    lines.insert(3, "")  # Arrow skips a blank line: no row
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("cell", ["1e39", "-3.5e38", "1" + "0" * 40])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_csv_number_beyond_float32_is_refused_as_written(tmp_path, cell, dtype):
+    """A feature CSV's cell 1e39 overflowed float32 to inf as Arrow read it, and the PCA then refused features
+    holding "NaN or inf" at "column 1 (inf)": a value the file does not hold (a float16 CSV's said 1e+39). Refused
+    by the reader now, naming the file, row (0-based data row, blank lines skipped), column and the text."""
+    path = _edited_csv(tmp_path, "e.csv", cell, dtype)
+    for rows in (2, 100):  # in a later chunk, and in the first
+        with pytest.raises(BertfeatError) as e:
+            list(iter_features(path, batch_rows=rows))
+        assert str(e.value) == (f"{path}: row 4, column 'f1' holds {cell!r}, beyond float32's range (|x| < 3.4e38), "
+                                "in which bertfeat reads features - write a number within that range there (scale the "
+                                "features into it), or re-extract the features")
+
+
+def test_a_csv_cell_written_as_inf_is_read_as_inf(tmp_path):
+    """An infinity written as such is no overflow: read as written (the PCA refuses it, naming it)."""
+    ids, X, _ = read_features(_edited_csv(tmp_path, "i.csv", "-inf"))
+    assert list(ids) == [10, 11, 12, 13, 14, 15] and X[4, 1] == -np.inf and np.isfinite(np.delete(X.ravel(), 13)).all()
+
+
+@pytest.mark.parametrize("kind", ["fixed", "variable"])
+def test_a_null_inside_a_parquet_embedding_is_refused_by_row_and_column(tmp_path, kind):
+    """A null among an embedding's values was read as NaN, and the PCA refused "NaN or inf ... (nan)", a NaN the file
+    does not hold. Refused by the reader now: the file, the row, the column and the value's position."""
+    values = np.arange(18, dtype=np.float32).tolist()
+    values[4 * 3 + 1] = None  # row 4, value 1
+    child = pa.array(values, pa.float32())
+    emb = (pa.FixedSizeListArray.from_arrays(child, 3) if kind == "fixed"
+           else pa.ListArray.from_arrays(pa.array(range(0, 19, 3), pa.int32()), child))
+    path = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"row": pa.array(range(10, 16)), "embedding": emb}), path, row_group_size=3)
+    meta = {"layout": {"dim": 3}}  # a list of any length: its length from the provenance
+    pq.write_table(pq.read_table(path).replace_schema_metadata({"bertfeat": json.dumps(meta)}), path, row_group_size=3)
+    for rows in (2, 100):
+        with pytest.raises(BertfeatError) as e:
+            list(iter_features(path, batch_rows=rows))
+        assert str(e.value) == (f"{path}: row 4, column 'embedding': its value 1 (of 3, counted from 0) is null, not a "
+                                "number - write a number there (every value of an embedding is a feature), or "
+                                "re-extract the features")
+
+
 def test_an_npy_of_another_type_is_named_with_its_article(tmp_path):
     for dtype, said in ((np.int64, "an int64"), (np.uint8, "a uint8")):
         np.save(tmp_path / "i.npy", np.zeros((2, 3), dtype))
