@@ -96,6 +96,7 @@ from .solvers import (
     decompose_randomized,
     decompose_stats,
     decompose_svd,
+    kept_by,
     log_likelihoods,
     model_covariance,
     model_precision,
@@ -669,6 +670,11 @@ class PCA(Estimator):
         model can keep taking ``partial_fit``/``merge``.
         """
         r = self._result()
+        kept = kept_by(self.n_components, r, self.n_features_in_)
+        if kept is not None and kept != r.n_components:  # a file load refuses (file._check_requested)
+            raise BertfeatError(f"cannot save this PCA: its n_components={self.n_components!r} keeps {kept} of the "
+                                f"fit's components, which kept {r.n_components} (n_components was set after the fit)", "fit it again with this n_components, or set n_components back to the value "
+                                "it was fitted with")
         fp = dict(fingerprint) if fingerprint is not None else self.__dict__.get("fingerprint_")
         if include_stats and self._stats is None:
             raise BertfeatError(f"this PCA has no statistics to save (fitted in one pass with solver={r.solver!r}"
