@@ -126,6 +126,44 @@ def test_npy_layout(tmp_path, data):
     assert json.loads(provenance_path(path).read_text())["rows"] == N
 
 
+IDS_FIX = ("put back the ids file written with f.npy (or re-extract the features), or delete it to read f.npy with "
+           "row numbers as ids")
+
+
+@pytest.mark.parametrize("provenance", [True, False])
+def test_an_empty_or_short_ids_file_says_what_it_lacks_and_how_to_fix_it(tmp_path, capsys, provenance):
+    """An empty f.ids.csv said `cannot read f.ids.csv as CSV (Empty CSV file) - pass a feature CSV written by
+    bertfeat`: a fix for a file the user did not pass, nothing of what is missing. A short one said only that it did
+    not have one row per row. Each names both files, what is missing and the two ways out now; deleting the ids file
+    does read f.npy with row numbers as ids."""
+    from extract_util import run
+
+    path = tmp_path / "f.npy"
+    with FeatureWriter(path, dim=3, metadata=META if provenance else None) as w:
+        w.write([10, 11, 12, 13, 14], np.arange(15, dtype=np.float32).reshape(5, 3))
+    side = ids_sidecar_path(path)
+    full = side.read_text()
+    cases = [("", f"{side}, the ids file of {path}, is empty (0 bytes): it should hold a header line naming its "
+                  "columns, then one id per row of f.npy (5 rows)"),
+             ("\n10\n", f"{side}, the ids file of {path}, has no header line (its first line is blank): it should "
+                          "hold a header line naming its columns, then one id per row of f.npy (5 rows)"),
+             ('"row"\n10\n11\n', f"{side} holds the ids of 2 rows, but {path} has 5 rows (its ids file needs one line "
+                                   "per row)"),
+             (full + "15\n", f"{side} holds more id rows than the 5 rows of {path} (its ids file needs one line per "
+                             "row)")]
+    for text, what in cases:
+        side.write_text(text)
+        with pytest.raises(BertfeatError) as e:
+            list(iter_features(path, batch_rows=2))
+        assert str(e.value) == f"{what} - {IDS_FIX}"
+    side.write_text("")
+    rc, _, err = run(capsys, "pca", "fit", path, "-n", "2", "-o", tmp_path / "m.npz", "-q")
+    assert rc == 1 and err == f"Error: {cases[0][1]} - {IDS_FIX}\n" and not (tmp_path / "m.npz").exists()
+    side.unlink()
+    ids, X, _ = read_features(path)
+    assert list(ids) == [0, 1, 2, 3, 4] and X.shape == (5, 3)
+
+
 def test_csv_layout(tmp_path, data):
     ids, X, extras = data
     path = write_chunks(tmp_path / "f.csv", ids, X, extras)
