@@ -12,6 +12,7 @@ import contextlib
 import csv
 import functools
 import io
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -108,6 +109,47 @@ def _first_row(path, wanted) -> tuple[list[str], int, list[str]] | None:
     except (OSError, UnicodeDecodeError, csv.Error):
         return None
     return None if found is None else (header, *found)
+
+
+def _check_range(path: Path, table: pa.Table, dim: int, start: int) -> None:
+    """Refuse the first feature cell (rows ``start``..) written as a finite number beyond float32's range (1e39), by
+    its row, column and text: read as float32 it is inf, which the PCA refused as an "inf" the file does not hold. A
+    cell written as inf is one (the PCA names it)."""
+    first: tuple[int, int] | None = None
+    for j in range(dim):
+        v = table.column(f"f{j}").to_numpy()  # float32, or float64 (a float16 file's text)
+        with np.errstate(over="ignore"):
+            over = np.isinf(v.astype(np.float32, copy=False))
+        if over.any() and (first is None or int(over.argmax()) < first[0]):
+            first = (int(over.argmax()), j)
+    if first is None:
+        return
+    row, column = start + first[0], f"f{first[1]}"
+    text = _cell_text(path, row, column)
+    if text is not None and _finite_number(text):
+        raise BertfeatError(f"{path}: row {row}, column {column!r} holds {text!r}, beyond float32's range "
+                            "(|x| < 3.4e38), in which bertfeat reads features",
+                            "write a number within that range there (scale the features into it), or re-extract the "
+                            "features")
+
+
+def _cell_text(path, row: int, column: str) -> str | None:
+    """The text of ``column`` in data row ``row`` (counted as Arrow counts: a blank line is no row) of a feature CSV;
+    None when it cannot be read again."""
+    counted = iter(range(row + 1))
+    found = _first_row(path, lambda header, cells: next(counted, None) == row)
+    if found is None or column not in found[0]:
+        return None
+    header, _, cells = found
+    i = header.index(column)
+    return cells[i] if i < len(cells) else None
+
+
+def _finite_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _typed(batch: pa.RecordBatch, types: Mapping[str, pa.DataType], plans: dict, path) -> pa.RecordBatch:
@@ -366,5 +408,6 @@ class CsvFile(FeatureFile):
         types = src.csv_types() | {f"f{j}": _TEXT_TYPES[src.dtype] for j in range(src.dim)}
         start = 0
         for table in rebatch(open_csv(src.path, types), batch_rows):
+            _check_range(src.path, table, src.dim, start)
             yield src.make_chunk(table, src.wide_matrix(table, start), start)
             start += table.num_rows

@@ -57,6 +57,24 @@ def npy_header(n: int, d: int, dtype: str = "float32") -> bytes:
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", body_len) + body
 
 
+#: The fix of an ids file that does not give each row of its .npy an id.
+IDS_FIX = ("put back the ids file written with {npy} (or re-extract the features), or delete it to read {npy} with row "
+           "numbers as ids")
+
+
+def _empty_ids_file(side: Path, path: Path, n: int) -> BertfeatError:
+    """An ids file without even its header line (0 bytes, or a blank first line): Arrow's "Empty CSV file", and a fix
+    that asked for another feature CSV, where the user passed a .npy."""
+    what = "is empty (0 bytes)" if side.stat().st_size == 0 else "has no header line (its first line is blank)"
+    return BertfeatError(f"{side}, the ids file of {path}, {what}: it should hold a header line naming its columns, "
+                         f"then one id per row of {path.name} ({n} rows)", IDS_FIX.format(npy=path.name))
+
+
+def _more_ids(side: Path, path: Path, n: int) -> BertfeatError:
+    return BertfeatError(f"{side} holds more id rows than the {n} rows of {path} (its ids file needs one line per row)",
+                         IDS_FIX.format(npy=path.name))
+
+
 class NpyFile(FeatureFile):
     """A .npy feature file with its ids file (``out.ids.csv``) and provenance (``out.npy.json``)."""
 
@@ -130,7 +148,9 @@ class NpyFile(FeatureFile):
         id_name, id_type, extras = None, pa.int64(), {}
         if side.is_file():
             header = csv_header(side)
-            id_name = pick_id_column(layout, header) or (header[0] if header else None)
+            if not header:
+                raise _empty_ids_file(side, path, arr.shape[0])
+            id_name = pick_id_column(layout, header) or header[0]
             id_type = type_from_str(layout.get("id_type")) if layout.get("id_column") == id_name else None
             extras = {c: declared.get(c) for c in header if c != id_name}
         return FeatureSource(path, cls.name, meta, arr.shape[1], id_name, id_type, False, extras, arr.shape[0],
@@ -149,8 +169,12 @@ class NpyFile(FeatureFile):
         for start in range(0, n, batch_rows):
             X = as_float32(np.array(arr[start : start + batch_rows]), src.path, start)
             table = next(tables, None)
-            if side.is_file() and (table is None or table.num_rows != X.shape[0]):
-                raise BertfeatError(f"{side} does not have one row per row of {src.path}", "re-extract the features")
+            if side.is_file() and (table is None or table.num_rows < X.shape[0]):  # the ids file ended
+                held = start + (0 if table is None else table.num_rows)
+                raise BertfeatError(f"{side} holds the ids of {held} rows, but {src.path} has {n} rows (its ids file "
+                                    "needs one line per row)", IDS_FIX.format(npy=src.path.name))
+            if side.is_file() and table.num_rows > X.shape[0]:  # the array ended
+                raise _more_ids(side, src.path, n)
             yield src.make_chunk(table if table is not None else pa.table({}), X, start)
         if side.is_file() and next(tables, None) is not None:
-            raise BertfeatError(f"{side} has more rows than {src.path} ({n})", "re-extract the features")
+            raise _more_ids(side, src.path, n)

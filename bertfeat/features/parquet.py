@@ -69,7 +69,14 @@ def embedding_matrix(col: pa.Array, d: int, path: Path, start: int) -> np.ndarra
         if (lengths != d).any():
             bad = start + int(np.argmax(lengths != d))
             raise BertfeatError(f"{path}: row {bad} has an embedding of length {lengths[bad - start]}, expected {d}", "re-extract the features")
-    values = col.flatten().to_numpy(zero_copy_only=False)  # flatten respects slicing
+    flat = col.flatten()  # flatten respects slicing
+    if flat.null_count:  # to_numpy would read it as NaN, then refused as a NaN the file does not hold
+        i = int(flat.is_null().to_numpy(zero_copy_only=False).argmax())
+        raise BertfeatError(f"{path}: row {start + i // d}, column '{EMBEDDING_COLUMN}': its value {i % d} (of {d}, "
+                            "counted from 0) is null, not a number",
+                            "write a number there (every value of an embedding is a feature), or re-extract the "
+                            "features")
+    values = flat.to_numpy(zero_copy_only=False)
     return as_float32(np.asarray(values).reshape(len(col), d), path, start)
 
 

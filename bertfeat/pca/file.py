@@ -17,6 +17,7 @@ import numbers
 import os
 import stat
 import zipfile
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from ..atomic import atomic_output, remove_stale_temps, uninterrupted
 from .diffs import canonical_json, dict_differences, json_default
 from ..errors import BertfeatError, one_line
 from ..features.arrayfile import npy_header
-from .solvers import Decomposition
+from .solvers import Decomposition, kept_by
 from .stats import Stats
 
 __all__ = ["MODEL_FORMAT", "MODEL_FORMAT_VERSION", "FILE_PARAM_NAMES", "MODEL_FIX", "SavedModel", "params_to_file",
@@ -359,6 +360,36 @@ def _check_provenance(path: Path, meta: dict) -> None:
             raise not_a_model(path, f"its {name} is not a JSON object (it is {canonical_json(value)[:40]})")
 
 
+def _count(path: Path, meta: dict, key: str) -> int:
+    """A count of the metadata (n_components, n_features, n_samples, stats_n): a whole number, as save_model writes
+    it (int() took 3.7 as 3 and "3" as 3)."""
+    if key not in meta:
+        raise not_a_model(path, f"{key!r} is missing")
+    value = meta[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+        raise not_a_model(path, f"its {key} {canonical_json(value)[:40]} is not a whole number", EDITED_MODEL_FIX)
+    return int(value)
+
+
+def _check_requested(path: Path, spec: Any, r: Decomposition, d: int) -> None:
+    """The parameter n_components keeps the components the arrays hold (solvers.kept_by): an edited parameter
+    loaded, and get_params and the report's n_components_requested contradicted the model."""
+    want = kept_by(spec, r, d)
+    if want is not None and want != r.n_components:
+        raise not_a_model(path, f"its parameter n_components={canonical_json(spec)} keeps {_components(want)}, but "
+                                f"its arrays (and its n_components) hold {r.n_components}", EDITED_MODEL_FIX)
+
+
+def _components(k: int) -> str:
+    return f"{k} component" + ("" if k == 1 else "s")
+
+
+def _listed(names: list[str]) -> str:
+    """Up to three names, then how many more."""
+    shown = ", ".join(repr(name) for name in names[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 def load_model(path: str | os.PathLike) -> SavedModel:
     """Read and check a file written by ``save_model`` (``np.load(allow_pickle=False)``).
 
@@ -369,10 +400,10 @@ def load_model(path: str | os.PathLike) -> SavedModel:
     path = Path(path)
     members = _check_model_file(path)
     meta = _read_meta(path)
+    k, d, n = (_count(path, meta, key) for key in ("n_components", "n_features", "n_samples"))
+    stats_n = _count(path, meta, "stats_n") if "stats_sq" in members else None
     try:
-        k, d, n = int(meta["n_components"]), int(meta["n_features"]), int(meta["n_samples"])
         total, noise, solver = float(meta["total_variance"]), float(meta["noise_variance"]), meta["fit_solver"]
-        stats_n = int(meta["stats_n"]) if "stats_sq" in members else None
     except KeyError as e:
         raise not_a_model(path, f"{e.args[0]!r} is missing") from None
     except (TypeError, ValueError) as e:
@@ -385,10 +416,15 @@ def load_model(path: str | os.PathLike) -> SavedModel:
     stats = None if stats_n is None else Stats(stats_n, arrays["stats_shift"], arrays["stats_sum"], arrays["stats_sq"])
     _check_values(path, decomposition, stats)
     _check_digests(path, meta, arrays)
+    _check_requested(path, params_from_file(meta["params"]).get("n_components"), decomposition, d)
     names = meta.get("feature_names")
     if names is not None and (not isinstance(names, list) or len(names) != d
                               or not all(isinstance(n, str) for n in names)):
         raise not_a_model(path, f"its feature_names are not {d} strings")
+    twice = [name for name, count in Counter(names or []).items() if count > 1]
+    if twice:
+        raise not_a_model(path, f"its feature_names name {_listed(twice)} more than once (a fit's columns have unique "
+                                "names)", EDITED_MODEL_FIX)
     _check_provenance(path, meta)
     return SavedModel(params_from_file(meta["params"]), decomposition, d, stats,
                       meta.get("fingerprint"), meta.get("source"), names)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import inspect
 import sys
 import warnings
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,10 @@ def _column_names(X: Any) -> np.ndarray | None:
     names = np.asarray(list(cols), dtype=object)
     if len(names) == 0:
         return None
+    repeated = [f"{name!r} {count} times" for name, count in Counter(names.tolist()).items() if count > 1]
+    if repeated:  # as scikit-learn (narwhals): a model file of such names would be refused by PCA.load
+        raise BertfeatError(f"Expected unique column names, got: {', '.join(repeated)}",
+                            "rename the DataFrame's columns so that no two have the same name")
     types = sorted(t.__qualname__ for t in {type(v) for v in names})
     if len(types) > 1 and "str" in types:
         raise TypeError(

@@ -166,6 +166,23 @@ def n_components_from_spec(spec: Any, ratio: np.ndarray, r: int) -> int:
     return r if k is None else min(k, r)
 
 
+def kept_by(spec: Any, r: Decomposition, d: int) -> int | None:
+    """The number of components ``n_components=spec`` keeps of the decomposition ``r`` of d features, as the fit
+    picks it (decomposition_from_spectrum, decompose_randomized), or None when that cannot be told from ``r``: 'mle'
+    (Minka's choice, computed again, could fall otherwise on a near tie), a fraction of a spectrum without variance or
+    incomplete, a value no fit accepts. ``PCA.save`` and the model file's check compare it with ``r.n_components``."""
+    rank = min(r.n_samples, d)
+    if spec is None:
+        return rank
+    if isinstance(spec, bool) or not isinstance(spec, numbers.Real):
+        return None
+    if isinstance(spec, numbers.Integral):
+        return int(spec) if spec >= 1 else None
+    if 0 < spec < 1 and r.total_variance > 0 and len(r.spectrum) >= rank:
+        return n_components_from_spec(float(spec), r.spectrum / r.total_variance, rank)
+    return None
+
+
 def decomposition_from_spectrum(
     mean: np.ndarray, Vt: np.ndarray, spectrum: np.ndarray, n: int, d: int, spec: Any, solver: str
 ) -> Decomposition:

@@ -126,6 +126,44 @@ def test_npy_layout(tmp_path, data):
     assert json.loads(provenance_path(path).read_text())["rows"] == N
 
 
+IDS_FIX = ("put back the ids file written with f.npy (or re-extract the features), or delete it to read f.npy with "
+           "row numbers as ids")
+
+
+@pytest.mark.parametrize("provenance", [True, False])
+def test_an_empty_or_short_ids_file_says_what_it_lacks_and_how_to_fix_it(tmp_path, capsys, provenance):
+    """An empty f.ids.csv said `cannot read f.ids.csv as CSV (Empty CSV file) - pass a feature CSV written by
+    bertfeat`: a fix for a file the user did not pass, nothing of what is missing. A short one said only that it did
+    not have one row per row. Each names both files, what is missing and the two ways out now; deleting the ids file
+    does read f.npy with row numbers as ids."""
+    from extract_util import run
+
+    path = tmp_path / "f.npy"
+    with FeatureWriter(path, dim=3, metadata=META if provenance else None) as w:
+        w.write([10, 11, 12, 13, 14], np.arange(15, dtype=np.float32).reshape(5, 3))
+    side = ids_sidecar_path(path)
+    full = side.read_text()
+    cases = [("", f"{side}, the ids file of {path}, is empty (0 bytes): it should hold a header line naming its "
+                  "columns, then one id per row of f.npy (5 rows)"),
+             ("\n10\n", f"{side}, the ids file of {path}, has no header line (its first line is blank): it should "
+                          "hold a header line naming its columns, then one id per row of f.npy (5 rows)"),
+             ('"row"\n10\n11\n', f"{side} holds the ids of 2 rows, but {path} has 5 rows (its ids file needs one line "
+                                   "per row)"),
+             (full + "15\n", f"{side} holds more id rows than the 5 rows of {path} (its ids file needs one line per "
+                             "row)")]
+    for text, what in cases:
+        side.write_text(text)
+        with pytest.raises(BertfeatError) as e:
+            list(iter_features(path, batch_rows=2))
+        assert str(e.value) == f"{what} - {IDS_FIX}"
+    side.write_text("")
+    rc, _, err = run(capsys, "pca", "fit", path, "-n", "2", "-o", tmp_path / "m.npz", "-q")
+    assert rc == 1 and err == f"Error: {cases[0][1]} - {IDS_FIX}\n" and not (tmp_path / "m.npz").exists()
+    side.unlink()
+    ids, X, _ = read_features(path)
+    assert list(ids) == [0, 1, 2, 3, 4] and X.shape == (5, 3)
+
+
 def test_csv_layout(tmp_path, data):
     ids, X, extras = data
     path = write_chunks(tmp_path / "f.csv", ids, X, extras)
@@ -292,6 +330,61 @@ def test_float64_beyond_float32_is_refused_by_row_and_column(tmp_path):
             list(iter_features(path, batch_rows=3))
         assert str(e.value) == (f"{path}: row 6, column 2 holds -5e+40, beyond float32's range (|x| < 3.4e38), in which "
                                 "bertfeat reads features - scale the features into that range, or write them as float32")
+
+
+def _edited_csv(tmp_path, name, cell, dtype="float32"):
+    """A bertfeat CSV of 6 rows (ids 10..15), a blank line after its 2nd row, the cell of row 4, column f1 replaced
+    by ``cell`` as a user's editor writes it."""
+    path = tmp_path / name
+    with FeatureWriter(path, dim=3, dtype=dtype) as w:
+        w.write([10, 11, 12, 13, 14, 15], np.arange(18, dtype=np.float32).reshape(6, 3))
+    lines = path.read_text().splitlines()
+    lines[5] = lines[5].replace(",13,", f",{cell},")  # row 4: 14,12,13,14
+    lines.insert(3, "")  # Arrow skips a blank line: no row
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("cell", ["1e39", "-3.5e38", "1" + "0" * 40])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_csv_number_beyond_float32_is_refused_as_written(tmp_path, cell, dtype):
+    """A feature CSV's cell 1e39 overflowed float32 to inf as Arrow read it, and the PCA then refused features
+    holding "NaN or inf" at "column 1 (inf)": a value the file does not hold (a float16 CSV's said 1e+39). Refused
+    by the reader now, naming the file, row (0-based data row, blank lines skipped), column and the text."""
+    path = _edited_csv(tmp_path, "e.csv", cell, dtype)
+    for rows in (2, 100):  # in a later chunk, and in the first
+        with pytest.raises(BertfeatError) as e:
+            list(iter_features(path, batch_rows=rows))
+        assert str(e.value) == (f"{path}: row 4, column 'f1' holds {cell!r}, beyond float32's range (|x| < 3.4e38), "
+                                "in which bertfeat reads features - write a number within that range there (scale the "
+                                "features into it), or re-extract the features")
+
+
+def test_a_csv_cell_written_as_inf_is_read_as_inf(tmp_path):
+    """An infinity written as such is no overflow: read as written (the PCA refuses it, naming it)."""
+    ids, X, _ = read_features(_edited_csv(tmp_path, "i.csv", "-inf"))
+    assert list(ids) == [10, 11, 12, 13, 14, 15] and X[4, 1] == -np.inf and np.isfinite(np.delete(X.ravel(), 13)).all()
+
+
+@pytest.mark.parametrize("kind", ["fixed", "variable"])
+def test_a_null_inside_a_parquet_embedding_is_refused_by_row_and_column(tmp_path, kind):
+    """A null among an embedding's values was read as NaN, and the PCA refused "NaN or inf ... (nan)", a NaN the file
+    does not hold. Refused by the reader now: the file, the row, the column and the value's position."""
+    values = np.arange(18, dtype=np.float32).tolist()
+    values[4 * 3 + 1] = None  # row 4, value 1
+    child = pa.array(values, pa.float32())
+    emb = (pa.FixedSizeListArray.from_arrays(child, 3) if kind == "fixed"
+           else pa.ListArray.from_arrays(pa.array(range(0, 19, 3), pa.int32()), child))
+    path = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"row": pa.array(range(10, 16)), "embedding": emb}), path, row_group_size=3)
+    meta = {"layout": {"dim": 3}}  # a list of any length: its length from the provenance
+    pq.write_table(pq.read_table(path).replace_schema_metadata({"bertfeat": json.dumps(meta)}), path, row_group_size=3)
+    for rows in (2, 100):
+        with pytest.raises(BertfeatError) as e:
+            list(iter_features(path, batch_rows=rows))
+        assert str(e.value) == (f"{path}: row 4, column 'embedding': its value 1 (of 3, counted from 0) is null, not a "
+                                "number - write a number there (every value of an embedding is a feature), or "
+                                "re-extract the features")
 
 
 def test_an_npy_of_another_type_is_named_with_its_article(tmp_path):

@@ -231,6 +231,28 @@ def test_merge_of_three_partial_fits_equals_one_fit():
     np.testing.assert_array_equal(PCA(10).merge(merged).finalize().components_, merged.components_)
 
 
+@pytest.mark.parametrize("block", [None, 7 * 16], ids=["one block", "blocks of 7 rows"])
+def test_float32_rows_far_from_zero_are_centred_before_they_are_projected(sk, monkeypatch, block):
+    """transform projected float32 rows first and subtracted the projected mean after: rows offset by 1e6 cancelled
+    ~1e6 x float32 rounding, 1.4 % of the projections' size off scikit-learn's. Centred first now (in float64, one
+    block of rows at a time), they are float32 rounding off (1.5e-7 here), whiten or not, in blocks or not."""
+    import bertfeat.pca.estimator as est
+
+    if block is not None:
+        monkeypatch.setattr(est, "TRANSFORM_BLOCK_ELEMENTS", block)  # 500 rows in 72 blocks, the last one short
+    rng = np.random.default_rng(0)
+    X32 = (rng.standard_normal((500, 16)) @ rng.standard_normal((16, 16)) + 1e6).astype(np.float32)
+    X = X32.astype(np.float64)  # the same numbers: scikit-learn's float64 answer is the reference
+    for whiten in (False, True):
+        theirs = sk(4, whiten=whiten, svd_solver="full").fit(X)
+        ref = theirs.transform(X)
+        for ours in (PCA(4, whiten=whiten).fit(X32), PCA(4, whiten=whiten, solver="svd").fit(X)):
+            Y = ours.transform(X32)
+            assert Y.dtype == np.float32
+            assert np.abs(Y - ref).max() <= 1e-6 * np.abs(ref).max()
+            np.testing.assert_allclose(ours.transform(X), ref, rtol=0, atol=1e-9 * np.abs(ref).max())
+
+
 def test_large_offset_keeps_accuracy():
     # mean 1e4, standard deviations 1e-2 .. 1e-3: a naive sum of X^T X loses everything here
     rng = np.random.default_rng(1)
@@ -631,6 +653,98 @@ def _restore_params(path, change) -> None:
     arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
     with open(path, "wb") as f:
         np.savez(f, **arrays)
+
+
+def _edit_meta(src, dst, change) -> None:
+    """``src`` saved again as ``dst`` with its metadata changed by ``change(meta)``, its arrays (and their recorded
+    sha256) as they were: an edit by hand."""
+    with np.load(src, allow_pickle=False) as z:
+        arrays = {key: z[key] for key in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    change(meta)
+    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    with open(dst, "wb") as f:
+        np.savez(f, **arrays)
+
+
+EDITED = "pass the model file as `bertfeat pca fit`, `bertfeat extract --pca` or PCA.save wrote it (fit it again rather than edit it)"
+
+
+def test_a_model_whose_n_components_disagrees_with_its_arrays_is_refused(tmp_path, capsys):
+    """A model file's n_components edited loaded: as its parameter (5, 2, null over 3 components held, 0.99, 0.5 over 4),
+    get_params and the report's n_components_requested said what the model does not do; as its count, 3.7 and "3"
+    were taken as 3 (int()). Refused now, naming both numbers; every model bertfeat fits still loads (the parameter
+    of an unchanged model: 0.8 kept 4 of 6 components here)."""
+    from extract_util import run
+
+    X = known_spectrum(n=100, d=6)
+    base, frac = PCA(3).fit(X).save(tmp_path / "base.npz"), PCA(0.8).fit(X).save(tmp_path / "frac.npz")
+    assert PCA.load(frac).n_components_ == 4
+    cases = [
+        (base, lambda m: m["params"].update(n_components=5), "its parameter n_components=5 keeps 5 components, but "
+                                                             "its arrays (and its n_components) hold 3"),
+        (base, lambda m: m["params"].update(n_components=2), "its parameter n_components=2 keeps 2 components, but "
+                                                             "its arrays (and its n_components) hold 3"),
+        (base, lambda m: m["params"].update(n_components=None), "its parameter n_components=null keeps 6 components, "
+                                                                "but its arrays (and its n_components) hold 3"),
+        (frac, lambda m: m["params"].update(precision="float64", n_components=0.99),
+         "its parameter n_components=0.99 keeps 6 components, but its arrays (and its n_components) hold 4"),
+        (frac, lambda m: m["params"].update(n_components=0.5), "its parameter n_components=0.5 keeps 3 components, "
+                                                               "but its arrays (and its n_components) hold 4"),
+        (base, lambda m: m.update(n_components=3.7), "its n_components 3.7 is not a whole number"),
+        (base, lambda m: m.update(n_components="3"), 'its n_components "3" is not a whole number'),
+        (base, lambda m: m.update(n_samples=True), "its n_samples true is not a whole number"),
+    ]
+    for i, (src, change, why) in enumerate(cases):
+        path = tmp_path / f"e{i}.npz"
+        _edit_meta(src, path, change)
+        want = f"{path} is not a bertfeat PCA model: {why} - {EDITED}"
+        with pytest.raises(BertfeatError) as e:
+            PCA.load(path)
+        assert str(e.value) == want
+    rc, _, err = run(capsys, "report", path, "-o", tmp_path / "r", "-q")
+    assert (rc, err) == (1, f"Error: {want}\n") and not list(tmp_path.glob("r.report.*"))
+    # every kind of n_components loads as fitted: a count, all, a fraction (of no variance too), mle, randomized
+    fits = [PCA(2), PCA(), PCA(0.9), PCA(0.9, solver="svd"), PCA("mle"), PCA(2, solver="randomized", random_state=0),
+            PCA(solver="randomized", random_state=0)]
+    for pca in fits:
+        pca.fit(X)
+    fits.append(PCA(0.9).fit(np.ones((5, 3))))  # no variance: 1 component (an earlier release kept 3: not checked)
+    for i, pca in enumerate(fits):
+        assert PCA.load(pca.save(tmp_path / f"ok{i}.npz")).n_components_ == pca.n_components_
+
+
+def test_a_pca_whose_n_components_was_set_after_its_fit_is_not_saved(tmp_path):
+    """set_params(n_components=...) after the fit keeps the fitted components (scikit-learn's way): saved so, the file
+    held a parameter its arrays contradict, which load now refuses. save refuses it instead, writing nothing."""
+    X = known_spectrum(n=100, d=6)
+    pca = PCA(3).fit(X).set_params(n_components=1)
+    with pytest.raises(BertfeatError) as e:
+        pca.save(tmp_path / "m.npz")
+    assert str(e.value) == ("cannot save this PCA: its n_components=1 keeps 1 of the fit's components, which kept 3 "
+                            "(n_components was set after the fit) - fit it again with this n_components, or set "
+                            "n_components back to the value it was fitted with")
+    assert not list(tmp_path.iterdir())
+    assert PCA.load(pca.fit(X).save(tmp_path / "m.npz")).n_components_ == 1  # fitted again
+    streamed = PCA(3).partial_fit(X).set_params(n_components=2)  # not decomposed yet: decomposed with 2
+    assert PCA.load(streamed.save(tmp_path / "s.npz")).n_components_ == 2
+
+
+def test_duplicate_feature_names_are_refused_at_fit_and_in_a_model_file(tmp_path):
+    """A DataFrame with two columns of one name was fitted (scikit-learn refuses it) and saved, and a model file whose
+    feature_names were edited to repeat a name loaded: transform then checked columns against an ambiguous list."""
+    pd = pytest.importorskip("pandas")
+    X = known_spectrum(n=40, d=4)
+    with pytest.raises(BertfeatError) as e:
+        PCA(2).fit(pd.DataFrame(X, columns=["a", "b", "a", "a"]))
+    assert str(e.value) == ("Expected unique column names, got: 'a' 3 times - rename the DataFrame's columns so that "
+                            "no two have the same name")
+    path = PCA(2).fit(pd.DataFrame(X, columns=["a", "b", "c", "d"])).save(tmp_path / "m.npz")
+    _edit_meta(path, tmp_path / "e.npz", lambda m: m.update(feature_names=["a", "b", "b", "a"]))
+    with pytest.raises(BertfeatError) as e:
+        PCA.load(tmp_path / "e.npz")
+    assert str(e.value) == (f"{tmp_path / 'e.npz'} is not a bertfeat PCA model: its feature_names name 'a', 'b' more "
+                            f"than once (a fit's columns have unique names) - {EDITED}")
 
 
 def test_model_file_stores_accumulate_as_precision_and_reads_either_name(tmp_path):

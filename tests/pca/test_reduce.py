@@ -127,3 +127,59 @@ def test_pca_fit_on_a_float16_file_is_sklearns_on_the_upcast_data_and_transform_
     assert read_feature_metadata(tmp_path / "rfloat32.parquet")["dtype"] == "float32"
     rc, _, err = run(capsys, "pca", "transform", src, "--pca-model", model, "-o", tmp_path / "x.parquet", "--dtype", "bf16")
     assert rc == 1 and "unknown --dtype bf16 - choose one of float32, float16" in err
+
+
+def test_pca_transform_of_features_far_from_zero_is_sklearns(tmp_path, capsys):
+    """`bertfeat pca transform` projected the file's float32 rows before centring them: with every feature offset by
+    1e6 the written projections were 1.4 % (of their size) off scikit-learn's; centred first, float32 rounding."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    from extract_util import run
+
+    rng = np.random.default_rng(0)
+    X = (rng.standard_normal((500, 16)) @ rng.standard_normal((16, 16)) + 1e6).astype(np.float32)
+    src = _write_features(tmp_path / "f.parquet", X, {"model_id": "m", "pooling": "mean", "layers": [-1]})
+    model = tmp_path / "m.npz"
+    assert run(capsys, "pca", "fit", src, "-n", "4", "-o", model, "-q")[0] == 0
+    rc, _, err = run(capsys, "pca", "transform", src, "--pca-model", model, "-o", tmp_path / "r.parquet", "-q")
+    assert rc == 0, err
+    ids, Y = read_features(tmp_path / "r.parquet")[:2]
+    ref = SkPCA(4, svd_solver="full").fit(X.astype(np.float64)).transform(X.astype(np.float64))
+    assert list(ids) == list(range(500)) and Y.dtype == np.float32
+    assert np.abs(Y - ref).max() <= 1e-6 * np.abs(ref).max()
+
+
+def test_pca_fit_and_transform_name_a_csv_overflow_and_a_parquet_null_as_the_file_holds_them(tmp_path, capsys):
+    """A CSV cell 1e39 was refused as "features contain NaN or inf ... column 1 (inf)", a null inside a Parquet
+    embedding as "(nan)": values the files do not hold. Both name the file, row, column and value as written now."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bertfeat import PCA
+    from extract_util import run
+
+    X = np.random.default_rng(1).standard_normal((6, 3)).astype(np.float32)
+    csv_path = tmp_path / "e.csv"
+    _write_features(csv_path, X, {"model_id": "m", "pooling": "mean", "layers": [-1]})
+    lines = csv_path.read_text().splitlines()
+    cells = lines[3].split(",")  # row 2
+    lines[3] = ",".join([*cells[:2], "1e39", *cells[3:]])  # column f1
+    csv_path.write_text("\n".join(lines) + "\n")
+    values = X.ravel().tolist()
+    values[3 * 3 + 2] = None  # row 3, value 2
+    pq_path = tmp_path / "n.parquet"
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(values, pa.float32()), 3)
+    pq.write_table(pa.table({"row": pa.array(range(6)), "embedding": emb}), pq_path)
+    model = tmp_path / "m.npz"
+    PCA(2).fit(X).save(model)
+    said = {csv_path: f"{csv_path}: row 2, column 'f1' holds '1e39', beyond float32's range (|x| < 3.4e38), in which "
+                      "bertfeat reads features - write a number within that range there (scale the features into it), "
+                      "or re-extract the features",
+            pq_path: f"{pq_path}: row 3, column 'embedding': its value 2 (of 3, counted from 0) is null, not a number - "
+                     "write a number there (every value of an embedding is a feature), or re-extract the features"}
+    for path, message in said.items():
+        for args in (["pca", "fit", path, "-n", "2", "-o", tmp_path / "f.npz", "-q"],
+                     ["pca", "transform", path, "--pca-model", model, "-o", tmp_path / "r.parquet", "-q"]):
+            rc, _, err = run(capsys, *args)
+            assert (rc, err) == (1, f"Error: {message}\n")
+            assert not (tmp_path / "f.npz").exists() and not (tmp_path / "r.parquet").exists()
