@@ -188,7 +188,7 @@ class PCA(Estimator):
     singular_values_ (k,), mean_ (d,), n_samples_, n_components_, noise_variance_,
     all_explained_variance_ (r,) (the whole spectrum; only the top k for ``randomized``),
     total_variance_ and fit_solver_ come from the decomposition. n_features_in_,
-    feature_names_in_ (fitted on a DataFrame with string column names only) and the provenance
+    feature_names_in_ (fitted on a DataFrame or pyarrow Table with string column names only) and the provenance
     of the features - fingerprint_ (model, weights and settings that made them) and source_
     (the feature file and its rows), both None for plain arrays and set by ``fit_pca_file``,
     ``bertfeat pca fit`` and ``load`` - are known from the first rows on.
