@@ -320,7 +320,8 @@ class PCA(Estimator):
     # -- fitting ---------------------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None) -> PCA:
-        """Fit on all rows of X (n, d) at once; returns self. Forgets earlier fits and partial fits."""
+        """Fit on all rows of X (n, d) at once; returns self. Forgets earlier fits and partial fits, unless X is
+        refused (NaN or inf, ...): the PCA is then as it was before the call."""
         return self._fit(X, self._check_params(), exact=False)  # checked here: its warning is aimed at fit's caller
 
     def _fit(self, X: Any, accumulate: str, exact: bool) -> PCA:
@@ -334,6 +335,18 @@ class PCA(Estimator):
                                 "fit on the features of at least 2 texts")
         check_max_components(self.n_components, n, d)
         solver = choose_solver(self.solver, n, d, self.n_components, exact=exact)
+        before = dict(self.__dict__)
+        try:
+            return self._fit_checked(X, names_from, solver, accumulate)
+        except BaseException:  # a refused fit leaves the PCA as it was: its earlier fit, or none (not X's rows or names)
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+
+    def _fit_checked(self, X: np.ndarray, names_from: Any, solver: str, accumulate: str) -> PCA:
+        """``_fit``'s work on X (n, d) as a float array (``names_from``: X as given, for its column names), ``solver``
+        resolved: forgets the earlier fit, then fits."""
+        n, d = X.shape
         self._reset()
         self._check_feature_names(names_from, reset=True)
         if solver == "covariance":

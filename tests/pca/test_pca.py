@@ -786,6 +786,32 @@ def test_error_nan_or_inf_names_row_and_column(value, solver):
     )
 
 
+@pytest.mark.parametrize("solver", ["svd", "covariance", "randomized"])
+def test_a_refused_fit_leaves_the_pca_as_it_was(solver):
+    """A fit refused after it began (NaN or inf, 'mle' with fewer rows than features) kept what it had started: the
+    rejected rows' statistics, so check_is_fitted passed and a later partial_fit counted them (3 + 40 rows), and their
+    column names on an unfitted PCA; a fitted PCA lost its fit. Now the PCA is as it was before the call."""
+    pd = pytest.importorskip("pandas")
+    X = known_spectrum(n=40, d=6)
+    bad = pd.DataFrame(X, columns=list("uvwxyz"))
+    bad.iloc[7, 2] = np.nan
+    fresh = PCA("mle", solver="covariance")
+    with pytest.raises(BertfeatError, match="'mle' needs at least as many samples"):
+        fresh.fit(X[:3])
+    assert not fresh.__sklearn_is_fitted__() and not hasattr(fresh, "n_samples_")
+    assert fresh.set_params(n_components=2).partial_fit(X).n_samples_ == 40
+    unfitted = PCA(2, solver=solver, random_state=0)
+    with pytest.raises(BertfeatError, match="features contain NaN or inf"):
+        unfitted.fit(bad)
+    assert not unfitted.__sklearn_is_fitted__() and not hasattr(unfitted, "feature_names_in_")
+    fitted = PCA(2, solver=solver, random_state=0).fit(pd.DataFrame(X, columns=list("abcdef")))
+    before = fitted.transform(pd.DataFrame(X, columns=list("abcdef")))
+    with pytest.raises(BertfeatError, match="features contain NaN or inf"):
+        fitted.fit(bad)
+    assert list(fitted.feature_names_in_) == list("abcdef") and fitted.n_samples_ == 40
+    np.testing.assert_array_equal(fitted.transform(pd.DataFrame(X, columns=list("abcdef"))), before)
+
+
 def test_error_nan_in_later_chunk_counts_global_rows():
     X = known_spectrum(n=100, d=6)
     pca = PCA(2).partial_fit(X[:60])
