@@ -464,7 +464,9 @@ class PCA(Estimator):
         The merge's ``source_`` counts the rows of both and names both feature files.
         """
         if not isinstance(other, PCA):
-            raise BertfeatError(f"can only merge a PCA with a PCA, got {type(other).__name__}", "pass a PCA")
+            kind = type(other)  # by its module too: scikit-learn's PCA is also called PCA
+            raise BertfeatError(f"can only merge a bertfeat.PCA with a bertfeat.PCA, got {kind.__module__}.{kind.__qualname__}",
+                                "pass a bertfeat.PCA fitted with partial_fit")
         for est in (self, other):
             if "_stats" not in est.__dict__:
                 est._reset()

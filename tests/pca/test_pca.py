@@ -878,6 +878,15 @@ def test_partial_fit_checks_later_chunks_feature_names():
     np.testing.assert_allclose(p.mean_, PCA(2).fit(df).mean_, rtol=0, atol=1e-12)
 
 
+def test_merge_names_the_class_it_refuses(sk):
+    """merge with scikit-learn's PCA said "can only merge a PCA with a PCA, got PCA"."""
+    X = known_spectrum(n=30, d=4)
+    assert _message(lambda: PCA(2).partial_fit(X).merge(sk(2).fit(X))) == (
+        "can only merge a bertfeat.PCA with a bertfeat.PCA, got sklearn.decomposition._pca.PCA - pass a bertfeat.PCA "
+        "fitted with partial_fit")
+    assert "got builtins.dict" in _message(lambda: PCA(2).merge({}))
+
+
 def test_merge_refuses_the_statistics_of_other_columns(sk):
     """merge combined partial fits of the same rows with reordered columns (a DataFrame's other feature_names_in_) into
     wrong numbers without a word; now it refuses them as partial_fit refuses a reordered chunk. Matching names merge to
