@@ -689,7 +689,12 @@ class PCA(Estimator):
     # -- summary -----------------------------------------------------------------------------
 
     def components_needed(self, fraction: float) -> int | None:
-        """Smallest k whose cumulative ratio exceeds ``fraction`` (None if unknown)."""
+        """Smallest k whose cumulative ratio exceeds ``fraction``, a number in (0, 1) (None if unknown: beyond the top k
+        variances the randomized solver knows)."""
+        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0.0 < float(fraction) < 1.0:
+            # "0.9", 2.0 or nan gave None (unknown), 0 and -1 gave 1: answers to no question
+            raise BertfeatError(f"{opt('fraction', fraction)} is not a fraction in (0, 1)",
+                                "pass the share of the variance the components should explain, e.g. 0.95")
         r = self._result()
         return components_needed(r.spectrum / r.total_variance if r.total_variance > 0 else np.zeros_like(r.spectrum),
                                  fraction)

@@ -878,6 +878,17 @@ def test_partial_fit_checks_later_chunks_feature_names():
     np.testing.assert_allclose(p.mean_, PCA(2).fit(df).mean_, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("fraction", ["0.9", 1.0, 2.0, 0, -1, float("nan"), True, None])
+def test_components_needed_refuses_what_is_no_fraction(fraction):
+    """components_needed("0.9"), (1.0), (2.0) or (nan) said None (unknown, as beyond a randomized fit's known top k),
+    (0) and (-1) said 1: now an error naming the value."""
+    pca = PCA().fit(known_spectrum(n=30, d=4))
+    assert _message(lambda: pca.components_needed(fraction)) == (
+        f"fraction={fraction!r} is not a fraction in (0, 1) - pass the share of the variance the components should "
+        "explain, e.g. 0.95")
+    assert pca.components_needed(np.float32(0.999999)) == 4 and pca.components_needed(1e-9) == 1
+
+
 def test_merge_names_the_class_it_refuses(sk):
     """merge with scikit-learn's PCA said "can only merge a PCA with a PCA, got PCA"."""
     X = known_spectrum(n=30, d=4)
