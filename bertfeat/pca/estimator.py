@@ -255,6 +255,16 @@ class PCA(Estimator):
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def __copy__(self) -> PCA:
+        """``copy.copy``: the attributes shared, but its own statistics: ``partial_fit`` adds to them in place (no (d, d)
+        copy per chunk), so a copy sharing them counted the other's later rows (n_samples_ 100 for its 50)."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        st = self.__dict__.get("_stats")
+        if st is not None:
+            new.__dict__["_stats"] = st.copy()
+        return new
+
     def __sklearn_is_fitted__(self) -> bool:
         """scikit-learn's ``check_is_fitted``: decomposed, or holding the statistics of >= 2 rows (decomposed on
         first use). Never decomposes."""

@@ -812,6 +812,26 @@ def test_a_refused_fit_leaves_the_pca_as_it_was(solver):
     np.testing.assert_array_equal(fitted.transform(pd.DataFrame(X, columns=list("abcdef"))), before)
 
 
+def test_a_shallow_copy_keeps_its_own_statistics():
+    """copy.copy of a partial fit shared its statistics, which partial_fit adds to in place: the copy then counted the
+    original's later rows (n_samples_ 100 for its 50, 110 after 10 of its own), where a copy of scikit-learn's
+    IncrementalPCA keeps its 50."""
+    import copy
+
+    X = known_spectrum(n=100, d=6)
+    for decomposed in (False, True):
+        a = PCA(2).partial_fit(X[:50])
+        if decomposed:
+            a.finalize()
+        b = copy.copy(a)
+        a.partial_fit(X[50:])
+        assert b.n_samples_ == 50 and a.n_samples_ == 100
+        np.testing.assert_allclose(b.components_, PCA(2, solver="covariance").fit(X[:50]).components_, atol=1e-12)
+        assert b.partial_fit(X[:10]).n_samples_ == 60 and a.n_samples_ == 100
+    fitted = PCA(2, solver="svd").fit(X)
+    assert copy.copy(fitted).components_ is fitted.components_  # nothing else is copied
+
+
 def test_error_nan_in_later_chunk_counts_global_rows():
     X = known_spectrum(n=100, d=6)
     pca = PCA(2).partial_fit(X[:60])
