@@ -231,7 +231,7 @@ class PCA(Estimator):
     singular_values_ (k,), mean_ (d,), n_samples_, n_components_, noise_variance_,
     all_explained_variance_ (r,) (the whole spectrum; only the top k for ``randomized``),
     total_variance_ and fit_solver_ come from the decomposition. n_features_in_,
-    feature_names_in_ (fitted on a DataFrame with string column names only) and the provenance
+    feature_names_in_ (fitted on a DataFrame or pyarrow Table with string column names only) and the provenance
     of the features - fingerprint_ (model, weights and settings that made them) and source_
     (the feature file and its rows), both None for plain arrays and set by ``fit_pca_file``,
     ``bertfeat pca fit`` and ``load`` - are known from the first rows on.
@@ -298,6 +298,16 @@ class PCA(Estimator):
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def __copy__(self) -> PCA:
+        """``copy.copy``: the attributes shared, but its own statistics: ``partial_fit`` adds to them in place (no (d, d)
+        copy per chunk), so a copy sharing them counted the other's later rows (n_samples_ 100 for its 50)."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        st = self.__dict__.get("_stats")
+        if st is not None:
+            new.__dict__["_stats"] = st.copy()
+        return new
+
     def __sklearn_is_fitted__(self) -> bool:
         """scikit-learn's ``check_is_fitted``: decomposed, or holding the statistics of >= 2 rows (decomposed on
         first use). Never decomposes."""
@@ -363,7 +373,8 @@ class PCA(Estimator):
     # -- fitting ---------------------------------------------------------------------------
 
     def fit(self, X: Any, y: Any = None) -> PCA:
-        """Fit on all rows of X (n, d) at once; returns self. Forgets earlier fits and partial fits."""
+        """Fit on all rows of X (n, d) at once; returns self. Forgets earlier fits and partial fits, unless X is
+        refused (NaN or inf, ...): the PCA is then as it was before the call."""
         return self._fit(X, self._check_params(), exact=False)  # checked here: its warning is aimed at fit's caller
 
     def _fit(self, X: Any, accumulate: str, exact: bool) -> PCA:
@@ -377,6 +388,18 @@ class PCA(Estimator):
                                 "fit on the features of at least 2 texts")
         check_max_components(self.n_components, n, d)
         solver = choose_solver(self.solver, n, d, self.n_components, exact=exact)
+        before = dict(self.__dict__)
+        try:
+            return self._fit_checked(X, names_from, solver, accumulate)
+        except BaseException:  # a refused fit leaves the PCA as it was: its earlier fit, or none (not X's rows or names)
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
+
+    def _fit_checked(self, X: np.ndarray, names_from: Any, solver: str, accumulate: str) -> PCA:
+        """``_fit``'s work on X (n, d) as a float array (``names_from``: X as given, for its column names), ``solver``
+        resolved: forgets the earlier fit, then fits."""
+        n, d = X.shape
         self._reset()
         self._check_feature_names(names_from, reset=True)
         if solver == "covariance":
@@ -494,7 +517,9 @@ class PCA(Estimator):
         The merge's ``source_`` counts the rows of both and names both feature files.
         """
         if not isinstance(other, PCA):
-            raise BertfeatError(f"can only merge a PCA with a PCA, got {type(other).__name__}", "pass a PCA")
+            kind = type(other)  # by its module too: scikit-learn's PCA is also called PCA
+            raise BertfeatError(f"can only merge a bertfeat.PCA with a bertfeat.PCA, got {kind.__module__}.{kind.__qualname__}",
+                                "pass a bertfeat.PCA fitted with partial_fit")
         for est in (self, other):
             if "_stats" not in est.__dict__:
                 est._reset()
@@ -720,7 +745,12 @@ class PCA(Estimator):
     # -- summary -----------------------------------------------------------------------------
 
     def components_needed(self, fraction: float) -> int | None:
-        """Smallest k whose cumulative ratio exceeds ``fraction`` (None if unknown)."""
+        """Smallest k whose cumulative ratio exceeds ``fraction``, a number in (0, 1) (None if unknown: beyond the top k
+        variances the randomized solver knows)."""
+        if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0.0 < float(fraction) < 1.0:
+            # "0.9", 2.0 or nan gave None (unknown), 0 and -1 gave 1: answers to no question
+            raise BertfeatError(f"{opt('fraction', fraction)} is not a fraction in (0, 1)",
+                                "pass the share of the variance the components should explain, e.g. 0.95")
         r = self._result()
         return components_needed(r.spectrum / r.total_variance if r.total_variance > 0 else np.zeros_like(r.spectrum),
                                  fraction)

@@ -28,8 +28,12 @@ from ..errors import BertfeatError
 
 
 def _column_names(X: Any) -> np.ndarray | None:
-    """String column names of a pandas / polars DataFrame, else None (scikit-learn's rule)."""
-    cols = getattr(X, "columns", None)
+    """String column names of a pandas / polars DataFrame or a pyarrow Table, else None (scikit-learn's rule)."""
+    pa = sys.modules.get("pyarrow")  # a pyarrow Table means pyarrow is imported
+    if pa is not None and isinstance(X, pa.Table):
+        cols = X.column_names  # its .columns are the columns' values, not their names
+    else:
+        cols = getattr(X, "columns", None)
     if cols is None or not hasattr(X, "shape") or isinstance(X, np.ndarray):
         return None
     names = np.asarray(list(cols), dtype=object)

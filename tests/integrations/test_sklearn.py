@@ -94,6 +94,25 @@ def test_pca_set_output_and_feature_names():
     assert isinstance(PCA(2).set_output(transform="polars").fit_transform(X), pl.DataFrame)
 
 
+def test_pca_feature_names_of_a_pyarrow_table_as_scikit_learn():
+    """A pyarrow Table's column names are feature names, as scikit-learn 1.9 reads them: PCA kept none (its .columns
+    are the columns' values), then warned that a DataFrame of the same columns had names it was not fitted with."""
+    pa = pytest.importorskip("pyarrow")
+    pd = pytest.importorskip("pandas")
+    from sklearn.decomposition import PCA as SkPCA
+
+    df = pd.DataFrame(np.random.default_rng(2).normal(size=(20, 3)), columns=["a", "b", "c"])
+    table = pa.Table.from_pandas(df)
+    pca = PCA(2).fit(table)
+    assert list(pca.feature_names_in_) == list(SkPCA(2).fit(table).feature_names_in_) == ["a", "b", "c"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "X has feature names, but PCA was fitted without feature names"
+        np.testing.assert_allclose(pca.transform(df), pca.transform(table))
+    with pytest.raises(ValueError, match="Feature names must be in the same order"):
+        pca.transform(table.select(["c", "b", "a"]))
+    assert list(PCA(2).partial_fit(table).feature_names_in_) == ["a", "b", "c"]
+
+
 def test_pca_scores_in_cross_validation_and_grid_search_as_scikit_learn():
     """cross_val_score(PCA(2), X) and GridSearchCV(PCA(), ...) without a scoring use PCA.score (the mean
     log-likelihood), which bertfeat's PCA lacked: now the same scores, and the same choice, as scikit-learn's."""

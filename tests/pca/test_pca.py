@@ -900,6 +900,52 @@ def test_error_nan_or_inf_names_row_and_column(value, solver):
     )
 
 
+@pytest.mark.parametrize("solver", ["svd", "covariance", "randomized"])
+def test_a_refused_fit_leaves_the_pca_as_it_was(solver):
+    """A fit refused after it began (NaN or inf, 'mle' with fewer rows than features) kept what it had started: the
+    rejected rows' statistics, so check_is_fitted passed and a later partial_fit counted them (3 + 40 rows), and their
+    column names on an unfitted PCA; a fitted PCA lost its fit. Now the PCA is as it was before the call."""
+    pd = pytest.importorskip("pandas")
+    X = known_spectrum(n=40, d=6)
+    bad = pd.DataFrame(X, columns=list("uvwxyz"))
+    bad.iloc[7, 2] = np.nan
+    fresh = PCA("mle", solver="covariance")
+    with pytest.raises(BertfeatError, match="'mle' needs at least as many samples"):
+        fresh.fit(X[:3])
+    assert not fresh.__sklearn_is_fitted__() and not hasattr(fresh, "n_samples_")
+    assert fresh.set_params(n_components=2).partial_fit(X).n_samples_ == 40
+    unfitted = PCA(2, solver=solver, random_state=0)
+    with pytest.raises(BertfeatError, match="features contain NaN or inf"):
+        unfitted.fit(bad)
+    assert not unfitted.__sklearn_is_fitted__() and not hasattr(unfitted, "feature_names_in_")
+    fitted = PCA(2, solver=solver, random_state=0).fit(pd.DataFrame(X, columns=list("abcdef")))
+    before = fitted.transform(pd.DataFrame(X, columns=list("abcdef")))
+    with pytest.raises(BertfeatError, match="features contain NaN or inf"):
+        fitted.fit(bad)
+    assert list(fitted.feature_names_in_) == list("abcdef") and fitted.n_samples_ == 40
+    np.testing.assert_array_equal(fitted.transform(pd.DataFrame(X, columns=list("abcdef"))), before)
+
+
+def test_a_shallow_copy_keeps_its_own_statistics():
+    """copy.copy of a partial fit shared its statistics, which partial_fit adds to in place: the copy then counted the
+    original's later rows (n_samples_ 100 for its 50, 110 after 10 of its own), where a copy of scikit-learn's
+    IncrementalPCA keeps its 50."""
+    import copy
+
+    X = known_spectrum(n=100, d=6)
+    for decomposed in (False, True):
+        a = PCA(2).partial_fit(X[:50])
+        if decomposed:
+            a.finalize()
+        b = copy.copy(a)
+        a.partial_fit(X[50:])
+        assert b.n_samples_ == 50 and a.n_samples_ == 100
+        np.testing.assert_allclose(b.components_, PCA(2, solver="covariance").fit(X[:50]).components_, atol=1e-12)
+        assert b.partial_fit(X[:10]).n_samples_ == 60 and a.n_samples_ == 100
+    fitted = PCA(2, solver="svd").fit(X)
+    assert copy.copy(fitted).components_ is fitted.components_  # nothing else is copied
+
+
 def test_error_nan_in_later_chunk_counts_global_rows():
     X = known_spectrum(n=100, d=6)
     pca = PCA(2).partial_fit(X[:60])
@@ -964,6 +1010,26 @@ def test_partial_fit_checks_later_chunks_feature_names():
         p.partial_fit(df.rename(columns={"a": "z"})[15:])
     p.partial_fit(df[15:])  # the refused chunks were not added
     np.testing.assert_allclose(p.mean_, PCA(2).fit(df).mean_, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("fraction", ["0.9", 1.0, 2.0, 0, -1, float("nan"), True, None])
+def test_components_needed_refuses_what_is_no_fraction(fraction):
+    """components_needed("0.9"), (1.0), (2.0) or (nan) said None (unknown, as beyond a randomized fit's known top k),
+    (0) and (-1) said 1: now an error naming the value."""
+    pca = PCA().fit(known_spectrum(n=30, d=4))
+    assert _message(lambda: pca.components_needed(fraction)) == (
+        f"fraction={fraction!r} is not a fraction in (0, 1) - pass the share of the variance the components should "
+        "explain, e.g. 0.95")
+    assert pca.components_needed(np.float32(0.999999)) == 4 and pca.components_needed(1e-9) == 1
+
+
+def test_merge_names_the_class_it_refuses(sk):
+    """merge with scikit-learn's PCA said "can only merge a PCA with a PCA, got PCA"."""
+    X = known_spectrum(n=30, d=4)
+    assert _message(lambda: PCA(2).partial_fit(X).merge(sk(2).fit(X))) == (
+        "can only merge a bertfeat.PCA with a bertfeat.PCA, got sklearn.decomposition._pca.PCA - pass a bertfeat.PCA "
+        "fitted with partial_fit")
+    assert "got builtins.dict" in _message(lambda: PCA(2).merge({}))
 
 
 def test_merge_refuses_the_statistics_of_other_columns(sk):
