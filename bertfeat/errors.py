@@ -118,6 +118,18 @@ class BertfeatError(ValueError):
         one made again from ``what`` / ``fix`` spelled them as Python parameters on the command line too."""
         return BertfeatError(f"{context}: {self._what}", self._fix)
 
+    def rename(self, names: dict[str, str]) -> "BertfeatError":
+        """Name this error's options as the caller's parameters (``{"n_components": "pca"}``: a PCA's parameter is
+        ``bertfeat.extract``'s ``pca``), in place; returns self, to raise again."""
+        def one(m: re.Match) -> str:
+            name, *value = m.group(1).split(_SEP)
+            return _OPEN + _SEP.join([names.get(name, name), *value]) + _CLOSE
+
+        self._what = _MARK.sub(one, self._what)
+        self._fix = self._fix and _MARK.sub(one, self._fix)
+        self.args = (self.message,)
+        return self
+
     def what_as(self, flags: dict[str, str] | None = None) -> str:
         """``what`` alone, options named as Python parameters, or as command-line flags with ``flags``."""
         return visible(render(self._what, flags))

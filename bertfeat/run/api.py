@@ -106,17 +106,25 @@ def extract_options(options: ExtractOptions, *, progress=None, quiet: bool = Tru
     """``bertfeat.extract`` of an ``ExtractOptions`` (the CLI builds one from its flags): the plan (every option
     checked), then the estimate or the run. ``progress``, ``quiet``, ``client``: as ``bertfeat.extract``'s."""
     _check_progress(progress, quiet)
-    plan = make_plan(options, client)
-    if options.estimate is not False:
-        from .estimate import DEFAULT_SAMPLE, estimate_plan
+    try:
+        plan = make_plan(options, client)
+        if options.estimate is not False:
+            from .estimate import DEFAULT_SAMPLE, estimate_plan
 
-        return estimate_plan(plan, DEFAULT_SAMPLE if options.estimate is True else int(options.estimate))
-    if progress is None and not quiet:
-        from ..console import err_console
-        from .progress import make_progress
+            return estimate_plan(plan, DEFAULT_SAMPLE if options.estimate is True else int(options.estimate))
+        if progress is None and not quiet:
+            from ..console import err_console
+            from .progress import make_progress
 
-        progress = make_progress(err_console, False, "extract (dask)" if options.engine == "dask" else "extract")
-    return run(plan, progress, client)
+            progress = make_progress(err_console, False, "extract (dask)" if options.engine == "dask" else "extract")
+        return run(plan, progress, client)
+    except BertfeatError as e:  # the PCA's errors name its n_components: extract's parameter is pca (CLI: --pca)
+        e.rename(EXTRACT_NAMES)
+        raise
+
+
+#: options named as the PCA (or another layer) names them -> extract's parameter of that meaning
+EXTRACT_NAMES = {"n_components": "pca"}
 
 
 def _check_progress(progress, quiet) -> None:

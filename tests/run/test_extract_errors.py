@@ -709,6 +709,21 @@ def test_pca_larger_than_the_rows_names_the_extract_flag(tmp_path, capsys):
                           "choose --pca <= 3, or a fraction such as 0.95 to keep 95% of the variance")
 
 
+def test_pca_larger_than_the_rows_names_the_python_parameter(tmp_path):
+    """bertfeat.extract(pca=10): the PCA's errors name extract's parameter pca (they said n_components=10, a
+    parameter extract does not have); nothing is written."""
+    import bertfeat
+    from bertfeat.errors import BertfeatError
+
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"], ["c"]])
+    out = tmp_path / "o.parquet"
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, out, model=tiny_model(), pca=10)
+    assert str(e.value) == ("pca=10 is larger than min(n_samples, n_features) = min(3, 32) = 3 - choose pca <= 3, or a "
+                            "fraction such as 0.95 to keep 95% of the variance")
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("fmt", ["csv", "tsv"])
 def test_a_byte_the_encoding_cannot_read_is_one_bad_row(tmp_path, capsys, fmt):
     """--encoding cp1252 (or ascii): a byte undefined there makes its row a bad row naming the byte, where it is and the
