@@ -408,8 +408,11 @@ def type_error(name: str, value, classes: tuple) -> BertfeatError:
     words = " or ".join(w for c, w in _TYPE_WORDS.items() if c in classes)
     none = type(None) in classes
     kind = type(value).__name__
+    fix = f"give {opt(name)} as {words}" + (", or leave it out" if none else "")
+    if name == "pca_model" and callable(getattr(value, "save", None)):  # a fitted bertfeat.PCA: its file is what runs
+        fix += " (a fitted PCA: PCA.save('pca.npz') first, then pca_model='pca.npz')"
     return BertfeatError(f"{opt(name, value)} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not {words}"
-                         + (", or None" if none else ""), f"give {opt(name)} as {words}" + (", or leave it out" if none else ""))
+                         + (", or None" if none else ""), fix)
 
 
 def check_switch(name: str, value) -> bool:

@@ -808,3 +808,19 @@ def test_an_empty_input_path_stride_without_windows_and_output_dash_are_refused(
     with pytest.raises(bertfeat.BertfeatError, match=r"^the input path is empty - "):
         bertfeat.extract("", out, model=tiny_model())
     assert extract(capsys, src, out, "--stride", "8", "--long-text", "chunk-max", "-q")[0] == 0
+
+
+def test_pca_model_given_a_fitted_pca_says_to_save_it(tmp_path):
+    """pca_model=<a fitted bertfeat.PCA>: the fix says how to make the file extract takes."""
+    import numpy as np
+
+    import bertfeat
+    from bertfeat.errors import BertfeatError
+
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"], ["c"]])
+    pca = bertfeat.PCA(2).fit(np.arange(40.0).reshape(10, 4) ** 2)
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca_model=pca)
+    assert str(e.value) == ("pca_model=PCA(n_components=2) is a PCA, not a string or a path, or None - give pca_model "
+                            "as a string or a path, or leave it out (a fitted PCA: PCA.save('pca.npz') first, then "
+                            "pca_model='pca.npz')")
