@@ -111,7 +111,10 @@ def inside_folder(root: Path, path: Path) -> Path:
                       "every one)")
 
 
-SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
+SUPPORTED_ACTS = ("gelu", "gelu_python", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
+#: hidden_act names of a function bertfeat runs under another name: transformers' ACT2FN["gelu_python"] is the exact
+#: (erf) GELU written out in torch, the same function as "gelu" (within 1e-6 in float32)
+ACT_ALIASES = {"gelu_python": "gelu"}
 # model_type values whose checkpoints are post-LN BERT encoders. RoBERTa, XLM-RoBERTa and CamemBERT (RoBERTa's
 # architecture under its own model_type) differ only in their position ids (counted from padding_idx + 1) and a
 # single token type; ELECTRA is BERT with its embeddings at embedding_size, projected to hidden_size
@@ -210,6 +213,16 @@ class BertConfig:
         if self.model_type == "distilbert":
             return {v: k for k, v in DISTILBERT_NAMES.items()}.get(field, field)
         return field
+
+    @property
+    def act(self) -> str:
+        """hidden_act as the forward pass runs it: config.json's name, or the one it is an alias of (ACT_ALIASES)."""
+        return ACT_ALIASES.get(self.hidden_act, self.hidden_act)
+
+    @property
+    def classifier_act(self) -> str:
+        """ModernBERT's classifier_activation as the masked-LM head runs it (ACT_ALIASES)."""
+        return ACT_ALIASES.get(self.classifier_activation, self.classifier_activation)
 
     @property
     def head_size(self) -> int:

@@ -159,6 +159,17 @@ def test_mpnet_takes_no_type_vocab_size():
         assert BertConfig.from_dict({"model_type": "mpnet", "type_vocab_size": v}).type_vocab_size == 1
 
 
+def test_gelu_python_is_the_exact_gelu():
+    """transformers' ACT2FN["gelu_python"] is the erf GELU written out in torch (refused before): it runs as "gelu",
+    and config.json's name is kept in the record. ModernBERT's hidden_activation / classifier_activation too."""
+    c = BertConfig.from_dict({"hidden_act": "gelu_python"})
+    assert (c.hidden_act, c.act, c.to_dict()["hidden_act"]) == ("gelu_python", "gelu", "gelu_python")
+    m = BertConfig.from_dict({"model_type": "modernbert", "num_hidden_layers": 3, "hidden_activation": "gelu_python",
+                              "classifier_activation": "gelu_python"})
+    assert (m.act, m.classifier_act) == ("gelu", "gelu")
+    assert BertConfig.from_dict({"hidden_act": "gelu_new"}).act == "gelu_new"
+
+
 @pytest.mark.parametrize("arch,model_type", [("RobertaModel", "roberta"), ("XLMRobertaForMaskedLM", "xlm-roberta"),
                                              ("CamembertForSequenceClassification", "camembert"),
                                              ("ElectraForPreTraining", "electra"), ("MPNetForMaskedLM", "mpnet")])

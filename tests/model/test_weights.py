@@ -118,7 +118,7 @@ CASES = [
      ["decoder models (is_decoder / add_cross_attention) are not supported - use an encoder-only BERT checkpoint"]),
     ("cross-attention", lambda d: edit_config(d, add_cross_attention=True), ConfigError, ["are not supported"]),
     ("unknown-act", lambda d: edit_config(d, hidden_act="swish"), ConfigError,
-     ["hidden_act 'swish' is not supported - supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu"]),
+     ["hidden_act 'swish' is not supported - supported: gelu, gelu_python, gelu_new, gelu_pytorch_tanh, gelu_fast, relu"]),
     ("act-not-a-string", lambda d: edit_config(d, hidden_act={"x": 1}), ConfigError, ["is not supported"]),
     ("heads-zero", lambda d: edit_config(d, num_attention_heads=0), ConfigError,
      ["num_attention_heads must be a positive integer, not 0"]),
