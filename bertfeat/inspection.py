@@ -186,12 +186,14 @@ def tokenize_text(text: str, pair: str | None = None, model: str | None = None, 
 
     Keys: model, text, pair, max_length, n_tokens (after truncation), n_tokens_full (before),
     truncated, tokens, input_ids, token_type_ids, attention_mask (the last four per position,
-    special tokens included, as transformers' tokenizer returns them).
+    special tokens included, as the model receives them: a pair's token types are all 0 for a model whose
+    tokenizer gives it no token_type_ids, Encoder.pairs_untyped, whatever the tokenizer's template says).
     """
     check_texts(text, pair)
     enc = _encoder(model, max_length, encoder)
     ml = _max_length(enc, max_length)
     e, truncated, n_full = enc.tokenizer.tokens(text, pair, ml)
+    types = [0] * len(e.ids) if enc.pairs_untyped else [int(i) for i in e.type_ids]
     return {
         "model": enc.model_id,
         "text": text,
@@ -202,7 +204,7 @@ def tokenize_text(text: str, pair: str | None = None, model: str | None = None, 
         "truncated": bool(truncated),
         "tokens": list(e.tokens),
         "input_ids": [int(i) for i in e.ids],
-        "token_type_ids": [int(i) for i in e.type_ids],
+        "token_type_ids": types,
         "attention_mask": [int(i) for i in e.attention_mask],
     }
 

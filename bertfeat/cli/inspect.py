@@ -58,12 +58,14 @@ MAX_LENGTH_HELP = ("Max tokens (default: the model's max_seq_length, else its to
 
 def tokens_command(
     text: str = typer.Argument(..., help="The text to tokenize."),
-    pair: Optional[str] = typer.Option(None, "--pair", help="Second text of a sentence pair (token type id 1)."),
+    pair: Optional[str] = typer.Option(None, "--pair", help="Second text of a sentence pair (token type id 1, "
+                                       "or 0 for a model whose tokenizer gives no token_type_ids)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
     max_length: Optional[int] = typer.Option(None, "--max-length", help=MAX_LENGTH_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ):
-    """Show how a text is cut into wordpieces: ids, token type ids, attention mask, truncation."""
+    """Show how a text is cut into wordpieces: ids, token type ids (as the model receives them), attention mask,
+    truncation."""
     from ..inspection import tokenize_text
     from ..checks import check_max_length
 

@@ -450,7 +450,7 @@ class Batch:
     def of(cls, config, mask_add: np.ndarray, ws: Workspace, bias: np.ndarray | None = None,
            want_probs: bool = False) -> Batch:
         return cls(mask_add.shape[0], mask_add.shape[-1], mask_add, ws, elementwise(), config.num_attention_heads,
-                   config.hidden_act, config.layer_norm_eps, bias, want_probs)
+                   config.act, config.layer_norm_eps, bias, want_probs)
 
     @property
     def real(self) -> np.ndarray:
@@ -925,6 +925,6 @@ def mlm_logits(w: BertWeights, h: np.ndarray, act: str | None = None) -> np.ndar
     """(M, H) last hidden states -> (M, V) masked-LM logits: dense, act (default the config's hidden_act; MPNet's head
     is always the exact "gelu"), LayerNorm, tied decoder, bias."""
     m = w.mlm
-    t = bias_act_(h @ m["dense_w"], m["dense_b"], act or w.config.hidden_act)
+    t = bias_act_(h @ m["dense_w"], m["dense_b"], act or w.config.act)
     t = layer_norm_(t, m["ln_g"], m["ln_b"], w.config.layer_norm_eps)
     return t @ m["decoder_w"].T + m["bias"]

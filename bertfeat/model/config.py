@@ -34,6 +34,20 @@ def typed(value, types: type | tuple, what: str, default=None):
                       "restore the file from the checkpoint (or correct that entry)")
 
 
+def config_int(value, what: str, least: int = 1) -> int:
+    """``value`` when a JSON integer of at least ``least``, else a one-line ConfigError ``<what> must be a positive
+    integer, not <value>`` (``what`` names the file and key): the one check of config.json's integer settings, for
+    every family. A number written with a decimal point (6.0), true / false and a string ("6") are refused, as
+    transformers 5 refuses each (its configs are strict dataclasses: "expected int, got float")."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= least:
+        return value
+    kind = "a positive integer" if least == 1 else f"an integer of at least {least}"
+    fix = (f"write it as {int(value)}, without the decimal point (transformers refuses {value} there too)"
+           if isinstance(value, float) and value.is_integer() and value >= least
+           else "restore config.json from the checkpoint")
+    raise ConfigError(f"{what} must be {kind}, not {value!r}", fix)
+
+
 def _json_kind(value) -> str:
     return {dict: "object", list: "list"}.get(type(value), type(value).__name__)
 
@@ -97,7 +111,10 @@ def inside_folder(root: Path, path: Path) -> Path:
                       "every one)")
 
 
-SUPPORTED_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
+SUPPORTED_ACTS = ("gelu", "gelu_python", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
+#: hidden_act names of a function bertfeat runs under another name: transformers' ACT2FN["gelu_python"] is the exact
+#: (erf) GELU written out in torch, the same function as "gelu" (within 1e-6 in float32)
+ACT_ALIASES = {"gelu_python": "gelu"}
 # model_type values whose checkpoints are post-LN BERT encoders. RoBERTa, XLM-RoBERTa and CamemBERT (RoBERTa's
 # architecture under its own model_type) differ only in their position ids (counted from padding_idx + 1) and a
 # single token type; ELECTRA is BERT with its embeddings at embedding_size, projected to hidden_size
@@ -198,6 +215,16 @@ class BertConfig:
         return field
 
     @property
+    def act(self) -> str:
+        """hidden_act as the forward pass runs it: config.json's name, or the one it is an alias of (ACT_ALIASES)."""
+        return ACT_ALIASES.get(self.hidden_act, self.hidden_act)
+
+    @property
+    def classifier_act(self) -> str:
+        """ModernBERT's classifier_activation as the masked-LM head runs it (ACT_ALIASES)."""
+        return ACT_ALIASES.get(self.classifier_activation, self.classifier_activation)
+
+    @property
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
@@ -276,21 +303,16 @@ class BertConfig:
         if model_type not in MODERNBERT_TYPES:
             for k in MODERNBERT_FIELDS:
                 fields.pop(k, None)
+        if model_type in MPNET_TYPES:  # MPNetConfig has no type_vocab_size (transformers ignores one): one, unused
+            fields["type_vocab_size"] = 1
         names = {v: k for k, v in DISTILBERT_NAMES.items()} if model_type == "distilbert" else {}
-        for k in _POSITIVE_INTS + (("embedding_size",) if "embedding_size" in fields else ()):
-            v = fields.get(k, 1)
-            if isinstance(v, float) and v.is_integer():
-                fields[k] = v = int(v)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{source}: {names.get(k, k)} must be a positive integer, not {v!r}",
-                                  "restore config.json from the checkpoint")
+        for k in _POSITIVE_INTS + ("embedding_size",):
+            if k in fields:
+                config_int(fields[k], f"{source}: {names.get(k, k)}")
         defaulted = model_type in ROBERTA_TYPES and "pad_token_id" not in fields
         if defaulted:  # transformers' RobertaConfig (XLM-R, CamemBERT) defaults it to 1: positions after it
             fields["pad_token_id"] = 1
-        pad = fields.get("pad_token_id", 0)  # a string "1" reached the position-id arithmetic (a bug line)
-        if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
-            raise ConfigError(f"{source}: pad_token_id must be a whole number >= 0, not {pad!r}",
-                              "restore config.json from the checkpoint")
+        check_pad_token_id(fields.get("pad_token_id", 0), fields.get("vocab_size", cls.vocab_size), source)
         eps = fields.get("layer_norm_eps", 1e-12)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
             raise ConfigError(f"{source}: layer_norm_eps must be a small positive number, not {eps!r}",
@@ -331,6 +353,18 @@ class BertConfig:
         if not isinstance(d, dict):
             raise ConfigError(f"{path} is not a JSON object", "restore config.json from the checkpoint")
         return cls.from_dict(d, source=str(path))
+
+
+def check_pad_token_id(pad, vocab_size: int, source: str) -> None:
+    """pad_token_id is a JSON integer and a token id of the vocabulary, 0 .. vocab_size - 1: transformers refuses a
+    larger one (nn.Embedding's padding_idx: "Padding_idx must be within num_embeddings"), and RoBERTa's positions count
+    from it. MPNet's too, though transformers' MPNetEmbeddings ignores it (padding_idx 1): a pad token outside the
+    vocabulary is a damaged config.json in any family."""
+    if isinstance(pad, bool) or not isinstance(pad, int):
+        config_int(pad, f"{source}: pad_token_id", least=0)
+    if not 0 <= pad < vocab_size:
+        raise ConfigError(f"{source}: pad_token_id {pad} is not a token of the vocabulary (vocab_size {vocab_size}: "
+                          f"ids 0 .. {vocab_size - 1})", "restore config.json from the checkpoint")
 
 
 #: a task model's class name (config.json's architectures) -> its family's model_type: RobertaModel, XLMRobertaFor...
@@ -391,14 +425,11 @@ def modernbert_fields(d: dict, source: str) -> dict:
         if theirs in d:
             out[ours] = d[theirs]
     out["type_vocab_size"] = 1
-    L = d.get("num_hidden_layers", 22)
+    L = config_int(d.get("num_hidden_layers", 22), f"{source}: num_hidden_layers")
     types = d.get("layer_types")
-    if types is None:
-        n = d.get("global_attn_every_n_layers", 3)
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"{source}: global_attn_every_n_layers must be a positive integer, not {n!r}",
-                              "restore config.json from the checkpoint")
-        types = ["sliding_attention" if i % n else "full_attention" for i in range(L if isinstance(L, int) else 0)]
+    if types is None:  # (transformers takes 3.0 or true here, a setting its strict fields leave unchecked)
+        n = config_int(d.get("global_attn_every_n_layers", 3), f"{source}: global_attn_every_n_layers")
+        types = ["sliding_attention" if i % n else "full_attention" for i in range(L)]
     if not isinstance(types, list) or len(types) != L or any(t not in MODERNBERT_LAYER_TYPES for t in types):
         raise ConfigError(f"{source}: layer_types must list {L} of 'full_attention' / 'sliding_attention', not "
                           f"{types!r}", "restore config.json from the checkpoint")
@@ -419,16 +450,11 @@ def modernbert_fields(d: dict, source: str) -> dict:
             raise ConfigError(f"{source}: the rotary base ({key}) must be a number above 1, not {theta!r}",
                               "restore config.json from the checkpoint")
         out[key] = float(theta)
-    w = d.get("local_attention", 128)
     half = d.get("sliding_window")
     if half is not None:  # transformers' ModernBertConfig sets local_attention = 2 * sliding_window, over local_attention
-        if isinstance(half, bool) or not isinstance(half, int) or half < 1:
-            raise ConfigError(f"{source}: sliding_window must be a positive integer, not {half!r}",
-                              "restore config.json from the checkpoint")
-        w = out["local_attention"] = 2 * half
-    if isinstance(w, bool) or not isinstance(w, int) or w < 2:
-        raise ConfigError(f"{source}: local_attention must be an integer of at least 2, not {w!r}",
-                          "restore config.json from the checkpoint")
+        out["local_attention"] = 2 * config_int(half, f"{source}: sliding_window")
+    else:
+        config_int(d.get("local_attention", 128), f"{source}: local_attention", least=2)
     for k in ("attention_bias", "mlp_bias", "norm_bias", "classifier_bias", "decoder_bias"):
         if k in d and not isinstance(d[k], bool):
             raise ConfigError(f"{source}: {k} must be true or false, not {d[k]!r}", "restore config.json from the checkpoint")

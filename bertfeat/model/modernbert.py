@@ -292,7 +292,7 @@ def mlp_(w: ModernBertWeights, i: int, x: np.ndarray, bt: Batch, block: int = 10
     c, lw = w.config, w.layers[i]
     N, H = x.shape
     F = c.intermediate_size
-    act = ACTIVATIONS_INPLACE[c.hidden_act]
+    act = ACTIVATIONS_INPLACE[c.act]
     for s in range(0, N, block):
         m = min(block, N - s)
         h = norm_(np.array(x[s:s + m]), lw.ln2_g, lw.ln2_b, c.layer_norm_eps)  # (m, H)
@@ -349,6 +349,6 @@ def modernbert_mlm_logits(w: ModernBertWeights, h: np.ndarray) -> np.ndarray:
     t = h @ m["dense_w"]
     if m["dense_b"] is not None:
         t += m["dense_b"]
-    t = norm_(ACTIVATIONS_INPLACE[c.classifier_activation](t), m["ln_g"], m["ln_b"], c.layer_norm_eps)
+    t = norm_(ACTIVATIONS_INPLACE[c.classifier_act](t), m["ln_g"], m["ln_b"], c.layer_norm_eps)
     logits = t @ m["decoder_w"].T
     return logits + m["bias"] if m["bias"] is not None else logits

@@ -374,11 +374,14 @@ def _length(cfg: dict, key: str, where: str) -> int | None:
     """A max length entry (max_seq_length, model_max_length): None when absent, else a number of 3 or more, the fewest
     tokens a text takes with its special tokens (the least ``max_length`` accepts)."""
     v = typed(cfg.get(key), (int, float), f"{where}: {key}")
-    if isinstance(v, float):  # 256.0 is 256; 6.5 tokens is no length (sentence-transformers fails on it: TypeError)
+    if isinstance(v, float) and v < _NO_LIMIT:  # 256.0 and 6.5 alike: sentence-transformers and transformers' tokenizer
+        # fail on either at the first text (TypeError: 'float' object cannot be interpreted as an integer); 1e30 is no limit
         if not v.is_integer():
             raise ConfigError(f"{where}: {key} is {v}, not a whole number of tokens",
                               "restore the file from the checkpoint (or set it to the model's max length)")
-        v = int(v)
+        if v >= 3:  # (below 3 is refused as such, next)
+            raise ConfigError(f"{where}: {key} is {v}, not an integer",
+                              f"write it as {int(v)}, without the decimal point (sentence-transformers fails on {v})")
     if v is not None and v < 3:
         raise ConfigError(f"{where}: {key} is {v}, below 3 (a text and its special tokens need at least 3 tokens)",
                           "restore the file from the checkpoint (or set it to the model's max length)")

@@ -101,6 +101,26 @@ def test_tokens_table(capsys, minilm_dir):
     assert out.rstrip().splitlines()[-1] == "truncated: 7 tokens cut to 4 (max length 4)"
 
 
+@pytest.mark.parametrize("edit", [{"tokenizer_class": "DistilBertTokenizer"},
+                                  {"model_input_names": ["input_ids", "attention_mask"]}])
+def test_tokens_of_a_pair_show_the_token_types_the_model_receives(capsys, tmp_path, edit):
+    """A BERT whose tokenizer gives the model no token_type_ids (its class's model_input_names, or
+    tokenizer_config.json's): transformers runs a pair with every token of type 0, and so does bertfeat
+    (Encoder.pairs_untyped), but `tokens --pair` showed the template's 0 then 1. It shows what the model receives."""
+    d = make_checkpoint(tmp_path / "m", tokenizer="json")
+    tc = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**tc, **edit}))
+    text, pair = "The cat sat.", "Where did it sit?"
+    want = transformers.AutoTokenizer.from_pretrained(str(d))(text, pair)
+    assert "token_type_ids" not in want  # the model gets none: BertModel embeds every token as type 0
+    rc, out, err = run(capsys, "tokens", text, "--pair", pair, "--model", d, "--json")
+    assert rc == 0 and err == ""
+    got = json.loads(out)
+    assert got["input_ids"] == want["input_ids"] and got["token_type_ids"] == [0] * len(want["input_ids"])
+    rc, out, err = run(capsys, "tokens", text, "--pair", pair, "--model", d)
+    assert rc == 0 and [r[3] for r in _table_rows(out)] == ["0"] * len(want["input_ids"])
+
+
 def test_tokens_escape_c1_del_and_bidi_controls(capsys, tmp_path):
     """An XLM-R tokenizer keeps U+009B (an 8-bit CSI), DEL and a right-to-left override as wordpieces: the table
     printed them raw (the override reorders the rest of the row in a bidi terminal), and --json printed them and

@@ -28,8 +28,10 @@ def test_fields_defaults_and_extra_keys():
     assert c.num_hidden_layers == 12 and c.intermediate_size == 3072  # BERT-base defaults when absent
     assert BertConfig.from_dict({}) == BertConfig()
     assert c.to_dict()["hidden_act"] == "gelu_new"
-    c = BertConfig.from_dict({"hidden_size": 768.0, "num_hidden_layers": 2.0})  # integral floats are integers
-    assert (c.hidden_size, c.num_hidden_layers) == (768, 2) and isinstance(c.hidden_size, int)
+    with pytest.raises(ConfigError) as e:  # read as 768 before; transformers 5 refuses it (test_integer_settings...)
+        BertConfig.from_dict({"hidden_size": 768.0, "num_hidden_layers": 2.0})
+    assert e.value.message == ("config.json: hidden_size must be a positive integer, not 768.0 - write it as 768, "
+                               "without the decimal point (transformers refuses 768.0 there too)")
 
 
 @pytest.mark.parametrize("act", SUPPORTED_ACTS)
@@ -57,9 +59,9 @@ def test_supported_acts(act):
     ({"hidden_size": "768"}, ["hidden_size must be a positive integer, not '768'", "restore config.json"]),
     ({"num_attention_heads": 0}, ["num_attention_heads must be a positive integer, not 0"]),
     ({"num_hidden_layers": -1}, ["num_hidden_layers must be a positive integer"]),
-    ({"model_type": "roberta", "pad_token_id": "1"}, ["pad_token_id must be a whole number >= 0, not '1'"]),  # audit
-    ({"pad_token_id": -1}, ["pad_token_id must be a whole number >= 0, not -1"]),
-    ({"pad_token_id": 1.5}, ["pad_token_id must be a whole number >= 0, not 1.5"]),
+    ({"model_type": "roberta", "pad_token_id": "1"}, ["pad_token_id must be an integer of at least 0, not '1'"]),
+    ({"pad_token_id": -1}, ["pad_token_id -1 is not a token of the vocabulary (vocab_size 30522: ids 0 .. 30521)"]),
+    ({"pad_token_id": 1.5}, ["pad_token_id must be an integer of at least 0, not 1.5"]),
     ({"vocab_size": True}, ["vocab_size must be a positive integer, not True"]),
     ({"intermediate_size": 3072.5}, ["intermediate_size must be a positive integer"]),
     ({"layer_norm_eps": "1e-12"}, ["layer_norm_eps must be a small positive number"]),
@@ -72,6 +74,100 @@ def test_unsupported_configs(d, words):
     assert msg.startswith("x/config.json: ") and " - " in msg and "\n" not in msg
     for w in words:
         assert w in msg
+
+
+_BERT = {"vocab_size": 100, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "intermediate_size": 128, "max_position_embeddings": 130, "type_vocab_size": 2, "pad_token_id": 1}
+#: a valid config.json of each family, under its own names: each of its keys is an integer setting the family reads
+FAMILY_CONFIGS = {
+    "bert": _BERT,
+    "roberta": {**_BERT, "type_vocab_size": 1},
+    "xlm-roberta": {**_BERT, "type_vocab_size": 1},
+    "camembert": {**_BERT, "type_vocab_size": 1},
+    "electra": {**_BERT, "embedding_size": 32},
+    "distilbert": {"vocab_size": 100, "dim": 64, "n_layers": 2, "n_heads": 4, "hidden_dim": 128,
+                   "max_position_embeddings": 130, "pad_token_id": 1},
+    "mpnet": {**{k: v for k, v in _BERT.items() if k != "type_vocab_size"}, "relative_attention_num_buckets": 32},
+    "modernbert": {**{k: v for k, v in _BERT.items() if k != "type_vocab_size"}, "num_hidden_layers": 3,
+                   "global_attn_every_n_layers": 3, "local_attention": 64},
+}
+#: (family, key, its least value): every integer setting of every family, and ModernBERT's sliding_window (which wins
+#: over local_attention, so it is set alone)
+INTEGER_SETTINGS = [(f, k, {"pad_token_id": 0, "local_attention": 2}.get(k, 1)) for f, c in FAMILY_CONFIGS.items()
+                    for k in c] + [("modernbert", "sliding_window", 1)]
+
+
+def _family_config(family: str, key: str, value) -> dict:
+    return {"model_type": family, **FAMILY_CONFIGS[family], key: value}
+
+
+@pytest.mark.parametrize("family,key,least", INTEGER_SETTINGS, ids=[f"{f}-{k}" for f, k, _ in INTEGER_SETTINGS])
+def test_integer_settings_given_as_a_float_true_or_a_string_are_refused(family, key, least):
+    """num_hidden_layers 6.0, hidden_size 384.0 ... loaded as 6, 384 (and pad_token_id 1.0 was refused by another
+    rule): transformers 5 refuses each (its configs are strict dataclasses: "expected int, got float"), so bertfeat
+    does too, for every family, naming the file, the key and the value; true and "6" as before."""
+    good = FAMILY_CONFIGS[family].get(key, 32)
+    assert BertConfig.from_dict(_family_config(family, key, good))  # the config loads with the integer
+    kind = "a positive integer" if least == 1 else f"an integer of at least {least}"
+    restore = "restore config.json from the checkpoint"
+    for bad, fix in ((float(good), f"write it as {good}, without the decimal point (transformers refuses {float(good)} "
+                                   "there too)"), (True, restore), (str(good), restore)):
+        with pytest.raises(ConfigError) as e:
+            BertConfig.from_dict(_family_config(family, key, bad), source="DIR/config.json")
+        assert e.value.message == f"DIR/config.json: {key} must be {kind}, not {bad!r} - {fix}"
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("family,key,least", INTEGER_SETTINGS, ids=[f"{f}-{k}" for f, k, _ in INTEGER_SETTINGS])
+def test_transformers_refuses_the_integer_settings_bertfeat_refuses(family, key, least):
+    """The other side of the test above: transformers' own config class refuses 6.0, true and "6" for the same keys,
+    but for ModernBERT's global_attn_every_n_layers (3.0, true) and sliding_window (true), which its strict fields
+    leave unchecked: taken there, and refused by bertfeat (a layer count of true is no setting a model is saved with)."""
+    from conftest import need_live
+
+    need_live("transformers")
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import CONFIG_MAPPING
+
+    good = FAMILY_CONFIGS[family].get(key, 32)
+    CONFIG_MAPPING[family].from_dict({**FAMILY_CONFIGS[family], key: good})
+    lenient = {("modernbert", "global_attn_every_n_layers"): ("3.0", "True"), ("modernbert", "sliding_window"): ("True",)}
+    for bad in (float(good), True, str(good)):
+        if repr(bad) in lenient.get((family, key), ()):
+            CONFIG_MAPPING[family].from_dict({**FAMILY_CONFIGS[family], key: bad})  # taken: bertfeat is stricter here
+            continue
+        with pytest.raises((StrictDataclassError, TypeError)):
+            CONFIG_MAPPING[family].from_dict({**FAMILY_CONFIGS[family], key: bad})
+
+
+@pytest.mark.parametrize("family", list(FAMILY_CONFIGS))
+@pytest.mark.parametrize("pad", [100, 10**6, -1])
+def test_pad_token_id_outside_the_vocabulary_is_refused(family, pad):
+    """pad_token_id 100 of a vocabulary of 100 ids loaded (a negative one was refused without naming vocab_size):
+    transformers refuses it (nn.Embedding: "Padding_idx must be within num_embeddings"; MPNet's model alone ignores
+    it). The last id loads."""
+    with pytest.raises(ConfigError) as e:
+        BertConfig.from_dict(_family_config(family, "pad_token_id", pad), source="DIR/config.json")
+    assert e.value.message == (f"DIR/config.json: pad_token_id {pad} is not a token of the vocabulary (vocab_size 100: "
+                               "ids 0 .. 99) - restore config.json from the checkpoint")
+    assert BertConfig.from_dict(_family_config(family, "pad_token_id", 99)).pad_token_id == 99
+
+
+def test_mpnet_takes_no_type_vocab_size():
+    """MPNetConfig has no type_vocab_size and transformers ignores one: bertfeat does too (it was checked as a setting)."""
+    for v in (2, 2.0, "2", True):
+        assert BertConfig.from_dict({"model_type": "mpnet", "type_vocab_size": v}).type_vocab_size == 1
+
+
+def test_gelu_python_is_the_exact_gelu():
+    """transformers' ACT2FN["gelu_python"] is the erf GELU written out in torch (refused before): it runs as "gelu",
+    and config.json's name is kept in the record. ModernBERT's hidden_activation / classifier_activation too."""
+    c = BertConfig.from_dict({"hidden_act": "gelu_python"})
+    assert (c.hidden_act, c.act, c.to_dict()["hidden_act"]) == ("gelu_python", "gelu", "gelu_python")
+    m = BertConfig.from_dict({"model_type": "modernbert", "num_hidden_layers": 3, "hidden_activation": "gelu_python",
+                              "classifier_activation": "gelu_python"})
+    assert (m.act, m.classifier_act) == ("gelu", "gelu")
+    assert BertConfig.from_dict({"hidden_act": "gelu_new"}).act == "gelu_new"
 
 
 @pytest.mark.parametrize("arch,model_type", [("RobertaModel", "roberta"), ("XLMRobertaForMaskedLM", "xlm-roberta"),

@@ -242,6 +242,31 @@ def test_random_checkpoint_matches_torch(make_ckpt, random_corpus, shape, act, n
     check_features(enc, pa, pb, 512, rows2, poolings=("pooled", "cls", "mean", "max"))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_gelu_python_runs_as_transformers_runs_it(make_ckpt, random_corpus, precision):
+    """hidden_act "gelu_python" (transformers' ACT2FN: the exact erf GELU written out in torch) was refused as not
+    supported; it runs as "gelu": every hidden state and pooled vector as transformers' BertModel gives them (bf16:
+    the same vectors as the model saved with "gelu", the fused kernels picked by the same name)."""
+    d = make_ckpt(**SHAPES["uncased"], hidden_act="gelu_python", seed=7)
+    ref = reference_model(d)
+    assert ref.config.hidden_act == "gelu_python"  # transformers runs its own gelu_python
+    enc = Encoder(d, precision=precision)
+    assert (enc.config.hidden_act, enc.config.act) == ("gelu_python", "gelu")
+    singles, (pa, pb) = random_corpus["uncased"]
+    if precision == "bf16":
+        same = Encoder(make_ckpt(**SHAPES["uncased"], hidden_act="gelu", seed=7), precision=precision)
+        np.testing.assert_array_equal(enc.encode(singles, pooling="mean"), same.encode(singles, pooling="mean"))
+        return
+    rows1, rows2, torch_batches = _reference_rows(d, "uncased", "gelu_python", random_corpus["uncased"])
+    diffs = LayerDiffs(enc.config.num_hidden_layers + 1)
+    same_padding = numpy_same_padding(enc, diffs)
+    for batch in torch_batches:
+        same_padding(*batch)
+    assert diffs.worst.max() <= HIDDEN_TOL, f"worst per layer {diffs.worst}"
+    check_features(enc, singles, None, 512, rows1)
+    check_features(enc, pa, pb, 512, rows2)
+
+
 def test_random_checkpoint_values_are_not_degenerate(make_ckpt, random_corpus):
     """The random weights give O(1), position-dependent hidden states and peaked attention, so the
     parity tests above compare informative numbers."""
@@ -402,7 +427,7 @@ def test_gelu_variants_against_torch():
     from transformers.activations import ACT2FN
 
     for name, fn in (("gelu_new", gelu_tanh), ("gelu_pytorch_tanh", gelu_tanh), ("gelu_fast", gelu_tanh),
-                     ("gelu", gelu_erf), ("relu", relu)):
+                     ("gelu", gelu_erf), ("gelu_python", gelu_erf), ("relu", relu)):
         assert np.abs(fn(x) - ACT2FN[name](tx).numpy()).max() <= 2e-6, name
 
 

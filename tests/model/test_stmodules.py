@@ -490,6 +490,30 @@ def test_model_max_length_below_3_is_refused(layouts, tmp_path):
         Encoder(d)
 
 
+@pytest.mark.parametrize("rel,key,where", [
+    ("sentence_bert_config.json", "max_seq_length", "sentence_bert_config.json"),
+    ("tokenizer_config.json", "model_max_length", "tokenizer_config.json"),
+    ("sentence_bert_config.json", "processing_kwargs", "sentence_bert_config.json: processing_kwargs"),
+])
+def test_a_max_length_written_with_a_decimal_point_is_refused(layouts, tmp_path, rel, key, where):
+    """max_seq_length 32.0 (or the tokenizer's model_max_length 32.0, or processing_kwargs' max_length) was read as 32;
+    sentence-transformers loads such a folder and fails at its first text (TypeError: 'float' object cannot be
+    interpreted as an integer), so bertfeat refuses it when it loads, naming the file, the key and the value."""
+    d = tmp_path / "m"
+    shutil.copytree(layouts["labse_cls_dense_tanh_normalize"], d)
+    assert "max_seq_length" not in json.loads((d / "sentence_bert_config.json").read_text())  # 6.x: the tokenizer's
+    edit = {key: {"text": {"max_length": 32.0}} if key == "processing_kwargs" else 32.0}
+    cfg = json.loads((d / rel).read_text())
+    (d / rel).write_text(json.dumps({**cfg, **edit}))
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    name = "max_length" if key == "processing_kwargs" else key
+    assert e.value.message == (f"{where}: {name} is 32.0, not an integer - write it as 32, without the decimal point "
+                               "(sentence-transformers fails on 32.0)")
+    with pytest.raises(TypeError, match="'float' object cannot be interpreted as an integer"):
+        _st_encode(_st(d), TEXTS)
+
+
 def test_encoder_default_pooling_helper_is_gone():
     """encoder.default_pooling(model_dir) raised on every folder with a Pooling module (hidden size 1 passed to
     read_pipeline) and had no caller: removed; Encoder.default_pooling / pooling_source give the pooling."""

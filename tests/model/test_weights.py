@@ -118,12 +118,19 @@ CASES = [
      ["decoder models (is_decoder / add_cross_attention) are not supported - use an encoder-only BERT checkpoint"]),
     ("cross-attention", lambda d: edit_config(d, add_cross_attention=True), ConfigError, ["are not supported"]),
     ("unknown-act", lambda d: edit_config(d, hidden_act="swish"), ConfigError,
-     ["hidden_act 'swish' is not supported - supported: gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, relu"]),
+     ["hidden_act 'swish' is not supported - supported: gelu, gelu_python, gelu_new, gelu_pytorch_tanh, gelu_fast, relu"]),
     ("act-not-a-string", lambda d: edit_config(d, hidden_act={"x": 1}), ConfigError, ["is not supported"]),
     ("heads-zero", lambda d: edit_config(d, num_attention_heads=0), ConfigError,
      ["num_attention_heads must be a positive integer, not 0"]),
     ("size-as-string", lambda d: edit_config(d, hidden_size="64"), ConfigError,
      ["hidden_size must be a positive integer, not '64'"]),
+    # loaded as 2 layers, 64 wide; transformers refuses both (tests/model/test_config.py: every family's keys)
+    ("layers-as-float", lambda d: edit_config(d, num_hidden_layers=2.0, hidden_size=64.0), ConfigError,
+     ["{d}/config.json: hidden_size must be a positive integer, not 64.0 - write it as 64, without the decimal point "
+      "(transformers refuses 64.0 there too)"]),
+    ("pad-past-vocab", lambda d: edit_config(d, pad_token_id=30522), ConfigError,  # loaded; transformers refuses it
+     ["{d}/config.json: pad_token_id 30522 is not a token of the vocabulary (vocab_size 30522: ids 0 .. 30521) - "
+      "restore config.json from the checkpoint"]),
     ("heads-do-not-divide", lambda d: edit_config(d, num_attention_heads=5), ConfigError,
      ["hidden_size 64 is not a multiple of num_attention_heads 5"]),
 ]
