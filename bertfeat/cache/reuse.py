@@ -36,10 +36,18 @@ ENTRY_OVERHEAD = 200  # bytes per in-memory entry besides the vector (dict slot,
 
 
 def dedup_memory() -> int:
-    try:
-        return int(os.environ.get("BERTFEAT_DEDUP_MEMORY", DEDUP_MEMORY))
-    except ValueError:
+    """Bytes of vectors the run's store keeps in memory: BERTFEAT_DEDUP_MEMORY, a whole number of bytes (unset or
+    empty: DEDUP_MEMORY). A value it cannot be is refused naming it: it ran with the default, without a word."""
+    text = os.environ.get("BERTFEAT_DEDUP_MEMORY", "").strip()
+    if not text:
         return DEDUP_MEMORY
+    if not (text.isascii() and text.isdigit()):  # (int() would take "-5", "1_000" and other scripts' digits)
+        from ..errors import BertfeatError
+
+        raise BertfeatError(f"BERTFEAT_DEDUP_MEMORY={text!r} is not a number of bytes",
+                            f"give a whole number of bytes, e.g. BERTFEAT_DEDUP_MEMORY={DEDUP_MEMORY} (64 MiB, the "
+                            "default; 0 keeps none in memory), or unset it")
+    return int(text)
 
 
 Entry = tuple  # (vector (D,) float32, n_tokens, truncated, n_chunks)

@@ -74,17 +74,49 @@ TOKEN_POOLS = {"cls": pool_cls, "max": pool_max, "mean": pool_mean, "mean_sqrt_l
 
 
 def split_pooling(pooling: str) -> tuple[str, ...]:
-    """'mean+max' -> ('mean', 'max'); checked against POOLINGS ('pooled' only alone)."""
+    """'mean+max' -> ('mean', 'max'); checked against POOLINGS ('pooled' only alone), each named once and no item
+    empty ('mean++max' and 'mean+mean' were read as mean+max and mean twice, without a word)."""
     from ..errors import BertfeatError
 
     modes = tuple(m.strip() for m in str(pooling).split("+"))
     for m in modes:
-        if m not in POOLINGS:
+        if m and m not in POOLINGS:
             raise BertfeatError(f"unknown pooling '{m}'", f"choose one of {', '.join(POOLINGS)}, or token poolings "
                                 "joined with '+' such as mean+max")
+    named = [m for m in modes if m]
+    if len(named) < len(modes):
+        raise BertfeatError(f"{_shown('pooling', pooling)} has an empty item ({_which_empty(modes)})",
+                            f"join the poolings with single '+': {_shown('pooling', '+'.join(named))}" if named
+                            else "name a pooling, e.g. mean")
     if "pooled" in modes and len(modes) > 1:
         raise BertfeatError("pooling 'pooled' cannot be combined with others", "use it alone, or combine cls, mean, max ...")
+    twice = _first_repeat(modes)
+    if twice is not None:
+        raise BertfeatError(f"{_shown('pooling', pooling)} names {twice} twice",
+                            f"name each pooling once: {_shown('pooling', '+'.join(dict.fromkeys(modes)))}")
     return modes
+
+
+def _shown(name: str, value) -> str:
+    """An option's value in a message, quoted on the command line as the shell takes it (--layers '-1,-1')."""
+    from ..errors import opt
+
+    return opt(name, value, cli=f"'{value}'") if isinstance(value, str) else opt(name, value)
+
+
+def _which_empty(items) -> str:
+    """Where the first empty item of a split option value is: 'item 2 of 3'."""
+    return f"item {next(i for i, x in enumerate(items, 1) if not x)} of {len(items)}"
+
+
+def _first_repeat(items):
+    """The first item given again, or None."""
+    seen = set()
+    for x in items:
+        if x in seen:
+            return x
+        seen.add(x)
+    return None
 
 
 def pool_tokens(h: np.ndarray, mask: np.ndarray, modes: tuple[str, ...]) -> np.ndarray:
@@ -212,6 +244,8 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
             shown = opt("layers", spec, cli=f"'{spec}'")
             raise BertfeatError(f"{shown} is not understood",
                                 "give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)") from None
+        if sl is None and s:
+            _refuse_empty_items(spec, [p.strip() for p in s.split(",")])
         if sl is not None:
             _check_slice_bounds(sl, spec, num_layers)
             idx = list(range(n))[sl]
@@ -242,4 +276,36 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
                 "choose layers in that range; -1 is the last layer, 0 the embeddings",
             )
         out.append(i % n)
+    _refuse_repeats(spec, idx, out, num_layers)
     return tuple(out)
+
+
+def _refuse_empty_items(spec: str, items: list[str]) -> None:
+    """'1,,2' names no layer between its commas: a typo, not a wish to skip one (it was read as '1,2')."""
+    from ..errors import BertfeatError
+
+    named = [x for x in items if x]
+    if named and len(named) < len(items):  # (none named: "selects no layer")
+        raise BertfeatError(f"{_shown('layers', spec)} has an empty item ({_which_empty(items)})",
+                            f"separate the layers by single commas: {_shown('layers', ','.join(named))}")
+
+
+def _refuse_repeats(spec, given: list[int], resolved: list[int], num_layers: int) -> None:
+    """A hidden state named twice (-1,-1; or 2,-1 on a 2-layer model) would count twice in the mean, or repeat its
+    features with concat: refused, as a list that says one thing twice is likelier a mistake than a weighting."""
+    from ..errors import BertfeatError
+
+    first: dict[int, int] = {}  # hidden state -> the number that named it first, in the order given
+    repeat = None
+    for g, i in zip(given, resolved):
+        if i in first and repeat is None:
+            repeat = (first[i], g, i)
+        first.setdefault(i, g)
+    if repeat is None:
+        return
+    a, b, i = repeat
+    how = f"layer {a} twice" if a == b else f"layer {i} twice (as {a} and {b}: the model has {num_layers} layers)"
+    once = list(first.values())
+    kept = ",".join(map(str, once)) if isinstance(spec, str) else once
+    raise BertfeatError(f"{_shown('layers', spec)} names {how}",
+                        f"name each layer once: {_shown('layers', kept)}")

@@ -81,8 +81,8 @@ new_locks_after_fork(globals(), "_lock")  # a child forked while another thread 
 def _candidates() -> list[str]:
     """Where libdnnl may be: BERTFEAT_DNNL, this Python's lib folders (the onednn-cpu-gomp wheel puts it in
     <prefix>/lib), the loader's search path."""
-    env = os.environ.get("BERTFEAT_DNNL")
-    if env:
+    env = os.environ.get("BERTFEAT_DNNL", "")
+    if env.strip():  # (unset or empty: the places below)
         return [env]
     names = ["libdnnl.so.3", "libdnnl.so", "libdnnl.3.dylib", "dnnl.dll"]
     dirs: list[Path] = []
@@ -151,6 +151,7 @@ def _load() -> ctypes.CDLL | None:
                 errors.append(f"{path}: {e}")
                 lib = None
         if lib is None:
+            _refuse_bad_env(errors)
             _state["lib"] = None
             _state["error"] = "; ".join(errors) if errors else "libdnnl was not found"
             return None
@@ -168,6 +169,20 @@ def _load() -> ctypes.CDLL | None:
         _state["engine"] = engine
         _state["lib"] = lib
         return lib
+
+
+def _refuse_bad_env(errors: list[str]) -> None:
+    """BERTFEAT_DNNL names a library that does not load (a wrong path, oneDNN 2.x): an error naming it, each time
+    asked (nothing cached), rather than NumPy's GEMMs without a word."""
+    env = os.environ.get("BERTFEAT_DNNL", "")
+    if not env.strip():
+        return
+    from ..errors import BertfeatError
+
+    why = errors[0].removeprefix(f"{env}: ") if errors else "not found"
+    raise BertfeatError(f"BERTFEAT_DNNL={env!r} cannot be loaded as oneDNN 3's libdnnl ({why})",
+                        "point BERTFEAT_DNNL at a libdnnl.so.3 of oneDNN 3.x, or unset it (then bertfeat uses the "
+                        "oneDNN of bertfeat[fast] if it is installed, else NumPy)")
 
 
 def available() -> bool:

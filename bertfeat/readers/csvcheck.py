@@ -28,7 +28,8 @@ _NAMES = {",": "','", ";": "';'", "|": "'|'", "\t": "tab"}
 
 
 def parse_delimiter(value: str | None) -> str | None:
-    """The ``delimiter`` option: one character; 'tab', '\\t' and 'comma'/'semicolon'/'pipe' spelled out are accepted."""
+    """The ``delimiter`` option: one character; 'tab' and '\\t' (backslash t, what a shell passes for '\\t', as pandas'
+    sep='\\t' means a tab) and 'comma'/'semicolon'/'pipe' spelled out are accepted."""
     if value is None:
         return None
     spelled = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
@@ -59,6 +60,17 @@ def sniff_delimiter(head: bytes) -> str:
     counts = {d: line.count(d.encode()) for d in LIKELY_DELIMITERS}
     best = max(counts, key=counts.get)
     return best if counts[best] else ","
+
+
+def splitting_delimiter(head: bytes, given: str) -> tuple[str, int] | None:
+    """The likely delimiter (',', ';', '|' or tab: the most frequent) that separates the header line outside quotes
+    where ``given`` does not occur, and the columns it makes; None if ``given`` is there or no other is."""
+    line = _unquoted(header_line(head))
+    if given.encode() in line:
+        return None
+    counts = {d: line.count(d.encode()) for d in (",",) + LIKELY_DELIMITERS if d != given}
+    best = max(counts, key=counts.get)
+    return (best, counts[best] + 1) if counts[best] else None
 
 
 def likely_delimiters_in(name: str, used: str) -> list[str]:

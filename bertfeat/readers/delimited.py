@@ -53,7 +53,7 @@ class CsvReader(TextReader):
         from .csvcheck import parse_delimiter
 
         super()._setup(delimiter)
-        self._delimiter_option = parse_delimiter(delimiter)
+        self._delimiter_option, self._delimiter_given = parse_delimiter(delimiter), delimiter
         self.delimiter = self._delimiter_option or ("\t" if self.fmt == "tsv" else ",")
 
     def _block_header(self, f: str) -> bytes:
@@ -168,10 +168,29 @@ class CsvReader(TextReader):
             raise InputError(f"{self.name}: the header line is one column {cols[0]!r}, which holds {name_of(likely[0])}",
                              f"pass {opt('delimiter', name_of(likely[0]))} if that separates the columns "
                              f"(or {opt('delimiter', name_of(self.delimiter))} to read one column)")
+        if len(cols) == 1 and option is not None:
+            self._refuse_absent_delimiter(head, cols[0])
         self._refuse_duplicates(cols)
         if self.fmt == "tsv":
             self._refuse_quoted_names(cols)
         return cols
+
+    def _refuse_absent_delimiter(self, head: bytes, name: str) -> None:
+        """A given delimiter the header line does not hold, while another separates it (--delimiter tab on a comma
+        file): every line would be read whole as one column, the text column by auto-detection. A name in quotes
+        holding ',' stays one column (that is how a one-column file names it)."""
+        from .csvcheck import name_of, splitting_delimiter
+
+        other = splitting_delimiter(head, self.delimiter)
+        if other is None:
+            return
+        d, k = other
+        said = name_of(self.delimiter)  # '\t' as typed, and how it was read
+        given = opt("delimiter", self._delimiter_given,
+                    cli=f"'{self._delimiter_given}' ({said})" if self._delimiter_given == "\\t" else said)
+        raise InputError(f"{self.name}: {given} is not in the header line {name!r}, which {name_of(d)} separates into "
+                         f"{k} columns", f"pass {opt('delimiter', name_of(d))} (or leave {opt('delimiter')} out: "
+                         f"the header line decides)")
 
     def _refuse_quoted_names(self, cols: list[str]) -> None:
         """A TSV header whose every name is in quotes was written by a CSV writer (R's write.table, Excel; quoting on):

@@ -224,6 +224,9 @@ def make_plan(options: ExtractOptions, client: Any = None) -> ExtractPlan:
     o.checked("truncate_dim")  # 1 or more here; its upper bound, the features' width, once the model loads (Encoder.spec)
     pca_model = check_pca_model(o, pca)
     cache = o.checked("cache")
+    from ..cache.reuse import dedup_memory
+
+    dedup_memory()  # BERTFEAT_DEDUP_MEMORY, read where the run's store is made: a bad one refused before the model loads
     o = _encoder_options(o)
     fmt, dask = _engine_settings(o)
     keep, keep_as, label = _output_columns(o, fmt, pca, pca_model)

@@ -407,6 +407,32 @@ def test_pairs_are_part_of_the_key(tmp_path):
     assert (s.rows_encoded, s.rows_reused) == (5, 3)  # a, b, head, head+w3, c: none taken from the pair rows
 
 
+def test_a_dedup_memory_that_is_no_number_of_bytes_is_an_error(tmp_path, monkeypatch, capsys):
+    """BERTFEAT_DEDUP_MEMORY=garbage ran with the default 64 MiB without a word: refused naming it before the model
+    loads, nothing written; unset, empty or blank, the default; a whole number of bytes (0 too) as given."""
+    from bertfeat.cache.reuse import DEDUP_MEMORY, dedup_memory
+
+    for value, budget in ((None, DEDUP_MEMORY), ("", DEDUP_MEMORY), (" ", DEDUP_MEMORY), ("2000", 2000), (" 0 ", 0)):
+        if value is None:
+            monkeypatch.delenv("BERTFEAT_DEDUP_MEMORY", raising=False)
+        else:
+            monkeypatch.setenv("BERTFEAT_DEDUP_MEMORY", value)
+        assert dedup_memory() == budget, value
+    src = corpus(tmp_path / "in.csv", [("a", "hello world")])
+    out = tmp_path / "o.parquet"
+    for value in ("garbage", "-5", "1e6", "64MiB", "1_000", "\u0663"):
+        monkeypatch.setenv("BERTFEAT_DEDUP_MEMORY", value)
+        fix = ("give a whole number of bytes, e.g. BERTFEAT_DEDUP_MEMORY=67108864 (64 MiB, the default; 0 keeps none in "
+               "memory), or unset it")
+        with pytest.raises(BertfeatError) as e:
+            dedup_memory()
+        assert e.value.message == f"BERTFEAT_DEDUP_MEMORY={value!r} is not a number of bytes - {fix}"
+        assert run(capsys, "extract", src, "-o", out, "-m", tiny_model(), "-q") == (1, "", f"Error: {e.value.message}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    monkeypatch.setenv("BERTFEAT_DEDUP_MEMORY", "")
+    assert run(capsys, "extract", src, "-o", out, "-m", tiny_model(), "-q")[0] == 0
+
+
 @pytest.mark.parametrize("engine", ["local", "dask"])
 def test_duplicates_spill_past_the_memory_budget(tmp_path, request, monkeypatch, engine):
     """BERTFEAT_DEDUP_MEMORY=2000 bytes holds ~6 vectors of the tiny model: the local run's duplicate store spills to

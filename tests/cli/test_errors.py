@@ -197,7 +197,13 @@ def test_delimiter_option_and_refused_one_column_header(tmp_path, capsys):
     src2 = tmp_path / "t.csv"
     src2.write_text("id;text\n1;hello there\n", encoding="utf-8")
     rc, _, err = extract(capsys, src2, tmp_path / "o.parquet", "--delimiter", ",")
-    assert rc == 0, err  # an explicit --delimiter is obeyed: one column 'id;text'
+    # an explicit --delimiter the header line lacks, while ';' separates it, is refused (it read one column 'id;text')
+    one_line(rc, err, f"Error: {src2}: --delimiter ',' is not in the header line 'id;text', which ';' separates into 2 "
+                      "columns - pass --delimiter ';' (or leave --delimiter out: the header line decides)")
+    assert not (tmp_path / "o.parquet").exists()
+    (tmp_path / "q.csv").write_text('"id;text"\n"1;hello there"\n', encoding="utf-8")
+    rc, _, err = extract(capsys, tmp_path / "q.csv", tmp_path / "o.parquet", "--delimiter", ",")
+    assert rc == 0, err  # a name in quotes holding ';' is one column: an explicit --delimiter reads it so
     rc, _, err = extract(capsys, src2, tmp_path / "o2.parquet", "--delimiter", "semicolon", "--id-column", "id")
     assert rc == 0, err
     assert read_table(tmp_path / "o2.parquet").column("id").to_pylist() == ["1"]

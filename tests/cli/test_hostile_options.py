@@ -51,3 +51,55 @@ def test_pca_transform_format_in_upper_case(tmp_path, capsys):
     assert (rc, err) == (1, "Error: unknown --format 'CSV' - choose one of parquet, npy, csv (formats are lower case: "
                             "--format csv)\n")
     assert not (tmp_path / "r.csv").exists()
+
+
+def _pca_inputs(tmp_path):
+    import numpy as np
+
+    feats, model = tmp_path / "f.npy", tmp_path / "p.npz"
+    np.save(feats, np.random.default_rng(0).normal(size=(20, 6)).astype(np.float32))
+    return feats, model
+
+
+@pytest.mark.parametrize("args, what, flag, name, clean", [
+    (["extract", "{csv}", "-m", "{model}", "-q", "-o"], "output", "-o", "o.parquet ", "o.parquet"),
+    (["extract", "{csv}", "-m", "{model}", "-q", "-o"], "output", "-o", " o.parquet", "o.parquet"),
+    (["extract", "{csv}", "-m", "{model}", "-q", "-o"], "output", "-o", "o.parquet\t", "o.parquet"),
+    (["extract", "{csv}", "-m", "{model}", "-q", "-o"], "output", "-o", "o.parquet\xa0", "o.parquet"),
+    (["extract", "{csv}", "-m", "{model}", "-q", "-o", "{dir}/o.parquet", "--summary-json"], "summary JSON",
+     "--summary-json", "run.json ", "run.json"),
+    (["sweep", "{csv}", "-m", "{model}", "-q", "-o"], "report prefix", "-o", "sw ", "sw"),
+    (["pca", "fit", "{feats}", "-n", "2", "-q", "-o"], "PCA model", "-o", "p2.npz ", "p2.npz"),
+    (["pca", "transform", "{feats}", "--pca-model", "{pca}", "-o"], "output", "-o", "r.npy ", "r.npy"),
+    (["attention", "a text", "-m", "{model}", "-o"], "output", "-o", "a.png ", "a.png"),
+])
+def test_an_output_name_with_whitespace_at_an_end_is_refused(tmp_path, capsys, args, what, flag, name, clean):
+    """-o 'o.parquet ' wrote a file named 'o.parquet ' (a stray space inside the quotes, a pasted name), rc 0."""
+    corpus = write_csv(tmp_path / "in.csv", ["id", "text"], [[1, "hello world"], [2, "good day"]])
+    feats, pca = _pca_inputs(tmp_path)
+    assert run(capsys, "pca", "fit", feats, "-o", pca, "-n", 2, "-q")[0] == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    fill = {"csv": corpus, "model": tiny_model(), "feats": feats, "pca": pca, "dir": tmp_path}
+    argv = [a.format(**fill) for a in args]
+    out = tmp_path / name
+    rc, _, err = run(capsys, *argv, out)
+    where, space = ("starts with", "a space") if name[0] == " " else (
+        "ends in", {" ": "a space", "\t": "a tab", "\xa0": "a no-break space"}[name[-1]])
+    assert (rc, err) == (1, f"Error: the {what} {str(out)!r} {where} {space}, which would be part of the name written - "
+                            f"pass {flag} without it: {flag} {tmp_path / clean}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_an_output_name_of_whitespace_only_and_the_python_api(tmp_path, capsys):
+    import bertfeat
+
+    corpus = write_csv(tmp_path / "in.csv", ["id", "text"], [[1, "hello world"]])
+    rc, _, err = run(capsys, "extract", corpus, "-m", tiny_model(), "-o", tmp_path / "  ")
+    assert (rc, err) == (1, f"Error: the output {str(tmp_path / '  ')!r} names a file of whitespace only - pass -o with "
+                            "a file name, e.g. -o features.parquet\n")
+    out = tmp_path / "o.parquet "
+    with pytest.raises(bertfeat.BertfeatError) as e:
+        bertfeat.extract(corpus, out, model=tiny_model())
+    assert e.value.message == (f"the output {str(out)!r} ends in a space, which would be part of the name written - "
+                               f"pass output without it: output={str(tmp_path / 'o.parquet')!r}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]

@@ -67,6 +67,13 @@ def test_sets_parse_to_the_extract_options_that_give_them(enc):
     ("mean@@", "Error: the feature set 'mean@@' is not POOLING[@LAYERS[@AGG]] or own - write it as e.g. mean, cls@-2, "
                "mean@-4: or mean@-4:@concat"),
     ("mean@-1@sum", "Error: feature set 'mean@-1@sum': unknown layer aggregation 'sum' - choose one of mean, concat"),
+    # read as mean@1,2 and as mean, once, without a word: extract's parse of --layers / --pooling refuses them
+    ("mean@1,,2", "Error: feature set 'mean@1,,2': --layers '1,,2' has an empty item (item 2 of 3) - separate the "
+                  "layers by single commas: --layers '1,2'"),
+    ("mean@6,-1", "Error: feature set 'mean@6,-1': --layers '6,-1' names layer 6 twice (as 6 and -1: the model has 6 "
+                  "layers) - name each layer once: --layers '6'"),
+    ("mean+mean@-2", "Error: feature set 'mean+mean@-2': --pooling 'mean+mean' names mean twice - name each pooling "
+                     "once: --pooling 'mean'"),
 ])
 def test_a_set_the_model_cannot_give_is_refused_before_any_work(tmp_path, small_csv, name, message, capsys):
     assert main(["sweep", str(small_csv), "--set", name, "-o", str(tmp_path / "s"), "-q"]) == 1

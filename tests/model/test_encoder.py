@@ -240,6 +240,8 @@ def test_bad_pooling_and_layer_options_are_clear(enc):
         (dict(layers="4:12"), ["layers='4:12' reaches past the model"]),  # Python's slice: 4..6, silently
         (dict(layers="-8:"), ["reaches past the model"]),
         (dict(layers=slice(0, 9)), ["reaches past the model"]),
+        (dict(layers=[-1, 6]), ["layers=[-1, 6] names layer 6 twice (as -1 and 6: the model has 6 layers)",
+                                "name each layer once: layers=[-1]"]),  # a list: the same rule as the string's
         (dict(layer_agg="sum"), ["unknown layer aggregation"]),
         (dict(pooling="pooled", layers=-2), ["last layer only"]),
         (dict(long_text="drop"), ["unknown long-text mode"]),
@@ -274,6 +276,25 @@ ENCODER_OPTIONS = [  # (id, encode keywords, the same on `bertfeat extract`, the
      "--prompt is not valid Unicode (byte 0xff at character 2) - " + PROMPT_FIX),
     ("layers-none", {"layers": ","}, ["--layers", ","],
      "layers=',' selects no layer - give at least one layer, e.g. -1", "--layers ',' selects no layer - give at least one layer, e.g. -1"),
+    # an empty item was dropped and a repeated layer or pooling counted twice, without a word (rc 0)
+    ("layers-empty-item", {"layers": "1,,2"}, ["--layers", "1,,2"],
+     "layers='1,,2' has an empty item (item 2 of 3) - separate the layers by single commas: layers='1,2'",
+     "--layers '1,,2' has an empty item (item 2 of 3) - separate the layers by single commas: --layers '1,2'"),
+    ("layers-trailing-comma", {"layers": "-1,"}, ["--layers", "-1,"],
+     "layers='-1,' has an empty item (item 2 of 2) - separate the layers by single commas: layers='-1'",
+     "--layers '-1,' has an empty item (item 2 of 2) - separate the layers by single commas: --layers '-1'"),
+    ("layers-repeated", {"layers": "-1,-1"}, ["--layers", "-1,-1"],
+     "layers='-1,-1' names layer -1 twice - name each layer once: layers='-1'",
+     "--layers '-1,-1' names layer -1 twice - name each layer once: --layers '-1'"),
+    ("layers-same-by-two-numbers", {"layers": "0,2,-1"}, ["--layers", "0,2,-1"],
+     "layers='0,2,-1' names layer 2 twice (as 2 and -1: the model has 2 layers) - name each layer once: layers='0,2'",
+     "--layers '0,2,-1' names layer 2 twice (as 2 and -1: the model has 2 layers) - name each layer once: --layers '0,2'"),
+    ("pooling-repeated", {"pooling": "mean+max+mean"}, ["--pooling", "mean+max+mean"],
+     "pooling='mean+max+mean' names mean twice - name each pooling once: pooling='mean+max'",
+     "--pooling 'mean+max+mean' names mean twice - name each pooling once: --pooling 'mean+max'"),
+    ("pooling-empty-item", {"pooling": "mean++max"}, ["--pooling", "mean++max"],
+     "pooling='mean++max' has an empty item (item 2 of 3) - join the poolings with single '+': pooling='mean+max'",
+     "--pooling 'mean++max' has an empty item (item 2 of 3) - join the poolings with single '+': --pooling 'mean+max'"),
 ]
 
 

@@ -70,3 +70,36 @@ def test_this_machine_runs_what_its_cpu_accelerates(monkeypatch):
     fp32 = gemm.resolve("fp32")
     if "avx512f" in flags:  # oneDNN's fp32 brgemm kernel: the fp32 path on every AVX-512 CPU with the extra
         assert fp32.library == "onednn" and fp32.kernel.startswith("brg:"), fp32
+
+
+def test_a_bertfeat_dnnl_that_does_not_load_is_an_error(tmp_path, monkeypatch, capsys):
+    """BERTFEAT_DNNL naming no loadable oneDNN ran every GEMM on NumPy, rc 0, the summary saying "oneDNN is not
+    installed": the setting the user gave is named instead, as BERTFEAT_GEMM / BERTFEAT_KERNELS are. Unset or empty, the
+    default search."""
+    from bertfeat.errors import BertfeatError
+    from bertfeat.ops import onednn
+    from extract_util import run, tiny_model, write_csv
+
+    monkeypatch.delenv("BERTFEAT_GEMM", raising=False)
+    monkeypatch.setattr(onednn, "_state", {})  # loaded again under each setting (restored after)
+    monkeypatch.setattr(gemm, "_kernels", {})
+    monkeypatch.delenv("BERTFEAT_DNNL", raising=False)
+    default = onednn.available()
+    for empty in ("", "  "):
+        monkeypatch.setenv("BERTFEAT_DNNL", empty)
+        monkeypatch.setattr(onednn, "_state", {})
+        assert onednn.available() == default
+    missing = tmp_path / "libdnnl.so.3"
+    monkeypatch.setenv("BERTFEAT_DNNL", str(missing))
+    monkeypatch.setattr(onednn, "_state", {})
+    message = (f"BERTFEAT_DNNL='{missing}' cannot be loaded as oneDNN 3's libdnnl ({missing}: cannot open shared object "
+               "file: No such file or directory) - point BERTFEAT_DNNL at a libdnnl.so.3 of oneDNN 3.x, or unset it (then "
+               "bertfeat uses the oneDNN of bertfeat[fast] if it is installed, else NumPy)")
+    for _ in range(2):  # each time asked: nothing cached
+        with pytest.raises(BertfeatError) as e:
+            onednn.available()
+        assert e.value.message == message
+    src = write_csv(tmp_path / "in.csv", ["text"], [["hello world"]])
+    out = tmp_path / "o.parquet"
+    assert run(capsys, "extract", src, "-o", out, "-m", tiny_model(), "-q") == (1, "", f"Error: {message}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]

@@ -140,3 +140,44 @@ def test_option_values_name_the_parameter_in_python_and_the_flag_on_the_cli(tmp_
     src.write_text("text\na\n")
     assert main(["extract", str(src), "-o", str(tmp_path / "o.parquet"), "--delimiter", "ab", "-q"]) == 1
     assert capsys.readouterr().err == "Error: --delimiter 'ab' is not a single delimiter character - give one character, e.g. ';', '|' or tab\n"
+
+
+@pytest.mark.parametrize("given, shown, python", [
+    ("\\t", "'\\t' (tab)", "'\\\\t'"),  # backslash t, as a shell passes '\t': a tab (pandas' sep='\t')
+    ("tab", "tab", "'tab'"),
+    (";", "';'", "';'"),
+])
+def test_a_delimiter_the_header_line_lacks_is_refused(tmp_path, capsys, given, shown, python):
+    """--delimiter '\\t' (or tab, or ';') on a comma file read each line whole as one column 'id,text', auto-detected as
+    the text column, rc 0: the ids were encoded with the texts."""
+    from bertfeat import extract
+    from bertfeat.cli.app import main
+    from extract_util import tiny_model
+
+    src, out = tmp_path / "c.csv", tmp_path / "o.parquet"
+    src.write_text("id,text\n1,hello world\n2,good day\n", encoding="utf-8")
+    fix = "pass --delimiter ',' (or leave --delimiter out: the header line decides)"
+    assert main(["extract", str(src), "-o", str(out), "-m", str(tiny_model()), "--delimiter", given, "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: {src}: --delimiter {shown} is not in the header line 'id,text', which "
+                                       f"',' separates into 2 columns - {fix}\n")
+    with pytest.raises(BertfeatError) as e:
+        extract(src, model=tiny_model(), output=out, delimiter=given)
+    assert e.value.message == (f"{src}: delimiter={python} is not in the header line 'id,text', which ',' separates "
+                               "into 2 columns - pass delimiter=\"','\" (or leave delimiter out: the header line decides)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
+
+
+def test_backslash_t_is_a_tab(tmp_path, capsys):
+    """'\\t' as typed in a shell reads a tab-separated file as --delimiter tab does."""
+    import pyarrow.parquet as pq
+
+    from bertfeat.cli.app import main
+    from extract_util import tiny_model
+
+    src = tmp_path / "t.csv"
+    src.write_text("id\ttext\n1\thello, world\n", encoding="utf-8")
+    for given, out in (("\\t", tmp_path / "a.parquet"), ("tab", tmp_path / "b.parquet")):
+        assert main(["extract", str(src), "-o", str(out), "-m", str(tiny_model()), "--delimiter", given,
+                     "--id-column", "id", "-q"]) == 0, capsys.readouterr().err
+    a, b = pq.read_table(tmp_path / "a.parquet"), pq.read_table(tmp_path / "b.parquet")
+    assert a.column("id").to_pylist() == ["1"] and a.column("embedding").equals(b.column("embedding"))
