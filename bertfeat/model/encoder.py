@@ -523,6 +523,8 @@ class Encoder:
             fp["int8_scheme"] = self.gemm_path.scheme
         if self.config.pad_token_defaulted:  # vectors of such a model changed in 0.3 (config.pad_token_defaulted)
             fp["pad_token_id"] = self.config.pad_token_id
+        if self.tokenizer.own_lowercase:  # vectors changed in 0.3: do_lower_case left to the normalizer's Lowercase
+            fp["do_lower_case"] = "the tokenizer's own"
         replaced = self.tokenizer.replaced  # what the class's rebuild (transformers 5's, since 0.3) changed of the file:
         if replaced:  # a text's tokens (and vector) of before may differ; a file it leaves as it was keeps its key
             fp["tokenizer_rebuild"] = ("sentencepiece" if self.tokenizer.rebuilt == "sentencepiece" else

@@ -600,6 +600,18 @@ def longest_first(la: int, lb: int, budget: int) -> tuple[int, int]:
     return min(la, n1), min(lb, n2)
 
 
+def has_lowercase(normalizer) -> bool:
+    """Does the normalizer lower-case already, by sentence-transformers' rule for do_lower_case (its Transformer's
+    ``_has_lowercase``): a Lowercase, or a Sequence with a Lowercase among its own members. Such a normalizer is kept
+    as it is: a Lowercase put in front changes what a step before its own Lowercase sees (NFKC of U+03F9 'Ϲ' is 'Σ',
+    lower-cased 'σ'; lower-cased first, 'ϲ' becomes 'ς'). BertNormalizer's lower-casing does not count."""
+    from tokenizers import normalizers
+
+    if isinstance(normalizer, normalizers.Lowercase):
+        return True
+    return isinstance(normalizer, normalizers.Sequence) and any(isinstance(n, normalizers.Lowercase) for n in normalizer)
+
+
 #: every BertTokenizer of this process, for _after_fork
 _LIVE: "weakref.WeakSet[BertTokenizer]" = weakref.WeakSet()
 
@@ -642,7 +654,9 @@ class BertTokenizer:
                  lowercase: bool = False):
         self._tk_now = tokenizer  # through _tk
         self._forked = False  # set in a forked child (_after_fork)
-        if lowercase:  # sentence_bert_config.json do_lower_case: lower-case before the model's own normalizer
+        #: sentence_bert_config.json's do_lower_case left to the normalizer, which lower-cases already (has_lowercase)
+        self.own_lowercase = lowercase and has_lowercase(self._tk.normalizer)
+        if lowercase and not self.own_lowercase:  # do_lower_case: lower-case before the model's own normalizer
             from tokenizers import normalizers
             norm = self._tk.normalizer
             self._tk.normalizer = normalizers.Sequence([normalizers.Lowercase()] + ([norm] if norm is not None else []))
