@@ -608,6 +608,25 @@ def test_do_lower_case_keeps_a_normalizer_that_lower_cases_as_sentence_transform
     assert "do_lower_case" not in Encoder(layouts["mean_max_concat"]).fingerprint(enc.spec())
 
 
+def test_a_prompt_ending_in_an_unknown_token_is_left_out_whole_as_sentence_transformers(layouts, tmp_path):
+    """Found by the hostile-text hunt: include_prompt false with a tokenizer that adds no special tokens and a prompt
+    whose last token is [UNK] ('query ☃'). sentence-transformers leaves out the prompt less its last token when that
+    is any special token (transformers' all_special_ids: [UNK] too); bertfeat counted only the template's roles
+    ([CLS], [SEP], [PAD], [MASK]), so it pooled the [UNK] too (cosine 0.91). Its cache key changes for such a prompt."""
+    d = tmp_path / "m"
+    shutil.copytree(layouts["instructor_prompt_not_pooled"], d)
+    _as_stored_tokenizer(d, template=False)
+    st, enc = _st(d), Encoder(d)
+    texts = [t for t in TEXTS if t] + ["☃ snow"]
+    for prompt in ("query ☃", "query [MASK]", "query: "):
+        spec = enc.spec(prompt=prompt)
+        assert enc.prompt_length(prompt, spec.max_length) == st[0]._get_prompt_length(prompt), prompt
+        np.testing.assert_allclose(enc.encode(texts, prompt=prompt), _st_encode(st, texts, prompt=prompt),
+                                   atol=1e-5, rtol=0, err_msg=prompt)
+    assert enc.fingerprint(enc.spec(prompt="query ☃"))["prompt_length"] == 1
+    assert "prompt_length" not in enc.fingerprint(enc.spec(prompt="query [MASK]"))  # left out before too
+
+
 def test_normalize_embeddings_as_sentence_transformers(layouts, minilm_dir):
     """normalize_embeddings=True normalizes, False adds nothing and leaves the model's own Normalize module in (it
     removed it: vectors of norm ~6 where SentenceTransformer.encode gives unit vectors); normalize=False leaves it out."""
