@@ -378,14 +378,14 @@ class Encoder:
         return self._prompt_tokens(prompt, max_length)[0]
 
     def _prompt_tokens(self, prompt: str, max_length: int) -> tuple[int, bool]:
-        """(prompt_length, whether its last token was counted in before 0.3: a special token of no role of the
-        template's, such as [UNK])."""
+        """(prompt_length, whether it was counted otherwise before 0.3, by the template's roles: a last [UNK] counted
+        in, a last [SEP] that the folder names no special token left out)."""
         key = (prompt, max_length)
         if key not in self._prompt_lengths:
             ids = self.tokenizer.encode([prompt], None, max_length).ids[0]
             last = int(ids[-1]) if len(ids) else None
             cut = last in self.tokenizer.all_special_ids
-            self._prompt_lengths[key] = (len(ids) - cut, cut and last not in self.tokenizer.special_ids)
+            self._prompt_lengths[key] = (len(ids) - cut, cut != (last in self.tokenizer.special_ids))
         return self._prompt_lengths[key]
 
     def spec(self, pooling: str | None = None, layers=None, layer_agg: str = "mean", normalize: bool | None = None,
@@ -533,7 +533,7 @@ class Encoder:
         if self.tokenizer.own_lowercase:  # vectors changed in 0.3: do_lower_case left to the normalizer's Lowercase
             fp["do_lower_case"] = "the tokenizer's own"
         if spec.prompt and not spec.include_prompt and self._prompt_tokens(spec.prompt, spec.max_length)[1]:
-            fp["prompt_length"] = self.prompt_length(spec.prompt, spec.max_length)  # its last token pooled before 0.3
+            fp["prompt_length"] = self.prompt_length(spec.prompt, spec.max_length)  # counted otherwise before 0.3
         replaced = self.tokenizer.replaced  # what the class's rebuild (transformers 5's, since 0.3) changed of the file:
         if replaced:  # a text's tokens (and vector) of before may differ; a file it leaves as it was keeps its key
             fp["tokenizer_rebuild"] = ("sentencepiece" if self.tokenizer.rebuilt == "sentencepiece" else

@@ -625,6 +625,20 @@ def test_a_prompt_ending_in_an_unknown_token_is_left_out_whole_as_sentence_trans
                                    atol=1e-5, rtol=0, err_msg=prompt)
     assert enc.fingerprint(enc.spec(prompt="query ☃"))["prompt_length"] == 1
     assert "prompt_length" not in enc.fingerprint(enc.spec(prompt="query [MASK]"))  # left out before too
+    # a template's [SEP] that the folder names no special token (tokenizer_config.json declares only its pad token)
+    # is not special to transformers: the prompt's length counts it, where bertfeat left it out by its role
+    d = tmp_path / "no_named"
+    shutil.copytree(layouts["instructor_prompt_not_pooled"], d)
+    _as_stored_tokenizer(d)
+    tc = d / "tokenizer_config.json"
+    tc.write_text(json.dumps({k: v for k, v in json.loads(tc.read_text()).items()
+                              if k not in ("unk_token", "sep_token", "cls_token", "mask_token")}))
+    st, enc = _st(d), Encoder(d)
+    spec = enc.spec(prompt="query: ")
+    assert enc.prompt_length("query: ", spec.max_length) == st[0]._get_prompt_length("query: ") == 4
+    np.testing.assert_allclose(enc.encode(texts, prompt="query: "), _st_encode(st, texts, prompt="query: "),
+                               atol=1e-5, rtol=0)
+    assert enc.fingerprint(spec)["prompt_length"] == 4
 
 
 def test_normalize_embeddings_as_sentence_transformers(layouts, minilm_dir):
