@@ -223,7 +223,7 @@ class Encoder:
         self.tokenizer = BertTokenizer.from_dir(e, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
         self.tokens_past_table = self._tokens_past_table()  # usually empty
         self.default_pooling, self.pooling_source = "+".join(self.pipeline.pooling), self.pipeline.pooling_source
-        self._prompt_lengths: dict[tuple[str, int], int] = {}
+        self._prompt_lengths: dict[tuple[str, int], tuple[int, bool]] = {}
         self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
         self.threads = int(threads) if threads else default_threads()
         self._sha256: str | None = None
@@ -371,14 +371,21 @@ class Encoder:
         return (prompt or None), (prompt_name if prompt else None)
 
     def prompt_length(self, prompt: str, max_length: int) -> int:
-        """Tokens of the prompt at the start of a row, without the trailing special token, the prompt tokenized alone
-        and truncated to ``max_length`` (as sentence-transformers: a prompt longer than a row leaves its last token,
-        [SEP], to pool)."""
+        """Tokens of the prompt at the start of a row: the prompt tokenized alone and truncated to ``max_length``,
+        without its last token when that is a special token (transformers' all_special_ids: the template's [SEP]; in
+        a tokenizer that adds none, an [UNK] or [MASK] the prompt ends in), as sentence-transformers counts them (a
+        prompt longer than a row leaves its last token, [SEP], to pool)."""
+        return self._prompt_tokens(prompt, max_length)[0]
+
+    def _prompt_tokens(self, prompt: str, max_length: int) -> tuple[int, bool]:
+        """(prompt_length, whether it was counted otherwise before 0.3, by the template's roles: a last [UNK] counted
+        in, a last [SEP] that the folder names no special token left out)."""
         key = (prompt, max_length)
         if key not in self._prompt_lengths:
             ids = self.tokenizer.encode([prompt], None, max_length).ids[0]
-            n = len(ids) - (1 if len(ids) and int(ids[-1]) in self.tokenizer.special_ids else 0)
-            self._prompt_lengths[key] = n
+            last = int(ids[-1]) if len(ids) else None
+            cut = last in self.tokenizer.all_special_ids
+            self._prompt_lengths[key] = (len(ids) - cut, cut != (last in self.tokenizer.special_ids))
         return self._prompt_lengths[key]
 
     def spec(self, pooling: str | None = None, layers=None, layer_agg: str = "mean", normalize: bool | None = None,
@@ -523,6 +530,10 @@ class Encoder:
             fp["int8_scheme"] = self.gemm_path.scheme
         if self.config.pad_token_defaulted:  # vectors of such a model changed in 0.3 (config.pad_token_defaulted)
             fp["pad_token_id"] = self.config.pad_token_id
+        if self.tokenizer.own_lowercase:  # vectors changed in 0.3: do_lower_case left to the normalizer's Lowercase
+            fp["do_lower_case"] = "the tokenizer's own"
+        if spec.prompt and not spec.include_prompt and self._prompt_tokens(spec.prompt, spec.max_length)[1]:
+            fp["prompt_length"] = self.prompt_length(spec.prompt, spec.max_length)  # counted otherwise before 0.3
         replaced = self.tokenizer.replaced  # what the class's rebuild (transformers 5's, since 0.3) changed of the file:
         if replaced:  # a text's tokens (and vector) of before may differ; a file it leaves as it was keeps its key
             fp["tokenizer_rebuild"] = ("sentencepiece" if self.tokenizer.rebuilt == "sentencepiece" else

@@ -600,6 +600,28 @@ def longest_first(la: int, lb: int, budget: int) -> tuple[int, int]:
     return min(la, n1), min(lb, n2)
 
 
+def all_special_ids(tk, declared: DeclaredTokens) -> frozenset[int]:
+    """The ids of every named special token (the unknown token among them) and extra special token of ``declared``,
+    as transformers' ``all_special_ids`` (a token not in ``tk``'s vocabulary: the unknown token's id, as its
+    convert_tokens_to_ids gives it)."""
+    unk = declared.text("unk_token")
+    unk_id = tk.token_to_id(unk) if unk else None
+    ids = (tk.token_to_id(str(t)) for t in [v for v in declared.named.values() if v is not None] + list(declared.extra))
+    return frozenset(i if i is not None else unk_id for i in ids) - {None}
+
+
+def has_lowercase(normalizer) -> bool:
+    """Does the normalizer lower-case already, by sentence-transformers' rule for do_lower_case (its Transformer's
+    ``_has_lowercase``): a Lowercase, or a Sequence with a Lowercase among its own members. Such a normalizer is kept
+    as it is: a Lowercase put in front changes what a step before its own Lowercase sees (NFKC of U+03F9 'Ϲ' is 'Σ',
+    lower-cased 'σ'; lower-cased first, 'ϲ' becomes 'ς'). BertNormalizer's lower-casing does not count."""
+    from tokenizers import normalizers
+
+    if isinstance(normalizer, normalizers.Lowercase):
+        return True
+    return isinstance(normalizer, normalizers.Sequence) and any(isinstance(n, normalizers.Lowercase) for n in normalizer)
+
+
 #: every BertTokenizer of this process, for _after_fork
 _LIVE: "weakref.WeakSet[BertTokenizer]" = weakref.WeakSet()
 
@@ -642,7 +664,9 @@ class BertTokenizer:
                  lowercase: bool = False):
         self._tk_now = tokenizer  # through _tk
         self._forked = False  # set in a forked child (_after_fork)
-        if lowercase:  # sentence_bert_config.json do_lower_case: lower-case before the model's own normalizer
+        #: sentence_bert_config.json's do_lower_case left to the normalizer, which lower-cases already (has_lowercase)
+        self.own_lowercase = lowercase and has_lowercase(self._tk.normalizer)
+        if lowercase and not self.own_lowercase:  # do_lower_case: lower-case before the model's own normalizer
             from tokenizers import normalizers
             norm = self._tk.normalizer
             self._tk.normalizer = normalizers.Sequence([normalizers.Lowercase()] + ([norm] if norm is not None else []))
@@ -662,6 +686,8 @@ class BertTokenizer:
         self.pad_id = sp["pad"][1] if sp["pad"][1] is not None else 0
         self.mask_token = self.mask_token or "[MASK]"
         self.special_ids = frozenset(i for _, i in sp.values() if i is not None)
+        #: transformers' all_special_ids (every named and extra special token): what a prompt's length leaves out
+        self.all_special_ids = self.special_ids if declared is None else all_special_ids(tokenizer, declared)
         self.truncation_side = "right"  # tokenizer_config.json truncation_side (from_dir)
         #: the class's rebuild of tokenizer.json (load_tokenizer: 'wordpiece', 'roberta', 'sentencepiece'; from_dir)
         self.rebuilt: str | None = None

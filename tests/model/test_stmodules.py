@@ -599,6 +599,72 @@ def test_a_prompt_longer_than_max_length_is_left_out_as_sentence_transformers(la
                                atol=1e-5, rtol=0)
 
 
+def _as_stored_tokenizer(d, normalizer=None, template=True):
+    """Folder ``d``'s tokenizer.json loaded as stored (PreTrainedTokenizerFast: no class rebuilds it), with
+    ``normalizer`` (JSON) and without its template when ``template`` is false (a tokenizer that adds no special token)."""
+    tj = d / "tokenizer.json"
+    data = json.loads(tj.read_text(encoding="utf-8"))
+    data["normalizer"] = normalizer if normalizer is not None else data["normalizer"]
+    data["post_processor"] = data["post_processor"] if template else None
+    tj.write_text(json.dumps(data), encoding="utf-8")
+    tc = d / "tokenizer_config.json"
+    tc.write_text(json.dumps({**json.loads(tc.read_text()), "tokenizer_class": "PreTrainedTokenizerFast",
+                              "unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                              "mask_token": "[MASK]"}))
+
+
+def test_do_lower_case_keeps_a_normalizer_that_lower_cases_as_sentence_transformers(layouts, tmp_path):
+    """Found by the hostile-text hunt: sentence_bert_config.json's do_lower_case put a Lowercase in front of a
+    tokenizer.json normalizer that has its own (NFKC then Lowercase); sentence-transformers leaves such a normalizer as
+    it is. U+03F9 'Ϲ' lower-cased first is 'ϲ' and NFKC makes it 'ς'; NFKC first gives 'Σ', lower-cased 'σ': other
+    tokens, the vector at cosine 0.77 to SentenceTransformer.encode's. Its cache key changes (vectors of before)."""
+    d = tmp_path / "m"
+    shutil.copytree(layouts["mean_max_concat"], d)
+    _as_stored_tokenizer(d, {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}]})
+    sbc = d / "sentence_bert_config.json"
+    sbc.write_text(json.dumps({**json.loads(sbc.read_text()), "do_lower_case": True}))
+    st, enc = _st(d), Encoder(d)
+    texts = ["\u03f9", "\u03a3\u039f\u03a6\u0399\u0391 \u03f9\u039f\u03a6\u0399\u0391", "Plain TEXT"]
+    for t in texts:
+        assert enc.tokenizer.encode([t]).ids[0].tolist() == st.tokenizer(t)["input_ids"], t
+    np.testing.assert_allclose(enc.encode(texts), _st_encode(st, texts), atol=1e-5, rtol=0)
+    assert enc.fingerprint(enc.spec())["do_lower_case"] == "the tokenizer's own"
+    assert "do_lower_case" not in Encoder(layouts["mean_max_concat"]).fingerprint(enc.spec())
+
+
+def test_a_prompt_ending_in_an_unknown_token_is_left_out_whole_as_sentence_transformers(layouts, tmp_path):
+    """Found by the hostile-text hunt: include_prompt false with a tokenizer that adds no special tokens and a prompt
+    whose last token is [UNK] ('query ☃'). sentence-transformers leaves out the prompt less its last token when that
+    is any special token (transformers' all_special_ids: [UNK] too); bertfeat counted only the template's roles
+    ([CLS], [SEP], [PAD], [MASK]), so it pooled the [UNK] too (cosine 0.91). Its cache key changes for such a prompt."""
+    d = tmp_path / "m"
+    shutil.copytree(layouts["instructor_prompt_not_pooled"], d)
+    _as_stored_tokenizer(d, template=False)
+    st, enc = _st(d), Encoder(d)
+    texts = [t for t in TEXTS if t] + ["☃ snow"]
+    for prompt in ("query ☃", "query [MASK]", "query: "):
+        spec = enc.spec(prompt=prompt)
+        assert enc.prompt_length(prompt, spec.max_length) == st[0]._get_prompt_length(prompt), prompt
+        np.testing.assert_allclose(enc.encode(texts, prompt=prompt), _st_encode(st, texts, prompt=prompt),
+                                   atol=1e-5, rtol=0, err_msg=prompt)
+    assert enc.fingerprint(enc.spec(prompt="query ☃"))["prompt_length"] == 1
+    assert "prompt_length" not in enc.fingerprint(enc.spec(prompt="query [MASK]"))  # left out before too
+    # a template's [SEP] that the folder names no special token (tokenizer_config.json declares only its pad token)
+    # is not special to transformers: the prompt's length counts it, where bertfeat left it out by its role
+    d = tmp_path / "no_named"
+    shutil.copytree(layouts["instructor_prompt_not_pooled"], d)
+    _as_stored_tokenizer(d)
+    tc = d / "tokenizer_config.json"
+    tc.write_text(json.dumps({k: v for k, v in json.loads(tc.read_text()).items()
+                              if k not in ("unk_token", "sep_token", "cls_token", "mask_token")}))
+    st, enc = _st(d), Encoder(d)
+    spec = enc.spec(prompt="query: ")
+    assert enc.prompt_length("query: ", spec.max_length) == st[0]._get_prompt_length("query: ") == 4
+    np.testing.assert_allclose(enc.encode(texts, prompt="query: "), _st_encode(st, texts, prompt="query: "),
+                               atol=1e-5, rtol=0)
+    assert enc.fingerprint(spec)["prompt_length"] == 4
+
+
 def test_normalize_embeddings_as_sentence_transformers(layouts, minilm_dir):
     """normalize_embeddings=True normalizes, False adds nothing and leaves the model's own Normalize module in (it
     removed it: vectors of norm ~6 where SentenceTransformer.encode gives unit vectors); normalize=False leaves it out."""
