@@ -298,6 +298,41 @@ def test_a_long_text_setting_reuses_the_rows_within_max_length(tmp_path, request
     assert sorted(f["entries"] for f in bertfeat.cache.store.cache_info(cache)["fingerprints"]) == [0, 10, 10, 44]
 
 
+def test_a_prompt_given_by_its_name_or_its_text_reuses_every_row(tmp_path):
+    """--prompt-name doc and --prompt "passage: " (the doc prompt's text) give the same vectors: a re-run that names
+    the prompt the other way reuses every row, long ones too (before: the prompt's name was in the key, and every
+    row was encoded again); with another long-text policy as well, the rows within max length. Each run equals its
+    own settings' run without a cache, bit for bit; another prompt text reuses nothing."""
+    from extract_util import tiny_st_model
+
+    model = tiny_st_model(tmp_path / "st")
+    (model / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "doc": "passage: "}, "default_prompt_name": "query"}))
+    kw = dict(model=str(model), max_length=32, chunk_rows=8)
+    cache = tmp_path / "cache"
+    src = corpus(tmp_path / "c.csv", long_text_rows())
+    runs = [({"prompt_name": "doc"}, 44, 0),  # (settings, encoded, reused)
+            ({"prompt": "passage: "}, 0, 44),
+            ({}, 44, 0),  # the model's default prompt, query
+            ({"prompt": "query: "}, 0, 44),
+            ({"prompt_name": "query"}, 0, 44),
+            ({"prompt": "passage: ", "long_text": "chunk-mean", "stride": 8}, 14, 30),  # 14 rows past 32 with it
+            ({"prompt_name": "doc", "long_text": "chunk-mean", "stride": 8}, 0, 44),
+            ({"prompt": "passage:"}, 44, 0)]
+    for i, (setting, encoded, reused) in enumerate(runs):
+        out, clean = tmp_path / f"o{i}.parquet", tmp_path / f"clean{i}.parquet"
+        s = extract(src, out, cache=cache, **kw, **setting)
+        assert (s.rows_encoded, s.rows_reused) == (encoded, reused), setting
+        extract(src, clean, cache=False, **kw, **setting)
+        assert features(out).column("id").to_pylist() == features(clean).column("id").to_pylist()
+        for col in COUNTS:
+            assert features(out).column(col).to_pylist() == features(clean).column(col).to_pylist(), (setting, col)
+        assert np.array_equal(bits(out), bits(clean)), setting
+    assert sum(n > 1 for n in features(tmp_path / "clean5.parquet").column("n_chunks").to_pylist()) == 14
+    assert np.array_equal(bits(tmp_path / "clean0.parquet"), bits(tmp_path / "clean1.parquet"))
+    assert not np.array_equal(bits(tmp_path / "clean0.parquet"), bits(tmp_path / "clean2.parquet"))
+
+
 def test_a_changed_tokenizer_file_reuses_nothing(tmp_path):
     """The same model folder (same path, same weights) with its tokenizer_config.json edited in place: the key holds
     the folder's files, so nothing is reused, and the vectors are the new tokenizer's."""
