@@ -126,6 +126,13 @@ class CacheError(ResumableError):
     """The vector cache cannot be opened, read or written (run.failures: the run's finished chunks are kept for a
     resume, which its fix then names)."""
 
+    def named_by_environment(self) -> "CacheError":
+        """This error, in place, of a cache the BERTFEAT_CACHE environment variable named (the run was given none):
+        it says so, for a user who passed no cache option. Returns self, to raise again."""
+        self._what = f"{self._what} ({ENV} names this cache)"
+        self.args = (self.message,)
+        return self
+
 
 class RunStoreError(CacheError):
     """The run's own store of encoded rows failed (no cache involved): its fix already says how to resume."""
@@ -276,6 +283,12 @@ def resolve_cache(cache) -> Path | None:
     if not isinstance(cache, (str, os.PathLike)):
         raise BertfeatError(f"{opt('cache', cache)} is not a directory name", f"give {opt('cache', 'DIR')}, or False for no cache")
     return check_cache_dir(local_path(cache, "cache", "cache", writes=True))
+
+
+def from_environment(cache) -> bool:
+    """Whether ``cache=`` as given (None, True) leaves the directory to the BERTFEAT_CACHE environment variable, and
+    it names one (resolve_cache)."""
+    return (cache is None or cache is True) and bool(os.environ.get(ENV, "").strip())
 
 
 def check_cache_dir(path: Path) -> Path:

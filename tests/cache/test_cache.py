@@ -1275,6 +1275,34 @@ def test_the_environment_variable_and_no_cache(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "g.parquet").exists()
 
 
+def test_an_error_of_the_cache_bertfeat_cache_names_says_so(tmp_path, capsys, monkeypatch):
+    """A user who passed no cache option, whose BERTFEAT_CACHE (set long ago in a profile) names a bad cache, is told
+    where that path came from (before: "the cache f is not a directory - give --cache a directory", and no word of
+    the variable); the same error of --cache DIR is unchanged, and a mid-run failure of the variable's cache says it
+    too (Python: cache=None)."""
+    src = corpus(tmp_path / "c.csv", base_rows(24))
+    (tmp_path / "f").write_text("not a directory")
+    args = ("--model", tiny_model(), "--chunk-rows", 8, "-q")
+    monkeypatch.setenv("BERTFEAT_CACHE", str(tmp_path / "f"))
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", *args)
+    assert (rc, out) == (1, "")
+    assert err == (f"Error: the cache {tmp_path / 'f'} is not a directory (BERTFEAT_CACHE names this cache) - give "
+                   "--cache a directory (it is made if missing)\n")
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", *args, "--cache", tmp_path / "f")
+    assert err == f"Error: the cache {tmp_path / 'f'} is not a directory - give --cache a directory (it is made if missing)\n"
+    with pytest.raises(CacheError, match=r"is not a directory \(BERTFEAT_CACHE names this cache\) - give cache a "):
+        extract(src, tmp_path / "o.parquet")
+    assert extract(src, tmp_path / "o.parquet", cache=False).rows_encoded == 24
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BERTFEAT_CACHE", str(cache))
+    failing_write(monkeypatch, OSError(errno.ENOSPC, "No space left on device"), at=2)
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "p.parquet", *args)
+    assert (rc, out) == (1, "")
+    assert err == (f"Error: cannot write the cache {cache / DB_NAME}: no space left on the device (BERTFEAT_CACHE names "
+                   f"this cache) - {FULL_FIX}; then rerun with --resume to continue (1 finished chunk(s) are kept in "
+                   f"{tmp_path / 'p.parquet'}.partial)\n")
+
+
 def test_a_cache_path_that_is_a_file_is_refused(tmp_path, capsys):
     src = corpus(tmp_path / "c.csv", base_rows(5))
     (tmp_path / "f").write_text("not a directory")
@@ -1478,10 +1506,11 @@ def test_a_file_bertfeat_did_not_make_is_never_written(tmp_path, capsys, monkeyp
     with pytest.raises(CacheError) as e:  # the Python API
         extract(src, out, cache=cache)
     assert e.value.message == f"{what}cache a directory of its own (it is made if missing){hint}"
-    monkeypatch.setenv("BERTFEAT_CACHE", str(cache))  # and the environment variable, both ways
+    monkeypatch.setenv("BERTFEAT_CACHE", str(cache))  # and the environment variable, both ways (which it names)
     rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model())
-    assert (rc, stdout, err) == (1, "", f"Error: {what}--cache a directory of its own (it is made if missing){hint}\n")
-    with pytest.raises(CacheError, match=re.escape(what)):
+    named = what.replace(f"{why} - ", f"{why} (BERTFEAT_CACHE names this cache) - ")
+    assert (rc, stdout, err) == (1, "", f"Error: {named}--cache a directory of its own (it is made if missing){hint}\n")
+    with pytest.raises(CacheError, match=re.escape(named)):
         bertfeat.extract(src, out, model=tiny_model())
     assert bertfeat.extract(src, out, model=tiny_model(), estimate=True).cached in (None, 0.0)  # the run will say
     assert tree_digest(cache) == before
