@@ -1670,6 +1670,65 @@ def test_numpys_cpu_feature_settings_are_in_the_key_of_the_numpy_kernels(tmp_pat
     assert np.array_equal(embeddings(read_table(tmp_path / "b.parquet")), embeddings(read_table(tmp_path / "a.parquet")))
 
 
+def tanh_dense_model(d: Path) -> Path:
+    """The tiny model with sentence-transformers modules mean Pooling -> Dense (32 -> 16, tanh) -> Normalize."""
+    from safetensors.numpy import save_file
+
+    from extract_util import tiny_st_model
+
+    tiny_st_model(d)
+    (d / "3_Normalize").mkdir()
+    (d / "3_Normalize" / "config.json").write_text("{}")
+    (d / "2_Normalize" / "config.json").unlink()
+    (d / "2_Normalize").rmdir()
+    (d / "2_Dense").mkdir()
+    (d / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 32, "out_features": 16, "bias": True,
+                                                           "activation_function": "torch.nn.modules.activation.Tanh"}))
+    rng = np.random.default_rng(3)
+    save_file({"linear.weight": (rng.standard_normal((16, 32)) / 2).astype(np.float32),
+               "linear.bias": (rng.standard_normal(16) / 10).astype(np.float32)}, str(d / "2_Dense" / "model.safetensors"))
+    mods = json.loads((d / "modules.json").read_text())[:2]
+    mods += [{"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+             {"idx": 3, "name": "3", "path": "3_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (d / "modules.json").write_text(json.dumps(mods))
+    return d
+
+
+@pytest.mark.slow  # three `python -m bertfeat` subprocesses (NumPy reads its CPU feature settings once, at import)
+def test_numpys_cpu_feature_settings_are_in_the_key_of_the_numba_kernels_too(tmp_path):
+    """On numba's element-wise kernels a Dense module's activation still runs on NumPy's SIMD loops (np.tanh), which
+    NPY_DISABLE_CPU_FEATURES switches (AVX2 off moved this tanh model's features by 6e-8): the key named the setting
+    on the NumPy kernels only, so a cache filled by a usual run served its vectors to a run under the setting, whose
+    own differ (a re-run unequal to a fresh run of the same input). Unset, the key is the one it was."""
+    from bertfeat.features import read_features
+    from bertfeat.ops import kernels
+
+    if kernels.backend() != "numba":
+        pytest.skip("numba's kernels are not in use here (BERTFEAT_KERNELS=numpy, or no numba)")
+    model = tanh_dense_model(tmp_path / "m")
+    src = corpus(tmp_path / "in.csv", base_rows(24))
+    cache = tmp_path / "c"
+    off = {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX2 AVX512F AVX512_SKX"}  # NumPy 2.4's and 1.x's names
+
+    def extract_in(name: str, cached: bool = True, **env) -> dict:
+        p = subprocess.run(cli("extract", src, "-o", tmp_path / name, "--model", model, "--quiet", "--summary-json", "-",
+                               *(("--cache", cache) if cached else ("--no-cache",))),
+                           capture_output=True, text=True, env={**os.environ, **env})
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    assert extract_in("usual.parquet")["rows_encoded"] == 24
+    s = extract_in("a.parquet", **off)
+    assert (s["rows_encoded"], s["rows_reused"]) == (24, 0)  # the usual run's vectors are not this run's
+    extract_in("fresh.parquet", cached=False, **off)
+    a, fresh = embeddings(read_table(tmp_path / "a.parquet")), embeddings(read_table(tmp_path / "fresh.parquet"))
+    assert np.array_equal(a, fresh)
+    assert not np.array_equal(a, embeddings(read_table(tmp_path / "usual.parquet")))  # what serving them changed
+    kernels_of = read_features(tmp_path / "a.parquet")[2]["gemm"]["kernels"]
+    assert kernels_of.endswith(" (NPY_DISABLE_CPU_FEATURES=AVX2 AVX512F AVX512_ICL AVX512_SKX X86_V3 X86_V4)"), kernels_of
+    assert read_features(tmp_path / "usual.parquet")[2]["gemm"]["kernels"] == kernels.identity()  # unset: as it was
+
+
 def test_a_cache_filled_before_the_numpy_softmax_ran_per_sequence_is_not_served(tmp_path, monkeypatch):
     """0.3.0.dev0's NumPy softmax twin sums each sequence over its own keys, as numba's kernel does (a text's features
     the same bit for bit in any batch), which rounds otherwise than before; with the key unchanged, a cache filled
