@@ -126,6 +126,13 @@ class CacheError(ResumableError):
     """The vector cache cannot be opened, read or written (run.failures: the run's finished chunks are kept for a
     resume, which its fix then names)."""
 
+    def named_by_environment(self) -> "CacheError":
+        """This error, in place, of a cache the BERTFEAT_CACHE environment variable named (the run was given none):
+        it says so, for a user who passed no cache option. Returns self, to raise again."""
+        self._what = f"{self._what} ({ENV} names this cache)"
+        self.args = (self.message,)
+        return self
+
 
 class RunStoreError(CacheError):
     """The run's own store of encoded rows failed (no cache involved): its fix already says how to resume."""
@@ -187,9 +194,9 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     ``tokenizers`` library's version (another may split a text otherwise: tokenize.library_version), and
     the GEMM path's identity (library, kernel, bf16 / int8 scheme, CPU model, NumPy's BLAS kernel): fp32 on OpenBLAS and on oneDNN
     round differently, so their vectors never mix. Not the model's id or path: a model folder copied elsewhere (same
-    weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``. A row within max
-    length is also served by the fingerprints that differ only in the long-text policy or stride
-    (``VectorStore.long_text_siblings``)."""
+    weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``. Every row is also
+    served by the fingerprints that differ only in the prompt's name, and a row within max length by those that differ
+    in the long-text policy or stride too (``VectorStore.siblings``)."""
     from ..model.tokenize import library_version
 
     features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
@@ -211,6 +218,9 @@ def settings_id(text: str) -> str:
 #: the settings that change only the vectors of rows longer than max length: a row within it is tokenized alike and
 #: runs as one window under each (Encoder.prepare), so its vector is the same bits (within_max_length)
 LONG_TEXT_SETTINGS = ("long_text", "stride")
+#: the settings that change no vector: the name of the model's prompt the run's prompt came from (its text is the
+#: "prompt" setting), so --prompt-name query and --prompt "query: " of the same prompt give the same bits
+NAME_SETTINGS = ("prompt_name",)
 
 
 def within_max_length(entry: tuple) -> bool:
@@ -273,6 +283,12 @@ def resolve_cache(cache) -> Path | None:
     if not isinstance(cache, (str, os.PathLike)):
         raise BertfeatError(f"{opt('cache', cache)} is not a directory name", f"give {opt('cache', 'DIR')}, or False for no cache")
     return check_cache_dir(local_path(cache, "cache", "cache", writes=True))
+
+
+def from_environment(cache) -> bool:
+    """Whether ``cache=`` as given (None, True) leaves the directory to the BERTFEAT_CACHE environment variable, and
+    it names one (resolve_cache)."""
+    return (cache is None or cache is True) and bool(os.environ.get(ENV, "").strip())
 
 
 def check_cache_dir(path: Path) -> Path:
@@ -833,15 +849,16 @@ class VectorStore:
         self._fp_rows[row[0]] = tuple(row[1:])
         return row[0]
 
-    def long_text_siblings(self, fingerprint: str, settings: dict, dim: int) -> list[int]:
-        """Ids of the fingerprints whose settings are ``settings`` but for LONG_TEXT_SETTINGS (another long-text
-        policy or stride, everything else the same: the vectors of rows within max length are the same bits), for
-        ``get_reusable``. Only a row of this ``dim`` whose stored settings hash to its fingerprint
-        (cache_fingerprint) counts."""
-        def rest(s: dict) -> dict:
-            return {k: v for k, v in s.items() if k not in LONG_TEXT_SETTINGS}
+    def siblings(self, fingerprint: str, settings: dict, dim: int) -> list[tuple[int, bool]]:
+        """(id, every row) of the fingerprints whose settings are ``settings`` but for NAME_SETTINGS (the prompt's
+        name: the same vectors, so each of their entries serves, ``every row`` True) and LONG_TEXT_SETTINGS (another
+        long-text policy or stride: only their rows within max length serve, the same bits: within_max_length), for
+        ``get_reusable``; those of every row first. Only a row of this ``dim`` whose stored settings hash to its
+        fingerprint (cache_fingerprint) counts."""
+        def rest(s: dict, drop=LONG_TEXT_SETTINGS + NAME_SETTINGS) -> dict:
+            return {k: v for k, v in s.items() if k not in drop}
 
-        mine = rest(json.loads(settings_text(settings)))
+        mine = json.loads(settings_text(settings))
         with self._lock, self.guard("read"):
             rows = self.db.execute("SELECT id, fingerprint, model, dim, settings, created FROM fingerprints "
                                    "WHERE fingerprint != ?", (fingerprint,)).fetchall()
@@ -851,11 +868,11 @@ class VectorStore:
                 theirs = json.loads(text)
             except ValueError:
                 continue
-            if (isinstance(theirs, dict) and rest(theirs) == mine and dim == int(dim_of) and
+            if (isinstance(theirs, dict) and rest(theirs) == rest(mine) and dim == int(dim_of) and
                     settings_id(text) == fp):
                 self._fp_rows[fid] = (fp, model, dim_of, text, created)
-                out.append(fid)
-        return out
+                out.append((fid, rest(theirs, NAME_SETTINGS) == rest(mine, NAME_SETTINGS)))
+        return sorted(out, key=lambda sibling: not sibling[1])  # (stable: each kind in the order of their ids)
 
     def _current_id(self, fid: int) -> int:
         """``fid``, or the id its fingerprint has now: a `cache clear` while this run wrote deleted the fingerprints row
@@ -896,15 +913,17 @@ class VectorStore:
                     out[bytes(key)] = (np.frombuffer(vec, dtype="<f4"), int(n_tok), bool(flags & 1), int(n_ch))
         return out
 
-    def get_reusable(self, fid: int | None, siblings: list[int], keys: list[bytes], used: set | None = None) -> dict:
-        """``get`` under ``fid``, then for the keys not found the entries of rows within max length under its
-        long-text siblings (long_text_siblings, within_max_length); ``used`` gets the siblings that served one."""
+    def get_reusable(self, fid: int | None, siblings: list[tuple[int, bool]], keys: list[bytes],
+                     used: set | None = None) -> dict:
+        """``get`` under ``fid``, then for the keys not found the entries under its siblings (``siblings``: each
+        entry of a sibling of every row, the rows within max length of the others: within_max_length); ``used``
+        gets the siblings that served one."""
         out = self.get(fid, keys)
-        for sid in siblings:
+        for sid, every in siblings:
             rest = [k for k in keys if k not in out]
             if not rest:
                 break
-            hits = {k: e for k, e in self.get(sid, rest).items() if within_max_length(e)}
+            hits = {k: e for k, e in self.get(sid, rest).items() if every or within_max_length(e)}
             if hits and used is not None:
                 used.add(sid)
             out.update(hits)

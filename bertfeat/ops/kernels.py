@@ -780,25 +780,27 @@ NUMBA_CODEGEN = (("DISABLE_JIT", 0), ("OPT", 3), ("LOOP_VECTORIZE", 1), ("SLP_VE
 
 #: NumPy's settings that switch its SIMD loops off or on (read once, at its import): on the NumPy backend the GELU,
 #: softmax and LayerNorm run on those loops, and AVX2 and AVX-512 off moved all-MiniLM-L6-v2's int8 features by
-#: 2.3e-3 (fp32 by 1.5e-7); numba's kernels do not use them (its features were the same bits)
+#: 2.3e-3 (fp32 by 1.5e-7); numba's kernels do not use them, but on either backend a model's Dense modules take their
+#: activation from NumPy (np.tanh, np.exp: AVX2 off moved a tanh Dense model's features by 6e-8)
 NUMPY_DISPATCH = ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES")
 
 
 def identity() -> str:
     """The element-wise backend in force as it rounds: "numba VERSION" or "numpy" (their GELU, LayerNorm and int8
     kernels differ in the last bits: up to 5e-3 on int8 features), with numba's code generation settings that differ
-    from its defaults (``numba_settings``: "numba 0.61.0 (NUMBA_DISABLE_JIT=1)"), or on NumPy its CPU feature settings
-    when set (``numpy_settings``: "numpy (NPY_DISABLE_CPU_FEATURES=AVX512F)"). Part of cache.store.gemm_identity."""
+    from its defaults (``numba_settings``: "numba 0.61.0 (NUMBA_DISABLE_JIT=1)"), and NumPy's CPU feature settings
+    when set, on either backend (``numpy_settings``: "numpy (NPY_DISABLE_CPU_FEATURES=AVX512F)"; a Dense module's
+    activation runs on NumPy's loops under numba too). Unset, the identity is the one it was before they joined it.
+    Part of cache.store.gemm_identity."""
     import sys
 
     name = backend()
-    if name == "numpy":
+    if name == "numba" and "numba" in sys.modules:
+        name = f"numba {sys.modules['numba'].__version__}"
+        settings = numba_settings() + numpy_settings()
+    else:
         settings = numpy_settings()
-        return name + (f" ({', '.join(settings)})" if settings else "")
-    if name != "numba" or "numba" not in sys.modules:
-        return name
-    settings = numba_settings()
-    return f"numba {sys.modules['numba'].__version__}" + (f" ({', '.join(settings)})" if settings else "")
+    return name + (f" ({', '.join(settings)})" if settings else "")
 
 
 def numba_settings() -> list[str]:

@@ -120,6 +120,10 @@ def extract_options(options: ExtractOptions, *, progress=None, quiet: bool = Tru
         return run(plan, progress, client)
     except BertfeatError as e:  # the PCA's errors name its n_components: extract's parameter is pca (CLI: --pca)
         e.rename(EXTRACT_NAMES)
+        from ..cache.store import CacheError, RunStoreError, from_environment
+
+        if isinstance(e, CacheError) and not isinstance(e, RunStoreError) and from_environment(options.cache):
+            e.named_by_environment()  # the user gave no cache option: the variable is where its path came from
         raise
 
 

@@ -231,9 +231,9 @@ def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None
     try:
         store = open_cache(Path(plan.cache))
         try:
-            # as the run looks up (cache.reuse): its own fingerprint, then its rows within max length under another
-            # long-text policy's
-            fid, siblings = store.known_id(fp), store.long_text_siblings(fp, settings, encoder.output_dim(spec))
+            # as the run looks up (cache.reuse): its own fingerprint, then another name of its prompt's, then its rows
+            # within max length under another long-text policy's
+            fid, siblings = store.known_id(fp), store.siblings(fp, settings, encoder.output_dim(spec))
             keys = [text_key(t, None if pairs is None else pairs[i]) for i, t in enumerate(texts)]
             return len(store.get_reusable(fid, siblings, keys)) / max(len(keys), 1)
         finally:

@@ -229,7 +229,9 @@ class LocalRun:
                     with uninterrupted():  # a part on disk is a chunk counted: a stop between kept it uncounted (removed)
                         store.write_part(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse)
                         self.account(pc.chunk.index, table, pc.chunk.rejects, pc.chunk.n_read, reuse, pc.chunk.rows)
-                    tokens = int(pc.prepared.n_tokens.sum()) if pc.prepared is not None else 0
+                    # the tokens of the rows written, reused ones too (as the Dask engine's): a cached chunk's rows/s
+                    # beside "0 tokens/s" read as rows without tokens
+                    tokens = int(table.column("n_tokens").to_numpy().sum())
                     progress.advance(pc.chunk.n_read, tokens, pc.chunk.bytes_read)
             finally:
                 items.close()

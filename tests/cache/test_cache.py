@@ -298,6 +298,41 @@ def test_a_long_text_setting_reuses_the_rows_within_max_length(tmp_path, request
     assert sorted(f["entries"] for f in bertfeat.cache.store.cache_info(cache)["fingerprints"]) == [0, 10, 10, 44]
 
 
+def test_a_prompt_given_by_its_name_or_its_text_reuses_every_row(tmp_path):
+    """--prompt-name doc and --prompt "passage: " (the doc prompt's text) give the same vectors: a re-run that names
+    the prompt the other way reuses every row, long ones too (before: the prompt's name was in the key, and every
+    row was encoded again); with another long-text policy as well, the rows within max length. Each run equals its
+    own settings' run without a cache, bit for bit; another prompt text reuses nothing."""
+    from extract_util import tiny_st_model
+
+    model = tiny_st_model(tmp_path / "st")
+    (model / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "doc": "passage: "}, "default_prompt_name": "query"}))
+    kw = dict(model=str(model), max_length=32, chunk_rows=8)
+    cache = tmp_path / "cache"
+    src = corpus(tmp_path / "c.csv", long_text_rows())
+    runs = [({"prompt_name": "doc"}, 44, 0),  # (settings, encoded, reused)
+            ({"prompt": "passage: "}, 0, 44),
+            ({}, 44, 0),  # the model's default prompt, query
+            ({"prompt": "query: "}, 0, 44),
+            ({"prompt_name": "query"}, 0, 44),
+            ({"prompt": "passage: ", "long_text": "chunk-mean", "stride": 8}, 14, 30),  # 14 rows past 32 with it
+            ({"prompt_name": "doc", "long_text": "chunk-mean", "stride": 8}, 0, 44),
+            ({"prompt": "passage:"}, 44, 0)]
+    for i, (setting, encoded, reused) in enumerate(runs):
+        out, clean = tmp_path / f"o{i}.parquet", tmp_path / f"clean{i}.parquet"
+        s = extract(src, out, cache=cache, **kw, **setting)
+        assert (s.rows_encoded, s.rows_reused) == (encoded, reused), setting
+        extract(src, clean, cache=False, **kw, **setting)
+        assert features(out).column("id").to_pylist() == features(clean).column("id").to_pylist()
+        for col in COUNTS:
+            assert features(out).column(col).to_pylist() == features(clean).column(col).to_pylist(), (setting, col)
+        assert np.array_equal(bits(out), bits(clean)), setting
+    assert sum(n > 1 for n in features(tmp_path / "clean5.parquet").column("n_chunks").to_pylist()) == 14
+    assert np.array_equal(bits(tmp_path / "clean0.parquet"), bits(tmp_path / "clean1.parquet"))
+    assert not np.array_equal(bits(tmp_path / "clean0.parquet"), bits(tmp_path / "clean2.parquet"))
+
+
 def test_a_changed_tokenizer_file_reuses_nothing(tmp_path):
     """The same model folder (same path, same weights) with its tokenizer_config.json edited in place: the key holds
     the folder's files, so nothing is reused, and the vectors are the new tokenizer's."""
@@ -1240,6 +1275,34 @@ def test_the_environment_variable_and_no_cache(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "g.parquet").exists()
 
 
+def test_an_error_of_the_cache_bertfeat_cache_names_says_so(tmp_path, capsys, monkeypatch):
+    """A user who passed no cache option, whose BERTFEAT_CACHE (set long ago in a profile) names a bad cache, is told
+    where that path came from (before: "the cache f is not a directory - give --cache a directory", and no word of
+    the variable); the same error of --cache DIR is unchanged, and a mid-run failure of the variable's cache says it
+    too (Python: cache=None)."""
+    src = corpus(tmp_path / "c.csv", base_rows(24))
+    (tmp_path / "f").write_text("not a directory")
+    args = ("--model", tiny_model(), "--chunk-rows", 8, "-q")
+    monkeypatch.setenv("BERTFEAT_CACHE", str(tmp_path / "f"))
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", *args)
+    assert (rc, out) == (1, "")
+    assert err == (f"Error: the cache {tmp_path / 'f'} is not a directory (BERTFEAT_CACHE names this cache) - give "
+                   "--cache a directory (it is made if missing)\n")
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", *args, "--cache", tmp_path / "f")
+    assert err == f"Error: the cache {tmp_path / 'f'} is not a directory - give --cache a directory (it is made if missing)\n"
+    with pytest.raises(CacheError, match=r"is not a directory \(BERTFEAT_CACHE names this cache\) - give cache a "):
+        extract(src, tmp_path / "o.parquet")
+    assert extract(src, tmp_path / "o.parquet", cache=False).rows_encoded == 24
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BERTFEAT_CACHE", str(cache))
+    failing_write(monkeypatch, OSError(errno.ENOSPC, "No space left on device"), at=2)
+    rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "p.parquet", *args)
+    assert (rc, out) == (1, "")
+    assert err == (f"Error: cannot write the cache {cache / DB_NAME}: no space left on the device (BERTFEAT_CACHE names "
+                   f"this cache) - {FULL_FIX}; then rerun with --resume to continue (1 finished chunk(s) are kept in "
+                   f"{tmp_path / 'p.parquet'}.partial)\n")
+
+
 def test_a_cache_path_that_is_a_file_is_refused(tmp_path, capsys):
     src = corpus(tmp_path / "c.csv", base_rows(5))
     (tmp_path / "f").write_text("not a directory")
@@ -1443,10 +1506,11 @@ def test_a_file_bertfeat_did_not_make_is_never_written(tmp_path, capsys, monkeyp
     with pytest.raises(CacheError) as e:  # the Python API
         extract(src, out, cache=cache)
     assert e.value.message == f"{what}cache a directory of its own (it is made if missing){hint}"
-    monkeypatch.setenv("BERTFEAT_CACHE", str(cache))  # and the environment variable, both ways
+    monkeypatch.setenv("BERTFEAT_CACHE", str(cache))  # and the environment variable, both ways (which it names)
     rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model())
-    assert (rc, stdout, err) == (1, "", f"Error: {what}--cache a directory of its own (it is made if missing){hint}\n")
-    with pytest.raises(CacheError, match=re.escape(what)):
+    named = what.replace(f"{why} - ", f"{why} (BERTFEAT_CACHE names this cache) - ")
+    assert (rc, stdout, err) == (1, "", f"Error: {named}--cache a directory of its own (it is made if missing){hint}\n")
+    with pytest.raises(CacheError, match=re.escape(named)):
         bertfeat.extract(src, out, model=tiny_model())
     assert bertfeat.extract(src, out, model=tiny_model(), estimate=True).cached in (None, 0.0)  # the run will say
     assert tree_digest(cache) == before
@@ -1604,6 +1668,65 @@ def test_numpys_cpu_feature_settings_are_in_the_key_of_the_numpy_kernels(tmp_pat
     s = numpy_kernels("b.parquet", **off)
     assert (s["rows_encoded"], s["rows_reused"]) == (0, 12)
     assert np.array_equal(embeddings(read_table(tmp_path / "b.parquet")), embeddings(read_table(tmp_path / "a.parquet")))
+
+
+def tanh_dense_model(d: Path) -> Path:
+    """The tiny model with sentence-transformers modules mean Pooling -> Dense (32 -> 16, tanh) -> Normalize."""
+    from safetensors.numpy import save_file
+
+    from extract_util import tiny_st_model
+
+    tiny_st_model(d)
+    (d / "3_Normalize").mkdir()
+    (d / "3_Normalize" / "config.json").write_text("{}")
+    (d / "2_Normalize" / "config.json").unlink()
+    (d / "2_Normalize").rmdir()
+    (d / "2_Dense").mkdir()
+    (d / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 32, "out_features": 16, "bias": True,
+                                                           "activation_function": "torch.nn.modules.activation.Tanh"}))
+    rng = np.random.default_rng(3)
+    save_file({"linear.weight": (rng.standard_normal((16, 32)) / 2).astype(np.float32),
+               "linear.bias": (rng.standard_normal(16) / 10).astype(np.float32)}, str(d / "2_Dense" / "model.safetensors"))
+    mods = json.loads((d / "modules.json").read_text())[:2]
+    mods += [{"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"},
+             {"idx": 3, "name": "3", "path": "3_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (d / "modules.json").write_text(json.dumps(mods))
+    return d
+
+
+@pytest.mark.slow  # three `python -m bertfeat` subprocesses (NumPy reads its CPU feature settings once, at import)
+def test_numpys_cpu_feature_settings_are_in_the_key_of_the_numba_kernels_too(tmp_path):
+    """On numba's element-wise kernels a Dense module's activation still runs on NumPy's SIMD loops (np.tanh), which
+    NPY_DISABLE_CPU_FEATURES switches (AVX2 off moved this tanh model's features by 6e-8): the key named the setting
+    on the NumPy kernels only, so a cache filled by a usual run served its vectors to a run under the setting, whose
+    own differ (a re-run unequal to a fresh run of the same input). Unset, the key is the one it was."""
+    from bertfeat.features import read_features
+    from bertfeat.ops import kernels
+
+    if kernels.backend() != "numba":
+        pytest.skip("numba's kernels are not in use here (BERTFEAT_KERNELS=numpy, or no numba)")
+    model = tanh_dense_model(tmp_path / "m")
+    src = corpus(tmp_path / "in.csv", base_rows(24))
+    cache = tmp_path / "c"
+    off = {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX2 AVX512F AVX512_SKX"}  # NumPy 2.4's and 1.x's names
+
+    def extract_in(name: str, cached: bool = True, **env) -> dict:
+        p = subprocess.run(cli("extract", src, "-o", tmp_path / name, "--model", model, "--quiet", "--summary-json", "-",
+                               *(("--cache", cache) if cached else ("--no-cache",))),
+                           capture_output=True, text=True, env={**os.environ, **env})
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    assert extract_in("usual.parquet")["rows_encoded"] == 24
+    s = extract_in("a.parquet", **off)
+    assert (s["rows_encoded"], s["rows_reused"]) == (24, 0)  # the usual run's vectors are not this run's
+    extract_in("fresh.parquet", cached=False, **off)
+    a, fresh = embeddings(read_table(tmp_path / "a.parquet")), embeddings(read_table(tmp_path / "fresh.parquet"))
+    assert np.array_equal(a, fresh)
+    assert not np.array_equal(a, embeddings(read_table(tmp_path / "usual.parquet")))  # what serving them changed
+    kernels_of = read_features(tmp_path / "a.parquet")[2]["gemm"]["kernels"]
+    assert kernels_of.endswith(" (NPY_DISABLE_CPU_FEATURES=AVX2 AVX512F AVX512_ICL AVX512_SKX X86_V3 X86_V4)"), kernels_of
+    assert read_features(tmp_path / "usual.parquet")[2]["gemm"]["kernels"] == kernels.identity()  # unset: as it was
 
 
 def test_a_cache_filled_before_the_numpy_softmax_ran_per_sequence_is_not_served(tmp_path, monkeypatch):

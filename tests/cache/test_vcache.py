@@ -186,8 +186,8 @@ def test_rows_within_max_length_are_found_under_another_long_text_policy(store):
     store.put(ids["other"], keys(SST2[5:6]), vectors(1), [9], [False], [1])
     store.put(ids["forged"], keys(SST2[6:7]), vectors(1), [9], [False], [1])
     store.put(ids["wide"], keys(SST2[7:8]), np.ones((1, 2 * D), np.float32), [9], [False], [1])
-    siblings = store.long_text_siblings(*run, D)
-    assert siblings == [ids["trunc"]]
+    siblings = store.siblings(*run, D)
+    assert siblings == [(ids["trunc"], False)]
     used = set()
     got = store.get_reusable(ids["run"], siblings, keys(SST2[:8]), used)
     assert set(got) == set(ks[:2]) and used == {ids["trunc"]}
@@ -196,6 +196,32 @@ def test_rows_within_max_length_are_found_under_another_long_text_policy(store):
     store.put(ids["run"], ks[2:4], X[2:4] + 1, [40, 40], [False, False], [2, 2])
     got = store.get_reusable(ids["run"], siblings, ks)
     assert set(got) == set(ks[:4]) and got[ks[2]][0].tobytes() == (X[2] + 1).tobytes() and got[ks[3]][3] == 2
+
+
+def test_every_row_is_found_under_another_name_of_the_same_prompt(store):
+    """The prompt's name changes no vector (its text is the prompt setting): a fingerprint that differs in it alone
+    serves every entry, long rows and zeros included, and comes before the long-text siblings; one that differs in
+    the long-text policy too serves the rows within max length only; another prompt text serves nothing."""
+    base = {"pooling": "mean", "max_length": 32, "weights_sha256": "w", "prompt": "passage: ", "long_text": "truncate",
+            "stride": 32}
+    run = keyed({**base, "prompt_name": None})
+    fps = {"long": keyed({**base, "prompt_name": "doc", "long_text": "chunk-mean", "stride": 8}),
+           "named": keyed({**base, "prompt_name": "doc"}),
+           "other": keyed({**base, "prompt": "passage:", "prompt_name": None})}
+    ids = {name: store.register(fp, "m", D, s) for name, (fp, s) in fps.items()}
+    X = vectors(3)
+    X[2, 3] = 0.0
+    ks = keys(SST2[:3])
+    store.put(ids["named"], ks[:2], X[:2], [9, 40], [False, True], [1, 1])  # row 1 truncated
+    store.put(ids["named"], ks[2:3], X[2:3], [9], [False], [1])  # row 2 holds a 0.0
+    store.put(ids["long"], keys(SST2[3:5]), vectors(2, 1), [9, 40], [False, False], [1, 2])
+    store.put(ids["other"], keys(SST2[5:6]), vectors(1, 2), [9], [False], [1])
+    siblings = store.siblings(*run, D)
+    assert siblings == [(ids["named"], True), (ids["long"], False)]
+    used = set()
+    got = store.get_reusable(store.register(run[0], "m", D, run[1]), siblings, keys(SST2[:6]), used)
+    assert set(got) == set(keys(SST2[:4])) and used == {ids["named"], ids["long"]}
+    assert [got[k][0].tobytes() for k in ks] == [x.tobytes() for x in X] and got[ks[1]][2] is True
 
 
 def flip(vec: bytes) -> bytes:

@@ -67,6 +67,43 @@ def test_plain_log_lines_when_not_a_terminal(tmp_path, capsys):
     assert "\x1b" not in err and "━" not in err
 
 
+class Recorder:
+    """A progress sink that keeps what the engine reported: rows and tokens advanced."""
+
+    def __init__(self):
+        self.rows = self.tokens = 0
+
+    def start(self, total_rows, total_bytes): ...
+    def note(self, message): ...
+    def parts(self, done, in_flight, total): ...
+    def stop(self): ...
+
+    def advance(self, rows, tokens, bytes_read):
+        self.rows += rows
+        self.tokens += tokens
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_progress_counts_the_tokens_of_the_rows_it_counts(tmp_path, engine):
+    """The progress's rows and tokens are of the same rows, reused ones too, on both engines: a re-run that finds
+    every row in the cache advanced its rows with 0 tokens on the local engine (the line said "805 rows/s, 0
+    tokens/s"), the Dask engine with the rows' tokens."""
+    import bertfeat
+
+    if engine == "dask":
+        pytest.importorskip("distributed")
+    kw = dict(model=str(tiny_model()), cache=tmp_path / "cache", chunk_rows=4, overwrite=True)
+    if engine == "dask":
+        kw.update(engine="dask", workers=1, blocksize=64)
+    src = write_csv(tmp_path / "c.csv", ["text"], [[f"sentence number {i % 5}"] for i in range(12)])
+    out = tmp_path / ("o.parquet" if engine == "local" else "o_dask")
+    for encoded in (5, 0):  # a first run (7 duplicates), then every row from the cache
+        rec = Recorder()
+        s = bertfeat.extract(src, out, progress=rec, **kw)
+        assert (s.rows_encoded, s.rows_reused) == (encoded, 12 - encoded)
+        assert (rec.rows, rec.tokens) == (12, s.tokens) and s.tokens > 12
+
+
 def test_periodic_log_lines():
     buf = io.StringIO()
     p = LogProgress(Console(file=buf, width=200), every=0.0)
