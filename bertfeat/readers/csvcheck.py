@@ -64,13 +64,18 @@ def sniff_delimiter(head: bytes) -> str:
 
 def splitting_delimiter(head: bytes, given: str) -> tuple[str, int] | None:
     """The likely delimiter (',', ';', '|' or tab: the most frequent) that separates the header line outside quotes
-    where ``given`` does not occur, and the columns it makes; None if ``given`` is there or no other is."""
-    line = _unquoted(header_line(head))
+    where ``given`` does not occur, and the columns it makes; None if ``given`` is there, no other is, or the first
+    data line does not hold that one too (a one-column file whose header name holds a ',': 'text, cleaned')."""
+    raw = header_line(head)
+    line = _unquoted(raw)
     if given.encode() in line:
         return None
     counts = {d: line.count(d.encode()) for d in (",",) + LIKELY_DELIMITERS if d != given}
     best = max(counts, key=counts.get)
-    return (best, counts[best] + 1) if counts[best] else None
+    data = header_line(head[head.find(raw) + len(raw):])  # the first data line (b"" when the head holds none)
+    if not counts[best] or (data and best.encode() not in _unquoted(data)):
+        return None
+    return best, counts[best] + 1
 
 
 def likely_delimiters_in(name: str, used: str) -> list[str]:

@@ -168,8 +168,8 @@ class CsvReader(TextReader):
             raise InputError(f"{self.name}: the header line is one column {cols[0]!r}, which holds {name_of(likely[0])}",
                              f"pass {opt('delimiter', name_of(likely[0]))} if that separates the columns "
                              f"(or {opt('delimiter', name_of(self.delimiter))} to read one column)")
-        if len(cols) == 1 and option is not None:
-            self._refuse_absent_delimiter(head, cols[0])
+        if len(cols) == 1 and option is not None and option != ("\t" if self.fmt == "tsv" else ","):
+            self._refuse_absent_delimiter(head, cols[0])  # (the format's own: the one-column escape offered above)
         self._refuse_duplicates(cols)
         if self.fmt == "tsv":
             self._refuse_quoted_names(cols)

@@ -197,12 +197,20 @@ def test_delimiter_option_and_refused_one_column_header(tmp_path, capsys):
     src2 = tmp_path / "t.csv"
     src2.write_text("id;text\n1;hello there\n", encoding="utf-8")
     rc, _, err = extract(capsys, src2, tmp_path / "o.parquet", "--delimiter", ",")
-    # an explicit --delimiter the header line lacks, while ';' separates it, is refused (it read one column 'id;text')
-    one_line(rc, err, f"Error: {src2}: --delimiter ',' is not in the header line 'id;text', which ';' separates into 2 "
+    assert rc == 0, err  # the format's own delimiter, given: one column 'id;text' (the escape the refusal above offers)
+    rc, _, err = extract(capsys, src2, tmp_path / "o3.parquet", "--delimiter", "|")
+    # another delimiter the header line lacks, while ';' separates it and its data line, is refused (one column read)
+    one_line(rc, err, f"Error: {src2}: --delimiter '|' is not in the header line 'id;text', which ';' separates into 2 "
                       "columns - pass --delimiter ';' (or leave --delimiter out: the header line decides)")
-    assert not (tmp_path / "o.parquet").exists()
+    assert not (tmp_path / "o3.parquet").exists()
+    one = tmp_path / "one.tsv"  # one column whose name holds a ',': its data lines hold none, so tab reads it
+    one.write_text("text, cleaned\nhello there\ngood movie\n", encoding="utf-8")
+    for extra in (["--delimiter", "tab"], ["--input-format", "csv", "--delimiter", "|"]):
+        rc, _, err = extract(capsys, one, tmp_path / "o4.parquet", *extra, "--overwrite")
+        assert rc == 0, err
+        assert read_table(tmp_path / "o4.parquet").num_rows == 2
     (tmp_path / "q.csv").write_text('"id;text"\n"1;hello there"\n', encoding="utf-8")
-    rc, _, err = extract(capsys, tmp_path / "q.csv", tmp_path / "o.parquet", "--delimiter", ",")
+    rc, _, err = extract(capsys, tmp_path / "q.csv", tmp_path / "o5.parquet", "--delimiter", ",")
     assert rc == 0, err  # a name in quotes holding ';' is one column: an explicit --delimiter reads it so
     rc, _, err = extract(capsys, src2, tmp_path / "o2.parquet", "--delimiter", "semicolon", "--id-column", "id")
     assert rc == 0, err
