@@ -130,6 +130,8 @@ class CacheError(ResumableError):
         """This error, in place, of a cache the BERTFEAT_CACHE environment variable named (the run was given none):
         it says so, for a user who passed no cache option. Returns self, to raise again."""
         self._what = f"{self._what} ({ENV} names this cache)"
+        if self._fix and opt("cache")[:-1] in self._fix:  # a fix naming --cache, which the user never gave: and the
+            self._fix = f"{self._fix}; or set {ENV} to another directory, or unset it"  # variable they did set
         self.args = (self.message,)
         return self
 

@@ -440,9 +440,15 @@ class PCA(Estimator):
         if not first:  # a later chunk's columns must be the first's, by name and order (as IncrementalPCA checks)
             self._check_feature_names(names_from, reset=False)
         X = as_2d_float(X)
-        self._accumulate(X, accumulate)
-        if first:
-            self._check_feature_names(names_from, reset=True)
+        before = dict(self.__dict__)
+        try:
+            self._accumulate(X, accumulate)
+            if first:
+                self._check_feature_names(names_from, reset=True)
+        except BaseException:  # a refused first chunk (two columns of one name) leaves no rows behind, as fit
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
         return self
 
     def _accumulate(self, X: np.ndarray, accumulate: str) -> None:

@@ -32,14 +32,17 @@ def _column_names(X: Any) -> np.ndarray | None:
     pa = sys.modules.get("pyarrow")  # a pyarrow Table means pyarrow is imported
     if pa is not None and isinstance(X, pa.Table):
         cols = X.column_names  # its .columns are the columns' values, not their names
+    elif pa is not None and isinstance(X, pa.RecordBatch):
+        return None  # scikit-learn 1.9 reads no names from one (its .columns are arrays too)
     else:
         cols = getattr(X, "columns", None)
     if cols is None or not hasattr(X, "shape") or isinstance(X, np.ndarray):
         return None
-    names = np.asarray(list(cols), dtype=object)
+    names = np.empty(len(list(cols)), dtype=object)  # 1-D whatever the names are (asarray nests sequences)
+    names[:] = list(cols)
     if len(names) == 0:
         return None
-    repeated = [f"{name!r} {count} times" for name, count in Counter(names.tolist()).items() if count > 1]
+    repeated = [f"{name!r} {count} times" for name, count in Counter(map(_hashable, names)).items() if count > 1]
     if repeated:  # as scikit-learn (narwhals): a model file of such names would be refused by PCA.load
         raise BertfeatError(f"Expected unique column names, got: {', '.join(repeated)}",
                             "rename the DataFrame's columns so that no two have the same name")
@@ -54,6 +57,15 @@ def _column_names(X: Any) -> np.ndarray | None:
             "data, or convert them all to a non-string data type."
         )
     return names if types == ["str"] else None
+
+
+def _hashable(name: Any) -> Any:
+    """A column name as a Counter key (an unhashable one by its repr)."""
+    try:
+        hash(name)
+        return name
+    except TypeError:
+        return repr(name)
 
 
 def _list_names(names: list) -> str:

@@ -1287,7 +1287,8 @@ def test_an_error_of_the_cache_bertfeat_cache_names_says_so(tmp_path, capsys, mo
     rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", *args)
     assert (rc, out) == (1, "")
     assert err == (f"Error: the cache {tmp_path / 'f'} is not a directory (BERTFEAT_CACHE names this cache) - give "
-                   "--cache a directory (it is made if missing)\n")
+                   "--cache a directory (it is made if missing); or set BERTFEAT_CACHE to another directory, or unset "
+                   "it\n")
     rc, out, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", *args, "--cache", tmp_path / "f")
     assert err == f"Error: the cache {tmp_path / 'f'} is not a directory - give --cache a directory (it is made if missing)\n"
     with pytest.raises(CacheError, match=r"is not a directory \(BERTFEAT_CACHE names this cache\) - give cache a "):
@@ -1300,7 +1301,7 @@ def test_an_error_of_the_cache_bertfeat_cache_names_says_so(tmp_path, capsys, mo
     assert (rc, out) == (1, "")
     assert err == (f"Error: cannot write the cache {cache / DB_NAME}: no space left on the device (BERTFEAT_CACHE names "
                    f"this cache) - {FULL_FIX}; then rerun with --resume to continue (1 finished chunk(s) are kept in "
-                   f"{tmp_path / 'p.parquet'}.partial)\n")
+                   f"{tmp_path / 'p.parquet'}.partial); or set BERTFEAT_CACHE to another directory, or unset it\n")
 
 
 def test_a_cache_path_that_is_a_file_is_refused(tmp_path, capsys):
@@ -1509,7 +1510,9 @@ def test_a_file_bertfeat_did_not_make_is_never_written(tmp_path, capsys, monkeyp
     monkeypatch.setenv("BERTFEAT_CACHE", str(cache))  # and the environment variable, both ways (which it names)
     rc, stdout, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model())
     named = what.replace(f"{why} - ", f"{why} (BERTFEAT_CACHE names this cache) - ")
-    assert (rc, stdout, err) == (1, "", f"Error: {named}--cache a directory of its own (it is made if missing){hint}\n")
+    env_fix = "; or set BERTFEAT_CACHE to another directory, or unset it"
+    assert (rc, stdout, err) == (1, "", f"Error: {named}--cache a directory of its own (it is made if missing){hint}"
+                                        f"{env_fix}\n")
     with pytest.raises(CacheError, match=re.escape(named)):
         bertfeat.extract(src, out, model=tiny_model())
     assert bertfeat.extract(src, out, model=tiny_model(), estimate=True).cached in (None, 0.0)  # the run will say

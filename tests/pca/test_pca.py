@@ -926,6 +926,29 @@ def test_a_refused_fit_leaves_the_pca_as_it_was(solver):
     np.testing.assert_array_equal(fitted.transform(pd.DataFrame(X, columns=list("abcdef"))), before)
 
 
+def test_a_refused_first_partial_fit_adds_no_rows():
+    """A first partial_fit refused for its column names (two of one name) kept its rows: a later partial_fit of the
+    same 20 rows counted 40 (the review)."""
+    pd = pytest.importorskip("pandas")
+    X = known_spectrum(n=20, d=3)
+    p = PCA(2)
+    with pytest.raises(BertfeatError, match="Expected unique column names"):
+        p.partial_fit(pd.DataFrame(X, columns=["a", "a", "b"]))
+    assert not p.__sklearn_is_fitted__()
+    assert p.partial_fit(X).n_samples_ == 20
+
+
+def test_a_pyarrow_record_batch_fits_and_transforms_as_its_array():
+    """A pyarrow RecordBatch (its .columns are arrays, not names) crashed the duplicate-name check with a TypeError;
+    scikit-learn 1.9 reads no names from one and fits it as the array."""
+    pa = pytest.importorskip("pyarrow")
+    X = known_spectrum(n=20, d=4)
+    batch = pa.RecordBatch.from_pydict({f"c{i}": X[:, i] for i in range(4)})
+    p = PCA(2).fit(batch)
+    assert not hasattr(p, "feature_names_in_")
+    np.testing.assert_array_equal(p.transform(batch), PCA(2).fit(X).transform(X))
+
+
 def test_a_shallow_copy_keeps_its_own_statistics():
     """copy.copy of a partial fit shared its statistics, which partial_fit adds to in place: the copy then counted the
     original's later rows (n_samples_ 100 for its 50, 110 after 10 of its own), where a copy of scikit-learn's
