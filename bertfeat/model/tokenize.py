@@ -16,7 +16,9 @@ tokens are added to either as transformers adds them, from the files and keys it
 Padding and truncation are always set here, never taken from tokenizer.json: rows are encoded
 whole (so ``n_tokens`` is the real length), and only rows longer than ``max_length`` are encoded
 again with truncation (longest-first for pairs, as transformers does; from the left with
-``tokenizer_config.json``'s ``truncation_side: left``).
+``tokenizer_config.json``'s ``truncation_side: left``). A pair is cut here, each text encoded alone as tokenizers
+does it (``_cut_pairs``): tokenizers' own truncation of a pair pairs every overflowing part of one text with every
+part of the other, memory that grows with the product of their lengths.
 
 Long texts in bounded memory. The tokenizer needs about 200 bytes per character of a text at once (1 MB of text:
 200 MB; 5 MB: 1 GB), so a text longer than ``PIECE_CHARS`` characters is never handed to it whole (``LongText``):
@@ -748,8 +750,9 @@ class BertTokenizer:
                 self._tk.no_truncation()
 
     def encode(self, texts: list[str], pairs: list[str] | None = None, max_length: int | None = None) -> Tokenized:
-        """Encode rows whole, then re-encode only the rows longer than max_length with truncation (a text longer than
-        PIECE_CHARS: in pieces, then from its cut, ``_encode_long``), in calls of about GROUP_CHARS characters."""
+        """Encode rows whole, then re-encode only the rows longer than max_length with truncation (``_truncate``; a text
+        longer than PIECE_CHARS: in pieces, then from its cut, ``_encode_long``), in calls of about GROUP_CHARS
+        characters."""
         max_length = max_length or self.model_max_length
         if pairs is not None and len(pairs) != len(texts):
             raise BertfeatError(f"{len(texts)} texts but {len(pairs)} pairs", "give one pair text for each text")
@@ -764,9 +767,7 @@ class BertTokenizer:
                 ids[i], type_ids[i] = np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32)
                 n_tokens[i] = len(e.ids)
         for rows in _groups([i for i in short if n_tokens[i] > max_length], texts, pairs):
-            cut = self._encode_batch([texts[i] for i in rows], _at(pairs, rows), max_length)
-            self._check_cut(cut, max_length, pairs is not None)
-            for i, e in zip(rows, cut):
+            for i, e in zip(rows, self._truncate([texts[i] for i in rows], _at(pairs, rows), max_length)):
                 ids[i], type_ids[i] = np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32)
         for i in (i for i in range(n) if long[i]):
             ids[i], type_ids[i], n_tokens[i] = self._encode_long(texts[i], None if pairs is None else pairs[i], max_length)
@@ -798,8 +799,7 @@ class BertTokenizer:
             e = self._encode_batch([text], None if pair is None else [pair], None)[0]
             n = len(e.ids)
             if n > max_length:
-                e = self._encode_batch([text], None if pair is None else [pair], max_length)[0]
-                self._check_cut([e], max_length, pair is not None)
+                e = self._truncate([text], None if pair is None else [pair], max_length)[0]
             return np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32), n
         counts = [p.count for p in parts]
         total = sum(counts) + self.specials[pair is not None]
@@ -811,10 +811,36 @@ class BertTokenizer:
             encs = []
             for p, k in zip(parts, keep):
                 e = self._tk.encode(p.cut() if k < p.count else p.text, add_special_tokens=False)
-                e.truncate(k, direction=self.truncation_side)
-                encs.append(e)
+                encs.append(_keep(e, k, self.truncation_side))
             e = self._tk.post_process(encs[0], encs[1] if len(encs) > 1 else None, add_special_tokens=True)
         return np.asarray(e.ids, dtype=np.int32), np.asarray(e.type_ids, dtype=np.int32), total
+
+    def _truncate(self, texts: list[str], pairs: list[str] | None, max_length: int) -> list:
+        """Rows longer than ``max_length`` -> their Encodings truncated to it (texts: by tokenizers; pairs: _cut_pairs)."""
+        if pairs is not None:
+            return self._cut_pairs(texts, pairs, max_length)
+        cut = self._encode_batch(texts, None, max_length)
+        self._check_cut(cut, max_length, False)
+        return cut
+
+    def _cut_pairs(self, texts: list[str], pairs: list[str], max_length: int) -> list:
+        """Pairs longer than ``max_length`` truncated as tokenizers' encode does it (each text encoded alone, cut by
+        longest-first, framed by the post-processor), but with each text's cut-off tokens kept as one part (_keep):
+        tokenizers' own truncation keeps them in parts of the kept length and pairs every part of one text with every
+        part of the other (memory ~ the product of their lengths: two texts of 30,000 CJK characters took 10 GB)."""
+        if max_length < self.specials[True]:
+            self._too_small(max_length, True)
+        need = max_length - self.specials[True]
+        with self._lock:
+            self._tk.no_truncation()
+            firsts = self._tk.encode_batch(texts, add_special_tokens=False)
+            seconds = self._tk.encode_batch(pairs, add_special_tokens=False)
+            out = []
+            for a, b in zip(firsts, seconds):
+                ka, kb = longest_first(len(a.ids), len(b.ids), need)
+                a, b = _keep(a, ka, self.truncation_side), _keep(b, kb, self.truncation_side)
+                out.append(self._tk.post_process(a, b, add_special_tokens=True))
+        return out
 
     def _check_cut(self, cut, max_length: int, pair: bool) -> None:
         """Refuse a max_length the template's special tokens leave no room in (tokenizers returns such a row whole)."""
@@ -853,9 +879,7 @@ class BertTokenizer:
         full = self._encode_batch([text], None if pair is None else [pair], None)[0]
         max_length = max_length or self.model_max_length
         if len(full.ids) > max_length:
-            enc = self._encode_batch([text], None if pair is None else [pair], max_length)[0]
-            self._check_cut([enc], max_length, pair is not None)
-            return enc, True, len(full.ids)
+            return self._truncate([text], None if pair is None else [pair], max_length)[0], True, len(full.ids)
         return full, False, len(full.ids)
 
     def id_to_token(self, i: int) -> str:
@@ -866,6 +890,16 @@ class BertTokenizer:
         if self.id_limit <= first_id:
             return {}
         return dict(sorted((i, t) for t, i in self._tk.get_vocab().items() if i >= first_id))
+
+
+def _keep(e, k: int, side: str):
+    """Encoding ``e`` truncated in place to its first (``side`` left: last) ``k`` tokens, its cut-off tokens kept as one
+    overflowing part: ``truncate(k)`` alone keeps them in parts of ``k`` tokens, which post_process pairs with every
+    part of the other text of a pair. A truncate replaces the parts of the one before. Returns ``e``."""
+    if 0 < k < len(e.ids) - 1:  # (truncate(0) keeps the whole as one part)
+        e.truncate(k + 1, direction=side)
+    e.truncate(k, direction=side)
+    return e
 
 
 def _at(values: list | None, rows: list[int]) -> list | None:

@@ -368,6 +368,34 @@ def test_tokenizing_a_huge_text_keeps_memory_bounded():
     assert grown < 100, f"peak RSS grew by {grown} MiB tokenizing a 4 MB text"
 
 
+_PAIR_MEMORY = """
+import sys
+import numpy as np
+from bertfeat.model.tokenize import BertTokenizer
+tok = BertTokenizer.from_dir(sys.argv[1], 512)
+words = sys.argv[2].split()
+rng = np.random.default_rng(0)
+a, b = (" ".join(words[i] for i in rng.integers(0, len(words), 2000)) for _ in range(2))
+tok.encode(["warm"], ["up"], 16)
+before = peak()
+t = tok.encode([a], [b], 16)
+e, truncated, n_full = tok.tokens(a, b, 16)
+print(peak() - before, int(t.n_tokens[0]), len(t.ids[0]), int(e.ids == t.ids[0].tolist()), n_full)
+"""
+
+
+def test_truncating_a_long_pair_keeps_memory_bounded():
+    """Found by the hostile-text hunt: a sentence pair longer than max length was cut by tokenizers' own truncation,
+    which keeps each text's cut-off tokens in parts of the kept length and pairs every part of one text with every
+    part of the other: two texts of 2,000 words cut to max length 16 grew the peak by 1.3 GB (two of 30,000 CJK
+    characters at 256: 10 GB, 12 s). Each text's cut-off tokens are one part now, the ids the same (test_tokenize's
+    pair tests compare them with transformers')."""
+    out = in_fresh_process(_PAIR_MEMORY, tiny_model(), " ".join(WORDS))
+    grown, n_tokens, n_ids, same, n_full = map(int, out)
+    assert (n_tokens, n_ids, same, n_full) == (4003, 16, 1, 4003)
+    assert grown < 50, f"peak RSS grew by {grown} MiB cutting a pair of 2,000 words each to 16 tokens"
+
+
 def test_a_too_long_pair_is_not_told_to_use_chunks():
     """long_text="error" on sentence pairs: the fix offers what pairs take (chunk-* refuses pairs)."""
     from bertfeat.model.encoder import LongTextError
