@@ -68,6 +68,7 @@ import os
 import sys
 import warnings
 from collections.abc import Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -388,13 +389,8 @@ class PCA(Estimator):
                                 "fit on the features of at least 2 texts")
         check_max_components(self.n_components, n, d)
         solver = choose_solver(self.solver, n, d, self.n_components, exact=exact)
-        before = dict(self.__dict__)
-        try:
+        with self._as_it_was_if_refused():  # its earlier fit, or none (not X's rows or names)
             return self._fit_checked(X, names_from, solver, accumulate)
-        except BaseException:  # a refused fit leaves the PCA as it was: its earlier fit, or none (not X's rows or names)
-            self.__dict__.clear()
-            self.__dict__.update(before)
-            raise
 
     def _fit_checked(self, X: np.ndarray, names_from: Any, solver: str, accumulate: str) -> PCA:
         """``_fit``'s work on X (n, d) as a float array (``names_from``: X as given, for its column names), ``solver``
@@ -440,16 +436,23 @@ class PCA(Estimator):
         if not first:  # a later chunk's columns must be the first's, by name and order (as IncrementalPCA checks)
             self._check_feature_names(names_from, reset=False)
         X = as_2d_float(X)
-        before = dict(self.__dict__)
-        try:
+        with self._as_it_was_if_refused():  # a refused first chunk (two columns of one name) adds no rows
             self._accumulate(X, accumulate)
             if first:
                 self._check_feature_names(names_from, reset=True)
-        except BaseException:  # a refused first chunk (two columns of one name) leaves no rows behind, as fit
+        return self
+
+    @contextmanager
+    def _as_it_was_if_refused(self):
+        """An error inside leaves the PCA's attributes as they were on entry (fit and partial_fit replace, never
+        mutate, the objects they hold before they can fail), then propagates."""
+        before = dict(self.__dict__)
+        try:
+            yield
+        except BaseException:
             self.__dict__.clear()
             self.__dict__.update(before)
             raise
-        return self
 
     def _accumulate(self, X: np.ndarray, accumulate: str) -> None:
         """Add X's rows to the float64 statistics (whole chunks only, ``accumulate`` mode); fitted attributes become unset."""
