@@ -141,14 +141,12 @@ class RepeatedIds:
     def report(self, summary: "ExtractSummary", source: str, column: str) -> None:
         """Into ``summary.ids_repeated``, and one ``BertfeatWarning`` when an id repeats (the CLI's ``Warning:`` line),
         after the outputs are complete (either engine)."""
-        import warnings
-
-        from ..errors import BertfeatWarning
+        from ..errors import warn
 
         summary.ids_repeated = self.count
         words = self.warning(source, column)
         if words is not None:
-            warnings.warn(words, BertfeatWarning, stacklevel=3)
+            warn(words)  # every run that repeats an id says so, even in words a run before it said
 
     def warning(self, source: str, column: str) -> str | None:
         """The warning's words (None: every id is on one row), e.g. ``in.csv: the id column 'id' repeats 2 ids ...``."""

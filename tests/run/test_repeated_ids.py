@@ -5,6 +5,7 @@ Ids are compared as the output holds them: CSV ids are text, so '010' and '10' a
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 
 import numpy as np
@@ -274,3 +275,37 @@ def test_float16_parquet_ids_warn_and_read_back(tmp_path, fmt):
         "on 'id' matches each of them"]
     back = [v for b in open_features(tmp_path / f"o.{fmt}").batches() for v in b[0]]
     np.testing.assert_array_equal(np.array(back, np.float16), np.array(ids.to_pylist(), np.float16))
+
+
+def test_each_run_that_repeats_an_id_warns_under_pythons_default_filter(tmp_path):
+    """Python's default filter shows a warning once per text and line: a second run of one input (the same path, the
+    same repeat: a file rewritten, a notebook cell run again) said nothing, and the line named was bertfeat's own
+    (run/local.py), not the caller's."""
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [["a", "one"], ["b", "two"], ["a", "three"]])
+    with warnings.catch_warnings(record=True) as got:
+        warnings.resetwarnings()  # Python's default: no filter, the action "default"
+        for n in range(2):
+            line = sys._getframe().f_lineno + 1
+            bertfeat.extract(src, tmp_path / f"o{n}.parquet", id_column="id", model=str(tiny_model()))
+    words = (f"{src}: the id column 'id' repeats 1 id (the first, 'a', on rows 0 and 2); every row is written, so a "
+             "join on 'id' matches each of them")
+    assert [str(w.message) for w in got] == [words] * 2  # the second run too
+    assert {(w.category, w.filename, w.lineno) for w in got} == {(BertfeatWarning, __file__, line)}  # the caller's line
+
+
+def test_a_users_filter_still_decides(tmp_path):
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [["a", "one"], ["a", "two"]])
+    kw = dict(id_column="id", model=str(tiny_model()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BertfeatWarning)
+        with pytest.raises(BertfeatWarning, match="repeats 1 id"):
+            bertfeat.extract(src, tmp_path / "e.parquet", **kw)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("ignore", BertfeatWarning)
+        assert bertfeat.extract(src, tmp_path / "i.parquet", **kw).ids_repeated == 1
+    assert got == []
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("once", BertfeatWarning)
+        for n in range(2):
+            bertfeat.extract(src, tmp_path / f"o{n}.parquet", **kw)
+    assert len(got) == 1
