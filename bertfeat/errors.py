@@ -210,6 +210,25 @@ class BertfeatWarning(UserWarning):
     stderr), e.g. a tokenizer with tokens the model cannot embed."""
 
 
+def warn(message: str) -> None:
+    """Issue ``message`` as a ``BertfeatWarning`` (warn each one through this): shown every time it is issued, as the
+    line of the caller's own code outside bertfeat (its call of ``bertfeat.extract``, ``Encoder`` ...).
+
+    Python's default filter shows a warning once per text and line: a second run of one input in a process (a file
+    rewritten, a notebook cell run again) whose finding had the same words was silent, and ``stacklevel`` named a line
+    of bertfeat's. A filter the user sets (``ignore``, ``error``, ``once``) still decides."""
+    import sys
+    import warnings
+
+    inside = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(inside):
+        frame = frame.f_back
+    # registry=None: no record of what was shown here, so the default action shows it again
+    warnings.warn_explicit(message, BertfeatWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"), registry=None, module_globals=frame.f_globals)
+
+
 class OutputError(BertfeatError):
     """An output would replace an input, or an existing file, or cannot be written."""
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ops import gemm
 from .config import BertConfig
-from ..errors import BertfeatError, BertfeatWarning, ConfigError, InputError, opt
+from ..errors import BertfeatError, ConfigError, InputError, opt, warn
 from .hub import ModelLocation, file_states, files_differ, model_files, model_files_digest, resolve_model
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
@@ -283,15 +283,12 @@ class Encoder:
                               "use the tokenizer files that came with the model (a token added to the tokenizer needs "
                               "the model's embeddings resized and saved with it)")
         if past:
-            import warnings
-
             shown = ", ".join(f"{t!r} (id {i:,})" for i, t in list(past.items())[:5])
             more = f" and {len(past) - 5:,} more" if len(past) > 5 else ""
-            warnings.warn(f"{self.location.path}: the tokenizer ({self.tokenizer.source}) has {len(past):,} token"
-                          f"{'s' * (len(past) != 1)} with no row in the word embedding table ({rows:,} rows, config.json "
-                          f"vocab_size {self.config.vocab_size:,}): {shown}{more}; a text that holds one is refused (a bad "
-                          "row for extract; sentence-transformers fails on it with an IndexError)",
-                          BertfeatWarning, stacklevel=3)
+            warn(f"{self.location.path}: the tokenizer ({self.tokenizer.source}) has {len(past):,} token"
+                 f"{'s' * (len(past) != 1)} with no row in the word embedding table ({rows:,} rows, config.json "
+                 f"vocab_size {self.config.vocab_size:,}): {shown}{more}; a text that holds one is refused (a bad row for "
+                 "extract; sentence-transformers fails on it with an IndexError)")
         return past
 
     # ------------------------------------------------------------------ identity

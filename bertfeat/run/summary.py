@@ -141,14 +141,12 @@ class RepeatedIds:
     def report(self, summary: "ExtractSummary", source: str, column: str) -> None:
         """Into ``summary.ids_repeated``, and one ``BertfeatWarning`` when an id repeats (the CLI's ``Warning:`` line),
         after the outputs are complete (either engine)."""
-        import warnings
-
-        from ..errors import BertfeatWarning
+        from ..errors import warn
 
         summary.ids_repeated = self.count
         words = self.warning(source, column)
         if words is not None:
-            warnings.warn(words, BertfeatWarning, stacklevel=3)
+            warn(words)  # every run that repeats an id says so, even in words a run before it said
 
     def warning(self, source: str, column: str) -> str | None:
         """The warning's words (None: every id is on one row), e.g. ``in.csv: the id column 'id' repeats 2 ids ...``."""
@@ -174,6 +172,8 @@ def _repeats(arrays: list, rows: list) -> tuple[int, tuple | None]:
     typ = arrays[0].type  # the output's id type, to which its writer casts every unit's ids
     ids = pa.chunked_array([a if a.type == typ else a.cast(typ) for a in arrays], typ).combine_chunks()
     at = np.concatenate(rows)
+    if pa.types.is_float16(typ):  # Arrow sorts no float16: as the float32 each widens to exactly (else, as Python
+        ids = ids.cast(pa.float32())  # floats in a dict, two NaN ids were two ids and 0.1 showed as 0.0999755859375)
     if pa.types.is_nested(typ):  # (Arrow sorts no list, and raises ArrowInvalid for a struct)
         return _repeats_in_python(python_values(ids), at)
     try:

@@ -5,6 +5,7 @@ Ids are compared as the output holds them: CSV ids are text, so '010' and '10' a
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 
 import numpy as np
@@ -16,6 +17,7 @@ from extract_util import Interrupt, read_table, run, tiny_model, write_csv
 
 import bertfeat
 from bertfeat.errors import BertfeatWarning
+from bertfeat.features import open_features
 
 # row 0 is bad (an empty text), so the rows written are 1..6: numbered as the input's rows, as the rejects file does
 ROWS = [["8", ""], ["10", "a cat sat"], ["010", "a dog ran"], ["7", "a cat sat"], ["10", "birds fly"],
@@ -240,3 +242,70 @@ def test_a_float32_id_is_shown_as_its_shortest_text(tmp_path, capsys):
                           tiny_model(), "--quiet")
     assert (rc, stdout, err) == (0, "", f"Warning: {src}: the id column 'id' repeats 1 id (the first, 0.1, on rows 0 "
                                         "and 2); every row is written, so a join on 'id' matches each of them\n")
+
+
+def test_float16_ids_repeat_as_a_join_compares_them():
+    """Arrow sorts no float16 (halffloat): such ids were compared as Python floats in a dict, where two NaN ids were
+    two ids (pandas' duplicated and merge match them, as the float32 / float64 check does) and the id showed as the
+    double it widens to (0.0999755859375, not 0.1)."""
+    from bertfeat.run.summary import RepeatedIds
+
+    r = RepeatedIds()
+    r.add(pa.array([0.1, float("nan"), 0.2, float("nan"), 0.1, -0.0, 0.0], pa.float64()).cast(pa.float16()),
+          [0, 1, 2, 3, 4, 5, 6])
+    assert r.count == 3  # NaN (rows 1, 3), 0.1 (rows 0, 4), 0 (rows 5, 6)
+    assert r.warning("in.parquet", "id") == (
+        "in.parquet: the id column 'id' repeats 3 ids (the first, nan, on rows 1 and 3); every row is written, so a "
+        "join on 'id' matches each of them")
+    r = RepeatedIds()
+    r.add(pa.array([0.1, 0.2, 0.1], pa.float64()).cast(pa.float16()), [0, 1, 2])
+    assert (r.count, str(r.first[0]), r.first[1:]) == (1, "0.1", (0, 2))
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv", "npy"])
+def test_float16_parquet_ids_warn_and_read_back(tmp_path, fmt):
+    src = tmp_path / "in.parquet"
+    ids = pa.array([0.1, float("nan"), 0.1, float("nan")], pa.float64()).cast(pa.float16())
+    pq.write_table(pa.table({"id": ids, "text": ["one", "two", "three", "four"]}), src)
+    with pytest.warns(BertfeatWarning) as got:
+        s = bertfeat.extract(src, tmp_path / f"o.{fmt}", id_column="id", model=str(tiny_model()))
+    assert s.ids_repeated == 2
+    assert [str(w.message) for w in got] == [
+        f"{src}: the id column 'id' repeats 2 ids (the first, 0.1, on rows 0 and 2); every row is written, so a join "
+        "on 'id' matches each of them"]
+    back = [v for b in open_features(tmp_path / f"o.{fmt}").batches() for v in b[0]]
+    np.testing.assert_array_equal(np.array(back, np.float16), np.array(ids.to_pylist(), np.float16))
+
+
+def test_each_run_that_repeats_an_id_warns_under_pythons_default_filter(tmp_path):
+    """Python's default filter shows a warning once per text and line: a second run of one input (the same path, the
+    same repeat: a file rewritten, a notebook cell run again) said nothing, and the line named was bertfeat's own
+    (run/local.py), not the caller's."""
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [["a", "one"], ["b", "two"], ["a", "three"]])
+    with warnings.catch_warnings(record=True) as got:
+        warnings.resetwarnings()  # Python's default: no filter, the action "default"
+        for n in range(2):
+            line = sys._getframe().f_lineno + 1
+            bertfeat.extract(src, tmp_path / f"o{n}.parquet", id_column="id", model=str(tiny_model()))
+    words = (f"{src}: the id column 'id' repeats 1 id (the first, 'a', on rows 0 and 2); every row is written, so a "
+             "join on 'id' matches each of them")
+    assert [str(w.message) for w in got] == [words] * 2  # the second run too
+    assert {(w.category, w.filename, w.lineno) for w in got} == {(BertfeatWarning, __file__, line)}  # the caller's line
+
+
+def test_a_users_filter_still_decides(tmp_path):
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [["a", "one"], ["a", "two"]])
+    kw = dict(id_column="id", model=str(tiny_model()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BertfeatWarning)
+        with pytest.raises(BertfeatWarning, match="repeats 1 id"):
+            bertfeat.extract(src, tmp_path / "e.parquet", **kw)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("ignore", BertfeatWarning)
+        assert bertfeat.extract(src, tmp_path / "i.parquet", **kw).ids_repeated == 1
+    assert got == []
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("once", BertfeatWarning)
+        for n in range(2):
+            bertfeat.extract(src, tmp_path / f"o{n}.parquet", **kw)
+    assert len(got) == 1
