@@ -13,6 +13,12 @@ read and reaches pyarrow as an empty quoted field ``""``, its data row and size 
 makes the row a bad row when the field is one it reads). So neither pyarrow nor the reader ever holds more of one
 field than ``max_field`` bytes, however long the field (an unclosed quote included).
 
+A carriage return alone (a CR not followed by a line feed) outside quotes ends a record for pyarrow, as a line end
+does. In a file whose header line ends in a line feed (``\n`` or ``\r\n``), such a CR is part of a value (text pasted
+from an old Mac program, a database field): pyarrow would cut its line into records, each a row holding part of it
+(a text encoded in two, a kept value cut, a row too many). ``cut_rows`` names every record of such a line, so the
+reader makes each a bad row. A file whose header line ends in a CR alone (old Mac line ends) is read by its CRs.
+
 ``LineMender`` is for a second read only: pyarrow decodes a malformed line before it calls the skip handler, so one
 that is not valid UTF-8 stops the parse; read again with that line's non-ASCII bytes as ``?``, it is a bad row.
 """
@@ -125,6 +131,14 @@ class QuoteTracker(io.RawIOBase):
         self._queued = 0  # bytes handed on so far
         self._out, self._out_at, self._eof = b"", 0, False
         self._shifts = [(0, 0)]  # (output offset, input offset - output offset from there on)
+        # a CR alone outside quotes (module docstring)
+        self.lf_file: bool | None = None  # the header line ends in \n or \r\n (True) or a CR alone (False)
+        self._tail = b""  # the last _AROUND bytes of the reads before this one (to show a line a read cut)
+        self._cr_pending: tuple[int | None, int, bytes] | None = None  # a read's last byte was a CR outside quotes:
+        # (the record it ended or None, its field, the line's bytes before it), alone or a CRLF's as the next read says
+        self._cut: CutLine | None = None  # the line read now, when a CR alone cuts it
+        self._filling: CutLine | None = None  # a cut line whose bytes after its CR the next read shows more of
+        self.cut_rows: dict[int, tuple[CutLine, bool]] = {}  # data row -> (its cut line, the line's first part)
 
     def readable(self):
         return True
@@ -224,6 +238,13 @@ class QuoteTracker(io.RawIOBase):
         base, n, i = self._offset, len(data), 0
         self._chunk, self._base = data, base
         cap = self._cap is not None
+        if self._filling is not None and n:  # (the line goes on: a CR that ended the last read starts no other)
+            self._filling = self._filling.shows(data, 0)
+        if self._cr_pending is not None and n:  # the CR that ended the last read: alone, or a CRLF's
+            record, field, before = self._cr_pending
+            self._cr_pending = None
+            if record == 0 or self._cut is not None or (self.lf_file and data[0] != 0x0A):
+                self._after_cr(data[0] != 0x0A, record, field, lambda: before, data, 0)
         if self._pending_quote:  # the quote that ended the last read: '""' (a quote) or the closing quote
             self._pending_quote = False
             if data[:1] == b'"':
@@ -259,7 +280,15 @@ class QuoteTracker(io.RawIOBase):
                 self._field_end(pos)
             if c == 0x0A or c == 0x0D:  # pyarrow ends a line at \n, \r or \r\n
                 self._line_end(data, j, c)
-                if pos > self._record_start:  # a blank line is not a record
+                ended = self.record if pos > self._record_start else None  # a blank line is not a record
+                if c == 0x0A:
+                    if ended == 0 or self._cut is not None:  # (else nothing to note: the common case, kept quick)
+                        self._after_lf(ended)
+                elif j + 1 == n:
+                    self._cr_pending = (ended, self.field, self._before(data, j))
+                elif ended == 0 or self._cut is not None or (self.lf_file and data[j + 1] != 0x0A):
+                    self._after_cr(data[j + 1] != 0x0A, ended, self.field, lambda: self._before(data, j), data, j + 1)
+                if ended is not None:
                     self.record += 1
                     if self.ends is not None:
                         self.ends.append(pos)
@@ -272,11 +301,68 @@ class QuoteTracker(io.RawIOBase):
         self._offset = base + n
         if n:
             self._last = data[-1]
+            self._tail = data[-_AROUND:] if n >= _AROUND else (self._tail + data)[-_AROUND:]
+
+    def _before(self, data: bytes, j: int) -> bytes:
+        """Up to _AROUND bytes of the line before ``data[j]`` (the earlier reads' last bytes: ``_tail``)."""
+        window = data[max(0, j - _AROUND):j]
+        if len(window) < _AROUND:
+            window = self._tail[max(0, len(self._tail) - (_AROUND - len(window))):] + window
+        return window[window.rfind(b"\n") + 1:]
+
+    def _after_cr(self, alone: bool, record: int | None, field: int, before, data: bytes, after: int) -> None:
+        """A CR outside quotes (``alone``: not a CRLF's) ended ``record`` (None: a blank line) in ``field``: the
+        header's decides how the file's lines end; the first one alone in a line of a file of line feeds cuts the line
+        (module docstring; ``before()``: the line's bytes before it; the bytes after it from ``data[after]``), and
+        every record of a cut line is noted in ``cut_rows``."""
+        if record == 0:
+            self.lf_file = not alone
+            return
+        first = False
+        if alone and self.lf_file and self._cut is None:
+            self._cut, first = CutLine(field, before()), True
+            self._filling = self._cut.shows(data, after)
+        if self._cut is not None and record is not None:
+            self.cut_rows[record - 1] = (self._cut, first)
+
+    def _after_lf(self, record: int | None) -> None:
+        """A line feed outside quotes ended ``record`` (None: a blank line, or a CRLF's CR ended it) and its line."""
+        if record == 0:
+            self.lf_file = True
+        elif record is not None and self._cut is not None:
+            self.cut_rows[record - 1] = (self._cut, False)
+        self._cut = None
 
     def _line_end(self, data: bytes, j: int, c: int) -> None:
         """Counts the line end ``c`` at ``data[j]``: \n, \r, and \r\n as one."""
         if c == 0x0D or (data[j - 1] if j else self._last) != 0x0D:
             self.line += 1
+
+
+_AROUND = 100  # bytes of a line read on each side of a CR alone, to show it (as 20 characters)
+
+
+class CutLine:
+    """A line a CR alone cuts into records: the field its first such CR is in, and the line's bytes around that CR
+    (up to _AROUND on each side: the same whatever the reads)."""
+
+    def __init__(self, field: int, before: bytes):
+        self.field, self.before, self.after = field, before, b""
+
+    def shows(self, data: bytes, at: int) -> "CutLine | None":
+        """The line's bytes after the CR go on at ``data[at]``: -> self while a next read may show more, else None."""
+        self.after += data[at:at + _AROUND - len(self.after)]
+        return None if len(self.after) >= _AROUND or b"\n" in self.after else self
+
+    def shown(self) -> str:
+        """The line around the CR as a reason shows it, in JSON quotes (so that the CR, tabs and quotes are seen): up
+        to 20 characters on each side, within the line."""
+        import json
+
+        before = self.before.decode("utf-8", errors="replace")
+        after = self.after.split(b"\n", 1)[0].removesuffix(b"\r").decode("utf-8", errors="replace")
+        shown = ("..." if len(before) > 20 else "") + before[-20:] + "\r" + after[:20] + ("..." if len(after) > 20 else "")
+        return json.dumps(shown, ensure_ascii=False)
 
 
 class LineMender(io.RawIOBase):

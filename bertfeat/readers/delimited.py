@@ -266,8 +266,8 @@ class CsvReader(TextReader):
 
     def _parse_stream(self, stream, block: int, mend: set[int] | None = None):
         """The stream pyarrow reads, in layers: our transcoder (an encoding other than UTF-8), a line end at the end,
-        the lines to mend (``mend``), the quote tracker (CSV, or a max_field_bytes), the read-ahead gate ->
-        (transcoder, mender, tracker: each None when not there; gate)."""
+        the lines to mend (``mend``), the quote tracker, the read-ahead gate -> (transcoder, mender: each None when not
+        there; tracker, gate)."""
         # a transcoded encoding: the gate's reads are not pyarrow's blocks, so it neither holds them back nor places
         # the batches (the bytes read stand for both)
         transcoded = self._transcoded()
@@ -282,14 +282,12 @@ class CsvReader(TextReader):
 
             mender = LineMender(stream, mend, self.delimiter, self.fmt == "csv", escaped=transcoder is not None)
             stream = io.BufferedReader(mender, buffer_size=1 << 20)
-        tracker = None
-        cap = self.max_field_bytes
-        if self.fmt == "csv" or cap:  # on UTF-8 (as read, or as transcoded: UTF-16's quotes and line ends are not single bytes)
-            from .csvcheck import QuoteTracker
+        from .csvcheck import QuoteTracker
 
-            # an unclosed quote, rows that span lines; fields over max_field_bytes left out as read
-            tracker = QuoteTracker(stream, self.delimiter, cap, quoting=self.fmt == "csv")
-            stream = io.BufferedReader(tracker, buffer_size=1 << 20)
+        # on UTF-8 (as read, or as transcoded: UTF-16's quotes and line ends are not single bytes): an unclosed quote,
+        # rows that span lines, lines a CR alone cuts into rows; fields over max_field_bytes left out as read
+        tracker = QuoteTracker(stream, self.delimiter, self.max_field_bytes or None, quoting=self.fmt == "csv")
+        stream = io.BufferedReader(tracker, buffer_size=1 << 20)
         gate = ReadAheadGate(stream, float("inf") if transcoded else (1 + self.READ_AHEAD_BLOCKS) * block)
         return transcoder, mender, tracker, gate
 
@@ -506,10 +504,13 @@ class CsvReader(TextReader):
         return f" in column {self.columns[field]!r}" if field is not None and field < len(self.columns) else ""
 
     def _mark_suspects(self, b: RawBatch, tracker) -> RawBatch:
-        """Rows whose quoted field closed lines later, right before more text: it swallowed the lines between; and
-        rows with a field over max_field_bytes that the run reads (_mark_oversized)."""
+        """Rows whose quoted field closed lines later, right before more text: it swallowed the lines between; rows
+        with a field over max_field_bytes that the run reads (_mark_oversized); and the parts of a line a CR alone cut
+        into rows (_mark_cut)."""
         if tracker is not None and tracker.oversized:
             self._mark_oversized(b, tracker)
+        if tracker is not None and tracker.cut_rows:
+            self._mark_cut(b, tracker)
         if tracker is None or not tracker.suspects:
             return b
         for k, row in enumerate(b.rows):
@@ -522,6 +523,30 @@ class CsvReader(TextReader):
                                              "into this row")
                 b.texts[k] = None
         return b
+
+    def _mark_cut(self, b: RawBatch, tracker) -> None:
+        """Each part of a line that a carriage return alone cut into rows (csvcheck.QuoteTracker.cut_rows) is a bad
+        row: a CR ends a row for pyarrow, but in a file whose lines end in line feeds it is part of a value, which a
+        row read from a part would hold cut (its text encoded in pieces, a kept value or an id shortened). Its values
+        are left out of the rejects file, but those of the columns before the CR in the line's first part (whole)."""
+        for k, row in enumerate(b.rows):
+            hit = tracker.cut_rows.pop(row, None)
+            if hit is None:
+                continue
+            line, first = hit
+            field = line.field
+            old = b.pre_rejected.get(row)
+            if old is not None and old.code == RejectCode.UNCLOSED_QUOTE:
+                continue
+            b.pre_rejected[row] = Reason(RejectCode.LONE_CR, (
+                f"part of a line that a carriage return alone (CR){self._column_name(field)} cuts into rows "
+                f"({line.shown()}): a CR ends a row as a line end does, but this file's lines end in line feeds"))
+            b.texts[k] = None
+            for name, values in ((self.pair_column, b.pairs), (self.id_column, b.ids),
+                                 *((c, (b.extra or {}).get(c)) for c in self.keep)):
+                if values is not None and not (first and self.columns.index(name) < field):
+                    values[k] = None
+                    b.written.get(row, {}).pop(name, None)
 
     def _mark_oversized(self, b: RawBatch, tracker) -> None:
         """A field over max_field_bytes reached pyarrow empty (csvcheck.QuoteTracker): its row is a bad row when the

@@ -41,6 +41,57 @@ def test_tracker_counts_records_as_pyarrow_does():
     assert t.record - 1 == rows == 3
 
 
+# ------------------------------------------------------------------------------------------ a CR alone inside a line
+class _Reads(io.RawIOBase):
+    """``data`` handed on at most ``size`` bytes a read (a BufferedReader's read() asks its raw for 8 KiB at a time,
+    whatever its buffer size)."""
+
+    def __init__(self, data: bytes, size: int):
+        self._data, self._size = io.BytesIO(data), size
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        return self._data.readinto(memoryview(b)[:self._size])
+
+
+# data, delimiter, quoting -> {data row: (field of the line's first CR alone, the line as shown, the line's first part)}
+CR_CASES = {
+    "a CR alone in a value": (b"id,text\n1,a\rb\n2,c\n", ",", True,
+                              {0: (1, '"1,a\\rb"', True), 1: (1, '"1,a\\rb"', False)}),
+    "CRLF lines, TSV": (b"id\ttext\r\n1\ta\rb\r\n2\tc\r\n", "\t", False,
+                        {0: (1, '"1\\ta\\rb"', True), 1: (1, '"1\\ta\\rb"', False)}),
+    "CRs first, last and twice": (b"text\n\ra\rb\r\r\nc\nd\r\r\n", "\t", False,
+                                  {0: (0, '"\\ra\\rb\\r"', False), 1: (0, '"\\ra\\rb\\r"', False),
+                                   3: (0, '"d\\r"', True)}),
+    "a long line": (b"text\n" + b"x" * 150 + b"\r" + "é".encode() * 100 + b"\n", ",", True,
+                    {0: (0, '"...' + "x" * 20 + "\\r" + "é" * 20 + '..."', True),
+                     1: (0, '"...' + "x" * 20 + "\\r" + "é" * 20 + '..."', False)}),
+    "old Mac line ends": (b"id,text\r1,a\r2,b\r", ",", True, {}),
+    "a CR in quotes": (b'id,text\n1,"a\rb"\r\n2,"c\r\nd"\n', ",", True, {}),
+    "CRLF lines only": (b"id,text\r\n1,a\r\n\r\n2,b\r\n", ",", True, {}),
+}
+
+
+@pytest.mark.parametrize("name", list(CR_CASES))
+@pytest.mark.parametrize("read", [1, 2, 3, 7, 1 << 16])
+def test_the_parts_of_a_line_a_cr_alone_cuts_are_named_whatever_the_reads(name, read):
+    """In a file whose header line ends in a line feed, every record of a line holding a CR alone (not a CRLF's) outside
+    quotes is named, with the field of the line's first such CR and the line around it: the same for any read sizes
+    (a CR, a CRLF's two bytes or the line around them split between reads). Old Mac line ends (the header's a CR alone)
+    and CRs in quotes are line ends and values as before. The records named are pyarrow's."""
+    data, delimiter, quoting, want = CR_CASES[name]
+    t = QuoteTracker(_Reads(data, read), delimiter, quoting=quoting)
+    assert io.BufferedReader(t).read() == data
+    assert {row: (line.field, line.shown(), first) for row, (line, first) in t.cut_rows.items()} == want
+    skipped = []  # pyarrow's records with another number of fields are records too (bad rows)
+    rows = pcsv.read_csv(io.BytesIO(data), parse_options=pcsv.ParseOptions(
+        delimiter=delimiter, quote_char='"' if quoting else False, newlines_in_values=quoting,
+        invalid_row_handler=lambda row: skipped.append(row) or "skip")).num_rows
+    assert t.record - 1 == rows + len(skipped) and all(r < t.record - 1 for r in want)
+
+
 # ------------------------------------------------------------------------------------------ fields over max_field (issue 44)
 def _field(rng, delimiter: str, quoting: bool) -> bytes:
     """A field as written: sometimes long, with delimiters, quotes and line breaks inside quotes (CSV)."""

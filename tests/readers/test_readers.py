@@ -690,6 +690,65 @@ def test_a_quoted_crlf_across_a_block_boundary_keeps_its_lf(tmp_path, monkeypatc
     assert got == [(b"%d" % i, b"x" * i + b"\r\nline two") for i in range(2 * block)]
 
 
+CUT = "part of a line that a carriage return alone (CR){} cuts into rows ({}): a CR ends a row as a line end does, " \
+      "but this file's lines end in line feeds"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+@pytest.mark.parametrize("eol", ["\n", "\r\n"])
+def test_a_cr_alone_in_a_value_makes_each_part_of_its_line_a_bad_row(tmp_path, fmt, eol):
+    """pyarrow ends a row at a CR alone: a file of line feeds (or CRLFs) with a CR in a value was read as two rows
+    holding its parts, each read as a row when its fields' count happened to fit (a text encoded cut in two, a kept
+    value or an id cut short, a row too many), the other part a malformed line that did not say why. Each part is a
+    bad row naming the column and showing the line; the columns before the CR in a first part of as many fields as the
+    header keep their values (the rejects file shows them); the rows around, and a malformed line after, keep their numbers as pyarrow counts rows."""
+    sep = "," if fmt == "csv" else "\t"
+    shown = sep.replace("\t", "\\t")
+    lines = ["id,text,note", "a,first,n1", "b,hello\rworld,n2", "c,third,n3\rmore", "d,one,two,three", "e,last,n5"]
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes((eol.join(line.replace(",", sep) for line in lines) + eol).encode())
+    src = open_input(str(path), id_column="id", keep=["note"])
+    got = []
+    for b in src.batches():
+        got += [(r, b.texts[k], b.ids[k], b.extra["note"][k], b.pre_rejected.get(r)) for k, r in enumerate(b.rows)]
+    in_text = Reason(RejectCode.LONE_CR, CUT.format(" in column 'text'", f'"b{shown}hello\\rworld{shown}n2"'))
+    in_note = Reason(RejectCode.LONE_CR, CUT.format(" in column 'note'", f'"c{shown}third{shown}n3\\rmore"'))
+    assert got[:5] == [(0, b"first", b"a", "n1", None), (1, None, None, None, in_text), (2, None, None, None, in_text),
+                       (3, None, b"c", None, in_note), (4, None, None, None, in_note)]  # (row 1: too few fields)
+    assert got[5][:4] == (5, None, None, None) and got[5][4].code == RejectCode.MALFORMED_LINE
+    assert got[6:] == [(6, b"last", b"e", "n5", None)]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_a_cr_alone_is_found_at_every_offset_of_a_block_and_a_partition(tmp_path, monkeypatch, fmt):
+    """A CR alone (and its line) at every offset against pyarrow's blocks (the read-ahead gate holds a block's last CR
+    for its next read) and the Dask engine's byte ranges: each part of a cut line is a bad row, every other row is read
+    as written, and the partitions read back equal the whole stream."""
+    import pickle
+
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 256)
+    sep = "," if fmt == "csv" else "\t"
+    lines = ["key" + sep + "text"]
+    for i in range(300):
+        lines += [f"c{i}{sep}clean {i}", f"k{i}{sep}" + "x" * i + "\ry"]
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(("\r\n".join(lines[:200]) + "\n" + "\n".join(lines[200:]) + "\n").encode())
+    reader = open_input(str(path), id_column="key")
+    whole = rows_of(reader)
+    assert [(r, t, i) for r, t, i, why in whole if why is None] == [(3 * i, b"clean %d" % i, b"c%d" % i)
+                                                                   for i in range(300)]
+    assert {why.code for _, _, _, why in whole if why is not None} == {RejectCode.LONE_CR} and len(whole) == 900
+    parts = reader.partitions(blocksize=1024, target=64)
+    assert len(parts) >= 20
+    worker, first, got = pickle.loads(pickle.dumps(reader)), 0, []
+    for p in parts:
+        assert worker.count_rows(p) == len(worker.read_partition(p, 0).rows)
+        b = worker.read_partition(p, first)
+        got += rows_in([b])
+        first += len(b.rows)
+    assert got == whole
+
+
 def test_a_json_array_file_or_cr_line_ends_are_named_for_what_they_are(tmp_path):
     """A pretty-printed .json array was 'row 0: invalid JSON'; a JSONL with CR-only line ends was told it might be
     CSV."""

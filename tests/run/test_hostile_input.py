@@ -1019,6 +1019,62 @@ def test_a_tsv_header_in_quotes_is_refused(tmp_path, capsys):
             "--delimiter tab")
 
 
+# ------------------------------------------------------------------------------------------ a CR alone inside a line
+LONE_CR_FIX = ("remove the CR from the value or replace it with a space (e.g. perl -pe 's/\\r(?!\\n)/ /g' in.tsv > "
+               "fixed.tsv, which keeps CRLF line ends), quote the value (CSV: a quoted value keeps its CR), or write the "
+               "rows as JSONL or Parquet, which keep it; or pass --on-bad-row skip to write it to the rejects file and go "
+               "on")
+
+
+@pytest.mark.parametrize("fmt, eol", [("tsv", "\n"), ("csv", "\r\n")])
+def test_a_cr_alone_in_a_value_never_passes_as_a_row(tmp_path, capsys, fmt, eol):
+    """pyarrow (as pandas and Python's csv module) ends a row at a CR alone. In a file of line feeds a CR alone is part
+    of a value, and a row read from a part of its line changed the user's data without a word: a one-column file
+    gave two texts for one line (rc 0, a row too many), and with --on-bad-row skip a kept value was written cut short
+    (note 'n3' for 'n3\\rmore') beside its id. Each part of such a line is now a bad row that names the column and
+    shows the line; the other rows, their ids and kept values read back exactly as written."""
+    sep = "\t" if fmt == "tsv" else ","
+    shown = "\\t" if fmt == "tsv" else ","
+    one = tmp_path / f"one.{fmt}"
+    one.write_bytes(eol.join(["text", "hello\rworld", "second", ""]).encode())
+    reason = ("part of a line that a carriage return alone (CR) in column 'text' cuts into rows (\"hello\\rworld\"): a CR "
+              "ends a row as a line end does, but this file's lines end in line feeds")
+    refused(capsys, one, tmp_path / "o.parquet", f"{one} row 0: {reason} - {LONE_CR_FIX}")
+
+    src = tmp_path / f"in.{fmt}"
+    rows = [["id", "text", "note"], ["007", "first words", "n1"], ["b", "more words", "n3\rmore"],
+            ["c", "last words", " n4 "]]
+    src.write_bytes("".join(sep.join(r) + eol for r in rows).encode())
+    out = tmp_path / "k.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id", "--keep", "note", "--on-bad-row", "skip")
+    assert (rc, err) == (0, "")
+    t = read_table(out)
+    assert (t.column("id").to_pylist(), t.column("note").to_pylist()) == (["007", "c"], ["n1", " n4 "])
+    assert_close(embeddings(t), tiny_encoder().encode(["first words", "last words"]))
+    reason = (f"part of a line that a carriage return alone (CR) in column 'note' cuts into rows (\"b{shown}more words"
+              f"{shown}n3\\rmore\"): a CR ends a row as a line end does, but this file's lines end in line feeds")
+    assert _rejects(out) == [["1", "b", reason, ""], ["2", "", reason, ""]]  # the id before the CR is whole
+
+
+def test_a_tsv_cell_cannot_hold_a_line_break(tmp_path, capsys):
+    """TSV has no quoting: a line feed ends a row whatever quotes the line holds, so a value a CSV writer quoted across
+    lines is one row a line, each read as written (the STS Benchmark's values open quotes they never close), nothing
+    merged or dropped; a line with another number of fields is a bad row numbered as the lines are counted."""
+    one = tmp_path / "one.tsv"
+    one.write_bytes(b'text\n"he said ""hi""\nbye"\nsecond\n')
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, one, out)
+    assert (rc, err) == (0, "")
+    t = read_table(out)
+    assert t.column("row").to_pylist() == [0, 1, 2]
+    assert_close(embeddings(t), tiny_encoder().encode(['"he said ""hi""', 'bye"', "second"]))
+    two = tmp_path / "two.tsv"
+    two.write_bytes(b'id\ttext\n1\t"hello\nworld"\n2\tsecond\n')
+    refused(capsys, two, tmp_path / "t.parquet", f'{two} row 1: malformed line: expected 2 fields, found 1 ("world\\"") - '
+            "fix the line (quote CSV fields that hold the delimiter; TSV has no quoting: a TSV quoted as CSV reads with "
+            "--input-format csv --delimiter tab), or pass --on-bad-row skip to write it to the rejects file and go on")
+
+
 def test_the_csv_quoted_check_is_the_language_and_linear():
     """delimited._csv_quoted accepts exactly the values a CSV writer quotes when they hold a quote ("...": its own
     quotes doubled, at least one pair), checked on every string of up to 10 of '"' and 'a'; and a hostile 1.5 MB value
