@@ -735,8 +735,8 @@ class PCA(Estimator):
     @classmethod
     def load(cls, path: str | os.PathLike) -> PCA:
         """Read a model written by ``save`` (``np.load(allow_pickle=False)``)."""
+        model = load_model(path)  # the path as given: a URL refused as one, not as pathlib writes it (s3:/b)
         path = Path(path)
-        model = load_model(path)
         try:
             pca = cls(**model.params)
             with warnings.catch_warnings():
