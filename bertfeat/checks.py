@@ -18,6 +18,8 @@
   refused, before pathlib takes it for a relative path and a run makes folders named ``s3:`` or ``~``; so are an
   empty path (the current directory to pathlib) and a name that is not UTF-8 (``invalid_unicode``).
 * ``check_model_output``: so is a PCA model (``pca fit -o``, always a .npz) named like another format.
+* ``env_switch``: an on / off environment variable (``BERTFEAT_BF16_EMULATE``, ``BERTFEAT_FUSE``): 1 / 0 and their
+  words, else refused naming it.
 
 Each names its option by the caller's Python parameter (errors.opt); the CLI shows it as its flag.
 """
@@ -164,6 +166,23 @@ def check_max_length(value: int | None, param: str = "max_length") -> int | None
 
 def check_max_batch_tokens(value: int | None, param: str = "max_batch_tokens") -> int | None:
     return check_size(value, param, 1, None, " (tokens per batch, padded rows x length; default 512)")
+
+
+#: what an on / off environment variable takes (any case): on, then off
+SWITCH_ON, SWITCH_OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_switch(name: str, default: bool) -> bool:
+    """An on / off environment variable: 1, true, yes or on; 0, false, no or off (any case); unset or empty:
+    ``default``. Anything else is refused naming it (BERTFEAT_BF16_EMULATE=garbage read as off, BERTFEAT_FUSE=garbage
+    as on, without a word), as its neighbours BERTFEAT_DEDUP_MEMORY and BERTFEAT_KERNELS are."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if text.lower() in SWITCH_ON + SWITCH_OFF:
+        return text.lower() in SWITCH_ON
+    raise BertfeatError(f"{name}={text!r} is not on or off",
+                        f"set {name}=1 (on) or {name}=0 (off), or unset it (the default: {'on' if default else 'off'})")
 
 
 def check_threads(value: int | None, param: str = "threads") -> int | None:
