@@ -12,7 +12,8 @@
   (plan.make_plan) and ``Encoder(...)``.
 * ``check_output_format``: an output whose extension names another format than ``format`` is refused.
 * ``check_input_path``, ``check_output_name``: an empty input path; an output that names no file (empty, ``-``, a
-  directory), or is no local path, or whose name starts or ends with whitespace (``-o 'o.parquet '``).
+  directory), or is no local path, or whose name starts or ends with whitespace (``-o 'o.parquet '``;
+  ``refuse_blank_edges``, which a new cache directory's name goes through too).
 * ``local_path``: a path bertfeat reads or writes as a local file (an output, a PCA model, a feature file, the cache):
   a URL (``s3://``, ``file://``, ``memory://``), a Windows path on POSIX (``C:\\data``) or an unexpanded ``~`` is
   refused, before pathlib takes it for a relative path and a run makes folders named ``s3:`` or ``~``; so are an
@@ -396,22 +397,23 @@ def check_output_name(path: str | Path, what: str, example: str, option: str = "
         raise directory_output_error(text, what, example, why, option)
     if kind == "file" and Path(text).is_dir():
         raise directory_output_error(text, what, example, option=option)
-    _refuse_blank_edges(text, what, example, option)
+    refuse_blank_edges(text, what, example, option)
 
 
 _SPACES = {" ": "a space", "\t": "a tab", "\n": "a line break", "\r": "a carriage return", "\xa0": "a no-break space"}
 
 
-def _refuse_blank_edges(text: str, what: str, example: str, option: str) -> None:
+def refuse_blank_edges(text: str, what: str, example: str, option: str, kind: str = "file") -> None:
     """An output's name that starts or ends with whitespace (a pasted name, a stray space inside the quotes) would
-    write a file whose name few tools show and a shell must quote: nobody means it."""
+    write a file (or make a ``kind`` "directory", the cache's) whose name few tools show and a shell must quote:
+    nobody means it."""
     name = Path(text).name
     edge = next(((where, c) for where, c in (("starts with", name[:1]), ("ends in", name[-1:])) if c.isspace()), None)
     if edge is None:
         return
     if not name.strip():
-        raise BertfeatError(f"the {what} {text!r} names a file of whitespace only",
-                            f"pass {opt(option)} with a file name, e.g. {opt(option, example)}")
+        raise BertfeatError(f"the {what} {text!r} names a {kind} of whitespace only",
+                            f"pass {opt(option)} with a {kind} name, e.g. {opt(option, example)}")
     where, c = edge
     space = _SPACES.get(c, f"whitespace ({c!r})")
     raise BertfeatError(f"the {what} {text!r} {where} {space}, which would be part of the name written",
