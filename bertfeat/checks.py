@@ -12,12 +12,15 @@
   (plan.make_plan) and ``Encoder(...)``.
 * ``check_output_format``: an output whose extension names another format than ``format`` is refused.
 * ``check_input_path``, ``check_output_name``: an empty input path; an output that names no file (empty, ``-``, a
-  directory), or is no local path, or whose name starts or ends with whitespace (``-o 'o.parquet '``).
+  directory), or is no local path, or whose name starts or ends with whitespace (``-o 'o.parquet '``;
+  ``refuse_blank_edges``, which a new cache directory's name goes through too).
 * ``local_path``: a path bertfeat reads or writes as a local file (an output, a PCA model, a feature file, the cache):
   a URL (``s3://``, ``file://``, ``memory://``), a Windows path on POSIX (``C:\\data``) or an unexpanded ``~`` is
   refused, before pathlib takes it for a relative path and a run makes folders named ``s3:`` or ``~``; so are an
   empty path (the current directory to pathlib) and a name that is not UTF-8 (``invalid_unicode``).
 * ``check_model_output``: so is a PCA model (``pca fit -o``, always a .npz) named like another format.
+* ``env_switch``: an on / off environment variable (``BERTFEAT_BF16_EMULATE``, ``BERTFEAT_FUSE``): 1 / 0 and their
+  words, else refused naming it.
 
 Each names its option by the caller's Python parameter (errors.opt); the CLI shows it as its flag.
 """
@@ -164,6 +167,23 @@ def check_max_length(value: int | None, param: str = "max_length") -> int | None
 
 def check_max_batch_tokens(value: int | None, param: str = "max_batch_tokens") -> int | None:
     return check_size(value, param, 1, None, " (tokens per batch, padded rows x length; default 512)")
+
+
+#: what an on / off environment variable takes (any case): on, then off
+SWITCH_ON, SWITCH_OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_switch(name: str, default: bool) -> bool:
+    """An on / off environment variable: 1, true, yes or on; 0, false, no or off (any case); unset or empty:
+    ``default``. Anything else is refused naming it (BERTFEAT_BF16_EMULATE=garbage read as off, BERTFEAT_FUSE=garbage
+    as on, without a word), as its neighbours BERTFEAT_DEDUP_MEMORY and BERTFEAT_KERNELS are."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if text.lower() in SWITCH_ON + SWITCH_OFF:
+        return text.lower() in SWITCH_ON
+    raise BertfeatError(f"{name}={text!r} is not on or off",
+                        f"set {name}=1 (on) or {name}=0 (off), or unset it (the default: {'on' if default else 'off'})")
 
 
 def check_threads(value: int | None, param: str = "threads") -> int | None:
@@ -377,22 +397,23 @@ def check_output_name(path: str | Path, what: str, example: str, option: str = "
         raise directory_output_error(text, what, example, why, option)
     if kind == "file" and Path(text).is_dir():
         raise directory_output_error(text, what, example, option=option)
-    _refuse_blank_edges(text, what, example, option)
+    refuse_blank_edges(text, what, example, option)
 
 
 _SPACES = {" ": "a space", "\t": "a tab", "\n": "a line break", "\r": "a carriage return", "\xa0": "a no-break space"}
 
 
-def _refuse_blank_edges(text: str, what: str, example: str, option: str) -> None:
+def refuse_blank_edges(text: str, what: str, example: str, option: str, kind: str = "file") -> None:
     """An output's name that starts or ends with whitespace (a pasted name, a stray space inside the quotes) would
-    write a file whose name few tools show and a shell must quote: nobody means it."""
+    write a file (or make a ``kind`` "directory", the cache's) whose name few tools show and a shell must quote:
+    nobody means it."""
     name = Path(text).name
     edge = next(((where, c) for where, c in (("starts with", name[:1]), ("ends in", name[-1:])) if c.isspace()), None)
     if edge is None:
         return
     if not name.strip():
-        raise BertfeatError(f"the {what} {text!r} names a file of whitespace only",
-                            f"pass {opt(option)} with a file name, e.g. {opt(option, example)}")
+        raise BertfeatError(f"the {what} {text!r} names a {kind} of whitespace only",
+                            f"pass {opt(option)} with a {kind} name, e.g. {opt(option, example)}")
     where, c = edge
     space = _SPACES.get(c, f"whitespace ({c!r})")
     raise BertfeatError(f"the {what} {text!r} {where} {space}, which would be part of the name written",

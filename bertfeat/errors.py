@@ -205,6 +205,11 @@ class ResumeError(BertfeatError):
     """A resume was refused because settings or inputs differ."""
 
 
+class ParameterError(BertfeatError, TypeError):
+    """A call named a parameter that bertfeat's function or class does not take (``PCA(svd_solver=...)``): a
+    ``TypeError`` too, as Python's own for an unexpected keyword, so code that catches that keeps working."""
+
+
 class BertfeatWarning(UserWarning):
     """Something a run goes on with, but the user should know (Python: a warning; the CLI: ``Warning: ...`` on
     stderr), e.g. a tokenizer with tokens the model cannot embed."""

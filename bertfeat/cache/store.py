@@ -61,7 +61,7 @@ import numpy as np
 
 from ..errors import (FAT32_MAX_FILE, BertfeatError, ResumableError, file_size_limit, file_too_large, one_line,
                       opt)
-from ..checks import local_path
+from ..checks import local_path, refuse_blank_edges
 
 DB_NAME = "vectors.sqlite3"
 FORMAT = "2"  # the schema's version, in the meta table
@@ -284,7 +284,10 @@ def resolve_cache(cache) -> Path | None:
         return check_cache_dir(local_path(env, f"cache ({ENV})", writes=True)) if env else None
     if not isinstance(cache, (str, os.PathLike)):
         raise BertfeatError(f"{opt('cache', cache)} is not a directory name", f"give {opt('cache', 'DIR')}, or False for no cache")
-    return check_cache_dir(local_path(cache, "cache", "cache", writes=True))
+    path = local_path(cache, "cache", "cache", writes=True)
+    if not os.path.lexists(path):  # a directory it would make; one that exists is the user's, used as named
+        refuse_blank_edges(os.fspath(cache), "cache", "cache", "cache", kind="directory")
+    return check_cache_dir(path)
 
 
 def from_environment(cache) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import local_path
 from .base import FeatureSource, damaged_provenance, missing_file_error, parse_metadata
 from .registry import file_format
 
@@ -141,8 +142,9 @@ def _summed(counts: list) -> dict | None:
 def open_features(path: str | os.PathLike) -> FeatureSource:
     """Open a feature file for streaming: detect its layout from metadata and columns. A directory of part files
     (``extract --engine dask``'s output) streams its parts in order, as one file (its provenance: the run's
-    DIRECTORY_PROVENANCE, else the one read_feature_metadata makes from the parts')."""
-    path = Path(path)
+    DIRECTORY_PROVENANCE, else the one read_feature_metadata makes from the parts'). A path no local file can have (a
+    ``~`` no shell expanded, a URL) is refused as such (checks.local_path), not "not found"."""
+    path = local_path(path, "feature file")
     if path.is_dir():
         return _open_parts(path)
     if not path.is_file():

@@ -80,14 +80,17 @@ def split_pooling(pooling: str) -> tuple[str, ...]:
 
     modes = tuple(m.strip() for m in str(pooling).split("+"))
     for m in modes:
-        if m and m not in POOLINGS:
-            raise BertfeatError(f"unknown pooling '{m}'", f"choose one of {', '.join(POOLINGS)}, or token poolings "
-                                "joined with '+' such as mean+max")
+        if m and m not in POOLINGS:  # the option named, as its neighbours below: --pooling 'foo', pooling='foo'
+            what = (f"unknown {_shown('pooling', pooling)}" if len(modes) == 1
+                    else f"unknown pooling '{m}' in {_shown('pooling', pooling)}")
+            raise BertfeatError(what, f"choose one of {', '.join(POOLINGS)}, or token poolings joined with '+' such as "
+                                "mean+max")
     named = [m for m in modes if m]
     if len(named) < len(modes):
+        if named:
+            _refuse_empty_item("pooling", pooling, modes, "+", "join the poolings with single '+'")
         raise BertfeatError(f"{_shown('pooling', pooling)} has an empty item ({_which_empty(modes)})",
-                            f"join the poolings with single '+': {_shown('pooling', '+'.join(named))}" if named
-                            else "name a pooling, e.g. mean")
+                            "name a pooling, e.g. mean")
     if "pooled" in modes and len(modes) > 1:
         raise BertfeatError("pooling 'pooled' cannot be combined with others", "use it alone, or combine cls, mean, max ...")
     twice = _first_repeat(modes)
@@ -107,6 +110,24 @@ def _shown(name: str, value) -> str:
 def _which_empty(items) -> str:
     """Where the first empty item of a split option value is: 'item 2 of 3'."""
     return f"item {next(i for i, x in enumerate(items, 1) if not x)} of {len(items)}"
+
+
+def _refuse_empty_item(name: str, value, items, sep: str, how: str) -> None:
+    """Refuse an option value split at ``sep`` whose ``items`` (stripped) hold an empty one between named ones: a
+    separator at the end or start alone is said as such ('-2,-1,' ends with a ',': a list cut short, e.g. a shell
+    variable that expanded to nothing, as likely as a stray comma); the fix is the value without the empty items."""
+    from ..errors import BertfeatError
+
+    kept = _shown(name, sep.join(x for x in items if x))
+    empty = [i for i, x in enumerate(items) if not x]
+    mark = "comma" if sep == "," else f"'{sep}'"
+    if empty == [len(items) - 1]:
+        raise BertfeatError(f"{_shown(name, value)} ends with a {mark} (an empty last item)",
+                            f"remove the trailing {mark}: {kept}")
+    if empty == [0]:
+        raise BertfeatError(f"{_shown(name, value)} starts with a {mark} (an empty first item)",
+                            f"remove the leading {mark}: {kept}")
+    raise BertfeatError(f"{_shown(name, value)} has an empty item ({_which_empty(items)})", f"{how}: {kept}")
 
 
 def _first_repeat(items):
@@ -204,19 +225,23 @@ def _check_slice_bounds(sl: slice, spec, num_layers: int) -> None:
     """A range's bounds must lie in the model's hidden states 0..L (n = L + 1 of them): Python would clamp '4:12' on a
     6-layer model to 4..6 silently, and select nothing with '7:' or '9:12' (a model taken for another). A start names
     a hidden state (-n .. n-1); a stop may also be one past the end: n going up, -(n+1) going down."""
-    from ..errors import BertfeatError, opt
+    from ..errors import BertfeatError
 
     n = num_layers + 1
     down = sl.step is not None and sl.step < 0
     stop_lo, stop_hi = (-n - 1, n - 1) if down else (-n, n)
     for bound, lo, hi in ((sl.start, -n, n - 1), (sl.stop, stop_lo, stop_hi)):
         if bound is not None and not lo <= bound <= hi:
-            shown = opt("layers", spec, cli=f"'{spec}'")
             last = min(4, num_layers)
-            raise BertfeatError(f"{shown} reaches past the model: it has {num_layers} layer{'s' * (num_layers != 1)} "
-                                f"(hidden states 0..{num_layers}, or -{n}..-1)",
+            raise BertfeatError(f"{_shown('layers', spec)} reaches past the model: it has {_hidden_states(num_layers)}",
                                 f"choose layers in that range, e.g. -{last}: for the last {last}" if last > 1
                                 else "choose layers in that range, e.g. -1 for the last")
+
+
+def _hidden_states(num_layers: int) -> str:
+    """What a model's layers are, for a refusal of layers past them: '6 layers (hidden states 0..6, or -7..-1)'."""
+    return (f"{num_layers} layer{'s' * (num_layers != 1)} (hidden states 0..{num_layers}, or "
+            f"-{num_layers + 1}..-1)")
 
 
 def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
@@ -226,7 +251,7 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
     "-4:" (the last four) or "9:12". Negative numbers count from the end as in
     transformers' hidden_states tuple (which has L + 1 entries).
     """
-    from ..errors import BertfeatError, opt
+    from ..errors import BertfeatError
 
     n = num_layers + 1
     if spec is None:
@@ -241,8 +266,7 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
             else:
                 idx = [int(p) for p in s.split(",") if p.strip()]
         except ValueError:
-            shown = opt("layers", spec, cli=f"'{spec}'")
-            raise BertfeatError(f"{shown} is not understood",
+            raise BertfeatError(f"{_shown('layers', spec)} is not understood",
                                 "give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)") from None
         if sl is None and s:
             _refuse_empty_items(spec, [p.strip() for p in s.split(",")])
@@ -255,39 +279,35 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
         try:
             idx = list(range(n))[spec]
         except (TypeError, ValueError):  # a step of 0, a bound that is not an int
-            raise BertfeatError(f"{opt('layers', spec)} is not a layer selection",
+            raise BertfeatError(f"{_shown('layers', spec)} is not a layer selection",
                                 "give a slice of ints with a step other than 0, e.g. slice(-4, None)") from None
         _check_slice_bounds(spec, spec, num_layers)
     else:
         items = list(spec) if isinstance(spec, (list, tuple, range, np.ndarray)) else None
         if items is None or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
-            raise BertfeatError(f"{opt('layers', spec)} is not a layer selection",
+            raise BertfeatError(f"{_shown('layers', spec)} is not a layer selection",
                                 "give an int, a list of ints, a slice, or a string like '-1', '-4,-3,-2,-1' or '-4:' "
                                 "(0 = embeddings)")
         idx = [int(i) for i in items]
     if not idx:
-        shown = opt("layers", spec, cli=f"'{spec}'")
-        raise BertfeatError(f"{shown} selects no layer", "give at least one layer, e.g. -1")
+        raise BertfeatError(f"{_shown('layers', spec)} selects no layer", "give at least one layer, e.g. -1")
     out = []
     for i in idx:
-        if not -n <= i < n:
-            raise BertfeatError(
-                f"layer {i} does not exist: the model has {num_layers} layers (hidden states 0..{num_layers}, or -{n}..-1)",
-                "choose layers in that range; -1 is the last layer, 0 the embeddings",
-            )
+        if not -n <= i < n:  # the option named, as its neighbours: --layers '7', layers=[-1, 7]
+            raise BertfeatError(f"{_shown('layers', spec)} names layer {i}, which does not exist: the model has "
+                                f"{_hidden_states(num_layers)}",
+                                "choose layers in that range; -1 is the last layer, 0 the embeddings")
         out.append(i % n)
     _refuse_repeats(spec, idx, out, num_layers)
     return tuple(out)
 
 
 def _refuse_empty_items(spec: str, items: list[str]) -> None:
-    """'1,,2' names no layer between its commas: a typo, not a wish to skip one (it was read as '1,2')."""
-    from ..errors import BertfeatError
-
+    """'1,,2' names no layer between its commas: a typo, not a wish to skip one (it was read as '1,2'); '-2,-1,' ends
+    with one, a list cut short or a stray comma."""
     named = [x for x in items if x]
     if named and len(named) < len(items):  # (none named: "selects no layer")
-        raise BertfeatError(f"{_shown('layers', spec)} has an empty item ({_which_empty(items)})",
-                            f"separate the layers by single commas: {_shown('layers', ','.join(named))}")
+        _refuse_empty_item("layers", spec, items, ",", "separate the layers by single commas")
 
 
 def _refuse_repeats(spec, given: list[int], resolved: list[int], num_layers: int) -> None:

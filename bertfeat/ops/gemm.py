@@ -33,9 +33,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from . import onednn
+from . import onednn, threads
 from .cpu import bf16_acceleration, cpu_model, int8_acceleration
 from .bf16 import from_bf16, to_bf16  # noqa: F401  (gemm.to_bf16 / gemm.from_bf16 are public here too)
+from ..checks import env_switch
 from ..errors import BertfeatError, opt
 
 PRECISIONS = ("fp32", "bf16", "int8")  # what a model runs in
@@ -81,7 +82,18 @@ def describe_library(path: GemmPath) -> str:
 
 
 def emulation_allowed() -> bool:
-    return os.environ.get("BERTFEAT_BF16_EMULATE", "").strip().lower() in ("1", "true", "yes")
+    """BERTFEAT_BF16_EMULATE: 1 (true, yes, on) runs bf16 emulated where it is not native; unset, empty or 0 (false,
+    no, off) does not; anything else is refused naming it (checks.env_switch)."""
+    return env_switch("BERTFEAT_BF16_EMULATE", False)
+
+
+def check_knobs() -> None:
+    """Refuse a developer knob set to a value it does not take (BERTFEAT_BF16_EMULATE, BERTFEAT_FUSE,
+    BERTFEAT_BLAS_KERNEL), whatever the precision: read where a model's GEMM path is chosen, as BERTFEAT_GEMM is, so
+    that the error reaches the command line's one line (a knob read at import would fail ``import bertfeat``)."""
+    emulation_allowed()
+    post_ops_off()
+    threads.check_blas_kernel()
 
 
 _kernels: dict[str, str | None] = {}
@@ -159,8 +171,10 @@ def check_precision(precision: str) -> None:
 
 
 def resolve(precision: str) -> GemmPath:
-    """The GEMM path for a requested precision ("fp32", "bf16", "int8" or "auto"); refuses what cannot run here."""
+    """The GEMM path for a requested precision ("fp32", "bf16", "int8" or "auto"); refuses what cannot run here (and a
+    developer knob set to a value it does not take: check_knobs)."""
     check_precision(precision)
+    check_knobs()
     if precision == "fp32":
         lib, why = fp32_library()
         return _fp32_path(lib, why, "fp32")
@@ -336,18 +350,26 @@ def matmul(a: np.ndarray, w, out: np.ndarray | None = None, bias: np.ndarray | N
     return np.matmul(a, w, out=out)
 
 
-#: BERTFEAT_FUSE=0 turns the oneDNN post-ops off (for measuring what they buy); read once, at import
-_FUSE = os.environ.get("BERTFEAT_FUSE", "1") != "0"
+#: BERTFEAT_FUSE=0 turns the oneDNN post-ops off (for measuring what they buy); read once, at the first GEMM path
+#: resolved (check_knobs), and kept for the process: its vectors and cache keys (post_ops_off) stay of one kind
+_FUSE: bool | None = None
+
+
+def _fuse() -> bool:
+    global _FUSE
+    if _FUSE is None:
+        _FUSE = env_switch("BERTFEAT_FUSE", True)  # a value it does not take: refused, each time until it is fixed
+    return _FUSE
 
 
 def post_ops_off() -> bool:
     """BERTFEAT_FUSE=0: the bias / GELU outside oneDNN's GEMM, which rounds otherwise (cache.store.gemm_identity)."""
-    return not _FUSE
+    return not _fuse()
 
 
 def fuses(w, act: str | None = None) -> bool:
     """Does this weight's GEMM add the bias (and apply ``act``) itself? (oneDNN post-ops; not for int8 weights)"""
-    return _FUSE and isinstance(w, onednn.Packed) and w.out_dtype == np.float32 and (act is None or act in onednn.ACTIVATIONS)
+    return _fuse() and isinstance(w, onednn.Packed) and w.out_dtype == np.float32 and (act is None or act in onednn.ACTIVATIONS)
 
 
 def gemm_bf16_emulated(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

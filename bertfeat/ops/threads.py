@@ -8,13 +8,16 @@ Some environments also pin ``OPENBLAS_CORETYPE=Haswell`` for every process (this
 reference machine does). ``prefer_avx512_blas`` asks OpenBLAS for its SkylakeX (AVX-512) kernels
 when the CPU has AVX-512 and the kernel in force (detected or pinned) is an older one. It only
 works before NumPy is loaded, so bertfeat calls it on import. Control it with
-``BERTFEAT_BLAS_KERNEL``: ``auto`` (default), ``keep`` (never touch OPENBLAS_CORETYPE), or an
-OpenBLAS core name to use. ``bertfeat info`` shows the kernel in use.
+``BERTFEAT_BLAS_KERNEL``: ``auto`` (default; unset or empty too), ``keep`` (never touch OPENBLAS_CORETYPE), or an
+OpenBLAS core name to use (on x86-64 one of ``OPENBLAS_CORES``: OpenBLAS ignores a name it does not know, so another is
+not set, and refused where a model's GEMM path is chosen: ``check_blas_kernel``; not at import, which would fail
+``import bertfeat`` before the command line can say it). ``bertfeat info`` shows the kernel in use.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import queue
 import sys
 import threading
@@ -37,6 +40,35 @@ _PRE_AVX512 = {"", "haswell", "zen", "sandybridge", "nehalem", "core2", "prescot
                "atom", "barcelona", "bulldozer", "piledriver", "steamroller", "excavator", "katmai", "coppermine"}
 
 blas_kernel_note: str | None = None  # what prefer_avx512_blas did, for `bertfeat info`
+#: (what, fix) of a BERTFEAT_BLAS_KERNEL that names no kernel, found at import; refused by check_blas_kernel
+blas_kernel_problem: tuple[str, str] | None = None
+
+#: OpenBLAS's x86-64 kernels, as OPENBLAS_CORETYPE names them (its driver/others/dynamic.c corename[], matched in any
+#: case); a name it does not know is ignored, its own detection used, without a word
+OPENBLAS_CORES = ("Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Atom", "Core2", "Penryn", "Dunnington",
+                  "Nehalem", "Athlon", "Opteron", "Opteron_SSE3", "Barcelona", "Nano", "Sandybridge", "Bobcat",
+                  "Bulldozer", "Piledriver", "Haswell", "Steamroller", "Excavator", "Zen", "SkylakeX", "Cooperlake",
+                  "SapphireRapids")
+
+
+def _blas_kernel_problem(choice: str) -> tuple[str, str] | None:
+    """Why ``choice`` (BERTFEAT_BLAS_KERNEL) is no value it takes, or None. Only on x86-64, whose names OpenBLAS
+    fixes; elsewhere (arm64: armv8, neoversen1 ...; they vary by OpenBLAS version) any name is passed on."""
+    if choice.lower() in ("auto", "keep") or platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    if choice.lower() in (c.lower() for c in OPENBLAS_CORES):
+        return None
+    return (f"BERTFEAT_BLAS_KERNEL={choice!r} is not an OpenBLAS kernel (OpenBLAS would ignore it and pick its own)",
+            "set it to auto (bertfeat's choice, the default), keep (OPENBLAS_CORETYPE as it is) or one of OpenBLAS's "
+            f"x86-64 kernels, e.g. Haswell, SkylakeX or Zen ({', '.join(OPENBLAS_CORES)}; any case), or unset it")
+
+
+def check_blas_kernel() -> None:
+    """Refuse a BERTFEAT_BLAS_KERNEL that named no kernel at import (OPENBLAS_CORETYPE was left as it was)."""
+    if blas_kernel_problem is not None:
+        from ..errors import BertfeatError
+
+        raise BertfeatError(*blas_kernel_problem)
 
 
 def prefer_avx512_blas() -> str | None:
@@ -44,9 +76,10 @@ def prefer_avx512_blas() -> str | None:
 
     Returns the OPENBLAS_CORETYPE value set, or None when nothing was changed.
     """
-    global blas_kernel_note
-    choice = os.environ.get("BERTFEAT_BLAS_KERNEL", "auto").strip()
-    if "numpy" in sys.modules or choice.lower() == "keep":
+    global blas_kernel_note, blas_kernel_problem
+    choice = os.environ.get("BERTFEAT_BLAS_KERNEL", "").strip() or "auto"  # empty: the default (it set CORETYPE='')
+    blas_kernel_problem = _blas_kernel_problem(choice)
+    if "numpy" in sys.modules or choice.lower() == "keep" or blas_kernel_problem is not None:
         return None
     before = os.environ.get("OPENBLAS_CORETYPE")
     if choice.lower() != "auto":

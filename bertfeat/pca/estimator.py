@@ -75,7 +75,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BertfeatError, one_line, opt
-from .sklearn_protocol import Estimator
+from .sklearn_protocol import Estimator, checked_init
 from .validation import (
     DEFAULT_ACCUMULATE,
     PRECISION_DEPRECATED,
@@ -268,7 +268,13 @@ class PCA(Estimator):
                    "fit_solver_", "_n_features_out")
     #: Every fitted name (the rest are known from the first rows on).
     _FITTED = _DECOMPOSED + ("n_features_in_", "fingerprint_", "source_")
+    #: scikit-learn's PCA(svd_solver=...): bertfeat's solver (its "full" is an SVD, "covariance_eigh" the covariance's
+    #: eigh; arpack has no counterpart here)
+    SKLEARN_NAMES = {"svd_solver": ("solver", {"auto": "auto", "full": "svd", "covariance_eigh": "covariance",
+                                                "randomized": "randomized"}, SOLVERS)}
+    SKLEARN_ONLY = frozenset({"copy", "tol", "iterated_power", "n_oversamples", "power_iteration_normalizer"})
 
+    @checked_init
     def __init__(
         self,
         n_components: int | float | None = None,
@@ -729,8 +735,8 @@ class PCA(Estimator):
     @classmethod
     def load(cls, path: str | os.PathLike) -> PCA:
         """Read a model written by ``save`` (``np.load(allow_pickle=False)``)."""
+        model = load_model(path)  # the path as given: a URL refused as one, not as pathlib writes it (s3:/b)
         path = Path(path)
-        model = load_model(path)
         try:
             pca = cls(**model.params)
             with warnings.catch_warnings():

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_output, remove_stale_temps, uninterrupted
+from ..checks import local_path
 from .diffs import canonical_json, dict_differences, json_default
 from ..errors import BertfeatError, one_line
 from ..features.arrayfile import npy_header
@@ -112,10 +113,11 @@ def params_from_file(stored: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def save_model(path: str | os.PathLike, model: SavedModel) -> Path:
-    """Write ``model`` to ``path`` (.npz, no pickle) atomically, creating its folder; returns the path."""
+    """Write ``model`` to ``path`` (.npz, no pickle) atomically, creating its folder; returns the path. ``path`` as the
+    command line takes it (checks.local_path): a ``~`` no shell expanded or a URL is refused, not made a folder ``~``."""
     from ..version import __version__
 
-    path = Path(path)
+    path = local_path(path, "PCA model", writes=True)
     if path.is_dir():
         raise BertfeatError(f"{path} is a directory, not a model file", f"give the model file's path, e.g. {path / 'pca.npz'}")
     r = model.decomposition
@@ -396,8 +398,9 @@ def load_model(path: str | os.PathLike) -> SavedModel:
     Whatever else ``path`` is (missing, a directory, a FIFO, empty, a .npy, another .npz, truncated, an array whose
     header declares a shape its bytes do not hold), one ``BertfeatError``: "not found", or "PATH is not a bertfeat PCA
     model: why - fix"; nothing is opened before the file is known to be a regular file, and no array is read before
-    its shape is known to fit the model's counts."""
-    path = Path(path)
+    its shape is known to fit the model's counts. A path no local file can have (a ``~`` no shell expanded, a URL) is
+    refused as such (checks.local_path)."""
+    path = local_path(path, "PCA model")
     members = _check_model_file(path)
     meta = _read_meta(path)
     k, d, n = (_count(path, meta, key) for key in ("n_components", "n_features", "n_samples"))

@@ -6,7 +6,9 @@ dependency). So instead of inheriting ``BaseEstimator`` / ``TransformerMixin`` /
 ``ClassNamePrefixFeaturesOutMixin``, :class:`Estimator` implements what they provide, following
 scikit-learn 1.9's own code and messages:
 
-* ``get_params`` / ``set_params`` from the ``__init__`` signature (``clone`` needs nothing else);
+* ``get_params`` / ``set_params`` from the ``__init__`` signature (``clone`` needs nothing else); a keyword the
+  constructor does not take is refused naming its parameters (``checked_init``), scikit-learn's name of one it calls
+  otherwise (``svd_solver=``) with its own (``SKLEARN_NAMES``);
 * ``__sklearn_tags__``, which imports ``sklearn.utils`` only when scikit-learn itself asks;
 * ``feature_names_in_`` from DataFrame columns at fit, checked (same warnings and errors) later;
 * ``get_feature_names_out``: ``pca0, pca1, ...``;
@@ -16,6 +18,8 @@ scikit-learn 1.9's own code and messages:
 
 from __future__ import annotations
 
+import difflib
+import functools
 import inspect
 import sys
 import warnings
@@ -24,7 +28,23 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BertfeatError
+from ..errors import BertfeatError, ParameterError, opt
+
+
+def checked_init(init):
+    """An estimator's ``__init__`` that refuses a keyword it does not take with bertfeat's error, which names its
+    parameters (Python's bare "got an unexpected keyword argument 'svd_solver'" did not); the signature stays the one
+    ``get_params``, ``clone`` and ``help`` read (``inspect.signature`` follows ``functools.wraps``' ``__wrapped__``)."""
+    params = inspect.signature(init).parameters
+
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        for key in kwargs:
+            if key not in params or key == "self":
+                raise type(self)._unknown_parameter(key, kwargs[key])
+        init(self, *args, **kwargs)
+
+    return checked
 
 
 def _column_names(X: Any) -> np.ndarray | None:
@@ -76,7 +96,39 @@ def _list_names(names: list) -> str:
 class Estimator:
     """Mixin: scikit-learn's estimator, transformer and feature-names-out protocol (see the module docstring)."""
 
+    #: scikit-learn's names of parameters this estimator calls otherwise: name -> (its own name, scikit-learn's values
+    #: -> its own (a value missing: none), its own values)
+    SKLEARN_NAMES: dict[str, tuple[str, dict[str, str], tuple[str, ...]]] = {}
+    #: parameters of scikit-learn's counterpart that this estimator has no counterpart of
+    SKLEARN_ONLY: frozenset[str] = frozenset()
+
     # -- parameters ----------------------------------------------------------------------------
+    @classmethod
+    def _parameter_hint(cls, key: str, value: Any) -> tuple[str | None, str]:
+        """What is known of ``key``, a keyword the constructor does not take (scikit-learn's name of one of its
+        parameters, or a parameter of scikit-learn's it has none of; else a close name), and how to fix it."""
+        name = cls.__name__
+        params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+        own = f"{name}'s parameters: {', '.join(params)}"
+        if key in cls.SKLEARN_NAMES:
+            mine, values, choices = cls.SKLEARN_NAMES[key]
+            ours = values.get(value) if isinstance(value, str) else None
+            note = f"that is scikit-learn's name; bertfeat's {name} calls it {mine}"
+            if ours:
+                return note, f"pass {opt(mine, ours)} (one of {', '.join(choices)})"
+            return note, f"pass {mine} as one of {', '.join(choices)}"
+        if key in cls.SKLEARN_ONLY:
+            return f"a parameter of scikit-learn's {name} that bertfeat's does not have", f"leave it out ({own})"
+        close = difflib.get_close_matches(key, params, n=1)
+        return None, f"did you mean {close[0]}? ({own})" if close else f"use one of {own}"
+
+    @classmethod
+    def _unknown_parameter(cls, key: str, value: Any) -> ParameterError:
+        """The refusal of ``cls(key=value)``, a keyword its constructor does not take."""
+        note, fix = cls._parameter_hint(key, value)
+        what = f"{cls.__name__}() got an unexpected keyword argument {key!r}"
+        return ParameterError(f"{what}: {note}" if note else what, fix)
+
     @classmethod
     def _param_names(cls) -> list[str]:
         sig = inspect.signature(cls.__init__)
@@ -90,9 +142,10 @@ class Estimator:
         """Set constructor parameters; returns self. Fitted state is untouched until the next fit."""
         valid = self._param_names()
         for key, value in params.items():
-            if key not in valid:
-                raise BertfeatError(f"Invalid parameter {key!r} for estimator {type(self).__name__}",
-                                    f"valid parameters are: {valid}")
+            if key not in valid:  # scikit-learn's words; scikit-learn's name of a parameter (svd_solver) said so
+                note, fix = self._parameter_hint(key, value)
+                raise BertfeatError(f"Invalid parameter {key!r} for estimator {type(self).__name__}"
+                                    + (f": {note}" if note else ""), fix if note else f"valid parameters are: {valid}")
             setattr(self, key, value)
         return self
 

@@ -1823,3 +1823,29 @@ def test_a_model_replaced_while_it_loads_is_refused_not_cached(tmp_path, monkeyp
     ref = bertfeat.extract(src, tmp_path / "ref.parquet", model=other, cache=False)
     assert np.array_equal(embeddings(read_table(tmp_path / "o.parquet")), embeddings(read_table(tmp_path / "ref.parquet")))
     assert ref.rows_written == 2
+
+
+def test_a_new_cache_name_with_whitespace_at_an_end_is_refused_an_existing_one_used(tmp_path, capsys, monkeypatch):
+    """--cache ' c' (a stray space inside the quotes, a pasted name) made a directory ' c' without a word, where an
+    output named so is refused (checks.check_output_name): a cache it would make is refused the same way. One that
+    already exists is the user's (made by an earlier run): used as named, not refused (its vectors stay reachable)."""
+    monkeypatch.chdir(tmp_path)
+    src = corpus(tmp_path / "in.csv", base_rows(4))
+    for given, where in ((" c", "starts with a space"), ("c ", "ends in a space"), ("c\t", "ends in a tab"),
+                         ("d/c\xa0", "ends in a no-break space")):
+        fix = "d/c" if given.startswith("d/") else "c"
+        assert run(capsys, "extract", src, "-o", "o.parquet", "-m", tiny_model(), "--cache", given, "-q") == (
+            1, "", f"Error: the cache {given!r} {where}, which would be part of the name written - pass --cache "
+                   f"without it: --cache {fix}\n")
+        with pytest.raises(BertfeatError) as e:
+            bertfeat.extract(src, "o.parquet", model=tiny_model(), cache=given)
+        assert e.value.message == (f"the cache {given!r} {where}, which would be part of the name written - pass cache "
+                                   f"without it: cache={fix!r}")
+        rc, _, err = run(capsys, "sweep", src, "-o", "s", "-m", tiny_model(), "--set", "mean", "--cache", given, "-q")
+        assert rc == 1 and err.startswith(f"Error: the cache {given!r} {where}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    (tmp_path / " c").mkdir()  # a cache made before this check: used, its vectors found
+    assert run(capsys, "extract", src, "-o", "o.parquet", "-m", tiny_model(), "--cache", " c", "-q")[0] == 0
+    assert (tmp_path / " c" / DB_NAME).is_file()
+    rc, _, err = run(capsys, "extract", src, "-o", "o.parquet", "-m", tiny_model(), "--cache", " c", "--overwrite")
+    assert rc == 0 and summary_line(err, "rows encoded") == "rows encoded 0" and summary_line(err, "rows reused") == "rows reused 4", err

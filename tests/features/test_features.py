@@ -642,3 +642,14 @@ def test_a_value_whose_text_a_csv_reader_refuses_is_refused_naming_its_row(tmp_p
                                "cannot give back (it is written as '10000-01-01 00:00:00.000', which Arrow's CSV reader "
                                "refuses) - write a Parquet file (pass -o with a .parquet name)")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_feature_file_path_with_an_unexpanded_tilde_is_said_so(tmp_path, monkeypatch):
+    """read_features('~/f.parquet') said "feature file not found: ~/f.parquet - check the path": the path it stands
+    for is named now, as by the command line (checks.local_path)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(BertfeatError) as e:
+        read_features("~/f.parquet")
+    assert e.value.message == ("the feature file ~/f.parquet starts with ~, which no shell expanded (bertfeat takes a "
+                               f"path as it is given) - give the path itself, {tmp_path}/home/f.parquet")

@@ -62,8 +62,8 @@ def test_sets_parse_to_the_extract_options_that_give_them(enc):
 
 
 @pytest.mark.parametrize("name, message", [
-    ("cls@9", "Error: feature set 'cls@9': layer 9 does not exist: the model has 6 layers (hidden states 0..6, or "
-              "-7..-1) - choose layers in that range; -1 is the last layer, 0 the embeddings"),
+    ("cls@9", "Error: feature set 'cls@9': --layers '9' names layer 9, which does not exist: the model has 6 layers "
+              "(hidden states 0..6, or -7..-1) - choose layers in that range; -1 is the last layer, 0 the embeddings"),
     ("mean@@", "Error: the feature set 'mean@@' is not POOLING[@LAYERS[@AGG]] or own - write it as e.g. mean, cls@-2, "
                "mean@-4: or mean@-4:@concat"),
     ("mean@-1@sum", "Error: feature set 'mean@-1@sum': unknown layer aggregation 'sum' - choose one of mean, concat"),

@@ -569,11 +569,11 @@ def edited_provenance(pristine: Path, dst: Path, key: str, value) -> Path:
     ("dtype", "float64", 'dtype is "float64", not one of float32, float16'),
     # of their types, but not what extract could have written for this model
     ("fingerprint.max_length", 10**12, f"{NOT_TAKEN} (max_length=1000000000000 is out of range)"),
-    ("fingerprint.layers", [99], f"{NOT_TAKEN} (layer 99 does not exist: the model has 2 layers (hidden states 0..2, "
-                                 "or -3..-1))"),
+    ("fingerprint.layers", [99], f"{NOT_TAKEN} (layers=[99] names layer 99, which does not exist: the model has 2 "
+                                 "layers (hidden states 0..2, or -3..-1))"),
     ("fingerprint.layers", [-1], "its fingerprint records settings this model does not give (layers: recorded [-1], "
                                  "the model gives [2])"),
-    ("fingerprint.pooling", "bogus", f"{NOT_TAKEN} (unknown pooling 'bogus')"),
+    ("fingerprint.pooling", "bogus", f"{NOT_TAKEN} (unknown pooling='bogus')"),
     ("fingerprint.layer_agg", "x", f"{NOT_TAKEN} (unknown layer aggregation 'x')"),
     ("fingerprint.long_text", "x", f"{NOT_TAKEN} (unknown long-text mode 'x')"),
     ("fingerprint.dense", ["2_Dense"], "its fingerprint records settings this model does not give (dense: recorded "

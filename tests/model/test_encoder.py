@@ -229,9 +229,9 @@ def test_layer_agg_with_one_layer_is_recorded_as_the_default(enc):
 
 def test_bad_pooling_and_layer_options_are_clear(enc):
     for kwargs, words in (
-        (dict(pooling="avg"), ["unknown pooling 'avg'", "mean"]),
-        (dict(layers=7), ["layer 7 does not exist", "6 layers"]),
-        (dict(layers=-8), ["layer -8 does not exist"]),
+        (dict(pooling="avg"), ["unknown pooling='avg'", "mean"]),
+        (dict(layers=7), ["layers=7 names layer 7, which does not exist", "6 layers"]),
+        (dict(layers=-8), ["layers=-8 names layer -8, which does not exist"]),
         (dict(layers="x"), ["not understood"]),
         (dict(layers="3:3"), ["selects no layer"]),
         (dict(layers="9:"), ["reaches past the model", "6 layers", "or -7..-1", "e.g. -4: for the last 4"]),
@@ -258,6 +258,8 @@ def test_bad_pooling_and_layer_options_are_clear(enc):
 
 PROMPT_FIX = ("give the prompt as UTF-8 text (convert it first, e.g. with iconv -f latin1 -t utf-8; in Python, a str "
               "without lone surrogates, which come from a broken \\ud800-\\udfff escape or errors='surrogateescape')")
+POOLING_FIX = ("choose one of pooled, cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken, or token poolings "
+               "joined with '+' such as mean+max")
 _LONG = "word " * 200  # 202 tokens with [CLS] and [SEP] in the tiny test model (max length 128)
 ENCODER_OPTIONS = [  # (id, encode keywords, the same on `bertfeat extract`, the Python message, the CLI's stderr line)
     ("prompt-and-name", {"prompt": "query: ", "prompt_name": "query"}, ["--prompt", "query: ", "--prompt-name", "query"],
@@ -280,9 +282,26 @@ ENCODER_OPTIONS = [  # (id, encode keywords, the same on `bertfeat extract`, the
     ("layers-empty-item", {"layers": "1,,2"}, ["--layers", "1,,2"],
      "layers='1,,2' has an empty item (item 2 of 3) - separate the layers by single commas: layers='1,2'",
      "--layers '1,,2' has an empty item (item 2 of 3) - separate the layers by single commas: --layers '1,2'"),
-    ("layers-trailing-comma", {"layers": "-1,"}, ["--layers", "-1,"],
-     "layers='-1,' has an empty item (item 2 of 2) - separate the layers by single commas: layers='-1'",
-     "--layers '-1,' has an empty item (item 2 of 2) - separate the layers by single commas: --layers '-1'"),
+    ("layers-trailing-comma", {"layers": "-1,"}, ["--layers", "-1,"],  # said as "item 2 of 2 is empty" before
+     "layers='-1,' ends with a comma (an empty last item) - remove the trailing comma: layers='-1'",
+     "--layers '-1,' ends with a comma (an empty last item) - remove the trailing comma: --layers '-1'"),
+    ("layers-leading-comma", {"layers": ",-2,-1"}, ["--layers", ",-2,-1"],
+     "layers=',-2,-1' starts with a comma (an empty first item) - remove the leading comma: layers='-2,-1'",
+     "--layers ',-2,-1' starts with a comma (an empty first item) - remove the leading comma: --layers '-2,-1'"),
+    # the option was not named: "layer 7 does not exist", "unknown pooling 'foo'"
+    ("layers-past-the-model", {"layers": "-1,7"}, ["--layers", "-1,7"],
+     "layers='-1,7' names layer 7, which does not exist: the model has 2 layers (hidden states 0..2, or -3..-1) - "
+     "choose layers in that range; -1 is the last layer, 0 the embeddings",
+     "--layers '-1,7' names layer 7, which does not exist: the model has 2 layers (hidden states 0..2, or -3..-1) - "
+     "choose layers in that range; -1 is the last layer, 0 the embeddings"),
+    ("pooling-unknown", {"pooling": "foo"}, ["--pooling", "foo"],
+     "unknown pooling='foo' - " + POOLING_FIX, "unknown --pooling 'foo' - " + POOLING_FIX),
+    ("pooling-unknown-item", {"pooling": "mean+foo"}, ["--pooling", "mean+foo"],
+     "unknown pooling 'foo' in pooling='mean+foo' - " + POOLING_FIX,
+     "unknown pooling 'foo' in --pooling 'mean+foo' - " + POOLING_FIX),
+    ("pooling-trailing-plus", {"pooling": "mean+"}, ["--pooling", "mean+"],
+     "pooling='mean+' ends with a '+' (an empty last item) - remove the trailing '+': pooling='mean'",
+     "--pooling 'mean+' ends with a '+' (an empty last item) - remove the trailing '+': --pooling 'mean'"),
     ("layers-repeated", {"layers": "-1,-1"}, ["--layers", "-1,-1"],
      "layers='-1,-1' names layer -1 twice - name each layer once: layers='-1'",
      "--layers '-1,-1' names layer -1 twice - name each layer once: --layers '-1'"),

@@ -103,3 +103,80 @@ def test_a_bertfeat_dnnl_that_does_not_load_is_an_error(tmp_path, monkeypatch, c
     out = tmp_path / "o.parquet"
     assert run(capsys, "extract", src, "-o", out, "-m", tiny_model(), "-q") == (1, "", f"Error: {message}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+@pytest.mark.parametrize("name, default", [("BERTFEAT_BF16_EMULATE", False), ("BERTFEAT_FUSE", True)])
+def test_an_on_off_knob_takes_on_or_off_and_refuses_anything_else(tmp_path, monkeypatch, capsys, name, default):
+    """BERTFEAT_BF16_EMULATE=garbage read as off and BERTFEAT_FUSE=garbage as on (anything but 0), without a word,
+    where BERTFEAT_DEDUP_MEMORY, BERTFEAT_GEMM and BERTFEAT_KERNELS refuse a value they do not take: refused now,
+    naming it, wherever a model's GEMM path is chosen (whatever the precision), on the command line as one line."""
+    from bertfeat.errors import BertfeatError
+    from extract_util import run, tiny_model, write_csv
+
+    def read() -> bool:
+        monkeypatch.setattr(gemm, "_FUSE", None)  # read once per process: again under each setting (restored after)
+        return gemm.emulation_allowed() if name == "BERTFEAT_BF16_EMULATE" else not gemm.post_ops_off()
+
+    monkeypatch.delenv(name, raising=False)
+    assert read() is default
+    for text, on in (("1", True), ("true", True), ("Yes", True), (" on ", True), ("0", False), ("FALSE", False),
+                     ("no", False), ("off", False), ("", default), ("  ", default)):
+        monkeypatch.setenv(name, text)
+        assert read() is on, text
+    message = (f"{name}='garbage' is not on or off - set {name}=1 (on) or {name}=0 (off), or unset it (the default: "
+               f"{'on' if default else 'off'})")
+    monkeypatch.setenv(name, "garbage")
+    for precision in ("fp32", "auto"):
+        monkeypatch.setattr(gemm, "_FUSE", None)
+        with pytest.raises(BertfeatError) as e:
+            gemm.resolve(precision)
+        assert e.value.message == message
+    src = write_csv(tmp_path / "in.csv", ["text"], [["hello world"]])
+    out = tmp_path / "o.parquet"
+    assert run(capsys, "extract", src, "-o", out, "-m", tiny_model(), "-q") == (1, "", f"Error: {message}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def test_a_blas_kernel_openblas_does_not_have_is_refused_not_passed_on(tmp_path, monkeypatch, capsys):
+    """BERTFEAT_BLAS_KERNEL=garbage was passed to OPENBLAS_CORETYPE, which OpenBLAS ignores (its own detection ran,
+    `bertfeat info` said 'OPENBLAS_CORETYPE (unset) -> garbage'). It is read at import, before NumPy loads, where an
+    error would fail `import bertfeat` before the command line could say it: the import leaves OPENBLAS_CORETYPE alone
+    and the value is refused where a model's GEMM path is chosen, as the other knobs are."""
+    import os
+    import platform
+    import subprocess
+    import sys
+
+    from bertfeat.errors import BertfeatError
+    from bertfeat.ops import threads
+    from extract_util import run, tiny_model, write_csv
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the kernel names are checked on x86-64 only (elsewhere they vary with OpenBLAS's version)")
+    monkeypatch.setattr(threads, "blas_kernel_problem", None)  # (restored after)
+    monkeypatch.setattr(threads, "blas_kernel_note", threads.blas_kernel_note)
+    for fine in ("auto", "keep", "", "Haswell", "skylakex", "Zen", "SapphireRapids"):
+        monkeypatch.setenv("BERTFEAT_BLAS_KERNEL", fine)
+        threads.prefer_avx512_blas()  # (NumPy is loaded: it changes no OPENBLAS_CORETYPE, but judges the value)
+        threads.check_blas_kernel()
+    monkeypatch.setenv("BERTFEAT_BLAS_KERNEL", "Hasswell")
+    threads.prefer_avx512_blas()
+    with pytest.raises(BertfeatError) as e:
+        gemm.resolve("fp32")
+    message = e.value.message
+    assert message.startswith("BERTFEAT_BLAS_KERNEL='Hasswell' is not an OpenBLAS kernel (OpenBLAS would ignore it "
+                              "and pick its own) - set it to auto (bertfeat's choice, the default), keep "
+                              "(OPENBLAS_CORETYPE as it is) or one of OpenBLAS's x86-64 kernels, e.g. Haswell, SkylakeX "
+                              "or Zen (Katmai, "), message
+    assert message.endswith(", SapphireRapids; any case), or unset it"), message
+    src = write_csv(tmp_path / "in.csv", ["text"], [["hello world"]])
+    assert run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "-m", tiny_model(), "-q") == (
+        1, "", f"Error: {message}\n")
+    # a process that starts with it: the import goes through, OPENBLAS_CORETYPE untouched; the CLI says one line
+    env = {**os.environ, "BERTFEAT_BLAS_KERNEL": "Hasswell"}
+    env.pop("OPENBLAS_CORETYPE", None)
+    r = subprocess.run([sys.executable, "-c", "import os, bertfeat, numpy; print(os.environ.get('OPENBLAS_CORETYPE'))"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "None\n", "")
+    r = subprocess.run([sys.executable, "-m", "bertfeat", "info"], env=env, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (1, f"Error: {message}\n"), r.stderr

@@ -558,6 +558,55 @@ def test_clone_get_params_and_pickle_mid_stream(decompositions):
     assert fresh.get_params() == params and not hasattr(fresh, "components_") and not hasattr(fresh, "n_features_in_")
 
 
+SOLVER_FIX = "(one of auto, svd, covariance, randomized)"
+
+
+@pytest.mark.parametrize("kwargs, what, fix", [
+    # scikit-learn's name of bertfeat's solver, each value with its counterpart: was Python's bare TypeError
+    ({"svd_solver": "full"}, "PCA() got an unexpected keyword argument 'svd_solver': that is scikit-learn's name; "
+     "bertfeat's PCA calls it solver", f"pass solver='svd' {SOLVER_FIX}"),
+    ({"svd_solver": "covariance_eigh"}, "calls it solver", f"pass solver='covariance' {SOLVER_FIX}"),
+    ({"svd_solver": "randomized"}, "calls it solver", f"pass solver='randomized' {SOLVER_FIX}"),
+    ({"svd_solver": "arpack"}, "calls it solver", "pass solver as one of auto, svd, covariance, randomized"),
+    ({"copy": False}, "PCA() got an unexpected keyword argument 'copy': a parameter of scikit-learn's PCA that "
+     "bertfeat's does not have", "leave it out (PCA's parameters: n_components, solver, whiten, random_state, "
+     "accumulate, precision)"),
+    ({"n_component": 3}, "PCA() got an unexpected keyword argument 'n_component'", "did you mean n_components? "
+     "(PCA's parameters: n_components, solver, whiten, random_state, accumulate, precision)"),
+    ({"bogus": 1}, "PCA() got an unexpected keyword argument 'bogus'",
+     "use one of PCA's parameters: n_components, solver, whiten, random_state, accumulate, precision"),
+])
+def test_a_keyword_pca_does_not_take_is_named_with_its_own(kwargs, what, fix):
+    """PCA(svd_solver='full') said only Python's "unexpected keyword argument": now bertfeat's error names its own
+    parameter; a TypeError still (code catching Python's keeps working), and set_params says the same."""
+    with pytest.raises(BertfeatError) as e:
+        PCA(5, **kwargs)
+    assert isinstance(e.value, TypeError)
+    assert what in e.value.what and e.value.fix == fix, e.value.message
+    if "calls it solver" in what or "copy" in kwargs:  # set_params (GridSearchCV's pca__svd_solver): scikit-learn's words
+        with pytest.raises(BertfeatError) as e:
+            PCA().set_params(**kwargs)
+        assert e.value.what.startswith(f"Invalid parameter {next(iter(kwargs))!r} for estimator PCA: ")
+        assert e.value.fix == fix
+
+
+def test_the_checked_constructor_keeps_the_estimator_conventions():
+    """The keyword check wraps __init__ without changing what scikit-learn reads: its signature, get_params, clone,
+    pickle, repr."""
+    import inspect
+    import pickle
+
+    assert list(inspect.signature(PCA).parameters) == ["n_components", "solver", "whiten", "random_state",
+                                                       "accumulate", "precision"]
+    pca = PCA(3, solver="svd", whiten=True)
+    assert pca.get_params() == {"n_components": 3, "solver": "svd", "whiten": True, "random_state": None,
+                                "accumulate": "mixed", "precision": None}
+    assert repr(pickle.loads(pickle.dumps(pca))) == repr(pca) == "PCA(n_components=3, solver='svd', whiten=True)"
+    sklearn_base = need("sklearn.base")
+    assert sklearn_base.clone(pca).get_params() == pca.get_params()
+    assert sorted(sklearn_base.BaseEstimator._get_param_names.__func__(PCA)) == sorted(pca.get_params())
+
+
 def test_partial_fit_of_100_chunks_never_decomposes(decompositions):
     X = known_spectrum(n=3000, d=16)
     pca = PCA(0.9)

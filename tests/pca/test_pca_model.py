@@ -204,3 +204,25 @@ def test_a_pca_fitted_on_reduced_features_applies_only_to_features_that_pca_redu
     assert (rc, err) == (1, f"Error: {d / 'chain.parquet'} was reduced by a PCA fitted on features a PCA had reduced "
                             "before: it was reduced more than once (a pca transform of reduced features), and only the "
                             "last PCA is recorded - verify the features before the later PCA\n")
+
+
+@pytest.mark.parametrize("path, said", [
+    ("~/bertfeat-pca-here/p.npz", "starts with ~, which no shell expanded (bertfeat takes a path as it is given) - "
+                                  "give the path itself, {home}/bertfeat-pca-here/p.npz"),
+    ("s3://bucket/p.npz", "is a URL (s3://): bertfeat {verb} local files only - "),
+])
+def test_save_and_load_refuse_a_path_the_command_line_refuses(tmp_path, monkeypatch, path, said):
+    """PCA.save('~/x.npz') made a folder named ~ in the current directory (Python expands no ~, as a shell does; nor
+    do pathlib and numpy.save), and 's3://...' a folder s3:; PCA.load read them back. Both now take a path as the
+    command line's --pca-model / -o do (checks.local_path): refused, the fix naming the path a ~ stands for."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    pca = bertfeat.PCA(2).fit(np.random.default_rng(0).normal(size=(20, 5)))
+    for call, verb in ((lambda: pca.save(path), "writes"), (lambda: bertfeat.PCA.load(path), "reads")):
+        with pytest.raises(BertfeatError) as e:
+            call()
+        expected = f"the PCA model {path} " + said.format(home=tmp_path / "home", verb=verb)
+        assert e.value.message.startswith(expected), e.value.message
+    assert list(tmp_path.iterdir()) == []  # no folder ~ or s3:
+    (tmp_path / "~").mkdir()  # a folder that is named ~ is a path as given: saved into, read back
+    assert bertfeat.PCA.load(pca.save("~/p.npz")).n_components_ == 2

@@ -779,3 +779,17 @@ def test_a_jsonl_id_that_is_a_number_is_named_as_the_line_wrote_it(tmp_path, cap
     assert (tmp_path / "n.features.parquet.rejects.csv").read_text().splitlines() == [
         "row,id,reason", "1,,\"id 1e2 is a number, not a string or an integer\"",
         "2,,\"id 2.50 is a number, not a string or an integer\"", "3,,\"id -0.0 is a number, not a string or an integer\""]
+
+
+def test_an_input_path_with_an_unexpanded_tilde_is_said_so(tmp_path, monkeypatch):
+    """bertfeat.extract('~/x.csv') said "~/x.csv: no such file - check the path" (Python expands no ~): the path it
+    stands for is named now. A file whose path does start with a folder named ~ is read as given."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(InputError) as e:
+        open_input("~/x.csv")
+    assert e.value.message == ("~/x.csv: no such file: it starts with ~, which no shell expanded (bertfeat takes a path "
+                               f"as it is given) - give the path itself, {tmp_path}/home/x.csv")
+    (tmp_path / "~").mkdir()
+    (tmp_path / "~" / "x.csv").write_text("text\nhello\n")
+    assert open_input("~/x.csv").text_column == "text"

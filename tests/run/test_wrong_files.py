@@ -255,7 +255,8 @@ def pca_model_cases(d: Path, good: dict) -> list[tuple[Path, str, str]]:
         (edited("solver.npz", params_change={"solver": "bogus"}),
          "its parameters are not valid (unknown solver='bogus' - use one of: auto, svd, covariance, randomized)"),
         (edited("extra.npz", params_change={"extra": 1}),
-         "its parameters are not valid (PCA.__init__() got an unexpected keyword argument 'extra')"),
+         "its parameters are not valid (PCA() got an unexpected keyword argument 'extra' - use one of PCA's parameters: "
+         "n_components, solver, whiten, random_state, accumulate, precision)"),
         # provenance of another shape: transform and report read them as objects ("unexpected TypeError" before)
         (edited("fpstr.npz", meta_change={"fingerprint": "abc"}), 'its fingerprint is not a JSON object (it is "abc")'),
         (edited("srclist.npz", meta_change={"source": [1, 2]}), "its source is not a JSON object (it is [1, 2])"),
