@@ -177,7 +177,9 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     model's (``model``, ``precision``, ``threads``), the texts' (``max_length``, ``long_text``, ``stride``, ``prompt``,
     ``prompt_name``), ``normalize`` (every set), ``on_bad_row`` ("error", the default, or "skip"), ``overwrite`` and
     ``cache``: a vector cache directory (None: BERTFEAT_CACHE when set; False: none): each set's vectors are read and
-    stored under that set's own settings, exactly as ``extract`` with the set's options computes them."""
+    stored under that set's own settings, exactly as ``extract`` with the set's options computes them (and read as
+    ``extract`` reads them: a row another name of the prompt, long-text policy, stride or max length stored is found
+    when its vector is the same bits)."""
     import contextlib
 
     from .model.encoder import Encoder
@@ -349,18 +351,22 @@ def _encode(enc, prep, groups: list[list], bar=None) -> list[list[np.ndarray]]:
 def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar,
                  row_label=None) -> tuple[list[np.ndarray], dict]:
     """The sets' vectors of the sample's rows ``todo`` with the vector cache: each set's known rows read under its
-    own fingerprint, the rows any set misses encoded in groups that give each set exactly extract's vectors
+    own fingerprint, or one whose vectors of them are the same bits, as extract reads them (cache.store.spec_siblings:
+    another name of the prompt, long-text policy, stride or max length), the rows any set misses encoded in groups that give each set exactly extract's vectors
     (encoder.exact_groups), and stored for the sets that missed them (``row_label``: the reader's, for a row whose
     features come out NaN). -> (vectors per set, counts)."""
     from .model.encoder import exact_groups
     from .run.chunks import named_rows
-    from .cache.store import open_cache, read_only_note, register_spec, text_key
+    from .cache.store import cache_fingerprint, open_cache, read_only_note, register_spec, spec_siblings, text_key
 
     keys = [text_key(chunk.texts[i], None if chunk.pairs is None else chunk.pairs[i]) for i in todo]
     store = open_cache(cache)
     try:
-        fids = [register_spec(store, enc, s.spec) for s in chosen]
-        found = [store.get(fid, keys) for fid in fids]
+        cache_ids = [cache_fingerprint(enc, s.spec) for s in chosen]
+        fids = [register_spec(store, enc, s.spec, c) for s, c in zip(chosen, cache_ids)]
+        used: set[int] = set()  # as extract looks up (cache.reuse): under another name of the prompt, long-text policy,
+        found = [store.get_reusable(fid, spec_siblings(store, enc, s.spec, c), keys, used)  # stride or max length too
+                 for fid, s, c in zip(fids, chosen, cache_ids)]
         missing = [j for j, k in enumerate(keys) if any(k not in f for f in found)]
         tell(f"{len(keys) - len(missing):,} of {len(keys):,} rows in the cache {cache} for every set; encoding "
              f"{len(missing):,} rows for {len(chosen)} feature sets")
@@ -379,7 +385,7 @@ def _cached_sets(enc, chosen: list, chunk, todo: list[int], cache, tell, bar,
                         store.put(fids[i], [keys[missing[r]] for r in rows], X[rows], prep.n_tokens[rows],
                                   prep.truncated[rows], prep.n_chunks[rows])
         outs = [_assemble(found[i], keys, missing, new[i], enc.output_dim(s.spec)) for i, s in enumerate(chosen)]
-        for fid in fids:
+        for fid in fids + sorted(used - set(fids)):
             store.touch(fid)
         if store.read_only is not None:  # its hits were read, and put stored nothing
             tell(read_only_note(cache, store.read_only, len(missing)))

@@ -9,8 +9,9 @@ Two steps per chunk, so the lookups run in the read-ahead thread while the model
                             the new vectors go to the run's store and to the cache
 
 A row is also found under the fingerprint of another name of the same prompt (``--prompt-name query`` and ``--prompt
-"query: "``), and a row within max length under that of another long-text policy or stride (its vector is the same
-bits under each: store.within_max_length), so changing ``--long-text`` encodes only the long rows.
+"query: "``), and a row within max length under that of another long-text policy, stride or max length (a row within
+both max lengths: its vector is the same bits under each: store.within_max_length), so changing ``--long-text`` or
+``--max-length`` encodes only the rows longer than one of them.
 
 Without a cache, the run's store (``RunStore``) keeps the vectors of this run's rows by key so a text seen again is
 not encoded again: in memory up to ``DEDUP_MEMORY`` bytes (the BERTFEAT_DEDUP_MEMORY environment variable), then in
@@ -131,11 +132,11 @@ class Reuser:
 
     def __init__(self, dim: int, cache: VectorStore | None = None, fid: int | None = None, spill_dir: Path | None = None,
                  budget: int | None = None, shared: tuple[VectorStore, int] | None = None,
-                 siblings: list[tuple[int, bool]] = ()):
+                 siblings: list[tuple[int, int | None]] = ()):
         self.cache, self.fid = cache, fid
-        # the cache's fingerprints of this run's settings under another prompt name (every row), long-text policy or
-        # stride (the rows within max length): their vectors are this run's too (VectorStore.siblings); those that
-        # served one are touched
+        # the cache's fingerprints of this run's settings under another prompt name (every row), long-text policy,
+        # stride or max length (the rows within both max lengths): their vectors are this run's too
+        # (VectorStore.siblings); those that served one are touched
         self.siblings, self.siblings_used = list(siblings), set()
         # the run's own vectors: in the cache, or (no cache, or one this process may not write) in a store of the run's:
         # ``shared`` (a store and its id) when the run's processes share one, else this process's own

@@ -198,13 +198,17 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
     round differently, so their vectors never mix. Not the model's id or path: a model folder copied elsewhere (same
     weights and files) shares its vectors; the id is kept beside the fingerprint for ``cache info``. Every row is also
     served by the fingerprints that differ only in the prompt's name, and a row within max length by those that differ
-    in the long-text policy or stride too (``VectorStore.siblings``)."""
+    in the long-text policy, stride or max length too (``spec_siblings``)."""
     from ..model.tokenize import library_version
 
-    features = {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}  # a copied model folder shares
-    settings = {"cache_format": FORMAT, **features, "model_files": encoder_files_digest(encoder),
+    settings = {"cache_format": FORMAT, **spec_settings(encoder, spec), "model_files": encoder_files_digest(encoder),
                 "tokenizers": library_version(), "gemm": gemm_identity(encoder)}
     return settings_id(settings_text(settings)), settings
+
+
+def spec_settings(encoder, spec) -> dict:
+    """The features' part of a cache key: Encoder.fingerprint less the model's id (a copied model folder shares)."""
+    return {k: v for k, v in encoder.fingerprint(spec).items() if k != "model_id"}
 
 
 def settings_text(settings: dict) -> str:
@@ -225,19 +229,49 @@ LONG_TEXT_SETTINGS = ("long_text", "stride")
 NAME_SETTINGS = ("prompt_name",)
 
 
-def within_max_length(entry: tuple) -> bool:
-    """Whether a cached entry (vector, n_tokens, truncated, n_chunks) serves a run with another long-text policy or
-    stride: a row within max length (not truncated, one window) whose vector holds no zero (chunk-mean's combining,
-    when its chunk had a long row, turned a -0.0 into 0.0 until combine_windows summed from -0.0: a vector cached
-    before may hold that 0.0)."""
-    vec, _, truncated, n_chunks = entry
-    return not truncated and n_chunks == 1 and bool(vec.all())
+def within_max_length(entry: tuple, max_length: int) -> bool:
+    """Whether a cached entry (vector, n_tokens, truncated, n_chunks) of another long-text policy, stride or max length
+    serves a run of max length ``max_length``: a row within the max length it was encoded at (not truncated, one
+    window) and within this run's (``n_tokens``, the prompt and special tokens counted, at most ``max_length``), whose
+    vector holds no zero (chunk-mean's combining, when its chunk had a long row, turned a -0.0 into 0.0 until
+    combine_windows summed from -0.0: a vector cached before may hold that 0.0)."""
+    vec, n_tokens, truncated, n_chunks = entry
+    return not truncated and n_chunks == 1 and n_tokens <= max_length and bool(vec.all())
+
+
+def _is_max_length(v) -> bool:
+    """A stored max length a run could have (a forged or damaged settings row may hold anything)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v > 2
 
 
 def register_spec(store, encoder, spec, cache_id: tuple[str, dict] | None = None) -> int:
     """The store's id of ``spec``'s vectors (its fingerprint registered: cache_fingerprint, or ``cache_id``)."""
     fp, settings = cache_id or cache_fingerprint(encoder, spec)
     return store.register(fp, encoder.model_id, encoder.output_dim(spec), settings)
+
+
+def spec_siblings(store, encoder, spec, cache_id: tuple[str, dict] | None = None) -> list[tuple[int, int | None]]:
+    """The cache's fingerprints whose vectors serve ``spec``'s run (VectorStore.siblings): another name of its prompt
+    (every row), another long-text policy, stride or max length (the rows within both max lengths)."""
+    fp, settings = cache_id or cache_fingerprint(encoder, spec)
+    return store.siblings(fp, settings, encoder.output_dim(spec),
+                          lambda max_length: settings_at_length(encoder, spec, settings, max_length))
+
+
+def settings_at_length(encoder, spec, settings: dict, max_length: int) -> dict | None:
+    """``settings`` (cache_fingerprint's of ``spec``) as a run at ``max_length`` has them, or None when a row within
+    both max lengths is not the same bits at both. It is when the prompt is pooled, or its tokens left out of the
+    pooling are as many at both (Encoder.prompt_length: the prompt alone, cut at max length): a row within a max
+    length is tokenized whole and its positions are its own, so nothing else of a run depends on max length; the keys
+    that depend on it (the prompt's length counted otherwise before 0.3) are made again, as that run made them."""
+    from dataclasses import replace
+
+    if spec.prompt and not spec.include_prompt and (encoder.prompt_length(spec.prompt, max_length)
+                                                    != encoder.prompt_length(spec.prompt, spec.max_length)):
+        return None
+    mine = spec_settings(encoder, spec)
+    shared = {k: v for k, v in settings.items() if k not in mine}
+    return {**shared, **spec_settings(encoder, replace(spec, max_length=max_length))}
 
 
 def gemm_identity(encoder) -> dict:
@@ -854,30 +888,42 @@ class VectorStore:
         self._fp_rows[row[0]] = tuple(row[1:])
         return row[0]
 
-    def siblings(self, fingerprint: str, settings: dict, dim: int) -> list[tuple[int, bool]]:
-        """(id, every row) of the fingerprints whose settings are ``settings`` but for NAME_SETTINGS (the prompt's
-        name: the same vectors, so each of their entries serves, ``every row`` True) and LONG_TEXT_SETTINGS (another
-        long-text policy or stride: only their rows within max length serve, the same bits: within_max_length), for
-        ``get_reusable``; those of every row first. Only a row of this ``dim`` whose stored settings hash to its
+    def siblings(self, fingerprint: str, settings: dict, dim: int,
+                 at_length=None) -> list[tuple[int, int | None]]:
+        """(id, limit) of the fingerprints whose settings are ``settings`` but for NAME_SETTINGS (the prompt's name: the
+        same vectors, so each of their entries serves, ``limit`` None) and LONG_TEXT_SETTINGS (another long-text
+        policy or stride: only their rows within max length serve, the same bits: within_max_length, ``limit`` this
+        run's max length), for ``get_reusable``; those of every row first. With ``at_length`` (max length -> these
+        settings as a run at that max length has them, or None: settings_at_length), also those of another max length,
+        whose rows within both max lengths serve. Only a row of this ``dim`` whose stored settings hash to its
         fingerprint (cache_fingerprint) counts."""
         def rest(s: dict, drop=LONG_TEXT_SETTINGS + NAME_SETTINGS) -> dict:
             return {k: v for k, v in s.items() if k not in drop}
 
         mine = json.loads(settings_text(settings))
+        limit = mine.get("max_length")
         with self._lock, self.guard("read"):
             rows = self.db.execute("SELECT id, fingerprint, model, dim, settings, created FROM fingerprints "
                                    "WHERE fingerprint != ?", (fingerprint,)).fetchall()
+        wanted = {limit: mine}  # max length -> this run's settings at it (None: its rows are not this run's bits)
         out = []
         for fid, fp, model, dim_of, text, created in rows:
             try:
                 theirs = json.loads(text)
             except ValueError:
                 continue
-            if (isinstance(theirs, dict) and rest(theirs) == rest(mine) and dim == int(dim_of) and
-                    settings_id(text) == fp):
+            if not (isinstance(theirs, dict) and dim == int(dim_of) and settings_id(text) == fp):
+                continue
+            length = theirs.get("max_length")
+            if length not in wanted:
+                at = at_length(length) if at_length is not None and _is_max_length(length) else None
+                wanted[length] = None if at is None else json.loads(settings_text(at))
+            want = wanted[length]
+            if want is not None and rest(theirs) == rest(want):
                 self._fp_rows[fid] = (fp, model, dim_of, text, created)
-                out.append((fid, rest(theirs, NAME_SETTINGS) == rest(mine, NAME_SETTINGS)))
-        return sorted(out, key=lambda sibling: not sibling[1])  # (stable: each kind in the order of their ids)
+                every = length == limit and rest(theirs, NAME_SETTINGS) == rest(mine, NAME_SETTINGS)
+                out.append((fid, None if every else limit))
+        return sorted(out, key=lambda sibling: sibling[1] is not None)  # (stable: each kind in the order of their ids)
 
     def _current_id(self, fid: int) -> int:
         """``fid``, or the id its fingerprint has now: a `cache clear` while this run wrote deleted the fingerprints row
@@ -918,17 +964,17 @@ class VectorStore:
                     out[bytes(key)] = (np.frombuffer(vec, dtype="<f4"), int(n_tok), bool(flags & 1), int(n_ch))
         return out
 
-    def get_reusable(self, fid: int | None, siblings: list[tuple[int, bool]], keys: list[bytes],
+    def get_reusable(self, fid: int | None, siblings: list[tuple[int, int | None]], keys: list[bytes],
                      used: set | None = None) -> dict:
-        """``get`` under ``fid``, then for the keys not found the entries under its siblings (``siblings``: each
-        entry of a sibling of every row, the rows within max length of the others: within_max_length); ``used``
-        gets the siblings that served one."""
+        """``get`` under ``fid``, then for the keys not found the entries under its siblings (``siblings``: (id,
+        limit), each entry of a sibling of every row (limit None), else the rows within max length, ``limit`` this
+        run's: within_max_length); ``used`` gets the siblings that served one."""
         out = self.get(fid, keys)
-        for sid, every in siblings:
+        for sid, limit in siblings:
             rest = [k for k in keys if k not in out]
             if not rest:
                 break
-            hits = {k: e for k, e in self.get(sid, rest).items() if every or within_max_length(e)}
+            hits = {k: e for k, e in self.get(sid, rest).items() if limit is None or within_max_length(e, limit)}
             if hits and used is not None:
                 used.add(sid)
             out.update(hits)

@@ -4,7 +4,8 @@ Two values are equal when their canonical JSON (sorted keys) is equal, so ``[1, 
 ``(1, 2)`` and ``np.float64(0.5)`` equals ``0.5``. ``run.manifest.manifest_differences`` (may a run
 resume?) and ``pca.file.fingerprint_differences`` (were these features made like the PCA's?)
 both call ``dict_differences``; they differ only in the keys they compare, what an absent
-key reads as, and how they write types JSON does not know.
+key reads as, and how they write types JSON does not know. Neither compares a key that only names a setting whose
+value both hold (``NAMES``: the prompt's name beside its text).
 """
 
 from __future__ import annotations
@@ -16,10 +17,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MISSING", "json_default", "canonical_json", "dict_differences"]
+__all__ = ["MISSING", "NAMES", "json_default", "canonical_json", "dict_differences", "naming_keys"]
 
 #: What an absent key reads as by default: differs from every value, None included; shown as ``<missing>``.
 MISSING: Any = object()
+
+#: Keys of a features' fingerprint that name a setting without changing a vector, each with the key that holds the
+#: setting itself: the name of the model's prompt a run's prompt came from, beside its text ("prompt"): --prompt-name
+#: doc and --prompt "passage: " (doc's text) give the same vectors (the vector cache serves them alike:
+#: cache.store.NAME_SETTINGS), so a PCA or a resume takes one for the other.
+NAMES = {"prompt_name": "prompt"}
+
+
+def naming_keys(a: Mapping, b: Mapping) -> set:
+    """The NAMES keys to leave out when comparing fingerprints ``a`` and ``b``: those whose setting both hold (it is
+    compared instead)."""
+    return {k for k, setting in NAMES.items() if setting in a and setting in b}
 
 
 def json_default(o: Any) -> Any:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..atomic import atomic_output, remove_stale_temps, uninterrupted
 from ..checks import local_path
-from .diffs import canonical_json, dict_differences, json_default
+from .diffs import canonical_json, dict_differences, json_default, naming_keys
 from ..errors import BertfeatError, one_line
 from ..features.arrayfile import npy_header
 from .solvers import Decomposition, kept_by
@@ -59,8 +59,10 @@ class SavedModel:
 
 
 def fingerprint_differences(expected: Mapping | None, actual: Mapping | None) -> list[tuple[str, Any, Any]]:
-    """(key, expected value, actual value) for every key whose value differs (missing counts)."""
-    return dict_differences(dict(expected or {}), dict(actual or {}))
+    """(key, expected value, actual value) for every key whose value differs (missing counts), but a key that only
+    names a setting both hold (diffs.NAMES: the prompt's name, its text compared)."""
+    a, b = dict(expected or {}), dict(actual or {})
+    return dict_differences(a, b, keys=sorted((set(a) | set(b)) - naming_keys(a, b)))
 
 
 def source_differences(ours: Mapping | None, theirs: Mapping | None, our_name: str = "model",

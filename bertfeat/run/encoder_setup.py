@@ -36,8 +36,8 @@ def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, c
                 budget: int | None = None, run_store: tuple | None = None):
     """The run's reuse of vectors (reuse.py): identical rows encoded once, and with ``cache_dir`` the vector cache
     opened under this run's fingerprint (``cache_id``: (fingerprint, settings), computed here when not given), its rows
-    found under another name of its prompt's too, and its rows within max length under another long-text policy's
-    (VectorStore.siblings).
+    found under another name of its prompt's too, and its rows within max length under another long-text policy's,
+    stride's or max length's (cache.store.spec_siblings).
     ``spill_dir``: where the run's duplicate store spills past its memory ``budget`` (default reuse.DEDUP_MEMORY).
     ``run_store``: (directory, its (fingerprint, settings)) of a store the run's processes share (the Dask engine's
     ``.dedup``), holding the run's rows when the cache turns out read-only."""
@@ -46,13 +46,13 @@ def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, c
     dim = encoder.output_dim(spec)
     if cache_dir is None:
         return Reuser(dim, spill_dir=spill_dir, budget=budget)
-    from ..cache.store import cache_fingerprint, open_cache, register_spec
+    from ..cache.store import cache_fingerprint, open_cache, register_spec, spec_siblings
 
     store, own = open_cache(cache_dir), None
     try:
         cache_id = cache_id or cache_fingerprint(encoder, spec)
         fid = register_spec(store, encoder, spec, cache_id)
-        siblings = store.siblings(*cache_id, dim)
+        siblings = spec_siblings(store, encoder, spec, cache_id)
         if store.read_only is not None and run_store is not None:
             own = open_cache(Path(run_store[0]))
             shared = (own, register_spec(own, encoder, spec, run_store[1]))

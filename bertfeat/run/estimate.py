@@ -223,7 +223,7 @@ def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None
     cannot be read)."""
     if plan.cache is None:
         return None
-    from ..cache.store import DB_NAME, cache_fingerprint, open_cache, text_key
+    from ..cache.store import DB_NAME, cache_fingerprint, open_cache, spec_siblings, text_key
 
     if not (Path(plan.cache) / DB_NAME).is_file():
         return 0.0
@@ -232,8 +232,8 @@ def _cached_share(plan, encoder, spec, texts: list[str], pairs: list[str] | None
         store = open_cache(Path(plan.cache))
         try:
             # as the run looks up (cache.reuse): its own fingerprint, then another name of its prompt's, then its rows
-            # within max length under another long-text policy's
-            fid, siblings = store.known_id(fp), store.siblings(fp, settings, encoder.output_dim(spec))
+            # within max length under another long-text policy's, stride's or max length's
+            fid, siblings = store.known_id(fp), spec_siblings(store, encoder, spec, (fp, settings))
             keys = [text_key(t, None if pairs is None else pairs[i]) for i, t in enumerate(texts)]
             return len(store.get_reusable(fid, siblings, keys)) / max(len(keys), 1)
         finally:

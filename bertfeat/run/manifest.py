@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..checks import DEFAULT_MAX_FIELD_BYTES
 from ..errors import InputError, ResumeError, one_line, opt
-from ..pca.diffs import dict_differences
+from ..pca.diffs import dict_differences, naming_keys
 from ..version import __version__
 
 
@@ -49,11 +49,19 @@ def job_manifest(plan, fingerprint: dict, encoder, **engine_keys) -> dict:
 
 
 def check_resume(old_manifest: dict, manifest: dict) -> None:
-    """Refuse to resume a run whose settings or input differ from the interrupted run's (one rule, one message)."""
+    """Refuse to resume a run whose settings or input differ from the interrupted run's (one rule, one message). A
+    resume goes on as the interrupted run: ``manifest`` takes its names of the settings (pca.diffs.NAMES: the prompt
+    given by its name or by its text, which changes no vector), so the Dask engine's run key is the one its kept
+    parts carry."""
     diffs = manifest_differences(old_manifest, manifest)
     if diffs:
         raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
                           f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over, or use the original settings")
+    for k in naming_keys(old_manifest, manifest):
+        if k in old_manifest:
+            manifest[k] = old_manifest[k]
+        else:
+            manifest.pop(k, None)
 
 
 #: each engine's manifest in OUTPUT.partial/ (local.PartStore, dask.MANIFEST): its name says which
@@ -113,7 +121,8 @@ OPTIONAL_DEFAULTS = {"dtype": "float32", "max_field_bytes": DEFAULT_MAX_FIELD_BY
 def manifest_differences(old: dict, new: dict) -> list[str]:
     """What differs between the manifest of the interrupted run and this run's, in words."""
     out = []
-    keys = list(new) + [k for k in OPTIONAL_KEYS if k in old and k not in new]
+    names = naming_keys(old, new)  # the prompt's name: its text is compared
+    keys = [k for k in new if k not in names] + [k for k in OPTIONAL_KEYS if k in old and k not in new]
     for k, a, b in dict_differences(old, new, keys=keys, missing=None, default=str):
         if k == "input":
             out += _input_differences(a or {}, b or {})

@@ -211,11 +211,12 @@ CHANGES = {
     "layers": lambda mp: {"layers": "-2"},
     "layers aggregated": lambda mp: {"layers": "-2,-1"},
     "layers concatenated": lambda mp: {"layers": "-2,-1", "layer_agg": "concat"},  # dim 64 in the same store
-    "max_length": lambda mp: {"max_length": 16},
+    # every row has more than 6 tokens: none is within both max lengths (a row within both is reused: below)
+    "max_length": lambda mp: {"max_length": 6},
     "prompt": lambda mp: {"prompt": "query: "},
     "normalize": lambda mp: {"normalize": True},
     "truncate_dim": lambda mp: {"truncate_dim": 8},  # dim 8 in the same store
-    "long_text": lambda mp: {"long_text": "chunk-mean", "max_length": 16, "stride": 4},
+    "long_text": lambda mp: {"long_text": "chunk-mean", "max_length": 6, "stride": 2},
     "precision bf16": lambda mp: _precision_kw("bf16", mp),
     "precision int8": lambda mp: _precision_kw("int8", mp),
     "model": lambda mp: {"model": str(second_model())},
@@ -296,6 +297,67 @@ def test_a_long_text_setting_reuses_the_rows_within_max_length(tmp_path, request
     # each policy's own fingerprint holds only what it encoded: the long rows under chunk-mean and chunk-max, none
     # under error (its long rows refused)
     assert sorted(f["entries"] for f in bertfeat.cache.store.cache_info(cache)["fingerprints"]) == [0, 10, 10, 44]
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_a_max_length_setting_reuses_the_rows_within_both(tmp_path, request, engine):
+    """Another max length changes only the vectors of the rows longer than one of the two: a row within both is
+    tokenized whole, at its own positions, so its vector is the same bits, and a run with another max length (and
+    another long-text policy too) reuses it, encoding only the others (before: every row). Each run equals its own
+    settings' run without a cache, bit for bit, ids and token counts included. The corpus' rows have 7 to 136
+    tokens: 10 of them 16 at most, 34 at most 32, 39 at most 48, 40 at most 64, 42 at most 128."""
+    kw = dict(chunk_rows=8, **engine_kw(engine, request))
+    cache = tmp_path / "cache"
+    src = corpus(tmp_path / "c.csv", long_text_rows())
+    runs = [({"max_length": 32}, 44, 0, 0),  # (settings, encoded, reused, rejected)
+            ({"max_length": 64}, 10, 34, 0),  # the 34 rows within 32
+            ({"max_length": 16}, 34, 10, 0),  # the 10 within 16
+            # the 34 within 32 and 5 of the 64 run's within 48 (34 to 41 tokens); not the 50-token one
+            ({"max_length": 48, "long_text": "chunk-mean", "stride": 8}, 5, 39, 0),
+            # the 40 within 64; 77 and 84 tokens were truncated at 64 and in windows at 48
+            ({"max_length": 128}, 4, 40, 0),
+            ({"max_length": 64, "long_text": "error", "on_bad_row": "skip"}, 0, 40, 4),
+            ({"max_length": 32}, 0, 44, 0)]
+    for i, (setting, encoded, reused, rejected) in enumerate(runs):
+        out, clean = out_path(tmp_path, engine, f"o{i}"), tmp_path / f"clean{i}.parquet"
+        s = extract(src, out, cache=cache, **kw, **setting)
+        assert (s.rows_encoded, s.rows_reused, s.rows_rejected) == (encoded, reused, rejected), setting
+        c = extract(src, clean, cache=False, chunk_rows=8, **setting)
+        assert (c.rows_encoded, c.rows_rejected) == (44 - rejected, rejected)
+        assert features(out).column("id").to_pylist() == features(clean).column("id").to_pylist()
+        for col in COUNTS:
+            assert features(out).column(col).to_pylist() == features(clean).column(col).to_pylist(), (setting, col)
+        assert np.array_equal(bits(out), bits(clean)), setting
+    n_tokens = features(tmp_path / "clean0.parquet").column("n_tokens").to_pylist()
+    assert [sum(n <= m for n in n_tokens) for m in (16, 32, 48, 64, 128)] == [10, 34, 39, 40, 42]
+    # each fingerprint holds only what its run encoded
+    assert sorted(f["entries"] for f in bertfeat.cache.store.cache_info(cache)["fingerprints"]) == [0, 4, 5, 10, 34, 44]
+
+
+def test_the_settings_of_another_max_length_are_that_runs(tmp_path):
+    """settings_at_length (what a cached fingerprint of another max length must hold to serve a run's rows) is the key
+    a run at that max length makes, its prompt's keys included; None when the prompt's tokens left out of the pooling
+    are fewer at one max length (the prompt cut there): a row's pooled tokens would differ."""
+    from dataclasses import replace
+
+    from bertfeat.cache.store import cache_fingerprint, settings_at_length
+    from bertfeat.model.encoder import Encoder
+    from extract_util import tiny_st_model
+
+    model = tiny_st_model(tmp_path / "st")
+    pooling = json.loads((model / "1_Pooling" / "config.json").read_text())
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "include_prompt": False}))
+    enc = Encoder(model)
+    prompt = "a prompt of a dozen words for the tiny model to leave out here: "
+    assert [enc.prompt_length(prompt, m) for m in (128, 24, 16, 10)] == [16, 16, 15, 9]
+    for spec in (enc.spec(max_length=32), enc.spec(max_length=32, prompt=prompt)):
+        _, settings = cache_fingerprint(enc, spec)
+        for m in (24, 64, 128):
+            assert settings_at_length(enc, spec, settings, m) == cache_fingerprint(enc, replace(spec, max_length=m))[1]
+    spec = enc.spec(max_length=64, prompt=prompt)
+    for m in (10, 16):  # the prompt's 17 tokens cut: 9 and 15 of them left out, not 16
+        assert settings_at_length(enc, spec, cache_fingerprint(enc, spec)[1], m) is None
+    assert settings_at_length(enc, enc.spec(max_length=64), cache_fingerprint(enc, enc.spec(max_length=64))[1], 10)
 
 
 def test_a_prompt_given_by_its_name_or_its_text_reuses_every_row(tmp_path):

@@ -187,7 +187,7 @@ def test_rows_within_max_length_are_found_under_another_long_text_policy(store):
     store.put(ids["forged"], keys(SST2[6:7]), vectors(1), [9], [False], [1])
     store.put(ids["wide"], keys(SST2[7:8]), np.ones((1, 2 * D), np.float32), [9], [False], [1])
     siblings = store.siblings(*run, D)
-    assert siblings == [(ids["trunc"], False)]
+    assert siblings == [(ids["trunc"], 32)]  # its rows of 32 tokens at most
     used = set()
     got = store.get_reusable(ids["run"], siblings, keys(SST2[:8]), used)
     assert set(got) == set(ks[:2]) and used == {ids["trunc"]}
@@ -196,6 +196,39 @@ def test_rows_within_max_length_are_found_under_another_long_text_policy(store):
     store.put(ids["run"], ks[2:4], X[2:4] + 1, [40, 40], [False, False], [2, 2])
     got = store.get_reusable(ids["run"], siblings, ks)
     assert set(got) == set(ks[:4]) and got[ks[2]][0].tobytes() == (X[2] + 1).tobytes() and got[ks[3]][3] == 2
+
+
+def test_rows_within_both_max_lengths_are_found_under_another_max_length(store):
+    """Another max length (with ``at_length``: the run's settings at it, settings_at_length), every other setting the
+    same, another long-text policy too: its entries of rows within both max lengths (not truncated, one window, at
+    most the run's max length in tokens, no zero) are found; one whose settings differ from the run's at that length
+    (a key that depends on it: the prompt's length), one ``at_length`` refuses (None) and any without ``at_length``
+    are not."""
+    base = {"pooling": "mean", "weights_sha256": "w", "long_text": "truncate", "stride": 32}
+
+    def at_length(m):
+        return None if m == 8 else {**base, "max_length": m, **({"prompt_length": 3} if m == 128 else {})}
+
+    run = keyed({**base, "max_length": 32})
+    fps = {"64": keyed({**base, "max_length": 64}), "16": keyed({**base, "max_length": 16, "long_text": "chunk-mean"}),
+           "128": keyed({**base, "max_length": 128}), "8": keyed({**base, "max_length": 8}),
+           "odd": keyed({**base, "max_length": "32"})}
+    ids = {name: store.register(fp, "m", D, s) for name, (fp, s) in fps.items()}
+    X = vectors(7)
+    X[6, 2] = 0.0
+    ks = keys(SST2[:7])
+    # rows 0-1 within 32 and 64; 2 within 64 only; 3 truncated at 64; 4 in windows; 5 within 32 but cut; 6 a zero
+    store.put(ids["64"], ks, X, [9, 32, 40, 80, 70, 20, 9], [False, False, False, True, False, True, False],
+              [1, 1, 1, 1, 2, 1, 1])
+    for name in ("16", "128", "8", "odd"):
+        store.put(ids[name], keys(SST2[7:8]), vectors(1), [9], [False], [1])
+    siblings = store.siblings(*run, D, at_length)
+    assert siblings == [(ids["64"], 32), (ids["16"], 32)]
+    used = set()
+    got = store.get_reusable(store.register(*run[:1], "m", D, run[1]), siblings, keys(SST2[:8]), used)
+    assert set(got) == set(ks[:2]) | set(keys(SST2[7:8])) and used == {ids["64"], ids["16"]}
+    assert [got[k][0].tobytes() for k in ks[:2]] == [X[0].tobytes(), X[1].tobytes()]
+    assert store.siblings(*run, D) == []  # no at_length: the same max length only
 
 
 def test_every_row_is_found_under_another_name_of_the_same_prompt(store):
@@ -217,7 +250,7 @@ def test_every_row_is_found_under_another_name_of_the_same_prompt(store):
     store.put(ids["long"], keys(SST2[3:5]), vectors(2, 1), [9, 40], [False, False], [1, 2])
     store.put(ids["other"], keys(SST2[5:6]), vectors(1, 2), [9], [False], [1])
     siblings = store.siblings(*run, D)
-    assert siblings == [(ids["named"], True), (ids["long"], False)]
+    assert siblings == [(ids["named"], None), (ids["long"], 32)]
     used = set()
     got = store.get_reusable(store.register(run[0], "m", D, run[1]), siblings, keys(SST2[:6]), used)
     assert set(got) == set(keys(SST2[:4])) and used == {ids["named"], ids["long"]}

@@ -375,6 +375,30 @@ def test_a_set_extracted_before_is_reused_and_the_others_encoded(tmp_path, capsy
     assert sweep(small_csv, ["max", "mean"], cache=cache, sample=500)["rows_encoded"] == 0
 
 
+def test_a_sweep_reads_what_extract_stored_under_another_max_length_or_long_text_policy(tmp_path, small_csv):
+    """A sweep looks rows up as extract does (cache.store.spec_siblings): a row within both max lengths that extract
+    stored under another max length and long-text policy is the same bits, so it is read, not encoded (before: the
+    sweep read its own fingerprint only and encoded every row). Its report equals a sweep's without a cache, and what
+    it stored is extract's vectors at its settings, bit for bit."""
+    from extract_util import embeddings, read_table
+
+    import bertfeat
+
+    cache = tmp_path / "cache"
+    bertfeat.extract(small_csv, tmp_path / "m24.parquet", cache=cache, pooling="max", max_length=24)
+    within = read_table(tmp_path / "m24.parquet").column("truncated").to_pylist().count(False)
+    assert 40 < within < 120
+    settings = dict(max_length=64, long_text="chunk-mean", stride=8)
+    r = sweep(small_csv, ["max"], cache=cache, sample=500, **settings)
+    assert (r["rows_encoded"], r["rows_cached"]) == (120 - within, within)
+    assert r["sets"] == sweep(small_csv, ["max"], cache=False, sample=500, **settings)["sets"]
+    s = bertfeat.extract(small_csv, tmp_path / "m64.parquet", cache=cache, pooling="max", **settings)
+    assert (s.rows_encoded, s.rows_reused) == (0, 120)
+    bertfeat.extract(small_csv, tmp_path / "fresh.parquet", cache=False, pooling="max", **settings)
+    assert np.array_equal(embeddings(read_table(tmp_path / "m64.parquet")).view(np.uint32),
+                          embeddings(read_table(tmp_path / "fresh.parquet")).view(np.uint32))
+
+
 def test_a_read_only_cache_is_read_and_nothing_is_stored(tmp_path, small_csv, monkeypatch):
     """A cache this process may not write (a read-only mount, another user's folder; os.access says so): a sweep
     stopped with "cannot open the cache". Its sets' hits are read, the rest encoded, nothing stored, and it says so."""

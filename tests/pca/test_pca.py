@@ -883,6 +883,25 @@ def test_fingerprint_refused_unless_forced():
     assert [d[0] for d in pca.check_fingerprint(other, force=True)] == ["pooling", "weights_sha256"]
 
 
+def test_a_prompt_given_by_its_name_or_its_text_is_the_same_source():
+    """--prompt-name doc and --prompt "passage: " (doc's text) give the same vectors: a PCA fitted on one transforms
+    and merges the other (before: refused for prompt_name); another prompt text is still refused, naming the prompt
+    only, and a fingerprint without the prompt's text compares the name."""
+    named = FP | {"prompt": "passage: ", "prompt_name": "doc"}
+    pca = PCA(2).fit(known_spectrum(n=50, d=5))
+    pca.fingerprint_ = dict(named)
+    assert pca.check_fingerprint(named | {"prompt_name": None}) == []
+    other = PCA(2).fit(known_spectrum(n=40, d=5, seed=1))
+    other.fingerprint_ = named | {"prompt_name": None}
+    pca.merge(other)
+    with pytest.raises(BertfeatError) as e:
+        pca.check_fingerprint(named | {"prompt": "query: ", "prompt_name": "query"})
+    assert e.value.what == ('the features come from a different source than the PCA was fitted on (prompt: model '
+                            '"passage: " vs features "query: ")')
+    no_text = {k: v for k, v in named.items() if k != "prompt"}
+    assert [d[0] for d in pca.check_fingerprint(no_text | {"prompt_name": None}, force=True)] == ["prompt", "prompt_name"]
+
+
 def test_load_errors(tmp_path):
     with pytest.raises(BertfeatError) as e:
         PCA.load(tmp_path / "nope.npz")

@@ -226,3 +226,32 @@ def test_save_and_load_refuse_a_path_the_command_line_refuses(tmp_path, monkeypa
     assert list(tmp_path.iterdir()) == []  # no folder ~ or s3:
     (tmp_path / "~").mkdir()  # a folder that is named ~ is a path as given: saved into, read back
     assert bertfeat.PCA.load(pca.save("~/p.npz")).n_components_ == 2
+
+
+def test_a_prompt_given_by_its_name_or_its_text_applies_the_same_model(tmp_path, capsys):
+    """A PCA fitted with --prompt-name doc is the one for --prompt "passage: " (doc's text: the same vectors), through
+    extract --pca-model and `pca transform` alike, to the same reduced features (before: refused, 'prompt_name: model
+    "doc" vs features null'); another prompt text is refused, naming the prompt."""
+    from extract_util import tiny_st_model
+
+    model = tiny_st_model(tmp_path / "st")
+    (model / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "doc": "passage: "}, "default_prompt_name": "query"}))
+    train = write_csv(tmp_path / "train.csv", ["text"], [[f"training sentence {i} about topic {i % 7}"] for i in range(40)])
+    test = write_csv(tmp_path / "test.csv", ["text"], [[f"held out sentence {i} on topic {i % 5}"] for i in range(20)])
+    bertfeat.extract(train, tmp_path / "train.parquet", model=model, pca=4, prompt_name="doc")
+    pca = tmp_path / "train.pca.npz"
+    s = bertfeat.extract(test, tmp_path / "by_text.parquet", model=model, pca_model=pca, prompt="passage: ")
+    assert s.rows_written == 20
+    bertfeat.extract(test, tmp_path / "by_name.parquet", model=model, pca_model=pca, prompt_name="doc")
+    bertfeat.extract(test, tmp_path / "full.parquet", model=model, prompt="passage: ")
+    rc, _, err = run(capsys, "pca", "transform", "--pca-model", pca, tmp_path / "full.parquet", "-o",
+                     tmp_path / "transformed.parquet")
+    assert rc == 0, err
+    X = [np.stack(pq.read_table(tmp_path / f"{n}.parquet").column("embedding").to_numpy(zero_copy_only=False))
+         for n in ("by_text", "by_name", "transformed")]
+    assert X[0].shape == (20, 4) and np.array_equal(X[0], X[1]) and np.array_equal(X[0], X[2])
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(test, tmp_path / "other.parquet", model=model, pca_model=pca, prompt="passage:")
+    assert e.value.what == ('the features come from a different source than the PCA was fitted on (prompt: model '
+                            '"passage: " vs features "passage:")')

@@ -490,6 +490,37 @@ def test_resume_recomputes_only_missing_partitions(client, data, local_out, tmp_
     assert s.rows_read == N_ROWS and s.rows_written == N_ROWS
 
 
+def test_a_prompt_given_by_its_name_or_its_text_resumes_the_kept_partitions(client, data, tmp_path):
+    """A run interrupted with --prompt-name doc resumed with --prompt "passage: " (doc's text: the same vectors) goes
+    on as the interrupted run: its finished partitions are kept, not rewritten (the run key its parts carry is the
+    interrupted run's), and the output's features equal an uninterrupted run's bit for bit, its provenance naming the
+    resuming run's prompt (before: refused, "prompt_name: 'doc' -> None")."""
+    from extract_util import tiny_st_model
+
+    model = tiny_st_model(tmp_path / "st")
+    (model / "config_sentence_transformers.json").write_text(json.dumps({"prompts": {"doc": "passage: "}}))
+    out = tmp_path / "dask.parquet"
+    partial = out.with_name(out.name + ".partial")
+    with pytest.raises(KeyboardInterrupt):
+        extract_dask(_opts(data, out, model=str(model), prompt_name="doc"), None, _InterruptAfterFirst(), client=client)
+    _wait_idle(client)
+    done = sorted(partial.glob("part-*.parquet"))
+    if len(done) == N_PARTS:  # the others finished after the interrupt: make one missing
+        done.pop().unlink()
+    assert done
+    before = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in done}
+    s = extract_dask(_opts(data, out, model=str(model), prompt="passage: ", resume=True), None, client=client)
+    assert s.chunks_resumed == len(before) and s.rows_written == N_ROWS
+    after = {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("part-*.parquet")}
+    assert {k: after[k] for k in before} == before  # finished partitions were not rewritten
+    full = tmp_path / "full.parquet"
+    extract(_opts(data, full, model=str(model), prompt="passage: ", **LOCAL))
+    _assert_same_features(out, full)
+    assert np.array_equal(_embeddings(_read_dataset(out)).view(np.uint32), _embeddings(pq.read_table(full)).view(np.uint32))
+    meta = json.loads((out / "_bertfeat.json").read_text())
+    assert (meta["fingerprint"]["prompt"], meta["fingerprint"]["prompt_name"]) == ("passage: ", None)
+
+
 class _Notes(NullProgress):
     def __init__(self):
         self.notes = []

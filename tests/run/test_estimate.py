@@ -60,8 +60,15 @@ def test_bad_rows_truncation_and_the_cache_are_reported(tmp_path):
     bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, cache=cache, on_bad_row="skip")
     again = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, cache=cache, estimate=True)
     assert again.cached == 1.0 and again.encode_seconds == 0.0
-    other = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=16, cache=cache, estimate=True)
+    other = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pooling="cls", cache=cache, estimate=True)
     assert other.cached == 0.0  # other settings: other vectors
+    # another max length: the run reuses the rows within both (the 31 short ones), so the estimate counts them cached
+    shorter = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=16, cache=cache,
+                               on_bad_row="skip", estimate=True)
+    assert shorter.cached == pytest.approx(31 / 41)
+    s = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=16, cache=cache, on_bad_row="skip",
+                         overwrite=True)
+    assert (s.rows_encoded, s.rows_reused) == (10, 31)
     # another long-text policy: the run reuses the rows within max length (31 of the 41 it encodes), so the estimate
     # counts them cached too
     chunked = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), max_length=32, cache=cache,

@@ -149,6 +149,35 @@ def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, ch
     assert summary_line(err, "resumed") == "resumed 2 chunk(s), 6 rows, from the interrupted run (counted above, not in the throughput)"
 
 
+@pytest.mark.parametrize("first, then", [(["--prompt-name", "doc"], ["--prompt", "passage: "]),
+                                         (["--prompt", "query: "], [])])  # [] : the model's default, query
+def test_a_prompt_given_by_its_name_or_its_text_resumes(tmp_path, capsys, monkeypatch, first, then):
+    """The prompt's name changes no vector (its text is compared): a run interrupted with --prompt-name doc resumes
+    with --prompt "passage: " (before: refused, "prompt_name: 'doc' -> None"), to the output of an uninterrupted run
+    with the resuming run's options, bit for bit, its provenance too; another prompt text is refused naming it."""
+    from extract_util import tiny_st_model
+
+    model = tiny_st_model(tmp_path / "st")
+    (model / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"query": "query: ", "doc": "passage: "}, "default_prompt_name": "query"}))
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", model, "--chunk-rows", 3, "--id-column", "id"]
+    interrupted_run(capsys, monkeypatch, src, out, *args, *first)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--prompt", "query", "--resume")
+    prompt = first[1] if first[0] == "--prompt" else "passage: "
+    assert (rc, err) == (1, f"Error: cannot resume: the settings or the input differ from the interrupted run (prompt: "
+                            f"{prompt!r} -> 'query') - rerun with --overwrite instead of --resume to start over, or use "
+                            "the original settings\n")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, *then, "--resume")
+    assert rc == 0, err
+    assert summary_line(err, "resumed") == "resumed 2 chunk(s), 6 rows, from the interrupted run (counted above, not in the throughput)"
+    full = tmp_path / "full.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", full, *args, *then)
+    assert rc == 0, err
+    assert_same_output(out, full)
+
+
 def test_a_float16_run_resumes_float16_only(tmp_path, capsys, monkeypatch):
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.npy"
