@@ -412,10 +412,10 @@ class Encoder:
             raise BertfeatError(f"the model {self.model_id} has no embedding of its own: {self.pipeline.no_own_embedding}",
                                 f"choose a pooling, e.g. {opt('pooling', 'mean')}")
         pooling = "+".join(split_pooling(pooling or self.default_pooling))
-        if layer_agg not in LAYER_AGGS:
-            raise BertfeatError(f"unknown layer aggregation '{layer_agg}'", f"choose one of {', '.join(LAYER_AGGS)}")
-        if long_text not in LONG_TEXT_MODES:
-            raise BertfeatError(f"unknown long-text mode '{long_text}'", f"choose one of {', '.join(LONG_TEXT_MODES)}")
+        for name, value, allowed in (("layer_agg", layer_agg, LAYER_AGGS), ("long_text", long_text, LONG_TEXT_MODES)):
+            if value not in allowed:  # named as the option it came from (--layer-agg / layer_agg=)
+                shown = opt(name, value, cli=f"'{value}'") if isinstance(value, str) else opt(name, value)
+                raise BertfeatError(f"unknown {shown}", f"choose one of {', '.join(allowed)}")
         L = self.config.num_hidden_layers
         idx = parse_layers(layers, L)
         lw = self.pipeline.weighted_layers if own else None

@@ -66,7 +66,7 @@ def test_sets_parse_to_the_extract_options_that_give_them(enc):
               "(hidden states 0..6, or -7..-1) - choose layers in that range; -1 is the last layer, 0 the embeddings"),
     ("mean@@", "Error: the feature set 'mean@@' is not POOLING[@LAYERS[@AGG]] or own - write it as e.g. mean, cls@-2, "
                "mean@-4: or mean@-4:@concat"),
-    ("mean@-1@sum", "Error: feature set 'mean@-1@sum': unknown layer aggregation 'sum' - choose one of mean, concat"),
+    ("mean@-1@sum", "Error: feature set 'mean@-1@sum': unknown --layer-agg 'sum' - choose one of mean, concat"),
     # read as mean@1,2 and as mean, once, without a word: extract's parse of --layers / --pooling refuses them
     ("mean@1,,2", "Error: feature set 'mean@1,,2': --layers '1,,2' has an empty item (item 2 of 3) - separate the "
                   "layers by single commas: --layers '1,2'"),

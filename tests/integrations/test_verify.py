@@ -574,8 +574,8 @@ def edited_provenance(pristine: Path, dst: Path, key: str, value) -> Path:
     ("fingerprint.layers", [-1], "its fingerprint records settings this model does not give (layers: recorded [-1], "
                                  "the model gives [2])"),
     ("fingerprint.pooling", "bogus", f"{NOT_TAKEN} (unknown pooling='bogus')"),
-    ("fingerprint.layer_agg", "x", f"{NOT_TAKEN} (unknown layer aggregation 'x')"),
-    ("fingerprint.long_text", "x", f"{NOT_TAKEN} (unknown long-text mode 'x')"),
+    ("fingerprint.layer_agg", "x", f"{NOT_TAKEN} (unknown layer_agg='x')"),
+    ("fingerprint.long_text", "x", f"{NOT_TAKEN} (unknown long_text='x')"),
     ("fingerprint.dense", ["2_Dense"], "its fingerprint records settings this model does not give (dense: recorded "
                                        "['2_Dense'], the model gives [])"),
     ("fingerprint.prompt_name", "nope", f"{NOT_TAKEN} (the model has no prompt named 'nope' (its prompts: none))"),

@@ -242,9 +242,9 @@ def test_bad_pooling_and_layer_options_are_clear(enc):
         (dict(layers=slice(0, 9)), ["reaches past the model"]),
         (dict(layers=[-1, 6]), ["layers=[-1, 6] names layer 6 twice (as -1 and 6: the model has 6 layers)",
                                 "name each layer once: layers=[-1]"]),  # a list: the same rule as the string's
-        (dict(layer_agg="sum"), ["unknown layer aggregation"]),
+        (dict(layer_agg="sum"), ["unknown layer_agg='sum' - choose one of mean, concat"]),
         (dict(pooling="pooled", layers=-2), ["last layer only"]),
-        (dict(long_text="drop"), ["unknown long-text mode"]),
+        (dict(long_text="drop"), ["unknown long_text='drop' - choose one of truncate"]),
         (dict(max_length=513), ["out of range", "512"]),
         (dict(max_length=2), ["out of range"]),
     ):

@@ -520,7 +520,7 @@ def test_bad_option_values(tmp_path, capsys):
     out = tmp_path / "o.parquet"
     cases = [
         (["--on-bad-row", "ignore"], "Error: unknown --on-bad-row 'ignore' - choose error or skip"),
-        (["--long-text", "cut"], "Error: unknown long-text mode 'cut' - choose one of truncate, chunk-mean, chunk-max, error"),
+        (["--long-text", "cut"], "Error: unknown --long-text 'cut' - choose one of truncate, chunk-mean, chunk-max, error"),
         (["--pooling", "sum"], "Error: unknown --pooling 'sum' - choose one of pooled, cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken, or token poolings joined with '+' such as mean+max"),
         (["--max-length", "1000"], "Error: --max-length 1000 is out of range - choose 3..128 (the model's max_position_embeddings)"),
         (["--format", "xlsx"], "Error: unknown output format 'xlsx' - choose one of parquet, npy, csv"),
