@@ -215,13 +215,15 @@ class BertfeatWarning(UserWarning):
     stderr), e.g. a tokenizer with tokens the model cannot embed."""
 
 
-def warn(message: str) -> None:
-    """Issue ``message`` as a ``BertfeatWarning`` (warn each one through this): shown every time it is issued, as the
-    line of the caller's own code outside bertfeat (its call of ``bertfeat.extract``, ``Encoder`` ...).
+def warn(message: str, every_time: bool = True) -> None:
+    """Issue ``message`` as a ``BertfeatWarning`` (warn each one through this), as the line of the caller's own code
+    outside bertfeat (its call of ``bertfeat.extract``, ``Encoder`` ...): ``every_time``, a run's own finding (ids
+    repeated), each time it is issued; else (a model's caveat, the same words at each load) once per text and line
+    of the caller's, as Python's default filter says a warning, so a loop that loads the model says it once.
 
     Python's default filter shows a warning once per text and line: a second run of one input in a process (a file
     rewritten, a notebook cell run again) whose finding had the same words was silent, and ``stacklevel`` named a line
-    of bertfeat's. A filter the user sets (``ignore``, ``error``, ``once``) still decides."""
+    of bertfeat's. A filter the user sets (``ignore``, ``error``, ``once``, ``always``) still decides."""
     import sys
     import warnings
 
@@ -229,9 +231,11 @@ def warn(message: str) -> None:
     frame = sys._getframe(1)
     while frame.f_back is not None and frame.f_code.co_filename.startswith(inside):
         frame = frame.f_back
-    # registry=None: no record of what was shown here, so the default action shows it again
+    # registry None: no record of what was shown, so the default action shows it again; else the caller module's, as
+    # warnings.warn keeps it
+    registry = None if every_time else frame.f_globals.setdefault("__warningregistry__", {})
     warnings.warn_explicit(message, BertfeatWarning, frame.f_code.co_filename, frame.f_lineno,
-                           module=frame.f_globals.get("__name__"), registry=None, module_globals=frame.f_globals)
+                           module=frame.f_globals.get("__name__"), registry=registry, module_globals=frame.f_globals)
 
 
 class OutputError(BertfeatError):

@@ -288,7 +288,7 @@ class Encoder:
             warn(f"{self.location.path}: the tokenizer ({self.tokenizer.source}) has {len(past):,} token"
                  f"{'s' * (len(past) != 1)} with no row in the word embedding table ({rows:,} rows, config.json "
                  f"vocab_size {self.config.vocab_size:,}): {shown}{more}; a text that holds one is refused (a bad row for "
-                 "extract; sentence-transformers fails on it with an IndexError)")
+                 "extract; sentence-transformers fails on it with an IndexError)", every_time=False)  # (the model's)
         return past
 
     # ------------------------------------------------------------------ identity

@@ -52,10 +52,13 @@ def name_of(delimiter: str) -> str:
     return _NAMES.get(delimiter, repr(delimiter))
 
 
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark: pyarrow skips it at the start of a file, before any blank line
+
+
 def header_line(head: bytes) -> bytes:
     """The first non-blank line of the file (a quoted header name may not span lines)."""
-    head = head.lstrip(b"\r\n")
-    return re.split(rb"[\r\n]", head, maxsplit=1)[0].removeprefix(b"\xef\xbb\xbf")  # pyarrow ends a line at \r too
+    head = head.removeprefix(BOM).lstrip(b"\r\n")  # (a BOM then a line end: a blank line, as pyarrow reads it)
+    return re.split(rb"[\r\n]", head, maxsplit=1)[0]  # pyarrow ends a line at \r too
 
 
 def sniff_delimiter(head: bytes) -> str:
@@ -238,6 +241,8 @@ class QuoteTracker(io.RawIOBase):
         base, n, i = self._offset, len(data), 0
         self._chunk, self._base = data, base
         cap = self._cap is not None
+        if base == 0 and data.startswith(BOM):  # no part of the header: pyarrow skips it, so a BOM and a line end is a
+            self._field_start = self._record_start = len(BOM)  # blank line (no record), and a quote after it opens one
         if self._filling is not None and n:  # (the line goes on: a CR that ended the last read starts no other)
             self._filling = self._filling.shows(data, 0)
         if self._cr_pending is not None and n:  # the CR that ended the last read: alone, or a CRLF's

@@ -59,8 +59,10 @@ class CsvReader(TextReader):
     def _block_header(self, f: str) -> bytes:
         """The header line, put in front of a later block: the first line that is not empty (pyarrow skips empty
         lines before it, as the local reader's csvcheck.header_line does)."""
+        from .csvcheck import BOM
+
         with self.fs.open(f, "rb", compression=compression_of(f)) as fh:
-            line = fh.readline()
+            line = fh.readline().removeprefix(BOM)  # (a BOM alone on the first line: a blank line, as pyarrow reads it)
             while line and not line.strip(b"\r\n"):
                 line = fh.readline()
             return line

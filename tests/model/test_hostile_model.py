@@ -290,6 +290,31 @@ def test_camembert_added_tokens_past_the_table_load_as_in_sentence_transformers(
     assert (tmp_path / "out.parquet.rejects.csv").read_text() == f"row,id,reason\n1,,{reason}\n"
 
 
+def test_a_models_caveat_is_said_once_per_line_of_yours_that_loads_it(tmp_path):
+    """A model's caveat (tokens past its table) is the same words at each load: said at the line of the caller's code,
+    once per line, as Python's default filter says a warning, so a loop that loads the model (inspection's functions
+    load it at each call) says it once. Before: every load (errors.warn kept no record for any warning), 3 warnings
+    for the loop below. A run's own finding (repeated ids) is still said every run: tests/run/test_repeated_ids.py."""
+    import warnings
+
+    from bertfeat.inspection import tokenize_text
+
+    d = checkpoint(tmp_path / "m", vocab=small_vocab(tmp_path, 1000))
+    (d / "vocab.txt").write_text((d / "vocab.txt").read_text(encoding="utf-8") + "zebra\n", encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for text in ("a dog", "a cat", "a bird"):
+            tokenize_text(text, model=d)  # one line: said once
+        Encoder(d)  # another line: said there too
+    said = [(w.filename, w.lineno) for w in caught if issubclass(w.category, BertfeatWarning)]
+    assert [f for f, _ in said] == [__file__, __file__] and said[0][1] + 1 == said[1][1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # a filter of the user's still decides
+        for text in ("a dog", "a cat"):
+            tokenize_text(text, model=d)
+    assert len([w for w in caught if issubclass(w.category, BertfeatWarning)]) == 2
+
+
 @pytest.mark.filterwarnings("ignore::bertfeat.errors.BertfeatWarning")  # the loads after the first (checked there)
 def test_vocabulary_words_past_the_table_refuse_only_the_texts_that_use_them(tmp_path, capsys):
     """vocab.txt longer than the table: the words past it are named once at load; a text that uses one is refused

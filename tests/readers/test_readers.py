@@ -749,6 +749,37 @@ def test_a_cr_alone_is_found_at_every_offset_of_a_block_and_a_partition(tmp_path
     assert got == whole
 
 
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_a_bom_on_a_line_of_its_own_is_a_blank_line_before_the_header(tmp_path, fmt):
+    """pyarrow skips a UTF-8 BOM at the start of a file, so a BOM then a line end is a blank line and the header is the
+    next line. The quote tracker took the BOM's line for the header: every row it names was the next one, so a line a
+    CR alone cut had its first part read as a row (the text 'wor' encoded) and the row after it refused as lone-cr
+    (b'three' written before the CR check); the Dask engine's later byte ranges took the BOM's line as their header
+    (an error naming no column 'text'), and a ';' header was not sniffed (one column 'id;text')."""
+    import pickle
+
+    sep = "," if fmt == "csv" else "\t"
+    path = tmp_path / f"in.{fmt}"
+    lines = ["id,text", "1,hello", "2,wor\rld", "3,three"] + [f"{i},row number {i}" for i in range(4, 300)]
+    path.write_bytes(b"\xef\xbb\xbf\n" + "\n".join(line.replace(",", sep) for line in lines).encode() + b"\n")
+    reader = open_input(str(path), id_column="id")
+    whole = rows_of(reader)
+    assert [(r, t, i) for r, t, i, _ in whole[:5]] == [(0, b"hello", b"1"), (1, None, b"2"), (2, None, None),
+                                                      (3, b"three", b"3"), (4, b"row number 4", b"4")]
+    assert [why and why.code for *_, why in whole] == [None, RejectCode.LONE_CR, RejectCode.LONE_CR] + [None] * 297
+    parts = reader.partitions(blocksize=1024, target=64)
+    assert len(parts) > 3 and parts[1].header == f"id{sep}text\n".encode()
+    worker, first, got = pickle.loads(pickle.dumps(reader)), 0, []
+    for p in parts:
+        b = worker.read_partition(p, first)
+        got += rows_in([b])
+        first += len(b.rows)
+    assert got == whole
+    (tmp_path / "semi.csv").write_bytes(b"\xef\xbb\xbf\r\nid;text\r\n1;hello\r\n")
+    semi = open_input(str(tmp_path / "semi.csv"), id_column="id")
+    assert (semi.columns, semi.delimiter, rows_of(semi)) == (["id", "text"], ";", [(0, b"hello", b"1", None)])
+
+
 def test_a_json_array_file_or_cr_line_ends_are_named_for_what_they_are(tmp_path):
     """A pretty-printed .json array was 'row 0: invalid JSON'; a JSONL with CR-only line ends was told it might be
     CSV."""
