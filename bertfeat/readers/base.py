@@ -225,6 +225,11 @@ class Reader:
             if col is not None and col not in self.columns:
                 raise InputError(f"{self.name}: {opt(param)} '{col}' is not a column{self._columns_of()}",
                                  f"columns are: {listing(self.columns)}{self._columns_fix()}")
+        if id_column == "":  # the output's id column has the input's name, and a feature file's needs one
+            raise InputError(f"{self.name}: {opt('id_column', '', cli=repr(''))} names the column that has no name, and "
+                             "the id column keeps its name in the output",
+                             "name that column in the input (pandas writes its index without a name: "
+                             f"df.to_csv(index_label='id')), or leave {opt('id_column')} out to number the rows")
         self.pair_column = pair_column
         self.id_column = id_column
 
@@ -279,7 +284,7 @@ class Reader:
         raise NotImplementedError
 
     def _wanted(self) -> list[str]:
-        return [c for c in dict.fromkeys([self.text_column, self.pair_column, self.id_column, *self.keep]) if c]
+        return [c for c in dict.fromkeys([self.text_column, self.pair_column, self.id_column, *self.keep]) if c is not None]
 
     def role(self, column: str) -> str | None:
         """What a column is to the run, for a reason's words (``text``, ``pair text``, ``id``, ``kept column 'x'``);

@@ -373,8 +373,9 @@ class CsvReader(TextReader):
         n = b.num_rows
         rows, pre = [], {}
         # the columns read (pair, id and kept columns when asked), the skipped malformed lines in their row positions
-        src = [b.column(self.text_column).to_pylist(), b.column(self.pair_column).to_pylist() if self.pair_column else None,
-               b.column(self.id_column).to_pylist() if self.id_column else None,
+        src = [b.column(self.text_column).to_pylist(),
+               b.column(self.pair_column).to_pylist() if self.pair_column is not None else None,
+               b.column(self.id_column).to_pylist() if self.id_column is not None else None,
                *(b.column(c).to_pylist() for c in self.keep)]
         outs = [None if values is None else [] for values in src]
         k = 0
@@ -421,8 +422,8 @@ class CsvReader(TextReader):
                 raise InputError(f"{self.name}: malformed lines at rows {rest[:5]} could not be placed",
                                  "fix the lines with the wrong number of fields")
             none = [None] * len(rest)
-            yield self._mark_suspects(RawBatch(rest, list(none), list(none) if self.pair_column else None,
-                                               list(none) if self.id_column else None, dict(skipped), counter.count,
+            yield self._mark_suspects(RawBatch(rest, list(none), list(none) if self.pair_column is not None else None,
+                                               list(none) if self.id_column is not None else None, dict(skipped), counter.count,
                                                start, extra={c: list(none) for c in self.keep} if self.keep else None),
                                       tracker)
 

@@ -171,7 +171,8 @@ class TextReader(Reader):
 
     def _parse_block(self, data: bytes, first_row: int) -> RawBatch:
         """Whole lines of input (a header line first for CSV/TSV) -> one RawBatch, rows from ``first_row``."""
-        out = RawBatch([], [], [] if self.pair_column else None, [] if self.id_column else None, extra=self.empty_extra())
+        out = RawBatch([], [], [] if self.pair_column is not None else None, [] if self.id_column is not None else None,
+                       extra=self.empty_extra())
         if not data.strip():
             return out
         def opener():

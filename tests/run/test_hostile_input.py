@@ -1036,3 +1036,48 @@ def test_the_csv_quoted_check_is_the_language_and_linear():
             assert _csv_quoted(v) == bool(language.fullmatch(v)), v
     assert not _csv_quoted(b'"' + b'a""' * 500_000)
     assert _csv_quoted(b'"' + b'a""' * 500_000 + b'"')
+
+
+# ------------------------------------------------------------------------------------------ a column named ""
+def _unnamed_inputs(tmp_path: Path, texts: list[str], pairs: list[str]) -> list[Path]:
+    """The same rows in each format, the pair texts in the column named "" (pandas writes its index so in a CSV)."""
+    rows = [{"text": t, "": p, "id": str(k)} for k, (t, p) in enumerate(zip(texts, pairs))]
+    src = [write_csv(tmp_path / "u.csv", ["text", "", "id"], [list(r.values()) for r in rows]),
+           tmp_path / "u.jsonl", tmp_path / "u.parquet"]
+    src[1].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pq.write_table(pa.Table.from_pylist(rows), src[2])
+    return src
+
+
+def test_a_column_named_empty_is_a_column(tmp_path, capsys):
+    """A column named "" given as the text or pair column is read (it was taken for no column: Parquet's text column
+    crashed leaving a partial run behind, every format's pair column was left out, encoding the texts alone); as the
+    id column it is refused, since the id column keeps its name in the output (it was written as row numbers)."""
+    texts, pairs = TEXTS, ["a pair", "another pair", "pair three", "pair four"]
+    for src in _unnamed_inputs(tmp_path, texts, pairs):
+        out = tmp_path / f"{src.suffix[1:]}.parquet"
+        rc, _, err = extract(capsys, src, out, "--pair-column", "")
+        assert (rc, err) == (0, ""), src
+        assert_close(embeddings(read_table(out)), tiny_encoder().encode(texts, pairs))
+        assert metadata(out)["pair_column"] == ""
+        rc, _, err = extract(capsys, src, out, "--text-column", "", "--overwrite")
+        assert (rc, err) == (0, ""), src
+        assert_close(embeddings(read_table(out)), tiny_encoder().encode(pairs))
+        out.unlink()
+        refused(capsys, src, out, f"{src}: --id-column '' names the column that has no name, and the id column keeps "
+                "its name in the output - name that column in the input (pandas writes its index without a name: "
+                "df.to_csv(index_label='id')), or leave --id-column out to number the rows", "--id-column", "")
+    with pytest.raises(InputError, match="id_column='' names the column that has no name"):
+        bertfeat.extract(src, tmp_path / "p.parquet", id_column="", model=tiny_model())
+
+
+def test_a_parquet_text_column_named_empty_is_found(tmp_path, capsys):
+    """The one string column of a Parquet file, named "", is the text column (it crashed: "'NoneType' object is not
+    subscriptable", a partial run left behind)."""
+    src = tmp_path / "e.parquet"
+    pq.write_table(pa.Table.from_arrays([pa.array(TEXTS), pa.array([1, 2, 3, 4])], names=["", "n"]), src)
+    out = tmp_path / "o.parquet"
+    assert extract(capsys, src, out) == (0, "", "")
+    assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS))
+    assert metadata(out)["text_column"] == ""
+
