@@ -371,6 +371,9 @@ def _output_layout(input: str, output, fmt: str, engine: str, want_pca: bool, re
     layout = OutputLayout(out.resolve() if engine == "dask" else out, fmt, engine, want_pca)
     check_cache_apart(cache, layout, model)  # before "already exists": --overwrite would not make it right
     from .outlock import output_lock
+    from .outputs import check_not_descriptor
+
+    check_not_descriptor(layout.outputs())  # before the lock, which /dev/fd/1's folder cannot hold
 
     # a run writing this output is named first (its partial dir is live)
     with output_lock(*layout.locked(), create=False) if writes else contextlib.nullcontext():

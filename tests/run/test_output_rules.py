@@ -401,3 +401,38 @@ def test_the_default_output_of_a_folder_given_without_a_name_is_beside_it(tmp_pa
     with pytest.raises(BertfeatError, match=r"^the input / is the root folder, which has no name to name the output "
                                             r"after - pass output='OUTPUT'$"):
         default_output("/", "parquet")
+
+
+def test_a_name_of_standard_output_is_refused_even_redirected_to_a_file(tmp_path, src):
+    """-o /dev/stdout --overwrite > f.parquet passed as a regular file (the redirected one), and the atomic write's
+    rename replaced the link itself: exit 0, f.parquet empty, and (as root) /dev/stdout a regular file for every later
+    process. A link to a descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N, or one of the user's) is refused, as
+    --summary-json naming one is (whose fix offers -)."""
+    import subprocess
+    import sys
+
+    link = tmp_path / "mystdout"
+    link.symlink_to("/proc/self/fd/1")
+    redirected = tmp_path / "f.parquet"
+    fix = ("bertfeat writes regular files (atomically: a temporary file, then a rename, which would replace {} itself); "
+           "pass {} with a file name{}")
+    for args, label, out, flag, dash in [
+            (["-o", link], "output", link, "-o", ""),
+            (["-o", "/dev/fd/1"], "output", "/dev/fd/1", "-o", ""),
+            (["-o", tmp_path / "o.parquet", "--summary-json", link], "summary JSON", link, "--summary-json",
+             ", or --summary-json - for standard output")]:
+        with open(redirected, "wb") as fh:
+            p = subprocess.run([sys.executable, "-m", "bertfeat", "extract", src, *map(str, args), "--model",
+                                str(tiny_model()), "-q", "--overwrite"], stdout=fh, stderr=subprocess.PIPE)
+        assert (p.returncode, p.stderr.decode()) == (1, f"Error: the {label} {out} is standard output (file descriptor "
+                                                        f"1), not a file - {fix.format(out, flag, dash)}\n")
+        assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1" and redirected.stat().st_size == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.parquet", "in.csv", "mystdout"]
+    import bertfeat
+
+    err = tmp_path / "mystderr"  # (a link of the test's own: never /dev/stderr, which code without the check replaced)
+    err.symlink_to("/dev/stderr")
+    with pytest.raises(BertfeatError, match=r"^the output .*mystderr is standard error \(file descriptor 2\), not a "
+                                            r"file - .* pass output with a file name$"):
+        bertfeat.extract(src, err, model=tiny_model(), overwrite=True)
+    assert err.is_symlink()
