@@ -116,13 +116,13 @@ def default_output(input_path: str, fmt: str) -> Path:
         raise InputError(f"reading standard input needs {opt('output', 'OUTPUT')}", f"add {opt('output', 'features.parquet')}")
     from ..readers.paths import glob_root, is_pattern
 
-    p = Path(input_path.rstrip("/") or "/")
+    p = Path(input_path.rstrip("/") or input_path[:1])  # ("/": the root folder; "": refused with the input)
     if is_pattern(input_path):
         parts = Path(input_path).parts[:glob_root(input_path)]  # the folders above the first wildcard
         p = Path(*parts) if parts else Path("dataset")
         if not p.name:
             p = Path("dataset")
-    if p.name in ("", ".."):  # ".", "..", "data/..": the folder it names (else ".features.parquet", a hidden file inside it)
+    if input_path and p.name in ("", ".."):  # ".", "..", "data/..": the folder it names (not a hidden .features.parquet in it)
         p = Path(os.path.abspath(p))
         if not p.name:
             raise InputError(f"the input {input_path} is the root folder, which has no name to name the output after",
