@@ -223,16 +223,19 @@ class Reader:
         self.text_column = self._pick_text_column(text_column)
         for param, col in (("pair_column", pair_column), ("id_column", id_column)):
             if col is not None and col not in self.columns:
-                raise InputError(f"{self.name}: {opt(param)} '{col}' is not a column{self._columns_of()}",
-                                 f"columns are: {listing(self.columns)}{self._columns_fix()}")
+                raise self._not_a_column(param, col)
+        if id_column == "":  # the output's id column has the input's name, and a feature file's needs one
+            raise InputError(f"{self.name}: {opt('id_column', '', cli=repr(''))} names the column that has no name, and "
+                             "the id column keeps its name in the output",
+                             "name that column in the input (pandas writes its index without a name: "
+                             f"df.to_csv(index_label='id')), or leave {opt('id_column')} out to number the rows")
         self.pair_column = pair_column
         self.id_column = id_column
 
     def _pick_text_column(self, text_column: str | None) -> str:
         if text_column is not None:
             if text_column not in self.columns:
-                raise InputError(f"{self.name}: {opt('text_column')} '{text_column}' is not a column{self._columns_of()}",
-                                 f"columns are: {listing(self.columns)}{self._columns_fix()}")
+                raise self._not_a_column("text_column", text_column)
             return text_column
         for name in TEXT_COLUMN_NAMES:  # the name itself first; else its one spelling in other case (Text, TEXT)
             if name in self.columns:
@@ -250,6 +253,13 @@ class Reader:
             f"{self.name}: cannot tell which column holds the text (columns: {listing(self.columns)})",
             f"pass {opt('text_column', 'NAME')}",
         )
+
+    def _not_a_column(self, param: str, col: str) -> InputError:
+        """A text, pair or id column that is not one: named as the input writes it when only the spaces around it or
+        its case differ (a header written "id, text": its " text"), else the columns listed."""
+        near = near_miss(col, self.columns, param=param)
+        return InputError(f"{self.name}: {opt(param)} '{col}' is not a column{self._columns_of()}{near[0] if near else ''}",
+                          near[1] if near else f"columns are: {listing(self.columns)}{self._columns_fix()}")
 
     def _columns_of(self) -> str:
         """Where the columns were found, when not in the whole input (JSONL: its first lines), for a message."""
@@ -279,7 +289,7 @@ class Reader:
         raise NotImplementedError
 
     def _wanted(self) -> list[str]:
-        return [c for c in dict.fromkeys([self.text_column, self.pair_column, self.id_column, *self.keep]) if c]
+        return [c for c in dict.fromkeys([self.text_column, self.pair_column, self.id_column, *self.keep]) if c is not None]
 
     def role(self, column: str) -> str | None:
         """What a column is to the run, for a reason's words (``text``, ``pair text``, ``id``, ``kept column 'x'``);
@@ -391,11 +401,12 @@ def quoting_hint(cols: list[str]) -> str:
 
 
 def near_miss(name: str, cols: list[str], keep: tuple[str, ...] = (),
-              keep_as: dict[str, str] | None = None) -> tuple[str, str] | None:
+              keep_as: dict[str, str] | None = None, param: str = "keep") -> tuple[str, str] | None:
     """A kept name that is no column but one written otherwise (``label, split``: its " split"; ``label:INT``: a type
     keep does not know, so the whole text was taken for the name) -> (what, for the message; how to write it); None
     when it is none of these (the caller lists the columns). ``keep`` / ``keep_as``: every kept name and the types
-    given, for the whole list written without the spaces after its commas."""
+    given, for the whole list written without the spaces after its commas. ``param``: the option that named it (the text,
+    pair and id columns: their spelling only, one name each)."""
     from .kept import TYPE_NAMES
 
     as_header = "write it as the input names it, {}"
@@ -405,8 +416,10 @@ def near_miss(name: str, cols: list[str], keep: tuple[str, ...] = (),
         if len(found) == 1:
             c = found[0]
             comma = len(keep) > 1 and c.strip() == c and name.strip() != name
-            return (f" ({c!r} is: {why})", as_header.format(opt('keep', c, cli=shlex.quote(c))) + (
+            return (f" ({c!r} is: {why})", as_header.format(opt(param, c, cli=shlex.quote(c))) + (
                 f" (no space after a comma: {_keep_written(keep, keep_as or {}, cols)})" if comma else ""))
+    if param != "keep":
+        return None
     base, _, typ = name.rpartition(":")
     if base in cols:
         spelled = typ.strip().lower()

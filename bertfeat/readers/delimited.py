@@ -139,6 +139,7 @@ class CsvReader(TextReader):
             raise InputError(f"{self.name}: the file is empty", "the first line must name the columns")
         from .csvcheck import likely_delimiters_in, name_of, sniff_delimiter
 
+        self._refuse_json(head)
         self._sample = head  # the head's rows decide the kept columns' types (_decide_keep_types)
         option = self._delimiter_option
         if self.fmt == "csv" and option is None:
@@ -176,6 +177,29 @@ class CsvReader(TextReader):
         if self.fmt == "tsv":
             self._refuse_quoted_names(cols)
         return cols
+
+    def _refuse_json(self, head: bytes) -> None:
+        """JSON read as CSV / TSV (a .jsonl file named .csv, --input-format csv on one): the first object was the
+        header, and each later line of a one-key object was read whole as the text, braces and key included, and
+        encoded (the other shapes were refused with a fix naming the text column or the delimiter)."""
+        codec = (wide_line_codec(self.encoding, head) or (self.encoding, 1))[0]
+        first = head[:1 << 16].decode(codec, errors="replace").lstrip("\ufeff \t\r\n").split("\n", 1)[0].strip()
+        if first == "[" or first.startswith("[{"):  # a .json export: one array over several lines
+            stem = "NAME" if self.path == "-" else self.files[0].rsplit("/", 1)[-1].split(".", 1)[0]
+            raise InputError(f"{self.name}: its first line {first[:40]!r} opens a JSON array, not a {self.fmt.upper()} "
+                             "header", f"write one object per line (e.g. jq -c '.[]' FILE > {stem}.jsonl) and pass "
+                             "that file")
+        if not first.startswith("{"):
+            return
+        try:
+            obj = json.loads(first)
+        except ValueError:
+            return
+        if isinstance(obj, dict) and obj:
+            shown = first if len(first) <= 40 else first[:37] + "..."
+            raise InputError(f"{self.name}: its first line is a JSON object ({shown}), so the input is JSON Lines, not "
+                             f"{self.fmt.upper()}", f"pass {opt('input_format', 'jsonl')}"
+                             + ("" if self.path == "-" else " (or name the file .jsonl)"))
 
     def _refuse_absent_delimiter(self, head: bytes, name: str) -> None:
         """A given delimiter the header line does not hold, while another separates it (--delimiter tab on a comma
@@ -373,8 +397,9 @@ class CsvReader(TextReader):
         n = b.num_rows
         rows, pre = [], {}
         # the columns read (pair, id and kept columns when asked), the skipped malformed lines in their row positions
-        src = [b.column(self.text_column).to_pylist(), b.column(self.pair_column).to_pylist() if self.pair_column else None,
-               b.column(self.id_column).to_pylist() if self.id_column else None,
+        src = [b.column(self.text_column).to_pylist(),
+               b.column(self.pair_column).to_pylist() if self.pair_column is not None else None,
+               b.column(self.id_column).to_pylist() if self.id_column is not None else None,
                *(b.column(c).to_pylist() for c in self.keep)]
         outs = [None if values is None else [] for values in src]
         k = 0
@@ -421,8 +446,8 @@ class CsvReader(TextReader):
                 raise InputError(f"{self.name}: malformed lines at rows {rest[:5]} could not be placed",
                                  "fix the lines with the wrong number of fields")
             none = [None] * len(rest)
-            yield self._mark_suspects(RawBatch(rest, list(none), list(none) if self.pair_column else None,
-                                               list(none) if self.id_column else None, dict(skipped), counter.count,
+            yield self._mark_suspects(RawBatch(rest, list(none), list(none) if self.pair_column is not None else None,
+                                               list(none) if self.id_column is not None else None, dict(skipped), counter.count,
                                                start, extra={c: list(none) for c in self.keep} if self.keep else None),
                                       tracker)
 

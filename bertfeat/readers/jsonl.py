@@ -62,7 +62,7 @@ class JsonlReader(TextReader):
         """The columns chosen; an id column whose kind the head did not decide: the file read on until its first id
         that is an integer or a string (the same kind for every parse: the local engine's and each partition's)."""
         super()._select_columns(text_column, pair_column, id_column)
-        if id_column and id_column not in self._first_id_kind and self.path != "-" and not self._head_whole:
+        if id_column is not None and id_column not in self._first_id_kind and self.path != "-" and not self._head_whole:
             kind = self._first_id_kind_in_file(id_column)
             if kind is not None:
                 self._first_id_kind[id_column] = kind
@@ -226,7 +226,7 @@ class JsonlReader(TextReader):
 
     def _parse(self, fh, counter):
         rows, texts, pairs, ids, pre, extra, written = [], [], [], [], {}, self.empty_extra(), {}
-        id_kind = self._first_id_kind.get(self.id_column) if self.id_column else None  # the file's: ids of one kind
+        id_kind = self._first_id_kind.get(self.id_column) if self.id_column is not None else None  # the file's: ids of one kind
         start = 0  # bytes consumed before the batch
         try:
             codec, unit = self._line_codec(fh)
@@ -267,8 +267,9 @@ class JsonlReader(TextReader):
         return reason
 
     def _batch(self, rows, texts, pairs, ids, pre, end: int, start: int, extra=None, written=None) -> RawBatch:
-        return RawBatch(rows, texts, pairs if self.pair_column else None, ids if self.id_column else None, pre, end, start,
-                        extra, {r: w for r, w in (written or {}).items() if w})
+        return RawBatch(rows, texts, pairs if self.pair_column is not None else None,
+                        ids if self.id_column is not None else None, pre, end, start, extra,
+                        {r: w for r, w in (written or {}).items() if w})
 
     def _row(self, line: bytes, codec: str) -> tuple:
         """One line -> (text, pair, id, the object, Reason or None): the line's values, and why it is a bad row if it
@@ -282,7 +283,7 @@ class JsonlReader(TextReader):
             obj = _loads(line.decode(codec).strip())
         except UnicodeDecodeError as e:
             obj = self._readable(line, codec)
-            return None, None, obj.get(self.id_column) if obj and self.id_column else None, obj, Reason(
+            return None, None, obj.get(self.id_column) if obj and self.id_column is not None else None, obj, Reason(
                 RejectCode.ENCODING, f"invalid {self.encoding} at byte {e.start} of the line")
         except ValueError as e:
             return None, None, None, None, Reason(RejectCode.INVALID_JSON, f"invalid JSON ({e})")
@@ -291,8 +292,8 @@ class JsonlReader(TextReader):
         if not isinstance(obj, dict):
             return None, None, None, None, Reason(RejectCode.NOT_OBJECT, f"{_line_kind(obj)}, not an object")
         text = obj.get(self.text_column)
-        pair = obj.get(self.pair_column) if self.pair_column else None
-        ident = obj.get(self.id_column) if self.id_column else None
+        pair = obj.get(self.pair_column) if self.pair_column is not None else None
+        ident = obj.get(self.id_column) if self.id_column is not None else None
         if type(obj) is _Repeated:  # a key named twice: which value is meant is not ours to guess (as CSV's header)
             used = [c for c in (self.text_column, self.pair_column, self.id_column, *self.keep) if c in obj.repeated]
             if used:
@@ -300,8 +301,8 @@ class JsonlReader(TextReader):
                                                                            f"{obj.repeated[used[0]]} times in the object")
         too_big = self._too_large(obj)
         if too_big is not None:
-            return None, None, obj.get(self.id_column) if self.id_column else None, obj, too_big
-        missing = next((c for c in (self.text_column, self.pair_column) if c and c not in obj), None)
+            return None, None, obj.get(self.id_column) if self.id_column is not None else None, obj, too_big
+        missing = next((c for c in (self.text_column, self.pair_column) if c is not None and c not in obj), None)
         if missing is not None:
             return text, pair, ident, obj, Reason(RejectCode.MISSING_FIELD, f"no field '{missing}'")
         return text, pair, ident, obj, _non_finite(text, "text") or _non_finite(pair, "pair text")
@@ -311,7 +312,7 @@ class JsonlReader(TextReader):
         ``obj`` (so neither the run nor the rejects file holds it)."""
         cap, reason = self.max_field_bytes, None
         for c in dict.fromkeys((self.text_column, self.pair_column, self.id_column, *self.keep)):
-            v = obj.get(c) if c else None
+            v = obj.get(c) if c is not None else None
             size = len(v.encode("utf-8", "surrogatepass")) if isinstance(v, str) and len(v) * 4 > cap else 0
             if size > cap:
                 reason = reason or too_large(self.role(c), size, cap)
@@ -321,7 +322,7 @@ class JsonlReader(TextReader):
     def _readable(self, line: bytes, codec: str) -> dict | None:
         """The object of a line that is not valid in the encoding, its bad bytes replaced (for the id and the kept
         values in the rejects file), if the rest of it is readable; else None."""
-        if not self.id_column and not self.keep:
+        if self.id_column is None and not self.keep:
             return None
         try:
             obj = _loads(line.decode(codec, errors="replace"))

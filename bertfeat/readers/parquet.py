@@ -132,12 +132,12 @@ class ParquetReader(Reader):
     def _select_columns(self, text_column, pair_column, id_column):
         super()._select_columns(text_column, pair_column, id_column)
         for col, text in ((self.text_column, True), (pair_column, True), (id_column, False)):
-            if col:
+            if col is not None:
                 self._same_type(col, text)
-        if id_column:
+        if id_column is not None:
             self._refuse_duplicate_field(id_column, opt("id_column"))
         for param, col in (("text_column", self.text_column), ("pair_column", pair_column)):
-            if col:
+            if col is not None:
                 t = self._pq_schema.field(col).type
                 if not _is_textual(t):
                     raise InputError(f"{self.name}: column '{col}' has type {t}, not text",
@@ -169,7 +169,7 @@ class ParquetReader(Reader):
         oversized: dict[int, Reason] = {}  # cell -> why: a value over max_field_bytes (nulled before it is read)
 
         def col(c, kept=False):
-            if not c:
+            if c is None:  # (a column named "" is a column)
                 return None
             column, over = _capped(storage(b.column(c)) if kept else b.column(c), self.max_field_bytes)
             for k, size in over.items():

@@ -48,6 +48,7 @@ class TextReader(Reader):
             finally:
                 fh.close()
         self._refuse_compressed(head)
+        self._refuse_binary_format(head)
         self._refuse_other_unicode(head)
         cols = self._head_columns(head)
         if len(head) < HEAD_BYTES and self.path != "-" and self.compression is None and not self._head_skipped:
@@ -74,6 +75,25 @@ class TextReader(Reader):
                                      f"or pass the file by name (its {suffix} suffix is read)")
                 raise InputError(f"{self.name}: the file is {kind}-compressed but its name does not end in {suffix}",
                                  f"rename it to end in {suffix}, or decompress it")
+
+    def _refuse_binary_format(self, head: bytes) -> None:
+        """A file of a binary format where text is expected (a Parquet file named .csv, an Excel workbook renamed .csv,
+        a zipped CSV): its bytes were called a malformed line or an invalid byte, whose fix (another --encoding) read
+        them as text and encoded them. Known by its magic bytes followed by control bytes no text file starts with."""
+        for magic, kind in _BINARY_MAGIC:
+            after = head[len(magic):len(magic) + 64]
+            if head.startswith(magic) and any(c < 0x20 and c not in b"\t\n\r\x0c" for c in after):
+                what = "the input" if self.path == "-" else "the file"
+                raise InputError(f"{self.name}: {what} is {kind}, not {self.fmt.upper()} text", self._binary_fix(magic))
+
+    def _binary_fix(self, magic: bytes) -> str:
+        """How to read a file of a binary format (_BINARY_MAGIC) instead."""
+        if magic == b"PAR1":
+            return f"pass {opt('input_format', 'parquet')}"
+        if magic == b"ARROW1":
+            return "convert it to Parquet (pyarrow.parquet.write_table(pyarrow.feather.read_table(FILE), NAME)) and pass that"
+        stream = f"unzip -p FILE | bertfeat extract - --input-format {self.fmt} ... reads it without a copy"
+        return f"unzip it and pass the file inside ({stream}); save an Excel sheet as CSV first"
 
     def _refuse_other_unicode(self, head: bytes) -> None:
         """UTF-16 / UTF-32 bytes read as another encoding give names with NUL bytes, or a misleading decode error; a
@@ -171,7 +191,8 @@ class TextReader(Reader):
 
     def _parse_block(self, data: bytes, first_row: int) -> RawBatch:
         """Whole lines of input (a header line first for CSV/TSV) -> one RawBatch, rows from ``first_row``."""
-        out = RawBatch([], [], [] if self.pair_column else None, [] if self.id_column else None, extra=self.empty_extra())
+        out = RawBatch([], [], [] if self.pair_column is not None else None, [] if self.id_column is not None else None,
+                       extra=self.empty_extra())
         if not data.strip():
             return out
         def opener():
@@ -182,6 +203,10 @@ class TextReader(Reader):
             out.extend(b, first_row)
         return out
 
+
+#: the binary formats a text input may turn out to be (a file misnamed, a wrong --input-format): magic bytes -> what
+_BINARY_MAGIC = ((b"PAR1", "Parquet"), (b"PK\x03\x04", "a ZIP archive (an Excel .xlsx workbook is one)"),
+                 (b"ARROW1", "Arrow IPC (Feather)"))
 
 HEAD_MAX_BYTES = 1 << 28  # the head grows past HEAD_BYTES to the first line end, up to this
 

@@ -11,6 +11,7 @@ partial run in the way is named (``partial_run_error``). ``feature_file_outputs`
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -99,11 +100,49 @@ def file_kind(path: Path) -> str | None:
     return None
 
 
+#: a path that names a file descriptor of the process opening it (what /dev/stdout and /dev/fd/N link to)
+_FD_PATH = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd/(\d+)")
+_STANDARD = {0: "standard input", 1: "standard output", 2: "standard error"}
+
+
+def descriptor_named(path: str | os.PathLike) -> int | None:
+    """The file descriptor ``path`` names through /proc/self/fd (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``,
+    a link to one of them), else None: such a path is no file of its own, whatever its descriptor is open on."""
+    p = os.fspath(path)
+    for _ in range(40):  # a link to a link, as the system follows them
+        p = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(p))), os.path.basename(p))
+        m = _FD_PATH.fullmatch(p)
+        if m:
+            return int(m.group(1))
+        try:
+            target = os.readlink(p)
+        except OSError:
+            return None
+        p = os.path.join(os.path.dirname(p), target)
+    return None
+
+
+def check_not_descriptor(outputs: Iterable[tuple[str, Path]], options: Mapping[str, str] | None = None) -> None:
+    """Refuse an output (label, path) that names a file descriptor (``descriptor_named``: /dev/stdout ...): redirected
+    to a file it passed as one, and the rename of the atomic write replaced the link itself (as root, /dev/stdout
+    became a regular file for every later process; the redirected file stayed empty)."""
+    for label, out in outputs:
+        fd = descriptor_named(out)
+        if fd is not None:
+            named = _named_by(label, options)
+            dash = f", or {named} - for standard output" if (options or {}).get(label) == "summary_json" else ""
+            what = f"{_STANDARD[fd]} (file descriptor {fd})" if fd in _STANDARD else f"file descriptor {fd} of the process"
+            raise OutputError(f"the {label} {out} is {what}, not a file", "bertfeat writes regular files (atomically: a "
+                              f"temporary file, then a rename, which would replace {out} itself); pass {named} with a "
+                              f"file name{dash}")
+
+
 def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool,
                     options: Mapping[str, str] | None = None) -> None:
-    """Refuse an output that is not a regular file (a FIFO, a device: whatever the flags), and an existing output
-    unless ``overwrite``."""
+    """Refuse an output that is not a regular file (a FIFO, a device, a file descriptor's name such as /dev/stdout:
+    whatever the flags), and an existing output unless ``overwrite``."""
     outputs = [(label, Path(out)) for label, out in outputs]
+    check_not_descriptor(outputs, options)
     for label, out in outputs:
         kind = file_kind(out)
         if kind is not None:

@@ -116,12 +116,17 @@ def default_output(input_path: str, fmt: str) -> Path:
         raise InputError(f"reading standard input needs {opt('output', 'OUTPUT')}", f"add {opt('output', 'features.parquet')}")
     from ..readers.paths import glob_root, is_pattern
 
-    p = Path(input_path.rstrip("/"))
+    p = Path(input_path.rstrip("/") or input_path[:1])  # ("/": the root folder; "": refused with the input)
     if is_pattern(input_path):
         parts = Path(input_path).parts[:glob_root(input_path)]  # the folders above the first wildcard
         p = Path(*parts) if parts else Path("dataset")
         if not p.name:
             p = Path("dataset")
+    if input_path and p.name in ("", ".."):  # ".", "..", "data/..": the folder it names (not a hidden .features.parquet in it)
+        p = Path(os.path.abspath(p))
+        if not p.name:
+            raise InputError(f"the input {input_path} is the root folder, which has no name to name the output after",
+                             f"pass {opt('output', 'OUTPUT')}")
     stem = p.name
     for suf in (".gz", ".bz2", ".zst", ".csv", ".tsv", ".tab", ".parquet", ".pq", ".jsonl", ".ndjson", ".json"):
         if stem.lower().endswith(suf):
@@ -366,6 +371,9 @@ def _output_layout(input: str, output, fmt: str, engine: str, want_pca: bool, re
     layout = OutputLayout(out.resolve() if engine == "dask" else out, fmt, engine, want_pca)
     check_cache_apart(cache, layout, model)  # before "already exists": --overwrite would not make it right
     from .outlock import output_lock
+    from .outputs import check_not_descriptor
+
+    check_not_descriptor(layout.outputs())  # before the lock, which /dev/fd/1's folder cannot hold
 
     # a run writing this output is named first (its partial dir is live)
     with output_lock(*layout.locked(), create=False) if writes else contextlib.nullcontext():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import pickle
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -349,6 +350,26 @@ def test_a_header_name_with_spaces_is_named_as_written(tmp_path, capsys):
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", "label")
     assert (rc, err) == (1, f"Error: {src}: --keep 'label' is not a column (' label' is: the spaces around a name are part "
                             "of it) - write it as the input names it, --keep ' label'\n")
+
+
+@pytest.mark.parametrize("param, given, header", [("text_column", "text", " text"), ("pair_column", "pair", "pair "),
+                                                   ("id_column", "id", " id"), ("id_column", "ID", "id")])
+def test_a_text_pair_or_id_column_written_otherwise_says_how_to_write_it(tmp_path, capsys, param, given, header):
+    """A header written "id, text" names " text": --text-column text listed the columns and left the reader to see the
+    space (as --keep's error did before it said so); the case likewise."""
+    names = {"text_column": "text", "pair_column": "pair", "id_column": "id"}
+    cols = [header if names[p] == header.strip().lower() and p == param else names[p] for p in names]
+    src = write_csv(tmp_path / "s.csv", cols, [["one", "two", "1"]])
+    flag = "--" + param.replace("_", "-")
+    why = "names are case-sensitive" if header.strip() == header else "the spaces around a name are part of it"
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), flag, given)
+    assert (rc, err) == (1, f"Error: {src}: {flag} '{given}' is not a column ({header!r} is: {why}) - write it as the "
+                            f"input names it, {flag} {shlex.quote(header)}\n")
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(str(src), str(tmp_path / "o.parquet"), model=tiny_model(), **{param: given})
+    assert e.value.message == (f"{src}: {param} '{given}' is not a column ({header!r} is: {why}) - write it as the input "
+                               f"names it, {param}={header!r}")
+    assert not list(tmp_path.glob("o.*"))
 
 
 def test_allowed_names(small, tmp_path, capsys):

@@ -29,7 +29,7 @@ from bertfeat.readers import open_input, resolve_files
 from bertfeat.readers.text import split_wide_lines, wide_unicode
 from bertfeat.readers.rejects import Reason, RejectCode, fix_for
 from extract_util import (Interrupt, assert_close, embeddings, in_fresh_process, metadata, no_leftovers, read_table, run,
-                          tiny_encoder, tiny_model, write_csv)
+                          tiny_encoder, tiny_model, write_csv, write_jsonl)
 
 TEXTS = ["hello there", "wörld façade", "a third line", "中文 and emoji 🙂"]
 
@@ -1092,3 +1092,130 @@ def test_the_csv_quoted_check_is_the_language_and_linear():
             assert _csv_quoted(v) == bool(language.fullmatch(v)), v
     assert not _csv_quoted(b'"' + b'a""' * 500_000)
     assert _csv_quoted(b'"' + b'a""' * 500_000 + b'"')
+
+
+# ------------------------------------------------------------------------------------------ a column named ""
+def _unnamed_inputs(tmp_path: Path, texts: list[str], pairs: list[str]) -> list[Path]:
+    """The same rows in each format, the pair texts in the column named "" (pandas writes its index so in a CSV)."""
+    rows = [{"text": t, "": p, "id": str(k)} for k, (t, p) in enumerate(zip(texts, pairs))]
+    src = [write_csv(tmp_path / "u.csv", ["text", "", "id"], [list(r.values()) for r in rows]),
+           tmp_path / "u.jsonl", tmp_path / "u.parquet"]
+    src[1].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pq.write_table(pa.Table.from_pylist(rows), src[2])
+    return src
+
+
+def test_a_column_named_empty_is_a_column(tmp_path, capsys):
+    """A column named "" given as the text or pair column is read (it was taken for no column: Parquet's text column
+    crashed leaving a partial run behind, every format's pair column was left out, encoding the texts alone); as the
+    id column it is refused, since the id column keeps its name in the output (it was written as row numbers)."""
+    texts, pairs = TEXTS, ["a pair", "another pair", "pair three", "pair four"]
+    for src in _unnamed_inputs(tmp_path, texts, pairs):
+        out = tmp_path / f"{src.suffix[1:]}.parquet"
+        rc, _, err = extract(capsys, src, out, "--pair-column", "")
+        assert (rc, err) == (0, ""), src
+        assert_close(embeddings(read_table(out)), tiny_encoder().encode(texts, pairs))
+        assert metadata(out)["pair_column"] == ""
+        rc, _, err = extract(capsys, src, out, "--text-column", "", "--overwrite")
+        assert (rc, err) == (0, ""), src
+        assert_close(embeddings(read_table(out)), tiny_encoder().encode(pairs))
+        out.unlink()
+        refused(capsys, src, out, f"{src}: --id-column '' names the column that has no name, and the id column keeps "
+                "its name in the output - name that column in the input (pandas writes its index without a name: "
+                "df.to_csv(index_label='id')), or leave --id-column out to number the rows", "--id-column", "")
+    with pytest.raises(InputError, match="id_column='' names the column that has no name"):
+        bertfeat.extract(src, tmp_path / "p.parquet", id_column="", model=tiny_model())
+
+
+def test_a_parquet_text_column_named_empty_is_found(tmp_path, capsys):
+    """The one string column of a Parquet file, named "", is the text column (it crashed: "'NoneType' object is not
+    subscriptable", a partial run left behind)."""
+    src = tmp_path / "e.parquet"
+    pq.write_table(pa.Table.from_arrays([pa.array(TEXTS), pa.array([1, 2, 3, 4])], names=["", "n"]), src)
+    out = tmp_path / "o.parquet"
+    assert extract(capsys, src, out) == (0, "", "")
+    assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS))
+    assert metadata(out)["text_column"] == ""
+
+
+# ------------------------------------------------------------------------------------------ another format's bytes
+def _parquet_bytes() -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"text": TEXTS}), buf)
+    return buf.getvalue()
+
+
+def _zip_bytes() -> bytes:
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("in.csv", "text\n" + "\n".join(TEXTS) + "\n")
+    return buf.getvalue()
+
+
+def _feather_bytes() -> bytes:
+    import pyarrow.feather as pf
+
+    buf = io.BytesIO()
+    pf.write_feather(pa.table({"text": TEXTS}), buf)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("name", ["in.csv", "in.tsv", "in.jsonl"])
+def test_a_binary_format_read_as_text_is_named(tmp_path, capsys, name):
+    """Parquet, a ZIP archive (an Excel workbook, a zipped CSV) or Arrow IPC where text is expected is named, with the
+    way to read it: a ZIP was "header line: invalid utf-8 at byte 12 - pass --encoding ... latin-1", and with latin-1
+    its bytes were encoded as texts (exit 0); Parquet was a malformed line to quote, or "not JSON"."""
+    fmt = name.rsplit(".", 1)[1].upper()
+    for data, what, fix in [
+            (_parquet_bytes(), "is Parquet", "pass --input-format parquet"),
+            (_zip_bytes(), "is a ZIP archive (an Excel .xlsx workbook is one)",
+             f"unzip it and pass the file inside (unzip -p FILE | bertfeat extract - --input-format {fmt.lower()} ... "
+             "reads it without a copy); save an Excel sheet as CSV first"),
+            (_feather_bytes(), "is Arrow IPC (Feather)",
+             "convert it to Parquet (pyarrow.parquet.write_table(pyarrow.feather.read_table(FILE), NAME)) and pass that")]:
+        src = tmp_path / name
+        src.write_bytes(data)
+        for extra in ([], ["--encoding", "latin-1"]):
+            refused(capsys, src, tmp_path / "o.parquet", f"{src}: the file {what}, not {fmt} text - {fix}", *extra)
+
+
+def test_parquet_on_standard_input_as_csv_is_named(tmp_path):
+    out = tmp_path / "o.parquet"
+    p = subprocess.run([sys.executable, "-m", "bertfeat", "extract", "-", "--input-format", "csv", "-o", str(out),
+                        "--model", str(tiny_model()), "-q"], input=_parquet_bytes(), capture_output=True)
+    assert (p.returncode, p.stderr.decode()) == (1, "Error: <stdin>: the input is Parquet, not CSV text - pass "
+                                                    "--input-format parquet\n")
+    assert not out.exists()
+
+
+def test_a_csv_whose_header_starts_like_a_magic_is_read(tmp_path, capsys):
+    """Text that starts with a binary format's magic bytes is still text (no control bytes follow them)."""
+    src = write_csv(tmp_path / "m.csv", ["PAR1", "text"], [[str(k), t] for k, t in enumerate(TEXTS)])
+    out = tmp_path / "o.parquet"
+    assert extract(capsys, src, out) == (0, "", "")
+    assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS))
+
+
+@pytest.mark.parametrize("name", ["in.csv", "in.tsv"])
+def test_json_lines_read_as_csv_is_named(tmp_path, capsys, name):
+    """A JSON Lines file read as CSV / TSV: its first object was the header and every later line of one-key objects
+    one text, braces and key included, encoded (exit 0, a row short); objects of several keys were refused with a fix
+    naming --text-column or --delimiter. A .json array (one document) likewise."""
+    fmt = name.rsplit(".", 1)[1].upper()
+    src = write_jsonl(tmp_path / name, [{"text": t} for t in TEXTS])
+    refused(capsys, src, tmp_path / "o.parquet", f'{src}: its first line is a JSON object ({{"text": "hello '
+            f'there"}}), so the input is JSON Lines, not {fmt} - pass --input-format jsonl (or name the file .jsonl)')
+    src = write_jsonl(tmp_path / name, [{"text": t, "label": k} for k, t in enumerate(TEXTS)])
+    refused(capsys, src, tmp_path / "o.parquet", f'{src}: its first line is a JSON object ({{"text": "hello '
+            f'there", "label": 0}}), so the input is JSON Lines, not {fmt} - pass --input-format jsonl (or name the '
+            "file .jsonl)")
+    src.write_text("[" + ",\n".join(json.dumps({"text": t}) for t in TEXTS) + "]\n")
+    refused(capsys, src, tmp_path / "o.parquet", f"{src}: its first line '[{{\"text\": \"hello there\"}},' opens "
+            f"a JSON array, not a {fmt} header - write one object per line (e.g. jq -c '.[]' FILE > in.jsonl) and pass "
+            "that file")
+    src = write_jsonl(tmp_path / name, [{"text": t} for t in TEXTS])
+    out = tmp_path / "o.parquet"
+    assert extract(capsys, src, out, "--input-format", "jsonl") == (0, "", "")
+    assert_close(embeddings(read_table(out)), tiny_encoder().encode(TEXTS))

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from bertfeat.errors import BertfeatError
 from extract_util import run, tiny_model, write_csv
 
 
@@ -368,3 +369,70 @@ def test_no_output_is_written_into_the_cache_or_the_model_folder(tmp_path, src, 
     assert tree_digest(tmp_path) == before  # nothing made, nothing replaced: refused before the run
     if case in ("cache_db", "dask"):
         assert run(capsys, "cache", "info", cache)[0] == 0
+
+
+@pytest.mark.parametrize("given, named", [(".", "data"), ("./", "data"), ("..", "work"), ("../data/..", "work"),
+                                          ("../*.parquet", "work")])
+def test_the_default_output_of_a_folder_given_without_a_name_is_beside_it(tmp_path, capsys, monkeypatch, given, named):
+    """extract . (in a folder of Parquet files) wrote its features to .features.parquet, a hidden file inside the
+    folder (sweep: .sweep.*), and extract .. to ...features.parquet in the current directory: the folder's own name,
+    beside it, as extract data/ does. The root folder has no name: refused, naming -o."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bertfeat.features.reader import read_features
+    from bertfeat.run.plan import default_output
+    from extract_util import tiny_encoder
+
+    data = tmp_path / "work" / "data"
+    data.mkdir(parents=True)
+    texts = ["one text", "another one"]
+    pq.write_table(pa.table({"text": texts}), data / "p.parquet")
+    pq.write_table(pa.table({"text": texts}), tmp_path / "work" / "q.parquet")
+    monkeypatch.chdir(data)
+    rc, _, err = run(capsys, "extract", given, "--model", tiny_model(), "-q")
+    assert (rc, err) == (0, "")
+    out = (data if named == "data" else tmp_path / "work").parent / f"{named}.features.parquet"
+    assert [p.name for p in data.iterdir()] == ["p.parquet"]
+    rows = 2 if named == "data" or "*" in given else 4  # (.. reads data/ and q.parquet)
+    assert read_features(out)[1].shape[0] == rows
+    np.testing.assert_allclose(read_features(out)[1][:2], tiny_encoder().encode(texts), atol=1e-5)
+    with pytest.raises(BertfeatError, match=r"^the input / is the root folder, which has no name to name the output "
+                                            r"after - pass output='OUTPUT'$"):
+        default_output("/", "parquet")
+
+
+def test_a_name_of_standard_output_is_refused_even_redirected_to_a_file(tmp_path, src):
+    """-o /dev/stdout --overwrite > f.parquet passed as a regular file (the redirected one), and the atomic write's
+    rename replaced the link itself: exit 0, f.parquet empty, and (as root) /dev/stdout a regular file for every later
+    process. A link to a descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N, or one of the user's) is refused, as
+    --summary-json naming one is (whose fix offers -)."""
+    import subprocess
+    import sys
+
+    link = tmp_path / "mystdout"
+    link.symlink_to("/proc/self/fd/1")
+    redirected = tmp_path / "f.parquet"
+    fix = ("bertfeat writes regular files (atomically: a temporary file, then a rename, which would replace {} itself); "
+           "pass {} with a file name{}")
+    for args, label, out, flag, dash in [
+            (["-o", link], "output", link, "-o", ""),
+            (["-o", "/dev/fd/1"], "output", "/dev/fd/1", "-o", ""),
+            (["-o", tmp_path / "o.parquet", "--summary-json", link], "summary JSON", link, "--summary-json",
+             ", or --summary-json - for standard output")]:
+        with open(redirected, "wb") as fh:
+            p = subprocess.run([sys.executable, "-m", "bertfeat", "extract", src, *map(str, args), "--model",
+                                str(tiny_model()), "-q", "--overwrite"], stdout=fh, stderr=subprocess.PIPE)
+        assert (p.returncode, p.stderr.decode()) == (1, f"Error: the {label} {out} is standard output (file descriptor "
+                                                        f"1), not a file - {fix.format(out, flag, dash)}\n")
+        assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1" and redirected.stat().st_size == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.parquet", "in.csv", "mystdout"]
+    import bertfeat
+
+    err = tmp_path / "mystderr"  # (a link of the test's own: never /dev/stderr, which code without the check replaced)
+    err.symlink_to("/dev/stderr")
+    with pytest.raises(BertfeatError, match=r"^the output .*mystderr is standard error \(file descriptor 2\), not a "
+                                            r"file - .* pass output with a file name$"):
+        bertfeat.extract(src, err, model=tiny_model(), overwrite=True)
+    assert err.is_symlink()
