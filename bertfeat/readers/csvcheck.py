@@ -17,7 +17,9 @@ A carriage return alone (a CR not followed by a line feed) outside quotes ends a
 does. In a file whose header line ends in a line feed (``\n`` or ``\r\n``), such a CR is part of a value (text pasted
 from an old Mac program, a database field): pyarrow would cut its line into records, each a row holding part of it
 (a text encoded in two, a kept value cut, a row too many). ``cut_rows`` names every record of such a line, so the
-reader makes each a bad row. A file whose header line ends in a CR alone (old Mac line ends) is read by its CRs.
+reader makes each a bad row. A line is cut only when it holds two records or more: CRs at its start or right before
+its line end (``\\r\\r\\n``) make blank lines pyarrow skips, so the line is one record whole and is not noted.
+A file whose header line ends in a CR alone (old Mac line ends) is read by its CRs.
 
 ``LineMender`` is for a second read only: pyarrow decodes a malformed line before it calls the skip handler, so one
 that is not valid UTF-8 stops the parse; read again with that line's non-ASCII bytes as ``?``, it is a bad row.
@@ -141,6 +143,8 @@ class QuoteTracker(io.RawIOBase):
         # (the record it ended or None, its field, the line's bytes before it), alone or a CRLF's as the next read says
         self._cut: CutLine | None = None  # the line read now, when a CR alone cuts it
         self._filling: CutLine | None = None  # a cut line whose bytes after its CR the next read shows more of
+        self._undecided: tuple[int, CutLine] | None = None  # a CR alone ended this record, and only CRs followed to
+        # the end of the read: a cut if a byte other than a CR comes before the line feed (_decide)
         self.cut_rows: dict[int, tuple[CutLine, bool]] = {}  # data row -> (its cut line, the line's first part)
 
     def readable(self):
@@ -250,6 +254,8 @@ class QuoteTracker(io.RawIOBase):
             self._cr_pending = None
             if record == 0 or self._cut is not None or (self.lf_file and data[0] != 0x0A):
                 self._after_cr(data[0] != 0x0A, record, field, lambda: before, data, 0)
+        if self._undecided is not None and n:
+            self._decide(data, 0)
         if self._pending_quote:  # the quote that ended the last read: '""' (a quote) or the closing quote
             self._pending_quote = False
             if data[:1] == b'"':
@@ -323,12 +329,29 @@ class QuoteTracker(io.RawIOBase):
         if record == 0:
             self.lf_file = not alone
             return
-        first = False
-        if alone and self.lf_file and self._cut is None:
-            self._cut, first = CutLine(field, before()), True
-            self._filling = self._cut.shows(data, after)
-        if self._cut is not None and record is not None:
-            self.cut_rows[record - 1] = (self._cut, first)
+        if record is None:  # a blank piece (a CR at the start of a line, or after another): no record to cut
+            return
+        if self._cut is not None:
+            self.cut_rows[record - 1] = (self._cut, False)
+        elif alone and self.lf_file:
+            self._undecided = (record, CutLine(field, before()))
+            self._filling = self._undecided[1].shows(data, after)
+            self._decide(data, after)
+
+    def _decide(self, data: bytes, at: int) -> None:
+        """After the CR alone that ended a record (``_undecided``) the line goes on at ``data[at]``: it is cut only if
+        a byte other than a CR comes before its line feed (another record); CRs then a line end (``\\r\\r\\n``) are blank
+        lines pyarrow skips, so the line is one record whole. Undecided while the read ends in CRs."""
+        k = at
+        while k < len(data) and data[k] == 0x0D:
+            k += 1
+        if k == len(data):
+            return
+        record, line = self._undecided
+        self._undecided = None
+        if data[k] != 0x0A:
+            self._cut = line
+            self.cut_rows[record - 1] = (line, True)
 
     def _after_lf(self, record: int | None) -> None:
         """A line feed outside quotes ended ``record`` (None: a blank line, or a CRLF's CR ended it) and its line."""

@@ -750,6 +750,42 @@ def test_a_cr_alone_is_found_at_every_offset_of_a_block_and_a_partition(tmp_path
 
 
 @pytest.mark.parametrize("fmt", ["csv", "tsv"])
+@pytest.mark.parametrize("header_eol", ["\n", "\r\n"])
+def test_crs_that_leave_a_line_one_row_are_read_at_every_offset(tmp_path, monkeypatch, fmt, header_eol):
+    """A CR right before a line end (rows ending \\r\\r\\n: csv.writer on Windows, a file opened without newline='')
+    or at the start of a line leaves pyarrow one row, the other piece a blank line it skips: the row is read as written,
+    the CR dropped (as a CRLF's). Those rows were refused as lone-cr. A line that CRs cut into two values or more
+    (\\rhello\\rworld, a\\r\\r...b, a run of CRs longer than a block) is still refused, part by part, at every offset
+    of a block and a Dask byte range; the partitions read back equal the whole stream."""
+    import pickle
+
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 256)
+    sep = "," if fmt == "csv" else "\t"
+    lines, want = [], []  # want: (text, id) of a row read, None for a lone-cr part
+    for i in range(200):
+        lines.append(f"h{i}{sep}" + "x" * i + "\r" * (1 + i % 3) + "\n")
+        want.append((b"x" * i, b"h%d" % i))
+        lines.append(f"\r{'' if i % 2 else chr(13)}s{i}{sep}start {i}\n")
+        want.append((b"start %d" % i, b"s%d" % i))
+        if i % 20 == 0:
+            lines.append(f"\rk{i}{sep}hello\r" + "\r" * (i * 3) + "world\n")
+            want += [None, None]
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(f"key{sep}text{header_eol}".encode() + "".join(lines).encode())
+    reader = open_input(str(path), id_column="key")
+    whole = rows_of(reader)
+    assert [None if why is not None and why.code == RejectCode.LONE_CR else (t, i) for _, t, i, why in whole] == want
+    parts = reader.partitions(blocksize=1024, target=64)
+    assert len(parts) >= 10
+    worker, first, got = pickle.loads(pickle.dumps(reader)), 0, []
+    for p in parts:
+        b = worker.read_partition(p, first)
+        got += rows_in([b])
+        first += len(b.rows)
+    assert got == whole
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
 def test_a_bom_on_a_line_of_its_own_is_a_blank_line_before_the_header(tmp_path, fmt):
     """pyarrow skips a UTF-8 BOM at the start of a file, so a BOM then a line end is a blank line and the header is the
     next line. The quote tracker took the BOM's line for the header: every row it names was the next one, so a line a

@@ -1056,6 +1056,21 @@ def test_a_cr_alone_in_a_value_never_passes_as_a_row(tmp_path, capsys, fmt, eol)
     assert _rejects(out) == [["1", "b", reason, ""], ["2", "", reason, ""]]  # the id before the CR is whole
 
 
+@pytest.mark.parametrize("header", ["id,text\n", "id,text\r\n"])
+def test_crs_that_leave_a_line_one_row_are_read(tmp_path, capsys, header):
+    """csv.writer on Windows, writing to a file opened without newline='', ends every row in \\r\\r\\n (a header
+    written by f.write ends in \\n); a CR may also start a line. pyarrow reads each such line as one row (the other
+    piece a blank line it skips), the CR dropped as a CRLF's: these rows were refused as lone-cr (exit 1), and are read."""
+    src = tmp_path / "win.csv"
+    src.write_bytes(header.encode() + b"1,hello\r\r\n\r2,world\r\n3,third\r\r\n")
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--id-column", "id")
+    assert (rc, err) == (0, "")
+    t = read_table(out)
+    assert t.column("id").to_pylist() == ["1", "2", "3"]
+    assert_close(embeddings(t), tiny_encoder().encode(["hello", "world", "third"]))
+
+
 def test_a_tsv_cell_cannot_hold_a_line_break(tmp_path, capsys):
     """TSV has no quoting: a line feed ends a row whatever quotes the line holds, so a value a CSV writer quoted across
     lines is one row a line, each read as written (the STS Benchmark's values open quotes they never close), nothing
