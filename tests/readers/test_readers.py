@@ -37,6 +37,19 @@ def rows_in(batches) -> list:
     return out
 
 
+def rows_by_partitions(reader, parts) -> list:
+    """The rows a pickled copy of ``reader`` (as a Dask worker gets it) reads partition by partition, in order."""
+    import pickle
+
+    worker, first, got = pickle.loads(pickle.dumps(reader)), 0, []
+    for p in parts:
+        assert worker.count_rows(p) == len(worker.read_partition(p, 0).rows)
+        b = worker.read_partition(p, first)
+        got += rows_in([b])
+        first += len(b.rows)
+    return got
+
+
 @pytest.mark.parametrize("name, fmt", [("a.csv", "csv"), ("a.TSV", "tsv"), ("a.tab", "tsv"), ("a.parquet", "parquet"),
                                        ("a.pq", "parquet"), ("a.jsonl", "jsonl"), ("a.ndjson", "jsonl"),
                                        ("a.csv.gz", "csv"), ("a.jsonl.zst", "jsonl"), ("a.tsv.bz2", "tsv")])
@@ -429,7 +442,6 @@ def test_jsonl_with_byte_order_mark(tmp_path):
 def test_partitions_read_back_equal_the_whole_stream(tmp_path, fmt):
     """partitions() + read_partition() (the Dask engine's way) give exactly the rows, values, ids and bad rows of
     batches() (the local engine's way), for a file cut into many partitions, through a pickled reader (a worker's copy)."""
-    import pickle
 
     n = 700
     texts = [f"sentence number {i} " + "x" * (i % 37) for i in range(n)]
@@ -455,14 +467,7 @@ def test_partitions_read_back_equal_the_whole_stream(tmp_path, fmt):
     assert any(r[3] for r in whole) == (fmt != "parquet")
     parts = reader.partitions(blocksize=4096, target=12)
     assert len(parts) >= 8, parts
-    worker = pickle.loads(pickle.dumps(reader))
-    first, got = 0, []
-    for p in parts:
-        assert worker.count_rows(p) == len(worker.read_partition(p, 0).rows)
-        b = worker.read_partition(p, first)
-        got += rows_in([b])
-        first += len(b.rows)
-    assert got == whole
+    assert rows_by_partitions(reader, parts) == whole
 
 
 def _bytes_read_by_this_process() -> int:
@@ -724,7 +729,6 @@ def test_a_cr_alone_is_found_at_every_offset_of_a_block_and_a_partition(tmp_path
     """A CR alone (and its line) at every offset against pyarrow's blocks (the read-ahead gate holds a block's last CR
     for its next read) and the Dask engine's byte ranges: each part of a cut line is a bad row, every other row is read
     as written, and the partitions read back equal the whole stream."""
-    import pickle
 
     monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 256)
     sep = "," if fmt == "csv" else "\t"
@@ -740,13 +744,7 @@ def test_a_cr_alone_is_found_at_every_offset_of_a_block_and_a_partition(tmp_path
     assert {why.code for _, _, _, why in whole if why is not None} == {RejectCode.LONE_CR} and len(whole) == 900
     parts = reader.partitions(blocksize=1024, target=64)
     assert len(parts) >= 20
-    worker, first, got = pickle.loads(pickle.dumps(reader)), 0, []
-    for p in parts:
-        assert worker.count_rows(p) == len(worker.read_partition(p, 0).rows)
-        b = worker.read_partition(p, first)
-        got += rows_in([b])
-        first += len(b.rows)
-    assert got == whole
+    assert rows_by_partitions(reader, parts) == whole
 
 
 @pytest.mark.parametrize("fmt", ["csv", "tsv"])
@@ -757,7 +755,6 @@ def test_crs_that_leave_a_line_one_row_are_read_at_every_offset(tmp_path, monkey
     the CR dropped (as a CRLF's). Those rows were refused as lone-cr. A line that CRs cut into two values or more
     (\\rhello\\rworld, a\\r\\r...b, a run of CRs longer than a block) is still refused, part by part, at every offset
     of a block and a Dask byte range; the partitions read back equal the whole stream."""
-    import pickle
 
     monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 256)
     sep = "," if fmt == "csv" else "\t"
@@ -777,12 +774,7 @@ def test_crs_that_leave_a_line_one_row_are_read_at_every_offset(tmp_path, monkey
     assert [None if why is not None and why.code == RejectCode.LONE_CR else (t, i) for _, t, i, why in whole] == want
     parts = reader.partitions(blocksize=1024, target=64)
     assert len(parts) >= 10
-    worker, first, got = pickle.loads(pickle.dumps(reader)), 0, []
-    for p in parts:
-        b = worker.read_partition(p, first)
-        got += rows_in([b])
-        first += len(b.rows)
-    assert got == whole
+    assert rows_by_partitions(reader, parts) == whole
 
 
 @pytest.mark.parametrize("fmt", ["csv", "tsv"])
@@ -792,7 +784,6 @@ def test_a_bom_on_a_line_of_its_own_is_a_blank_line_before_the_header(tmp_path, 
     CR alone cut had its first part read as a row (the text 'wor' encoded) and the row after it refused as lone-cr
     (b'three' written before the CR check); the Dask engine's later byte ranges took the BOM's line as their header
     (an error naming no column 'text'), and a ';' header was not sniffed (one column 'id;text')."""
-    import pickle
 
     sep = "," if fmt == "csv" else "\t"
     path = tmp_path / f"in.{fmt}"
@@ -805,12 +796,7 @@ def test_a_bom_on_a_line_of_its_own_is_a_blank_line_before_the_header(tmp_path, 
     assert [why and why.code for *_, why in whole] == [None, RejectCode.LONE_CR, RejectCode.LONE_CR] + [None] * 297
     parts = reader.partitions(blocksize=1024, target=64)
     assert len(parts) > 3 and parts[1].header == f"id{sep}text\n".encode()
-    worker, first, got = pickle.loads(pickle.dumps(reader)), 0, []
-    for p in parts:
-        b = worker.read_partition(p, first)
-        got += rows_in([b])
-        first += len(b.rows)
-    assert got == whole
+    assert rows_by_partitions(reader, parts) == whole
     (tmp_path / "semi.csv").write_bytes(b"\xef\xbb\xbf\r\nid;text\r\n1;hello\r\n")
     semi = open_input(str(tmp_path / "semi.csv"), id_column="id")
     assert (semi.columns, semi.delimiter, rows_of(semi)) == (["id", "text"], ";", [(0, b"hello", b"1", None)])
