@@ -431,10 +431,9 @@ class CsvReader(TextReader):
     def _parse_end(self, pending: RawBatch | None, tracker, skipped: dict[int, Reason], row: int, start: int, counter):
         """The end of the file: an unclosed quote's row rejected, the last batch (ending where the file does), then the
         malformed lines after the last good row."""
-        if tracker is not None:
-            self.multiline_rows = tracker.multiline_records
-            if tracker.unclosed:
-                self._reject_unclosed(tracker, pending, skipped, row)
+        self.multiline_rows = tracker.multiline_records
+        if tracker.unclosed:
+            self._reject_unclosed(tracker, pending, skipped, row)
         if pending is not None:
             # the last batch ends where the file does (a first row longer than a block, or a last read that
             # held only the \n of a \r\n, shifts the batches against the reads)
@@ -534,11 +533,11 @@ class CsvReader(TextReader):
         """Rows whose quoted field closed lines later, right before more text: it swallowed the lines between; rows
         with a field over max_field_bytes that the run reads (_mark_oversized); and the parts of a line a CR alone cut
         into rows (_mark_cut)."""
-        if tracker is not None and tracker.oversized:
+        if tracker.oversized:
             self._mark_oversized(b, tracker)
-        if tracker is not None and tracker.cut_rows:
+        if tracker.cut_rows:
             self._mark_cut(b, tracker)
-        if tracker is None or not tracker.suspects:
+        if not tracker.suspects:
             return b
         for k, row in enumerate(b.rows):
             hit = tracker.suspects.get(row)
@@ -642,7 +641,7 @@ class CsvReader(TextReader):
                                  f"fix the line, or pass {opt('encoding')} with the file's encoding")
 
 
-def _position(gate: ReadAheadGate, blocks: int, counter, compressed: bool, tracker=None) -> int:
+def _position(gate: ReadAheadGate, blocks: int, counter, compressed: bool, tracker) -> int:
     """Where the rows of pyarrow's first ``blocks`` blocks end, in bytes of the file (``counter.count``: the bytes read
     from it so far): the stream position of block ``blocks``'s end (in the stream before fields over max_field_bytes
     were left out: ``tracker``); for a compressed file (the stream is decompressed) scaled by the file bytes per
@@ -651,10 +650,7 @@ def _position(gate: ReadAheadGate, blocks: int, counter, compressed: bool, track
     if not gate.count:
         return read
     at = gate.ends[blocks - 1] if blocks <= len(gate.ends) else gate.count
-    if tracker is not None:
-        at, count = tracker.file_offset(at), tracker.file_offset(gate.count)
-    else:
-        count = gate.count
+    at, count = tracker.file_offset(at), tracker.file_offset(gate.count)
     if not compressed:
         return min(read, at)
     sizes = counter.sizes  # a CountingReader's
