@@ -38,6 +38,7 @@ from .pooling import (
     weighted_layers,
     parse_layers,
     pool_tokens,
+    quoted_option,
     split_pooling,
 )
 from .stmodules import ModelPipeline, read_pipeline, run_step
@@ -414,8 +415,7 @@ class Encoder:
         pooling = "+".join(split_pooling(pooling or self.default_pooling))
         for name, value, allowed in (("layer_agg", layer_agg, LAYER_AGGS), ("long_text", long_text, LONG_TEXT_MODES)):
             if value not in allowed:  # named as the option it came from (--layer-agg / layer_agg=)
-                shown = opt(name, value, cli=f"'{value}'") if isinstance(value, str) else opt(name, value)
-                raise BertfeatError(f"unknown {shown}", f"choose one of {', '.join(allowed)}")
+                raise BertfeatError(f"unknown {quoted_option(name, value)}", f"choose one of {', '.join(allowed)}")
         L = self.config.num_hidden_layers
         idx = parse_layers(layers, L)
         lw = self.pipeline.weighted_layers if own else None

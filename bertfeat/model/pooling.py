@@ -81,26 +81,26 @@ def split_pooling(pooling: str) -> tuple[str, ...]:
     modes = tuple(m.strip() for m in str(pooling).split("+"))
     for m in modes:
         if m and m not in POOLINGS:  # the option named, as its neighbours below: --pooling 'foo', pooling='foo'
-            what = (f"unknown {_shown('pooling', pooling)}" if len(modes) == 1
-                    else f"unknown pooling '{m}' in {_shown('pooling', pooling)}")
+            what = (f"unknown {quoted_option('pooling', pooling)}" if len(modes) == 1
+                    else f"unknown pooling '{m}' in {quoted_option('pooling', pooling)}")
             raise BertfeatError(what, f"choose one of {', '.join(POOLINGS)}, or token poolings joined with '+' such as "
                                 "mean+max")
     named = [m for m in modes if m]
     if len(named) < len(modes):
         if named:
             _refuse_empty_item("pooling", pooling, modes, "+", "join the poolings with single '+'")
-        raise BertfeatError(f"{_shown('pooling', pooling)} has an empty item ({_which_empty(modes)})",
+        raise BertfeatError(f"{quoted_option('pooling', pooling)} has an empty item ({_which_empty(modes)})",
                             "name a pooling, e.g. mean")
     if "pooled" in modes and len(modes) > 1:
         raise BertfeatError("pooling 'pooled' cannot be combined with others", "use it alone, or combine cls, mean, max ...")
     twice = _first_repeat(modes)
     if twice is not None:
-        raise BertfeatError(f"{_shown('pooling', pooling)} names {twice} twice",
-                            f"name each pooling once: {_shown('pooling', '+'.join(dict.fromkeys(modes)))}")
+        raise BertfeatError(f"{quoted_option('pooling', pooling)} names {twice} twice",
+                            f"name each pooling once: {quoted_option('pooling', '+'.join(dict.fromkeys(modes)))}")
     return modes
 
 
-def _shown(name: str, value) -> str:
+def quoted_option(name: str, value) -> str:
     """An option's value in a message, quoted on the command line as the shell takes it (--layers '-1,-1')."""
     from ..errors import opt
 
@@ -118,16 +118,16 @@ def _refuse_empty_item(name: str, value, items, sep: str, how: str) -> None:
     variable that expanded to nothing, as likely as a stray comma); the fix is the value without the empty items."""
     from ..errors import BertfeatError
 
-    kept = _shown(name, sep.join(x for x in items if x))
+    kept = quoted_option(name, sep.join(x for x in items if x))
     empty = [i for i, x in enumerate(items) if not x]
     mark = "comma" if sep == "," else f"'{sep}'"
     if empty == [len(items) - 1]:
-        raise BertfeatError(f"{_shown(name, value)} ends with a {mark} (an empty last item)",
+        raise BertfeatError(f"{quoted_option(name, value)} ends with a {mark} (an empty last item)",
                             f"remove the trailing {mark}: {kept}")
     if empty == [0]:
-        raise BertfeatError(f"{_shown(name, value)} starts with a {mark} (an empty first item)",
+        raise BertfeatError(f"{quoted_option(name, value)} starts with a {mark} (an empty first item)",
                             f"remove the leading {mark}: {kept}")
-    raise BertfeatError(f"{_shown(name, value)} has an empty item ({_which_empty(items)})", f"{how}: {kept}")
+    raise BertfeatError(f"{quoted_option(name, value)} has an empty item ({_which_empty(items)})", f"{how}: {kept}")
 
 
 def _first_repeat(items):
@@ -233,7 +233,7 @@ def _check_slice_bounds(sl: slice, spec, num_layers: int) -> None:
     for bound, lo, hi in ((sl.start, -n, n - 1), (sl.stop, stop_lo, stop_hi)):
         if bound is not None and not lo <= bound <= hi:
             last = min(4, num_layers)
-            raise BertfeatError(f"{_shown('layers', spec)} reaches past the model: it has {_hidden_states(num_layers)}",
+            raise BertfeatError(f"{quoted_option('layers', spec)} reaches past the model: it has {_hidden_states(num_layers)}",
                                 f"choose layers in that range, e.g. -{last}: for the last {last}" if last > 1
                                 else "choose layers in that range, e.g. -1 for the last")
 
@@ -266,7 +266,7 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
             else:
                 idx = [int(p) for p in s.split(",") if p.strip()]
         except ValueError:
-            raise BertfeatError(f"{_shown('layers', spec)} is not understood",
+            raise BertfeatError(f"{quoted_option('layers', spec)} is not understood",
                                 "give layer numbers like -1, -4,-3,-2,-1 or -4: (0 = embeddings)") from None
         if sl is None and s:
             _refuse_empty_items(spec, [p.strip() for p in s.split(",")])
@@ -279,22 +279,22 @@ def parse_layers(spec, num_layers: int) -> tuple[int, ...]:
         try:
             idx = list(range(n))[spec]
         except (TypeError, ValueError):  # a step of 0, a bound that is not an int
-            raise BertfeatError(f"{_shown('layers', spec)} is not a layer selection",
+            raise BertfeatError(f"{quoted_option('layers', spec)} is not a layer selection",
                                 "give a slice of ints with a step other than 0, e.g. slice(-4, None)") from None
         _check_slice_bounds(spec, spec, num_layers)
     else:
         items = list(spec) if isinstance(spec, (list, tuple, range, np.ndarray)) else None
         if items is None or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
-            raise BertfeatError(f"{_shown('layers', spec)} is not a layer selection",
+            raise BertfeatError(f"{quoted_option('layers', spec)} is not a layer selection",
                                 "give an int, a list of ints, a slice, or a string like '-1', '-4,-3,-2,-1' or '-4:' "
                                 "(0 = embeddings)")
         idx = [int(i) for i in items]
     if not idx:
-        raise BertfeatError(f"{_shown('layers', spec)} selects no layer", "give at least one layer, e.g. -1")
+        raise BertfeatError(f"{quoted_option('layers', spec)} selects no layer", "give at least one layer, e.g. -1")
     out = []
     for i in idx:
         if not -n <= i < n:  # the option named, as its neighbours: --layers '7', layers=[-1, 7]
-            raise BertfeatError(f"{_shown('layers', spec)} names layer {i}, which does not exist: the model has "
+            raise BertfeatError(f"{quoted_option('layers', spec)} names layer {i}, which does not exist: the model has "
                                 f"{_hidden_states(num_layers)}",
                                 "choose layers in that range; -1 is the last layer, 0 the embeddings")
         out.append(i % n)
@@ -327,5 +327,5 @@ def _refuse_repeats(spec, given: list[int], resolved: list[int], num_layers: int
     how = f"layer {a} twice" if a == b else f"layer {i} twice (as {a} and {b}: the model has {num_layers} layers)"
     once = list(first.values())
     kept = ",".join(map(str, once)) if isinstance(spec, str) else once
-    raise BertfeatError(f"{_shown('layers', spec)} names {how}",
-                        f"name each layer once: {_shown('layers', kept)}")
+    raise BertfeatError(f"{quoted_option('layers', spec)} names {how}",
+                        f"name each layer once: {quoted_option('layers', kept)}")
