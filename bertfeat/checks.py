@@ -237,6 +237,9 @@ def check_input_path(path, what: str = "the input path") -> None:
         raise BertfeatError(f"{what} is empty", INPUT_FIX)
 
 
+#: why a path that starts with a ~ no shell expanded is not the file its writer meant (local_path, and an input
+#: path not found: readers.paths)
+UNEXPANDED_TILDE = "starts with ~, which no shell expanded (bertfeat takes a path as it is given)"
 #: a URL's scheme and its slashes (s3://, file:///, memory://; also as pathlib keeps it, with one slash: s3:/bucket)
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(/+)")
 #: schemes pyarrow and fsspec take for a URI even without slashes (file:out.parquet): refused as URLs too
@@ -324,7 +327,7 @@ def local_path(path, what: str, option: str | None = None, writes: bool = False)
         what = f"the {what} {text} is a Windows path, which this system takes for a file name in this directory"
         fix = f"{how} a path of this system (directories separated by /)"
     else:
-        what = f"the {what} {text} starts with ~, which no shell expanded (bertfeat takes a path as it is given)"
+        what = f"the {what} {text} {UNEXPANDED_TILDE}"
         fix = f"{how} the path itself, {shown(local)}"
     raise BertfeatError(what, fix)
 

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..checks import is_parquet_name, not_local
+from ..checks import UNEXPANDED_TILDE, is_parquet_name, not_local
 from ..errors import InputError, special_file_kind
 
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
@@ -217,8 +217,7 @@ def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
     if not p.exists():
         tilde = not_local(path)
         if tilde and tilde[0] == "tilde":  # bertfeat.extract("~/x.csv"): Python expands no ~, as the shell does
-            raise InputError(f"{path}: no such file: it starts with ~, which no shell expanded (bertfeat takes a path "
-                             "as it is given)", f"give the path itself, {tilde[1]}")
+            raise InputError(f"{path}: no such file: it {UNEXPANDED_TILDE}", f"give the path itself, {tilde[1]}")
         raise InputError(f"{path}: no such file", "check the path")
     refuse_special_file(path, fmt)
     if not os.access(p, os.R_OK):
