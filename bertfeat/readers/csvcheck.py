@@ -306,6 +306,11 @@ class QuoteTracker(io.RawIOBase):
                 self.field = 0
                 self._field_start = self._record_start = pos + 1
                 self._record_multiline = False
+                if c == 0x0D and i < n and data[i] == 0x0D:  # the CRs after it: blank lines, nothing more (a run
+                    k = _CRS.match(data, i).end()  # of megabytes took seconds a megabyte one by one)
+                    self.line += k - i
+                    self._field_start = self._record_start = base + k
+                    i = k
             elif c == self._delim:
                 self.field += 1
                 self._field_start = pos + 1
@@ -342,9 +347,7 @@ class QuoteTracker(io.RawIOBase):
         """After the CR alone that ended a record (``_undecided``) the line goes on at ``data[at]``: it is cut only if
         a byte other than a CR comes before its line feed (another record); CRs then a line end (``\\r\\r\\n``) are blank
         lines pyarrow skips, so the line is one record whole. Undecided while the read ends in CRs."""
-        k = at
-        while k < len(data) and data[k] == 0x0D:
-            k += 1
+        k = _CRS.match(data, at).end() if at < len(data) and data[at] == 0x0D else at
         if k == len(data):
             return
         record, line = self._undecided
@@ -352,6 +355,12 @@ class QuoteTracker(io.RawIOBase):
         if data[k] != 0x0A:
             self._cut = line
             self.cut_rows[record - 1] = (line, True)
+
+    def undecided_row(self) -> int | None:
+        """The data row a CR alone ended whose line the reads so far cannot tell cut or whole (only CRs follow it to
+        the end of the last read: a run of CRs may be longer than any read ahead), else None. Its batch waits."""
+        record = self._undecided[0] if self._undecided is not None else (self._cr_pending or (None,))[0]
+        return record - 1 if record else None
 
     def _after_lf(self, record: int | None) -> None:
         """A line feed outside quotes ended ``record`` (None: a blank line, or a CRLF's CR ended it) and its line."""
@@ -367,6 +376,7 @@ class QuoteTracker(io.RawIOBase):
             self.line += 1
 
 
+_CRS = re.compile(b"\r+")
 _AROUND = 100  # bytes of a line read on each side of a CR alone, to show it (as 20 characters)
 
 

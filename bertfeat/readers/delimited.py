@@ -358,15 +358,21 @@ class CsvReader(TextReader):
             rows, pre, outs = self._place_rows(b, row, skipped)
             self._check_mended(mend, rows, pre)
             row += len(rows)
-            if pending is not None:
-                yield self._mark_suspects(pending, tracker)
             out_t, out_p, out_i, *out_k = outs
             end = max(end, start)
             if transcoder is not None and transcoder.escaped:  # a byte the encoding could not read: a bad row
                 self._reject_unreadable(outs, rows, pre)
-            pending = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, end, start,
-                                           dict(zip(self.keep, out_k)) if self.keep else None))
+            batch = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, end, start,
+                                         dict(zip(self.keep, out_k)) if self.keep else None))
             start = end
+            undecided = tracker.undecided_row()
+            if pending is not None and undecided is not None and pending.rows and undecided <= pending.rows[-1]:
+                pending.extend(batch)  # a run of CRs past the read-ahead: whether its row is cut is not known yet
+                pending.bytes_read = batch.bytes_read
+                continue
+            if pending is not None:
+                yield self._mark_suspects(pending, tracker)
+            pending = batch
         yield from self._parse_end(pending, tracker, skipped, row, start, counter)
 
     def _next_batch(self, it, gate, row: int):

@@ -778,6 +778,29 @@ def test_crs_that_leave_a_line_one_row_are_read_at_every_offset(tmp_path, monkey
 
 
 @pytest.mark.parametrize("fmt", ["csv", "tsv"])
+@pytest.mark.parametrize("tail", ["world\n", "\n"])
+def test_a_run_of_crs_longer_than_the_read_ahead_is_judged_whole(tmp_path, monkeypatch, fmt, tail):
+    """A run of CRs between two values longer than the reader reads ahead of pyarrow (1 MiB past its blocks): the row
+    the first CR ended was handed out before the tracker saw what follows the run, so its text was read as a row
+    ('hello' encoded) while the part after the run was refused as lone-cr. The row now waits until the run ends: both
+    parts are bad rows; a run that ends at the line's line feed leaves one row, read whole. Both engines."""
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 1 << 16)
+    sep = "," if fmt == "csv" else "\t"
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(f"key{sep}text\nk0{sep}before\nk1{sep}hello".encode() + b"\r" * ((1 << 20) + (1 << 18))
+                     + f"{tail}k2{sep}after\n".encode())
+    reader = open_input(str(path), id_column="key")
+    whole = rows_of(reader)
+    got = [(r, t, i, why and why.code) for r, t, i, why in whole]
+    if tail == "\n":
+        assert got == [(0, b"before", b"k0", None), (1, b"hello", b"k1", None), (2, b"after", b"k2", None)]
+    else:
+        assert got == [(0, b"before", b"k0", None), (1, None, b"k1", RejectCode.LONE_CR),
+                       (2, None, None, RejectCode.LONE_CR), (3, b"after", b"k2", None)]
+    assert rows_by_partitions(reader, reader.partitions(blocksize=1 << 19)) == whole
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
 def test_a_bom_on_a_line_of_its_own_is_a_blank_line_before_the_header(tmp_path, fmt):
     """pyarrow skips a UTF-8 BOM at the start of a file, so a BOM then a line end is a blank line and the header is the
     next line. The quote tracker took the BOM's line for the header: every row it names was the next one, so a line a
