@@ -146,6 +146,11 @@ class QuoteTracker(io.RawIOBase):
         self._undecided: tuple[int, CutLine] | None = None  # a CR alone ended this record, and only CRs followed to
         # the end of the read: a cut if a byte other than a CR comes before the line feed (_decide)
         self.cut_rows: dict[int, tuple[CutLine, bool]] = {}  # data row -> (its cut line, the line's first part)
+        # a record whose bytes are the header line's (a BOM before them allowed): files joined with their headers
+        self.header: bytes | None = None  # the header line's bytes, its line end left out (known once it ends)
+        self._head_reads: list[bytes] | None = []  # the reads before the header line ended
+        self._recent = b""  # the last bytes of the reads before this one (up to the header's length and a BOM)
+        self.header_rows: set[int] = set()  # data rows whose line is the header line again
 
     def readable(self):
         return True
@@ -300,6 +305,8 @@ class QuoteTracker(io.RawIOBase):
                 elif ended == 0 or self._cut is not None or (self.lf_file and data[j + 1] != 0x0A):
                     self._after_cr(data[j + 1] != 0x0A, ended, self.field, lambda: self._before(data, j), data, j + 1)
                 if ended is not None:
+                    if ended == 0 or pos - self._record_start - len(self.header) in (0, len(BOM)):
+                        self._same_as_header(data, pos, ended)
                     self.record += 1
                     if self.ends is not None:
                         self.ends.append(pos)
@@ -318,6 +325,26 @@ class QuoteTracker(io.RawIOBase):
         if n:
             self._last = data[-1]
             self._tail = data[-_AROUND:] if n >= _AROUND else (self._tail + data)[-_AROUND:]
+            if self._head_reads is not None:
+                self._head_reads.append(data)
+            else:
+                keep = len(self.header) + len(BOM)
+                self._recent = data[-keep:] if n >= keep else (self._recent + data)[-keep:]
+
+    def _same_as_header(self, data: bytes, pos: int, record: int) -> None:
+        """The record that ends at stream offset ``pos`` (in ``data``): the header (``record`` 0) is kept; a later
+        one of as many bytes (or a BOM more) is noted in ``header_rows`` when its bytes are the header's."""
+        base, start = self._base, self._record_start
+        if record == 0:
+            self.header = (b"".join(self._head_reads) + data[:pos - base])[start:]
+            self._head_reads, self._recent = None, b""  # (the records after it start in this read)
+            return
+        if start >= base:
+            line = data[start - base:pos - base]
+        else:  # the record began in an earlier read: its bytes there are the last of _recent
+            line = self._recent[len(self._recent) - (base - start):] + data[:pos - base]
+        if line.removeprefix(BOM) == self.header:
+            self.header_rows.add(record - 1)
 
     def _before(self, data: bytes, j: int) -> bytes:
         """Up to _AROUND bytes of the line before ``data[j]`` (the earlier reads' last bytes: ``_tail``)."""

@@ -24,7 +24,10 @@ class TextReader(Reader):
 
     def _setup(self, delimiter):
         if len(self.files) > 1:
-            raise InputError(f"{self.path}: a glob of {self.fmt.upper()} files is not supported", "concatenate them, or convert to Parquet")
+            how = (f"awk 'NR == 1 || FNR > 1' {self.path} > all.{self.fmt}, which keeps the first file's header line "
+                   "alone" if self.fmt in ("csv", "tsv") else f"cat {self.path} > all.{self.fmt}")
+            raise InputError(f"{self.path}: a glob of {self.fmt.upper()} files is not supported",
+                             f"concatenate them ({how}) and pass that file, or convert them to Parquet")
         self.compression = compression_of(self.files[0]) if self.files else None
         self._head: bytes | None = None
 

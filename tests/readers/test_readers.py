@@ -869,3 +869,75 @@ def test_an_input_path_with_an_unexpanded_tilde_is_said_so(tmp_path, monkeypatch
     (tmp_path / "~").mkdir()
     (tmp_path / "~" / "x.csv").write_text("text\nhello\n")
     assert open_input("~/x.csv").text_column == "text"
+
+
+HEADER_AGAIN = ("the header line again ({}), as where the next file starts in files joined with their header lines "
+                "(cat a.{fmt} b.{fmt} > all.{fmt})")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_a_header_line_again_is_a_bad_row_at_every_offset(tmp_path, monkeypatch, fmt):
+    """CSV / TSV files joined with cat (each with its header line; one with CRLF line ends, one with a UTF-8 BOM)
+    had every later header read as a row: the names encoded as a text, the id 'id' written, and a kept int column
+    decided str by the header in the head. Each is a bad row (code repeated-header, no value kept), at every offset of
+    pyarrow's blocks and of the Dask engine's byte ranges; the rows around keep their numbers; a line that differs in
+    field is a row."""
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 256)
+    sep = "," if fmt == "csv" else "\t"
+    header = f"id{sep}text{sep}label"
+    lines, want = [header], []
+    for i in range(600):
+        if i % 37 == 5:
+            lines.append(("\ufeff" if i % 2 else "") + header)
+            want.append(None)
+        lines.append(f"r{i}{sep}{'texts' if i == 7 else 'sentence'} {i}{sep}{i % 3}")
+        want.append((f"{'texts' if i == 7 else 'sentence'} {i}".encode(), f"r{i}".encode(), i % 3))
+    lines.insert(3, f"ids{sep}text{sep}1")  # a line that is not the header's: a row
+    want.insert(2, (b"text", b"ids", 1))
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(("\r\n".join(lines[:100]) + "\n" + "\n".join(lines[100:]) + "\n").encode())
+    reader = open_input(str(path), id_column="id", keep=["label"])
+    assert reader.keep_types()["label"] == pa.int64()
+    got, why = [], {}
+    for b in reader.batches():
+        for k, r in enumerate(b.rows):
+            reason = b.pre_rejected.get(r)
+            if reason is not None and reason.code == RejectCode.REPEATED_HEADER:
+                assert (b.texts[k], b.ids[k], b.extra["label"][k]) == (None, None, None)
+                got.append(None)
+                why[reason.text] = why.get(reason.text, 0) + 1
+            else:
+                got.append((b.texts[k], b.ids[k], b.extra["label"][k]))
+    assert got == want
+    shown = json.dumps(header)
+    assert why == {HEADER_AGAIN.format(shown, fmt=fmt): 17}
+    parts = reader.partitions(blocksize=1024, target=64)
+    assert len(parts) >= 8
+    assert rows_by_partitions(reader, parts) == rows_of(reader)
+
+
+@pytest.mark.parametrize("data", [b"text\nhello\ntext\nbye\n", b"word,\napple,\nword,\nbye,\n",
+                                  b"\xef\xbb\xbftext\nhello\n\xef\xbb\xbftext\nbye\n"])
+def test_a_one_column_files_value_may_be_its_columns_name(tmp_path, data):
+    """A file of one named column (a blank one beside it from trailing commas too) may hold its column's name as a
+    value (a word list headed 'word' holds the word 'word'): that line is read as a row, never refused."""
+    path = tmp_path / "words.csv"
+    path.write_bytes(data)
+    lines = [line.rstrip(b",") for line in data.split(b"\n")]
+    got = [(r, t, why) for r, t, _, why in rows_of(open_input(str(path), text_column=lines[0].lstrip(b"\xef\xbb\xbf").decode()))]
+    assert got == [(0, lines[1], None), (1, lines[2], None), (2, b"bye", None)]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+def test_a_glob_of_text_files_says_how_to_join_them(tmp_path, fmt):
+    """A glob of CSV / TSV / JSONL files is refused; joining CSVs with cat keeps every file's header line (each a
+    bad row, repeated-header), so the fix shows a line that keeps the first file's header alone."""
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.{fmt}").write_text('{"text": "x"}\n' if fmt == "jsonl" else "text\nx\n")
+    pattern = str(tmp_path / f"*.{fmt}")
+    with pytest.raises(InputError) as e:
+        open_input(pattern)
+    how = (f"awk 'NR == 1 || FNR > 1' {pattern} > all.{fmt}, which keeps the first file's header line alone"
+           if fmt != "jsonl" else f"cat {pattern} > all.jsonl")
+    assert e.value.message == (f"{pattern}: a glob of {fmt.upper()} files is not supported - concatenate them ({how}) "
+                               "and pass that file, or convert them to Parquet")
