@@ -16,6 +16,7 @@ rows stream in (one parse: the same rule), and the output's type comes from the 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -27,7 +28,9 @@ from .rejects import Reason, RejectCode, cell, size_text, too_large
 from .textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
 from .kept import JsonNumber, convert_json, json_int, json_type, json_written
-from .text import TextReader, TooLong, head_of, read_lines, read_wide_lines, split_wide_lines, wide_line_codec
+from .stream import Swapped
+from .text import (TextReader, TooLong, head_of, line_feed_byte, read_lines, read_wide_lines, split_wide_lines,
+                   wide_line_codec)
 
 
 class JsonlReader(TextReader):
@@ -107,7 +110,11 @@ class JsonlReader(TextReader):
         """(the codec of a line, the head's lines), a byte order mark dropped and a line cut at the end of the head
         left out."""
         codec, unit = wide_line_codec(self.encoding, head) or (self.encoding, 1)
-        if unit == 1:
+        lf = line_feed_byte(self.encoding)
+        if lf is not None:  # EBCDIC: its line feed is another byte
+            swap = bytes.maketrans(bytes([0x0A, lf]), bytes([lf, 0x0A]))
+            lines = [line.translate(swap) for line in head.translate(swap).split(b"\n")]
+        elif unit == 1:
             lines = head.removeprefix(b"\xef\xbb\xbf").split(b"\n")
         else:
             lines, rest = split_wide_lines(head.removeprefix("\ufeff".encode(codec)), codec, unit)
@@ -168,6 +175,11 @@ class JsonlReader(TextReader):
         if not self._json_types and other is not None:
             raise InputError(f"{self.name} line {other[0]}: {_line_kind(other[1])}, not an object",
                              'bertfeat reads JSONL with one JSON object per line ({"text": ...}); convert the file, or use CSV')
+        if not self._json_types and unread is not None and isinstance(unread[1], UnicodeDecodeError):
+            n, e = unread  # a file in another encoding (CSV's header line says the same)
+            raise InputError(f"{self.name} line {n}: invalid {self.encoding} at byte {e.start} of the line, and none of "
+                             f"its first {sum(1 for line in lines[:1000] if line.strip())} line(s) is a JSON object",
+                             f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})")
         if not self._json_types and unread is not None:  # CSV or plain text under a .jsonl name: say so, not "columns: none"
             n, e = unread
             why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
@@ -190,8 +202,13 @@ class JsonlReader(TextReader):
         """The lines that are not blank (the rows), as bytes, a byte order mark dropped. UTF-16 / UTF-32 lines
         (``unit`` 2 or 4) end at an encoded line feed on a character boundary, and are told blank decoded."""
         limit = self._line_limit()
+        lf = line_feed_byte(self.encoding)
+        swap = None
+        if lf is not None:  # EBCDIC: lines end at its line feed, swapped with 0x0a to be read, and back in each line
+            fh = io.BufferedReader(Swapped(fh, 0x0A, lf), buffer_size=1 << 20)
+            swap = fh.raw.table
         raw = read_lines(fh, limit) if unit == 1 else read_wide_lines(fh, codec, unit, limit=limit)
-        bom = b"\xef\xbb\xbf" if unit == 1 else "\ufeff".encode(codec)
+        bom = b"" if swap is not None else b"\xef\xbb\xbf" if unit == 1 else "\ufeff".encode(codec)
         row, first = 0, True
         while True:
             try:
@@ -207,7 +224,9 @@ class JsonlReader(TextReader):
                 return
             if first:
                 line, first = line.removeprefix(bom), False
-            if (line if unit == 1 else line.decode(codec, "replace")).strip():  # blank lines are not rows
+            if swap is not None:
+                line = line.translate(swap)
+            if (line if unit == 1 and swap is None else line.decode(codec, "replace")).strip():  # blank lines are not rows
                 yield line
                 row += 1
 

@@ -104,11 +104,25 @@ class TextReader(Reader):
         or three others (``café`` as ``cafÃ©``, the text encoded and the kept values written so) without an error."""
         what = "the input" if self.path == "-" else "the file"
         seen = None if self.encoding.startswith(("utf-16", "utf-32")) else wide_unicode(head, what)
+        if seen is None and _ascii_lines(self.encoding):
+            self._refuse_ebcdic(head)
         if seen is None and self.encoding != "utf-8" and head.startswith(codecs.BOM_UTF8):
             seen = "utf-8", f"{what} starts with a UTF-8 byte order mark: it is UTF-8 text"
         if seen is not None:
             encoding, how = seen
             raise InputError(f"{self.name}: {how}, not {self.encoding}", f"pass {opt('encoding', encoding)}")
+
+    def _refuse_ebcdic(self, head: bytes) -> None:
+        """EBCDIC text (a mainframe's) read as an ASCII-based encoding: CSV said only "invalid utf-8 at byte 0", JSONL
+        "not JSON" and that it might be CSV; read as latin-1 its bytes were letters no one wrote."""
+        codec = ebcdic_codec(head)
+        if codec is None:
+            return
+        first = head.decode(codec).lstrip().splitlines()[0] if head.strip() else ""
+        shown = first if len(first) <= 40 else first[:37] + "..."
+        raise InputError(f"{self.name}: its bytes look like EBCDIC text (read as {codec}, its first line is {shown!r}), "
+                         f"not {self.encoding}", f"pass {opt('encoding', codec)} (or the file's own EBCDIC code page, "
+                         "e.g. cp500 or cp273: they differ in a few characters)")
 
     def _open_binary(self):
         """(binary stream of the decompressed input, counter of the bytes read from disk)."""
@@ -258,6 +272,35 @@ def wide_unicode(head: bytes, what: str = "the file") -> tuple[str, str] | None:
         if all(s >= 0.9 if nul else s <= 0.1 for s, nul in zip(share, pattern)):
             return encoding, f"{nuls.format(what)}: it looks like {name} text"
     return None
+
+
+#: EBCDIC code pages a file may be in, the most common first (ebcdic_codec)
+_EBCDIC = ("cp037", "cp500", "cp1140", "cp273", "cp1026")
+
+
+def ebcdic_codec(head: bytes) -> str | None:
+    """The EBCDIC code page ``head`` reads best in when it is EBCDIC text (its letters and digits are bytes over 0x7f,
+    so at least a third of a text's bytes are; read so, 97 in 100 characters are printable ASCII or line ends), else
+    None. UTF-8 text of other scripts reads as non-ASCII letters here, and ASCII text as control characters."""
+    sample = head[:4096]
+    if len(sample) < 16 or sum(b > 0x7F for b in sample) * 3 < len(sample):
+        return None
+
+    def ascii_share(codec: str) -> float:
+        text = sample.decode(codec)
+        return sum(ch.isascii() and (ch.isprintable() or ch in "\t\r\n") or ch == "\x85" for ch in text) / len(text)
+
+    best = max(_EBCDIC, key=ascii_share)  # (the first of equals: cp037)
+    return best if ascii_share(best) >= 0.97 else None
+
+
+def line_feed_byte(encoding: str) -> int | None:
+    """The byte a line feed is in a single-byte encoding where it is not 0x0a (EBCDIC's 0x25), else None."""
+    try:
+        nl = "\n".encode(encoding)
+    except (UnicodeError, LookupError):
+        return None
+    return nl[0] if len(nl) == 1 and nl != b"\n" else None
 
 
 def wide_line_codec(encoding: str, head: bytes) -> tuple[str, int] | None:

@@ -941,3 +941,53 @@ def test_a_glob_of_text_files_says_how_to_join_them(tmp_path, fmt):
            if fmt != "jsonl" else f"cat {pattern} > all.jsonl")
     assert e.value.message == (f"{pattern}: a glob of {fmt.upper()} files is not supported - concatenate them ({how}) "
                                "and pass that file, or convert them to Parquet")
+
+
+@pytest.mark.parametrize("fmt, text, first", [
+    ("jsonl", '{"id": 1, "text": "hello world"}\n{"id": 2, "text": "good day"}\n', '{"id": 1, "text": "hello world"}'),
+    ("csv", "id,text\n1,hello world\n2,good day\n", "id,text"),
+    ("tsv", "id\ttext\n1\thello world\n2\tgood day\n", "id\ttext")])
+@pytest.mark.parametrize("codec", ["cp037", "cp500"])
+def test_ebcdic_text_is_named_and_reads_with_its_code_page(tmp_path, fmt, text, first, codec):
+    """EBCDIC text (a mainframe's) was "not JSON ('utf-8' codec can't decode byte 0xc0 ...)" with a hint that it may be
+    CSV (JSONL), or "invalid utf-8 at byte 0" with --encoding latin-1 as the example (CSV), which read it as letters
+    no one wrote; and JSONL could not be read in it at all (its line feed is 0x25, the file one line). It is named, with
+    its code page; read so, every format gives its rows, on both engines' paths."""
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(text.encode(codec))
+    for given, named in (("utf-8", "utf-8"), ("latin-1", "iso8859-1")):
+        with pytest.raises(InputError) as e:
+            open_input(str(path), encoding=given)
+        assert e.value.message == (f"{path}: its bytes look like EBCDIC text (read as cp037, its first line is "
+                                   f"{first!r}), not {named} - pass encoding='cp037' (or the file's own EBCDIC code "
+                                   "page, e.g. cp500 or cp273: they differ in a few characters)")
+    reader = open_input(str(path), encoding=codec, id_column="id")
+    got = [(r, t if isinstance(t, str) else t.decode(), i) for r, t, i, _ in rows_of(reader)]
+    assert [(r, t, str(i if isinstance(i, int) else i.decode())) for r, t, i in got] == [(0, "hello world", "1"),
+                                                                                       (1, "good day", "2")]
+    assert rows_by_partitions(reader, reader.partitions(blocksize=16, target=4)) == rows_of(reader)
+
+
+@pytest.mark.parametrize("text", ["Привет, как дела? Это тестовое предложение.", "这是一个测试句子，用于检查编码。",
+                                  "Αυτή είναι μια δοκιμαστική πρόταση.", "هذه جملة اختبار للتحقق من الترميز.",
+                                  "これはテスト文です。", "이것은 테스트 문장입니다.", "😀😃😄😁😆😅🤣😂",
+                                  "यह एक परीक्षण वाक्य है।", "นี่คือประโยคทดสอบ"])
+def test_utf8_text_of_other_scripts_is_not_taken_for_ebcdic(tmp_path, text):
+    """Text whose bytes are mostly over 0x7f (UTF-8 of other scripts, as EBCDIC's letters are) reads as UTF-8."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"text": f"{text} {i}"}, ensure_ascii=False) + "\n" for i in range(50)),
+                    encoding="utf-8")
+    assert rows_of(open_input(str(path)))[0][1] == f"{text} 0"
+
+
+def test_a_jsonl_file_in_another_encoding_says_so_as_csv_does(tmp_path):
+    """A Latin-1 JSONL whose first lines are each invalid UTF-8 was "not JSON ('utf-8' codec can't decode ...); ... if the
+    file is CSV or TSV, pass input_format='csv'"; it names the encoding as the CSV reader does for the same bytes."""
+    lines = ['{"text": "café"}', '{"text": "naïve"}']
+    path = tmp_path / "in.jsonl"
+    path.write_bytes("\n".join(lines).encode("latin-1") + b"\n")
+    with pytest.raises(InputError) as e:
+        open_input(str(path))
+    assert e.value.message == (f"{path} line 1: invalid utf-8 at byte 13 of the line, and none of its first 2 line(s) "
+                               "is a JSON object - pass encoding with the file's encoding (e.g. encoding='latin-1')")
+    assert [t for _, t, _, _ in rows_of(open_input(str(path), encoding="latin-1"))] == ["café", "naïve"]
