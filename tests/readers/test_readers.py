@@ -871,6 +871,28 @@ def test_an_input_path_with_an_unexpanded_tilde_is_said_so(tmp_path, monkeypatch
     assert open_input("~/x.csv").text_column == "text"
 
 
+def test_a_glob_with_an_unexpanded_tilde_is_said_so(tmp_path, monkeypatch, capsys):
+    """A quoted '~/d/*.csv' (no shell expanded the ~) said only "the pattern matches no file - check the glob pattern
+    (quote it so the shell does not expand it)", a fix the user had followed: it names the ~ now, and the pattern it
+    stands for. A folder that is named ~ is read as given."""
+    from bertfeat.cli.app import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "d").mkdir(parents=True)
+    (tmp_path / "home" / "d" / "a.csv").write_text("text\nhello\n")
+    why = "the pattern matches no file: it starts with ~, which no shell expanded (bertfeat takes a path as it is given)"
+    with pytest.raises(InputError) as e:
+        open_input("~/d/*.csv")
+    assert e.value.message == (f"~/d/*.csv: {why} - give the pattern with the folder written out, "
+                               f"'{tmp_path}/home/d/*.csv', or quote the pattern after the ~ alone: ~/'d/*.csv'")
+    assert main(["extract", "~/d/*.csv", "-o", str(tmp_path / "o.parquet"), "-q"]) == 1
+    assert capsys.readouterr().err.startswith(f"Error: ~/d/*.csv: {why} - give the pattern")
+    (tmp_path / "~").mkdir()
+    (tmp_path / "~" / "a.csv").write_text("text\nhello\n")
+    assert open_input("~/*.csv").text_column == "text"
+
+
 HEADER_AGAIN = ("the header line again ({}), as where the next file starts in files joined with their header lines "
                 "(cat a.{fmt} b.{fmt} > all.{fmt})")
 
