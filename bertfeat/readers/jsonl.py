@@ -45,7 +45,7 @@ class JsonlReader(TextReader):
 
     def _count_lines(self, data: bytes) -> int:
         """Lines that are not blank (JSON strings hold no raw line break): the rows, as _parse reads them."""
-        return sum(1 for ln in data.removeprefix(b"\xef\xbb\xbf").split(b"\n") if ln.strip())
+        return sum(1 for ln in data.split(b"\n") if ln.removeprefix(b"\xef\xbb\xbf").strip())
 
     def _string_columns(self) -> list[str]:
         return [c for c, types in self._json_types.items() if "str" in types]
@@ -115,10 +115,11 @@ class JsonlReader(TextReader):
             swap = bytes.maketrans(bytes([0x0A, lf]), bytes([lf, 0x0A]))
             lines = [line.translate(swap) for line in head.translate(swap).split(b"\n")]
         elif unit == 1:
-            lines = head.removeprefix(b"\xef\xbb\xbf").split(b"\n")
+            lines = [line.removeprefix(b"\xef\xbb\xbf") for line in head.split(b"\n")]
         else:
-            lines, rest = split_wide_lines(head.removeprefix("\ufeff".encode(codec)), codec, unit)
-            lines.append(rest)
+            bom = "\ufeff".encode(codec)
+            lines, rest = split_wide_lines(head.removeprefix(bom), codec, unit)
+            lines = [line.removeprefix(bom) for line in lines] + [rest.removeprefix(bom)]
         return codec, lines[:-1] if len(head) >= HEAD_BYTES and len(lines) > 1 else lines
 
     def _head_limit(self) -> int:
@@ -199,7 +200,8 @@ class JsonlReader(TextReader):
         return list(self._json_types)
 
     def _lines(self, fh, codec: str, unit: int):
-        """The lines that are not blank (the rows), as bytes, a byte order mark dropped. UTF-16 / UTF-32 lines
+        """The lines that are not blank (the rows), as bytes, a byte order mark at a line's start dropped (at the
+        file's, or where files joined with cat meet: it is never JSON). UTF-16 / UTF-32 lines
         (``unit`` 2 or 4) end at an encoded line feed on a character boundary, and are told blank decoded."""
         limit = self._line_limit()
         lf = line_feed_byte(self.encoding)
@@ -209,7 +211,7 @@ class JsonlReader(TextReader):
             swap = fh.raw.table
         raw = read_lines(fh, limit) if unit == 1 else read_wide_lines(fh, codec, unit, limit=limit)
         bom = b"" if swap is not None else b"\xef\xbb\xbf" if unit == 1 else "\ufeff".encode(codec)
-        row, first = 0, True
+        row = 0
         while True:
             try:
                 line = next(raw, b"")
@@ -218,12 +220,11 @@ class JsonlReader(TextReader):
             if isinstance(line, TooLong):  # a row: a bad one (_row)
                 yield line
                 row += 1
-                first = False
                 continue
             if not line:
                 return
-            if first:
-                line, first = line.removeprefix(bom), False
+            line = line.removeprefix(bom)  # any line's: files joined with cat keep each one's (a Dask byte range
+            # may start at any line, so every line is read alike)
             if swap is not None:
                 line = line.translate(swap)
             if (line if unit == 1 and swap is None else line.decode(codec, "replace")).strip():  # blank lines are not rows

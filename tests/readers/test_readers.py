@@ -1013,3 +1013,26 @@ def test_a_jsonl_file_in_another_encoding_says_so_as_csv_does(tmp_path):
     assert e.value.message == (f"{path} line 1: invalid utf-8 at byte 13 of the line, and none of its first 2 line(s) "
                                "is a JSON object - pass encoding with the file's encoding (e.g. encoding='latin-1')")
     assert [t for _, t, _, _ in rows_of(open_input(str(path), encoding="latin-1"))] == ["café", "naïve"]
+
+
+def test_jsonl_files_joined_with_their_byte_order_marks_read_alike_on_both_engines(tmp_path):
+    """JSONL files joined with cat, each starting with a UTF-8 BOM (and a line that is a BOM alone): a BOM at a later
+    line's start made it a bad row ("invalid JSON (Unexpected UTF-8 BOM ...)") on the local engine, but a Dask byte range
+    starting at that line dropped it and read the row (a BOM alone: a row there, none here; count_rows disagreed too).
+    Every line's BOM is dropped now, as the file's first is: the same rows on both, wherever a range starts."""
+    files = [b"\xef\xbb\xbf" + b"".join(json.dumps({"id": f * 100 + i, "text": f"row {f} {i} " + "x" * 40}).encode() + b"\n"
+                                        for i in range(60)) for f in range(3)]
+    data = files[0] + files[1] + b"\xef\xbb\xbf\n" + files[2]
+    path = tmp_path / "all.jsonl"
+    path.write_bytes(data)
+    reader = open_input(str(path), id_column="id")
+    whole = rows_of(reader)
+    assert [(i, t) for _, t, i, why in whole if why is None] == [(f * 100 + i, f"row {f} {i} " + "x" * 40)
+                                                                 for f in range(3) for i in range(60)]
+    assert len(whole) == 180 and reader.total_rows == 180
+    starts = [k + 1 for k in range(len(data)) if data[k:k + 1] == b"\n" and data[k + 1:k + 4] == b"\xef\xbb\xbf"]
+    assert len(starts) == 3
+    for at in starts:  # a byte range that starts at each BOM's line (read_block: after the line feed at its offset)
+        parts = reader.partitions(blocksize=at - 1)
+        assert any(p.offset == at - 1 for p in parts)
+        assert rows_by_partitions(reader, parts) == whole, at
