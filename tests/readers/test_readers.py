@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import os
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -935,7 +936,15 @@ def test_a_header_line_again_is_a_bad_row_at_every_offset(tmp_path, monkeypatch,
     assert why == {HEADER_AGAIN.format(shown, fmt=fmt): 17}
     parts = reader.partitions(blocksize=1024, target=64)
     assert len(parts) >= 8
-    assert rows_by_partitions(reader, parts) == rows_of(reader)
+    whole = rows_of(reader)
+    assert rows_by_partitions(reader, parts) == whole
+    data, h = path.read_bytes(), header.encode()
+    starts = [m.start() + 1 for m in re.finditer(b"\n(?=(?:\xef\xbb\xbf)?" + re.escape(h) + b")", data)]
+    assert len(starts) == 17
+    for at in starts[:4] + starts[-3:]:  # a byte range that starts at the header line again (read_block: after the \n)
+        parts = reader.partitions(blocksize=at - 1)
+        assert any(p.offset == at - 1 for p in parts)
+        assert rows_by_partitions(reader, parts) == whole, at
 
 
 @pytest.mark.parametrize("data", [b"text\nhello\ntext\nbye\n", b"word,\napple,\nword,\nbye,\n",
