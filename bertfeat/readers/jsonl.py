@@ -181,6 +181,12 @@ class JsonlReader(TextReader):
             raise InputError(f"{self.name} line {n}: invalid {self.encoding} at byte {e.start} of the line, and none of "
                              f"its first {sum(1 for line in lines[:1000] if line.strip())} line(s) is a JSON object",
                              f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})")
+        if not self._json_types and unread is not None and _raw_control(unread[1]):
+            n, e = unread  # JSON Lines from a writer that does not escape a tab (printf, string joins)
+            raise InputError(f"{self.name} line {n}: not JSON: {_raw_control(e)}, and none of its first "
+                             f"{sum(1 for line in lines[:1000] if line.strip())} line(s) is a JSON object",
+                             "write each line with a JSON writer (json.dumps writes a tab in a string as \\t, as JSON "
+                             f"requires); a file of tab-separated values is read with {opt('input_format', 'tsv')}")
         if not self._json_types and unread is not None:  # CSV or plain text under a .jsonl name: say so, not "columns: none"
             n, e = unread
             why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
@@ -306,7 +312,9 @@ class JsonlReader(TextReader):
             return None, None, obj.get(self.id_column) if obj and self.id_column is not None else None, obj, Reason(
                 RejectCode.ENCODING, f"invalid {self.encoding} at byte {e.start} of the line")
         except ValueError as e:
-            return None, None, None, None, Reason(RejectCode.INVALID_JSON, f"invalid JSON ({e})")
+            raw = _raw_control(e)
+            return None, None, None, None, Reason(RejectCode.INVALID_JSON, f"invalid JSON: {raw}" if raw else
+                                                  f"invalid JSON ({e})")
         except RecursionError:
             return None, None, None, None, Reason(RejectCode.INVALID_JSON, "JSON nested too deeply for Python's parser")
         if not isinstance(obj, dict):
@@ -384,6 +392,17 @@ def _refuse_json_document(name: str, head: bytes, lines: list[bytes]) -> None:
     if head.count(b"\r") > 1 and b"\n" not in head:
         raise InputError(f"{name}: its lines end in CR alone (old Mac line ends), which JSON Lines does not take",
                          f"convert the line ends, e.g. tr '\\r' '\\n' < {name} > {Path(name).stem}.lf.jsonl")
+
+
+def _raw_control(e: BaseException) -> str | None:
+    """What Python's "Invalid control character at" means, in words: a raw tab (or other control character) inside a
+    string, which JSON writes escaped; None for another error."""
+    if not isinstance(e, json.JSONDecodeError) or not e.msg.startswith("Invalid control character"):
+        return None
+    ch = e.doc[e.pos] if e.pos < len(e.doc) else ""
+    name = {"\t": "a tab", "\r": "a carriage return", "\x00": "a NUL"}.get(ch, "a control character")
+    return (f"{name} (U+{ord(ch):04X}) written as it is inside a string at column {e.colno}, where JSON requires it "
+            f"escaped ({json.dumps(ch)[1:-1]})") if ch else None
 
 
 def _loads(text: str):

@@ -1045,3 +1045,27 @@ def test_jsonl_files_joined_with_their_byte_order_marks_read_alike_on_both_engin
         parts = reader.partitions(blocksize=at - 1)
         assert any(p.offset == at - 1 for p in parts)
         assert rows_by_partitions(reader, parts) == whole, at
+
+
+def test_a_raw_tab_in_a_jsonl_string_is_named(tmp_path):
+    """A tab written as it is inside a JSON string (printf, string joins; JSON requires \\t) was "not JSON (Invalid
+    control character at at column 12)" with a hint that the file might be CSV, or a bad row "invalid JSON (Invalid
+    control character at: line 1 column 12 (char 11))": the character is named, and where, and what JSON requires."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"text": "a\tb"}\n')
+    with pytest.raises(InputError) as e:
+        open_input(str(path))
+    assert e.value.message == (f"{path} line 1: not JSON: a tab (U+0009) written as it is inside a string at column 12, "
+                               "where JSON requires it escaped (\\t), and none of its first 1 line(s) is a JSON object - "
+                               "write each line with a JSON writer (json.dumps writes a tab in a string as \\t, as JSON "
+                               "requires); a file of tab-separated values is read with input_format='tsv'")
+    path.write_bytes(b'{"text": "ok"}\n{"text": "a\x00b"}\n{"text": "x\ry"}\n')
+    reader = open_input(str(path))
+    whole = rows_of(reader)
+    assert [(r, t, why and why.text) for r, t, _, why in whole] == [
+        (0, "ok", None),
+        (1, None, "invalid JSON: a NUL (U+0000) written as it is inside a string at column 12, where JSON requires it "
+                  "escaped (\\u0000)"),
+        (2, None, "invalid JSON: a carriage return (U+000D) written as it is inside a string at column 12, where JSON "
+                  "requires it escaped (\\r)")]
+    assert rows_by_partitions(reader, reader.partitions(blocksize=16)) == whole
