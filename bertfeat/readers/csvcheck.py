@@ -21,6 +21,9 @@ reader makes each a bad row. A line is cut only when it holds two records or mor
 its line end (``\\r\\r\\n``) make blank lines pyarrow skips, so the line is one record whole and is not noted.
 A file whose header line ends in a CR alone (old Mac line ends) is read by its CRs.
 
+A record whose bytes are the header line's (a UTF-8 BOM before them allowed) is noted in ``header_rows``: CSV files
+joined with ``cat`` keep each one's header line there (the reader decides which are bad rows).
+
 ``LineMender`` is for a second read only: pyarrow decodes a malformed line before it calls the skip handler, so one
 that is not valid UTF-8 stops the parse; read again with that line's non-ASCII bytes as ``?``, it is a bad row.
 """
