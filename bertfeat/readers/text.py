@@ -8,6 +8,7 @@ import codecs
 import io
 import sys
 import zlib
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -106,6 +107,8 @@ class TextReader(Reader):
         seen = None if self.encoding.startswith(("utf-16", "utf-32")) else wide_unicode(head, what)
         if seen is None and _ascii_lines(self.encoding):
             self._refuse_ebcdic(head)
+        if seen is None:
+            self._refuse_ebcdic_nl(head, self.encoding)
         if seen is None and self.encoding != "utf-8" and head.startswith(codecs.BOM_UTF8):
             seen = "utf-8", f"{what} starts with a UTF-8 byte order mark: it is UTF-8 text"
         if seen is not None:
@@ -118,11 +121,23 @@ class TextReader(Reader):
         codec = ebcdic_codec(head)
         if codec is None:
             return
+        self._refuse_ebcdic_nl(head, codec)
         first = head.decode(codec).lstrip().splitlines()[0] if head.strip() else ""
         shown = first if len(first) <= 40 else first[:37] + "..."
         raise InputError(f"{self.name}: its bytes look like EBCDIC text (read as {codec}, its first line is {shown!r}), "
                          f"not {self.encoding}", f"pass {opt('encoding', codec)} (or the file's own EBCDIC code page, "
                          "e.g. cp500 or cp273: they differ in a few characters)")
+
+    def _refuse_ebcdic_nl(self, head: bytes, codec: str) -> None:
+        """EBCDIC lines that end in its NL (0x15, U+0085, as z/OS writes them) rather than its line feed (0x25): no
+        CSV or JSON reader ends a line there, so the file read as one line (a header of every row, or 'not JSON')."""
+        lf, nl = line_feed_byte(codec), "\x85".encode(codec, errors="replace")
+        if lf is None or len(nl) != 1 or bytes([lf]) in head or nl not in head:
+            return
+        src, stem = ("FILE", "NAME") if self.path == "-" else (self.path, Path(self.files[0]).name.split(".", 1)[0])
+        raise InputError(f"{self.name}: its lines end in EBCDIC's NL (byte 0x{nl[0]:02x}), not a line feed (0x{lf:02x}) "
+                         f"as bertfeat reads {codec} lines", f"make them line feeds (tr '\\{nl[0]:03o}' '\\{lf:03o}' "
+                         f"< {src} > {stem}.lf.{self.fmt}) and pass that file with {opt('encoding', codec)}")
 
     def _open_binary(self):
         """(binary stream of the decompressed input, counter of the bytes read from disk)."""

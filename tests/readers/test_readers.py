@@ -1069,3 +1069,22 @@ def test_a_raw_tab_in_a_jsonl_string_is_named(tmp_path):
         (2, None, "invalid JSON: a carriage return (U+000D) written as it is inside a string at column 12, where JSON "
                   "requires it escaped (\\r)")]
     assert rows_by_partitions(reader, reader.partitions(blocksize=16)) == whole
+
+
+@pytest.mark.parametrize("fmt, text", [("csv", "id,text\x851,hello world\x852,good day\x85"),
+                                       ("jsonl", '{"id": 1, "text": "hello world"}\x85{"id": 2, "text": "good day"}\x85')])
+def test_ebcdic_lines_that_end_in_nl_say_how_to_read_them(tmp_path, fmt, text):
+    """EBCDIC lines that end in its NL (0x15, as z/OS writes them) read as one line in cp037 ("cannot read the header
+    line as CSV (... Empty CSV file ...)", "not JSON (Extra data ...)"): the line ends are named, with the tr line that
+    makes them line feeds (0x25); read so, the rows are there."""
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(text.encode("cp037"))
+    for given in ("utf-8", "cp037"):
+        with pytest.raises(InputError) as e:
+            open_input(str(path), encoding=given)
+        assert e.value.message == (f"{path}: its lines end in EBCDIC's NL (byte 0x15), not a line feed (0x25) as "
+                                   f"bertfeat reads cp037 lines - make them line feeds (tr '\\025' '\\045' < {path} > "
+                                   f"in.lf.{fmt}) and pass that file with encoding='cp037'")
+    path.write_bytes(path.read_bytes().replace(b"\x15", b"\x25"))  # what the tr line does
+    got = [(r, t if isinstance(t, str) else t.decode()) for r, t, _, _ in rows_of(open_input(str(path), encoding="cp037"))]
+    assert got == [(0, "hello world"), (1, "good day")]
