@@ -21,6 +21,9 @@ reader makes each a bad row. A line is cut only when it holds two records or mor
 its line end (``\\r\\r\\n``) make blank lines pyarrow skips, so the line is one record whole and is not noted.
 A file whose header line ends in a CR alone (old Mac line ends) is read by its CRs.
 
+A record whose bytes are the header line's (a UTF-8 BOM before them allowed) is noted in ``header_rows``: CSV files
+joined with ``cat`` keep each one's header line there (the reader decides which are bad rows).
+
 ``LineMender`` is for a second read only: pyarrow decodes a malformed line before it calls the skip handler, so one
 that is not valid UTF-8 stops the parse; read again with that line's non-ASCII bytes as ``?``, it is a bad row.
 """
@@ -146,6 +149,11 @@ class QuoteTracker(io.RawIOBase):
         self._undecided: tuple[int, CutLine] | None = None  # a CR alone ended this record, and only CRs followed to
         # the end of the read: a cut if a byte other than a CR comes before the line feed (_decide)
         self.cut_rows: dict[int, tuple[CutLine, bool]] = {}  # data row -> (its cut line, the line's first part)
+        # a record whose bytes are the header line's (a BOM before them allowed): files joined with their headers
+        self.header: bytes | None = None  # the header line's bytes, its line end left out (known once it ends)
+        self._head_reads: list[bytes] | None = []  # the reads before the header line ended
+        self._recent = b""  # the last bytes of the reads before this one (up to the header's length and a BOM)
+        self.header_rows: set[int] = set()  # data rows whose line is the header line again
 
     def readable(self):
         return True
@@ -300,12 +308,19 @@ class QuoteTracker(io.RawIOBase):
                 elif ended == 0 or self._cut is not None or (self.lf_file and data[j + 1] != 0x0A):
                     self._after_cr(data[j + 1] != 0x0A, ended, self.field, lambda: self._before(data, j), data, j + 1)
                 if ended is not None:
+                    if ended == 0 or pos - self._record_start - len(self.header) in (0, len(BOM)):
+                        self._same_as_header(data, pos, ended)
                     self.record += 1
                     if self.ends is not None:
                         self.ends.append(pos)
                 self.field = 0
                 self._field_start = self._record_start = pos + 1
                 self._record_multiline = False
+                if c == 0x0D and i < n and data[i] == 0x0D:  # the CRs after it: blank lines, nothing more (a run
+                    k = _CRS.match(data, i).end()  # of megabytes took seconds a megabyte one by one)
+                    self.line += k - i
+                    self._field_start = self._record_start = base + k
+                    i = k
             elif c == self._delim:
                 self.field += 1
                 self._field_start = pos + 1
@@ -313,6 +328,26 @@ class QuoteTracker(io.RawIOBase):
         if n:
             self._last = data[-1]
             self._tail = data[-_AROUND:] if n >= _AROUND else (self._tail + data)[-_AROUND:]
+            if self._head_reads is not None:
+                self._head_reads.append(data)
+            else:
+                keep = len(self.header) + len(BOM)
+                self._recent = data[-keep:] if n >= keep else (self._recent + data)[-keep:]
+
+    def _same_as_header(self, data: bytes, pos: int, record: int) -> None:
+        """The record that ends at stream offset ``pos`` (in ``data``): the header (``record`` 0) is kept; a later
+        one of as many bytes (or a BOM more) is noted in ``header_rows`` when its bytes are the header's."""
+        base, start = self._base, self._record_start
+        if record == 0:
+            self.header = (b"".join(self._head_reads) + data[:pos - base])[start:]
+            self._head_reads, self._recent = None, b""  # (the records after it start in this read)
+            return
+        if start >= base:
+            line = data[start - base:pos - base]
+        else:  # the record began in an earlier read: its bytes there are the last of _recent
+            line = self._recent[len(self._recent) - (base - start):] + data[:pos - base]
+        if line.removeprefix(BOM) == self.header:
+            self.header_rows.add(record - 1)
 
     def _before(self, data: bytes, j: int) -> bytes:
         """Up to _AROUND bytes of the line before ``data[j]`` (the earlier reads' last bytes: ``_tail``)."""
@@ -342,9 +377,7 @@ class QuoteTracker(io.RawIOBase):
         """After the CR alone that ended a record (``_undecided``) the line goes on at ``data[at]``: it is cut only if
         a byte other than a CR comes before its line feed (another record); CRs then a line end (``\\r\\r\\n``) are blank
         lines pyarrow skips, so the line is one record whole. Undecided while the read ends in CRs."""
-        k = at
-        while k < len(data) and data[k] == 0x0D:
-            k += 1
+        k = _CRS.match(data, at).end() if at < len(data) and data[at] == 0x0D else at
         if k == len(data):
             return
         record, line = self._undecided
@@ -352,6 +385,12 @@ class QuoteTracker(io.RawIOBase):
         if data[k] != 0x0A:
             self._cut = line
             self.cut_rows[record - 1] = (line, True)
+
+    def undecided_row(self) -> int | None:
+        """The data row a CR alone ended whose line the reads so far cannot tell cut or whole (only CRs follow it to
+        the end of the last read: a run of CRs may be longer than any read ahead), else None. Its batch waits."""
+        record = self._undecided[0] if self._undecided is not None else (self._cr_pending or (None,))[0]
+        return record - 1 if record else None
 
     def _after_lf(self, record: int | None) -> None:
         """A line feed outside quotes ended ``record`` (None: a blank line, or a CRLF's CR ended it) and its line."""
@@ -367,6 +406,7 @@ class QuoteTracker(io.RawIOBase):
             self.line += 1
 
 
+_CRS = re.compile(b"\r+")
 _AROUND = 100  # bytes of a line read on each side of a CR alone, to show it (as 20 characters)
 
 

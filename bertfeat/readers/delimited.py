@@ -358,15 +358,21 @@ class CsvReader(TextReader):
             rows, pre, outs = self._place_rows(b, row, skipped)
             self._check_mended(mend, rows, pre)
             row += len(rows)
-            if pending is not None:
-                yield self._mark_suspects(pending, tracker)
             out_t, out_p, out_i, *out_k = outs
             end = max(end, start)
             if transcoder is not None and transcoder.escaped:  # a byte the encoding could not read: a bad row
                 self._reject_unreadable(outs, rows, pre)
-            pending = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, end, start,
-                                           dict(zip(self.keep, out_k)) if self.keep else None))
+            batch = self._typed(RawBatch(rows, out_t, out_p, out_i, pre, end, start,
+                                         dict(zip(self.keep, out_k)) if self.keep else None))
             start = end
+            undecided = tracker.undecided_row()
+            if pending is not None and undecided is not None and pending.rows and undecided <= pending.rows[-1]:
+                pending.extend(batch)  # a run of CRs past the read-ahead: whether its row is cut is not known yet
+                pending.bytes_read = batch.bytes_read
+                continue
+            if pending is not None:
+                yield self._mark_suspects(pending, tracker)
+            pending = batch
         yield from self._parse_end(pending, tracker, skipped, row, start, counter)
 
     def _next_batch(self, it, gate, row: int):
@@ -537,9 +543,7 @@ class CsvReader(TextReader):
             self._mark_oversized(b, tracker)
         if tracker.cut_rows:
             self._mark_cut(b, tracker)
-        if not tracker.suspects:
-            return b
-        for k, row in enumerate(b.rows):
+        for k, row in enumerate(b.rows if tracker.suspects else ()):
             hit = tracker.suspects.get(row)
             if hit is not None:
                 line, field, close = hit
@@ -548,7 +552,35 @@ class CsvReader(TextReader):
                                              f"only ends at a quote on line {close}, so lines {line + 1} to {close} were read "
                                              "into this row")
                 b.texts[k] = None
+        if tracker.header_rows:
+            self._mark_repeated_header(b, tracker)
         return b
+
+    def _mark_repeated_header(self, b: RawBatch, tracker) -> None:
+        """A line that is the header line again (csvcheck.QuoteTracker.header_rows: its bytes, a BOM before them
+        allowed) is a bad row: files joined with ``cat`` keep each one's header, which was read as a row (the names
+        encoded as a text). Only with two or more named columns: a one-column file's value may be its column's name
+        (a word list headed 'word' may hold the word), and there it is read as a row. A cut line or an unclosed quote
+        keeps its own reason; the row's values are the names, so none is kept."""
+        if sum(1 for c in self.columns if c.strip()) < 2:
+            tracker.header_rows.clear()
+            return
+        line = tracker.header.decode("utf-8", errors="replace")
+        shown = json.dumps(line if len(line) <= 40 else line[:37] + "...", ensure_ascii=False)
+        for k, row in enumerate(b.rows):
+            if row not in tracker.header_rows:
+                continue
+            tracker.header_rows.discard(row)
+            old = b.pre_rejected.get(row)
+            if old is not None and old.code in (RejectCode.LONE_CR, RejectCode.UNCLOSED_QUOTE):
+                continue
+            b.pre_rejected[row] = Reason(RejectCode.REPEATED_HEADER, (
+                f"the header line again ({shown}), as where the next file starts in files joined with their header "
+                f"lines (cat a.{self.fmt} b.{self.fmt} > all.{self.fmt})"))
+            for values in (b.texts, b.pairs, b.ids, *(b.extra or {}).values()):
+                if values is not None:
+                    values[k] = None
+            b.written.pop(row, None)
 
     def _mark_cut(self, b: RawBatch, tracker) -> None:
         """Each part of a line that a carriage return alone cut into rows (csvcheck.QuoteTracker.cut_rows) is a bad

@@ -16,6 +16,7 @@ rows stream in (one parse: the same rule), and the output's type comes from the 
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -27,7 +28,9 @@ from .rejects import Reason, RejectCode, cell, size_text, too_large
 from .textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
 from .kept import JsonNumber, convert_json, json_int, json_type, json_written
-from .text import TextReader, TooLong, head_of, read_lines, read_wide_lines, split_wide_lines, wide_line_codec
+from .stream import Swapped
+from .text import (TextReader, TooLong, head_of, line_feed_byte, read_lines, read_wide_lines, split_wide_lines,
+                   wide_line_codec)
 
 
 class JsonlReader(TextReader):
@@ -42,7 +45,7 @@ class JsonlReader(TextReader):
 
     def _count_lines(self, data: bytes) -> int:
         """Lines that are not blank (JSON strings hold no raw line break): the rows, as _parse reads them."""
-        return sum(1 for ln in data.removeprefix(b"\xef\xbb\xbf").split(b"\n") if ln.strip())
+        return sum(1 for ln in data.split(b"\n") if ln.removeprefix(b"\xef\xbb\xbf").strip())
 
     def _string_columns(self) -> list[str]:
         return [c for c, types in self._json_types.items() if "str" in types]
@@ -107,11 +110,16 @@ class JsonlReader(TextReader):
         """(the codec of a line, the head's lines), a byte order mark dropped and a line cut at the end of the head
         left out."""
         codec, unit = wide_line_codec(self.encoding, head) or (self.encoding, 1)
-        if unit == 1:
-            lines = head.removeprefix(b"\xef\xbb\xbf").split(b"\n")
+        lf = line_feed_byte(self.encoding)
+        if lf is not None:  # EBCDIC: its line feed is another byte
+            swap = bytes.maketrans(bytes([0x0A, lf]), bytes([lf, 0x0A]))
+            lines = [line.translate(swap) for line in head.translate(swap).split(b"\n")]
+        elif unit == 1:
+            lines = [line.removeprefix(b"\xef\xbb\xbf") for line in head.split(b"\n")]
         else:
-            lines, rest = split_wide_lines(head.removeprefix("\ufeff".encode(codec)), codec, unit)
-            lines.append(rest)
+            bom = "\ufeff".encode(codec)
+            lines, rest = split_wide_lines(head.removeprefix(bom), codec, unit)
+            lines = [line.removeprefix(bom) for line in lines] + [rest.removeprefix(bom)]
         return codec, lines[:-1] if len(head) >= HEAD_BYTES and len(lines) > 1 else lines
 
     def _head_limit(self) -> int:
@@ -168,6 +176,17 @@ class JsonlReader(TextReader):
         if not self._json_types and other is not None:
             raise InputError(f"{self.name} line {other[0]}: {_line_kind(other[1])}, not an object",
                              'bertfeat reads JSONL with one JSON object per line ({"text": ...}); convert the file, or use CSV')
+        if not self._json_types and unread is not None and isinstance(unread[1], UnicodeDecodeError):
+            n, e = unread  # a file in another encoding (CSV's header line says the same)
+            raise InputError(f"{self.name} line {n}: invalid {self.encoding} at byte {e.start} of the line, and none of "
+                             f"its first {sum(1 for line in lines[:1000] if line.strip())} line(s) is a JSON object",
+                             f"pass {opt('encoding')} with the file's encoding (e.g. {opt('encoding', 'latin-1')})")
+        if not self._json_types and unread is not None and _raw_control(unread[1]):
+            n, e = unread  # JSON Lines from a writer that does not escape a tab (printf, string joins)
+            raise InputError(f"{self.name} line {n}: not JSON: {_raw_control(e)}, and none of its first "
+                             f"{sum(1 for line in lines[:1000] if line.strip())} line(s) is a JSON object",
+                             "write each line with a JSON writer (json.dumps writes a tab in a string as \\t, as JSON "
+                             f"requires); a file of tab-separated values is read with {opt('input_format', 'tsv')}")
         if not self._json_types and unread is not None:  # CSV or plain text under a .jsonl name: say so, not "columns: none"
             n, e = unread
             why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
@@ -187,12 +206,18 @@ class JsonlReader(TextReader):
         return list(self._json_types)
 
     def _lines(self, fh, codec: str, unit: int):
-        """The lines that are not blank (the rows), as bytes, a byte order mark dropped. UTF-16 / UTF-32 lines
+        """The lines that are not blank (the rows), as bytes, a byte order mark at a line's start dropped (at the
+        file's, or where files joined with cat meet: it is never JSON). UTF-16 / UTF-32 lines
         (``unit`` 2 or 4) end at an encoded line feed on a character boundary, and are told blank decoded."""
         limit = self._line_limit()
+        lf = line_feed_byte(self.encoding)
+        swap = None
+        if lf is not None:  # EBCDIC: lines end at its line feed, swapped with 0x0a to be read, and back in each line
+            fh = io.BufferedReader(Swapped(fh, 0x0A, lf), buffer_size=1 << 20)
+            swap = fh.raw.table
         raw = read_lines(fh, limit) if unit == 1 else read_wide_lines(fh, codec, unit, limit=limit)
-        bom = b"\xef\xbb\xbf" if unit == 1 else "\ufeff".encode(codec)
-        row, first = 0, True
+        bom = b"" if swap is not None else b"\xef\xbb\xbf" if unit == 1 else "\ufeff".encode(codec)
+        row = 0
         while True:
             try:
                 line = next(raw, b"")
@@ -201,13 +226,14 @@ class JsonlReader(TextReader):
             if isinstance(line, TooLong):  # a row: a bad one (_row)
                 yield line
                 row += 1
-                first = False
                 continue
             if not line:
                 return
-            if first:
-                line, first = line.removeprefix(bom), False
-            if (line if unit == 1 else line.decode(codec, "replace")).strip():  # blank lines are not rows
+            line = line.removeprefix(bom)  # any line's: files joined with cat keep each one's (a Dask byte range
+            # may start at any line, so every line is read alike)
+            if swap is not None:
+                line = line.translate(swap)
+            if (line if unit == 1 and swap is None else line.decode(codec, "replace")).strip():  # blank lines are not rows
                 yield line
                 row += 1
 
@@ -286,7 +312,9 @@ class JsonlReader(TextReader):
             return None, None, obj.get(self.id_column) if obj and self.id_column is not None else None, obj, Reason(
                 RejectCode.ENCODING, f"invalid {self.encoding} at byte {e.start} of the line")
         except ValueError as e:
-            return None, None, None, None, Reason(RejectCode.INVALID_JSON, f"invalid JSON ({e})")
+            raw = _raw_control(e)
+            return None, None, None, None, Reason(RejectCode.INVALID_JSON, f"invalid JSON: {raw}" if raw else
+                                                  f"invalid JSON ({e})")
         except RecursionError:
             return None, None, None, None, Reason(RejectCode.INVALID_JSON, "JSON nested too deeply for Python's parser")
         if not isinstance(obj, dict):
@@ -364,6 +392,17 @@ def _refuse_json_document(name: str, head: bytes, lines: list[bytes]) -> None:
     if head.count(b"\r") > 1 and b"\n" not in head:
         raise InputError(f"{name}: its lines end in CR alone (old Mac line ends), which JSON Lines does not take",
                          f"convert the line ends, e.g. tr '\\r' '\\n' < {name} > {Path(name).stem}.lf.jsonl")
+
+
+def _raw_control(e: BaseException) -> str | None:
+    """What Python's "Invalid control character at" means, in words: a raw tab (or other control character) inside a
+    string, which JSON writes escaped; None for another error."""
+    if not isinstance(e, json.JSONDecodeError) or not e.msg.startswith("Invalid control character"):
+        return None
+    ch = e.doc[e.pos] if e.pos < len(e.doc) else ""
+    name = {"\t": "a tab", "\r": "a carriage return", "\x00": "a NUL"}.get(ch, "a control character")
+    return (f"{name} (U+{ord(ch):04X}) written as it is inside a string at column {e.colno}, where JSON requires it "
+            f"escaped ({json.dumps(ch)[1:-1]})") if ch else None
 
 
 def _loads(text: str):

@@ -194,6 +194,12 @@ def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
     fs = fsspec.filesystem("file")
     if is_pattern(path) if glob is None else glob:
         files, n_out = _local_glob(path, fmt, frozenset(known))
+        tilde = not_local(path) if not files else None
+        if tilde and tilde[0] == "tilde":  # '~/d/*.csv' quoted: no shell expanded the ~ (nor the pattern)
+            head, _, rest = path.partition("/")
+            raise InputError(f"{path}: the pattern matches no file: it {UNEXPANDED_TILDE}",
+                             f"give the pattern with the folder written out, '{tilde[1]}'"
+                             + (f", or quote the pattern after the ~ alone: {head}/'{rest}'" if rest else ""))
         if not files:
             raise InputError(f"{path}: the pattern matches no {'input ' if n_out else ''}file{_left_out(n_out)}",
                              (not n_out and _escape_fix(path)) or

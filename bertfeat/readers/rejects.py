@@ -44,6 +44,7 @@ class RejectCode(str, Enum):
     FIELD_TOO_LARGE = "field-too-large"  # a text, pair, id or kept value larger than max_field_bytes (never held whole)
     QUOTED_TSV = "quoted-tsv"  # a TSV value written as a CSV writer quotes one ("a ""b"""), which TSV does not undo
     LONE_CR = "lone-cr"  # a part of a line a CR alone (not a CRLF's) cut into rows, in a file whose lines end in \n
+    REPEATED_HEADER = "repeated-header"  # a CSV / TSV line that is the header line again (files joined with cat)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,8 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES, no_keep: bool 
         RejectCode.LONE_CR: ("remove the CR from the value or replace it with a space (e.g. perl -pe 's/\\r(?!\\n)/ /g' "
                              "in.tsv > fixed.tsv, which keeps CRLF line ends), quote the value (CSV: a quoted value keeps "
                              f"its CR), or write the rows as JSONL or Parquet, which keep it; {skip}"),
+        RejectCode.REPEATED_HEADER: ("join the files without their header lines but the first (e.g. awk 'NR == 1 || "
+                                     f"FNR > 1' a.csv b.csv > all.csv), or delete the line; {skip}"),
         RejectCode.INVALID_JSON: f"fix the line (one JSON object per line), {skip}",
         RejectCode.NOT_OBJECT: f'make the line a JSON object such as {{"text": ...}} (one object per line), {skip}',
         RejectCode.BAD_KEPT_VALUE: (f"fix the value (the column's values are of the kind its first rows hold), {skip}"

@@ -73,6 +73,29 @@ class NewlineAtEnd(io.RawIOBase):
         super().close()
 
 
+class Swapped(io.RawIOBase):
+    """A stream with two byte values swapped (one for one, so offsets stay): an EBCDIC file's line feed (0x25) read
+    as 0x0a, where ``readline`` ends a line (the JSONL reader swaps each line back before decoding it)."""
+
+    def __init__(self, fh, a: int, b: int):
+        self._fh = fh
+        self.table = bytes.maketrans(bytes([a, b]), bytes([b, a]))
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = self._fh.readinto(b)
+        if n:
+            view = memoryview(b)[:n]
+            view[:] = bytes(view).translate(self.table)
+        return n
+
+    def close(self):
+        self._fh.close()
+        super().close()
+
+
 class Prefixed(io.RawIOBase):
     """stdin with the bytes already peeked at put back in front."""
 

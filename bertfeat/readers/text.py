@@ -8,6 +8,7 @@ import codecs
 import io
 import sys
 import zlib
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -24,7 +25,10 @@ class TextReader(Reader):
 
     def _setup(self, delimiter):
         if len(self.files) > 1:
-            raise InputError(f"{self.path}: a glob of {self.fmt.upper()} files is not supported", "concatenate them, or convert to Parquet")
+            how = (f"awk 'NR == 1 || FNR > 1' {self.path} > all.{self.fmt}, which keeps the first file's header line "
+                   "alone" if self.fmt in ("csv", "tsv") else f"cat {self.path} > all.{self.fmt}")
+            raise InputError(f"{self.path}: a glob of {self.fmt.upper()} files is not supported",
+                             f"concatenate them ({how}) and pass that file, or convert them to Parquet")
         self.compression = compression_of(self.files[0]) if self.files else None
         self._head: bytes | None = None
 
@@ -101,11 +105,39 @@ class TextReader(Reader):
         or three others (``café`` as ``cafÃ©``, the text encoded and the kept values written so) without an error."""
         what = "the input" if self.path == "-" else "the file"
         seen = None if self.encoding.startswith(("utf-16", "utf-32")) else wide_unicode(head, what)
+        if seen is None and _ascii_lines(self.encoding):
+            self._refuse_ebcdic(head)
+        if seen is None:
+            self._refuse_ebcdic_nl(head, self.encoding)
         if seen is None and self.encoding != "utf-8" and head.startswith(codecs.BOM_UTF8):
             seen = "utf-8", f"{what} starts with a UTF-8 byte order mark: it is UTF-8 text"
         if seen is not None:
             encoding, how = seen
             raise InputError(f"{self.name}: {how}, not {self.encoding}", f"pass {opt('encoding', encoding)}")
+
+    def _refuse_ebcdic(self, head: bytes) -> None:
+        """EBCDIC text (a mainframe's) read as an ASCII-based encoding: CSV said only "invalid utf-8 at byte 0", JSONL
+        "not JSON" and that it might be CSV; read as latin-1 its bytes were letters no one wrote."""
+        codec = ebcdic_codec(head)
+        if codec is None:
+            return
+        self._refuse_ebcdic_nl(head, codec)
+        first = head.decode(codec).lstrip().splitlines()[0] if head.strip() else ""
+        shown = first if len(first) <= 40 else first[:37] + "..."
+        raise InputError(f"{self.name}: its bytes look like EBCDIC text (read as {codec}, its first line is {shown!r}), "
+                         f"not {self.encoding}", f"pass {opt('encoding', codec)} (or the file's own EBCDIC code page, "
+                         "e.g. cp500 or cp273: they differ in a few characters)")
+
+    def _refuse_ebcdic_nl(self, head: bytes, codec: str) -> None:
+        """EBCDIC lines that end in its NL (0x15, U+0085, as z/OS writes them) rather than its line feed (0x25): no
+        CSV or JSON reader ends a line there, so the file read as one line (a header of every row, or 'not JSON')."""
+        lf, nl = line_feed_byte(codec), "\x85".encode(codec, errors="replace")
+        if lf is None or len(nl) != 1 or bytes([lf]) in head or nl not in head:
+            return
+        src, stem = ("FILE", "NAME") if self.path == "-" else (self.path, Path(self.files[0]).name.split(".", 1)[0])
+        raise InputError(f"{self.name}: its lines end in EBCDIC's NL (byte 0x{nl[0]:02x}), not a line feed (0x{lf:02x}) "
+                         f"as bertfeat reads {codec} lines", f"make them line feeds (tr '\\{nl[0]:03o}' '\\{lf:03o}' "
+                         f"< {src} > {stem}.lf.{self.fmt}) and pass that file with {opt('encoding', codec)}")
 
     def _open_binary(self):
         """(binary stream of the decompressed input, counter of the bytes read from disk)."""
@@ -255,6 +287,35 @@ def wide_unicode(head: bytes, what: str = "the file") -> tuple[str, str] | None:
         if all(s >= 0.9 if nul else s <= 0.1 for s, nul in zip(share, pattern)):
             return encoding, f"{nuls.format(what)}: it looks like {name} text"
     return None
+
+
+#: EBCDIC code pages a file may be in, the most common first (ebcdic_codec)
+_EBCDIC = ("cp037", "cp500", "cp1140", "cp273", "cp1026")
+
+
+def ebcdic_codec(head: bytes) -> str | None:
+    """The EBCDIC code page ``head`` reads best in when it is EBCDIC text (its letters and digits are bytes over 0x7f,
+    so at least a third of a text's bytes are; read so, 97 in 100 characters are printable ASCII or line ends), else
+    None. UTF-8 text of other scripts reads as non-ASCII letters here, and ASCII text as control characters."""
+    sample = head[:4096]
+    if len(sample) < 16 or sum(b > 0x7F for b in sample) * 3 < len(sample):
+        return None
+
+    def ascii_share(codec: str) -> float:
+        text = sample.decode(codec)
+        return sum(ch.isascii() and (ch.isprintable() or ch in "\t\r\n") or ch == "\x85" for ch in text) / len(text)
+
+    best = max(_EBCDIC, key=ascii_share)  # (the first of equals: cp037)
+    return best if ascii_share(best) >= 0.97 else None
+
+
+def line_feed_byte(encoding: str) -> int | None:
+    """The byte a line feed is in a single-byte encoding where it is not 0x0a (EBCDIC's 0x25), else None."""
+    try:
+        nl = "\n".encode(encoding)
+    except (UnicodeError, LookupError):
+        return None
+    return nl[0] if len(nl) == 1 and nl != b"\n" else None
 
 
 def wide_line_codec(encoding: str, head: bytes) -> tuple[str, int] | None:

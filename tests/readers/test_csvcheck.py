@@ -20,6 +20,8 @@ CASES = {
     # lines end at \r alone too (pyarrow's reading): the lines are numbered so, whatever the reads
     "closed by a later quote, \\r line ends": (b'id,text\r\r0,"a\r1,b\r2,"c"\r3,d\r', False, {0: (3, 1, 5)}, 0),
     "closed by a later quote, mixed line ends": (b'id,text\n\r\n0,"a\r1,b\r\n2,"c"\n3,d\r', False, {0: (3, 1, 5)}, 1),
+    # runs of CRs outside quotes are blank lines, each counted (skipped as one run, whatever the reads)
+    "runs of CRs": (b'id,text\r\r\r0,"a\r\r1,b\r2,"c"\r\r\r\r\n3,d\r\r', False, {0: (4, 1, 7)}, 0),
 }
 
 

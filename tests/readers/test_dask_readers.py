@@ -131,3 +131,38 @@ def test_a_compressed_file_cut_short_past_its_head_is_one_line_naming_it(client,
         f"Error: {src}: cannot read the file (Compressed file ended before the end-of-stream marker was reached) - "
         "check the file is complete and its compression")
     assert not out.exists() and not (tmp_path / "o.parquet.partial").exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_files_joined_with_their_headers_same_bad_rows_on_both_engines(client, tmp_path, capsys, fmt):
+    """CSV / TSV files joined with cat keep each file's header line, which was encoded as a row (the text 'text', the
+    id 'id' written, exit 0). Each is a bad row (repeated-header): the run stops at the first, naming it and how to
+    join the files; skipped, the local engine and the Dask engine at every blocksize write the same rows and rejects."""
+    sep = "," if fmt == "csv" else "\t"
+    files = []
+    for name, first in (("a", 0), ("b", 300), ("c", 600)):
+        files.append(write_csv(tmp_path / f"{name}.{fmt}", ["id", "text"],
+                               [[f"r{i}", f"sentence number {i}"] for i in range(first, first + 300)], sep))
+    joined = tmp_path / f"all.{fmt}"
+    joined.write_bytes(b"".join(f.read_bytes() for f in files))
+    reason = (f'the header line again ("id{sep.replace(chr(9), chr(92) + "t")}text"), as where the next file starts in '
+              f"files joined with their header lines (cat a.{fmt} b.{fmt} > all.{fmt})")
+    fix = "join the files without their header lines but the first (e.g. awk 'NR == 1 || FNR > 1' a.csv b.csv > all.csv)"
+    rc, _, err = run(capsys, "extract", joined, "-o", tmp_path / "x.parquet", "-m", tiny_model(), "-q")
+    assert (rc, err) == (1, f"Error: {joined} row 300: {reason} - {fix}, or delete the line; or pass --on-bad-row "
+                            "skip to write it to the rejects file and go on\n")
+    assert not (tmp_path / "x.parquet").exists()
+    local = tmp_path / "local.parquet"
+    s = bertfeat.extract(joined, local, model=tiny_model(), id_column="id", on_bad_row="skip")
+    assert (s.rows_written, s.rows_rejected) == (900, 2)
+    assert pq.read_table(local).column("id").to_pylist() == [f"r{i}" for i in range(900)]
+    want = _rejects(tmp_path / "local.parquet.rejects.csv")
+    assert want == [["300", reason], ["601", reason]]
+    for blocksize in (4096, 16384, None):
+        out = tmp_path / f"dask-{blocksize}.parquet"
+        d = bertfeat.extract(joined, out, model=tiny_model(), id_column="id", on_bad_row="skip", engine="dask",
+                             client=client, blocksize=blocksize)
+        assert (d.rows_written, d.rows_rejected) == (900, 2), blocksize
+        assert pq.read_table(out).column("id").to_pylist() == [f"r{i}" for i in range(900)], blocksize
+        assert _rejects(tmp_path / f"dask-{blocksize}.parquet.rejects.csv") == want, blocksize
+    assert len(open_input(str(joined)).partitions(4096, 4)) >= 6

@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import os
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -778,6 +779,29 @@ def test_crs_that_leave_a_line_one_row_are_read_at_every_offset(tmp_path, monkey
 
 
 @pytest.mark.parametrize("fmt", ["csv", "tsv"])
+@pytest.mark.parametrize("tail", ["world\n", "\n"])
+def test_a_run_of_crs_longer_than_the_read_ahead_is_judged_whole(tmp_path, monkeypatch, fmt, tail):
+    """A run of CRs between two values longer than the reader reads ahead of pyarrow (1 MiB past its blocks): the row
+    the first CR ended was handed out before the tracker saw what follows the run, so its text was read as a row
+    ('hello' encoded) while the part after the run was refused as lone-cr. The row now waits until the run ends: both
+    parts are bad rows; a run that ends at the line's line feed leaves one row, read whole. Both engines."""
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 1 << 16)
+    sep = "," if fmt == "csv" else "\t"
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(f"key{sep}text\nk0{sep}before\nk1{sep}hello".encode() + b"\r" * ((1 << 20) + (1 << 18))
+                     + f"{tail}k2{sep}after\n".encode())
+    reader = open_input(str(path), id_column="key")
+    whole = rows_of(reader)
+    got = [(r, t, i, why and why.code) for r, t, i, why in whole]
+    if tail == "\n":
+        assert got == [(0, b"before", b"k0", None), (1, b"hello", b"k1", None), (2, b"after", b"k2", None)]
+    else:
+        assert got == [(0, b"before", b"k0", None), (1, None, b"k1", RejectCode.LONE_CR),
+                       (2, None, None, RejectCode.LONE_CR), (3, b"after", b"k2", None)]
+    assert rows_by_partitions(reader, reader.partitions(blocksize=1 << 19)) == whole
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
 def test_a_bom_on_a_line_of_its_own_is_a_blank_line_before_the_header(tmp_path, fmt):
     """pyarrow skips a UTF-8 BOM at the start of a file, so a BOM then a line end is a blank line and the header is the
     next line. The quote tracker took the BOM's line for the header: every row it names was the next one, so a line a
@@ -846,3 +870,221 @@ def test_an_input_path_with_an_unexpanded_tilde_is_said_so(tmp_path, monkeypatch
     (tmp_path / "~").mkdir()
     (tmp_path / "~" / "x.csv").write_text("text\nhello\n")
     assert open_input("~/x.csv").text_column == "text"
+
+
+def test_a_glob_with_an_unexpanded_tilde_is_said_so(tmp_path, monkeypatch, capsys):
+    """A quoted '~/d/*.csv' (no shell expanded the ~) said only "the pattern matches no file - check the glob pattern
+    (quote it so the shell does not expand it)", a fix the user had followed: it names the ~ now, and the pattern it
+    stands for. A folder that is named ~ is read as given."""
+    from bertfeat.cli.app import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / "d").mkdir(parents=True)
+    (tmp_path / "home" / "d" / "a.csv").write_text("text\nhello\n")
+    why = "the pattern matches no file: it starts with ~, which no shell expanded (bertfeat takes a path as it is given)"
+    with pytest.raises(InputError) as e:
+        open_input("~/d/*.csv")
+    assert e.value.message == (f"~/d/*.csv: {why} - give the pattern with the folder written out, "
+                               f"'{tmp_path}/home/d/*.csv', or quote the pattern after the ~ alone: ~/'d/*.csv'")
+    assert main(["extract", "~/d/*.csv", "-o", str(tmp_path / "o.parquet"), "-q"]) == 1
+    assert capsys.readouterr().err.startswith(f"Error: ~/d/*.csv: {why} - give the pattern")
+    (tmp_path / "~").mkdir()
+    (tmp_path / "~" / "a.csv").write_text("text\nhello\n")
+    assert open_input("~/*.csv").text_column == "text"
+
+
+HEADER_AGAIN = ("the header line again ({}), as where the next file starts in files joined with their header lines "
+                "(cat a.{fmt} b.{fmt} > all.{fmt})")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_a_header_line_again_is_a_bad_row_at_every_offset(tmp_path, monkeypatch, fmt):
+    """CSV / TSV files joined with cat (each with its header line; one with CRLF line ends, one with a UTF-8 BOM)
+    had every later header read as a row: the names encoded as a text, the id 'id' written, and a kept int column
+    decided str by the header in the head. Each is a bad row (code repeated-header, no value kept), at every offset of
+    pyarrow's blocks and of the Dask engine's byte ranges; the rows around keep their numbers; a line that differs in
+    field is a row."""
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 256)
+    sep = "," if fmt == "csv" else "\t"
+    header = f"id{sep}text{sep}label"
+    lines, want = [header], []
+    for i in range(600):
+        if i % 37 == 5:
+            lines.append(("\ufeff" if i % 2 else "") + header)
+            want.append(None)
+        lines.append(f"r{i}{sep}{'texts' if i == 7 else 'sentence'} {i}{sep}{i % 3}")
+        want.append((f"{'texts' if i == 7 else 'sentence'} {i}".encode(), f"r{i}".encode(), i % 3))
+    lines.insert(3, f"ids{sep}text{sep}1")  # a line that is not the header's: a row
+    want.insert(2, (b"text", b"ids", 1))
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(("\r\n".join(lines[:100]) + "\n" + "\n".join(lines[100:]) + "\n").encode())
+    reader = open_input(str(path), id_column="id", keep=["label"])
+    assert reader.keep_types()["label"] == pa.int64()
+    got, why = [], {}
+    for b in reader.batches():
+        for k, r in enumerate(b.rows):
+            reason = b.pre_rejected.get(r)
+            if reason is not None and reason.code == RejectCode.REPEATED_HEADER:
+                assert (b.texts[k], b.ids[k], b.extra["label"][k]) == (None, None, None)
+                got.append(None)
+                why[reason.text] = why.get(reason.text, 0) + 1
+            else:
+                got.append((b.texts[k], b.ids[k], b.extra["label"][k]))
+    assert got == want
+    shown = json.dumps(header)
+    assert why == {HEADER_AGAIN.format(shown, fmt=fmt): 17}
+    parts = reader.partitions(blocksize=1024, target=64)
+    assert len(parts) >= 8
+    whole = rows_of(reader)
+    assert rows_by_partitions(reader, parts) == whole
+    data, h = path.read_bytes(), header.encode()
+    starts = [m.start() + 1 for m in re.finditer(b"\n(?=(?:\xef\xbb\xbf)?" + re.escape(h) + b")", data)]
+    assert len(starts) == 17
+    for at in starts[:4] + starts[-3:]:  # a byte range that starts at the header line again (read_block: after the \n)
+        parts = reader.partitions(blocksize=at - 1)
+        assert any(p.offset == at - 1 for p in parts)
+        assert rows_by_partitions(reader, parts) == whole, at
+
+
+@pytest.mark.parametrize("data", [b"text\nhello\ntext\nbye\n", b"word,\napple,\nword,\nbye,\n",
+                                  b"\xef\xbb\xbftext\nhello\n\xef\xbb\xbftext\nbye\n"])
+def test_a_one_column_files_value_may_be_its_columns_name(tmp_path, data):
+    """A file of one named column (a blank one beside it from trailing commas too) may hold its column's name as a
+    value (a word list headed 'word' holds the word 'word'): that line is read as a row, never refused."""
+    path = tmp_path / "words.csv"
+    path.write_bytes(data)
+    lines = [line.rstrip(b",") for line in data.split(b"\n")]
+    got = [(r, t, why) for r, t, _, why in rows_of(open_input(str(path), text_column=lines[0].lstrip(b"\xef\xbb\xbf").decode()))]
+    assert got == [(0, lines[1], None), (1, lines[2], None), (2, b"bye", None)]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl"])
+def test_a_glob_of_text_files_says_how_to_join_them(tmp_path, fmt):
+    """A glob of CSV / TSV / JSONL files is refused; joining CSVs with cat keeps every file's header line (each a
+    bad row, repeated-header), so the fix shows a line that keeps the first file's header alone."""
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.{fmt}").write_text('{"text": "x"}\n' if fmt == "jsonl" else "text\nx\n")
+    pattern = str(tmp_path / f"*.{fmt}")
+    with pytest.raises(InputError) as e:
+        open_input(pattern)
+    how = (f"awk 'NR == 1 || FNR > 1' {pattern} > all.{fmt}, which keeps the first file's header line alone"
+           if fmt != "jsonl" else f"cat {pattern} > all.jsonl")
+    assert e.value.message == (f"{pattern}: a glob of {fmt.upper()} files is not supported - concatenate them ({how}) "
+                               "and pass that file, or convert them to Parquet")
+
+
+@pytest.mark.parametrize("fmt, text, first", [
+    ("jsonl", '{"id": 1, "text": "hello world"}\n{"id": 2, "text": "good day"}\n', '{"id": 1, "text": "hello world"}'),
+    ("csv", "id,text\n1,hello world\n2,good day\n", "id,text"),
+    ("tsv", "id\ttext\n1\thello world\n2\tgood day\n", "id\ttext")])
+@pytest.mark.parametrize("codec", ["cp037", "cp500"])
+def test_ebcdic_text_is_named_and_reads_with_its_code_page(tmp_path, fmt, text, first, codec):
+    """EBCDIC text (a mainframe's) was "not JSON ('utf-8' codec can't decode byte 0xc0 ...)" with a hint that it may be
+    CSV (JSONL), or "invalid utf-8 at byte 0" with --encoding latin-1 as the example (CSV), which read it as letters
+    no one wrote; and JSONL could not be read in it at all (its line feed is 0x25, the file one line). It is named, with
+    its code page; read so, every format gives its rows, on both engines' paths."""
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(text.encode(codec))
+    for given, named in (("utf-8", "utf-8"), ("latin-1", "iso8859-1")):
+        with pytest.raises(InputError) as e:
+            open_input(str(path), encoding=given)
+        assert e.value.message == (f"{path}: its bytes look like EBCDIC text (read as cp037, its first line is "
+                                   f"{first!r}), not {named} - pass encoding='cp037' (or the file's own EBCDIC code "
+                                   "page, e.g. cp500 or cp273: they differ in a few characters)")
+    reader = open_input(str(path), encoding=codec, id_column="id")
+    got = [(r, t if isinstance(t, str) else t.decode(), i) for r, t, i, _ in rows_of(reader)]
+    assert [(r, t, str(i if isinstance(i, int) else i.decode())) for r, t, i in got] == [(0, "hello world", "1"),
+                                                                                       (1, "good day", "2")]
+    assert rows_by_partitions(reader, reader.partitions(blocksize=16, target=4)) == rows_of(reader)
+
+
+@pytest.mark.parametrize("text", ["Привет, как дела? Это тестовое предложение.", "这是一个测试句子，用于检查编码。",
+                                  "Αυτή είναι μια δοκιμαστική πρόταση.", "هذه جملة اختبار للتحقق من الترميز.",
+                                  "これはテスト文です。", "이것은 테스트 문장입니다.", "😀😃😄😁😆😅🤣😂",
+                                  "यह एक परीक्षण वाक्य है।", "นี่คือประโยคทดสอบ"])
+def test_utf8_text_of_other_scripts_is_not_taken_for_ebcdic(tmp_path, text):
+    """Text whose bytes are mostly over 0x7f (UTF-8 of other scripts, as EBCDIC's letters are) reads as UTF-8."""
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"text": f"{text} {i}"}, ensure_ascii=False) + "\n" for i in range(50)),
+                    encoding="utf-8")
+    assert rows_of(open_input(str(path)))[0][1] == f"{text} 0"
+
+
+def test_a_jsonl_file_in_another_encoding_says_so_as_csv_does(tmp_path):
+    """A Latin-1 JSONL whose first lines are each invalid UTF-8 was "not JSON ('utf-8' codec can't decode ...); ... if the
+    file is CSV or TSV, pass input_format='csv'"; it names the encoding as the CSV reader does for the same bytes."""
+    lines = ['{"text": "café"}', '{"text": "naïve"}']
+    path = tmp_path / "in.jsonl"
+    path.write_bytes("\n".join(lines).encode("latin-1") + b"\n")
+    with pytest.raises(InputError) as e:
+        open_input(str(path))
+    assert e.value.message == (f"{path} line 1: invalid utf-8 at byte 13 of the line, and none of its first 2 line(s) "
+                               "is a JSON object - pass encoding with the file's encoding (e.g. encoding='latin-1')")
+    assert [t for _, t, _, _ in rows_of(open_input(str(path), encoding="latin-1"))] == ["café", "naïve"]
+
+
+def test_jsonl_files_joined_with_their_byte_order_marks_read_alike_on_both_engines(tmp_path):
+    """JSONL files joined with cat, each starting with a UTF-8 BOM (and a line that is a BOM alone): a BOM at a later
+    line's start made it a bad row ("invalid JSON (Unexpected UTF-8 BOM ...)") on the local engine, but a Dask byte range
+    starting at that line dropped it and read the row (a BOM alone: a row there, none here; count_rows disagreed too).
+    Every line's BOM is dropped now, as the file's first is: the same rows on both, wherever a range starts."""
+    files = [b"\xef\xbb\xbf" + b"".join(json.dumps({"id": f * 100 + i, "text": f"row {f} {i} " + "x" * 40}).encode() + b"\n"
+                                        for i in range(60)) for f in range(3)]
+    data = files[0] + files[1] + b"\xef\xbb\xbf\n" + files[2]
+    path = tmp_path / "all.jsonl"
+    path.write_bytes(data)
+    reader = open_input(str(path), id_column="id")
+    whole = rows_of(reader)
+    assert [(i, t) for _, t, i, why in whole if why is None] == [(f * 100 + i, f"row {f} {i} " + "x" * 40)
+                                                                 for f in range(3) for i in range(60)]
+    assert len(whole) == 180 and reader.total_rows == 180
+    starts = [k + 1 for k in range(len(data)) if data[k:k + 1] == b"\n" and data[k + 1:k + 4] == b"\xef\xbb\xbf"]
+    assert len(starts) == 3
+    for at in starts:  # a byte range that starts at each BOM's line (read_block: after the line feed at its offset)
+        parts = reader.partitions(blocksize=at - 1)
+        assert any(p.offset == at - 1 for p in parts)
+        assert rows_by_partitions(reader, parts) == whole, at
+
+
+def test_a_raw_tab_in_a_jsonl_string_is_named(tmp_path):
+    """A tab written as it is inside a JSON string (printf, string joins; JSON requires \\t) was "not JSON (Invalid
+    control character at at column 12)" with a hint that the file might be CSV, or a bad row "invalid JSON (Invalid
+    control character at: line 1 column 12 (char 11))": the character is named, and where, and what JSON requires."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"text": "a\tb"}\n')
+    with pytest.raises(InputError) as e:
+        open_input(str(path))
+    assert e.value.message == (f"{path} line 1: not JSON: a tab (U+0009) written as it is inside a string at column 12, "
+                               "where JSON requires it escaped (\\t), and none of its first 1 line(s) is a JSON object - "
+                               "write each line with a JSON writer (json.dumps writes a tab in a string as \\t, as JSON "
+                               "requires); a file of tab-separated values is read with input_format='tsv'")
+    path.write_bytes(b'{"text": "ok"}\n{"text": "a\x00b"}\n{"text": "x\ry"}\n')
+    reader = open_input(str(path))
+    whole = rows_of(reader)
+    assert [(r, t, why and why.text) for r, t, _, why in whole] == [
+        (0, "ok", None),
+        (1, None, "invalid JSON: a NUL (U+0000) written as it is inside a string at column 12, where JSON requires it "
+                  "escaped (\\u0000)"),
+        (2, None, "invalid JSON: a carriage return (U+000D) written as it is inside a string at column 12, where JSON "
+                  "requires it escaped (\\r)")]
+    assert rows_by_partitions(reader, reader.partitions(blocksize=16)) == whole
+
+
+@pytest.mark.parametrize("fmt, text", [("csv", "id,text\x851,hello world\x852,good day\x85"),
+                                       ("jsonl", '{"id": 1, "text": "hello world"}\x85{"id": 2, "text": "good day"}\x85')])
+def test_ebcdic_lines_that_end_in_nl_say_how_to_read_them(tmp_path, fmt, text):
+    """EBCDIC lines that end in its NL (0x15, as z/OS writes them) read as one line in cp037 ("cannot read the header
+    line as CSV (... Empty CSV file ...)", "not JSON (Extra data ...)"): the line ends are named, with the tr line that
+    makes them line feeds (0x25); read so, the rows are there."""
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(text.encode("cp037"))
+    for given in ("utf-8", "cp037"):
+        with pytest.raises(InputError) as e:
+            open_input(str(path), encoding=given)
+        assert e.value.message == (f"{path}: its lines end in EBCDIC's NL (byte 0x15), not a line feed (0x25) as "
+                                   f"bertfeat reads cp037 lines - make them line feeds (tr '\\025' '\\045' < {path} > "
+                                   f"in.lf.{fmt}) and pass that file with encoding='cp037'")
+    path.write_bytes(path.read_bytes().replace(b"\x15", b"\x25"))  # what the tr line does
+    got = [(r, t if isinstance(t, str) else t.decode()) for r, t, _, _ in rows_of(open_input(str(path), encoding="cp037"))]
+    assert got == [(0, "hello world"), (1, "good day")]
