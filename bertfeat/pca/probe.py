@@ -172,9 +172,9 @@ def check_label(features: str | os.PathLike, label: str) -> list:
         kept = ", ".join(src.extra_columns) or "none"
         if label == getattr(src, "id_name", None):  # extract refuses --keep of its --id-column: never advise it
             raise BertfeatError(f"{src.path}: {label!r} is its id column, which names each row and cannot be the label",
-                                f"pass {opt('label')} with one of its kept columns ({kept}), or extract again with "
+                                f"pass {opt('label')} with one of its columns beside the features ({kept}), or extract again with "
                                 f"{opt('keep', 'COLUMN')} to keep a label column beside the features")
-        raise BertfeatError(f"{src.path} has no column {label!r} (its kept columns: {kept})",
+        raise BertfeatError(f"{src.path} has no column {label!r} (its columns beside the features: {kept})",
                             f"extract with {opt('keep', label)} to keep the label beside the features, or name one of "
                             "its columns")
     return sources

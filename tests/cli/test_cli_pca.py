@@ -449,7 +449,7 @@ def test_wrote_lines_are_one_line_whatever_the_width(tmp_path, features, capsys)
     (["report", "{t}/m.npz", "-o", "-"], "the report prefix '-' means standard output, which bertfeat does not write to "
      "(its outputs are files, written atomically) - pass -o with a file name, e.g. -o pca100"),
     (["pca", "fit", "{f}", "-n", "2", "-o", "{t}/l.npz", "--label", "sid"], "{f}: 'sid' is its id column, which names "
-     "each row and cannot be the label - pass --label with one of its kept columns (n_tokens, truncated), or extract "
+     "each row and cannot be the label - pass --label with one of its columns beside the features (n_tokens, truncated), or extract "
      "again with --keep COLUMN to keep a label column beside the features"),
     (["pca", "fit", "{t}/m.npz", "-o", "{t}/m2.npz"], "{t}/m.npz: a .npz is not a feature file - pass a feature file of "
      "`bertfeat extract` (.parquet, .npy or .csv); a PCA model (.npz) is applied with `bertfeat pca transform FEATURES "

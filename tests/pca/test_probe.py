@@ -114,7 +114,7 @@ def test_probe_file_errors(tmp_path):
     path = write(tmp_path / "f.parquet", X, y.tolist())
     with pytest.raises(BertfeatError) as e:
         probe_file(pca, path, "class")
-    assert e.value.message == (f"{path} has no column 'class' (its kept columns: label) - extract with keep='class' to "
+    assert e.value.message == (f"{path} has no column 'class' (its columns beside the features: label) - extract with keep='class' to "
                                "keep the label beside the features, or name one of its columns")
     one = write(tmp_path / "one.parquet", X, [1] * 200)
     with pytest.raises(BertfeatError, match="has 1 class\\(es\\) in 200 labelled rows - a probe needs at least two"):
@@ -161,7 +161,7 @@ def test_cli_report_probe_writes_and_shows_it(tmp_path, capsys):
                                                "--label label")
     assert main(["report", str(tmp_path / "m.npz"), "-o", str(tmp_path / "q"), "--probe", str(feats),
                  "--label", "nope"]) == 1
-    assert capsys.readouterr().err.strip() == (f"Error: {feats} has no column 'nope' (its kept columns: label) - extract "
+    assert capsys.readouterr().err.strip() == (f"Error: {feats} has no column 'nope' (its columns beside the features: label) - extract "
                                                "with --keep nope to keep the label beside the features, or name one "
                                                "of its columns")
     assert not (tmp_path / "q.report.json").exists()
@@ -182,7 +182,7 @@ def test_cli_pca_fit_label_probes_the_fitted_file_and_checks_the_column_first(tm
 
     monkeypatch.setattr(reduce, "fit_pca_file", no_fit)
     assert main(["pca", "fit", str(feats), "-n", "6", "-o", str(tmp_path / "n.npz"), "--label", "Label"]) == 1
-    assert "has no column 'Label' (its kept columns: label)" in capsys.readouterr().err
+    assert "has no column 'Label' (its columns beside the features: label)" in capsys.readouterr().err
     assert not list(tmp_path.glob("n*"))
 
 
