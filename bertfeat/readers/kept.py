@@ -437,6 +437,39 @@ def shown_values(values) -> list | None:
     return None
 
 
+class Shortest(float):
+    """A float16 / float32 value as the double it widens to (``pa.array`` makes the same float of it), printed as its
+    shortest text (``0.1``, not 0.10000000149011612): an id the rejects file shows as a CSV output writes it."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str):
+        self = super().__new__(cls, value)
+        self.text = text
+        return self
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+    def __reduce__(self):  # (a Dask partition's rows travel pickled)
+        return Shortest, (float(self), self.text)
+
+
+def shortest_floats(values: list, column) -> list:
+    """A column's Python ``values`` (its id), a float16 / float32 value as ``Shortest``; other types' as they are."""
+    shown = shown_values(column) if _short_float(column.type) else None
+    if shown is None:
+        return values
+    return [v if v is None or t is None else Shortest(v, t) for v, t in zip(values, shown)]
+
+
+def _short_float(t: pa.DataType) -> bool:
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    return pa.types.is_float16(t) or pa.types.is_float32(t)
+
+
 def storage(values):
     """A column of an extension type (uuid, json, bool8 ...) as its storage: the values a kept column carries as Python
     objects (``kept_array`` makes the extension array again)."""

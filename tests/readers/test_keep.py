@@ -539,6 +539,30 @@ def test_the_rejects_file_shows_parquet_float32_and_binary_values_as_the_file_ho
     assert t.select(["bid", "s"]).to_pylist() == [{"bid": b"ok", "s": "0.1"}]
 
 
+def test_the_rejects_file_shows_a_boolean_or_float32_id_as_the_outputs_write_it(tmp_path, capsys):
+    """A Parquet boolean id was shown in the rejects file as Python's True / False (the kept values and a CSV output
+    write true / false), a float32 / float16 id as the double it widens to (0.10000000149011612, 0.0999755859375):
+    now as the kept values are shown; the written ids are the same floats as before."""
+    src = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"b": [True, False, True], "text": ["", "ok", None], "s": pa.array([0.1, 0.7, 2.5], pa.float32()),
+                             "h": pa.array([0.1, 0.5, 3.0], pa.float16())}), src)
+    kept = {"b": ["true", "true"], "s": ["0.1", "2.5"]}
+    for ident, shown in (*kept.items(), ("h", ["0.1", "3.0"])):
+        out = tmp_path / f"{ident}.parquet"
+        other = "b" if ident != "b" else "s"  # a kept column of the same type shows its values so too
+        rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", ident,
+                         "--keep", other, "--on-bad-row", "skip", "-q")
+        assert rc == 0, err
+        assert read_rejects(tmp_path / f"{ident}.parquet.rejects.csv") == [
+            ["row", "id", "reason", other], ["0", shown[0], "empty text", kept[other][0]],
+            ["2", shown[1], "null text", kept[other][1]]]
+        assert pq.read_table(out).column(ident).to_pylist() == pq.read_table(src).column(ident).to_pylist()[1:2]
+    from bertfeat.readers.kept import shortest_floats
+
+    x = pickle.loads(pickle.dumps(shortest_floats([0.10000000149011612], pa.array([0.1], pa.float32()))))  # Dask
+    assert str(x[0]) == "0.1" and x[0] == 0.10000000149011612
+
+
 # --------------------------------------------------------------------------- issue 44, class 1: a CSV value kept as written
 #: kept CSV / TSV cells as written: the columns that read back unchanged as int64 or double are typed (an empty cell a
 #: null), every other cell is kept as its exact text (an empty cell "", not a null)
