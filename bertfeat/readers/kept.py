@@ -13,7 +13,8 @@ cell is a null but for ``str``.
 
 JSONL values are JSON: the first value that is not null decides (an integer int64, a number double, a boolean
 bool, a string string), integers and numbers mixed in the first rows are double; a given type replaces that (a
-number or boolean given ``str`` is kept as its JSON text). A later value of another kind is a bad row.
+number or boolean given ``str`` is kept as its JSON text). A later value of another kind is a bad row, and so is
+``-0`` in an inferred int64 column (it would read back as 0; among numbers it is the double -0.0).
 Parquet columns keep their schema's type, or are cast by Arrow to a given one (a value that does not cast: a bad
 row).
 """
@@ -240,12 +241,16 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
             why = f"{text} is beyond float64's range"
         return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {why} (give "
                                                        f"{opt('keep', column + ':str')} to keep its text)")
+    if name == "int64" and isinstance(value, JsonNegativeZero) and not given:  # int64 has no -0: it would read back 0
+        return value.text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: -0 would be written back as 0 "
+                                                             f"(the column's first lines hold integers; give "
+                                                             f"{opt('keep', column + ':str')} to keep its text)")
     if name == "int64" and isinstance(value, int) and not isinstance(value, bool):
         if _INT64_RANGE[0] <= value < _INT64_RANGE[1]:
             return value, None
         return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {value} is outside the int64 range")
     if name == "double" and number:
-        f = float(value)
+        f = -0.0 if isinstance(value, JsonNegativeZero) else float(value)  # -0 among numbers: the double -0.0
         text = str(value) if isinstance(value, int) else getattr(value, "text", None)
         if (f != value) if isinstance(value, int) else (text is not None and not _float_holds(f, text)):
             return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text[:40]} has more digits than a "

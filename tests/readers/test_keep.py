@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import pickle
 import shlex
 from pathlib import Path
@@ -561,6 +562,30 @@ def test_the_rejects_file_shows_a_boolean_or_float32_id_as_the_outputs_write_it(
 
     x = pickle.loads(pickle.dumps(shortest_floats([0.10000000149011612], pa.array([0.1], pa.float32()))))  # Dask
     assert str(x[0]) == "0.1" and x[0] == 0.10000000149011612
+
+
+def test_a_jsonl_minus_zero_integer_is_not_written_back_as_0(tmp_path, capsys):
+    """A JSON -0 in an integer column (or as an integer id) was written as 0, another value than the line wrote (and
+    an id that may be another row's): now a bad row saying so, the rejects file showing -0; among numbers (a double
+    column) it is the double -0.0; a given type int reads it as 0, str keeps its text."""
+    src = tmp_path / "z.jsonl"
+    src.write_text('{"id": 1, "text": "one", "n": 5, "x": 1.5, "g": 7}\n{"id": 2, "text": "two", "n": -0, "x": -0, "g": -0}\n'
+                   '{"id": -0, "text": "three", "n": 0, "x": 0, "g": 0}\n')
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "z.parquet", "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "n,x,g:int", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "z.parquet.rejects.csv") == [
+        ["row", "id", "reason", "n", "x", "g"],
+        ["1", "2", "kept column 'n': -0 would be written back as 0 (the column's first lines hold integers; give "
+                   "--keep n:str to keep its text)", "-0", "-0", "-0"],
+        ["2", "-0", 'id -0 would be written back as 0 (an integer id has no sign of zero): write it 0, or as the string '
+                    '"-0" (with every id a string)', "0", "0", "0"]]
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "x.parquet", "--model", tiny_model(), "--keep", "x,g:int,n:str",
+                     "-q")
+    assert rc == 0, err
+    t = pq.read_table(tmp_path / "x.parquet").select(["x", "g", "n"])
+    assert t.to_pylist() == [{"x": 1.5, "g": 7, "n": "5"}, {"x": 0.0, "g": 0, "n": "-0"}, {"x": 0.0, "g": 0, "n": "0"}]
+    assert [math.copysign(1, v) for v in t.column("x").to_pylist()] == [1, -1, 1]  # the sign kept (-0.0 == 0.0)
 
 
 # --------------------------------------------------------------------------- issue 44, class 1: a CSV value kept as written
