@@ -8,8 +8,8 @@ cell is a number that Python and Arrow write back as that text (``2.5``, not ``1
 else string (an empty cell is then an empty string; in an int64 or double column a null). A later cell that is not
 of its column's type, or would not be written back as it was, is a bad row (``RejectCode.BAD_KEPT_VALUE``) whose
 reason names the column and the value. A given type reads every cell as it: ``int`` (``007`` is 7), ``float``
-(``1e5``, ``nan``), ``bool`` (``true`` / ``false`` in any case), ``str`` (the text; empty stays empty); an empty
-cell is a null but for ``str``.
+(``1e5``, ``nan``; not ``1e400`` or ``1e-400``, which no float64 holds), ``bool`` (``true`` / ``false`` in any
+case), ``str`` (the text; empty stays empty); an empty cell is a null but for ``str``.
 
 JSONL values are JSON: the first value that is not null decides (an integer int64, a number double, a boolean
 bool, a string string), integers and numbers mixed in the first rows are double; a given type replaces that (a
@@ -134,11 +134,28 @@ def convert_cells(column: str, values: list, typ: pa.DataType, given: bool = Fal
     texts = [values[k] for k in todo]
     converted = [_CELL[name](t) for t in texts] if given else _exact(name, texts)
     for k, t, v in zip(todo, texts, converted):
-        if v is not _BAD:
+        why = _float_range(column, t, v) if name == "double" and v is not _BAD else None
+        if v is not _BAD and why is None:
             values[k] = v
         else:
-            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, _bad_cell(column, t, name, given))
+            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, why or _bad_cell(column, t, name, given))
     return bad
+
+
+_INF_TEXT = re.compile(r"[+-]?inf(inity)?", re.IGNORECASE)
+
+
+def _float_range(column: str, text: str, value: float) -> str | None:
+    """Why the number written as ``text`` is not read as the float ``value`` at all (None: it is, rounded at most):
+    past float64's range (``1e400``: inf) or below its smallest (``1e-400``: 0.0); a bad row's reason, as JSONL's."""
+    if math.isinf(value) and not _INF_TEXT.fullmatch(text.strip()):
+        why = "is beyond float64's range ("
+    elif value == 0 and re.search(r"[1-9]", text.strip().lower().split("e")[0]):
+        why = "is below float64's smallest number (it would read back as 0.0; "
+    else:
+        return None
+    shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
+    return f"kept column {column!r}: {shown} {why}give {opt('keep', column + ':str')} to keep its text)"
 
 
 def written_cells(cells: list, values: list) -> dict:
@@ -307,7 +324,7 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     try:
-        return values.cast(typ).to_pylist(), {}
+        return _in_range(column, values, values.cast(typ).to_pylist())
     except (pa.ArrowException, UnicodeDecodeError):
         pass  # which ones: one at a time
     out, bad = [], {}
@@ -322,6 +339,21 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
             bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {shown} is not {_WORDS[str(typ)][0]} "
                                                        f"{_whose(str(typ), True)} ({one_line(e, 80)})")
     return out, bad
+
+
+def _in_range(column: str, values, cast: list) -> tuple[list, dict[int, Reason]]:
+    """Text cast to float (``cast``: the values) -> (the values, the bad ones: text past float64's range, 1e400 cast
+    to inf, or below it, 1e-400 to 0.0; such a value is left as its text, for the rejects file)."""
+    suspects = [k for k, v in enumerate(cast) if isinstance(v, float) and (math.isinf(v) or v == 0)]
+    if not suspects or not _textual(values.type):
+        return cast, {}
+    bad = {}
+    for k in suspects:
+        text = values.slice(k, 1).cast(pa.large_binary())[0].as_py().decode("utf-8", "replace")
+        why = _float_range(column, text, cast[k])
+        if why is not None:
+            cast[k], bad[k] = text, Reason(RejectCode.BAD_KEPT_VALUE, why)
+    return cast, bad
 
 
 def _textual(t: pa.DataType) -> bool:

@@ -588,6 +588,32 @@ def test_a_jsonl_minus_zero_integer_is_not_written_back_as_0(tmp_path, capsys):
     assert [math.copysign(1, v) for v in t.column("x").to_pylist()] == [1, -1, 1]  # the sign kept (-0.0 == 0.0)
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_number_past_float64_given_float_is_a_bad_row_not_inf_or_0(tmp_path, capsys, fmt):
+    """Under a given float (CSV cells, a Parquet string column cast by Arrow), 1e400 was written as inf and 1e-400 as
+    0.0, silently (a JSONL 1e400 is a bad row): now bad rows that say so and how to keep the text; inf, 0e5 and the
+    rest still read as floats."""
+    cells = ["1e400", "-1e400", "1e-400", "inf", "0e5", "2.5", "-0.000"]
+    ids, texts = [f"r{i}" for i in range(len(cells))], ["some text"] * len(cells)
+    if fmt == "csv":
+        src = write_csv(tmp_path / "k.csv", ["id", "text", "k"], [list(r) for r in zip(ids, texts, cells)])
+    else:
+        src = tmp_path / "k.parquet"
+        pq.write_table(pa.table({"id": ids, "text": texts, "k": cells}), src)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "k:float", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    fix = "give --keep k:str to keep its text)"
+    assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason", "k"],
+        ["0", "r0", f"kept column 'k': \"1e400\" is beyond float64's range ({fix}", "1e400"],
+        ["1", "r1", f"kept column 'k': \"-1e400\" is beyond float64's range ({fix}", "-1e400"],
+        ["2", "r2", f"kept column 'k': \"1e-400\" is below float64's smallest number (it would read back as 0.0; {fix}",
+         "1e-400"]]
+    t = pq.read_table(tmp_path / "o.parquet")
+    assert t.column("id").to_pylist() == ids[3:] and t.column("k").to_pylist() == [math.inf, 0.0, 2.5, -0.0]
+
+
 # --------------------------------------------------------------------------- issue 44, class 1: a CSV value kept as written
 #: kept CSV / TSV cells as written: the columns that read back unchanged as int64 or double are typed (an empty cell a
 #: null), every other cell is kept as its exact text (an empty cell "", not a null)
