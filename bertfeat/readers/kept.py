@@ -249,7 +249,7 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
     if given and name == "string" and isinstance(value, (int, float)):  # a boolean too: true / false
         return getattr(value, "text", None) or json.dumps(value), None  # the number as the line wrote it
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if number and name in ("double", "string") and not math.isfinite(value):
+    if isinstance(value, float) and name in ("double", "string") and not math.isfinite(value):  # (an int is finite)
         text = getattr(value, "text", None)
         if text is None:  # NaN / Infinity / -Infinity: Python's JSON writes them, the JSON standard has no such number
             text = json.dumps(value)
@@ -265,10 +265,15 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
     if name == "int64" and isinstance(value, int) and not isinstance(value, bool):
         if _INT64_RANGE[0] <= value < _INT64_RANGE[1]:
             return value, None
-        return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {value} is outside the int64 range")
+        return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {_cut(str(value))} is outside the int64 "
+                                                        "range")
     if name == "double" and number:
-        f = -0.0 if isinstance(value, JsonNegativeZero) else float(value)  # -0 among numbers: the double -0.0
         text = str(value) if isinstance(value, int) else getattr(value, "text", None)
+        try:
+            f = -0.0 if isinstance(value, JsonNegativeZero) else float(value)  # -0 among numbers: the double -0.0
+        except OverflowError:  # an integer past float64's range (2**1024 written out)
+            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {_cut(text)} is beyond float64's "
+                                                        f"range (give {opt('keep', column + ':str')} to keep its text)")
         if (f != value) if isinstance(value, int) else (text is not None and not _float_holds(f, text)):
             return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text[:40]} has more digits than a "
                                                         f"float64 holds (it would read back as {f!r}; give "
@@ -286,6 +291,11 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
                                               + (f"(the column's first lines hold no value, so it is read as strings: "
                                                  f"give its type, e.g. {opt('keep', column + ':int')})" if unseen
                                                  else _whose(name, given))))
+
+
+def _cut(text: str) -> str:
+    """A value's text as a message shows it: its first 37 characters and "..." when longer than 40."""
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _float_holds(f: float, text: str) -> bool:

@@ -614,6 +614,32 @@ def test_a_number_past_float64_given_float_is_a_bad_row_not_inf_or_0(tmp_path, c
     assert t.column("id").to_pylist() == ids[3:] and t.column("k").to_pylist() == [math.inf, 0.0, 2.5, -0.0]
 
 
+def test_a_jsonl_integer_past_float64_in_a_number_column_is_a_bad_row(tmp_path, capsys):
+    """An integer past float64's range (2**1024 and up written out) in a double column stopped the run with "unexpected
+    OverflowError: int too large to convert to float - this is a bug in bertfeat": now a bad row that says so (a long
+    value cut to 40 characters, in an int64 column too), the rejects file holding its text, :str keeping it."""
+    big = "1" + "0" * 400
+    src = tmp_path / "b.jsonl"
+    src.write_text(f'{{"id": "a", "text": "one", "k": 1.5, "n": 1}}\n{{"id": "b", "text": "two", "k": {big}, "n": {big}}}\n')
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "k", "-q")
+    assert rc == 1 and err.startswith(f"Error: {src} row 1: kept column 'k': {big[:37]}... is beyond float64's range "
+                                      "(give --keep k:str to keep its text) - fix the value"), err
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "k,n", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason", "k", "n"],
+        ["1", "b", f"kept column 'k': {big[:37]}... is beyond float64's range (give --keep k:str to keep its text)",
+         big, big]]
+    (b,) = list(open_input(str(src), keep=["n"]).batches())
+    assert render(b.pre_rejected[1].text) == f"kept column 'n': {big[:37]}... is outside the int64 range"
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "s.parquet", "--model", tiny_model(), "--keep", "k:str",
+                     "-q")
+    assert rc == 0, err
+    assert pq.read_table(tmp_path / "s.parquet").column("k").to_pylist() == ["1.5", big]
+
+
 # --------------------------------------------------------------------------- issue 44, class 1: a CSV value kept as written
 #: kept CSV / TSV cells as written: the columns that read back unchanged as int64 or double are typed (an empty cell a
 #: null), every other cell is kept as its exact text (an empty cell "", not a null)
