@@ -175,6 +175,9 @@ def _bad_cell(column: str, text: str, name: str, given: bool) -> str:
     would be written back."""
     shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
     value = _CELL[name](text)
+    if name == "int64" and value is _BAD and _INT.fullmatch(text.strip()):  # an integer, but not an int64
+        return (f"kept column {column!r}: {shown} is outside the int64 range ({_whose(name, given)[1:-1]}; give "
+                f"{opt('keep', column + ':str')} to keep its text)")
     if given or value is _BAD:
         return f"kept column {column!r}: {shown} is not {_WORDS[name][0]} {_whose(name, given)}"
     if name == "double" and not math.isfinite(value):  # NaN and infinities are never inferred (_written_back)

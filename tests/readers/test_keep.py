@@ -640,6 +640,18 @@ def test_a_jsonl_integer_past_float64_in_a_number_column_is_a_bad_row(tmp_path, 
     assert pq.read_table(tmp_path / "s.parquet").column("k").to_pylist() == ["1.5", big]
 
 
+def test_a_csv_integer_past_int64_under_int_is_named_so(tmp_path):
+    """k:int and a cell 99999999999999999999 (or past int64 after the head decided int64): the reason said it "is not an
+    integer"; now that it is outside the int64 range, and how to keep its text."""
+    src = write_csv(tmp_path / "i.csv", ["id", "text", "k"], [["a", "one", "99999999999999999999"], ["b", "two", "7"],
+                                                                ["c", "three", "-9223372036854775809"]])
+    (b,) = list(open_input(str(src), keep=["k"], keep_as={"k": "int"}).batches())
+    assert {r: render(why.text) for r, why in b.pre_rejected.items()} == {
+        r: f"kept column 'k': \"{v}\" is outside the int64 range (the type given in keep: int; give keep='k:str' to "
+           "keep its text)" for r, v in ((0, "99999999999999999999"), (2, "-9223372036854775809"))}
+    assert b.extra["k"][1] == 7
+
+
 # --------------------------------------------------------------------------- issue 44, class 1: a CSV value kept as written
 #: kept CSV / TSV cells as written: the columns that read back unchanged as int64 or double are typed (an empty cell a
 #: null), every other cell is kept as its exact text (an empty cell "", not a null)
