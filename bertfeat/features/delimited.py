@@ -244,6 +244,7 @@ def csv_column(values: pa.Array) -> pa.Array:
     if _zoned(values.type):
         return values.cast(_as_written(values.type))
     if pa.types.is_float16(values.type):  # 0.1, not the double it widens to, 0.0999755859375 (as the features)
+        values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
         nulls = values.is_null().to_numpy(zero_copy_only=False)
         halves = np.asarray(values.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.float16)
         return pa.array(float16_text(halves), pa.float64(), mask=nulls)
