@@ -217,6 +217,8 @@ def _as_written(t: pa.DataType) -> pa.DataType:
         return _as_written(t.storage_type)
     if _zoned(t):
         return pa.timestamp(t.unit, "UTC")
+    if pa.types.is_float16(t):  # as the float64 of its shortest text (float16_text), which Arrow writes as that text
+        return pa.float64()
     return pa.string() if _binary(t) or _view(t, "string") else t
 
 
@@ -233,13 +235,19 @@ def csv_fields(fields) -> list[pa.Field]:
 
 def csv_column(values: pa.Array) -> pa.Array:
     """A column as a CSV holds it: an extension type's storage, binary values as UTF-8 text, bytes that are not UTF-8
-    written as \\xNN escapes (Arrow's CSV writer refuses them, and a CSV is text), a string view as strings."""
+    written as \\xNN escapes (Arrow's CSV writer refuses them, and a CSV is text), a string view as strings, float16 as
+    its shortest text."""
     if isinstance(values.type, pa.BaseExtensionType):
         values = values.storage
     if _binary(values.type):
         return pa.array([None if v is None else bytes_text(v) for v in values.to_pylist()], pa.string())
     if _zoned(values.type):
         return values.cast(_as_written(values.type))
+    if pa.types.is_float16(values.type):  # 0.1, not the double it widens to, 0.0999755859375 (as the features)
+        values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+        nulls = values.is_null().to_numpy(zero_copy_only=False)
+        halves = np.asarray(values.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.float16)
+        return pa.array(float16_text(halves), pa.float64(), mask=nulls)
     return values.cast(pa.string()) if _view(values.type, "string") else values
 
 

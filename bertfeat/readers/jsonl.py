@@ -27,7 +27,7 @@ from ..errors import InputError, one_line, opt
 from .rejects import Reason, RejectCode, cell, size_text, too_large
 from .textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
-from .kept import JsonNumber, convert_json, json_int, json_type, json_written
+from .kept import JsonNegativeZero, JsonNumber, convert_json, json_int, json_type, json_written
 from .stream import Swapped
 from .text import (TextReader, TooLong, head_of, line_feed_byte, read_lines, read_wide_lines, split_wide_lines,
                    wide_line_codec)
@@ -266,7 +266,8 @@ class JsonlReader(TextReader):
                     reason = self._kept(obj, extra, reason, written.setdefault(row, {}))
                 if reason is not None:
                     pre[row] = reason
-                    ident = ident if isinstance(ident, (int, str)) else None
+                    # an id that cannot be one (1e2, true, [1]) is left to the reason to name; -0 as written
+                    ident = json_written(ident) if isinstance(ident, JsonNegativeZero) else ident if _id_kind(ident) else None
                 rows.append(row); texts.append(text); pairs.append(pair); ids.append(ident)
                 if len(rows) >= self.batch_rows:
                     yield self._batch(rows, texts, pairs, ids, pre, counter.count, start, extra, written)
@@ -429,6 +430,9 @@ def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
     kind = _id_kind(ident)
     if kind == "integer" and not -2**63 <= ident < 2**63:
         return Reason(RejectCode.BAD_ID, f"id {str(ident)[:40]} is outside the int64 range of integer ids"), id_kind
+    if isinstance(ident, JsonNegativeZero):  # (an int64 id has no -0: it would be written as 0, another row's id)
+        return Reason(RejectCode.BAD_ID, 'id -0 would be written back as 0 (an integer id has no sign of zero): write '
+                                         'it 0, or as the string "-0" (with every id a string)'), id_kind
     if kind == "string":
         bad = surrogate_reason(ident, "id")
         if bad:

@@ -8,12 +8,13 @@ cell is a number that Python and Arrow write back as that text (``2.5``, not ``1
 else string (an empty cell is then an empty string; in an int64 or double column a null). A later cell that is not
 of its column's type, or would not be written back as it was, is a bad row (``RejectCode.BAD_KEPT_VALUE``) whose
 reason names the column and the value. A given type reads every cell as it: ``int`` (``007`` is 7), ``float``
-(``1e5``, ``nan``), ``bool`` (``true`` / ``false`` in any case), ``str`` (the text; empty stays empty); an empty
-cell is a null but for ``str``.
+(``1e5``, ``nan``; not ``1e400`` or ``1e-400``, which no float64 holds), ``bool`` (``true`` / ``false`` in any
+case), ``str`` (the text; empty stays empty); an empty cell is a null but for ``str``.
 
 JSONL values are JSON: the first value that is not null decides (an integer int64, a number double, a boolean
 bool, a string string), integers and numbers mixed in the first rows are double; a given type replaces that (a
-number or boolean given ``str`` is kept as its JSON text). A later value of another kind is a bad row.
+number or boolean given ``str`` is kept as its JSON text). A later value of another kind is a bad row, and so is
+``-0`` in an inferred int64 column (it would read back as 0; among numbers it is the double -0.0).
 Parquet columns keep their schema's type, or are cast by Arrow to a given one (a value that does not cast: a bad
 row).
 """
@@ -133,11 +134,28 @@ def convert_cells(column: str, values: list, typ: pa.DataType, given: bool = Fal
     texts = [values[k] for k in todo]
     converted = [_CELL[name](t) for t in texts] if given else _exact(name, texts)
     for k, t, v in zip(todo, texts, converted):
-        if v is not _BAD:
+        why = _float_range(column, t, v) if name == "double" and v is not _BAD else None
+        if v is not _BAD and why is None:
             values[k] = v
         else:
-            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, _bad_cell(column, t, name, given))
+            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, why or _bad_cell(column, t, name, given))
     return bad
+
+
+_INF_TEXT = re.compile(r"[+-]?inf(inity)?", re.IGNORECASE)
+
+
+def _float_range(column: str, text: str, value: float) -> str | None:
+    """Why the number written as ``text`` is not read as the float ``value`` at all (None: it is, rounded at most):
+    past float64's range (``1e400``: inf) or below its smallest (``1e-400``: 0.0); a bad row's reason, as JSONL's."""
+    if math.isinf(value) and not _INF_TEXT.fullmatch(text.strip()):
+        why = "is beyond float64's range ("
+    elif value == 0 and re.search(r"[1-9]", text.strip().lower().split("e")[0]):
+        why = "is below float64's smallest number (it would read back as 0.0; "
+    else:
+        return None
+    shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
+    return f"kept column {column!r}: {shown} {why}give {opt('keep', column + ':str')} to keep its text)"
 
 
 def written_cells(cells: list, values: list) -> dict:
@@ -157,6 +175,9 @@ def _bad_cell(column: str, text: str, name: str, given: bool) -> str:
     would be written back."""
     shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
     value = _CELL[name](text)
+    if name == "int64" and value is _BAD and _INT.fullmatch(text.strip()):  # an integer, but not an int64
+        return (f"kept column {column!r}: {shown} is outside the int64 range ({_whose(name, given)[1:-1]}; give "
+                f"{opt('keep', column + ':str')} to keep its text)")
     if given or value is _BAD:
         return f"kept column {column!r}: {shown} is not {_WORDS[name][0]} {_whose(name, given)}"
     if name == "double" and not math.isfinite(value):  # NaN and infinities are never inferred (_written_back)
@@ -231,7 +252,7 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
     if given and name == "string" and isinstance(value, (int, float)):  # a boolean too: true / false
         return getattr(value, "text", None) or json.dumps(value), None  # the number as the line wrote it
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if number and name in ("double", "string") and not math.isfinite(value):
+    if isinstance(value, float) and name in ("double", "string") and not math.isfinite(value):  # (an int is finite)
         text = getattr(value, "text", None)
         if text is None:  # NaN / Infinity / -Infinity: Python's JSON writes them, the JSON standard has no such number
             text = json.dumps(value)
@@ -240,13 +261,22 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
             why = f"{text} is beyond float64's range"
         return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {why} (give "
                                                        f"{opt('keep', column + ':str')} to keep its text)")
+    if name == "int64" and isinstance(value, JsonNegativeZero) and not given:  # int64 has no -0: it would read back 0
+        return value.text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: -0 would be written back as 0 "
+                                                             f"(the column's first lines hold integers; give "
+                                                             f"{opt('keep', column + ':str')} to keep its text)")
     if name == "int64" and isinstance(value, int) and not isinstance(value, bool):
         if _INT64_RANGE[0] <= value < _INT64_RANGE[1]:
             return value, None
-        return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {value} is outside the int64 range")
+        return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {_cut(str(value))} is outside the int64 "
+                                                        "range")
     if name == "double" and number:
-        f = float(value)
         text = str(value) if isinstance(value, int) else getattr(value, "text", None)
+        try:
+            f = -0.0 if isinstance(value, JsonNegativeZero) else float(value)  # -0 among numbers: the double -0.0
+        except OverflowError:  # an integer past float64's range (2**1024 written out)
+            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {_cut(text)} is beyond float64's "
+                                                        f"range (give {opt('keep', column + ':str')} to keep its text)")
         if (f != value) if isinstance(value, int) else (text is not None and not _float_holds(f, text)):
             return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text[:40]} has more digits than a "
                                                         f"float64 holds (it would read back as {f!r}; give "
@@ -264,6 +294,11 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
                                               + (f"(the column's first lines hold no value, so it is read as strings: "
                                                  f"give its type, e.g. {opt('keep', column + ':int')})" if unseen
                                                  else _whose(name, given))))
+
+
+def _cut(text: str) -> str:
+    """A value's text as a message shows it: its first 37 characters and "..." when longer than 40."""
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _float_holds(f: float, text: str) -> bool:
@@ -302,7 +337,7 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     try:
-        return values.cast(typ).to_pylist(), {}
+        return _in_range(column, values, values.cast(typ).to_pylist())
     except (pa.ArrowException, UnicodeDecodeError):
         pass  # which ones: one at a time
     out, bad = [], {}
@@ -317,6 +352,21 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
             bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {shown} is not {_WORDS[str(typ)][0]} "
                                                        f"{_whose(str(typ), True)} ({one_line(e, 80)})")
     return out, bad
+
+
+def _in_range(column: str, values, cast: list) -> tuple[list, dict[int, Reason]]:
+    """Text cast to float (``cast``: the values) -> (the values, the bad ones: text past float64's range, 1e400 cast
+    to inf, or below it, 1e-400 to 0.0; such a value is left as its text, for the rejects file)."""
+    suspects = [k for k, v in enumerate(cast) if isinstance(v, float) and (math.isinf(v) or v == 0)]
+    if not suspects or not _textual(values.type):
+        return cast, {}
+    bad = {}
+    for k in suspects:
+        text = values.slice(k, 1).cast(pa.large_binary())[0].as_py().decode("utf-8", "replace")
+        why = _float_range(column, text, cast[k])
+        if why is not None:
+            cast[k], bad[k] = text, Reason(RejectCode.BAD_KEPT_VALUE, why)
+    return cast, bad
 
 
 def _textual(t: pa.DataType) -> bool:
@@ -435,6 +485,39 @@ def shown_values(values) -> list | None:
             or getattr(pa.types, "is_binary_view", lambda _: False)(t)):
         return [None if v is None else bytes_text(v) for v in values.to_pylist()]
     return None
+
+
+class Shortest(float):
+    """A float16 / float32 value as the double it widens to (``pa.array`` makes the same float of it), printed as its
+    shortest text (``0.1``, not 0.10000000149011612): an id the rejects file shows as a CSV output writes it."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str):
+        self = super().__new__(cls, value)
+        self.text = text
+        return self
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+    def __reduce__(self):  # (a Dask partition's rows travel pickled)
+        return Shortest, (float(self), self.text)
+
+
+def shortest_floats(values: list, column) -> list:
+    """A column's Python ``values`` (its id), a float16 / float32 value as ``Shortest``; other types' as they are."""
+    shown = shown_values(column) if _short_float(column.type) else None
+    if shown is None:
+        return values
+    return [v if v is None or t is None else Shortest(v, t) for v, t in zip(values, shown)]
+
+
+def _short_float(t: pa.DataType) -> bool:
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    return pa.types.is_float16(t) or pa.types.is_float32(t)
 
 
 def storage(values):

@@ -14,7 +14,8 @@ import pyarrow as pa
 from ..errors import InputError, one_line, opt
 from .rejects import Reason, RejectCode, too_large
 from .base import MIN_PART_ROWS, Partition, RawBatch, Reader, listing, standard_input, stdin_read_error, utf8_error_at
-from .kept import cast_values, check_cast, duplicate_field, python_values, shown_values, storage, written_cells
+from .kept import (cast_values, check_cast, duplicate_field, python_values, shortest_floats, shown_values, storage,
+                   written_cells)
 
 
 class ParquetReader(Reader):
@@ -195,6 +196,8 @@ class ParquetReader(Reader):
             for k, v in written_cells(raw, values).items():
                 if values[k] is not None or k not in oversized:  # (a value over max_field_bytes is not shown)
                     rb.written.setdefault(rows[k], {})[c] = v
+        if rb.ids is not None:  # a float32 id 0.1 shown so in the rejects file, not as the double it widens to
+            rb.ids = shortest_floats(rb.ids, b.column(self.id_column))
         rb.pre_rejected.update({rows[k]: why for k, why in oversized.items()})
         named = [(self.text_column, rb.texts, "text"), (self.pair_column, rb.pairs, "pair text"),
                  (self.id_column, rb.ids, "id"), *((c, (rb.extra or {}).get(c), f"kept column {c!r}") for c in self.keep)]

@@ -58,12 +58,18 @@ class Reason:
 def reject(row: int, ident, reason: Reason, kept: dict | None = None) -> dict:
     """A reject as it travels: row, id, reason (words, option markers kept) and code; with kept columns, ``keep``:
     column -> the row's value (bytes decoded)."""
-    shown = bytes_text(ident) if isinstance(ident, (bytes, bytearray)) else _writable(ident)  # a binary id's bytes
+    # a binary id's bytes as text, a boolean id true / false as the kept values and the CSV output write it
+    shown = bytes_text(ident) if isinstance(ident, (bytes, bytearray)) else _writable(_plain_id(ident))
     r = {"row": row, "id": shown, "reason": _writable(reason.text), "code": reason.code.value}
     if kept is not None:
         r["keep"] = {c: bytes(v).decode("utf-8", errors="replace") if isinstance(v, (bytes, bytearray)) else _writable(v)
                      for c, v in kept.items()}
     return r
+
+
+def _plain_id(ident):
+    """An id as the rejects file shows it: a boolean as ``cell`` shows one (not Python's True), else the id."""
+    return cell(ident) if isinstance(ident, bool) else ident
 
 
 def _writable(v):

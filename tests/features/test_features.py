@@ -628,6 +628,27 @@ def test_a_time_zone_whose_offset_has_seconds_reads_back_as_written(tmp_path, na
 
 
 @pytest.mark.parametrize("name", ["out.csv", "out.npy"])
+def test_a_float16_id_or_extra_is_written_as_its_shortest_text(tmp_path, name):
+    """A float16 id or kept value was written as the double it widens to (0.1 as 0.0999755859375): now as its shortest
+    text (0.1), as float16 features and the rejects file write it, read back as the same float16 (every bit pattern)."""
+    path = tmp_path / name
+    halves = np.arange(65536, dtype=np.uint16).view(np.float16)
+    values = pa.concat_arrays([pa.array(halves, pa.float16()), pa.array([None], pa.float16())])
+    ids = pa.array(halves[[0x2E66, 0x3C00, 0x8000]], pa.float16())  # 0.1, 1.0, -0.0
+    with FeatureWriter(path, dim=1, id_name="h", id_type=pa.float16(), extra_columns={"k": pa.float16()}) as w:
+        w.write(ids, np.zeros((3, 1), np.float32), {"k": values.slice(0x2E66, 3)})
+        w.write(pa.array([None] * len(values), pa.float16()).fill_null(0.0), np.zeros((len(values), 1), np.float32),
+                {"k": values})
+    text = (ids_sidecar_path(path) if name == "out.npy" else path).read_text().splitlines()
+    assert [line.split(",")[:2] for line in text[1:4]] == [["0.1", "0.1"], ["1", "0.10004"], ["-0", "0.1001"]]
+    (got_ids, _, extras), = list(iter_features(path, batch_rows=len(values) + 3, with_extras=True))
+    back = extras["k"].to_numpy(zero_copy_only=False)[3:-1].astype(np.float16)
+    assert extras["k"].type == pa.float16() and extras["k"][-1].as_py() is None
+    assert ((back.view(np.uint16) == halves.view(np.uint16)) | (np.isnan(back) & np.isnan(halves))).all()
+    assert pa.array(got_ids[:3], pa.float16()).equals(ids)
+
+
+@pytest.mark.parametrize("name", ["out.csv", "out.npy"])
 def test_a_value_whose_text_a_csv_reader_refuses_is_refused_naming_its_row(tmp_path, name):
     """Arrow wrote a year past 9999 as text its CSV reader refuses: the file was written and could not be read
     (pca transform to CSV, or any FeatureWriter)."""

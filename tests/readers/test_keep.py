@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import pickle
 import shlex
 from pathlib import Path
@@ -537,6 +538,118 @@ def test_the_rejects_file_shows_parquet_float32_and_binary_values_as_the_file_ho
     t = pq.read_table(out)
     assert t.column("f32").type == pa.float32() and t.column("raw").to_pylist() == [b"\xfe"]
     assert t.select(["bid", "s"]).to_pylist() == [{"bid": b"ok", "s": "0.1"}]
+
+
+def test_the_rejects_file_shows_a_boolean_or_float32_id_as_the_outputs_write_it(tmp_path, capsys):
+    """A Parquet boolean id was shown in the rejects file as Python's True / False (the kept values and a CSV output
+    write true / false), a float32 / float16 id as the double it widens to (0.10000000149011612, 0.0999755859375):
+    now as the kept values are shown; the written ids are the same floats as before."""
+    src = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"b": [True, False, True], "text": ["", "ok", None], "s": pa.array([0.1, 0.7, 2.5], pa.float32()),
+                             "h": pa.array([0.1, 0.5, 3.0], pa.float16())}), src)
+    kept = {"b": ["true", "true"], "s": ["0.1", "2.5"]}
+    for ident, shown in (*kept.items(), ("h", ["0.1", "3.0"])):
+        out = tmp_path / f"{ident}.parquet"
+        other = "b" if ident != "b" else "s"  # a kept column of the same type shows its values so too
+        rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", ident,
+                         "--keep", other, "--on-bad-row", "skip", "-q")
+        assert rc == 0, err
+        assert read_rejects(tmp_path / f"{ident}.parquet.rejects.csv") == [
+            ["row", "id", "reason", other], ["0", shown[0], "empty text", kept[other][0]],
+            ["2", shown[1], "null text", kept[other][1]]]
+        assert pq.read_table(out).column(ident).to_pylist() == pq.read_table(src).column(ident).to_pylist()[1:2]
+    from bertfeat.readers.kept import shortest_floats
+
+    x = pickle.loads(pickle.dumps(shortest_floats([0.10000000149011612], pa.array([0.1], pa.float32()))))  # Dask
+    assert str(x[0]) == "0.1" and x[0] == 0.10000000149011612
+
+
+def test_a_jsonl_minus_zero_integer_is_not_written_back_as_0(tmp_path, capsys):
+    """A JSON -0 in an integer column (or as an integer id) was written as 0, another value than the line wrote (and
+    an id that may be another row's): now a bad row saying so, the rejects file showing -0; among numbers (a double
+    column) it is the double -0.0; a given type int reads it as 0, str keeps its text."""
+    src = tmp_path / "z.jsonl"
+    src.write_text('{"id": 1, "text": "one", "n": 5, "x": 1.5, "g": 7}\n{"id": 2, "text": "two", "n": -0, "x": -0, "g": -0}\n'
+                   '{"id": -0, "text": "three", "n": 0, "x": 0, "g": 0}\n')
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "z.parquet", "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "n,x,g:int", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "z.parquet.rejects.csv") == [
+        ["row", "id", "reason", "n", "x", "g"],
+        ["1", "2", "kept column 'n': -0 would be written back as 0 (the column's first lines hold integers; give "
+                   "--keep n:str to keep its text)", "-0", "-0", "-0"],
+        ["2", "-0", 'id -0 would be written back as 0 (an integer id has no sign of zero): write it 0, or as the string '
+                    '"-0" (with every id a string)', "0", "0", "0"]]
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "x.parquet", "--model", tiny_model(), "--keep", "x,g:int,n:str",
+                     "-q")
+    assert rc == 0, err
+    t = pq.read_table(tmp_path / "x.parquet").select(["x", "g", "n"])
+    assert t.to_pylist() == [{"x": 1.5, "g": 7, "n": "5"}, {"x": 0.0, "g": 0, "n": "-0"}, {"x": 0.0, "g": 0, "n": "0"}]
+    assert [math.copysign(1, v) for v in t.column("x").to_pylist()] == [1, -1, 1]  # the sign kept (-0.0 == 0.0)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_a_number_past_float64_given_float_is_a_bad_row_not_inf_or_0(tmp_path, capsys, fmt):
+    """Under a given float (CSV cells, a Parquet string column cast by Arrow), 1e400 was written as inf and 1e-400 as
+    0.0, silently (a JSONL 1e400 is a bad row): now bad rows that say so and how to keep the text; inf, 0e5 and the
+    rest still read as floats."""
+    cells = ["1e400", "-1e400", "1e-400", "inf", "0e5", "2.5", "-0.000"]
+    ids, texts = [f"r{i}" for i in range(len(cells))], ["some text"] * len(cells)
+    if fmt == "csv":
+        src = write_csv(tmp_path / "k.csv", ["id", "text", "k"], [list(r) for r in zip(ids, texts, cells)])
+    else:
+        src = tmp_path / "k.parquet"
+        pq.write_table(pa.table({"id": ids, "text": texts, "k": cells}), src)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "k:float", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    fix = "give --keep k:str to keep its text)"
+    assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason", "k"],
+        ["0", "r0", f"kept column 'k': \"1e400\" is beyond float64's range ({fix}", "1e400"],
+        ["1", "r1", f"kept column 'k': \"-1e400\" is beyond float64's range ({fix}", "-1e400"],
+        ["2", "r2", f"kept column 'k': \"1e-400\" is below float64's smallest number (it would read back as 0.0; {fix}",
+         "1e-400"]]
+    t = pq.read_table(tmp_path / "o.parquet")
+    assert t.column("id").to_pylist() == ids[3:] and t.column("k").to_pylist() == [math.inf, 0.0, 2.5, -0.0]
+
+
+def test_a_jsonl_integer_past_float64_in_a_number_column_is_a_bad_row(tmp_path, capsys):
+    """An integer past float64's range (2**1024 and up written out) in a double column stopped the run with "unexpected
+    OverflowError: int too large to convert to float - this is a bug in bertfeat": now a bad row that says so (a long
+    value cut to 40 characters, in an int64 column too), the rejects file holding its text, :str keeping it."""
+    big = "1" + "0" * 400
+    src = tmp_path / "b.jsonl"
+    src.write_text(f'{{"id": "a", "text": "one", "k": 1.5, "n": 1}}\n{{"id": "b", "text": "two", "k": {big}, "n": {big}}}\n')
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "k", "-q")
+    assert rc == 1 and err.startswith(f"Error: {src} row 1: kept column 'k': {big[:37]}... is beyond float64's range "
+                                      "(give --keep k:str to keep its text) - fix the value"), err
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "k,n", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason", "k", "n"],
+        ["1", "b", f"kept column 'k': {big[:37]}... is beyond float64's range (give --keep k:str to keep its text)",
+         big, big]]
+    (b,) = list(open_input(str(src), keep=["n"]).batches())
+    assert render(b.pre_rejected[1].text) == f"kept column 'n': {big[:37]}... is outside the int64 range"
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "s.parquet", "--model", tiny_model(), "--keep", "k:str",
+                     "-q")
+    assert rc == 0, err
+    assert pq.read_table(tmp_path / "s.parquet").column("k").to_pylist() == ["1.5", big]
+
+
+def test_a_csv_integer_past_int64_under_int_is_named_so(tmp_path):
+    """k:int and a cell 99999999999999999999 (or past int64 after the head decided int64): the reason said it "is not an
+    integer"; now that it is outside the int64 range, and how to keep its text."""
+    src = write_csv(tmp_path / "i.csv", ["id", "text", "k"], [["a", "one", "99999999999999999999"], ["b", "two", "7"],
+                                                                ["c", "three", "-9223372036854775809"]])
+    (b,) = list(open_input(str(src), keep=["k"], keep_as={"k": "int"}).batches())
+    assert {r: render(why.text) for r, why in b.pre_rejected.items()} == {
+        r: f"kept column 'k': \"{v}\" is outside the int64 range (the type given in keep: int; give keep='k:str' to "
+           "keep its text)" for r, v in ((0, "99999999999999999999"), (2, "-9223372036854775809"))}
+    assert b.extra["k"][1] == 7
 
 
 # --------------------------------------------------------------------------- issue 44, class 1: a CSV value kept as written
