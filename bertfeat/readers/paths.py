@@ -125,16 +125,23 @@ def _local_dir(p: Path, known: frozenset = frozenset()) -> tuple[list[str], int]
     return files, len(found) - len(files)
 
 
-def _text_files(p: Path) -> str:
-    """The CSV / TSV / JSONL files directly in folder ``p`` (compressed too), counted by extension ("3 .csv files"),
-    or ""."""
+def _text_files(p: Path) -> dict[str, int]:
+    """The CSV / TSV / JSONL files directly in folder ``p`` (compressed too), counted by extension ({".csv": 3})."""
     counts: dict[str, int] = {}
     for f in p.iterdir():
         name = f.name[:-len(f.suffix)] if f.suffix.lower() in _COMPRESSION else f.name
         kind = Path(name).suffix.lower()
         if kind in (".csv", ".tsv", ".tab", ".jsonl", ".ndjson", ".json") and not f.name.startswith(".") and f.is_file():
             counts[kind] = counts.get(kind, 0) + 1
-    return " and ".join(f"{n} {k} file{'s' if n > 1 else ''}" for k, n in sorted(counts.items()))
+    return dict(sorted(counts.items()))
+
+
+def _join_fix(path: str, counts: dict[str, int]) -> str:
+    """How to read a folder of CSV / TSV / JSONL files (``counts``: _text_files): joined, a CSV / TSV keeping its first
+    header line alone (cat keeps each file's, a bad row of each, readers.rejects REPEATED_HEADER)."""
+    ext = next((k for k in counts if k in (".csv", ".tsv", ".tab")), None)
+    how = f" (e.g. awk 'NR == 1 || FNR > 1' {path.rstrip('/')}/*{ext} > all{ext}, which keeps one header line)" if ext else ""
+    return f"pass one file, join them into one{how}, or convert them to Parquet"
 
 
 def _refuse_special(matched: list[Path], pattern: str) -> None:
@@ -212,11 +219,11 @@ def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
         files, n_out = _local_dir(p, frozenset(known))
         if not files:
             what = f"no {'input ' if n_out else ''}.parquet or .pq file{_left_out(n_out, '. or _')}"
-            text = _text_files(p)
-            if text:  # a folder of CSV / JSONL files: read one at a time, the pattern says so
+            counts = _text_files(p)
+            if counts:  # a folder of CSV / JSONL files: read one at a time, the pattern says so
+                text = " and ".join(f"{n} {k} file{'s' if n > 1 else ''}" for k, n in counts.items())
                 raise InputError(f"{path}: the directory holds {what}, but {text} (a directory is read as Parquet; "
-                                 "CSV, TSV and JSONL are read one file at a time)", "pass one file, concatenate them "
-                                 "into one, or convert them to Parquet")
+                                 "CSV, TSV and JSONL are read one file at a time)", _join_fix(path, counts))
             raise InputError(f"{path}: the directory holds {what}",
                              "point at a Parquet file, a directory of them, or a glob")
         return fs, files
