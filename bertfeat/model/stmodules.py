@@ -395,6 +395,8 @@ _NULL_SETTINGS = {
     "include_prompt": "it reads null as false: a prompt's tokens are left out of the pooling",
     "bias": "it reads null as false: a Dense without bias, which fails on a saved linear.bias",
     "activation_function": "it fails at load (its Dense reads None as torch.nn.Identity, not the default Tanh)",
+    "layer_start": "it fails at load",
+    "num_hidden_layers": "it fails at load",
 }
 
 
@@ -633,6 +635,7 @@ def _load_layer_weights(d: Path, path: str, hidden_size: int, num_layers: int, o
     if cfg.get("embedding_dimension", cfg.get("word_embedding_dimension")) is None:
         raise ConfigError(f"{where}: embedding_dimension is missing (sentence-transformers cannot build the module "
                           "without it)", "restore the WeightedLayerPooling module's config.json from the model")
+    _refuse_null(cfg, ("num_hidden_layers", "layer_start"), where)
     n = typed(cfg.get("num_hidden_layers"), int, f"{where}: num_hidden_layers", 12)
     start = typed(cfg.get("layer_start"), int, f"{where}: layer_start", 4)
     if n != num_layers or not 0 <= start <= n:

@@ -1666,3 +1666,22 @@ def test_a_dense_or_pooling_setting_null_is_refused_not_read_as_its_default(tmp_
     assert str(e.value) == (f"{folder}/config.json: {key} is null, which sentence-transformers does not read as the "
                             f"default ({what}) - restore the file from the model, or give {key} its value (remove the "
                             "entry for the default)")
+
+
+@pytest.mark.parametrize("key", ["layer_start", "num_hidden_layers"])
+def test_a_weighted_layer_pooling_setting_null_is_refused_not_read_as_its_default(wlp_bases, tmp_path, key):
+    """Found by the hostile-model audit (round seven): a WeightedLayerPooling's "layer_start": null ran as layer 4
+    onwards (the default), "num_hidden_layers": null as 12; sentence-transformers fails to build the module on either
+    (None + 1). Refused now, naming the file and the key."""
+    from sentence_transformers import SentenceTransformer
+
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=0)
+    cfg_file = d / "1_WeightedLayerPooling" / "config.json"
+    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()), key: None}))
+    with pytest.raises(TypeError):
+        SentenceTransformer(str(d), device="cpu")
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == (f"1_WeightedLayerPooling/config.json: {key} is null, which sentence-transformers does not "
+                            "read as the default (it fails at load) - restore the file from the model, or give "
+                            f"{key} its value (remove the entry for the default)")
