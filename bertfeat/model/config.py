@@ -187,6 +187,9 @@ class BertConfig:
     #: key says so, Encoder.fingerprint, so no vector of then is served as one of now). Not a field: the config's record
     #: (to_dict, info) is config.json's settings
     pad_token_defaulted = False  # (no annotation: a class attribute, not a dataclass field)
+    #: config.json's tie_word_embeddings false: a masked-LM head's decoder is a tensor of its own, never the word
+    #: embeddings (transformers fills a missing one with random values). Not a field either, for the same reason
+    untied_decoder = False
 
     @property
     def family(self) -> str:
@@ -324,6 +327,8 @@ class BertConfig:
             raise ConfigError(f"{source}: {e}", "check the file is a BERT config.json") from None
         if defaulted:
             object.__setattr__(cfg, "pad_token_defaulted", True)  # frozen: set once, here
+        if d.get("tie_word_embeddings") is False:
+            object.__setattr__(cfg, "untied_decoder", True)
         if cfg.max_positions < 3:
             raise ConfigError(f"{source}: max_position_embeddings {cfg.max_position_embeddings} leaves no room for a "
                               f"sequence after pad_token_id {cfg.pad_token_id}", "restore config.json from the checkpoint")
