@@ -448,6 +448,9 @@ def require_mlm_head(enc) -> None:
     from .errors import BertfeatError
 
     if enc.weights.mlm is None:
+        if enc.weights.missing_mlm_reason:
+            raise BertfeatError(enc.weights.missing_mlm_reason, "restore the checkpoint with its decoder, or set "
+                                "tie_word_embeddings to true in config.json if the decoder is the word embeddings")
         if enc.config.model_type == "electra":  # its generator's head (generator_predictions.*) is not run here
             raise BertfeatError(f"{enc.model_id} has no masked-language-model head bertfeat runs (an ELECTRA "
                                 "generator's head is not supported)",

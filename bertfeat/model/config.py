@@ -187,6 +187,9 @@ class BertConfig:
     #: key says so, Encoder.fingerprint, so no vector of then is served as one of now). Not a field: the config's record
     #: (to_dict, info) is config.json's settings
     pad_token_defaulted = False  # (no annotation: a class attribute, not a dataclass field)
+    #: config.json's tie_word_embeddings false: a masked-LM head's decoder is a tensor of its own, never the word
+    #: embeddings (transformers fills a missing one with random values). Not a field either, for the same reason
+    untied_decoder = False
 
     @property
     def family(self) -> str:
@@ -279,6 +282,7 @@ class BertConfig:
             d = distilbert_fields(d)
         if model_type in MODERNBERT_TYPES:
             d = modernbert_fields(d, source)
+        check_nulls(d, model_type, source)
         pos = d.get("position_embedding_type", "absolute")
         if pos != "absolute":
             raise ConfigError(
@@ -323,6 +327,8 @@ class BertConfig:
             raise ConfigError(f"{source}: {e}", "check the file is a BERT config.json") from None
         if defaulted:
             object.__setattr__(cfg, "pad_token_defaulted", True)  # frozen: set once, here
+        if d.get("tie_word_embeddings") is False:
+            object.__setattr__(cfg, "untied_decoder", True)
         if cfg.max_positions < 3:
             raise ConfigError(f"{source}: max_position_embeddings {cfg.max_position_embeddings} leaves no room for a "
                               f"sequence after pad_token_id {cfg.pad_token_id}", "restore config.json from the checkpoint")
@@ -353,6 +359,36 @@ class BertConfig:
         if not isinstance(d, dict):
             raise ConfigError(f"{path} is not a JSON object", "restore config.json from the checkpoint")
         return cls.from_dict(d, source=str(path))
+
+
+def _unread(model_type: str) -> set[str]:
+    """BertConfig's fields the family's config.json does not set (transformers' config class has no such setting, or
+    bertfeat fixes it for the family): a null there changes nothing."""
+    unread = {"model_type", "pad_token_id"}  # (pad_token_id: transformers takes null; check_pad_token_id judges it)
+    if model_type not in MODERNBERT_TYPES:
+        unread.update(MODERNBERT_FIELDS)
+    if model_type != "electra":
+        unread.add("embedding_size")
+    if model_type not in MPNET_TYPES:
+        unread.add("relative_attention_num_buckets")
+    else:
+        unread.add("type_vocab_size")
+    return unread
+
+
+def check_nulls(d: dict, model_type: str, source: str) -> None:
+    """A setting of config.json (under BertConfig's names: the family's are renamed before) that is null is refused,
+    naming it as the file does: transformers 5's strict configs refuse it ("expected int, got NoneType"), and read as
+    absent it would be bertfeat's default (num_attention_heads 12, layer_norm_eps 1e-12), which no shape check of the
+    weights catches, silently."""
+    names = ({v: k for k, v in DISTILBERT_NAMES.items()} if model_type == "distilbert" else
+             {v: k for k, v in MODERNBERT_NAMES.items()} if model_type in MODERNBERT_TYPES else {})
+    unread = _unread(model_type)
+    for k in BertConfig.__dataclass_fields__:
+        if k in d and d[k] is None and k not in unread:
+            raise ConfigError(f"{source}: {names.get(k, k)} is null, not a value (transformers refuses it too)",
+                              "restore config.json from the checkpoint: bertfeat does not put a default in place of a "
+                              "setting the model's config.json gives as null")
 
 
 def check_pad_token_id(pad, vocab_size: int, source: str) -> None:

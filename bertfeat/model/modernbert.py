@@ -57,7 +57,7 @@ from .bert import (
     word_rows,
     zeros,
 )
-from .weights import BertWeights, LayerWeights, leftover_tensors, read_unprefixed, take_tensor
+from .weights import BertWeights, LayerWeights, leftover_tensors, read_unprefixed, take_tensor, untied_decoder_missing
 
 # One table: our name -> (checkpoint name without the "model." prefix, expected shape from the config, when present:
 # None always, else the config flag that says the tensor exists). Linear weights are stored (out, in), transposed.
@@ -167,7 +167,8 @@ def load_modernbert_weights(model_dir: str | Path, config: BertConfig, precision
         m["dense_w"] = np.ascontiguousarray(m["dense_w"].T)
         dec = MB_MLM_DECODER[0]
         m["decoder_w"] = take_tensor(tensors, dec, MB_MLM_DECODER[1](c), where, used) if dec in tensors else w.word
-        w.mlm = m
+        w.missing_mlm_reason = untied_decoder_missing(c, tensors, dec, where)
+        w.mlm = None if w.missing_mlm_reason else m
     w.ignored = leftover_tensors(tensors, used, where, "ModernBERT", MB_OTHER_HEADS,
                                  hint=" (check attention_bias, mlp_bias, norm_bias)")
     return w

@@ -41,6 +41,7 @@ from .weights import (
     leftover_tensors,
     read_unprefixed,
     take_mlm_head,
+    untied_decoder_missing,
     take_tensor,
 )
 
@@ -130,6 +131,8 @@ def load_mpnet_weights(model_dir: str | Path, config: BertConfig, precision: str
     else:
         w.missing_pooler_reason = f"{where} has no pooler weights (pooler.dense.weight / pooler.dense.bias)"
     w.mlm = take_mlm_head(take, tensors, MPNET_MLM, MPNET_MLM_DECODER, c, w.word)
+    if w.mlm is None and all(n in tensors for n, _ in MPNET_MLM.values()):
+        w.missing_mlm_reason = untied_decoder_missing(c, tensors, MPNET_MLM_DECODER[0], where)
     w.ignored = leftover_tensors(tensors, used, where, "MPNet", MPNET_OTHER_HEADS, MPNET_ALLOWED_UNUSED, article="an")
     return w
 

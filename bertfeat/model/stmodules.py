@@ -388,6 +388,28 @@ def _length(cfg: dict, key: str, where: str) -> int | None:
     return v
 
 
+#: a module setting sentence-transformers passes to the module as None when its file says null -> what it then does,
+#: which is not what the setting's default does (bertfeat reads an absent setting as its default)
+_NULL_SETTINGS = {
+    "pooling_mode": "it fails on the first text",
+    "include_prompt": "it reads null as false: a prompt's tokens are left out of the pooling",
+    "bias": "it reads null as false: a Dense without bias, which fails on a saved linear.bias",
+    "activation_function": "it fails at load (its Dense reads None as torch.nn.Identity, not the default Tanh)",
+    "layer_start": "it fails at load",
+    "num_hidden_layers": "it fails at load",
+}
+
+
+def _refuse_null(cfg: dict, keys: tuple[str, ...], where: str) -> None:
+    """A null among ``keys`` of a module's config is refused, naming it: read as the setting's default, it would run
+    the module otherwise than sentence-transformers does (_NULL_SETTINGS), silently."""
+    for k in keys:
+        if k in cfg and cfg[k] is None:
+            raise ConfigError(f"{where}: {k} is null, which sentence-transformers does not read as the default "
+                              f"({_NULL_SETTINGS[k]})", f"restore the file from the model, or give {k} its value "
+                              "(remove the entry for the default)")
+
+
 def pooling_modes(cfg: dict, where: str) -> tuple[str, ...]:
     """A Pooling config -> its modes, from the new ``pooling_mode`` key or the legacy flags (mean when it has
     neither, as sentence-transformers' Pooling). Refused, naming the keys, rather than pooled some other way: a key
@@ -399,6 +421,7 @@ def pooling_modes(cfg: dict, where: str) -> tuple[str, ...]:
                           " of a sentence-transformers Pooling module",
                           "restore the file from the model (a Pooling config holds pooling_mode or the legacy "
                           "pooling_mode_* flags, include_prompt and embedding_dimension)")
+    _refuse_null(cfg, ("pooling_mode", "include_prompt"), where)
     flags = {k: typed(v, bool, f"{where}: {k}") for k, v in cfg.items() if k in _LEGACY_POOLING_KEYS}
     mode = typed(cfg.get("pooling_mode"), (str, list), f"{where}: pooling_mode")
     if isinstance(mode, list):
@@ -456,6 +479,7 @@ def _dense_config(cfg: dict | None, path: str) -> tuple[int, int, bool, bool, st
         if name != "sentence_embedding":
             raise ConfigError(f"{where}: a Dense on '{name}' cannot be reproduced",
                               "bertfeat runs Dense modules on the sentence embedding only")
+    _refuse_null(cfg, ("bias", "activation_function"), where)
     n_in, n_out = (typed(cfg.get(k), int, f"{where}: {k}") for k in ("in_features", "out_features"))
     for k, n in (("in_features", n_in), ("out_features", n_out)):
         if n is None or n < 1:
@@ -611,6 +635,7 @@ def _load_layer_weights(d: Path, path: str, hidden_size: int, num_layers: int, o
     if cfg.get("embedding_dimension", cfg.get("word_embedding_dimension")) is None:
         raise ConfigError(f"{where}: embedding_dimension is missing (sentence-transformers cannot build the module "
                           "without it)", "restore the WeightedLayerPooling module's config.json from the model")
+    _refuse_null(cfg, ("num_hidden_layers", "layer_start"), where)
     n = typed(cfg.get("num_hidden_layers"), int, f"{where}: num_hidden_layers", 12)
     start = typed(cfg.get("layer_start"), int, f"{where}: layer_start", 4)
     if n != num_layers or not 0 <= start <= n:

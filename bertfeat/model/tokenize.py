@@ -213,6 +213,12 @@ def as_transformers(tk, cls_name: str, tok_cfg: dict, declared: DeclaredTokens, 
     kind = _rebuilds(tk, cls_name)
     replaced = class_model_settings(tk.model, kind, declared) if kind in ("wordpiece", "roberta") else ()
     if kind == "wordpiece":
+        for key in ("do_lower_case", "tokenize_chinese_chars"):  # (strip_accents null is its own setting: auto)
+            if key in tok_cfg and tok_cfg[key] is None:  # read as the default, it would run what transformers refuses
+                raise ConfigError(f"{path / 'tokenizer_config.json'}: {key} is null, not true / false (transformers' "
+                                  f"{cls_name} fails on it: 'None' is not an instance of 'bool')",
+                                  f"restore tokenizer_config.json from the model, or give {key} its value (remove the "
+                                  "entry for the default)")
         tk.normalizer = normalizers.BertNormalizer(
             clean_text=True, handle_chinese_chars=flag("tokenize_chinese_chars", True),
             strip_accents=flag("strip_accents", None), lowercase=flag("do_lower_case", True))

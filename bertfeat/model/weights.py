@@ -208,6 +208,7 @@ class BertWeights:
     mlm: dict | None = None  # dense_w (H,H) transposed, dense_b, ln_g, ln_b, bias (V,)
     files: list[Path] = field(default_factory=list)
     missing_pooler_reason: str | None = None
+    missing_mlm_reason: str | None = None  # a masked-LM head that is there but not run (untied_decoder_missing)
     precision: str = "fp32"  # "bf16": the layers' linear weights are bf16 (uint16) for gemm.matmul
     ignored: list[str] = field(default_factory=list)  # other tasks' head tensors in the file, not used
     emb_proj_w: np.ndarray | None = None  # ELECTRA's embeddings_project (E, H) transposed, float32 (as the pooler)
@@ -790,6 +791,8 @@ def load_weights(model_dir: str | Path, config: BertConfig, precision: str = "fp
     else:
         w.missing_pooler_reason = f"{where} has no pooler weights (pooler.dense.weight / pooler.dense.bias)"
     w.mlm = take_mlm_head(lambda n, s: _take(tensors, n, s, where, used), tensors, mlm_table, decoder, c, w.word)
+    if w.mlm is None and all(n in tensors for n, _ in mlm_table.values()):
+        w.missing_mlm_reason = untied_decoder_missing(c, tensors, decoder[0], where)
     w.ignored = leftover_tensors(tensors, used, where, c.family, OTHER_HEADS, ALLOWED_UNUSED,
                                  " (another architecture, or a renamed/extra tensor)")
     return w
@@ -814,7 +817,20 @@ def take_mlm_head(take, tensors: dict, table: dict, decoder: tuple, c: BertConfi
         m["bias"] = take(own, bias_shape(c))
     m["dense_w"] = np.ascontiguousarray(m["dense_w"].T)
     m["decoder_w"] = take(decoder[0], decoder[1](c)) if decoder[0] in tensors else word
-    return m
+    return None if untied_decoder_missing(c, tensors, decoder[0], "") else m
+
+
+def untied_decoder_missing(c: BertConfig, tensors: dict, decoder: str, where) -> str | None:
+    """Why a masked-LM head is not run, or None: config.json's tie_word_embeddings false with no decoder tensor stored
+    (``decoder``). Tied to the word embeddings it would give logits transformers never gives (it fills the decoder
+    with random values, "MISSING" in its load report); the head's other tensors are taken, as used, all the same."""
+    if c.untied_decoder and decoder not in tensors:
+        if isinstance(tensors, Tensors) and any(n.startswith("lm_head.") for n in tensors.stored.values()):
+            decoder = next((old + decoder[len(new):] for old, new in _LM_HEAD_NAMES.items()  # RoBERTa's spelling
+                            if decoder.startswith(new)), decoder)
+        return (f"{where} has a masked-LM head without its decoder ({decoder}), and config.json's tie_word_embeddings "
+                "false says the decoder is not the word embeddings (transformers fills it with random values)")
+    return None
 
 
 def leftover_tensors(tensors: dict, used: set, where, family: str, other_heads: tuple, allowed=(), hint: str = "",

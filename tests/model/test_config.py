@@ -243,3 +243,58 @@ def test_typed_refuses_with_one_line(value, types, message):
         typed(value, types, "f.json: k")
     assert e.value.what == message and "\n" not in e.value.message
     assert typed(None, int, "x", 7) == 7 and typed(2, (int, float), "x") == 2 and typed(2.5, float, "x") == 2.5
+
+
+@pytest.mark.parametrize("d, shown", [
+    ({"num_attention_heads": None}, "num_attention_heads"),
+    ({"layer_norm_eps": None}, "layer_norm_eps"),
+    ({"type_vocab_size": None}, "type_vocab_size"),
+    ({"model_type": "distilbert", "n_heads": None}, "n_heads"),
+    ({"model_type": "distilbert", "activation": None}, "activation"),
+    ({"model_type": "electra", "embedding_size": None}, "embedding_size"),
+    ({"model_type": "roberta", "layer_norm_eps": None}, "layer_norm_eps"),
+    ({"model_type": "modernbert", "norm_eps": None}, "norm_eps"),
+    ({"model_type": "mpnet", "relative_attention_num_buckets": None}, "relative_attention_num_buckets"),
+])
+def test_a_null_setting_is_refused_not_replaced_by_the_default(d, shown):
+    """Found by the hostile-model audit (round seven): a config.json setting given as null was read as absent, so
+    bertfeat ran its default in its place (num_attention_heads 12 for a 4-head model whose hidden size 12 divides:
+    other vectors, silently), where transformers 5 refuses the file ("expected int, got NoneType")."""
+    with pytest.raises(ConfigError) as e:
+        BertConfig.from_dict(d, source="config.json")
+    assert str(e.value) == (f"config.json: {shown} is null, not a value (transformers refuses it too) - restore "
+                            "config.json from the checkpoint: bertfeat does not put a default in place of a setting "
+                            "the model's config.json gives as null")
+
+
+@pytest.mark.parametrize("d", [
+    {"pad_token_id": None},  # transformers takes a null pad_token_id
+    {"model_type": "distilbert", "layer_norm_eps": None, "type_vocab_size": None},  # settings DistilBERT has not
+    {"model_type": "mpnet", "type_vocab_size": None},
+    {"embedding_size": None, "relative_attention_num_buckets": None, "global_rope_theta": None},  # not BERT's
+])
+def test_a_null_setting_the_family_does_not_read_still_loads(d):
+    BertConfig.from_dict(d)
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("model_type, key, refused", [
+    ("bert", "num_attention_heads", True), ("bert", "type_vocab_size", True), ("roberta", "layer_norm_eps", True),
+    ("distilbert", "n_heads", True), ("electra", "embedding_size", True), ("modernbert", "norm_eps", True),
+    ("mpnet", "relative_attention_num_buckets", True), ("bert", "pad_token_id", False),
+    ("distilbert", "layer_norm_eps", False), ("mpnet", "type_vocab_size", False), ("bert", "embedding_size", False),
+])
+def test_a_null_setting_is_refused_where_transformers_refuses_it(model_type, key, refused):
+    transformers = pytest.importorskip("transformers")
+    cls = transformers.AutoConfig.for_model(model_type).__class__
+    try:
+        cls.from_dict({key: None})
+        theirs = False
+    except Exception:  # transformers 5's StrictDataclassFieldValidationError
+        theirs = True
+    try:
+        BertConfig.from_dict({"model_type": model_type, key: None})
+        ours = False
+    except ConfigError:
+        ours = True
+    assert theirs == ours == refused

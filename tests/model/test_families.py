@@ -422,3 +422,35 @@ def test_head_size_that_does_not_divide_names_both_numbers(family, over, words, 
         BertConfig.from_file(d / "config.json")
     with pytest.raises(ConfigError, match=words):
         Encoder(d)
+
+
+@pytest.mark.parametrize("family", ["bert", "distilbert", "camembert"])
+def test_fill_mask_refuses_an_untied_head_stored_without_its_decoder(family, tmp_path, real_sentences):
+    """Found by the hostile-model audit (round seven): config.json's "tie_word_embeddings": false with the masked-LM
+    head's decoder not stored (a save that dropped it as tied) ran fill-mask with the word embeddings as the decoder,
+    logits transformers never gives (it fills the missing decoder with random values: max |diff| 11.5 on a tiny BERT).
+    fill-mask is refused now naming the tensor; the encoder's features are unchanged."""
+    from ckpt import make_checkpoint
+    from bertfeat.inspection import masked_lm_logits
+
+    if family == "bert":
+        d = make_checkpoint(tmp_path / family, hidden=32, layers=2, heads=2, max_position=64, mlm_head=True,
+                            tokenizer="json")
+    else:
+        d = family_checkpoint(tmp_path / family, family, head="mlm")
+    decoder = {"bert": "cls.predictions.decoder.weight", "distilbert": "vocab_projector.weight",
+               "camembert": "lm_head.decoder.weight"}[family]  # as the family's checkpoints spell it
+    names = _tensor_names(d)
+    assert not any(n.endswith(decoder) for n in names)  # stored once, as the word embeddings
+    before = Encoder(d).encode(real_sentences[:4], pooling="mean")
+    cfg = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": False}))
+    ref = reference(d, "mlm")  # transformers: the decoder newly initialized (its load report says MISSING)
+    assert not torch.equal(ref.get_output_embeddings().weight, ref.get_input_embeddings().weight)
+    enc = Encoder(d)
+    with pytest.raises(BertfeatError) as e:
+        masked_lm_logits(f"The quick brown {enc.tokenizer.mask_token} jumps.", encoder=enc)
+    assert f"has a masked-LM head without its decoder ({decoder}), and config.json's tie_word_embeddings false" in str(e.value)
+    assert str(e.value).endswith(" - restore the checkpoint with its decoder, or set tie_word_embeddings to true in "
+                                 "config.json if the decoder is the word embeddings")
+    np.testing.assert_array_equal(enc.encode(real_sentences[:4], pooling="mean"), before)

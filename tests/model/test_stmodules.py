@@ -1604,3 +1604,84 @@ def test_a_weighted_layer_pooling_saved_as_pytorch_model_bin_is_sentence_transfo
     enc = Encoder(d)
     assert enc.describe(enc.spec())[1] == "WeightedLayerPooling of layers 2..3 (1_WeightedLayerPooling/pytorch_model.bin)"
     np.testing.assert_allclose(enc.encode(TEXTS), _st_encode(_st(d), TEXTS), atol=1e-5, rtol=0)
+
+
+# --------------------------------------------------------------------------- a null module setting
+def test_include_prompt_null_is_refused_as_sentence_transformers_pools_it_without_the_prompt(tmp_path):
+    """Found by the hostile-model audit (round seven): 1_Pooling/config.json's "include_prompt": null was read as
+    absent (true: the prompt pooled), while sentence-transformers passes None to its Pooling, which then leaves the
+    prompt out: other vectors, silently (cosine 0.96 here). Refused now, naming the file and the key."""
+    from sentence_transformers import SentenceTransformer
+
+    d = st_folder(tmp_path / "m", hidden=32, layers=2, heads=2, max_position=64, pooling="mean",
+                  prompts=PROMPTS, default_prompt_name="query")
+    cfg_file = d / "1_Pooling" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    texts = ["A man is playing a guitar.", "x"]
+    with_prompt = _st_encode(SentenceTransformer(str(d), device="cpu"), texts)
+    cfg_file.write_text(json.dumps({**cfg, "include_prompt": False}))
+    without = _st_encode(SentenceTransformer(str(d), device="cpu"), texts)
+    cfg_file.write_text(json.dumps({**cfg, "include_prompt": None}))
+    null = _st_encode(SentenceTransformer(str(d), device="cpu"), texts)
+    np.testing.assert_allclose(null, without, atol=1e-6, rtol=0)  # sentence-transformers: null is false
+    assert np.abs(null - with_prompt).max() > 1e-2
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == (
+        "1_Pooling/config.json: include_prompt is null, which sentence-transformers does not read as the default (it "
+        "reads null as false: a prompt's tokens are left out of the pooling) - restore the file from the model, or "
+        "give include_prompt its value (remove the entry for the default)")
+
+
+@pytest.mark.parametrize("key, tensor, st_error, what", [
+    ("bias", True, "Unexpected key(s) in state_dict", "it reads null as false: a Dense without bias, which fails on a "
+                                                       "saved linear.bias"),
+    ("bias", False, None, "it reads null as false: a Dense without bias, which fails on a saved linear.bias"),
+    ("activation_function", True, "'NoneType' object has no attribute 'startswith'",
+     "it fails at load (its Dense reads None as torch.nn.Identity, not the default Tanh)"),
+    ("pooling_mode", True, "'NoneType' object is not iterable", "it fails on the first text"),
+])
+def test_a_dense_or_pooling_setting_null_is_refused_not_read_as_its_default(tmp_path, key, tensor, st_error, what):
+    """Found by the hostile-model audit (round seven): a Dense's "bias": null or "activation_function": null, or a
+    Pooling's "pooling_mode": null, ran as the default (a bias, Tanh, mean pooling), which sentence-transformers never
+    runs: it reads None otherwise (no bias; Dense(activation_function=None) is Identity) or fails. Refused now."""
+    from safetensors.numpy import load_file, save_file
+    from sentence_transformers import SentenceTransformer
+
+    d = st_folder(tmp_path / "m", hidden=32, layers=2, heads=2, max_position=64, pooling="mean", dense=[(16, "tanh")])
+    folder = "1_Pooling" if key == "pooling_mode" else "2_Dense"
+    cfg_file = d / folder / "config.json"
+    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()), key: None}))
+    if not tensor:
+        weights = load_file(str(d / folder / "model.safetensors"))
+        del weights["linear.bias"]
+        save_file(weights, str(d / folder / "model.safetensors"))
+    if st_error:
+        with pytest.raises(Exception, match=re.escape(st_error)):
+            SentenceTransformer(str(d), device="cpu").encode(["a text"])
+    else:  # runs without a bias there; bertfeat does not guess which reading the file meant
+        SentenceTransformer(str(d), device="cpu").encode(["a text"])
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == (f"{folder}/config.json: {key} is null, which sentence-transformers does not read as the "
+                            f"default ({what}) - restore the file from the model, or give {key} its value (remove the "
+                            "entry for the default)")
+
+
+@pytest.mark.parametrize("key", ["layer_start", "num_hidden_layers"])
+def test_a_weighted_layer_pooling_setting_null_is_refused_not_read_as_its_default(wlp_bases, tmp_path, key):
+    """Found by the hostile-model audit (round seven): a WeightedLayerPooling's "layer_start": null ran as layer 4
+    onwards (the default), "num_hidden_layers": null as 12; sentence-transformers fails to build the module on either
+    (None + 1). Refused now, naming the file and the key."""
+    from sentence_transformers import SentenceTransformer
+
+    d = _wlp_folder(tmp_path / "m", wlp_bases["bert"], start=0)
+    cfg_file = d / "1_WeightedLayerPooling" / "config.json"
+    cfg_file.write_text(json.dumps({**json.loads(cfg_file.read_text()), key: None}))
+    with pytest.raises(TypeError):
+        SentenceTransformer(str(d), device="cpu")
+    with pytest.raises(BertfeatError) as e:
+        Encoder(d)
+    assert str(e.value) == (f"1_WeightedLayerPooling/config.json: {key} is null, which sentence-transformers does not "
+                            "read as the default (it fails at load) - restore the file from the model, or give "
+                            f"{key} its value (remove the entry for the default)")

@@ -919,3 +919,28 @@ def test_replaced_settings_are_keyed_apart(minilm_dir, tmp_path):
     assert "tokenizer_rebuild" not in plain.fingerprint(plain.spec())
     t = ["a supercalifragilistic word"]  # the class's 100 characters a word, not the file's 5: the same vector
     np.testing.assert_array_equal(enc.encode(t, pooling="mean", normalize=False), plain.encode(t, pooling="mean", normalize=False))
+
+
+@pytest.mark.parametrize("layout", ["vocab.txt", "tokenizer.json"])
+@pytest.mark.parametrize("key", ["do_lower_case", "tokenize_chinese_chars"])
+def test_a_null_normalizer_flag_is_refused_as_transformers_refuses_it(tmp_path, minilm_dir, layout, key):
+    """Found by the hostile-model audit (round seven): tokenizer_config.json's "do_lower_case": null (or
+    "tokenize_chinese_chars": null) was read as absent (true), so bertfeat tokenized a folder transformers 5's
+    BertTokenizer refuses to load ('None' is not an instance of 'bool'). Refused now, naming the file and the key;
+    "strip_accents": null, a setting of its own (accents stripped when lower-casing), still loads."""
+    from transformers import AutoTokenizer
+
+    shutil.copy(minilm_dir / ("vocab.txt" if layout == "vocab.txt" else "tokenizer.json"), tmp_path)
+    cfg = json.loads((minilm_dir / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**cfg, key: None}))
+    with pytest.raises(TypeError, match="'None' is not an instance of 'bool'"):
+        AutoTokenizer.from_pretrained(str(tmp_path))
+    with pytest.raises(BertfeatError) as e:
+        Ours.from_dir(tmp_path, 512)
+    assert str(e.value) == (
+        f"{tmp_path / 'tokenizer_config.json'}: {key} is null, not true / false (transformers' BertTokenizer fails on "
+        f"it: 'None' is not an instance of 'bool') - restore tokenizer_config.json from the model, or give {key} its "
+        "value (remove the entry for the default)")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**cfg, "strip_accents": None}))
+    text = "HELLO Wörld, naïve café"
+    assert Ours.from_dir(tmp_path, 512).tokens(text)[0].tokens[1:-1] == AutoTokenizer.from_pretrained(str(tmp_path)).tokenize(text)
