@@ -128,10 +128,10 @@ def test_a_resumed_runs_throughput_counts_only_its_own_rows(tmp_path, capsys, mo
 
 @pytest.mark.parametrize("change, differs", [
     (["--pooling", "cls"], "pooling: 'mean' -> 'cls'"),
-    (["--max-length", "64"], "max length: 128 -> 64"),
     (["--layers=-2"], "layers: [2] -> [1]"),
     (["--normalize"], "normalize: False -> True"),
     (["--pooling", "max", "--max-length", "32"], "pooling: 'mean' -> 'max'; max length: 128 -> 32"),
+    (["--max-length", "32", "--chunk-rows", "5"], "max length: 128 -> 32; chunk rows: 3 -> 5"),
     (["--chunk-rows", "5"], "chunk rows: 3 -> 5"),
     (["--dtype", "float16"], "dtype: 'float32' -> 'float16'"),
 ])
@@ -147,6 +147,41 @@ def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, ch
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
     assert summary_line(err, "resumed") == "resumed 2 chunk(s), 6 rows, from the interrupted run (counted above, not in the throughput)"
+
+
+@pytest.mark.parametrize("change, differs, lengths, original", [
+    (["--long-text", "chunk-mean", "--stride", "2"], "long text: 'truncate' -> 'chunk-mean'; stride: 32 -> 2", "10",
+     "--long-text truncate --stride 32"),
+    (["--max-length", "12"], "max length: 10 -> 12", "10 or 12", "--max-length 10"),
+])
+def test_a_resume_refused_for_a_setting_the_cache_spans_says_the_cache_makes_starting_over_cheap(
+        tmp_path, capsys, monkeypatch, change, differs, lengths, original):
+    """A resume after --long-text, --stride or --max-length changed is refused (the kept chunks hold the old policy's
+    vectors of the long rows; a Dask part carries its run's key), and the fix said only "rerun with --overwrite ...,
+    or use the original settings", as for a new model: nothing told that with the cache the interrupted run filled,
+    --overwrite encodes again only the finished rows longer than max length, nor what the original settings were.
+    Following the fix encodes exactly those rows and the rows never finished, and writes a fresh run's output."""
+    src = write_csv(tmp_path / "c.csv", ["id", "text"], [[f"id{i}", WORDS[i] if i % 2 else f"{WORDS[i]} number {i} goes to "
+                                                          f"the {WORDS[i + 1]} with a {WORDS[i + 2]}"] for i in range(12)])
+    out, cache = tmp_path / "o.parquet", tmp_path / "cache"
+    args = ["--model", tiny_model(), "--chunk-rows", 3, "--max-length", 10, "--cache", cache]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, *change, "--resume")
+    assert (rc, err) == (1, f"Error: cannot resume: the settings or the input differ from the interrupted run ({differs}) - "
+                            "rerun with --overwrite instead of --resume to start over: with the vector cache the interrupted "
+                            "run used (--cache DIR), the rows it finished are taken from the cache, all but those longer "
+                            f"than max length {lengths}; or resume with the interrupted run's settings ({original})\n")
+    assert not out.exists() and len(parts(out)) == 2  # refused, nothing touched
+    long_rows = sum(sum(read_table(p).column("truncated").to_pylist()) for p in parts(out))  # longer than 10 (and 12)
+    assert long_rows == 3  # the even rows
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, *change, "--overwrite")  # the fix, as it says
+    assert rc == 0, err
+    assert (summary_line(err, "rows encoded"), summary_line(err, "rows reused")) == (
+        f"rows encoded {long_rows + 6}", f"rows reused {6 - long_rows}")
+    fresh = tmp_path / "fresh.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", fresh, *args[:-2], *change, "--no-cache")
+    assert rc == 0, err
+    assert read_table(out).equals(read_table(fresh))  # ids, features, counts: bit for bit
 
 
 @pytest.mark.parametrize("first, then", [(["--prompt-name", "doc"], ["--prompt", "passage: "]),
