@@ -130,6 +130,9 @@ def _resume_fix(old: dict, new: dict) -> str:
     spans changed, that the cache makes starting over cost only the long rows (the interrupted run's settings named)."""
     start_over = f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over"
     changed = {k for k, _, _ in _differences(old, new)}
+    if changed == {"input"} and _same_input(old.get("input"), new.get("input")):  # its files changed: no setting to restore
+        return (f"{start_over} on the input as it is now (with the vector cache the interrupted run used, "
+                f"{opt('cache', 'DIR')}, the rows it finished that are still in the input are taken from the cache)")
     if not changed or not changed <= set(CACHE_SPANS):
         return f"{start_over}, or use the original settings"
     lengths = " or ".join(str(n) for n in dict.fromkeys((old.get("max_length"), new.get("max_length"))))
@@ -137,6 +140,11 @@ def _resume_fix(old: dict, new: dict) -> str:
     return (f"{start_over}: with the vector cache the interrupted run used ({opt('cache', 'DIR')}), the rows it finished "
             f"are taken from the cache, all but those longer than max length {lengths}; or resume "
             f"with the interrupted run's settings ({original})")
+
+
+def _same_input(a, b) -> bool:
+    """The same input path and format (its files may differ): a changed file, not another input named."""
+    return isinstance(a, dict) and isinstance(b, dict) and (a.get("path"), a.get("format")) == (b.get("path"), b.get("format"))
 
 
 def _differences(old: dict, new: dict) -> list[tuple]:

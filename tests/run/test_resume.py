@@ -369,6 +369,13 @@ def test_resume_with_another_model_is_refused(tmp_path, capsys, monkeypatch):
                           "'sentence-transformers/all-MiniLM-L6-v2'; model weights sha256: '")
 
 
+#: the fix of a resume refused because the input's files changed (before 2026-12-01: "..., or use the original
+#: settings", though no setting had changed and the input could not be put back)
+ON_THE_INPUT_AS_IT_IS = ("rerun with --overwrite instead of --resume to start over on the input as it is now (with the "
+                         "vector cache the interrupted run used, --cache DIR, the rows it finished that are still in the "
+                         "input are taken from the cache)")
+
+
 def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"
@@ -380,7 +387,7 @@ def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
                             f"(input file changed: {src.resolve()} (size {size} -> {src.stat().st_size} bytes)) - "
-                            "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
+                            f"{ON_THE_INPUT_AS_IT_IS}\n")
     st = src.stat()
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     interrupted_run(capsys, monkeypatch, src, out, *args, "--overwrite")  # a fresh run (--overwrite) starts over
@@ -388,7 +395,29 @@ def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
                             f"(input file changed: {src.resolve()} (modified since the interrupted run)) - "
-                            "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
+                            f"{ON_THE_INPUT_AS_IT_IS}\n")
+
+
+def test_a_resume_refused_for_an_edited_input_says_starting_over_reuses_the_cached_rows(tmp_path, capsys, monkeypatch):
+    """The corpus edited after an interrupted run (a row appended, a finished row edited): the resume is refused, and its
+    fix no longer says "or use the original settings" (no setting changed). Following it with the interrupted run's
+    cache encodes only the rows never finished, the appended one and the edited one, and writes a fresh run's output."""
+    src = corpus(tmp_path / "c.csv", 12)
+    out, cache = tmp_path / "o.parquet", tmp_path / "cache"
+    args = ["--model", tiny_model(), "--chunk-rows", 3, "--id-column", "id", "--cache", cache]
+    interrupted_run(capsys, monkeypatch, src, out, *args)  # rows 0-5 finished, in the cache
+    src.write_text(src.read_text().replace("id00001,", "id00001,edited ") + "id99999,one more row\n")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 1 and err.startswith(f"Error: cannot resume: the settings or the input differ from the interrupted run "
+                                      f"(input file changed: {src.resolve()} (size ")
+    assert err.endswith(f" - {ON_THE_INPUT_AS_IT_IS}\n")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--overwrite")
+    assert rc == 0, err
+    assert (summary_line(err, "rows encoded"), summary_line(err, "rows reused")) == ("rows encoded 8", "rows reused 5")
+    fresh = tmp_path / "fresh.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", fresh, *args[:-2], "--no-cache")
+    assert rc == 0, err
+    assert read_table(out).equals(read_table(fresh))
 
 
 @pytest.mark.parametrize("damage, why", [
