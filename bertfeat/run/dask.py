@@ -819,10 +819,13 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
 
 
 def _finish(partial: Path, out: Path, meta: dict):
-    """Tidy OUTPUT.partial/ (manifest, the full-width parts and PCA model of pass 2, stray temporary files) and move
-    it to OUTPUT."""
-    for p in partial.iterdir():
+    """Write the provenance into OUTPUT.partial/, tidy it (the full-width parts and PCA model of pass 2, stray
+    temporary files, the manifest last) and move it to OUTPUT. At every moment it holds the manifest or the provenance,
+    either of which marks it as bertfeat's (plan.check_partial_is_ours): a run killed while it tidies (deleting the
+    full-width parts takes a while) leaves a directory the next run with --overwrite or --resume replaces, not one it
+    refuses as the user's."""
+    write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    for p in sorted(partial.iterdir(), key=lambda p: p.name == MANIFEST):
         if p.name.startswith(".") or p.name in (MANIFEST, PCA_FILE, FULL_DIR):
             p.unlink() if p.is_file() else shutil.rmtree(p, ignore_errors=True)
-    write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     replace_directory(partial, out)  # the old output or the new one under OUTPUT at every moment, even under SIGKILL

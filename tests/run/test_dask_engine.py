@@ -1008,6 +1008,39 @@ def test_a_resumed_run_interrupted_after_the_fit_leaves_no_pca_model(client, dat
     assert stopped.value.resume_note.startswith(f"{N_PARTS} partition(s) are kept in ")
 
 
+def test_a_run_killed_while_its_finish_tidies_the_partial_directory_is_replaced_by_the_next_run(client, data, tmp_path,
+                                                                                                monkeypatch, capsys):
+    """The finish deleted the manifest (in directory order, before or after the full-width parts, which take a while)
+    and then wrote the provenance and moved OUTPUT.partial/ into place: a run killed in between left parts without a
+    manifest, which every rerun refused, --overwrite and --resume too ("exists and is not a bertfeat partial run -
+    move or rename it"), so the user had to delete it by hand. The provenance is now written first and the manifest
+    deleted last: a rerun takes the directory for bertfeat's, and --overwrite replaces it."""
+    import bertfeat.run.dask as dask_engine
+
+    out = tmp_path / "f.parquet"
+    partial, killed = out.with_name("f.parquet.partial"), tmp_path / "killed"
+    real = dask_engine.replace_directory
+
+    def kill_before_the_rename(src, dst):  # what a kill just before the rename leaves: the tidied directory
+        shutil.copytree(src, killed)
+        return real(src, dst)
+
+    monkeypatch.setattr(dask_engine, "replace_directory", kill_before_the_rename)
+    extract_dask(_opts(data, out, pca="4"), None, client=client)
+    monkeypatch.undo()
+    whole = _read_dataset(out)
+    shutil.rmtree(out)
+    killed.rename(partial)
+    assert "_manifest.json" not in os.listdir(partial)
+    args = ["extract", str(data), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address, "--pca", "4",
+            "-q"]
+    assert main(args) == 1
+    assert capsys.readouterr().err == (f"Error: a resumable partial run exists in {partial} - rerun the same command with "
+                                       "--resume to continue it, or with --overwrite to start over\n")
+    assert main(args + ["--overwrite"]) == 0, capsys.readouterr().err
+    assert _read_dataset(out).equals(whole) and not partial.exists()
+
+
 @pytest.mark.parametrize("bad_rows", [False, True])
 def test_a_resumed_pca_run_fits_the_uninterrupted_runs_model_to_the_bit(client, real_sentences, tmp_path, bad_rows):
     """A resume took a kept partition's PCA statistics from its part file in blocks of 8192 rows, while the run had
