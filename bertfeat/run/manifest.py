@@ -174,6 +174,11 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
             else:  # the same library: its keys that differ (the kernels, NumPy's BLAS ...), not both dicts whole
                 keys = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
                 out.append("GEMM path: " + "; ".join(f"{n} {a.get(n)!r} -> {b.get(n)!r}" for n in keys))
+        elif k == "pca_model" and isinstance(a, dict) and isinstance(b, dict) and a.get("path") == b.get("path"):
+            out.append(f"PCA model {a.get('path')} changed since the interrupted run (sha256 {str(a.get('sha256'))[:12]} -> "
+                       f"{str(b.get('sha256'))[:12]})")  # refitted: the kept chunks were reduced with the old one
+        elif k == "pca_model":
+            out.append(f"PCA model: {(a or {}).get('path')!r} -> {(b or {}).get('path')!r}")
         elif k == "model_files" and isinstance(b, dict):
             changed = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
             out.append("model files changed since the interrupted run: " + ", ".join(changed))

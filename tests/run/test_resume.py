@@ -420,6 +420,28 @@ def test_a_resume_refused_for_an_edited_input_says_starting_over_reuses_the_cach
     assert read_table(out).equals(read_table(fresh))
 
 
+def test_a_resume_after_the_applied_pca_model_was_refitted_names_it_in_words(tmp_path, capsys, monkeypatch):
+    """The PCA model a run applies (--pca-model, a pipeline's training PCA) refitted after the run was interrupted:
+    the resume is refused (the kept chunks were reduced with the old model), and said so as two dicts, each with its
+    whole sha256 ("pca_model: {'path': ..., 'sha256': '...64 digits...'} -> {...}"). It now names the model file and
+    the start of both digests."""
+    import hashlib
+
+    train, out = corpus(tmp_path / "train.csv", 12), tmp_path / "o.parquet"
+    model = tmp_path / "train.pca.npz"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    assert run(capsys, "extract", train, "-o", tmp_path / "train.parquet", *args, "--pca", 2, "-q")[0] == 0
+    before = hashlib.sha256(model.read_bytes()).hexdigest()
+    interrupted_run(capsys, monkeypatch, corpus(tmp_path / "c.csv", 12), out, *args, "--pca-model", model)
+    corpus(train, 9)  # the training set changed: its PCA refitted
+    assert run(capsys, "extract", train, "-o", tmp_path / "train.parquet", *args, "--pca", 2, "-q", "--overwrite")[0] == 0
+    after = hashlib.sha256(model.read_bytes()).hexdigest()
+    rc, _, err = run(capsys, "extract", tmp_path / "c.csv", "-o", out, *args, "--pca-model", model, "--resume")
+    assert (rc, err) == (1, f"Error: cannot resume: the settings or the input differ from the interrupted run (PCA model "
+                            f"{model} changed since the interrupted run (sha256 {before[:12]} -> {after[:12]})) - rerun "
+                            "with --overwrite instead of --resume to start over, or use the original settings\n")
+
+
 @pytest.mark.parametrize("damage, why", [
     (b'{"bertfeat_version": "0.3', "not a manifest bertfeat wrote: Unterminated string starting at: line 1 column 22 "
                                    "(char 21)"),
