@@ -102,7 +102,7 @@ from ..features.reader import DIRECTORY_PROVENANCE, PART_GLOB, part_name
 from .encoder_setup import feature_settings, load_encoder, make_reuser
 from .manifest import (PARTIAL_MANIFESTS, check_input_unchanged, check_resume, check_resume_engine, job_manifest,
                        read_manifest)
-from .pca_steps import (OrderedMerge, accumulate_pca, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report,
+from .pca_steps import (OrderedMerge, RowBlocks, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report,
                         write_pca)
 from .provenance import provenance
 from .outputs import remove_stale
@@ -317,6 +317,7 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
              "cache_repaired": 0,
              "rejects": [], "run": ctx.run_key, "rows_multiline": multiline}
     pca = new_pca(ctx.n_components) if ctx.fit_stats else None
+    blocks = RowBlocks(pca, ctx.chunk_rows) if pca is not None else None  # as partition_statistics reads them
     if not (Path(ctx.out_dir) / MANIFEST).is_file():
         return {"cancelled": True}  # the run was abandoned (bad input elsewhere): write nothing
     dtype = "float32" if ctx.want_pca else ctx.dtype  # full-width parts are the PCA's float32 input
@@ -337,12 +338,14 @@ def encode_partition(part: Partition, first_row: int, ctx: TaskContext) -> dict:
             X = feature_matrix(table)
             for k, v in table_counts(table, ctx.spec.max_length).items():
                 stats[k] += v
-            if pca is not None:
-                accumulate_pca(pca, X)
+            if blocks is not None:
+                blocks.add(X)
             writer.write(table.column(ctx.id_name), X, extra_columns(table, ctx.keep_types or ()))
         if not (Path(ctx.out_dir) / MANIFEST).is_file():
             writer.abort()
             return {"cancelled": True}
+        if blocks is not None:
+            blocks.flush()
         stats.update(rows_encoded=reuser.encoded, rows_reused=reuser.reused, tokens_encoded=reuser.tokens_encoded,
                      cache_repaired=reuser.corrupt, cache_read_only=reuser.read_only)
         writer.close(_part_meta(ctx.meta, stats))
@@ -376,12 +379,15 @@ def read_part_stats(path: Path) -> dict | None:
         return None
 
 
-def partition_statistics(path: str, n_components) -> object:
-    """Task (--pca, resumed partition): the PCA statistics of a full-width part already on disk."""
+def partition_statistics(path: str, n_components, chunk_rows: int) -> object:
+    """Task (--pca, resumed partition): the PCA statistics of a full-width part already on disk, its rows added in
+    the blocks encode_partition added them in (RowBlocks), so that they are the same bits."""
     pca = new_pca(n_components)
+    blocks = RowBlocks(pca, chunk_rows)
     for batch in pq.ParquetFile(path).iter_batches(batch_size=8192, columns=["embedding"]):
         if batch.num_rows:
-            pca.partial_fit(feature_matrix(pa.Table.from_batches([batch])))
+            blocks.add(feature_matrix(pa.Table.from_batches([batch])))
+    blocks.flush()
     return pca
 
 
@@ -618,7 +624,8 @@ class DaskRun:
                                       pure=False): p.index for p in self.parts if p.index not in done}
         if plan.pca is not None:  # statistics of the resumed partitions, from their files
             self.futures.update({client.submit(run_task, partition_statistics, str(stage / part_name(i, self.width)),
-                                               plan.pca_n_components, key=f"bertfeat-stats-{i}-{tag}", pure=False): -1 - i
+                                               plan.pca_n_components, plan.options.chunk_rows, key=f"bertfeat-stats-{i}-{tag}",
+                                               pure=False): -1 - i
                                  for i in done})
         gather(client, self.futures, on_result, progress, counted=lambda i: i >= 0, done=len(done), total=len(self.parts))
         self.futures = {}
@@ -812,10 +819,13 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
 
 
 def _finish(partial: Path, out: Path, meta: dict):
-    """Tidy OUTPUT.partial/ (manifest, the full-width parts and PCA model of pass 2, stray temporary files) and move
-    it to OUTPUT."""
-    for p in partial.iterdir():
+    """Write the provenance into OUTPUT.partial/, tidy it (the full-width parts and PCA model of pass 2, stray
+    temporary files, the manifest last) and move it to OUTPUT. At every moment it holds the manifest or the provenance,
+    either of which marks it as bertfeat's (plan.check_partial_is_ours): a run killed while it tidies (deleting the
+    full-width parts takes a while) leaves a directory the next run with --overwrite or --resume replaces, not one it
+    refuses as the user's."""
+    write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    for p in sorted(partial.iterdir(), key=lambda p: p.name == MANIFEST):
         if p.name.startswith(".") or p.name in (MANIFEST, PCA_FILE, FULL_DIR):
             p.unlink() if p.is_file() else shutil.rmtree(p, ignore_errors=True)
-    write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     replace_directory(partial, out)  # the old output or the new one under OUTPUT at every moment, even under SIGKILL

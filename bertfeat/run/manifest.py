@@ -56,7 +56,7 @@ def check_resume(old_manifest: dict, manifest: dict) -> None:
     diffs = manifest_differences(old_manifest, manifest)
     if diffs:
         raise ResumeError("cannot resume: the settings or the input differ from the interrupted run (" + "; ".join(diffs) + ")",
-                          f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over, or use the original settings")
+                          _resume_fix(old_manifest, manifest))
     for k in naming_keys(old_manifest, manifest):
         if k in old_manifest:
             manifest[k] = old_manifest[k]
@@ -118,12 +118,46 @@ OPTIONAL_KEYS = ("keep", "keep_as", "pca_model", "encoder_options", "dtype", "ma
 OPTIONAL_DEFAULTS = {"dtype": "float32", "max_field_bytes": DEFAULT_MAX_FIELD_BYTES, "renormalize": False}
 
 
+#: settings a change of which the vector cache spans (docs/cache.md): a row within max length is the same bits under
+#: any long-text policy, stride and max length, so a rerun with --overwrite and the interrupted run's cache encodes
+#: again only the finished rows longer than max length; a resume cannot keep them (its kept parts hold the old vectors
+#: of the long rows, and a Dask part carries its run's key)
+CACHE_SPANS = ("long_text", "stride", "max_length")
+
+
+def _resume_fix(old: dict, new: dict) -> str:
+    """How to go on when a resume is refused: start over, or the original settings; when only settings the cache
+    spans changed, that the cache makes starting over cost only the long rows (the interrupted run's settings named)."""
+    start_over = f"rerun with {opt('overwrite', True)} instead of {opt('resume', True)} to start over"
+    changed = {k for k, _, _ in _differences(old, new)}
+    if changed == {"input"} and _same_input(old.get("input"), new.get("input")):  # its files changed: no setting to restore
+        return (f"{start_over} on the input as it is now (with the vector cache the interrupted run used, "
+                f"{opt('cache', 'DIR')}, the rows it finished that are still in the input are taken from the cache)")
+    if not changed or not changed <= set(CACHE_SPANS):
+        return f"{start_over}, or use the original settings"
+    lengths = " or ".join(str(n) for n in dict.fromkeys((old.get("max_length"), new.get("max_length"))))
+    original = " ".join(opt(k, old[k]) for k in CACHE_SPANS if k in changed and old.get(k) is not None)
+    return (f"{start_over}: with the vector cache the interrupted run used ({opt('cache', 'DIR')}), the rows it finished "
+            f"are taken from the cache, all but those longer than max length {lengths}; or resume "
+            f"with the interrupted run's settings ({original})")
+
+
+def _same_input(a, b) -> bool:
+    """The same input path and format (its files may differ): a changed file, not another input named."""
+    return isinstance(a, dict) and isinstance(b, dict) and (a.get("path"), a.get("format")) == (b.get("path"), b.get("format"))
+
+
+def _differences(old: dict, new: dict) -> list[tuple]:
+    """(key, old value, new value) of each manifest key that differs (the prompt's name: its text is compared)."""
+    names = naming_keys(old, new)
+    keys = [k for k in new if k not in names] + [k for k in OPTIONAL_KEYS if k in old and k not in new]
+    return dict_differences(old, new, keys=keys, missing=None, default=str)
+
+
 def manifest_differences(old: dict, new: dict) -> list[str]:
     """What differs between the manifest of the interrupted run and this run's, in words."""
     out = []
-    names = naming_keys(old, new)  # the prompt's name: its text is compared
-    keys = [k for k in new if k not in names] + [k for k in OPTIONAL_KEYS if k in old and k not in new]
-    for k, a, b in dict_differences(old, new, keys=keys, missing=None, default=str):
+    for k, a, b in _differences(old, new):
         if k == "input":
             out += _input_differences(a or {}, b or {})
         elif k == "tokenizers":  # a library, not a setting: the fix is the version the interrupted run had
@@ -140,6 +174,11 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
             else:  # the same library: its keys that differ (the kernels, NumPy's BLAS ...), not both dicts whole
                 keys = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
                 out.append("GEMM path: " + "; ".join(f"{n} {a.get(n)!r} -> {b.get(n)!r}" for n in keys))
+        elif k == "pca_model" and isinstance(a, dict) and isinstance(b, dict) and a.get("path") == b.get("path"):
+            out.append(f"PCA model {a.get('path')} changed since the interrupted run (sha256 {str(a.get('sha256'))[:12]} -> "
+                       f"{str(b.get('sha256'))[:12]})")  # refitted: the kept chunks were reduced with the old one
+        elif k == "pca_model":
+            out.append(f"PCA model: {(a or {}).get('path')!r} -> {(b or {}).get('path')!r}")
         elif k == "model_files" and isinstance(b, dict):
             changed = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
             out.append("model files changed since the interrupted run: " + ", ".join(changed))

@@ -41,6 +41,30 @@ def accumulate_pca(pca, X: np.ndarray) -> None:
         pca.partial_fit(X)
 
 
+class RowBlocks:
+    """A unit's features added to its PCA statistics in blocks of exactly ``rows`` rows (the last one shorter),
+    however they come: the sums round by block, so a Dask partition's statistics taken as it is encoded (chunk by
+    chunk, bad rows left out) and taken again from its part file by a resume (read in batches of another size) are
+    the same bits only when both cut the rows alike. Call ``flush`` after the last rows."""
+
+    def __init__(self, pca, rows: int):
+        self.pca, self.rows, self.pending, self.held = pca, rows, [], 0
+
+    def add(self, X: np.ndarray) -> None:
+        while len(X):
+            take = min(self.rows - self.held, len(X))
+            self.pending.append(X[:take])
+            self.held += take
+            X = X[take:]
+            if self.held == self.rows:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.held:
+            accumulate_pca(self.pca, self.pending[0] if len(self.pending) == 1 else np.concatenate(self.pending))
+        self.pending, self.held = [], 0
+
+
 class OrderedMerge:
     """The PCA statistics of numbered units (Dask partitions 0 .. n-1) merged in their order, whatever order they
     finish in: a merge rounds differently in another order (components ~1e-15 apart), so without it two runs of one

@@ -584,9 +584,11 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     partial = layout.partial
     check_partial_is_ours(partial)
     if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)
+        from ..features.reader import DIRECTORY_PROVENANCE
         from .manifest import PARTIAL_MANIFESTS
 
-        interrupted = partial.is_dir() and any((partial / name).is_file() for name in PARTIAL_MANIFESTS.values())
+        interrupted = partial.is_dir() and any((partial / name).is_file()
+                                               for name in (*PARTIAL_MANIFESTS.values(), DIRECTORY_PROVENANCE))
     else:
         from .outputs import browser_file
 
@@ -601,7 +603,9 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 def check_partial_is_ours(partial: Path) -> None:
     """OUTPUT.partial is bertfeat's working directory, removed by --overwrite and at the end: a file there, or a
     folder holding anything but a run's manifest, parts and temporaries (and a file browser's files), is the user's
-    and is never deleted."""
+    and is never deleted. A Dask run's that holds its provenance (``_bertfeat.json``) instead of its manifest was
+    killed while its finish tidied it (dask._finish), and is bertfeat's too."""
+    from ..features.reader import DIRECTORY_PROVENANCE
     from .manifest import PARTIAL_MANIFESTS
     from .outputs import browser_file
     from ..errors import OutputError
@@ -610,7 +614,8 @@ def check_partial_is_ours(partial: Path) -> None:
         return
     if partial.is_dir() and not partial.is_symlink():
         names = [q.name for q in partial.iterdir() if not browser_file(q)]
-        if not names or any(n in PARTIAL_MANIFESTS.values() for n in names) or all(n.startswith(".") for n in names):
+        ours = (*PARTIAL_MANIFESTS.values(), DIRECTORY_PROVENANCE)
+        if not names or any(n in ours for n in names) or all(n.startswith(".") for n in names):
             return  # a run's (a killed one's before its manifest: only temporaries)
     raise OutputError(f"{partial} exists and is not a bertfeat partial run (bertfeat works there while it writes "
                       f"{partial.with_name(partial.name[:-len('.partial')])}, and deletes it)",

@@ -1008,6 +1008,72 @@ def test_a_resumed_run_interrupted_after_the_fit_leaves_no_pca_model(client, dat
     assert stopped.value.resume_note.startswith(f"{N_PARTS} partition(s) are kept in ")
 
 
+def test_a_run_killed_while_its_finish_tidies_the_partial_directory_is_replaced_by_the_next_run(client, data, tmp_path,
+                                                                                                monkeypatch, capsys):
+    """The finish deleted the manifest (in directory order, before or after the full-width parts, which take a while)
+    and then wrote the provenance and moved OUTPUT.partial/ into place: a run killed in between left parts without a
+    manifest, which every rerun refused, --overwrite and --resume too ("exists and is not a bertfeat partial run -
+    move or rename it"), so the user had to delete it by hand. The provenance is now written first and the manifest
+    deleted last: a rerun takes the directory for bertfeat's, and --overwrite replaces it."""
+    import bertfeat.run.dask as dask_engine
+
+    out = tmp_path / "f.parquet"
+    partial, killed = out.with_name("f.parquet.partial"), tmp_path / "killed"
+    real = dask_engine.replace_directory
+
+    def kill_before_the_rename(src, dst):  # what a kill just before the rename leaves: the tidied directory
+        shutil.copytree(src, killed)
+        return real(src, dst)
+
+    monkeypatch.setattr(dask_engine, "replace_directory", kill_before_the_rename)
+    extract_dask(_opts(data, out, pca="4"), None, client=client)
+    monkeypatch.undo()
+    whole = _read_dataset(out)
+    shutil.rmtree(out)
+    killed.rename(partial)
+    assert "_manifest.json" not in os.listdir(partial)
+    args = ["extract", str(data), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address, "--pca", "4",
+            "-q"]
+    assert main(args) == 1
+    assert capsys.readouterr().err == (f"Error: a resumable partial run exists in {partial} - rerun the same command with "
+                                       "--resume to continue it, or with --overwrite to start over\n")
+    assert main(args + ["--overwrite"]) == 0, capsys.readouterr().err
+    assert _read_dataset(out).equals(whole) and not partial.exists()
+
+
+@pytest.mark.parametrize("bad_rows", [False, True])
+def test_a_resumed_pca_run_fits_the_uninterrupted_runs_model_to_the_bit(client, real_sentences, tmp_path, bad_rows):
+    """A resume took a kept partition's PCA statistics from its part file in blocks of 8192 rows, while the run had
+    added them chunk by chunk (--chunk-rows): the sums rounded otherwise, and the PCA model (mean, components,
+    spectrum ~1e-15 apart) and so its sha256 differed from the uninterrupted run's (docs/dask.md: a rerun of one job
+    writes the same bits). Both now add a partition's rows in blocks of --chunk-rows written rows, so the resumed
+    run's model and reduced features equal the uninterrupted run's bit for bit, bad rows skipped or not."""
+    from bertfeat.pca.estimator import PCA
+
+    lines = ["id,text"] + [f'r{i},"{t}"' if not (bad_rows and i % 9 == 4) else f"r{i}," for i, t in
+                           enumerate(t.replace('"', "'") for t in real_sentences[:200])]
+    src = tmp_path / "in.csv"
+    src.write_text("\n".join(lines) + "\n")
+    kw = dict(id_column="id", pca="8", chunk_rows=16, on_bad_row="skip")
+    whole = tmp_path / "whole" / "f.parquet"
+    extract_dask(_opts(src, whole, **kw), 4096, client=client)
+    out = tmp_path / "resumed" / "f.parquet"
+    with pytest.raises(KeyboardInterrupt):
+        extract_dask(_opts(src, out, **kw), 4096, _InterruptAfterFirst(), client=client)
+    _wait_idle(client)
+    done = sorted((out.with_name("f.parquet.partial") / "_full").glob("part-*.parquet"))
+    if len(done) == len(list(whole.glob("part-*.parquet"))):  # the others finished after the interrupt: one missing
+        done.pop().unlink()
+    assert done
+    s = extract_dask(_opts(src, out, resume=True, **kw), 4096, client=client)
+    assert s.chunks_resumed == len(done) and s.rows_rejected == (22 if bad_rows else 0)
+    a, b = np.load(whole.with_name("f.pca.npz")), np.load(out.with_name("f.pca.npz"))
+    for k in ("mean", "components", "spectrum"):
+        assert np.array_equal(a[k], b[k]), k
+    assert PCA.load(whole.with_name("f.pca.npz")).n_samples_ == PCA.load(out.with_name("f.pca.npz")).n_samples_
+    assert _read_dataset(whole).equals(_read_dataset(out))  # ids and reduced features, row for row
+
+
 @pytest.mark.parametrize("pca", [None, "8"])
 def test_float16_parts_equal_local(client, data, tmp_path, pca):
     from bertfeat.features import read_features

@@ -213,6 +213,22 @@ def test_a_users_own_partial_directory_is_never_deleted(tmp_path, capsys, flag, 
     assert (partial / "my-notes.txt" if kind == "folder" else partial).read_text() == "mine\n"
 
 
+def test_a_dask_run_killed_in_its_finish_is_a_partial_run_for_the_local_engine_too(tmp_path, src, capsys):
+    """A Dask run killed while its finish tidied OUTPUT.partial/ leaves its provenance and parts there, no manifest
+    (dask._finish): the local engine's plain run refuses it as a partial run (it holds a finished output's parts, not
+    to be deleted without a word), --overwrite replaces it. Before, any run refused it as the user's own folder."""
+    partial = tmp_path / "o.parquet.partial"
+    partial.mkdir()
+    (partial / "_bertfeat.json").write_text("{}\n")
+    (partial / "part-00000.parquet").write_bytes(b"PAR1")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")
+    assert (rc, err) == (1, f"Error: a resumable partial run exists in {partial} - rerun the same command with --resume "
+                            "to continue it, or with --overwrite to start over\n")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q", "--overwrite")
+    assert (rc, err) == (0, "")
+    assert not partial.exists() and (tmp_path / "o.parquet").is_file()
+
+
 def test_a_run_without_pca_removes_an_earlier_runs_pca_files(tmp_path, src):
     """OUTPUT.pca.npz and its report describe the features of the run that wrote them (its provenance names the
     model's sha256): a later run over that output without pca (--overwrite) removes them with its own files, so no

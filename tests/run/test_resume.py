@@ -128,10 +128,10 @@ def test_a_resumed_runs_throughput_counts_only_its_own_rows(tmp_path, capsys, mo
 
 @pytest.mark.parametrize("change, differs", [
     (["--pooling", "cls"], "pooling: 'mean' -> 'cls'"),
-    (["--max-length", "64"], "max length: 128 -> 64"),
     (["--layers=-2"], "layers: [2] -> [1]"),
     (["--normalize"], "normalize: False -> True"),
     (["--pooling", "max", "--max-length", "32"], "pooling: 'mean' -> 'max'; max length: 128 -> 32"),
+    (["--max-length", "32", "--chunk-rows", "5"], "max length: 128 -> 32; chunk rows: 3 -> 5"),
     (["--chunk-rows", "5"], "chunk rows: 3 -> 5"),
     (["--dtype", "float16"], "dtype: 'float32' -> 'float16'"),
 ])
@@ -147,6 +147,41 @@ def test_resume_with_other_settings_is_refused(tmp_path, capsys, monkeypatch, ch
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
     assert summary_line(err, "resumed") == "resumed 2 chunk(s), 6 rows, from the interrupted run (counted above, not in the throughput)"
+
+
+@pytest.mark.parametrize("change, differs, lengths, original", [
+    (["--long-text", "chunk-mean", "--stride", "2"], "long text: 'truncate' -> 'chunk-mean'; stride: 32 -> 2", "10",
+     "--long-text truncate --stride 32"),
+    (["--max-length", "12"], "max length: 10 -> 12", "10 or 12", "--max-length 10"),
+])
+def test_a_resume_refused_for_a_setting_the_cache_spans_says_the_cache_makes_starting_over_cheap(
+        tmp_path, capsys, monkeypatch, change, differs, lengths, original):
+    """A resume after --long-text, --stride or --max-length changed is refused (the kept chunks hold the old policy's
+    vectors of the long rows; a Dask part carries its run's key), and the fix said only "rerun with --overwrite ...,
+    or use the original settings", as for a new model: nothing told that with the cache the interrupted run filled,
+    --overwrite encodes again only the finished rows longer than max length, nor what the original settings were.
+    Following the fix encodes exactly those rows and the rows never finished, and writes a fresh run's output."""
+    src = write_csv(tmp_path / "c.csv", ["id", "text"], [[f"id{i}", WORDS[i] if i % 2 else f"{WORDS[i]} number {i} goes to "
+                                                          f"the {WORDS[i + 1]} with a {WORDS[i + 2]}"] for i in range(12)])
+    out, cache = tmp_path / "o.parquet", tmp_path / "cache"
+    args = ["--model", tiny_model(), "--chunk-rows", 3, "--max-length", 10, "--cache", cache]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, *change, "--resume")
+    assert (rc, err) == (1, f"Error: cannot resume: the settings or the input differ from the interrupted run ({differs}) - "
+                            "rerun with --overwrite instead of --resume to start over: with the vector cache the interrupted "
+                            "run used (--cache DIR), the rows it finished are taken from the cache, all but those longer "
+                            f"than max length {lengths}; or resume with the interrupted run's settings ({original})\n")
+    assert not out.exists() and len(parts(out)) == 2  # refused, nothing touched
+    long_rows = sum(sum(read_table(p).column("truncated").to_pylist()) for p in parts(out))  # longer than 10 (and 12)
+    assert long_rows == 3  # the even rows
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, *change, "--overwrite")  # the fix, as it says
+    assert rc == 0, err
+    assert (summary_line(err, "rows encoded"), summary_line(err, "rows reused")) == (
+        f"rows encoded {long_rows + 6}", f"rows reused {6 - long_rows}")
+    fresh = tmp_path / "fresh.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", fresh, *args[:-2], *change, "--no-cache")
+    assert rc == 0, err
+    assert read_table(out).equals(read_table(fresh))  # ids, features, counts: bit for bit
 
 
 @pytest.mark.parametrize("first, then", [(["--prompt-name", "doc"], ["--prompt", "passage: "]),
@@ -334,6 +369,13 @@ def test_resume_with_another_model_is_refused(tmp_path, capsys, monkeypatch):
                           "'sentence-transformers/all-MiniLM-L6-v2'; model weights sha256: '")
 
 
+#: the fix of a resume refused because the input's files changed (before 2026-12-01: "..., or use the original
+#: settings", though no setting had changed and the input could not be put back)
+ON_THE_INPUT_AS_IT_IS = ("rerun with --overwrite instead of --resume to start over on the input as it is now (with the "
+                         "vector cache the interrupted run used, --cache DIR, the rows it finished that are still in the "
+                         "input are taken from the cache)")
+
+
 def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"
@@ -345,7 +387,7 @@ def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
                             f"(input file changed: {src.resolve()} (size {size} -> {src.stat().st_size} bytes)) - "
-                            "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
+                            f"{ON_THE_INPUT_AS_IT_IS}\n")
     st = src.stat()
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     interrupted_run(capsys, monkeypatch, src, out, *args, "--overwrite")  # a fresh run (--overwrite) starts over
@@ -353,7 +395,51 @@ def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run "
                             f"(input file changed: {src.resolve()} (modified since the interrupted run)) - "
-                            "rerun with --overwrite instead of --resume to start over, or use the original settings\n")
+                            f"{ON_THE_INPUT_AS_IT_IS}\n")
+
+
+def test_a_resume_refused_for_an_edited_input_says_starting_over_reuses_the_cached_rows(tmp_path, capsys, monkeypatch):
+    """The corpus edited after an interrupted run (a row appended, a finished row edited): the resume is refused, and its
+    fix no longer says "or use the original settings" (no setting changed). Following it with the interrupted run's
+    cache encodes only the rows never finished, the appended one and the edited one, and writes a fresh run's output."""
+    src = corpus(tmp_path / "c.csv", 12)
+    out, cache = tmp_path / "o.parquet", tmp_path / "cache"
+    args = ["--model", tiny_model(), "--chunk-rows", 3, "--id-column", "id", "--cache", cache]
+    interrupted_run(capsys, monkeypatch, src, out, *args)  # rows 0-5 finished, in the cache
+    src.write_text(src.read_text().replace("id00001,", "id00001,edited ") + "id99999,one more row\n")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 1 and err.startswith(f"Error: cannot resume: the settings or the input differ from the interrupted run "
+                                      f"(input file changed: {src.resolve()} (size ")
+    assert err.endswith(f" - {ON_THE_INPUT_AS_IT_IS}\n")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--overwrite")
+    assert rc == 0, err
+    assert (summary_line(err, "rows encoded"), summary_line(err, "rows reused")) == ("rows encoded 8", "rows reused 5")
+    fresh = tmp_path / "fresh.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", fresh, *args[:-2], "--no-cache")
+    assert rc == 0, err
+    assert read_table(out).equals(read_table(fresh))
+
+
+def test_a_resume_after_the_applied_pca_model_was_refitted_names_it_in_words(tmp_path, capsys, monkeypatch):
+    """The PCA model a run applies (--pca-model, a pipeline's training PCA) refitted after the run was interrupted:
+    the resume is refused (the kept chunks were reduced with the old model), and said so as two dicts, each with its
+    whole sha256 ("pca_model: {'path': ..., 'sha256': '...64 digits...'} -> {...}"). It now names the model file and
+    the start of both digests."""
+    import hashlib
+
+    train, out = corpus(tmp_path / "train.csv", 12), tmp_path / "o.parquet"
+    model = tmp_path / "train.pca.npz"
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    assert run(capsys, "extract", train, "-o", tmp_path / "train.parquet", *args, "--pca", 2, "-q")[0] == 0
+    before = hashlib.sha256(model.read_bytes()).hexdigest()
+    interrupted_run(capsys, monkeypatch, corpus(tmp_path / "c.csv", 12), out, *args, "--pca-model", model)
+    corpus(train, 9)  # the training set changed: its PCA refitted
+    assert run(capsys, "extract", train, "-o", tmp_path / "train.parquet", *args, "--pca", 2, "-q", "--overwrite")[0] == 0
+    after = hashlib.sha256(model.read_bytes()).hexdigest()
+    rc, _, err = run(capsys, "extract", tmp_path / "c.csv", "-o", out, *args, "--pca-model", model, "--resume")
+    assert (rc, err) == (1, f"Error: cannot resume: the settings or the input differ from the interrupted run (PCA model "
+                            f"{model} changed since the interrupted run (sha256 {before[:12]} -> {after[:12]})) - rerun "
+                            "with --overwrite instead of --resume to start over, or use the original settings\n")
 
 
 @pytest.mark.parametrize("damage, why", [
