@@ -351,7 +351,8 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
             shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
             bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {shown} is not {_WORDS[str(typ)][0]} "
                                                        f"{_whose(str(typ), True)} ({one_line(e, 80)})")
-    return out, bad
+    out, past = _in_range(column, values, out)  # the batch's others as when all cast (1e400 is not inf here either)
+    return out, {**bad, **past}
 
 
 def _in_range(column: str, values, cast: list) -> tuple[list, dict[int, Reason]]:
