@@ -999,6 +999,32 @@ def test_ebcdic_text_is_named_and_reads_with_its_code_page(tmp_path, fmt, text, 
     assert rows_by_partitions(reader, reader.partitions(blocksize=16, target=4)) == rows_of(reader)
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_an_ebcdic_file_longer_than_the_head_reads_with_its_code_page(tmp_path, fmt):
+    """The head was read up to its first 0x0a, which EBCDIC text has not (its line feed is 0x25): a file longer than
+    the head's limit (2 x max_field_bytes, 8 MiB by default) was refused with the code page its message asked for
+    (CSV: "its first line runs past the ... bytes read to find the columns"; JSONL: "its first 1 line(s) are each
+    longer than a row may be"), and a JSONL one read as UTF-8 was not named EBCDIC (the same "longer than" words,
+    after reading the whole file to find a line end)."""
+    n = 40_000  # about 1.4 MB, over the head's 1 MiB limit at max_field_bytes 256 KiB
+    lines = ["text,id", *(f"hello world number {i},{i}" for i in range(n))] if fmt == "csv" else [
+        json.dumps({"text": f"hello world number {i}", "id": i}) for i in range(n)]
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(("\n".join(lines) + "\n").encode("cp037"))
+    assert path.stat().st_size > 1 << 20
+    with pytest.raises(InputError) as e:
+        open_input(str(path), max_field_bytes=1 << 18)
+    assert e.value.message.startswith(f"{path}: its bytes look like EBCDIC text (read as cp037, ")
+    reader = open_input(str(path), encoding="cp037", id_column="id", keep=("id",), max_field_bytes=1 << 18)
+    got = rows_of(reader)
+    assert len(got) == n and (got[-1][0], _text(got[-1][1])) == (n - 1, f"hello world number {n - 1}")
+    assert reader.keep_types()["id"] == pa.int64()
+
+
+def _text(t) -> str:
+    return t if isinstance(t, str) else t.decode()
+
+
 @pytest.mark.parametrize("text", ["Привет, как дела? Это тестовое предложение.", "这是一个测试句子，用于检查编码。",
                                   "Αυτή είναι μια δοκιμαστική πρόταση.", "هذه جملة اختبار للتحقق من الترميز.",
                                   "これはテスト文です。", "이것은 테스트 문장입니다.", "😀😃😄😁😆😅🤣😂",
