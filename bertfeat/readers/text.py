@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..errors import InputError, opt
 from .base import HEAD_BYTES, MIN_PART_BYTES, Partition, RawBatch, Reader, standard_input, stdin_read_error
-from .paths import compression_of
+from .paths import compression_of, join_line
 from .stream import CountingReader, NativeRaw, Prefixed, gzip_sizes
 
 
@@ -25,8 +25,8 @@ class TextReader(Reader):
 
     def _setup(self, delimiter):
         if len(self.files) > 1:
-            how = (f"awk 'NR == 1 || FNR > 1' {self.path} > all.{self.fmt}, which keeps the first file's header line "
-                   "alone" if self.fmt in ("csv", "tsv") else f"cat {self.path} > all.{self.fmt}")
+            how = join_line(self.path, f".{self.fmt}", compression_of(self.files[0])) + (
+                ", which keeps the first file's header line alone" if self.fmt in ("csv", "tsv") else "")
             raise InputError(f"{self.path}: a glob of {self.fmt.upper()} files is not supported",
                              f"concatenate them ({how}) and pass that file, or convert them to Parquet")
         self.compression = compression_of(self.files[0]) if self.files else None

@@ -974,6 +974,30 @@ def test_a_glob_of_text_files_says_how_to_join_them(tmp_path, fmt):
                                "and pass that file, or convert them to Parquet")
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_compressed_text_files_are_decompressed_before_they_are_joined(tmp_path, fmt):
+    """A glob (or folder) of .csv.gz / .jsonl.gz files was told to join them with awk or cat as they are: the line wrote
+    gzip bytes into all.csv / all.jsonl (a folder's, d/*.csv, matched none of them). The line decompresses them first."""
+    import gzip
+
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.{fmt}.gz").write_bytes(gzip.compress(b'{"text": "x"}\n' if fmt == "jsonl" else b"text\nx\n"))
+    pattern = str(tmp_path / f"*.{fmt}.gz")
+    with pytest.raises(InputError) as e:
+        open_input(pattern)
+    plain = str(tmp_path / f"*.{fmt}")
+    how = (f"awk 'NR == 1 || FNR > 1' {plain} > all.csv, which keeps the first file's header line alone" if fmt == "csv"
+           else f"cat {plain} > all.jsonl")
+    assert e.value.message == (f"{pattern}: a glob of {fmt.upper()} files is not supported - concatenate them (gunzip "
+                               f"-k {pattern}, then {how}) and pass that file, or convert them to Parquet")
+    if fmt == "csv":
+        with pytest.raises(InputError) as e:
+            open_input(str(tmp_path))
+        assert e.value.message.endswith(f"- pass one file, join them into one (e.g. gunzip -k {pattern}, then awk "
+                                        f"'NR == 1 || FNR > 1' {plain} > all.csv, which keeps one header line), or "
+                                        "convert them to Parquet")
+
+
 @pytest.mark.parametrize("fmt, text, first", [
     ("jsonl", '{"id": 1, "text": "hello world"}\n{"id": 2, "text": "good day"}\n', '{"id": 1, "text": "hello world"}'),
     ("csv", "id,text\n1,hello world\n2,good day\n", "id,text"),
