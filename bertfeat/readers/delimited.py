@@ -98,7 +98,7 @@ class CsvReader(TextReader):
     def _check_header_size(self, data: bytes) -> None:
         """Refuse a header line of more than MAX_COLUMNS columns (counted by delimiters: an upper bound), or one with
         no line end in the head read (longer than the reader reads to find the columns)."""
-        line = data.split(b"\n", 1)[0].split(b"\r", 1)[0]
+        line = data.split(self._line_end(), 1)[0].split(b"\n", 1)[0].split(b"\r", 1)[0]  # (EBCDIC's ends at 0x25)
         ends = len(line) < len(data.rstrip(b"\x00"))
         sep = self.delimiter.encode() if self.encoding.replace("-", "").lower() in ("utf8", "ascii", "latin1") else None
         columns = line.count(sep) + 1 if sep else None
@@ -515,8 +515,8 @@ class CsvReader(TextReader):
         if len(data) >= HEAD_BYTES and wide is not None:  # whole UTF-16 / UTF-32 lines only (a line feed's code unit)
             lines, rest = split_wide_lines(data, *wide)
             data = data[:len(data) - len(rest)] if lines else data
-        elif len(data) >= HEAD_BYTES and data.rfind(b"\n") > 0:
-            data = data[:data.rfind(b"\n") + 1]  # whole lines only
+        elif len(data) >= HEAD_BYTES and data.rfind(self._line_end()) > 0:
+            data = data[:data.rfind(self._line_end()) + 1]  # whole lines only (EBCDIC's end at 0x25)
         cells: dict[str, list] = {c: [] for c in self.keep}
         multiline = self.multiline_rows
         counter = CountingReader(io.BytesIO(data))

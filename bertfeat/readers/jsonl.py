@@ -29,8 +29,8 @@ from .textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
 from .kept import JsonNegativeZero, JsonNumber, convert_json, json_int, json_type, json_written
 from .stream import Swapped
-from .text import (TextReader, TooLong, head_of, line_feed_byte, read_lines, read_wide_lines, split_wide_lines,
-                   wide_line_codec)
+from .text import (TextReader, TooLong, ebcdic_codec, head_of, line_feed_byte, read_lines, read_wide_lines,
+                   split_wide_lines, wide_line_codec)
 
 
 class JsonlReader(TextReader):
@@ -135,9 +135,18 @@ class JsonlReader(TextReader):
     def _read_head(self, fh) -> bytes:
         """The head from the first line that is not longer than ``_head_limit``: a longer one (a bad row when the
         file is read) is passed over (up to 1,000 of them), so the columns come from the lines after it."""
+        lf = line_feed_byte(self.encoding)
+        if lf is not None:  # EBCDIC: its lines end at 0x25, read as 0x0a (swapped), the head swapped back
+            swapped = Swapped(fh, 0x0A, lf)
+            return self._head_of_lines(io.BufferedReader(swapped, buffer_size=1 << 20)).translate(swapped.table)
+        return self._head_of_lines(fh)
+
+    def _head_of_lines(self, fh) -> bytes:
+        """_read_head of a stream whose lines end at 0x0a. A first line that looks like EBCDIC text is not passed
+        over (an EBCDIC file read as UTF-8 has no 0x0a: it was read to its end, then called lines too long)."""
         limit = self._head_limit()
         head = head_of(fh, limit)
-        while len(head) >= limit and b"\n" not in head and self._head_skipped < 1000:
+        while len(head) >= limit and b"\n" not in head and self._head_skipped < 1000 and ebcdic_codec(head) is None:
             while (more := fh.readline(1 << 20)) and not more.endswith(b"\n"):
                 pass
             self._head_skipped += 1
@@ -149,7 +158,7 @@ class JsonlReader(TextReader):
         none of which is an object (arrays, strings, numbers) is refused here, naming the first."""
         other = None  # (line number, value) of the first line that is JSON but not an object
         unread = None  # (line number, error) of the first non-blank line that is not JSON
-        if len(head) >= self._head_limit() and b"\n" not in head:  # standard input (a file passes over such lines)
+        if len(head) >= self._head_limit() and self._line_end() not in head:  # standard input (a file passes over such lines)
             raise InputError(f"{self.name} line 1: more than {len(head):,} bytes, more than bertfeat reads to find the "
                              "columns", "put a shorter line first, or read the file by its path (then such a line is a "
                              f"bad row), or raise {opt('max_field_bytes')}")

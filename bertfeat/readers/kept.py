@@ -277,6 +277,10 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
         except OverflowError:  # an integer past float64's range (2**1024 written out)
             return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {_cut(text)} is beyond float64's "
                                                         f"range (give {opt('keep', column + ':str')} to keep its text)")
+        if f == 0 and text is not None and re.search(r"[1-9]", text.lower().split("e")[0]):  # 1e-400: not its digits
+            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {_cut(text)} is below float64's "
+                                                        f"smallest number (it would read back as {f!r}; give "
+                                                        f"{opt('keep', column + ':str')} to keep its text)")
         if (f != value) if isinstance(value, int) else (text is not None and not _float_holds(f, text)):
             return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text[:40]} has more digits than a "
                                                         f"float64 holds (it would read back as {f!r}; give "
@@ -351,7 +355,8 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
             shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
             bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {shown} is not {_WORDS[str(typ)][0]} "
                                                        f"{_whose(str(typ), True)} ({one_line(e, 80)})")
-    return out, bad
+    out, past = _in_range(column, values, out)  # the batch's others as when all cast (1e400 is not inf here either)
+    return out, {**bad, **past}
 
 
 def _in_range(column: str, values, cast: list) -> tuple[list, dict[int, Reason]]:

@@ -140,8 +140,30 @@ def _join_fix(path: str, counts: dict[str, int]) -> str:
     """How to read a folder of CSV / TSV / JSONL files (``counts``: _text_files): joined, a CSV / TSV keeping its first
     header line alone (cat keeps each file's, a bad row of each, readers.rejects REPEATED_HEADER)."""
     ext = next((k for k in counts if k in (".csv", ".tsv", ".tab")), None)
-    how = f" (e.g. awk 'NR == 1 || FNR > 1' {path.rstrip('/')}/*{ext} > all{ext}, which keeps one header line)" if ext else ""
-    return f"pass one file, join them into one{how}, or convert them to Parquet"
+    if ext is None:
+        return "pass one file, join them into one, or convert them to Parquet"
+    folder = Path(path)
+    suffix = next((s for f in sorted(folder.iterdir()) for s in _COMPRESSION if f.name.lower().endswith(ext + s)), "")
+    how = join_line(f"{path.rstrip('/')}/*{ext}{suffix}", ext, _COMPRESSION.get(suffix))
+    return f"pass one file, join them into one (e.g. {how}, which keeps one header line), or convert them to Parquet"
+
+
+#: the command that decompresses files beside themselves, by compression (join_line)
+_DECOMPRESS = {"gzip": "gunzip -k", "bz2": "bunzip2 -k", "zstd": "unzstd"}
+
+
+def join_line(pattern: str, ext: str, compression: str | None = None) -> str:
+    """The shell line that joins the text files ``pattern`` matches into one, ``all{ext}``: a CSV / TSV keeping the
+    first file's header line alone (cat keeps each one's: a repeated-header bad row each); compressed files
+    (``compression``) decompressed first, as awk and cat join bytes (gzip bytes in all.csv are no CSV)."""
+    first = ""
+    if compression is not None:
+        suffix = next(s for s, c in _COMPRESSION.items() if c == compression)
+        first = f"{_DECOMPRESS[compression]} {pattern}, then "
+        pattern = pattern[:-len(suffix)] if pattern.lower().endswith(suffix) else pattern
+    if ext in (".csv", ".tsv", ".tab"):
+        return f"{first}awk 'NR == 1 || FNR > 1' {pattern} > all{ext}"
+    return f"{first}cat {pattern} > all{ext}"
 
 
 def _refuse_special(matched: list[Path], pattern: str) -> None:

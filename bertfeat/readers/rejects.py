@@ -68,8 +68,13 @@ def reject(row: int, ident, reason: Reason, kept: dict | None = None) -> dict:
 
 
 def _plain_id(ident):
-    """An id as the rejects file shows it: a boolean as ``cell`` shows one (not Python's True), else the id."""
-    return cell(ident) if isinstance(ident, bool) else ident
+    """An id as the rejects file shows it: a boolean as ``cell`` shows one (not Python's True), a float that carries its
+    text (kept.Shortest: a float32 / float16 id) as that text, which the part's JSON metadata keeps for --resume (as a
+    float it wrote the double it widens to, 0.10000000149011612), else the id."""
+    if isinstance(ident, bool):
+        return cell(ident)
+    text = getattr(ident, "text", None) if isinstance(ident, float) else None
+    return text if isinstance(text, str) else ident
 
 
 def _writable(v):

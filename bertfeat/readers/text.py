@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ..errors import InputError, opt
 from .base import HEAD_BYTES, MIN_PART_BYTES, Partition, RawBatch, Reader, standard_input, stdin_read_error
-from .paths import compression_of
+from .paths import compression_of, join_line
 from .stream import CountingReader, NativeRaw, Prefixed, gzip_sizes
 
 
@@ -25,8 +25,8 @@ class TextReader(Reader):
 
     def _setup(self, delimiter):
         if len(self.files) > 1:
-            how = (f"awk 'NR == 1 || FNR > 1' {self.path} > all.{self.fmt}, which keeps the first file's header line "
-                   "alone" if self.fmt in ("csv", "tsv") else f"cat {self.path} > all.{self.fmt}")
+            how = join_line(self.path, f".{self.fmt}", compression_of(self.files[0])) + (
+                ", which keeps the first file's header line alone" if self.fmt in ("csv", "tsv") else "")
             raise InputError(f"{self.path}: a glob of {self.fmt.upper()} files is not supported",
                              f"concatenate them ({how}) and pass that file, or convert them to Parquet")
         self.compression = compression_of(self.files[0]) if self.files else None
@@ -40,7 +40,7 @@ class TextReader(Reader):
         if self.path == "-":
             self._stdin = standard_input()
             try:
-                head = self._head = head_of(self._stdin, self._head_limit())
+                head = self._head = head_of(self._stdin, self._head_limit(), self._line_end())
             except OSError as e:
                 raise stdin_read_error(e) from None
         else:
@@ -65,7 +65,12 @@ class TextReader(Reader):
 
     def _read_head(self, fh) -> bytes:
         """The head of a file (``head_of``)."""
-        return head_of(fh, self._head_limit())
+        return head_of(fh, self._head_limit(), self._line_end())
+
+    def _line_end(self) -> bytes:
+        """The byte a line ends at in the encoding read: EBCDIC's line feed (0x25), else 0x0a."""
+        lf = line_feed_byte(self.encoding)
+        return b"\n" if lf is None else bytes([lf])
 
     def _refuse_compressed(self, head: bytes) -> None:
         """Compressed bytes where text is expected (standard input, or a file without .gz/.bz2/.zst)."""
@@ -243,11 +248,12 @@ _BINARY_MAGIC = ((b"PAR1", "Parquet"), (b"PK\x03\x04", "a ZIP archive (an Excel 
 HEAD_MAX_BYTES = 1 << 28  # the head grows past HEAD_BYTES to the first line end, up to this
 
 
-def head_of(fh, limit: int = HEAD_MAX_BYTES) -> bytes:
-    """The first HEAD_BYTES of a stream, or more up to its first line end (at most ``limit``): a first line
-    longer than HEAD_BYTES (a JSON object with a long text) is read whole, not judged by its first MiB."""
+def head_of(fh, limit: int = HEAD_MAX_BYTES, line_end: bytes = b"\n") -> bytes:
+    """The first HEAD_BYTES of a stream, or more up to its first line end (``line_end``: EBCDIC's is 0x25; at most
+    ``limit``): a first line longer than HEAD_BYTES (a JSON object with a long text) is read whole, not judged by its
+    first MiB."""
     head = fh.read(HEAD_BYTES)
-    while len(head) >= HEAD_BYTES and b"\n" not in head and len(head) < limit:
+    while len(head) >= HEAD_BYTES and line_end not in head and len(head) < limit:
         more = fh.read(HEAD_BYTES)
         if not more:
             break

@@ -614,6 +614,42 @@ def test_a_number_past_float64_given_float_is_a_bad_row_not_inf_or_0(tmp_path, c
     assert t.column("id").to_pylist() == ids[3:] and t.column("k").to_pylist() == [math.inf, 0.0, 2.5, -0.0]
 
 
+def test_a_parquet_float_past_float64_is_a_bad_row_beside_a_value_that_does_not_cast(tmp_path, capsys):
+    """A Parquet text column given float whose batch also held a value Arrow cannot cast (abc) was cast one value at a
+    time, and that path skipped the range check: 1e400 written as inf and 1e-400 as 0.0, silently, while the same
+    cells in a batch without abc were bad rows."""
+    cells = ["abc", "1e400", "1e-400", "5e-324", "-0.0", "inf"]
+    ids = [f"r{i}" for i in range(len(cells))]
+    pq.write_table(pa.table({"id": ids, "text": ["some text"] * len(cells), "k": cells}), tmp_path / "k.parquet")
+    rc, _, err = run(capsys, "extract", tmp_path / "k.parquet", "-o", tmp_path / "o.parquet", "--model", tiny_model(),
+                     "--id-column", "id", "--keep", "k:float", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    rejects = read_rejects(tmp_path / "o.parquet.rejects.csv")
+    assert [r[:2] + r[3:] for r in rejects[1:]] == [["0", "r0", "abc"], ["1", "r1", "1e400"], ["2", "r2", "1e-400"]]
+    assert "\"1e400\" is beyond float64's range" in rejects[2][2]
+    assert "\"1e-400\" is below float64's smallest number" in rejects[3][2]
+    t = pq.read_table(tmp_path / "o.parquet")  # a subnormal, -0.0 and inf as before
+    assert t.column("id").to_pylist() == ids[3:] and t.column("k").to_pylist() == [5e-324, -0.0, math.inf]
+
+
+def test_a_jsonl_number_below_float64s_smallest_says_so(tmp_path):
+    """A JSONL 1e-400 in a double column said "1e-400 has more digits than a float64 holds" (it has one digit): it is
+    below float64's smallest number, as the CSV and Parquet reasons say; a subnormal (5e-324, 1e-320) and a zero written
+    any way (0e0, 0.000, -0.0) read as before."""
+    cells = ["1.5", "1e-400", "-1e-400", "2e-324", "5e-324", "1e-320", "0e0", "0.000", "-0.0"]
+    src = tmp_path / "k.jsonl"
+    src.write_text("".join(f'{{"text": "t", "k": {c}}}\n' for c in cells))
+    got = {}
+    for b in open_input(str(src), keep=("k",)).batches():
+        got.update({r: (b.extra["k"][i], b.pre_rejected[r].text if r in b.pre_rejected else None)
+                    for i, r in enumerate(b.rows)})
+    for row, back in ((1, "0.0"), (2, "-0.0"), (3, "0.0")):
+        assert got[row][1].startswith(f"kept column 'k': {cells[row]} is below float64's smallest number (it would read "
+                                      f"back as {back}; give "), got[row]
+    assert [got[r] for r in (0, 4, 5, 6, 7)] == [(1.5, None), (5e-324, None), (1e-320, None), (0.0, None), (0.0, None)]
+    assert math.copysign(1, got[8][0]) == -1 and got[8][1] is None
+
+
 def test_a_jsonl_integer_past_float64_in_a_number_column_is_a_bad_row(tmp_path, capsys):
     """An integer past float64's range (2**1024 and up written out) in a double column stopped the run with "unexpected
     OverflowError: int too large to convert to float - this is a bug in bertfeat": now a bad row that says so (a long

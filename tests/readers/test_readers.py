@@ -974,6 +974,30 @@ def test_a_glob_of_text_files_says_how_to_join_them(tmp_path, fmt):
                                "and pass that file, or convert them to Parquet")
 
 
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_compressed_text_files_are_decompressed_before_they_are_joined(tmp_path, fmt):
+    """A glob (or folder) of .csv.gz / .jsonl.gz files was told to join them with awk or cat as they are: the line wrote
+    gzip bytes into all.csv / all.jsonl (a folder's, d/*.csv, matched none of them). The line decompresses them first."""
+    import gzip
+
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.{fmt}.gz").write_bytes(gzip.compress(b'{"text": "x"}\n' if fmt == "jsonl" else b"text\nx\n"))
+    pattern = str(tmp_path / f"*.{fmt}.gz")
+    with pytest.raises(InputError) as e:
+        open_input(pattern)
+    plain = str(tmp_path / f"*.{fmt}")
+    how = (f"awk 'NR == 1 || FNR > 1' {plain} > all.csv, which keeps the first file's header line alone" if fmt == "csv"
+           else f"cat {plain} > all.jsonl")
+    assert e.value.message == (f"{pattern}: a glob of {fmt.upper()} files is not supported - concatenate them (gunzip "
+                               f"-k {pattern}, then {how}) and pass that file, or convert them to Parquet")
+    if fmt == "csv":
+        with pytest.raises(InputError) as e:
+            open_input(str(tmp_path))
+        assert e.value.message.endswith(f"- pass one file, join them into one (e.g. gunzip -k {pattern}, then awk "
+                                        f"'NR == 1 || FNR > 1' {plain} > all.csv, which keeps one header line), or "
+                                        "convert them to Parquet")
+
+
 @pytest.mark.parametrize("fmt, text, first", [
     ("jsonl", '{"id": 1, "text": "hello world"}\n{"id": 2, "text": "good day"}\n', '{"id": 1, "text": "hello world"}'),
     ("csv", "id,text\n1,hello world\n2,good day\n", "id,text"),
@@ -997,6 +1021,32 @@ def test_ebcdic_text_is_named_and_reads_with_its_code_page(tmp_path, fmt, text, 
     assert [(r, t, str(i if isinstance(i, int) else i.decode())) for r, t, i in got] == [(0, "hello world", "1"),
                                                                                        (1, "good day", "2")]
     assert rows_by_partitions(reader, reader.partitions(blocksize=16, target=4)) == rows_of(reader)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_an_ebcdic_file_longer_than_the_head_reads_with_its_code_page(tmp_path, fmt):
+    """The head was read up to its first 0x0a, which EBCDIC text has not (its line feed is 0x25): a file longer than
+    the head's limit (2 x max_field_bytes, 8 MiB by default) was refused with the code page its message asked for
+    (CSV: "its first line runs past the ... bytes read to find the columns"; JSONL: "its first 1 line(s) are each
+    longer than a row may be"), and a JSONL one read as UTF-8 was not named EBCDIC (the same "longer than" words,
+    after reading the whole file to find a line end)."""
+    n = 40_000  # about 1.4 MB, over the head's 1 MiB limit at max_field_bytes 256 KiB
+    lines = ["text,id", *(f"hello world number {i},{i}" for i in range(n))] if fmt == "csv" else [
+        json.dumps({"text": f"hello world number {i}", "id": i}) for i in range(n)]
+    path = tmp_path / f"in.{fmt}"
+    path.write_bytes(("\n".join(lines) + "\n").encode("cp037"))
+    assert path.stat().st_size > 1 << 20
+    with pytest.raises(InputError) as e:
+        open_input(str(path), max_field_bytes=1 << 18)
+    assert e.value.message.startswith(f"{path}: its bytes look like EBCDIC text (read as cp037, ")
+    reader = open_input(str(path), encoding="cp037", id_column="id", keep=("id",), max_field_bytes=1 << 18)
+    got = rows_of(reader)
+    assert len(got) == n and (got[-1][0], _text(got[-1][1])) == (n - 1, f"hello world number {n - 1}")
+    assert reader.keep_types()["id"] == pa.int64()
+
+
+def _text(t) -> str:
+    return t if isinstance(t, str) else t.decode()
 
 
 @pytest.mark.parametrize("text", ["Привет, как дела? Это тестовое предложение.", "这是一个测试句子，用于检查编码。",

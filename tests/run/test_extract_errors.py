@@ -80,8 +80,8 @@ def test_a_directory_of_csv_files_says_so(tmp_path, capsys):
     rc, _, err = extract(capsys, d, tmp_path / "o.parquet")
     assert (rc, err) == (1, f"Error: {d}: the directory holds no .parquet or .pq file, but 3 .csv files and 1 .jsonl "
                             "file (a directory is read as Parquet; CSV, TSV and JSONL are read one file at a time) - "
-                            f"pass one file, join them into one (e.g. awk 'NR == 1 || FNR > 1' {d}/*.csv > all.csv, which keeps one header "
-                            "line), or convert them to Parquet\n")
+                            f"pass one file, join them into one (e.g. gunzip -k {d}/*.csv.gz, then awk 'NR == 1 || FNR > 1' "
+                            f"{d}/*.csv > all.csv, which keeps one header line), or convert them to Parquet\n")
     assert not (tmp_path / "o.parquet").exists()
 
 

@@ -891,3 +891,26 @@ def test_an_estimate_of_a_resume_counts_only_the_rows_left(tmp_path, capsys, mon
     with pytest.raises(ResumeError, match=r"^cannot resume: the settings or the input differ from the interrupted run \(max length: 128 -> 16\)"):
         bertfeat.extract(src, out, resume=True, max_length=16, **kw)
     assert len(parts(out)) == 2 and not out.exists()  # an estimate writes nothing: the kept chunks still resume
+
+
+def test_a_float32_id_in_the_rejects_file_reads_the_same_after_resume(tmp_path, capsys, monkeypatch):
+    """A float32 / float16 id of a bad row is shown as its shortest text in the rejects file (0.1, 52afa12), but the
+    chunks done before an interruption keep their rejects as JSON in the part's metadata, which wrote the double it
+    widens to: after --resume their ids read 0.10000000149011612 (and a float16's 0.0999755859375), the new chunks' 0.1."""
+    import pyarrow as pa
+
+    n = 40
+    ids = pa.array(np.arange(n, dtype=np.float32) + np.float32(0.1))
+    texts = [None if i % 10 == 0 else f"{WORDS[i % 25]} number {i}" for i in range(n)]  # a bad row in every chunk
+    src = tmp_path / "f.parquet"
+    pq.write_table(pa.table({"id": ids, "h": ids.cast(pa.float16()), "text": texts}), src)
+    args = ["--model", tiny_model(), "--id-column", "id", "--keep", "h", "--chunk-rows", "10", "--threads", "1",
+            "--on-bad-row", "skip"]
+    out = tmp_path / "run" / "o.parquet"
+    out.parent.mkdir()
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+    rejects = (out.parent / "o.parquet.rejects.csv").read_text().splitlines()
+    assert [line.split(",")[:2] for line in rejects[1:]] == [["0", "0.1"], ["10", "10.1"], ["20", "20.1"], ["30", "30.1"]]
+    assert [line.rsplit(",", 1)[1] for line in rejects[1:]] == ["0.1", "10.1", "20.1", "30.1"]  # the kept float16
