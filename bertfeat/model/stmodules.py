@@ -391,7 +391,7 @@ def _length(cfg: dict, key: str, where: str) -> int | None:
 #: a module setting sentence-transformers passes to the module as None when its file says null -> what it then does,
 #: which is not what the setting's default does (bertfeat reads an absent setting as its default)
 _NULL_SETTINGS = {
-    "pooling_mode": "it fails on the first text",
+    "pooling_mode": "it fails at load",
     "include_prompt": "it reads null as false: a prompt's tokens are left out of the pooling",
     "bias": "it reads null as false: a Dense without bias, which fails on a saved linear.bias",
     "activation_function": "it fails at load (its Dense reads None as torch.nn.Identity, not the default Tanh)",

@@ -820,10 +820,11 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
 
 def _finish(partial: Path, out: Path, meta: dict):
     """Write the provenance into OUTPUT.partial/, tidy it (the full-width parts and PCA model of pass 2, stray
-    temporary files, the manifest last) and move it to OUTPUT. At every moment it holds the manifest or the provenance,
-    either of which marks it as bertfeat's (plan.check_partial_is_ours): a run killed while it tidies (deleting the
-    full-width parts takes a while) leaves a directory the next run with --overwrite or --resume replaces, not one it
-    refuses as the user's."""
+    temporary files, the manifest last) and move it to OUTPUT. The manifest marks it as bertfeat's until the rename
+    (plan.check_partial_is_ours): a run killed while it tidies (deleting the full-width parts takes a while) leaves a
+    directory the next run with --overwrite or --resume replaces, not one it refuses as the user's. Killed in the
+    instant between the manifest's deletion and the rename, it holds a finished output, which a rerun refuses as it
+    refuses a user's output named OUTPUT.partial (the two look the same), saying to move it to OUTPUT."""
     write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     for p in sorted(partial.iterdir(), key=lambda p: p.name == MANIFEST):
         if p.name.startswith(".") or p.name in (MANIFEST, PCA_FILE, FULL_DIR):

@@ -584,11 +584,9 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     partial = layout.partial
     check_partial_is_ours(partial)
     if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)
-        from ..features.reader import DIRECTORY_PROVENANCE
         from .manifest import PARTIAL_MANIFESTS
 
-        interrupted = partial.is_dir() and any((partial / name).is_file()
-                                               for name in (*PARTIAL_MANIFESTS.values(), DIRECTORY_PROVENANCE))
+        interrupted = partial.is_dir() and any((partial / name).is_file() for name in PARTIAL_MANIFESTS.values())
     else:
         from .outputs import browser_file
 
@@ -603,8 +601,10 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
 def check_partial_is_ours(partial: Path) -> None:
     """OUTPUT.partial is bertfeat's working directory, removed by --overwrite and at the end: a file there, or a
     folder holding anything but a run's manifest, parts and temporaries (and a file browser's files), is the user's
-    and is never deleted. A Dask run's that holds its provenance (``_bertfeat.json``) instead of its manifest was
-    killed while its finish tidied it (dask._finish), and is bertfeat's too."""
+    and is never deleted. One holding an output's provenance (``_bertfeat.json``) and no manifest is a finished
+    output: a Dask run's killed in the instant between its finish's last deletion and its rename (dask._finish keeps
+    the manifest until then), or the user's own output named so (``-o X.partial``), which nothing here tells apart:
+    refused, saying how to take it as the output."""
     from ..features.reader import DIRECTORY_PROVENANCE
     from .manifest import PARTIAL_MANIFESTS
     from .outputs import browser_file
@@ -614,9 +614,15 @@ def check_partial_is_ours(partial: Path) -> None:
         return
     if partial.is_dir() and not partial.is_symlink():
         names = [q.name for q in partial.iterdir() if not browser_file(q)]
-        ours = (*PARTIAL_MANIFESTS.values(), DIRECTORY_PROVENANCE)
-        if not names or any(n in ours for n in names) or all(n.startswith(".") for n in names):
+        if not names or any(n in PARTIAL_MANIFESTS.values() for n in names) or all(n.startswith(".") for n in names):
             return  # a run's (a killed one's before its manifest: only temporaries)
+        if DIRECTORY_PROVENANCE in names:
+            target = partial.with_name(partial.name[:-len(".partial")])
+            raise OutputError(f"{partial} holds a finished bertfeat output ({DIRECTORY_PROVENANCE} and its parts, no "
+                              "partial run's manifest): an output of yours named so, or a Dask run killed as it moved "
+                              f"its output to {target}",
+                              f"move or rename it (to {target}, if it is that run's output), or write the output under "
+                              "another name")
     raise OutputError(f"{partial} exists and is not a bertfeat partial run (bertfeat works there while it writes "
                       f"{partial.with_name(partial.name[:-len('.partial')])}, and deletes it)",
                       "move or rename it, or write the output under another name")

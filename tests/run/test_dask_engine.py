@@ -1008,13 +1008,62 @@ def test_a_resumed_run_interrupted_after_the_fit_leaves_no_pca_model(client, dat
     assert stopped.value.resume_note.startswith(f"{N_PARTS} partition(s) are kept in ")
 
 
-def test_a_run_killed_while_its_finish_tidies_the_partial_directory_is_replaced_by_the_next_run(client, data, tmp_path,
-                                                                                                monkeypatch, capsys):
+class _ShutilKilledAt:
+    """dask.py's shutil, whose rmtree of ``name`` first copies the directory it tidies to ``killed``: what a kill
+    while the finish deletes the full-width parts leaves."""
+
+    def __init__(self, name: str, killed: Path):
+        self.name, self.killed = name, killed
+
+    def __getattr__(self, attr):
+        return getattr(shutil, attr)
+
+    def rmtree(self, path, *a, **kw):
+        if Path(path).name == self.name and not self.killed.exists():
+            shutil.copytree(Path(path).parent, self.killed)
+        return shutil.rmtree(path, *a, **kw)
+
+
+def test_a_run_killed_while_its_finish_tidies_the_partial_directory_is_resumed_or_replaced(client, data, tmp_path,
+                                                                                           monkeypatch, capsys):
     """The finish deleted the manifest (in directory order, before or after the full-width parts, which take a while)
     and then wrote the provenance and moved OUTPUT.partial/ into place: a run killed in between left parts without a
     manifest, which every rerun refused, --overwrite and --resume too ("exists and is not a bertfeat partial run -
-    move or rename it"), so the user had to delete it by hand. The provenance is now written first and the manifest
-    deleted last: a rerun takes the directory for bertfeat's, and --overwrite replaces it."""
+    move or rename it"), so the user had to delete it by hand. The manifest is now deleted last: a run killed while the
+    full-width parts are deleted is a partial run, which --resume finishes and --overwrite replaces."""
+    import bertfeat.run.dask as dask_engine
+
+    out = tmp_path / "f.parquet"
+    partial, killed = out.with_name("f.parquet.partial"), tmp_path / "killed"
+    monkeypatch.setattr(dask_engine, "shutil", _ShutilKilledAt("_full", killed))
+    extract_dask(_opts(data, out, pca="4"), client=client)  # the CLI's blocksize
+    monkeypatch.undo()
+    whole = _read_dataset(out)
+    shutil.rmtree(out)
+    killed.rename(partial)
+    assert "_manifest.json" in os.listdir(partial) and "_full" in os.listdir(partial)
+    args = ["extract", str(data), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address, "--pca", "4",
+            "-q"]
+    assert main(args) == 1
+    assert capsys.readouterr().err == (f"Error: a resumable partial run exists in {partial} - rerun the same command with "
+                                       "--resume to continue it, or with --overwrite to start over\n")
+    assert main(args + ["--resume"]) == 0, capsys.readouterr().err
+    assert _read_dataset(out).equals(whole) and not partial.exists()
+    monkeypatch.setattr(dask_engine, "shutil", _ShutilKilledAt("_full", killed))
+    extract_dask(_opts(data, out, pca="4", overwrite=True), client=client)
+    shutil.rmtree(out)
+    monkeypatch.undo()
+    killed.rename(partial)
+    assert main(args + ["--overwrite"]) == 0, capsys.readouterr().err
+    assert _read_dataset(out).equals(whole) and not partial.exists()
+
+
+def test_a_run_killed_just_before_its_finish_renames_the_output_leaves_it_to_be_moved(client, data, tmp_path, monkeypatch,
+                                                                                      capsys):
+    """Killed between the manifest's deletion and the rename, OUTPUT.partial/ holds the finished output: the same
+    folder as an output of the user's named OUTPUT.partial (-o f.parquet.partial), so it is never deleted (until
+    2026-12-01 --overwrite and --resume deleted either); the refusal says to move it to OUTPUT, which is then the
+    uninterrupted run's output."""
     import bertfeat.run.dask as dask_engine
 
     out = tmp_path / "f.parquet"
@@ -1031,14 +1080,19 @@ def test_a_run_killed_while_its_finish_tidies_the_partial_directory_is_replaced_
     whole = _read_dataset(out)
     shutil.rmtree(out)
     killed.rename(partial)
-    assert "_manifest.json" not in os.listdir(partial)
+    kept = sorted(os.listdir(partial))
+    assert "_manifest.json" not in kept and "_bertfeat.json" in kept
     args = ["extract", str(data), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address, "--pca", "4",
             "-q"]
-    assert main(args) == 1
-    assert capsys.readouterr().err == (f"Error: a resumable partial run exists in {partial} - rerun the same command with "
-                                       "--resume to continue it, or with --overwrite to start over\n")
-    assert main(args + ["--overwrite"]) == 0, capsys.readouterr().err
-    assert _read_dataset(out).equals(whole) and not partial.exists()
+    for flags in ([], ["--overwrite"], ["--resume"]):
+        assert main(args + flags) == 1
+        assert capsys.readouterr().err == (
+            f"Error: {partial} holds a finished bertfeat output (_bertfeat.json and its parts, no partial run's "
+            f"manifest): an output of yours named so, or a Dask run killed as it moved its output to {out} - move or "
+            f"rename it (to {out}, if it is that run's output), or write the output under another name\n")
+        assert sorted(os.listdir(partial)) == kept
+    partial.rename(out)
+    assert _read_dataset(out).equals(whole)
 
 
 @pytest.mark.parametrize("bad_rows", [False, True])

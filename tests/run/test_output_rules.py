@@ -213,20 +213,22 @@ def test_a_users_own_partial_directory_is_never_deleted(tmp_path, capsys, flag, 
     assert (partial / "my-notes.txt" if kind == "folder" else partial).read_text() == "mine\n"
 
 
-def test_a_dask_run_killed_in_its_finish_is_a_partial_run_for_the_local_engine_too(tmp_path, src, capsys):
-    """A Dask run killed while its finish tidied OUTPUT.partial/ leaves its provenance and parts there, no manifest
-    (dask._finish): the local engine's plain run refuses it as a partial run (it holds a finished output's parts, not
-    to be deleted without a word), --overwrite replaces it. Before, any run refused it as the user's own folder."""
+@pytest.mark.parametrize("flag", [[], ["--overwrite"], ["--resume"]])
+def test_a_finished_output_at_the_partial_path_is_never_deleted(tmp_path, src, capsys, flag):
+    """A folder at OUTPUT.partial holding an output's provenance and parts but no manifest is a finished output: the
+    user's own, written with -o o.parquet.partial (or a Dask run's killed in the instant before its rename). It was
+    taken for a partial run for a day (2026-12-01): --overwrite and --resume deleted it. It is refused, kept whole."""
     partial = tmp_path / "o.parquet.partial"
     partial.mkdir()
     (partial / "_bertfeat.json").write_text("{}\n")
     (partial / "part-00000.parquet").write_bytes(b"PAR1")
-    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q")
-    assert (rc, err) == (1, f"Error: a resumable partial run exists in {partial} - rerun the same command with --resume "
-                            "to continue it, or with --overwrite to start over\n")
-    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q", "--overwrite")
-    assert (rc, err) == (0, "")
-    assert not partial.exists() and (tmp_path / "o.parquet").is_file()
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q", *flag)
+    target = tmp_path / "o.parquet"
+    assert (rc, err) == (1, f"Error: {partial} holds a finished bertfeat output (_bertfeat.json and its parts, no "
+                            f"partial run's manifest): an output of yours named so, or a Dask run killed as it moved its "
+                            f"output to {target} - move or rename it (to {target}, if it is that run's output), or write "
+                            "the output under another name\n")
+    assert sorted(os.listdir(partial)) == ["_bertfeat.json", "part-00000.parquet"] and not target.exists()
 
 
 def test_a_run_without_pca_removes_an_earlier_runs_pca_files(tmp_path, src):
