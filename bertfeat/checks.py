@@ -379,6 +379,17 @@ def directory_output_error(path, what: str, example: str, why: str = "is a direc
                          f"pass {opt(option)} with a file name, e.g. {opt(option, inside)}")
 
 
+def path_text(value, option: str) -> str:
+    """A path given as a str or an ``os.PathLike`` (a ``Path``) -> its text; anything else (bytes, a number) refused
+    naming ``option``, in ``bertfeat.extract``'s words: pathlib's own TypeError said nothing of the parameter."""
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str):
+        kind = type(text).__name__
+        raise BertfeatError(f"{opt(option, value)} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a string or a "
+                            "path", f"give {opt(option)} as a string or a path")
+    return text
+
+
 def check_output_name(path: str | Path, what: str, example: str, option: str = "output", kind: str = "file") -> None:
     """Refuse an output (or a report prefix) that names no file: empty (-o "") or an extension alone (-o .npz), which
     would write hidden files such as .npz or ..report.json; ``-``, standard output, which bertfeat never writes to
@@ -386,7 +397,7 @@ def check_output_name(path: str | Path, what: str, example: str, option: str = "
     existing directory too); and what is no local path (``local_path``: a URL, ``C:\\x``). ``kind``: "file",
     "prefix" (report files PREFIX.*: an existing directory's name is a prefix like any) or "directory" (the Dask
     engine's output, a directory of parts: ``out/`` is fine). ``option``: the parameter that gives it."""
-    text = os.fspath(path)
+    text = path_text(path, option)
     if text == "-":
         raise BertfeatError(f"the {what} '-' means standard output, which bertfeat does not write to (its outputs are "
                             "files, written atomically)",
