@@ -582,3 +582,19 @@ def test_an_output_prefix_given_as_bytes_is_refused_naming_it(small_csv, tmp_pat
         sweep(small_csv, "mean", output=prefix, model=str(tiny_model()))
     assert e.value.message == f"output={prefix!r} is a bytes, not a string or a path - give output as a string or a path"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sets", ["", " ", ["own", ""]])
+def test_an_empty_set_name_is_refused_naming_the_parameter(small_csv, tmp_path, capsys, sets):
+    """Found by the API audit: sweep(input, "") said `name one such as set='mean@-2'`, a parameter sweep has not
+    (it is ``sets``); the command line says --set, its flag."""
+    from extract_util import run, tiny_model
+
+    with pytest.raises(BertfeatError) as e:
+        sweep(small_csv, sets, model=str(tiny_model()))
+    assert e.value.message == "an empty feature set was given - name one such as sets='mean@-2'"
+    names = [sets] if isinstance(sets, str) else sets
+    flags = [a for name in names for a in ("--set", name)]
+    rc, _, err = run(capsys, "sweep", small_csv, "-m", tiny_model(), "-o", tmp_path / "sw", "-q", *flags)
+    assert (rc, err) == (1, "Error: an empty feature set was given - name one such as --set mean@-2\n")
+    assert list(tmp_path.iterdir()) == []
