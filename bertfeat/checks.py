@@ -290,6 +290,17 @@ def invalid_unicode(value: str) -> str | None:
     return None
 
 
+def path_text(value, option: str) -> str:
+    """A path given as a str or an ``os.PathLike`` (a ``Path``) -> its text; anything else (bytes, a number) refused
+    naming ``option``, in ``bertfeat.extract``'s words: pathlib's own TypeError said nothing of the parameter."""
+    text = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(text, str):
+        kind = type(text).__name__
+        raise BertfeatError(f"{opt(option, value)} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a string or a "
+                            "path", f"give {opt(option)} as a string or a path")
+    return text
+
+
 def local_path(path, what: str, option: str | None = None, writes: bool = False) -> Path:
     """``path`` as a local ``Path``, or refused: a URL, a Windows path on POSIX or an unexpanded ``~`` would be read as a
     relative path (a run writing it would make folders named ``s3:``, ``file:``, ``C:\\x`` or ``~``). ``what`` names
@@ -297,6 +308,12 @@ def local_path(path, what: str, option: str | None = None, writes: bool = False)
     bertfeat writes it. An empty path is refused too: pathlib takes it for the current directory (``cache clear ""``
     cleared the cache of the directory it ran in, ``verify ""`` read it as a Dask output)."""
     how = f"pass {opt(option)} with" if option else "give"
+    if option:
+        path_text(path, option)
+    elif not isinstance(os.fspath(path) if isinstance(path, os.PathLike) else path, str):  # bytes: pathlib's TypeError
+        kind = type(path).__name__
+        raise BertfeatError(f"the {what} path {path!r} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a string "
+                            "or a path", f"give the {what}'s path as a string or a path")
     if not os.fspath(path):
         raise BertfeatError(f"the {what} path is empty ('', which would name the current directory)",
                             f"{how} the {what}'s path")
@@ -386,7 +403,7 @@ def check_output_name(path: str | Path, what: str, example: str, option: str = "
     existing directory too); and what is no local path (``local_path``: a URL, ``C:\\x``). ``kind``: "file",
     "prefix" (report files PREFIX.*: an existing directory's name is a prefix like any) or "directory" (the Dask
     engine's output, a directory of parts: ``out/`` is fine). ``option``: the parameter that gives it."""
-    text = os.fspath(path)
+    text = path_text(path, option)
     if text == "-":
         raise BertfeatError(f"the {what} '-' means standard output, which bertfeat does not write to (its outputs are "
                             "files, written atomically)",

@@ -258,7 +258,8 @@ _OS_FIX = {
     errno.EIO: ("input/output error", "the disk or the file system failed; check the device, then rerun"),
     errno.EMFILE: ("too many open files", "raise the limit (ulimit -n) or read fewer files at once"),
     errno.EFBIG: ("file too large for the file system", f"write to another file system with {opt('output')}"),  # file_too_large
-    errno.ENAMETOOLONG: ("file name too long", f"choose a shorter name (pass {opt('output')} with a shorter file name)"),
+    # no flag named: the path may be any file a command writes (--summary-json, --save-npy, a report), not only -o's
+    errno.ENAMETOOLONG: ("file name too long", "choose a shorter file name (most file systems take 255 bytes at most)"),
 }
 
 

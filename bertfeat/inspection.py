@@ -412,9 +412,12 @@ def write_attention(text: str, output: str | Path, pair: str | None = None, mode
 
 def _check_attention_outputs(output, save_npy) -> None:
     """The PNG's and the .npy's names: their extension, and a folder that exists (refused, not made)."""
+    from .checks import path_text
     from .errors import BertfeatError, opt
 
     for p, ext, param in ((output, ".png", "output"), (save_npy, ".npy", "save_npy")):
+        if p is not None:
+            path_text(p, param)  # bytes: pathlib's TypeError, which named no parameter
         if p is not None and Path(p).suffix.lower() != ext:
             raise BertfeatError(f"{opt(param, str(p))} does not end in {ext}", f"give {opt(param)} a file name ending in {ext}")
         if p is not None and not (Path(p).parent if str(Path(p).parent) else Path(".")).is_dir():  # before the PNG is written

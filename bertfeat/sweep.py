@@ -70,7 +70,7 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
     for text in texts:
         name = str(text).strip()
         if not name:
-            raise BertfeatError("an empty feature set was given", f"name one such as {opt('set', 'mean@-2')}")
+            raise BertfeatError("an empty feature set was given", f"name one such as {opt('sets', 'mean@-2')}")
         if name in seen:
             raise BertfeatError(f"the feature set {name!r} was given twice", "name each set once")
         seen.add(name)

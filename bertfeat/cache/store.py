@@ -1053,6 +1053,10 @@ class VectorStore:
             else:
                 # a plain prefix comparison (LIKE took '_' and '%' as wildcards: '_' matched every fingerprint)
                 prefix = fingerprint.strip().lower()
+                if not prefix:  # every fingerprint starts with '': "no fingerprint(s) starting with ''" was untrue
+                    raise CacheError(f"{opt('fingerprint', fingerprint, cli=repr(fingerprint))} is empty",
+                                     "give a fingerprint `bertfeat cache info` shows (or a unique prefix of it), or "
+                                     f"leave {opt('fingerprint')} out to clear every entry")
                 ids = [r[0] for r in self.db.execute("SELECT id FROM fingerprints WHERE substr(fingerprint, 1, ?) = ?",
                                                      (len(prefix), prefix))] if prefix else []
                 if len(ids) != 1:

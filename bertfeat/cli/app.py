@@ -36,7 +36,7 @@ FLAGS = {"output": "-o", "cache=False": "--no-cache"}  # (a value with a flag of
 #: a parameter whose flag depends on the command: the PCA's n_components is extract's --pca (pca fit's --n-components);
 #: info takes the model as its argument, not as --model; verify reads its input as the provenance says (no flags)
 COMMAND_FLAGS = {"extract": {"n_components": "--pca", "estimate": "--estimate-rows"},
-                 "info": {"model": "the MODEL argument"},
+                 "info": {"model": "the MODEL argument"}, "sweep": {"sets": "--set"},
                  "verify": {"text_column": "the text column", "pair_column": "the pair column",
                             "id_column": "the id column", "input_format": "the input format",
                             "delimiter": "the delimiter"}}

@@ -86,8 +86,16 @@ def check_max_bad_rows(value):
 
 
 def check_dtype(value) -> str:
+    """A name (``"float16"``), or NumPy's own spelling of the type (``np.float16``, ``np.dtype("float16")``), as a
+    NumPy user writes it: -> its name, checked; any other type refused as check_types refuses it."""
     from ..features.base import check_dtype as feature_dtype
 
+    if value is not None and not isinstance(value, str):
+        import numpy as np
+
+        if not (isinstance(value, np.dtype) or isinstance(value, type) and issubclass(value, np.generic)):
+            raise type_error("dtype", value, (str,))
+        value = np.dtype(value).name  # float64, int8 ...: refused by name below
     return feature_dtype(value)
 
 
@@ -352,7 +360,7 @@ _TYPE_WORDS = {str: "a string", os.PathLike: "a path", bool: "True or False", in
 #: options whose own check says what a value of another type means and takes more than the type hint says (input:
 #: Encoder for texts in memory; the Encoder's sizes and layers: as Encoder(...) takes them, an int, a list or a slice
 #: of layers; pca: a Decimal fraction; blocksize: 1e6 bytes)
-_TYPED_BY_CHECK = ("input", "keep", "threads", "max_length", "max_batch_tokens", "layers", "pca", "blocksize")
+_TYPED_BY_CHECK = ("input", "keep", "threads", "max_length", "max_batch_tokens", "layers", "pca", "blocksize", "dtype")
 
 
 def _classes(hint) -> tuple:

@@ -69,6 +69,8 @@ def runs_own_folder(path: str | os.PathLike, model=None, cache=None) -> str | No
     for what, folder, must_exist in (("the model folder", model, True), ("the vector cache", cache, False)):
         if folder is None or folder is False or (must_exist and not Path(folder).is_dir()):
             continue
+        if isinstance(folder, str) and not folder.strip():  # names no folder (Path("") is the current directory):
+            continue  # the model's load refuses it as empty, in its own words
         if Path(os.path.realpath(folder)) in where.parents:
             return f"{what} {folder}"
     return None

@@ -1242,9 +1242,18 @@ def test_cache_clear(tmp_path, capsys):
     assert err == (f"Error: the cache {cache / DB_NAME} has no fingerprint(s) starting with 'zz{cls_fp[:6]}' - "
                    "give a fingerprint `bertfeat cache info` shows (or more of its digits)\n")
     assert entries(cache) == 60
-    for prefix in ("_", "%", cls_fp[:3] + "_", ""):  # not wildcards: no fingerprint starts with them
+    for prefix in ("_", "%", cls_fp[:3] + "_"):  # not wildcards: no fingerprint starts with them
         rc, out, err = run(capsys, "cache", "clear", cache, "--fingerprint", prefix)
         assert (rc, out, len(err.splitlines())) == (1, "", 1) and err.startswith(f"Error: the cache {cache / DB_NAME} has no "), err
+    assert entries(cache) == 60
+    # every fingerprint starts with '': an empty prefix is refused as empty (it said no fingerprint starts with it)
+    for prefix in ("", "  "):
+        rc, out, err = run(capsys, "cache", "clear", cache, "--fingerprint", prefix)
+        assert (rc, out, err) == (1, "", f"Error: --fingerprint {prefix!r} is empty - give a fingerprint `bertfeat cache "
+                                         "info` shows (or a unique prefix of it), or leave --fingerprint out to clear "
+                                         "every entry\n")
+    with pytest.raises(CacheError, match=r"^fingerprint='' is empty - .* or leave fingerprint out "):
+        bertfeat.cache.store.clear_cache(cache, "")
     assert entries(cache) == 60
 
     rc, out, err = run(capsys, "cache", "clear", cache, "--fingerprint", cls_fp[:6])

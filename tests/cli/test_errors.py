@@ -1047,3 +1047,21 @@ def test_a_stop_after_the_run_finished_says_its_outputs_are_complete(tmp_path, c
     assert said.startswith("Interrupted: the run had finished, its outputs are complete (") and said.endswith(")")
     assert sorted(said[said.index("(") + 1:-1].split(", ")) == sorted(
         str(tmp_path / f"o2{s}") for s in (".parquet", ".pca.npz", ".pca.report.json", ".pca.report.md", ".pca.report.png"))
+
+
+def test_a_file_name_too_long_names_no_other_option(tmp_path, capsys):
+    """Found by the API audit: any file name too long said `- choose a shorter name (pass -o with a shorter file
+    name)`, also of `attention --save-npy` and `extract --summary-json`, whose file it was not; the path it names is
+    the one to shorten."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a b"], ["c d"]])
+    long = "x" * 300
+    fix = "choose a shorter file name (most file systems take 255 bytes at most)"
+    cases = [(["attention", "hi", "-m", tiny_model(), "-o", tmp_path / "a.png", "--save-npy", tmp_path / f"{long}.npy"],
+              tmp_path / f"{long}.npy"),
+             (["extract", src, "-m", tiny_model(), "-o", tmp_path / "o.parquet", "-q", "--summary-json",
+               tmp_path / f"{long}.json"], tmp_path / f"{long}.json"),
+             (["attention", "hi", "-m", tiny_model(), "-o", tmp_path / f"{long}.png"], tmp_path / f"{long}.png")]
+    for command, path in cases:
+        rc, _, err = run(capsys, *command)
+        assert (rc, err) == (1, f"Error: {path}: file name too long - {fix}\n"), command
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]

@@ -674,3 +674,13 @@ def test_a_feature_file_path_with_an_unexpanded_tilde_is_said_so(tmp_path, monke
         read_features("~/f.parquet")
     assert e.value.message == ("the feature file ~/f.parquet starts with ~, which no shell expanded (bertfeat takes a "
                                f"path as it is given) - give the path itself, {tmp_path}/home/f.parquet")
+
+
+def test_a_feature_file_given_as_bytes_is_refused_naming_it(tmp_path):
+    """Found by the API audit: read_features(b"f.npy") raised pathlib's TypeError, naming nothing."""
+    path = tmp_path / "f.npy"
+    np.save(path, np.zeros((2, 3), np.float32))
+    with pytest.raises(BertfeatError) as e:
+        read_features(bytes(path))
+    assert e.value.message == (f"the feature file path {bytes(path)!r} is a bytes, not a string or a path - give the "
+                               "feature file's path as a string or a path")

@@ -238,6 +238,21 @@ def test_layer_and_head_must_be_whole_numbers(value, shown, tmp_path, encoders):
     assert e.value.message == "layer=1e+300 is out of range - the model has 1 layer: choose 0, or -1 from the end"
 
 
+@pytest.mark.parametrize("param", ["output", "save_npy"])
+def test_an_output_given_as_bytes_is_refused_naming_it(param, tmp_path, encoders):
+    """Found by the API audit: write_attention(text, b"a.png") raised pathlib's TypeError ("argument should be a str
+    object or an os.PathLike object returning str, not <class 'bytes'>"), naming no parameter: refused as
+    bertfeat.extract refuses output=b"...", before anything is written."""
+    given = {"output": bytes(tmp_path / "a.png"), "save_npy": None}
+    if param == "save_npy":
+        given = {"output": tmp_path / "a.png", "save_npy": bytes(tmp_path / "a.npy")}
+    with pytest.raises(BertfeatError) as e:
+        write_attention(EN, encoder=encoders["base"], **given)
+    assert e.value.message == (f"{param}={given[param]!r} is a bytes, not a string or a path - give {param} as a "
+                               "string or a path")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("value,shown", [(None, "None"), (5, "5 (int)"), (b"a [MASK]", "b'a [MASK]' (bytes)"),
                                          (["a [MASK]", "b"], "['a [MASK]', 'b'] (list)")])
 def test_a_text_that_is_not_a_str_is_refused(value, shown, tmp_path, encoders):

@@ -570,3 +570,31 @@ def test_classes_with_fewer_rows_than_folds_are_noted(tmp_path, capsys):
     assert main(["sweep", str(path), "--set", "mean", "--label", "label", "-m", str(tiny_model()), "-o",
                  str(tmp_path / "t"), "-q"]) == 0
     assert capsys.readouterr().err == ""  # -q: the notes are in the files
+
+
+def test_an_output_prefix_given_as_bytes_is_refused_naming_it(small_csv, tmp_path):
+    """Found by the API audit: sweep(input, output=b"sw") raised pathlib's TypeError, naming no parameter: refused
+    as bertfeat.extract refuses output=b"...", before anything is read or written."""
+    from extract_util import tiny_model
+
+    prefix = bytes(tmp_path / "sw")
+    with pytest.raises(BertfeatError) as e:
+        sweep(small_csv, "mean", output=prefix, model=str(tiny_model()))
+    assert e.value.message == f"output={prefix!r} is a bytes, not a string or a path - give output as a string or a path"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sets", ["", " ", ["own", ""]])
+def test_an_empty_set_name_is_refused_naming_the_parameter(small_csv, tmp_path, capsys, sets):
+    """Found by the API audit: sweep(input, "") said `name one such as set='mean@-2'`, a parameter sweep has not
+    (it is ``sets``); the command line says --set, its flag."""
+    from extract_util import run, tiny_model
+
+    with pytest.raises(BertfeatError) as e:
+        sweep(small_csv, sets, model=str(tiny_model()))
+    assert e.value.message == "an empty feature set was given - name one such as sets='mean@-2'"
+    names = [sets] if isinstance(sets, str) else sets
+    flags = [a for name in names for a in ("--set", name)]
+    rc, _, err = run(capsys, "sweep", small_csv, "-m", tiny_model(), "-o", tmp_path / "sw", "-q", *flags)
+    assert (rc, err) == (1, "Error: an empty feature set was given - name one such as --set mean@-2\n")
+    assert list(tmp_path.iterdir()) == []

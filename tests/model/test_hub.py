@@ -419,3 +419,20 @@ def test_cached_vectors_depend_on_the_files_that_declare_tokens(make_ckpt, tmp_p
         assert enc.tokenizer.encode([f"a {token} b"]).ids[0].tolist()[2] == i  # one token now
         seen.add(cache_fingerprint(enc, spec)[0])
     assert len(seen) == 3
+
+
+def test_a_model_given_as_bytes_or_a_number_is_refused_as_extract_refuses_it(tmp_path):
+    """Found by the API audit: Encoder(b"/models/x") (a path as os.fsencode or os.listdir(b".") give it) looked for the
+    model named "b'/models/x'" and said `model 'b'/models/x'' not found; looked in: local directory b'/models/x'`
+    of a folder that exists; bertfeat.extract(model=b"...") said it is bytes. Both say so now."""
+    from extract_util import tiny_model
+
+    model = os.fsencode(tiny_model())
+    with pytest.raises(BertfeatError, match=r"^model=b'.*' is a bytes, not a string or a path, or None - give model "
+                                            r"as a string or a path, or leave it out$"):
+        Encoder(model)
+    with pytest.raises(BertfeatError, match=r"^model=5 is an int, not a string or a path, or None - "):
+        Encoder(5)
+    with pytest.raises(BertfeatError, match=r"^model=b'.*' is a bytes, not a string or a path, or None - "):
+        resolve_model(model)
+    assert resolve_model(Path(os.fsdecode(model))).path == resolve_model(os.fsdecode(model)).path

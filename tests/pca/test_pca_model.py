@@ -255,3 +255,20 @@ def test_a_prompt_given_by_its_name_or_its_text_applies_the_same_model(tmp_path,
         bertfeat.extract(test, tmp_path / "other.parquet", model=model, pca_model=pca, prompt="passage:")
     assert e.value.what == ('the features come from a different source than the PCA was fitted on (prompt: model '
                             '"passage: " vs features "passage:")')
+
+
+def test_a_model_path_given_as_bytes_is_refused_naming_it(tmp_path):
+    """Found by the API audit: PCA.save(b"p.npz") and PCA.load(b"p.npz") raised pathlib's TypeError ("argument should
+    be a str object or an os.PathLike object returning str, not <class 'bytes'>"): refused as a path of another type,
+    as bertfeat.extract refuses one; a Path still works."""
+    X = np.random.default_rng(0).normal(size=(20, 5)).astype(np.float32)
+    pca = bertfeat.PCA(2).fit(X)
+    path = tmp_path / "p.npz"
+    for call in (lambda: pca.save(bytes(path)), lambda: bertfeat.PCA.load(bytes(path))):
+        with pytest.raises(BertfeatError) as e:
+            call()
+        assert e.value.message == (f"the PCA model path {bytes(path)!r} is a bytes, not a string or a path - give the "
+                                   "PCA model's path as a string or a path")
+    assert list(tmp_path.iterdir()) == []
+    pca.save(path)
+    assert (bertfeat.PCA.load(path).transform(X) == pca.transform(X)).all()

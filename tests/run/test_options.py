@@ -240,6 +240,28 @@ def test_numpy_scalars_are_taken_as_the_numbers_they_hold(tmp_path):
     assert s.rows_written == 4
 
 
+def test_numpy_types_are_taken_as_the_dtype_they_name(tmp_path):
+    """Found by the API audit: dtype=np.float16 (NumPy's own spelling, as in X.astype(np.float16)) was refused as
+    `dtype=<class 'numpy.float16'> is a type, not a string - give dtype as a string`; it writes float16 now, as
+    dtype="float16" does. A NumPy type bertfeat does not write is refused by its name; another type still as one."""
+    import numpy as np
+
+    from bertfeat.features import read_features
+
+    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"]])
+    named = bertfeat.extract(src, tmp_path / "named.npy", model=tiny_model(), cache=False, dtype="float16")
+    for given in (np.float16, np.dtype("float16")):
+        out = tmp_path / "np.npy"
+        bertfeat.extract(src, out, model=tiny_model(), cache=False, dtype=given, overwrite=True)
+        assert np.load(out).dtype == np.float16 and (np.load(out) == np.load(named.outputs["features"])).all()
+        assert read_features(out)[2]["dtype"] == "float16"
+    for given, message in ((np.float64, "unknown dtype='float64' - choose one of float32, float16"),
+                           (float, "dtype=<class 'float'> is a type, not a string - give dtype as a string")):
+        with pytest.raises(BertfeatError, match=f"^{message}"):
+            bertfeat.extract(src, tmp_path / "x.npy", model=tiny_model(), cache=False, dtype=given)
+    assert not (tmp_path / "x.npy").exists()
+
+
 @pytest.mark.parametrize("kw, message", [
     (dict(progress=5), "progress=5 has no start, advance, note, stop method - give an object with the methods of "
      "bertfeat.run.progress.NullProgress (start, advance, note, stop; parts for the Dask engine), or leave progress "

@@ -454,3 +454,21 @@ def test_a_name_of_standard_output_is_refused_even_redirected_to_a_file(tmp_path
                                             r"file - .* pass output with a file name$"):
         bertfeat.extract(src, err, model=tiny_model(), overwrite=True)
     assert err.is_symlink()
+
+
+@pytest.mark.parametrize("command", ["extract", "sweep"])
+def test_an_empty_model_name_is_refused_as_empty_not_as_the_current_directory(tmp_path, src, capsys, monkeypatch,
+                                                                               command):
+    """Found by the API audit: `-m ""` with an output in the current directory said `the output o.parquet would be
+    written over the model folder  - pass -o with a path outside it` (Path("") is the current directory), where the
+    cause is the model name: the model's load refuses it as empty, as `bertfeat tokens -m ""` and Encoder("") do."""
+    import bertfeat
+
+    monkeypatch.chdir(tmp_path)
+    out = ["-o", "o.parquet"] if command == "extract" else ["-o", "sw", "-q"]
+    rc, _, err = run(capsys, command, "in.csv", "-m", "", *out)
+    assert (rc, err) == (1, "Error: the model name is empty - pass a model folder or name, or leave it out for the "
+                            "default\n")
+    with pytest.raises(BertfeatError, match="^the model name is empty - pass a model folder or name"):
+        bertfeat.extract("in.csv", "o.parquet", model="")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
