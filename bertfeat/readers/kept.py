@@ -379,14 +379,14 @@ def _textual(t: pa.DataType) -> bool:
 
 
 # --------------------------------------------------------------------------- Arrow values as Python objects
-class Stored(int):
-    """A date, time, timestamp or duration as the integer Arrow stores it (days; units since midnight or 1970; units),
-    for a value whose Python object would not be the same value (``python_values``): ``pa.array`` makes that value of
-    it again, and it prints as Arrow's text of it (in the rejects file, a message)."""
+class _Shown:
+    """A number that prints as ``text`` (the rejects file, a message show it so) and is its number everywhere else
+    (``pa.array`` makes the same value of it); a subclass names the number type it is (``_number``)."""
 
     text: str
+    _number: type
 
-    def __new__(cls, value: int, text: str):
+    def __new__(cls, value, text: str):
         self = super().__new__(cls, value)
         self.text = text
         return self
@@ -397,7 +397,15 @@ class Stored(int):
     __repr__ = __str__
 
     def __reduce__(self):  # (a Dask partition's rows travel pickled)
-        return Stored, (int(self), self.text)
+        return type(self), (self._number(self), self.text)
+
+
+class Stored(_Shown, int):
+    """A date, time, timestamp or duration as the integer Arrow stores it (days; units since midnight or 1970; units),
+    for a value whose Python object would not be the same value (``python_values``): ``pa.array`` makes that value of
+    it again, and it prints as Arrow's text of it (in the rejects file, a message)."""
+
+    _number = int
 
 
 def _plain(t: pa.DataType) -> pa.DataType | None:
@@ -492,24 +500,11 @@ def shown_values(values) -> list | None:
     return None
 
 
-class Shortest(float):
+class Shortest(_Shown, float):
     """A float16 / float32 value as the double it widens to (``pa.array`` makes the same float of it), printed as its
     shortest text (``0.1``, not 0.10000000149011612): an id the rejects file shows as a CSV output writes it."""
 
-    text: str
-
-    def __new__(cls, value: float, text: str):
-        self = super().__new__(cls, value)
-        self.text = text
-        return self
-
-    def __str__(self) -> str:
-        return self.text
-
-    __repr__ = __str__
-
-    def __reduce__(self):  # (a Dask partition's rows travel pickled)
-        return Shortest, (float(self), self.text)
+    _number = float
 
 
 def shortest_floats(values: list, column) -> list:
