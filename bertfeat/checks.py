@@ -290,13 +290,18 @@ def invalid_unicode(value: str) -> str | None:
     return None
 
 
+def kind_of(value) -> str:
+    """A value's type as a message names it: "a bytes", "an int"."""
+    kind = type(value).__name__
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
+
 def path_text(value, option: str) -> str:
     """A path given as a str or an ``os.PathLike`` (a ``Path``) -> its text; anything else (bytes, a number) refused
     naming ``option``, in ``bertfeat.extract``'s words: pathlib's own TypeError said nothing of the parameter."""
     text = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(text, str):
-        kind = type(text).__name__
-        raise BertfeatError(f"{opt(option, value)} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a string or a "
+        raise BertfeatError(f"{opt(option, value)} is {kind_of(text)}, not a string or a "
                             "path", f"give {opt(option)} as a string or a path")
     return text
 
@@ -311,8 +316,7 @@ def local_path(path, what: str, option: str | None = None, writes: bool = False)
     if option:
         path_text(path, option)
     elif not isinstance(os.fspath(path) if isinstance(path, os.PathLike) else path, str):  # bytes: pathlib's TypeError
-        kind = type(path).__name__
-        raise BertfeatError(f"the {what} path {path!r} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a string "
+        raise BertfeatError(f"the {what} path {path!r} is {kind_of(path)}, not a string "
                             "or a path", f"give the {what}'s path as a string or a path")
     if not os.fspath(path):
         raise BertfeatError(f"the {what} path is empty ('', which would name the current directory)",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import inside_folder, model_file
+from ..checks import kind_of
 from ..errors import BertfeatError, ModelNotFoundError, opt
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -284,8 +285,7 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
     """Find a model locally, or raise ModelNotFoundError listing every place looked at."""
     given = os.fspath(name) if isinstance(name, os.PathLike) else name
     if given is not None and not isinstance(given, str):  # str() made b'/models/x' a name found nowhere
-        kind = type(given).__name__
-        raise BertfeatError(f"{opt('model', given)} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not a string or a "
+        raise BertfeatError(f"{opt('model', given)} is {kind_of(given)}, not a string or a "
                             "path, or None", f"give {opt('model')} as a string or a path, or leave it out")
     name = given if given is not None else DEFAULT_MODEL
     looked: list[str] = []

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..checks import (DEFAULT_MAX_FIELD_BYTES, check_input_path, check_max_batch_tokens, check_max_length, check_size,
-                      check_threads, check_truncate_dim, parse_max_field_bytes)
+                      check_threads, check_truncate_dim, kind_of, parse_max_field_bytes)
 from ..errors import BertfeatError, opt
 
 ENGINES = ("local", "dask")
@@ -415,11 +415,10 @@ def type_error(name: str, value, classes: tuple) -> BertfeatError:
     """The error of a value of another type than ``classes``, naming the option."""
     words = " or ".join(w for c, w in _TYPE_WORDS.items() if c in classes)
     none = type(None) in classes
-    kind = type(value).__name__
     fix = f"give {opt(name)} as {words}" + (", or leave it out" if none else "")
     if name == "pca_model" and callable(getattr(value, "save", None)):  # a fitted bertfeat.PCA: its file is what runs
         fix += " (a fitted PCA: PCA.save('pca.npz') first, then pca_model='pca.npz')"
-    return BertfeatError(f"{opt(name, value)} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, not {words}"
+    return BertfeatError(f"{opt(name, value)} is {kind_of(value)}, not {words}"
                          + (", or None" if none else ""), fix)
 
 
