@@ -296,13 +296,15 @@ def kind_of(value) -> str:
     return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
 
 
-def path_text(value, option: str) -> str:
+def path_text(value, option: str | None, what: str = "", optional: bool = False) -> str:
     """A path given as a str or an ``os.PathLike`` (a ``Path``) -> its text; anything else (bytes, a number) refused
-    naming ``option``, in ``bertfeat.extract``'s words: pathlib's own TypeError said nothing of the parameter."""
+    naming ``option`` (None: an argument, named by ``what``), in ``bertfeat.extract``'s words: pathlib's own TypeError
+    said nothing of the parameter. ``optional``: None may be given instead (said so)."""
     text = os.fspath(value) if isinstance(value, os.PathLike) else value
     if not isinstance(text, str):
-        raise BertfeatError(f"{opt(option, value)} is {kind_of(text)}, not a string or a "
-                            "path", f"give {opt(option)} as a string or a path")
+        named, target = (opt(option, value), opt(option)) if option else (f"the {what} path {value!r}", f"the {what}'s path")
+        raise BertfeatError(f"{named} is {kind_of(text)}, not a string or a path" + (", or None" if optional else ""),
+                            f"give {target} as a string or a path" + (", or leave it out" if optional else ""))
     return text
 
 
@@ -313,11 +315,7 @@ def local_path(path, what: str, option: str | None = None, writes: bool = False)
     bertfeat writes it. An empty path is refused too: pathlib takes it for the current directory (``cache clear ""``
     cleared the cache of the directory it ran in, ``verify ""`` read it as a Dask output)."""
     how = f"pass {opt(option)} with" if option else "give"
-    if option:
-        path_text(path, option)
-    elif not isinstance(os.fspath(path) if isinstance(path, os.PathLike) else path, str):  # bytes: pathlib's TypeError
-        raise BertfeatError(f"the {what} path {path!r} is {kind_of(path)}, not a string "
-                            "or a path", f"give the {what}'s path as a string or a path")
+    path_text(path, option, what)  # bytes: pathlib's TypeError
     if not os.fspath(path):
         raise BertfeatError(f"the {what} path is empty ('', which would name the current directory)",
                             f"{how} the {what}'s path")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import inside_folder, model_file
-from ..checks import kind_of
-from ..errors import BertfeatError, ModelNotFoundError, opt
+from ..checks import path_text
+from ..errors import ModelNotFoundError, opt
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -283,11 +283,8 @@ def _packaged_minilm() -> Path | None:
 
 def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
     """Find a model locally, or raise ModelNotFoundError listing every place looked at."""
-    given = os.fspath(name) if isinstance(name, os.PathLike) else name
-    if given is not None and not isinstance(given, str):  # str() made b'/models/x' a name found nowhere
-        raise BertfeatError(f"{opt('model', given)} is {kind_of(given)}, not a string or a "
-                            "path, or None", f"give {opt('model')} as a string or a path, or leave it out")
-    name = given if given is not None else DEFAULT_MODEL
+    # (str() made b'/models/x' a name found nowhere)
+    name = path_text(name, "model", optional=True) if name is not None else DEFAULT_MODEL
     looked: list[str] = []
 
     if not name.strip():  # Path("") is the current directory
