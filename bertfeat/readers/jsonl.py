@@ -28,7 +28,7 @@ from .rejects import Reason, RejectCode, cell, size_text, too_large
 from .textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
 from .kept import JsonNegativeZero, JsonNumber, convert_json, json_int, json_type, json_written
-from .stream import Swapped
+from .stream import Swapped, swap_table
 from .text import (TextReader, TooLong, ebcdic_codec, head_of, line_feed_byte, read_lines, read_wide_lines,
                    split_wide_lines, wide_line_codec)
 
@@ -112,7 +112,7 @@ class JsonlReader(TextReader):
         codec, unit = wide_line_codec(self.encoding, head) or (self.encoding, 1)
         lf = line_feed_byte(self.encoding)
         if lf is not None:  # EBCDIC: its line feed is another byte
-            swap = bytes.maketrans(bytes([0x0A, lf]), bytes([lf, 0x0A]))
+            swap = swap_table(0x0A, lf)
             lines = [line.translate(swap) for line in head.translate(swap).split(b"\n")]
         elif unit == 1:
             lines = [line.removeprefix(b"\xef\xbb\xbf") for line in head.split(b"\n")]

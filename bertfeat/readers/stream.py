@@ -73,13 +73,18 @@ class NewlineAtEnd(io.RawIOBase):
         super().close()
 
 
+def swap_table(a: int, b: int) -> bytes:
+    """The ``bytes.translate`` table that swaps the byte values ``a`` and ``b``."""
+    return bytes.maketrans(bytes([a, b]), bytes([b, a]))
+
+
 class Swapped(io.RawIOBase):
     """A stream with two byte values swapped (one for one, so offsets stay): an EBCDIC file's line feed (0x25) read
     as 0x0a, where ``readline`` ends a line (the JSONL reader swaps each line back before decoding it)."""
 
     def __init__(self, fh, a: int, b: int):
         self._fh = fh
-        self.table = bytes.maketrans(bytes([a, b]), bytes([b, a]))
+        self.table = swap_table(a, b)
 
     def readable(self):
         return True
