@@ -173,6 +173,11 @@ def one_line(e: BaseException | str, limit: int = 200) -> str:
     text = visible(" ".join(str(e).split()))
     if not text and isinstance(e, BaseException):
         text = type(e).__name__
+    return clipped(text, limit)
+
+
+def clipped(text: str, limit: int = 40) -> str:
+    """``text`` as a message quotes a value of it: at most ``limit`` characters, "..." marking a cut."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -13,7 +13,7 @@ import sys
 
 import pyarrow as pa
 
-from ..errors import InputError, one_line, opt
+from ..errors import InputError, clipped, one_line, opt
 from .rejects import Reason, RejectCode, too_large
 from . import arrowexit
 from .base import HEAD_BYTES, RawBatch, utf8_error_at
@@ -196,7 +196,7 @@ class CsvReader(TextReader):
         except ValueError:
             return
         if isinstance(obj, dict) and obj:
-            shown = first if len(first) <= 40 else first[:37] + "..."
+            shown = clipped(first)
             raise InputError(f"{self.name}: its first line is a JSON object ({shown}), so the input is JSON Lines, not "
                              f"{self.fmt.upper()}", f"pass {opt('input_format', 'jsonl')}"
                              + ("" if self.path == "-" else " (or name the file .jsonl)"))
@@ -501,7 +501,7 @@ class CsvReader(TextReader):
             for k, v in enumerate(values or ()):
                 if isinstance(v, (bytes, bytearray)) and _csv_quoted(bytes(v)):
                     text = bytes(v).decode("utf-8", errors="replace")
-                    shown = text if len(text) <= 40 else text[:37] + "..."
+                    shown = clipped(text)
                     b.pre_rejected.setdefault(b.rows[k], Reason(
                         RejectCode.QUOTED_TSV, f"{what} is quoted as CSV quotes a value ({shown}: in quotes, its own quotes "
                                                "doubled), but TSV is read without quoting, so the quotes would be part "
@@ -566,7 +566,7 @@ class CsvReader(TextReader):
             tracker.header_rows.clear()
             return
         line = tracker.header.decode("utf-8", errors="replace")
-        shown = json.dumps(line if len(line) <= 40 else line[:37] + "...", ensure_ascii=False)
+        shown = json.dumps(clipped(line), ensure_ascii=False)
         for k, row in enumerate(b.rows):
             if row not in tracker.header_rows:
                 continue
@@ -704,7 +704,7 @@ def _malformed_line_handler(skipped: dict[int, Reason], mender=None, encoding: s
             skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"{what}, and it is not valid {encoding}"
                                 + (f" (byte 0x{byte:02x})" if byte is not None else ""))
             return "skip"
-        text = row.text if len(row.text) <= 40 else row.text[:37] + "..."
+        text = clipped(row.text)
         skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"{what} ({json.dumps(text, ensure_ascii=False)})")
         return "skip"
 

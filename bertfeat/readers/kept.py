@@ -29,7 +29,7 @@ from decimal import Decimal
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InputError, one_line, opt
+from ..errors import InputError, clipped, one_line, opt
 from .rejects import Reason, RejectCode, bytes_text, cell
 from .textcheck import surrogate_reason
 
@@ -150,12 +150,18 @@ def _float_range(column: str, text: str, value: float) -> str | None:
     past float64's range (``1e400``: inf) or below its smallest (``1e-400``: 0.0); a bad row's reason, as JSONL's."""
     if math.isinf(value) and not _INF_TEXT.fullmatch(text.strip()):
         why = "is beyond float64's range ("
-    elif value == 0 and re.search(r"[1-9]", text.strip().lower().split("e")[0]):
+    elif _underflowed(text, value):
         why = "is below float64's smallest number (it would read back as 0.0; "
     else:
         return None
-    shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
+    shown = json.dumps(clipped(text), ensure_ascii=False)
     return f"kept column {column!r}: {shown} {why}give {opt('keep', column + ':str')} to keep its text)"
+
+
+def _underflowed(text: str, value: float) -> bool:
+    """The number written as ``text`` read as the float ``value`` 0 although its digits are not all 0 (``1e-400``: below
+    float64's smallest number)."""
+    return value == 0 and re.search(r"[1-9]", text.strip().lower().split("e")[0]) is not None
 
 
 def written_cells(cells: list, values: list) -> dict:
@@ -173,7 +179,7 @@ def written_cells(cells: list, values: list) -> dict:
 def _bad_cell(column: str, text: str, name: str, given: bool) -> str:
     """Why a kept cell does not convert: not of the type at all, or (a type the first rows decided) not written as it
     would be written back."""
-    shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
+    shown = json.dumps(clipped(text), ensure_ascii=False)
     value = _CELL[name](text)
     if name == "int64" and value is _BAD and _INT.fullmatch(text.strip()):  # an integer, but not an int64
         return (f"kept column {column!r}: {shown} is outside the int64 range ({_whose(name, given)[1:-1]}; give "
@@ -268,17 +274,17 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
     if name == "int64" and isinstance(value, int) and not isinstance(value, bool):
         if _INT64_RANGE[0] <= value < _INT64_RANGE[1]:
             return value, None
-        return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {_cut(str(value))} is outside the int64 "
+        return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {clipped(str(value))} is outside the int64 "
                                                         "range")
     if name == "double" and number:
         text = str(value) if isinstance(value, int) else getattr(value, "text", None)
         try:
             f = -0.0 if isinstance(value, JsonNegativeZero) else float(value)  # -0 among numbers: the double -0.0
         except OverflowError:  # an integer past float64's range (2**1024 written out)
-            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {_cut(text)} is beyond float64's "
+            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {clipped(text)} is beyond float64's "
                                                         f"range (give {opt('keep', column + ':str')} to keep its text)")
-        if f == 0 and text is not None and re.search(r"[1-9]", text.lower().split("e")[0]):  # 1e-400: not its digits
-            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {_cut(text)} is below float64's "
+        if text is not None and _underflowed(text, f):  # 1e-400: not its digits
+            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {clipped(text)} is below float64's "
                                                         f"smallest number (it would read back as {f!r}; give "
                                                         f"{opt('keep', column + ':str')} to keep its text)")
         if (f != value) if isinstance(value, int) else (text is not None and not _float_holds(f, text)):
@@ -293,16 +299,11 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
         return value, None
     text = json_written(value) or json.dumps(value, ensure_ascii=False)  # a number as written: 2.50, not 2.5
     return (text if isinstance(value, (dict, list)) else value,
-            Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text if len(text) <= 40 else text[:37] + '...'} "
+            Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {clipped(text)} "
                                               f"is {json_kind(value)}, not {_WORDS[name][0]} "
                                               + (f"(the column's first lines hold no value, so it is read as strings: "
                                                  f"give its type, e.g. {opt('keep', column + ':int')})" if unseen
                                                  else _whose(name, given))))
-
-
-def _cut(text: str) -> str:
-    """A value's text as a message shows it: its first 37 characters and "..." when longer than 40."""
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _float_holds(f: float, text: str) -> bool:
@@ -352,7 +353,7 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
         except (pa.ArrowException, UnicodeDecodeError) as e:
             text = one.cast(pa.large_binary())[0].as_py().decode("utf-8", "replace") if _textual(one.type) else str(one[0])
             out.append(text)
-            shown = json.dumps(text if len(text) <= 40 else text[:37] + "...", ensure_ascii=False)
+            shown = json.dumps(clipped(text), ensure_ascii=False)
             bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {shown} is not {_WORDS[str(typ)][0]} "
                                                        f"{_whose(str(typ), True)} ({one_line(e, 80)})")
     out, past = _in_range(column, values, out)  # the batch's others as when all cast (1e400 is not inf here either)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import InputError, opt
+from ..errors import InputError, clipped, opt
 from .base import HEAD_BYTES, MIN_PART_BYTES, Partition, RawBatch, Reader, standard_input, stdin_read_error
 from .paths import compression_of, join_line
 from .stream import CountingReader, NativeRaw, Prefixed, gzip_sizes
@@ -128,7 +128,7 @@ class TextReader(Reader):
             return
         self._refuse_ebcdic_nl(head, codec)
         first = head.decode(codec).lstrip().splitlines()[0] if head.strip() else ""
-        shown = first if len(first) <= 40 else first[:37] + "..."
+        shown = clipped(first)
         raise InputError(f"{self.name}: its bytes look like EBCDIC text (read as {codec}, its first line is {shown!r}), "
                          f"not {self.encoding}", f"pass {opt('encoding', codec)} (or the file's own EBCDIC code page, "
                          "e.g. cp500 or cp273: they differ in a few characters)")
