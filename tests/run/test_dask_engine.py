@@ -563,6 +563,22 @@ def test_cli_with_scheduler_address(client, data, tmp_path, capsys):
     assert len(list(out.glob("part-*.parquet"))) == N_PARTS
 
 
+def test_cli_summary_of_a_resume_counts_partitions(client, data, tmp_path, capsys):
+    """The closing summary of a resumed Dask run names what it kept: partitions (it said "chunk(s)", the local
+    engine's unit; tests/run/test_resume.py holds the local engine's line)."""
+    out, partial, done = _interrupted(client, data, tmp_path)
+    if len(done) == N_PARTS:  # the others finished after the interrupt: make one missing
+        done.pop().unlink()
+    rc = main(["extract", str(data), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address,
+               "--blocksize", "none", "--resume"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    from extract_util import summary_line
+
+    assert summary_line(err, "resumed") == (f"resumed {len(done)} partition(s), {len(done) * N_ROWS // N_PARTS} rows, "
+                                            "from the interrupted run (counted above, not in the throughput)")
+
+
 def test_cli_bad_row_error_leaves_nothing(client, tmp_path, capsys):
     src = tmp_path / "in.csv"
     src.write_text("text\nfine\n   \nalso fine\n")
