@@ -1100,15 +1100,18 @@ def test_a_run_killed_just_before_its_finish_renames_the_output_leaves_it_to_be_
     assert "_manifest.json" not in kept and "_bertfeat.json" in kept
     args = ["extract", str(data), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address, "--pca", "4",
             "-q"]
-    for flags in ([], ["--overwrite"], ["--resume"]):
+    for flags, why in (([], ""), (["--overwrite"], "; --overwrite does not delete it (it may be yours)"),
+                       (["--resume"], "; --resume has nothing to continue in it (no manifest: that run had finished)")):
         assert main(args + flags) == 1
         assert capsys.readouterr().err == (
             f"Error: {partial} holds a finished bertfeat output (_bertfeat.json and its parts, no partial run's "
-            f"manifest): an output of yours named so, or a Dask run killed as it moved its output to {out} - move or "
-            f"rename it (to {out}, if it is that run's output), or write the output under another name\n")
+            f"manifest): an output of yours named so, or a Dask run killed as it moved its output to {out}; nothing in "
+            f"it was deleted{why} - if it is that run's output, it is complete (any rejects or PCA files beside it were "
+            f"written first) and needs no rerun: `mv {partial} {out}`; otherwise move it out of the way, or write the "
+            "output under another name\n")
         assert sorted(os.listdir(partial)) == kept
-    partial.rename(out)
-    assert _read_dataset(out).equals(whole)
+    partial.rename(out)  # the command the message gives: the output is complete, the PCA model beside it
+    assert _read_dataset(out).equals(whole) and out.with_name("f.pca.npz").is_file()
 
 
 @pytest.mark.parametrize("bad_rows", [False, True])
