@@ -212,6 +212,64 @@ def test_csv_blocks_with_bad_rows_equal_local(client, real_sentences, tmp_path):
         out.with_name(out.name + ".rejects.csv").unlink()
 
 
+def _bad_rows_input(fmt: str, d: Path) -> Path:
+    """300 rows with bad rows of the format's kinds (and a repeated text), an id and a kept column."""
+    if fmt == "csv":
+        lines = [b"id,text,lab"]
+        for i in range(300):
+            lines.append(f"r{i},,{i}".encode() if i % 37 == 5 else f'r{i},"   ",{i}'.encode() if i % 41 == 6 else
+                         f"r{i},a,b,c".encode() if i % 43 == 7 else f'r{i},"caf\xe9",{i}'.encode("latin-1") if i % 47 == 8
+                         else b"id,text,lab" if i == 150 else f"r{i},same text,{i}".encode() if i % 53 == 9 else
+                         f"r{i},sentence number {i} with words,{i}".encode())
+        (d / "in.csv").write_bytes(b"\n".join(lines) + b"\n")
+        return d / "in.csv"
+    if fmt == "jsonl":
+        rows = ['{"id": "r%d", "text": ""}' % i if i % 37 == 5 else "{not json" if i % 41 == 6 else "[1, 2]" if i % 43 == 7
+                else '{"id": "r%d"}' % i if i % 47 == 8 else '{"id": null, "text": "x"}' if i % 53 == 9 else
+                json.dumps({"id": f"r{i}", "text": f"sentence {i} words", "lab": i}) for i in range(300)]
+        (d / "in.jsonl").write_text("\n".join(rows) + "\n")
+        return d / "in.jsonl"
+    (d / "pq").mkdir()
+    for k in range(3):
+        texts = [None if i % 13 == 3 else "" if i % 17 == 4 else "  " if i % 19 == 5 else f"s {k} {i % 30}" for i in range(100)]
+        pq.write_table(pa.table({"id": [f"r{k}_{i}" for i in range(100)], "text": texts, "lab": list(range(100))}),
+                       d / "pq" / f"p{k}.parquet")
+    return d / "pq"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_bad_rows_give_the_local_engines_rejects_and_counts(client, tmp_path, capsys, fmt):
+    """The same input with bad rows of every format under --on-bad-row skip (and --keep): the Dask run's rejects file
+    is the local run's byte for byte, and its closing summary and --summary-json counts are the local run's (rows read,
+    rejected, written, truncated, tokens ...), though its partitions are cut otherwise than the local chunks. Rows
+    encoded / reused only add up alike: two partitions meeting a repeated text at once may both encode it
+    (docs/cache.md, "Limits")."""
+    from extract_util import tiny_model
+
+    src = _bad_rows_input(fmt, tmp_path)
+    common = ["extract", str(src), "--model", str(tiny_model()), "--id-column", "id", "--on-bad-row", "skip", "--keep",
+              "lab"]
+    got = {}
+    for engine, flags in (("local", ["--chunk-rows", "16"]),
+                          ("dask", ["--engine", "dask", "--scheduler", client.scheduler.address, "--blocksize", "1KiB"])):
+        out = tmp_path / f"{engine}.parquet"
+        rc = main(common + ["-o", str(out), "--summary-json", str(tmp_path / f"{engine}.json"), *flags])
+        err = capsys.readouterr().err
+        assert rc == 0, err
+        counts = json.loads((tmp_path / f"{engine}.json").read_text())
+        reuse = ("rows encoded", "rows reused", "rows_encoded", "rows_reused", "tokens_encoded")
+        got[engine] = ((tmp_path / f"{engine}.parquet.rejects.csv").read_bytes(),
+                       [line for line in err.splitlines() if line.startswith(("rows ", "tokens ")) and
+                        not line.startswith(reuse)],
+                       {k: v for k, v in counts.items() if k.startswith(("rows_", "tokens")) and
+                        not k.endswith("_per_s") and k not in reuse},
+                       counts["ids_repeated"], counts["rows_encoded"] + counts["rows_reused"])
+    assert got["dask"] == got["local"]
+    rejects, lines, counts, _, _ = got["local"]
+    assert counts["rows_rejected"] == len(rejects.splitlines()) - 1 > 20 and counts["rows_read"] == 300
+    assert len(lines) == 6 and counts["rows_written"] == 300 - counts["rows_rejected"]
+
+
 def test_resume_on_the_other_engine_is_refused_and_keeps_the_partial_run(client, real_sentences, tmp_path):
     """A partial run (here: kept after --max-bad-rows stopped it) resumed with the other engine was deleted and every
     row encoded again without a word; it is refused naming the engine, and the same engine still resumes it."""
