@@ -519,8 +519,9 @@ def render_summary(s) -> None:
         said = [f"{s.cache_repaired:,} damaged entries encoded again"] * bool(s.cache_repaired)
         said += ["read-only: nothing stored"] * (s.cache_read_only is not None)
         lines.append(f"cache           {s.cache}" + (f" ({'; '.join(said)})" if said else ""))
-    if s.chunks_resumed:
-        lines.append(f"resumed         {s.chunks_resumed} chunk(s), {s.rows_resumed:,} rows, from the interrupted run "
+    if s.chunks_resumed:  # the units the run kept: the local engine's chunks, the Dask engine's partitions
+        unit = "partition" if s.engine == "dask" else "chunk"
+        lines.append(f"resumed         {s.chunks_resumed} {unit}(s), {s.rows_resumed:,} rows, from the interrupted run "
                      "(counted above, not in the throughput)")
     probe = getattr(s, "probe", None)
     if probe and "accuracy" in probe:

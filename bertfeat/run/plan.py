@@ -582,7 +582,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
     check_not_directory([(label, p) for label, p in outs if p != out], side_files=True)  # found up front, not at the end
     partial = layout.partial
-    check_partial_is_ours(partial)
+    check_partial_is_ours(partial, resume, overwrite)
     if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)
         from .manifest import PARTIAL_MANIFESTS
 
@@ -598,13 +598,14 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     check_overwrite(outs, overwrite)
 
 
-def check_partial_is_ours(partial: Path) -> None:
+def check_partial_is_ours(partial: Path, resume: bool = False, overwrite: bool = False) -> None:
     """OUTPUT.partial is bertfeat's working directory, removed by --overwrite and at the end: a file there, or a
     folder holding anything but a run's manifest, parts and temporaries (and a file browser's files), is the user's
     and is never deleted. One holding an output's provenance (``_bertfeat.json``) and no manifest is a finished
     output: a Dask run's killed in the instant between its finish's last deletion and its rename (dask._finish keeps
-    the manifest until then), or the user's own output named so (``-o X.partial``), which nothing here tells apart:
-    refused, saying how to take it as the output."""
+    the manifest until then; a task writes no part before the manifest is there), or the user's own output named so
+    (``-o X.partial``), which nothing here tells apart: refused, saying that nothing is deleted, why ``resume`` /
+    ``overwrite`` do not take it, and the command that takes it as the output."""
     from ..features.reader import DIRECTORY_PROVENANCE
     from .manifest import PARTIAL_MANIFESTS
     from .outputs import browser_file
@@ -617,15 +618,33 @@ def check_partial_is_ours(partial: Path) -> None:
         if not names or any(n in PARTIAL_MANIFESTS.values() for n in names) or all(n.startswith(".") for n in names):
             return  # a run's (a killed one's before its manifest: only temporaries)
         if DIRECTORY_PROVENANCE in names:
-            target = partial.with_name(partial.name[:-len(".partial")])
-            raise OutputError(f"{partial} holds a finished bertfeat output ({DIRECTORY_PROVENANCE} and its parts, no "
-                              "partial run's manifest): an output of yours named so, or a Dask run killed as it moved "
-                              f"its output to {target}",
-                              f"move or rename it (to {target}, if it is that run's output), or write the output under "
-                              "another name")
+            raise _finished_output_error(partial, resume, overwrite)
     raise OutputError(f"{partial} exists and is not a bertfeat partial run (bertfeat works there while it writes "
                       f"{partial.with_name(partial.name[:-len('.partial')])}, and deletes it)",
                       "move or rename it, or write the output under another name")
+
+
+def _finished_output_error(partial: Path, resume: bool, overwrite: bool):
+    """check_partial_is_ours' refusal of a finished output at OUTPUT.partial: kept whole; a killed Dask run's had
+    published its side files (rejects, PCA model and report) before its last step, so renaming it completes the
+    output (an OUTPUT already there, an --overwrite run's old one, is moved aside first) and nothing needs a rerun."""
+    import shlex
+
+    from ..errors import OutputError
+
+    target = partial.with_name(partial.name[:-len(".partial")])
+    why = (f"; {opt('resume', True)} has nothing to continue in it (no manifest: that run had finished)" if resume else
+           f"; {opt('overwrite', True)} does not delete it (it may be yours)" if overwrite else "")
+    q = shlex.quote
+    old = target.with_name(target.name + ".old")
+    move = (f"mv {q(str(target))} {q(str(old))} && " if target.exists() or target.is_symlink() else "")
+    return OutputError(f"{partial} holds a finished bertfeat output (_bertfeat.json and its parts, no partial run's "
+                       f"manifest): an output of yours named so, or a Dask run killed as it moved its output to "
+                       f"{target}; nothing in it was deleted{why}",
+                       f"if it is that run's output, it is complete (any rejects or PCA files beside it were written "
+                       f"first) and needs no rerun: `{move}mv {q(str(partial))} {q(str(target))}`"
+                       + (f" (the {target} there now is moved aside to {old})" if move else "")
+                       + "; otherwise move it out of the way, or write the output under another name")
 
 
 def check_name_lengths(outputs: list[tuple[str, Path]]) -> None:

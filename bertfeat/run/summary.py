@@ -36,7 +36,7 @@ class ExtractSummary:
     cache_repaired: int = 0  # cache entries that failed their checksum: encoded again and rewritten
     cache_read_only: str | None = None  # why the cache could not be written (its hits were used, nothing stored)
     elapsed: float = 0.0
-    chunks_resumed: int = 0
+    chunks_resumed: int = 0  # the units kept from an interrupted run (--resume): local chunks, or Dask partitions
     rows_resumed: int = 0  # rows written by the chunks kept from an interrupted run (--resume): not this run's work
     tokens_resumed: int = 0
     rows_encoded_resumed: int = 0  # of rows_encoded / tokens_encoded: the kept chunks' (encoded by the interrupted run)

@@ -212,6 +212,64 @@ def test_csv_blocks_with_bad_rows_equal_local(client, real_sentences, tmp_path):
         out.with_name(out.name + ".rejects.csv").unlink()
 
 
+def _bad_rows_input(fmt: str, d: Path) -> Path:
+    """300 rows with bad rows of the format's kinds (and a repeated text), an id and a kept column."""
+    if fmt == "csv":
+        lines = [b"id,text,lab"]
+        for i in range(300):
+            lines.append(f"r{i},,{i}".encode() if i % 37 == 5 else f'r{i},"   ",{i}'.encode() if i % 41 == 6 else
+                         f"r{i},a,b,c".encode() if i % 43 == 7 else f'r{i},"caf\xe9",{i}'.encode("latin-1") if i % 47 == 8
+                         else b"id,text,lab" if i == 150 else f"r{i},same text,{i}".encode() if i % 53 == 9 else
+                         f"r{i},sentence number {i} with words,{i}".encode())
+        (d / "in.csv").write_bytes(b"\n".join(lines) + b"\n")
+        return d / "in.csv"
+    if fmt == "jsonl":
+        rows = ['{"id": "r%d", "text": ""}' % i if i % 37 == 5 else "{not json" if i % 41 == 6 else "[1, 2]" if i % 43 == 7
+                else '{"id": "r%d"}' % i if i % 47 == 8 else '{"id": null, "text": "x"}' if i % 53 == 9 else
+                json.dumps({"id": f"r{i}", "text": f"sentence {i} words", "lab": i}) for i in range(300)]
+        (d / "in.jsonl").write_text("\n".join(rows) + "\n")
+        return d / "in.jsonl"
+    (d / "pq").mkdir()
+    for k in range(3):
+        texts = [None if i % 13 == 3 else "" if i % 17 == 4 else "  " if i % 19 == 5 else f"s {k} {i % 30}" for i in range(100)]
+        pq.write_table(pa.table({"id": [f"r{k}_{i}" for i in range(100)], "text": texts, "lab": list(range(100))}),
+                       d / "pq" / f"p{k}.parquet")
+    return d / "pq"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_bad_rows_give_the_local_engines_rejects_and_counts(client, tmp_path, capsys, fmt):
+    """The same input with bad rows of every format under --on-bad-row skip (and --keep): the Dask run's rejects file
+    is the local run's byte for byte, and its closing summary and --summary-json counts are the local run's (rows read,
+    rejected, written, truncated, tokens ...), though its partitions are cut otherwise than the local chunks. Rows
+    encoded / reused only add up alike: two partitions meeting a repeated text at once may both encode it
+    (docs/cache.md, "Limits")."""
+    from extract_util import tiny_model
+
+    src = _bad_rows_input(fmt, tmp_path)
+    common = ["extract", str(src), "--model", str(tiny_model()), "--id-column", "id", "--on-bad-row", "skip", "--keep",
+              "lab"]
+    got = {}
+    for engine, flags in (("local", ["--chunk-rows", "16"]),
+                          ("dask", ["--engine", "dask", "--scheduler", client.scheduler.address, "--blocksize", "1KiB"])):
+        out = tmp_path / f"{engine}.parquet"
+        rc = main(common + ["-o", str(out), "--summary-json", str(tmp_path / f"{engine}.json"), *flags])
+        err = capsys.readouterr().err
+        assert rc == 0, err
+        counts = json.loads((tmp_path / f"{engine}.json").read_text())
+        reuse = ("rows encoded", "rows reused", "rows_encoded", "rows_reused", "tokens_encoded")
+        got[engine] = ((tmp_path / f"{engine}.parquet.rejects.csv").read_bytes(),
+                       [line for line in err.splitlines() if line.startswith(("rows ", "tokens ")) and
+                        not line.startswith(reuse)],
+                       {k: v for k, v in counts.items() if k.startswith(("rows_", "tokens")) and
+                        not k.endswith("_per_s") and k not in reuse},
+                       counts["ids_repeated"], counts["rows_encoded"] + counts["rows_reused"])
+    assert got["dask"] == got["local"]
+    rejects, lines, counts, _, _ = got["local"]
+    assert counts["rows_rejected"] == len(rejects.splitlines()) - 1 > 20 and counts["rows_read"] == 300
+    assert len(lines) == 6 and counts["rows_written"] == 300 - counts["rows_rejected"]
+
+
 def test_resume_on_the_other_engine_is_refused_and_keeps_the_partial_run(client, real_sentences, tmp_path):
     """A partial run (here: kept after --max-bad-rows stopped it) resumed with the other engine was deleted and every
     row encoded again without a word; it is refused naming the engine, and the same engine still resumes it."""
@@ -561,6 +619,22 @@ def test_cli_with_scheduler_address(client, data, tmp_path, capsys):
     assert rc == 0, err
     assert "rows written    200" in err and f"features        {out}" in err
     assert len(list(out.glob("part-*.parquet"))) == N_PARTS
+
+
+def test_cli_summary_of_a_resume_counts_partitions(client, data, tmp_path, capsys):
+    """The closing summary of a resumed Dask run names what it kept: partitions (it said "chunk(s)", the local
+    engine's unit; tests/run/test_resume.py holds the local engine's line)."""
+    out, partial, done = _interrupted(client, data, tmp_path)
+    if len(done) == N_PARTS:  # the others finished after the interrupt: make one missing
+        done.pop().unlink()
+    rc = main(["extract", str(data), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address,
+               "--blocksize", "none", "--resume"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    from extract_util import summary_line
+
+    assert summary_line(err, "resumed") == (f"resumed {len(done)} partition(s), {len(done) * N_ROWS // N_PARTS} rows, "
+                                            "from the interrupted run (counted above, not in the throughput)")
 
 
 def test_cli_bad_row_error_leaves_nothing(client, tmp_path, capsys):
@@ -1084,15 +1158,18 @@ def test_a_run_killed_just_before_its_finish_renames_the_output_leaves_it_to_be_
     assert "_manifest.json" not in kept and "_bertfeat.json" in kept
     args = ["extract", str(data), "-o", str(out), "--engine", "dask", "--scheduler", client.scheduler.address, "--pca", "4",
             "-q"]
-    for flags in ([], ["--overwrite"], ["--resume"]):
+    for flags, why in (([], ""), (["--overwrite"], "; --overwrite does not delete it (it may be yours)"),
+                       (["--resume"], "; --resume has nothing to continue in it (no manifest: that run had finished)")):
         assert main(args + flags) == 1
         assert capsys.readouterr().err == (
             f"Error: {partial} holds a finished bertfeat output (_bertfeat.json and its parts, no partial run's "
-            f"manifest): an output of yours named so, or a Dask run killed as it moved its output to {out} - move or "
-            f"rename it (to {out}, if it is that run's output), or write the output under another name\n")
+            f"manifest): an output of yours named so, or a Dask run killed as it moved its output to {out}; nothing in "
+            f"it was deleted{why} - if it is that run's output, it is complete (any rejects or PCA files beside it were "
+            f"written first) and needs no rerun: `mv {partial} {out}`; otherwise move it out of the way, or write the "
+            "output under another name\n")
         assert sorted(os.listdir(partial)) == kept
-    partial.rename(out)
-    assert _read_dataset(out).equals(whole)
+    partial.rename(out)  # the command the message gives: the output is complete, the PCA model beside it
+    assert _read_dataset(out).equals(whole) and out.with_name("f.pca.npz").is_file()
 
 
 @pytest.mark.parametrize("bad_rows", [False, True])

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from bertfeat.errors import BertfeatError
+import bertfeat
+from bertfeat.errors import BertfeatError, OutputError
 from extract_util import run, tiny_model, write_csv
 
 
@@ -224,11 +225,41 @@ def test_a_finished_output_at_the_partial_path_is_never_deleted(tmp_path, src, c
     (partial / "part-00000.parquet").write_bytes(b"PAR1")
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "-q", *flag)
     target = tmp_path / "o.parquet"
+    why = {(): "", ("--resume",): "; --resume has nothing to continue in it (no manifest: that run had finished)",
+           ("--overwrite",): "; --overwrite does not delete it (it may be yours)"}[tuple(flag)]
     assert (rc, err) == (1, f"Error: {partial} holds a finished bertfeat output (_bertfeat.json and its parts, no "
                             f"partial run's manifest): an output of yours named so, or a Dask run killed as it moved its "
-                            f"output to {target} - move or rename it (to {target}, if it is that run's output), or write "
-                            "the output under another name\n")
+                            f"output to {target}; nothing in it was deleted{why} - if it is that run's output, it is "
+                            "complete (any rejects or PCA files beside it were written first) and needs no rerun: "
+                            f"`mv {partial} {target}`; otherwise move it out of the way, or write the output under "
+                            "another name\n")
     assert sorted(os.listdir(partial)) == ["_bertfeat.json", "part-00000.parquet"] and not target.exists()
+
+
+def test_a_finished_output_at_the_partial_path_beside_an_old_output_says_to_move_the_old_one_aside(tmp_path, capsys):
+    """Killed just before its rename, an --overwrite run leaves its finished output at OUTPUT.partial beside the old
+    OUTPUT: the refusal's command moves the old one aside first (a bare `mv OUTPUT.partial OUTPUT` would move it
+    into the old directory), in the Python API's words too; nothing is deleted."""
+    src = tmp_path / "in dir" / "in.csv"
+    src.parent.mkdir()
+    src.write_text("text\nfine\n")
+    target = tmp_path / "in dir" / "o.parquet"
+    partial = target.with_name("o.parquet.partial")
+    for d in (partial, target):
+        d.mkdir()
+        (d / "_bertfeat.json").write_text("{}\n")
+        (d / "part-00000.parquet").write_bytes(b"PAR1")
+    with pytest.raises(OutputError) as e:
+        bertfeat.extract(src, target, model=tiny_model(), engine="dask", overwrite=True)
+    q = f"'{tmp_path}/in dir"
+    assert str(e.value) == (f"{partial} holds a finished bertfeat output (_bertfeat.json and its parts, no partial run's "
+                            f"manifest): an output of yours named so, or a Dask run killed as it moved its output to "
+                            f"{target}; nothing in it was deleted; overwrite=True does not delete it (it may be yours) - "
+                            "if it is that run's output, it is complete (any rejects or PCA files beside it were "
+                            f"written first) and needs no rerun: `mv {q}/o.parquet' {q}/o.parquet.old' && mv "
+                            f"{q}/o.parquet.partial' {q}/o.parquet'` (the {target} there now is moved aside to "
+                            f"{target}.old); otherwise move it out of the way, or write the output under another name")
+    assert sorted(os.listdir(partial)) == sorted(os.listdir(target)) == ["_bertfeat.json", "part-00000.parquet"]
 
 
 def test_a_run_without_pca_removes_an_earlier_runs_pca_files(tmp_path, src):
