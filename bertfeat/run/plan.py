@@ -17,6 +17,7 @@ import dataclasses
 import inspect
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -529,7 +530,7 @@ def dask_settings(o: ExtractOptions) -> DaskSettings:
     if o.scheduler and counted:  # before workers' own check: its cap counts this machine's cores, not the cluster's
         raise BertfeatError(f"{opt('workers', o.workers)} starts a local cluster, but with {opt('scheduler')} the job "
                             "runs on that scheduler's workers", f"drop {opt('workers')} (the cluster's workers are the "
-                            f"ones started with `dask worker {o.scheduler}`), or drop {opt('scheduler')} to start a "
+                            f"ones started with `dask worker {shlex.quote(str(o.scheduler))}`), or drop {opt('scheduler')} to start a "
                             "local cluster")
     return DaskSettings(o.scheduler, o.checked("workers"), o.checked("blocksize"))
 
