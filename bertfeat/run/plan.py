@@ -48,11 +48,19 @@ class OutputLayout:
 
     @property
     def rejects(self) -> Path:
-        return self.features.with_name(self.features.name + ".rejects.csv")
+        """OUTPUT.rejects.csv; for an output name within 12 bytes of the limit, shortened (``atomic.fitted_name``:
+        the summary names it): written only when bad rows are skipped, it is no reason to refuse a name that fits."""
+        from ..atomic import fitted_name
+
+        return self.features.with_name(fitted_name(self.features.name, len(".rejects.csv")) + ".rejects.csv")
 
     @property
     def partial(self) -> Path:
-        return self.features.with_name(self.features.name + ".partial")
+        """OUTPUT.partial/, bertfeat's own working folder (a name too long for that: ``atomic.fitted_name``, the same
+        on every run, so ``resume`` finds it)."""
+        from ..atomic import fitted_name
+
+        return self.features.with_name(fitted_name(self.features.name, len(".partial")) + ".partial")
 
     @property
     def pca_prefix(self) -> Path:
@@ -559,7 +567,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     holding nothing but the parts and provenance bertfeat wrote there), no side file is a directory, no output, side
     file or the partial directory is an input, an existing output needs ``overwrite``, and a partial run left by an
     interrupt needs ``resume`` (or ``overwrite``)."""
-    from .outputs import check_not_directory, check_not_input, check_overwrite, partial_run_error
+    from .outputs import check_name_lengths, check_not_directory, check_not_input, check_overwrite, partial_run_error
 
     out = layout.features
     inputs = ([] if input == "-" else list(reader.files)) + ([pca_model] if pca_model is not None else [])
@@ -583,7 +591,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
     check_not_directory([(label, p) for label, p in outs if p != out], side_files=True)  # found up front, not at the end
     partial = layout.partial
-    check_partial_is_ours(partial)
+    check_partial_is_ours(partial, out)
     if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)
         from .manifest import PARTIAL_MANIFESTS
 
@@ -599,7 +607,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     check_overwrite(outs, overwrite)
 
 
-def check_partial_is_ours(partial: Path) -> None:
+def check_partial_is_ours(partial: Path, output: Path) -> None:
     """OUTPUT.partial is bertfeat's working directory, removed by --overwrite and at the end: a file there, or a
     folder holding anything but a run's manifest, parts and temporaries (and a file browser's files), is the user's
     and is never deleted. One holding an output's provenance (``_bertfeat.json``) and no manifest is a finished
@@ -618,27 +626,12 @@ def check_partial_is_ours(partial: Path) -> None:
         if not names or any(n in PARTIAL_MANIFESTS.values() for n in names) or all(n.startswith(".") for n in names):
             return  # a run's (a killed one's before its manifest: only temporaries)
         if DIRECTORY_PROVENANCE in names:
-            target = partial.with_name(partial.name[:-len(".partial")])
+            target = output
             raise OutputError(f"{partial} holds a finished bertfeat output ({DIRECTORY_PROVENANCE} and its parts, no "
                               "partial run's manifest): an output of yours named so, or a Dask run killed as it moved "
                               f"its output to {target}",
                               f"move or rename it (to {target}, if it is that run's output), or write the output under "
                               "another name")
     raise OutputError(f"{partial} exists and is not a bertfeat partial run (bertfeat works there while it writes "
-                      f"{partial.with_name(partial.name[:-len('.partial')])}, and deletes it)",
+                      f"{output}, and deletes it)",
                       "move or rename it, or write the output under another name")
-
-
-def check_name_lengths(outputs: list[tuple[str, Path]]) -> None:
-    """Every name a run writes, with its temporary form (``.NAME.tmp-PID``), fits the file system's name limit:
-    a name too long fails the same way on every rerun, so it is refused before anything is written."""
-    for label, path in outputs:
-        try:
-            limit = os.pathconf(path.parent if str(path.parent) else ".", "PC_NAME_MAX")
-        except (OSError, ValueError):
-            continue  # no such folder (its own check says so) or no limit known
-        longest = len(f".{path.name}.tmp-{os.getpid()}".encode("utf-8", "surrogateescape"))
-        if longest > limit:
-            raise BertfeatError(f"the {label} name {path.name!r} is too long for its file system ({longest} bytes with "
-                                f"its temporary suffix; the limit is {limit})",
-                                f"choose a shorter output name with {opt('output')}")
