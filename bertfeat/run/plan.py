@@ -92,7 +92,10 @@ class OutputLayout:
         when its own files appear. Another output's (o.parquet and o.npy share o.pca.*), a model the run applies
         (``applied``) or one the provenance does not name are left alone."""
         model = self.pca_model
-        if self.want_pca or not self.features.exists() or not model.is_file():
+        try:
+            if self.want_pca or not self.features.exists() or not model.is_file():
+                return []
+        except OSError:  # a model name too long to exist (an output name near the limit: o.pca.npz is 4 bytes longer)
             return []
         if applied is not None and model.resolve() == Path(applied).resolve():
             return []

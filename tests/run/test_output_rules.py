@@ -73,6 +73,18 @@ def test_a_parquet_output_name_of_249_to_255_bytes_is_written(tmp_path, capsys, 
     assert pq.read_table(out).num_rows == 2
 
 
+def test_an_output_name_of_255_bytes_is_written_again_with_overwrite(tmp_path, capsys):
+    """A rerun with --overwrite looks for the PCA files an earlier --pca run left (OUTPUT-stem.pca.npz); for a name
+    without an extension that is 8 bytes longer than the output, and the look failed ('file name too long'; on the
+    Dask engine after the whole run had been encoded, leaving its partial folder behind)."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a b"], ["c d"]])
+    out = tmp_path / ("x" * 255)
+    for flags in ([], ["--overwrite"]):
+        rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q", *flags)
+        assert (rc, err) == (0, "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.csv", out.name])
+
+
 @pytest.mark.parametrize("fmt", ["npy", "csv"])
 @pytest.mark.parametrize("n", range(249, 256))
 def test_a_npy_or_csv_output_name_whose_side_file_cannot_fit_is_refused_saying_how_much_to_cut(tmp_path, capsys, fmt, n):
