@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import glob
+import hashlib
 import os
 import shutil
 import signal
@@ -34,15 +35,38 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 __all__ = ["AtomicFile", "atomic_output", "write_atomic", "together", "deferred", "pending", "temp_path_for",
-           "remove_stale_temps", "replace_directory", "fsync_file", "fsync_dir"]
+           "remove_stale_temps", "replace_directory", "fsync_file", "fsync_dir", "fitted_name", "NAME_MAX"]
 
 _local = threading.local()  # .group: the CommitGroup of the innermost together() block of this thread
 
 
+#: the longest file name most file systems take, in bytes (ext4, XFS, btrfs, tmpfs, APFS)
+NAME_MAX = 255
+#: what an aside name adds to its file's: ``.`` before, ``.removing-`` and a pid of up to 7 digits after (pid_max is at
+#: most 4194304 on Linux)
+_ASIDE_ROOM = len("..removing-") + 7
+
+
+def fitted_name(name: str, room: int) -> str:
+    """``name`` when ``room`` more bytes still fit ``NAME_MAX``; else its first bytes, ``~`` and 16 hex digits of the
+    whole name's sha256, ``room`` bytes short of the limit. The same name gives the same result (a ``--resume`` and a
+    later run's cleanup find it), two names two results: a user's output name that fits is never refused because of
+    a name bertfeat derives from it for its own use (a temporary, a lock, the partial run's folder)."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) + room <= NAME_MAX:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    return raw[:max(NAME_MAX - room - 17, 0)].decode("utf-8", "ignore") + "~" + digest
+
+
+def _aside(path: Path, kind: str, pid: int | None = None) -> Path:
+    """``.<name>.<kind>-<pid>`` beside ``path`` (kind: tmp, old, removing; its name shortened by ``fitted_name``)."""
+    return path.with_name(f".{fitted_name(path.name, _ASIDE_ROOM)}.{kind}-{os.getpid() if pid is None else pid}")
+
+
 def temp_path_for(path: str | os.PathLike) -> Path:
-    """The temporary name ``.<name>.tmp-<pid>`` beside ``path``."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """The temporary name ``.<name>.tmp-<pid>`` beside ``path`` (a name too long for that: ``fitted_name``)."""
+    return _aside(Path(path), "tmp")
 
 
 def remove_stale_temps(path: str | os.PathLike, old_directory_marker: str | None = None) -> None:
@@ -51,8 +75,9 @@ def remove_stale_temps(path: str | os.PathLike, old_directory_marker: str | None
     but for an old output directory ``replace_directory`` set aside (``.<name>.old-<pid>``) that holds the file
     ``old_directory_marker`` (the Dask engine's ``_bertfeat.json``)."""
     path = Path(path)
+    base = fitted_name(path.name, _ASIDE_ROOM)
     try:
-        found = [p for kind in ("tmp", "old", "removing") for p in path.parent.glob(f".{glob.escape(path.name)}.{kind}-*")]
+        found = [p for kind in ("tmp", "old", "removing") for p in path.parent.glob(f".{glob.escape(base)}.{kind}-*")]
     except OSError:
         return
     for p in found:
@@ -61,9 +86,9 @@ def remove_stale_temps(path: str | os.PathLike, old_directory_marker: str | None
             with contextlib.suppress(OSError):
                 if not (p.is_dir() and not p.is_symlink()):
                     p.unlink()
-                elif old_directory_marker and p.name.startswith(f".{path.name}.old-") and (p / old_directory_marker).is_file():
+                elif old_directory_marker and p.name.startswith(f".{base}.old-") and (p / old_directory_marker).is_file():
                     shutil.rmtree(p)  # an old output directory replace_directory had set aside (a user's is left)
-                elif p.name.startswith(f".{path.name}.removing-"):
+                elif p.name.startswith(f".{base}.removing-"):
                     shutil.rmtree(p)  # a directory remove_directory set aside, its deletion cut short
 
 
@@ -74,7 +99,7 @@ def remove_directory(path: str | os.PathLike) -> None:
     path = Path(path)
     if not path.is_dir():
         return
-    aside = path.with_name(f".{path.name}.removing-{os.getpid()}")
+    aside = _aside(path, "removing")
     with _signals_held():
         try:
             os.rename(path, aside)
@@ -119,7 +144,7 @@ def replace_directory(new: str | os.PathLike, dest: str | os.PathLike) -> None:
         os.replace(new, dest)
         fsync_dir(dest.parent)
         return
-    aside = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+    aside = _aside(dest, "old")
     if aside.is_dir() and not aside.is_symlink():  # this process's own, from an earlier run in it
         shutil.rmtree(aside)
     elif aside.exists() or aside.is_symlink():
@@ -217,23 +242,24 @@ class AtomicFile:
             if exc_type is None:
                 self.commit()
         except OSError as e:
-            _name(e, self.tmp)
+            _name(e, self.tmp, self.path)
             raise
         finally:
             self.discard()
         if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:  # a read's error in the block is not the file's
-            _name(exc, self.tmp)
+            _name(exc, self.tmp, self.path)
 
 
 #: the errors of a write that name no file (a full disk, a quota, ulimit -f)
 _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-def _name(e: OSError, tmp: Path) -> None:
-    """A write's or close's OSError names no file (a full disk, ulimit -f): it gets the temporary's name, which
-    errors.os_error shows as the file it stands for, not the command's output."""
-    if not e.filename:
-        e.filename = os.fspath(tmp)
+def _name(e: OSError, tmp: Path, path: Path) -> None:
+    """A write's or close's OSError names no file (a full disk, ulimit -f), or names the temporary: it gets the name of
+    the file it stands for (errors.os_error reads ``.NAME.tmp-PID`` back as NAME, but not a name ``fitted_name``
+    shortened), not the command's output."""
+    if not e.filename or os.fsdecode(e.filename) == os.fspath(tmp):
+        e.filename = os.fspath(path)
 
 
 @contextlib.contextmanager
@@ -278,7 +304,7 @@ class CommitGroup:
                     src, dst = Path(m[0]), Path(m[1])
                     existed, aside = dst.exists(), None
                     if existed:
-                        aside = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+                        aside = _aside(dst, "old")
                         with contextlib.suppress(FileNotFoundError):
                             aside.unlink()
                         try:

@@ -424,11 +424,12 @@ def default_prefix(input_path: str) -> Path:
 def _check_outputs(prefix: str | os.PathLike, input, overwrite: bool, model=None, cache=None) -> None:
     """The report files' names, as extract's outputs: not the input, not in the model folder or the vector cache
     (``-o MODEL/config --overwrite`` replaced the model's config.json), not existing unless ``overwrite``."""
-    from .run.outputs import check_not_runs_own, check_outputs
+    from .run.outputs import check_name_lengths, check_not_runs_own, check_outputs
     from .checks import check_output_name
 
     check_output_name(prefix, "report prefix", "sweep", kind="prefix")
     reports = [("sweep report", p) for p in sweep_paths(prefix).values()]
+    check_name_lengths(reports)
     check_not_runs_own(reports, model, cache)  # before "already exists": --overwrite would not make it right
     check_outputs(reports, [Path(str(input))] if str(input) != "-" else [], overwrite)
 

@@ -120,7 +120,7 @@ def fit_command(
     from ..pca.reduce import fit_pca_to_files
     from ..pca.report import build_pca_report, render_pca_report
     from ..features.arrayfile import check_array_file
-    from ..run.outputs import check_outputs, feature_file_inputs, report_outputs
+    from ..run.outputs import check_name_lengths, check_outputs, feature_file_inputs, report_outputs
     from ..checks import check_count, check_model_output, check_output_name, local_path
 
     if not quiet:
@@ -133,6 +133,7 @@ def fit_command(
     out, features = Path(out), local_path(features, "feature file")
     _check_not_npz(features, "a PCA model (.npz) is applied with `bertfeat pca transform FEATURES --pca-model MODEL`")
     check_array_file(features, "feature file")
+    check_name_lengths([("PCA model", out)] + report_outputs(_prefix_for(out)))  # the report's names too
     with output_lock(out, _prefix_for(out)):  # one writer per output (outlock.py)
         check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
         check_model_output(out)
@@ -171,7 +172,7 @@ def transform_command(
     from ..pca.reduce import reduce_features_file, unchecked_source
     from ..features.base import check_dtype
     from ..features.arrayfile import check_array_file
-    from ..run.outputs import check_outputs, feature_file_inputs, feature_file_outputs
+    from ..run.outputs import check_name_lengths, check_outputs, feature_file_inputs, feature_file_outputs
     from ..checks import check_count, check_output_format, check_output_name, local_path
 
     check_count(batch_rows, "batch_rows")
@@ -184,6 +185,7 @@ def transform_command(
     check_array_file(features, "feature file")
     pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
     outputs = feature_file_outputs(out, feature_format(out, fmt))  # the file and its side files (.npy: ids, provenance)
+    check_name_lengths(outputs)  # a .npy's ids and provenance files too
     with output_lock(*(p for _, p in outputs)):
         check_outputs(outputs, feature_file_inputs(features) + [pca_path], overwrite)
         path = reduce_features_file(features, out, pca, fmt, force=force, batch_rows=batch_rows, dtype=dtype)
@@ -217,7 +219,7 @@ def report_command(
     from ..run.outlock import output_lock
     from ..pca.estimator import PCA
     from ..pca.report import build_pca_report, render_pca_report, write_pca_report
-    from ..run.outputs import check_outputs, feature_file_inputs, report_outputs
+    from ..run.outputs import check_name_lengths, check_outputs, feature_file_inputs, report_outputs
     from ..checks import check_count, check_output_name, local_path
 
     if not quiet:
@@ -233,6 +235,7 @@ def report_command(
         raise BertfeatError("--probe and --label go together", "pass the feature file with --probe and its label "
                             "column with --label, e.g. --probe feats.parquet --label label")
     pca = PCA.load(pca_path)  # checks the file first: not found, or "not a bertfeat PCA model" (a .npy, a directory, ...)
+    check_name_lengths(report_outputs(out_prefix or _prefix_for(pca_path)))
     with output_lock(out_prefix or _prefix_for(pca_path)):
         inputs = [pca_path] + (feature_file_inputs(probe) if probe is not None else [])  # --probe's file is read too
         check_outputs(report_outputs(out_prefix or _prefix_for(pca_path)), inputs, overwrite)

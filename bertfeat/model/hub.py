@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -322,7 +323,7 @@ def resolve_model(name: str | os.PathLike | None = None) -> ModelLocation:
         fix = "check the path; a model directory holds config.json, model.safetensors and tokenizer.json or vocab.txt"
     else:
         fix = (
-            f"run `hf download {canonical}` on a machine with internet access and copy "
+            f"run `hf download {shlex.quote(canonical)}` on a machine with internet access and copy "
             f"~/.cache/huggingface/hub to this machine (or set HF_HUB_CACHE), or pass {opt('model', '/path/to/local/dir')}"
         )
     raise ModelNotFoundError(f"model '{name}' not found; looked in: " + "; ".join(looked), fix)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import shlex
 from pathlib import Path
 
 import pyarrow as pa
@@ -392,16 +393,19 @@ def _refuse_json_document(name: str, head: bytes, lines: list[bytes]) -> None:
     end in CR alone, is not JSON Lines: said as such, with the conversion, rather than as a bad row 0 or a file
     that might be CSV."""
     first = next((line.strip() for line in lines if line.strip()), b"").lstrip(b"\xef\xbb\xbf")
+    src, stem = ("FILE", "NAME") if name == "<stdin>" else (shlex.quote(name), Path(name).stem)
+    # never the input's own name: `jq ... x.jsonl > x.jsonl` empties x.jsonl before jq reads it
+    whole = f"{stem}.jsonl" if f"{stem}.jsonl" != Path(name).name else f"{stem}.lines.jsonl"
     if first.startswith(b"["):
         try:
             json.loads(first)
         except ValueError:
-            stem = Path(name).stem
             raise InputError(f"{name}: a JSON array over several lines (one document), not JSON Lines (one object "
-                             "per line)", f"write one object per line, e.g. jq -c '.[]' {name} > {stem}.jsonl") from None
+                             "per line)", f"write one object per line, e.g. jq -c '.[]' {src} > "
+                             f"{shlex.quote(whole)}") from None
     if head.count(b"\r") > 1 and b"\n" not in head:
         raise InputError(f"{name}: its lines end in CR alone (old Mac line ends), which JSON Lines does not take",
-                         f"convert the line ends, e.g. tr '\\r' '\\n' < {name} > {Path(name).stem}.lf.jsonl")
+                         f"convert the line ends, e.g. tr '\\r' '\\n' < {src} > {shlex.quote(stem + '.lf.jsonl')}")
 
 
 def _raw_control(e: BaseException) -> str | None:

@@ -7,7 +7,10 @@ bertfeat's own Parquet outputs are left out, so an output written inside the inp
 
 from __future__ import annotations
 
+import glob
 import os
+import re
+import shlex
 import stat
 from pathlib import Path
 
@@ -45,7 +48,7 @@ def refuse_special_file(path: str, fmt: str | None) -> None:
     kind = next((name for test, name in _SPECIAL if test(mode)), None)
     if kind is not None:
         raise InputError(f"{path}: is {kind}, not a file",
-                         f"to stream from a pipe pass - and feed it on standard input, e.g. cat {path} | bertfeat extract - "
+                         f"to stream from a pipe pass - and feed it on standard input, e.g. cat {shlex.quote(path)} | bertfeat extract - "
                          f"--input-format {fmt or 'csv'} -o out.parquet")
 
 
@@ -144,7 +147,7 @@ def _join_fix(path: str, counts: dict[str, int]) -> str:
         return "pass one file, join them into one, or convert them to Parquet"
     folder = Path(path)
     suffix = next((s for f in sorted(folder.iterdir()) for s in _COMPRESSION if f.name.lower().endswith(ext + s)), "")
-    how = join_line(f"{path.rstrip('/')}/*{ext}{suffix}", ext, _COMPRESSION.get(suffix))
+    how = join_line(f"{glob.escape(path.rstrip('/'))}/*{ext}{suffix}", ext, _COMPRESSION.get(suffix))
     return f"pass one file, join them into one (e.g. {how}, which keeps one header line), or convert them to Parquet"
 
 
@@ -159,11 +162,41 @@ def join_line(pattern: str, ext: str, compression: str | None = None) -> str:
     first = ""
     if compression is not None:
         suffix = next(s for s, c in _COMPRESSION.items() if c == compression)
-        first = f"{_DECOMPRESS[compression]} {pattern}, then "
+        first = f"{_DECOMPRESS[compression]} {shell_pattern(pattern)}, then "
         pattern = pattern[:-len(suffix)] if pattern.lower().endswith(suffix) else pattern
     if ext in (".csv", ".tsv", ".tab"):
-        return f"{first}awk 'NR == 1 || FNR > 1' {pattern} > all{ext}"
-    return f"{first}cat {pattern} > all{ext}"
+        return f"{first}awk 'NR == 1 || FNR > 1' {shell_pattern(pattern)} > all{ext}"
+    return f"{first}cat {shell_pattern(pattern)} > all{ext}"
+
+
+#: a glob's wildcards: ``*``, ``?`` and a bracket expression (``[abc]``, ``[!0-9]``; ``]`` first is one of its letters)
+_WILDCARD = re.compile(r"\*+|\?|\[!?\]?[^]]*\]")
+
+
+def shell_pattern(pattern: str) -> str:
+    """A glob ``pattern`` as a shell line writes it: its literal parts quoted (``shlex.quote``: a space, a quote or a
+    ``$`` in a folder name stays one word), its wildcards bare so the shell still expands them (``'my data/'*.csv``);
+    a one-letter bracket (``glob.escape``'s ``[[]``) is that letter, quoted with the rest; another bracket
+    expression's letters are quoted inside it. A pattern starting with ``-`` gets ``./`` (no option to awk)."""
+    if pattern.startswith("-"):
+        pattern = "./" + pattern
+    out, literal, at = [], "", 0
+    for m in _WILDCARD.finditer(pattern):
+        literal += pattern[at:m.start()]
+        at, w = m.end(), m.group()
+        if len(w) == 3 and w[0] == "[" and w[1] != "!":
+            literal += w[1]  # an escaped letter
+            continue
+        if literal:
+            out.append(shlex.quote(literal))
+            literal = ""
+        if w.startswith("["):
+            neg = "!" if w[1:2] == "!" else ""
+            inner = w[1 + len(neg):-1]
+            w = f"[{neg}{shlex.quote(inner)}]"
+        out.append(w)
+    literal += pattern[at:]
+    return "".join(out + [shlex.quote(literal)] * bool(literal))
 
 
 def _refuse_special(matched: list[Path], pattern: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import shlex
 import sys
 import zlib
 from pathlib import Path
@@ -139,10 +140,11 @@ class TextReader(Reader):
         lf, nl = line_feed_byte(codec), "\x85".encode(codec, errors="replace")
         if lf is None or len(nl) != 1 or bytes([lf]) in head or nl not in head:
             return
-        src, stem = ("FILE", "NAME") if self.path == "-" else (self.path, Path(self.files[0]).name.split(".", 1)[0])
+        src, dest = ("FILE", f"NAME.lf.{self.fmt}") if self.path == "-" else (
+            shlex.quote(self.path), shlex.quote(f"{Path(self.files[0]).name.split('.', 1)[0]}.lf.{self.fmt}"))
         raise InputError(f"{self.name}: its lines end in EBCDIC's NL (byte 0x{nl[0]:02x}), not a line feed (0x{lf:02x}) "
                          f"as bertfeat reads {codec} lines", f"make them line feeds (tr '\\{nl[0]:03o}' '\\{lf:03o}' "
-                         f"< {src} > {stem}.lf.{self.fmt}) and pass that file with {opt('encoding', codec)}")
+                         f"< {src} > {dest}) and pass that file with {opt('encoding', codec)}")
 
     def _open_binary(self):
         """(binary stream of the decompressed input, counter of the bytes read from disk)."""

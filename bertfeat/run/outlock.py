@@ -16,6 +16,7 @@ Where ``fcntl`` does not exist (Windows), outputs are not locked.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ import socket
 import time
 from pathlib import Path
 
-from ..errors import BertfeatError
+from ..errors import BertfeatError, OutputError
 
 try:
     import fcntl
@@ -74,32 +75,47 @@ def _check_ours(path: Path, output: Path) -> None:
                             "rename or move that file, or write the output under another name")
 
 
-def _open(path: Path) -> int:
-    """The lock file, opened or made; a folder that refuses to make it is named, not the hidden lock file (the user
-    never named it: ``/out/.x.parquet.lock: operation not permitted`` said nothing of the folder). A lock file that
-    is there and cannot be opened (another user's, left by a run killed before it removed it) is named itself: the
-    folder may take new files."""
+def _open(path: Path, output: Path) -> int:
+    """The lock file, opened or made; a folder that refuses to make it is named with the output the user gave, not
+    the hidden lock file (the user never named it: ``/out/.x.parquet.lock: operation not permitted`` said nothing of
+    the folder, and ``/proc/.x.png.lock`` nothing of the output). A lock file that is there and cannot be opened
+    (another user's, left by a run killed before it removed it) is named itself: the folder may take new files."""
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except FileNotFoundError:
-        raise
+        if not path.parent.is_dir():
+            raise  # its folder is missing: made, then opened again (_acquire)
+        raise _unwritable_folder(OSError(errno.ENOENT, "no such file"), path.parent, output) from None  # /proc
     except OSError as e:
-        from ..errors import os_error
+        if os.path.lexists(path):
+            from ..errors import os_error
 
-        there = os.path.lexists(path)
-        raise os_error(OSError(e.errno, e.strerror, str(path if there else path.parent))) from None
+            raise os_error(OSError(e.errno, e.strerror, str(path))) from None
+        raise _unwritable_folder(e, path.parent, output) from None
 
 
-def _acquire(path: Path, output: Path, made: list) -> int:
+def _unwritable_folder(e: OSError, folder: Path, output: Path) -> BertfeatError:
+    """``OUTPUT: its folder DIR takes no new file: why - fix``: the user's path first, then the folder and the cause."""
+    from ..errors import os_error
+
+    if e.errno == errno.ENOENT:  # "does its directory exist?" is no help: it does
+        return OutputError(f"{output}: its folder {folder} takes no new file (making one there said: no such file or "
+                           "directory; a virtual file system such as /proc or /sys)",
+                           "write the output to a folder on a disk")
+    return os_error(OSError(e.errno, e.strerror), f"{output}: its folder {folder} takes no new file")
+
+
+def _acquire(path: Path, output: Path, made: list, shown: Path) -> int:
     """Open and flock the lock file of ``output`` (non-blocking); -> the descriptor. Raises OutputLockedError when
-    held. ``made``: the folders made for the locks (``_make_folders``), added to."""
+    held. ``made``: the folders made for the locks (``_make_folders``), added to; ``shown``: the output an error about
+    the folder names (the first one the caller gave there: pca fit's -o, not the report prefix it locks too)."""
     _check_ours(path, output)
     while True:
         try:
-            fd = _open(path)
+            fd = _open(path, shown)
         except FileNotFoundError:  # its folder, made by a run that failed, removed as that run ended: made again
-            made += _make_folders(path.parent)
-            fd = _open(path)
+            made += _made_for(path.parent, shown)
+            fd = _open(path, shown)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -130,13 +146,15 @@ def output_lock(*outputs: str | os.PathLike, create: bool = True):
     held: list[tuple[Path, int]] = []
     made: list[tuple[Path, tuple[int, int]]] = []  # the folders made here for the locks, parents first
     try:
-        for out in sorted({Path(o).absolute() for o in outputs}):
+        given = [Path(o).absolute() for o in outputs]
+        for out in sorted(set(given)):
             path = lock_path(out)
+            shown = next(g for g in given if g.parent == out.parent)
             if not path.parent.is_dir():
                 if not create:
                     continue  # no folder yet: no run is writing there (a run makes it under its lock, below)
-                made += _make_folders(path.parent)
-            fd = _acquire(path, out, made)
+                made += _made_for(path.parent, shown)
+            fd = _acquire(path, out, made, shown)
             held.append((path, fd))
             info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
             try:
@@ -161,6 +179,16 @@ def output_lock(*outputs: str | os.PathLike, create: bool = True):
                     folder.rmdir()
 
 
+def _made_for(folder: Path, shown: Path) -> list[tuple[Path, tuple[int, int]]]:
+    """``_make_folders(folder)`` for the output ``shown``: a folder that cannot be made where its parent is
+    (``/proc/new/``) is named with that output (it said ``/proc/new: no such file or directory``)."""
+    try:
+        return _make_folders(folder)
+    except FileNotFoundError as e:
+        where = Path(os.fsdecode(e.filename)).parent if e.filename else folder.parent
+        raise _unwritable_folder(e, where, shown) from None
+
+
 def _make_folders(folder: Path) -> list[tuple[Path, tuple[int, int]]]:
     """Make ``folder`` and its missing parents (as ``mkdir(parents=True, exist_ok=True)``); -> each folder this call's
     own mkdir made, parents first, with its device and inode. Found by the mkdir, not by name beforehand: a path
@@ -168,8 +196,8 @@ def _make_folders(folder: Path) -> list[tuple[Path, tuple[int, int]]]:
     try:
         os.mkdir(folder)
     except FileNotFoundError:
-        if folder.parent == folder:
-            raise
+        if folder.parent == folder or folder.parent.is_dir():
+            raise  # its parent is there and takes no new folder (/proc): no deeper retry (it recursed without end)
         made = _make_folders(folder.parent)
         return made + _make_folders(folder)
     except OSError:  # there already (as pathlib's exist_ok, whatever the error says), else refused as it says

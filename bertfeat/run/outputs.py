@@ -172,6 +172,29 @@ def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], o
     check_overwrite(outputs if existing is None else existing, overwrite, options)
 
 
+def check_name_lengths(outputs: list[tuple[str, Path]]) -> None:
+    """Every name a run writes fits the file system's name limit: a name too long fails the same way on every rerun,
+    so it is refused before anything is written, saying how many bytes to cut from the output's name. The names
+    bertfeat derives for its own use (temporaries, locks, the partial run's folder, extract's rejects file, named in
+    its summary) are shortened to fit instead (``atomic.fitted_name``): a name the user opens (a .npy's ids file, a
+    provenance file, a PCA model or report, a sweep report) is refused. extract, pca fit / transform, report and
+    sweep call it."""
+    over = []  # (bytes past the limit, limit, label, path): the one furthest past it is named, its cut fixes all
+    for label, path in outputs:
+        try:
+            limit = os.pathconf(path.parent if str(path.parent) else ".", "PC_NAME_MAX")
+        except (OSError, ValueError):
+            continue  # no such folder (its own check says so) or no limit known
+        size = len(path.name.encode("utf-8", "surrogateescape"))
+        if size > limit:
+            over.append((size - limit, limit, label, path))
+    if over:
+        cut, limit, label, path = max(over, key=lambda o: o[0])
+        raise OutputError(f"the {label} name {path.name!r} is too long for its file system ({cut + limit:,} bytes; "
+                          f"the limit is {limit})",
+                          f"choose an output name at least {cut:,} byte{'s' * (cut != 1)} shorter with {opt('output')}")
+
+
 def check_not_directory(outputs: Iterable[tuple[str, Path]], options: Mapping[str, str] | None = None,
                         side_files: bool = False) -> None:
     """Refuse an output file that names an existing directory, --overwrite or not (a file never replaces one).

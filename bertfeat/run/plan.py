@@ -17,6 +17,7 @@ import dataclasses
 import inspect
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,11 +48,19 @@ class OutputLayout:
 
     @property
     def rejects(self) -> Path:
-        return self.features.with_name(self.features.name + ".rejects.csv")
+        """OUTPUT.rejects.csv; for an output name within 12 bytes of the limit, shortened (``atomic.fitted_name``:
+        the summary names it): written only when bad rows are skipped, it is no reason to refuse a name that fits."""
+        from ..atomic import fitted_name
+
+        return self.features.with_name(fitted_name(self.features.name, len(".rejects.csv")) + ".rejects.csv")
 
     @property
     def partial(self) -> Path:
-        return self.features.with_name(self.features.name + ".partial")
+        """OUTPUT.partial/, bertfeat's own working folder (a name too long for that: ``atomic.fitted_name``, the same
+        on every run, so ``resume`` finds it)."""
+        from ..atomic import fitted_name
+
+        return self.features.with_name(fitted_name(self.features.name, len(".partial")) + ".partial")
 
     @property
     def pca_prefix(self) -> Path:
@@ -83,7 +92,10 @@ class OutputLayout:
         when its own files appear. Another output's (o.parquet and o.npy share o.pca.*), a model the run applies
         (``applied``) or one the provenance does not name are left alone."""
         model = self.pca_model
-        if self.want_pca or not self.features.exists() or not model.is_file():
+        try:
+            if self.want_pca or not self.features.exists() or not model.is_file():
+                return []
+        except OSError:  # a model name too long to exist (an output name near the limit: o.pca.npz is 4 bytes longer)
             return []
         if applied is not None and model.resolve() == Path(applied).resolve():
             return []
@@ -529,7 +541,7 @@ def dask_settings(o: ExtractOptions) -> DaskSettings:
     if o.scheduler and counted:  # before workers' own check: its cap counts this machine's cores, not the cluster's
         raise BertfeatError(f"{opt('workers', o.workers)} starts a local cluster, but with {opt('scheduler')} the job "
                             "runs on that scheduler's workers", f"drop {opt('workers')} (the cluster's workers are the "
-                            f"ones started with `dask worker {o.scheduler}`), or drop {opt('scheduler')} to start a "
+                            f"ones started with `dask worker {shlex.quote(str(o.scheduler))}`), or drop {opt('scheduler')} to start a "
                             "local cluster")
     return DaskSettings(o.scheduler, o.checked("workers"), o.checked("blocksize"))
 
@@ -558,7 +570,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     holding nothing but the parts and provenance bertfeat wrote there), no side file is a directory, no output, side
     file or the partial directory is an input, an existing output needs ``overwrite``, and a partial run left by an
     interrupt needs ``resume`` (or ``overwrite``)."""
-    from .outputs import check_not_directory, check_not_input, check_overwrite, partial_run_error
+    from .outputs import check_name_lengths, check_not_directory, check_not_input, check_overwrite, partial_run_error
 
     out = layout.features
     inputs = ([] if input == "-" else list(reader.files)) + ([pca_model] if pca_model is not None else [])
@@ -582,7 +594,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     check_not_input(outs + [("partial directory", layout.partial)], inputs)
     check_not_directory([(label, p) for label, p in outs if p != out], side_files=True)  # found up front, not at the end
     partial = layout.partial
-    check_partial_is_ours(partial, resume, overwrite)
+    check_partial_is_ours(partial, out, resume, overwrite)
     if layout.engine == "local":  # either engine's partial run (a Dask one too: its parts would be deleted)
         from .manifest import PARTIAL_MANIFESTS
 
@@ -598,7 +610,7 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
     check_overwrite(outs, overwrite)
 
 
-def check_partial_is_ours(partial: Path, resume: bool = False, overwrite: bool = False) -> None:
+def check_partial_is_ours(partial: Path, output: Path, resume: bool = False, overwrite: bool = False) -> None:
     """OUTPUT.partial is bertfeat's working directory, removed by --overwrite and at the end: a file there, or a
     folder holding anything but a run's manifest, parts and temporaries (and a file browser's files), is the user's
     and is never deleted. One holding an output's provenance (``_bertfeat.json``) and no manifest is a finished
@@ -618,13 +630,13 @@ def check_partial_is_ours(partial: Path, resume: bool = False, overwrite: bool =
         if not names or any(n in PARTIAL_MANIFESTS.values() for n in names) or all(n.startswith(".") for n in names):
             return  # a run's (a killed one's before its manifest: only temporaries)
         if DIRECTORY_PROVENANCE in names:
-            raise _finished_output_error(partial, resume, overwrite)
+            raise _finished_output_error(partial, output, resume, overwrite)
     raise OutputError(f"{partial} exists and is not a bertfeat partial run (bertfeat works there while it writes "
-                      f"{partial.with_name(partial.name[:-len('.partial')])}, and deletes it)",
+                      f"{output}, and deletes it)",
                       "move or rename it, or write the output under another name")
 
 
-def _finished_output_error(partial: Path, resume: bool, overwrite: bool):
+def _finished_output_error(partial: Path, target: Path, resume: bool, overwrite: bool):
     """check_partial_is_ours' refusal of a finished output at OUTPUT.partial: kept whole; a killed Dask run's had
     published its side files (rejects, PCA model and report) before its last step, so renaming it completes the
     output (an OUTPUT already there, an --overwrite run's old one, is moved aside first) and nothing needs a rerun."""
@@ -632,7 +644,6 @@ def _finished_output_error(partial: Path, resume: bool, overwrite: bool):
 
     from ..errors import OutputError
 
-    target = partial.with_name(partial.name[:-len(".partial")])
     why = (f"; {opt('resume', True)} has nothing to continue in it (no manifest: that run had finished)" if resume else
            f"; {opt('overwrite', True)} does not delete it (it may be yours)" if overwrite else "")
     q = shlex.quote
@@ -646,17 +657,3 @@ def _finished_output_error(partial: Path, resume: bool, overwrite: bool):
                        + (f" (the {target} there now is moved aside to {old})" if move else "")
                        + "; otherwise move it out of the way, or write the output under another name")
 
-
-def check_name_lengths(outputs: list[tuple[str, Path]]) -> None:
-    """Every name a run writes, with its temporary form (``.NAME.tmp-PID``), fits the file system's name limit:
-    a name too long fails the same way on every rerun, so it is refused before anything is written."""
-    for label, path in outputs:
-        try:
-            limit = os.pathconf(path.parent if str(path.parent) else ".", "PC_NAME_MAX")
-        except (OSError, ValueError):
-            continue  # no such folder (its own check says so) or no limit known
-        longest = len(f".{path.name}.tmp-{os.getpid()}".encode("utf-8", "surrogateescape"))
-        if longest > limit:
-            raise BertfeatError(f"the {label} name {path.name!r} is too long for its file system ({longest} bytes with "
-                                f"its temporary suffix; the limit is {limit})",
-                                f"choose a shorter output name with {opt('output')}")

@@ -295,9 +295,29 @@ def test_a_folder_that_refuses_new_files_is_named_not_the_hidden_lock(tmp_path, 
     monkeypatch.setattr(os, "open", refusing)
     for name in ("o.parquet", "o.npy"):
         rc, _, err = run(capsys, "extract", inputs[1], "-o", tmp_path / name, "--model", tiny_model(), "-q")
-        assert (rc, err) == (1, f"Error: {tmp_path}: permission denied - check the permissions of the file and its "
-                                "directory, or choose another path\n")
+        assert (rc, err) == (1, f"Error: {tmp_path / name}: its folder {tmp_path} takes no new file: permission denied - "
+                                "check the permissions of the file and its directory, or choose another path\n")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_an_output_in_proc_names_the_users_path_not_the_lock(tmp_path, inputs, capsys):
+    """`attention -o /proc/x.png` said `/proc/.x.png.lock: no such file or directory - check the path (does its
+    directory exist?)`: a file the user never gave, and advice that does not fit (/proc exists); -o "/proc/my dir/x"
+    ended in a RecursionError. Every command names the user's path and the folder that takes no file."""
+    why = ("takes no new file (making one there said: no such file or directory; a virtual file system such as /proc "
+           "or /sys) - write the output to a folder on a disk\n")
+    feats = tmp_path / "f.parquet"
+    assert run(capsys, "extract", inputs[1], "-o", feats, "--model", tiny_model(), "-q")[0] == 0
+    cases = [(["attention", "hi", "-m", tiny_model(), "-o", "/proc/x.png"], "/proc/x.png", "/proc"),
+             (["extract", inputs[1], "-m", tiny_model(), "-o", "/proc/x.parquet", "-q"], "/proc/x.parquet", "/proc"),
+             (["extract", inputs[1], "-m", tiny_model(), "-o", "/proc/my dir/x.parquet", "-q"], "/proc/my dir/x.parquet",
+              "/proc"),
+             (["pca", "fit", feats, "-n", 1, "-o", "/proc/p.npz"], "/proc/p.npz", "/proc"),  # not its report prefix /proc/p
+             (["sweep", inputs[1], "-m", tiny_model(), "-o", "/proc/sw"], "/proc/sw", "/proc")]
+    for command, path, folder in cases:
+        rc, _, err = run(capsys, *command)
+        assert (rc, err.splitlines()[-1] + "\n") == (1, f"Error: {path}: its folder {folder} {why}"), command
 
 
 def test_a_lock_file_that_cannot_be_opened_is_named_not_its_folder(tmp_path, inputs, capsys, monkeypatch):

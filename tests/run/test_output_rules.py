@@ -44,10 +44,136 @@ def test_an_output_name_too_long_is_refused_before_anything_is_written(tmp_path,
     out = tmp_path / ("x" * 240 + ".parquet")
     rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--pca", 2)
     assert rc == 1 and err.count("\n") == 1, err
-    assert err.startswith(f"Error: the output name '{out.name}' is too long for its file system (")
-    assert err.endswith("the limit is 255) - choose a shorter output name with -o\n")
+    # the output name fits; its PCA report's (x*240 + .pca.report.json) does not, and is named
+    assert err.startswith(f"Error: the report file name '{'x' * 240}.pca.report.json' is too long for its file system (")
+    assert err.endswith("the limit is 255) - choose an output name at least 1 byte shorter with -o\n")
     assert "--resume" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def _named(n: int, ext: str) -> str:
+    return "x" * (n - len(ext)) + ext
+
+
+@pytest.mark.parametrize("n", range(249, 256))
+def test_a_parquet_output_name_of_249_to_255_bytes_is_written(tmp_path, capsys, n):
+    """The output name fits, but the names bertfeat made beside it did not (.NAME.tmp-PID, NAME.partial, .NAME.lock,
+    NAME.rejects.csv): every such name was refused up front ('too long for its file system ... with its temporary
+    suffix'). Those names are shortened now (a digest of the whole name, the same on every run); the rejects file's
+    is named in the summary."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a b"], [""], ["c d"]])
+    out = tmp_path / _named(n, ".parquet")
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--on-bad-row", "skip")
+    assert rc == 0, err
+    rejects = next(p for p in tmp_path.iterdir() if p.name.endswith(".rejects.csv"))
+    assert len(rejects.name.encode()) <= 255 and f"rejects         {rejects}\n" in err  # the summary names it whole
+    assert "empty text" in rejects.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.csv", out.name, rejects.name])
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(out).num_rows == 2
+
+
+def test_an_output_name_of_255_bytes_is_written_again_with_overwrite(tmp_path, capsys):
+    """A rerun with --overwrite looks for the PCA files an earlier --pca run left (OUTPUT-stem.pca.npz); for a name
+    without an extension that is 8 bytes longer than the output, and the look failed ('file name too long'; on the
+    Dask engine after the whole run had been encoded, leaving its partial folder behind)."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a b"], ["c d"]])
+    out = tmp_path / ("x" * 255)
+    for flags in ([], ["--overwrite"]):
+        rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q", *flags)
+        assert (rc, err) == (0, "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.csv", out.name])
+
+
+@pytest.mark.parametrize("fmt", ["npy", "csv"])
+@pytest.mark.parametrize("n", range(249, 256))
+def test_a_npy_or_csv_output_name_whose_side_file_cannot_fit_is_refused_saying_how_much_to_cut(tmp_path, capsys, fmt, n):
+    """A .npy / .csv output's provenance (NAME.json, +5 bytes) and a .npy's ids file (STEM.ids.csv, +4) are files a
+    user opens by name: they are not shortened; an output name they cannot follow is refused before anything is read,
+    saying how many bytes to cut (each longer name failed alike, with no number)."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [["a b"], ["c d"]])
+    out = tmp_path / _named(n, f".{fmt}")
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "-q")
+    if n <= 250:
+        assert rc == 0, err
+        assert len([p for p in tmp_path.iterdir()]) == (4 if fmt == "npy" else 3)
+        return
+    cut = n - 250
+    assert (rc, err) == (1, f"Error: the provenance file name '{out.name}.json' is too long for its file system "
+                            f"({n + 5} bytes; the limit is 255) - choose an output name at least {cut} "
+                            f"byte{'s' * (cut != 1)} shorter with -o\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["in.csv"]
+
+
+def test_the_names_bertfeat_makes_for_its_own_use_fit_and_stay_the_same():
+    """A resume finds the partial run's folder and a later run the temporaries of a killed one: the short form of a
+    long name is the same every time, apart for two names, and within 255 bytes whatever the name's letters."""
+    from pathlib import Path
+
+    from bertfeat.atomic import fitted_name, temp_path_for
+    from bertfeat.run.plan import OutputLayout
+
+    for stem in ("x" * 247, "é" * 123 + "x"):  # 247 bytes: a 2-byte letter is never cut in half
+        out = Path("/d") / (stem + ".parquet")
+        a, b = OutputLayout(out, "parquet"), OutputLayout(Path("/d") / (stem[:-1] + "y.parquet"), "parquet")
+        for name in (a.partial.name, a.rejects.name, temp_path_for(a.partial).name, temp_path_for(out).name):
+            assert len(name.encode()) <= 255, name
+        assert a.partial == OutputLayout(out, "parquet").partial and a.partial != b.partial
+        assert a.partial.name.endswith(".partial") and a.rejects.name.endswith(".rejects.csv")
+        assert a.partial.name.startswith(stem[:100])
+    assert fitted_name("short.parquet", 18) == "short.parquet"
+
+
+def test_stale_temporaries_of_a_long_name_are_removed(tmp_path):
+    """remove_stale_temps looks for the shortened form too: a killed writer's temporary of a long name is cleaned."""
+    from bertfeat.atomic import remove_stale_temps, temp_path_for
+
+    out = tmp_path / _named(255, ".parquet")
+    stale = temp_path_for(out).with_name(temp_path_for(out).name.rsplit("-", 1)[0] + "-999999999")
+    stale.write_text("a killed writer's")
+    remove_stale_temps(out)
+    assert not stale.exists()
+
+
+@pytest.mark.parametrize("n", [249, 255])
+def test_the_other_commands_write_a_name_of_249_to_255_bytes_or_refuse_it_up_front(tmp_path, capsys, n):
+    """attention -o / --save-npy, pca transform -o and extract --summary-json failed on a name that fits ('file name
+    too long', the temporary's; --summary-json after the whole run); pca fit, report and sweep, whose report files
+    are named after -o, said 'file name too long' of a name the user never gave. Now the first four write it, the
+    others refuse before any work, naming the file and the bytes to cut."""
+    src = write_csv(tmp_path / "in.csv", ["text"], [[f"s {i} word"] for i in range(30)])
+    feats, model = tmp_path / "f.parquet", tmp_path / "p.npz"
+    assert run(capsys, "extract", src, "-o", feats, "--model", tiny_model(), "-q")[0] == 0
+    assert run(capsys, "pca", "fit", feats, "-n", 2, "-o", model, "-q")[0] == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    written = {"attention": (["attention", "hi", "-m", tiny_model(), "-q", "-o"], ".png"),
+               "save-npy": (["attention", "hi", "-m", tiny_model(), "-q", "-o", tmp_path / "a.png", "--save-npy"], ".npy"),
+               "transform": (["pca", "transform", feats, "--pca-model", model, "-q", "-o"], ".parquet"),
+               "summary": (["extract", src, "-m", tiny_model(), "-q", "-o", tmp_path / "g.parquet", "--summary-json"],
+                           ".json")}
+    for what, (command, ext) in written.items():
+        path = tmp_path / _named(n, ext)
+        rc, _, err = run(capsys, *command, path)
+        assert (rc, err) == (0, ""), what
+        assert path.is_file() and path.stat().st_size > 0, what
+    refused = {"pca fit": (["pca", "fit", feats, "-n", 2, "-q", "-o"], ".npz", ".report.json", 12),
+               "report": (["report", model, "-q", "-o"], "", ".report.json", 12),
+               "sweep": (["sweep", src, "-m", tiny_model(), "-q", "-o"], "", ".json", 5)}
+    for what, (command, ext, longest, more) in refused.items():
+        path = tmp_path / _named(n, ext)
+        rc, _, err = run(capsys, *command, path)
+        named = (path.name[:-len(ext)] if ext else path.name) + longest
+        cut = len(named) - 255
+        if cut <= 0:
+            assert rc == 0, (what, err)
+            continue
+        label = "sweep report" if what == "sweep" else "report file"
+        assert (rc, err) == (1, f"Error: the {label} name '{named}' is too long for its file system ({len(named)} bytes; "
+                                f"the limit is 255) - choose an output name at least {cut} byte{'s' * (cut != 1)} "
+                                "shorter with -o\n"), what
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name not in before and not p.name.startswith(("a.png", "g.parquet"))
+                  and not p.name.endswith((".png", ".npy", ".json")) and "x" * 200 not in p.name) == []
 
 
 def test_an_output_under_a_file_says_the_file_is_in_the_way(tmp_path, src, capsys):
