@@ -276,7 +276,7 @@ class CommitGroup:
                         m()
                         continue
                     src, dst = Path(m[0]), Path(m[1])
-                    existed, aside = dst.exists(), None
+                    existed, aside = os.path.lexists(dst), None  # a dangling link is the user's too: put back
                     if existed:
                         aside = dst.with_name(f".{dst.name}.old-{os.getpid()}")
                         with contextlib.suppress(FileNotFoundError):
@@ -292,6 +292,9 @@ class CommitGroup:
                     with contextlib.suppress(OSError):
                         if aside is not None:
                             os.replace(aside, dst)
+                            # the failed move's own destination is still the old file, so that rename of a second
+                            # name onto its first did nothing (POSIX): the second name is removed here
+                            aside.unlink(missing_ok=True)
                         elif not existed:
                             dst.unlink()
                 raise
