@@ -89,7 +89,9 @@ def test_nested_columns_need_a_parquet_output(tmp_path, capsys):
                             "cell holds one value, not a list, struct or map) - "
                             "write a Parquet output (-o NAME.parquet), or leave it out of --keep\n")
     rc, _, err = run(capsys, "extract", tmp_path / "n.parquet", "-o", tmp_path / "n.npy", "--id-column", "tags", "--model", tiny_model())
-    assert rc == 1 and err.startswith("Error: --id-column 'tags' holds list<element: int64> values, which a NPY output")
+    assert (rc, err) == (1, "Error: --id-column 'tags' holds list<element: int64> values, which a .npy output cannot hold "
+                            "(its ids and other columns go to its ids file, a CSV: a CSV cell holds one value, not a list, "
+                            "struct or map) - write a Parquet output (-o NAME.parquet), or choose another --id-column\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["n.parquet"]
 
 
