@@ -247,6 +247,36 @@ def test_a_move_that_fails_itself_leaves_no_second_name_and_a_dangling_link_is_p
     assert listing(tmp_path) == ["f.parquet", "m.npz"]
 
 
+def test_a_removal_is_put_back_when_a_later_step_fails_and_made_when_none_does(tmp_path):
+    """removal(path): an earlier run's file this run does not write again goes with the group's moves; a later step
+    that fails (the Dask engine's directory move) puts it back (a deferred unlink had deleted it for good). A
+    directory at the path is left alone."""
+    stale, kept = tmp_path / "m.npz", tmp_path / "f.parquet"
+    write_atomic(stale, "old model")
+    write_atomic(kept, "old features")
+    (tmp_path / "r.md").mkdir()
+
+    def fail():
+        raise OSError(16, "Device or resource busy")
+
+    with pytest.raises(OSError):
+        with atomic.together():
+            write_atomic(kept, "new features")
+            atomic.removal(stale)
+            atomic.removal(tmp_path / "missing.json")
+            atomic.deferred(fail)
+    assert (stale.read_text(), kept.read_text()) == ("old model", "old features")
+    assert listing(tmp_path) == ["f.parquet", "m.npz", "r.md"]
+    with atomic.together():
+        write_atomic(kept, "new features")
+        atomic.removal(stale)
+        atomic.removal(tmp_path / "r.md")
+    assert kept.read_text() == "new features" and listing(tmp_path) == ["f.parquet", "r.md"]
+    write_atomic(stale, "x")
+    atomic.removal(stale)  # outside a block: at once
+    assert not stale.exists()
+
+
 def test_an_interrupt_at_the_end_of_the_block_leaves_no_group_behind(tmp_path, monkeypatch):
     """A Ctrl-C raised as the block ends (before the group was reset) left the thread's later commits deferred into
     a dead group: never made."""

@@ -277,10 +277,10 @@ def report_outputs(prefix: str | os.PathLike) -> list[tuple[str, Path]]:
 def remove_stale(files: Iterable[tuple[str, Path]]) -> None:
     """Remove an earlier run's files this run does not write again (OutputLayout.stale_pca): inside atomic.together(),
     when the group's files appear."""
-    from ..atomic import deferred
+    from ..atomic import removal
 
     for _, path in files:
-        deferred(lambda path=path: Path(path).unlink(missing_ok=True))
+        removal(path)
 
 
 def feature_file_inputs(path: str | os.PathLike) -> list[Path]:
