@@ -18,7 +18,8 @@ Files that belong together (a feature file and its side files; extract's feature
 a PCA model and its report) are written inside ``together()``: each commit inside the block only finishes its
 temporary file, and they are all moved into place at the end of the block, one ``os.replace`` after another with
 Ctrl-C / SIGTERM held back until the last (so an interrupted run leaves all the old files or all the new ones, never
-a mix), or all discarded if the block fails.
+a mix), or all discarded if the block fails. ``removal(path)`` removes an earlier run's file among those moves (put
+back, as the files replaced are, when a later one fails).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["AtomicFile", "atomic_output", "write_atomic", "together", "deferred", "pending", "temp_path_for",
+__all__ = ["AtomicFile", "atomic_output", "write_atomic", "together", "deferred", "removal", "pending", "temp_path_for",
            "remove_stale_temps", "replace_directory", "fsync_file", "fsync_dir", "fitted_name", "NAME_MAX"]
 
 _local = threading.local()  # .group: the CommitGroup of the innermost together() block of this thread
@@ -286,7 +287,7 @@ class CommitGroup:
     """The files (and other final moves, e.g. a directory) of one ``together()`` block, made final at its end."""
 
     def __init__(self) -> None:
-        self.moves: list[tuple[Path, Path] | Callable[[], None]] = []
+        self.moves: list[tuple[Path | None, Path] | Callable[[], None]] = []  # (None, path): ``removal(path)``
         self.done = False  # every move made: a Ctrl-C held back and raised after them finds the files in place
 
     def finish(self) -> None:
@@ -301,8 +302,15 @@ class CommitGroup:
                     if callable(m):
                         m()
                         continue
+                    if m[0] is None:  # a removal: the file renamed to its second name (deleted with the others'),
+                        dst = Path(m[1])  # so the undo puts it back; a directory is no file of a run: left alone
+                        if os.path.lexists(dst) and (dst.is_symlink() or not dst.is_dir()):
+                            aside = _aside(dst, "old")
+                            os.replace(dst, aside)
+                            undo.append((dst, aside, True))
+                        continue
                     src, dst = Path(m[0]), Path(m[1])
-                    existed, aside = dst.exists(), None
+                    existed, aside = os.path.lexists(dst), None  # a dangling link is the user's too: put back
                     if existed:
                         aside = _aside(dst, "old")
                         with contextlib.suppress(FileNotFoundError):
@@ -318,6 +326,9 @@ class CommitGroup:
                     with contextlib.suppress(OSError):
                         if aside is not None:
                             os.replace(aside, dst)
+                            # the failed move's own destination is still the old file, so that rename of a second
+                            # name onto its first did nothing (POSIX): the second name is removed here
+                            aside.unlink(missing_ok=True)
                         elif not existed:
                             dst.unlink()
                 raise
@@ -331,7 +342,7 @@ class CommitGroup:
 
     def discard(self) -> None:
         for m in self.moves:
-            if not callable(m):
+            if not callable(m) and m[0] is not None:
                 with contextlib.suppress(FileNotFoundError):
                     Path(m[0]).unlink()
 
@@ -363,7 +374,7 @@ def pending(path: str | os.PathLike) -> Path:
     place when the block ends), else ``path`` itself (e.g. to checksum a file its provenance names before it moves)."""
     group = getattr(_local, "group", None)
     for m in reversed(group.moves if group is not None else []):
-        if not callable(m) and Path(m[1]) == Path(path):
+        if not callable(m) and m[0] is not None and Path(m[1]) == Path(path):
             return Path(m[0])
     return Path(path)
 
@@ -375,6 +386,17 @@ def deferred(step: Callable[[], None]) -> None:
         step()
     else:
         group.moves.append(step)
+
+
+def removal(path: str | os.PathLike) -> None:
+    """Remove ``path`` (an earlier run's file this run does not write again) with the moves inside ``together()``, so a
+    later move that fails puts it back as it puts back the files it replaced (a ``deferred`` unlink could not: the Dask
+    engine's output directory move failing after it lost the old run's PCA model and rejects); else now."""
+    group = getattr(_local, "group", None)
+    if group is None:
+        Path(path).unlink(missing_ok=True)
+    else:
+        group.moves.append((None, Path(path)))
 
 
 def uninterrupted():

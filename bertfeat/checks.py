@@ -276,6 +276,23 @@ def not_local(path) -> tuple[str, str | None] | None:
     return None
 
 
+#: an environment variable's reference, $NAME or ${NAME}, at the start of a path's part
+_VARIABLE = re.compile(r"\$(?:\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def unexpanded_variable(text: str) -> tuple[str, str] | None:
+    """(``$NAME``, the part) for the first part of a path to write that does not exist yet and starts with an
+    environment variable's reference no shell expanded (a config file's ``$OUT/x.parquet``, ``BERTFEAT_CACHE=$HOME/c``:
+    a run made a folder named ``$OUT`` beside it and wrote there); None for any other path. A part that exists (a
+    user's folder named so) is taken as it is."""
+    parts = Path(text).parts
+    for i, part in enumerate(parts):
+        m = _VARIABLE.match(part)
+        if m and not os.path.lexists(Path(*parts[: i + 1])):
+            return m.group(0), part
+    return None
+
+
 def invalid_unicode(value: str) -> str | None:
     """Where ``value`` is not valid Unicode text, as words ("byte 0xe9 at character 4"), else None.
 
@@ -325,13 +342,23 @@ def local_path(path, what: str, option: str | None = None, writes: bool = False)
         raise BertfeatError(f"the {what} {os.fsdecode(path)} is not a UTF-8 name ({bad})",
                             f"{how} a UTF-8 name ({why})" if writes else f"rename it with a UTF-8 name ({why})")
     why = not_local(path)
-    if why is None:
-        return Path(os.fspath(path))
-    kind, local = why
     text = os.fspath(path)
 
     def shown(value: str) -> str:
         return opt(option, value) if option else value
+
+    if why is None and writes and isinstance(text, str):
+        unexpanded = unexpanded_variable(text)
+        if unexpanded is not None:
+            variable, name = unexpanded
+            expanded = os.path.expandvars(text)
+            raise BertfeatError(f"the {what} {text} holds {variable}, which no shell expanded (bertfeat takes a path as "
+                                f"it is given, and would make '{name}' as it is written)",
+                                f"{how} the path itself, {shown(expanded)}" if expanded != text else
+                                f"{how} the path {variable} stands for ({variable} is not set here)")
+    if why is None:
+        return Path(text)
+    kind, local = why
 
     if kind == "url":
         scheme = text.split(":", 1)[0]

@@ -223,6 +223,60 @@ def test_a_failing_move_puts_the_files_moved_before_it_back(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.parquet", "m.npz"]
 
 
+def test_a_move_that_fails_itself_leaves_no_second_name_and_a_dangling_link_is_put_back(tmp_path, monkeypatch):
+    """The move that fails (a full disk, EIO) had its old file's second name made (.NAME.old-PID, a hard link): putting
+    it back renamed it onto its own first name, which POSIX does as nothing, so the hidden link stayed beside the
+    output. A destination that is a dangling symbolic link (a user's) counted as absent and was deleted."""
+    link, features = tmp_path / "m.npz", tmp_path / "f.parquet"
+    link.symlink_to(tmp_path / "gone.npz")
+    write_atomic(features, "old features")
+    real = os.replace
+
+    def replace(src, dst):
+        if Path(dst) == features and ".tmp-" in Path(src).name:  # the new file's move; putting the old back works
+            raise OSError(28, "No space left on device", str(dst))
+        real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(OSError):
+        with atomic.together():
+            write_atomic(link, "new model")
+            write_atomic(features, "new features")
+    assert features.read_text() == "old features" and features.stat().st_nlink == 1
+    assert link.is_symlink() and os.readlink(link) == str(tmp_path / "gone.npz")
+    assert listing(tmp_path) == ["f.parquet", "m.npz"]
+
+
+def test_a_removal_is_put_back_when_a_later_step_fails_and_made_when_none_does(tmp_path):
+    """removal(path): an earlier run's file this run does not write again goes with the group's moves; a later step
+    that fails (the Dask engine's directory move) puts it back (a deferred unlink had deleted it for good). A
+    directory at the path is left alone."""
+    stale, kept = tmp_path / "m.npz", tmp_path / "f.parquet"
+    write_atomic(stale, "old model")
+    write_atomic(kept, "old features")
+    (tmp_path / "r.md").mkdir()
+
+    def fail():
+        raise OSError(16, "Device or resource busy")
+
+    with pytest.raises(OSError):
+        with atomic.together():
+            write_atomic(kept, "new features")
+            atomic.removal(stale)
+            atomic.removal(tmp_path / "missing.json")
+            atomic.deferred(fail)
+    assert (stale.read_text(), kept.read_text()) == ("old model", "old features")
+    assert listing(tmp_path) == ["f.parquet", "m.npz", "r.md"]
+    with atomic.together():
+        write_atomic(kept, "new features")
+        atomic.removal(stale)
+        atomic.removal(tmp_path / "r.md")
+    assert kept.read_text() == "new features" and listing(tmp_path) == ["f.parquet", "r.md"]
+    write_atomic(stale, "x")
+    atomic.removal(stale)  # outside a block: at once
+    assert not stale.exists()
+
+
 def test_an_interrupt_at_the_end_of_the_block_leaves_no_group_behind(tmp_path, monkeypatch):
     """A Ctrl-C raised as the block ends (before the group was reset) left the thread's later commits deferred into
     a dead group: never made."""

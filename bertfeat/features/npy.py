@@ -85,7 +85,12 @@ class NpyFile(FeatureFile):
     def layout_wide(cls, wide: bool) -> bool:
         return False
 
-    column_problem = staticmethod(csv_column_problem)  # the ids and extras are a CSV
+    @staticmethod
+    def column_problem(t: pa.DataType) -> str | None:
+        """The ids and extras are a CSV (the ids file): its words, saying so."""
+        why = csv_column_problem(t)
+        return None if why is None else f"its ids and other columns go to its ids file, a CSV: {why}"
+
     value_problem = staticmethod(csv_unreadable)
 
     # -- writing -------------------------------------------------------------------------------

@@ -44,3 +44,8 @@ def unwritable(fmt: str, columns: dict) -> list[tuple[str, object, str]]:
     (name, type, why) each (``FeatureFile.column_problem``)."""
     check = FILE_FORMATS[fmt].column_problem
     return [(name, t, why) for name, t in columns.items() if (why := check(t)) is not None]
+
+
+def an_output(fmt: str) -> str:
+    """How a message names an output of the format ``fmt``: 'a CSV output', 'a .npy output'."""
+    return f"a {'.npy' if fmt == 'npy' else fmt.upper()} output"

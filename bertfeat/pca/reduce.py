@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ..errors import BertfeatError, opt
 from ..features import FeatureWriter, feature_fingerprint, feature_format, open_features, read_features
-from ..features.registry import unwritable
+from ..features.registry import an_output, unwritable
 from .estimator import AUTO_COVARIANCE_MAX_FEATURES, PCA
 from .validation import rows_of as _rows_of
 
@@ -328,7 +328,7 @@ def _open_writer(dst: Path, fmt: str, k: int, src, meta: dict, ids: Any, extras:
     types = {name: (t if t is not None else (extras[name].type if name in extras else pa.string())) for name, t in src.extra_columns.items()}
     for name, t, why in unwritable(fmt, {src.id_name or "row": id_type, **types}):  # as extract's plan.check_output_columns
         what = "id column" if name == (src.id_name or "row") else "column"
-        raise BertfeatError(f"{src.path}: its {what} '{name}' holds {t} values, which a {fmt.upper()} output cannot "
+        raise BertfeatError(f"{src.path}: its {what} '{name}' holds {t} values, which {an_output(fmt)} cannot "
                             f"hold ({why})", "write a Parquet output (-o NAME.parquet)")
     return FeatureWriter(
         dst,

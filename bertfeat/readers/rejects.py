@@ -205,13 +205,13 @@ def cell(value) -> str:
 def publish_rejects(path: Path, rejects: list[dict], keep: tuple[str, ...] | list[str] = ()) -> dict:
     """Write the rejects file when there are rejects (else remove a stale one): -> {"rejects": path} or {}. Inside
     atomic.together(), the stale file goes when the group's files appear."""
-    from ..atomic import deferred, write_atomic
+    from ..atomic import removal, write_atomic
 
     if rejects:
         write_atomic(path, rejects_csv(rejects, keep))
         return {"rejects": path}
     if path.exists():
-        deferred(lambda: path.unlink(missing_ok=True))
+        removal(path)
     return {}
 
 

@@ -155,9 +155,22 @@ def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool,
         return
     for label, out in outputs:
         out = Path(out)
-        if out.exists() or out.is_symlink():
+        if out.is_symlink():  # the rename replaces the link, not the file it points to: said before --overwrite
+            raise OutputError(f"{out} already exists: {_link_words(out)}",
+                              f"pass {opt('overwrite', True)} to replace the link itself with the new file (the file it "
+                              f"points to is not written), or {_named_by(label, options)} with another name")
+        if out.exists():
             raise OutputError(f"{out} already exists", f"pass {opt('overwrite', True)} to replace it, or "
                               f"{_named_by(label, options)} with another name")
+
+
+def _link_words(link: Path) -> str:
+    """'a symbolic link to T' (', which does not exist' when T is missing) for a refusal of an existing output."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return "a symbolic link"
+    return f"a symbolic link to {target}" + ("" if link.exists() else ", which does not exist")
 
 
 def check_outputs(outputs: Iterable[tuple[str, Path]], inputs: Iterable[Path], overwrite: bool = False,
@@ -287,10 +300,10 @@ def report_outputs(prefix: str | os.PathLike) -> list[tuple[str, Path]]:
 def remove_stale(files: Iterable[tuple[str, Path]]) -> None:
     """Remove an earlier run's files this run does not write again (OutputLayout.stale_pca): inside atomic.together(),
     when the group's files appear."""
-    from ..atomic import deferred
+    from ..atomic import removal
 
     for _, path in files:
-        deferred(lambda path=path: Path(path).unlink(missing_ok=True))
+        removal(path)
 
 
 def feature_file_inputs(path: str | os.PathLike) -> list[Path]:

@@ -470,14 +470,14 @@ def check_pair_column(reader, text_column: str | None) -> None:
 def check_output_columns(reader, fmt: str) -> None:
     """Every kept column and the id column must be one the output's format holds and gives back as its type
     (``features.registry.unwritable``: a CSV or npy output holds no lists or structs)."""
-    from ..features.registry import unwritable
+    from ..features.registry import an_output, unwritable
 
     for name, t, why in unwritable(fmt, reader.keep_types()):
-        raise BertfeatError(f"{opt('keep')} column '{name}' holds {t} values, which a {fmt.upper()} output cannot hold ({why})",
+        raise BertfeatError(f"{opt('keep')} column '{name}' holds {t} values, which {an_output(fmt)} cannot hold ({why})",
                             f"write a Parquet output ({opt('output', 'NAME.parquet')}), or leave it out of {opt('keep')}")
     t = reader.id_type()
     for name, t, why in unwritable(fmt, {reader.id_column: t} if t is not None and reader.id_column else {}):
-        raise BertfeatError(f"{opt('id_column')} '{name}' holds {t} values, which a {fmt.upper()} output cannot hold ({why})",
+        raise BertfeatError(f"{opt('id_column')} '{name}' holds {t} values, which {an_output(fmt)} cannot hold ({why})",
                             f"write a Parquet output ({opt('output', 'NAME.parquet')}), or choose another {opt('id_column')}")
 
 
@@ -487,10 +487,10 @@ def check_output_values(plan, table, rows: list[int]) -> None:
     refused naming the input row (a Parquet dataset's file and its row there too: Reader.row_label) and column, as
     the chunk is encoded (not after the last one)."""
     from ..features.base import value_why
-    from ..features.registry import FILE_FORMATS
+    from ..features.registry import FILE_FORMATS, an_output
     from ..readers.kept import python_values
 
-    check, fmt = FILE_FORMATS[plan.layout.fmt].value_problem, {"npy": ".npy"}.get(plan.layout.fmt, plan.layout.fmt.upper())
+    check = FILE_FORMATS[plan.layout.fmt].value_problem
     for name in filter(None, (plan.reader.id_column, *plan.keep)):
         problem = check(table.column(name))
         if problem is None:
@@ -499,7 +499,7 @@ def check_output_values(plan, table, rows: list[int]) -> None:
         value = python_values(table.column(name).slice(k, 1))[0]
         what, other = ((f"{opt('id_column')} '{name}'", f"choose another {opt('id_column')}")
                        if name == plan.reader.id_column else (f"{opt('keep')} column '{name}'", f"leave it out of {opt('keep')}"))
-        raise BertfeatError(f"{plan.reader.row_label(rows[k])}: {what} holds {value}, which a {fmt} output cannot give "
+        raise BertfeatError(f"{plan.reader.row_label(rows[k])}: {what} holds {value}, which {an_output(plan.layout.fmt)} cannot give "
                             f"back ({value_why(written, back)})",
                             f"write a Parquet output ({opt('output', 'NAME.parquet')}), or {other}")
 

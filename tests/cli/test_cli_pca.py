@@ -305,9 +305,10 @@ def test_transform_refuses_a_nested_id_for_csv_and_npy(tmp_path, X, capsys, name
     out = tmp_path / name
     assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(out), "--quiet"]) == 1
     err = capsys.readouterr().err
-    fmt = name.split(".")[1].upper()
+    fmt, ids_file = {"csv": ("CSV", ""), "npy": (".npy", "its ids and other columns go to its ids file, a CSV: ")}[name.split(".")[1]]
     assert err == (f"Error: {src}: its id column 'key' holds struct<a: int64> values, which a {fmt} output cannot hold "
-                   "(a CSV cell holds one value, not a list, struct or map) - write a Parquet output (-o NAME.parquet)\n")
+                   f"({ids_file}a CSV cell holds one value, not a list, struct or map) - write a Parquet output (-o "
+                   "NAME.parquet)\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nested.parquet", "pca.npz", "pca.report.json",
                                                           "pca.report.md", "pca.report.png"]
     assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(tmp_path / "r.parquet"),

@@ -480,6 +480,25 @@ class TestTheDaskEngine:
         assert (s.chunks_resumed, s.rows_encoded - s.rows_encoded_resumed, pq.read_table(out).num_rows) == (2, 0, 40)
         assert sorted(p.name for p in out.iterdir()) == ["_bertfeat.json", "part-00000.parquet", "part-00001.parquet"]
 
+    def test_a_failing_directory_move_keeps_the_earlier_runs_pca_files_and_rejects(self, dask_client, labelled,
+                                                                                   tmp_path, monkeypatch):
+        """--overwrite without --pca and without bad rows over a run with both: its PCA model, report and rejects file
+        were deleted before the output directory's move, which then failed; the old features stayed, and the model
+        that had reduced them was gone. They are put back with the rest."""
+        import bertfeat.run.dask
+
+        out = tmp_path / "f.parquet"
+        bertfeat.extract(**self.opts(labelled, out, pca=2), client=dask_client)
+        side = [out.with_name(n) for n in ("f.pca.npz", "f.pca.report.json", "f.pca.report.md", "f.pca.report.png",
+                                           "f.parquet.rejects.csv")]
+        side[-1].write_text("row,id,reason\n0,,empty text\n")  # as an earlier run with a bad row left it
+        before = {p: p.read_bytes() for p in side}
+        _raising(monkeypatch, bertfeat.run.dask, "replace_directory", OSError(errno.EBUSY, "Device or resource busy"))
+        with pytest.raises(OutputError):
+            bertfeat.extract(**self.opts(labelled, out, overwrite=True), client=dask_client)
+        assert {p: p.read_bytes() for p in side if p.exists()} == before
+        assert not [p.name for p in tmp_path.iterdir() if ".old-" in p.name]
+
     def test_an_interrupt_while_the_outputs_are_written(self, dask_client, labelled, tmp_path, monkeypatch):
         import bertfeat.run.dask
 

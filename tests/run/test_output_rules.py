@@ -39,6 +39,26 @@ def test_a_pca_output_that_is_a_fifo_is_refused(tmp_path, src, capsys):
     assert rc == 1 and err.startswith(f"Error: the output {fifo} is a named pipe (FIFO), not a regular file - ")
 
 
+@pytest.mark.parametrize("target", ["mine.parquet", "gone.parquet"])
+def test_an_output_that_is_a_symbolic_link_says_overwrite_replaces_the_link(tmp_path, src, capsys, target):
+    """-o a link to a user's file (or a dangling one): refused as "already exists" alone, and --overwrite then replaced
+    the link with a regular file, the file it pointed to left stale (or never made) without a word; now the refusal
+    says so. The file pointed to is never written."""
+    mine = tmp_path / "mine.parquet"
+    mine.write_bytes(b"a user's file")
+    link = tmp_path / "o.parquet"
+    link.symlink_to(target)
+    gone = "" if target == "mine.parquet" else ", which does not exist"
+    rc, _, err = run(capsys, "extract", src, "-o", link, "--model", tiny_model())
+    assert (rc, err) == (1, f"Error: {link} already exists: a symbolic link to {target}{gone} - pass --overwrite to "
+                            "replace the link itself with the new file (the file it points to is not written), or -o "
+                            "with another name\n")
+    assert link.is_symlink() and mine.read_bytes() == b"a user's file"
+    assert run(capsys, "extract", src, "-o", link, "--model", tiny_model(), "--overwrite")[0] == 0
+    assert not link.is_symlink() and link.stat().st_size > 0 and mine.read_bytes() == b"a user's file"
+    assert not (tmp_path / "gone.parquet").exists()
+
+
 def test_an_output_name_too_long_is_refused_before_anything_is_written(tmp_path, src, capsys):
     before = sorted(p.name for p in tmp_path.iterdir())
     out = tmp_path / ("x" * 240 + ".parquet")
@@ -196,7 +216,9 @@ def test_nested_columns_need_a_parquet_output(tmp_path, capsys):
                             "cell holds one value, not a list, struct or map) - "
                             "write a Parquet output (-o NAME.parquet), or leave it out of --keep\n")
     rc, _, err = run(capsys, "extract", tmp_path / "n.parquet", "-o", tmp_path / "n.npy", "--id-column", "tags", "--model", tiny_model())
-    assert rc == 1 and err.startswith("Error: --id-column 'tags' holds list<element: int64> values, which a NPY output")
+    assert (rc, err) == (1, "Error: --id-column 'tags' holds list<element: int64> values, which a .npy output cannot hold "
+                            "(its ids and other columns go to its ids file, a CSV: a CSV cell holds one value, not a list, "
+                            "struct or map) - write a Parquet output (-o NAME.parquet), or choose another --id-column\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["n.parquet"]
 
 

@@ -641,6 +641,37 @@ def test_a_path_that_is_not_local_is_refused_by_every_path_option(tmp_path, good
     assert snapshot(tmp_path, good["dir"]) == before
 
 
+@pytest.mark.parametrize("variable, value", [("$BERTFEAT_TEST_OUT", "set"), ("${BERTFEAT_TEST_UNSET}", None)])
+def test_an_unexpanded_variable_in_a_path_written_is_refused_by_every_writing_option(tmp_path, good, capsys, monkeypatch,
+                                                                                     variable, value):
+    """A path from a config file or a subprocess list, $OUT/x.parquet, reached bertfeat with its $ (no shell): a run
+    made a folder named '$OUT' in the current directory and wrote there, without a word. A path bertfeat reads is
+    untouched, and so is an existing folder of that name (a user's, used as named)."""
+    monkeypatch.chdir(tmp_path)
+    there = tmp_path / "there"
+    monkeypatch.setenv("BERTFEAT_TEST_OUT", str(there))
+    monkeypatch.delenv("BERTFEAT_TEST_UNSET", raising=False)
+    before = snapshot(tmp_path, good["dir"])
+    for what, flag, command, ext in _path_cases(good):
+        if ext is None:  # read, not written
+            continue
+        given = f"{variable}/x{ext}"
+        rc, out, err = run(capsys, *[given if a == "U" else a for a in command])
+        how = f"pass {flag} with" if flag else "give"
+        fix = (f"{how} the path itself, {flag + ' ' if flag else ''}{there}/x{ext}" if value else
+               f"{how} the path {variable} stands for ({variable} is not set here)")
+        assert (rc, out, err) == (1, "", f"Error: the {what} {given} holds {variable}, which no shell expanded (bertfeat "
+                                         f"takes a path as it is given, and would make '{variable}' as it is written) - "
+                                         f"{fix}\n"), (command, err)
+        assert snapshot(tmp_path, good["dir"]) == before, command
+    assert not there.exists()
+    (tmp_path / variable).mkdir()  # a folder really named so: written into as named
+    rc, _, err = run(capsys, "extract", good["corpus"], "-o", f"{variable}/o.parquet", "-m", tiny_model(), "-q")
+    assert (rc, err) == (0, "") and (tmp_path / variable / "o.parquet").is_file()
+    rc, _, err = run(capsys, "extract", good["corpus"], "-o", "cost$USD.parquet", "-m", tiny_model(), "-q")
+    assert (rc, err) == (0, "") and (tmp_path / "cost$USD.parquet").is_file()  # not at the start of a part: a name
+
+
 def test_a_url_output_is_refused_in_full(tmp_path, good, capsys, monkeypatch):
     """The issue's cases, whole lines: -o memory://... crashed, -o file:///... made a folder named file:."""
     monkeypatch.chdir(tmp_path)
