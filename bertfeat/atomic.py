@@ -3,7 +3,8 @@
 A file is written to a temporary name ``.<name>.tmp-<pid>`` in the destination's own directory
 (so the final rename never crosses a file system), flushed and fsynced, moved over the
 destination with ``os.replace`` and the directory fsynced, so the destination holds either the
-old complete file or the new complete file, never a part. On any exception (``KeyboardInterrupt``
+old complete file or the new complete file, never a part (with the old one's permission bits, as writing into it
+would keep them). On any exception (``KeyboardInterrupt``
 too) the temporary file is deleted and the destination is left as it was.
 
 Three ways in:
@@ -31,6 +32,7 @@ import hashlib
 import os
 import shutil
 import signal
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -63,6 +65,16 @@ def fitted_name(name: str, room: int) -> str:
 def _aside(path: Path, kind: str, pid: int | None = None) -> Path:
     """``.<name>.<kind>-<pid>`` beside ``path`` (kind: tmp, old, removing; its name shortened by ``fitted_name``)."""
     return path.with_name(f".{fitted_name(path.name, _ASIDE_ROOM)}.{kind}-{os.getpid() if pid is None else pid}")
+
+
+def _keep_mode(new: Path, old: Path) -> None:
+    """Give ``new`` the permission bits of ``old``, the file or directory it is about to replace (not through a
+    symbolic link: a link is replaced by a file of its own), as a plain ``open(old, "w")`` would keep them: a
+    ``chmod 600`` output stays private after ``--overwrite``. Nothing to keep, or a file system without modes: as is."""
+    with contextlib.suppress(OSError):
+        st = os.lstat(old)
+        if not stat.S_ISLNK(st.st_mode):
+            os.chmod(new, stat.S_IMODE(st.st_mode) & 0o777)
 
 
 def temp_path_for(path: str | os.PathLike) -> Path:
@@ -145,6 +157,7 @@ def replace_directory(new: str | os.PathLike, dest: str | os.PathLike) -> None:
         os.replace(new, dest)
         fsync_dir(dest.parent)
         return
+    _keep_mode(new, dest)
     aside = _aside(dest, "old")
     if aside.is_dir() and not aside.is_symlink():  # this process's own, from an earlier run in it
         shutil.rmtree(aside)
@@ -223,6 +236,7 @@ class AtomicFile:
             self._deferred = True
             group.moves.append((self.tmp, self.path))
             return self.path
+        _keep_mode(self.tmp, self.path)
         os.replace(self.tmp, self.path)
         fsync_dir(self.path.parent)
         return self.path
@@ -320,6 +334,7 @@ class CommitGroup:
                         except OSError:  # no hard links here: this one file cannot be put back
                             aside = None
                     undo.append((dst, aside, existed))
+                    _keep_mode(src, dst)
                     os.replace(src, dst)
             except BaseException:
                 for dst, aside, existed in reversed(undo):

@@ -440,3 +440,44 @@ def test_efbig_blames_the_file_size_limit_only_below_any_file_systems_largest_fi
 
     monkeypatch.setattr(errors, "file_size_limit", lambda: limit)
     assert errors.BertfeatError(*errors.file_too_large()).render() == said  # (the CLI shows -o for output)
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o444])
+def test_a_replaced_file_keeps_its_permission_bits_and_a_new_one_gets_the_umasks(tmp_path, mode):
+    """An atomic write is a new file renamed over the old one, so it got ``0666 & ~umask``: a ``chmod 600`` output
+    became 0644 (readable by every user) after --overwrite; ``open(path, "w")`` keeps the mode, and so does this."""
+    old_umask = os.umask(0o022)
+    try:
+        kept, grouped, fresh = tmp_path / "kept.json", tmp_path / "grouped.json", tmp_path / "fresh.json"
+        for p in (kept, grouped):
+            p.write_text("old\n", encoding="utf-8")
+            p.chmod(mode)
+        write_atomic(kept, "new\n")
+        with atomic.together():
+            write_atomic(grouped, "new\n")
+            write_atomic(fresh, "new\n")
+    finally:
+        os.umask(old_umask)
+    assert [p.read_text(encoding="utf-8") for p in (kept, grouped, fresh)] == ["new\n"] * 3
+    assert [p.stat().st_mode & 0o777 for p in (kept, grouped, fresh)] == [mode, mode, 0o644]
+
+
+def test_a_replaced_directory_keeps_its_mode_and_a_replaced_link_gets_a_files(tmp_path):
+    """The Dask engine's output folder is replaced whole: a ``chmod 700`` folder stays 700. A symbolic link replaced
+    by the new file does not lend it its target's mode (the target is not the file written)."""
+    old_umask = os.umask(0o022)
+    try:
+        dest, new = tmp_path / "out", tmp_path / "new"
+        dest.mkdir(mode=0o700)
+        new.mkdir()
+        atomic.replace_directory(new, dest)
+        target, link = tmp_path / "target.json", tmp_path / "link.json"
+        target.write_text("theirs\n", encoding="utf-8")
+        target.chmod(0o600)
+        link.symlink_to(target)
+        write_atomic(link, "new\n")
+    finally:
+        os.umask(old_umask)
+    assert dest.stat().st_mode & 0o777 == 0o700
+    assert not link.is_symlink() and link.stat().st_mode & 0o777 == 0o644
+    assert (target.read_text(encoding="utf-8"), target.stat().st_mode & 0o777) == ("theirs\n", 0o600)

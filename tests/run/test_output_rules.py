@@ -106,6 +106,22 @@ def test_an_output_name_of_255_bytes_is_written_again_with_overwrite(tmp_path, c
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.csv", out.name])
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "npy", "csv"])
+def test_overwrite_keeps_a_private_outputs_permissions(tmp_path, src, capsys, fmt):
+    """A user who made the features (and the PCA model, the ids file) readable only by themselves with chmod 600 found
+    them 0644 after --overwrite: the new files were renamed over the old ones with a new file's mode."""
+    out = tmp_path / f"o.{fmt}"
+    args = ["extract", src, "-o", out, "--model", tiny_model(), "--pca", "2", "-q"]
+    assert run(capsys, *args)[0] == 0
+    mine = sorted(p for p in tmp_path.iterdir() if p.name.startswith("o."))
+    assert len(mine) >= 3  # the features, the PCA model, its report (and a .npy's ids and provenance)
+    for p in mine:
+        p.chmod(0o600)
+    assert run(capsys, *args, "--overwrite")[:2] == (0, "")
+    assert sorted(p for p in tmp_path.iterdir() if p.name.startswith("o.")) == mine
+    assert {p.name: p.stat().st_mode & 0o777 for p in mine} == {p.name: 0o600 for p in mine}
+
+
 @pytest.mark.parametrize("fmt", ["npy", "csv"])
 @pytest.mark.parametrize("n", range(249, 256))
 def test_a_npy_or_csv_output_name_whose_side_file_cannot_fit_is_refused_saying_how_much_to_cut(tmp_path, capsys, fmt, n):
