@@ -135,6 +135,10 @@ def _check_progress(progress, quiet) -> None:
     """``progress`` has the methods the engines call (parts is optional), ``quiet`` is a switch: checked before the plan,
     so a wrong one stops nothing half-way (a partial run left behind)."""
     check_switch("quiet", quiet)
+    if isinstance(progress, bool):  # tqdm's and many libraries' switch: here that is quiet's
+        raise BertfeatError(f"progress={progress!r} is a switch, and progress takes an object that shows progress",
+                            f"to {'show' if progress else 'hide'} the progress bar on stderr, pass "
+                            f"quiet={not progress} and leave progress out")
     missing = [m for m in ("start", "advance", "note", "stop") if progress is not None and not callable(getattr(progress, m, None))]
     if missing:
         raise BertfeatError(f"progress={progress!r} has no {', '.join(missing)} method",

@@ -19,6 +19,7 @@ import collections.abc
 import dataclasses
 import numbers
 import os
+import re
 import shlex
 import types
 import typing
@@ -227,6 +228,11 @@ def keep_columns(keep) -> list[tuple[str, str | None]]:
                             f'{", ".join(TYPE_NAMES)})')
     names = [n for n, _ in pairs]
     if any(not n for n in names):
+        if not isinstance(keep, str) or re.search(r'(^|,)\s*""(:\w*)?\s*(,|$)', keep):  # asked for by name
+            raise BertfeatError(f"{opt('keep', keep, cli=repr(keep))} names the column that has no name, and a kept "
+                                "column keeps its name in the output",
+                                "name that column in the input (pandas writes its index without a name: "
+                                "df.to_csv(index_label='id')), or keep the other columns only")
         raise BertfeatError(f"{opt('keep', keep, cli=repr(keep))} holds an empty column name",
                             "separate the column names with single commas, e.g. label,split")
     for n in dict.fromkeys(names):

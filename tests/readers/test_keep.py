@@ -288,6 +288,12 @@ def small(tmp_path) -> Path:
      "--keep names the column 'label' 2 times - name each column once"),
     (dict(keep="label,"), "keep='label,' holds an empty column name - separate the column names with single commas, e.g. label,split",
      "--keep 'label,' holds an empty column name - separate the column names with single commas, e.g. label,split"),
+    (dict(keep='"",label'), "keep='\"\",label' names the column that has no name, and a kept column keeps its name in "
+     "the output - name that column in the input (pandas writes its index without a name: "
+     "df.to_csv(index_label='id')), or keep the other columns only",
+     "--keep '\"\",label' names the column that has no name, and a kept column keeps its name in the output - name "
+     "that column in the input (pandas writes its index without a name: df.to_csv(index_label='id')), or keep the "
+     "other columns only"),
     (dict(keep="label", format="npy"), "keep needs an output with columns; npy holds the features only - use "
      "format='parquet' or format='csv', or drop keep",
      "--keep needs an output with columns; npy holds the features only - use --format parquet or --format csv, or drop --keep"),

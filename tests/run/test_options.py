@@ -267,6 +267,10 @@ def test_numpy_types_are_taken_as_the_dtype_they_name(tmp_path):
      "bertfeat.run.progress.NullProgress (start, advance, note, stop; parts for the Dask engine), or leave progress "
      "out"),
     (dict(quiet="no"), "quiet='no' is a str, not True or False - give quiet as True or False"),
+    (dict(progress=False), "progress=False is a switch, and progress takes an object that shows progress - to hide "
+     "the progress bar on stderr, pass quiet=True and leave progress out"),
+    (dict(progress=True), "progress=True is a switch, and progress takes an object that shows progress - to show "
+     "the progress bar on stderr, pass quiet=False and leave progress out"),
 ])
 def test_a_wrong_progress_or_quiet_leaves_no_partial_run(tmp_path, kw, message):
     """progress=5 once failed after the partial directory was made, and the corrected run was refused as "a resumable
