@@ -64,7 +64,9 @@ def open_csv(path: Path, types: Mapping[str, pa.DataType]) -> Iterator[pa.Record
         yield _typed(batch, types, plans, path)
 
 
-_CONVERSION = re.compile(r"In CSV column #(\d+): CSV conversion error to (.+?): invalid value '(.*)'$", re.S)
+# (Arrow's serial reader, one CPU thread (OMP_NUM_THREADS=1, pa.set_cpu_count(1)), puts "Row #N: " in it)
+_CONVERSION = re.compile(r"In CSV column #(\d+): (?:Row #\d+: )?CSV conversion error to (.+?): invalid value '(.*)'$",
+                         re.S)
 
 
 _RAGGED = re.compile(r"Expected (\d+) columns, got (\d+)")

@@ -674,6 +674,18 @@ def test_feature_columns_named_twice_or_with_leading_zeros(tmp_path, capsys):
     assert not (tmp_path / "m.npz").exists()
 
 
+@pytest.fixture(params=["threads", "one thread"])
+def arrow_threads(request):
+    """Arrow's CSV reader words a conversion error otherwise when it has one CPU thread (a one-core container,
+    OMP_NUM_THREADS=1): 'Row #3: ' before it, and the bad cell was reported as an unreadable file."""
+    before = pa.cpu_count()
+    if request.param == "one thread":
+        pa.set_cpu_count(1)
+    yield
+    pa.set_cpu_count(before)
+
+
+@pytest.mark.usefixtures("arrow_threads")
 def test_a_cell_a_feature_csv_cannot_convert_is_named_by_row_and_column(tmp_path, capsys):
     """Text in a feature column, or in a kept column of a type the provenance declares, was Arrow's "cannot read
     f.csv as CSV (In CSV column #3: CSV conversion error to float: invalid value 'x')": a column position, no row.
@@ -696,6 +708,7 @@ def test_a_cell_a_feature_csv_cannot_convert_is_named_by_row_and_column(tmp_path
     assert not (tmp_path / "m.npz").exists()
 
 
+@pytest.mark.usefixtures("arrow_threads")
 def test_a_bad_cell_after_blank_lines_is_named_by_the_row_arrow_reads(tmp_path, capsys):
     """Found by the round-five review: the row of a cell Arrow cannot convert was found by counting csv.reader's
     records, a blank line among them, which Arrow skips: 'row 3' for the file's row 1 (an empty cell on the same row
