@@ -85,7 +85,7 @@ def _positive_int(n: int, param: str, text: str) -> int:
 
 
 def check_size(value: int | None, param: str, minimum: int = 1, maximum: int | None = None, note: str = "") -> int | None:
-    """None passes (the default); anything else must lie in minimum..maximum (0 never means 'default').
+    """None passes (the default); anything else must lie in minimum..maximum (0 never means 'default'): -> its int.
     ``param``: the option's Python parameter name (``max_batch_tokens``), named in the error."""
     if value is None:
         return None
@@ -96,7 +96,7 @@ def check_size(value: int | None, param: str, minimum: int = 1, maximum: int | N
     if isinstance(value, bool) or not value >= minimum or (maximum is not None and value > maximum):  # nan too
         raise BertfeatError(f"{opt(param, value)} is out of range", fix)
     _check_whole(value, param, fix)
-    return value
+    return int(value)  # (16.0 and np.int64(16): the int 16)
 
 
 def _check_whole(value, param: str, fix: str) -> None:
@@ -196,7 +196,7 @@ def check_threads(value: int | None, param: str = "threads") -> int | None:
     if isinstance(value, bool) or not value >= 1:
         raise BertfeatError(f"{opt(param, value)} is out of range", fix)
     _check_whole(value, param, fix)
-    return value
+    return int(value)
 
 
 def check_output_format(path: str | Path | None, fmt: str | None, formats=("parquet", "npy", "csv")) -> None:

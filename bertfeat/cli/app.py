@@ -495,6 +495,11 @@ def _finite(x):
     return x
 
 
+def _padded(name: str) -> str:
+    """A column name for the summary: quoted when spaces around it (or none at all) would not show ('text ')."""
+    return repr(name) if not name or name != name.strip() else name
+
+
 def render_summary(s) -> None:
     """The closing summary of an extract run, on stderr."""
     pct_dropped = 100.0 * s.tokens_dropped / s.tokens if s.tokens else 0.0
@@ -510,7 +515,8 @@ def render_summary(s) -> None:
         f"elapsed         {s.elapsed:,.1f} s",
         f"throughput      {s.rows_per_s:,.1f} rows/s, {s.tokens_per_s:,.0f} tokens/s (of the rows encoded; reused rows "
         "not counted)",
-        f"text column     {visible(s.text_column)} ({'auto-detected' if s.text_column_auto_detected else 'given'})",
+        f"text column     {visible(_padded(s.text_column))} "
+        f"({'auto-detected' if s.text_column_auto_detected else 'given'})",
         f"model           {s.model} (pooling {s.pooling}, dim {s.dim})",
     ]
     if getattr(s, "rows_multiline", 0):

@@ -247,6 +247,14 @@ class Reader:
             if spelled:
                 return spelled[0]
         strings = self._string_columns()
+        for name in TEXT_COLUMN_NAMES:  # then a string column so named but for the spaces around it ("text ", " Text":
+            spaced = [c for c in strings if c.strip().lower() == name]  # a header written "id, text"), on every reader
+            if len(spaced) > 1:
+                raise InputError(f"{self.name}: the columns {listing(spaced)} could each be the text (the spaces "
+                                 "around a name are part of it)", f"pass {opt('text_column', 'NAME')} with the one to "
+                                 f"encode, e.g. {opt('text_column', spaced[0], cli=shlex.quote(spaced[0]))}")
+            if spaced:
+                return spaced[0]
         if len(strings) == 1:
             return strings[0]
         raise InputError(

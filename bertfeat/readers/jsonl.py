@@ -461,7 +461,8 @@ def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
 
 def _json_kind(v) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
-            type(None): "null"}.get(float if isinstance(v, float) else type(v), type(v).__name__)  # JsonNumber: float
+            type(None): "null"}.get(float if isinstance(v, float) else int if isinstance(v, int) and not isinstance(v, bool)
+                                    else type(v), type(v).__name__)  # JsonNumber: float; JsonLongInt: int
 
 
 def _line_kind(v) -> str:

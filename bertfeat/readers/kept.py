@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from decimal import Decimal
 
 import numpy as np
@@ -52,8 +53,8 @@ GIVEN_NAMES = {"int64": "int", "double": "float", "bool": "bool", "string": "str
 # --------------------------------------------------------------------------- CSV / TSV cells
 def _cell_int(text: str):
     s = text.strip()
-    if _INT.fullmatch(s):
-        v = int(s)
+    if _INT.fullmatch(s) and len(s.lstrip("+-").lstrip("0")) <= 19:  # (more digits: past int64, and past what int()
+        v = int(s)                                                    # converts, sys.get_int_max_str_digits)
         if _INT64_RANGE[0] <= v < _INT64_RANGE[1]:
             return v
     return _BAD
@@ -134,7 +135,7 @@ def convert_cells(column: str, values: list, typ: pa.DataType, given: bool = Fal
     texts = [values[k] for k in todo]
     converted = [_CELL[name](t) for t in texts] if given else _exact(name, texts)
     for k, t, v in zip(todo, texts, converted):
-        why = _float_range(column, t, v) if name == "double" and v is not _BAD else None
+        why = float_problem(column, t, v) if name == "double" and v is not _BAD else None
         if v is not _BAD and why is None:
             values[k] = v
         else:
@@ -145,17 +146,26 @@ def convert_cells(column: str, values: list, typ: pa.DataType, given: bool = Fal
 _INF_TEXT = re.compile(r"[+-]?inf(inity)?", re.IGNORECASE)
 
 
-def _float_range(column: str, text: str, value: float) -> str | None:
-    """Why the number written as ``text`` is not read as the float ``value`` at all (None: it is, rounded at most):
-    past float64's range (``1e400``: inf) or below its smallest (``1e-400``: 0.0); a bad row's reason, as JSONL's."""
-    if math.isinf(value) and not _INF_TEXT.fullmatch(text.strip()):
+def float_problem(column: str, text: str, value: float) -> str | None:
+    """Why the number written as ``text`` does not read back as it is written once read as the float ``value`` (None:
+    it does): past float64's range (``1e400``: inf), below its smallest number (``1e-400``: 0.0), or of more digits
+    than a float64 holds (``0.10000000000000000001``: 0.1). A bad row's reason, the same on every reader, the number
+    quoted as the input wrote it."""
+    t = text.strip()
+    if math.isinf(value) and not _INF_TEXT.fullmatch(t):
         why = "is beyond float64's range ("
-    elif _underflowed(text, value):
-        why = "is below float64's smallest number (it would read back as 0.0; "
+    elif _underflowed(t, value):
+        why = f"is below float64's smallest number (it would read back as {value!r}; "
+    elif math.isfinite(value) and not _float_holds(value, t):
+        why = f"has more digits than a float64 holds (it would read back as {value!r}; "
     else:
         return None
-    shown = json.dumps(clipped(text), ensure_ascii=False)
-    return f"kept column {column!r}: {shown} {why}give {opt('keep', column + ':str')} to keep its text)"
+    return f"kept column {column!r}: {quoted(text)} {why}give {opt('keep', column + ':str')} to keep its text)"
+
+
+def quoted(text: str) -> str:
+    """A value in a message: as the input wrote it, cut to 40 characters, in double quotes (every reader alike)."""
+    return json.dumps(clipped(text), ensure_ascii=False)
 
 
 def _underflowed(text: str, value: float) -> bool:
@@ -179,7 +189,7 @@ def written_cells(cells: list, values: list) -> dict:
 def _bad_cell(column: str, text: str, name: str, given: bool) -> str:
     """Why a kept cell does not convert: not of the type at all, or (a type the first rows decided) not written as it
     would be written back."""
-    shown = json.dumps(clipped(text), ensure_ascii=False)
+    shown = quoted(text)
     value = _CELL[name](text)
     if name == "int64" and value is _BAD and _INT.fullmatch(text.strip()):  # an integer, but not an int64
         return (f"kept column {column!r}: {shown} is outside the int64 range ({_whose(name, given)[1:-1]}; give "
@@ -226,9 +236,40 @@ class JsonNegativeZero(int):
 JsonNegativeZero.__name__ = "int"
 
 
+class JsonLongInt(int):
+    """A JSON integer of more digits than Python may convert from text (``sys.get_int_max_str_digits``: 4,300, 640 at
+    least): far past int64 and float64, so its value is never kept; it stands as +-10**600 (a range check sees it
+    outside, float() overflows), and ``text`` and its ``str`` are the integer as the line wrote it (the rejects file,
+    a message, a ``str`` column)."""
+
+    text: str
+
+    def __new__(cls, text: str):
+        self = super().__new__(cls, -_LONG if text.startswith("-") else _LONG)
+        self.text = text
+        return self
+
+    def __str__(self) -> str:
+        return self.text
+
+    __repr__ = __str__
+
+    def __reduce__(self):  # (a Dask partition's rows travel pickled)
+        return JsonLongInt, (self.text,)
+
+
+JsonLongInt.__name__ = "int"
+_LONG = 10 ** 600
+
+
 def json_int(text: str) -> int:
-    """json.loads' parse_int: an int, but -0 keeps its sign's text (JsonNegativeZero)."""
-    return JsonNegativeZero(0) if text.lstrip("-") == "0" and text.startswith("-") else int(text)
+    """json.loads' parse_int: an int, but -0 keeps its sign's text (JsonNegativeZero), and an integer of more digits
+    than ``int()`` converts is a JsonLongInt (json.loads raised ValueError: the whole line was invalid JSON)."""
+    if text.lstrip("-") == "0" and text.startswith("-"):
+        return JsonNegativeZero(0)
+    if len(text) > 600:  # (past float64's 309 digits, and below any limit sys.set_int_max_str_digits allows)
+        return JsonLongInt(text)
+    return int(text)
 
 
 def json_written(value) -> str | None:
@@ -262,36 +303,28 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
         text = getattr(value, "text", None)
         if text is None:  # NaN / Infinity / -Infinity: Python's JSON writes them, the JSON standard has no such number
             text = json.dumps(value)
-            why = f"{text} is not a JSON number"
-        else:  # 1e400: no float64 holds it
-            why = f"{text} is beyond float64's range"
-        return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {why} (give "
-                                                       f"{opt('keep', column + ':str')} to keep its text)")
+            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text} is not a JSON number (give "
+                                                           f"{opt('keep', column + ':str')} to keep its text)")
+        return text, Reason(RejectCode.BAD_KEPT_VALUE, float_problem(column, text, value))  # 1e400: past float64
     if name == "int64" and isinstance(value, JsonNegativeZero) and not given:  # int64 has no -0: it would read back 0
-        return value.text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: -0 would be written back as 0 "
-                                                             f"(the column's first lines hold integers; give "
-                                                             f"{opt('keep', column + ':str')} to keep its text)")
+        return value.text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {quoted(value.text)} would be "
+                                                             f"written back as 0 (the column's first lines hold "
+                                                             f"integers; give {opt('keep', column + ':str')} to keep "
+                                                             "its text)")
     if name == "int64" and isinstance(value, int) and not isinstance(value, bool):
         if _INT64_RANGE[0] <= value < _INT64_RANGE[1]:
             return value, None
-        return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {clipped(str(value))} is outside the int64 "
-                                                        "range")
+        return value, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {quoted(json_written(value))} is "
+                                                        f"outside the int64 range (give {opt('keep', column + ':str')} "
+                                                        "to keep its text)")
     if name == "double" and number:
-        text = str(value) if isinstance(value, int) else getattr(value, "text", None)
+        text = json_written(value)
         try:
             f = -0.0 if isinstance(value, JsonNegativeZero) else float(value)  # -0 among numbers: the double -0.0
         except OverflowError:  # an integer past float64's range (2**1024 written out)
-            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {clipped(text)} is beyond float64's "
-                                                        f"range (give {opt('keep', column + ':str')} to keep its text)")
-        if text is not None and _underflowed(text, f):  # 1e-400: not its digits
-            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {clipped(text)} is below float64's "
-                                                        f"smallest number (it would read back as {f!r}; give "
-                                                        f"{opt('keep', column + ':str')} to keep its text)")
-        if (f != value) if isinstance(value, int) else (text is not None and not _float_holds(f, text)):
-            return text, Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {text[:40]} has more digits than a "
-                                                        f"float64 holds (it would read back as {f!r}; give "
-                                                        f"{opt('keep', column + ':str')} to keep its text)")
-        return f, None
+            f = math.inf if value > 0 else -math.inf
+        why = float_problem(column, text, f)
+        return (text, Reason(RejectCode.BAD_KEPT_VALUE, why)) if why else (f, None)
     if name == "string" and isinstance(value, str):
         bad = surrogate_reason(value, f"value of kept column {column!r}")
         return value, (Reason(RejectCode.INVALID_UNICODE, bad) if bad else None)
@@ -307,10 +340,13 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
 
 
 def _float_holds(f: float, text: str) -> bool:
-    """The float ``f`` read from a JSON number stands for it as written, at the number's own count of digits
-    (0.10000000000000001 is 0.1 written with 17: held; 0.10000000000000000001 and 1e-400 are not)."""
-    digits = text.lower().lstrip("+-").split("e")[0].replace(".", "").lstrip("0")
-    return Decimal(format(f, f".{max(len(digits), 1)}g")) == Decimal(text)
+    """The float ``f`` read from the number written as ``text`` stands for it as written, at the number's own count of
+    significant digits (0.10000000000000001 is 0.1 written with 17: held, and so are 0.1000 and 1e23 written out;
+    0.10000000000000000001 and 9007199254740993 are not)."""
+    digits = len(text.lower().lstrip("+-").split("e")[0].replace(".", "").strip("0"))
+    if digits <= 15 and abs(f) >= sys.float_info.min:  # (any 15 digits read back, but a subnormal's)
+        return True
+    return Decimal(format(f, f".{min(max(digits, 1), 800)}g")) == Decimal(text)  # (800: more than a float64's exact digits)
 
 
 def json_kind(v) -> str:
@@ -353,23 +389,24 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
         except (pa.ArrowException, UnicodeDecodeError) as e:
             text = one.cast(pa.large_binary())[0].as_py().decode("utf-8", "replace") if _textual(one.type) else str(one[0])
             out.append(text)
-            shown = json.dumps(clipped(text), ensure_ascii=False)
-            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {shown} is not {_WORDS[str(typ)][0]} "
+            bad[k] = Reason(RejectCode.BAD_KEPT_VALUE, f"kept column {column!r}: {quoted(text)} is not {_WORDS[str(typ)][0]} "
                                                        f"{_whose(str(typ), True)} ({one_line(e, 80)})")
-    out, past = _in_range(column, values, out)  # the batch's others as when all cast (1e400 is not inf here either)
+    out, past = _in_range(column, values, out)  # the batch's others as when all cast (1e400 is not a bad row either)
     return out, {**bad, **past}
 
 
 def _in_range(column: str, values, cast: list) -> tuple[list, dict[int, Reason]]:
-    """Text cast to float (``cast``: the values) -> (the values, the bad ones: text past float64's range, 1e400 cast
-    to inf, or below it, 1e-400 to 0.0; such a value is left as its text, for the rejects file)."""
-    suspects = [k for k, v in enumerate(cast) if isinstance(v, float) and (math.isinf(v) or v == 0)]
-    if not suspects or not _textual(values.type):
+    """Text cast to float (``cast``: the values) -> (the values, the bad ones: text that does not read back as it is
+    written, ``float_problem``: 1e400 cast to inf, 1e-400 to 0.0, 0.10000000000000000001 to 0.1; such a value is left
+    as its text, for the rejects file)."""
+    floats = [k for k, v in enumerate(cast) if isinstance(v, float)]
+    if not floats or not _textual(values.type):
         return cast, {}
+    texts = values.cast(pa.large_binary()).to_pylist()
     bad = {}
-    for k in suspects:
-        text = values.slice(k, 1).cast(pa.large_binary())[0].as_py().decode("utf-8", "replace")
-        why = _float_range(column, text, cast[k])
+    for k in floats:
+        text = texts[k].decode("utf-8", "replace")
+        why = float_problem(column, text, cast[k])
         if why is not None:
             cast[k], bad[k] = text, Reason(RejectCode.BAD_KEPT_VALUE, why)
     return cast, bad

@@ -53,8 +53,9 @@ def decode_cell(value, what: str) -> tuple[str | None, Reason | None]:
 
 def kind(v) -> str:
     """A JSON-ish name of a value's type, for a reject's words."""
+    number = float if isinstance(v, float) else int if isinstance(v, int) and not isinstance(v, bool) else type(v)
     return {bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}.get(
-        float if isinstance(v, float) else type(v), type(v).__name__)  # a JSONL number (kept.JsonNumber) is a float
+        number, type(v).__name__)  # a JSONL number (kept.JsonNumber, JsonLongInt, JsonNegativeZero) is a float or an int
 
 
 def id_value(v):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import math
 import numbers
 import os
 import re
@@ -407,6 +408,10 @@ def check_types(options: ExtractOptions) -> ExtractOptions:
     changed = {}
     for name in OPTIONS:
         value, classes = getattr(options, name), _classes(hints[name])
+        if int in classes and float not in classes:  # a count: 16.0 is 16 for every one of them
+            whole = whole_number(name, value, classes)
+            if whole is not value:
+                value = changed[name] = whole
         if Any in classes or name in _TYPED_BY_CHECK:
             continue
         kept = _as_declared(value, classes)
@@ -415,6 +420,31 @@ def check_types(options: ExtractOptions) -> ExtractOptions:
         if kept is not value:
             changed[name] = kept
     return dataclasses.replace(options, **changed) if changed else options
+
+
+def whole_number(name: str, value, classes: tuple):
+    """A value of an option declared a whole number (``chunk_rows``, ``max_length``, ``threads`` ...): a float (NumPy's
+    too) that is one as that int (``chunk_rows=2.0``: 2, as ``max_length=16.0`` was taken), another float refused
+    alike for every such option; True / False refused where no switch is declared (``stride=True`` was read as 1,
+    ``blocksize=True`` as one byte). Anything else as it is, for the option's type and check."""
+    if hasattr(value, "dtype") and getattr(value, "shape", None) == () and hasattr(value, "item"):
+        value = value.item()  # np.float64(2.0) -> 2.0, np.int64(2) -> 2 (blocksize=np.int64(...) raised AttributeError)
+    if isinstance(value, bool) and bool not in classes:
+        raise BertfeatError(f"{opt(name, value)} is {kind_of(value)}, not a whole number", _whole_fix(name, classes))
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        if not (math.isfinite(value) and float(value).is_integer()):
+            raise BertfeatError(f"{opt(name, value)} is not a whole number", _whole_fix(name, classes))
+        return int(value)
+    return value
+
+
+#: what an option that takes a whole number or a string takes as a string, for its fix
+_AS_STRING = {"max_bad_rows": "'1%'", "max_field_bytes": "'4MiB'", "blocksize": "'8MiB'"}
+
+
+def _whole_fix(name: str, classes: tuple) -> str:
+    text = f" or a string such as {_AS_STRING[name]}" if name in _AS_STRING else " or True" if bool in classes else ""
+    return f"give {opt(name)} as a whole number{text}" + (", or leave it out" if type(None) in classes else "")
 
 
 def type_error(name: str, value, classes: tuple) -> BertfeatError:

@@ -85,6 +85,15 @@ def test_the_summary_says_which_text_column_was_encoded_and_how_it_was_chosen(tm
     assert (summary.text_column, summary.text_column_auto_detected) == ("review", True)
 
 
+def test_a_text_column_named_with_a_space_after_it_is_picked_and_shown_quoted(tmp_path, capsys):
+    """A header written "id,text ": the CSV reader refused it ("cannot tell which column holds the text") where JSONL
+    and Parquet picked it; now it is picked, and the summary quotes the name so that its space shows."""
+    src = write_csv(tmp_path / "c.csv", ["id", "text "], [[f"r{i}", f"sentence {i}"] for i in range(3)])
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "a.parquet", "--model", tiny_model())
+    assert rc == 0, err
+    assert [ln for ln in err.splitlines() if ln.startswith("text column")] == ["text column     'text ' (auto-detected)"]
+
+
 def test_tsv_default_row_numbers(tmp_path, capsys):
     """TSV (no quoting), the text column found by name ('sentence'), ids = 0-based row numbers."""
     texts = [s for s in SENTENCES if "\t" not in s and "\n" not in s and '"' not in s]

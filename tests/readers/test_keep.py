@@ -582,7 +582,7 @@ def test_a_jsonl_minus_zero_integer_is_not_written_back_as_0(tmp_path, capsys):
     assert rc == 0, err
     assert read_rejects(tmp_path / "z.parquet.rejects.csv") == [
         ["row", "id", "reason", "n", "x", "g"],
-        ["1", "2", "kept column 'n': -0 would be written back as 0 (the column's first lines hold integers; give "
+        ["1", "2", "kept column 'n': \"-0\" would be written back as 0 (the column's first lines hold integers; give "
                    "--keep n:str to keep its text)", "-0", "-0", "-0"],
         ["2", "-0", 'id -0 would be written back as 0 (an integer id has no sign of zero): write it 0, or as the string '
                     '"-0" (with every id a string)', "0", "0", "0"]]
@@ -620,6 +620,94 @@ def test_a_number_past_float64_given_float_is_a_bad_row_not_inf_or_0(tmp_path, c
     assert t.column("id").to_pylist() == ids[3:] and t.column("k").to_pylist() == [math.inf, 0.0, 2.5, -0.0]
 
 
+#: numbers under keep k:float that no float64 reads back as written -> the reason's words after the quoted number
+NOT_HELD = {"1e400": "is beyond float64's range (",
+            "-1e-400": "is below float64's smallest number (it would read back as -0.0; ",
+            "1e-400": "is below float64's smallest number (it would read back as 0.0; ",
+            "0.10000000000000000001": "has more digits than a float64 holds (it would read back as 0.1; ",
+            "9007199254740993": "has more digits than a float64 holds (it would read back as 9007199254740992.0; "}
+#: numbers it does read back as written (trailing zeros are no digits; 0.1 at 17 digits) -> the float
+HELD = {"0.100000000000000000000": 0.1, "100000000000000000000000.0": 1e23, "0.10000000000000001": 0.1, "2.5": 2.5,
+        "1E+5": 1e5}
+
+
+def float_input(tmp: Path, fmt: str, cells: list[str]) -> Path:
+    """A column k of ``cells`` (numbers as written): CSV / TSV cells, a Parquet string column, JSONL numbers."""
+    if fmt == "parquet":
+        pq.write_table(pa.table({"text": ["t"] * len(cells), "k": cells}), tmp / "k.parquet")
+        return tmp / "k.parquet"
+    if fmt == "jsonl":
+        (tmp / "k.jsonl").write_text("".join(f'{{"text": "t", "k": {c}}}\n' for c in cells))
+        return tmp / "k.jsonl"
+    return write_csv(tmp / f"k.{fmt}", ["text", "k"], [["t", c] for c in cells], delimiter="\t" if fmt == "tsv" else ",")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "parquet", "jsonl"])
+def test_a_number_a_float64_does_not_hold_is_the_same_bad_row_on_every_reader(tmp_path, fmt):
+    """keep k:float: the reasons differed by reader (JSONL: 1e400 unquoted, -1e-400 "would read back as -0.0", CSV /
+    Parquet "0.0" for it), and CSV / Parquet rounded 0.10000000000000000001 and 9007199254740993 without a word where
+    JSONL refused them (docs/cli.md: a number a float64 cannot hold as written is a bad row), while JSONL refused
+    0.100000000000000000000 and 1e23 written out, which read back as written. Now one rule and one reason, the number
+    quoted as written, on every reader."""
+    cells = [*NOT_HELD, *HELD]
+    src = float_input(tmp_path, fmt, cells)
+    got = {}
+    for b in open_input(str(src), keep=["k"], keep_as={"k": "float"}).batches():
+        got.update({cells[r]: (b.extra["k"][i], render(b.pre_rejected[r].text) if r in b.pre_rejected else None)
+                    for i, r in enumerate(b.rows)})
+    fix = "give keep='k:str' to keep its text)"
+    assert {c: got[c] for c in NOT_HELD} == {c: (c, f"kept column 'k': \"{c}\" {why}{fix}") for c, why in NOT_HELD.items()}
+    assert {c: got[c] for c in HELD} == {c: (v, None) for c, v in HELD.items()}
+
+
+def test_a_jsonl_integer_of_more_digits_than_python_converts_is_a_bad_row_naming_it(tmp_path, capsys):
+    """An integer of more than 4,300 digits (Python's int-str limit) made the whole line "invalid JSON (Exceeds the
+    limit (4300 digits) for integer string conversion ...; use sys.set_int_max_str_digits() ...)", even in a column
+    the run does not read, with keep k:str, or as the text; on the first line the file was refused as "not JSON ... if
+    the file is CSV or TSV, pass --input-format csv". Now it is an integer past int64 / float64 like any other: a bad
+    row that says so in a kept column or as the id, a non-string text, its text kept by :str, nothing in another
+    column."""
+    big = "9" * 5000
+    src = tmp_path / "b.jsonl"
+    src.write_text(f'{{"id": 1, "text": "one", "k": {big}, "f": 1.5, "u": {big}}}\n'
+                   f'{{"id": -{big}, "text": "two", "k": 7, "f": {big}, "u": 1}}\n{{"id": 3, "text": {big}}}\n')
+    (b,) = list(open_input(str(src), id_column="id", keep=["k", "f"]).batches())
+    assert {r: render(w.text) for r, w in b.pre_rejected.items()} == {
+        0: f"kept column 'k': \"{big[:37]}...\" is outside the int64 range (give keep='k:str' to keep its text)",
+        1: f"id -{big[:39]} is outside the int64 range of integer ids"}
+    (b,) = list(open_input(str(src), keep=["f"]).batches())  # row 0's long k and u: not read, nothing said
+    assert {r: render(w.text) for r, w in b.pre_rejected.items()} == {
+        1: f"kept column 'f': \"{big[:37]}...\" is beyond float64's range (give keep='f:str' to keep its text)"}
+    assert b.extra["f"][0] == 1.5
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", "k:str",
+                     "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert pq.read_table(tmp_path / "o.parquet").column("k").to_pylist() == [big, "7"]
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "p.parquet", "--model", tiny_model(), "--keep", "k",
+                     "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    rejects = read_rejects(tmp_path / "p.parquet.rejects.csv")
+    assert [r[0] for r in rejects[1:]] == ["0", "2"] and rejects[1][3] == big  # the value as the line wrote it
+    assert rejects[2][2] == f"non-string text (number {big[:40]})"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_a_csv_integer_of_more_digits_than_python_converts_is_a_bad_row_naming_it(tmp_path, capsys, fmt):
+    """A CSV cell of more than 4,300 digits in a kept column stopped the run with "unexpected ValueError: Exceeds the
+    limit (4300 digits) for integer string conversion ... - this is a bug in bertfeat" (as the first rows decided the
+    type, and under :int); now the first rows keep it as text, and :int says it is outside the int64 range."""
+    big = "9" * 5000
+    src = write_csv(tmp_path / f"b.{fmt}", ["id", "text", "k"], [["a", "one", "1"], ["b", "two", big]],
+                    delimiter="\t" if fmt == "tsv" else ",")
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--keep", "k", "-q")
+    assert rc == 0, err
+    assert pq.read_table(tmp_path / "o.parquet").column("k").to_pylist() == ["1", big]
+    (b,) = list(open_input(str(src), keep=["k"], keep_as={"k": "int"}).batches())
+    assert render(b.pre_rejected[1].text) == (f"kept column 'k': \"{big[:37]}...\" is outside the int64 range (the type "
+                                              "given in keep: int; give keep='k:str' to keep its text)")
+    assert b.extra["k"][0] == 1
+
+
 def test_a_parquet_float_past_float64_is_a_bad_row_beside_a_value_that_does_not_cast(tmp_path, capsys):
     """A Parquet text column given float whose batch also held a value Arrow cannot cast (abc) was cast one value at a
     time, and that path skipped the range check: 1e400 written as inf and 1e-400 as 0.0, silently, while the same
@@ -650,7 +738,7 @@ def test_a_jsonl_number_below_float64s_smallest_says_so(tmp_path):
         got.update({r: (b.extra["k"][i], b.pre_rejected[r].text if r in b.pre_rejected else None)
                     for i, r in enumerate(b.rows)})
     for row, back in ((1, "0.0"), (2, "-0.0"), (3, "0.0")):
-        assert got[row][1].startswith(f"kept column 'k': {cells[row]} is below float64's smallest number (it would read "
+        assert got[row][1].startswith(f"kept column 'k': \"{cells[row]}\" is below float64's smallest number (it would read "
                                       f"back as {back}; give "), got[row]
     assert [got[r] for r in (0, 4, 5, 6, 7)] == [(1.5, None), (5e-324, None), (1e-320, None), (0.0, None), (0.0, None)]
     assert math.copysign(1, got[8][0]) == -1 and got[8][1] is None
@@ -665,17 +753,18 @@ def test_a_jsonl_integer_past_float64_in_a_number_column_is_a_bad_row(tmp_path, 
     src.write_text(f'{{"id": "a", "text": "one", "k": 1.5, "n": 1}}\n{{"id": "b", "text": "two", "k": {big}, "n": {big}}}\n')
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--id-column", "id",
                      "--keep", "k", "-q")
-    assert rc == 1 and err.startswith(f"Error: {src} row 1: kept column 'k': {big[:37]}... is beyond float64's range "
+    assert rc == 1 and err.startswith(f"Error: {src} row 1: kept column 'k': \"{big[:37]}...\" is beyond float64's range "
                                       "(give --keep k:str to keep its text) - fix the value"), err
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", tiny_model(), "--id-column", "id",
                      "--keep", "k,n", "--on-bad-row", "skip", "-q")
     assert rc == 0, err
     assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [
         ["row", "id", "reason", "k", "n"],
-        ["1", "b", f"kept column 'k': {big[:37]}... is beyond float64's range (give --keep k:str to keep its text)",
+        ["1", "b", f"kept column 'k': \"{big[:37]}...\" is beyond float64's range (give --keep k:str to keep its text)",
          big, big]]
     (b,) = list(open_input(str(src), keep=["n"]).batches())
-    assert render(b.pre_rejected[1].text) == f"kept column 'n': {big[:37]}... is outside the int64 range"
+    assert render(b.pre_rejected[1].text) == (f"kept column 'n': \"{big[:37]}...\" is outside the int64 range (give "
+                                              "keep='n:str' to keep its text)")
     rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "s.parquet", "--model", tiny_model(), "--keep", "k:str",
                      "-q")
     assert rc == 0, err
@@ -817,7 +906,7 @@ def test_a_jsonl_number_kept_as_str_keeps_its_text_and_an_overflow_is_a_bad_row(
                                                                           "-0"]  # -0: the audit's 3.51
     with pytest.raises(BertfeatError) as e:
         bertfeat.extract(src, tmp_path / "d.parquet", model=tiny_model(), keep="v")
-    assert e.value.message.startswith(f"{src} row 2: kept column 'v': 1e400 is beyond float64's range (give "
+    assert e.value.message.startswith(f"{src} row 2: kept column 'v': \"1e400\" is beyond float64's range (give "
                                       "keep='v:str' to keep its text)")
     s = bertfeat.extract(src, tmp_path / "k.parquet", model=tiny_model(), keep="v", on_bad_row="skip")
     assert s.rows_rejected == 1
@@ -1007,9 +1096,9 @@ def test_a_jsonl_number_a_float64_cannot_hold_is_a_bad_row_with_its_text(tmp_pat
     with open(tmp_path / "k.parquet.rejects.csv", newline="") as fh:
         rejects = [(r["row"], r["reason"], r["x"]) for r in csv.DictReader(fh)]
     assert rejects == [
-        ("1", "kept column 'x': 9007199254740993 has more digits than a float64 holds (it would read back as "
+        ("1", "kept column 'x': \"9007199254740993\" has more digits than a float64 holds (it would read back as "
               "9007199254740992.0; give --keep x:str to keep its text)", "9007199254740993"),
-        ("3", "kept column 'x': 0.10000000000000000001 has more digits than a float64 holds (it would read back as "
+        ("3", "kept column 'x': \"0.10000000000000000001\" has more digits than a float64 holds (it would read back as "
               "0.1; give --keep x:str to keep its text)", "0.10000000000000000001"),
         ("4", "kept column 'x': NaN is not a JSON number (give --keep x:str to keep its text)", "NaN"),
         ("6", "kept column 'x': -Infinity is not a JSON number (give --keep x:str to keep its text)", "-Infinity")]

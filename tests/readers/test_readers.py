@@ -112,6 +112,39 @@ def test_text_column_rules_parquet_only_string_column(tmp_path):
     assert open_input(str(tmp_path / "a.parquet"), text_column="raw").text_column == "raw"
 
 
+def write_columns(tmp_path, fmt: str, columns: dict) -> str:
+    """One input of ``columns`` (name -> values: strings or ints) in format ``fmt``."""
+    path = tmp_path / f"a.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(pa.table(columns), path)
+    elif fmt == "jsonl":
+        rows = zip(*columns.values())
+        path.write_text("".join(json.dumps(dict(zip(columns, r))) + "\n" for r in rows))
+    else:
+        rows = [columns.keys(), *zip(*columns.values())]
+        path.write_text("".join(",".join(map(str, r)) + "\n" for r in rows))
+    return str(path)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+@pytest.mark.parametrize("ids", [["a", "b"], [1, 2]])
+def test_a_text_column_named_with_spaces_around_it_is_picked_on_every_reader(tmp_path, fmt, ids):
+    """A column "text " (a header written "id,text "): JSONL and Parquet picked it when the ids were integers (the
+    only string column) and refused it when they were strings, CSV (every column a string) always refused it ("cannot
+    tell which column holds the text"). Now every reader picks it, after every exact name and spelling in another
+    case; two such columns are refused naming both and the option that picks one."""
+    src = write_columns(tmp_path, fmt, {"id": ids, "text ": ["one", "two"]})
+    assert open_input(src).text_column == "text "
+    src = write_columns(tmp_path, fmt, {"id": ids, "text ": ["one", "two"], "sentence": ["x", "y"]})
+    assert open_input(src).text_column == "sentence"  # a name written exactly still comes first
+    src = write_columns(tmp_path, fmt, {"id": ids, "text ": ["one", "two"], " Text": ["x", "y"]})
+    with pytest.raises(InputError) as e:
+        open_input(src)
+    assert e.value.render({}) == (f"{src}: the columns 'text ', ' Text' could each be the text (the spaces around a "
+                                  "name are part of it) - pass --text-column NAME with the one to encode, e.g. "
+                                  "--text-column 'text '")
+
+
 def test_csv_streaming_across_many_blocks_keeps_rows_in_place(tmp_path, monkeypatch):
     monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 300)
     malformed = {0, 1, 57, 58, 300, 731, 999}

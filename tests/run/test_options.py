@@ -240,6 +240,62 @@ def test_numpy_scalars_are_taken_as_the_numbers_they_hold(tmp_path):
     assert s.rows_written == 4
 
 
+#: every option declared a whole number (not a fraction too, as pca): a value in range
+WHOLE = {"chunk_rows": 4, "max_length": 16, "max_batch_tokens": 64, "threads": 2, "truncate_dim": 8, "workers": 2,
+         "stride": 4, "estimate": 4, "blocksize": 100_000, "max_bad_rows": 3, "max_field_bytes": 100_000}
+
+
+def test_every_whole_number_option_is_listed_here():
+    import typing
+
+    hints = typing.get_type_hints(ExtractOptions)
+    declared = {n for n in OPTIONS if "int" in str(hints[n]) and "float" not in str(hints[n])}
+    assert declared == set(WHOLE)
+
+
+@pytest.mark.parametrize("name", list(WHOLE))
+def test_a_whole_number_option_takes_a_whole_float_and_refuses_another_alike(name):
+    """chunk_rows=2.0 was refused ("is a float, not a whole number") where max_length=16.0 was taken (and passed on as
+    16.0); truncate_dim, workers, stride, estimate, max_bad_rows and max_field_bytes refused a whole float too, while
+    threads and max_batch_tokens took it; blocksize took 100000.5 as 100000, True as one byte and refused np.int64
+    with "unexpected AttributeError"; stride=True was read as a stride of 1. Now every option declared a whole number
+    takes 16.0 (NumPy's too) as 16, and refuses 16.5 and True with one message each."""
+    from bertfeat.run.options import check_types
+
+    np = pytest.importorskip("numpy")
+    value = WHOLE[name]
+    plain = check_types(ExtractOptions(input="x.csv", **{name: value}))
+    for given in (float(value), np.float64(value), np.int64(value)):
+        o = check_types(ExtractOptions(input="x.csv", **{name: given}))
+        assert type(getattr(o, name)) is int and getattr(o, name) == value, given
+        assert check(name, getattr(o, name)) == check(name, getattr(plain, name))
+    none = ", or leave it out" if OPTIONS[name].default is None or name in ("stride", "blocksize") else ""
+    string = {"max_bad_rows": " or a string such as '1%'", "max_field_bytes": " or a string such as '4MiB'",
+              "blocksize": " or a string such as '8MiB'", "estimate": " or True"}.get(name, "")
+    fix = f"give {name} as a whole number{string}{none}"
+    with pytest.raises(BertfeatError) as e:
+        check_types(ExtractOptions(input="x.csv", **{name: value + 0.5}))
+    assert e.value.message == f"{name}={value + 0.5} is not a whole number - {fix}"
+    if name != "estimate":  # (estimate=True: the default number of rows)
+        with pytest.raises(BertfeatError) as e:
+            check_types(ExtractOptions(input="x.csv", **{name: True}))
+        assert e.value.message == f"{name}=True is a bool, not a whole number - {fix}"
+
+
+def test_whole_floats_run_as_their_ints(tmp_path):
+    """bertfeat.extract(chunk_rows=2.0, ...) runs as with 2 (it was refused), and max_length=16.0 writes the same
+    provenance as 16 (it kept 16.0)."""
+    from bertfeat.features import read_feature_metadata
+
+    src = write_csv(tmp_path / "c.csv", ["text"], [[f"sentence {i}"] for i in range(5)])
+    kw = dict(model=tiny_model(), cache=False)
+    a = bertfeat.extract(src, tmp_path / "a.parquet", chunk_rows=2.0, max_length=16.0, max_batch_tokens=64.0, **kw)
+    b = bertfeat.extract(src, tmp_path / "b.parquet", chunk_rows=2, max_length=16, max_batch_tokens=64, **kw)
+    assert a.rows_written == b.rows_written == 5
+    meta = [read_feature_metadata(p) for p in (tmp_path / "a.parquet", tmp_path / "b.parquet")]
+    assert meta[0]["fingerprint"] == meta[1]["fingerprint"]
+
+
 def test_numpy_types_are_taken_as_the_dtype_they_name(tmp_path):
     """Found by the API audit: dtype=np.float16 (NumPy's own spelling, as in X.astype(np.float16)) was refused as
     `dtype=<class 'numpy.float16'> is a type, not a string - give dtype as a string`; it writes float16 now, as
