@@ -135,7 +135,7 @@ def convert_cells(column: str, values: list, typ: pa.DataType, given: bool = Fal
     texts = [values[k] for k in todo]
     converted = [_CELL[name](t) for t in texts] if given else _exact(name, texts)
     for k, t, v in zip(todo, texts, converted):
-        why = float_problem(column, t, v) if name == "double" and v is not _BAD else None
+        why = float_problem(column, t, v, given) if name == "double" and v is not _BAD else None
         if v is not _BAD and why is None:
             values[k] = v
         else:
@@ -146,17 +146,18 @@ def convert_cells(column: str, values: list, typ: pa.DataType, given: bool = Fal
 _INF_TEXT = re.compile(r"[+-]?inf(inity)?", re.IGNORECASE)
 
 
-def float_problem(column: str, text: str, value: float) -> str | None:
+def float_problem(column: str, text: str, value: float, given: bool = False) -> str | None:
     """Why the number written as ``text`` does not read back as it is written once read as the float ``value`` (None:
-    it does): past float64's range (``1e400``: inf), below its smallest number (``1e-400``: 0.0), or of more digits
-    than a float64 holds (``0.10000000000000000001``: 0.1). A bad row's reason, the same on every reader, the number
-    quoted as the input wrote it."""
+    it does): past float64's range (``1e400``: inf), below its smallest number (``1e-400``: 0.0), or (a type the
+    column's first values decided, not ``given``) of more digits than a float64 holds (``0.10000000000000000001``:
+    0.1; ``keep="k:float"`` reads it as the nearest float64, as ``k:int`` reads ``007`` as 7). A bad row's reason,
+    the same on every reader, the number quoted as the input wrote it."""
     t = text.strip()
     if math.isinf(value) and not _INF_TEXT.fullmatch(t):
         why = "is beyond float64's range ("
     elif _underflowed(t, value):
         why = f"is below float64's smallest number (it would read back as {value!r}; "
-    elif math.isfinite(value) and not _float_holds(value, t):
+    elif not given and math.isfinite(value) and not _float_holds(value, t):
         why = f"has more digits than a float64 holds (it would read back as {value!r}; "
     else:
         return None
@@ -323,7 +324,7 @@ def convert_json(column: str, value, typ: pa.DataType, given: bool = False,
             f = -0.0 if isinstance(value, JsonNegativeZero) else float(value)  # -0 among numbers: the double -0.0
         except OverflowError:  # an integer past float64's range (2**1024 written out)
             f = math.inf if value > 0 else -math.inf
-        why = float_problem(column, text, f)
+        why = float_problem(column, text, f, given)
         return (text, Reason(RejectCode.BAD_KEPT_VALUE, why)) if why else (f, None)
     if name == "string" and isinstance(value, str):
         bad = surrogate_reason(value, f"value of kept column {column!r}")
@@ -396,17 +397,16 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
 
 
 def _in_range(column: str, values, cast: list) -> tuple[list, dict[int, Reason]]:
-    """Text cast to float (``cast``: the values) -> (the values, the bad ones: text that does not read back as it is
-    written, ``float_problem``: 1e400 cast to inf, 1e-400 to 0.0, 0.10000000000000000001 to 0.1; such a value is left
-    as its text, for the rejects file)."""
-    floats = [k for k, v in enumerate(cast) if isinstance(v, float)]
+    """Text cast to a given float (``cast``: the values) -> (the values, the bad ones: text past float64's range,
+    ``float_problem``: 1e400 cast to inf, 1e-400 to 0.0; such a value is left as its text, for the rejects file)."""
+    floats = [k for k, v in enumerate(cast) if isinstance(v, float) and (math.isinf(v) or v == 0)]  # suspects
     if not floats or not _textual(values.type):
         return cast, {}
     texts = values.cast(pa.large_binary()).to_pylist()
     bad = {}
     for k in floats:
         text = texts[k].decode("utf-8", "replace")
-        why = float_problem(column, text, cast[k])
+        why = float_problem(column, text, cast[k], given=True)
         if why is not None:
             cast[k], bad[k] = text, Reason(RejectCode.BAD_KEPT_VALUE, why)
     return cast, bad

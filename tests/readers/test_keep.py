@@ -623,9 +623,12 @@ def test_a_number_past_float64_given_float_is_a_bad_row_not_inf_or_0(tmp_path, c
 #: numbers under keep k:float that no float64 reads back as written -> the reason's words after the quoted number
 NOT_HELD = {"1e400": "is beyond float64's range (",
             "-1e-400": "is below float64's smallest number (it would read back as -0.0; ",
-            "1e-400": "is below float64's smallest number (it would read back as 0.0; ",
-            "0.10000000000000000001": "has more digits than a float64 holds (it would read back as 0.1; ",
-            "9007199254740993": "has more digits than a float64 holds (it would read back as 9007199254740992.0; "}
+            "1e-400": "is below float64's smallest number (it would read back as 0.0; "}
+#: numbers of more digits than a float64 holds: the nearest float64 under a given :float (as :int reads 007 as 7), a bad
+#: row in a JSONL double column whose type its first values decided
+ROUNDED = {"0.10000000000000000001": ("has more digits than a float64 holds (it would read back as 0.1; ", 0.1),
+           "9007199254740993": ("has more digits than a float64 holds (it would read back as 9007199254740992.0; ",
+                                9007199254740992.0)}
 #: numbers it does read back as written (trailing zeros are no digits; 0.1 at 17 digits) -> the float
 HELD = {"0.100000000000000000000": 0.1, "100000000000000000000000.0": 1e23, "0.10000000000000001": 0.1, "2.5": 2.5,
         "1E+5": 1e5}
@@ -645,11 +648,10 @@ def float_input(tmp: Path, fmt: str, cells: list[str]) -> Path:
 @pytest.mark.parametrize("fmt", ["csv", "tsv", "parquet", "jsonl"])
 def test_a_number_a_float64_does_not_hold_is_the_same_bad_row_on_every_reader(tmp_path, fmt):
     """keep k:float: the reasons differed by reader (JSONL: 1e400 unquoted, -1e-400 "would read back as -0.0", CSV /
-    Parquet "0.0" for it), and CSV / Parquet rounded 0.10000000000000000001 and 9007199254740993 without a word where
-    JSONL refused them (docs/cli.md: a number a float64 cannot hold as written is a bad row), while JSONL refused
-    0.100000000000000000000 and 1e23 written out, which read back as written. Now one rule and one reason, the number
-    quoted as written, on every reader."""
-    cells = [*NOT_HELD, *HELD]
+    Parquet "0.0" for it), and JSONL refused 0.10000000000000000001 where CSV / Parquet read the nearest float64 (what
+    a given type does: :int reads 007 as 7), and 0.100000000000000000000 and 1e23 written out, which read back as
+    written. Now one rule and one reason, the number quoted as written, on every reader."""
+    cells = [*NOT_HELD, *ROUNDED, *HELD]
     src = float_input(tmp_path, fmt, cells)
     got = {}
     for b in open_input(str(src), keep=["k"], keep_as={"k": "float"}).batches():
@@ -657,6 +659,22 @@ def test_a_number_a_float64_does_not_hold_is_the_same_bad_row_on_every_reader(tm
                     for i, r in enumerate(b.rows)})
     fix = "give keep='k:str' to keep its text)"
     assert {c: got[c] for c in NOT_HELD} == {c: (c, f"kept column 'k': \"{c}\" {why}{fix}") for c, why in NOT_HELD.items()}
+    assert {c: got[c] for c in HELD} == {c: (v, None) for c, v in HELD.items()}
+    assert {c: got[c] for c in ROUNDED} == {c: (v, None) for c, (_, v) in ROUNDED.items()}
+
+
+def test_a_jsonl_double_column_refuses_a_number_of_more_digits_than_a_float64_holds(tmp_path):
+    """Without a given type a JSONL column of numbers is double, and a number it cannot hold as written is a bad row
+    (a CSV column's first rows decide double only when every cell is written back as it is)."""
+    cells = ["2.5", *ROUNDED, *HELD]
+    src = float_input(tmp_path, "jsonl", cells)
+    got = {}
+    for b in open_input(str(src), keep=["k"]).batches():
+        got.update({cells[r]: (b.extra["k"][i], render(b.pre_rejected[r].text) if r in b.pre_rejected else None)
+                    for i, r in enumerate(b.rows)})
+    fix = "give keep='k:str' to keep its text)"
+    assert {c: got[c] for c in ROUNDED} == {c: (c, f"kept column 'k': \"{c}\" {why}{fix}")
+                                            for c, (why, _) in ROUNDED.items()}
     assert {c: got[c] for c in HELD} == {c: (v, None) for c, v in HELD.items()}
 
 
