@@ -426,6 +426,23 @@ def test_a_finished_output_at_the_partial_path_beside_an_old_output_says_to_move
     assert sorted(os.listdir(partial)) == sorted(os.listdir(target)) == ["_bertfeat.json", "part-00000.parquet"]
 
 
+def test_a_name_without_room_for_its_temporary_on_a_file_system_of_a_lower_limit_is_refused_up_front(monkeypatch, tmp_path):
+    """The names bertfeat derives (.NAME.tmp-PID ...) are shortened to fit 255 bytes; on a file system of a lower limit
+    (eCryptfs: 143) a 130-byte name passed the check, and the run failed at its end writing its first file, its temporary
+    (149 bytes) too long. There the name leaves room for them, as before; one that does is written as given."""
+    from bertfeat.run.outputs import check_name_lengths
+
+    real = os.pathconf
+    monkeypatch.setattr(os, "pathconf", lambda p, n: 143 if n == "PC_NAME_MAX" else real(p, n))
+    out = tmp_path / ("x" * 122 + ".parquet")
+    with pytest.raises(OutputError) as e:
+        check_name_lengths([("output", out)])
+    assert str(e.value) == (f"the output name {out.name!r} is too long for its file system (148 bytes with the 18 its "
+                            "temporary name .NAME.tmp-PID adds; the limit is 143) - choose an output name at least 5 bytes "
+                            "shorter with output")
+    check_name_lengths([("output", tmp_path / ("x" * 117 + ".parquet"))])
+
+
 @pytest.mark.parametrize("name", ["o.parquet", "o" * 244 + ".parquet"])
 def test_the_mv_line_of_a_finished_output_at_the_partial_path_keeps_a_users_old_file_and_fits(tmp_path, name):
     """The refusal's command moved the old OUTPUT to OUTPUT.old: `mv` replaced a file of the user's so named without a
