@@ -38,7 +38,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 __all__ = ["AtomicFile", "atomic_output", "write_atomic", "together", "deferred", "removal", "pending", "temp_path_for",
-           "remove_stale_temps", "replace_directory", "fsync_file", "fsync_dir", "fitted_name", "NAME_MAX"]
+           "remove_stale_temps", "replace_directory", "fsync_file", "fsync_dir", "fitted_name", "NAME_MAX",
+           "ASIDE_ROOM"]
 
 _local = threading.local()  # .group: the CommitGroup of the innermost together() block of this thread
 
@@ -46,8 +47,9 @@ _local = threading.local()  # .group: the CommitGroup of the innermost together(
 #: the longest file name most file systems take, in bytes (ext4, XFS, btrfs, tmpfs, APFS)
 NAME_MAX = 255
 #: what an aside name adds to its file's: ``.`` before, ``.removing-`` and a pid of up to 7 digits after (pid_max is at
-#: most 4194304 on Linux)
-_ASIDE_ROOM = len("..removing-") + 7
+#: most 4194304 on Linux); ``fitted_name`` fits to NAME_MAX, so a file system of a lower limit needs this room
+#: after every name (run.outputs.check_name_lengths)
+ASIDE_ROOM = len("..removing-") + 7
 
 
 def fitted_name(name: str, room: int) -> str:
@@ -64,7 +66,7 @@ def fitted_name(name: str, room: int) -> str:
 
 def _aside(path: Path, kind: str, pid: int | None = None) -> Path:
     """``.<name>.<kind>-<pid>`` beside ``path`` (kind: tmp, old, removing; its name shortened by ``fitted_name``)."""
-    return path.with_name(f".{fitted_name(path.name, _ASIDE_ROOM)}.{kind}-{os.getpid() if pid is None else pid}")
+    return path.with_name(f".{fitted_name(path.name, ASIDE_ROOM)}.{kind}-{os.getpid() if pid is None else pid}")
 
 
 def _keep_mode(new: Path, old: Path) -> None:
@@ -88,7 +90,7 @@ def remove_stale_temps(path: str | os.PathLike, old_directory_marker: str | None
     but for an old output directory ``replace_directory`` set aside (``.<name>.old-<pid>``) that holds the file
     ``old_directory_marker`` (the Dask engine's ``_bertfeat.json``)."""
     path = Path(path)
-    base = fitted_name(path.name, _ASIDE_ROOM)
+    base = fitted_name(path.name, ASIDE_ROOM)
     try:
         found = [p for kind in ("tmp", "old", "removing") for p in path.parent.glob(f".{glob.escape(base)}.{kind}-*")]
     except OSError:

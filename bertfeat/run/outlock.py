@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import socket
@@ -38,14 +37,13 @@ class OutputLockedError(BertfeatError):
 
 def lock_path(output: str | os.PathLike) -> Path:
     """The lock file of an output: ``.NAME.lock`` beside it (hidden: never read as input); a name too long for the
-    file system with those 6 more characters (a 250-character output, or its rejects file) is cut, with a digest of
-    the whole name to keep it apart from other outputs."""
+    file system with those 6 more characters (a 250-character output, or its rejects file) is shortened as every name
+    bertfeat derives (``atomic.fitted_name``: its first bytes and a digest of the whole name, apart from other
+    outputs')."""
+    from ..atomic import fitted_name
+
     p = Path(output)
-    name = f".{p.name}.lock"
-    if len(name.encode()) > 255:  # NAME_MAX
-        digest = hashlib.sha256(p.name.encode()).hexdigest()[:16]
-        name = f".{p.name.encode()[:200].decode(errors='ignore')}~{digest}.lock"
-    return p.with_name(name)
+    return p.with_name(f".{fitted_name(p.name, len('..lock'))}.lock")
 
 
 def owner_of(path: Path) -> str:

@@ -191,20 +191,26 @@ def check_name_lengths(outputs: list[tuple[str, Path]]) -> None:
     bertfeat derives for its own use (temporaries, locks, the partial run's folder, extract's rejects file, named in
     its summary) are shortened to fit instead (``atomic.fitted_name``): a name the user opens (a .npy's ids file, a
     provenance file, a PCA model or report, a sweep report) is refused. extract, pca fit / transform, report and
-    sweep call it."""
-    over = []  # (bytes past the limit, limit, label, path): the one furthest past it is named, its cut fixes all
+    sweep call it. On a file system of a lower limit than the 255 bytes that shortening assumes (eCryptfs: 143), the
+    names bertfeat derives are not shortened to fit it: there the name leaves room for them (``atomic.ASIDE_ROOM``),
+    as every name had to before, else its run would fail at its end, writing its first file."""
+    from ..atomic import ASIDE_ROOM, NAME_MAX
+
+    over = []  # (bytes past the limit, limit, label, path, room): the one furthest past it is named, its cut fixes all
     for label, path in outputs:
         try:
             limit = os.pathconf(path.parent if str(path.parent) else ".", "PC_NAME_MAX")
         except (OSError, ValueError):
             continue  # no such folder (its own check says so) or no limit known
-        size = len(path.name.encode("utf-8", "surrogateescape"))
+        room = ASIDE_ROOM if limit < NAME_MAX else 0
+        size = len(path.name.encode("utf-8", "surrogateescape")) + room
         if size > limit:
-            over.append((size - limit, limit, label, path))
+            over.append((size - limit, limit, label, path, room))
     if over:
-        cut, limit, label, path = max(over, key=lambda o: o[0])
-        raise OutputError(f"the {label} name {path.name!r} is too long for its file system ({cut + limit:,} bytes; "
-                          f"the limit is {limit})",
+        cut, limit, label, path, room = max(over, key=lambda o: o[0])
+        derived = f" with the {room} its temporary name .NAME.tmp-PID adds" if room else ""
+        raise OutputError(f"the {label} name {path.name!r} is too long for its file system ({cut + limit:,} bytes"
+                          f"{derived}; the limit is {limit})",
                           f"choose an output name at least {cut:,} byte{'s' * (cut != 1)} shorter with {opt('output')}")
 
 

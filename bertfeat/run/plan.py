@@ -639,15 +639,14 @@ def check_partial_is_ours(partial: Path, output: Path, resume: bool = False, ove
 def _finished_output_error(partial: Path, target: Path, resume: bool, overwrite: bool):
     """check_partial_is_ours' refusal of a finished output at OUTPUT.partial: kept whole; a killed Dask run's had
     published its side files (rejects, PCA model and report) before its last step, so renaming it completes the
-    output (an OUTPUT already there, an --overwrite run's old one, is moved aside first) and nothing needs a rerun."""
-    import shlex
-
+    output (an OUTPUT already there, an --overwrite run's old one, is moved aside first, to a name that is free and
+    fits: ``mv`` would replace a file of the user's named OUTPUT.old) and nothing needs a rerun."""
     from ..errors import OutputError
 
     why = (f"; {opt('resume', True)} has nothing to continue in it (no manifest: that run had finished)" if resume else
            f"; {opt('overwrite', True)} does not delete it (it may be yours)" if overwrite else "")
     q = shlex.quote
-    old = target.with_name(target.name + ".old")
+    old = _free_name(target, ".old")
     move = (f"mv {q(str(target))} {q(str(old))} && " if target.exists() or target.is_symlink() else "")
     return OutputError(f"{partial} holds a finished bertfeat output (_bertfeat.json and its parts, no partial run's "
                        f"manifest): an output of yours named so, or a Dask run killed as it moved its output to "
@@ -657,3 +656,16 @@ def _finished_output_error(partial: Path, target: Path, resume: bool, overwrite:
                        + (f" (the {target} there now is moved aside to {old})" if move else "")
                        + "; otherwise move it out of the way, or write the output under another name")
 
+
+def _free_name(path: Path, suffix: str) -> Path:
+    """``path`` with ``suffix`` (then ``suffix`` 2, 3 ...) added, the first name nothing holds yet, shortened to fit the
+    name limit (``atomic.fitted_name``): the name a message's ``mv`` line moves a file aside to."""
+    from ..atomic import fitted_name
+
+    n = 1
+    while True:
+        end = suffix if n == 1 else f"{suffix}{n}"
+        aside = path.with_name(fitted_name(path.name, len(end.encode())) + end)
+        if not os.path.lexists(aside):
+            return aside
+        n += 1

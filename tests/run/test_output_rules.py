@@ -426,6 +426,57 @@ def test_a_finished_output_at_the_partial_path_beside_an_old_output_says_to_move
     assert sorted(os.listdir(partial)) == sorted(os.listdir(target)) == ["_bertfeat.json", "part-00000.parquet"]
 
 
+def test_a_name_without_room_for_its_temporary_on_a_file_system_of_a_lower_limit_is_refused_up_front(monkeypatch, tmp_path):
+    """The names bertfeat derives (.NAME.tmp-PID ...) are shortened to fit 255 bytes; on a file system of a lower limit
+    (eCryptfs: 143) a 130-byte name passed the check, and the run failed at its end writing its first file, its temporary
+    (149 bytes) too long. There the name leaves room for them, as before; one that does is written as given."""
+    from bertfeat.run.outputs import check_name_lengths
+
+    real = os.pathconf
+    monkeypatch.setattr(os, "pathconf", lambda p, n: 143 if n == "PC_NAME_MAX" else real(p, n))
+    out = tmp_path / ("x" * 122 + ".parquet")
+    with pytest.raises(OutputError) as e:
+        check_name_lengths([("output", out)])
+    assert str(e.value) == (f"the output name {out.name!r} is too long for its file system (148 bytes with the 18 its "
+                            "temporary name .NAME.tmp-PID adds; the limit is 143) - choose an output name at least 5 bytes "
+                            "shorter with output")
+    check_name_lengths([("output", tmp_path / ("x" * 117 + ".parquet"))])
+
+
+@pytest.mark.parametrize("name", ["o.parquet", "o" * 244 + ".parquet"])
+def test_the_mv_line_of_a_finished_output_at_the_partial_path_keeps_a_users_old_file_and_fits(tmp_path, name):
+    """The refusal's command moved the old OUTPUT to OUTPUT.old: `mv` replaced a file of the user's so named without a
+    word, and for an output name over 251 bytes it failed (File name too long). It moves it to a free name that fits,
+    and running it as given leaves the finished output in place and every file of the user's."""
+    import subprocess
+
+    from bertfeat.atomic import fitted_name
+
+    src = tmp_path / "in.csv"
+    src.write_text("text\nfine\n")
+    target = tmp_path / name
+    partial = target.with_name(fitted_name(name, len(".partial")) + ".partial")
+    for d in (partial, target):
+        d.mkdir()
+        (d / "_bertfeat.json").write_text("{}\n")
+        (d / "part-00000.parquet").write_text(d.name[-7:])
+    mine = target.with_name(fitted_name(name, 4) + ".old")
+    if len(name) < 200:
+        mine.write_text("mine\n")
+    with pytest.raises(OutputError) as e:
+        bertfeat.extract(src, target, model=tiny_model(), engine="dask", overwrite=True)
+    line = str(e.value).split("`")[1]
+    done = subprocess.run(line, shell=True, capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (target / "part-00000.parquet").read_text() == "partial" and not partial.exists()
+    if len(name) < 200:
+        assert mine.read_text() == "mine\n"
+        moved = target.with_name(name + ".old2")
+    else:
+        moved = target.with_name(fitted_name(name, 4) + ".old")
+    assert (moved / "part-00000.parquet").read_text() == name[-7:] and f"moved aside to {moved})" in str(e.value)
+
+
 def test_a_run_without_pca_removes_an_earlier_runs_pca_files(tmp_path, src):
     """OUTPUT.pca.npz and its report describe the features of the run that wrote them (its provenance names the
     model's sha256): a later run over that output without pca (--overwrite) removes them with its own files, so no
