@@ -93,10 +93,18 @@ def check_size(value: int | None, param: str, minimum: int = 1, maximum: int | N
     fix = f"choose {rng}{note}, or leave it out for the default"
     if not _is_number(value):
         raise BertfeatError(f"{opt(param, value)} is not a number", fix)
-    if isinstance(value, bool) or not value >= minimum or (maximum is not None and value > maximum):  # nan too
+    _refuse_bool(value, param)
+    if not value >= minimum or (maximum is not None and value > maximum):  # nan too
         raise BertfeatError(f"{opt(param, value)} is out of range", fix)
     _check_whole(value, param, fix)
     return int(value)  # (16.0 and np.int64(16): the int 16)
+
+
+def _refuse_bool(value, param: str) -> None:
+    """True / False for a count (an Encoder's or extract's: one wording, run.options.whole_number's)."""
+    if isinstance(value, bool):
+        raise BertfeatError(f"{opt(param, value)} is a bool, not a whole number",
+                            f"give {opt(param)} as a whole number, or leave it out")
 
 
 def _check_whole(value, param: str, fix: str) -> None:
@@ -193,7 +201,8 @@ def check_threads(value: int | None, param: str = "threads") -> int | None:
     fix = "give 1 or more (default: all cores)"
     if not _is_number(value):
         raise BertfeatError(f"{opt(param, value)} is not a number", fix)
-    if isinstance(value, bool) or not value >= 1:
+    _refuse_bool(value, param)
+    if not value >= 1:
         raise BertfeatError(f"{opt(param, value)} is out of range", fix)
     _check_whole(value, param, fix)
     return int(value)

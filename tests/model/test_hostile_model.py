@@ -548,14 +548,14 @@ def test_extract_estimate_counts_the_rows_with_no_tokens(no_specials, tmp_path, 
 @pytest.mark.parametrize("kwargs, message", [
     ({"threads": 0}, "threads=0 is out of range - give 1 or more (default: all cores)"),
     ({"threads": -2}, "threads=-2 is out of range - give 1 or more (default: all cores)"),
-    ({"threads": True}, "threads=True is out of range - give 1 or more (default: all cores)"),
+    ({"threads": True}, "threads=True is a bool, not a whole number - give threads as a whole number, or leave it out"),
     ({"threads": "2"}, "threads='2' is not a number - give 1 or more (default: all cores)"),
     ({"max_batch_tokens": 0}, "max_batch_tokens=0 is out of range - choose 1 or more (tokens per batch, padded rows x "
                               "length; default 512), or leave it out for the default"),
     ({"max_batch_tokens": -1}, "max_batch_tokens=-1 is out of range - choose 1 or more (tokens per batch, padded rows x "
                                "length; default 512), or leave it out for the default"),
-    ({"max_batch_tokens": False}, "max_batch_tokens=False is out of range - choose 1 or more (tokens per batch, padded "
-                                  "rows x length; default 512), or leave it out for the default"),
+    ({"max_batch_tokens": False}, "max_batch_tokens=False is a bool, not a whole number - give max_batch_tokens as a "
+                                  "whole number, or leave it out"),
     ({"max_length": 0}, "max_length=0 is out of range - choose 3 or more (up to the model's max_position_embeddings, "
                         "512 for BERT and MiniLM), or leave it out for the default"),
 ])
