@@ -28,6 +28,7 @@ from ..errors import InputError, one_line, opt
 from .rejects import Reason, RejectCode, cell, size_text, too_large
 from .textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
+from .paths import convert_line
 from .kept import JsonNegativeZero, JsonNumber, convert_json, json_int, json_type, json_written
 from .stream import Swapped, swap_table
 from .text import (TextReader, TooLong, ebcdic_codec, head_of, line_feed_byte, read_lines, read_wide_lines,
@@ -388,6 +389,9 @@ def _pairs(pairs: list) -> dict:
     return d
 
 
+_TR_CR = "tr '\\r' '\\n'"  # CR line ends to line feeds
+
+
 def _refuse_json_document(name: str, head: bytes, lines: list[bytes]) -> None:
     """A JSON array written over several lines (a .json export: its first line "[" is no JSON value), or lines that
     end in CR alone, is not JSON Lines: said as such, with the conversion, rather than as a bad row 0 or a file
@@ -405,7 +409,8 @@ def _refuse_json_document(name: str, head: bytes, lines: list[bytes]) -> None:
                              f"{shlex.quote(whole)}") from None
     if head.count(b"\r") > 1 and b"\n" not in head:
         raise InputError(f"{name}: its lines end in CR alone (old Mac line ends), which JSON Lines does not take",
-                         f"convert the line ends, e.g. tr '\\r' '\\n' < {src} > {shlex.quote(stem + '.lf.jsonl')}")
+                         f"convert the line ends, e.g. "
+                         f"{convert_line('-' if name == '<stdin>' else name, _TR_CR, 'lf', 'jsonl')}")
 
 
 def _raw_control(e: BaseException) -> str | None:

@@ -169,6 +169,25 @@ def join_line(pattern: str, ext: str, compression: str | None = None) -> str:
     return f"{first}cat {shell_pattern(pattern)} > all{ext}"
 
 
+#: a compressed file's bytes to standard output, for a filter
+_READ_DECOMPRESSED = {"gzip": "gzip -dc", "bz2": "bzip2 -dc", "zstd": "zstd -dc"}
+
+
+def convert_line(path: str, command: str, tag: str, ext: str) -> str:
+    """The shell line that runs the file ``path`` through the filter ``command`` into ``STEM.TAG.EXT`` in the current
+    folder (``tr '\\r' '\\n' < x.csv > x.lf.csv``): a compressed file decompressed on the way (tr on gzip bytes makes
+    no CSV), and never into the input's own name (``tr ... < x.lf.csv > x.lf.csv`` emptied x.lf.csv before tr read
+    it; now ``x.lf.lf.csv``: one more part than the name it comes from). Standard input (``-``): FILE and NAME."""
+    if path == "-":
+        return f"{command} < FILE > NAME.{tag}.{ext}"
+    name, compression = Path(path).name, compression_of(path)
+    plain = Path(name).stem if compression else name  # x.csv.gz -> x.csv
+    dest = shlex.quote(f"{Path(plain).stem}.{tag}.{ext}")
+    if compression:
+        return f"{_READ_DECOMPRESSED[compression]} {shlex.quote(path)} | {command} > {dest}"
+    return f"{command} < {shlex.quote(path)} > {dest}"
+
+
 #: a glob's wildcards: ``*``, ``?`` and a bracket expression (``[abc]``, ``[!0-9]``; ``]`` first is one of its letters)
 _WILDCARD = re.compile(r"\*+|\?|\[!?\]?[^]]*\]")
 

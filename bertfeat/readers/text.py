@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import codecs
 import io
-import shlex
 import sys
 import zlib
-from pathlib import Path
 
 import pyarrow as pa
 
 from ..errors import InputError, clipped, opt
 from .base import HEAD_BYTES, MIN_PART_BYTES, Partition, RawBatch, Reader, standard_input, stdin_read_error
-from .paths import compression_of, join_line
+from .paths import compression_of, convert_line, join_line
 from .stream import CountingReader, NativeRaw, Prefixed, gzip_sizes
 
 
@@ -140,11 +138,11 @@ class TextReader(Reader):
         lf, nl = line_feed_byte(codec), "\x85".encode(codec, errors="replace")
         if lf is None or len(nl) != 1 or bytes([lf]) in head or nl not in head:
             return
-        src, dest = ("FILE", f"NAME.lf.{self.fmt}") if self.path == "-" else (
-            shlex.quote(self.path), shlex.quote(f"{Path(self.files[0]).name.split('.', 1)[0]}.lf.{self.fmt}"))
+        line = convert_line("-" if self.path == "-" else self.files[0], f"tr '\\{nl[0]:03o}' '\\{lf:03o}'", "lf",
+                            self.fmt)
         raise InputError(f"{self.name}: its lines end in EBCDIC's NL (byte 0x{nl[0]:02x}), not a line feed (0x{lf:02x}) "
-                         f"as bertfeat reads {codec} lines", f"make them line feeds (tr '\\{nl[0]:03o}' '\\{lf:03o}' "
-                         f"< {src} > {dest}) and pass that file with {opt('encoding', codec)}")
+                         f"as bertfeat reads {codec} lines", f"make them line feeds ({line}) and pass that file with "
+                         f"{opt('encoding', codec)}")
 
     def _open_binary(self):
         """(binary stream of the decompressed input, counter of the bytes read from disk)."""

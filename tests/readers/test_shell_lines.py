@@ -100,3 +100,38 @@ def test_shell_pattern_quotes_the_letters_and_leaves_the_wildcards(pattern, show
     from bertfeat.readers.paths import shell_pattern
 
     assert shell_pattern(pattern) == shown
+
+
+@pytest.mark.parametrize("fmt, text", [("csv", "id,text\x851,hello world\x852,good day\x85"),
+                                       ("jsonl", '{"id": 1, "text": "hello world"}\x85{"id": 2, "text": "good day"}\x85')])
+@pytest.mark.parametrize("name", ["in.lf", "it's.lf", "in"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_the_tr_line_of_ebcdic_nl_lines_runs_as_printed_and_never_over_its_input(tmp_path, fmt, text, name, gz):
+    """The EBCDIC line's target was the input's name up to its first dot + .lf.FMT: for in.lf.csv, in.lf.csv itself,
+    which `tr ... < in.lf.csv > in.lf.csv` emptied before tr read it; and tr read a .gz file's compressed bytes."""
+    data = text.encode("cp037")
+    src = tmp_path / (f"{name}.{fmt}" + (".gz" if gz else ""))
+    src.write_bytes(gzip.compress(data) if gz else data)
+    before = src.read_bytes()
+    with pytest.raises(InputError) as e:
+        open_input(str(src), encoding="cp037")
+    line = re.search(r"make them line feeds \((.*)\) and pass that file", e.value.message)[1]
+    _bash(line, tmp_path)
+    assert src.read_bytes() == before
+    made = [p for p in tmp_path.iterdir() if p != src]
+    assert [p.name for p in made] == [f"{name}.lf.{fmt}"], line
+    assert made[0].read_bytes() == data.replace(b"\x15", b"\x25")
+    assert len(list(open_input(str(made[0]), encoding="cp037").batches())) >= 1  # read so, the rows are there
+
+
+@pytest.mark.parametrize("name", ["x.lf.jsonl", "x.jsonl.gz"])
+def test_the_tr_line_of_cr_jsonl_lines_never_writes_over_its_input_and_reads_a_gz_file(tmp_path, name):
+    data = b'{"text": "a"}\r{"text": "b"}\r{"text": "c"}\r'
+    src = tmp_path / name
+    src.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    before = src.read_bytes()
+    line = re.search(r"e\.g\. (.*tr .*)$", _message(src))[1]
+    _bash(line, tmp_path)
+    assert src.read_bytes() == before
+    made = [p for p in tmp_path.iterdir() if p != src]
+    assert len(made) == 1 and made[0].read_bytes() == data.replace(b"\r", b"\n"), line
