@@ -237,16 +237,15 @@ class JsonNegativeZero(int):
 JsonNegativeZero.__name__ = "int"
 
 
-class JsonLongInt(int):
-    """A JSON integer of more digits than Python may convert from text (``sys.get_int_max_str_digits``: 4,300, 640 at
-    least): far past int64 and float64, so its value is never kept; it stands as +-10**600 (a range check sees it
-    outside, float() overflows), and ``text`` and its ``str`` are the integer as the line wrote it (the rejects file,
-    a message, a ``str`` column)."""
+class _Shown:
+    """A number that prints as ``text`` (the rejects file, a message show it so) and is its number everywhere else
+    (``pa.array`` makes the same value of it); a subclass names the number type it is (``_number``)."""
 
     text: str
+    _number: type
 
-    def __new__(cls, text: str):
-        self = super().__new__(cls, -_LONG if text.startswith("-") else _LONG)
+    def __new__(cls, value, text: str):
+        self = super().__new__(cls, value)
         self.text = text
         return self
 
@@ -256,7 +255,16 @@ class JsonLongInt(int):
     __repr__ = __str__
 
     def __reduce__(self):  # (a Dask partition's rows travel pickled)
-        return JsonLongInt, (self.text,)
+        return type(self), (self._number(self), self.text)
+
+
+class JsonLongInt(_Shown, int):
+    """A JSON integer of more digits than Python may convert from text (``sys.get_int_max_str_digits``: 4,300, 640 at
+    least): far past int64 and float64, so its value is never kept; it stands as +-10**600 (a range check sees it
+    outside, float() overflows), and ``text`` and its ``str`` are the integer as the line wrote it (the rejects file,
+    a message, a ``str`` column)."""
+
+    _number = int
 
 
 JsonLongInt.__name__ = "int"
@@ -269,7 +277,7 @@ def json_int(text: str) -> int:
     if text.lstrip("-") == "0" and text.startswith("-"):
         return JsonNegativeZero(0)
     if len(text) > 600:  # (past float64's 309 digits, and below any limit sys.set_int_max_str_digits allows)
-        return JsonLongInt(text)
+        return JsonLongInt(-_LONG if text.startswith("-") else _LONG, text)
     return int(text)
 
 
@@ -417,27 +425,6 @@ def _textual(t: pa.DataType) -> bool:
 
 
 # --------------------------------------------------------------------------- Arrow values as Python objects
-class _Shown:
-    """A number that prints as ``text`` (the rejects file, a message show it so) and is its number everywhere else
-    (``pa.array`` makes the same value of it); a subclass names the number type it is (``_number``)."""
-
-    text: str
-    _number: type
-
-    def __new__(cls, value, text: str):
-        self = super().__new__(cls, value)
-        self.text = text
-        return self
-
-    def __str__(self) -> str:
-        return self.text
-
-    __repr__ = __str__
-
-    def __reduce__(self):  # (a Dask partition's rows travel pickled)
-        return type(self), (self._number(self), self.text)
-
-
 class Stored(_Shown, int):
     """A date, time, timestamp or duration as the integer Arrow stores it (days; units since midnight or 1970; units),
     for a value whose Python object would not be the same value (``python_values``): ``pa.array`` makes that value of
