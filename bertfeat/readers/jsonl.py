@@ -29,7 +29,7 @@ from .rejects import Reason, RejectCode, cell, size_text, too_large
 from .textcheck import surrogate_reason
 from .base import HEAD_BYTES, RawBatch
 from .paths import convert_line
-from .kept import JsonNegativeZero, JsonNumber, convert_json, json_int, json_type, json_written
+from .kept import JsonNegativeZero, JsonNumber, convert_json, json_class, json_int, json_type, json_written
 from .stream import Swapped, swap_table
 from .text import (TextReader, TooLong, ebcdic_codec, head_of, line_feed_byte, read_lines, read_wide_lines,
                    split_wide_lines, wide_line_codec)
@@ -466,8 +466,7 @@ def _check_id(ident, id_kind: str | None) -> tuple[Reason | None, str | None]:
 
 def _json_kind(v) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number",
-            type(None): "null"}.get(float if isinstance(v, float) else int if isinstance(v, int) and not isinstance(v, bool)
-                                    else type(v), type(v).__name__)  # JsonNumber: float; JsonLongInt: int
+            type(None): "null"}.get(json_class(v), type(v).__name__)
 
 
 def _line_kind(v) -> str:

@@ -358,6 +358,14 @@ def _float_holds(f: float, text: str) -> bool:
     return Decimal(format(f, f".{min(max(digits, 1), 800)}g")) == Decimal(text)  # (800: more than a float64's exact digits)
 
 
+def json_class(v) -> type:
+    """The plain type a parsed JSON value is, for words about it: bool, int, float, str, dict, list or NoneType (a
+    number read as JsonNumber / JsonLongInt / JsonNegativeZero is its float or int; another object its own type)."""
+    if isinstance(v, bool):
+        return bool
+    return next((t for t in (float, int) if isinstance(v, t)), type(v))
+
+
 def json_kind(v) -> str:
     """What a JSON value is, in words: 'a string', 'a number', 'an integer', 'a boolean', 'an object', 'an array'."""
     if isinstance(v, bool):
@@ -407,12 +415,12 @@ def cast_values(column: str, values, typ: pa.DataType) -> tuple[list, dict[int, 
 def _in_range(column: str, values, cast: list) -> tuple[list, dict[int, Reason]]:
     """Text cast to a given float (``cast``: the values) -> (the values, the bad ones: text past float64's range,
     ``float_problem``: 1e400 cast to inf, 1e-400 to 0.0; such a value is left as its text, for the rejects file)."""
-    floats = [k for k, v in enumerate(cast) if isinstance(v, float) and (math.isinf(v) or v == 0)]  # suspects
-    if not floats or not _textual(values.type):
+    suspects = [k for k, v in enumerate(cast) if isinstance(v, float) and (math.isinf(v) or v == 0)]
+    if not suspects or not _textual(values.type):
         return cast, {}
     texts = values.cast(pa.large_binary()).to_pylist()
     bad = {}
-    for k in floats:
+    for k in suspects:
         text = texts[k].decode("utf-8", "replace")
         why = float_problem(column, text, cast[k], given=True)
         if why is not None:

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..readers import RawBatch, Reader
-from ..readers.kept import kept_array
+from ..readers.kept import json_class, kept_array
 from ..readers.rejects import Reason, RejectCode, bad_row_error, no_tokens, reject, token_past_table, too_long
 from ..readers.textcheck import text_reason
 
@@ -53,9 +53,8 @@ def decode_cell(value, what: str) -> tuple[str | None, Reason | None]:
 
 def kind(v) -> str:
     """A JSON-ish name of a value's type, for a reject's words."""
-    number = float if isinstance(v, float) else int if isinstance(v, int) and not isinstance(v, bool) else type(v)
-    return {bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}.get(
-        number, type(v).__name__)  # a JSONL number (kept.JsonNumber, JsonLongInt, JsonNegativeZero) is a float or an int
+    return {bool: "boolean", int: "number", float: "number", dict: "object", list: "array"}.get(json_class(v),
+                                                                                            type(v).__name__)
 
 
 def id_value(v):
