@@ -17,7 +17,7 @@ from ..errors import InputError, clipped, one_line, opt
 from .rejects import Reason, RejectCode, too_large
 from . import arrowexit
 from .base import HEAD_BYTES, RawBatch, utf8_error_at
-from .kept import convert_cells, infer_cell_type, written_cells
+from .kept import convert_cells, infer_cell_type, quoted, written_cells
 from .paths import compression_of
 from .stream import CountingReader, NewlineAtEnd, ReadAheadGate
 from .text import TextReader, split_wide_lines, wide_line_codec
@@ -566,7 +566,7 @@ class CsvReader(TextReader):
             tracker.header_rows.clear()
             return
         line = tracker.header.decode("utf-8", errors="replace")
-        shown = json.dumps(clipped(line), ensure_ascii=False)
+        shown = quoted(line)
         for k, row in enumerate(b.rows):
             if row not in tracker.header_rows:
                 continue
@@ -704,8 +704,7 @@ def _malformed_line_handler(skipped: dict[int, Reason], mender=None, encoding: s
             skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"{what}, and it is not valid {encoding}"
                                 + (f" (byte 0x{byte:02x})" if byte is not None else ""))
             return "skip"
-        text = clipped(row.text)
-        skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"{what} ({json.dumps(text, ensure_ascii=False)})")
+        skipped[n] = Reason(RejectCode.MALFORMED_LINE, f"{what} ({quoted(row.text)})")
         return "skip"
 
     on_invalid._bertfeat_row_handler = True
