@@ -93,18 +93,19 @@ def check_size(value: int | None, param: str, minimum: int = 1, maximum: int | N
     fix = f"choose {rng}{note}, or leave it out for the default"
     if not _is_number(value):
         raise BertfeatError(f"{opt(param, value)} is not a number", fix)
-    _refuse_bool(value, param)
+    refuse_bool(value, param)
     if not value >= minimum or (maximum is not None and value > maximum):  # nan too
         raise BertfeatError(f"{opt(param, value)} is out of range", fix)
     _check_whole(value, param, fix)
     return int(value)  # (16.0 and np.int64(16): the int 16)
 
 
-def _refuse_bool(value, param: str) -> None:
-    """True / False for a count (an Encoder's or extract's: one wording, run.options.whole_number's)."""
+def refuse_bool(value, param: str, fix: str | None = None) -> None:
+    """True / False for a count, refused in one wording (an Encoder's sizes, extract's whole-number options);
+    ``fix``: the option's own, when it takes more than a whole number or None (``'1%'``, ``'8MiB'``)."""
     if isinstance(value, bool):
         raise BertfeatError(f"{opt(param, value)} is a bool, not a whole number",
-                            f"give {opt(param)} as a whole number, or leave it out")
+                            fix or f"give {opt(param)} as a whole number, or leave it out")
 
 
 def _check_whole(value, param: str, fix: str) -> None:
@@ -201,7 +202,7 @@ def check_threads(value: int | None, param: str = "threads") -> int | None:
     fix = "give 1 or more (default: all cores)"
     if not _is_number(value):
         raise BertfeatError(f"{opt(param, value)} is not a number", fix)
-    _refuse_bool(value, param)
+    refuse_bool(value, param)
     if not value >= 1:
         raise BertfeatError(f"{opt(param, value)} is out of range", fix)
     _check_whole(value, param, fix)

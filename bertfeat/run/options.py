@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..checks import (DEFAULT_MAX_FIELD_BYTES, check_input_path, check_max_batch_tokens, check_max_length, check_size,
-                      check_threads, check_truncate_dim, kind_of, parse_max_field_bytes)
+                      check_threads, check_truncate_dim, kind_of, parse_max_field_bytes, refuse_bool)
 from ..errors import BertfeatError, opt
 
 ENGINES = ("local", "dask")
@@ -429,8 +429,8 @@ def whole_number(name: str, value, classes: tuple):
     ``blocksize=True`` as one byte). Anything else as it is, for the option's type and check."""
     if hasattr(value, "dtype") and getattr(value, "shape", None) == () and hasattr(value, "item"):
         value = value.item()  # np.float64(2.0) -> 2.0, np.int64(2) -> 2 (blocksize=np.int64(...) raised AttributeError)
-    if isinstance(value, bool) and bool not in classes:
-        raise BertfeatError(f"{opt(name, value)} is {kind_of(value)}, not a whole number", _whole_fix(name, classes))
+    if bool not in classes:
+        refuse_bool(value, name, _whole_fix(name, classes))
     if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
         if not (math.isfinite(value) and float(value).is_integer()):
             raise BertfeatError(f"{opt(name, value)} is not a whole number", _whole_fix(name, classes))
