@@ -153,18 +153,15 @@ def replace_directory(new: str | os.PathLike, dest: str | os.PathLike) -> None:
     ``dest`` is briefly missing, never partial). The old directory goes to ``.<name>.old-<pid>`` and is deleted last;
     a kill during that leaves it hidden, removed later by remove_stale_temps(dest, marker) when it holds ``marker``."""
     new, dest = Path(new), Path(dest)
-    if not (dest.is_dir() and not dest.is_symlink()):
-        if dest.exists() or dest.is_symlink():
-            dest.unlink()
+    if not (dest.exists() or dest.is_symlink()):
         os.replace(new, dest)
         fsync_dir(dest.parent)
         return
+    if not (dest.is_dir() and not dest.is_symlink()):
+        _replace_file_by_directory(new, dest)
+        return
     _keep_mode(new, dest)
-    aside = _aside(dest, "old")
-    if aside.is_dir() and not aside.is_symlink():  # this process's own, from an earlier run in it
-        shutil.rmtree(aside)
-    elif aside.exists() or aside.is_symlink():
-        aside.unlink()
+    aside = _free_aside(dest)
     if _exchange(new, dest):
         os.replace(new, aside)  # ``new`` holds the old directory now
     else:
@@ -176,6 +173,34 @@ def replace_directory(new: str | os.PathLike, dest: str | os.PathLike) -> None:
             raise
     fsync_dir(dest.parent)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def _free_aside(dest: Path) -> Path:
+    """``.<name>.old-<pid>`` beside ``dest``, emptied: anything there is this process's own, from an earlier run in it."""
+    aside = _aside(dest, "old")
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside)
+    elif aside.exists() or aside.is_symlink():
+        aside.unlink()
+    return aside
+
+
+def _replace_file_by_directory(new: Path, dest: Path) -> None:
+    """``dest`` a file or a symbolic link (a local run's output, an --overwrite by the Dask engine): swapped with
+    ``new`` in one step where the system can, else set aside before ``new`` takes its name and put back if that
+    fails; never deleted before the directory is in its place. (A file's mode is not lent to a directory.)"""
+    if _exchange(new, dest):
+        new.unlink()  # ``new`` holds the old file now
+    else:
+        aside = _free_aside(dest)
+        os.replace(dest, aside)
+        try:
+            os.replace(new, dest)
+        except BaseException:
+            os.replace(aside, dest)  # the old file back
+            raise
+        aside.unlink()
+    fsync_dir(dest.parent)
 
 
 def _alive(pid: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -352,6 +353,41 @@ def test_replace_directory_over_nothing_or_a_file(tmp_path):
     (tmp_path / "f").write_text("a file")
     atomic.replace_directory(_tree(tmp_path / "n2", 1, "n2"), tmp_path / "f")
     assert _contents(tmp_path / "f") == {"part-00.parquet": "n2 0\n"}
+
+
+@pytest.mark.parametrize("swap", [True, False])
+def test_replace_directory_over_a_file_keeps_the_file_until_the_directory_is_in(tmp_path, monkeypatch, swap):
+    """A Dask run's output directory over a local run's output file (--overwrite): the file was deleted first, so a
+    move that then failed (or a kill in between) lost it. Now it is swapped out in one step (Linux), or set aside and
+    put back when the move fails; either way nothing is left beside it."""
+    import errno
+
+    if swap:
+        if not atomic._exchange(_tree(tmp_path / "a", 1, "a"), _tree(tmp_path / "b", 1, "b")):
+            pytest.skip("renameat2 RENAME_EXCHANGE is not available here (not Linux, or a file system without it)")
+        for d in ("a", "b"):
+            shutil.rmtree(tmp_path / d)
+    else:
+        monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    dest = tmp_path / "out.parquet"
+    dest.write_text("a local run's features")
+    new = _tree(tmp_path / "new", 1, "new")
+    real = os.replace
+
+    def failing(a, b):
+        if Path(a) == new:
+            raise OSError(errno.EIO, "Input/output error", str(a))
+        return real(a, b)
+
+    if not swap:
+        monkeypatch.setattr(os, "replace", failing)
+        with pytest.raises(OSError, match="Input/output error"):
+            atomic.replace_directory(new, dest)
+        monkeypatch.setattr(os, "replace", real)
+        assert dest.read_text() == "a local run's features"
+        assert listing(tmp_path) == ["new", "out.parquet"]
+    atomic.replace_directory(new, dest)
+    assert _contents(dest) == {"part-00.parquet": "new 0\n"} and listing(tmp_path) == ["out.parquet"]
 
 
 def test_remove_stale_temps_leaves_a_users_directory(tmp_path):
