@@ -3,6 +3,7 @@ benchmarks/, never in unit tests). A module moved under them (the house move bro
 rather than in the middle of a long benchmark run."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,34 @@ def test_time_split_counts_the_gemms_and_attention_of_every_precision_it_runs():
         assert not any(("q8" if prec != "int8" else "bf16") in n for n in k), (prec, sorted(k))
         assert all(v["s"] > 0 and v["calls"] >= 1 and v["elements"] > 0 for v in k.values()), (prec, k)
         assert sum(v["s"] for n, v in k.items() if n != "masked_softmax_") < m["rest"], (prec, k, m["rest"])
+
+
+def test_avx2_int8_levels_variants_run_the_levels_they_name(tmp_path):
+    """benchmarks/avx2_int8_levels.py: each variant's copy of bertfeat quantizes at its own levels (weights in
+    [-W, W], the residual's step s_w / 2W, its short-sequence and top-channel settings) and lifts the int8 refusal;
+    a rewrite that no longer matched the code would stop the script, not measure scheme "6" under another name."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import avx2_int8_levels as bench
+
+    from bertfeat.ops import onednn
+
+    probe = ("import bertfeat, json, numpy as np; from bertfeat.ops import gemm, kernels, quant; "
+             "ql = quant.QLinear(np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)) "
+             "if {dnn} else None; "
+             "print(json.dumps([bertfeat.__file__, quant.RESID, quant.SHORT_TOKENS, quant.TOP, quant.TOP_RATIO, "
+             "round(1 / float(kernels.inv_resid)), kernels.top_n, float(kernels.top_ratio2), "
+             "int(np.abs(ql.packed.plain()).max()) if ql else None, gemm.resolve('int8').precision if {dnn} else None]))")
+    for i, (a, w, short, top, ratio) in enumerate(bench.VARIANTS.values()):
+        tree = bench.variant_tree(tmp_path / f"v{i}", a, w, short, top, ratio)
+        r = subprocess.run([sys.executable, "-c", probe.format(dnn=onednn.available())], cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        got = json.loads(r.stdout)
+        assert got[0] == str(tree / "bertfeat" / "__init__.py")
+        assert got[1:8] == [2.0 * w, short, top, ratio, 2 * w, top, ratio * ratio], got
+        if onednn.available():
+            assert got[8] == w and got[9] == "int8", got  # the channel's largest weight at W; int8 not refused
+        text = (tree / "bertfeat" / "ops" / "kernels.py").read_text()
+        assert f"s = (hi - lo) * f32(1.0 / {a}.0)" in text and f"zero), f32({a}.0))" in text
+    with pytest.raises(SystemExit, match="no longer holds"):
+        bench.rewrite("x = 1\n", [("y = 2", "y = 3")], "quant.py")

@@ -151,8 +151,10 @@ def _resolve_int8() -> GemmPath:
                             f"{FAST_HINT}, or use {opt('precision', 'fp32')} (or {opt('precision', 'auto')})")
     acc = int8_acceleration()
     if acc is None:
-        raise BertfeatError(f"this CPU ({cpu_model()}) has no VNNI or AMX (oneDNN's int8 kernel here: {kernel}), "
-                            "so int8 would not be accelerated",
+        # vpmaddubsw adds two uint8 x int8 products in 16 bits, saturating (benchmarks/avx2_int8_levels.py)
+        raise BertfeatError(f"this CPU ({cpu_model()}) has no VNNI or AMX: oneDNN's int8 kernel here ({kernel}) adds "
+                            "pairs of products in 16 bits, which overflow on int8's 8-bit inputs, and inputs narrow "
+                            "enough to fit lose int8's quality (docs/precision.md)",
                             f"use {opt('precision', 'fp32')} (or {opt('precision', 'auto')}) here")
     if not native_int8_kernel(kernel):
         raise BertfeatError(f"oneDNN {onednn.version()} runs int8 here on {kernel}, not on a VNNI or AMX kernel",

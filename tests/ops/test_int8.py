@@ -697,6 +697,30 @@ def test_the_int8_scheme_is_in_the_vector_cache_key(minilm_dir):
     assert cache_fingerprint(enc, spec)[0] != key
 
 
+@pytest.mark.skipif(not onednn.available(), reason="oneDNN (the fast extra) is not installed")
+@pytest.mark.skipif(gemm.int8_acceleration() is not None,
+                    reason="this CPU has VNNI or AMX: its int8 kernel adds products in 32 bits (exact; checked above)")
+def test_int8_kernel_without_vnni_overflows_16_bit_pairs():
+    """The reason int8 is refused without VNNI / AMX, on the CPU at hand: oneDNN's int8 kernel there adds each pair
+    of uint8 x int8 products (inputs k = 2i, 2i + 1) in 16 bits, saturating; exact only while 255 (|w0| + |w1|) fits."""
+    x = np.full((8, 64), 255, np.uint8)
+
+    def sums(w):
+        got = onednn.matmul(x, onednn.pack(w), out=np.empty((8, w.shape[1]), np.int32))
+        return got, x.astype(np.int64) @ w.astype(np.int64)
+
+    for (k0, v0), (k1, v1), exact in [((0, 64), (1, 64), True), ((0, 65), (1, 64), False), ((1, 127), (2, 127), True),
+                                      ((0, -127), (1, -127), False), ((0, 127), (1, -127), True)]:
+        w = np.zeros((64, 16), np.int8)
+        w[k0], w[k1] = v0, v1
+        got, want = sums(w)
+        assert np.array_equal(got, want) == exact, (k0, v0, k1, v1, got[0, 0], want[0, 0])
+    got, want = sums(np.full((64, 16), 64, np.int8))
+    assert np.array_equal(got, want)  # 255 * 128 = 32,640 per pair: the widest that fits
+    got, want = sums(np.full((64, 16), 65, np.int8))
+    assert (got == 32 * 32767).all() and (want == 64 * 255 * 65).all()  # each pair stopped at 2^15 - 1
+
+
 def test_int8_refused_without_vnni(monkeypatch, capsys, minilm_dir, tmp_path):
     monkeypatch.setattr(gemm, "int8_acceleration", lambda flags=None: None)
     monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")  # never an emulation for int8
@@ -707,7 +731,9 @@ def test_int8_refused_without_vnni(monkeypatch, capsys, minilm_dir, tmp_path):
     print(err)
     assert err.count("\n") == 1 and not list(tmp_path.glob("*.parquet"))
     if onednn.available():
-        assert err.startswith("Error: this CPU (") and "has no VNNI or AMX" in err and "use --precision fp32" in err
+        assert err.startswith("Error: this CPU (") and "has no VNNI or AMX: oneDNN's int8 kernel here (" in err
+        assert "adds pairs of products in 16 bits, which overflow on int8's 8-bit inputs" in err
+        assert err.rstrip().endswith("- use --precision fp32 (or --precision auto) here")
     else:
         assert err.startswith("Error: --precision int8 needs oneDNN's int8 matmul")
     with pytest.raises(BertfeatError, match="precision='fp32'"):
