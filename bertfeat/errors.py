@@ -143,19 +143,23 @@ class BertfeatError(ValueError):
 
 def interrupt_in(e: BaseException | None, anywhere: bool = False) -> KeyboardInterrupt | None:
     """The KeyboardInterrupt (Ctrl-C, or the CLI's SIGTERM) ``e`` is, else None. Compiled code (numba's kernels) that
-    a Ctrl-C lands in hands Python a SystemError raised while handling the KeyboardInterrupt: that is the interrupt
-    too. Only that shape: any other error whose context holds an interrupt (a caller's own ``except
-    KeyboardInterrupt:`` around bertfeat.extract, a cleanup failing while one unwinds) is that error.
-    ``anywhere``: any KeyboardInterrupt in the __cause__ / __context__ chain (the CLI's process, where no caller's
-    interrupt can be pending)."""
+    a Ctrl-C lands in hands Python a SystemError whose cause is the KeyboardInterrupt ("CPUDispatcher(...) returned a
+    result with an exception set": CPython's check of the call's result; numba 0.61's own wrapper raised it while
+    handling the interrupt, its context): that is the interrupt too. Only that shape: any other error whose context
+    holds an interrupt (a caller's own ``except KeyboardInterrupt:`` around bertfeat.extract, a cleanup failing while
+    one unwinds), or a SystemError raised ``from None``, is that error. ``anywhere``: any KeyboardInterrupt in the
+    __cause__ / __context__ chain (the CLI's process, where no caller's interrupt can be pending)."""
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, KeyboardInterrupt):
             return e
-        if not anywhere and (not isinstance(e, SystemError) or e.__suppress_context__):
+        if anywhere:
+            e = e.__cause__ or e.__context__
+        elif not isinstance(e, SystemError):
             return None
-        e = e.__cause__ or e.__context__
+        else:  # its explicit cause, else its context unless that was suppressed (``from None``)
+            e = e.__cause__ if e.__cause__ is not None or e.__suppress_context__ else e.__context__
     return None
 
 

@@ -188,8 +188,10 @@ SENTENCES = [
 
 class Interrupt:
     """A progress sink (progress.NullProgress's methods) that presses Ctrl-C after ``after`` chunks; ``inside_compiled``:
-    as a Ctrl-C (or SIGTERM) that lands in a numba kernel reaches Python, a SystemError raised while handling it (its
-    __context__; 274 of 300 SIGTERMs sent during numba kernel calls arrived so, the rest as the interrupt itself)."""
+    as a Ctrl-C (or SIGTERM) that lands in a numba kernel reaches Python: "cause" (or True), a SystemError whose
+    __cause__ is the interrupt, its context suppressed (CPython's check of the kernel call's result, as numba 0.68
+    gives it: tests/run/test_failures.py interrupts a real kernel); "context", a SystemError raised while handling it
+    (numba 0.61's wrapper: 274 of 300 SIGTERMs sent during kernel calls arrived so, the rest as the interrupt itself)."""
 
     def __init__(self, after, inside_compiled=False, interrupt=KeyboardInterrupt):
         self.after, self.n, self.inside, self.interrupt = after, 0, inside_compiled, interrupt
@@ -206,8 +208,11 @@ class Interrupt:
                 raise self.interrupt
             try:
                 raise self.interrupt
-            except KeyboardInterrupt:
-                raise SystemError("<function masked_softmax_> returned a result with an exception set")
+            except KeyboardInterrupt as e:
+                if self.inside == "context":
+                    raise SystemError("<function masked_softmax_> returned a result with an exception set")
+                raise SystemError("CPUDispatcher(<function masked_softmax_>) returned a result with an exception "
+                                  "set") from e
 
 
 def assert_dask_and_sklearn_agree(model: Path, texts: list[str], tmp_path: Path, client, parts: int = 2) -> list[int]:
