@@ -165,14 +165,19 @@ def replace_directory(new: str | os.PathLike, dest: str | os.PathLike) -> None:
     if _exchange(new, dest):
         os.replace(new, aside)  # ``new`` holds the old directory now
     else:
-        os.replace(dest, aside)
-        try:
-            os.replace(new, dest)
-        except BaseException:
-            os.replace(aside, dest)  # the old one back
-            raise
+        _move_in_after_setting_aside(new, dest, aside)
     fsync_dir(dest.parent)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def _move_in_after_setting_aside(new: Path, dest: Path, aside: Path) -> None:
+    """``dest`` renamed to ``aside``, then ``new`` to ``dest``; the old one put back if that second move fails."""
+    os.replace(dest, aside)
+    try:
+        os.replace(new, dest)
+    except BaseException:
+        os.replace(aside, dest)
+        raise
 
 
 def _free_aside(dest: Path) -> Path:
@@ -193,12 +198,7 @@ def _replace_file_by_directory(new: Path, dest: Path) -> None:
         new.unlink()  # ``new`` holds the old file now
     else:
         aside = _free_aside(dest)
-        os.replace(dest, aside)
-        try:
-            os.replace(new, dest)
-        except BaseException:
-            os.replace(aside, dest)  # the old file back
-            raise
+        _move_in_after_setting_aside(new, dest, aside)
         aside.unlink()
     fsync_dir(dest.parent)
 
