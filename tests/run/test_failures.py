@@ -327,9 +327,9 @@ def test_a_ctrl_c_landing_in_a_real_numba_kernel_is_the_interrupt():
 
     if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         pytest.skip("needs signal.setitimer (POSIX) and the main thread, to interrupt a kernel with SIGALRM")
-    softmax = kernels.fused().get("masked_softmax_")
+    softmax = kernels.get("masked_softmax_")
     if softmax is None:
-        pytest.skip(f"numba's kernels are not in force here (backend {kernels.use()!r}): nothing compiled to land in")
+        pytest.skip(f"numba's kernels are not in force here (backend {kernels.backend()!r}): nothing compiled to land in")
     scores = np.random.default_rng(0).random((32, 12, 128, 128), dtype=np.float32)  # ~5 ms a call
     mask = np.zeros((32, 1, 1, 128), np.float32)
 
