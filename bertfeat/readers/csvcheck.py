@@ -104,9 +104,10 @@ class QuoteTracker(io.RawIOBase):
     """A raw binary stream that follows CSV quoting while pyarrow reads through it (ASCII-compatible encodings).
 
     Records are counted as pyarrow counts them (blank lines are not records; the header is record 0), so
-    ``suspects`` maps a 0-based *data-row* number to the reason its quoted field swallowed other lines:
-    a quote that opens a field and closes lines later followed by more text (``4,"unterminated`` ... closed by
-    the opening quote of a later row), and ``unclosed`` says a quoted field ran to the end of the file.
+    ``suspects`` maps a 0-based *data-row* number to its quoted field followed by more text after the closing quote:
+    one that closes lines later swallowed other lines (``4,"unterminated`` ... closed by the opening quote of a later
+    row), one on its own line is not CSV (``"Stop" he said``); ``unclosed`` says a quoted field ran to the end of the
+    file.
     """
 
     def __init__(self, raw, delimiter: str = ",", max_field: int | None = None, quoting: bool = True):
@@ -243,9 +244,11 @@ class QuoteTracker(io.RawIOBase):
         return self.in_quotes and not self._pending_quote  # a closing quote as the very last byte closes the field
 
     def _closed(self, next_byte: int | None) -> None:
-        """The quoted field closed; text right after a quote that closed lines later means it swallowed lines."""
+        """The quoted field closed. Text right after it is not CSV: a quote that closed lines later swallowed the
+        lines between; on its own line (``"Stop" he said``) pyarrow would join the parts and drop the quotes. Either
+        way a suspect (a close line equal to the open line says the second)."""
         self.in_quotes = False
-        if (next_byte is not None and next_byte not in (0x0A, 0x0D, self._delim) and self.line > self.open_line
+        if (next_byte is not None and next_byte not in (0x0A, 0x0D, self._delim)
                 and self.open_record is not None and self.open_record >= 1):
             self.suspects.setdefault(self.open_record - 1, (self.open_line, self.open_field, self.line))
 

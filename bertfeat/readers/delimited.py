@@ -536,7 +536,7 @@ class CsvReader(TextReader):
         return f" in column {self.columns[field]!r}" if field is not None and field < len(self.columns) else ""
 
     def _mark_suspects(self, b: RawBatch, tracker) -> RawBatch:
-        """Rows whose quoted field closed lines later, right before more text: it swallowed the lines between; rows
+        """Rows whose quoted field closed right before more text (lines later: it swallowed the lines between); rows
         with a field over max_field_bytes that the run reads (_mark_oversized); and the parts of a line a CR alone cut
         into rows (_mark_cut)."""
         if tracker.oversized:
@@ -546,15 +546,26 @@ class CsvReader(TextReader):
         for k, row in enumerate(b.rows if tracker.suspects else ()):
             hit = tracker.suspects.get(row)
             if hit is not None:
-                line, field, close = hit
-                b.pre_rejected[row] = Reason(RejectCode.UNCLOSED_QUOTE,
-                                             f"unclosed quote: the quoted field{self._column_name(field)} that opens on line {line} "
-                                             f"only ends at a quote on line {close}, so lines {line + 1} to {close} were read "
-                                             "into this row")
+                b.pre_rejected[row] = reason = self._quote_reason(*hit)
                 b.texts[k] = None
+                if reason.code is RejectCode.TEXT_AFTER_QUOTE:  # any of its values may be joined parts: none kept
+                    _drop_values(b, k)
         if tracker.header_rows:
             self._mark_repeated_header(b, tracker)
         return b
+
+    def _quote_reason(self, line: int, field: int, close: int) -> Reason:
+        """Why a quoted field followed by text after its closing quote (csvcheck.QuoteTracker.suspects) is a bad row.
+        On its own line, the reason names no line: a Dask worker's byte range does not know its first line's number."""
+        column = self._column_name(field)
+        if close == line:
+            return Reason(RejectCode.TEXT_AFTER_QUOTE,
+                          f"text after a closing quote: the quoted field{column} is followed by more text "
+                          "before the next delimiter, which CSV does not allow, so the value cannot be read as written "
+                          "(a CSV reader joins the parts and drops the quotes)")
+        return Reason(RejectCode.UNCLOSED_QUOTE,
+                      f"unclosed quote: the quoted field{column} that opens on line {line} only ends at a quote on line "
+                      f"{close}, so lines {line + 1} to {close} were read into this row")
 
     def _mark_repeated_header(self, b: RawBatch, tracker) -> None:
         """A line that is the header line again (csvcheck.QuoteTracker.header_rows: its bytes, a BOM before them
@@ -572,15 +583,12 @@ class CsvReader(TextReader):
                 continue
             tracker.header_rows.discard(row)
             old = b.pre_rejected.get(row)
-            if old is not None and old.code in (RejectCode.LONE_CR, RejectCode.UNCLOSED_QUOTE):
+            if old is not None and old.code in (RejectCode.LONE_CR, RejectCode.UNCLOSED_QUOTE, RejectCode.TEXT_AFTER_QUOTE):
                 continue
             b.pre_rejected[row] = Reason(RejectCode.REPEATED_HEADER, (
                 f"the header line again ({shown}), as where the next file starts in files joined with their header "
                 f"lines (cat a.{self.fmt} b.{self.fmt} > all.{self.fmt})"))
-            for values in (b.texts, b.pairs, b.ids, *(b.extra or {}).values()):
-                if values is not None:
-                    values[k] = None
-            b.written.pop(row, None)
+            _drop_values(b, k)
 
     def _mark_cut(self, b: RawBatch, tracker) -> None:
         """Each part of a line that a carriage return alone cut into rows (csvcheck.QuoteTracker.cut_rows) is a bad
@@ -791,6 +799,14 @@ def _unreadable(value, what: str, encoding: str) -> tuple[Reason, str] | None:
     at = escaped[0]
     return Reason(RejectCode.ENCODING, f"invalid {encoding}: byte 0x{ord(text[at]) - 0xDC00:02x} at character {at} of "
                                        f"the {what}"), shown
+
+
+def _drop_values(b: RawBatch, k: int) -> None:
+    """Row ``k`` of the batch keeps no value (its values are not the input's): text, pair, id and kept columns."""
+    for values in (b.texts, b.pairs, b.ids, *(b.extra or {}).values()):
+        if values is not None:
+            values[k] = None
+    b.written.pop(b.rows[k], None)
 
 
 def _csv_quoted(v: bytes) -> bool:

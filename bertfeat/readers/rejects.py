@@ -31,6 +31,7 @@ class RejectCode(str, Enum):
     BINARY_COLUMN = "binary-column"  # a Parquet binary cell that is not UTF-8
     INVALID_UNICODE = "invalid-unicode"  # an unpaired surrogate from a JSON escape (text, pair, id or kept value)
     UNCLOSED_QUOTE = "unclosed-quote"
+    TEXT_AFTER_QUOTE = "text-after-quote"  # a CSV quoted field with more text after its closing quote ("a" b)
     MALFORMED_LINE = "malformed-line"
     INVALID_JSON = "invalid-json"
     NOT_OBJECT = "not-object"  # a JSONL line that is valid JSON but not an object (an array, a string, a number ...)
@@ -134,6 +135,8 @@ def fix_for(code: RejectCode | str, skip_does: str = SKIP_WRITES, no_keep: bool 
         RejectCode.INVALID_UNICODE: ("fix the JSON escape (a \\ud800-\\udbff escape needs its \\udc00-\\udfff pair right "
                                      f"after it, as in \\ud83d\\ude00), {skip}"),
         RejectCode.UNCLOSED_QUOTE: f'close the quote (a quote inside a quoted field is written ""), {skip}',
+        RejectCode.TEXT_AFTER_QUOTE: ('quote the whole value and double the quotes inside it (he said "hi" is written '
+                                      f'"he said ""hi"""), {skip}'),
         RejectCode.MALFORMED_LINE: (f"fix the line (quote CSV fields that hold the delimiter; TSV has no quoting: a TSV "
                                     f"quoted as CSV reads with {opt('input_format', 'csv')} {opt('delimiter', 'tab')}), "
                                     f"{skip}"),

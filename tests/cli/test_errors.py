@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertfeat.pca.estimator import PCA
-from extract_util import embeddings, read_table, run, summary_line, tiny_encoder, tiny_model, write_csv
+from extract_util import assert_close, embeddings, read_table, run, summary_line, tiny_encoder, tiny_model, write_csv
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
 
@@ -167,6 +167,34 @@ def test_unclosed_quote_closed_by_a_later_rows_quote(tmp_path, capsys):
     assert summary_line(err, "rows read") == "rows read 27"  # 30 rows, 3 of them inside the broken field
     assert summary_line(err, "rows rejected") == "rows rejected 1"
     assert (tmp_path / "o.parquet.rejects.csv").read_text() == f'row,id,reason\n4,,"{reason}"\n'
+    assert digest(src) == before
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_text_after_a_closing_quote_is_a_bad_row(tmp_path, capsys, engine):
+    """`1,"Stop" he said,"007"x` was read by pyarrow as the text 'Stop he said' and the kept value '007x', exit 0: the
+    user's text and kept value altered without a word. It is a bad row, on both engines: the run stops naming file,
+    row and column, and under skip the rejects file holds the row (no value: any may be joined parts) and the other
+    rows are written with their values as the input holds them."""
+    src = tmp_path / "q.csv"
+    src.write_text('id,text,code\n1,"Stop" he said,"007"x\n2,fine,"008"\n3,ok,"009"x\n4,"a ""b"" c",010\n')
+    before = digest(src)
+    out = tmp_path / "o.parquet"
+    fix = ('quote the whole value and double the quotes inside it (he said "hi" is written "he said ""hi"""), or pass '
+           "--on-bad-row skip to write it to the rejects file and go on")
+    why = ("text after a closing quote: the quoted field in column {!r} is followed by more text before the next "
+           "delimiter, which CSV does not allow, so the value cannot be read as written (a CSV reader joins the parts "
+           "and drops the quotes)")
+    rc, _, err = extract(capsys, src, out, "--keep", "code", "--engine", engine)
+    one_line(rc, err, f"Error: {src} row 0: {why.format('text')} - {fix}")
+    assert listing(tmp_path) == ["q.csv"]
+    rc, _, err = extract(capsys, src, out, "--keep", "code", "--engine", engine, "--on-bad-row", "skip")
+    assert (rc, err) == (0, ""), err
+    t = read_table(out)
+    assert (t.column("row").to_pylist(), t.column("code").to_pylist()) == ([1, 3], ["008", "010"])
+    assert_close(embeddings(t), tiny_encoder().encode(["fine", 'a "b" c']))
+    assert (tmp_path / "o.parquet.rejects.csv").read_text() == (
+        f'row,id,reason,code\n0,,"{why.format("text")}",\n2,,"{why.format("code")}",\n')
     assert digest(src) == before
 
 

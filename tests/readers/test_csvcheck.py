@@ -22,6 +22,10 @@ CASES = {
     "closed by a later quote, mixed line ends": (b'id,text\n\r\n0,"a\r1,b\r\n2,"c"\n3,d\r', False, {0: (3, 1, 5)}, 1),
     # runs of CRs outside quotes are blank lines, each counted (skipped as one run, whatever the reads)
     "runs of CRs": (b'id,text\r\r\r0,"a\r\r1,b\r2,"c"\r\r\r\r\n3,d\r\r', False, {0: (4, 1, 7)}, 0),
+    # text after a closing quote on its own line (pyarrow would join the parts): a suspect that closes where it opens;
+    # a quote closed before the delimiter, a line end or the end of the file, and a quote inside a value, are CSV
+    "text after a closing quote": (b'id,text\n0,"Stop" he said\n1,"c" \n2,"d",x\n3,5" "e"\n4,"a""b"\n5,"f"""g\n6,"h"',
+                                   False, {0: (2, 1, 2), 1: (3, 1, 3), 5: (7, 1, 7)}, 0),
 }
 
 

@@ -1171,3 +1171,39 @@ def test_ebcdic_lines_that_end_in_nl_say_how_to_read_them(tmp_path, fmt, text):
     path.write_bytes(path.read_bytes().replace(b"\x15", b"\x25"))  # what the tr line does
     got = [(r, t if isinstance(t, str) else t.decode()) for r, t, _, _ in rows_of(open_input(str(path), encoding="cp037"))]
     assert got == [(0, "hello world"), (1, "good day")]
+
+
+AFTER_QUOTE = ("text after a closing quote: the quoted field in column {!r} is followed by more text before "
+               "the next delimiter, which CSV does not allow, so the value cannot be read as written (a CSV reader joins "
+               "the parts and drops the quotes)")
+
+
+@pytest.mark.parametrize("max_field", [0, 1 << 20])
+def test_text_after_a_closing_quote_is_a_bad_row_at_every_offset(tmp_path, monkeypatch, max_field):
+    """A CSV field with text after its closing quote on the same line (`"Stop" he said`, `"007"x`) was joined by
+    pyarrow without its quotes: the text encoded as 'Stop he said' and the kept value written as '007x', exit 0. Each
+    such row is a bad row (code text-after-quote) naming the column, with no value kept (any of them may be
+    joined parts); the rows around keep their numbers and values, at every offset of pyarrow's blocks and of the Dask
+    engine's byte ranges, with a field limit or without."""
+    monkeypatch.setattr(CsvReader, "CSV_BLOCK_BYTES", 256)
+    lines, want = ["id,text,code"], []
+    for i in range(300):
+        if i % 23 == 4:
+            lines.append(f'r{i},"Stop" he said {i},"00{i}"' if i % 2 else f'r{i},said {i},"00{i}"x')
+            want.append((None, None, None, AFTER_QUOTE.format("code" if i % 2 == 0 else "text")))
+        else:
+            lines.append(f'r{i},"sentence, {i}","00{i}"')
+            want.append((f"sentence, {i}".encode(), f"r{i}".encode(), f"00{i}", None))
+    path = tmp_path / "in.csv"
+    path.write_text("\n".join(lines) + "\n")
+    reader = open_input(str(path), id_column="id", keep=["code"], keep_as={"code": "str"}, max_field_bytes=max_field)
+    got = []
+    for b in reader.batches():
+        for k, r in enumerate(b.rows):
+            reason = b.pre_rejected.get(r)
+            got.append((b.texts[k], b.ids[k], b.extra["code"][k], reason and reason.text))
+            assert reason is None or (reason.code == RejectCode.TEXT_AFTER_QUOTE and r not in b.written)
+    assert got == want
+    parts = reader.partitions(blocksize=512, target=64)
+    assert len(parts) >= 8
+    assert rows_by_partitions(reader, parts) == rows_of(reader)
