@@ -169,27 +169,36 @@ class ParquetReader(Reader):
         unchecked: dict[str, dict[int, int]] = {}  # string columns whose writer let invalid UTF-8 in: cell -> byte
         oversized: dict[int, Reason] = {}  # cell -> why: a value over max_field_bytes (nulled before it is read)
 
-        def col(c, kept=False):
-            if c is None:  # (a column named "" is a column)
-                return None
+        capped: dict[str, pa.Array] = {}  # kept column with a value over max_field_bytes -> its storage, those null
+
+        def cap(c, kept=False):
             column, over = _capped(storage(b.column(c)) if kept else b.column(c), self.max_field_bytes)
             for k, size in over.items():
                 oversized.setdefault(k, too_large(self.role(c), size, self.max_field_bytes))
-            values, bad = _pylist(column)  # (kept_array makes an extension type again)
+            if kept and over:
+                capped[c] = column
+            return column
+
+        def col(c, kept=False):
+            if c is None:  # (a column named "" is a column)
+                return None
+            values, bad = _pylist(cap(c, kept))  # (kept_array makes an extension type again)
             if bad:
                 unchecked[c] = bad
             return values
 
         rows = list(range(first, first + b.num_rows))
-        cast = {c: cast_values(c, b.column(c), self._kept_types[c]) for c in self.keep_as}  # (values, bad ones)
+        for c in self.keep_as:  # a value over the limit is not cast either (keep="notes:str")
+            cap(c, True)
+        cast = {c: cast_values(c, capped.get(c, b.column(c)), self._kept_types[c]) for c in self.keep_as}  # (values, bad)
         rb = RawBatch(rows, col(self.text_column), col(self.pair_column), col(self.id_column),
                       extra={c: cast[c][0] if c in cast else col(c, True) for c in self.keep} if self.keep else None)
         for c, (values, bad) in cast.items():
             for k, why in bad.items():
                 rb.pre_rejected.setdefault(rows[k], why)
         for c in self.keep:  # the rejects file shows a value as the file holds it: "007" cast to 7, a float32's 0.1
-            shown = shown_values(storage(b.column(c)))
-            raw = _pylist(storage(b.column(c)))[0] if shown is None and c in cast else shown
+            shown = shown_values(capped.get(c, storage(b.column(c))))
+            raw = _pylist(capped.get(c, storage(b.column(c))))[0] if shown is None and c in cast else shown
             if raw is None:
                 continue
             values = cast[c][0] if c in cast else rb.extra[c]
@@ -306,9 +315,9 @@ def _rows_of(pf, groups: list[int], columns: list[str], part: Partition):
 
 
 def _capped(col, cap: int):
-    """A text or binary column (a dictionary one too) with every value over ``cap`` bytes made null, so that it never
-    becomes a Python object (its bytes are not copied: the validity bitmap is replaced), and those cells -> their
-    sizes; other columns as they are."""
+    """A column with every value over ``cap`` bytes made null, so that it never becomes a Python object, and those
+    cells -> their sizes (``_value_sizes``: a nested value's size is its leaves'). A text or binary column's bytes are
+    not copied (its validity bitmap is replaced); a nested one is rebuilt only when a value is over."""
     chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
     out, over, at = [], {}, 0
     for a in chunks:
@@ -328,6 +337,10 @@ def _capped(col, cap: int):
             over.update({at + int(k): int(sizes[k]) for k in big})
             if dictionary:
                 a = pa.DictionaryArray.from_arrays(_with_valid(a.indices, valid), a.dictionary)
+            elif pa.types.is_nested(a.type):  # (from_buffers would need every child's buffers)
+                import pyarrow.compute as pc
+
+                a = pc.if_else(pa.array(valid), a, pa.nulls(len(a), a.type))
             else:
                 a = _with_valid(a, valid)
         out.append(a)
@@ -338,8 +351,13 @@ def _capped(col, cap: int):
 
 
 def _value_sizes(a) -> np.ndarray | None:
-    """Bytes of each value of a string / binary array, from its offsets (nothing copied); None for other layouts."""
+    """Bytes of each value: a string / binary one's from its offsets (nothing copied); a list's, map's or struct's the
+    sum of its leaves' (a fixed-width leaf its width, a null's slot included); None for a layout Parquet does not hold
+    (a union)."""
     t = a.type
+    nested = _nested_sizes(a)
+    if nested is not None:
+        return nested
     if pa.types.is_string(t) or pa.types.is_binary(t):
         dtype = np.int32
     elif pa.types.is_large_string(t) or pa.types.is_large_binary(t):
@@ -351,6 +369,40 @@ def _value_sizes(a) -> np.ndarray | None:
         return None
     offsets = np.frombuffer(a.buffers()[1], dtype=dtype, count=a.offset + len(a) + 1)[a.offset:] if len(a) else []
     return np.diff(offsets).astype(np.int64)
+
+
+def _nested_sizes(a) -> np.ndarray | None:
+    """_value_sizes of a list, large list, map, fixed-size list, struct or dictionary array (a leaf of a nested one);
+    None for other layouts."""
+    t = a.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        leaves = _value_sizes(a.values)  # the whole child: the offsets below are the array's own (slice included)
+        if leaves is None:
+            return None
+        total = np.concatenate([[0], np.cumsum(leaves)])
+        offsets = a.offsets.to_numpy()
+        return total[offsets[1:]] - total[offsets[:-1]]
+    if pa.types.is_fixed_size_list(t):
+        leaves = _value_sizes(a.values)  # the whole child: sliced here by the array's offset
+        n = t.list_size
+        return None if leaves is None else leaves[a.offset * n:(a.offset + len(a)) * n].reshape(len(a), n).sum(axis=1)
+    if pa.types.is_struct(t):
+        fields = [_value_sizes(a.field(i)) for i in range(t.num_fields)]  # (field() is sliced as the struct is)
+        return None if any(f is None for f in fields) else sum(fields, np.zeros(len(a), np.int64))
+    if pa.types.is_dictionary(t):
+        values = _value_sizes(a.dictionary)
+        if values is None:
+            return None
+        return values[a.indices.fill_null(0).to_numpy()] if len(values) else np.zeros(len(a), np.int64)
+    if isinstance(t, pa.ExtensionType):
+        return _value_sizes(a.storage)
+    if pa.types.is_null(t):
+        return np.zeros(len(a), np.int64)
+    try:
+        width = max(1, t.bit_width // 8)  # a boolean is a bit: counted as a byte
+    except ValueError:
+        return None  # not fixed width (strings, binary: _value_sizes' own)
+    return np.full(len(a), width, np.int64)
 
 
 def _raw(a) -> np.ndarray:

@@ -785,6 +785,43 @@ def test_an_id_or_kept_value_over_max_field_bytes_is_a_bad_row_an_unused_one_is_
     assert _rejects(tmp_path / "i.parquet") == [["1", "", f"the id is {size:,} bytes, more than --max-field-bytes 64KiB allows"]]
 
 
+def test_a_nested_or_cast_parquet_value_over_max_field_bytes_is_a_bad_row(tmp_path, capsys):
+    """--max-field-bytes was not applied to Parquet kept columns of lists, structs or maps (a 6 MB list kept, exit
+    0), nor to a column given a type (--keep notes:str). Each value's size is its leaves' bytes (a fixed-width leaf its
+    width); a value over the limit is a bad row, the values under it are kept exactly, in every row group."""
+    big = 70_000  # > 64KiB
+    rows = [("a", ["x"], {"n": 1, "s": "x"}, [("k", "v")], ["p", "q"], "note a"),
+            ("b", ["y" * 1000] * 70, {"n": 2, "s": "y"}, None, ["p", "q"], "note b"),
+            ("c", ["z"], {"n": 3, "s": "z" * big}, [("k", "v")], ["p", "q"], "note c"),
+            ("d", None, None, [("k", "v" * big)], ["p", "q"], "note d"),
+            ("e", ["w"], {"n": 5, "s": "w"}, [], ["q" * (big // 2)] * 2, "note e"),
+            ("f", ["u"], {"n": 6, "s": "u"}, [("k", "u")], ["r", "s"], "n" * big),
+            ("g", [], {"n": 7, "s": ""}, [("k", "")], ["t", "u"], "")]
+    cols = list(zip(*rows))
+    table = pa.table({"text": list(cols[0]), "lst": pa.array(cols[1]), "st": pa.array(cols[2]),
+                      "m": pa.array(cols[3], pa.map_(pa.string(), pa.string())),
+                      "fx": pa.array(cols[4], pa.list_(pa.string(), 2)), "note": list(cols[5])})
+    src, out = tmp_path / "n.parquet", tmp_path / "o.parquet"
+    pq.write_table(table, src, row_group_size=3)
+    keep = ["--keep", "lst,st,m,fx,note:str"]
+    why = "the kept column {!r} is {:,} bytes, more than --max-field-bytes 64KiB allows"
+    refused(capsys, src, out, f"{src} row 1: {why.format('lst', big)} - {render(fix_for(RejectCode.FIELD_TOO_LARGE), {})}",
+            *keep, *CAP)
+    rc, _, err = extract(capsys, src, out, "--on-bad-row", "skip", *keep, *CAP)
+    assert rc == 0, err
+    assert [r[:3] for r in _rejects(out)] == [["1", "", why.format("lst", big)], ["2", "", why.format("st", big + 8)],
+                                              ["3", "", why.format("m", big + 1)], ["4", "", why.format("fx", big)],
+                                              ["5", "", why.format("note", big)]]
+    t = read_table(out)
+    assert t.column("row").to_pylist() == [0, 6]
+    for c in ("lst", "st", "m", "fx", "note"):
+        assert t.column(c).to_pylist() == [table.column(c)[0].as_py(), table.column(c)[6].as_py()], c
+    assert t.schema.field("fx").type == pa.list_(pa.string(), 2)
+    rc, _, err = extract(capsys, src, tmp_path / "all.parquet", *keep)  # under the default 4MiB every row is read
+    assert rc == 0, err
+    assert read_table(tmp_path / "all.parquet").column("lst").to_pylist() == table.column("lst").to_pylist()
+
+
 def test_a_huge_field_on_standard_input_is_a_bad_row(tmp_path, capsys, monkeypatch):
     """From standard input (which cannot be read twice) a row longer than the CSV block was refused whole; a field over
     the limit never reaches pyarrow, so its row is one bad row like any other."""
