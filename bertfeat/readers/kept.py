@@ -9,7 +9,7 @@ else string (an empty cell is then an empty string; in an int64 or double column
 of its column's type, or would not be written back as it was, is a bad row (``RejectCode.BAD_KEPT_VALUE``) whose
 reason names the column and the value. A given type reads every cell as it: ``int`` (``007`` is 7), ``float``
 (``1e5``, ``nan``; not ``1e400`` or ``1e-400``, which no float64 holds), ``bool`` (``true`` / ``false`` in any
-case), ``str`` (the text; empty stays empty); an empty cell is a null but for ``str``.
+case, ``1`` / ``0``), ``str`` (the text; empty stays empty); an empty cell is a null but for ``str``.
 
 JSONL values are JSON: the first value that is not null decides (an integer int64, a number double, a boolean
 bool, a string string), integers and numbers mixed in the first rows are double; a given type replaces that (a
@@ -36,7 +36,7 @@ from .textcheck import surrogate_reason
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE)
-_TRUE, _FALSE = ("true", "True", "TRUE"), ("false", "False", "FALSE")
+_TRUE, _FALSE = ("true", "1"), ("false", "0")  # in any case: what Arrow's cast of a Parquet text column reads
 _BAD = object()  # a cell that does not convert
 _INT64_RANGE = (-(2 ** 63), 2 ** 63)
 #: the types a text format's kept column may have, and how a message names their values (one, several)
@@ -66,7 +66,7 @@ def _cell_float(text: str):
 
 
 def _cell_bool(text: str):
-    s = text.strip()
+    s = text.strip().lower()
     return True if s in _TRUE else False if s in _FALSE else _BAD
 
 

@@ -12,8 +12,7 @@ before it fails with ``TooManyBadRows`` (exit code 3).
 
 from __future__ import annotations
 
-import csv
-import io
+import json
 from dataclasses import dataclass
 from fractions import Fraction
 from enum import Enum
@@ -180,13 +179,27 @@ def bad_row_error(row_label, r: dict, skip_does: str = SKIP_WRITES, no_keep: boo
 def rejects_csv(rejects: list[dict], keep: tuple[str, ...] | list[str] = ()) -> str:
     """The rejects file's text: ``row, id, reason`` (options in the reasons spelled as the CLI's flags), then the
     kept columns (``keep``; ``cell``), a kept column named row, id or reason headed "NAME (kept)"."""
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(["row", "id", "reason", *(f"{c} (kept)" if c in ("row", "id", "reason") else c for c in keep)])
+    lines = [_csv_line(["row", "id", "reason", *(f"{c} (kept)" if c in ("row", "id", "reason") else c for c in keep)])]
     for r in rejects:
         kept = r.get("keep") or {}
-        w.writerow([r["row"], "" if r["id"] is None else r["id"], render(r["reason"], {}), *(cell(kept.get(c)) for c in keep)])
-    return buf.getvalue()
+        values = (kept.get(c) for c in keep)
+        lines.append(_csv_line([str(r["row"]), None if r["id"] is None else str(r["id"]), render(r["reason"], {}),
+                                *(None if v is None else cell(v) for v in values)]))
+    return "".join(lines)
+
+
+def _csv_line(fields: list[str | None]) -> str:
+    """One CSV line as csv.writer writes it (CRLF ends it; a field holding a comma, a quote or a line break quoted),
+    but with a null (None) an empty cell and an empty string a quoted one (""), as the CSV feature file writes them
+    and bertfeat's readers read them back."""
+    def field(v):
+        if v is None:
+            return ""
+        if v == "" or any(ch in v for ch in ',"\r\n'):
+            return '"' + v.replace('"', '""') + '"'
+        return v
+
+    return ",".join(field(v) for v in fields) + "\r\n"
 
 
 def bytes_text(v: bytes) -> str:
@@ -196,13 +209,21 @@ def bytes_text(v: bytes) -> str:
 
 
 def cell(value) -> str:
-    """A kept value in the rejects file: a null empty, a boolean true / false (as the CSV feature file writes them),
-    else Python's ``str`` of it."""
+    """A kept value in the rejects file: a null empty, a boolean true / false (as the CSV feature file writes them), a
+    list, map or struct as JSON (a map as [key, value] pairs, bytes as bytes_text, a date or decimal as its text), else
+    Python's ``str`` of it."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, (list, tuple, dict)):
+        return _writable(json.dumps(value, ensure_ascii=False, default=_json_default))
     return str(value)
+
+
+def _json_default(v) -> str:
+    """A value inside a nested one that JSON has no type for: bytes as bytes_text, a date, time or decimal as its text."""
+    return bytes_text(v) if isinstance(v, (bytes, bytearray)) else str(v)
 
 
 def publish_rejects(path: Path, rejects: list[dict], keep: tuple[str, ...] | list[str] = ()) -> dict:

@@ -9,6 +9,7 @@ that the reader's 1 MiB head holds only the first 9 rows: the types are decided 
 from __future__ import annotations
 
 import csv
+import datetime
 import json
 import math
 import pickle
@@ -910,6 +911,43 @@ def test_a_given_type_reads_every_spelling(tmp_path):
     (b,) = list(r.batches())
     assert {row: render(why.text) for row, why in b.pre_rejected.items()} == {
         k: f"kept column 'num': \"{v}\" is not an integer (the type given in keep: int)" for k, v in enumerate(EXACT["num"])}
+
+
+def test_the_rejects_file_tells_an_empty_string_from_a_null_and_writes_nested_values_as_json(tmp_path):
+    """The rejects file wrote a null and an empty string both as an empty cell, and a list, map or struct as Python's
+    str ({'a': 1}, [('k', b'\\x00')]): not the values as the input holds them. A null is an empty cell, "" a quoted
+    one (as the CSV feature file writes them), a nested value JSON (a map as [key, value] pairs, bytes as the CSV
+    output writes them, a backslash doubled)."""
+    lines = ['{"text": "", "k": ""}', '{"text": "", "k": null}', '{"text": "", "k": "x,y"}', '{"text": ""}']
+    (tmp_path / "e.jsonl").write_text("\n".join(lines) + "\n")
+    bertfeat.extract(tmp_path / "e.jsonl", tmp_path / "e.parquet", model=tiny_model(), keep="k", on_bad_row="skip")
+    assert (tmp_path / "e.parquet.rejects.csv").read_bytes() == (
+        b'row,id,reason,k\r\n0,,empty text,""\r\n1,,empty text,\r\n2,,empty text,"x,y"\r\n3,,empty text,\r\n')
+    t = pa.table({"text": ["", "ok"], "st": [{"a": 1, "b": "\u00e9"}, None],
+                  "m": pa.array([[("k", b"\x00\\")], None], pa.map_(pa.string(), pa.binary())),
+                  "d": pa.array([[datetime.date(2024, 1, 2)], []], pa.list_(pa.date32()))})
+    pq.write_table(t, tmp_path / "n.parquet")
+    bertfeat.extract(tmp_path / "n.parquet", tmp_path / "n.o.parquet", model=tiny_model(), keep="st,m,d",
+                     on_bad_row="skip")
+    with open(tmp_path / "n.o.parquet.rejects.csv", newline="", encoding="utf-8") as f:
+        assert list(csv.reader(f)) == [["row", "id", "reason", "st", "m", "d"],
+                                       ["0", "", "empty text", '{"a": 1, "b": "\u00e9"}', json.dumps([["k", "\x00\\\\"]]),
+                                        '["2024-01-02"]']]
+
+
+def test_a_given_bool_reads_any_case_and_1_0_as_a_parquet_text_column_casts(tmp_path):
+    """cli.md promised `true`/`false` in any case for :bool, but a CSV's `tRuE` was a bad row, and `1` / `0`, which
+    Arrow's cast of the same values in a Parquet text column reads, too: the two formats kept different rows."""
+    cells = ["tRuE", "False", "1", "0", " TRUE ", "yes", "2", ""]
+    write_csv(tmp_path / "b.csv", ["text", "f"], [[f"t{i}", c] for i, c in enumerate(cells)])
+    pq.write_table(pa.table({"text": [f"t{i}" for i in range(len(cells))], "f": cells}), tmp_path / "b.parquet")
+    got = {}
+    for fmt in ("csv", "parquet"):
+        (b,) = list(open_input(str(tmp_path / f"b.{fmt}"), keep=["f"], keep_as={"f": "bool"}).batches())
+        got[fmt] = [None if r in b.pre_rejected else v for r, v in zip(b.rows, b.extra["f"])], sorted(b.pre_rejected)
+    assert got["csv"] == ([True, False, True, False, True, None, None, None], [5, 6])  # yes, 2: not booleans; '' null
+    # Arrow's cast: the same for the first four; a value with spaces, and a Parquet string "" (not a null), are bad rows
+    assert got["parquet"] == ([True, False, True, False, None, None, None, None], [4, 5, 6, 7])
 
 
 def test_a_jsonl_number_kept_as_str_keeps_its_text_and_an_overflow_is_a_bad_row(tmp_path):
