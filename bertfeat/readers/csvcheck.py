@@ -39,17 +39,22 @@ _NAMES = {",": "','", ";": "';'", "|": "'|'", "\t": "tab"}
 
 
 def parse_delimiter(value: str | None) -> str | None:
-    """The ``delimiter`` option: one character; 'tab' and '\\t' (backslash t, what a shell passes for '\\t', as pandas'
-    sep='\\t' means a tab) and 'comma'/'semicolon'/'pipe' spelled out are accepted."""
+    """The ``delimiter`` option: one ASCII character (pyarrow's CSV reader splits on one byte); 'tab' and '\\t'
+    (backslash t, what a shell passes for '\\t', as pandas' sep='\\t' means a tab) and 'comma'/'semicolon'/'pipe'
+    spelled out are accepted."""
     if value is None:
         return None
+    from ..errors import InputError, opt
+
     spelled = {"tab": "\t", "\\t": "\t", "comma": ",", "semicolon": ";", "pipe": "|"}
     d = spelled.get(value.lower(), value)
     if len(d) != 1 or d in ('"', "\n", "\r"):
-        from ..errors import InputError, opt
-
         raise InputError(f"{opt('delimiter', value, cli=repr(value))} is not a single delimiter character",
                          "give one character, e.g. ';', '|' or tab")
+    if not d.isascii():
+        raise InputError(f"{opt('delimiter', value, cli=repr(value))} is not an ASCII character, and CSV / TSV are "
+                         "split on one byte", "convert the file's delimiter to an ASCII one first (e.g. sed "
+                         f"'s/{d}/|/g' in.csv > out.csv, if no value holds '|'), or write the rows as JSONL or Parquet")
     return d
 
 

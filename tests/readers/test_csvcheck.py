@@ -205,6 +205,18 @@ def test_option_values_name_the_parameter_in_python_and_the_flag_on_the_cli(tmp_
     src.write_text("text\na\n")
     assert main(["extract", str(src), "-o", str(tmp_path / "o.parquet"), "--delimiter", "ab", "-q"]) == 1
     assert capsys.readouterr().err == "Error: --delimiter 'ab' is not a single delimiter character - give one character, e.g. ';', '|' or tab\n"
+    # a character outside ASCII was taken, then pyarrow refused it as a header that is not CSV ("check --input-format
+    # and --encoding"): refused up front, saying why and how to convert the file
+    fix = ("convert the file's delimiter to an ASCII one first (e.g. sed 's/é/|/g' in.csv > out.csv, if no value holds "
+           "'|'), or write the rows as JSONL or Parquet")
+    with pytest.raises(BertfeatError) as e:
+        parse_delimiter("é")
+    assert e.value.message == f"delimiter='é' is not an ASCII character, and CSV / TSV are split on one byte - {fix}"
+    src.write_text("textéid\naéb\n")
+    assert main(["extract", str(src), "-o", str(tmp_path / "o.parquet"), "--delimiter", "é", "-q"]) == 1
+    assert capsys.readouterr().err == (f"Error: --delimiter 'é' is not an ASCII character, and CSV / TSV are split on "
+                                       f"one byte - {fix}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.csv"]
 
 
 @pytest.mark.parametrize("given, shown, python", [
