@@ -7,6 +7,7 @@ bertfeat's own Parquet outputs are left out, so an output written inside the inp
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import re
@@ -305,8 +306,23 @@ def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
         tilde = not_local(path)
         if tilde and tilde[0] == "tilde":  # bertfeat.extract("~/x.csv"): Python expands no ~, as the shell does
             raise InputError(f"{path}: no such file: it {UNEXPANDED_TILDE}", f"give the path itself, {tilde[1]}")
+        _refuse_bad_link(p)
         raise InputError(f"{path}: no such file", "check the path")
     refuse_special_file(path, fmt)
     if not os.access(p, os.R_OK):
         raise InputError(f"{path}: the file is not readable", "check its permissions")
     return fs, [os.path.abspath(p)]
+
+
+def _refuse_bad_link(p: Path) -> None:
+    """An input path that is a symbolic link leading nowhere: said as what it is (not "no such file")."""
+    if not p.is_symlink():
+        return
+    try:
+        os.stat(p)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise InputError(f"{p}: is a loop of symbolic links (to {os.readlink(p)}, which leads back to it)",
+                             "point the link at the input file, or pass the file's own path") from None
+    raise InputError(f"{p}: is a broken symbolic link (to {os.readlink(p)}, which does not exist)",
+                     "restore the file it points to, or pass the file's own path")

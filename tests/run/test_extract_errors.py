@@ -47,6 +47,22 @@ def test_missing_file(tmp_path, capsys):
     assert no_leftovers(out) == []
 
 
+def test_an_input_link_to_nothing_says_what_it_is(tmp_path, capsys):
+    """A symbolic link in a loop, or to a missing file, as the input was reported as "no such file", although the
+    user sees the link there (the model readers said what it is)."""
+    out = tmp_path / "o.parquet"
+    (tmp_path / "a.csv").symlink_to(tmp_path / "b.csv")
+    (tmp_path / "b.csv").symlink_to(tmp_path / "a.csv")
+    (tmp_path / "gone.csv").symlink_to("moved.csv")
+    rc, _, err = extract(capsys, tmp_path / "a.csv", out)
+    assert (rc, err) == (1, f"Error: {tmp_path / 'a.csv'}: is a loop of symbolic links (to {tmp_path / 'b.csv'}, which "
+                            "leads back to it) - point the link at the input file, or pass the file's own path\n")
+    rc, _, err = extract(capsys, tmp_path / "gone.csv", out)
+    assert (rc, err) == (1, f"Error: {tmp_path / 'gone.csv'}: is a broken symbolic link (to moved.csv, which does not "
+                            "exist) - restore the file it points to, or pass the file's own path\n")
+    assert no_leftovers(out) == []
+
+
 def test_unreadable_file(tmp_path, capsys, monkeypatch):
     src = write_csv(tmp_path / "c.csv", ["text"], [["a"]])
     out = tmp_path / "o.parquet"
