@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ..readers import RawBatch, Reader
 from ..readers.kept import json_class, kept_array
-from ..readers.rejects import Reason, RejectCode, bad_row_error, no_tokens, reject, token_past_table, too_long
+from ..readers.rejects import Reason, RejectCode, bad_row_error, cell, no_tokens, reject, token_past_table, too_long
 from ..readers.textcheck import text_reason
 
 #: the columns of a features table besides the id and the embedding, with their Arrow types
@@ -42,7 +42,7 @@ def decode_cell(value, what: str) -> tuple[str | None, Reason | None]:
     if isinstance(value, float) and value != value:
         return None, Reason(RejectCode.NULL, f"null {what} (NaN)")
     if not isinstance(value, str):
-        return None, Reason(RejectCode.NOT_STRING, f"non-string {what} ({kind(value)} {value!r:.40})")
+        return None, Reason(RejectCode.NOT_STRING, f"non-string {what} ({kind(value)} {cell(value):.40})")  # true, JSON
     if not value:  # a missing value (a CSV cannot tell an empty cell from one), not a text
         return None, Reason(RejectCode.EMPTY, f"empty {what}")
     if not value.strip():

@@ -250,7 +250,9 @@ JSONL_CASES = {
     "-infinity": (b'{"text": "ok"}\n{"text": -Infinity}\n', "row 1: non-string text (number -Infinity)"),
     "1e400": (b'{"text": "ok"}\n{"text": 1e400}\n', "row 1: non-string text (number 1e400)"),
     "nan-pair": (b'{"text": "ok", "p": "a"}\n{"text": "b", "p": NaN}\n', "row 1: non-string pair text (number NaN)"),
-    "object": (b'{"text": "ok"}\n{"text": {"a": 1}}\n', "row 1: non-string text (object {'a': 1})"),
+    "object": (b'{"text": "ok"}\n{"text": {"a": 1}}\n', "row 1: non-string text (object {\"a\": 1})"),
+    "boolean": (b'{"text": "ok"}\n{"text": true}\n', "row 1: non-string text (boolean true)"),  # not Python's True
+    "array": (b'{"text": "ok"}\n{"text": ["a", null]}\n', 'row 1: non-string text (array ["a", null])'),
     "missing": (b'{"text": "ok"}\n{"body": "x"}\n', "row 1: no field 'text'"),
     "bad-json": (b'{"text": "ok"}\n{"text": "x"\n', "row 1: invalid JSON (Expecting ',' delimiter: line 1 column 13 (char 12))"),
     "not-object": (b'{"text": "ok"}\n["x"]\n', "row 1: a JSON array, not an object"),
