@@ -243,8 +243,12 @@ def warn(message: str, every_time: bool = True) -> None:
     # registry None: no record of what was shown, so the default action shows it again; else the caller module's, as
     # warnings.warn keeps it
     registry = None if every_time else frame.f_globals.setdefault("__warningregistry__", {})
-    warnings.warn_explicit(message, BertfeatWarning, frame.f_code.co_filename, frame.f_lineno,
-                           module=frame.f_globals.get("__name__"), registry=registry, module_globals=frame.f_globals)
+    where = dict(filename=frame.f_code.co_filename, lineno=frame.f_lineno, module=frame.f_globals.get("__name__"),
+                 registry=registry)
+    try:
+        warnings.warn_explicit(message, BertfeatWarning, **where, module_globals=frame.f_globals)
+    except ImportError:  # the caller's loader cannot give its source (python -c, stdin, the REPL: __main__ is built
+        warnings.warn_explicit(message, BertfeatWarning, **where)  # in), asked before anything is shown or recorded
 
 
 class OutputError(BertfeatError):

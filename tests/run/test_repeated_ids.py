@@ -309,3 +309,20 @@ def test_a_users_filter_still_decides(tmp_path):
         for n in range(2):
             bertfeat.extract(src, tmp_path / f"o{n}.parquet", **kw)
     assert len(got) == 1
+
+
+@pytest.mark.parametrize("how", ["-c", "stdin"])
+def test_the_warning_from_python_c_or_standard_input(tmp_path, how):
+    """From `python -c`, a script on standard input or the REPL, every bertfeat warning raised ImportError ('__main__'
+    is not a built-in module: the caller's source was asked of a loader that has none) after the output was written."""
+    import subprocess
+
+    src = write_csv(tmp_path / "in.csv", ["id", "text"], [["a", "one"], ["a", "two"]])
+    code = (f"import bertfeat\ns = bertfeat.extract({str(src)!r}, {str(tmp_path / 'o.parquet')!r}, id_column='id', "
+            f"model={str(tiny_model())!r})\nprint(s.ids_repeated)\n")
+    args, given = ([sys.executable, "-c", code], None) if how == "-c" else ([sys.executable, "-"], code)
+    p = subprocess.run(args, input=given, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    shown = "<string>:2" if how == "-c" else "<stdin>:2"
+    assert (p.returncode, p.stdout) == (0, "1\n"), p.stderr
+    assert p.stderr == (f"{shown}: BertfeatWarning: {src}: the id column 'id' repeats 1 id (the first, 'a', on rows 0 and "
+                        "1); every row is written, so a join on 'id' matches each of them\n")
