@@ -223,6 +223,10 @@ class Encoder:
         self.max_length = self._check_max_length(max_length) if max_length else self.default_max_length
         self.tokenizer = BertTokenizer.from_dir(e, self.config.max_positions, lowercase=self.pipeline.do_lower_case)
         self.tokens_past_table = self._tokens_past_table()  # usually empty
+        # what fills a batch past a row's end (masked, so any embedding row serves): the tokenizer's pad token, unless
+        # it was added without a row in the table, then config.json's pad_token_id (checked to be a row at load)
+        pad = self.tokenizer.pad_id
+        self._pad_fill = self.config.pad_token_id if pad in self.tokens_past_table else pad
         self.default_pooling, self.pooling_source = "+".join(self.pipeline.pooling), self.pipeline.pooling_source
         self._prompt_lengths: dict[tuple[str, int], tuple[int, bool]] = {}
         self.max_batch_tokens = int(max_batch_tokens or DEFAULT_BATCH_TOKENS)
@@ -674,7 +678,7 @@ class Encoder:
 
         def one(batch: np.ndarray) -> list[np.ndarray]:
             input_ids, types, mask = pad_batch([prep.ids[i] for i in batch], [prep.type_ids[i] for i in batch],
-                                               self.tokenizer.pad_id)
+                                               self._pad_fill)
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # an overflow is refused below, once
                 return self.pool_batch_sets(input_ids, types, mask, specs)
 

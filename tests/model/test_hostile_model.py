@@ -290,6 +290,29 @@ def test_camembert_added_tokens_past_the_table_load_as_in_sentence_transformers(
     assert (tmp_path / "out.parquet.rejects.csv").read_text() == f"row,id,reason\n1,,{reason}\n"
 
 
+@pytest.mark.live
+def test_a_pad_token_added_without_a_row_pads_batches_all_the_same(tmp_path):
+    """A pad token added to the tokenizer without resizing the embeddings (id past the table): the load warned that
+    texts holding it are refused, one text encoded, but every padded batch failed with an IndexError ("a bug in
+    bertfeat"; sentence-transformers fails on it too). Padding is masked, so config.json's pad_token_id fills it: each
+    row is bit for bit the row encoded alone."""
+    from transformers import AutoTokenizer
+
+    d = tmp_path / "padpast"
+    shutil.copytree(tiny_model(), d)
+    tok = AutoTokenizer.from_pretrained(str(d))
+    V = len(tok)
+    tok.add_special_tokens({"pad_token": "[PADX]"})
+    tok.save_pretrained(str(d))
+    with pytest.warns(BertfeatWarning, match=r"'\[PADX\]' \(id "):
+        enc = Encoder(d)
+    assert enc.tokenizer.pad_id == V
+    texts = ["a b c d", "x", "the quick brown fox jumps"]
+    together = enc.encode(texts)
+    assert np.array_equal(together, np.concatenate([enc.encode([t]) for t in texts]))
+    assert np.array_equal(together, tiny_encoder().encode(texts))  # the same weights, the table's own pad token
+
+
 def test_a_models_caveat_is_said_once_per_line_of_yours_that_loads_it(tmp_path):
     """A model's caveat (tokens past its table) is the same words at each load: said at the line of the caller's code,
     once per line, as Python's default filter says a warning, so a loop that loads the model (inspection's functions
