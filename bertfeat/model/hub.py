@@ -254,15 +254,32 @@ def _snapshot_in_cache_unchecked(cache: Path, repo_id: str) -> Path | None:
     if not snaps.is_dir():
         return None
     ref = repo / "refs" / "main"
-    if model_file(ref):
-        rev = ref.read_text().strip()
+    rev = ref.read_text().strip() if model_file(ref) else ""
+    if rev:  # the revision huggingface_hub loads: no other, which would be another model's vectors
         # a snapshot folder's name, as huggingface_hub takes it ("../x" led out of the repository's snapshots)
-        if rev and rev in {p.name for p in snaps.iterdir()} and encoder_folder(snaps / rev) is not None:
+        if rev in {p.name for p in snaps.iterdir()} and encoder_folder(snaps / rev) is not None:
             return snaps / rev
+        _refuse_missing_revision(cache, repo_id, rev, snaps)
     found = [p for p in snaps.iterdir() if encoder_folder(p) is not None]
     if not found:
         return None
     return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def _refuse_missing_revision(cache: Path, repo_id: str, rev: str, snaps: Path) -> None:
+    """refs/main names a revision whose snapshot is not there, or holds no encoder (a partial copy of the cache, an
+    interrupted download): huggingface_hub and sentence-transformers fail offline, and loading another snapshot would
+    silently be another revision of the model."""
+    named = rev in {p.name for p in snaps.iterdir()}  # (a name, never a path: "../x" is no snapshot)
+    why = ("holds no model config.json (an interrupted download)" if named
+           else "is not in its snapshots folder (a partial copy of the cache, or an interrupted download)")
+    others = [p for p in snaps.iterdir() if p.name != rev and encoder_folder(p) is not None]
+    newest = max(others, key=lambda p: p.stat().st_mtime) if others else None
+    other = f", or pass {opt('model', str(newest))} to load another revision on purpose" if newest else ""
+    raise ModelNotFoundError(f"model '{repo_id}': the Hugging Face cache {cache} names revision {rev!r} as its main one "
+                             f"(refs/main), but that revision {why}",
+                             f"run `hf download {shlex.quote(repo_id)}` on a machine with internet access and copy the "
+                             f"cache again{other}")
 
 
 def _unreadable(cache: Path) -> bool:

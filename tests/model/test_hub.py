@@ -187,18 +187,30 @@ def test_refs_main_picks_the_revision_else_the_newest(make_ckpt, empty_caches, n
 
 
 
-def test_refs_main_naming_a_folder_out_of_the_snapshots_is_not_followed(make_ckpt, empty_caches, no_network, tmp_path):
+def test_refs_main_naming_no_snapshot_there_is_refused(make_ckpt, empty_caches, no_network, tmp_path):
     """refs/main holds a revision, a snapshot folder's name (huggingface_hub looks it up among them): '../../x' loaded
-    a model folder out of the cache, its id in provenance '' (the name of the folder above it, cut)."""
+    a model folder out of the cache, its id in provenance '' (the name of the folder above it, cut). Then such a
+    revision, and one whose snapshot is missing or incomplete (a partial copy of the cache, an interrupted download),
+    loaded the newest snapshot there: another revision of the model, where huggingface_hub and sentence-transformers
+    fail offline. Each is refused, naming the revision and the snapshot that would load on purpose."""
     import shutil
 
     cache = empty_caches["HF_HUB_CACHE"]
     snap = fake_hf_cache(cache, "org/m", make_ckpt(hidden=64, heads=4, layers=2, seed=24), rev="a" * 40)
     shutil.copytree(snap, cache / "elsewhere")
-    for bad in ("../../elsewhere", "../../elsewhere/", str(cache / "elsewhere"), "."):
+    (cache / "models--org--m" / "snapshots" / "c").mkdir()  # a revision whose download stopped before config.json
+    fix = (f"run `hf download org/m` on a machine with internet access and copy the cache again, or pass "
+           f"model='{snap}' to load another revision on purpose")
+    for bad in ("../../elsewhere", "../../elsewhere/", str(cache / "elsewhere"), ".", "b" * 40, "c"):
         (cache / "models--org--m" / "refs" / "main").write_text(bad)
-        loc = resolve_model("org/m")
-        assert (loc.path, loc.model_id) == (snap, "org/m"), bad  # the snapshot there, as without refs/main
+        with pytest.raises(ModelNotFoundError) as e:
+            resolve_model("org/m")
+        why = ("holds no model config.json (an interrupted download)" if bad == "c" else
+               "is not in its snapshots folder (a partial copy of the cache, or an interrupted download)")
+        assert e.value.message == (f"model 'org/m': the Hugging Face cache {cache} names revision {bad!r} as its main "
+                                   f"one (refs/main), but that revision {why} - {fix}"), bad
+    (cache / "models--org--m" / "refs" / "main").write_text("a" * 40 + "\n")
+    assert resolve_model("org/m").path == snap
 
 
 def test_cli_info_on_a_cached_model(make_ckpt, empty_caches, capsys):
@@ -312,9 +324,13 @@ def test_older_layout_in_the_hf_cache(make_ckpt, empty_caches, tmp_path, no_netw
     enc = Encoder("some-org/old-st-model")
     assert enc.model_id == "some-org/old-st-model"
     np.testing.assert_array_equal(enc.encode(OLD_TEXTS), Encoder(src).encode(OLD_TEXTS))
-    # a snapshot whose Transformer folder has no config.json (an interrupted download) is skipped
+    # a snapshot whose Transformer folder has no config.json (an interrupted download): refused while refs/main names
+    # it (sentence-transformers fails on it offline), skipped when no refs/main names a revision
     new = fake_hf_cache(cache, "some-org/old-st-model", d, rev="b" * 40)
     (new / "0_Transformer" / "config.json").unlink()
+    with pytest.raises(ModelNotFoundError, match="that revision holds no model config.json"):
+        resolve_model("some-org/old-st-model")
+    (cache / "models--some-org--old-st-model" / "refs" / "main").unlink()
     assert resolve_model("some-org/old-st-model").path == old
 
 
