@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from ..checks import DEFAULT_MAX_FIELD_BYTES
@@ -142,13 +143,27 @@ def _resume_fix(old: dict, new: dict) -> str:
             f"with the interrupted run's settings ({original})")
 
 
+def _respelled(a, b) -> bool:
+    """The input given by another spelling of its path (./in.csv, its absolute path, from another directory): the
+    same local files (their absolute paths), so the same input; the files themselves are still compared."""
+    if not (isinstance(a, dict) and isinstance(b, dict)) or a.get("path") == b.get("path"):
+        return False
+    fa, fb = ({f.get("path") for f in x.get("files") or []} for x in (a, b))
+    return bool(fa) and fa == fb and all(os.path.isabs(f) for f in fa)
+
+
 def _same_input(a, b) -> bool:
-    """The same input path and format (its files may differ): a changed file, not another input named."""
-    return isinstance(a, dict) and isinstance(b, dict) and (a.get("path"), a.get("format")) == (b.get("path"), b.get("format"))
+    """The same input path (or a respelling of it) and format (its files may differ): a changed file, not another
+    input named."""
+    return (isinstance(a, dict) and isinstance(b, dict) and a.get("format") == b.get("format")
+            and (a.get("path") == b.get("path") or _respelled(a, b)))
 
 
 def _differences(old: dict, new: dict) -> list[tuple]:
-    """(key, old value, new value) of each manifest key that differs (the prompt's name: its text is compared)."""
+    """(key, old value, new value) of each manifest key that differs (the prompt's name: its text is compared; the
+    input's path only when it names other files: _respelled)."""
+    if _respelled(old.get("input"), new.get("input")):
+        old, new = {**old, "input": {**old["input"], "path": new["input"]["path"]}}, new
     names = naming_keys(old, new)
     keys = [k for k in new if k not in names] + [k for k in OPTIONAL_KEYS if k in old and k not in new]
     return dict_differences(old, new, keys=keys, missing=None, default=str)
@@ -189,7 +204,7 @@ def manifest_differences(old: dict, new: dict) -> list[str]:
 
 
 def _input_differences(a: dict, b: dict) -> list[str]:
-    if a.get("path") != b.get("path") or a.get("format") != b.get("format"):
+    if (a.get("path") != b.get("path") and not _respelled(a, b)) or a.get("format") != b.get("format"):
         return [f"input: {a.get('path')!r} -> {b.get('path')!r}"]
     fa = {f["path"]: f for f in a.get("files", [])}
     fb = {f["path"]: f for f in b.get("files", [])}

@@ -398,6 +398,43 @@ def test_resume_with_a_changed_input_is_refused(tmp_path, capsys, monkeypatch):
                             f"{ON_THE_INPUT_AS_IT_IS}\n")
 
 
+def test_the_input_spelled_otherwise_resumes(tmp_path, capsys, monkeypatch):
+    """A resume given the same input file by another spelling (./c.csv, its absolute path, from another directory)
+    was refused ("the settings or the input differ ... (input: 'c.csv' -> './c.csv')"), its only fix starting over:
+    the same files resume, to the uninterrupted run's output; other files named are still refused, and a file changed
+    under a respelled path is named as changed (the fix that keeps the cached rows)."""
+    src = corpus(tmp_path / "c.csv", 12)
+    args = ["--model", tiny_model(), "--chunk-rows", 3]
+    whole = tmp_path / "whole.parquet"
+    assert run(capsys, "extract", src, "-o", whole, *args, "-q")[0] == 0
+    out = tmp_path / "o.parquet"
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # (not monkeypatch.chdir: interrupted_run undoes the monkeypatch)
+    try:
+        interrupted_run(capsys, monkeypatch, Path("c.csv"), out, *args)
+        for given in ("./c.csv", str(src.resolve())):  # each resumes; the run is interrupted again for the next
+            rc, _, err = run(capsys, "extract", given, "-o", out, *args, "--resume", "-q")
+            assert (rc, err) == (0, ""), given
+            assert read_table(out).equals(read_table(whole))  # every value, bit for bit
+            (a, b), skip = (metadata(out), metadata(whole)), {"input", *VOLATILE}
+            assert a["input"] == given and {k: v for k, v in a.items() if k not in skip} == {
+                k: v for k, v in b.items() if k not in skip}
+            out.unlink()
+            interrupted_run(capsys, monkeypatch, Path("c.csv"), out, *args, "--overwrite")
+    finally:
+        os.chdir(cwd)
+    other = corpus(tmp_path / "d.csv", 12)
+    rc, _, err = run(capsys, "extract", other, "-o", out, *args, "--resume")
+    assert (rc, err.split(" - ")[0]) == (1, "Error: cannot resume: the settings or the input differ from the "
+                                            f"interrupted run (input: 'c.csv' -> {str(other)!r})")
+    with open(src, "a") as f:
+        f.write("id99999,one more row\n")
+    rc, _, err = run(capsys, "extract", src.resolve(), "-o", out, *args, "--resume")
+    assert (rc, err.split(" - ")[1]) == (1, f"{ON_THE_INPUT_AS_IT_IS}\n")
+    assert err.startswith(f"Error: cannot resume: the settings or the input differ from the interrupted run (input "
+                          f"file changed: {src.resolve()} (size "), err
+
+
 def test_a_resume_refused_for_an_edited_input_says_starting_over_reuses_the_cached_rows(tmp_path, capsys, monkeypatch):
     """The corpus edited after an interrupted run (a row appended, a finished row edited): the resume is refused, and its
     fix no longer says "or use the original settings" (no setting changed). Following it with the interrupted run's
