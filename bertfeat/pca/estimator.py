@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import numbers
 import os
+import stat
 import sys
 import warnings
 from collections.abc import Mapping
@@ -734,9 +735,21 @@ class PCA(Estimator):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PCA:
-        """Read a model written by ``save`` (``np.load(allow_pickle=False)``)."""
+        """Read a model written by ``save`` (``np.load(allow_pickle=False)``); ``source_sha256_`` is the sha256 of the
+        bytes read (a file replaced while it was read is refused), which provenance records, whatever the file at
+        the path holds later."""
+        from .reduce import file_sha256
+
+        try:  # a regular file only: opening a named pipe would wait for a writer (load_model says what it is)
+            before = file_sha256(path) if stat.S_ISREG(os.stat(path).st_mode) else None
+        except (OSError, TypeError, ValueError):
+            before = None  # (missing, a URL ...: load_model says what it is)
         model = load_model(path)  # the path as given: a URL refused as one, not as pathlib writes it (s3:/b)
         path = Path(path)
+        sha = file_sha256(path)
+        if sha != before:  # (it is read several times: a member of each file must not mix)
+            raise BertfeatError(f"the PCA model {path} changed while it was read (it was replaced or written to)",
+                                "rerun once the file is settled")
         try:
             pca = cls(**model.params)
             with warnings.catch_warnings():
@@ -753,6 +766,7 @@ class PCA(Estimator):
         pca.fingerprint_ = model.fingerprint
         pca.source_ = model.source
         pca.source_path_ = path
+        pca.source_sha256_ = sha
         if model.feature_names is not None:
             pca.feature_names_in_ = np.asarray(model.feature_names, dtype=object)
         return pca

@@ -236,9 +236,11 @@ def pca_metadata_entry(pca: PCA, model_path: str | os.PathLike | None = None, fo
         "variance_kept": float(np.sum(pca.explained_variance_ratio_)),
         "fingerprint": pca.fingerprint_,
     }
-    if model_path is not None and Path(model_path).is_file():
+    own = model_path is not None and Path(model_path) == getattr(pca, "source_path_", None)
+    loaded = getattr(pca, "source_sha256_", None) if own else None
+    if model_path is not None and (loaded or Path(model_path).is_file()):
         entry["model_path"] = str(model_path)
-        entry["model_sha256"] = file_sha256(model_path)
+        entry["model_sha256"] = loaded or file_sha256(model_path)  # the bytes loaded: the file may be replaced since
     if forced:
         entry["forced_fingerprint_mismatch"] = [key for key, _, _ in forced]
     return entry

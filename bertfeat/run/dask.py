@@ -693,6 +693,10 @@ class DaskRun:
         elif self.applied is not None:
             final_meta["pca"] = self.meta["pca"] = applied_pca_entry(self.applied, plan)
             shutil.copyfile(plan.pca_model, partial / PCA_FILE)
+            if file_sha256(partial / PCA_FILE) != final_meta["pca"]["model_sha256"]:  # the file checked at the start
+                raise ResumableError(f"the PCA model {plan.pca_model} changed during the run (it is not the one "
+                                     "loaded and checked against these features at the start)",
+                                     "put the model the run started with back")
             self.reduce_pass(partial / PCA_FILE, ctx)
 
     def reduce_pass(self, pca_path: Path, ctx: TaskContext) -> None:

@@ -357,6 +357,54 @@ def test_pca_equals_local(client, data, tmp_path):
     assert s.outputs["pca_model"] == out.with_name("f.pca.npz")
 
 
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_a_pca_model_replaced_during_the_run(client, data, tmp_path, monkeypatch, engine):
+    """--pca-model replaced while a run goes on (a pipeline refitting its training PCA): the Dask engine reduced with
+    the new file, never checked against these features (another width: 4 features where the provenance said 8), and
+    both engines recorded the new file's sha256 beside the loaded model's counts, so verify called the output changed.
+    The local engine reduces with the model it loaded and records that one's sha256; the Dask engine, which ships the
+    file to its workers, refuses, keeping the finished parts for a resume."""
+    import bertfeat.run.dask as dask_run
+    import bertfeat.run.local as local_run
+    from bertfeat.errors import ResumableError
+    from bertfeat.pca.estimator import PCA
+    from bertfeat.pca.reduce import file_sha256
+
+    extract(_opts(data, tmp_path / "a" / "a.parquet", pca="8", **LOCAL))
+    extract(_opts(data, tmp_path / "c" / "c.parquet", pca="4", max_length=16, **LOCAL))
+    model = tmp_path / "model.npz"
+    shutil.copyfile(tmp_path / "a" / "a.pca.npz", model)
+    sha = file_sha256(model)
+    module = local_run if engine == "local" else dask_run
+    loaded = module.applied_pca
+
+    def then_replaced(*args):
+        pca = loaded(*args)
+        shutil.copyfile(tmp_path / "c" / "c.pca.npz", model)  # after the load and the checks
+        return pca
+
+    monkeypatch.setattr(module, "applied_pca", then_replaced)
+    out = tmp_path / "o.parquet"
+    if engine == "local":
+        extract(_opts(data, out, pca_model=str(model), **LOCAL))
+        assert json.loads(pq.read_schema(out).metadata[b"bertfeat"])["pca"]["model_sha256"] == sha
+        want = PCA.load(tmp_path / "a" / "a.pca.npz").transform(_embeddings(pq.read_table(local_out_of(data, tmp_path))))
+        assert np.abs(_embeddings(pq.read_table(out)) - want).max() <= 1e-5
+        return
+    with pytest.raises(ResumableError) as e:
+        extract_dask(_opts(data, out, pca_model=str(model)), None, client=client)
+    assert e.value.message.startswith(f"the PCA model {model} changed during the run (it is not the one loaded and "
+                                      "checked against these features at the start) - put the model the run started "
+                                      "with back; then ")
+    assert not out.exists() and (tmp_path / "o.parquet.partial").is_dir()
+
+
+def local_out_of(data, tmp_path) -> Path:
+    out = tmp_path / "full" / "f.parquet"
+    extract(_opts(data, out, **LOCAL))
+    return out
+
+
 class TestProvenanceFromThePartsAlone:
     """A Dask output without its _bertfeat.json has its provenance made from its parts (features.reader). Under
     --pca the parts were written before the model's sha256 was known, so that provenance lacked pca.model_sha256:
