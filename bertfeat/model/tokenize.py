@@ -107,6 +107,9 @@ _CLASS_BY_MODEL_TYPE = {
     "roberta": "RobertaTokenizer", "xlm-roberta": "XLMRobertaTokenizer", "camembert": "CamembertTokenizer",
     "modernbert": "TokenizersBackend",
 }
+# classes transformers 5 loads as BertTokenizer itself (aliases, or names its AutoTokenizer maps to it): their folders
+# tokenize as BertTokenizer's, tokenizer_config.json's do_lower_case and all
+_BERT_ALIASES = frozenset({"MobileBertTokenizer", "SqueezeBertTokenizer", "LayoutLMTokenizer", "LxmertTokenizer"})
 # classes whose __init__ is BertTokenizer's (DistilBertTokenizer subclasses it; ElectraTokenizer is an alias)
 _WORDPIECE_CLASSES = frozenset({"BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer"})
 # classes whose __init__ rebuilds a SentencePiece (Unigram) tokenizer's normalizer, pre-tokenizer and template
@@ -122,6 +125,7 @@ def transformers_class(tok_cfg: dict, model_cfg: dict) -> str:
     registered = _CLASS_BY_MODEL_TYPE.get(model_cfg.get("model_type"))
     if isinstance(declared, str) and declared:
         name = declared.removesuffix("Fast")
+        name = "BertTokenizer" if name in _BERT_ALIASES else name
         return "TokenizersBackend" if registered == "TokenizersBackend" else name
     return registered or "TokenizersBackend"
 
@@ -388,6 +392,22 @@ def _pipeline(tk) -> tuple:
     return tuple(None if c is None else c.__getstate__() for c in (tk.normalizer, tk.pre_tokenizer, tk.post_processor))
 
 
+_GENERIC_CLASSES = frozenset({"TokenizersBackend", "PreTrainedTokenizer", "PythonBackend"})
+
+
+def _refuse_unknown_vocab_class(d: Path, cls_name: str, tok_cfg: dict, model_cfg: dict) -> None:
+    """A vocab.txt folder whose class bertfeat does not know (BertJapaneseTokenizer splits words with MeCab or into
+    characters first, HerbertTokenizer and PhobertTokenizer are BPE): read as BERT's WordPiece it would be tokenized
+    otherwise than transformers tokenizes it, silently. Refused, saying how to use the folder as BERT's."""
+    if own_class(cls_name) in ("BertTokenizer", "MPNetTokenizer") or cls_name in _GENERIC_CLASSES:
+        return  # (a generic class, or none named: a vocab.txt is BERT's WordPiece, as before)
+    raise ConfigError(f"{d / 'vocab.txt'}: transformers loads this folder's tokenizer as {cls_name} "
+                      f"({_class_origin(tok_cfg, model_cfg)}), whose tokenization bertfeat does not reproduce (read as "
+                      "BERT's WordPiece its texts would be split otherwise than transformers splits them)",
+                      f"use a model whose tokenizer is BERT's or has a tokenizer.json; if this vocabulary is BERT's "
+                      f"WordPiece, set \"tokenizer_class\": \"BertTokenizer\" in {d / 'tokenizer_config.json'}")
+
+
 def load_tokenizer(d: Path, tok_cfg: dict, model_cfg: dict, cls_name: str):
     """Folder ``d``'s tokenizer (its tokenizer_config.json and config.json ``tok_cfg`` / ``model_cfg``, the class
     transformers picks from them: transformers_class) as transformers 5's AutoTokenizer loads it -> (tokenizers.Tokenizer, its source,
@@ -412,6 +432,7 @@ def load_tokenizer(d: Path, tok_cfg: dict, model_cfg: dict, cls_name: str):
         return tk, "tokenizer.json", declared, kind, replaced
     if src is not None:
         check_class_fits(d, cls_name, "vocab.txt", tok_cfg, model_cfg)
+        _refuse_unknown_vocab_class(d, cls_name, tok_cfg, model_cfg)
         cls_name = cls_name if cls_name == "MPNetTokenizer" else "BertTokenizer"
         declared = declared_tokens(d, tok_cfg, special_map, cls_name, {})
         tk = build_wordpiece_tokenizer(src, tok_cfg, declared, cls_name)

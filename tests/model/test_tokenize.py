@@ -554,6 +554,45 @@ def test_a_tokenizer_class_that_does_not_fit_its_file_is_refused(minilm_dir, tmp
         assert [Ours.from_dir(d, 128).encode([t]).ids[0].tolist() for t in texts] == [ref(t)["input_ids"] for t in texts]
 
 
+@pytest.mark.parametrize("cls", ["MobileBertTokenizerFast", "SqueezeBertTokenizer", "LayoutLMTokenizer",
+                                 "LxmertTokenizer"])
+def test_a_class_transformers_loads_as_bert_tokenizer_tokenizes_as_it(minilm_dir, tmp_path, cls):
+    """transformers 5 loads these classes as BertTokenizer itself (aliases, or names its AutoTokenizer maps to it),
+    which rebuilds the tokenizer from tokenizer_config.json: a cased do_lower_case gave transformers ['[UNK]', ...]
+    for 'Hello' while bertfeat, not knowing the name, used tokenizer.json as stored (lower-cased): other vectors,
+    silently (found by the session's model audit)."""
+    from transformers import AutoTokenizer
+
+    d = _copy_tokenizer(minilm_dir, tmp_path / "d", lambda c: c.update(tokenizer_class=cls, do_lower_case=False))
+    texts = ["Hello World, the quick brown fox", "plain text here"]
+    ref = AutoTokenizer.from_pretrained(str(d))
+    assert type(ref).__name__ == "BertTokenizer"
+    ours = [Ours.from_dir(d, 128).encode([t]).ids[0].tolist() for t in texts]
+    assert ours == [ref(t)["input_ids"] for t in texts]
+    assert ours != [Ours.from_dir(minilm_dir, 128).encode([t]).ids[0].tolist() for t in texts]  # (not as stored)
+
+
+def test_a_vocab_txt_of_a_class_bertfeat_does_not_reproduce_is_refused(minilm_dir, tmp_path):
+    """A vocab.txt folder of BertJapaneseTokenizer (cl-tohoku's layout: MeCab, or characters, before WordPiece) was
+    read as BERT's WordPiece whatever its class: 東京は日本の首都です split otherwise than transformers, silently. A
+    class bertfeat does not know is refused for a vocab.txt, naming the fix; none named (or a generic one) is BERT's."""
+    d = _copy_tokenizer(minilm_dir, tmp_path / "jp", lambda c: c.update(tokenizer_class="BertJapaneseTokenizer",
+                                                                         word_tokenizer_type="mecab"),
+                        drop=("tokenizer.json",))
+    with pytest.raises(BertfeatError) as e:
+        Ours.from_dir(d, 128)
+    assert str(e.value) == (f"{d / 'vocab.txt'}: transformers loads this folder's tokenizer as BertJapaneseTokenizer "
+                            "(tokenizer_config.json's tokenizer_class 'BertJapaneseTokenizer'), whose tokenization "
+                            "bertfeat does not reproduce (read as BERT's WordPiece its texts would be split otherwise "
+                            "than transformers splits them) - use a model whose tokenizer is BERT's or has a "
+                            "tokenizer.json; if this vocabulary is BERT's WordPiece, set \"tokenizer_class\": "
+                            f"\"BertTokenizer\" in {d / 'tokenizer_config.json'}")
+    for cls in ("BertTokenizer", "PreTrainedTokenizerFast"):
+        _edit_json(d / "tokenizer_config.json", lambda c: c.update(tokenizer_class=cls))
+        assert Ours.from_dir(d, 128).encode(["plain text"]).ids[0].tolist() == Ours.from_dir(
+            minilm_dir, 128).encode(["plain text"]).ids[0].tolist()
+
+
 def test_a_tokenizer_json_the_tokenizers_library_panics_on_is_one_line(tmp_path):
     """tokenizers panics in Rust building this BPE (a pyo3 PanicException, no Exception): one ConfigError line."""
     from st_ckpt import roberta_checkpoint
