@@ -444,6 +444,12 @@ def pooling_modes(cfg: dict, where: str) -> tuple[str, ...]:
     if bad or not modes:
         raise ConfigError(f"{where}: pooling mode {bad[0] if bad else mode!r} is not supported",
                           f"bertfeat knows {', '.join(ST_POOLING_MODES)}")
+    twice = next((m for m in modes if modes.count(m) > 1), None)
+    if twice is not None:  # (else refused later as a --pooling the user never gave)
+        raise ConfigError(f"{where}: pooling_mode {json.dumps(mode)} names {twice} twice (sentence-transformers "
+                          f"concatenates it again; bertfeat pools each mode once)",
+                          "name each mode once in pooling_mode; the vectors then lack the repeated part, so fit what "
+                          "uses them again")
     return modes
 
 

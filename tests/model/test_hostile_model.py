@@ -818,6 +818,10 @@ class TestSettingsThatWouldBeSubstitutedAreRefused:
          '1_Pooling/config.json: include_prompt is "false", not a true / false'),
         ({"pooling_mode": "mean", "embedding_dimension": 32, "word_embedding_dimension": 16},
          "1_Pooling/config.json: word_embedding_dimension 16 is not the encoder's hidden size 32"),
+        # (was refused as "--pooling 'cls+mean+cls' names cls twice", an option nobody gave, with a fix of other width)
+        ({"pooling_mode": ["cls", "mean", "cls"]},
+         '1_Pooling/config.json: pooling_mode ["cls", "mean", "cls"] names cls twice (sentence-transformers '
+         "concatenates it again; bertfeat pools each mode once)"),
     ])
     def test_a_pooling_setting_is_refused(self, tmp_path, cfg, what):
         d = st_model(tmp_path / "m")
