@@ -443,10 +443,11 @@ class Encoder:
             check_size(stride, "stride", 0, None, " (tokens shared by neighbouring windows)")
             check_stride(stride, long_text)  # as extract: a stride another long-text mode ignores is refused
         stride = 32 if stride is None else int(stride)
-        if long_text.startswith("chunk") and not 0 <= stride < max_length - 2:
+        width = max_length - self.tokenizer.specials[False]  # a window's own tokens (its template adds the rest)
+        if long_text.startswith("chunk") and not 0 <= stride < width:
             raise BertfeatError(f"{opt('stride', stride)}{' (the default)' if default else ''} is out of range for max "
                                 f"length {max_length}",
-                                f"choose {opt('stride')} from 0 to {max_length - 3} (tokens shared by neighbouring windows)")
+                                f"choose {opt('stride')} from 0 to {width - 1} (tokens shared by neighbouring windows)")
         dense_paths = tuple(s.path for s in self.pipeline.dense) if own else ()
         norm_paths = tuple(s.path for s in self.pipeline.layer_norm) if own else ()
         asked = normalize is not None and bool(normalize)  # normalize=True given: unit vectors, after a cut too (FeatureSpec.renormalize)
@@ -607,9 +608,7 @@ class Encoder:
             raise LongTextError(np.flatnonzero(t.truncated), t.n_tokens, spec.max_length, pairs is not None)
         if not spec.long_text.startswith("chunk") or not t.truncated.any():
             return self._embeddable(Prepared(t.ids, t.type_ids, window_row, n, t.n_tokens, t.truncated, n_chunks))
-        if tok.cls_id is None or tok.sep_id is None:
-            raise BertfeatError(f"{self.model_id}: the tokenizer has no [CLS]/<s> or [SEP]/</s> token to frame the windows "
-                                "of a long text", f"use {opt('long_text', 'truncate')} or error with this model")
+        before, after, types_before, types_after = tok.window_frame()  # the template's, as it frames a row
         ids, type_ids, rows = [], [], []
         long_rows = set(np.flatnonzero(t.truncated).tolist())
         content = dict(zip(sorted(long_rows), tok.encode_content([texts[i] for i in sorted(long_rows)])))
@@ -617,10 +616,11 @@ class Encoder:
             if r not in long_rows:
                 ids.append(t.ids[r]); type_ids.append(t.type_ids[r]); rows.append(r)
                 continue
-            wins = chunk_windows(content[r], spec.max_length - 2, spec.stride)
+            wins = chunk_windows(content[r], spec.max_length - len(before) - len(after), spec.stride)
             for w in wins:
-                a = np.concatenate([[tok.cls_id], w, [tok.sep_id]]).astype(np.int32)
-                ids.append(a); type_ids.append(np.zeros_like(a)); rows.append(r)
+                ids.append(np.concatenate([before, w, after]).astype(np.int32))
+                type_ids.append(np.concatenate([types_before, np.zeros(len(w), np.int32), types_after]))
+                rows.append(r)
             n_chunks[r] = len(wins)
         truncated = np.zeros(n, dtype=bool)  # chunked rows keep every token
         return self._embeddable(Prepared(ids, type_ids, np.asarray(rows, dtype=np.int64), n, t.n_tokens, truncated,

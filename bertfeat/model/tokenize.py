@@ -702,6 +702,7 @@ class BertTokenizer:
         self._tk.no_padding()
         self._tk.no_truncation()
         self._lock = threading.Lock()
+        self._frame = None  # window_frame's, read once
         _LIVE.add(self)
         self.source = source
         self.model_max_length = model_max_length
@@ -880,6 +881,23 @@ class BertTokenizer:
                             f"{'sentence pairs' if pair else 'texts'} with this model: its "
                             f"{'pair ' if pair else ''}template adds {need} special tokens",
                             f"use {opt('max_length', need)} or more")
+
+    def window_frame(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids before, ids after, their token types) that the model's own template puts around a text's tokens: what
+        frames each window of a chunked long text, as a row is framed (``[CLS] ... [SEP]`` for BERT, ``<s> ...
+        </s>`` for RoBERTa, nothing for a tokenizer without a post-processor). Read off the template applied to one
+        token, by its special-tokens mask."""
+        if self._frame is None:
+            with self._lock:
+                self._tk.no_truncation()
+                one = self._tk.encode("a", add_special_tokens=False)
+                framed = self._tk.post_process(one, None, add_special_tokens=True)
+            special = np.asarray(framed.special_tokens_mask, dtype=bool)
+            own = np.flatnonzero(~special)
+            first, last = (int(own[0]), int(own[-1]) + 1) if own.size else (len(special), len(special))
+            ids, types = np.asarray(framed.ids, np.int32), np.asarray(framed.type_ids, np.int32)
+            self._frame = (ids[:first], ids[last:], types[:first], types[last:])  # prefix / suffix: (P,) (S,)
+        return self._frame
 
     def encode_content(self, texts: list[str]) -> list[np.ndarray]:
         """Word-piece ids of each text without special tokens (for chunking long texts); a text longer than

@@ -425,3 +425,68 @@ def test_a_row_of_one_window_keeps_its_vectors_bits(how):
     want = (np.maximum(win[1], win[2]) if how == "max" else
             ((win[1].astype(np.float64) * 3 + win[2].astype(np.float64) * 1) / 4).astype(np.float32))
     assert out[1].tobytes() == want.tobytes()
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("template", [None, "[CLS] $A [SEP] [SEP]", "$A [SEP]"])
+def test_chunk_windows_are_framed_as_the_models_template_frames_a_row(tmp_path, template):
+    """Each window of a chunked long text was framed [CLS] ... [SEP] whatever the tokenizer's template: a tokenizer.json
+    without a post-processor (rows carry no special tokens; sentence-transformers encodes them so) or another
+    template got windows no row of the model ever had, and vectors ~0.01 off (found by the session's model audit).
+    Windows are framed by the template itself, as wide as max length leaves (their stride limit too); the reference
+    is sentence-transformers' model run on each window framed by hand, weighted by its tokens."""
+    import json
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    from bertfeat import Encoder
+    from bertfeat.errors import BertfeatError
+
+    d = tmp_path / "m"
+    d.mkdir()
+    for f in tiny_model().iterdir():
+        if f.is_file():
+            (d / f.name).write_bytes(f.read_bytes())
+    AutoTokenizer.from_pretrained(str(tiny_model())).save_pretrained(str(d))
+    tj = json.loads((d / "tokenizer.json").read_text())
+    special = {t["content"]: t["id"] for t in tj["added_tokens"]}
+    if template is None:
+        tj["post_processor"] = None
+    else:
+        tj["post_processor"] = {"type": "TemplateProcessing", "single": [
+            {"SpecialToken": {"id": p, "type_id": 0}} if p != "$A" else {"Sequence": {"id": "A", "type_id": 0}}
+            for p in template.split()], "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+            "special_tokens": {t: {"id": t, "ids": [special[t]], "tokens": [t]} for t in ("[CLS]", "[SEP]")}}
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "tokenizer_class": "PreTrainedTokenizerFast"}))
+    before, after = ([], []) if template is None else (
+        [special[t] for t in template.split()[:template.split().index("$A")]],
+        [special[t] for t in template.split()[template.split().index("$A") + 1:]])
+    enc, st = Encoder(d), SentenceTransformer(str(d), device="cpu")
+    text = " ".join(WORDS * 3)  # 93 one-piece words
+    ids = enc.tokenizer.encode_content([text])[0].tolist()
+    max_len, stride = 24, 4
+    width = max_len - len(before) - len(after)
+    framed, start = [], 0
+    while True:
+        framed.append(before + ids[start:start + width] + after)
+        if start + width >= len(ids):
+            break
+        start += width - stride
+
+    def vector(w):
+        with torch.no_grad():
+            return st[0]({"input_ids": torch.tensor([w]), "attention_mask": torch.ones(1, len(w), dtype=torch.long)}
+                         )["token_embeddings"][0].mean(0).numpy().astype(np.float64)
+
+    lengths = np.array([len(w) for w in framed], dtype=np.float64)
+    want = (lengths[:, None] * np.stack([vector(w) for w in framed])).sum(0) / lengths.sum()
+    got = enc.encode([text], long_text="chunk-mean", max_length=max_len, stride=stride, pooling="mean")[0]
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=0)
+    assert enc.encode([text], long_text="chunk-mean", max_length=max_len, stride=stride, pooling="mean",
+                      return_info=True).n_chunks.tolist() == [len(framed)]
+    with pytest.raises(BertfeatError, match=f"choose stride from 0 to {width - 1} "):
+        enc.encode([text], long_text="chunk-mean", max_length=max_len, stride=width)
