@@ -203,7 +203,23 @@ def cache_fingerprint(encoder, spec) -> tuple[str, dict]:
 
     settings = {"cache_format": FORMAT, **spec_settings(encoder, spec), "model_files": encoder_files_digest(encoder),
                 "tokenizers": library_version(), "gemm": gemm_identity(encoder)}
+    frame = _window_frame(encoder, spec)
+    if frame is not None:
+        settings["window_frame"] = frame
     return settings_id(settings_text(settings)), settings
+
+
+def _window_frame(encoder, spec) -> list | None:
+    """A chunked run's window frame when it is not [CLS] ... [SEP] (tokenize.BertTokenizer.window_frame): until
+    2026-12-02 every window was framed so, so the vectors of such a model's long rows cached then were not its own;
+    the key keeps them apart. None for [CLS] ... [SEP] (every usual model: its keys and entries stay as they were)."""
+    if not spec.long_text.startswith("chunk"):
+        return None
+    tok = encoder.tokenizer
+    before, after, _, _ = tok.window_frame()
+    if before.tolist() == [tok.cls_id] and after.tolist() == [tok.sep_id]:
+        return None
+    return [before.tolist(), after.tolist()]
 
 
 def spec_settings(encoder, spec) -> dict:

@@ -490,3 +490,11 @@ def test_chunk_windows_are_framed_as_the_models_template_frames_a_row(tmp_path, 
                       return_info=True).n_chunks.tolist() == [len(framed)]
     with pytest.raises(BertfeatError, match=f"choose stride from 0 to {width - 1} "):
         enc.encode([text], long_text="chunk-mean", max_length=max_len, stride=width)
+    # the vector cache keeps such a model's chunked rows apart from those cached before (framed [CLS] ... [SEP]); a
+    # BERT template's keys stay as they were
+    from bertfeat.cache.store import cache_fingerprint
+
+    chunked = dict(long_text="chunk-mean", max_length=max_len, stride=stride)
+    assert cache_fingerprint(enc, enc.spec(**chunked))[1]["window_frame"] == [before, after]
+    assert "window_frame" not in cache_fingerprint(enc, enc.spec())[1]
+    assert "window_frame" not in cache_fingerprint(tiny_encoder(), tiny_encoder().spec(**chunked))[1]
