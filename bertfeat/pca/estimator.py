@@ -89,7 +89,7 @@ from .validation import (
     nonfinite_error,
     overflow_error,
 )
-from .file import SavedModel, load_model, merge_sources, not_a_model, save_model, source_differences
+from .file import SavedModel, file_sha256, load_model, merge_sources, not_a_model, save_model, source_differences
 from .solvers import (
     SOLVERS,
     Decomposition,
@@ -738,8 +738,6 @@ class PCA(Estimator):
         """Read a model written by ``save`` (``np.load(allow_pickle=False)``); ``source_sha256_`` is the sha256 of the
         bytes read (a file replaced while it was read is refused), which provenance records, whatever the file at
         the path holds later."""
-        from .reduce import file_sha256
-
         try:  # a regular file only: opening a named pipe would wait for a writer (load_model says what it is)
             before = file_sha256(path) if stat.S_ISREG(os.stat(path).st_mode) else None
         except (OSError, TypeError, ValueError):

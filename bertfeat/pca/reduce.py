@@ -6,7 +6,6 @@ O(n d)) and ``reduce_features_file`` transforms chunk by chunk into a ``FeatureW
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from ..errors import BertfeatError, opt
 from ..features import FeatureWriter, feature_fingerprint, feature_format, open_features, read_features
 from ..features.registry import an_output, unwritable
 from .estimator import AUTO_COVARIANCE_MAX_FEATURES, PCA
+from .file import file_sha256  # (defined beside the model file's reader, which PCA.load hashes with)
 from .validation import rows_of as _rows_of
 
 __all__ = ["fit_pca_file", "reduce_features_file", "pca_metadata_entry", "file_sha256", "fit_errstate", "reduced_by",
@@ -32,15 +32,6 @@ def fit_errstate() -> np.errstate:
     inf"), so a warning and its source line would only stand above the one Error line. A new errstate per use (one
     instance cannot be entered twice)."""
     return np.errstate(over="ignore", invalid="ignore")
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def fit_pca_file(
