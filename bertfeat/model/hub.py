@@ -257,20 +257,20 @@ def _snapshot_in_cache_unchecked(cache: Path, repo_id: str) -> Path | None:
     rev = ref.read_text().strip() if model_file(ref) else ""
     if rev:  # the revision huggingface_hub loads: no other, which would be another model's vectors
         # a snapshot folder's name, as huggingface_hub takes it ("../x" led out of the repository's snapshots)
-        if rev in {p.name for p in snaps.iterdir()} and encoder_folder(snaps / rev) is not None:
+        named = rev in {p.name for p in snaps.iterdir()}  # (a name, never a path: "../x" is no snapshot)
+        if named and encoder_folder(snaps / rev) is not None:
             return snaps / rev
-        _refuse_missing_revision(cache, repo_id, rev, snaps)
+        _refuse_missing_revision(cache, repo_id, rev, snaps, named)
     found = [p for p in snaps.iterdir() if encoder_folder(p) is not None]
     if not found:
         return None
     return max(found, key=lambda p: p.stat().st_mtime)
 
 
-def _refuse_missing_revision(cache: Path, repo_id: str, rev: str, snaps: Path) -> None:
+def _refuse_missing_revision(cache: Path, repo_id: str, rev: str, snaps: Path, named: bool) -> None:
     """refs/main names a revision whose snapshot is not there, or holds no encoder (a partial copy of the cache, an
     interrupted download): huggingface_hub and sentence-transformers fail offline, and loading another snapshot would
-    silently be another revision of the model."""
-    named = rev in {p.name for p in snaps.iterdir()}  # (a name, never a path: "../x" is no snapshot)
+    silently be another revision of the model. ``named``: a snapshot folder of that name is there."""
     why = ("holds no model config.json (an interrupted download)" if named
            else "is not in its snapshots folder (a partial copy of the cache, or an interrupted download)")
     others = [p for p in snaps.iterdir() if p.name != rev and encoder_folder(p) is not None]

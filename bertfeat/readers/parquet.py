@@ -197,8 +197,9 @@ class ParquetReader(Reader):
             for k, why in bad.items():
                 rb.pre_rejected.setdefault(rows[k], why)
         for c in self.keep:  # the rejects file shows a value as the file holds it: "007" cast to 7, a float32's 0.1
-            shown = shown_values(capped.get(c, storage(b.column(c))))
-            raw = _pylist(capped.get(c, storage(b.column(c))))[0] if shown is None and c in cast else shown
+            held = capped.get(c, storage(b.column(c)))
+            shown = shown_values(held)
+            raw = _pylist(held)[0] if shown is None and c in cast else shown
             if raw is None:
                 continue
             values = cast[c][0] if c in cast else rb.extra[c]
@@ -322,14 +323,10 @@ def _capped(col, cap: int):
     out, over, at = [], {}, 0
     for a in chunks:
         dictionary = pa.types.is_dictionary(a.type)
-        values = _value_sizes(a.dictionary if dictionary else a)
-        if values is None:
+        sizes = _value_sizes(a)  # (a dictionary column's: its values' sizes by index)
+        if sizes is None:
             return col, {}
-        if dictionary:
-            valid = _valid(a.indices)
-            sizes = np.where(valid, values[np.where(valid, _raw(a.indices), 0)], 0) if len(values) else values[:0]
-        else:
-            valid, sizes = _valid(a), values
+        valid = _valid(a.indices if dictionary else a)
         big = np.flatnonzero(valid & (sizes > cap))
         if big.size:
             valid = valid.copy()
@@ -393,7 +390,10 @@ def _nested_sizes(a) -> np.ndarray | None:
         values = _value_sizes(a.dictionary)
         if values is None:
             return None
-        return values[a.indices.fill_null(0).to_numpy()] if len(values) else np.zeros(len(a), np.int64)
+        if not len(values):
+            return np.zeros(len(a), np.int64)
+        valid = _valid(a.indices)  # (a null's index slot holds any value: read as 0, its size 0)
+        return np.where(valid, values[np.where(valid, _raw(a.indices), 0)], 0)
     if isinstance(t, pa.ExtensionType):
         return _value_sizes(a.storage)
     if pa.types.is_null(t):
