@@ -157,6 +157,7 @@ class Reader:
         self.glob = path != "-" and not is_url(path) and is_pattern(path)  # a local glob (the provenance says so)
         self.fs, self.files = resolve_files(path, fmt, glob=self.glob)  # decided once: listing() reads it so again
         self.total_rows: int | None = None  # known up front for Parquet (footers) and for text that fits the head
+        self.max_rows: int | None = None  # no more rows than this, where known up front (a fit of more PCA components refused)
         # progress by bytes counts the bytes read from disk, compressed or not
         self.total_bytes: int | None = sum(self.fs.size(f) for f in self.files) if self.files else None
         self._setup(delimiter)

@@ -67,10 +67,11 @@ class CsvReader(TextReader):
                 line = fh.readline()
             return line
 
-    def _count_lines(self, data: bytes) -> int | None:
+    def _count_lines(self, data: bytes, at_most: bool = False) -> int | None:
         """Records of a block without quotes: its non-empty lines (pyarrow ends a line at \\n, \\r\\n or \\r and
-        skips empty ones; a malformed line is a row too), less the header. None when a quote may join lines."""
-        if b'"' in data and self.fmt == "csv":
+        skips empty ones; a malformed line is a row too), less the header. None when a quote may join lines, unless
+        ``at_most``: then that count is a bound (a quoted value spanning lines makes one record of them)."""
+        if b'"' in data and self.fmt == "csv" and not at_most:
             return None
         return max(0, sum(1 for ln in data.removeprefix(b"\xef\xbb\xbf").splitlines() if ln) - 1)
 

@@ -45,7 +45,7 @@ class JsonlReader(TextReader):
         self._first_id_kind: dict[str, str] = {}  # column -> "integer" / "string": the file's first possible id
         self._head_whole = False  # the head held every line of the input, and each was looked at
 
-    def _count_lines(self, data: bytes) -> int:
+    def _count_lines(self, data: bytes, at_most: bool = False) -> int:
         """Lines that are not blank (JSON strings hold no raw line break): the rows, as _parse reads them."""
         return sum(1 for ln in data.split(b"\n") if ln.removeprefix(b"\xef\xbb\xbf").strip())
 

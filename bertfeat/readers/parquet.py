@@ -89,7 +89,7 @@ class ParquetReader(Reader):
             total += meta.num_rows
             self._metas.append(meta)
             self._schemas.append(schema)
-        self.total_rows = total
+        self.total_rows = self.max_rows = total
         self.file_rows = [m.num_rows for m in self._metas]  # (travels to Dask workers; the footers do not)
         return list(self._pq_schema.names)
 

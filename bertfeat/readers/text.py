@@ -56,6 +56,7 @@ class TextReader(Reader):
         cols = self._head_columns(head)
         if len(head) < HEAD_BYTES and self.path != "-" and self.compression is None and not self._head_skipped:
             self.total_rows = self._exact_rows(head)  # the whole file was read: its rows are known (progress)
+            self.max_rows = self._count_lines(head, at_most=True) if _ascii_lines(self.encoding) else None
         return cols
 
     def _head_limit(self) -> int:
@@ -216,7 +217,8 @@ class TextReader(Reader):
         """The rows of whole lines of input, from their line ends where that is exact, else None."""
         return self._count_lines(data) if _ascii_lines(self.encoding) else None
 
-    def _count_lines(self, data: bytes) -> int | None:
+    def _count_lines(self, data: bytes, at_most: bool = False) -> int | None:
+        """The rows of ``data`` from its line ends (``at_most``: a bound where quotes may join lines), or None."""
         return None
 
     def read_partition(self, part: Partition, first_row: int) -> RawBatch:

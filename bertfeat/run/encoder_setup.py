@@ -19,17 +19,36 @@ def load_encoder(plan):
     return shared_encoder(plan.options.model, **encoder_keywords(plan.options))
 
 
-def feature_settings(encoder, plan) -> tuple[object, dict]:
-    """What needs the loaded model, on both engines: -> (the FeatureSpec, the features' fingerprint)."""
+def feature_settings(encoder, plan, estimating: bool = False) -> tuple[object, dict]:
+    """What needs the loaded model, on both engines: -> (the FeatureSpec, the features' fingerprint). A PCA the input's
+    rows cannot give is refused here, before a row is encoded (``estimating``: not refused; the estimate warns)."""
     spec = feature_spec(encoder, plan.options)
     dim = encoder.output_dim(spec)
     if isinstance(plan.pca, int) and plan.pca > dim:
         raise BertfeatError(f"{opt('pca', plan.pca)} is more components than the {dim} feature dimensions",
                             f"choose {opt('pca', dim)} or fewer, or a variance fraction such as 0.95")
+    refusal = None if estimating else pca_rows_refusal(plan, dim)
+    if refusal is not None:
+        raise refusal
     if plan.id_name in ("embedding", "n_tokens", "truncated", "n_chunks"):
         shown = opt("id_column", plan.id_name, cli=f"'{plan.id_name}'")
         raise BertfeatError(f"{shown} clashes with an output column", "rename the id column")
     return spec, encoder.fingerprint(spec)
+
+
+def pca_rows_refusal(plan, dim: int) -> BertfeatError | None:
+    """The error for a PCA the input's rows cannot give (the fit would refuse it after encoding every row), where the
+    reader knows how many rows there are at most (Parquet's footers; a text file read whole with its header); else None."""
+    rows = plan.reader.max_rows
+    bound = "" if rows == plan.reader.total_rows else " at most"
+    if rows is not None and isinstance(plan.pca, int) and plan.pca > rows:
+        return BertfeatError(f"{opt('pca', plan.pca)} is more components than the rows of {plan.reader.name} "
+                             f"({rows:,}{bound}): a PCA has at most one component a row",
+                             f"choose {opt('pca', max(rows, 1))} or fewer, or a variance fraction such as 0.95")
+    if rows is not None and plan.pca == "mle" and rows < dim:
+        return BertfeatError(f"{opt('pca', 'mle')} needs at least as many rows as the {dim} features, and "
+                             f"{plan.reader.name} has {rows:,}{bound}", "fit on more rows, or pass a number of components")
+    return None
 
 
 def make_reuser(encoder, spec, cache_dir: Path | None, spill_dir: Path | None, cache_id: tuple[str, dict] | None = None,

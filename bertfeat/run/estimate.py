@@ -252,7 +252,7 @@ def estimate_plan(plan, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> Estimate
     t0 = time.perf_counter()
     encoder = load_encoder(plan)
     load_seconds = time.perf_counter() - t0
-    spec, fingerprint = feature_settings(encoder, plan)
+    spec, fingerprint = feature_settings(encoder, plan, estimating=True)
     chunks_kept, rows_kept = _kept(plan, encoder, fingerprint, rows)
     d = encoder.output_dim(spec)
     m = _measure(encoder, spec, read["texts"], read["pairs"], read["sample_rows"], plan.reader.row_label)
@@ -444,12 +444,16 @@ def _warnings(plan, spec, read: dict, refused: tuple, m: dict, memory_peak: int,
 
 
 def _pca_rows_warning(plan, accepted: int, d: int, approx: bool) -> str | None:
-    """The PCA the run would fit and fail on, having encoded every row: fewer rows than it needs (the run's checks:
+    """The PCA the run would fit and fail on, having encoded every row (or refuse before the first, where the input's
+    lines or footers bound its rows: encoder_setup.pca_rows_refusal): fewer rows than it needs (the run's checks:
     pca_steps.fit_pca, pca.validation.check_max_components, Minka's MLE)."""
+    from .encoder_setup import pca_rows_refusal
+
     k, n, about = plan.pca, accepted, "~" if approx else ""
     if k is None:
         return None
-    stop = "the run stops after encoding them and writes nothing"
+    stop = ("the run refuses it before encoding a row" if pca_rows_refusal(plan, d) is not None
+            else "the run stops after encoding them and writes nothing")
     if n < 2:
         return f"{about}{n:,} row(s) to fit the PCA on, it needs at least 2: {stop}"
     if isinstance(k, int) and k > n:  # (ALL_COMPONENTS is a str)

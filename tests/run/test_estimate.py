@@ -254,14 +254,15 @@ class TestDistinctRowsAtItsBoundary:
 
 
 @pytest.mark.parametrize("rows, pca, warning", [
-    (6, 7, "pca=7 needs at least 7 rows, the run has 6: the run stops after encoding them and writes nothing; choose "
+    (6, 7, "pca=7 needs at least 7 rows, the run has 6: the run refuses it before encoding a row; choose "
            "pca <= 6 or a fraction such as 0.95"),
-    (6, "mle", "pca='mle' needs at least as many rows as features (32), the run has 6: the run stops after encoding "
-               "them and writes nothing; pass a number of components or a fraction such as 0.95"),
+    (6, "mle", "pca='mle' needs at least as many rows as features (32), the run has 6: the run refuses it before "
+               "encoding a row; pass a number of components or a fraction such as 0.95"),
     (1, 0.95, "1 row(s) to fit the PCA on, it needs at least 2: the run stops after encoding them and writes nothing"),
     (6, 6, None), (6, "all", None), (40, "mle", None)])
 def test_a_pca_the_rows_cannot_give_is_warned_of(tmp_path, rows, pca, warning):
-    # the run fails only once every row is encoded (rows are counted as they are read): the estimate knows the count
+    # the run refuses these before encoding (the file's lines give its rows: encoder_setup.pca_rows_refusal); the
+    # estimate says so, and does not refuse
     src = write_csv(tmp_path / "c.csv", ["text"], [[f"sentence {i} about things"] for i in range(rows)])
     e = bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca=pca, estimate=True)
     got = [w for w in e.warnings if "pca" in w.lower()]

@@ -719,9 +719,14 @@ def test_binary_kept_column_into_csv(tmp_path, capsys):
     assert [r[header.index("raw")] for r in rows] == ["ok", "\\xff\\xfe", ""]
 
 
+# 3 rows on 11 lines: a quoted value spans 8 of them, so the file may hold up to 10 rows and the fit refuses --pca 10
+SPANNING = [["a"], ["b"], ["\n".join("c" * 8)]]
+
+
 def test_pca_larger_than_the_rows_names_the_extract_flag(tmp_path, capsys):
-    """The PCA's n_components is extract's --pca: its errors say so (they said n_components=10 on the command line)."""
-    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"], ["c"]])
+    """The PCA's n_components is extract's --pca: its errors say so (they said n_components=10 on the command line).
+    The fit's own refusal: the file's lines do not show that it has fewer rows than 10."""
+    src = write_csv(tmp_path / "c.csv", ["text"], SPANNING)
     out = tmp_path / "o.parquet"
     rc, _, err = extract(capsys, src, out, "--pca", "10")
     assert_failed_cleanly(rc, err, out, "Error: --pca 10 is larger than min(n_samples, n_features) = min(3, 32) = 3 - "
@@ -734,13 +739,74 @@ def test_pca_larger_than_the_rows_names_the_python_parameter(tmp_path):
     import bertfeat
     from bertfeat.errors import BertfeatError
 
-    src = write_csv(tmp_path / "c.csv", ["text"], [["a"], ["b"], ["c"]])
+    src = write_csv(tmp_path / "c.csv", ["text"], SPANNING)
     out = tmp_path / "o.parquet"
     with pytest.raises(BertfeatError) as e:
         bertfeat.extract(src, out, model=tiny_model(), pca=10)
     assert str(e.value) == ("pca=10 is larger than min(n_samples, n_features) = min(3, 32) = 3 - choose pca <= 3, or a "
                             "fraction such as 0.95 to keep 95% of the variance")
     assert not out.exists()
+
+
+def refuse_encoding(monkeypatch):
+    """Any row encoded fails the test (the refusals below come before the first)."""
+    from bertfeat.model.encoder import Encoder
+
+    def prepare(*args, **kwargs):
+        raise AssertionError("a row was encoded")
+
+    monkeypatch.setattr(Encoder, "prepare", prepare)
+
+
+def rows_file(tmp_path, kind: str, n: int):
+    """``n`` rows of text in a file of ``kind``; "quoted-csv" quotes the values (its lines only bound its rows)."""
+    texts = [f"sentence {i}" for i in range(n)]
+    if kind == "parquet":
+        pq.write_table(pa.table({"text": texts}), tmp_path / "r.parquet")
+        return tmp_path / "r.parquet"
+    if kind == "jsonl":
+        return write_jsonl(tmp_path / "r.jsonl", [{"text": t} for t in texts])
+    path = tmp_path / "r.csv"
+    quote = '"' if kind == "quoted-csv" else ""
+    path.write_text("text\n" + "".join(f"{quote}{t}{quote}\n" for t in texts), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("kind, bound", [("csv", ""), ("jsonl", ""), ("parquet", ""), ("quoted-csv", " at most")])
+def test_a_pca_of_more_components_than_rows_is_refused_before_a_row_is_encoded(tmp_path, capsys, monkeypatch, kind,
+                                                                               bound):
+    """--pca 5 on a 4-row file used to fail only after every row was encoded (and that work was lost). Where the rows
+    are known up front (Parquet's footers; a text file read whole with the header) it is refused before the first."""
+    src = rows_file(tmp_path, kind, 4)
+    out = tmp_path / "o.parquet"
+    refuse_encoding(monkeypatch)
+    rc, _, err = extract(capsys, src, out, "--pca", "5")
+    assert_failed_cleanly(rc, err, out, f"Error: --pca 5 is more components than the rows of {src} (4{bound}): a PCA has "
+                          "at most one component a row - choose --pca 4 or fewer, or a variance fraction such as 0.95")
+    rc, _, err = extract(capsys, src, out, "--pca", "mle")
+    assert_failed_cleanly(rc, err, out, f"Error: --pca mle needs at least as many rows as the 32 features, and {src} has "
+                          f"4{bound} - fit on more rows, or pass a number of components")
+
+
+def test_a_pca_of_more_components_than_rows_names_the_python_parameter(tmp_path, monkeypatch):
+    import bertfeat
+    from bertfeat.errors import BertfeatError
+
+    src = rows_file(tmp_path, "parquet", 4)
+    refuse_encoding(monkeypatch)
+    with pytest.raises(BertfeatError) as e:
+        bertfeat.extract(src, tmp_path / "o.parquet", model=tiny_model(), pca=5)
+    assert str(e.value).startswith("pca=5 is more components than the rows of ")
+    assert str(e.value).endswith(" - choose pca=4 or fewer, or a variance fraction such as 0.95")
+
+
+def test_a_pca_of_as_many_components_as_rows_runs(tmp_path, capsys):
+    """The bound refuses only what the fit would: --pca 4 on 4 rows (quoted: the lines bound them) is fitted."""
+    src = rows_file(tmp_path, "quoted-csv", 4)
+    out = tmp_path / "o.parquet"
+    rc, _, err = extract(capsys, src, out, "--pca", "4")
+    assert rc == 0, err
+    assert embeddings(read_table(out)).shape == (4, 4)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "tsv"])
