@@ -225,13 +225,29 @@ class ParquetFile(FeatureFile):
         # One row group at a time: a batch never spans two row groups, so the embedding
         # column of each batch is one contiguous Arrow buffer and X is a zero-copy view of
         # it (batches across a group boundary are concatenated first, twice as slow).
-        pf = pq.ParquetFile(src.path)
+        pf = pq.ParquetFile(src.path, page_checksum_verification=True)  # bertfeat's files carry page CRCs
         start = 0
         for group in range(pf.num_row_groups):
-            for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=src.columns, use_threads=True):
+            for batch in _batches(pf, src.path, group, batch_rows, src.columns):
                 if src.wide:
                     X = src.wide_matrix(batch, start)
                 else:
                     X = embedding_matrix(batch.column(EMBEDDING_COLUMN), src.dim, src.path, start)
                 yield src.make_chunk(batch, X, start)
                 start += batch.num_rows
+
+
+def _batches(pf: pq.ParquetFile, path: Path, group: int, batch_rows: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """Row group ``group``'s batches; a page that fails its checksum or cannot be decoded (a flipped byte, bytes cut
+    from the middle) is the file's damage, said as such: pyarrow's own words named no file, or read as a disk error."""
+    batches = pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns, use_threads=True)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (OSError, pa.ArrowException) as e:
+            raise BertfeatError(f"{path} is damaged: row group {group} does not read back ({one_line(e, 100)})",
+                                "restore the file from a copy, or rerun the command that wrote it") from None
+        yield batch
+

@@ -684,3 +684,52 @@ def test_a_feature_file_given_as_bytes_is_refused_naming_it(tmp_path):
         read_features(bytes(path))
     assert e.value.message == (f"the feature file path {bytes(path)!r} is a bytes, not a string or a path - give the "
                                "feature file's path as a string or a path")
+
+
+def _damaged(path, at: bytes, to: bytes):
+    raw = bytearray(path.read_bytes())
+    i = raw.index(at)
+    raw[i:i + len(at)] = to
+    path.write_bytes(bytes(raw))
+    return path
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_a_flipped_byte_in_a_parquet_page_is_refused_naming_the_file(tmp_path, wide):
+    """bertfeat writes page CRCs, but read its feature files without checking them: an id or a feature changed on disk
+    was fitted, transformed and copied into a new file whose checksums were valid again."""
+    ids = ["apple", "mango", "pear"]
+    X = np.arange(12, dtype=np.float32).reshape(3, 4) + np.float32(0.5)
+    path = tmp_path / "f.parquet"
+    with FeatureWriter(path, dim=4, id_name="id", id_type=pa.string(), wide=wide) as w:
+        w.write(ids, X)
+    good = read_features(path)
+    assert list(good[0]) == ids and np.array_equal(good[1], X)
+    _damaged(path, b"mango", b"MANGO")
+    message = _message(lambda: read_features(path))
+    assert message.startswith(f"{path} is damaged: row group 0 does not read back (")
+    assert "CRC checksum verification failed" in message
+    assert message.endswith(" - restore the file from a copy, or rerun the command that wrote it")
+    path.unlink()
+    with FeatureWriter(path, dim=4, id_name="id", id_type=pa.string(), wide=wide) as w:
+        w.write(ids, X)
+    _damaged(path, np.float32(6.5).tobytes(), np.float32(-6.5).tobytes())  # a feature's sign bit
+    assert "CRC checksum verification failed" in _message(lambda: read_features(path))
+
+
+def test_bytes_cut_from_a_parquet_file_are_its_damage_not_a_disk_error(tmp_path):
+    """A file with bytes missing mid-file (its footer kept) failed with pyarrow's words and no file name, rendered as
+    an I/O error ('check the path, its permissions and the free disk space')."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 16)).astype(np.float32)
+    path = tmp_path / "f.parquet"
+    with FeatureWriter(path, dim=16, id_name="id", id_type=pa.int64()) as w:
+        w.write(list(range(400)), X)
+    raw = path.read_bytes()
+    footer = pq.ParquetFile(path).metadata.serialized_size + 8
+    body = raw[:-footer]
+    holed = body[:4] + body[4 + 2000:] + b"\0" * 2000 + raw[-footer:]  # the same length: the footer's offsets stand
+    path.write_bytes(holed)
+    message = _message(lambda: read_features(path))
+    assert message.startswith(f"{path} is damaged: row group 0 does not read back (")
+    assert message.endswith(" - restore the file from a copy, or rerun the command that wrote it")
