@@ -14,6 +14,7 @@ import functools
 import io
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -326,15 +327,22 @@ def csv_column_problem(t: pa.DataType) -> str | None:
 
 def csv_header(path: Path) -> list[str]:
     """The column names in the first line of a CSV ([] when it is empty); a file that is no UTF-8 text (a Parquet or
-    .npy file named .csv) is refused as such."""
+    .npy file named .csv) is refused as such, and so is a name given twice (Arrow's table cannot pick a column by it; a feature column's:
+    wide_dim says)."""
     try:
         # utf-8-sig: a leading BOM (Excel's "CSV UTF-8") is no part of the first name; Arrow's reader drops it too
         with open(path, newline="", encoding="utf-8-sig") as f:
-            return next(csv.reader(f), [])
+            names = next(csv.reader(f), [])
     except UnicodeDecodeError as e:
         raise BertfeatError(f"{path} is not a CSV text file (byte {e.start} is not UTF-8: a binary "
                             "file, a Parquet or .npy file under a .csv name?)",
                             "pass the feature file under its own extension (.parquet, .npy, .csv)") from None
+    counts = Counter(names)
+    dup = sorted(n for n, k in counts.items() if k > 1 and not WIDE_COLUMN_RE.match(n))  # (features: wide_dim's)
+    if dup:
+        raise BertfeatError(f"{path}: the column name {dup[0]!r} appears {counts[dup[0]]} times",
+                            "rename the columns so that every name is unique")
+    return names
 
 
 #: The Arrow type a feature column of a CSV is written and read as, by the file's dtype (float16: its text as float64,

@@ -195,6 +195,9 @@ class ParquetFile(FeatureFile):
         rows = pq.ParquetFile(path).metadata.num_rows
         if EMBEDDING_COLUMN in names:
             typ = schema.field(EMBEDDING_COLUMN).type
+            if pa.types.is_fixed_size_list(typ) and typ.list_size == 0:  # rows without features (Arrow's reader fails)
+                raise BertfeatError(f"{path}: column '{EMBEDDING_COLUMN}' is a list of 0 values ({typ}): rows without "
+                                    "features", "pass a feature matrix of at least one feature a row")
             if pa.types.is_fixed_size_list(typ):
                 dim = typ.list_size
             elif (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and layout.get("dim"):

@@ -313,11 +313,14 @@ def remove_stale(files: Iterable[tuple[str, Path]]) -> None:
 
 
 def feature_file_inputs(path: str | os.PathLike) -> list[Path]:
-    """A feature file read as input, with its side files (they are inputs too)."""
+    """A feature file read as input, with the side files it is read with (they are inputs too): a .npy's ids file and
+    provenance, a CSV's provenance (a CSV holds its ids: X.ids.csv beside it is no input of its)."""
     from ..features import ids_sidecar_path, provenance_path
 
     path = Path(path)
-    return [path, ids_sidecar_path(path), provenance_path(path)] if path.suffix.lower() in (".npy", ".csv") else [path]
+    suffix = path.suffix.lower()
+    return ([path, ids_sidecar_path(path), provenance_path(path)] if suffix == ".npy" else
+            [path, provenance_path(path)] if suffix == ".csv" else [path])
 
 
 def partial_run_error(partial_dir: Path, stdin: bool = False) -> OutputError:

@@ -866,3 +866,18 @@ def test_a_row_whose_projection_overflows_float32_is_named_by_file_row_and_id(tm
                                        "overflows float32 (feature files are read and projected in float32) - scale "
                                        "the features down before transforming\n")
     assert not out.exists()
+
+
+def test_transform_of_a_csv_into_an_npy_of_its_name_runs(tmp_path, X, capsys):
+    """pca transform x.csv -o x.npy was refused: 'the ids file x.ids.csv would replace the input x.ids.csv', although
+    a CSV feature file holds its ids and reads no ids file (x.ids.csv need not exist)."""
+    src = tmp_path / "x.csv"
+    with FeatureWriter(src, dim=D, id_name="sid", id_type=pa.string(), metadata={"fingerprint": FP}) as w:
+        w.write([f"s{i}" for i in range(40)], X[:40])
+    model = tmp_path / "pca.npz"
+    assert _run_main(["pca", "fit", str(src), "-n", "2", "-o", str(model), "--quiet"]) == 0
+    assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(tmp_path / "x.npy"),
+                      "--quiet"]) == 0, capsys.readouterr().err
+    ids, Y, _ = read_features(tmp_path / "x.npy")
+    assert ids[:2] == ["s0", "s1"]
+    np.testing.assert_allclose(Y, PCA.load(model).transform(X[:40]), rtol=1e-5, atol=1e-5)

@@ -733,3 +733,26 @@ def test_bytes_cut_from_a_parquet_file_are_its_damage_not_a_disk_error(tmp_path)
     message = _message(lambda: read_features(path))
     assert message.startswith(f"{path} is damaged: row group 0 does not read back (")
     assert message.endswith(" - restore the file from a copy, or rerun the command that wrote it")
+
+
+def test_a_column_name_given_twice_in_a_csv_or_an_ids_file_is_refused_naming_it(tmp_path):
+    """A CSV feature file or a .npy's ids file with a repeated column name failed as 'unexpected KeyError: Field
+    "label" exists 2 times in schema - this is a bug in bertfeat' (Parquet's was refused, naming it)."""
+    path = tmp_path / "dup.csv"
+    path.write_text("id,label,label,f0,f1\n1,a,b,1,2\n2,a,b,2,5\n", encoding="utf-8")
+    assert _message(lambda: read_features(path)) == (f"{path}: the column name 'label' appears 2 times - rename the "
+                                                     "columns so that every name is unique")
+    np.save(tmp_path / "side.npy", np.ones((2, 3), dtype=np.float32))
+    (tmp_path / "side.ids.csv").write_text("id,id\n1,x\n2,y\n", encoding="utf-8")
+    assert _message(lambda: read_features(tmp_path / "side.npy")) == (
+        f"{tmp_path / 'side.ids.csv'}: the column name 'id' appears 2 times - rename the columns so that every name is unique")
+
+
+def test_a_parquet_embedding_of_no_values_is_refused_as_rows_without_features(tmp_path):
+    """A fixed-size list of 0 values failed in Arrow's reader as 'unexpected ArrowInvalid ... a bug in bertfeat' (a
+    .npy of shape (n, 0) was refused as rows without features)."""
+    path = tmp_path / "d0.parquet"
+    pq.write_table(pa.table({"embedding": pa.array([[]] * 5, pa.list_(pa.float32(), 0))}), path)
+    assert _message(lambda: read_features(path)) == (
+        f"{path}: column 'embedding' is a list of 0 values (fixed_size_list<element: float>[0]): rows without features "
+        "- pass a feature matrix of at least one feature a row")
