@@ -134,9 +134,11 @@ def fp32_library() -> tuple[str, str]:
     kernel = _probe_kernel(np.float32)
     if kernel and kernel.startswith("brg:"):
         return "onednn", f"oneDNN's {kernel} kernel (faster fp32 GEMMs than OpenBLAS, rows independent of the row count)"
-    # e.g. gemm:jit:f32 on AVX2-only CPUs: its sums round differently for different row counts (a row's features would
-    # depend on its batch, by ~4e-6), and it was not measured faster than OpenBLAS
-    return "numpy", f"oneDNN's fp32 kernel here is {kernel}, not brgemm: OpenBLAS keeps a row independent of its batch"
+    # e.g. gemm:jit:f32 on AVX2-only CPUs: its sums round differently for different row counts (a row's features
+    # depend on its batch, by ~4e-6), and it was not measured faster than OpenBLAS, whose sums round by a row's place
+    # in the batch (its micro-kernel's slot), by less: neither gives brgemm's bit-for-bit rows
+    return "numpy", (f"oneDNN's fp32 kernel here is {kernel}, not brgemm: its rows round by the batch's row count "
+                     "(~4e-6); OpenBLAS is as fast and rounds a row by its place in the batch (~1e-7)")
 
 
 def native_int8_kernel(kernel: str | None) -> bool:

@@ -180,3 +180,15 @@ def test_a_blas_kernel_openblas_does_not_have_is_refused_not_passed_on(tmp_path,
     assert (r.returncode, r.stdout, r.stderr) == (0, "None\n", "")
     r = subprocess.run([sys.executable, "-m", "bertfeat", "info"], env=env, capture_output=True, text=True, timeout=120)
     assert (r.returncode, r.stderr) == (1, f"Error: {message}\n"), r.stderr
+
+
+def test_fp32_off_brgemm_runs_on_openblas_and_says_its_rows_are_not_bit_for_bit(monkeypatch):
+    """On a oneDNN fp32 kernel that is not brgemm (gemm:jit:f32, AVX2-only CPUs) fp32 runs on NumPy's BLAS. The reason
+    `bertfeat info` shows said "OpenBLAS keeps a row independent of its batch", which it does not (a row rounds by
+    its place in the batch: docs/precision.md, Batch independence)."""
+    monkeypatch.delenv("BERTFEAT_GEMM", raising=False)
+    monkeypatch.setattr(gemm.onednn, "available", lambda: True)
+    monkeypatch.setattr(gemm, "_probe_kernel", lambda dtype: "gemm:jit:f32")
+    assert gemm.fp32_library() == ("numpy", "oneDNN's fp32 kernel here is gemm:jit:f32, not brgemm: its rows round by "
+                                   "the batch's row count (~4e-6); OpenBLAS is as fast and rounds a row by its place "
+                                   "in the batch (~1e-7)")
