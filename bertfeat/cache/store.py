@@ -346,8 +346,29 @@ def from_environment(cache) -> bool:
     return (cache is None or cache is True) and bool(os.environ.get(ENV, "").strip())
 
 
+def _bad_link(path: Path) -> CacheError | None:
+    """A cache path that is a symbolic link leading nowhere (broken, or a loop), said as such: mkdir failed on it as
+    "File exists", and cache info said it "does not exist"."""
+    if not path.is_symlink() or path.exists():
+        return None
+    try:
+        os.stat(path)
+        loop = False
+    except OSError as e:
+        loop = e.errno == errno.ELOOP
+    target = os.readlink(path)
+    if loop:
+        return CacheError(f"the cache {path} is a loop of symbolic links (to {target}, which leads back to it)",
+                          f"point the link at a directory, or give {opt('cache')} the directory itself")
+    return CacheError(f"the cache {path} is a broken symbolic link (to {target}, which does not exist)",
+                      f"make the directory it points to, or give {opt('cache')} another directory")
+
+
 def check_cache_dir(path: Path) -> Path:
     """A cache directory must be a directory (or not exist yet, under a directory that does) on a local file system."""
+    link = _bad_link(path)
+    if link is not None:
+        raise link
     if path.exists() and not path.is_dir():
         raise CacheError(f"the cache {path} is not a directory", f"give {opt('cache')} a directory (it is made if missing)")
     parent = path if path.exists() else next((p for p in path.absolute().parents if p.exists()), Path("/"))
@@ -1034,7 +1055,7 @@ class VectorStore:
         for fid, fp, model, dim, settings, created, last_used in fps:
             n, b = counts.get(fid, (0, 0))
             out.append({"fingerprint": fp, "model": model, "dim": dim, "entries": int(n), "bytes": int(b or 0),
-                        "settings": json.loads(settings), "created": created, "last_used": last_used})
+                        "settings": _stored_settings(settings), "created": created, "last_used": last_used})
         return out
 
     def clear(self, fingerprint: str | None = None) -> int:
@@ -1135,6 +1156,9 @@ def open_cache(directory: Path, run_store: bool | None = None) -> VectorStore:
 def open_existing_cache(directory: Path) -> VectorStore:
     """An existing cache (``bertfeat cache info / clear``): refuses a directory that holds none."""
     d = local_path(directory, "cache")
+    link = _bad_link(d)
+    if link is not None:
+        raise CacheError(link.what, "give the directory passed to extract --cache (or BERTFEAT_CACHE)")
     if not d.is_dir():
         raise CacheError(f"the cache {d} does not exist" if not d.exists() else f"the cache {d} is not a directory",
                          "give the directory passed to extract --cache (or BERTFEAT_CACHE)")
@@ -1149,8 +1173,21 @@ def open_existing_cache(directory: Path) -> VectorStore:
 
 
 # --------------------------------------------------------------------------- bertfeat cache info / clear
-def settings_line(s: dict) -> str:
+def _stored_settings(text) -> dict | None:
+    """A fingerprint row's settings as stored, or None where the row is damaged (not a JSON object): ``cache info``
+    shows the others (a run reads no such row: get_reusable's siblings skip it too)."""
+    try:
+        settings = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return settings if isinstance(settings, dict) else None
+
+
+def settings_line(s: dict | None, fingerprint: str = "ID") -> str:
     """A fingerprint's settings in a few words (``bertfeat cache info``)."""
+    if s is None:
+        return (f"settings unreadable (this fingerprint's row in the cache is damaged; `bertfeat cache clear "
+                f"--fingerprint {fingerprint}` deletes its entries)")
     parts = [f"pooling {s.get('pooling')}", f"layers {','.join(str(x) for x in s.get('layers', []))}"]
     if len(s.get("layers", [])) > 1:
         parts.append(f"layer agg {s.get('layer_agg')}")

@@ -39,7 +39,7 @@ def info_command(directory: str = typer.Argument(..., help="The cache directory 
     for f in d["fingerprints"]:
         lines.append("")
         lines.append(f"{f['fingerprint']}  {f['entries']:,} entries, {_size(f['bytes'])} of vectors, last used {_when(f['last_used'])}")
-        lines.append(f"  model {f['model']} (dim {f['dim']}): {settings_line(f['settings'])}")
+        lines.append(f"  model {f['model']} (dim {f['dim']}): {settings_line(f['settings'], f['fingerprint'])}")
     out_console.print(*lines, sep="\n", markup=False, highlight=False, soft_wrap=True)  # each line's names escaped
 
 
