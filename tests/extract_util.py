@@ -28,6 +28,20 @@ from bertfeat.model.encoder import Encoder
 TOL = 1e-6
 
 
+@functools.cache
+def rows_bit_for_bit() -> bool:
+    """Does fp32 run on oneDNN's brgemm kernels here, where a row's vector is the same bit for bit in any batch? On
+    NumPy's BLAS (no oneDNN; AVX2-only CPUs) a row rounds by its batch, within ~1e-6 (docs/precision.md)."""
+    from bertfeat.ops import gemm
+
+    return gemm.fp32_library()[0] == "onednn"  # (not gemm.resolve: it reads knobs a test may set later, once)
+
+
+#: the reason a test of bit-for-bit rows is skipped where they are not
+NOT_BIT_FOR_BIT = ("fp32 runs on NumPy's BLAS here (no oneDNN brgemm kernel on this CPU or install): a row's vector "
+                   "rounds by its batch, within ~1e-6, not bit for bit (docs/precision.md, Batch independence)")
+
+
 @functools.lru_cache(maxsize=None)
 def tiny_model() -> Path:
     """A small random-weight BERT (hidden 32, 2 layers, uncased vocab, max length 128), made once per process."""

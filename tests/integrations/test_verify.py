@@ -12,7 +12,8 @@ import pytest
 from bertfeat.cli.app import main
 from bertfeat.errors import BertfeatError
 from bertfeat.verify import verify_features
-from extract_util import embeddings, metadata, read_table, run, tiny_model, tiny_st_model, write_csv
+from extract_util import (NOT_BIT_FOR_BIT, embeddings, metadata, read_table, rows_bit_for_bit, run, tiny_model,
+                          tiny_st_model, write_csv)
 
 
 def _rows(n: int = 60) -> list[list[str]]:
@@ -263,7 +264,8 @@ def test_verify_features_cut_by_truncate_dim(tmp_path, capsys):
         assert run(capsys, "extract", src, "-o", out, "--model", model, "-q", *flags)[0] == 0
         assert pq.read_schema(out).field("embedding").type.list_size == width
         r = verify_features(out, sample=1000)
-        assert r["ok"] and r["rows_checked"] == 20 and r["max_relative_diff"] <= 1e-6, (flags, r["worst"])
+        bound = 1e-6 if rows_bit_for_bit() else 1e-5  # (NumPy's BLAS: a few 1e-6 on the unnormalized cut vectors)
+        assert r["ok"] and r["rows_checked"] == 20 and r["max_relative_diff"] <= bound, (flags, r["worst"])
         again = "--normalize" in flags and width < 32  # asked for with a cut: unit vectors after it
         assert metadata(out)["fingerprint"].get("renormalize", False) is again, flags
         norms = np.linalg.norm(embeddings(read_table(out)), axis=1)
@@ -384,7 +386,8 @@ def test_verify_refuses_a_tolerance_out_of_range(extracted, capsys, value, shown
                "1e-5 (default: 1e-5 for fp32, 1e-3 for bf16 and int8 and for a float16 file)\n")
     with pytest.raises(BertfeatError, match=r"^tolerance=(nan|-1\.0|inf|-0\.5) is out of range"):
         verify_features(out, tolerance=float(value))
-    assert run(capsys, "verify", out, "--tolerance", "0", "--sample", "3", "-q") == (0, "", "")  # 0: bit for bit
+    if rows_bit_for_bit():  # 0: bit for bit (NumPy's BLAS rounds a row by its batch: NOT_BIT_FOR_BIT)
+        assert run(capsys, "verify", out, "--tolerance", "0", "--sample", "3", "-q") == (0, "", "")
 
 
 def test_verify_refuses_a_negative_seed_and_an_empty_input(extracted, capsys):
@@ -448,6 +451,7 @@ def test_verify_table_title_is_not_rich_markup(tmp_path, capsys, monkeypatch):
     assert stdout.splitlines()[0].strip() == f"verify {out}"
 
 
+@pytest.mark.skipif(not rows_bit_for_bit(), reason=NOT_BIT_FOR_BIT)
 @pytest.mark.parametrize("extra", [(), ("--pca", "4")])
 def test_verify_a_float16_file_bit_identical(tmp_path, capsys, extra):
     src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], _rows())
@@ -461,6 +465,7 @@ def test_verify_a_float16_file_bit_identical(tmp_path, capsys, extra):
     assert r["tolerance"] == 1e-3
 
 
+@pytest.mark.skipif(not rows_bit_for_bit(), reason=NOT_BIT_FOR_BIT)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_verify_a_pca_transform_of_a_float16_file(tmp_path, capsys, dtype):
     """pca transform of float16 features: the PCA's input was rounded to float16, so verify rounds the re-encoded
@@ -814,6 +819,7 @@ def test_verify_names_a_missing_ids_file_of_a_npy(tmp_path, capsys):
                             "again\n")
 
 
+@pytest.mark.skipif(not rows_bit_for_bit(), reason=NOT_BIT_FOR_BIT)
 def test_verify_names_the_row_of_its_largest_difference(tmp_path, capsys):
     """Found by the seventh hostile-input round: a value edited in its last digit is within the tolerance (verify says ok,
     as float32 rounding may differ so much), and the table said only "bit-identical 29" of 30, not which row differs."""
