@@ -193,6 +193,23 @@ class _Parts:
                 yield ids, X, extras
 
 
+def _part_difference(a: FeatureSource, b: FeatureSource) -> str | None:
+    """What part ``b`` has otherwise than the first part ``a`` (width, id column, other columns, their types), or None."""
+    first, other = a.path.name, b.path.name
+    if a.dim != b.dim:
+        return f"{first} has {a.dim} features, {other} {b.dim}"
+    if a.id_name != b.id_name:
+        return f"{first}'s id column is {a.id_name!r}, {other}'s {b.id_name!r}"
+    if a.id_name is not None and a.id_type != b.id_type:
+        return f"the id column {a.id_name!r} is {a.id_type} in {first}, {b.id_type} in {other}"
+    if list(a.extra_columns) != list(b.extra_columns):
+        return f"{first}'s other columns are {list(a.extra_columns)}, {other}'s {list(b.extra_columns)}"
+    for name, typ in a.extra_columns.items():
+        if b.extra_columns[name] != typ:
+            return f"the column {name!r} is {typ} in {first}, {b.extra_columns[name]} in {other}"
+    return None
+
+
 def _open_parts(path: Path) -> FeatureSource:
     from dataclasses import replace
 
@@ -200,10 +217,10 @@ def _open_parts(path: Path) -> FeatureSource:
 
     parts = [open_features(p) for p in feature_files(path)]
     first = parts[0]
-    odd = next((p for p in parts if (p.dim, p.id_name, p.extra_columns) != (first.dim, first.id_name, first.extra_columns)), None)
-    if odd is not None:
-        raise BertfeatError(f"the part files of {path} differ ({odd.path.name}: {odd.dim} features, columns "
-                            f"{[odd.id_name, *odd.extra_columns]}; {first.path.name}: {first.dim}, "
-                            f"{[first.id_name, *first.extra_columns]})", "extract the directory again")
+    for odd in parts[1:]:
+        differ = _part_difference(first, odd)
+        if differ is not None:  # (ids of another type were cast to the first part's: 100 written as 1970-01-01 ...)
+            raise BertfeatError(f"the part files of {path} differ: {differ}",
+                                "extract the directory again (or write every part with the same columns and types)")
     rows = None if any(p.rows is None for p in parts) else sum(p.rows for p in parts)
     return replace(first, path=path, meta=read_feature_metadata(path), rows=rows, file_format=_Parts)

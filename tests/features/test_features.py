@@ -756,3 +756,45 @@ def test_a_parquet_embedding_of_no_values_is_refused_as_rows_without_features(tm
     assert _message(lambda: read_features(path)) == (
         f"{path}: column 'embedding' is a list of 0 values (fixed_size_list<element: float>[0]): rows without features "
         "- pass a feature matrix of at least one feature a row")
+
+
+def _parts_dir(tmp_path, first: pa.Table, second: pa.Table):
+    d = tmp_path / "parts"
+    d.mkdir()
+    pq.write_table(first, d / "part-00000.parquet")
+    pq.write_table(second, d / "part-00001.parquet")
+    return d
+
+
+def _emb(X):
+    return pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), X.shape[1])
+
+
+def test_parts_whose_ids_or_columns_differ_in_type_are_refused_naming_both(tmp_path):
+    """A directory of parts compared widths and column names, not the id column's type: the second part's int64 ids
+    100, 101 were cast to the first part's timestamps (1970-01-01 00:00:00.100 ...), exit 0; a kept column of another
+    type was refused with two identical descriptions."""
+    X = np.arange(16, dtype=np.float32).reshape(4, 4)
+    d = _parts_dir(tmp_path, pa.table({"id": pa.array(np.arange(2).astype("datetime64[ms]")), "embedding": _emb(X[:2])}),
+                   pa.table({"id": pa.array([100, 101], pa.int64()), "embedding": _emb(X[2:])}))
+    assert _message(lambda: read_features(d)) == (
+        f"the part files of {d} differ: the id column 'id' is timestamp[ms] in part-00000.parquet, int64 in "
+        "part-00001.parquet - extract the directory again (or write every part with the same columns and types)")
+    e = tmp_path / "e"
+    e.mkdir()
+    d = _parts_dir(e, pa.table({"id": [1, 2], "label": ["a", "b"], "embedding": _emb(X[:2])}),
+                   pa.table({"id": [3, 4], "label": [1, 0], "embedding": _emb(X[2:])}))
+    assert _message(lambda: read_features(d)) == (
+        f"the part files of {d} differ: the column 'label' is string in part-00000.parquet, int64 in "
+        "part-00001.parquet - extract the directory again (or write every part with the same columns and types)")
+    f = tmp_path / "f"
+    f.mkdir()
+    d = _parts_dir(f, pa.table({"id": [1, 2], "embedding": _emb(X[:2])}), pa.table({"id": [3, 4], "embedding": _emb(X[2:, :3])}))
+    assert _message(lambda: read_features(d)) == (
+        f"the part files of {d} differ: part-00000.parquet has 4 features, part-00001.parquet 3 - extract the "
+        "directory again (or write every part with the same columns and types)")
+    g = tmp_path / "g"
+    g.mkdir()
+    d = _parts_dir(g, pa.table({"id": [1, 2], "embedding": _emb(X[:2])}), pa.table({"id": [3, 4], "embedding": _emb(X[2:])}))
+    ids, Y, _ = read_features(d)
+    assert list(ids) == [1, 2, 3, 4] and np.array_equal(Y, X)
