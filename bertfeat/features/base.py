@@ -342,9 +342,12 @@ def value_why(written: str, back: str | None) -> str:
     return f"it is written as {written!r}, which reads back as {back}"
 
 
-def as_float32(x: np.ndarray, path, first_row: int, first_col: int = 0) -> np.ndarray:
+def as_float32(x: np.ndarray, path, first_row: int, first_col: int = 0, keep64: bool = False) -> np.ndarray:
     """(m, d) feature values as float32, as bertfeat reads every feature file; a finite value beyond float32's range
-    (a foreign file's float64) is refused by its row and column: cast, it would read as inf."""
+    (a foreign file's float64) is refused by its row and column: cast, it would read as inf. ``keep64``: float64
+    values as they are (the PCA's reads: rounded, values of 1e8 + noise read as one constant)."""
+    if keep64 and x.dtype == np.float64:
+        return x
     if x.dtype.itemsize <= 4:
         return x.astype(np.float32, copy=False)
     with np.errstate(over="ignore"):
@@ -512,6 +515,8 @@ class FeatureSource:
     file_format: type[FeatureFile] | None = field(default=None, repr=False, compare=False)
     #: The type the file holds its features as (float32, float16; float64 of a foreign file); read back as float32.
     dtype: str = "float32"
+    #: A float64 file's features read as float64, not rounded to float32 (the PCA's reads: open_features(float64=True)).
+    float64: bool = False
 
     @property
     def fingerprint(self) -> dict | None:
@@ -550,7 +555,8 @@ class FeatureSource:
     def wide_matrix(self, table: pa.Table | pa.RecordBatch, start: int) -> np.ndarray:
         """(m, d) float32 from the columns f0..f{d-1} of ``table``, rows ``start``.., each read as its own type (a
         float16 CSV's text, read as float64, rounded to float16 first: ``_float16_text``)."""
-        X = np.empty((table.num_rows, self.dim), dtype=np.float32)
+        keep64 = self.float64 and self.dtype == "float64"  # (a Parquet's dtype is its f0's: the others' widen exactly)
+        X = np.empty((table.num_rows, self.dim), dtype=np.float64 if keep64 else np.float32)
         for j in range(self.dim):
             col = table.column(f"f{j}")
             if col.null_count:  # the first one's row, as a Parquet embedding's null is named
@@ -560,7 +566,8 @@ class FeatureSource:
             v = col.to_numpy()[:, None]  # (m, 1)
             # only a CSV's text is rounded: a Parquet's dtype is its f0's, which says nothing of the other columns
             rounded = self.dtype == "float16" and self.fmt == "csv"
-            X[:, j:j + 1] = _float16_text(v, self.path, start, j) if rounded else as_float32(v, self.path, start, j)
+            X[:, j:j + 1] = (_float16_text(v, self.path, start, j) if rounded else
+                             as_float32(v, self.path, start, j, keep64))
         return X
 
     def csv_types(self) -> dict[str, pa.DataType]:

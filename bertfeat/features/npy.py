@@ -172,7 +172,7 @@ class NpyFile(FeatureFile):
         else:
             tables = iter(lambda: None, 0)  # endless Nones: ids are row numbers
         for start in range(0, n, batch_rows):
-            X = as_float32(np.array(arr[start : start + batch_rows]), src.path, start)
+            X = as_float32(np.array(arr[start : start + batch_rows]), src.path, start, keep64=src.float64)
             table = next(tables, None)
             if side.is_file() and (table is None or table.num_rows < X.shape[0]):  # the ids file ended
                 held = start + (0 if table is None else table.num_rows)

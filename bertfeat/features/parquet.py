@@ -59,8 +59,8 @@ def pages_damaged(path: Path) -> str | None:
         return one_line(e, 100)
 
 
-def embedding_matrix(col: pa.Array, d: int, path: Path, start: int) -> np.ndarray:
-    """(m, d) float32 from a fixed-size or variable list column of floats."""
+def embedding_matrix(col: pa.Array, d: int, path: Path, start: int, keep64: bool = False) -> np.ndarray:
+    """(m, d) float32 from a fixed-size or variable list column of floats (``keep64``: float64 values kept)."""
     if col.null_count:
         bad = start + col.is_null().to_numpy(zero_copy_only=False).argmax()
         raise BertfeatError(f"{path}: row {bad} has no embedding (null)", "re-extract the features")
@@ -77,7 +77,7 @@ def embedding_matrix(col: pa.Array, d: int, path: Path, start: int) -> np.ndarra
                             "write a number there (every value of an embedding is a feature), or re-extract the "
                             "features")
     values = flat.to_numpy(zero_copy_only=False)
-    return as_float32(np.asarray(values).reshape(len(col), d), path, start)
+    return as_float32(np.asarray(values).reshape(len(col), d), path, start, keep64=keep64)
 
 
 def _check_numbers(path: Path, schema: pa.Schema, feature_cols: list[str], wide: bool) -> None:
@@ -235,7 +235,7 @@ class ParquetFile(FeatureFile):
                 if src.wide:
                     X = src.wide_matrix(batch, start)
                 else:
-                    X = embedding_matrix(batch.column(EMBEDDING_COLUMN), src.dim, src.path, start)
+                    X = embedding_matrix(batch.column(EMBEDDING_COLUMN), src.dim, src.path, start, src.float64)
                 yield src.make_chunk(batch, X, start)
                 start += batch.num_rows
 

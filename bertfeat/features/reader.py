@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -139,18 +140,19 @@ def _summed(counts: list) -> dict | None:
     return {k: sum(c[k] for c in counts) if all(_is_count(c.get(k)) for c in counts) else None for k in keys}
 
 
-def open_features(path: str | os.PathLike) -> FeatureSource:
+def open_features(path: str | os.PathLike, *, float64: bool = False) -> FeatureSource:
     """Open a feature file for streaming: detect its layout from metadata and columns. A directory of part files
     (``extract --engine dask``'s output) streams its parts in order, as one file (its provenance: the run's
     DIRECTORY_PROVENANCE, else the one read_feature_metadata makes from the parts'). A path no local file can have (a
-    ``~`` no shell expanded, a URL) is refused as such (checks.local_path), not "not found"."""
+    ``~`` no shell expanded, a URL) is refused as such (checks.local_path), not "not found". ``float64``: a float64
+    file's features are read as float64 (bertfeat reads features as float32 otherwise)."""
     path = local_path(path, "feature file")
     if path.is_dir():
-        return _open_parts(path)
+        return replace(_open_parts(path), float64=float64)
     if not path.is_file():
         raise missing_file_error(path)
     meta = read_feature_metadata(path)
-    return file_format(path).open_source(path, meta)
+    return replace(file_format(path).open_source(path, meta), float64=float64)
 
 
 def iter_features(
@@ -161,9 +163,10 @@ def iter_features(
         yield (ids, X, extras) if with_extras else (ids, X)
 
 
-def read_features(path: str | os.PathLike) -> tuple[Any, np.ndarray, dict]:
-    """Read a whole feature file: (ids, X float32 (n, d), metadata). Holds every row in memory."""
-    src = open_features(path)
+def read_features(path: str | os.PathLike, *, float64: bool = False) -> tuple[Any, np.ndarray, dict]:
+    """Read a whole feature file: (ids, X float32 (n, d), metadata). Holds every row in memory. ``float64``: a
+    float64 file's X as float64."""
+    src = open_features(path, float64=float64)
     id_parts, parts = [], []
     for ids, X, _ in src.batches():
         id_parts.append(ids)
@@ -186,7 +189,7 @@ class _Parts:
     def read_chunks(cls, src: FeatureSource, batch_rows: int):
         start = 0
         for part in feature_files(src.path):
-            for ids, X, extras in open_features(part).batches(batch_rows):
+            for ids, X, extras in open_features(part, float64=src.float64).batches(batch_rows):
                 if src.id_name is None:  # row numbers: counted over the whole directory
                     ids = np.arange(start, start + X.shape[0], dtype=np.int64)
                 start += X.shape[0]
@@ -211,8 +214,6 @@ def _part_difference(a: FeatureSource, b: FeatureSource) -> str | None:
 
 
 def _open_parts(path: Path) -> FeatureSource:
-    from dataclasses import replace
-
     from ..errors import BertfeatError
 
     parts = [open_features(p) for p in feature_files(path)]

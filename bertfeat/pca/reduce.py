@@ -56,13 +56,13 @@ def fit_pca_file(
     ``accumulate``: how float32 statistics accumulate (PCA's ``accumulate``); ``precision`` is
     its deprecated name (a DeprecationWarning). ``on_batch(rows_so_far)`` is called after each chunk (progress).
     """
-    src = open_features(path)
+    src = open_features(path, float64=True)  # a float64 file fitted as written: rounded, 1e8 + noise was a constant
     pca = PCA(n_components=n_components, solver=solver, whiten=whiten, random_state=random_state,
               accumulate=accumulate, precision=precision)
     pca.set_params(accumulate=pca._check_params(), precision=None)  # precision= warned once; the PCA returned uses accumulate
     in_memory = solver in ("svd", "randomized") or (solver == "auto" and src.dim > AUTO_COVARIANCE_MAX_FEATURES)
     if in_memory:
-        ids, X, _ = read_features(path)
+        ids, X, _ = read_features(path, float64=True)
         _check_rows(src, X.shape[0])
         with fit_errstate(), _rows_of(src, ids, 0):
             pca._fit(X, pca._check_params(), exact=True)  # auto: svd, the whole spectrum exactly, as pca fit promises
@@ -253,10 +253,10 @@ def reduce_features_file(
     The output keeps the ids, the extra columns and the metadata of the source, and adds a
     ``pca`` entry. Features from a different source (fingerprint) are refused unless
     ``force``; a width mismatch is always refused. ``fmt`` defaults to dst's suffix. ``dtype``: the type the
-    reduced features are written as (float32, float16; the transform itself is float32 whatever the source's).
+    reduced features are written as (float32, float16; the transform is float32, float64 for a float64 source).
     Returns the output path.
     """
-    src = open_features(src_path)
+    src = open_features(src_path, float64=True)  # transformed as written (the output is float32)
     given = reduced_by(src.meta) if src.fingerprint else _UNKNOWN  # no provenance: not known
     check_pca_input(pca, getattr(pca, "source_path_", None) or "(in memory)", given, str(src.path),
                     "the features before it (the extract output without --pca or --pca-model)")

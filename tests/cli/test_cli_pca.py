@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from bertfeat.errors import BertfeatError
@@ -881,3 +882,30 @@ def test_transform_of_a_csv_into_an_npy_of_its_name_runs(tmp_path, X, capsys):
     ids, Y, _ = read_features(tmp_path / "x.npy")
     assert ids[:2] == ["s0", "s1"]
     np.testing.assert_allclose(Y, PCA.load(model).transform(X[:40]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["npy", "embedding", "wide"])
+def test_a_float64_feature_file_is_fitted_and_transformed_as_written(tmp_path, capsys, layout):
+    """Feature files were read as float32 whatever they held: float64 features of 1e8 + unit noise all rounded to 1e8,
+    and pca fit gave explained_variance_ [0, 0] ('variance kept 0.00 %'), exit 0, where scikit-learn gives ~[1.08,
+    1.04]. The PCA reads a float64 file as float64 (the reduced file stays float32)."""
+    from sklearn.decomposition import PCA as SkPCA
+
+    X = 1e8 + np.random.default_rng(1).standard_normal((200, 4))
+    src = tmp_path / ("f.npy" if layout == "npy" else "f.parquet")
+    if layout == "npy":
+        np.save(src, X)
+    elif layout == "embedding":
+        pq.write_table(pa.table({"embedding": pa.FixedSizeListArray.from_arrays(pa.array(X.reshape(-1)), 4)}), src)
+    else:
+        pq.write_table(pa.table({f"f{j}": X[:, j] for j in range(4)}), src)
+    model, out = tmp_path / "m.npz", tmp_path / "r.parquet"
+    assert _run_main(["pca", "fit", str(src), "-n", "2", "-o", str(model), "-q"]) == 0, capsys.readouterr().err
+    sk = SkPCA(2, svd_solver="full").fit(X)
+    pca = PCA.load(model)
+    np.testing.assert_allclose(pca.explained_variance_, sk.explained_variance_, rtol=1e-9)
+    np.testing.assert_allclose(pca.components_, sk.components_, atol=1e-9)
+    assert _run_main(["pca", "transform", str(src), "--pca-model", str(model), "-o", str(out), "-q"]) == 0
+    _, Y, _ = read_features(out)
+    assert Y.dtype == np.float32
+    np.testing.assert_allclose(Y, sk.transform(X), atol=1e-6)
