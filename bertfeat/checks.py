@@ -122,6 +122,14 @@ def _is_number(value) -> bool:
     return isinstance(value, numbers.Real)
 
 
+def check_switch(value, param: str) -> bool:
+    """A switch of the Python API: True or False (NumPy's bools too); a string is never taken as one ("no" is truthy)."""
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")  # (no NumPy import)
+    if not (isinstance(value, bool) or numpy_bool):
+        raise BertfeatError(f"{opt(param, value)} is not True or False", f"give {opt(param, True)} or {opt(param, False)}")
+    return bool(value)
+
+
 def check_count(value: int, param: str, minimum: int = 1) -> int:
     """A count that has no "default" spelling (``batch_rows``, ``probe_rows``): a whole number, ``minimum`` or more,
     refused as ``--batch-rows 0 is out of range - give 1 or more`` (as ``chunk_rows`` is)."""

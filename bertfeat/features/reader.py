@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checks import local_path
+from ..checks import check_count, check_switch, local_path
 from .base import FeatureSource, damaged_provenance, missing_file_error, parse_metadata
 from .registry import file_format
 
@@ -146,6 +146,7 @@ def open_features(path: str | os.PathLike, *, float64: bool = False) -> FeatureS
     DIRECTORY_PROVENANCE, else the one read_feature_metadata makes from the parts'). A path no local file can have (a
     ``~`` no shell expanded, a URL) is refused as such (checks.local_path), not "not found". ``float64``: a float64
     file's features are read as float64 (bertfeat reads features as float32 otherwise)."""
+    float64 = check_switch(float64, "float64")
     path = local_path(path, "feature file")
     if path.is_dir():
         return replace(_open_parts(path), float64=float64)
@@ -159,6 +160,7 @@ def iter_features(
     path: str | os.PathLike, batch_rows: int = 65536, *, with_extras: bool = False
 ) -> Iterator[tuple]:
     """Stream a feature file: yield (ids, X float32 (m, d)) chunks in order (plus extras if asked)."""
+    batch_rows, with_extras = check_count(batch_rows, "batch_rows"), check_switch(with_extras, "with_extras")
     for ids, X, extras in open_features(path).batches(batch_rows):
         yield (ids, X, extras) if with_extras else (ids, X)
 

@@ -28,7 +28,7 @@ from .hub import ModelLocation, file_states, files_differ, model_files, model_fi
 from .families import forward, load_model_weights
 from .bert import Workspace, layer_steps, pooler
 from ..ops.threads import default_threads, one_blas_thread
-from ..checks import (check_max_batch_tokens, check_max_length, check_size, check_stride, check_threads,
+from ..checks import (check_max_batch_tokens, check_max_length, check_size, check_stride, check_switch, check_threads,
                       check_truncate_dim, invalid_unicode)
 from .pooling import (
     LAYER_AGGS,
@@ -793,6 +793,10 @@ class Encoder:
         single = isinstance(texts, str)
         texts = text_list(texts, "texts")
         pairs = None if pairs is None else text_list(pairs, "pairs")
+        return_info = check_switch(return_info, "return_info")
+        if pairs is not None and len(pairs) != len(texts):  # (the tokenizer says so too: not of no texts)
+            raise BertfeatError(f"{len(texts)} texts but {len(pairs)} pairs", "give one pair text for each text")
+        check_size(batch_size, "batch_size", 1, None, " (rows per batch at most)")  # checked with no texts too
         if normalize_embeddings is not None and not isinstance(normalize_embeddings, (bool, np.bool_)):
             # "no" / "False" are truthy: they normalized the vectors (normalize="no" was refused already)
             raise BertfeatError(f"{opt('normalize_embeddings', normalize_embeddings)} is not True, False or None",
@@ -862,6 +866,8 @@ def text_list(values, name: str) -> list[str]:
                                 "pass its text column, e.g. df['text']")
         names = getattr(values, "column_names", None)  # pyarrow: columns are arrays, column_names their names
         values = values.column(0).to_pylist() if names is not None else values[values.columns[0]]
+    elif hasattr(values, "to_pylist") and hasattr(values, "null_count"):  # a pyarrow Array / ChunkedArray (a Table's
+        values = values.to_pylist()  # column): its scalars are no strings; None, a null, is refused below
     elif isinstance(values, (set, frozenset)):  # its order is the strings' hashes, new in every process
         raise BertfeatError(f"{name} is a {type(values).__name__} (no order, so no rows), not a list of strings",
                             f"pass a list, e.g. sorted({name})")

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BertfeatError, opt
+from ..errors import BertfeatError, one_line, opt
 
 __all__ = ["ACCUMULATE_MODES", "DEFAULT_ACCUMULATE", "PRECISION_DEPRECATED", "as_2d_float", "NonFiniteError",
            "ProjectionOverflowError", "rows_of", "nonfinite_error",
@@ -38,8 +38,8 @@ def as_2d_float(X: Any) -> np.ndarray:
     """Return X as a 2-D float32 or float64 array (other numeric types become float64).
 
     Accepts NumPy arrays, pandas / polars DataFrames and anything ``np.asarray`` takes. Object
-    arrays of numbers are converted (a non-number in them raises NumPy's TypeError, as in
-    scikit-learn); sparse matrices and complex numbers are refused.
+    arrays of numbers are converted (a non-number in them is refused naming its row and column); ragged rows,
+    sparse matrices and complex numbers are refused.
     """
     if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
         raise BertfeatError("sparse input is not supported by bertfeat's PCA", "pass a dense array, e.g. X.toarray()")
@@ -51,11 +51,15 @@ def as_2d_float(X: Any) -> np.ndarray:
                 X = X.to_numpy(dtype=np.float64, na_value=np.nan)
             except (TypeError, ValueError):  # not numbers: the checks below say so
                 pass
-    X = np.asarray(X)
+    try:
+        X = np.asarray(X)
+    except ValueError as e:  # rows of different lengths ([[1, 2], [3]])
+        raise BertfeatError(f"the rows of X are not one matrix ({one_line(e, 120)})",
+                            "pass a matrix whose rows all have the same number of features") from None
     if np.iscomplexobj(X):
         raise BertfeatError("Complex data not supported", "pass real-valued features")
     if X.dtype == object:
-        X = X.astype(np.float64)
+        X = _objects_as_float(X)
     if X.ndim != 2:
         raise BertfeatError(
             f"expected a 2-D array (n_samples, n_features), got shape {X.shape}",
@@ -72,6 +76,23 @@ def as_2d_float(X: Any) -> np.ndarray:
     if X.shape[1] == 0:
         raise BertfeatError(f"0 feature(s) (shape={X.shape}) while a minimum of 1 is required", "pass at least one feature column")
     return X
+
+
+def _objects_as_float(X: np.ndarray) -> np.ndarray:
+    """An object array of numbers as float64; a value that is not a number (a text column of a DataFrame, a category)
+    is refused naming its place, not with NumPy's 'could not convert string to float'."""
+    try:
+        return X.astype(np.float64)
+    except (TypeError, ValueError):
+        pass
+    for index, v in np.ndenumerate(X):
+        try:
+            float(v)
+        except (TypeError, ValueError):
+            where = f"row {index[0]}, column {index[1]}" if len(index) == 2 else f"item {index}"
+            raise BertfeatError(f"X holds {v!r:.40} ({type(v).__name__}) at {where}, not a number",
+                                "pass numeric features only (drop or encode a text or category column first)") from None
+    raise BertfeatError("X holds values that are not numbers", "pass a float32 or float64 feature matrix")
 
 
 class NonFiniteError(BertfeatError):

@@ -798,3 +798,17 @@ def test_parts_whose_ids_or_columns_differ_in_type_are_refused_naming_both(tmp_p
     d = _parts_dir(g, pa.table({"id": [1, 2], "embedding": _emb(X[:2])}), pa.table({"id": [3, 4], "embedding": _emb(X[2:])}))
     ids, Y, _ = read_features(d)
     assert list(ids) == [1, 2, 3, 4] and np.array_equal(Y, X)
+
+
+def test_iter_and_read_features_check_their_arguments(tmp_path, data):
+    """Found by the API audit: iter_features(path, None) failed in int(), 0 / -1 / 1.5 / True gave 1-row batches and
+    '2' was taken as 2; with_extras='no' and float64='no' (truthy strings) were taken as True."""
+    ids, X, extras = data
+    path = write_chunks(tmp_path / "f.parquet", ids, X, extras)
+    for bad in (None, 0, -1, 1.5, True, "2"):
+        assert _message(lambda: list(iter_features(path, bad))) == f"batch_rows={bad!r} is out of range - give 1 or more"
+    assert _message(lambda: list(iter_features(path, with_extras="no"))) == (
+        "with_extras='no' is not True or False - give with_extras=True or with_extras=False")
+    assert _message(lambda: read_features(path, float64="no")) == (
+        "float64='no' is not True or False - give float64=True or float64=False")
+    assert sum(len(x) for _, x in iter_features(path, 300)) == N

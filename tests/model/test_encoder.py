@@ -574,3 +574,28 @@ def test_encode_takes_a_one_column_pyarrow_table(enc):
     np.testing.assert_array_equal(enc.encode(pa.table({"t": texts})), enc.encode(texts))
     with pytest.raises(BertfeatError, match="texts is a Table of 2 columns, not a list of strings"):
         enc.encode(pa.table({"t": texts, "u": texts}))
+
+
+def test_a_pyarrow_column_is_a_list_of_texts_and_empty_texts_keep_their_checks():
+    """Found by the API audit: a pyarrow Array / ChunkedArray (a Table's column, which TextFeatures took) was refused
+    as 'texts[0] is <pyarrow.StringScalar ...>, not a string ... (drop or fill missing texts first)'; with no texts,
+    pairs of another length and a batch_size out of range were taken (refused only once the input was not empty);
+    return_info='no' (truthy) returned an EncodeResult."""
+    import pyarrow as pa
+    from extract_util import tiny_encoder
+
+    enc = tiny_encoder()
+    want = enc.encode(["a cat", "a dog"])
+    table = pa.table({"text": ["a cat", "a dog"]})
+    assert np.array_equal(enc.encode(table["text"]), want)  # ChunkedArray
+    assert np.array_equal(enc.encode(pa.array(["a cat", "a dog"])), want)
+    with pytest.raises(BertfeatError, match=r"^texts\[1\] is None, not a string"):
+        enc.encode(pa.array(["a cat", None]))
+    with pytest.raises(BertfeatError, match=r"^0 texts but 2 pairs - give one pair text for each text$"):
+        enc.encode([], pairs=["a", "b"])
+    with pytest.raises(BertfeatError, match=r"^batch_size=-5 is out of range"):
+        enc.encode([], batch_size=-5)
+    with pytest.raises(BertfeatError, match=r"^return_info='no' is not True or False - give return_info=True or "
+                                            r"return_info=False$"):
+        enc.encode(["a"], return_info="no")
+    assert enc.encode([], batch_size=4).shape == (0, want.shape[1])

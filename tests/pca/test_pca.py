@@ -1609,3 +1609,20 @@ def test_grid_search_on_fewer_rows_than_features_picks_as_scikit_learn(sk):
     # scikit-learn's own score for None depends on its inverse's rounding (+1e16 or -inf): compared on 2 and 3 only
     assert ours.best_params_ == {"n_components": [2, 3][int(np.argmax(theirs.cv_results_["mean_test_score"][:2]))]} \
         == {"n_components": 3}
+
+
+def test_a_text_column_or_ragged_rows_are_refused_naming_them():
+    """Found by the API audit: a DataFrame with a text (or category) column, or rows of different lengths, failed with
+    NumPy's own 'could not convert string to float' / 'inhomogeneous shape' (a ValueError naming no place)."""
+    pd = need("pandas")
+    df = pd.DataFrame({"a": [0.1, 0.5, 0.3, 0.9, 0.7], "t": list("vwxyz")})
+    with pytest.raises(BertfeatError, match=r"^X holds 'v' \(str\) at row 0, column 1, not a number - pass numeric "
+                                            r"features only \(drop or encode a text or category column first\)$"):
+        PCA(1).fit(df)
+    with pytest.raises(BertfeatError, match=r"^X holds 'x' \(str\) at row 0, column 0, not a number"):
+        PCA(1).fit(pd.DataFrame({"c": pd.Categorical(list("xyxyx"))}))
+    with pytest.raises(BertfeatError, match=r"^the rows of X are not one matrix \(.*\) - pass a matrix whose rows all "
+                                            r"have the same number of features$"):
+        PCA(1).fit([[1, 2], [3]])
+    X = np.array([[1, 2.0], [3, 4], [5, 7]])
+    np.testing.assert_allclose(PCA(1).fit(X.astype(object)).components_, PCA(1).fit(X).components_)
