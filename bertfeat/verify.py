@@ -210,7 +210,10 @@ def verify_features(features: str | os.PathLike, *, input: str | os.PathLike | N
     _check_width(sources[0].dim, enc.output_dim(spec) if pca is None else pca.n_components_, path)
     _check_columns(sources)
     dtype = sources[0].dtype  # float16: the re-encoded vectors are rounded as the file's were
-    tol = _default_tolerance(enc.precision, dtype) if tolerance is None else float(tolerance)
+    # a PCA's reduction of a float16 file: its input was rounded (and so is the re-encoded vector), one float16 step
+    # there is ~1.5e-5 of a reduced row: the float16 tolerance, as for the file it was reduced from
+    rounded = "float16" if (meta.get("pca") or {}).get("input_dtype") == "float16" else dtype
+    tol = _default_tolerance(enc.precision, rounded) if tolerance is None else float(tolerance)
     n = _count_rows(sources, meta, path)
     picked = set(_sample_positions(n, sample, seed).tolist())
     wanted: dict[int, tuple[Any, np.ndarray]] = {}  # output position -> (id or row number, stored vector)
@@ -409,13 +412,28 @@ def _output_rows(sources: list, picked: set, wanted: dict):
                 pos += 1
 
 
+def _codec(name: str) -> str | None:
+    """An encoding's codec name (latin-1 and iso-8859-1 are one), or None where Python knows none. An encoding read
+    otherwise than recorded made every changed text 'the input's' change."""
+    import codecs
+
+    try:
+        return codecs.lookup(name).name
+    except (LookupError, TypeError):
+        return None
+
+
 def _open_source(meta: dict, path: Path, input, encoding):
     """The input the features were extracted from, opened as the provenance says (``input`` / ``encoding`` where
     given)."""
     from .readers import DEFAULT_MAX_FIELD_BYTES, open_input
 
+    recorded = meta.get("encoding")
     if encoding is None:  # encoding="" is refused by the reader, not passed over
-        encoding = meta.get("encoding") or "utf-8"
+        encoding = recorded or "utf-8"
+    elif recorded and _codec(encoding) and _codec(encoding) != _codec(recorded):  # (unknown: the reader says so)
+        raise BertfeatError(f"{path} records the encoding its input was read with, {recorded}, not {encoding}",
+                            f"leave {opt('encoding')} out (it is for files whose provenance does not record one)")
     return open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
                       meta.get("pair_column"), meta.get("id_column"), encoding,
                       delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()),

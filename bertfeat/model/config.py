@@ -327,7 +327,12 @@ class BertConfig:
             raise ConfigError(f"{source}: {e}", "check the file is a BERT config.json") from None
         if defaulted:
             object.__setattr__(cfg, "pad_token_defaulted", True)  # frozen: set once, here
-        if d.get("tie_word_embeddings") is False:
+        tied = d.get("tie_word_embeddings", True)
+        if not isinstance(tied, bool):  # "false" / 0 / null were run as tied (transformers refuses them)
+            raise ConfigError(f"{source}: tie_word_embeddings is {json.dumps(tied)}, not true / false",
+                              "restore config.json from the checkpoint (true: the masked-LM head's decoder is the word "
+                              "embeddings; false: a tensor of its own)")
+        if tied is False:
             object.__setattr__(cfg, "untied_decoder", True)
         if cfg.max_positions < 3:
             raise ConfigError(f"{source}: max_position_embeddings {cfg.max_position_embeddings} leaves no room for a "

@@ -483,6 +483,39 @@ def test_verify_a_pca_transform_of_a_float16_file(tmp_path, capsys, dtype):
     assert r["ok"] and r["max_relative_diff"] < 1e-6, r["worst"]
 
 
+def test_a_pca_transform_of_a_float16_file_is_verified_at_the_float16_tolerance(tmp_path, capsys):
+    """Found by the sweep / verify audit: the reduced file is float32, so verify took fp32's 1e-5, though its input
+    was rounded to float16: a row whose re-encoded vector rounds one float16 step otherwise (3e-5) was 1.6e-5 of
+    the reduced row's norm, and an untouched file was DIFFERENT (exit 1). Such a file gets the float16 file's 1e-3."""
+    src = write_csv(tmp_path / "in.csv", ["id", "text", "label"], _rows())
+    half, full = tmp_path / "h.parquet", tmp_path / "f.parquet"
+    assert run(capsys, "extract", src, "-o", half, "--model", tiny_model(), "--id-column", "id", "-q",
+               "--dtype", "float16")[0] == 0
+    assert run(capsys, "extract", src, "-o", full, "--model", tiny_model(), "--id-column", "id", "-q")[0] == 0
+    assert run(capsys, "pca", "fit", full, "-n", 4, "-o", tmp_path / "p.npz", "-q")[0] == 0
+    out = tmp_path / "t.parquet"
+    assert run(capsys, "pca", "transform", half, "--pca-model", tmp_path / "p.npz", "-o", out, "-q")[0] == 0
+    r = verify_features(out, sample=1000)
+    assert (r["ok"], r["tolerance"], r["rows_checked"]) == (True, 1e-3, 60), r["worst"]
+    r = verify_features(out, sample=1000, tolerance=1e-5)  # a tolerance given is taken as given
+    assert r["tolerance"] == 1e-5
+
+
+def test_verify_refuses_an_encoding_other_than_the_recorded_one(tmp_path, capsys):
+    """Found by the sweep / verify audit: --encoding replaced the encoding the provenance records, unchecked, and the
+    texts read otherwise were then put down to a changed input ("1 of 30 rows differ ... the input, the model or the
+    file changed since"). Another spelling of the same codec is taken."""
+    src = tmp_path / "l1.csv"
+    src.write_bytes("text\ncaf\xe9 one\nna\xefve two\n".encode("latin-1"))
+    out = tmp_path / "l1.parquet"
+    assert run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--encoding", "latin-1", "-q")[0] == 0
+    assert run(capsys, "verify", out, "--encoding", "utf-8", "-q") == (
+        1, "", f"Error: {out} records the encoding its input was read with, iso8859-1, not utf-8 - leave --encoding out "
+               "(it is for files whose provenance does not record one)\n")
+    assert run(capsys, "verify", out, "--encoding", "ISO-8859-1", "-q") == (0, "", "")
+    assert run(capsys, "verify", out, "-q") == (0, "", "")
+
+
 def test_verify_reads_the_input_with_the_runs_kept_columns(tmp_path, capsys):
     """Rows the run rejected for a kept value of the wrong type are rejects for verify too: a repeated id whose first
     row was such a reject was compared with the wrong text (DIFFERENT on an untouched file), and an appended row was

@@ -454,3 +454,25 @@ def test_fill_mask_refuses_an_untied_head_stored_without_its_decoder(family, tmp
     assert str(e.value).endswith(" - restore the checkpoint with its decoder, or set tie_word_embeddings to true in "
                                  "config.json if the decoder is the word embeddings")
     np.testing.assert_array_equal(enc.encode(real_sentences[:4], pooling="mean"), before)
+
+
+@pytest.mark.parametrize("value", ["false", 0, None, "yes"])
+def test_a_tie_word_embeddings_that_is_not_a_bool_is_refused(tmp_path, value):
+    """Found by the sweep / verify audit: "false" (a string), 0, null and "yes" were all run as tied: fill-mask used
+    the word embeddings as the decoder of a head whose config says otherwise (transformers 5 refuses each: 'expected
+    bool')."""
+    import json
+
+    from bertfeat.model.config import BertConfig
+    from bertfeat.errors import ConfigError
+
+    d = tmp_path / "m"
+    d.mkdir()
+    cfg = {"model_type": "bert", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+           "intermediate_size": 64, "vocab_size": 100, "max_position_embeddings": 64, "tie_word_embeddings": value}
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError) as e:
+        BertConfig.from_file(d / "config.json")
+    assert str(e.value) == (f"{d / 'config.json'}: tie_word_embeddings is {json.dumps(value)}, not true / false - restore "
+                            "config.json from the checkpoint (true: the masked-LM head's decoder is the word embeddings; "
+                            "false: a tensor of its own)")
