@@ -46,7 +46,8 @@ class FeatureSet:
     options: str  # the `bertfeat extract` options that give these features ("" for the model's own embedding)
 
 
-def _set_options(pooling: str | None, layers: str | None, agg: str, normalize: bool, own: bool) -> str:
+def _set_options(pooling: str | None, layers: str | None, agg: str, normalize: bool, own: bool, shared: str = "") -> str:
+    """The ``bertfeat extract`` options that give a set's features: its own, then ``shared`` (every set's)."""
     parts = [] if own else [f"--pooling {pooling}"]
     if layers is not None:
         parts.append(f"--layers {layers}")
@@ -54,13 +55,35 @@ def _set_options(pooling: str | None, layers: str | None, agg: str, normalize: b
         parts.append(f"--layer-agg {agg}")
     if normalize != own:  # own: the model's Normalize module decides; a chosen pooling: not normalized unless asked
         parts.append("--normalize" if normalize else "--no-normalize")
+    return " ".join(parts + ([shared] if shared else []))
+
+
+#: the sweep's options that shape every set's features, given to extract too (its columns and its settings)
+SHARED_FEATURE_OPTIONS = ("model", "text_column", "pair_column", "precision", "max_length", "long_text", "stride",
+                          "prompt", "prompt_name")
+
+
+def shared_options(o) -> str:
+    """The options of a sweep's ``o`` (an ExtractOptions) every set's extract command needs: those given otherwise than
+    extract's defaults (a set's command without --max-length 8 or --prompt gave other features)."""
+    import shlex
+
+    from .run.options import OPTIONS
+
+    parts = []
+    for name in SHARED_FEATURE_OPTIONS:
+        value = getattr(o, name)
+        if value is not None and value != OPTIONS[name].default:
+            parts.append(f"--{name.replace('_', '-')} {shlex.quote(str(value))}")
     return " ".join(parts)
 
 
-def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True, **tokenization) -> tuple[list, list]:
+def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True, shared: str = "",
+               **tokenization) -> tuple[list, list]:
     """The set names -> ([FeatureSet], [{"name", "why"}] skipped). ``tokenization``: max_length, long_text, stride,
     prompt, prompt_name (shared by every set). ``strict``: a set the model cannot give is an error (sets the user
-    named), else skipped with the reason (the default sets)."""
+    named), else skipped with the reason (the default sets). ``shared``: the extract options every set's command
+    adds (``shared_options``)."""
     # the settings every set shares, checked once as extract checks them: a bad one (max_length=0, an unknown
     # prompt_name) skipped every default set, and the sweep ended in a bug line once the input was read. Checked
     # with a pooling named: what the model's own embedding alone cannot do (it has none, or leaves the prompt out)
@@ -89,7 +112,7 @@ def parse_sets(texts, enc, *, normalize: bool | None = None, strict: bool = True
                 raise e.prefixed(f"feature set {name!r}") from None
             skipped.append({"name": name, "why": e.what_as({})})  # as the sets: in extract's flags
             continue
-        sets.append(FeatureSet(name, spec, _set_options(pooling, layers, agg, spec.normalize, own)))
+        sets.append(FeatureSet(name, spec, _set_options(pooling, layers, agg, spec.normalize, own, shared)))
     return sets, skipped
 
 
@@ -219,7 +242,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
                                                                  "prompt_name")}
             given = sets is not None and len(sets) > 0
             chosen, skipped = parse_sets(sets if given else DEFAULT_SETS, enc, normalize=o.normalize, strict=given,
-                                         **tokenization)
+                                         shared=shared_options(o), **tokenization)
             tell(f"reading {reader.name} (a uniform sample of {sample:,} rows at most)")
             drawn = _read_sample(reader, label, sample, seed, o.on_bad_row, bar)
         finally:
