@@ -300,3 +300,32 @@ def flip_embedding_byte(path: Path) -> None:
     col = next(rg.column(j) for j in range(rg.num_columns) if rg.column(j).path_in_schema.startswith("embedding"))
     data[(col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size // 2] ^= 0x10
     path.write_bytes(bytes(data))
+
+
+def precision_here(precision: str, monkeypatch) -> None:
+    """Let a test run ``precision`` on this CPU: bf16 emulated where the CPU multiplies no bf16 (BERTFEAT_BF16_EMULATE=1,
+    the same code above the GEMM), int8 skipped with the reason where it has no VNNI / AMX (int8 is never emulated)."""
+    import pytest
+
+    from bertfeat.errors import BertfeatError
+    from bertfeat.ops import gemm
+
+    if precision not in ("bf16", "int8"):
+        return
+    try:
+        gemm.resolve(precision)
+    except BertfeatError as e:
+        if precision == "int8":
+            pytest.skip(f"int8 not accelerated here: {e.message}")
+        monkeypatch.setenv("BERTFEAT_BF16_EMULATE", "1")
+
+
+def assert_tables_match(a: pa.Table, b: pa.Table) -> None:
+    """Two outputs of the same rows: equal bit for bit where rows are (rows_bit_for_bit), else every column but the
+    features equal and the features within 1e-5 (NOT_BIT_FOR_BIT: the rows were encoded in other batches)."""
+    if rows_bit_for_bit():
+        assert a.equals(b)
+        return
+    assert a.column_names == b.column_names
+    assert a.drop_columns(["embedding"]).equals(b.drop_columns(["embedding"]))
+    np.testing.assert_allclose(embeddings(a), embeddings(b), rtol=1e-5, atol=1e-6)

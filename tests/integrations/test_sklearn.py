@@ -351,11 +351,13 @@ def test_cache_keeps_precisions_apart(minilm_dir, monkeypatch):
     assert np.abs(X16 - X32).max() > 1e-5
 
 
-def test_refit_after_changing_the_model_or_precision(minilm_dir, tmp_path):
+def test_refit_after_changing_the_model_or_precision(minilm_dir, tmp_path, monkeypatch):
     """set_params(model=...) then fit refits on the new model (fit refused it: 'the weights ... are not the ones this
     TextFeatures was fitted with'); a precision changed after fit is refused by transform like any other setting (it
     transformed with the new precision silently); a model whose files changed since fit is still refused there."""
-    from extract_util import tiny_model
+    from extract_util import precision_here, tiny_model
+
+    precision_here("bf16", monkeypatch)  # (emulated where the CPU has no bf16)
 
     texts = ["a first text", "and another one"]
     tf = TextFeatures(str(minilm_dir)).fit(texts)

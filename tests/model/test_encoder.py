@@ -119,7 +119,7 @@ def test_every_pooling_is_batch_independent(enc, real_sentences, long_text, kw):
     texts = list(real_sentences[:40]) + [long_text[:1500]]
     together = enc.encode(texts, **kw)
     alone = np.concatenate([enc.encode([t], **kw) for t in texts])
-    tol = 0.0 if enc.gemm_path.library == "onednn" else 1e-6
+    tol = 0.0 if enc.gemm_path.library == "onednn" else 5e-6  # NumPy's BLAS: a few 1e-6 unnormalized (python.md)
     assert np.abs(together - alone).max() <= tol
 
 

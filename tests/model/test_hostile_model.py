@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from extract_util import NOT_BIT_FOR_BIT, rows_bit_for_bit
 
 import bertfeat
 from bertfeat import BertfeatError, Encoder
@@ -290,6 +291,7 @@ def test_camembert_added_tokens_past_the_table_load_as_in_sentence_transformers(
     assert (tmp_path / "out.parquet.rejects.csv").read_text() == f"row,id,reason\n1,,{reason}\n"
 
 
+@pytest.mark.skipif(not rows_bit_for_bit(), reason=NOT_BIT_FOR_BIT)
 @pytest.mark.live
 def test_a_pad_token_added_without_a_row_pads_batches_all_the_same(tmp_path):
     """A pad token added to the tokenizer without resizing the embeddings (id past the table): the load warned that

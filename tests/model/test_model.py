@@ -243,10 +243,13 @@ def test_random_checkpoint_matches_torch(make_ckpt, random_corpus, shape, act, n
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_gelu_python_runs_as_transformers_runs_it(make_ckpt, random_corpus, precision):
+def test_gelu_python_runs_as_transformers_runs_it(make_ckpt, random_corpus, precision, monkeypatch):
     """hidden_act "gelu_python" (transformers' ACT2FN: the exact erf GELU written out in torch) was refused as not
     supported; it runs as "gelu": every hidden state and pooled vector as transformers' BertModel gives them (bf16:
     the same vectors as the model saved with "gelu", the fused kernels picked by the same name)."""
+    from extract_util import precision_here
+
+    precision_here(precision, monkeypatch)  # (bf16 emulated where the CPU has none)
     d = make_ckpt(**SHAPES["uncased"], hidden_act="gelu_python", seed=7)
     ref = reference_model(d)
     assert ref.config.hidden_act == "gelu_python"  # transformers runs its own gelu_python
@@ -308,13 +311,15 @@ def test_workspace_reuse_gives_the_same_states(make_ckpt, random_corpus):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
-def test_last_layer_at_one_token_equals_the_whole_layer(make_ckpt, random_corpus, precision):
+def test_last_layer_at_one_token_equals_the_whole_layer(make_ckpt, random_corpus, precision, monkeypatch):
     """run_layers' ``at``: the last layer computed at one token per sequence (what cls / lasttoken / the pooler read)
     equals the whole layer's state at those tokens, for first and last tokens and a mix; earlier kept states are
     unchanged; attentions asked for, or only the embeddings kept, run everything; any position, a middle token too
     (int8's scheme "4" ran the whole layer there: its first and last tokens were float rows, the others not)."""
     from bertfeat.model.pooling import first_positions, last_positions
+    from extract_util import precision_here
 
+    precision_here(precision, monkeypatch)  # (bf16 emulated where the CPU has none; int8 skipped where it has none)
     enc = Encoder(make_ckpt(**SHAPES["uncased"], **NAMINGS["plain"], hidden_act="gelu", seed=7), precision=precision)
     L = enc.config.num_hidden_layers
     texts = random_corpus["uncased"][0][:24]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from extract_util import NOT_BIT_FOR_BIT, rows_bit_for_bit
 
 from bertfeat.errors import BertfeatError
 from bertfeat.model.encoder import Encoder
@@ -186,6 +187,7 @@ def test_hostile_models_give_fp32s_vectors_whatever_the_batch(tmp_path, real_sen
     np.testing.assert_array_equal(np.concatenate([enc.encode([s], **win) for s in xs]), enc.encode(xs, **win))
 
 
+@pytest.mark.skipif(not rows_bit_for_bit(), reason=NOT_BIT_FOR_BIT)
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=needs_native_bf16),
                                        pytest.param("int8", marks=needs_int8)])
 def test_the_numpy_kernels_keep_a_text_independent_of_its_batch(minilm_dir, real_sentences, precision):

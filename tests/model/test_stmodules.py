@@ -1461,7 +1461,7 @@ def test_weighted_layer_pooling_is_sentence_transformers_encode(wlp_bases, tmp_p
     ours = enc.encode(TEXTS)
     np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
     alone = np.concatenate([enc.encode([t]) for t in TEXTS])
-    assert np.abs(alone - ours).max() <= (0.0 if enc.gemm_path.library == "onednn" else 1e-6)
+    assert np.abs(alone - ours).max() <= (0.0 if enc.gemm_path.library == "onednn" else 5e-6)  # (NumPy's BLAS)
     plain = enc.spec(pooling="mean")
     assert plain.layers == (L,) and plain.layer_weights == () and "layer_weights" not in enc.fingerprint(plain)
 

@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import pytest
+from extract_util import NOT_BIT_FOR_BIT, rows_bit_for_bit
 
 from bertfeat.ops import gemm, kernels, onednn
 from bertfeat.cli.app import main
@@ -305,6 +306,7 @@ def test_onednn_rows_do_not_depend_on_the_row_count(dtype):
         np.testing.assert_array_equal(gemm.matmul(a[1:M + 1], p), full[1:M + 1], err_msg=f"{M} rows at offset 1")
 
 
+@pytest.mark.skipif(not rows_bit_for_bit(), reason=NOT_BIT_FOR_BIT)
 def test_bf16_rows_do_not_depend_on_the_batch(minilm_dir, real_sentences):
     """As in fp32, a row's features do not depend on its batch neighbours or padding, bit for bit: GEMM rows do not
     depend on the row count on oneDNN, and attention scores are each sequence's own (bert.own_length_scores; before,
