@@ -56,7 +56,8 @@ class TextReader(Reader):
         cols = self._head_columns(head)
         if len(head) < HEAD_BYTES and self.path != "-" and self.compression is None and not self._head_skipped:
             self.total_rows = self._exact_rows(head)  # the whole file was read: its rows are known (progress)
-            self.max_rows = self._count_lines(head, at_most=True) if _ascii_lines(self.encoding) else None
+            self.max_rows = (self.total_rows if self.total_rows is not None or not _ascii_lines(self.encoding)
+                             else self._count_lines(head, at_most=True))  # (its lines counted again only if quoted)
         return cols
 
     def _head_limit(self) -> int:
