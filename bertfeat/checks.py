@@ -27,6 +27,7 @@ Each names its option by the caller's Python parameter (errors.opt); the CLI sho
 
 from __future__ import annotations
 
+import errno
 import math
 import numbers
 import os
@@ -128,6 +129,20 @@ def check_switch(value, param: str) -> bool:
     if not (isinstance(value, bool) or numpy_bool):
         raise BertfeatError(f"{opt(param, value)} is not True or False", f"give {opt(param, True)} or {opt(param, False)}")
     return bool(value)
+
+
+def link_to_nowhere(path) -> tuple[bool, str] | None:
+    """A path that is a symbolic link leading nowhere -> (whether it is a loop, its words: "a loop of symbolic links
+    (to T, which leads back to it)" or "a broken symbolic link (to T, which does not exist)"); else None. Said as
+    such by every reader of a path a user names (not "no such file", not mkdir's "File exists")."""
+    if not os.path.islink(path) or os.path.exists(path):
+        return None
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return True, f"a loop of symbolic links (to {os.readlink(path)}, which leads back to it)"
+    return False, f"a broken symbolic link (to {os.readlink(path)}, which does not exist)"
 
 
 def check_count(value: int, param: str, minimum: int = 1) -> int:

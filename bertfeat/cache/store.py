@@ -61,7 +61,7 @@ import numpy as np
 
 from ..errors import (FAT32_MAX_FILE, BertfeatError, ResumableError, file_size_limit, file_too_large, one_line,
                       opt)
-from ..checks import local_path, refuse_blank_edges
+from ..checks import link_to_nowhere, local_path, refuse_blank_edges
 
 DB_NAME = "vectors.sqlite3"
 FORMAT = "2"  # the schema's version, in the meta table
@@ -349,19 +349,13 @@ def from_environment(cache) -> bool:
 def _bad_link(path: Path) -> CacheError | None:
     """A cache path that is a symbolic link leading nowhere (broken, or a loop), said as such: mkdir failed on it as
     "File exists", and cache info said it "does not exist"."""
-    if not path.is_symlink() or path.exists():
+    link = link_to_nowhere(path)
+    if link is None:
         return None
-    try:
-        os.stat(path)
-        loop = False
-    except OSError as e:
-        loop = e.errno == errno.ELOOP
-    target = os.readlink(path)
-    if loop:
-        return CacheError(f"the cache {path} is a loop of symbolic links (to {target}, which leads back to it)",
-                          f"point the link at a directory, or give {opt('cache')} the directory itself")
-    return CacheError(f"the cache {path} is a broken symbolic link (to {target}, which does not exist)",
-                      f"make the directory it points to, or give {opt('cache')} another directory")
+    loop, words = link
+    return CacheError(f"the cache {path} is {words}",
+                      f"point the link at a directory, or give {opt('cache')} the directory itself" if loop
+                      else f"make the directory it points to, or give {opt('cache')} another directory")
 
 
 def check_cache_dir(path: Path) -> Path:

@@ -7,7 +7,6 @@ bertfeat's own Parquet outputs are left out, so an output written inside the inp
 
 from __future__ import annotations
 
-import errno
 import glob
 import os
 import re
@@ -15,7 +14,7 @@ import shlex
 import stat
 from pathlib import Path
 
-from ..checks import UNEXPANDED_TILDE, is_parquet_name, not_local
+from ..checks import UNEXPANDED_TILDE, is_parquet_name, link_to_nowhere, not_local
 from ..errors import InputError, special_file_kind
 
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd"}
@@ -316,13 +315,8 @@ def resolve_files(path: str, fmt: str, known=(), glob: bool | None = None):
 
 def _refuse_bad_link(p: Path) -> None:
     """An input path that is a symbolic link leading nowhere: said as what it is (not "no such file")."""
-    if not p.is_symlink():
-        return
-    try:
-        os.stat(p)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise InputError(f"{p}: is a loop of symbolic links (to {os.readlink(p)}, which leads back to it)",
-                             "point the link at the input file, or pass the file's own path") from None
-    raise InputError(f"{p}: is a broken symbolic link (to {os.readlink(p)}, which does not exist)",
-                     "restore the file it points to, or pass the file's own path")
+    link = link_to_nowhere(p)
+    if link is not None:
+        loop, words = link
+        raise InputError(f"{p}: is {words}", "point the link at the input file, or pass the file's own path" if loop
+                         else "restore the file it points to, or pass the file's own path")
