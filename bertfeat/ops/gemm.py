@@ -134,11 +134,10 @@ def fp32_library() -> tuple[str, str]:
     kernel = _probe_kernel(np.float32)
     if kernel and kernel.startswith("brg:"):
         return "onednn", f"oneDNN's {kernel} kernel (faster fp32 GEMMs than OpenBLAS, rows independent of the row count)"
-    # e.g. gemm:jit:f32 on AVX2-only CPUs: its sums round differently for different row counts (a row's features
-    # depend on its batch, by ~4e-6), and it was not measured faster than OpenBLAS, whose sums round by a row's place
-    # in the batch (its micro-kernel's slot), by less: neither gives brgemm's bit-for-bit rows
-    return "numpy", (f"oneDNN's fp32 kernel here is {kernel}, not brgemm: its rows round by the batch's row count "
-                     "(~4e-6); OpenBLAS is as fast and rounds a row by its place in the batch (~1e-7)")
+    # e.g. gemm:jit:f32 on AVX2-only CPUs: bit-for-bit rows there only in fixed blocks of rows (onednn.ROW_BLOCK), which
+    # cost 6 % of an encode against OpenBLAS, whose rows round by their place in the batch by ~1e-7
+    return "numpy", (f"oneDNN's fp32 kernel here is {kernel}, not brgemm: OpenBLAS is faster, and rounds a row by its "
+                     "place in the batch (~1e-7); BERTFEAT_GEMM=onednn gives bit-for-bit rows at ~0.94x its speed")
 
 
 def native_int8_kernel(kernel: str | None) -> bool:
@@ -216,6 +215,8 @@ def resolve(precision: str) -> GemmPath:
 
 def _fp32_path(lib: str, why: str, requested: str) -> GemmPath:
     kernel = _probe_kernel(np.float32) if lib == "onednn" else None
+    if kernel and kernel.startswith("gemm:jit"):  # its rounding is that of the blocks (in the cache key: gemm_identity)
+        kernel = f"{kernel} in blocks of {onednn.ROW_BLOCK} rows"
     return GemmPath("fp32", lib, None, kernel, requested, why)
 
 
@@ -232,7 +233,7 @@ def row_stable(w: np.ndarray | None, path: GemmPath):
     kernel where the model runs on oneDNN (in every precision: these stay float32), else as it is. NumPy's BLAS rounds
     a row by the row count, so such a layer made a text's vector depend on its batch (by ~1e-6) where the layers did
     not."""
-    if w is None or path.library != "onednn" or not (_probe_kernel(np.float32) or "").startswith("brg:"):
+    if w is None or path.library != "onednn" or not (_probe_kernel(np.float32) or "").startswith(("brg:", "gemm:jit")):
         return w
     return onednn.pack(np.ascontiguousarray(w, dtype=np.float32))
 

@@ -189,6 +189,64 @@ def test_fp32_off_brgemm_runs_on_openblas_and_says_its_rows_are_not_bit_for_bit(
     monkeypatch.delenv("BERTFEAT_GEMM", raising=False)
     monkeypatch.setattr(gemm.onednn, "available", lambda: True)
     monkeypatch.setattr(gemm, "_probe_kernel", lambda dtype: "gemm:jit:f32")
-    assert gemm.fp32_library() == ("numpy", "oneDNN's fp32 kernel here is gemm:jit:f32, not brgemm: its rows round by "
-                                   "the batch's row count (~4e-6); OpenBLAS is as fast and rounds a row by its place "
-                                   "in the batch (~1e-7)")
+    assert gemm.fp32_library() == ("numpy", "oneDNN's fp32 kernel here is gemm:jit:f32, not brgemm: OpenBLAS is faster, "
+                                   "and rounds a row by its place in the batch (~1e-7); BERTFEAT_GEMM=onednn gives "
+                                   "bit-for-bit rows at ~0.94x its speed")
+
+
+_JIT_ROWS = r"""
+import json, numpy as np
+from bertfeat.ops import onednn
+rng = np.random.default_rng(1)
+out = {"impl": [], "blocked": 0, "unblocked": 0}
+for K, N in [(384, 1152), (768, 2304), (3072, 768)]:
+    p = onednn.pack(rng.standard_normal((K, N), dtype=np.float32) * 0.05)
+    out["impl"].append(p.impl)
+    bias = rng.standard_normal(N, dtype=np.float32)
+    x = rng.standard_normal((600, K), dtype=np.float32)
+    rows = [0, 3, 40, 299, 300, 511, 512, 513, 520, 599]
+    for kw in ({}, {"bias": bias, "act": "gelu"}):
+        alone = {i: onednn.matmul(x[i:i + 1], p, **kw)[0] for i in rows}
+        for m, at in ((1, 3), (7, 0), (300, 0), (513, 0), (520, 80), (600, 0)):
+            got = onednn.matmul(x[at:at + m], p, **kw)
+            out["blocked"] += sum(int((got[i - at] != alone[i]).any()) for i in rows if at <= i < at + m)
+        p.row_block = 0  # what gemm:jit gives on the batch's row count
+        got = onednn.matmul(x[:300], p, **kw)
+        out["unblocked"] += sum(int((got[i] != alone[i]).any()) for i in rows if i < 300)
+        p.row_block = onednn.ROW_BLOCK
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not __import__("bertfeat.ops.onednn", fromlist=["x"]).available(),
+                    reason="oneDNN (the fast extra) is not installed")
+def test_gemm_jit_fp32_rows_are_bit_for_bit_in_blocks():
+    """oneDNN's gemm:jit:f32 (fp32 on AVX2-only CPUs; here forced with ONEDNN_MAX_CPU_ISA=AVX2, a real ISA limit)
+    rounds a row by the batch's row count; multiplied in blocks of onednn.ROW_BLOCK rows, the last one padded, a row
+    gets the same bits alone and in any batch, at any place, with the bias and GELU post-ops too. Without the blocks
+    rows differ (so the comparison can fail)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
+    r = subprocess.run([sys.executable, "-c", _JIT_ROWS], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    print(got)
+    assert all(k.startswith("gemm:jit") for k in got["impl"]), got
+    assert got["blocked"] == 0 and got["unblocked"] > 0, got
+
+
+def test_onednn_fp32_on_gemm_jit_runs_in_blocks_when_asked(monkeypatch):
+    """BERTFEAT_GEMM=onednn where oneDNN's fp32 kernel is gemm:jit: the blocks' kernel name, which the cache key holds
+    (its rounding is not that of gemm:jit on a batch's own row count)."""
+    import numpy as np
+
+    kernel = gemm._probe_kernel(np.float32)
+    if not (kernel or "").startswith("gemm:jit"):
+        pytest.skip(f"oneDNN's fp32 kernel here is {kernel}, not gemm:jit")
+    monkeypatch.setenv("BERTFEAT_GEMM", "onednn")
+    p = gemm.resolve("fp32")
+    assert (p.library, p.kernel, p.reason) == ("onednn", "gemm:jit:f32 in blocks of 512 rows", "BERTFEAT_GEMM=onednn")
