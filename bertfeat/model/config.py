@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checks import link_to_nowhere
 from ..errors import ConfigError
 
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "true / false", dict: "JSON object",
@@ -62,18 +62,15 @@ def model_file(path: Path) -> Path | None:
 
     Judged from ``os.stat``, never by opening it: opening a named pipe waits for a writer forever, and a directory,
     a device or a socket taken for absent would let another file stand in for it silently."""
+    nowhere = link_to_nowhere(path)  # the file was meant to be there, so never read another instead
+    if nowhere:
+        loop, words = nowhere
+        raise ConfigError(f"{path} is {words}", "replace the link with the model's own file" if loop else
+                          "restore the file it points to, or replace the link with the model's own file")
     try:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
-        if os.path.islink(path):  # a link to nothing: the file was meant to be there, so never read another instead
-            raise ConfigError(f"{path} is a broken symbolic link (to {os.readlink(path)}, which does not exist)",
-                              "restore the file it points to, or replace the link with the model's own file") from None
         return None
-    except OSError as e:
-        if e.errno != errno.ELOOP:
-            raise
-        raise ConfigError(f"{path} is a loop of symbolic links (to {os.readlink(path)}, which leads back to it)",
-                          "replace the link with the model's own file") from None
     if stat.S_ISREG(mode):
         return path
     kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
