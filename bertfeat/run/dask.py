@@ -105,7 +105,7 @@ from .manifest import (PARTIAL_MANIFESTS, check_input_unchanged, check_resume, c
 from .pca_steps import (OrderedMerge, RowBlocks, applied_pca, applied_pca_entry, fit_pca, new_pca, probe_into_report,
                         write_pca)
 from .provenance import provenance
-from .outputs import remove_stale
+from .outputs import REPLACEABLE, allow_replacing, mark_finishing, remove_stale
 from .summary import ExtractSummary, RepeatedIds, new_summary
 from .options import encoder_keywords
 from .progress import NullProgress
@@ -520,6 +520,8 @@ class DaskRun:
         manifest = job_manifest(plan, self.fingerprint, self.encoder, engine="dask", blocksize=plan.dask.blocksize,
                                 split_target=self.split_target, partitions=len(parts))
         counts = _open_partial(partial, manifest, plan.options.resume)
+        if plan.options.overwrite:  # a resume of this run may replace the outputs without being told again
+            allow_replacing(partial, plan.layout.outputs())
         self.opened = True
         for _, path in plan.layout.outputs() + [("partial directory", partial)]:  # what a killed run left: temporaries,
             remove_stale_temps(path, DIRECTORY_PROVENANCE if path == self.out else None)  # directories set aside
@@ -716,6 +718,7 @@ class DaskRun:
         rejects = [r for i in sorted(results) for r in results[i]["rejects"]]
         self.phase = "write"
         with together() as self.group:  # the PCA model and report, the rejects and the output directory appear together
+            mark_finishing(self.partial, plan.layout.outputs())
             if plan.pca is not None:
                 self.outputs.update(write_pca(merged, plan.layout, self.fingerprint, final_meta["pca"],
                                               saved=self.partial / PCA_FILE))
@@ -824,13 +827,14 @@ def _open_partial(partial: Path, manifest: dict, resume: bool) -> list[int] | No
 
 def _finish(partial: Path, out: Path, meta: dict):
     """Write the provenance into OUTPUT.partial/, tidy it (the full-width parts and PCA model of pass 2, stray
-    temporary files, the manifest last) and move it to OUTPUT. The manifest marks it as bertfeat's until the rename
+    temporary files, then the list of outputs being finished, the manifest last) and move it to OUTPUT. The manifest marks it as bertfeat's until the rename
     (plan.check_partial_is_ours): a run killed while it tidies (deleting the full-width parts takes a while) leaves a
     directory the next run with --overwrite or --resume replaces, not one it refuses as the user's. Killed in the
     instant between the manifest's deletion and the rename, it holds a finished output, which a rerun refuses as it
     refuses a user's output named OUTPUT.partial (the two look the same), saying to move it to OUTPUT."""
     write_atomic(partial / DIRECTORY_PROVENANCE, json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
-    for p in sorted(partial.iterdir(), key=lambda p: p.name == MANIFEST):
+    last = {REPLACEABLE: 1, MANIFEST: 2}  # a kill before them leaves a partial run whose resume may replace the PCA files
+    for p in sorted(partial.iterdir(), key=lambda p: last.get(p.name, 0)):
         if p.name.startswith(".") or p.name in (MANIFEST, PCA_FILE, FULL_DIR):
             p.unlink() if p.is_file() else shutil.rmtree(p, ignore_errors=True)
     replace_directory(partial, out)  # the old output or the new one under OUTPUT at every moment, even under SIGKILL

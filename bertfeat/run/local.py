@@ -42,7 +42,7 @@ from .manifest import (PARTIAL_MANIFESTS, check_input_unchanged, check_resume, c
                        read_manifest)
 from .pca_steps import accumulate_pca, applied_pca, applied_pca_entry, finish_pca, new_pca, probe_into_report
 from .provenance import provenance
-from .outputs import remove_stale
+from .outputs import allow_replacing, mark_finishing, remove_stale
 from .plan import check_output_values
 from .summary import ExtractSummary, RepeatedIds, new_summary
 from .progress import NullProgress
@@ -196,6 +196,8 @@ class LocalRun:
         plan, store = self.plan, self.store
         manifest = job_manifest(plan, self.fingerprint, self.encoder, format=plan.layout.fmt)
         self.done = store.open(manifest, plan.options.resume)
+        if plan.options.overwrite:  # a resume of this run may replace the outputs without being told again
+            allow_replacing(store.dir, plan.layout.outputs())
         for _, path in plan.layout.outputs() + [("partial directory", plan.layout.partial)]:  # what a killed run left
             remove_stale_temps(path)  # (temporaries of its outputs, a partial directory set aside to be deleted)
         self.summary = new_summary(plan, self.encoder, self.spec, "local", chunks_resumed=len(self.done))
@@ -317,6 +319,7 @@ def finalize(plan, store: PartStore, order: list[int], encoder, spec, fingerprin
     group = None
     try:
         with together() as group:  # the PCA model and report, the features and the rejects appear together, or none
+            mark_finishing(store.dir, plan.layout.outputs())
             _write_outputs(plan, store, order, encoder, spec, fingerprint, summary, pca, rejects, meta, outputs)
         store.remove()
     except KeyboardInterrupt as e:

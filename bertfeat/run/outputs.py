@@ -140,9 +140,10 @@ def check_not_descriptor(outputs: Iterable[tuple[str, Path]], options: Mapping[s
 
 
 def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool,
-                    options: Mapping[str, str] | None = None) -> None:
+                    options: Mapping[str, str] | None = None, resumed: Path | None = None) -> None:
     """Refuse an output that is not a regular file (a FIFO, a device, a file descriptor's name such as /dev/stdout:
-    whatever the flags), and an existing output unless ``overwrite``."""
+    whatever the flags), and an existing output unless ``overwrite``. ``resumed``: the partial directory of the
+    interrupted run a resume continues: the outputs it may replace (``replaceable_outputs``) may exist."""
     outputs = [(label, Path(out)) for label, out in outputs]
     check_not_descriptor(outputs, options)
     for label, out in outputs:
@@ -153,15 +154,53 @@ def check_overwrite(outputs: Iterable[tuple[str, Path]], overwrite: bool,
                               f"{_named_by(label, options)} with a file name")
     if overwrite:
         return
+    left = set() if resumed is None else replaceable_outputs(resumed)
+    also = f" beside {opt('resume', True)} (the finished chunks are still kept)" if resumed is not None else ""
     for label, out in outputs:
-        out = Path(out)
+        if os.path.abspath(out) in left:
+            continue
         if out.is_symlink():  # the rename replaces the link, not the file it points to: said before --overwrite
             raise OutputError(f"{out} already exists: {_link_words(out)}",
-                              f"pass {opt('overwrite', True)} to replace the link itself with the new file (the file it "
-                              f"points to is not written), or {_named_by(label, options)} with another name")
+                              f"pass {opt('overwrite', True)}{also} to replace the link itself with the new file (the "
+                              f"file it points to is not written), or {_named_by(label, options)} with another name")
         if out.exists():
-            raise OutputError(f"{out} already exists", f"pass {opt('overwrite', True)} to replace it, or "
+            why = ", and the interrupted run did not write it" if resumed is not None else ""
+            raise OutputError(f"{out} already exists{why}", f"pass {opt('overwrite', True)}{also} to replace it, or "
                               f"{_named_by(label, options)} with another name")
+
+
+#: in OUTPUT.partial/: the outputs the partial run may replace when resumed without --overwrite: all of them when it
+#: was started with --overwrite (the user asked), else those its finish put in place (written before the first moves)
+REPLACEABLE = ".replaceable.json"
+
+
+def allow_replacing(partial: Path, outputs: Iterable[tuple[str, Path]]) -> None:
+    """Record ``outputs`` (REPLACEABLE) as ones a resume of this partial run may replace."""
+    import json
+
+    from ..atomic import write_atomic
+
+    write_atomic(partial / REPLACEABLE, json.dumps(sorted(os.path.abspath(p) for _, p in outputs)))
+
+
+def mark_finishing(partial: Path, outputs: Iterable[tuple[str, Path]]) -> None:
+    """Inside atomic.together(), before any output is committed: REPLACEABLE lists them, written first among the final
+    moves, so that a kill among those moves resumes without --overwrite."""
+    from ..atomic import deferred
+
+    outputs = list(outputs)
+    deferred(lambda: allow_replacing(partial, outputs))
+
+
+def replaceable_outputs(partial: Path) -> set[str]:
+    """The outputs (absolute paths) a resume of the partial run may replace (REPLACEABLE), else none."""
+    import json
+
+    try:
+        names = json.loads((partial / REPLACEABLE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
 
 def _link_words(link: Path) -> str:

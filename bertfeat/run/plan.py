@@ -603,11 +603,10 @@ def check_layout(layout: OutputLayout, reader, input: str, overwrite: bool, resu
         from .outputs import browser_file
 
         interrupted = partial.is_dir() and any(not browser_file(q) for q in partial.iterdir())
-    if interrupted:
-        if resume or overwrite:
-            return  # resume continues it (and may rewrite an output its interrupted finish left); overwrite starts over
+    if interrupted and not (resume or overwrite):
         raise partial_run_error(partial, stdin=input == "-")
-    check_overwrite(outs, overwrite)
+    # resume continues it, rewriting only the outputs its interrupted finish left; overwrite starts over
+    check_overwrite(outs, overwrite, resumed=partial if interrupted and resume else None)
 
 
 def check_partial_is_ours(partial: Path, output: Path, resume: bool = False, overwrite: bool = False) -> None:

@@ -360,6 +360,63 @@ def test_ctrl_c_while_the_outputs_are_moved_into_place_finishes_them_and_says_so
     assert read_table(out).num_rows == 12 and (tmp_path / "o.pca.npz").is_file()
 
 
+def test_a_resume_does_not_replace_an_output_that_appeared_since_the_interrupt(tmp_path, capsys, monkeypatch):
+    """An output the interrupted run never wrote (here made after the interrupt) is refused on --resume as it is on
+    any run, naming --overwrite beside --resume: a resume used to replace it silently. With both, the run resumes."""
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "o.parquet"
+    args = ["--model", tiny_model(), "--chunk-rows", 3, "--pca", 2]
+    interrupted_run(capsys, monkeypatch, src, out, *args)
+    theirs = tmp_path / "o.pca.npz"
+    theirs.write_bytes(b"someone else's file")
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert (rc, err) == (1, f"Error: {theirs} already exists, and the interrupted run did not write it - pass "
+                            "--overwrite beside --resume (the finished chunks are still kept) to replace it, or "
+                            "-o with another name\n")
+    assert theirs.read_bytes() == b"someone else's file" and len(parts(out)) == 2
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume", "--overwrite")
+    assert rc == 0, err
+    assert summary_line(err, "resumed").startswith("resumed 2 chunk(s), 6 rows")
+    assert read_table(out).num_rows == 12
+    with np.load(theirs) as model:  # the run's PCA model replaced their file
+        assert model["components"].shape[0] == 2
+
+
+_KILL_AMONG_MOVES = r"""
+import os, signal, sys
+import bertfeat.atomic
+from bertfeat.cli.app import main
+real, out = os.replace, sys.argv[1]
+def replace(a, b):
+    if os.fspath(b) == out:  # the features' move: the PCA model and report are in place by now
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(a, b)
+bertfeat.atomic.os.replace = replace
+main(sys.argv[2:])
+"""
+
+
+def test_a_kill_among_the_final_moves_resumes_without_overwrite(tmp_path, capsys):
+    """SIGKILL after the PCA model and report were moved into place but before the features: those outputs are the
+    interrupted run's own (its finish listed them in OUTPUT.partial/ first), so --resume replaces them without
+    --overwrite, and the output equals an uninterrupted run's."""
+    src = corpus(tmp_path / "c.csv", 12)
+    out = tmp_path / "run" / "o.parquet"
+    out.parent.mkdir()
+    args = ["--model", str(tiny_model()), "--chunk-rows", "3", "--pca", "2", "--threads", "1"]
+    r = subprocess.run([sys.executable, "-c", _KILL_AMONG_MOVES, str(out), "extract", str(src), "-o", str(out), *args],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert (out.parent / "o.pca.npz").is_file() and not out.exists() and (out.parent / "o.parquet.partial").is_dir()
+    rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
+    assert rc == 0, err
+    assert no_leftovers(out)[0] == "o.parquet" and not (out.parent / "o.parquet.partial").exists()
+    full = tmp_path / "full" / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", full, *args)
+    assert rc == 0, err
+    assert_same_output(out, full)
+
+
 def test_resume_with_another_model_is_refused(tmp_path, capsys, monkeypatch):
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"
