@@ -204,6 +204,7 @@ def no_onednn(monkeypatch):
 
     monkeypatch.setattr(onednn, "_state", {"lib": None, "error": "libdnnl was not found"})
     monkeypatch.setattr(gemm, "_kernels", {})
+    monkeypatch.delenv("BERTFEAT_GEMM", raising=False)  # BERTFEAT_GEMM=onednn would ask for the library it lacks
 
 
 @pytest.fixture(scope="session")

@@ -263,6 +263,7 @@ def test_resume_on_another_gemm_path_is_refused(tmp_path, capsys, monkeypatch):
     if gemm.resolve("fp32").library != "onednn":
         pytest.skip("needs oneDNN (the fast extra) to have two GEMM paths")
     library = gemm.resolve("fp32").to_dict()["library"]
+    original = os.environ.get("BERTFEAT_GEMM")
     src = corpus(tmp_path / "c.csv", 12)
     out = tmp_path / "o.parquet"
     args = ["--model", tiny_model(), "--chunk-rows", 3]
@@ -272,7 +273,10 @@ def test_resume_on_another_gemm_path_is_refused(tmp_path, capsys, monkeypatch):
     assert (rc, err) == (1, "Error: cannot resume: the settings or the input differ from the interrupted run (GEMM path: "
                             f"{library} -> numpy matmul) - rerun with --overwrite instead of --resume to start over, or use "
                             "the original settings\n")
-    monkeypatch.delenv("BERTFEAT_GEMM")
+    if original is None:
+        monkeypatch.delenv("BERTFEAT_GEMM")
+    else:  # BERTFEAT_GEMM=onednn: oneDNN on AVX2 is only chosen by it
+        monkeypatch.setenv("BERTFEAT_GEMM", original)
     rc, _, err = run(capsys, "extract", src, "-o", out, *args, "--resume")
     assert rc == 0, err
 
