@@ -737,13 +737,13 @@ class DaskRun:
                        probe_missing=plan.label is not None and self.summary.probe is None)
 
     def kept(self) -> int:
-        """Partitions a stop keeps: those counted so far, or, before a resumed run has counted its kept ones (while
-        the model loads or their pages are checked), the part files in OUTPUT.partial/ (never 0 while there are)."""
-        if self.results:
-            return len(self.results)
+        """Partitions a stop keeps: the part files in OUTPUT.partial/, or those counted so far if more (a resumed
+        run's kept ones; never 0 while there are). The files, not only the results received: a task that was
+        running when the stop came writes its part before the client hears of it (the count said 3, the resume 5)."""
         # --pca: each partition's full-width part, and its reduced part once pass 2 wrote it
-        return max((sum(1 for _ in d.glob(PART_GLOB)) for d in (self.partial, self.partial / FULL_DIR) if d.is_dir()),
-                   default=0)
+        on_disk = max((sum(1 for _ in d.glob(PART_GLOB)) for d in (self.partial, self.partial / FULL_DIR) if d.is_dir()),
+                      default=0)
+        return max(len(self.results), on_disk)
 
     def failed(self, e: BaseException) -> BaseException:
         """The tasks cancelled; the exception to raise, OUTPUT.partial/ kept or removed (failures.handle). Before it

@@ -1654,3 +1654,20 @@ def test_ctrl_c_while_the_local_cluster_starts_is_one_line(tmp_path, data):
     assert p.returncode == 130 and p.stderr.startswith("Interrupted.\n"), p.stderr
     assert "Status.init" not in p.stderr, p.stderr
     assert sorted(tmp_path.iterdir()) == []
+
+
+def test_a_stop_counts_the_parts_on_disk_as_kept(tmp_path):
+    """A task running when the stop came writes its part before the client hears of it: the stop said "3 partition(s)
+    are kept" and the resume then found 5. The count is the part files in OUTPUT.partial/ when there are more."""
+    import bertfeat.run.dask as dask_engine
+
+    run = dask_engine.DaskRun.__new__(dask_engine.DaskRun)
+    run.partial = tmp_path / "o.parquet.partial"
+    (run.partial / dask_engine.FULL_DIR).mkdir(parents=True)
+    run.results = {0: {}, 1: {}, 2: {}}
+    for i in range(5):
+        (run.partial / dask_engine.FULL_DIR / dask_engine.part_name(i, 5)).write_bytes(b"")
+    (run.partial / dask_engine.FULL_DIR / ".part-00005.parquet.tmp-1").write_bytes(b"")  # not yet a part
+    assert run.kept() == 5
+    run.results = {i: {} for i in range(7)}  # counted, some of them resumed from files the glob does not see
+    assert run.kept() == 7
