@@ -113,6 +113,14 @@ class BertfeatError(ValueError):
         """``what - fix``, options named as Python parameters."""
         return self.render()
 
+    def names(self, option: str) -> bool:
+        """Does this error name the option ``option`` (an ``opt`` marker in its what or fix)?"""
+        return any(f"{_OPEN}{option}{c}" in (t or "") for t in (self._what, self._fix) for c in (_SEP, _CLOSE))
+
+    def refixed(self, more: str, fix: str) -> "BertfeatError":
+        """This error's what, ``more`` added, with another ``fix`` (its options still named for the caller)."""
+        return type(self)(f"{self._what}{more}", fix)
+
     def prefixed(self, context: str) -> "BertfeatError":
         """This error said within ``context`` (``feature set 'mean': ...``), its options still named for the caller:
         one made again from ``what`` / ``fix`` spelled them as Python parameters on the command line too."""

@@ -135,6 +135,10 @@ def _pca_of(meta: dict, features: Path):
     from .pca.reduce import file_sha256
 
     names = [entry.get("model_path"), entry.get("model_file")]
+    if not any(names):  # reduce_features_file with a PCA made in memory, never saved: no file to look for
+        raise BertfeatError(f"the features of {features} were reduced by a PCA whose provenance names no model file "
+                            "(a PCA applied in Python without being saved)", "verify the features before the PCA, or "
+                            "save the PCA (PCA.save) and reduce the features with the saved model")
     candidates = []
     if entry.get("model_file"):  # extract --pca: the model beside the output, named without a folder
         candidates.append(features.parent / Path(entry["model_file"]).name)
@@ -429,16 +433,39 @@ def _open_source(meta: dict, path: Path, input, encoding):
     from .readers import DEFAULT_MAX_FIELD_BYTES, open_input
 
     recorded = meta.get("encoding")
+    _check_recorded_reading(meta, path)
     if encoding is None:  # encoding="" is refused by the reader, not passed over
         encoding = recorded or "utf-8"
     elif recorded and _codec(encoding) and _codec(encoding) != _codec(recorded):  # (unknown: the reader says so)
         raise BertfeatError(f"{path} records the encoding its input was read with, {recorded}, not {encoding}",
                             f"leave {opt('encoding')} out (it is for files whose provenance does not record one)")
-    return open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
-                      meta.get("pair_column"), meta.get("id_column"), encoding,
-                      delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()),
-                      keep_as=meta.get("keep_as"),  # its bad kept values too
-                      max_field_bytes=meta.get("max_field_bytes") or DEFAULT_MAX_FIELD_BYTES)
+    try:
+        return open_input(_input_path(meta, path, input), meta["input_format"], meta["text_column"],
+                          meta.get("pair_column"), meta.get("id_column"), encoding,
+                          delimiter=meta.get("delimiter"), keep=tuple(meta.get("keep") or ()),
+                          keep_as=meta.get("keep_as"),  # its bad kept values too
+                          max_field_bytes=meta.get("max_field_bytes") or DEFAULT_MAX_FIELD_BYTES)
+    except BertfeatError as e:  # the recorded delimiter does not split the input's header: verify has no such option
+        if not e.names("delimiter"):
+            raise
+        raise e.refixed(f"; that delimiter is the one the provenance of {path} records",
+                        "the input is not the file the features were extracted from, or their provenance was edited: "
+                        "extract the features again") from None
+
+
+def _check_recorded_reading(meta: dict, path: Path) -> None:
+    """The recorded delimiter and encoding are ones the readers take: a value they refuse was not written by
+    bertfeat (the reader's refusal named options verify does not have: 'pass --encoding utf-8')."""
+    from .errors import InputError
+    from .readers import normalize_encoding
+    from .readers.csvcheck import parse_delimiter
+
+    for key, check in (("delimiter", parse_delimiter), ("encoding", normalize_encoding)):
+        if meta.get(key) is not None:
+            try:
+                check(meta[key])
+            except InputError:
+                raise damaged_provenance(path, f"{key} is {meta[key]!r}, which no reader takes") from None
 
 
 def _walk_input(reader, outputs, picked: set, meta: dict, enc, spec, path: Path) -> dict[int, tuple[str, str | None]]:

@@ -126,7 +126,7 @@ def parse_metadata(path: Path, text: str | None) -> dict:
     except RecursionError:  # arrays nested past Python's stack: no provenance bertfeat writes
         raise damaged_provenance(path, "its JSON is nested deeper than any provenance") from None
     if not isinstance(meta, dict):
-        raise damaged_provenance(path, f"it is a JSON {type(meta).__name__.replace('dict', 'object')}, not an object")
+        raise damaged_provenance(path, f"it is {_json_kind(meta)}, not an object")
     check_provenance(path, meta)
     return meta
 
@@ -147,6 +147,7 @@ class Field:
     items: Field | None = None
     keys: Mapping[str, Field] | None = None
     choices: tuple[str, ...] | None = None
+    required: tuple[str, ...] = ()  # an object's keys every writer writes
 
 
 def _whole(v: Any, low: float) -> bool:
@@ -187,7 +188,8 @@ PROVENANCE = Field(("object",), keys={
     "pca": Field(("object", "null"), keys={
         "model_file": _TEXT, "model_path": _TEXT, "model_sha256": _TEXT, "input_dtype": _TEXT,
         "n_components": Field(("size",)), "n_features_in": Field(("size",)), "n_samples": Field(("count",)),
-        "variance_kept": Field(("number",)), "explained_variance": Field(("number",))}),
+        "variance_kept": Field(("number",)), "explained_variance": Field(("number",)), "whiten": Field(("bool",)),
+        "solver": _TEXT, "fingerprint": Field(("object", "null"))}, required=("n_components",)),
 })
 PROVENANCE_FIX = "extract the features again (their provenance was edited, or written by another tool)"
 
@@ -196,6 +198,14 @@ def damaged_provenance(path: Path, problem: str) -> BertfeatError:
     """``the provenance of PATH is damaged or not bertfeat's: problem - fix``: one error for every value of a feature
     file's provenance bertfeat cannot use (of another type here, out of range for its model in verify)."""
     return BertfeatError(f"the provenance of {path} is damaged or not bertfeat's: {problem}", PROVENANCE_FIX)
+
+
+def _json_kind(value: Any) -> str:
+    """How a JSON value is named to a user: 'null', 'a string', 'a list' ... (not Python's NoneType, str)."""
+    if isinstance(value, list):
+        return "a JSON list"
+    return {type(None): "JSON null", str: "a JSON string", bool: "JSON true or false", int: "a JSON number",
+            float: "a JSON number"}.get(type(value), "a JSON value")
 
 
 def check_provenance(path: Path, meta: Mapping) -> None:
@@ -217,6 +227,8 @@ def _mistyped(value: Any, spec: Field, where: str) -> str | None:
         for key, sub in spec.keys.items():
             if key in value and (problem := _mistyped(value[key], sub, f"{where}.{key}".lstrip("."))):
                 return problem
+        if missing := [k for k in spec.required if k not in value]:
+            return f"{where or 'it'} has no {missing[0]}"
     elif spec.items is not None and isinstance(value, (list, dict)):
         for i, item in (value.items() if isinstance(value, dict) else enumerate(value)):
             if problem := _mistyped(item, spec.items, f"{where}[{json.dumps(i)}]"):

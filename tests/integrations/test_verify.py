@@ -622,6 +622,15 @@ def edited_provenance(pristine: Path, dst: Path, key: str, value) -> Path:
     ("fingerprint.pooling", "mean+max", "its features are 32 wide, but the settings it records give 64"),
     ("fingerprint.precision", "fp64", "fingerprint.precision is 'fp64', not one of fp32, bf16, int8"),
     ("input_format", "xls", "input_format is 'xls', not one of csv, tsv, parquet, jsonl"),
+    # the reader's refusals of these named options verify does not have ("pass --encoding utf-8"; found by audit)
+    ("delimiter", "ab", "delimiter is 'ab', which no reader takes"),
+    ("encoding", "rot13", "encoding is 'rot13', which no reader takes"),
+    ("encoding", "nonesuch", "encoding is 'nonesuch', which no reader takes"),
+    # a pca entry without its component count gave "(? components)", one of the wrong types passed (found by audit)
+    ("pca", {}, "pca has no n_components"),
+    ("pca", {"sha256": 5}, "pca has no n_components"),
+    ("pca", {"n_components": 2, "whiten": "x"}, 'pca.whiten is "x", not true or false'),
+    ("pca", {"n_components": 2, "fingerprint": "x"}, 'pca.fingerprint is "x", not an object or null'),
 ])
 def test_verify_refuses_a_damaged_provenance_in_one_line(pristine, tmp_path, capsys, key, value, problem):
     import hashlib
@@ -634,6 +643,23 @@ def test_verify_refuses_a_damaged_provenance_in_one_line(pristine, tmp_path, cap
     assert e.value.message == message
     assert run(capsys, "verify", out) == (1, "", f"Error: {message}\n")
     assert hashlib.sha256(out.read_bytes()).hexdigest() == before and sorted(tmp_path.iterdir()) == [out]
+
+
+def test_a_recorded_delimiter_the_input_does_not_hold_is_not_the_users_option(pristine, tmp_path, capsys):
+    """A recorded delimiter that is valid but does not split the input's header: the reader said to pass the
+    delimiter ',' (verify has no such option); it now says where the delimiter came from. --encoding with a
+    recorded encoding no reader takes is the damaged provenance, not 'leave --encoding out' (which then said to pass
+    one: a loop)."""
+    out = edited_provenance(pristine, tmp_path / "o.parquet", "delimiter", ";")
+    src = pristine.parent / "in.csv"
+    assert run(capsys, "verify", out, "-q") == (
+        1, "", f"Error: {src}: the delimiter ';' is not in the header line 'id,text,label', which ',' separates into 3 "
+               f"columns; that delimiter is the one the provenance of {out} records - the input is not the file the "
+               "features were extracted from, or their provenance was edited: extract the features again\n")
+    out = edited_provenance(pristine, tmp_path / "e.parquet", "encoding", "nonesuch")
+    assert run(capsys, "verify", out, "--encoding", "utf-8", "-q") == (
+        1, "", f"Error: the provenance of {out} is damaged or not bertfeat's: encoding is 'nonesuch', which no reader "
+               f"takes - {DAMAGED_FIX}\n")
 
 
 @pytest.mark.parametrize("args", [["pca", "fit", "{out}", "-n", "2", "-o", "{tmp}/q.npz"],
@@ -683,9 +709,11 @@ def test_verify_passes_over_recorded_files_that_loading_does_not_read(tmp_path, 
 
 @pytest.mark.parametrize("raw, why", [
     (b"[1, 2]", "it is a JSON list, not an object"),
+    (b"null", "it is JSON null, not an object"),  # (was 'a JSON NoneType', as 'a JSON str' below: found by audit)
+    (b'"str"', "it is a JSON string, not an object"),
     (b'{"model": "\xff"}', "it is not UTF-8 text (invalid start byte at byte 11)"),
     (b"[" * 100_000 + b"]" * 100_000, "its JSON is nested deeper than any provenance"),
-], ids=["list", "not-utf8", "nested"])
+], ids=["list", "null", "string", "not-utf8", "nested"])
 @pytest.mark.parametrize("command", ["verify", "pca fit", "pca transform"])
 def test_a_provenance_that_is_no_object_is_damaged(pristine, tmp_path, capsys, raw, why, command):
     """Found by the session's own audit: a provenance that is a JSON list passed as none, one that is not UTF-8 or
@@ -869,3 +897,21 @@ def test_verify_names_the_row_of_its_largest_difference(tmp_path, capsys):
     assert r["rows_identical"] == 11 and r["worst"]["id"] == "r4" and r["ok"]
     assert cells["largest difference"] == (f"{r['max_abs_diff']:.3g} ({r['max_relative_diff']:.3g} of the row's norm; "
                                            "row 4, id 'r4')")
+
+
+def test_features_reduced_by_a_pca_never_saved_say_so(pristine, tmp_path):
+    """reduce_features_file with a PCA made in memory records no model file: verify said 'a PCA model that is not found
+    ()' and to put the file back (found by audit)."""
+    from bertfeat.features.reader import read_features
+    from bertfeat.pca.estimator import PCA
+    from bertfeat.pca.reduce import reduce_features_file
+
+    _, X, meta = read_features(pristine)
+    pca = PCA(n_components=2).fit(X)
+    pca.fingerprint_ = meta["fingerprint"]
+    out = reduce_features_file(pristine, tmp_path / "r.parquet", pca)
+    with pytest.raises(BertfeatError) as e:
+        verify_features(out)
+    assert e.value.message == (f"the features of {out} were reduced by a PCA whose provenance names no model file (a "
+                               "PCA applied in Python without being saved) - verify the features before the PCA, or "
+                               "save the PCA (PCA.save) and reduce the features with the saved model")
