@@ -223,7 +223,7 @@ def sweep(input: str | os.PathLike, sets=None, *, label: str | None = None, samp
     n_components = DEFAULT_N_COMPONENTS if n_components is None else n_components
     for name, v, low in (("sample", sample, 2), ("n_components", n_components, 1), ("folds", folds, 2)):
         check_size(v, name, low, None, "")
-    cache = o.checked("cache")
+    cache = _cache_of(o)
     if o.on_bad_row not in ("error", "skip"):
         raise BertfeatError(f"{opt('on_bad_row', o.on_bad_row)} is not error or skip",
                             f"choose {opt('on_bad_row', 'error')} or {opt('on_bad_row', 'skip')}")
@@ -442,6 +442,19 @@ def default_prefix(input_path: str) -> Path:
                             f"add {opt('output', 'sweep')} (the report is written as sweep.json and sweep.md)")
     p = default_output(input_path, "json")  # .../STEM.features.json
     return p.with_name(p.name[: -len(".features.json")] + ".sweep")
+
+
+def _cache_of(o):
+    """The vector cache the options give (BERTFEAT_CACHE where they give none), not the model folder nor in it."""
+    from .cache.store import CacheError, from_environment
+    from .run.outputs import check_cache_outside_model
+
+    cache = o.checked("cache")
+    try:
+        check_cache_outside_model(cache, o.model)
+    except CacheError as e:
+        raise e.named_by_environment() if from_environment(o.cache) else e
+    return cache
 
 
 def _check_outputs(prefix: str | os.PathLike, input, overwrite: bool, model=None, cache=None) -> None:

@@ -552,11 +552,12 @@ def check_cache_apart(cache: Path | None, layout: OutputLayout, model: str | Non
     (removed at the end); and no output, side file or the partial directory lies inside the cache or the model folder
     (outputs.check_not_runs_own, the rule --summary-json has too: ``-o cache/vectors.sqlite3`` replaced the cache's
     database)."""
-    from .outputs import check_not_runs_own
+    from .outputs import check_cache_outside_model, check_not_runs_own
 
     check_not_runs_own(layout.outputs() + [("partial directory", layout.partial)], model, cache)
     if cache is None:
         return
+    check_cache_outside_model(cache, model)
     c = Path(cache).absolute()
     for label, path in layout.outputs() + [("partial directory", layout.partial)]:
         p = Path(path).absolute()

@@ -513,6 +513,11 @@ def test_the_report_is_not_written_into_the_model_folder_or_the_cache(make_ckpt,
     assert e.value.message == (f"the sweep report {cache / 'sweep.json'} would be written over the vector cache {cache} - "
                                "pass output with a path outside it")
     assert not cache.exists()
+    rc = main(["sweep", str(small_csv), "-m", str(model), "--set", "mean", "--cache", str(model), "-o",
+               str(tmp_path / "s"), "-q"])  # the cache's database among the model's files (found by audit)
+    assert (rc, capsys.readouterr().err) == (1, f"Error: the cache {model} is the model folder {model} - give --cache a "
+                                                "directory of its own, e.g. --cache bertfeat-cache\n")
+    assert {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()} == before
 
 
 def test_too_few_rows_says_where_the_others_went(tmp_path, capsys):

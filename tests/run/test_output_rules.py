@@ -635,6 +635,31 @@ def test_no_output_is_written_into_the_cache_or_the_model_folder(tmp_path, src, 
         assert run(capsys, "cache", "info", cache)[0] == 0
 
 
+@pytest.mark.parametrize("where", ["folder", "inside", "environment"])
+def test_the_vector_cache_is_not_the_model_folder(tmp_path, src, capsys, monkeypatch, where):
+    """`--cache MODEL` (or BERTFEAT_CACHE=MODEL) wrote vectors.sqlite3 among the model's files with exit 0, where an
+    output there is refused (found by audit). Refused before anything is made, naming where the cache came from."""
+    import shutil
+
+    from extract_util import tree_digest
+
+    model = tmp_path / "m"
+    shutil.copytree(tiny_model(), model)
+    cache = model / "sub" if where == "inside" else model
+    flags = ["--cache", cache]
+    if where == "environment":
+        monkeypatch.setenv("BERTFEAT_CACHE", str(cache))
+        flags = []
+    before = tree_digest(tmp_path)
+    rc, _, err = run(capsys, "extract", src, "-o", tmp_path / "o.parquet", "--model", model, *flags)
+    inside = "inside " if where == "inside" else ""
+    env = (" (BERTFEAT_CACHE names this cache)", "; or set BERTFEAT_CACHE to another directory, or unset it") \
+        if where == "environment" else ("", "")
+    assert (rc, err) == (1, f"Error: the cache {cache} is {inside}the model folder {model}{env[0]} - give --cache a "
+                            f"directory of its own, e.g. --cache bertfeat-cache{env[1]}\n")
+    assert tree_digest(tmp_path) == before
+
+
 @pytest.mark.parametrize("given, named", [(".", "data"), ("./", "data"), ("..", "work"), ("../data/..", "work"),
                                           ("../*.parquet", "work")])
 def test_the_default_output_of_a_folder_given_without_a_name_is_beside_it(tmp_path, capsys, monkeypatch, given, named):
