@@ -20,7 +20,7 @@ _EXT = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", **dict.fromkeys(PARQUET_SUF
 def detect_format(path: str, input_format: str | None) -> str:
     """The input's format: ``input_format`` when given, else from the extension (a directory: Parquet). A named
     pipe, device or socket is refused here, before anything opens it (``paths.refuse_special_file``)."""
-    if input_format and input_format not in FORMATS:
+    if input_format is not None and input_format not in FORMATS:  # (an empty one was the extension's choice, unsaid)
         raise InputError(f"unknown input format '{input_format}'", f"choose one of {', '.join(FORMATS)}")
     if path == "-":
         if input_format:

@@ -138,7 +138,7 @@ def check_cache(value) -> Path | None:
 
 def check_format(value) -> str | None:
     """``format``: None (from the output's extension) or a format written (features.FORMATS)."""
-    if value:
+    if value is not None:  # (an empty one was the extension's choice, unsaid)
         from ..features import FORMATS
 
         if value not in FORMATS:

@@ -543,6 +543,9 @@ def test_bad_option_values(tmp_path, capsys):
         (["--pooling", "sum"], "Error: unknown --pooling 'sum' - choose one of pooled, cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken, or token poolings joined with '+' such as mean+max"),
         (["--max-length", "1000"], "Error: --max-length 1000 is out of range - choose 3..128 (the model's max_position_embeddings)"),
         (["--format", "xlsx"], "Error: unknown output format 'xlsx' - choose one of parquet, npy, csv"),
+        # an empty one was the extension's choice with exit 0, unsaid (found by audit)
+        (["--format", ""], "Error: unknown output format '' - choose one of parquet, npy, csv"),
+        (["--input-format", ""], "Error: unknown input format '' - choose one of csv, tsv, parquet, jsonl"),
         (["--pca", "abc"], "Error: --pca 'abc' is not a number - give a whole number of components (e.g. 100), "
                              "a variance fraction in (0, 1) (e.g. 0.95), mle (Minka's choice), or 1.0 / all for every component"),
         (["--chunk-rows", "0"], "Error: --chunk-rows 0 is out of range - give 1 or more"),
