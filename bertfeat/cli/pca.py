@@ -129,6 +129,11 @@ def fit_command(
     check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)
     check_count(random_state, "random_state", 0)
     accumulate = _accumulate_option(accumulate, precision)
+    from ..errors import BertfeatError, opt
+
+    n = parse_n_components(n_components)  # the option's own errors before the output's ("already exists")
+    if solver not in SOLVERS:
+        raise BertfeatError(f"unknown {opt('solver', solver)}", f"use one of: {', '.join(SOLVERS)}")
     check_output_name(out, "PCA model", "pca100.npz")
     out, features = Path(out), local_path(features, "feature file")
     _check_not_npz(features, "a PCA model (.npz) is applied with `bertfeat pca transform FEATURES --pca-model MODEL`")
@@ -138,7 +143,7 @@ def fit_command(
         check_outputs([("output", out)] + report_outputs(_prefix_for(out)), feature_file_inputs(features), overwrite)
         check_model_output(out)
         pca, outputs, source, probe = fit_pca_to_files(
-            features, out, _prefix_for(out), parse_n_components(n_components), label=label, probe_rows=probe_rows,
+            features, out, _prefix_for(out), n, label=label, probe_rows=probe_rows,
             solver=solver, whiten=whiten, accumulate=accumulate, batch_rows=batch_rows, random_state=random_state)
     if probe and "skipped" in probe:
         err_console.print(f"Warning: no linear probe of {label!r}: {probe['skipped']}", markup=False, highlight=False,

@@ -292,6 +292,18 @@ def test_cli_errors_become_one_line(tmp_path, features, capsys):
     assert not (tmp_path / "p.npz").exists()
 
 
+def test_a_bad_option_is_named_before_an_existing_output(tmp_path, features, capsys):
+    """`pca fit -n 1.5 -o EXISTING` said 'already exists - pass --overwrite', and with --overwrite then named -n: the
+    options' own errors come first, as extract's do (found by audit)."""
+    out = tmp_path / "p.npz"
+    out.write_bytes(b"old")
+    assert _run_main(["pca", "fit", str(features), "-n", "1.5", "-o", str(out)]) == 1
+    assert capsys.readouterr().err.startswith("Error: --n-components 1.5: a number of components must be whole - ")
+    assert _run_main(["pca", "fit", str(features), "-n", "2", "--solver", "bogus", "-o", str(out)]) == 1
+    assert capsys.readouterr().err == ("Error: unknown --solver bogus - use one of: auto, svd, covariance, randomized\n")
+    assert out.read_bytes() == b"old"
+
+
 @pytest.mark.parametrize("name", ["r.csv", "r.npy"])
 def test_transform_refuses_a_nested_id_for_csv_and_npy(tmp_path, X, capsys, name):
     """A Parquet feature file whose ids are structs (an input's nested id column) reduces to Parquet only: a CSV or npy
