@@ -437,8 +437,12 @@ def check_keep(pairs: list, fmt: str, id_column: str | None, wide: bool) -> tupl
         if n == id_name:
             raise BertfeatError(f"{opt('keep')} '{n}' clashes with the output column '{n}' (the row number)",
                                 f"rename the input column, or pass {opt('id_column', n)} to make it the id column")
-        if n in OUTPUT_COLUMNS or (wide_columns and re.fullmatch(r"f\d+", n)):
+        if n in OUTPUT_COLUMNS:
             raise BertfeatError(f"{opt('keep')} '{n}' clashes with the output column '{n}'",
+                                f"rename the input column, or drop it from {opt('keep')}")
+        if wide_columns and re.fullmatch(r"f(0|[1-9]\d*)", n):  # the features' columns (f007 is none of them)
+            raise BertfeatError(f"{opt('keep')} '{n}' clashes with the features' columns f0, f1, ... (one per feature; "
+                                "how many is known once the model loads)",
                                 f"rename the input column, or drop it from {opt('keep')}")
     return tuple(names), {n: GIVEN_NAMES[TYPE_NAMES[t]] for n, t in pairs if t is not None}  # int, float, bool, str
 

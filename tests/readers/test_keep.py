@@ -302,10 +302,14 @@ def small(tmp_path) -> Path:
      "--keep 'embedding' clashes with the output column 'embedding' - rename the input column, or drop it from --keep"),
     (dict(keep="n_tokens"), "keep 'n_tokens' clashes with the output column 'n_tokens' - rename the input column, or drop it from keep",
      "--keep 'n_tokens' clashes with the output column 'n_tokens' - rename the input column, or drop it from --keep"),
-    (dict(keep="f0", wide=True), "keep 'f0' clashes with the output column 'f0' - rename the input column, or drop it from keep",
-     "--keep 'f0' clashes with the output column 'f0' - rename the input column, or drop it from --keep"),
-    (dict(keep="f0", format="csv"), "keep 'f0' clashes with the output column 'f0' - rename the input column, or drop it from keep",
-     "--keep 'f0' clashes with the output column 'f0' - rename the input column, or drop it from --keep"),
+    (dict(keep="f0", wide=True), "keep 'f0' clashes with the features' columns f0, f1, ... (one per feature; how many is "
+     "known once the model loads) - rename the input column, or drop it from keep",
+     "--keep 'f0' clashes with the features' columns f0, f1, ... (one per feature; how many is known once the model "
+     "loads) - rename the input column, or drop it from --keep"),
+    (dict(keep="f0", format="csv"), "keep 'f0' clashes with the features' columns f0, f1, ... (one per feature; how many is "
+     "known once the model loads) - rename the input column, or drop it from keep",
+     "--keep 'f0' clashes with the features' columns f0, f1, ... (one per feature; how many is known once the model "
+     "loads) - rename the input column, or drop it from --keep"),
     (dict(keep="id", id_column="id"), "keep 'id' is the id column (id_column='id') - drop it from keep: the id column is in the output already",
      "--keep 'id' is the id column (--id-column id) - drop it from --keep: the id column is in the output already"),
     (dict(keep="row"), "keep 'row' clashes with the output column 'row' (the row number) - rename the input column, or pass "
@@ -1315,3 +1319,13 @@ class TestValuesNoPythonObjectHolds:
                                 "name 'a' appears more than once - rename the struct's fields so that each name is unique "
                                 "(e.g. pyarrow's StructArray.from_arrays with other names), or leave the column out\n")
         assert sorted(p.name for p in tmp_path.iterdir()) == ["s.parquet"]
+
+
+def test_a_name_with_a_leading_zero_is_no_feature_column():
+    """The features' columns are f0, f1, ... without leading zeros: f007 is kept beside them (it was refused as
+    'the output column f007', which no output has)."""
+    from bertfeat.run.plan import check_keep
+
+    assert check_keep([("f007", None), ("f0x", None)], "csv", None, False) == (("f007", "f0x"), {})
+    with pytest.raises(BertfeatError, match="^keep 'f12' clashes with the features' columns"):
+        check_keep([("f12", None)], "parquet", None, True)
