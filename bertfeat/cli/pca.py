@@ -129,11 +129,10 @@ def fit_command(
     check_count(probe_rows, "probe_rows", MIN_PROBE_ROWS)
     check_count(random_state, "random_state", 0)
     accumulate = _accumulate_option(accumulate, precision)
-    from ..errors import BertfeatError, opt
+    from ..pca.solvers import check_solver
 
     n = parse_n_components(n_components)  # the option's own errors before the output's ("already exists")
-    if solver not in SOLVERS:
-        raise BertfeatError(f"unknown {opt('solver', solver)}", f"use one of: {', '.join(SOLVERS)}")
+    check_solver(solver)
     check_output_name(out, "PCA model", "pca100.npz")
     out, features = Path(out), local_path(features, "feature file")
     _check_not_npz(features, "a PCA model (.npz) is applied with `bertfeat pca transform FEATURES --pca-model MODEL`")

@@ -92,6 +92,7 @@ from .validation import (
 from .file import SavedModel, file_sha256, load_model, merge_sources, not_a_model, save_model, source_differences
 from .solvers import (
     SOLVERS,
+    check_solver,
     Decomposition,
     choose_solver,
     components_needed,
@@ -358,8 +359,7 @@ class PCA(Estimator):
 
     def _check_params(self) -> str:
         """Check the parameters (a DeprecationWarning for precision=, aimed at the caller's caller); -> the accumulate mode."""
-        if self.solver not in SOLVERS:
-            raise BertfeatError(f"unknown {opt('solver', self.solver)}", f"use one of: {', '.join(SOLVERS)}")
+        check_solver(self.solver)
         if not isinstance(self.whiten, (bool, np.bool_)):
             raise BertfeatError(f"whiten={self.whiten!r} is not True or False", "give whiten=True or whiten=False")
         check_seed(self.random_state)

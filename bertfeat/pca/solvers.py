@@ -21,12 +21,18 @@ import numpy as np
 from ..errors import BertfeatError, opt
 from .stats import Stats
 
-__all__ = ["SOLVERS", "AUTO_COVARIANCE_MAX_FEATURES", "Decomposition", "flip_signs", "choose_solver", "randomized_svd",
+__all__ = ["SOLVERS", "check_solver", "AUTO_COVARIANCE_MAX_FEATURES", "Decomposition", "flip_signs", "choose_solver", "randomized_svd",
            "n_components_from_spec", "components_needed", "decomposition_from_spectrum", "decompose_svd",
            "decompose_randomized", "decompose_stats", "GRADED_MIN_SPREAD", "covariance_eigh", "graded_eigh",
            "model_covariance", "model_singular", "singular_model_error", "model_precision", "log_likelihoods"]
 
 SOLVERS = ("auto", "svd", "covariance", "randomized")
+
+
+def check_solver(solver) -> None:
+    """Refuse a solver name not in SOLVERS (the estimator's parameter, ``pca fit --solver``)."""
+    if solver not in SOLVERS:
+        raise BertfeatError(f"unknown {opt('solver', solver)}", f"use one of: {', '.join(SOLVERS)}")
 #: ``auto`` uses the covariance solver up to this many features (a d x d float64 matrix).
 AUTO_COVARIANCE_MAX_FEATURES = 4096
 #: The covariance solver goes through ``graded_eigh`` when the columns' variances span more than this: a plain
