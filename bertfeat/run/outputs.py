@@ -79,13 +79,13 @@ def runs_own_folder(path: str | os.PathLike, model=None, cache=None) -> str | No
 def check_cache_outside_model(cache, model=None) -> None:
     """Refuse a vector cache that is the model folder or inside it (its database would be written among the model's
     files), as an output there is refused (``runs_own_folder``)."""
-    if cache is None or cache is False or model is None or not str(model).strip() or not Path(model).is_dir():
-        return  # (a hub id names no folder here)
-    c, m = Path(os.path.realpath(cache)), Path(os.path.realpath(model))
-    if c == m or m in c.parents:
-        from ..cache.store import CacheError  # (so that one BERTFEAT_CACHE named says so: run.api)
+    if cache is None or cache is False:
+        return
+    from ..cache.store import DB_NAME, CacheError  # (CacheError: so that one BERTFEAT_CACHE named says so: run.api)
 
-        raise CacheError(f"the cache {cache} is {'inside ' if c != m else ''}the model folder {model}",
+    if runs_own_folder(Path(cache) / DB_NAME, model) is not None:  # its database among the model's files
+        inside = os.path.realpath(cache) != os.path.realpath(model)
+        raise CacheError(f"the cache {cache} is {'inside ' if inside else ''}the model folder {model}",
                          f"give {opt('cache')} a directory of its own, e.g. {opt('cache', 'bertfeat-cache')}")
 
 
