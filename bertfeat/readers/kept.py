@@ -34,8 +34,10 @@ from ..errors import InputError, clipped, one_line, opt
 from .rejects import Reason, RejectCode, bytes_text, cell
 from .textcheck import surrogate_reason
 
-_INT = re.compile(r"[+-]?\d+")
-_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE)
+# ASCII digits only (re.ASCII): Python's int() and float() also read other scripts' digits (Arabic-Indic "١٢" as 12),
+# which Arrow's cast of a Parquet text column and JSON refuse
+_INT = re.compile(r"[+-]?\d+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE | re.ASCII)
 _TRUE, _FALSE = ("true", "1"), ("false", "0")  # in any case: what Arrow's cast of a Parquet text column reads
 _BAD = object()  # a cell that does not convert
 _INT64_RANGE = (-(2 ** 63), 2 ** 63)

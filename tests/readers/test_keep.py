@@ -1329,3 +1329,20 @@ def test_a_name_with_a_leading_zero_is_no_feature_column():
     assert check_keep([("f007", None), ("f0x", None)], "csv", None, False) == (("f007", "f0x"), {})
     with pytest.raises(BertfeatError, match="^keep 'f12' clashes with the features' columns"):
         check_keep([("f12", None)], "parquet", None, True)
+
+
+def test_digits_of_other_scripts_are_not_numbers(tmp_path, capsys):
+    """Python's int() and float() read Arabic-Indic digits ("١٢" as 12); a CSV cell under a given :int / :float read
+    them so, where Arrow's cast of a Parquet text column and JSON refuse them. Now a bad row on every reader, and a
+    column of them whose type the first rows decide stays text."""
+    src = write_csv(tmp_path / "d.csv", ["id", "text", "i", "f", "t"],
+                    [["a", "fine", "7", "1.5", "١٢"], ["b", "more", "١٢", "2", "٣"], ["c", "last", "3", "١.٥", "٤"]])
+    out = tmp_path / "o.parquet"
+    rc, _, err = run(capsys, "extract", src, "-o", out, "--model", tiny_model(), "--id-column", "id",
+                     "--keep", "i:int,f:float,t", "--on-bad-row", "skip", "-q")
+    assert rc == 0, err
+    assert read_rejects(tmp_path / "o.parquet.rejects.csv") == [
+        ["row", "id", "reason", "i", "f", "t"],
+        ["1", "b", "kept column 'i': \"١٢\" is not an integer (the type given in --keep: int)", "١٢", "2", "٣"],
+        ["2", "c", "kept column 'f': \"١.٥\" is not a number (the type given in --keep: float)", "3", "١.٥", "٤"]]
+    assert pq.read_table(out).select(["i", "f", "t"]).to_pylist() == [{"i": 7, "f": 1.5, "t": "١٢"}]
